@@ -1,0 +1,82 @@
+"""The one place teamlead reads time and sleeps.
+
+Everything that waits, retries or times out takes a :class:`Clock`. Production uses
+:data:`SYSTEM_CLOCK`; tests pass a :class:`FakeClock` (virtual time that advances only when
+something sleeps) or run under freezegun with ``real_asyncio=True``.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Protocol, runtime_checkable
+
+import anyio
+
+__all__ = ["SYSTEM_CLOCK", "Clock", "FakeClock", "SystemClock"]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """Time source used for deadlines, backoff and idle timers."""
+
+    def monotonic(self) -> float:
+        """Seconds on a monotonic clock, for deadlines and elapsed times."""
+        ...
+
+    def time(self) -> float:
+        """Wall-clock seconds since the epoch, for timestamps and file ages."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep for ``seconds`` (at least zero)."""
+        ...
+
+
+class SystemClock:
+    """The real clock: ``time.monotonic``, ``time.time`` and ``anyio.sleep``.
+
+    The functions are looked up at call time, so freezegun's patches apply.
+    """
+
+    def monotonic(self) -> float:
+        return time.monotonic()
+
+    def time(self) -> float:
+        return time.time()
+
+    async def sleep(self, seconds: float) -> None:
+        await anyio.sleep(max(0.0, seconds))
+
+
+SYSTEM_CLOCK: Clock = SystemClock()
+
+
+class FakeClock:
+    """Virtual time for tests: ``sleep`` advances the clock instantly.
+
+    Example:
+        >>> clock = FakeClock()
+        >>> clock.advance(2.5)
+        >>> clock.monotonic()
+        2.5
+    """
+
+    def __init__(self, start: float = 0.0, wall_start: float = 1_700_000_000.0) -> None:
+        self._now = start
+        self._wall_offset = wall_start - start
+        self.sleeps: list[float] = []
+
+    def monotonic(self) -> float:
+        return self._now
+
+    def time(self) -> float:
+        return self._now + self._wall_offset
+
+    def advance(self, seconds: float) -> None:
+        """Move time forward without sleeping."""
+        self._now += max(0.0, seconds)
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        self.advance(seconds)
+        await anyio.lowlevel.checkpoint()

@@ -1,0 +1,82 @@
+"""The errors teamlead raises: a small tree with fields.
+
+::
+
+    TeamleadError                 base; catch this to catch everything teamlead raises
+    ├── UsageError                the user's fix: bad option, spec, prompt file, scenario
+    ├── SetupError                the environment: CLI missing or not starting, no API setup,
+    │                             a base URL off loopback, a port in use
+    ├── InboxError                a team-lead inbox could not be read or consumed safely
+    ├── ResumeError               re-querying the lead failed (``session_id``, ``attempt``)
+    └── BudgetExceeded            a policy limit (cost, rounds, deadline) stopped the work
+
+The CLI maps each to one line on stderr and an exit code; none of them shows a traceback.
+
+Example:
+    >>> try:
+    ...     raise ResumeError("resume failed: 529 overloaded", session_id="abc", attempt=2)
+    ... except TeamleadError as exc:
+    ...     print(exc, exc.session_id)
+    resume failed: 529 overloaded abc
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BudgetExceeded",
+    "InboxError",
+    "ResumeError",
+    "SetupError",
+    "TeamleadError",
+    "UsageError",
+]
+
+
+class TeamleadError(Exception):
+    """Base class of every error teamlead raises on purpose."""
+
+
+class UsageError(TeamleadError):
+    """Bad input the user can fix: an option, a spec file, a prompt file, a scenario name."""
+
+
+class SetupError(TeamleadError):
+    """The environment is not ready: the CLI is missing or fails to start, and the like."""
+
+
+class InboxError(TeamleadError):
+    """A team-lead inbox could not be read or consumed safely.
+
+    Attributes:
+        path: the inbox file concerned, when known.
+    """
+
+    def __init__(self, message: str, *, path: str | None = None) -> None:
+        super().__init__(message)
+        self.path = path
+
+
+class ResumeError(TeamleadError):
+    """Re-querying the lead with ``resume=session_id`` failed.
+
+    Attributes:
+        session_id: the session that could not be resumed; resume it later by hand.
+        attempt: the 1-based attempt that failed last.
+    """
+
+    def __init__(self, message: str, *, session_id: str | None, attempt: int) -> None:
+        super().__init__(message)
+        self.session_id = session_id
+        self.attempt = attempt
+
+
+class BudgetExceeded(TeamleadError):
+    """A policy limit stopped the work.
+
+    Attributes:
+        limit: which limit: ``"cost"``, ``"resumes"`` or ``"deadline"``.
+    """
+
+    def __init__(self, message: str, *, limit: str) -> None:
+        super().__init__(message)
+        self.limit = limit

@@ -1,0 +1,317 @@
+"""Trial records: one versioned JSON line per finished trial, in an append-only file.
+
+A crash can leave at most a torn last line; the reader reports it (with its line
+number) and keeps every other record, and the writer starts the next record on a fresh
+line. Readers accept every version up to :data:`RECORD_VERSION`.
+
+Example:
+    >>> import tempfile, pathlib
+    >>> path = pathlib.Path(tempfile.mkdtemp()) / "trials.jsonl"
+    >>> record = TrialRecord(variant="a", task="t1", trial=0, status="completed", wall_s=3.0)
+    >>> with TrialWriter(path) as writer:
+    ...     writer.append(record)
+    >>> read_records(path).records == [record]
+    True
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from collections.abc import Callable, Iterable
+from datetime import datetime
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any, Literal, NamedTuple
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..errors import UsageError
+
+__all__ = [
+    "RECORD_VERSION",
+    "ReadResult",
+    "RecordWarning",
+    "TrialKey",
+    "TrialRecord",
+    "TrialStatus",
+    "TrialWriter",
+    "append_record",
+    "finished_keys",
+    "latest_records",
+    "read_records",
+]
+
+RECORD_VERSION = 1
+"""The version this teamlead writes. Bump it, and add a migration, when a field changes
+meaning or is renamed; adding an optional field needs no bump."""
+
+TrialStatus = Literal["completed", "partial", "failed"]
+
+
+class TrialKey(NamedTuple):
+    """Identifies one trial: a variant run on a task, the ``trial``-th time (0-based)."""
+
+    variant: str
+    task: str
+    trial: int
+
+
+class TrialRecord(BaseModel):
+    """What one trial did, and where it came from.
+
+    Delegation fields come from the lead's Agent tool calls: ``delegated`` means at least
+    one call, ``parallel`` means at least two in one API message (grouped by message id),
+    and both must agree with the counts. ``error_class`` says why a trial failed:
+    ``"infrastructure"`` (the harness, network or API, not the prompt's doing: such
+    trials are rerun on resume and left out of the statistics) or ``"model"`` (the model
+    misbehaved, which counts against the variant); other strings are allowed.
+
+    Unknown fields (from a newer writer) are kept, not dropped.
+    """
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    version: int = RECORD_VERSION
+    variant: str = Field(min_length=1)
+    task: str = Field(min_length=1)
+    trial: int = Field(ge=0)
+    status: TrialStatus
+    error_class: str | None = None
+    retried: bool = False
+    attempts: int = Field(default=1, ge=1)
+
+    delegated: bool = False
+    agent_calls: int = Field(default=0, ge=0)
+    max_agent_calls_per_message: int = Field(default=0, ge=0)
+    parallel: bool = False
+    time_to_first_agent_s: float | None = Field(default=None, ge=0)
+
+    wall_s: float = Field(ge=0)
+    turns: int = Field(default=0, ge=0)
+    input_tokens: int = Field(default=0, ge=0)
+    output_tokens: int = Field(default=0, ge=0)
+    cost_usd: float = Field(default=0.0, ge=0)
+    resumes: int = Field(default=0, ge=0)
+
+    final_text: str = ""
+    grade: float | None = None
+    grader_cost_usd: float | None = Field(default=None, ge=0)
+
+    prompt_name: str | None = None
+    prompt_version: str | None = None
+    prompt_sha256: str | None = None
+    model: str | None = None
+    sdk_version: str | None = None
+    cli_version: str | None = None
+    teamlead_version: str | None = None
+    git_sha: str | None = None
+    started_at: datetime | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> TrialRecord:
+        if self.delegated != (self.agent_calls > 0):
+            raise ValueError("delegated must be true exactly when agent_calls > 0")
+        if self.max_agent_calls_per_message > self.agent_calls:
+            raise ValueError("max_agent_calls_per_message exceeds agent_calls")
+        if self.parallel != (self.max_agent_calls_per_message >= 2):
+            raise ValueError("parallel must be true exactly when max_agent_calls_per_message >= 2")
+        if self.delegated and self.max_agent_calls_per_message < 1:
+            raise ValueError("a delegated trial has max_agent_calls_per_message >= 1")
+        if self.time_to_first_agent_s is not None and not self.delegated:
+            raise ValueError("time_to_first_agent_s is set but the trial did not delegate")
+        if self.version > RECORD_VERSION:
+            raise ValueError(
+                f"record version {self.version} is newer than this teamlead reads "
+                f"({RECORD_VERSION}); upgrade teamlead"
+            )
+        return self
+
+    @property
+    def key(self) -> TrialKey:
+        """The (variant, task, trial) key."""
+        return TrialKey(self.variant, self.task, self.trial)
+
+    @property
+    def tokens(self) -> int:
+        """Input plus output tokens."""
+        return self.input_tokens + self.output_tokens
+
+    @property
+    def infrastructure_failure(self) -> bool:
+        """A failure that says nothing about the prompt: rerun it, don't analyse it."""
+        return self.status == "failed" and self.error_class == "infrastructure"
+
+    def to_json_line(self) -> str:
+        """The record as one line of JSON (no trailing newline)."""
+        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False, sort_keys=False)
+
+
+class RecordWarning(NamedTuple):
+    """A line the reader skipped, and why (``line`` is 1-based)."""
+
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"line {self.line}: {self.message}"
+
+
+class ReadResult(NamedTuple):
+    """The records read, in file order, and the lines skipped."""
+
+    records: list[TrialRecord]
+    warnings: list[RecordWarning]
+
+
+# Upgrades a raw record of version N (the key) to version N + 1. Empty while only
+# version 1 exists; the reader applies them in order.
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+
+
+def _upgrade(raw: dict[str, Any]) -> dict[str, Any]:
+    version = raw.get("version", 1)
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise ValueError(f"bad version {version!r}")
+    while version < RECORD_VERSION:
+        raw = _MIGRATIONS[version](raw)
+        version += 1
+        raw["version"] = version
+    return raw
+
+
+def read_records(path: str | Path, *, missing_ok: bool = False) -> ReadResult:
+    """Read a ``trials.jsonl`` file, skipping (and reporting) lines that don't parse.
+
+    A torn or hand-edited line never costs the other records. Blank lines are ignored.
+
+    Args:
+        path: the file.
+        missing_ok: return an empty result for a missing file instead of raising.
+
+    Raises:
+        UsageError: the file is missing (unless ``missing_ok``) or unreadable.
+
+    Example:
+        >>> result = read_records("out/trials.jsonl", missing_ok=True)  # doctest: +SKIP
+        >>> for warning in result.warnings:  # doctest: +SKIP
+        ...     print(warning)
+    """
+    file = Path(path)
+    try:
+        data = file.read_bytes()
+    except FileNotFoundError:
+        if missing_ok:
+            return ReadResult([], [])
+        raise UsageError(f"trials file not found: {file}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read trials file {file}: {exc}") from None
+    records: list[TrialRecord] = []
+    warnings: list[RecordWarning] = []
+    for number, raw_line in enumerate(data.split(b"\n"), start=1):
+        if not raw_line.strip():
+            continue
+        try:
+            raw = json.loads(raw_line.decode("utf-8"))
+            if not isinstance(raw, dict):
+                raise ValueError("not a JSON object")
+            records.append(TrialRecord.model_validate(_upgrade(raw)))
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            problem = first["msg"].removeprefix("Value error, ")
+            warnings.append(RecordWarning(number, f"{where}: {problem}" if where else problem))
+        except (ValueError, UnicodeDecodeError, KeyError) as exc:
+            warnings.append(RecordWarning(number, f"not a trial record: {exc}"))
+    return ReadResult(records, warnings)
+
+
+def latest_records(records: Iterable[TrialRecord]) -> list[TrialRecord]:
+    """One record per key, the last one written winning (a rerun replaces its trial)."""
+    by_key: dict[TrialKey, TrialRecord] = {}
+    for record in records:
+        by_key.pop(record.key, None)
+        by_key[record.key] = record
+    return list(by_key.values())
+
+
+def finished_keys(path: str | Path, *, retry_infrastructure: bool = True) -> set[TrialKey]:
+    """The trials a resumed run can skip.
+
+    A trial counts as finished once its latest record is written, except an
+    infrastructure failure when ``retry_infrastructure`` is set: that one says nothing
+    about the prompt, so it runs again. A missing file means nothing is finished.
+
+    Example:
+        >>> done = finished_keys("out/trials.jsonl")  # doctest: +SKIP
+        >>> todo = [k for k in spec.trial_keys() if k not in done]  # doctest: +SKIP
+    """
+    records = latest_records(read_records(path, missing_ok=True).records)
+    return {
+        r.key for r in records if not (retry_infrastructure and r.infrastructure_failure)
+    }
+
+
+class TrialWriter:
+    """Appends records to a JSONL file, one line each, flushed and fsynced.
+
+    Thread-safe; each record is one ``write`` call. If the file ends in a torn line (a
+    crash mid-write), the next record starts on a new line so it stays readable. In
+    async code, call :meth:`append` through ``anyio.to_thread.run_sync``: fsync blocks.
+
+    Example:
+        >>> with TrialWriter("out/trials.jsonl") as writer:  # doctest: +SKIP
+        ...     writer.append(record)
+    """
+
+    def __init__(self, path: str | Path) -> None:
+        self.path = Path(path)
+        self._lock = threading.Lock()
+        self._file: IO[str] | None = None
+
+    def _open(self) -> IO[str]:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            torn = False
+            if self.path.exists() and self.path.stat().st_size > 0:
+                with self.path.open("rb") as existing:
+                    existing.seek(-1, os.SEEK_END)
+                    torn = existing.read(1) != b"\n"
+            self._file = self.path.open("a", encoding="utf-8")
+            if torn:
+                self._file.write("\n")
+        return self._file
+
+    def append(self, record: TrialRecord) -> None:
+        """Write one record durably (the line is on disk when this returns)."""
+        line = record.to_json_line() + "\n"
+        with self._lock:
+            file = self._open()
+            file.write(line)
+            file.flush()
+            os.fsync(file.fileno())
+
+    def close(self) -> None:
+        """Close the file; a later :meth:`append` reopens it."""
+        with self._lock:
+            if self._file is not None:
+                self._file.close()
+                self._file = None
+
+    def __enter__(self) -> TrialWriter:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+def append_record(path: str | Path, record: TrialRecord) -> None:
+    """Append one record durably; opens and closes the file (see :class:`TrialWriter`)."""
+    with TrialWriter(path) as writer:
+        writer.append(record)

@@ -1,0 +1,454 @@
+"""Statistics for prompt-strategy experiments, clustered by task.
+
+Trials of one task are not independent (some tasks invite delegation, some don't), so
+every estimate treats the *task* as the unit of resampling or of variance inflation:
+
+- **Rates** (``delegated``, ``parallel``): Wilson interval on an effective sample size
+  ``n_eff = n / deff``, with the design effect ``deff = 1 + (m - 1) * ICC`` (``m`` the
+  mean number of trials per task, ``ICC`` the one-way ANOVA intra-class correlation
+  across tasks, clipped to [0, 1] so ``deff >= 1``). With ICC 0 it is the plain Wilson
+  interval.
+- **Means** (wall time, calls, cost, tokens): mean and median of the trials, and a
+  percentile *cluster bootstrap* interval for the mean (resample whole tasks).
+- **Paired comparisons** (a variant against the control): the effect is computed on the
+  tasks both ran, giving each task equal weight. The p-value comes from a *within-task
+  permutation test* (shuffle the variant/control labels among one task's trials; exact
+  enumeration when the relabelings are few, else seeded Monte Carlo); it needs no
+  distributional assumption and keeps task differences out of the noise. The interval
+  comes from a paired cluster bootstrap. Times, costs and tokens are compared as a
+  ratio (log scale inside, reported as variant/control).
+- **Minimum detectable effect** at the given alpha and power: for rates, from Cohen's h
+  (statsmodels ``NormalIndPower``) at the effective sample sizes, converted back to a
+  rate difference above the control rate; for means, ``(z_{1-alpha/2} + z_power) * SE``
+  with the bootstrap standard error (as a ratio factor on the ratio scale).
+
+Everything random takes a :class:`numpy.random.Generator`, so results are reproducible.
+scipy and statsmodels are imported on first use: importing teamlead stays fast.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Sequence
+from typing import Literal
+
+import numpy as np
+import numpy.typing as npt
+from pydantic import BaseModel, ConfigDict
+
+__all__ = [
+    "Clusters",
+    "MeanEstimate",
+    "PairedResult",
+    "RateEstimate",
+    "Scale",
+    "Verdict",
+    "adjust_pvalues",
+    "cluster_bootstrap_mean",
+    "clustered_wilson",
+    "design_effect",
+    "icc_anova",
+    "mde_from_se",
+    "mde_rate",
+    "paired_test",
+    "verdict",
+]
+
+Clusters = Sequence[Sequence[float]]
+"""Values grouped by task: ``clusters[i]`` holds the trial values of task ``i``."""
+
+Scale = Literal["difference", "ratio"]
+Verdict = Literal["better", "worse", "inconclusive"]
+
+_FloatArray = npt.NDArray[np.float64]
+
+
+class _Result(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+
+class RateEstimate(_Result):
+    """A rate with its task-clustered Wilson interval and the numbers behind it."""
+
+    estimate: float
+    ci_low: float
+    ci_high: float
+    n: int
+    n_eff: float
+    icc: float
+    design_effect: float
+
+
+class MeanEstimate(_Result):
+    """Mean and median of the trials, with a cluster-bootstrap interval for the mean."""
+
+    mean: float
+    median: float
+    ci_low: float
+    ci_high: float
+    n: int
+
+
+class PairedResult(_Result):
+    """A variant against the control on the tasks both ran.
+
+    ``effect`` is variant minus control (``scale="difference"``) or variant / control
+    (``scale="ratio"``), with the interval on the same scale. ``se`` is the bootstrap
+    standard error on the analysis scale (difference, or log ratio). ``exact`` says the
+    p-value enumerated every relabeling instead of sampling them.
+    """
+
+    scale: Scale
+    effect: float
+    ci_low: float
+    ci_high: float
+    p_value: float
+    se: float
+    tasks: int
+    exact: bool
+
+
+def _nonempty(clusters: Clusters) -> list[_FloatArray]:
+    return [np.asarray(c, dtype=np.float64) for c in clusters if len(c) > 0]
+
+
+def icc_anova(clusters: Clusters) -> float:
+    """One-way ANOVA intra-class correlation across clusters, clipped to [0, 1].
+
+    For 0/1 data this is the usual estimator for clustered proportions (Fleiss). It is 0
+    when it cannot be estimated: fewer than two clusters, one trial per cluster, or no
+    variation at all.
+
+    Example:
+        >>> icc_anova([[1, 1, 1], [0, 0, 0]])
+        1.0
+    """
+    groups = _nonempty(clusters)
+    k = len(groups)
+    sizes = np.array([len(g) for g in groups], dtype=np.float64)
+    n = float(sizes.sum())
+    if k < 2 or n - k < 1:
+        return 0.0
+    grand = float(np.concatenate(groups).mean())
+    means = np.array([g.mean() for g in groups])
+    msb = float((sizes * (means - grand) ** 2).sum()) / (k - 1)
+    msw = float(sum(((g - g.mean()) ** 2).sum() for g in groups)) / (n - k)
+    m0 = (n - float((sizes**2).sum()) / n) / (k - 1)
+    denominator = msb + (m0 - 1.0) * msw
+    if denominator <= 0.0:
+        return 0.0
+    return min(1.0, max(0.0, (msb - msw) / denominator))
+
+
+def design_effect(clusters: Clusters) -> tuple[float, float]:
+    """``(icc, deff)`` with ``deff = 1 + (m - 1) * icc`` and ``m`` the mean cluster size."""
+    groups = _nonempty(clusters)
+    if not groups:
+        return 0.0, 1.0
+    icc = icc_anova(groups)
+    mean_size = sum(len(g) for g in groups) / len(groups)
+    return icc, max(1.0, 1.0 + (mean_size - 1.0) * icc)
+
+
+def clustered_wilson(clusters: Clusters, *, alpha: float = 0.05) -> RateEstimate:
+    """A rate of 0/1 outcomes with a Wilson interval widened for clustering by task.
+
+    The interval is Wilson's at ``n_eff = n / deff`` trials with the same observed rate
+    (see :func:`design_effect`). NaN everywhere when there are no trials.
+
+    Example:
+        >>> est = clustered_wilson([[1, 0, 1, 1], [0, 0, 1, 0]])
+        >>> round(est.estimate, 3)
+        0.5
+    """
+    from statsmodels.stats.proportion import (  # type: ignore[import-untyped, unused-ignore]
+        proportion_confint,
+    )
+
+    groups = _nonempty(clusters)
+    n = sum(len(g) for g in groups)
+    if n == 0:
+        nan = math.nan
+        return RateEstimate(
+            estimate=nan, ci_low=nan, ci_high=nan, n=0, n_eff=0.0, icc=0.0, design_effect=1.0
+        )
+    rate = float(np.concatenate(groups).mean())
+    icc, deff = design_effect(groups)
+    n_eff = n / deff
+    low, high = proportion_confint(rate * n_eff, n_eff, alpha=alpha, method="wilson")
+    return RateEstimate(
+        estimate=rate,
+        ci_low=max(0.0, float(low)),
+        ci_high=min(1.0, float(high)),
+        n=n,
+        n_eff=n_eff,
+        icc=icc,
+        design_effect=deff,
+    )
+
+
+def _quantiles(values: _FloatArray, alpha: float) -> tuple[float, float]:
+    values = values[~np.isnan(values)]
+    if values.size == 0:
+        return math.nan, math.nan
+    # Interpolating next to an infinite draw would give NaN; take order statistics then.
+    method = "linear" if np.isfinite(values).all() else "inverted_cdf"
+    low, high = np.quantile(values, [alpha / 2, 1 - alpha / 2], method=method)
+    return float(low), float(high)
+
+
+def cluster_bootstrap_mean(
+    clusters: Clusters,
+    *,
+    rng: np.random.Generator,
+    n_bootstrap: int = 5000,
+    alpha: float = 0.05,
+) -> MeanEstimate:
+    """Mean and median of all trials, and a percentile cluster-bootstrap CI for the mean.
+
+    Each bootstrap draw resamples tasks with replacement and takes the mean of all their
+    trials, so between-task spread widens the interval as it should.
+
+    Example:
+        >>> est = cluster_bootstrap_mean([[1.0, 2.0], [3.0, 4.0]], rng=np.random.default_rng(0))
+        >>> est.mean, est.median
+        (2.5, 2.5)
+    """
+    groups = _nonempty(clusters)
+    if not groups:
+        nan = math.nan
+        return MeanEstimate(mean=nan, median=nan, ci_low=nan, ci_high=nan, n=0)
+    values = np.concatenate(groups)
+    sums = np.array([g.sum() for g in groups])
+    counts = np.array([len(g) for g in groups], dtype=np.float64)
+    index = rng.integers(0, len(groups), size=(n_bootstrap, len(groups)))
+    draws = sums[index].sum(axis=1) / counts[index].sum(axis=1)
+    low, high = _quantiles(draws, alpha)
+    return MeanEstimate(
+        mean=float(values.mean()),
+        median=float(np.median(values)),
+        ci_low=low,
+        ci_high=high,
+        n=int(values.size),
+    )
+
+
+def _statistic(mean_variant: _FloatArray, mean_control: _FloatArray, scale: Scale) -> _FloatArray:
+    if scale == "difference":
+        return mean_variant - mean_control
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(mean_variant) - np.log(mean_control)
+
+
+def _permutation_sums(
+    pooled: list[_FloatArray],
+    sizes: list[int],
+    *,
+    rng: np.random.Generator,
+    n_permutations: int,
+) -> tuple[_FloatArray, _FloatArray, bool]:
+    """Sums over tasks of the relabeled variant and control means, and whether exact."""
+    total = math.prod(math.comb(len(y), a) for y, a in zip(pooled, sizes))
+    if total <= n_permutations:
+        sum_v = np.zeros(1)
+        sum_c = np.zeros(1)
+        for y, a in zip(pooled, sizes):
+            picks = np.array(list(itertools.combinations(range(len(y)), a)), dtype=np.intp)
+            mv = y[picks].mean(axis=1)
+            mc = (y.sum() - y[picks].sum(axis=1)) / (len(y) - a)
+            sum_v = np.add.outer(sum_v, mv).ravel()
+            sum_c = np.add.outer(sum_c, mc).ravel()
+        return sum_v, sum_c, True
+    sum_v = np.zeros(n_permutations)
+    sum_c = np.zeros(n_permutations)
+    for y, a in zip(pooled, sizes):
+        order = rng.random((n_permutations, len(y))).argsort(axis=1)
+        chosen = y[order[:, :a]].sum(axis=1)
+        sum_v += chosen / a
+        sum_c += (y.sum() - chosen) / (len(y) - a)
+    return sum_v, sum_c, False
+
+
+def paired_test(
+    variant: Clusters,
+    control: Clusters,
+    *,
+    scale: Scale = "difference",
+    rng: np.random.Generator,
+    n_permutations: int = 10_000,
+    n_bootstrap: int = 5000,
+    alpha: float = 0.05,
+) -> PairedResult:
+    """Compare a variant with the control, task by task.
+
+    ``variant[i]`` and ``control[i]`` are the trials of the same task; tasks where either
+    side has no trials are left out. The statistic gives each task equal weight:
+    ``V = mean over tasks of the variant's task mean`` (likewise ``C``), and the effect is
+    ``V - C`` or ``V / C``.
+
+    The two-sided p-value is a within-task permutation test: under the null hypothesis
+    (the strategy makes no difference), the labels of one task's trials are exchangeable.
+    With at most ``n_permutations`` distinct relabelings they are all enumerated (exact
+    p-value); otherwise ``n_permutations`` are drawn and ``p = (1 + hits) / (1 + draws)``.
+    The interval is a percentile bootstrap over tasks (pairs kept together).
+
+    Example:
+        >>> r = paired_test([[1, 1], [1, 0]], [[0, 0], [0, 1]], rng=np.random.default_rng(1))
+        >>> r.effect, r.exact
+        (0.5, True)
+    """
+    if len(variant) != len(control):
+        raise ValueError("variant and control need the same tasks, in the same order")
+    pairs = [
+        (np.asarray(v, dtype=np.float64), np.asarray(c, dtype=np.float64))
+        for v, c in zip(variant, control)
+        if len(v) > 0 and len(c) > 0
+    ]
+    k = len(pairs)
+    nan = math.nan
+    if k == 0:
+        return PairedResult(
+            scale=scale, effect=nan, ci_low=nan, ci_high=nan, p_value=nan, se=nan, tasks=0,
+            exact=False,
+        )
+    mv = np.array([v.mean() for v, _ in pairs])
+    mc = np.array([c.mean() for _, c in pairs])
+    observed = float(_statistic(np.array([mv.mean()]), np.array([mc.mean()]), scale)[0])
+
+    pooled = [np.concatenate([v, c]) for v, c in pairs]
+    sizes = [len(v) for v, _ in pairs]
+    sum_v, sum_c, exact = _permutation_sums(
+        pooled, sizes, rng=rng, n_permutations=n_permutations
+    )
+    null = _statistic(sum_v / k, sum_c / k, scale)
+    if math.isfinite(observed):
+        tolerance = 1e-9 * max(1.0, abs(observed))
+        with np.errstate(invalid="ignore"):
+            # A non-finite relabeled statistic is as extreme as it gets: count it.
+            hits = int((~(np.abs(null) < abs(observed) - tolerance)).sum())
+        p_value = hits / null.size if exact else (1 + hits) / (1 + null.size)
+    else:
+        p_value = nan
+
+    index = rng.integers(0, k, size=(n_bootstrap, k))
+    draws = _statistic(mv[index].mean(axis=1), mc[index].mean(axis=1), scale)
+    low, high = _quantiles(draws, alpha)
+    finite = draws[np.isfinite(draws)]
+    se = float(finite.std(ddof=1)) if finite.size >= 2 else nan
+    if scale == "ratio":
+        effect, low, high = math.exp(observed), math.exp(low), math.exp(high)
+    else:
+        effect = observed
+    return PairedResult(
+        scale=scale,
+        effect=effect,
+        ci_low=low,
+        ci_high=high,
+        p_value=min(1.0, p_value),
+        se=se,
+        tasks=k,
+        exact=exact,
+    )
+
+
+def mde_rate(
+    control_rate: float,
+    n_eff_variant: float,
+    n_eff_control: float | None = None,
+    *,
+    alpha: float = 0.05,
+    power: float = 0.8,
+) -> float:
+    """The smallest rise over ``control_rate`` detectable at ``alpha`` with ``power``.
+
+    Solves for Cohen's h (arcsine-transformed difference, statsmodels
+    ``NormalIndPower``, two-sided) at the effective sample sizes, then converts back to a
+    rate difference. If no rate above the control is far enough away, it reports the
+    smallest detectable drop; NaN if neither exists (too few trials).
+
+    Example:
+        >>> round(mde_rate(0.2, 40), 3) > round(mde_rate(0.2, 400), 3)
+        True
+    """
+    from statsmodels.stats.power import (  # type: ignore[import-untyped, unused-ignore]
+        NormalIndPower,
+    )
+
+    if not (0.0 <= control_rate <= 1.0) or n_eff_variant <= 0:
+        return math.nan
+    ratio = 1.0 if n_eff_control is None else n_eff_control / n_eff_variant
+    if ratio <= 0:
+        return math.nan
+    h = float(
+        NormalIndPower().solve_power(
+            effect_size=None, nobs1=n_eff_variant, alpha=alpha, power=power, ratio=ratio
+        )
+    )
+    base = math.asin(math.sqrt(control_rate))
+    if base + h / 2 <= math.pi / 2:
+        return math.sin(base + h / 2) ** 2 - control_rate
+    if base - h / 2 >= 0.0:
+        return control_rate - math.sin(base - h / 2) ** 2
+    return math.nan
+
+
+def mde_from_se(
+    se: float, *, scale: Scale = "difference", alpha: float = 0.05, power: float = 0.8
+) -> float:
+    """Minimum detectable effect from a standard error: ``(z_{1-alpha/2} + z_power) * se``.
+
+    On the ratio scale ``se`` is that of the log ratio and the result is a factor
+    (``1.3``: a 30% change is detectable).
+    """
+    from scipy.stats import norm  # type: ignore[import-untyped, unused-ignore]
+
+    if not math.isfinite(se):
+        return math.nan
+    distance = float(norm.ppf(1 - alpha / 2) + norm.ppf(power)) * se
+    return math.exp(distance) if scale == "ratio" else distance
+
+
+def adjust_pvalues(
+    p_values: Sequence[float], method: Literal["holm", "fdr_bh"]
+) -> list[float]:
+    """Holm (family-wise) or Benjamini-Hochberg (FDR) adjusted p-values.
+
+    NaN entries (untestable comparisons) stay NaN and do not count as tests.
+
+    Example:
+        >>> adjust_pvalues([0.01, 0.04, float("nan")], "holm")
+        [0.02, 0.04, nan]
+    """
+    from statsmodels.stats.multitest import (  # type: ignore[import-untyped, unused-ignore]
+        multipletests,
+    )
+
+    values = np.asarray(p_values, dtype=np.float64)
+    out = np.full(values.shape, math.nan)
+    present = ~np.isnan(values)
+    if present.any():
+        out[present] = multipletests(values[present], method=method)[1]
+    return [float(v) for v in out]
+
+
+def verdict(
+    effect: float,
+    ci_low: float,
+    ci_high: float,
+    p_adjusted: float,
+    *,
+    scale: Scale,
+    higher_is_better: bool,
+    alpha: float = 0.05,
+) -> Verdict:
+    """``better`` or ``worse`` only when the adjusted p-value is below ``alpha`` *and* the
+    interval excludes no-effect (0 for a difference, 1 for a ratio); else ``inconclusive``.
+    """
+    null = 1.0 if scale == "ratio" else 0.0
+    values = (effect, ci_low, ci_high, p_adjusted)
+    if any(math.isnan(v) for v in values) or p_adjusted >= alpha:
+        return "inconclusive"
+    if ci_low <= null <= ci_high or effect == null:
+        return "inconclusive"
+    return "better" if (effect > null) == higher_is_better else "worse"

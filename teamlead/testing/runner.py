@@ -1,0 +1,165 @@
+"""Run the real bundled Claude Code CLI offline, against a scripted model server.
+
+:class:`OfflineClaude` owns a throwaway state directory and builds
+``ClaudeAgentOptions`` whose environment isolates all Claude state there
+(``CLAUDE_CONFIG_DIR``, ``HOME``, ``TMPDIR``), turns off non-essential traffic,
+auto-update and telemetry, sets ``IS_SANDBOX=1`` when running as root, and points
+``ANTHROPIC_BASE_URL`` at the loopback server. It refuses any base URL off loopback,
+so a test can never reach a real API.
+
+Example:
+    >>> with ScriptedServer(script) as server, OfflineClaude(server.base_url) as claude:
+    ...     async for msg in claude_agent_sdk.query(prompt="hi", options=claude.options()):
+    ...         ...
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from claude_agent_sdk import ClaudeAgentOptions
+
+from ..errors import SetupError
+
+__all__ = ["OfflineClaude", "bundled_cli_path", "cli_version", "ensure_loopback", "offline_env"]
+
+
+def ensure_loopback(base_url: str) -> None:
+    """Raise :class:`SetupError` unless ``base_url`` points at a loopback address."""
+    host = urlsplit(base_url).hostname or ""
+    if host == "localhost":
+        return
+    try:
+        if ipaddress.ip_address(host).is_loopback:
+            return
+    except ValueError:
+        pass
+    raise SetupError(
+        f"refusing to run offline against {base_url!r}: ANTHROPIC_BASE_URL must point at a "
+        "loopback address (127.0.0.1, ::1 or localhost)"
+    )
+
+
+def bundled_cli_path() -> Path:
+    """The Claude Code CLI that ``claude_agent_sdk`` ships.
+
+    Raises:
+        SetupError: the wheel carries no CLI (a source install of the SDK, say).
+    """
+    import claude_agent_sdk
+
+    path = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
+    if not path.is_file():
+        raise SetupError(
+            f"claude-agent-sdk has no bundled CLI at {path.name!r}; reinstall it from a wheel "
+            "(pip install --force-reinstall claude-agent-sdk)"
+        )
+    if not os.access(path, os.X_OK):
+        raise SetupError(f"the bundled Claude Code CLI is not executable: {path}")
+    return path
+
+
+def cli_version() -> str:
+    """The bundled CLI's version, e.g. ``"2.1.332"``, or ``"unknown"``."""
+    import claude_agent_sdk
+
+    stamp = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude.version"
+    try:
+        return stamp.read_text().split()[0]
+    except (OSError, IndexError):
+        return "unknown"
+
+
+def offline_env(
+    state_dir: Path,
+    base_url: str,
+    *,
+    max_retries: int = 0,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment that runs the CLI offline with its state under ``state_dir``."""
+    ensure_loopback(base_url)
+    state_dir = Path(state_dir)
+    config = state_dir / ".claude"
+    tmp = state_dir / "tmp"
+    config.mkdir(parents=True, exist_ok=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    env = {
+        "ANTHROPIC_BASE_URL": base_url,
+        "ANTHROPIC_API_KEY": "sk-ant-offline-test-key",
+        "CLAUDE_CONFIG_DIR": str(config),
+        "HOME": str(state_dir),
+        "TMPDIR": str(tmp),
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+        "DISABLE_TELEMETRY": "1",
+        "DISABLE_ERROR_REPORTING": "1",
+        "CLAUDE_CODE_MAX_RETRIES": str(max_retries),
+    }
+    if hasattr(os, "geteuid") and os.geteuid() == 0:
+        env["IS_SANDBOX"] = "1"
+    if extra:
+        env.update(extra)
+    ensure_loopback(env["ANTHROPIC_BASE_URL"])
+    return env
+
+
+class OfflineClaude:
+    """An isolated, offline home for the real CLI.
+
+    Args:
+        base_url: the scripted server's URL (loopback only).
+        state_dir: where Claude state lives; a fresh temp dir (removed on exit) if omitted.
+        max_retries: ``CLAUDE_CODE_MAX_RETRIES``; 0 makes injected faults fail fast.
+        env: extra variables for the CLI.
+    """
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        state_dir: Path | None = None,
+        max_retries: int = 0,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        ensure_loopback(base_url)
+        bundled_cli_path()
+        self._owned = state_dir is None
+        self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="teamlead-"))
+        self.env = offline_env(self.state_dir, base_url, max_retries=max_retries, extra=env)
+        self.cwd = self.state_dir / "project"
+        self.cwd.mkdir(exist_ok=True)
+
+    @property
+    def config_dir(self) -> Path:
+        """``CLAUDE_CONFIG_DIR`` for this home."""
+        return Path(self.env["CLAUDE_CONFIG_DIR"])
+
+    def options(self, base: ClaudeAgentOptions | None = None, **overrides: Any) -> ClaudeAgentOptions:
+        """``ClaudeAgentOptions`` that run offline here, on top of ``base``."""
+        base = base or ClaudeAgentOptions()
+        env = {**self.env, **dict(base.env)}
+        ensure_loopback(env.get("ANTHROPIC_BASE_URL", ""))
+        fields: dict[str, Any] = {"env": env, "cwd": base.cwd or str(self.cwd)}
+        if base.permission_mode is None:
+            fields["permission_mode"] = "bypassPermissions"
+        fields.update(overrides)
+        return dataclasses.replace(base, **fields)
+
+    def close(self) -> None:
+        if self._owned:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+
+    def __enter__(self) -> OfflineClaude:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,219 @@
+"""Ready-made scripts for the common cases, and the named scenarios of ``serve-scripted``.
+
+:class:`FanOut` is the workhorse: a lead that sends N ``Agent`` calls in one message,
+subagents that answer after a delay with a recognisable finding, and a lead that
+synthesizes every finding it has seen (from the CLI's task notifications, or from a
+teamlead resume prompt). Faults can be injected into the synthesis turns.
+
+Example:
+    >>> script = FanOut.of(3, delays=[0.5, 1.0, 1.5])
+    >>> with ScriptedServer(script) as server:
+    ...     ...
+"""
+
+from __future__ import annotations
+
+import random
+import re
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from ..errors import UsageError
+from .replies import AgentCall, Reply, ScriptedRequest
+
+__all__ = [
+    "SCENARIOS",
+    "FanOut",
+    "ProbabilisticFanOut",
+    "finding_text",
+    "findings_in",
+    "scenario",
+    "subagent_answers",
+    "synthesize",
+]
+
+_FINDING = re.compile(r"FINDING\[([^\]]+)\]")
+
+
+def finding_text(description: str) -> str:
+    """The recognisable answer a scripted subagent gives for ``description``."""
+    return f"FINDING[{description}]: the {description} is done and checked."
+
+
+def findings_in(text: str) -> list[str]:
+    """The distinct finding labels quoted in ``text``, in order of first appearance."""
+    return list(dict.fromkeys(_FINDING.findall(text)))
+
+
+def subagent_answers(
+    delay: float | Mapping[str, float] = 0.5, *, text: Callable[[AgentCall], str] | None = None
+) -> Callable[[ScriptedRequest], Reply]:
+    """A script part for subagents: answer after ``delay`` (per description if a mapping)."""
+
+    def answer(req: ScriptedRequest) -> Reply:
+        agent = req.agent
+        assert agent is not None
+        wait = delay.get(agent.description, 0.5) if isinstance(delay, Mapping) else delay
+        body = text(agent) if text else finding_text(agent.description)
+        return Reply.text(body, delay=wait)
+
+    return answer
+
+
+def synthesize(req: ScriptedRequest) -> Reply:
+    """A lead turn that synthesizes every finding visible in its conversation."""
+    labels = findings_in(req.all_text)
+    if not labels:
+        return Reply.text("SYNTHESIS: no findings yet.")
+    quoted = "; ".join(f"FINDING[{label}]" for label in labels)
+    return Reply.text(f"SYNTHESIS of {len(labels)} findings: {quoted}.")
+
+
+@dataclass
+class FanOut:
+    """Lead fans out N agents in one message; subagents answer; lead synthesizes.
+
+    Attributes:
+        agents: the Agent calls the lead sends together in its first turn.
+        delays: seconds each subagent takes, by description (default 0.5).
+        synthesis_fault: a fault reply for lead turns that come after a task result.
+        synthesis_faults: how many such turns fail (``None``: every one).
+        fail_resumes: whether teamlead's resume turns fail too (marked by a
+            ``<teamlead-results>`` block in the prompt).
+        ack: the lead's text after launching the agents.
+    """
+
+    agents: list[AgentCall]
+    delays: dict[str, float] = field(default_factory=dict)
+    synthesis_fault: Reply | None = None
+    synthesis_faults: int | None = None
+    fail_resumes: bool = False
+    ack: str = "Dispatched the agents; waiting for their results."
+    _failed: int = field(default=0, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    @classmethod
+    def of(
+        cls,
+        n: int,
+        *,
+        delays: Sequence[float] | float = 0.5,
+        names: bool = False,
+        **kwargs: object,
+    ) -> FanOut:
+        """``n`` agents ``agent-1..n`` with the given delays."""
+        if n < 1:
+            raise UsageError("a fan-out needs at least one agent")
+        seq = [delays] * n if isinstance(delays, (int, float)) else list(delays)
+        if len(seq) != n:
+            raise UsageError(f"got {len(seq)} delays for {n} agents")
+        calls = [
+            AgentCall(
+                description=f"agent-{i + 1}",
+                prompt=f"SUBTASK-{i + 1}: investigate part {i + 1} and report one finding.",
+                name=f"worker-{i + 1}" if names else None,
+            )
+            for i in range(n)
+        ]
+        return cls(agents=calls, delays={c.description: d for c, d in zip(calls, seq)}, **kwargs)  # type: ignore[arg-type]
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        if req.role == "subagent":
+            return subagent_answers(self.delays)(req)
+        if req.role == "other":
+            return Reply.text("Scripted side reply.")
+        sent_agents = any(u.get("name") in ("Agent", "Task") for u in req.tool_uses_sent)
+        if not sent_agents:
+            return Reply.agents(*self.agents)
+        last = req.last_user_text
+        is_resume = "<teamlead-results" in last
+        has_result = is_resume or "<task-notification>" in last
+        if not has_result:
+            return Reply.text(self.ack)
+        if self.synthesis_fault is not None and (not is_resume or self.fail_resumes):
+            with self._lock:
+                if self.synthesis_faults is None or self._failed < self.synthesis_faults:
+                    self._failed += 1
+                    return self.synthesis_fault
+        return synthesize(req)
+
+
+@dataclass
+class ProbabilisticFanOut:
+    """A lead that sends ``k`` Agent calls in one message with a probability set by a marker.
+
+    For experiment tests: when the system prompt contains ``marker`` the lead fans out
+    in parallel with probability ``p_marked``, else ``p_plain``; otherwise it delegates
+    one agent at a time (or not at all, with probability ``p_solo``). The draw is seeded
+    per conversation (session id), so a trial is reproducible.
+    """
+
+    marker: str
+    p_marked: float = 0.85
+    p_plain: float = 0.2
+    k: int = 3
+    p_solo: float = 0.3
+    seed: int = 0
+    delay: float = 0.2
+
+    def _rng(self, req: ScriptedRequest) -> random.Random:
+        return random.Random(f"{self.seed}:{req.session_id}:{req.first_user_text}")
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        if req.role == "subagent":
+            return subagent_answers(self.delay)(req)
+        if req.role == "other":
+            return Reply.text("Scripted side reply.")
+        sent = [u for u in req.tool_uses_sent if u.get("name") in ("Agent", "Task")]
+        if not sent:
+            rng = self._rng(req)
+            p = self.p_marked if self.has_marker(req) else self.p_plain
+            if rng.random() < p:
+                return Reply.agents(*[self._call(i) for i in range(self.k)])
+            if rng.random() < self.p_solo:
+                return Reply.text("I did it myself: FINDING[solo]: done without help.")
+            return Reply.agents(self._call(0))
+        if "<task-notification>" in req.last_user_text or "<teamlead-results" in req.last_user_text:
+            return synthesize(req)
+        return Reply.text("Waiting for the agents.")
+
+    def has_marker(self, req: ScriptedRequest) -> bool:
+        return self.marker in req.system
+
+    @staticmethod
+    def _call(i: int) -> AgentCall:
+        return AgentCall(description=f"part-{i + 1}", prompt=f"PART-{i + 1}: research part {i + 1}.")
+
+
+def _echo(req: ScriptedRequest) -> Reply:
+    return Reply.text(f"echo: {req.first_user_text[:200]}")
+
+
+SCENARIOS: dict[str, Callable[[], Callable[[ScriptedRequest], Reply]]] = {
+    "echo": lambda: _echo,
+    "fan-out": lambda: FanOut.of(3, delays=[0.5, 1.0, 1.5]),
+    "fan-out-529": lambda: FanOut.of(
+        3, delays=[0.5, 1.0, 1.5], synthesis_fault=Reply.error(529), synthesis_faults=None
+    ),
+    "rate-limited": lambda: FanOut.of(2, synthesis_fault=Reply.error(429, retry_after=1)),
+    "broken": lambda: _broken,
+}
+
+
+def _broken(req: ScriptedRequest) -> Reply:
+    raise RuntimeError("this scenario's script fails on purpose")
+
+
+def scenario(name: str) -> Callable[[ScriptedRequest], Reply]:
+    """A fresh script for a named scenario.
+
+    Raises:
+        UsageError: unknown name (the message lists the known ones).
+    """
+    try:
+        factory = SCENARIOS[name]
+    except KeyError:
+        known = ", ".join(sorted(SCENARIOS))
+        raise UsageError(f"unknown scenario {name!r}; known scenarios: {known}") from None
+    return factory()

@@ -1,0 +1,469 @@
+"""A loopback HTTP server that speaks the Messages API, driven by a script.
+
+It implements what the Claude Code CLI and the ``anthropic`` client use:
+``POST /v1/messages`` (``?beta=true`` too) as SSE or JSON, ``POST
+/v1/messages/count_tokens``, and realistic ``error`` bodies. Each request is parsed into
+a :class:`~teamlead.testing.replies.ScriptedRequest` and answered with whatever the
+script returns. Every request is recorded for assertions.
+
+Threads serve the streams, so the lead and all of its subagents stream at once; a
+scripted delay blocks only its own stream. An optional emulated concurrency limit
+rejects requests with 429 + ``retry-after`` while more than K are in flight.
+
+Example:
+    >>> from teamlead.testing import ScriptedServer, Reply
+    >>> with ScriptedServer(lambda req: Reply.text("hi")) as server:
+    ...     url = server.base_url      # "http://127.0.0.1:<port>"
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import logging
+import socket
+import threading
+import time
+import traceback
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import urlsplit
+
+from ..errors import SetupError
+from .replies import AgentCall, Fault, Reply, Role, ScriptedRequest
+
+__all__ = ["RecordedRequest", "ScriptedServer", "ServerStats", "Script"]
+
+log = logging.getLogger("teamlead.testing")
+
+Script = Callable[[ScriptedRequest], Reply]
+
+_TEXT_CHUNK = 24  # characters per text_delta, like the real API's small deltas
+_JSON_CHUNK = 40
+
+
+@dataclass
+class RecordedRequest:
+    """One request as the server saw and answered it.
+
+    ``started``/``finished`` are ``time.monotonic()`` readings, so overlapping intervals
+    prove that two streams were in flight at once.
+    """
+
+    request: ScriptedRequest
+    started: float
+    finished: float | None = None
+    status: int = 200
+    reply: Reply | None = None
+    error: str | None = None
+
+    @property
+    def role(self) -> Role:
+        return self.request.role
+
+    def overlaps(self, other: RecordedRequest) -> bool:
+        end_a = self.finished if self.finished is not None else float("inf")
+        end_b = other.finished if other.finished is not None else float("inf")
+        return self.started < end_b and other.started < end_a
+
+
+@dataclass
+class ServerStats:
+    """Counters, read under the server's lock."""
+
+    requests: int = 0
+    rejected: int = 0
+    faults: int = 0
+    in_flight: int = 0
+    max_in_flight: int = 0
+    status_counts: dict[int, int] = field(default_factory=dict)
+
+
+def _session_from_metadata(body: dict[str, Any]) -> str | None:
+    meta = body.get("metadata")
+    user_id = meta.get("user_id") if isinstance(meta, dict) else None
+    if not isinstance(user_id, str):
+        return None
+    try:
+        parsed = json.loads(user_id)
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict) and isinstance(parsed.get("session_id"), str):
+        return str(parsed["session_id"])
+    marker = "_session_"
+    if marker in user_id:
+        return user_id.rsplit(marker, 1)[1] or None
+    return None
+
+
+def _system_text(system: Any) -> str:
+    if isinstance(system, str):
+        return system
+    if isinstance(system, list):
+        return "\n".join(
+            b.get("text", "") for b in system if isinstance(b, dict) and isinstance(b.get("text"), str)
+        )
+    return ""
+
+
+class _Handler(BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    server: _HTTPServer
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+        log.debug("%s - %s", self.address_string(), format % args)
+
+    # -- routing -------------------------------------------------------------------
+    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+        path = urlsplit(self.path).path.rstrip("/")
+        length = int(self.headers.get("content-length") or 0)
+        raw = self.rfile.read(length) if length else b""
+        try:
+            body = json.loads(raw or b"{}")
+            if not isinstance(body, dict):
+                raise ValueError("body must be a JSON object")
+        except ValueError as exc:
+            self._send_json(400, Fault(400, message=f"invalid JSON body: {exc}").body())
+            return
+        if path == "/v1/messages":
+            self.server.owner._handle_messages(self, body)
+        elif path == "/v1/messages/count_tokens":
+            text = json.dumps(body.get("messages", [])) + _system_text(body.get("system"))
+            self._send_json(200, {"input_tokens": max(1, len(text) // 4)})
+        else:
+            self._send_json(404, Fault(404, message=f"no route for {path}").body())
+
+    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+        path = urlsplit(self.path).path.rstrip("/")
+        if path == "/v1/models":
+            self._send_json(200, {"data": [], "has_more": False})
+        else:
+            self._send_json(404, Fault(404, message=f"no route for {path}").body())
+
+    # -- low-level writers --------------------------------------------------------
+    def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(data)))
+        self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
+        for key, value in (headers or {}).items():
+            self.send_header(key, value)
+        self.end_headers()
+        self.wfile.write(data)
+        self.wfile.flush()
+
+    def _start_stream(self) -> None:
+        self.send_response(200)
+        self.send_header("content-type", "text/event-stream; charset=utf-8")
+        self.send_header("cache-control", "no-cache")
+        self.send_header("transfer-encoding", "chunked")
+        self.send_header("request-id", f"req_{uuid.uuid4().hex[:24]}")
+        self.end_headers()
+
+    def _write_chunk(self, data: bytes) -> None:
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+        self.wfile.flush()
+
+    def _end_stream(self) -> None:
+        self.wfile.write(b"0\r\n\r\n")
+        self.wfile.flush()
+
+
+class _HTTPServer(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = False
+    request_queue_size = 256  # the lead and every subagent connect at once
+    owner: ScriptedServer
+
+
+def sse_events(reply: Reply, model: str, message_id: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """The exact SSE event sequence of the streaming Messages API for ``reply``."""
+    usage = {"input_tokens": reply.input_tokens, "output_tokens": 1}
+    yield "message_start", {
+        "type": "message_start",
+        "message": {
+            "id": message_id,
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": usage,
+        },
+    }
+    index = 0
+    if reply.content:
+        yield "content_block_start", {
+            "type": "content_block_start",
+            "index": index,
+            "content_block": {"type": "text", "text": ""},
+        }
+        yield "ping", {"type": "ping"}
+        for start in range(0, len(reply.content), _TEXT_CHUNK):
+            yield "content_block_delta", {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "text_delta", "text": reply.content[start : start + _TEXT_CHUNK]},
+            }
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+        index += 1
+    for use in reply.tool_uses:
+        yield "content_block_start", {
+            "type": "content_block_start",
+            "index": index,
+            "content_block": {"type": "tool_use", "id": use.id, "name": use.name, "input": {}},
+        }
+        raw = json.dumps(dict(use.input))
+        for start in range(0, len(raw), _JSON_CHUNK):
+            yield "content_block_delta", {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": raw[start : start + _JSON_CHUNK]},
+            }
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+        index += 1
+    yield "message_delta", {
+        "type": "message_delta",
+        "delta": {"stop_reason": reply.resolved_stop_reason, "stop_sequence": None},
+        "usage": {"output_tokens": reply.resolved_output_tokens},
+    }
+    yield "message_stop", {"type": "message_stop"}
+
+
+def message_json(reply: Reply, model: str, message_id: str) -> dict[str, Any]:
+    """The non-streaming JSON body for ``reply``."""
+    content: list[dict[str, Any]] = []
+    if reply.content:
+        content.append({"type": "text", "text": reply.content})
+    content.extend(
+        {"type": "tool_use", "id": u.id, "name": u.name, "input": dict(u.input)} for u in reply.tool_uses
+    )
+    return {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": content,
+        "stop_reason": reply.resolved_stop_reason,
+        "stop_sequence": None,
+        "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.resolved_output_tokens},
+    }
+
+
+class ScriptedServer:
+    """The scripted model server. Use it as a context manager, or ``start()``/``stop()``.
+
+    Args:
+        script: decides every reply; a callable ``(ScriptedRequest) -> Reply``.
+        host: must be a loopback address.
+        port: 0 picks a free port.
+        concurrency_limit: emulate a hidden account limit: with more than this many
+            ``/v1/messages`` requests in flight, answer 429 with ``retry-after``.
+        retry_after: seconds sent in ``retry-after`` by the emulated limit.
+
+    Raises:
+        SetupError: the port is in use, or the host is not loopback.
+    """
+
+    def __init__(
+        self,
+        script: Script,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        concurrency_limit: int | None = None,
+        retry_after: float = 1.0,
+    ) -> None:
+        if host not in ("127.0.0.1", "localhost", "::1") and not host.startswith("127."):
+            raise SetupError(f"the scripted server only binds loopback addresses, not {host!r}")
+        self.script = script
+        self.host = host
+        self.port = port
+        self.concurrency_limit = concurrency_limit
+        self.retry_after = retry_after
+        self.requests: list[RecordedRequest] = []
+        self.stats = ServerStats()
+        self._lock = threading.Lock()
+        self._agents: dict[str, AgentCall] = {}
+        self._stopping = threading.Event()
+        self._httpd: _HTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # -- lifecycle -------------------------------------------------------------------
+    @property
+    def base_url(self) -> str:
+        """``http://127.0.0.1:<port>``; valid once started."""
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> ScriptedServer:
+        try:
+            httpd = _HTTPServer((self.host, self.port), _Handler)
+        except OSError as exc:
+            if exc.errno == errno.EADDRINUSE:
+                raise SetupError(
+                    f"port {self.port} is already in use on {self.host}; pick another with --port"
+                ) from None
+            raise SetupError(f"cannot listen on {self.host}:{self.port}: {exc.strerror}") from None
+        httpd.owner = self
+        self._httpd = httpd
+        self.port = httpd.server_address[1]
+        self._stopping.clear()
+        self._thread = threading.Thread(
+            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-server", daemon=True
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving; streams still sleeping in a scripted delay are cut short."""
+        self._stopping.set()
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> ScriptedServer:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- queries for tests --------------------------------------------------------------
+    def recorded(self, role: Role | None = None) -> list[RecordedRequest]:
+        """A snapshot of the recorded requests, optionally only one role's."""
+        with self._lock:
+            items = list(self.requests)
+        return [r for r in items if role is None or r.role == role]
+
+    def max_concurrent(self, role: Role | None = None) -> int:
+        """The most requests (of ``role``) whose intervals overlapped at one instant."""
+        points: list[tuple[float, int]] = []
+        for rec in self.recorded(role):
+            points.append((rec.started, 1))
+            points.append((rec.finished if rec.finished is not None else float("inf"), -1))
+        best = cur = 0
+        for _, step in sorted(points, key=lambda p: (p[0], p[1])):
+            cur += step
+            best = max(best, cur)
+        return best
+
+    # -- request handling -------------------------------------------------------------
+    def _parse(self, body: dict[str, Any], index: int) -> ScriptedRequest:
+        messages = body.get("messages") if isinstance(body.get("messages"), list) else []
+        tools = tuple(
+            str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict) and t.get("name")
+        )
+        probe = ScriptedRequest(
+            index=index,
+            body=body,
+            system=_system_text(body.get("system")),
+            messages=messages or [],
+            tools=tools,
+            session_id=_session_from_metadata(body),
+            role="lead",
+            agent=None,
+            stream=bool(body.get("stream")),
+            model=str(body.get("model") or "claude-opus-5-5"),
+        )
+        first = probe.first_user_text
+        with self._lock:
+            agent = next((a for p, a in self._agents.items() if p and p in first), None)
+        role: Role = "subagent" if agent else ("lead" if tools else "other")
+        return ScriptedRequest(**{**probe.__dict__, "role": role, "agent": agent})
+
+    def _handle_messages(self, handler: _Handler, body: dict[str, Any]) -> None:
+        with self._lock:
+            index = self.stats.requests
+            self.stats.requests += 1
+            self.stats.in_flight += 1
+            self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
+            over_limit = (
+                self.concurrency_limit is not None and self.stats.in_flight > self.concurrency_limit
+            )
+        request = self._parse(body, index)
+        record = RecordedRequest(request=request, started=time.monotonic())
+        with self._lock:
+            self.requests.append(record)
+        try:
+            if over_limit:
+                reply = Reply(fault=Fault(429, retry_after=self.retry_after))
+                with self._lock:
+                    self.stats.rejected += 1
+            else:
+                try:
+                    reply = self.script(request)
+                    if not isinstance(reply, Reply):
+                        raise TypeError(f"script returned {type(reply).__name__}, not a Reply")
+                except Exception as exc:  # a broken script must answer, never hang the CLI
+                    log.error("scripted model failed on request %d:\n%s", index, traceback.format_exc())
+                    record.error = f"{type(exc).__name__}: {exc}"
+                    reply = Reply(fault=Fault(500, message=f"script error: {record.error}"))
+            record.reply = reply
+            self._remember_agents(reply)
+            record.status = self._answer(handler, request, reply)
+        except (BrokenPipeError, ConnectionResetError):
+            record.status = 499  # the client went away mid-reply
+        finally:
+            record.finished = time.monotonic()
+            with self._lock:
+                self.stats.in_flight -= 1
+                self.stats.status_counts[record.status] = self.stats.status_counts.get(record.status, 0) + 1
+                if record.status != 200:
+                    self.stats.faults += 1
+
+    def _remember_agents(self, reply: Reply) -> None:
+        for use in reply.tool_uses:
+            if use.name in ("Agent", "Task") and isinstance(use.input.get("prompt"), str):
+                call = AgentCall(
+                    description=str(use.input.get("description", "")),
+                    prompt=str(use.input["prompt"]),
+                    subagent_type=str(use.input.get("subagent_type", "general-purpose")),
+                    name=use.input.get("name"),
+                    model=use.input.get("model"),
+                )
+                with self._lock:
+                    self._agents[call.prompt] = call
+
+    def _sleep(self, seconds: float) -> None:
+        if seconds > 0:
+            self._stopping.wait(seconds)
+
+    def _answer(self, handler: _Handler, request: ScriptedRequest, reply: Reply) -> int:
+        self._sleep(reply.delay)
+        fault = reply.fault
+        if fault is not None and fault.drop and fault.after_events <= 0:
+            handler.connection.shutdown(socket.SHUT_RDWR)
+            handler.close_connection = True
+            return 0
+        if fault is not None and not fault.drop:
+            headers = {"x-should-retry": "true" if fault.status in (429, 500, 529) else "false"}
+            if fault.retry_after is not None:
+                headers["retry-after"] = f"{fault.retry_after:g}"
+            handler._send_json(fault.status, fault.body(), headers)
+            return fault.status
+        message_id = f"msg_{uuid.uuid4().hex[:24]}"
+        if not request.stream:
+            handler._send_json(200, message_json(reply, request.model, message_id))
+            return 200
+        handler._start_stream()
+        for n, (name, data) in enumerate(sse_events(reply, request.model, message_id)):
+            if fault is not None and n >= fault.after_events:
+                handler.connection.shutdown(socket.SHUT_RDWR)
+                handler.close_connection = True
+                return 0
+            if self._stopping.is_set():
+                handler.close_connection = True
+                return 0
+            handler._write_chunk(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+            if name == "content_block_delta" and data["delta"]["type"] == "text_delta":
+                self._sleep(reply.chunk_delay)
+        handler._end_stream()
+        return 200

@@ -1,0 +1,48 @@
+"""Shared fixtures: isolated Claude state, the scripted server and the real CLI."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from teamlead.testing import OfflineClaude, Script, ScriptedServer
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture(autouse=True)
+def _isolated_claude_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test reads or writes the real ~/.claude, and none can reach a real API."""
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(home / ".claude"))
+    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    for name in list(__import__("os").environ):
+        if name.startswith("TEAMLEAD_"):
+            monkeypatch.delenv(name)
+
+
+OfflineFactory = Callable[..., tuple[ScriptedServer, OfflineClaude]]
+
+
+@pytest.fixture
+def offline(tmp_path: Path) -> Iterator[OfflineFactory]:
+    """Start a scripted server and an isolated CLI home: ``server, claude = offline(script)``."""
+    started: list[ScriptedServer] = []
+
+    def make(script: Script, **server_kwargs: object) -> tuple[ScriptedServer, OfflineClaude]:
+        server = ScriptedServer(script, **server_kwargs).start()  # type: ignore[arg-type]
+        started.append(server)
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / f"claude-{len(started)}")
+        return server, claude
+
+    yield make
+    for server in started:
+        server.stop()

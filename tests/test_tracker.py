@@ -1,0 +1,126 @@
+"""The one parser and the tracker, over recorded traces and typed SDK messages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from claude_agent_sdk import AssistantMessage, ResultMessage, TextBlock, ToolUseBlock
+from claude_agent_sdk.types import TaskNotificationMessage, TaskStartedMessage
+
+from teamlead.tracker import (
+    AgentCallSeen,
+    LeadTurn,
+    ResultSeen,
+    TaskEnded,
+    TaskStarted,
+    Tracker,
+    parse_message,
+)
+
+TRACES = Path(__file__).parent / "fixtures" / "traces"
+
+
+def _lines(name: str) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in (TRACES / name).read_text().splitlines() if line.strip()]
+
+
+@pytest.mark.parametrize(
+    ("name", "session"),
+    [
+        ("parallel-agents.query.jsonl", "d6b404c3-7aec-40d7-9803-56ebb9cb00ba"),
+        ("parallel-agents.client.jsonl", "8d641867-1608-44ad-9596-05825c0b7e79"),
+    ],
+)
+def test_recorded_trace_parses_into_two_parallel_tasks_all_absorbed(name: str, session: str) -> None:
+    tracker = Tracker()
+    for raw in _lines(name):
+        tracker.feed(raw)
+    assert tracker.session_id == session
+    assert {t.description for t in tracker.tasks.values()} == {"probe A", "probe B"}
+    assert all(t.status == "completed" and t.terminal for t in tracker.tasks.values())
+    summaries = sorted(t.summary or "" for t in tracker.tasks.values())
+    assert summaries == ["finding for SUBTASK-A: ok", "finding for SUBTASK-B: ok"]
+    assert tracker.max_parallel_agent_calls == 2  # two Agent calls share message.id msg_17
+    assert [c.tool_use_id for c in tracker.agent_calls.values()] == ["toolu_A", "toolu_B"]
+    assert tracker.open_tasks == [] and tracker.unabsorbed_tasks == []
+    assert len(tracker.results) == 3 and all(r.ok for r in tracker.results)
+    assert tracker.last_success is not None and tracker.last_success.text
+
+
+def test_trace_event_sequence_is_typed_and_skips_unknown_types() -> None:
+    kinds: list[str] = []
+    for raw in _lines("parallel-agents.client.jsonl"):
+        kinds += [type(e).__name__ for e in parse_message(raw) if type(e).__name__ != "SessionSeen"]
+    assert kinds.count("TaskStarted") == 2
+    assert kinds.count("TaskEnded") == 4  # task_updated and task_notification for each
+    assert kinds.count("AgentCallSeen") == 2
+    assert kinds.count("ResultSeen") == 3
+    assert parse_message({"type": "_marker", "note": "x"}) == []
+    assert parse_message({"type": "brand_new_kind", "session_id": "s"})[0].session_id == "s"  # type: ignore[union-attr]
+    assert parse_message("not a message") == []
+
+
+def test_typed_sdk_objects_parse_like_raw_dicts() -> None:
+    started = TaskStartedMessage(
+        subtype="task_started",
+        data={"type": "system", "subtype": "task_started", "task_id": "t1", "tool_use_id": "tu1",
+              "description": "probe", "prompt": "do it", "session_id": "s1", "uuid": "u", "run_id": "r1"},
+        task_id="t1", description="probe", uuid="u", session_id="s1", tool_use_id="tu1",
+    )
+    ended = TaskNotificationMessage(
+        subtype="task_notification",
+        data={"type": "system", "subtype": "task_notification", "task_id": "t1", "status": "failed",
+              "summary": "boom", "output_file": "/x/t1.output", "session_id": "s1", "uuid": "u2",
+              "usage": {"total_tokens": 42}},
+        task_id="t1", status="failed", output_file="/x/t1.output", summary="boom", uuid="u2",
+        session_id="s1",
+    )
+    assistant = AssistantMessage(
+        content=[TextBlock("fanning out"), ToolUseBlock("tu1", "Agent", {"description": "probe", "prompt": "do it"})],
+        model="m", message_id="msg_1",
+    )
+    result = ResultMessage(
+        subtype="success", duration_ms=1, duration_api_ms=1, is_error=True, num_turns=1,
+        session_id="s1", api_error_status=529, total_cost_usd=0.5,
+        origin={"kind": "task-notification", "runId": "r1"},  # type: ignore[typeddict-item]
+    )
+    tracker = Tracker()
+    assert isinstance(tracker.feed(assistant)[0], LeadTurn)
+    assert isinstance(tracker.feed(assistant)[1], AgentCallSeen)
+    assert isinstance(tracker.feed(started)[-1], TaskStarted)
+    assert isinstance(tracker.feed(ended)[-1], TaskEnded)
+    seen = tracker.feed(result)[-1]
+    assert isinstance(seen, ResultSeen)
+    assert (seen.api_error_status, seen.cost_usd, seen.origin_run_id) == (529, 0.5, "r1")
+    task = tracker.tasks["t1"]
+    assert (task.status, task.summary, task.output_file, task.tokens) == ("failed", "boom", "/x/t1.output", 42)
+    assert not task.absorbed  # the only turn after it failed
+    assert tracker.unabsorbed_tasks == [task]
+    assert tracker.cost_usd == 0.5
+
+
+def test_terminal_state_is_cleared_on_whichever_message_comes_first() -> None:
+    tracker = Tracker()
+    tracker.feed({"type": "system", "subtype": "task_started", "task_id": "t", "description": "d"})
+    tracker.feed({"type": "system", "subtype": "task_updated", "task_id": "t", "patch": {"status": "killed"}})
+    tracker.feed({"type": "system", "subtype": "task_notification", "task_id": "t", "status": "completed",
+                  "summary": "late summary"})
+    assert tracker.tasks["t"].status == "killed"
+    assert tracker.tasks["t"].summary == "late summary"
+
+
+def test_successful_lead_turn_absorbs_only_earlier_results() -> None:
+    tracker = Tracker()
+    for task in ("a", "b"):
+        tracker.feed({"type": "system", "subtype": "task_started", "task_id": task, "description": task})
+    tracker.feed({"type": "system", "subtype": "task_notification", "task_id": "a", "status": "completed"})
+    tracker.feed({"type": "assistant", "message": {"id": "m", "content": [{"type": "text", "text": "ok"}]},
+                  "error": "server_error"})
+    assert tracker.unabsorbed_tasks[0].task_id == "a"  # an error turn absorbs nothing
+    tracker.feed({"type": "assistant", "message": {"id": "m2", "content": [{"type": "text", "text": "ok"}]}})
+    tracker.feed({"type": "system", "subtype": "task_notification", "task_id": "b", "status": "completed"})
+    assert [t.task_id for t in tracker.unabsorbed_tasks] == ["b"]
+    assert tracker.lead_texts == ["ok"]
