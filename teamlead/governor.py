@@ -59,6 +59,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections import deque
@@ -76,7 +77,6 @@ from .clock import SYSTEM_CLOCK, Clock
 from .errors import TeamleadError, UsageError
 
 __all__ = [
-    "EVENT_VERSION",
     "BucketState",
     "ChangeReason",
     "ConcurrencyChanged",
@@ -91,8 +91,7 @@ __all__ = [
 
 log = logging.getLogger("teamlead.governor")
 
-EVENT_VERSION = 1
-"""Version of the :class:`ConcurrencyChanged` record."""
+_EVENT_VERSION = 1  # of the ConcurrencyChanged record; readers accept older versions
 
 ChangeReason = Literal["rate_limited", "probe_failed", "increase", "retry_after", "idle_reset"]
 """Why a bucket changed: a multiplicative cut, a failed probe back to ``last_good``, an
@@ -180,7 +179,7 @@ class ConcurrencyChanged(BaseModel):
     model_config = ConfigDict(frozen=True, extra="allow")
 
     type: Literal["concurrency_changed"] = "concurrency_changed"
-    version: int = EVENT_VERSION
+    version: int = _EVENT_VERSION
     key: str
     reason: ChangeReason
     cap: int
@@ -189,6 +188,10 @@ class ConcurrencyChanged(BaseModel):
     epoch: int
     retry_after_s: float | None = None
     at: float
+
+    def to_json(self) -> str:
+        """One NDJSON line, like the other teamlead events."""
+        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False)
 
 
 @dataclass(frozen=True)
@@ -509,6 +512,9 @@ class Governor:
             if waiter.error is not None:
                 raise waiter.error
             if waiter.slot is not None:
+                # Cancelled in the same step as the grant: raise here, and the caller's
+                # cleanup gives the slot back instead of returning it to a dead caller.
+                await anyio.lowlevel.checkpoint_if_cancelled()
                 return waiter.slot
             now = self._clock.monotonic()
             if deadline is not None and now >= deadline:

@@ -164,7 +164,7 @@ class Comparison(_Model):
 
 
 class TaskCell(_Model):
-    """One task under one variant. ``flaky``: its ``parallel`` or ``delegated`` outcome
+    """One task under one variant. ``flaky``: its ``parallel`` outcome (the primary metric)
     was neither always 0 nor always 1 across the trials."""
 
     trials: int
@@ -321,7 +321,9 @@ def build_report(
             notes.append(f"grade not analysed: only {with_grade} of {len(counted)} trials have one")
 
     variants = {
-        name: _summarise(by_variant[name], tasks, metrics, excluded.get(name, 0), seed, alpha)
+        name: _summarise(
+            by_variant[name], tasks, metrics, excluded.get(name, 0), seed, alpha, n_bootstrap
+        )
         for name in names
     }
     comparisons = _compare(
@@ -358,6 +360,7 @@ def _summarise(
     excluded: int,
     seed: int,
     alpha: float,
+    n_bootstrap: int,
 ) -> VariantSummary:
     variant = records[0].variant if records else ""
     fields: dict[str, Any] = {"trials": len(records), "excluded": excluded}
@@ -376,7 +379,7 @@ def _summarise(
         else:
             mean = cluster_bootstrap_mean(
                 clusters, rng=_rng(seed, "summary", variant, metric.name), alpha=alpha,
-                n_bootstrap=5000,
+                n_bootstrap=n_bootstrap,
             )
             fields[metric.name] = MeanSummary(
                 mean=_finite(mean.mean),
@@ -437,9 +440,13 @@ def _compare(
     primary = [i for i, c in enumerate(raw) if c["metric"].name == PRIMARY_METRIC]
     secondary = [i for i, c in enumerate(raw) if c["metric"].name != PRIMARY_METRIC]
     adjusted = [math.nan] * len(raw)
-    for group, method in ((primary, "holm"), (secondary, "fdr_bh")):
-        values = adjust_pvalues([raw[i]["result"].p_value for i in group], method)  # type: ignore[arg-type]
-        for i, value in zip(group, values):
+    groups: tuple[tuple[list[int], Literal["holm", "fdr_bh"]], ...] = (
+        (primary, "holm"),
+        (secondary, "fdr_bh"),
+    )
+    for group, method in groups:
+        values = adjust_pvalues([raw[i]["result"].p_value for i in group], method)
+        for i, value in zip(group, values, strict=True):
             adjusted[i] = value
 
     comparisons: list[Comparison] = []
@@ -485,12 +492,11 @@ def _task_cells(
             if not trials:
                 continue
             parallel = [r.parallel for r in trials]
-            delegated = [r.delegated for r in trials]
             cells[task][name] = TaskCell(
                 trials=len(trials),
                 parallel_rate=sum(parallel) / len(trials),
-                delegated_rate=sum(delegated) / len(trials),
-                flaky=len(set(parallel)) > 1 or len(set(delegated)) > 1,
+                delegated_rate=sum(r.delegated for r in trials) / len(trials),
+                flaky=len(set(parallel)) > 1,
             )
     return cells
 
@@ -498,11 +504,19 @@ def _task_cells(
 def _fmt(value: float | None, digits: int = 3) -> str:
     if value is None:
         return "n/a"
-    if value != 0 and (abs(value) >= 10**6 or abs(value) < 10 ** -(digits)):
+    if value == 0:
+        return "0"
+    if abs(value) >= 1e6 or abs(value) < 10**-digits:
         return f"{value:.{digits}g}"
-    return f"{value:,.{digits}f}".rstrip("0").rstrip(".") if "." in f"{value:.{digits}f}" else (
-        f"{value:,}"
-    )
+    if abs(value) >= 100:
+        digits = 1
+    return f"{value:,.{digits}f}".rstrip("0").rstrip(".")
+
+
+def _fmt_p(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return "<0.0001" if value < 1e-4 else _fmt(value, 4)
 
 
 def _cell(text: str) -> str:
@@ -559,8 +573,8 @@ def render_markdown(report: Report) -> str:
         effect = "n/a" if c.diff is None else f"{_fmt(c.diff)}{unit}"
         mde = "n/a" if c.mde is None else f"{_fmt(c.mde)}{unit}"
         rows.append([
-            c.variant, c.metric, effect, _interval(c.ci_low, c.ci_high), _fmt(c.p_value, 4),
-            f"{_fmt(c.p_adjusted, 4)} ({'Holm' if c.correction == 'holm' else 'BH'})",
+            c.variant, c.metric, effect, _interval(c.ci_low, c.ci_high), _fmt_p(c.p_value),
+            f"{_fmt_p(c.p_adjusted)} ({'Holm' if c.correction == 'holm' else 'BH'})",
             mde, f"**{c.verdict}**",
         ])
     out += _table(
@@ -593,7 +607,7 @@ def render_markdown(report: Report) -> str:
     out += ["", "Cells: parallel rate / delegated rate (trials)."]
     out += [""]
     if report.flaky_tasks:
-        out.append("Flaky tasks (mixed outcomes within a variant): "
+        out.append("Flaky tasks (parallel both 0 and 1 within a variant): "
                    + ", ".join(report.flaky_tasks))
     else:
         out.append("Flaky tasks: none.")

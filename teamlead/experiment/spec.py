@@ -44,7 +44,7 @@ from .records import TrialKey
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - exercised on Python 3.10 only
-    import tomli as tomllib
+    import tomli as tomllib  # type: ignore[import-not-found, unused-ignore]
 
 __all__ = [
     "ExperimentSettings",

@@ -55,7 +55,7 @@ __all__ = [
     "verdict",
 ]
 
-Clusters = Sequence[Sequence[float]]
+Clusters = Sequence[Sequence[float] | npt.NDArray[np.float64]]
 """Values grouped by task: ``clusters[i]`` holds the trial values of task ``i``."""
 
 Scale = Literal["difference", "ratio"]
@@ -193,8 +193,11 @@ def _quantiles(values: _FloatArray, alpha: float) -> tuple[float, float]:
     if values.size == 0:
         return math.nan, math.nan
     # Interpolating next to an infinite draw would give NaN; take order statistics then.
-    method = "linear" if np.isfinite(values).all() else "inverted_cdf"
-    low, high = np.quantile(values, [alpha / 2, 1 - alpha / 2], method=method)
+    levels = [alpha / 2, 1 - alpha / 2]
+    if np.isfinite(values).all():
+        low, high = np.quantile(values, levels)
+    else:
+        low, high = np.quantile(values, levels, method="inverted_cdf")
     return float(low), float(high)
 
 
@@ -249,11 +252,11 @@ def _permutation_sums(
     n_permutations: int,
 ) -> tuple[_FloatArray, _FloatArray, bool]:
     """Sums over tasks of the relabeled variant and control means, and whether exact."""
-    total = math.prod(math.comb(len(y), a) for y, a in zip(pooled, sizes))
+    total = math.prod(math.comb(len(y), a) for y, a in zip(pooled, sizes, strict=True))
     if total <= n_permutations:
         sum_v = np.zeros(1)
         sum_c = np.zeros(1)
-        for y, a in zip(pooled, sizes):
+        for y, a in zip(pooled, sizes, strict=True):
             picks = np.array(list(itertools.combinations(range(len(y)), a)), dtype=np.intp)
             mv = y[picks].mean(axis=1)
             mc = (y.sum() - y[picks].sum(axis=1)) / (len(y) - a)
@@ -262,7 +265,7 @@ def _permutation_sums(
         return sum_v, sum_c, True
     sum_v = np.zeros(n_permutations)
     sum_c = np.zeros(n_permutations)
-    for y, a in zip(pooled, sizes):
+    for y, a in zip(pooled, sizes, strict=True):
         order = rng.random((n_permutations, len(y))).argsort(axis=1)
         chosen = y[order[:, :a]].sum(axis=1)
         sum_v += chosen / a
@@ -302,7 +305,7 @@ def paired_test(
         raise ValueError("variant and control need the same tasks, in the same order")
     pairs = [
         (np.asarray(v, dtype=np.float64), np.asarray(c, dtype=np.float64))
-        for v, c in zip(variant, control)
+        for v, c in zip(variant, control, strict=True)
         if len(v) > 0 and len(c) > 0
     ]
     k = len(pairs)

@@ -4,7 +4,8 @@
 // attempts run out drops the message, as Claude Code does; here it reports that on stdout
 // and in its exit code so the test can tell.
 //
-// usage: node inbox-writer.js <inbox> <writer-name> <count> [batch] [text-bytes]
+// usage: node inbox-writer.js <inbox> <writer-name> <count> [batch] [text-bytes] [pause-ms]
+// pause-ms: mean random pause between appends (a teammate works between two messages)
 // stdout: one JSON line at the end: {"writer", "written", "gave_up", "errors"}
 "use strict";
 
@@ -18,6 +19,10 @@ const LOCK_OPTIONS = {
   realpath: false,
   retries: { retries: 10, minTimeout: 5, maxTimeout: 100 },
 };
+
+function sleep(ms) {
+  return new Promise((resolve) => setTimeout(resolve, ms));
+}
 
 function ensureInbox(inbox) {
   try {
@@ -63,10 +68,11 @@ async function appendBatch(inbox, entries, report) {
 }
 
 async function main() {
-  const [inbox, writer, countArg, batchArg, bytesArg] = process.argv.slice(2);
+  const [inbox, writer, countArg, batchArg, bytesArg, pauseArg] = process.argv.slice(2);
   const count = Number(countArg);
   const batch = Number(batchArg || 1);
   const textBytes = Number(bytesArg || 0);
+  const pauseMs = Number(pauseArg || 0);
   const report = { writer, written: 0, gave_up: 0, errors: [] };
   for (let seq = 0; seq < count; seq += batch) {
     const entries = [];

@@ -1,0 +1,134 @@
+"""The typed events teamlead adds to the SDK's stream.
+
+Each event is a frozen pydantic model with a ``type`` and a ``version``; ``to_json()``
+gives the NDJSON line ``teamlead ask --json`` prints. Readers accept older versions.
+
+Example:
+    >>> async for item in teamlead.query("..."):
+    ...     if isinstance(item, Finished):
+    ...         print(item.status, item.result)
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "EVENT_VERSION",
+    "FallbackUsed",
+    "Finished",
+    "InboxCollected",
+    "ResumeFailed",
+    "Resuming",
+    "TaskDisposition",
+    "TeamleadEvent",
+    "WaitingForTeam",
+]
+
+EVENT_VERSION = 1
+
+Status = Literal["completed", "partial", "failed"]
+Disposition = Literal["included", "missing", "failed"]
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    version: int = EVENT_VERSION
+
+    def to_json(self) -> str:
+        """One NDJSON line."""
+        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False)
+
+
+class WaitingForTeam(_Event):
+    """The stream ended with work outstanding; teamlead is waiting for it."""
+
+    type: Literal["waiting_for_team"] = "waiting_for_team"
+    session_id: str | None
+    open_tasks: list[str] = Field(default_factory=list)
+    pending_members: list[str] = Field(default_factory=list)
+    team: str | None = None
+    wait_s: float
+
+
+class InboxCollected(_Event):
+    """Entries read from the team-lead inbox."""
+
+    type: Literal["inbox_collected"] = "inbox_collected"
+    team: str
+    messages: list[dict[str, Any]] = Field(default_factory=list)
+    warnings: list[str] = Field(default_factory=list)
+    satisfied: bool = True
+
+
+class FallbackUsed(_Event):
+    """A task's result came from its summary or transcript, not from a lead turn."""
+
+    type: Literal["fallback_used"] = "fallback_used"
+    task_id: str
+    description: str
+    source: Literal["summary", "transcript", "none"]
+    status: str
+    chars: int
+
+
+class Resuming(_Event):
+    """teamlead is re-querying the lead with ``resume=session_id``."""
+
+    type: Literal["resuming"] = "resuming"
+    session_id: str
+    round: int
+    attempt: int = 1
+    deliveries: list[str] = Field(default_factory=list)
+    reasons: list[str] = Field(default_factory=list)
+
+
+class ResumeFailed(_Event):
+    """One resume attempt failed; ``retry_in_s`` is set when it will be retried."""
+
+    type: Literal["resume_failed"] = "resume_failed"
+    session_id: str
+    round: int
+    attempt: int
+    error: str
+    transient: bool
+    retry_in_s: float | None = None
+
+
+class TaskDisposition(BaseModel):
+    """What became of one task's or teammate's result."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    kind: Literal["task", "teammate"]
+    description: str
+    status: str
+    disposition: Disposition
+    source: Literal["lead", "summary", "transcript", "inbox", "none"]
+
+
+class Finished(_Event):
+    """The last event: one honest outcome.
+
+    Attributes:
+        status: ``completed`` (every result used), ``partial`` (an answer, but something
+            missing or failed), ``failed`` (no final answer that used the results).
+        result: the text of the *last* successful lead result.
+    """
+
+    type: Literal["finished"] = "finished"
+    status: Status
+    result: str | None
+    session_id: str | None
+    resumes: int
+    tasks: list[TaskDisposition] = Field(default_factory=list)
+    cost_usd: float = 0.0
+    reasons: list[str] = Field(default_factory=list)
+
+
+TeamleadEvent = Union[WaitingForTeam, InboxCollected, FallbackUsed, Resuming, ResumeFailed, Finished]

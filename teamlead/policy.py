@@ -1,0 +1,82 @@
+"""How long and how hard the coordinator tries: one pydantic object with documented defaults.
+
+Example:
+    >>> policy = Policy(max_resumes=2, deadline_s=600, max_cost_usd=1.50)
+    >>> policy.resume_retry.delay(attempt=2)
+    4.0
+"""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .inbox import InboxWaitPolicy
+
+__all__ = ["Policy", "RetryPolicy", "TRANSIENT_STATUSES"]
+
+#: API statuses worth retrying: rate limited, overloaded, and server-side failures.
+TRANSIENT_STATUSES: frozenset[int] = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
+
+
+class RetryPolicy(BaseModel):
+    """Bounded exponential backoff: ``base_s * factor**(attempt-1)``, capped at ``max_s``.
+
+    A ``Retry-After`` from the API is honoured when it is longer than the computed delay
+    (and still capped at ``max_s``).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    attempts: int = Field(default=3, ge=1, description="tries in all, the first included")
+    base_s: float = Field(default=2.0, ge=0)
+    factor: float = Field(default=2.0, ge=1)
+    max_s: float = Field(default=30.0, ge=0)
+
+    def delay(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before try number ``attempt + 1`` (``attempt`` is 1-based)."""
+        computed = self.base_s * self.factor ** max(0, attempt - 1)
+        if retry_after is not None:
+            computed = max(computed, retry_after)
+        return float(min(self.max_s, computed))
+
+
+class Policy(BaseModel):
+    """Limits and waits for :func:`teamlead.query` and the client helper.
+
+    Attributes:
+        max_resumes: re-queries with ``resume=session_id`` at most (default 3).
+        deadline_s: the whole run, every round and wait included (default 1800 s). The CLI's
+            background-wait ceiling (``CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS``) is set to
+            this, so the CLI does not silently stop agents before our deadline.
+        wait_s: how long to wait for teammates that have not reported and for the inbox
+            after the stream ends (default 60 s).
+        max_cost_usd: stop resuming once the runs' ``total_cost_usd`` reach this (default:
+            no limit).
+        inbox: retries and backoff of the inbox wait: at least 5 reads over at least 10 s,
+            waking at once on a change.
+        resume_retry: backoff for a resume that fails with a transient API error.
+        max_result_chars: each quoted result is cut to this many characters.
+        max_prompt_chars: the whole resume prompt is cut to this many characters.
+        consume_inbox: remove delivered entries from the team-lead inbox once a lead turn
+            used them (default True), so nothing is delivered twice.
+        idle_timeout_s: for the client helper: the longest silence while tasks still run
+            before the stream is considered stalled (default 600 s).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    max_resumes: int = Field(default=3, ge=0)
+    deadline_s: float = Field(default=1800.0, gt=0)
+    wait_s: float = Field(default=60.0, ge=0)
+    max_cost_usd: float | None = Field(default=None, gt=0)
+    inbox: InboxWaitPolicy = Field(default_factory=InboxWaitPolicy)
+    resume_retry: RetryPolicy = Field(default_factory=RetryPolicy)
+    max_result_chars: int = Field(default=4000, ge=200)
+    max_prompt_chars: int = Field(default=60000, ge=1000)
+    consume_inbox: bool = True
+    idle_timeout_s: float = Field(default=600.0, gt=0)
+
+    @property
+    def bg_wait_ceiling_ms(self) -> int:
+        """The value for ``CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS``."""
+        return int(self.deadline_s * 1000)
