@@ -14,9 +14,10 @@ governor.
 
 Figures, per strategy:
 
-* time / ideal: total wall time over the ideal ``sum(delays) / K`` (K always in flight).
+* time / ideal: total wall time over the ideal ``sum(delay + round trip) / K`` (K always
+  in flight); the round trip of a request without delay is measured first, in the same run.
 * goodput: successful requests per second after warm-up, as a share of the ideal rate
-  ``K / mean delay``. Warm-up ends when 10% of the requests have succeeded.
+  ``K / mean(delay + round trip)``. Warm-up ends when 10% of the requests have succeeded.
 * rejected: 429s among the attempts started after warm-up (and over the whole run).
 
 Target for ``aimd``: goodput >= 90% of ideal and <= 5% rejected after warm-up.
@@ -29,6 +30,7 @@ from __future__ import annotations
 import argparse
 import random
 import re
+import statistics
 import time
 from dataclasses import dataclass, field
 
@@ -36,9 +38,9 @@ import anthropic
 import anyio
 
 from teamlead.governor import Governor, GovernorPolicy, retry_after_from_headers
-from teamlead.testing import Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing import Reply, Script, ScriptedRequest, ScriptedServer
 
-KEY = "anthropic/claude-sonnet-4-5"
+KEY = "anthropic/claude-sonnet-5-5"
 _REQUEST_ID = re.compile(r"request (\d+)")
 
 
@@ -66,17 +68,18 @@ class Workload:
     limit: int
     retry_after: float
     delays: tuple[float, ...]
+    overhead: float = 0.0  # measured round trip of a request with no scripted delay
 
     @property
     def ideal_time(self) -> float:
-        return sum(self.delays) / self.limit
+        return (sum(self.delays) + self.overhead * len(self.delays)) / self.limit
 
     @property
     def ideal_rate(self) -> float:
-        return self.limit / (sum(self.delays) / len(self.delays))
+        return len(self.delays) / self.ideal_time
 
 
-def _script(workload: Workload) -> object:
+def _script(workload: Workload) -> Script:
     def script(request: ScriptedRequest) -> Reply:
         match = _REQUEST_ID.search(request.first_user_text)
         number = int(match.group(1)) if match else 0
@@ -85,10 +88,28 @@ def _script(workload: Workload) -> object:
     return script
 
 
+async def _measure_overhead(samples: int = 15) -> float:
+    """Median round trip of one request with no scripted delay: the ideal's baseline."""
+    with ScriptedServer(lambda request: Reply.text("ok")) as server:
+        client = anthropic.AsyncAnthropic(base_url=server.base_url, api_key="test", max_retries=0)
+        took = []
+        with anyio.fail_after(30):
+            for _ in range(samples):
+                began = time.monotonic()
+                await client.messages.create(
+                    model="claude-sonnet-5-5",
+                    max_tokens=16,
+                    messages=[{"role": "user", "content": "request 0"}],
+                )
+                took.append(time.monotonic() - began)
+        await client.close()
+    return statistics.median(took)
+
+
 async def _run(name: str, policy: GovernorPolicy, workload: Workload) -> Outcome:
     governor = Governor(policy)
     with ScriptedServer(
-        _script(workload),  # type: ignore[arg-type]
+        _script(workload),
         concurrency_limit=workload.limit,
         retry_after=workload.retry_after,
     ) as server:
@@ -107,7 +128,7 @@ async def _run(name: str, policy: GovernorPolicy, workload: Workload) -> Outcome
                     began = time.monotonic() - start
                     try:
                         await client.messages.create(
-                            model="claude-sonnet-4-5",
+                            model="claude-sonnet-5-5",
                             max_tokens=16,
                             messages=[{"role": "user", "content": f"request {number}"}],
                         )
@@ -162,15 +183,20 @@ def _figures(outcome: Outcome, workload: Workload) -> Figures:
 async def _main(args: argparse.Namespace) -> int:
     rng = random.Random(args.seed)
     delays = tuple(round(rng.uniform(0.2, 0.3), 3) for _ in range(args.requests))
-    workload = Workload(args.requests, args.limit, args.retry_after, delays)
+    overhead = await _measure_overhead()
+    workload = Workload(args.requests, args.limit, args.retry_after, delays, overhead)
     strategies = [
         ("aimd", GovernorPolicy(ceiling=12)),
         ("fixed 12", GovernorPolicy(ceiling=12, floor=12)),
         ("fixed 2", GovernorPolicy(ceiling=2, floor=2)),
     ]
     print(
-        f"governor bench: {workload.requests} requests of 0.2-0.3 s, hidden limit K={workload.limit} "
-        f"(429 + retry-after {workload.retry_after:g} s), ideal {workload.ideal_time:.2f} s"
+        f"governor bench: {workload.requests} requests of 0.2-0.3 s, "
+        f"hidden limit K={workload.limit} (429 + retry-after {workload.retry_after:g} s)"
+    )
+    print(
+        f"measured round trip without delay {overhead * 1000:.1f} ms; "
+        f"ideal (K in flight) {workload.ideal_time:.2f} s"
     )
     header = (
         f"{'strategy':<10}{'time s':>8}{'time/ideal':>12}{'goodput':>10}"

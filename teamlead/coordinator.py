@@ -273,9 +273,9 @@ class Coordinator:
                         else f"deadline of {self.policy.deadline_s:g} s reached"
                     )
                     break
-                self.tracker.feed(message)
+                events = self.tracker.feed(message)
                 yield message
-                if settle and self._settled(start):
+                if settle and events and isinstance(events[-1], ResultSeen) and self._settled(start):
                     break
         except Exception as exc:  # the generator's own failure ends the stream; never cancellation
             error = _describe(exc)
@@ -293,7 +293,8 @@ class Coordinator:
 
     def _settled(self, start: int) -> bool:
         results = self.tracker.results[start:]
-        return bool(results) and not self.tracker.open_tasks and not self.tracker.unabsorbed_tasks
+        # the CLI is idle: a turn just ended and no task can inject another one
+        return bool(results) and not self.tracker.open_tasks
 
     def _outcome(self, results: list[ResultSeen], error: str | None, exc_status: int | None) -> _RoundOutcome:
         last = results[-1] if results else None

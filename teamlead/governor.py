@@ -45,7 +45,7 @@ thread-safe.
 
 Example:
     >>> governor = Governor(GovernorPolicy(ceiling=6, max_total=10))
-    >>> async def call(client, key="anthropic/claude-sonnet-4-5"):
+    >>> async def call(client, key="anthropic/claude-sonnet-5-5"):
     ...     while True:
     ...         async with governor.slot(key, timeout=600) as slot:
     ...             try:
@@ -103,7 +103,7 @@ class GovernorCleared(TeamleadError):
 
     Example:
         >>> try:
-        ...     slot = await governor.acquire("anthropic/claude-opus-4-1")
+        ...     slot = await governor.acquire("anthropic/claude-opus-5-5")
         ... except GovernorCleared:
         ...     return  # the run is shutting down
     """
@@ -215,8 +215,8 @@ def bucket_key(provider: str, model: str) -> str:
     """The bucket key for a provider and model: ``"provider/model"``.
 
     Example:
-        >>> bucket_key("anthropic", "claude-sonnet-4-5")
-        'anthropic/claude-sonnet-4-5'
+        >>> bucket_key("anthropic", "claude-sonnet-5-5")
+        'anthropic/claude-sonnet-5-5'
     """
     if not provider or not model:
         raise UsageError("a governor bucket needs both a provider and a model name")
@@ -375,7 +375,7 @@ class Governor:
 
     Example:
         >>> governor = Governor(GovernorPolicy(ceiling=4))
-        >>> async with governor.slot("anthropic/claude-sonnet-4-5") as slot:
+        >>> async with governor.slot("anthropic/claude-sonnet-5-5") as slot:
         ...     ...  # one request
         ...     slot.success()
     """
@@ -438,7 +438,7 @@ class Governor:
             UsageError: empty key or negative timeout.
 
         Example:
-            >>> slot = await governor.acquire("anthropic/claude-opus-4-1", timeout=300)
+            >>> slot = await governor.acquire("anthropic/claude-opus-5-5", timeout=300)
             >>> try:
             ...     await run_cli_and_wait_for_exit()
             ...     slot.success()

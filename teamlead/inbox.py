@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import os
@@ -56,6 +57,7 @@ __all__ = [
     "TeammateMessage",
     "consume_inbox",
     "decode_entry",
+    "entry_key",
     "read_inbox",
     "wait_for_inbox",
 ]
@@ -92,6 +94,12 @@ _TERMINATING_FRAMES = frozenset({"teammate_terminated", "shutdown_approved"})
 # ---------------------------------------------------------------------------- parsing
 
 
+def entry_key(sender: str, timestamp: str, text: str) -> str:
+    """The key of an entry without ``msg_id``: a digest of ``from|timestamp|text``."""
+    digest = hashlib.sha256(f"{sender}|{timestamp}|{text}".encode()).hexdigest()
+    return f"sha256:{digest}"
+
+
 class InboxEntry(BaseModel):
     """One inbox entry as Claude Code writes it; unknown fields are kept.
 
@@ -115,8 +123,12 @@ class InboxEntry(BaseModel):
 
     @property
     def key(self) -> str:
-        """The dedupe key: ``msg_id`` when present, else ``from|timestamp|text``."""
-        return self.msg_id or f"{self.sender}|{self.timestamp}|{self.text}"
+        """The dedupe key: ``msg_id`` when present, else ``from|timestamp|text``.
+
+        The fallback is stored as a SHA-256 digest of that string: the same identity,
+        without carrying message content (or a secret in it) into logs and records.
+        """
+        return self.msg_id or entry_key(self.sender, self.timestamp, self.text)
 
 
 class TeammateMessage(BaseModel):
@@ -550,34 +562,46 @@ async def wait_for_inbox(
 
     wake = _Wake()
     stop = anyio.Event()
+
+    async def wait_loop() -> InboxWait:
+        read = read_once()
+        satisfied = until(read)
+        delay = policy.first_delay_s
+        while not satisfied:
+            now = clock.monotonic()
+            if deadline is not None and now >= deadline:
+                break
+            if reads > policy.tries and now - start >= policy.span_s:
+                break
+            pause = delay
+            if reads > policy.tries:
+                pause = min(pause, start + policy.span_s - now)
+            if deadline is not None:
+                pause = min(pause, deadline - now)
+            changed = await wake.wait(pause, clock)
+            read = read_once()
+            satisfied = until(read)
+            if not changed:
+                delay = min(delay * policy.backoff, policy.max_delay_s)
+        return InboxWait(read=read, satisfied=satisfied, reads=reads, events=wake.count)
+
+    outcome: InboxWait | None = None
+    failure: Exception | None = None
     async with anyio.create_task_group() as tg:
         if policy.use_events:
             tg.start_soon(_watch, path, root, policy, stop, wake)
             await anyio.lowlevel.checkpoint()  # let the watcher register first
         try:
-            read = read_once()
-            satisfied = until(read)
-            delay = policy.first_delay_s
-            while not satisfied:
-                now = clock.monotonic()
-                if deadline is not None and now >= deadline:
-                    break
-                if reads > policy.tries and now - start >= policy.span_s:
-                    break
-                pause = delay
-                if reads > policy.tries:
-                    pause = min(pause, start + policy.span_s - now)
-                if deadline is not None:
-                    pause = min(pause, deadline - now)
-                changed = await wake.wait(pause, clock)
-                read = read_once()
-                satisfied = until(read)
-                if not changed:
-                    delay = min(delay * policy.backoff, policy.max_delay_s)
+            outcome = await wait_loop()
+        except Exception as exc:  # from `until`: re-raised below as itself, not in a group
+            failure = exc
         finally:
             stop.set()  # the watcher thread sees it within one step and returns
             tg.cancel_scope.cancel()
-    return InboxWait(read=read, satisfied=satisfied, reads=reads, events=wake.count)
+    if failure is not None:
+        raise failure
+    assert outcome is not None
+    return outcome
 
 
 # ---------------------------------------------------------------------------- consuming

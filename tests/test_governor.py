@@ -31,8 +31,8 @@ from teamlead.governor import (
 
 pytestmark = pytest.mark.anyio
 
-A = "anthropic/claude-sonnet-4-5"
-B = "anthropic/claude-opus-4-1"
+A = "anthropic/claude-sonnet-5-5"
+B = "anthropic/claude-opus-5-5"
 C = "openrouter/qwen3-coder"
 
 
@@ -114,7 +114,7 @@ def test_policy_defaults_are_the_documented_ones() -> None:
 
 
 def test_bucket_key_joins_provider_and_model() -> None:
-    assert bucket_key("anthropic", "claude-sonnet-4-5") == A
+    assert bucket_key("anthropic", "claude-sonnet-5-5") == A
     with pytest.raises(UsageError):
         bucket_key("", "x")
 
@@ -317,7 +317,7 @@ async def test_a_failed_probe_returns_to_last_good_instead_of_cutting() -> None:
     async with gov.slot(A) as slot:  # at last good, a rate limit is a real cut again
         slot.rate_limited()
     assert gov.state(A).cap == 4
-    assert seen[-1].reason == "rate_limited"
+    assert gov.journal[-1].reason == "rate_limited"
     assert gov.state(A).last_good is None
 
 
@@ -618,7 +618,7 @@ async def test_cancelling_the_head_of_a_paused_bucket_passes_the_timer_on() -> N
 async def test_acquire_timeout_runs_on_the_governor_clock() -> None:
     gov, clock, _ = make(ceiling=1)
     running = await gov.acquire(A)
-    with pytest.raises(TimeoutError, match="no concurrency slot for 'anthropic/claude-sonnet-4-5'"):
+    with pytest.raises(TimeoutError, match="no concurrency slot for 'anthropic/claude-sonnet-5-5'"):
         await gov.acquire(A, timeout=5)
     assert clock.monotonic() == pytest.approx(5.0)
     assert gov.state(A).waiting == 0
@@ -653,7 +653,7 @@ async def test_clear_rejects_every_waiter_with_a_clear_error() -> None:
     error = waiters.errors[0][1]
     assert isinstance(error, GovernorCleared)
     assert isinstance(error, TeamleadError)
-    assert "cleared while waiting for 'anthropic/claude-sonnet-4-5'" in str(error)
+    assert "cleared while waiting for 'anthropic/claude-sonnet-5-5'" in str(error)
     assert gov.state(A).waiting == gov.state(B).waiting == 0
     running.release()  # held slots are still accounted and released as usual
     assert gov.total_in_flight == 0
@@ -703,7 +703,7 @@ async def test_journal_records_every_change_with_its_fields() -> None:
     again = ConcurrencyChanged.model_validate_json(event.to_json())
     assert again == event
     with pytest.raises(ValueError):
-        event.cap = 9  # type: ignore[misc]  # records are frozen
+        event.cap = 9  # records are frozen
 
 
 async def test_a_failing_callback_is_logged_and_does_not_break_accounting(

@@ -1,0 +1,75 @@
+"""Prompt-strategy A/B experiments: the spec, trial records, statistics and the report."""
+
+from __future__ import annotations
+
+from .records import (
+    RECORD_VERSION,
+    ReadResult,
+    RecordWarning,
+    TrialKey,
+    TrialRecord,
+    TrialStatus,
+    TrialWriter,
+    append_record,
+    finished_keys,
+    latest_records,
+    read_records,
+)
+from .report import (
+    METRICS,
+    REPORT_VERSION,
+    Comparison,
+    MeanSummary,
+    Metric,
+    RateSummary,
+    Report,
+    TaskCell,
+    VariantSummary,
+    build_report,
+    render_markdown,
+    write_report,
+)
+from .spec import (
+    ExperimentSettings,
+    ExperimentSpec,
+    GraderSpec,
+    TaskSpec,
+    VariantSpec,
+    load_spec,
+    parse_spec,
+)
+from .synthetic import synthetic_records
+
+__all__ = [
+    "METRICS",
+    "RECORD_VERSION",
+    "REPORT_VERSION",
+    "Comparison",
+    "ExperimentSettings",
+    "ExperimentSpec",
+    "GraderSpec",
+    "MeanSummary",
+    "Metric",
+    "RateSummary",
+    "ReadResult",
+    "RecordWarning",
+    "Report",
+    "TaskCell",
+    "TaskSpec",
+    "TrialKey",
+    "TrialRecord",
+    "TrialStatus",
+    "TrialWriter",
+    "VariantSpec",
+    "VariantSummary",
+    "append_record",
+    "build_report",
+    "finished_keys",
+    "latest_records",
+    "load_spec",
+    "parse_spec",
+    "read_records",
+    "render_markdown",
+    "synthetic_records",
+    "write_report",
+]

@@ -321,8 +321,15 @@ def _dotted(loc: tuple[str | int, ...]) -> str:
 
 def _first_error(exc: ValidationError, lines: _LineIndex, source: str) -> UsageError:
     """Turn pydantic's errors into one line: the error nearest the top of the file."""
+    errors = exc.errors()
+    # A typo'd key shows up twice: as an unknown key and as a required key gone missing
+    # from the same table. The unknown key (with its "did you mean") is the useful one.
+    typo_tables = {tuple(e["loc"][:-1]) for e in errors if e["type"] == "extra_forbidden"}
+    errors = [
+        e for e in errors if not (e["type"] == "missing" and tuple(e["loc"][:-1]) in typo_tables)
+    ]
     best: tuple[int, str] | None = None
-    for error in exc.errors():
+    for error in errors:
         loc = tuple(error["loc"])
         line = lines.find(loc)
         if error["type"] == "extra_forbidden":

@@ -85,6 +85,7 @@ async function main() {
       if (err.code === "ELOCKED") report.gave_up += entries.length;
       else report.errors.push(`${err.code || "error"}: ${err.message}`);
     }
+    if (pauseMs > 0) await sleep(Math.random() * 2 * pauseMs);
   }
   process.stdout.write(JSON.stringify(report) + "\n");
   process.exitCode = report.gave_up || report.errors.length ? 1 : 0;

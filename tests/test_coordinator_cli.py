@@ -1,0 +1,204 @@
+"""The coordinator on the real CLI, driven by the scripted model."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, ResultMessage
+from claude_agent_sdk import query as sdk_query
+
+import teamlead
+from teamlead.events import FallbackUsed, Finished, InboxCollected, ResumeFailed, Resuming, WaitingForTeam
+from teamlead.inbox import read_inbox
+from teamlead.policy import Policy, RetryPolicy
+from teamlead.testing import AgentCall, Reply, ScriptedRequest, ToolUse
+from teamlead.testing.scripts import FanOut, finding_text, findings_in, synthesize
+from teamlead.testing.teammate import create_team, idle_notification, post_to_inbox, team_inbox
+
+from .conftest import OfflineFactory
+
+pytestmark = [pytest.mark.anyio, pytest.mark.cli]
+
+
+async def _run(prompt: str, options: ClaudeAgentOptions, **kwargs: Any) -> tuple[list[Any], Finished]:
+    items = [item async for item in teamlead.query(prompt, options, **kwargs)]
+    assert isinstance(items[-1], Finished)
+    assert sum(isinstance(i, Finished) for i in items) == 1
+    return items, items[-1]
+
+
+async def test_fan_out_absorbed_by_the_cli_needs_no_resume(offline: OfflineFactory) -> None:
+    server, claude = offline(FanOut.of(3, delays=[0.6, 0.2, 0.4]))
+    items, done = await _run("Investigate three parts.", claude.options())
+    results = [i for i in items if isinstance(i, ResultMessage)]
+    assert done.status == "completed"
+    assert done.resumes == 0 and not any(isinstance(i, Resuming) for i in items)
+    assert done.result == results[-1].result  # the last successful lead result
+    assert findings_in(done.result or "") == ["agent-2", "agent-3", "agent-1"]
+    assert [t.disposition for t in done.tasks] == ["included"] * 3
+    assert {t.source for t in done.tasks} == {"lead"}
+    assert done.reasons == []
+    assert len(server.recorded("lead")) == 5  # fan-out, ack, one injected turn per result
+
+
+async def test_every_synthesis_turn_failing_529_is_resumed_with_the_findings(offline: OfflineFactory) -> None:
+    script = FanOut.of(3, delays=[0.2, 0.4, 0.6], synthesis_fault=Reply.error(529))
+    server, claude = offline(script)
+    items, done = await _run("Investigate three parts.", claude.options())
+    assert done.status == "completed", done.reasons
+    assert done.resumes == 1
+    resuming = [i for i in items if isinstance(i, Resuming)]
+    assert len(resuming) == 1 and len(resuming[0].deliveries) == 3
+    assert sorted(findings_in(done.result or "")) == ["agent-1", "agent-2", "agent-3"]
+    assert {t.source for t in done.tasks} == {"summary"}
+    assert all(t.disposition == "included" for t in done.tasks)
+    resume_request = server.recorded("lead")[-1].request
+    assert resume_request.session_id == done.session_id  # resume kept the session
+    assert "<teamlead-results" in resume_request.last_user_text
+    for n in (1, 2, 3):
+        assert finding_text(f"agent-{n}") in resume_request.last_user_text
+    # exactly once: nothing is delivered again after the successful resume
+    assert sum(isinstance(i, FallbackUsed) for i in items) == 3
+
+
+async def test_external_teammate_reporting_after_the_stream_ended(offline: OfflineFactory) -> None:
+    posted: dict[str, float] = {}
+    holder: dict[str, Any] = {}
+    fan = FanOut.of(1, delays=0.2)
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "lead" and not req.tool_uses_sent and "team" not in holder:
+            holder["team"] = create_team(claude.config_dir, req.session_id or "", members=["researcher"])
+            threading.Thread(target=teammate, args=(req.session_id,), daemon=True).start()
+        return fan(req)
+
+    def teammate(session: str) -> None:
+        while "stream_end" not in holder:
+            time.sleep(0.05)
+        time.sleep(2.5)  # report 2.5 s after the lead's stream ended
+        inbox = team_inbox(claude.config_dir, holder["team"])
+        post_to_inbox(inbox, idle_notification("researcher", result="FINDING[researcher]: the API is rate limited at 50 rpm.", summary="rate limits"))
+        posted["at"] = time.monotonic()
+
+    async def marking_query(**kwargs: Any) -> AsyncIterator[Any]:
+        async for message in sdk_query(**kwargs):
+            yield message
+        holder.setdefault("stream_end", time.monotonic())
+
+    server, claude = offline(script)
+    items, done = await _run(
+        "Ask the team.", claude.options(), query_fn=marking_query, policy=Policy(wait_s=20)
+    )
+    waiting = [i for i in items if isinstance(i, WaitingForTeam)]
+    collected = [i for i in items if isinstance(i, InboxCollected)]
+    assert waiting and waiting[0].pending_members == ["researcher"]
+    assert collected and collected[0].messages[0]["from"] == "researcher"
+    assert done.status == "completed", done.reasons
+    assert done.resumes == 1
+    assert "FINDING[researcher]" in (done.result or "") and "FINDING[agent-1]" in (done.result or "")
+    teammate_row = next(t for t in done.tasks if t.kind == "teammate")
+    assert (teammate_row.id, teammate_row.disposition, teammate_row.source) == ("researcher", "included", "inbox")
+    # consumed: the delivered entry is gone, the inbox file and config stay
+    inbox = team_inbox(claude.config_dir, holder["team"])
+    assert read_inbox(inbox).messages == ()
+    assert (inbox.parent.parent / "config.json").exists()
+    assert not inbox.with_name(inbox.name + ".lock").exists()
+
+
+async def test_client_helper_keeps_receiving_past_the_first_result(offline: OfflineFactory) -> None:
+    server, claude = offline(FanOut.of(2, delays=[1.5, 0.8]))
+    async with ClaudeSDKClient(options=claude.options()) as client:
+        await client.query("Investigate both parts.")
+        items = [item async for item in teamlead.receive_all(client, policy=Policy(wait_s=1))]
+    done = items[-1]
+    assert isinstance(done, Finished)
+    results = [i for i in items if isinstance(i, ResultMessage)]
+    assert len(results) == 3  # receive_response() would have stopped after the first
+    assert done.status == "completed" and done.resumes == 0
+    assert sorted(findings_in(done.result or "")) == ["agent-1", "agent-2"]
+
+
+async def test_client_helper_resumes_on_the_same_client_after_a_failed_synthesis(offline: OfflineFactory) -> None:
+    server, claude = offline(FanOut.of(2, delays=[0.3, 0.6], synthesis_fault=Reply.error(529)))
+    async with ClaudeSDKClient(options=claude.options()) as client:
+        await client.query("Investigate both parts.")
+        items = [item async for item in teamlead.receive_all(client, policy=Policy(wait_s=1))]
+    done = items[-1]
+    assert isinstance(done, Finished)
+    assert done.status == "completed", done.reasons
+    assert done.resumes == 1
+    assert sorted(findings_in(done.result or "")) == ["agent-1", "agent-2"]
+
+
+def _partial_then_hang(req: ScriptedRequest) -> Reply:
+    if req.role == "subagent":
+        assert req.agent is not None
+        if req.assistant_turns == 0:  # first step: some progress, then a tool call
+            return Reply.tools(
+                ToolUse("Bash", {"command": "echo step", "description": "progress"}),
+                text=f"FINDING[{req.agent.description}-partial]: half of the answer so far.",
+            )
+        return Reply.text("never arrives", delay=60)
+    if req.role == "other":
+        return Reply.text("side")
+    if not req.tool_uses_sent:
+        return Reply.agents(AgentCall("slow-1", "SLOW-1: dig deep."), AgentCall("slow-2", "SLOW-2: dig deeper."))
+    if "<teamlead-results" in req.last_user_text:
+        return synthesize(req)
+    return Reply.text("Agents are working.")
+
+
+async def test_agents_killed_mid_run_fall_back_to_transcripts_and_end_partial(offline: OfflineFactory) -> None:
+    killed_at: list[float] = []
+
+    async def killing_query(**kwargs: Any) -> AsyncIterator[Any]:
+        """Stop the CLI (and so its agents) 3 s into the first run, as a crash or ceiling would."""
+        agen = sdk_query(**kwargs)
+        stop_at = time.monotonic() + 3.0
+        try:
+            while True:
+                if kwargs["options"].resume is None and time.monotonic() >= stop_at:
+                    killed_at.append(time.monotonic())
+                    return
+                message = None
+                with anyio.move_on_after(max(0.05, stop_at - time.monotonic())):
+                    try:
+                        message = await agen.__anext__()
+                    except StopAsyncIteration:
+                        return
+                if message is not None:  # yield outside the cancel scope
+                    yield message
+        finally:
+            await agen.aclose()
+
+    server, claude = offline(_partial_then_hang)
+    items, done = await _run("Dig.", claude.options(), query_fn=killing_query, policy=Policy(wait_s=1))
+    assert killed_at
+    fallbacks = [i for i in items if isinstance(i, FallbackUsed)]
+    assert sorted(f.source for f in fallbacks) == ["transcript", "transcript"]
+    assert done.status == "partial"
+    assert done.resumes == 1
+    assert sorted(findings_in(done.result or "")) == ["slow-1-partial", "slow-2-partial"]
+    assert {t.disposition for t in done.tasks} == {"failed"}
+    # the resumed CLI reports the agents it lost as stopped
+    assert {t.status for t in done.tasks} == {"stopped"}
+    assert any("slow-1" in r for r in done.reasons)
+
+
+async def test_resume_itself_failing_ends_failed_with_reasons(offline: OfflineFactory) -> None:
+    script = FanOut.of(2, delays=0.2, synthesis_fault=Reply.error(529), fail_resumes=True)
+    server, claude = offline(script)
+    policy = Policy(resume_retry=RetryPolicy(attempts=2, base_s=0.2))
+    items, done = await _run("Investigate.", claude.options(), policy=policy)
+    failures = [i for i in items if isinstance(i, ResumeFailed)]
+    assert [f.attempt for f in failures] == [1, 2]
+    assert failures[0].transient and failures[0].retry_in_s == 0.2
+    assert failures[1].retry_in_s is None
+    assert done.status == "failed"
+    assert done.session_id and any(done.session_id in r for r in done.reasons)
+    assert any("resume round 1 failed after 2 attempt(s)" in r and "529" in r for r in done.reasons)

@@ -1,0 +1,195 @@
+"""Waiting on the inbox: event-driven wake-ups, polling backoff, deadlines, cancel safety."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from pydantic import ValidationError
+
+from teamlead.clock import FakeClock
+from teamlead.inbox import InboxRead, InboxWaitPolicy, wait_for_inbox
+
+pytestmark = pytest.mark.anyio
+
+ENTRY = {"from": "alpha", "text": "done", "timestamp": "t"}
+
+
+@pytest.fixture
+def inbox(tmp_path: Path) -> Path:
+    path = tmp_path / "claude" / "teams" / "t" / "inboxes" / "team-lead.json"
+    path.parent.mkdir(parents=True)
+    return path
+
+
+def write(path: Path, entries: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp.test")
+    tmp.write_text(json.dumps(entries))
+    tmp.replace(path)  # as writers do: rename over the inbox
+
+
+def has_messages(read: InboxRead) -> bool:
+    return bool(read.messages)
+
+
+class StuckClock(FakeClock):
+    """A clock whose sleeps never end: only a change event can wake the waiter."""
+
+    async def sleep(self, seconds: float) -> None:
+        self.sleeps.append(seconds)
+        await anyio.sleep_forever()
+
+
+def worker_threads_busy() -> int:
+    return int(anyio.to_thread.current_default_thread_limiter().borrowed_tokens)
+
+
+@pytest.mark.parametrize("use_events", [True, False])
+async def test_default_policy_tries_five_times_over_ten_seconds(
+    inbox: Path, use_events: bool
+) -> None:
+    clock = FakeClock()
+    policy = InboxWaitPolicy(use_events=use_events)
+    done = await wait_for_inbox(inbox, until=has_messages, clock=clock, policy=policy)
+    assert not done.satisfied and done.read.status == "missing"
+    assert clock.sleeps == [0.5, 1.0, 2.0, 4.0, 4.0]
+    assert done.reads == 6  # the first read plus five tries
+    assert clock.monotonic() >= 10.0
+    assert worker_threads_busy() == 0
+
+
+async def test_span_longer_than_the_tries_keeps_polling(inbox: Path) -> None:
+    clock = FakeClock()
+    policy = InboxWaitPolicy(tries=2, span_s=20.0, first_delay_s=1.0, max_delay_s=4.0)
+    done = await wait_for_inbox(inbox, until=has_messages, clock=clock, policy=policy)
+    assert not done.satisfied
+    assert clock.sleeps == [1.0, 2.0, 4.0, 4.0, 4.0, 4.0, 1.0]
+    assert clock.monotonic() == 20.0
+
+
+async def test_deadline_cuts_the_wait_short(inbox: Path) -> None:
+    clock = FakeClock(start=100.0)
+    done = await wait_for_inbox(inbox, until=has_messages, clock=clock, deadline=103.0)
+    assert not done.satisfied
+    assert clock.sleeps == [0.5, 1.0, 1.5]
+    assert clock.monotonic() == 103.0
+
+
+async def test_past_deadline_reads_once(inbox: Path) -> None:
+    write(inbox, [ENTRY])
+    clock = FakeClock(start=5.0)
+    done = await wait_for_inbox(inbox, until=lambda r: False, clock=clock, deadline=1.0)
+    assert (done.satisfied, done.reads, clock.sleeps) == (False, 1, [])
+    assert done.read.messages[0].text == "done"
+
+
+async def test_satisfied_at_once_does_not_sleep(inbox: Path) -> None:
+    write(inbox, [ENTRY])
+    clock = FakeClock()
+    done = await wait_for_inbox(inbox, until=has_messages, clock=clock)
+    assert done.satisfied and done.reads == 1 and clock.sleeps == []
+    assert done.read.messages[0].sender == "alpha"
+
+
+async def test_entry_arriving_between_polls_is_seen(inbox: Path) -> None:
+    clock = FakeClock()
+    seen: list[int] = []
+
+    def until(read: InboxRead) -> bool:
+        seen.append(len(read.messages))
+        if len(seen) == 3:
+            write(inbox, [ENTRY])  # lands while the waiter sleeps
+        return bool(read.messages)
+
+    policy = InboxWaitPolicy(use_events=False)
+    done = await wait_for_inbox(inbox, until=until, clock=clock, policy=policy)
+    assert done.satisfied and seen == [0, 0, 0, 1]
+    assert clock.sleeps == [0.5, 1.0, 2.0]
+
+
+async def write_after_first_read(inbox: Path, first_read: anyio.Event) -> None:
+    await first_read.wait()
+    await anyio.to_thread.run_sync(write, inbox, [ENTRY])
+
+
+async def test_change_wakes_the_waiter_without_any_timer(inbox: Path) -> None:
+    clock = StuckClock()
+    first_read = anyio.Event()
+
+    def until(read: InboxRead) -> bool:
+        first_read.set()
+        return bool(read.messages)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write_after_first_read, inbox, first_read)
+            done = await wait_for_inbox(inbox, until=until, clock=clock)
+    assert done.satisfied and done.events >= 1
+    assert done.read.messages[0].text == "done"
+    assert worker_threads_busy() == 0
+
+
+async def test_change_wakes_the_waiter_when_directories_appear_late(tmp_path: Path) -> None:
+    config_dir = tmp_path / "claude"
+    config_dir.mkdir()
+    inbox = config_dir / "teams" / "late" / "inboxes" / "team-lead.json"
+    first_read = anyio.Event()
+
+    def until(read: InboxRead) -> bool:
+        first_read.set()
+        return bool(read.messages)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(write_after_first_read, inbox, first_read)
+            done = await wait_for_inbox(inbox, until=until, clock=StuckClock())
+    assert done.satisfied and done.events >= 1
+
+
+async def test_other_files_in_the_directory_do_not_satisfy(inbox: Path) -> None:
+    clock = FakeClock()
+    write(inbox.with_name("alpha.json"), [ENTRY])
+    policy = InboxWaitPolicy(tries=2, span_s=0)
+    done = await wait_for_inbox(inbox, until=has_messages, clock=clock, policy=policy)
+    assert not done.satisfied
+
+
+async def test_cancelling_the_wait_stops_the_watcher(inbox: Path) -> None:
+    with anyio.move_on_after(0.3) as scope:
+        await wait_for_inbox(inbox, until=has_messages, clock=StuckClock())
+    assert scope.cancelled_caught
+    assert worker_threads_busy() == 0
+
+
+async def test_an_error_in_until_stops_the_watcher(inbox: Path) -> None:
+    def until(read: InboxRead) -> bool:
+        raise LookupError("caller bug")
+
+    with pytest.raises(LookupError):
+        await wait_for_inbox(inbox, until=until)
+    assert worker_threads_busy() == 0
+
+
+async def test_inbox_outside_config_dir_is_refused_while_waiting(tmp_path: Path) -> None:
+    outside = tmp_path / "outside.json"
+    write(outside, [ENTRY])
+    inbox = tmp_path / "claude" / "teams" / "t" / "inboxes" / "team-lead.json"
+    inbox.parent.mkdir(parents=True)
+    inbox.symlink_to(outside)
+    clock = FakeClock()
+    policy = InboxWaitPolicy(tries=1, span_s=0)
+    done = await wait_for_inbox(inbox, until=has_messages, clock=clock, policy=policy)
+    assert not done.satisfied and done.read.status == "refused"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [{"tries": 0}, {"first_delay_s": 0}, {"backoff": 0.5}, {"span_s": -1}, {"step_ms": 0}],
+)
+def test_policy_rejects_nonsense(bad: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError):
+        InboxWaitPolicy(**bad)
