@@ -59,7 +59,8 @@ class Outcome:
     attempts: list[Attempt] = field(default_factory=list)
     peak_in_flight: int = 0
     server_rejected: int = 0
-    cap_trace: list[int] = field(default_factory=list)
+    cap_trace: list[str] = field(default_factory=list)
+    pauses: int = 0
 
 
 @dataclass(frozen=True)
@@ -150,7 +151,10 @@ async def _run(name: str, policy: GovernorPolicy, workload: Workload) -> Outcome
         await client.close()
         outcome.peak_in_flight = server.stats.max_in_flight
         outcome.server_rejected = server.stats.rejected
-        outcome.cap_trace = [e.cap for e in governor.journal]
+        outcome.cap_trace = [
+            f"{e.cap} ({e.reason})" for e in governor.journal if e.cap != e.previous_cap
+        ]
+        outcome.pauses = sum(1 for e in governor.journal if e.retry_after_s is not None)
     return outcome
 
 
@@ -215,8 +219,11 @@ async def _main(args: argparse.Namespace) -> int:
             f"{outcome.peak_in_flight:>6}"
         )
         if name == "aimd":
-            trace = " ".join(str(cap) for cap in [policy.ceiling, *outcome.cap_trace])
-            print(f"  aimd cap changes: {trace}; warm-up ended at {figures.warmup_end:.2f} s")
+            trace = " -> ".join([str(policy.ceiling), *outcome.cap_trace])
+            print(
+                f"  aimd cap: {trace}; {outcome.pauses} Retry-After pauses started or "
+                f"extended; warm-up ended at {figures.warmup_end:.2f} s"
+            )
     aimd = results["aimd"]
     met = aimd.goodput >= 0.90 and aimd.rejected_after_warmup <= 0.05
     print(

@@ -17,7 +17,15 @@ from __future__ import annotations
 from ._version import __version__
 from .agents import default_agents, render_roster
 from .clock import SYSTEM_CLOCK, Clock, FakeClock, SystemClock
-from .coordinator import Coordinator, QueryFn, build_resume_prompt, prepare_options, query, receive_all
+from .coordinator import (
+    Coordinator,
+    QueryFn,
+    build_resume_prompt,
+    prepare_options,
+    query,
+    receive_all,
+    resume_session,
+)
 from .errors import BudgetExceeded, InboxError, ResumeError, SetupError, TeamleadError, UsageError
 from .events import (
     EVENT_VERSION,
@@ -113,6 +121,7 @@ __all__ = [
     "query",
     "read_inbox",
     "receive_all",
+    "resume_session",
     "render_roster",
     "wait_for_inbox",
 ]

@@ -54,7 +54,7 @@ from .team import Team, claude_config_dir, find_team
 from .tracker import ResultSeen, TaskInfo, Tracker
 from .transcript import find_subagent_transcript, last_assistant_text
 
-__all__ = ["QueryFn", "Coordinator", "query", "receive_all"]
+__all__ = ["Coordinator", "QueryFn", "build_resume_prompt", "prepare_options", "query", "receive_all", "resume_session"]
 
 #: The shape of ``claude_agent_sdk.query``: keyword ``prompt`` and ``options``.
 QueryFn = Callable[..., AsyncIterator[Any]]
@@ -148,7 +148,27 @@ class Coordinator:
             else:
                 yield item
         self._after_round(outcome, first=True)
+        async for item in self._resume_loop(query_fn):
+            yield item
 
+    async def resume(self, session_id: str) -> AsyncIterator[Any]:
+        """Collect and resume a session that ended earlier with work outstanding.
+
+        The session's state is rebuilt from its transcript (see
+        :func:`teamlead.session.load_session`), then the usual collect-and-resume loop runs.
+        """
+        from .session import load_session
+
+        if self.query_fn is None:
+            raise TypeError("Coordinator.resume needs a query_fn")
+        self._deadline = self.clock.monotonic() + self.policy.deadline_s
+        self.tracker = load_session(self.config_dir, session_id)
+        self.last_round_ok = self.tracker.last_success is not None
+        async for item in self._resume_loop(self.query_fn):
+            yield item
+
+    async def _resume_loop(self, query_fn: QueryFn) -> AsyncIterator[Any]:
+        outcome = _RoundOutcome(ok=self.last_round_ok, results=[])
         while True:
             pending: list[Delivery] = []
             async for event in self._collect(pending):
@@ -735,4 +755,36 @@ async def receive_all(
     """
     coordinator = Coordinator(options=client.options, policy=policy or Policy(), clock=clock)
     async for item in coordinator.run_client(client):
+        yield item
+
+
+async def resume_session(
+    session_id: str,
+    options: ClaudeAgentOptions | None = None,
+    *,
+    query_fn: QueryFn | None = None,
+    policy: Policy | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+) -> AsyncIterator[Any]:
+    """Collect and resume a session that ended with work outstanding.
+
+    Rebuilds the session's state from its transcript under the Claude config dir (from
+    ``options.env`` or the environment), gathers unused task results and inbox reports,
+    and resumes the lead, exactly like the tail of :func:`query`.
+
+    Raises:
+        UsageError: the session does not exist under the config dir.
+
+    Example:
+        >>> async for item in teamlead.resume_session("3d33...", options):
+        ...     ...
+    """
+    if query_fn is None:
+        from claude_agent_sdk import query as sdk_query
+
+        query_fn = sdk_query
+    coordinator = Coordinator(
+        options=options or ClaudeAgentOptions(), query_fn=query_fn, policy=policy or Policy(), clock=clock
+    )
+    async for item in coordinator.resume(session_id):
         yield item

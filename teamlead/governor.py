@@ -22,7 +22,10 @@ The rules, per bucket (defaults from :class:`GovernorPolicy`):
 * **No immediate re-probe.** The level that drew a rate limit is remembered for
   ``reprobe_after_s`` (60 s): the increase rule does not climb back to it before then. Without
   this, a bucket sitting just under the hidden limit would probe (and draw a 429 plus a
-  Retry-After pause) after every 4 successes. ``reprobe_after_s=0`` gives plain AIMD.
+  Retry-After pause) after every 4 successes. Each further rejection from the burst that
+  caused the cut (a slot of the epoch the cut closed) lowers that level by one, down to
+  ``cap + 1``: when r of L requests sent together are rejected, the server took about
+  ``L - r``. ``reprobe_after_s=0`` gives plain AIMD.
 * **Retry-After** pauses the bucket completely: no new acquisitions until it passes. Slots
   already running are unaffected.
 * **Idle reset.** A bucket with nothing running or queued for 5 minutes returns to the
@@ -342,6 +345,7 @@ class _Bucket:
         "bad_level",
         "cap",
         "cooldown_until",
+        "cut_epoch",
         "epoch",
         "in_flight",
         "key",
@@ -363,6 +367,7 @@ class _Bucket:
         self.last_activity = now
         self.bad_level: int | None = None  # lowest level that drew a rate limit recently
         self.bad_at = -math.inf
+        self.cut_epoch = -1  # the epoch the last cut closed
 
 
 class Governor:
@@ -680,9 +685,14 @@ class Governor:
             if bucket.waiters:
                 bucket.waiters[0].wake.set()  # the head starts the pause timer
         if slot.epoch != bucket.epoch:
+            # Sent before the last cut, which already counted this overload: no new cut.
+            # But each further rejection of the burst that cut says the server took one
+            # request fewer, so the level not to probe again is one lower.
+            if slot.epoch == bucket.cut_epoch and bucket.bad_level is not None:
+                bucket.bad_level = max(bucket.cap + 1, bucket.bad_level - 1)
             if paused:
                 self._record(bucket, "retry_after", bucket.cap, retry_after)
-            return  # sent before the last cut, which already counted this overload
+            return
         previous = bucket.cap
         bucket.successes = 0
         remembered = (
@@ -699,6 +709,7 @@ class Governor:
             bucket.last_good = None  # the limit moved; what was proven no longer holds
             reason = "rate_limited"
         if bucket.cap != previous:
+            bucket.cut_epoch = bucket.epoch
             bucket.epoch += 1
             self._record(bucket, reason, previous, retry_after if paused else None)
         elif paused:

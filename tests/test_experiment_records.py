@@ -23,7 +23,9 @@ from teamlead.experiment.records import (
 )
 
 
-def make(variant: str = "delegation", task: str = "t1", trial: int = 0, **fields: object) -> TrialRecord:
+def make(
+    variant: str = "delegation", task: str = "t1", trial: int = 0, **fields: object
+) -> TrialRecord:
     values: dict[str, object] = {"status": "completed", "wall_s": 12.5}
     values.update(fields)
     return TrialRecord(variant=variant, task=task, trial=trial, **values)  # type: ignore[arg-type]
@@ -104,12 +106,12 @@ def test_writer_starts_a_fresh_line_after_a_torn_tail(tmp_path: Path) -> None:
 def test_concurrent_appends_never_interleave(tmp_path: Path) -> None:
     path = tmp_path / "trials.jsonl"
     with TrialWriter(path) as writer:
-        threads = [
-            threading.Thread(
-                target=lambda i=i: [writer.append(make(task=f"t{i}", trial=j)) for j in range(20)]
-            )
-            for i in range(4)
-        ]
+
+        def write_task(task: str) -> None:
+            for trial in range(20):
+                writer.append(make(task=task, trial=trial))
+
+        threads = [threading.Thread(target=write_task, args=(f"t{i}",)) for i in range(4)]
         for thread in threads:
             thread.start()
         for thread in threads:
@@ -124,8 +126,9 @@ def test_older_records_are_accepted(tmp_path: Path) -> None:
     # very first lines carried no version at all.
     path = tmp_path / "trials.jsonl"
     minimal = {"variant": "baseline", "task": "t1", "trial": 0, "status": "partial", "wall_s": 3}
-    versioned = dict(minimal, trial=1, version=1, agent_calls=1, delegated=True,
-                     max_agent_calls_per_message=1)
+    versioned = dict(
+        minimal, trial=1, version=1, agent_calls=1, delegated=True, max_agent_calls_per_message=1
+    )
     path.write_text(json.dumps(minimal) + "\n" + json.dumps(versioned) + "\n", encoding="utf-8")
     result = read_records(path)
     assert result.warnings == []
@@ -168,7 +171,7 @@ def test_a_newer_version_is_skipped_with_a_warning(tmp_path: Path) -> None:
 )
 def test_inconsistent_records_are_rejected(fields: dict[str, object]) -> None:
     with pytest.raises(ValidationError):
-        make(**fields)
+        make("delegation", "t1", 0, **fields)
 
 
 def test_latest_record_of_a_key_wins() -> None:

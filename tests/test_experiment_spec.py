@@ -71,7 +71,12 @@ def error_for(text: str, **kwargs: object) -> str:
 def test_valid_spec_loads_with_defaults_and_paths(tmp_path: Path) -> None:
     (tmp_path / "exp.toml").write_text(VALID, encoding="utf-8")
     checked: list[str] = []
-    spec = load_spec(tmp_path / "exp.toml", strategy_exists=lambda s: checked.append(s) or True)
+
+    def exists(strategy: str) -> bool:
+        checked.append(strategy)
+        return True
+
+    spec = load_spec(tmp_path / "exp.toml", strategy_exists=exists)
 
     assert isinstance(spec, ExperimentSpec)
     assert checked == ["baseline", "delegation"]
@@ -114,61 +119,130 @@ def test_example_spec_is_valid() -> None:
     ("old", "new", "field", "anchor", "occurrence", "problem"),
     [
         pytest.param(
-            'name = "delegation"', 'name = "baseline"', "variants[1].name",
-            'name = "baseline"', 2, "duplicate variant 'baseline'", id="duplicate-variant",
+            'name = "delegation"',
+            'name = "baseline"',
+            "variants[1].name",
+            'name = "baseline"',
+            2,
+            "duplicate variant 'baseline'",
+            id="duplicate-variant",
         ),
         pytest.param(
-            'control = "baseline"', 'control = "baselin"', "experiment.control",
-            "control =", 1, "not a variant", id="control-not-a-variant",
+            'control = "baseline"',
+            'control = "baselin"',
+            "experiment.control",
+            "control =",
+            1,
+            "not a variant",
+            id="control-not-a-variant",
         ),
         pytest.param(
-            "trials = 3", "trials = 0", "experiment.trials", "trials =", 1,
-            "greater than or equal to 1", id="zero-trials",
+            "trials = 3",
+            "trials = 0",
+            "experiment.trials",
+            "trials =",
+            1,
+            "greater than or equal to 1",
+            id="zero-trials",
         ),
         pytest.param(
-            'prompt = "Find the untested modules."', "", "tasks[1].prompt",
-            "[[tasks]]", 2, "missing required key", id="missing-prompt",
+            'prompt = "Find the untested modules."',
+            "",
+            "tasks[1].prompt",
+            "[[tasks]]",
+            2,
+            "missing required key",
+            id="missing-prompt",
         ),
         pytest.param(
-            'id = "tests"', 'id = "arch-and-security"', "tasks[1].id",
-            'id = "arch-and-security"', 2, "duplicate task id", id="duplicate-task",
+            'id = "tests"',
+            'id = "arch-and-security"',
+            "tasks[1].id",
+            'id = "arch-and-security"',
+            2,
+            "duplicate task id",
+            id="duplicate-task",
         ),
         pytest.param(
-            'strategy = "delegation"', 'stratgy = "delegation"', "variants[1].stratgy",
-            "stratgy", 1, "did you mean 'strategy'", id="typo-key",
+            'strategy = "delegation"',
+            'stratgy = "delegation"',
+            "variants[1].stratgy",
+            "stratgy",
+            1,
+            "did you mean 'strategy'",
+            id="typo-key",
         ),
         pytest.param(
-            "concurrency = 6", "concurency = 6", "experiment.concurency", "concurency", 1,
-            "did you mean 'concurrency'", id="typo-experiment-key",
+            "concurrency = 6",
+            "concurency = 6",
+            "experiment.concurency",
+            "concurency",
+            1,
+            "did you mean 'concurrency'",
+            id="typo-experiment-key",
         ),
         pytest.param(
-            "trials = 3", 'trials = "3"', "experiment.trials", "trials =", 1,
-            "valid integer", id="string-for-int",
+            "trials = 3",
+            'trials = "3"',
+            "experiment.trials",
+            "trials =",
+            1,
+            "valid integer",
+            id="string-for-int",
         ),
         pytest.param(
-            "trials = 3", "trials = true", "experiment.trials", "trials =", 1,
-            "valid integer", id="bool-for-int",
+            "trials = 3",
+            "trials = true",
+            "experiment.trials",
+            "trials =",
+            1,
+            "valid integer",
+            id="bool-for-int",
         ),
         pytest.param(
-            'tags = ["review"]', 'tags = "review"', "tasks[0].tags", "tags =", 1,
-            "valid list", id="string-for-list",
+            'tags = ["review"]',
+            'tags = "review"',
+            "tasks[0].tags",
+            "tags =",
+            1,
+            "valid list",
+            id="string-for-list",
         ),
         pytest.param(
-            "options = { max_turns = 40 }", 'options = { system_prompt = "x" }',
-            "variants[1].options", "options =", 1, "set by the variant's strategy",
+            "options = { max_turns = 40 }",
+            'options = { system_prompt = "x" }',
+            "variants[1].options",
+            "options =",
+            1,
+            "set by the variant's strategy",
             id="reserved-option",
         ),
         pytest.param(
-            "Answer: {answer}", "Answer: {anwser}", "experiment.grader.rubric", "grader =", 1,
-            "unknown template field {anwser}", id="grader-template-field",
+            "Answer: {answer}",
+            "Answer: {anwser}",
+            "experiment.grader.rubric",
+            "grader =",
+            1,
+            "unknown template field {anwser}",
+            id="grader-template-field",
         ),
         pytest.param(
-            'name = "delegation-ab"', 'name = " padded"', "experiment.name", "name =", 1,
-            "pattern", id="name-with-whitespace",
+            'name = "delegation-ab"',
+            'name = " padded"',
+            "experiment.name",
+            "name =",
+            1,
+            "pattern",
+            id="name-with-whitespace",
         ),
         pytest.param(
-            'model = "claude-opus"', "model = 5", "variants[1].model", "model = 5", 1,
-            "valid string", id="number-for-string",
+            'model = "claude-opus"',
+            "model = 5",
+            "variants[1].model",
+            "model = 5",
+            1,
+            "valid string",
+            id="number-for-string",
         ),
     ],
 )
@@ -226,7 +300,9 @@ def test_missing_file_is_a_usage_error(tmp_path: Path) -> None:
 
 
 def test_first_error_in_file_order_is_reported() -> None:
-    text = VALID.replace("trials = 3", "trials = 0").replace("stratgy", "strategy").replace(
-        'id = "tests"', 'idd = "tests"'
+    text = (
+        VALID.replace("trials = 3", "trials = 0")
+        .replace("stratgy", "strategy")
+        .replace('id = "tests"', 'idd = "tests"')
     )
     assert error_for(text).startswith(f"exp.toml:{line_of(text, 'trials =')}: experiment.trials")

@@ -340,6 +340,51 @@ async def test_a_level_that_failed_is_not_probed_again_before_reprobe_after() ->
         release_all([*running, waiters.slot("w")])
 
 
+async def grow_attempt(gov: Governor, successes: int = 8) -> int:
+    """Fill the bucket, queue a caller, report successes; return the cap afterwards."""
+    running = await hold(gov, A, gov.state(A).cap)
+    async with anyio.create_task_group() as tg:
+        waiters = Waiters(gov, tg)
+        await waiters.start("w", A)
+        for _ in range(successes):
+            running[0].success()
+        cap = gov.state(A).cap
+        release_all(running)
+        await settle()
+        waiters.slot("w").release()
+    return cap
+
+
+@pytest.mark.parametrize(("rejected", "cap_after"), [(1, 10), (2, 10), (3, 9)])
+async def test_each_rejection_of_the_cutting_burst_lowers_the_level_not_to_probe(
+    rejected: int, cap_after: int
+) -> None:
+    # 12 sent together; the first rejection cuts to 9 and marks 12 as bad. Each further
+    # rejection of that burst lowers the bad level by one (not below cap + 1 = 10).
+    gov, _, _ = make(ceiling=12)
+    burst = await hold(gov, A, 12)
+    for slot in burst[:rejected]:
+        slot.rate_limited()
+    release_all(burst)
+    assert gov.state(A).cap == 9
+    # bad level 12 - (rejected - 1): growth to 10 stays allowed unless 10 is the bad level
+    assert await grow_attempt(gov) == cap_after
+
+
+async def test_a_burst_that_found_the_limit_is_not_probed_right_again() -> None:
+    # Hidden limit 6: 9 sent together, 3 rejected -> cut to 6, and 7 is not probed.
+    gov, clock, seen = make(ceiling=9)
+    burst = await hold(gov, A, 9)
+    for slot in burst[6:]:
+        slot.rate_limited()
+    release_all(burst)
+    assert gov.state(A).cap == 6
+    assert await grow_attempt(gov) == 6
+    clock.advance(60)
+    assert await grow_attempt(gov) == 7
+    assert [e.reason for e in seen] == ["rate_limited", "increase"]
+
+
 async def test_reprobe_after_zero_is_plain_aimd() -> None:
     gov, _, _ = make(ceiling=8, reprobe_after_s=0)
     running, probe = await probe_to_seven(gov)

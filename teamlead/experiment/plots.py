@@ -72,7 +72,9 @@ def write_plots(directory: str | Path, report: Report) -> list[Path]:
             drawn = [(p, v) for p, v in zip(positions, values, strict=True) if v]
             if drawn:
                 axes.boxplot(
-                    [v for _, v in drawn], positions=[p for p, _ in drawn], widths=0.5,
+                    [v for _, v in drawn],
+                    positions=[p for p, _ in drawn],
+                    widths=0.5,
                     showfliers=False,
                 )
             for position, trial_values in drawn:
@@ -106,16 +108,28 @@ def _rate_plot(
             if name in cells
         ]
         xs = position + jitter.uniform(-0.15, 0.15, size=len(per_task))
-        axes.scatter(xs, per_task, s=14, alpha=0.5, color="tab:gray", zorder=2,
-                     label="task rate" if position == positions[0] else None)
+        axes.scatter(
+            xs,
+            per_task,
+            s=14,
+            alpha=0.5,
+            color="tab:gray",
+            zorder=2,
+            label="task rate" if position == positions[0] else None,
+        )
         rate = getattr(report.variants[name], key)
         if rate.estimate is None:
             continue
         low = rate.estimate - (rate.ci_low if rate.ci_low is not None else rate.estimate)
         high = (rate.ci_high if rate.ci_high is not None else rate.estimate) - rate.estimate
         axes.errorbar(
-            [position], [rate.estimate], yerr=[[low], [high]], fmt="o", color="tab:red",
-            capsize=6, zorder=3,
+            [position],
+            [rate.estimate],
+            yerr=[[low], [high]],
+            fmt="o",
+            color="tab:red",
+            capsize=6,
+            zorder=3,
             label="rate, clustered Wilson CI" if position == positions[0] else None,
         )
     axes.set_ylim(-0.05, 1.05)

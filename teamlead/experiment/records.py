@@ -248,9 +248,7 @@ def finished_keys(path: str | Path, *, retry_infrastructure: bool = True) -> set
         >>> todo = [k for k in spec.trial_keys() if k not in done]  # doctest: +SKIP
     """
     records = latest_records(read_records(path, missing_ok=True).records)
-    return {
-        r.key for r in records if not (retry_infrastructure and r.infrastructure_failure)
-    }
+    return {r.key for r in records if not (retry_infrastructure and r.infrastructure_failure)}
 
 
 class TrialWriter:

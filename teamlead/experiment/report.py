@@ -81,16 +81,23 @@ class Metric:
 
 
 METRICS: tuple[Metric, ...] = (
-    Metric("parallel", "rate", "difference", True, lambda r: float(r.parallel),
-           "parallel Agent calls (rate)"),
-    Metric("delegated", "rate", "difference", True, lambda r: float(r.delegated),
-           "delegated (rate)"),
+    Metric(
+        "parallel",
+        "rate",
+        "difference",
+        True,
+        lambda r: float(r.parallel),
+        "parallel Agent calls (rate)",
+    ),
+    Metric(
+        "delegated", "rate", "difference", True, lambda r: float(r.delegated), "delegated (rate)"
+    ),
     Metric("wall_s", "mean", "ratio", False, lambda r: r.wall_s, "wall time (s)"),
-    Metric("agent_calls", "mean", "difference", True, lambda r: float(r.agent_calls),
-           "Agent calls"),
+    Metric(
+        "agent_calls", "mean", "difference", True, lambda r: float(r.agent_calls), "Agent calls"
+    ),
     Metric("cost_usd", "mean", "ratio", False, lambda r: r.cost_usd, "cost (USD)"),
-    Metric("tokens", "mean", "ratio", False, lambda r: float(r.tokens),
-           "tokens (input + output)"),
+    Metric("tokens", "mean", "ratio", False, lambda r: float(r.tokens), "tokens (input + output)"),
     Metric("grade", "mean", "difference", True, lambda r: r.grade, "grade"),
 )
 """Every metric, the primary one (``parallel``) first. ``grade`` is analysed only when
@@ -201,7 +208,9 @@ class Report(_Model):
             for key in ("parallel_rate", "delegated_rate"):
                 rate: RateSummary = getattr(summary, key)
                 entry[key] = {
-                    "estimate": rate.estimate, "ci_low": rate.ci_low, "ci_high": rate.ci_high
+                    "estimate": rate.estimate,
+                    "ci_low": rate.ci_low,
+                    "ci_high": rate.ci_high,
                 }
             for key in ("wall_s", "agent_calls", "cost_usd", "tokens"):
                 mean: MeanSummary = getattr(summary, key)
@@ -210,8 +219,16 @@ class Report(_Model):
         comparisons = [
             c.model_dump(
                 include={
-                    "variant", "control", "metric", "diff", "ci_low", "ci_high", "p_value",
-                    "p_adjusted", "verdict", "mde",
+                    "variant",
+                    "control",
+                    "metric",
+                    "diff",
+                    "ci_low",
+                    "ci_high",
+                    "p_value",
+                    "p_adjusted",
+                    "verdict",
+                    "mde",
                 }
             )
             for c in self.comparisons
@@ -262,8 +279,9 @@ def build_report(
 ) -> Report:
     """Summarise an experiment and compare every variant with ``control``.
 
-    Deterministic for a given ``seed``. Fewer permutations or bootstrap draws make it
-    faster and coarser, nothing else changes.
+    Deterministic for a given ``seed`` whatever the order of ``records``. Fewer
+    permutations or bootstrap draws make it faster and coarser, nothing else changes.
+    Variants are listed control first, then by name; tasks by id.
 
     Args:
         records: trial records, e.g. ``read_records(path).records`` (duplicates of a key:
@@ -287,7 +305,8 @@ def build_report(
         raise UsageError("alpha and power must lie strictly between 0 and 1")
     if n_permutations < 1 or n_bootstrap < 2:
         raise UsageError("n_permutations must be >= 1 and n_bootstrap >= 2")
-    latest = latest_records(records)
+    # Sorted so the result depends on the records and the seed, not on their order.
+    latest = sorted(latest_records(records), key=lambda r: (r.variant, r.task, r.trial))
     counted = [r for r in latest if not r.infrastructure_failure]
     excluded: dict[str, int] = {}
     for record in latest:
@@ -327,15 +346,22 @@ def build_report(
         for name in names
     }
     comparisons = _compare(
-        by_variant, control, tasks, metrics, variants, seed, alpha, power,
-        n_permutations, n_bootstrap,
+        by_variant,
+        control,
+        tasks,
+        metrics,
+        variants,
+        seed,
+        alpha,
+        power,
+        n_permutations,
+        n_bootstrap,
     )
     task_cells = _task_cells(by_variant, tasks)
     flaky = [task for task in tasks if any(c.flaky for c in task_cells[task].values())]
     samples = {
         m.name: {
-            name: [v for r in by_variant[name] if (v := m.value(r)) is not None]
-            for name in names
+            name: [v for r in by_variant[name] if (v := m.value(r)) is not None] for name in names
         }
         for m in metrics
     }
@@ -378,7 +404,9 @@ def _summarise(
             )
         else:
             mean = cluster_bootstrap_mean(
-                clusters, rng=_rng(seed, "summary", variant, metric.name), alpha=alpha,
+                clusters,
+                rng=_rng(seed, "summary", variant, metric.name),
+                alpha=alpha,
                 n_bootstrap=n_bootstrap,
             )
             fields[metric.name] = MeanSummary(
@@ -555,8 +583,16 @@ def render_markdown(report: Report) -> str:
             )
         rows.append(row)
     out += _table(
-        ["variant", "trials", "parallel rate", "delegated rate", "wall s", "Agent calls",
-         "cost USD", "tokens"],
+        [
+            "variant",
+            "trials",
+            "parallel rate",
+            "delegated rate",
+            "wall s",
+            "Agent calls",
+            "cost USD",
+            "tokens",
+        ],
         rows,
     )
     out += [
@@ -572,14 +608,20 @@ def render_markdown(report: Report) -> str:
         unit = "x" if c.scale == "ratio" else ""
         effect = "n/a" if c.diff is None else f"{_fmt(c.diff)}{unit}"
         mde = "n/a" if c.mde is None else f"{_fmt(c.mde)}{unit}"
-        rows.append([
-            c.variant, c.metric, effect, _interval(c.ci_low, c.ci_high), _fmt_p(c.p_value),
-            f"{_fmt_p(c.p_adjusted)} ({'Holm' if c.correction == 'holm' else 'BH'})",
-            mde, f"**{c.verdict}**",
-        ])
+        rows.append(
+            [
+                c.variant,
+                c.metric,
+                effect,
+                _interval(c.ci_low, c.ci_high),
+                _fmt_p(c.p_value),
+                f"{_fmt_p(c.p_adjusted)} ({'Holm' if c.correction == 'holm' else 'BH'})",
+                mde,
+                f"**{c.verdict}**",
+            ]
+        )
     out += _table(
-        ["variant", "metric", "effect", f"{confidence} CI", "p", "p adjusted", "MDE",
-         "verdict"],
+        ["variant", "metric", "effect", f"{confidence} CI", "p", "p adjusted", "MDE", "verdict"],
         rows,
     )
     out += [
@@ -598,8 +640,9 @@ def render_markdown(report: Report) -> str:
         for name in names:
             cell = cells.get(name)
             row.append(
-                "-" if cell is None else
-                f"{_fmt(cell.parallel_rate, 2)} / {_fmt(cell.delegated_rate, 2)} "
+                "-"
+                if cell is None
+                else f"{_fmt(cell.parallel_rate, 2)} / {_fmt(cell.delegated_rate, 2)} "
                 f"(n={cell.trials}){' flaky' if cell.flaky else ''}"
             )
         rows.append(row)
@@ -607,8 +650,9 @@ def render_markdown(report: Report) -> str:
     out += ["", "Cells: parallel rate / delegated rate (trials)."]
     out += [""]
     if report.flaky_tasks:
-        out.append("Flaky tasks (parallel both 0 and 1 within a variant): "
-                   + ", ".join(report.flaky_tasks))
+        out.append(
+            "Flaky tasks (parallel both 0 and 1 within a variant): " + ", ".join(report.flaky_tasks)
+        )
     else:
         out.append("Flaky tasks: none.")
     if report.notes:

@@ -232,9 +232,7 @@ def load_spec(path: str | Path, *, strategy_exists: StrategyCheck | None = None)
         raise UsageError(f"spec file not found: {file}") from None
     except (OSError, UnicodeDecodeError) as exc:
         raise UsageError(f"cannot read spec file {file}: {exc}") from None
-    return parse_spec(
-        text, source=str(file), base_dir=file.parent, strategy_exists=strategy_exists
-    )
+    return parse_spec(text, source=str(file), base_dir=file.parent, strategy_exists=strategy_exists)
 
 
 def parse_spec(

@@ -318,7 +318,13 @@ def paired_test(
     nan = math.nan
     if k == 0:
         return PairedResult(
-            scale=scale, effect=nan, ci_low=nan, ci_high=nan, p_value=nan, se=nan, tasks=0,
+            scale=scale,
+            effect=nan,
+            ci_low=nan,
+            ci_high=nan,
+            p_value=nan,
+            se=nan,
+            tasks=0,
             exact=False,
         )
     mv = np.array([v.mean() for v, _ in pairs])
@@ -327,9 +333,7 @@ def paired_test(
 
     pooled = [np.concatenate([v, c]) for v, c in pairs]
     sizes = [len(v) for v, _ in pairs]
-    sum_v, sum_c, exact = _permutation_sums(
-        pooled, sizes, rng=rng, n_permutations=n_permutations
-    )
+    sum_v, sum_c, exact = _permutation_sums(pooled, sizes, rng=rng, n_permutations=n_permutations)
     null = _statistic(sum_v / k, sum_c / k, scale)
     if math.isfinite(observed):
         tolerance = 1e-9 * max(1.0, abs(observed))
@@ -337,11 +341,10 @@ def paired_test(
             # A non-finite relabeled statistic is as extreme as it gets: count it.
             at_least = ~(np.abs(null) < abs(observed) - tolerance)
             beyond = ~(np.abs(null) <= abs(observed) + tolerance)
-        hits = float(beyond.sum()) + (0.5 if mid_p else 1.0) * float((at_least & ~beyond).sum())
-        if exact:
-            p_value = hits / null.size
-        else:  # the observed labeling is one more draw, tied with itself
-            p_value = (hits + (0.5 if mid_p else 1.0)) / (1 + null.size)
+        tie = 0.5 if mid_p else 1.0
+        hits = float(beyond.sum()) + tie * float((at_least & ~beyond).sum())
+        # Sampled: the observed labeling is one more draw, tied with itself.
+        p_value = hits / null.size if exact else (hits + tie) / (1 + null.size)
     else:
         p_value = nan
 
@@ -423,9 +426,7 @@ def mde_from_se(
     return math.exp(distance) if scale == "ratio" else distance
 
 
-def adjust_pvalues(
-    p_values: Sequence[float], method: Literal["holm", "fdr_bh"]
-) -> list[float]:
+def adjust_pvalues(p_values: Sequence[float], method: Literal["holm", "fdr_bh"]) -> list[float]:
     """Holm (family-wise) or Benjamini-Hochberg (FDR) adjusted p-values.
 
     NaN entries (untestable comparisons) stay NaN and do not count as tests.
@@ -441,7 +442,9 @@ def adjust_pvalues(
     values = np.asarray(p_values, dtype=np.float64)
     out = np.full(values.shape, math.nan)
     present = ~np.isnan(values)
-    if present.any():
+    if present.sum() == 1:  # one test: both corrections are the identity
+        out[present] = values[present]
+    elif present.any():
         out[present] = multipletests(values[present], method=method)[1]
     return [float(v) for v in out]
 

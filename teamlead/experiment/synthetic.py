@@ -53,7 +53,9 @@ def synthetic_records(
     if len(sizes) != 1:
         raise ValueError("every variant needs one rate per task, the same tasks for all")
     n_tasks = sizes.pop()
-    names = list(task_names) if task_names is not None else [f"task-{i:02d}" for i in range(n_tasks)]
+    names = (
+        list(task_names) if task_names is not None else [f"task-{i:02d}" for i in range(n_tasks)]
+    )
     if len(names) != n_tasks:
         raise ValueError("task_names must name every task")
     task_scale = rng.lognormal(0.0, 0.5, size=n_tasks)

@@ -1,0 +1,178 @@
+"""Bench (P3): what ``teamlead.query`` costs on top of bare ``claude_agent_sdk.query``.
+
+The workload is a scripted fan-out run by the real bundled Claude Code CLI, offline:
+the lead sends three ``Agent`` calls in one message, the subagents answer after 0.3,
+0.5 and 0.7 s, and the lead synthesizes every finding in the turns the CLI injects after
+each task notification. ``teamlead.query`` wraps ``claude_agent_sdk.query``, so both
+sides start the same CLI with the same options (teamlead's own environment addition,
+``CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS``, is set on both), against one scripted server.
+
+N pairs run alternately (bare first in even pairs, teamlead first in odd ones), after
+one warm-up pair that is not counted; each run gets its own fresh CLI state directory.
+Both sides must end with the lead's synthesis quoting all three findings, and teamlead
+must finish ``completed`` without a resume, so the two sides did the same work.
+
+Figures: wall time per run (the whole iteration, CLI start and exit included), as the
+median over pairs of teamlead / bare and the overhead in %; CPU time of this process
+(``time.process_time``) per run, median per side. Target: overhead <= 5%.
+
+Run: ``python bench/coordinator_overhead.py`` (about a minute); ``--quick`` runs one
+pair without warm-up and does not judge the target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import anyio
+from _common import table
+from claude_agent_sdk import ClaudeAgentOptions, ResultMessage
+from claude_agent_sdk import query as sdk_query
+
+import teamlead
+from teamlead.events import Finished
+from teamlead.policy import Policy
+from teamlead.testing import OfflineClaude, ScriptedServer, cli_version
+from teamlead.testing.scripts import FanOut, findings_in
+
+PROMPT = "Investigate the three parts in parallel, then synthesize the findings."
+EXPECTED = ["agent-1", "agent-2", "agent-3"]
+TARGET = 0.05
+SIDES = ("bare", "teamlead")
+
+
+class BenchFailure(Exception):
+    """A run did not do the work the comparison needs."""
+
+
+@dataclass(frozen=True)
+class Run:
+    side: str
+    wall: float
+    cpu: float
+    requests: int
+
+
+async def bare(options: ClaudeAgentOptions) -> None:
+    final: str | None = None
+    async for message in sdk_query(prompt=PROMPT, options=options):
+        if isinstance(message, ResultMessage) and not message.is_error:
+            final = message.result
+    _check_findings("bare", final)
+
+
+async def coordinated(options: ClaudeAgentOptions) -> None:
+    done: Finished | None = None
+    async for item in teamlead.query(PROMPT, options):
+        if isinstance(item, Finished):
+            done = item
+    if done is None or done.status != "completed" or done.resumes:
+        status = "no Finished event" if done is None else f"{done.status}, {done.resumes} resume(s)"
+        raise BenchFailure(f"teamlead run ended {status}: {done.reasons if done else ''}")
+    _check_findings("teamlead", done.result)
+
+
+def _check_findings(side: str, final: str | None) -> None:
+    found = sorted(findings_in(final or ""))
+    if found != EXPECTED:
+        raise BenchFailure(f"{side} run's final answer quotes findings {found}, not {EXPECTED}")
+
+
+RUNNERS: dict[str, Callable[[ClaudeAgentOptions], Awaitable[None]]] = {
+    "bare": bare,
+    "teamlead": coordinated,
+}
+
+
+async def timed(side: str, server: ScriptedServer) -> Run:
+    with OfflineClaude(server.base_url) as claude:
+        options = teamlead.prepare_options(claude.options(), Policy())
+        before = len(server.recorded())
+        wall, cpu = time.perf_counter(), time.process_time()
+        with anyio.fail_after(120):
+            await RUNNERS[side](options)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        return Run(side, wall, cpu, len(server.recorded()) - before)
+
+
+async def bench(pairs: int, warmup: bool) -> list[tuple[Run, Run]]:
+    results: list[tuple[Run, Run]] = []
+    with ScriptedServer(FanOut.of(3, delays=[0.3, 0.5, 0.7])) as server:
+        if warmup:
+            for side in SIDES:
+                await timed(side, server)
+        for i in range(pairs):
+            order = SIDES if i % 2 == 0 else SIDES[::-1]
+            runs = {side: await timed(side, server) for side in order}
+            results.append((runs["bare"], runs["teamlead"]))
+    return results
+
+
+def report(results: list[tuple[Run, Run]], quick: bool) -> bool:
+    rows = [
+        [
+            str(i + 1),
+            "bare first" if i % 2 == 0 else "teamlead first",
+            f"{b.wall:.3f}",
+            f"{t.wall:.3f}",
+            f"x{t.wall / b.wall:.3f}",
+            f"{b.cpu * 1e3:.0f}",
+            f"{t.cpu * 1e3:.0f}",
+            f"{b.requests}/{t.requests}",
+        ]
+        for i, (b, t) in enumerate(results)
+    ]
+    headers = ["pair", "order", "bare s", "teamlead s", "ratio", "bare cpu ms", "tl cpu ms", "requests"]
+    print(table(headers, rows))
+    ratio = statistics.median(t.wall / b.wall for b, t in results)
+    overhead = ratio - 1
+    bare_wall = statistics.median(b.wall for b, _ in results)
+    tl_wall = statistics.median(t.wall for _, t in results)
+    bare_cpu = statistics.median(b.cpu for b, _ in results)
+    tl_cpu = statistics.median(t.cpu for _, t in results)
+    print(
+        f"median wall: bare {bare_wall:.3f} s, teamlead {tl_wall:.3f} s; median pair ratio "
+        f"x{ratio:.3f} ({overhead:+.1%})"
+    )
+    print(
+        f"median CPU of this process per run: bare {bare_cpu * 1e3:.0f} ms, teamlead "
+        f"{tl_cpu * 1e3:.0f} ms (x{tl_cpu / bare_cpu:.2f}, {(tl_cpu - bare_cpu) * 1e3:+.0f} ms)"
+    )
+    met = overhead <= TARGET
+    verdict = "not judged (--quick)" if quick else ("met" if met else "MISSED")
+    print(
+        f"SUMMARY: teamlead.query overhead {overhead:+.1%} wall (x{ratio:.3f} bare query, median of "
+        f"{len(results)} pairs) and x{tl_cpu / bare_cpu:.2f} CPU in this process on a 3-agent "
+        f"scripted fan-out; target <= {TARGET:.0%}: {verdict}"
+    )
+    return met or quick
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one pair, no warm-up: a smoke run")
+    parser.add_argument("--pairs", type=int, default=5, help="alternating pairs to time (default 5)")
+    args = parser.parse_args()
+    if args.pairs < 1:
+        parser.error("--pairs must be at least 1")
+    pairs = 1 if args.quick else args.pairs
+    print(
+        f"coordinator overhead bench{' (quick)' if args.quick else ''}: real CLI "
+        f"{cli_version()}, FanOut.of(3, delays=[0.3, 0.5, 0.7]), {pairs} "
+        f"alternating pair(s){'' if args.quick else ' after 1 warm-up pair'}"
+    )
+    try:
+        results = anyio.run(bench, pairs, not args.quick)
+    except (BenchFailure, TimeoutError) as exc:
+        print(f"FAILED: {exc or 'a run took longer than 120 s'}", file=sys.stderr)
+        raise SystemExit(1) from None
+    raise SystemExit(0 if report(results, args.quick) else 1)
+
+
+if __name__ == "__main__":
+    main()

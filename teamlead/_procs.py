@@ -1,0 +1,37 @@
+"""Stop the CLI processes this process started, and everything they started."""
+
+from __future__ import annotations
+
+import os
+
+import psutil
+
+
+def descendants() -> list[psutil.Process]:
+    """Every live descendant of this process."""
+    try:
+        return psutil.Process(os.getpid()).children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def stop_descendants(grace_s: float = 2.0) -> int:
+    """SIGTERM every descendant, SIGKILL what is left after ``grace_s``, reap; returns the count.
+
+    The whole tree is collected first, so grandchildren (a subagent's shell) are not
+    orphaned when their parent dies.
+    """
+    procs = descendants()
+    for proc in procs:
+        try:
+            proc.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+    psutil.wait_procs(alive, timeout=grace_s)
+    return len(procs)

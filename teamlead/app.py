@@ -1,0 +1,215 @@
+"""What ``teamlead ask``, ``resume`` and ``demo`` do, as a typed API the CLI calls.
+
+:class:`AskSettings` holds the command-line settings; :func:`build_run` turns them into
+SDK options (with the strategy prompt appended) and a :class:`~teamlead.policy.Policy`;
+:func:`run_session` drives the coordinator with progress output and Ctrl-C handling and
+returns the exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any, Literal
+
+import anyio
+from claude_agent_sdk import ClaudeAgentOptions
+
+from ._procs import stop_descendants
+from .errors import SetupError, UsageError
+from .events import Finished
+from .policy import Policy
+from .prompts import Strategy, apply_strategy, default_values, load_strategy
+from .testing.runner import ensure_loopback
+from .view import JsonProgress, LiveTeamView, PlainProgress
+
+__all__ = [
+    "EXIT_CODES",
+    "AskSettings",
+    "Output",
+    "build_run",
+    "check_setup",
+    "exit_code_for",
+    "run_session",
+]
+
+Output = Literal["auto", "live", "plain", "json", "quiet"]
+
+#: ``Finished.status`` -> process exit code. Usage errors exit 2, Ctrl-C 130.
+EXIT_CODES: dict[str, int] = {"completed": 0, "failed": 1, "partial": 3}
+EXIT_INTERRUPTED = 130
+
+
+@dataclass
+class AskSettings:
+    """Settings of one ``teamlead ask`` run (each maps to an option and a TEAMLEAD_* variable)."""
+
+    strategy: str = "delegation"
+    model: str | None = None
+    cwd: str | None = None
+    max_resumes: int = 3
+    wait_s: float = 60.0
+    deadline_s: float = 1800.0
+    max_cost_usd: float | None = None
+    allowed_tools: list[str] = field(default_factory=list)
+    permission_mode: str | None = None
+    max_concurrent_agents: int | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def check_setup(env: Mapping[str, str]) -> None:
+    """Fail with one clear line when the CLI has no way to reach a model.
+
+    Raises:
+        SetupError: no API key, token or login is configured.
+    """
+    if env.get("ANTHROPIC_BASE_URL", "").strip():
+        try:
+            ensure_loopback(env["ANTHROPIC_BASE_URL"])
+            return  # a local gateway or scripted server needs no real key
+        except SetupError:
+            pass
+    keys = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+    if any(env.get(k, "").strip() for k in keys):
+        return
+    for flag in ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"):
+        if env.get(flag, "").strip() in ("1", "true"):
+            return
+    config = Path(env.get("CLAUDE_CONFIG_DIR") or Path(env.get("HOME", "~")).expanduser() / ".claude")
+    if (config / ".credentials.json").exists():
+        return
+    raise SetupError(
+        "no model access configured: set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL and "
+        "ANTHROPIC_AUTH_TOKEN for a gateway), or try `teamlead demo`, which needs neither"
+    )
+
+
+def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strategy]:
+    """SDK options with the strategy appended, and the policy, for ``settings``.
+
+    Raises:
+        UsageError: unknown strategy, bad numbers, a cwd that does not exist.
+    """
+    if settings.cwd is not None and not Path(settings.cwd).is_dir():
+        raise UsageError(f"--cwd {settings.cwd!r} is not a directory")
+    strategy = load_strategy(settings.strategy)
+    try:
+        policy = Policy(
+            max_resumes=settings.max_resumes,
+            wait_s=settings.wait_s,
+            deadline_s=settings.deadline_s,
+            max_cost_usd=settings.max_cost_usd,
+        )
+    except ValueError as exc:
+        first = str(exc).splitlines()
+        raise UsageError(f"bad limit: {first[1] if len(first) > 1 else first[0]}") from None
+    options = ClaudeAgentOptions(
+        model=settings.model,
+        cwd=settings.cwd,
+        allowed_tools=list(settings.allowed_tools),
+        permission_mode=settings.permission_mode,  # type: ignore[arg-type]
+        env=dict(settings.env),
+    )
+    values: dict[str, object] = {}
+    if settings.max_concurrent_agents:
+        values = dict(default_values(max_concurrent_agents=settings.max_concurrent_agents))
+    options = apply_strategy(options, strategy, values=values or None)
+    return options, policy, strategy
+
+
+def exit_code_for(finished: Finished | None) -> int:
+    """The process exit code for a run's outcome."""
+    if finished is None:
+        return EXIT_CODES["failed"]
+    return EXIT_CODES[finished.status]
+
+
+def _progress(output: Output, verbose: bool, stderr: IO[str], stdout: IO[str]) -> Any:
+    if output == "json":
+        return JsonProgress(stdout)
+    if output == "quiet":
+        return None
+    if output == "live" or (output == "auto" and stderr.isatty()):
+        from rich.console import Console
+
+        return LiveTeamView(Console(file=stderr), verbose=verbose)
+    return PlainProgress(stderr, verbose=verbose)
+
+
+def run_session(
+    items: Callable[[], AsyncIterator[Any]],
+    *,
+    output: Output = "auto",
+    verbose: bool = False,
+    stdout: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+) -> int:
+    """Drive ``items()`` to its :class:`Finished` event with progress output; returns the exit code.
+
+    The final answer goes to stdout (or the ``finished`` NDJSON line with ``--json``);
+    progress goes to stderr. SIGINT/SIGTERM stop the CLI child and all it started at once
+    (SIGTERM, then SIGKILL after 2 s), print the session id to resume, and return 130.
+    """
+    out = stdout or sys.stdout
+    err = stderr or sys.stderr
+    progress = _progress(output, verbose, err, out)
+    state: dict[str, Any] = {"finished": None, "interrupted": False, "session": None}
+
+    async def consume(scope: anyio.CancelScope) -> None:
+        async for item in items():
+            if progress is not None:
+                progress.handle(item)
+            session = getattr(item, "session_id", None)
+            if isinstance(session, str) and session and state["session"] is None:
+                state["session"] = session
+            if isinstance(item, Finished):
+                state["finished"] = item
+        scope.cancel()
+
+    async def watch_signals(scope: anyio.CancelScope) -> None:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for _ in signals:
+                state["interrupted"] = True
+                await anyio.to_thread.run_sync(stop_descendants)
+                scope.cancel()
+                return
+
+    async def main() -> None:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(watch_signals, tg.cancel_scope)
+            tg.start_soon(consume, tg.cancel_scope)
+
+    try:
+        anyio.run(main)
+    finally:
+        if progress is not None:
+            progress.close()
+    finished: Finished | None = state["finished"]
+    if state["interrupted"]:
+        session = state["session"]
+        hint = f"; resume with: teamlead resume {session}" if session else ""
+        err.write(f"teamlead: interrupted{hint}\n")
+        err.flush()
+        return EXIT_INTERRUPTED
+    if finished is None:
+        err.write("teamlead: the run ended without an outcome\n")
+        return EXIT_CODES["failed"]
+    if output != "json":
+        if finished.result:
+            out.write(finished.result.rstrip() + "\n")
+            out.flush()
+        if finished.status != "completed":
+            reasons = "; ".join(finished.reasons) or "see the progress log"
+            err.write(f"teamlead: {finished.status}: {reasons}\n")
+            if finished.session_id:
+                err.write(f"teamlead: session {finished.session_id}\n")
+    return exit_code_for(finished)
+
+
+def merged_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The environment the CLI child will see."""
+    return {**os.environ, **dict(extra or {})}

@@ -1,0 +1,135 @@
+"""Rebuild a session's tracker state from its transcript, for ``teamlead resume``.
+
+Claude Code keeps each session at ``<config>/projects/<sanitized cwd>/<session>.jsonl``.
+The main thread's records (``isSidechain: false``) hold the lead's Agent calls, the
+``toolUseResult`` that names each launched agent, the ``<task-notification>`` turns the
+CLI injected, and the lead's replies (``isApiErrorMessage`` marks failed ones). Fed
+through the same :class:`~teamlead.tracker.Tracker`, they tell what is still outstanding.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from .errors import UsageError
+from .tracker import Tracker
+
+__all__ = ["find_session_file", "load_session"]
+
+_SAFE_SESSION = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+_TAG = re.compile(r"<([a-z-]+)>(.*?)</\1>", re.DOTALL)
+_MAX_TRANSCRIPT_BYTES = 256 * 1024 * 1024
+
+
+def find_session_file(config_dir: Path, session_id: str) -> Path:
+    """The transcript of ``session_id`` under ``config_dir``.
+
+    Raises:
+        UsageError: the id is malformed, or no such session exists.
+    """
+    if not _SAFE_SESSION.fullmatch(session_id):
+        raise UsageError(f"{session_id!r} is not a session id (expected letters, digits and dashes)")
+    matches = sorted((Path(config_dir) / "projects").glob(f"*/{session_id}.jsonl"))
+    if not matches:
+        raise UsageError(
+            f"no session {session_id} under {config_dir}/projects; check CLAUDE_CONFIG_DIR "
+            "(teamlead resume must see the same Claude config dir as the original run)"
+        )
+    return matches[0]
+
+
+def _notification(text: str) -> dict[str, Any] | None:
+    if "<task-notification>" not in text:
+        return None
+    tags = {name: value.strip() for name, value in _TAG.findall(text)}
+    task_id = tags.get("task-id")
+    if not task_id:
+        return None
+    return {
+        "type": "system",
+        "subtype": "task_notification",
+        "task_id": task_id,
+        "tool_use_id": tags.get("tool-use-id"),
+        "status": tags.get("status", "completed"),
+        "summary": tags.get("result") or tags.get("summary"),
+        "output_file": tags.get("output-file"),
+    }
+
+
+def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
+    """The stream-json messages a transcript record stands for."""
+    if record.get("isSidechain") or record.get("type") not in ("user", "assistant"):
+        return []
+    message = record.get("message")
+    if not isinstance(message, dict):
+        return []
+    if record["type"] == "assistant":
+        error = record.get("error") or ("api_error" if record.get("isApiErrorMessage") else None)
+        return [{"type": "assistant", "message": message, "error": error, "session_id": session_id}]
+    out: list[dict[str, Any]] = []
+    result = record.get("toolUseResult")
+    if isinstance(result, dict) and isinstance(result.get("agentId"), str):
+        content = message.get("content")
+        tool_use_id = None
+        if isinstance(content, list) and content and isinstance(content[0], dict):
+            tool_use_id = content[0].get("tool_use_id")
+        out.append(
+            {
+                "type": "system",
+                "subtype": "task_started",
+                "task_id": result["agentId"],
+                "tool_use_id": tool_use_id,
+                "description": result.get("description") or "",
+                "prompt": result.get("prompt"),
+            }
+        )
+    content = message.get("content")
+    texts = [content] if isinstance(content, str) else [
+        b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"
+    ]
+    for text in texts:
+        note = _notification(text) if isinstance(text, str) else None
+        if note:
+            out.append(note)
+    return out
+
+
+def load_session(config_dir: Path, session_id: str) -> Tracker:
+    """A :class:`Tracker` rebuilt from the session's transcript.
+
+    Raises:
+        UsageError: no such session, or its transcript is too large to read.
+    """
+    path = find_session_file(config_dir, session_id)
+    if path.stat().st_size > _MAX_TRANSCRIPT_BYTES:
+        raise UsageError(f"session transcript {path.name} is over 256 MiB; refusing to read it")
+    tracker = Tracker()
+    tracker.session_id = session_id
+    last_ok_text: str | None = None
+    with path.open(encoding="utf-8", errors="replace") as fh:
+        for line in fh:
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(record, dict):
+                continue
+            for raw in _records(record, session_id):
+                tracker.feed(raw)
+                if raw["type"] == "assistant" and not raw.get("error"):
+                    texts = [
+                        b.get("text", "")
+                        for b in raw["message"].get("content") or []
+                        if isinstance(b, dict) and b.get("type") == "text"
+                    ]
+                    if any(texts):
+                        last_ok_text = "".join(texts)
+    if last_ok_text is not None:  # the transcript has no result records; stand one in
+        tracker.feed(
+            {"type": "result", "subtype": "success", "is_error": False, "result": last_ok_text,
+             "session_id": session_id}
+        )
+    return tracker

@@ -1,0 +1,206 @@
+"""Progress output for the CLI: a live team view on a TTY, plain lines when piped, NDJSON.
+
+All three consume the same stream :func:`teamlead.query` yields (SDK messages and
+teamlead events) through ``handle(item)``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from typing import IO, Any
+
+from rich.console import Console, Group
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from ._redact import redact
+from .events import EVENT_VERSION, FallbackUsed, Finished, InboxCollected, ResumeFailed, Resuming, WaitingForTeam
+from .tracker import (
+    AgentCallSeen,
+    LeadTurn,
+    ResultSeen,
+    SessionSeen,
+    TaskEnded,
+    TaskStarted,
+    TrackedEvent,
+    Tracker,
+)
+
+__all__ = ["JsonProgress", "LiveTeamView", "PlainProgress", "event_record"]
+
+_SNAKE = {
+    "SessionSeen": "session",
+    "AgentCallSeen": "agent_call",
+    "TaskStarted": "task_started",
+    "TaskProgress": "task_progress",
+    "TaskEnded": "task_ended",
+    "LeadTurn": "lead_turn",
+    "SubagentTurn": "subagent_turn",
+    "ResultSeen": "result",
+}
+
+
+def event_record(event: TrackedEvent) -> dict[str, Any]:
+    """A tracker event as a versioned JSON-ready dict."""
+    data = dataclasses.asdict(event)
+    for key, value in list(data.items()):
+        if isinstance(value, str):
+            data[key] = redact(value)
+    return {"type": _SNAKE[type(event).__name__], "version": EVENT_VERSION, **data}
+
+
+def _describe_event(item: Any) -> str | None:
+    if isinstance(item, WaitingForTeam):
+        who = ", ".join(item.pending_members) or "open tasks"
+        return f"waiting up to {item.wait_s:g} s for {who}"
+    if isinstance(item, InboxCollected):
+        senders = ", ".join(sorted({str(m.get('from')) for m in item.messages})) or "nobody"
+        return f"inbox of team {item.team}: {len(item.messages)} new message(s) from {senders}"
+    if isinstance(item, FallbackUsed):
+        return f"result of {item.description!r} ({item.status}) taken from its {item.source}"
+    if isinstance(item, Resuming):
+        return f"resuming session {item.session_id} (round {item.round}, attempt {item.attempt}) with {len(item.deliveries)} result(s)"
+    if isinstance(item, ResumeFailed):
+        retry = f"; retrying in {item.retry_in_s:g} s" if item.retry_in_s is not None else ""
+        return f"resume attempt {item.attempt} failed: {item.error}{retry}"
+    if isinstance(item, Finished):
+        return f"finished: {item.status} after {item.resumes} resume(s), ${item.cost_usd:.4f}"
+    return None
+
+
+class PlainProgress:
+    """One plain line per notable event, for logs and pipes."""
+
+    def __init__(self, stream: IO[str], *, verbose: bool = False) -> None:
+        self.stream = stream
+        self.verbose = verbose
+        self.tracker = Tracker()
+        self.started = time.monotonic()
+
+    def _line(self, text: str) -> None:
+        self.stream.write(f"[{time.monotonic() - self.started:6.1f}s] {text}\n")
+        self.stream.flush()
+
+    def handle(self, item: Any) -> None:
+        text = _describe_event(item)
+        if text is not None:
+            self._line(text)
+            return
+        for event in self.tracker.feed(item):
+            line = self._describe_tracked(event)
+            if line:
+                self._line(line)
+
+    def _describe_tracked(self, event: TrackedEvent) -> str | None:
+        if isinstance(event, SessionSeen) and event.session_id == self.tracker.session_id and not getattr(self, "_announced", False):
+            self._announced = True
+            return f"session {event.session_id}"
+        if isinstance(event, AgentCallSeen):
+            group = self.tracker.agent_calls_by_message.get(event.message_id or event.tool_use_id, [])
+            return f"lead delegates {event.description!r} (Agent call {len(group)} of its message)"
+        if isinstance(event, TaskStarted):
+            return f"task started: {event.description} [{event.subagent_type or 'agent'}]"
+        if isinstance(event, TaskEnded) and event.source == "task_notification":
+            return f"task {event.status}: {self.tracker.tasks[event.task_id].description}"
+        if isinstance(event, ResultSeen):
+            state = "error" if not event.ok else "ok"
+            status = f" (API {event.api_error_status})" if event.api_error_status else ""
+            return f"lead turn ended: {state}{status}"
+        if isinstance(event, LeadTurn) and self.verbose and event.text:
+            return f"lead: {redact(event.text)[:160]}"
+        return None
+
+    def close(self) -> None:
+        pass
+
+
+class LiveTeamView:
+    """A live table: the lead's state and one row per subagent or teammate."""
+
+    def __init__(self, console: Console, *, verbose: bool = False) -> None:
+        self.console = console
+        self.verbose = verbose
+        self.tracker = Tracker()
+        self.started = time.monotonic()
+        self.lead_state = "starting"
+        self.teammates: dict[str, str] = {}
+        self.log: list[str] = []
+        self._live = Live(self._render(), console=console, refresh_per_second=8, transient=False)
+        self._live.start()
+
+    def handle(self, item: Any) -> None:
+        text = _describe_event(item)
+        if text is not None:
+            self.log.append(text)
+            if isinstance(item, WaitingForTeam):
+                self.lead_state = "waiting for the team"
+                for name in item.pending_members:
+                    self.teammates.setdefault(name, "pending")
+            elif isinstance(item, InboxCollected):
+                for message in item.messages:
+                    self.teammates[str(message.get("from"))] = str(message.get("kind"))
+            elif isinstance(item, Resuming):
+                self.lead_state = f"resuming (round {item.round})"
+            elif isinstance(item, Finished):
+                self.lead_state = item.status
+        for event in self.tracker.feed(item):
+            if isinstance(event, LeadTurn):
+                self.lead_state = "error" if event.error else ("delegating" if event.tool_names else "writing")
+                if self.verbose and event.text:
+                    self.log.append(f"lead: {redact(event.text)[:120]}")
+            elif isinstance(event, ResultSeen):
+                self.lead_state = "turn ended" if event.ok else f"turn failed ({event.api_error_status or 'error'})"
+        self._live.update(self._render())
+
+    def _render(self) -> Group:
+        table = Table(title=f"teamlead · lead: {self.lead_state}", expand=False)
+        for column in ("who", "description", "status", "elapsed", "tokens", "last tool"):
+            table.add_column(column)
+        now = time.monotonic()
+        for task in self.tracker.tasks.values():
+            end = task.ended_at or now
+            table.add_row(
+                "agent",
+                task.description[:40],
+                task.status,
+                f"{end - task.started_at:5.1f}s",
+                str(task.tokens or ""),
+                task.last_tool or "",
+            )
+        for name, state in self.teammates.items():
+            table.add_row("teammate", name, state, "", "", "")
+        recent = [Text(line, style="dim") for line in self.log[-6:]]
+        return Group(table, *recent)
+
+    def close(self) -> None:
+        self._live.update(self._render())
+        self._live.stop()
+
+
+class JsonProgress:
+    """NDJSON on ``stream``: tracker events and teamlead events, each with type and version."""
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.tracker = Tracker()
+
+    def handle(self, item: Any) -> None:
+        to_json = getattr(item, "to_json", None)
+        if callable(to_json):
+            self.stream.write(to_json() + "\n")
+        else:
+            for event in self.tracker.feed(item):
+                if isinstance(event, SessionSeen) and event.session_id != self.tracker.session_id:
+                    continue
+                if isinstance(event, SessionSeen) and getattr(self, "_announced", False):
+                    continue
+                if isinstance(event, SessionSeen):
+                    self._announced = True
+                self.stream.write(json.dumps(event_record(event), ensure_ascii=False, default=str) + "\n")
+        self.stream.flush()
+
+    def close(self) -> None:
+        pass

@@ -1,0 +1,211 @@
+"""The report: JSON schema, Markdown tables, PNG plots, which trials count."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from teamlead.errors import UsageError
+from teamlead.experiment import (
+    TrialRecord,
+    build_report,
+    read_records,
+    render_markdown,
+    synthetic_records,
+    write_report,
+)
+from teamlead.experiment import __all__ as experiment_all
+from teamlead.experiment.report import Report
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.fixture(scope="module")
+def records() -> list[TrialRecord]:
+    return synthetic_records(
+        {"baseline": [0.2] * 6, "delegation": [0.85] * 6, "terse": [0.3] * 6},
+        trials=4,
+        rng=np.random.default_rng(21),
+    )
+
+
+@pytest.fixture(scope="module")
+def report(records: list[TrialRecord]) -> Report:
+    return build_report(records, control="baseline", seed=5, n_permutations=2000, n_bootstrap=1000)
+
+
+def test_json_has_exactly_the_documented_keys(report: Report) -> None:
+    data = report.to_json()
+    assert set(data) == {"version", "variants", "comparisons", "tasks", "flaky_tasks"}
+    assert data["version"] == 1
+    assert list(data["variants"]) == ["baseline", "delegation", "terse"]
+    for summary in data["variants"].values():
+        assert set(summary) == {
+            "trials",
+            "parallel_rate",
+            "delegated_rate",
+            "wall_s",
+            "agent_calls",
+            "cost_usd",
+            "tokens",
+        }
+        assert summary["trials"] == 24
+        for rate in ("parallel_rate", "delegated_rate"):
+            assert set(summary[rate]) == {"estimate", "ci_low", "ci_high"}
+            assert summary[rate]["ci_low"] <= summary[rate]["estimate"] <= summary[rate]["ci_high"]
+        for mean in ("wall_s", "agent_calls", "cost_usd", "tokens"):
+            assert set(summary[mean]) == {"mean", "median", "ci_low", "ci_high"}
+    assert len(data["comparisons"]) == 2 * 6
+    for comparison in data["comparisons"]:
+        assert set(comparison) == {
+            "variant",
+            "control",
+            "metric",
+            "diff",
+            "ci_low",
+            "ci_high",
+            "p_value",
+            "p_adjusted",
+            "verdict",
+            "mde",
+        }
+        assert comparison["control"] == "baseline"
+        assert comparison["verdict"] in {"better", "worse", "inconclusive"}
+    assert set(data["tasks"]) == {f"task-{i:02d}" for i in range(6)}
+    cell = data["tasks"]["task-00"]["delegation"]
+    assert set(cell) == {"trials", "parallel_rate", "delegated_rate", "flaky"}
+    assert set(data["flaky_tasks"]) <= set(data["tasks"])
+    # Strict JSON: no NaN sneaks through.
+    json.dumps(data, allow_nan=False)
+
+
+def test_flaky_tasks_are_the_ones_with_mixed_parallel_outcomes(report: Report) -> None:
+    expected = [
+        task
+        for task, cells in report.tasks.items()
+        if any(0 < cell.parallel_rate < 1 for cell in cells.values())
+    ]
+    assert report.flaky_tasks == expected
+    assert expected  # rates of 0.2 and 0.3 over 4 trials give mixed tasks
+
+
+def test_markdown_has_the_tables(report: Report) -> None:
+    text = render_markdown(report)
+    assert "| variant | trials | parallel rate | delegated rate | wall s |" in text
+    assert "| variant | metric | effect | 95% CI | p | p adjusted | MDE | verdict |" in text
+    assert "| task | baseline | delegation | terse |" in text
+    assert "| delegation | parallel |" in text
+    assert "**better**" in text
+    assert "(Holm)" in text and "(BH)" in text
+    for task in report.tasks:
+        assert f"| {task} |" in text
+
+
+def _png_size(path: Path) -> tuple[int, int]:
+    data = path.read_bytes()
+    assert data[:8] == PNG_MAGIC
+    assert data[12:16] == b"IHDR"
+    width, height = struct.unpack(">II", data[16:24])
+    return width, height
+
+
+def test_write_report_writes_markdown_json_and_valid_pngs(report: Report, tmp_path: Path) -> None:
+    written = write_report(tmp_path / "out", report)
+    names = {p.name for p in written}
+    assert {"report.md", "report.json"} <= names
+    assert {
+        "parallel.png",
+        "delegated.png",
+        "wall_s.png",
+        "agent_calls.png",
+        "cost_usd.png",
+        "tokens.png",
+    } <= names
+    assert json.loads((tmp_path / "out" / "report.json").read_text()) == report.to_json()
+    assert (tmp_path / "out" / "report.md").read_text() == render_markdown(report)
+    for path in written:
+        if path.suffix == ".png":
+            width, height = _png_size(path)
+            assert width > 200 and height > 200
+    import matplotlib.image
+
+    pixels = matplotlib.image.imread(str(tmp_path / "out" / "parallel.png"))
+    assert pixels.shape[0] > 200 and pixels.std() > 0  # decodes, and is not blank
+
+
+def test_without_matplotlib_plots_ask_for_the_extra(
+    report: Report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
+    with pytest.raises(UsageError, match=r"teamlead\[plots\]"):
+        write_report(tmp_path / "out", report)
+    assert not (tmp_path / "out").exists()  # nothing half-written
+    written = write_report(tmp_path / "out", report, plots=False)
+    assert [p.name for p in written] == ["report.md", "report.json"]
+
+
+def test_infrastructure_failures_are_left_out_and_noted(records: list[TrialRecord]) -> None:
+    broken = records[0].model_copy(
+        update={"trial": 99, "status": "failed", "error_class": "infrastructure"}
+    )
+    model_failure = records[0].model_copy(
+        update={"trial": 98, "status": "failed", "error_class": "model"}
+    )
+    report = build_report(
+        [*records, broken, model_failure], control="baseline", n_permutations=200, n_bootstrap=200
+    )
+    assert report.variants["baseline"].trials == 25
+    assert report.variants["baseline"].excluded == 1
+    assert any("infrastructure" in note for note in report.notes)
+    assert "infrastructure" in render_markdown(report)
+
+
+def test_grade_is_compared_only_when_every_trial_has_one(records: list[TrialRecord]) -> None:
+    rng = np.random.default_rng(0)
+    graded = [
+        r.model_copy(update={"grade": float(rng.normal(7 if r.variant == "delegation" else 5, 1))})
+        for r in records
+    ]
+    report = build_report(graded, control="baseline", n_permutations=500, n_bootstrap=500)
+    grade = [c for c in report.comparisons if c.metric == "grade"]
+    assert [c.variant for c in grade] == ["delegation", "terse"]
+    assert grade[0].verdict == "better"
+    assert report.variants["delegation"].grade is not None
+    partial = build_report(
+        [*graded[:-1], records[-1]], control="baseline", n_permutations=200, n_bootstrap=200
+    )
+    assert not [c for c in partial.comparisons if c.metric == "grade"]
+    assert any("grade not analysed" in note for note in partial.notes)
+
+
+def test_a_control_without_trials_is_a_usage_error(records: list[TrialRecord]) -> None:
+    with pytest.raises(UsageError, match="control 'nobody' has no counted trial records"):
+        build_report(records, control="nobody")
+
+
+def test_report_from_a_trials_file(records: list[TrialRecord], tmp_path: Path) -> None:
+    path = tmp_path / "trials.jsonl"
+    path.write_text("".join(r.to_json_line() + "\n" for r in records) + "{torn", encoding="utf-8")
+    result = read_records(path)
+    assert len(result.warnings) == 1
+    from_file = build_report(
+        result.records, control="baseline", seed=5, n_permutations=2000, n_bootstrap=1000
+    )
+    assert (
+        from_file.to_json()
+        == build_report(
+            records, control="baseline", seed=5, n_permutations=2000, n_bootstrap=1000
+        ).to_json()
+    )
+
+
+def test_exported_names_exist() -> None:
+    import teamlead.experiment as experiment
+
+    for name in experiment_all:
+        assert hasattr(experiment, name), name
