@@ -7,14 +7,18 @@ each task notification. ``teamlead.query`` wraps ``claude_agent_sdk.query``, so 
 sides start the same CLI with the same options (teamlead's own environment addition,
 ``CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS``, is set on both), against one scripted server.
 
-N pairs run alternately (bare first in even pairs, teamlead first in odd ones), after
-one warm-up pair that is not counted; each run gets its own fresh CLI state directory.
+N pairs (default 15) run alternately (bare first in even pairs, teamlead first in odd
+ones), after one warm-up pair that is not counted; each run gets its own fresh CLI state
+directory. A run takes about 1.5 s and single pairs scatter by +-15% on a busy 2-core
+machine, so 5 pairs cannot resolve a 5% target; 15 fit in about a minute.
 Both sides must end with the lead's synthesis quoting all three findings, and teamlead
 must finish ``completed`` without a resume, so the two sides did the same work.
 
 Figures: wall time per run (the whole iteration, CLI start and exit included), as the
-median over pairs of teamlead / bare and the overhead in %; CPU time of this process
-(``time.process_time``) per run, median per side. Target: overhead <= 5%.
+median over pairs of teamlead / bare and the overhead in %; medians of the phases (to
+the first message, to the last result, and the tail from there to the end, where
+teamlead does its post-stream checks); CPU time of this process (``time.process_time``)
+per run. Target: overhead <= 5%; a missed target exits 1.
 
 Run: ``python bench/coordinator_overhead.py`` (about a minute); ``--quick`` runs one
 pair without warm-up and does not judge the target.
@@ -50,25 +54,48 @@ class BenchFailure(Exception):
     """A run did not do the work the comparison needs."""
 
 
-@dataclass(frozen=True)
+@dataclass
 class Run:
+    """One timed run; ``first`` and ``last_result`` are seconds from its start."""
+
     side: str
-    wall: float
-    cpu: float
-    requests: int
+    wall: float = 0.0
+    cpu: float = 0.0
+    requests: int = 0
+    first: float = 0.0  # the first message: the CLI is up
+    last_result: float = 0.0  # the last ResultMessage: the lead's final synthesis
+
+    @property
+    def tail(self) -> float:
+        """From the final result to the end of the iteration: CLI exit, plus teamlead's checks."""
+        return self.wall - self.last_result
 
 
-async def bare(options: ClaudeAgentOptions) -> None:
+class _Marks:
+    def __init__(self, run: Run, began: float) -> None:
+        self.run, self.began, self.seen = run, began, False
+
+    def saw(self, item: object) -> None:
+        now = time.perf_counter() - self.began
+        if not self.seen:
+            self.run.first, self.seen = now, True
+        if isinstance(item, ResultMessage):
+            self.run.last_result = now
+
+
+async def bare(options: ClaudeAgentOptions, marks: _Marks) -> None:
     final: str | None = None
     async for message in sdk_query(prompt=PROMPT, options=options):
+        marks.saw(message)
         if isinstance(message, ResultMessage) and not message.is_error:
             final = message.result
     _check_findings("bare", final)
 
 
-async def coordinated(options: ClaudeAgentOptions) -> None:
+async def coordinated(options: ClaudeAgentOptions, marks: _Marks) -> None:
     done: Finished | None = None
     async for item in teamlead.query(PROMPT, options):
+        marks.saw(item)
         if isinstance(item, Finished):
             done = item
     if done is None or done.status != "completed" or done.resumes:
@@ -83,21 +110,23 @@ def _check_findings(side: str, final: str | None) -> None:
         raise BenchFailure(f"{side} run's final answer quotes findings {found}, not {EXPECTED}")
 
 
-RUNNERS: dict[str, Callable[[ClaudeAgentOptions], Awaitable[None]]] = {
+RUNNERS: dict[str, Callable[[ClaudeAgentOptions, _Marks], Awaitable[None]]] = {
     "bare": bare,
     "teamlead": coordinated,
 }
 
 
 async def timed(side: str, server: ScriptedServer) -> Run:
+    run = Run(side)
     with OfflineClaude(server.base_url) as claude:
         options = teamlead.prepare_options(claude.options(), Policy())
         before = len(server.recorded())
         wall, cpu = time.perf_counter(), time.process_time()
         with anyio.fail_after(120):
-            await RUNNERS[side](options)
-        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-        return Run(side, wall, cpu, len(server.recorded()) - before)
+            await RUNNERS[side](options, _Marks(run, wall))
+        run.wall, run.cpu = time.perf_counter() - wall, time.process_time() - cpu
+        run.requests = len(server.recorded()) - before
+    return run
 
 
 async def bench(pairs: int, warmup: bool) -> list[tuple[Run, Run]]:
@@ -129,20 +158,35 @@ def report(results: list[tuple[Run, Run]], quick: bool) -> bool:
     ]
     headers = ["pair", "order", "bare s", "teamlead s", "ratio", "bare cpu ms", "tl cpu ms", "requests"]
     print(table(headers, rows))
-    ratio = statistics.median(t.wall / b.wall for b, t in results)
+    ratios = [t.wall / b.wall for b, t in results]
+    ratio = statistics.median(ratios)
     overhead = ratio - 1
-    bare_wall = statistics.median(b.wall for b, _ in results)
-    tl_wall = statistics.median(t.wall for _, t in results)
-    bare_cpu = statistics.median(b.cpu for b, _ in results)
-    tl_cpu = statistics.median(t.cpu for _, t in results)
+
+    def med(side: int, attr: str) -> float:
+        return statistics.median(getattr(pair[side], attr) for pair in results)
+
+    spread = ""
+    if len(ratios) >= 4:
+        q1, _, q3 = statistics.quantiles(ratios, n=4)
+        spread = f", interquartile x{q1:.3f}..x{q3:.3f}"
+    print(f"pair ratio teamlead/bare: median x{ratio:.3f} ({overhead:+.1%}){spread}")
     print(
-        f"median wall: bare {bare_wall:.3f} s, teamlead {tl_wall:.3f} s; median pair ratio "
-        f"x{ratio:.3f} ({overhead:+.1%})"
+        table(
+            ["median per run, ms", "bare", "teamlead", "added"],
+            [
+                [label, f"{med(0, attr) * 1e3:.0f}", f"{med(1, attr) * 1e3:.0f}",
+                 f"{(med(1, attr) - med(0, attr)) * 1e3:+.0f}"]
+                for label, attr in [
+                    ("wall, whole run", "wall"),
+                    ("  start -> first message", "first"),
+                    ("  start -> last result", "last_result"),
+                    ("  last result -> done", "tail"),
+                    ("CPU of this process", "cpu"),
+                ]
+            ],
+        )
     )
-    print(
-        f"median CPU of this process per run: bare {bare_cpu * 1e3:.0f} ms, teamlead "
-        f"{tl_cpu * 1e3:.0f} ms (x{tl_cpu / bare_cpu:.2f}, {(tl_cpu - bare_cpu) * 1e3:+.0f} ms)"
-    )
+    tl_cpu, bare_cpu = med(1, "cpu"), med(0, "cpu")
     met = overhead <= TARGET
     verdict = "not judged (--quick)" if quick else ("met" if met else "MISSED")
     print(
@@ -156,7 +200,7 @@ def report(results: list[tuple[Run, Run]], quick: bool) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one pair, no warm-up: a smoke run")
-    parser.add_argument("--pairs", type=int, default=5, help="alternating pairs to time (default 5)")
+    parser.add_argument("--pairs", type=int, default=15, help="alternating pairs to time (default 15)")
     args = parser.parse_args()
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")

@@ -13,12 +13,14 @@ The rules, per bucket (defaults from :class:`GovernorPolicy`):
 * **Epochs.** Every cut increments the bucket's epoch and each slot remembers the epoch it
   was acquired in. A rate limit reported by a slot from an older epoch was sent before the
   cut that already accounted for it: it counts once and does not cut again.
-* **Additive increase.** After 4 consecutive successes (of slots from the current epoch),
-  ``cap += 1``, but only while callers are queued on this bucket's cap and
-  ``cap < ceiling``. The level that earned the increase becomes ``last_good``.
+* **Additive increase.** After 4 consecutive successes (of slots from the current epoch;
+  a cut starts the count again), ``cap += 1``, but only while callers are queued on this
+  bucket's cap and ``cap < ceiling``; earned successes wait for such a caller. The level
+  that earned the increase becomes ``last_good``.
 * **Failed probe returns to last_good.** A cap above ``last_good`` is a probe. A rate limit
-  during a probe sets ``cap = last_good`` (instead of the multiplicative cut from the probe
-  level), because ``last_good`` was just proven to work.
+  (from the current epoch) during a probe sets ``cap = last_good`` instead of the
+  multiplicative cut from the probe level, because ``last_good`` was just proven to work.
+  A multiplicative cut forgets ``last_good``: the limit moved.
 * **No immediate re-probe.** The level that drew a rate limit is remembered for
   ``reprobe_after_s`` (60 s): the increase rule does not climb back to it before then. Without
   this, a bucket sitting just under the hidden limit would probe (and draw a 429 plus a

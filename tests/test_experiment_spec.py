@@ -274,6 +274,33 @@ def test_unknown_strategy_is_checked_by_the_callers_hook() -> None:
     assert message == f"exp.toml:{line}: variants[1].strategy: unknown strategy 'delegation'"
 
 
+def test_a_failing_strategy_check_keeps_its_message_and_gains_the_line() -> None:
+    def check(strategy: str) -> bool:
+        if strategy == "delegation":
+            raise UsageError("prompt file has a stray brace")
+        return True
+
+    message = error_for(VALID, strategy_exists=check)
+    line = line_of(VALID, 'strategy = "delegation"')
+    assert message == (
+        f"exp.toml:{line}: variants[1].strategy: prompt file has a stray brace 'delegation'"
+    )
+
+
+def test_shipped_strategies_pass_the_prompts_check(tmp_path: Path) -> None:
+    from teamlead.prompts import load_strategy
+
+    spec = load_spec(EXAMPLE, strategy_exists=lambda s: bool(load_strategy(s)))
+    assert {v.strategy for v in spec.variants} <= {"baseline", "delegation", "parallel-first"}
+    text = VALID.replace('strategy = "delegation"', 'strategy = "missing.md"')
+    (tmp_path / "exp.toml").write_text(text, encoding="utf-8")
+    with pytest.raises(UsageError) as info:
+        load_spec(tmp_path / "exp.toml", strategy_exists=lambda s: bool(load_strategy(s)))
+    line = line_of(text, "missing.md")
+    assert str(info.value).startswith(f"{tmp_path / 'exp.toml'}:{line}: variants[1].strategy: ")
+    assert "prompt file not found" in str(info.value)
+
+
 def test_one_variant_is_not_an_experiment() -> None:
     start = VALID.index("[[variants]]", VALID.index("[[variants]]") + 1)
     end = VALID.index("[[tasks]]")

@@ -249,3 +249,17 @@ def test_false_positive_rate_stays_below_alpha_with_task_varying_rates() -> None
     # only the side that matters is checked: it must not call a difference too often.
     rate, se = _false_positive_rate(200, "varying", base_seed=2025)
     assert rate <= ALPHA + 2 * se, rate
+
+
+def test_degenerate_inputs_give_nan_not_false_precision() -> None:
+    one_task = paired_test([[1.0, 2.0]], [[2.0, 3.0]], scale="ratio", rng=np.random.default_rng(0))
+    assert one_task.tasks == 1 and math.isnan(one_task.ci_low) and math.isnan(one_task.se)
+    assert math.isnan(mde_from_se(one_task.se, scale="ratio"))
+    zero_cost = paired_test(
+        [[0.0, 0.0]] * 3, [[0.0, 0.0]] * 3, scale="ratio", rng=np.random.default_rng(0)
+    )
+    assert math.isnan(zero_cost.effect) and math.isnan(zero_cost.p_value)
+    single = cluster_bootstrap_mean([[1.0, 3.0]], rng=np.random.default_rng(0))
+    assert single.mean == 2.0 and math.isnan(single.ci_low)
+    empty = clustered_wilson([])
+    assert empty.n == 0 and math.isnan(empty.estimate)

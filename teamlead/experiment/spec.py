@@ -28,6 +28,7 @@ Example:
 from __future__ import annotations
 
 import difflib
+import os
 import re
 import string
 import sys
@@ -211,19 +212,24 @@ class ExperimentSpec(_Strict):
 def load_spec(path: str | Path, *, strategy_exists: StrategyCheck | None = None) -> ExperimentSpec:
     """Read and validate an experiment spec file.
 
-    Relative ``cwd`` values and strategies that look like paths (they contain ``/``) are
-    resolved against the spec file's directory, so a spec works from anywhere.
+    Relative ``cwd`` values and strategies that are paths (they end in ``.md`` or contain
+    ``/``, as for :func:`teamlead.prompts.load_strategy`) are resolved against the spec
+    file's directory, so a spec works from anywhere.
 
     Args:
         path: the TOML file.
         strategy_exists: called with each variant's strategy (after path resolution);
-            returning False rejects the spec. Prompts live elsewhere, so the caller knows.
+            returning False, or raising :class:`UsageError`, rejects the spec with the
+            variant's line. Prompts live elsewhere, so the caller knows.
 
     Raises:
         UsageError: one line, ``FILE:LINE: FIELD: PROBLEM``.
 
     Example:
-        >>> spec = load_spec("experiment.toml", strategy_exists=lambda s: True)  # doctest: +SKIP
+        >>> from teamlead.prompts import load_strategy
+        >>> spec = load_spec(
+        ...     "experiment.toml", strategy_exists=lambda s: bool(load_strategy(s))
+        ... )  # doctest: +SKIP
     """
     file = Path(path)
     try:
@@ -249,8 +255,8 @@ def parse_spec(
         message = str(exc)
         match = re.search(r"\(at line (\d+), column \d+\)", message)
         line = int(match.group(1)) if match else 1
-        problem = re.sub(r"\s*\(at line \d+, column \d+\)", "", message) or "invalid TOML"
-        raise UsageError(f"{source}:{line}: invalid TOML: {problem}") from None
+        detail = re.sub(r"\s*\(at line \d+, column \d+\)", "", message) or "invalid TOML"
+        raise UsageError(f"{source}:{line}: invalid TOML: {detail}") from None
     lines = _LineIndex(text)
     try:
         spec = ExperimentSpec.model_validate(data)
@@ -261,12 +267,17 @@ def parse_spec(
         spec = _resolve_paths(spec, base_dir)
     if strategy_exists is not None:
         for index, variant in enumerate(spec.variants):
-            if not strategy_exists(variant.strategy):
-                loc = ("variants", index, "strategy")
-                raise UsageError(
-                    f"{source}:{lines.find(loc)}: {_dotted(loc)}: "
-                    f"unknown strategy {variant.strategy!r}"
+            loc = ("variants", index, "strategy")
+            try:
+                problem: str | None = (
+                    None if strategy_exists(variant.strategy) else "unknown strategy"
                 )
+            except UsageError as exc:  # e.g. the check loads the prompt and it is broken
+                problem = str(exc)
+            if problem is not None:
+                if variant.strategy not in problem:
+                    problem += f" {variant.strategy!r}"
+                raise UsageError(f"{source}:{lines.find(loc)}: {_dotted(loc)}: {problem}")
     return spec
 
 
@@ -300,11 +311,16 @@ def _resolve_paths(spec: ExperimentSpec, base_dir: Path) -> ExperimentSpec:
 
     experiment = spec.experiment.model_copy(update={"cwd": resolve(spec.experiment.cwd)})
     variants = [
-        v.model_copy(update={"strategy": resolve(v.strategy)}) if "/" in v.strategy else v
+        v.model_copy(update={"strategy": resolve(v.strategy)}) if _is_path(v.strategy) else v
         for v in spec.variants
     ]
     tasks = [t.model_copy(update={"cwd": resolve(t.cwd)}) for t in spec.tasks]
     return spec.model_copy(update={"experiment": experiment, "variants": variants, "tasks": tasks})
+
+
+def _is_path(strategy: str) -> bool:
+    # The same rule as teamlead.prompts.load_strategy: a .md file or anything with a slash.
+    return strategy.endswith(".md") or "/" in strategy or os.sep in strategy
 
 
 def _dotted(loc: tuple[str | int, ...]) -> str:

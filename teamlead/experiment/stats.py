@@ -13,8 +13,10 @@ every estimate treats the *task* as the unit of resampling or of variance inflat
 - **Paired comparisons** (a variant against the control): the effect is computed on the
   tasks both ran, giving each task equal weight. The p-value comes from a *within-task
   permutation test* (shuffle the variant/control labels among one task's trials; exact
-  enumeration when the relabelings are few, else seeded Monte Carlo); it needs no
-  distributional assumption and keeps task differences out of the noise. The interval
+  enumeration when the relabelings are few, else seeded Monte Carlo; ties count half,
+  the mid-p value, because 0/1 outcomes tie so often that the classic p-value is far
+  below its nominal size); it needs no distributional assumption and keeps task
+  differences out of the noise. The interval
   comes from a paired cluster bootstrap. Times, costs and tokens are compared as a
   ratio (log scale inside, reported as variant/control).
 - **Minimum detectable effect** at the given alpha and power: for rates, from Cohen's h
@@ -211,7 +213,8 @@ def cluster_bootstrap_mean(
     """Mean and median of all trials, and a percentile cluster-bootstrap CI for the mean.
 
     Each bootstrap draw resamples tasks with replacement and takes the mean of all their
-    trials, so between-task spread widens the interval as it should.
+    trials, so between-task spread widens the interval as it should. With a single task
+    the interval is NaN: there is nothing to resample.
 
     Example:
         >>> est = cluster_bootstrap_mean([[1.0, 2.0], [3.0, 4.0]], rng=np.random.default_rng(0))
@@ -223,11 +226,14 @@ def cluster_bootstrap_mean(
         nan = math.nan
         return MeanEstimate(mean=nan, median=nan, ci_low=nan, ci_high=nan, n=0)
     values = np.concatenate(groups)
-    sums = np.array([g.sum() for g in groups])
-    counts = np.array([len(g) for g in groups], dtype=np.float64)
-    index = rng.integers(0, len(groups), size=(n_bootstrap, len(groups)))
-    draws = sums[index].sum(axis=1) / counts[index].sum(axis=1)
-    low, high = _quantiles(draws, alpha)
+    if len(groups) >= 2:
+        sums = np.array([g.sum() for g in groups])
+        counts = np.array([len(g) for g in groups], dtype=np.float64)
+        index = rng.integers(0, len(groups), size=(n_bootstrap, len(groups)))
+        draws = sums[index].sum(axis=1) / counts[index].sum(axis=1)
+        low, high = _quantiles(draws, alpha)
+    else:  # one task: no interval over tasks
+        low = high = math.nan
     return MeanEstimate(
         mean=float(values.mean()),
         median=float(np.median(values)),
@@ -300,7 +306,8 @@ def paired_test(
     full makes the test much more conservative than ``alpha`` (a false-positive rate
     near 0.03 instead of 0.05 at 10 tasks x 4 trials); the mid-p value (Lancaster) keeps
     it close to ``alpha``. Pass ``mid_p=False`` for the classic, conservative p-value.
-    The interval is a percentile bootstrap over tasks (pairs kept together).
+    The interval is a percentile bootstrap over tasks (pairs kept together); NaN, like
+    ``se``, with fewer than two tasks.
 
     Example:
         >>> r = paired_test([[1, 1], [1, 0]], [[0, 0], [0, 1]], rng=np.random.default_rng(1))
@@ -348,11 +355,14 @@ def paired_test(
     else:
         p_value = nan
 
-    index = rng.integers(0, k, size=(n_bootstrap, k))
-    draws = _statistic(mv[index].mean(axis=1), mc[index].mean(axis=1), scale)
-    low, high = _quantiles(draws, alpha)
-    finite = draws[np.isfinite(draws)]
-    se = float(finite.std(ddof=1)) if finite.size >= 2 else nan
+    if k >= 2:
+        index = rng.integers(0, k, size=(n_bootstrap, k))
+        draws = _statistic(mv[index].mean(axis=1), mc[index].mean(axis=1), scale)
+        low, high = _quantiles(draws, alpha)
+        finite = draws[np.isfinite(draws)]
+        se = float(finite.std(ddof=1)) if finite.size >= 2 else nan
+    else:  # one task: resampling tasks says nothing about task-to-task variation
+        low = high = se = nan
     if scale == "ratio":
         effect, low, high = math.exp(observed), math.exp(low), math.exp(high)
     else:
@@ -362,7 +372,7 @@ def paired_test(
         effect=effect,
         ci_low=low,
         ci_high=high,
-        p_value=min(1.0, p_value),
+        p_value=min(1.0, p_value) if math.isfinite(p_value) else nan,
         se=se,
         tasks=k,
         exact=exact,

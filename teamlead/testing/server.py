@@ -111,6 +111,7 @@ def _system_text(system: Any) -> str:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # small SSE chunks must not wait for delayed ACKs
     server: _HTTPServer
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature

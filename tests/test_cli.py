@@ -1,0 +1,236 @@
+"""The `teamlead` command line: parsing and errors (CliRunner), and real runs (subprocess)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from teamlead.cli import main
+from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing.scripts import FanOut, findings_in
+from teamlead.testing.teammate import create_team
+
+TEAMLEAD = [sys.executable, "-m", "teamlead"]
+
+
+def _invoke(*args: str, env: dict[str, str] | None = None, input: str | None = None) -> Any:
+    return CliRunner().invoke(main, list(args), env=env, input=input)
+
+
+# -- parsing and errors ------------------------------------------------------------------
+def test_version_and_help() -> None:
+    assert "teamlead, version" in _invoke("--version").output
+    result = _invoke("ask", "--help")
+    assert result.exit_code == 0 and "--max-resumes" in result.output and "--strategy" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["ask", "  "], "the prompt is empty"),
+        (["ask", "hi", "--strategy", "no-such-strategy"], "no-such-strategy"),
+        (["ask", "hi", "--json", "--quiet"], "cannot be combined"),
+        (["ask", "hi", "--cwd", "/definitely/not/here"], "not a directory"),
+        (["inbox", "show"], "exactly one of --session"),
+        (["prompts", "show", "nope"], "nope"),
+        (["serve-scripted", "--scenario", "nope"], "unknown scenario"),
+    ],
+)
+def test_usage_errors_are_one_line_and_exit_2(args: list[str], message: str) -> None:
+    result = _invoke(*args)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.output
+
+
+def test_bad_option_values_are_click_usage_errors() -> None:
+    result = _invoke("ask", "hi", "--max-resumes", "-1")
+    assert result.exit_code == 2 and "--max-resumes" in result.output
+
+
+def test_missing_model_access_is_one_clear_line() -> None:
+    result = _invoke("ask", "hello")
+    assert result.exit_code == 1
+    assert result.output.strip().startswith("teamlead: error: no model access configured")
+    assert "teamlead demo" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_options_read_teamlead_env_vars() -> None:
+    result = _invoke("ask", "hi", env={"TEAMLEAD_STRATEGY": "not-a-strategy-from-env"})
+    assert result.exit_code == 2 and "not-a-strategy-from-env" in result.output
+    result = _invoke("ask", "hi", env={"TEAMLEAD_MAX_RESUMES": "-4"})
+    assert result.exit_code == 2 and "TEAMLEAD_MAX_RESUMES" in result.output or "-4" in result.output
+
+
+def test_prompt_from_stdin(tmp_path: Path) -> None:
+    result = _invoke("ask", "-", input="   \n")
+    assert result.exit_code == 2 and "empty" in result.output
+
+
+def test_prompts_list_and_show_fill_placeholders() -> None:
+    listing = _invoke("prompts", "list")
+    assert listing.exit_code == 0
+    assert {"baseline", "delegation", "parallel-first"} <= {line.split()[0] for line in listing.output.splitlines()}
+    shown = _invoke("prompts", "show", "delegation", "--max-concurrent-agents", "7")
+    assert shown.exit_code == 0 and "7" in shown.output and "{max_concurrent_agents}" not in shown.output
+    assert "adds nothing" in _invoke("prompts", "show", "baseline").output
+
+
+def test_inbox_show_reads_without_changing(tmp_path: Path) -> None:
+    config = Path(os.environ["CLAUDE_CONFIG_DIR"])
+    team = create_team(config, "abcdef12-0000-0000-0000-000000000000", members=["researcher"])
+    inbox = config / "teams" / team / "inboxes" / "team-lead.json"
+    inbox.write_text(json.dumps([{"from": "researcher", "text": "plain note", "timestamp": "t1"}, {"bad": 1}]))
+    before = inbox.read_bytes()
+    result = _invoke("inbox", "show", "--session", "abcdef12-0000-0000-0000-000000000000")
+    assert result.exit_code == 0, result.output
+    assert "researcher" in result.output and "plain note" in result.output and "1 invalid" in result.output
+    as_json = json.loads(_invoke("inbox", "show", "--team", team, "--json").output)
+    assert as_json["members"] == ["team-lead", "researcher"] and len(as_json["messages"]) == 1
+    assert inbox.read_bytes() == before
+    missing = _invoke("inbox", "show", "--team", "nobody")
+    assert missing.exit_code == 2 and "no team" in missing.output
+
+
+def test_resume_of_a_missing_session_is_a_usage_error() -> None:
+    result = _invoke("resume", "0000-not-a-session")
+    assert result.exit_code == 2 and "no session 0000-not-a-session" in result.output
+
+
+# -- real runs ---------------------------------------------------------------------------------
+def _ask(claude: OfflineClaude, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **claude.env}
+    return subprocess.run(
+        [*TEAMLEAD, "ask", *args], env=env, cwd=claude.cwd, capture_output=True, text=True, timeout=timeout
+    )
+
+
+@pytest.mark.cli
+def test_ask_completed_exits_0_with_the_answer_on_stdout(tmp_path: Path) -> None:
+    with ScriptedServer(FanOut.of(2, delays=[0.3, 0.5])) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = _ask(claude, "Investigate both parts.")
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(findings_in(proc.stdout)) == ["agent-1", "agent-2"]
+    assert "task completed" in proc.stderr and "finished: completed" in proc.stderr
+
+
+@pytest.mark.cli
+def test_ask_json_is_versioned_ndjson_ending_in_finished(tmp_path: Path) -> None:
+    with ScriptedServer(FanOut.of(2, delays=0.3, synthesis_fault=Reply.error(529))) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = _ask(claude, "Investigate.", "--json")
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert all(isinstance(r.get("type"), str) and r.get("version") == 1 for r in lines)
+    types = [r["type"] for r in lines]
+    assert {"session", "agent_call", "task_started", "task_ended", "result", "fallback_used", "resuming"} <= set(types)
+    last = lines[-1]
+    assert last["type"] == "finished" and types.count("finished") == 1
+    assert set(last) >= {"status", "result", "session_id", "resumes", "tasks", "cost_usd", "reasons"}
+    assert last["status"] == "completed" and last["resumes"] == 1
+    assert sorted(findings_in(last["result"])) == ["agent-1", "agent-2"]
+    assert all(set(t) >= {"id", "description", "status", "disposition"} for t in last["tasks"])
+
+
+@pytest.mark.cli
+def test_ask_failed_exits_1(tmp_path: Path) -> None:
+    script = FanOut.of(1, delays=0.2, synthesis_fault=Reply.error(529), fail_resumes=True)
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = _ask(claude, "Investigate.", "--max-resumes", "1")
+    assert proc.returncode == 1, proc.stderr
+    assert "teamlead: failed:" in proc.stderr and "teamlead resume" in proc.stderr
+
+
+@pytest.mark.cli
+def test_ask_partial_exits_3_when_a_teammate_never_reports(tmp_path: Path) -> None:
+    fan = FanOut.of(1, delays=0.2)
+    holder: dict[str, OfflineClaude] = {}
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "lead" and not req.tool_uses_sent:
+            create_team(holder["claude"].config_dir, req.session_id or "", members=["silent-reviewer"])
+        return fan(req)
+
+    with ScriptedServer(script) as server:
+        holder["claude"] = claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = _ask(claude, "Investigate.", "--wait", "1", "--quiet")
+    assert proc.returncode == 3, proc.stderr
+    assert "FINDING[agent-1]" in proc.stdout
+    assert 'teammate "silent-reviewer" did not report' in proc.stderr
+
+
+def _ours(state_dir: Path) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter(["cmdline", "environ"]):
+        try:
+            env = proc.info["environ"] or {}
+        except psutil.Error:
+            continue
+        if str(state_dir) in env.get("CLAUDE_CONFIG_DIR", "") and proc.pid != os.getpid():
+            found.append(proc)
+    return found
+
+
+@pytest.mark.cli
+def test_ctrl_c_mid_fan_out_stops_every_process_and_prints_the_session(tmp_path: Path) -> None:
+    with ScriptedServer(FanOut.of(3, delays=30.0)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        env = {**os.environ, **claude.env}
+        proc = subprocess.Popen(
+            [*TEAMLEAD, "ask", "Investigate."], env=env, cwd=claude.cwd,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )
+        deadline = time.monotonic() + 30
+        while len(server.recorded("subagent")) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(server.recorded("subagent")) == 3, "the fan-out never started"
+        assert _ours(tmp_path / "s"), "no CLI process found while running"
+        sent = time.monotonic()
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=20)
+        elapsed = time.monotonic() - sent
+    assert proc.returncode == 130, err
+    assert elapsed < 5.0
+    assert "interrupted; resume with: teamlead resume " in err
+    time.sleep(0.2)
+    assert _ours(tmp_path / "s") == []
+
+
+@pytest.mark.cli
+def test_demo_exits_0_with_every_finding() -> None:
+    proc = subprocess.run([*TEAMLEAD, "demo"], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(findings_in(proc.stdout)) == ["api-surface", "load-profile", "reviewer", "security"]
+    assert "resuming session" in proc.stderr and "waiting up to" in proc.stderr
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("strategy", ["delegation", "baseline"])
+def test_strategy_reaches_the_system_prompt_after_claude_codes_own(tmp_path: Path, strategy: str) -> None:
+    with ScriptedServer(lambda req: Reply.text("done")) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = _ask(claude, "Say done.", "--strategy", strategy)
+        system = server.recorded("lead")[0].request.system
+    assert proc.returncode == 0, proc.stderr
+    from teamlead.prompts import default_values, load_strategy
+
+    rendered = load_strategy("delegation").render(default_values())
+    marker = rendered.strip().splitlines()[0]
+    if strategy == "delegation":
+        assert rendered.strip() in system
+        assert system.index(marker) > 200  # appended after Claude Code's own prompt
+        assert "{max_concurrent_agents}" not in system and "{agent_roster}" not in system
+    else:
+        assert marker not in system
