@@ -32,10 +32,12 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
     """Rows of already-formatted cells as a text table: first column left, the rest right."""
     widths = [len(h) for h in headers]
     for row in rows:
-        widths = [max(w, len(cell)) for w, cell in zip(widths, row)]
+        widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
 
     def line(cells: Sequence[str]) -> str:
         first, *rest = cells
-        return "  ".join([first.ljust(widths[0]), *(c.rjust(w) for c, w in zip(rest, widths[1:]))])
+        return "  ".join(
+            [first.ljust(widths[0]), *(c.rjust(w) for c, w in zip(rest, widths[1:], strict=True))]
+        )
 
     return "\n".join([line(headers), *(line(r) for r in rows)])

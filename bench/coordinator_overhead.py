@@ -156,14 +156,23 @@ def report(results: list[tuple[Run, Run]], quick: bool) -> bool:
         ]
         for i, (b, t) in enumerate(results)
     ]
-    headers = ["pair", "order", "bare s", "teamlead s", "ratio", "bare cpu ms", "tl cpu ms", "requests"]
+    headers = [
+        "pair",
+        "order",
+        "bare s",
+        "teamlead s",
+        "ratio",
+        "bare cpu ms",
+        "tl cpu ms",
+        "requests",
+    ]
     print(table(headers, rows))
     ratios = [t.wall / b.wall for b, t in results]
     ratio = statistics.median(ratios)
     overhead = ratio - 1
 
     def med(side: int, attr: str) -> float:
-        return statistics.median(getattr(pair[side], attr) for pair in results)
+        return float(statistics.median(getattr(pair[side], attr) for pair in results))
 
     spread = ""
     if len(ratios) >= 4:
@@ -174,8 +183,12 @@ def report(results: list[tuple[Run, Run]], quick: bool) -> bool:
         table(
             ["median per run, ms", "bare", "teamlead", "added"],
             [
-                [label, f"{med(0, attr) * 1e3:.0f}", f"{med(1, attr) * 1e3:.0f}",
-                 f"{(med(1, attr) - med(0, attr)) * 1e3:+.0f}"]
+                [
+                    label,
+                    f"{med(0, attr) * 1e3:.0f}",
+                    f"{med(1, attr) * 1e3:.0f}",
+                    f"{(med(1, attr) - med(0, attr)) * 1e3:+.0f}",
+                ]
                 for label, attr in [
                     ("wall, whole run", "wall"),
                     ("  start -> first message", "first"),
@@ -190,9 +203,9 @@ def report(results: list[tuple[Run, Run]], quick: bool) -> bool:
     met = overhead <= TARGET
     verdict = "not judged (--quick)" if quick else ("met" if met else "MISSED")
     print(
-        f"SUMMARY: teamlead.query overhead {overhead:+.1%} wall (x{ratio:.3f} bare query, median of "
-        f"{len(results)} pairs) and x{tl_cpu / bare_cpu:.2f} CPU in this process on a 3-agent "
-        f"scripted fan-out; target <= {TARGET:.0%}: {verdict}"
+        f"SUMMARY: teamlead.query overhead {overhead:+.1%} wall (x{ratio:.3f} bare query, "
+        f"median of {len(results)} pairs) and x{tl_cpu / bare_cpu:.2f} CPU in this process "
+        f"on a 3-agent scripted fan-out; target <= {TARGET:.0%}: {verdict}"
     )
     return met or quick
 
@@ -200,7 +213,9 @@ def report(results: list[tuple[Run, Run]], quick: bool) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="one pair, no warm-up: a smoke run")
-    parser.add_argument("--pairs", type=int, default=15, help="alternating pairs to time (default 15)")
+    parser.add_argument(
+        "--pairs", type=int, default=15, help="alternating pairs to time (default 15)"
+    )
     args = parser.parse_args()
     if args.pairs < 1:
         parser.error("--pairs must be at least 1")

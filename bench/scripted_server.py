@@ -19,8 +19,8 @@ own connection, started together). Printed as the added latency (scripted minus
 baseline, ms) and the ratio scripted / baseline. An extra line does the same at 1 stream
 through the official ``anthropic`` client (``messages.stream`` to the final message).
 
-Every server reply is checked against the expected SSE body (message ids aside), so
-both sides really sent the same bytes.
+Every reply is checked, outside the timed window, against the expected SSE body (message
+ids aside), so both sides really sent the same bytes.
 
 Run: ``python bench/scripted_server.py`` (under a minute); ``--quick`` for a smoke run.
 """
@@ -178,7 +178,9 @@ class _EchoServer(socketserver.ThreadingTCPServer):
 def baseline_server(payload: Payload) -> Iterator[str]:
     server = _EchoServer(("127.0.0.1", 0), _EchoHandler)
     server.response = payload.response
-    thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread = threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
+    )
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
@@ -245,35 +247,37 @@ def sequential(base_url: str, payload: Payload, n: int, warmup: int = 5) -> list
         for _ in range(n):
             took, response = client.roundtrip(payload.request)
             times.append(took)
-            if len(times) == 1:
-                _check(response, payload)
+            _check(response, payload)  # between requests: outside the timed window
         return times
     finally:
         client.close()
 
 
-def concurrent(base_url: str, payload: Payload, threads: int, each: int) -> tuple[list[float], float]:
+def concurrent(
+    base_url: str, payload: Payload, threads: int, each: int
+) -> tuple[list[float], float]:
     """``threads`` clients send ``each`` requests back to back, all starting together."""
     clients = [RawClient(base_url) for _ in range(threads)]
     for client in clients:  # open every server-side handler before the clock starts
         _check(client.roundtrip(payload.request)[1], payload)
     start = threading.Barrier(threads + 1)
     results: list[list[float]] = [[] for _ in clients]
+    responses: list[bytes] = []
     errors: list[BaseException] = []
 
     def work(client: RawClient, out: list[float]) -> None:
         try:
             start.wait(timeout=30)
-            last = b""
             for _ in range(each):
-                took, last = client.roundtrip(payload.request)
+                took, response = client.roundtrip(payload.request)
                 out.append(took)
-            _check(last, payload)
+                responses.append(response)  # checked once every stream is done
         except BaseException as exc:  # reported by the main thread
             errors.append(exc)
 
     workers = [
-        threading.Thread(target=work, args=(c, out), daemon=True) for c, out in zip(clients, results)
+        threading.Thread(target=work, args=(c, out), daemon=True)
+        for c, out in zip(clients, results, strict=True)
     ]
     for worker in workers:
         worker.start()
@@ -286,6 +290,8 @@ def concurrent(base_url: str, payload: Payload, threads: int, each: int) -> tupl
         client.close()
     if errors:
         raise SystemExit(f"FAILED: a client at concurrency {threads} failed: {errors[0]!r}")
+    for response in responses:
+        _check(response, payload)
     return [t for out in results for t in out], elapsed
 
 
@@ -293,7 +299,9 @@ def sdk_sequential(base_url: str, n: int, warmup: int = 3) -> list[float]:
     """The same request through the official client, to the assembled final message."""
     kwargs = {k: v for k, v in REQUEST_BODY.items() if k != "stream"}
     times = []
-    with anthropic.Anthropic(base_url=base_url, api_key="bench", max_retries=0, timeout=30) as client:
+    with anthropic.Anthropic(
+        base_url=base_url, api_key="bench", max_retries=0, timeout=30
+    ) as client:
         for i in range(warmup + n):
             began = time.perf_counter()
             with client.messages.stream(**kwargs) as stream:
@@ -302,7 +310,12 @@ def sdk_sequential(base_url: str, n: int, warmup: int = 3) -> list[float]:
             if i >= warmup:
                 times.append(took)
             text, use = message.content[0], message.content[-1]
-            if text.type != "text" or text.text != TEXT or use.type != "tool_use" or use.input != TOOL.input:
+            if (
+                text.type != "text"
+                or text.text != TEXT
+                or use.type != "tool_use"
+                or use.input != TOOL.input
+            ):
                 raise SystemExit("FAILED: the anthropic client assembled a different message")
     return times
 
@@ -313,7 +326,9 @@ SERVERS: dict[str, Callable[[Payload], Any]] = {
 }
 
 
-def run_rounds(rounds: int, payload: Payload, measure: Callable[[str], tuple[list[float], float]]) -> Samples:
+def run_rounds(
+    rounds: int, payload: Payload, measure: Callable[[str], tuple[list[float], float]]
+) -> Samples:
     """Alternate the servers (B S, then S B, ...) so drifting load hits both alike."""
     samples = Samples()
     for r in range(rounds):
@@ -330,7 +345,12 @@ def _row(label: str, s: Samples) -> list[str]:
     cells = [label]
     for q in (50, 95):
         base, mine = s.p("baseline", q), s.p("scripted", q)
-        cells += [f"{base * 1e3:.2f}", f"{mine * 1e3:.2f}", f"{(mine - base) * 1e3:+.2f}", f"x{mine / base:.2f}"]
+        cells += [
+            f"{base * 1e3:.2f}",
+            f"{mine * 1e3:.2f}",
+            f"{(mine - base) * 1e3:+.2f}",
+            f"x{mine / base:.2f}",
+        ]
     return cells
 
 
@@ -339,8 +359,8 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="a few samples: a smoke run")
     args = parser.parse_args()
     # per server: rounds x seq_n sequential, c50_rounds x threads x each concurrent replies
-    rounds, seq_n, sdk_n = (1, 20, 10) if args.quick else (4, 50, 25)
-    c50_rounds, threads, each = (1, 50, 2) if args.quick else (2, 50, 5)
+    rounds, seq_n, sdk_n = (1, 20, 10) if args.quick else (8, 50, 25)
+    c50_rounds, threads, each = (1, 50, 2) if args.quick else (6, 50, 5)
 
     payload = build_payload()
     print(
@@ -366,7 +386,17 @@ def main() -> None:
 
     via_sdk = run_rounds(rounds, payload, sdk)
 
-    headers = ["level", "base p50", "scr p50", "added", "ratio", "base p95", "scr p95", "added", "ratio"]
+    headers = [
+        "level",
+        "base p50",
+        "scr p50",
+        "added",
+        "ratio",
+        "base p95",
+        "scr p95",
+        "added",
+        "ratio",
+    ]
     rows = [
         _row(f"1 stream ({len(one.times['scripted'])} replies)", one),
         _row(f"{threads} streams ({len(many.times['scripted'])} replies)", many),
@@ -378,13 +408,18 @@ def main() -> None:
         f"throughput at {threads} streams: baseline {rate['baseline']:.0f} replies/s, scripted "
         f"{rate['scripted']:.0f} replies/s (x{rate['scripted'] / rate['baseline']:.2f})"
     )
-    added_1 = (one.p("scripted", 50) - one.p("baseline", 50)) * 1e3
-    added_n = (many.p("scripted", 50) - many.p("baseline", 50)) * 1e3
+
+    def added(s: Samples) -> float:
+        return (s.p("scripted", 50) - s.p("baseline", 50)) * 1e3
+
+    def ratio(s: Samples, q: float = 50) -> float:
+        return s.p("scripted", q) / s.p("baseline", q)
+
     print(
-        f"SUMMARY: the scripted server adds {added_1:.2f} ms per reply at 1 stream "
-        f"(p50 x{one.p('scripted', 50) / one.p('baseline', 50):.2f} the bare-socket baseline) and "
-        f"{added_n:.2f} ms at {threads} streams (p50 x{many.p('scripted', 50) / many.p('baseline', 50):.2f}, "
-        f"p95 x{many.p('scripted', 95) / many.p('baseline', 95):.2f})"
+        f"SUMMARY: the scripted server adds {added(one):.2f} ms per reply at 1 stream (p50 "
+        f"x{ratio(one):.2f} a bare socket, x{ratio(via_sdk):.2f} through the anthropic client) "
+        f"and {added(many):.2f} ms at {threads} streams (p50 x{ratio(many):.2f}, "
+        f"p95 x{ratio(many, 95):.2f})"
     )
     sys.stdout.flush()
 

@@ -306,3 +306,57 @@ def serve_scripted(scenario: str, port: int, concurrency_limit: int | None) -> N
     finally:
         server.stop()
         click.echo(f"stopped after {server.stats.requests} requests", err=True)
+
+
+# -- experiments -----------------------------------------------------------------------------
+@main.group()
+def experiment() -> None:
+    """Prompt-strategy A/B experiments with honest statistics."""
+
+
+@experiment.command("run")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@click.option("--out", "out_dir", envvar=_env("out"), required=True, type=click.Path(file_okay=False), help="Directory for trials.jsonl (appended; reruns skip finished trials).")
+@click.option("--quiet", "-q", envvar=_env("quiet"), is_flag=True, help="No progress bar.")
+@handle_errors
+def experiment_run(spec_path: str, out_dir: str, quiet: bool) -> None:
+    """Run every task x variant x trial of SPEC as a full coordinator run."""
+    from .app import check_setup, merged_env
+    from .experiment.progress import run_with_progress
+    from .experiment.spec import load_spec
+    from .prompts import load_strategy
+
+    def exists(name: str) -> bool:
+        load_strategy(name)
+        return True
+
+    spec = load_spec(spec_path, strategy_exists=exists)
+    check_setup(merged_env())
+    summary = run_with_progress(spec, Path(out_dir), show=not quiet)
+    click.echo(
+        f"ran {summary.ran} trial(s), skipped {summary.skipped} finished, {summary.failed} failed, "
+        f"{summary.retried} retried, {summary.rate_limited} rate-limited, ${summary.cost_usd:.4f}"
+    )
+    if summary.stopped_reason:
+        click.echo(f"teamlead: stopped early: {summary.stopped_reason}", err=True)
+        sys.exit(3)
+
+
+@experiment.command("report")
+@click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False))
+@click.option("--json", "json_", is_flag=True, help="The report as JSON on stdout.")
+@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Also write the report (Markdown, or JSON with --json) here.")
+@click.option("--control", help="Control variant (default: the spec's, recorded in the trials).")
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for bootstrap and permutations.")
+@click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@handle_errors
+def experiment_report(out_dir: str, json_: bool, out_file: str | None, control: str | None, seed: int, no_plots: bool) -> None:
+    """Statistics for the trials in DIR: rates, paired comparisons, verdicts, plots."""
+    from .experiment.progress import report_for
+
+    report, text, warnings = report_for(Path(out_dir), control=control, seed=seed, json_=json_, plots=not no_plots)
+    for warning in warnings:
+        click.echo(f"teamlead: warning: {warning}", err=True)
+    click.echo(text)
+    if out_file:
+        Path(out_file).write_text(text + "\n")

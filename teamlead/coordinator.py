@@ -767,7 +767,8 @@ def build_resume_prompt(deliveries: list[Delivery], missing: list[str], policy: 
     prompt carries and keeps the rest for the next round.
 
     Example:
-        >>> build_resume_prompt([delivery], ['teammate "beta" has not reported'], Policy())
+        >>> missing = ['teammate "beta" has not reported']
+        >>> prompt = build_resume_prompt([delivery], missing, Policy())  # doctest: +SKIP
     """
     return _render_resume_prompt(deliveries, missing, policy)[0]
 

@@ -54,9 +54,10 @@ _PRICES: dict[str, tuple[float, float]] = {
 }
 
 
-def trial_session_id(seed: int, key: TrialKey) -> str:
-    """The deterministic session UUID of one trial."""
-    return str(uuid.uuid5(_NAMESPACE, f"{seed}|{key.variant}|{key.task}|{key.trial}"))
+def trial_session_id(seed: int, key: TrialKey, attempt: int = 1) -> str:
+    """The deterministic session UUID of one trial's ``attempt`` (a retry needs a new session)."""
+    suffix = "" if attempt == 1 else f"|attempt-{attempt}"
+    return str(uuid.uuid5(_NAMESPACE, f"{seed}|{key.variant}|{key.task}|{key.trial}{suffix}"))
 
 
 def trial_order(spec: ExperimentSpec, done: set[TrialKey] | None = None) -> list[TrialKey]:
@@ -152,7 +153,7 @@ async def grade_answer(
 
     import anthropic
 
-    model = grader.model or default_model or "claude-sonnet-4-5"
+    model = grader.model or default_model or "claude-sonnet-5-5"
     client = anthropic.AsyncAnthropic(
         api_key=env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN") or None,
         base_url=env.get("ANTHROPIC_BASE_URL") or None,
@@ -194,12 +195,12 @@ def _trial_options(
 
 async def _one_trial(
     key: TrialKey, spec: ExperimentSpec, base: ClaudeAgentOptions, strategies: Mapping[str, Strategy],
-    query_fn: QueryFn | None, policy: Policy,
+    query_fn: QueryFn | None, policy: Policy, attempt: int = 1,
 ) -> tuple[TrialRecord, bool, float | None]:
     """Run one trial; returns (record, infrastructure failure?, retry-after hint)."""
     variant, task = spec.variant(key.variant), spec.task(key.task)
     strategy = strategies[variant.name]
-    options = _trial_options(base, spec, variant, task, strategy, trial_session_id(spec.experiment.seed, key))
+    options = _trial_options(base, spec, variant, task, strategy, trial_session_id(spec.experiment.seed, key, attempt))
     tracker = Tracker()
     finished: Finished | None = None
     error: str | None = None
@@ -317,7 +318,7 @@ async def run_experiment(
                         # the slot is held until the coordinator returned, i.e. after the
                         # CLI process of this trial has exited and been reaped
                         record, infra, retry_after = await _one_trial(
-                            key, spec, base, strategies, query_fn, trial_policy
+                            key, spec, base, strategies, query_fn, trial_policy, attempts
                         )
                     finally:
                         progress.in_flight -= 1

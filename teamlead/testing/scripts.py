@@ -156,6 +156,7 @@ class ProbabilisticFanOut:
     p_solo: float = 0.3
     seed: int = 0
     delay: float = 0.2
+    grade_text: str = "The answer covers the rubric. SCORE: 8"
 
     def _rng(self, req: ScriptedRequest) -> random.Random:
         return random.Random(f"{self.seed}:{req.session_id}:{req.first_user_text}")
@@ -163,8 +164,8 @@ class ProbabilisticFanOut:
     def __call__(self, req: ScriptedRequest) -> Reply:
         if req.role == "subagent":
             return subagent_answers(self.delay)(req)
-        if req.role == "other":
-            return Reply.text("Scripted side reply.")
+        if req.role == "other":  # a grader's request (no tools offered)
+            return Reply.text(self.grade_text)
         sent = [u for u in req.tool_uses_sent if u.get("name") in ("Agent", "Task")]
         if not sent:
             rng = self._rng(req)

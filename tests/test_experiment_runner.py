@@ -1,0 +1,152 @@
+"""Experiments end to end: the runner on the real CLI with scripted models, and the CLI."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import anyio
+import pytest
+from click.testing import CliRunner
+
+from teamlead.cli import main
+from teamlead.experiment.progress import report_for
+from teamlead.experiment.records import read_records
+from teamlead.experiment.runner import run_experiment, trial_order, trial_session_id
+from teamlead.experiment.spec import parse_spec
+from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing.scripts import ProbabilisticFanOut
+
+MARKER = "# Delegation strategy"  # the delegation prompt's first line; baseline has none
+
+
+def _spec(tasks: int, trials: int, *, concurrency: int = 4, extra: str = "") -> str:
+    body = [
+        "[experiment]",
+        'name = "ab"',
+        f"trials = {trials}",
+        "seed = 7",
+        f"concurrency = {concurrency}",
+        'control = "baseline"',
+        extra,
+        "[[variants]]",
+        'name = "baseline"',
+        'strategy = "baseline"',
+        "[[variants]]",
+        'name = "delegation"',
+        'strategy = "delegation"',
+    ]
+    for i in range(tasks):
+        body += ["[[tasks]]", f'id = "task-{i}"', f'prompt = "Research question {i}."', 'rubric = "mentions parts"']
+    return "\n".join(body) + "\n"
+
+
+def test_trial_order_is_seeded_interleaved_and_complete() -> None:
+    spec = parse_spec(_spec(3, 2))
+    order = trial_order(spec)
+    assert order == trial_order(spec)
+    assert len(order) == len(set(order)) == spec.total_trials
+    assert [k.trial for k in order[:6]] == [0] * 6  # rounds stay together: balanced when cut short
+    assert order[:6] != sorted(order[:6])
+    assert trial_session_id(7, order[0]) == trial_session_id(7, order[0]) != trial_session_id(8, order[0])
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_report_calls_the_better_variant_significantly_better(tmp_path: Path) -> None:
+    """10 tasks x 4 trials on the real CLI; the lead fans out with p=0.85 under delegation, 0.2 without."""
+    spec = parse_spec(_spec(10, 4, concurrency=6))
+    script = ProbabilisticFanOut(marker=MARKER, p_marked=0.85, p_plain=0.2, seed=11, delay=0.1)
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        summary = anyio.run(lambda: run_experiment(spec, tmp_path / "out", base_options=claude.options()))
+    assert (summary.ran, summary.failed) == (80, 0)
+    records = read_records(tmp_path / "out" / "trials.jsonl").records
+    assert len(records) == 80
+    sample = records[0]
+    assert sample.prompt_sha256 and sample.cli_version and sample.sdk_version and sample.teamlead_version
+    assert sample.time_to_first_agent_s is None or sample.time_to_first_agent_s >= 0
+    report, _, _ = report_for(tmp_path / "out", control="baseline", seed=1, json_=True, plots=False)
+    data = report.to_json()
+    parallel = next(c for c in data["comparisons"] if c["metric"] == "parallel")
+    assert parallel["verdict"] == "better", parallel
+    assert parallel["p_adjusted"] < 0.05 and parallel["ci_low"] > 0
+    rates = {name: v["parallel_rate"]["estimate"] for name, v in data["variants"].items()}
+    assert rates["delegation"] > 0.6 > 0.4 > rates["baseline"]
+
+
+@pytest.mark.cli
+def test_resumable_retries_infrastructure_errors_and_grades(tmp_path: Path) -> None:
+    spec = parse_spec(_spec(2, 1, concurrency=2, extra='grader = { rubric = "Task: {task}\\nRubric: {rubric}\\nAnswer: {answer}" }'))
+    failed_once: set[str] = set()
+    base = ProbabilisticFanOut(marker=MARKER, seed=3, delay=0.1)
+
+    def script(req: ScriptedRequest) -> Reply:
+        # the first attempt of one trial hits an overloaded API: an infrastructure error
+        if req.role == "lead" and "question 1" in req.first_user_text and not failed_once:
+            if not req.tool_uses_sent and MARKER in req.system:
+                failed_once.add(req.session_id or "")
+                return Reply.error(529)
+        return base(req)
+
+    out = tmp_path / "out"
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        errors: list[str] = []
+        first = anyio.run(lambda: run_experiment(spec, out, base_options=claude.options(), on_progress=lambda p: errors.extend(p.grader_errors)))
+        assert not errors, errors
+        assert (first.ran, first.retried, first.failed) == (4, 1, 0)
+        records = read_records(out / "trials.jsonl").records
+        retried = [r for r in records if r.retried]
+        assert len(retried) == 1 and retried[0].attempts == 2 and retried[0].variant == "delegation"
+        assert [(r.grade, (r.grader_cost_usd or 0) > 0) for r in records] == [(0.8, True)] * 4
+        # a corrupt line is reported and skipped; the rerun skips every finished key
+        with (out / "trials.jsonl").open("a") as fh:
+            fh.write("{not json\n")
+        again = anyio.run(lambda: run_experiment(spec, out, base_options=claude.options()))
+    assert (again.ran, again.skipped) == (0, 4)
+    read = read_records(out / "trials.jsonl")
+    assert len(read.records) == 4 and len(read.warnings) == 1
+
+
+def test_experiment_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
+    runner = CliRunner()
+    bad = tmp_path / "bad.toml"
+    bad.write_text(_spec(1, 1).replace('control = "baseline"', 'control = "nobody"'))
+    result = runner.invoke(main, ["experiment", "run", str(bad), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "control" in result.output and len(result.output.strip().splitlines()) == 1
+    unknown = tmp_path / "unknown.toml"
+    unknown.write_text(_spec(1, 1).replace('strategy = "delegation"', 'strategy = "no-such-prompt"'))
+    result = runner.invoke(main, ["experiment", "run", str(unknown), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "no-such-prompt" in result.output
+    zero = tmp_path / "zero.toml"
+    zero.write_text(_spec(1, 1).replace("trials = 1", "trials = 0"))
+    result = runner.invoke(main, ["experiment", "run", str(zero), "--out", str(tmp_path / "o")])
+    assert result.exit_code == 2 and "trials" in result.output
+    result = runner.invoke(main, ["experiment", "report", str(tmp_path / "empty")])
+    assert result.exit_code == 2 and "no trials.jsonl" in result.output
+
+
+def test_experiment_report_cli_json_and_markdown(tmp_path: Path) -> None:
+    import numpy as np
+
+    from teamlead.experiment.records import append_record
+    from teamlead.experiment.synthetic import synthetic_records
+
+    out = tmp_path / "out"
+    out.mkdir()
+    rng = np.random.default_rng(5)
+    for record in synthetic_records({"baseline": [0.2] * 6, "delegation": [0.9] * 6}, trials=4, rng=rng):
+        append_record(out / "trials.jsonl", record)
+    (out / "experiment.json").write_text(json.dumps({"version": 1, "control": "baseline"}))
+    runner = CliRunner()
+    as_json = runner.invoke(main, ["experiment", "report", str(out), "--json", "--no-plots"])
+    assert as_json.exit_code == 0, as_json.output
+    data = json.loads(as_json.output)
+    assert set(data["variants"]) == {"baseline", "delegation"}
+    assert {"variant", "control", "metric", "diff", "ci_low", "ci_high", "p_value", "p_adjusted", "verdict"} <= set(data["comparisons"][0])
+    md = runner.invoke(main, ["experiment", "report", str(out), "--out", str(tmp_path / "r.md")])
+    assert md.exit_code == 0 and "| delegation | parallel |" in md.output
+    assert (tmp_path / "r.md").read_text().startswith("# Experiment report")
+    assert list(out.glob("*.png"))
