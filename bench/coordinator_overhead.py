@@ -15,9 +15,10 @@ Both sides must end with the lead's synthesis quoting all three findings, and te
 must finish ``completed`` without a resume, so the two sides did the same work.
 
 Figures: wall time per run (the whole iteration, CLI start and exit included), as the
-median over pairs of teamlead / bare and the overhead in %; medians of the phases (to
-the first message, to the last result, and the tail from there to the end, where
-teamlead does its post-stream checks); CPU time of this process (``time.process_time``)
+median over pairs of teamlead / bare and the overhead in %; medians of the phases, from
+the scripted server's request log (CLI start-up to the first model request, the
+conversation to the last reply, and the tail from there to the end: CLI exit, then
+teamlead's post-stream checks); CPU time of this process (``time.process_time``)
 per run. Target: overhead <= 5%; a missed target exits 1.
 
 Run: ``python bench/coordinator_overhead.py`` (about a minute); ``--quick`` runs one
@@ -56,46 +57,28 @@ class BenchFailure(Exception):
 
 @dataclass
 class Run:
-    """One timed run; ``first`` and ``last_result`` are seconds from its start."""
+    """One timed run. The phases come from the scripted server's request log."""
 
     side: str
     wall: float = 0.0
     cpu: float = 0.0
     requests: int = 0
-    first: float = 0.0  # the first message: the CLI is up
-    last_result: float = 0.0  # the last ResultMessage: the lead's final synthesis
-
-    @property
-    def tail(self) -> float:
-        """From the final result to the end of the iteration: CLI exit, plus teamlead's checks."""
-        return self.wall - self.last_result
+    boot: float = 0.0  # start -> the first model request: the CLI starts up
+    model: float = 0.0  # first request -> last reply sent: the conversation itself
+    tail: float = 0.0  # last reply -> end of the iteration: CLI exit, then teamlead's checks
 
 
-class _Marks:
-    def __init__(self, run: Run, began: float) -> None:
-        self.run, self.began, self.seen = run, began, False
-
-    def saw(self, item: object) -> None:
-        now = time.perf_counter() - self.began
-        if not self.seen:
-            self.run.first, self.seen = now, True
-        if isinstance(item, ResultMessage):
-            self.run.last_result = now
-
-
-async def bare(options: ClaudeAgentOptions, marks: _Marks) -> None:
+async def bare(options: ClaudeAgentOptions) -> None:
     final: str | None = None
     async for message in sdk_query(prompt=PROMPT, options=options):
-        marks.saw(message)
         if isinstance(message, ResultMessage) and not message.is_error:
             final = message.result
     _check_findings("bare", final)
 
 
-async def coordinated(options: ClaudeAgentOptions, marks: _Marks) -> None:
+async def coordinated(options: ClaudeAgentOptions) -> None:
     done: Finished | None = None
     async for item in teamlead.query(PROMPT, options):
-        marks.saw(item)
         if isinstance(item, Finished):
             done = item
     if done is None or done.status != "completed" or done.resumes:
@@ -110,23 +93,25 @@ def _check_findings(side: str, final: str | None) -> None:
         raise BenchFailure(f"{side} run's final answer quotes findings {found}, not {EXPECTED}")
 
 
-RUNNERS: dict[str, Callable[[ClaudeAgentOptions, _Marks], Awaitable[None]]] = {
+RUNNERS: dict[str, Callable[[ClaudeAgentOptions], Awaitable[None]]] = {
     "bare": bare,
     "teamlead": coordinated,
 }
 
 
 async def timed(side: str, server: ScriptedServer) -> Run:
-    run = Run(side)
     with OfflineClaude(server.base_url) as claude:
         options = teamlead.prepare_options(claude.options(), Policy())
         before = len(server.recorded())
-        wall, cpu = time.perf_counter(), time.process_time()
+        mono, wall, cpu = time.monotonic(), time.perf_counter(), time.process_time()
         with anyio.fail_after(120):
-            await RUNNERS[side](options, _Marks(run, wall))
-        run.wall, run.cpu = time.perf_counter() - wall, time.process_time() - cpu
-        run.requests = len(server.recorded()) - before
-    return run
+            await RUNNERS[side](options)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        end = time.monotonic()
+    records = server.recorded()[before:]
+    first = min(r.started for r in records)
+    last = max(r.finished or end for r in records)
+    return Run(side, wall, cpu, len(records), first - mono, last - first, end - last)
 
 
 async def bench(pairs: int, warmup: bool) -> list[tuple[Run, Run]]:
@@ -191,9 +176,9 @@ def report(results: list[tuple[Run, Run]], quick: bool) -> bool:
                 ]
                 for label, attr in [
                     ("wall, whole run", "wall"),
-                    ("  start -> first message", "first"),
-                    ("  start -> last result", "last_result"),
-                    ("  last result -> done", "tail"),
+                    ("  start -> first model request", "boot"),
+                    ("  first request -> last reply", "model"),
+                    ("  last reply -> done", "tail"),
                     ("CPU of this process", "cpu"),
                 ]
             ],
