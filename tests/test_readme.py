@@ -1,0 +1,24 @@
+"""README.md: the CLI reference is generated from --help and current; the commands are there."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from teamlead._cli_reference import END, START, render
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_cli_reference_is_current() -> None:
+    text = README.read_text()
+    block = START + text.split(START, 1)[1].split(END, 1)[0] + END
+    assert block == render(), "README CLI reference is stale: python -m teamlead._cli_reference --write README.md"
+
+
+def test_readme_starts_with_install_and_test_commands() -> None:
+    text = README.read_text()
+    blocks = re.findall(r"```bash\n(.*?)\n```", text, re.DOTALL)
+    assert "pip install" in blocks[0] and "teamlead demo" in blocks[0]
+    assert "pytest" in blocks[1]
+    assert text.index("<!-- test-command -->") < text.index(blocks[1])
