@@ -10,8 +10,9 @@ The baseline is a bare threaded TCP server (stdlib ``socketserver``) that reads 
 request (request line, headers, ``content-length`` body) and writes those same bytes
 back after a minimal HTTP header, in one ``send``. Both servers run in this process and
 are measured with the same raw-socket HTTP/1.1 client (one keep-alive connection per
-client thread), so the client's cost is the same on both sides. Rounds alternate between
-the two servers so that load from other processes hits both alike.
+client thread), so the client's cost is the same on both sides. Both servers stay up for
+the whole run; at 1 stream the requests alternate between them one by one, at 50
+streams whole rounds alternate, so that load from other processes hits both alike.
 
 Figures: time to last byte per reply (request sent -> terminating chunk received), p50
 and p95, at 1 stream (sequential requests) and at 50 streams (50 threads, each with its
@@ -36,7 +37,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -223,7 +224,7 @@ class RawClient:
 
 @dataclass
 class Samples:
-    """Times to last byte (seconds) per server, pooled over rounds."""
+    """Times to last byte (seconds) per server, pooled."""
 
     times: dict[str, list[float]] = field(default_factory=lambda: {"baseline": [], "scripted": []})
     elapsed: dict[str, float] = field(default_factory=lambda: {"baseline": 0.0, "scripted": 0.0})
@@ -236,21 +237,6 @@ def _check(response: bytes, payload: Payload) -> None:
     body = _MESSAGE_ID.sub(b"msg_" + b"0" * 24, dechunk(response))
     if body != payload.sse:
         raise SystemExit("FAILED: a reply's SSE body differs from the expected payload")
-
-
-def sequential(base_url: str, payload: Payload, n: int, warmup: int = 5) -> list[float]:
-    client = RawClient(base_url)
-    try:
-        for _ in range(warmup):
-            _check(client.roundtrip(payload.request)[1], payload)
-        times = []
-        for _ in range(n):
-            took, response = client.roundtrip(payload.request)
-            times.append(took)
-            _check(response, payload)  # between requests: outside the timed window
-        return times
-    finally:
-        client.close()
 
 
 def concurrent(
@@ -295,47 +281,57 @@ def concurrent(
     return [t for out in results for t in out], elapsed
 
 
-def sdk_sequential(base_url: str, n: int, warmup: int = 3) -> list[float]:
-    """The same request through the official client, to the assembled final message."""
-    kwargs = {k: v for k, v in REQUEST_BODY.items() if k != "stream"}
-    times = []
-    with anthropic.Anthropic(
-        base_url=base_url, api_key="bench", max_retries=0, timeout=30
-    ) as client:
-        for i in range(warmup + n):
-            began = time.perf_counter()
-            with client.messages.stream(**kwargs) as stream:
-                message = stream.get_final_message()
-            took = time.perf_counter() - began
-            if i >= warmup:
-                times.append(took)
-            text, use = message.content[0], message.content[-1]
-            if (
-                text.type != "text"
-                or text.text != TEXT
-                or use.type != "tool_use"
-                or use.input != TOOL.input
-            ):
-                raise SystemExit("FAILED: the anthropic client assembled a different message")
-    return times
+class SdkClient:
+    """The official client (one keep-alive pool), streamed to the assembled final message."""
+
+    def __init__(self, base_url: str) -> None:
+        self.client = anthropic.Anthropic(
+            base_url=base_url, api_key="bench", max_retries=0, timeout=30
+        )
+        self.kwargs = {k: v for k, v in REQUEST_BODY.items() if k != "stream"}
+
+    def roundtrip(self) -> float:
+        began = time.perf_counter()
+        with self.client.messages.stream(**self.kwargs) as stream:
+            message = stream.get_final_message()
+        took = time.perf_counter() - began
+        text, use = message.content[0], message.content[-1]
+        if text.type != "text" or text.text != TEXT or use.type != "tool_use":
+            raise SystemExit("FAILED: the anthropic client assembled a different message")
+        if use.input != TOOL.input:
+            raise SystemExit("FAILED: the anthropic client parsed a different tool input")
+        return took
+
+    def close(self) -> None:
+        self.client.close()
 
 
-SERVERS: dict[str, Callable[[Payload], Any]] = {
-    "baseline": baseline_server,
-    "scripted": lambda payload: scripted_server(),
-}
+NAMES = ("baseline", "scripted")
 
 
-def run_rounds(
-    rounds: int, payload: Payload, measure: Callable[[str], tuple[list[float], float]]
+def interleaved(roundtrips: dict[str, Callable[[], float]], n: int, warmup: int = 5) -> Samples:
+    """``n`` replies from each server, alternating request by request (B S, then S B, ...).
+
+    Interleaving this finely makes load from other processes hit both servers alike.
+    """
+    for _ in range(warmup):
+        for roundtrip in roundtrips.values():
+            roundtrip()
+    samples = Samples()
+    for i in range(n):
+        for name in NAMES if i % 2 == 0 else NAMES[::-1]:
+            samples.times[name].append(roundtrips[name]())
+    return samples
+
+
+def concurrent_rounds(
+    urls: dict[str, str], payload: Payload, rounds: int, threads: int, each: int
 ) -> Samples:
-    """Alternate the servers (B S, then S B, ...) so drifting load hits both alike."""
+    """Rounds of :func:`concurrent`, alternating the servers (B S, then S B, ...)."""
     samples = Samples()
     for r in range(rounds):
-        order = ["baseline", "scripted"] if r % 2 == 0 else ["scripted", "baseline"]
-        for name in order:
-            with SERVERS[name](payload) as url:
-                times, elapsed = measure(url)
+        for name in NAMES if r % 2 == 0 else NAMES[::-1]:
+            times, elapsed = concurrent(urls[name], payload, threads, each)
             samples.times[name].extend(times)
             samples.elapsed[name] += elapsed
     return samples
@@ -358,8 +354,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a few samples: a smoke run")
     args = parser.parse_args()
-    # per server: rounds x seq_n sequential, c50_rounds x threads x each concurrent replies
-    rounds, seq_n, sdk_n = (1, 20, 10) if args.quick else (8, 50, 25)
+    # replies per server: seq_n and sdk_n at 1 stream, c50_rounds x threads x each at 50
+    seq_n, sdk_n = (20, 10) if args.quick else (400, 200)
     c50_rounds, threads, each = (1, 50, 2) if args.quick else (6, 50, 5)
 
     payload = build_payload()
@@ -372,19 +368,29 @@ def main() -> None:
         "baseline: a bare threaded socket server writing the same bytes in one send; "
         "same raw-socket keep-alive client for both; times to last byte, ms"
     )
+    with ExitStack() as stack:
+        urls = {
+            "baseline": stack.enter_context(baseline_server(payload)),
+            "scripted": stack.enter_context(scripted_server()),
+        }
+        raw = {name: RawClient(url) for name, url in urls.items()}
+        sdk = {name: SdkClient(url) for name, url in urls.items()}
+        closers: list[Callable[[], None]] = [c.close for c in raw.values()]
+        closers += [c.close for c in sdk.values()]
+        for close in closers:
+            stack.callback(close)
 
-    def seq(url: str) -> tuple[list[float], float]:
-        began = time.perf_counter()
-        times = sequential(url, payload, seq_n)
-        return times, time.perf_counter() - began
+        def raw_roundtrip(client: RawClient) -> Callable[[], float]:
+            def roundtrip() -> float:
+                took, response = client.roundtrip(payload.request)
+                _check(response, payload)  # outside the timed window
+                return took
 
-    one = run_rounds(rounds, payload, seq)
-    many = run_rounds(c50_rounds, payload, lambda url: concurrent(url, payload, threads, each))
+            return roundtrip
 
-    def sdk(url: str) -> tuple[list[float], float]:
-        return sdk_sequential(url, sdk_n), 0.0
-
-    via_sdk = run_rounds(rounds, payload, sdk)
+        one = interleaved({name: raw_roundtrip(c) for name, c in raw.items()}, seq_n)
+        many = concurrent_rounds(urls, payload, c50_rounds, threads, each)
+        via_sdk = interleaved({name: c.roundtrip for name, c in sdk.items()}, sdk_n, warmup=3)
 
     headers = [
         "level",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 import psutil
@@ -10,7 +11,8 @@ import psutil
 def descendants() -> list[psutil.Process]:
     """Every live descendant of this process."""
     try:
-        return psutil.Process(os.getpid()).children(recursive=True)
+        children: list[psutil.Process] = psutil.Process(os.getpid()).children(recursive=True)
+        return children
     except psutil.Error:
         return []
 
@@ -23,15 +25,11 @@ def stop_descendants(grace_s: float = 2.0) -> int:
     """
     procs = descendants()
     for proc in procs:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.terminate()
-        except psutil.Error:
-            pass
     _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for proc in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(alive, timeout=grace_s)
     return len(procs)

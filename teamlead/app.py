@@ -79,7 +79,9 @@ def check_setup(env: Mapping[str, str]) -> None:
     for flag in ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"):
         if env.get(flag, "").strip() in ("1", "true"):
             return
-    config = Path(env.get("CLAUDE_CONFIG_DIR") or Path(env.get("HOME", "~")).expanduser() / ".claude")
+    config = Path(
+        env.get("CLAUDE_CONFIG_DIR") or Path(env.get("HOME", "~")).expanduser() / ".claude"
+    )
     if (config / ".credentials.json").exists():
         return
     raise SetupError(

@@ -15,12 +15,15 @@ import tempfile
 import threading
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ._version import __version__
 from .errors import TeamleadError, UsageError
+
+if TYPE_CHECKING:
+    from .app import Output
 
 __all__ = ["main"]
 
@@ -58,7 +61,7 @@ def _env(name: str) -> str:
     return f"TEAMLEAD_{name.upper().replace('-', '_')}"
 
 
-def _output(json_: bool, quiet: bool) -> str:
+def _output(json_: bool, quiet: bool) -> Output:
     if json_ and quiet:
         raise UsageError("--json and --quiet cannot be combined")
     return "json" if json_ else ("quiet" if quiet else "auto")
@@ -74,25 +77,89 @@ def main() -> None:
 def _run_options(func: F) -> F:
     options = [
         click.option("--model", envvar=_env("model"), help="Model for the lead (SDK `model`)."),
-        click.option("--cwd", envvar=_env("cwd"), type=click.Path(file_okay=False), help="Working directory."),
-        click.option("--max-resumes", envvar=_env("max_resumes"), type=click.IntRange(min=0), default=3, show_default=True, help="Re-queries with resume=session at most."),
-        click.option("--wait", "wait_s", envvar=_env("wait"), type=click.FloatRange(min=0), default=60.0, show_default=True, help="Seconds to wait for teammates and the inbox."),
-        click.option("--deadline", "deadline_s", envvar=_env("deadline"), type=click.FloatRange(min=0, min_open=True), default=1800.0, show_default=True, help="Seconds for the whole run."),
-        click.option("--max-cost", "max_cost", envvar=_env("max_cost"), type=click.FloatRange(min=0, min_open=True), help="Stop resuming at this many USD."),
-        click.option("--allowed-tools", envvar=_env("allowed_tools"), help="Comma-separated tools to allow (passed to the SDK)."),
-        click.option("--permission-mode", envvar=_env("permission_mode"), type=click.Choice(["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto"]), help="Passed to the SDK."),
-        click.option("--json", "json_", envvar=_env("json"), is_flag=True, help="NDJSON events on stdout; the last line is `finished`."),
-        click.option("--quiet", "-q", envvar=_env("quiet"), is_flag=True, help="Only the final answer."),
-        click.option("--verbose", "-v", envvar=_env("verbose"), is_flag=True, help="Show the lead's text as it streams."),
+        click.option(
+            "--cwd", envvar=_env("cwd"), type=click.Path(file_okay=False), help="Working directory."
+        ),
+        click.option(
+            "--max-resumes",
+            envvar=_env("max_resumes"),
+            type=click.IntRange(min=0),
+            default=3,
+            show_default=True,
+            help="Re-queries with resume=session at most.",
+        ),
+        click.option(
+            "--wait",
+            "wait_s",
+            envvar=_env("wait"),
+            type=click.FloatRange(min=0),
+            default=60.0,
+            show_default=True,
+            help="Seconds to wait for teammates and the inbox.",
+        ),
+        click.option(
+            "--deadline",
+            "deadline_s",
+            envvar=_env("deadline"),
+            type=click.FloatRange(min=0, min_open=True),
+            default=1800.0,
+            show_default=True,
+            help="Seconds for the whole run.",
+        ),
+        click.option(
+            "--max-cost",
+            "max_cost",
+            envvar=_env("max_cost"),
+            type=click.FloatRange(min=0, min_open=True),
+            help="Stop resuming at this many USD.",
+        ),
+        click.option(
+            "--allowed-tools",
+            envvar=_env("allowed_tools"),
+            help="Comma-separated tools to allow (passed to the SDK).",
+        ),
+        click.option(
+            "--permission-mode",
+            envvar=_env("permission_mode"),
+            type=click.Choice(
+                ["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto"]
+            ),
+            help="Passed to the SDK.",
+        ),
+        click.option(
+            "--json",
+            "json_",
+            envvar=_env("json"),
+            is_flag=True,
+            help="NDJSON events on stdout; the last line is `finished`.",
+        ),
+        click.option(
+            "--quiet", "-q", envvar=_env("quiet"), is_flag=True, help="Only the final answer."
+        ),
+        click.option(
+            "--verbose",
+            "-v",
+            envvar=_env("verbose"),
+            is_flag=True,
+            help="Show the lead's text as it streams.",
+        ),
     ]
     for option in reversed(options):
         func = option(func)
     return func
 
 
-def _settings(strategy: str, model: str | None, cwd: str | None, max_resumes: int, wait_s: float,
-              deadline_s: float, max_cost: float | None, allowed_tools: str | None,
-              permission_mode: str | None) -> Any:
+def _settings(
+    strategy: str,
+    model: str | None,
+    cwd: str | None,
+    max_resumes: int,
+    wait_s: float,
+    deadline_s: float,
+    max_cost: float | None,
+    allowed_tools: str | None,
+    permission_mode: str | None,
+) -> Any:
     from .app import AskSettings
 
     return AskSettings(
@@ -110,7 +177,13 @@ def _settings(strategy: str, model: str | None, cwd: str | None, max_resumes: in
 
 @main.command()
 @click.argument("prompt")
-@click.option("--strategy", envvar=_env("strategy"), default="delegation", show_default=True, help="Strategy prompt: a name from `teamlead prompts list` or a path.")
+@click.option(
+    "--strategy",
+    envvar=_env("strategy"),
+    default="delegation",
+    show_default=True,
+    help="Strategy prompt: a name from `teamlead prompts list` or a path.",
+)
 @_run_options
 @handle_errors
 def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **kw: Any) -> None:
@@ -128,7 +201,9 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
     output = _output(json_, quiet)
     options, policy, _ = build_run(_settings(strategy, **kw))
     check_setup(merged_env(options.env))
-    sys.exit(run_session(lambda: query(prompt, options, policy=policy), output=output, verbose=verbose))  # type: ignore[arg-type]
+    sys.exit(
+        run_session(lambda: query(prompt, options, policy=policy), output=output, verbose=verbose)
+    )
 
 
 @main.command()
@@ -147,7 +222,13 @@ def resume(session_id: str, json_: bool, quiet: bool, verbose: bool, **kw: Any) 
     env = merged_env(options.env)
     find_session_file(claude_config_dir(env), session_id)  # a missing session is a usage error
     check_setup(env)
-    sys.exit(run_session(lambda: resume_session(session_id, options, policy=policy), output=output, verbose=verbose))  # type: ignore[arg-type]
+    sys.exit(
+        run_session(
+            lambda: resume_session(session_id, options, policy=policy),
+            output=output,
+            verbose=verbose,
+        )
+    )
 
 
 # -- demo ---------------------------------------------------------------------------------
@@ -188,8 +269,13 @@ def demo(json_: bool, quiet: bool, verbose: bool) -> None:
                     script.stream_ended.set()
 
             code = run_session(
-                lambda: query(DEMO_PROMPT, options, query_fn=first_stream_marks_end, policy=Policy(wait_s=20, deadline_s=300)),
-                output=output,  # type: ignore[arg-type]
+                lambda: query(
+                    DEMO_PROMPT,
+                    options,
+                    query_fn=first_stream_marks_end,
+                    policy=Policy(wait_s=20, deadline_s=300),
+                ),
+                output=output,
                 verbose=verbose,
             )
     sys.exit(code)
@@ -213,15 +299,34 @@ def prompts_list() -> None:
 
 @prompts.command("show")
 @click.argument("name")
-@click.option("--max-concurrent-agents", type=click.IntRange(min=1), envvar=_env("max_concurrent_agents"), help="Fill the concurrency limit with this.")
-@click.option("--max-agents-per-turn", type=click.IntRange(min=1), envvar=_env("max_agents_per_turn"), help="Fill the per-turn spawn limit with this.")
+@click.option(
+    "--max-concurrent-agents",
+    type=click.IntRange(min=1),
+    envvar=_env("max_concurrent_agents"),
+    help="Fill the concurrency limit with this.",
+)
+@click.option(
+    "--max-agents-per-turn",
+    type=click.IntRange(min=1),
+    envvar=_env("max_agents_per_turn"),
+    help="Fill the per-turn spawn limit with this.",
+)
 @handle_errors
-def prompts_show(name: str, max_concurrent_agents: int | None, max_agents_per_turn: int | None) -> None:
+def prompts_show(
+    name: str, max_concurrent_agents: int | None, max_agents_per_turn: int | None
+) -> None:
     """Show strategy NAME (or a path) rendered with its placeholders filled."""
     from .prompts import default_values, load_strategy
 
     strategy = load_strategy(name)
-    kwargs = {k: v for k, v in {"max_concurrent_agents": max_concurrent_agents, "max_agents_per_turn": max_agents_per_turn}.items() if v}
+    kwargs = {
+        k: v
+        for k, v in {
+            "max_concurrent_agents": max_concurrent_agents,
+            "max_agents_per_turn": max_agents_per_turn,
+        }.items()
+        if v
+    }
     text = strategy.render(default_values(**kwargs))
     meta = strategy.meta
     click.echo(f"# {meta.name} v{meta.version}: {meta.description}\n# sha256 {strategy.sha256}\n")
@@ -259,16 +364,21 @@ def inbox_show(session_id: str | None, team: str | None, json_: bool) -> None:
             raise UsageError(f"no team {team!r} under {config_dir}/teams")
     read = read_inbox(found.lead_inbox, config_dir=config_dir)
     if json_:
-        click.echo(json.dumps({
-            "version": 1,
-            "team": found.name,
-            "lead_session_id": found.config.lead_session_id,
-            "members": [m.name for m in found.config.members],
-            "inbox": str(found.lead_inbox),
-            "status": read.status,
-            "messages": [m.model_dump(mode="json") for m in read.messages],
-            "warnings": list(read.warnings),
-        }, indent=2))
+        click.echo(
+            json.dumps(
+                {
+                    "version": 1,
+                    "team": found.name,
+                    "lead_session_id": found.config.lead_session_id,
+                    "members": [m.name for m in found.config.members],
+                    "inbox": str(found.lead_inbox),
+                    "status": read.status,
+                    "messages": [m.model_dump(mode="json") for m in read.messages],
+                    "warnings": list(read.warnings),
+                },
+                indent=2,
+            )
+        )
         return
     click.echo(f"team {found.name}  lead session {found.config.lead_session_id}")
     click.echo("members: " + (", ".join(m.name for m in found.config.members) or "(none)"))
@@ -282,9 +392,27 @@ def inbox_show(session_id: str | None, team: str | None, json_: bool) -> None:
 
 # -- serve-scripted -------------------------------------------------------------------------
 @main.command("serve-scripted")
-@click.option("--scenario", envvar=_env("scenario"), default="fan-out", show_default=True, help="Named scripted model.")
-@click.option("--port", envvar=_env("port"), type=click.IntRange(0, 65535), default=0, show_default=True, help="Port; 0 picks a free one.")
-@click.option("--concurrency-limit", envvar=_env("concurrency_limit"), type=click.IntRange(min=1), help="Emulate a hidden 429 limit.")
+@click.option(
+    "--scenario",
+    envvar=_env("scenario"),
+    default="fan-out",
+    show_default=True,
+    help="Named scripted model.",
+)
+@click.option(
+    "--port",
+    envvar=_env("port"),
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Port; 0 picks a free one.",
+)
+@click.option(
+    "--concurrency-limit",
+    envvar=_env("concurrency_limit"),
+    type=click.IntRange(min=1),
+    help="Emulate a hidden 429 limit.",
+)
 @handle_errors
 def serve_scripted(scenario: str, port: int, concurrency_limit: int | None) -> None:
     """Serve a scripted model on loopback for manual runs of the CLI or an app."""
@@ -316,7 +444,14 @@ def experiment() -> None:
 
 @experiment.command("run")
 @click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
-@click.option("--out", "out_dir", envvar=_env("out"), required=True, type=click.Path(file_okay=False), help="Directory for trials.jsonl (appended; reruns skip finished trials).")
+@click.option(
+    "--out",
+    "out_dir",
+    envvar=_env("out"),
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Directory for trials.jsonl (appended; reruns skip finished trials).",
+)
 @click.option("--quiet", "-q", envvar=_env("quiet"), is_flag=True, help="No progress bar.")
 @handle_errors
 def experiment_run(spec_path: str, out_dir: str, quiet: bool) -> None:
@@ -345,16 +480,27 @@ def experiment_run(spec_path: str, out_dir: str, quiet: bool) -> None:
 @experiment.command("report")
 @click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False))
 @click.option("--json", "json_", is_flag=True, help="The report as JSON on stdout.")
-@click.option("--out", "out_file", type=click.Path(dir_okay=False), help="Also write the report (Markdown, or JSON with --json) here.")
+@click.option(
+    "--out",
+    "out_file",
+    type=click.Path(dir_okay=False),
+    help="Also write the report (Markdown, or JSON with --json) here.",
+)
 @click.option("--control", help="Control variant (default: the spec's, recorded in the trials).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for bootstrap and permutations.")
+@click.option(
+    "--seed", type=int, default=0, show_default=True, help="Seed for bootstrap and permutations."
+)
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @handle_errors
-def experiment_report(out_dir: str, json_: bool, out_file: str | None, control: str | None, seed: int, no_plots: bool) -> None:
+def experiment_report(
+    out_dir: str, json_: bool, out_file: str | None, control: str | None, seed: int, no_plots: bool
+) -> None:
     """Statistics for the trials in DIR: rates, paired comparisons, verdicts, plots."""
     from .experiment.progress import report_for
 
-    report, text, warnings = report_for(Path(out_dir), control=control, seed=seed, json_=json_, plots=not no_plots)
+    report, text, warnings = report_for(
+        Path(out_dir), control=control, seed=seed, json_=json_, plots=not no_plots
+    )
     for warning in warnings:
         click.echo(f"teamlead: warning: {warning}", err=True)
     click.echo(text)

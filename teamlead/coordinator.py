@@ -127,6 +127,7 @@ class Coordinator:
     seen_inbox_keys: set[str] = field(default_factory=set)
     last_round_ok: bool = False
     _deadline: float = 0.0
+    _waited_s: float = 0.0
     _carry: list[Delivery] = field(default_factory=list)  # collected, but over the prompt cap
     _team: Team | None = None
 
@@ -390,7 +391,9 @@ class Coordinator:
             for member in team.config.teammates:
                 self.members.setdefault(member.name, _Member(member.name))
             waiting = [m.name for m in self.members.values() if m.status == "pending"]
-            wait_s = max(0.0, min(self.policy.wait_s, self._deadline - self.clock.monotonic()))
+            # wait_s is one budget for the whole run, not per round
+            budget = self.policy.wait_s - self._waited_s
+            wait_s = max(0.0, min(budget, self._deadline - self.clock.monotonic()))
             if waiting:
                 yield WaitingForTeam(
                     session_id=session,
@@ -400,6 +403,7 @@ class Coordinator:
                     wait_s=wait_s,
                 )
             inbox_policy = self.policy.inbox if waiting else InboxWaitPolicy(tries=1, span_s=0)
+            wait_started = self.clock.monotonic()
             result = await wait_for_inbox(
                 team.lead_inbox,
                 until=self._members_reported,
@@ -408,6 +412,8 @@ class Coordinator:
                 deadline=self.clock.monotonic() + wait_s,
                 config_dir=self.config_dir,
             )
+            if waiting:
+                self._waited_s += self.clock.monotonic() - wait_started
             fresh = [m for m in result.read.messages if m.key not in self.seen_inbox_keys and not m.read]
             for message in fresh:
                 self.seen_inbox_keys.add(message.key)
@@ -450,6 +456,8 @@ class Coordinator:
         return all(m.status == "reported" or m.name in reported for m in self.members.values())
 
     def _note_member(self, message: TeammateMessage) -> None:
+        if message.sender not in self.members and not (message.is_report or message.is_result):
+            return  # a stranger's protocol frame is reported, but nobody waits for it
         member = self.members.setdefault(message.sender, _Member(message.sender))
         if message.is_report or message.is_result:
             member.status = "reported"

@@ -12,7 +12,7 @@ Example:
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, Union
+from typing import Any, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -131,4 +131,6 @@ class Finished(_Event):
     reasons: list[str] = Field(default_factory=list)
 
 
-TeamleadEvent = Union[WaitingForTeam, InboxCollected, FallbackUsed, Resuming, ResumeFailed, Finished]
+TeamleadEvent: TypeAlias = (
+    WaitingForTeam | InboxCollected | FallbackUsed | Resuming | ResumeFailed | Finished
+)

@@ -31,7 +31,9 @@ def find_session_file(config_dir: Path, session_id: str) -> Path:
         UsageError: the id is malformed, or no such session exists.
     """
     if not _SAFE_SESSION.fullmatch(session_id):
-        raise UsageError(f"{session_id!r} is not a session id (expected letters, digits and dashes)")
+        raise UsageError(
+            f"{session_id!r} is not a session id (expected letters, digits and dashes)"
+        )
     matches = sorted((Path(config_dir) / "projects").glob(f"*/{session_id}.jsonl"))
     if not matches:
         raise UsageError(
@@ -87,9 +89,15 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
             }
         )
     content = message.get("content")
-    texts = [content] if isinstance(content, str) else [
-        b.get("text", "") for b in content or [] if isinstance(b, dict) and b.get("type") == "text"
-    ]
+    texts = (
+        [content]
+        if isinstance(content, str)
+        else [
+            b.get("text", "")
+            for b in content or []
+            if isinstance(b, dict) and b.get("type") == "text"
+        ]
+    )
     for text in texts:
         note = _notification(text) if isinstance(text, str) else None
         if note:
@@ -129,7 +137,12 @@ def load_session(config_dir: Path, session_id: str) -> Tracker:
                         last_ok_text = "".join(texts)
     if last_ok_text is not None:  # the transcript has no result records; stand one in
         tracker.feed(
-            {"type": "result", "subtype": "success", "is_error": False, "result": last_ok_text,
-             "session_id": session_id}
+            {
+                "type": "result",
+                "subtype": "success",
+                "is_error": False,
+                "result": last_ok_text,
+                "session_id": session_id,
+            }
         )
     return tracker

@@ -20,7 +20,7 @@ import dataclasses
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Union
+from typing import Any, Literal, TypeAlias
 
 __all__ = [
     "TERMINAL_STATES",
@@ -141,9 +141,16 @@ class ResultSeen:
         return not self.is_error and self.subtype == "success"
 
 
-TrackedEvent = Union[
-    SessionSeen, AgentCallSeen, TaskStarted, TaskProgress, TaskEnded, LeadTurn, SubagentTurn, ResultSeen
-]
+TrackedEvent: TypeAlias = (
+    SessionSeen
+    | AgentCallSeen
+    | TaskStarted
+    | TaskProgress
+    | TaskEnded
+    | LeadTurn
+    | SubagentTurn
+    | ResultSeen
+)
 
 
 # -- the parser --------------------------------------------------------------------------
@@ -295,16 +302,16 @@ def _parse_system(raw: dict[str, Any]) -> TrackedEvent | None:
     if subtype == "task_updated":
         patch = raw.get("patch") if isinstance(raw.get("patch"), dict) else {}
         assert isinstance(patch, dict)
-        status = _str(patch.get("status"))
-        if status in TERMINAL_STATES:
+        patch_status = _str(patch.get("status"))
+        if patch_status is not None and patch_status in TERMINAL_STATES:
             return TaskEnded(
                 task_id=task_id,
-                status=status,
+                status=patch_status,
                 source="task_updated",
                 summary=_str(patch.get("summary")) or _str(patch.get("result")),
                 output_file=_str(patch.get("output_file")),
             )
-        return TaskProgress(task_id, status=status)
+        return TaskProgress(task_id, status=patch_status)
     if subtype == "task_progress":
         usage = raw.get("usage") if isinstance(raw.get("usage"), dict) else {}
         assert isinstance(usage, dict)
@@ -362,6 +369,15 @@ class TaskInfo:
     @property
     def terminal(self) -> bool:
         return self.status in TERMINAL_STATES
+
+    @property
+    def has_output(self) -> bool:
+        """Whether the lead was shown something: a non-empty summary, or a non-success end.
+
+        A ``completed`` notification with an empty summary happens (claude-code #86471); the
+        lead saw nothing then, so the task's transcript still has to reach it.
+        """
+        return self.status != "completed" or bool((self.summary or "").strip())
 
 
 @dataclass
@@ -444,7 +460,7 @@ class Tracker:
             self.results.append(event)
             if event.ok and event.origin_run_id:
                 for task in self.tasks.values():
-                    if task.run_id == event.origin_run_id and task.terminal:
+                    if task.run_id == event.origin_run_id and task.terminal and task.has_output:
                         task.absorbed = True
 
     def _task(self, task_id: str, now: float) -> TaskInfo:
@@ -454,7 +470,8 @@ class Tracker:
 
     def _absorb_before(self, seq: int) -> None:
         for task in self.tasks.values():
-            if task.terminal and task.ended_seq is not None and task.ended_seq < seq:
+            ended_before = task.ended_seq is not None and task.ended_seq < seq
+            if task.terminal and ended_before and task.has_output:
                 task.absorbed = True
 
     # -- derived views -------------------------------------------------------------------

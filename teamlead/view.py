@@ -17,7 +17,15 @@ from rich.table import Table
 from rich.text import Text
 
 from ._redact import redact
-from .events import EVENT_VERSION, FallbackUsed, Finished, InboxCollected, ResumeFailed, Resuming, WaitingForTeam
+from .events import (
+    EVENT_VERSION,
+    FallbackUsed,
+    Finished,
+    InboxCollected,
+    ResumeFailed,
+    Resuming,
+    WaitingForTeam,
+)
 from .tracker import (
     AgentCallSeen,
     LeadTurn,
@@ -57,12 +65,15 @@ def _describe_event(item: Any) -> str | None:
         who = ", ".join(item.pending_members) or "open tasks"
         return f"waiting up to {item.wait_s:g} s for {who}"
     if isinstance(item, InboxCollected):
-        senders = ", ".join(sorted({str(m.get('from')) for m in item.messages})) or "nobody"
+        senders = ", ".join(sorted({str(m.get("from")) for m in item.messages})) or "nobody"
         return f"inbox of team {item.team}: {len(item.messages)} new message(s) from {senders}"
     if isinstance(item, FallbackUsed):
         return f"result of {item.description!r} ({item.status}) taken from its {item.source}"
     if isinstance(item, Resuming):
-        return f"resuming session {item.session_id} (round {item.round}, attempt {item.attempt}) with {len(item.deliveries)} result(s)"
+        return (
+            f"resuming session {item.session_id} (round {item.round}, "
+            f"attempt {item.attempt}) with {len(item.deliveries)} result(s)"
+        )
     if isinstance(item, ResumeFailed):
         retry = f"; retrying in {item.retry_in_s:g} s" if item.retry_in_s is not None else ""
         return f"resume attempt {item.attempt} failed: {item.error}{retry}"
@@ -95,11 +106,17 @@ class PlainProgress:
                 self._line(line)
 
     def _describe_tracked(self, event: TrackedEvent) -> str | None:
-        if isinstance(event, SessionSeen) and event.session_id == self.tracker.session_id and not getattr(self, "_announced", False):
+        if (
+            isinstance(event, SessionSeen)
+            and event.session_id == self.tracker.session_id
+            and not getattr(self, "_announced", False)
+        ):
             self._announced = True
             return f"session {event.session_id}"
         if isinstance(event, AgentCallSeen):
-            group = self.tracker.agent_calls_by_message.get(event.message_id or event.tool_use_id, [])
+            group = self.tracker.agent_calls_by_message.get(
+                event.message_id or event.tool_use_id, []
+            )
             return f"lead delegates {event.description!r} (Agent call {len(group)} of its message)"
         if isinstance(event, TaskStarted):
             return f"task started: {event.description} [{event.subagent_type or 'agent'}]"
@@ -148,11 +165,17 @@ class LiveTeamView:
                 self.lead_state = item.status
         for event in self.tracker.feed(item):
             if isinstance(event, LeadTurn):
-                self.lead_state = "error" if event.error else ("delegating" if event.tool_names else "writing")
+                self.lead_state = (
+                    "error" if event.error else ("delegating" if event.tool_names else "writing")
+                )
                 if self.verbose and event.text:
                     self.log.append(f"lead: {redact(event.text)[:120]}")
             elif isinstance(event, ResultSeen):
-                self.lead_state = "turn ended" if event.ok else f"turn failed ({event.api_error_status or 'error'})"
+                self.lead_state = (
+                    "turn ended"
+                    if event.ok
+                    else f"turn failed ({event.api_error_status or 'error'})"
+                )
         self._live.update(self._render())
 
     def _render(self) -> Group:
@@ -199,7 +222,9 @@ class JsonProgress:
                     continue
                 if isinstance(event, SessionSeen):
                     self._announced = True
-                self.stream.write(json.dumps(event_record(event), ensure_ascii=False, default=str) + "\n")
+                self.stream.write(
+                    json.dumps(event_record(event), ensure_ascii=False, default=str) + "\n"
+                )
         self.stream.flush()
 
     def close(self) -> None:

@@ -31,7 +31,9 @@ def _invoke(*args: str, env: dict[str, str] | None = None, input: str | None = N
 def test_version_and_help() -> None:
     assert "teamlead, version" in _invoke("--version").output
     result = _invoke("ask", "--help")
-    assert result.exit_code == 0 and "--max-resumes" in result.output and "--strategy" in result.output
+    assert (
+        result.exit_code == 0 and "--max-resumes" in result.output and "--strategy" in result.output
+    )
 
 
 @pytest.mark.parametrize(
@@ -69,7 +71,9 @@ def test_options_read_teamlead_env_vars() -> None:
     result = _invoke("ask", "hi", env={"TEAMLEAD_STRATEGY": "not-a-strategy-from-env"})
     assert result.exit_code == 2 and "not-a-strategy-from-env" in result.output
     result = _invoke("ask", "hi", env={"TEAMLEAD_MAX_RESUMES": "-4"})
-    assert result.exit_code == 2 and "TEAMLEAD_MAX_RESUMES" in result.output or "-4" in result.output
+    assert (
+        result.exit_code == 2 and "TEAMLEAD_MAX_RESUMES" in result.output or "-4" in result.output
+    )
 
 
 def test_prompt_from_stdin(tmp_path: Path) -> None:
@@ -80,9 +84,15 @@ def test_prompt_from_stdin(tmp_path: Path) -> None:
 def test_prompts_list_and_show_fill_placeholders() -> None:
     listing = _invoke("prompts", "list")
     assert listing.exit_code == 0
-    assert {"baseline", "delegation", "parallel-first"} <= {line.split()[0] for line in listing.output.splitlines()}
+    assert {"baseline", "delegation", "parallel-first"} <= {
+        line.split()[0] for line in listing.output.splitlines()
+    }
     shown = _invoke("prompts", "show", "delegation", "--max-concurrent-agents", "7")
-    assert shown.exit_code == 0 and "7" in shown.output and "{max_concurrent_agents}" not in shown.output
+    assert (
+        shown.exit_code == 0
+        and "7" in shown.output
+        and "{max_concurrent_agents}" not in shown.output
+    )
     assert "adds nothing" in _invoke("prompts", "show", "baseline").output
 
 
@@ -90,11 +100,17 @@ def test_inbox_show_reads_without_changing(tmp_path: Path) -> None:
     config = Path(os.environ["CLAUDE_CONFIG_DIR"])
     team = create_team(config, "abcdef12-0000-0000-0000-000000000000", members=["researcher"])
     inbox = config / "teams" / team / "inboxes" / "team-lead.json"
-    inbox.write_text(json.dumps([{"from": "researcher", "text": "plain note", "timestamp": "t1"}, {"bad": 1}]))
+    inbox.write_text(
+        json.dumps([{"from": "researcher", "text": "plain note", "timestamp": "t1"}, {"bad": 1}])
+    )
     before = inbox.read_bytes()
     result = _invoke("inbox", "show", "--session", "abcdef12-0000-0000-0000-000000000000")
     assert result.exit_code == 0, result.output
-    assert "researcher" in result.output and "plain note" in result.output and "1 invalid" in result.output
+    assert (
+        "researcher" in result.output
+        and "plain note" in result.output
+        and "1 invalid" in result.output
+    )
     as_json = json.loads(_invoke("inbox", "show", "--team", team, "--json").output)
     assert as_json["members"] == ["team-lead", "researcher"] and len(as_json["messages"]) == 1
     assert inbox.read_bytes() == before
@@ -108,10 +124,17 @@ def test_resume_of_a_missing_session_is_a_usage_error() -> None:
 
 
 # -- real runs ---------------------------------------------------------------------------------
-def _ask(claude: OfflineClaude, *args: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+def _ask(
+    claude: OfflineClaude, *args: str, timeout: float = 90
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **claude.env}
     return subprocess.run(
-        [*TEAMLEAD, "ask", *args], env=env, cwd=claude.cwd, capture_output=True, text=True, timeout=timeout
+        [*TEAMLEAD, "ask", *args],
+        env=env,
+        cwd=claude.cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
     )
 
 
@@ -134,10 +157,26 @@ def test_ask_json_is_versioned_ndjson_ending_in_finished(tmp_path: Path) -> None
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     assert all(isinstance(r.get("type"), str) and r.get("version") == 1 for r in lines)
     types = [r["type"] for r in lines]
-    assert {"session", "agent_call", "task_started", "task_ended", "result", "fallback_used", "resuming"} <= set(types)
+    assert {
+        "session",
+        "agent_call",
+        "task_started",
+        "task_ended",
+        "result",
+        "fallback_used",
+        "resuming",
+    } <= set(types)
     last = lines[-1]
     assert last["type"] == "finished" and types.count("finished") == 1
-    assert set(last) >= {"status", "result", "session_id", "resumes", "tasks", "cost_usd", "reasons"}
+    assert set(last) >= {
+        "status",
+        "result",
+        "session_id",
+        "resumes",
+        "tasks",
+        "cost_usd",
+        "reasons",
+    }
     assert last["status"] == "completed" and last["resumes"] == 1
     assert sorted(findings_in(last["result"])) == ["agent-1", "agent-2"]
     assert all(set(t) >= {"id", "description", "status", "disposition"} for t in last["tasks"])
@@ -160,7 +199,9 @@ def test_ask_partial_exits_3_when_a_teammate_never_reports(tmp_path: Path) -> No
 
     def script(req: ScriptedRequest) -> Reply:
         if req.role == "lead" and not req.tool_uses_sent:
-            create_team(holder["claude"].config_dir, req.session_id or "", members=["silent-reviewer"])
+            create_team(
+                holder["claude"].config_dir, req.session_id or "", members=["silent-reviewer"]
+            )
         return fan(req)
 
     with ScriptedServer(script) as server:
@@ -189,8 +230,12 @@ def test_ctrl_c_mid_fan_out_stops_every_process_and_prints_the_session(tmp_path:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
         env = {**os.environ, **claude.env}
         proc = subprocess.Popen(
-            [*TEAMLEAD, "ask", "Investigate."], env=env, cwd=claude.cwd,
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            [*TEAMLEAD, "ask", "Investigate."],
+            env=env,
+            cwd=claude.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
         )
         deadline = time.monotonic() + 30
         while len(server.recorded("subagent")) < 3 and time.monotonic() < deadline:
@@ -212,13 +257,20 @@ def test_ctrl_c_mid_fan_out_stops_every_process_and_prints_the_session(tmp_path:
 def test_demo_exits_0_with_every_finding() -> None:
     proc = subprocess.run([*TEAMLEAD, "demo"], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
-    assert sorted(findings_in(proc.stdout)) == ["api-surface", "load-profile", "reviewer", "security"]
+    assert sorted(findings_in(proc.stdout)) == [
+        "api-surface",
+        "load-profile",
+        "reviewer",
+        "security",
+    ]
     assert "resuming session" in proc.stderr and "waiting up to" in proc.stderr
 
 
 @pytest.mark.cli
 @pytest.mark.parametrize("strategy", ["delegation", "baseline"])
-def test_strategy_reaches_the_system_prompt_after_claude_codes_own(tmp_path: Path, strategy: str) -> None:
+def test_strategy_reaches_the_system_prompt_after_claude_codes_own(
+    tmp_path: Path, strategy: str
+) -> None:
     with ScriptedServer(lambda req: Reply.text("done")) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
         proc = _ask(claude, "Say done.", "--strategy", strategy)

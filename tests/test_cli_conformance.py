@@ -27,7 +27,10 @@ async def test_query_fan_out_of_two_agents_in_one_message(offline: OfflineFactor
     ended = [e for e in order if isinstance(e, TaskEnded) and e.source == "task_notification"]
     assert len(started) == 2
     assert len(ended) == 2
-    assert sorted(e.summary or "" for e in ended) == [finding_text("agent-1"), finding_text("agent-2")]
+    assert sorted(e.summary or "" for e in ended) == [
+        finding_text("agent-1"),
+        finding_text("agent-2"),
+    ]
     assert tracker.max_parallel_agent_calls == 2
     # after each notification the CLI injects a lead turn
     for end in ended:
@@ -41,7 +44,9 @@ async def test_query_fan_out_of_two_agents_in_one_message(offline: OfflineFactor
     assert all(r.request.session_id == tracker.session_id for r in server.recorded("lead"))
 
 
-async def test_client_receive_response_returns_before_agents_finish(offline: OfflineFactory) -> None:
+async def test_client_receive_response_returns_before_agents_finish(
+    offline: OfflineFactory,
+) -> None:
     server, claude = offline(FanOut.of(2, delays=[3.0, 2.0]))
     seen: list[Any] = []
     async with ClaudeSDKClient(options=claude.options()) as client:

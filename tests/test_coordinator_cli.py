@@ -13,7 +13,14 @@ from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, ResultMessage
 from claude_agent_sdk import query as sdk_query
 
 import teamlead
-from teamlead.events import FallbackUsed, Finished, InboxCollected, ResumeFailed, Resuming, WaitingForTeam
+from teamlead.events import (
+    FallbackUsed,
+    Finished,
+    InboxCollected,
+    ResumeFailed,
+    Resuming,
+    WaitingForTeam,
+)
 from teamlead.inbox import read_inbox
 from teamlead.policy import Policy, RetryPolicy
 from teamlead.testing import AgentCall, Reply, ScriptedRequest, ToolUse
@@ -25,7 +32,9 @@ from .conftest import OfflineFactory
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 
 
-async def _run(prompt: str, options: ClaudeAgentOptions, **kwargs: Any) -> tuple[list[Any], Finished]:
+async def _run(
+    prompt: str, options: ClaudeAgentOptions, **kwargs: Any
+) -> tuple[list[Any], Finished]:
     items = [item async for item in teamlead.query(prompt, options, **kwargs)]
     assert isinstance(items[-1], Finished)
     assert sum(isinstance(i, Finished) for i in items) == 1
@@ -46,7 +55,9 @@ async def test_fan_out_absorbed_by_the_cli_needs_no_resume(offline: OfflineFacto
     assert len(server.recorded("lead")) == 5  # fan-out, ack, one injected turn per result
 
 
-async def test_every_synthesis_turn_failing_529_is_resumed_with_the_findings(offline: OfflineFactory) -> None:
+async def test_every_synthesis_turn_failing_529_is_resumed_with_the_findings(
+    offline: OfflineFactory,
+) -> None:
     script = FanOut.of(3, delays=[0.2, 0.4, 0.6], synthesis_fault=Reply.error(529))
     server, claude = offline(script)
     items, done = await _run("Investigate three parts.", claude.options())
@@ -73,7 +84,9 @@ async def test_external_teammate_reporting_after_the_stream_ended(offline: Offli
 
     def script(req: ScriptedRequest) -> Reply:
         if req.role == "lead" and not req.tool_uses_sent and "team" not in holder:
-            holder["team"] = create_team(claude.config_dir, req.session_id or "", members=["researcher"])
+            holder["team"] = create_team(
+                claude.config_dir, req.session_id or "", members=["researcher"]
+            )
             threading.Thread(target=teammate, args=(req.session_id,), daemon=True).start()
         return fan(req)
 
@@ -82,7 +95,14 @@ async def test_external_teammate_reporting_after_the_stream_ended(offline: Offli
             time.sleep(0.05)
         time.sleep(2.5)  # report 2.5 s after the lead's stream ended
         inbox = team_inbox(claude.config_dir, holder["team"])
-        post_to_inbox(inbox, idle_notification("researcher", result="FINDING[researcher]: the API is rate limited at 50 rpm.", summary="rate limits"))
+        post_to_inbox(
+            inbox,
+            idle_notification(
+                "researcher",
+                result="FINDING[researcher]: the API is rate limited at 50 rpm.",
+                summary="rate limits",
+            ),
+        )
         posted["at"] = time.monotonic()
 
     async def marking_query(**kwargs: Any) -> AsyncIterator[Any]:
@@ -100,9 +120,15 @@ async def test_external_teammate_reporting_after_the_stream_ended(offline: Offli
     assert collected and collected[0].messages[0]["from"] == "researcher"
     assert done.status == "completed", done.reasons
     assert done.resumes == 1
-    assert "FINDING[researcher]" in (done.result or "") and "FINDING[agent-1]" in (done.result or "")
+    assert "FINDING[researcher]" in (done.result or "") and "FINDING[agent-1]" in (
+        done.result or ""
+    )
     teammate_row = next(t for t in done.tasks if t.kind == "teammate")
-    assert (teammate_row.id, teammate_row.disposition, teammate_row.source) == ("researcher", "included", "inbox")
+    assert (teammate_row.id, teammate_row.disposition, teammate_row.source) == (
+        "researcher",
+        "included",
+        "inbox",
+    )
     # consumed: the delivered entry is gone, the inbox file and config stay
     inbox = team_inbox(claude.config_dir, holder["team"])
     assert read_inbox(inbox).messages == ()
@@ -123,7 +149,9 @@ async def test_client_helper_keeps_receiving_past_the_first_result(offline: Offl
     assert sorted(findings_in(done.result or "")) == ["agent-1", "agent-2"]
 
 
-async def test_client_helper_resumes_on_the_same_client_after_a_failed_synthesis(offline: OfflineFactory) -> None:
+async def test_client_helper_resumes_on_the_same_client_after_a_failed_synthesis(
+    offline: OfflineFactory,
+) -> None:
     server, claude = offline(FanOut.of(2, delays=[0.3, 0.6], synthesis_fault=Reply.error(529)))
     async with ClaudeSDKClient(options=claude.options()) as client:
         await client.query("Investigate both parts.")
@@ -147,13 +175,17 @@ def _partial_then_hang(req: ScriptedRequest) -> Reply:
     if req.role == "other":
         return Reply.text("side")
     if not req.tool_uses_sent:
-        return Reply.agents(AgentCall("slow-1", "SLOW-1: dig deep."), AgentCall("slow-2", "SLOW-2: dig deeper."))
+        return Reply.agents(
+            AgentCall("slow-1", "SLOW-1: dig deep."), AgentCall("slow-2", "SLOW-2: dig deeper.")
+        )
     if "<teamlead-results" in req.last_user_text:
         return synthesize(req)
     return Reply.text("Agents are working.")
 
 
-async def test_agents_killed_mid_run_fall_back_to_transcripts_and_end_partial(offline: OfflineFactory) -> None:
+async def test_agents_killed_mid_run_fall_back_to_transcripts_and_end_partial(
+    offline: OfflineFactory,
+) -> None:
     killed_at: list[float] = []
 
     async def killing_query(**kwargs: Any) -> AsyncIterator[Any]:
@@ -177,7 +209,9 @@ async def test_agents_killed_mid_run_fall_back_to_transcripts_and_end_partial(of
             await agen.aclose()
 
     server, claude = offline(_partial_then_hang)
-    items, done = await _run("Dig.", claude.options(), query_fn=killing_query, policy=Policy(wait_s=1))
+    items, done = await _run(
+        "Dig.", claude.options(), query_fn=killing_query, policy=Policy(wait_s=1)
+    )
     assert killed_at
     fallbacks = [i for i in items if isinstance(i, FallbackUsed)]
     assert sorted(f.source for f in fallbacks) == ["transcript", "transcript"]

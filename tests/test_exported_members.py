@@ -24,6 +24,7 @@ def test_public_callables_are_documented() -> None:
     missing = [
         name
         for name, value in members
-        if (inspect.isclass(value) or inspect.isfunction(value)) and not (value.__doc__ or "").strip()
+        if (inspect.isclass(value) or inspect.isfunction(value))
+        and not (value.__doc__ or "").strip()
     ]
     assert missing == []

@@ -13,7 +13,6 @@ from email.utils import format_datetime
 from typing import Any
 
 import anyio
-import httpx
 import pytest
 
 from teamlead.clock import FakeClock
@@ -133,7 +132,7 @@ def test_parse_retry_after_reads_seconds_and_http_dates() -> None:
 
 
 def test_retry_after_from_headers_prefers_milliseconds_and_ignores_case() -> None:
-    assert retry_after_from_headers(httpx.Headers({"Retry-After": "3"})) == 3.0
+    assert retry_after_from_headers({"Retry-After": "3"}) == 3.0
     assert retry_after_from_headers({"retry-after-ms": "250", "retry-after": "3"}) == 0.25
     assert retry_after_from_headers({"x-other": "1"}) is None
 

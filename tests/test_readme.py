@@ -13,7 +13,9 @@ README = Path(__file__).resolve().parent.parent / "README.md"
 def test_cli_reference_is_current() -> None:
     text = README.read_text()
     block = START + text.split(START, 1)[1].split(END, 1)[0] + END
-    assert block == render(), "README CLI reference is stale: python -m teamlead._cli_reference --write README.md"
+    assert block == render(), (
+        "README CLI reference is stale: python -m teamlead._cli_reference --write README.md"
+    )
 
 
 def test_readme_starts_with_install_and_test_commands() -> None:

@@ -80,9 +80,9 @@ def test_non_streaming_json_and_count_tokens() -> None:
 
 
 def test_rate_limit_error_carries_retry_after() -> None:
-    with ScriptedServer(lambda req: Reply.error(429, retry_after=7)) as server:
-        with pytest.raises(anthropic.RateLimitError) as info:
-            _ask(_client(server))
+    server = ScriptedServer(lambda req: Reply.error(429, retry_after=7))
+    with server, pytest.raises(anthropic.RateLimitError) as info:
+        _ask(_client(server))
     assert info.value.status_code == 429
     assert info.value.response.headers["retry-after"] == "7"
     assert info.value.body["error"]["type"] == "rate_limit_error"  # type: ignore[index]
@@ -103,9 +103,9 @@ def test_500_is_internal_server_error_and_529_is_overloaded() -> None:
 
 
 def test_dropped_connection_mid_stream_is_a_connection_error() -> None:
-    with ScriptedServer(lambda req: Reply.drop(after_events=3, partial_text="x" * 200)) as server:
-        with pytest.raises(Exception) as info:  # noqa: B017 - the client's transport class varies
-            _ask(_client(server))
+    server = ScriptedServer(lambda req: Reply.drop(after_events=3, partial_text="x" * 200))
+    with server, pytest.raises(Exception) as info:  # noqa: B017 - the client's transport class varies
+        _ask(_client(server))
     assert type(info.value).__name__ in ("APIConnectionError", "RemoteProtocolError")
     assert "incomplete" in str(info.value) or isinstance(info.value, anthropic.APIConnectionError)
 
@@ -197,7 +197,9 @@ def test_fan_out_helper_recognises_its_subagents() -> None:
     with ScriptedServer(script) as server:
         client = _client(server)
         first = client.messages.create(
-            model="m", max_tokens=10, tools=[{"name": "Agent", "input_schema": {"type": "object"}}],
+            model="m",
+            max_tokens=10,
+            tools=[{"name": "Agent", "input_schema": {"type": "object"}}],
             messages=[{"role": "user", "content": "go"}],
         )
         prompt = first.content[0].input["prompt"]  # type: ignore[union-attr]

@@ -34,7 +34,9 @@ def _lines(name: str) -> list[dict[str, Any]]:
         ("parallel-agents.client.jsonl", "8d641867-1608-44ad-9596-05825c0b7e79"),
     ],
 )
-def test_recorded_trace_parses_into_two_parallel_tasks_all_absorbed(name: str, session: str) -> None:
+def test_recorded_trace_parses_into_two_parallel_tasks_all_absorbed(
+    name: str, session: str
+) -> None:
     tracker = Tracker()
     for raw in _lines(name):
         tracker.feed(raw)
@@ -66,25 +68,60 @@ def test_trace_event_sequence_is_typed_and_skips_unknown_types() -> None:
 def test_typed_sdk_objects_parse_like_raw_dicts() -> None:
     started = TaskStartedMessage(
         subtype="task_started",
-        data={"type": "system", "subtype": "task_started", "task_id": "t1", "tool_use_id": "tu1",
-              "description": "probe", "prompt": "do it", "session_id": "s1", "uuid": "u", "run_id": "r1"},
-        task_id="t1", description="probe", uuid="u", session_id="s1", tool_use_id="tu1",
+        data={
+            "type": "system",
+            "subtype": "task_started",
+            "task_id": "t1",
+            "tool_use_id": "tu1",
+            "description": "probe",
+            "prompt": "do it",
+            "session_id": "s1",
+            "uuid": "u",
+            "run_id": "r1",
+        },
+        task_id="t1",
+        description="probe",
+        uuid="u",
+        session_id="s1",
+        tool_use_id="tu1",
     )
     ended = TaskNotificationMessage(
         subtype="task_notification",
-        data={"type": "system", "subtype": "task_notification", "task_id": "t1", "status": "failed",
-              "summary": "boom", "output_file": "/x/t1.output", "session_id": "s1", "uuid": "u2",
-              "usage": {"total_tokens": 42}},
-        task_id="t1", status="failed", output_file="/x/t1.output", summary="boom", uuid="u2",
+        data={
+            "type": "system",
+            "subtype": "task_notification",
+            "task_id": "t1",
+            "status": "failed",
+            "summary": "boom",
+            "output_file": "/x/t1.output",
+            "session_id": "s1",
+            "uuid": "u2",
+            "usage": {"total_tokens": 42},
+        },
+        task_id="t1",
+        status="failed",
+        output_file="/x/t1.output",
+        summary="boom",
+        uuid="u2",
         session_id="s1",
     )
     assistant = AssistantMessage(
-        content=[TextBlock("fanning out"), ToolUseBlock("tu1", "Agent", {"description": "probe", "prompt": "do it"})],
-        model="m", message_id="msg_1",
+        content=[
+            TextBlock("fanning out"),
+            ToolUseBlock("tu1", "Agent", {"description": "probe", "prompt": "do it"}),
+        ],
+        model="m",
+        message_id="msg_1",
     )
     result = ResultMessage(
-        subtype="success", duration_ms=1, duration_api_ms=1, is_error=True, num_turns=1,
-        session_id="s1", api_error_status=529, total_cost_usd=0.5,
+        subtype="success",
+        duration_ms=1,
+        duration_api_ms=1,
+        is_error=True,
+        num_turns=1,
+        session_id="s1",
+        api_error_status=529,
+        total_cost_usd=0.5,
         origin={"kind": "task-notification", "runId": "r1"},  # type: ignore[typeddict-item]
     )
     tracker = Tracker()
@@ -96,7 +133,12 @@ def test_typed_sdk_objects_parse_like_raw_dicts() -> None:
     assert isinstance(seen, ResultSeen)
     assert (seen.api_error_status, seen.cost_usd, seen.origin_run_id) == (529, 0.5, "r1")
     task = tracker.tasks["t1"]
-    assert (task.status, task.summary, task.output_file, task.tokens) == ("failed", "boom", "/x/t1.output", 42)
+    assert (task.status, task.summary, task.output_file, task.tokens) == (
+        "failed",
+        "boom",
+        "/x/t1.output",
+        42,
+    )
     assert not task.absorbed  # the only turn after it failed
     assert tracker.unabsorbed_tasks == [task]
     assert tracker.cost_usd == 0.5
@@ -105,9 +147,18 @@ def test_typed_sdk_objects_parse_like_raw_dicts() -> None:
 def test_terminal_state_is_cleared_on_whichever_message_comes_first() -> None:
     tracker = Tracker()
     tracker.feed({"type": "system", "subtype": "task_started", "task_id": "t", "description": "d"})
-    tracker.feed({"type": "system", "subtype": "task_updated", "task_id": "t", "patch": {"status": "killed"}})
-    tracker.feed({"type": "system", "subtype": "task_notification", "task_id": "t", "status": "completed",
-                  "summary": "late summary"})
+    tracker.feed(
+        {"type": "system", "subtype": "task_updated", "task_id": "t", "patch": {"status": "killed"}}
+    )
+    tracker.feed(
+        {
+            "type": "system",
+            "subtype": "task_notification",
+            "task_id": "t",
+            "status": "completed",
+            "summary": "late summary",
+        }
+    )
     assert tracker.tasks["t"].status == "killed"
     assert tracker.tasks["t"].summary == "late summary"
 
@@ -115,12 +166,56 @@ def test_terminal_state_is_cleared_on_whichever_message_comes_first() -> None:
 def test_successful_lead_turn_absorbs_only_earlier_results() -> None:
     tracker = Tracker()
     for task in ("a", "b"):
-        tracker.feed({"type": "system", "subtype": "task_started", "task_id": task, "description": task})
-    tracker.feed({"type": "system", "subtype": "task_notification", "task_id": "a", "status": "completed"})
-    tracker.feed({"type": "assistant", "message": {"id": "m", "content": [{"type": "text", "text": "ok"}]},
-                  "error": "server_error"})
+        tracker.feed(
+            {"type": "system", "subtype": "task_started", "task_id": task, "description": task}
+        )
+    tracker.feed(
+        {
+            "type": "system",
+            "subtype": "task_notification",
+            "task_id": "a",
+            "status": "completed",
+            "summary": "done a",
+        }
+    )
+    tracker.feed(
+        {
+            "type": "assistant",
+            "message": {"id": "m", "content": [{"type": "text", "text": "ok"}]},
+            "error": "server_error",
+        }
+    )
     assert tracker.unabsorbed_tasks[0].task_id == "a"  # an error turn absorbs nothing
-    tracker.feed({"type": "assistant", "message": {"id": "m2", "content": [{"type": "text", "text": "ok"}]}})
-    tracker.feed({"type": "system", "subtype": "task_notification", "task_id": "b", "status": "completed"})
+    tracker.feed(
+        {"type": "assistant", "message": {"id": "m2", "content": [{"type": "text", "text": "ok"}]}}
+    )
+    tracker.feed(
+        {
+            "type": "system",
+            "subtype": "task_notification",
+            "task_id": "b",
+            "status": "completed",
+            "summary": "done b",
+        }
+    )
     assert [t.task_id for t in tracker.unabsorbed_tasks] == ["b"]
     assert tracker.lead_texts == ["ok"]
+
+
+def test_completed_with_an_empty_summary_is_not_absorbed_by_a_lead_turn() -> None:
+    """claude-code #86471: the lead was shown nothing, so the transcript must still reach it."""
+    tracker = Tracker()
+    tracker.feed({"type": "system", "subtype": "task_started", "task_id": "e", "description": "e"})
+    tracker.feed(
+        {
+            "type": "system",
+            "subtype": "task_notification",
+            "task_id": "e",
+            "status": "completed",
+            "summary": " ",
+        }
+    )
+    tracker.feed(
+        {"type": "assistant", "message": {"id": "m", "content": [{"type": "text", "text": "ok"}]}}
+    )
+    assert [t.task_id for t in tracker.unabsorbed_tasks] == ["e"]

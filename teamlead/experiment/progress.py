@@ -25,29 +25,52 @@ def run_with_progress(spec: ExperimentSpec, out_dir: Path, *, show: bool = True)
     """Run ``spec`` with a live bar: done/total, in flight, 429s, ETA, concurrency changes."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / _CONTROL_FILE).write_text(
-        json.dumps({"version": 1, "name": spec.experiment.name, "control": spec.experiment.control,
-                    "seed": spec.experiment.seed}, indent=2)
+        json.dumps(
+            {
+                "version": 1,
+                "name": spec.experiment.name,
+                "control": spec.experiment.control,
+                "seed": spec.experiment.seed,
+            },
+            indent=2,
+        )
     )
     console = Console(stderr=True)
     columns: list[Any] = [
         TextColumn("[bold]{task.description}"),
         BarColumn(),
         MofNCompleteColumn(),
-        TextColumn("in flight {task.fields[in_flight]} · 429s {task.fields[limited]} · retried {task.fields[retried]}"),
+        TextColumn(
+            "in flight {task.fields[in_flight]} · 429s {task.fields[limited]} · "
+            "retried {task.fields[retried]}"
+        ),
         TimeRemainingColumn(),
     ]
     with Progress(*columns, console=console, disable=not show, transient=False) as bar:
-        task = bar.add_task(spec.experiment.name, total=spec.total_trials, in_flight=0, limited=0, retried=0)
+        task = bar.add_task(
+            spec.experiment.name, total=spec.total_trials, in_flight=0, limited=0, retried=0
+        )
         seen_changes = seen_errors = 0
 
         def update(p: ExperimentProgress) -> None:
             nonlocal seen_changes, seen_errors
-            bar.update(task, completed=p.done + p.skipped, in_flight=p.in_flight, limited=p.rate_limited, retried=p.retried)
+            bar.update(
+                task,
+                completed=p.done + p.skipped,
+                in_flight=p.in_flight,
+                limited=p.rate_limited,
+                retried=p.retried,
+            )
             for change in p.changes[seen_changes:]:
-                bar.console.print(f"concurrency {change.key}: {change.previous_cap} -> {change.cap} ({change.reason})")
+                bar.console.print(
+                    f"concurrency {change.key}: {change.previous_cap} -> {change.cap} "
+                    f"({change.reason})"
+                )
             seen_changes = len(p.changes)
             for error in p.grader_errors[seen_errors:]:
-                bar.console.print(f"[yellow]grader failed for {error}; the trial is kept without a grade")
+                bar.console.print(
+                    f"[yellow]grader failed for {error}; the trial is kept without a grade"
+                )
             seen_errors = len(p.grader_errors)
 
         return anyio.run(lambda: run_experiment(spec, out_dir, on_progress=update))
@@ -59,7 +82,10 @@ def report_for(
     """Build the report of ``out_dir``; returns (report, text to print, warnings)."""
     path = out_dir / "trials.jsonl"
     if not path.exists():
-        raise UsageError(f"no trials.jsonl in {out_dir}; run `teamlead experiment run SPEC --out {out_dir}` first")
+        raise UsageError(
+            f"no trials.jsonl in {out_dir}; "
+            f"run `teamlead experiment run SPEC --out {out_dir}` first"
+        )
     read = read_records(path)
     warnings = [f"trials.jsonl line {w.line}: {w.message}" for w in read.warnings]
     if control is None:
@@ -70,7 +96,10 @@ def report_for(
             raise UsageError("cannot tell the control variant; pass --control NAME") from None
     variants = {r.variant for r in read.records}
     if control not in variants:
-        raise UsageError(f"control {control!r} has no trials in {path} (variants: {', '.join(sorted(variants)) or 'none'})")
+        raise UsageError(
+            f"control {control!r} has no trials in {path} "
+            f"(variants: {', '.join(sorted(variants)) or 'none'})"
+        )
     report = build_report(read.records, control=control, seed=seed)
     write_report(out_dir, report, plots=plots)
     text = json.dumps(report.to_json(), indent=2) if json_ else render_markdown(report)

@@ -40,7 +40,14 @@ from ..tracker import Tracker
 from .records import TrialKey, TrialRecord, TrialWriter, finished_keys
 from .spec import ExperimentSpec, GraderSpec, TaskSpec, VariantSpec
 
-__all__ = ["ExperimentProgress", "RunSummary", "grade_answer", "run_experiment", "trial_order", "trial_session_id"]
+__all__ = [
+    "ExperimentProgress",
+    "RunSummary",
+    "grade_answer",
+    "run_experiment",
+    "trial_order",
+    "trial_session_id",
+]
 
 _INFRA_RETRIES = 2
 _NAMESPACE = uuid.UUID("6f1c2a7e-4b0d-4c59-9a4e-2f8d3b1e7c10")
@@ -163,7 +170,9 @@ async def grade_answer(
     prompt += "\n\nEnd your reply with one line: SCORE: <a number from 0 to 10>."
     async with client:
         message = await client.messages.create(
-            model=model, max_tokens=grader.max_tokens, messages=[{"role": "user", "content": prompt}]
+            model=model,
+            max_tokens=grader.max_tokens,
+            messages=[{"role": "user", "content": prompt}],
         )
     text = "".join(getattr(b, "text", "") for b in message.content)
     price_in, price_out = _price(model)
@@ -174,8 +183,12 @@ async def grade_answer(
 
 
 def _trial_options(
-    base: ClaudeAgentOptions, spec: ExperimentSpec, variant: VariantSpec, task: TaskSpec,
-    strategy: Strategy, session_id: str,
+    base: ClaudeAgentOptions,
+    spec: ExperimentSpec,
+    variant: VariantSpec,
+    task: TaskSpec,
+    strategy: Strategy,
+    session_id: str,
 ) -> ClaudeAgentOptions:
     fields: dict[str, Any] = {"session_id": session_id}
     model = spec.model_for(variant)
@@ -194,13 +207,20 @@ def _trial_options(
 
 
 async def _one_trial(
-    key: TrialKey, spec: ExperimentSpec, base: ClaudeAgentOptions, strategies: Mapping[str, Strategy],
-    query_fn: QueryFn | None, policy: Policy, attempt: int = 1,
+    key: TrialKey,
+    spec: ExperimentSpec,
+    base: ClaudeAgentOptions,
+    strategies: Mapping[str, Strategy],
+    query_fn: QueryFn | None,
+    policy: Policy,
+    attempt: int = 1,
 ) -> tuple[TrialRecord, bool, float | None]:
     """Run one trial; returns (record, infrastructure failure?, retry-after hint)."""
     variant, task = spec.variant(key.variant), spec.task(key.task)
     strategy = strategies[variant.name]
-    options = _trial_options(base, spec, variant, task, strategy, trial_session_id(spec.experiment.seed, key, attempt))
+    options = _trial_options(
+        base, spec, variant, task, strategy, trial_session_id(spec.experiment.seed, key, attempt)
+    )
     tracker = Tracker()
     finished: Finished | None = None
     error: str | None = None
@@ -218,7 +238,9 @@ async def _one_trial(
     statuses = [r.api_error_status for r in tracker.results if r.api_error_status]
     rate_limited = 429 in statuses
     status = finished.status if finished else "failed"
-    infra = error is not None or (status == "failed" and any(s in TRANSIENT_STATUSES for s in statuses))
+    infra = error is not None or (
+        status == "failed" and any(s in TRANSIENT_STATUSES for s in statuses)
+    )
     if status == "failed" and not infra and finished is not None and not tracker.results:
         infra = True  # the CLI never answered at all
     usage_in = sum(int((r.usage or {}).get("input_tokens", 0) or 0) for r in tracker.results)
@@ -236,7 +258,9 @@ async def _one_trial(
         agent_calls=calls,
         max_agent_calls_per_message=tracker.max_parallel_agent_calls,
         parallel=tracker.max_parallel_agent_calls >= 2,
-        time_to_first_agent_s=max(0.0, first - tracker.started_at) if first is not None and calls else None,
+        time_to_first_agent_s=max(0.0, first - tracker.started_at)
+        if first is not None and calls
+        else None,
         wall_s=wall,
         turns=sum(r.num_turns or 0 for r in tracker.results),
         input_tokens=usage_in,
@@ -311,7 +335,9 @@ async def run_experiment(
             attempts = 0
             while True:
                 attempts += 1
-                async with governor.slot(bucket_key("anthropic", spec.model_for(variant) or "default")) as slot:
+                async with governor.slot(
+                    bucket_key("anthropic", spec.model_for(variant) or "default")
+                ) as slot:
                     progress.in_flight += 1
                     _report()
                     try:
@@ -338,11 +364,19 @@ async def run_experiment(
             if grader is not None and record.status != "failed" and record.final_text:
                 try:
                     grade, grade_cost = await grade_answer(
-                        grader, spec.task(key.task), record.final_text, env=env, default_model=spec.model_for(variant)
+                        grader,
+                        spec.task(key.task),
+                        record.final_text,
+                        env=env,
+                        default_model=spec.model_for(variant),
                     )
-                    record = record.model_copy(update={"grade": grade, "grader_cost_usd": grade_cost})
+                    record = record.model_copy(
+                        update={"grade": grade, "grader_cost_usd": grade_cost}
+                    )
                 except Exception as exc:  # noqa: BLE001 - grading is optional; keep the trial
-                    progress.grader_errors.append(f"{key.variant}/{key.task}/{key.trial}: {type(exc).__name__}: {exc}")
+                    progress.grader_errors.append(
+                        f"{key.variant}/{key.task}/{key.trial}: {type(exc).__name__}: {exc}"
+                    )
             await anyio.to_thread.run_sync(writer.append, record)
             spent += record.cost_usd + (record.grader_cost_usd or 0.0)
             progress.done += 1

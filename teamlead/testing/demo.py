@@ -25,9 +25,22 @@ DEMO_PROMPT = (
 )
 
 _AGENTS = [
-    AgentCall("api-surface", "SCAN-API: list every polling endpoint and its callers.", subagent_type="explorer", model="haiku"),
-    AgentCall("security", "AUDIT-SEC: review webhook signing, replay and secret rotation.", subagent_type="security-auditor"),
-    AgentCall("load-profile", "MEASURE-LOAD: estimate request volume before and after.", subagent_type="researcher"),
+    AgentCall(
+        "api-surface",
+        "SCAN-API: list every polling endpoint and its callers.",
+        subagent_type="explorer",
+        model="haiku",
+    ),
+    AgentCall(
+        "security",
+        "AUDIT-SEC: review webhook signing, replay and secret rotation.",
+        subagent_type="security-auditor",
+    ),
+    AgentCall(
+        "load-profile",
+        "MEASURE-LOAD: estimate request volume before and after.",
+        subagent_type="researcher",
+    ),
 ]
 
 
@@ -53,7 +66,10 @@ class DemoScript:
             self._start_teammate(req.session_id or "")
             return Reply.agents(
                 *_AGENTS,
-                text="I'll split this: three independent investigations in parallel, and the reviewer is already on the rollout plan.",
+                text=(
+                    "I'll split this: three independent investigations in parallel, "
+                    "and the reviewer is already on the rollout plan."
+                ),
             )
         last = req.last_user_text
         if "<teamlead-results" in last:

@@ -140,9 +140,7 @@ class Reply:
         return cls(content=text, delay=delay, chunk_delay=chunk_delay)
 
     @classmethod
-    def tools(
-        cls, *calls: ToolUse | AgentCall, text: str = "", delay: float = 0.0
-    ) -> Reply:
+    def tools(cls, *calls: ToolUse | AgentCall, text: str = "", delay: float = 0.0) -> Reply:
         """One message with one or more tool_use blocks (``stop_reason: tool_use``)."""
         uses = tuple(c.to_tool_use() if isinstance(c, AgentCall) else c for c in calls)
         if not uses:
@@ -164,7 +162,9 @@ class Reply:
         delay: float = 0.0,
     ) -> Reply:
         """An HTTP error reply: 429 (with ``retry-after``), 500, 529, ..."""
-        return cls(fault=Fault(status=status, retry_after=retry_after, message=message), delay=delay)
+        return cls(
+            fault=Fault(status=status, retry_after=retry_after, message=message), delay=delay
+        )
 
     @classmethod
     def drop(cls, *, after_events: int = 0, delay: float = 0.0, partial_text: str = "") -> Reply:

@@ -133,7 +133,9 @@ class OfflineClaude:
         ensure_loopback(base_url)
         bundled_cli_path()
         self._owned = state_dir is None
-        self.state_dir = Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="teamlead-"))
+        self.state_dir = (
+            Path(state_dir) if state_dir else Path(tempfile.mkdtemp(prefix="teamlead-"))
+        )
         self.env = offline_env(self.state_dir, base_url, max_retries=max_retries, extra=env)
         self.cwd = self.state_dir / "project"
         self.cwd.mkdir(exist_ok=True)
@@ -143,7 +145,9 @@ class OfflineClaude:
         """``CLAUDE_CONFIG_DIR`` for this home."""
         return Path(self.env["CLAUDE_CONFIG_DIR"])
 
-    def options(self, base: ClaudeAgentOptions | None = None, **overrides: Any) -> ClaudeAgentOptions:
+    def options(
+        self, base: ClaudeAgentOptions | None = None, **overrides: Any
+    ) -> ClaudeAgentOptions:
         """``ClaudeAgentOptions`` that run offline here, on top of ``base``."""
         base = base or ClaudeAgentOptions()
         env = {**self.env, **dict(base.env)}

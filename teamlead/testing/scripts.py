@@ -116,7 +116,8 @@ class FanOut:
             )
             for i in range(n)
         ]
-        return cls(agents=calls, delays={c.description: d for c, d in zip(calls, seq)}, **kwargs)  # type: ignore[arg-type]
+        delays_by = {c.description: d for c, d in zip(calls, seq, strict=True)}
+        return cls(agents=calls, delays=delays_by, **kwargs)  # type: ignore[arg-type]
 
     def __call__(self, req: ScriptedRequest) -> Reply:
         if req.role == "subagent":
@@ -184,7 +185,9 @@ class ProbabilisticFanOut:
 
     @staticmethod
     def _call(i: int) -> AgentCall:
-        return AgentCall(description=f"part-{i + 1}", prompt=f"PART-{i + 1}: research part {i + 1}.")
+        return AgentCall(
+            description=f"part-{i + 1}", prompt=f"PART-{i + 1}: research part {i + 1}."
+        )
 
 
 def _echo(req: ScriptedRequest) -> Reply:

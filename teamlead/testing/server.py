@@ -104,7 +104,9 @@ def _system_text(system: Any) -> str:
         return system
     if isinstance(system, list):
         return "\n".join(
-            b.get("text", "") for b in system if isinstance(b, dict) and isinstance(b.get("text"), str)
+            b.get("text", "")
+            for b in system
+            if isinstance(b, dict) and isinstance(b.get("text"), str)
         )
     return ""
 
@@ -145,7 +147,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(404, Fault(404, message=f"no route for {path}").body())
 
     # -- low-level writers --------------------------------------------------------
-    def _send_json(self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None) -> None:
+    def _send_json(
+        self, status: int, payload: dict[str, Any], headers: dict[str, str] | None = None
+    ) -> None:
         data = json.dumps(payload).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
@@ -184,55 +188,79 @@ class _HTTPServer(ThreadingHTTPServer):
 def sse_events(reply: Reply, model: str, message_id: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """The exact SSE event sequence of the streaming Messages API for ``reply``."""
     usage = {"input_tokens": reply.input_tokens, "output_tokens": 1}
-    yield "message_start", {
-        "type": "message_start",
-        "message": {
-            "id": message_id,
-            "type": "message",
-            "role": "assistant",
-            "model": model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": usage,
+    yield (
+        "message_start",
+        {
+            "type": "message_start",
+            "message": {
+                "id": message_id,
+                "type": "message",
+                "role": "assistant",
+                "model": model,
+                "content": [],
+                "stop_reason": None,
+                "stop_sequence": None,
+                "usage": usage,
+            },
         },
-    }
+    )
     index = 0
     if reply.content:
-        yield "content_block_start", {
-            "type": "content_block_start",
-            "index": index,
-            "content_block": {"type": "text", "text": ""},
-        }
+        yield (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {"type": "text", "text": ""},
+            },
+        )
         yield "ping", {"type": "ping"}
         for start in range(0, len(reply.content), _TEXT_CHUNK):
-            yield "content_block_delta", {
-                "type": "content_block_delta",
-                "index": index,
-                "delta": {"type": "text_delta", "text": reply.content[start : start + _TEXT_CHUNK]},
-            }
+            yield (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {
+                        "type": "text_delta",
+                        "text": reply.content[start : start + _TEXT_CHUNK],
+                    },
+                },
+            )
         yield "content_block_stop", {"type": "content_block_stop", "index": index}
         index += 1
     for use in reply.tool_uses:
-        yield "content_block_start", {
-            "type": "content_block_start",
-            "index": index,
-            "content_block": {"type": "tool_use", "id": use.id, "name": use.name, "input": {}},
-        }
+        yield (
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": index,
+                "content_block": {"type": "tool_use", "id": use.id, "name": use.name, "input": {}},
+            },
+        )
         raw = json.dumps(dict(use.input))
         for start in range(0, len(raw), _JSON_CHUNK):
-            yield "content_block_delta", {
-                "type": "content_block_delta",
-                "index": index,
-                "delta": {"type": "input_json_delta", "partial_json": raw[start : start + _JSON_CHUNK]},
-            }
+            yield (
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": index,
+                    "delta": {
+                        "type": "input_json_delta",
+                        "partial_json": raw[start : start + _JSON_CHUNK],
+                    },
+                },
+            )
         yield "content_block_stop", {"type": "content_block_stop", "index": index}
         index += 1
-    yield "message_delta", {
-        "type": "message_delta",
-        "delta": {"stop_reason": reply.resolved_stop_reason, "stop_sequence": None},
-        "usage": {"output_tokens": reply.resolved_output_tokens},
-    }
+    yield (
+        "message_delta",
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": reply.resolved_stop_reason, "stop_sequence": None},
+            "usage": {"output_tokens": reply.resolved_output_tokens},
+        },
+    )
     yield "message_stop", {"type": "message_stop"}
 
 
@@ -242,7 +270,8 @@ def message_json(reply: Reply, model: str, message_id: str) -> dict[str, Any]:
     if reply.content:
         content.append({"type": "text", "text": reply.content})
     content.extend(
-        {"type": "tool_use", "id": u.id, "name": u.name, "input": dict(u.input)} for u in reply.tool_uses
+        {"type": "tool_use", "id": u.id, "name": u.name, "input": dict(u.input)}
+        for u in reply.tool_uses
     )
     return {
         "id": message_id,
@@ -252,7 +281,10 @@ def message_json(reply: Reply, model: str, message_id: str) -> dict[str, Any]:
         "content": content,
         "stop_reason": reply.resolved_stop_reason,
         "stop_sequence": None,
-        "usage": {"input_tokens": reply.input_tokens, "output_tokens": reply.resolved_output_tokens},
+        "usage": {
+            "input_tokens": reply.input_tokens,
+            "output_tokens": reply.resolved_output_tokens,
+        },
     }
 
 
@@ -315,7 +347,10 @@ class ScriptedServer:
         self.port = httpd.server_address[1]
         self._stopping.clear()
         self._thread = threading.Thread(
-            target=httpd.serve_forever, kwargs={"poll_interval": 0.05}, name="scripted-server", daemon=True
+            target=httpd.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="scripted-server",
+            daemon=True,
         )
         self._thread.start()
         return self
@@ -360,7 +395,9 @@ class ScriptedServer:
     def _parse(self, body: dict[str, Any], index: int) -> ScriptedRequest:
         messages = body.get("messages") if isinstance(body.get("messages"), list) else []
         tools = tuple(
-            str(t.get("name")) for t in body.get("tools") or [] if isinstance(t, dict) and t.get("name")
+            str(t.get("name"))
+            for t in body.get("tools") or []
+            if isinstance(t, dict) and t.get("name")
         )
         probe = ScriptedRequest(
             index=index,
@@ -404,7 +441,9 @@ class ScriptedServer:
                     if not isinstance(reply, Reply):
                         raise TypeError(f"script returned {type(reply).__name__}, not a Reply")
                 except Exception as exc:  # a broken script must answer, never hang the CLI
-                    log.error("scripted model failed on request %d:\n%s", index, traceback.format_exc())
+                    log.error(
+                        "scripted model failed on request %d:\n%s", index, traceback.format_exc()
+                    )
                     record.error = f"{type(exc).__name__}: {exc}"
                     reply = Reply(fault=Fault(500, message=f"script error: {record.error}"))
             record.reply = reply
@@ -416,7 +455,9 @@ class ScriptedServer:
             record.finished = time.monotonic()
             with self._lock:
                 self.stats.in_flight -= 1
-                self.stats.status_counts[record.status] = self.stats.status_counts.get(record.status, 0) + 1
+                self.stats.status_counts[record.status] = (
+                    self.stats.status_counts.get(record.status, 0) + 1
+                )
                 if record.status != 200:
                     self.stats.faults += 1
 

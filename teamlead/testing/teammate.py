@@ -12,7 +12,6 @@ Example:
 from __future__ import annotations
 
 import json
-import os
 import secrets
 import time
 import uuid
@@ -50,10 +49,22 @@ def create_team(
         "leadAgentId": f"team-lead@{team}",
         "leadSessionId": session_id,
         "leadProcess": lead_process,
-        "members": [{"agentId": f"team-lead@{team}", "name": "team-lead", "agentType": "team-lead", "joinedAt": now}]
+        "members": [
+            {
+                "agentId": f"team-lead@{team}",
+                "name": "team-lead",
+                "agentType": "team-lead",
+                "joinedAt": now,
+            }
+        ]
         + [
-            {"agentId": f"{m}@{team}", "name": m, "agentType": "general-purpose", "joinedAt": now,
-             "backendType": "external"}
+            {
+                "agentId": f"{m}@{team}",
+                "name": m,
+                "agentType": "general-purpose",
+                "joinedAt": now,
+                "backendType": "external",
+            }
             for m in members
         ],
     }
@@ -136,6 +147,6 @@ def post_to_inbox(path: Path, *entries: Mapping[str, Any], attempts: int = 10) -
         current.extend(dict(e) for e in entries)
         tmp = path.with_name(f"{path.name}.tmp.{secrets.token_hex(6)}")
         tmp.write_text(json.dumps(current, indent=2))
-        os.replace(tmp, path)
+        tmp.replace(path)
     finally:
         lock.rmdir()
