@@ -356,7 +356,7 @@ def main() -> None:
     args = parser.parse_args()
     # replies per server: seq_n and sdk_n at 1 stream, c50_rounds x threads x each at 50
     seq_n, sdk_n = (20, 10) if args.quick else (400, 200)
-    c50_rounds, threads, each = (1, 50, 2) if args.quick else (6, 50, 5)
+    c50_rounds, threads, each = (1, 50, 2) if args.quick else (10, 50, 5)
 
     payload = build_payload()
     print(

@@ -54,7 +54,15 @@ from .team import Team, claude_config_dir, find_team
 from .tracker import ResultSeen, TaskInfo, Tracker
 from .transcript import find_subagent_transcript, last_assistant_text
 
-__all__ = ["Coordinator", "QueryFn", "build_resume_prompt", "prepare_options", "query", "receive_all", "resume_session"]
+__all__ = [
+    "Coordinator",
+    "QueryFn",
+    "build_resume_prompt",
+    "prepare_options",
+    "query",
+    "receive_all",
+    "resume_session",
+]
 
 #: The shape of ``claude_agent_sdk.query``: keyword ``prompt`` and ``options``.
 QueryFn = Callable[..., AsyncIterator[Any]]
@@ -267,7 +275,9 @@ class Coordinator:
         yield self.finish()
 
     # -- streaming -----------------------------------------------------------------------
-    async def _stream(self, agen: AsyncIterator[Any], *, settle: bool = False) -> AsyncIterator[Any]:
+    async def _stream(
+        self, agen: AsyncIterator[Any], *, settle: bool = False
+    ) -> AsyncIterator[Any]:
         """Yield each message of ``agen`` (bounded by the deadline), then a _RoundOutcome.
 
         With ``settle``, stop once the round's work is absorbed (a result came after every
@@ -299,7 +309,12 @@ class Coordinator:
                     break
                 events = self.tracker.feed(message)
                 yield message
-                if settle and events and isinstance(events[-1], ResultSeen) and self._settled(start):
+                if (
+                    settle
+                    and events
+                    and isinstance(events[-1], ResultSeen)
+                    and self._settled(start)
+                ):
                     break
         except Exception as exc:  # the generator's own failure ends the stream; never cancellation
             error = _describe(exc)
@@ -320,7 +335,9 @@ class Coordinator:
         # the CLI is idle: a turn just ended and no task can inject another one
         return bool(results) and not self.tracker.open_tasks
 
-    def _outcome(self, results: list[ResultSeen], error: str | None, exc_status: int | None) -> _RoundOutcome:
+    def _outcome(
+        self, results: list[ResultSeen], error: str | None, exc_status: int | None
+    ) -> _RoundOutcome:
         last = results[-1] if results else None
         ok = last is not None and last.ok
         if ok and error and error.startswith("deadline"):
@@ -329,11 +346,17 @@ class Coordinator:
             error = (
                 f"API error {last.api_error_status}: {last.text}"
                 if last is not None and last.api_error_status
-                else (last.text if last is not None and last.text else "the stream ended without a result")
+                else (
+                    last.text
+                    if last is not None and last.text
+                    else "the stream ended without a result"
+                )
             )
         status = last.api_error_status if last is not None and not last.ok else exc_status
         transient = status in TRANSIENT_STATUSES if status is not None else False
-        return _RoundOutcome(ok=ok, results=results, error=None if ok else error, transient=transient)
+        return _RoundOutcome(
+            ok=ok, results=results, error=None if ok else error, transient=transient
+        )
 
     def _after_round(self, outcome: _RoundOutcome, *, first: bool) -> None:
         self.last_round_ok = outcome.ok
@@ -381,7 +404,9 @@ class Coordinator:
         return True
 
     # -- collecting ----------------------------------------------------------------------
-    async def _collect(self, pending: list[Delivery], *, process_alive: bool = False) -> AsyncIterator[TeamleadEvent]:
+    async def _collect(
+        self, pending: list[Delivery], *, process_alive: bool = False
+    ) -> AsyncIterator[TeamleadEvent]:
         """Wait for outstanding work and fill ``pending`` with undelivered results."""
         pending.extend(self._carry)
         self._carry = []
@@ -414,7 +439,9 @@ class Coordinator:
             )
             if waiting:
                 self._waited_s += self.clock.monotonic() - wait_started
-            fresh = [m for m in result.read.messages if m.key not in self.seen_inbox_keys and not m.read]
+            fresh = [
+                m for m in result.read.messages if m.key not in self.seen_inbox_keys and not m.read
+            ]
             for message in fresh:
                 self.seen_inbox_keys.add(message.key)
                 self._note_member(message)
@@ -491,7 +518,9 @@ class Coordinator:
             candidates.append(Path(task.output_file))
         if self.tracker.session_id:
             try:
-                found = find_subagent_transcript(self.config_dir, self.tracker.session_id, task.task_id)
+                found = find_subagent_transcript(
+                    self.config_dir, self.tracker.session_id, task.task_id
+                )
             except Exception:  # noqa: BLE001 - a malformed id must not stop the fallback
                 found = None
             if found is not None:
@@ -521,7 +550,9 @@ class Coordinator:
                     path, keys, config_dir=self.config_dir, clock=self.clock, own_pids=_own_pids()
                 )
             except Exception as exc:  # noqa: BLE001 - the results were used; report, do not fail
-                self.reasons.append(f"could not consume delivered inbox entries: {redact(str(exc))}")
+                self.reasons.append(
+                    f"could not consume delivered inbox entries: {redact(str(exc))}"
+                )
                 continue
             if done.refused:
                 self.reasons.append(f"inbox entries left in place: {done.refused}")
@@ -532,7 +563,9 @@ class Coordinator:
             for m in self.members.values()
             if m.status == "pending"
         ]
-        lines += [f'teammate "{m.name}" failed: {m.detail}' for m in self.members.values() if m.failed]
+        lines += [
+            f'teammate "{m.name}" failed: {m.detail}' for m in self.members.values() if m.failed
+        ]
         return lines
 
     # -- the outcome -----------------------------------------------------------------------
@@ -544,12 +577,16 @@ class Coordinator:
         reasons = list(self.reasons)
         for member in self.members.values():
             if member.status == "pending":
-                reasons.append(f'teammate "{member.name}" did not report within {self.policy.wait_s:g} s')
+                reasons.append(
+                    f'teammate "{member.name}" did not report within {self.policy.wait_s:g} s'
+                )
         for d in dispositions:
             if d.disposition == "missing":
                 reasons.append(f'{d.kind} "{d.description}" ({d.status}): its result was not used')
             elif d.disposition == "failed":
-                reasons.append(f'{d.kind} "{d.description}" ended {d.status} (result via {d.source})')
+                reasons.append(
+                    f'{d.kind} "{d.description}" ended {d.status} (result via {d.source})'
+                )
         if not self.last_round_ok or final is None:
             status = "failed"
             if final is None and not any("failed" in r or "error" in r for r in reasons):
@@ -595,7 +632,11 @@ class Coordinator:
                 )
             )
         for member in self.members.values():
-            keys = [d.key for d in self.deliveries.values() if d.kind == "teammate" and d.label == member.name]
+            keys = [
+                d.key
+                for d in self.deliveries.values()
+                if d.kind == "teammate" and d.label == member.name
+            ]
             used = bool(keys) and all(k in self.absorbed for k in keys)
             if member.failed:
                 disposition = "failed"
@@ -814,7 +855,10 @@ async def query(
 
         query_fn = sdk_query
     coordinator = Coordinator(
-        options=options or ClaudeAgentOptions(), query_fn=query_fn, policy=policy or Policy(), clock=clock
+        options=options or ClaudeAgentOptions(),
+        query_fn=query_fn,
+        policy=policy or Policy(),
+        clock=clock,
     )
     async for item in coordinator.run(prompt):
         yield item
@@ -873,7 +917,10 @@ async def resume_session(
 
         query_fn = sdk_query
     coordinator = Coordinator(
-        options=options or ClaudeAgentOptions(), query_fn=query_fn, policy=policy or Policy(), clock=clock
+        options=options or ClaudeAgentOptions(),
+        query_fn=query_fn,
+        policy=policy or Policy(),
+        clock=clock,
     )
     async for item in coordinator.resume(session_id):
         yield item

@@ -145,7 +145,8 @@ class LiveTeamView:
         self.lead_state = "starting"
         self.teammates: dict[str, str] = {}
         self.log: list[str] = []
-        self._live = Live(self._render(), console=console, refresh_per_second=8, transient=False)
+        # Live re-renders this object on every refresh, so elapsed times tick between events
+        self._live = Live(self, console=console, refresh_per_second=4, transient=False)
         self._live.start()
 
     def handle(self, item: Any) -> None:
@@ -176,7 +177,10 @@ class LiveTeamView:
                     if event.ok
                     else f"turn failed ({event.api_error_status or 'error'})"
                 )
-        self._live.update(self._render())
+        self._live.refresh()
+
+    def __rich__(self) -> Group:
+        return self._render()
 
     def _render(self) -> Group:
         table = Table(title=f"teamlead · lead: {self.lead_state}", expand=False)
@@ -199,7 +203,7 @@ class LiveTeamView:
         return Group(table, *recent)
 
     def close(self) -> None:
-        self._live.update(self._render())
+        self._live.refresh()
         self._live.stop()
 
 

@@ -1,0 +1,219 @@
+"""Every example in examples/ runs offline: the real CLI against the scripted model server.
+
+The examples are loaded by path (they are scripts, not a package), and their ``main``
+is driven with options from :class:`~teamlead.testing.OfflineClaude`. Two tests also run
+them as programs, the way their docstrings and examples/README.md say to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from functools import cache
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from claude_agent_sdk import ClaudeAgentOptions, ResultMessage
+from claude_agent_sdk import query as sdk_query
+
+import teamlead
+from teamlead.testing import OfflineClaude, Reply, ScriptedServer
+from teamlead.testing.scripts import FanOut, findings_in
+
+from .conftest import OfflineFactory
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples"
+RUNNABLE = ["drop_in_query", "client_helper"]  # scripts run with `python examples/NAME.py`
+
+
+@cache
+def load_example(name: str) -> ModuleType:
+    """Import ``examples/<name>.py`` by path, under a name that cannot clash."""
+    spec = importlib.util.spec_from_file_location(f"teamlead_example_{name}", EXAMPLES / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_every_example_script_is_covered_and_documented() -> None:
+    scripts = sorted(p.stem for p in EXAMPLES.glob("*.py"))
+    assert scripts == sorted([*RUNNABLE, "offline_test"])  # a new example needs a test here
+    readme = (EXAMPLES / "README.md").read_text(encoding="utf-8")
+    for name in RUNNABLE:
+        assert f"python examples/{name}.py" in readme
+    assert "pytest examples/offline_test.py" in readme
+    assert "experiment.toml" in readme
+
+
+# -- drop_in_query.py -------------------------------------------------------------------------
+@pytest.mark.cli
+@pytest.mark.anyio
+async def test_drop_in_query_resumes_when_every_synthesis_turn_fails(
+    offline: OfflineFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = load_example("drop_in_query")
+    server, claude = offline(FanOut.of(3, delays=[0.2, 0.4, 0.6], synthesis_fault=Reply.error(529)))
+
+    done = await example.main(claude.options(example.app_options()), prompt="Investigate three parts.")
+
+    assert isinstance(done, teamlead.Finished)
+    assert done.status == "completed", done.reasons
+    assert done.resumes == 1  # only teamlead's resume could write the answer
+    assert sorted(findings_in(done.result or "")) == ["agent-1", "agent-2", "agent-3"]
+    assert [t.disposition for t in done.tasks] == ["included"] * 3
+    # the delegation strategy reached the model, on top of Claude Code's own prompt
+    expected = teamlead.apply_strategy(example.app_options(), teamlead.load_strategy("delegation"))
+    first = server.recorded("lead")[0].request
+    assert expected.system_prompt["append"] in first.system
+    assert "Agent" in first.tools
+    out = capsys.readouterr().out
+    for n in (1, 2, 3):
+        assert f"[agent] started: agent-{n}" in out
+    assert out.count("[lead] turn ended (error 529)") == 3
+    assert "[teamlead] resuming the session (round 1, attempt 1) with 3 unused result(s)" in out
+    assert "status: completed (resumes: 1)" in out
+    assert done.result in out
+
+
+# -- client_helper.py -------------------------------------------------------------------------
+@pytest.mark.cli
+@pytest.mark.anyio
+async def test_client_helper_reads_past_the_first_result(
+    offline: OfflineFactory, capsys: pytest.CaptureFixture[str]
+) -> None:
+    example = load_example("client_helper")
+    server, claude = offline(FanOut.of(2, delays=[1.5, 0.8]))
+
+    done = await example.main(claude.options(example.app_options()), prompt="Investigate both parts.")
+
+    assert isinstance(done, teamlead.Finished)
+    assert done.status == "completed", done.reasons
+    assert sorted(findings_in(done.result or "")) == ["agent-1", "agent-2"]
+    out = capsys.readouterr().out
+    assert "[lead] delegated: agent-1" in out and "[lead] delegated: agent-2" in out
+    # receive_response() would have stopped at the first: the lead's "dispatched" turn
+    assert out.count("[lead] turn ended (ok)") >= 2
+    assert "status: completed" in out
+
+
+def test_client_helper_sets_the_cli_wait_ceiling_from_its_policy() -> None:
+    example = load_example("client_helper")
+    options = teamlead.prepare_options(example.app_options(), example.POLICY)
+    assert options.env["CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS"] == str(int(example.POLICY.deadline_s * 1000))
+
+
+# -- offline_test.py --------------------------------------------------------------------------
+@pytest.mark.cli
+def test_offline_test_example_passes(tmp_path: Path) -> None:
+    load_example("offline_test").test_app_uses_every_finding(tmp_path)
+
+
+@pytest.mark.cli
+def test_offline_test_example_catches_an_app_that_reads_only_the_last_result(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The example's assertion has teeth: a plain SDK app fails it."""
+
+    async def last_result_app(question: str, options: ClaudeAgentOptions) -> str:
+        last = ""
+        messages: AsyncIterator[Any] = sdk_query(prompt=question, options=options)
+        async for message in messages:
+            if isinstance(message, ResultMessage):
+                last = message.result or ""
+        return last
+
+    example = load_example("offline_test")
+    monkeypatch.setattr(example, "answer", last_result_app)
+    with pytest.raises(AssertionError):
+        example.test_app_uses_every_finding(tmp_path)
+
+
+def test_offline_test_example_is_collected_by_pytest() -> None:
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+         "examples/offline_test.py"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "examples/offline_test.py::test_app_uses_every_finding" in run.stdout
+    assert "1 test collected" in run.stdout
+
+
+# -- the scripts as programs ------------------------------------------------------------------
+@pytest.mark.cli
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_example_runs_as_a_program_against_a_scripted_gateway(name: str, tmp_path: Path) -> None:
+    """``ANTHROPIC_BASE_URL=<scripted server> python examples/NAME.py``, as the README shows."""
+    script = FanOut.of(2, delays=[0.3, 0.6], synthesis_fault=Reply.error(529), synthesis_faults=1)
+    with ScriptedServer(script) as server, OfflineClaude(server.base_url, state_dir=tmp_path) as claude:
+        run = subprocess.run(
+            [sys.executable, str(EXAMPLES / f"{name}.py")],
+            cwd=claude.cwd,
+            env={**os.environ, **claude.env},
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "status: completed" in run.stdout
+    final = run.stdout.rsplit("\n\n", 1)[-1]
+    assert sorted(findings_in(final)) == ["agent-1", "agent-2"]
+    # the script's own prompt is what the lead was asked
+    asked = server.recorded("lead")[0].request.first_user_text
+    assert asked == load_example(name).PROMPT
+
+
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_example_without_an_api_key_says_so_in_one_line(name: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "ANTHROPIC_API_KEY"}
+    run = subprocess.run(
+        [sys.executable, str(EXAMPLES / f"{name}.py")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 2
+    assert run.stdout == ""
+    assert run.stderr == f"{name}: set ANTHROPIC_API_KEY to run this example\n"
+
+
+# -- experiment.toml --------------------------------------------------------------------------
+def test_sample_experiment_spec_loads_against_the_shipped_prompts() -> None:
+    checked: list[str] = []
+
+    def strategy_exists(name: str) -> bool:
+        checked.append(name)
+        return bool(teamlead.load_strategy(name))  # raises UsageError for a bad prompt file
+
+    spec = teamlead.load_spec(EXAMPLES / "experiment.toml", strategy_exists=strategy_exists)
+
+    assert checked == [v.strategy for v in spec.variants]
+    assert spec.control.name == spec.experiment.control
+    assert spec.total_trials == len(spec.variants) * len(spec.tasks) * spec.experiment.trials
+    assert len(set(spec.trial_keys())) == spec.total_trials
+    for variant in spec.variants:
+        strategy = teamlead.load_strategy(variant.strategy)
+        options = teamlead.apply_strategy(ClaudeAgentOptions(), strategy)
+        # a variant's options are real ClaudeAgentOptions fields
+        options = dataclasses.replace(options, **variant.options)
+        assert options.system_prompt is not None
+        if variant is spec.control:
+            assert strategy.render() == ""  # the control only gets Claude Code's own prompt
+        else:
+            assert strategy.render() in options.system_prompt["append"]  # type: ignore[index]
+    if spec.experiment.grader is not None:
+        task = spec.tasks[0]
+        text = spec.experiment.grader.render(task=task.prompt, rubric=task.rubric, answer="ANSWER-X")
+        assert task.prompt in text and "ANSWER-X" in text
