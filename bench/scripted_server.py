@@ -29,6 +29,7 @@ Run: ``python bench/scripted_server.py`` (under a minute); ``--quick`` for a smo
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import re
 import socket
@@ -359,6 +360,11 @@ def main() -> None:
     c50_rounds, threads, each = (1, 50, 2) if args.quick else (10, 50, 5)
 
     payload = build_payload()
+    # A full collection over the imported packages (anthropic, pydantic, ...) pauses every
+    # thread for ~150 ms on this kind of machine; freeze them so that such a pause cannot
+    # land on one side by chance.
+    gc.collect()
+    gc.freeze()
     print(
         f"scripted server bench{' (quick)' if args.quick else ''}: reply = {len(TEXT)} chars of "
         f"text + 1 tool_use = {payload.events} SSE events, {len(payload.wire)} wire bytes; "

@@ -77,10 +77,12 @@ async def main(
                     if isinstance(block, ToolUseBlock) and block.name in ("Agent", "Task"):
                         print(f"[lead] delegated: {block.input.get('description')}", flush=True)
             elif isinstance(item, ResultMessage):
-                outcome = f"error {item.api_error_status or item.subtype}" if item.is_error else "ok"
+                error = item.api_error_status or item.subtype
+                outcome = f"error {error}" if item.is_error else "ok"
                 print(f"[lead] turn ended ({outcome})", flush=True)
             elif isinstance(item, teamlead.Resuming):
-                print(f"[teamlead] resuming with {len(item.deliveries)} unused result(s)", flush=True)
+                unused = len(item.deliveries)
+                print(f"[teamlead] resuming with {unused} unused result(s)", flush=True)
             elif isinstance(item, teamlead.Finished):
                 finished = item
     if finished is None:  # receive_all always ends with exactly one Finished

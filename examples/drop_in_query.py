@@ -92,7 +92,8 @@ async def main(
         The ``Finished`` event: ``result`` is the final answer, ``status`` is
         ``completed``, ``partial`` or ``failed``, ``reasons`` says what went wrong.
     """
-    options = teamlead.apply_strategy(options or app_options(), teamlead.load_strategy("delegation"))
+    strategy = teamlead.load_strategy("delegation")
+    options = teamlead.apply_strategy(options or app_options(), strategy)
     finished: teamlead.Finished | None = None
     # The same loop an SDK app already has: every SDK message still comes through.
     async for item in query(prompt=prompt, options=options):

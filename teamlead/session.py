@@ -43,22 +43,28 @@ def find_session_file(config_dir: Path, session_id: str) -> Path:
     return matches[0]
 
 
-def _notification(text: str) -> dict[str, Any] | None:
-    if "<task-notification>" not in text:
-        return None
-    tags = {name: value.strip() for name, value in _TAG.findall(text)}
-    task_id = tags.get("task-id")
-    if not task_id:
-        return None
-    return {
-        "type": "system",
-        "subtype": "task_notification",
-        "task_id": task_id,
-        "tool_use_id": tags.get("tool-use-id"),
-        "status": tags.get("status", "completed"),
-        "summary": tags.get("result") or tags.get("summary"),
-        "output_file": tags.get("output-file"),
-    }
+_NOTIFICATION = re.compile(r"<task-notification>(.*?)</task-notification>", re.DOTALL)
+
+
+def _notifications(text: str) -> list[dict[str, Any]]:
+    """Every ``<task-notification>`` block in an injected turn, as task_notification messages."""
+    found: list[dict[str, Any]] = []
+    for body in _NOTIFICATION.findall(text):
+        tags = {name: value.strip() for name, value in _TAG.findall(body)}
+        if not tags.get("task-id"):
+            continue
+        found.append(
+            {
+                "type": "system",
+                "subtype": "task_notification",
+                "task_id": tags["task-id"],
+                "tool_use_id": tags.get("tool-use-id"),
+                "status": tags.get("status", "completed"),
+                "summary": tags.get("result") or tags.get("summary"),
+                "output_file": tags.get("output-file"),
+            }
+        )
+    return found
 
 
 def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
@@ -99,9 +105,8 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
         ]
     )
     for text in texts:
-        note = _notification(text) if isinstance(text, str) else None
-        if note:
-            out.append(note)
+        if isinstance(text, str):
+            out.extend(_notifications(text))
     return out
 
 

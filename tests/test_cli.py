@@ -286,3 +286,61 @@ def test_strategy_reaches_the_system_prompt_after_claude_codes_own(
         assert "{max_concurrent_agents}" not in system and "{agent_roster}" not in system
     else:
         assert marker not in system
+
+
+@pytest.mark.cli
+def test_resume_collects_what_a_bare_sdk_run_lost(tmp_path: Path) -> None:
+    """An app on bare claude_agent_sdk.query loses the findings to a 529; `teamlead resume` recovers them."""
+    import anyio
+    from claude_agent_sdk import query as sdk_query
+
+    script = FanOut.of(2, delays=[0.2, 0.4], synthesis_fault=Reply.error(529))
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        session: dict[str, str] = {}
+
+        async def bare_app() -> None:
+            try:
+                async for message in sdk_query(prompt="Investigate.", options=claude.options()):
+                    sid = getattr(message, "session_id", None) or getattr(message, "data", {}).get(
+                        "session_id"
+                    )
+                    if sid:
+                        session.setdefault("id", sid)
+            except Exception:  # noqa: BLE001 - the app's run ends in ResultError: the findings are lost
+                pass
+
+        anyio.run(bare_app)
+        assert session["id"]
+        env = {**os.environ, **claude.env}
+        proc = subprocess.run(
+            [*TEAMLEAD, "resume", session["id"], "--wait", "0", "--quiet"],
+            env=env,
+            cwd=claude.cwd,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(findings_in(proc.stdout)) == ["agent-1", "agent-2"]
+
+
+def test_serve_scripted_serves_until_terminated() -> None:
+    import anthropic
+
+    proc = subprocess.Popen(
+        [*TEAMLEAD, "serve-scripted", "--scenario", "echo"], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stderr is not None
+        first = proc.stderr.readline()
+        url = first.split(" at ")[1].strip()
+        with anthropic.Anthropic(base_url=url, api_key="x", max_retries=0) as client:
+            reply = client.messages.create(
+                model="m", max_tokens=5, messages=[{"role": "user", "content": "ping"}]
+            )
+        assert reply.content[0].text == "echo: ping"  # type: ignore[union-attr]
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=10)
+    assert proc.returncode == 0 and "stopped after 1 requests" in err
