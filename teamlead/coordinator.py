@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 from collections.abc import AsyncIterator, Callable
@@ -267,9 +268,8 @@ class Coordinator:
                     yield item
             self._after_round(outcome, first=False)
             if not outcome.ok:
-                self.reasons.append(
-                    f"resume round {self.resumes} failed: {redact(outcome.error or 'unknown error')}"
-                )
+                error = redact(outcome.error or "unknown error")
+                self.reasons.append(f"resume round {self.resumes} failed: {error}")
                 break
             await self._absorb(pending)
         yield self.finish()
@@ -322,11 +322,13 @@ class Coordinator:
         finally:
             aclose = getattr(agen, "aclose", None)
             if aclose is not None:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
-                    try:
-                        await aclose()
-                    except Exception:  # noqa: BLE001 - closing a dead stream may raise; nothing to do
-                        pass
+                # a dead stream may raise on close; there is nothing left to do about it
+                with (
+                    anyio.CancelScope(shield=True),
+                    anyio.move_on_after(_CLOSE_TIMEOUT_S),
+                    contextlib.suppress(Exception),
+                ):
+                    await aclose()
         results = self.tracker.results[start:]
         yield self._outcome(results, error, exc_status)
 
@@ -388,9 +390,9 @@ class Coordinator:
             self.reasons.append("no session id was seen, so the lead cannot be resumed")
             return False
         if self.resumes >= self.policy.max_resumes:
-            self.reasons.append(
-                f"max resumes ({self.policy.max_resumes}) reached with {len(pending)} result(s) unused"
-            )
+            limit = self.policy.max_resumes
+            unused = len(pending)
+            self.reasons.append(f"max resumes ({limit}) reached with {unused} result(s) unused")
             return False
         if self.policy.max_cost_usd is not None and self.cost_usd >= self.policy.max_cost_usd:
             self.reasons.append(
@@ -822,6 +824,25 @@ def build_resume_prompt(deliveries: list[Delivery], missing: list[str], policy: 
     return _render_resume_prompt(deliveries, missing, policy)[0]
 
 
+def _coordinator(
+    options: ClaudeAgentOptions | None,
+    query_fn: QueryFn | None,
+    policy: Policy | None,
+    clock: Clock,
+) -> Coordinator:
+    """A coordinator wrapping ``query_fn``, by default ``claude_agent_sdk.query``."""
+    if query_fn is None:
+        from claude_agent_sdk import query as sdk_query
+
+        query_fn = sdk_query
+    return Coordinator(
+        options=options or ClaudeAgentOptions(),
+        query_fn=query_fn,
+        policy=policy or Policy(),
+        clock=clock,
+    )
+
+
 async def query(
     prompt: str,
     options: ClaudeAgentOptions | None = None,
@@ -850,16 +871,7 @@ async def query(
         ...     if isinstance(item, teamlead.Finished):
         ...         print(item.status, item.result)
     """
-    if query_fn is None:
-        from claude_agent_sdk import query as sdk_query
-
-        query_fn = sdk_query
-    coordinator = Coordinator(
-        options=options or ClaudeAgentOptions(),
-        query_fn=query_fn,
-        policy=policy or Policy(),
-        clock=clock,
-    )
+    coordinator = _coordinator(options, query_fn, policy, clock)
     async for item in coordinator.run(prompt):
         yield item
 
@@ -912,15 +924,6 @@ async def resume_session(
         >>> async for item in teamlead.resume_session("3d33...", options):
         ...     ...
     """
-    if query_fn is None:
-        from claude_agent_sdk import query as sdk_query
-
-        query_fn = sdk_query
-    coordinator = Coordinator(
-        options=options or ClaudeAgentOptions(),
-        query_fn=query_fn,
-        policy=policy or Policy(),
-        clock=clock,
-    )
+    coordinator = _coordinator(options, query_fn, policy, clock)
     async for item in coordinator.resume(session_id):
         yield item
