@@ -149,7 +149,7 @@ async def main(samples: int) -> None:
     p95 = percentile(results["event-driven"], 0.95)
     ok = p95 <= 0.050 and event_cpu <= 0.01
     print(
-        f"SUMMARY inbox_latency: event-driven p95 {p95 * 1000:.1f} ms (target <= 50) = "
+        f"SUMMARY: inbox_latency: event-driven p95 {p95 * 1000:.1f} ms (target <= 50) = "
         f"{p95 / base95:.3f}x the 500 ms poller; idle CPU {event_cpu * 100:.2f} % of a core "
         f"(target <= 1 %) -> {'PASS' if ok else 'FAIL'}"
     )

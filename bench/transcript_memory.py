@@ -118,7 +118,7 @@ def main() -> None:
             small.unlink()
             big.unlink()
     print(
-        f"SUMMARY transcript_memory: worst peak-memory ratio 100 MB vs 1 MB = {worst:.2f}x "
+        f"SUMMARY: transcript_memory: worst peak-memory ratio 100 MB vs 1 MB = {worst:.2f}x "
         f"(flat is ~1x) -> {'PASS' if worst <= 1.5 else 'FAIL'}"
     )
 

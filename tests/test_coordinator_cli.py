@@ -52,7 +52,10 @@ async def test_fan_out_absorbed_by_the_cli_needs_no_resume(offline: OfflineFacto
     assert [t.disposition for t in done.tasks] == ["included"] * 3
     assert {t.source for t in done.tasks} == {"lead"}
     assert done.reasons == []
-    assert len(server.recorded("lead")) == 5  # fan-out, ack, one injected turn per result
+    # fan-out, ack, and the CLI's injected turns (it may fold two notifications into one)
+    lead = server.recorded("lead")
+    assert 4 <= len(lead) <= 5
+    assert not any("<teamlead-results" in r.request.last_user_text for r in lead)
 
 
 async def test_every_synthesis_turn_failing_529_is_resumed_with_the_findings(
