@@ -58,6 +58,7 @@ class AskSettings:
     allowed_tools: list[str] = field(default_factory=list)
     permission_mode: str | None = None
     max_concurrent_agents: int | None = None
+    cli_path: str | None = None
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -90,6 +91,35 @@ def check_setup(env: Mapping[str, str]) -> None:
     )
 
 
+def find_cli(cli_path: str | None) -> str | None:
+    """The Claude Code CLI to run: ``cli_path``, else the bundled one, else ``claude`` on PATH.
+
+    Returns ``None`` for "let the SDK pick the bundled CLI".
+
+    Raises:
+        SetupError: no usable CLI; the message names the cause.
+    """
+    import shutil
+
+    from .testing.runner import bundled_cli_path
+
+    if cli_path:
+        path = Path(cli_path).expanduser()
+        if not path.is_file():
+            raise SetupError(f"the Claude Code CLI {cli_path!r} does not exist")
+        if not os.access(path, os.X_OK):
+            raise SetupError(f"the Claude Code CLI {cli_path!r} is not executable")
+        return str(path)
+    try:
+        bundled_cli_path()
+        return None
+    except SetupError as exc:
+        on_path = shutil.which("claude")
+        if on_path:
+            return on_path
+        raise SetupError(f"{exc}; or put `claude` on PATH, or pass --cli-path") from None
+
+
 def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strategy]:
     """SDK options with the strategy appended, and the policy, for ``settings``.
 
@@ -115,6 +145,7 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
         allowed_tools=list(settings.allowed_tools),
         permission_mode=settings.permission_mode,  # type: ignore[arg-type]
         env=dict(settings.env),
+        cli_path=find_cli(settings.cli_path),
     )
     values: dict[str, object] = {}
     if settings.max_concurrent_agents:

@@ -71,6 +71,22 @@ def _output(json_: bool, quiet: bool) -> Output:
 @click.version_option(__version__, prog_name="teamlead")
 def main() -> None:
     """Never lose a subagent's or teammate's result with the Claude Agent SDK."""
+    _configure_logging()
+
+
+def _configure_logging() -> None:
+    """teamlead's warnings as one line each; the SDK's own error logs are folded into ours."""
+    import logging
+
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("teamlead: warning: %(message)s"))
+    ours = logging.getLogger("teamlead")
+    if not ours.handlers:
+        ours.addHandler(handler)
+        ours.setLevel(logging.WARNING)
+        ours.propagate = False
+    # a failing CLI is reported in the run's reasons; the SDK's traceback-style log is noise
+    logging.getLogger("claude_agent_sdk").setLevel(logging.CRITICAL)
 
 
 # -- ask ----------------------------------------------------------------------------------
@@ -137,6 +153,12 @@ def _run_options(func: F) -> F:
             "--quiet", "-q", envvar=_env("quiet"), is_flag=True, help="Only the final answer."
         ),
         click.option(
+            "--cli-path",
+            envvar=_env("cli_path"),
+            type=click.Path(dir_okay=False),
+            help="Claude Code CLI to run (default: the one claude-agent-sdk bundles).",
+        ),
+        click.option(
             "--verbose",
             "-v",
             envvar=_env("verbose"),
@@ -159,6 +181,7 @@ def _settings(
     max_cost: float | None,
     allowed_tools: str | None,
     permission_mode: str | None,
+    cli_path: str | None,
 ) -> Any:
     from .app import AskSettings
 
@@ -172,6 +195,7 @@ def _settings(
         max_cost_usd=max_cost,
         allowed_tools=[t.strip() for t in (allowed_tools or "").split(",") if t.strip()],
         permission_mode=permission_mode,
+        cli_path=cli_path,
     )
 
 

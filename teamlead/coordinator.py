@@ -26,6 +26,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import os
@@ -144,6 +145,17 @@ class Coordinator:
         self.options = prepare_options(self.options, self.policy)
         env = {**os.environ, **dict(self.options.env)}
         self.config_dir: Path = claude_config_dir(env)
+        # Keep the CLI's last stderr lines, so a CLI that dies is reported with its own words.
+        self._stderr_tail: collections.deque[str] = collections.deque(maxlen=20)
+        user_stderr = self.options.stderr
+
+        def on_stderr(line: str) -> None:
+            if line.strip():
+                self._stderr_tail.append(line.strip())
+            if user_stderr is not None:
+                user_stderr(line)
+
+        self.options = dataclasses.replace(self.options, stderr=on_stderr)
 
     # -- the query driver ------------------------------------------------------------------
     async def run(self, prompt: str) -> AsyncIterator[Any]:
@@ -318,6 +330,8 @@ class Coordinator:
                     break
         except Exception as exc:  # the generator's own failure ends the stream; never cancellation
             error = _describe(exc)
+            if self._stderr_tail:
+                error += f" (the CLI said: {self._stderr_tail[-1][:300]})"
             exc_status = _status_of(exc)
         finally:
             aclose = getattr(agen, "aclose", None)

@@ -290,7 +290,7 @@ def test_strategy_reaches_the_system_prompt_after_claude_codes_own(
 
 @pytest.mark.cli
 def test_resume_collects_what_a_bare_sdk_run_lost(tmp_path: Path) -> None:
-    """An app on bare claude_agent_sdk.query loses the findings to a 529; `teamlead resume` recovers them."""
+    """A bare claude_agent_sdk.query app loses the findings to a 529; `teamlead resume` recovers."""
     import anyio
     from claude_agent_sdk import query as sdk_query
 
@@ -344,3 +344,33 @@ def test_serve_scripted_serves_until_terminated() -> None:
         proc.terminate()
         _, err = proc.communicate(timeout=10)
     assert proc.returncode == 0 and "stopped after 1 requests" in err
+
+
+def test_a_missing_cli_is_one_line_naming_the_cause(tmp_path: Path) -> None:
+    result = _invoke("ask", "hi", "--cli-path", str(tmp_path / "no-claude"))
+    assert result.exit_code == 1
+    assert (
+        result.output.strip()
+        == f"teamlead: error: the Claude Code CLI {str(tmp_path / 'no-claude')!r} does not exist"
+    )
+    script = tmp_path / "claude"
+    script.write_text("#!/bin/sh\nexit 1\n")
+    result = _invoke("ask", "hi", "--cli-path", str(script))
+    assert result.exit_code == 1 and "is not executable" in result.output
+
+
+@pytest.mark.cli
+def test_a_cli_that_fails_to_start_is_one_line(tmp_path: Path) -> None:
+    broken = tmp_path / "claude"
+    broken.write_text("#!/bin/sh\necho 'claude: cannot start here' >&2\nexit 7\n")
+    broken.chmod(0o755)
+    with ScriptedServer(FanOut.of(1)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = _ask(claude, "Investigate.", "--cli-path", str(broken), "--quiet")
+    assert proc.returncode == 1
+    lines = proc.stderr.strip().splitlines()
+    assert (
+        len(lines) == 1
+        and lines[0].startswith("teamlead: failed:")
+        and "Traceback" not in proc.stderr
+    )

@@ -214,11 +214,14 @@ def test_chunk_delay_streams_text_while_waiting() -> None:
     import time
 
     arrivals: list[float] = []
-    with ScriptedServer(lambda req: Reply.text("x" * 120, chunk_delay=0.1)) as server:
-        with _client(server).messages.stream(
+    server = ScriptedServer(lambda req: Reply.text("x" * 120, chunk_delay=0.1))
+    with (
+        server,
+        _client(server).messages.stream(
             model="m", max_tokens=10, messages=[{"role": "user", "content": "hi"}]
-        ) as stream:
-            for _ in stream.text_stream:
-                arrivals.append(time.monotonic())
+        ) as stream,
+    ):
+        for _ in stream.text_stream:
+            arrivals.append(time.monotonic())
     assert len(arrivals) == 5  # 120 characters in 24-character deltas
     assert arrivals[-1] - arrivals[0] >= 0.35  # spaced by the scripted delay, not sent at once
