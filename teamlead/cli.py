@@ -232,9 +232,18 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 
 @main.command()
 @click.argument("session_id")
+@click.option(
+    "--strategy",
+    envvar=_env("strategy"),
+    default="baseline",
+    show_default=True,
+    help="Strategy prompt for the resumed turns (use the original run's).",
+)
 @_run_options
 @handle_errors
-def resume(session_id: str, json_: bool, quiet: bool, verbose: bool, **kw: Any) -> None:
+def resume(
+    session_id: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **kw: Any
+) -> None:
     """Collect the unused results of SESSION_ID and resume its lead."""
     from .app import build_run, check_setup, merged_env, run_session
     from .coordinator import resume_session
@@ -242,7 +251,7 @@ def resume(session_id: str, json_: bool, quiet: bool, verbose: bool, **kw: Any) 
     from .team import claude_config_dir
 
     output = _output(json_, quiet)
-    options, policy, _ = build_run(_settings("baseline", **kw))
+    options, policy, _ = build_run(_settings(strategy, **kw))
     env = merged_env(options.env)
     find_session_file(claude_config_dir(env), session_id)  # a missing session is a usage error
     check_setup(env)
