@@ -66,7 +66,7 @@ async def main(
     Returns:
         The ``Finished`` event with the final answer, status and reasons.
     """
-    options = teamlead.prepare_options(options or app_options(), POLICY)
+    options = teamlead.prepare_options(options or app_options(), POLICY, client=True)
     finished: teamlead.Finished | None = None
     async with ClaudeSDKClient(options=options) as client:
         await client.query(prompt)

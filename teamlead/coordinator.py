@@ -29,6 +29,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import dataclasses
+import logging
 import os
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
@@ -55,6 +56,8 @@ from .policy import TRANSIENT_STATUSES, Policy
 from .team import Team, claude_config_dir, find_team
 from .tracker import ResultSeen, TaskInfo, Tracker
 from .transcript import find_subagent_transcript, last_assistant_text
+
+logger = logging.getLogger(__name__)
 
 __all__ = [
     "Coordinator",
@@ -137,6 +140,7 @@ class Coordinator:
     seen_inbox_keys: set[str] = field(default_factory=set)
     last_round_ok: bool = False
     _deadline: float = 0.0
+    _cli_state: str | None = None
     _waited_s: float = 0.0
     _carry: list[Delivery] = field(default_factory=list)  # collected, but over the prompt cap
     _team: Team | None = None
@@ -257,6 +261,11 @@ class Coordinator:
             else:
                 yield item
         self._after_round(outcome, first=True)
+        if self._cli_state is None:
+            logger.warning(
+                "the client's CLI reports no session state, so its idle moment is guessed; "
+                "build the client's options with teamlead.prepare_options(..., client=True)"
+            )
         while True:
             pending: list[Delivery] = []
             async for event in self._collect(pending, process_alive=True):
@@ -320,13 +329,11 @@ class Coordinator:
                     )
                     break
                 events = self.tracker.feed(message)
+                state = _session_state(message)
+                if state is not None:
+                    self._cli_state = state
                 yield message
-                if (
-                    settle
-                    and events
-                    and isinstance(events[-1], ResultSeen)
-                    and self._settled(start)
-                ):
+                if settle and self._settled(start, events, state):
                     break
         except Exception as exc:  # the generator's own failure ends the stream; never cancellation
             error = _describe(exc)
@@ -346,15 +353,26 @@ class Coordinator:
         results = self.tracker.results[start:]
         yield self._outcome(results, error, exc_status)
 
-    def _settled(self, start: int) -> bool:
-        results = self.tracker.results[start:]
-        # the CLI is idle: a turn just ended and no task can inject another one
-        return bool(results) and not self.tracker.open_tasks
+    def _settled(self, start: int, events: list[Any], state: str | None) -> bool:
+        """Whether the client's CLI is idle: its turns are over and no task can inject one.
+
+        With session-state events (see :func:`prepare_options`), "idle" after a real result
+        is exact. Without them, a real result with no task running is the best sign; a
+        queued notification turn can still follow then.
+        """
+        answered = any(not r.placeholder for r in self.tracker.results[start:])
+        if not answered or self.tracker.open_tasks:
+            return False
+        if self._cli_state is not None:
+            return state == "idle"
+        last = events[-1] if events else None
+        return isinstance(last, ResultSeen) and not last.placeholder
 
     def _outcome(
         self, results: list[ResultSeen], error: str | None, exc_status: int | None
     ) -> _RoundOutcome:
-        last = results[-1] if results else None
+        real = [r for r in results if not r.placeholder]
+        last = real[-1] if real else None
         ok = last is not None and last.ok
         if ok and error and error.startswith("deadline"):
             ok = False
@@ -589,7 +607,7 @@ class Coordinator:
         """The final :class:`Finished` event for the state reached."""
         dispositions = self._dispositions()
         last = self.tracker.last_success
-        final = last.text if last is not None else None
+        final = last.text if last is not None and (last.text or "").strip() else None
         reasons = list(self.reasons)
         for member in self.members.values():
             if member.status == "pending":
@@ -676,12 +694,31 @@ class Coordinator:
 
 
 # -- helpers -----------------------------------------------------------------------------
-def prepare_options(options: ClaudeAgentOptions | None, policy: Policy) -> ClaudeAgentOptions:
-    """A copy of ``options`` whose CLI will not stop background agents before our deadline."""
+def prepare_options(
+    options: ClaudeAgentOptions | None, policy: Policy, *, client: bool = False
+) -> ClaudeAgentOptions:
+    """A copy of ``options`` whose CLI will not stop background agents before our deadline.
+
+    With ``client=True`` (for ``ClaudeSDKClient`` + :func:`receive_all`) the CLI also
+    reports its session state, so the helper knows exactly when the CLI is idle rather
+    than guessing from results (queued notification turns can follow a result).
+    User-set values of either variable are kept.
+    """
     options = options or ClaudeAgentOptions()
     env = dict(options.env)
     env.setdefault("CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS", str(policy.bg_wait_ceiling_ms))
+    if client:
+        env.setdefault("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS", "1")
     return dataclasses.replace(options, env=env)
+
+
+def _session_state(message: Any) -> str | None:
+    """The state of a ``system/session_state_changed`` frame, typed or raw."""
+    data = message if isinstance(message, dict) else getattr(message, "data", None)
+    if isinstance(data, dict) and data.get("subtype") == "session_state_changed":
+        state = data.get("state")
+        return state if isinstance(state, str) else None
+    return None
 
 
 def _own_pids() -> list[int]:

@@ -140,6 +140,11 @@ class ResultSeen:
     def ok(self) -> bool:
         return not self.is_error and self.subtype == "success"
 
+    @property
+    def placeholder(self) -> bool:
+        """A zero-turn, empty result the CLI emits for a queued turn; it answers nothing."""
+        return self.num_turns == 0 and not (self.text or "").strip() and not self.is_error
+
 
 TrackedEvent: TypeAlias = (
     SessionSeen
@@ -500,8 +505,8 @@ class Tracker:
 
     @property
     def last_success(self) -> ResultSeen | None:
-        """The last successful lead result: its text is the final answer."""
-        return next((r for r in reversed(self.results) if r.ok), None)
+        """The last successful lead result with text: that text is the final answer."""
+        return next((r for r in reversed(self.results) if r.ok and (r.text or "").strip()), None)
 
     @property
     def cost_usd(self) -> float:

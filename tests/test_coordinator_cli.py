@@ -239,3 +239,29 @@ async def test_resume_itself_failing_ends_failed_with_reasons(offline: OfflineFa
     assert done.status == "failed"
     assert done.session_id and any(done.session_id in r for r in done.reasons)
     assert any("resume round 1 failed after 2 attempt(s)" in r and "529" in r for r in done.reasons)
+
+
+async def test_client_helper_waits_for_idle_when_the_cli_retries_queued_turns(
+    tmp_path: Any,
+) -> None:
+    """The CLI retries failing synthesis turns while later notifications queue up.
+
+    The first error result comes with no task running, but queued turns (and a zero-turn
+    placeholder result) follow; only the session's "idle" says the CLI is done. Resuming
+    before it would take the placeholder for the answer.
+    """
+    from teamlead.testing import OfflineClaude, ScriptedServer
+
+    script = FanOut.of(3, delays=[0.3, 0.35, 0.4], synthesis_fault=Reply.error(529))
+    policy = Policy(wait_s=1)
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s", max_retries=2)
+        options = teamlead.prepare_options(claude.options(), policy, client=True)
+        async with ClaudeSDKClient(options=options) as client:
+            await client.query("Investigate three parts.")
+            items = [item async for item in teamlead.receive_all(client, policy=policy)]
+    done = items[-1]
+    assert isinstance(done, Finished)
+    assert done.status == "completed", done.reasons
+    assert sorted(findings_in(done.result or "")) == ["agent-1", "agent-2", "agent-3"]
+    assert done.resumes == 1
