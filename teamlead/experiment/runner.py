@@ -32,6 +32,7 @@ from claude_agent_sdk import ClaudeAgentOptions
 from .._version import __version__
 from ..clock import SYSTEM_CLOCK, Clock
 from ..coordinator import QueryFn, query
+from ..errors import UsageError
 from ..events import Finished
 from ..governor import ConcurrencyChanged, Governor, GovernorPolicy, bucket_key
 from ..policy import TRANSIENT_STATUSES, Policy
@@ -199,8 +200,6 @@ def _trial_options(
         fields["cwd"] = cwd
     for key, value in variant.options.items():
         if not hasattr(base, key):
-            from ..errors import UsageError
-
             raise UsageError(f"variant {variant.name!r}: unknown SDK option {key!r}")
         fields[key] = value
     return apply_strategy(dataclasses.replace(base, **fields), strategy)
