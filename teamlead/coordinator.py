@@ -141,6 +141,7 @@ class Coordinator:
     last_round_ok: bool = False
     _deadline: float = 0.0
     _cli_state: str | None = None
+    _one_process: bool = False
     _waited_s: float = 0.0
     _carry: list[Delivery] = field(default_factory=list)  # collected, but over the prompt cap
     _team: Team | None = None
@@ -161,21 +162,16 @@ class Coordinator:
 
         self.options = dataclasses.replace(self.options, stderr=on_stderr)
 
-    # -- the query driver ------------------------------------------------------------------
+    # -- the drivers -----------------------------------------------------------------------
     async def run(self, prompt: str) -> AsyncIterator[Any]:
         """Run the first query, then collect and resume until done. Yields messages and events."""
-        if self.query_fn is None:
-            raise TypeError("Coordinator.run needs a query_fn")
-        query_fn = self.query_fn
+        query_fn = self._require_query_fn("run")
         self._deadline = self.clock.monotonic() + self.policy.deadline_s
-        outcome = _RoundOutcome(ok=False, results=[])
-        async for item in self._stream(query_fn(prompt=prompt, options=self.options)):
-            if isinstance(item, _RoundOutcome):
-                outcome = item
-            else:
-                yield item
-        self._after_round(outcome, first=True)
-        async for item in self._resume_loop(query_fn):
+        async for item in self._first_round(
+            self._stream(query_fn(prompt=prompt, options=self.options))
+        ):
+            yield item
+        async for item in self._resume_loop(self._query_round):
             yield item
 
     async def resume(self, session_id: str) -> AsyncIterator[Any]:
@@ -186,27 +182,71 @@ class Coordinator:
         """
         from .session import load_session
 
-        if self.query_fn is None:
-            raise TypeError("Coordinator.resume needs a query_fn")
+        self._require_query_fn("resume")
         self._deadline = self.clock.monotonic() + self.policy.deadline_s
         self.tracker = load_session(self.config_dir, session_id)
         self.last_round_ok = self.tracker.last_success is not None
-        async for item in self._resume_loop(self.query_fn):
+        async for item in self._resume_loop(self._query_round):
             yield item
 
-    async def _resume_loop(self, query_fn: QueryFn) -> AsyncIterator[Any]:
+    async def run_client(self, client: _Client) -> AsyncIterator[Any]:
+        """Drive a connected ``ClaudeSDKClient`` whose query was already sent."""
+        self._one_process = True
+        self._deadline = self.clock.monotonic() + self.policy.deadline_s
+        async for item in self._first_round(self._stream(client.receive_messages(), settle=True)):
+            yield item
+        if self._cli_state is None:
+            logger.warning(
+                "the client's CLI reports no session state, so its idle moment is guessed; "
+                "build the client's options with teamlead.prepare_options(..., client=True)"
+            )
+
+        async def client_round(prompt_text: str) -> AsyncIterator[Any]:
+            await client.query(prompt_text)  # the same session, on the same CLI process
+            async for item in self._stream(client.receive_messages(), settle=True):
+                yield item
+
+        async for item in self._resume_loop(client_round, process_alive=True):
+            yield item
+
+    def _require_query_fn(self, what: str) -> QueryFn:
+        if self.query_fn is None:
+            raise TypeError(f"Coordinator.{what} needs a query_fn")
+        return self.query_fn
+
+    def _query_round(self, prompt_text: str) -> AsyncIterator[Any]:
+        """One resume round: a new CLI process with ``resume=session_id``."""
+        options = dataclasses.replace(self.options, resume=self.tracker.session_id or "")
+        return self._stream(self._require_query_fn("run")(prompt=prompt_text, options=options))
+
+    async def _first_round(self, stream: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        outcome = _RoundOutcome(ok=False, results=[])
+        async for item in stream:
+            if isinstance(item, _RoundOutcome):
+                outcome = item
+            else:
+                yield item
+        self._after_round(outcome, first=True)
+
+    async def _resume_loop(
+        self, round_fn: Callable[[str], AsyncIterator[Any]], *, process_alive: bool = False
+    ) -> AsyncIterator[Any]:
+        """Collect, then resume with what was collected, until nothing is outstanding.
+
+        ``round_fn(prompt)`` runs one resumed lead turn and yields its messages and then a
+        ``_RoundOutcome``. A round failing with a transient API error is retried with the
+        policy's backoff.
+        """
         outcome = _RoundOutcome(ok=self.last_round_ok, results=[])
         while True:
             pending: list[Delivery] = []
-            async for event in self._collect(pending):
+            async for event in self._collect(pending, process_alive=process_alive):
                 yield event
-            if not pending:
-                break
-            if not self._may_resume(pending):
+            if not pending or not self._may_resume(pending):
                 break
             prompt_text, pending = self._prompt_for(pending)
-            round_no = self.resumes + 1
             self.resumes += 1
+            round_no = self.resumes
             attempt = 0
             while True:
                 attempt += 1
@@ -218,8 +258,7 @@ class Coordinator:
                     deliveries=[d.key for d in pending],
                     reasons=[f"{len(pending)} result(s) not yet used by the lead"],
                 )
-                opts = dataclasses.replace(self.options, resume=session)
-                async for item in self._stream(query_fn(prompt=prompt_text, options=opts)):
+                async for item in round_fn(prompt_text):
                     if isinstance(item, _RoundOutcome):
                         outcome = item
                     else:
@@ -237,7 +276,7 @@ class Coordinator:
                 )
                 if retry is None:
                     break
-                self.cost_usd += _round_cost(outcome)  # each attempt is its own CLI process
+                self._add_cost(outcome)
                 await self.clock.sleep(retry)
             self._after_round(outcome, first=False)
             if not outcome.ok:
@@ -246,51 +285,6 @@ class Coordinator:
                     f"{redact(outcome.error or 'unknown error')}; resume later with "
                     f"`teamlead resume {self.tracker.session_id}`"
                 )
-                break
-            await self._absorb(pending)
-        yield self.finish()
-
-    # -- the client driver --------------------------------------------------------------------
-    async def run_client(self, client: _Client) -> AsyncIterator[Any]:
-        """Drive a connected ``ClaudeSDKClient`` whose query was already sent."""
-        self._deadline = self.clock.monotonic() + self.policy.deadline_s
-        outcome = _RoundOutcome(ok=False, results=[])
-        async for item in self._stream(client.receive_messages(), settle=True):
-            if isinstance(item, _RoundOutcome):
-                outcome = item
-            else:
-                yield item
-        self._after_round(outcome, first=True)
-        if self._cli_state is None:
-            logger.warning(
-                "the client's CLI reports no session state, so its idle moment is guessed; "
-                "build the client's options with teamlead.prepare_options(..., client=True)"
-            )
-        while True:
-            pending: list[Delivery] = []
-            async for event in self._collect(pending, process_alive=True):
-                yield event
-            if not pending or not self._may_resume(pending):
-                break
-            prompt_text, pending = self._prompt_for(pending)
-            self.resumes += 1
-            session = self.tracker.session_id or ""
-            yield Resuming(
-                session_id=session,
-                round=self.resumes,
-                deliveries=[d.key for d in pending],
-                reasons=[f"{len(pending)} result(s) not yet used by the lead"],
-            )
-            await client.query(prompt_text)
-            async for item in self._stream(client.receive_messages(), settle=True):
-                if isinstance(item, _RoundOutcome):
-                    outcome = item
-                else:
-                    yield item
-            self._after_round(outcome, first=False)
-            if not outcome.ok:
-                error = redact(outcome.error or "unknown error")
-                self.reasons.append(f"resume round {self.resumes} failed: {error}")
                 break
             await self._absorb(pending)
         yield self.finish()
@@ -392,9 +386,17 @@ class Coordinator:
             ok=ok, results=results, error=None if ok else error, transient=transient
         )
 
+    def _add_cost(self, outcome: _RoundOutcome) -> None:
+        """Count a round's cost: each query round is its own CLI process, whose results
+        report that process's running total; a client's rounds share one process."""
+        if self._one_process:
+            self.cost_usd = max(self.cost_usd, _round_cost(outcome))
+        else:
+            self.cost_usd += _round_cost(outcome)
+
     def _after_round(self, outcome: _RoundOutcome, *, first: bool) -> None:
         self.last_round_ok = outcome.ok
-        self.cost_usd += _round_cost(outcome)
+        self._add_cost(outcome)
         if first and not outcome.ok and outcome.error:
             self.reasons.append(f"the lead's stream ended with an error: {redact(outcome.error)}")
 

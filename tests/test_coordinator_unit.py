@@ -1084,3 +1084,29 @@ async def test_receive_all_resumes_on_the_client_after_a_failed_synthesis() -> N
     assert [r.round for r in of_type(items, Resuming)] == [1]
     assert (done.status, done.result, done.resumes) == ("completed", "Final", 1)
     assert client.closed_streams == 2
+
+
+async def test_receive_all_counts_one_process_running_total_not_a_sum() -> None:
+    """A client's rounds share one CLI process, whose results report its running total."""
+    client = FakeClient(
+        [
+            *fan_out(("t1", "a")),
+            notified("t1", summary="T1"),
+            lead("x", msg_id="m_e", error="e"),
+            error_result(529, cost=0.02),
+        ],
+        replies=lambda prompt: [lead("Final"), result("Final", cost=0.05)],
+    )
+    _, done = await collect_client(client)
+    assert done.status == "completed"
+    assert done.cost_usd == pytest.approx(0.05)
+
+
+async def test_receive_all_skips_zero_turn_placeholder_results() -> None:
+    placeholder = {**result(""), "num_turns": 0}
+    client = FakeClient(
+        [*fan_out(("t1", "a")), notified("t1", summary="T1"), *synthesis_failed()],
+        replies=lambda prompt: [placeholder, lead("Final"), result("Final")],
+    )
+    _, done = await collect_client(client)
+    assert (done.status, done.result) == ("completed", "Final")
