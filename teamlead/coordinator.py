@@ -51,7 +51,14 @@ from .events import (
     TeamleadEvent,
     WaitingForTeam,
 )
-from .inbox import InboxRead, InboxWaitPolicy, TeammateMessage, consume_inbox, wait_for_inbox
+from .inbox import (
+    InboxRead,
+    InboxWaitPolicy,
+    TeammateMessage,
+    consume_inbox,
+    read_inbox,
+    wait_for_inbox,
+)
 from .policy import TRANSIENT_STATUSES, Policy
 from .team import Team, claude_config_dir, find_team
 from .tracker import ResultSeen, TaskInfo, Tracker
@@ -141,6 +148,7 @@ class Coordinator:
     last_round_ok: bool = False
     _deadline: float = 0.0
     _cli_state: str | None = None
+    _first_error: str | None = None
     _one_process: bool = False
     _waited_s: float = 0.0
     _carry: list[Delivery] = field(default_factory=list)  # collected, but over the prompt cap
@@ -398,12 +406,15 @@ class Coordinator:
         self.last_round_ok = outcome.ok
         self._add_cost(outcome)
         if first and not outcome.ok and outcome.error:
-            self.reasons.append(f"the lead's stream ended with an error: {redact(outcome.error)}")
+            self._first_error = redact(outcome.error)
 
     def _retry_delay(self, outcome: _RoundOutcome, attempt: int) -> float | None:
         retry = self.policy.resume_retry
         if not outcome.transient or attempt >= retry.attempts:
             return None
+        budget = self.policy.max_cost_usd
+        if budget is not None and self.cost_usd + _round_cost(outcome) >= budget:
+            return None  # another attempt would spend past the cost budget
         delay = retry.delay(attempt, outcome.retry_after)
         if self.clock.monotonic() + delay >= self._deadline:
             return None
@@ -451,6 +462,9 @@ class Coordinator:
         if team is not None:
             for member in team.config.teammates:
                 self.members.setdefault(member.name, _Member(member.name))
+            for message in read_inbox(team.lead_inbox, config_dir=self.config_dir).messages:
+                if message.is_report and message.sender in self.members:
+                    self.members[message.sender].status = "reported"  # already in the file
             waiting = [m.name for m in self.members.values() if m.status == "pending"]
             # wait_s is one budget for the whole run, not per round
             budget = self.policy.wait_s - self._waited_s
@@ -611,6 +625,10 @@ class Coordinator:
         last = self.tracker.last_success
         final = last.text if last is not None and (last.text or "").strip() else None
         reasons = list(self.reasons)
+        if self._first_error is not None:
+            recovered = self.last_round_ok and last is not None
+            prefix = "recovered from: " if recovered else ""
+            reasons.insert(0, f"{prefix}the lead's stream ended with an error: {self._first_error}")
         for member in self.members.values():
             if member.status == "pending":
                 reasons.append(
