@@ -228,7 +228,8 @@ async def _main(args: argparse.Namespace) -> int:
     met = aimd.goodput >= 0.90 and aimd.rejected_after_warmup <= 0.05
     print(
         f"SUMMARY: governor: aimd goodput {aimd.goodput:.0%} of ideal, "
-        f"{aimd.rejected_after_warmup:.1%} rejected after warm-up, time x{aimd.time_ratio:.2f} ideal "
+        f"{aimd.rejected_after_warmup:.1%} rejected after warm-up, "
+        f"time x{aimd.time_ratio:.2f} ideal "
         f"(fixed 12 x{results['fixed 12'].time_ratio:.2f}, fixed 2 "
         f"x{results['fixed 2'].time_ratio:.2f}); target >=90% and <=5%: "
         f"{'met' if met else 'MISSED'}"

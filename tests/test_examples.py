@@ -161,8 +161,16 @@ def test_offline_test_example_catches_an_app_on_the_plain_sdk(
 
 def test_offline_test_example_is_collected_by_pytest() -> None:
     run = subprocess.run(
-        [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
-         "examples/offline_test.py"],
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "--collect-only",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "examples/offline_test.py",
+        ],
         cwd=ROOT,
         capture_output=True,
         text=True,
