@@ -53,7 +53,6 @@ from .events import (
 )
 from .inbox import (
     InboxRead,
-    InboxWaitPolicy,
     TeammateMessage,
     consume_inbox,
     read_inbox,
@@ -462,14 +461,16 @@ class Coordinator:
         if team is not None:
             for member in team.config.teammates:
                 self.members.setdefault(member.name, _Member(member.name))
-            for message in read_inbox(team.lead_inbox, config_dir=self.config_dir).messages:
+            read = read_inbox(team.lead_inbox, config_dir=self.config_dir)
+            for message in read.messages:
                 if message.is_report and message.sender in self.members:
                     self.members[message.sender].status = "reported"  # already in the file
             waiting = [m.name for m in self.members.values() if m.status == "pending"]
-            # wait_s is one budget for the whole run, not per round
-            budget = self.policy.wait_s - self._waited_s
-            wait_s = max(0.0, min(budget, self._deadline - self.clock.monotonic()))
+            satisfied = True
             if waiting:
+                # wait_s is one budget for the whole run, not per round
+                budget = self.policy.wait_s - self._waited_s
+                wait_s = max(0.0, min(budget, self._deadline - self.clock.monotonic()))
                 yield WaitingForTeam(
                     session_id=session,
                     open_tasks=[t.task_id for t in self.tracker.open_tasks],
@@ -477,32 +478,29 @@ class Coordinator:
                     team=team.name,
                     wait_s=wait_s,
                 )
-            inbox_policy = self.policy.inbox if waiting else InboxWaitPolicy(tries=1, span_s=0)
-            wait_started = self.clock.monotonic()
-            result = await wait_for_inbox(
-                team.lead_inbox,
-                until=self._members_reported,
-                policy=inbox_policy,
-                clock=self.clock,
-                deadline=self.clock.monotonic() + wait_s,
-                config_dir=self.config_dir,
-            )
-            if waiting:
+                wait_started = self.clock.monotonic()
+                result = await wait_for_inbox(
+                    team.lead_inbox,
+                    until=self._members_reported,
+                    policy=self.policy.inbox,
+                    clock=self.clock,
+                    deadline=wait_started + wait_s,
+                    config_dir=self.config_dir,
+                )
                 self._waited_s += self.clock.monotonic() - wait_started
-            fresh = [
-                m for m in result.read.messages if m.key not in self.seen_inbox_keys and not m.read
-            ]
+                read, satisfied = result.read, result.satisfied
+            fresh = [m for m in read.messages if m.key not in self.seen_inbox_keys and not m.read]
             for message in fresh:
                 self.seen_inbox_keys.add(message.key)
                 self._note_member(message)
                 if message.is_result:
                     pending.append(_inbox_delivery(message, team, self.policy))
-            if fresh or result.read.warnings:
+            if fresh or read.warnings:
                 yield InboxCollected(
                     team=team.name,
                     messages=[_message_summary(m) for m in fresh],
-                    warnings=list(result.read.warnings),
-                    satisfied=result.satisfied,
+                    warnings=list(read.warnings),
+                    satisfied=satisfied,
                 )
         for task in self.tracker.tasks.values():
             key = f"task:{task.task_id}"

@@ -121,32 +121,22 @@ def load_session(config_dir: Path, session_id: str) -> Tracker:
         raise UsageError(f"session transcript {path.name} is over 256 MiB; refusing to read it")
     tracker = Tracker()
     tracker.session_id = session_id
-    last_ok_text: str | None = None
     with path.open(encoding="utf-8", errors="replace") as fh:
         for line in fh:
             try:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if not isinstance(record, dict):
-                continue
-            for raw in _records(record, session_id):
-                tracker.feed(raw)
-                if raw["type"] == "assistant" and not raw.get("error"):
-                    texts = [
-                        b.get("text", "")
-                        for b in raw["message"].get("content") or []
-                        if isinstance(b, dict) and b.get("type") == "text"
-                    ]
-                    if any(texts):
-                        last_ok_text = "".join(texts)
-    if last_ok_text is not None:  # the transcript has no result records; stand one in
+            if isinstance(record, dict):
+                for raw in _records(record, session_id):
+                    tracker.feed(raw)
+    if tracker.lead_texts:  # the transcript has no result records; stand one in
         tracker.feed(
             {
                 "type": "result",
                 "subtype": "success",
                 "is_error": False,
-                "result": last_ok_text,
+                "result": tracker.lead_texts[-1],
                 "session_id": session_id,
             }
         )

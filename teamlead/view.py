@@ -60,6 +60,14 @@ def event_record(event: TrackedEvent) -> dict[str, Any]:
     return {"type": _SNAKE[type(event).__name__], "version": EVENT_VERSION, **data}
 
 
+def _first_sighting(event: SessionSeen, tracker: Tracker, shown: set[str]) -> bool:
+    """Whether ``event`` first names the tracked session (then it is marked announced)."""
+    if event.session_id != tracker.session_id or event.session_id in shown:
+        return False
+    shown.add(event.session_id)
+    return True
+
+
 def _describe_event(item: Any) -> str | None:
     if isinstance(item, WaitingForTeam):
         who = ", ".join(item.pending_members) or "open tasks"
@@ -90,6 +98,7 @@ class PlainProgress:
         self.verbose = verbose
         self.tracker = Tracker()
         self.started = time.monotonic()
+        self._shown: set[str] = set()
 
     def _line(self, text: str) -> None:
         self.stream.write(f"[{time.monotonic() - self.started:6.1f}s] {text}\n")
@@ -106,13 +115,12 @@ class PlainProgress:
                 self._line(line)
 
     def _describe_tracked(self, event: TrackedEvent) -> str | None:
-        if (
-            isinstance(event, SessionSeen)
-            and event.session_id == self.tracker.session_id
-            and not getattr(self, "_announced", False)
-        ):
-            self._announced = True
-            return f"session {event.session_id}"
+        if isinstance(event, SessionSeen):
+            return (
+                f"session {event.session_id}"
+                if _first_sighting(event, self.tracker, self._shown)
+                else None
+            )
         if isinstance(event, AgentCallSeen):
             group = self.tracker.agent_calls_by_message.get(
                 event.message_id or event.tool_use_id, []
@@ -213,6 +221,7 @@ class JsonProgress:
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
         self.tracker = Tracker()
+        self._shown: set[str] = set()
 
     def handle(self, item: Any) -> None:
         to_json = getattr(item, "to_json", None)
@@ -220,12 +229,10 @@ class JsonProgress:
             self.stream.write(to_json() + "\n")
         else:
             for event in self.tracker.feed(item):
-                if isinstance(event, SessionSeen) and event.session_id != self.tracker.session_id:
+                if isinstance(event, SessionSeen) and not _first_sighting(
+                    event, self.tracker, self._shown
+                ):
                     continue
-                if isinstance(event, SessionSeen) and getattr(self, "_announced", False):
-                    continue
-                if isinstance(event, SessionSeen):
-                    self._announced = True
                 self.stream.write(
                     json.dumps(event_record(event), ensure_ascii=False, default=str) + "\n"
                 )

@@ -16,6 +16,7 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import random
 import subprocess
 import time
@@ -98,14 +99,6 @@ class ExperimentProgress:
     changes: list[ConcurrencyChanged] = field(default_factory=list)
     grader_errors: list[str] = field(default_factory=list)
 
-    @property
-    def eta_s(self) -> float | None:
-        ran = self.done
-        if ran == 0:
-            return None
-        per = (time.monotonic() - self.started) / ran
-        return per * max(0, self.total - self.skipped - self.done)
-
 
 @dataclass
 class RunSummary:
@@ -122,6 +115,7 @@ class RunSummary:
     stopped_reason: str | None = None
 
 
+@functools.lru_cache(maxsize=32)
 def _git_sha(cwd: str | None) -> str | None:
     try:
         proc = subprocess.run(
@@ -132,6 +126,7 @@ def _git_sha(cwd: str | None) -> str | None:
     return proc.stdout.strip() or None if proc.returncode == 0 else None
 
 
+@functools.lru_cache(maxsize=1)
 def _sdk_versions() -> tuple[str, str]:
     import claude_agent_sdk
 
@@ -324,7 +319,7 @@ async def run_experiment(
     stopped: str | None = None
     queue = list(todo)
     budget = spec.experiment.max_cost_usd
-    env = {**dict(base.env)}
+    env = dict(base.env)
 
     async def worker(writer: TrialWriter) -> None:
         nonlocal spent, stopped
