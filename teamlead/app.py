@@ -19,12 +19,12 @@ from typing import IO, Any, Literal
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
+from ._claude.loopback import ensure_loopback
 from ._procs import stop_descendants
 from .errors import SetupError, UsageError
 from .events import Finished
 from .policy import Policy
 from .prompts import Strategy, apply_strategy, default_values, load_strategy
-from .testing.runner import ensure_loopback
 from .view import JsonProgress, LiveTeamView, PlainProgress
 
 __all__ = [
@@ -101,7 +101,7 @@ def find_cli(cli_path: str | None) -> str | None:
     """
     import shutil
 
-    from .testing.runner import bundled_cli_path
+    from ._claude.binary import bundled_cli_path
 
     if cli_path:
         path = Path(cli_path).expanduser()

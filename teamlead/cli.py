@@ -245,10 +245,10 @@ def resume(
     session_id: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **kw: Any
 ) -> None:
     """Collect the unused results of SESSION_ID and resume its lead."""
+    from ._claude.session import find_session_file
+    from ._claude.team import claude_config_dir
     from .app import build_run, check_setup, merged_env, run_session
     from .coordinator import resume_session
-    from .session import find_session_file
-    from .team import claude_config_dir
 
     output = _output(json_, quiet)
     options, policy, _ = build_run(_settings(strategy, **kw))
@@ -379,8 +379,14 @@ def inbox() -> None:
 @handle_errors
 def inbox_show(session_id: str | None, team: str | None, json_: bool) -> None:
     """Show a team's config and its team-lead inbox without changing anything."""
-    from .inbox import read_inbox
-    from .team import claude_config_dir, find_team, load_team, sanitize_team_name, validate_name
+    from ._claude.inbox import read_inbox
+    from ._claude.team import (
+        claude_config_dir,
+        find_team,
+        load_team,
+        sanitize_team_name,
+        validate_name,
+    )
 
     if bool(session_id) == bool(team):
         raise UsageError("give exactly one of --session ID or --team NAME")

@@ -12,7 +12,7 @@ from typing import Protocol, runtime_checkable
 
 import anyio
 
-__all__ = ["SYSTEM_CLOCK", "Clock", "FakeClock", "SystemClock"]
+__all__ = ["SYSTEM_CLOCK", "Clock", "FakeClock", "SystemClock", "wait_event"]
 
 
 @runtime_checkable
@@ -49,6 +49,38 @@ class SystemClock:
 
 
 SYSTEM_CLOCK: Clock = SystemClock()
+
+
+async def wait_event(
+    event: anyio.Event, seconds: float | None, clock: Clock = SYSTEM_CLOCK
+) -> bool:
+    """Wait for ``event``, or at most ``seconds`` on ``clock`` (``None``: no limit).
+
+    The timer sleeps on ``clock``, so a :class:`FakeClock` ends the wait at once in
+    virtual time while the event still wins when it is set first.
+
+    Returns:
+        True when ``event`` is set.
+
+    Example:
+        >>> async def nobody_sets_it() -> bool:
+        ...     return await wait_event(anyio.Event(), 5.0, FakeClock())
+        >>> anyio.run(nobody_sets_it)
+        False
+    """
+    if seconds is None or event.is_set():
+        await event.wait()  # a checkpoint even when already set
+        return True
+    async with anyio.create_task_group() as tg:
+
+        async def _timer() -> None:
+            await clock.sleep(seconds)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(_timer)
+        await event.wait()
+        tg.cancel_scope.cancel()
+    return event.is_set()
 
 
 class FakeClock:

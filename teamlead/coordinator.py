@@ -39,6 +39,10 @@ from typing import Any, Protocol
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
+from ._claude.inbox import consume_inbox, read_inbox, wait_for_inbox
+from ._claude.inbox.model import InboxRead, TeammateMessage
+from ._claude.team import Team, claude_config_dir, find_team
+from ._claude.transcript import find_subagent_transcript, last_assistant_text
 from ._redact import redact
 from .clock import SYSTEM_CLOCK, Clock
 from .events import (
@@ -51,17 +55,8 @@ from .events import (
     TeamleadEvent,
     WaitingForTeam,
 )
-from .inbox import (
-    InboxRead,
-    TeammateMessage,
-    consume_inbox,
-    read_inbox,
-    wait_for_inbox,
-)
 from .policy import TRANSIENT_STATUSES, Policy
-from .team import Team, claude_config_dir, find_team
 from .tracker import ResultSeen, TaskInfo, Tracker
-from .transcript import find_subagent_transcript, last_assistant_text
 
 logger = logging.getLogger(__name__)
 
@@ -187,7 +182,7 @@ class Coordinator:
         The session's state is rebuilt from its transcript (see
         :func:`teamlead.session.load_session`), then the usual collect-and-resume loop runs.
         """
-        from .session import load_session
+        from ._claude.session import load_session
 
         self._require_query_fn("resume")
         self._deadline = self.clock.monotonic() + self.policy.deadline_s

@@ -78,7 +78,7 @@ import anyio
 import anyio.lowlevel
 from pydantic import BaseModel, ConfigDict
 
-from .clock import SYSTEM_CLOCK, Clock
+from .clock import SYSTEM_CLOCK, Clock, wait_event
 from .errors import TeamleadError, UsageError
 
 __all__ = [
@@ -544,18 +544,7 @@ class Governor:
 
     async def _wait(self, event: anyio.Event, seconds: float | None) -> None:
         """Wait for ``event``, or at most ``seconds`` on the governor's clock."""
-        if seconds is None:
-            await event.wait()
-            return
-        async with anyio.create_task_group() as tg:
-
-            async def _timer() -> None:
-                await self._clock.sleep(seconds)
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(_timer)
-            await event.wait()
-            tg.cancel_scope.cancel()
+        await wait_event(event, seconds, self._clock)
 
     def _forget(self, bucket: _Bucket, waiter: _Waiter) -> None:
         was_head = bool(bucket.waiters) and bucket.waiters[0] is waiter

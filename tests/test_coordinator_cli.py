@@ -13,6 +13,7 @@ from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, ResultMessage
 from claude_agent_sdk import query as sdk_query
 
 import teamlead
+from teamlead._claude.inbox import read_inbox
 from teamlead.events import (
     FallbackUsed,
     Finished,
@@ -21,7 +22,6 @@ from teamlead.events import (
     Resuming,
     WaitingForTeam,
 )
-from teamlead.inbox import read_inbox
 from teamlead.policy import Policy, RetryPolicy
 from teamlead.testing import AgentCall, Reply, ScriptedRequest, ToolUse
 from teamlead.testing.scripts import FanOut, finding_text, findings_in, synthesize

@@ -26,6 +26,8 @@ from claude_agent_sdk import (
 )
 
 import teamlead
+from teamlead._claude.inbox import read_inbox
+from teamlead._claude.inbox.model import entry_key
 from teamlead.clock import SYSTEM_CLOCK, Clock, FakeClock
 from teamlead.coordinator import Delivery, build_resume_prompt
 from teamlead.events import (
@@ -37,8 +39,7 @@ from teamlead.events import (
     WaitingForTeam,
     _Event,
 )
-from teamlead.inbox import InboxWaitPolicy, entry_key, read_inbox
-from teamlead.policy import Policy, RetryPolicy
+from teamlead.policy import InboxWaitPolicy, Policy, RetryPolicy
 from teamlead.testing.teammate import (
     create_team,
     idle_notification,

@@ -20,8 +20,8 @@ from freezegun import freeze_time
 from freezegun.api import FrozenDateTimeFactory, StepTickTimeFactory, TickingDateTimeFactory
 
 import teamlead
-from teamlead.inbox import InboxWaitPolicy, consume_inbox, wait_for_inbox
-from teamlead.policy import Policy, RetryPolicy
+from teamlead._claude.inbox import consume_inbox, wait_for_inbox
+from teamlead.policy import InboxWaitPolicy, Policy, RetryPolicy
 
 pytestmark = pytest.mark.anyio
 

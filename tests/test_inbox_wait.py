@@ -10,8 +10,10 @@ import anyio
 import pytest
 from pydantic import ValidationError
 
+from teamlead._claude.inbox import wait_for_inbox
+from teamlead._claude.inbox.model import InboxRead
 from teamlead.clock import FakeClock
-from teamlead.inbox import InboxRead, InboxWaitPolicy, wait_for_inbox
+from teamlead.policy import InboxWaitPolicy
 
 pytestmark = pytest.mark.anyio
 
