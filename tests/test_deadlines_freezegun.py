@@ -20,8 +20,8 @@ from freezegun import freeze_time
 from freezegun.api import FrozenDateTimeFactory, StepTickTimeFactory, TickingDateTimeFactory
 
 import teamlead
-from teamlead._claude.inbox import consume_inbox, wait_for_inbox
-from teamlead.policy import InboxWaitPolicy, Policy, RetryPolicy
+from teamlead._claude.inbox import consume_inbox
+from teamlead.policy import Policy, RetryPolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -113,26 +113,6 @@ async def test_a_retry_past_the_deadline_is_not_attempted(frozen: FrozenClock) -
     assert frozen.slept == [2.0]  # 2 s then 6 s more would pass the 7 s deadline
     assert [f.retry_in_s for f in failures] == [2.0, None]
     assert len(calls) == 3  # the first run and two resume attempts
-
-
-async def test_inbox_wait_reads_at_least_five_times_over_ten_seconds(
-    tmp_path: Path, frozen: FrozenClock
-) -> None:
-    inbox = tmp_path / "teams" / "t" / "inboxes" / "team-lead.json"
-    inbox.parent.mkdir(parents=True)
-    start = time.monotonic()
-    result = await wait_for_inbox(
-        inbox,
-        until=lambda read: bool(read.messages),
-        policy=InboxWaitPolicy(use_events=False),
-        clock=frozen,
-        deadline=start + 60,
-        config_dir=tmp_path,
-    )
-    assert not result.satisfied
-    assert result.reads >= 5
-    assert time.monotonic() - start >= 10.0
-    assert frozen.slept[:4] == [0.5, 1.0, 2.0, 4.0]
 
 
 async def test_a_lock_older_than_ten_seconds_is_stale(tmp_path: Path, frozen: FrozenClock) -> None:
