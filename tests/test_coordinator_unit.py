@@ -27,7 +27,7 @@ from claude_agent_sdk import (
 
 import teamlead
 from teamlead.clock import SYSTEM_CLOCK, Clock, FakeClock
-from teamlead.coordinator import Delivery, build_resume_prompt
+from teamlead._run.resume_prompt import Delivery, build_resume_prompt
 from teamlead.events import (
     FallbackUsed,
     Finished,
