@@ -27,7 +27,12 @@ from claude_agent_sdk import (
 )
 
 import teamlead
-from teamlead._run.resume_prompt import Delivery, build_resume_prompt
+from teamlead._run.resume_prompt import (
+    Delivery,
+    DeliveryKind,
+    DeliverySource,
+    build_resume_prompt,
+)
 from teamlead.clock import Clock, FakeClock
 from teamlead.events import (
     FallbackUsed,
@@ -940,7 +945,12 @@ async def test_typed_sdk_messages_drive_the_same_logic() -> None:
 
 # -- the resume prompt ----------------------------------------------------------------------
 def delivery(
-    label: str, text: str, *, status: str = "completed", kind: str = "task", source: str = "summary"
+    label: str,
+    text: str,
+    *,
+    status: str = "completed",
+    kind: DeliveryKind = "task",
+    source: DeliverySource = "summary",
 ) -> Delivery:
     return Delivery(
         key=f"{kind}:{label}", kind=kind, label=label, status=status, text=text, source=source
@@ -1235,3 +1245,6 @@ async def test_every_result_used_is_the_completed_reason() -> None:
     _, done = await run(script)
     assert (done.status, done.reason) == ("completed", "all_results_used")
     assert Finished.model_validate_json(done.to_json()) == done  # the code survives NDJSON
+    older = json.loads(done.to_json())
+    del older["reason"]  # a line written before the field existed still reads
+    assert Finished.model_validate(older).reason is None

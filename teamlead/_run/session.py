@@ -42,7 +42,7 @@ __all__ = ["Client", "Coordinator", "QueryFn", "prepare_options"]
 QueryFn = Callable[..., AsyncIterator[Any]]
 
 
-class Client(Protocol):  # the part of ClaudeSDKClient the helper uses
+class Client(Protocol):
     """The part of ``ClaudeSDKClient`` that :func:`teamlead.receive_all` uses."""
 
     options: ClaudeAgentOptions
@@ -228,6 +228,7 @@ class Coordinator:
                 this_round = round_fn(prompt_text)
                 async for item in this_round:
                     yield item
+                self._cli_state = this_round.cli_state
                 outcome = this_round.outcome
                 if outcome.ok:
                     break
@@ -244,7 +245,6 @@ class Coordinator:
                     break
                 self.ledger.add_cost(outcome)
                 await self.clock.sleep(retry)
-            self._cli_state = this_round.cli_state
             self.ledger.after_round(outcome, first=False)
             if not outcome.ok:
                 self.ledger.stopped(
