@@ -42,9 +42,7 @@ from ._version import __version__
 from .agents import default_agents, render_roster
 from .clock import SYSTEM_CLOCK, Clock, FakeClock, SystemClock
 from .coordinator import (
-    Coordinator,
     QueryFn,
-    build_resume_prompt,
     prepare_options,
     query,
     receive_all,
@@ -114,7 +112,6 @@ __all__ = [
     "Clock",
     "ConcurrencyChanged",
     "ConsumeResult",
-    "Coordinator",
     "ExperimentSpec",
     "FakeClock",
     "FallbackUsed",
@@ -160,7 +157,6 @@ __all__ = [
     "apply_strategy",
     "bucket_key",
     "build_report",
-    "build_resume_prompt",
     "claude_config_dir",
     "consume_inbox",
     "decode_entry",

@@ -32,6 +32,18 @@ EVENT_VERSION = 1
 
 Status = Literal["completed", "partial", "failed"]
 Disposition = Literal["included", "missing", "failed"]
+#: Why a run ended as it did; see :class:`Finished`.
+FinishReason = Literal[
+    "all_results_used",
+    "results_missing",
+    "work_failed",
+    "no_answer",
+    "deadline",
+    "max_resumes",
+    "cost_budget",
+    "resume_failed",
+    "no_session_id",
+]
 
 
 class _Event(BaseModel):
@@ -119,6 +131,21 @@ class Finished(_Event):
         status: ``completed`` (every result used), ``partial`` (an answer, but something
             missing or failed), ``failed`` (no final answer that used the results).
         result: the text of the *last* successful lead result.
+        reason: one code for why the run ended as it did, for programs to branch on
+            (``reasons`` holds the human text, one line per problem):
+
+            - ``all_results_used``: status ``completed``.
+            - ``max_resumes``, ``cost_budget``, ``deadline``: that limit of the
+              :class:`~teamlead.policy.Policy` stopped the run with results unused
+              (``deadline`` also when the deadline cut the lead's stream).
+            - ``resume_failed``: a resume round failed after its retries.
+            - ``no_session_id``: no session id was seen, so the lead could not be resumed.
+            - ``no_answer``: the lead produced no successful answer.
+            - ``work_failed``: an answer, but a task or teammate failed.
+            - ``results_missing``: an answer, but a result was not used or a teammate
+              did not report.
+
+            ``None`` only in events written before the field existed.
     """
 
     type: Literal["finished"] = "finished"
@@ -129,6 +156,7 @@ class Finished(_Event):
     tasks: list[TaskDisposition] = Field(default_factory=list)
     cost_usd: float = 0.0
     reasons: list[str] = Field(default_factory=list)
+    reason: FinishReason | None = None
 
 
 TeamleadEvent: TypeAlias = (
