@@ -17,7 +17,7 @@ Example:
     >>> report = build_report(read_records("out/trials.jsonl").records,
     ...                       control="baseline", seed=7)  # doctest: +SKIP
     >>> report.comparisons[0].verdict  # doctest: +SKIP
-'better'
+    'better'
 """
 
 from __future__ import annotations
