@@ -18,6 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..errors import UsageError
 from ..experiment import (
+    ExperimentProgress,
     ExperimentSpec,
     Report,
     RunSummary,
@@ -28,7 +29,6 @@ from ..experiment import (
     run_experiment,
     write_report,
 )
-from ..experiment.runner import ExperimentProgress
 
 __all__ = ["report_for", "run_with_progress"]
 
