@@ -56,7 +56,6 @@ Example:
 from __future__ import annotations
 
 import logging
-from bisect import insort
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 
@@ -133,17 +132,10 @@ class Governor:
         timeout: float | None = None,  # noqa: ASYNC109 - runs on the injected clock
         priority: int = 0,
     ) -> AsyncIterator[Slot]:
-        """Hold a slot of ``key`` for the block; it is released when the block exits.
+        """Hold a slot of ``key`` for the block; released when the block exits.
 
-        Args:
-            key: the bucket, ``provider/model`` (see :func:`bucket_key`).
-            timeout: most seconds to wait for the slot (governor's clock); ``None`` waits
-                until cancelled, e.g. by an enclosing ``anyio.fail_after``.
-            priority: waiters with a higher priority are served first.
-
-        Raises:
-            TimeoutError: no slot within ``timeout``.
-            GovernorCleared: :meth:`clear` ran while waiting.
+        ``timeout`` (governor's clock; ``None``: until cancelled) and ``priority`` (higher
+        is served first) are as for :meth:`acquire`.
         """
         acquired = await self.acquire(key, timeout=timeout, priority=priority)
         try:
@@ -160,12 +152,16 @@ class Governor:
     ) -> Slot:
         """Wait for a slot of ``key``; the caller must :meth:`Slot.release` it.
 
-        Use this form when the work outlives a block, e.g. a CLI process: release only after
-        the process has exited. Cancellation is safe: a waiter cancelled at the very moment
-        it was granted gives the slot back.
+        Use this form when the work outlives a block, e.g. a CLI process. Cancellation is
+        safe: a waiter cancelled at the very moment it was granted gives the slot back.
+
+        Args:
+            key: the bucket, ``provider/model`` (see :func:`bucket_key`).
+            timeout: most seconds to wait (governor's clock); ``None`` waits until cancelled.
+            priority: waiters with a higher priority are served first (then FIFO).
 
         Raises:
-            TimeoutError: no slot within ``timeout`` seconds (governor's clock).
+            TimeoutError: no slot within ``timeout``.
             GovernorCleared: :meth:`clear` ran while waiting.
             UsageError: empty key or negative timeout.
         """
@@ -180,10 +176,7 @@ class Governor:
         deadline = None if timeout is None else self._clock.monotonic() + timeout
         self._seq += 1
         waiter = Waiter(key, priority, self._seq)
-        was_head = bucket.waiters[0] if bucket.waiters else None
-        insort(bucket.waiters, waiter)
-        if was_head is not None and bucket.waiters[0] is not was_head:
-            was_head.wake.set()  # no longer the head: hand over the pause timer
+        bucket.enqueue(waiter)
         try:
             return await self._wait_for_grant(bucket, waiter, deadline, timeout)
         except BaseException:
@@ -297,14 +290,8 @@ class Governor:
             tg.cancel_scope.cancel()
 
     def _forget(self, bucket: Bucket, waiter: Waiter) -> None:
-        was_head = bool(bucket.waiters) and bucket.waiters[0] is waiter
-        try:
-            bucket.waiters.remove(waiter)
-        except ValueError:
-            return  # already taken off by clear()
-        if was_head and bucket.waiters:
-            bucket.waiters[0].wake.set()  # the new head may need to keep the pause timer
-        self._dispatch(bucket.key)
+        if bucket.remove(waiter):
+            self._dispatch(bucket.key)
 
     # -- state ----------------------------------------------------------------------------
     def _limits(self, key: str) -> aimd.Limits:
@@ -338,6 +325,7 @@ class Governor:
             bucket.waiters[0].wake.set()  # the head starts the pause timer
         if change is not None:
             self._record(bucket, change)
+            self._dispatch(bucket.key)  # an increase or a correction may make room
 
     # -- granting -------------------------------------------------------------------------
     def _effective(self, limits: aimd.Limits) -> int:
@@ -410,8 +398,6 @@ class Governor:
         )
         step = aimd.success(limits, self.policy, slot_epoch=slot.epoch, now=now, queued=queued)
         self._apply(bucket, step)
-        if step[1] is not None:
-            self._dispatch(bucket.key)
 
     def _on_streaming(self, slot: Slot) -> None:
         bucket, _ = self._touch(slot.key)
@@ -420,15 +406,14 @@ class Governor:
             self._limits(slot.key), self.policy, slot_epoch=slot.epoch, streaming=bucket.streaming
         )
         self._apply(bucket, step)
-        if step[1] is not None:
-            self._dispatch(bucket.key)
 
     def _on_rate_limited(self, slot: Slot, retry_after: float | None, accepted: int | None) -> None:
         bucket, now = self._touch(slot.key)
+        limits, epoch = self._limits(slot.key), slot.epoch
         step = aimd.rate_limited(
-            self._limits(slot.key),
+            limits,
             self.policy,
-            slot_epoch=slot.epoch,
+            slot_epoch=epoch,
             now=now,
             retry_after=retry_after,
             accepted=accepted,
@@ -437,9 +422,9 @@ class Governor:
 
     def _on_overloaded(self, slot: Slot, retry_after: float | None) -> None:
         bucket, now = self._touch(slot.key)
-        limits = self._limits(slot.key)
+        limits, epoch = self._limits(slot.key), slot.epoch
         step = aimd.overloaded(
-            limits, self.policy, slot_epoch=slot.epoch, now=now, retry_after=retry_after
+            limits, self.policy, slot_epoch=epoch, now=now, retry_after=retry_after
         )
         self._apply(bucket, step)
 
