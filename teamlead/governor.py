@@ -98,12 +98,6 @@ class Governor:
         clock: time source for pauses, timeouts and the idle reset.
         on_change: called with every :class:`ConcurrencyChanged`, after the state changed.
         store: where the learnt limits live; default in this process.
-
-    Example:
-        >>> governor = Governor(GovernorPolicy(ceiling=4))
-        >>> async with governor.slot("anthropic/claude-sonnet-5-5") as slot:  # doctest: +SKIP
-        ...     ...  # one request
-        ...     slot.success()
     """
 
     def __init__(
@@ -117,7 +111,7 @@ class Governor:
         self.policy = policy or GovernorPolicy()
         self.journal: list[ConcurrencyChanged] = []
         self._clock = clock
-        self._on_change = on_change
+        self._listeners = [on_change] if on_change is not None else []
         self._store: LimitStore = store if store is not None else MemoryStore()
         self._buckets: dict[str, Bucket] = {}
         self._total = 0
@@ -200,6 +194,11 @@ class Governor:
                 bucket, aimd.paced(self._limits(key), now=self._clock.monotonic(), seconds=pause)
             )
         return pause
+
+    def subscribe(self, listener: Callable[[ConcurrencyChanged], None]) -> Callable[[], None]:
+        """Also call ``listener`` with every change; returns the call that unsubscribes."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
     def clear(self) -> None:
         """Reject every waiter with :class:`GovernorCleared`.
@@ -441,8 +440,8 @@ class Governor:
             at=self._clock.time(),
         )
         self.journal.append(event)
-        if self._on_change is not None:
+        for listener in list(self._listeners):
             try:
-                self._on_change(event)
+                listener(event)
             except Exception:  # a broken view must not break the accounting
                 log.exception("concurrency on_change callback failed for %s", bucket.key)
