@@ -64,6 +64,7 @@ class RecordedRequest:
     status: int = 200
     reply: Reply | None = None
     error: str | None = None
+    headers: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def role(self) -> Role:
@@ -108,7 +109,7 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, Fault(400, message=f"invalid JSON body: {exc}").body())
             return
         if path == "/v1/messages":
-            self.server.owner._handle_messages(self, body)
+            self.server.owner._handle_messages(self, body, list(self.headers.items()))
         elif path == "/v1/messages/count_tokens":
             text = json.dumps(body.get("messages", [])) + system_text(body.get("system"))
             self._send_json(200, {"input_tokens": max(1, len(text) // 4)})
@@ -296,7 +297,9 @@ class ScriptedServer:
         role: Role = "subagent" if agent else ("lead" if tools else "other")
         return ScriptedRequest(**{**probe.__dict__, "role": role, "agent": agent})
 
-    def _handle_messages(self, handler: _Handler, body: dict[str, Any]) -> None:
+    def _handle_messages(
+        self, handler: _Handler, body: dict[str, Any], headers: list[tuple[str, str]]
+    ) -> None:
         with self._lock:
             index = self.stats.requests
             self.stats.requests += 1
@@ -310,7 +313,7 @@ class ScriptedServer:
             if counted:
                 self._limited_in_flight += 1
             over_limit = counted and self._limited_in_flight > (self.concurrency_limit or 0)
-        record = RecordedRequest(request=request, started=time.monotonic())
+        record = RecordedRequest(request=request, started=time.monotonic(), headers=headers)
         with self._lock:
             self.requests.append(record)
         try:
