@@ -55,7 +55,8 @@ class RecordedRequest:
     """One request as the server saw and answered it.
 
     ``started``/``finished`` are ``time.monotonic()`` readings, so overlapping intervals
-    prove that two streams were in flight at once.
+    prove that two streams were in flight at once. ``headers`` are the HTTP request
+    headers as received (names as the client spelled them).
     """
 
     request: ScriptedRequest
