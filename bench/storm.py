@@ -110,8 +110,9 @@ def main(argv: list[str] | None = None) -> int:
             f"{s.findings}/{agents}",
             str(s.rejected),
             str(s.most_per_agent),
+            f"{s.storm:.1f}",
+            f"{s.storm / ideal:.2f}",
             f"{s.wall:.1f}",
-            f"{s.wall / ideal:.2f}",
         ]
         for s in sides
     ]
@@ -123,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(
         f"SUMMARY: relay {relayed.findings}/{agents} findings, {relayed.rejected} 429s "
-        f"({relayed.rejected / max(1, base.rejected):.2f} x the CLI's {base.rejected}), wall "
+        f"({relayed.rejected / max(1, base.rejected):.2f} x the CLI's {base.rejected}), storm "
         f"{relayed.storm / ideal:.2f} x ideal vs {base.storm / ideal:.2f} x with CLI retries"
         + ("" if goals else " (a goal missed)")
     )
