@@ -138,7 +138,7 @@ class SpawnGate:
     @property
     def running(self) -> int:
         """Admitted calls whose slot is still held."""
-        return sum(1 for c in self._calls.values() if c.run_slot)
+        return self._slots.held
 
     @property
     def queued(self) -> int:
