@@ -11,7 +11,8 @@ Both parts run the real bundled Claude Code CLI offline against one scripted ser
    trip costs any gate), and gated (``gate.apply(options)``). Figures are medians over all
    agents of all runs: gated minus empty hook is the gate's own added latency (target:
    < 5 ms per spawn); gated minus bare, the whole cost of gating by hook, is printed
-   beside it. The gate's CPU per admitted call (awaited in-process, no CLI) is printed too.
+   beside it. The time spent inside the gate's hook on the real CLI (p50/p95), and the
+   gate's CPU per admitted call awaited in-process, are printed too.
 2. **Fan-out wall time with a cap.** 12 agents under a cap of 3, each answering after
    1.0 s. The span is from the end of the lead's fan-out reply to the last subagent reply
    at the model. The ideal is ceil(12 / 3) x the agent time, where the agent time is
@@ -56,8 +57,25 @@ class BenchFailure(Exception):
     """A run did not do the work the comparison needs."""
 
 
+#: Seconds each admitted call spent inside the gate's hook, on the real CLI.
+IN_HOOK: list[float] = []
+
+
 async def _empty_hook(*_: Any) -> Any:
     return {}
+
+
+def _timed(gate: SpawnGate) -> None:
+    inner = gate.hook
+
+    async def hook(input_data: Any, tool_use_id: Any, context: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return await inner(input_data, tool_use_id, context)
+        finally:
+            IN_HOOK.append(time.perf_counter() - start)
+
+    setattr(gate, "hook", hook)  # noqa: B010 - the bench times the very callback the CLI calls
 
 
 async def run_once(
@@ -66,6 +84,7 @@ async def run_once(
     with OfflineClaude(server.base_url, state_dir=state) as claude:
         options: ClaudeAgentOptions = claude.options()
         if gate is not None:
+            _timed(gate)
             options = gate.apply(options)
         elif empty_hook:
             matcher = HookMatcher(matcher="Agent", hooks=[_empty_hook], timeout=60)
@@ -152,7 +171,7 @@ async def fan_out_part(root: Path) -> tuple[float, float, float]:
 
 
 async def main(quick: bool) -> int:
-    pairs = 1 if quick else 6
+    pairs = 1 if quick else 10
     print(f"spawn gate bench: bundled CLI {cli_version()}, {pairs} round(s) of {len(SIDES)} runs\n")
     with tempfile.TemporaryDirectory(prefix="teamlead-bench-") as tmp:
         root = Path(tmp)
@@ -164,7 +183,10 @@ async def main(quick: bool) -> int:
     print(f"1. spawn latency (fan-out reply end -> subagent's first request), {LATENCY_AGENTS}/run")
     print(table(["side", "spawns", "p50 ms", "p95 ms"], rows))
     print(
-        f"added by the gate: {added_ms:+.1f} ms per spawn (median); gate CPU {cpu_us:.0f} us/call\n"
+        f"added by the gate over an empty hook: {added_ms:+.1f} ms per spawn (median); "
+        f"over no hook at all: {vs_bare_ms:+.1f} ms\n"
+        f"time inside the gate's hook on the real CLI: p50 {percentile(IN_HOOK, 50) * 1e6:.0f} us, "
+        f"p95 {percentile(IN_HOOK, 95) * 1e6:.0f} us; gate CPU in-process {cpu_us:.0f} us/call\n"
     )
     ratio = span / ideal
     print(f"2. fan-out of {FAN_AGENTS} x {AGENT_S:g} s under a cap of {FAN_CAP}")

@@ -338,6 +338,27 @@ async def test_cancelled_while_queued_frees_everything() -> None:
     assert cap.running == 0 and gate.running == 0
 
 
+async def test_a_rejection_seen_while_still_queued_stops_the_wait() -> None:
+    from claude_agent_sdk import ToolResultBlock, UserMessage
+
+    clock = StepClock()
+    cap = SpawnCap(1)
+    gate, _ = gate_with(clock, cap=cap)
+    async with anyio.create_task_group() as tg:
+        calls = Calls(gate, tg)
+        calls.start("t0")
+        calls.start("t1")
+        await anyio.wait_all_tasks_blocked()
+        timeout = "PreToolUse hook did not respond before its timeout (1s)"
+        observe(gate, UserMessage(content=[ToolResultBlock("t1", timeout, True)]))
+        await anyio.wait_all_tasks_blocked()
+        gate.task_ended("t0")
+    assert decision(calls.out["t1"]) == "deny"
+    record = gate.records()[1]
+    assert record.status == "rejected" and "did not respond" in (record.reason or "")
+    assert cap.running == 0 and cap.waiting == 0 and gate.spawned == 1
+
+
 async def test_close_denies_queued_calls_and_frees_slots() -> None:
     clock = StepClock()
     cap = SpawnCap(2)

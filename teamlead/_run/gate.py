@@ -196,12 +196,18 @@ class SpawnGate:
             self._free(call)
 
     def spawn_rejected(self, tool_use_id: str, reason: str) -> None:
-        """The CLI refused an admitted call (its cap, a hook timeout): it never ran."""
+        """The CLI refused a call (its cap, a hook timeout): it never ran.
+
+        A call still waiting in the gate (the CLI gave up on the hook but the SDK did not
+        cancel it) stops waiting, so it can never take a slot for work that won't run.
+        """
         call = self._calls.get(tool_use_id)
         if call is None or call.status in ("denied", "rejected"):
             return
         call.status = "rejected"
         call.reason = reason[:_MAX_TEXT]
+        if call.waiting is not None:
+            call.waiting.cancel()
         self._free(call)
         self._emit(
             SpawnRejected(
@@ -363,6 +369,8 @@ class SpawnGate:
         call.waiting = None
         if scope.cancelled_caught:
             self._undo(call)
+            if call.status == "rejected":  # the CLI already gave up on this call
+                return deny_output(call.reason or why.cancelled())
             return self._deny(call, "closed", why.closed(call.close_reason or "the run is ending"))
         if not admitted:
             self._undo(call)
