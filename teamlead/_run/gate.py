@@ -1,31 +1,23 @@
 """The spawn gate: a PreToolUse hook on ``Agent`` that queues, budgets, staggers and
 meets the deadline.
 
-The CLI runs each Agent call only when its PreToolUse hook returns, and the hooks of one
-message run concurrently; a hook may await. So the gate decides in the hook:
+The CLI runs an Agent call only when its PreToolUse hook returns; the hooks of one message
+run concurrently and may await. So the gate decides in the hook: **deny** with a reason
+that tells the lead what to do next (budget, per-message limit, depth, deadline, run
+ending, odd input or an internal fault: it never raises); **queue** (await, FIFO, bounded
+by the deadline) while the run's limit or the process-wide
+:class:`~teamlead._run.gate_cap.SpawnCap` is full; **admit** (``{}``) after the stagger.
 
-* **deny** (``permissionDecision: "deny"``) with a reason that tells the lead what to do
-  next: past the spawn budget, past the per-message limit, too deep (a subagent spawning),
-  too close to the deadline, the run ending, or odd input / an internal fault (the gate
-  never raises: it denies and records why);
-* **queue** (await in the hook) while the run's limit or the process-wide
-  :class:`~teamlead._run.gate_cap.SpawnCap` is full, FIFO, bounded by the deadline;
-* **admit** (return ``{}``: no opinion), after the stagger.
-
-A slot is held from admission until the task has really ended: the run's tracker reports
-``task_started``/``task_ended`` from the stream, and a tool result that shows the agent
-never ran or already finished (CLI rejection, another hook's deny, a foreground agent)
-frees it too (:mod:`teamlead._run.gate_stream` does that from raw SDK messages).
-:meth:`SpawnGate.close` denies whatever still waits and frees every slot at the end of a run.
-
-Budget and per-turn units are checked and taken in one synchronous step (no await in
-between), so concurrent hook calls can never both pass for the last unit; a unit taken by
-a call that is then not admitted is given back.
+A slot is held from admission until the task has really ended: the tracker reports
+``task_started``/``task_ended``, and a tool result showing the agent never ran or already
+finished frees it too (:func:`teamlead._run.gate_stream.observe` does both).
+:meth:`SpawnGate.close` denies whatever still waits and frees every slot. Budget and
+per-turn units are checked and taken in one synchronous step, so concurrent hook calls
+can never both pass for the last unit; a call that is then not admitted gives them back.
 
 Example:
     >>> gate = SpawnGate(SpawnPolicy(max_concurrent_agents=3, spawn_budget=5), deadline_s=600)
-    >>> options = gate.apply(options)
-    >>> async for message in claude_agent_sdk.query(prompt=..., options=options):
+    >>> async for message in claude_agent_sdk.query(prompt=..., options=gate.apply(options)):
     ...     observe(gate, message)
     >>> gate.close()
 """
@@ -44,6 +36,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..policy import SpawnPolicy
 from . import _gate_reasons as why
 from ._gate_call import Call, deny_output, merge_hook
+from ._gate_turns import Turns
 from .gate_cap import FifoSlots, SpawnCap, cli_subagent_cap
 from .gate_events import (
     DenyCode,
@@ -97,7 +90,6 @@ class SpawnGate:
         self._cap = cap if cap is not None else SpawnCap.shared()
         self._on_event = on_event
         self._max_wait_s = max(0.0, max_wait_s)
-        self._turn_gap_s = max(0.0, turn_gap_s)
         self._env: dict[str, str] = dict(env or {})
         self._slots = FifoSlots(self._run_limit())
         self._deadline: float | None = None
@@ -106,13 +98,8 @@ class SpawnGate:
             self.set_deadline(deadline_s)
         self._calls: dict[str, Call] = {}
         self._by_task: dict[str, Call] = {}
-        self._message_of: dict[str, str] = {}
+        self._turns = Turns(turn_gap_s)
         self._used = 0
-        self._turn_counts: dict[str, int] = {}
-        self._burst = 0
-        self._burst_message: str | None = None
-        self._burst_pending = 0
-        self._burst_last = -math.inf
         self._last_start = -math.inf
         self._closed = False
         self._anon = 0
@@ -179,8 +166,7 @@ class SpawnGate:
     # -- what the tracker reports ------------------------------------------------------------
     def note_message(self, message_id: str, tool_use_ids: list[str]) -> None:
         """The tool_use ids of one model message, so the per-turn limit counts exactly."""
-        for tool_use_id in tool_use_ids:
-            self._message_of[tool_use_id] = message_id
+        self._turns.note(message_id, tool_use_ids)
 
     def task_started(self, tool_use_id: str, task_id: str) -> None:
         """The CLI started the task of an Agent call."""
@@ -270,9 +256,7 @@ class SpawnGate:
             raise
         finally:
             if call is not None and call.depth == 1:
-                self._burst_pending -= 1
-                ended = _safe(self._clock.monotonic)
-                self._burst_last = self._burst_last if ended is None else ended
+                self._turns.leave(_safe(self._clock.monotonic))
 
     def _fault(self, call: Call | None, exc: Exception) -> SyncHookJSONOutput:
         """A fault inside the gate: the call is denied, its units and slots given back."""
@@ -314,7 +298,7 @@ class SpawnGate:
         )
         self._calls[key] = call
         if depth == 1:
-            self._burst_pending += 1
+            self._turns.enter()
         if not isinstance(input_data, Mapping) or not isinstance(tool_input.get("prompt"), str):
             return call, why.bad_input()
         return call, None
@@ -322,20 +306,6 @@ class SpawnGate:
     def _depth_of(self, agent_id: str) -> int:
         parent = self._by_task.get(agent_id)
         return parent.depth if parent is not None else 1
-
-    def _turn_of(self, call: Call, now: float) -> str:
-        hinted = self._message_of.get(call.tool_use_id)
-        if call.depth > 1:
-            return hinted or f"nested:{call.parent}"
-        if hinted:
-            if hinted != self._burst_message:
-                self._burst += 1
-                self._burst_message = hinted
-            return hinted
-        if self._burst_pending <= 1 and now - self._burst_last > self._turn_gap_s:
-            self._burst += 1
-            self._burst_message = None
-        return self._burst_message or f"burst-{self._burst}"
 
     async def _decide(self, call: Call) -> SyncHookJSONOutput:
         policy = self.policy
@@ -345,15 +315,15 @@ class SpawnGate:
             return self._deny(call, "closed", why.closed("the run is ending"))
         if call.depth > policy.max_depth:
             return self._deny(call, "depth", why.depth(policy.max_depth))
-        call.turn = self._turn_of(call, now)
+        call.turn = self._turns.turn_of(call.tool_use_id, call.depth, call.parent, now)
         # check and take in one step: nothing below awaits until both units are taken
         budget, per_turn = policy.spawn_budget, policy.max_agents_per_turn
         if budget is not None and self._used >= budget:
             return self._deny(call, "spawn_budget", why.budget(budget))
-        if per_turn is not None and self._turn_counts.get(call.turn, 0) >= per_turn:
+        if per_turn is not None and self._turns.count(call.turn) >= per_turn:
             return self._deny(call, "turn_limit", why.turn_limit(per_turn))
         self._used += 1
-        self._turn_counts[call.turn] = self._turn_counts.get(call.turn, 0) + 1
+        self._turns.take(call.turn)
         call.budget = True
         admit_until = None if self._deadline is None else self._deadline - self._reserve
         if admit_until is not None and now >= admit_until:
@@ -443,7 +413,7 @@ class SpawnGate:
             call.budget = False
             self._used -= 1
             if call.turn is not None:
-                self._turn_counts[call.turn] = self._turn_counts.get(call.turn, 1) - 1
+                self._turns.give_back(call.turn)
 
     def _undo(self, call: Call) -> None:
         """The call will not run: give back its units and slots."""
