@@ -273,6 +273,14 @@ async def test_depth_one_denies_spawns_from_subagents() -> None:
     out = await deeper.hook(agent_input(agent_id="task-b"), "n2", {})
     assert decision(out) == "deny" and deeper.records()[-1].depth == 3
 
+    # a nested spawn never queues behind its own parent's slot: that would deadlock
+    full, _ = gate_with(max_depth=2, max_concurrent_agents=1)
+    assert decision(await full.hook(agent_input(), "lead-1", {})) == "allow"
+    full.task_started("lead-1", "task-a")
+    out = await full.hook(agent_input(agent_id="task-a"), "n1", {})
+    assert decision(out) == "deny" and "cannot wait" in (full.records()[-1].reason or "")
+    assert full.running == 1 and full.spawned == 1
+
 
 async def test_deadline_reserve_stops_admission_and_queued_calls_are_told() -> None:
     clock = StepClock()

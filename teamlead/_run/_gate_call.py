@@ -7,6 +7,7 @@ its slots; :meth:`Call.snapshot` gives the frozen :class:`SpawnRecord` others se
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
@@ -14,7 +15,7 @@ from claude_agent_sdk.types import SyncHookJSONOutput
 
 from .gate_events import DenyCode, SpawnRecord, SpawnStatus
 
-__all__ = ["Call", "deny_output", "merge_hook"]
+__all__ = ["Call", "deny_output", "merge_hook", "safe_read"]
 
 
 @dataclasses.dataclass(eq=False)
@@ -79,3 +80,11 @@ def merge_hook(options: ClaudeAgentOptions, matcher: HookMatcher) -> ClaudeAgent
         return options
     hooks["PreToolUse"] = [*existing, matcher]
     return dataclasses.replace(options, hooks=hooks)
+
+
+def safe_read(read: Callable[[], float]) -> float | None:
+    """``read()``, or ``None`` if it fails (the gate must answer even when its clock breaks)."""
+    try:
+        return read()
+    except Exception:
+        return None

@@ -47,6 +47,13 @@ def wait_limit(waited_s: float, limit: int) -> str:
     )
 
 
+def nested_busy(limit: int) -> str:
+    return (
+        f"all {limit} agent slots are busy, and a nested agent cannot wait for one (its parent "
+        "holds a slot); do this work yourself and report back."
+    )
+
+
 def closed(why: str) -> str:
     return f"{why}; no more agents start. Answer with the results you have."
 

@@ -35,7 +35,7 @@ from claude_agent_sdk.types import SyncHookJSONOutput
 from ..clock import SYSTEM_CLOCK, Clock
 from ..policy import SpawnPolicy
 from . import _gate_reasons as why
-from ._gate_call import Call, deny_output, merge_hook
+from ._gate_call import Call, deny_output, merge_hook, safe_read
 from ._gate_turns import Turns
 from .gate_cap import FifoSlots, SpawnCap, cli_subagent_cap
 from .gate_events import (
@@ -129,7 +129,7 @@ class SpawnGate:
 
     @property
     def queued(self) -> int:
-        return sum(1 for c in self._calls.values() if c.status == "queued")
+        return sum(c.status == "queued" for c in self._calls.values())
 
     @property
     def spawned(self) -> int:
@@ -245,7 +245,7 @@ class SpawnGate:
                 if call.status == "queued":
                     call.status = "rejected"
                     call.reason = why.cancelled()
-                    call.decided_at = _safe(self._clock.time)
+                    call.decided_at = safe_read(self._clock.time)
                     self._emit(
                         SpawnRejected(
                             tool_use_id=call.tool_use_id,
@@ -256,7 +256,7 @@ class SpawnGate:
             raise
         finally:
             if call is not None and call.depth == 1:
-                self._turns.leave(_safe(self._clock.monotonic))
+                self._turns.leave(safe_read(self._clock.monotonic))
 
     def _fault(self, call: Call | None, exc: Exception) -> SyncHookJSONOutput:
         """A fault inside the gate: the call is denied, its units and slots given back."""
@@ -347,6 +347,8 @@ class SpawnGate:
             now = self._clock.monotonic()
             if admit_until is not None and now >= admit_until:
                 return self._refuse_late(call, now)
+            if call.depth > 1:
+                return self._deny(call, "wait_limit", why.nested_busy(self.limit))
             return self._deny(call, "wait_limit", why.wait_limit(self._max_wait_s, self.limit))
         call.status = "admitted"
         call.admitted_at = call.decided_at = self._clock.time()
@@ -368,6 +370,8 @@ class SpawnGate:
             if slots.try_take():
                 setattr(call, attr, True)
                 continue
+            if call.depth > 1:  # its parent holds a slot and waits for it: never queue
+                return False
             if not told:
                 told = True
                 self._emit(
@@ -441,10 +445,3 @@ class SpawnGate:
             self._on_event(event)
         except Exception as exc:
             self.errors.append(f"on_event failed on {event.type}: {type(exc).__name__}: {exc}")
-
-
-def _safe(read: Callable[[], float]) -> float | None:
-    try:
-        return read()
-    except Exception:
-        return None
