@@ -15,12 +15,13 @@ Both parts run the real bundled Claude Code CLI offline against one scripted ser
    SDK's hook round trip and scatter by tens of ms between runs on a busy machine. The
    gate's CPU per admitted call, awaited in-process, is printed too.
 2. **Fan-out wall time with a cap.** 12 agents under a cap of 3, each answering after
-   1.0 s. The span is from the end of the lead's fan-out reply to the last subagent reply
-   at the model. The ideal is ceil(12 / 3) x the agent time, where the agent time is
-   measured in the same run on the first wave (which never queues): from the end of the
-   fan-out reply to a first-wave agent's reply, i.e. the CLI's own spawn latency plus the
-   1.0 s answer. The ratio against the bare scripted 1.0 s is printed too; that one also
-   charges the gate with the CLI's spawn latency of every later wave. Target: <= 1.1 x ideal.
+   1.0 s. The span is from the first admission to the last subagent reply at the model.
+   The ideal is ceil(12 / 3) x the agent time, measured in the same run as the median,
+   per agent, from its admission to its reply: the CLI's own spawn latency plus the 1.0 s
+   answer. So the ratio charges the gate with what its queue adds between waves (the
+   terminal task event reaching the stream, the slot's hand-off, the hook's answer). The
+   ratio against the bare scripted 1.0 s is printed too; that one also charges the gate
+   with the CLI's spawn latency of every wave. Target: <= 1.1 x ideal.
 
 A missed target exits 1. Run: ``python bench/spawn_gate.py`` (about a minute);
 ``--quick`` runs one round and one capped fan-out and does not judge the targets.
@@ -44,6 +45,7 @@ from claude_agent_sdk import query as sdk_query
 
 from teamlead._run.gate import SpawnGate, merge_hook
 from teamlead._run.gate_cap import SpawnCap
+from teamlead._run.gate_events import GateEvent, SpawnAdmitted
 from teamlead._run.gate_stream import observe
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import OfflineClaude, ScriptedServer, cli_version
@@ -156,25 +158,30 @@ async def hook_cpu_us(calls: int = 2000) -> float:
 
 
 async def fan_out_part(root: Path) -> tuple[float, float, float]:
+    admitted: dict[str, float] = {}
+
+    def on_event(event: GateEvent) -> None:
+        if isinstance(event, SpawnAdmitted):
+            admitted[event.description] = time.monotonic()
+
     with ScriptedServer(FanOut.of(FAN_AGENTS, delays=AGENT_S)) as server:
-        gate = SpawnGate(
-            SpawnPolicy(max_concurrent_agents=FAN_CAP), cap=SpawnCap(20), deadline_s=300
-        )
+        policy = SpawnPolicy(max_concurrent_agents=FAN_CAP)
+        gate = SpawnGate(policy, cap=SpawnCap(20), deadline_s=300, on_event=on_event)
         await run_once(server, root / "fan", gate)
-        subs = server.recorded("subagent")
-        if len({r.request.agent.description for r in subs if r.request.agent}) != FAN_AGENTS:
+        subs = [r for r in server.recorded("subagent") if r.request.agent is not None]
+        ended = {r.request.agent.description: r.finished or 0.0 for r in subs if r.request.agent}
+        if set(ended) != set(admitted) or len(ended) != FAN_AGENTS:
             raise BenchFailure("not every capped subagent reached the model")
         if server.max_concurrent("subagent") > FAN_CAP:
             raise BenchFailure(f"{server.max_concurrent('subagent')} subagents ran at once")
         seen = {x for r in server.recorded("lead") for x in findings_in(r.request.all_text)}
         if len(seen) != FAN_AGENTS:
             raise BenchFailure(f"the lead saw {len(seen)} of {FAN_AGENTS} findings")
-        fan = next(r for r in server.recorded("lead") if r.reply and r.reply.tool_uses)
-        assert fan.finished is not None
-        ends = sorted((r.finished or 0.0) - fan.finished for r in subs)
-        agent_time = statistics.median(ends[:FAN_CAP])  # the first wave: no queue
+    # agent time as the CLI delivers it: admission -> reply (its spawn latency included)
+    agent_time = statistics.median(ended[d] - admitted[d] for d in ended)
+    span = max(ended.values()) - min(admitted.values())
     waves = math.ceil(FAN_AGENTS / FAN_CAP)
-    return ends[-1], waves * agent_time, waves * AGENT_S
+    return span, waves * agent_time, waves * AGENT_S
 
 
 async def main(quick: bool) -> int:
@@ -198,8 +205,8 @@ async def main(quick: bool) -> int:
     ratio = span / ideal
     print(f"2. fan-out of {FAN_AGENTS} x {AGENT_S:g} s under a cap of {FAN_CAP}")
     print(
-        f"span at the model {span:.2f} s, ideal {ideal:.2f} s (measured agent time), "
-        f"ratio {ratio:.3f}"
+        f"span (first admission -> last reply) {span:.2f} s, ideal {ideal:.2f} s "
+        f"(measured agent time), ratio {ratio:.3f}"
     )
     print(
         f"against the scripted {AGENT_S:g} s alone: ideal {naive:.2f} s, ratio {span / naive:.3f}\n"
