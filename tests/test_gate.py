@@ -346,6 +346,17 @@ async def test_cancelled_while_queued_frees_everything() -> None:
     assert cap.running == 0 and gate.running == 0
 
 
+async def test_a_process_ending_between_rounds_frees_its_slots_but_not_the_run() -> None:
+    cap = SpawnCap(2)
+    gate, _ = gate_with(cap=cap, spawn_budget=3)
+    for tid in ("a", "b"):
+        assert decision(await gate.hook(agent_input(), tid, {})) == "allow"
+    gate.process_ended()
+    assert cap.running == 0 and gate.running == 0 and gate.spawned == 2
+    assert decision(await gate.hook(agent_input(), "c", {})) == "allow"
+    assert decision(await gate.hook(agent_input(), "d", {})) == "deny"  # the budget spans rounds
+
+
 async def test_a_rejection_seen_while_still_queued_stops_the_wait() -> None:
     from claude_agent_sdk import ToolResultBlock, UserMessage
 

@@ -50,9 +50,7 @@ from .gate_events import (
 
 __all__ = ["SpawnGate", "merge_hook"]
 
-#: The hook's timeout is the longest possible wait plus this margin, so the gate always
-#: answers (deny with a reason) before the CLI gives up on it.
-_HOOK_MARGIN_S = 10.0
+_HOOK_MARGIN_S = 10.0  # hook timeout = longest wait + this: the gate answers before the CLI quits
 _MAX_TEXT = 200
 
 
@@ -139,14 +137,11 @@ class SpawnGate:
     @property
     def hook_timeout_s(self) -> float:
         """The HookMatcher timeout: above the longest wait a call can have in the gate."""
-        return self._longest_wait() + _HOOK_MARGIN_S
-
-    def _longest_wait(self) -> float:
         bound = self._max_wait_s
         if self._deadline is not None:
             left = self._deadline - self._reserve - self._clock.monotonic()
             bound = min(bound, max(0.0, left))
-        return bound
+        return bound + _HOOK_MARGIN_S
 
     def hook_matcher(self, *, timeout_s: float | None = None) -> HookMatcher:
         """``HookMatcher(matcher="Agent", ...)`` to add under ``PreToolUse``."""
@@ -194,6 +189,7 @@ class SpawnGate:
         call.reason = reason[:_MAX_TEXT]
         if call.waiting is not None:
             call.waiting.cancel()
+        self._refund(call)
         self._free(call)
         self._emit(
             SpawnRejected(
@@ -213,6 +209,10 @@ class SpawnGate:
     def close(self, reason: str = "the run is ending") -> None:
         """End of the run: deny every queued call with ``reason`` and free every slot."""
         self._closed = True
+        self.process_ended(reason)
+
+    def process_ended(self, reason: str = "the CLI process ended") -> None:
+        """A CLI process exited: its agents ended with it; the run may resume."""
         for call in list(self._calls.values()):
             if call.waiting is not None:
                 call.close_reason = reason
@@ -220,9 +220,9 @@ class SpawnGate:
             elif call.run_slot or call.cap_slot:
                 self._free(call)
 
-    def known_calls(self) -> frozenset[str]:
-        """The tool_use ids the gate has seen."""
-        return frozenset(self._calls)
+    def knows(self, tool_use_id: str) -> bool:
+        """Whether ``tool_use_id`` is an Agent call the gate decided on."""
+        return tool_use_id in self._calls
 
     def records(self) -> list[SpawnRecord]:
         """A snapshot of every Agent call seen, in arrival order."""

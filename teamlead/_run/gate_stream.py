@@ -97,7 +97,7 @@ def _observe(gate: SpawnGate, message: Any) -> None:
         content = message.content
         for block in content if isinstance(content, list) else []:
             tool_use_id = _field(block, "tool_use_id")
-            if isinstance(tool_use_id, str) and tool_use_id in gate.known_calls():
+            if isinstance(tool_use_id, str) and gate.knows(tool_use_id):
                 _tool_result(gate, tool_use_id, block)
         return
     for event in parse_message(message):
