@@ -9,5 +9,7 @@ The public entry points in :mod:`teamlead.coordinator` hand a run to
 - :mod:`.collect` waits for the team, reads the inbox and falls back to summaries and
   transcripts, producing deliveries;
 - :mod:`.resume_prompt` quotes the deliveries into the prompt that resumes the lead;
-- :mod:`.ledger` turns the final state into one :class:`~teamlead.events.Finished`.
+- :mod:`.ledger` turns the final state into one :class:`~teamlead.events.Finished`;
+- :mod:`.gate` (with ``gate_*``) queues, budgets, staggers and denies Agent calls while
+  the fan-out runs, through a PreToolUse hook.
 """
