@@ -28,6 +28,11 @@ __all__ = [
     "InboxCollected",
     "ResumeFailed",
     "Resuming",
+    "DenyCode",
+    "SpawnAdmitted",
+    "SpawnDenied",
+    "SpawnQueued",
+    "SpawnRejected",
     "TaskDisposition",
     "TeamleadEvent",
     "WaitingForTeam",
@@ -36,7 +41,9 @@ __all__ = [
 EVENT_VERSION = 1
 
 Status = Literal["completed", "partial", "failed"]
-Disposition = Literal["included", "missing", "failed"]
+#: ``not_run``: an Agent call the spawn gate denied (the user's own limit), or one the CLI
+#: rejected whose work the lead re-issued later; neither makes the run partial.
+Disposition = Literal["included", "missing", "failed", "not_run"]
 #: Why a run ended as it did; see :class:`Finished`.
 FinishReason = Literal[
     "all_results_used",
@@ -122,11 +129,14 @@ class TaskDisposition(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     id: str
-    kind: Literal["task", "teammate"]
+    #: ``call``: an Agent call that never became a task (status ``denied``/``rejected``).
+    kind: Literal["task", "teammate", "call"]
     description: str
     status: str
     disposition: Disposition
     source: Literal["lead", "summary", "transcript", "inbox", "none"]
+    #: why an Agent call did not run (``denied``/``rejected``): what the lead was told.
+    reason: str | None = None
 
 
 class Finished(_Event):
@@ -164,8 +174,74 @@ class Finished(_Event):
     reason: FinishReason | None = None
 
 
+# -- the spawn gate ---------------------------------------------------------------------
+
+#: Why the gate said no: the user's limits, the deadline, the run ending, or a fault.
+DenyCode = Literal[
+    "spawn_budget",
+    "turn_limit",
+    "depth",
+    "deadline",
+    "wait_limit",
+    "closed",
+    "bad_input",
+    "other_hook",
+    "error",
+]
+
+
+class SpawnQueued(_Event):
+    """An Agent call waits for a slot; ``position`` is 1 for the next in line."""
+
+    type: Literal["spawn_queued"] = "spawn_queued"
+    tool_use_id: str
+    description: str
+    position: int
+    running: int
+    limit: int
+
+
+class SpawnAdmitted(_Event):
+    """An Agent call may start; ``waited_s`` is its time in the gate (queue and stagger)."""
+
+    type: Literal["spawn_admitted"] = "spawn_admitted"
+    tool_use_id: str
+    description: str
+    waited_s: float
+    running: int
+    limit: int
+
+
+class SpawnDenied(_Event):
+    """The gate refused an Agent call; ``reason`` is what the model was told."""
+
+    type: Literal["spawn_denied"] = "spawn_denied"
+    tool_use_id: str
+    description: str
+    code: DenyCode
+    reason: str
+
+
+class SpawnRejected(_Event):
+    """An Agent call never ran although the gate did not deny it (the CLI refused it)."""
+
+    type: Literal["spawn_rejected"] = "spawn_rejected"
+    tool_use_id: str
+    description: str
+    reason: str
+
+
 TeamleadEvent: TypeAlias = (
-    WaitingForTeam | InboxCollected | FallbackUsed | Resuming | ResumeFailed | Finished
+    WaitingForTeam
+    | InboxCollected
+    | FallbackUsed
+    | Resuming
+    | ResumeFailed
+    | SpawnQueued
+    | SpawnAdmitted
+    | SpawnDenied
+    | SpawnRejected
+    | Finished
 )
 
 

@@ -113,6 +113,9 @@ class Policy(BaseModel):
             used them (default True), so nothing is delivered twice.
         idle_timeout_s: for the client helper: the longest silence while tasks still run
             before the stream is considered stalled (default 600 s).
+        spawn: the spawn gate's limits (:class:`SpawnPolicy`; on by default): how many
+            agents run at once, in all, per message, how deep, and the wrap-up reserve
+            before the deadline.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -127,6 +130,7 @@ class Policy(BaseModel):
     max_prompt_chars: int = Field(default=60000, ge=1000)
     consume_inbox: bool = True
     idle_timeout_s: float = Field(default=600.0, gt=0)
+    spawn: SpawnPolicy = Field(default_factory=lambda: SpawnPolicy())
 
     @property
     def bg_wait_ceiling_ms(self) -> int:
@@ -183,3 +187,6 @@ class SpawnPolicy(BaseModel):
         if self.wrap_up_reserve_s is not None:
             return self.wrap_up_reserve_s
         return min(30.0, 0.2 * max(0.0, deadline_s))
+
+
+Policy.model_rebuild()

@@ -86,7 +86,7 @@ class SpawnGate:
         self.policy = policy or SpawnPolicy()
         self._clock = clock
         self._cap = cap if cap is not None else SpawnCap.shared()
-        self._on_event = on_event
+        self.on_event = on_event
         self._max_wait_s = max(0.0, max_wait_s)
         self._env: dict[str, str] = dict(env or {})
         self._slots = FifoSlots(self._run_limit())
@@ -439,9 +439,9 @@ class SpawnGate:
             call.ended_at = self._clock.time()
 
     def _emit(self, event: GateEvent) -> None:
-        if self._on_event is None:
+        if self.on_event is None:
             return
         try:
-            self._on_event(event)
+            self.on_event(event)
         except Exception as exc:
             self.errors.append(f"on_event failed on {event.type}: {type(exc).__name__}: {exc}")

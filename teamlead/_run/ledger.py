@@ -8,6 +8,7 @@ collected, the status, each task's and teammate's disposition, and the one reaso
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
@@ -15,8 +16,10 @@ from .._redact import redact
 from ..events import Disposition, Finished, FinishReason, Status, TaskDisposition
 from ..tracker import Tracker
 from .collect import Collector
+from .gate_events import SpawnRecord
 from .resume_prompt import FAILED_STATES
 from .round import ErrorKind, RoundOutcome
+from .spawning import call_dispositions
 
 __all__ = ["Ledger", "StopReason"]
 
@@ -61,9 +64,23 @@ class Ledger:
             self.first_error = redact(outcome.error)
             self.first_error_kind = outcome.error_kind
 
-    def finish(self, tracker: Tracker, collected: Collector, *, wait_s: float) -> Finished:
-        """The final :class:`Finished` event for the state reached."""
+    def finish(
+        self,
+        tracker: Tracker,
+        collected: Collector,
+        *,
+        wait_s: float,
+        calls: Sequence[SpawnRecord] = (),
+    ) -> Finished:
+        """The final :class:`Finished` event for the state reached.
+
+        ``calls`` are the spawn gate's records: the Agent calls that never became tasks
+        (denied, rejected) are reported too, and a rejected one that the lead did not
+        re-issue makes the run partial.
+        """
         dispositions = _dispositions(tracker, collected)
+        not_run, call_reasons = call_dispositions(list(calls))
+        dispositions += not_run
         members = collected.members.values()
         last = tracker.last_success
         final = last.text if last is not None and (last.text or "").strip() else None
@@ -75,7 +92,10 @@ class Ledger:
         for member in members:
             if member.status == "pending":
                 reasons.append(f'teammate "{member.name}" did not report within {wait_s:g} s')
+        reasons += call_reasons
         for d in dispositions:
+            if d.kind == "call":
+                continue
             if d.disposition == "missing":
                 reasons.append(f'{d.kind} "{d.description}" ({d.status}): its result was not used')
             elif d.disposition == "failed":
@@ -87,7 +107,7 @@ class Ledger:
             status = "failed"
             if final is None and not any("failed" in r or "error" in r for r in reasons):
                 reasons.append("the lead produced no successful answer")
-        elif any(d.disposition != "included" for d in dispositions) or any(
+        elif any(d.disposition not in ("included", "not_run") for d in dispositions) or any(
             m.status == "pending" for m in members
         ):
             status = "partial"

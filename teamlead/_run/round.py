@@ -63,6 +63,9 @@ class Round:
         stderr_tail: the CLI's last stderr lines, quoted when the stream raises.
         send: awaited before the first read, e.g. a client's ``query(prompt)``; its
             failure is the caller's, not the round's.
+        observer: sees every message after the tracker (the spawn gate) and returns the
+            events to yield after it, and ``None`` once the stream has ended; it must not
+            raise.
     """
 
     def __init__(
@@ -77,8 +80,10 @@ class Round:
         cli_state: str | None = None,
         stderr_tail: Sequence[str] = (),
         send: Callable[[], Awaitable[None]] | None = None,
+        observer: Callable[[Any], list[Any]] | None = None,
     ) -> None:
         self._stream = stream
+        self._observer = observer
         self._send = send
         self._tracker = tracker
         self._policy = policy
@@ -133,6 +138,8 @@ class Round:
                 if state is not None:
                     self.cli_state = state
                 yield message
+                for extra in self._observer(message) if self._observer is not None else ():
+                    yield extra
                 if self._settle and self._settled(start, events, state):
                     break
         except Exception as exc:  # the generator's own failure ends the stream; never cancellation
@@ -151,6 +158,8 @@ class Round:
                 ):
                     await aclose()
         self._outcome = self._conclude(self._tracker.results[start:], error, kind, exc_status)
+        for extra in self._observer(None) if self._observer is not None else ():
+            yield extra  # what the observer noted after the last message (None: the end)
 
     def _settled(self, start: int, events: list[Any], state: str | None) -> bool:
         """Whether the client's CLI is idle: its turns are over and no task can inject one.

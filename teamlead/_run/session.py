@@ -12,6 +12,7 @@ job it hands off has its own module: :mod:`.round`, :mod:`.collect`, :mod:`.retr
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import logging
 import os
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
 from .._claude.team import claude_config_dir
@@ -33,6 +35,8 @@ from .ledger import Ledger
 from .resume_prompt import Delivery, render_resume_prompt
 from .retry import retry_delay
 from .round import Round, RoundOutcome
+from .gate_events import SpawnRecord
+from .spawning import GateFeed, find_gate, install_gate, no_tools, wrap_up_prompt
 
 logger = logging.getLogger("teamlead.coordinator")
 
@@ -49,6 +53,8 @@ class Client(Protocol):
 
     async def query(self, prompt: str, session_id: str = ...) -> None: ...
 
+    async def stop_task(self, task_id: str) -> None: ...
+
     def receive_messages(self) -> AsyncIterator[Any]: ...
 
 
@@ -60,14 +66,18 @@ def prepare_options(
     With ``client=True`` (for ``ClaudeSDKClient`` + :func:`receive_all`) the CLI also
     reports its session state, so the helper knows exactly when the CLI is idle rather
     than guessing from results (queued notification turns can follow a result).
-    User-set values of either variable are kept.
+    User-set values of either variable are kept. With the spawn gate on
+    (``policy.spawn``), its PreToolUse hook on ``Agent`` is merged into the user's hooks:
+    a client's hooks are fixed when it connects, so :func:`teamlead.receive_all` finds
+    the gate there.
     """
     options = options or ClaudeAgentOptions()
     env = dict(options.env)
     env.setdefault("CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS", str(policy.bg_wait_ceiling_ms))
     if client:
         env.setdefault("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS", "1")
-    return dataclasses.replace(options, env=env)
+    options = dataclasses.replace(options, env=env)
+    return install_gate(options, policy) if client else options
 
 
 RoundFn = Callable[[str], Round]
@@ -91,10 +101,15 @@ class Coordinator:
     tracker: Tracker = field(default_factory=Tracker)
     ledger: Ledger = field(default_factory=Ledger)
     _deadline: float = 0.0
+    _wrap_at: float = 0.0
     _cli_state: str | None = None
 
     def __post_init__(self) -> None:
         self.options = prepare_options(self.options, self.policy)
+        if self.query_fn is not None:  # a client's options got their gate when it connected
+            self.options = install_gate(self.options, self.policy, self.clock)
+        gate = find_gate(self.options) if self.policy.spawn.enabled else None
+        self.feed: GateFeed | None = GateFeed(gate) if gate is not None else None
         env = {**os.environ, **dict(self.options.env)}
         self.config_dir: Path = claude_config_dir(env)
         self.collected = Collector(config_dir=self.config_dir, policy=self.policy, clock=self.clock)
@@ -114,13 +129,30 @@ class Coordinator:
     async def run(self, prompt: str) -> AsyncIterator[Any]:
         """Run the first query, then collect and resume until done. Yields messages and events."""
         query_fn = self._require_query_fn("run")
-        self._deadline = self.clock.monotonic() + self.policy.deadline_s
+        self._start_clock()
         first = self._round(query_fn(prompt=prompt, options=self.options))
         async for item in first:
             yield item
+        self._process_ended()
         self._after_first(first)
+        if self._wrap_due(first.outcome):
+            async for item in self._wrap_up([], self._wrap_query_round):
+                yield item
+            return
         async for item in self._resume_loop(self._query_round):
             yield item
+
+    def _start_clock(self) -> None:
+        """The run's deadline, and the wrap-up point the spawn gate reserves before it."""
+        self._deadline = self.clock.monotonic() + self.policy.deadline_s
+        self._wrap_at = self._deadline
+        if self.feed is not None:
+            self.feed.gate.set_deadline(self.policy.deadline_s)
+            self._wrap_at -= self.policy.spawn.reserve_for(self.policy.deadline_s)
+
+    def _process_ended(self) -> None:
+        if self.feed is not None:
+            self.feed.gate.process_ended()
 
     async def resume(self, session_id: str) -> AsyncIterator[Any]:
         """Collect and resume a session that ended earlier with work outstanding.
@@ -131,7 +163,7 @@ class Coordinator:
         from .._claude.session import load_session
 
         self._require_query_fn("resume")
-        self._deadline = self.clock.monotonic() + self.policy.deadline_s
+        self._start_clock()
         self.tracker = load_session(self.config_dir, session_id)
         self.ledger.last_round_ok = self.tracker.last_success is not None
         async for item in self._resume_loop(self._query_round):
@@ -140,7 +172,7 @@ class Coordinator:
     async def run_client(self, client: Client) -> AsyncIterator[Any]:
         """Drive a connected ``ClaudeSDKClient`` whose query was already sent."""
         self.ledger.one_process = True
-        self._deadline = self.clock.monotonic() + self.policy.deadline_s
+        self._start_clock()
         first = self._round(client.receive_messages(), settle=True)
         async for item in first:
             yield item
@@ -157,7 +189,23 @@ class Coordinator:
                 client.receive_messages(), settle=True, send=lambda: client.query(prompt_text)
             )
 
-        async for item in self._resume_loop(client_round, process_alive=True):
+        async def wrap_round(prompt_text: str) -> Round:
+            # a live client keeps its tools: its tasks are stopped, the gate denies spawns
+            for task in self.tracker.open_tasks:
+                with anyio.move_on_after(5), contextlib.suppress(Exception):
+                    await client.stop_task(task.task_id)
+            return self._round(
+                client.receive_messages(),
+                settle=True,
+                send=lambda: client.query(prompt_text),
+                deadline=self._deadline,
+            )
+
+        if self._wrap_due(first.outcome):
+            async for item in self._wrap_up([], wrap_round):
+                yield item
+            return
+        async for item in self._resume_loop(client_round, process_alive=True, wrap=wrap_round):
             yield item
 
     def _require_query_fn(self, what: str) -> QueryFn:
@@ -171,6 +219,7 @@ class Coordinator:
         *,
         settle: bool = False,
         send: Callable[[], Awaitable[None]] | None = None,
+        deadline: float | None = None,
     ) -> Round:
         return Round(
             stream,
@@ -178,10 +227,11 @@ class Coordinator:
             tracker=self.tracker,
             policy=self.policy,
             clock=self.clock,
-            deadline=self._deadline,
+            deadline=self._wrap_at if deadline is None else deadline,
             settle=settle,
             cli_state=self._cli_state,
             stderr_tail=self._stderr_tail,
+            observer=self.feed.observe if self.feed is not None else None,
         )
 
     def _query_round(self, prompt_text: str) -> Round:
@@ -189,13 +239,76 @@ class Coordinator:
         options = dataclasses.replace(self.options, resume=self.tracker.session_id or "")
         return self._round(self._require_query_fn("run")(prompt=prompt_text, options=options))
 
+    async def _wrap_query_round(self, prompt_text: str) -> Round:
+        """The wrap-up round: a new CLI process on the session, with no tools."""
+        options = no_tools(self.options, self.tracker.session_id or "")
+        stream = self._require_query_fn("run")(prompt=prompt_text, options=options)
+        return self._round(stream, deadline=self._deadline)
+
+    # -- the deadline's wrap-up ------------------------------------------------------------
+    def _wrap_due(self, outcome: RoundOutcome) -> bool:
+        """The wrap-up point cut a round: wrap up, if the lead can still be resumed."""
+        return (
+            self.feed is not None
+            and outcome.error_kind == "deadline"
+            and bool(self.tracker.session_id)
+            and self.clock.monotonic() < self._deadline
+        )
+
+    async def _wrap_up(
+        self, pending: list[Delivery], wrap_round: Callable[[str], Awaitable[Round]]
+    ) -> AsyncIterator[Any]:
+        """Pi's rule at the reserve: stop what still runs, then one no-tools round that
+        quotes every collected result and names what did not finish. Ends with Finished."""
+        assert self.feed is not None
+        self.feed.gate.close("the run's deadline is near: no more agents")
+        for event in self.feed.drain():
+            yield event
+        unfinished: list[str] = []
+        for task in self.tracker.open_tasks:
+            task.status, task.ended_at = "stopped", self.clock.monotonic()
+            unfinished.append(task.description or task.task_id)
+        left = self._deadline - self.clock.monotonic()
+        collecting = self.collected.collect(
+            self.tracker, pending, deadline=self.clock.monotonic() + 0.25 * left
+        )
+        async for event in collecting:
+            yield event
+        text, used = wrap_up_prompt(pending, unfinished, self.policy)
+        delivered = pending[:used]
+        self.ledger.resumes += 1
+        yield Resuming(
+            session_id=self.tracker.session_id or "",
+            round=self.ledger.resumes,
+            attempt=1,
+            deliveries=[d.key for d in delivered],
+            reasons=["the deadline's wrap-up: tools disabled, unfinished agents stopped"],
+        )
+        this_round = await wrap_round(text)
+        async for item in this_round:
+            yield item
+        self.ledger.after_round(this_round.outcome, first=False)
+        if this_round.outcome.ok:
+            self.ledger.reasons += await self.collected.absorb(delivered)
+        names = ", ".join(f'"{redact(n)}"' for n in unfinished) or "none"
+        self.ledger.stopped(
+            "deadline",
+            f"the deadline of {self.policy.deadline_s:g} s came near: wrapped up with the "
+            f"finished work; stopped unfinished: {names}",
+        )
+        yield self.finish()
+
     def _after_first(self, first: Round) -> None:
         self._cli_state = first.cli_state
         self.ledger.after_round(first.outcome, first=True)
 
     # -- the resume loop -------------------------------------------------------------------
     async def _resume_loop(
-        self, round_fn: RoundFn, *, process_alive: bool = False
+        self,
+        round_fn: RoundFn,
+        *,
+        process_alive: bool = False,
+        wrap: Callable[[str], Awaitable[Round]] | None = None,
     ) -> AsyncIterator[Any]:
         """Collect, then resume with what was collected, until nothing is outstanding.
 
@@ -205,10 +318,14 @@ class Coordinator:
         while True:
             pending: list[Delivery] = []
             collecting = self.collected.collect(
-                self.tracker, pending, deadline=self._deadline, process_alive=process_alive
+                self.tracker, pending, deadline=self._wrap_at, process_alive=process_alive
             )
             async for event in collecting:
                 yield event
+            if self.feed is not None and pending and self._past_wrap_point():
+                async for item in self._wrap_up(pending, wrap or self._wrap_query_round):
+                    yield item
+                return
             if not pending or not self._may_resume(pending):
                 break
             prompt_text, pending = self._prompt_for(pending)
@@ -228,8 +345,15 @@ class Coordinator:
                 this_round = round_fn(prompt_text)
                 async for item in this_round:
                     yield item
+                if not process_alive:
+                    self._process_ended()
                 self._cli_state = this_round.cli_state
                 outcome = this_round.outcome
+                if self._wrap_due(outcome):
+                    self.ledger.after_round(outcome, first=False)
+                    async for item in self._wrap_up([], wrap or self._wrap_query_round):
+                        yield item
+                    return
                 if outcome.ok:
                     break
                 retry = self._retry_delay(outcome, attempt)
@@ -308,6 +432,17 @@ class Coordinator:
             return False
         return True
 
+    def _past_wrap_point(self) -> bool:
+        return self.tracker.session_id is not None and (
+            self._wrap_at <= self.clock.monotonic() < self._deadline
+        )
+
     def finish(self) -> Finished:
-        """The final :class:`Finished` event for the state reached."""
-        return self.ledger.finish(self.tracker, self.collected, wait_s=self.policy.wait_s)
+        """The final :class:`Finished` event for the state reached (the gate is closed)."""
+        records: list[SpawnRecord] = []
+        if self.feed is not None:
+            self.feed.gate.close()
+            records = self.feed.gate.records()
+        return self.ledger.finish(
+            self.tracker, self.collected, wait_s=self.policy.wait_s, calls=records
+        )
