@@ -24,6 +24,10 @@ from .events import (
     InboxCollected,
     ResumeFailed,
     Resuming,
+    SpawnAdmitted,
+    SpawnDenied,
+    SpawnQueued,
+    SpawnRejected,
     WaitingForTeam,
 )
 from .tracker import (
@@ -87,6 +91,22 @@ def _describe_event(item: Any) -> str | None:
         return f"resume attempt {item.attempt} failed: {item.error}{retry}"
     if isinstance(item, Finished):
         return f"finished: {item.status} after {item.resumes} resume(s), ${item.cost_usd:.4f}"
+    return _describe_spawn(item)
+
+
+def _describe_spawn(item: Any) -> str | None:
+    if isinstance(item, SpawnQueued):
+        return (
+            f"queued {item.description!r}: {item.running} of {item.limit} running, "
+            f"position {item.position}"
+        )
+    if isinstance(item, SpawnAdmitted):
+        waited = f" after {item.waited_s:.1f} s queued" if item.waited_s >= 0.05 else ""
+        return f"admitted {item.description!r}{waited}"
+    if isinstance(item, SpawnDenied):
+        return f"denied {item.description!r} ({item.code}): {item.reason}"
+    if isinstance(item, SpawnRejected):
+        return f"rejected by the CLI {item.description!r}: {item.reason}"
     return None
 
 
@@ -152,6 +172,7 @@ class LiveTeamView:
         self.started = time.monotonic()
         self.lead_state = "starting"
         self.teammates: dict[str, str] = {}
+        self.queued: dict[str, str] = {}  # tool_use_id -> description, while in the gate
         self.log: list[str] = []
         # Live re-renders this object on every refresh, so elapsed times tick between events
         self._live = Live(self, console=console, refresh_per_second=4, transient=False)
@@ -172,6 +193,10 @@ class LiveTeamView:
                 self.lead_state = f"resuming (round {item.round})"
             elif isinstance(item, Finished):
                 self.lead_state = item.status
+            elif isinstance(item, SpawnQueued):
+                self.queued[item.tool_use_id] = item.description
+            elif isinstance(item, SpawnAdmitted | SpawnDenied | SpawnRejected):
+                self.queued.pop(item.tool_use_id, None)
         for event in self.tracker.feed(item):
             if isinstance(event, LeadTurn):
                 self.lead_state = (
@@ -205,6 +230,8 @@ class LiveTeamView:
                 str(task.tokens or ""),
                 task.last_tool or "",
             )
+        for description in self.queued.values():
+            table.add_row("agent", Text(description[:40]), "queued", "", "", "")
         for name, state in self.teammates.items():
             table.add_row("teammate", name, state, "", "", "")
         recent = [Text(line, style="dim") for line in self.log[-6:]]

@@ -45,7 +45,7 @@ from teamlead.events import (
     WaitingForTeam,
     _Event,
 )
-from teamlead.policy import InboxWaitPolicy, Policy, RetryPolicy
+from teamlead.policy import InboxWaitPolicy, Policy, RetryPolicy, SpawnPolicy
 from teamlead.testing.teammate import (
     create_team,
     idle_notification,
@@ -649,7 +649,8 @@ async def test_a_hung_stream_is_not_cut_before_the_deadline() -> None:
     clock = FakeClock()
     hang = Hang()
     script = Script([*fan_out(("t1", "probe")), notified("t1", summary="T1"), hang])
-    policy = fast_policy(deadline_s=300.0)
+    # no wrap-up reserve: the stream is read up to the deadline itself
+    policy = fast_policy(deadline_s=300.0, spawn=SpawnPolicy(wrap_up_reserve_s=0))
 
     async def advance_short_then_past() -> None:
         await advance_when_hung(hang, clock, policy.deadline_s - 1.0)

@@ -243,7 +243,7 @@ async def test_stagger_spaces_the_starts_of_a_burst() -> None:
         if isinstance(e, SpawnAdmitted):
             admitted_at[e.tool_use_id] = clock.now
 
-    gate._on_event = on
+    gate.on_event = on
     async with anyio.create_task_group() as tg:
         calls = Calls(gate, tg)
         for i in range(4):

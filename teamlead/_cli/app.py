@@ -23,8 +23,15 @@ from .._claude.loopback import ensure_loopback
 from .._procs import stop_descendants
 from ..errors import SetupError, UsageError
 from ..events import Finished
-from ..policy import Policy
-from ..prompts import Strategy, apply_strategy, default_values, load_strategy
+from ..policy import Policy, SpawnPolicy
+from ..prompts import (
+    DEFAULT_MAX_AGENTS_PER_TURN,
+    DEFAULT_MAX_CONCURRENT_AGENTS,
+    Strategy,
+    apply_strategy,
+    default_values,
+    load_strategy,
+)
 from ..view import JsonProgress, LiveTeamView, PlainProgress
 from .exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, exit_code_for
 from .options import Output
@@ -53,6 +60,12 @@ class AskSettings:
     allowed_tools: list[str] = field(default_factory=list)
     permission_mode: str | None = None
     max_concurrent_agents: int | None = None
+    max_agents_per_turn: int | None = None
+    spawn_budget: int | None = None
+    stagger_s: float = 0.0
+    max_depth: int = 1
+    wrap_up_reserve_s: float | None = None
+    spawn_gate: bool = True
     cli_path: str | None = None
     env: dict[str, str] = field(default_factory=dict)
 
@@ -130,6 +143,15 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
             wait_s=settings.wait_s,
             deadline_s=settings.deadline_s,
             max_cost_usd=settings.max_cost_usd,
+            spawn=SpawnPolicy(
+                enabled=settings.spawn_gate,
+                max_concurrent_agents=settings.max_concurrent_agents,
+                max_agents_per_turn=settings.max_agents_per_turn,
+                spawn_budget=settings.spawn_budget,
+                stagger_s=settings.stagger_s,
+                max_depth=settings.max_depth,
+                wrap_up_reserve_s=settings.wrap_up_reserve_s,
+            ),
         )
     except ValueError as exc:
         first = str(exc).splitlines()
@@ -142,11 +164,37 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
         env=dict(settings.env),
         cli_path=find_cli(settings.cli_path),
     )
-    values: dict[str, object] = {}
-    if settings.max_concurrent_agents:
-        values = dict(default_values(max_concurrent_agents=settings.max_concurrent_agents))
-    options = apply_strategy(options, strategy, values=values or None)
+    options = apply_strategy(options, strategy, values=_prompt_limits(policy.spawn, options.env))
     return options, policy, strategy
+
+
+def _prompt_limits(spawn: SpawnPolicy, env: Mapping[str, str]) -> dict[str, str]:
+    """The strategy prompt's limits, from the values the spawn gate enforces.
+
+    A limit the user set is stated as is. Otherwise the prompt keeps its advice (at most
+    4 at once, 4 per message), never above what the gate enforces: the CLI's cap and the
+    spawn budget.
+    """
+    from .._run.gate_cap import cli_subagent_cap
+
+    enforced = cli_subagent_cap(env)
+    if spawn.enabled and spawn.max_concurrent_agents is not None:
+        enforced = min(enforced, spawn.max_concurrent_agents)
+    per_turn = enforced
+    if spawn.enabled and spawn.spawn_budget is not None:
+        per_turn = min(per_turn, max(1, spawn.spawn_budget))
+    concurrent = (
+        enforced
+        if spawn.enabled and spawn.max_concurrent_agents is not None
+        else min(DEFAULT_MAX_CONCURRENT_AGENTS, enforced)
+    )
+    if spawn.enabled and spawn.max_agents_per_turn is not None:
+        per_turn = min(per_turn, spawn.max_agents_per_turn)
+    else:
+        per_turn = min(per_turn, DEFAULT_MAX_AGENTS_PER_TURN)
+    values = default_values(max_concurrent_agents=concurrent, max_agents_per_turn=per_turn)
+    values.pop("agent_roster")  # apply_strategy lists the agents actually registered
+    return values
 
 
 def _progress(output: Output, verbose: bool, stderr: IO[str], stdout: IO[str]) -> Any:

@@ -77,10 +77,60 @@ def run_options(func: _F) -> _F:
             help="Claude Code CLI to run (default: the one claude-agent-sdk bundles).",
         ),
         option("--verbose", "-v", is_flag=True, help="Show the lead's text as it streams."),
+        *spawn_options(),
     ]
     for decorate in reversed(options):
         func = decorate(func)
     return func
+
+
+def spawn_options() -> list[Callable[[_F], _F]]:
+    """The spawn gate's options (see the README's "Runtime control")."""
+    return [
+        option(
+            "--max-concurrent-agents",
+            type=click.IntRange(1, 1000),
+            help="Agents running at once; more wait in FIFO order "
+            "[default: the CLI's cap, CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS or 20].",
+        ),
+        option(
+            "--max-agents-per-turn",
+            type=click.IntRange(1, 1000),
+            help="Agent calls admitted from one lead message [default: no limit].",
+        ),
+        option(
+            "--spawn-budget",
+            type=click.IntRange(0, 100_000),
+            help="Agents admitted in the whole run; later calls are denied [default: no limit].",
+        ),
+        option(
+            "--stagger",
+            "stagger_s",
+            type=click.FloatRange(0, 600),
+            default=0.0,
+            show_default=True,
+            help="Seconds between the starts of a burst's agents.",
+        ),
+        option(
+            "--max-depth",
+            type=click.IntRange(1, 10),
+            default=1,
+            show_default=True,
+            help="1: only the lead spawns agents; 2: its agents may spawn once more.",
+        ),
+        option(
+            "--wrap-up-reserve",
+            "wrap_up_reserve_s",
+            type=click.FloatRange(min=0),
+            help="Seconds before the deadline when agents are stopped and the lead answers "
+            "without tools [default: 20% of the deadline, at most 30].",
+        ),
+        option(
+            "--no-spawn-gate",
+            is_flag=True,
+            help="Do not queue, budget or stop the lead's Agent calls.",
+        ),
+    ]
 
 
 def settings_from_options(
@@ -94,6 +144,13 @@ def settings_from_options(
     allowed_tools: str | None,
     permission_mode: str | None,
     cli_path: str | None,
+    max_concurrent_agents: int | None = None,
+    max_agents_per_turn: int | None = None,
+    spawn_budget: int | None = None,
+    stagger_s: float = 0.0,
+    max_depth: int = 1,
+    wrap_up_reserve_s: float | None = None,
+    no_spawn_gate: bool = False,
 ) -> AskSettings:
     """The :class:`AskSettings` for the parsed run options."""
     from .app import AskSettings
@@ -109,6 +166,13 @@ def settings_from_options(
         allowed_tools=[t.strip() for t in (allowed_tools or "").split(",") if t.strip()],
         permission_mode=permission_mode,
         cli_path=cli_path,
+        max_concurrent_agents=max_concurrent_agents,
+        max_agents_per_turn=max_agents_per_turn,
+        spawn_budget=spawn_budget,
+        stagger_s=stagger_s,
+        max_depth=max_depth,
+        wrap_up_reserve_s=wrap_up_reserve_s,
+        spawn_gate=not no_spawn_gate,
     )
 
 

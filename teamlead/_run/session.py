@@ -31,11 +31,11 @@ from ..events import Finished, ResumeFailed, Resuming
 from ..policy import Policy
 from ..tracker import Tracker
 from .collect import Collector
+from .gate_events import SpawnRecord
 from .ledger import Ledger
 from .resume_prompt import Delivery, render_resume_prompt
 from .retry import retry_delay
 from .round import Round, RoundOutcome
-from .gate_events import SpawnRecord
 from .spawning import GateFeed, find_gate, install_gate, no_tools, wrap_up_prompt
 
 logger = logging.getLogger("teamlead.coordinator")

@@ -131,7 +131,9 @@ def wrap_up_prompt(
     pending: list[Delivery], unfinished: list[str], policy: Policy
 ) -> tuple[str, int]:
     """The wrap-up round's prompt: every collected result quoted, what did not finish named."""
-    missing = [f'task "{name}" did not finish before the deadline and was stopped' for name in unfinished]
+    missing = [
+        f'task "{name}" did not finish before the deadline and was stopped' for name in unfinished
+    ]
     text, used = render_resume_prompt(pending, missing, policy)
     return f"{_WRAP_HEAD}\n\n{text}", used
 
