@@ -23,7 +23,21 @@ def stop_descendants(grace_s: float = 2.0) -> int:
     The whole tree is collected first, so grandchildren (a subagent's shell) are not
     orphaned when their parent dies.
     """
-    procs = descendants()
+    return _stop(descendants(), grace_s)
+
+
+def stop_marked(name: str, value: str, grace_s: float = 2.0) -> int:
+    """Like :func:`stop_descendants`, for the descendants whose environment has
+    ``name=value`` (one run's CLI and all it started: children inherit the variable)."""
+    marked = []
+    for proc in descendants():
+        with contextlib.suppress(psutil.Error):
+            if proc.environ().get(name) == value:
+                marked.append(proc)
+    return _stop(marked, grace_s)
+
+
+def _stop(procs: list[psutil.Process], grace_s: float) -> int:
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.terminate()

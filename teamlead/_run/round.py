@@ -27,7 +27,10 @@ __all__ = ["ErrorKind", "Round", "RoundOutcome"]
 #: generator raising, or the lead's own error result (or no result at all).
 ErrorKind: TypeAlias = Literal["deadline", "idle", "raised", "result"]
 
-_CLOSE_TIMEOUT_S = 20.0  # a guard on tearing down the CLI process, not a policy deadline
+_CLOSE_TIMEOUT_S = 20.0
+_END: Any = (
+    object()
+)  # the stream ended  # a guard on tearing down the CLI process, not a policy deadline
 
 
 @dataclass
@@ -63,6 +66,9 @@ class Round:
         stderr_tail: the CLI's last stderr lines, quoted when the stream raises.
         send: awaited before the first read, e.g. a client's ``query(prompt)``; its
             failure is the caller's, not the round's.
+        on_cut: awaited when ``deadline`` comes while a read waits, before the stream is
+            closed (the spawn gate's wrap-up ends the CLI's process tree there, so closing
+            does not wait for the CLI's graceful exit); the round then ends ``deadline``.
         observer: sees every message after the tracker (the spawn gate) and returns the
             events to yield after it, and ``None`` once the stream has ended; it must not
             raise.
@@ -81,9 +87,12 @@ class Round:
         stderr_tail: Sequence[str] = (),
         send: Callable[[], Awaitable[None]] | None = None,
         observer: Callable[[Any], list[Any]] | None = None,
+        on_cut: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self._stream = stream
         self._observer = observer
+        self._on_cut = on_cut
+        self._cut = False
         self._send = send
         self._tracker = tracker
         self._policy = policy
@@ -120,12 +129,12 @@ class Round:
                 if until <= now:
                     error, kind = f"deadline of {self._policy.deadline_s:g} s reached", "deadline"
                     break
-                message: Any = None
-                with move_on_at(self._clock, until):
-                    try:
-                        message = await self._stream.__anext__()
-                    except StopAsyncIteration:
-                        break
+                message = await self._read(until, cut=not idle)
+                if message is _END and not self._cut:
+                    break
+                if self._cut:
+                    error, kind = f"deadline of {self._policy.deadline_s:g} s reached", "deadline"
+                    break
                 if message is None:
                     if idle:
                         error, kind = f"no message for {self._policy.idle_timeout_s:g} s", "idle"
@@ -144,6 +153,8 @@ class Round:
                     break
         except Exception as exc:  # the generator's own failure ends the stream; never cancellation
             error, kind = describe(exc), "raised"
+            if self._cut:  # the stream broke because the cut ended its CLI
+                error, kind = f"deadline of {self._policy.deadline_s:g} s reached", "deadline"
             if self._stderr_tail:
                 error += f" (the CLI said: {self._stderr_tail[-1][:300]})"
             exc_status = _status_of(exc)
@@ -160,6 +171,42 @@ class Round:
         self._outcome = self._conclude(self._tracker.results[start:], error, kind, exc_status)
         for extra in self._observer(None) if self._observer is not None else ():
             yield extra  # what the observer noted after the last message (None: the end)
+
+    async def _read(self, until: float, *, cut: bool) -> Any:
+        """The next message; ``None`` once ``until`` came first; :data:`_END` at the end."""
+        if self._on_cut is None or not cut:
+            with move_on_at(self._clock, until):
+                try:
+                    return await self._stream.__anext__()
+                except StopAsyncIteration:
+                    return _END
+            return None
+        on_cut = self._on_cut
+        message: Any = None
+        failure: Exception | None = None
+        async with anyio.create_task_group() as tg:
+
+            async def cutter() -> None:
+                with move_on_at(self._clock, until):
+                    await anyio.sleep_forever()
+                self._cut = True
+                with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
+                    await on_cut()
+                tg.cancel_scope.cancel()
+
+            tg.start_soon(cutter)
+            try:
+                message = await self._stream.__anext__()
+            except StopAsyncIteration:
+                message = _END
+            except Exception as exc:  # re-raised below, outside the task group
+                failure = exc
+            finally:
+                if not self._cut:
+                    tg.cancel_scope.cancel()
+        if failure is not None and not self._cut:
+            raise failure
+        return _END if failure is not None else message
 
     def _settled(self, start: int, events: list[Any], state: str | None) -> bool:
         """Whether the client's CLI is idle: its turns are over and no task can inject one.

@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
 from .._claude.team import claude_config_dir
+from .._procs import stop_marked
 from .._redact import redact
 from ..clock import SYSTEM_CLOCK, Clock
 from ..events import Finished, ResumeFailed, Resuming
@@ -81,6 +83,7 @@ def prepare_options(
 
 
 RoundFn = Callable[[str], Round]
+RUN_MARK_VAR = "TEAMLEAD_RUN_MARK"
 
 
 @dataclass
@@ -110,6 +113,10 @@ class Coordinator:
             self.options = install_gate(self.options, self.policy, self.clock)
         gate = find_gate(self.options) if self.policy.spawn.enabled else None
         self.feed: GateFeed | None = GateFeed(gate) if gate is not None else None
+        # marks this run's CLI processes, so the wrap-up can end exactly their tree
+        self._mark = uuid.uuid4().hex
+        env = {**self.options.env, RUN_MARK_VAR: self._mark}
+        self.options = dataclasses.replace(self.options, env=env)
         env = {**os.environ, **dict(self.options.env)}
         self.config_dir: Path = claude_config_dir(env)
         self.collected = Collector(config_dir=self.config_dir, policy=self.policy, clock=self.clock)
@@ -232,7 +239,12 @@ class Coordinator:
             cli_state=self._cli_state,
             stderr_tail=self._stderr_tail,
             observer=self.feed.observe if self.feed is not None else None,
+            on_cut=self._end_cli if self.feed is not None and deadline is None else None,
         )
+
+    async def _end_cli(self) -> None:
+        """The wrap-up point: end this run's CLI process tree (its agents end with it)."""
+        await anyio.to_thread.run_sync(stop_marked, RUN_MARK_VAR, self._mark)
 
     def _query_round(self, prompt_text: str) -> Round:
         """One resume round: a new CLI process with ``resume=session_id``."""

@@ -1,0 +1,182 @@
+"""The spawn gate wired into teamlead's runs, on the real bundled CLI against the scripted model.
+
+Through :func:`teamlead.query` and ``teamlead ask`` (a real subprocess): the 24-call fan-out
+that the CLI alone would cut at 20, the concurrency cap, the spawn budget (denied calls in
+``Finished.tasks``), the deadline's no-tools wrap-up, a CLI rejection that makes the run
+partial, and Ctrl-C while calls wait in the gate.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from claude_agent_sdk import ClaudeAgentOptions
+from claude_agent_sdk import query as sdk_query
+
+import teamlead
+from teamlead.events import Finished, SpawnAdmitted, SpawnDenied, SpawnQueued
+from teamlead.policy import Policy, SpawnPolicy
+from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing.scripts import FanOut, findings_in, synthesize
+
+from .conftest import OfflineFactory
+from .test_cli import TEAMLEAD, _ours
+from .test_gate_cli import agents_run, tool_result_request
+
+pytestmark = pytest.mark.cli
+
+
+async def run_query(
+    claude: OfflineClaude, policy: Policy, query_fn: Any = None
+) -> tuple[list[Any], Finished]:
+    items: list[Any] = []
+    with anyio.fail_after(150):
+        async for item in teamlead.query(
+            "Investigate every part.", claude.options(), policy=policy, query_fn=query_fn
+        ):
+            items.append(item)
+    done = items[-1]
+    assert isinstance(done, Finished)
+    return items, done
+
+
+def ask(claude: OfflineClaude, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*TEAMLEAD, "ask", "Investigate every part.", *args],
+        env={**os.environ, **claude.env},
+        cwd=claude.cwd,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+
+
+@pytest.mark.anyio
+async def test_query_runs_a_fan_out_of_24_never_more_than_20_at_once(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(FanOut.of(24, delays=1.5))
+    items, done = await run_query(claude, Policy())
+    assert agents_run(server) == {f"agent-{i}" for i in range(1, 25)}
+    assert server.max_concurrent("subagent") <= 20
+    assert sum(isinstance(i, SpawnQueued) for i in items) >= 4
+    assert sum(isinstance(i, SpawnAdmitted) for i in items) == 24
+    assert not any("Concurrent subagent limit" in r.request.all_text for r in server.recorded())
+    assert done.status == "completed", done.reasons
+    assert len(findings_in(done.result or "")) == 24
+    assert [t.status for t in done.tasks].count("completed") == 24
+
+
+def test_ask_with_a_cap_of_3_keeps_3_in_flight_and_uses_all_8_results(tmp_path: Path) -> None:
+    with ScriptedServer(FanOut.of(8, delays=1.0)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = ask(claude, "--max-concurrent-agents", "3", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert server.max_concurrent("subagent") <= 3
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    types = [r["type"] for r in lines]
+    assert types.count("spawn_admitted") == 8 and "spawn_queued" in types
+    queued = next(r for r in lines if r["type"] == "spawn_queued")
+    assert queued["limit"] == 3 and queued["version"] == 1
+    assert set(queued) >= {"tool_use_id", "description", "position", "running", "limit"}
+    assert lines[-1]["status"] == "completed"
+    assert sorted(findings_in(lines[-1]["result"])) == sorted(f"agent-{i}" for i in range(1, 9))
+
+
+@pytest.mark.anyio
+async def test_a_spawn_budget_of_5_denies_3_and_reports_them(offline: OfflineFactory) -> None:
+    server, claude = offline(FanOut.of(8, delays=0.5))
+    items, done = await run_query(claude, Policy(spawn=SpawnPolicy(spawn_budget=5)))
+    assert len(agents_run(server)) == 5
+    assert sum(isinstance(i, SpawnDenied) for i in items) == 3
+    assert tool_result_request(server).count("spawn budget of 5 is used up") == 3
+    assert done.status == "completed", done.reasons
+    denied = [t for t in done.tasks if t.status == "denied"]
+    assert len(denied) == 3
+    assert all(t.kind == "call" and t.disposition == "not_run" for t in denied)
+    assert all("spawn budget of 5" in (t.reason or "") for t in denied)
+
+
+def wrap_up_script(fan: FanOut) -> Any:
+    """``fan``, plus an answer to the wrap-up turn, which offers no tools (role ``other``)."""
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "other" and "<teamlead-results" in req.last_user_text:
+            return synthesize(req)
+        return fan(req)
+
+    return script
+
+
+@pytest.mark.anyio
+async def test_the_deadline_stops_the_slow_agent_and_wraps_up_with_the_quick_one(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(wrap_up_script(FanOut.of(2, delays=[1.0, 40.0])))
+    policy = Policy(deadline_s=10.0)
+    started = time.monotonic()
+    items, done = await run_query(claude, policy)
+    took = time.monotonic() - started
+    assert done.status == "partial" and done.reason == "deadline", done.reasons
+    assert findings_in(done.result or "") == ["agent-1"]
+    status = {t.description: t.status for t in done.tasks}
+    assert status == {"agent-1": "completed", "agent-2": "stopped"}
+    wrap = [
+        r.request for r in server.recorded("other") if "<teamlead-results" in r.request.all_text
+    ]
+    assert len(wrap) == 1 and wrap[0].tools == ()  # one round, no tools
+    assert "agent-2" in wrap[0].last_user_text and "did not finish" in wrap[0].last_user_text
+    # the run ends by the deadline, plus the CLI's teardown (bounded by the reserve)
+    assert took < policy.deadline_s + policy.spawn.reserve_for(policy.deadline_s), took
+
+
+@pytest.mark.anyio
+async def test_a_call_the_cli_rejects_makes_the_run_partial(offline: OfflineFactory) -> None:
+    server, claude = offline(FanOut.of(3, delays=2.0))
+
+    def cli_capped_at_1(*, prompt: str, options: ClaudeAgentOptions) -> AsyncIterator[Any]:
+        # the CLI's cap set where the gate cannot see it (e.g. in its settings)
+        env = {**options.env, "CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": "1"}
+        return sdk_query(prompt=prompt, options=dataclasses.replace(options, env=env))
+
+    _, done = await run_query(claude, Policy(), query_fn=cli_capped_at_1)
+    assert len(agents_run(server)) == 1
+    rejected = [t for t in done.tasks if t.status == "rejected"]
+    assert len(rejected) == 2 and all(t.disposition == "missing" for t in rejected)
+    assert all("Concurrent subagent limit" in (t.reason or "") for t in rejected)
+    assert done.status == "partial" and done.reason == "results_missing", done.reasons
+
+
+def test_ctrl_c_while_calls_are_queued_exits_130_with_no_orphans(tmp_path: Path) -> None:
+    with ScriptedServer(FanOut.of(3, delays=30.0)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = subprocess.Popen(
+            [*TEAMLEAD, "ask", "Investigate.", "--max-concurrent-agents", "1", "--json"],
+            env={**os.environ, **claude.env},
+            cwd=claude.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        until = time.monotonic() + 60
+        while not server.recorded("subagent") and time.monotonic() < until:
+            time.sleep(0.1)
+        assert len(server.recorded("subagent")) == 1, "the first agent never started"
+        assert _ours(tmp_path / "s"), "no CLI process found while running"
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "spawn_queued" in out  # the other two were waiting in the gate
+    assert "interrupted; resume with: teamlead resume " in err
+    time.sleep(0.2)
+    assert _ours(tmp_path / "s") == []
