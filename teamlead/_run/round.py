@@ -27,10 +27,8 @@ __all__ = ["ErrorKind", "Round", "RoundOutcome"]
 #: generator raising, or the lead's own error result (or no result at all).
 ErrorKind: TypeAlias = Literal["deadline", "idle", "raised", "result"]
 
-_CLOSE_TIMEOUT_S = 20.0
-_END: Any = (
-    object()
-)  # the stream ended  # a guard on tearing down the CLI process, not a policy deadline
+_CLOSE_TIMEOUT_S = 20.0  # a guard on tearing down the CLI process, not a policy deadline
+_END: Any = object()  # the stream ended
 
 
 @dataclass
