@@ -20,7 +20,7 @@ from typing import Any
 
 import anyio
 import pytest
-from claude_agent_sdk import ClaudeAgentOptions
+from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient
 from claude_agent_sdk import query as sdk_query
 
 import teamlead
@@ -180,3 +180,22 @@ def test_ctrl_c_while_calls_are_queued_exits_130_with_no_orphans(tmp_path: Path)
     assert "interrupted; resume with: teamlead resume " in err
     time.sleep(0.2)
     assert _ours(tmp_path / "s") == []
+
+
+@pytest.mark.anyio
+async def test_receive_all_gates_the_clients_agent_calls(offline: OfflineFactory) -> None:
+    server, claude = offline(FanOut.of(4, delays=1.0))
+    policy = Policy(spawn=SpawnPolicy(max_concurrent_agents=2))
+    options = teamlead.prepare_options(claude.options(), policy, client=True)
+    items: list[Any] = []
+    with anyio.fail_after(120):
+        async with ClaudeSDKClient(options=options) as client:
+            await client.query("Investigate every part.")
+            async for item in teamlead.receive_all(client, policy=policy):
+                items.append(item)
+    done = items[-1]
+    assert isinstance(done, Finished) and done.status == "completed", done
+    assert server.max_concurrent("subagent") <= 2
+    assert sum(isinstance(i, SpawnAdmitted) for i in items) == 4
+    assert sum(isinstance(i, SpawnQueued) for i in items) >= 1
+    assert sorted(findings_in(done.result or "")) == [f"agent-{i}" for i in range(1, 5)]
