@@ -199,3 +199,24 @@ async def test_receive_all_gates_the_clients_agent_calls(offline: OfflineFactory
     assert sum(isinstance(i, SpawnAdmitted) for i in items) == 4
     assert sum(isinstance(i, SpawnQueued) for i in items) >= 1
     assert sorted(findings_in(done.result or "")) == [f"agent-{i}" for i in range(1, 5)]
+
+
+@pytest.mark.anyio
+async def test_a_clients_wrap_up_stops_the_slow_task_and_answers(offline: OfflineFactory) -> None:
+    server, claude = offline(FanOut.of(2, delays=[1.0, 40.0]))
+    policy = Policy(deadline_s=10.0)
+    options = teamlead.prepare_options(claude.options(), policy, client=True)
+    items: list[Any] = []
+    with anyio.fail_after(120):
+        async with ClaudeSDKClient(options=options) as client:
+            await client.query("Investigate every part.")
+            async for item in teamlead.receive_all(client, policy=policy):
+                items.append(item)
+    done = items[-1]
+    assert isinstance(done, Finished)
+    assert done.status == "partial" and done.reason == "deadline", done.reasons
+    assert findings_in(done.result or "") == ["agent-1"]
+    assert {t.description: t.status for t in done.tasks} == {
+        "agent-1": "completed",
+        "agent-2": "stopped",
+    }

@@ -38,7 +38,8 @@ from .ledger import Ledger
 from .resume_prompt import Delivery, render_resume_prompt
 from .retry import retry_delay
 from .round import Round, RoundOutcome
-from .spawning import GateFeed, find_gate, install_gate, no_tools, wrap_up_prompt
+from .spawning import GateFeed, find_gate, install_gate, no_tools
+from .wrapup import WrapFn, wrap_up
 
 logger = logging.getLogger("teamlead.coordinator")
 
@@ -196,11 +197,11 @@ class Coordinator:
                 client.receive_messages(), settle=True, send=lambda: client.query(prompt_text)
             )
 
-        async def wrap_round(prompt_text: str) -> Round:
+        async def wrap_round(prompt_text: str, stop: list[str]) -> Round:
             # a live client keeps its tools: its tasks are stopped, the gate denies spawns
-            for task in self.tracker.open_tasks:
+            for task_id in stop:
                 with anyio.move_on_after(5), contextlib.suppress(Exception):
-                    await client.stop_task(task.task_id)
+                    await client.stop_task(task_id)
             return self._round(
                 client.receive_messages(),
                 settle=True,
@@ -251,8 +252,9 @@ class Coordinator:
         options = dataclasses.replace(self.options, resume=self.tracker.session_id or "")
         return self._round(self._require_query_fn("run")(prompt=prompt_text, options=options))
 
-    async def _wrap_query_round(self, prompt_text: str) -> Round:
-        """The wrap-up round: a new CLI process on the session, with no tools."""
+    async def _wrap_query_round(self, prompt_text: str, stop: list[str]) -> Round:
+        """The wrap-up round: a new CLI process on the session, with no tools (the one
+        that ran ``stop`` has ended already)."""
         options = no_tools(self.options, self.tracker.session_id or "")
         stream = self._require_query_fn("run")(prompt=prompt_text, options=options)
         return self._round(stream, deadline=self._deadline)
@@ -267,47 +269,22 @@ class Coordinator:
             and self.clock.monotonic() < self._deadline
         )
 
-    async def _wrap_up(
-        self, pending: list[Delivery], wrap_round: Callable[[str], Awaitable[Round]]
-    ) -> AsyncIterator[Any]:
-        """Pi's rule at the reserve: stop what still runs, then one no-tools round that
-        quotes every collected result and names what did not finish. Ends with Finished."""
+    async def _wrap_up(self, pending: list[Delivery], wrap_round: WrapFn) -> AsyncIterator[Any]:
+        """The deadline's wrap-up (see :func:`.wrapup.wrap_up`), then :class:`Finished`."""
         assert self.feed is not None
-        self.feed.gate.close("the run's deadline is near: no more agents")
-        for event in self.feed.drain():
-            yield event
-        unfinished: list[str] = []
-        for task in self.tracker.open_tasks:
-            task.status, task.ended_at = "stopped", self.clock.monotonic()
-            unfinished.append(task.description or task.task_id)
-        left = self._deadline - self.clock.monotonic()
-        collecting = self.collected.collect(
-            self.tracker, pending, deadline=self.clock.monotonic() + 0.25 * left
+        steps = wrap_up(
+            self.feed,
+            self.tracker,
+            self.collected,
+            self.ledger,
+            self.policy,
+            clock=self.clock,
+            deadline=self._deadline,
+            pending=pending,
+            wrap_round=wrap_round,
         )
-        async for event in collecting:
-            yield event
-        text, used = wrap_up_prompt(pending, unfinished, self.policy)
-        delivered = pending[:used]
-        self.ledger.resumes += 1
-        yield Resuming(
-            session_id=self.tracker.session_id or "",
-            round=self.ledger.resumes,
-            attempt=1,
-            deliveries=[d.key for d in delivered],
-            reasons=["the deadline's wrap-up: tools disabled, unfinished agents stopped"],
-        )
-        this_round = await wrap_round(text)
-        async for item in this_round:
+        async for item in steps:
             yield item
-        self.ledger.after_round(this_round.outcome, first=False)
-        if this_round.outcome.ok:
-            self.ledger.reasons += await self.collected.absorb(delivered)
-        names = ", ".join(f'"{redact(n)}"' for n in unfinished) or "none"
-        self.ledger.stopped(
-            "deadline",
-            f"the deadline of {self.policy.deadline_s:g} s came near: wrapped up with the "
-            f"finished work; stopped unfinished: {names}",
-        )
         yield self.finish()
 
     def _after_first(self, first: Round) -> None:
@@ -320,7 +297,7 @@ class Coordinator:
         round_fn: RoundFn,
         *,
         process_alive: bool = False,
-        wrap: Callable[[str], Awaitable[Round]] | None = None,
+        wrap: WrapFn | None = None,
     ) -> AsyncIterator[Any]:
         """Collect, then resume with what was collected, until nothing is outstanding.
 
