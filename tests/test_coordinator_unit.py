@@ -891,7 +891,10 @@ async def test_the_result_is_the_last_successful_lead_result_and_options_are_kep
     )
     assert done.cost_usd == pytest.approx(0.03)
     first, resumed = (o for _, o in script.calls)
-    assert first.env == {"MY_VAR": "1", CEILING: "90000"} and first.model == "sonnet"
+    # the run's mark lets the deadline's wrap-up end exactly this run's CLI processes
+    mark = first.env["TEAMLEAD_RUN_MARK"]
+    assert first.env == {"MY_VAR": "1", CEILING: "90000", "TEAMLEAD_RUN_MARK": mark}
+    assert len(mark) == 32 and first.model == "sonnet"
     assert (first.resume, resumed.resume) == (None, SESSION)
     assert resumed.env == first.env
     assert options.env == {"MY_VAR": "1"} and options.resume is None  # never mutated
