@@ -240,8 +240,13 @@ class Coordinator:
             cli_state=self._cli_state,
             stderr_tail=self._stderr_tail,
             observer=self.feed.observe if self.feed is not None else None,
-            on_cut=self._end_cli if self.feed is not None and deadline is None else None,
+            on_cut=self._end_cli if self._cuts(deadline) else None,
         )
+
+    def _cuts(self, deadline: float | None) -> bool:
+        """Whether a round ends its CLI at the wrap-up point: a query round's process
+        (a client's CLI stays; its tasks are stopped with ``stop_task``)."""
+        return self.feed is not None and deadline is None and self.query_fn is not None
 
     async def _end_cli(self) -> None:
         """The wrap-up point: end this run's CLI process tree (its agents end with it)."""
