@@ -52,6 +52,7 @@ from teamlead.testing import OfflineClaude, ScriptedServer, cli_version
 from teamlead.testing.scripts import FanOut, findings_in
 
 LATENCY_AGENTS = 8
+DEADLINE_S = 10.0
 FAN_AGENTS, FAN_CAP, AGENT_S = 12, 3, 1.0
 TARGET_MS, TARGET_RATIO = 5.0, 1.1
 
@@ -184,6 +185,33 @@ async def fan_out_part(root: Path) -> tuple[float, float, float]:
     return span, waves * agent_time, waves * AGENT_S
 
 
+async def deadline_part(root: Path, *, gate: bool) -> tuple[float, str]:
+    """One 1 s and one 40 s agent under a 10 s deadline, through ``teamlead.query``:
+    the wall time to ``Finished`` and its status (the gate wraps up; without it the
+    deadline cuts the stream and the quick result reaches no answer)."""
+    import teamlead
+    from teamlead.policy import Policy
+    from teamlead.testing import Reply, ScriptedRequest
+    from teamlead.testing.scripts import synthesize
+
+    fan = FanOut.of(2, delays=[1.0, 40.0])
+
+    def script(req: ScriptedRequest) -> Reply:  # the wrap-up turn offers no tools
+        if req.role == "other" and "<teamlead-results" in req.last_user_text:
+            return synthesize(req)
+        return fan(req)
+
+    policy = Policy(deadline_s=DEADLINE_S, spawn=SpawnPolicy(enabled=gate))
+    status = "none"
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=root / f"deadline-{gate}")
+        started = time.monotonic()
+        async for item in teamlead.query("Investigate.", claude.options(), policy=policy):
+            if isinstance(item, teamlead.Finished):
+                status = item.status
+        return time.monotonic() - started, status
+
+
 async def main(quick: bool) -> int:
     pairs = 1 if quick else 10
     print(f"spawn gate bench: bundled CLI {cli_version()}, {pairs} round(s) of {len(SIDES)} runs\n")
@@ -194,6 +222,8 @@ async def main(quick: bool) -> int:
         added_ms, vs_bare_ms, rows = await latency_part(pairs, root)
         cpu_us = await hook_cpu_us(200 if quick else 2000)
         span, ideal, naive = await fan_out_part(root)
+        wrapped, wrapped_status = await deadline_part(root, gate=True)
+        cut, cut_status = (0.0, "not run") if quick else await deadline_part(root, gate=False)
     print(f"1. spawn latency (fan-out reply end -> subagent's first request), {LATENCY_AGENTS}/run")
     print(table(["side", "spawns", "p50 ms", "p95 ms"], rows))
     print(
@@ -211,13 +241,19 @@ async def main(quick: bool) -> int:
     print(
         f"against the scripted {AGENT_S:g} s alone: ideal {naive:.2f} s, ratio {span / naive:.3f}\n"
     )
+    print(f"3. deadline {DEADLINE_S:g} s, agents of 1 s and 40 s, through teamlead.query")
+    print(
+        f"with the gate: {wrapped_status} after {wrapped:.2f} s ({wrapped / DEADLINE_S:.2f}x the "
+        f"deadline); without it: {cut_status} after {cut:.2f} s ({cut / DEADLINE_S:.2f}x)\n"
+    )
     in_hook_ms = 1000 * percentile(IN_HOOK, 95)
     ok = in_hook_ms < TARGET_MS and ratio <= TARGET_RATIO
     verdict = "not judged (--quick)" if quick else ("met" if ok else "MISSED")
     print(
         f"SUMMARY: gate holds a spawn {in_hook_ms:.2f} ms (p95, target < {TARGET_MS:g}; end to "
         f"end {added_ms:+.1f} ms vs an empty hook, {vs_bare_ms:+.1f} vs none), capped fan-out "
-        f"{ratio:.3f}x ideal (target <= {TARGET_RATIO:g}); targets {verdict}"
+        f"{ratio:.3f}x ideal (target <= {TARGET_RATIO:g}); deadline wrap-up {wrapped_status} at "
+        f"{wrapped / DEADLINE_S:.2f}x the deadline; targets {verdict}"
     )
     return 0 if quick or ok else 1
 
