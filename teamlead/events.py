@@ -151,6 +151,8 @@ class Finished(_Event):
               did not report.
 
             ``None`` only in events written before the field existed.
+        relay: what the request relay did for this run (429s absorbed and passed on, the
+            final limit per bucket); ``None`` when the run went direct.
     """
 
     type: Literal["finished"] = "finished"
@@ -162,11 +164,7 @@ class Finished(_Event):
     cost_usd: float = 0.0
     reasons: list[str] = Field(default_factory=list)
     reason: FinishReason | None = None
-
-
-TeamleadEvent: TypeAlias = (
-    WaitingForTeam | InboxCollected | FallbackUsed | Resuming | ResumeFailed | Finished
-)
+    relay: RelaySummary | None = None
 
 
 # -- the governor and the relay ----------------------------------------------------------
@@ -260,3 +258,15 @@ class RelaySummary(BaseModel):
     passed: int = 0
     overloaded: int = 0
     buckets: list[BucketSummary] = Field(default_factory=list)
+
+
+TeamleadEvent: TypeAlias = (
+    WaitingForTeam
+    | InboxCollected
+    | FallbackUsed
+    | Resuming
+    | ResumeFailed
+    | Finished
+    | RateLimited
+    | ConcurrencyChanged
+)

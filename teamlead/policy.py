@@ -113,6 +113,9 @@ class Policy(BaseModel):
             used them (default True), so nothing is delivered twice.
         idle_timeout_s: for the client helper: the longest silence while tasks still run
             before the stream is considered stalled (default 600 s).
+        relay: send the run's API requests through the process's request relay, which
+            paces them and absorbs 429s (default True; ``TEAMLEAD_NO_RELAY=1`` also turns
+            it off). See the README's "Rate limits".
     """
 
     model_config = ConfigDict(frozen=True)
@@ -127,6 +130,7 @@ class Policy(BaseModel):
     max_prompt_chars: int = Field(default=60000, ge=1000)
     consume_inbox: bool = True
     idle_timeout_s: float = Field(default=600.0, gt=0)
+    relay: bool = True
 
     @property
     def bg_wait_ceiling_ms(self) -> int:

@@ -890,7 +890,13 @@ async def test_the_result_is_the_last_successful_lead_result_and_options_are_kep
     )
     assert done.cost_usd == pytest.approx(0.03)
     first, resumed = (o for _, o in script.calls)
-    assert first.env == {"MY_VAR": "1", CEILING: "90000"} and first.model == "sonnet"
+    # the request relay is the one addition: every round's CLI talks to the same relay run
+    relay_url = first.env["ANTHROPIC_BASE_URL"]
+    assert relay_url.startswith("http://127.0.0.1:")
+    assert resumed.env["ANTHROPIC_BASE_URL"] == relay_url
+    assert done.relay is not None and done.relay.requests == 0
+    user_env = {k: v for k, v in first.env.items() if k != "ANTHROPIC_BASE_URL"}
+    assert user_env == {"MY_VAR": "1", CEILING: "90000"} and first.model == "sonnet"
     assert (first.resume, resumed.resume) == (None, SESSION)
     assert resumed.env == first.env
     assert options.env == {"MY_VAR": "1"} and options.resume is None  # never mutated

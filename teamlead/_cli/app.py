@@ -55,6 +55,7 @@ class AskSettings:
     max_concurrent_agents: int | None = None
     cli_path: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    relay: bool = True
 
 
 def check_setup(env: Mapping[str, str]) -> None:
@@ -130,6 +131,7 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
             wait_s=settings.wait_s,
             deadline_s=settings.deadline_s,
             max_cost_usd=settings.max_cost_usd,
+            relay=settings.relay,
         )
     except ValueError as exc:
         first = str(exc).splitlines()

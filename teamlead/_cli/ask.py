@@ -14,7 +14,7 @@ import click
 
 from ..errors import UsageError
 from .exitcodes import handle_errors
-from .options import option, output_mode
+from .options import no_relay_option, option, output_mode
 
 if TYPE_CHECKING:
     from .app import AskSettings
@@ -77,6 +77,7 @@ def run_options(func: _F) -> _F:
             help="Claude Code CLI to run (default: the one claude-agent-sdk bundles).",
         ),
         option("--verbose", "-v", is_flag=True, help="Show the lead's text as it streams."),
+        no_relay_option(),
     ]
     for decorate in reversed(options):
         func = decorate(func)
@@ -94,6 +95,7 @@ def settings_from_options(
     allowed_tools: str | None,
     permission_mode: str | None,
     cli_path: str | None,
+    no_relay: bool = False,
 ) -> AskSettings:
     """The :class:`AskSettings` for the parsed run options."""
     from .app import AskSettings
@@ -109,6 +111,7 @@ def settings_from_options(
         allowed_tools=[t.strip() for t in (allowed_tools or "").split(",") if t.strip()],
         permission_mode=permission_mode,
         cli_path=cli_path,
+        relay=not no_relay,
     )
 
 
