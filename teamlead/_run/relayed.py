@@ -18,21 +18,25 @@ import collections
 import dataclasses
 import logging
 import os
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import AsyncExitStack, asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._relay import RelayError, RelayRun, relay_applicable, shared_relay
-from .._relay.stats import RelayEvent, RelayListener
-from ..events import Finished
+from ..events import ConcurrencyChanged, Finished, RateLimited
 from ..policy import Policy
+
+if TYPE_CHECKING:
+    from .._relay import RelayRun
 
 __all__ = ["RelayHookup", "hookup_for", "relay_for", "relay_wanted", "relayed", "with_relay_events"]
 
 log = logging.getLogger("teamlead.relay")
+
+RelayEvent = RateLimited | ConcurrencyChanged
+RelayListener = Callable[[RelayEvent], None]
 
 #: Events kept for a run whose stream is not being read (oldest dropped first).
 _MAX_BUFFERED = 1000
@@ -85,6 +89,12 @@ async def relayed(
     """
     hookup = RelayHookup(options)
     if not relay_wanted(policy):
+        yield hookup
+        return
+    try:  # imported here: a broken server stack must not break teamlead, only the relay
+        from .._relay import RelayError, relay_applicable, shared_relay
+    except ImportError as exc:
+        log.warning("request relay off, running direct: %s", _one_line(exc))
         yield hookup
         return
     applicable = relay_applicable({**os.environ, **dict(options.env)})
