@@ -10,6 +10,7 @@ from __future__ import annotations
 import io
 import logging
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
@@ -299,3 +300,49 @@ def test_finished_without_relay_still_reads() -> None:
     assert Finished.model_validate_json(old).relay is None
     again = Finished(status="completed", result="r", session_id=None, resumes=0, relay=_summary())
     assert Finished.model_validate_json(again.to_json()) == again
+
+
+async def test_experiment_trials_share_one_relay_and_count_each_429_once(tmp_path: Path) -> None:
+    from teamlead.experiment.runner import run_experiment
+    from teamlead.experiment.spec import parse_spec
+
+    spec = parse_spec(
+        "\n".join(
+            [
+                "[experiment]",
+                'name = "relay"',
+                "trials = 2",
+                "concurrency = 4",
+                'control = "a"',
+                "[[variants]]",
+                'name = "a"',
+                'strategy = "baseline"',
+                "[[variants]]",
+                'name = "b"',
+                'strategy = "baseline"',
+                "[[tasks]]",
+                'id = "t"',
+                'prompt = "Question."',
+            ]
+        )
+    )
+    seen: list[ClaudeAgentOptions] = []
+    with ScriptedServer(_limited_once()) as server:
+        base = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
+        progress: list[Any] = []
+        summary = await run_experiment(
+            spec,
+            tmp_path,
+            base_options=base,
+            query_fn=_posting_query(seen),
+            on_progress=progress.append,
+        )
+        statuses = [r.status for r in server.recorded()]
+    assert summary.ran == 4 and summary.failed == 0
+    # every trial's requests went through the one relay (trials are not gated by it)
+    relays = {o.env["ANTHROPIC_BASE_URL"].rsplit("/run-", 1)[0] for o in seen}
+    assert len(seen) == 4 and len(relays) == 1 and server.base_url not in relays
+    # the one 429 was absorbed by the relay and counted once, not per trial
+    assert statuses.count(429) == 1 and summary.rate_limited == 1
+    # the governor's cut reached the progress view once, though every trial's run heard it
+    assert [c.reason for c in progress[-1].changes].count("rate_limited") == 1
