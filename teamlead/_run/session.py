@@ -61,6 +61,9 @@ def prepare_options(
     reports its session state, so the helper knows exactly when the CLI is idle rather
     than guessing from results (queued notification turns can follow a result).
     User-set values of either variable are kept.
+
+    It does not start the request relay: the client's CLI lives as long as the user's
+    client, so open the client inside :func:`teamlead.relay_for` to have its requests paced.
     """
     options = options or ClaudeAgentOptions()
     env = dict(options.env)
