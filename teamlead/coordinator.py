@@ -30,15 +30,25 @@ Example:
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 from claude_agent_sdk import ClaudeAgentOptions
 
+from ._run.relayed import hookup_for, relayed, with_relay_events
+from ._run.relayed import relay_for as _relay_for
 from ._run.session import Client, Coordinator, QueryFn, prepare_options
 from .clock import SYSTEM_CLOCK, Clock
 from .policy import Policy
 
-__all__ = ["QueryFn", "prepare_options", "query", "receive_all", "resume_session"]
+__all__ = [
+    "QueryFn",
+    "prepare_options",
+    "query",
+    "receive_all",
+    "relay_for",
+    "resume_session",
+]
 
 
 def _coordinator(
@@ -83,14 +93,21 @@ async def query(
         policy: limits and waits (default :class:`~teamlead.policy.Policy()`).
         clock: time source (tests inject a fake).
 
+    Every API request of the run (the lead's and its subagents') goes through the process's
+    request relay unless ``Policy(relay=False)`` or ``TEAMLEAD_NO_RELAY=1``; its
+    ``rate_limited``/``concurrency_changed`` events come in the stream, and ``Finished.relay``
+    sums them up (see the README's "Rate limits").
+
     Example:
         >>> async for item in teamlead.query("Review the auth module", options=opts):
         ...     if isinstance(item, teamlead.Finished):
         ...         print(item.status, item.result)
     """
-    coordinator = _coordinator(options, query_fn, policy, clock)
-    async for item in coordinator.run(prompt):
-        yield item
+    policy = policy or Policy()
+    async with relayed(options or ClaudeAgentOptions(), policy) as hookup:
+        coordinator = _coordinator(hookup.options, query_fn, policy, clock)
+        async for item in with_relay_events(coordinator.run(prompt), hookup):
+            yield item
 
 
 async def receive_all(
@@ -107,7 +124,9 @@ async def receive_all(
     :class:`~teamlead.events.Finished`.
 
     Note: the client's CLI was started with the client's options, so set
-    ``CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS`` there (see :func:`prepare_options`).
+    ``CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS`` there (see :func:`prepare_options`), and start
+    the client inside :func:`relay_for` for its requests to be paced; then the relay's
+    events come in this stream and ``Finished.relay`` carries its summary.
 
     Example:
         >>> async with ClaudeSDKClient(options) as client:
@@ -116,8 +135,32 @@ async def receive_all(
         ...         print(item)
     """
     coordinator = Coordinator(options=client.options, policy=policy or Policy(), clock=clock)
-    async for item in coordinator.run_client(client):
+    hookup = hookup_for(client.options)
+    items = coordinator.run_client(client)
+    async for item in with_relay_events(items, hookup) if hookup else items:
         yield item
+
+
+def relay_for(
+    options: ClaudeAgentOptions | None = None, policy: Policy | None = None
+) -> AbstractAsyncContextManager[ClaudeAgentOptions]:
+    """Client options whose CLI goes through the request relay while the block runs.
+
+    The client's CLI lives as long as the user's ``ClaudeSDKClient``, so the relay it talks
+    to must too: open the client inside this block. The options come back with
+    ``ANTHROPIC_BASE_URL`` at the process's shared relay (unchanged when the relay is off,
+    not applicable, or failed to start: then with a one-line warning). Leaving the block
+    while the client still runs cuts its connection to the model.
+
+    Example:
+        >>> opts = teamlead.prepare_options(options, teamlead.Policy(), client=True)
+        >>> async with teamlead.relay_for(opts) as opts:
+        ...     async with ClaudeSDKClient(opts) as client:
+        ...         await client.query("Audit the repo")
+        ...         async for item in teamlead.receive_all(client):
+        ...             print(item)
+    """
+    return _relay_for(options, policy)
 
 
 async def resume_session(
@@ -141,6 +184,8 @@ async def resume_session(
         >>> async for item in teamlead.resume_session("3d33...", options):
         ...     ...
     """
-    coordinator = _coordinator(options, query_fn, policy, clock)
-    async for item in coordinator.resume(session_id):
-        yield item
+    policy = policy or Policy()
+    async with relayed(options or ClaudeAgentOptions(), policy) as hookup:
+        coordinator = _coordinator(hookup.options, query_fn, policy, clock)
+        async for item in with_relay_events(coordinator.resume(session_id), hookup):
+            yield item

@@ -161,6 +161,8 @@ class Finished(_Event):
               did not report.
 
             ``None`` only in events written before the field existed.
+        relay: what the request relay did for this run (429s absorbed and passed on, the
+            final limit per bucket); ``None`` when the run went direct.
     """
 
     type: Literal["finished"] = "finished"
@@ -172,6 +174,7 @@ class Finished(_Event):
     cost_usd: float = 0.0
     reasons: list[str] = Field(default_factory=list)
     reason: FinishReason | None = None
+    relay: RelaySummary | None = None
 
 
 # -- the spawn gate ---------------------------------------------------------------------
@@ -229,20 +232,6 @@ class SpawnRejected(_Event):
     tool_use_id: str
     description: str
     reason: str
-
-
-TeamleadEvent: TypeAlias = (
-    WaitingForTeam
-    | InboxCollected
-    | FallbackUsed
-    | Resuming
-    | ResumeFailed
-    | SpawnQueued
-    | SpawnAdmitted
-    | SpawnDenied
-    | SpawnRejected
-    | Finished
-)
 
 
 # -- the governor and the relay ----------------------------------------------------------
@@ -336,3 +325,19 @@ class RelaySummary(BaseModel):
     passed: int = 0
     overloaded: int = 0
     buckets: list[BucketSummary] = Field(default_factory=list)
+
+
+TeamleadEvent: TypeAlias = (
+    WaitingForTeam
+    | InboxCollected
+    | FallbackUsed
+    | Resuming
+    | ResumeFailed
+    | SpawnQueued
+    | SpawnAdmitted
+    | SpawnDenied
+    | SpawnRejected
+    | Finished
+    | RateLimited
+    | ConcurrencyChanged
+)

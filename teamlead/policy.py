@@ -116,6 +116,9 @@ class Policy(BaseModel):
         spawn: the spawn gate's limits (:class:`SpawnPolicy`; on by default): how many
             agents run at once, in all, per message, how deep, and the wrap-up reserve
             before the deadline.
+        relay: send the run's API requests through the process's request relay, which
+            paces them and absorbs 429s (default True; ``TEAMLEAD_NO_RELAY=1`` also turns
+            it off). See the README's "Rate limits".
     """
 
     model_config = ConfigDict(frozen=True)
@@ -131,6 +134,7 @@ class Policy(BaseModel):
     consume_inbox: bool = True
     idle_timeout_s: float = Field(default=600.0, gt=0)
     spawn: SpawnPolicy = Field(default_factory=lambda: SpawnPolicy())
+    relay: bool = True
 
     @property
     def bg_wait_ceiling_ms(self) -> int:

@@ -19,9 +19,12 @@ from rich.text import Text
 from ._redact import redact
 from .events import (
     EVENT_VERSION,
+    ConcurrencyChanged,
     FallbackUsed,
     Finished,
     InboxCollected,
+    RateLimited,
+    RelaySummary,
     ResumeFailed,
     Resuming,
     SpawnAdmitted,
@@ -90,8 +93,22 @@ def _describe_event(item: Any) -> str | None:
         retry = f"; retrying in {item.retry_in_s:g} s" if item.retry_in_s is not None else ""
         return f"resume attempt {item.attempt} failed: {item.error}{retry}"
     if isinstance(item, Finished):
-        return f"finished: {item.status} after {item.resumes} resume(s), ${item.cost_usd:.4f}"
-    return _describe_spawn(item)
+        relay = f"; {_relay_summary_text(item.relay)}" if item.relay else ""
+        return (
+            f"finished: {item.status} after {item.resumes} resume(s), ${item.cost_usd:.4f}{relay}"
+        )
+    return _describe_spawn(item) or _describe_relay(item)
+
+
+def _describe_relay(item: Any) -> str | None:
+    """A line for a relay event; a pause that leaves the limit as it was gets none."""
+    if isinstance(item, RateLimited):
+        after = f", retry after {item.retry_after_s:g} s" if item.retry_after_s is not None else ""
+        fate = "absorbed by the relay" if item.outcome == "absorbed" else "passed on to the CLI"
+        return f"API {item.status} for {item.model} ({item.role}{after}): {fate}"
+    if isinstance(item, ConcurrencyChanged) and item.cap != item.previous_cap:
+        return f"governor: {item.key} limit {item.previous_cap} -> {item.cap} ({item.reason})"
+    return None
 
 
 def _describe_spawn(item: Any) -> str | None:
@@ -108,6 +125,13 @@ def _describe_spawn(item: Any) -> str | None:
     if isinstance(item, SpawnRejected):
         return f"rejected by the CLI {item.description!r}: {item.reason}"
     return None
+
+
+def _relay_summary_text(summary: RelaySummary) -> str:
+    limits = ", ".join(f"{b.key} {b.limit}" for b in summary.buckets) or "none"
+    return (
+        f"relay: {summary.absorbed} 429/529 absorbed, {summary.passed} passed on; limits: {limits}"
+    )
 
 
 class PlainProgress:
@@ -174,6 +198,8 @@ class LiveTeamView:
         self.teammates: dict[str, str] = {}
         self.queued: dict[str, str] = {}  # tool_use_id -> description, while in the gate
         self.log: list[str] = []
+        self.limits: dict[str, int] = {}  # the governor line: bucket -> limit
+        self.absorbed = self.passed = 0
         # Live re-renders this object on every refresh, so elapsed times tick between events
         self._live = Live(self, console=console, refresh_per_second=4, transient=False)
         self._live.start()
@@ -197,6 +223,7 @@ class LiveTeamView:
                 self.queued[item.tool_use_id] = item.description
             elif isinstance(item, SpawnAdmitted | SpawnDenied | SpawnRejected):
                 self.queued.pop(item.tool_use_id, None)
+        self._governor(item)
         for event in self.tracker.feed(item):
             if isinstance(event, LeadTurn):
                 self.lead_state = (
@@ -211,6 +238,25 @@ class LiveTeamView:
                     else f"turn failed ({event.api_error_status or 'error'})"
                 )
         self._live.refresh()
+
+    def _governor(self, item: Any) -> None:
+        if isinstance(item, ConcurrencyChanged):
+            self.limits[item.key] = item.effective
+        elif isinstance(item, RateLimited):
+            if item.outcome == "absorbed":
+                self.absorbed += 1
+            else:
+                self.passed += 1
+
+    def governor_line(self) -> str | None:
+        """``governor: model limit 3 · 429s absorbed 5, passed on 0``, once there is news."""
+        if not self.limits and not self.absorbed and not self.passed:
+            return None
+        limits = ", ".join(f"{key} limit {cap}" for key, cap in sorted(self.limits.items()))
+        return (
+            f"governor: {limits or 'no limit learnt'} · 429s absorbed {self.absorbed}, "
+            f"passed on {self.passed}"
+        )
 
     def __rich__(self) -> Group:
         return self._render()
@@ -235,7 +281,9 @@ class LiveTeamView:
         for name, state in self.teammates.items():
             table.add_row("teammate", name, state, "", "", "")
         recent = [Text(line, style="dim") for line in self.log[-6:]]
-        return Group(table, *recent)
+        governor = self.governor_line()
+        head = [Text(governor, style="yellow")] if governor else []
+        return Group(table, *head, *recent)
 
     def close(self) -> None:
         self._live.refresh()

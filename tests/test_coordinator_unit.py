@@ -891,10 +891,18 @@ async def test_the_result_is_the_last_successful_lead_result_and_options_are_kep
     )
     assert done.cost_usd == pytest.approx(0.03)
     first, resumed = (o for _, o in script.calls)
-    # the run's mark lets the deadline's wrap-up end exactly this run's CLI processes
+    # the run's mark lets the deadline's wrap-up end exactly this run's CLI processes, and
+    # the request relay is the other addition: every round's CLI talks to the same relay run
     mark = first.env["TEAMLEAD_RUN_MARK"]
-    assert first.env == {"MY_VAR": "1", CEILING: "90000", "TEAMLEAD_RUN_MARK": mark}
     assert len(mark) == 32 and first.model == "sonnet"
+    relay_url = first.env["ANTHROPIC_BASE_URL"]
+    assert relay_url.startswith("http://127.0.0.1:")
+    assert resumed.env["ANTHROPIC_BASE_URL"] == relay_url
+    assert done.relay is not None and done.relay.requests == 0
+    user_env = {
+        k: v for k, v in first.env.items() if k not in ("ANTHROPIC_BASE_URL", "TEAMLEAD_RUN_MARK")
+    }
+    assert user_env == {"MY_VAR": "1", CEILING: "90000"}
     assert (first.resume, resumed.resume) == (None, SESSION)
     assert resumed.env == first.env
     assert options.env == {"MY_VAR": "1"} and options.resume is None  # never mutated

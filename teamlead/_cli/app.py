@@ -68,6 +68,7 @@ class AskSettings:
     spawn_gate: bool = True
     cli_path: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    relay: bool = True
 
 
 def check_setup(env: Mapping[str, str]) -> None:
@@ -152,6 +153,7 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
                 max_depth=settings.max_depth,
                 wrap_up_reserve_s=settings.wrap_up_reserve_s,
             ),
+            relay=settings.relay,
         )
     except ValueError as exc:
         first = str(exc).splitlines()

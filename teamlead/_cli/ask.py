@@ -14,7 +14,7 @@ import click
 
 from ..errors import UsageError
 from .exitcodes import handle_errors
-from .options import option, output_mode
+from .options import no_relay_option, option, output_mode
 
 if TYPE_CHECKING:
     from .app import AskSettings
@@ -78,6 +78,7 @@ def run_options(func: _F) -> _F:
         ),
         option("--verbose", "-v", is_flag=True, help="Show the lead's text as it streams."),
         *spawn_options(),
+        no_relay_option(),
     ]
     for decorate in reversed(options):
         func = decorate(func)
@@ -151,6 +152,7 @@ def settings_from_options(
     max_depth: int = 1,
     wrap_up_reserve_s: float | None = None,
     no_spawn_gate: bool = False,
+    no_relay: bool = False,
 ) -> AskSettings:
     """The :class:`AskSettings` for the parsed run options."""
     from .app import AskSettings
@@ -173,6 +175,7 @@ def settings_from_options(
         max_depth=max_depth,
         wrap_up_reserve_s=wrap_up_reserve_s,
         spawn_gate=not no_spawn_gate,
+        relay=not no_relay,
     )
 
 

@@ -19,12 +19,12 @@ from typing import Any
 import click
 
 from .exitcodes import handle_errors
-from .options import Output, option, output_mode
+from .options import Output, no_relay_option, option, output_mode
 
 __all__ = ["demo", "run_demo", "serve_scenario", "serve_scripted"]
 
 
-def run_demo(output: Output = "auto", *, verbose: bool = False) -> int:
+def run_demo(output: Output = "auto", *, verbose: bool = False, relay: bool = True) -> int:
     """Run the delegation demo offline: the bundled CLI against the built-in scripted model.
 
     Everything lives in a temporary directory that is removed afterwards. Returns the
@@ -59,7 +59,7 @@ def run_demo(output: Output = "auto", *, verbose: bool = False) -> int:
                     DEMO_PROMPT,
                     options,
                     query_fn=first_stream_marks_end,
-                    policy=Policy(wait_s=20, deadline_s=300),
+                    policy=Policy(wait_s=20, deadline_s=300, relay=relay),
                 ),
                 output=output,
                 verbose=verbose,
@@ -95,14 +95,15 @@ def serve_scenario(scenario: str, port: int = 0, concurrency_limit: int | None =
 @option("--json", "json_", is_flag=True, help="NDJSON events on stdout.")
 @option("--quiet", "-q", is_flag=True, help="Only the final answer.")
 @option("--verbose", "-v", is_flag=True, help="Show the lead's text.")
+@no_relay_option()
 @handle_errors
-def demo(json_: bool, quiet: bool, verbose: bool) -> None:
+def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
     """Run a real `ask` offline: the bundled CLI against a built-in scripted model.
 
     Three parallel agents, an inbox teammate, and a failed synthesis that teamlead resumes.
     Needs no API key and no network.
     """
-    sys.exit(run_demo(output_mode(json_, quiet), verbose=verbose))
+    sys.exit(run_demo(output_mode(json_, quiet), verbose=verbose, relay=not no_relay))
 
 
 @click.command("serve-scripted")

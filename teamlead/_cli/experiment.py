@@ -13,7 +13,7 @@ from pathlib import Path
 import click
 
 from .exitcodes import EXIT_PARTIAL, handle_errors
-from .options import option
+from .options import no_relay_option, option
 
 __all__ = ["experiment"]
 
@@ -33,8 +33,9 @@ def experiment() -> None:
     help="Directory for trials.jsonl (appended; reruns skip finished trials).",
 )
 @option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@no_relay_option()
 @handle_errors
-def experiment_run(spec_path: str, out_dir: str, quiet: bool) -> None:
+def experiment_run(spec_path: str, out_dir: str, quiet: bool, no_relay: bool) -> None:
     """Run every task x variant x trial of SPEC as a full coordinator run."""
     from ..experiment import load_spec
     from ..prompts import load_strategy
@@ -47,7 +48,7 @@ def experiment_run(spec_path: str, out_dir: str, quiet: bool) -> None:
 
     spec = load_spec(spec_path, strategy_exists=exists)
     check_setup(merged_env())
-    summary = run_with_progress(spec, Path(out_dir), show=not quiet)
+    summary = run_with_progress(spec, Path(out_dir), show=not quiet, relay=not no_relay)
     click.echo(
         f"ran {summary.ran} trial(s), skipped {summary.skipped} finished, {summary.failed} failed, "
         f"{summary.retried} retried, {summary.rate_limited} rate-limited, ${summary.cost_usd:.4f}"

@@ -15,7 +15,7 @@ import click
 
 from ..errors import UsageError
 
-__all__ = ["ENV_PREFIX", "Output", "envvar_for", "option", "output_mode"]
+__all__ = ["ENV_PREFIX", "Output", "envvar_for", "no_relay_option", "option", "output_mode"]
 
 ENV_PREFIX = "TEAMLEAD_"
 
@@ -53,3 +53,12 @@ def output_mode(json_: bool, quiet: bool) -> Output:
     if json_ and quiet:
         raise UsageError("--json and --quiet cannot be combined")
     return "json" if json_ else ("quiet" if quiet else "auto")
+
+
+def no_relay_option() -> Callable[[_F], _F]:
+    """``--no-relay`` (``TEAMLEAD_NO_RELAY``): send API requests direct, not through the relay."""
+    return option(
+        "--no-relay",
+        is_flag=True,
+        help="Send API requests direct instead of through the pacing request relay.",
+    )

@@ -29,13 +29,16 @@ from ..experiment import (
     run_experiment,
     write_report,
 )
+from ..policy import Policy
 
 __all__ = ["report_for", "run_with_progress"]
 
 _CONTROL_FILE = "experiment.json"
 
 
-def run_with_progress(spec: ExperimentSpec, out_dir: Path, *, show: bool = True) -> RunSummary:
+def run_with_progress(
+    spec: ExperimentSpec, out_dir: Path, *, show: bool = True, relay: bool = True
+) -> RunSummary:
     """Run ``spec`` with a live bar: done/total, in flight, 429s, ETA, concurrency changes."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / _CONTROL_FILE).write_text(
@@ -87,7 +90,8 @@ def run_with_progress(spec: ExperimentSpec, out_dir: Path, *, show: bool = True)
                 )
             seen_errors = len(p.grader_errors)
 
-        return anyio.run(lambda: run_experiment(spec, out_dir, on_progress=update))
+        policy = Policy(relay=relay)
+        return anyio.run(lambda: run_experiment(spec, out_dir, policy=policy, on_progress=update))
 
 
 def report_for(

@@ -11,6 +11,7 @@ prefix: the API key and the prefix are secrets.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -19,6 +20,7 @@ from typing import Any
 
 import anyio
 import httpx2
+from anyio.streams.memory import MemoryObjectSendStream
 
 from ..events import RateLimited
 from ..governor import Governor, bucket_key
@@ -27,6 +29,9 @@ from .routing import Refusal, RequestInfo, check_target, classify
 from .stats import RelayListener, Tally, notify
 
 __all__ = ["RelayApp", "RunState"]
+
+#: Upstream chunks read ahead of a slow client, at most (each one network read or less).
+_READ_AHEAD = 16
 
 log = logging.getLogger("teamlead.relay")
 
@@ -202,16 +207,21 @@ class RelayApp:
         await send(
             {"type": "http.response.start", "status": response.status_code, "headers": headers}
         )
+        if "content-length" in response.headers:  # a sized body (errors, JSON): as it comes
+            await self._forward_sized(send, response)
+        else:
+            await _forward_stream(send, response)
+        if 200 <= response.status_code < 300:
+            exchange.slot.success()
+
+    async def _forward_sized(self, send: Send, response: httpx2.Response) -> None:
         try:
             async for chunk in response.aiter_raw():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
         except httpx2.HTTPError as exc:
-            # Started already: cut the stream so the client sees it incomplete, not ended.
             log.warning("relay lost the upstream mid-stream: %s", type(exc).__name__)
             raise _StreamCut from None
         await send({"type": "http.response.body", "body": b"", "more_body": False})
-        if 200 <= response.status_code < 300:
-            exchange.slot.success()
 
     async def _answer(
         self,
@@ -226,6 +236,51 @@ class RelayApp:
         headers.extend((extra or {}).items())
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _forward_stream(send: Send, response: httpx2.Response) -> None:
+    """Stream a response back: what the upstream sent while the last write was out goes as
+    one write, so no delay is added and a burst of SSE events costs one send, not one each."""
+    failed: list[BaseException] = []
+    writer, reader = anyio.create_memory_object_stream[bytes](_READ_AHEAD)
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(_pump, response, writer, failed)
+        async with reader:
+            async for first in reader:
+                parts = [first]
+                with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
+                    while True:
+                        parts.append(reader.receive_nowait())
+                body = parts[0] if len(parts) == 1 else b"".join(parts)
+                await send({"type": "http.response.body", "body": body, "more_body": True})
+    if failed:
+        # Started already: cut the stream so the client sees it incomplete, not ended.
+        log.warning("relay lost the upstream mid-stream: %s", type(failed[0]).__name__)
+        raise _StreamCut from None
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+async def _pump(
+    response: httpx2.Response,
+    writer: MemoryObjectSendStream[bytes],
+    failed: list[BaseException],
+) -> None:
+    """Read the upstream's body into ``writer``; chunks already read go on without a wait.
+
+    At most :data:`_READ_AHEAD` chunks wait for the client, so a slow client slows the
+    upstream read instead of filling memory.
+    """
+    async with writer:
+        try:
+            async for chunk in response.aiter_raw():
+                try:
+                    writer.send_nowait(chunk)
+                except anyio.WouldBlock:
+                    await writer.send(chunk)
+        except httpx2.HTTPError as exc:
+            failed.append(exc)
+        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
+            pass  # the client side is gone; the request's task group is being cancelled
 
 
 class _StreamCut(Exception):

@@ -158,6 +158,9 @@ async def start_relay(
         uvicorn.Config(
             app,
             lifespan="off",
+            # h11 keeps the raw request target, so absolute-form targets can be refused;
+            # httptools (picked by "auto" when installed) hands over the parsed path only
+            http="h11",
             log_config=None,
             log_level="critical",  # our own logger reports; uvicorn's would echo paths
             access_log=False,

@@ -73,6 +73,9 @@ def prepare_options(
     (``policy.spawn``), its PreToolUse hook on ``Agent`` is merged into the user's hooks:
     a client's hooks are fixed when it connects, so :func:`teamlead.receive_all` finds
     the gate there.
+
+    It does not start the request relay: the client's CLI lives as long as the user's
+    client, so open the client inside :func:`teamlead.relay_for` to have its requests paced.
     """
     options = options or ClaudeAgentOptions()
     env = dict(options.env)

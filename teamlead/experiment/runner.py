@@ -1,10 +1,12 @@
 """Run an experiment: every task x variant x trial as a full coordinator run.
 
-Trials run in a seeded, randomized, interleaved order through the concurrency
-:class:`~teamlead.governor.Governor` (bucket per model, the spec's ``concurrency`` as
-ceiling and global cap). Each trial appends one versioned record to ``DIR/trials.jsonl``;
-a rerun skips the keys already finished. Only infrastructure failures (the API's
-429/5xx, the CLI failing to start) are retried, and retried trials are flagged.
+Trials run in a seeded, randomized, interleaved order, the spec's ``concurrency`` of them
+at once. Their API requests (not the trials) are paced by the process's request relay and
+its governor (bucket per model, shared by every trial; see :mod:`teamlead._relay`), which
+stays up for the whole experiment. Each trial appends one versioned record to
+``DIR/trials.jsonl``; a rerun skips the keys already finished. Only infrastructure
+failures (the API's 429/5xx, the CLI failing to start) are retried, and retried trials are
+flagged.
 
 Each trial's session id is a UUID derived from (experiment seed, variant, task, trial), so
 a scripted model can seed its randomness per trial and a rerun is reproducible.
@@ -30,12 +32,12 @@ from typing import Any
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
+from .._run.relayed import relayed
 from .._version import __version__
 from ..clock import SYSTEM_CLOCK, Clock
 from ..coordinator import QueryFn, query
 from ..errors import UsageError
-from ..events import Finished
-from ..governor import ConcurrencyChanged, Governor, GovernorPolicy, bucket_key
+from ..events import ConcurrencyChanged, Finished, RateLimited
 from ..policy import TRANSIENT_STATUSES, Policy
 from ..prompts import Strategy, apply_strategy, load_strategy
 from ..tracker import Tracker
@@ -52,6 +54,7 @@ __all__ = [
 ]
 
 _INFRA_RETRIES = 2
+_RATE_LIMIT_PAUSE_S = 1.0
 _NAMESPACE = uuid.UUID("6f1c2a7e-4b0d-4c59-9a4e-2f8d3b1e7c10")
 
 # USD per million tokens (input, output) for grading cost; unknown models use the last row.
@@ -208,8 +211,12 @@ async def _one_trial(
     query_fn: QueryFn | None,
     policy: Policy,
     attempt: int = 1,
-) -> tuple[TrialRecord, bool, float | None]:
-    """Run one trial; returns (record, infrastructure failure?, retry-after hint)."""
+) -> tuple[TrialRecord, bool, int]:
+    """Run one trial; returns (record, infrastructure failure?, 429s met).
+
+    The 429s are those the relay met (absorbed or passed on), or, for a run that went
+    direct, 1 when the CLI's own requests ended in a 429.
+    """
     variant, task = spec.variant(key.variant), spec.task(key.task)
     strategy = strategies[variant.name]
     options = _trial_options(
@@ -220,17 +227,21 @@ async def _one_trial(
     error: str | None = None
     started_at = datetime.now(timezone.utc)
     start = time.monotonic()
+    relay_429s = 0
     try:
         async for item in query(task.prompt, options, query_fn=query_fn, policy=policy):
             if isinstance(item, Finished):
                 finished = item
-            else:
+            elif isinstance(item, RateLimited):
+                relay_429s += item.status == 429
+            elif not isinstance(item, ConcurrencyChanged):  # the runner sees those once
                 tracker.feed(item)
     except Exception as exc:  # noqa: BLE001 - a broken trial is recorded, never fatal
         error = f"{type(exc).__name__}: {exc}"
     wall = time.monotonic() - start
     statuses = [r.api_error_status for r in tracker.results if r.api_error_status]
-    rate_limited = 429 in statuses
+    relayed_run = finished is not None and finished.relay is not None
+    limited = relay_429s if relayed_run else int(429 in statuses)
     status = finished.status if finished else "failed"
     infra = error is not None or (
         status == "failed" and any(s in TRANSIENT_STATUSES for s in statuses)
@@ -272,7 +283,7 @@ async def _one_trial(
         git_sha=_git_sha(spec.cwd_for(task)),
         started_at=started_at,
     )
-    return record, infra, 1.0 if rate_limited else None
+    return record, infra, limited
 
 
 async def run_experiment(
@@ -308,13 +319,12 @@ async def run_experiment(
         trial_policy = trial_policy.model_copy(update={"deadline_s": spec.experiment.deadline_s})
     progress = ExperimentProgress(total=len(order), skipped=len(order) - len(todo))
 
-    def changed(event: ConcurrencyChanged) -> None:
-        progress.changes.append(event)
-        if on_progress:
-            on_progress(progress)
+    def relay_event(event: object) -> None:
+        if isinstance(event, ConcurrencyChanged):
+            progress.changes.append(event)
+            _report()
 
     cap = spec.experiment.concurrency
-    governor = Governor(GovernorPolicy(ceiling=cap, max_total=cap), clock=clock, on_change=changed)
     spent = 0.0
     stopped: str | None = None
     queue = list(todo)
@@ -329,27 +339,20 @@ async def run_experiment(
             attempts = 0
             while True:
                 attempts += 1
-                async with governor.slot(
-                    bucket_key("anthropic", spec.model_for(variant) or "default")
-                ) as slot:
-                    progress.in_flight += 1
-                    _report()
-                    try:
-                        # the slot is held until the coordinator returned, i.e. after the
-                        # CLI process of this trial has exited and been reaped
-                        record, infra, retry_after = await _one_trial(
-                            key, spec, base, strategies, query_fn, trial_policy, attempts
-                        )
-                    finally:
-                        progress.in_flight -= 1
-                    if retry_after is not None:
-                        progress.rate_limited += 1
-                        slot.rate_limited(retry_after)
-                    elif not infra:
-                        slot.success()
+                progress.in_flight += 1
+                _report()
+                try:
+                    record, infra, limited = await _one_trial(
+                        key, spec, base, strategies, query_fn, trial_policy, attempts
+                    )
+                finally:
+                    progress.in_flight -= 1
+                progress.rate_limited += limited
                 if infra and attempts <= _INFRA_RETRIES:
                     progress.retried += 1
                     _report()
+                    if limited:  # a 429 reached the CLI: let the limit's window pass first
+                        await clock.sleep(_RATE_LIMIT_PAUSE_S)
                     continue
                 break
             if attempts > 1:
@@ -383,10 +386,13 @@ async def run_experiment(
         if on_progress:
             on_progress(progress)
 
-    with TrialWriter(path) as writer:
-        async with anyio.create_task_group() as tg:
-            for _ in range(min(cap, max(1, len(todo)))):
-                tg.start_soon(worker, writer)
+    # One relay run for the whole experiment keeps the shared relay up between trials and
+    # reports each governor change once (every trial's run is told of them too).
+    async with relayed(base, trial_policy, on_event=relay_event):
+        with TrialWriter(path) as writer:
+            async with anyio.create_task_group() as tg:
+                for _ in range(min(cap, max(1, len(todo)))):
+                    tg.start_soon(worker, writer)
     return RunSummary(
         out_dir=out_dir,
         planned=len(order),

@@ -1,0 +1,158 @@
+"""The request relay around one coordinated run: on by default, off with one switch.
+
+:func:`relayed` puts the process-wide relay (:mod:`teamlead._relay`) in front of a run's
+CLI: it points the options' ``ANTHROPIC_BASE_URL`` at a run of the shared relay, buffers
+the relay's events (:class:`~teamlead.events.RateLimited`,
+:class:`~teamlead.events.ConcurrencyChanged`) so the coordinator can yield them in its
+stream, and puts the run's :class:`~teamlead.events.RelaySummary` on ``Finished``.
+
+The relay is skipped when ``Policy(relay=False)`` or ``TEAMLEAD_NO_RELAY`` is set, with a
+one-line note for Bedrock/Vertex and non-HTTP(S) base URLs, and with a one-line warning
+when it cannot start (the run then goes direct). Relay events are pushed from the relay's
+own tasks, so they wait in a bounded buffer until the stream yields them.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import logging
+import os
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from claude_agent_sdk import ClaudeAgentOptions
+
+from ..events import ConcurrencyChanged, Finished, RateLimited
+from ..policy import Policy
+
+if TYPE_CHECKING:
+    from .._relay import RelayRun
+
+__all__ = ["RelayHookup", "hookup_for", "relay_for", "relay_wanted", "relayed", "with_relay_events"]
+
+log = logging.getLogger("teamlead.relay")
+
+RelayEvent = RateLimited | ConcurrencyChanged
+RelayListener = Callable[[RelayEvent], None]
+
+#: Events kept for a run whose stream is not being read (oldest dropped first).
+_MAX_BUFFERED = 1000
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_OFF_VARIABLE = "TEAMLEAD_NO_RELAY"
+
+
+def relay_wanted(policy: Policy, environ: Mapping[str, str] | None = None) -> bool:
+    """Whether the run should use the relay: ``policy.relay`` and no ``TEAMLEAD_NO_RELAY``."""
+    env = os.environ if environ is None else environ
+    return policy.relay and (env.get(_OFF_VARIABLE) or "").strip().lower() not in _TRUE
+
+
+@dataclass
+class RelayHookup:
+    """One run's connection to the relay.
+
+    Attributes:
+        options: the options to start the CLI with (``ANTHROPIC_BASE_URL`` at the relay
+            when ``run`` is set, else the caller's options unchanged).
+        run: the relay run, or ``None`` when the run goes direct.
+    """
+
+    options: ClaudeAgentOptions
+    run: RelayRun | None = None
+    events: collections.deque[RelayEvent] = field(
+        default_factory=lambda: collections.deque(maxlen=_MAX_BUFFERED)
+    )
+
+    def drain(self) -> list[RelayEvent]:
+        """The relay events buffered since the last call, oldest first."""
+        out = list(self.events)
+        self.events.clear()
+        return out
+
+    def finish(self, item: Finished) -> Finished:
+        """``item`` with this run's relay summary (unchanged when the run went direct)."""
+        if self.run is None:
+            return item
+        return item.model_copy(update={"relay": self.run.summary()})
+
+
+@asynccontextmanager
+async def relayed(
+    options: ClaudeAgentOptions, policy: Policy, *, on_event: RelayListener | None = None
+) -> AsyncIterator[RelayHookup]:
+    """The run's hookup to the shared relay for the block (direct when off or failing).
+
+    The run's relay events are buffered in the hookup, or given to ``on_event`` instead.
+    """
+    hookup = RelayHookup(options)
+    if not relay_wanted(policy):
+        yield hookup
+        return
+    try:  # imported here: a broken server stack must not break teamlead, only the relay
+        from .._relay import RelayError, relay_applicable, shared_relay
+    except ImportError as exc:
+        log.warning("request relay off, running direct: %s", _one_line(exc))
+        yield hookup
+        return
+    applicable = relay_applicable({**os.environ, **dict(options.env)})
+    if not applicable.ok:
+        log.warning("%s", applicable.note)
+        yield hookup
+        return
+    async with AsyncExitStack() as stack:
+        try:
+            run = await stack.enter_async_context(
+                shared_relay(applicable.upstream, on_event=on_event or hookup.events.append)
+            )
+        except (RelayError, RuntimeError, OSError) as exc:
+            # RuntimeError: no asyncio loop (the relay runs on asyncio only)
+            log.warning("request relay off, running direct: %s", _one_line(exc))
+            yield hookup
+            return
+        env = {**dict(options.env), "ANTHROPIC_BASE_URL": run.base_url}
+        hookup.options = dataclasses.replace(options, env=env)
+        hookup.run = run
+        yield hookup
+
+
+async def with_relay_events(items: AsyncIterator[Any], hookup: RelayHookup) -> AsyncIterator[Any]:
+    """``items`` with the relay's events yielded as they come, and the summary on Finished."""
+    async for item in items:
+        for event in hookup.drain():
+            yield event
+        if isinstance(item, Finished):
+            item = hookup.finish(item)
+        yield item
+
+
+#: Hookups opened by :func:`relay_for`, by the base URL their options carry.
+_by_url: dict[str, RelayHookup] = {}
+
+
+@asynccontextmanager
+async def relay_for(
+    options: ClaudeAgentOptions | None, policy: Policy | None = None
+) -> AsyncIterator[ClaudeAgentOptions]:
+    """Options whose CLI goes through the relay while the block runs (for client users)."""
+    async with relayed(options or ClaudeAgentOptions(), policy or Policy()) as hookup:
+        url = hookup.options.env.get("ANTHROPIC_BASE_URL", "") if hookup.run else ""
+        if url:
+            _by_url[url] = hookup
+        try:
+            yield hookup.options
+        finally:
+            if url:
+                _by_url.pop(url, None)
+
+
+def hookup_for(options: ClaudeAgentOptions) -> RelayHookup | None:
+    """The :func:`relay_for` hookup whose options these are, if its block is still open."""
+    return _by_url.get(options.env.get("ANTHROPIC_BASE_URL", ""))
+
+
+def _one_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__

@@ -1,0 +1,348 @@
+"""How runs use the request relay: the switches, the notes, the events in the stream, the view.
+
+Scripted ``query_fn`` generators that send real HTTP through the relay to a scripted
+server stand in for the CLI here (the real CLI is in test_relay_wiring_cli.py), so the
+relay, its governor and its events are the real ones.
+"""
+
+from __future__ import annotations
+
+import io
+import logging
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, SystemMessage
+
+import teamlead
+from teamlead._run.relayed import hookup_for, relay_wanted
+from teamlead.events import (
+    BucketSummary,
+    ConcurrencyChanged,
+    Finished,
+    RateLimited,
+    RelaySummary,
+)
+from teamlead.testing import Reply, ScriptedServer
+from teamlead.view import LiveTeamView, PlainProgress
+
+pytestmark = pytest.mark.anyio
+
+SESSION = "5e55a1f0-0000-4000-8000-000000000001"
+
+
+def _messages(base_url: str) -> list[Any]:
+    return [
+        SystemMessage(
+            subtype="init", data={"type": "system", "subtype": "init", "session_id": SESSION}
+        ),
+        ResultMessage(
+            subtype="success",
+            duration_ms=1,
+            duration_api_ms=1,
+            is_error=False,
+            num_turns=1,
+            session_id=SESSION,
+            result=f"answer via {base_url.split('/')[2]}",
+        ),
+    ]
+
+
+def _posting_query(seen: list[ClaudeAgentOptions], posts: int = 1) -> Any:
+    """A query_fn that, like the CLI, sends its requests to ``ANTHROPIC_BASE_URL``."""
+
+    async def query_fn(*, prompt: str, options: ClaudeAgentOptions) -> AsyncIterator[Any]:
+        seen.append(options)
+        base = options.env["ANTHROPIC_BASE_URL"]
+        async with httpx.AsyncClient(timeout=30) as client:
+            for _ in range(posts):
+                response = await client.post(
+                    f"{base}/v1/messages",
+                    headers={"x-api-key": "sk-ant-unit-key", "anthropic-version": "2023-06-01"},
+                    json={
+                        "model": "claude-unit",
+                        "max_tokens": 10,
+                        "stream": False,
+                        "messages": [{"role": "user", "content": prompt}],
+                    },
+                )
+                assert response.status_code == 200, response.text
+        for message in _messages(base):
+            yield message
+
+    return query_fn
+
+
+def _limited_once() -> Any:
+    calls = {"n": 0}
+
+    def script(req: Any) -> Reply:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            return Reply.error(429, retry_after=0)
+        return Reply.text("ok")
+
+    return script
+
+
+async def test_query_relays_by_default_and_yields_the_relays_events() -> None:
+    with ScriptedServer(_limited_once()) as server:
+        seen: list[ClaudeAgentOptions] = []
+        options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
+        items = [i async for i in teamlead.query("q", options, query_fn=_posting_query(seen))]
+        recorded = server.recorded()
+    relay_url = seen[0].env["ANTHROPIC_BASE_URL"]
+    assert relay_url.startswith("http://127.0.0.1:") and relay_url != server.base_url
+    assert options.env == {"ANTHROPIC_BASE_URL": server.base_url}  # the caller's untouched
+    limited = [i for i in items if isinstance(i, RateLimited)]
+    assert [(e.model, e.outcome, e.status) for e in limited] == [("claude-unit", "absorbed", 429)]
+    done = items[-1]
+    assert isinstance(done, Finished) and done.relay is not None
+    assert (done.relay.requests, done.relay.absorbed, done.relay.passed) == (1, 1, 0)
+    assert [s.status for s in recorded] == [429, 200]
+    assert all(
+        k.lower() != "x-api-key" or v == "sk-ant-unit-key" for r in recorded for k, v in r.headers
+    )
+
+
+@pytest.mark.parametrize("how", ["policy", "variable"])
+async def test_the_relay_is_off_with_policy_or_variable(
+    how: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with ScriptedServer(lambda req: Reply.text("ok")) as server:
+        seen: list[ClaudeAgentOptions] = []
+        options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
+        policy = teamlead.Policy(relay=how != "policy")
+        if how == "variable":
+            monkeypatch.setenv("TEAMLEAD_NO_RELAY", "1")
+        items = [
+            i
+            async for i in teamlead.query(
+                "q", options, query_fn=_posting_query(seen), policy=policy
+            )
+        ]
+    assert seen[0].env["ANTHROPIC_BASE_URL"] == server.base_url  # direct
+    assert items[-1].relay is None
+    assert not any(isinstance(i, RateLimited | ConcurrencyChanged) for i in items)
+
+
+def test_relay_wanted_reads_the_switches() -> None:
+    assert relay_wanted(teamlead.Policy(), {})
+    assert not relay_wanted(teamlead.Policy(relay=False), {})
+    assert not relay_wanted(teamlead.Policy(), {"TEAMLEAD_NO_RELAY": "yes"})
+    assert relay_wanted(teamlead.Policy(), {"TEAMLEAD_NO_RELAY": "0"})
+
+
+@pytest.mark.parametrize(
+    ("env", "note"),
+    [
+        ({"CLAUDE_CODE_USE_BEDROCK": "1"}, "Bedrock"),
+        ({"CLAUDE_CODE_USE_VERTEX": "true"}, "Vertex"),
+        ({"ANTHROPIC_BASE_URL": "unix:///run/gateway.sock"}, "not an http(s) URL"),
+    ],
+)
+async def test_not_applicable_runs_direct_with_one_note(
+    env: dict[str, str], note: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    seen: list[ClaudeAgentOptions] = []
+
+    async def query_fn(*, prompt: str, options: ClaudeAgentOptions) -> AsyncIterator[Any]:
+        seen.append(options)
+        for message in _messages("http://direct/"):
+            yield message
+
+    with caplog.at_level(logging.WARNING, logger="teamlead.relay"):
+        items = [
+            i async for i in teamlead.query("q", ClaudeAgentOptions(env=env), query_fn=query_fn)
+        ]
+    assert seen[0].env.get("ANTHROPIC_BASE_URL") == env.get("ANTHROPIC_BASE_URL")
+    assert items[-1].relay is None
+    lines = [r.getMessage() for r in caplog.records if r.name == "teamlead.relay"]
+    assert len(lines) == 1 and note in lines[0] and "\n" not in lines[0]
+
+
+async def test_a_relay_that_cannot_listen_warns_and_runs_direct(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    import teamlead._relay.server as server_module
+    from teamlead.errors import RelayError
+
+    def refuse() -> Any:
+        raise RelayError("the relay cannot listen on 127.0.0.1: Address already in use")
+
+    monkeypatch.setattr(server_module, "_bind", refuse)
+    with ScriptedServer(lambda req: Reply.text("ok")) as server:
+        seen: list[ClaudeAgentOptions] = []
+        options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
+        with caplog.at_level(logging.WARNING, logger="teamlead.relay"):
+            items = [i async for i in teamlead.query("q", options, query_fn=_posting_query(seen))]
+    assert seen[0].env["ANTHROPIC_BASE_URL"] == server.base_url
+    assert items[-1].relay is None and items[-1].status == "completed"
+    (line,) = [r.getMessage() for r in caplog.records if r.name == "teamlead.relay"]
+    assert line == (
+        "request relay off, running direct: the relay cannot listen on 127.0.0.1: "
+        "Address already in use"
+    )
+
+
+async def test_relay_for_keeps_the_relay_up_for_a_client_and_receive_all_reports_it() -> None:
+    with ScriptedServer(_limited_once()) as server:
+        options = teamlead.prepare_options(
+            ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url}),
+            teamlead.Policy(),
+            client=True,
+        )
+        async with teamlead.coordinator.relay_for(options) as relayed_options:
+            base = relayed_options.env["ANTHROPIC_BASE_URL"]
+            assert base != server.base_url and hookup_for(relayed_options) is not None
+            assert relayed_options.env["CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS"] == "1"
+            client = _Client(relayed_options)
+            items = [i async for i in teamlead.receive_all(client)]
+        assert hookup_for(relayed_options) is None
+        # the block is over: the relay is gone, the next client would need a new block
+        async with httpx.AsyncClient(timeout=5) as after:
+            with pytest.raises(httpx.ConnectError):
+                await after.post(f"{base}/v1/messages", json={})
+    assert [type(i).__name__ for i in items if isinstance(i, RateLimited)] == ["RateLimited"]
+    done = items[-1]
+    assert isinstance(done, Finished) and done.relay is not None and done.relay.absorbed == 1
+
+
+class _Client:
+    """The part of ClaudeSDKClient receive_all uses; its "CLI" posts to its base URL."""
+
+    def __init__(self, options: ClaudeAgentOptions) -> None:
+        self.options = options
+
+    async def query(self, prompt: str, session_id: str = "default") -> None:
+        raise AssertionError("nothing to resume in this test")
+
+    async def receive_messages(self) -> AsyncIterator[Any]:
+        async for message in _posting_query([])(prompt="q", options=self.options):
+            yield message
+        yield SystemMessage(
+            subtype="session_state_changed",
+            data={
+                "type": "system",
+                "subtype": "session_state_changed",
+                "state": "idle",
+                "session_id": SESSION,
+            },
+        )
+
+
+def _summary() -> RelaySummary:
+    return RelaySummary(
+        requests=27,
+        absorbed=21,
+        passed=1,
+        buckets=[BucketSummary(key="anthropic/claude-x", limit=3, requests=27, rate_limited=22)],
+    )
+
+
+def _change(previous: int, cap: int, reason: Any = "rate_limited") -> ConcurrencyChanged:
+    return ConcurrencyChanged(
+        key="anthropic/claude-x",
+        reason=reason,
+        cap=cap,
+        previous_cap=previous,
+        effective=cap,
+        epoch=1,
+        retry_after_s=1.0,
+        at=0.0,
+    )
+
+
+def test_plain_lines_for_the_relay() -> None:
+    out = io.StringIO()
+    view = PlainProgress(out)
+    view.handle(
+        RateLimited(model="claude-x", role="subagent", retry_after_s=1.0, outcome="absorbed")
+    )
+    view.handle(_change(32, 3))
+    view.handle(_change(3, 3, "retry_after"))  # a pause: the limit did not change
+    view.handle(
+        Finished(status="completed", result="r", session_id=None, resumes=0, relay=_summary())
+    )
+    lines = [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]
+    assert lines == [
+        "API 429 for claude-x (subagent, retry after 1 s): absorbed by the relay",
+        "governor: anthropic/claude-x limit 32 -> 3 (rate_limited)",
+        "finished: completed after 0 resume(s), $0.0000; relay: 21 429/529 absorbed, "
+        "1 passed on; limits: anthropic/claude-x 3",
+    ]
+
+
+def test_live_view_has_a_governor_line() -> None:
+    from rich.console import Console
+
+    view = LiveTeamView(Console(file=io.StringIO(), width=120))
+    try:
+        assert view.governor_line() is None
+        view.handle(_change(32, 3))
+        view.handle(RateLimited(model="claude-x", role="subagent", outcome="absorbed"))
+        view.handle(RateLimited(model="claude-x", role="lead", outcome="passed"))
+        assert view.governor_line() == (
+            "governor: anthropic/claude-x limit 3 · 429s absorbed 1, passed on 1"
+        )
+    finally:
+        view.close()
+
+
+def test_finished_without_relay_still_reads() -> None:
+    old = (
+        '{"type": "finished", "version": 1, "status": "completed", "result": "r", '
+        '"session_id": null, "resumes": 0}'
+    )
+    assert Finished.model_validate_json(old).relay is None
+    again = Finished(status="completed", result="r", session_id=None, resumes=0, relay=_summary())
+    assert Finished.model_validate_json(again.to_json()) == again
+
+
+async def test_experiment_trials_share_one_relay_and_count_each_429_once(tmp_path: Path) -> None:
+    from teamlead.experiment.runner import run_experiment
+    from teamlead.experiment.spec import parse_spec
+
+    spec = parse_spec(
+        "\n".join(
+            [
+                "[experiment]",
+                'name = "relay"',
+                "trials = 2",
+                "concurrency = 4",
+                'control = "a"',
+                "[[variants]]",
+                'name = "a"',
+                'strategy = "baseline"',
+                "[[variants]]",
+                'name = "b"',
+                'strategy = "baseline"',
+                "[[tasks]]",
+                'id = "t"',
+                'prompt = "Question."',
+            ]
+        )
+    )
+    seen: list[ClaudeAgentOptions] = []
+    with ScriptedServer(_limited_once()) as server:
+        base = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
+        progress: list[Any] = []
+        summary = await run_experiment(
+            spec,
+            tmp_path,
+            base_options=base,
+            query_fn=_posting_query(seen),
+            on_progress=progress.append,
+        )
+        statuses = [r.status for r in server.recorded()]
+    assert summary.ran == 4 and summary.failed == 0
+    # every trial's requests went through the one relay (trials are not gated by it)
+    relays = {o.env["ANTHROPIC_BASE_URL"].rsplit("/run-", 1)[0] for o in seen}
+    assert len(seen) == 4 and len(relays) == 1 and server.base_url not in relays
+    # the one 429 was absorbed by the relay and counted once, not per trial
+    assert statuses.count(429) == 1 and summary.rate_limited == 1
+    # the governor's cut reached the progress view once, though every trial's run heard it
+    assert [c.reason for c in progress[-1].changes].count("rate_limited") == 1
