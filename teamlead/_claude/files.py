@@ -17,7 +17,7 @@ import json
 import os
 import stat
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import Any, BinaryIO, Literal
 
 __all__ = ["FileProblem", "loads", "open_regular", "read_regular"]
 
@@ -38,14 +38,14 @@ def _check(path: Path, mode: int) -> None:
         raise FileProblem("not_regular", f"{path} is not a regular file; left alone")
 
 
-def open_regular(path: Path) -> IO[bytes]:
+def open_regular(path: Path) -> BinaryIO:
     """Open a regular file for reading without ever blocking on a FIFO or device.
 
     Raises:
         FileProblem: missing, not a regular file, or unreadable.
     """
     try:
-        _check(path, os.stat(path).st_mode)
+        _check(path, Path(path).stat().st_mode)
         flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0)
         fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:

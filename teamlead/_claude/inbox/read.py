@@ -173,6 +173,7 @@ def read_inbox(
     *,
     config_dir: Path | None = None,
     max_bytes: int = DEFAULT_MAX_INBOX_BYTES,
+    log: bool = True,
 ) -> InboxRead:
     """Read and decode an inbox without locking or changing it.
 
@@ -185,12 +186,15 @@ def read_inbox(
         config_dir: the Claude Code config dir the inbox must stay in; by default inferred
             from ``<config>/teams/<team>/inboxes/<agent>.json``.
         max_bytes: files larger than this are left alone.
+        log: log the warnings; a caller that shows them itself passes False, so each
+            is printed once.
 
     Example:
         >>> read = read_inbox(team.lead_inbox)                    # doctest: +SKIP
         >>> [m.result for m in read.messages if m.is_result]      # doctest: +SKIP
     """
     read = read_unlogged(Path(path), config_dir, max_bytes)
-    for warning in read.warnings:
-        logger.warning("%s", warning)
+    if log:
+        for warning in read.warnings:
+            logger.warning("%s", warning)
     return read

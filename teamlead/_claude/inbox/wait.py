@@ -110,6 +110,7 @@ async def wait_for_inbox(
     deadline: float | None = None,
     config_dir: Path | None = None,
     max_bytes: int = DEFAULT_MAX_INBOX_BYTES,
+    logged: set[str] | None = None,
 ) -> InboxWait:
     """Wait until ``until(read)`` holds for a read of the inbox, or the wait runs out.
 
@@ -127,6 +128,8 @@ async def wait_for_inbox(
         deadline: absolute time on ``clock.monotonic()`` after which the wait gives up.
         config_dir: the config dir the inbox must stay in (inferred by default).
         max_bytes: inbox size cap, as in :func:`read_inbox`.
+        logged: warnings already logged (this wait adds to it), so a caller that reads
+            the same inbox again logs each warning once.
 
     Returns:
         The last read and whether ``until`` held.
@@ -143,7 +146,7 @@ async def wait_for_inbox(
     policy = InboxWaitPolicy() if policy is None else policy
     root = confine_root(path, config_dir)
     start = clock.monotonic()
-    logged: set[str] = set()
+    logged = set() if logged is None else logged
     reads = 0
 
     def read_once() -> InboxRead:
