@@ -31,6 +31,10 @@ __all__ = ["Collector", "Member", "MemberStatus"]
 
 logger = logging.getLogger("teamlead.inbox")  # where the inbox reader's warnings go
 
+_EVENT_MESSAGES = 50
+_EVENT_WARNINGS = 20
+_EVENT_CHARS = 200
+
 MemberStatus: TypeAlias = Literal["pending", "reported"]
 
 
@@ -150,11 +154,14 @@ class Collector:
             if message.is_result:
                 pending.append(_inbox_delivery(message, team))
         if fresh or read.warnings:
+            shown = fresh[:_EVENT_MESSAGES]  # one NDJSON line stays small, however big the inbox
             yield InboxCollected(
                 team=team.name,
-                messages=[_message_summary(m) for m in fresh],
-                warnings=list(read.warnings),
+                messages=[_message_summary(m) for m in shown],
+                warnings=list(read.warnings[:_EVENT_WARNINGS]),
                 satisfied=satisfied,
+                omitted_messages=len(fresh) - len(shown),
+                omitted_warnings=max(0, len(read.warnings) - _EVENT_WARNINGS),
             )
 
     def _find_team(self, session: str | None) -> Team | None:
@@ -268,10 +275,10 @@ def _own_pids() -> list[int]:
 
 def _message_summary(message: TeammateMessage) -> dict[str, Any]:
     return {
-        "from": message.sender,
+        "from": message.sender[:_EVENT_CHARS],
         "kind": message.kind,
         "frame": message.frame_type,
-        "summary": redact(message.summary or "")[:200] or None,
+        "summary": redact(message.summary or "")[:_EVENT_CHARS] or None,
         "status": message.completed_status,
         "is_result": message.is_result,
     }

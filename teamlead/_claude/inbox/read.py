@@ -40,6 +40,7 @@ _STATUS: dict[ProblemKind, InboxStatus] = {
     "too_large": "too_large",
     "unreadable": "invalid",
 }
+_LISTED_SKIPS = 10
 _REQUIRED = ("from", "text", "timestamp")
 _OPTIONAL_STR = ("type", "color", "summary", "msg_id", "lead_sig")
 _KNOWN = frozenset({*_REQUIRED, *_OPTIONAL_STR, "read", "from_plugin", "msgV", "sender"})
@@ -145,12 +146,15 @@ def read_unlogged(path: Path, config_dir: Path | None, max_bytes: int) -> InboxR
         return InboxRead(path=path, status=status, warnings=warnings)
     seen: set[str] = set()
     warnings_list: list[str] = []
+    skipped = 0
     messages: list[TeammateMessage] = []
     scrub = secret_scrubber()
     for index, item in enumerate(raw):
         entry = scan_entry(item)
         if isinstance(entry, str):
-            warnings_list.append(scrub(f"inbox {path}: skipped entry {index}: {entry}"))
+            skipped += 1
+            if skipped <= _LISTED_SKIPS:  # the rest are counted in one line, not listed
+                warnings_list.append(scrub(f"inbox {path}: skipped entry {index}: {entry}"))
             continue
         key = entry.key
         if key in seen:
@@ -159,11 +163,14 @@ def read_unlogged(path: Path, config_dir: Path | None, max_bytes: int) -> InboxR
         raw[index] = None  # the message replaces it: a big inbox is not held twice
         messages.append(build_message(message_fields(entry, key=key, scrub=scrub)))
     del raw, seen
+    if skipped > _LISTED_SKIPS:
+        more = skipped - _LISTED_SKIPS
+        warnings_list.append(redact(f"inbox {path}: skipped {more} more invalid entries"))
     return InboxRead(
         path=path,
         status="ok",
         messages=tuple(messages),
-        skipped=len(warnings_list),
+        skipped=skipped,
         warnings=tuple(warnings_list),
     )
 
