@@ -6,7 +6,8 @@ polling fallback: 500 ms (what an interactive lead does) and 2 s. P2: CPU used w
 waiting 10 s on a silent inbox, as % of one core, against the 500 ms poller.
 
 The baseline for the ratios is the 500 ms poller, measured in the same run.
-Targets: event-driven p95 <= 50 ms; idle CPU <= 1 % of a core.
+Targets (issue #12): event-driven p95 <= 5 ms; idle CPU no higher than the 500 ms
+poller's, both measured side by side in this run.
 
 Run: python bench/inbox_latency.py [--samples 30]
 """
@@ -148,11 +149,12 @@ async def main(samples: int) -> None:
         print(f"  poll 500 ms   {poll_cpu * 100:6.3f} %")
 
     p95 = percentile(results["event-driven"], 0.95)
-    ok = p95 <= 0.050 and event_cpu <= 0.01
+    ok = p95 <= 0.005 and event_cpu <= poll_cpu
     print(
-        f"SUMMARY: inbox_latency: event-driven p95 {p95 * 1000:.1f} ms (target <= 50) = "
-        f"{p95 / base95:.3f}x the 500 ms poller; idle CPU {event_cpu * 100:.2f} % of a core "
-        f"(target <= 1 %) -> {'PASS' if ok else 'FAIL'}"
+        f"SUMMARY: inbox_latency: event-driven p95 {p95 * 1000:.1f} ms (target <= 5) = "
+        f"{p95 / base95:.3f}x the 500 ms poller; idle CPU {event_cpu * 100:.3f} % of a core "
+        f"= {event_cpu / max(poll_cpu, 1e-9):.2f}x the poller's (target <= 1x) "
+        f"-> {'PASS' if ok else 'FAIL'}"
     )
 
 

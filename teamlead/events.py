@@ -80,13 +80,19 @@ class WaitingForTeam(_Event):
 
 
 class InboxCollected(_Event):
-    """Entries read from the team-lead inbox."""
+    """Entries read from the team-lead inbox.
+
+    A huge inbox is summarized, not dumped: at most the first 50 messages and 20
+    warnings are listed, and ``omitted_messages`` / ``omitted_warnings`` count the rest.
+    """
 
     type: Literal["inbox_collected"] = "inbox_collected"
     team: str
     messages: list[dict[str, Any]] = Field(default_factory=list)
     warnings: list[str] = Field(default_factory=list)
     satisfied: bool = True
+    omitted_messages: int = 0
+    omitted_warnings: int = 0
 
 
 class FallbackUsed(_Event):

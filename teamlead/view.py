@@ -81,7 +81,8 @@ def _describe_event(item: Any) -> str | None:
         return f"waiting up to {item.wait_s:g} s for {who}"
     if isinstance(item, InboxCollected):
         senders = ", ".join(sorted({str(m.get("from")) for m in item.messages})) or "nobody"
-        return f"inbox of team {item.team}: {len(item.messages)} new message(s) from {senders}"
+        count = len(item.messages) + item.omitted_messages
+        return f"inbox of team {item.team}: {count} new message(s) from {senders}"
     if isinstance(item, FallbackUsed):
         return f"result of {item.description!r} ({item.status}) taken from its {item.source}"
     if isinstance(item, Resuming):

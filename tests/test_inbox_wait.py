@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -180,15 +181,25 @@ async def test_cancelling_the_wait_stops_the_watcher(inbox: Path) -> None:
         await wait_for_inbox(inbox, until=until, clock=StuckClock())
         finished = True  # never: only a change or the clock can end it, and neither comes
 
+    fds_before = open_fds()
     with anyio.fail_after(30):
         async with anyio.create_task_group() as tg:
             tg.start_soon(wait_forever)
             await first_read.wait()
-            while worker_threads_busy() == 0:  # until the watcher's thread is running
+            for _ in range(20):  # let the watcher get to its wait
                 await anyio.lowlevel.checkpoint()
             tg.cancel_scope.cancel()
     assert not finished
     assert worker_threads_busy() == 0
+    for thread in threading.enumerate():  # the inotify descriptor closes on its own thread
+        if thread.name == "inotify-close":
+            thread.join(10)
+    assert open_fds() == fds_before
+
+
+def open_fds() -> int:
+    fds = Path("/proc/self/fd")
+    return len(list(fds.iterdir())) if fds.is_dir() else 0
 
 
 async def test_an_error_in_until_stops_the_watcher(inbox: Path) -> None:

@@ -9,15 +9,19 @@ through the same :class:`~teamlead.tracker.Tracker`, they tell what is still out
 
 from __future__ import annotations
 
-import json
+import logging
+import os
 import re
 from pathlib import Path
 from typing import Any
 
 from ..errors import UsageError
 from ..tracker import Tracker
+from .files import FileProblem, loads, open_regular
 
 __all__ = ["find_session_file", "load_session"]
+
+logger = logging.getLogger(__name__)
 
 _SAFE_SESSION = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _TAG = re.compile(r"<([a-z-]+)>(.*?)</\1>", re.DOTALL)
@@ -117,19 +121,26 @@ def load_session(config_dir: Path, session_id: str) -> Tracker:
         UsageError: no such session, or its transcript is too large to read.
     """
     path = find_session_file(config_dir, session_id)
-    if path.stat().st_size > _MAX_TRANSCRIPT_BYTES:
-        raise UsageError(f"session transcript {path.name} is over 256 MiB; refusing to read it")
+    try:
+        fh = open_regular(path)  # a FIFO here must not hang resume
+    except FileProblem as problem:
+        raise UsageError(f"session transcript {problem.message}") from None
     tracker = Tracker()
     tracker.session_id = session_id
-    with path.open(encoding="utf-8", errors="replace") as fh:
+    skipped = 0
+    with fh:
+        if os.fstat(fh.fileno()).st_size > _MAX_TRANSCRIPT_BYTES:
+            raise UsageError(f"session transcript {path.name} is over 256 MiB; refusing to read it")
         for line in fh:
             try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                for raw in _records(record, session_id):
-                    tracker.feed(raw)
+                record = loads(line.decode("utf-8", errors="replace"))
+                if isinstance(record, dict):
+                    for raw in _records(record, session_id):
+                        tracker.feed(raw)
+            except (ValueError, RecursionError):  # torn, hand-edited or nested too deeply
+                skipped += 1
+    if skipped:
+        logger.warning("session transcript %s: skipped %d malformed line(s)", path.name, skipped)
     if tracker.lead_texts:  # the transcript has no result records; stand one in
         tracker.feed(
             {

@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -27,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .._redact import redact
 from ..errors import InboxError
+from .files import FileProblem, loads, open_regular, read_regular
 
 __all__ = [
     "LEAD_AGENT_NAME",
@@ -37,7 +37,9 @@ __all__ = [
     "find_team",
     "implicit_team_name",
     "inbox_path",
+    "TeamResolution",
     "load_team",
+    "resolve_team",
     "sanitize_agent_name",
     "sanitize_team_name",
     "within",
@@ -244,23 +246,28 @@ def _first_error(exc: ValidationError) -> str:
 def load_team(team_dir: Path, config_dir: Path) -> Team | None:
     """Parse ``<team_dir>/config.json``; ``None`` (with a warning) when missing or invalid.
 
-    Never writes anything: ``config.json`` belongs to Claude Code.
+    Only a regular file is read (a FIFO there never blocks), at most 1 MiB, and JSON
+    nested too deeply counts as invalid. Never writes anything: ``config.json`` belongs
+    to Claude Code.
     """
     config_path = team_dir / "config.json"
     if not within(config_path, config_dir):
         logger.warning("team config %s resolves outside the config dir; ignored", config_path)
         return None
     try:
-        size = config_path.stat().st_size
-        if size > _MAX_CONFIG_BYTES:
-            logger.warning("team config %s is %d bytes, over the cap; ignored", config_path, size)
-            return None
-        raw = json.loads(config_path.read_bytes())
+        raw = loads(read_regular(config_path, _MAX_CONFIG_BYTES).decode("utf-8"))
         config = TeamConfig.model_validate(raw)
-    except FileNotFoundError:
+    except FileProblem as problem:
+        if problem.kind != "missing":
+            logger.warning("team config %s; ignored", problem.message)
         return None
-    except (OSError, ValueError) as exc:
-        reason = _first_error(exc) if isinstance(exc, ValidationError) else type(exc).__name__
+    except (ValueError, RecursionError) as exc:
+        if isinstance(exc, ValidationError):
+            reason = _first_error(exc)
+        elif isinstance(exc, RecursionError):
+            reason = "nested too deeply"
+        else:
+            reason = str(exc) if "nested" in str(exc) else type(exc).__name__
         logger.warning("team config %s is invalid (%s); ignored", config_path, reason)
         return None
     return Team(config_dir=config_dir, dir=team_dir, config=config)
@@ -269,30 +276,119 @@ def load_team(team_dir: Path, config_dir: Path) -> Team | None:
 def find_team(session_id: str, *, config_dir: Path | None = None) -> Team | None:
     """The team whose lead is ``session_id``, or ``None``.
 
-    Scans ``teams/*/config.json`` for ``leadSessionId == session_id``; then tries the
-    implicit ``session-<first 8 chars>`` team, accepted when its config names no other lead.
-    A ``session-*`` team without ``config.json`` counts as deleted in Claude Code, so it is
-    not returned.
+    Scans ``teams/*/config.json`` for ``leadSessionId == session_id`` and tries the
+    implicit ``session-<first 8 chars>`` team, accepted when its config names no other
+    lead. A ``session-*`` team without ``config.json`` counts as deleted in Claude Code,
+    so it is not returned. When more than one team claims the session (anyone able to
+    write the config dir can forge a claim), see :func:`resolve_team`: only a team that
+    is provably the session's is returned, else ``None``.
 
     Example:
         >>> team = find_team(session_id)                 # doctest: +SKIP
         >>> [m.name for m in team.config.teammates]      # doctest: +SKIP
         ['alpha', 'beta']
     """
+    return resolve_team(session_id, config_dir=config_dir).team
+
+
+@dataclass(frozen=True)
+class TeamResolution:
+    """Which team is the session's, and which others claimed it.
+
+    Attributes:
+        team: the session's team, or ``None``.
+        claimants: every team that claims the session, the chosen one included.
+        ambiguous: one line saying that several teams claim it (logged once), or ``None``.
+    """
+
+    team: Team | None
+    claimants: tuple[Team, ...] = ()
+    ambiguous: str | None = None
+
+
+def resolve_team(session_id: str, *, config_dir: Path | None = None) -> TeamResolution:
+    """Find the session's team, refusing to guess between rival claims.
+
+    One claimant is the team. Among several, the implicit ``session-<8>`` team wins, then
+    the single claimant the lead's own transcript names (``team_name`` in its records);
+    if neither settles it, no team is used. Either way one warning names the claimants.
+    """
     root = claude_config_dir() if config_dir is None else config_dir
     teams = root / "teams"
     try:
         candidates = sorted(p for p in teams.iterdir() if p.is_dir())
     except OSError:
-        return None
+        return TeamResolution(None)
+    implicit_dir = teams / implicit_team_name(session_id)
+    claimants: list[Team] = []
+    implicit: Team | None = None
     for team_dir in candidates:
         if not (team_dir / "config.json").exists():
             continue
         team = load_team(team_dir, root)
-        if team is not None and team.config.lead_session_id == session_id:
-            return team
-    implicit = teams / implicit_team_name(session_id)
-    team = load_team(implicit, root) if implicit.is_dir() else None
-    if team is not None and team.config.lead_session_id in (None, session_id):
-        return team
-    return None
+        if team is None:
+            continue
+        lead = team.config.lead_session_id
+        if team_dir == implicit_dir and lead in (None, session_id):
+            implicit = team
+            claimants.append(team)
+        elif lead == session_id:
+            claimants.append(team)
+    if len(claimants) <= 1:
+        return TeamResolution(claimants[0] if claimants else None, tuple(claimants))
+    chosen = implicit or _named_by_transcript(root, session_id, claimants)
+    names = ", ".join(repr(redact(t.dir.name)) for t in claimants)
+    verdict = (
+        f"using {chosen.dir.name!r}, the session's own"
+        if chosen is not None
+        else "none is provably the session's, so none is used"
+    )
+    warning = f"{len(claimants)} teams claim session {session_id} ({names}); {verdict}"
+    logger.warning("%s", warning)
+    return TeamResolution(chosen, tuple(claimants), warning)
+
+
+_MAX_TRANSCRIPT_SCAN = 64 * 1024 * 1024
+
+
+def _named_by_transcript(root: Path, session_id: str, claimants: list[Team]) -> Team | None:
+    """The one claimant whose name the lead's own transcript gives as ``team_name``."""
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", session_id):
+        return None
+    named: set[str] = set()
+    for path in sorted((root / "projects").glob(f"*/{session_id}.jsonl"))[:1]:
+        if not within(path, root):
+            continue
+        try:
+            fh = open_regular(path)
+        except FileProblem:
+            continue
+        with fh:
+            for line in fh.readlines(_MAX_TRANSCRIPT_SCAN):
+                if b'"team_name"' in line:
+                    named.update(_team_names(line))
+    by_dir = {sanitize_team_name(n) for n in named}
+    found = [t for t in claimants if t.dir.name in by_dir]
+    return found[0] if len(found) == 1 else None
+
+
+def _team_names(line: bytes) -> list[str]:
+    """``team_name`` values in the lead's (main-thread) tool calls and tool results."""
+    try:
+        record = loads(line)
+    except ValueError:
+        return []
+    if not isinstance(record, dict) or record.get("isSidechain"):
+        return []
+    found: list[str] = []
+    result = record.get("toolUseResult")
+    if isinstance(result, dict) and isinstance(result.get("team_name"), str):
+        found.append(result["team_name"])
+    message = record.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, dict) and block.get("type") == "tool_use":
+            value = block.get("input", {})
+            if isinstance(value, dict) and isinstance(value.get("team_name"), str):
+                found.append(value["team_name"])
+    return found

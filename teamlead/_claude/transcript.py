@@ -14,7 +14,6 @@ Example:
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import re
@@ -24,6 +23,7 @@ from typing import Any, BinaryIO
 
 from .._redact import redact
 from ..errors import UsageError
+from .files import FileProblem, loads, open_regular
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
@@ -184,13 +184,13 @@ def last_assistant_text(
         'finding for SUBTASK-A: ok'
     """
     path = Path(path)
-    if not path.is_file():  # checked first: opening a FIFO would block
-        logger.warning("transcript %s is missing or not a regular file", path)
-        return None
     try:
-        fh = path.open("rb")
-    except OSError as exc:
-        logger.warning("transcript %s cannot be opened: %s", path, exc.strerror)
+        fh = open_regular(path)  # a FIFO or device never blocks the run
+    except FileProblem as problem:
+        if problem.kind == "unreadable":
+            logger.warning("transcript %s", problem.message)
+        else:
+            logger.warning("transcript %s is missing or not a regular file", path)
         return None
     with fh:
         info = os.fstat(fh.fileno())
@@ -213,11 +213,11 @@ def last_assistant_text(
             if _ASSISTANT_MARK not in line:
                 continue  # cheap filter: only assistant records are parsed
             try:
-                record = json.loads(line)
-            except ValueError:
+                record = loads(line)
+                text = _assistant_text(record)
+            except (ValueError, RecursionError):
                 logger.warning("transcript %s: skipped a malformed line", path)
                 continue
-            text = _assistant_text(record)
             if text is not None:
                 return redact(text)
     return None

@@ -80,7 +80,7 @@ def inbox_show(session_id: str | None, team: str | None, json_: bool) -> None:
 
     config_dir = claude_config_dir()
     found = find_cli_team(session_id, team, config_dir)
-    read = read_inbox(found.lead_inbox, config_dir=config_dir)
+    read = read_inbox(found.lead_inbox, config_dir=config_dir, log=False)  # shown below
     if json_:
         click.echo(json.dumps(inbox_document(found, read), indent=2))
         return

@@ -10,6 +10,7 @@ twice.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any, Literal, TypeAlias
 
 from .._claude.inbox import consume_inbox, read_inbox, wait_for_inbox
 from .._claude.inbox.model import InboxRead, TeammateMessage
-from .._claude.team import Team, find_team
+from .._claude.team import Team, resolve_team
 from .._claude.transcript import find_subagent_transcript, last_assistant_text
 from .._redact import redact
 from ..clock import Clock
@@ -27,6 +28,12 @@ from ..tracker import TaskInfo, Tracker
 from .resume_prompt import Delivery, TaskSource
 
 __all__ = ["Collector", "Member", "MemberStatus"]
+
+logger = logging.getLogger("teamlead.inbox")  # where the inbox reader's warnings go
+
+_EVENT_MESSAGES = 50
+_EVENT_WARNINGS = 20
+_EVENT_CHARS = 200
 
 MemberStatus: TypeAlias = Literal["pending", "reported"]
 
@@ -59,6 +66,8 @@ class Collector:
     members: dict[str, Member] = field(default_factory=dict)
     seen_inbox_keys: set[str] = field(default_factory=set)
     carry: list[Delivery] = field(default_factory=list)  # collected, but over the prompt cap
+    ambiguous_team: str | None = None  # several teams claimed the session: never "completed"
+    _logged: set[str] = field(default_factory=set)  # inbox warnings already shown
     _waited_s: float = 0.0
     _team: Team | None = None
 
@@ -105,7 +114,11 @@ class Collector:
     ) -> AsyncIterator[TeamleadEvent]:
         for teammate in team.config.teammates:
             self.members.setdefault(teammate.name, Member(teammate.name))
-        read = read_inbox(team.lead_inbox, config_dir=self.config_dir)
+        read = read_inbox(team.lead_inbox, config_dir=self.config_dir, log=False)
+        for warning in read.warnings:
+            if warning not in self._logged:
+                self._logged.add(warning)
+                logger.warning("%s", warning)
         for message in read.messages:
             if message.is_report and message.sender in self.members:
                 self.members[message.sender].status = "reported"  # already in the file
@@ -130,6 +143,7 @@ class Collector:
                 clock=self.clock,
                 deadline=wait_started + wait_s,
                 config_dir=self.config_dir,
+                logged=self._logged,
             )
             self._waited_s += self.clock.monotonic() - wait_started
             read, satisfied = result.read, result.satisfied
@@ -140,17 +154,21 @@ class Collector:
             if message.is_result:
                 pending.append(_inbox_delivery(message, team))
         if fresh or read.warnings:
+            shown = fresh[:_EVENT_MESSAGES]  # one NDJSON line stays small, however big the inbox
             yield InboxCollected(
                 team=team.name,
-                messages=[_message_summary(m) for m in fresh],
-                warnings=list(read.warnings),
+                messages=[_message_summary(m) for m in shown],
+                warnings=list(read.warnings[:_EVENT_WARNINGS]),
                 satisfied=satisfied,
+                omitted_messages=len(fresh) - len(shown),
+                omitted_warnings=max(0, len(read.warnings) - _EVENT_WARNINGS),
             )
 
     def _find_team(self, session: str | None) -> Team | None:
-        if self._team is not None or not session:
+        if self._team is not None or self.ambiguous_team is not None or not session:
             return self._team
-        self._team = find_team(session, config_dir=self.config_dir)
+        found = resolve_team(session, config_dir=self.config_dir)
+        self._team, self.ambiguous_team = found.team, found.ambiguous
         return self._team
 
     def _members_reported(self, read: InboxRead) -> bool:
@@ -257,10 +275,10 @@ def _own_pids() -> list[int]:
 
 def _message_summary(message: TeammateMessage) -> dict[str, Any]:
     return {
-        "from": message.sender,
+        "from": message.sender[:_EVENT_CHARS],
         "kind": message.kind,
         "frame": message.frame_type,
-        "summary": redact(message.summary or "")[:200] or None,
+        "summary": redact(message.summary or "")[:_EVENT_CHARS] or None,
         "status": message.completed_status,
         "is_result": message.is_result,
     }

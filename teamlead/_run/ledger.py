@@ -89,6 +89,8 @@ class Ledger:
             recovered = self.last_round_ok and last is not None
             prefix = "recovered from: " if recovered else ""
             reasons.insert(0, f"{prefix}the lead's stream ended with an error: {self.first_error}")
+        if collected.ambiguous_team is not None:
+            reasons.append(collected.ambiguous_team)
         for member in members:
             if member.status == "pending":
                 reasons.append(f'teammate "{member.name}" did not report within {wait_s:g} s')
@@ -107,8 +109,10 @@ class Ledger:
             status = "failed"
             if final is None and not any("failed" in r or "error" in r for r in reasons):
                 reasons.append("the lead produced no successful answer")
-        elif any(d.disposition not in ("included", "not_run") for d in dispositions) or any(
-            m.status == "pending" for m in members
+        elif (
+            any(d.disposition not in ("included", "not_run") for d in dispositions)
+            or any(m.status == "pending" for m in members)
+            or collected.ambiguous_team is not None  # forged claims: results are unproven
         ):
             status = "partial"
         else:

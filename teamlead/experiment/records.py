@@ -213,7 +213,7 @@ def read_records(path: str | Path, *, missing_ok: bool = False) -> ReadResult:
         if not raw_line.strip():
             continue
         try:
-            raw = json.loads(raw_line.decode("utf-8"))
+            raw = json.loads(raw_line.decode("utf-8"))  # RecursionError: caught below
             if not isinstance(raw, dict):
                 raise ValueError("not a JSON object")
             records.append(TrialRecord.model_validate(_upgrade(raw)))
@@ -224,6 +224,8 @@ def read_records(path: str | Path, *, missing_ok: bool = False) -> ReadResult:
             warnings.append(RecordWarning(number, f"{where}: {problem}" if where else problem))
         except (ValueError, UnicodeDecodeError, KeyError) as exc:
             warnings.append(RecordWarning(number, f"not a trial record: {exc}"))
+        except RecursionError:  # 100,000 nested arrays: a malformed line like any other
+            warnings.append(RecordWarning(number, "not a trial record: JSON nested too deeply"))
     return ReadResult(records, warnings)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import secrets
 from collections.abc import Collection
 from pathlib import Path
@@ -22,8 +23,8 @@ from ...errors import InboxError
 from ...policy import LockPolicy
 from ..team import load_team, within
 from .lock import pid_alive, with_lock
-from .model import DEFAULT_MAX_INBOX_BYTES, ConsumeResult, InboxEntry
-from .read import confine_root, load_array, parse_entry
+from .model import DEFAULT_MAX_INBOX_BYTES, ConsumeResult
+from .read import confine_root, load_array, scan_entry
 
 __all__ = ["consume_inbox"]
 
@@ -42,6 +43,25 @@ def _lead_refusal(path: Path, root: Path, own_pids: Collection[int]) -> str | No
     return f"lead process {pid} is alive and reads its own inbox; not consuming"
 
 
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _compact(kept: list[Any]) -> bytes | None:
+    """The entries as compact UTF-8 JSON, or ``None`` when one is nested too deeply.
+
+    Compact, because the file we read was at most this size: escapes read as one
+    character come back as that character, and whitespace goes, so the rewrite never
+    grows past the cap the reader applies. A lone surrogate (legal in JSON text, not in
+    UTF-8) is written back as its ``\\uXXXX`` escape.
+    """
+    try:
+        text = json.dumps(kept, ensure_ascii=False, separators=(",", ":"))
+    except (RecursionError, ValueError):
+        return None
+    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return text.encode("utf-8")
+
+
 def _rewrite(path: Path, keys: frozenset[str], max_bytes: int) -> ConsumeResult:
     """Under the lock: re-read, drop delivered and read entries, replace atomically."""
     status, raw, problem = load_array(path, max_bytes)
@@ -49,16 +69,22 @@ def _rewrite(path: Path, keys: frozenset[str], max_bytes: int) -> ConsumeResult:
         return ConsumeResult(refused=redact(problem or f"inbox is {status}"))
     kept: list[Any] = []
     for item in raw:
-        entry = parse_entry(item)
-        if isinstance(entry, InboxEntry) and (entry.key in keys or entry.read is True):
+        entry = scan_entry(item)
+        if not isinstance(entry, str) and (entry.read or entry.key in keys):
             continue
         kept.append(item)
     removed = len(raw) - len(kept)
     if removed == 0:
         return ConsumeResult(removed=0, remaining=len(kept))
+    data = _compact(kept)
+    if data is None:
+        return ConsumeResult(refused=f"inbox {path} holds an entry too deep to rewrite; left alone")
+    if len(data) > max_bytes:  # never write a file the reader would then refuse
+        return ConsumeResult(
+            refused=f"inbox {path} would be {len(data)} bytes rewritten, over the cap; left alone"
+        )
     mode = path.stat().st_mode & 0o777
     tmp = path.with_name(f"{path.name}.tmp.{secrets.token_hex(8)}")
-    data = json.dumps(kept, ensure_ascii=False, indent=2).encode("utf-8")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -120,7 +146,7 @@ async def consume_inbox(
     refusal = _lead_refusal(path, root, own_pids)
     if refusal is not None:
         return ConsumeResult(refused=refusal)
-    if not path.is_file():
+    if not path.is_file():  # missing, or not a regular file: nothing of ours to rewrite
         return ConsumeResult()
     wanted = frozenset(keys)
     try:

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictStr
 
-from ..._redact import redact, redact_opt
+from ..._redact import redact
+from ..files import loads
 
 __all__ = [
     "DEFAULT_MAX_INBOX_BYTES",
@@ -28,7 +30,10 @@ __all__ = [
     "InboxWait",
     "MessageKind",
     "TeammateMessage",
+    "EntryFields",
     "decode_entry",
+    "build_message",
+    "message_fields",
     "entry_key",
 ]
 
@@ -61,7 +66,9 @@ _TERMINATING_FRAMES = frozenset({"teammate_terminated", "shutdown_approved"})
 
 def entry_key(sender: str, timestamp: str, text: str) -> str:
     """The key of an entry without ``msg_id``: a digest of ``from|timestamp|text``."""
-    digest = hashlib.sha256(f"{sender}|{timestamp}|{text}".encode()).hexdigest()
+    # surrogatepass: a lone surrogate (valid in JSON text) must not make the key unhashable
+    raw = f"{sender}|{timestamp}|{text}".encode("utf-8", "surrogatepass")
+    digest = hashlib.sha256(raw).hexdigest()
     return f"sha256:{digest}"
 
 
@@ -136,7 +143,10 @@ class TeammateMessage(BaseModel):
 def _opt_str(value: Any) -> str | None:
     if value is None or isinstance(value, str):
         return value
-    return json.dumps(value, ensure_ascii=False)
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (RecursionError, ValueError):
+        return "[value nested too deeply]"
 
 
 def _frame(text: str) -> dict[str, Any] | None:
@@ -144,7 +154,7 @@ def _frame(text: str) -> dict[str, Any] | None:
     if not stripped.startswith("{"):
         return None
     try:
-        value = json.loads(stripped)
+        value = loads(stripped)
     except ValueError:
         return None
     if isinstance(value, dict) and isinstance(value.get("type"), str):
@@ -161,27 +171,53 @@ def _frame_kind(frame_type: str) -> MessageKind:
     return "unknown_frame"
 
 
-def decode_entry(entry: InboxEntry) -> TeammateMessage:
-    """Turn an entry into a :class:`TeammateMessage`, decoding a protocol frame in ``text``.
+class EntryFields(NamedTuple):
+    """The fields of a schema-valid entry that decoding needs, however it was checked."""
 
-    Example:
-        >>> entry = InboxEntry.model_validate({"from": "alpha", "timestamp": "t",
-        ...     "text": '{"type":"idle_notification","result":"42","completedStatus":"resolved"}'})
-        >>> msg = decode_entry(entry)
-        >>> msg.kind, msg.result, msg.is_result
-        ('idle', '42', True)
-    """
-    base: dict[str, Any] = {
-        "sender": redact(entry.sender),
-        "text": redact(entry.text),
-        "key": entry.key,
+    sender: str
+    text: str
+    timestamp: str
+    msg_id: str | None
+    read: bool
+    summary: str | None
+
+    @property
+    def key(self) -> str:
+        """As :attr:`InboxEntry.key`."""
+        return self.msg_id or entry_key(self.sender, self.timestamp, self.text)
+
+    @classmethod
+    def of(cls, entry: InboxEntry) -> EntryFields:
+        """The fields of a validated entry."""
+        return cls(
+            entry.sender,
+            entry.text,
+            entry.timestamp,
+            entry.msg_id,
+            entry.read is True,
+            entry.summary,
+        )
+
+
+def message_fields(
+    entry: EntryFields, *, key: str | None = None, scrub: Callable[[str], str] = redact
+) -> dict[str, Any]:
+    """The :class:`TeammateMessage` fields of an entry, protocol frame decoded, secrets scrubbed."""
+
+    def scrub_opt(value: str | None) -> str | None:
+        return None if value is None else scrub(value)
+
+    base: dict[str, Any] = {  # with _ALWAYS first, then frame fields: every field once
+        "sender": scrub(entry.sender),
+        "text": scrub(entry.text),
+        "key": entry.key if key is None else key,
         "timestamp": entry.timestamp,
         "msg_id": entry.msg_id,
-        "read": bool(entry.read),
+        "read": entry.read,
     }
     frame = _frame(entry.text)
     if frame is None:
-        return TeammateMessage(kind="message", summary=redact_opt(entry.summary), **base)
+        return {"kind": "message", "summary": scrub_opt(entry.summary), **base}
     frame_type: str = frame["type"]
     kind = _frame_kind(frame_type)
     fields: dict[str, Any] = {}
@@ -194,8 +230,55 @@ def decode_entry(entry: InboxEntry) -> TeammateMessage:
             "idle_reason": frame.get("idleReason"),
             "completed_task_id": frame.get("completedTaskId"),
         }
-    fields = {name: redact_opt(_opt_str(value)) for name, value in fields.items()}
-    return TeammateMessage(kind=kind, frame_type=frame_type, **fields, **base)
+    fields = {name: scrub_opt(_opt_str(value)) for name, value in fields.items()}
+    return {"kind": kind, "frame_type": frame_type, **fields, **base}
+
+
+def decode_entry(entry: InboxEntry) -> TeammateMessage:
+    """Turn an entry into a :class:`TeammateMessage`, decoding a protocol frame in ``text``.
+
+    Example:
+        >>> entry = InboxEntry.model_validate({"from": "alpha", "timestamp": "t",
+        ...     "text": '{"type":"idle_notification","result":"42","completedStatus":"resolved"}'})
+        >>> msg = decode_entry(entry)
+        >>> msg.kind, msg.result, msg.is_result
+        ('idle', '42', True)
+    """
+    return build_message(message_fields(EntryFields.of(entry)))
+
+
+def build_message(fields: dict[str, Any]) -> TeammateMessage:
+    """A message from :func:`message_fields`, without running the validator again.
+
+    Those fields are typed by construction (strings, ``None``, a bool, a known kind), so
+    the model is built as :meth:`~pydantic.BaseModel.model_construct` would, minus its
+    per-field loop, every field given and one fields-set shared by all messages: that
+    loop was most of the time, and a fields-set per message most of the memory, of
+    reading a big inbox.
+    """
+    values = {**_DEFAULTS, **fields}  # every field, in declaration order
+    if not _PLAIN_MODEL:
+        return TeammateMessage.model_construct(_fields_set=_ALL_FIELDS, **values)
+    message = TeammateMessage.__new__(TeammateMessage)
+    _set(message, "__dict__", values)
+    _set(message, "__pydantic_fields_set__", _ALL_FIELDS)
+    _set(message, "__pydantic_extra__", None)
+    _set(message, "__pydantic_private__", None)
+    return message
+
+
+_set = object.__setattr__
+_ALL_FIELDS = set(TeammateMessage.model_fields)
+_DEFAULTS: dict[str, Any] = {
+    name: None if field.is_required() else field.default
+    for name, field in TeammateMessage.model_fields.items()
+}
+# the shortcut holds for a model without post-init, private attributes or extras
+_PLAIN_MODEL = (
+    not TeammateMessage.__pydantic_post_init__
+    and not TeammateMessage.__private_attributes__
+    and TeammateMessage.model_config.get("extra") != "allow"
+)
 
 
 InboxStatus = Literal["ok", "missing", "too_large", "invalid", "refused"]

@@ -16,20 +16,50 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from ..._redact import redact
+from ..._redact import redact, secret_scrubber
+from ..files import FileProblem, ProblemKind, loads, read_regular
 from ..team import within
 from .model import (
     DEFAULT_MAX_INBOX_BYTES,
+    EntryFields,
     InboxEntry,
     InboxRead,
     InboxStatus,
     TeammateMessage,
-    decode_entry,
+    build_message,
+    message_fields,
 )
 
-__all__ = ["confine_root", "load_array", "parse_entry", "read_inbox", "read_unlogged"]
+__all__ = ["confine_root", "load_array", "parse_entry", "read_inbox", "scan_entry", "read_unlogged"]
 
 logger = logging.getLogger("teamlead.inbox")  # the name users configure; stable across moves
+
+_STATUS: dict[ProblemKind, InboxStatus] = {
+    "missing": "missing",
+    "not_regular": "invalid",
+    "too_large": "too_large",
+    "unreadable": "invalid",
+}
+_LISTED_SKIPS = 10
+_REQUIRED = ("from", "text", "timestamp")
+_OPTIONAL_STR = ("type", "color", "summary", "msg_id", "lead_sig")
+_KNOWN = frozenset({*_REQUIRED, *_OPTIONAL_STR, "read", "from_plugin", "msgV", "sender"})
+
+
+def _well_formed(raw: Any) -> bool:
+    """True when every known field of ``raw`` already has its exact schema type."""
+    if type(raw) is not dict or "sender" in raw:  # "sender" is the alias's field name
+        return False
+    for name in _REQUIRED:
+        if type(raw.get(name)) is not str:
+            return False
+    for name in _OPTIONAL_STR:
+        value = raw.get(name)
+        if value is not None and type(value) is not str:
+            return False
+    read = raw.get("read")
+    msgv = raw.get("msgV")
+    return (read is None or type(read) is bool) and (msgv is None or type(msgv) is int)
 
 
 def confine_root(path: Path, config_dir: Path | None) -> Path:
@@ -43,44 +73,62 @@ def confine_root(path: Path, config_dir: Path | None) -> Path:
 
 
 def load_array(path: Path, max_bytes: int) -> tuple[InboxStatus, list[Any] | None, str | None]:
-    """Read the raw JSON array; never raises for bad content."""
+    """Read the raw JSON array; never raises for bad content, never blocks on a FIFO."""
     try:
-        info = path.stat()
-    except FileNotFoundError:
-        return "missing", None, None
-    except OSError as exc:
-        return "invalid", None, f"inbox {path} cannot be read: {exc.strerror}"
-    if not path.is_file():
-        return "invalid", None, f"inbox {path} is not a regular file; left alone"
-    if info.st_size > max_bytes:
-        why = f"is {info.st_size} bytes, over the {max_bytes}-byte cap"
-        return "too_large", None, f"inbox {path} {why}; left alone (not parsed, not consumed)"
+        data = read_regular(path, max_bytes)
+    except FileProblem as problem:
+        status: InboxStatus = _STATUS[problem.kind]
+        if status == "missing":
+            return "missing", None, None
+        suffix = " (not parsed, not consumed)" if status == "too_large" else ""
+        return status, None, f"inbox {problem.message}{suffix}"
     try:
-        with path.open("rb") as fh:
-            data = fh.read(max_bytes + 1)
-    except FileNotFoundError:
-        return "missing", None, None
-    except OSError as exc:
-        return "invalid", None, f"inbox {path} cannot be read: {exc.strerror}"
-    if len(data) > max_bytes:
-        return "too_large", None, f"inbox {path} grew over the {max_bytes}-byte cap; left alone"
-    try:
-        raw = json.loads(data.decode("utf-8"))
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         return "invalid", None, f"inbox {path} is not UTF-8 text; left alone"
+    del data
+    try:
+        raw = loads(text)
     except ValueError as exc:
-        where = f" at line {exc.lineno}" if isinstance(exc, json.JSONDecodeError) else ""
-        return "invalid", None, f"inbox {path} is not valid JSON{where} (truncated?); left alone"
+        if isinstance(exc, json.JSONDecodeError):
+            why = f"is not valid JSON at line {exc.lineno} (truncated?)"
+        else:
+            why = f"is not valid JSON ({exc})"
+        return "invalid", None, f"inbox {path} {why}; left alone"
     if not isinstance(raw, list):
         kind = type(raw).__name__
         return "invalid", None, f"inbox {path} holds a JSON {kind}, not an array; left alone"
     return "ok", raw, None
 
 
+def scan_entry(raw: Any) -> EntryFields | str:
+    """The fields of a schema-valid entry, or a one-line reason it fails the schema.
+
+    A well-formed entry (every known field already of its exact type) is read straight
+    from the dict: the validator would only repeat those checks, and it is most of the
+    cost of a big inbox. Anything else goes through :class:`InboxEntry`'s schema, so both
+    paths accept and refuse the same entries.
+    """
+    if _well_formed(raw):
+        get = raw.get
+        return EntryFields(
+            raw["from"],
+            raw["text"],
+            raw["timestamp"],
+            get("msg_id"),
+            get("read") is True,
+            get("summary"),
+        )
+    entry = parse_entry(raw)
+    return entry if isinstance(entry, str) else EntryFields.of(entry)
+
+
 def parse_entry(raw: Any) -> InboxEntry | str:
     """The entry, or a one-line reason it fails the schema."""
     try:
         return InboxEntry.model_validate(raw)
+    except RecursionError:
+        return "entry: nested too deeply"
     except ValidationError as exc:
         err = exc.errors()[0]
         where = ".".join(str(p) for p in err.get("loc", ())) or "entry"
@@ -96,23 +144,33 @@ def read_unlogged(path: Path, config_dir: Path | None, max_bytes: int) -> InboxR
     if raw is None:
         warnings = () if problem is None else (redact(problem),)
         return InboxRead(path=path, status=status, warnings=warnings)
-    messages: list[TeammateMessage] = []
     seen: set[str] = set()
     warnings_list: list[str] = []
+    skipped = 0
+    messages: list[TeammateMessage] = []
+    scrub = secret_scrubber()
     for index, item in enumerate(raw):
-        entry = parse_entry(item)
+        entry = scan_entry(item)
         if isinstance(entry, str):
-            warnings_list.append(redact(f"inbox {path}: skipped entry {index}: {entry}"))
+            skipped += 1
+            if skipped <= _LISTED_SKIPS:  # the rest are counted in one line, not listed
+                warnings_list.append(scrub(f"inbox {path}: skipped entry {index}: {entry}"))
             continue
-        if entry.key in seen:
+        key = entry.key
+        if key in seen:
             continue
-        seen.add(entry.key)
-        messages.append(decode_entry(entry))
+        seen.add(key)
+        raw[index] = None  # the message replaces it: a big inbox is not held twice
+        messages.append(build_message(message_fields(entry, key=key, scrub=scrub)))
+    del raw, seen
+    if skipped > _LISTED_SKIPS:
+        more = skipped - _LISTED_SKIPS
+        warnings_list.append(redact(f"inbox {path}: skipped {more} more invalid entries"))
     return InboxRead(
         path=path,
         status="ok",
         messages=tuple(messages),
-        skipped=len(warnings_list),
+        skipped=skipped,
         warnings=tuple(warnings_list),
     )
 
@@ -122,6 +180,7 @@ def read_inbox(
     *,
     config_dir: Path | None = None,
     max_bytes: int = DEFAULT_MAX_INBOX_BYTES,
+    log: bool = True,
 ) -> InboxRead:
     """Read and decode an inbox without locking or changing it.
 
@@ -134,12 +193,15 @@ def read_inbox(
         config_dir: the Claude Code config dir the inbox must stay in; by default inferred
             from ``<config>/teams/<team>/inboxes/<agent>.json``.
         max_bytes: files larger than this are left alone.
+        log: log the warnings; a caller that shows them itself passes False, so each
+            is printed once.
 
     Example:
         >>> read = read_inbox(team.lead_inbox)                    # doctest: +SKIP
         >>> [m.result for m in read.messages if m.is_result]      # doctest: +SKIP
     """
     read = read_unlogged(Path(path), config_dir, max_bytes)
-    for warning in read.warnings:
-        logger.warning("%s", warning)
+    if log:
+        for warning in read.warnings:
+            logger.warning("%s", warning)
     return read

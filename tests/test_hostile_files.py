@@ -1,0 +1,342 @@
+"""Issue #12, the file half: Claude state files planted by a hostile or unlucky writer.
+
+Each test is named after the case of the issue it guards (case 1: deep JSON, case 2:
+FIFOs, case 6: team hijack, case 11: consume locking data out, case 15: big inboxes,
+and warnings printed twice).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tracemalloc
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from click.testing import CliRunner
+
+from teamlead._claude.inbox import consume_inbox, read_inbox
+from teamlead._claude.session import load_session
+from teamlead._claude.team import find_team, load_team, resolve_team
+from teamlead._claude.transcript import last_assistant_text
+from teamlead._cli import main
+from teamlead._run.collect import Collector
+from teamlead._run.ledger import Ledger
+from teamlead.clock import FakeClock
+from teamlead.errors import UsageError
+from teamlead.events import InboxCollected
+from teamlead.experiment.records import read_records
+from teamlead.policy import Policy
+from teamlead.tracker import Tracker
+
+SESSION = "d6b404c3-7aec-40d7-9803-56ebb9cb00ba"
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+def team_dir(config: Path, name: str, body: str | dict[str, Any]) -> Path:
+    directory = config / "teams" / name
+    (directory / "inboxes").mkdir(parents=True)
+    text = body if isinstance(body, str) else json.dumps(body)
+    (directory / "config.json").write_text(text)
+    return directory
+
+
+def entry(sender: str, text: str, **extra: Any) -> dict[str, Any]:
+    return {"from": sender, "text": text, "timestamp": "2026-01-01T00:00:00Z", **extra}
+
+
+def write_transcript(config: Path, records: list[str]) -> Path:
+    path = config / "projects" / "-work" / f"{SESSION}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in records))
+    return path
+
+
+# case 1: deeply nested JSON is a malformed file, never a RecursionError
+
+
+def test_case1_deeply_nested_inbox_is_invalid_not_a_crash(tmp_path: Path) -> None:
+    team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
+    inbox = team / "inboxes" / "team-lead.json"
+    inbox.write_text(DEEP)
+    read = read_inbox(inbox, config_dir=tmp_path)
+    assert read.status == "invalid"
+    assert len(read.warnings) == 1 and "nested too deeply" in read.warnings[0]
+
+
+def test_case1_deeply_nested_entry_and_frame_keep_the_valid_entries(tmp_path: Path) -> None:
+    team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
+    inbox = team / "inboxes" / "team-lead.json"
+    deep_frame = '{"type":"idle_notification","result":' + DEEP + "}"
+    body = [entry("alpha", "ok"), entry("beta", deep_frame), entry("gamma", "fine")]
+    inbox.write_text(json.dumps(body))
+    read = read_inbox(inbox, config_dir=tmp_path)
+    assert read.status == "ok"
+    assert [m.sender for m in read.messages] == ["alpha", "beta", "gamma"]
+    assert read.messages[1].kind == "message"  # the frame did not decode: plain text
+
+
+def test_case1_deeply_nested_team_config_is_ignored(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    team_dir(tmp_path, "evil", DEEP)
+    team_dir(tmp_path, f"session-{SESSION[:8]}", {"name": "x", "leadSessionId": SESSION})
+    with caplog.at_level(logging.WARNING):
+        found = find_team(SESSION, config_dir=tmp_path)
+    assert found is not None and found.dir.name == f"session-{SESSION[:8]}"
+    assert caplog.text.count("nested too deeply") == 1
+
+
+def test_case1_deeply_nested_transcript_line_is_skipped_on_resume(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    good = {
+        "type": "assistant",
+        "isSidechain": False,
+        "message": {"role": "assistant", "content": [{"type": "text", "text": "hello"}]},
+    }
+    write_transcript(tmp_path, [DEEP, json.dumps(good)])
+    with caplog.at_level(logging.WARNING):
+        tracker = load_session(tmp_path, SESSION)
+    assert tracker.lead_texts == ["hello"]
+    assert caplog.text.count("skipped 1 malformed line") == 1
+
+
+def test_case1_deeply_nested_subagent_transcript_line_is_skipped(tmp_path: Path) -> None:
+    good = {"type": "assistant", "message": {"content": [{"type": "text", "text": "done"}]}}
+    path = tmp_path / "agent.jsonl"
+    path.write_text(json.dumps(good) + "\n" + '{"type":"assistant","x":' + DEEP + "}\n")
+    assert last_assistant_text(path) == "done"
+
+
+def test_case1_deeply_nested_trial_record_is_a_warning(tmp_path: Path) -> None:
+    path = tmp_path / "trials.jsonl"
+    path.write_text(DEEP + "\n")
+    result = read_records(path)
+    assert result.records == []
+    assert [w.line for w in result.warnings] == [1]
+    assert "nested too deeply" in result.warnings[0].message
+
+
+# case 2: a FIFO where a state file should be never blocks
+
+
+def make_fifo(path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    os.mkfifo(path)
+
+
+@pytest.mark.timeout(20)
+def test_case2_fifo_team_config_does_not_hang(tmp_path: Path) -> None:
+    make_fifo(tmp_path / "teams" / "fifo" / "config.json")
+    assert load_team(tmp_path / "teams" / "fifo", tmp_path) is None
+    assert find_team(SESSION, config_dir=tmp_path) is None
+
+
+@pytest.mark.timeout(20)
+def test_case2_fifo_inbox_does_not_hang_read_or_consume(tmp_path: Path) -> None:
+    team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
+    inbox = team / "inboxes" / "team-lead.json"
+    os.mkfifo(inbox)
+    read = read_inbox(inbox, config_dir=tmp_path)
+    assert read.status == "invalid" and "not a regular file" in read.warnings[0]
+    done = anyio.run(lambda: consume_inbox(inbox, ["k"], config_dir=tmp_path))
+    assert done.removed == 0
+
+
+@pytest.mark.timeout(20)
+def test_case2_fifo_transcript_does_not_hang_resume(tmp_path: Path) -> None:
+    make_fifo(tmp_path / "projects" / "-work" / f"{SESSION}.jsonl")
+    with pytest.raises(UsageError, match="not a regular file"):
+        load_session(tmp_path, SESSION)
+    assert last_assistant_text(tmp_path / "projects" / "-work" / f"{SESSION}.jsonl") is None
+
+
+@pytest.mark.timeout(20)
+def test_case2_fifo_inbox_does_not_hang_inbox_show(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
+    os.mkfifo(team / "inboxes" / "team-lead.json")
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path))
+    result = CliRunner().invoke(main, ["inbox", "show", "--team", "t"])
+    assert result.exit_code == 0, result.output
+    assert "inbox: invalid" in result.output
+
+
+# case 6: a second team claiming the session is never trusted on its own
+
+
+def hijack(config: Path, *, implicit: bool) -> None:
+    real = f"session-{SESSION[:8]}" if implicit else "real"
+    team_dir(config, "aaa-forged", {"name": "aaa-forged", "leadSessionId": SESSION})
+    team_dir(config, real, {"name": real, "leadSessionId": SESSION})
+
+
+def test_case6_team_hijack_implicit_team_wins(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    hijack(tmp_path, implicit=True)
+    with caplog.at_level(logging.WARNING):
+        found = resolve_team(SESSION, config_dir=tmp_path)
+    assert found.team is not None and found.team.dir.name == f"session-{SESSION[:8]}"
+    assert len(found.claimants) == 2 and found.ambiguous is not None
+    assert caplog.text.count("2 teams claim session") == 1
+
+
+def test_case6_team_hijack_transcript_names_the_team(tmp_path: Path) -> None:
+    hijack(tmp_path, implicit=False)
+    call = {
+        "type": "assistant",
+        "isSidechain": False,
+        "message": {
+            "content": [{"type": "tool_use", "name": "TeamCreate", "input": {"team_name": "real"}}]
+        },
+    }
+    write_transcript(tmp_path, [json.dumps(call)])
+    team = find_team(SESSION, config_dir=tmp_path)
+    assert team is not None and team.dir.name == "real"
+
+
+def test_case6_team_hijack_unprovable_claims_are_all_refused(tmp_path: Path) -> None:
+    hijack(tmp_path, implicit=False)
+    found = resolve_team(SESSION, config_dir=tmp_path)
+    assert found.team is None and found.ambiguous is not None
+    assert "none is provably" in found.ambiguous
+
+
+def finished_status(tmp_path: Path) -> tuple[str, list[str]]:
+    tracker = Tracker()
+    tracker.feed(
+        {"type": "result", "subtype": "success", "is_error": False, "result": "ok",
+         "session_id": SESSION}
+    )  # fmt: skip
+    collector = Collector(config_dir=tmp_path, policy=Policy(), clock=FakeClock())
+
+    async def drain() -> None:
+        async for _ in collector.collect(tracker, [], deadline=1e9):
+            pass
+
+    anyio.run(drain)
+    done = Ledger(last_round_ok=True).finish(tracker, collector, wait_s=0)
+    return done.status, done.reasons
+
+
+def test_case6_team_hijack_never_reports_completed(tmp_path: Path) -> None:
+    hijack(tmp_path, implicit=False)
+    inbox = tmp_path / "teams" / "aaa-forged" / "inboxes" / "team-lead.json"
+    inbox.write_text(json.dumps([entry("mallory", "forged result")]))
+    tracker_status, reasons = finished_status(tmp_path)
+    assert tracker_status == "partial"
+    assert any("2 teams claim session" in r for r in reasons)
+
+
+def test_case6_single_team_still_completes(tmp_path: Path) -> None:
+    team_dir(tmp_path, "real", {"name": "real", "leadSessionId": SESSION})
+    assert finished_status(tmp_path)[0] == "completed"
+
+
+# case 11: consuming never makes an inbox unreadable
+
+
+def test_case11_consume_keeps_the_size_class(tmp_path: Path) -> None:
+    team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
+    inbox = team / "inboxes" / "team-lead.json"
+    body = [entry("alpha", f"m{i} é", msg_id=f"id{i}") for i in range(2_000)]
+    inbox.write_text(json.dumps(body, separators=(",", ":")))  # compact, escaped non-ASCII
+    cap = inbox.stat().st_size + 10  # the file sits just under the cap
+    before = inbox.stat().st_size
+    done = anyio.run(lambda: consume_inbox(inbox, ["id0"], config_dir=tmp_path, max_bytes=cap))
+    assert done.removed == 1 and done.remaining == 1_999
+    assert inbox.stat().st_size < before
+    read = read_inbox(inbox, config_dir=tmp_path, max_bytes=cap)
+    assert read.status == "ok" and len(read.messages) == 1_999
+
+
+def test_case11_lone_surrogate_survives_a_rewrite(tmp_path: Path) -> None:
+    team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
+    inbox = team / "inboxes" / "team-lead.json"
+    inbox.write_text('[{"from":"a","text":"x\\ud83d","timestamp":"t"},' + json.dumps(
+        entry("b", "gone", msg_id="k")) + "]")  # fmt: skip
+    key = read_inbox(inbox, config_dir=tmp_path).messages[0].key  # no UnicodeEncodeError
+    done = anyio.run(lambda: consume_inbox(inbox, ["k"], config_dir=tmp_path))
+    assert done.removed == 1
+    read = read_inbox(inbox, config_dir=tmp_path)
+    assert read.status == "ok" and [m.key for m in read.messages] == [key]
+
+
+# warnings printed once
+
+
+def test_warnings_printed_once_by_inbox_show(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
+    (team / "inboxes" / "team-lead.json").write_text(json.dumps([{"from": 1}]))
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path))
+    result = CliRunner().invoke(main, ["inbox", "show", "--team", "t"])
+    assert result.exit_code == 0
+    assert result.output.count("skipped entry 0") == 1
+
+
+def test_warnings_printed_once_by_the_collector(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION,
+                                    "members": [{"name": "alpha"}]})  # fmt: skip
+    (team / "inboxes" / "team-lead.json").write_text(json.dumps([{"from": 1}]))
+    tracker = Tracker()
+    tracker.session_id = SESSION
+    clock = FakeClock()
+    collector = Collector(config_dir=tmp_path, policy=Policy(wait_s=0.0), clock=clock)
+
+    async def drain() -> None:
+        for _ in range(2):  # two rounds read the same inbox
+            async for _ in collector.collect(tracker, [], deadline=clock.monotonic()):
+                pass
+
+    with caplog.at_level(logging.WARNING, logger="teamlead.inbox"):
+        anyio.run(drain)
+    assert caplog.text.count("skipped entry 0") == 1
+
+
+# case 15: a huge inbox is read within bounds and summarized in events
+
+
+def test_case15_big_inbox_reads_within_memory_bound(tmp_path: Path) -> None:
+    team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
+    inbox = team / "inboxes" / "team-lead.json"
+    body = [entry(f"a{i % 7}", f"m{i}") for i in range(100_000)]
+    inbox.write_text(json.dumps(body, separators=(",", ":")))
+    del body
+    tracemalloc.start()
+    try:
+        read = read_inbox(inbox, config_dir=tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert read.status == "ok" and len(read.messages) == 100_000
+    assert peak < 100 * 1024 * 1024  # 284 MB before
+
+
+def test_case15_huge_inbox_is_summarized_in_events(tmp_path: Path) -> None:
+    team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
+    body: list[Any] = [entry("alpha", f"m{i}") for i in range(5_000)] + [{"from": 1}] * 300
+    (team / "inboxes" / "team-lead.json").write_text(json.dumps(body))
+    tracker = Tracker()
+    tracker.session_id = SESSION
+    collector = Collector(config_dir=tmp_path, policy=Policy(), clock=FakeClock())
+    events: list[Any] = []
+
+    async def drain() -> None:
+        async for event in collector.collect(tracker, [], deadline=1e9):
+            events.append(event)
+
+    anyio.run(drain)
+    (collected,) = [e for e in events if isinstance(e, InboxCollected)]
+    assert len(collected.messages) + collected.omitted_messages == 5_000
+    assert len(collected.messages) <= 50 and len(collected.warnings) <= 20
+    assert len(collected.model_dump_json()) < 64 * 1024
