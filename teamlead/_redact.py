@@ -36,3 +36,31 @@ def redact(text: str) -> str:
 def redact_opt(text: str | None) -> str | None:
     """:func:`redact` that passes ``None`` through."""
     return None if text is None else redact(text)
+
+
+# C0 and C1 controls, DEL, and the bidi overrides that reorder what a terminal shows.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+
+
+def _escape_control(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` made safe to print: secrets redacted, every control character made visible.
+
+    This is the one function untrusted text (names, descriptions, teammate text) goes
+    through before any terminal output: ESC, CSI and OSC introducers and every other
+    C0/C1 control become ``\\x1b``-style escapes, so nothing can move the cursor, set the
+    title or clear the screen. The result is plain text; render it with ``rich.text.Text``
+    (never as markup).
+
+    Example:
+        >>> terminal_safe("hi\\x1b]0;pwned\\x07")
+        'hi\\\\x1b]0;pwned\\\\x07'
+    """
+    text = redact(text)
+    if keep_newlines:
+        return "\n".join(_CONTROL.sub(_escape_control, line) for line in text.split("\n"))
+    return _CONTROL.sub(_escape_control, text)
