@@ -38,8 +38,9 @@ def redact_opt(text: str | None) -> str | None:
     return None if text is None else redact(text)
 
 
-# C0 and C1 controls, DEL, and the bidi overrides that reorder what a terminal shows.
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+# C0 and C1 controls, DEL, the bidi overrides that reorder what a terminal shows, and
+# lone surrogates (they cannot be encoded for output).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def _escape_control(match: re.Match[str]) -> str:

@@ -61,7 +61,9 @@ _TERMINATING_FRAMES = frozenset({"teammate_terminated", "shutdown_approved"})
 
 def entry_key(sender: str, timestamp: str, text: str) -> str:
     """The key of an entry without ``msg_id``: a digest of ``from|timestamp|text``."""
-    digest = hashlib.sha256(f"{sender}|{timestamp}|{text}".encode()).hexdigest()
+    # surrogatepass: a lone surrogate from a hostile entry must hash, not crash
+    data = f"{sender}|{timestamp}|{text}".encode("utf-8", errors="surrogatepass")
+    digest = hashlib.sha256(data).hexdigest()
     return f"sha256:{digest}"
 
 
