@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .._redact import terminal_safe
-from ..errors import UsageError
+from ..errors import InboxError, UsageError
 from .exitcodes import handle_errors
 from .options import option
 
@@ -43,7 +43,10 @@ def find_cli_team(session_id: str | None, team: str | None, config_dir: Path) ->
             raise UsageError(f"no team of session {session_id} under {config_dir}/teams")
         return found
     assert team is not None
-    validate_name(team, what="team")
+    try:
+        validate_name(team, what="team")
+    except InboxError as exc:  # a bad --team is the user's to fix
+        raise UsageError(str(exc)) from None
     found = load_team(config_dir / "teams" / sanitize_team_name(team), config_dir)
     if found is None:
         raise UsageError(f"no team {team!r} under {config_dir}/teams")

@@ -8,6 +8,7 @@ no option can forget its variable; a test walks the command tree to keep it so.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
@@ -15,7 +16,7 @@ import click
 
 from ..errors import UsageError
 
-__all__ = ["ENV_PREFIX", "Output", "envvar_for", "option", "output_mode"]
+__all__ = ["ENV_PREFIX", "FiniteFloatRange", "Output", "envvar_for", "option", "output_mode"]
 
 ENV_PREFIX = "TEAMLEAD_"
 
@@ -23,6 +24,16 @@ ENV_PREFIX = "TEAMLEAD_"
 Output = Literal["auto", "live", "plain", "json", "quiet"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class FiniteFloatRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses ``inf`` and ``nan`` (a usage error, exit 2)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        return rv
 
 
 def envvar_for(flag: str) -> str:

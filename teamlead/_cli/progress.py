@@ -29,6 +29,7 @@ from ..experiment import (
     run_experiment,
     write_report,
 )
+from ..experiment.outdir import make_out_dir
 
 __all__ = ["report_for", "run_with_progress"]
 
@@ -37,18 +38,17 @@ _CONTROL_FILE = "experiment.json"
 
 def run_with_progress(spec: ExperimentSpec, out_dir: Path, *, show: bool = True) -> RunSummary:
     """Run ``spec`` with a live bar: done/total, in flight, 429s, ETA, concurrency changes."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / _CONTROL_FILE).write_text(
-        json.dumps(
-            {
-                "version": 1,
-                "name": spec.experiment.name,
-                "control": spec.experiment.control,
-                "seed": spec.experiment.seed,
-            },
-            indent=2,
-        )
-    )
+    make_out_dir(out_dir)
+    control = {
+        "version": 1,
+        "name": spec.experiment.name,
+        "control": spec.experiment.control,
+        "seed": spec.experiment.seed,
+    }
+    try:
+        (out_dir / _CONTROL_FILE).write_text(json.dumps(control, indent=2))
+    except OSError as exc:
+        raise UsageError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from None
     console = Console(stderr=True)
     columns: list[Any] = [
         TextColumn("[bold]{task.description}"),

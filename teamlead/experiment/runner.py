@@ -39,6 +39,7 @@ from ..governor import ConcurrencyChanged, Governor, GovernorPolicy, bucket_key
 from ..policy import TRANSIENT_STATUSES, Policy
 from ..prompts import Strategy, apply_strategy, load_strategy
 from ..tracker import Tracker
+from .outdir import OutDir, make_out_dir
 from .records import TrialKey, TrialRecord, TrialWriter, finished_keys
 from .spec import ExperimentSpec, GraderSpec, TaskSpec, VariantSpec
 
@@ -63,10 +64,17 @@ _PRICES: dict[str, tuple[float, float]] = {
 }
 
 
-def trial_session_id(seed: int, key: TrialKey, attempt: int = 1) -> str:
-    """The deterministic session UUID of one trial's ``attempt`` (a retry needs a new session)."""
+def trial_session_id(seed: int, key: TrialKey, attempt: int = 1, run_id: str = "") -> str:
+    """The session UUID of one trial's ``attempt`` (a retry needs a new session).
+
+    Deterministic in the seed, the trial and ``run_id`` (kept in the out dir, see
+    :class:`~teamlead.experiment.outdir.OutDir`), so two runs never share a session id
+    while a rerun on the same out dir resumes the same ones.
+    """
     suffix = "" if attempt == 1 else f"|attempt-{attempt}"
-    return str(uuid.uuid5(_NAMESPACE, f"{seed}|{key.variant}|{key.task}|{key.trial}{suffix}"))
+    run = f"{run_id}|" if run_id else ""
+    name = f"{run}{seed}|{key.variant}|{key.task}|{key.trial}{suffix}"
+    return str(uuid.uuid5(_NAMESPACE, name))
 
 
 def trial_order(spec: ExperimentSpec, done: set[TrialKey] | None = None) -> list[TrialKey]:
@@ -208,12 +216,18 @@ async def _one_trial(
     query_fn: QueryFn | None,
     policy: Policy,
     attempt: int = 1,
+    run_id: str = "",
 ) -> tuple[TrialRecord, bool, float | None]:
     """Run one trial; returns (record, infrastructure failure?, retry-after hint)."""
     variant, task = spec.variant(key.variant), spec.task(key.task)
     strategy = strategies[variant.name]
     options = _trial_options(
-        base, spec, variant, task, strategy, trial_session_id(spec.experiment.seed, key, attempt)
+        base,
+        spec,
+        variant,
+        task,
+        strategy,
+        trial_session_id(spec.experiment.seed, key, attempt, run_id),
     )
     tracker = Tracker()
     finished: Finished | None = None
@@ -290,13 +304,14 @@ async def run_experiment(
     Args:
         spec: a validated spec (see :func:`~teamlead.experiment.load_spec`).
         out_dir: created if missing; ``trials.jsonl`` there is appended to, never rewritten.
+            Locked for the run; its ``run.json`` keeps the run id the session ids derive from.
         base_options: SDK options every trial starts from (env, permission mode, ...).
         query_fn: the generator each coordinator wraps (default ``claude_agent_sdk.query``).
         policy: the coordinator policy per trial; ``deadline_s`` from the spec wins.
         on_progress: called after every change of the counters.
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_out_dir(out_dir)
     path = out_dir / "trials.jsonl"
     done = finished_keys(path, retry_infrastructure=True) if path.exists() else set()
     order = trial_order(spec)
@@ -338,7 +353,7 @@ async def run_experiment(
                         # the slot is held until the coordinator returned, i.e. after the
                         # CLI process of this trial has exited and been reaped
                         record, infra, retry_after = await _one_trial(
-                            key, spec, base, strategies, query_fn, trial_policy, attempts
+                            key, spec, base, strategies, query_fn, trial_policy, attempts, run_id
                         )
                     finally:
                         progress.in_flight -= 1
@@ -383,7 +398,8 @@ async def run_experiment(
         if on_progress:
             on_progress(progress)
 
-    with TrialWriter(path) as writer:
+    # the out dir is held (flock) for the whole run: a second run there stops at once
+    with OutDir(out_dir) as run_id, TrialWriter(path) as writer:
         async with anyio.create_task_group() as tg:
             for _ in range(min(cap, max(1, len(todo)))):
                 tg.start_soon(worker, writer)
