@@ -218,9 +218,10 @@ def _read_prompt_file(path: Path) -> bytes:
         raise UsageError(f"prompt file not found: {path}") from None
     except OSError as exc:
         raise UsageError(f"cannot read prompt file {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"cannot read prompt file {path}: not a regular file")
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UsageError(f"prompt file {path} is not a regular file")
         raw = handle.read(MAX_PROMPT_FILE_BYTES + 1)
     if len(raw) > MAX_PROMPT_FILE_BYTES:
         raise UsageError(f"prompt file {path} is over {MAX_PROMPT_FILE_BYTES // 1024} KiB")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import click
@@ -14,6 +15,9 @@ from teamlead._claude.inbox.model import entry_key
 from teamlead._cli import main
 from teamlead._cli.exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_USAGE, handle_errors
 from teamlead.errors import InboxError, UsageError
+
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup, ExceptionGroup
 
 
 def _command(exc: BaseException) -> click.Command:
