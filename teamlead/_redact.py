@@ -9,25 +9,37 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE", re.I)
 _MIN_SECRET_LEN = 8
 REDACTED = "[redacted]"
 
 
-def _secret_values() -> list[str]:
+def _secret_values(env: Mapping[str, str] | None = None) -> list[str]:
+    sources = [os.environ.items(), (env or {}).items()]
     values = {
         value
-        for name, value in os.environ.items()
+        for items in sources
+        for name, value in items
         if _SECRET_NAME.search(name) and len(value) >= _MIN_SECRET_LEN
     }
     # Longest first, so a secret that contains another one is replaced whole.
     return sorted(values, key=len, reverse=True)
 
 
-def redact(text: str) -> str:
-    """Return ``text`` with the value of every secret-looking env var replaced."""
-    for value in _secret_values():
+def redact(text: str, env: Mapping[str, str] | None = None) -> str:
+    """Return ``text`` with the value of every secret-looking env var replaced.
+
+    The one redaction function: every output (answers, stdout, NDJSON, trial records,
+    reports, warnings) goes through it. ``env`` adds the variables a child process was
+    given on top of this process's own environment (``ClaudeAgentOptions.env``).
+
+    Example:
+        >>> redact("key=sk-ant-0123456789", {"ANTHROPIC_API_KEY": "sk-ant-0123456789"})
+        'key=[redacted]'
+    """
+    for value in _secret_values(env):
         if value in text:
             text = text.replace(value, REDACTED)
     return text

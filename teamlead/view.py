@@ -234,7 +234,7 @@ class JsonProgress:
     def handle(self, item: Any) -> None:
         to_json = getattr(item, "to_json", None)
         if callable(to_json):
-            self.stream.write(to_json() + "\n")
+            self.stream.write(redact(to_json()) + "\n")  # a secret in any field, at the last step
         else:
             for event in self.tracker.feed(item):
                 if isinstance(event, SessionSeen) and not _first_sighting(

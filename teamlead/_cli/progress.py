@@ -12,10 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import anyio
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.text import Text
 
+from .._redact import terminal_safe
 from ..errors import UsageError
 from ..experiment import (
     ExperimentProgress,
@@ -30,6 +31,8 @@ from ..experiment import (
     write_report,
 )
 from ..experiment.outdir import make_out_dir
+from .exitcodes import EXIT_INTERRUPTED, fail
+from .signals import Interruptible
 
 __all__ = ["report_for", "run_with_progress"]
 
@@ -77,17 +80,27 @@ def run_with_progress(spec: ExperimentSpec, out_dir: Path, *, show: bool = True)
             )
             for change in p.changes[seen_changes:]:
                 bar.console.print(
-                    f"concurrency {change.key}: {change.previous_cap} -> {change.cap} "
-                    f"({change.reason})"
+                    Text(
+                        f"concurrency {change.key}: {change.previous_cap} -> {change.cap} "
+                        f"({terminal_safe(change.reason)})"
+                    )
                 )
             seen_changes = len(p.changes)
             for error in p.grader_errors[seen_errors:]:
-                bar.console.print(
-                    f"[yellow]grader failed for {error}; the trial is kept without a grade"
+                text = (
+                    f"grader failed for {terminal_safe(error)}; the trial is kept without a grade"
                 )
+                bar.console.print(Text(text, style="yellow"))
             seen_errors = len(p.grader_errors)
 
-        return anyio.run(lambda: run_experiment(spec, out_dir, on_progress=update))
+        run = Interruptible(lambda: run_experiment(spec, out_dir, on_progress=update)).run()
+    if run.interrupted is not None or run.result is None:  # the CLI tree is stopped by now
+        fail(
+            f"interrupted; finished trials are kept in {out_dir}: "
+            "run the same command again to continue",
+            EXIT_INTERRUPTED,
+        )
+    return run.result
 
 
 def report_for(

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-from .._redact import redact
+from .._redact import redact, redact_opt
 from ..events import Disposition, Finished, FinishReason, Status, TaskDisposition
 from ..tracker import Tracker
 from .collect import Collector
@@ -95,7 +95,7 @@ class Ledger:
             status = "completed"
         return Finished(
             status=status,
-            result=final,
+            result=redact_opt(final),  # an answer can echo a key the lead read
             session_id=tracker.session_id,
             resumes=self.resumes,
             tasks=dispositions,

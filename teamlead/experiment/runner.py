@@ -30,6 +30,7 @@ from typing import Any
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
+from .._redact import redact
 from .._version import __version__
 from ..clock import SYSTEM_CLOCK, Clock
 from ..coordinator import QueryFn, query
@@ -275,7 +276,7 @@ async def _one_trial(
         output_tokens=usage_out,
         cost_usd=finished.cost_usd if finished else tracker.cost_usd,
         resumes=finished.resumes if finished else 0,
-        final_text=(finished.result or "") if finished else (error or ""),
+        final_text=redact((finished.result or "") if finished else (error or ""), base.env),
         prompt_name=strategy.meta.name,
         prompt_version=strategy.meta.version,
         prompt_sha256=strategy.sha256,
