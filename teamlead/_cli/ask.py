@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ..errors import UsageError
-from ..policy import MAX_RESUMES, MAX_SECONDS
+from ..policy import MAX_SECONDS
 from .exitcodes import handle_errors
 from .options import FiniteFloatRange, option, output_mode
 
@@ -34,7 +34,7 @@ def run_options(func: _F) -> _F:
         option("--cwd", type=click.Path(file_okay=False), help="Working directory."),
         option(
             "--max-resumes",
-            type=click.IntRange(min=0, max=MAX_RESUMES),
+            type=click.IntRange(min=0),
             default=3,
             show_default=True,
             help="Re-queries with resume=session at most.",
@@ -42,7 +42,7 @@ def run_options(func: _F) -> _F:
         option(
             "--wait",
             "wait_s",
-            type=FiniteFloatRange(min=0, max=MAX_SECONDS),
+            type=FiniteFloatRange(min=0, limit=MAX_SECONDS),
             default=60.0,
             show_default=True,
             help="Seconds to wait for teammates and the inbox.",
@@ -50,7 +50,7 @@ def run_options(func: _F) -> _F:
         option(
             "--deadline",
             "deadline_s",
-            type=FiniteFloatRange(min=0, min_open=True, max=MAX_SECONDS),
+            type=FiniteFloatRange(min=0, min_open=True, limit=MAX_SECONDS),
             default=1800.0,
             show_default=True,
             help="Seconds for the whole run.",

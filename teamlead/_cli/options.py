@@ -27,12 +27,22 @@ _F = TypeVar("_F", bound=Callable[..., Any])
 
 
 class FiniteFloatRange(click.FloatRange):
-    """``click.FloatRange`` that also refuses ``inf`` and ``nan`` (a usage error, exit 2)."""
+    """``click.FloatRange`` that also refuses ``inf``, ``nan`` and values over ``limit``.
+
+    The limit is checked here rather than as click's ``max`` so ``--help`` stays short;
+    either way the value is a usage error (exit 2) at parse time.
+    """
+
+    def __init__(self, *args: Any, limit: float | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limit = limit
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
         rv = super().convert(value, param, ctx)
         if not math.isfinite(rv):
             self.fail(f"{value!r} is not a finite number.", param, ctx)
+        if self.limit is not None and rv > self.limit:
+            self.fail(f"{value!r} is over the limit of {self.limit:g}.", param, ctx)
         return rv
 
 
