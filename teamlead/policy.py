@@ -128,8 +128,8 @@ class Policy(BaseModel):
     max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     inbox: InboxWaitPolicy = Field(default_factory=InboxWaitPolicy)
     resume_retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    max_result_chars: int = Field(default=4000, ge=200)
-    max_prompt_chars: int = Field(default=60000, ge=1000)
+    max_result_chars: int = Field(default=4000, ge=200, le=1_000_000)
+    max_prompt_chars: int = Field(default=60000, ge=1000, le=10_000_000)
     consume_inbox: bool = True
     idle_timeout_s: float = Field(default=600.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
 
