@@ -54,7 +54,7 @@ def run_with_progress(spec: ExperimentSpec, out_dir: Path, *, show: bool = True)
         raise UsageError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from None
     console = Console(stderr=True)
     columns: list[Any] = [
-        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn(
