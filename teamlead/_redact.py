@@ -9,26 +9,37 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE", re.I)
 _MIN_SECRET_LEN = 8
 REDACTED = "[redacted]"
 
 
-def _secret_values() -> list[str]:
+def _secret_values(env: Mapping[str, str] | None = None) -> list[str]:
+    sources = [os.environ.items(), (env or {}).items()]
     values = {
         value
-        for name, value in os.environ.items()
+        for items in sources
+        for name, value in items
         if _SECRET_NAME.search(name) and len(value) >= _MIN_SECRET_LEN
     }
     # Longest first, so a secret that contains another one is replaced whole.
     return sorted(values, key=len, reverse=True)
 
 
-def redact(text: str) -> str:
-    """Return ``text`` with the value of every secret-looking env var replaced."""
-    for value in _secret_values():
+def redact(text: str, env: Mapping[str, str] | None = None) -> str:
+    """Return ``text`` with the value of every secret-looking env var replaced.
+
+    The one redaction function: every output (answers, stdout, NDJSON, trial records,
+    reports, warnings) goes through it. ``env`` adds the variables a child process was
+    given on top of this process's own environment (``ClaudeAgentOptions.env``).
+
+    Example:
+        >>> redact("key=sk-ant-0123456789", {"ANTHROPIC_API_KEY": "sk-ant-0123456789"})
+        'key=[redacted]'
+    """
+    for value in _secret_values(env):
         if value in text:
             text = text.replace(value, REDACTED)
     return text
@@ -50,3 +61,32 @@ def secret_scrubber() -> Callable[[str], str]:
         return text
 
     return scrub
+
+
+# C0 and C1 controls, DEL, the bidi overrides that reorder what a terminal shows, and
+# lone surrogates (they cannot be encoded for output).
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+
+
+def _escape_control(match: re.Match[str]) -> str:
+    code = ord(match.group(0))
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
+    """``text`` made safe to print: secrets redacted, every control character made visible.
+
+    This is the one function untrusted text (names, descriptions, teammate text) goes
+    through before any terminal output: ESC, CSI and OSC introducers and every other
+    C0/C1 control become ``\\x1b``-style escapes, so nothing can move the cursor, set the
+    title or clear the screen. The result is plain text; render it with ``rich.text.Text``
+    (never as markup).
+
+    Example:
+        >>> terminal_safe("hi\\x1b]0;pwned\\x07")
+        'hi\\\\x1b]0;pwned\\\\x07'
+    """
+    text = redact(text)
+    if keep_newlines:
+        return "\n".join(_CONTROL.sub(_escape_control, line) for line in text.split("\n"))
+    return _CONTROL.sub(_escape_control, text)

@@ -14,6 +14,11 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+#: The longest deadline or wait anything accepts (30 days); beyond it, clocks and timers
+#: overflow, so a bigger value is a usage error, not an infinite run.
+MAX_SECONDS = 30 * 24 * 3600.0
+MAX_RESUMES = 1000
+
 __all__ = [
     "TRANSIENT_STATUSES",
     "InboxWaitPolicy",
@@ -125,16 +130,16 @@ class Policy(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    max_resumes: int = Field(default=3, ge=0)
-    deadline_s: float = Field(default=1800.0, gt=0)
-    wait_s: float = Field(default=60.0, ge=0)
-    max_cost_usd: float | None = Field(default=None, gt=0)
+    max_resumes: int = Field(default=3, ge=0, le=MAX_RESUMES)
+    deadline_s: float = Field(default=1800.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    wait_s: float = Field(default=60.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
+    max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     inbox: InboxWaitPolicy = Field(default_factory=InboxWaitPolicy)
     resume_retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    max_result_chars: int = Field(default=4000, ge=200)
-    max_prompt_chars: int = Field(default=60000, ge=1000)
+    max_result_chars: int = Field(default=4000, ge=200, le=1_000_000)
+    max_prompt_chars: int = Field(default=60000, ge=1000, le=10_000_000)
     consume_inbox: bool = True
-    idle_timeout_s: float = Field(default=600.0, gt=0)
+    idle_timeout_s: float = Field(default=600.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     spawn: SpawnPolicy = Field(default_factory=lambda: SpawnPolicy())
     relay: bool = True
 

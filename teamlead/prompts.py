@@ -29,6 +29,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -205,6 +206,28 @@ def list_strategies() -> list[StrategyMeta]:
     return [strategy.meta for strategy in _load_shipped().values()]
 
 
+#: A strategy prompt is a page of text; anything bigger is a mistake (``/dev/zero``).
+MAX_PROMPT_FILE_BYTES = 1024 * 1024
+
+
+def _read_prompt_file(path: Path) -> bytes:
+    """Prompt file ``path``: a regular file (no FIFO, no device) of at most 1 MiB, or UsageError."""
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
+    except FileNotFoundError:
+        raise UsageError(f"prompt file not found: {path}") from None
+    except OSError as exc:
+        raise UsageError(f"cannot read prompt file {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UsageError(f"cannot read prompt file {path}: not a regular file")
+    with os.fdopen(fd, "rb") as handle:
+        raw = handle.read(MAX_PROMPT_FILE_BYTES + 1)
+    if len(raw) > MAX_PROMPT_FILE_BYTES:
+        raise UsageError(f"prompt file {path} is over {MAX_PROMPT_FILE_BYTES // 1024} KiB")
+    return raw
+
+
 def load_strategy(name_or_path: str | os.PathLike[str]) -> Strategy:
     """Load a shipped strategy by name, or any strategy file by path.
 
@@ -227,13 +250,7 @@ def load_strategy(name_or_path: str | os.PathLike[str]) -> Strategy:
     """
     if isinstance(name_or_path, os.PathLike) or _looks_like_path(name_or_path):
         path = Path(name_or_path)
-        try:
-            raw = path.read_bytes()
-        except FileNotFoundError:
-            raise UsageError(f"prompt file not found: {path}") from None
-        except OSError as exc:
-            raise UsageError(f"cannot read prompt file {path}: {exc.strerror or exc}") from None
-        return _parse_strategy(raw, str(path))
+        return _parse_strategy(_read_prompt_file(path), str(path))
     shipped = _load_shipped()
     if name_or_path not in shipped:
         raise UsageError(

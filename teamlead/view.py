@@ -1,7 +1,9 @@
 """Progress output for the CLI: a live team view on a TTY, plain lines when piped, NDJSON.
 
 All three consume the same stream :func:`teamlead.query` yields (SDK messages and
-teamlead events) through ``handle(item)``.
+teamlead events) through ``handle(item)``. Names, descriptions and teammate text are
+hostile: every terminal line goes through :func:`~teamlead._redact.terminal_safe` and the
+live view renders it as ``Text``, never as Rich markup.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ._redact import redact
+from ._redact import redact, terminal_safe
 from .events import (
     EVENT_VERSION,
     ConcurrencyChanged,
@@ -65,6 +67,10 @@ def event_record(event: TrackedEvent) -> dict[str, Any]:
         if isinstance(value, str):
             data[key] = redact(value)
     return {"type": _SNAKE[type(event).__name__], "version": EVENT_VERSION, **data}
+
+
+def _safe(text: str) -> str:
+    return terminal_safe(text)
 
 
 def _first_sighting(event: SessionSeen, tracker: Tracker, shown: set[str]) -> bool:
@@ -146,7 +152,7 @@ class PlainProgress:
         self._shown: set[str] = set()
 
     def _line(self, text: str) -> None:
-        self.stream.write(f"[{time.monotonic() - self.started:6.1f}s] {text}\n")
+        self.stream.write(f"[{time.monotonic() - self.started:6.1f}s] {terminal_safe(text)}\n")
         self.stream.flush()
 
     def handle(self, item: Any) -> None:
@@ -263,7 +269,7 @@ class LiveTeamView:
         return self._render()
 
     def _render(self) -> Group:
-        table = Table(title=f"teamlead · lead: {self.lead_state}", expand=False)
+        table = Table(title=Text(f"teamlead · lead: {_safe(self.lead_state)}"), expand=False)
         for column in ("who", "description", "status", "elapsed", "tokens", "last tool"):
             table.add_column(column)
         now = time.monotonic()
@@ -271,24 +277,26 @@ class LiveTeamView:
             end = task.ended_at or now
             table.add_row(
                 "agent",
-                task.description[:40],
-                task.status,
+                Text(_safe(task.description[:40])),
+                Text(_safe(task.status)),
                 f"{end - task.started_at:5.1f}s",
                 str(task.tokens or ""),
-                task.last_tool or "",
+                Text(_safe(task.last_tool or "")),
             )
         for description in self.queued.values():
             table.add_row("agent", Text(description[:40]), "queued", "", "", "")
         for name, state in self.teammates.items():
-            table.add_row("teammate", name, state, "", "", "")
-        recent = [Text(line, style="dim") for line in self.log[-6:]]
+            table.add_row("teammate", Text(_safe(name)), Text(_safe(state)), "", "", "")
+        recent = [Text(_safe(line), style="dim") for line in self.log[-6:]]
         governor = self.governor_line()
-        head = [Text(governor, style="yellow")] if governor else []
+        head = [Text(_safe(governor), style="yellow")] if governor else []
         return Group(table, *head, *recent)
 
     def close(self) -> None:
-        self._live.refresh()
-        self._live.stop()
+        try:
+            self._live.refresh()
+        finally:
+            self._live.stop()  # shows the cursor again, whatever the refresh did
 
 
 class JsonProgress:
@@ -302,7 +310,7 @@ class JsonProgress:
     def handle(self, item: Any) -> None:
         to_json = getattr(item, "to_json", None)
         if callable(to_json):
-            self.stream.write(to_json() + "\n")
+            self.stream.write(redact(to_json()) + "\n")  # a secret in any field, at the last step
         else:
             for event in self.tracker.feed(item):
                 if isinstance(event, SessionSeen) and not _first_sighting(

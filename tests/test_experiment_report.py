@@ -218,7 +218,7 @@ def test_exported_names_exist() -> None:
 # Each experiment module may import only modules earlier in this order (lazy and
 # TYPE_CHECKING imports included): metrics -> report -> render and plots, never back.
 _CHAIN = [
-    *("records", "_toml_lines", "spec", "synthetic", "runner"),
+    *("records", "_toml_lines", "spec", "synthetic", "outdir", "runner"),
     *("stats", "verdicts", "metrics", "report", "plots", "render"),
 ]
 

@@ -9,7 +9,6 @@ returns the exit code.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -21,6 +20,7 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from .._claude.loopback import ensure_loopback
 from .._procs import stop_descendants
+from .._redact import redact, terminal_safe
 from ..errors import SetupError, UsageError
 from ..events import Finished
 from ..policy import Policy, SpawnPolicy
@@ -35,6 +35,7 @@ from ..prompts import (
 from ..view import JsonProgress, LiveTeamView, PlainProgress
 from .exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, exit_code_for
 from .options import Output
+from .signals import STOP_SIGNALS
 
 __all__ = [
     "AskSettings",
@@ -222,7 +223,7 @@ def run_session(
     """Drive ``items()`` to its :class:`Finished` event with progress output; returns the exit code.
 
     The final answer goes to stdout (or the ``finished`` NDJSON line with ``--json``);
-    progress goes to stderr. SIGINT/SIGTERM stop the CLI child and all it started at once
+    progress goes to stderr. SIGINT/SIGTERM/SIGHUP stop the CLI child and all it started at once
     (SIGTERM, then SIGKILL after 2 s), print the session id to resume, and return 130.
     """
     out = stdout or sys.stdout
@@ -242,7 +243,7 @@ def run_session(
         scope.cancel()
 
     async def watch_signals(scope: anyio.CancelScope) -> None:
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async for _ in signals:
                 state["interrupted"] = True
                 await anyio.to_thread.run_sync(stop_descendants)
@@ -271,11 +272,11 @@ def run_session(
         return EXIT_FAILED
     if output != "json":
         if finished.result:
-            out.write(finished.result.rstrip() + "\n")
+            out.write(redact(finished.result).rstrip() + "\n")
             out.flush()
         if finished.status != "completed":
             reasons = "; ".join(finished.reasons) or "see the progress log"
-            err.write(f"teamlead: {finished.status}: {reasons}\n")
+            err.write(terminal_safe(f"teamlead: {finished.status}: {reasons}") + "\n")
             if finished.session_id:
                 err.write(f"teamlead: session {finished.session_id}\n")
     return exit_code_for(finished)

@@ -13,8 +13,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ..errors import UsageError
+from ..policy import MAX_SECONDS
 from .exitcodes import handle_errors
-from .options import no_relay_option, option, output_mode
+from .options import FiniteFloatRange, no_relay_option, option, output_mode
 
 if TYPE_CHECKING:
     from .app import AskSettings
@@ -41,7 +42,7 @@ def run_options(func: _F) -> _F:
         option(
             "--wait",
             "wait_s",
-            type=click.FloatRange(min=0),
+            type=FiniteFloatRange(min=0, limit=MAX_SECONDS),
             default=60.0,
             show_default=True,
             help="Seconds to wait for teammates and the inbox.",
@@ -49,7 +50,7 @@ def run_options(func: _F) -> _F:
         option(
             "--deadline",
             "deadline_s",
-            type=click.FloatRange(min=0, min_open=True),
+            type=FiniteFloatRange(min=0, min_open=True, limit=MAX_SECONDS),
             default=1800.0,
             show_default=True,
             help="Seconds for the whole run.",
@@ -57,7 +58,7 @@ def run_options(func: _F) -> _F:
         option(
             "--max-cost",
             "max_cost",
-            type=click.FloatRange(min=0, min_open=True),
+            type=FiniteFloatRange(min=0, min_open=True),
             help="Stop resuming at this many USD.",
         ),
         option("--allowed-tools", help="Comma-separated tools to allow (passed to the SDK)."),

@@ -1,8 +1,9 @@
 """The process exit codes of every ``teamlead`` command, defined once, and the error mapping.
 
 0 completed, 1 failed, 2 usage error, 3 partial (or an experiment stopped early),
-130 interrupted. :func:`handle_errors` turns teamlead's errors into one line on stderr
-and the matching code, never a traceback.
+130 interrupted (SIGINT, and SIGTERM or SIGHUP too: every stop signal exits 130).
+:func:`handle_errors` turns teamlead's errors into one line on stderr and the matching
+code, never a traceback, also when a task group wraps them in an exception group.
 """
 
 from __future__ import annotations
@@ -14,7 +15,11 @@ from typing import Any, NoReturn, TypeVar
 
 import click
 
+from .._redact import terminal_safe
 from ..errors import TeamleadError, UsageError
+
+if sys.version_info < (3, 11):  # pragma: no cover - the backport anyio installs there
+    from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
 from ..events import Finished
 
 __all__ = [
@@ -54,22 +59,46 @@ def exit_code_for(finished: Finished | None) -> int:
 
 def fail(message: str, code: int) -> NoReturn:
     """Print ``teamlead: <message>`` on stderr and exit with ``code``."""
-    click.echo(f"teamlead: {message}", err=True)
+    click.echo(f"teamlead: {terminal_safe(message)}", err=True)
     sys.exit(code)
 
 
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside ``exc``, exception groups (nested too) flattened."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]
+
+
+def _known(exc: BaseException) -> BaseException | None:
+    """The one error to report for ``exc``: an interrupt first, then a usage error, then any
+    teamlead error; ``None`` when a group holds something else as well (a real bug)."""
+    leaves = _leaves(exc)
+    for kind in (KeyboardInterrupt, UsageError, TeamleadError):
+        found = [leaf for leaf in leaves if isinstance(leaf, kind)]
+        if found:
+            return found[0]
+    return None
+
+
 def handle_errors(func: _F) -> _F:
-    """Turn teamlead errors into one line and an exit code, never a traceback."""
+    """Turn teamlead errors into one line and an exit code, never a traceback.
+
+    Errors raised inside a task group arrive wrapped in a (possibly nested)
+    ``BaseExceptionGroup``; the teamlead error inside is reported the same way.
+    """
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return func(*args, **kwargs)
-        except UsageError as exc:
-            fail(f"error: {exc}", EXIT_USAGE)
-        except TeamleadError as exc:
-            fail(f"error: {exc}", EXIT_FAILED)
-        except KeyboardInterrupt:
-            fail("interrupted", EXIT_INTERRUPTED)
+        except (TeamleadError, KeyboardInterrupt, BaseExceptionGroup) as exc:
+            known = _known(exc)
+            if known is None:
+                raise
+            if isinstance(known, KeyboardInterrupt):
+                fail("interrupted", EXIT_INTERRUPTED)
+            code = EXIT_USAGE if isinstance(known, UsageError) else EXIT_FAILED
+            fail(f"error: {known}", code)
 
     return wrapper  # type: ignore[return-value]

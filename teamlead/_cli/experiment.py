@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from ..errors import UsageError
 from .exitcodes import EXIT_PARTIAL, handle_errors
 from .options import no_relay_option, option
 
@@ -86,4 +87,7 @@ def experiment_report(
         click.echo(f"teamlead: warning: {warning}", err=True)
     click.echo(text)
     if out_file:
-        Path(out_file).write_text(text + "\n")
+        try:
+            Path(out_file).write_text(text + "\n")
+        except OSError as exc:
+            raise UsageError(f"cannot write --out {out_file}: {exc.strerror or exc}") from None

@@ -13,7 +13,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..errors import UsageError
+from .._redact import terminal_safe
+from ..errors import InboxError, UsageError
 from .exitcodes import handle_errors
 from .options import option
 
@@ -42,7 +43,10 @@ def find_cli_team(session_id: str | None, team: str | None, config_dir: Path) ->
             raise UsageError(f"no team of session {session_id} under {config_dir}/teams")
         return found
     assert team is not None
-    validate_name(team, what="team")
+    try:
+        validate_name(team, what="team")
+    except InboxError as exc:  # a bad --team is the user's to fix
+        raise UsageError(str(exc)) from None
     found = load_team(config_dir / "teams" / sanitize_team_name(team), config_dir)
     if found is None:
         raise UsageError(f"no team {team!r} under {config_dir}/teams")
@@ -84,11 +88,13 @@ def inbox_show(session_id: str | None, team: str | None, json_: bool) -> None:
     if json_:
         click.echo(json.dumps(inbox_document(found, read), indent=2))
         return
-    click.echo(f"team {found.name}  lead session {found.config.lead_session_id}")
-    click.echo("members: " + (", ".join(m.name for m in found.config.members) or "(none)"))
+    safe = terminal_safe  # every line below carries text a teammate or the CLI wrote
+    click.echo(safe(f"team {found.name}  lead session {found.config.lead_session_id}"))
+    click.echo(safe("members: " + (", ".join(m.name for m in found.config.members) or "(none)")))
     click.echo(f"inbox: {read.status}, {len(read.messages)} message(s), {read.skipped} invalid")
     for message in read.messages:
         body = message.result or message.summary or message.text
-        click.echo(f"  {message.timestamp}  {message.sender:<16} {message.kind:<10} {body[:100]!r}")
+        line = f"  {message.timestamp}  {message.sender:<16} {message.kind:<10} {body[:100]!r}"
+        click.echo(safe(line))
     for warning in read.warnings:
-        click.echo(f"  warning: {warning}", err=True)
+        click.echo(safe(f"  warning: {warning}"), err=True)

@@ -8,6 +8,7 @@ no option can forget its variable; a test walks the command tree to keep it so.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, Literal, TypeVar
 
@@ -15,7 +16,15 @@ import click
 
 from ..errors import UsageError
 
-__all__ = ["ENV_PREFIX", "Output", "envvar_for", "no_relay_option", "option", "output_mode"]
+__all__ = [
+    "ENV_PREFIX",
+    "FiniteFloatRange",
+    "Output",
+    "envvar_for",
+    "no_relay_option",
+    "option",
+    "output_mode",
+]
 
 ENV_PREFIX = "TEAMLEAD_"
 
@@ -23,6 +32,26 @@ ENV_PREFIX = "TEAMLEAD_"
 Output = Literal["auto", "live", "plain", "json", "quiet"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class FiniteFloatRange(click.FloatRange):
+    """``click.FloatRange`` that also refuses ``inf``, ``nan`` and values over ``limit``.
+
+    The limit is checked here rather than as click's ``max`` so ``--help`` stays short;
+    either way the value is a usage error (exit 2) at parse time.
+    """
+
+    def __init__(self, *args: Any, limit: float | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.limit = limit
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        rv = super().convert(value, param, ctx)
+        if not math.isfinite(rv):
+            self.fail(f"{value!r} is not a finite number.", param, ctx)
+        if self.limit is not None and rv > self.limit:
+            self.fail(f"{value!r} is over the limit of {self.limit:g}.", param, ctx)
+        return rv
 
 
 def envvar_for(flag: str) -> str:

@@ -12,10 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-import anyio
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+from rich.text import Text
 
+from .._redact import terminal_safe
 from ..errors import UsageError
 from ..experiment import (
     ExperimentProgress,
@@ -29,7 +30,10 @@ from ..experiment import (
     run_experiment,
     write_report,
 )
+from ..experiment.outdir import make_out_dir
 from ..policy import Policy
+from .exitcodes import EXIT_INTERRUPTED, fail
+from .signals import Interruptible
 
 __all__ = ["report_for", "run_with_progress"]
 
@@ -40,21 +44,20 @@ def run_with_progress(
     spec: ExperimentSpec, out_dir: Path, *, show: bool = True, relay: bool = True
 ) -> RunSummary:
     """Run ``spec`` with a live bar: done/total, in flight, 429s, ETA, concurrency changes."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / _CONTROL_FILE).write_text(
-        json.dumps(
-            {
-                "version": 1,
-                "name": spec.experiment.name,
-                "control": spec.experiment.control,
-                "seed": spec.experiment.seed,
-            },
-            indent=2,
-        )
-    )
+    make_out_dir(out_dir)
+    control = {
+        "version": 1,
+        "name": spec.experiment.name,
+        "control": spec.experiment.control,
+        "seed": spec.experiment.seed,
+    }
+    try:
+        (out_dir / _CONTROL_FILE).write_text(json.dumps(control, indent=2))
+    except OSError as exc:
+        raise UsageError(f"cannot write to --out {out_dir}: {exc.strerror or exc}") from None
     console = Console(stderr=True)
     columns: list[Any] = [
-        TextColumn("[bold]{task.description}"),
+        TextColumn("{task.description}", style="bold", markup=False),
         BarColumn(),
         MofNCompleteColumn(),
         TextColumn(
@@ -80,18 +83,30 @@ def run_with_progress(
             )
             for change in p.changes[seen_changes:]:
                 bar.console.print(
-                    f"concurrency {change.key}: {change.previous_cap} -> {change.cap} "
-                    f"({change.reason})"
+                    Text(
+                        f"concurrency {change.key}: {change.previous_cap} -> {change.cap} "
+                        f"({terminal_safe(change.reason)})"
+                    )
                 )
             seen_changes = len(p.changes)
             for error in p.grader_errors[seen_errors:]:
-                bar.console.print(
-                    f"[yellow]grader failed for {error}; the trial is kept without a grade"
+                text = (
+                    f"grader failed for {terminal_safe(error)}; the trial is kept without a grade"
                 )
+                bar.console.print(Text(text, style="yellow"))
             seen_errors = len(p.grader_errors)
 
         policy = Policy(relay=relay)
-        return anyio.run(lambda: run_experiment(spec, out_dir, policy=policy, on_progress=update))
+        run = Interruptible(
+            lambda: run_experiment(spec, out_dir, policy=policy, on_progress=update)
+        ).run()
+    if run.interrupted is not None or run.result is None:  # the CLI tree is stopped by now
+        fail(
+            f"interrupted; finished trials are kept in {out_dir}: "
+            "run the same command again to continue",
+            EXIT_INTERRUPTED,
+        )
+    return run.result
 
 
 def report_for(

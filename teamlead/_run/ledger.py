@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
-from .._redact import redact
+from .._redact import redact, redact_opt
 from ..events import Disposition, Finished, FinishReason, Status, TaskDisposition
 from ..tracker import Tracker
 from .collect import Collector
@@ -119,7 +119,7 @@ class Ledger:
             status = "completed"
         return Finished(
             status=status,
-            result=final,
+            result=redact_opt(final),  # an answer can echo a key the lead read
             session_id=tracker.session_id,
             resumes=self.resumes,
             tasks=dispositions,

@@ -32,6 +32,7 @@ from typing import Any
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
+from .._redact import redact
 from .._run.relayed import relayed
 from .._version import __version__
 from ..clock import SYSTEM_CLOCK, Clock
@@ -41,6 +42,7 @@ from ..events import ConcurrencyChanged, Finished, RateLimited
 from ..policy import TRANSIENT_STATUSES, Policy
 from ..prompts import Strategy, apply_strategy, load_strategy
 from ..tracker import Tracker
+from .outdir import OutDir, make_out_dir
 from .records import TrialKey, TrialRecord, TrialWriter, finished_keys
 from .spec import ExperimentSpec, GraderSpec, TaskSpec, VariantSpec
 
@@ -66,10 +68,17 @@ _PRICES: dict[str, tuple[float, float]] = {
 }
 
 
-def trial_session_id(seed: int, key: TrialKey, attempt: int = 1) -> str:
-    """The deterministic session UUID of one trial's ``attempt`` (a retry needs a new session)."""
+def trial_session_id(seed: int, key: TrialKey, attempt: int = 1, run_id: str = "") -> str:
+    """The session UUID of one trial's ``attempt`` (a retry needs a new session).
+
+    Deterministic in the seed, the trial and ``run_id`` (kept in the out dir, see
+    :class:`~teamlead.experiment.outdir.OutDir`), so two runs never share a session id
+    while a rerun on the same out dir resumes the same ones.
+    """
     suffix = "" if attempt == 1 else f"|attempt-{attempt}"
-    return str(uuid.uuid5(_NAMESPACE, f"{seed}|{key.variant}|{key.task}|{key.trial}{suffix}"))
+    run = f"{run_id}|" if run_id else ""
+    name = f"{run}{seed}|{key.variant}|{key.task}|{key.trial}{suffix}"
+    return str(uuid.uuid5(_NAMESPACE, name))
 
 
 def trial_order(spec: ExperimentSpec, done: set[TrialKey] | None = None) -> list[TrialKey]:
@@ -211,6 +220,7 @@ async def _one_trial(
     query_fn: QueryFn | None,
     policy: Policy,
     attempt: int = 1,
+    run_id: str = "",
 ) -> tuple[TrialRecord, bool, int]:
     """Run one trial; returns (record, infrastructure failure?, 429s met).
 
@@ -220,7 +230,12 @@ async def _one_trial(
     variant, task = spec.variant(key.variant), spec.task(key.task)
     strategy = strategies[variant.name]
     options = _trial_options(
-        base, spec, variant, task, strategy, trial_session_id(spec.experiment.seed, key, attempt)
+        base,
+        spec,
+        variant,
+        task,
+        strategy,
+        trial_session_id(spec.experiment.seed, key, attempt, run_id),
     )
     tracker = Tracker()
     finished: Finished | None = None
@@ -272,7 +287,7 @@ async def _one_trial(
         output_tokens=usage_out,
         cost_usd=finished.cost_usd if finished else tracker.cost_usd,
         resumes=finished.resumes if finished else 0,
-        final_text=(finished.result or "") if finished else (error or ""),
+        final_text=redact((finished.result or "") if finished else (error or ""), base.env),
         prompt_name=strategy.meta.name,
         prompt_version=strategy.meta.version,
         prompt_sha256=strategy.sha256,
@@ -301,13 +316,14 @@ async def run_experiment(
     Args:
         spec: a validated spec (see :func:`~teamlead.experiment.load_spec`).
         out_dir: created if missing; ``trials.jsonl`` there is appended to, never rewritten.
+            Locked for the run; its ``run.json`` keeps the run id the session ids derive from.
         base_options: SDK options every trial starts from (env, permission mode, ...).
         query_fn: the generator each coordinator wraps (default ``claude_agent_sdk.query``).
         policy: the coordinator policy per trial; ``deadline_s`` from the spec wins.
         on_progress: called after every change of the counters.
     """
     out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
+    make_out_dir(out_dir)
     path = out_dir / "trials.jsonl"
     done = finished_keys(path, retry_infrastructure=True) if path.exists() else set()
     order = trial_order(spec)
@@ -343,7 +359,7 @@ async def run_experiment(
                 _report()
                 try:
                     record, infra, limited = await _one_trial(
-                        key, spec, base, strategies, query_fn, trial_policy, attempts
+                        key, spec, base, strategies, query_fn, trial_policy, attempts, run_id
                     )
                 finally:
                     progress.in_flight -= 1
@@ -387,9 +403,10 @@ async def run_experiment(
             on_progress(progress)
 
     # One relay run for the whole experiment keeps the shared relay up between trials and
-    # reports each governor change once (every trial's run is told of them too).
+    # reports each governor change once (every trial's run is told of them too). The out dir
+    # is held (flock) for the whole run: a second run there stops at once.
     async with relayed(base, trial_policy, on_event=relay_event):
-        with TrialWriter(path) as writer:
+        with OutDir(out_dir) as run_id, TrialWriter(path) as writer:
             async with anyio.create_task_group() as tg:
                 for _ in range(min(cap, max(1, len(todo)))):
                     tg.start_soon(worker, writer)

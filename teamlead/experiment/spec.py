@@ -39,6 +39,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import UsageError
+from ..policy import MAX_SECONDS
 from ._toml_lines import LineIndex, dotted
 from .records import TrialKey
 
@@ -84,7 +85,7 @@ class GraderSpec(_Strict):
 
     model: str | None = None
     rubric: str = Field(min_length=1)
-    max_tokens: int = Field(default=1024, ge=1)
+    max_tokens: int = Field(default=1024, ge=1, le=1_000_000)
 
     @field_validator("rubric")
     @classmethod
@@ -104,6 +105,11 @@ class GraderSpec(_Strict):
         return self.rubric.format(task=task, rubric=rubric or "", answer=answer)
 
 
+#: Absurd sizes are spec errors, not hours of memory growth before the first trial.
+MAX_TRIALS = 10_000
+MAX_CONCURRENCY = 256
+
+
 class ExperimentSettings(_Strict):
     """The ``[experiment]`` table.
 
@@ -113,12 +119,14 @@ class ExperimentSettings(_Strict):
     """
 
     name: Name
-    trials: int = Field(ge=1, description="trials per task per variant")
-    seed: int = Field(default=0, ge=0)
-    concurrency: int = Field(default=1, ge=1, description="ceiling for concurrent trials")
+    trials: int = Field(ge=1, le=MAX_TRIALS, description="trials per task per variant")
+    seed: int = Field(default=0, ge=0, lt=2**63)
+    concurrency: int = Field(
+        default=1, ge=1, le=MAX_CONCURRENCY, description="ceiling for concurrent trials"
+    )
     control: Name
-    deadline_s: float | None = Field(default=None, gt=0)
-    max_cost_usd: float | None = Field(default=None, gt=0)
+    deadline_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     model: str | None = None
     cwd: str | None = None
     grader: GraderSpec | None = None

@@ -31,6 +31,20 @@ from .._claude.loopback import ensure_loopback
 __all__ = ["OfflineClaude", "bundled_cli_path", "cli_version", "ensure_loopback", "offline_env"]
 
 
+_ROUTE_VARS = (
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "all_proxy",
+    "CLAUDE_CODE_USE_BEDROCK",
+    "CLAUDE_CODE_USE_VERTEX",
+    "ANTHROPIC_BEDROCK_BASE_URL",
+    "ANTHROPIC_VERTEX_BASE_URL",
+)
+
+
 def offline_env(
     state_dir: Path,
     base_url: str,
@@ -56,6 +70,11 @@ def offline_env(
         "DISABLE_TELEMETRY": "1",
         "DISABLE_ERROR_REPORTING": "1",
         "CLAUDE_CODE_MAX_RETRIES": str(max_retries),
+        # the host the CLI really connects to must be the loopback one: no proxy in
+        # between, no Bedrock or Vertex endpoint inherited from the parent's environment
+        **dict.fromkeys(_ROUTE_VARS, ""),
+        "NO_PROXY": "127.0.0.1,::1",
+        "no_proxy": "127.0.0.1,::1",
     }
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         env["IS_SANDBOX"] = "1"

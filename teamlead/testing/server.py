@@ -19,6 +19,7 @@ Example:
 from __future__ import annotations
 
 import errno
+import ipaddress
 import json
 import logging
 import socket
@@ -163,6 +164,25 @@ class _HTTPServer(ThreadingHTTPServer):
     owner: ScriptedServer
 
 
+def _loopback_host(host: str) -> str:
+    """``host`` as a literal IPv4 loopback address (``localhost`` maps to 127.0.0.1).
+
+    Only a literal 127.0.0.0/8 address is accepted, so nothing goes through DNS: a name
+    starting with ``127.`` (``127.evil.example``) is refused.
+    """
+    if host == "localhost":
+        return "127.0.0.1"
+    try:
+        address = ipaddress.IPv4Address(host)
+    except ValueError:
+        address = None
+    if address is None or not address.is_loopback:
+        raise SetupError(
+            f"the scripted server only binds a literal IPv4 loopback address, not {host!r}"
+        )
+    return str(address)
+
+
 class ScriptedServer:
     """The scripted model server. Use it as a context manager, or ``start()``/``stop()``.
 
@@ -191,10 +211,8 @@ class ScriptedServer:
         retry_after: float = 1.0,
         limit_roles: Collection[Role] | None = None,
     ) -> None:
-        if host not in ("127.0.0.1", "localhost", "::1") and not host.startswith("127."):
-            raise SetupError(f"the scripted server only binds loopback addresses, not {host!r}")
         self.script = script
-        self.host = host
+        self.host = _loopback_host(host)
         self.port = port
         self.concurrency_limit = concurrency_limit
         self.retry_after = retry_after

@@ -66,9 +66,9 @@ _TERMINATING_FRAMES = frozenset({"teammate_terminated", "shutdown_approved"})
 
 def entry_key(sender: str, timestamp: str, text: str) -> str:
     """The key of an entry without ``msg_id``: a digest of ``from|timestamp|text``."""
-    # surrogatepass: a lone surrogate (valid in JSON text) must not make the key unhashable
-    raw = f"{sender}|{timestamp}|{text}".encode("utf-8", "surrogatepass")
-    digest = hashlib.sha256(raw).hexdigest()
+    # surrogatepass: a lone surrogate from a hostile entry must hash, not crash
+    data = f"{sender}|{timestamp}|{text}".encode("utf-8", errors="surrogatepass")
+    digest = hashlib.sha256(data).hexdigest()
     return f"sha256:{digest}"
 
 

@@ -1,0 +1,190 @@
+"""Issue #12, cases 7 and 13 on the real CLI: stop signals, and secrets in every output."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+from claude_agent_sdk import ClaudeAgentOptions
+
+from teamlead.experiment.records import read_records
+from teamlead.experiment.runner import run_experiment
+from teamlead.experiment.spec import parse_spec
+from teamlead.policy import Policy
+from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing.scripts import FanOut
+
+TEAMLEAD = [sys.executable, "-m", "teamlead"]
+SPEC = """
+[experiment]
+name = "sig"
+trials = 1
+seed = 1
+concurrency = 2
+control = "baseline"
+[[variants]]
+name = "baseline"
+strategy = "baseline"
+[[variants]]
+name = "delegation"
+strategy = "delegation"
+[[tasks]]
+id = "t"
+prompt = "Investigate."
+rubric = "r"
+"""
+
+
+def _ours(state_dir: Path) -> list[psutil.Process]:
+    """Live processes whose CLAUDE_CONFIG_DIR is under ``state_dir`` (our CLI children)."""
+    found = []
+    for proc in psutil.process_iter(["environ"]):
+        try:
+            env = proc.info["environ"] or {}
+        except psutil.Error:
+            continue
+        if str(state_dir) in env.get("CLAUDE_CONFIG_DIR", "") and proc.pid != os.getpid():
+            found.append(proc)
+    return [p for p in found if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+
+
+def _wait_for(check: Any, timeout: float = 60) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def _stop_and_check(proc: subprocess.Popen[str], sig: signal.Signals, state: Path) -> str:
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert _wait_for(lambda: not _ours(state), timeout=5), [p.cmdline() for p in _ours(state)]
+    return err
+
+
+@pytest.mark.cli
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
+def test_case7_stop_signal_to_ask_leaves_no_cli_child(tmp_path: Path, sig: signal.Signals) -> None:
+    with ScriptedServer(FanOut.of(2, delays=30.0)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = subprocess.Popen(
+            [*TEAMLEAD, "ask", "Investigate."],
+            env={**os.environ, **claude.env},
+            cwd=claude.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert _wait_for(lambda: len(server.recorded("subagent")) == 2), "no fan-out"
+        requests = len(server.requests)
+        err = _stop_and_check(proc, sig, tmp_path / "s")
+        time.sleep(0.5)
+        assert len(server.requests) == requests  # no API request after the signal
+    assert "interrupted; resume with: teamlead resume " in err
+
+
+@pytest.mark.cli
+@pytest.mark.timeout(180)
+def test_case7_sigterm_to_experiment_run_leaves_no_cli_child(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    out = tmp_path / "out"
+    with ScriptedServer(FanOut.of(2, delays=30.0)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = subprocess.Popen(
+            [*TEAMLEAD, "experiment", "run", str(spec), "--out", str(out), "-q"],
+            env={**os.environ, **claude.env},
+            cwd=claude.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert _wait_for(lambda: len(server.recorded("subagent")) >= 2), "no trial started"
+        assert _ours(tmp_path / "s")
+        err = _stop_and_check(proc, signal.SIGTERM, tmp_path / "s")
+    assert "interrupted; finished trials are kept in" in err
+    # the lock is released: the out dir can be taken again
+    from teamlead.experiment.outdir import OutDir
+
+    with OutDir(out):
+        pass
+
+
+SECRET = "sk-ant-offline-test-key"  # the key OfflineClaude gives the CLI
+
+
+@pytest.mark.cli
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("mode", ["plain", "--json"])
+def test_case13_api_key_echoed_by_the_model_is_redacted(tmp_path: Path, mode: str) -> None:
+    def script(req: ScriptedRequest) -> Reply:
+        return Reply.text(f"Your key is {SECRET}. Done.")
+
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        assert claude.env["ANTHROPIC_API_KEY"] == SECRET
+        args = [*TEAMLEAD, "ask", "What is my key?", *([mode] if mode != "plain" else [])]
+        proc = subprocess.run(
+            args,
+            env={**os.environ, **claude.env},
+            cwd=claude.cwd,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+    assert proc.returncode == 0, proc.stderr
+    assert SECRET not in proc.stdout and SECRET not in proc.stderr
+    assert "Your key is [redacted]" in proc.stdout
+    if mode == "--json":
+        finished = json.loads(proc.stdout.splitlines()[-1])
+        assert finished["type"] == "finished" and "[redacted]" in finished["result"]
+
+
+class _Echoes:
+    """A scripted ``query_fn`` whose answer echoes the key it was given in ``options.env``."""
+
+    async def __call__(self, *, prompt: str, options: ClaudeAgentOptions) -> AsyncIterator[Any]:
+        session = str(options.session_id)
+        yield {"type": "system", "subtype": "init", "session_id": session, "cwd": "/"}
+        yield {
+            "type": "result",
+            "subtype": "success",
+            "is_error": False,
+            "result": f"key {options.env['ANTHROPIC_API_KEY']}",
+            "session_id": session,
+            "num_turns": 1,
+            "total_cost_usd": 0.0,
+            "api_error_status": None,
+        }
+
+
+def test_case13_trials_jsonl_final_text_is_redacted(tmp_path: Path) -> None:
+    secret = "sk-ant-given-to-the-child-only"
+    spec = parse_spec(SPEC)
+    base = ClaudeAgentOptions(env={"ANTHROPIC_API_KEY": secret})
+    summary = anyio.run(
+        lambda: run_experiment(
+            spec, tmp_path / "out", base_options=base, query_fn=_Echoes(), policy=Policy()
+        )
+    )
+    assert summary.ran == 2
+    text = (tmp_path / "out" / "trials.jsonl").read_text()
+    assert secret not in text
+    assert [r.final_text for r in read_records(tmp_path / "out" / "trials.jsonl").records] == [
+        "key [redacted]"
+    ] * 2

@@ -1,0 +1,177 @@
+"""Issue #12, cases 8, 12 and 14: experiment run ids and out-dir lock, absurd values."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from claude_agent_sdk import ClaudeAgentOptions
+from click.testing import CliRunner
+
+from teamlead._cli import main
+from teamlead.errors import UsageError
+from teamlead.experiment.outdir import OutDir
+from teamlead.experiment.records import read_records
+from teamlead.experiment.runner import run_experiment
+from teamlead.experiment.spec import parse_spec
+from teamlead.policy import Policy
+
+SPEC = """
+[experiment]
+name = "ab"
+trials = 2
+seed = 7
+control = "baseline"
+[[variants]]
+name = "baseline"
+strategy = "baseline"
+[[variants]]
+name = "delegation"
+strategy = "delegation"
+[[tasks]]
+id = "t"
+prompt = "Question."
+rubric = "r"
+"""
+
+
+class Answers:
+    """A scripted ``query_fn`` answering at once; records each trial's session id."""
+
+    def __init__(self) -> None:
+        self.sessions: list[str] = []
+
+    async def __call__(self, *, prompt: str, options: ClaudeAgentOptions) -> AsyncIterator[Any]:
+        session = str(options.session_id)
+        self.sessions.append(session)
+        yield {"type": "system", "subtype": "init", "session_id": session, "cwd": "/"}
+        yield {
+            "type": "result",
+            "subtype": "success",
+            "is_error": False,
+            "result": "answer",
+            "session_id": session,
+            "num_turns": 1,
+            "total_cost_usd": 0.001,
+            "api_error_status": None,
+        }
+
+
+def _run(out: Path, answers: Answers) -> Any:
+    spec = parse_spec(SPEC)
+    return anyio.run(lambda: run_experiment(spec, out, query_fn=answers, policy=Policy()))
+
+
+def test_case8_trial_session_ids_unique_per_run_stable_per_out_dir(tmp_path: Path) -> None:
+    first, second = Answers(), Answers()
+    summary_a = _run(tmp_path / "a", first)
+    summary_b = _run(tmp_path / "b", second)
+    assert (summary_a.ran, summary_a.failed, summary_b.ran, summary_b.failed) == (4, 0, 4, 0)
+    assert len(set(first.sessions)) == 4
+    assert not set(first.sessions) & set(second.sessions)  # fresh out dirs: fresh sessions
+    assert len(read_records(tmp_path / "a" / "trials.jsonl").records) == 4
+    # a rerun on the same out dir keeps the run id and still skips every finished trial
+    run_id = (tmp_path / "a" / "run.json").read_text()
+    again = Answers()
+    summary = _run(tmp_path / "a", again)
+    assert (summary.ran, summary.skipped, again.sessions) == (0, 4, [])
+    assert (tmp_path / "a" / "run.json").read_text() == run_id
+
+
+def test_case8_out_dir_locked_against_a_second_run(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    with OutDir(out) as run_id:
+        in_use = f"in use by another `experiment run` .pid {os.getpid()}"
+        with pytest.raises(UsageError, match=in_use):
+            _run(out, Answers())
+        spec = tmp_path / "spec.toml"
+        spec.write_text(SPEC)
+        env = {"ANTHROPIC_API_KEY": "sk-test-only-not-real"}
+        args = ["experiment", "run", str(spec), "--out", str(out), "-q"]
+        result = CliRunner().invoke(main, args, env=env)
+        assert result.exit_code == 2, result.output
+        assert len(result.output.strip().splitlines()) == 1 and "in use" in result.output
+    with OutDir(out) as again:  # released: the next run gets it, with the same run id
+        assert again == run_id
+
+
+@pytest.mark.parametrize("value", ["inf", "nan", "-1", "1e308", "-inf"])
+def test_case12_ask_deadline_must_be_finite(value: str) -> None:
+    result = CliRunner().invoke(main, ["ask", "hi", "--deadline", value])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and "--deadline" in result.output
+
+
+@pytest.mark.parametrize(
+    ("line", "field"),
+    [
+        ("deadline_s = 1e308", "deadline_s"),
+        ("deadline_s = inf", "deadline_s"),
+        ("deadline_s = nan", "deadline_s"),
+        ("max_cost_usd = inf", "max_cost_usd"),
+        ("concurrency = 100000", "concurrency"),
+    ],
+)
+def test_case12_spec_absurd_values_are_usage_errors(line: str, field: str) -> None:
+    with pytest.raises(UsageError, match=field):
+        parse_spec(SPEC.replace('control = "baseline"', f'control = "baseline"\n{line}'))
+
+
+def test_case12_policy_refuses_infinite_and_absurd_limits() -> None:
+    for bad in ({"deadline_s": float("inf")}, {"wait_s": float("nan")}, {"deadline_s": 1e308}):
+        with pytest.raises(ValueError):
+            Policy(**bad)
+
+
+def test_case14_trials_upper_bound() -> None:
+    with pytest.raises(UsageError, match="trials"):
+        parse_spec(SPEC.replace("trials = 2", "trials = 1000000000"))
+    assert parse_spec(SPEC.replace("trials = 2", "trials = 10000")).experiment.trials == 10_000
+
+
+def test_case14_prompt_files_regular_and_capped(tmp_path: Path) -> None:
+    runner = CliRunner()
+    result = runner.invoke(main, ["prompts", "show", "/dev/zero"])
+    assert result.exit_code == 2 and "not a regular file" in result.output
+    fifo = tmp_path / "p.md"
+    os.mkfifo(fifo)
+    result = runner.invoke(main, ["prompts", "show", str(fifo)])  # must not block
+    assert result.exit_code == 2 and "not a regular file" in result.output
+    big = tmp_path / "big.md"
+    big.write_bytes(b"x" * (1024 * 1024 + 1))
+    result = runner.invoke(main, ["prompts", "show", str(big)])
+    assert result.exit_code == 2 and "over 1024 KiB" in result.output
+
+
+def test_case14_unwritable_out_is_one_line_exit_2(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    runner = CliRunner()
+    env = {"ANTHROPIC_API_KEY": "sk-test-only-not-real"}
+    result = runner.invoke(
+        main, ["experiment", "run", str(spec), "--out", str(blocker / "out")], env=env
+    )
+    assert result.exit_code == 2, result.output
+    assert len(result.output.strip().splitlines()) == 1 and "--out" in result.output
+    (tmp_path / "trials").mkdir()
+    result = runner.invoke(
+        main,
+        ["experiment", "report", str(tmp_path / "trials"), "--out", str(blocker / "r.md")],
+    )
+    assert "Traceback" not in result.output
+
+
+def test_case14_inbox_show_bad_team_is_usage_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path))
+    for team in ("../x", "/etc", "a/../../b"):
+        result = CliRunner().invoke(main, ["inbox", "show", "--team", team])
+        assert result.exit_code == 2, result.output
+        assert len(result.output.strip().splitlines()) == 1

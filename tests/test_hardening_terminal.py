@@ -1,0 +1,105 @@
+"""Issue #12, cases 4 and 9: hostile text is printed as text, never markup or escapes."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner
+from rich.console import Console, Group
+
+from teamlead._cli import main
+from teamlead._redact import terminal_safe
+from teamlead.events import Finished, InboxCollected, Resuming, WaitingForTeam
+from teamlead.view import LiveTeamView, PlainProgress
+
+TRACE = Path(__file__).parent / "fixtures" / "traces" / "parallel-agents.query.jsonl"
+CSI_CLEAR = "\x1b[2J"
+OSC_TITLE = "\x1b]0;pwned\x07"
+C1_CSI = "\x9b2J"
+HOSTILE = f"[/etc] [/bold] [link=x]{CSI_CLEAR}{OSC_TITLE}{C1_CSI}\x08\u202e"
+RAW = (CSI_CLEAR, OSC_TITLE, C1_CSI, "\x1b", "\x07", "\x9b", "\x08", "\u202e")
+
+
+def _hostile_items() -> list[Any]:
+    text = TRACE.read_text().replace("probe A", json.dumps(HOSTILE)[1:-1])
+    items: list[Any] = [json.loads(line) for line in text.splitlines() if line.strip()]
+    items += [
+        WaitingForTeam(session_id="s", pending_members=[HOSTILE], team="t", wait_s=5),
+        InboxCollected(team="t", messages=[{"from": "[/bold]" + OSC_TITLE, "kind": "idle"}]),
+        Resuming(session_id="s", round=1, deliveries=["inbox:k"]),
+        Finished(status="completed", result="answer", session_id="s", resumes=1),
+    ]
+    return items
+
+
+def test_case9_terminal_safe_escapes_every_control() -> None:
+    safe = terminal_safe(HOSTILE + "\n\t\x00\x7f")
+    for raw in (*RAW, "\n", "\t", "\x00", "\x7f"):
+        assert raw not in safe
+    assert "[/etc]" in safe and "\\x1b]0;pwned\\x07" in safe
+    assert terminal_safe("a\nb", keep_newlines=True) == "a\nb"
+
+
+def test_case4_live_view_renders_markup_as_text() -> None:
+    out = io.StringIO()
+    view = LiveTeamView(Console(file=out, force_terminal=True, width=200))
+    for item in _hostile_items():
+        view.handle(item)
+    view.close()
+    screen = out.getvalue()
+    assert "[/etc]" in screen and "[/bold]" in screen
+    for raw in (CSI_CLEAR, OSC_TITLE, C1_CSI, "\x9b", "\x08", "\u202e", "]0;pwned\x07"):
+        assert raw not in screen
+    assert screen.rstrip().endswith("\x1b[?25h")  # the cursor is shown again
+
+
+class _BrokenView(LiveTeamView):
+    def _render(self) -> Group:
+        raise RuntimeError("render failed")
+
+
+def test_case4_cursor_restored_when_rendering_fails() -> None:
+    out = io.StringIO()
+    view = _BrokenView(Console(file=out, force_terminal=True, width=120))
+    with pytest.raises(RuntimeError):
+        view.close()
+    assert "\x1b[?25l" in out.getvalue()
+    assert out.getvalue().endswith("\x1b[?25h")
+
+
+def test_case9_plain_lines_escape_controls() -> None:
+    out = io.StringIO()
+    progress = PlainProgress(out)
+    for item in _hostile_items():
+        progress.handle(item)
+    text = out.getvalue()
+    assert "[/etc]" in text
+    for raw in RAW:
+        assert raw not in text
+    assert all(line.startswith("[") for line in text.splitlines())
+
+
+def test_case9_inbox_show_escapes_osc_and_csi(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path))
+    team = tmp_path / "teams" / "t1"
+    (team / "inboxes").mkdir(parents=True)
+    member = {"name": "worker", "agentId": "worker@t1"}
+    config = {"name": "t1", "leadSessionId": "s-1", "members": [member]}
+    (team / "config.json").write_text(json.dumps(config))
+    entry = {
+        "from": "worker" + OSC_TITLE,
+        "text": "hello " + CSI_CLEAR + OSC_TITLE,
+        "timestamp": "2026-01-01T00:00:00Z" + OSC_TITLE,
+    }
+    (team / "inboxes" / "team-lead.json").write_text(json.dumps([entry]))
+    result = CliRunner().invoke(main, ["inbox", "show", "--team", "t1"])
+    assert result.exit_code == 0, result.output
+    assert "hello" in result.output
+    for raw in RAW:
+        assert raw not in result.output
