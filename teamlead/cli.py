@@ -486,8 +486,14 @@ def experiment() -> None:
     help="Directory for trials.jsonl (appended; reruns skip finished trials).",
 )
 @click.option("--quiet", "-q", envvar=_env("quiet"), is_flag=True, help="No progress bar.")
+@click.option(
+    "--keep-workspaces",
+    envvar=_env("keep_workspaces"),
+    is_flag=True,
+    help="Keep each trial's workspace for debugging (its path goes into the record).",
+)
 @handle_errors
-def experiment_run(spec_path: str, out_dir: str, quiet: bool) -> None:
+def experiment_run(spec_path: str, out_dir: str, quiet: bool, keep_workspaces: bool) -> None:
     """Run every task x variant x trial of SPEC as a full coordinator run."""
     from .app import check_setup, merged_env
     from .experiment.progress import run_with_progress
@@ -500,7 +506,9 @@ def experiment_run(spec_path: str, out_dir: str, quiet: bool) -> None:
 
     spec = load_spec(spec_path, strategy_exists=exists)
     check_setup(merged_env())
-    summary = run_with_progress(spec, Path(out_dir), show=not quiet)
+    summary = run_with_progress(
+        spec, Path(out_dir), show=not quiet, keep_workspaces=keep_workspaces
+    )
     click.echo(
         f"ran {summary.ran} trial(s), skipped {summary.skipped} finished, {summary.failed} failed, "
         f"{summary.retried} retried, {summary.rate_limited} rate-limited, ${summary.cost_usd:.4f}"

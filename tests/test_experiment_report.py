@@ -41,7 +41,16 @@ def report(records: list[TrialRecord]) -> Report:
 
 def test_json_has_exactly_the_documented_keys(report: Report) -> None:
     data = report.to_json()
-    assert set(data) == {"version", "variants", "comparisons", "tasks", "flaky_tasks"}
+    assert set(data) == {
+        "version",
+        "variants",
+        "comparisons",
+        "tasks",
+        "flaky_tasks",
+        "primary_metric",
+        "notes",
+    }
+    assert data["primary_metric"] == "parallel"
     assert data["version"] == 1
     assert list(data["variants"]) == ["baseline", "delegation", "terse"]
     for summary in data["variants"].values():

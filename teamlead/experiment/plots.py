@@ -6,7 +6,7 @@ window or global state is involved and threads are safe.
 
 - Mean metrics (``wall_s``, ``agent_calls``, ``cost_usd``, ``tokens``, ``grade``): a box
   plot per variant with every trial drawn as a jittered point.
-- Rates (``parallel``, ``delegated``): each task's rate as a point per variant, and the
+- Rates (``parallel``, ``delegated``, ``passed``): each task's rate as a point per variant, and the
   overall rate with its clustered Wilson interval.
 """
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["require_matplotlib", "write_plots"]
 
-_RATE_KEYS = {"parallel": "parallel_rate", "delegated": "delegated_rate"}
+_RATE_KEYS = {"parallel": "parallel_rate", "delegated": "delegated_rate", "passed": "passed_rate"}
 
 
 def require_matplotlib() -> None:
@@ -103,9 +103,9 @@ def _rate_plot(
     key = _RATE_KEYS[metric]
     for position, name in zip(positions, names, strict=True):
         per_task = [
-            cells[name].parallel_rate if metric == "parallel" else cells[name].delegated_rate
+            rate
             for cells in report.tasks.values()
-            if name in cells
+            if name in cells and (rate := getattr(cells[name], key)) is not None
         ]
         xs = position + jitter.uniform(-0.15, 0.15, size=len(per_task))
         axes.scatter(
@@ -118,7 +118,7 @@ def _rate_plot(
             label="task rate" if position == positions[0] else None,
         )
         rate = getattr(report.variants[name], key)
-        if rate.estimate is None:
+        if rate is None or rate.estimate is None:
             continue
         low = rate.estimate - (rate.ci_low if rate.ci_low is not None else rate.estimate)
         high = (rate.ci_high if rate.ci_high is not None else rate.estimate) - rate.estimate

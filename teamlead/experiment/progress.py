@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -12,7 +13,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from ..errors import UsageError
 from .records import read_records
-from .report import Report, build_report, render_markdown, write_report
+from .report import PRIMARY_METRIC, Report, build_report, render_markdown, write_report
 from .runner import ExperimentProgress, RunSummary, run_experiment
 from .spec import ExperimentSpec
 
@@ -21,7 +22,9 @@ __all__ = ["report_for", "run_with_progress"]
 _CONTROL_FILE = "experiment.json"
 
 
-def run_with_progress(spec: ExperimentSpec, out_dir: Path, *, show: bool = True) -> RunSummary:
+def run_with_progress(
+    spec: ExperimentSpec, out_dir: Path, *, show: bool = True, keep_workspaces: bool = False
+) -> RunSummary:
     """Run ``spec`` with a live bar: done/total, in flight, 429s, ETA, concurrency changes."""
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / _CONTROL_FILE).write_text(
@@ -31,6 +34,7 @@ def run_with_progress(spec: ExperimentSpec, out_dir: Path, *, show: bool = True)
                 "name": spec.experiment.name,
                 "control": spec.experiment.control,
                 "seed": spec.experiment.seed,
+                "primary_metric": spec.experiment.primary_metric,
             },
             indent=2,
         )
@@ -73,7 +77,11 @@ def run_with_progress(spec: ExperimentSpec, out_dir: Path, *, show: bool = True)
                 )
             seen_errors = len(p.grader_errors)
 
-        return anyio.run(lambda: run_experiment(spec, out_dir, on_progress=update))
+        return anyio.run(
+            lambda: run_experiment(
+                spec, out_dir, on_progress=update, keep_workspaces=keep_workspaces
+            )
+        )
 
 
 def report_for(
@@ -88,11 +96,13 @@ def report_for(
         )
     read = read_records(path)
     warnings = [f"trials.jsonl line {w.line}: {w.message}" for w in read.warnings]
+    meta: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        loaded = json.loads((out_dir / _CONTROL_FILE).read_text())
+        meta = loaded if isinstance(loaded, dict) else {}
     if control is None:
-        meta = out_dir / _CONTROL_FILE
-        try:
-            control = json.loads(meta.read_text())["control"]
-        except (OSError, ValueError, KeyError, TypeError):
+        control = meta.get("control")
+        if not isinstance(control, str):
             raise UsageError("cannot tell the control variant; pass --control NAME") from None
     variants = {r.variant for r in read.records}
     if control not in variants:
@@ -100,7 +110,13 @@ def report_for(
             f"control {control!r} has no trials in {path} "
             f"(variants: {', '.join(sorted(variants)) or 'none'})"
         )
-    report = build_report(read.records, control=control, seed=seed)
+    primary = meta.get("primary_metric")
+    report = build_report(
+        read.records,
+        control=control,
+        seed=seed,
+        primary=primary if isinstance(primary, str) else PRIMARY_METRIC,
+    )
     write_report(out_dir, report, plots=plots)
     text = json.dumps(report.to_json(), indent=2) if json_ else render_markdown(report)
     return report, text, warnings

@@ -28,6 +28,7 @@ from typing import IO, Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import UsageError
+from .commands import CommandRun
 
 __all__ = [
     "RECORD_VERSION",
@@ -67,6 +68,13 @@ class TrialRecord(BaseModel):
     ``"infrastructure"`` (the harness, network or API, not the prompt's doing: such
     trials are rerun on resume and left out of the statistics) or ``"model"`` (the model
     misbehaved, which counts against the variant); other strings are allowed.
+
+    Workspace fields: ``workspace`` is the kind (``worktree``, ``copy``, ``shared``),
+    ``workspace_setup_s`` the time to make it, ``workspace_path`` where it was kept
+    (``--keep-workspaces`` only), ``git_sha``/``git_dirty`` the repository's commit and
+    whether it had uncommitted changes, ``skipped_links`` the symbolic links a copy left
+    out (they pointed outside). ``setup`` and ``check`` are the commands' runs;
+    ``passed`` is the check's verdict (None without a check).
 
     Unknown fields (from a newer writer) are kept, not dropped.
     """
@@ -108,6 +116,15 @@ class TrialRecord(BaseModel):
     teamlead_version: str | None = None
     git_sha: str | None = None
     started_at: datetime | None = None
+
+    passed: bool | None = None
+    git_dirty: bool | None = None
+    workspace: str | None = None
+    workspace_setup_s: float | None = Field(default=None, ge=0)
+    workspace_path: str | None = None
+    skipped_links: list[str] = Field(default_factory=list)
+    setup: CommandRun | None = None
+    check: CommandRun | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> TrialRecord:

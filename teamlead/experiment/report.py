@@ -8,9 +8,10 @@ Which trials count: the latest record of each (variant, task, trial) key; infras
 failures (``status="failed"``, ``error_class="infrastructure"``) are left out, since they
 say nothing about the prompt. Other failures and partial trials count as they are.
 
-Multiple comparisons: ``parallel`` is the primary metric and its p-values are
-Holm-adjusted across the non-control variants; every other comparison (all variants, all
-secondary metrics together) is Benjamini-Hochberg adjusted.
+Multiple comparisons: the primary metric (``parallel`` unless the spec names another,
+e.g. ``passed`` for coding tasks) has its p-values Holm-adjusted across the non-control
+variants; every other comparison (all variants, all secondary metrics together) is
+Benjamini-Hochberg adjusted.
 
 Example:
     >>> report = build_report(read_records("out/trials.jsonl").records,
@@ -92,6 +93,14 @@ METRICS: tuple[Metric, ...] = (
     Metric(
         "delegated", "rate", "difference", True, lambda r: float(r.delegated), "delegated (rate)"
     ),
+    Metric(
+        "passed",
+        "rate",
+        "difference",
+        True,
+        lambda r: None if r.passed is None else float(r.passed),
+        "check passed (rate)",
+    ),
     Metric("wall_s", "mean", "ratio", False, lambda r: r.wall_s, "wall time (s)"),
     Metric(
         "agent_calls", "mean", "difference", True, lambda r: float(r.agent_calls), "Agent calls"
@@ -100,11 +109,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("tokens", "mean", "ratio", False, lambda r: float(r.tokens), "tokens (input + output)"),
     Metric("grade", "mean", "difference", True, lambda r: r.grade, "grade"),
 )
-"""Every metric, the primary one (``parallel``) first. ``grade`` is analysed only when
-every counted trial has one."""
+"""Every metric, the default primary one (``parallel``) first. ``grade`` and ``passed``
+are analysed only when every counted trial has one."""
 
 PRIMARY_METRIC = "parallel"
-_RATE_KEYS = {"parallel": "parallel_rate", "delegated": "delegated_rate"}
+_RATE_KEYS = {"parallel": "parallel_rate", "delegated": "delegated_rate", "passed": "passed_rate"}
+_OPTIONAL = {"grade": "a grade", "passed": "a check result"}
 
 
 class _Model(BaseModel):
@@ -139,6 +149,7 @@ class VariantSummary(_Model):
     excluded: int = Field(description="infrastructure failures left out")
     parallel_rate: RateSummary
     delegated_rate: RateSummary
+    passed_rate: RateSummary | None = None
     wall_s: MeanSummary
     agent_calls: MeanSummary
     cost_usd: MeanSummary
@@ -178,6 +189,7 @@ class TaskCell(_Model):
     parallel_rate: float
     delegated_rate: float
     flaky: bool
+    passed_rate: float | None = None
 
 
 class Report(_Model):
@@ -195,6 +207,7 @@ class Report(_Model):
     flaky_tasks: list[str]
     samples: dict[str, dict[str, list[float]]]
     notes: list[str] = Field(default_factory=list)
+    primary_metric: str = PRIMARY_METRIC
 
     def to_json(self) -> dict[str, Any]:
         """The stable JSON form (``version`` 1); NaN becomes ``null``.
@@ -205,8 +218,10 @@ class Report(_Model):
         variants: dict[str, Any] = {}
         for name, summary in self.variants.items():
             entry: dict[str, Any] = {"trials": summary.trials}
-            for key in ("parallel_rate", "delegated_rate"):
-                rate: RateSummary = getattr(summary, key)
+            for key in ("parallel_rate", "delegated_rate", "passed_rate"):
+                rate: RateSummary | None = getattr(summary, key)
+                if rate is None:
+                    continue
                 entry[key] = {
                     "estimate": rate.estimate,
                     "ci_low": rate.ci_low,
@@ -234,7 +249,7 @@ class Report(_Model):
             for c in self.comparisons
         ]
         tasks = {
-            task: {variant: cell.model_dump() for variant, cell in cells.items()}
+            task: {variant: cell.model_dump(exclude_none=True) for variant, cell in cells.items()}
             for task, cells in self.tasks.items()
         }
         return {
@@ -243,6 +258,8 @@ class Report(_Model):
             "comparisons": comparisons,
             "tasks": tasks,
             "flaky_tasks": list(self.flaky_tasks),
+            "primary_metric": self.primary_metric,
+            "notes": list(self.notes),
         }
 
 
@@ -276,6 +293,7 @@ def build_report(
     power: float = 0.8,
     n_permutations: int = 10_000,
     n_bootstrap: int = 5000,
+    primary: str = PRIMARY_METRIC,
 ) -> Report:
     """Summarise an experiment and compare every variant with ``control``.
 
@@ -292,6 +310,7 @@ def build_report(
         power: the power at which the minimum detectable effect (``mde``) is computed.
         n_permutations: relabelings for the permutation p-values (exact below this many).
         n_bootstrap: cluster-bootstrap draws for intervals.
+        primary: the primary metric (Holm-adjusted); the rest are BH-adjusted.
 
     Raises:
         UsageError: no counted trials for the control.
@@ -332,12 +351,22 @@ def build_report(
             "left out as infrastructure failures: "
             + ", ".join(f"{v} {n}" for v, n in sorted(excluded.items()))
         )
+    if primary not in {m.name for m in METRICS}:
+        raise UsageError(f"unknown primary metric {primary!r}")
     metrics = list(METRICS)
-    with_grade = sum(r.grade is not None for r in counted)
-    if with_grade < len(counted):
-        metrics = [m for m in metrics if m.name != "grade"]
-        if with_grade:
-            notes.append(f"grade not analysed: only {with_grade} of {len(counted)} trials have one")
+    for name, what in _OPTIONAL.items():
+        metric = next(m for m in METRICS if m.name == name)
+        have = sum(metric.value(r) is not None for r in counted)
+        if have < len(counted):
+            metrics.remove(metric)
+            if have:
+                notes.append(
+                    f"{name} not analysed: only {have} of {len(counted)} trials have {what}"
+                )
+    if primary not in {m.name for m in metrics}:
+        notes.append(f"primary metric {primary} not analysed; Holm applies to {PRIMARY_METRIC}")
+        primary = PRIMARY_METRIC
+    notes += _workspace_notes(counted)
 
     variants = {
         name: _summarise(
@@ -356,6 +385,7 @@ def build_report(
         power,
         n_permutations,
         n_bootstrap,
+        primary,
     )
     task_cells = _task_cells(by_variant, tasks)
     flaky = [task for task in tasks if any(c.flaky for c in task_cells[task].values())]
@@ -376,7 +406,25 @@ def build_report(
         flaky_tasks=flaky,
         samples=samples,
         notes=notes,
+        primary_metric=primary,
     )
+
+
+def _workspace_notes(records: Sequence[TrialRecord]) -> list[str]:
+    notes: list[str] = []
+    shared = sum(r.workspace == "shared" for r in records)
+    if shared:
+        notes.append(
+            f"{shared} trial(s) ran in one shared directory (workspace = 'shared'): "
+            "they could see each other's edits"
+        )
+    dirty = sum(bool(r.git_dirty) and r.workspace == "worktree" for r in records)
+    if dirty:
+        notes.append(
+            f"{dirty} worktree trial(s) started from a repository with uncommitted changes, "
+            "which their worktrees did not have"
+        )
+    return notes
 
 
 def _summarise(
@@ -429,6 +477,7 @@ def _compare(
     power: float,
     n_permutations: int,
     n_bootstrap: int,
+    primary: str,
 ) -> list[Comparison]:
     raw: list[dict[str, Any]] = []
     for name in by_variant:
@@ -465,11 +514,11 @@ def _compare(
                 mde = mde_from_se(result.se, scale=metric.scale, alpha=alpha, power=power)
             raw.append({"variant": name, "metric": metric, "result": result, "mde": mde})
 
-    primary = [i for i, c in enumerate(raw) if c["metric"].name == PRIMARY_METRIC]
-    secondary = [i for i, c in enumerate(raw) if c["metric"].name != PRIMARY_METRIC]
+    first = [i for i, c in enumerate(raw) if c["metric"].name == primary]
+    secondary = [i for i, c in enumerate(raw) if c["metric"].name != primary]
     adjusted = [math.nan] * len(raw)
     groups: tuple[tuple[list[int], Literal["holm", "fdr_bh"]], ...] = (
-        (primary, "holm"),
+        (first, "holm"),
         (secondary, "fdr_bh"),
     )
     for group, method in groups:
@@ -492,7 +541,7 @@ def _compare(
                 ci_high=_finite(result.ci_high),
                 p_value=_finite(result.p_value),
                 p_adjusted=_finite(adjusted[i]),
-                correction="holm" if metric.name == PRIMARY_METRIC else "fdr_bh",
+                correction="holm" if metric.name == primary else "fdr_bh",
                 verdict=verdict(
                     result.effect,
                     result.ci_low,
@@ -520,11 +569,13 @@ def _task_cells(
             if not trials:
                 continue
             parallel = [r.parallel for r in trials]
+            passed = [r.passed for r in trials if r.passed is not None]
             cells[task][name] = TaskCell(
                 trials=len(trials),
                 parallel_rate=sum(parallel) / len(trials),
                 delegated_rate=sum(r.delegated for r in trials) / len(trials),
                 flaky=len(set(parallel)) > 1,
+                passed_rate=sum(passed) / len(passed) if len(passed) == len(trials) else None,
             )
     return cells
 
@@ -572,9 +623,16 @@ def render_markdown(report: Report) -> str:
     out = [f"# Experiment report (control: {report.control})", ""]
     out += ["## Variants", ""]
     rows = []
+    with_passed = any(s.passed_rate is not None for s in report.variants.values())
     for name, s in report.variants.items():
         row = [name, str(s.trials)]
-        for rate in (s.parallel_rate, s.delegated_rate):
+        rates: list[RateSummary | None] = [s.parallel_rate, s.delegated_rate]
+        if with_passed:
+            rates.insert(0, s.passed_rate)
+        for rate in rates:
+            if rate is None:
+                row.append("n/a")
+                continue
             row.append(f"{_fmt(rate.estimate)} {_interval(rate.ci_low, rate.ci_high)}")
         for mean in (s.wall_s, s.agent_calls, s.cost_usd, s.tokens):
             row.append(
@@ -586,6 +644,7 @@ def render_markdown(report: Report) -> str:
         [
             "variant",
             "trials",
+            *(["passed rate"] if with_passed else []),
             "parallel rate",
             "delegated rate",
             "wall s",
@@ -626,6 +685,7 @@ def render_markdown(report: Report) -> str:
     )
     out += [
         "",
+        f"Primary metric: {report.primary_metric} (Holm); the rest: BH. "
         "Effect: variant - control, or variant / control where marked x. p: within-task "
         "permutation test. MDE: smallest effect detectable "
         f"at alpha {report.alpha:g} with power {report.power:g}.",
@@ -639,15 +699,20 @@ def render_markdown(report: Report) -> str:
         row = [task]
         for name in names:
             cell = cells.get(name)
+            passed = (
+                f"passed {_fmt(cell.passed_rate, 2)}, "
+                if cell is not None and cell.passed_rate is not None
+                else ""
+            )
             row.append(
                 "-"
                 if cell is None
-                else f"{_fmt(cell.parallel_rate, 2)} / {_fmt(cell.delegated_rate, 2)} "
+                else f"{passed}{_fmt(cell.parallel_rate, 2)} / {_fmt(cell.delegated_rate, 2)} "
                 f"(n={cell.trials}){' flaky' if cell.flaky else ''}"
             )
         rows.append(row)
     out += _table(["task", *names], rows)
-    out += ["", "Cells: parallel rate / delegated rate (trials)."]
+    out += ["", "Cells: [passed rate,] parallel rate / delegated rate (trials)."]
     out += [""]
     if report.flaky_tasks:
         out.append(

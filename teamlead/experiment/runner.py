@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -41,6 +40,8 @@ from ..prompts import Strategy, apply_strategy, load_strategy
 from ..tracker import Tracker
 from .records import TrialKey, TrialRecord, TrialWriter, finished_keys
 from .spec import ExperimentSpec, GraderSpec, TaskSpec, VariantSpec
+from .trial import run_trial, trial_source
+from .workspace import Workspaces
 
 __all__ = [
     "ExperimentProgress",
@@ -115,17 +116,6 @@ class RunSummary:
     stopped_reason: str | None = None
 
 
-@functools.lru_cache(maxsize=32)
-def _git_sha(cwd: str | None) -> str | None:
-    try:
-        proc = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd or None, capture_output=True, text=True, timeout=5
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
-
-
 @functools.lru_cache(maxsize=1)
 def _sdk_versions() -> tuple[str, str]:
     import claude_agent_sdk
@@ -185,14 +175,12 @@ def _trial_options(
     task: TaskSpec,
     strategy: Strategy,
     session_id: str,
+    cwd: Path,
 ) -> ClaudeAgentOptions:
-    fields: dict[str, Any] = {"session_id": session_id}
+    fields: dict[str, Any] = {"session_id": session_id, "cwd": str(cwd)}
     model = spec.model_for(variant)
     if model:
         fields["model"] = model
-    cwd = spec.cwd_for(task)
-    if cwd:
-        fields["cwd"] = cwd
     for key, value in variant.options.items():
         if not hasattr(base, key):
             raise UsageError(f"variant {variant.name!r}: unknown SDK option {key!r}")
@@ -200,21 +188,21 @@ def _trial_options(
     return apply_strategy(dataclasses.replace(base, **fields), strategy)
 
 
-async def _one_trial(
+async def _lead_trial(
     key: TrialKey,
     spec: ExperimentSpec,
-    base: ClaudeAgentOptions,
     strategies: Mapping[str, Strategy],
     query_fn: QueryFn | None,
     policy: Policy,
-    attempt: int = 1,
+    attempt: int,
+    base: ClaudeAgentOptions,
+    cwd: Path,
 ) -> tuple[TrialRecord, bool, float | None]:
-    """Run one trial; returns (record, infrastructure failure?, retry-after hint)."""
+    """Run the lead of one trial in ``cwd``; returns (record, infrastructure?, retry-after)."""
     variant, task = spec.variant(key.variant), spec.task(key.task)
     strategy = strategies[variant.name]
-    options = _trial_options(
-        base, spec, variant, task, strategy, trial_session_id(spec.experiment.seed, key, attempt)
-    )
+    session_id = trial_session_id(spec.experiment.seed, key, attempt)
+    options = _trial_options(base, spec, variant, task, strategy, session_id, cwd)
     tracker = Tracker()
     finished: Finished | None = None
     error: str | None = None
@@ -269,7 +257,6 @@ async def _one_trial(
         sdk_version=sdk_version,
         cli_version=cli,
         teamlead_version=__version__,
-        git_sha=_git_sha(spec.cwd_for(task)),
         started_at=started_at,
     )
     return record, infra, 1.0 if rate_limited else None
@@ -284,6 +271,8 @@ async def run_experiment(
     policy: Policy | None = None,
     clock: Clock = SYSTEM_CLOCK,
     on_progress: Callable[[ExperimentProgress], None] | None = None,
+    keep_workspaces: bool = False,
+    workspace_dir: Path | None = None,
 ) -> RunSummary:
     """Run every unfinished trial of ``spec`` and append records to ``out_dir/trials.jsonl``.
 
@@ -294,6 +283,11 @@ async def run_experiment(
         query_fn: the generator each coordinator wraps (default ``claude_agent_sdk.query``).
         policy: the coordinator policy per trial; ``deadline_s`` from the spec wins.
         on_progress: called after every change of the counters.
+        keep_workspaces: leave each trial's workspace on disk (the record has its path).
+        workspace_dir: where trial workspaces go (default: the system temp dir).
+
+    Raises:
+        UsageError: a task's directory is missing, or a worktree is asked for outside git.
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -303,6 +297,9 @@ async def run_experiment(
     todo = [k for k in order if k not in done]
     strategies = {v.name: load_strategy(v.strategy) for v in spec.variants}
     base = base_options or ClaudeAgentOptions()
+    workspaces = Workspaces(keep=keep_workspaces, exclude=[out_dir], base_dir=workspace_dir)
+    for task in spec.tasks:
+        workspaces.check(trial_source(spec, task, base), spec.workspace_for(task))
     trial_policy = policy or Policy()
     if spec.experiment.deadline_s:
         trial_policy = trial_policy.model_copy(update={"deadline_s": spec.experiment.deadline_s})
@@ -337,8 +334,11 @@ async def run_experiment(
                     try:
                         # the slot is held until the coordinator returned, i.e. after the
                         # CLI process of this trial has exited and been reaped
-                        record, infra, retry_after = await _one_trial(
-                            key, spec, base, strategies, query_fn, trial_policy, attempts
+                        lead = functools.partial(
+                            _lead_trial, key, spec, strategies, query_fn, trial_policy, attempts
+                        )
+                        record, infra, retry_after = await run_trial(
+                            key, spec, base, lead, attempts, workspaces, out_dir
                         )
                     finally:
                         progress.in_flight -= 1

@@ -35,12 +35,14 @@ import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import UsageError
+from .commands import Command, check_command, split_command
 from .records import TrialKey
+from .workspace import WorkspaceKind
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -63,6 +65,10 @@ StrategyCheck = Callable[[str], bool]
 Name = Annotated[str, Field(min_length=1, pattern=r"^\S(?:.*\S)?$")]
 
 _GRADER_FIELDS = ("task", "rubric", "answer")
+PrimaryMetric = Literal[
+    "parallel", "delegated", "passed", "wall_s", "agent_calls", "cost_usd", "tokens", "grade"
+]
+_DEFAULT_TIMEOUT_S = 600.0
 # Options the experiment itself sets per trial: a variant may not override them.
 _RESERVED_OPTIONS = {
     "system_prompt": "set by the variant's strategy",
@@ -122,6 +128,14 @@ class ExperimentSettings(_Strict):
     model: str | None = None
     cwd: str | None = None
     grader: GraderSpec | None = None
+    workspace: WorkspaceKind | None = None
+    setup: Command | None = None
+    check: Command | None = None
+    setup_timeout_s: float = Field(default=_DEFAULT_TIMEOUT_S, gt=0)
+    check_timeout_s: float = Field(default=_DEFAULT_TIMEOUT_S, gt=0)
+    primary_metric: PrimaryMetric = "parallel"
+
+    _commands = field_validator("setup", "check", mode="before")(check_command)
 
 
 class VariantSpec(_Strict):
@@ -149,6 +163,13 @@ class TaskSpec(_Strict):
     cwd: str | None = None
     tags: list[str] = Field(default_factory=list)
     rubric: str | None = None
+    workspace: WorkspaceKind | None = None
+    setup: Command | None = None
+    check: Command | None = None
+    setup_timeout_s: float | None = Field(default=None, gt=0)
+    check_timeout_s: float | None = Field(default=None, gt=0)
+
+    _commands = field_validator("setup", "check", mode="before")(check_command)
 
     @field_validator("prompt")
     @classmethod
@@ -191,6 +212,25 @@ class ExperimentSpec(_Strict):
     def cwd_for(self, task: TaskSpec) -> str | None:
         """The task's working directory, else the experiment's."""
         return task.cwd or self.experiment.cwd
+
+    def workspace_for(self, task: TaskSpec) -> WorkspaceKind | None:
+        """The task's workspace kind, else the experiment's (None: pick by the directory)."""
+        return task.workspace or self.experiment.workspace
+
+    def setup_for(self, task: TaskSpec) -> list[str] | None:
+        """The task's setup command as arguments, else the experiment's; ``""`` means none."""
+        return split_command(task.setup if task.setup is not None else self.experiment.setup)
+
+    def check_for(self, task: TaskSpec) -> list[str] | None:
+        """The task's check command as arguments, else the experiment's; ``""`` means none."""
+        return split_command(task.check if task.check is not None else self.experiment.check)
+
+    def timeouts_for(self, task: TaskSpec) -> tuple[float, float]:
+        """(setup, check) timeouts in seconds for ``task``."""
+        return (
+            task.setup_timeout_s or self.experiment.setup_timeout_s,
+            task.check_timeout_s or self.experiment.check_timeout_s,
+        )
 
     @property
     def total_trials(self) -> int:
@@ -301,6 +341,11 @@ def _check_relations(spec: ExperimentSpec, lines: _LineIndex, source: str) -> No
         if task.id in ids:
             raise fail(("tasks", index, "id"), f"duplicate task id {task.id!r}")
         ids.add(task.id)
+        if spec.experiment.primary_metric == "passed" and spec.check_for(task) is None:
+            raise fail(
+                ("tasks", index, "id"),
+                f"task {task.id!r} has no check command, but the primary metric is 'passed'",
+            )
 
 
 def _resolve_paths(spec: ExperimentSpec, base_dir: Path) -> ExperimentSpec:
