@@ -241,12 +241,17 @@ class Workspaces:
 
     def _create(self, source: Path, kind: WorkspaceKind, env: Mapping[str, str]) -> Workspace:
         state = self.state(source)
-        root = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=self._base_dir))
-        config = root / "claude"
-        config.mkdir()
-        _seed_config(config, env)
+        try:
+            if self._base_dir is not None:
+                self._base_dir.mkdir(parents=True, exist_ok=True)
+            root = Path(tempfile.mkdtemp(prefix=f"{_PREFIX}{os.getpid()}-", dir=self._base_dir))
+        except OSError as exc:
+            raise WorkspaceError(f"cannot make a workspace directory: {exc}") from exc
         start = time.monotonic()
         try:
+            config = root / "claude"
+            config.mkdir()
+            _seed_config(config, env)
             skipped: list[str] = []
             if kind == "shared":
                 cwd = source.resolve()
