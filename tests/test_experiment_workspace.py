@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import threading
 from pathlib import Path
 
 import anyio
@@ -17,9 +18,9 @@ import pytest
 from teamlead.experiment.progress import report_for
 from teamlead.experiment.records import finished_keys, read_records
 from teamlead.experiment.report import build_report, render_markdown
-from teamlead.experiment.runner import ExperimentProgress, run_experiment
+from teamlead.experiment.runner import run_experiment
 from teamlead.experiment.spec import parse_spec
-from teamlead.testing import OfflineClaude, ScriptedRequest, ScriptedServer
+from teamlead.testing import OfflineClaude, ScriptedRequest, ScriptedServer, ToolUse
 from teamlead.testing.scripts import ToolSteps, bash, working_directory, write
 
 MARKER = "# Delegation strategy"  # the delegation prompt's first line; baseline has none
@@ -221,16 +222,17 @@ def test_shared_mode_runs_in_the_directory_and_is_flagged(tmp_path: Path) -> Non
 def test_an_interrupted_run_leaves_no_worktree(tmp_path: Path) -> None:
     repo = _make_repo(tmp_path / "repo")
     before = _snapshot(repo)
-    script = ToolSteps([lambda req: [bash("sleep 60")]])
+    started: set[str] = set()
+    both = threading.Event()
+
+    def sleep(req: ScriptedRequest) -> list[ToolUse]:
+        started.add(req.session_id or "")  # the lead runs: its CLI is in its workspace
+        if len(started) >= 2:
+            both.set()
+        return [bash("sleep 60")]
 
     async def main() -> None:
-        busy = anyio.Event()
-
-        def progress(p: ExperimentProgress) -> None:
-            if p.in_flight >= 2:
-                busy.set()
-
-        with ScriptedServer(script) as server:
+        with ScriptedServer(ToolSteps([sleep])) as server:
             claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
             async with anyio.create_task_group() as tg:
 
@@ -240,14 +242,11 @@ def test_an_interrupted_run_leaves_no_worktree(tmp_path: Path) -> None:
                         tmp_path / "out",
                         base_options=claude.options(),
                         workspace_dir=tmp_path / "ws",
-                        on_progress=progress,
                     )
 
                 tg.start_soon(run)
-                with anyio.fail_after(60):
-                    await busy.wait()
-                    while len(_git(repo, "worktree", "list").splitlines()) < 3:
-                        await anyio.sleep(0.05)
+                assert await anyio.to_thread.run_sync(both.wait, 60)
+                assert len(_git(repo, "worktree", "list").splitlines()) == 3
                 tg.cancel_scope.cancel()
 
     anyio.run(main)
