@@ -20,6 +20,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
     "script",
     [
         "scripted_server.py",
+        "workspace.py",
         pytest.param("coordinator_overhead.py", marks=pytest.mark.cli),
     ],
 )

@@ -244,3 +244,16 @@ def test_passed_is_reported_like_parallel_and_can_be_primary() -> None:
     assert "passed_rate" in plain.to_json()["variants"]["base"]
     with pytest.raises(UsageError, match="unknown primary metric"):
         build_report(records, control="base", primary="speed")
+
+
+def test_the_readme_example_is_a_valid_spec() -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    section = readme.split("### Experiments on a repository", 1)[1]
+    block = section.split("```toml\n", 1)[1].split("```", 1)[0]
+    variants = '[[variants]]\nname = "baseline"\nstrategy = "baseline"\n' * 1
+    variants += '[[variants]]\nname = "delegation"\nstrategy = "delegation"\n'
+    spec = parse_spec(block + variants)
+    task = spec.tasks[0]
+    assert spec.experiment.primary_metric == "passed"
+    assert spec.setup_for(task) == ["pip", "install", "-e", "."]
+    assert spec.check_for(task) == ["python", "-m", "pytest", "-q", "tests/test_parse.py"]
