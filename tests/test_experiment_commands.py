@@ -15,7 +15,12 @@ from teamlead.experiment.commands import TAIL_CHARS, command_env, output_name, r
 from teamlead.experiment.records import TrialRecord
 from teamlead.experiment.report import build_report, render_markdown
 from teamlead.experiment.spec import parse_spec
-from teamlead.experiment.workspace import Workspaces, copy_tree, repo_state
+from teamlead.experiment.workspace import (
+    Workspaces,
+    copy_tree,
+    reap_stale_worktrees,
+    repo_state,
+)
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
 
@@ -257,3 +262,32 @@ def test_the_readme_example_is_a_valid_spec() -> None:
     assert spec.experiment.primary_metric == "passed"
     assert spec.setup_for(task) == ["pip", "install", "-e", "."]
     assert spec.check_for(task) == ["python", "-m", "pytest", "-q", "tests/test_parse.py"]
+
+
+def test_kept_worktrees_are_locked_and_survive_the_next_run(tmp_path: Path) -> None:
+    repo = _repo(tmp_path / "repo")
+    kept = Workspaces(keep=True, base_dir=tmp_path / "ws")
+
+    async def open_one(spaces: Workspaces) -> Path:
+        async with spaces.open(repo, None, {}) as ws:
+            return ws.root
+
+    root = anyio.run(open_one, kept)
+    assert (root / "repo" / "a.txt").is_file()  # kept after the trial
+    assert "locked" in _git(repo, "worktree", "list", "--porcelain")
+    # kept by a run whose process is gone: locked, so reaping leaves it
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    old = tmp_path / "ws" / f"teamlead-ws-{dead.pid}-kept" / "repo"
+    _git(repo, "worktree", "add", "-q", "--detach", str(old), "HEAD")
+    _git(repo, "worktree", "lock", str(old))
+    assert reap_stale_worktrees(repo) == []
+    assert (root / "repo" / "a.txt").is_file() and (old / "a.txt").is_file()
+
+
+def test_a_subdirectory_missing_from_the_commit_is_a_usage_error(tmp_path: Path) -> None:
+    repo = _repo(tmp_path / "repo")
+    (repo / "new").mkdir()
+    with pytest.raises(UsageError, match="not in the repository's last commit"):
+        Workspaces().check(repo / "new", None)
+    Workspaces().check(repo / "new", "copy")

@@ -60,6 +60,7 @@ _OURS = re.compile(rf"/{re.escape(_PREFIX)}(\d+)-[^/]+/repo$")
 _GIT_TIMEOUT_S = 300.0
 # Files of the user's Claude config dir a fresh per-trial one needs to log in the same way.
 _CONFIG_FILES = (".credentials.json", "settings.json")
+_KEPT = "kept by teamlead --keep-workspaces"
 _KEY_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
 
 
@@ -216,6 +217,18 @@ class Workspaces:
             raise UsageError(
                 f"workspace = 'worktree' needs a git repository with a commit: {source}"
             )
+        if self.kind_for(source, kind) == "worktree" and state is not None:
+            self._check_subdir(source, state)
+
+    def _check_subdir(self, source: Path, state: RepoState) -> None:
+        if state.subdir == Path():
+            return
+        found = _git(["cat-file", "-e", f"{state.commit}:{state.subdir.as_posix()}"], state.root)
+        if found.returncode != 0:
+            raise UsageError(
+                f"{source} is not in the repository's last commit, so a worktree would "
+                "not have it; commit it or use workspace = 'copy'"
+            )
 
     @contextlib.asynccontextmanager
     async def open(
@@ -297,6 +310,8 @@ class Workspaces:
                 _drop_worktree(state.root, path)
                 self._tidy_admin(state.root)
                 raise WorkspaceError(f"git worktree add failed: {done.stderr.strip()}")
+            if self.keep:  # a later run must not reap it: it is kept on purpose
+                _git(["worktree", "lock", "--reason", _KEPT, str(path)], state.root)
 
     def _tidy_admin(self, repo: Path) -> None:
         # `git worktree add` made .git/worktrees; leave the repository as it was found.
@@ -334,14 +349,20 @@ def _drop_worktree(repo: Path, path: Path) -> None:
 def reap_stale_worktrees(repo: Path) -> list[Path]:
     """Remove the worktrees a killed teamlead run left in ``repo``; returns their paths.
 
-    Only worktrees at a teamlead workspace path whose process is gone are touched.
+    Only unlocked worktrees at a teamlead workspace path whose process is gone are touched;
+    kept ones (``--keep-workspaces``) are locked, so they stay.
     """
     done = _git(["worktree", "list", "--porcelain"], repo)
     removed: list[Path] = []
-    for line in done.stdout.splitlines():
-        if not line.startswith("worktree "):
-            continue
-        path = Path(line.removeprefix("worktree "))
+    for block in done.stdout.split("\n\n"):
+        lines = block.splitlines()
+        if (
+            not lines
+            or not lines[0].startswith("worktree ")
+            or any(line.startswith("locked") for line in lines)
+        ):
+            continue  # a locked worktree is kept on purpose (--keep-workspaces, or the user's)
+        path = Path(lines[0].removeprefix("worktree "))
         match = _OURS.search(str(path))
         if match and not psutil.pid_exists(int(match.group(1))):
             _drop_worktree(repo, path)
