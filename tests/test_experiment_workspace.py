@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
+import sys
 import threading
+import time
 from pathlib import Path
 
 import anyio
@@ -20,7 +23,7 @@ from teamlead.experiment.records import finished_keys, read_records
 from teamlead.experiment.report import build_report, render_markdown
 from teamlead.experiment.runner import run_experiment
 from teamlead.experiment.spec import parse_spec
-from teamlead.testing import OfflineClaude, ScriptedRequest, ScriptedServer, ToolUse
+from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, ToolUse
 from teamlead.testing.scripts import ToolSteps, bash, working_directory, write
 
 MARKER = "# Delegation strategy"  # the delegation prompt's first line; baseline has none
@@ -252,4 +255,44 @@ def test_an_interrupted_run_leaves_no_worktree(tmp_path: Path) -> None:
     anyio.run(main)
     assert len(_git(repo, "worktree", "list").splitlines()) == 1
     assert list((tmp_path / "ws").iterdir()) == []
+    assert _snapshot(repo) == before
+
+
+@pytest.mark.cli
+def test_ctrl_c_on_experiment_run_removes_every_worktree(tmp_path: Path) -> None:
+    repo = _make_repo(tmp_path / "repo")
+    before = _snapshot(repo)
+    spec = tmp_path / "spec.toml"
+    spec.write_text(_spec('cwd = "repo"', tasks=1, trials=1))
+    with ScriptedServer(lambda req: Reply.text("done", delay=30.0)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        env = {**os.environ, **claude.env, "TMPDIR": str(tmp_path / "tmp")}
+        (tmp_path / "tmp").mkdir()
+        proc = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "teamlead",
+                "experiment",
+                "run",
+                str(spec),
+                "--out",
+                str(tmp_path / "out"),
+                "--quiet",
+            ],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        deadline = time.monotonic() + 60
+        while len(server.recorded("lead")) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert len(server.recorded("lead")) == 2, "the trials never started"
+        assert len(_git(repo, "worktree", "list").splitlines()) == 3
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode != 0, err
+    assert len(_git(repo, "worktree", "list").splitlines()) == 1, err
+    assert [p.name for p in (tmp_path / "tmp").iterdir() if "teamlead-ws" in p.name] == []
     assert _snapshot(repo) == before
