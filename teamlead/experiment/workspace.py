@@ -186,6 +186,7 @@ class Workspaces:
         self._locks: dict[Path, threading.Lock] = {}
         self._guard = threading.Lock()
         self._admin_made: set[Path] = set()
+        self._live: dict[Path, int] = {}
         self._reaped: set[Path] = set()
 
     def state(self, source: Path) -> RepoState | None:
@@ -297,34 +298,39 @@ class Workspaces:
             return self._locks.setdefault(repo, threading.Lock())
 
     def _add_worktree(self, state: RepoState, path: Path) -> None:
-        admin = _common_dir(state.root) / "worktrees"
-        with self._lock(state.root):
-            if state.root not in self._reaped:
-                self._reaped.add(state.root)
-                reap_stale_worktrees(state.root)
+        repo = state.root
+        admin = _common_dir(repo) / "worktrees"
+        with self._lock(repo):
+            if repo not in self._reaped:
+                self._reaped.add(repo)
+                reap_stale_worktrees(repo)
             if not admin.exists():
-                self._admin_made.add(state.root)
-            args = ["-c", "core.hooksPath=/dev/null", "worktree", "add", "--detach", "--quiet"]
-            done = _git([*args, str(path), str(state.commit)], state.root)
-            if done.returncode != 0:
-                _drop_worktree(state.root, path)
-                self._tidy_admin(state.root)
-                raise WorkspaceError(f"git worktree add failed: {done.stderr.strip()}")
-            if self.keep:  # a later run must not reap it: it is kept on purpose
-                _git(["worktree", "lock", "--reason", _KEPT, str(path)], state.root)
+                self._admin_made.add(repo)
+            self._live[repo] = self._live.get(repo, 0) + 1
+        # Outside the lock: git makes each worktree's admin entry atomically, so adds run
+        # in parallel; the live count keeps _release from removing .git/worktrees meanwhile.
+        args = ["-c", "core.hooksPath=/dev/null", "worktree", "add", "--detach", "--quiet"]
+        done = _git([*args, str(path), str(state.commit)], repo)
+        if done.returncode != 0:
+            _drop_worktree(repo, path)
+            self._release(repo)
+            raise WorkspaceError(f"git worktree add failed: {done.stderr.strip()}")
+        if self.keep:  # a later run must not reap it: it is kept on purpose
+            _git(["worktree", "lock", "--reason", _KEPT, str(path)], repo)
 
-    def _tidy_admin(self, repo: Path) -> None:
-        # `git worktree add` made .git/worktrees; leave the repository as it was found.
-        if repo in self._admin_made:
-            with contextlib.suppress(OSError):
-                (_common_dir(repo) / "worktrees").rmdir()
+    def _release(self, repo: Path) -> None:
+        with self._lock(repo):
+            self._live[repo] -= 1
+            # `git worktree add` made .git/worktrees: leave the repository as it was found.
+            if self._live[repo] == 0 and repo in self._admin_made:
+                with contextlib.suppress(OSError):
+                    (_common_dir(repo) / "worktrees").rmdir()
 
     def _remove(self, workspace: Workspace) -> None:
         repo = workspace.repo
         if workspace.kind == "worktree" and repo is not None:
-            with self._lock(repo):
-                _drop_worktree(repo, workspace.root / "repo")
-                self._tidy_admin(repo)
+            _drop_worktree(repo, workspace.root / "repo")
+            self._release(repo)
         shutil.rmtree(workspace.root, ignore_errors=True)
 
 
