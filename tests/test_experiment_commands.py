@@ -291,3 +291,13 @@ def test_a_subdirectory_missing_from_the_commit_is_a_usage_error(tmp_path: Path)
     with pytest.raises(UsageError, match="not in the repository's last commit"):
         Workspaces().check(repo / "new", None)
     Workspaces().check(repo / "new", "copy")
+
+
+def test_the_runs_own_output_does_not_make_the_repository_dirty(tmp_path: Path) -> None:
+    repo = _repo(tmp_path / "repo")
+    (repo / "runs" / "ab").mkdir(parents=True)
+    (repo / "runs" / "ab" / "trials.jsonl").write_text("{}\n")
+    state = repo_state(repo, ignore=[repo / "runs" / "ab"])
+    assert state is not None and state.dirty is False
+    dirty = repo_state(repo)
+    assert dirty is not None and dirty.dirty is True

@@ -105,15 +105,23 @@ def _git(args: list[str], cwd: Path) -> subprocess.CompletedProcess[str]:
     )
 
 
-def repo_state(path: Path) -> RepoState | None:
-    """The git state of ``path``, or None when it is not inside a work tree (or git is missing)."""
+def repo_state(path: Path, *, ignore: Iterable[Path] = ()) -> RepoState | None:
+    """The git state of ``path``, or None when it is not inside a work tree (or git is missing).
+
+    Changes under ``ignore`` (the run's own output directory, say) don't make it dirty.
+    """
     try:
         top = _git(["rev-parse", "--show-toplevel"], path)
         if top.returncode != 0 or not top.stdout.strip():
             return None
         root = Path(top.stdout.strip()).resolve()
         head = _git(["rev-parse", "--verify", "-q", "HEAD"], root)
-        status = _git(["status", "--porcelain"], root)
+        skip = [
+            f":(exclude,top){p.resolve().relative_to(root).as_posix()}"
+            for p in ignore
+            if _inside(p.resolve(), root) and p.resolve() != root
+        ]
+        status = _git(["status", "--porcelain", "--", ":/", *skip], root)
     except (OSError, subprocess.SubprocessError):
         return None
     commit = head.stdout.strip() if head.returncode == 0 else None
@@ -194,7 +202,7 @@ class Workspaces:
         source = source.resolve()
         with self._guard:
             if source not in self._states:
-                self._states[source] = repo_state(source)
+                self._states[source] = repo_state(source, ignore=self._exclude)
             return self._states[source]
 
     def kind_for(self, source: Path, kind: WorkspaceKind | None) -> WorkspaceKind:
