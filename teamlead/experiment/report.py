@@ -366,6 +366,7 @@ def build_report(
     if primary not in {m.name for m in metrics}:
         notes.append(f"primary metric {primary} not analysed; Holm applies to {PRIMARY_METRIC}")
         primary = PRIMARY_METRIC
+    metrics.sort(key=lambda m: m.name != primary)  # the primary metric's rows come first
     notes += _workspace_notes(counted)
 
     variants = {
