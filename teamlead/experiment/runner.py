@@ -4,7 +4,9 @@ Trials run in a seeded, randomized, interleaved order through the concurrency
 :class:`~teamlead.governor.Governor` (bucket per model, the spec's ``concurrency`` as
 ceiling and global cap). Each trial appends one versioned record to ``DIR/trials.jsonl``;
 a rerun skips the keys already finished. Only infrastructure failures (the API's
-429/5xx, the CLI failing to start) are retried, and retried trials are flagged.
+429/5xx, the CLI failing to start, a failing ``setup``) are retried, and retried trials
+are flagged. Each trial runs in a workspace of its own, with ``setup`` before and
+``check`` after the lead (see :mod:`.trial` and :mod:`.workspace`).
 
 Each trial's session id is a UUID derived from (experiment seed, variant, task, trial), so
 a scripted model can seed its randomness per trial and a rerun is reproducible.
