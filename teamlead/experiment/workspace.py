@@ -19,7 +19,9 @@ and transcripts never collide across trials or runs.
 The user's working tree, index and refs are never written. A worktree registers itself
 under ``.git/worktrees`` while it exists; it is removed even when the trial fails or is
 cancelled, and worktrees left by a killed run (their process is gone) are removed the
-next time this process adds one to the same repository.
+next time this process adds one to the same repository. Kept worktrees are locked
+(``git worktree lock``), so no later run removes them; ``git worktree remove --force
+--force PATH`` does.
 """
 
 from __future__ import annotations
