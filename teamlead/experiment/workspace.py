@@ -317,16 +317,20 @@ class Workspaces:
             if not admin.exists():
                 self._admin_made.add(repo)
             self._live[repo] = self._live.get(repo, 0) + 1
-        # Outside the lock: git makes each worktree's admin entry atomically, so adds run
-        # in parallel; the live count keeps _release from removing .git/worktrees meanwhile.
-        args = ["-c", "core.hooksPath=/dev/null", "worktree", "add", "--detach", "--quiet"]
-        done = _git([*args, str(path), str(state.commit)], repo)
+            # git reads every admin entry while it adds one, so adds must not overlap (a
+            # half-written entry fails the other add); without a checkout it is quick.
+            args = ["-c", "core.hooksPath=/dev/null", "worktree", "add", "--detach"]
+            done = _git([*args, "--no-checkout", "--quiet", str(path), str(state.commit)], repo)
+            if done.returncode == 0 and self.keep:  # kept on purpose: no later run reaps it
+                _git(["worktree", "lock", "--reason", _KEPT, str(path)], repo)
+        if done.returncode == 0:
+            # The checkout, in parallel: it writes only this worktree's index and files.
+            done = _git(["-c", "core.hooksPath=/dev/null", "reset", "--hard", "--quiet"], path)
         if done.returncode != 0:
-            _drop_worktree(repo, path)
+            with self._lock(repo):
+                _drop_worktree(repo, path)
             self._release(repo)
             raise WorkspaceError(f"git worktree add failed: {done.stderr.strip()}")
-        if self.keep:  # a later run must not reap it: it is kept on purpose
-            _git(["worktree", "lock", "--reason", _KEPT, str(path)], repo)
 
     def _release(self, repo: Path) -> None:
         with self._lock(repo):
@@ -339,7 +343,9 @@ class Workspaces:
     def _remove(self, workspace: Workspace) -> None:
         repo = workspace.repo
         if workspace.kind == "worktree" and repo is not None:
-            _drop_worktree(repo, workspace.root / "repo")
+            shutil.rmtree(workspace.root / "repo", ignore_errors=True)  # in parallel
+            with self._lock(repo):
+                _forget_worktree(repo, workspace.root / "repo")
             self._release(repo)
         shutil.rmtree(workspace.root, ignore_errors=True)
 
@@ -349,9 +355,12 @@ def _common_dir(repo: Path) -> Path:
     return (repo / done.stdout.strip()).resolve()
 
 
-def _drop_worktree(repo: Path, path: Path) -> None:
-    """Unregister and delete one worktree, even when its directory is already gone."""
-    _git(["worktree", "remove", "--force", "--force", str(path)], repo)
+def _forget_worktree(repo: Path, path: Path) -> None:
+    """Delete the admin entry (``.git/worktrees/NAME``) of the worktree at ``path``.
+
+    What ``git worktree remove`` does after deleting the files, without git: the
+    directory may already be gone, and no git process reads a half-removed entry.
+    """
     admin = _common_dir(repo) / "worktrees"
     if admin.is_dir():
         wanted = str(path / ".git")
@@ -359,7 +368,12 @@ def _drop_worktree(repo: Path, path: Path) -> None:
             with contextlib.suppress(OSError):
                 if (entry / "gitdir").read_text().strip() == wanted:
                     shutil.rmtree(entry, ignore_errors=True)
+
+
+def _drop_worktree(repo: Path, path: Path) -> None:
+    """Delete one worktree's files and unregister it (call with the repository's lock)."""
     shutil.rmtree(path, ignore_errors=True)
+    _forget_worktree(repo, path)
 
 
 def reap_stale_worktrees(repo: Path) -> list[Path]:
