@@ -6,15 +6,19 @@ from __future__ import annotations
 import subprocess
 import sys
 from pathlib import Path
+from typing import get_args
 
 import anyio
 import pytest
 
 from teamlead.errors import UsageError
 from teamlead.experiment.commands import TAIL_CHARS, command_env, output_name, run_command
+from teamlead.experiment.metrics import METRICS
 from teamlead.experiment.records import TrialRecord
-from teamlead.experiment.report import build_report, render_markdown
+from teamlead.experiment.render import render_markdown
+from teamlead.experiment.report import build_report
 from teamlead.experiment.spec import parse_spec
+from teamlead.experiment.steps import DEFAULT_TIMEOUT_S, PrimaryMetric
 from teamlead.experiment.workspace import (
     Workspaces,
     copy_tree,
@@ -191,11 +195,12 @@ def test_spec_commands_workspace_and_primary_metric() -> None:
             task='check = ""\nworkspace = "shared"\nsetup_timeout_s = 5',
         )
     )
-    task = spec.tasks[0]
-    assert spec.setup_for(task) == ["pip", "install", "-e", "."]
-    assert spec.check_for(task) is None  # the task turned the default off
-    assert spec.workspace_for(task) == "shared"
-    assert spec.timeouts_for(task) == (5, 600)
+    steps = spec.steps_for(spec.tasks[0])
+    assert steps.setup == ["pip", "install", "-e", "."]
+    assert steps.check is None  # the task turned the default off
+    assert steps.workspace == "shared"
+    assert (steps.setup_timeout_s, steps.check_timeout_s) == (5, DEFAULT_TIMEOUT_S)
+    assert set(get_args(PrimaryMetric)) == {m.name for m in METRICS}
     problems = {
         'setup = "a \\"b"': "experiment.setup: cannot split the command",
         'check = [""]': "experiment.check: a command's arguments must be non-empty",
@@ -260,8 +265,8 @@ def test_the_readme_example_is_a_valid_spec() -> None:
     spec = parse_spec(block + variants)
     task = spec.tasks[0]
     assert spec.experiment.primary_metric == "passed"
-    assert spec.setup_for(task) == ["pip", "install", "-e", "."]
-    assert spec.check_for(task) == ["python", "-m", "pytest", "-q", "tests/test_parse.py"]
+    assert spec.steps_for(task).setup == ["pip", "install", "-e", "."]
+    assert spec.steps_for(task).check == ["python", "-m", "pytest", "-q", "tests/test_parse.py"]
 
 
 def test_kept_worktrees_are_locked_and_survive_the_next_run(tmp_path: Path) -> None:

@@ -18,9 +18,10 @@ from pathlib import Path
 import anyio
 import pytest
 
-from teamlead.experiment.progress import report_for
+from teamlead._cli.progress import report_for
 from teamlead.experiment.records import finished_keys, read_records
-from teamlead.experiment.report import build_report, render_markdown
+from teamlead.experiment.render import render_markdown
+from teamlead.experiment.report import build_report
 from teamlead.experiment.runner import run_experiment
 from teamlead.experiment.spec import parse_spec
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, ToolUse

@@ -6,8 +6,8 @@ window or global state is involved and threads are safe.
 
 - Mean metrics (``wall_s``, ``agent_calls``, ``cost_usd``, ``tokens``, ``grade``): a box
   plot per variant with every trial drawn as a jittered point.
-- Rates (``parallel``, ``delegated``, ``passed``): each task's rate as a point per variant, and the
-  overall rate with its clustered Wilson interval.
+- Rates (``parallel``, ``delegated``, ``passed``): each task's rate as a point per variant,
+  and the overall rate with its clustered Wilson interval.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import UsageError
+from .metrics import METRICS, RATE_KEYS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
     from .report import Report
 
 __all__ = ["require_matplotlib", "write_plots"]
-
-_RATE_KEYS = {"parallel": "parallel_rate", "delegated": "delegated_rate", "passed": "passed_rate"}
 
 
 def require_matplotlib() -> None:
@@ -50,8 +49,6 @@ def write_plots(directory: str | Path, report: Report) -> list[Path]:
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-
-    from .report import METRICS
 
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
@@ -100,7 +97,7 @@ def _rate_plot(
     positions: npt.NDArray[np.float64],
     jitter: np.random.Generator,
 ) -> None:
-    key = _RATE_KEYS[metric]
+    key = RATE_KEYS[metric]
     for position, name in zip(positions, names, strict=True):
         per_task = [
             rate

@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -40,6 +40,7 @@ __all__ = [
     "TrialWriter",
     "append_record",
     "finished_keys",
+    "isolation_notes",
     "latest_records",
     "read_records",
 ]
@@ -330,3 +331,20 @@ def append_record(path: str | Path, record: TrialRecord) -> None:
     """Append one record durably; opens and closes the file (see :class:`TrialWriter`)."""
     with TrialWriter(path) as writer:
         writer.append(record)
+
+
+def isolation_notes(records: Sequence[TrialRecord]) -> list[str]:
+    """Notes for a report on how ``records`` were isolated: trials that shared one
+    directory, worktrees made from a repository with uncommitted changes."""
+    notes: list[str] = []
+    if shared := sum(r.workspace == "shared" for r in records):
+        notes.append(
+            f"{shared} trial(s) ran in one shared directory (workspace = 'shared'): "
+            "they could see each other's edits"
+        )
+    if dirty := sum(bool(r.git_dirty) and r.workspace == "worktree" for r in records):
+        notes.append(
+            f"{dirty} worktree trial(s) started from a repository with uncommitted changes, "
+            "which their worktrees did not have"
+        )
+    return notes

@@ -1,120 +1,61 @@
 """The experiment report: per-variant summaries, comparisons with the control, per-task rates.
 
-:func:`build_report` turns trial records into a :class:`Report`; :func:`render_markdown`
-prints it as tables; :meth:`Report.to_json` is the stable, versioned machine form;
-:func:`write_report` writes ``report.md``, ``report.json`` and one PNG per metric.
+:func:`build_report` turns trial records into a :class:`Report` with the estimates of
+:mod:`~teamlead.experiment.stats` and the verdicts of :mod:`~teamlead.experiment.verdicts`;
+:meth:`Report.to_json` is the stable, versioned machine form. Printing and writing it
+(Markdown, JSON, plots) is :mod:`teamlead.experiment.render`, which builds on this module.
 
 Which trials count: the latest record of each (variant, task, trial) key; infrastructure
 failures (``status="failed"``, ``error_class="infrastructure"``) are left out, since they
 say nothing about the prompt. Other failures and partial trials count as they are.
 
 Multiple comparisons: the primary metric (``parallel`` unless the spec names another,
-e.g. ``passed`` for coding tasks) has its p-values Holm-adjusted across the non-control
-variants; every other comparison (all variants, all secondary metrics together) is
-Benjamini-Hochberg adjusted.
+e.g. ``passed``; see :func:`~teamlead.experiment.metrics.analysed_metrics`) has its
+p-values Holm-adjusted across the non-control variants; every other comparison (all
+variants, all secondary metrics together) is Benjamini-Hochberg adjusted.
 
 Example:
     >>> report = build_report(read_records("out/trials.jsonl").records,
     ...                       control="baseline", seed=7)  # doctest: +SKIP
-    >>> print(render_markdown(report))  # doctest: +SKIP
+    >>> report.comparisons[0].verdict  # doctest: +SKIP
+    'better'
 """
 
 from __future__ import annotations
 
-import json
 import math
-import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections import Counter
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import UsageError
-from .records import TrialRecord, latest_records
+from .metrics import PRIMARY_METRIC, RATE_KEYS, Metric, analysed_metrics, metric_clusters
+from .records import TrialRecord, isolation_notes, latest_records
 from .stats import (
     Scale,
     Verdict,
-    adjust_pvalues,
+    analysis_rng,
     cluster_bootstrap_mean,
     clustered_wilson,
-    mde_from_se,
-    mde_rate,
     paired_test,
-    verdict,
 )
+from .verdicts import adjust_pvalues, mde_from_se, mde_rate, verdict
 
 __all__ = [
-    "METRICS",
     "REPORT_VERSION",
     "Comparison",
     "MeanSummary",
-    "Metric",
     "RateSummary",
     "Report",
     "TaskCell",
     "VariantSummary",
     "build_report",
-    "render_markdown",
-    "write_report",
 ]
 
 REPORT_VERSION = 1
-
-
-@dataclass(frozen=True)
-class Metric:
-    """A quantity compared between variants.
-
-    ``kind="rate"`` metrics are 0/1 per trial. ``scale="ratio"`` metrics are compared as
-    variant / control. ``higher_is_better`` sets the verdict's direction: more delegation
-    (rates, Agent calls) and a higher grade are better; less time, cost and tokens are.
-    """
-
-    name: str
-    kind: Literal["rate", "mean"]
-    scale: Scale
-    higher_is_better: bool
-    value: Callable[[TrialRecord], float | None]
-    label: str
-
-
-METRICS: tuple[Metric, ...] = (
-    Metric(
-        "parallel",
-        "rate",
-        "difference",
-        True,
-        lambda r: float(r.parallel),
-        "parallel Agent calls (rate)",
-    ),
-    Metric(
-        "delegated", "rate", "difference", True, lambda r: float(r.delegated), "delegated (rate)"
-    ),
-    Metric(
-        "passed",
-        "rate",
-        "difference",
-        True,
-        lambda r: None if r.passed is None else float(r.passed),
-        "check passed (rate)",
-    ),
-    Metric("wall_s", "mean", "ratio", False, lambda r: r.wall_s, "wall time (s)"),
-    Metric(
-        "agent_calls", "mean", "difference", True, lambda r: float(r.agent_calls), "Agent calls"
-    ),
-    Metric("cost_usd", "mean", "ratio", False, lambda r: r.cost_usd, "cost (USD)"),
-    Metric("tokens", "mean", "ratio", False, lambda r: float(r.tokens), "tokens (input + output)"),
-    Metric("grade", "mean", "difference", True, lambda r: r.grade, "grade"),
-)
-"""Every metric, the default primary one (``parallel``) first. ``grade`` and ``passed``
-are analysed only when every counted trial has one."""
-
-PRIMARY_METRIC = "parallel"
-_RATE_KEYS = {"parallel": "parallel_rate", "delegated": "delegated_rate", "passed": "passed_rate"}
-_OPTIONAL = {"grade": "a grade", "passed": "a check result"}
 
 
 class _Model(BaseModel):
@@ -182,14 +123,22 @@ class Comparison(_Model):
 
 
 class TaskCell(_Model):
-    """One task under one variant. ``flaky``: its ``parallel`` outcome (the primary metric)
-    was neither always 0 nor always 1 across the trials."""
+    """One task under one variant. ``flaky``: its ``parallel`` outcome was neither always 0
+    nor always 1 across the trials. ``passed_rate``: None unless every trial ran a check."""
 
     trials: int
     parallel_rate: float
     delegated_rate: float
     flaky: bool
     passed_rate: float | None = None
+
+
+_COMPARISON_JSON_FIELDS = (
+    *("variant", "control", "metric", "diff", "ci_low", "ci_high"),
+    *("p_value", "p_adjusted", "verdict", "mde"),
+)
+"""The :class:`Comparison` fields in ``to_json`` (``scale``, ``correction``, ``tasks``,
+``exact`` are left out of version 1)."""
 
 
 class Report(_Model):
@@ -218,36 +167,15 @@ class Report(_Model):
         variants: dict[str, Any] = {}
         for name, summary in self.variants.items():
             entry: dict[str, Any] = {"trials": summary.trials}
-            for key in ("parallel_rate", "delegated_rate", "passed_rate"):
+            for key in RATE_KEYS.values():
                 rate: RateSummary | None = getattr(summary, key)
-                if rate is None:
-                    continue
-                entry[key] = {
-                    "estimate": rate.estimate,
-                    "ci_low": rate.ci_low,
-                    "ci_high": rate.ci_high,
-                }
+                if rate is not None:
+                    entry[key] = rate.model_dump(include={"estimate", "ci_low", "ci_high"})
             for key in ("wall_s", "agent_calls", "cost_usd", "tokens"):
                 mean: MeanSummary = getattr(summary, key)
                 entry[key] = mean.model_dump()
             variants[name] = entry
-        comparisons = [
-            c.model_dump(
-                include={
-                    "variant",
-                    "control",
-                    "metric",
-                    "diff",
-                    "ci_low",
-                    "ci_high",
-                    "p_value",
-                    "p_adjusted",
-                    "verdict",
-                    "mde",
-                }
-            )
-            for c in self.comparisons
-        ]
+        comparisons = [c.model_dump(include=set(_COMPARISON_JSON_FIELDS)) for c in self.comparisons]
         tasks = {
             task: {variant: cell.model_dump(exclude_none=True) for variant, cell in cells.items()}
             for task, cells in self.tasks.items()
@@ -265,23 +193,6 @@ class Report(_Model):
 
 def _finite(value: float) -> float | None:
     return value if math.isfinite(value) else None
-
-
-def _rng(seed: int, *labels: str) -> np.random.Generator:
-    # A stable per-analysis stream: the same seed gives the same numbers whatever order
-    # the analyses run in (Python's hash() is salted per process, crc32 is not).
-    return np.random.default_rng([seed, zlib.crc32("\x1f".join(labels).encode())])
-
-
-def _clusters(
-    records: Sequence[TrialRecord], tasks: Sequence[str], metric: Metric
-) -> list[list[float]]:
-    by_task: dict[str, list[float]] = {task: [] for task in tasks}
-    for record in records:
-        value = metric.value(record)
-        if value is not None and record.task in by_task:
-            by_task[record.task].append(value)
-    return [by_task[task] for task in tasks]
 
 
 def build_report(
@@ -313,7 +224,7 @@ def build_report(
         primary: the primary metric (Holm-adjusted); the rest are BH-adjusted.
 
     Raises:
-        UsageError: no counted trials for the control.
+        UsageError: no counted trials for the control, or an unknown ``primary``.
 
     Example:
         >>> report = build_report(records, control="baseline", seed=7)  # doctest: +SKIP
@@ -327,18 +238,10 @@ def build_report(
     # Sorted so the result depends on the records and the seed, not on their order.
     latest = sorted(latest_records(records), key=lambda r: (r.variant, r.task, r.trial))
     counted = [r for r in latest if not r.infrastructure_failure]
-    excluded: dict[str, int] = {}
-    for record in latest:
-        if record.infrastructure_failure:
-            excluded[record.variant] = excluded.get(record.variant, 0) + 1
+    excluded = Counter(r.variant for r in latest if r.infrastructure_failure)
 
-    names: list[str] = []
-    tasks: list[str] = []
-    for record in counted:
-        if record.variant not in names:
-            names.append(record.variant)
-        if record.task not in tasks:
-            tasks.append(record.task)
+    names = list(dict.fromkeys(r.variant for r in counted))  # in order of first appearance
+    tasks = list(dict.fromkeys(r.task for r in counted))
     if control not in names:
         raise UsageError(f"control {control!r} has no counted trial records")
     names.remove(control)
@@ -351,43 +254,15 @@ def build_report(
             "left out as infrastructure failures: "
             + ", ".join(f"{v} {n}" for v, n in sorted(excluded.items()))
         )
-    if primary not in {m.name for m in METRICS}:
-        raise UsageError(f"unknown primary metric {primary!r}")
-    metrics = list(METRICS)
-    for name, what in _OPTIONAL.items():
-        metric = next(m for m in METRICS if m.name == name)
-        have = sum(metric.value(r) is not None for r in counted)
-        if have < len(counted):
-            metrics.remove(metric)
-            if have:
-                notes.append(
-                    f"{name} not analysed: only {have} of {len(counted)} trials have {what}"
-                )
-    if primary not in {m.name for m in metrics}:
-        notes.append(f"primary metric {primary} not analysed; Holm applies to {PRIMARY_METRIC}")
-        primary = PRIMARY_METRIC
-    metrics.sort(key=lambda m: m.name != primary)  # the primary metric's rows come first
-    notes += _workspace_notes(counted)
+    metrics, primary, more = analysed_metrics(counted, primary)
+    notes += more + isolation_notes(counted)
 
+    how = _Settings(seed, alpha, power, n_permutations, n_bootstrap, primary)
     variants = {
-        name: _summarise(
-            by_variant[name], tasks, metrics, excluded.get(name, 0), seed, alpha, n_bootstrap
-        )
+        name: _summarise(by_variant[name], tasks, metrics, excluded.get(name, 0), how)
         for name in names
     }
-    comparisons = _compare(
-        by_variant,
-        control,
-        tasks,
-        metrics,
-        variants,
-        seed,
-        alpha,
-        power,
-        n_permutations,
-        n_bootstrap,
-        primary,
-    )
+    comparisons = _compare(by_variant, control, tasks, metrics, variants, how)
     task_cells = _task_cells(by_variant, tasks)
     flaky = [task for task in tasks if any(c.flaky for c in task_cells[task].values())]
     samples = {
@@ -411,21 +286,16 @@ def build_report(
     )
 
 
-def _workspace_notes(records: Sequence[TrialRecord]) -> list[str]:
-    notes: list[str] = []
-    shared = sum(r.workspace == "shared" for r in records)
-    if shared:
-        notes.append(
-            f"{shared} trial(s) ran in one shared directory (workspace = 'shared'): "
-            "they could see each other's edits"
-        )
-    dirty = sum(bool(r.git_dirty) and r.workspace == "worktree" for r in records)
-    if dirty:
-        notes.append(
-            f"{dirty} worktree trial(s) started from a repository with uncommitted changes, "
-            "which their worktrees did not have"
-        )
-    return notes
+@dataclass(frozen=True)
+class _Settings:
+    """How :func:`build_report` analyses: its seed, levels and resampling sizes."""
+
+    seed: int
+    alpha: float
+    power: float
+    n_permutations: int
+    n_bootstrap: int
+    primary: str
 
 
 def _summarise(
@@ -433,17 +303,15 @@ def _summarise(
     tasks: Sequence[str],
     metrics: Sequence[Metric],
     excluded: int,
-    seed: int,
-    alpha: float,
-    n_bootstrap: int,
+    how: _Settings,
 ) -> VariantSummary:
     variant = records[0].variant if records else ""
     fields: dict[str, Any] = {"trials": len(records), "excluded": excluded}
     for metric in metrics:
-        clusters = _clusters(records, tasks, metric)
+        clusters = metric_clusters(records, tasks, metric)
         if metric.kind == "rate":
-            rate = clustered_wilson(clusters, alpha=alpha)
-            fields[_RATE_KEYS[metric.name]] = RateSummary(
+            rate = clustered_wilson(clusters, alpha=how.alpha)
+            fields[RATE_KEYS[metric.name]] = RateSummary(
                 estimate=_finite(rate.estimate),
                 ci_low=_finite(rate.ci_low),
                 ci_high=_finite(rate.ci_high),
@@ -454,9 +322,9 @@ def _summarise(
         else:
             mean = cluster_bootstrap_mean(
                 clusters,
-                rng=_rng(seed, "summary", variant, metric.name),
-                alpha=alpha,
-                n_bootstrap=n_bootstrap,
+                rng=analysis_rng(how.seed, "summary", variant, metric.name),
+                alpha=how.alpha,
+                n_bootstrap=how.n_bootstrap,
             )
             fields[metric.name] = MeanSummary(
                 mean=_finite(mean.mean),
@@ -473,31 +341,27 @@ def _compare(
     tasks: Sequence[str],
     metrics: Sequence[Metric],
     summaries: dict[str, VariantSummary],
-    seed: int,
-    alpha: float,
-    power: float,
-    n_permutations: int,
-    n_bootstrap: int,
-    primary: str,
+    how: _Settings,
 ) -> list[Comparison]:
+    alpha, power = how.alpha, how.power
     raw: list[dict[str, Any]] = []
     for name in by_variant:
         if name == control:
             continue
         for metric in metrics:
-            variant_clusters = _clusters(by_variant[name], tasks, metric)
-            control_clusters = _clusters(by_variant[control], tasks, metric)
+            variant_clusters = metric_clusters(by_variant[name], tasks, metric)
+            control_clusters = metric_clusters(by_variant[control], tasks, metric)
             result = paired_test(
                 variant_clusters,
                 control_clusters,
                 scale=metric.scale,
-                rng=_rng(seed, "compare", name, metric.name),
-                n_permutations=n_permutations,
-                n_bootstrap=n_bootstrap,
+                rng=analysis_rng(how.seed, "compare", name, metric.name),
+                n_permutations=how.n_permutations,
+                n_bootstrap=how.n_bootstrap,
                 alpha=alpha,
             )
             if metric.kind == "rate":
-                key = _RATE_KEYS[metric.name]
+                key = RATE_KEYS[metric.name]
                 control_rate: RateSummary = getattr(summaries[control], key)
                 variant_rate: RateSummary = getattr(summaries[name], key)
                 mde = (
@@ -515,11 +379,11 @@ def _compare(
                 mde = mde_from_se(result.se, scale=metric.scale, alpha=alpha, power=power)
             raw.append({"variant": name, "metric": metric, "result": result, "mde": mde})
 
-    first = [i for i, c in enumerate(raw) if c["metric"].name == primary]
-    secondary = [i for i, c in enumerate(raw) if c["metric"].name != primary]
+    primary = [i for i, c in enumerate(raw) if c["metric"].name == how.primary]
+    secondary = [i for i, c in enumerate(raw) if c["metric"].name != how.primary]
     adjusted = [math.nan] * len(raw)
     groups: tuple[tuple[list[int], Literal["holm", "fdr_bh"]], ...] = (
-        (first, "holm"),
+        (primary, "holm"),
         (secondary, "fdr_bh"),
     )
     for group, method in groups:
@@ -542,7 +406,7 @@ def _compare(
                 ci_high=_finite(result.ci_high),
                 p_value=_finite(result.p_value),
                 p_adjusted=_finite(adjusted[i]),
-                correction="holm" if metric.name == primary else "fdr_bh",
+                correction="holm" if metric.name == how.primary else "fdr_bh",
                 verdict=verdict(
                     result.effect,
                     result.ci_low,
@@ -579,177 +443,3 @@ def _task_cells(
                 passed_rate=sum(passed) / len(passed) if len(passed) == len(trials) else None,
             )
     return cells
-
-
-def _fmt(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return "n/a"
-    if value == 0:
-        return "0"
-    if abs(value) >= 1e6 or abs(value) < 10**-digits:
-        return f"{value:.{digits}g}"
-    if abs(value) >= 100:
-        digits = 1
-    return f"{value:,.{digits}f}".rstrip("0").rstrip(".")
-
-
-def _fmt_p(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return "<0.0001" if value < 1e-4 else _fmt(value, 4)
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    return lines
-
-
-def _interval(low: float | None, high: float | None) -> str:
-    return f"[{_fmt(low)}, {_fmt(high)}]"
-
-
-def render_markdown(report: Report) -> str:
-    """The report as Markdown tables, readable in a terminal as is.
-
-    Example:
-        >>> print(render_markdown(report))  # doctest: +SKIP
-    """
-    pct = 100 * (1 - report.alpha)
-    confidence = f"{pct:.0f}%" if pct.is_integer() else f"{pct:g}%"
-    out = [f"# Experiment report (control: {report.control})", ""]
-    out += ["## Variants", ""]
-    rows = []
-    with_passed = any(s.passed_rate is not None for s in report.variants.values())
-    for name, s in report.variants.items():
-        row = [name, str(s.trials)]
-        rates: list[RateSummary | None] = [s.parallel_rate, s.delegated_rate]
-        if with_passed:
-            rates.insert(0, s.passed_rate)
-        for rate in rates:
-            if rate is None:
-                row.append("n/a")
-                continue
-            row.append(f"{_fmt(rate.estimate)} {_interval(rate.ci_low, rate.ci_high)}")
-        for mean in (s.wall_s, s.agent_calls, s.cost_usd, s.tokens):
-            row.append(
-                f"{_fmt(mean.mean)} (median {_fmt(mean.median)}) "
-                f"{_interval(mean.ci_low, mean.ci_high)}"
-            )
-        rows.append(row)
-    out += _table(
-        [
-            "variant",
-            "trials",
-            *(["passed rate"] if with_passed else []),
-            "parallel rate",
-            "delegated rate",
-            "wall s",
-            "Agent calls",
-            "cost USD",
-            "tokens",
-        ],
-        rows,
-    )
-    out += [
-        "",
-        f"Rates: task-clustered Wilson {confidence} CI. Means: mean (median) "
-        f"[cluster-bootstrap {confidence} CI].",
-        "",
-        "## Comparisons with the control",
-        "",
-    ]
-    rows = []
-    for c in report.comparisons:
-        unit = "x" if c.scale == "ratio" else ""
-        effect = "n/a" if c.diff is None else f"{_fmt(c.diff)}{unit}"
-        mde = "n/a" if c.mde is None else f"{_fmt(c.mde)}{unit}"
-        rows.append(
-            [
-                c.variant,
-                c.metric,
-                effect,
-                _interval(c.ci_low, c.ci_high),
-                _fmt_p(c.p_value),
-                f"{_fmt_p(c.p_adjusted)} ({'Holm' if c.correction == 'holm' else 'BH'})",
-                mde,
-                f"**{c.verdict}**",
-            ]
-        )
-    out += _table(
-        ["variant", "metric", "effect", f"{confidence} CI", "p", "p adjusted", "MDE", "verdict"],
-        rows,
-    )
-    out += [
-        "",
-        f"Primary metric: {report.primary_metric} (Holm); the rest: BH. "
-        "Effect: variant - control, or variant / control where marked x. p: within-task "
-        "permutation test. MDE: smallest effect detectable "
-        f"at alpha {report.alpha:g} with power {report.power:g}.",
-        "",
-        "## Per task",
-        "",
-    ]
-    names = list(report.variants)
-    rows = []
-    for task, cells in report.tasks.items():
-        row = [task]
-        for name in names:
-            cell = cells.get(name)
-            passed = (
-                f"passed {_fmt(cell.passed_rate, 2)}, "
-                if cell is not None and cell.passed_rate is not None
-                else ""
-            )
-            row.append(
-                "-"
-                if cell is None
-                else f"{passed}{_fmt(cell.parallel_rate, 2)} / {_fmt(cell.delegated_rate, 2)} "
-                f"(n={cell.trials}){' flaky' if cell.flaky else ''}"
-            )
-        rows.append(row)
-    out += _table(["task", *names], rows)
-    out += ["", "Cells: [passed rate,] parallel rate / delegated rate (trials)."]
-    out += [""]
-    if report.flaky_tasks:
-        out.append(
-            "Flaky tasks (parallel both 0 and 1 within a variant): " + ", ".join(report.flaky_tasks)
-        )
-    else:
-        out.append("Flaky tasks: none.")
-    if report.notes:
-        out += ["", "## Notes", ""] + [f"- {note}" for note in report.notes]
-    return "\n".join(out) + "\n"
-
-
-def write_report(directory: str | Path, report: Report, *, plots: bool = True) -> list[Path]:
-    """Write ``report.md``, ``report.json`` and (with ``plots``) one PNG per metric.
-
-    Raises:
-        UsageError: ``plots`` is set but matplotlib is missing (install teamlead[plots]),
-            checked before anything is written.
-
-    Example:
-        >>> write_report("out/report", report)  # doctest: +SKIP
-        [PosixPath('out/report/report.md'), PosixPath('out/report/report.json'), ...]
-    """
-    from .plots import require_matplotlib, write_plots
-
-    if plots:
-        require_matplotlib()
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    markdown = folder / "report.md"
-    markdown.write_text(render_markdown(report), encoding="utf-8")
-    data = folder / "report.json"
-    data.write_text(
-        json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n", encoding="utf-8"
-    )
-    written = [markdown, data]
-    if plots:
-        written += write_plots(folder, report)
-    return written

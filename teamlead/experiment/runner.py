@@ -122,7 +122,7 @@ class RunSummary:
 def _sdk_versions() -> tuple[str, str]:
     import claude_agent_sdk
 
-    from ..testing.runner import cli_version
+    from .._claude.binary import cli_version
 
     return claude_agent_sdk.__version__, cli_version()
 
@@ -301,7 +301,7 @@ async def run_experiment(
     base = base_options or ClaudeAgentOptions()
     workspaces = Workspaces(keep=keep_workspaces, exclude=[out_dir], base_dir=workspace_dir)
     for task in spec.tasks:
-        workspaces.check(trial_source(spec, task, base), spec.workspace_for(task))
+        workspaces.check(trial_source(spec, task, base), spec.steps_for(task).workspace)
     trial_policy = policy or Policy()
     if spec.experiment.deadline_s:
         trial_policy = trial_policy.model_copy(update={"deadline_s": spec.experiment.deadline_s})

@@ -33,16 +33,15 @@ import re
 import string
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import UsageError
-from .commands import Command, check_command, split_command
+from ._toml_lines import LineIndex, dotted
 from .records import TrialKey
-from .workspace import WorkspaceKind
+from .steps import PrimaryMetric, StepKeys, Steps, resolve_steps
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -65,10 +64,6 @@ StrategyCheck = Callable[[str], bool]
 Name = Annotated[str, Field(min_length=1, pattern=r"^\S(?:.*\S)?$")]
 
 _GRADER_FIELDS = ("task", "rubric", "answer")
-PrimaryMetric = Literal[
-    "parallel", "delegated", "passed", "wall_s", "agent_calls", "cost_usd", "tokens", "grade"
-]
-_DEFAULT_TIMEOUT_S = 600.0
 # Options the experiment itself sets per trial: a variant may not override them.
 _RESERVED_OPTIONS = {
     "system_prompt": "set by the variant's strategy",
@@ -110,12 +105,14 @@ class GraderSpec(_Strict):
         return self.rubric.format(task=task, rubric=rubric or "", answer=answer)
 
 
-class ExperimentSettings(_Strict):
+class ExperimentSettings(StepKeys):
     """The ``[experiment]`` table.
 
     ``deadline_s`` bounds one trial's wall time; ``max_cost_usd`` bounds the whole
     experiment (trials and grading). ``model`` and ``cwd`` are defaults that a variant's
-    ``model`` or a task's ``cwd`` override.
+    ``model`` or a task's ``cwd`` override, as do a task's workspace and command keys
+    (:class:`~teamlead.experiment.steps.StepKeys`). ``primary_metric`` is the metric whose
+    p-values are Holm-adjusted.
     """
 
     name: Name
@@ -128,14 +125,7 @@ class ExperimentSettings(_Strict):
     model: str | None = None
     cwd: str | None = None
     grader: GraderSpec | None = None
-    workspace: WorkspaceKind | None = None
-    setup: Command | None = None
-    check: Command | None = None
-    setup_timeout_s: float = Field(default=_DEFAULT_TIMEOUT_S, gt=0)
-    check_timeout_s: float = Field(default=_DEFAULT_TIMEOUT_S, gt=0)
     primary_metric: PrimaryMetric = "parallel"
-
-    _commands = field_validator("setup", "check", mode="before")(check_command)
 
 
 class VariantSpec(_Strict):
@@ -155,21 +145,14 @@ class VariantSpec(_Strict):
         return value
 
 
-class TaskSpec(_Strict):
-    """One ``[[tasks]]`` entry."""
+class TaskSpec(StepKeys):
+    """One ``[[tasks]]`` entry (with :class:`~teamlead.experiment.steps.StepKeys`)."""
 
     id: Name
     prompt: str = Field(min_length=1)
     cwd: str | None = None
     tags: list[str] = Field(default_factory=list)
     rubric: str | None = None
-    workspace: WorkspaceKind | None = None
-    setup: Command | None = None
-    check: Command | None = None
-    setup_timeout_s: float | None = Field(default=None, gt=0)
-    check_timeout_s: float | None = Field(default=None, gt=0)
-
-    _commands = field_validator("setup", "check", mode="before")(check_command)
 
     @field_validator("prompt")
     @classmethod
@@ -213,24 +196,9 @@ class ExperimentSpec(_Strict):
         """The task's working directory, else the experiment's."""
         return task.cwd or self.experiment.cwd
 
-    def workspace_for(self, task: TaskSpec) -> WorkspaceKind | None:
-        """The task's workspace kind, else the experiment's (None: pick by the directory)."""
-        return task.workspace or self.experiment.workspace
-
-    def setup_for(self, task: TaskSpec) -> list[str] | None:
-        """The task's setup command as arguments, else the experiment's; ``""`` means none."""
-        return split_command(task.setup if task.setup is not None else self.experiment.setup)
-
-    def check_for(self, task: TaskSpec) -> list[str] | None:
-        """The task's check command as arguments, else the experiment's; ``""`` means none."""
-        return split_command(task.check if task.check is not None else self.experiment.check)
-
-    def timeouts_for(self, task: TaskSpec) -> tuple[float, float]:
-        """(setup, check) timeouts in seconds for ``task``."""
-        return (
-            task.setup_timeout_s or self.experiment.setup_timeout_s,
-            task.check_timeout_s or self.experiment.check_timeout_s,
-        )
+    def steps_for(self, task: TaskSpec) -> Steps:
+        """The task's workspace kind, setup and check, else the experiment's."""
+        return resolve_steps(task, self.experiment)
 
     @property
     def total_trials(self) -> int:
@@ -297,7 +265,7 @@ def parse_spec(
         line = int(match.group(1)) if match else 1
         detail = re.sub(r"\s*\(at line \d+, column \d+\)", "", message) or "invalid TOML"
         raise UsageError(f"{source}:{line}: invalid TOML: {detail}") from None
-    lines = _LineIndex(text)
+    lines = LineIndex(text)
     try:
         spec = ExperimentSpec.model_validate(data)
     except ValidationError as exc:
@@ -317,13 +285,13 @@ def parse_spec(
             if problem is not None:
                 if variant.strategy not in problem:
                     problem += f" {variant.strategy!r}"
-                raise UsageError(f"{source}:{lines.find(loc)}: {_dotted(loc)}: {problem}")
+                raise UsageError(f"{source}:{lines.find(loc)}: {dotted(loc)}: {problem}")
     return spec
 
 
-def _check_relations(spec: ExperimentSpec, lines: _LineIndex, source: str) -> None:
+def _check_relations(spec: ExperimentSpec, lines: LineIndex, source: str) -> None:
     def fail(loc: tuple[str | int, ...], problem: str) -> UsageError:
-        return UsageError(f"{source}:{lines.find(loc)}: {_dotted(loc)}: {problem}")
+        return UsageError(f"{source}:{lines.find(loc)}: {dotted(loc)}: {problem}")
 
     seen: set[str] = set()
     for index, variant in enumerate(spec.variants):
@@ -341,7 +309,7 @@ def _check_relations(spec: ExperimentSpec, lines: _LineIndex, source: str) -> No
         if task.id in ids:
             raise fail(("tasks", index, "id"), f"duplicate task id {task.id!r}")
         ids.add(task.id)
-        if spec.experiment.primary_metric == "passed" and spec.check_for(task) is None:
+        if spec.experiment.primary_metric == "passed" and spec.steps_for(task).check is None:
             raise fail(
                 ("tasks", index, "id"),
                 f"task {task.id!r} has no check command, but the primary metric is 'passed'",
@@ -368,17 +336,7 @@ def _is_path(strategy: str) -> bool:
     return strategy.endswith(".md") or "/" in strategy or os.sep in strategy
 
 
-def _dotted(loc: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
-    return out or "(spec)"
-
-
-def _first_error(exc: ValidationError, lines: _LineIndex, source: str) -> UsageError:
+def _first_error(exc: ValidationError, lines: LineIndex, source: str) -> UsageError:
     """Turn pydantic's errors into one line: the error nearest the top of the file."""
     errors = exc.errors()
     # A typo'd key shows up twice: as an unknown key and as a required key gone missing
@@ -405,7 +363,7 @@ def _first_error(exc: ValidationError, lines: _LineIndex, source: str) -> UsageE
             problem = f"missing required {what}"
         else:
             problem = error["msg"].removeprefix("Value error, ")
-        text = f"{source}:{line}: {_dotted(loc)}: {problem}"
+        text = f"{source}:{line}: {dotted(loc)}: {problem}"
         if best is None or line < best[0]:
             best = (line, text)
     assert best is not None  # a ValidationError always carries at least one error
@@ -426,72 +384,3 @@ def _allowed_keys(parent: tuple[str | int, ...]) -> list[str]:
                 return []
             model = sections[part]
     return list(model.model_fields)
-
-
-_KEY = r'(?:[A-Za-z0-9_-]+|"[^"]*"|\'[^\']*\')'
-_DOTTED = rf"{_KEY}(?:\s*\.\s*{_KEY})*"
-_ARRAY_HEADER = re.compile(rf"^\s*\[\[\s*({_DOTTED})\s*\]\]")
-_TABLE_HEADER = re.compile(rf"^\s*\[\s*({_DOTTED})\s*\]")
-_KEY_LINE = re.compile(rf"^\s*({_DOTTED})\s*=(.*)$")
-
-
-def _split_key(dotted: str) -> tuple[str, ...]:
-    return tuple(part.strip().strip("\"'") for part in re.findall(_KEY, dotted))
-
-
-@dataclass
-class _LineIndex:
-    """Where each table and key of a TOML text starts, by pydantic-style location.
-
-    tomllib gives no positions, so scan the text: ``[[variants]]`` headers are counted to
-    turn the Nth one into ``("variants", N-1)``, and each ``key =`` line is filed under
-    the table above it. Multi-line strings are skipped. Good enough for error messages,
-    not a TOML parser.
-    """
-
-    text: str
-    positions: dict[tuple[str | int, ...], int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        arrays: dict[tuple[str, ...], int] = {}
-        table: tuple[str | int, ...] = ()
-        in_string: str | None = None
-        for number, line in enumerate(self.text.splitlines(), start=1):
-            if in_string is not None:
-                if line.count(in_string) % 2 == 1:
-                    in_string = None
-                continue
-            if match := _ARRAY_HEADER.match(line):
-                raw = _split_key(match.group(1))
-                arrays[raw] = arrays.get(raw, 0) + 1
-                table = self._resolve(raw, arrays)
-                self.positions.setdefault(table, number)
-                self.positions.setdefault(table[:-1], number)
-            elif match := _TABLE_HEADER.match(line):
-                table = self._resolve(_split_key(match.group(1)), arrays)
-                self.positions.setdefault(table, number)
-            elif match := _KEY_LINE.match(line):
-                keys = _split_key(match.group(1))
-                for end in range(1, len(keys) + 1):
-                    self.positions.setdefault(table + keys[:end], number)
-                value = match.group(2)
-                for quote in ('"""', "'''"):
-                    if value.count(quote) % 2 == 1:
-                        in_string = quote
-                        break
-
-    @staticmethod
-    def _resolve(raw: tuple[str, ...], arrays: dict[tuple[str, ...], int]) -> tuple[str | int, ...]:
-        out: list[str | int] = []
-        for end in range(1, len(raw) + 1):
-            out.append(raw[end - 1])
-            if raw[:end] in arrays:
-                out.append(arrays[raw[:end]] - 1)
-        return tuple(out)
-
-    def find(self, loc: tuple[str | int, ...]) -> int:
-        """The line of ``loc``, else of its nearest enclosing table, else line 1."""
-        for end in range(len(loc), 0, -1):
-            if loc[:end] in self.positions:
-                return self.positions[loc[:end]]
-        return 1

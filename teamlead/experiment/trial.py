@@ -56,7 +56,7 @@ async def run_trial(
     started_at = datetime.now(timezone.utc)
     try:
         async with workspaces.open(
-            trial_source(spec, task, base), spec.workspace_for(task), base.env
+            trial_source(spec, task, base), spec.steps_for(task).workspace, base.env
         ) as ws:
             record, infra, hint = await _in_workspace(key, spec, base, lead, attempt, ws, out_dir)
     except WorkspaceError as exc:
@@ -102,7 +102,7 @@ async def _in_workspace(
 ) -> Outcome:
     task = spec.task(key.task)
     env = {**base.env, "CLAUDE_CONFIG_DIR": str(ws.config_dir)}
-    setup_s, check_s = spec.timeouts_for(task)
+    steps = spec.steps_for(task)
 
     async def command(argv: list[str] | None, step: str, timeout_s: float) -> CommandRun | None:
         if argv is None:
@@ -113,13 +113,13 @@ async def _in_workspace(
         )
 
     started_at = datetime.now(timezone.utc)
-    setup = await command(spec.setup_for(task), "setup", setup_s)
+    setup = await command(steps.setup, "setup", steps.setup_timeout_s)
     if setup is not None and not setup.ok:
         record = _infra_record(key, spec, f"setup failed: {setup.describe()}", started_at)
         return record.model_copy(update={"setup": setup}), True, None
     trial_base = dataclasses.replace(base, env=env)
     record, infra, hint = await lead(trial_base, ws.cwd)
-    check = None if infra else await command(spec.check_for(task), "check", check_s)
+    check = None if infra else await command(steps.check, "check", steps.check_timeout_s)
     if check is not None and check.error is not None:
         infra = True  # the check could not even start: the harness's problem, not the model's
         record = record.model_copy(update={"status": "failed", "error_class": "infrastructure"})

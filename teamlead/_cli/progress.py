@@ -1,4 +1,10 @@
-"""The experiment commands' glue: a progress bar over the runner, and report loading."""
+"""The experiment commands' glue: a progress bar over the runner, and report loading.
+
+:func:`run_with_progress` records the experiment's control variant and primary metric
+in ``<out>/experiment.json`` and runs the spec under a rich progress bar;
+:func:`report_for` reads ``trials.jsonl`` back (control from that file unless given),
+builds and writes the report, and returns the text the command prints.
+"""
 
 from __future__ import annotations
 
@@ -12,10 +18,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ..errors import UsageError
-from .records import read_records
-from .report import PRIMARY_METRIC, Report, build_report, render_markdown, write_report
-from .runner import ExperimentProgress, RunSummary, run_experiment
-from .spec import ExperimentSpec
+from ..experiment import (
+    ExperimentProgress,
+    ExperimentSpec,
+    Report,
+    RunSummary,
+    build_report,
+    read_records,
+    render_json,
+    render_markdown,
+    run_experiment,
+    write_report,
+)
+from ..experiment.metrics import PRIMARY_METRIC
 
 __all__ = ["report_for", "run_with_progress"]
 
@@ -118,5 +133,5 @@ def report_for(
         primary=primary if isinstance(primary, str) else PRIMARY_METRIC,
     )
     write_report(out_dir, report, plots=plots)
-    text = json.dumps(report.to_json(), indent=2) if json_ else render_markdown(report)
+    text = render_json(report) if json_ else render_markdown(report)
     return report, text, warnings
