@@ -32,15 +32,15 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import UsageError
+from .explain import disagreement, rule_text, zero_width
+from .power import simulate_mde
 from .records import TrialRecord, latest_records
 from .stats import (
     Scale,
     Verdict,
     adjust_pvalues,
-    cluster_bootstrap_mean,
+    clustered_mean,
     clustered_wilson,
-    mde_from_se,
-    mde_rate,
     paired_test,
     verdict,
 )
@@ -57,10 +57,16 @@ __all__ = [
     "VariantSummary",
     "build_report",
     "render_markdown",
+    "upgrade_report_json",
     "write_report",
 ]
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
+"""2 added, per comparison, ``scale``, ``correction``, the compared ``tasks`` (a list; the
+count is ``n_tasks``), the task-weighted ``variant_value``/``control_value``, ``weighting``,
+``mde_note`` and ``explanation``; per rate ``n``, ``n_eff``, ``icc`` and
+``design_effect``; and the report's ``rule`` and ``notes``. Version 1 readers' keys keep
+their meaning; :func:`upgrade_report_json` reads both."""
 
 
 @dataclass(frozen=True)
@@ -118,6 +124,7 @@ class RateSummary(_Model):
     estimate: float | None
     ci_low: float | None
     ci_high: float | None
+    n: int = 0
     n_eff: float
     icc: float
     design_effect: float
@@ -152,6 +159,10 @@ class Comparison(_Model):
     ``diff`` is variant minus control, except on the ratio scale (``wall_s``,
     ``cost_usd``, ``tokens``) where it is variant / control; ``ci_low``/``ci_high`` and
     ``mde`` use the same scale (``mde`` as a factor there, e.g. 1.3 for a 30% change).
+    ``variant_value``/``control_value`` are the task-weighted means the effect compares
+    (each compared task counts once, however many trials it has), over ``task_ids``.
+    ``mde`` is simulated (:mod:`teamlead.experiment.power`); ``mde_note`` says how, or why
+    there is none. ``explanation`` is set when p and the interval disagree.
     """
 
     variant: str
@@ -168,6 +179,12 @@ class Comparison(_Model):
     mde: float | None
     tasks: int
     exact: bool
+    task_ids: list[str] = Field(default_factory=list)
+    variant_value: float | None = None
+    control_value: float | None = None
+    weighting: str = "each compared task weighs the same"
+    mde_note: str | None = None
+    explanation: str | None = None
 
 
 class TaskCell(_Model):
@@ -197,53 +214,91 @@ class Report(_Model):
     notes: list[str] = Field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
-        """The stable JSON form (``version`` 1); NaN becomes ``null``.
+        """The stable JSON form (``version`` 2, see :data:`REPORT_VERSION`); NaN is ``null``.
 
         Example:
             >>> json.dumps(report.to_json())  # doctest: +SKIP
         """
         variants: dict[str, Any] = {}
         for name, summary in self.variants.items():
-            entry: dict[str, Any] = {"trials": summary.trials}
+            entry: dict[str, Any] = {"trials": summary.trials, "excluded": summary.excluded}
             for key in ("parallel_rate", "delegated_rate"):
                 rate: RateSummary = getattr(summary, key)
-                entry[key] = {
-                    "estimate": rate.estimate,
-                    "ci_low": rate.ci_low,
-                    "ci_high": rate.ci_high,
-                }
+                entry[key] = rate.model_dump()
             for key in ("wall_s", "agent_calls", "cost_usd", "tokens"):
                 mean: MeanSummary = getattr(summary, key)
                 entry[key] = mean.model_dump()
             variants[name] = entry
-        comparisons = [
-            c.model_dump(
-                include={
-                    "variant",
-                    "control",
-                    "metric",
-                    "diff",
-                    "ci_low",
-                    "ci_high",
-                    "p_value",
-                    "p_adjusted",
-                    "verdict",
-                    "mde",
-                }
-            )
-            for c in self.comparisons
-        ]
+        comparisons = []
+        for c in self.comparisons:
+            data = c.model_dump(exclude={"task_ids", "tasks"})
+            data["tasks"] = list(c.task_ids)
+            data["n_tasks"] = c.tasks
+            comparisons.append(data)
         tasks = {
             task: {variant: cell.model_dump() for variant, cell in cells.items()}
             for task, cells in self.tasks.items()
         }
         return {
             "version": self.version,
+            "control": self.control,
+            "alpha": self.alpha,
+            "power": self.power,
+            "seed": self.seed,
+            "rule": rule_text(self.alpha, _confidence(self.alpha)),
             "variants": variants,
             "comparisons": comparisons,
             "tasks": tasks,
             "flaky_tasks": list(self.flaky_tasks),
+            "notes": list(self.notes),
         }
+
+
+def upgrade_report_json(data: dict[str, Any]) -> dict[str, Any]:
+    """Read a ``report.json`` of any version up to :data:`REPORT_VERSION` as the current form.
+
+    Keys that version 1 did not write come back as ``None`` (or empty lists).
+
+    Raises:
+        UsageError: not a report, or written by a newer teamlead.
+
+    Example:
+        >>> upgrade_report_json({"version": 1, "variants": {}, "comparisons": [],
+        ...                      "tasks": {}, "flaky_tasks": []})["notes"]
+        []
+    """
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise UsageError(f"not an experiment report (version {version!r})")
+    if version > REPORT_VERSION:
+        raise UsageError(
+            f"report version {version} is newer than this teamlead reads ({REPORT_VERSION})"
+        )
+    out = dict(data)
+    if version == 1:
+        for key in ("control", "alpha", "power", "seed", "rule"):
+            out.setdefault(key, None)
+        out.setdefault("notes", [])
+        upgraded = []
+        for comparison in data.get("comparisons", []):
+            entry = dict(comparison)
+            metric = next((m for m in METRICS if m.name == entry.get("metric")), None)
+            entry.setdefault("scale", metric.scale if metric else None)
+            primary = entry.get("metric") == PRIMARY_METRIC
+            entry.setdefault("correction", "holm" if primary else "fdr_bh")
+            for key in ("tasks", "n_tasks", "variant_value", "control_value", "weighting"):
+                entry.setdefault(key, None)
+            for key in ("exact", "mde_note", "explanation"):
+                entry.setdefault(key, None)
+            upgraded.append(entry)
+        out["comparisons"] = upgraded
+        out["version"] = REPORT_VERSION
+    return out
+
+
+def _confidence(alpha: float) -> str:
+    pct = 100 * (1 - alpha)
+    return f"{pct:.0f}%" if pct.is_integer() else f"{pct:g}%"
 
 
 def _finite(value: float) -> float | None:
@@ -276,6 +331,7 @@ def build_report(
     power: float = 0.8,
     n_permutations: int = 10_000,
     n_bootstrap: int = 5000,
+    mde_simulations: int = 400,
 ) -> Report:
     """Summarise an experiment and compare every variant with ``control``.
 
@@ -291,7 +347,9 @@ def build_report(
         alpha: significance level for verdicts and the confidence level ``1 - alpha``.
         power: the power at which the minimum detectable effect (``mde``) is computed.
         n_permutations: relabelings for the permutation p-values (exact below this many).
-        n_bootstrap: cluster-bootstrap draws for intervals.
+        n_bootstrap: unused since version 2 (intervals are t-intervals); accepted so
+            older callers keep working.
+        mde_simulations: simulated experiments per MDE (fewer: faster, coarser).
 
     Raises:
         UsageError: no counted trials for the control.
@@ -303,8 +361,10 @@ def build_report(
     """
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise UsageError("alpha and power must lie strictly between 0 and 1")
-    if n_permutations < 1 or n_bootstrap < 2:
-        raise UsageError("n_permutations must be >= 1 and n_bootstrap >= 2")
+    if n_permutations < 1 or n_bootstrap < 2 or mde_simulations < 10:
+        raise UsageError(
+            "n_permutations must be >= 1, n_bootstrap >= 2 and mde_simulations >= 10"
+        )
     # Sorted so the result depends on the records and the seed, not on their order.
     latest = sorted(latest_records(records), key=lambda r: (r.variant, r.task, r.trial))
     counted = [r for r in latest if not r.infrastructure_failure]
@@ -332,6 +392,14 @@ def build_report(
             "left out as infrastructure failures: "
             + ", ".join(f"{v} {n}" for v, n in sorted(excluded.items()))
         )
+    by_model = [r for r in counted if r.status == "failed"]
+    if by_model:
+        notes.append(
+            f"{len(by_model)} trial(s) failed by the model and count as they are, at their "
+            f"short recorded wall time (mean {np.mean([r.wall_s for r in by_model]):.3g} s) "
+            f"and their cost (mean ${np.mean([r.cost_usd for r in by_model]):.3g}, often 0): "
+            "they pull the time and cost means down"
+        )
     metrics = list(METRICS)
     with_grade = sum(r.grade is not None for r in counted)
     if with_grade < len(counted):
@@ -341,7 +409,7 @@ def build_report(
 
     variants = {
         name: _summarise(
-            by_variant[name], tasks, metrics, excluded.get(name, 0), seed, alpha, n_bootstrap
+            by_variant[name], tasks, metrics, excluded.get(name, 0), alpha
         )
         for name in names
     }
@@ -350,12 +418,12 @@ def build_report(
         control,
         tasks,
         metrics,
-        variants,
         seed,
         alpha,
         power,
         n_permutations,
-        n_bootstrap,
+        mde_simulations,
+        notes,
     )
     task_cells = _task_cells(by_variant, tasks)
     flaky = [task for task in tasks if any(c.flaky for c in task_cells[task].values())]
@@ -384,11 +452,8 @@ def _summarise(
     tasks: Sequence[str],
     metrics: Sequence[Metric],
     excluded: int,
-    seed: int,
     alpha: float,
-    n_bootstrap: int,
 ) -> VariantSummary:
-    variant = records[0].variant if records else ""
     fields: dict[str, Any] = {"trials": len(records), "excluded": excluded}
     for metric in metrics:
         clusters = _clusters(records, tasks, metric)
@@ -398,17 +463,13 @@ def _summarise(
                 estimate=_finite(rate.estimate),
                 ci_low=_finite(rate.ci_low),
                 ci_high=_finite(rate.ci_high),
+                n=rate.n,
                 n_eff=rate.n_eff,
                 icc=rate.icc,
                 design_effect=rate.design_effect,
             )
         else:
-            mean = cluster_bootstrap_mean(
-                clusters,
-                rng=_rng(seed, "summary", variant, metric.name),
-                alpha=alpha,
-                n_bootstrap=n_bootstrap,
-            )
+            mean = clustered_mean(clusters, alpha=alpha)
             fields[metric.name] = MeanSummary(
                 mean=_finite(mean.mean),
                 median=_finite(mean.median),
@@ -423,53 +484,82 @@ def _compare(
     control: str,
     tasks: Sequence[str],
     metrics: Sequence[Metric],
-    summaries: dict[str, VariantSummary],
     seed: int,
     alpha: float,
     power: float,
     n_permutations: int,
-    n_bootstrap: int,
+    mde_simulations: int,
+    notes: list[str],
 ) -> list[Comparison]:
     raw: list[dict[str, Any]] = []
-    for name in by_variant:
-        if name == control:
-            continue
+    treatments = [name for name in by_variant if name != control]
+    for name in treatments:
         for metric in metrics:
             variant_clusters = _clusters(by_variant[name], tasks, metric)
             control_clusters = _clusters(by_variant[control], tasks, metric)
+            compared = [
+                (task, v, c)
+                for task, v, c in zip(tasks, variant_clusters, control_clusters, strict=True)
+                if v and c
+            ]
             result = paired_test(
                 variant_clusters,
                 control_clusters,
                 scale=metric.scale,
                 rng=_rng(seed, "compare", name, metric.name),
                 n_permutations=n_permutations,
-                n_bootstrap=n_bootstrap,
                 alpha=alpha,
             )
-            if metric.kind == "rate":
-                key = _RATE_KEYS[metric.name]
-                control_rate: RateSummary = getattr(summaries[control], key)
-                variant_rate: RateSummary = getattr(summaries[name], key)
-                mde = (
-                    mde_rate(
-                        control_rate.estimate,
-                        variant_rate.n_eff,
-                        control_rate.n_eff,
-                        alpha=alpha,
-                        power=power,
-                    )
-                    if control_rate.estimate is not None and control_rate.n_eff > 0
-                    else math.nan
-                )
+            # Holm's strictest step is alpha / m: exact for one variant, else a lower bound
+            # on the power; BH (secondary metrics) is approximated by plain alpha.
+            primary = metric.name == PRIMARY_METRIC
+            mde_alpha = alpha / len(treatments) if primary else alpha
+            mde = simulate_mde(
+                [v for _, v, _ in compared],
+                [c for _, _, c in compared],
+                kind=metric.kind,
+                scale=metric.scale,
+                rng=_rng(seed, "mde", name, metric.name),
+                alpha=mde_alpha,
+                power=power,
+                simulations=mde_simulations,
+            )
+            if mde.reason is not None:
+                mde_note = mde.reason
             else:
-                mde = mde_from_se(result.se, scale=metric.scale, alpha=alpha, power=power)
-            raw.append({"variant": name, "metric": metric, "result": result, "mde": mde})
+                mde_note = (
+                    f"simulated: {mde.simulations} experiments x {mde.permutations} "
+                    f"relabelings at alpha {mde_alpha:.3g}"
+                    f"{'' if primary else ' before the BH adjustment'}; approximate"
+                )
+            control_mean = (
+                float(np.mean([np.mean(c) for _, _, c in compared])) if compared else math.nan
+            )
+            variant_mean = (
+                float(np.mean([np.mean(v) for _, v, _ in compared])) if compared else math.nan
+            )
+            if metric.scale == "ratio" and control_mean == 0.0:
+                notes.append(
+                    f"{name} vs {control}, {metric.name}: the control's mean is 0 on the "
+                    "compared tasks, so the ratio, its interval and its MDE are undefined"
+                )
+            raw.append(
+                {
+                    "variant": name,
+                    "metric": metric,
+                    "result": result,
+                    "mde": mde,
+                    "mde_note": mde_note,
+                    "task_ids": [task for task, _, _ in compared],
+                    "values": (variant_mean, control_mean),
+                }
+            )
 
-    primary = [i for i, c in enumerate(raw) if c["metric"].name == PRIMARY_METRIC]
+    primary_rows = [i for i, c in enumerate(raw) if c["metric"].name == PRIMARY_METRIC]
     secondary = [i for i, c in enumerate(raw) if c["metric"].name != PRIMARY_METRIC]
     adjusted = [math.nan] * len(raw)
     groups: tuple[tuple[list[int], Literal["holm", "fdr_bh"]], ...] = (
-        (primary, "holm"),
+        (primary_rows, "holm"),
         (secondary, "fdr_bh"),
     )
     for group, method in groups:
@@ -481,6 +571,10 @@ def _compare(
     for i, entry in enumerate(raw):
         metric = entry["metric"]
         result = entry["result"]
+        low, high = _finite(result.ci_low), _finite(result.ci_high)
+        flat = zero_width(low, high, result.tasks)
+        if flat is not None:
+            notes.append(f"{entry['variant']} vs {control}, {metric.name}: {flat}")
         comparisons.append(
             Comparison(
                 variant=entry["variant"],
@@ -488,8 +582,8 @@ def _compare(
                 metric=metric.name,
                 scale=metric.scale,
                 diff=_finite(result.effect),
-                ci_low=_finite(result.ci_low),
-                ci_high=_finite(result.ci_high),
+                ci_low=low,
+                ci_high=high,
                 p_value=_finite(result.p_value),
                 p_adjusted=_finite(adjusted[i]),
                 correction="holm" if metric.name == PRIMARY_METRIC else "fdr_bh",
@@ -502,9 +596,20 @@ def _compare(
                     higher_is_better=metric.higher_is_better,
                     alpha=alpha,
                 ),
-                mde=_finite(entry["mde"]),
+                mde=_finite(entry["mde"].mde),
                 tasks=result.tasks,
                 exact=result.exact,
+                task_ids=entry["task_ids"],
+                variant_value=_finite(entry["values"][0]),
+                control_value=_finite(entry["values"][1]),
+                mde_note=entry["mde_note"],
+                explanation=disagreement(
+                    p_adjusted=_finite(adjusted[i]),
+                    ci_low=low,
+                    ci_high=high,
+                    scale=metric.scale,
+                    alpha=alpha,
+                ),
             )
         )
     return comparisons
@@ -567,8 +672,7 @@ def render_markdown(report: Report) -> str:
     Example:
         >>> print(render_markdown(report))  # doctest: +SKIP
     """
-    pct = 100 * (1 - report.alpha)
-    confidence = f"{pct:.0f}%" if pct.is_integer() else f"{pct:g}%"
+    confidence = _confidence(report.alpha)
     out = [f"# Experiment report (control: {report.control})", ""]
     out += ["## Variants", ""]
     rows = []
@@ -597,8 +701,21 @@ def render_markdown(report: Report) -> str:
     )
     out += [
         "",
-        f"Rates: task-clustered Wilson {confidence} CI. Means: mean (median) "
-        f"[cluster-bootstrap {confidence} CI].",
+        f"Rates: pooled over trials, task-clustered Wilson {confidence} CI. Means: mean "
+        f"(median) [cluster-robust t {confidence} CI].",
+        "",
+    ]
+    out += _table(
+        ["variant", "rate", "trials", "n_eff", "ICC", "design effect"],
+        [
+            [name, label, str(rate.n), _fmt(rate.n_eff), _fmt(rate.icc), _fmt(rate.design_effect)]
+            for name, s in report.variants.items()
+            for label, rate in (("parallel", s.parallel_rate), ("delegated", s.delegated_rate))
+        ],
+    )
+    out += [
+        "",
+        "n_eff: trials divided by the design effect 1 + (m - 1) ICC, m = sum(m_i^2) / sum(m_i).",
         "",
         "## Comparisons with the control",
         "",
@@ -608,27 +725,63 @@ def render_markdown(report: Report) -> str:
         unit = "x" if c.scale == "ratio" else ""
         effect = "n/a" if c.diff is None else f"{_fmt(c.diff)}{unit}"
         mde = "n/a" if c.mde is None else f"{_fmt(c.mde)}{unit}"
+        shown = f"**{c.verdict}**"
+        if c.verdict == "inconclusive":
+            shown += f" (MDE {mde})" if c.mde is not None else f" ({c.mde_note})"
         rows.append(
             [
                 c.variant,
                 c.metric,
+                f"{_fmt(c.variant_value)} vs {_fmt(c.control_value)}",
                 effect,
                 _interval(c.ci_low, c.ci_high),
                 _fmt_p(c.p_value),
                 f"{_fmt_p(c.p_adjusted)} ({'Holm' if c.correction == 'holm' else 'BH'})",
                 mde,
-                f"**{c.verdict}**",
+                str(c.tasks),
+                shown,
             ]
         )
     out += _table(
-        ["variant", "metric", "effect", f"{confidence} CI", "p", "p adjusted", "MDE", "verdict"],
+        [
+            "variant",
+            "metric",
+            "variant vs control",
+            "effect",
+            f"{confidence} CI",
+            "p",
+            "p adjusted",
+            "MDE",
+            "tasks",
+            "verdict",
+        ],
         rows,
     )
     out += [
         "",
-        "Effect: variant - control, or variant / control where marked x. p: within-task "
-        "permutation test. MDE: smallest effect detectable "
-        f"at alpha {report.alpha:g} with power {report.power:g}.",
+        rule_text(report.alpha, confidence),
+        "",
+        "Variant vs control: means over the compared tasks, each task weighing the same "
+        "(the headline rates above are pooled over trials, so they can differ). Effect: "
+        "variant - control, or variant / control where marked x. p: within-task "
+        f"permutation test. MDE: the effect this rule detects with power {report.power:g} "
+        "on this design, by simulation.",
+    ]
+    explained = [c for c in report.comparisons if c.explanation]
+    if explained:
+        out += [""] + [f"- {c.variant}, {c.metric}: {c.explanation}." for c in explained]
+    out += ["", "Compared tasks:", ""]
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for c in report.comparisons:
+        key = (c.variant, tuple(c.task_ids))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(
+            f"- {c.variant} vs {c.control}: {len(c.task_ids)} of {len(report.tasks)} "
+            f"task(s): {', '.join(c.task_ids) or 'none'}"
+        )
+    out += [
         "",
         "## Per task",
         "",
