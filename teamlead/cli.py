@@ -327,7 +327,7 @@ def prompts_list() -> None:
     from .prompts import list_strategies
 
     for meta in list_strategies():
-        click.echo(f"{meta.name:<16} v{meta.version:<6} {meta.description}")
+        click.echo(f"{meta.name:<16} v{meta.version or '-':<6} {meta.description or ''}")
 
 
 @prompts.command("show")
@@ -362,7 +362,10 @@ def prompts_show(
     }
     text = strategy.render(default_values(**kwargs))
     meta = strategy.meta
-    click.echo(f"# {meta.name} v{meta.version}: {meta.description}\n# sha256 {strategy.sha256}\n")
+    click.echo(
+        f"# {meta.name} v{meta.version or '-'}: {meta.description or '(plain prompt file)'}\n"
+        f"# sha256 {strategy.sha256}\n"
+    )
     click.echo(text if text.strip() else "(this strategy adds nothing to the system prompt)")
 
 
@@ -524,15 +527,36 @@ def experiment_run(spec_path: str, out_dir: str, quiet: bool) -> None:
     "--seed", type=int, default=0, show_default=True, help="Seed for bootstrap and permutations."
 )
 @click.option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False),
+    help="Also write a self-contained HTML report (charts, sortable tables, trial drill-down).",
+)
 @handle_errors
 def experiment_report(
-    out_dir: str, json_: bool, out_file: str | None, control: str | None, seed: int, no_plots: bool
+    out_dir: str,
+    json_: bool,
+    out_file: str | None,
+    control: str | None,
+    seed: int,
+    no_plots: bool,
+    html_file: str | None,
 ) -> None:
-    """Statistics for the trials in DIR: rates, paired comparisons, verdicts, plots."""
+    """Statistics for the trials in DIR: rates, paired comparisons, verdicts, plots.
+
+    Writes report.md, report.json and PNG plots into DIR (plots need the plots extra);
+    with --json it writes nothing and prints the JSON, unless --out or --html ask for a file.
+    """
     from .experiment.progress import report_for
 
     report, text, warnings = report_for(
-        Path(out_dir), control=control, seed=seed, json_=json_, plots=not no_plots
+        Path(out_dir),
+        control=control,
+        seed=seed,
+        json_=json_,
+        plots=not no_plots,
+        html=Path(html_file) if html_file else None,
     )
     for warning in warnings:
         click.echo(f"teamlead: warning: {warning}", err=True)

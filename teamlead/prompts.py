@@ -11,7 +11,11 @@ A strategy is one Markdown file with a front matter block, then a body template:
     At most {max_concurrent_agents} agents running at once.
 
 Front matter is ``key: value`` lines only (no YAML dependency); ``name``, ``version``,
-``description`` and ``intended_use`` are required, other keys are kept. The body may use
+``description`` and ``intended_use`` are expected (the shipped strategies must have all
+four), other keys are kept. A file of your own may leave any of them out, or be a plain
+body with no front matter at all: its name is then the file's stem (lower-cased, other
+characters than ``a-z0-9._-`` turned into ``-``), which is what a trial's provenance
+records with the file's hash and path. The body may use
 ``{placeholder}`` names, filled by :meth:`Strategy.render`; write ``{{`` and ``}}`` for literal
 braces. Any other brace is an error when the file is loaded, not when it is used.
 
@@ -76,15 +80,16 @@ class StrategyMeta(BaseModel):
     """The front matter of a strategy file: what it is and what it is for.
 
     Keys other than the four below are kept (as strings) so a file can carry notes such as
-    ``author`` without the loader rejecting it.
+    ``author`` without the loader rejecting it. Only ``name`` is always set (from the file
+    stem when the file does not give one).
     """
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
-    version: str = Field(min_length=1)
-    description: str = Field(min_length=1)
-    intended_use: str = Field(min_length=1)
+    version: str | None = Field(default=None, min_length=1)
+    description: str | None = Field(default=None, min_length=1)
+    intended_use: str | None = Field(default=None, min_length=1)
 
 
 _Segment: TypeAlias = "str | tuple[str]"  # literal text, or (placeholder name,)
@@ -233,7 +238,7 @@ def load_strategy(name_or_path: str | os.PathLike[str]) -> Strategy:
             raise UsageError(f"prompt file not found: {path}") from None
         except OSError as exc:
             raise UsageError(f"cannot read prompt file {path}: {exc.strerror or exc}") from None
-        return _parse_strategy(raw, str(path))
+        return _parse_strategy(raw, str(path), stem=path.stem)
     shipped = _load_shipped()
     if name_or_path not in shipped:
         raise UsageError(
@@ -345,6 +350,13 @@ def _load_shipped() -> dict[str, Strategy]:
             continue
         strategy = _parse_strategy(entry.read_bytes(), str(entry))
         stem = entry.name[: -len(".md")]
+        missing = [
+            key
+            for key in ("version", "description", "intended_use")
+            if not getattr(strategy.meta, key)
+        ]
+        if missing:
+            raise UsageError(f"shipped prompt file {entry} lacks {', '.join(missing)}")
         if strategy.name != stem:
             raise UsageError(
                 f"prompt file {entry}: front matter name {strategy.name!r} does not match the "
@@ -354,15 +366,33 @@ def _load_shipped() -> dict[str, Strategy]:
     return strategies
 
 
-def _parse_strategy(raw: bytes, source: str) -> Strategy:
+def _name_from_stem(stem: str | None, source: str) -> str:
+    name = re.sub(r"[^a-z0-9._-]+", "-", (stem or "").lower()).lstrip("._-")
+    if not name:
+        raise UsageError(
+            f"prompt file {source}: give it a 'name:' in front matter (its file name "
+            "yields no usable name)"
+        )
+    return name
+
+
+def _parse_strategy(raw: bytes, source: str, *, stem: str | None = None) -> Strategy:
     try:
         text = raw.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
         raise UsageError(f"prompt file {source} is not UTF-8 text: {exc.reason}") from None
     lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
     if not lines or lines[0].rstrip() != _FENCE:
-        raise UsageError(
-            f"prompt file {source} has no front matter: it must start with a '---' line"
+        if stem is None:
+            raise UsageError(
+                f"prompt file {source} has no front matter: it must start with a '---' line"
+            )
+        # A plain body: the whole file is the prompt, named after the file.
+        return Strategy(
+            meta=StrategyMeta(name=_name_from_stem(stem, source)),
+            body_template="\n".join(lines).strip("\n"),
+            source=source,
+            sha256=hashlib.sha256(raw).hexdigest(),
         )
     try:
         end = next(i for i in range(1, len(lines)) if lines[i].rstrip() == _FENCE)
@@ -386,6 +416,8 @@ def _parse_strategy(raw: bytes, source: str) -> Strategy:
         if key in fields:
             raise UsageError(f"prompt file {source} line {number + 1}: duplicate key {key!r}")
         fields[key] = _unquote(match.group(2).strip())
+    if "name" not in fields and stem is not None:
+        fields["name"] = _name_from_stem(stem, source)
     try:
         meta = StrategyMeta.model_validate(fields)
     except ValidationError as exc:

@@ -8,9 +8,12 @@ independent units calls for:
 - **Paired differences** (``scale="difference"``): the per-task differences of means
   ``d_i = v_i - c_i``; the effect is their mean (each task weighs the same) and the
   interval ``mean(d) +- t * sd(d) / sqrt(k)``.
-- **Paired ratios** (``scale="ratio"``): the effect is ``mean(v) / mean(c)``; its log has
-  the delta-method standard error of ``log mean(v) - log mean(c)`` (with the covariance of
-  the pairs), and the interval is built on the log scale and exponentiated.
+- **Paired ratios** (``scale="ratio"``): the effect is ``mean(v) / mean(c)``, and the
+  interval Fieller's: every ratio ``r`` for which the paired t-test of ``v_i - r * c_i``
+  does not reject. It is the t-interval of the differences carried over to a ratio, and
+  covers 95% where the delta method on the log scale covers about 92% at 10 tasks with
+  skewed costs. When the control's mean is not clearly above zero the set is unbounded and
+  the bounds are NaN. ``se`` is the delta-method standard error of the log ratio.
 - **A clustered mean** (one variant's mean over all its trials): the cluster-robust
   (ratio-estimator) standard error with the ``k / (k - 1)`` small-sample factor, and t.
 
@@ -81,18 +84,26 @@ def paired_interval(
             return PairedInterval(effect, effect - t * se, effect + t * se, se)
         v_bar = mv.mean(axis=-1)
         c_bar = mc.mean(axis=-1)
-        log_ratio = np.log(v_bar) - np.log(c_bar)
-        if k >= 2:
-            var_v = mv.var(axis=-1, ddof=1)
-            var_c = mc.var(axis=-1, ddof=1)
-            cov = ((mv - v_bar[..., None]) * (mc - c_bar[..., None])).sum(axis=-1) / (k - 1)
-            var = (var_v / v_bar**2 + var_c / c_bar**2 - 2 * cov / (v_bar * c_bar)) / k
-            se = np.sqrt(np.maximum(var, 0.0))
-        else:
-            se = np.full(log_ratio.shape, np.nan)
-        return PairedInterval(
-            np.exp(log_ratio), np.exp(log_ratio - t * se), np.exp(log_ratio + t * se), se
+        ratio = v_bar / c_bar
+        if k < 2:
+            nan = np.full(ratio.shape, np.nan)
+            return PairedInterval(ratio, nan, nan, nan)
+        var_v = mv.var(axis=-1, ddof=1)
+        var_c = mc.var(axis=-1, ddof=1)
+        cov = ((mv - v_bar[..., None]) * (mc - c_bar[..., None])).sum(axis=-1) / (k - 1)
+        se = np.sqrt(
+            np.maximum((var_v / v_bar**2 + var_c / c_bar**2 - 2 * cov / (v_bar * c_bar)) / k, 0)
         )
+        # Fieller: (v - r c)^2 <= q (s_vv - 2 r s_vc + r^2 s_cc), q = t^2 / k.
+        q = t * t / k
+        a = c_bar**2 - q * var_c
+        b = v_bar * c_bar - q * cov
+        disc = b**2 - a * (v_bar**2 - q * var_v)
+        bounded = (a > 0) & (disc >= 0)
+        root = np.sqrt(np.where(bounded, disc, 0.0))
+        low = np.where(bounded, (b - root) / a, np.nan)
+        high = np.where(bounded, (b + root) / a, np.nan)
+        return PairedInterval(ratio, low, high, se)
 
 
 def cluster_mean_interval(

@@ -25,7 +25,7 @@ ever get below ``alpha``), there is no MDE and ``reason`` says why.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Literal, NamedTuple
 
 import numpy as np
@@ -117,8 +117,9 @@ def _power(
     return float(((p < alpha) & excludes).mean())
 
 
-def _bisect(power_at: object, low: float, high: float, target: float, steps: int) -> float:
-    assert callable(power_at)
+def _bisect(
+    power_at: Callable[[float], float], low: float, high: float, target: float, steps: int
+) -> float:
     for _ in range(steps):
         middle = (low + high) / 2
         if power_at(middle) >= target:
@@ -163,7 +164,9 @@ def simulate_mde(
     k = len(pairs)
     nan = math.nan
     if k < 2:
-        reason = f"cannot be conclusive with {k} task{'' if k == 1 else 's'}: the interval needs two"
+        reason = (
+            f"cannot be conclusive with {k} task{'' if k == 1 else 's'}: the interval needs two"
+        )
         return MdeResult(nan, nan, 0, 0, reason)
     nv = [len(v) for v, _ in pairs]
     nc = [len(c) for _, c in pairs]

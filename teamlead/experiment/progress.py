@@ -77,9 +77,24 @@ def run_with_progress(spec: ExperimentSpec, out_dir: Path, *, show: bool = True)
 
 
 def report_for(
-    out_dir: Path, *, control: str | None, seed: int, json_: bool, plots: bool
+    out_dir: Path,
+    *,
+    control: str | None,
+    seed: int,
+    json_: bool,
+    plots: bool,
+    html: Path | None = None,
 ) -> tuple[Report, str, list[str]]:
-    """Build the report of ``out_dir``; returns (report, text to print, warnings)."""
+    """Build the report of ``out_dir``; returns (report, text to print, warnings).
+
+    The Markdown form also writes ``report.md``, ``report.json`` and, when matplotlib is
+    installed, the PNG plots into ``out_dir`` (without matplotlib they are skipped with a
+    warning naming the extra). ``json_`` writes nothing: the JSON goes to stdout only.
+    ``html`` writes the self-contained HTML report there.
+    """
+    from .html import render_html
+    from .plots import matplotlib_available
+
     path = out_dir / "trials.jsonl"
     if not path.exists():
         raise UsageError(
@@ -101,6 +116,18 @@ def report_for(
             f"(variants: {', '.join(sorted(variants)) or 'none'})"
         )
     report = build_report(read.records, control=control, seed=seed)
-    write_report(out_dir, report, plots=plots)
+    if not json_:
+        with_plots = plots and matplotlib_available()
+        if plots and not with_plots:
+            warnings.append(
+                "plots skipped: matplotlib is not installed; "
+                "pip install 'teamlead[plots]' to get them"
+            )
+        write_report(out_dir, report, plots=with_plots)
+    if html is not None:
+        try:
+            html.write_text(render_html(report, read.records), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {html}: {exc.strerror or exc}") from None
     text = json.dumps(report.to_json(), indent=2) if json_ else render_markdown(report)
     return report, text, warnings

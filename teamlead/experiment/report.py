@@ -362,9 +362,7 @@ def build_report(
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise UsageError("alpha and power must lie strictly between 0 and 1")
     if n_permutations < 1 or n_bootstrap < 2 or mde_simulations < 10:
-        raise UsageError(
-            "n_permutations must be >= 1, n_bootstrap >= 2 and mde_simulations >= 10"
-        )
+        raise UsageError("n_permutations must be >= 1, n_bootstrap >= 2 and mde_simulations >= 10")
     # Sorted so the result depends on the records and the seed, not on their order.
     latest = sorted(latest_records(records), key=lambda r: (r.variant, r.task, r.trial))
     counted = [r for r in latest if not r.infrastructure_failure]
@@ -408,9 +406,7 @@ def build_report(
             notes.append(f"grade not analysed: only {with_grade} of {len(counted)} trials have one")
 
     variants = {
-        name: _summarise(
-            by_variant[name], tasks, metrics, excluded.get(name, 0), alpha
-        )
+        name: _summarise(by_variant[name], tasks, metrics, excluded.get(name, 0), alpha)
         for name in names
     }
     comparisons = _compare(
