@@ -74,7 +74,7 @@ def test_ratio_interval_on_the_log_scale_covers_93_to_97_percent_at_10_tasks() -
     experiments, tasks, trials, ratio = 2000, 10, 4, 0.8
     task_mean = rng.lognormal(4.0, 0.4, size=(experiments, tasks, 1))
     noise = {"sigma": 0.5, "size": (experiments, tasks, trials)}
-    scale = math.exp(-0.5**2 / 2)  # mean-one noise
+    scale = math.exp(-(0.5**2) / 2)  # mean-one noise
     control = (task_mean * rng.lognormal(0, **noise) * scale).mean(axis=-1)
     variant = (ratio * task_mean * rng.lognormal(0, **noise) * scale).mean(axis=-1)
     interval = paired_interval(variant, control, scale="ratio", alpha=ALPHA)
@@ -193,9 +193,7 @@ def test_mde_is_seeded_and_uses_only_the_compared_tasks() -> None:
 
 def test_a_single_task_cannot_be_conclusive() -> None:
     records = [
-        _record(arm, "only", j, parallel=(arm == "b"))
-        for arm in ("a", "b")
-        for j in range(10)
+        _record(arm, "only", j, parallel=(arm == "b")) for arm in ("a", "b") for j in range(10)
     ]
     report = build_report(records, control="a", n_permutations=500)
     parallel = next(c for c in report.comparisons if c.metric == "parallel")
@@ -275,9 +273,9 @@ def test_zero_control_cost_gives_a_note() -> None:
 
 
 def test_failed_by_model_trials_count_and_the_report_says_so() -> None:
-    records = [
-        _record("a", f"t{i}", j, parallel=False) for i in range(4) for j in range(2)
-    ] + [_record("b", f"t{i}", j, parallel=False) for i in range(4) for j in range(2)]
+    records = [_record("a", f"t{i}", j, parallel=False) for i in range(4) for j in range(2)] + [
+        _record("b", f"t{i}", j, parallel=False) for i in range(4) for j in range(2)
+    ]
     records[-1] = _record(
         "b", "t3", 1, parallel=False, status="failed", error_class="model", wall_s=0.5,
         cost_usd=0.0,
@@ -290,11 +288,16 @@ def test_failed_by_model_trials_count_and_the_report_says_so() -> None:
 
 # -- the rule, its explanation, and the JSON ----------------------------------------------------
 def test_p_and_interval_disagreeing_get_one_line() -> None:
-    line = disagreement(p_adjusted=0.017, ci_low=-0.05, ci_high=0.43, scale="difference", alpha=0.05)
+    line = disagreement(
+        p_adjusted=0.017, ci_low=-0.05, ci_high=0.43, scale="difference", alpha=0.05
+    )
     assert line is not None and "includes 0" in line and "inconclusive" in line
     other = disagreement(p_adjusted=0.2, ci_low=1.1, ci_high=1.5, scale="ratio", alpha=0.05)
     assert other is not None and "excludes 1" in other
-    assert disagreement(p_adjusted=0.01, ci_low=0.1, ci_high=0.3, scale="difference", alpha=0.05) is None
+    assert (
+        disagreement(p_adjusted=0.01, ci_low=0.1, ci_high=0.3, scale="difference", alpha=0.05)
+        is None
+    )
 
 
 def test_every_report_states_the_two_part_rule_and_json_v2_fields() -> None:

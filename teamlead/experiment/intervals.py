@@ -76,7 +76,7 @@ def paired_interval(
     mc = np.asarray(control_means, dtype=np.float64)
     k = mv.shape[-1]
     t = _t_quantile(alpha, k - 1)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if scale == "difference":
             d = mv - mc
             effect = d.mean(axis=-1)

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import UsageError
 from .explain import disagreement, rule_text, zero_width
-from .power import simulate_mde
+from .power import MdeResult, simulate_mde
 from .records import TrialRecord, latest_records
 from .stats import (
     Scale,
@@ -349,7 +349,8 @@ def build_report(
         n_permutations: relabelings for the permutation p-values (exact below this many).
         n_bootstrap: unused since version 2 (intervals are t-intervals); accepted so
             older callers keep working.
-        mde_simulations: simulated experiments per MDE (fewer: faster, coarser).
+        mde_simulations: simulated experiments per MDE (fewer: faster, coarser); 0 skips
+            the MDE (``mde`` is ``None``), for simulation studies of the verdicts alone.
 
     Raises:
         UsageError: no counted trials for the control.
@@ -510,15 +511,19 @@ def _compare(
             # on the power; BH (secondary metrics) is approximated by plain alpha.
             primary = metric.name == PRIMARY_METRIC
             mde_alpha = alpha / len(treatments) if primary else alpha
-            mde = simulate_mde(
-                [v for _, v, _ in compared],
-                [c for _, _, c in compared],
-                kind=metric.kind,
-                scale=metric.scale,
-                rng=_rng(seed, "mde", name, metric.name),
-                alpha=mde_alpha,
-                power=power,
-                simulations=mde_simulations,
+            mde = (
+                simulate_mde(
+                    [v for _, v, _ in compared],
+                    [c for _, _, c in compared],
+                    kind=metric.kind,
+                    scale=metric.scale,
+                    rng=_rng(seed, "mde", name, metric.name),
+                    alpha=mde_alpha,
+                    power=power,
+                    simulations=mde_simulations,
+                )
+                if mde_simulations
+                else MdeResult(math.nan, math.nan, 0, 0, "not computed (mde_simulations=0)")
             )
             if mde.reason is not None:
                 mde_note = mde.reason
