@@ -15,10 +15,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from teamlead.cli import main
 from teamlead.experiment import TrialRecord, TrialWriter, build_report, synthetic_records
 from teamlead.experiment.html import render_html
+from teamlead.experiment.report import Report
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
@@ -135,3 +138,22 @@ def test_the_report_renders_sorts_and_drills_down_in_chromium(
         finally:
             browser.close()
     assert requests == [page_file.as_uri()], requests
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.text(min_size=1, max_size=60))
+def test_any_final_answer_is_escaped(text: str) -> None:
+    records = [
+        TrialRecord(variant=v, task=f"t{i}", trial=0, status="completed", wall_s=1.0 + i)
+        for v in ("a", "b")
+        for i in range(2)
+    ]
+    records[0] = records[0].model_copy(update={"final_text": text})
+    page = render_html(_tiny_report(records), records)
+    assert html.escape(text) in page
+    body = page.split("<body>", 1)[1]
+    assert body.count("<script>") == 1 and body.count("<pre>") == body.count("</pre>") == 4
+
+
+def _tiny_report(records: list[TrialRecord]) -> Report:
+    return build_report(records, control="a", n_permutations=50, mde_simulations=0)

@@ -362,8 +362,14 @@ def build_report(
     """
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise UsageError("alpha and power must lie strictly between 0 and 1")
-    if n_permutations < 1 or n_bootstrap < 2 or mde_simulations < 10:
-        raise UsageError("n_permutations must be >= 1, n_bootstrap >= 2 and mde_simulations >= 10")
+    if (
+        n_permutations < 1
+        or n_bootstrap < 2
+        or not (mde_simulations == 0 or mde_simulations >= 100)
+    ):
+        raise UsageError(
+            "n_permutations must be >= 1, n_bootstrap >= 2, and mde_simulations 0 or >= 100"
+        )
     # Sorted so the result depends on the records and the seed, not on their order.
     latest = sorted(latest_records(records), key=lambda r: (r.variant, r.task, r.trial))
     counted = [r for r in latest if not r.infrastructure_failure]
