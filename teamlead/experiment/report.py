@@ -416,6 +416,17 @@ def build_report(
         name: _summarise(by_variant[name], tasks, metrics, excluded.get(name, 0), alpha)
         for name in names
     }
+    for name, summary in variants.items():
+        for metric in metrics:
+            mean = getattr(summary, metric.name, None)
+            if not isinstance(mean, MeanSummary) or mean.ci_low is None:
+                continue
+            if mean.ci_low == mean.ci_high and len(tasks) >= 2:
+                notes.append(
+                    f"{name} {metric.name}: zero variance, every trial has "
+                    f"{_fmt(mean.mean)}; the interval has zero width, which is no spread "
+                    "observed, not certainty"
+                )
     comparisons = _compare(
         by_variant,
         control,
