@@ -23,7 +23,8 @@ from pathlib import Path
 
 import anyio
 
-from teamlead.inbox import InboxWaitPolicy, wait_for_inbox
+from teamlead._claude.inbox import wait_for_inbox
+from teamlead.policy import InboxWaitPolicy
 
 EVENTS = InboxWaitPolicy()
 

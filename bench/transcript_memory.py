@@ -20,7 +20,7 @@ import time
 import tracemalloc
 from pathlib import Path
 
-from teamlead.transcript import last_assistant_text
+from teamlead._claude.transcript import last_assistant_text
 
 MB = 1024 * 1024
 

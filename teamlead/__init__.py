@@ -14,13 +14,35 @@ The public API is what this module re-exports in ``__all__``:
 
 from __future__ import annotations
 
+from ._claude.inbox import consume_inbox, read_inbox, wait_for_inbox
+from ._claude.inbox.model import (
+    DEFAULT_MAX_INBOX_BYTES,
+    ConsumeResult,
+    InboxEntry,
+    InboxRead,
+    InboxWait,
+    MessageKind,
+    TeammateMessage,
+    decode_entry,
+    entry_key,
+)
+from ._claude.session import load_session
+from ._claude.team import (
+    Team,
+    TeamConfig,
+    TeamMember,
+    claude_config_dir,
+    find_team,
+    inbox_path,
+    sanitize_agent_name,
+    sanitize_team_name,
+)
+from ._claude.transcript import find_subagent_transcript, last_assistant_text
 from ._version import __version__
 from .agents import default_agents, render_roster
 from .clock import SYSTEM_CLOCK, Clock, FakeClock, SystemClock
 from .coordinator import (
-    Coordinator,
     QueryFn,
-    build_resume_prompt,
     prepare_options,
     query,
     receive_all,
@@ -64,23 +86,7 @@ from .governor import (
     parse_retry_after,
     retry_after_from_headers,
 )
-from .inbox import (
-    DEFAULT_MAX_INBOX_BYTES,
-    ConsumeResult,
-    InboxEntry,
-    InboxRead,
-    InboxWait,
-    InboxWaitPolicy,
-    LockPolicy,
-    MessageKind,
-    TeammateMessage,
-    consume_inbox,
-    decode_entry,
-    entry_key,
-    read_inbox,
-    wait_for_inbox,
-)
-from .policy import TRANSIENT_STATUSES, Policy, RetryPolicy
+from .policy import TRANSIENT_STATUSES, InboxWaitPolicy, LockPolicy, Policy, RetryPolicy
 from .prompts import (
     DEFAULT_MAX_AGENTS_PER_TURN,
     DEFAULT_MAX_CONCURRENT_AGENTS,
@@ -91,19 +97,7 @@ from .prompts import (
     list_strategies,
     load_strategy,
 )
-from .session import load_session
-from .team import (
-    Team,
-    TeamConfig,
-    TeamMember,
-    claude_config_dir,
-    find_team,
-    inbox_path,
-    sanitize_agent_name,
-    sanitize_team_name,
-)
 from .tracker import TaskInfo, Tracker, parse_message
-from .transcript import find_subagent_transcript, last_assistant_text
 
 __all__ = [
     "DEFAULT_MAX_AGENTS_PER_TURN",
@@ -118,7 +112,6 @@ __all__ = [
     "Clock",
     "ConcurrencyChanged",
     "ConsumeResult",
-    "Coordinator",
     "ExperimentSpec",
     "FakeClock",
     "FallbackUsed",
@@ -164,7 +157,6 @@ __all__ = [
     "apply_strategy",
     "bucket_key",
     "build_report",
-    "build_resume_prompt",
     "claude_config_dir",
     "consume_inbox",
     "decode_entry",

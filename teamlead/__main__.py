@@ -1,3 +1,5 @@
-from .cli import main
+"""``python -m teamlead``: the same command line as the ``teamlead`` script."""
+
+from ._cli import main
 
 main()

@@ -8,7 +8,9 @@
     │                             a base URL off loopback, a port in use
     ├── InboxError                a team-lead inbox could not be read or consumed safely
     ├── ResumeError               re-querying the lead failed (``session_id``, ``attempt``)
-    └── BudgetExceeded            a policy limit (cost, rounds, deadline) stopped the work
+    ├── BudgetExceeded            a policy limit (cost, rounds, deadline) stopped the work
+    ├── GovernorCleared           the concurrency governor was cleared while a caller waited
+    └── RelayError                the loopback request relay could not start (run direct)
 
 The CLI maps each to one line on stderr and an exit code; none of them shows a traceback.
 
@@ -24,6 +26,8 @@ from __future__ import annotations
 
 __all__ = [
     "BudgetExceeded",
+    "GovernorCleared",
+    "RelayError",
     "InboxError",
     "ResumeError",
     "SetupError",
@@ -80,3 +84,26 @@ class BudgetExceeded(TeamleadError):
     def __init__(self, message: str, *, limit: str) -> None:
         super().__init__(message)
         self.limit = limit
+
+
+class GovernorCleared(TeamleadError):
+    """Raised in every caller still waiting for a slot when ``Governor.clear`` runs.
+
+    Example:
+        >>> try:
+        ...     slot = await governor.acquire("anthropic/claude-opus-5-5")  # doctest: +SKIP
+        ... except GovernorCleared:
+        ...     return  # the run is shutting down
+    """
+
+
+class RelayError(TeamleadError):
+    """The loopback relay could not start; callers run direct with a one-line warning.
+
+    Example:
+        >>> try:
+        ...     async with shared_relay(upstream) as relay:  # doctest: +SKIP
+        ...         ...
+        ... except RelayError as exc:
+        ...     print(f"warning: {exc}; running without the relay")
+    """

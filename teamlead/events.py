@@ -18,6 +18,11 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "EVENT_VERSION",
+    "BucketSummary",
+    "ChangeReason",
+    "ConcurrencyChanged",
+    "RateLimited",
+    "RelaySummary",
     "FallbackUsed",
     "Finished",
     "InboxCollected",
@@ -32,6 +37,18 @@ EVENT_VERSION = 1
 
 Status = Literal["completed", "partial", "failed"]
 Disposition = Literal["included", "missing", "failed"]
+#: Why a run ended as it did; see :class:`Finished`.
+FinishReason = Literal[
+    "all_results_used",
+    "results_missing",
+    "work_failed",
+    "no_answer",
+    "deadline",
+    "max_resumes",
+    "cost_budget",
+    "resume_failed",
+    "no_session_id",
+]
 
 
 class _Event(BaseModel):
@@ -119,6 +136,21 @@ class Finished(_Event):
         status: ``completed`` (every result used), ``partial`` (an answer, but something
             missing or failed), ``failed`` (no final answer that used the results).
         result: the text of the *last* successful lead result.
+        reason: one code for why the run ended as it did, for programs to branch on
+            (``reasons`` holds the human text, one line per problem):
+
+            - ``all_results_used``: status ``completed``.
+            - ``max_resumes``, ``cost_budget``, ``deadline``: that limit of the
+              :class:`~teamlead.policy.Policy` stopped the run with results unused
+              (``deadline`` also when the deadline cut the lead's stream).
+            - ``resume_failed``: a resume round failed after its retries.
+            - ``no_session_id``: no session id was seen, so the lead could not be resumed.
+            - ``no_answer``: the lead produced no successful answer.
+            - ``work_failed``: an answer, but a task or teammate failed.
+            - ``results_missing``: an answer, but a result was not used or a teammate
+              did not report.
+
+            ``None`` only in events written before the field existed.
     """
 
     type: Literal["finished"] = "finished"
@@ -129,8 +161,102 @@ class Finished(_Event):
     tasks: list[TaskDisposition] = Field(default_factory=list)
     cost_usd: float = 0.0
     reasons: list[str] = Field(default_factory=list)
+    reason: FinishReason | None = None
 
 
 TeamleadEvent: TypeAlias = (
     WaitingForTeam | InboxCollected | FallbackUsed | Resuming | ResumeFailed | Finished
 )
+
+
+# -- the governor and the relay ----------------------------------------------------------
+
+ChangeReason = Literal[
+    "rate_limited",
+    "probe_failed",
+    "increase",
+    "retry_after",
+    "idle_reset",
+    "accepted",
+    "overloaded",
+    "paced",
+]
+"""Why a bucket changed: a multiplicative or measured cut, a failed probe back to
+``last_good``, an additive increase, a Retry-After pause (cap unchanged), the idle reset to
+the ceiling, a cut corrected up to the concurrency the upstream was seen to accept, a 529
+(overloaded) cut, or a pause from the ``anthropic-ratelimit-*`` headers (cap unchanged)."""
+
+
+class ConcurrencyChanged(BaseModel):
+    """One change of a bucket's limit, for the journal and the progress view.
+
+    Attributes:
+        key: the bucket, ``provider/model``.
+        reason: why it changed (see :data:`ChangeReason`).
+        cap: the bucket's cap after the change.
+        previous_cap: the cap before it.
+        effective: ``min(cap, ceiling, max_total)``: what the bucket may run at once.
+        epoch: the bucket's epoch after the change.
+        retry_after_s: the pause asked for by a Retry-After (or the pacing), if any.
+        at: wall-clock seconds (the governor's clock) when it happened.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="allow")
+
+    type: Literal["concurrency_changed"] = "concurrency_changed"
+    version: int = EVENT_VERSION
+    key: str
+    reason: ChangeReason
+    cap: int
+    previous_cap: int
+    effective: int
+    epoch: int
+    retry_after_s: float | None = None
+    at: float
+
+    def to_json(self) -> str:
+        """One NDJSON line, like the other teamlead events."""
+        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False)
+
+
+class RateLimited(_Event):
+    """The relay met a 429 (or 529) from the upstream.
+
+    Attributes:
+        model: the request's model.
+        role: ``lead``, ``subagent`` or ``other``, as the relay told them apart.
+        status: 429 (rate limited) or 529 (overloaded).
+        retry_after_s: the upstream's Retry-After, if it sent one.
+        outcome: ``absorbed`` (the relay held the request and retried it; the CLI never saw
+            the error) or ``passed`` (the error went on to the CLI).
+    """
+
+    type: Literal["rate_limited"] = "rate_limited"
+    model: str
+    role: Literal["lead", "subagent", "other"]
+    status: int = 429
+    retry_after_s: float | None = None
+    outcome: Literal["absorbed", "passed"]
+
+
+class BucketSummary(BaseModel):
+    """One bucket at the end: its final limit and what it met."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    limit: int
+    requests: int = 0
+    rate_limited: int = 0
+
+
+class RelaySummary(BaseModel):
+    """What the relay did for a run: 429s absorbed and passed on, final limit per bucket."""
+
+    model_config = ConfigDict(frozen=True)
+
+    requests: int = 0
+    absorbed: int = 0
+    passed: int = 0
+    overloaded: int = 0
+    buckets: list[BucketSummary] = Field(default_factory=list)

@@ -1,4 +1,8 @@
-"""How long and how hard the coordinator tries: one pydantic object with documented defaults.
+"""How long and how hard teamlead tries: pydantic objects with documented defaults.
+
+:class:`Policy` bounds a coordinated query, with :class:`RetryPolicy` and
+:class:`InboxWaitPolicy` as parts; :class:`LockPolicy` tunes the inbox lock. They are plain
+configuration, so this module imports none of the code that reads them.
 
 Example:
     >>> policy = Policy(max_resumes=2, deadline_s=600, max_cost_usd=1.50)
@@ -8,11 +12,16 @@ Example:
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from .inbox import InboxWaitPolicy
-
-__all__ = ["Policy", "RetryPolicy", "TRANSIENT_STATUSES"]
+__all__ = [
+    "TRANSIENT_STATUSES",
+    "InboxWaitPolicy",
+    "LockPolicy",
+    "Policy",
+    "RetryPolicy",
+    "SpawnPolicy",
+]
 
 #: API statuses worth retrying: rate limited, overloaded, and server-side failures.
 TRANSIENT_STATUSES: frozenset[int] = frozenset({408, 409, 429, 500, 502, 503, 504, 529})
@@ -38,6 +47,49 @@ class RetryPolicy(BaseModel):
         if retry_after is not None:
             computed = max(computed, retry_after)
         return float(min(self.max_s, computed))
+
+
+class InboxWaitPolicy(BaseModel):
+    """How the inbox wait retries when no change event arrives.
+
+    The inbox is read at once, then on every change event, and otherwise after delays
+    growing from ``first_delay_s`` by ``backoff`` up to ``max_delay_s``. The wait gives up
+    once it has read the inbox ``tries`` more times *and* ``span_s`` has passed (or at the
+    caller's deadline, whichever is first). The defaults read it at 0.5, 1.5, 3.5, 7.5 and
+    11.5 s: at least 5 tries over at least 10 s.
+
+    ``step_ms`` and ``debounce_ms`` tune the watcher: a change is reported ``step_ms`` to
+    ``2 * step_ms`` after it settles. ``use_events=False`` forces plain polling.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    tries: int = Field(default=5, ge=1)
+    span_s: float = Field(default=10.0, ge=0)
+    first_delay_s: float = Field(default=0.5, gt=0)
+    backoff: float = Field(default=2.0, ge=1)
+    max_delay_s: float = Field(default=4.0, gt=0)
+    use_events: bool = True
+    step_ms: int = Field(default=10, ge=1)
+    debounce_ms: int = Field(default=200, ge=1)
+    watcher_timeout_ms: int = Field(default=2000, ge=1)
+
+
+class LockPolicy(BaseModel):
+    """How long and how often to try for an inbox lock.
+
+    The defaults retry from 2 ms up to 25 ms apart for at most 2 s, and treat a lock older
+    than 10 s as stale, as proper-lockfile does. Retrying faster than the writers (5 to
+    100 ms) keeps the inbox drained, which keeps every holder's work, and so the lock, short.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    first_delay_s: float = Field(default=0.002, gt=0)
+    backoff: float = Field(default=2.0, ge=1)
+    max_delay_s: float = Field(default=0.025, gt=0)
+    budget_s: float = Field(default=2.0, ge=0)
+    stale_after_s: float = Field(default=10.0, gt=0)
 
 
 class Policy(BaseModel):
@@ -80,3 +132,54 @@ class Policy(BaseModel):
     def bg_wait_ceiling_ms(self) -> int:
         """The value for ``CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS``."""
         return int(self.deadline_s * 1000)
+
+
+class SpawnPolicy(BaseModel):
+    """Limits of the spawn gate: how many agents run at once, in all, per message, how deep.
+
+    Attributes:
+        enabled: install the gate at all (default True).
+        max_concurrent_agents: agents running at once in this run; calls over it wait in
+            FIFO order. ``None``: the CLI's own cap (``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS``,
+            else 20). Never more than that cap, which rejects instead of queueing.
+        max_agents_per_turn: Agent calls admitted from one model message (default: no limit).
+        spawn_budget: agents admitted in the whole run (default: no limit).
+        stagger_s: the k-th admitted spawn of a burst starts no earlier than
+            ``k * stagger_s`` after the first (default 0: no stagger).
+        max_depth: 1 lets only the lead spawn; 2 lets its subagents spawn once more.
+        wrap_up_reserve_s: no spawn is admitted once less than this is left before the
+            deadline. ``None``: 20 % of the deadline, at most 30 s.
+
+    Example:
+        >>> SpawnPolicy(max_concurrent_agents=3, spawn_budget=5).reserve_for(60)
+        12.0
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = True
+    max_concurrent_agents: int | None = Field(default=None, ge=1, le=1000)
+    max_agents_per_turn: int | None = Field(default=None, ge=1, le=1000)
+    spawn_budget: int | None = Field(default=None, ge=0, le=100_000)
+    stagger_s: float = Field(default=0.0, ge=0, le=600)
+    max_depth: int = Field(default=1, ge=1, le=10)
+    wrap_up_reserve_s: float | None = Field(default=None, ge=0)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SpawnPolicy:
+        if (
+            self.spawn_budget is not None
+            and self.max_agents_per_turn is not None
+            and self.max_agents_per_turn > max(self.spawn_budget, 1)
+        ):
+            raise ValueError(
+                f"max_agents_per_turn ({self.max_agents_per_turn}) is larger than "
+                f"spawn_budget ({self.spawn_budget}); lower it or raise the budget"
+            )
+        return self
+
+    def reserve_for(self, deadline_s: float) -> float:
+        """Seconds kept free for the wrap-up before a deadline ``deadline_s`` away."""
+        if self.wrap_up_reserve_s is not None:
+            return self.wrap_up_reserve_s
+        return min(30.0, 0.2 * max(0.0, deadline_s))

@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
     [
         "scripted_server.py",
         pytest.param("coordinator_overhead.py", marks=pytest.mark.cli),
+        pytest.param("spawn_gate.py", marks=pytest.mark.cli),
     ],
 )
 def test_bench_quick_mode_runs_and_summarizes(script: str, tmp_path: Path) -> None:

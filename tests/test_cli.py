@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import signal
@@ -11,11 +12,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import click
 import psutil
 import pytest
 from click.testing import CliRunner
 
-from teamlead.cli import main
+from teamlead._cli import main
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.scripts import FanOut, findings_in
 from teamlead.testing.teammate import create_team
@@ -76,6 +78,49 @@ def test_options_read_teamlead_env_vars() -> None:
     )
 
 
+def _commands(command: click.Command, path: str) -> list[tuple[str, click.Command]]:
+    found = [(path, command)]
+    if isinstance(command, click.Group):
+        for name, sub in sorted(command.commands.items()):
+            found += _commands(sub, f"{path} {name}")
+    return found
+
+
+def test_every_option_reads_its_teamlead_variable() -> None:
+    checked = []
+    for path, command in _commands(main, "teamlead"):
+        for param in command.params:
+            if not isinstance(param, click.Option) or param.name in ("help", "version"):
+                continue
+            flag = next(o for o in param.opts if o.startswith("--"))
+            expected = "TEAMLEAD_" + flag[2:].upper().replace("-", "_")
+            assert param.envvar == expected, f"{path} {flag}: envvar {param.envvar!r}"
+            checked.append(f"{path} {flag}")
+    # the walk reaches every group, including the options that once read no variable
+    assert {
+        "teamlead ask --max-resumes",
+        "teamlead inbox show --json",
+        "teamlead experiment report --no-plots",
+        "teamlead serve-scripted --concurrency-limit",
+        "teamlead prompts show --max-agents-per-turn",
+    } <= set(checked)
+
+
+def test_exit_codes_are_defined_once() -> None:
+    import teamlead
+
+    root = Path(teamlead.__file__).parent
+    defining = set()
+    for source in root.rglob("*.py"):
+        for node in ast.walk(ast.parse(source.read_text())):
+            targets = node.targets if isinstance(node, ast.Assign) else []
+            if isinstance(node, ast.AnnAssign):
+                targets = [node.target]
+            if any(isinstance(t, ast.Name) and t.id.startswith("EXIT_") for t in targets):
+                defining.add(source.relative_to(root).as_posix())
+    assert defining == {"_cli/exitcodes.py"}
+
+
 def test_prompt_from_stdin(tmp_path: Path) -> None:
     result = _invoke("ask", "-", input="   \n")
     assert result.exit_code == 2 and "empty" in result.output
@@ -113,6 +158,18 @@ def test_inbox_show_reads_without_changing(tmp_path: Path) -> None:
     )
     as_json = json.loads(_invoke("inbox", "show", "--team", team, "--json").output)
     assert as_json["members"] == ["team-lead", "researcher"] and len(as_json["messages"]) == 1
+    assert list(as_json) == [
+        "version",
+        "team",
+        "lead_session_id",
+        "members",
+        "inbox",
+        "status",
+        "messages",
+        "warnings",
+    ]
+    from_env = _invoke("inbox", "show", "--team", team, env={"TEAMLEAD_JSON": "1"})
+    assert json.loads(from_env.output) == as_json
     assert inbox.read_bytes() == before
     missing = _invoke("inbox", "show", "--team", "nobody")
     assert missing.exit_code == 2 and "no team" in missing.output

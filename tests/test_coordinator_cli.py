@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -13,6 +12,7 @@ from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, ResultMessage
 from claude_agent_sdk import query as sdk_query
 
 import teamlead
+from teamlead._claude.inbox import read_inbox
 from teamlead.events import (
     FallbackUsed,
     Finished,
@@ -21,7 +21,6 @@ from teamlead.events import (
     Resuming,
     WaitingForTeam,
 )
-from teamlead.inbox import read_inbox
 from teamlead.policy import Policy, RetryPolicy
 from teamlead.testing import AgentCall, Reply, ScriptedRequest, ToolUse
 from teamlead.testing.scripts import FanOut, finding_text, findings_in, synthesize
@@ -81,7 +80,6 @@ async def test_every_synthesis_turn_failing_529_is_resumed_with_the_findings(
 
 
 async def test_external_teammate_reporting_after_the_stream_ended(offline: OfflineFactory) -> None:
-    posted: dict[str, float] = {}
     holder: dict[str, Any] = {}
     fan = FanOut.of(1, delays=0.2)
 
@@ -90,13 +88,9 @@ async def test_external_teammate_reporting_after_the_stream_ended(offline: Offli
             holder["team"] = create_team(
                 claude.config_dir, req.session_id or "", members=["researcher"]
             )
-            threading.Thread(target=teammate, args=(req.session_id,), daemon=True).start()
         return fan(req)
 
-    def teammate(session: str) -> None:
-        while "stream_end" not in holder:
-            time.sleep(0.05)
-        time.sleep(2.5)  # report 2.5 s after the lead's stream ended
+    def teammate() -> None:
         inbox = team_inbox(claude.config_dir, holder["team"])
         post_to_inbox(
             inbox,
@@ -106,17 +100,18 @@ async def test_external_teammate_reporting_after_the_stream_ended(offline: Offli
                 summary="rate limits",
             ),
         )
-        posted["at"] = time.monotonic()
-
-    async def marking_query(**kwargs: Any) -> AsyncIterator[Any]:
-        async for message in sdk_query(**kwargs):
-            yield message
-        holder.setdefault("stream_end", time.monotonic())
 
     server, claude = offline(script)
-    items, done = await _run(
-        "Ask the team.", claude.options(), query_fn=marking_query, policy=Policy(wait_s=20)
-    )
+    items: list[Any] = []
+    reporter = threading.Thread(target=teammate, daemon=True)
+    async for item in teamlead.query("Ask the team.", claude.options(), policy=Policy(wait_s=20)):
+        items.append(item)
+        if isinstance(item, WaitingForTeam) and not reporter.is_alive():
+            # the lead's stream has ended and the coordinator waits: the teammate reports now
+            reporter.start()
+    reporter.join(timeout=10)
+    done = items[-1]
+    assert isinstance(done, Finished)
     waiting = [i for i in items if isinstance(i, WaitingForTeam)]
     collected = [i for i in items if isinstance(i, InboxCollected)]
     assert waiting and waiting[0].pending_members == ["researcher"]
@@ -189,33 +184,46 @@ def _partial_then_hang(req: ScriptedRequest) -> Reply:
 async def test_agents_killed_mid_run_fall_back_to_transcripts_and_end_partial(
     offline: OfflineFactory,
 ) -> None:
-    killed_at: list[float] = []
+    killed: list[str] = []
+    progressed: set[str] = set()  # agents whose partial answer the CLI has recorded
+    stop = threading.Event()
+    reader: dict[str, Any] = {}  # the first run's read scope, and the loop to cancel it on
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "subagent" and req.agent is not None and req.assistant_turns >= 1:
+            progressed.add(req.agent.description)  # it asks again: its first step is written
+            if len(progressed) == 2 and not stop.is_set():
+                stop.set()
+                anyio.from_thread.run_sync(lambda: reader["scope"].cancel(), token=reader["loop"])
+        return _partial_then_hang(req)
 
     async def killing_query(**kwargs: Any) -> AsyncIterator[Any]:
-        """Stop the CLI (and so its agents) 3 s into the first run, as a crash or ceiling would."""
+        """Stop the CLI (and so its agents) once both agents made progress, as a crash would."""
         agen = sdk_query(**kwargs)
-        stop_at = time.monotonic() + 3.0
+        first_run = kwargs["options"].resume is None
+        reader["loop"] = anyio.lowlevel.current_token()
         try:
             while True:
-                if kwargs["options"].resume is None and time.monotonic() >= stop_at:
-                    killed_at.append(time.monotonic())
-                    return
-                message = None
-                with anyio.move_on_after(max(0.05, stop_at - time.monotonic())):
+                with anyio.CancelScope() as scope:
+                    reader["scope"] = scope
+                    if first_run and stop.is_set():
+                        scope.cancel()
                     try:
                         message = await agen.__anext__()
                     except StopAsyncIteration:
                         return
-                if message is not None:  # yield outside the cancel scope
-                    yield message
+                if scope.cancelled_caught:
+                    killed.append("first run")
+                    return
+                yield message  # outside the cancel scope
         finally:
             await agen.aclose()
 
-    server, claude = offline(_partial_then_hang)
+    server, claude = offline(script)
     items, done = await _run(
         "Dig.", claude.options(), query_fn=killing_query, policy=Policy(wait_s=1)
     )
-    assert killed_at
+    assert killed == ["first run"]
     fallbacks = [i for i in items if isinstance(i, FallbackUsed)]
     assert sorted(f.source for f in fallbacks) == ["transcript", "transcript"]
     assert done.status == "partial"

@@ -3,7 +3,8 @@
 The real CLI (tests/test_coordinator_cli.py) cannot easily produce a 529 on the third
 resume attempt, a hung stream or a teammate that reports between two inbox reads. Here a
 :class:`Script` replays one list of stream-json messages per ``query_fn`` call, and a
-:class:`~teamlead.clock.FakeClock` records every backoff and wait.
+:class:`~teamlead.clock.FakeClock` records every backoff and wait and drives every
+deadline, so no test sleeps for real. Expected backoffs come from the policy under test.
 """
 
 from __future__ import annotations
@@ -26,8 +27,15 @@ from claude_agent_sdk import (
 )
 
 import teamlead
-from teamlead.clock import SYSTEM_CLOCK, Clock, FakeClock
-from teamlead.coordinator import Delivery, build_resume_prompt
+from teamlead._claude.inbox import read_inbox
+from teamlead._claude.inbox.model import entry_key
+from teamlead._run.resume_prompt import (
+    Delivery,
+    DeliveryKind,
+    DeliverySource,
+    build_resume_prompt,
+)
+from teamlead.clock import Clock, FakeClock
 from teamlead.events import (
     FallbackUsed,
     Finished,
@@ -37,8 +45,7 @@ from teamlead.events import (
     WaitingForTeam,
     _Event,
 )
-from teamlead.inbox import InboxWaitPolicy, entry_key, read_inbox
-from teamlead.policy import Policy, RetryPolicy
+from teamlead.policy import InboxWaitPolicy, Policy, RetryPolicy
 from teamlead.testing.teammate import (
     create_team,
     idle_notification,
@@ -185,10 +192,17 @@ class StatusError(Exception):
 
 
 class Hang:
-    """A step that awaits forever; records that the generator was closed."""
+    """A step that awaits forever; says when it started hanging and that it was closed."""
 
     def __init__(self) -> None:
+        self.started = anyio.Event()
         self.closed = False
+
+
+async def advance_when_hung(hang: Hang, clock: FakeClock, seconds: float) -> None:
+    """Once the stream hangs, move virtual time on by ``seconds`` (as time would pass)."""
+    await hang.started.wait()
+    clock.advance(seconds)
 
 
 class Script:
@@ -198,18 +212,23 @@ class Script:
     for its side effect (post to the inbox, advance the clock), or a :class:`Hang`.
     """
 
-    def __init__(self, *rounds: Iterable[Any]) -> None:
+    def __init__(self, *rounds: Iterable[Any], clock: Clock | None = None) -> None:
         self.rounds = [list(r) for r in rounds]
         self.calls: list[tuple[str, ClaudeAgentOptions]] = []
+        self.clock = clock
+        self.started_at: list[float] = []  # the clock's time at each call, given a clock
 
     async def __call__(self, *, prompt: str, options: ClaudeAgentOptions) -> AsyncIterator[Any]:
         self.calls.append((prompt, options))
+        if self.clock is not None:
+            self.started_at.append(self.clock.monotonic())
         assert len(self.calls) <= len(self.rounds), f"unexpected query_fn call {len(self.calls)}"
         for step in self.rounds[len(self.calls) - 1]:
             if isinstance(step, BaseException):
                 raise step
             if isinstance(step, Hang):
                 try:
+                    step.started.set()
                     await anyio.sleep_forever()
                 finally:
                     step.closed = True
@@ -389,15 +408,21 @@ async def test_transient_api_errors_are_retried_with_policy_backoff() -> None:
         [init(), error_result(529)],
         [init(), error_result(429, "Rate limited")],
         [init(), lead("Final"), result("Final")],
+        clock=clock,
     )
     policy = fast_policy(resume_retry=RetryPolicy(attempts=3, base_s=1.5, factor=3.0, max_s=60))
+    backoff = [policy.resume_retry.delay(1), policy.resume_retry.delay(2)]
+    assert backoff[0] < backoff[1]  # the policy really grows the delay
     items, done = await run(script, policy=policy, clock=clock)
 
-    assert clock.sleeps == [1.5, 4.5]
+    assert clock.sleeps == backoff
+    # each attempt starts exactly one backoff after the one before (no clock reads lost)
+    attempts = script.started_at[1:]
+    assert [b - a for a, b in zip(attempts, attempts[1:], strict=False)] == backoff
     failures = of_type(items, ResumeFailed)
     assert [(f.attempt, f.transient, f.retry_in_s) for f in failures] == [
-        (1, True, 1.5),
-        (2, True, 4.5),
+        (1, True, backoff[0]),
+        (2, True, backoff[1]),
     ]
     assert "529" in failures[0].error and "429" in failures[1].error
     assert [(r.round, r.attempt) for r in of_type(items, Resuming)] == [(1, 1), (1, 2), (1, 3)]
@@ -413,14 +438,13 @@ async def test_a_raised_error_with_a_transient_status_is_retried() -> None:
         [init(), StatusError("Service unavailable\nmore detail", 503)],
         [init(), lead("Final"), result("Final")],
     )
-    items, done = await run(
-        script, policy=fast_policy(resume_retry=RetryPolicy(base_s=2.0)), clock=clock
-    )
+    policy = fast_policy(resume_retry=RetryPolicy(base_s=2.0))
+    items, done = await run(script, policy=policy, clock=clock)
 
     (failure,) = of_type(items, ResumeFailed)
-    assert failure.transient and failure.retry_in_s == 2.0
+    assert failure.transient and failure.retry_in_s == policy.resume_retry.delay(1)
     assert failure.error == "StatusError: Service unavailable"
-    assert clock.sleeps == [2.0]
+    assert clock.sleeps == [policy.resume_retry.delay(1)]
     assert done.status == "completed" and done.resumes == 1
 
 
@@ -444,7 +468,7 @@ async def test_non_transient_errors_are_not_retried(failing_round: list[Any]) ->
     (failure,) = of_type(items, ResumeFailed)
     assert (failure.attempt, failure.transient, failure.retry_in_s) == (1, False, None)
     assert clock.sleeps == [] and len(script.calls) == 2
-    assert done.status == "failed"
+    assert (done.status, done.reason) == ("failed", "resume_failed")
     assert any(
         "resume round 1 failed after 1 attempt(s)" in r and f"teamlead resume {SESSION}" in r
         for r in done.reasons
@@ -460,9 +484,10 @@ async def test_retry_attempts_are_bounded() -> None:
     policy = fast_policy(resume_retry=RetryPolicy(attempts=3, base_s=1.0, factor=2.0))
     items, done = await run(script, policy=policy, clock=clock)
 
-    assert len(script.calls) == 4  # the first query and three attempts, no more
-    assert clock.sleeps == [1.0, 2.0]
-    assert [f.retry_in_s for f in of_type(items, ResumeFailed)] == [1.0, 2.0, None]
+    backoff = [policy.resume_retry.delay(n) for n in (1, 2)]
+    assert len(script.calls) == 1 + policy.resume_retry.attempts  # the first query, no more
+    assert clock.sleeps == backoff
+    assert [f.retry_in_s for f in of_type(items, ResumeFailed)] == [*backoff, None]
     assert done.status == "failed"
     assert any("failed after 3 attempt(s)" in r and "529" in r for r in done.reasons)
 
@@ -496,15 +521,17 @@ async def test_a_retry_that_would_pass_the_deadline_is_skipped() -> None:
     policy = fast_policy(
         deadline_s=10.0, resume_retry=RetryPolicy(attempts=5, base_s=2.0, factor=4.0)
     )
+    first, second = policy.resume_retry.delay(1), policy.resume_retry.delay(2)
+    # the first backoff fits in the deadline; the second would end at or past it
+    assert first < policy.deadline_s <= first + second
     items, done = await run(script, policy=policy, clock=clock)
 
-    # attempt 1 waits 2 s (t=2); attempt 2 would wait 8 s and end at the 10 s deadline: skipped
-    assert clock.sleeps == [2.0]
+    assert clock.sleeps == [first]
     assert [(f.transient, f.retry_in_s) for f in of_type(items, ResumeFailed)] == [
-        (True, 2.0),
+        (True, first),
         (True, None),
     ]
-    assert len(script.calls) == 3 and done.status == "failed"
+    assert len(script.calls) == 3 and (done.status, done.reason) == ("failed", "resume_failed")
 
 
 # -- policy limits ----------------------------------------------------------------------------
@@ -516,6 +543,7 @@ async def test_max_resumes_stops_with_a_reason_and_partial_status() -> None:
 
     assert len(script.calls) == 1 and not of_type(items, Resuming)
     assert done.status == "partial" and done.result == "Partial answer"
+    assert done.reason == "max_resumes"
     assert "max resumes (0) reached with 1 result(s) unused" in done.reasons
     (row,) = done.tasks
     assert (row.id, row.status, row.disposition) == ("t1", "lost", "failed")
@@ -563,7 +591,7 @@ async def test_cost_budget_sums_each_rounds_largest_cost(config_dir: Path) -> No
         r.startswith("cost budget $0.5 reached ($0.5500 spent) with 1 result(s) unused")
         for r in done.reasons
     )
-    assert done.status == "partial"
+    assert (done.status, done.reason) == ("partial", "cost_budget")
 
 
 async def test_the_total_deadline_stops_resuming() -> None:
@@ -573,6 +601,7 @@ async def test_the_total_deadline_stops_resuming() -> None:
 
     assert len(script.calls) == 1
     assert "deadline of 60 s reached before resuming" in done.reasons
+    assert done.reason == "deadline"
     assert done.status == "partial"  # the lead answered; the lost task is reported, not hidden
     assert [t.disposition for t in done.tasks] == ["failed"]
 
@@ -592,23 +621,49 @@ async def test_a_stream_past_the_deadline_is_cut_at_the_next_message() -> None:
     items, done = await run(script, policy=fast_policy(deadline_s=60.0), clock=clock)
 
     assert not any(isinstance(i, dict) and i.get("result") == "late" for i in items)
-    assert done.status == "failed"
+    assert (done.status, done.reason) == ("failed", "deadline")
     assert any("deadline of 60 s reached" in r for r in done.reasons)
 
 
 async def test_a_hung_stream_is_cut_at_the_deadline_and_closed() -> None:
+    clock = FakeClock()
     hang = Hang()
     script = Script([*fan_out(("t1", "probe")), hang])
-    # anyio timeouts run on the event loop's clock, so this one deadline is real (0.3 s)
-    with anyio.fail_after(10):
-        items, done = await run(script, policy=fast_policy(deadline_s=0.3), clock=SYSTEM_CLOCK)
+    policy = fast_policy(deadline_s=300.0)
+    # the deadline runs on the injected clock: only virtual time passes while the stream hangs
+    with anyio.fail_after(10):  # a guard: a hang here is the bug under test
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(advance_when_hung, hang, clock, policy.deadline_s)
+            items, done = await run(script, policy=policy, clock=clock)
 
     assert hang.closed
+    assert clock.monotonic() == policy.deadline_s and clock.sleeps == []
     assert len(script.calls) == 1
-    assert done.status == "failed"
-    assert "the lead's stream ended with an error: deadline of 0.3 s reached" in done.reasons
-    assert "deadline of 0.3 s reached before resuming" in done.reasons
+    assert (done.status, done.reason) == ("failed", "deadline")
+    assert "the lead's stream ended with an error: deadline of 300 s reached" in done.reasons
+    assert "deadline of 300 s reached before resuming" in done.reasons
     assert [(t.id, t.status) for t in done.tasks] == [("t1", "lost")]
+
+
+async def test_a_hung_stream_is_not_cut_before_the_deadline() -> None:
+    clock = FakeClock()
+    hang = Hang()
+    script = Script([*fan_out(("t1", "probe")), notified("t1", summary="T1"), hang])
+    policy = fast_policy(deadline_s=300.0)
+
+    async def advance_short_then_past() -> None:
+        await advance_when_hung(hang, clock, policy.deadline_s - 1.0)
+        await anyio.wait_all_tasks_blocked()
+        assert not hang.closed  # 1 s before the deadline the stream is still read
+        clock.advance(1.0)
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(advance_short_then_past)
+            items, done = await run(script, policy=policy, clock=clock)
+
+    assert hang.closed and done.reason == "deadline"
+    assert clock.monotonic() == policy.deadline_s
 
 
 # -- the outstanding-work rule ----------------------------------------------------------------
@@ -807,7 +862,7 @@ async def test_no_successful_lead_result_means_failed() -> None:
     script = Script([init(), lead("API Error", error="rate_limit"), error_result(529)])
     items, done = await run(script)
 
-    assert (done.status, done.result, done.resumes) == ("failed", None, 0)
+    assert (done.status, done.result, done.resumes, done.reason) == ("failed", None, 0, "no_answer")
     assert done.reasons == ["the lead's stream ended with an error: API error 529: Overloaded"]
 
 
@@ -891,7 +946,12 @@ async def test_typed_sdk_messages_drive_the_same_logic() -> None:
 
 # -- the resume prompt ----------------------------------------------------------------------
 def delivery(
-    label: str, text: str, *, status: str = "completed", kind: str = "task", source: str = "summary"
+    label: str,
+    text: str,
+    *,
+    status: str = "completed",
+    kind: DeliveryKind = "task",
+    source: DeliverySource = "summary",
 ) -> Delivery:
     return Delivery(
         key=f"{kind}:{label}", kind=kind, label=label, status=status, text=text, source=source
@@ -1035,15 +1095,15 @@ class FakeClient:
 
 
 async def collect_client(
-    client: FakeClient, policy: Policy | None = None
+    client: FakeClient, policy: Policy | None = None, clock: FakeClock | None = None
 ) -> tuple[list[Any], Finished]:
-    with anyio.fail_after(5):  # a hang here is the bug under test
+    with anyio.fail_after(5):  # a guard: a hang here is the bug under test
         items = [
             i
             async for i in teamlead.receive_all(
                 client,
                 policy=policy or fast_policy(),
-                clock=FakeClock(),
+                clock=clock or FakeClock(),
             )
         ]
     assert isinstance(items[-1], Finished)
@@ -1138,3 +1198,54 @@ async def test_no_retry_once_the_cost_budget_would_be_passed() -> None:
     _, done = await run(script, policy=fast_policy(max_cost_usd=1.0))
     assert done.status == "failed"
     assert len(script.prompts) == 2  # 0.4 + 0.7 spent: a third run would pass $1
+
+
+async def test_receive_all_gives_up_on_a_silent_client_after_the_idle_timeout() -> None:
+    """A client's stream never ends: silence with a task running ends the round on the clock."""
+    clock = FakeClock()
+    client = FakeClient(fan_out(("t1", "a")))  # t1 never reports; the CLI goes quiet
+    policy = fast_policy(idle_timeout_s=30.0)
+
+    async def advance_when_silent() -> None:
+        await anyio.wait_all_tasks_blocked()
+        clock.advance(policy.idle_timeout_s)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(advance_when_silent)
+        items, done = await collect_client(client, policy, clock)
+
+    assert clock.monotonic() == policy.idle_timeout_s and client.closed_streams == 1
+    assert client.queries == []  # a running task is the live CLI's, not a lost result
+    assert (done.status, done.result, done.reason) == (
+        "partial",
+        "Agents are working.",
+        "work_failed",
+    )
+    assert [(t.id, t.status) for t in done.tasks] == [("t1", "lost")]
+
+
+async def test_without_a_session_id_the_lead_is_not_resumed() -> None:
+    script = Script(
+        [
+            {"type": "system", "subtype": "task_started", "task_id": "t1", "description": "p"},
+            {"type": "result", "subtype": "success", "is_error": False, "result": "Ack"},
+        ]
+    )
+    items, done = await run(script)
+
+    assert len(script.calls) == 1 and not of_type(items, Resuming)
+    assert (done.status, done.reason, done.session_id) == ("partial", "no_session_id", None)
+    assert "no session id was seen, so the lead cannot be resumed" in done.reasons
+
+
+async def test_every_result_used_is_the_completed_reason() -> None:
+    script = Script(
+        [*fan_out(("t1", "probe")), notified("t1", summary="T1"), *synthesis_failed()],
+        [init(), lead("Final"), result("Final")],
+    )
+    _, done = await run(script)
+    assert (done.status, done.reason) == ("completed", "all_results_used")
+    assert Finished.model_validate_json(done.to_json()) == done  # the code survives NDJSON
+    older = json.loads(done.to_json())
+    del older["reason"]  # a line written before the field existed still reads
+    assert Finished.model_validate(older).reason is None

@@ -24,12 +24,8 @@ from teamlead.experiment.explain import disagreement
 from teamlead.experiment.intervals import cluster_mean_interval, paired_interval
 from teamlead.experiment.power import simulate_mde
 from teamlead.experiment.report import REPORT_VERSION, upgrade_report_json
-from teamlead.experiment.stats import (
-    clustered_wilson,
-    design_effect,
-    paired_test,
-    verdict,
-)
+from teamlead.experiment.stats import clustered_wilson, design_effect, paired_test
+from teamlead.experiment.verdicts import verdict
 
 ALPHA = 0.05
 

@@ -18,7 +18,7 @@ from click.testing import CliRunner
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from teamlead.cli import main
+from teamlead._cli import main
 from teamlead.experiment import TrialRecord, TrialWriter, build_report, synthetic_records
 from teamlead.experiment.html import render_html
 from teamlead.experiment.report import Report

@@ -22,7 +22,7 @@ MARKER = "Fan out to parallel agents."
 # Blocks `import matplotlib` (ImportError), then runs the console entry point.
 WITHOUT_MATPLOTLIB = (
     "import sys; sys.modules['matplotlib'] = None; "
-    "from teamlead.cli import main; sys.argv[0] = 'teamlead'; main()"
+    "from teamlead._cli import main; sys.argv[0] = 'teamlead'; main()"
 )
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import struct
 import sys
@@ -15,6 +16,7 @@ from teamlead.experiment import (
     TrialRecord,
     build_report,
     read_records,
+    render_json,
     render_markdown,
     synthetic_records,
     write_report,
@@ -164,6 +166,8 @@ def test_write_report_writes_markdown_json_and_valid_pngs(report: Report, tmp_pa
     } <= names
     assert json.loads((tmp_path / "out" / "report.json").read_text()) == report.to_json()
     assert (tmp_path / "out" / "report.md").read_text() == render_markdown(report)
+    assert (tmp_path / "out" / "report.json").read_text() == render_json(report) + "\n"
+    assert render_json(report) == json.dumps(report.to_json(), indent=2)
     for path in written:
         if path.suffix == ".png":
             width, height = _png_size(path)
@@ -245,3 +249,30 @@ def test_exported_names_exist() -> None:
 
     for name in experiment_all:
         assert hasattr(experiment, name), name
+
+
+# Each experiment module may import only modules earlier in this order (lazy and
+# TYPE_CHECKING imports included): stats -> verdicts -> metrics -> comparisons -> report
+# -> plots, render and html, never back.
+_CHAIN = [
+    *("records", "_toml_lines", "spec", "synthetic", "runner"),
+    *("intervals", "stats", "power", "verdicts", "explain", "metrics", "comparisons"),
+    *("report", "plots", "render", "html"),
+]
+
+
+def test_the_experiment_modules_import_one_way() -> None:
+    import teamlead.experiment as experiment
+
+    folder = Path(experiment.__file__).parent
+    modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    assert modules == sorted(_CHAIN)
+    backwards = []
+    for name in _CHAIN:
+        tree = ast.parse((folder / f"{name}.py").read_text())
+        for node in ast.walk(tree):
+            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
+                target = node.module.split(".")[0]
+                if _CHAIN.index(target) >= _CHAIN.index(name):
+                    backwards.append(f"{name} imports {target}")
+    assert backwards == []

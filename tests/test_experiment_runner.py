@@ -9,8 +9,8 @@ import anyio
 import pytest
 from click.testing import CliRunner
 
-from teamlead.cli import main
-from teamlead.experiment.progress import report_for
+from teamlead._cli import main
+from teamlead._cli.progress import report_for
 from teamlead.experiment.records import read_records
 from teamlead.experiment.runner import run_experiment, trial_order, trial_session_id
 from teamlead.experiment.spec import parse_spec
@@ -194,6 +194,15 @@ def test_experiment_report_cli_json_and_markdown(tmp_path: Path) -> None:
         "p_adjusted",
         "verdict",
     } <= set(data["comparisons"][0])
+    env = {"TEAMLEAD_JSON": "1", "TEAMLEAD_NO_PLOTS": "1", "TEAMLEAD_SEED": "0"}
+    from_env = runner.invoke(main, ["experiment", "report", str(out)], env=env)
+    assert from_env.exit_code == 0 and json.loads(from_env.output) == data
+    # TEAMLEAD_OUT names `experiment run`'s directory too: here it is refused, not overwritten
+    to_a_dir = runner.invoke(
+        main, ["experiment", "report", str(out)], env={"TEAMLEAD_OUT": str(out)}
+    )
+    assert to_a_dir.exit_code == 2 and "'--out'" in to_a_dir.output
+    assert "is a directory" in to_a_dir.output and (out / "trials.jsonl").exists()
     md = runner.invoke(main, ["experiment", "report", str(out), "--out", str(tmp_path / "r.md")])
     assert md.exit_code == 0 and "| delegation | parallel |" in md.output
     assert (tmp_path / "r.md").read_text().startswith("# Experiment report")

@@ -11,16 +11,13 @@ from statsmodels.stats.proportion import proportion_confint  # type: ignore[impo
 
 from teamlead.experiment import TrialRecord, build_report, synthetic_records
 from teamlead.experiment.stats import (
-    adjust_pvalues,
     cluster_bootstrap_mean,
     clustered_wilson,
     design_effect,
     icc_anova,
-    mde_from_se,
-    mde_rate,
     paired_test,
-    verdict,
 )
+from teamlead.experiment.verdicts import adjust_pvalues, mde_from_se, mde_rate, verdict
 
 ALPHA = 0.05
 

@@ -1,4 +1,4 @@
-"""Reading, decoding and consuming the team-lead inbox (teamlead.inbox, teamlead._lock)."""
+"""Reading, decoding and consuming the team-lead inbox (teamlead._claude.inbox)."""
 
 from __future__ import annotations
 
@@ -14,17 +14,16 @@ from typing import Any
 
 import pytest
 
-from teamlead.clock import FakeClock
-from teamlead.errors import InboxError
-from teamlead.inbox import (
+from teamlead._claude.inbox import consume_inbox, read_inbox
+from teamlead._claude.inbox.model import (
     DEFAULT_MAX_INBOX_BYTES,
     InboxEntry,
-    LockPolicy,
-    consume_inbox,
     decode_entry,
     entry_key,
-    read_inbox,
 )
+from teamlead.clock import FakeClock
+from teamlead.errors import InboxError
+from teamlead.policy import LockPolicy
 
 TEAM = "research"
 
@@ -487,7 +486,7 @@ async def test_lock_is_released_when_the_rewrite_fails(inbox: Path) -> None:
 
 
 async def test_lock_in_missing_directory_is_an_inbox_error(tmp_path: Path) -> None:
-    from teamlead._lock import with_lock
+    from teamlead._claude.inbox.lock import with_lock
 
     with pytest.raises(InboxError, match="directory is missing"):
         await with_lock(tmp_path / "no" / "inbox.json", lambda: None)

@@ -26,7 +26,8 @@ from pathlib import Path
 import anyio
 import pytest
 
-from teamlead.inbox import InboxWaitPolicy, consume_inbox, wait_for_inbox
+from teamlead._claude.inbox import consume_inbox, wait_for_inbox
+from teamlead.policy import InboxWaitPolicy
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 

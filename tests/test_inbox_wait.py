@@ -10,8 +10,10 @@ import anyio
 import pytest
 from pydantic import ValidationError
 
+from teamlead._claude.inbox import wait_for_inbox
+from teamlead._claude.inbox.model import InboxRead
 from teamlead.clock import FakeClock
-from teamlead.inbox import InboxRead, InboxWaitPolicy, wait_for_inbox
+from teamlead.policy import InboxWaitPolicy
 
 pytestmark = pytest.mark.anyio
 
@@ -54,7 +56,14 @@ async def test_default_policy_tries_five_times_over_ten_seconds(
 ) -> None:
     clock = FakeClock()
     policy = InboxWaitPolicy(use_events=use_events)
-    done = await wait_for_inbox(inbox, until=has_messages, clock=clock, policy=policy)
+    done = await wait_for_inbox(
+        inbox,
+        until=has_messages,
+        clock=clock,
+        policy=policy,
+        deadline=clock.monotonic() + 60,  # far off: the policy ends the wait, not this
+        config_dir=inbox.parents[3],
+    )
     assert not done.satisfied and done.read.status == "missing"
     assert clock.sleeps == [0.5, 1.0, 2.0, 4.0, 4.0]
     assert done.reads == 6  # the first read plus five tries
@@ -159,9 +168,26 @@ async def test_other_files_in_the_directory_do_not_satisfy(inbox: Path) -> None:
 
 
 async def test_cancelling_the_wait_stops_the_watcher(inbox: Path) -> None:
-    with anyio.move_on_after(0.3) as scope:
-        await wait_for_inbox(inbox, until=has_messages, clock=StuckClock())
-    assert scope.cancelled_caught
+    first_read = anyio.Event()
+    finished = False
+
+    def until(read: InboxRead) -> bool:
+        first_read.set()
+        return False
+
+    async def wait_forever() -> None:
+        nonlocal finished
+        await wait_for_inbox(inbox, until=until, clock=StuckClock())
+        finished = True  # never: only a change or the clock can end it, and neither comes
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_forever)
+            await first_read.wait()
+            while worker_threads_busy() == 0:  # until the watcher's thread is running
+                await anyio.lowlevel.checkpoint()
+            tg.cancel_scope.cancel()
+    assert not finished
     assert worker_threads_busy() == 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from teamlead._cli_reference import END, START, render
+from teamlead._cli.reference import END, START, render
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -14,7 +14,7 @@ def test_cli_reference_is_current() -> None:
     text = README.read_text()
     block = START + text.split(START, 1)[1].split(END, 1)[0] + END
     assert block == render(), (
-        "README CLI reference is stale: python -m teamlead._cli_reference --write README.md"
+        "README CLI reference is stale: python -m teamlead._cli.reference --write README.md"
     )
 
 

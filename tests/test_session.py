@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from teamlead._claude.session import load_session
 from teamlead.errors import UsageError
-from teamlead.session import load_session
 
 SID = "0f0e0d0c-1111-2222-3333-444455556666"
 

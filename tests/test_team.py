@@ -1,4 +1,4 @@
-"""Team discovery, name sanitizing and path confinement (teamlead.team)."""
+"""Team discovery, name sanitizing and path confinement (teamlead._claude.team)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,7 @@ from typing import Any
 
 import pytest
 
-from teamlead.errors import InboxError
-from teamlead.team import (
+from teamlead._claude.team import (
     LEAD_AGENT_NAME,
     TeamConfig,
     claude_config_dir,
@@ -22,6 +21,7 @@ from teamlead.team import (
     sanitize_team_name,
     within,
 )
+from teamlead.errors import InboxError
 
 SESSION = "d6b404c3-7aec-40d7-9803-56ebb9cb00ba"
 

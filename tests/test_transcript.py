@@ -1,4 +1,4 @@
-"""The transcript fallback: last assistant text, read backwards (teamlead.transcript)."""
+"""The transcript fallback: last assistant text, read backwards (teamlead._claude.transcript)."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from teamlead.errors import UsageError
-from teamlead.transcript import (
+from teamlead._claude.transcript import (
     find_subagent_transcript,
     last_assistant_text,
     sanitize_project_path,
 )
+from teamlead.errors import UsageError
 
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 SESSION = "d6b404c3-7aec-40d7-9803-56ebb9cb00ba"

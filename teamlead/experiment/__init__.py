@@ -1,7 +1,16 @@
-"""Prompt-strategy A/B experiments: the spec, trial records, statistics and the report."""
+"""Prompt-strategy A/B experiments: the spec, trial records, statistics and the report.
+
+The modules form a one-way chain, each importing only those before it:
+``spec``/``records`` -> ``runner`` (run the trials) and ``intervals`` -> ``stats`` ->
+``power`` (the simulated MDE) -> ``verdicts`` -> ``explain`` -> ``metrics`` ->
+``comparisons`` -> ``report`` (models, :func:`build_report`) -> ``plots``, ``render``
+(Markdown, JSON, the report folder) and ``html``. This package re-exports the API users
+call.
+"""
 
 from __future__ import annotations
 
+from .metrics import METRICS, Metric
 from .records import (
     RECORD_VERSION,
     ReadResult,
@@ -15,20 +24,18 @@ from .records import (
     latest_records,
     read_records,
 )
+from .render import render_json, render_markdown, write_report
 from .report import (
-    METRICS,
     REPORT_VERSION,
     Comparison,
     MeanSummary,
-    Metric,
     RateSummary,
     Report,
     TaskCell,
     VariantSummary,
     build_report,
-    render_markdown,
-    write_report,
 )
+from .runner import ExperimentProgress, RunSummary, run_experiment
 from .spec import (
     ExperimentSettings,
     ExperimentSpec,
@@ -45,6 +52,7 @@ __all__ = [
     "RECORD_VERSION",
     "REPORT_VERSION",
     "Comparison",
+    "ExperimentProgress",
     "ExperimentSettings",
     "ExperimentSpec",
     "GraderSpec",
@@ -54,6 +62,7 @@ __all__ = [
     "ReadResult",
     "RecordWarning",
     "Report",
+    "RunSummary",
     "TaskCell",
     "TaskSpec",
     "TrialKey",
@@ -69,7 +78,9 @@ __all__ = [
     "load_spec",
     "parse_spec",
     "read_records",
+    "render_json",
     "render_markdown",
+    "run_experiment",
     "synthetic_records",
     "write_report",
 ]

@@ -14,7 +14,18 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["disagreement", "rule_text", "zero_width"]
+__all__ = ["confidence_label", "disagreement", "rule_text", "zero_width"]
+
+
+def confidence_label(alpha: float) -> str:
+    """The confidence level ``1 - alpha`` as a percentage label.
+
+    Example:
+        >>> confidence_label(0.05), confidence_label(0.025)
+        ('95%', '97.5%')
+    """
+    pct = 100 * (1 - alpha)
+    return f"{pct:.0f}%" if pct.is_integer() else f"{pct:g}%"
 
 
 def rule_text(alpha: float, confidence: str) -> str:

@@ -21,7 +21,7 @@ import html
 import math
 from collections.abc import Iterable, Sequence
 
-from .explain import rule_text
+from .explain import confidence_label, rule_text
 from .records import TrialRecord, latest_records
 from .report import Comparison, RateSummary, Report
 
@@ -320,8 +320,7 @@ def render_html(report: Report, records: Sequence[TrialRecord]) -> str:
         >>> "<svg" in render_html(report, records)  # doctest: +SKIP
         True
     """
-    pct = 100 * (1 - report.alpha)
-    confidence = f"{pct:.0f}%" if pct.is_integer() else f"{pct:g}%"
+    confidence = confidence_label(report.alpha)
     notes = "".join(f"<li>{_e(note)}</li>" for note in report.notes) or "<li>none</li>"
     flaky = ", ".join(report.flaky_tasks) or "none"
     body = [

@@ -19,6 +19,7 @@ import numpy as np
 import numpy.typing as npt
 
 from ..errors import UsageError
+from .metrics import METRICS, RATE_KEYS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -26,8 +27,6 @@ if TYPE_CHECKING:
     from .report import Report
 
 __all__ = ["matplotlib_available", "require_matplotlib", "write_plots"]
-
-_RATE_KEYS = {"parallel": "parallel_rate", "delegated": "delegated_rate"}
 
 
 def matplotlib_available() -> bool:
@@ -59,8 +58,6 @@ def write_plots(directory: str | Path, report: Report) -> list[Path]:
     require_matplotlib()
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-
-    from .report import METRICS
 
     folder = Path(directory)
     folder.mkdir(parents=True, exist_ok=True)
@@ -109,7 +106,7 @@ def _rate_plot(
     positions: npt.NDArray[np.float64],
     jitter: np.random.Generator,
 ) -> None:
-    key = _RATE_KEYS[metric]
+    key = RATE_KEYS[metric]
     for position, name in zip(positions, names, strict=True):
         per_task = [
             cells[name].parallel_rate if metric == "parallel" else cells[name].delegated_rate

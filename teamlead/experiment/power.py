@@ -21,8 +21,9 @@ power curve is smooth in the effect). It is approximate: ``simulations`` experim
 largest possible effect cannot reach the power (a single task, or too few relabelings to
 ever get below ``alpha``), there is no MDE and ``reason`` says why.
 
-:func:`mde_rate` and :func:`mde_from_se` are the closed-form normal approximations, for
-planning a design before any data exist; the report does not use them.
+:func:`~teamlead.experiment.verdicts.mde_rate` and
+:func:`~teamlead.experiment.verdicts.mde_from_se` are the closed-form normal
+approximations, for planning a design before any data exist; the report does not use them.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import numpy.typing as npt
 
 from .intervals import paired_interval
 
-__all__ = ["MdeResult", "mde_from_se", "mde_rate", "simulate_mde"]
+__all__ = ["MdeResult", "simulate_mde"]
 
 _FloatArray = npt.NDArray[np.float64]
 _BoolArray = npt.NDArray[np.bool_]
@@ -240,64 +241,3 @@ def _never(k: int, alpha: float) -> str:
         f"cannot be conclusive with {k} tasks: even the largest effect does not get "
         f"p below {alpha:g} with the interval excluding no effect"
     )
-
-
-def mde_rate(
-    control_rate: float,
-    n_eff_variant: float,
-    n_eff_control: float | None = None,
-    *,
-    alpha: float = 0.05,
-    power: float = 0.8,
-) -> float:
-    """The smallest rise over ``control_rate`` detectable at ``alpha`` with ``power``.
-
-    Solves for Cohen's h (arcsine-transformed difference, statsmodels
-    ``NormalIndPower``, two-sided) at the effective sample sizes, then converts back to a
-    rate difference. If no rate above the control is far enough away, it reports the
-    smallest detectable drop; NaN if neither exists (too few trials).
-
-    Example:
-        >>> round(mde_rate(0.2, 40), 3) > round(mde_rate(0.2, 400), 3)
-        True
-    """
-    from statsmodels.stats.power import (  # type: ignore[import-untyped, unused-ignore]
-        NormalIndPower,
-    )
-
-    if not (0.0 <= control_rate <= 1.0) or n_eff_variant <= 0:
-        return math.nan
-    ratio = 1.0 if n_eff_control is None else n_eff_control / n_eff_variant
-    if ratio <= 0:
-        return math.nan
-    h = float(
-        NormalIndPower().solve_power(
-            effect_size=None, nobs1=n_eff_variant, alpha=alpha, power=power, ratio=ratio
-        )
-    )
-    base = math.asin(math.sqrt(control_rate))
-    if base + h / 2 <= math.pi / 2:
-        return math.sin(base + h / 2) ** 2 - control_rate
-    if base - h / 2 >= 0.0:
-        return control_rate - math.sin(base - h / 2) ** 2
-    return math.nan
-
-
-def mde_from_se(
-    se: float,
-    *,
-    scale: Literal["difference", "ratio"] = "difference",
-    alpha: float = 0.05,
-    power: float = 0.8,
-) -> float:
-    """Minimum detectable effect from a standard error: ``(z_{1-alpha/2} + z_power) * se``.
-
-    On the ratio scale ``se`` is that of the log ratio and the result is a factor
-    (``1.3``: a 30% change is detectable).
-    """
-    from scipy.stats import norm  # type: ignore[import-untyped, unused-ignore]
-
-    if not math.isfinite(se):
-        return math.nan
-    distance = float(norm.ppf(1 - alpha / 2) + norm.ppf(power)) * se
-    return math.exp(distance) if scale == "ratio" else distance

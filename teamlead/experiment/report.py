@@ -1,64 +1,50 @@
 """The experiment report: per-variant summaries, comparisons with the control, per-task rates.
 
-:func:`build_report` turns trial records into a :class:`Report`; :func:`render_markdown`
-prints it as tables; :meth:`Report.to_json` is the stable, versioned machine form;
-:func:`write_report` writes ``report.md``, ``report.json`` and one PNG per metric.
+:func:`build_report` turns trial records into a :class:`Report` with the estimates of
+:mod:`~teamlead.experiment.stats` and the verdicts of :mod:`~teamlead.experiment.verdicts`;
+:meth:`Report.to_json` is the stable, versioned machine form. Printing and writing it
+(Markdown, JSON, plots) is :mod:`teamlead.experiment.render`, which builds on this module.
 
 Which trials count: the latest record of each (variant, task, trial) key; infrastructure
 failures (``status="failed"``, ``error_class="infrastructure"``) are left out, since they
 say nothing about the prompt. Other failures and partial trials count as they are.
 
-Multiple comparisons: ``parallel`` is the primary metric and its p-values are
-Holm-adjusted across the non-control variants; every other comparison (all variants, all
-secondary metrics together) is Benjamini-Hochberg adjusted.
+How variants are compared with the control (tests, MDE, multiple-comparison adjustment,
+verdicts) is :mod:`teamlead.experiment.comparisons`; :func:`upgrade_report_json` reads a
+``report.json`` of any version.
 
 Example:
     >>> report = build_report(read_records("out/trials.jsonl").records,
     ...                       control="baseline", seed=7)  # doctest: +SKIP
-    >>> print(render_markdown(report))  # doctest: +SKIP
+    >>> report.comparisons[0].verdict  # doctest: +SKIP
+    'better'
 """
 
 from __future__ import annotations
 
-import json
-import math
-import zlib
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Literal
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import UsageError
-from .explain import disagreement, rule_text, zero_width
-from .power import MdeResult, simulate_mde
+from .comparisons import AnalysisSettings, Comparison, compare_variants, finite
+from .explain import confidence_label, rule_text
+from .metrics import METRICS, PRIMARY_METRIC, RATE_KEYS, Metric, metric_clusters
 from .records import TrialRecord, latest_records
-from .stats import (
-    Scale,
-    Verdict,
-    adjust_pvalues,
-    clustered_mean,
-    clustered_wilson,
-    paired_test,
-    verdict,
-)
+from .stats import clustered_mean, clustered_wilson
 
 __all__ = [
-    "METRICS",
     "REPORT_VERSION",
     "Comparison",
     "MeanSummary",
-    "Metric",
     "RateSummary",
     "Report",
     "TaskCell",
     "VariantSummary",
     "build_report",
-    "render_markdown",
     "upgrade_report_json",
-    "write_report",
 ]
 
 REPORT_VERSION = 2
@@ -67,50 +53,6 @@ count is ``n_tasks``), the task-weighted ``variant_value``/``control_value``, ``
 ``mde_note`` and ``explanation``; per rate ``n``, ``n_eff``, ``icc`` and
 ``design_effect``; and the report's ``rule`` and ``notes``. Version 1 readers' keys keep
 their meaning; :func:`upgrade_report_json` reads both."""
-
-
-@dataclass(frozen=True)
-class Metric:
-    """A quantity compared between variants.
-
-    ``kind="rate"`` metrics are 0/1 per trial. ``scale="ratio"`` metrics are compared as
-    variant / control. ``higher_is_better`` sets the verdict's direction: more delegation
-    (rates, Agent calls) and a higher grade are better; less time, cost and tokens are.
-    """
-
-    name: str
-    kind: Literal["rate", "mean"]
-    scale: Scale
-    higher_is_better: bool
-    value: Callable[[TrialRecord], float | None]
-    label: str
-
-
-METRICS: tuple[Metric, ...] = (
-    Metric(
-        "parallel",
-        "rate",
-        "difference",
-        True,
-        lambda r: float(r.parallel),
-        "parallel Agent calls (rate)",
-    ),
-    Metric(
-        "delegated", "rate", "difference", True, lambda r: float(r.delegated), "delegated (rate)"
-    ),
-    Metric("wall_s", "mean", "ratio", False, lambda r: r.wall_s, "wall time (s)"),
-    Metric(
-        "agent_calls", "mean", "difference", True, lambda r: float(r.agent_calls), "Agent calls"
-    ),
-    Metric("cost_usd", "mean", "ratio", False, lambda r: r.cost_usd, "cost (USD)"),
-    Metric("tokens", "mean", "ratio", False, lambda r: float(r.tokens), "tokens (input + output)"),
-    Metric("grade", "mean", "difference", True, lambda r: r.grade, "grade"),
-)
-"""Every metric, the primary one (``parallel``) first. ``grade`` is analysed only when
-every counted trial has one."""
-
-PRIMARY_METRIC = "parallel"
-_RATE_KEYS = {"parallel": "parallel_rate", "delegated": "delegated_rate"}
 
 
 class _Model(BaseModel):
@@ -151,40 +93,6 @@ class VariantSummary(_Model):
     cost_usd: MeanSummary
     tokens: MeanSummary
     grade: MeanSummary | None = None
-
-
-class Comparison(_Model):
-    """A variant against the control on one metric.
-
-    ``diff`` is variant minus control, except on the ratio scale (``wall_s``,
-    ``cost_usd``, ``tokens``) where it is variant / control; ``ci_low``/``ci_high`` and
-    ``mde`` use the same scale (``mde`` as a factor there, e.g. 1.3 for a 30% change).
-    ``variant_value``/``control_value`` are the task-weighted means the effect compares
-    (each compared task counts once, however many trials it has), over ``task_ids``.
-    ``mde`` is simulated (:mod:`teamlead.experiment.power`); ``mde_note`` says how, or why
-    there is none. ``explanation`` is set when p and the interval disagree.
-    """
-
-    variant: str
-    control: str
-    metric: str
-    scale: Scale
-    diff: float | None
-    ci_low: float | None
-    ci_high: float | None
-    p_value: float | None
-    p_adjusted: float | None
-    correction: Literal["holm", "fdr_bh"]
-    verdict: Verdict
-    mde: float | None
-    tasks: int
-    exact: bool
-    task_ids: list[str] = Field(default_factory=list)
-    variant_value: float | None = None
-    control_value: float | None = None
-    weighting: str = "each compared task weighs the same"
-    mde_note: str | None = None
-    explanation: str | None = None
 
 
 class TaskCell(_Model):
@@ -245,7 +153,7 @@ class Report(_Model):
             "alpha": self.alpha,
             "power": self.power,
             "seed": self.seed,
-            "rule": rule_text(self.alpha, _confidence(self.alpha)),
+            "rule": rule_text(self.alpha, confidence_label(self.alpha)),
             "variants": variants,
             "comparisons": comparisons,
             "tasks": tasks,
@@ -294,32 +202,6 @@ def upgrade_report_json(data: dict[str, Any]) -> dict[str, Any]:
         out["comparisons"] = upgraded
         out["version"] = REPORT_VERSION
     return out
-
-
-def _confidence(alpha: float) -> str:
-    pct = 100 * (1 - alpha)
-    return f"{pct:.0f}%" if pct.is_integer() else f"{pct:g}%"
-
-
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
-
-
-def _rng(seed: int, *labels: str) -> np.random.Generator:
-    # A stable per-analysis stream: the same seed gives the same numbers whatever order
-    # the analyses run in (Python's hash() is salted per process, crc32 is not).
-    return np.random.default_rng([seed, zlib.crc32("\x1f".join(labels).encode())])
-
-
-def _clusters(
-    records: Sequence[TrialRecord], tasks: Sequence[str], metric: Metric
-) -> list[list[float]]:
-    by_task: dict[str, list[float]] = {task: [] for task in tasks}
-    for record in records:
-        value = metric.value(record)
-        if value is not None and record.task in by_task:
-            by_task[record.task].append(value)
-    return [by_task[task] for task in tasks]
 
 
 def build_report(
@@ -412,8 +294,9 @@ def build_report(
         if with_grade:
             notes.append(f"grade not analysed: only {with_grade} of {len(counted)} trials have one")
 
+    how = AnalysisSettings(seed, alpha, power, n_permutations, n_bootstrap, mde_simulations)
     variants = {
-        name: _summarise(by_variant[name], tasks, metrics, excluded.get(name, 0), alpha)
+        name: _summarise(by_variant[name], tasks, metrics, excluded.get(name, 0), how)
         for name in names
     }
     for name, summary in variants.items():
@@ -424,21 +307,10 @@ def build_report(
             if mean.ci_low == mean.ci_high and len(tasks) >= 2:
                 notes.append(
                     f"{name} {metric.name}: zero variance, every trial has "
-                    f"{_fmt(mean.mean)}; the interval has zero width, which is no spread "
+                    f"{mean.mean:.4g}; the interval has zero width, which is no spread "
                     "observed, not certainty"
                 )
-    comparisons = _compare(
-        by_variant,
-        control,
-        tasks,
-        metrics,
-        seed,
-        alpha,
-        power,
-        n_permutations,
-        mde_simulations,
-        notes,
-    )
+    comparisons = compare_variants(by_variant, control, tasks, metrics, how, notes)
     task_cells = _task_cells(by_variant, tasks)
     flaky = [task for task in tasks if any(c.flaky for c in task_cells[task].values())]
     samples = {
@@ -466,171 +338,31 @@ def _summarise(
     tasks: Sequence[str],
     metrics: Sequence[Metric],
     excluded: int,
-    alpha: float,
+    how: AnalysisSettings,
 ) -> VariantSummary:
     fields: dict[str, Any] = {"trials": len(records), "excluded": excluded}
     for metric in metrics:
-        clusters = _clusters(records, tasks, metric)
+        clusters = metric_clusters(records, tasks, metric)
         if metric.kind == "rate":
-            rate = clustered_wilson(clusters, alpha=alpha)
-            fields[_RATE_KEYS[metric.name]] = RateSummary(
-                estimate=_finite(rate.estimate),
-                ci_low=_finite(rate.ci_low),
-                ci_high=_finite(rate.ci_high),
+            rate = clustered_wilson(clusters, alpha=how.alpha)
+            fields[RATE_KEYS[metric.name]] = RateSummary(
+                estimate=finite(rate.estimate),
+                ci_low=finite(rate.ci_low),
+                ci_high=finite(rate.ci_high),
                 n=rate.n,
                 n_eff=rate.n_eff,
                 icc=rate.icc,
                 design_effect=rate.design_effect,
             )
         else:
-            mean = clustered_mean(clusters, alpha=alpha)
+            mean = clustered_mean(clusters, alpha=how.alpha)
             fields[metric.name] = MeanSummary(
-                mean=_finite(mean.mean),
-                median=_finite(mean.median),
-                ci_low=_finite(mean.ci_low),
-                ci_high=_finite(mean.ci_high),
+                mean=finite(mean.mean),
+                median=finite(mean.median),
+                ci_low=finite(mean.ci_low),
+                ci_high=finite(mean.ci_high),
             )
     return VariantSummary(**fields)
-
-
-def _compare(
-    by_variant: dict[str, list[TrialRecord]],
-    control: str,
-    tasks: Sequence[str],
-    metrics: Sequence[Metric],
-    seed: int,
-    alpha: float,
-    power: float,
-    n_permutations: int,
-    mde_simulations: int,
-    notes: list[str],
-) -> list[Comparison]:
-    raw: list[dict[str, Any]] = []
-    treatments = [name for name in by_variant if name != control]
-    for name in treatments:
-        for metric in metrics:
-            variant_clusters = _clusters(by_variant[name], tasks, metric)
-            control_clusters = _clusters(by_variant[control], tasks, metric)
-            compared = [
-                (task, v, c)
-                for task, v, c in zip(tasks, variant_clusters, control_clusters, strict=True)
-                if v and c
-            ]
-            result = paired_test(
-                variant_clusters,
-                control_clusters,
-                scale=metric.scale,
-                rng=_rng(seed, "compare", name, metric.name),
-                n_permutations=n_permutations,
-                alpha=alpha,
-            )
-            # Holm's strictest step is alpha / m: exact for one variant, else a lower bound
-            # on the power; BH (secondary metrics) is approximated by plain alpha.
-            primary = metric.name == PRIMARY_METRIC
-            mde_alpha = alpha / len(treatments) if primary else alpha
-            mde = (
-                simulate_mde(
-                    [v for _, v, _ in compared],
-                    [c for _, _, c in compared],
-                    kind=metric.kind,
-                    scale=metric.scale,
-                    rng=_rng(seed, "mde", name, metric.name),
-                    alpha=mde_alpha,
-                    power=power,
-                    simulations=mde_simulations,
-                )
-                if mde_simulations
-                else MdeResult(math.nan, math.nan, 0, 0, "not computed (mde_simulations=0)")
-            )
-            if mde.reason is not None:
-                mde_note = mde.reason
-            else:
-                mde_note = (
-                    f"simulated: {mde.simulations} experiments x {mde.permutations} "
-                    f"relabelings at alpha {mde_alpha:.3g}"
-                    f"{'' if primary else ' before the BH adjustment'}; approximate"
-                )
-            control_mean = (
-                float(np.mean([np.mean(c) for _, _, c in compared])) if compared else math.nan
-            )
-            variant_mean = (
-                float(np.mean([np.mean(v) for _, v, _ in compared])) if compared else math.nan
-            )
-            if metric.scale == "ratio" and control_mean == 0.0:
-                notes.append(
-                    f"{name} vs {control}, {metric.name}: the control's mean is 0 on the "
-                    "compared tasks, so the ratio, its interval and its MDE are undefined"
-                )
-            raw.append(
-                {
-                    "variant": name,
-                    "metric": metric,
-                    "result": result,
-                    "mde": mde,
-                    "mde_note": mde_note,
-                    "task_ids": [task for task, _, _ in compared],
-                    "values": (variant_mean, control_mean),
-                }
-            )
-
-    primary_rows = [i for i, c in enumerate(raw) if c["metric"].name == PRIMARY_METRIC]
-    secondary = [i for i, c in enumerate(raw) if c["metric"].name != PRIMARY_METRIC]
-    adjusted = [math.nan] * len(raw)
-    groups: tuple[tuple[list[int], Literal["holm", "fdr_bh"]], ...] = (
-        (primary_rows, "holm"),
-        (secondary, "fdr_bh"),
-    )
-    for group, method in groups:
-        values = adjust_pvalues([raw[i]["result"].p_value for i in group], method)
-        for i, value in zip(group, values, strict=True):
-            adjusted[i] = value
-
-    comparisons: list[Comparison] = []
-    for i, entry in enumerate(raw):
-        metric = entry["metric"]
-        result = entry["result"]
-        low, high = _finite(result.ci_low), _finite(result.ci_high)
-        flat = zero_width(low, high, result.tasks)
-        if flat is not None:
-            notes.append(f"{entry['variant']} vs {control}, {metric.name}: {flat}")
-        comparisons.append(
-            Comparison(
-                variant=entry["variant"],
-                control=control,
-                metric=metric.name,
-                scale=metric.scale,
-                diff=_finite(result.effect),
-                ci_low=low,
-                ci_high=high,
-                p_value=_finite(result.p_value),
-                p_adjusted=_finite(adjusted[i]),
-                correction="holm" if metric.name == PRIMARY_METRIC else "fdr_bh",
-                verdict=verdict(
-                    result.effect,
-                    result.ci_low,
-                    result.ci_high,
-                    adjusted[i],
-                    scale=metric.scale,
-                    higher_is_better=metric.higher_is_better,
-                    alpha=alpha,
-                ),
-                mde=_finite(entry["mde"].mde),
-                tasks=result.tasks,
-                exact=result.exact,
-                task_ids=entry["task_ids"],
-                variant_value=_finite(entry["values"][0]),
-                control_value=_finite(entry["values"][1]),
-                mde_note=entry["mde_note"],
-                explanation=disagreement(
-                    p_adjusted=_finite(adjusted[i]),
-                    ci_low=low,
-                    ci_high=high,
-                    scale=metric.scale,
-                    alpha=alpha,
-                ),
-            )
-        )
-    return comparisons
 
 
 def _task_cells(
@@ -650,211 +382,3 @@ def _task_cells(
                 flaky=len(set(parallel)) > 1,
             )
     return cells
-
-
-def _fmt(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return "n/a"
-    if value == 0:
-        return "0"
-    if abs(value) >= 1e6 or abs(value) < 10**-digits:
-        return f"{value:.{digits}g}"
-    if abs(value) >= 100:
-        digits = 1
-    return f"{value:,.{digits}f}".rstrip("0").rstrip(".")
-
-
-def _fmt_p(value: float | None) -> str:
-    if value is None:
-        return "n/a"
-    return "<0.0001" if value < 1e-4 else _fmt(value, 4)
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    return lines
-
-
-def _interval(low: float | None, high: float | None) -> str:
-    return f"[{_fmt(low)}, {_fmt(high)}]"
-
-
-def render_markdown(report: Report) -> str:
-    """The report as Markdown tables, readable in a terminal as is.
-
-    Example:
-        >>> print(render_markdown(report))  # doctest: +SKIP
-    """
-    confidence = _confidence(report.alpha)
-    out = [f"# Experiment report (control: {report.control})", ""]
-    out += ["## Variants", ""]
-    rows = []
-    for name, s in report.variants.items():
-        row = [name, str(s.trials)]
-        for rate in (s.parallel_rate, s.delegated_rate):
-            row.append(f"{_fmt(rate.estimate)} {_interval(rate.ci_low, rate.ci_high)}")
-        for mean in (s.wall_s, s.agent_calls, s.cost_usd, s.tokens):
-            row.append(
-                f"{_fmt(mean.mean)} (median {_fmt(mean.median)}) "
-                f"{_interval(mean.ci_low, mean.ci_high)}"
-            )
-        rows.append(row)
-    out += _table(
-        [
-            "variant",
-            "trials",
-            "parallel rate",
-            "delegated rate",
-            "wall s",
-            "Agent calls",
-            "cost USD",
-            "tokens",
-        ],
-        rows,
-    )
-    out += [
-        "",
-        f"Rates: pooled over trials, task-clustered Wilson {confidence} CI. Means: mean "
-        f"(median) [cluster-robust t {confidence} CI].",
-        "",
-    ]
-    out += _table(
-        ["variant", "rate", "trials", "n_eff", "ICC", "design effect"],
-        [
-            [name, label, str(rate.n), _fmt(rate.n_eff), _fmt(rate.icc), _fmt(rate.design_effect)]
-            for name, s in report.variants.items()
-            for label, rate in (("parallel", s.parallel_rate), ("delegated", s.delegated_rate))
-        ],
-    )
-    out += [
-        "",
-        "n_eff: trials divided by the design effect 1 + (m - 1) ICC, m = sum(m_i^2) / sum(m_i).",
-        "",
-        "## Comparisons with the control",
-        "",
-    ]
-    rows = []
-    for c in report.comparisons:
-        unit = "x" if c.scale == "ratio" else ""
-        effect = "n/a" if c.diff is None else f"{_fmt(c.diff)}{unit}"
-        mde = "n/a" if c.mde is None else f"{_fmt(c.mde)}{unit}"
-        shown = f"**{c.verdict}**"
-        if c.verdict == "inconclusive":
-            shown += f" (MDE {mde})" if c.mde is not None else f" ({c.mde_note})"
-        rows.append(
-            [
-                c.variant,
-                c.metric,
-                f"{_fmt(c.variant_value)} vs {_fmt(c.control_value)}",
-                effect,
-                _interval(c.ci_low, c.ci_high),
-                _fmt_p(c.p_value),
-                f"{_fmt_p(c.p_adjusted)} ({'Holm' if c.correction == 'holm' else 'BH'})",
-                mde,
-                str(c.tasks),
-                shown,
-            ]
-        )
-    out += _table(
-        [
-            "variant",
-            "metric",
-            "variant vs control",
-            "effect",
-            f"{confidence} CI",
-            "p",
-            "p adjusted",
-            "MDE",
-            "tasks",
-            "verdict",
-        ],
-        rows,
-    )
-    out += [
-        "",
-        rule_text(report.alpha, confidence),
-        "",
-        "Variant vs control: means over the compared tasks, each task weighing the same "
-        "(the headline rates above are pooled over trials, so they can differ). Effect: "
-        "variant - control, or variant / control where marked x. p: within-task "
-        f"permutation test. MDE: the effect this rule detects with power {report.power:g} "
-        "on this design, by simulation.",
-    ]
-    explained = [c for c in report.comparisons if c.explanation]
-    if explained:
-        out += [""] + [f"- {c.variant}, {c.metric}: {c.explanation}." for c in explained]
-    out += ["", "Compared tasks:", ""]
-    seen: set[tuple[str, tuple[str, ...]]] = set()
-    for c in report.comparisons:
-        key = (c.variant, tuple(c.task_ids))
-        if key in seen:
-            continue
-        seen.add(key)
-        out.append(
-            f"- {c.variant} vs {c.control}: {len(c.task_ids)} of {len(report.tasks)} "
-            f"task(s): {', '.join(c.task_ids) or 'none'}"
-        )
-    out += [
-        "",
-        "## Per task",
-        "",
-    ]
-    names = list(report.variants)
-    rows = []
-    for task, cells in report.tasks.items():
-        row = [task]
-        for name in names:
-            cell = cells.get(name)
-            row.append(
-                "-"
-                if cell is None
-                else f"{_fmt(cell.parallel_rate, 2)} / {_fmt(cell.delegated_rate, 2)} "
-                f"(n={cell.trials}){' flaky' if cell.flaky else ''}"
-            )
-        rows.append(row)
-    out += _table(["task", *names], rows)
-    out += ["", "Cells: parallel rate / delegated rate (trials)."]
-    out += [""]
-    if report.flaky_tasks:
-        out.append(
-            "Flaky tasks (parallel both 0 and 1 within a variant): " + ", ".join(report.flaky_tasks)
-        )
-    else:
-        out.append("Flaky tasks: none.")
-    if report.notes:
-        out += ["", "## Notes", ""] + [f"- {note}" for note in report.notes]
-    return "\n".join(out) + "\n"
-
-
-def write_report(directory: str | Path, report: Report, *, plots: bool = True) -> list[Path]:
-    """Write ``report.md``, ``report.json`` and (with ``plots``) one PNG per metric.
-
-    Raises:
-        UsageError: ``plots`` is set but matplotlib is missing (install teamlead[plots]),
-            checked before anything is written.
-
-    Example:
-        >>> write_report("out/report", report)  # doctest: +SKIP
-        [PosixPath('out/report/report.md'), PosixPath('out/report/report.json'), ...]
-    """
-    from .plots import require_matplotlib, write_plots
-
-    if plots:
-        require_matplotlib()
-    folder = Path(directory)
-    folder.mkdir(parents=True, exist_ok=True)
-    markdown = folder / "report.md"
-    markdown.write_text(render_markdown(report), encoding="utf-8")
-    data = folder / "report.json"
-    data.write_text(
-        json.dumps(report.to_json(), indent=2, allow_nan=False) + "\n", encoding="utf-8"
-    )
-    written = [markdown, data]
-    if plots:
-        written += write_plots(folder, report)
-    return written

@@ -130,7 +130,7 @@ def _git_sha(cwd: str | None) -> str | None:
 def _sdk_versions() -> tuple[str, str]:
     import claude_agent_sdk
 
-    from ..testing.runner import cli_version
+    from .._claude.binary import cli_version
 
     return claude_agent_sdk.__version__, cli_version()
 

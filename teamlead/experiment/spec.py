@@ -33,13 +33,13 @@ import re
 import string
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import UsageError
+from ._toml_lines import LineIndex, dotted
 from .records import TrialKey
 
 if sys.version_info >= (3, 11):
@@ -257,7 +257,7 @@ def parse_spec(
         line = int(match.group(1)) if match else 1
         detail = re.sub(r"\s*\(at line \d+, column \d+\)", "", message) or "invalid TOML"
         raise UsageError(f"{source}:{line}: invalid TOML: {detail}") from None
-    lines = _LineIndex(text)
+    lines = LineIndex(text)
     try:
         spec = ExperimentSpec.model_validate(data)
     except ValidationError as exc:
@@ -277,13 +277,13 @@ def parse_spec(
             if problem is not None:
                 if variant.strategy not in problem:
                     problem += f" {variant.strategy!r}"
-                raise UsageError(f"{source}:{lines.find(loc)}: {_dotted(loc)}: {problem}")
+                raise UsageError(f"{source}:{lines.find(loc)}: {dotted(loc)}: {problem}")
     return spec
 
 
-def _check_relations(spec: ExperimentSpec, lines: _LineIndex, source: str) -> None:
+def _check_relations(spec: ExperimentSpec, lines: LineIndex, source: str) -> None:
     def fail(loc: tuple[str | int, ...], problem: str) -> UsageError:
-        return UsageError(f"{source}:{lines.find(loc)}: {_dotted(loc)}: {problem}")
+        return UsageError(f"{source}:{lines.find(loc)}: {dotted(loc)}: {problem}")
 
     seen: set[str] = set()
     for index, variant in enumerate(spec.variants):
@@ -323,17 +323,7 @@ def _is_path(strategy: str) -> bool:
     return strategy.endswith(".md") or "/" in strategy or os.sep in strategy
 
 
-def _dotted(loc: tuple[str | int, ...]) -> str:
-    out = ""
-    for part in loc:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        else:
-            out += f".{part}" if out else part
-    return out or "(spec)"
-
-
-def _first_error(exc: ValidationError, lines: _LineIndex, source: str) -> UsageError:
+def _first_error(exc: ValidationError, lines: LineIndex, source: str) -> UsageError:
     """Turn pydantic's errors into one line: the error nearest the top of the file."""
     errors = exc.errors()
     # A typo'd key shows up twice: as an unknown key and as a required key gone missing
@@ -360,7 +350,7 @@ def _first_error(exc: ValidationError, lines: _LineIndex, source: str) -> UsageE
             problem = f"missing required {what}"
         else:
             problem = error["msg"].removeprefix("Value error, ")
-        text = f"{source}:{line}: {_dotted(loc)}: {problem}"
+        text = f"{source}:{line}: {dotted(loc)}: {problem}"
         if best is None or line < best[0]:
             best = (line, text)
     assert best is not None  # a ValidationError always carries at least one error
@@ -381,72 +371,3 @@ def _allowed_keys(parent: tuple[str | int, ...]) -> list[str]:
                 return []
             model = sections[part]
     return list(model.model_fields)
-
-
-_KEY = r'(?:[A-Za-z0-9_-]+|"[^"]*"|\'[^\']*\')'
-_DOTTED = rf"{_KEY}(?:\s*\.\s*{_KEY})*"
-_ARRAY_HEADER = re.compile(rf"^\s*\[\[\s*({_DOTTED})\s*\]\]")
-_TABLE_HEADER = re.compile(rf"^\s*\[\s*({_DOTTED})\s*\]")
-_KEY_LINE = re.compile(rf"^\s*({_DOTTED})\s*=(.*)$")
-
-
-def _split_key(dotted: str) -> tuple[str, ...]:
-    return tuple(part.strip().strip("\"'") for part in re.findall(_KEY, dotted))
-
-
-@dataclass
-class _LineIndex:
-    """Where each table and key of a TOML text starts, by pydantic-style location.
-
-    tomllib gives no positions, so scan the text: ``[[variants]]`` headers are counted to
-    turn the Nth one into ``("variants", N-1)``, and each ``key =`` line is filed under
-    the table above it. Multi-line strings are skipped. Good enough for error messages,
-    not a TOML parser.
-    """
-
-    text: str
-    positions: dict[tuple[str | int, ...], int] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        arrays: dict[tuple[str, ...], int] = {}
-        table: tuple[str | int, ...] = ()
-        in_string: str | None = None
-        for number, line in enumerate(self.text.splitlines(), start=1):
-            if in_string is not None:
-                if line.count(in_string) % 2 == 1:
-                    in_string = None
-                continue
-            if match := _ARRAY_HEADER.match(line):
-                raw = _split_key(match.group(1))
-                arrays[raw] = arrays.get(raw, 0) + 1
-                table = self._resolve(raw, arrays)
-                self.positions.setdefault(table, number)
-                self.positions.setdefault(table[:-1], number)
-            elif match := _TABLE_HEADER.match(line):
-                table = self._resolve(_split_key(match.group(1)), arrays)
-                self.positions.setdefault(table, number)
-            elif match := _KEY_LINE.match(line):
-                keys = _split_key(match.group(1))
-                for end in range(1, len(keys) + 1):
-                    self.positions.setdefault(table + keys[:end], number)
-                value = match.group(2)
-                for quote in ('"""', "'''"):
-                    if value.count(quote) % 2 == 1:
-                        in_string = quote
-                        break
-
-    @staticmethod
-    def _resolve(raw: tuple[str, ...], arrays: dict[tuple[str, ...], int]) -> tuple[str | int, ...]:
-        out: list[str | int] = []
-        for end in range(1, len(raw) + 1):
-            out.append(raw[end - 1])
-            if raw[:end] in arrays:
-                out.append(arrays[raw[:end]] - 1)
-        return tuple(out)
-
-    def find(self, loc: tuple[str | int, ...]) -> int:
-        """The line of ``loc``, else of its nearest enclosing table, else line 1."""
-        for end in range(len(loc), 0, -1):
-            if loc[:end] in self.positions:
-                return self.positions[loc[:end]]
-        return 1

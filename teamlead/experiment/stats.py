@@ -21,9 +21,10 @@ every estimate treats the *task* as the unit of resampling or of variance inflat
   is a t-interval over tasks (paired differences, or the ratio on the log scale), which
   keeps its coverage with 10 tasks where a percentile bootstrap does not. Times, costs and
   tokens are compared as a ratio (reported as variant/control).
-- **Minimum detectable effect**: the report simulates the rule it applies
-  (:mod:`teamlead.experiment.power`); :func:`mde_rate` and :func:`mde_from_se` are the
-  closed-form normal approximations, kept for quick planning before any data exist.
+
+What the numbers let one conclude (the simulated minimum detectable effect in
+:mod:`teamlead.experiment.power`; p-value adjustment, verdicts and the closed-form MDE
+helpers in :mod:`teamlead.experiment.verdicts`) builds on these estimates.
 
 Everything random takes a :class:`numpy.random.Generator`, so results are reproducible.
 scipy and statsmodels are imported on first use: importing teamlead stays fast.
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import zlib
 from collections.abc import Sequence
 from typing import Literal
 
@@ -41,25 +43,21 @@ import numpy.typing as npt
 from pydantic import BaseModel, ConfigDict
 
 from .intervals import cluster_mean_interval, paired_interval
-from .power import mde_from_se, mde_rate
 
 __all__ = [
     "Clusters",
     "MeanEstimate",
     "PairedResult",
     "RateEstimate",
+    "analysis_rng",
     "Scale",
     "Verdict",
-    "adjust_pvalues",
     "cluster_bootstrap_mean",
     "clustered_mean",
     "clustered_wilson",
     "design_effect",
     "icc_anova",
-    "mde_from_se",
-    "mde_rate",
     "paired_test",
-    "verdict",
 ]
 
 Clusters = Sequence[Sequence[float] | npt.NDArray[np.float64]]
@@ -114,6 +112,15 @@ class PairedResult(_Result):
     se: float
     tasks: int
     exact: bool
+
+
+def analysis_rng(seed: int, *labels: str) -> np.random.Generator:
+    """A stable random stream for one analysis, named by ``labels``.
+
+    The same seed gives the same numbers whatever order the analyses run in (Python's
+    ``hash()`` is salted per process, crc32 is not).
+    """
+    return np.random.default_rng([seed, zlib.crc32("\x1f".join(labels).encode())])
 
 
 def _nonempty(clusters: Clusters) -> list[_FloatArray]:
@@ -409,48 +416,3 @@ def paired_test(
         tasks=k,
         exact=exact,
     )
-
-
-def adjust_pvalues(p_values: Sequence[float], method: Literal["holm", "fdr_bh"]) -> list[float]:
-    """Holm (family-wise) or Benjamini-Hochberg (FDR) adjusted p-values.
-
-    NaN entries (untestable comparisons) stay NaN and do not count as tests.
-
-    Example:
-        >>> adjust_pvalues([0.01, 0.04, float("nan")], "holm")
-        [0.02, 0.04, nan]
-    """
-    from statsmodels.stats.multitest import (  # type: ignore[import-untyped, unused-ignore]
-        multipletests,
-    )
-
-    values = np.asarray(p_values, dtype=np.float64)
-    out = np.full(values.shape, math.nan)
-    present = ~np.isnan(values)
-    if present.sum() == 1:  # one test: both corrections are the identity
-        out[present] = values[present]
-    elif present.any():
-        out[present] = multipletests(values[present], method=method)[1]
-    return [float(v) for v in out]
-
-
-def verdict(
-    effect: float,
-    ci_low: float,
-    ci_high: float,
-    p_adjusted: float,
-    *,
-    scale: Scale,
-    higher_is_better: bool,
-    alpha: float = 0.05,
-) -> Verdict:
-    """``better`` or ``worse`` only when the adjusted p-value is below ``alpha`` *and* the
-    interval excludes no-effect (0 for a difference, 1 for a ratio); else ``inconclusive``.
-    """
-    null = 1.0 if scale == "ratio" else 0.0
-    values = (effect, ci_low, ci_high, p_adjusted)
-    if any(math.isnan(v) for v in values) or p_adjusted >= alpha:
-        return "inconclusive"
-    if ci_low <= null <= ci_high or effect == null:
-        return "inconclusive"
-    return "better" if (effect > null) == higher_is_better else "worse"

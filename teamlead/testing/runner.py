@@ -16,66 +16,19 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import ipaddress
 import os
 import shutil
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 from claude_agent_sdk import ClaudeAgentOptions
 
-from ..errors import SetupError
+from .._claude.binary import bundled_cli_path, cli_version
+from .._claude.loopback import ensure_loopback
 
 __all__ = ["OfflineClaude", "bundled_cli_path", "cli_version", "ensure_loopback", "offline_env"]
-
-
-def ensure_loopback(base_url: str) -> None:
-    """Raise :class:`SetupError` unless ``base_url`` points at a loopback address."""
-    host = urlsplit(base_url).hostname or ""
-    if host == "localhost":
-        return
-    try:
-        if ipaddress.ip_address(host).is_loopback:
-            return
-    except ValueError:
-        pass
-    raise SetupError(
-        f"refusing to run offline against {base_url!r}: ANTHROPIC_BASE_URL must point at a "
-        "loopback address (127.0.0.1, ::1 or localhost)"
-    )
-
-
-def bundled_cli_path() -> Path:
-    """The Claude Code CLI that ``claude_agent_sdk`` ships.
-
-    Raises:
-        SetupError: the wheel carries no CLI (a source install of the SDK, say).
-    """
-    import claude_agent_sdk
-
-    path = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude"
-    if not path.is_file():
-        raise SetupError(
-            f"claude-agent-sdk has no bundled CLI at {path.name!r}; reinstall it from a wheel "
-            "(pip install --force-reinstall claude-agent-sdk)"
-        )
-    if not os.access(path, os.X_OK):
-        raise SetupError(f"the bundled Claude Code CLI is not executable: {path}")
-    return path
-
-
-def cli_version() -> str:
-    """The bundled CLI's version, e.g. ``"2.1.332"``, or ``"unknown"``."""
-    import claude_agent_sdk
-
-    stamp = Path(claude_agent_sdk.__file__).parent / "_bundled" / "claude.version"
-    try:
-        return stamp.read_text().split()[0]
-    except (OSError, IndexError):
-        return "unknown"
 
 
 def offline_env(

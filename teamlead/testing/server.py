@@ -26,7 +26,7 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -34,15 +34,20 @@ from urllib.parse import urlsplit
 
 from ..errors import SetupError
 from .replies import AgentCall, Fault, Reply, Role, ScriptedRequest
+from .wire import message_json, session_from_metadata, sse_events, system_text
 
-__all__ = ["RecordedRequest", "ScriptedServer", "ServerStats", "Script"]
+__all__ = [
+    "RecordedRequest",
+    "Script",
+    "ScriptedServer",
+    "ServerStats",
+    "message_json",
+    "sse_events",
+]
 
 log = logging.getLogger("teamlead.testing")
 
 Script = Callable[[ScriptedRequest], Reply]
-
-_TEXT_CHUNK = 24  # characters per text_delta, like the real API's small deltas
-_JSON_CHUNK = 40
 
 
 @dataclass
@@ -50,7 +55,8 @@ class RecordedRequest:
     """One request as the server saw and answered it.
 
     ``started``/``finished`` are ``time.monotonic()`` readings, so overlapping intervals
-    prove that two streams were in flight at once.
+    prove that two streams were in flight at once. ``headers`` are the HTTP request
+    headers as received (names as the client spelled them).
     """
 
     request: ScriptedRequest
@@ -59,6 +65,7 @@ class RecordedRequest:
     status: int = 200
     reply: Reply | None = None
     error: str | None = None
+    headers: list[tuple[str, str]] = field(default_factory=list)
 
     @property
     def role(self) -> Role:
@@ -82,35 +89,6 @@ class ServerStats:
     status_counts: dict[int, int] = field(default_factory=dict)
 
 
-def _session_from_metadata(body: dict[str, Any]) -> str | None:
-    meta = body.get("metadata")
-    user_id = meta.get("user_id") if isinstance(meta, dict) else None
-    if not isinstance(user_id, str):
-        return None
-    try:
-        parsed = json.loads(user_id)
-    except ValueError:
-        parsed = None
-    if isinstance(parsed, dict) and isinstance(parsed.get("session_id"), str):
-        return str(parsed["session_id"])
-    marker = "_session_"
-    if marker in user_id:
-        return user_id.rsplit(marker, 1)[1] or None
-    return None
-
-
-def _system_text(system: Any) -> str:
-    if isinstance(system, str):
-        return system
-    if isinstance(system, list):
-        return "\n".join(
-            b.get("text", "")
-            for b in system
-            if isinstance(b, dict) and isinstance(b.get("text"), str)
-        )
-    return ""
-
-
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # small SSE chunks must not wait for delayed ACKs
@@ -132,9 +110,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, Fault(400, message=f"invalid JSON body: {exc}").body())
             return
         if path == "/v1/messages":
-            self.server.owner._handle_messages(self, body)
+            self.server.owner._handle_messages(self, body, list(self.headers.items()))
         elif path == "/v1/messages/count_tokens":
-            text = json.dumps(body.get("messages", [])) + _system_text(body.get("system"))
+            text = json.dumps(body.get("messages", [])) + system_text(body.get("system"))
             self._send_json(200, {"input_tokens": max(1, len(text) // 4)})
         else:
             self._send_json(404, Fault(404, message=f"no route for {path}").body())
@@ -185,109 +163,6 @@ class _HTTPServer(ThreadingHTTPServer):
     owner: ScriptedServer
 
 
-def sse_events(reply: Reply, model: str, message_id: str) -> Iterator[tuple[str, dict[str, Any]]]:
-    """The exact SSE event sequence of the streaming Messages API for ``reply``."""
-    usage = {"input_tokens": reply.input_tokens, "output_tokens": 1}
-    yield (
-        "message_start",
-        {
-            "type": "message_start",
-            "message": {
-                "id": message_id,
-                "type": "message",
-                "role": "assistant",
-                "model": model,
-                "content": [],
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": usage,
-            },
-        },
-    )
-    index = 0
-    if reply.content:
-        yield (
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": index,
-                "content_block": {"type": "text", "text": ""},
-            },
-        )
-        yield "ping", {"type": "ping"}
-        for start in range(0, len(reply.content), _TEXT_CHUNK):
-            yield (
-                "content_block_delta",
-                {
-                    "type": "content_block_delta",
-                    "index": index,
-                    "delta": {
-                        "type": "text_delta",
-                        "text": reply.content[start : start + _TEXT_CHUNK],
-                    },
-                },
-            )
-        yield "content_block_stop", {"type": "content_block_stop", "index": index}
-        index += 1
-    for use in reply.tool_uses:
-        yield (
-            "content_block_start",
-            {
-                "type": "content_block_start",
-                "index": index,
-                "content_block": {"type": "tool_use", "id": use.id, "name": use.name, "input": {}},
-            },
-        )
-        raw = json.dumps(dict(use.input))
-        for start in range(0, len(raw), _JSON_CHUNK):
-            yield (
-                "content_block_delta",
-                {
-                    "type": "content_block_delta",
-                    "index": index,
-                    "delta": {
-                        "type": "input_json_delta",
-                        "partial_json": raw[start : start + _JSON_CHUNK],
-                    },
-                },
-            )
-        yield "content_block_stop", {"type": "content_block_stop", "index": index}
-        index += 1
-    yield (
-        "message_delta",
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": reply.resolved_stop_reason, "stop_sequence": None},
-            "usage": {"output_tokens": reply.resolved_output_tokens},
-        },
-    )
-    yield "message_stop", {"type": "message_stop"}
-
-
-def message_json(reply: Reply, model: str, message_id: str) -> dict[str, Any]:
-    """The non-streaming JSON body for ``reply``."""
-    content: list[dict[str, Any]] = []
-    if reply.content:
-        content.append({"type": "text", "text": reply.content})
-    content.extend(
-        {"type": "tool_use", "id": u.id, "name": u.name, "input": dict(u.input)}
-        for u in reply.tool_uses
-    )
-    return {
-        "id": message_id,
-        "type": "message",
-        "role": "assistant",
-        "model": model,
-        "content": content,
-        "stop_reason": reply.resolved_stop_reason,
-        "stop_sequence": None,
-        "usage": {
-            "input_tokens": reply.input_tokens,
-            "output_tokens": reply.resolved_output_tokens,
-        },
-    }
-
-
 class ScriptedServer:
     """The scripted model server. Use it as a context manager, or ``start()``/``stop()``.
 
@@ -296,8 +171,11 @@ class ScriptedServer:
         host: must be a loopback address.
         port: 0 picks a free port.
         concurrency_limit: emulate a hidden account limit: with more than this many
-            ``/v1/messages`` requests in flight, answer 429 with ``retry-after``.
+            ``/v1/messages`` requests (streams, from arrival to their last byte) in flight,
+            answer 429 with ``retry-after``.
         retry_after: seconds sent in ``retry-after`` by the emulated limit.
+        limit_roles: the roles the emulated limit counts and rejects (default: all), e.g.
+            ``{"subagent"}`` for a limit only the subagents' requests run into.
 
     Raises:
         SetupError: the port is in use, or the host is not loopback.
@@ -311,6 +189,7 @@ class ScriptedServer:
         port: int = 0,
         concurrency_limit: int | None = None,
         retry_after: float = 1.0,
+        limit_roles: Collection[Role] | None = None,
     ) -> None:
         if host not in ("127.0.0.1", "localhost", "::1") and not host.startswith("127."):
             raise SetupError(f"the scripted server only binds loopback addresses, not {host!r}")
@@ -319,6 +198,8 @@ class ScriptedServer:
         self.port = port
         self.concurrency_limit = concurrency_limit
         self.retry_after = retry_after
+        self.limit_roles = frozenset(limit_roles) if limit_roles is not None else None
+        self._limited_in_flight = 0
         self.requests: list[RecordedRequest] = []
         self.stats = ServerStats()
         self._lock = threading.Lock()
@@ -402,10 +283,10 @@ class ScriptedServer:
         probe = ScriptedRequest(
             index=index,
             body=body,
-            system=_system_text(body.get("system")),
+            system=system_text(body.get("system")),
             messages=messages or [],
             tools=tools,
-            session_id=_session_from_metadata(body),
+            session_id=session_from_metadata(body),
             role="lead",
             agent=None,
             stream=bool(body.get("stream")),
@@ -417,17 +298,23 @@ class ScriptedServer:
         role: Role = "subagent" if agent else ("lead" if tools else "other")
         return ScriptedRequest(**{**probe.__dict__, "role": role, "agent": agent})
 
-    def _handle_messages(self, handler: _Handler, body: dict[str, Any]) -> None:
+    def _handle_messages(
+        self, handler: _Handler, body: dict[str, Any], headers: list[tuple[str, str]]
+    ) -> None:
         with self._lock:
             index = self.stats.requests
             self.stats.requests += 1
             self.stats.in_flight += 1
             self.stats.max_in_flight = max(self.stats.max_in_flight, self.stats.in_flight)
-            over_limit = (
-                self.concurrency_limit is not None and self.stats.in_flight > self.concurrency_limit
-            )
         request = self._parse(body, index)
-        record = RecordedRequest(request=request, started=time.monotonic())
+        counted = self.concurrency_limit is not None and (
+            self.limit_roles is None or request.role in self.limit_roles
+        )
+        with self._lock:
+            if counted:
+                self._limited_in_flight += 1
+            over_limit = counted and self._limited_in_flight > (self.concurrency_limit or 0)
+        record = RecordedRequest(request=request, started=time.monotonic(), headers=headers)
         with self._lock:
             self.requests.append(record)
         try:
@@ -455,6 +342,7 @@ class ScriptedServer:
             record.finished = time.monotonic()
             with self._lock:
                 self.stats.in_flight -= 1
+                self._limited_in_flight -= 1 if counted else 0
                 self.stats.status_counts[record.status] = (
                     self.stats.status_counts.get(record.status, 0) + 1
                 )
@@ -479,8 +367,13 @@ class ScriptedServer:
             self._stopping.wait(seconds)
 
     def _answer(self, handler: _Handler, request: ScriptedRequest, reply: Reply) -> int:
-        self._sleep(reply.delay)
         fault = reply.fault
+        # Like the real API, a stream that will succeed (or break only later) is answered
+        # 200 at once and its events follow when the "model" has written them.
+        streams = request.stream and (fault is None or (fault.drop and fault.after_events > 0))
+        if streams:
+            handler._start_stream()
+        self._sleep(reply.delay)
         if fault is not None and fault.drop and fault.after_events <= 0:
             handler.connection.shutdown(socket.SHUT_RDWR)
             handler.close_connection = True
@@ -495,7 +388,8 @@ class ScriptedServer:
         if not request.stream:
             handler._send_json(200, message_json(reply, request.model, message_id))
             return 200
-        handler._start_stream()
+        if not streams:
+            handler._start_stream()
         for n, (name, data) in enumerate(sse_events(reply, request.model, message_id)):
             if fault is not None and n >= fault.after_events:
                 handler.connection.shutdown(socket.SHUT_RDWR)

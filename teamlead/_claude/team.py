@@ -25,8 +25,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ._redact import redact
-from .errors import InboxError
+from .._redact import redact
+from ..errors import InboxError
 
 __all__ = [
     "LEAD_AGENT_NAME",

@@ -14,8 +14,8 @@ import re
 from pathlib import Path
 from typing import Any
 
-from .errors import UsageError
-from .tracker import Tracker
+from ..errors import UsageError
+from ..tracker import Tracker
 
 __all__ = ["find_session_file", "load_session"]
 

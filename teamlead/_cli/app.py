@@ -1,4 +1,4 @@
-"""What ``teamlead ask``, ``resume`` and ``demo`` do, as a typed API the CLI calls.
+"""What ``teamlead ask``, ``resume`` and ``demo`` do, as typed functions the commands call.
 
 :class:`AskSettings` holds the command-line settings; :func:`build_run` turns them into
 SDK options (with the strategy prompt appended) and a :class:`~teamlead.policy.Policy`;
@@ -14,34 +14,29 @@ import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Literal
+from typing import IO, Any
 
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
-from ._procs import stop_descendants
-from .errors import SetupError, UsageError
-from .events import Finished
-from .policy import Policy
-from .prompts import Strategy, apply_strategy, default_values, load_strategy
-from .testing.runner import ensure_loopback
-from .view import JsonProgress, LiveTeamView, PlainProgress
+from .._claude.loopback import ensure_loopback
+from .._procs import stop_descendants
+from ..errors import SetupError, UsageError
+from ..events import Finished
+from ..policy import Policy
+from ..prompts import Strategy, apply_strategy, default_values, load_strategy
+from ..view import JsonProgress, LiveTeamView, PlainProgress
+from .exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, exit_code_for
+from .options import Output
 
 __all__ = [
-    "EXIT_CODES",
     "AskSettings",
-    "Output",
     "build_run",
     "check_setup",
-    "exit_code_for",
+    "find_cli",
+    "merged_env",
     "run_session",
 ]
-
-Output = Literal["auto", "live", "plain", "json", "quiet"]
-
-#: ``Finished.status`` -> process exit code. Usage errors exit 2, Ctrl-C 130.
-EXIT_CODES: dict[str, int] = {"completed": 0, "failed": 1, "partial": 3}
-EXIT_INTERRUPTED = 130
 
 
 @dataclass
@@ -101,7 +96,7 @@ def find_cli(cli_path: str | None) -> str | None:
     """
     import shutil
 
-    from .testing.runner import bundled_cli_path
+    from .._claude.binary import bundled_cli_path
 
     if cli_path:
         path = Path(cli_path).expanduser()
@@ -152,13 +147,6 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
         values = dict(default_values(max_concurrent_agents=settings.max_concurrent_agents))
     options = apply_strategy(options, strategy, values=values or None)
     return options, policy, strategy
-
-
-def exit_code_for(finished: Finished | None) -> int:
-    """The process exit code for a run's outcome."""
-    if finished is None:
-        return EXIT_CODES["failed"]
-    return EXIT_CODES[finished.status]
 
 
 def _progress(output: Output, verbose: bool, stderr: IO[str], stdout: IO[str]) -> Any:
@@ -230,7 +218,7 @@ def run_session(
         return EXIT_INTERRUPTED
     if finished is None:
         err.write("teamlead: the run ended without an outcome\n")
-        return EXIT_CODES["failed"]
+        return EXIT_FAILED
     if output != "json":
         if finished.result:
             out.write(finished.result.rstrip() + "\n")

@@ -4,7 +4,8 @@ Claude Code's writers (and the npm package ``proper-lockfile``) lock a file by m
 directory ``<file>.lock`` and release it with ``rmdir``. A lock whose mtime is older than
 10 s is stale. Writers retry for only about 0.65 s before they drop their message, so the
 work done under the lock is synchronous, short and never awaits: a cancellation can only
-land while we wait for the lock, never while we hold it.
+land while we wait for the lock, never while we hold it. The retry schedule is a
+:class:`~teamlead.policy.LockPolicy`.
 """
 
 from __future__ import annotations
@@ -16,33 +17,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field
+from ...clock import SYSTEM_CLOCK, Clock
+from ...errors import InboxError
+from ...policy import LockPolicy
 
-from .clock import SYSTEM_CLOCK, Clock
-from .errors import InboxError
-
-__all__ = ["LockPolicy", "lock_path", "pid_alive", "with_lock"]
+__all__ = ["lock_path", "pid_alive", "with_lock"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-class LockPolicy(BaseModel):
-    """How long and how often to try for an inbox lock.
-
-    The defaults retry from 2 ms up to 25 ms apart for at most 2 s, and treat a lock older
-    than 10 s as stale, as proper-lockfile does. Retrying faster than the writers (5 to
-    100 ms) keeps the inbox drained, which keeps every holder's work, and so the lock, short.
-    """
-
-    model_config = ConfigDict(frozen=True)
-
-    first_delay_s: float = Field(default=0.002, gt=0)
-    backoff: float = Field(default=2.0, ge=1)
-    max_delay_s: float = Field(default=0.025, gt=0)
-    budget_s: float = Field(default=2.0, ge=0)
-    stale_after_s: float = Field(default=10.0, gt=0)
 
 
 def lock_path(path: Path) -> Path:

@@ -22,8 +22,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from ._redact import redact
-from .errors import UsageError
+from .._redact import redact
+from ..errors import UsageError
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",

@@ -1,4 +1,10 @@
-"""The experiment commands' glue: a progress bar over the runner, and report loading."""
+"""The experiment commands' glue: a progress bar over the runner, and report loading.
+
+:func:`run_with_progress` records the experiment's control variant in
+``<out>/experiment.json`` and runs the spec under a rich progress bar;
+:func:`report_for` reads ``trials.jsonl`` back (control from that file unless given),
+builds and writes the report, and returns the text the command prints.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +17,18 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from ..errors import UsageError
-from .records import read_records
-from .report import Report, build_report, render_markdown, write_report
-from .runner import ExperimentProgress, RunSummary, run_experiment
-from .spec import ExperimentSpec
+from ..experiment import (
+    ExperimentProgress,
+    ExperimentSpec,
+    Report,
+    RunSummary,
+    build_report,
+    read_records,
+    render_json,
+    render_markdown,
+    run_experiment,
+    write_report,
+)
 
 __all__ = ["report_for", "run_with_progress"]
 
@@ -92,8 +106,8 @@ def report_for(
     warning naming the extra). ``json_`` writes nothing: the JSON goes to stdout only.
     ``html`` writes the self-contained HTML report there.
     """
-    from .html import render_html
-    from .plots import matplotlib_available
+    from ..experiment.html import render_html
+    from ..experiment.plots import matplotlib_available
 
     path = out_dir / "trials.jsonl"
     if not path.exists():
@@ -129,5 +143,5 @@ def report_for(
             html.write_text(render_html(report, read.records), encoding="utf-8")
         except OSError as exc:
             raise UsageError(f"cannot write {html}: {exc.strerror or exc}") from None
-    text = json.dumps(report.to_json(), indent=2) if json_ else render_markdown(report)
+    text = render_json(report) if json_ else render_markdown(report)
     return report, text, warnings

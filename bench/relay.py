@@ -1,0 +1,227 @@
+"""Bench: what the loopback relay adds per streamed reply, and its memory per stream.
+
+The upstream is the scripted model server, answering every request with the same
+streamed reply (about 1 KB of text in 24-character ``text_delta`` events). The relay
+(uvicorn + httpx2, a governor whose ceiling never binds) runs on its own event loop in a
+background thread, as in teamlead's process; the client is ``http.client`` in threads
+(one keep-alive connection each), the same for both sides. Direct and relayed requests
+alternate (one by one at 1 stream, round by round at 50) so load from other processes
+hits both alike.
+
+Figures, per streamed reply: time to first body byte (TTFB) and time to the last byte,
+p50 and p95, direct vs through the relay, at 1 stream and at 50 concurrent streams; the
+added milliseconds and the ratio relay / direct. Goals at 1 stream: <= 1 ms added p50,
+<= 2 ms added TTFB. Then memory: the peak traced allocation per concurrent stream while
+4 streams run through the relay, for a 128 KB and a 1 MB reply; flat means the relay
+does not buffer a reply, only its socket and read buffers (goal: ratio <= 1.5).
+
+Run: ``python bench/relay.py`` (about a minute); ``--quick`` for a smoke run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import http.client
+import sys
+import threading
+import time
+import tracemalloc
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from urllib.parse import urlsplit
+
+from _common import percentile, table
+
+from teamlead._relay import start_relay
+from teamlead.governor import Governor, GovernorPolicy
+from teamlead.testing import Reply, ScriptedServer
+
+MODEL = "claude-opus-5-5"
+BODY = (
+    b'{"model": "claude-opus-5-5", "max_tokens": 64, "stream": true, '
+    b'"messages": [{"role": "user", "content": "bench"}]}'
+)
+TEXT = "The scheduler keeps four jobs in flight and retries a failed job twice. " * 14
+
+
+@contextmanager
+def relay_in_thread(upstream: str) -> Iterator[str]:
+    """Run a relay on its own event loop in a thread; yield its base URL."""
+    ready = threading.Event()
+    stop: list[asyncio.Event] = []
+    url: list[str] = []
+    loop_box: list[asyncio.AbstractEventLoop] = []
+
+    async def main() -> None:
+        governor = Governor(GovernorPolicy(ceiling=1000))
+        async with start_relay(upstream, governor) as relay:
+            url.append(relay.base_url)
+            stop.append(asyncio.Event())
+            loop_box.append(asyncio.get_running_loop())
+            ready.set()
+            await stop[0].wait()
+
+    thread = threading.Thread(target=asyncio.run, args=(main(),), daemon=True)
+    thread.start()
+    if not ready.wait(20):
+        raise SystemExit("FAILED: the relay did not start")
+    try:
+        yield url[0]
+    finally:
+        loop_box[0].call_soon_threadsafe(stop[0].set)
+        thread.join(10)
+
+
+class Client:
+    """One keep-alive connection; ``ask`` returns (ttfb, total) in seconds."""
+
+    def __init__(self, base_url: str) -> None:
+        parts = urlsplit(base_url)
+        self.path = parts.path + "/v1/messages"
+        self.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+
+    def ask(self) -> tuple[float, float, int]:
+        began = time.perf_counter()
+        self.conn.request("POST", self.path, BODY, {"content-type": "application/json"})
+        response = self.conn.getresponse()
+        first = response.read1(65536)
+        ttfb = time.perf_counter() - began
+        size = len(first)
+        while chunk := response.read1(65536):
+            size += len(chunk)
+        total = time.perf_counter() - began
+        if response.status != 200 or size < len(TEXT):
+            raise SystemExit(f"FAILED: status {response.status}, {size} bytes")
+        return ttfb, total, size
+
+    def close(self) -> None:
+        self.conn.close()
+
+
+def rounds(clients: list[Client], pool: ThreadPoolExecutor) -> list[tuple[float, float, int]]:
+    return list(pool.map(lambda c: c.ask(), clients))
+
+
+def measure(
+    direct_url: str, relay_url: str, streams: int, repeats: int
+) -> dict[str, list[tuple[float, float, int]]]:
+    sides = {"direct": direct_url, "relay": relay_url}
+    clients = {name: [Client(url) for _ in range(streams)] for name, url in sides.items()}
+    out: dict[str, list[tuple[float, float, int]]] = {name: [] for name in sides}
+    with ThreadPoolExecutor(streams) as pool:
+        for name in sides:  # warm the connections
+            rounds(clients[name], pool)
+        for _ in range(repeats):
+            for name in sides:
+                out[name].extend(rounds(clients[name], pool))
+    for group in clients.values():
+        for client in group:
+            client.close()
+    return out
+
+
+def report(streams: int, out: dict[str, list[tuple[float, float, int]]]) -> list[list[str]]:
+    rows = []
+    for label, index in (("TTFB", 0), ("last byte", 1)):
+        for q in (50, 95):
+            d = percentile([r[index] for r in out["direct"]], q) * 1000
+            r = percentile([r[index] for r in out["relay"]], q) * 1000
+            rows.append(
+                [
+                    f"{streams} stream(s) {label} p{q}",
+                    f"{d:.2f}",
+                    f"{r:.2f}",
+                    f"{r - d:+.2f}",
+                    f"{r / d:.2f}",
+                ]
+            )
+    return rows
+
+
+_RELAY_FILES = (
+    "*/teamlead/_relay/*",
+    "*/httpx2/*",
+    "*/httpcore2/*",
+    "*/uvicorn/*",
+    "*/h11/*",
+    "*/asyncio/*",
+    "*/anyio/*",
+)
+
+
+def _relay_bytes() -> int:
+    """Bytes held now by allocations made in the relay's code and the libraries it runs on
+    (the scripted server and the client run in plain threads, outside these files)."""
+    snapshot = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(True, pattern) for pattern in _RELAY_FILES]
+    )
+    return sum(stat.size for stat in snapshot.statistics("filename"))
+
+
+def memory_per_stream(upstream: ScriptedServer, relay_url: str, size: int, streams: int) -> float:
+    """The most the relay held at once while ``streams`` replies of ``size`` went through,
+    per stream (sampled every 10 ms)."""
+    text = "z" * size  # one shared string: the server allocates no reply per request
+    upstream.script = lambda req: Reply.text(text)
+    clients = [Client(relay_url) for _ in range(streams)]
+    peak = [0]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.01):
+            peak[0] = max(peak[0], _relay_bytes())
+
+    with ThreadPoolExecutor(streams) as pool:
+        rounds(clients, pool)  # warm
+        gc.collect()
+        tracemalloc.start()
+        base = _relay_bytes()
+        sampler = threading.Thread(target=sample, daemon=True)
+        sampler.start()
+        rounds(clients, pool)
+        done.set()
+        sampler.join()
+        tracemalloc.stop()
+    for client in clients:
+        client.close()
+    return max(0, peak[0] - base) / streams
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="a smoke run")
+    args = parser.parse_args(argv)
+    repeats_1, repeats_50 = (30, 2) if args.quick else (400, 12)
+    with (
+        ScriptedServer(lambda req: Reply.text(TEXT)) as upstream,
+        relay_in_thread(upstream.base_url) as relay_url,
+    ):
+        one = measure(upstream.base_url, relay_url, 1, repeats_1)
+        fifty = measure(upstream.base_url, relay_url, 50, repeats_50)
+        small_kb, large_kb = (16, 64) if args.quick else (128, 1024)
+        small = memory_per_stream(upstream, relay_url, small_kb * 1024, 4)
+        large = memory_per_stream(upstream, relay_url, large_kb * 1024, 4)
+    rows = report(1, one) + report(50, fifty)
+    print(table(["streamed reply", "direct ms", "relay ms", "added ms", "ratio"], rows))
+    print()
+    print(
+        f"memory per stream through the relay: {small_kb} KB reply {small / 1024:.0f} KiB, "
+        f"{large_kb} KB reply {large / 1024:.0f} KiB (ratio {large / small:.2f})"
+    )
+    added_p50 = float(rows[2][3])
+    added_ttfb = float(rows[0][3])
+    goals = added_p50 <= 1.0 and added_ttfb <= 2.0 and large / small <= 1.5
+    print(
+        f"SUMMARY: relay adds {added_p50:+.2f} ms p50 and {added_ttfb:+.2f} ms TTFB at 1 stream "
+        f"(goals <= 1 / <= 2 ms), {float(rows[6][3]):+.2f} ms p50 at 50 streams; memory per "
+        f"stream x{large / small:.2f} from {small_kb} KB to {large_kb} KB replies"
+        + ("" if goals else " (a goal missed)")
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

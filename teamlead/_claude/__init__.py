@@ -1,0 +1,8 @@
+"""Claude Code's on-disk formats and its binary, private to teamlead.
+
+What Claude Code writes and teamlead reads lives here, one module per format: teams
+(``team``), the team-lead inbox (``inbox``), session transcripts rebuilt into tracker
+state (``session``), subagent transcripts (``transcript``), the bundled CLI's path and
+version (``binary``) and the loopback check on a base URL (``loopback``). These follow
+Claude Code, not a promise of teamlead's, so nothing here is public API.
+"""

@@ -1,0 +1,47 @@
+"""The Claude Code CLI that ``claude_agent_sdk`` bundles: where it is and which version.
+
+The SDK wheel ships the CLI as ``_bundled/claude`` next to a ``claude.version`` stamp.
+``teamlead ask`` runs it when no other CLI is given, and experiment records carry its
+version, so both live here, apart from the offline test bed that also uses them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from ..errors import SetupError
+
+__all__ = ["bundled_cli_path", "cli_version"]
+
+
+def _bundled_dir() -> Path:
+    import claude_agent_sdk
+
+    return Path(claude_agent_sdk.__file__).parent / "_bundled"
+
+
+def bundled_cli_path() -> Path:
+    """The Claude Code CLI that ``claude_agent_sdk`` ships.
+
+    Raises:
+        SetupError: the wheel carries no CLI (a source install of the SDK, say).
+    """
+    path = _bundled_dir() / "claude"
+    if not path.is_file():
+        raise SetupError(
+            f"claude-agent-sdk has no bundled CLI at {path.name!r}; reinstall it from a wheel "
+            "(pip install --force-reinstall claude-agent-sdk)"
+        )
+    if not os.access(path, os.X_OK):
+        raise SetupError(f"the bundled Claude Code CLI is not executable: {path}")
+    return path
+
+
+def cli_version() -> str:
+    """The bundled CLI's version, e.g. ``"2.1.332"``, or ``"unknown"``."""
+    stamp = _bundled_dir() / "claude.version"
+    try:
+        return stamp.read_text().split()[0]
+    except (OSError, IndexError):
+        return "unknown"

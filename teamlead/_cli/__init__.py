@@ -1,0 +1,49 @@
+"""The ``teamlead`` command line: the click group and its commands, one module per group.
+
+``ask``/``resume`` live in :mod:`.ask`, ``demo``/``serve-scripted`` in :mod:`.demo` (the
+only modules that load the offline test bed, and only when run), ``inbox``, ``prompts``
+and ``experiment`` in modules of those names. Every option also reads
+``TEAMLEAD_<NAME>`` (see :mod:`.options`); errors print one line and exit with a code
+from :mod:`.exitcodes`: 0 completed, 1 failed, 2 usage error, 3 partial, 130 interrupted.
+Command bodies stay thin: the work is in plain functions (:mod:`.app`, :mod:`.progress`,
+the builders in each command module).
+"""
+
+from __future__ import annotations
+
+import logging
+
+import click
+
+from .._version import __version__
+from .ask import ask, resume
+from .demo import demo, serve_scripted
+from .experiment import experiment
+from .inbox import inbox
+from .prompts import prompts
+
+__all__ = ["main"]
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.version_option(__version__, prog_name="teamlead")
+def main() -> None:
+    """Never lose a subagent's or teammate's result with the Claude Agent SDK."""
+    _configure_logging()
+
+
+def _configure_logging() -> None:
+    """teamlead's warnings as one line each; the SDK's own error logs are folded into ours."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(logging.Formatter("teamlead: warning: %(message)s"))
+    ours = logging.getLogger("teamlead")
+    if not ours.handlers:
+        ours.addHandler(handler)
+        ours.setLevel(logging.WARNING)
+        ours.propagate = False
+    # a failing CLI is reported in the run's reasons; the SDK's traceback-style log is noise
+    logging.getLogger("claude_agent_sdk").setLevel(logging.CRITICAL)
+
+
+for _command in (ask, resume, demo, serve_scripted, prompts, inbox, experiment):
+    main.add_command(_command)

@@ -1,0 +1,175 @@
+"""``teamlead ask`` and ``teamlead resume``: one coordinator run from the command line.
+
+Both share the run options (:func:`run_options`), which map one to one onto
+:class:`~teamlead._cli.app.AskSettings`; the run itself is :func:`~teamlead._cli.app.run_session`.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from ..errors import UsageError
+from .exitcodes import handle_errors
+from .options import option, output_mode
+
+if TYPE_CHECKING:
+    from .app import AskSettings
+
+__all__ = ["ask", "resume", "run_options"]
+
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+_PERMISSION_MODES = ["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto"]
+
+
+def run_options(func: _F) -> _F:
+    """The options every coordinator run takes (model, limits, output, CLI path)."""
+    options = [
+        option("--model", help="Model for the lead (SDK `model`)."),
+        option("--cwd", type=click.Path(file_okay=False), help="Working directory."),
+        option(
+            "--max-resumes",
+            type=click.IntRange(min=0),
+            default=3,
+            show_default=True,
+            help="Re-queries with resume=session at most.",
+        ),
+        option(
+            "--wait",
+            "wait_s",
+            type=click.FloatRange(min=0),
+            default=60.0,
+            show_default=True,
+            help="Seconds to wait for teammates and the inbox.",
+        ),
+        option(
+            "--deadline",
+            "deadline_s",
+            type=click.FloatRange(min=0, min_open=True),
+            default=1800.0,
+            show_default=True,
+            help="Seconds for the whole run.",
+        ),
+        option(
+            "--max-cost",
+            "max_cost",
+            type=click.FloatRange(min=0, min_open=True),
+            help="Stop resuming at this many USD.",
+        ),
+        option("--allowed-tools", help="Comma-separated tools to allow (passed to the SDK)."),
+        option(
+            "--permission-mode", type=click.Choice(_PERMISSION_MODES), help="Passed to the SDK."
+        ),
+        option(
+            "--json",
+            "json_",
+            is_flag=True,
+            help="NDJSON events on stdout; the last line is `finished`.",
+        ),
+        option("--quiet", "-q", is_flag=True, help="Only the final answer."),
+        option(
+            "--cli-path",
+            type=click.Path(dir_okay=False),
+            help="Claude Code CLI to run (default: the one claude-agent-sdk bundles).",
+        ),
+        option("--verbose", "-v", is_flag=True, help="Show the lead's text as it streams."),
+    ]
+    for decorate in reversed(options):
+        func = decorate(func)
+    return func
+
+
+def settings_from_options(
+    strategy: str,
+    model: str | None,
+    cwd: str | None,
+    max_resumes: int,
+    wait_s: float,
+    deadline_s: float,
+    max_cost: float | None,
+    allowed_tools: str | None,
+    permission_mode: str | None,
+    cli_path: str | None,
+) -> AskSettings:
+    """The :class:`AskSettings` for the parsed run options."""
+    from .app import AskSettings
+
+    return AskSettings(
+        strategy=strategy,
+        model=model,
+        cwd=cwd,
+        max_resumes=max_resumes,
+        wait_s=wait_s,
+        deadline_s=deadline_s,
+        max_cost_usd=max_cost,
+        allowed_tools=[t.strip() for t in (allowed_tools or "").split(",") if t.strip()],
+        permission_mode=permission_mode,
+        cli_path=cli_path,
+    )
+
+
+@click.command()
+@click.argument("prompt")
+@option(
+    "--strategy",
+    default="delegation",
+    show_default=True,
+    help="Strategy prompt: a name from `teamlead prompts list` or a path.",
+)
+@run_options
+@handle_errors
+def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **kw: Any) -> None:
+    """Ask the lead; wait for its agents and teammates; resume until one answer uses every result.
+
+    PROMPT is the task; `-` reads it from stdin.
+    """
+    from ..coordinator import query
+    from .app import build_run, check_setup, merged_env, run_session
+
+    if prompt == "-":
+        prompt = sys.stdin.read()
+    if not prompt.strip():
+        raise UsageError("the prompt is empty")
+    output = output_mode(json_, quiet)
+    options, policy, _ = build_run(settings_from_options(strategy, **kw))
+    check_setup(merged_env(options.env))
+    sys.exit(
+        run_session(lambda: query(prompt, options, policy=policy), output=output, verbose=verbose)
+    )
+
+
+@click.command()
+@click.argument("session_id")
+@option(
+    "--strategy",
+    default="baseline",
+    show_default=True,
+    help="Strategy prompt for the resumed turns (use the original run's).",
+)
+@run_options
+@handle_errors
+def resume(
+    session_id: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **kw: Any
+) -> None:
+    """Collect the unused results of SESSION_ID and resume its lead."""
+    from .._claude.session import find_session_file
+    from .._claude.team import claude_config_dir
+    from ..coordinator import resume_session
+    from .app import build_run, check_setup, merged_env, run_session
+
+    output = output_mode(json_, quiet)
+    options, policy, _ = build_run(settings_from_options(strategy, **kw))
+    env = merged_env(options.env)
+    find_session_file(claude_config_dir(env), session_id)  # a missing session is a usage error
+    check_setup(env)
+    sys.exit(
+        run_session(
+            lambda: resume_session(session_id, options, policy=policy),
+            output=output,
+            verbose=verbose,
+        )
+    )

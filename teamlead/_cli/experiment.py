@@ -1,0 +1,109 @@
+"""``teamlead experiment run`` and ``teamlead experiment report``.
+
+The commands parse options and print; running with a progress bar and loading a report
+from a trials directory are :func:`~teamlead._cli.progress.run_with_progress` and
+:func:`~teamlead._cli.progress.report_for`.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+from .exitcodes import EXIT_PARTIAL, handle_errors
+from .options import option
+
+__all__ = ["experiment"]
+
+
+@click.group()
+def experiment() -> None:
+    """Prompt-strategy A/B experiments with honest statistics."""
+
+
+@experiment.command("run")
+@click.argument("spec_path", metavar="SPEC", type=click.Path(dir_okay=False))
+@option(
+    "--out",
+    "out_dir",
+    required=True,
+    type=click.Path(file_okay=False),
+    help="Directory for trials.jsonl (appended; reruns skip finished trials).",
+)
+@option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@handle_errors
+def experiment_run(spec_path: str, out_dir: str, quiet: bool) -> None:
+    """Run every task x variant x trial of SPEC as a full coordinator run."""
+    from ..experiment import load_spec
+    from ..prompts import load_strategy
+    from .app import check_setup, merged_env
+    from .progress import run_with_progress
+
+    def exists(name: str) -> bool:
+        load_strategy(name)
+        return True
+
+    spec = load_spec(spec_path, strategy_exists=exists)
+    check_setup(merged_env())
+    summary = run_with_progress(spec, Path(out_dir), show=not quiet)
+    click.echo(
+        f"ran {summary.ran} trial(s), skipped {summary.skipped} finished, {summary.failed} failed, "
+        f"{summary.retried} retried, {summary.rate_limited} rate-limited, ${summary.cost_usd:.4f}"
+    )
+    if summary.stopped_reason:
+        click.echo(f"teamlead: stopped early: {summary.stopped_reason}", err=True)
+        sys.exit(EXIT_PARTIAL)
+
+
+@experiment.command("report")
+@click.argument("out_dir", metavar="DIR", type=click.Path(file_okay=False))
+@option("--json", "json_", is_flag=True, help="The report as JSON on stdout.")
+@option(
+    "--out",
+    "out_file",
+    type=click.Path(dir_okay=False),
+    help="Also write the report (Markdown, or JSON with --json) here.",
+)
+@option("--control", help="Control variant (default: the spec's, recorded in the trials).")
+@option(
+    "--seed", type=int, default=0, show_default=True, help="Seed for bootstrap and permutations."
+)
+@option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False),
+    help="Also write a self-contained HTML report (charts, sortable tables, trial drill-down).",
+)
+@handle_errors
+def experiment_report(
+    out_dir: str,
+    json_: bool,
+    out_file: str | None,
+    control: str | None,
+    seed: int,
+    no_plots: bool,
+    html_file: str | None,
+) -> None:
+    """Statistics for the trials in DIR: rates, paired comparisons, verdicts, plots.
+
+    Writes report.md, report.json and PNG plots into DIR (plots need the plots extra);
+    with --json it writes nothing and prints the JSON, unless --out or --html ask for a file.
+    """
+    from .progress import report_for
+
+    _, text, warnings = report_for(
+        Path(out_dir),
+        control=control,
+        seed=seed,
+        json_=json_,
+        plots=not no_plots,
+        html=Path(html_file) if html_file else None,
+    )
+    for warning in warnings:
+        click.echo(f"teamlead: warning: {warning}", err=True)
+    click.echo(text)
+    if out_file:
+        Path(out_file).write_text(text + "\n")

@@ -1,0 +1,62 @@
+"""``teamlead prompts``: list the shipped delegation strategies and show one rendered."""
+
+from __future__ import annotations
+
+import click
+
+from .exitcodes import handle_errors
+from .options import option
+
+__all__ = ["prompts"]
+
+
+@click.group()
+def prompts() -> None:
+    """Delegation strategy prompts."""
+
+
+@prompts.command("list")
+@handle_errors
+def prompts_list() -> None:
+    """List the shipped strategies."""
+    from ..prompts import list_strategies
+
+    for meta in list_strategies():
+        click.echo(f"{meta.name:<16} v{meta.version or '-':<6} {meta.description or ''}")
+
+
+@prompts.command("show")
+@click.argument("name")
+@option(
+    "--max-concurrent-agents",
+    type=click.IntRange(min=1),
+    help="Fill the concurrency limit with this.",
+)
+@option(
+    "--max-agents-per-turn",
+    type=click.IntRange(min=1),
+    help="Fill the per-turn spawn limit with this.",
+)
+@handle_errors
+def prompts_show(
+    name: str, max_concurrent_agents: int | None, max_agents_per_turn: int | None
+) -> None:
+    """Show strategy NAME (or a path) rendered with its placeholders filled."""
+    from ..prompts import default_values, load_strategy
+
+    strategy = load_strategy(name)
+    kwargs = {
+        k: v
+        for k, v in {
+            "max_concurrent_agents": max_concurrent_agents,
+            "max_agents_per_turn": max_agents_per_turn,
+        }.items()
+        if v
+    }
+    text = strategy.render(default_values(**kwargs))
+    meta = strategy.meta
+    click.echo(
+        f"# {meta.name} v{meta.version or '-'}: {meta.description or '(plain prompt file)'}\n"
+        f"# sha256 {strategy.sha256}\n"
+    )
+    click.echo(text if text.strip() else "(this strategy adds nothing to the system prompt)")

@@ -1,0 +1,235 @@
+"""The AIMD rules of one bucket, as pure synchronous functions over a frozen :class:`Limits`.
+
+Each rule takes the bucket's learnt :class:`Limits`, the knobs and what happened, and returns
+the new limits plus the :class:`Change` to journal (or ``None``). No clock, no event loop,
+no queue: the governor applies a rule, stores the result and then grants what it can. So
+the rules are tested as tables (``tests/test_governor.py``), and a shared store can hold
+:class:`Limits` for several processes.
+
+The rules (the governor's module docstring tells the story):
+
+* :func:`rate_limited`: a Retry-After pauses the bucket; a 429 of the current epoch cuts
+  ``cap`` (back to ``last_good`` after a failed probe; else to what the upstream accepted
+  when ``accepted`` is known, else ``floor(cap * decrease)``), opens a new epoch and
+  remembers the level that drew it. A stale 429 (older epoch) only lowers that level.
+* :func:`started`: a request of the cutting burst streams: the upstream accepts at least the
+  requests streaming now, so a cut below that is corrected up (reason ``accepted``).
+* :func:`overloaded`: a 529 pauses (Retry-After) and cuts multiplicatively, but does not mark
+  a level as bad: overload is the provider's state, not the account's limit.
+* :func:`success`: successes of the current epoch earn ``cap + 1`` while callers queue on
+  the cap, except towards a level that drew a 429 less than ``reprobe_after_s`` ago.
+* :func:`paced`: a pause asked for by the rate-limit headers (see ``ratelimit_headers``).
+* :func:`idle_reset`: back to the ceiling, forgetting what was learnt.
+
+Times are the governor clock's monotonic seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Protocol
+
+from ..events import ChangeReason
+
+__all__ = [
+    "Change",
+    "Knobs",
+    "Limits",
+    "Step",
+    "idle_reset",
+    "initial",
+    "overloaded",
+    "paced",
+    "rate_limited",
+    "started",
+    "success",
+]
+
+
+class Knobs(Protocol):
+    """The policy fields the rules read (``GovernorPolicy`` has them all)."""
+
+    @property
+    def ceiling(self) -> int: ...
+    @property
+    def floor(self) -> int: ...
+    @property
+    def decrease(self) -> float: ...
+    @property
+    def successes_to_grow(self) -> int: ...
+    @property
+    def reprobe_after_s(self) -> float: ...
+
+
+@dataclass(frozen=True)
+class Limits:
+    """What one bucket has learnt; the only state a shared store needs to hold.
+
+    Attributes:
+        cap: the bucket's current limit (the effective one also obeys the ceiling and the
+            global cap).
+        epoch: incremented by every cut and idle reset; slots remember theirs.
+        last_good: the level proven by the last increase, while probing above it.
+        successes: consecutive successes of the current epoch.
+        bad_level: the lowest level that drew a 429 recently (not probed again yet).
+        bad_at: when ``bad_level`` was set.
+        cut_epoch: the epoch the last cut closed (its late 429s are the same burst).
+        cooldown_until: no new grants before this (Retry-After, overload, pacing).
+    """
+
+    cap: int
+    epoch: int = 0
+    last_good: int | None = None
+    successes: int = 0
+    bad_level: int | None = None
+    bad_at: float = -math.inf
+    cut_epoch: int = -1
+    cooldown_until: float = -math.inf
+
+
+@dataclass(frozen=True)
+class Change:
+    """A change worth a journal entry: why, the cap before it, and the pause if any."""
+
+    reason: ChangeReason
+    previous_cap: int
+    retry_after: float | None = None
+
+
+Step = tuple[Limits, "Change | None"]
+
+
+def initial(knobs: Knobs) -> Limits:
+    """A fresh bucket: at the ceiling, knowing nothing."""
+    return Limits(cap=knobs.ceiling)
+
+
+def idle_reset(limits: Limits, knobs: Knobs) -> Step:
+    """Back to the ceiling after an idle spell; a new epoch if anything was forgotten."""
+    forgot = limits.last_good is not None or limits.bad_level is not None
+    reset = replace(limits, cap=knobs.ceiling, last_good=None, bad_level=None, successes=0)
+    if limits.cap == knobs.ceiling and not forgot:
+        return reset, None
+    # late reports from before the idle spell must not cut the fresh bucket
+    return replace(reset, epoch=limits.epoch + 1), Change("idle_reset", limits.cap)
+
+
+def _pause(limits: Limits, now: float, seconds: float | None) -> tuple[Limits, bool]:
+    if seconds is None or seconds <= 0 or now + seconds <= limits.cooldown_until:
+        return limits, False
+    return replace(limits, cooldown_until=now + seconds), True
+
+
+def success(limits: Limits, knobs: Knobs, *, slot_epoch: int, now: float, queued: bool) -> Step:
+    """A request went through. ``queued``: callers wait on this bucket's own cap."""
+    if slot_epoch != limits.epoch:
+        return limits, None  # from before the last cut: says nothing about the new level
+    limits = replace(limits, successes=limits.successes + 1)
+    if limits.successes < knobs.successes_to_grow or limits.cap >= knobs.ceiling or not queued:
+        return limits, None
+    if limits.bad_level is not None and now - limits.bad_at >= knobs.reprobe_after_s:
+        limits = replace(limits, bad_level=None)
+    if limits.bad_level is not None and limits.cap + 1 >= limits.bad_level:
+        return limits, None  # that level drew a rate limit recently; do not probe it yet
+    grown = replace(limits, last_good=limits.cap, cap=limits.cap + 1, successes=0)
+    return grown, Change("increase", limits.cap)
+
+
+def rate_limited(
+    limits: Limits,
+    knobs: Knobs,
+    *,
+    slot_epoch: int,
+    now: float,
+    retry_after: float | None = None,
+    accepted: int | None = None,
+) -> Step:
+    """A 429. ``accepted``: requests of the bucket streaming successfully when it came."""
+    limits, paused = _pause(limits, now, retry_after)
+    pause_only = Change("retry_after", limits.cap, retry_after) if paused else None
+    if slot_epoch != limits.epoch:
+        # Sent before the last cut, which already counted this overload: no new cut. Each
+        # further rejection of the cutting burst says the server took one request fewer.
+        if slot_epoch == limits.cut_epoch and limits.bad_level is not None:
+            limits = replace(limits, bad_level=max(limits.cap + 1, limits.bad_level - 1))
+        return limits, pause_only
+    previous = limits.cap
+    drew = previous if accepted is None else max(1, min(previous, accepted + 1))
+    remembered = limits.bad_level is not None and now - limits.bad_at < knobs.reprobe_after_s
+    bad = limits.bad_level
+    if bad is None or not remembered or drew < bad:
+        bad = drew
+    limits = replace(limits, successes=0, bad_level=bad, bad_at=now)
+    probing = limits.last_good is not None and previous > limits.last_good
+    if accepted is None:
+        target = max(knobs.floor, math.floor(previous * knobs.decrease))
+    else:
+        target = max(knobs.floor, min(previous - 1, accepted))
+    if (
+        probing
+        and limits.last_good is not None
+        and (accepted is None or target >= limits.last_good)
+    ):
+        limits = replace(limits, cap=limits.last_good)
+        reason: ChangeReason = "probe_failed"
+    else:
+        limits = replace(limits, cap=target, last_good=None)  # the limit moved
+        reason = "rate_limited"
+    if limits.cap == previous:
+        return limits, pause_only
+    limits = replace(limits, cut_epoch=limits.epoch, epoch=limits.epoch + 1)
+    return limits, Change(reason, previous, retry_after if paused else None)
+
+
+def started(limits: Limits, knobs: Knobs, *, slot_epoch: int, streaming: int) -> Step:
+    """A request of ``slot_epoch`` began streaming; ``streaming`` run successfully now.
+
+    Only a request of the burst that drew the last cut corrects that cut: the cut was
+    measured when fewer of them had started, and the upstream proves it takes more.
+    """
+    if slot_epoch != limits.cut_epoch or streaming <= limits.cap:
+        return limits, None
+    level = min(streaming, knobs.ceiling)
+    if level <= limits.cap:
+        return limits, None
+    bad = limits.bad_level
+    if bad is not None and bad <= level:
+        bad = level + 1
+    return replace(limits, cap=level, bad_level=bad), Change("accepted", limits.cap)
+
+
+def overloaded(
+    limits: Limits,
+    knobs: Knobs,
+    *,
+    slot_epoch: int,
+    now: float,
+    retry_after: float | None = None,
+) -> Step:
+    """A 529: pause for its Retry-After and cut once per epoch; no level is marked bad."""
+    limits, paused = _pause(limits, now, retry_after)
+    pause_only = Change("retry_after", limits.cap, retry_after) if paused else None
+    if slot_epoch != limits.epoch:
+        return limits, pause_only
+    previous = limits.cap
+    target = max(knobs.floor, math.floor(previous * knobs.decrease))
+    if target == previous:
+        return limits, pause_only
+    limits = replace(
+        limits, cap=target, successes=0, cut_epoch=limits.epoch, epoch=limits.epoch + 1
+    )
+    return limits, Change("overloaded", previous, retry_after if paused else None)
+
+
+def paced(limits: Limits, *, now: float, seconds: float) -> Step:
+    """Hold new grants for ``seconds`` because a rate-limit window runs low.
+
+    Journalled only when the bucket was not paused already, so a run of low-window
+    responses does not flood the journal.
+    """
+    was_paused = limits.cooldown_until > now
+    limits, extended = _pause(limits, now, seconds)
+    if not extended or was_paused:
+        return limits, None
+    return limits, Change("paced", limits.cap, seconds)

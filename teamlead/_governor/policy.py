@@ -1,0 +1,115 @@
+"""The governor's knobs (:class:`GovernorPolicy`), its bucket snapshot and key helper.
+
+Re-exported by :mod:`teamlead.governor`; kept apart so the governor module holds only the
+machinery that hands out slots.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, model_validator
+
+from ..errors import UsageError
+
+__all__ = ["BucketState", "GovernorPolicy", "bucket_key", "check_seconds"]
+
+
+class GovernorPolicy(BaseModel):
+    """The governor's knobs, with the defaults the experiment runner uses.
+
+    Args:
+        ceiling: the run's ``concurrency``: where a bucket starts, and the most it grows to.
+        floor: the least a bucket is cut to.
+        decrease: factor of the multiplicative cut on a rate limit.
+        successes_to_grow: consecutive successes that earn ``cap + 1``.
+        idle_reset_s: idle seconds after which a bucket returns to the ceiling.
+        max_total: cap on slots across all buckets; ``None`` for no global cap.
+        reprobe_after_s: seconds a level that drew a rate limit is not probed again.
+        pace_below: pause new grants when a rate-limit window reported by the
+            ``anthropic-ratelimit-*`` headers falls below this share of its limit (0: only
+            when it is empty).
+
+    Raises:
+        UsageError: a value is out of range.
+
+    Example:
+        >>> GovernorPolicy(ceiling=8, max_total=12).floor
+        1
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    ceiling: int = 8
+    floor: int = 1
+    decrease: float = 0.75
+    successes_to_grow: int = 4
+    idle_reset_s: float = 300.0
+    max_total: int | None = None
+    reprobe_after_s: float = 60.0
+    pace_below: float = 0.05
+
+    @model_validator(mode="after")
+    def _check(self) -> GovernorPolicy:
+        if self.ceiling < 1:
+            raise UsageError(f"governor ceiling must be at least 1, got {self.ceiling}")
+        if not 1 <= self.floor <= self.ceiling:
+            raise UsageError(
+                f"governor floor must be between 1 and the ceiling ({self.ceiling}), "
+                f"got {self.floor}"
+            )
+        if not 0.0 < self.decrease < 1.0:
+            raise UsageError(f"governor decrease must be between 0 and 1, got {self.decrease}")
+        if self.successes_to_grow < 1:
+            raise UsageError(
+                f"governor successes_to_grow must be at least 1, got {self.successes_to_grow}"
+            )
+        if not self.idle_reset_s > 0:
+            raise UsageError(f"governor idle_reset_s must be positive, got {self.idle_reset_s}")
+        if self.max_total is not None and self.max_total < 1:
+            raise UsageError(f"governor max_total must be at least 1, got {self.max_total}")
+        if not self.reprobe_after_s >= 0:
+            raise UsageError(
+                f"governor reprobe_after_s must be zero or more, got {self.reprobe_after_s}"
+            )
+        if not 0.0 <= self.pace_below < 1.0:
+            raise UsageError(f"governor pace_below must be in [0, 1), got {self.pace_below}")
+        return self
+
+
+@dataclass(frozen=True)
+class BucketState:
+    """A snapshot of one bucket, for views and tests.
+
+    ``cooldown_s`` is how long the current pause still lasts (0 when none); ``streaming``
+    counts held slots whose upstream accepted the request (:meth:`Slot.streaming`).
+    """
+
+    key: str
+    cap: int
+    effective: int
+    in_flight: int
+    waiting: int
+    epoch: int
+    last_good: int | None
+    cooldown_s: float
+    streaming: int = 0
+
+
+def bucket_key(provider: str, model: str) -> str:
+    """The bucket key for a provider and model: ``"provider/model"``.
+
+    Example:
+        >>> bucket_key("anthropic", "claude-sonnet-5-5")
+        'anthropic/claude-sonnet-5-5'
+    """
+    if not provider or not model:
+        raise UsageError("a governor bucket needs both a provider and a model name")
+    return f"{provider}/{model}"
+
+
+def check_seconds(name: str, value: float | None) -> None:
+    """Raise a UsageError unless ``value`` is ``None`` or finite seconds >= 0."""
+    if value is not None and not (math.isfinite(value) and value >= 0):
+        raise UsageError(f"{name} must be a non-negative number of seconds, got {value}")

@@ -1,0 +1,132 @@
+"""Pacing ahead of 429s from the ``anthropic-ratelimit-*`` response headers.
+
+The Messages API reports, on every response, how much of each rate-limit window is left.
+The headers read here (all optional; a window is used only when ``remaining`` and ``reset``
+are both present and valid):
+
+====================================================  =====================================
+``anthropic-ratelimit-requests-{limit,remaining,reset}``       requests per minute
+``anthropic-ratelimit-tokens-{limit,remaining,reset}``         tokens (input + output)
+``anthropic-ratelimit-input-tokens-{limit,remaining,reset}``   input tokens per minute
+``anthropic-ratelimit-output-tokens-{limit,remaining,reset}``  output tokens per minute
+====================================================  =====================================
+
+``reset`` is an RFC 3339 time at which the window is *fully* replenished; windows refill
+continuously. The rule (:func:`pace_pause`): when a window's ``remaining`` falls below
+``pace_below`` of its ``limit``, pause new requests until it has refilled back to that
+level, i.e. ``(reset - now) * (pace_below * limit - remaining) / (limit - remaining)``; when
+``remaining`` is 0 (or the limit is unknown and nothing remains), pause until ``reset``.
+The longest pause over the windows wins. Requests already running are never stopped.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+
+__all__ = ["WINDOWS", "RateWindow", "pace_pause", "read_windows"]
+
+#: The window names, as they appear between ``anthropic-ratelimit-`` and the field.
+WINDOWS: tuple[str, ...] = ("requests", "tokens", "input-tokens", "output-tokens")
+
+_PREFIX = "anthropic-ratelimit-"
+
+
+@dataclass(frozen=True)
+class RateWindow:
+    """One rate-limit window as the last response described it.
+
+    Attributes:
+        name: ``requests``, ``tokens``, ``input-tokens`` or ``output-tokens``.
+        remaining: what is left now.
+        reset_at: wall-clock seconds when the window is full again.
+        limit: the window's size, when the response gave it.
+    """
+
+    name: str
+    remaining: float
+    reset_at: float
+    limit: float | None = None
+
+
+def _number(value: str | None) -> float | None:
+    if value is None:
+        return None
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
+def _rfc3339(value: str | None) -> float | None:
+    if value is None:
+        return None
+    text = value.strip()
+    if text.endswith(("Z", "z")):
+        text = text[:-1] + "+00:00"
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    if when.tzinfo is None:
+        return None
+    return when.timestamp()
+
+
+def read_windows(headers: Mapping[str, str]) -> list[RateWindow]:
+    """The windows described by ``headers`` (names matched case-insensitively).
+
+    Example:
+        >>> read_windows({"anthropic-ratelimit-requests-remaining": "3",
+        ...               "anthropic-ratelimit-requests-limit": "50",
+        ...               "anthropic-ratelimit-requests-reset": "2026-01-01T00:00:30Z"})
+        [RateWindow(name='requests', remaining=3.0, reset_at=1767225630.0, limit=50.0)]
+    """
+    lowered = {
+        key: str(v) for k, v in headers.items() if (key := str(k).lower()).startswith(_PREFIX)
+    }
+    if not lowered:
+        return []
+    windows = []
+    for name in WINDOWS:
+        remaining = _number(lowered.get(f"{_PREFIX}{name}-remaining"))
+        reset_at = _rfc3339(lowered.get(f"{_PREFIX}{name}-reset"))
+        if remaining is None or reset_at is None:
+            continue
+        limit = _number(lowered.get(f"{_PREFIX}{name}-limit"))
+        windows.append(RateWindow(name, remaining, reset_at, limit if limit else None))
+    return windows
+
+
+def pace_pause(windows: list[RateWindow], *, now: float, pace_below: float) -> float:
+    """Seconds to hold new requests so no window runs dry; 0 when there is room.
+
+    ``now`` is wall-clock seconds, like ``reset_at``. ``pace_below`` 0 disables pacing
+    except for an empty window.
+
+    Example:
+        >>> pace_pause([RateWindow("requests", 0, reset_at=110.0, limit=50)],
+        ...            now=100.0, pace_below=0.05)
+        10.0
+        >>> pace_pause([RateWindow("requests", 1, reset_at=149.0, limit=50)],
+        ...            now=100.0, pace_below=0.1)
+        4.0
+    """
+    longest = 0.0
+    for window in windows:
+        until_reset = max(0.0, window.reset_at - now)
+        if window.remaining <= 0:
+            longest = max(longest, until_reset)
+            continue
+        limit = window.limit
+        if limit is None or limit <= window.remaining:
+            continue
+        floor_level = pace_below * limit
+        if window.remaining >= floor_level:
+            continue
+        refill = until_reset * (floor_level - window.remaining) / (limit - window.remaining)
+        longest = max(longest, refill)
+    return longest

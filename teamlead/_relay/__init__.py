@@ -1,0 +1,47 @@
+"""The loopback request relay (issue #10): every API request of a run, paced by the governor.
+
+The CLI's ``ANTHROPIC_BASE_URL`` points at a relay in teamlead's own process
+(``127.0.0.1``, an ephemeral port, a random path prefix per process). The relay forwards
+each request untouched to the user's upstream, but first takes a slot from the
+:class:`~teamlead.governor.Governor` (a bucket per model; the lead's requests before its
+subagents'), holds 429s and retries them once the Retry-After has passed, feeds 529s to the
+governor as overload, and paces ahead of 429s from the ``anthropic-ratelimit-*`` headers.
+
+Modules: :mod:`.routing` (what is accepted; model and role of a request), :mod:`.forward`
+(one exchange with the upstream under a slot), :mod:`.app` (the ASGI app: stream back,
+disconnects), :mod:`.stats` (counters, events), :mod:`.server` (uvicorn, lifecycle),
+:mod:`.shared` (the process-wide instance, applicability).
+
+Example:
+    >>> applicable = relay_applicable(os.environ)  # doctest: +SKIP
+    >>> if applicable.ok:  # doctest: +SKIP
+    ...     async with shared_relay(applicable.upstream, on_event=emit) as run:
+    ...         env["ANTHROPIC_BASE_URL"] = run.base_url
+"""
+
+from __future__ import annotations
+
+from ..errors import RelayError
+from .forward import RelayConfig
+from .routing import Role, classify
+from .server import RELAY_POLICY, Relay, RelayRun, start_relay
+from .shared import DEFAULT_UPSTREAM, Applicability, relay_applicable, shared_governor, shared_relay
+from .stats import RelayEvent, RelayListener
+
+__all__ = [
+    "DEFAULT_UPSTREAM",
+    "RELAY_POLICY",
+    "Applicability",
+    "Relay",
+    "RelayConfig",
+    "RelayError",
+    "RelayEvent",
+    "RelayListener",
+    "RelayRun",
+    "Role",
+    "classify",
+    "relay_applicable",
+    "shared_governor",
+    "shared_relay",
+    "start_relay",
+]

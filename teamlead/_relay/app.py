@@ -1,0 +1,232 @@
+"""The relay's ASGI application: refuse, classify, forward, stream back.
+
+Headers and body bytes pass through untouched, except the hop-by-hop headers HTTP itself
+owns (``connection``, ``transfer-encoding`` …), ``host`` (the upstream's) and
+``content-length`` (recomputed from the same bytes). The response body is forwarded chunk
+by chunk as it arrives (``aiter_raw``: no decoding, no buffering), so SSE events reach the
+CLI when the upstream sends them. A client that goes away mid-stream cancels the upstream
+request and frees its governor slot. Nothing here logs a header, a body or the path
+prefix: the API key and the prefix are secrets.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import anyio
+import httpx2
+
+from ..events import RateLimited
+from ..governor import Governor, bucket_key
+from .forward import Exchange, RelayConfig, open_upstream
+from .routing import Refusal, RequestInfo, check_target, classify
+from .stats import RelayListener, Tally, notify
+
+__all__ = ["RelayApp", "RunState"]
+
+log = logging.getLogger("teamlead.relay")
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_HOP_BY_HOP = frozenset(
+    {
+        b"connection",
+        b"keep-alive",
+        b"proxy-connection",
+        b"proxy-authenticate",
+        b"proxy-authorization",
+        b"te",
+        b"trailer",
+        b"transfer-encoding",
+        b"upgrade",
+    }
+)
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length"}
+_RUN_MARK = "/run-"
+
+
+@dataclass
+class RunState:
+    """One run's share of the relay: its counters and listeners."""
+
+    tally: Tally = field(default_factory=Tally)
+    listeners: list[RelayListener] = field(default_factory=list)
+
+
+class _TooLarge(Exception):
+    pass
+
+
+def _error_body(status: int, kind: str, message: str) -> bytes:
+    return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
+
+
+class RelayApp:
+    """The ASGI callable; one per relay. See the module docstring."""
+
+    def __init__(
+        self,
+        *,
+        upstream: str,
+        client: httpx2.AsyncClient,
+        governor: Governor,
+        config: RelayConfig,
+        prefix: str,
+    ) -> None:
+        self.upstream = upstream.rstrip("/")
+        self.client = client
+        self.governor = governor
+        self.config = config
+        self.prefix = prefix
+        self.hosts: frozenset[bytes] = frozenset()
+        self.total = RunState()
+        self.runs: dict[str, RunState] = {}
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # no websockets; lifespan is off
+        target = check_target(
+            scope["method"],
+            scope.get("raw_path") or scope["path"].encode("latin-1"),
+            scope["headers"],
+            prefix=self.prefix,
+            hosts=self.hosts,
+        )
+        if isinstance(target, Refusal):
+            log.info("relay refused a %s request: %s", scope["method"], target.reason)
+            await self._answer(send, target.status, "permission_error", target.reason)
+            return
+        run, path = self._split_run(target)
+        try:
+            body = await self._read_body(receive)
+        except _TooLarge:
+            await self._answer(send, 413, "request_too_large", "request body too large")
+            return
+        if body is None:
+            return  # the client went away while sending
+        info = classify(body)
+        key = bucket_key(self.config.provider, info.model)
+        states = [self.total] if run is None else [self.total, run]
+        for state in states:
+            state.tally.request(key)
+        query = scope.get("query_string") or b""
+        url = self.upstream + path + ("?" + query.decode("latin-1") if query else "")
+        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _NOT_FORWARDED]
+        request = httpx2.Request(scope["method"], url, headers=headers, content=body)
+
+        def limited(event: RateLimited) -> None:
+            for state in states:
+                state.tally.limited(key, event)
+                notify(state.listeners, event)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
+            await self._exchange(send, request, key, info, limited)
+            tg.cancel_scope.cancel()
+
+    def _split_run(self, path: str) -> tuple[RunState | None, str]:
+        if not path.startswith(_RUN_MARK):
+            return None, path
+        token, _, rest = path[1:].partition("/")
+        return self.runs.get(token[len(_RUN_MARK) - 1 :]), "/" + rest
+
+    async def _read_body(self, receive: Receive) -> bytes | None:
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.config.max_body_bytes:
+                raise _TooLarge
+            chunks.append(chunk)
+            if not message.get("more_body"):
+                return b"".join(chunks)
+
+    async def _watch_disconnect(self, receive: Receive, scope: anyio.CancelScope) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                log.debug("client went away; cancelling its upstream request")
+                scope.cancel()
+                return
+
+    async def _exchange(
+        self,
+        send: Send,
+        request: httpx2.Request,
+        key: str,
+        info: RequestInfo,
+        limited: Callable[[RateLimited], None],
+    ) -> None:
+        try:
+            exchange = await open_upstream(
+                self.client,
+                request,
+                governor=self.governor,
+                key=key,
+                info=info,
+                config=self.config,
+                on_limited=limited,
+            )
+        except TimeoutError:
+            message = f"teamlead relay: no slot for {info.model} in time"
+            await self._answer(send, 429, "rate_limit_error", message, {b"retry-after": b"5"})
+            return
+        except httpx2.TimeoutException:
+            await self._answer(send, 504, "api_error", "teamlead relay: the upstream timed out")
+            return
+        except httpx2.HTTPError as exc:
+            log.warning("relay could not reach the upstream: %s", type(exc).__name__)
+            await self._answer(send, 502, "api_error", "teamlead relay: upstream unreachable")
+            return
+        try:
+            await self._stream_back(send, exchange)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await exchange.response.aclose()
+            exchange.slot.release()
+
+    async def _stream_back(self, send: Send, exchange: Exchange) -> None:
+        response = exchange.response
+        headers = [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP]
+        await send(
+            {"type": "http.response.start", "status": response.status_code, "headers": headers}
+        )
+        try:
+            async for chunk in response.aiter_raw():
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+        except httpx2.HTTPError as exc:
+            # Started already: cut the stream so the client sees it incomplete, not ended.
+            log.warning("relay lost the upstream mid-stream: %s", type(exc).__name__)
+            raise _StreamCut from None
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if 200 <= response.status_code < 300:
+            exchange.slot.success()
+
+    async def _answer(
+        self,
+        send: Send,
+        status: int,
+        kind: str,
+        message: str,
+        extra: dict[bytes, bytes] | None = None,
+    ) -> None:
+        body = _error_body(status, kind, message)
+        headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        headers.extend((extra or {}).items())
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+class _StreamCut(Exception):
+    """The upstream failed after the response started; the connection must be dropped."""

@@ -1,0 +1,120 @@
+"""One request's exchange with the upstream, paced by the governor.
+
+:func:`open_upstream` takes a governor slot (bucket per model, priority by role), sends the
+request and returns the slot with the upstream response still open, headers read, body not
+yet: the caller streams it and releases the slot when the stream ends. A 429 is held here:
+the governor is fed (Retry-After, and the number of requests the upstream was streaming at
+that moment), the slot is given back, and the request waits for a new slot with a higher
+priority, which the governor grants once the pause has passed. Past ``max_retries`` the 429
+goes on to the client. A 529 feeds the governor as an overload and goes on at once: the
+CLI and teamlead's resume already retry it, and retrying here too would multiply retries.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import anyio
+import httpx2
+
+from .._governor.retry_after import retry_after_from_headers
+from ..events import RateLimited
+from ..governor import Governor, Slot
+from .routing import RequestInfo, priority
+
+__all__ = ["Exchange", "RelayConfig", "open_upstream"]
+
+log = logging.getLogger("teamlead.relay")
+
+
+@dataclass(frozen=True)
+class RelayConfig:
+    """The relay's bounds.
+
+    Attributes:
+        max_retries: 429s held and retried per request before one is passed on.
+        connect_timeout_s: the longest wait to connect to the upstream.
+        read_timeout_s: the longest silence from the upstream (headers or body) before
+            the request is given up (504 if nothing was sent yet, else the stream is cut).
+        slot_timeout_s: the longest wait for a governor slot before answering 429.
+        max_body_bytes: larger request bodies are refused with 413.
+        provider: the first half of every bucket key (``provider/model``).
+    """
+
+    max_retries: int = 3
+    connect_timeout_s: float = 10.0
+    read_timeout_s: float = 300.0
+    slot_timeout_s: float = 900.0
+    max_body_bytes: int = 64 * 1024 * 1024
+    provider: str = "anthropic"
+
+
+@dataclass
+class Exchange:
+    """A request under way: its slot (held) and the upstream response (open)."""
+
+    slot: Slot
+    response: httpx2.Response
+    attempts: int
+
+
+async def _close(response: httpx2.Response) -> None:
+    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+        await response.aclose()
+
+
+async def open_upstream(
+    client: httpx2.AsyncClient,
+    request: httpx2.Request,
+    *,
+    governor: Governor,
+    key: str,
+    info: RequestInfo,
+    config: RelayConfig,
+    on_limited: Callable[[RateLimited], None],
+) -> Exchange:
+    """Send ``request`` under a governor slot, holding and retrying 429s; see the module.
+
+    Raises:
+        TimeoutError: no governor slot within ``config.slot_timeout_s``.
+        httpx2.HTTPError: the upstream could not be reached or went silent.
+    """
+    attempt = 0
+    while True:
+        slot = await governor.acquire(
+            key, timeout=config.slot_timeout_s, priority=priority(info.role, attempt)
+        )
+        try:
+            response = await client.send(request, stream=True)
+        except BaseException:
+            slot.release()
+            raise
+        status = response.status_code
+        if status not in (429, 529):
+            if 200 <= status < 300:
+                slot.streaming()
+                governor.pace(key, response.headers)
+            return Exchange(slot, response, attempt + 1)
+        retry_after = retry_after_from_headers(response.headers)
+        absorb = status == 429 and attempt < config.max_retries
+        event = RateLimited(
+            model=info.model,
+            role=info.role,
+            status=status,
+            retry_after_s=retry_after,
+            outcome="absorbed" if absorb else "passed",
+        )
+        if status == 529:
+            slot.overloaded(retry_after)
+        else:
+            slot.rate_limited(retry_after, accepted=governor.state(key).streaming)
+        governor.pace(key, response.headers)
+        on_limited(event)
+        if not absorb:
+            return Exchange(slot, response, attempt + 1)
+        log.debug("holding a 429 for %s (%s), retry %d", info.model, info.role, attempt + 1)
+        slot.release()
+        await _close(response)
+        attempt += 1

@@ -1,0 +1,108 @@
+"""What the relay accepts, and what it reads from a request to pace it.
+
+The relay serves one purpose: the CLI's Messages API requests to the fixed upstream. So a
+request is refused unless it is a plain origin-form request (no absolute URI, no
+``CONNECT``) for this relay's ``Host``, under its secret path prefix. What survives is
+classified from its JSON body: the model (the governor's bucket) and the role, because the
+lead's requests must not starve behind its subagents. Claude Code marks a subagent's
+request in the first system block (``x-anthropic-billing-header: …; cc_is_subagent=true;``);
+a request without that mark that offers tools is the lead's, anything else is ``other``
+(titles, summaries), paced like the lead.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = ["Refusal", "RequestInfo", "Role", "check_target", "classify", "priority"]
+
+Role = Literal["lead", "subagent", "other"]
+
+_SUBAGENT_MARK = "cc_is_subagent=true"
+_DEFAULT_MODEL = "default"
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why a request was refused: an HTTP status and a one-line reason."""
+
+    status: int
+    reason: str
+
+
+@dataclass(frozen=True)
+class RequestInfo:
+    """The relay's view of one request: its bucket's model and whose request it is."""
+
+    model: str
+    role: Role
+
+
+def check_target(
+    method: str,
+    raw_path: bytes,
+    headers: Iterable[tuple[bytes, bytes]],
+    *,
+    prefix: str,
+    hosts: frozenset[bytes],
+) -> str | Refusal:
+    """The path under the prefix (with its leading ``/``), or why the request is refused.
+
+    ``hosts`` are the ``Host`` values this relay answers to (``127.0.0.1:PORT`` and
+    ``localhost:PORT``); anything else may be a DNS-rebinding page and is refused.
+    """
+    if method.upper() == "CONNECT":
+        return Refusal(405, "CONNECT is not relayed")
+    if not raw_path.startswith(b"/"):
+        return Refusal(400, "only origin-form request targets are relayed")
+    host = [value for name, value in headers if name.lower() == b"host"]
+    if len(host) != 1 or host[0].lower() not in hosts:
+        return Refusal(421, "request for another host")
+    path = raw_path.decode("latin-1")
+    root = f"/{prefix}"
+    if path != root and not path.startswith(root + "/"):
+        return Refusal(404, "unknown path")
+    rest = path[len(root) :]
+    return rest or "/"
+
+
+def _system_texts(system: Any) -> Iterable[str]:
+    if isinstance(system, str):
+        yield system
+    elif isinstance(system, list):
+        for block in system[:4]:  # the mark is in the first block; don't walk a long list
+            if isinstance(block, dict) and isinstance(block.get("text"), str):
+                yield block["text"]
+
+
+def classify(body: bytes) -> RequestInfo:
+    """Model and role from a request body; a body that is not JSON is ``other``.
+
+    Example:
+        >>> classify(b'{"model": "claude-opus-5-5", "tools": [{"name": "Agent"}]}')
+        RequestInfo(model='claude-opus-5-5', role='lead')
+    """
+    try:
+        data = json.loads(body) if body else None
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return RequestInfo(_DEFAULT_MODEL, "other")
+    model = data.get("model")
+    model = model if isinstance(model, str) and model else _DEFAULT_MODEL
+    if any(_SUBAGENT_MARK in text for text in _system_texts(data.get("system"))):
+        return RequestInfo(model, "subagent")
+    return RequestInfo(model, "lead" if data.get("tools") else "other")
+
+
+def priority(role: Role, attempt: int) -> int:
+    """The governor priority: the lead (and side requests) before subagents, retries first.
+
+    Example:
+        >>> priority("subagent", 0), priority("subagent", 1), priority("lead", 0)
+        (0, 1, 2)
+    """
+    return (0 if role == "subagent" else 2) + (1 if attempt > 0 else 0)

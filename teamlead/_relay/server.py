@@ -1,0 +1,196 @@
+"""Running the relay: uvicorn on a loopback socket in this process, and the shared instance.
+
+:func:`start_relay` binds ``127.0.0.1`` on an ephemeral port, draws a random path prefix,
+and serves :class:`~teamlead._relay.app.RelayApp` with uvicorn as a task of the running
+event loop (uvicorn's signal handlers are not installed: Ctrl-C stays the program's). Its
+upstream client is one ``httpx2.AsyncClient`` with pooled connections.
+
+:func:`shared_relay` is what runs use: one relay per upstream and one governor per event
+loop (i.e. per process in practice), started by the first run and stopped when the last
+one leaves. Each run gets its own :class:`RelayRun`: a base URL under the relay's prefix,
+its own counters and events, over the shared governor.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+import socket
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import anyio
+import httpx2
+import uvicorn
+
+from ..errors import RelayError
+from ..events import ConcurrencyChanged, RelaySummary
+from ..governor import Governor, GovernorPolicy
+from .app import RelayApp, RunState
+from .forward import RelayConfig
+from .stats import RelayListener, notify
+
+__all__ = ["RELAY_POLICY", "Relay", "RelayRun", "start_relay"]
+
+log = logging.getLogger("teamlead.relay")
+
+#: The shared governor's policy: start at 32 concurrent requests per model (above the CLI's
+#: 20 subagents plus the lead) and learn down from the first 429s.
+RELAY_POLICY = GovernorPolicy(ceiling=32)
+_START_TIMEOUT_S = 10.0
+
+
+class _QuietServer(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield  # the host program owns its signals
+
+
+@dataclass
+class RelayRun:
+    """One run's view of a relay: point the CLI's ``ANTHROPIC_BASE_URL`` at ``base_url``."""
+
+    base_url: str
+    relay: Relay
+    token: str
+    state: RunState
+
+    def summary(self) -> RelaySummary:
+        """This run's requests, 429s absorbed and passed on, and each bucket's limit now."""
+        return self.state.tally.summary(self.relay._limit_of)
+
+    def close(self) -> None:
+        """Stop counting for this run (requests still arriving count for the relay only)."""
+        self.relay._app.runs.pop(self.token, None)
+
+
+class Relay:
+    """A running relay. Get one from :func:`start_relay` (or a run from :func:`shared_relay`).
+
+    Attributes:
+        base_url: ``http://127.0.0.1:PORT/<random prefix>``: the CLI's ``ANTHROPIC_BASE_URL``.
+        upstream: where requests go.
+        governor: the governor pacing them.
+    """
+
+    def __init__(self, app: RelayApp, port: int) -> None:
+        self._app = app
+        self.port = port
+        self.base_url = f"http://127.0.0.1:{port}/{app.prefix}"
+        self.upstream = app.upstream
+        self.governor = app.governor
+        self._unsubscribe = app.governor.subscribe(self._changed)
+
+    def open_run(self, on_event: RelayListener | None = None) -> RelayRun:
+        """A run of its own: a base URL whose requests are counted (and reported) apart."""
+        token = secrets.token_urlsafe(9)
+        state = RunState(listeners=[on_event] if on_event else [])
+        self._app.runs[token] = state
+        return RelayRun(f"{self.base_url}/run-{token}", self, token, state)
+
+    def subscribe(self, listener: RelayListener) -> None:
+        """Also send every event of the relay (all runs) to ``listener``."""
+        self._app.total.listeners.append(listener)
+
+    def summary(self) -> RelaySummary:
+        """All requests since the relay started."""
+        return self._app.total.tally.summary(self._limit_of)
+
+    def _limit_of(self, key: str) -> int:
+        return self.governor.state(key).effective
+
+    def _changed(self, event: ConcurrencyChanged) -> None:
+        notify(self._app.total.listeners, event)
+        for run in list(self._app.runs.values()):
+            notify(run.listeners, event)
+
+
+def _bind() -> socket.socket:
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted sockets only when it is
+    # explicit; without it Nagle and delayed ACKs cost ~40 ms per keep-alive request.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    try:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        sock.bind(("127.0.0.1", 0))
+    except OSError as exc:
+        sock.close()
+        raise RelayError(f"the relay cannot listen on 127.0.0.1: {exc.strerror}") from None
+    sock.setblocking(False)
+    return sock
+
+
+@asynccontextmanager
+async def start_relay(
+    upstream: str = "https://api.anthropic.com",
+    governor: Governor | None = None,
+    *,
+    config: RelayConfig | None = None,
+    on_event: RelayListener | None = None,
+) -> AsyncIterator[Relay]:
+    """Run a relay in front of ``upstream`` for the block.
+
+    Raises:
+        RelayError: it could not start (no loopback socket, uvicorn failed); run direct.
+
+    Example:
+        >>> async with start_relay("https://api.anthropic.com") as relay:  # doctest: +SKIP
+        ...     env = {"ANTHROPIC_BASE_URL": relay.base_url}
+    """
+    config = config or RelayConfig()
+    governor = governor or Governor(RELAY_POLICY)
+    timeout = httpx2.Timeout(config.read_timeout_s, connect=config.connect_timeout_s)
+    limits = httpx2.Limits(max_connections=None, max_keepalive_connections=64)
+    client = httpx2.AsyncClient(timeout=timeout, limits=limits, follow_redirects=False)
+    app = RelayApp(
+        upstream=upstream,
+        client=client,
+        governor=governor,
+        config=config,
+        prefix=secrets.token_urlsafe(18),
+    )
+    sock = _bind()
+    port = sock.getsockname()[1]
+    app.hosts = frozenset({b"127.0.0.1:%d" % port, b"localhost:%d" % port})
+    server = _QuietServer(
+        uvicorn.Config(
+            app,
+            lifespan="off",
+            log_config=None,
+            log_level="critical",  # our own logger reports; uvicorn's would echo paths
+            access_log=False,
+            server_header=False,
+            date_header=False,
+            timeout_graceful_shutdown=1,
+        )
+    )
+    task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+    relay: Relay | None = None
+    try:
+        with anyio.move_on_after(_START_TIMEOUT_S):
+            while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn has a flag only
+                await asyncio.sleep(0.005)
+        if not server.started:
+            raise RelayError("the relay did not start within 10 s")
+        relay = Relay(app, port)
+        if on_event is not None:
+            relay.subscribe(on_event)
+        log.debug("relay listening on 127.0.0.1:%d", port)
+        yield relay
+    finally:
+        if relay is not None:
+            relay._unsubscribe()
+        with anyio.CancelScope(shield=True):
+            server.should_exit = True
+            server.force_exit = True
+            with anyio.move_on_after(5):
+                await asyncio.wait({task})
+            if not task.done():
+                task.cancel()
+            elif not task.cancelled() and task.exception() is not None:
+                log.warning("the relay stopped with an error: %s", type(task.exception()).__name__)
+            sock.close()
+            with anyio.move_on_after(5):
+                await client.aclose()

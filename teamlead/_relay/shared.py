@@ -1,0 +1,140 @@
+"""The process-wide relay and governor, shared by concurrent runs, and when to use them.
+
+One governor per event loop paces every request of every run in the process (the account
+is one); one relay per upstream forwards them. The first :func:`shared_relay` starts the
+relay, the last one to leave stops it. :func:`relay_applicable` says whether a run's
+environment can use a relay at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AsyncExitStack, asynccontextmanager
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+import anyio
+
+from ..governor import Governor
+from .server import RELAY_POLICY, Relay, RelayRun, start_relay
+from .stats import RelayListener
+
+__all__ = [
+    "DEFAULT_UPSTREAM",
+    "Applicability",
+    "relay_applicable",
+    "shared_governor",
+    "shared_relay",
+]
+
+DEFAULT_UPSTREAM = "https://api.anthropic.com"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+@dataclass(frozen=True)
+class Applicability:
+    """Whether a relay can stand in front of this environment's API.
+
+    Attributes:
+        ok: the relay applies.
+        upstream: where the relay would forward (``ANTHROPIC_BASE_URL`` or the default API).
+        note: when it does not apply, the one-line note to show.
+    """
+
+    ok: bool
+    upstream: str
+    note: str | None = None
+
+
+def relay_applicable(env: Mapping[str, str]) -> Applicability:
+    """Whether the relay applies to ``env`` (the CLI's environment), and its upstream.
+
+    Off for Bedrock and Vertex (their requests are signed for another host) and for a base
+    URL that is not HTTP(S).
+
+    Example:
+        >>> relay_applicable({"CLAUDE_CODE_USE_BEDROCK": "1"}).note
+        'request relay off: Bedrock (CLAUDE_CODE_USE_BEDROCK) is not relayed'
+        >>> relay_applicable({}).upstream
+        'https://api.anthropic.com'
+    """
+    base = (env.get("ANTHROPIC_BASE_URL") or "").strip() or DEFAULT_UPSTREAM
+    for name, label in (
+        ("CLAUDE_CODE_USE_BEDROCK", "Bedrock"),
+        ("CLAUDE_CODE_USE_VERTEX", "Vertex"),
+    ):
+        if (env.get(name) or "").strip().lower() in _TRUE:
+            return Applicability(False, base, f"request relay off: {label} ({name}) is not relayed")
+    parts = urlsplit(base)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return Applicability(
+            False, base, "request relay off: ANTHROPIC_BASE_URL is not an http(s) URL"
+        )
+    return Applicability(True, base)
+
+
+@dataclass
+class _Entry:
+    relay: Relay
+    stack: AsyncExitStack
+    refs: int = 0
+
+
+_governors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Governor] = (
+    weakref.WeakKeyDictionary()
+)
+_relays: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Entry]] = (
+    weakref.WeakKeyDictionary()
+)
+_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Lock] = (
+    weakref.WeakKeyDictionary()
+)
+
+
+def shared_governor() -> Governor:
+    """The governor of this process (of the running event loop), made on first use."""
+    loop = asyncio.get_running_loop()
+    governor = _governors.get(loop)
+    if governor is None:
+        governor = _governors[loop] = Governor(RELAY_POLICY)
+    return governor
+
+
+@asynccontextmanager
+async def shared_relay(
+    upstream: str = DEFAULT_UPSTREAM, *, on_event: RelayListener | None = None
+) -> AsyncIterator[RelayRun]:
+    """A run on the shared relay for ``upstream``: started on first use, stopped after last.
+
+    Raises:
+        RelayError: the relay could not start; run direct with a one-line warning.
+
+    Example:
+        >>> async with shared_relay(applicable.upstream, on_event=print) as run:  # doctest: +SKIP
+        ...     env["ANTHROPIC_BASE_URL"] = run.base_url
+        ...     ...
+        ...     finished_summary = run.summary()
+    """
+    loop = asyncio.get_running_loop()
+    lock = _locks.setdefault(loop, anyio.Lock())
+    entries = _relays.setdefault(loop, {})
+    async with lock:
+        entry = entries.get(upstream)
+        if entry is None:
+            stack = AsyncExitStack()
+            relay = await stack.enter_async_context(start_relay(upstream, shared_governor()))
+            entry = entries[upstream] = _Entry(relay, stack)
+        entry.refs += 1
+    run = entry.relay.open_run(on_event)
+    try:
+        yield run
+    finally:
+        run.close()
+        with anyio.CancelScope(shield=True):
+            async with lock:
+                entry.refs -= 1
+                if entry.refs == 0:
+                    entries.pop(upstream, None)
+                    await entry.stack.aclose()

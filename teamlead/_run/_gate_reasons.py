@@ -1,0 +1,77 @@
+"""The deny reasons the spawn gate gives the model: each says what happened and what to do.
+
+The model reads them as ``PreToolUse:Agent hook error: <reason>`` tool results, so they are
+short, plain, and end with the next step.
+"""
+
+from __future__ import annotations
+
+
+def budget(limit: int) -> str:
+    return (
+        f"spawn budget of {limit} is used up ({limit} agents already started in this run); "
+        "do not retry. Answer with the results you have, or do the remaining work yourself."
+    )
+
+
+def turn_limit(limit: int) -> str:
+    return (
+        f"at most {limit} agents may be started from one message and this message reached it; "
+        "send the remaining agents in a later message, or do that work yourself."
+    )
+
+
+def depth(max_depth: int) -> str:
+    if max_depth <= 1:
+        return (
+            "subagents may not start agents of their own (max depth 1); "
+            "do this work yourself and report back."
+        )
+    return (
+        f"agents nested deeper than {max_depth} levels are not allowed; "
+        "do this work yourself and report back."
+    )
+
+
+def deadline(left_s: float, reserve_s: float) -> str:
+    return (
+        f"the run's deadline is near ({max(0.0, left_s):.0f} s left, {reserve_s:.0f} s kept for "
+        "the final answer), so no more agents start. Answer with the results you have."
+    )
+
+
+def wait_limit(waited_s: float, limit: int) -> str:
+    return (
+        f"no agent slot opened within {waited_s:.0f} s (at most {limit} agents run at once); "
+        "answer with the results you have, or try this agent again later."
+    )
+
+
+def nested_busy(limit: int) -> str:
+    return (
+        f"all {limit} agent slots are busy, and a nested agent cannot wait for one (its parent "
+        "holds a slot); do this work yourself and report back."
+    )
+
+
+def closed(why: str) -> str:
+    return f"{why}; no more agents start. Answer with the results you have."
+
+
+def bad_input() -> str:
+    return (
+        "the Agent call had no usable input (a prompt string is required); "
+        "the agent was not started. Send the call again with a prompt."
+    )
+
+
+def error(exc: BaseException) -> str:
+    text = str(exc).replace("\n", " ")[:160]
+    return (
+        f"the spawn gate failed on this call ({type(exc).__name__}: {text}); the agent was not "
+        "started. Try it once more, or do the work yourself."
+    )
+
+
+def cancelled() -> str:
+    return "the call was cancelled while it waited for an agent slot (hook timeout or run ended)"

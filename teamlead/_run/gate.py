@@ -1,0 +1,447 @@
+"""The spawn gate: a PreToolUse hook on ``Agent`` that queues, budgets, staggers and
+meets the deadline.
+
+The CLI runs an Agent call only when its PreToolUse hook returns; the hooks of one message
+run concurrently and may await. So the gate decides in the hook: **deny** with a reason
+that tells the lead what to do next (budget, per-message limit, depth, deadline, run
+ending, odd input or an internal fault: it never raises); **queue** (await, FIFO, bounded
+by the deadline) while the run's limit or the process-wide
+:class:`~teamlead._run.gate_cap.SpawnCap` is full; **admit** (``{}``) after the stagger.
+
+A slot is held from admission until the task has really ended: the tracker reports
+``task_started``/``task_ended``, and a tool result showing the agent never ran or already
+finished frees it too (:func:`teamlead._run.gate_stream.observe` does both).
+:meth:`SpawnGate.close` denies whatever still waits and frees every slot. Budget and
+per-turn units are checked and taken in one synchronous step, so concurrent hook calls
+can never both pass for the last unit; a call that is then not admitted gives them back.
+
+Example:
+    >>> gate = SpawnGate(SpawnPolicy(max_concurrent_agents=3, spawn_budget=5), deadline_s=600)
+    >>> async for message in claude_agent_sdk.query(prompt=..., options=gate.apply(options)):
+    ...     observe(gate, message)
+    >>> gate.close()
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
+from claude_agent_sdk.types import SyncHookJSONOutput
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..policy import SpawnPolicy
+from . import _gate_reasons as why
+from ._gate_call import Call, deny_output, merge_hook, safe_read
+from ._gate_turns import Turns
+from .gate_cap import FifoSlots, SpawnCap, cli_subagent_cap
+from .gate_events import (
+    DenyCode,
+    GateEvent,
+    SpawnAdmitted,
+    SpawnDenied,
+    SpawnQueued,
+    SpawnRecord,
+    SpawnRejected,
+)
+
+__all__ = ["SpawnGate", "merge_hook"]
+
+_HOOK_MARGIN_S = 10.0  # hook timeout = longest wait + this: the gate answers before the CLI quits
+_MAX_TEXT = 200
+
+
+class SpawnGate:
+    """The spawn gate of one run.
+
+    Args:
+        policy: the limits (:class:`~teamlead.policy.SpawnPolicy`).
+        cap: the process-wide cap shared with other runs (default :meth:`SpawnCap.shared`).
+        deadline_s: seconds from now until the run's deadline (``None``: no deadline).
+        clock: time source for every wait.
+        on_event: receives :class:`SpawnQueued`/``Admitted``/``Denied``/``Rejected``; an
+            exception from it is recorded in :attr:`errors`, never raised into the hook.
+        env: the CLI's environment (``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS``);
+            :meth:`apply` reads it from the options too.
+        max_wait_s: longest a call waits in the gate when there is no nearer deadline.
+        turn_gap_s: without a message id from :meth:`note_message`, lead calls that arrive
+            while another is in the hook, or within this gap after, count as one message.
+    """
+
+    def __init__(
+        self,
+        policy: SpawnPolicy | None = None,
+        *,
+        cap: SpawnCap | None = None,
+        deadline_s: float | None = None,
+        clock: Clock = SYSTEM_CLOCK,
+        on_event: Callable[[GateEvent], None] | None = None,
+        env: Mapping[str, str] | None = None,
+        max_wait_s: float = 1800.0,
+        turn_gap_s: float = 1.0,
+    ) -> None:
+        self.policy = policy or SpawnPolicy()
+        self._clock = clock
+        self._cap = cap if cap is not None else SpawnCap.shared()
+        self._on_event = on_event
+        self._max_wait_s = max(0.0, max_wait_s)
+        self._env: dict[str, str] = dict(env or {})
+        self._slots = FifoSlots(self._run_limit())
+        self._deadline: float | None = None
+        self._reserve = 0.0
+        if deadline_s is not None:
+            self.set_deadline(deadline_s)
+        self._calls: dict[str, Call] = {}
+        self._by_task: dict[str, Call] = {}
+        self._turns = Turns(turn_gap_s)
+        self._used = 0
+        self._last_start = -math.inf
+        self._closed = False
+        self._anon = 0
+        #: Faults inside the gate (each denied its call) and in ``on_event``.
+        self.errors: list[str] = []
+
+    # -- configuration ---------------------------------------------------------------------
+    def _run_limit(self) -> int:
+        cli = cli_subagent_cap(self._env)
+        wanted = self.policy.max_concurrent_agents
+        return min(wanted, cli) if wanted is not None else cli
+
+    def set_deadline(self, seconds_from_now: float) -> None:
+        """(Re)set the run's deadline; the wrap-up reserve follows from the policy."""
+        self._deadline = self._clock.monotonic() + max(0.0, seconds_from_now)
+        self._reserve = self.policy.reserve_for(seconds_from_now)
+
+    @property
+    def limit(self) -> int:
+        """Agents this run may have running at once (its own limit and the shared cap)."""
+        return min(self._slots.limit, self._cap.limit)
+
+    @property
+    def running(self) -> int:
+        """Admitted calls whose slot is still held."""
+        return self._slots.held
+
+    @property
+    def queued(self) -> int:
+        return sum(c.status == "queued" for c in self._calls.values())
+
+    @property
+    def spawned(self) -> int:
+        """Budget units used: calls admitted (or being admitted) in this run."""
+        return self._used
+
+    @property
+    def hook_timeout_s(self) -> float:
+        """The HookMatcher timeout: above the longest wait a call can have in the gate."""
+        bound = self._max_wait_s
+        if self._deadline is not None:
+            left = self._deadline - self._reserve - self._clock.monotonic()
+            bound = min(bound, max(0.0, left))
+        return bound + _HOOK_MARGIN_S
+
+    def hook_matcher(self, *, timeout_s: float | None = None) -> HookMatcher:
+        """``HookMatcher(matcher="Agent", ...)`` to add under ``PreToolUse``."""
+        timeout = self.hook_timeout_s if timeout_s is None else timeout_s
+        return HookMatcher(matcher="Agent", hooks=[self.hook], timeout=timeout)
+
+    def apply(self, options: ClaudeAgentOptions) -> ClaudeAgentOptions:
+        """``options`` with the gate added to the user's own hooks (a no-op when disabled)."""
+        if not self.policy.enabled:
+            return options
+        env = {k: v for k, v in (options.env or {}).items() if isinstance(v, str)}
+        if env and not self._calls:
+            self._env.update(env)
+            self._slots = FifoSlots(self._run_limit())
+        return merge_hook(options, self.hook_matcher())
+
+    # -- what the tracker reports ------------------------------------------------------------
+    def note_message(self, message_id: str, tool_use_ids: list[str]) -> None:
+        """The tool_use ids of one model message, so the per-turn limit counts exactly."""
+        self._turns.note(message_id, tool_use_ids)
+
+    def task_started(self, tool_use_id: str, task_id: str) -> None:
+        """The CLI started the task of an Agent call."""
+        call = self._calls.get(tool_use_id)
+        if call is not None and task_id:
+            call.task_id = task_id
+            self._by_task[task_id] = call
+
+    def task_ended(self, task_or_tool_use_id: str) -> None:
+        """A task reached a terminal state (completed, failed, stopped, killed): free its slot."""
+        call = self._calls.get(task_or_tool_use_id) or self._by_task.get(task_or_tool_use_id)
+        if call is not None:
+            self._free(call)
+
+    def spawn_rejected(self, tool_use_id: str, reason: str) -> None:
+        """The CLI refused a call (its cap, a hook timeout): it never ran.
+
+        A call still waiting in the gate (the CLI gave up on the hook but the SDK did not
+        cancel it) stops waiting, so it can never take a slot for work that won't run.
+        """
+        call = self._calls.get(tool_use_id)
+        if call is None or call.status in ("denied", "rejected"):
+            return
+        call.status = "rejected"
+        call.reason = reason[:_MAX_TEXT]
+        if call.waiting is not None:
+            call.waiting.cancel()
+        self._refund(call)
+        self._free(call)
+        self._emit(
+            SpawnRejected(
+                tool_use_id=call.tool_use_id, description=call.description, reason=call.reason
+            )
+        )
+
+    def denied_elsewhere(self, tool_use_id: str, reason: str) -> None:
+        """Another PreToolUse hook denied a call the gate had admitted."""
+        call = self._calls.get(tool_use_id)
+        if call is None or call.status != "admitted":
+            return
+        call.status, call.code, call.reason = "denied", "other_hook", reason[:_MAX_TEXT]
+        self._refund(call)
+        self._free(call)
+
+    def close(self, reason: str = "the run is ending") -> None:
+        """End of the run: deny every queued call with ``reason`` and free every slot."""
+        self._closed = True
+        self.process_ended(reason)
+
+    def process_ended(self, reason: str = "the CLI process ended") -> None:
+        """A CLI process exited: its agents ended with it; the run may resume."""
+        for call in list(self._calls.values()):
+            if call.waiting is not None:
+                call.close_reason = reason
+                call.waiting.cancel()
+            elif call.run_slot or call.cap_slot:
+                self._free(call)
+
+    def knows(self, tool_use_id: str) -> bool:
+        """Whether ``tool_use_id`` is an Agent call the gate decided on."""
+        return tool_use_id in self._calls
+
+    def records(self) -> list[SpawnRecord]:
+        """A snapshot of every Agent call seen, in arrival order."""
+        return [call.snapshot() for call in self._calls.values()]
+
+    # -- the hook ----------------------------------------------------------------------------
+    async def hook(self, input_data: Any, tool_use_id: Any, context: Any) -> SyncHookJSONOutput:
+        """The PreToolUse callback: ``{}`` admits, a deny output refuses. Never raises."""
+        call: Call | None = None
+        try:
+            call, problem = self._register(input_data, tool_use_id)
+            if problem is not None:
+                return self._deny(call, "bad_input", problem)
+            return await self._decide(call)
+        except Exception as exc:  # the gate must answer: deny and say why
+            return self._fault(call, exc)
+        except BaseException:
+            if call is not None:  # cancelled (hook timeout, the run stopped) while waiting
+                self._undo(call)
+                if call.status == "queued":
+                    call.status = "rejected"
+                    call.reason = why.cancelled()
+                    call.decided_at = safe_read(self._clock.time)
+                    self._emit(
+                        SpawnRejected(
+                            tool_use_id=call.tool_use_id,
+                            description=call.description,
+                            reason=call.reason,
+                        )
+                    )
+            raise
+        finally:
+            if call is not None and call.depth == 1:
+                self._turns.leave(safe_read(self._clock.monotonic))
+
+    def _fault(self, call: Call | None, exc: Exception) -> SyncHookJSONOutput:
+        """A fault inside the gate: the call is denied, its units and slots given back."""
+        self.errors.append(f"{type(exc).__name__}: {exc}")
+        reason = why.error(exc)
+        if call is not None:
+            try:
+                self._undo(call)
+                return self._deny(call, "error", reason)
+            except Exception as again:  # even the deny path failed: answer anyway
+                self.errors.append(f"{type(again).__name__}: {again}")
+                call.status, call.code, call.reason = "denied", "error", reason
+        return deny_output(reason)
+
+    def _register(self, input_data: Any, tool_use_id: Any) -> tuple[Call, str | None]:
+        data: Mapping[str, Any] = input_data if isinstance(input_data, Mapping) else {}
+        tool_input = data.get("tool_input")
+        tool_input = tool_input if isinstance(tool_input, Mapping) else {}
+        raw_id = tool_use_id if isinstance(tool_use_id, str) and tool_use_id else None
+        raw_id = raw_id or (
+            data.get("tool_use_id") if isinstance(data.get("tool_use_id"), str) else None
+        )
+        if not raw_id:
+            self._anon += 1
+            raw_id = f"unknown-{self._anon}"
+        key = raw_id
+        while key in self._calls:
+            key = f"{raw_id}#{len(self._calls)}"
+        parent = data.get("agent_id") if isinstance(data.get("agent_id"), str) else None
+        depth = 1 if not parent else self._depth_of(parent) + 1
+        description = tool_input.get("description")
+        kind = tool_input.get("subagent_type")
+        call = Call(
+            tool_use_id=key,
+            description=str(description)[:_MAX_TEXT] if isinstance(description, str) else "",
+            subagent_type=str(kind)[:_MAX_TEXT] if isinstance(kind, str) else None,
+            depth=depth,
+            parent=parent,
+        )
+        self._calls[key] = call
+        if depth == 1:
+            self._turns.enter()
+        if not isinstance(input_data, Mapping) or not isinstance(tool_input.get("prompt"), str):
+            return call, why.bad_input()
+        return call, None
+
+    def _depth_of(self, agent_id: str) -> int:
+        parent = self._by_task.get(agent_id)
+        return parent.depth if parent is not None else 1
+
+    async def _decide(self, call: Call) -> SyncHookJSONOutput:
+        policy = self.policy
+        now = self._clock.monotonic()
+        call.queued_at = self._clock.time()
+        if self._closed:
+            return self._deny(call, "closed", why.closed("the run is ending"))
+        if call.depth > policy.max_depth:
+            return self._deny(call, "depth", why.depth(policy.max_depth))
+        call.turn = self._turns.turn_of(call.tool_use_id, call.depth, call.parent, now)
+        # check and take in one step: nothing below awaits until both units are taken
+        budget, per_turn = policy.spawn_budget, policy.max_agents_per_turn
+        if budget is not None and self._used >= budget:
+            return self._deny(call, "spawn_budget", why.budget(budget))
+        if per_turn is not None and self._turns.count(call.turn) >= per_turn:
+            return self._deny(call, "turn_limit", why.turn_limit(per_turn))
+        self._used += 1
+        self._turns.take(call.turn)
+        call.budget = True
+        admit_until = None if self._deadline is None else self._deadline - self._reserve
+        if admit_until is not None and now >= admit_until:
+            return self._refuse_late(call, now)
+        until = (
+            now + self._max_wait_s
+            if admit_until is None
+            else min(admit_until, now + self._max_wait_s)
+        )
+        with anyio.CancelScope() as scope:
+            call.waiting = scope
+            admitted = await self._wait_for_slots(call, until)
+        call.waiting = None
+        if scope.cancelled_caught:
+            self._undo(call)
+            if call.status == "rejected":  # the CLI already gave up on this call
+                return deny_output(call.reason or why.cancelled())
+            return self._deny(call, "closed", why.closed(call.close_reason or "the run is ending"))
+        if not admitted:
+            self._undo(call)
+            now = self._clock.monotonic()
+            if admit_until is not None and now >= admit_until:
+                return self._refuse_late(call, now)
+            if call.depth > 1:
+                return self._deny(call, "wait_limit", why.nested_busy(self.limit))
+            return self._deny(call, "wait_limit", why.wait_limit(self._max_wait_s, self.limit))
+        call.status = "admitted"
+        call.admitted_at = call.decided_at = self._clock.time()
+        waited = max(0.0, call.admitted_at - call.queued_at)
+        self._emit(
+            SpawnAdmitted(
+                tool_use_id=call.tool_use_id,
+                description=call.description,
+                waited_s=round(waited, 4),
+                running=self.running,
+                limit=self.limit,
+            )
+        )
+        return {}
+
+    async def _wait_for_slots(self, call: Call, until: float) -> bool:
+        told = False
+        for slots, attr in ((self._slots, "run_slot"), (self._cap.slots, "cap_slot")):
+            if slots.try_take():
+                setattr(call, attr, True)
+                continue
+            if call.depth > 1:  # its parent holds a slot and waits for it: never queue
+                return False
+            if not told:
+                told = True
+                self._emit(
+                    SpawnQueued(
+                        tool_use_id=call.tool_use_id,
+                        description=call.description,
+                        position=slots.waiting + 1,
+                        running=self.running,
+                        limit=self.limit,
+                    )
+                )
+            if not await slots.take(until, self._clock):
+                return False
+            setattr(call, attr, True)
+        if self.policy.stagger_s > 0:
+            now = self._clock.monotonic()
+            start = max(now, self._last_start + self.policy.stagger_s)
+            if start > until:
+                return False
+            self._last_start = start
+            if start > now:
+                await self._clock.sleep(start - now)
+        return self._deadline is None or self._clock.monotonic() < self._deadline - self._reserve
+
+    def _refuse_late(self, call: Call, now: float) -> SyncHookJSONOutput:
+        self._undo(call)
+        left = 0.0 if self._deadline is None else self._deadline - now
+        return self._deny(call, "deadline", why.deadline(left, self._reserve))
+
+    # -- bookkeeping -------------------------------------------------------------------------
+    def _deny(self, call: Call, code: DenyCode, reason: str) -> SyncHookJSONOutput:
+        call.status, call.code, call.reason = "denied", code, reason
+        call.decided_at = self._clock.time()
+        self._emit(
+            SpawnDenied(
+                tool_use_id=call.tool_use_id, description=call.description, code=code, reason=reason
+            )
+        )
+        return deny_output(reason)
+
+    def _refund(self, call: Call) -> None:
+        if call.budget:
+            call.budget = False
+            self._used -= 1
+            if call.turn is not None:
+                self._turns.give_back(call.turn)
+
+    def _undo(self, call: Call) -> None:
+        """The call will not run: give back its units and slots."""
+        call.waiting = None
+        self._refund(call)
+        self._release(call)
+
+    def _release(self, call: Call) -> None:
+        if call.cap_slot:
+            call.cap_slot = False
+            self._cap.slots.release()
+        if call.run_slot:
+            call.run_slot = False
+            self._slots.release()
+
+    def _free(self, call: Call) -> None:
+        if call.run_slot or call.cap_slot:
+            self._release(call)
+            call.ended_at = self._clock.time()
+
+    def _emit(self, event: GateEvent) -> None:
+        if self._on_event is None:
+            return
+        try:
+            self._on_event(event)
+        except Exception as exc:
+            self.errors.append(f"on_event failed on {event.type}: {type(exc).__name__}: {exc}")

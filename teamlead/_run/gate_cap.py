@@ -1,0 +1,176 @@
+"""FIFO slots with hand-off, and the process-wide cap on running subagents.
+
+:class:`FifoSlots` is the one queueing primitive of the spawn gate: ``limit`` slots, waiters
+served strictly in arrival order, a released slot handed straight to the oldest waiter (so
+a newcomer can never overtake the queue), and a waiter cancelled at the moment it was
+granted gives the slot back. Waits run on the injected clock and are bounded by ``until``.
+
+:class:`SpawnCap` is one :class:`FifoSlots` shared by every run in the process: experiment
+trials run many leads at once, and each CLI enforces its cap of concurrent subagents by
+*rejecting* calls, so the sum must stay under it. Like the governor it belongs to one event
+loop and is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections import deque
+from collections.abc import Mapping
+
+import anyio
+
+from ..clock import Clock
+
+__all__ = ["CLI_DEFAULT_CAP", "CLI_CAP_VAR", "FifoSlots", "SpawnCap", "cli_subagent_cap"]
+
+CLI_CAP_VAR = "CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS"
+CLI_DEFAULT_CAP = 20
+
+
+def cli_subagent_cap(env: Mapping[str, str] | None = None) -> int:
+    """The CLI's own concurrent-subagent cap: ``env`` first, then this process, else 20.
+
+    A value that is not a positive integer is ignored (the CLI would not honour it either).
+    """
+    for source in (env or {}, os.environ):
+        raw = source.get(CLI_CAP_VAR)
+        if raw is None:
+            continue
+        try:
+            value = int(str(raw).strip())
+        except ValueError:
+            continue
+        if value >= 1:
+            return value
+    return CLI_DEFAULT_CAP
+
+
+class _Waiter:
+    __slots__ = ("granted", "wake")
+
+    def __init__(self) -> None:
+        self.granted = False
+        self.wake = anyio.Event()
+
+
+async def wait_event(event: anyio.Event, until: float | None, clock: Clock) -> None:
+    """Wait for ``event``, or until ``clock.monotonic()`` reaches ``until``."""
+    if until is None:
+        await event.wait()
+        return
+    left = until - clock.monotonic()
+    if left <= 0:
+        await anyio.lowlevel.checkpoint()
+        return
+    async with anyio.create_task_group() as tg:
+
+        async def _timer() -> None:
+            await clock.sleep(left)
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(_timer)
+        await event.wait()
+        tg.cancel_scope.cancel()
+
+
+class FifoSlots:
+    """``limit`` slots served first come, first served.
+
+    Example:
+        >>> slots = FifoSlots(2)
+        >>> slots.try_take(), slots.try_take(), slots.try_take()
+        (True, True, False)
+    """
+
+    def __init__(self, limit: int) -> None:
+        if limit < 1:
+            raise ValueError(f"a slot limit must be at least 1, not {limit}")
+        self.limit = limit
+        self.held = 0
+        self._queue: deque[_Waiter] = deque()
+
+    @property
+    def waiting(self) -> int:
+        return len(self._queue)
+
+    def try_take(self) -> bool:
+        """Take a slot now if one is free and nobody is queued before us."""
+        if not self._queue and self.held < self.limit:
+            self.held += 1
+            return True
+        return False
+
+    async def take(self, until: float | None, clock: Clock) -> bool:
+        """Wait in line for a slot; ``False`` if ``until`` came first.
+
+        Cancellation is safe: a slot granted to a cancelled waiter is passed on.
+        """
+        if self.try_take():
+            return True
+        waiter = _Waiter()
+        self._queue.append(waiter)
+        try:
+            await wait_event(waiter.wake, until, clock)
+        except BaseException:
+            if waiter.granted:
+                self.release()
+            else:
+                self._drop(waiter)
+            raise
+        if waiter.granted:
+            return True
+        self._drop(waiter)
+        return False
+
+    def release(self) -> None:
+        """Free one slot: hand it to the oldest waiter, else return it to the pool."""
+        if self._queue:
+            waiter = self._queue.popleft()
+            waiter.granted = True
+            waiter.wake.set()
+            return
+        self.held = max(0, self.held - 1)
+
+    def _drop(self, waiter: _Waiter) -> None:
+        with contextlib.suppress(ValueError):
+            self._queue.remove(waiter)
+
+
+class SpawnCap:
+    """The cap on subagents running at once across every run of this process.
+
+    Args:
+        limit: at most this many; never above the CLI's cap (:func:`cli_subagent_cap`).
+
+    Example:
+        >>> cap = SpawnCap(8)         # one cap for all trials of an experiment
+        >>> gate_a = SpawnGate(policy, cap=cap); gate_b = SpawnGate(policy, cap=cap)
+    """
+
+    _shared: SpawnCap | None = None
+
+    def __init__(self, limit: int | None = None, *, env: Mapping[str, str] | None = None) -> None:
+        cli = cli_subagent_cap(env)
+        if limit is not None and limit < 1:
+            raise ValueError(f"a spawn cap must be at least 1, not {limit}")
+        self.slots = FifoSlots(min(limit, cli) if limit is not None else cli)
+
+    @classmethod
+    def shared(cls) -> SpawnCap:
+        """The process-wide cap every gate uses unless given its own."""
+        if cls._shared is None:
+            cls._shared = cls()
+        return cls._shared
+
+    @property
+    def limit(self) -> int:
+        return self.slots.limit
+
+    @property
+    def running(self) -> int:
+        return self.slots.held
+
+    @property
+    def waiting(self) -> int:
+        return self.slots.waiting

@@ -1,0 +1,169 @@
+"""The ledger: the run's bookkeeping, and the one :class:`~teamlead.events.Finished` it ends with.
+
+The session records here what the final event must report: resumes, cost, the first
+stream error, why it stopped resuming (a typed :data:`~teamlead.events.FinishReason`
+plus human text). :meth:`Ledger.finish` then decides, from the tracker and what was
+collected, the status, each task's and teammate's disposition, and the one reason code.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal, TypeAlias
+
+from .._redact import redact
+from ..events import Disposition, Finished, FinishReason, Status, TaskDisposition
+from ..tracker import Tracker
+from .collect import Collector
+from .resume_prompt import FAILED_STATES
+from .round import ErrorKind, RoundOutcome
+
+__all__ = ["Ledger", "StopReason"]
+
+#: Why the session stopped resuming with results unused.
+StopReason: TypeAlias = Literal[
+    "max_resumes", "cost_budget", "deadline", "resume_failed", "no_session_id"
+]
+_Source: TypeAlias = Literal["lead", "summary", "transcript", "inbox", "none"]
+
+
+@dataclass
+class Ledger:
+    """What the run has done so far, as the final event will report it."""
+
+    one_process: bool = False  # a client's rounds share one CLI process (and its cost total)
+    resumes: int = 0
+    cost_usd: float = 0.0
+    reasons: list[str] = field(default_factory=list)
+    stop: StopReason | None = None
+    last_round_ok: bool = False
+    first_error: str | None = None
+    first_error_kind: ErrorKind | None = None
+
+    def stopped(self, reason: StopReason, text: str) -> None:
+        """The session stopped resuming: ``reason`` as a code, ``text`` for people."""
+        self.stop = self.stop or reason
+        self.reasons.append(text)
+
+    def add_cost(self, outcome: RoundOutcome) -> None:
+        """Count a round's cost: each query round is its own CLI process, whose results
+        report that process's running total; a client's rounds share one process."""
+        if self.one_process:
+            self.cost_usd = max(self.cost_usd, outcome.cost_usd)
+        else:
+            self.cost_usd += outcome.cost_usd
+
+    def after_round(self, outcome: RoundOutcome, *, first: bool) -> None:
+        """Record a round that ended (after any retries)."""
+        self.last_round_ok = outcome.ok
+        self.add_cost(outcome)
+        if first and not outcome.ok and outcome.error:
+            self.first_error = redact(outcome.error)
+            self.first_error_kind = outcome.error_kind
+
+    def finish(self, tracker: Tracker, collected: Collector, *, wait_s: float) -> Finished:
+        """The final :class:`Finished` event for the state reached."""
+        dispositions = _dispositions(tracker, collected)
+        members = collected.members.values()
+        last = tracker.last_success
+        final = last.text if last is not None and (last.text or "").strip() else None
+        reasons = list(self.reasons)
+        if self.first_error is not None:
+            recovered = self.last_round_ok and last is not None
+            prefix = "recovered from: " if recovered else ""
+            reasons.insert(0, f"{prefix}the lead's stream ended with an error: {self.first_error}")
+        for member in members:
+            if member.status == "pending":
+                reasons.append(f'teammate "{member.name}" did not report within {wait_s:g} s')
+        for d in dispositions:
+            if d.disposition == "missing":
+                reasons.append(f'{d.kind} "{d.description}" ({d.status}): its result was not used')
+            elif d.disposition == "failed":
+                reasons.append(
+                    f'{d.kind} "{d.description}" ended {d.status} (result via {d.source})'
+                )
+        status: Status
+        if not self.last_round_ok or final is None:
+            status = "failed"
+            if final is None and not any("failed" in r or "error" in r for r in reasons):
+                reasons.append("the lead produced no successful answer")
+        elif any(d.disposition != "included" for d in dispositions) or any(
+            m.status == "pending" for m in members
+        ):
+            status = "partial"
+        else:
+            status = "completed"
+        return Finished(
+            status=status,
+            result=final,
+            session_id=tracker.session_id,
+            resumes=self.resumes,
+            tasks=dispositions,
+            cost_usd=round(self.cost_usd, 6),
+            reasons=[redact(r) for r in dict.fromkeys(reasons)],
+            reason=self._reason(status, dispositions),
+        )
+
+    def _reason(self, status: Status, dispositions: list[TaskDisposition]) -> FinishReason:
+        if status == "completed":
+            return "all_results_used"
+        if self.stop is not None:
+            return self.stop
+        if status == "failed":
+            return "deadline" if self.first_error_kind == "deadline" else "no_answer"
+        if any(d.disposition == "failed" for d in dispositions):
+            return "work_failed"
+        return "results_missing"
+
+
+def _dispositions(tracker: Tracker, collected: Collector) -> list[TaskDisposition]:
+    out: list[TaskDisposition] = []
+    disposition: Disposition
+    for task in tracker.tasks.values():
+        key = f"task:{task.task_id}"
+        delivery = collected.deliveries.get(key)
+        used = task.absorbed or key in collected.absorbed
+        status = task.status if task.terminal else "lost"
+        source: _Source = delivery.source if delivery else ("lead" if task.absorbed else "none")
+        if status in FAILED_STATES:
+            disposition = "failed"
+        elif used and (task.absorbed or (delivery is not None and delivery.text)):
+            disposition = "included"
+        else:
+            disposition = "missing"
+        out.append(
+            TaskDisposition(
+                id=task.task_id,
+                kind="task",
+                description=redact(task.description or task.task_id),
+                status=status,
+                disposition=disposition,
+                source=source,
+            )
+        )
+    for member in collected.members.values():
+        keys = [
+            d.key
+            for d in collected.deliveries.values()
+            if d.kind == "teammate" and d.label == member.name
+        ]
+        used = bool(keys) and all(k in collected.absorbed for k in keys)
+        if member.failed:
+            disposition = "failed"
+        elif used:
+            disposition = "included"
+        elif member.status == "reported" and not keys:
+            disposition = "included"  # it went idle with nothing to report
+        else:
+            disposition = "missing"
+        out.append(
+            TaskDisposition(
+                id=member.name,
+                kind="teammate",
+                description=member.name,
+                status="failed" if member.failed else member.status,
+                disposition=disposition,
+                source="inbox" if keys else "none",
+            )
+        )
+    return out

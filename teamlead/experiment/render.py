@@ -1,0 +1,234 @@
+"""The experiment report as text and files: Markdown tables, JSON, and the report folder.
+
+:func:`render_markdown` prints a :class:`~teamlead.experiment.report.Report` as tables
+readable in a terminal; :func:`render_json` is its stable, versioned machine form
+(:meth:`Report.to_json <teamlead.experiment.report.Report.to_json>` as text);
+:func:`write_report` writes ``report.md``, ``report.json`` and, through
+:mod:`teamlead.experiment.plots`, one PNG per metric.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+from .explain import confidence_label, rule_text
+from .report import Report
+
+__all__ = ["render_json", "render_markdown", "write_report"]
+
+
+def _fmt(value: float | None, digits: int = 3) -> str:
+    if value is None:
+        return "n/a"
+    if value == 0:
+        return "0"
+    if abs(value) >= 1e6 or abs(value) < 10**-digits:
+        return f"{value:.{digits}g}"
+    if abs(value) >= 100:
+        digits = 1
+    return f"{value:,.{digits}f}".rstrip("0").rstrip(".")
+
+
+def _fmt_p(value: float | None) -> str:
+    if value is None:
+        return "n/a"
+    return "<0.0001" if value < 1e-4 else _fmt(value, 4)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return f"[{_fmt(low)}, {_fmt(high)}]"
+
+
+def render_markdown(report: Report) -> str:
+    """The report as Markdown tables, readable in a terminal as is.
+
+    Example:
+        >>> print(render_markdown(report))  # doctest: +SKIP
+    """
+    confidence = confidence_label(report.alpha)
+    out = [f"# Experiment report (control: {report.control})", ""]
+    out += ["## Variants", ""]
+    rows = []
+    for name, s in report.variants.items():
+        row = [name, str(s.trials)]
+        for rate in (s.parallel_rate, s.delegated_rate):
+            row.append(f"{_fmt(rate.estimate)} {_interval(rate.ci_low, rate.ci_high)}")
+        for mean in (s.wall_s, s.agent_calls, s.cost_usd, s.tokens):
+            row.append(
+                f"{_fmt(mean.mean)} (median {_fmt(mean.median)}) "
+                f"{_interval(mean.ci_low, mean.ci_high)}"
+            )
+        rows.append(row)
+    out += _table(
+        [
+            "variant",
+            "trials",
+            "parallel rate",
+            "delegated rate",
+            "wall s",
+            "Agent calls",
+            "cost USD",
+            "tokens",
+        ],
+        rows,
+    )
+    out += [
+        "",
+        f"Rates: pooled over trials, task-clustered Wilson {confidence} CI. Means: mean "
+        f"(median) [cluster-robust t {confidence} CI].",
+        "",
+    ]
+    out += _table(
+        ["variant", "rate", "trials", "n_eff", "ICC", "design effect"],
+        [
+            [name, label, str(rate.n), _fmt(rate.n_eff), _fmt(rate.icc), _fmt(rate.design_effect)]
+            for name, s in report.variants.items()
+            for label, rate in (("parallel", s.parallel_rate), ("delegated", s.delegated_rate))
+        ],
+    )
+    out += [
+        "",
+        "n_eff: trials divided by the design effect 1 + (m - 1) ICC, m = sum(m_i^2) / sum(m_i).",
+        "",
+        "## Comparisons with the control",
+        "",
+    ]
+    rows = []
+    for c in report.comparisons:
+        unit = "x" if c.scale == "ratio" else ""
+        effect = "n/a" if c.diff is None else f"{_fmt(c.diff)}{unit}"
+        mde = "n/a" if c.mde is None else f"{_fmt(c.mde)}{unit}"
+        shown = f"**{c.verdict}**"
+        if c.verdict == "inconclusive":
+            shown += f" (MDE {mde})" if c.mde is not None else f" ({c.mde_note})"
+        rows.append(
+            [
+                c.variant,
+                c.metric,
+                f"{_fmt(c.variant_value)} vs {_fmt(c.control_value)}",
+                effect,
+                _interval(c.ci_low, c.ci_high),
+                _fmt_p(c.p_value),
+                f"{_fmt_p(c.p_adjusted)} ({'Holm' if c.correction == 'holm' else 'BH'})",
+                mde,
+                str(c.tasks),
+                shown,
+            ]
+        )
+    out += _table(
+        [
+            "variant",
+            "metric",
+            "variant vs control",
+            "effect",
+            f"{confidence} CI",
+            "p",
+            "p adjusted",
+            "MDE",
+            "tasks",
+            "verdict",
+        ],
+        rows,
+    )
+    out += [
+        "",
+        rule_text(report.alpha, confidence),
+        "",
+        "Variant vs control: means over the compared tasks, each task weighing the same "
+        "(the headline rates above are pooled over trials, so they can differ). Effect: "
+        "variant - control, or variant / control where marked x. p: within-task "
+        f"permutation test. MDE: the effect this rule detects with power {report.power:g} "
+        "on this design, by simulation.",
+    ]
+    explained = [c for c in report.comparisons if c.explanation]
+    if explained:
+        out += [""] + [f"- {c.variant}, {c.metric}: {c.explanation}." for c in explained]
+    out += ["", "Compared tasks:", ""]
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for c in report.comparisons:
+        key = (c.variant, tuple(c.task_ids))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(
+            f"- {c.variant} vs {c.control}: {len(c.task_ids)} of {len(report.tasks)} "
+            f"task(s): {', '.join(c.task_ids) or 'none'}"
+        )
+    out += [
+        "",
+        "## Per task",
+        "",
+    ]
+    names = list(report.variants)
+    rows = []
+    for task, cells in report.tasks.items():
+        row = [task]
+        for name in names:
+            cell = cells.get(name)
+            row.append(
+                "-"
+                if cell is None
+                else f"{_fmt(cell.parallel_rate, 2)} / {_fmt(cell.delegated_rate, 2)} "
+                f"(n={cell.trials}){' flaky' if cell.flaky else ''}"
+            )
+        rows.append(row)
+    out += _table(["task", *names], rows)
+    out += ["", "Cells: parallel rate / delegated rate (trials)."]
+    out += [""]
+    if report.flaky_tasks:
+        out.append(
+            "Flaky tasks (parallel both 0 and 1 within a variant): " + ", ".join(report.flaky_tasks)
+        )
+    else:
+        out.append("Flaky tasks: none.")
+    if report.notes:
+        out += ["", "## Notes", ""] + [f"- {note}" for note in report.notes]
+    return "\n".join(out) + "\n"
+
+
+def render_json(report: Report) -> str:
+    """The report's JSON form (``version`` 2, NaN as ``null``), indented; no trailing newline.
+
+    Example:
+        >>> print(render_json(report))  # doctest: +SKIP
+    """
+    return json.dumps(report.to_json(), indent=2, allow_nan=False)
+
+
+def write_report(directory: str | Path, report: Report, *, plots: bool = True) -> list[Path]:
+    """Write ``report.md``, ``report.json`` and (with ``plots``) one PNG per metric.
+
+    Raises:
+        UsageError: ``plots`` is set but matplotlib is missing (install teamlead[plots]),
+            checked before anything is written.
+
+    Example:
+        >>> write_report("out/report", report)  # doctest: +SKIP
+        [PosixPath('out/report/report.md'), PosixPath('out/report/report.json'), ...]
+    """
+    from .plots import require_matplotlib, write_plots  # matplotlib only when plotting
+
+    if plots:
+        require_matplotlib()
+    folder = Path(directory)
+    folder.mkdir(parents=True, exist_ok=True)
+    markdown = folder / "report.md"
+    markdown.write_text(render_markdown(report), encoding="utf-8")
+    data = folder / "report.json"
+    data.write_text(render_json(report) + "\n", encoding="utf-8")
+    written = [markdown, data]
+    if plots:
+        written += write_plots(folder, report)
+    return written

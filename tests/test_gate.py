@@ -1,0 +1,539 @@
+"""The spawn gate without the CLI: budgets under races, FIFO, stagger, depth, deadline,
+cancellation, odd input, and what it reads from the stream.
+
+Time is virtual: :class:`StepClock` moves only when a test advances it, and a sleeper
+wakes when its time comes, so queue waits and staggers are exact and nothing sleeps.
+"""
+
+from __future__ import annotations
+
+import random
+from typing import Any
+
+import anyio
+import pydantic
+import pytest
+from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
+
+from teamlead._run.gate import SpawnGate, merge_hook
+from teamlead._run.gate_cap import FifoSlots, SpawnCap, cli_subagent_cap
+from teamlead._run.gate_events import (
+    GateEvent,
+    SpawnAdmitted,
+    SpawnDenied,
+    SpawnQueued,
+    SpawnRejected,
+)
+from teamlead._run.gate_stream import classify_agent_result, observe
+from teamlead.clock import FakeClock
+from teamlead.policy import SpawnPolicy
+
+pytestmark = pytest.mark.anyio
+
+
+class StepClock:
+    """Virtual time that moves only in :meth:`advance`; sleepers wake at their time."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+        self._sleepers: list[tuple[float, anyio.Event]] = []
+
+    def monotonic(self) -> float:
+        return self.now
+
+    def time(self) -> float:
+        return 1_700_000_000.0 + self.now
+
+    async def sleep(self, seconds: float) -> None:
+        wake = anyio.Event()
+        self._sleepers.append((self.now + max(0.0, seconds), wake))
+        await wake.wait()
+
+    async def advance(self, seconds: float) -> None:
+        """Move time in small steps, letting every woken task run at its own time."""
+        target = self.now + seconds
+        while True:
+            await anyio.wait_all_tasks_blocked()
+            due = [t for t, _ in self._sleepers if t <= target]
+            if not due:
+                break
+            self.now = max(self.now, min(due))
+            for item in [s for s in self._sleepers if s[0] <= self.now]:
+                self._sleepers.remove(item)
+                item[1].set()
+        self.now = target
+        await anyio.wait_all_tasks_blocked()
+
+
+def agent_input(description: str = "part", **extra: Any) -> dict[str, Any]:
+    return {
+        "hook_event_name": "PreToolUse",
+        "tool_name": "Agent",
+        "tool_input": {"description": description, "prompt": f"do {description}"},
+        **extra,
+    }
+
+
+def decision(output: Any) -> str:
+    spec = output.get("hookSpecificOutput") if isinstance(output, dict) else None
+    return "deny" if spec and spec.get("permissionDecision") == "deny" else "allow"
+
+
+class Calls:
+    """Hook calls running in the background; their outputs by tool_use_id."""
+
+    def __init__(self, gate: SpawnGate, tg: anyio.abc.TaskGroup) -> None:
+        self.gate, self.tg = gate, tg
+        self.out: dict[str, Any] = {}
+
+    def start(self, tool_use_id: str, **extra: Any) -> None:
+        async def run() -> None:
+            self.out[tool_use_id] = await self.gate.hook(
+                agent_input(tool_use_id, **extra), tool_use_id, {"signal": None}
+            )
+
+        self.tg.start_soon(run)
+
+
+def gate_with(
+    clock: Any = None, cap: SpawnCap | None = None, **policy: Any
+) -> tuple[SpawnGate, list[GateEvent]]:
+    seen: list[GateEvent] = []
+    gate = SpawnGate(
+        SpawnPolicy(**policy),
+        cap=cap or SpawnCap(20),
+        clock=clock or FakeClock(),
+        on_event=seen.append,
+        env={},
+    )
+    return gate, seen
+
+
+# -- budgets: check and take in one step --------------------------------------------------
+async def test_budget_never_over_admits_under_concurrent_calls() -> None:
+    rng = random.Random(9)
+    for _ in range(1000):
+        budget, n = rng.randint(0, 5), rng.randint(1, 12)
+        gate, _ = gate_with(spawn_budget=budget)
+        async with anyio.create_task_group() as tg:
+            calls = Calls(gate, tg)
+            for i in range(n):
+                calls.start(f"t{i}")
+        allowed = [k for k, v in calls.out.items() if decision(v) == "allow"]
+        assert len(allowed) == min(budget, n)
+        denied = [r for r in gate.records() if r.status == "denied"]
+        assert len(denied) == n - len(allowed)
+        assert all(r.code == "spawn_budget" for r in denied)
+        assert gate.spawned == len(allowed)
+
+
+async def test_budget_and_turn_limit_race_with_a_queue() -> None:
+    rng = random.Random(3)
+    for _ in range(25):
+        clock = StepClock()
+        per_turn = rng.randint(1, 4)
+        gate, _ = gate_with(
+            clock, spawn_budget=per_turn + 1, max_agents_per_turn=per_turn, max_concurrent_agents=1
+        )
+        async with anyio.create_task_group() as tg:
+            calls = Calls(gate, tg)
+            for i in range(6):
+                calls.start(f"t{i}")
+            await anyio.wait_all_tasks_blocked()
+            for i in range(6):  # end each admitted task in turn so the queue drains
+                gate.task_ended(f"t{i}")
+                await anyio.wait_all_tasks_blocked()
+        allowed = sorted(k for k, v in calls.out.items() if decision(v) == "allow")
+        assert allowed == [f"t{i}" for i in range(per_turn)]  # FIFO, and exactly the limit
+        codes = {r.code for r in gate.records() if r.status == "denied"}
+        assert codes == {"turn_limit"}
+
+
+async def test_deny_reasons_say_what_to_do_next() -> None:
+    gate, seen = gate_with(spawn_budget=1)
+    assert decision(await gate.hook(agent_input(), "a", {})) == "allow"
+    out = await gate.hook(agent_input(), "b", {})
+    reason = out["hookSpecificOutput"]["permissionDecisionReason"]  # type: ignore[typeddict-item]
+    assert "spawn budget of 1 is used up" in reason and "Answer with the results" in reason
+    assert [type(e) for e in seen] == [SpawnAdmitted, SpawnDenied]
+    assert '"type": "spawn_denied"' in seen[1].to_json() and '"version": 1' in seen[1].to_json()
+
+
+# -- the queue: FIFO within a run and across runs -------------------------------------------
+async def test_calls_over_the_limit_queue_fifo_and_a_slot_follows_the_task() -> None:
+    clock = StepClock()
+    gate, seen = gate_with(clock, max_concurrent_agents=2)
+    async with anyio.create_task_group() as tg:
+        calls = Calls(gate, tg)
+        for i in range(6):
+            calls.start(f"t{i}")
+            await anyio.wait_all_tasks_blocked()
+        assert sorted(calls.out) == ["t0", "t1"] and gate.running == 2 and gate.queued == 4
+        gate.task_started("t0", "task-0")
+        gate.task_ended("task-0")  # by task id
+        await anyio.wait_all_tasks_blocked()
+        assert sorted(calls.out) == ["t0", "t1", "t2"]
+        for i in range(1, 6):
+            gate.task_ended(f"t{i}")  # by tool_use id
+            await anyio.wait_all_tasks_blocked()
+    admitted = [e.tool_use_id for e in seen if isinstance(e, SpawnAdmitted)]
+    assert admitted == [f"t{i}" for i in range(6)]
+    queued = [e for e in seen if isinstance(e, SpawnQueued)]
+    assert [q.position for q in queued] == [1, 2, 3, 4]
+    gate.task_ended("t0")  # a second terminal event frees nothing twice
+    assert gate.running == 0 and gate._cap.running == 0
+
+
+async def test_two_runs_share_one_cap_first_come_first_served() -> None:
+    clock = StepClock()
+    cap = SpawnCap(1)
+    order: list[str] = []
+    gate_a = SpawnGate(
+        SpawnPolicy(),
+        cap=cap,
+        clock=clock,
+        env={},
+        on_event=lambda e: order.append(e.tool_use_id) if isinstance(e, SpawnAdmitted) else None,
+    )
+    gate_b = SpawnGate(
+        SpawnPolicy(),
+        cap=cap,
+        clock=clock,
+        env={},
+        on_event=lambda e: order.append(e.tool_use_id) if isinstance(e, SpawnAdmitted) else None,
+    )
+    async with anyio.create_task_group() as tg:
+        a, b = Calls(gate_a, tg), Calls(gate_b, tg)
+        a.start("a1")
+        await anyio.wait_all_tasks_blocked()
+        b.start("b1")
+        await anyio.wait_all_tasks_blocked()
+        a.start("a2")
+        await anyio.wait_all_tasks_blocked()
+        assert cap.running == 1 and cap.waiting == 2
+        gate_a.task_ended("a1")
+        await anyio.wait_all_tasks_blocked()
+        gate_b.task_ended("b1")
+        await anyio.wait_all_tasks_blocked()
+        gate_a.task_ended("a2")
+    assert order == ["a1", "b1", "a2"]
+    assert cap.running == 0
+
+
+def test_the_cli_cap_bounds_every_limit(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS", raising=False)
+    assert cli_subagent_cap({}) == 20
+    assert cli_subagent_cap({"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": "7"}) == 7
+    assert cli_subagent_cap({"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": "lots"}) == 20
+    assert SpawnCap(50).limit == 20
+    gate = SpawnGate(SpawnPolicy(max_concurrent_agents=10), cap=SpawnCap(20))
+    options = gate.apply(ClaudeAgentOptions(env={"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": "4"}))
+    assert gate.limit == 4 and options.hooks
+    with pytest.raises(ValueError, match="at least 1"):
+        FifoSlots(0)
+
+
+# -- stagger, depth, deadline ---------------------------------------------------------------
+async def test_stagger_spaces_the_starts_of_a_burst() -> None:
+    clock = StepClock()
+    gate, seen = gate_with(clock, stagger_s=2.0)
+    admitted_at: dict[str, float] = {}
+
+    def on(e: GateEvent) -> None:
+        if isinstance(e, SpawnAdmitted):
+            admitted_at[e.tool_use_id] = clock.now
+
+    gate._on_event = on
+    async with anyio.create_task_group() as tg:
+        calls = Calls(gate, tg)
+        for i in range(4):
+            calls.start(f"t{i}")
+        await clock.advance(10)
+    assert admitted_at == {"t0": 0.0, "t1": 2.0, "t2": 4.0, "t3": 6.0}
+    # a later call after a quiet spell starts at once: a new burst
+    await clock.advance(30)
+    async with anyio.create_task_group() as tg:
+        Calls(gate, tg).start("t4")
+    assert admitted_at["t4"] == 40.0
+
+
+async def test_depth_one_denies_spawns_from_subagents() -> None:
+    gate, _ = gate_with()
+    out = await gate.hook(agent_input("nested", agent_id="task-1"), "n1", {})
+    assert decision(out) == "deny"
+    (record,) = gate.records()
+    assert record.code == "depth" and record.parent_agent_id == "task-1" and record.depth == 2
+    assert "may not start agents" in (record.reason or "")
+
+    deeper, _ = gate_with(max_depth=2)
+    assert decision(await deeper.hook(agent_input(), "lead-1", {})) == "allow"
+    deeper.task_started("lead-1", "task-a")
+    assert decision(await deeper.hook(agent_input(agent_id="task-a"), "n1", {})) == "allow"
+    deeper.task_started("n1", "task-b")
+    out = await deeper.hook(agent_input(agent_id="task-b"), "n2", {})
+    assert decision(out) == "deny" and deeper.records()[-1].depth == 3
+
+    # a nested spawn never queues behind its own parent's slot: that would deadlock
+    full, _ = gate_with(max_depth=2, max_concurrent_agents=1)
+    assert decision(await full.hook(agent_input(), "lead-1", {})) == "allow"
+    full.task_started("lead-1", "task-a")
+    out = await full.hook(agent_input(agent_id="task-a"), "n1", {})
+    assert decision(out) == "deny" and "cannot wait" in (full.records()[-1].reason or "")
+    assert full.running == 1 and full.spawned == 1
+
+
+async def test_deadline_reserve_stops_admission_and_queued_calls_are_told() -> None:
+    clock = StepClock()
+    gate = SpawnGate(
+        SpawnPolicy(max_concurrent_agents=1, wrap_up_reserve_s=20),
+        cap=SpawnCap(20),
+        clock=clock,
+        deadline_s=100,
+        env={},
+    )
+    assert gate.hook_timeout_s == pytest.approx(80 + 10)
+    async with anyio.create_task_group() as tg:
+        calls = Calls(gate, tg)
+        calls.start("t0")
+        calls.start("t1")
+        calls.start("t2")
+        await clock.advance(50)
+        gate.task_ended("t0")  # t1 starts now: the time left is judged at t=50, not t=0
+        await clock.advance(1)
+        assert decision(calls.out["t1"]) == "allow"
+        await clock.advance(40)  # t=91: t2 is still queued and the reserve has begun
+    denied = gate.records()[2]
+    assert denied.status == "denied" and denied.code == "deadline"
+    assert "deadline is near" in (denied.reason or "") and "20 s kept" in (denied.reason or "")
+    assert gate.spawned == 2  # the denied call gave its unit back
+    out = await gate.hook(agent_input(), "late", {})
+    assert decision(out) == "deny" and gate.records()[-1].code == "deadline"
+
+
+async def test_wait_without_deadline_is_bounded() -> None:
+    clock = StepClock()
+    gate = SpawnGate(
+        SpawnPolicy(max_concurrent_agents=1), cap=SpawnCap(20), clock=clock, max_wait_s=30, env={}
+    )
+    async with anyio.create_task_group() as tg:
+        calls = Calls(gate, tg)
+        calls.start("t0")
+        calls.start("t1")
+        await clock.advance(31)
+    assert decision(calls.out["t1"]) == "deny" and gate.records()[1].code == "wait_limit"
+
+
+# -- cancellation and the end of a run ------------------------------------------------------
+async def test_cancelled_while_queued_frees_everything() -> None:
+    clock = StepClock()
+    cap = SpawnCap(1)
+    gate, seen = gate_with(clock, cap=cap, spawn_budget=5)
+    async with anyio.create_task_group() as tg:
+        calls = Calls(gate, tg)
+        calls.start("t0")
+        await anyio.wait_all_tasks_blocked()
+        with anyio.CancelScope() as scope:
+            tg.start_soon(gate.hook, agent_input(), "t1", {})
+            await anyio.wait_all_tasks_blocked()
+            assert cap.waiting == 1
+        tg.cancel_scope.cancel()  # Ctrl-C: every hook task is cancelled
+    del scope
+    record = gate.records()[1]
+    assert record.status == "rejected" and "cancelled" in (record.reason or "")
+    assert cap.waiting == 0 and gate.spawned == 1 and gate.queued == 0
+    assert any(isinstance(e, SpawnRejected) for e in seen)
+    gate.close()
+    assert cap.running == 0 and gate.running == 0
+
+
+async def test_a_process_ending_between_rounds_frees_its_slots_but_not_the_run() -> None:
+    cap = SpawnCap(2)
+    gate, _ = gate_with(cap=cap, spawn_budget=3)
+    for tid in ("a", "b"):
+        assert decision(await gate.hook(agent_input(), tid, {})) == "allow"
+    gate.process_ended()
+    assert cap.running == 0 and gate.running == 0 and gate.spawned == 2
+    assert decision(await gate.hook(agent_input(), "c", {})) == "allow"
+    assert decision(await gate.hook(agent_input(), "d", {})) == "deny"  # the budget spans rounds
+
+
+async def test_a_rejection_seen_while_still_queued_stops_the_wait() -> None:
+    from claude_agent_sdk import ToolResultBlock, UserMessage
+
+    clock = StepClock()
+    cap = SpawnCap(1)
+    gate, _ = gate_with(clock, cap=cap)
+    async with anyio.create_task_group() as tg:
+        calls = Calls(gate, tg)
+        calls.start("t0")
+        calls.start("t1")
+        await anyio.wait_all_tasks_blocked()
+        timeout = "PreToolUse hook did not respond before its timeout (1s)"
+        observe(gate, UserMessage(content=[ToolResultBlock("t1", timeout, True)]))
+        await anyio.wait_all_tasks_blocked()
+        gate.task_ended("t0")
+    assert decision(calls.out["t1"]) == "deny"
+    record = gate.records()[1]
+    assert record.status == "rejected" and "did not respond" in (record.reason or "")
+    assert cap.running == 0 and cap.waiting == 0 and gate.spawned == 1
+
+
+async def test_close_denies_queued_calls_and_frees_slots() -> None:
+    clock = StepClock()
+    cap = SpawnCap(2)
+    gate, _ = gate_with(clock, cap=cap)
+    async with anyio.create_task_group() as tg:
+        calls = Calls(gate, tg)
+        for i in range(4):
+            calls.start(f"t{i}")
+        await anyio.wait_all_tasks_blocked()
+        gate.close("the deadline was reached")
+    assert [decision(calls.out[f"t{i}"]) for i in range(4)] == ["allow", "allow", "deny", "deny"]
+    assert gate.records()[3].reason == (
+        "the deadline was reached; no more agents start. Answer with the results you have."
+    )
+    assert cap.running == 0 and cap.waiting == 0
+    out = await gate.hook(agent_input(), "after", {})
+    assert decision(out) == "deny" and gate.records()[-1].code == "closed"
+
+
+# -- odd input never raises -------------------------------------------------------------------
+@pytest.mark.parametrize(
+    "payload",
+    [None, "Agent", 42, {}, {"tool_input": "x"}, {"tool_input": {"description": 3}}],
+)
+async def test_odd_input_is_denied_with_a_reason(payload: Any) -> None:
+    gate, seen = gate_with()
+    out = await gate.hook(payload, None, None)
+    assert decision(out) == "deny"
+    (record,) = gate.records()
+    assert record.code == "bad_input" and record.tool_use_id.startswith("unknown-")
+    assert "prompt" in (record.reason or "")
+
+
+async def test_an_internal_fault_denies_and_is_recorded() -> None:
+    class BrokenClock(FakeClock):
+        def time(self) -> float:
+            raise RuntimeError("clock unplugged")
+
+    def bad_listener(event: GateEvent) -> None:
+        raise ValueError("listener broke")
+
+    gate = SpawnGate(
+        SpawnPolicy(), cap=SpawnCap(20), clock=BrokenClock(), env={}, on_event=bad_listener
+    )
+    out = await gate.hook(agent_input(), "t0", {})
+    reason = out["hookSpecificOutput"]["permissionDecisionReason"]  # type: ignore[typeddict-item]
+    assert "spawn gate failed" in reason and "clock unplugged" in reason
+    assert gate.errors and "clock unplugged" in gate.errors[0]
+    assert gate.spawned == 0 and gate._cap.running == 0
+
+    listening = SpawnGate(SpawnPolicy(), cap=SpawnCap(20), env={}, on_event=bad_listener)
+    assert decision(await listening.hook(agent_input(), "t0", {})) == "allow"
+    assert "listener broke" in listening.errors[0]
+
+
+# -- installing the hook --------------------------------------------------------------------
+async def test_apply_keeps_the_users_hooks_and_is_idempotent() -> None:
+    async def mine(*_: Any) -> Any:
+        return {}
+
+    user = HookMatcher(matcher="Bash", hooks=[mine])
+    options = ClaudeAgentOptions(hooks={"PreToolUse": [user], "Stop": [HookMatcher(hooks=[mine])]})
+    gate = SpawnGate(SpawnPolicy(), cap=SpawnCap(20), env={})
+    gated = gate.apply(options)
+    assert gated.hooks is not None
+    pre = gated.hooks["PreToolUse"]
+    assert pre[0] is user and pre[1].matcher == "Agent" and pre[1].hooks == [gate.hook]
+    assert pre[1].timeout == gate.hook_timeout_s == 1810.0
+    assert gated.hooks["Stop"] == options.hooks["Stop"]  # type: ignore[index]
+    assert options.hooks["PreToolUse"] == [user]  # type: ignore[index]
+    assert gate.apply(gated) is gated
+    assert merge_hook(gated, gate.hook_matcher()) is gated
+    off = SpawnGate(SpawnPolicy(enabled=False), cap=SpawnCap(20))
+    assert off.apply(options) is options
+
+
+# -- the stream ------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("content", "is_error", "expected"),
+    [
+        ("Concurrent subagent limit reached. You can run 20 subagents at once.", True, "rejected"),
+        ("PreToolUse hook did not respond before its timeout (1s)", True, "rejected"),
+        ("PreToolUse:Agent hook error: spawn budget of 5 is used up", True, "denied"),
+        (
+            [{"type": "text", "text": "Async agent launched successfully.\nagentId: a1"}],
+            None,
+            "launched",
+        ),
+        ("the report", False, "finished"),
+        ("boom", True, "failed"),
+        (None, None, "finished"),
+    ],
+)
+def test_classify_agent_result(content: Any, is_error: Any, expected: str) -> None:
+    block = {"tool_use_id": "t", "content": content, "is_error": is_error}
+    assert classify_agent_result(block) == expected
+
+
+async def test_observe_frees_slots_from_the_stream() -> None:
+    from claude_agent_sdk import ToolResultBlock, UserMessage
+
+    gate, seen = gate_with(max_concurrent_agents=5)
+    for tid in ("t0", "t1", "t2"):
+        assert decision(await gate.hook(agent_input(), tid, {})) == "allow"
+    observe(
+        gate,
+        {
+            "type": "system",
+            "subtype": "task_started",
+            "task_id": "k0",
+            "tool_use_id": "t0",
+            "description": "t0",
+        },
+    )
+    observe(
+        gate,
+        {
+            "type": "system",
+            "subtype": "task_updated",
+            "task_id": "k0",
+            "patch": {"status": "killed"},
+        },
+    )
+    rejected = ToolResultBlock(
+        tool_use_id="t1", is_error=True, content="Concurrent subagent limit reached. Do not retry."
+    )
+    observe(gate, UserMessage(content=[rejected]))
+    observe(gate, object())
+    observe(gate, {"type": "system", "subtype": "task_started", "task_id": None})
+    by_id = {r.tool_use_id: r for r in gate.records()}
+    assert by_id["t0"].task_id == "k0" and by_id["t0"].ended_at is not None
+    assert by_id["t1"].status == "rejected" and "Concurrent subagent limit" in (
+        by_id["t1"].reason or ""
+    )
+    assert by_id["t2"].ended_at is None and gate.running == 1
+    assert isinstance(seen[-1], SpawnRejected)
+
+
+async def test_turns_follow_message_ids_when_the_tracker_names_them() -> None:
+    gate, _ = gate_with(max_agents_per_turn=2)
+    gate.note_message("m1", ["a", "b", "c"])
+    gate.note_message("m2", ["d"])
+    results = [decision(await gate.hook(agent_input(), t, {})) for t in "abcd"]
+    assert results == ["allow", "allow", "deny", "allow"]
+    assert [r.turn for r in gate.records()] == ["m1", "m1", "m1", "m2"]
+
+
+# -- policy ----------------------------------------------------------------------------------
+def test_spawn_policy_validates_with_clear_errors() -> None:
+    assert SpawnPolicy().reserve_for(10) == 2.0 and SpawnPolicy().reserve_for(600) == 30.0
+    assert SpawnPolicy(wrap_up_reserve_s=5).reserve_for(600) == 5
+    with pytest.raises(pydantic.ValidationError, match="greater than or equal to 1"):
+        SpawnPolicy(max_concurrent_agents=0)
+    with pytest.raises(pydantic.ValidationError, match="larger than spawn_budget"):
+        SpawnPolicy(spawn_budget=2, max_agents_per_turn=3)
+    with pytest.raises(pydantic.ValidationError, match="Extra inputs"):
+        SpawnPolicy(max_agents=3)  # type: ignore[call-arg]
+    with pytest.raises(pydantic.ValidationError):
+        SpawnPolicy(stagger_s=-1)

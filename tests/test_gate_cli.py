@@ -1,0 +1,199 @@
+"""The spawn gate on the real bundled CLI, driven by the scripted model.
+
+Each test runs ``claude_agent_sdk.query`` with ``gate.apply(options)`` and feeds every
+message to :func:`observe`, as the run's tracker will. What the model saw and when is read
+from the scripted server's recorded requests.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import anyio
+import pytest
+from claude_agent_sdk import ClaudeAgentOptions, ResultMessage
+from claude_agent_sdk import query as sdk_query
+
+from teamlead._run.gate import SpawnGate, merge_hook
+from teamlead._run.gate_cap import SpawnCap
+from teamlead._run.gate_events import GateEvent, SpawnQueued
+from teamlead._run.gate_stream import observe
+from teamlead.policy import SpawnPolicy
+from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing.scripts import FanOut, findings_in
+
+from .conftest import OfflineFactory
+
+pytestmark = [pytest.mark.anyio, pytest.mark.cli]
+
+
+async def run_gated(
+    gate: SpawnGate, options: ClaudeAgentOptions, prompt: str = "Investigate every part."
+) -> list[Any]:
+    """One run through the gate; the gate is closed at the end, as a run's driver does."""
+    messages: list[Any] = []
+    try:
+        with anyio.fail_after(100):
+            async for message in sdk_query(prompt=prompt, options=options):
+                observe(gate, message)
+                messages.append(message)
+    finally:
+        gate.close()
+    assert gate.errors == []
+    return messages
+
+
+def make_gate(events: list[GateEvent] | None = None, cap: int = 20, **policy: Any) -> SpawnGate:
+    return SpawnGate(
+        SpawnPolicy(**policy),
+        cap=SpawnCap(cap),
+        deadline_s=120,
+        on_event=events.append if events is not None else None,
+    )
+
+
+def lead_seen(server: ScriptedServer) -> set[str]:
+    """Every finding label that reached the lead in any request."""
+    return {label for r in server.recorded("lead") for label in findings_in(r.request.all_text)}
+
+
+def agents_run(server: ScriptedServer) -> set[str]:
+    return {r.request.agent.description for r in server.recorded("subagent") if r.request.agent}
+
+
+def tool_result_request(server: ScriptedServer) -> str:
+    """The lead request that carried the first message's tool results."""
+    for rec in server.recorded("lead"):
+        if rec.request.tool_uses_sent:
+            return rec.request.last_user_text
+    raise AssertionError("the lead never got its tool results")
+
+
+async def test_a_fan_out_of_24_all_runs_and_never_more_than_20_at_once(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(FanOut.of(24, delays=1.5))
+    events: list[GateEvent] = []
+    gate = make_gate(events)
+    await run_gated(gate, gate.apply(claude.options()))
+    assert agents_run(server) == {f"agent-{i}" for i in range(1, 25)}
+    assert server.max_concurrent("subagent") <= 20
+    assert sum(isinstance(e, SpawnQueued) for e in events) >= 4
+    assert [r.status for r in gate.records()] == ["admitted"] * 24
+    assert all(r.ended_at is not None for r in gate.records())
+    assert not any("Concurrent subagent limit" in r.request.all_text for r in server.recorded())
+    assert len(lead_seen(server)) == 24
+
+
+async def test_a_cap_of_3_keeps_3_in_flight_and_every_answer_reaches_the_lead(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(FanOut.of(8, delays=1.0))
+    gate = make_gate(max_concurrent_agents=3)
+    messages = await run_gated(gate, gate.apply(claude.options()))
+    assert 2 <= server.max_concurrent("subagent") <= 3
+    assert len(agents_run(server)) == 8
+    assert lead_seen(server) == {f"agent-{i}" for i in range(1, 9)}
+    assert any(isinstance(m, ResultMessage) for m in messages)
+    assert gate.running == 0
+
+
+async def test_a_spawn_budget_of_5_runs_5_and_the_lead_is_told_why_not_the_rest(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(FanOut.of(8, delays=0.5))
+    gate = make_gate(spawn_budget=5)
+    await run_gated(gate, gate.apply(claude.options()))
+    assert len(agents_run(server)) == 5
+    records = gate.records()
+    assert [r.status for r in records].count("admitted") == 5
+    denied = [r for r in records if r.status == "denied"]
+    assert len(denied) == 3 and {r.code for r in denied} == {"spawn_budget"}
+    told = tool_result_request(server)
+    assert told.count("PreToolUse:Agent hook error") == 3
+    assert told.count("spawn budget of 5 is used up") == 3
+
+
+async def test_the_per_message_limit_denies_the_rest_of_the_message(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(FanOut.of(4, delays=0.5))
+    gate = make_gate(max_agents_per_turn=2)
+    await run_gated(gate, gate.apply(claude.options()))
+    assert len(agents_run(server)) == 2
+    assert [r.status for r in gate.records()] == ["admitted", "admitted", "denied", "denied"]
+    assert len({r.turn for r in gate.records()}) == 1
+    assert tool_result_request(server).count("at most 2 agents may be started") == 2
+
+
+async def test_stagger_spaces_the_subagents_first_requests(offline: OfflineFactory) -> None:
+    stagger = 1.0
+    server, claude = offline(FanOut.of(4, delays=0.3))
+    gate = make_gate(stagger_s=stagger)
+    await run_gated(gate, gate.apply(claude.options()))
+    starts = sorted(r.started for r in server.recorded("subagent"))
+    assert len(starts) == 4
+    # the CLI's own spawn latency varies by a few hundred ms (its first spawn is the
+    # slowest); unstaggered, all four requests arrive within a few ms of each other
+    slack = 0.5
+    for k, start in enumerate(starts):
+        assert start - starts[0] >= k * stagger - slack, (k, [s - starts[0] for s in starts])
+    admitted = [r.admitted_at or 0.0 for r in gate.records()]
+    for k, at in enumerate(admitted):  # and the gate's own admissions are exact
+        assert at - admitted[0] >= k * stagger - 1e-3
+
+
+def nesting_script(req: ScriptedRequest) -> Reply:
+    """The lead delegates one agent, which tries to delegate again."""
+    if req.role == "subagent" and req.agent is not None:
+        if req.agent.description == "parent" and not req.tool_uses_sent:
+            return Reply.agents(AgentCall("child", "CHILD-TASK: look at the details."))
+        return Reply.text(f"FINDING[{req.agent.description}]: {req.last_user_text[-300:]}")
+    if req.role == "other":
+        return Reply.text("side reply")
+    if not req.tool_uses_sent:
+        return Reply.agents(AgentCall("parent", "PARENT-TASK: split this up if you like."))
+    return Reply.text(f"Lead saw: {req.last_user_text[-500:]}")
+
+
+async def test_a_nested_spawn_is_denied_at_depth_1(offline: OfflineFactory) -> None:
+    server, claude = offline(nesting_script)
+    gate = make_gate()
+    await run_gated(gate, gate.apply(claude.options()))
+    parent, child = gate.records()
+    assert parent.status == "admitted" and parent.depth == 1
+    assert child.status == "denied" and child.code == "depth" and child.depth == 2
+    assert child.parent_agent_id == parent.task_id is not None
+    assert agents_run(server) == {"parent"}
+    parent_requests = [r.request for r in server.recorded("subagent")]
+    assert any("may not start agents" in r.last_user_text for r in parent_requests)
+
+
+async def test_two_runs_share_one_process_wide_cap(offline: OfflineFactory, tmp_path: Any) -> None:
+    server, claude_a = offline(FanOut.of(3, delays=1.0))
+    claude_b = OfflineClaude(server.base_url, state_dir=tmp_path / "second")
+    cap = SpawnCap(2)
+    gates = [SpawnGate(SpawnPolicy(), cap=cap, deadline_s=120) for _ in range(2)]
+    async with anyio.create_task_group() as tg:
+        for gate, claude in zip(gates, (claude_a, claude_b), strict=True):
+            tg.start_soon(run_gated, gate, gate.apply(claude.options()))
+    subagent_requests = server.recorded("subagent")
+    assert len(subagent_requests) == 6
+    assert server.max_concurrent("subagent") <= 2
+    for gate in gates:
+        assert [r.status for r in gate.records()] == ["admitted"] * 3
+    assert cap.running == 0 and cap.waiting == 0
+
+
+async def test_a_hook_timeout_is_reported_as_rejected(offline: OfflineFactory) -> None:
+    server, claude = offline(FanOut.of(2, delays=4.0))
+    gate = make_gate(max_concurrent_agents=1)
+    options = merge_hook(claude.options(), gate.hook_matcher(timeout_s=1.0))
+    await run_gated(gate, options)
+    first, second = gate.records()
+    assert first.status == "admitted"
+    assert second.status == "rejected"
+    assert "timeout" in (second.reason or "") or "cancelled" in (second.reason or "")
+    assert "did not respond before its timeout" in tool_result_request(server)
+    assert len(agents_run(server)) == 1
+    assert gate.running == 0

@@ -1,0 +1,471 @@
+"""The loopback relay: pass-through, 429s held and retried, disconnects, deadlines, security.
+
+The upstream is the scripted server (or a raw socket that never answers). Governors pacing
+a Retry-After run on a FakeClock, so no test waits out a pause for real.
+"""
+
+from __future__ import annotations
+
+import http.client as http_client
+import json
+import logging
+import socket
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from functools import partial
+
+import anthropic
+import anyio
+import httpx2
+import psutil
+import pytest
+
+from teamlead._relay import (
+    RelayConfig,
+    RelayError,
+    classify,
+    relay_applicable,
+    shared_governor,
+    shared_relay,
+    start_relay,
+)
+from teamlead._relay.stats import RelayEvent
+from teamlead.clock import FakeClock
+from teamlead.events import ConcurrencyChanged, RateLimited
+from teamlead.governor import Governor, GovernorPolicy
+from teamlead.testing import Reply, ScriptedRequest, ScriptedServer
+
+pytestmark = pytest.mark.anyio
+
+KEY = "sk-ant-relay-secret-key-0123456789"
+MODEL = "claude-opus-5-5"
+
+
+@pytest.fixture
+def server_factory() -> Iterator[list[ScriptedServer]]:
+    started: list[ScriptedServer] = []
+    yield started
+    for server in started:
+        server.stop()
+
+
+def serve(started: list[ScriptedServer], script: object, **kwargs: object) -> ScriptedServer:
+    server = ScriptedServer(script, **kwargs).start()  # type: ignore[arg-type]
+    started.append(server)
+    return server
+
+
+def fake_governor(ceiling: int = 8) -> Governor:
+    return Governor(GovernorPolicy(ceiling=ceiling), clock=FakeClock())
+
+
+def body(model: str = MODEL, **extra: object) -> bytes:
+    return json.dumps(
+        {"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}], **extra}
+    ).encode()
+
+
+async def wait_until(predicate: Callable[[], bool], what: str) -> None:
+    """Poll a state with a deadline (it changes in other threads: no event to wait on)."""
+    with anyio.move_on_after(10):
+        while not predicate():  # noqa: ASYNC110 - state of another thread
+            await anyio.sleep(0.01)
+        return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def client(base_url: str) -> anthropic.AsyncAnthropic:
+    return anthropic.AsyncAnthropic(base_url=base_url, api_key=KEY, max_retries=0)
+
+
+@asynccontextmanager
+async def http() -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(timeout=10) as h:
+        yield h
+
+
+# -- pass-through ---------------------------------------------------------------------------
+
+
+async def test_the_anthropic_client_streams_through_the_relay(
+    server_factory: list[ScriptedServer],
+) -> None:
+    long = "The quick brown fox jumps over the lazy dog. " * 20
+    server = serve(server_factory, lambda req: Reply.text(long))
+    async with start_relay(server.base_url, fake_governor()) as relay:
+        async with (
+            client(relay.base_url) as c,
+            c.messages.stream(
+                model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+            ) as stream,
+        ):
+            message = await stream.get_final_message()
+        assert relay.governor.total_in_flight == 0
+        summary = relay.summary()
+    assert message.content[0].text == long  # type: ignore[union-attr]
+    assert message.stop_reason == "end_turn"
+    assert (summary.requests, summary.absorbed, summary.passed) == (1, 0, 0)
+    assert summary.buckets[0].key == f"anthropic/{MODEL}"
+
+
+async def test_headers_reach_the_upstream_unchanged(server_factory: list[ScriptedServer]) -> None:
+    server = serve(server_factory, lambda req: Reply.text("ok"))
+    sent = {
+        "x-api-key": KEY,
+        "anthropic-version": "2023-06-01",
+        "anthropic-beta": "interleaved-thinking-2025-05-14",
+        "user-agent": "claude-cli/2.1.332 (external, sdk-py)",
+        "x-custom": "Mixed Case Value",
+    }
+    async with start_relay(server.base_url, fake_governor()) as relay, http() as h:
+        direct = await h.post(
+            server.base_url + "/v1/messages?beta=true", content=body(), headers=sent
+        )
+        relayed = await h.post(
+            relay.base_url + "/v1/messages?beta=true", content=body(), headers=sent
+        )
+    assert relayed.status_code == direct.status_code == 200
+    got_direct, got_relayed = ({k.lower(): v for k, v in r.headers} for r in server.recorded())
+    for name, value in sent.items():
+        assert got_relayed[name] == value
+    # the same headers with the same values, but the hop-by-hop ones (names are
+    # case-insensitive; ASGI lowercases them)
+    hop = {"host", "connection"}
+    assert {k: v for k, v in got_relayed.items() if k not in hop} == {
+        k: v for k, v in got_direct.items() if k not in hop
+    }
+    assert json.loads(relayed.content)["content"] == json.loads(direct.content)["content"]
+
+
+async def test_error_bodies_and_statuses_are_passed_on(
+    server_factory: list[ScriptedServer],
+) -> None:
+    server = serve(server_factory, lambda req: Reply.error(400, message="bad max_tokens"))
+    async with start_relay(server.base_url, fake_governor()) as relay, http() as h:
+        direct = await h.post(server.base_url + "/v1/messages", content=body())
+        relayed = await h.post(relay.base_url + "/v1/messages", content=body())
+        assert relay.governor.total_in_flight == 0
+    assert relayed.status_code == 400
+    assert relayed.json()["error"] == direct.json()["error"]
+    assert relayed.json()["error"]["message"] == "bad max_tokens"
+    assert relayed.headers["content-type"] == "application/json"
+
+
+async def test_sse_chunks_are_forwarded_as_they_come(server_factory: list[ScriptedServer]) -> None:
+    gate = threading.Event()
+
+    def script(req: ScriptedRequest) -> Reply:
+        return Reply.text("x" * 96, chunk_delay=0.2)
+
+    server = serve(server_factory, script)
+    async with (
+        start_relay(server.base_url, fake_governor()) as relay,
+        http() as h,
+        h.stream("POST", relay.base_url + "/v1/messages", content=body(stream=True)) as r,
+    ):
+        assert r.headers["content-type"].startswith("text/event-stream")
+        seen = 0
+        async for chunk in r.aiter_raw():
+            seen += chunk.count(b"text_delta")
+            if seen == 1:
+                # the first delta is here while the upstream still writes the rest
+                assert server.recorded()[0].finished is None
+                gate.set()
+    assert gate.is_set() and seen == 4
+
+
+# -- 429 and 529 ------------------------------------------------------------------------------
+
+
+async def test_a_429_is_held_and_retried_so_the_client_never_sees_it(
+    server_factory: list[ScriptedServer],
+) -> None:
+    replies = iter([Reply.error(429, retry_after=2), Reply.text("after the pause")])
+    server = serve(server_factory, lambda req: next(replies))
+    events: list[RelayEvent] = []
+    governor = fake_governor()
+    async with start_relay(server.base_url, governor, on_event=events.append) as relay:
+        async with client(relay.base_url) as c:
+            reply = await c.messages.create(
+                model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+            )
+        summary = relay.summary()
+    assert reply.content[0].text == "after the pause"  # type: ignore[union-attr]
+    assert [r.status for r in server.recorded()] == [429, 200]
+    assert governor._clock.monotonic() >= 2.0  # type: ignore[attr-defined]
+    limited = [e for e in events if isinstance(e, RateLimited)]
+    assert [(e.outcome, e.status, e.retry_after_s, e.role) for e in limited] == [
+        ("absorbed", 429, 2.0, "other")
+    ]
+    assert any(isinstance(e, ConcurrencyChanged) and e.reason == "rate_limited" for e in events)
+    assert (summary.absorbed, summary.passed, summary.buckets[0].rate_limited) == (1, 0, 1)
+
+
+async def test_past_the_bound_the_429_is_passed_on_with_its_body(
+    server_factory: list[ScriptedServer],
+) -> None:
+    server = serve(server_factory, lambda req: Reply.error(429, retry_after=1))
+    config = RelayConfig(max_retries=2)
+    async with start_relay(server.base_url, fake_governor(), config=config) as relay, http() as h:
+        r = await h.post(relay.base_url + "/v1/messages", content=body())
+        summary = relay.summary()
+        assert relay.governor.total_in_flight == 0
+    assert r.status_code == 429
+    assert r.headers["retry-after"] == "1"
+    assert r.json()["error"]["type"] == "rate_limit_error"
+    assert len(server.recorded()) == 3
+    assert (summary.absorbed, summary.passed) == (2, 1)
+
+
+async def test_a_529_is_passed_on_at_once_and_feeds_the_governor(
+    server_factory: list[ScriptedServer],
+) -> None:
+    server = serve(server_factory, lambda req: Reply.error(529))
+    governor = fake_governor(ceiling=8)
+    async with start_relay(server.base_url, governor) as relay, http() as h:
+        r = await h.post(relay.base_url + "/v1/messages", content=body())
+        summary = relay.summary()
+    assert r.status_code == 529
+    assert r.json()["error"]["type"] == "overloaded_error"
+    assert len(server.recorded()) == 1
+    assert governor.state(f"anthropic/{MODEL}").cap == 6
+    assert governor.journal[-1].reason == "overloaded"
+    assert (summary.overloaded, summary.passed, summary.absorbed) == (1, 1, 0)
+
+
+async def test_the_lead_is_served_before_queued_subagents(
+    server_factory: list[ScriptedServer],
+) -> None:
+    order: list[str] = []
+    release = threading.Event()
+
+    def script(req: ScriptedRequest) -> Reply:
+        order.append(req.first_user_text)
+        if req.first_user_text == "first":
+            release.wait(10)  # holds the only slot until everyone queued
+        return Reply.text("ok")
+
+    server = serve(server_factory, script)
+    sub_system = [{"type": "text", "text": "x-anthropic-billing-header: cc_is_subagent=true;"}]
+
+    def sub(text: str) -> bytes:
+        return json.dumps(
+            {
+                "model": MODEL,
+                "max_tokens": 5,
+                "system": sub_system,
+                "stream": False,
+                "messages": [{"role": "user", "content": text}],
+            }
+        ).encode()
+
+    lead = json.dumps(
+        {
+            "model": MODEL,
+            "max_tokens": 5,
+            "tools": [{"name": "Agent"}],
+            "messages": [{"role": "user", "content": "lead"}],
+        }
+    ).encode()
+    # the real clock: on a FakeClock every queued waiter's slot timeout would pass at once
+    governor = Governor(GovernorPolicy(ceiling=1))
+    async with start_relay(server.base_url, governor) as relay, http() as h:
+        url = relay.base_url + "/v1/messages"
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(partial(h.post, url, content=sub("first")))
+            await wait_until(lambda: order == ["first"], "the first request")
+            for n in range(3):
+                tg.start_soon(partial(h.post, url, content=sub(f"sub-{n}")))
+            await wait_until(lambda: governor.state(f"anthropic/{MODEL}").waiting == 3, "queue")
+            tg.start_soon(partial(h.post, url, content=lead))
+            await wait_until(lambda: governor.state(f"anthropic/{MODEL}").waiting == 4, "lead")
+            release.set()
+    assert order[:2] == ["first", "lead"]
+    assert classify(lead).role == "lead" and classify(sub("x")).role == "subagent"
+
+
+# -- disconnects and deadlines ----------------------------------------------------------------
+
+
+async def test_a_client_disconnect_cancels_upstream_and_frees_the_slot(
+    server_factory: list[ScriptedServer],
+) -> None:
+    server = serve(server_factory, lambda req: Reply.text("y" * 2400, chunk_delay=0.05))
+    governor = fake_governor()
+    async with start_relay(server.base_url, governor) as relay:
+        async with (
+            http() as h,
+            h.stream("POST", relay.base_url + "/v1/messages", content=body(stream=True)) as r,
+        ):
+            async for _ in r.aiter_raw():
+                break  # read one chunk, then hang up
+        await wait_until(lambda: governor.total_in_flight == 0, "the slot")
+        await wait_until(lambda: server.recorded()[0].finished is not None, "upstream")
+    record = server.recorded()[0]
+    assert record.status == 499  # the upstream write failed: the relay hung up too
+    assert record.finished is not None
+
+
+async def test_a_hung_upstream_is_bounded_by_the_read_deadline() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        upstream = f"http://127.0.0.1:{sock.getsockname()[1]}"
+        config = RelayConfig(read_timeout_s=0.3, connect_timeout_s=1)
+        governor = fake_governor()
+        async with start_relay(upstream, governor, config=config) as relay, http() as h:
+            r = await h.post(relay.base_url + "/v1/messages", content=body())
+            assert governor.total_in_flight == 0
+    assert r.status_code == 504
+    assert r.json()["error"]["type"] == "api_error"
+
+
+async def test_an_unreachable_upstream_is_a_502() -> None:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]  # bound, never listening: connection refused
+        async with start_relay(f"http://127.0.0.1:{port}", fake_governor()) as relay, http() as h:
+            r = await h.post(relay.base_url + "/v1/messages", content=body())
+    assert r.status_code == 502
+
+
+# -- security ---------------------------------------------------------------------------------
+
+
+def raw_request(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as conn:
+        conn.sendall(data)
+        return conn.recv(65536)
+
+
+async def test_refuses_wrong_prefix_other_host_absolute_uri_and_connect(
+    server_factory: list[ScriptedServer],
+) -> None:
+    server = serve(server_factory, lambda req: Reply.text("never"))
+    async with start_relay(server.base_url, fake_governor()) as relay, http() as h:
+        root = f"http://127.0.0.1:{relay.port}"
+        prefix = relay.base_url.rsplit("/", 1)[1]
+        wrong = await h.post(root + "/not-the-prefix/v1/messages", content=body())
+        bare = await h.post(root + "/v1/messages", content=body())
+        partial = await h.post(f"{root}/{prefix[:-1]}/v1/messages", content=body())
+        other_host = await h.post(
+            relay.base_url + "/v1/messages", content=body(), headers={"host": "evil.example:80"}
+        )
+        absolute = await anyio.to_thread.run_sync(
+            raw_request,
+            relay.port,
+            f"POST http://127.0.0.1:{relay.port}/{prefix}/v1/messages HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{relay.port}\r\nContent-Length: 2\r\n\r\n{{}}".encode(),
+        )
+        connect = await anyio.to_thread.run_sync(
+            raw_request,
+            relay.port,
+            b"CONNECT api.anthropic.com:443 HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n\r\n" % relay.port,
+        )
+    assert (wrong.status_code, bare.status_code, partial.status_code) == (404, 404, 404)
+    assert other_host.status_code == 421
+    assert absolute.split(b" ", 2)[1] in (b"400", b"404")
+    assert connect.split(b" ", 2)[1] in (b"400", b"405")
+    assert server.recorded() == []  # nothing refused reached the upstream
+
+
+async def test_binds_loopback_only(server_factory: list[ScriptedServer]) -> None:
+    server = serve(server_factory, lambda req: Reply.text("x"))
+    async with start_relay(server.base_url, fake_governor()) as relay:
+        mine = [
+            c.laddr
+            for c in psutil.Process().net_connections(kind="tcp")
+            if c.status == psutil.CONN_LISTEN and c.laddr.port == relay.port
+        ]
+        assert relay.base_url.startswith(f"http://127.0.0.1:{relay.port}/")
+    assert [addr.ip for addr in mine] == ["127.0.0.1"]
+
+
+async def test_no_key_in_any_log_event_or_summary(
+    server_factory: list[ScriptedServer], caplog: pytest.LogCaptureFixture
+) -> None:
+    replies = iter(
+        [Reply.error(429, retry_after=1), Reply.text("ok"), Reply.error(529), Reply.error(401)]
+    )
+    server = serve(server_factory, lambda req: next(replies))
+    events: list[RelayEvent] = []
+    config = RelayConfig(max_retries=1)
+    with caplog.at_level(logging.DEBUG):
+        async with start_relay(
+            server.base_url, fake_governor(), config=config, on_event=events.append
+        ) as relay:
+            for path in ("/v1/messages",) * 3 + ("/nope",):
+                await anyio.to_thread.run_sync(quiet_post, relay.base_url + path)
+            summary = relay.summary()
+            prefix = relay.base_url.rsplit("/", 1)[1]
+    assert events and summary.requests == 4
+    text = caplog.text + "".join(e.to_json() for e in events) + summary.model_dump_json()
+    assert KEY not in text
+    assert prefix not in text  # the path prefix is a secret too
+
+
+def quiet_post(url: str) -> int:
+    """POST with the key from a client that logs nothing itself (http.client)."""
+    parts = httpx2.URL(url)
+    conn = http_client.HTTPConnection(parts.host, parts.port, timeout=10)
+    try:
+        conn.request("POST", parts.raw_path.decode(), body(), {"x-api-key": KEY})
+        return conn.getresponse().status
+    finally:
+        conn.close()
+
+
+# -- applicability and the shared instance -----------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("env", "ok", "fragment"),
+    [
+        ({}, True, None),
+        ({"ANTHROPIC_BASE_URL": "http://127.0.0.1:8080/proxy"}, True, None),
+        ({"CLAUDE_CODE_USE_BEDROCK": "1"}, False, "Bedrock (CLAUDE_CODE_USE_BEDROCK)"),
+        ({"CLAUDE_CODE_USE_VERTEX": "true"}, False, "Vertex (CLAUDE_CODE_USE_VERTEX)"),
+        ({"CLAUDE_CODE_USE_VERTEX": "0"}, True, None),
+        ({"ANTHROPIC_BASE_URL": "unix:///tmp/api.sock"}, False, "not an http(s) URL"),
+        ({"ANTHROPIC_BASE_URL": "ftp://example.com"}, False, "not an http(s) URL"),
+    ],
+)
+def test_relay_applicable(env: dict[str, str], ok: bool, fragment: str | None) -> None:
+    result = relay_applicable(env)
+    assert result.ok is ok
+    assert result.upstream == (env.get("ANTHROPIC_BASE_URL") or "https://api.anthropic.com")
+    if fragment is None:
+        assert result.note is None
+    else:
+        assert result.note is not None and fragment in result.note
+        assert "\n" not in result.note
+
+
+async def test_concurrent_runs_share_one_relay_and_one_governor(
+    server_factory: list[ScriptedServer],
+) -> None:
+    server = serve(server_factory, lambda req: Reply.text("ok"))
+    async with shared_relay(server.base_url) as one, shared_relay(server.base_url) as two:
+        assert one.relay is two.relay
+        assert one.relay.governor is shared_governor()
+        assert one.base_url != two.base_url
+        async with http() as h:
+            for _ in range(2):
+                await h.post(one.base_url + "/v1/messages", content=body())
+            await h.post(two.base_url + "/v1/messages", content=body())
+        assert (one.summary().requests, two.summary().requests) == (2, 1)
+        assert one.relay.summary().requests == 3
+        port = one.relay.port
+    with pytest.raises(OSError):  # stopped when the last run left
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+async def test_a_relay_that_cannot_start_is_a_relay_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise OSError(98, "Address already in use")
+
+    monkeypatch.setattr(socket.socket, "bind", refuse)
+    with pytest.raises(RelayError, match="cannot listen on 127.0.0.1"):
+        async with start_relay("http://127.0.0.1:9"):
+            pass

@@ -1,0 +1,99 @@
+"""The real CLI through the relay, against a scripted model with a hidden concurrency limit.
+
+24 Agent calls in one message, each subagent needing 1 s, and a limit of 3 concurrent
+subagent streams (429 with ``retry-after: 1`` past it). ``CLAUDE_CODE_MAX_RETRIES=0``: any
+429 that reached the CLI would fail a subagent, so every finding arriving proves the relay
+absorbed them.
+"""
+
+from __future__ import annotations
+
+import collections
+from pathlib import Path
+
+import pytest
+from claude_agent_sdk import ResultMessage, query
+
+from teamlead._relay import RELAY_POLICY, start_relay
+from teamlead._relay.stats import RelayEvent
+from teamlead.events import RateLimited
+from teamlead.governor import Governor, GovernorPolicy, Slot
+from teamlead.testing import OfflineClaude, ScriptedServer
+from teamlead.testing.scripts import FanOut, findings_in
+
+pytestmark = [pytest.mark.anyio, pytest.mark.cli]
+
+AGENTS = 24
+LIMIT = 3
+
+
+class WatchedGovernor(Governor):
+    """Records, for every grant, which lower-priority callers were already queued."""
+
+    def __init__(self, policy: GovernorPolicy) -> None:
+        super().__init__(policy)
+        self.queued: dict[int, int] = {}
+        self.grants: list[tuple[int, int, set[int]]] = []
+        self._ids = 0
+
+    async def acquire(
+        self,
+        key: str,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - the governor's signature
+        priority: int = 0,
+    ) -> Slot:
+        self._ids += 1
+        me = self._ids
+        behind = {other for other, p in self.queued.items() if p < priority}
+        self.queued[me] = priority
+        try:
+            slot = await super().acquire(key, timeout=timeout, priority=priority)
+        finally:
+            del self.queued[me]
+        self.grants.append((me, priority, behind))
+        return slot
+
+
+async def test_a_storm_of_24_subagents_through_the_relay_loses_nothing(tmp_path: Path) -> None:
+    governor = WatchedGovernor(RELAY_POLICY)
+    events: list[RelayEvent] = []
+    script = FanOut.of(AGENTS, delays=1.0)
+    with ScriptedServer(
+        script, concurrency_limit=LIMIT, retry_after=1, limit_roles={"subagent"}
+    ) as server:
+        async with start_relay(server.base_url, governor, on_event=events.append) as relay:
+            env = {"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(AGENTS)}
+            claude = OfflineClaude(relay.base_url, state_dir=tmp_path, max_retries=0, env=env)
+            results = [
+                m
+                async for m in query(prompt="Investigate 24 parts.", options=claude.options())
+                if isinstance(m, ResultMessage)
+            ]
+            summary = relay.summary()
+    # every subagent's finding reached the lead's final answer
+    assert sorted(findings_in(results[-1].result or "")) == sorted(
+        f"agent-{n}" for n in range(1, AGENTS + 1)
+    )
+    assert not results[-1].is_error
+    # at most one 429 per subagent, none passed on to the CLI
+    rejected = collections.Counter(
+        r.request.agent.description
+        for r in server.recorded("subagent")
+        if r.status == 429 and r.request.agent is not None
+    )
+    assert sum(rejected.values()) <= AGENTS
+    assert max(rejected.values(), default=0) <= 1
+    assert summary.passed == 0 and summary.absorbed == sum(rejected.values())
+    limited = [e for e in events if isinstance(e, RateLimited)]
+    assert all(e.outcome == "absorbed" and e.role == "subagent" for e in limited)
+    # the limit was learnt: never more than 3 subagent streams admitted at once
+    assert summary.buckets[0].limit == LIMIT
+    # the lead was never starved: each of its requests went before every subagent request
+    # that was already queued when it arrived
+    order = {me: n for n, (me, _, _) in enumerate(governor.grants)}
+    lead_grants = [(me, behind) for me, priority, behind in governor.grants if priority >= 2]
+    assert len(lead_grants) >= 2
+    for me, behind in lead_grants:
+        assert all(order[other] > order[me] for other in behind)
+    assert all(r.status == 200 for r in server.recorded("lead"))

@@ -1,0 +1,113 @@
+"""One round (teamlead._run.round) and the clock's deadline scope (teamlead.clock.move_on_at).
+
+A round yields only the stream's own messages; its outcome is read once the stream has
+ended. Deadlines run on the injected :class:`~teamlead.clock.FakeClock`, so no test here
+waits for real time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import pytest
+
+from teamlead._run.round import Round
+from teamlead.clock import SYSTEM_CLOCK, FakeClock, move_on_at
+from teamlead.policy import Policy
+from teamlead.tracker import Tracker
+
+pytestmark = pytest.mark.anyio
+
+SESSION = "d6b404c3-7aec-40d7-9803-56ebb9cb00ba"
+
+
+def result(text: str, *, is_error: bool = False, status: int | None = None) -> dict[str, Any]:
+    return {
+        "type": "result",
+        "subtype": "success",
+        "is_error": is_error,
+        "result": text,
+        "session_id": SESSION,
+        "num_turns": 1,
+        "total_cost_usd": 0.25,
+        "api_error_status": status,
+    }
+
+
+async def stream(*messages: Any, hang: anyio.Event | None = None) -> AsyncIterator[Any]:
+    for message in messages:
+        yield message
+    if hang is not None:
+        hang.set()
+        await anyio.sleep_forever()
+
+
+def make_round(agen: AsyncIterator[Any], clock: FakeClock, **kwargs: Any) -> Round:
+    policy = kwargs.pop("policy", Policy(deadline_s=60.0))
+    return Round(
+        agen,
+        tracker=Tracker(),
+        policy=policy,
+        clock=clock,
+        deadline=clock.monotonic() + policy.deadline_s,
+        **kwargs,
+    )
+
+
+async def test_a_round_yields_only_the_streams_messages_then_exposes_its_outcome() -> None:
+    messages = [{"type": "system", "subtype": "init", "session_id": SESSION}, result("Answer")]
+    this_round = make_round(stream(*messages), FakeClock())
+    with pytest.raises(RuntimeError):
+        _ = this_round.outcome  # not before the stream has ended
+    assert [m async for m in this_round] == messages
+    outcome = this_round.outcome
+    assert (outcome.ok, outcome.error, outcome.error_kind) == (True, None, None)
+    assert outcome.cost_usd == 0.25 and [r.text for r in outcome.results] == ["Answer"]
+
+
+async def test_an_error_result_is_a_transient_failure_of_the_round() -> None:
+    this_round = make_round(stream(result("Overloaded", is_error=True, status=529)), FakeClock())
+    _ = [m async for m in this_round]
+    outcome = this_round.outcome
+    assert not outcome.ok and outcome.transient and outcome.error_kind == "result"
+    assert outcome.error == "API error 529: Overloaded"
+
+
+async def test_a_hung_stream_ends_when_the_injected_clock_passes_the_deadline() -> None:
+    clock, hung = FakeClock(), anyio.Event()
+    this_round = make_round(stream(result("Ack"), hang=hung), clock)
+
+    async def pass_the_deadline() -> None:
+        await hung.wait()
+        clock.advance(60.0)
+
+    with anyio.fail_after(10):  # a guard: a hang here is the bug under test
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(pass_the_deadline)
+            seen = [m async for m in this_round]
+
+    assert [m["result"] for m in seen] == ["Ack"]
+    outcome = this_round.outcome
+    assert not outcome.ok and outcome.error_kind == "deadline"
+    assert outcome.error == "deadline of 60 s reached"
+
+
+async def test_fake_clock_scope_ends_only_when_virtual_time_reaches_its_deadline() -> None:
+    clock = FakeClock(start=100.0)
+    with move_on_at(clock, 105.0) as scope:
+        clock.advance(4.0)
+        await anyio.lowlevel.checkpoint()  # still inside: 104 < 105
+        await clock.sleep(1.0)  # virtual time reaches 105: the scope ends here
+        pytest.fail("the scope should have been cancelled")
+    assert scope.cancelled_caught and clock.monotonic() == 105.0
+    with move_on_at(clock, 100.0) as scope:  # already past: cancelled at the first checkpoint
+        await anyio.lowlevel.checkpoint()
+    assert scope.cancelled_caught
+
+
+async def test_other_clocks_get_the_event_loop_timer() -> None:
+    with move_on_at(SYSTEM_CLOCK, SYSTEM_CLOCK.monotonic() - 1.0) as scope:
+        await anyio.lowlevel.checkpoint()  # a deadline already passed ends at once
+    assert scope.cancelled_caught
