@@ -13,10 +13,11 @@ import pytest
 
 from teamlead.errors import UsageError
 from teamlead.experiment.commands import TAIL_CHARS, command_env, output_name, run_command
+from teamlead.experiment.html import render_html
 from teamlead.experiment.metrics import METRICS
 from teamlead.experiment.records import TrialRecord
 from teamlead.experiment.render import render_markdown
-from teamlead.experiment.report import build_report
+from teamlead.experiment.report import build_report, upgrade_report_json
 from teamlead.experiment.spec import parse_spec
 from teamlead.experiment.steps import DEFAULT_TIMEOUT_S, PrimaryMetric
 from teamlead.experiment.workspace import (
@@ -235,7 +236,10 @@ def test_passed_is_reported_like_parallel_and_can_be_primary() -> None:
     report = build_report(records, control="base", primary="passed", n_permutations=500)
     data = report.to_json()
     assert data["variants"]["new"]["passed_rate"]["estimate"] == 1.0
-    assert set(data["variants"]["new"]["passed_rate"]) == {"estimate", "ci_low", "ci_high"}
+    assert set(data["variants"]["new"]["passed_rate"]) == set(
+        data["variants"]["new"]["parallel_rate"]
+    )
+    assert (data["version"], data["primary_metric"]) == (2, "passed")
     passed = next(c for c in report.comparisons if c.metric == "passed")
     assert (passed.correction, passed.verdict) == ("holm", "better")
     parallel = next(c for c in report.comparisons if c.metric == "parallel")
@@ -243,6 +247,12 @@ def test_passed_is_reported_like_parallel_and_can_be_primary() -> None:
     assert data["tasks"]["t0"]["new"]["passed_rate"] == 1.0
     text = render_markdown(report)
     assert "passed rate" in text and "shared directory" in text
+    assert "Primary metric: passed (Holm)" in text
+    page = render_html(report, records)
+    assert "passed rate" in page and "primary metric passed" in page
+    assert page.count(", check passed</summary>") == 12  # every trial of "new"
+    old = {k: v for k, v in data.items() if k != "primary_metric"}
+    assert upgrade_report_json(old)["primary_metric"] == "parallel"
 
     # Without a check on every trial, passed is not analysed and the primary falls back.
     partial = [*records[:-1], records[-1].model_copy(update={"passed": None})]

@@ -78,15 +78,36 @@ def experiment_run(spec_path: str, out_dir: str, quiet: bool, keep_workspaces: b
     "--seed", type=int, default=0, show_default=True, help="Seed for bootstrap and permutations."
 )
 @option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False),
+    help="Also write a self-contained HTML report (charts, sortable tables, trial drill-down).",
+)
 @handle_errors
 def experiment_report(
-    out_dir: str, json_: bool, out_file: str | None, control: str | None, seed: int, no_plots: bool
+    out_dir: str,
+    json_: bool,
+    out_file: str | None,
+    control: str | None,
+    seed: int,
+    no_plots: bool,
+    html_file: str | None,
 ) -> None:
-    """Statistics for the trials in DIR: rates, paired comparisons, verdicts, plots."""
+    """Statistics for the trials in DIR: rates, paired comparisons, verdicts, plots.
+
+    Writes report.md, report.json and PNG plots into DIR (plots need the plots extra);
+    with --json it writes nothing and prints the JSON, unless --out or --html ask for a file.
+    """
     from .progress import report_for
 
     _, text, warnings = report_for(
-        Path(out_dir), control=control, seed=seed, json_=json_, plots=not no_plots
+        Path(out_dir),
+        control=control,
+        seed=seed,
+        json_=json_,
+        plots=not no_plots,
+        html=Path(html_file) if html_file else None,
     )
     for warning in warnings:
         click.echo(f"teamlead: warning: {warning}", err=True)

@@ -100,9 +100,24 @@ def run_with_progress(
 
 
 def report_for(
-    out_dir: Path, *, control: str | None, seed: int, json_: bool, plots: bool
+    out_dir: Path,
+    *,
+    control: str | None,
+    seed: int,
+    json_: bool,
+    plots: bool,
+    html: Path | None = None,
 ) -> tuple[Report, str, list[str]]:
-    """Build the report of ``out_dir``; returns (report, text to print, warnings)."""
+    """Build the report of ``out_dir``; returns (report, text to print, warnings).
+
+    The Markdown form also writes ``report.md``, ``report.json`` and, when matplotlib is
+    installed, the PNG plots into ``out_dir`` (without matplotlib they are skipped with a
+    warning naming the extra). ``json_`` writes nothing: the JSON goes to stdout only.
+    ``html`` writes the self-contained HTML report there.
+    """
+    from ..experiment.html import render_html
+    from ..experiment.plots import matplotlib_available
+
     path = out_dir / "trials.jsonl"
     if not path.exists():
         raise UsageError(
@@ -132,6 +147,18 @@ def report_for(
         seed=seed,
         primary=primary if isinstance(primary, str) else PRIMARY_METRIC,
     )
-    write_report(out_dir, report, plots=plots)
+    if not json_:
+        with_plots = plots and matplotlib_available()
+        if plots and not with_plots:
+            warnings.append(
+                "plots skipped: matplotlib is not installed; "
+                "pip install 'teamlead[plots]' to get them"
+            )
+        write_report(out_dir, report, plots=with_plots)
+    if html is not None:
+        try:
+            html.write_text(render_html(report, read.records), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {html}: {exc.strerror or exc}") from None
     text = render_json(report) if json_ else render_markdown(report)
     return report, text, warnings

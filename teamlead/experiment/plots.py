@@ -26,7 +26,16 @@ if TYPE_CHECKING:
 
     from .report import Report
 
-__all__ = ["require_matplotlib", "write_plots"]
+__all__ = ["matplotlib_available", "require_matplotlib", "write_plots"]
+
+
+def matplotlib_available() -> bool:
+    """Whether matplotlib can be imported (the ``plots`` extra is installed)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def require_matplotlib() -> None:

@@ -77,10 +77,11 @@ class TrialRecord(BaseModel):
     out (they pointed outside). ``setup`` and ``check`` are the commands' runs;
     ``passed`` is the check's verdict (None without a check).
 
-    Unknown fields (from a newer writer) are kept, not dropped.
+    Unknown fields (from a newer writer) are kept, not dropped. NaN and infinite numbers
+    are rejected: no statistic can use them.
     """
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
     version: int = RECORD_VERSION
     variant: str = Field(min_length=1)
@@ -111,6 +112,7 @@ class TrialRecord(BaseModel):
     prompt_name: str | None = None
     prompt_version: str | None = None
     prompt_sha256: str | None = None
+    prompt_source: str | None = None
     model: str | None = None
     sdk_version: str | None = None
     cli_version: str | None = None
@@ -199,10 +201,16 @@ def _upgrade(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a finite number")
+
+
 def read_records(path: str | Path, *, missing_ok: bool = False) -> ReadResult:
     """Read a ``trials.jsonl`` file, skipping (and reporting) lines that don't parse.
 
-    A torn or hand-edited line never costs the other records. Blank lines are ignored.
+    A torn or hand-edited line never costs the other records. Blank lines are ignored. A
+    line with ``NaN`` or ``Infinity`` (JSON extensions Python accepts) is rejected with its
+    line number, as is a value too large for a float.
 
     Args:
         path: the file.
@@ -231,7 +239,7 @@ def read_records(path: str | Path, *, missing_ok: bool = False) -> ReadResult:
         if not raw_line.strip():
             continue
         try:
-            raw = json.loads(raw_line.decode("utf-8"))
+            raw = json.loads(raw_line.decode("utf-8"), parse_constant=_no_constant)
             if not isinstance(raw, dict):
                 raise ValueError("not a JSON object")
             records.append(TrialRecord.model_validate(_upgrade(raw)))

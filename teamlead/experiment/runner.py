@@ -255,6 +255,7 @@ async def _lead_trial(
         prompt_name=strategy.meta.name,
         prompt_version=strategy.meta.version,
         prompt_sha256=strategy.sha256,
+        prompt_source=strategy.source,
         model=spec.model_for(variant),
         sdk_version=sdk_version,
         cli_version=cli,
