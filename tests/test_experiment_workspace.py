@@ -19,11 +19,15 @@ import anyio
 import pytest
 
 from teamlead._cli.progress import report_for
-from teamlead.experiment.records import finished_keys, read_records
+from teamlead.experiment.records import TrialKey, finished_keys, read_records
 from teamlead.experiment.render import render_markdown
 from teamlead.experiment.report import build_report
-from teamlead.experiment.runner import run_experiment
+from teamlead.experiment.runner import run_experiment, run_one_trial
 from teamlead.experiment.spec import parse_spec
+from teamlead.experiment.trial import Outcome
+from teamlead.experiment.workspace import Workspaces
+from teamlead.policy import Policy
+from teamlead.prompts import load_strategy
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, ToolUse
 from teamlead.testing.scripts import ToolSteps, bash, working_directory, write
 
@@ -301,3 +305,36 @@ def test_ctrl_c_on_experiment_run_removes_every_worktree(tmp_path: Path) -> None
     assert len(_git(repo, "worktree", "list").splitlines()) == 1, err
     assert [p.name for p in (tmp_path / "tmp").iterdir() if "teamlead-ws" in p.name] == []
     assert _snapshot(repo) == before
+
+
+@pytest.mark.cli
+def test_run_one_trial_makes_the_workspace_where_it_runs(tmp_path: Path) -> None:
+    """What a remote worker (a Ray task) calls: a fresh Workspaces in its own process."""
+
+    repo = _make_repo(tmp_path / "repo")
+    spec = parse_spec(_spec('cwd = "repo"\ncheck = "test -f made.txt"', tasks=1), base_dir=tmp_path)
+    strategies = {v.name: load_strategy(v.strategy) for v in spec.variants}
+    script = ToolSteps([lambda req: [bash("echo x > made.txt && pwd")]])
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+
+        async def worker() -> Outcome:
+            workspaces = Workspaces(base_dir=tmp_path / "ws")  # made on the worker
+            return await run_one_trial(
+                TrialKey("delegation", "task-0", 0),
+                spec,
+                claude.options(),
+                strategies,
+                Policy(),
+                1,
+                workspaces=workspaces,
+                out_dir=tmp_path / "worker-out",
+            )
+
+        record, infra, _ = anyio.run(worker)
+    assert not infra
+    assert record.passed is True and record.workspace == "worktree"
+    assert str(tmp_path / "ws") in record.final_text
+    assert (tmp_path / "worker-out" / str(record.check.output_file)).is_file()
+    assert not (repo / "made.txt").exists()
+    assert list((tmp_path / "ws").iterdir()) == []

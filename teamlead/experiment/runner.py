@@ -42,7 +42,7 @@ from ..prompts import Strategy, apply_strategy, load_strategy
 from ..tracker import Tracker
 from .records import TrialKey, TrialRecord, TrialWriter, finished_keys
 from .spec import ExperimentSpec, GraderSpec, TaskSpec, VariantSpec
-from .trial import run_trial, trial_source
+from .trial import Outcome, run_trial, trial_source
 from .workspace import Workspaces
 
 __all__ = [
@@ -50,6 +50,7 @@ __all__ = [
     "RunSummary",
     "grade_answer",
     "run_experiment",
+    "run_one_trial",
     "trial_order",
     "trial_session_id",
 ]
@@ -265,6 +266,30 @@ async def _lead_trial(
     return record, infra, 1.0 if rate_limited else None
 
 
+async def run_one_trial(
+    key: TrialKey,
+    spec: ExperimentSpec,
+    base: ClaudeAgentOptions,
+    strategies: Mapping[str, Strategy],
+    policy: Policy,
+    attempt: int,
+    *,
+    workspaces: Workspaces,
+    out_dir: Path,
+    query_fn: QueryFn | None = None,
+) -> Outcome:
+    """One attempt of one trial on this machine: workspace, setup, the lead, check.
+
+    What :func:`run_experiment` runs per attempt, and what a remote worker (a Ray task)
+    must call so the trial gets its workspace where it runs. Make ``workspaces`` on that
+    machine, once per process (it holds per-repository locks and state; it does not
+    pickle); the spec's ``cwd`` must exist there. Command output goes to
+    ``out_dir/commands/`` on this machine; records name it relative to ``out_dir``.
+    """
+    lead = functools.partial(_lead_trial, key, spec, strategies, query_fn, policy, attempt)
+    return await run_trial(key, spec, base, lead, attempt, workspaces, out_dir)
+
+
 async def run_experiment(
     spec: ExperimentSpec,
     out_dir: Path,
@@ -337,11 +362,16 @@ async def run_experiment(
                     try:
                         # the slot is held until the coordinator returned, i.e. after the
                         # CLI process of this trial has exited and been reaped
-                        lead = functools.partial(
-                            _lead_trial, key, spec, strategies, query_fn, trial_policy, attempts
-                        )
-                        record, infra, retry_after = await run_trial(
-                            key, spec, base, lead, attempts, workspaces, out_dir
+                        record, infra, retry_after = await run_one_trial(
+                            key,
+                            spec,
+                            base,
+                            strategies,
+                            trial_policy,
+                            attempts,
+                            workspaces=workspaces,
+                            out_dir=out_dir,
+                            query_fn=query_fn,
                         )
                     finally:
                         progress.in_flight -= 1
