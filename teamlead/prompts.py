@@ -11,7 +11,11 @@ A strategy is one Markdown file with a front matter block, then a body template:
     At most {max_concurrent_agents} agents running at once.
 
 Front matter is ``key: value`` lines only (no YAML dependency); ``name``, ``version``,
-``description`` and ``intended_use`` are required, other keys are kept. The body may use
+``description`` and ``intended_use`` are expected (the shipped strategies must have all
+four), other keys are kept. A file of your own may leave any of them out, or be a plain
+body with no front matter at all: its name is then the file's stem (lower-cased, other
+characters than ``a-z0-9._-`` turned into ``-``), which is what a trial's provenance
+records with the file's hash and path. The body may use
 ``{placeholder}`` names, filled by :meth:`Strategy.render`; write ``{{`` and ``}}`` for literal
 braces. Any other brace is an error when the file is loaded, not when it is used.
 
@@ -28,19 +32,19 @@ from __future__ import annotations
 
 import hashlib
 import os
-import re
 import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeAlias
+from typing import TYPE_CHECKING
 
 from claude_agent_sdk import AgentDefinition, ClaudeAgentOptions
 from claude_agent_sdk.types import SystemPromptPreset
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from ._prompt_text import Segment, name_from_stem, parse_template, split_prompt_file
 from .agents import default_agents, render_roster
 from .errors import UsageError
 
@@ -67,28 +71,21 @@ DEFAULT_MAX_CONCURRENT_AGENTS = 4
 DEFAULT_MAX_AGENTS_PER_TURN = 4
 """Agent calls the lead may send in one message."""
 
-_PLACEHOLDER_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
-_TOKEN = re.compile(r"\{\{|\}\}|\{(" + _PLACEHOLDER_NAME + r")\}|[{}]")
-_FRONT_MATTER_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)\s*:\s*(.*)$")
-_FENCE = "---"
-
 
 class StrategyMeta(BaseModel):
     """The front matter of a strategy file: what it is and what it is for.
 
     Keys other than the four below are kept (as strings) so a file can carry notes such as
-    ``author`` without the loader rejecting it.
+    ``author`` without the loader rejecting it. Only ``name`` is always set (from the file
+    stem when the file does not give one).
     """
 
     model_config = ConfigDict(frozen=True, extra="allow")
 
     name: str = Field(pattern=r"^[a-z0-9][a-z0-9._-]*$")
-    version: str = Field(min_length=1)
-    description: str = Field(min_length=1)
-    intended_use: str = Field(min_length=1)
-
-
-_Segment: TypeAlias = "str | tuple[str]"  # literal text, or (placeholder name,)
+    version: str | None = Field(default=None, min_length=1)
+    description: str | None = Field(default=None, min_length=1)
+    intended_use: str | None = Field(default=None, min_length=1)
 
 
 @dataclass(frozen=True)
@@ -107,10 +104,10 @@ class Strategy:
     body_template: str
     source: str
     sha256: str
-    _segments: tuple[_Segment, ...] = field(init=False, repr=False, compare=False)
+    _segments: tuple[Segment, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_segments", _parse_template(self.body_template, self.source))
+        object.__setattr__(self, "_segments", parse_template(self.body_template, self.source))
 
     @property
     def name(self) -> str:
@@ -250,7 +247,7 @@ def load_strategy(name_or_path: str | os.PathLike[str]) -> Strategy:
     """
     if isinstance(name_or_path, os.PathLike) or _looks_like_path(name_or_path):
         path = Path(name_or_path)
-        return _parse_strategy(_read_prompt_file(path), str(path))
+        return _parse_strategy(_read_prompt_file(path), str(path), stem=path.stem)
     shipped = _load_shipped()
     if name_or_path not in shipped:
         raise UsageError(
@@ -362,6 +359,13 @@ def _load_shipped() -> dict[str, Strategy]:
             continue
         strategy = _parse_strategy(entry.read_bytes(), str(entry))
         stem = entry.name[: -len(".md")]
+        missing = [
+            key
+            for key in ("version", "description", "intended_use")
+            if not getattr(strategy.meta, key)
+        ]
+        if missing:
+            raise UsageError(f"shipped prompt file {entry} lacks {', '.join(missing)}")
         if strategy.name != stem:
             raise UsageError(
                 f"prompt file {entry}: front matter name {strategy.name!r} does not match the "
@@ -371,38 +375,10 @@ def _load_shipped() -> dict[str, Strategy]:
     return strategies
 
 
-def _parse_strategy(raw: bytes, source: str) -> Strategy:
-    try:
-        text = raw.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        raise UsageError(f"prompt file {source} is not UTF-8 text: {exc.reason}") from None
-    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    if not lines or lines[0].rstrip() != _FENCE:
-        raise UsageError(
-            f"prompt file {source} has no front matter: it must start with a '---' line"
-        )
-    try:
-        end = next(i for i in range(1, len(lines)) if lines[i].rstrip() == _FENCE)
-    except StopIteration:
-        raise UsageError(
-            f"prompt file {source}: front matter is not closed by a '---' line"
-        ) from None
-
-    fields: dict[str, str] = {}
-    for number in range(1, end):
-        line = lines[number].strip()
-        if not line or line.startswith("#"):
-            continue
-        match = _FRONT_MATTER_LINE.match(line)
-        if match is None:
-            raise UsageError(
-                f"prompt file {source} line {number + 1}: front matter lines must be "
-                f"'key: value', got {line!r}"
-            )
-        key = match.group(1).lower().replace("-", "_")
-        if key in fields:
-            raise UsageError(f"prompt file {source} line {number + 1}: duplicate key {key!r}")
-        fields[key] = _unquote(match.group(2).strip())
+def _parse_strategy(raw: bytes, source: str, *, stem: str | None = None) -> Strategy:
+    fields, body = split_prompt_file(raw, source, stem=stem)
+    if fields is None:  # a plain body: the whole file is the prompt, named after the file
+        fields = {"name": name_from_stem(stem, source)}
     try:
         meta = StrategyMeta.model_validate(fields)
     except ValidationError as exc:
@@ -411,43 +387,9 @@ def _parse_strategy(raw: bytes, source: str) -> Strategy:
             for error in exc.errors()
         )
         raise UsageError(f"prompt file {source}: bad front matter: {problems}") from None
-
-    body = "\n".join(lines[end + 1 :]).strip("\n")
     return Strategy(
         meta=meta,
         body_template=body,
         source=source,
         sha256=hashlib.sha256(raw).hexdigest(),
     )
-
-
-def _unquote(value: str) -> str:
-    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
-        return value[1:-1]
-    return value
-
-
-def _parse_template(template: str, source: str) -> tuple[_Segment, ...]:
-    """Split a body into literal text and placeholders, rejecting stray braces up front."""
-    segments: list[_Segment] = []
-    literal: list[str] = []
-    position = 0
-    for match in _TOKEN.finditer(template):
-        literal.append(template[position : match.start()])
-        position = match.end()
-        token = match.group(0)
-        if token in ("{{", "}}"):
-            literal.append(token[0])
-        elif match.group(1) is not None:
-            segments.append("".join(literal))
-            literal = []
-            segments.append((match.group(1),))
-        else:
-            line = template.count("\n", 0, match.start()) + 1
-            raise UsageError(
-                f"prompt file {source}: stray {token!r} on body line {line}; write {{{{ or }}}} "
-                "for a literal brace, or {name} for a placeholder"
-            )
-    literal.append(template[position:])
-    segments.append("".join(literal))
-    return tuple(seg for seg in segments if seg != "")

@@ -21,6 +21,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
     [
         "scripted_server.py",
         "inbox_read.py",
+        "workspace.py",
         pytest.param("coordinator_overhead.py", marks=pytest.mark.cli),
         pytest.param("spawn_gate.py", marks=pytest.mark.cli),
         "relay.py",

@@ -43,12 +43,27 @@ def report(records: list[TrialRecord]) -> Report:
 
 def test_json_has_exactly_the_documented_keys(report: Report) -> None:
     data = report.to_json()
-    assert set(data) == {"version", "variants", "comparisons", "tasks", "flaky_tasks"}
-    assert data["version"] == 1
+    assert set(data) == {
+        "version",
+        "control",
+        "alpha",
+        "power",
+        "seed",
+        "rule",
+        "variants",
+        "comparisons",
+        "tasks",
+        "flaky_tasks",
+        "primary_metric",
+        "notes",
+    }
+    assert data["primary_metric"] == "parallel"
+    assert data["version"] == 2
     assert list(data["variants"]) == ["baseline", "delegation", "terse"]
     for summary in data["variants"].values():
         assert set(summary) == {
             "trials",
+            "excluded",
             "parallel_rate",
             "delegated_rate",
             "wall_s",
@@ -58,7 +73,15 @@ def test_json_has_exactly_the_documented_keys(report: Report) -> None:
         }
         assert summary["trials"] == 24
         for rate in ("parallel_rate", "delegated_rate"):
-            assert set(summary[rate]) == {"estimate", "ci_low", "ci_high"}
+            assert set(summary[rate]) == {
+                "estimate",
+                "ci_low",
+                "ci_high",
+                "n",
+                "n_eff",
+                "icc",
+                "design_effect",
+            }
             assert summary[rate]["ci_low"] <= summary[rate]["estimate"] <= summary[rate]["ci_high"]
         for mean in ("wall_s", "agent_calls", "cost_usd", "tokens"):
             assert set(summary[mean]) == {"mean", "median", "ci_low", "ci_high"}
@@ -75,6 +98,16 @@ def test_json_has_exactly_the_documented_keys(report: Report) -> None:
             "p_adjusted",
             "verdict",
             "mde",
+            "scale",
+            "correction",
+            "tasks",
+            "n_tasks",
+            "exact",
+            "variant_value",
+            "control_value",
+            "weighting",
+            "mde_note",
+            "explanation",
         }
         assert comparison["control"] == "baseline"
         assert comparison["verdict"] in {"better", "worse", "inconclusive"}
@@ -99,7 +132,12 @@ def test_flaky_tasks_are_the_ones_with_mixed_parallel_outcomes(report: Report) -
 def test_markdown_has_the_tables(report: Report) -> None:
     text = render_markdown(report)
     assert "| variant | trials | parallel rate | delegated rate | wall s |" in text
-    assert "| variant | metric | effect | 95% CI | p | p adjusted | MDE | verdict |" in text
+    assert (
+        "| variant | metric | variant vs control | effect | 95% CI | p | p adjusted | MDE | "
+        "tasks | verdict |" in text
+    )
+    assert "| variant | rate | trials | n_eff | ICC | design effect |" in text
+    assert "Verdict rule:" in text and "Compared tasks:" in text
     assert "| task | baseline | delegation | terse |" in text
     assert "| delegation | parallel |" in text
     assert "**better**" in text
@@ -216,10 +254,13 @@ def test_exported_names_exist() -> None:
 
 
 # Each experiment module may import only modules earlier in this order (lazy and
-# TYPE_CHECKING imports included): metrics -> report -> render and plots, never back.
+# TYPE_CHECKING imports included): stats -> verdicts -> metrics -> comparisons -> report
+# -> plots, render and html, never back.
 _CHAIN = [
-    *("records", "_toml_lines", "spec", "synthetic", "outdir", "runner"),
-    *("stats", "verdicts", "metrics", "report", "plots", "render"),
+    *("commands", "records", "workspace", "steps", "_toml_lines", "spec", "synthetic", "outdir"),
+    *("trial", "runner"),
+    *("intervals", "stats", "power", "verdicts", "explain", "metrics", "comparisons"),
+    *("report", "plots", "render", "html"),
 ]
 
 

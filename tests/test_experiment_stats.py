@@ -228,7 +228,9 @@ def _false_positive_rate(
         rates = [0.4] * 10 if draw_rates == "constant" else list(rng.uniform(0.05, 0.95, 10))
         records: list[TrialRecord] = synthetic_records({"a": rates, "b": rates}, trials=4, rng=rng)
         # Fewer draws than the defaults keep this fast; the code path is the same.
-        report = build_report(records, control="a", seed=index, n_permutations=500, n_bootstrap=200)
+        report = build_report(
+            records, control="a", seed=index, n_permutations=500, mde_simulations=0
+        )
         parallel = next(c for c in report.comparisons if c.metric == "parallel")
         false_positives += parallel.verdict != "inconclusive"
     return false_positives / experiments, math.sqrt(ALPHA * (1 - ALPHA) / experiments)

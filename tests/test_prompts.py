@@ -113,15 +113,12 @@ def test_list_strategies_includes_the_shipped_ones_sorted() -> None:
 @pytest.mark.parametrize(
     ("text", "expected"),
     [
-        ("no front matter at all\n", "has no front matter"),
-        ("\n---\nname: x\n---\n", "has no front matter"),
         ("---\nname: custom\nversion: 1\n", "front matter is not closed"),
         ("---\nname custom\n---\n", "line 2: front matter lines must be 'key: value'"),
         (
             "---\nname: a\nname: b\nversion: 1\ndescription: d\nintended_use: u\n---\n",
             "line 3: duplicate key 'name'",
         ),
-        ("---\nname: custom\nversion: 1\ndescription: d\n---\n", "intended_use: Field required"),
         (
             "---\nname: custom\nversion:\ndescription: d\nintended_use: u\n---\n",
             "version: String should have at least 1 character",
@@ -143,6 +140,30 @@ def test_bad_front_matter_names_the_file_and_the_problem(
     assert str(path) in message
     assert expected in message
     assert "\n" not in message
+
+
+def test_a_plain_body_is_a_strategy_named_after_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "Terse Arm.md"
+    path.write_text("Answer in one sentence; use {max_concurrent_agents} agents at most.\n")
+    strategy = load_strategy(path)
+    assert strategy.name == "terse-arm"
+    assert (strategy.meta.version, strategy.meta.description, strategy.meta.intended_use) == (
+        None,
+        None,
+        None,
+    )
+    assert strategy.render() == "Answer in one sentence; use 4 agents at most."
+    assert strategy.source == str(path) and len(strategy.sha256) == 64
+    # Front matter without a name (or other fields) takes the stem too.
+    partial = tmp_path / "fast.md"
+    partial.write_text("---\nauthor: me\n---\nBe fast.\n")
+    loaded = load_strategy(partial)
+    assert loaded.name == "fast" and loaded.body_template == "Be fast."
+    assert loaded.meta.model_extra == {"author": "me"}
+    nameless = tmp_path / "___.md"
+    nameless.write_text("Body.\n")
+    with pytest.raises(UsageError, match="give it a 'name:'"):
+        load_strategy(nameless)
 
 
 def test_front_matter_accepts_quotes_comments_hyphens_crlf_and_keeps_extra_keys(

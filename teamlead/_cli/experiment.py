@@ -34,9 +34,16 @@ def experiment() -> None:
     help="Directory for trials.jsonl (appended; reruns skip finished trials).",
 )
 @option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@option(
+    "--keep-workspaces",
+    is_flag=True,
+    help="Keep each trial's workspace for debugging (its path goes into the record).",
+)
 @no_relay_option()
 @handle_errors
-def experiment_run(spec_path: str, out_dir: str, quiet: bool, no_relay: bool) -> None:
+def experiment_run(
+    spec_path: str, out_dir: str, quiet: bool, keep_workspaces: bool, no_relay: bool
+) -> None:
     """Run every task x variant x trial of SPEC as a full coordinator run."""
     from ..experiment import load_spec
     from ..prompts import load_strategy
@@ -49,7 +56,9 @@ def experiment_run(spec_path: str, out_dir: str, quiet: bool, no_relay: bool) ->
 
     spec = load_spec(spec_path, strategy_exists=exists)
     check_setup(merged_env())
-    summary = run_with_progress(spec, Path(out_dir), show=not quiet, relay=not no_relay)
+    summary = run_with_progress(
+        spec, Path(out_dir), show=not quiet, relay=not no_relay, keep_workspaces=keep_workspaces
+    )
     click.echo(
         f"ran {summary.ran} trial(s), skipped {summary.skipped} finished, {summary.failed} failed, "
         f"{summary.retried} retried, {summary.rate_limited} rate-limited, ${summary.cost_usd:.4f}"
@@ -73,15 +82,36 @@ def experiment_run(spec_path: str, out_dir: str, quiet: bool, no_relay: bool) ->
     "--seed", type=int, default=0, show_default=True, help="Seed for bootstrap and permutations."
 )
 @option("--no-plots", is_flag=True, help="Skip the PNG plots.")
+@option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False),
+    help="Also write a self-contained HTML report (charts, sortable tables, trial drill-down).",
+)
 @handle_errors
 def experiment_report(
-    out_dir: str, json_: bool, out_file: str | None, control: str | None, seed: int, no_plots: bool
+    out_dir: str,
+    json_: bool,
+    out_file: str | None,
+    control: str | None,
+    seed: int,
+    no_plots: bool,
+    html_file: str | None,
 ) -> None:
-    """Statistics for the trials in DIR: rates, paired comparisons, verdicts, plots."""
+    """Statistics for the trials in DIR: rates, paired comparisons, verdicts, plots.
+
+    Writes report.md, report.json and PNG plots into DIR (plots need the plots extra);
+    with --json it writes nothing and prints the JSON, unless --out or --html ask for a file.
+    """
     from .progress import report_for
 
     _, text, warnings = report_for(
-        Path(out_dir), control=control, seed=seed, json_=json_, plots=not no_plots
+        Path(out_dir),
+        control=control,
+        seed=seed,
+        json_=json_,
+        plots=not no_plots,
+        html=Path(html_file) if html_file else None,
     )
     for warning in warnings:
         click.echo(f"teamlead: warning: {warning}", err=True)

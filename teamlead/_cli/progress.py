@@ -1,13 +1,14 @@
 """The experiment commands' glue: a progress bar over the runner, and report loading.
 
-:func:`run_with_progress` records the experiment's control variant in
-``<out>/experiment.json`` and runs the spec under a rich progress bar;
+:func:`run_with_progress` records the experiment's control variant and primary metric
+in ``<out>/experiment.json`` and runs the spec under a rich progress bar;
 :func:`report_for` reads ``trials.jsonl`` back (control from that file unless given),
 builds and writes the report, and returns the text the command prints.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any
@@ -30,6 +31,7 @@ from ..experiment import (
     run_experiment,
     write_report,
 )
+from ..experiment.metrics import PRIMARY_METRIC
 from ..experiment.outdir import make_out_dir
 from ..policy import Policy
 from .exitcodes import EXIT_INTERRUPTED, fail
@@ -41,7 +43,12 @@ _CONTROL_FILE = "experiment.json"
 
 
 def run_with_progress(
-    spec: ExperimentSpec, out_dir: Path, *, show: bool = True, relay: bool = True
+    spec: ExperimentSpec,
+    out_dir: Path,
+    *,
+    show: bool = True,
+    relay: bool = True,
+    keep_workspaces: bool = False,
 ) -> RunSummary:
     """Run ``spec`` with a live bar: done/total, in flight, 429s, ETA, concurrency changes."""
     make_out_dir(out_dir)
@@ -50,6 +57,7 @@ def run_with_progress(
         "name": spec.experiment.name,
         "control": spec.experiment.control,
         "seed": spec.experiment.seed,
+        "primary_metric": spec.experiment.primary_metric,
     }
     try:
         (out_dir / _CONTROL_FILE).write_text(json.dumps(control, indent=2))
@@ -98,7 +106,13 @@ def run_with_progress(
 
         policy = Policy(relay=relay)
         run = Interruptible(
-            lambda: run_experiment(spec, out_dir, policy=policy, on_progress=update)
+            lambda: run_experiment(
+                spec,
+                out_dir,
+                policy=policy,
+                on_progress=update,
+                keep_workspaces=keep_workspaces,
+            )
         ).run()
     if run.interrupted is not None or run.result is None:  # the CLI tree is stopped by now
         fail(
@@ -110,9 +124,24 @@ def run_with_progress(
 
 
 def report_for(
-    out_dir: Path, *, control: str | None, seed: int, json_: bool, plots: bool
+    out_dir: Path,
+    *,
+    control: str | None,
+    seed: int,
+    json_: bool,
+    plots: bool,
+    html: Path | None = None,
 ) -> tuple[Report, str, list[str]]:
-    """Build the report of ``out_dir``; returns (report, text to print, warnings)."""
+    """Build the report of ``out_dir``; returns (report, text to print, warnings).
+
+    The Markdown form also writes ``report.md``, ``report.json`` and, when matplotlib is
+    installed, the PNG plots into ``out_dir`` (without matplotlib they are skipped with a
+    warning naming the extra). ``json_`` writes nothing: the JSON goes to stdout only.
+    ``html`` writes the self-contained HTML report there.
+    """
+    from ..experiment.html import render_html
+    from ..experiment.plots import matplotlib_available
+
     path = out_dir / "trials.jsonl"
     if not path.exists():
         raise UsageError(
@@ -121,11 +150,13 @@ def report_for(
         )
     read = read_records(path)
     warnings = [f"trials.jsonl line {w.line}: {w.message}" for w in read.warnings]
+    meta: dict[str, Any] = {}
+    with contextlib.suppress(OSError, ValueError):
+        loaded = json.loads((out_dir / _CONTROL_FILE).read_text())
+        meta = loaded if isinstance(loaded, dict) else {}
     if control is None:
-        meta = out_dir / _CONTROL_FILE
-        try:
-            control = json.loads(meta.read_text())["control"]
-        except (OSError, ValueError, KeyError, TypeError):
+        control = meta.get("control")
+        if not isinstance(control, str):
             raise UsageError("cannot tell the control variant; pass --control NAME") from None
     variants = {r.variant for r in read.records}
     if control not in variants:
@@ -133,7 +164,25 @@ def report_for(
             f"control {control!r} has no trials in {path} "
             f"(variants: {', '.join(sorted(variants)) or 'none'})"
         )
-    report = build_report(read.records, control=control, seed=seed)
-    write_report(out_dir, report, plots=plots)
+    primary = meta.get("primary_metric")
+    report = build_report(
+        read.records,
+        control=control,
+        seed=seed,
+        primary=primary if isinstance(primary, str) else PRIMARY_METRIC,
+    )
+    if not json_:
+        with_plots = plots and matplotlib_available()
+        if plots and not with_plots:
+            warnings.append(
+                "plots skipped: matplotlib is not installed; "
+                "pip install 'teamlead[plots]' to get them"
+            )
+        write_report(out_dir, report, plots=with_plots)
+    if html is not None:
+        try:
+            html.write_text(render_html(report, read.records), encoding="utf-8")
+        except OSError as exc:
+            raise UsageError(f"cannot write {html}: {exc.strerror or exc}") from None
     text = render_json(report) if json_ else render_markdown(report)
     return report, text, warnings

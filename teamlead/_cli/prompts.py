@@ -22,7 +22,7 @@ def prompts_list() -> None:
     from ..prompts import list_strategies
 
     for meta in list_strategies():
-        click.echo(f"{meta.name:<16} v{meta.version:<6} {meta.description}")
+        click.echo(f"{meta.name:<16} v{meta.version or '-':<6} {meta.description or ''}")
 
 
 @prompts.command("show")
@@ -55,5 +55,8 @@ def prompts_show(
     }
     text = strategy.render(default_values(**kwargs))
     meta = strategy.meta
-    click.echo(f"# {meta.name} v{meta.version}: {meta.description}\n# sha256 {strategy.sha256}\n")
+    click.echo(
+        f"# {meta.name} v{meta.version or '-'}: {meta.description or '(plain prompt file)'}\n"
+        f"# sha256 {strategy.sha256}\n"
+    )
     click.echo(text if text.strip() else "(this strategy adds nothing to the system prompt)")

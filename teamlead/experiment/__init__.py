@@ -1,9 +1,11 @@
 """Prompt-strategy A/B experiments: the spec, trial records, statistics and the report.
 
 The modules form a one-way chain, each importing only those before it:
-``spec``/``records`` -> ``runner`` (run the trials) and ``stats`` -> ``verdicts`` ->
-``metrics`` -> ``report`` (models, :func:`build_report`) -> ``render`` (Markdown, JSON,
-the report folder) and ``plots``. This package re-exports the API users call.
+``spec``/``records`` -> ``runner`` (run the trials) and ``intervals`` -> ``stats`` ->
+``power`` (the simulated MDE) -> ``verdicts`` -> ``explain`` -> ``metrics`` ->
+``comparisons`` -> ``report`` (models, :func:`build_report`) -> ``plots``, ``render``
+(Markdown, JSON, the report folder) and ``html``. This package re-exports the API users
+call.
 """
 
 from __future__ import annotations

@@ -6,8 +6,8 @@ window or global state is involved and threads are safe.
 
 - Mean metrics (``wall_s``, ``agent_calls``, ``cost_usd``, ``tokens``, ``grade``): a box
   plot per variant with every trial drawn as a jittered point.
-- Rates (``parallel``, ``delegated``): each task's rate as a point per variant, and the
-  overall rate with its clustered Wilson interval.
+- Rates (``parallel``, ``delegated``, ``passed``): each task's rate as a point per variant,
+  and the overall rate with its clustered Wilson interval.
 """
 
 from __future__ import annotations
@@ -26,7 +26,16 @@ if TYPE_CHECKING:
 
     from .report import Report
 
-__all__ = ["require_matplotlib", "write_plots"]
+__all__ = ["matplotlib_available", "require_matplotlib", "write_plots"]
+
+
+def matplotlib_available() -> bool:
+    """Whether matplotlib can be imported (the ``plots`` extra is installed)."""
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def require_matplotlib() -> None:
@@ -100,9 +109,9 @@ def _rate_plot(
     key = RATE_KEYS[metric]
     for position, name in zip(positions, names, strict=True):
         per_task = [
-            cells[name].parallel_rate if metric == "parallel" else cells[name].delegated_rate
+            rate
             for cells in report.tasks.values()
-            if name in cells
+            if name in cells and (rate := getattr(cells[name], key)) is not None
         ]
         xs = position + jitter.uniform(-0.15, 0.15, size=len(per_task))
         axes.scatter(
@@ -115,7 +124,7 @@ def _rate_plot(
             label="task rate" if position == positions[0] else None,
         )
         rate = getattr(report.variants[name], key)
-        if rate.estimate is None:
+        if rate is None or rate.estimate is None:
             continue
         low = rate.estimate - (rate.ci_low if rate.ci_low is not None else rate.estimate)
         high = (rate.ci_high if rate.ci_high is not None else rate.estimate) - rate.estimate

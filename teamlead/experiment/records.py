@@ -19,7 +19,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from types import TracebackType
@@ -28,6 +28,7 @@ from typing import IO, Any, Literal, NamedTuple
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..errors import UsageError
+from .commands import CommandRun
 
 __all__ = [
     "RECORD_VERSION",
@@ -39,6 +40,7 @@ __all__ = [
     "TrialWriter",
     "append_record",
     "finished_keys",
+    "isolation_notes",
     "latest_records",
     "read_records",
 ]
@@ -68,10 +70,18 @@ class TrialRecord(BaseModel):
     trials are rerun on resume and left out of the statistics) or ``"model"`` (the model
     misbehaved, which counts against the variant); other strings are allowed.
 
-    Unknown fields (from a newer writer) are kept, not dropped.
+    Workspace fields: ``workspace`` is the kind (``worktree``, ``copy``, ``shared``),
+    ``workspace_setup_s`` the time to make it, ``workspace_path`` where it was kept
+    (``--keep-workspaces`` only), ``git_sha``/``git_dirty`` the repository's commit and
+    whether it had uncommitted changes, ``skipped_links`` the symbolic links a copy left
+    out (they pointed outside). ``setup`` and ``check`` are the commands' runs;
+    ``passed`` is the check's verdict (None without a check).
+
+    Unknown fields (from a newer writer) are kept, not dropped. NaN and infinite numbers
+    are rejected: no statistic can use them.
     """
 
-    model_config = ConfigDict(extra="allow", frozen=True)
+    model_config = ConfigDict(extra="allow", frozen=True, allow_inf_nan=False)
 
     version: int = RECORD_VERSION
     variant: str = Field(min_length=1)
@@ -102,12 +112,22 @@ class TrialRecord(BaseModel):
     prompt_name: str | None = None
     prompt_version: str | None = None
     prompt_sha256: str | None = None
+    prompt_source: str | None = None
     model: str | None = None
     sdk_version: str | None = None
     cli_version: str | None = None
     teamlead_version: str | None = None
     git_sha: str | None = None
     started_at: datetime | None = None
+
+    passed: bool | None = None
+    git_dirty: bool | None = None
+    workspace: str | None = None
+    workspace_setup_s: float | None = Field(default=None, ge=0)
+    workspace_path: str | None = None
+    skipped_links: list[str] = Field(default_factory=list)
+    setup: CommandRun | None = None
+    check: CommandRun | None = None
 
     @model_validator(mode="after")
     def _consistent(self) -> TrialRecord:
@@ -181,10 +201,16 @@ def _upgrade(raw: dict[str, Any]) -> dict[str, Any]:
     return raw
 
 
+def _no_constant(name: str) -> float:
+    raise ValueError(f"{name} is not a finite number")
+
+
 def read_records(path: str | Path, *, missing_ok: bool = False) -> ReadResult:
     """Read a ``trials.jsonl`` file, skipping (and reporting) lines that don't parse.
 
-    A torn or hand-edited line never costs the other records. Blank lines are ignored.
+    A torn or hand-edited line never costs the other records. Blank lines are ignored. A
+    line with ``NaN`` or ``Infinity`` (JSON extensions Python accepts) is rejected with its
+    line number, as is a value too large for a float.
 
     Args:
         path: the file.
@@ -213,7 +239,8 @@ def read_records(path: str | Path, *, missing_ok: bool = False) -> ReadResult:
         if not raw_line.strip():
             continue
         try:
-            raw = json.loads(raw_line.decode("utf-8"))  # RecursionError: caught below
+            # RecursionError: caught below
+            raw = json.loads(raw_line.decode("utf-8"), parse_constant=_no_constant)
             if not isinstance(raw, dict):
                 raise ValueError("not a JSON object")
             records.append(TrialRecord.model_validate(_upgrade(raw)))
@@ -315,3 +342,20 @@ def append_record(path: str | Path, record: TrialRecord) -> None:
     """Append one record durably; opens and closes the file (see :class:`TrialWriter`)."""
     with TrialWriter(path) as writer:
         writer.append(record)
+
+
+def isolation_notes(records: Sequence[TrialRecord]) -> list[str]:
+    """Notes for a report on how ``records`` were isolated: trials that shared one
+    directory, worktrees made from a repository with uncommitted changes."""
+    notes: list[str] = []
+    if shared := sum(r.workspace == "shared" for r in records):
+        notes.append(
+            f"{shared} trial(s) ran in one shared directory (workspace = 'shared'): "
+            "they could see each other's edits"
+        )
+    if dirty := sum(bool(r.git_dirty) and r.workspace == "worktree" for r in records):
+        notes.append(
+            f"{dirty} worktree trial(s) started from a repository with uncommitted changes, "
+            "which their worktrees did not have"
+        )
+    return notes

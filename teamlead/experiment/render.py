@@ -13,7 +13,8 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .report import Report
+from .explain import confidence_label, rule_text
+from .report import RateSummary, Report
 
 __all__ = ["render_json", "render_markdown", "write_report"]
 
@@ -56,14 +57,20 @@ def render_markdown(report: Report) -> str:
     Example:
         >>> print(render_markdown(report))  # doctest: +SKIP
     """
-    pct = 100 * (1 - report.alpha)
-    confidence = f"{pct:.0f}%" if pct.is_integer() else f"{pct:g}%"
+    confidence = confidence_label(report.alpha)
     out = [f"# Experiment report (control: {report.control})", ""]
     out += ["## Variants", ""]
     rows = []
+    with_passed = any(s.passed_rate is not None for s in report.variants.values())
     for name, s in report.variants.items():
         row = [name, str(s.trials)]
-        for rate in (s.parallel_rate, s.delegated_rate):
+        rates: list[RateSummary | None] = [s.parallel_rate, s.delegated_rate]
+        if with_passed:
+            rates.insert(0, s.passed_rate)
+        for rate in rates:
+            if rate is None:
+                row.append("n/a")
+                continue
             row.append(f"{_fmt(rate.estimate)} {_interval(rate.ci_low, rate.ci_high)}")
         for mean in (s.wall_s, s.agent_calls, s.cost_usd, s.tokens):
             row.append(
@@ -75,6 +82,7 @@ def render_markdown(report: Report) -> str:
         [
             "variant",
             "trials",
+            *(["passed rate"] if with_passed else []),
             "parallel rate",
             "delegated rate",
             "wall s",
@@ -86,8 +94,26 @@ def render_markdown(report: Report) -> str:
     )
     out += [
         "",
-        f"Rates: task-clustered Wilson {confidence} CI. Means: mean (median) "
-        f"[cluster-bootstrap {confidence} CI].",
+        f"Rates: pooled over trials, task-clustered Wilson {confidence} CI. Means: mean "
+        f"(median) [cluster-robust t {confidence} CI].",
+        "",
+    ]
+    out += _table(
+        ["variant", "rate", "trials", "n_eff", "ICC", "design effect"],
+        [
+            [name, label, str(rate.n), _fmt(rate.n_eff), _fmt(rate.icc), _fmt(rate.design_effect)]
+            for name, s in report.variants.items()
+            for label, rate in (
+                ("passed", s.passed_rate),
+                ("parallel", s.parallel_rate),
+                ("delegated", s.delegated_rate),
+            )
+            if rate is not None
+        ],
+    )
+    out += [
+        "",
+        "n_eff: trials divided by the design effect 1 + (m - 1) ICC, m = sum(m_i^2) / sum(m_i).",
         "",
         "## Comparisons with the control",
         "",
@@ -97,27 +123,64 @@ def render_markdown(report: Report) -> str:
         unit = "x" if c.scale == "ratio" else ""
         effect = "n/a" if c.diff is None else f"{_fmt(c.diff)}{unit}"
         mde = "n/a" if c.mde is None else f"{_fmt(c.mde)}{unit}"
+        shown = f"**{c.verdict}**"
+        if c.verdict == "inconclusive":
+            shown += f" (MDE {mde})" if c.mde is not None else f" ({c.mde_note})"
         rows.append(
             [
                 c.variant,
                 c.metric,
+                f"{_fmt(c.variant_value)} vs {_fmt(c.control_value)}",
                 effect,
                 _interval(c.ci_low, c.ci_high),
                 _fmt_p(c.p_value),
                 f"{_fmt_p(c.p_adjusted)} ({'Holm' if c.correction == 'holm' else 'BH'})",
                 mde,
-                f"**{c.verdict}**",
+                str(c.tasks),
+                shown,
             ]
         )
     out += _table(
-        ["variant", "metric", "effect", f"{confidence} CI", "p", "p adjusted", "MDE", "verdict"],
+        [
+            "variant",
+            "metric",
+            "variant vs control",
+            "effect",
+            f"{confidence} CI",
+            "p",
+            "p adjusted",
+            "MDE",
+            "tasks",
+            "verdict",
+        ],
         rows,
     )
     out += [
         "",
-        "Effect: variant - control, or variant / control where marked x. p: within-task "
-        "permutation test. MDE: smallest effect detectable "
-        f"at alpha {report.alpha:g} with power {report.power:g}.",
+        rule_text(report.alpha, confidence),
+        "",
+        f"Primary metric: {report.primary_metric} (Holm); the rest: BH. "
+        "Variant vs control: means over the compared tasks, each task weighing the same "
+        "(the headline rates above are pooled over trials, so they can differ). Effect: "
+        "variant - control, or variant / control where marked x. p: within-task "
+        f"permutation test. MDE: the effect this rule detects with power {report.power:g} "
+        "on this design, by simulation.",
+    ]
+    explained = [c for c in report.comparisons if c.explanation]
+    if explained:
+        out += [""] + [f"- {c.variant}, {c.metric}: {c.explanation}." for c in explained]
+    out += ["", "Compared tasks:", ""]
+    seen: set[tuple[str, tuple[str, ...]]] = set()
+    for c in report.comparisons:
+        key = (c.variant, tuple(c.task_ids))
+        if key in seen:
+            continue
+        seen.add(key)
+        out.append(
+            f"- {c.variant} vs {c.control}: {len(c.task_ids)} of {len(report.tasks)} "
+            f"task(s): {', '.join(c.task_ids) or 'none'}"
+        )
+    out += [
         "",
         "## Per task",
         "",
@@ -128,15 +191,20 @@ def render_markdown(report: Report) -> str:
         row = [task]
         for name in names:
             cell = cells.get(name)
+            passed = (
+                f"passed {_fmt(cell.passed_rate, 2)}, "
+                if cell is not None and cell.passed_rate is not None
+                else ""
+            )
             row.append(
                 "-"
                 if cell is None
-                else f"{_fmt(cell.parallel_rate, 2)} / {_fmt(cell.delegated_rate, 2)} "
+                else f"{passed}{_fmt(cell.parallel_rate, 2)} / {_fmt(cell.delegated_rate, 2)} "
                 f"(n={cell.trials}){' flaky' if cell.flaky else ''}"
             )
         rows.append(row)
     out += _table(["task", *names], rows)
-    out += ["", "Cells: parallel rate / delegated rate (trials)."]
+    out += ["", "Cells: [passed rate,] parallel rate / delegated rate (trials)."]
     out += [""]
     if report.flaky_tasks:
         out.append(
@@ -150,7 +218,7 @@ def render_markdown(report: Report) -> str:
 
 
 def render_json(report: Report) -> str:
-    """The report's JSON form (``version`` 1, NaN as ``null``), indented; no trailing newline.
+    """The report's JSON form (``version`` 2, NaN as ``null``), indented; no trailing newline.
 
     Example:
         >>> print(render_json(report))  # doctest: +SKIP

@@ -9,9 +9,11 @@ Which trials count: the latest record of each (variant, task, trial) key; infras
 failures (``status="failed"``, ``error_class="infrastructure"``) are left out, since they
 say nothing about the prompt. Other failures and partial trials count as they are.
 
-Multiple comparisons: ``parallel`` is the primary metric and its p-values are
-Holm-adjusted across the non-control variants; every other comparison (all variants, all
-secondary metrics together) is Benjamini-Hochberg adjusted.
+How variants are compared with the control (tests, MDE, multiple-comparison adjustment,
+verdicts) is :mod:`teamlead.experiment.comparisons`; which metrics are analysed and which
+is primary (Holm-adjusted: ``parallel`` unless the spec names another, e.g. ``passed``) is
+:func:`~teamlead.experiment.metrics.analysed_metrics`. :func:`upgrade_report_json` reads a
+``report.json`` of any version.
 
 Example:
     >>> report = build_report(read_records("out/trials.jsonl").records,
@@ -22,25 +24,25 @@ Example:
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import UsageError
-from .metrics import METRICS, PRIMARY_METRIC, RATE_KEYS, Metric, metric_clusters
-from .records import TrialRecord, latest_records
-from .stats import (
-    Scale,
-    Verdict,
-    analysis_rng,
-    cluster_bootstrap_mean,
-    clustered_wilson,
-    paired_test,
+from .comparisons import AnalysisSettings, Comparison, compare_variants, finite
+from .explain import confidence_label, rule_text
+from .metrics import (
+    METRICS,
+    PRIMARY_METRIC,
+    RATE_KEYS,
+    Metric,
+    analysed_metrics,
+    metric_clusters,
 )
-from .verdicts import adjust_pvalues, mde_from_se, mde_rate, verdict
+from .records import TrialRecord, isolation_notes, latest_records
+from .stats import clustered_mean, clustered_wilson
 
 __all__ = [
     "REPORT_VERSION",
@@ -51,9 +53,16 @@ __all__ = [
     "TaskCell",
     "VariantSummary",
     "build_report",
+    "upgrade_report_json",
 ]
 
-REPORT_VERSION = 1
+REPORT_VERSION = 2
+"""2 added, per comparison, ``scale``, ``correction``, the compared ``tasks`` (a list; the
+count is ``n_tasks``), the task-weighted ``variant_value``/``control_value``, ``weighting``,
+``mde_note`` and ``explanation``; per rate ``n``, ``n_eff``, ``icc`` and
+``design_effect``; per variant ``passed_rate`` (when every trial ran a check); and the
+report's ``rule``, ``notes`` and ``primary_metric``. Version 1 readers' keys keep their
+meaning; :func:`upgrade_report_json` reads both."""
 
 
 class _Model(BaseModel):
@@ -67,6 +76,7 @@ class RateSummary(_Model):
     estimate: float | None
     ci_low: float | None
     ci_high: float | None
+    n: int = 0
     n_eff: float
     icc: float
     design_effect: float
@@ -88,6 +98,7 @@ class VariantSummary(_Model):
     excluded: int = Field(description="infrastructure failures left out")
     parallel_rate: RateSummary
     delegated_rate: RateSummary
+    passed_rate: RateSummary | None = None
     wall_s: MeanSummary
     agent_calls: MeanSummary
     cost_usd: MeanSummary
@@ -95,46 +106,15 @@ class VariantSummary(_Model):
     grade: MeanSummary | None = None
 
 
-class Comparison(_Model):
-    """A variant against the control on one metric.
-
-    ``diff`` is variant minus control, except on the ratio scale (``wall_s``,
-    ``cost_usd``, ``tokens``) where it is variant / control; ``ci_low``/``ci_high`` and
-    ``mde`` use the same scale (``mde`` as a factor there, e.g. 1.3 for a 30% change).
-    """
-
-    variant: str
-    control: str
-    metric: str
-    scale: Scale
-    diff: float | None
-    ci_low: float | None
-    ci_high: float | None
-    p_value: float | None
-    p_adjusted: float | None
-    correction: Literal["holm", "fdr_bh"]
-    verdict: Verdict
-    mde: float | None
-    tasks: int
-    exact: bool
-
-
 class TaskCell(_Model):
-    """One task under one variant. ``flaky``: its ``parallel`` outcome (the primary metric)
-    was neither always 0 nor always 1 across the trials."""
+    """One task under one variant. ``flaky``: its ``parallel`` outcome was neither always 0
+    nor always 1 across the trials. ``passed_rate``: None unless every trial ran a check."""
 
     trials: int
     parallel_rate: float
     delegated_rate: float
     flaky: bool
-
-
-_COMPARISON_JSON_FIELDS = (
-    *("variant", "control", "metric", "diff", "ci_low", "ci_high"),
-    *("p_value", "p_adjusted", "verdict", "mde"),
-)
-"""The :class:`Comparison` fields in ``to_json`` (``scale``, ``correction``, ``tasks``,
-``exact`` are left out of version 1)."""
+    passed_rate: float | None = None
 
 
 class Report(_Model):
@@ -152,43 +132,92 @@ class Report(_Model):
     flaky_tasks: list[str]
     samples: dict[str, dict[str, list[float]]]
     notes: list[str] = Field(default_factory=list)
+    primary_metric: str = PRIMARY_METRIC
 
     def to_json(self) -> dict[str, Any]:
-        """The stable JSON form (``version`` 1); NaN becomes ``null``.
+        """The stable JSON form (``version`` 2, see :data:`REPORT_VERSION`); NaN is ``null``.
 
         Example:
             >>> json.dumps(report.to_json())  # doctest: +SKIP
         """
         variants: dict[str, Any] = {}
         for name, summary in self.variants.items():
-            entry: dict[str, Any] = {"trials": summary.trials}
-            for key in ("parallel_rate", "delegated_rate"):
-                rate: RateSummary = getattr(summary, key)
-                entry[key] = {
-                    "estimate": rate.estimate,
-                    "ci_low": rate.ci_low,
-                    "ci_high": rate.ci_high,
-                }
+            entry: dict[str, Any] = {"trials": summary.trials, "excluded": summary.excluded}
+            for key in RATE_KEYS.values():
+                rate: RateSummary | None = getattr(summary, key)
+                if rate is not None:
+                    entry[key] = rate.model_dump()
             for key in ("wall_s", "agent_calls", "cost_usd", "tokens"):
                 mean: MeanSummary = getattr(summary, key)
                 entry[key] = mean.model_dump()
             variants[name] = entry
-        comparisons = [c.model_dump(include=set(_COMPARISON_JSON_FIELDS)) for c in self.comparisons]
+        comparisons = []
+        for c in self.comparisons:
+            data = c.model_dump(exclude={"task_ids", "tasks"})
+            data["tasks"] = list(c.task_ids)
+            data["n_tasks"] = c.tasks
+            comparisons.append(data)
         tasks = {
-            task: {variant: cell.model_dump() for variant, cell in cells.items()}
+            task: {variant: cell.model_dump(exclude_none=True) for variant, cell in cells.items()}
             for task, cells in self.tasks.items()
         }
         return {
             "version": self.version,
+            "control": self.control,
+            "alpha": self.alpha,
+            "power": self.power,
+            "seed": self.seed,
+            "rule": rule_text(self.alpha, confidence_label(self.alpha)),
             "variants": variants,
             "comparisons": comparisons,
             "tasks": tasks,
             "flaky_tasks": list(self.flaky_tasks),
+            "notes": list(self.notes),
+            "primary_metric": self.primary_metric,
         }
 
 
-def _finite(value: float) -> float | None:
-    return value if math.isfinite(value) else None
+def upgrade_report_json(data: dict[str, Any]) -> dict[str, Any]:
+    """Read a ``report.json`` of any version up to :data:`REPORT_VERSION` as the current form.
+
+    Keys that version 1 did not write come back as ``None`` (or empty lists).
+
+    Raises:
+        UsageError: not a report, or written by a newer teamlead.
+
+    Example:
+        >>> upgrade_report_json({"version": 1, "variants": {}, "comparisons": [],
+        ...                      "tasks": {}, "flaky_tasks": []})["notes"]
+        []
+    """
+    version = data.get("version")
+    if not isinstance(version, int) or isinstance(version, bool) or version < 1:
+        raise UsageError(f"not an experiment report (version {version!r})")
+    if version > REPORT_VERSION:
+        raise UsageError(
+            f"report version {version} is newer than this teamlead reads ({REPORT_VERSION})"
+        )
+    out = dict(data)
+    out.setdefault("primary_metric", PRIMARY_METRIC)  # written since passed could be primary
+    if version == 1:
+        for key in ("control", "alpha", "power", "seed", "rule"):
+            out.setdefault(key, None)
+        out.setdefault("notes", [])
+        upgraded = []
+        for comparison in data.get("comparisons", []):
+            entry = dict(comparison)
+            metric = next((m for m in METRICS if m.name == entry.get("metric")), None)
+            entry.setdefault("scale", metric.scale if metric else None)
+            primary = entry.get("metric") == PRIMARY_METRIC
+            entry.setdefault("correction", "holm" if primary else "fdr_bh")
+            for key in ("tasks", "n_tasks", "variant_value", "control_value", "weighting"):
+                entry.setdefault(key, None)
+            for key in ("exact", "mde_note", "explanation"):
+                entry.setdefault(key, None)
+            upgraded.append(entry)
+        out["comparisons"] = upgraded
+        out["version"] = REPORT_VERSION
+    return out
 
 
 def build_report(
@@ -200,6 +229,8 @@ def build_report(
     power: float = 0.8,
     n_permutations: int = 10_000,
     n_bootstrap: int = 5000,
+    mde_simulations: int = 400,
+    primary: str = PRIMARY_METRIC,
 ) -> Report:
     """Summarise an experiment and compare every variant with ``control``.
 
@@ -215,10 +246,14 @@ def build_report(
         alpha: significance level for verdicts and the confidence level ``1 - alpha``.
         power: the power at which the minimum detectable effect (``mde``) is computed.
         n_permutations: relabelings for the permutation p-values (exact below this many).
-        n_bootstrap: cluster-bootstrap draws for intervals.
+        n_bootstrap: unused since version 2 (intervals are t-intervals); accepted so
+            older callers keep working.
+        mde_simulations: simulated experiments per MDE (fewer: faster, coarser); 0 skips
+            the MDE (``mde`` is ``None``), for simulation studies of the verdicts alone.
+        primary: the primary metric (Holm-adjusted); the rest are BH-adjusted.
 
     Raises:
-        UsageError: no counted trials for the control.
+        UsageError: no counted trials for the control, or an unknown ``primary``.
 
     Example:
         >>> report = build_report(records, control="baseline", seed=7)  # doctest: +SKIP
@@ -227,8 +262,14 @@ def build_report(
     """
     if not 0 < alpha < 1 or not 0 < power < 1:
         raise UsageError("alpha and power must lie strictly between 0 and 1")
-    if n_permutations < 1 or n_bootstrap < 2:
-        raise UsageError("n_permutations must be >= 1 and n_bootstrap >= 2")
+    if (
+        n_permutations < 1
+        or n_bootstrap < 2
+        or not (mde_simulations == 0 or mde_simulations >= 100)
+    ):
+        raise UsageError(
+            "n_permutations must be >= 1, n_bootstrap >= 2, and mde_simulations 0 or >= 100"
+        )
     # Sorted so the result depends on the records and the seed, not on their order.
     latest = sorted(latest_records(records), key=lambda r: (r.variant, r.task, r.trial))
     counted = [r for r in latest if not r.infrastructure_failure]
@@ -256,19 +297,36 @@ def build_report(
             "left out as infrastructure failures: "
             + ", ".join(f"{v} {n}" for v, n in sorted(excluded.items()))
         )
-    metrics = list(METRICS)
-    with_grade = sum(r.grade is not None for r in counted)
-    if with_grade < len(counted):
-        metrics = [m for m in metrics if m.name != "grade"]
-        if with_grade:
-            notes.append(f"grade not analysed: only {with_grade} of {len(counted)} trials have one")
+    by_model = [r for r in counted if r.status == "failed"]
+    if by_model:
+        notes.append(
+            f"{len(by_model)} trial(s) failed by the model and count as they are, at their "
+            f"short recorded wall time (mean {np.mean([r.wall_s for r in by_model]):.3g} s) "
+            f"and their cost (mean ${np.mean([r.cost_usd for r in by_model]):.3g}, often 0): "
+            "they pull the time and cost means down"
+        )
+    metrics, primary, more = analysed_metrics(counted, primary)
+    notes += more + isolation_notes(counted)
 
-    how = _Settings(seed, alpha, power, n_permutations, n_bootstrap)
+    how = AnalysisSettings(
+        seed, alpha, power, n_permutations, n_bootstrap, mde_simulations, primary
+    )
     variants = {
         name: _summarise(by_variant[name], tasks, metrics, excluded.get(name, 0), how)
         for name in names
     }
-    comparisons = _compare(by_variant, control, tasks, metrics, variants, how)
+    for name, summary in variants.items():
+        for metric in metrics:
+            mean = getattr(summary, metric.name, None)
+            if not isinstance(mean, MeanSummary) or mean.ci_low is None:
+                continue
+            if mean.ci_low == mean.ci_high and len(tasks) >= 2:
+                notes.append(
+                    f"{name} {metric.name}: zero variance, every trial has "
+                    f"{mean.mean:.4g}; the interval has zero width, which is no spread "
+                    "observed, not certainty"
+                )
+    comparisons = compare_variants(by_variant, control, tasks, metrics, how, notes)
     task_cells = _task_cells(by_variant, tasks)
     flaky = [task for task in tasks if any(c.flaky for c in task_cells[task].values())]
     samples = {
@@ -288,18 +346,8 @@ def build_report(
         flaky_tasks=flaky,
         samples=samples,
         notes=notes,
+        primary_metric=primary,
     )
-
-
-@dataclass(frozen=True)
-class _Settings:
-    """How :func:`build_report` analyses: its seed, levels and resampling sizes."""
-
-    seed: int
-    alpha: float
-    power: float
-    n_permutations: int
-    n_bootstrap: int
 
 
 def _summarise(
@@ -307,125 +355,31 @@ def _summarise(
     tasks: Sequence[str],
     metrics: Sequence[Metric],
     excluded: int,
-    how: _Settings,
+    how: AnalysisSettings,
 ) -> VariantSummary:
-    variant = records[0].variant if records else ""
     fields: dict[str, Any] = {"trials": len(records), "excluded": excluded}
     for metric in metrics:
         clusters = metric_clusters(records, tasks, metric)
         if metric.kind == "rate":
             rate = clustered_wilson(clusters, alpha=how.alpha)
             fields[RATE_KEYS[metric.name]] = RateSummary(
-                estimate=_finite(rate.estimate),
-                ci_low=_finite(rate.ci_low),
-                ci_high=_finite(rate.ci_high),
+                estimate=finite(rate.estimate),
+                ci_low=finite(rate.ci_low),
+                ci_high=finite(rate.ci_high),
+                n=rate.n,
                 n_eff=rate.n_eff,
                 icc=rate.icc,
                 design_effect=rate.design_effect,
             )
         else:
-            mean = cluster_bootstrap_mean(
-                clusters,
-                rng=analysis_rng(how.seed, "summary", variant, metric.name),
-                alpha=how.alpha,
-                n_bootstrap=how.n_bootstrap,
-            )
+            mean = clustered_mean(clusters, alpha=how.alpha)
             fields[metric.name] = MeanSummary(
-                mean=_finite(mean.mean),
-                median=_finite(mean.median),
-                ci_low=_finite(mean.ci_low),
-                ci_high=_finite(mean.ci_high),
+                mean=finite(mean.mean),
+                median=finite(mean.median),
+                ci_low=finite(mean.ci_low),
+                ci_high=finite(mean.ci_high),
             )
     return VariantSummary(**fields)
-
-
-def _compare(
-    by_variant: dict[str, list[TrialRecord]],
-    control: str,
-    tasks: Sequence[str],
-    metrics: Sequence[Metric],
-    summaries: dict[str, VariantSummary],
-    how: _Settings,
-) -> list[Comparison]:
-    alpha, power = how.alpha, how.power
-    raw: list[dict[str, Any]] = []
-    for name in by_variant:
-        if name == control:
-            continue
-        for metric in metrics:
-            variant_clusters = metric_clusters(by_variant[name], tasks, metric)
-            control_clusters = metric_clusters(by_variant[control], tasks, metric)
-            result = paired_test(
-                variant_clusters,
-                control_clusters,
-                scale=metric.scale,
-                rng=analysis_rng(how.seed, "compare", name, metric.name),
-                n_permutations=how.n_permutations,
-                n_bootstrap=how.n_bootstrap,
-                alpha=alpha,
-            )
-            if metric.kind == "rate":
-                key = RATE_KEYS[metric.name]
-                control_rate: RateSummary = getattr(summaries[control], key)
-                variant_rate: RateSummary = getattr(summaries[name], key)
-                mde = (
-                    mde_rate(
-                        control_rate.estimate,
-                        variant_rate.n_eff,
-                        control_rate.n_eff,
-                        alpha=alpha,
-                        power=power,
-                    )
-                    if control_rate.estimate is not None and control_rate.n_eff > 0
-                    else math.nan
-                )
-            else:
-                mde = mde_from_se(result.se, scale=metric.scale, alpha=alpha, power=power)
-            raw.append({"variant": name, "metric": metric, "result": result, "mde": mde})
-
-    primary = [i for i, c in enumerate(raw) if c["metric"].name == PRIMARY_METRIC]
-    secondary = [i for i, c in enumerate(raw) if c["metric"].name != PRIMARY_METRIC]
-    adjusted = [math.nan] * len(raw)
-    groups: tuple[tuple[list[int], Literal["holm", "fdr_bh"]], ...] = (
-        (primary, "holm"),
-        (secondary, "fdr_bh"),
-    )
-    for group, method in groups:
-        values = adjust_pvalues([raw[i]["result"].p_value for i in group], method)
-        for i, value in zip(group, values, strict=True):
-            adjusted[i] = value
-
-    comparisons: list[Comparison] = []
-    for i, entry in enumerate(raw):
-        metric = entry["metric"]
-        result = entry["result"]
-        comparisons.append(
-            Comparison(
-                variant=entry["variant"],
-                control=control,
-                metric=metric.name,
-                scale=metric.scale,
-                diff=_finite(result.effect),
-                ci_low=_finite(result.ci_low),
-                ci_high=_finite(result.ci_high),
-                p_value=_finite(result.p_value),
-                p_adjusted=_finite(adjusted[i]),
-                correction="holm" if metric.name == PRIMARY_METRIC else "fdr_bh",
-                verdict=verdict(
-                    result.effect,
-                    result.ci_low,
-                    result.ci_high,
-                    adjusted[i],
-                    scale=metric.scale,
-                    higher_is_better=metric.higher_is_better,
-                    alpha=alpha,
-                ),
-                mde=_finite(entry["mde"]),
-                tasks=result.tasks,
-                exact=result.exact,
-            )
-        )
-    return comparisons
 
 
 def _task_cells(
@@ -438,10 +392,12 @@ def _task_cells(
             if not trials:
                 continue
             parallel = [r.parallel for r in trials]
+            passed = [r.passed for r in trials if r.passed is not None]
             cells[task][name] = TaskCell(
                 trials=len(trials),
                 parallel_rate=sum(parallel) / len(trials),
                 delegated_rate=sum(r.delegated for r in trials) / len(trials),
                 flaky=len(set(parallel)) > 1,
+                passed_rate=sum(passed) / len(passed) if len(passed) == len(trials) else None,
             )
     return cells

@@ -5,8 +5,9 @@ at once. Their API requests (not the trials) are paced by the process's request 
 its governor (bucket per model, shared by every trial; see :mod:`teamlead._relay`), which
 stays up for the whole experiment. Each trial appends one versioned record to
 ``DIR/trials.jsonl``; a rerun skips the keys already finished. Only infrastructure
-failures (the API's 429/5xx, the CLI failing to start) are retried, and retried trials are
-flagged.
+failures (the API's 429/5xx, the CLI failing to start, a failing ``setup``) are retried, and
+retried trials are flagged. Each trial runs in a workspace of its own, with ``setup``
+before and ``check`` after the lead (see :mod:`.trial` and :mod:`.workspace`).
 
 Each trial's session id is a UUID derived from (experiment seed, variant, task, trial), so
 a scripted model can seed its randomness per trial and a rerun is reproducible.
@@ -20,7 +21,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import random
-import subprocess
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -45,12 +45,15 @@ from ..tracker import Tracker
 from .outdir import OutDir, make_out_dir
 from .records import TrialKey, TrialRecord, TrialWriter, finished_keys
 from .spec import ExperimentSpec, GraderSpec, TaskSpec, VariantSpec
+from .trial import Outcome, run_trial, trial_source
+from .workspace import Workspaces
 
 __all__ = [
     "ExperimentProgress",
     "RunSummary",
     "grade_answer",
     "run_experiment",
+    "run_one_trial",
     "trial_order",
     "trial_session_id",
 ]
@@ -127,17 +130,6 @@ class RunSummary:
     stopped_reason: str | None = None
 
 
-@functools.lru_cache(maxsize=32)
-def _git_sha(cwd: str | None) -> str | None:
-    try:
-        proc = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=cwd or None, capture_output=True, text=True, timeout=5
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return proc.stdout.strip() or None if proc.returncode == 0 else None
-
-
 @functools.lru_cache(maxsize=1)
 def _sdk_versions() -> tuple[str, str]:
     import claude_agent_sdk
@@ -197,14 +189,12 @@ def _trial_options(
     task: TaskSpec,
     strategy: Strategy,
     session_id: str,
+    cwd: Path,
 ) -> ClaudeAgentOptions:
-    fields: dict[str, Any] = {"session_id": session_id}
+    fields: dict[str, Any] = {"session_id": session_id, "cwd": str(cwd)}
     model = spec.model_for(variant)
     if model:
         fields["model"] = model
-    cwd = spec.cwd_for(task)
-    if cwd:
-        fields["cwd"] = cwd
     for key, value in variant.options.items():
         if not hasattr(base, key):
             raise UsageError(f"variant {variant.name!r}: unknown SDK option {key!r}")
@@ -212,31 +202,26 @@ def _trial_options(
     return apply_strategy(dataclasses.replace(base, **fields), strategy)
 
 
-async def _one_trial(
+async def _lead_trial(
     key: TrialKey,
     spec: ExperimentSpec,
-    base: ClaudeAgentOptions,
     strategies: Mapping[str, Strategy],
     query_fn: QueryFn | None,
     policy: Policy,
-    attempt: int = 1,
+    attempt: int,
+    base: ClaudeAgentOptions,
+    cwd: Path,
     run_id: str = "",
 ) -> tuple[TrialRecord, bool, int]:
-    """Run one trial; returns (record, infrastructure failure?, 429s met).
+    """Run the lead of one trial in ``cwd``; returns (record, infrastructure?, 429s met).
 
     The 429s are those the relay met (absorbed or passed on), or, for a run that went
     direct, 1 when the CLI's own requests ended in a 429.
     """
     variant, task = spec.variant(key.variant), spec.task(key.task)
     strategy = strategies[variant.name]
-    options = _trial_options(
-        base,
-        spec,
-        variant,
-        task,
-        strategy,
-        trial_session_id(spec.experiment.seed, key, attempt, run_id),
-    )
+    session_id = trial_session_id(spec.experiment.seed, key, attempt, run_id)
+    options = _trial_options(base, spec, variant, task, strategy, session_id, cwd)
     tracker = Tracker()
     finished: Finished | None = None
     error: str | None = None
@@ -291,14 +276,41 @@ async def _one_trial(
         prompt_name=strategy.meta.name,
         prompt_version=strategy.meta.version,
         prompt_sha256=strategy.sha256,
+        prompt_source=strategy.source,
         model=spec.model_for(variant),
         sdk_version=sdk_version,
         cli_version=cli,
         teamlead_version=__version__,
-        git_sha=_git_sha(spec.cwd_for(task)),
         started_at=started_at,
     )
     return record, infra, limited
+
+
+async def run_one_trial(
+    key: TrialKey,
+    spec: ExperimentSpec,
+    base: ClaudeAgentOptions,
+    strategies: Mapping[str, Strategy],
+    policy: Policy,
+    attempt: int,
+    *,
+    workspaces: Workspaces,
+    out_dir: Path,
+    query_fn: QueryFn | None = None,
+    run_id: str = "",
+) -> Outcome:
+    """One attempt of one trial on this machine: workspace, setup, the lead, check.
+
+    What :func:`run_experiment` runs per attempt, and what a remote worker (a Ray task)
+    must call so the trial gets its workspace where it runs. Make ``workspaces`` on that
+    machine, once per process (it holds per-repository locks and state; it does not
+    pickle); the spec's ``cwd`` must exist there. Command output goes to
+    ``out_dir/commands/`` on this machine; records name it relative to ``out_dir``.
+    """
+    lead = functools.partial(
+        _lead_trial, key, spec, strategies, query_fn, policy, attempt, run_id=run_id
+    )
+    return await run_trial(key, spec, base, lead, attempt, workspaces, out_dir)
 
 
 async def run_experiment(
@@ -310,6 +322,8 @@ async def run_experiment(
     policy: Policy | None = None,
     clock: Clock = SYSTEM_CLOCK,
     on_progress: Callable[[ExperimentProgress], None] | None = None,
+    keep_workspaces: bool = False,
+    workspace_dir: Path | None = None,
 ) -> RunSummary:
     """Run every unfinished trial of ``spec`` and append records to ``out_dir/trials.jsonl``.
 
@@ -321,6 +335,11 @@ async def run_experiment(
         query_fn: the generator each coordinator wraps (default ``claude_agent_sdk.query``).
         policy: the coordinator policy per trial; ``deadline_s`` from the spec wins.
         on_progress: called after every change of the counters.
+        keep_workspaces: leave each trial's workspace on disk (the record has its path).
+        workspace_dir: where trial workspaces go (default: the system temp dir).
+
+    Raises:
+        UsageError: a task's directory is missing, or a worktree is asked for outside git.
     """
     out_dir = Path(out_dir)
     make_out_dir(out_dir)
@@ -330,6 +349,9 @@ async def run_experiment(
     todo = [k for k in order if k not in done]
     strategies = {v.name: load_strategy(v.strategy) for v in spec.variants}
     base = base_options or ClaudeAgentOptions()
+    workspaces = Workspaces(keep=keep_workspaces, exclude=[out_dir], base_dir=workspace_dir)
+    for task in spec.tasks:
+        workspaces.check(trial_source(spec, task, base), spec.steps_for(task).workspace)
     trial_policy = policy or Policy()
     if spec.experiment.deadline_s:
         trial_policy = trial_policy.model_copy(update={"deadline_s": spec.experiment.deadline_s})
@@ -358,8 +380,17 @@ async def run_experiment(
                 progress.in_flight += 1
                 _report()
                 try:
-                    record, infra, limited = await _one_trial(
-                        key, spec, base, strategies, query_fn, trial_policy, attempts, run_id
+                    record, infra, limited = await run_one_trial(
+                        key,
+                        spec,
+                        base,
+                        strategies,
+                        trial_policy,
+                        attempts,
+                        workspaces=workspaces,
+                        out_dir=out_dir,
+                        query_fn=query_fn,
+                        run_id=run_id,
                     )
                 finally:
                     progress.in_flight -= 1

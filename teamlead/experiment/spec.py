@@ -42,6 +42,7 @@ from ..errors import UsageError
 from ..policy import MAX_SECONDS
 from ._toml_lines import LineIndex, dotted
 from .records import TrialKey
+from .steps import PrimaryMetric, StepKeys, Steps, resolve_steps
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -110,12 +111,14 @@ MAX_TRIALS = 10_000
 MAX_CONCURRENCY = 256
 
 
-class ExperimentSettings(_Strict):
+class ExperimentSettings(StepKeys):
     """The ``[experiment]`` table.
 
     ``deadline_s`` bounds one trial's wall time; ``max_cost_usd`` bounds the whole
     experiment (trials and grading). ``model`` and ``cwd`` are defaults that a variant's
-    ``model`` or a task's ``cwd`` override.
+    ``model`` or a task's ``cwd`` override, as do a task's workspace and command keys
+    (:class:`~teamlead.experiment.steps.StepKeys`). ``primary_metric`` is the metric whose
+    p-values are Holm-adjusted.
     """
 
     name: Name
@@ -130,6 +133,7 @@ class ExperimentSettings(_Strict):
     model: str | None = None
     cwd: str | None = None
     grader: GraderSpec | None = None
+    primary_metric: PrimaryMetric = "parallel"
 
 
 class VariantSpec(_Strict):
@@ -149,8 +153,8 @@ class VariantSpec(_Strict):
         return value
 
 
-class TaskSpec(_Strict):
-    """One ``[[tasks]]`` entry."""
+class TaskSpec(StepKeys):
+    """One ``[[tasks]]`` entry (with :class:`~teamlead.experiment.steps.StepKeys`)."""
 
     id: Name
     prompt: str = Field(min_length=1)
@@ -199,6 +203,10 @@ class ExperimentSpec(_Strict):
     def cwd_for(self, task: TaskSpec) -> str | None:
         """The task's working directory, else the experiment's."""
         return task.cwd or self.experiment.cwd
+
+    def steps_for(self, task: TaskSpec) -> Steps:
+        """The task's workspace kind, setup and check, else the experiment's."""
+        return resolve_steps(task, self.experiment)
 
     @property
     def total_trials(self) -> int:
@@ -309,6 +317,11 @@ def _check_relations(spec: ExperimentSpec, lines: LineIndex, source: str) -> Non
         if task.id in ids:
             raise fail(("tasks", index, "id"), f"duplicate task id {task.id!r}")
         ids.add(task.id)
+        if spec.experiment.primary_metric == "passed" and spec.steps_for(task).check is None:
+            raise fail(
+                ("tasks", index, "id"),
+                f"task {task.id!r} has no check command, but the primary metric is 'passed'",
+            )
 
 
 def _resolve_paths(spec: ExperimentSpec, base_dir: Path) -> ExperimentSpec:

@@ -1,14 +1,15 @@
 """What an experiment's estimates let one conclude: power, multiple testing, verdicts.
 
-- **Minimum detectable effect** at the given alpha and power: for rates, from Cohen's h
-  (statsmodels ``NormalIndPower``) at the effective sample sizes, converted back to a
-  rate difference above the control rate; for means, ``(z_{1-alpha/2} + z_power) * SE``
-  with the bootstrap standard error (as a ratio factor on the ratio scale).
+- **Closed-form minimum detectable effect**, for planning before any data exist: for
+  rates, from Cohen's h (statsmodels ``NormalIndPower``) at the effective sample sizes,
+  converted back to a rate difference above the control rate; for means,
+  ``(z_{1-alpha/2} + z_power) * SE`` (as a ratio factor on the ratio scale). The report
+  itself simulates the MDE of the rule it applies (:mod:`teamlead.experiment.power`).
 - **Adjusted p-values**: Holm (family-wise) or Benjamini-Hochberg (FDR).
 - **Verdicts**: ``better``/``worse`` only when the adjusted p-value and the interval
   agree, else ``inconclusive``.
 
-The estimates themselves (clustered rates, bootstrap means, the paired permutation test)
+The estimates themselves (clustered rates, t-interval means, the paired permutation test)
 are in :mod:`teamlead.experiment.stats`. scipy and statsmodels are imported on first use.
 """
 

@@ -20,17 +20,21 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from ..errors import UsageError
-from .replies import AgentCall, Reply, ScriptedRequest
+from .replies import AgentCall, Reply, ScriptedRequest, ToolUse
 
 __all__ = [
     "SCENARIOS",
     "FanOut",
     "ProbabilisticFanOut",
+    "ToolSteps",
+    "bash",
     "finding_text",
     "findings_in",
     "scenario",
     "subagent_answers",
     "synthesize",
+    "working_directory",
+    "write",
 ]
 
 _FINDING = re.compile(r"FINDING\[([^\]]+)\]")
@@ -188,6 +192,55 @@ class ProbabilisticFanOut:
         return AgentCall(
             description=f"part-{i + 1}", prompt=f"PART-{i + 1}: research part {i + 1}."
         )
+
+
+_WORKDIR = re.compile(r"(?:Primary working directory|Working directory):\s*(\S+)")
+
+
+def working_directory(req: ScriptedRequest) -> str | None:
+    """The working directory the CLI announced to the model (absolute), if any."""
+    match = _WORKDIR.search(req.system) or _WORKDIR.search(req.all_text)
+    return match.group(1) if match else None
+
+
+def bash(command: str, description: str = "run a command") -> ToolUse:
+    """A ``Bash`` tool call: the CLI runs ``command`` in its working directory."""
+    return ToolUse("Bash", {"command": command, "description": description})
+
+
+def write(file_path: str, content: str) -> ToolUse:
+    """A ``Write`` tool call (``file_path`` must be absolute; see :func:`working_directory`)."""
+    return ToolUse("Write", {"file_path": file_path, "content": content})
+
+
+Step = Callable[[ScriptedRequest], Sequence[ToolUse]]
+
+
+@dataclass
+class ToolSteps:
+    """A lead that uses tools itself, one message per step, then reports what they returned.
+
+    Each step builds its tool calls from the request (the task is
+    ``req.first_user_text``, the session ``req.session_id``, the directory
+    :func:`working_directory`), and the CLI really runs them: Bash commands, file
+    writes. After the last step the lead answers ``answer`` followed by the last tool
+    results. Subagents and side requests get a short text.
+
+    Example:
+        >>> script = ToolSteps([lambda req: [bash("echo hi > out.txt && ls")]])
+    """
+
+    steps: Sequence[Step]
+    answer: str = "Done. Tool output:"
+    delay: float = 0.0
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        if req.role != "lead":
+            return Reply.text("ok")
+        step = req.assistant_turns
+        if step < len(self.steps):
+            return Reply.tools(*self.steps[step](req), delay=self.delay)
+        return Reply.text(f"{self.answer}\n{req.last_user_text}")
 
 
 def _echo(req: ScriptedRequest) -> Reply:

@@ -1,0 +1,386 @@
+"""The experiment report as one self-contained HTML file.
+
+Everything is inline: the style, the charts (hand-built SVG, so no matplotlib is needed)
+and a small script that makes tables sortable. A Content-Security-Policy meta tag forbids
+every request that would leave the file, and the page uses no URL at all, so opening it
+offline, or from an archive years later, shows exactly what was written. Without
+JavaScript the tables are plain and every ``<details>`` drill-down still opens.
+
+Every piece of text that came from a run (final answers, task and variant names, error
+classes, provenance) goes through :func:`html.escape`: a final answer is model output
+and may contain markup.
+
+Example:
+    >>> page = render_html(report, records)  # doctest: +SKIP
+    >>> Path("report.html").write_text(page)  # doctest: +SKIP
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Iterable, Sequence
+
+from .explain import confidence_label, rule_text
+from .records import TrialRecord, latest_records
+from .report import Comparison, RateSummary, Report
+
+__all__ = ["render_html"]
+
+_STYLE = """
+body{font:14px/1.45 system-ui,sans-serif;margin:2em auto;max-width:1200px;color:#1d1d1f;
+padding:0 1em}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
+table{border-collapse:collapse;margin:.6em 0;font-variant-numeric:tabular-nums}
+th,td{border:1px solid #ddd;padding:.25em .5em;text-align:left;vertical-align:top}
+th{background:#f4f4f6}table.sortable th{cursor:pointer}
+th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after{content:" \\25BC"}
+.better{color:#0a7a2f;font-weight:600}.worse{color:#b3261e;font-weight:600}
+.inconclusive{color:#6b6b6b;font-weight:600}.note{color:#555}
+pre{white-space:pre-wrap;background:#f7f7f9;padding:.5em;max-width:70em}
+details{margin:.3em 0}summary{cursor:pointer}.rule{background:#fff8e1;padding:.5em}
+"""
+
+_SCRIPT = """
+document.querySelectorAll('table.sortable').forEach(function (table) {
+  table.querySelectorAll('thead th').forEach(function (th, col) {
+    th.addEventListener('click', function () {
+      var body = table.tBodies[0];
+      var up = th.getAttribute('aria-sort') !== 'ascending';
+      table.querySelectorAll('thead th').forEach(function (h) { h.removeAttribute('aria-sort'); });
+      th.setAttribute('aria-sort', up ? 'ascending' : 'descending');
+      var rows = Array.prototype.slice.call(body.rows);
+      function key(row) {
+        var cell = row.cells[col];
+        var raw = cell ? (cell.getAttribute('data-sort') || cell.textContent) : '';
+        var num = parseFloat(raw);
+        return isNaN(num) || !/^\\s*[-+]?[0-9.]/.test(raw) ? raw.toLowerCase() : num;
+      }
+      rows.sort(function (a, b) {
+        var x = key(a), y = key(b);
+        var order = (typeof x === typeof y) ? (x < y ? -1 : x > y ? 1 : 0)
+                                            : (typeof x === 'number' ? -1 : 1);
+        return up ? order : -order;
+      });
+      rows.forEach(function (row) { body.appendChild(row); });
+    });
+  });
+});
+"""
+
+_CSP = (
+    "default-src 'none'; style-src 'unsafe-inline'; script-src 'unsafe-inline'; "
+    "img-src data:; form-action 'none'; base-uri 'none'"
+)
+
+
+def _e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _num(value: float | None, digits: int = 3) -> str:
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    if value != 0 and (abs(value) >= 1e6 or abs(value) < 10**-digits):
+        return f"{value:.{digits}g}"
+    return f"{value:,.{digits if abs(value) < 100 else 1}f}".rstrip("0").rstrip(".")
+
+
+def _sort_key(value: float | None) -> str:
+    return "" if value is None or not math.isfinite(value) else repr(float(value))
+
+
+def _td(text: str, sort: float | None = None, raw: bool = False) -> str:
+    attr = f' data-sort="{_sort_key(sort)}"' if sort is not None else ""
+    return f"<td{attr}>{text if raw else _e(text)}</td>"
+
+
+def _table(header: Sequence[str], rows: Iterable[str], *, table_id: str) -> str:
+    head = "".join(f'<th scope="col">{_e(h)}</th>' for h in header)
+    return (
+        f'<table class="sortable" id="{_e(table_id)}"><thead><tr>{head}</tr></thead>'
+        f"<tbody>{''.join(rows)}</tbody></table>"
+    )
+
+
+def _interval(low: float | None, high: float | None) -> str:
+    return f"[{_num(low)}, {_num(high)}]"
+
+
+def _rate_chart(report: Report, key: str, title: str) -> str:
+    """Horizontal bars (the rate) with the interval as a whisker, one row per variant."""
+    names = list(report.variants)
+    label_w, plot_w, row_h = 160, 360, 26
+    height = row_h * len(names) + 30
+    parts = [
+        f'<svg role="img" width="{label_w + plot_w + 20}" '
+        f'height="{height}" aria-label="{_e(title)}"><title>{_e(title)}</title>'
+    ]
+    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
+        x = label_w + tick * plot_w
+        parts.append(
+            f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{height - 18}" stroke="#e0e0e0"/>'
+            f'<text x="{x:.1f}" y="{height - 4}" font-size="11" text-anchor="middle">'
+            f"{tick:g}</text>"
+        )
+    for row, name in enumerate(names):
+        rate: RateSummary | None = getattr(report.variants[name], key)
+        y = row * row_h + 4
+        parts.append(
+            f'<text x="{label_w - 6}" y="{y + 15}" font-size="12" text-anchor="end">'
+            f"{_e(name)}</text>"
+        )
+        if rate is None or rate.estimate is None:
+            continue
+        width = rate.estimate * plot_w
+        fill = "#8fb3e0" if name != report.control else "#c8c8cc"
+        parts.append(
+            f'<rect x="{label_w}" y="{y + 3}" width="{width:.1f}" height="16" fill="{fill}">'
+            f"<title>{_e(name)}: {_num(rate.estimate)} "
+            f"{_interval(rate.ci_low, rate.ci_high)}</title></rect>"
+        )
+        if rate.ci_low is not None and rate.ci_high is not None:
+            x1, x2 = label_w + rate.ci_low * plot_w, label_w + rate.ci_high * plot_w
+            parts.append(
+                f'<line x1="{x1:.1f}" y1="{y + 11}" x2="{x2:.1f}" y2="{y + 11}" '
+                f'stroke="#1d1d1f" stroke-width="2"/>'
+                f'<line x1="{x1:.1f}" y1="{y + 6}" x2="{x1:.1f}" y2="{y + 16}" stroke="#1d1d1f"/>'
+                f'<line x1="{x2:.1f}" y1="{y + 6}" x2="{x2:.1f}" y2="{y + 16}" stroke="#1d1d1f"/>'
+            )
+    parts.append("</svg>")
+    return f"<figure><figcaption>{_e(title)}</figcaption>{''.join(parts)}</figure>"
+
+
+def _interval_glyph(c: Comparison) -> str:
+    """A small inline SVG: the interval and the effect against the no-effect line."""
+    null = 1.0 if c.scale == "ratio" else 0.0
+    values = [v for v in (c.ci_low, c.ci_high, c.diff) if v is not None and math.isfinite(v)]
+    if not values:
+        return ""
+    if c.scale == "ratio":
+        if min(values) <= 0:
+            return ""
+        values = [math.log(v) for v in values]
+        null = 0.0
+    span = max(abs(v - null) for v in values) or 1.0
+    width = 140
+
+    def x(v: float) -> float:
+        return width / 2 + (v - null) / span * (width / 2 - 6)
+
+    def scaled(v: float | None) -> float | None:
+        if v is None or not math.isfinite(v) or (c.scale == "ratio" and v <= 0):
+            return None
+        return math.log(v) if c.scale == "ratio" else v
+
+    low, high, mid = scaled(c.ci_low), scaled(c.ci_high), scaled(c.diff)
+    parts = [
+        f'<svg width="{width}" height="16" role="img" '
+        f'aria-label="interval"><line x1="{x(null):.1f}" y1="0" x2="{x(null):.1f}" y2="16" '
+        'stroke="#999" stroke-dasharray="2,2"/>'
+    ]
+    if low is not None and high is not None:
+        parts.append(
+            f'<line x1="{x(low):.1f}" y1="8" x2="{x(high):.1f}" y2="8" stroke="#1d1d1f" '
+            'stroke-width="2"/>'
+        )
+    if mid is not None:
+        parts.append(f'<circle cx="{x(mid):.1f}" cy="8" r="3.5" fill="#2f6fbf"/>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
+def _comparisons(report: Report) -> str:
+    rows = []
+    for c in report.comparisons:
+        unit = "x" if c.scale == "ratio" else ""
+        mde = "n/a" if c.mde is None else f"{_num(c.mde)}{unit}"
+        tasks = (
+            f"<details><summary>{c.tasks}</summary>{_e(', '.join(c.task_ids) or 'none')}</details>"
+        )
+        explanation = f'<div class="note">{_e(c.explanation)}</div>' if c.explanation else ""
+        mde_note = f'<div class="note">{_e(c.mde_note)}</div>' if c.mde_note else ""
+        rows.append(
+            "<tr>"
+            + _td(c.variant)
+            + _td(c.metric)
+            + _td(f"{_num(c.variant_value)} vs {_num(c.control_value)}", c.variant_value)
+            + _td(f"{_num(c.diff)}{unit}", c.diff)
+            + _td(_interval(c.ci_low, c.ci_high), c.ci_low)
+            + _td(_interval_glyph(c), raw=True)
+            + _td(_num(c.p_value, 4), c.p_value)
+            + _td(
+                f"{_num(c.p_adjusted, 4)} ({'Holm' if c.correction == 'holm' else 'BH'})",
+                c.p_adjusted,
+            )
+            + _td(f"{_e(mde)}{mde_note}", c.mde, raw=True)
+            + _td(tasks, float(c.tasks), raw=True)
+            + _td(f'<span class="{_e(c.verdict)}">{_e(c.verdict)}</span>{explanation}', raw=True)
+            + "</tr>"
+        )
+    header = [
+        "variant",
+        "metric",
+        "variant vs control",
+        "effect",
+        "interval",
+        "chart",
+        "p",
+        "p adjusted",
+        "MDE",
+        "tasks",
+        "verdict",
+    ]
+    return _table(header, rows, table_id="comparisons")
+
+
+def _variants(report: Report) -> str:
+    with_passed = _with_passed(report)
+    rows = []
+    for name, s in report.variants.items():
+        cells = [_td(name), _td(str(s.trials), float(s.trials)), _td(str(s.excluded), s.excluded)]
+        rates: list[RateSummary | None] = [s.parallel_rate, s.delegated_rate]
+        for rate in [s.passed_rate, *rates] if with_passed else rates:
+            if rate is None:
+                cells += [_td("n/a"), _td("n/a")]
+                continue
+            cells.append(
+                _td(f"{_num(rate.estimate)} {_interval(rate.ci_low, rate.ci_high)}", rate.estimate)
+            )
+            cells.append(_td(f"{_num(rate.n_eff)} / {_num(rate.icc)}", rate.n_eff))
+        for mean in (s.wall_s, s.agent_calls, s.cost_usd, s.tokens):
+            cells.append(
+                _td(f"{_num(mean.mean)} {_interval(mean.ci_low, mean.ci_high)}", mean.mean)
+            )
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    passed = ["passed rate", "passed n_eff / ICC"] if with_passed else []
+    header = [
+        "variant", "trials", "excluded", *passed, "parallel rate", "parallel n_eff / ICC",
+        "delegated rate", "delegated n_eff / ICC", "wall s", "Agent calls", "cost USD", "tokens",
+    ]  # fmt: skip
+    return _table(header, rows, table_id="variants")
+
+
+def _with_passed(report: Report) -> bool:
+    """Whether the report analysed ``passed`` (every trial ran a check)."""
+    return any(s.passed_rate is not None for s in report.variants.values())
+
+
+def _per_task(report: Report) -> str:
+    names = list(report.variants)
+    rows = []
+    for task, cells in report.tasks.items():
+        row = [_td(task)]
+        for name in names:
+            cell = cells.get(name)
+            if cell is None:
+                row.append(_td("-"))
+            else:
+                flaky = " flaky" if cell.flaky else ""
+                passed = "" if cell.passed_rate is None else f"passed {_num(cell.passed_rate, 2)}, "
+                row.append(
+                    _td(
+                        f"{passed}{_num(cell.parallel_rate, 2)} / {_num(cell.delegated_rate, 2)} "
+                        f"(n={cell.trials}){flaky}",
+                        cell.parallel_rate,
+                    )
+                )
+        rows.append("<tr>" + "".join(row) + "</tr>")
+    return _table(["task", *names], rows, table_id="tasks")
+
+
+_PROVENANCE = (
+    "prompt_name", "prompt_version", "prompt_sha256", "prompt_source", "model", "cli_version",
+    "sdk_version", "teamlead_version", "git_sha", "git_dirty", "workspace", "workspace_setup_s",
+    "workspace_path", "started_at", "attempts", "resumes",
+)  # fmt: skip
+
+
+def _trials(records: Sequence[TrialRecord], names: Sequence[str]) -> str:
+    latest = sorted(latest_records(records), key=lambda r: (r.variant, r.task, r.trial))
+    order = {name: i for i, name in enumerate(names)}
+    latest.sort(key=lambda r: order.get(r.variant, len(order)))
+    out = []
+    for name in dict.fromkeys(r.variant for r in latest):
+        mine = [r for r in latest if r.variant == name]
+        items = []
+        for r in mine:
+            status = r.status + (f" ({r.error_class})" if r.error_class else "")
+            provenance = "".join(
+                f"<tr><th>{_e(key)}</th><td>{_e(getattr(r, key))}</td></tr>"
+                for key in _PROVENANCE
+                if getattr(r, key) is not None
+            ) + "".join(
+                f"<tr><th>{step}</th><td>{_e(run.describe())}, {_num(run.duration_s)} s"
+                f"{_e(', output: ' + run.output_file) if run.output_file else ''}</td></tr>"
+                for step, run in (("setup", r.setup), ("check", r.check))
+                if run is not None
+            )
+            grade = "" if r.grade is None else f", grade {_num(r.grade)}"
+            if r.passed is not None:
+                grade += ", check passed" if r.passed else ", check failed"
+            items.append(
+                f"<details><summary>{_e(r.task)} #{r.trial}: {_e(status)}, "
+                f"{'parallel' if r.parallel else 'not parallel'}, {r.agent_calls} Agent "
+                f"call(s), {_num(r.wall_s)} s, ${_num(r.cost_usd, 4)}{_e(grade)}</summary>"
+                f"<pre>{_e(r.final_text) or '(no final answer)'}</pre>"
+                f"<table>{provenance}</table></details>"
+            )
+        out.append(
+            f"<details><summary>{_e(name)}: {len(mine)} trial(s)</summary>"
+            f"{''.join(items)}</details>"
+        )
+    return "".join(out)
+
+
+def render_html(report: Report, records: Sequence[TrialRecord]) -> str:
+    """The whole report as one HTML page; ``records`` feed the per-trial drill-down.
+
+    Example:
+        >>> "<svg" in render_html(report, records)  # doctest: +SKIP
+        True
+    """
+    confidence = confidence_label(report.alpha)
+    notes = "".join(f"<li>{_e(note)}</li>" for note in report.notes) or "<li>none</li>"
+    flaky = ", ".join(report.flaky_tasks) or "none"
+    body = [
+        f"<h1>Experiment report (control: {_e(report.control)})</h1>",
+        f"<p>alpha {report.alpha:g}, power {report.power:g}, seed {report.seed}, "
+        f"report version {report.version}, primary metric {_e(report.primary_metric)} "
+        "(Holm; the rest BH).</p>",
+        f'<p class="rule">{_e(rule_text(report.alpha, confidence))}</p>',
+        "<h2>Variants</h2>",
+        *(
+            [_rate_chart(report, "passed_rate", f"check passed rate with {confidence} interval")]
+            if _with_passed(report)
+            else []
+        ),
+        _rate_chart(report, "parallel_rate", f"parallel rate with {confidence} interval"),
+        _rate_chart(report, "delegated_rate", f"delegated rate with {confidence} interval"),
+        _variants(report),
+        f"<p class=note>Rates are pooled over trials with a task-clustered Wilson "
+        f"{confidence} interval; n_eff is the trials divided by the design effect "
+        "1 + (m - 1) ICC with m = sum(m_i^2) / sum(m_i). Means carry a cluster-robust "
+        f"t {confidence} interval.</p>",
+        "<h2>Comparisons with the control</h2>",
+        _comparisons(report),
+        "<p class=note>Variant vs control: means over the compared tasks, each task weighing "
+        "the same. Effect: variant - control, or variant / control where marked x. Chart: the "
+        "interval (line) and effect (dot) against no effect (dashed). MDE: the effect this "
+        f"rule detects with power {report.power:g} on this design, by simulation.</p>",
+        "<h2>Per task</h2>",
+        _per_task(report),
+        "<p class=note>Cells: [passed rate,] parallel rate / delegated rate (trials). "
+        f"Flaky: {_e(flaky)}.</p>",
+        "<h2>Trials</h2>",
+        _trials(records, list(report.variants)),
+        "<h2>Notes</h2>",
+        f"<ul>{notes}</ul>",
+    ]
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f'<meta http-equiv="Content-Security-Policy" content="{_CSP}">'
+        '<meta name="viewport" content="width=device-width, initial-scale=1">'
+        f"<title>Experiment report: {_e(report.control)}</title><style>{_STYLE}</style>"
+        f"</head><body>{''.join(body)}<script>{_SCRIPT}</script></body></html>\n"
+    )

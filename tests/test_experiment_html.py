@@ -1,0 +1,159 @@
+"""The HTML report, rendered in a real headless Chromium (Debian's, driven by Playwright).
+
+The page must be self-contained (no URL in it, no request attempted), show the numbers
+the Markdown report shows, sort a table when a header is clicked, open a trial's
+drill-down, and escape every piece of text that came from a run.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from teamlead._cli import main
+from teamlead.experiment import TrialRecord, TrialWriter, build_report, synthetic_records
+from teamlead.experiment.html import render_html
+from teamlead.experiment.report import Report
+
+CHROMIUM = Path("/usr/bin/chromium")
+ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--no-first-run",
+]
+HOSTILE = '<script>alert("x")</script><img src="http://example.invalid/x.png">'
+
+
+def _records() -> list[TrialRecord]:
+    records = synthetic_records(
+        {"baseline": [0.2] * 8, "delegation": [0.85] * 8},
+        trials=3,
+        rng=np.random.default_rng(3),
+    )
+    first = records[0]
+    records[0] = first.model_copy(update={"final_text": HOSTILE, "prompt_source": "a&b.md"})
+    return records
+
+
+@pytest.fixture(scope="module")
+def page_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("html") / "out"
+    with TrialWriter(out / "trials.jsonl") as writer:
+        for record in _records():
+            writer.append(record)
+    (out / "experiment.json").write_text(json.dumps({"version": 1, "control": "baseline"}))
+    target = out.parent / "report.html"
+    result = CliRunner().invoke(
+        main, ["experiment", "report", str(out), "--json", "--html", str(target)]
+    )
+    assert result.exit_code == 0, result.output
+    assert sorted(p.name for p in out.iterdir()) == ["experiment.json", "trials.jsonl"]
+    return target
+
+
+def test_the_page_is_self_contained_and_escapes_run_text(page_file: Path) -> None:
+    text = page_file.read_text(encoding="utf-8")
+    assert HOSTILE not in text
+    # No URL anywhere but inside the (escaped, inert) final answer that carried one.
+    page_own = text.replace(html.escape(HOSTILE), "")
+    assert not re.search(r"(?i)\b(?:https?|ftp|wss?|file):|//[a-z0-9.-]+\.[a-z]{2,}/", page_own)
+    assert not re.search(r"(?i)\b(?:src|href)=", page_own)
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt;" in text
+    assert "a&amp;b.md" in text
+    assert text.count("<script>") == 1  # the sorting script, nothing from a run
+    assert "Content-Security-Policy" in text and "default-src 'none'" in text
+
+
+def test_rendering_the_same_report_is_deterministic() -> None:
+    records = _records()
+    report = build_report(records, control="baseline", seed=4, n_permutations=500)
+    assert render_html(report, records) == render_html(report, records)
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not at /usr/bin/chromium")
+def test_the_report_renders_sorts_and_drills_down_in_chromium(
+    page_file: Path, tmp_path: Path
+) -> None:
+    from playwright.sync_api import sync_playwright
+
+    requests: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            page.on("request", lambda request: requests.append(request.url))
+            dialogs: list[str] = []
+            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            page.goto(page_file.as_uri(), timeout=30_000)
+            body = page.inner_text("body")
+            assert "Experiment report (control: baseline)" in body
+            assert "Verdict rule: a variant is better or worse only when both" in body
+            comparisons = page.locator("#comparisons tbody tr")
+            assert comparisons.count() == 6
+            parallel = comparisons.filter(has_text="parallel").first.inner_text()
+            assert "better" in parallel and "(Holm)" in parallel
+            assert page.locator("svg").count() >= 2 + 6  # two rate charts, one glyph a row
+
+            # Sorting: clicking "trials" in the per-task table orders by the first column...
+            tasks = page.locator("#tasks tbody tr td:first-child")
+            original = tasks.all_inner_texts()
+            header = page.locator("#tasks thead th").first
+            header.click()
+            assert header.get_attribute("aria-sort") == "ascending"
+            assert tasks.all_inner_texts() == sorted(original)
+            header.click()
+            assert header.get_attribute("aria-sort") == "descending"
+            assert tasks.all_inner_texts() == sorted(original, reverse=True)
+            # ...and a numeric column sorts as numbers.
+            p_header = page.locator("#comparisons thead th", has_text=re.compile("^p$"))
+            p_header.click()
+            cells = page.locator("#comparisons tbody tr td:nth-child(7)")
+            values = [float(v) for v in cells.evaluate_all("c => c.map(x => x.dataset.sort)")]
+            assert values == sorted(values)
+
+            # Drill-down: a trial's final answer is shown as text, never run.
+            page.locator("summary", has_text="delegation: 24 trial(s)").click()
+            page.locator("summary", has_text="baseline: 24 trial(s)").click()
+            hostile = page.locator("pre", has_text="alert(")
+            hostile.first.evaluate("e => e.closest('details').open = true")
+            assert hostile.first.inner_text() == HOSTILE
+            assert dialogs == []
+
+            shot = tmp_path / "experiment-report.png"
+            page.screenshot(path=str(shot), full_page=True)
+            print(f"screenshot: {shot}")
+            assert shot.stat().st_size > 10_000
+        finally:
+            browser.close()
+    assert requests == [page_file.as_uri()], requests
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(text=st.text(min_size=1, max_size=60))
+def test_any_final_answer_is_escaped(text: str) -> None:
+    records = [
+        TrialRecord(variant=v, task=f"t{i}", trial=0, status="completed", wall_s=1.0 + i)
+        for v in ("a", "b")
+        for i in range(2)
+    ]
+    records[0] = records[0].model_copy(update={"final_text": text})
+    page = render_html(_tiny_report(records), records)
+    assert html.escape(text) in page
+    body = page.split("<body>", 1)[1]
+    assert body.count("<script>") == 1 and body.count("<pre>") == body.count("</pre>") == 4
+
+
+def _tiny_report(records: list[TrialRecord]) -> Report:
+    return build_report(records, control="a", n_permutations=50, mde_simulations=0)

@@ -1,0 +1,101 @@
+"""A plain install (no matplotlib) runs and reports an A/B of two one-line prompt files.
+
+The `teamlead` command runs in a subprocess where importing matplotlib fails, as on an
+install without the ``plots`` extra; the trials run on the real bundled CLI against the
+scripted model server.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from teamlead.testing import OfflineClaude, ScriptedServer
+from teamlead.testing.scripts import ProbabilisticFanOut
+
+MARKER = "Fan out to parallel agents."
+# Blocks `import matplotlib` (ImportError), then runs the console entry point.
+WITHOUT_MATPLOTLIB = (
+    "import sys; sys.modules['matplotlib'] = None; "
+    "from teamlead._cli import main; sys.argv[0] = 'teamlead'; main()"
+)
+
+
+def _teamlead(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", WITHOUT_MATPLOTLIB, *args],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+@pytest.mark.cli
+@pytest.mark.timeout(300)
+def test_plain_install_runs_and_reports_one_line_prompt_files(tmp_path: Path) -> None:
+    arms = tmp_path / "arms"
+    arms.mkdir()
+    (arms / "plain.md").write_text("Answer directly.\n")
+    (arms / "fan.md").write_text(MARKER + "\n")
+    spec = tmp_path / "ab.toml"
+    lines = [
+        "[experiment]",
+        'name = "plain"',
+        "trials = 2",
+        "seed = 3",
+        "concurrency = 4",
+        'control = "plain"',
+        "[[variants]]",
+        'name = "plain"',
+        'strategy = "arms/plain.md"',
+        "[[variants]]",
+        'name = "fan"',
+        'strategy = "arms/fan.md"',
+    ]
+    for i in range(3):
+        lines += ["[[tasks]]", f'id = "t{i}"', f'prompt = "Question {i}."']
+    spec.write_text("\n".join(lines) + "\n")
+    out = tmp_path / "out"
+    script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=0.1)
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        env = {**os.environ, **claude.env}
+        run = _teamlead(env, claude.cwd, "experiment", "run", str(spec), "--out", str(out), "-q")
+        assert run.returncode == 0, run.stderr
+    assert "ran 12 trial(s)" in run.stdout
+
+    records = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
+    assert len(records) == 12
+    fan = next(r for r in records if r["variant"] == "fan")
+    assert fan["prompt_name"] == "fan" and fan["prompt_version"] is None
+    assert fan["prompt_source"].endswith("fan.md") and len(fan["prompt_sha256"]) == 64
+
+    as_json = _teamlead(env, tmp_path, "experiment", "report", str(out), "--json")
+    assert as_json.returncode == 0, as_json.stderr
+    data = json.loads(as_json.stdout)
+    parallel = next(c for c in data["comparisons"] if c["metric"] == "parallel")
+    assert parallel["diff"] == 1.0 and parallel["tasks"] == ["t0", "t1", "t2"]
+    assert sorted(p.name for p in out.iterdir()) == ["experiment.json", "trials.jsonl"]
+
+    report = _teamlead(env, tmp_path, "experiment", "report", str(out))
+    assert report.returncode == 0, report.stderr
+    assert "Traceback" not in report.stderr
+    warning = [line for line in report.stderr.splitlines() if "plots skipped" in line]
+    assert warning == [
+        "teamlead: warning: plots skipped: matplotlib is not installed; "
+        "pip install 'teamlead[plots]' to get them"
+    ]
+    assert "| fan | parallel |" in report.stdout and "Verdict rule:" in report.stdout
+    assert sorted(p.name for p in out.iterdir()) == [
+        "experiment.json",
+        "report.json",
+        "report.md",
+        "trials.jsonl",
+    ]
