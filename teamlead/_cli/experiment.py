@@ -33,9 +33,20 @@ def experiment() -> None:
     help="Directory for trials.jsonl (appended; reruns skip finished trials).",
 )
 @option("--quiet", "-q", is_flag=True, help="No progress bar.")
+@option(
+    "--backend",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Where trials run: this process, or Ray tasks (RAY_ADDRESS, else a local Ray).",
+)
 @handle_errors
-def experiment_run(spec_path: str, out_dir: str, quiet: bool) -> None:
-    """Run every task x variant x trial of SPEC as a full coordinator run."""
+def experiment_run(spec_path: str, out_dir: str, quiet: bool, backend: str) -> None:
+    """Run every task x variant x trial of SPEC as a full coordinator run.
+
+    With --backend ray each trial is a Ray task on the cluster at RAY_ADDRESS (or a local
+    Ray started for the run); this process still writes trials.jsonl, so runs resume alike.
+    """
     from ..experiment import load_spec
     from ..prompts import load_strategy
     from .app import check_setup, merged_env
@@ -47,7 +58,7 @@ def experiment_run(spec_path: str, out_dir: str, quiet: bool) -> None:
 
     spec = load_spec(spec_path, strategy_exists=exists)
     check_setup(merged_env())
-    summary = run_with_progress(spec, Path(out_dir), show=not quiet)
+    summary = run_with_progress(spec, Path(out_dir), show=not quiet, ray=backend == "ray")
     click.echo(
         f"ran {summary.ran} trial(s), skipped {summary.skipped} finished, {summary.failed} failed, "
         f"{summary.retried} retried, {summary.rate_limited} rate-limited, ${summary.cost_usd:.4f}"

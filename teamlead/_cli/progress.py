@@ -35,8 +35,13 @@ __all__ = ["report_for", "run_with_progress"]
 _CONTROL_FILE = "experiment.json"
 
 
-def run_with_progress(spec: ExperimentSpec, out_dir: Path, *, show: bool = True) -> RunSummary:
-    """Run ``spec`` with a live bar: done/total, in flight, 429s, ETA, concurrency changes."""
+def run_with_progress(
+    spec: ExperimentSpec, out_dir: Path, *, show: bool = True, ray: bool = False
+) -> RunSummary:
+    """Run ``spec`` with a live bar: done/total, in flight, 429s, ETA, concurrency changes.
+
+    ``ray`` runs each trial as a Ray task (:mod:`teamlead.experiment.ray_backend`).
+    """
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / _CONTROL_FILE).write_text(
         json.dumps(
@@ -87,7 +92,12 @@ def run_with_progress(spec: ExperimentSpec, out_dir: Path, *, show: bool = True)
                 )
             seen_errors = len(p.grader_errors)
 
-        return anyio.run(lambda: run_experiment(spec, out_dir, on_progress=update))
+        if not ray:
+            return anyio.run(lambda: run_experiment(spec, out_dir, on_progress=update))
+        from ..experiment.ray_backend import ray_session, run_experiment_ray
+
+        with ray_session():
+            return anyio.run(lambda: run_experiment_ray(spec, out_dir, on_progress=update))
 
 
 def report_for(

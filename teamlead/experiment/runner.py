@@ -21,7 +21,7 @@ import random
 import subprocess
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -35,7 +35,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..coordinator import QueryFn, query
 from ..errors import UsageError
 from ..events import Finished
-from ..governor import ConcurrencyChanged, Governor, GovernorPolicy, bucket_key
+from ..governor import ConcurrencyChanged, Governor, GovernorPolicy, LimitStore, bucket_key
 from ..policy import TRANSIENT_STATUSES, Policy
 from ..prompts import Strategy, apply_strategy, load_strategy
 from ..tracker import Tracker
@@ -44,6 +44,7 @@ from .spec import ExperimentSpec, GraderSpec, TaskSpec, VariantSpec
 
 __all__ = [
     "ExperimentProgress",
+    "TrialExecutor",
     "RunSummary",
     "grade_answer",
     "run_experiment",
@@ -208,13 +209,16 @@ async def _one_trial(
     query_fn: QueryFn | None,
     policy: Policy,
     attempt: int = 1,
+    session_id: str | None = None,
 ) -> tuple[TrialRecord, bool, float | None]:
-    """Run one trial; returns (record, infrastructure failure?, retry-after hint)."""
+    """Run one trial; returns (record, infrastructure failure?, retry-after hint).
+
+    ``session_id`` overrides the deterministic one (a rerun of a trial whose process died).
+    """
     variant, task = spec.variant(key.variant), spec.task(key.task)
     strategy = strategies[variant.name]
-    options = _trial_options(
-        base, spec, variant, task, strategy, trial_session_id(spec.experiment.seed, key, attempt)
-    )
+    session = session_id or trial_session_id(spec.experiment.seed, key, attempt)
+    options = _trial_options(base, spec, variant, task, strategy, session)
     tracker = Tracker()
     finished: Finished | None = None
     error: str | None = None
@@ -276,6 +280,13 @@ async def _one_trial(
     return record, infra, 1.0 if rate_limited else None
 
 
+TrialExecutor = Callable[
+    [TrialKey, ExperimentSpec, ClaudeAgentOptions, Mapping[str, Strategy], Policy, int],
+    Awaitable[tuple[TrialRecord, bool, float | None]],
+]
+"""Runs one trial attempt somewhere else (e.g. a Ray task); same result as ``_one_trial``."""
+
+
 async def run_experiment(
     spec: ExperimentSpec,
     out_dir: Path,
@@ -285,6 +296,8 @@ async def run_experiment(
     policy: Policy | None = None,
     clock: Clock = SYSTEM_CLOCK,
     on_progress: Callable[[ExperimentProgress], None] | None = None,
+    execute: TrialExecutor | None = None,
+    store: LimitStore | None = None,
 ) -> RunSummary:
     """Run every unfinished trial of ``spec`` and append records to ``out_dir/trials.jsonl``.
 
@@ -295,6 +308,9 @@ async def run_experiment(
         query_fn: the generator each coordinator wraps (default ``claude_agent_sdk.query``).
         policy: the coordinator policy per trial; ``deadline_s`` from the spec wins.
         on_progress: called after every change of the counters.
+        execute: runs each trial attempt instead of this process (the Ray backend); the
+            records are still written here, by this process only.
+        store: where the governor keeps learnt limits (shared across nodes with Ray).
     """
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -315,7 +331,9 @@ async def run_experiment(
             on_progress(progress)
 
     cap = spec.experiment.concurrency
-    governor = Governor(GovernorPolicy(ceiling=cap, max_total=cap), clock=clock, on_change=changed)
+    governor = Governor(
+        GovernorPolicy(ceiling=cap, max_total=cap), clock=clock, on_change=changed, store=store
+    )
     spent = 0.0
     stopped: str | None = None
     queue = list(todo)
@@ -338,9 +356,13 @@ async def run_experiment(
                     try:
                         # the slot is held until the coordinator returned, i.e. after the
                         # CLI process of this trial has exited and been reaped
-                        record, infra, retry_after = await _one_trial(
-                            key, spec, base, strategies, query_fn, trial_policy, attempts
-                        )
+                        if execute is not None:
+                            run = execute(key, spec, base, strategies, trial_policy, attempts)
+                        else:
+                            run = _one_trial(
+                                key, spec, base, strategies, query_fn, trial_policy, attempts
+                            )
+                        record, infra, retry_after = await run
                     finally:
                         progress.in_flight -= 1
                     if retry_after is not None:
