@@ -218,7 +218,10 @@ def test_worker_killed_mid_trial_yields_one_record(tmp_path: Path, ray_instance:
     script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=2.0)
     with ScriptedServer(script) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        token = Path(os.environ["HOME"]) / ".ray" / "auth_token"  # the test's HOME
         env = {**_env(claude), "RAY_ADDRESS": ray_instance}
+        if token.exists():
+            env["RAY_AUTH_TOKEN_PATH"] = str(token)
         out = tmp_path / "out"
         proc = _run(
             env,
@@ -232,7 +235,7 @@ def test_worker_killed_mid_trial_yields_one_record(tmp_path: Path, ray_instance:
             "--backend",
             "ray",
         )
-        killed = _kill_worker_of(session, deadline_s=240)
+        killed = _kill_worker_of(session, proc, deadline_s=240)
         code, stdout, err = _finish(proc)
         assert code == 0, err
     assert killed, "the target trial's CLI never started"
@@ -244,11 +247,11 @@ def test_worker_killed_mid_trial_yields_one_record(tmp_path: Path, ray_instance:
     assert "ran 4 trial(s)" in stdout
 
 
-def _kill_worker_of(session: str, *, deadline_s: float) -> bool:
+def _kill_worker_of(session: str, driver: subprocess.Popen[str], *, deadline_s: float) -> bool:
     """SIGKILL the Ray worker running the CLI of ``session`` (and that CLI)."""
     end = time.monotonic() + deadline_s
     needle = f"--session-id={session}"
-    while time.monotonic() < end:
+    while time.monotonic() < end and driver.poll() is None:
         for proc in psutil.process_iter(["cmdline"]):
             try:
                 if needle not in (proc.info["cmdline"] or []):

@@ -226,9 +226,10 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
                 namespace=NAMESPACE,
                 log_to_driver=False,
             )
-    except (ConnectionError, RuntimeError, ValueError) as exc:
+    except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; all mean "no cluster"
         where = f"the Ray cluster at {target}" if target else "a local Ray instance"
-        raise UsageError(f"cannot start or reach {where}: {exc}") from None
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"cannot start or reach {where}: {first}") from None
     try:
         yield
     finally:
