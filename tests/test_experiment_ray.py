@@ -11,9 +11,11 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -134,7 +136,15 @@ def _env(claude: OfflineClaude) -> dict[str, str]:
     return env
 
 
-def _ab_parity(tmp_path: Path, *, tasks: int, trials: int) -> None:
+@pytest.fixture
+def short_tmp() -> Iterator[str]:
+    """A short temp dir for a Ray the CLI starts: its socket paths must fit in 107 bytes."""
+    path = tempfile.mkdtemp(prefix="tlray-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _ab_parity(tmp_path: Path, short_tmp: str, *, tasks: int, trials: int) -> None:
     spec = _spec(tmp_path, tasks=tasks, trials=trials)
     script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=0.05)
     before = _ray_pids()
@@ -149,7 +159,7 @@ def _ab_parity(tmp_path: Path, *, tasks: int, trials: int) -> None:
         on_ray = tmp_path / "ray"
         code, out, err = _finish(
             _run(
-                {**env, "TEAMLEAD_BACKEND": "ray"},
+                {**env, "TEAMLEAD_BACKEND": "ray", "TMPDIR": short_tmp},
                 claude.cwd,
                 *("experiment", "run", str(spec), "--out", str(on_ray), "-q"),
             )
@@ -181,17 +191,17 @@ def _ab_parity(tmp_path: Path, *, tasks: int, trials: int) -> None:
 @pytest.mark.cli
 @pytest.mark.slow
 @pytest.mark.timeout(900)
-def test_ray_backend_matches_local_backend(tmp_path: Path) -> None:
-    _ab_parity(tmp_path, tasks=4, trials=2)
+def test_ray_backend_matches_local_backend(tmp_path: Path, short_tmp: str) -> None:
+    _ab_parity(tmp_path, short_tmp, tasks=4, trials=2)
 
 
 @pytest.mark.cli
 @pytest.mark.slow
 @pytest.mark.timeout(3000)
 @pytest.mark.skipif(not os.environ.get("TEAMLEAD_RAY_FULL"), reason="TEAMLEAD_RAY_FULL=1 runs it")
-def test_ray_backend_full_ab_parity_80_records(tmp_path: Path) -> None:
+def test_ray_backend_full_ab_parity_80_records(tmp_path: Path, short_tmp: str) -> None:
     """The 10 tasks x 4 trials two-arm A/B: 80 records, none twice, the local verdict."""
-    _ab_parity(tmp_path, tasks=10, trials=4)
+    _ab_parity(tmp_path, short_tmp, tasks=10, trials=4)
 
 
 @pytest.fixture
@@ -276,3 +286,35 @@ def _kill_worker_of(session: str, driver: subprocess.Popen[str], *, deadline_s: 
             return True
         time.sleep(0.1)
     return False
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+@pytest.mark.timeout(300)
+async def test_governors_on_two_nodes_share_learnt_limits(ray_instance: str) -> None:
+    """A cut learnt by one process's governor is seen by another's, in its own time base."""
+    from teamlead import Governor, GovernorPolicy, bucket_key
+    from teamlead._governor.aimd import Limits
+    from teamlead.clock import FakeClock
+    from teamlead.experiment.ray_backend import RayLimitStore
+
+    key = bucket_key("anthropic", "claude-opus-5-5")
+    clock_a, clock_b = FakeClock(start=100.0), FakeClock(start=5000.0)  # same wall time
+    store_a = RayLimitStore.connect("share-test", clock=clock_a)
+    store_b = RayLimitStore.connect("share-test", clock=clock_b)
+    policy = GovernorPolicy(ceiling=4, max_total=4)
+    node_a = Governor(policy, clock=clock_a, store=store_a)
+    async with node_a.slot(key) as slot:
+        slot.rate_limited(3.0)
+    learnt = node_a.state(key)
+    assert learnt.cap < 4 and learnt.cooldown_s > 0
+    store_b.refresh()
+    node_b = Governor(policy, clock=clock_b, store=store_b)
+    seen = node_b.state(key)
+    assert (seen.cap, seen.epoch) == (learnt.cap, learnt.epoch)
+    assert seen.cooldown_s == pytest.approx(learnt.cooldown_s)
+    # A stale replica's write (an older epoch) does not undo the cut.
+    store_b.put(key, Limits(cap=4, epoch=learnt.epoch - 1))
+    store_a.refresh()
+    limits = store_a.get(key)
+    assert limits is not None and limits.cap == learnt.cap

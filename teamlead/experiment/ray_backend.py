@@ -137,7 +137,7 @@ class RayLimitStore:
         return self._actor
 
     def _offset(self) -> float:
-        return time.time() - self._clock.monotonic()
+        return self._clock.time() - self._clock.monotonic()
 
     def get(self, key: str) -> Limits | None:
         return self._replica.get(key)
