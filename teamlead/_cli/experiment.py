@@ -35,6 +35,13 @@ def experiment() -> None:
 )
 @option("--quiet", "-q", is_flag=True, help="No progress bar.")
 @option(
+    "--backend",
+    type=click.Choice(["local", "ray"]),
+    default="local",
+    show_default=True,
+    help="Where trials run: this process, or Ray tasks (RAY_ADDRESS, else a local Ray).",
+)
+@option(
     "--keep-workspaces",
     is_flag=True,
     help="Keep each trial's workspace for debugging (its path goes into the record).",
@@ -42,9 +49,13 @@ def experiment() -> None:
 @no_relay_option()
 @handle_errors
 def experiment_run(
-    spec_path: str, out_dir: str, quiet: bool, keep_workspaces: bool, no_relay: bool
+    spec_path: str, out_dir: str, quiet: bool, backend: str, keep_workspaces: bool, no_relay: bool
 ) -> None:
-    """Run every task x variant x trial of SPEC as a full coordinator run."""
+    """Run every task x variant x trial of SPEC as a full coordinator run.
+
+    With --backend ray each trial is a Ray task on the cluster at RAY_ADDRESS (or a local
+    Ray started for the run); this process still writes trials.jsonl, so runs resume alike.
+    """
     from ..experiment import load_spec
     from ..prompts import load_strategy
     from .app import check_setup, merged_env
@@ -57,7 +68,12 @@ def experiment_run(
     spec = load_spec(spec_path, strategy_exists=exists)
     check_setup(merged_env())
     summary = run_with_progress(
-        spec, Path(out_dir), show=not quiet, relay=not no_relay, keep_workspaces=keep_workspaces
+        spec,
+        Path(out_dir),
+        show=not quiet,
+        relay=not no_relay,
+        keep_workspaces=keep_workspaces,
+        ray=backend == "ray",
     )
     click.echo(
         f"ran {summary.ran} trial(s), skipped {summary.skipped} finished, {summary.failed} failed, "

@@ -49,8 +49,12 @@ def run_with_progress(
     show: bool = True,
     relay: bool = True,
     keep_workspaces: bool = False,
+    ray: bool = False,
 ) -> RunSummary:
-    """Run ``spec`` with a live bar: done/total, in flight, 429s, ETA, concurrency changes."""
+    """Run ``spec`` with a live bar: done/total, in flight, 429s, ETA, concurrency changes.
+
+    ``ray`` runs each trial as a Ray task (:mod:`teamlead.experiment.ray_backend`).
+    """
     make_out_dir(out_dir)
     control = {
         "version": 1,
@@ -105,15 +109,23 @@ def run_with_progress(
             seen_errors = len(p.grader_errors)
 
         policy = Policy(relay=relay)
-        run = Interruptible(
-            lambda: run_experiment(
-                spec,
-                out_dir,
-                policy=policy,
-                on_progress=update,
-                keep_workspaces=keep_workspaces,
-            )
-        ).run()
+        if ray:
+            from ..experiment.ray_backend import ray_session, run_experiment_ray
+
+            with ray_session():
+                run = Interruptible(
+                    lambda: run_experiment_ray(spec, out_dir, policy=policy, on_progress=update)
+                ).run()
+        else:
+            run = Interruptible(
+                lambda: run_experiment(
+                    spec,
+                    out_dir,
+                    policy=policy,
+                    on_progress=update,
+                    keep_workspaces=keep_workspaces,
+                )
+            ).run()
     if run.interrupted is not None or run.result is None:  # the CLI tree is stopped by now
         fail(
             f"interrupted; finished trials are kept in {out_dir}: "

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
+from .._governor.store import LimitStore
 from ..governor import Governor
 from .server import RELAY_POLICY, Relay, RelayRun, start_relay
 from .stats import RelayListener
@@ -93,12 +94,25 @@ _locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Lock] = (
 )
 
 
+_store: LimitStore | None = None
+
+
+def use_limit_store(store: LimitStore | None) -> None:
+    """Keep the learnt limits of governors made from now on in ``store``.
+
+    A Ray worker points it at the experiment's shared store, so the relays of every node
+    pace against the limits the others learnt (one account across machines).
+    """
+    global _store
+    _store = store
+
+
 def shared_governor() -> Governor:
     """The governor of this process (of the running event loop), made on first use."""
     loop = asyncio.get_running_loop()
     governor = _governors.get(loop)
     if governor is None:
-        governor = _governors[loop] = Governor(RELAY_POLICY)
+        governor = _governors[loop] = Governor(RELAY_POLICY, store=_store)
     return governor
 
 

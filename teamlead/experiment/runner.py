@@ -23,7 +23,7 @@ import functools
 import random
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -50,6 +50,7 @@ from .workspace import Workspaces
 
 __all__ = [
     "ExperimentProgress",
+    "TrialExecutor",
     "RunSummary",
     "grade_answer",
     "run_experiment",
@@ -313,6 +314,14 @@ async def run_one_trial(
     return await run_trial(key, spec, base, lead, attempt, workspaces, out_dir)
 
 
+TrialExecutor = Callable[
+    [TrialKey, ExperimentSpec, ClaudeAgentOptions, Mapping[str, Strategy], Policy, int, str],
+    Awaitable[tuple[TrialRecord, bool, int]],
+]
+"""Runs one trial attempt somewhere else (e.g. a Ray task, which calls :func:`run_one_trial`
+there); takes the run id last and returns what :func:`run_one_trial` returns."""
+
+
 async def run_experiment(
     spec: ExperimentSpec,
     out_dir: Path,
@@ -324,6 +333,7 @@ async def run_experiment(
     on_progress: Callable[[ExperimentProgress], None] | None = None,
     keep_workspaces: bool = False,
     workspace_dir: Path | None = None,
+    execute: TrialExecutor | None = None,
 ) -> RunSummary:
     """Run every unfinished trial of ``spec`` and append records to ``out_dir/trials.jsonl``.
 
@@ -340,6 +350,8 @@ async def run_experiment(
 
     Raises:
         UsageError: a task's directory is missing, or a worktree is asked for outside git.
+        execute: runs each trial attempt instead of this process (the Ray backend); the
+            records are still written here, by this process only.
     """
     out_dir = Path(out_dir)
     make_out_dir(out_dir)
@@ -380,18 +392,22 @@ async def run_experiment(
                 progress.in_flight += 1
                 _report()
                 try:
-                    record, infra, limited = await run_one_trial(
-                        key,
-                        spec,
-                        base,
-                        strategies,
-                        trial_policy,
-                        attempts,
-                        workspaces=workspaces,
-                        out_dir=out_dir,
-                        query_fn=query_fn,
-                        run_id=run_id,
-                    )
+                    if execute is not None:
+                        run = execute(key, spec, base, strategies, trial_policy, attempts, run_id)
+                    else:
+                        run = run_one_trial(
+                            key,
+                            spec,
+                            base,
+                            strategies,
+                            trial_policy,
+                            attempts,
+                            workspaces=workspaces,
+                            out_dir=out_dir,
+                            query_fn=query_fn,
+                            run_id=run_id,
+                        )
+                    record, infra, limited = await run
                 finally:
                     progress.in_flight -= 1
                 progress.rate_limited += limited

@@ -1,0 +1,355 @@
+"""Run an experiment's trials as Ray tasks, on one machine or a cluster.
+
+:func:`run_experiment_ray` is :func:`~teamlead.experiment.runner.run_experiment` with each
+trial attempt shipped to a Ray task (:func:`_trial_task`) instead of run in this process.
+Everything else stays on the driver, as in a local run: the trial order, the governor
+that admits trials, retries of infrastructure failures, grading, the cost budget, the
+progress counters and the *only* writer of ``trials.jsonl``. So a run stays resumable, and
+a trial is never written twice: when a node dies mid-trial Ray re-executes the task, the
+driver still awaits exactly one result per (trial key, attempt), and it refuses a second
+submission or a result for a token it did not submit.
+
+The learnt concurrency limits live in one named Ray actor (:class:`_LimitsActor`) behind
+the governor's :class:`~teamlead._governor.store.LimitStore` interface
+(:class:`RayLimitStore`): any process on any node that builds a governor on that store
+shares what the others learnt (a 429 cut on one node is seen by all). The store keeps a
+local replica, because the governor's rules are synchronous and must not wait on the
+network; :meth:`RayLimitStore.refresh` pulls the shared state between trials. Times
+inside the limits are each process's monotonic clock, so they cross the actor as wall
+time. The actor also counts executions of each trial token, so a re-executed task gets a
+fresh CLI session id instead of colliding with the dead one's.
+
+Ray is an optional dependency (``pip install 'teamlead[ray]'``), imported on first use.
+``RAY_ADDRESS`` (or ``address=``) points at a running cluster; without it a local Ray
+instance is started for the run and shut down after it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import anyio
+from claude_agent_sdk import ClaudeAgentOptions
+
+from .._governor.aimd import Limits
+from ..clock import SYSTEM_CLOCK, Clock
+from ..errors import UsageError
+from ..policy import Policy
+from ..prompts import Strategy
+from .records import TrialKey, TrialRecord
+from .runner import ExperimentProgress, RunSummary, run_experiment, run_one_trial
+from .spec import ExperimentSpec
+
+__all__ = ["RayLimitStore", "ray_session", "run_experiment_ray"]
+
+NAMESPACE = "teamlead"
+_TASK_RETRIES = 3
+"""Ray re-executions of a trial whose worker or node died (system failures only)."""
+_FORWARDED_ENV = ("ANTHROPIC_", "CLAUDE_", "DISABLE_")
+"""Variables the trials' CLI needs on every node: the API endpoint, key and CLI settings."""
+_NO_DEADLINE_S = 3600.0
+_TIMED = ("bad_at", "cooldown_until")
+
+
+class _LimitsActor:
+    """The shared learnt limits, as wall-clock :class:`Limits` fields, and run counts.
+
+    A write from a process that has not seen the latest epoch (a stale replica) is
+    ignored, so a cut on one node is not undone by another node's late success.
+    """
+
+    def __init__(self) -> None:
+        self._limits: dict[str, dict[str, Any]] = {}
+        self._runs: dict[str, int] = {}
+
+    def put(self, key: str, limits: dict[str, Any]) -> None:
+        current = self._limits.get(key)
+        if current is None or limits["epoch"] >= current["epoch"]:
+            self._limits[key] = limits
+
+    def snapshot(self) -> dict[str, dict[str, Any]]:
+        return dict(self._limits)
+
+    def claim(self, token: str) -> int:
+        """Count one execution of ``token``; returns how many there have been."""
+        self._runs[token] = self._runs.get(token, 0) + 1
+        return self._runs[token]
+
+
+def _to_wall(limits: Limits, offset: float) -> dict[str, Any]:
+    data = dataclasses.asdict(limits)
+    for name in _TIMED:
+        if math.isfinite(data[name]):
+            data[name] += offset
+    return data
+
+
+def _from_wall(data: Mapping[str, Any], offset: float) -> Limits:
+    fields = dict(data)
+    for name in _TIMED:
+        if math.isfinite(fields[name]):
+            fields[name] -= offset
+    return Limits(**fields)
+
+
+class RayLimitStore:
+    """A :class:`~teamlead._governor.store.LimitStore` shared through a named Ray actor.
+
+    ``get`` reads the local replica and ``put`` updates it and sends the change to the
+    actor without waiting; :meth:`refresh` (blocking, call it off the event loop) replaces
+    the replica with the shared state.
+
+    Example:
+        >>> store = RayLimitStore.connect("teamlead-governor/ab")  # doctest: +SKIP
+        >>> Governor(GovernorPolicy(ceiling=4), store=store)  # doctest: +SKIP
+    """
+
+    def __init__(self, actor: Any, *, clock: Clock = SYSTEM_CLOCK, timeout_s: float = 30.0):
+        self._actor = actor
+        self._clock = clock
+        self._timeout_s = timeout_s
+        self._replica: dict[str, Limits] = {}
+
+    @classmethod
+    def connect(cls, name: str, *, clock: Clock = SYSTEM_CLOCK) -> RayLimitStore:
+        """The store of the actor ``name`` (created if missing) in the current Ray session."""
+        import ray
+
+        actor = (
+            ray.remote(num_cpus=0)(_LimitsActor)
+            .options(name=name, namespace=NAMESPACE, get_if_exists=True)
+            .remote()
+        )
+        return cls(actor, clock=clock)
+
+    @property
+    def actor(self) -> Any:
+        """The actor handle (for :func:`_trial_task`'s run counts)."""
+        return self._actor
+
+    def _offset(self) -> float:
+        return self._clock.time() - self._clock.monotonic()
+
+    def get(self, key: str) -> Limits | None:
+        return self._replica.get(key)
+
+    def put(self, key: str, limits: Limits) -> None:
+        self._replica[key] = limits
+        self._actor.put.remote(key, _to_wall(limits, self._offset()))
+
+    def refresh(self) -> None:
+        """Replace the local replica with the actor's state (waits at most ``timeout_s``)."""
+        import ray
+
+        shared = ray.get(self._actor.snapshot.remote(), timeout=self._timeout_s)
+        offset = self._offset()
+        self._replica = {key: _from_wall(data, offset) for key, data in shared.items()}
+
+
+def _trial_task(
+    token: str,
+    key: TrialKey,
+    spec: ExperimentSpec,
+    base: ClaudeAgentOptions,
+    strategies: Mapping[str, Strategy],
+    policy: Policy,
+    attempt: int,
+    run_id: str,
+    out_dir: str,
+    actor: Any,
+) -> tuple[str, str, bool, int]:
+    """One trial attempt on a Ray worker: ``(token, record JSON, infra?, 429s met)``.
+
+    The trial's workspace is made here, on the worker's machine, and the worker's request
+    relay keeps its governor's learnt limits in the shared store, so every node paces
+    against the same account limits.
+    """
+    import ray
+
+    from .._relay.shared import use_limit_store
+    from .workspace import Workspaces
+
+    runs = int(ray.get(actor.claim.remote(token), timeout=60))
+    if runs > 1:  # re-executed after a crash: the dead run's session id may be taken
+        run_id = f"{run_id}/rerun-{runs}"
+    use_limit_store(RayLimitStore(actor))
+
+    async def trial() -> tuple[TrialRecord, bool, int]:
+        return await run_one_trial(
+            key,
+            spec,
+            base,
+            strategies,
+            policy,
+            attempt,
+            workspaces=Workspaces(exclude=[Path(out_dir)]),
+            out_dir=Path(out_dir),
+            run_id=run_id,
+        )
+
+    record, infra, limited = anyio.run(trial)
+    return token, record.model_dump_json(), infra, limited
+
+
+def _crashed_record(
+    key: TrialKey, spec: ExperimentSpec, strategy: Strategy, wall_s: float, reason: str
+) -> TrialRecord:
+    """The record of a trial Ray could not finish (its worker kept dying, or it timed out)."""
+    return TrialRecord(
+        variant=key.variant,
+        task=key.task,
+        trial=key.trial,
+        status="failed",
+        error_class="infrastructure",
+        wall_s=wall_s,
+        final_text=reason,
+        prompt_name=strategy.meta.name,
+        prompt_version=strategy.meta.version,
+        prompt_sha256=strategy.sha256,
+        prompt_source=strategy.source,
+        model=spec.model_for(spec.variant(key.variant)),
+        started_at=datetime.now(timezone.utc),
+    )
+
+
+@contextmanager
+def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[None]:
+    """Connect to ``address`` (or ``RAY_ADDRESS``), else start a local Ray for the block.
+
+    A session this call started is shut down at the end; one already open is left open.
+    """
+    try:
+        import ray
+    except ImportError:
+        raise UsageError("the ray backend needs Ray: pip install 'teamlead[ray]'") from None
+    if ray.is_initialized():
+        yield
+        return
+    target = address or os.environ.get("RAY_ADDRESS") or None
+    try:
+        if target:
+            ray.init(address=target, namespace=NAMESPACE, log_to_driver=False)
+        else:
+            ray.init(
+                num_cpus=num_cpus,
+                include_dashboard=False,
+                namespace=NAMESPACE,
+                log_to_driver=False,
+            )
+    except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; all mean "no cluster"
+        where = f"the Ray cluster at {target}" if target else "a local Ray instance"
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UsageError(f"cannot start or reach {where}: {first}") from None
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _forwarded_env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED_ENV)}
+
+
+async def run_experiment_ray(
+    spec: ExperimentSpec,
+    out_dir: Path,
+    *,
+    base_options: ClaudeAgentOptions | None = None,
+    policy: Policy | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    on_progress: Callable[[ExperimentProgress], None] | None = None,
+    task_cpus: float = 0.5,
+) -> RunSummary:
+    """Run every unfinished trial of ``spec`` as Ray tasks; records are written here only.
+
+    Needs a Ray session (see :func:`ray_session`). ``task_cpus`` is each trial's CPU
+    reservation: a trial mostly waits on the API, so fractions let more run per core.
+    """
+    import ray
+    from ray.exceptions import GetTimeoutError, RayError
+
+    name = f"teamlead-governor/{spec.experiment.name}/{uuid.uuid4().hex[:12]}"
+    store = RayLimitStore.connect(name, clock=clock)
+    remote = ray.remote(
+        num_cpus=task_cpus,
+        max_retries=_TASK_RETRIES,
+        runtime_env={"env_vars": _forwarded_env()},
+    )(_trial_task)
+    submitted: set[str] = set()
+
+    async def execute(
+        key: TrialKey,
+        spec: ExperimentSpec,
+        base: ClaudeAgentOptions,
+        strategies: Mapping[str, Strategy],
+        trial_policy: Policy,
+        attempt: int,
+        run_id: str,
+    ) -> tuple[TrialRecord, bool, int]:
+        token = f"{key.variant}\x1f{key.task}\x1f{key.trial}\x1f{attempt}"
+        if token in submitted:
+            raise RuntimeError(f"trial {key} attempt {attempt} was already submitted")
+        submitted.add(token)
+        await anyio.to_thread.run_sync(store.refresh)
+        ref = remote.remote(
+            token,
+            key,
+            spec,
+            base,
+            strategies,
+            trial_policy,
+            attempt,
+            run_id,
+            str(out_dir),
+            store.actor,
+        )
+        budget = (trial_policy.deadline_s or _NO_DEADLINE_S) * (_TASK_RETRIES + 1) + 60.0
+        start = time.monotonic()
+        try:
+            returned, data, infra, limited = await anyio.to_thread.run_sync(
+                lambda: ray.get(ref, timeout=budget)
+            )
+        except GetTimeoutError:
+            ray.cancel(ref, force=True)
+            reason = f"ray: no result within {budget:g} s; cancelled"
+            strategy = strategies[key.variant]
+            return (
+                _crashed_record(key, spec, strategy, time.monotonic() - start, reason),
+                True,
+                0,
+            )
+        except RayError as exc:
+            reason = f"ray: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+            strategy = strategies[key.variant]
+            return (
+                _crashed_record(key, spec, strategy, time.monotonic() - start, reason),
+                True,
+                0,
+            )
+        finally:
+            await anyio.to_thread.run_sync(store.refresh)
+        if returned != token:
+            raise RuntimeError(f"ray returned the result of {returned!r} for {token!r}")
+        return TrialRecord.model_validate_json(data), infra, limited
+
+    try:
+        return await run_experiment(
+            spec,
+            out_dir,
+            base_options=base_options,
+            policy=policy,
+            clock=clock,
+            on_progress=on_progress,
+            execute=execute,
+        )
+    finally:
+        ray.kill(store.actor)

@@ -1,0 +1,320 @@
+"""The Ray backend: ``teamlead experiment run --backend ray`` on the real CLI, offline.
+
+Each test drives the ``teamlead`` command in a subprocess against the scripted model
+server: once starting its own local Ray (no ``RAY_ADDRESS``) for an A/B whose report must
+match the local backend's, once connected to a small Ray instance this test owns, whose
+worker is killed mid-trial. Every Ray process is shut down and checked gone at the end.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from teamlead.experiment import TrialKey, load_spec, read_records
+from teamlead.experiment.runner import trial_session_id
+from teamlead.testing import OfflineClaude, ScriptedServer
+from teamlead.testing.scripts import ProbabilisticFanOut
+
+ray = pytest.importorskip("ray")
+
+MARKER = "Fan out to parallel agents."
+_RAY_NAMES = ("raylet", "gcs_server", "ray::", "default_worker", "plasma_store", "dashboard")
+
+
+def _ray_pids() -> set[int]:
+    found = set()
+    for proc in psutil.process_iter(["name", "cmdline"]):
+        try:
+            text = " ".join([proc.info["name"] or "", *(proc.info["cmdline"] or [])])
+        except (psutil.Error, TypeError):
+            continue
+        if any(name in text for name in _RAY_NAMES):
+            found.add(proc.pid)
+    return found
+
+
+def _wait_gone(pids: set[int], deadline_s: float = 30.0) -> set[int]:
+    end = time.monotonic() + deadline_s
+    alive = set(pids)
+    while alive and time.monotonic() < end:
+        alive = {p for p in alive if psutil.pid_exists(p) and _running(p)}
+        time.sleep(0.2)
+    return alive
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _spec(tmp_path: Path, *, tasks: int, trials: int, name: str = "ab") -> Path:
+    arms = tmp_path / "arms"
+    arms.mkdir(exist_ok=True)
+    (arms / "plain.md").write_text("Answer directly.\n")
+    (arms / "fan.md").write_text(MARKER + "\n")
+    lines = [
+        "[experiment]",
+        f'name = "{name}"',
+        f"trials = {trials}",
+        "seed = 5",
+        "concurrency = 4",
+        'control = "plain"',
+        "[[variants]]",
+        'name = "plain"',
+        'strategy = "arms/plain.md"',
+        "[[variants]]",
+        'name = "fan"',
+        'strategy = "arms/fan.md"',
+    ]
+    for i in range(tasks):
+        lines += ["[[tasks]]", f'id = "t{i}"', f'prompt = "Question {i}."']
+    path = tmp_path / f"{name}.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _run(env: dict[str, str], cwd: Path, *args: str, timeout: float = 600) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "teamlead", *args],
+        env=env,
+        cwd=cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finish(proc: subprocess.Popen[str], timeout: float = 600) -> tuple[int, str, str]:
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise
+    return proc.returncode, out, err
+
+
+def _report(env: dict[str, str], cwd: Path, out: Path) -> dict[str, object]:
+    done = subprocess.run(
+        [sys.executable, "-m", "teamlead", "experiment", "report", str(out), "--json"],
+        env=env,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr
+    data: dict[str, object] = json.loads(done.stdout)
+    return data
+
+
+def _keys(out: Path) -> list[tuple[str, str, int]]:
+    return [(r.variant, r.task, r.trial) for r in read_records(out / "trials.jsonl").records]
+
+
+def _env(claude: OfflineClaude) -> dict[str, str]:
+    env = {**os.environ, **claude.env}
+    env.pop("RAY_ADDRESS", None)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")]
+    )
+    return env
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[str]:
+    """A short temp dir for a Ray the CLI starts: its socket paths must fit in 107 bytes."""
+    path = tempfile.mkdtemp(prefix="tlray-")
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _ab_parity(tmp_path: Path, short_tmp: str, *, tasks: int, trials: int) -> None:
+    spec = _spec(tmp_path, tasks=tasks, trials=trials)
+    script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=0.05)
+    before = _ray_pids()
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        env = _env(claude)
+        local = tmp_path / "local"
+        code, out, err = _finish(
+            _run(env, claude.cwd, "experiment", "run", str(spec), "--out", str(local), "-q")
+        )
+        assert code == 0, err
+        on_ray = tmp_path / "ray"
+        code, out, err = _finish(
+            _run(
+                {**env, "TEAMLEAD_BACKEND": "ray", "TMPDIR": short_tmp},
+                claude.cwd,
+                *("experiment", "run", str(spec), "--out", str(on_ray), "-q"),
+            )
+        )
+        assert code == 0, err
+    total = 2 * tasks * trials
+    assert f"ran {total} trial(s)" in out
+    keys = _keys(on_ray)
+    assert len(keys) == total and len(set(keys)) == total  # every trial once, none twice
+    assert sorted(keys) == sorted(_keys(local))
+    local_records = {
+        (r.variant, r.task, r.trial): r for r in read_records(local / "trials.jsonl").records
+    }
+    for record in read_records(on_ray / "trials.jsonl").records:
+        twin = local_records[(record.variant, record.task, record.trial)]
+        assert (record.status, record.parallel) == (twin.status, twin.parallel)
+        assert record.prompt_sha256 == twin.prompt_sha256 and record.cli_version
+    local_report, ray_report = _report(env, tmp_path, local), _report(env, tmp_path, on_ray)
+    verdicts = [
+        {(c["variant"], c["metric"]): c["verdict"] for c in r["comparisons"]}  # type: ignore[index, attr-defined]
+        for r in (local_report, ray_report)
+    ]
+    assert verdicts[0][("fan", "parallel")] == verdicts[1][("fan", "parallel")] == "better"
+    assert verdicts[0] == verdicts[1]
+    # the run started its own local Ray and shut it down
+    assert _wait_gone(_ray_pids() - before) == set()
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_ray_backend_matches_local_backend(tmp_path: Path, short_tmp: str) -> None:
+    _ab_parity(tmp_path, short_tmp, tasks=4, trials=2)
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+@pytest.mark.timeout(3000)
+@pytest.mark.skipif(not os.environ.get("TEAMLEAD_RAY_FULL"), reason="TEAMLEAD_RAY_FULL=1 runs it")
+def test_ray_backend_full_ab_parity_80_records(tmp_path: Path, short_tmp: str) -> None:
+    """The 10 tasks x 4 trials two-arm A/B: 80 records, none twice, the local verdict."""
+    _ab_parity(tmp_path, short_tmp, tasks=10, trials=4)
+
+
+@pytest.fixture
+def ray_instance() -> Iterator[str]:
+    """A small local Ray instance this test owns; shut down and checked gone after."""
+    before = _ray_pids()
+    ray.init(num_cpus=2, include_dashboard=False, namespace="teamlead", log_to_driver=False)
+    try:
+        yield ray.get_runtime_context().gcs_address
+    finally:
+        ray.shutdown()
+        assert _wait_gone(_ray_pids() - before) == set()
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_worker_killed_mid_trial_yields_one_record(tmp_path: Path, ray_instance: str) -> None:
+    spec_path = _spec(tmp_path, tasks=1, trials=2, name="kill")
+    spec = load_spec(spec_path)
+    target = TrialKey("fan", "t0", 0)
+    session = trial_session_id(spec.experiment.seed, target, 1)
+    # Slow replies keep the trial in flight long enough to kill its worker.
+    script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=2.0)
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        token = Path(os.environ["HOME"]) / ".ray" / "auth_token"  # the test's HOME
+        env = {**_env(claude), "RAY_ADDRESS": ray_instance}
+        if token.exists():
+            env["RAY_AUTH_TOKEN_PATH"] = str(token)
+        out = tmp_path / "out"
+        proc = _run(
+            env,
+            claude.cwd,
+            "experiment",
+            "run",
+            str(spec_path),
+            "--out",
+            str(out),
+            "-q",
+            "--backend",
+            "ray",
+        )
+        killed = _kill_worker_of(session, proc, deadline_s=240)
+        code, stdout, err = _finish(proc)
+        assert code == 0, err
+    assert killed, "the target trial's CLI never started"
+    records = read_records(out / "trials.jsonl").records
+    keys = [(r.variant, r.task, r.trial) for r in records]
+    assert sorted(keys) == sorted(set(keys)) and len(keys) == 4
+    again = next(r for r in records if (r.variant, r.task, r.trial) == tuple(target))
+    assert again.status == "completed" and again.parallel  # Ray re-ran it; the driver wrote it once
+    assert "ran 4 trial(s)" in stdout
+
+
+def _kill_worker_of(session: str, driver: subprocess.Popen[str], *, deadline_s: float) -> bool:
+    """SIGKILL the Ray worker running the CLI of ``session`` (and that CLI)."""
+    end = time.monotonic() + deadline_s
+    needle = f"--session-id={session}"
+    while time.monotonic() < end and driver.poll() is None:
+        for proc in psutil.process_iter(["cmdline"]):
+            try:
+                if needle not in (proc.info["cmdline"] or []):
+                    continue
+                worker = next(
+                    (
+                        p
+                        for p in proc.parents()
+                        if "ray::" in " ".join(p.cmdline())
+                        or "default_worker" in " ".join(p.cmdline())
+                    ),
+                    None,
+                )
+            except psutil.Error:
+                continue
+            if worker is None:
+                continue
+            time.sleep(1.0)  # mid-trial: the lead has started talking to the model
+            for victim in (worker, proc):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(victim.pid, signal.SIGKILL)
+            return True
+        time.sleep(0.1)
+    return False
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+@pytest.mark.timeout(300)
+async def test_governors_on_two_nodes_share_learnt_limits(ray_instance: str) -> None:
+    """A cut learnt by one process's governor is seen by another's, in its own time base."""
+    from teamlead import Governor, GovernorPolicy, bucket_key
+    from teamlead._governor.aimd import Limits
+    from teamlead.clock import FakeClock
+    from teamlead.experiment.ray_backend import RayLimitStore
+
+    key = bucket_key("anthropic", "claude-opus-5-5")
+    clock_a, clock_b = FakeClock(start=100.0), FakeClock(start=5000.0)  # same wall time
+    store_a = RayLimitStore.connect("share-test", clock=clock_a)
+    store_b = RayLimitStore.connect("share-test", clock=clock_b)
+    policy = GovernorPolicy(ceiling=4, max_total=4)
+    node_a = Governor(policy, clock=clock_a, store=store_a)
+    async with node_a.slot(key) as slot:
+        slot.rate_limited(3.0)
+    learnt = node_a.state(key)
+    assert learnt.cap < 4 and learnt.cooldown_s > 0
+    store_b.refresh()
+    node_b = Governor(policy, clock=clock_b, store=store_b)
+    seen = node_b.state(key)
+    assert (seen.cap, seen.epoch) == (learnt.cap, learnt.epoch)
+    assert seen.cooldown_s == pytest.approx(learnt.cooldown_s)
+    # A stale replica's write (an older epoch) does not undo the cut.
+    store_b.put(key, Limits(cap=4, epoch=learnt.epoch - 1))
+    store_a.refresh()
+    limits = store_a.get(key)
+    assert limits is not None and limits.cap == learnt.cap
