@@ -22,7 +22,7 @@ This module holds only the entry points; the machinery (rounds, collection, retr
 the resume prompt, the final ledger) is private, in :mod:`teamlead._run`.
 
 Example:
-    >>> async for item in teamlead.query("Audit the repo", options=opts):
+    >>> async for item in teamlead.query("Audit the repo", options=opts):  # doctest: +SKIP
     ...     if isinstance(item, teamlead.Finished):
     ...         print(item.status, item.result)
 """
@@ -85,7 +85,7 @@ async def query(
 
     Example:
         >>> async for item in teamlead.query("Review the auth module", options=opts):
-        ...     if isinstance(item, teamlead.Finished):
+        ...     if isinstance(item, teamlead.Finished):  # doctest: +SKIP
         ...         print(item.status, item.result)
     """
     coordinator = _coordinator(options, query_fn, policy, clock)
@@ -110,7 +110,7 @@ async def receive_all(
     ``CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS`` there (see :func:`prepare_options`).
 
     Example:
-        >>> async with ClaudeSDKClient(options) as client:
+        >>> async with ClaudeSDKClient(options) as client:  # doctest: +SKIP
         ...     await client.query("Audit the repo")
         ...     async for item in teamlead.receive_all(client):
         ...         print(item)
@@ -138,7 +138,7 @@ async def resume_session(
         UsageError: the session does not exist under the config dir.
 
     Example:
-        >>> async for item in teamlead.resume_session("3d33...", options):
+        >>> async for item in teamlead.resume_session("3d33...", options):  # doctest: +SKIP
         ...     ...
     """
     coordinator = _coordinator(options, query_fn, policy, clock)

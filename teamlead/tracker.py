@@ -10,9 +10,9 @@ Agent calls grouped by API message, every ``result``, and which task results a
 
 Example:
     >>> tracker = Tracker()
-    >>> for line in open("trace.jsonl"):
+    >>> for line in open("trace.jsonl"):  # doctest: +SKIP
     ...     tracker.feed(json.loads(line))
-    >>> tracker.session_id, [t.status for t in tracker.tasks.values()]
+    >>> tracker.session_id, [t.status for t in tracker.tasks.values()]  # doctest: +SKIP
 """
 
 from __future__ import annotations

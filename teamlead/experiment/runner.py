@@ -10,7 +10,7 @@ Each trial's session id is a UUID derived from (experiment seed, variant, task, 
 a scripted model can seed its randomness per trial and a rerun is reproducible.
 
 Example:
-    >>> summary = anyio.run(run_experiment, spec, Path("out"))
+    >>> summary = anyio.run(run_experiment, spec, Path("out"))  # doctest: +SKIP
 """
 
 from __future__ import annotations
