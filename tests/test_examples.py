@@ -230,7 +230,9 @@ def test_sample_experiment_spec_loads_against_the_shipped_prompts() -> None:
         checked.append(name)
         return bool(teamlead.load_strategy(name))  # raises UsageError for a bad prompt file
 
-    spec = teamlead.experiment.load_spec(EXAMPLES / "experiment.toml", strategy_exists=strategy_exists)
+    spec = teamlead.experiment.load_spec(
+        EXAMPLES / "experiment.toml", strategy_exists=strategy_exists
+    )
 
     assert checked == [v.strategy for v in spec.variants]
     assert spec.control.name == spec.experiment.control

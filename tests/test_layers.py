@@ -79,4 +79,3 @@ def test_every_module_is_at_most_450_lines_and_opens_with_a_docstring() -> None:
             undocumented.append(str(path.relative_to(ROOT)))
     assert too_long == []
     assert undocumented == []
-
