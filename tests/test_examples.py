@@ -160,6 +160,7 @@ def test_offline_test_example_catches_an_app_on_the_plain_sdk(
     assert len(answers) == 1 and findings_in(answers[0]) == []  # it failed for the findings
 
 
+@pytest.mark.slow  # a second pytest process collects the example
 def test_offline_test_example_is_collected_by_pytest() -> None:
     run = subprocess.run(
         [
