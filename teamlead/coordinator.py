@@ -22,7 +22,7 @@ This module holds only the entry points; the machinery (rounds, collection, retr
 the resume prompt, the final ledger) is private, in :mod:`teamlead._run`.
 
 Example:
-    >>> async for item in teamlead.query("Audit the repo", options=opts):
+    >>> async for item in teamlead.query("Audit the repo", options=opts):  # doctest: +SKIP
     ...     if isinstance(item, teamlead.Finished):
     ...         print(item.status, item.result)
 """
@@ -100,7 +100,7 @@ async def query(
 
     Example:
         >>> async for item in teamlead.query("Review the auth module", options=opts):
-        ...     if isinstance(item, teamlead.Finished):
+        ...     if isinstance(item, teamlead.Finished):  # doctest: +SKIP
         ...         print(item.status, item.result)
     """
     policy = policy or Policy()
@@ -129,7 +129,7 @@ async def receive_all(
     events come in this stream and ``Finished.relay`` carries its summary.
 
     Example:
-        >>> async with ClaudeSDKClient(options) as client:
+        >>> async with ClaudeSDKClient(options) as client:  # doctest: +SKIP
         ...     await client.query("Audit the repo")
         ...     async for item in teamlead.receive_all(client):
         ...         print(item)
@@ -153,8 +153,8 @@ def relay_for(
     while the client still runs cuts its connection to the model.
 
     Example:
-        >>> opts = teamlead.prepare_options(options, teamlead.Policy(), client=True)
-        >>> async with teamlead.relay_for(opts) as opts:
+        >>> opts = teamlead.prepare_options(opts, teamlead.Policy(), client=True)  # doctest: +SKIP
+        >>> async with teamlead.relay_for(opts) as opts:  # doctest: +SKIP
         ...     async with ClaudeSDKClient(opts) as client:
         ...         await client.query("Audit the repo")
         ...         async for item in teamlead.receive_all(client):
@@ -181,7 +181,7 @@ async def resume_session(
         UsageError: the session does not exist under the config dir.
 
     Example:
-        >>> async for item in teamlead.resume_session("3d33...", options):
+        >>> async for item in teamlead.resume_session("3d33...", options):  # doctest: +SKIP
         ...     ...
     """
     policy = policy or Policy()

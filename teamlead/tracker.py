@@ -10,9 +10,9 @@ Agent calls grouped by API message, every ``result``, and which task results a
 
 Example:
     >>> tracker = Tracker()
-    >>> for line in open("trace.jsonl"):
+    >>> for line in open("trace.jsonl"):  # doctest: +SKIP
     ...     tracker.feed(json.loads(line))
-    >>> tracker.session_id, [t.status for t in tracker.tasks.values()]
+    >>> tracker.session_id, [t.status for t in tracker.tasks.values()]  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -98,7 +98,8 @@ class Tracker:
 
     A task's result counts as *absorbed* once a successful lead turn came after its
     terminal event: a lead assistant message without an error, or a successful
-    ``result`` whose origin names the task's run.
+    ``result`` whose origin names the task's run and that ran a turn (not the CLI's
+    zero-turn placeholder for a notification folded into a later turn).
     """
 
     session_id: str | None = None
@@ -170,7 +171,10 @@ class Tracker:
                 self._absorb_before(self._seq)
         elif isinstance(event, ResultSeen):
             self.results.append(event)
-            if event.ok and event.origin_run_id:
+            # A zero-turn placeholder answers nothing: the CLI emits one for a task
+            # notification it folded into a later turn (under load, several finish before
+            # the lead runs), and that later turn may still fail. Only a turn that ran counts.
+            if event.ok and event.origin_run_id and not event.placeholder:
                 for task in self.tasks.values():
                     if task.run_id == event.origin_run_id and task.terminal and task.has_output:
                         task.absorbed = True

@@ -29,6 +29,21 @@ def _isolated_claude_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
             monkeypatch.delenv(name)
 
 
+@pytest.fixture(autouse=True)
+def _real_cli_tests_are_marked(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Keep the fast tier fast: a test that sets up the real CLI must carry the ``cli`` mark
+    (``pytest -m "not cli and not slow"`` leaves those out)."""
+    if request.node.get_closest_marker("cli") is not None:
+        return
+
+    def refuse(self: OfflineClaude, *args: object, **kwargs: object) -> None:
+        raise AssertionError(f"{request.node.nodeid} drives the real CLI: mark it @pytest.mark.cli")
+
+    monkeypatch.setattr(OfflineClaude, "__init__", refuse)
+
+
 OfflineFactory = Callable[..., tuple[ScriptedServer, OfflineClaude]]
 
 

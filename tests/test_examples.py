@@ -24,6 +24,7 @@ from claude_agent_sdk import ClaudeAgentOptions, ResultError, ResultMessage
 from claude_agent_sdk import query as sdk_query
 
 import teamlead
+import teamlead.experiment
 from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 from teamlead.testing.scripts import FanOut, findings_in
 
@@ -159,6 +160,7 @@ def test_offline_test_example_catches_an_app_on_the_plain_sdk(
     assert len(answers) == 1 and findings_in(answers[0]) == []  # it failed for the findings
 
 
+@pytest.mark.slow  # a second pytest process collects the example
 def test_offline_test_example_is_collected_by_pytest() -> None:
     run = subprocess.run(
         [
@@ -229,7 +231,9 @@ def test_sample_experiment_spec_loads_against_the_shipped_prompts() -> None:
         checked.append(name)
         return bool(teamlead.load_strategy(name))  # raises UsageError for a bad prompt file
 
-    spec = teamlead.load_spec(EXAMPLES / "experiment.toml", strategy_exists=strategy_exists)
+    spec = teamlead.experiment.load_spec(
+        EXAMPLES / "experiment.toml", strategy_exists=strategy_exists
+    )
 
     assert checked == [v.strategy for v in spec.variants]
     assert spec.control.name == spec.experiment.control

@@ -53,6 +53,7 @@ def test_case10_literal_loopback_urls_pass(url: str) -> None:
     ensure_loopback(url)
 
 
+@pytest.mark.cli  # OfflineClaude is the thing under test (it refuses before starting)
 @pytest.mark.parametrize("url", BAD)
 def test_case10_userinfo_names_and_odd_urls_are_refused(url: str, tmp_path: Path) -> None:
     assert not is_loopback(url)

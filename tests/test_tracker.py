@@ -202,6 +202,54 @@ def test_successful_lead_turn_absorbs_only_earlier_results() -> None:
     assert tracker.lead_texts == ["ok"]
 
 
+def test_a_zero_turn_placeholder_for_a_folded_notification_absorbs_nothing() -> None:
+    """The stream the real CLI sends when every task ends before the lead's next turn (seen
+    under load): a zero-turn placeholder result per notification folded into the next turn,
+    then that one turn, which fails. No result was used; all of them must be delivered."""
+    tracker = Tracker()
+    for task in ("a", "b", "c"):
+        tracker.feed(
+            {
+                "type": "system",
+                "subtype": "task_started",
+                "task_id": task,
+                "run_id": f"run-{task}",
+                "description": task,
+            }
+        )
+    for task in ("a", "b", "c"):
+        tracker.feed(
+            {
+                "type": "system",
+                "subtype": "task_notification",
+                "task_id": task,
+                "status": "completed",
+                "summary": f"done {task}",
+            }
+        )
+
+    def result(run: str, **extra: object) -> dict[str, object]:
+        origin = {"kind": "task-notification", "producer": "session-task", "runId": run}
+        return {"type": "result", "subtype": "success", "is_error": False, "num_turns": 0,
+                "result": "", "session_id": "s", "origin": origin, **extra}  # fmt: skip
+
+    tracker.feed(result("run-a"))
+    tracker.feed(result("run-b"))
+    assert [t.task_id for t in tracker.unabsorbed_tasks] == ["a", "b", "c"]
+    tracker.feed(
+        {
+            "type": "assistant",
+            "message": {"id": "m", "content": [{"type": "text", "text": "API Error: 529"}]},
+            "error": "server_error",
+        }
+    )
+    tracker.feed(result("run-c", is_error=True, num_turns=1, api_error_status=529))
+    assert [t.task_id for t in tracker.unabsorbed_tasks] == ["a", "b", "c"]
+    # a turn that ran and succeeded for a notification does absorb its task
+    tracker.feed(result("run-a", num_turns=1, result="used a"))
+    assert [t.task_id for t in tracker.unabsorbed_tasks] == ["b", "c"]
+
+
 def test_completed_with_an_empty_summary_is_not_absorbed_by_a_lead_turn() -> None:
     """claude-code #86471: the lead was shown nothing, so the transcript must still reach it."""
     tracker = Tracker()

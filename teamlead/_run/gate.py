@@ -18,7 +18,7 @@ can never both pass for the last unit; a call that is then not admitted gives th
 Example:
     >>> gate = SpawnGate(SpawnPolicy(max_concurrent_agents=3, spawn_budget=5), deadline_s=600)
     >>> async for message in claude_agent_sdk.query(prompt=..., options=gate.apply(options)):
-    ...     observe(gate, message)
+    ...     observe(gate, message)  # doctest: +SKIP
     >>> gate.close()
 """
 

@@ -145,7 +145,8 @@ class SpawnCap:
 
     Example:
         >>> cap = SpawnCap(8)         # one cap for all trials of an experiment
-        >>> gate_a = SpawnGate(policy, cap=cap); gate_b = SpawnGate(policy, cap=cap)
+        >>> gate_a = SpawnGate(policy, cap=cap)  # doctest: +SKIP
+        >>> gate_b = SpawnGate(policy, cap=cap)  # doctest: +SKIP
     """
 
     _shared: SpawnCap | None = None

@@ -70,7 +70,7 @@ def paired_interval(
     Example:
         >>> r = paired_interval([0.5, 1.0, 0.75], [0.25, 0.5, 0.5], scale="difference")
         >>> round(float(r.effect), 3), round(float(r.low), 3), round(float(r.high), 3)
-        (0.333, 0.07, 0.597)
+        (0.333, -0.025, 0.692)
     """
     mv = np.asarray(variant_means, dtype=np.float64)
     mc = np.asarray(control_means, dtype=np.float64)

@@ -13,7 +13,7 @@ Each trial's session id is a UUID derived from (experiment seed, variant, task, 
 a scripted model can seed its randomness per trial and a rerun is reproducible.
 
 Example:
-    >>> summary = anyio.run(run_experiment, spec, Path("out"))
+    >>> summary = anyio.run(run_experiment, spec, Path("out"))  # doctest: +SKIP
 """
 
 from __future__ import annotations
@@ -42,9 +42,10 @@ from ..events import ConcurrencyChanged, Finished, RateLimited
 from ..policy import TRANSIENT_STATUSES, Policy
 from ..prompts import Strategy, apply_strategy, load_strategy
 from ..tracker import Tracker
+from .grader import grade_answer
 from .outdir import OutDir, make_out_dir
 from .records import TrialKey, TrialRecord, TrialWriter, finished_keys
-from .spec import ExperimentSpec, GraderSpec, TaskSpec, VariantSpec
+from .spec import ExperimentSpec, TaskSpec, VariantSpec
 from .trial import Outcome, run_trial, trial_source
 from .workspace import Workspaces
 
@@ -64,12 +65,6 @@ _RATE_LIMIT_PAUSE_S = 1.0
 _NAMESPACE = uuid.UUID("6f1c2a7e-4b0d-4c59-9a4e-2f8d3b1e7c10")
 
 # USD per million tokens (input, output) for grading cost; unknown models use the last row.
-_PRICES: dict[str, tuple[float, float]] = {
-    "haiku": (1.0, 5.0),
-    "sonnet": (3.0, 15.0),
-    "opus": (5.0, 25.0),
-    "": (5.0, 25.0),
-}
 
 
 def trial_session_id(seed: int, key: TrialKey, attempt: int = 1, run_id: str = "") -> str:
@@ -138,49 +133,6 @@ def _sdk_versions() -> tuple[str, str]:
     from .._claude.binary import cli_version
 
     return claude_agent_sdk.__version__, cli_version()
-
-
-def _price(model: str | None) -> tuple[float, float]:
-    name = (model or "").lower()
-    return next((p for key, p in _PRICES.items() if key and key in name), _PRICES[""])
-
-
-async def grade_answer(
-    grader: GraderSpec,
-    task: TaskSpec,
-    answer: str,
-    *,
-    env: Mapping[str, str],
-    default_model: str | None,
-) -> tuple[float | None, float]:
-    """Score ``answer`` against the task's rubric with a model; returns (score 0..1, cost USD).
-
-    The grader is asked for a line ``SCORE: <0-10>``; an answer without one scores None.
-    """
-    import re
-
-    import anthropic
-
-    model = grader.model or default_model or "claude-sonnet-5-5"
-    client = anthropic.AsyncAnthropic(
-        api_key=env.get("ANTHROPIC_API_KEY") or env.get("ANTHROPIC_AUTH_TOKEN") or None,
-        base_url=env.get("ANTHROPIC_BASE_URL") or None,
-        max_retries=2,
-    )
-    prompt = grader.render(task=task.prompt, rubric=task.rubric, answer=answer)
-    prompt += "\n\nEnd your reply with one line: SCORE: <a number from 0 to 10>."
-    async with client:
-        message = await client.messages.create(
-            model=model,
-            max_tokens=grader.max_tokens,
-            messages=[{"role": "user", "content": prompt}],
-        )
-    text = "".join(getattr(b, "text", "") for b in message.content)
-    price_in, price_out = _price(model)
-    cost = (message.usage.input_tokens * price_in + message.usage.output_tokens * price_out) / 1e6
-    match = re.search(r"SCORE:\s*([0-9]+(?:\.[0-9]+)?)", text)
-    score = min(10.0, float(match.group(1))) / 10.0 if match else None
-    return score, cost
 
 
 def _trial_options(

@@ -163,7 +163,7 @@ def design_effect(clusters: Clusters) -> tuple[float, float]:
 
     Example:
         >>> design_effect([[1, 1, 1, 1], [0, 0]])
-        (1.0, 3.0)
+        (1.0, 3.3333333333333335)
     """
     groups = _nonempty(clusters)
     if not groups:

@@ -10,7 +10,7 @@ so a test can never reach a real API.
 Example:
     >>> with ScriptedServer(script) as server, OfflineClaude(server.base_url) as claude:
     ...     async for msg in claude_agent_sdk.query(prompt="hi", options=claude.options()):
-    ...         ...
+    ...         ...  # doctest: +SKIP
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ teamlead resume prompt). Faults can be injected into the synthesis turns.
 
 Example:
     >>> script = FanOut.of(3, delays=[0.5, 1.0, 1.5])
-    >>> with ScriptedServer(script) as server:
+    >>> with ScriptedServer(script) as server:  # doctest: +SKIP
     ...     ...
 """
 

@@ -5,8 +5,9 @@ the ``<inbox>.lock`` directory, re-read, append, write ``<inbox>.tmp.<hex>`` and
 so it is a faithful stand-in for a teammate process in tests.
 
 Example:
-    >>> team = create_team(config_dir, session_id, members=["researcher"])
-    >>> post_to_inbox(team_inbox(config_dir, team), idle_notification("researcher", result="..."))
+    >>> team = create_team(config_dir, session_id, members=["researcher"])  # doctest: +SKIP
+    >>> inbox = team_inbox(config_dir, team)  # doctest: +SKIP
+    >>> post_to_inbox(inbox, idle_notification("researcher", result="..."))  # doctest: +SKIP
 """
 
 from __future__ import annotations
