@@ -51,9 +51,10 @@ async def test_fan_out_absorbed_by_the_cli_needs_no_resume(offline: OfflineFacto
     assert [t.disposition for t in done.tasks] == ["included"] * 3
     assert {t.source for t in done.tasks} == {"lead"}
     assert done.reasons == []
-    # fan-out, ack, and the CLI's injected turns (it may fold two notifications into one)
+    # fan-out, ack, and the CLI's injected turns (under load it folds all three notifications
+    # into one turn, so 3 requests is as valid as one per notification)
     lead = server.recorded("lead")
-    assert 4 <= len(lead) <= 5
+    assert 3 <= len(lead) <= 5
     assert not any("<teamlead-results" in r.request.last_user_text for r in lead)
 
 
