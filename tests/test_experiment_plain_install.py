@@ -82,7 +82,9 @@ def test_plain_install_runs_and_reports_one_line_prompt_files(tmp_path: Path) ->
     data = json.loads(as_json.stdout)
     parallel = next(c for c in data["comparisons"] if c["metric"] == "parallel")
     assert parallel["diff"] == 1.0 and parallel["tasks"] == ["t0", "t1", "t2"]
-    assert sorted(p.name for p in out.iterdir()) == ["experiment.json", "trials.jsonl"]
+    # the run's own files (".lock" holds the out dir against a second run): report --json
+    # added none
+    assert sorted(p.name for p in out.iterdir()) == [".lock", "experiment.json", "trials.jsonl"]
 
     report = _teamlead(env, tmp_path, "experiment", "report", str(out))
     assert report.returncode == 0, report.stderr
@@ -94,6 +96,7 @@ def test_plain_install_runs_and_reports_one_line_prompt_files(tmp_path: Path) ->
     ]
     assert "| fan | parallel |" in report.stdout and "Verdict rule:" in report.stdout
     assert sorted(p.name for p in out.iterdir()) == [
+        ".lock",
         "experiment.json",
         "report.json",
         "report.md",

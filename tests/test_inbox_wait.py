@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -194,6 +195,9 @@ async def test_cancelling_the_wait_stops_the_watcher(inbox: Path) -> None:
     for thread in threading.enumerate():  # the inotify descriptor closes on its own thread
         if thread.name == "inotify-close":
             thread.join(10)
+    deadline = time.monotonic() + 10  # a close handed to that thread may still be in flight
+    while open_fds() != fds_before and time.monotonic() < deadline:
+        await anyio.sleep(0.01)
     assert open_fds() == fds_before
 
 

@@ -146,9 +146,10 @@ async def shared_relay(
         yield run
     finally:
         run.close()
-        with anyio.CancelScope(shield=True):
-            async with lock:
-                entry.refs -= 1
-                if entry.refs == 0:
-                    entries.pop(upstream, None)
-                    await entry.stack.aclose()
+        # Released without the lock (a plain decrement cannot race on one event loop), so a
+        # run that is only finalised after its loop ended leaves no pending lock behind.
+        entry.refs -= 1
+        if entry.refs == 0 and entries.get(upstream) is entry:
+            entries.pop(upstream, None)
+            with anyio.CancelScope(shield=True):
+                await entry.stack.aclose()
