@@ -195,10 +195,18 @@ async def test_cancelling_the_wait_stops_the_watcher(inbox: Path) -> None:
     for thread in threading.enumerate():  # the inotify descriptor closes on its own thread
         if thread.name == "inotify-close":
             thread.join(10)
-    deadline = time.monotonic() + 10  # a close handed to that thread may still be in flight
-    while open_fds() != fds_before and time.monotonic() < deadline:
+    assert await _fds_return_to(fds_before), (open_fds(), fds_before)
+
+
+async def _fds_return_to(count: int, within_s: float = 10.0) -> bool:
+    """Poll (bounded) until this process has ``count`` descriptors open again: a close handed
+    to the inotify-close thread may still be in flight."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if open_fds() == count:
+            return True
         await anyio.sleep(0.01)
-    assert open_fds() == fds_before
+    return open_fds() == count
 
 
 def open_fds() -> int:
