@@ -53,6 +53,7 @@ def frozen() -> Iterator[FrozenClock]:
         yield FrozenClock(factory)
 
 
+@pytest.mark.slow
 async def test_a_lock_older_than_ten_seconds_is_stale(tmp_path: Path, frozen: FrozenClock) -> None:
     inbox = tmp_path / "teams" / "t" / "inboxes" / "team-lead.json"
     inbox.parent.mkdir(parents=True)

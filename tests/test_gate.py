@@ -127,6 +127,7 @@ async def test_budget_never_over_admits_under_concurrent_calls() -> None:
         assert gate.spawned == len(allowed)
 
 
+@pytest.mark.slow
 async def test_budget_and_turn_limit_race_with_a_queue() -> None:
     rng = random.Random(3)
     for _ in range(25):

@@ -308,6 +308,7 @@ def test_warnings_printed_once_by_the_collector(
 # case 15: a huge inbox is read within bounds and summarized in events
 
 
+@pytest.mark.slow
 def test_case15_big_inbox_reads_within_memory_bound(tmp_path: Path) -> None:
     team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
     inbox = team / "inboxes" / "team-lead.json"
