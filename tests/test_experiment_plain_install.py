@@ -84,7 +84,8 @@ def test_plain_install_runs_and_reports_one_line_prompt_files(tmp_path: Path) ->
     assert parallel["diff"] == 1.0 and parallel["tasks"] == ["t0", "t1", "t2"]
     # the run's own files (".lock" holds the out dir against a second run): report --json
     # added none
-    assert sorted(p.name for p in out.iterdir()) == [".lock", "experiment.json", "trials.jsonl"]
+    run_files = [".lock", "experiment.json", "run.json", "trials.jsonl"]
+    assert sorted(p.name for p in out.iterdir()) == run_files
 
     report = _teamlead(env, tmp_path, "experiment", "report", str(out))
     assert report.returncode == 0, report.stderr
@@ -100,5 +101,6 @@ def test_plain_install_runs_and_reports_one_line_prompt_files(tmp_path: Path) ->
         "experiment.json",
         "report.json",
         "report.md",
+        "run.json",
         "trials.jsonl",
     ]
