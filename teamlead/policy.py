@@ -176,9 +176,9 @@ class SpawnPolicy(BaseModel):
     max_concurrent_agents: int | None = Field(default=None, ge=1, le=1000)
     max_agents_per_turn: int | None = Field(default=None, ge=1, le=1000)
     spawn_budget: int | None = Field(default=None, ge=0, le=100_000)
-    stagger_s: float = Field(default=0.0, ge=0, le=600)
+    stagger_s: float = Field(default=0.0, ge=0, le=600, allow_inf_nan=False)
     max_depth: int = Field(default=1, ge=1, le=10)
-    wrap_up_reserve_s: float | None = Field(default=None, ge=0)
+    wrap_up_reserve_s: float | None = Field(default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _consistent(self) -> SpawnPolicy:

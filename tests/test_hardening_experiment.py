@@ -18,7 +18,7 @@ from teamlead.experiment.outdir import OutDir
 from teamlead.experiment.records import read_records
 from teamlead.experiment.runner import run_experiment
 from teamlead.experiment.spec import parse_spec
-from teamlead.policy import Policy
+from teamlead.policy import Policy, SpawnPolicy
 
 SPEC = """
 [experiment]
@@ -107,6 +107,16 @@ def test_case12_ask_deadline_must_be_finite(value: str) -> None:
 
 
 @pytest.mark.parametrize(
+    ("flag", "value"),
+    [("--stagger", "nan"), ("--stagger", "inf"), ("--wrap-up-reserve", "inf")],
+)
+def test_case12_spawn_gate_times_must_be_finite(flag: str, value: str) -> None:
+    result = CliRunner().invoke(main, ["ask", "hi", flag, value])
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and flag in result.output
+
+
+@pytest.mark.parametrize(
     ("line", "field"),
     [
         ("deadline_s = 1e308", "deadline_s"),
@@ -125,6 +135,9 @@ def test_case12_policy_refuses_infinite_and_absurd_limits() -> None:
     for bad in ({"deadline_s": float("inf")}, {"wait_s": float("nan")}, {"deadline_s": 1e308}):
         with pytest.raises(ValueError):
             Policy(**bad)
+    for spawn in ({"stagger_s": float("nan")}, {"wrap_up_reserve_s": float("inf")}):
+        with pytest.raises(ValueError):
+            SpawnPolicy(**spawn)
 
 
 def test_case14_trials_upper_bound() -> None:

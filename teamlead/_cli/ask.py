@@ -108,7 +108,7 @@ def spawn_options() -> list[Callable[[_F], _F]]:
         option(
             "--stagger",
             "stagger_s",
-            type=click.FloatRange(0, 600),
+            type=FiniteFloatRange(0, 600),
             default=0.0,
             show_default=True,
             help="Seconds between the starts of a burst's agents.",
@@ -123,7 +123,7 @@ def spawn_options() -> list[Callable[[_F], _F]]:
         option(
             "--wrap-up-reserve",
             "wrap_up_reserve_s",
-            type=click.FloatRange(min=0),
+            type=FiniteFloatRange(min=0, limit=MAX_SECONDS),
             help="Seconds before the deadline when agents are stopped and the lead answers "
             "without tools [default: 20% of the deadline, at most 30].",
         ),
