@@ -1,11 +1,11 @@
 """Bench: what the loopback relay adds per streamed reply, and its memory per stream.
 
-The upstream is the scripted model server, answering every request with the same
-streamed reply (about 1 KB of text in 24-character ``text_delta`` events). The relay
-(uvicorn + httpx2, a governor whose ceiling never binds) runs on its own event loop in a
-background thread, as in teamlead's process; the client is ``http.client`` in threads
-(one keep-alive connection each), the same for both sides. Direct and relayed requests
-alternate (one by one at 1 stream, round by round at 50) so load from other processes
+The upstream is the scripted model server, answering every request with the same streamed
+reply (about 1 KB of text in 24-character ``text_delta`` events). The relay (uvicorn with
+httptools + aiohttp, a governor whose ceiling never binds) runs on its own event loop in a
+background thread, as in teamlead's process; the client is ``http.client`` in threads (one
+keep-alive connection each), the same for both sides. Direct and relayed requests alternate
+(one by one at 1 stream, round by round at 50) so load from other processes
 hits both alike.
 
 Figures, per streamed reply: time to first body byte (TTFB) and time to the last byte,
@@ -143,10 +143,10 @@ def report(streams: int, out: dict[str, list[tuple[float, float, int]]]) -> list
 
 _RELAY_FILES = (
     "*/teamlead/_relay/*",
-    "*/httpx2/*",
-    "*/httpcore2/*",
+    "*/aiohttp/*",
+    "*/yarl/*",
+    "*/multidict/*",
     "*/uvicorn/*",
-    "*/h11/*",
     "*/asyncio/*",
     "*/anyio/*",
 )

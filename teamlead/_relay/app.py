@@ -1,37 +1,44 @@
 """The relay's ASGI application: refuse, classify, forward, stream back.
 
 Headers and body bytes pass through untouched, except the hop-by-hop headers HTTP itself
-owns (``connection``, ``transfer-encoding`` …), ``host`` (the upstream's) and
-``content-length`` (recomputed from the same bytes). The response body is forwarded chunk
-by chunk as it arrives (``aiter_raw``: no decoding, no buffering), so SSE events reach the
-CLI when the upstream sends them. A client that goes away mid-stream cancels the upstream
-request and frees its governor slot. Nothing here logs a header, a body or the path
-prefix: the API key and the prefix are secrets.
+owns (``connection``, ``transfer-encoding`` …), ``host`` (the upstream's) and ``content-length``
+(recomputed from the same bytes). The response body is forwarded as it
+arrives (no decoding, no buffering: what the upstream sent while the last write was out goes
+on as one write), so SSE events reach the CLI when the upstream sends them. A slow client
+slows the upstream read (the server's write waits, and aiohttp's bounded read buffer pauses
+the upstream socket), so memory per stream stays flat. A client that goes away mid-stream
+cancels the upstream request and frees its governor slot. Nothing here logs a header, a body
+or the path prefix: the API key and the prefix are secrets.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import aiohttp
 import anyio
-import httpx2
-from anyio.streams.memory import MemoryObjectSendStream
+import yarl
 
 from ..events import RateLimited
 from ..governor import Governor, bucket_key
-from .forward import Exchange, RelayConfig, open_upstream
+from .forward import (
+    UPSTREAM_ERRORS,
+    Exchange,
+    NoSlot,
+    RelayConfig,
+    UpstreamRequest,
+    UpstreamTimeout,
+    UpstreamUnreachable,
+    open_upstream,
+)
 from .routing import Refusal, RequestInfo, check_target, classify
 from .stats import RelayListener, Tally, notify
 
 __all__ = ["RelayApp", "RunState"]
-
-#: Upstream chunks read ahead of a slow client, at most (each one network read or less).
-_READ_AHEAD = 16
 
 log = logging.getLogger("teamlead.relay")
 
@@ -80,13 +87,13 @@ class RelayApp:
         self,
         *,
         upstream: str,
-        client: httpx2.AsyncClient,
+        session: aiohttp.ClientSession,
         governor: Governor,
         config: RelayConfig,
         prefix: str,
     ) -> None:
         self.upstream = upstream.rstrip("/")
-        self.client = client
+        self.session = session
         self.governor = governor
         self.config = config
         self.prefix = prefix
@@ -123,8 +130,12 @@ class RelayApp:
             state.tally.request(key)
         query = scope.get("query_string") or b""
         url = self.upstream + path + ("?" + query.decode("latin-1") if query else "")
-        headers = [(k, v) for k, v in scope["headers"] if k.lower() not in _NOT_FORWARDED]
-        request = httpx2.Request(scope["method"], url, headers=headers, content=body)
+        headers = [
+            (k.decode("latin-1"), v.decode("latin-1"))
+            for k, v in scope["headers"]
+            if k.lower() not in _NOT_FORWARDED
+        ]
+        request = UpstreamRequest(scope["method"], yarl.URL(url, encoded=True), headers, body)
 
         def limited(event: RateLimited) -> None:
             for state in states:
@@ -168,14 +179,14 @@ class RelayApp:
     async def _exchange(
         self,
         send: Send,
-        request: httpx2.Request,
+        request: UpstreamRequest,
         key: str,
         info: RequestInfo,
         limited: Callable[[RateLimited], None],
     ) -> None:
         try:
             exchange = await open_upstream(
-                self.client,
+                self.session,
                 request,
                 governor=self.governor,
                 key=key,
@@ -183,45 +194,41 @@ class RelayApp:
                 config=self.config,
                 on_limited=limited,
             )
-        except TimeoutError:
+        except NoSlot:
             message = f"teamlead relay: no slot for {info.model} in time"
             await self._answer(send, 429, "rate_limit_error", message, {b"retry-after": b"5"})
             return
-        except httpx2.TimeoutException:
+        except UpstreamTimeout:
             await self._answer(send, 504, "api_error", "teamlead relay: the upstream timed out")
             return
-        except httpx2.HTTPError as exc:
-            log.warning("relay could not reach the upstream: %s", type(exc).__name__)
+        except UpstreamUnreachable:
             await self._answer(send, 502, "api_error", "teamlead relay: upstream unreachable")
             return
+        complete = False
         try:
             await self._stream_back(send, exchange)
+            complete = True
         finally:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                await exchange.response.aclose()
+            if complete:
+                exchange.response.release()  # read to the end: the connection is reused
+            else:
+                exchange.response.close()  # cut short: the connection is dropped
             exchange.slot.release()
 
     async def _stream_back(self, send: Send, exchange: Exchange) -> None:
         response = exchange.response
-        headers = [(k, v) for k, v in response.headers.raw if k.lower() not in _HOP_BY_HOP]
-        await send(
-            {"type": "http.response.start", "status": response.status_code, "headers": headers}
-        )
-        if "content-length" in response.headers:  # a sized body (errors, JSON): as it comes
-            await self._forward_sized(send, response)
-        else:
-            await _forward_stream(send, response)
-        if 200 <= response.status_code < 300:
-            exchange.slot.success()
-
-    async def _forward_sized(self, send: Send, response: httpx2.Response) -> None:
+        headers = [(k, v) for k, v in response.raw_headers if k.lower() not in _HOP_BY_HOP]
+        await send({"type": "http.response.start", "status": response.status, "headers": headers})
         try:
-            async for chunk in response.aiter_raw():
+            async for chunk in response.content.iter_any():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-        except httpx2.HTTPError as exc:
+        except UPSTREAM_ERRORS as exc:
+            # Started already: cut the stream so the client sees it incomplete, not ended.
             log.warning("relay lost the upstream mid-stream: %s", type(exc).__name__)
             raise _StreamCut from None
         await send({"type": "http.response.body", "body": b"", "more_body": False})
+        if 200 <= response.status < 300:
+            exchange.slot.success()
 
     async def _answer(
         self,
@@ -236,51 +243,6 @@ class RelayApp:
         headers.extend((extra or {}).items())
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
-
-
-async def _forward_stream(send: Send, response: httpx2.Response) -> None:
-    """Stream a response back: what the upstream sent while the last write was out goes as
-    one write, so no delay is added and a burst of SSE events costs one send, not one each."""
-    failed: list[BaseException] = []
-    writer, reader = anyio.create_memory_object_stream[bytes](_READ_AHEAD)
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(_pump, response, writer, failed)
-        async with reader:
-            async for first in reader:
-                parts = [first]
-                with contextlib.suppress(anyio.WouldBlock, anyio.EndOfStream):
-                    while True:
-                        parts.append(reader.receive_nowait())
-                body = parts[0] if len(parts) == 1 else b"".join(parts)
-                await send({"type": "http.response.body", "body": body, "more_body": True})
-    if failed:
-        # Started already: cut the stream so the client sees it incomplete, not ended.
-        log.warning("relay lost the upstream mid-stream: %s", type(failed[0]).__name__)
-        raise _StreamCut from None
-    await send({"type": "http.response.body", "body": b"", "more_body": False})
-
-
-async def _pump(
-    response: httpx2.Response,
-    writer: MemoryObjectSendStream[bytes],
-    failed: list[BaseException],
-) -> None:
-    """Read the upstream's body into ``writer``; chunks already read go on without a wait.
-
-    At most :data:`_READ_AHEAD` chunks wait for the client, so a slow client slows the
-    upstream read instead of filling memory.
-    """
-    async with writer:
-        try:
-            async for chunk in response.aiter_raw():
-                try:
-                    writer.send_nowait(chunk)
-                except anyio.WouldBlock:
-                    await writer.send(chunk)
-        except httpx2.HTTPError as exc:
-            failed.append(exc)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError):
-            pass  # the client side is gone; the request's task group is being cancelled
 
 
 class _StreamCut(Exception):

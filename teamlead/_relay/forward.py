@@ -12,19 +12,28 @@ CLI and teamlead's resume already retry it, and retrying here too would multiply
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-import anyio
-import httpx2
+import aiohttp
+import yarl
 
 from .._governor.retry_after import retry_after_from_headers
 from ..events import RateLimited
 from ..governor import Governor, Slot
 from .routing import RequestInfo, priority
 
-__all__ = ["Exchange", "RelayConfig", "open_upstream"]
+__all__ = [
+    "Exchange",
+    "NoSlot",
+    "RelayConfig",
+    "UpstreamRequest",
+    "UpstreamTimeout",
+    "UpstreamUnreachable",
+    "open_upstream",
+]
 
 log = logging.getLogger("teamlead.relay")
 
@@ -51,23 +60,69 @@ class RelayConfig:
     provider: str = "anthropic"
 
 
+class NoSlot(Exception):
+    """No governor slot came within ``slot_timeout_s``."""
+
+
+class UpstreamTimeout(Exception):
+    """The upstream did not connect, or went silent, within its timeout."""
+
+
+class UpstreamUnreachable(Exception):
+    """The upstream could not be reached, or broke the connection."""
+
+
+#: What aiohttp raises for a failed exchange (its timeouts are both kinds).
+UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
+
+
+@dataclass(frozen=True)
+class UpstreamRequest:
+    """What goes upstream: the method, the full URL, headers and body.
+
+    ``url`` is taken as already encoded (``yarl.URL(..., encoded=True)``), so the path and
+    query bytes reach the upstream exactly as the CLI sent them.
+    """
+
+    method: str
+    url: yarl.URL
+    headers: list[tuple[str, str]]
+    body: bytes
+
+
 @dataclass
 class Exchange:
     """A request under way: its slot (held) and the upstream response (open)."""
 
     slot: Slot
-    response: httpx2.Response
+    response: aiohttp.ClientResponse
     attempts: int
 
 
-async def _close(response: httpx2.Response) -> None:
-    with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-        await response.aclose()
+def response_headers(response: aiohttp.ClientResponse) -> Mapping[str, str]:
+    """The response's headers, looked up case-insensitively."""
+    return response.headers
+
+
+async def _send(session: aiohttp.ClientSession, request: UpstreamRequest) -> aiohttp.ClientResponse:
+    try:
+        return await session.request(
+            request.method,
+            request.url,
+            headers=request.headers,
+            data=request.body,
+            allow_redirects=False,
+        )
+    except asyncio.TimeoutError:  # aiohttp's connect and read timeouts are both TimeoutErrors
+        raise UpstreamTimeout from None
+    except aiohttp.ClientError as exc:
+        log.warning("relay could not reach the upstream: %s", type(exc).__name__)
+        raise UpstreamUnreachable from None
 
 
 async def open_upstream(
-    client: httpx2.AsyncClient,
-    request: httpx2.Request,
+    session: aiohttp.ClientSession,
+    request: UpstreamRequest,
     *,
     governor: Governor,
     key: str,
@@ -78,26 +133,31 @@ async def open_upstream(
     """Send ``request`` under a governor slot, holding and retrying 429s; see the module.
 
     Raises:
-        TimeoutError: no governor slot within ``config.slot_timeout_s``.
-        httpx2.HTTPError: the upstream could not be reached or went silent.
+        NoSlot: no governor slot within ``config.slot_timeout_s``.
+        UpstreamTimeout: the upstream did not connect or answer in time.
+        UpstreamUnreachable: the upstream could not be reached.
     """
     attempt = 0
     while True:
-        slot = await governor.acquire(
-            key, timeout=config.slot_timeout_s, priority=priority(info.role, attempt)
-        )
         try:
-            response = await client.send(request, stream=True)
+            slot = await governor.acquire(
+                key, timeout=config.slot_timeout_s, priority=priority(info.role, attempt)
+            )
+        except TimeoutError:
+            raise NoSlot from None
+        try:
+            response = await _send(session, request)
         except BaseException:
             slot.release()
             raise
-        status = response.status_code
+        status = response.status
+        headers = response_headers(response)
         if status not in (429, 529):
             if 200 <= status < 300:
                 slot.streaming()
-                governor.pace(key, response.headers)
+                governor.pace(key, headers)
             return Exchange(slot, response, attempt + 1)
-        retry_after = retry_after_from_headers(response.headers)
+        retry_after = retry_after_from_headers(headers)
         absorb = status == 429 and attempt < config.max_retries
         event = RateLimited(
             model=info.model,
@@ -110,11 +170,11 @@ async def open_upstream(
             slot.overloaded(retry_after)
         else:
             slot.rate_limited(retry_after, accepted=governor.state(key).streaming)
-        governor.pace(key, response.headers)
+        governor.pace(key, headers)
         on_limited(event)
         if not absorb:
             return Exchange(slot, response, attempt + 1)
         log.debug("holding a 429 for %s (%s), retry %d", info.model, info.role, attempt + 1)
         slot.release()
-        await _close(response)
+        response.close()  # the 429's body is not needed; its connection is not reused
         attempt += 1
