@@ -291,7 +291,7 @@ class ConcurrencyChanged(BaseModel):
 
 
 class RateLimited(_Event):
-    """The relay met a 429 (or 529) from the upstream.
+    """The relay met a 429 (or 529) from the upstream, or answered 429 itself.
 
     Attributes:
         model: the request's model.
@@ -300,6 +300,8 @@ class RateLimited(_Event):
         retry_after_s: the upstream's Retry-After, if it sent one.
         outcome: ``absorbed`` (the relay held the request and retried it; the CLI never saw
             the error) or ``passed`` (the error went on to the CLI).
+        source: ``upstream`` (the API said so) or ``relay`` (no governor slot came within
+            the relay's slot timeout, so the relay answered 429 itself; always ``passed``).
     """
 
     type: Literal["rate_limited"] = "rate_limited"
@@ -308,6 +310,7 @@ class RateLimited(_Event):
     status: int = 429
     retry_after_s: float | None = None
     outcome: Literal["absorbed", "passed"]
+    source: Literal["upstream", "relay"] = "upstream"
 
 
 class BucketSummary(BaseModel):

@@ -307,6 +307,43 @@ async def test_a_client_disconnect_cancels_upstream_and_frees_the_slot(
     assert record.finished is not None
 
 
+async def test_no_slot_in_time_is_the_relays_own_429_counted_and_reported(
+    server_factory: list[ScriptedServer],
+) -> None:
+    server = serve(server_factory, lambda req: Reply.text("slow", delay=1.0))
+    governor = fake_governor(ceiling=1)
+    events: list[RelayEvent] = []
+    config = RelayConfig(slot_timeout_s=0)
+    async with (
+        start_relay(server.base_url, governor, config=config, on_event=events.append) as relay,
+        http() as h,
+        anyio.create_task_group() as tg,
+    ):
+        run = relay.open_run()
+        first: list[httpx2.Response] = []
+
+        async def hold_the_slot() -> None:
+            first.append(await h.post(run.base_url + "/v1/messages", content=body()))
+
+        tg.start_soon(hold_the_slot)
+        await wait_until(lambda: governor.total_in_flight == 1, "the first request's slot")
+        second = await h.post(run.base_url + "/v1/messages", content=body())
+        assert second.status_code == 429
+        assert second.headers["retry-after"] == "5"
+        assert second.json()["error"]["type"] == "rate_limit_error"
+        assert len(server.recorded()) == 1  # the upstream never saw the second request
+        await wait_until(lambda: bool(first), "the first reply")
+        summary, total = run.summary(), relay.summary()
+    assert first[0].status_code == 200
+    limited = [e for e in events if isinstance(e, RateLimited)]
+    assert [(e.status, e.outcome, e.source, e.retry_after_s) for e in limited] == [
+        (429, "passed", "relay", 5.0)
+    ]
+    for s in (summary, total):
+        assert (s.requests, s.absorbed, s.passed) == (2, 0, 1)
+        assert s.buckets[0].rate_limited == 1
+
+
 async def test_a_hung_upstream_is_bounded_by_the_read_deadline() -> None:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))

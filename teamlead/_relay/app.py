@@ -62,6 +62,8 @@ _HOP_BY_HOP = frozenset(
 )
 _NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length"}
 _RUN_MARK = "/run-"
+#: The Retry-After of the relay's own 429, sent when no governor slot came in time.
+_NO_SLOT_RETRY_AFTER_S = 5
 
 
 @dataclass
@@ -195,8 +197,18 @@ class RelayApp:
                 on_limited=limited,
             )
         except NoSlot:
+            limited(
+                RateLimited(
+                    model=info.model,
+                    role=info.role,
+                    retry_after_s=_NO_SLOT_RETRY_AFTER_S,
+                    outcome="passed",
+                    source="relay",
+                )
+            )
             message = f"teamlead relay: no slot for {info.model} in time"
-            await self._answer(send, 429, "rate_limit_error", message, {b"retry-after": b"5"})
+            retry_after = {b"retry-after": b"%d" % _NO_SLOT_RETRY_AFTER_S}
+            await self._answer(send, 429, "rate_limit_error", message, retry_after)
             return
         except UpstreamTimeout:
             await self._answer(send, 504, "api_error", "teamlead relay: the upstream timed out")
