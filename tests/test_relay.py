@@ -13,6 +13,7 @@ import socket
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from datetime import datetime, timezone
 from functools import partial
 
 import anthropic
@@ -200,6 +201,41 @@ async def test_a_429_is_held_and_retried_so_the_client_never_sees_it(
     ]
     assert any(isinstance(e, ConcurrencyChanged) and e.reason == "rate_limited" for e in events)
     assert (summary.absorbed, summary.passed, summary.buckets[0].rate_limited) == (1, 0, 1)
+
+
+async def test_a_nearly_empty_rate_limit_window_holds_new_requests_until_its_reset(
+    server_factory: list[ScriptedServer],
+) -> None:
+    governor = fake_governor()
+    clock: FakeClock = governor._clock  # type: ignore[attr-defined]
+    reset = datetime.fromtimestamp(clock.time() + 30, tz=timezone.utc).isoformat()
+    window = {
+        "anthropic-ratelimit-requests-limit": "50",
+        "anthropic-ratelimit-requests-remaining": "0",
+        "anthropic-ratelimit-requests-reset": reset,
+    }
+    replies = iter([Reply.text("first", headers=window), Reply.text("second")])
+    server = serve(server_factory, lambda req: next(replies))
+    events: list[RelayEvent] = []
+    async with (
+        start_relay(server.base_url, governor, on_event=events.append) as relay,
+        client(relay.base_url) as c,
+    ):
+        texts = []
+        for _ in range(2):
+            reply = await c.messages.create(
+                model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+            )
+            texts.append(reply.content[0].text)  # type: ignore[union-attr]
+            if len(texts) == 1:
+                held_from = clock.monotonic()
+    assert texts == ["first", "second"]
+    # the second request waited for the window's reset, not for a 429
+    assert clock.monotonic() - held_from >= 29.0
+    assert [r.status for r in server.recorded()] == [200, 200]
+    paced = [e for e in events if isinstance(e, ConcurrencyChanged) and e.reason == "paced"]
+    assert len(paced) == 1
+    assert not [e for e in events if isinstance(e, RateLimited)]
 
 
 async def test_past_the_bound_the_429_is_passed_on_with_its_body(

@@ -123,6 +123,7 @@ class Reply:
         chunk_delay: seconds between streamed text chunks ("while streaming").
         fault: an HTTP fault instead of a reply.
         input_tokens / output_tokens: usage reported for the reply.
+        headers: extra response headers (``anthropic-ratelimit-*``, say), sent as given.
     """
 
     content: str = ""
@@ -133,11 +134,20 @@ class Reply:
     input_tokens: int = 20
     output_tokens: int | None = None
     stop_reason: str | None = None
+    headers: tuple[tuple[str, str], ...] = ()
 
     @classmethod
-    def text(cls, text: str, *, delay: float = 0.0, chunk_delay: float = 0.0) -> Reply:
-        """A plain text answer that ends the turn."""
-        return cls(content=text, delay=delay, chunk_delay=chunk_delay)
+    def text(
+        cls,
+        text: str,
+        *,
+        delay: float = 0.0,
+        chunk_delay: float = 0.0,
+        headers: Mapping[str, str] | None = None,
+    ) -> Reply:
+        """A plain text answer that ends the turn (with extra response ``headers``)."""
+        extra = tuple((headers or {}).items())
+        return cls(content=text, delay=delay, chunk_delay=chunk_delay, headers=extra)
 
     @classmethod
     def tools(cls, *calls: ToolUse | AgentCall, text: str = "", delay: float = 0.0) -> Reply:

@@ -140,8 +140,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.wfile.write(data)
         self.wfile.flush()
 
-    def _start_stream(self) -> None:
+    def _start_stream(self, headers: tuple[tuple[str, str], ...] = ()) -> None:
         self.send_response(200)
+        for key, value in headers:
+            self.send_header(key, value)
         self.send_header("content-type", "text/event-stream; charset=utf-8")
         self.send_header("cache-control", "no-cache")
         self.send_header("transfer-encoding", "chunked")
@@ -390,7 +392,7 @@ class ScriptedServer:
         # 200 at once and its events follow when the "model" has written them.
         streams = request.stream and (fault is None or (fault.drop and fault.after_events > 0))
         if streams:
-            handler._start_stream()
+            handler._start_stream(reply.headers)
         self._sleep(reply.delay)
         if fault is not None and fault.drop and fault.after_events <= 0:
             handler.connection.shutdown(socket.SHUT_RDWR)
@@ -404,10 +406,12 @@ class ScriptedServer:
             return fault.status
         message_id = f"msg_{uuid.uuid4().hex[:24]}"
         if not request.stream:
-            handler._send_json(200, message_json(reply, request.model, message_id))
+            handler._send_json(
+                200, message_json(reply, request.model, message_id), dict(reply.headers)
+            )
             return 200
         if not streams:
-            handler._start_stream()
+            handler._start_stream(reply.headers)
         for n, (name, data) in enumerate(sse_events(reply, request.model, message_id)):
             if fault is not None and n >= fault.after_events:
                 handler.connection.shutdown(socket.SHUT_RDWR)
