@@ -29,13 +29,13 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AbstractAsyncContextManager
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import AbstractAsyncContextManager, aclosing
 from typing import Any
 
 from claude_agent_sdk import ClaudeAgentOptions
 
-from ._run.relayed import hookup_for, relayed, with_relay_events
+from ._run.relayed import hookup_for, relayed_stream, with_relay_events
 from ._run.relayed import relay_for as _relay_for
 from ._run.session import Client, Coordinator, QueryFn, prepare_options
 from .clock import SYSTEM_CLOCK, Clock
@@ -104,9 +104,12 @@ async def query(
         ...         print(item.status, item.result)
     """
     policy = policy or Policy()
-    async with relayed(options or ClaudeAgentOptions(), policy) as hookup:
-        coordinator = _coordinator(hookup.options, query_fn, policy, clock)
-        async for item in with_relay_events(coordinator.run(prompt), hookup):
+
+    def start(relayed_options: ClaudeAgentOptions) -> AsyncGenerator[Any, None]:
+        return _coordinator(relayed_options, query_fn, policy, clock).run(prompt)
+
+    async with aclosing(relayed_stream(options or ClaudeAgentOptions(), policy, start)) as items:
+        async for item in items:
             yield item
 
 
@@ -137,8 +140,9 @@ async def receive_all(
     coordinator = Coordinator(options=client.options, policy=policy or Policy(), clock=clock)
     hookup = hookup_for(client.options)
     items = coordinator.run_client(client)
-    async for item in with_relay_events(items, hookup) if hookup else items:
-        yield item
+    async with aclosing(with_relay_events(items, hookup) if hookup else items) as stream:
+        async for item in stream:
+            yield item
 
 
 def relay_for(
@@ -185,7 +189,10 @@ async def resume_session(
         ...     ...
     """
     policy = policy or Policy()
-    async with relayed(options or ClaudeAgentOptions(), policy) as hookup:
-        coordinator = _coordinator(hookup.options, query_fn, policy, clock)
-        async for item in with_relay_events(coordinator.resume(session_id), hookup):
+
+    def start(relayed_options: ClaudeAgentOptions) -> AsyncGenerator[Any, None]:
+        return _coordinator(relayed_options, query_fn, policy, clock).resume(session_id)
+
+    async with aclosing(relayed_stream(options or ClaudeAgentOptions(), policy, start)) as items:
+        async for item in items:
             yield item

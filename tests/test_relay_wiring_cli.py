@@ -161,3 +161,31 @@ def test_a_relay_that_cannot_start_warns_once_and_the_run_goes_direct(tmp_path: 
     assert json.loads(proc.stdout.splitlines()[-1])["relay"] is None
     warnings = [line for line in proc.stderr.splitlines() if "relay" in line]
     assert len(warnings) == 1 and "running direct" in warnings[0], proc.stderr
+
+
+def test_an_app_that_stops_reading_at_finished_leaves_nothing_open(tmp_path: Path) -> None:
+    """``return`` inside ``async for`` at ``Finished``, then the event loop ends at once:
+    the relay must be stopped before ``Finished`` is yielded, since the loop's generator
+    finaliser runs too late to finish a stop (it used to leak upstream sockets)."""
+    import anyio
+    import psutil
+
+    async def app(options: Any) -> Finished:
+        async for item in teamlead.query("Investigate two parts.", options):
+            if isinstance(item, Finished):
+                return item
+        raise AssertionError("no Finished")
+
+    with ScriptedServer(FanOut.of(2, delays=0.2)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path)
+        done = anyio.run(app, claude.options())
+        upstream_port = int(server.base_url.rsplit(":", 1)[1].split("/")[0])
+        mine = psutil.Process().net_connections(kind="tcp")
+    assert done.status == "completed" and done.relay is not None and done.relay.requests >= 3
+    # no socket of this process still talks to the upstream (the relay's pooled
+    # connections), and no relay is listening any more
+    to_upstream = [c for c in mine if c.raddr and c.raddr.port == upstream_port]
+    listening = [
+        c for c in mine if c.status == psutil.CONN_LISTEN and c.laddr.port != upstream_port
+    ]
+    assert to_upstream == [] and listening == []

@@ -20,8 +20,8 @@ import contextlib
 import logging
 import secrets
 import socket
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import Iterator
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 
 import aiohttp
@@ -159,65 +159,102 @@ def _upstream_session(config: RelayConfig) -> aiohttp.ClientSession:
     )
 
 
-@asynccontextmanager
-async def start_relay(
+def start_relay(
     upstream: str = "https://api.anthropic.com",
     governor: Governor | None = None,
     *,
     config: RelayConfig | None = None,
     on_event: RelayListener | None = None,
-) -> AsyncIterator[Relay]:
+) -> AbstractAsyncContextManager[Relay]:
     """Run a relay in front of ``upstream`` for the block.
 
-    Raises:
-        RelayError: it could not start (no loopback socket, uvicorn failed); run direct.
+    Entering raises :class:`~teamlead.errors.RelayError` when it could not start (no
+    loopback socket, uvicorn failed): run direct then.
 
     Example:
         >>> async with start_relay("https://api.anthropic.com") as relay:  # doctest: +SKIP
         ...     env = {"ANTHROPIC_BASE_URL": relay.base_url}
     """
-    config = config or RelayConfig()
-    governor = governor or Governor(RELAY_POLICY)
-    sock = _bind()
-    port = sock.getsockname()[1]
-    session = _upstream_session(config)
-    app = RelayApp(
-        upstream=upstream,
-        session=session,
-        governor=governor,
-        config=config,
-        prefix=secrets.token_urlsafe(18),
+    return _RunningRelay(
+        upstream, governor or Governor(RELAY_POLICY), config or RelayConfig(), on_event
     )
-    app.hosts = frozenset({b"127.0.0.1:%d" % port, b"localhost:%d" % port})
-    server = _QuietServer(
-        uvicorn.Config(
-            app,
-            lifespan="off",
-            http=_TargetKeepingProtocol,
-            log_config=None,
-            log_level="critical",  # our own logger reports; uvicorn's would echo paths
-            access_log=False,
-            server_header=False,
-            date_header=False,
-            timeout_graceful_shutdown=1,
+
+
+class _RunningRelay:
+    """:func:`start_relay`'s context. A class, not a generator: a run abandoned mid-stream
+    is finalised by the event loop's async-generator hook, which would also close a
+    generator-based context on its own, a second time and from another task."""
+
+    def __init__(
+        self,
+        upstream: str,
+        governor: Governor,
+        config: RelayConfig,
+        on_event: RelayListener | None,
+    ) -> None:
+        self._upstream = upstream
+        self._governor = governor
+        self._config = config
+        self._on_event = on_event
+        self._relay: Relay | None = None
+        self._stopped = False
+
+    async def __aenter__(self) -> Relay:
+        self._sock = sock = _bind()
+        port = sock.getsockname()[1]
+        self._session = _upstream_session(self._config)
+        app = RelayApp(
+            upstream=self._upstream,
+            session=self._session,
+            governor=self._governor,
+            config=self._config,
+            prefix=secrets.token_urlsafe(18),
         )
-    )
-    task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
-    relay: Relay | None = None
-    try:
-        with anyio.move_on_after(_START_TIMEOUT_S):
-            while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn has a flag only
-                await asyncio.sleep(0.005)
-        if not server.started:
-            raise RelayError("the relay did not start within 10 s")
-        relay = Relay(app, port)
-        if on_event is not None:
-            relay.subscribe(on_event)
+        app.hosts = frozenset({b"127.0.0.1:%d" % port, b"localhost:%d" % port})
+        self._server = server = _QuietServer(
+            uvicorn.Config(
+                app,
+                lifespan="off",
+                http=_TargetKeepingProtocol,
+                log_config=None,
+                log_level="critical",  # our own logger reports; uvicorn's would echo paths
+                access_log=False,
+                server_header=False,
+                date_header=False,
+                timeout_graceful_shutdown=1,
+            )
+        )
+        self._task = task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+        try:
+            with anyio.move_on_after(_START_TIMEOUT_S):
+                while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn has a flag only
+                    await asyncio.sleep(0.005)
+            if not server.started:
+                raise RelayError("the relay did not start within 10 s")
+        except BaseException:
+            await self._stop()
+            raise
+        relay = self._relay = Relay(app, port)
+        if self._on_event is not None:
+            relay.subscribe(self._on_event)
         log.debug("relay listening on 127.0.0.1:%d", port)
-        yield relay
-    finally:
-        if relay is not None:
-            relay._unsubscribe()
+        return relay
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self._stop()
+
+    async def _stop(self) -> None:
+        """Stop serving, end the requests still running, close every upstream connection.
+
+        Idempotent, bounded (5 s a step) and shielded: it runs even when the run that
+        used the relay is being cancelled.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        if self._relay is not None:
+            self._relay._unsubscribe()
+        server, task = self._server, self._task
         with anyio.CancelScope(shield=True):
             server.should_exit = True
             server.force_exit = True
@@ -227,6 +264,13 @@ async def start_relay(
                 task.cancel()
             elif not task.cancelled() and task.exception() is not None:
                 log.warning("the relay stopped with an error: %s", type(task.exception()).__name__)
-            sock.close()
+            # force_exit does not wait for the requests still streaming: end them here, so
+            # none uses the upstream session after it is closed
+            requests = {t for t in server.server_state.tasks if not t.done()}
+            for request in requests:
+                request.cancel()
+            if requests:
+                await asyncio.wait(requests, timeout=5)
+            self._sock.close()
             with anyio.move_on_after(5):
-                await session.close()
+                await self._session.close()

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import AsyncIterator, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -79,7 +79,7 @@ def relay_applicable(env: Mapping[str, str]) -> Applicability:
 @dataclass
 class _Entry:
     relay: Relay
-    stack: AsyncExitStack
+    context: AbstractAsyncContextManager[Relay]
     refs: int = 0
 
 
@@ -116,14 +116,13 @@ def shared_governor() -> Governor:
     return governor
 
 
-@asynccontextmanager
-async def shared_relay(
+def shared_relay(
     upstream: str = DEFAULT_UPSTREAM, *, on_event: RelayListener | None = None
-) -> AsyncIterator[RelayRun]:
+) -> AbstractAsyncContextManager[RelayRun]:
     """A run on the shared relay for ``upstream``: started on first use, stopped after last.
 
-    Raises:
-        RelayError: the relay could not start; run direct with a one-line warning.
+    Entering raises :class:`~teamlead.errors.RelayError` when the relay could not start:
+    run direct with a one-line warning then.
 
     Example:
         >>> async with shared_relay(applicable.upstream, on_event=print) as run:  # doctest: +SKIP
@@ -131,25 +130,43 @@ async def shared_relay(
         ...     ...
         ...     finished_summary = run.summary()
     """
-    loop = asyncio.get_running_loop()
-    lock = _locks.setdefault(loop, anyio.Lock())
-    entries = _relays.setdefault(loop, {})
-    async with lock:
-        entry = entries.get(upstream)
-        if entry is None:
-            stack = AsyncExitStack()
-            relay = await stack.enter_async_context(start_relay(upstream, shared_governor()))
-            entry = entries[upstream] = _Entry(relay, stack)
-        entry.refs += 1
-    run = entry.relay.open_run(on_event)
-    try:
-        yield run
-    finally:
-        run.close()
+    return _SharedRun(upstream, on_event)
+
+
+class _SharedRun:
+    """:func:`shared_relay`'s context; a class for the reason given in
+    :class:`~teamlead._relay.server._RunningRelay`."""
+
+    def __init__(self, upstream: str, on_event: RelayListener | None) -> None:
+        self._upstream = upstream
+        self._on_event = on_event
+        self._left = False
+
+    async def __aenter__(self) -> RelayRun:
+        loop = asyncio.get_running_loop()
+        lock = _locks.setdefault(loop, anyio.Lock())
+        self._entries = entries = _relays.setdefault(loop, {})
+        async with lock:
+            entry = entries.get(self._upstream)
+            if entry is None:
+                context = start_relay(self._upstream, shared_governor())
+                relay = await context.__aenter__()
+                entry = entries[self._upstream] = _Entry(relay, context)
+            entry.refs += 1
+        self._entry = entry
+        self._run = entry.relay.open_run(self._on_event)
+        return self._run
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        if self._left:
+            return
+        self._left = True
+        self._run.close()
+        entry, entries = self._entry, self._entries
         # Released without the lock (a plain decrement cannot race on one event loop), so a
         # run that is only finalised after its loop ended leaves no pending lock behind.
         entry.refs -= 1
-        if entry.refs == 0 and entries.get(upstream) is entry:
-            entries.pop(upstream, None)
+        if entry.refs == 0 and entries.get(self._upstream) is entry:
+            entries.pop(self._upstream, None)
             with anyio.CancelScope(shield=True):
-                await entry.stack.aclose()
+                await entry.context.__aexit__(None, None, None)

@@ -18,8 +18,8 @@ import collections
 import dataclasses
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import AsyncExitStack, asynccontextmanager
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +31,15 @@ from ..policy import Policy
 if TYPE_CHECKING:
     from .._relay import RelayRun
 
-__all__ = ["RelayHookup", "hookup_for", "relay_for", "relay_wanted", "relayed", "with_relay_events"]
+__all__ = [
+    "RelayHookup",
+    "hookup_for",
+    "relay_for",
+    "relay_wanted",
+    "relayed",
+    "relayed_stream",
+    "with_relay_events",
+]
 
 log = logging.getLogger("teamlead.relay")
 
@@ -79,53 +87,98 @@ class RelayHookup:
         return item.model_copy(update={"relay": self.run.summary()})
 
 
-@asynccontextmanager
-async def relayed(
+def relayed(
     options: ClaudeAgentOptions, policy: Policy, *, on_event: RelayListener | None = None
-) -> AsyncIterator[RelayHookup]:
+) -> AbstractAsyncContextManager[RelayHookup]:
     """The run's hookup to the shared relay for the block (direct when off or failing).
 
     The run's relay events are buffered in the hookup, or given to ``on_event`` instead.
     """
-    hookup = RelayHookup(options)
-    if not relay_wanted(policy):
-        yield hookup
-        return
-    try:  # imported here: a broken server stack must not break teamlead, only the relay
-        from .._relay import RelayError, relay_applicable, shared_relay
-    except ImportError as exc:
-        log.warning("request relay off, running direct: %s", _one_line(exc))
-        yield hookup
-        return
-    applicable = relay_applicable({**os.environ, **dict(options.env)})
-    if not applicable.ok:
-        log.warning("%s", applicable.note)
-        yield hookup
-        return
-    async with AsyncExitStack() as stack:
+    return _Relayed(options, policy, on_event)
+
+
+class _Relayed:
+    """:func:`relayed`'s context. A class, not a generator: a run abandoned mid-stream is
+    finalised by the event loop's async-generator hook, which would also close a
+    generator-based context on its own, a second time and from another task."""
+
+    def __init__(
+        self, options: ClaudeAgentOptions, policy: Policy, on_event: RelayListener | None
+    ) -> None:
+        self._options = options
+        self._policy = policy
+        self._on_event = on_event
+        self._run: AbstractAsyncContextManager[RelayRun] | None = None
+
+    async def __aenter__(self) -> RelayHookup:
+        hookup = RelayHookup(self._options)
+        if not relay_wanted(self._policy):
+            return hookup
+        try:  # imported here: a broken server stack must not break teamlead, only the relay
+            from .._relay import RelayError, relay_applicable, shared_relay
+        except ImportError as exc:
+            log.warning("request relay off, running direct: %s", _one_line(exc))
+            return hookup
+        applicable = relay_applicable({**os.environ, **dict(self._options.env)})
+        if not applicable.ok:
+            log.warning("%s", applicable.note)
+            return hookup
+        context = shared_relay(applicable.upstream, on_event=self._on_event or hookup.events.append)
         try:
-            run = await stack.enter_async_context(
-                shared_relay(applicable.upstream, on_event=on_event or hookup.events.append)
-            )
+            run = await context.__aenter__()
         except (RelayError, RuntimeError, OSError) as exc:
             # RuntimeError: no asyncio loop (the relay runs on asyncio only)
             log.warning("request relay off, running direct: %s", _one_line(exc))
-            yield hookup
-            return
-        env = {**dict(options.env), "ANTHROPIC_BASE_URL": run.base_url}
-        hookup.options = dataclasses.replace(options, env=env)
+            return hookup
+        self._run = context
+        env = {**dict(self._options.env), "ANTHROPIC_BASE_URL": run.base_url}
+        hookup.options = dataclasses.replace(self._options, env=env)
         hookup.run = run
-        yield hookup
+        return hookup
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        context, self._run = self._run, None
+        if context is not None:
+            await context.__aexit__(None, None, None)
 
 
-async def with_relay_events(items: AsyncIterator[Any], hookup: RelayHookup) -> AsyncIterator[Any]:
+async def with_relay_events(
+    items: AsyncGenerator[Any, None], hookup: RelayHookup
+) -> AsyncGenerator[Any, None]:
     """``items`` with the relay's events yielded as they come, and the summary on Finished."""
-    async for item in items:
-        for event in hookup.drain():
-            yield event
-        if isinstance(item, Finished):
-            item = hookup.finish(item)
-        yield item
+    async with aclosing(items):
+        async for item in items:
+            for event in hookup.drain():
+                yield event
+            if isinstance(item, Finished):
+                item = hookup.finish(item)
+            yield item
+
+
+async def relayed_stream(
+    options: ClaudeAgentOptions,
+    policy: Policy,
+    start: Callable[[ClaudeAgentOptions], AsyncGenerator[Any, None]],
+) -> AsyncGenerator[Any, None]:
+    """The stream ``start`` makes from the relayed options, with the relay's events.
+
+    ``Finished`` comes last and only after the run has let go of everything: the stream
+    has ended and the run has left the relay (stopping it when it was the last run). An
+    app that stops reading at ``Finished`` (``return`` inside ``async for``) then leaves
+    nothing for the event loop's generator finaliser, which may run too late to finish.
+    """
+    finished: Finished | None = None
+    async with (
+        relayed(options, policy) as hookup,
+        aclosing(with_relay_events(start(hookup.options), hookup)) as items,
+    ):
+        async for item in items:
+            if isinstance(item, Finished):
+                finished = item
+            else:
+                yield item
+    if finished is not None:
+        yield finished
 
 
 #: Hookups opened by :func:`relay_for`, by the base URL their options carry.

@@ -17,7 +17,7 @@ import dataclasses
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -137,7 +137,7 @@ class Coordinator:
         self.options = dataclasses.replace(self.options, stderr=on_stderr)
 
     # -- the drivers -----------------------------------------------------------------------
-    async def run(self, prompt: str) -> AsyncIterator[Any]:
+    async def run(self, prompt: str) -> AsyncGenerator[Any, None]:
         """Run the first query, then collect and resume until done. Yields messages and events."""
         query_fn = self._require_query_fn("run")
         self._start_clock()
@@ -165,7 +165,7 @@ class Coordinator:
         if self.feed is not None:
             self.feed.gate.process_ended()
 
-    async def resume(self, session_id: str) -> AsyncIterator[Any]:
+    async def resume(self, session_id: str) -> AsyncGenerator[Any, None]:
         """Collect and resume a session that ended earlier with work outstanding.
 
         The session's state is rebuilt from its transcript (see
@@ -180,7 +180,7 @@ class Coordinator:
         async for item in self._resume_loop(self._query_round):
             yield item
 
-    async def run_client(self, client: Client) -> AsyncIterator[Any]:
+    async def run_client(self, client: Client) -> AsyncGenerator[Any, None]:
         """Drive a connected ``ClaudeSDKClient`` whose query was already sent."""
         self.ledger.one_process = True
         self._start_clock()
