@@ -225,3 +225,16 @@ def test_chunk_delay_streams_text_while_waiting() -> None:
             arrivals.append(time.monotonic())
     assert len(arrivals) == 5  # 120 characters in 24-character deltas
     assert arrivals[-1] - arrivals[0] >= 0.35  # spaced by the scripted delay, not sent at once
+
+
+def test_a_client_that_resets_its_connection_is_not_reported_as_an_error(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    with ScriptedServer(lambda req: Reply.text("hi")) as server:
+        host, port = server.base_url.removeprefix("http://").split(":")
+        sock = socket.create_connection((host, int(port)))
+        sock.sendall(b"POST /v1/messages HTTP/1.1\r\nHost: x\r\n")  # then hang up hard
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+        sock.close()
+        assert _ask(_client(server)).content[0].text == "hi"  # type: ignore[union-attr]
+    assert "Traceback" not in capfd.readouterr().err

@@ -23,6 +23,7 @@ import ipaddress
 import json
 import logging
 import socket
+import sys
 import threading
 import time
 import traceback
@@ -164,6 +165,12 @@ class _HTTPServer(ThreadingHTTPServer):
     allow_reuse_address = False
     request_queue_size = 256  # the lead and every subagent connect at once
     owner: ScriptedServer
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up (a CLI exiting, a relay closing its pool) is normal."""
+        if isinstance(sys.exc_info()[1], ConnectionError):
+            return
+        super().handle_error(request, client_address)
 
 
 def _loopback_host(host: str) -> str:
