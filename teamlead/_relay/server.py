@@ -44,6 +44,9 @@ log = logging.getLogger("teamlead.relay")
 #: 20 subagents plus the lead) and learn down from the first 429s.
 RELAY_POLICY = GovernorPolicy(ceiling=32)
 _START_TIMEOUT_S = 10.0
+#: Bytes of a reply read ahead of a slow client (aiohttp pauses the socket at twice this):
+#: small, so memory per stream stays flat however long the reply.
+_READ_BUFFER = 16 * 1024
 
 
 class _QuietServer(uvicorn.Server):
@@ -153,6 +156,7 @@ def _upstream_session(config: RelayConfig) -> aiohttp.ClientSession:
         connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=False),
         timeout=timeout,
         auto_decompress=False,
+        read_bufsize=_READ_BUFFER,
         cookie_jar=aiohttp.DummyCookieJar(),
         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
         trust_env=True,
