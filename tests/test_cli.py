@@ -389,6 +389,7 @@ def test_resume_collects_what_a_bare_sdk_run_lost(tmp_path: Path) -> None:
     assert sorted(findings_in(proc.stdout)) == ["agent-1", "agent-2"]
 
 
+@pytest.mark.slow  # starts `teamlead serve-scripted` in its own process
 def test_serve_scripted_serves_until_terminated() -> None:
     import anthropic
 
