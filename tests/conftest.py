@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import psutil
 import pytest
 
 from teamlead.testing import OfflineClaude, Script, ScriptedServer
@@ -61,3 +63,18 @@ def offline(tmp_path: Path) -> Iterator[OfflineFactory]:
     yield make
     for server in started:
         server.stop()
+
+
+def cli_processes(state_dir: Path) -> list[psutil.Process]:
+    """Live processes whose CLAUDE_CONFIG_DIR is under ``state_dir``: the CLI children a
+    test started there (and all they started). Zombies are left out: they have ended."""
+    found = []
+    for proc in psutil.process_iter(["environ"]):
+        try:
+            env = proc.info["environ"] or {}
+            ours = str(state_dir) in env.get("CLAUDE_CONFIG_DIR", "") and proc.pid != os.getpid()
+            if ours and proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:  # it ended while we looked
+            continue
+    return found

@@ -23,6 +23,8 @@ from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServ
 from teamlead.testing.scripts import FanOut, findings_in
 from teamlead.testing.teammate import create_team
 
+from .conftest import cli_processes
+
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
 
 
@@ -278,18 +280,6 @@ def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30) -> 
         time.sleep(0.05)
 
 
-def _ours(state_dir: Path) -> list[psutil.Process]:
-    found = []
-    for proc in psutil.process_iter(["cmdline", "environ"]):
-        try:
-            env = proc.info["environ"] or {}
-        except psutil.Error:
-            continue
-        if str(state_dir) in env.get("CLAUDE_CONFIG_DIR", "") and proc.pid != os.getpid():
-            found.append(proc)
-    return found
-
-
 @pytest.mark.cli
 def test_ctrl_c_mid_fan_out_stops_every_process_and_prints_the_session(tmp_path: Path) -> None:
     with ScriptedServer(FanOut.of(3, delays=30.0)) as server:
@@ -304,8 +294,8 @@ def test_ctrl_c_mid_fan_out_stops_every_process_and_prints_the_session(tmp_path:
             text=True,
         )
         _wait_for(lambda: len(server.recorded("subagent")) == 3, "the fan-out to start")
-        _wait_for(lambda: bool(_ours(tmp_path / "s")), "the CLI process to appear")
-        running = _ours(tmp_path / "s")
+        _wait_for(lambda: bool(cli_processes(tmp_path / "s")), "the CLI process to appear")
+        running = cli_processes(tmp_path / "s")
         proc.send_signal(signal.SIGINT)
         # communicate's deadline is the promptness check: a hang raises TimeoutExpired
         out, err = proc.communicate(timeout=20)
@@ -314,7 +304,7 @@ def test_ctrl_c_mid_fan_out_stops_every_process_and_prints_the_session(tmp_path:
     # every process teamlead started is stopped and reaped, not merely signalled
     _gone, alive = psutil.wait_procs(running, timeout=10)
     assert alive == []
-    assert _ours(tmp_path / "s") == []
+    assert cli_processes(tmp_path / "s") == []
 
 
 @pytest.mark.cli
@@ -389,6 +379,7 @@ def test_resume_collects_what_a_bare_sdk_run_lost(tmp_path: Path) -> None:
     assert sorted(findings_in(proc.stdout)) == ["agent-1", "agent-2"]
 
 
+@pytest.mark.slow  # starts `teamlead serve-scripted` in its own process
 def test_serve_scripted_serves_until_terminated() -> None:
     import anthropic
 

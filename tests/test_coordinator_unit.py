@@ -243,8 +243,15 @@ class Script:
 
 
 def fast_policy(**overrides: Any) -> Policy:
-    """Small waits, polling only (no watcher thread), so each test takes milliseconds."""
+    """Small waits, polling only (no watcher thread), so each test takes milliseconds.
+
+    No request relay either (starting and stopping its server costs a fifth of a second a
+    test): a scripted ``query_fn`` sends no request through it. The one test that checks
+    how a run hands the relay to every round turns it back on; tests/test_relay_wiring.py
+    covers the rest of the wiring.
+    """
     values: dict[str, Any] = {
+        "relay": False,
         "wait_s": 20.0,
         "inbox": InboxWaitPolicy(
             use_events=False, tries=2, span_s=3.0, first_delay_s=1.0, max_delay_s=2.0
@@ -881,7 +888,8 @@ async def test_the_result_is_the_last_successful_lead_result_and_options_are_kep
         ],
         [init(), lead("Final"), result("Final", cost=0.02)],
     )
-    items, done = await run(script, options=options, policy=fast_policy(deadline_s=90.0))
+    policy = fast_policy(deadline_s=90.0, relay=True)
+    items, done = await run(script, options=options, policy=policy)
 
     assert (done.status, done.result, done.resumes, done.session_id) == (
         "completed",

@@ -165,11 +165,21 @@ def test_experiment_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "no trials.jsonl" in result.output
 
 
-def test_experiment_report_cli_json_and_markdown(tmp_path: Path) -> None:
+def test_experiment_report_cli_json_and_markdown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import functools
+
     import numpy as np
 
+    from teamlead._cli import progress
     from teamlead.experiment.records import append_record
     from teamlead.experiment.synthetic import synthetic_records
+
+    # The command's wiring is under test, not the statistics (tests/test_experiment_stats.py):
+    # the same build_report with fewer relabelings and MDE simulations, a tenth of the time.
+    quick = functools.partial(progress.build_report, n_permutations=500, mde_simulations=100)
+    monkeypatch.setattr(progress, "build_report", quick)
 
     out = tmp_path / "out"
     out.mkdir()

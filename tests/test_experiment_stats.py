@@ -143,7 +143,7 @@ def test_report_mde_shrinks_with_more_tasks() -> None:
         records = synthetic_records(
             {"a": [0.3] * tasks, "b": [0.3] * tasks}, trials=4, rng=np.random.default_rng(tasks)
         )
-        report = build_report(records, control="a", n_permutations=200, n_bootstrap=200)
+        report = build_report(records, control="a", n_permutations=200, mde_simulations=100)
         mde = next(c.mde for c in report.comparisons if c.metric == "parallel")
         assert mde is not None
         return mde
@@ -157,7 +157,8 @@ def test_better_variant_is_called_better_on_parallel() -> None:
         trials=4,
         rng=np.random.default_rng(7),
     )
-    report = build_report(records, control="baseline", seed=7)
+    # Verdicts do not depend on the MDE, so its simulation is skipped (mde_simulations=0).
+    report = build_report(records, control="baseline", seed=7, mde_simulations=0)
     parallel = next(c for c in report.comparisons if c.metric == "parallel")
     assert parallel.variant == "delegation" and parallel.control == "baseline"
     assert parallel.verdict == "better"
@@ -165,7 +166,7 @@ def test_better_variant_is_called_better_on_parallel() -> None:
     assert parallel.diff is not None and 0.45 < parallel.diff < 0.9
     assert parallel.ci_low is not None and parallel.ci_low > 0
     # The same data with the roles swapped is "worse".
-    swapped = build_report(records, control="delegation", seed=7)
+    swapped = build_report(records, control="delegation", seed=7, mde_simulations=0)
     assert next(c for c in swapped.comparisons if c.metric == "parallel").verdict == "worse"
 
 
@@ -176,7 +177,7 @@ def test_faster_variant_is_better_on_wall_time() -> None:
         rng=np.random.default_rng(11),
         wall_s={"a": 120.0, "b": 60.0},
     )
-    report = build_report(records, control="a", seed=1)
+    report = build_report(records, control="a", seed=1, mde_simulations=100)
     wall = next(c for c in report.comparisons if c.metric == "wall_s")
     assert wall.scale == "ratio"
     assert wall.diff is not None and 0.4 < wall.diff < 0.6
@@ -190,7 +191,7 @@ def test_holm_on_parallel_and_bh_on_the_rest() -> None:
         trials=4,
         rng=np.random.default_rng(2),
     )
-    report = build_report(records, control="base", seed=3, n_permutations=2000)
+    report = build_report(records, control="base", seed=3, n_permutations=2000, mde_simulations=0)
     primary = [c for c in report.comparisons if c.metric == "parallel"]
     rest = [c for c in report.comparisons if c.metric != "parallel"]
     assert [c.variant for c in primary] == ["v1", "v2"]

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import anyio
+import psutil
 import pytest
 
 from teamlead._cli.progress import report_for
@@ -54,6 +55,20 @@ def _spec(extra: str = "", *, tasks: int = 2, trials: int = 2, concurrency: int 
     for i in range(tasks):
         body += ["[[tasks]]", f'id = "task-{i}"', f'prompt = "Fix bug {i}."']
     return "\n".join(body) + "\n"
+
+
+def _processes_in(directory: Path) -> list[str]:
+    """Live processes whose working directory is inside ``directory`` (deleted or not)."""
+    found = []
+    for proc in psutil.process_iter(["cwd", "cmdline"]):
+        try:
+            if (proc.info["cwd"] or "").startswith(str(directory)) and (
+                proc.status() != psutil.STATUS_ZOMBIE
+            ):
+                found.append(" ".join(proc.info["cmdline"] or []))
+        except psutil.Error:  # it ended while we looked
+            continue
+    return found
 
 
 def _git(repo: Path, *args: str) -> str:
@@ -233,14 +248,18 @@ def test_an_interrupted_run_leaves_no_worktree(tmp_path: Path) -> None:
     started: set[str] = set()
     both = threading.Event()
 
-    def sleep(req: ScriptedRequest) -> list[ToolUse]:
+    def hang(req: ScriptedRequest) -> list[ToolUse]:
         started.add(req.session_id or "")  # the lead runs: its CLI is in its workspace
         if len(started) >= 2:
             both.set()
-        return [bash("sleep 60")]
+        # A command that runs until it is stopped, so both trials are still in their
+        # workspaces when the run is cancelled. (Not `sleep 60`: Claude Code refuses a
+        # standalone sleep at once, the trial then ends on its own a second later, and
+        # under load one trial could end before the other one started.)
+        return [bash("tail -f /dev/null")]
 
     async def main() -> None:
-        with ScriptedServer(ToolSteps([sleep])) as server:
+        with ScriptedServer(ToolSteps([hang])) as server:
             claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
             async with anyio.create_task_group() as tg:
 
@@ -259,9 +278,14 @@ def test_an_interrupted_run_leaves_no_worktree(tmp_path: Path) -> None:
                 tg.cancel_scope.cancel()
 
     anyio.run(main)
+    # No trial ended on its own: both were cut off, and both workspaces are gone already
+    # (their removal is awaited before the run returns), with no process left in them.
+    trials = tmp_path / "out" / "trials.jsonl"
+    assert not trials.exists() or read_records(trials).records == []
     listed = _git(repo, "worktree", "list")
     assert len(listed.splitlines()) == 1, listed
     assert list((tmp_path / "ws").iterdir()) == []
+    assert _processes_in(tmp_path / "ws") == []
     after = _snapshot(repo)
     assert sorted(set(after) ^ set(before)) == []
     assert after == before

@@ -29,8 +29,8 @@ from teamlead.policy import Policy, SpawnPolicy
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.scripts import FanOut, findings_in, synthesize
 
-from .conftest import OfflineFactory
-from .test_cli import TEAMLEAD, _ours
+from .conftest import OfflineFactory, cli_processes
+from .test_cli import TEAMLEAD
 from .test_gate_cli import agents_run, tool_result_request
 
 pytestmark = pytest.mark.cli
@@ -172,14 +172,14 @@ def test_ctrl_c_while_calls_are_queued_exits_130_with_no_orphans(tmp_path: Path)
         while not server.recorded("subagent") and time.monotonic() < until:
             time.sleep(0.1)
         assert len(server.recorded("subagent")) == 1, "the first agent never started"
-        assert _ours(tmp_path / "s"), "no CLI process found while running"
+        assert cli_processes(tmp_path / "s"), "no CLI process found while running"
         proc.send_signal(signal.SIGINT)
         out, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "spawn_queued" in out  # the other two were waiting in the gate
     assert "interrupted; resume with: teamlead resume " in err
     time.sleep(0.2)
-    assert _ours(tmp_path / "s") == []
+    assert cli_processes(tmp_path / "s") == []
 
 
 @pytest.mark.anyio

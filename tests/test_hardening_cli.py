@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-import psutil
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions
 
@@ -23,6 +22,8 @@ from teamlead.experiment.spec import parse_spec
 from teamlead.policy import Policy
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.scripts import FanOut
+
+from .conftest import cli_processes
 
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
 SPEC = """
@@ -45,19 +46,6 @@ rubric = "r"
 """
 
 
-def _ours(state_dir: Path) -> list[psutil.Process]:
-    """Live processes whose CLAUDE_CONFIG_DIR is under ``state_dir`` (our CLI children)."""
-    found = []
-    for proc in psutil.process_iter(["environ"]):
-        try:
-            env = proc.info["environ"] or {}
-        except psutil.Error:
-            continue
-        if str(state_dir) in env.get("CLAUDE_CONFIG_DIR", "") and proc.pid != os.getpid():
-            found.append(proc)
-    return [p for p in found if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
-
-
 def _wait_for(check: Any, timeout: float = 60) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -72,7 +60,9 @@ def _stop_and_check(proc: subprocess.Popen[str], sig: signal.Signals, state: Pat
     _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130, err
     assert "Traceback" not in err
-    assert _wait_for(lambda: not _ours(state), timeout=5), [p.cmdline() for p in _ours(state)]
+    assert _wait_for(lambda: not cli_processes(state), timeout=5), [
+        p.cmdline() for p in cli_processes(state)
+    ]
     return err
 
 
@@ -115,7 +105,7 @@ def test_case7_sigterm_to_experiment_run_leaves_no_cli_child(tmp_path: Path) -> 
             text=True,
         )
         assert _wait_for(lambda: len(server.recorded("subagent")) >= 2), "no trial started"
-        assert _ours(tmp_path / "s")
+        assert cli_processes(tmp_path / "s")
         err = _stop_and_check(proc, signal.SIGTERM, tmp_path / "s")
     assert "interrupted; finished trials are kept in" in err
     # the lock is released: the out dir can be taken again

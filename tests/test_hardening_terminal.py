@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
+import pty
+import termios
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -11,9 +15,11 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console, Group
 
-from teamlead._cli import main
+from teamlead._cli import main, progress
+from teamlead._cli.app import run_session
 from teamlead._redact import terminal_safe
 from teamlead.events import Finished, InboxCollected, Resuming, WaitingForTeam
+from teamlead.experiment import TrialRecord, TrialWriter
 from teamlead.view import LiveTeamView, PlainProgress
 
 TRACE = Path(__file__).parent / "fixtures" / "traces" / "parallel-agents.query.jsonl"
@@ -103,3 +109,93 @@ def test_case9_inbox_show_escapes_osc_and_csi(
     assert "hello" in result.output
     for raw in RAW:
         assert raw not in result.output
+
+
+ANSWER = f"line one\ttabbed\nline two {CSI_CLEAR}{OSC_TITLE}{C1_CSI}\r\x08 end"
+
+
+def _answer_items() -> AsyncIterator[Any]:
+    async def items() -> AsyncIterator[Any]:
+        yield Finished(status="completed", result=ANSWER, session_id="s", resumes=0)
+
+    return items()
+
+
+def test_case9_the_answer_on_a_terminal_is_escaped_but_keeps_newlines_and_tabs() -> None:
+    main_fd, tty_fd = pty.openpty()
+    try:
+        attrs = termios.tcgetattr(tty_fd)
+        attrs[1] &= ~termios.OPOST  # the bytes as written: no "\n" -> "\r\n" on the way
+        termios.tcsetattr(tty_fd, termios.TCSANOW, attrs)
+        with os.fdopen(tty_fd, "w", encoding="utf-8", closefd=False) as terminal:
+            assert terminal.isatty()
+            code = run_session(_answer_items, output="quiet", stdout=terminal, stderr=io.StringIO())
+        shown = os.read(main_fd, 65536).decode()
+    finally:
+        os.close(main_fd)
+        os.close(tty_fd)
+    assert code == 0
+    assert shown == ("line one\ttabbed\nline two \\x1b[2J\\x1b]0;pwned\\x07\\x9b2J\\x0d\\x08 end\n")
+    for raw in RAW:
+        assert raw not in shown
+
+
+def test_case9_the_answer_piped_keeps_every_character_for_the_pipeline() -> None:
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(write_fd, "w", encoding="utf-8") as pipe:
+        assert not pipe.isatty()
+        code = run_session(_answer_items, output="quiet", stdout=pipe, stderr=io.StringIO())
+    with os.fdopen(read_fd, encoding="utf-8", newline="") as reader:
+        assert reader.read() == ANSWER + "\n"
+    assert code == 0
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["ask", "hi", "--max-resumes", "1" + OSC_TITLE],  # a bad option value
+        ["ask", "hi", "--deadline", "9" + OSC_TITLE + CSI_CLEAR],
+        ["ask", "hi", "extra" + OSC_TITLE + CSI_CLEAR],  # an unexpected extra argument
+        ["ask", "hi", "--max-res" + OSC_TITLE],  # an unknown option
+        ["no-such-command" + OSC_TITLE],
+    ],
+)
+def test_case9_usage_errors_escape_what_was_typed(args: list[str]) -> None:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2, result.output
+    assert "Error: " in result.stderr and "\\x1b]0;pwned\\x07" in result.stderr
+    for raw in RAW:
+        assert raw not in result.stderr
+
+
+def test_case4_experiment_progress_bar_shows_the_spec_name_as_text(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Every trial is already recorded, so the run starts no CLI: only the bar is drawn.
+    name = "[/bold] [/etc] ab" + OSC_TITLE
+    spec = tmp_path / "spec.toml"
+    spec.write_text(
+        f'[experiment]\nname = {json.dumps(name)}\ntrials = 1\ncontrol = "a"\n'
+        '[[variants]]\nname = "a"\nstrategy = "baseline"\n'
+        '[[variants]]\nname = "b"\nstrategy = "baseline"\n'
+        '[[tasks]]\nid = "t"\nprompt = "Question."\n'
+    )
+    out = tmp_path / "out"
+    out.mkdir()
+    with TrialWriter(out / "trials.jsonl") as writer:
+        for variant in ("a", "b"):
+            writer.append(
+                TrialRecord(variant=variant, task="t", trial=0, status="completed", wall_s=1.0)
+            )
+    screen = io.StringIO()
+    monkeypatch.setattr(
+        progress,
+        "Console",
+        lambda **_: Console(file=screen, force_terminal=True, width=200),
+    )
+    args = ["experiment", "run", str(spec), "--out", str(out), "--no-relay"]
+    result = CliRunner().invoke(main, args, env={"ANTHROPIC_API_KEY": "sk-test-only-not-real"})
+    assert result.exit_code == 0, result.output
+    shown = screen.getvalue()
+    assert "[/bold] [/etc] ab\\x1b]0;pwned\\x07" in shown and "in flight 0" in shown
+    assert "]0;pwned\x07" not in shown

@@ -428,7 +428,9 @@ async def test_stale_lock_is_removed_then_consume_succeeds(
     assert clock.sleeps == []
 
 
-async def test_live_lock_makes_consume_give_up_within_its_budget(inbox: Path) -> None:
+async def test_live_lock_makes_consume_give_up_within_its_budget_until_it_is_stale(
+    inbox: Path,
+) -> None:
     clock = FakeClock()
     write(inbox, [entry("alpha", "x", msg_id="k")])
     lock = inbox.with_name("team-lead.json.lock")
@@ -444,6 +446,13 @@ async def test_live_lock_makes_consume_give_up_within_its_budget(inbox: Path) ->
     assert sum(clock.sleeps) <= policy.budget_s
     assert clock.sleeps[:4] == [0.002, 0.004, 0.008, 0.016]
     assert max(clock.sleeps) == policy.max_delay_s
+    # Time passes and nobody touches the lock: once it is over the stale age its holder is
+    # taken for dead, the lock is removed and the same consume goes through.
+    assert clock.time() - lock.stat().st_mtime <= policy.stale_after_s
+    clock.advance(policy.stale_after_s)
+    done = await consume_inbox(inbox, ["k"], clock=clock, lock_policy=policy)
+    assert (done.removed, done.remaining) == (1, 0) and load(inbox) == []
+    assert not lock.exists()
 
 
 class ReleasingClock(FakeClock):

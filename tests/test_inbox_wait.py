@@ -199,14 +199,15 @@ async def test_cancelling_the_wait_stops_the_watcher(inbox: Path) -> None:
 
 
 async def _fds_return_to(count: int, within_s: float = 10.0) -> bool:
-    """Poll (bounded) until this process has ``count`` descriptors open again: a close handed
-    to the inotify-close thread may still be in flight."""
+    """Poll (bounded) until this process has at most ``count`` descriptors open again: a
+    close handed to the inotify-close thread may still be in flight. At most, not exactly:
+    the garbage collector may close a socket an earlier test left behind meanwhile."""
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        if open_fds() == count:
+        if open_fds() <= count:
             return True
         await anyio.sleep(0.01)
-    return open_fds() == count
+    return open_fds() <= count
 
 
 def open_fds() -> int:

@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "teamlead"
 MAX_LINES = 450
@@ -37,6 +39,7 @@ def test_import_contracts_hold() -> None:
     assert "0 broken" in result.stdout
 
 
+@pytest.mark.slow  # a fresh interpreter imports every module: 1-3 s
 def test_no_production_module_loads_the_test_bed() -> None:
     production = [
         name

@@ -18,6 +18,7 @@ import click
 from .._version import __version__
 from .ask import ask, resume
 from .demo import demo, serve_scripted
+from .exitcodes import SafeErrorsGroup
 from .experiment import experiment
 from .inbox import inbox
 from .prompts import prompts
@@ -25,7 +26,10 @@ from .prompts import prompts
 __all__ = ["main"]
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100})
+@click.group(
+    cls=SafeErrorsGroup,
+    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
+)
 @click.version_option(__version__, prog_name="teamlead")
 def main() -> None:
     """Never lose a subagent's or teammate's result with the Claude Agent SDK."""

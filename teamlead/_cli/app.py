@@ -39,6 +39,7 @@ from .signals import STOP_SIGNALS
 
 __all__ = [
     "AskSettings",
+    "answer_for",
     "build_run",
     "check_setup",
     "find_cli",
@@ -272,7 +273,7 @@ def run_session(
         return EXIT_FAILED
     if output != "json":
         if finished.result:
-            out.write(redact(finished.result).rstrip() + "\n")
+            out.write(answer_for(out, finished.result).rstrip() + "\n")
             out.flush()
         if finished.status != "completed":
             reasons = "; ".join(finished.reasons) or "see the progress log"
@@ -280,6 +281,27 @@ def run_session(
             if finished.session_id:
                 err.write(f"teamlead: session {finished.session_id}\n")
     return exit_code_for(finished)
+
+
+def answer_for(stream: IO[str], text: str) -> str:
+    """The final answer as it is written to ``stream``: secrets redacted always.
+
+    On a terminal, every control character but newline and tab is escaped as well (with
+    :func:`~teamlead._redact.terminal_safe`), so an answer that quotes CSI or OSC sequences
+    cannot move the cursor, set the title or clear the screen. Piped or redirected, the
+    answer keeps its characters as they are, for the next program in the pipeline.
+    """
+    if not _is_terminal(stream):
+        return redact(text)
+    parts = redact(text).split("\t")
+    return "\t".join(terminal_safe(part, keep_newlines=True) for part in parts)
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
 
 
 def merged_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

@@ -4,6 +4,8 @@
 130 interrupted (SIGINT, and SIGTERM or SIGHUP too: every stop signal exits 130).
 :func:`handle_errors` turns teamlead's errors into one line on stderr and the matching
 code, never a traceback, also when a task group wraps them in an exception group.
+:class:`SafeErrorsGroup` gives click's own usage errors (which quote what was typed) the
+same terminal-safe escaping.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ __all__ = [
     "EXIT_INTERRUPTED",
     "EXIT_PARTIAL",
     "EXIT_USAGE",
+    "SafeErrorsGroup",
     "exit_code_for",
     "fail",
     "handle_errors",
@@ -102,3 +105,47 @@ def handle_errors(func: _F) -> _F:
             fail(f"error: {known}", code)
 
     return wrapper  # type: ignore[return-value]
+
+
+class SafeErrorsGroup(click.Group):
+    """A click group whose usage errors print what was typed with control characters escaped.
+
+    Click quotes the offending input in its messages (an unexpected extra argument, an
+    unknown option, a bad value); those go through
+    :func:`~teamlead._redact.terminal_safe` like every other line teamlead prints, so
+    an argument holding an OSC or CSI sequence cannot retitle or clear the terminal.
+    Exit code and wording are click's (2, ``Error: ...``).
+    """
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except click.ClickException as exc:
+            _escape(exc)
+            raise
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except click.ClickException as exc:  # a subcommand's parse error, or a callback's
+            _escape(exc)
+            raise
+
+
+def _escape(exc: click.ClickException) -> None:
+    """Make ``exc``'s message terminal-safe when it is shown (newlines kept); once only."""
+    if getattr(exc, "_teamlead_escaped", False):
+        return
+    formatted = exc.format_message
+
+    def format_message() -> str:
+        return terminal_safe(formatted(), keep_newlines=True)
+
+    exc.format_message = format_message  # type: ignore[method-assign]
+    exc._teamlead_escaped = True  # type: ignore[attr-defined]

@@ -80,7 +80,11 @@ def run_with_progress(
     ]
     with Progress(*columns, console=console, disable=not show, transient=False) as bar:
         task = bar.add_task(
-            spec.experiment.name, total=spec.total_trials, in_flight=0, limited=0, retried=0
+            terminal_safe(spec.experiment.name),
+            total=spec.total_trials,
+            in_flight=0,
+            limited=0,
+            retried=0,
         )
         seen_changes = seen_errors = 0
 
