@@ -8,9 +8,11 @@ from typing import Any
 
 import anyio
 import pytest
+from freezegun import freeze_time
 
 from teamlead._governor import aimd
 from teamlead._governor.ratelimit_headers import RateWindow, pace_pause, read_windows
+from teamlead._governor.retry_after import retry_after_from_headers
 from teamlead._governor.store import LimitStore, MemoryStore
 from teamlead.clock import FakeClock
 from teamlead.governor import Governor, GovernorPolicy, Slot
@@ -240,3 +242,24 @@ def test_policy_is_a_frozen_pydantic_model() -> None:
     assert GovernorPolicy.model_validate(policy.model_dump()) == policy
     with pytest.raises(Exception, match="frozen"):
         policy.ceiling = 5  # type: ignore[misc]
+
+
+# -- wall-clock times in headers, on frozen time (freezegun) -----------------------------------
+
+
+def test_http_dates_and_window_resets_are_read_against_the_wall_clock() -> None:
+    """``retry-after`` as an HTTP date and the ``anthropic-ratelimit-*-reset`` times are
+    absolute: what they mean depends on the wall clock at the moment they are read."""
+    with freeze_time("2026-12-01 12:00:00"):
+        assert retry_after_from_headers({"Retry-After": "Tue, 01 Dec 2026 12:00:30 GMT"}) == 30.0
+        assert retry_after_from_headers({"retry-after": "Tue, 01 Dec 2026 11:59:00 GMT"}) == 0.0
+        governor = Governor(GovernorPolicy(ceiling=8))  # the system clock, frozen
+        empty = {
+            "anthropic-ratelimit-requests-remaining": "0",
+            "anthropic-ratelimit-requests-reset": "2026-12-01T12:00:45Z",
+        }
+        assert governor.pace(A, empty) == 45.0
+        assert governor.journal[-1].reason == "paced"
+    with freeze_time("2026-12-01 12:00:40"):
+        assert retry_after_from_headers({"Retry-After": "Tue, 01 Dec 2026 12:00:30 GMT"}) == 0.0
+        assert Governor(GovernorPolicy(ceiling=8)).pace(A, empty) == 5.0
