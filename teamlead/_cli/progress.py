@@ -114,7 +114,13 @@ def run_with_progress(
 
             with ray_session():
                 run = Interruptible(
-                    lambda: run_experiment_ray(spec, out_dir, policy=policy, on_progress=update)
+                    lambda: run_experiment_ray(
+                        spec,
+                        out_dir,
+                        policy=policy,
+                        on_progress=update,
+                        keep_workspaces=keep_workspaces,
+                    )
                 ).run()
         else:
             run = Interruptible(

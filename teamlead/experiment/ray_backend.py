@@ -20,8 +20,8 @@ time. The actor also counts executions of each trial token, so a re-executed tas
 fresh CLI session id instead of colliding with the dead one's.
 
 Ray is an optional dependency (``pip install 'teamlead[ray]'``), imported on first use.
-``RAY_ADDRESS`` (or ``address=``) points at a running cluster; without it a local Ray
-instance is started for the run and shut down after it.
+:func:`~teamlead.experiment.ray_cluster.ray_session` (re-exported here) connects to
+``RAY_ADDRESS``, or starts a local Ray instance for the run and shuts it down after.
 """
 
 from __future__ import annotations
@@ -31,8 +31,7 @@ import math
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,16 +41,15 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from .._governor.aimd import Limits
 from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import UsageError
 from ..policy import Policy
 from ..prompts import Strategy
+from .ray_cluster import NAMESPACE, ray_session
 from .records import TrialKey, TrialRecord
 from .runner import ExperimentProgress, RunSummary, run_experiment, run_one_trial
 from .spec import ExperimentSpec
 
 __all__ = ["RayLimitStore", "ray_session", "run_experiment_ray"]
 
-NAMESPACE = "teamlead"
 _TASK_RETRIES = 3
 """Ray re-executions of a trial whose worker or node died (system failures only)."""
 _FORWARDED_ENV = ("ANTHROPIC_", "CLAUDE_", "DISABLE_")
@@ -155,6 +153,15 @@ class RayLimitStore:
         self._replica = {key: _from_wall(data, offset) for key, data in shared.items()}
 
 
+@dataclasses.dataclass(frozen=True)
+class _Place:
+    """Where a trial's files go on its node: the out dir (for command output) and whether
+    its workspace is kept."""
+
+    out_dir: str
+    keep_workspaces: bool = False
+
+
 def _trial_task(
     token: str,
     key: TrialKey,
@@ -164,7 +171,7 @@ def _trial_task(
     policy: Policy,
     attempt: int,
     run_id: str,
-    out_dir: str,
+    place: _Place,
     actor: Any,
 ) -> tuple[str, str, bool, int]:
     """One trial attempt on a Ray worker: ``(token, record JSON, infra?, 429s met)``.
@@ -182,6 +189,7 @@ def _trial_task(
     if runs > 1:  # re-executed after a crash: the dead run's session id may be taken
         run_id = f"{run_id}/rerun-{runs}"
     use_limit_store(RayLimitStore(actor))
+    out_dir = Path(place.out_dir)
 
     async def trial() -> tuple[TrialRecord, bool, int]:
         return await run_one_trial(
@@ -191,8 +199,8 @@ def _trial_task(
             strategies,
             policy,
             attempt,
-            workspaces=Workspaces(exclude=[Path(out_dir)]),
-            out_dir=Path(out_dir),
+            workspaces=Workspaces(keep=place.keep_workspaces, exclude=[out_dir]),
+            out_dir=out_dir,
             run_id=run_id,
         )
 
@@ -221,40 +229,6 @@ def _crashed_record(
     )
 
 
-@contextmanager
-def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[None]:
-    """Connect to ``address`` (or ``RAY_ADDRESS``), else start a local Ray for the block.
-
-    A session this call started is shut down at the end; one already open is left open.
-    """
-    try:
-        import ray
-    except ImportError:
-        raise UsageError("the ray backend needs Ray: pip install 'teamlead[ray]'") from None
-    if ray.is_initialized():
-        yield
-        return
-    target = address or os.environ.get("RAY_ADDRESS") or None
-    try:
-        if target:
-            ray.init(address=target, namespace=NAMESPACE, log_to_driver=False)
-        else:
-            ray.init(
-                num_cpus=num_cpus,
-                include_dashboard=False,
-                namespace=NAMESPACE,
-                log_to_driver=False,
-            )
-    except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; all mean "no cluster"
-        where = f"the Ray cluster at {target}" if target else "a local Ray instance"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot start or reach {where}: {first}") from None
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 def _forwarded_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED_ENV)}
 
@@ -268,11 +242,13 @@ async def run_experiment_ray(
     clock: Clock = SYSTEM_CLOCK,
     on_progress: Callable[[ExperimentProgress], None] | None = None,
     task_cpus: float = 0.5,
+    keep_workspaces: bool = False,
 ) -> RunSummary:
     """Run every unfinished trial of ``spec`` as Ray tasks; records are written here only.
 
     Needs a Ray session (see :func:`ray_session`). ``task_cpus`` is each trial's CPU
     reservation: a trial mostly waits on the API, so fractions let more run per core.
+    ``keep_workspaces`` keeps each trial's workspace on the node that ran it.
     """
     import ray
     from ray.exceptions import GetTimeoutError, RayError
@@ -285,6 +261,7 @@ async def run_experiment_ray(
         runtime_env={"env_vars": _forwarded_env()},
     )(_trial_task)
     submitted: set[str] = set()
+    place = _Place(str(out_dir), keep_workspaces)
 
     async def execute(
         key: TrialKey,
@@ -309,7 +286,7 @@ async def run_experiment_ray(
             trial_policy,
             attempt,
             run_id,
-            str(out_dir),
+            place,
             store.actor,
         )
         budget = (trial_policy.deadline_s or _NO_DEADLINE_S) * (_TASK_RETRIES + 1) + 60.0
