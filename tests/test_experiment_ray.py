@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -295,14 +296,16 @@ def _session_of(
     return None
 
 
-def _kill_worker_of(session: str, driver: subprocess.Popen[str], *, deadline_s: float) -> bool:
-    """SIGKILL the Ray worker running the CLI of ``session`` (and that CLI)."""
+def _trial_cli(
+    needle: str, driver: subprocess.Popen[str], *, deadline_s: float
+) -> tuple[psutil.Process, psutil.Process] | None:
+    """(Ray worker, CLI) of the first trial CLI with ``needle`` in its arguments, once one
+    runs under a Ray worker; None if none does within ``deadline_s`` or the driver ends."""
     end = time.monotonic() + deadline_s
-    needle = f"--session-id={session}"
     while time.monotonic() < end and driver.poll() is None:
         for proc in psutil.process_iter(["cmdline"]):
             try:
-                if needle not in (proc.info["cmdline"] or []):
+                if not any(needle in arg for arg in proc.info["cmdline"] or []):
                     continue
                 worker = next(
                     (
@@ -315,15 +318,57 @@ def _kill_worker_of(session: str, driver: subprocess.Popen[str], *, deadline_s: 
                 )
             except psutil.Error:
                 continue
-            if worker is None:
-                continue
-            time.sleep(1.0)  # mid-trial: the lead has started talking to the model
-            for victim in (worker, proc):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(victim.pid, signal.SIGKILL)
-            return True
+            if worker is not None:
+                return worker, proc
         time.sleep(0.1)
-    return False
+    return None
+
+
+def _kill_worker_of(session: str, driver: subprocess.Popen[str], *, deadline_s: float) -> bool:
+    """SIGKILL the Ray worker running the CLI of ``session`` (and that CLI)."""
+    found = _trial_cli(f"--session-id={session}", driver, deadline_s=deadline_s)
+    if found is None:
+        return False
+    time.sleep(1.0)  # mid-trial: the lead has started talking to the model
+    for victim in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim.pid, signal.SIGKILL)
+    return True
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_stopped_ray_run_cancels_its_trials_and_resumes(tmp_path: Path) -> None:
+    """Ctrl-C stops the trials where they run (no record for them), shuts the local Ray
+    down, exits 130; the same command then finishes the rest, each trial written once."""
+    spec = _spec(tmp_path, tasks=1, trials=2, name="stop")
+    script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=1.0)
+    before = _ray_pids()
+    out = tmp_path / "out"
+    args = ("experiment", "run", str(spec), "--out", str(out), "-q", "--backend", "ray")
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        env = _env(claude)
+        proc = _run(env, claude.cwd, *args)
+        found = _trial_cli("--session-id=", proc, deadline_s=240)
+        assert found is not None, "no trial CLI ever ran under a Ray worker"
+        proc.send_signal(signal.SIGINT)
+        code, _, err = _finish(proc, timeout=120)
+        assert code == 130, err
+        assert "interrupted; finished trials are kept" in err
+        assert _wait_gone({p.pid for p in found}) == set()  # the trial's worker and CLI
+        assert _wait_gone(_ray_pids() - before) == set()
+        stopped = (
+            read_records(out / "trials.jsonl").records if (out / "trials.jsonl").exists() else []
+        )
+        assert all(r.status == "completed" for r in stopped)  # no record for a stopped trial
+        code, stdout, err = _finish(_run(env, claude.cwd, *args))
+        assert code == 0, err
+    keys = _keys(out)
+    assert len(keys) == 4 and len(set(keys)) == 4
+    assert f"ran {4 - len(stopped)} trial(s), skipped {len(stopped)} finished" in stdout
+    assert _wait_gone(_ray_pids() - before) == set()
 
 
 @pytest.mark.slow
@@ -356,3 +401,34 @@ async def test_governors_on_two_nodes_share_learnt_limits(ray_instance: _Cluster
     store_a.refresh()
     limits = store_a.get(key)
     assert limits is not None and limits.cap == learnt.cap
+
+
+def test_an_address_nothing_listens_at_fails_at_once_in_one_line(tmp_path: Path) -> None:
+    """Ray itself would retry such an address for ten minutes; the run says why and stops."""
+    spec = _spec(tmp_path, tasks=1, trials=1)
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "RAY_ADDRESS": f"127.0.0.1:{port}",
+        "ANTHROPIC_API_KEY": "sk-test",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "teamlead", "experiment", "run", str(spec), "--out", str(out)]
+        + ["-q", "--backend", "ray"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(
+        f"teamlead: error: cannot reach the Ray cluster at 127.0.0.1:{port}:"
+    )
+    assert not (out / "trials.jsonl").exists()

@@ -43,7 +43,7 @@ from .._governor.aimd import Limits
 from ..clock import SYSTEM_CLOCK, Clock
 from ..policy import Policy
 from ..prompts import Strategy
-from .ray_cluster import NAMESPACE, ray_session
+from .ray_cluster import NAMESPACE, error_line, ray_session
 from .records import TrialKey, TrialRecord
 from .runner import ExperimentProgress, RunSummary, run_experiment, run_one_trial
 from .spec import ExperimentSpec
@@ -291,29 +291,25 @@ async def run_experiment_ray(
         )
         budget = (trial_policy.deadline_s or _NO_DEADLINE_S) * (_TASK_RETRIES + 1) + 60.0
         start = time.monotonic()
+        failure: str | None = None
         try:
             returned, data, infra, limited = await anyio.to_thread.run_sync(
-                lambda: ray.get(ref, timeout=budget)
+                lambda: ray.get(ref, timeout=budget), abandon_on_cancel=True
             )
+        except anyio.get_cancelled_exc_class():
+            # The run was stopped: kill the trial where it runs (Ray kills the worker and
+            # the CLI it started), which also ends the abandoned wait. Nothing is recorded.
+            ray.cancel(ref, force=True)
+            raise
         except GetTimeoutError:
             ray.cancel(ref, force=True)
-            reason = f"ray: no result within {budget:g} s; cancelled"
-            strategy = strategies[key.variant]
-            return (
-                _crashed_record(key, spec, strategy, time.monotonic() - start, reason),
-                True,
-                0,
-            )
+            failure = f"ray: no result within {budget:g} s; cancelled"
         except RayError as exc:
-            reason = f"ray: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            strategy = strategies[key.variant]
-            return (
-                _crashed_record(key, spec, strategy, time.monotonic() - start, reason),
-                True,
-                0,
-            )
-        finally:
-            await anyio.to_thread.run_sync(store.refresh)
+            failure = f"ray: {type(exc).__name__}: {error_line(exc)}"
+        await anyio.to_thread.run_sync(store.refresh)
+        if failure is not None:
+            wall = time.monotonic() - start
+            return _crashed_record(key, spec, strategies[key.variant], wall, failure), True, 0
         if returned != token:
             raise RuntimeError(f"ray returned the result of {returned!r} for {token!r}")
         return TrialRecord.model_validate_json(data), infra, limited

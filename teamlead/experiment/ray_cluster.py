@@ -19,6 +19,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import socket
 import tempfile
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -26,7 +27,7 @@ from pathlib import Path
 
 from ..errors import UsageError
 
-__all__ = ["NAMESPACE", "ray_session"]
+__all__ = ["NAMESPACE", "error_line", "ray_session"]
 
 NAMESPACE = "teamlead"
 _SOCKET_BUDGET = 40
@@ -34,6 +35,11 @@ _SOCKET_BUDGET = 40
 unix socket path may have 107."""
 _PREFIX = "tlray-"
 _TOKEN_VARS = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")
+_LOCAL_STARTS = 2
+_REACH_TIMEOUT_S = 10.0
+_CONNECT_ENV = {"RAY_gcs_server_port_wait_time_s": "2"}
+"""For a connect (the user's own value wins): Ray tries a cluster's GCS this many times,
+each up to about 30 s; its default, 20 times, leaves a wrong address hanging 10 minutes."""
 
 
 def _short_temp_dir() -> Path:
@@ -91,17 +97,58 @@ def _local_env(temp: Path) -> dict[str, str]:
     return {"RAY_AUTH_TOKEN_PATH": str(token)}
 
 
-def _first_line(exc: BaseException) -> str:
+def _check_reachable(target: str) -> None:
+    """Fail at once when nothing listens at ``target``'s host and port (Ray would retry)."""
+    host, sep, port = target.split("://", 1)[-1].rstrip("/").rpartition(":")
+    if not sep or not port.isdigit():
+        return  # "auto", or a form Ray judges itself
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=_REACH_TIMEOUT_S):
+            pass
+    except OSError as exc:
+        raise UsageError(
+            f"cannot reach the Ray cluster at {target}: {exc.strerror or exc}"
+        ) from None
+
+
+def error_line(exc: BaseException) -> str:
+    """The first line of what ``exc`` says (its type when it says nothing)."""
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
+
+
+def _start_local(stack: contextlib.ExitStack, num_cpus: int | None) -> None:
+    """``ray.init`` a local instance whose temp dir (and token) ``stack`` removes after."""
+    import ray
+
+    temp = _short_temp_dir()
+    stack.callback(shutil.rmtree, temp, ignore_errors=True)
+    local = _local_env(temp)
+    if local:
+        stack.callback(_reset_token_cache)
+        stack.enter_context(_environ(local))
+        _reset_token_cache()
+    ray.init(
+        address="local",
+        num_cpus=num_cpus,
+        include_dashboard=False,
+        namespace=NAMESPACE,
+        log_to_driver=False,
+        _temp_dir=str(temp),
+    )
 
 
 @contextmanager
 def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[None]:
     """Connect to ``address`` (or ``RAY_ADDRESS``), else start a local Ray for the block.
 
+    An address nothing listens at fails at once, and a connect gives up after about a
+    minute (Ray's own default retries for ten).
+
     A local Ray is shut down at the end: its processes are stopped and its temp dir is
-    removed. A Ray session already open in this process is used and left open.
+    removed. A local start that fails is tried once more from scratch (Ray gives its
+    processes fixed start-up windows that a loaded machine can miss). A Ray session
+    already open in this process is used and left open.
 
     Raises:
         UsageError: Ray is not installed, or the cluster cannot be started or reached.
@@ -114,30 +161,29 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
         yield
         return
     target = address or os.environ.get("RAY_ADDRESS") or None
+    if target == "local":
+        target = None
+    if target:
+        _check_reachable(target)
     with contextlib.ExitStack() as stack:
-        try:
-            if target:
-                ray.init(address=target, namespace=NAMESPACE, log_to_driver=False)
-            else:
-                temp = _short_temp_dir()
-                stack.callback(shutil.rmtree, temp, ignore_errors=True)
-                local = _local_env(temp)
-                if local:
-                    stack.callback(_reset_token_cache)
-                    stack.enter_context(_environ(local))
-                    _reset_token_cache()
-                ray.init(
-                    address="local",
-                    num_cpus=num_cpus,
-                    include_dashboard=False,
-                    namespace=NAMESPACE,
-                    log_to_driver=False,
-                    _temp_dir=str(temp),
-                )
-        except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; all mean "no cluster"
-            ray.shutdown()  # whatever a failed start left running
-            where = f"the Ray cluster at {target}" if target else "a local Ray instance"
-            raise UsageError(f"cannot start or reach {where}: {_first_line(exc)}") from None
+        for attempt in range(1 if target else _LOCAL_STARTS):
+            try:
+                if target:
+                    unset = {k: v for k, v in _CONNECT_ENV.items() if k not in os.environ}
+                    with _environ(unset):
+                        ray.init(address=target, namespace=NAMESPACE, log_to_driver=False)
+                else:
+                    _start_local(stack, num_cpus)
+                break
+            except Exception as exc:  # noqa: BLE001 - Ray raises many kinds: all "no cluster"
+                ray.shutdown()  # whatever a failed start left running
+                if target or attempt + 1 == _LOCAL_STARTS:
+                    where = f"the Ray cluster at {target}" if target else "a local Ray instance"
+                    raise UsageError(f"cannot start or reach {where}: {error_line(exc)}") from None
+                stack.close()  # the failed start's temp dir and environment
+            except BaseException:  # interrupted while starting
+                ray.shutdown()
+                raise
         try:
             yield
         finally:
