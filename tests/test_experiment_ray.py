@@ -254,6 +254,7 @@ def test_worker_killed_mid_trial_yields_one_record(tmp_path: Path, ray_instance:
         env = {
             **_env(claude),
             "RAY_ADDRESS": ray_instance.address,
+            "RAY_AUTH_MODE": "token",
             "RAY_AUTH_TOKEN": ray_instance.token,
         }
         env.pop("RAY_AUTH_TOKEN_PATH", None)  # the local instance's own, in this process

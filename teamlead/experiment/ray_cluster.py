@@ -111,6 +111,15 @@ def _check_reachable(target: str) -> None:
         ) from None
 
 
+def _start_error(target: str | None, exc: BaseException) -> str:
+    if not target:
+        return f"cannot start a local Ray instance: {error_line(exc)}"
+    hint = ""
+    if os.environ.get("RAY_AUTH_MODE", "").lower() != "token":
+        hint = " (a cluster with token authentication needs RAY_AUTH_MODE=token and its token)"
+    return f"cannot reach the Ray cluster at {target}: {error_line(exc)}{hint}"
+
+
 def error_line(exc: BaseException) -> str:
     """The first line of what ``exc`` says (its type when it says nothing)."""
     text = str(exc).strip()
@@ -178,8 +187,7 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
             except Exception as exc:  # noqa: BLE001 - Ray raises many kinds: all "no cluster"
                 ray.shutdown()  # whatever a failed start left running
                 if target or attempt + 1 == _LOCAL_STARTS:
-                    where = f"the Ray cluster at {target}" if target else "a local Ray instance"
-                    raise UsageError(f"cannot start or reach {where}: {error_line(exc)}") from None
+                    raise UsageError(_start_error(target, exc)) from None
                 stack.close()  # the failed start's temp dir and environment
             except BaseException:  # interrupted while starting
                 ray.shutdown()
