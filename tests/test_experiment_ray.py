@@ -433,3 +433,25 @@ def test_an_address_nothing_listens_at_fails_at_once_in_one_line(tmp_path: Path)
         f"teamlead: error: cannot reach the Ray cluster at 127.0.0.1:{port}:"
     )
     assert not (out / "trials.jsonl").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+@pytest.mark.timeout(300)
+async def test_a_worker_store_kept_fresh_sees_a_cut_made_elsewhere(ray_instance: _Cluster) -> None:
+    """While a trial runs, its worker's replica follows what another node learnt."""
+    import anyio
+
+    from teamlead._governor.aimd import Limits
+    from teamlead.experiment.ray_backend import RayLimitStore, kept_fresh
+
+    elsewhere = RayLimitStore.connect("fresh-test")
+    here = RayLimitStore.connect("fresh-test")
+    async with kept_fresh(here, every_s=0.05):
+        elsewhere.put("bucket", Limits(cap=2, epoch=3))
+        for _ in range(1200):  # a deadline for the poll (60 s), not a timing assertion
+            if here.get("bucket") is not None:
+                break
+            await anyio.sleep(0.05)
+    seen = here.get("bucket")
+    assert seen is not None and (seen.cap, seen.epoch) == (2, 3)

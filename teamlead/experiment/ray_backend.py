@@ -2,19 +2,19 @@
 
 :func:`run_experiment_ray` is :func:`~teamlead.experiment.runner.run_experiment` with each
 trial attempt shipped to a Ray task (:func:`_trial_task`) instead of run in this process.
-Everything else stays on the driver, as in a local run: the trial order, the governor
-that admits trials, retries of infrastructure failures, grading, the cost budget, the
-progress counters and the *only* writer of ``trials.jsonl``. So a run stays resumable, and
-a trial is never written twice: when a node dies mid-trial Ray re-executes the task, the
-driver still awaits exactly one result per (trial key, attempt), and it refuses a second
-submission or a result for a token it did not submit.
+Everything else stays on the driver, as in a local run: the trial order, how many trials
+are in flight (the spec's ``concurrency``), retries of infrastructure failures, grading,
+the cost budget, the progress counters and the *only* writer of ``trials.jsonl``. So a
+run stays resumable, and a trial is never written twice: when a node dies mid-trial Ray
+re-executes the task, the driver still awaits exactly one result per (trial key,
+attempt), and it refuses a second submission or a result for a token it did not submit.
 
-The learnt concurrency limits live in one named Ray actor (:class:`_LimitsActor`) behind
-the governor's :class:`~teamlead._governor.store.LimitStore` interface
-(:class:`RayLimitStore`): any process on any node that builds a governor on that store
-shares what the others learnt (a 429 cut on one node is seen by all). The store keeps a
-local replica, because the governor's rules are synchronous and must not wait on the
-network; :meth:`RayLimitStore.refresh` pulls the shared state between trials. Times
+Each worker's request relay paces the trial's API requests with a governor whose learnt
+limits live in one named Ray actor (:class:`_LimitsActor`) behind the governor's
+:class:`~teamlead._governor.store.LimitStore` interface (:class:`RayLimitStore`): a 429
+cut on one node is seen by all. The store keeps a local replica, because the governor's
+rules are synchronous and must not wait on the network; a worker pulls the shared state
+before its trial and every few seconds during it (:func:`kept_fresh`). Times
 inside the limits are each process's monotonic clock, so they cross the actor as wall
 time. The actor also counts executions of each trial token, so a re-executed task gets a
 fresh CLI session id instead of colliding with the dead one's.
@@ -26,12 +26,14 @@ Ray is an optional dependency (``pip install 'teamlead[ray]'``), imported on fir
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -48,13 +50,15 @@ from .records import TrialKey, TrialRecord
 from .runner import ExperimentProgress, RunSummary, run_experiment, run_one_trial
 from .spec import ExperimentSpec
 
-__all__ = ["RayLimitStore", "ray_session", "run_experiment_ray"]
+__all__ = ["RayLimitStore", "kept_fresh", "ray_session", "run_experiment_ray"]
 
 _TASK_RETRIES = 3
 """Ray re-executions of a trial whose worker or node died (system failures only)."""
 _FORWARDED_ENV = ("ANTHROPIC_", "CLAUDE_", "DISABLE_")
 """Variables the trials' CLI needs on every node: the API endpoint, key and CLI settings."""
 _NO_DEADLINE_S = 3600.0
+_REFRESH_S = 2.0
+"""How often a worker pulls the shared limits while its trial runs."""
 _TIMED = ("bad_at", "cooldown_until")
 
 
@@ -162,6 +166,25 @@ class _Place:
     keep_workspaces: bool = False
 
 
+@asynccontextmanager
+async def kept_fresh(store: RayLimitStore, every_s: float = _REFRESH_S) -> AsyncIterator[None]:
+    """Refresh ``store``'s replica every ``every_s`` in the background for the block, so a
+    governor on it sees what other nodes learn while a trial runs."""
+
+    async def keep() -> None:
+        while True:
+            await anyio.sleep(every_s)
+            with contextlib.suppress(Exception):  # a slow actor: keep the replica, try again
+                await anyio.to_thread.run_sync(store.refresh, abandon_on_cancel=True)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(keep)
+        try:
+            yield
+        finally:
+            tg.cancel_scope.cancel()
+
+
 def _trial_task(
     token: str,
     key: TrialKey,
@@ -188,21 +211,24 @@ def _trial_task(
     runs = int(ray.get(actor.claim.remote(token), timeout=60))
     if runs > 1:  # re-executed after a crash: the dead run's session id may be taken
         run_id = f"{run_id}/rerun-{runs}"
-    use_limit_store(RayLimitStore(actor))
+    store = RayLimitStore(actor)
+    store.refresh()  # start from what the other nodes learnt
+    use_limit_store(store)
     out_dir = Path(place.out_dir)
 
     async def trial() -> tuple[TrialRecord, bool, int]:
-        return await run_one_trial(
-            key,
-            spec,
-            base,
-            strategies,
-            policy,
-            attempt,
-            workspaces=Workspaces(keep=place.keep_workspaces, exclude=[out_dir]),
-            out_dir=out_dir,
-            run_id=run_id,
-        )
+        async with kept_fresh(store):
+            return await run_one_trial(
+                key,
+                spec,
+                base,
+                strategies,
+                policy,
+                attempt,
+                workspaces=Workspaces(keep=place.keep_workspaces, exclude=[out_dir]),
+                out_dir=out_dir,
+                run_id=run_id,
+            )
 
     record, infra, limited = anyio.run(trial)
     return token, record.model_dump_json(), infra, limited
@@ -276,7 +302,6 @@ async def run_experiment_ray(
         if token in submitted:
             raise RuntimeError(f"trial {key} attempt {attempt} was already submitted")
         submitted.add(token)
-        await anyio.to_thread.run_sync(store.refresh)
         ref = remote.remote(
             token,
             key,
@@ -306,7 +331,6 @@ async def run_experiment_ray(
             failure = f"ray: no result within {budget:g} s; cancelled"
         except RayError as exc:
             failure = f"ray: {type(exc).__name__}: {error_line(exc)}"
-        await anyio.to_thread.run_sync(store.refresh)
         if failure is not None:
             wall = time.monotonic() - start
             return _crashed_record(key, spec, strategies[key.variant], wall, failure), True, 0
