@@ -1,9 +1,11 @@
 """The Ray backend: ``teamlead experiment run --backend ray`` on the real CLI, offline.
 
-Each test drives the ``teamlead`` command in a subprocess against the scripted model
-server: once starting its own local Ray (no ``RAY_ADDRESS``) for an A/B whose report must
-match the local backend's, once connected to a small Ray instance this test owns, whose
-worker is killed mid-trial. Every Ray process is shut down and checked gone at the end.
+The end-to-end tests drive the ``teamlead`` command in a subprocess against the scripted
+model server: the full 10 x 4 A/B on a local Ray the run starts (no ``RAY_ADDRESS``),
+whose report must match the local backend's; a run connected to a Ray instance this test
+owns (token authentication on), whose worker is killed mid-trial; a run stopped with
+Ctrl-C and resumed. Every Ray process and temp dir is checked gone at the end. The
+shared-limits tests use the store directly on a Ray this test owns.
 """
 
 from __future__ import annotations
@@ -11,31 +13,26 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 
 from teamlead.experiment import TrialKey, load_spec, read_records
+from teamlead.experiment.ray_backend import ray_session
 from teamlead.experiment.runner import trial_session_id
 from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import ProbabilisticFanOut
 
 ray = pytest.importorskip("ray")
-
-# Ray's local cluster start is slow and flaky on a loaded 2-core machine, and the backend was
-# re-wired onto the relay-paced runner at the end of the session without a passing run here:
-# these tests run only when asked (TEAMLEAD_RAY_TESTS=1); see the closing note.
-pytestmark = pytest.mark.skipif(
-    not os.environ.get("TEAMLEAD_RAY_TESTS"), reason="TEAMLEAD_RAY_TESTS=1 runs the Ray tests"
-)
 
 MARKER = "Fan out to parallel agents."
 _RAY_NAMES = ("raylet", "gcs_server", "ray::", "default_worker", "plasma_store", "dashboard")
@@ -143,15 +140,7 @@ def _env(claude: OfflineClaude) -> dict[str, str]:
     return env
 
 
-@pytest.fixture
-def short_tmp() -> Iterator[str]:
-    """A short temp dir for a Ray the CLI starts: its socket paths must fit in 107 bytes."""
-    path = tempfile.mkdtemp(prefix="tlray-")
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _ab_parity(tmp_path: Path, short_tmp: str, *, tasks: int, trials: int) -> None:
+def _ab_parity(tmp_path: Path, *, tasks: int, trials: int) -> None:
     spec = _spec(tmp_path, tasks=tasks, trials=trials)
     script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=0.05)
     before = _ray_pids()
@@ -166,7 +155,7 @@ def _ab_parity(tmp_path: Path, short_tmp: str, *, tasks: int, trials: int) -> No
         on_ray = tmp_path / "ray"
         code, out, err = _finish(
             _run(
-                {**env, "TEAMLEAD_BACKEND": "ray", "TMPDIR": short_tmp},
+                {**env, "TEAMLEAD_BACKEND": "ray"},  # TMPDIR: the CLI's own, too deep for Ray
                 claude.cwd,
                 *("experiment", "run", str(spec), "--out", str(on_ray), "-q"),
             )
@@ -189,56 +178,81 @@ def _ab_parity(tmp_path: Path, short_tmp: str, *, tasks: int, trials: int) -> No
         {(c["variant"], c["metric"]): c["verdict"] for c in r["comparisons"]}  # type: ignore[index, attr-defined]
         for r in (local_report, ray_report)
     ]
-    assert verdicts[0][("fan", "parallel")] == verdicts[1][("fan", "parallel")] == "better"
-    assert verdicts[0] == verdicts[1]
+    assert verdicts[0].keys() == verdicts[1].keys()
+    # The primary metric decides the A/B; it and the other counts are fixed by the script.
+    # Seconds, tokens and cost are measured (and scripted per session id, which differs
+    # per run), so their verdicts may differ between any two runs, local ones included.
+    assert verdicts[0][("fan", "parallel")] == "better"
+    counted = [k for k in verdicts[0] if k[1] in ("parallel", "delegated", "agent_calls")]
+    assert len(counted) == 3
+    assert {k: verdicts[1][k] for k in counted} == {k: verdicts[0][k] for k in counted}
     # the run started its own local Ray and shut it down
     assert _wait_gone(_ray_pids() - before) == set()
 
 
 @pytest.mark.cli
 @pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_ray_backend_matches_local_backend(tmp_path: Path, short_tmp: str) -> None:
-    _ab_parity(tmp_path, short_tmp, tasks=4, trials=2)
+@pytest.mark.timeout(1800)
+def test_ray_backend_matches_local_backend_on_the_full_ab(tmp_path: Path) -> None:
+    """The 10 tasks x 4 trials two-arm A/B on a local Ray the run starts: 80 records, none
+    twice, the local backend's verdict (about 1.5-3 minutes on two loaded cores)."""
+    _ab_parity(tmp_path, tasks=10, trials=4)
 
 
-@pytest.mark.cli
-@pytest.mark.slow
-@pytest.mark.timeout(3000)
-@pytest.mark.skipif(not os.environ.get("TEAMLEAD_RAY_FULL"), reason="TEAMLEAD_RAY_FULL=1 runs it")
-def test_ray_backend_full_ab_parity_80_records(tmp_path: Path, short_tmp: str) -> None:
-    """The 10 tasks x 4 trials two-arm A/B: 80 records, none twice, the local verdict."""
-    _ab_parity(tmp_path, short_tmp, tasks=10, trials=4)
+@dataclass(frozen=True)
+class _Cluster:
+    address: str
+    token: str
 
 
 @pytest.fixture
-def ray_instance() -> Iterator[str]:
-    """A small local Ray instance this test owns; shut down and checked gone after."""
+def ray_instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Cluster]:
+    """A small local Ray this test owns, started by the backend's own :func:`ray_session`
+    from a temp dir too deep for Ray's sockets, with token authentication as a cluster has.
+    Its processes and session dir are checked gone after."""
+    from ray._raylet import AuthenticationTokenLoader
+
+    deep = tmp_path / ("d" * 60)
+    deep.mkdir()
+    monkeypatch.setenv("TMPDIR", str(deep))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_TMPDIR", raising=False)
+    mode = os.environ.get("RAY_AUTH_MODE")  # ray.init turns token mode on for good
     before = _ray_pids()
-    ray.init(num_cpus=2, include_dashboard=False, namespace="teamlead", log_to_driver=False)
     try:
-        yield ray.get_runtime_context().gcs_address
+        with ray_session(num_cpus=2):
+            session_dir = Path(ray._private.worker._global_node.get_session_dir_path())
+            assert session_dir.is_dir() and not session_dir.is_relative_to(deep)
+            token = AuthenticationTokenLoader.instance().get_raw_token()
+            yield _Cluster(ray.get_runtime_context().gcs_address, token)
     finally:
-        ray.shutdown()
-        assert _wait_gone(_ray_pids() - before) == set()
+        os.environ.pop("RAY_AUTH_MODE", None)
+        if mode is not None:
+            os.environ["RAY_AUTH_MODE"] = mode
+    assert not session_dir.parent.exists()  # the run's temp dir is removed
+    assert _wait_gone(_ray_pids() - before) == set()
 
 
 @pytest.mark.cli
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_worker_killed_mid_trial_yields_one_record(tmp_path: Path, ray_instance: str) -> None:
+def test_worker_killed_mid_trial_yields_one_record(tmp_path: Path, ray_instance: _Cluster) -> None:
     spec_path = _spec(tmp_path, tasks=1, trials=2, name="kill")
     spec = load_spec(spec_path)
     target = TrialKey("fan", "t0", 0)
-    session = trial_session_id(spec.experiment.seed, target, 1)
     # Slow replies keep the trial in flight long enough to kill its worker.
     script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=2.0)
     with ScriptedServer(script) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        token = Path(os.environ["HOME"]) / ".ray" / "auth_token"  # the test's HOME
-        env = {**_env(claude), "RAY_ADDRESS": ray_instance}
-        if token.exists():
-            env["RAY_AUTH_TOKEN_PATH"] = str(token)
+        # As a user reaches a cluster: its address and its token.
+        env = {
+            **_env(claude),
+            "RAY_ADDRESS": ray_instance.address,
+            "RAY_AUTH_MODE": "token",
+            "RAY_AUTH_TOKEN": ray_instance.token,
+        }
+        env.pop("RAY_AUTH_TOKEN_PATH", None)  # the local instance's own, in this process
         out = tmp_path / "out"
         proc = _run(
             env,
@@ -252,7 +266,8 @@ def test_worker_killed_mid_trial_yields_one_record(tmp_path: Path, ray_instance:
             "--backend",
             "ray",
         )
-        killed = _kill_worker_of(session, proc, deadline_s=240)
+        session = _session_of(out, spec.experiment.seed, target, proc, deadline_s=120)
+        killed = session is not None and _kill_worker_of(session, proc, deadline_s=240)
         code, stdout, err = _finish(proc)
         assert code == 0, err
     assert killed, "the target trial's CLI never started"
@@ -264,14 +279,29 @@ def test_worker_killed_mid_trial_yields_one_record(tmp_path: Path, ray_instance:
     assert "ran 4 trial(s)" in stdout
 
 
-def _kill_worker_of(session: str, driver: subprocess.Popen[str], *, deadline_s: float) -> bool:
-    """SIGKILL the Ray worker running the CLI of ``session`` (and that CLI)."""
+def _session_of(
+    out: Path, seed: int, key: TrialKey, driver: subprocess.Popen[str], *, deadline_s: float
+) -> str | None:
+    """The session id of ``key``'s first attempt, once the run has written its run id."""
     end = time.monotonic() + deadline_s
-    needle = f"--session-id={session}"
+    while time.monotonic() < end and driver.poll() is None:
+        with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+            run_id = json.loads((out / "run.json").read_text())["run_id"]
+            return trial_session_id(seed, key, 1, run_id)
+        time.sleep(0.1)
+    return None
+
+
+def _trial_cli(
+    needle: str, driver: subprocess.Popen[str], *, deadline_s: float
+) -> tuple[psutil.Process, psutil.Process] | None:
+    """(Ray worker, CLI) of the first trial CLI with ``needle`` in its arguments, once one
+    runs under a Ray worker; None if none does within ``deadline_s`` or the driver ends."""
+    end = time.monotonic() + deadline_s
     while time.monotonic() < end and driver.poll() is None:
         for proc in psutil.process_iter(["cmdline"]):
             try:
-                if needle not in (proc.info["cmdline"] or []):
+                if not any(needle in arg for arg in proc.info["cmdline"] or []):
                     continue
                 worker = next(
                     (
@@ -284,21 +314,63 @@ def _kill_worker_of(session: str, driver: subprocess.Popen[str], *, deadline_s: 
                 )
             except psutil.Error:
                 continue
-            if worker is None:
-                continue
-            time.sleep(1.0)  # mid-trial: the lead has started talking to the model
-            for victim in (worker, proc):
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(victim.pid, signal.SIGKILL)
-            return True
+            if worker is not None:
+                return worker, proc
         time.sleep(0.1)
-    return False
+    return None
+
+
+def _kill_worker_of(session: str, driver: subprocess.Popen[str], *, deadline_s: float) -> bool:
+    """SIGKILL the Ray worker running the CLI of ``session`` (and that CLI)."""
+    found = _trial_cli(f"--session-id={session}", driver, deadline_s=deadline_s)
+    if found is None:
+        return False
+    time.sleep(1.0)  # mid-trial: the lead has started talking to the model
+    for victim in found:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(victim.pid, signal.SIGKILL)
+    return True
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_stopped_ray_run_cancels_its_trials_and_resumes(tmp_path: Path) -> None:
+    """Ctrl-C stops the trials where they run (no record for them), shuts the local Ray
+    down, exits 130; the same command then finishes the rest, each trial written once."""
+    spec = _spec(tmp_path, tasks=1, trials=2, name="stop")
+    script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=1.0)
+    before = _ray_pids()
+    out = tmp_path / "out"
+    args = ("experiment", "run", str(spec), "--out", str(out), "-q", "--backend", "ray")
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        env = _env(claude)
+        proc = _run(env, claude.cwd, *args)
+        found = _trial_cli("--session-id=", proc, deadline_s=240)
+        assert found is not None, "no trial CLI ever ran under a Ray worker"
+        proc.send_signal(signal.SIGINT)
+        code, _, err = _finish(proc, timeout=120)
+        assert code == 130, err
+        assert "interrupted; finished trials are kept" in err
+        assert _wait_gone({p.pid for p in found}) == set()  # the trial's worker and CLI
+        assert _wait_gone(_ray_pids() - before) == set()
+        stopped = (
+            read_records(out / "trials.jsonl").records if (out / "trials.jsonl").exists() else []
+        )
+        assert all(r.status == "completed" for r in stopped)  # no record for a stopped trial
+        code, stdout, err = _finish(_run(env, claude.cwd, *args))
+        assert code == 0, err
+    keys = _keys(out)
+    assert len(keys) == 4 and len(set(keys)) == 4
+    assert f"ran {4 - len(stopped)} trial(s), skipped {len(stopped)} finished" in stdout
+    assert _wait_gone(_ray_pids() - before) == set()
 
 
 @pytest.mark.slow
 @pytest.mark.anyio
 @pytest.mark.timeout(300)
-async def test_governors_on_two_nodes_share_learnt_limits(ray_instance: str) -> None:
+async def test_governors_on_two_nodes_share_learnt_limits(ray_instance: _Cluster) -> None:
     """A cut learnt by one process's governor is seen by another's, in its own time base."""
     from teamlead import Governor, GovernorPolicy, bucket_key
     from teamlead._governor.aimd import Limits
@@ -325,3 +397,56 @@ async def test_governors_on_two_nodes_share_learnt_limits(ray_instance: str) -> 
     store_a.refresh()
     limits = store_a.get(key)
     assert limits is not None and limits.cap == learnt.cap
+
+
+def test_an_address_nothing_listens_at_fails_at_once_in_one_line(tmp_path: Path) -> None:
+    """Ray itself would retry such an address for ten minutes; the run says why and stops."""
+    spec = _spec(tmp_path, tasks=1, trials=1)
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "RAY_ADDRESS": f"127.0.0.1:{port}",
+        "ANTHROPIC_API_KEY": "sk-test",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "teamlead", "experiment", "run", str(spec), "--out", str(out)]
+        + ["-q", "--backend", "ray"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(
+        f"teamlead: error: cannot reach the Ray cluster at 127.0.0.1:{port}:"
+    )
+    assert not (out / "trials.jsonl").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.anyio
+@pytest.mark.timeout(300)
+async def test_a_worker_store_kept_fresh_sees_a_cut_made_elsewhere(ray_instance: _Cluster) -> None:
+    """While a trial runs, its worker's replica follows what another node learnt."""
+    import anyio
+
+    from teamlead._governor.aimd import Limits
+    from teamlead.experiment.ray_backend import RayLimitStore, kept_fresh
+
+    elsewhere = RayLimitStore.connect("fresh-test")
+    here = RayLimitStore.connect("fresh-test")
+    async with kept_fresh(here, every_s=0.05):
+        elsewhere.put("bucket", Limits(cap=2, epoch=3))
+        for _ in range(1200):  # a deadline for the poll (60 s), not a timing assertion
+            if here.get("bucket") is not None:
+                break
+            await anyio.sleep(0.05)
+    seen = here.get("bucket")
+    assert seen is not None and (seen.cap, seen.epoch) == (2, 3)

@@ -269,7 +269,7 @@ def test_exported_names_exist() -> None:
 # -> plots, render and html, never back.
 _CHAIN = [
     *("commands", "records", "workspace", "steps", "_toml_lines", "spec", "synthetic", "outdir"),
-    *("trial", "grader", "runner", "ray_backend"),
+    *("trial", "grader", "runner", "ray_cluster", "ray_backend"),
     *("intervals", "stats", "power", "verdicts", "explain", "metrics", "comparisons"),
     *("report", "plots", "render", "html"),
 ]

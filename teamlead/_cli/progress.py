@@ -17,6 +17,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
+from .._procs import stop_descendants
 from .._redact import terminal_safe
 from ..errors import UsageError
 from ..experiment import (
@@ -116,10 +117,22 @@ def run_with_progress(
         if ray:
             from ..experiment.ray_backend import ray_session, run_experiment_ray
 
+            # On a stop signal the in-flight Ray tasks are cancelled (their workers and CLIs
+            # killed by Ray) as the run unwinds, and a local Ray is shut down after it;
+            # killing this process's descendants at once would kill a local Ray under it.
             with ray_session():
                 run = Interruptible(
-                    lambda: run_experiment_ray(spec, out_dir, policy=policy, on_progress=update)
+                    lambda: run_experiment_ray(
+                        spec,
+                        out_dir,
+                        policy=policy,
+                        on_progress=update,
+                        keep_workspaces=keep_workspaces,
+                    ),
+                    stop=lambda: None,
                 ).run()
+            if run.interrupted is not None:
+                stop_descendants()  # whatever outlived the Ray shutdown
         else:
             run = Interruptible(
                 lambda: run_experiment(

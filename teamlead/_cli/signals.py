@@ -31,10 +31,15 @@ class Interruptible(Generic[_T]):
     """Run ``work()`` under :func:`anyio.run` until it returns or a stop signal arrives.
 
     ``result`` holds what ``work`` returned; ``interrupted`` is the signal that stopped it.
+    ``stop`` runs (in a thread) before the work is cancelled: by default it stops every
+    descendant process; a Ray run stops its trials through Ray instead.
     """
 
-    def __init__(self, work: Callable[[], Awaitable[_T]]) -> None:
+    def __init__(
+        self, work: Callable[[], Awaitable[_T]], *, stop: Callable[[], object] = stop_descendants
+    ) -> None:
         self._work = work
+        self._stop = stop
         self.result: _T | None = None
         self.interrupted: signal.Signals | None = None
 
@@ -52,6 +57,6 @@ class Interruptible(Generic[_T]):
         with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async for received in signals:
                 self.interrupted = signal.Signals(received)
-                await anyio.to_thread.run_sync(stop_descendants)
+                await anyio.to_thread.run_sync(self._stop)
                 scope.cancel()
                 return

@@ -2,37 +2,38 @@
 
 :func:`run_experiment_ray` is :func:`~teamlead.experiment.runner.run_experiment` with each
 trial attempt shipped to a Ray task (:func:`_trial_task`) instead of run in this process.
-Everything else stays on the driver, as in a local run: the trial order, the governor
-that admits trials, retries of infrastructure failures, grading, the cost budget, the
-progress counters and the *only* writer of ``trials.jsonl``. So a run stays resumable, and
-a trial is never written twice: when a node dies mid-trial Ray re-executes the task, the
-driver still awaits exactly one result per (trial key, attempt), and it refuses a second
-submission or a result for a token it did not submit.
+Everything else stays on the driver, as in a local run: the trial order, how many trials
+are in flight (the spec's ``concurrency``), retries of infrastructure failures, grading,
+the cost budget, the progress counters and the *only* writer of ``trials.jsonl``. So a
+run stays resumable, and a trial is never written twice: when a node dies mid-trial Ray
+re-executes the task, the driver still awaits exactly one result per (trial key,
+attempt), and it refuses a second submission or a result for a token it did not submit.
 
-The learnt concurrency limits live in one named Ray actor (:class:`_LimitsActor`) behind
-the governor's :class:`~teamlead._governor.store.LimitStore` interface
-(:class:`RayLimitStore`): any process on any node that builds a governor on that store
-shares what the others learnt (a 429 cut on one node is seen by all). The store keeps a
-local replica, because the governor's rules are synchronous and must not wait on the
-network; :meth:`RayLimitStore.refresh` pulls the shared state between trials. Times
+Each worker's request relay paces the trial's API requests with a governor whose learnt
+limits live in one named Ray actor (:class:`_LimitsActor`) behind the governor's
+:class:`~teamlead._governor.store.LimitStore` interface (:class:`RayLimitStore`): a 429
+cut on one node is seen by all. The store keeps a local replica, because the governor's
+rules are synchronous and must not wait on the network; a worker pulls the shared state
+before its trial and every few seconds during it (:func:`kept_fresh`). Times
 inside the limits are each process's monotonic clock, so they cross the actor as wall
 time. The actor also counts executions of each trial token, so a re-executed task gets a
 fresh CLI session id instead of colliding with the dead one's.
 
 Ray is an optional dependency (``pip install 'teamlead[ray]'``), imported on first use.
-``RAY_ADDRESS`` (or ``address=``) points at a running cluster; without it a local Ray
-instance is started for the run and shut down after it.
+:func:`~teamlead.experiment.ray_cluster.ray_session` (re-exported here) connects to
+``RAY_ADDRESS``, or starts a local Ray instance for the run and shuts it down after.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,21 +43,22 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from .._governor.aimd import Limits
 from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import UsageError
 from ..policy import Policy
 from ..prompts import Strategy
+from .ray_cluster import NAMESPACE, error_line, ray_session
 from .records import TrialKey, TrialRecord
 from .runner import ExperimentProgress, RunSummary, run_experiment, run_one_trial
 from .spec import ExperimentSpec
 
-__all__ = ["RayLimitStore", "ray_session", "run_experiment_ray"]
+__all__ = ["RayLimitStore", "kept_fresh", "ray_session", "run_experiment_ray"]
 
-NAMESPACE = "teamlead"
 _TASK_RETRIES = 3
 """Ray re-executions of a trial whose worker or node died (system failures only)."""
 _FORWARDED_ENV = ("ANTHROPIC_", "CLAUDE_", "DISABLE_")
 """Variables the trials' CLI needs on every node: the API endpoint, key and CLI settings."""
 _NO_DEADLINE_S = 3600.0
+_REFRESH_S = 2.0
+"""How often a worker pulls the shared limits while its trial runs."""
 _TIMED = ("bad_at", "cooldown_until")
 
 
@@ -155,6 +157,34 @@ class RayLimitStore:
         self._replica = {key: _from_wall(data, offset) for key, data in shared.items()}
 
 
+@dataclasses.dataclass(frozen=True)
+class _Place:
+    """Where a trial's files go on its node: the out dir (for command output) and whether
+    its workspace is kept."""
+
+    out_dir: str
+    keep_workspaces: bool = False
+
+
+@asynccontextmanager
+async def kept_fresh(store: RayLimitStore, every_s: float = _REFRESH_S) -> AsyncIterator[None]:
+    """Refresh ``store``'s replica every ``every_s`` in the background for the block, so a
+    governor on it sees what other nodes learn while a trial runs."""
+
+    async def keep() -> None:
+        while True:
+            await anyio.sleep(every_s)
+            with contextlib.suppress(Exception):  # a slow actor: keep the replica, try again
+                await anyio.to_thread.run_sync(store.refresh, abandon_on_cancel=True)
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(keep)
+        try:
+            yield
+        finally:
+            tg.cancel_scope.cancel()
+
+
 def _trial_task(
     token: str,
     key: TrialKey,
@@ -164,7 +194,7 @@ def _trial_task(
     policy: Policy,
     attempt: int,
     run_id: str,
-    out_dir: str,
+    place: _Place,
     actor: Any,
 ) -> tuple[str, str, bool, int]:
     """One trial attempt on a Ray worker: ``(token, record JSON, infra?, 429s met)``.
@@ -181,20 +211,24 @@ def _trial_task(
     runs = int(ray.get(actor.claim.remote(token), timeout=60))
     if runs > 1:  # re-executed after a crash: the dead run's session id may be taken
         run_id = f"{run_id}/rerun-{runs}"
-    use_limit_store(RayLimitStore(actor))
+    store = RayLimitStore(actor)
+    store.refresh()  # start from what the other nodes learnt
+    use_limit_store(store)
+    out_dir = Path(place.out_dir)
 
     async def trial() -> tuple[TrialRecord, bool, int]:
-        return await run_one_trial(
-            key,
-            spec,
-            base,
-            strategies,
-            policy,
-            attempt,
-            workspaces=Workspaces(exclude=[Path(out_dir)]),
-            out_dir=Path(out_dir),
-            run_id=run_id,
-        )
+        async with kept_fresh(store):
+            return await run_one_trial(
+                key,
+                spec,
+                base,
+                strategies,
+                policy,
+                attempt,
+                workspaces=Workspaces(keep=place.keep_workspaces, exclude=[out_dir]),
+                out_dir=out_dir,
+                run_id=run_id,
+            )
 
     record, infra, limited = anyio.run(trial)
     return token, record.model_dump_json(), infra, limited
@@ -221,40 +255,6 @@ def _crashed_record(
     )
 
 
-@contextmanager
-def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> Iterator[None]:
-    """Connect to ``address`` (or ``RAY_ADDRESS``), else start a local Ray for the block.
-
-    A session this call started is shut down at the end; one already open is left open.
-    """
-    try:
-        import ray
-    except ImportError:
-        raise UsageError("the ray backend needs Ray: pip install 'teamlead[ray]'") from None
-    if ray.is_initialized():
-        yield
-        return
-    target = address or os.environ.get("RAY_ADDRESS") or None
-    try:
-        if target:
-            ray.init(address=target, namespace=NAMESPACE, log_to_driver=False)
-        else:
-            ray.init(
-                num_cpus=num_cpus,
-                include_dashboard=False,
-                namespace=NAMESPACE,
-                log_to_driver=False,
-            )
-    except Exception as exc:  # noqa: BLE001 - Ray raises many kinds; all mean "no cluster"
-        where = f"the Ray cluster at {target}" if target else "a local Ray instance"
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UsageError(f"cannot start or reach {where}: {first}") from None
-    try:
-        yield
-    finally:
-        ray.shutdown()
-
-
 def _forwarded_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(_FORWARDED_ENV)}
 
@@ -268,11 +268,13 @@ async def run_experiment_ray(
     clock: Clock = SYSTEM_CLOCK,
     on_progress: Callable[[ExperimentProgress], None] | None = None,
     task_cpus: float = 0.5,
+    keep_workspaces: bool = False,
 ) -> RunSummary:
     """Run every unfinished trial of ``spec`` as Ray tasks; records are written here only.
 
     Needs a Ray session (see :func:`ray_session`). ``task_cpus`` is each trial's CPU
     reservation: a trial mostly waits on the API, so fractions let more run per core.
+    ``keep_workspaces`` keeps each trial's workspace on the node that ran it.
     """
     import ray
     from ray.exceptions import GetTimeoutError, RayError
@@ -285,6 +287,7 @@ async def run_experiment_ray(
         runtime_env={"env_vars": _forwarded_env()},
     )(_trial_task)
     submitted: set[str] = set()
+    place = _Place(str(out_dir), keep_workspaces)
 
     async def execute(
         key: TrialKey,
@@ -299,7 +302,6 @@ async def run_experiment_ray(
         if token in submitted:
             raise RuntimeError(f"trial {key} attempt {attempt} was already submitted")
         submitted.add(token)
-        await anyio.to_thread.run_sync(store.refresh)
         ref = remote.remote(
             token,
             key,
@@ -309,34 +311,29 @@ async def run_experiment_ray(
             trial_policy,
             attempt,
             run_id,
-            str(out_dir),
+            place,
             store.actor,
         )
         budget = (trial_policy.deadline_s or _NO_DEADLINE_S) * (_TASK_RETRIES + 1) + 60.0
         start = time.monotonic()
+        failure: str | None = None
         try:
             returned, data, infra, limited = await anyio.to_thread.run_sync(
-                lambda: ray.get(ref, timeout=budget)
+                lambda: ray.get(ref, timeout=budget), abandon_on_cancel=True
             )
+        except anyio.get_cancelled_exc_class():
+            # The run was stopped: kill the trial where it runs (Ray kills the worker and
+            # the CLI it started), which also ends the abandoned wait. Nothing is recorded.
+            ray.cancel(ref, force=True)
+            raise
         except GetTimeoutError:
             ray.cancel(ref, force=True)
-            reason = f"ray: no result within {budget:g} s; cancelled"
-            strategy = strategies[key.variant]
-            return (
-                _crashed_record(key, spec, strategy, time.monotonic() - start, reason),
-                True,
-                0,
-            )
+            failure = f"ray: no result within {budget:g} s; cancelled"
         except RayError as exc:
-            reason = f"ray: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            strategy = strategies[key.variant]
-            return (
-                _crashed_record(key, spec, strategy, time.monotonic() - start, reason),
-                True,
-                0,
-            )
-        finally:
-            await anyio.to_thread.run_sync(store.refresh)
+            failure = f"ray: {type(exc).__name__}: {error_line(exc)}"
+        if failure is not None:
+            wall = time.monotonic() - start
+            return _crashed_record(key, spec, strategies[key.variant], wall, failure), True, 0
         if returned != token:
             raise RuntimeError(f"ray returned the result of {returned!r} for {token!r}")
         return TrialRecord.model_validate_json(data), infra, limited
