@@ -78,3 +78,9 @@ def cli_processes(state_dir: Path) -> list[psutil.Process]:
         except psutil.Error:  # it ended while we looked
             continue
     return found
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Run the ``slow`` tests first (a stable sort, order kept otherwise): with ``-n 2`` the
+    longest ones then overlap the many short ones instead of ending the run on one worker."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)

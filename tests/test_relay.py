@@ -363,6 +363,7 @@ async def test_no_slot_in_time_is_the_relays_own_429_counted_and_reported(
 
         tg.start_soon(hold_the_slot)
         await wait_until(lambda: governor.total_in_flight == 1, "the first request's slot")
+        await wait_until(lambda: len(server.recorded()) == 1, "the first request upstream")
         second = await h.post(run.base_url + "/v1/messages", content=body())
         assert second.status_code == 429
         assert second.headers["retry-after"] == "5"
