@@ -1,19 +1,21 @@
 """Bench: what the loopback relay adds per streamed reply, and its memory per stream.
 
-The upstream is the scripted model server, answering every request with the same streamed
-reply (about 1 KB of text in 24-character ``text_delta`` events). The relay (uvicorn with
-httptools + aiohttp, a governor whose ceiling never binds) runs on its own event loop in a
-background thread, as in teamlead's process; the client is ``http.client`` in threads (one
-keep-alive connection each), the same for both sides. Direct and relayed requests alternate
-(one by one at 1 stream, round by round at 50) so load from other processes
-hits both alike.
+As in use, the relay is the only thing in its process: the upstream (the scripted model
+server, answering every request with the same streamed reply of about 1 KB of text in
+24-character ``text_delta`` events) and the client (``http.client`` in threads, one keep-alive
+connection each, the same for both sides) are processes of their own, as the API and the
+Claude Code CLI are. So the GIL of the bench's own server and client threads does not count
+against the relay. The relay (uvicorn with httptools + aiohttp, a governor whose ceiling never
+binds) runs on its own event loop in a thread. Direct and relayed requests alternate (one by
+one at 1 stream, round by round at 50), so load from other processes hits both alike.
 
 Figures, per streamed reply: time to first body byte (TTFB) and time to the last byte,
 p50 and p95, direct vs through the relay, at 1 stream and at 50 concurrent streams; the
 added milliseconds and the ratio relay / direct. Goals at 1 stream: <= 1 ms added p50,
 <= 2 ms added TTFB. Then memory: the peak traced allocation per concurrent stream while
-4 streams run through the relay, for a 128 KB and a 1 MB reply; flat means the relay
-does not buffer a reply, only its socket and read buffers (goal: ratio <= 1.5).
+4 streams run through the relay (an upstream in this process here, outside the traced
+files), for a 128 KB and a 1 MB reply; flat means the relay does not buffer a reply, only
+its socket and read buffers (goal: ratio <= 1.5).
 
 Run: ``python bench/relay.py`` (about a minute); ``--quick`` for a smoke run.
 """
@@ -24,6 +26,8 @@ import argparse
 import asyncio
 import gc
 import http.client
+import json
+import subprocess
 import sys
 import threading
 import time
@@ -105,7 +109,7 @@ def rounds(clients: list[Client], pool: ThreadPoolExecutor) -> list[tuple[float,
     return list(pool.map(lambda c: c.ask(), clients))
 
 
-def measure(
+def measure_here(
     direct_url: str, relay_url: str, streams: int, repeats: int
 ) -> dict[str, list[tuple[float, float, int]]]:
     sides = {"direct": direct_url, "relay": relay_url}
@@ -121,6 +125,43 @@ def measure(
         for client in group:
             client.close()
     return out
+
+
+def measure(
+    direct_url: str, relay_url: str, streams: int, repeats: int
+) -> dict[str, list[tuple[float, float, int]]]:
+    """:func:`measure_here` in a client process of its own (``--client``)."""
+    args = ["--client", direct_url, relay_url, str(streams), str(repeats)]
+    done = subprocess.run(
+        [sys.executable, __file__, *args], capture_output=True, text=True, timeout=600
+    )
+    if done.returncode != 0:
+        raise SystemExit(f"FAILED: the client process: {done.stderr.strip()[-500:]}")
+    out: dict[str, list[tuple[float, float, int]]] = json.loads(done.stdout)
+    return {side: [(a, b, c) for a, b, c in rows] for side, rows in out.items()}
+
+
+@contextmanager
+def upstream_process() -> Iterator[str]:
+    """The scripted server in a process of its own (``--serve``); yield its base URL."""
+    server = subprocess.Popen(
+        [sys.executable, __file__, "--serve"], stdin=subprocess.PIPE, stdout=subprocess.PIPE
+    )
+    try:
+        assert server.stdout is not None
+        line = server.stdout.readline().decode().strip()
+        if not line.startswith("http://"):
+            raise SystemExit("FAILED: the upstream process did not start")
+        yield line
+    finally:
+        server.kill()  # its stdin closes too; either ends it
+        server.wait(10)
+
+
+def serve_until_stdin_closes() -> None:
+    with ScriptedServer(lambda req: Reply.text(TEXT)) as upstream:
+        print(upstream.base_url, flush=True)
+        sys.stdin.read()
 
 
 def report(streams: int, out: dict[str, list[tuple[float, float, int]]]) -> list[list[str]]:
@@ -191,17 +232,26 @@ def memory_per_stream(upstream: ScriptedServer, relay_url: str, size: int, strea
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--serve"]:
+        serve_until_stdin_closes()
+        return 0
+    if argv[:1] == ["--client"]:
+        direct, relayed, streams, repeats = argv[1:5]
+        print(json.dumps(measure_here(direct, relayed, int(streams), int(repeats))))
+        return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     args = parser.parse_args(argv)
     repeats_1, repeats_50 = (30, 2) if args.quick else (400, 12)
+    with upstream_process() as upstream_url, relay_in_thread(upstream_url) as relay_url:
+        one = measure(upstream_url, relay_url, 1, repeats_1)
+        fifty = measure(upstream_url, relay_url, 50, repeats_50)
+    small_kb, large_kb = (16, 64) if args.quick else (128, 1024)
     with (
         ScriptedServer(lambda req: Reply.text(TEXT)) as upstream,
         relay_in_thread(upstream.base_url) as relay_url,
     ):
-        one = measure(upstream.base_url, relay_url, 1, repeats_1)
-        fifty = measure(upstream.base_url, relay_url, 50, repeats_50)
-        small_kb, large_kb = (16, 64) if args.quick else (128, 1024)
         small = memory_per_stream(upstream, relay_url, small_kb * 1024, 4)
         large = memory_per_stream(upstream, relay_url, large_kb * 1024, 4)
     rows = report(1, one) + report(50, fifty)

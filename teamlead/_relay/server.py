@@ -27,6 +27,8 @@ from dataclasses import dataclass
 import aiohttp
 import anyio
 import uvicorn
+import yarl
+from aiohttp.helpers import get_env_proxy_for_url
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..errors import RelayError
@@ -47,6 +49,9 @@ _START_TIMEOUT_S = 10.0
 #: Bytes of a reply read ahead of a slow client (aiohttp pauses the socket at twice this):
 #: small, so memory per stream stays flat however long the reply.
 _READ_BUFFER = 16 * 1024
+#: Bytes of a reply queued for a slow client before the relay stops reading the upstream
+#: (asyncio's default is 64 KiB).
+_WRITE_BUFFER = 16 * 1024
 
 
 class _QuietServer(uvicorn.Server):
@@ -60,8 +65,14 @@ class _TargetKeepingProtocol(HttpToolsProtocol):
 
     uvicorn parses the target and keeps only its path, so ``http://elsewhere/x`` would look
     like ``/x``; the relay refuses anything but an origin-form target (``/…``), so it must
-    see the target itself. The query string is kept apart as before.
+    see the target itself. The query string is kept apart as before. Its write buffer is
+    kept as small as the read-ahead, so a slow client holds little of a reply.
     """
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        if isinstance(transport, asyncio.WriteTransport):
+            transport.set_write_buffer_limits(high=_WRITE_BUFFER)
 
     def on_headers_complete(self) -> None:
         target = self.url
@@ -143,15 +154,20 @@ def _bind() -> socket.socket:
     return sock
 
 
-def _upstream_session(config: RelayConfig) -> aiohttp.ClientSession:
+def _upstream_session(config: RelayConfig, upstream: str) -> aiohttp.ClientSession:
     """The upstream client: pooled, no cookies, no redirects, bytes as they come.
 
-    No header is added that the CLI did not send (``skip_auto_headers``), the body is not
-    decompressed, and proxies come from the environment as the CLI's own would.
+    No header is added that the CLI did not send (``skip_auto_headers``; no ``~/.netrc``
+    credentials either), the body is not decompressed, and the proxy is the environment's
+    (``HTTPS_PROXY``/``HTTP_PROXY``, ``NO_PROXY``), looked up once, as the CLI's own would be.
     """
     timeout = aiohttp.ClientTimeout(
         total=None, sock_connect=config.connect_timeout_s, sock_read=config.read_timeout_s
     )
+    try:
+        proxy, proxy_auth = get_env_proxy_for_url(yarl.URL(upstream))
+    except LookupError:
+        proxy, proxy_auth = None, None
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=False),
         timeout=timeout,
@@ -159,7 +175,9 @@ def _upstream_session(config: RelayConfig) -> aiohttp.ClientSession:
         read_bufsize=_READ_BUFFER,
         cookie_jar=aiohttp.DummyCookieJar(),
         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
-        trust_env=True,
+        # trust_env would also read ~/.netrc for the upstream on every request (in a thread)
+        proxy=proxy,
+        proxy_auth=proxy_auth,
     )
 
 
@@ -206,7 +224,7 @@ class _RunningRelay:
     async def __aenter__(self) -> Relay:
         self._sock = sock = _bind()
         port = sock.getsockname()[1]
-        self._session = _upstream_session(self._config)
+        self._session = _upstream_session(self._config, self._upstream)
         app = RelayApp(
             upstream=self._upstream,
             session=self._session,
@@ -223,6 +241,7 @@ class _RunningRelay:
                 log_config=None,
                 log_level="critical",  # our own logger reports; uvicorn's would echo paths
                 access_log=False,
+                proxy_headers=False,  # no X-Forwarded-* rewriting: the client is the CLI
                 server_header=False,
                 date_header=False,
                 timeout_graceful_shutdown=1,
