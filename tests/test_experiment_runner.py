@@ -135,8 +135,17 @@ def test_resumable_retries_infrastructure_errors_and_grades(tmp_path: Path) -> N
         # a corrupt line is reported and skipped; the rerun skips every finished key
         with (out / "trials.jsonl").open("a") as fh:
             fh.write("{not json\n")
-        again = anyio.run(lambda: run_experiment(spec, out, base_options=claude.options()))
+        seen: list[tuple[int, int, int]] = []
+        again = anyio.run(
+            lambda: run_experiment(
+                spec,
+                out,
+                base_options=claude.options(),
+                on_progress=lambda p: seen.append((p.total, p.done, p.skipped)),
+            )
+        )
     assert (again.ran, again.skipped) == (0, 4)
+    assert seen == [(4, 0, 4)]  # a bar shows 4/4 at once, not 0/4
     read = read_records(out / "trials.jsonl")
     assert len(read.records) == 4 and len(read.warnings) == 1
 

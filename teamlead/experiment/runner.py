@@ -401,6 +401,7 @@ async def run_experiment(
         if on_progress:
             on_progress(progress)
 
+    _report()  # trials recorded by an earlier run show as done from the start
     # One relay run for the whole experiment keeps the shared relay up between trials and
     # reports each governor change once (every trial's run is told of them too). The out dir
     # is held (flock) for the whole run: a second run there stops at once.
