@@ -227,3 +227,68 @@ def test_experiment_report_cli_json_and_markdown(
     assert md.exit_code == 0 and "| delegation | parallel |" in md.output
     assert (tmp_path / "r.md").read_text().startswith("# Experiment report")
     assert list(out.glob("*.png"))
+
+
+def _max_overlap(intervals: list[tuple[float, float]]) -> int:
+    points = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
+    best = cur = 0
+    for _, step in points:
+        cur += step
+        best = max(best, cur)
+    return best
+
+
+@pytest.mark.cli
+def test_a_variants_spawn_limits_are_enforced_and_stated_in_its_prompt(tmp_path: Path) -> None:
+    """Two delegation arms, one with ``spawn = { max_concurrent_agents = 2 }``: the lead of
+    every trial sends 3 Agent calls in one message; in the capped arm at most 2 subagents
+    are ever in flight and its prompt says 2, in the other all 3 run at once."""
+    spec = parse_spec(
+        "\n".join(
+            [
+                "[experiment]",
+                'name = "caps"',
+                "trials = 1",
+                "concurrency = 1",  # one trial at a time: overlaps are within a trial
+                'control = "free"',
+                "[[variants]]",
+                'name = "free"',
+                'strategy = "delegation"',
+                "[[variants]]",
+                'name = "capped"',
+                'strategy = "delegation"',
+                "spawn = { max_concurrent_agents = 2 }",
+                "[[tasks]]",
+                'id = "t"',
+                'prompt = "Research the three parts."',
+            ]
+        )
+    )
+    script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, k=3, delay=0.6)
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        summary = anyio.run(
+            lambda: run_experiment(spec, tmp_path / "out", base_options=claude.options())
+        )
+        recorded = server.recorded()
+    assert (summary.ran, summary.failed) == (2, 0)
+    stated = {}
+    for rec in recorded:
+        if rec.request.role == "lead" and MARKER in rec.request.system:
+            stated[rec.request.session_id] = (
+                "At most 2 agents running at once" in rec.request.system,
+                "At most 4 agents running at once" in rec.request.system,
+            )
+    assert sorted(stated.values()) == [(False, True), (True, False)]
+    overlaps = {}
+    for session, (capped, _) in stated.items():
+        subagents = [
+            (r.started, r.finished or float("inf"))
+            for r in recorded
+            if r.request.role == "subagent" and r.request.session_id == session
+        ]
+        assert len(subagents) >= 3, (capped, len(subagents))
+        overlaps[capped] = _max_overlap(subagents)
+    assert overlaps == {True: 2, False: 3}
+    records = read_records(tmp_path / "out" / "trials.jsonl").records
+    assert {r.variant: r.agent_calls for r in records} == {"free": 3, "capped": 3}

@@ -236,6 +236,24 @@ def test_example_spec_is_valid() -> None:
             id="name-with-whitespace",
         ),
         pytest.param(
+            "options = { max_turns = 40 }",
+            "options = { max_turns = 40 }\nspawn = { max_concurent_agents = 3 }",
+            "variants[1].spawn.max_concurent_agents",
+            "spawn =",
+            1,
+            "unknown key 'max_concurent_agents'",
+            id="spawn-typo",
+        ),
+        pytest.param(
+            "options = { max_turns = 40 }",
+            "options = { max_turns = 40 }\nspawn = { spawn_budget = 2, max_agents_per_turn = 5 }",
+            "variants[1].spawn",
+            "spawn =",
+            1,
+            "larger than spawn_budget",
+            id="spawn-inconsistent",
+        ),
+        pytest.param(
             'model = "claude-opus"',
             "model = 5",
             "variants[1].model",
@@ -333,3 +351,19 @@ def test_first_error_in_file_order_is_reported() -> None:
         .replace('id = "tests"', 'idd = "tests"')
     )
     assert error_for(text).startswith(f"exp.toml:{line_of(text, 'trials =')}: experiment.trials")
+
+
+def test_spawn_limits_come_from_the_variant_else_the_experiment() -> None:
+    text = VALID.replace(
+        "deadline_s = 900\n", "deadline_s = 900\nspawn = { max_concurrent_agents = 2 }\n", 1
+    ).replace(
+        "options = { max_turns = 40 }",
+        "options = { max_turns = 40 }\nspawn = { max_concurrent_agents = 5, stagger_s = 0.5 }",
+    )
+    spec = parse_spec(text, source="exp.toml")
+    baseline, delegation = spec.variants
+    assert spec.spawn_for(baseline) == spec.experiment.spawn
+    assert spec.spawn_for(baseline).max_concurrent_agents == 2  # type: ignore[union-attr]
+    spawn = spec.spawn_for(delegation)
+    assert spawn is not None and (spawn.max_concurrent_agents, spawn.stagger_s) == (5, 0.5)
+    assert parse_spec(VALID, source="exp.toml").spawn_for(baseline) is None

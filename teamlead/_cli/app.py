@@ -21,15 +21,13 @@ from claude_agent_sdk import ClaudeAgentOptions
 from .._claude.loopback import ensure_loopback
 from .._procs import stop_descendants
 from .._redact import redact, terminal_safe
+from .._run.prompt_limits import prompt_limits
 from ..errors import SetupError, UsageError
 from ..events import Finished
 from ..policy import Policy, SpawnPolicy
 from ..prompts import (
-    DEFAULT_MAX_AGENTS_PER_TURN,
-    DEFAULT_MAX_CONCURRENT_AGENTS,
     Strategy,
     apply_strategy,
-    default_values,
     load_strategy,
 )
 from ..view import JsonProgress, LiveTeamView, PlainProgress
@@ -168,37 +166,8 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
         env=dict(settings.env),
         cli_path=find_cli(settings.cli_path),
     )
-    options = apply_strategy(options, strategy, values=_prompt_limits(policy.spawn, options.env))
+    options = apply_strategy(options, strategy, values=prompt_limits(policy.spawn, options.env))
     return options, policy, strategy
-
-
-def _prompt_limits(spawn: SpawnPolicy, env: Mapping[str, str]) -> dict[str, str]:
-    """The strategy prompt's limits, from the values the spawn gate enforces.
-
-    A limit the user set is stated as is. Otherwise the prompt keeps its advice (at most
-    4 at once, 4 per message), never above what the gate enforces: the CLI's cap and the
-    spawn budget.
-    """
-    from .._run.gate_cap import cli_subagent_cap
-
-    enforced = cli_subagent_cap(env)
-    if spawn.enabled and spawn.max_concurrent_agents is not None:
-        enforced = min(enforced, spawn.max_concurrent_agents)
-    per_turn = enforced
-    if spawn.enabled and spawn.spawn_budget is not None:
-        per_turn = min(per_turn, max(1, spawn.spawn_budget))
-    concurrent = (
-        enforced
-        if spawn.enabled and spawn.max_concurrent_agents is not None
-        else min(DEFAULT_MAX_CONCURRENT_AGENTS, enforced)
-    )
-    if spawn.enabled and spawn.max_agents_per_turn is not None:
-        per_turn = min(per_turn, spawn.max_agents_per_turn)
-    else:
-        per_turn = min(per_turn, DEFAULT_MAX_AGENTS_PER_TURN)
-    values = default_values(max_concurrent_agents=concurrent, max_agents_per_turn=per_turn)
-    values.pop("agent_roster")  # apply_strategy lists the agents actually registered
-    return values
 
 
 def _progress(output: Output, verbose: bool, stderr: IO[str], stdout: IO[str]) -> Any:

@@ -33,6 +33,7 @@ import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
 from .._redact import redact
+from .._run.prompt_limits import prompt_limits
 from .._run.relayed import relayed
 from .._version import __version__
 from ..clock import SYSTEM_CLOCK, Clock
@@ -143,6 +144,7 @@ def _trial_options(
     strategy: Strategy,
     session_id: str,
     cwd: Path,
+    policy: Policy,
 ) -> ClaudeAgentOptions:
     fields: dict[str, Any] = {"session_id": session_id, "cwd": str(cwd)}
     model = spec.model_for(variant)
@@ -152,7 +154,9 @@ def _trial_options(
         if not hasattr(base, key):
             raise UsageError(f"variant {variant.name!r}: unknown SDK option {key!r}")
         fields[key] = value
-    return apply_strategy(dataclasses.replace(base, **fields), strategy)
+    options = dataclasses.replace(base, **fields)
+    # the prompt states the limits the trial's spawn gate enforces
+    return apply_strategy(options, strategy, values=prompt_limits(policy.spawn, options.env))
 
 
 async def _lead_trial(
@@ -174,7 +178,10 @@ async def _lead_trial(
     variant, task = spec.variant(key.variant), spec.task(key.task)
     strategy = strategies[variant.name]
     session_id = trial_session_id(spec.experiment.seed, key, attempt, run_id)
-    options = _trial_options(base, spec, variant, task, strategy, session_id, cwd)
+    spawn = spec.spawn_for(variant)
+    if spawn is not None:
+        policy = policy.model_copy(update={"spawn": spawn})
+    options = _trial_options(base, spec, variant, task, strategy, session_id, cwd, policy)
     tracker = Tracker()
     finished: Finished | None = None
     error: str | None = None

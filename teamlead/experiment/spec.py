@@ -39,7 +39,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import UsageError
-from ..policy import MAX_SECONDS
+from ..policy import MAX_SECONDS, SpawnPolicy
 from ._toml_lines import LineIndex, dotted
 from .records import TrialKey
 from .steps import PrimaryMetric, StepKeys, Steps, resolve_steps
@@ -53,6 +53,7 @@ __all__ = [
     "ExperimentSettings",
     "ExperimentSpec",
     "GraderSpec",
+    "SpawnSettings",
     "TaskSpec",
     "VariantSpec",
     "load_spec",
@@ -75,6 +76,14 @@ _RESERVED_OPTIONS = {
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+
+class SpawnSettings(SpawnPolicy):
+    """A ``spawn`` table: the spawn gate's limits for a trial
+    (:class:`~teamlead.policy.SpawnPolicy`, a misspelt key refused). The strategy prompt
+    states the same limits, as with ``teamlead ask``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class GraderSpec(_Strict):
@@ -118,7 +127,8 @@ class ExperimentSettings(StepKeys):
     experiment (trials and grading). ``model`` and ``cwd`` are defaults that a variant's
     ``model`` or a task's ``cwd`` override, as do a task's workspace and command keys
     (:class:`~teamlead.experiment.steps.StepKeys`). ``primary_metric`` is the metric whose
-    p-values are Holm-adjusted.
+    p-values are Holm-adjusted. ``spawn`` is the spawn gate's limits for every trial, unless
+    a variant has its own ``spawn`` table.
     """
 
     name: Name
@@ -134,6 +144,7 @@ class ExperimentSettings(StepKeys):
     cwd: str | None = None
     grader: GraderSpec | None = None
     primary_metric: PrimaryMetric = "parallel"
+    spawn: SpawnSettings | None = None
 
 
 class VariantSpec(_Strict):
@@ -143,6 +154,7 @@ class VariantSpec(_Strict):
     strategy: Name
     model: str | None = None
     options: dict[str, Any] = Field(default_factory=dict)
+    spawn: SpawnSettings | None = None
 
     @field_validator("options")
     @classmethod
@@ -199,6 +211,10 @@ class ExperimentSpec(_Strict):
     def model_for(self, variant: VariantSpec) -> str | None:
         """The variant's model, else the experiment's default (None: the SDK's default)."""
         return variant.model or self.experiment.model
+
+    def spawn_for(self, variant: VariantSpec) -> SpawnPolicy | None:
+        """The variant's ``spawn`` table, else the experiment's (None: the run's policy)."""
+        return variant.spawn or self.experiment.spawn
 
     def cwd_for(self, task: TaskSpec) -> str | None:
         """The task's working directory, else the experiment's."""
