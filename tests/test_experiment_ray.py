@@ -34,6 +34,11 @@ from teamlead.testing.scripts import ProbabilisticFanOut
 
 ray = pytest.importorskip("ray")
 
+# These run one after another on one worker (the README's ``-n 2 --dist loadfile``): each
+# checks that the Ray processes it started are gone, which another test's Ray starting
+# meanwhile would spoil. (``xdist_group`` would say it per test, but pytest-xdist 3.8's
+# loadgroup does not group under pytest 9.2.)
+
 MARKER = "Fan out to parallel agents."
 _RAY_NAMES = ("raylet", "gcs_server", "ray::", "default_worker", "plasma_store", "dashboard")
 
@@ -57,6 +62,21 @@ def _wait_gone(pids: set[int], deadline_s: float = 30.0) -> set[int]:
         alive = {p for p in alive if psutil.pid_exists(p) and _running(p)}
         time.sleep(0.2)
     return alive
+
+
+def _described(pids: set[int]) -> list[str]:
+    """What the processes ``pids`` are (and their parents), for a failure message."""
+    out = [f"this process: {os.getpid()}"]
+    for pid in sorted(pids):
+        try:
+            proc = psutil.Process(pid)
+            parent = proc.parent()
+            who = " ".join(parent.cmdline())[:120] if parent else "-"
+            line = " ".join(proc.cmdline())[:100]
+            out.append(f"{pid} ({proc.status()}) {line} <- {proc.ppid()} {who}")
+        except psutil.Error:
+            out.append(f"{pid} (gone)")
+    return out
 
 
 def _running(pid: int) -> bool:
@@ -354,7 +374,8 @@ def test_a_stopped_ray_run_cancels_its_trials_and_resumes(tmp_path: Path) -> Non
         assert code == 130, err
         assert "interrupted; finished trials are kept" in err
         assert _wait_gone({p.pid for p in found}) == set()  # the trial's worker and CLI
-        assert _wait_gone(_ray_pids() - before) == set()
+        left = _wait_gone(_ray_pids() - before)
+        assert left == set(), _described(left)
         stopped = (
             read_records(out / "trials.jsonl").records if (out / "trials.jsonl").exists() else []
         )

@@ -26,6 +26,7 @@ Ray is an optional dependency (``pip install 'teamlead[ray]'``), imported on fir
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import math
@@ -277,7 +278,7 @@ async def run_experiment_ray(
     ``keep_workspaces`` keeps each trial's workspace on the node that ran it.
     """
     import ray
-    from ray.exceptions import GetTimeoutError, RayError
+    from ray.exceptions import RayError
 
     name = f"teamlead-governor/{spec.experiment.name}/{uuid.uuid4().hex[:12]}"
     store = RayLimitStore.connect(name, clock=clock)
@@ -318,15 +319,16 @@ async def run_experiment_ray(
         start = time.monotonic()
         failure: str | None = None
         try:
-            returned, data, infra, limited = await anyio.to_thread.run_sync(
-                lambda: ray.get(ref, timeout=budget), abandon_on_cancel=True
-            )
+            # Awaited on the event loop (no thread blocked in ray.get that the process
+            # would have to wait for on its way out after a stop).
+            with anyio.fail_after(budget):
+                returned, data, infra, limited = await asyncio.wrap_future(ref.future())
         except anyio.get_cancelled_exc_class():
             # The run was stopped: kill the trial where it runs (Ray kills the worker and
-            # the CLI it started), which also ends the abandoned wait. Nothing is recorded.
+            # the CLI it started). Nothing is recorded.
             ray.cancel(ref, force=True)
             raise
-        except GetTimeoutError:
+        except TimeoutError:
             ray.cancel(ref, force=True)
             failure = f"ray: no result within {budget:g} s; cancelled"
         except RayError as exc:
