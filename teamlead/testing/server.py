@@ -200,7 +200,7 @@ class ScriptedServer:
         host: must be a loopback address.
         port: 0 picks a free port.
         concurrency_limit: emulate a hidden account limit: with more than this many
-            ``/v1/messages`` requests (streams, from arrival to their last byte) in flight,
+            ``/v1/messages`` requests (streams, from arrival to their last event) in flight,
             answer 429 with ``retry-after``.
         retry_after: seconds sent in ``retry-after`` by the emulated limit.
         limit_roles: the roles the emulated limit counts and rejects (default: all), e.g.
@@ -344,6 +344,15 @@ class ScriptedServer:
         record = RecordedRequest(request=request, started=time.monotonic(), headers=headers)
         with self._lock:
             self.requests.append(record)
+        released = not counted
+
+        def release() -> None:  # before the last write: a client's next request never races it
+            nonlocal released
+            if not released:
+                released = True
+                with self._lock:
+                    self._limited_in_flight -= 1
+
         try:
             if over_limit:
                 reply = Reply(fault=Fault(429, retry_after=self.retry_after))
@@ -362,14 +371,14 @@ class ScriptedServer:
                     reply = Reply(fault=Fault(500, message=f"script error: {record.error}"))
             record.reply = reply
             self._remember_agents(reply)
-            record.status = self._answer(handler, request, reply)
+            record.status = self._answer(handler, request, reply, release)
         except (BrokenPipeError, ConnectionResetError):
             record.status = 499  # the client went away mid-reply
         finally:
             record.finished = time.monotonic()
+            release()
             with self._lock:
                 self.stats.in_flight -= 1
-                self._limited_in_flight -= 1 if counted else 0
                 self.stats.status_counts[record.status] = (
                     self.stats.status_counts.get(record.status, 0) + 1
                 )
@@ -393,7 +402,11 @@ class ScriptedServer:
         if seconds > 0:
             self._stopping.wait(seconds)
 
-    def _answer(self, handler: _Handler, request: ScriptedRequest, reply: Reply) -> int:
+    def _answer(
+        self, handler: _Handler, request: ScriptedRequest, reply: Reply, release: Callable[[], None]
+    ) -> int:
+        """Write ``reply``; ``release`` frees its place in the hidden limit before the last
+        write, as an API frees capacity when the model is done, not when the client has read."""
         fault = reply.fault
         # Like the real API, a stream that will succeed (or break only later) is answered
         # 200 at once and its events follow when the "model" has written them.
@@ -409,10 +422,12 @@ class ScriptedServer:
             headers = {"x-should-retry": "true" if fault.status in (429, 500, 529) else "false"}
             if fault.retry_after is not None:
                 headers["retry-after"] = f"{fault.retry_after:g}"
+            release()
             handler._send_json(fault.status, fault.body(), headers)
             return fault.status
         message_id = f"msg_{uuid.uuid4().hex[:24]}"
         if not request.stream:
+            release()
             handler._send_json(
                 200, message_json(reply, request.model, message_id), dict(reply.headers)
             )
@@ -430,5 +445,6 @@ class ScriptedServer:
             handler._write_chunk(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
             if name == "content_block_delta" and data["delta"]["type"] == "text_delta":
                 self._sleep(reply.chunk_delay)
+        release()
         handler._end_stream()
         return 200
