@@ -229,15 +229,6 @@ def test_experiment_report_cli_json_and_markdown(
     assert list(out.glob("*.png"))
 
 
-def _max_overlap(intervals: list[tuple[float, float]]) -> int:
-    points = sorted([(a, 1) for a, _ in intervals] + [(b, -1) for _, b in intervals])
-    best = cur = 0
-    for _, step in points:
-        cur += step
-        best = max(best, cur)
-    return best
-
-
 @pytest.mark.cli
 def test_a_variants_spawn_limits_are_enforced_and_stated_in_its_prompt(tmp_path: Path) -> None:
     """Two delegation arms, one with ``spawn = { max_concurrent_agents = 2 }``: the lead of
@@ -282,13 +273,9 @@ def test_a_variants_spawn_limits_are_enforced_and_stated_in_its_prompt(tmp_path:
     assert sorted(stated.values()) == [(False, True), (True, False)]
     overlaps = {}
     for session, (capped, _) in stated.items():
-        subagents = [
-            (r.started, r.finished or float("inf"))
-            for r in recorded
-            if r.request.role == "subagent" and r.request.session_id == session
-        ]
+        subagents = [r for r in server.recorded("subagent") if r.request.session_id == session]
         assert len(subagents) >= 3, (capped, len(subagents))
-        overlaps[capped] = _max_overlap(subagents)
+        overlaps[capped] = server.max_concurrent("subagent", session_id=session)
     assert overlaps == {True: 2, False: 3}
     records = read_records(tmp_path / "out" / "trials.jsonl").records
     assert {r.variant: r.agent_calls for r in records} == {"free": 3, "capped": 3}

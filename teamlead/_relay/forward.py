@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import aiohttp
@@ -99,11 +99,6 @@ class Exchange:
     attempts: int
 
 
-def response_headers(response: aiohttp.ClientResponse) -> Mapping[str, str]:
-    """The response's headers, looked up case-insensitively."""
-    return response.headers
-
-
 async def _send(session: aiohttp.ClientSession, request: UpstreamRequest) -> aiohttp.ClientResponse:
     try:
         return await session.request(
@@ -151,7 +146,7 @@ async def open_upstream(
             slot.release()
             raise
         status = response.status
-        headers = response_headers(response)
+        headers = response.headers
         if status not in (429, 529):
             if 200 <= status < 300:
                 slot.streaming()

@@ -287,12 +287,13 @@ class ScriptedServer:
             items = list(self.requests)
         return [r for r in items if role is None or r.role == role]
 
-    def max_concurrent(self, role: Role | None = None) -> int:
-        """The most requests (of ``role``) whose intervals overlapped at one instant."""
+    def max_concurrent(self, role: Role | None = None, session_id: str | None = None) -> int:
+        """The most requests (of ``role``, of ``session_id``) that overlapped at one instant."""
         points: list[tuple[float, int]] = []
         for rec in self.recorded(role):
-            points.append((rec.started, 1))
-            points.append((rec.finished if rec.finished is not None else float("inf"), -1))
+            if session_id in (None, rec.request.session_id):
+                points.append((rec.started, 1))
+                points.append((rec.finished if rec.finished is not None else float("inf"), -1))
         best = cur = 0
         for _, step in sorted(points, key=lambda p: (p[0], p[1])):
             cur += step
@@ -405,8 +406,7 @@ class ScriptedServer:
     def _answer(
         self, handler: _Handler, request: ScriptedRequest, reply: Reply, release: Callable[[], None]
     ) -> int:
-        """Write ``reply``; ``release`` frees its place in the hidden limit before the last
-        write, as an API frees capacity when the model is done, not when the client has read."""
+        """Write ``reply``; ``release`` frees its hidden-limit place just before the last write."""
         fault = reply.fault
         # Like the real API, a stream that will succeed (or break only later) is answered
         # 200 at once and its events follow when the "model" has written them.
