@@ -25,15 +25,19 @@ their details, are in ``teamlead._governor.aimd``):
 * **Overload (529)** pauses and cuts once per epoch but marks no level as bad.
 * **Pacing** (:meth:`Governor.pace`): the ``anthropic-ratelimit-*`` response headers pause
   new grants before a window runs dry (see ``teamlead._governor.ratelimit_headers``).
-* **Idle reset.** After 5 idle minutes a bucket returns to the ceiling and forgets.
+* **Idle reset.** After 5 idle minutes a bucket returns to the ceiling and forgets, its
+  pause included.
+* **Bounded pauses.** No pause is longer than ``MAX_PAUSE_S`` (10 minutes), whatever a
+  header asks, and a caller whose ``timeout`` ends before the pause does is told at once
+  (``TimeoutError``) instead of waiting its whole timeout for nothing.
 
 Waiters are served by priority, then FIFO, per key: a caller that must not starve (the
 lead's requests, a retried request) asks with a higher ``priority``. A released slot goes
 to the next waiter of the same key first, else to the best waiter of another key that was
 blocked only by the global cap (``max_total``).
 
-Every change is a :class:`~teamlead.events.ConcurrencyChanged` in :attr:`Governor.journal`,
-also passed to ``on_change``. What a bucket learnt lives in a
+Every change is a :class:`~teamlead.events.ConcurrencyChanged` in :attr:`Governor.journal`
+(the last :data:`JOURNAL_SIZE`), also passed to ``on_change``. What a bucket learnt lives in a
 :class:`~teamlead._governor.store.LimitStore` (in memory by default), so a shared store can
 stand in for one account used from several processes. Release a slot only after the work
 it stood for has really ended (for a CLI process: after it exited). The governor belongs to
@@ -55,6 +59,7 @@ Example:
 
 from __future__ import annotations
 
+import collections
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -89,6 +94,10 @@ __all__ = [
 
 log = logging.getLogger("teamlead.governor")
 
+#: Changes kept in :attr:`Governor.journal` (oldest dropped first), so a process that
+#: meets 429s for days keeps a bounded history; ``on_change`` sees every one.
+JOURNAL_SIZE = 1000
+
 
 class Governor:
     """Adaptive per-``provider/model`` concurrency with a global cap. See the module docstring.
@@ -109,7 +118,7 @@ class Governor:
         store: LimitStore | None = None,
     ) -> None:
         self.policy = policy or GovernorPolicy()
-        self.journal: list[ConcurrencyChanged] = []
+        self.journal: collections.deque[ConcurrencyChanged] = collections.deque(maxlen=JOURNAL_SIZE)
         self._clock = clock
         self._listeners = [on_change] if on_change is not None else []
         self._store: LimitStore = store if store is not None else MemoryStore()
@@ -231,6 +240,11 @@ class Governor:
         )
 
     @property
+    def clock(self) -> Clock:
+        """The clock the governor reads (pauses, timeouts); callers' deadlines use it too."""
+        return self._clock
+
+    @property
     def total_in_flight(self) -> int:
         """Slots held across all buckets."""
         return self._total
@@ -260,9 +274,14 @@ class Governor:
                     f"{bucket.in_flight} running, {len(bucket.waiters)} waiting, "
                     f"{self._total} running in total)"
                 )
+            cooldown_until = self._limits(bucket.key).cooldown_until
+            if deadline is not None and cooldown_until >= deadline:
+                raise TimeoutError(
+                    f"{bucket.key!r} is paused for {cooldown_until - now:.0f}s, "
+                    f"longer than the {asked:g}s this caller can wait"
+                )
             # Only the head of a paused bucket keeps the timer; the others are woken by it.
             sleep_for = None
-            cooldown_until = self._limits(bucket.key).cooldown_until
             if bucket.waiters and bucket.waiters[0] is waiter and cooldown_until > now:
                 sleep_for = cooldown_until - now
             if deadline is not None:
@@ -301,7 +320,7 @@ class Governor:
             and now - bucket.last_activity >= self.policy.idle_reset_s
         ):
             bucket.last_activity = now
-            self._apply(bucket, aimd.idle_reset(self._limits(key), self.policy))
+            self._apply(bucket, aimd.idle_reset(self._limits(key), self.policy, now=now))
         return bucket
 
     def _apply(self, bucket: Bucket, step: aimd.Step) -> None:

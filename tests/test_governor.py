@@ -730,7 +730,7 @@ async def test_journal_records_every_change_with_its_fields() -> None:
     clock.advance(10)
     async with gov.slot(A) as slot:
         slot.rate_limited(1.5)
-    assert seen == gov.journal
+    assert seen == list(gov.journal)
     event = gov.journal[0]
     assert event.model_dump() == {
         "type": "concurrency_changed",

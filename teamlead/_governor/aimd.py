@@ -19,7 +19,9 @@ The rules (the governor's module docstring tells the story):
 * :func:`success`: successes of the current epoch earn ``cap + 1`` while callers queue on
   the cap, except towards a level that drew a 429 less than ``reprobe_after_s`` ago.
 * :func:`paced`: a pause asked for by the rate-limit headers (see ``ratelimit_headers``).
-* :func:`idle_reset`: back to the ceiling, forgetting what was learnt.
+* :func:`idle_reset`: back to the ceiling, forgetting what was learnt, the pause included.
+
+Every pause is at most :data:`~teamlead._governor.retry_after.MAX_PAUSE_S`, whoever asks.
 
 Times are the governor clock's monotonic seconds.
 """
@@ -31,6 +33,7 @@ from dataclasses import dataclass, replace
 from typing import Protocol
 
 from ..events import ChangeReason
+from .retry_after import bounded_pause
 
 __all__ = [
     "Change",
@@ -105,10 +108,22 @@ def initial(knobs: Knobs) -> Limits:
     return Limits(cap=knobs.ceiling)
 
 
-def idle_reset(limits: Limits, knobs: Knobs) -> Step:
-    """Back to the ceiling after an idle spell; a new epoch if anything was forgotten."""
-    forgot = limits.last_good is not None or limits.bad_level is not None
-    reset = replace(limits, cap=knobs.ceiling, last_good=None, bad_level=None, successes=0)
+def idle_reset(limits: Limits, knobs: Knobs, *, now: float | None = None) -> Step:
+    """Back to the ceiling after an idle spell; a new epoch if anything was forgotten.
+
+    The pause is forgotten too: a bucket nobody asked for during the idle spell starts
+    fresh, so no pause outlives it (``now`` tells whether one was still running).
+    """
+    paused = now is not None and limits.cooldown_until > now
+    forgot = limits.last_good is not None or limits.bad_level is not None or paused
+    reset = replace(
+        limits,
+        cap=knobs.ceiling,
+        last_good=None,
+        bad_level=None,
+        successes=0,
+        cooldown_until=-math.inf,
+    )
     if limits.cap == knobs.ceiling and not forgot:
         return reset, None
     # late reports from before the idle spell must not cut the fresh bucket
@@ -116,7 +131,10 @@ def idle_reset(limits: Limits, knobs: Knobs) -> Step:
 
 
 def _pause(limits: Limits, now: float, seconds: float | None) -> tuple[Limits, bool]:
-    if seconds is None or seconds <= 0 or now + seconds <= limits.cooldown_until:
+    if seconds is None or seconds <= 0:
+        return limits, False
+    seconds = bounded_pause(seconds)
+    if now + seconds <= limits.cooldown_until:
         return limits, False
     return replace(limits, cooldown_until=now + seconds), True
 

@@ -16,7 +16,10 @@ continuously. The rule (:func:`pace_pause`): when a window's ``remaining`` falls
 ``pace_below`` of its ``limit``, pause new requests until it has refilled back to that
 level, i.e. ``(reset - now) * (pace_below * limit - remaining) / (limit - remaining)``; when
 ``remaining`` is 0 (or the limit is unknown and nothing remains), pause until ``reset``.
-The longest pause over the windows wins. Requests already running are never stopped.
+The longest pause over the windows wins, at most
+:data:`~teamlead._governor.retry_after.MAX_PAUSE_S` (a reset in 2099 pauses 10 minutes, not
+70 years). Requests already running are never stopped. Nothing here raises on a bad value:
+the window is skipped.
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
+
+from .retry_after import bounded_pause
 
 __all__ = ["WINDOWS", "RateWindow", "pace_pause", "read_windows"]
 
@@ -52,7 +57,7 @@ class RateWindow:
 
 
 def _number(value: str | None) -> float | None:
-    if value is None:
+    if value is None or len(value) > 64:
         return None
     try:
         number = float(value.strip())
@@ -62,18 +67,18 @@ def _number(value: str | None) -> float | None:
 
 
 def _rfc3339(value: str | None) -> float | None:
-    if value is None:
+    if value is None or len(value) > 64:
         return None
     text = value.strip()
     if text.endswith(("Z", "z")):
         text = text[:-1] + "+00:00"
     try:
         when = datetime.fromisoformat(text)
-    except ValueError:
+        if when.tzinfo is None:
+            return None
+        return when.timestamp()
+    except (ValueError, OverflowError):
         return None
-    if when.tzinfo is None:
-        return None
-    return when.timestamp()
 
 
 def read_windows(headers: Mapping[str, str]) -> list[RateWindow]:
@@ -129,4 +134,4 @@ def pace_pause(windows: list[RateWindow], *, now: float, pace_below: float) -> f
             continue
         refill = until_reset * (floor_level - window.remaining) / (limit - window.remaining)
         longest = max(longest, refill)
-    return longest
+    return bounded_pause(longest)
