@@ -9,7 +9,9 @@ governor as overload, and paces ahead of 429s from the ``anthropic-ratelimit-*``
 
 Modules: :mod:`.routing` (what is accepted; model and role of a request), :mod:`.forward`
 (one exchange with the upstream under a slot), :mod:`.app` (the ASGI app: stream back,
-disconnects), :mod:`.stats` (counters, events), :mod:`.server` (uvicorn, lifecycle),
+disconnects), :mod:`.protocol` (the client connections' bounds: prefix first, header limits,
+timeouts, a connection cap), :mod:`.stats` (counters, events), :mod:`.server` (uvicorn,
+lifecycle),
 :mod:`.shared` (the process-wide instance, applicability).
 
 Example:

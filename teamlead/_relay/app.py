@@ -1,20 +1,28 @@
 """The relay's ASGI application: refuse, classify, forward, stream back.
 
 Headers and body bytes pass through untouched, except the hop-by-hop headers HTTP itself
-owns (``connection``, ``transfer-encoding`` …), ``host`` (the upstream's) and ``content-length``
-(recomputed from the same bytes). The response body is forwarded as it
+owns (``connection``, ``transfer-encoding`` …), ``host`` (the upstream's), ``content-length``
+(recomputed from the same bytes) and ``expect`` (a ``100-continue`` is answered here, by
+the server, when the body is first read: forwarded, it would hold the request until the
+read timeout). The response body is forwarded as it
 arrives (no decoding, no buffering: what the upstream sent while the last write was out goes
 on as one write), so SSE events reach the CLI when the upstream sends them. A slow client
 slows the upstream read (the server's write waits, and aiohttp's bounded read buffer pauses
 the upstream socket), so memory per stream stays flat. A client that goes away mid-stream
-cancels the upstream request and frees its governor slot. Nothing here logs a header, a body
-or the path prefix: the API key and the prefix are secrets.
+cancels the upstream request and frees its governor slot. A reply this server could not
+write (a control character in a header, a status out of range) is a 502 with one warning
+line, and anything else that goes wrong is one warning line too: nothing fails silently.
+Nothing here logs a header, a body or the path prefix: the API key and the prefix are
+secrets.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import math
+import random
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -60,7 +68,10 @@ _HOP_BY_HOP = frozenset(
         b"upgrade",
     }
 )
-_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length"}
+_NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
+#: What the server refuses to write in a response header (uvicorn's own checks).
+_BAD_NAME = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
+_BAD_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
 _RUN_MARK = "/run-"
 #: The Retry-After of the relay's own 429, sent when no governor slot came in time.
 _NO_SLOT_RETRY_AFTER_S = 5
@@ -68,14 +79,31 @@ _NO_SLOT_RETRY_AFTER_S = 5
 
 @dataclass
 class RunState:
-    """One run's share of the relay: its counters and listeners."""
+    """One run's share of the relay: its counters, listeners and deadline.
+
+    ``deadline`` is when the run ends, on the governor's clock (monotonic seconds): none of
+    its requests waits for a slot or holds a 429 past it.
+    """
 
     tally: Tally = field(default_factory=Tally)
     listeners: list[RelayListener] = field(default_factory=list)
+    deadline: float | None = None
 
 
 class _TooLarge(Exception):
     pass
+
+
+def _unwritable(response: aiohttp.ClientResponse) -> str | None:
+    """Why the server could not write this reply's head, or ``None`` when it can."""
+    if not 200 <= response.status <= 599:
+        return f"status {response.status}"
+    headers = response.raw_headers
+    if _BAD_NAME.search(b"".join(name for name, _ in headers)):
+        return "a malformed header name"
+    if _BAD_VALUE.search(b"\t".join(value for _, value in headers)):
+        return "a control character in a header"
+    return None
 
 
 def _error_body(status: int, kind: str, message: str) -> bytes:
@@ -93,8 +121,10 @@ class RelayApp:
         governor: Governor,
         config: RelayConfig,
         prefix: str,
+        rng: random.Random | None = None,
     ) -> None:
         self.upstream = upstream.rstrip("/")
+        self.rng = rng
         self.session = session
         self.governor = governor
         self.config = config
@@ -106,6 +136,24 @@ class RelayApp:
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
             return  # no websockets; lifespan is off
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            started = True
+            await send(message)
+
+        try:
+            await self._serve(scope, receive, tracked)
+        except _StreamCut:
+            raise  # logged already; the server drops the connection
+        except Exception as exc:  # uvicorn's own error log is off: say it here, once
+            log.warning("relay failed on a %s request: %s", scope["method"], type(exc).__name__)
+            if started:
+                raise  # the server drops the connection: the client sees it incomplete
+            await self._answer(send, 500, "api_error", "teamlead relay: internal error")
+
+    async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         target = check_target(
             scope["method"],
             scope.get("raw_path") or scope["path"].encode("latin-1"),
@@ -144,9 +192,10 @@ class RelayApp:
                 state.tally.limited(key, event)
                 notify(state.listeners, event)
 
+        deadline = None if run is None else run.deadline
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
-            await self._exchange(send, request, key, info, limited)
+            await self._exchange(send, request, key, info, limited, deadline)
             tg.cancel_scope.cancel()
 
     def _split_run(self, path: str) -> tuple[RunState | None, str]:
@@ -185,6 +234,7 @@ class RelayApp:
         key: str,
         info: RequestInfo,
         limited: Callable[[RateLimited], None],
+        deadline: float | None,
     ) -> None:
         try:
             exchange = await open_upstream(
@@ -195,26 +245,40 @@ class RelayApp:
                 info=info,
                 config=self.config,
                 on_limited=limited,
+                deadline=deadline,
+                rng=self.rng,
             )
         except NoSlot:
+            # a paused bucket says how long; else a short wait (the queue is full)
+            wait = max(_NO_SLOT_RETRY_AFTER_S, math.ceil(self.governor.state(key).cooldown_s))
             limited(
                 RateLimited(
                     model=info.model,
                     role=info.role,
-                    retry_after_s=_NO_SLOT_RETRY_AFTER_S,
+                    retry_after_s=wait,
                     outcome="passed",
                     source="relay",
                 )
             )
             message = f"teamlead relay: no slot for {info.model} in time"
-            retry_after = {b"retry-after": b"%d" % _NO_SLOT_RETRY_AFTER_S}
-            await self._answer(send, 429, "rate_limit_error", message, retry_after)
+            await self._answer(
+                send, 429, "rate_limit_error", message, {b"retry-after": b"%d" % wait}
+            )
             return
         except UpstreamTimeout:
             await self._answer(send, 504, "api_error", "teamlead relay: the upstream timed out")
             return
         except UpstreamUnreachable:
             await self._answer(send, 502, "api_error", "teamlead relay: upstream unreachable")
+            return
+        problem = _unwritable(exchange.response)
+        if problem is not None:
+            log.warning("relay answered 502: the upstream's reply had %s", problem)
+            exchange.response.close()
+            exchange.slot.release()
+            await self._answer(
+                send, 502, "api_error", f"teamlead relay: the upstream's reply had {problem}"
+            )
             return
         complete = False
         try:

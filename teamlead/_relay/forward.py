@@ -5,15 +5,23 @@ request and returns the slot with the upstream response still open, headers read
 yet: the caller streams it and releases the slot when the stream ends. A 429 is held here:
 the governor is fed (Retry-After, and the number of requests the upstream was streaming at
 that moment), the slot is given back, and the request waits for a new slot with a higher
-priority, which the governor grants once the pause has passed. Past ``max_retries`` the 429
-goes on to the client. A 529 feeds the governor as an overload and goes on at once: the
-CLI and teamlead's resume already retry it, and retrying here too would multiply retries.
+priority, which the governor grants once the pause has passed. A 429 without a usable
+Retry-After pauses the bucket for a jittered exponential backoff instead
+(:func:`backoff_s`), so it is never retried at once. Past ``max_retries``, or when the pause
+is longer than the request can wait (the slot timeout, or what is left of its run's
+deadline), the 429 goes on to the client at once. A 529 feeds the governor as an overload
+and goes on at once: the CLI and teamlead's resume already retry it, and retrying here too
+would multiply retries.
+
+Whatever the upstream answers, the slot is the caller's on return and given back here on
+any exception: a header that cannot be read never leaks it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -32,6 +40,7 @@ __all__ = [
     "UpstreamRequest",
     "UpstreamTimeout",
     "UpstreamUnreachable",
+    "backoff_s",
     "open_upstream",
 ]
 
@@ -47,9 +56,21 @@ class RelayConfig:
         connect_timeout_s: the longest wait to connect to the upstream.
         read_timeout_s: the longest silence from the upstream (headers or body) before
             the request is given up (504 if nothing was sent yet, else the stream is cut).
-        slot_timeout_s: the longest wait for a governor slot before answering 429.
+        slot_timeout_s: the longest wait for a governor slot before answering 429; a 429
+            whose pause is longer is passed on at once.
         max_body_bytes: larger request bodies are refused with 413.
         provider: the first half of every bucket key (``provider/model``).
+        backoff_base_s: the pause after a first 429 without a usable Retry-After; each
+            further one doubles it (with jitter), up to ``backoff_max_s``.
+        backoff_max_s: the longest such backoff.
+        max_header_bytes: a request line and headers larger than this are answered 431.
+        max_headers: a request with more header lines is answered 431.
+        head_timeout_s: the longest a connection may take to send a complete request line
+            and headers, from when it opened or its last reply ended (slow senders are
+            cut: 408).
+        idle_timeout_s: a keep-alive connection with no new request for this long is closed.
+        max_connections: open client connections at most (also kept well below the
+            process's open-file limit); past it the oldest idle connection is closed.
     """
 
     max_retries: int = 3
@@ -58,6 +79,13 @@ class RelayConfig:
     slot_timeout_s: float = 900.0
     max_body_bytes: int = 64 * 1024 * 1024
     provider: str = "anthropic"
+    backoff_base_s: float = 1.0
+    backoff_max_s: float = 30.0
+    max_header_bytes: int = 64 * 1024
+    max_headers: int = 128
+    head_timeout_s: float = 30.0
+    idle_timeout_s: float = 30.0
+    max_connections: int = 1024
 
 
 class NoSlot(Exception):
@@ -71,6 +99,8 @@ class UpstreamTimeout(Exception):
 class UpstreamUnreachable(Exception):
     """The upstream could not be reached, or broke the connection."""
 
+
+_RNG = random.Random()
 
 #: What aiohttp raises for a failed exchange (its timeouts are both kinds).
 UPSTREAM_ERRORS = (aiohttp.ClientError, asyncio.TimeoutError)
@@ -115,6 +145,21 @@ async def _send(session: aiohttp.ClientSession, request: UpstreamRequest) -> aio
         raise UpstreamUnreachable from None
 
 
+def backoff_s(config: RelayConfig, attempt: int, rng: random.Random) -> float:
+    """The pause after the ``attempt``-th (from 0) 429 that had no usable Retry-After.
+
+    Exponential (``backoff_base_s * 2**attempt``), bounded by ``backoff_max_s``, and
+    jittered to between half and all of that, so requests cut by one burst do not all
+    come back at the same instant.
+
+    Example:
+        >>> [backoff_s(RelayConfig(), n, random.Random(1)) for n in range(3)]  # doctest: +SKIP
+        [0.57, 1.42, 3.12]
+    """
+    ceiling = min(config.backoff_max_s, config.backoff_base_s * 2.0 ** min(attempt, 32))
+    return ceiling * (0.5 + 0.5 * rng.random())
+
+
 async def open_upstream(
     session: aiohttp.ClientSession,
     request: UpstreamRequest,
@@ -124,52 +169,96 @@ async def open_upstream(
     info: RequestInfo,
     config: RelayConfig,
     on_limited: Callable[[RateLimited], None],
+    deadline: float | None = None,
+    rng: random.Random | None = None,
 ) -> Exchange:
     """Send ``request`` under a governor slot, holding and retrying 429s; see the module.
 
+    Args:
+        deadline: when the request's run ends (the governor clock's monotonic seconds):
+            no wait goes past it.
+        rng: the backoff's jitter (default: the ``random`` module's).
+
     Raises:
-        NoSlot: no governor slot within ``config.slot_timeout_s``.
+        NoSlot: no governor slot within ``config.slot_timeout_s`` (or the deadline).
         UpstreamTimeout: the upstream did not connect or answer in time.
         UpstreamUnreachable: the upstream could not be reached.
     """
     attempt = 0
     while True:
+        wait = _wait_left(governor, config, deadline)
         try:
-            slot = await governor.acquire(
-                key, timeout=config.slot_timeout_s, priority=priority(info.role, attempt)
-            )
+            slot = await governor.acquire(key, timeout=wait, priority=priority(info.role, attempt))
         except TimeoutError:
             raise NoSlot from None
+        response: aiohttp.ClientResponse | None = None
         try:
             response = await _send(session, request)
+            absorb = _report(
+                governor, slot, response, key, info, config, attempt, deadline, rng, on_limited
+            )
         except BaseException:
             slot.release()
+            if response is not None:
+                response.close()
             raise
-        status = response.status
-        headers = response.headers
-        if status not in (429, 529):
-            if 200 <= status < 300:
-                slot.streaming()
-                governor.pace(key, headers)
-            return Exchange(slot, response, attempt + 1)
-        retry_after = retry_after_from_headers(headers)
-        absorb = status == 429 and attempt < config.max_retries
-        event = RateLimited(
-            model=info.model,
-            role=info.role,
-            status=status,
-            retry_after_s=retry_after,
-            outcome="absorbed" if absorb else "passed",
-        )
-        if status == 529:
-            slot.overloaded(retry_after)
-        else:
-            slot.rate_limited(retry_after, accepted=governor.state(key).streaming)
-        governor.pace(key, headers)
-        on_limited(event)
         if not absorb:
             return Exchange(slot, response, attempt + 1)
         log.debug("holding a 429 for %s (%s), retry %d", info.model, info.role, attempt + 1)
         slot.release()
         response.close()  # the 429's body is not needed; its connection is not reused
         attempt += 1
+
+
+def _wait_left(governor: Governor, config: RelayConfig, deadline: float | None) -> float:
+    """How long this request may still wait: the slot timeout, or less near the deadline."""
+    if deadline is None:
+        return config.slot_timeout_s
+    return max(0.0, min(config.slot_timeout_s, deadline - governor.clock.monotonic()))
+
+
+def _report(
+    governor: Governor,
+    slot: Slot,
+    response: aiohttp.ClientResponse,
+    key: str,
+    info: RequestInfo,
+    config: RelayConfig,
+    attempt: int,
+    deadline: float | None,
+    rng: random.Random | None,
+    on_limited: Callable[[RateLimited], None],
+) -> bool:
+    """Feed the governor what ``response`` says; whether to hold (absorb) and retry it."""
+    status = response.status
+    headers = response.headers
+    if status not in (429, 529):
+        if 200 <= status < 300:
+            slot.streaming()
+            governor.pace(key, headers)
+        return False
+    retry_after = retry_after_from_headers(headers, now=governor.clock.time())
+    pause = retry_after
+    if pause is None and status == 429:
+        pause = backoff_s(config, attempt, rng or _RNG)
+    absorb = (
+        status == 429
+        and attempt < config.max_retries
+        and pause is not None
+        and pause <= _wait_left(governor, config, deadline)
+    )
+    event = RateLimited(
+        model=info.model,
+        role=info.role,
+        status=status,
+        retry_after_s=retry_after,
+        outcome="absorbed" if absorb else "passed",
+    )
+    if status == 529:
+        slot.overloaded(retry_after)
+    else:
+        # a backoff only paces our own retry; a 429 passed on leaves that to the client
+        slot.rate_limited(pause if absorb else retry_after, accepted=governor.state(key).streaming)
+    governor.pace(key, headers)
+    on_limited(event)
+    return absorb

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import random
 import secrets
 import socket
 from collections.abc import Iterator
@@ -29,13 +30,13 @@ import anyio
 import uvicorn
 import yarl
 from aiohttp.helpers import get_env_proxy_for_url
-from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from ..errors import RelayError
 from ..events import ConcurrencyChanged, RelaySummary
 from ..governor import Governor, GovernorPolicy
 from .app import RelayApp, RunState
 from .forward import RelayConfig
+from .protocol import ConnectionGuard, protocol_for
 from .stats import RelayListener, notify
 
 __all__ = ["RELAY_POLICY", "Relay", "RelayRun", "start_relay"]
@@ -49,36 +50,12 @@ _START_TIMEOUT_S = 10.0
 #: Bytes of a reply read ahead of a slow client (aiohttp pauses the socket at twice this):
 #: small, so memory per stream stays flat however long the reply.
 _READ_BUFFER = 16 * 1024
-#: Bytes of a reply queued for a slow client before the relay stops reading the upstream
-#: (asyncio's default is 64 KiB).
-_WRITE_BUFFER = 16 * 1024
 
 
 class _QuietServer(uvicorn.Server):
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield  # the host program owns its signals
-
-
-class _TargetKeepingProtocol(HttpToolsProtocol):
-    """uvicorn's httptools protocol, except that ``raw_path`` is the request target as sent.
-
-    uvicorn parses the target and keeps only its path, so ``http://elsewhere/x`` would look
-    like ``/x``; the relay refuses anything but an origin-form target (``/…``), so it must
-    see the target itself. The query string is kept apart as before. Its write buffer is
-    kept as small as the read-ahead, so a slow client holds little of a reply.
-    """
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        super().connection_made(transport)  # type: ignore[arg-type]
-        if isinstance(transport, asyncio.WriteTransport):
-            transport.set_write_buffer_limits(high=_WRITE_BUFFER)
-
-    def on_headers_complete(self) -> None:
-        target = self.url
-        super().on_headers_complete()
-        if not target.startswith(b"/"):
-            self.scope["raw_path"] = target
 
 
 @dataclass
@@ -116,10 +93,17 @@ class Relay:
         self.governor = app.governor
         self._unsubscribe = app.governor.subscribe(self._changed)
 
-    def open_run(self, on_event: RelayListener | None = None) -> RelayRun:
-        """A run of its own: a base URL whose requests are counted (and reported) apart."""
+    def open_run(
+        self, on_event: RelayListener | None = None, *, deadline_s: float | None = None
+    ) -> RelayRun:
+        """A run of its own: a base URL whose requests are counted (and reported) apart.
+
+        ``deadline_s``: seconds from now until the run ends; none of its requests waits for
+        a slot, or holds a 429, past that (the 429 goes on to the run at once instead).
+        """
         token = secrets.token_urlsafe(9)
-        state = RunState(listeners=[on_event] if on_event else [])
+        deadline = None if deadline_s is None else self.governor.clock.monotonic() + deadline_s
+        state = RunState(listeners=[on_event] if on_event else [], deadline=deadline)
         self._app.runs[token] = state
         return RelayRun(f"{self.base_url}/run-{token}", self, token, state)
 
@@ -187,18 +171,20 @@ def start_relay(
     *,
     config: RelayConfig | None = None,
     on_event: RelayListener | None = None,
+    rng: random.Random | None = None,
 ) -> AbstractAsyncContextManager[Relay]:
     """Run a relay in front of ``upstream`` for the block.
 
     Entering raises :class:`~teamlead.errors.RelayError` when it could not start (no
-    loopback socket, uvicorn failed): run direct then.
+    loopback socket, uvicorn failed): run direct then. ``rng`` jitters the backoff after
+    a 429 without a usable Retry-After (default: the ``random`` module's).
 
     Example:
         >>> async with start_relay("https://api.anthropic.com") as relay:  # doctest: +SKIP
         ...     env = {"ANTHROPIC_BASE_URL": relay.base_url}
     """
     return _RunningRelay(
-        upstream, governor or Governor(RELAY_POLICY), config or RelayConfig(), on_event
+        upstream, governor or Governor(RELAY_POLICY), config or RelayConfig(), on_event, rng
     )
 
 
@@ -213,11 +199,13 @@ class _RunningRelay:
         governor: Governor,
         config: RelayConfig,
         on_event: RelayListener | None,
+        rng: random.Random | None = None,
     ) -> None:
         self._upstream = upstream
         self._governor = governor
         self._config = config
         self._on_event = on_event
+        self._rng = rng
         self._relay: Relay | None = None
         self._stopped = False
 
@@ -231,13 +219,16 @@ class _RunningRelay:
             governor=self._governor,
             config=self._config,
             prefix=secrets.token_urlsafe(18),
+            rng=self._rng,
         )
         app.hosts = frozenset({b"127.0.0.1:%d" % port, b"localhost:%d" % port})
+        guard = ConnectionGuard(root=b"/" + app.prefix.encode(), config=self._config)
         self._server = server = _QuietServer(
             uvicorn.Config(
                 app,
                 lifespan="off",
-                http=_TargetKeepingProtocol,
+                http=protocol_for(guard),
+                timeout_keep_alive=self._config.idle_timeout_s,  # type: ignore[arg-type]
                 log_config=None,
                 log_level="critical",  # our own logger reports; uvicorn's would echo paths
                 access_log=False,

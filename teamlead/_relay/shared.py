@@ -117,9 +117,15 @@ def shared_governor() -> Governor:
 
 
 def shared_relay(
-    upstream: str = DEFAULT_UPSTREAM, *, on_event: RelayListener | None = None
+    upstream: str = DEFAULT_UPSTREAM,
+    *,
+    on_event: RelayListener | None = None,
+    deadline_s: float | None = None,
 ) -> AbstractAsyncContextManager[RelayRun]:
     """A run on the shared relay for ``upstream``: started on first use, stopped after last.
+
+    ``deadline_s`` (seconds from now) is when the run ends: none of its requests waits or
+    holds a 429 past it (see :meth:`Relay.open_run`).
 
     Entering raises :class:`~teamlead.errors.RelayError` when the relay could not start:
     run direct with a one-line warning then.
@@ -130,16 +136,19 @@ def shared_relay(
         ...     ...
         ...     finished_summary = run.summary()
     """
-    return _SharedRun(upstream, on_event)
+    return _SharedRun(upstream, on_event, deadline_s)
 
 
 class _SharedRun:
     """:func:`shared_relay`'s context; a class for the reason given in
     :class:`~teamlead._relay.server._RunningRelay`."""
 
-    def __init__(self, upstream: str, on_event: RelayListener | None) -> None:
+    def __init__(
+        self, upstream: str, on_event: RelayListener | None, deadline_s: float | None = None
+    ) -> None:
         self._upstream = upstream
         self._on_event = on_event
+        self._deadline_s = deadline_s
         self._left = False
 
     async def __aenter__(self) -> RelayRun:
@@ -154,7 +163,7 @@ class _SharedRun:
                 entry = entries[self._upstream] = _Entry(relay, context)
             entry.refs += 1
         self._entry = entry
-        self._run = entry.relay.open_run(self._on_event)
+        self._run = entry.relay.open_run(self._on_event, deadline_s=self._deadline_s)
         return self._run
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -1,0 +1,275 @@
+"""The relay's HTTP connections: what a client must do before the relay keeps anything.
+
+Anyone on the machine can connect to the loopback port, so a connection is held to bounds
+before a request reaches :class:`~teamlead._relay.app.RelayApp` (uvicorn's httptools
+protocol has none of them):
+
+* **The target first.** The request target is checked against the secret path prefix as
+  it arrives, before any header is kept: a wrong prefix is answered 404 (400 for a target
+  that is not a path, 405 for ``CONNECT``) and the connection closed, whatever follows.
+* **Bounded heads.** A request line and headers over ``max_header_bytes`` in all, or more
+  than ``max_headers`` header lines, are answered 431.
+* **Timed heads.** A connection has ``head_timeout_s`` to send a complete head after it
+  opens, and as long as ``idle_timeout_s`` and ``head_timeout_s`` after a reply (a slow
+  sender is answered 408; an idle one just closed), so slowloris connections do not pile
+  up. An idle keep-alive connection is closed after ``idle_timeout_s``.
+* **A connection cap** below the process's open-file limit (:func:`connection_cap`): past
+  it, the oldest connection with no request running is closed to make room, so a valid
+  request always gets in, and one warning line says so (once per episode, no log storm).
+
+The request target is also kept as sent (``raw_path``): uvicorn keeps only the path of an
+absolute URI, so ``http://elsewhere/x`` would look like ``/x``. The write buffer is small,
+so a slow client holds little of a reply.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import httptools
+from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+
+from .forward import RelayConfig
+
+__all__ = ["ConnectionGuard", "connection_cap", "protocol_for"]
+
+log = logging.getLogger("teamlead.relay")
+
+#: Bytes of a reply queued for a slow client before the relay stops reading the upstream
+#: (asyncio's default is 64 KiB).
+_WRITE_BUFFER = 16 * 1024
+#: Open files kept for everything else the process does (CLI pipes, files, upstream).
+_FD_RESERVE = 64
+
+_REASONS = {
+    400: b"Bad Request",
+    404: b"Not Found",
+    405: b"Method Not Allowed",
+    408: b"Request Timeout",
+    431: b"Request Header Fields Too Large",
+    503: b"Service Unavailable",
+}
+
+
+def connection_cap(wanted: int, open_file_limit: int | None) -> int:
+    """Client connections allowed: ``wanted``, but at most half the open files left.
+
+    Each relayed request holds two descriptors (the client's and the upstream's), and the
+    process needs some for itself.
+
+    Example:
+        >>> connection_cap(1024, 1024), connection_cap(1024, None), connection_cap(1024, 20)
+        (480, 1024, 8)
+    """
+    if open_file_limit is None or open_file_limit <= 0:
+        return wanted
+    return max(8, min(wanted, (open_file_limit - _FD_RESERVE) // 2))
+
+
+def _open_file_limit() -> int | None:
+    try:
+        import resource
+    except ImportError:  # not on Windows
+        return None
+    soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    return None if soft == resource.RLIM_INFINITY else int(soft)
+
+
+@dataclass
+class ConnectionGuard:
+    """What every connection of one relay shares: the prefix, the bounds, who is open."""
+
+    root: bytes
+    config: RelayConfig
+    cap: int = 0
+    open: dict[_RelayProtocol, None] = field(default_factory=dict)
+    saturated: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.cap:
+            self.cap = connection_cap(self.config.max_connections, _open_file_limit())
+
+    def admit(self, new: _RelayProtocol) -> bool:
+        """Make room for ``new`` (closing the oldest idle connection); whether it may stay."""
+        if len(self.open) < self.cap:
+            self.open[new] = None
+            if self.saturated and len(self.open) < self.cap * 3 // 4:
+                self.saturated = False
+            return True
+        if not self.saturated:
+            self.saturated = True
+            log.warning(
+                "relay at its cap of %d client connections (open-file limit %s): closing "
+                "the oldest idle ones to make room",
+                self.cap,
+                _open_file_limit() or "none",
+            )
+        idle = next((p for p in self.open if p.idle), None)
+        if idle is None:
+            return False
+        idle.drop()
+        self.open[new] = None
+        return True
+
+    def leave(self, gone: _RelayProtocol) -> None:
+        self.open.pop(gone, None)
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class _RelayProtocol(HttpToolsProtocol):
+    """uvicorn's httptools protocol with the bounds of the module docstring."""
+
+    guard: ClassVar[ConnectionGuard]
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._in_head = True
+        self._head_bytes = 0
+        self._header_count = 0
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._refusal: _Refused | None = None
+
+    # -- connection ---------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[arg-type]
+        if isinstance(transport, asyncio.WriteTransport):
+            transport.set_write_buffer_limits(high=_WRITE_BUFFER)
+        if not self.guard.admit(self):
+            self._answer(503, "the relay is at its connection cap")
+            return
+        self._arm_head_timer(self.guard.config.head_timeout_s)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.guard.leave(self)
+        self._cancel_head_timer()
+        super().connection_lost(exc)
+
+    @property
+    def idle(self) -> bool:
+        """No request is running on this connection (it may be sending a head)."""
+        return self.cycle is None or self.cycle.response_complete
+
+    def drop(self) -> None:
+        """Close this connection now (it is idle: nothing is lost)."""
+        self.guard.leave(self)
+        if not self.transport.is_closing():
+            self.transport.close()
+
+    # -- reading ------------------------------------------------------------------------
+    def data_received(self, data: bytes) -> None:
+        self._unset_keepalive_if_required()
+        limit = self.guard.config.max_header_bytes
+        try:
+            while data and self._in_head and not self.transport.is_closing():
+                room = limit - self._head_bytes
+                if room <= 0:
+                    raise _Refused(431, "request line and headers too large")
+                piece, data = data[:room], data[room:]
+                self._head_bytes += len(piece)
+                self.parser.feed_data(piece)
+            if data and not self.transport.is_closing():
+                self.parser.feed_data(data)
+        except _Refused as refused:
+            self._refuse(refused)
+        except (httptools.HttpParserError, httptools.HttpParserUpgrade):
+            self._refuse(self._refusal or _Refused(400, "invalid HTTP request"))
+
+    def _stop(self, refused: _Refused) -> None:
+        """Stop the parser here (it wraps what a callback raises): nothing more is read."""
+        self._refusal = refused
+        raise refused
+
+    def on_url(self, url: bytes) -> None:
+        super().on_url(url)
+        refusal = self._check_target(self.url)
+        if refusal is not None:
+            self._stop(refusal)
+
+    def _check_target(self, target: bytes) -> _Refused | None:
+        if self.parser.get_method().upper() == b"CONNECT":
+            return _Refused(405, "CONNECT is not relayed")
+        if not target.startswith(b"/"):
+            return _Refused(400, "only origin-form request targets are relayed")
+        root = self.guard.root
+        if len(target) <= len(root):
+            return None if root.startswith(target) else _Refused(404, "unknown path")
+        if target.startswith(root) and target[len(root) : len(root) + 1] in (b"/", b"?"):
+            return None
+        return _Refused(404, "unknown path")
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._header_count += 1
+        if self._header_count > self.guard.config.max_headers:
+            self._stop(_Refused(431, "too many request headers"))
+        super().on_header(name, value)
+
+    def on_headers_complete(self) -> None:
+        if self.parser.should_upgrade():
+            self._stop(_Refused(400, "protocol upgrades are not relayed"))
+        self._in_head = False
+        self._cancel_head_timer()
+        target = self.url
+        super().on_headers_complete()
+        if not target.startswith(b"/"):
+            self.scope["raw_path"] = target
+
+    def on_message_complete(self) -> None:
+        super().on_message_complete()
+        self._in_head = True
+        self._head_bytes = 0
+        self._header_count = 0
+
+    def on_response_complete(self) -> None:
+        super().on_response_complete()
+        if not self.transport.is_closing():
+            config = self.guard.config
+            self._arm_head_timer(max(config.idle_timeout_s, config.head_timeout_s))
+
+    # -- refusing -----------------------------------------------------------------------
+    def _refuse(self, refused: _Refused) -> None:
+        log.info("relay refused a connection: %s", refused.reason)
+        self._answer(refused.status, refused.reason)
+
+    def _answer(self, status: int, reason: str) -> None:
+        """Answer ``status`` with a one-line body and close: the rest is never read."""
+        body = reason.encode()
+        self.transport.write(
+            b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
+            b"content-length: %d\r\nconnection: close\r\n\r\n%s"
+            % (status, _REASONS.get(status, b""), len(body), body)
+        )
+        self.guard.leave(self)
+        self._cancel_head_timer()
+        self.transport.close()
+
+    def _arm_head_timer(self, seconds: float) -> None:
+        self._cancel_head_timer()
+        self._head_timer = self.loop.call_later(seconds, self._head_timed_out)
+
+    def _cancel_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_timed_out(self) -> None:
+        self._head_timer = None
+        if self.transport.is_closing() or not self._in_head or not self.idle:
+            return
+        if self._head_bytes:
+            self._refuse(_Refused(408, "no complete request head in time"))
+        else:
+            self.drop()  # opened, or idle after a reply, and silent: just close
+
+
+def protocol_for(guard: ConnectionGuard) -> type[HttpToolsProtocol]:
+    """The protocol class uvicorn builds each connection of one relay from."""
+    return type("RelayProtocol", (_RelayProtocol,), {"guard": guard})
