@@ -275,7 +275,7 @@ class Governor:
                     f"{self._total} running in total)"
                 )
             cooldown_until = self._limits(bucket.key).cooldown_until
-            if deadline is not None and cooldown_until >= deadline:
+            if deadline is not None and cooldown_until > deadline:
                 raise TimeoutError(
                     f"{bucket.key!r} is paused for {cooldown_until - now:.0f}s, "
                     f"longer than the {asked:g}s this caller can wait"

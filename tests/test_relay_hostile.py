@@ -1,0 +1,538 @@
+"""The relay against hostile upstreams and hostile clients, on loopback.
+
+A hostile upstream is a raw socket server that answers with canned bytes: headers no
+well-behaved server would send (a 20-digit year, a pause of 30 years, control characters)
+and ``Expect`` left unanswered. Hostile clients are raw sockets too: header floods on a
+wrong prefix, slowloris connections, more idle connections than the relay may hold.
+Governors run on a FakeClock, so no test waits out a pause for real; every socket has a
+timeout, so none can hang.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import random
+import socket
+import threading
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, closing, suppress
+
+import anyio
+import httpx2
+import psutil
+import pytest
+
+from teamlead._governor.retry_after import MAX_PAUSE_S
+from teamlead._relay import Relay, RelayConfig, start_relay
+from teamlead._relay.forward import backoff_s
+from teamlead.clock import FakeClock
+from teamlead.events import RateLimited
+from teamlead.governor import Governor, GovernorPolicy
+
+pytestmark = pytest.mark.anyio
+
+MODEL = "claude-opus-5-5"
+KEY = f"anthropic/{MODEL}"
+BODY = json.dumps({"model": MODEL, "max_tokens": 5, "messages": []}).encode()
+
+
+def reply(status: int, headers: list[tuple[bytes, bytes]] = [], body: bytes = b"{}") -> bytes:  # noqa: B006 - never mutated
+    head = b"".join(b"%s: %s\r\n" % pair for pair in headers)
+    return (
+        b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ncontent-length: %d\r\n"
+        b"connection: close\r\n%s\r\n%s" % (status, len(body), head, body)
+    )
+
+
+class HostileUpstream:
+    """Answers the n-th request with ``replies[n]`` (the last one from then on).
+
+    It reads a request's head, then its body by ``content-length``, and ignores
+    ``Expect``: a client waiting for ``100 Continue`` before sending the body waits forever.
+    """
+
+    def __init__(self, replies: list[bytes]) -> None:
+        self.replies = replies
+        self.heads: list[bytes] = []
+        self._sock = socket.socket()
+        self._sock.bind(("127.0.0.1", 0))
+        self._sock.listen(64)
+        self._sock.settimeout(0.1)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self._sock.getsockname()[1]}"
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                conn, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            with conn:
+                conn.settimeout(10)
+                with suppress(OSError):
+                    self._answer(conn)
+
+    def _answer(self, conn: socket.socket) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = 0
+        for line in head.split(b"\r\n")[1:]:
+            name, _, value = line.partition(b":")
+            if name.strip().lower() == b"content-length":
+                length = int(value)
+        while len(rest) < length:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return
+            rest += chunk
+        self.heads.append(head)
+        conn.sendall(self.replies[min(len(self.heads), len(self.replies)) - 1])
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        self._sock.close()
+
+
+@pytest.fixture
+def hostile() -> Iterator[list[HostileUpstream]]:
+    made: list[HostileUpstream] = []
+    yield made
+    for upstream in made:
+        upstream.close()
+
+
+def upstream(made: list[HostileUpstream], *replies: bytes) -> HostileUpstream:
+    server = HostileUpstream(list(replies))
+    made.append(server)
+    return server
+
+
+def fake_governor(ceiling: int = 4) -> Governor:
+    return Governor(GovernorPolicy(ceiling=ceiling), clock=FakeClock())
+
+
+@asynccontextmanager
+async def http() -> AsyncIterator[httpx2.AsyncClient]:
+    async with httpx2.AsyncClient(timeout=10) as h:
+        yield h
+
+
+def prefix_of(relay: Relay) -> str:
+    return relay.base_url.rsplit("/", 1)[1]
+
+
+def connect(relay: Relay) -> socket.socket:
+    conn = socket.create_connection(("127.0.0.1", relay.port), timeout=10)
+    return conn
+
+
+def read_all(conn: socket.socket) -> bytes:
+    """What the relay sends until it closes (raises on the socket's timeout)."""
+    data = b""
+    while True:
+        try:
+            chunk = conn.recv(65536)
+        except ConnectionResetError:
+            return data
+        if not chunk:
+            return data
+        data += chunk
+
+
+def status_of(response: bytes) -> int:
+    return int(response.split(b" ", 2)[1])
+
+
+def relay_connections(relay: Relay) -> int:
+    """The relay's accepted connections (its end of them), as the OS sees them."""
+    return sum(
+        1
+        for c in psutil.Process().net_connections(kind="tcp")
+        if c.laddr and c.laddr.port == relay.port and c.status == psutil.CONN_ESTABLISHED
+    )
+
+
+# -- time values from outside ---------------------------------------------------------------
+
+HUGE_YEAR = b"Wed, 21 Oct 99999999999999999999 07:28:05 GMT"
+
+
+async def test_a_retry_after_with_a_20_digit_year_leaks_no_slot(
+    hostile: list[HostileUpstream],
+) -> None:
+    server = upstream(hostile, *[reply(429, [(b"retry-after", HUGE_YEAR)])] * 12, reply(200))
+    governor = fake_governor(ceiling=4)
+    config = RelayConfig(max_retries=1)
+    async with start_relay(server.url, governor, config=config) as relay, http() as h:
+        statuses = []
+        for _ in range(7):
+            r = await h.post(relay.base_url + "/v1/messages", content=BODY)
+            statuses.append(r.status_code)
+            assert governor.total_in_flight == 0
+    # 6 requests met two unreadable 429s each (passed on, not a 500); the 7th got through
+    assert statuses == [429] * 6 + [200]
+    assert len(server.heads) == 13
+
+
+def window_reset_2099() -> list[tuple[bytes, bytes]]:
+    return [
+        (b"anthropic-ratelimit-requests-limit", b"50"),
+        (b"anthropic-ratelimit-requests-remaining", b"0"),
+        (b"anthropic-ratelimit-requests-reset", b"2099-01-01T00:00:00Z"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "headers"),
+    [
+        (429, [(b"retry-after", b"1e9")]),
+        (429, [(b"retry-after", b"Thu, 01 Jan 2099 00:00:00 GMT")]),
+        (429, [(b"retry-after-ms", b"1e12")]),
+        (529, [(b"retry-after", b"1e9")]),
+        (529, [(b"retry-after", b"Thu, 01 Jan 2099 00:00:00 GMT")]),
+        (200, window_reset_2099()),
+    ],
+    ids=["seconds", "date-2099", "millis", "529-seconds", "529-date", "window-reset-2099"],
+)
+async def test_no_header_pauses_a_model_longer_than_ten_minutes(
+    hostile: list[HostileUpstream], status: int, headers: list[tuple[bytes, bytes]]
+) -> None:
+    server = upstream(hostile, reply(status, headers), reply(200))
+    governor = fake_governor()
+    clock: FakeClock = governor.clock  # type: ignore[assignment]
+    config = RelayConfig(max_retries=0)
+    async with start_relay(server.url, governor, config=config) as relay, http() as h:
+        first = await h.post(relay.base_url + "/v1/messages", content=BODY)
+        paused = governor.state(KEY).cooldown_s
+        started = clock.monotonic()
+        second = await h.post(relay.base_url + "/v1/messages", content=BODY)
+        assert governor.total_in_flight == 0
+    assert first.status_code == status
+    assert 0 < paused <= MAX_PAUSE_S
+    # the next request waited the bounded pause, not 70 years
+    assert second.status_code == 200
+    assert clock.monotonic() - started <= MAX_PAUSE_S
+
+
+async def test_an_idle_spell_clears_a_pause_so_the_next_run_is_not_held(
+    hostile: list[HostileUpstream],
+) -> None:
+    server = upstream(hostile, reply(429, [(b"retry-after", b"1e9")]), reply(200))
+    governor = fake_governor()
+    clock: FakeClock = governor.clock  # type: ignore[assignment]
+    config = RelayConfig(max_retries=0)
+    async with start_relay(server.url, governor, config=config) as relay, http() as h:
+        await h.post(relay.base_url + "/v1/messages", content=BODY)
+        assert governor.state(KEY).cooldown_s == MAX_PAUSE_S
+        clock.advance(governor.policy.idle_reset_s)  # nobody asked for the model meanwhile
+        held_from = clock.monotonic()
+        r = await h.post(relay.base_url + "/v1/messages", content=BODY)
+    assert r.status_code == 200
+    assert clock.monotonic() == held_from  # not held at all
+    assert governor.journal[-1].reason == "idle_reset"
+
+
+async def test_a_pause_longer_than_the_slot_timeout_passes_the_429_on_at_once(
+    hostile: list[HostileUpstream],
+) -> None:
+    server = upstream(hostile, reply(429, [(b"retry-after", b"120")]), reply(200))
+    governor = fake_governor()
+    clock: FakeClock = governor.clock  # type: ignore[assignment]
+    events: list[object] = []
+    config = RelayConfig(slot_timeout_s=60)
+    async with (
+        start_relay(server.url, governor, config=config, on_event=events.append) as relay,
+        http() as h,
+    ):
+        first = await h.post(relay.base_url + "/v1/messages", content=BODY)
+        # while the model is paused for longer than a request may wait, the relay says so
+        # at once instead of holding the request for its whole slot timeout
+        second = await h.post(relay.base_url + "/v1/messages", content=BODY)
+    assert (first.status_code, first.headers["retry-after"]) == (429, "120")
+    assert second.status_code == 429
+    assert int(second.headers["retry-after"]) >= 119
+    assert clock.monotonic() == 0  # nothing waited
+    assert len(server.heads) == 1
+    limited = [e for e in events if isinstance(e, RateLimited)]
+    assert [(e.outcome, e.source) for e in limited] == [("passed", "upstream"), ("passed", "relay")]
+
+
+async def test_a_pause_past_the_runs_deadline_passes_the_429_on(
+    hostile: list[HostileUpstream],
+) -> None:
+    server = upstream(hostile, reply(429, [(b"retry-after", b"40")]), reply(200))
+    governor = fake_governor()
+    clock: FakeClock = governor.clock  # type: ignore[assignment]
+    async with start_relay(server.url, governor) as relay, http() as h:
+        run = relay.open_run(deadline_s=30)
+        r = await h.post(run.base_url + "/v1/messages", content=BODY)
+        other = relay.open_run(deadline_s=300)
+        held = await h.post(other.base_url + "/v1/messages", content=BODY)
+    assert r.status_code == 429  # 40 s would outlive the run: passed on, not held
+    assert held.status_code == 200  # a run with time to spare waits the pause out
+    assert clock.monotonic() >= 40
+
+
+class Fixed(random.Random):
+    def __init__(self, value: float) -> None:
+        super().__init__(0)
+        self.value = value
+
+    def random(self) -> float:
+        return self.value
+
+
+@pytest.mark.parametrize(
+    ("jitter", "pauses"), [(1.0, [1.0, 2.0, 3.0, 3.0]), (0.0, [0.5, 1.0, 1.5, 1.5])]
+)
+async def test_a_429_without_retry_after_backs_off_exponentially_jittered_and_bounded(
+    hostile: list[HostileUpstream], jitter: float, pauses: list[float]
+) -> None:
+    server = upstream(hostile, *[reply(429)] * 4, reply(200))
+    governor = fake_governor(ceiling=8)
+    clock: FakeClock = governor.clock  # type: ignore[assignment]
+    config = RelayConfig(max_retries=4, backoff_base_s=1.0, backoff_max_s=3.0)
+    async with (
+        start_relay(server.url, governor, config=config, rng=Fixed(jitter)) as relay,
+        http() as h,
+    ):
+        r = await h.post(relay.base_url + "/v1/messages", content=BODY)
+    assert r.status_code == 200
+    assert len(server.heads) == 5
+    assert [e.retry_after_s for e in governor.journal] == pauses
+    assert clock.monotonic() == pytest.approx(sum(pauses))
+
+
+def test_the_backoff_stays_bounded_however_many_attempts() -> None:
+    config = RelayConfig(backoff_base_s=1.0, backoff_max_s=30.0)
+    rng = random.Random(3)
+    pauses = [backoff_s(config, attempt, rng) for attempt in range(2000)]
+    assert all(0.5 <= p <= 30.0 for p in pauses)
+    assert all(p >= 15.0 for p in pauses[5:])  # at the bound, jitter keeps at least half
+
+
+# -- a hostile upstream's reply ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize("value", [b"a\x01b", b"a\x1bb", b"a\x7fb"])
+async def test_a_control_character_in_an_upstream_header_is_a_502_with_one_warning(
+    hostile: list[HostileUpstream], caplog: pytest.LogCaptureFixture, value: bytes
+) -> None:
+    server = upstream(hostile, reply(200, [(b"x-bad", value)]))
+    governor = fake_governor()
+    with caplog.at_level(logging.WARNING, logger="teamlead.relay"):
+        async with start_relay(server.url, governor) as relay, http() as h:
+            r = await h.post(relay.base_url + "/v1/messages", content=BODY)
+            assert governor.total_in_flight == 0
+    assert r.status_code == 502
+    assert "control character" in r.json()["error"]["message"]
+    warnings = [rec for rec in caplog.records if rec.levelno >= logging.WARNING]
+    assert len(warnings) == 1 and "502" in warnings[0].getMessage()
+
+
+def exchange_with_expect(relay: Relay) -> tuple[bytes, bytes]:
+    """Send a request with ``Expect: 100-continue``: (what came before the body, the reply)."""
+    with closing(connect(relay)) as conn:
+        conn.sendall(
+            b"POST /%s/v1/messages HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+            b"Expect: 100-continue\r\nContent-Length: %d\r\nConnection: close\r\n\r\n"
+            % (prefix_of(relay).encode(), relay.port, len(BODY))
+        )
+        interim = conn.recv(65536)
+        conn.sendall(BODY)
+        return interim, read_all(conn)
+
+
+async def test_expect_100_continue_is_answered_by_the_relay_never_forwarded(
+    hostile: list[HostileUpstream],
+) -> None:
+    server = upstream(hostile, reply(200, body=b'{"ok": true}'))
+    governor = fake_governor()
+    # forwarded, the upstream would wait for the body and aiohttp for a 100: a 504
+    config = RelayConfig(read_timeout_s=2)
+    async with start_relay(server.url, governor, config=config) as relay:
+        interim, final = await anyio.to_thread.run_sync(exchange_with_expect, relay)
+        assert governor.total_in_flight == 0
+    assert interim.startswith(b"HTTP/1.1 100 ")
+    assert status_of(final) == 200 and final.endswith(b'{"ok": true}')
+    assert len(server.heads) == 1 and b"expect" not in server.heads[0].lower()
+
+
+# -- hostile clients --------------------------------------------------------------------------
+
+
+def flood_headers(relay: Relay, target: bytes, total: int) -> tuple[int, bytes]:
+    """Send a head with ``total`` bytes of headers; (bytes the relay took, its answer)."""
+    with closing(connect(relay)) as conn:
+        conn.sendall(b"POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % (target, relay.port))
+        line = b"x-flood: " + b"a" * 1000 + b"\r\n"
+        sent = 0
+        try:
+            while sent < total:
+                conn.sendall(line * 64)
+                sent += len(line) * 64
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        try:
+            answer = read_all(conn)
+        except TimeoutError:
+            answer = b""
+        return sent, answer
+
+
+async def test_a_wrong_prefix_is_refused_before_any_header_is_kept(
+    hostile: list[HostileUpstream],
+) -> None:
+    server = upstream(hostile, reply(200))
+    async with start_relay(server.url, fake_governor()) as relay:
+        total = 256 * 1024 * 1024
+        sent, _ = await anyio.to_thread.run_sync(
+            flood_headers, relay, b"/not-the-prefix/v1/messages", total
+        )
+    # the relay stopped reading at the target: the flood could not be delivered
+    assert sent < total
+    assert server.heads == []
+
+
+@pytest.mark.parametrize("kind", ["bytes", "count"])
+async def test_headers_over_the_limits_are_answered_431(
+    hostile: list[HostileUpstream], kind: str
+) -> None:
+    server = upstream(hostile, reply(200))
+    config = RelayConfig(max_header_bytes=16 * 1024, max_headers=50)
+    async with start_relay(server.url, fake_governor(), config=config) as relay:
+        target = b"/%s/v1/messages" % prefix_of(relay).encode()
+        if kind == "bytes":
+            sent, answer = await anyio.to_thread.run_sync(
+                flood_headers, relay, target, 64 * 1024 * 1024
+            )
+            assert sent < 64 * 1024 * 1024
+        else:
+            head = b"POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % (target, relay.port)
+            head += b"".join(b"x-h%d: v\r\n" % n for n in range(60)) + b"\r\n"
+
+            def send_head() -> bytes:
+                with closing(connect(relay)) as conn:
+                    conn.sendall(head)
+                    return read_all(conn)
+
+            answer = await anyio.to_thread.run_sync(send_head)
+    if answer:  # a flood may see the reset before the answer
+        assert status_of(answer) == 431
+    else:
+        assert kind == "bytes"
+    assert server.heads == []
+
+
+async def test_a_head_within_the_limits_goes_through(hostile: list[HostileUpstream]) -> None:
+    server = upstream(hostile, reply(200))
+    config = RelayConfig(max_header_bytes=16 * 1024, max_headers=50)
+    async with start_relay(server.url, fake_governor(), config=config) as relay, http() as h:
+        headers = {f"x-h{n}": "v" * 200 for n in range(40)}
+        r = await h.post(relay.base_url + "/v1/messages", content=BODY, headers=headers)
+    assert r.status_code == 200
+    assert b"x-h39: " + b"v" * 200 in server.heads[0]
+
+
+def slowloris(relay: Relay, silent: int, trickling: int) -> list[bytes]:
+    """Open connections that never finish a head; what each got before it was closed."""
+    conns = [connect(relay) for _ in range(silent + trickling)]
+    try:
+        for conn in conns[silent:]:
+            conn.sendall(b"POST /%s/v1/mess" % prefix_of(relay).encode())
+        return [read_all(conn) for conn in conns]
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+async def test_connections_that_never_send_a_complete_head_are_closed(
+    hostile: list[HostileUpstream],
+) -> None:
+    server = upstream(hostile, reply(200))
+    config = RelayConfig(head_timeout_s=0.5)
+    async with start_relay(server.url, fake_governor(), config=config) as relay:
+        # read_all raises TimeoutError after 10 s if a connection is left open
+        answers = await anyio.to_thread.run_sync(slowloris, relay, 10, 10)
+        await wait_for(lambda: relay_connections(relay) == 0, "the relay's connections")
+    assert answers[:10] == [b""] * 10  # silent: just closed
+    assert all(status_of(a) == 408 for a in answers[10:])
+    assert server.heads == []
+
+
+async def test_an_idle_keep_alive_connection_is_closed_even_if_it_trickles(
+    hostile: list[HostileUpstream],
+) -> None:
+    server = upstream(hostile, reply(200))
+    config = RelayConfig(head_timeout_s=0.5, idle_timeout_s=0.5)
+
+    def keep_alive_then_trickle(relay: Relay) -> tuple[bytes, bytes]:
+        with closing(connect(relay)) as conn:
+            conn.sendall(
+                b"POST /%s/v1/messages HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Length: %d"
+                b"\r\n\r\n%s" % (prefix_of(relay).encode(), relay.port, len(BODY), BODY)
+            )
+            first = conn.recv(65536)
+            conn.sendall(b"P")  # one byte of a next request, then nothing
+            return first, read_all(conn)
+
+    async with start_relay(server.url, fake_governor(), config=config) as relay:
+        first, rest = await anyio.to_thread.run_sync(keep_alive_then_trickle, relay)
+    assert status_of(first) == 200
+    assert status_of(rest) == 408
+
+
+def hold_idle(relay: Relay, count: int, ready: threading.Event, done: threading.Event) -> None:
+    conns = [connect(relay) for _ in range(count)]
+    try:
+        ready.set()
+        done.wait(20)
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+async def wait_for(predicate: object, what: str) -> None:
+    with anyio.move_on_after(10):
+        while not predicate():  # type: ignore[operator]  # noqa: ASYNC110 - OS state
+            await anyio.sleep(0.02)
+        return
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+async def test_past_the_connection_cap_a_valid_request_still_gets_through(
+    hostile: list[HostileUpstream], caplog: pytest.LogCaptureFixture
+) -> None:
+    server = upstream(hostile, reply(200))
+    config = RelayConfig(max_connections=16, head_timeout_s=60)
+    ready, done = threading.Event(), threading.Event()
+    with caplog.at_level(logging.WARNING, logger="teamlead.relay"):
+        async with (
+            start_relay(server.url, fake_governor(), config=config) as relay,
+            anyio.create_task_group() as tg,
+        ):
+            tg.start_soon(anyio.to_thread.run_sync, hold_idle, relay, 60, ready, done)
+            await anyio.to_thread.run_sync(ready.wait, 10)
+            await wait_for(lambda: relay_connections(relay) <= 16, "the cap")
+            async with http() as h:
+                r = await h.post(relay.base_url + "/v1/messages", content=BODY)
+            open_now = relay_connections(relay)
+            done.set()
+    assert r.status_code == 200
+    assert open_now <= 16
+    cap_lines = [rec for rec in caplog.records if "cap" in rec.getMessage()]
+    assert len(cap_lines) == 1
