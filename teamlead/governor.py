@@ -25,11 +25,9 @@ their details, are in ``teamlead._governor.aimd``):
 * **Overload (529)** pauses and cuts once per epoch but marks no level as bad.
 * **Pacing** (:meth:`Governor.pace`): the ``anthropic-ratelimit-*`` response headers pause
   new grants before a window runs dry (see ``teamlead._governor.ratelimit_headers``).
-* **Idle reset.** After 5 idle minutes a bucket returns to the ceiling and forgets, its
-  pause included.
-* **Bounded pauses.** No pause is longer than ``MAX_PAUSE_S`` (10 minutes), whatever a
-  header asks, and a caller whose ``timeout`` ends before the pause does is told at once
-  (``TimeoutError``) instead of waiting its whole timeout for nothing.
+* **Idle reset.** After 5 idle minutes a bucket returns to the ceiling and forgets, pause too.
+* **Bounded pauses.** No pause is longer than ``MAX_PAUSE_S`` (10 minutes); a caller whose
+  ``timeout`` ends before the pause does gets its ``TimeoutError`` at once.
 
 Waiters are served by priority, then FIFO, per key: a caller that must not starve (the
 lead's requests, a retried request) asks with a higher ``priority``. A released slot goes
@@ -59,8 +57,8 @@ Example:
 
 from __future__ import annotations
 
-import collections
 import logging
+from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
 
@@ -94,8 +92,7 @@ __all__ = [
 
 log = logging.getLogger("teamlead.governor")
 
-#: Changes kept in :attr:`Governor.journal` (oldest dropped first), so a process that
-#: meets 429s for days keeps a bounded history; ``on_change`` sees every one.
+#: Changes kept in :attr:`Governor.journal`, oldest dropped first (``on_change`` sees all).
 JOURNAL_SIZE = 1000
 
 
@@ -118,7 +115,7 @@ class Governor:
         store: LimitStore | None = None,
     ) -> None:
         self.policy = policy or GovernorPolicy()
-        self.journal: collections.deque[ConcurrencyChanged] = collections.deque(maxlen=JOURNAL_SIZE)
+        self.journal: deque[ConcurrencyChanged] = deque(maxlen=JOURNAL_SIZE)
         self._clock = clock
         self._listeners = [on_change] if on_change is not None else []
         self._store: LimitStore = store if store is not None else MemoryStore()
@@ -276,10 +273,7 @@ class Governor:
                 )
             cooldown_until = self._limits(bucket.key).cooldown_until
             if deadline is not None and cooldown_until > deadline:
-                raise TimeoutError(
-                    f"{bucket.key!r} is paused for {cooldown_until - now:.0f}s, "
-                    f"longer than the {asked:g}s this caller can wait"
-                )
+                raise TimeoutError(f"{bucket.key!r} is paused longer than {asked:g}s allowed")
             # Only the head of a paused bucket keeps the timer; the others are woken by it.
             sleep_for = None
             if bucket.waiters and bucket.waiters[0] is waiter and cooldown_until > now:

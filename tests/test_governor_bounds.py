@@ -119,7 +119,7 @@ async def test_a_caller_that_cannot_wait_out_the_pause_is_told_at_once() -> None
     gov = Governor(GovernorPolicy(ceiling=4), clock=clock)
     async with gov.slot(A) as slot:
         slot.rate_limited(120)
-    with pytest.raises(TimeoutError, match="paused for 120s, longer than the 30s"):
+    with pytest.raises(TimeoutError, match="paused longer than 30s allowed"):
         await gov.acquire(A, timeout=30)
     assert clock.monotonic() == 0
     assert gov.state(A).waiting == 0

@@ -14,6 +14,8 @@ import json
 import logging
 import random
 import socket
+import subprocess
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, closing, suppress
@@ -536,3 +538,52 @@ async def test_past_the_connection_cap_a_valid_request_still_gets_through(
     assert open_now <= 16
     cap_lines = [rec for rec in caplog.records if "cap" in rec.getMessage()]
     assert len(cap_lines) == 1
+
+
+RELAY_UNDER_A_LOW_FILE_LIMIT = """
+import asyncio, logging, resource, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="%(name)s: %(message)s")
+resource.setrlimit(resource.RLIMIT_NOFILE, (256, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+from teamlead._relay import start_relay
+from teamlead.testing import Reply, ScriptedServer
+
+async def main() -> None:
+    server = ScriptedServer(lambda req: Reply.text("ok")).start()
+    try:
+        async with start_relay(server.base_url) as relay:
+            print(relay.base_url, flush=True)
+            await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    finally:
+        server.stop()
+
+asyncio.run(main())
+"""
+
+
+@pytest.mark.slow
+def test_more_idle_connections_than_open_files_leave_a_valid_request_answered() -> None:
+    # the relay alone in a process limited to 256 open files; 400 idle connections to it
+
+    relay = subprocess.Popen(
+        [sys.executable, "-c", RELAY_UNDER_A_LOW_FILE_LIMIT],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    conns: list[socket.socket] = []
+    try:
+        assert relay.stdout is not None
+        base_url = relay.stdout.readline().decode().strip()
+        assert base_url.startswith("http://127.0.0.1:"), base_url
+        port = int(base_url.split(":")[2].split("/")[0])
+        for _ in range(400):  # well past the relay's 256 open files
+            conns.append(socket.create_connection(("127.0.0.1", port), timeout=10))
+        r = httpx2.post(base_url + "/v1/messages", content=BODY, timeout=20)
+        assert r.status_code == 200
+    finally:
+        for conn in conns:
+            conn.close()
+        _, err = relay.communicate(b"", timeout=30)
+    lines = err.decode().splitlines()
+    assert relay.returncode == 0, lines[-5:]
+    assert len(lines) == 1 and "cap of 96 client connections" in lines[0]

@@ -83,8 +83,8 @@ class RelayConfig:
     backoff_max_s: float = 30.0
     max_header_bytes: int = 64 * 1024
     max_headers: int = 128
-    head_timeout_s: float = 30.0
-    idle_timeout_s: float = 30.0
+    head_timeout_s: float = 10.0
+    idle_timeout_s: float = 5.0
     max_connections: int = 1024
 
 
@@ -153,8 +153,9 @@ def backoff_s(config: RelayConfig, attempt: int, rng: random.Random) -> float:
     come back at the same instant.
 
     Example:
-        >>> [backoff_s(RelayConfig(), n, random.Random(1)) for n in range(3)]  # doctest: +SKIP
-        [0.57, 1.42, 3.12]
+        >>> rng = random.Random(1)
+        >>> [round(backoff_s(RelayConfig(), n, rng), 2) for n in (0, 1, 2, 40)]
+        [0.57, 1.85, 3.53, 18.83]
     """
     ceiling = min(config.backoff_max_s, config.backoff_base_s * 2.0 ** min(attempt, 32))
     return ceiling * (0.5 + 0.5 * rng.random())

@@ -25,7 +25,9 @@ so a slow client holds little of a reply.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -34,7 +36,7 @@ from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
 from .forward import RelayConfig
 
-__all__ = ["ConnectionGuard", "connection_cap", "protocol_for"]
+__all__ = ["ConnectionGuard", "GuardedSocket", "connection_cap", "protocol_for"]
 
 log = logging.getLogger("teamlead.relay")
 
@@ -80,23 +82,54 @@ def _open_file_limit() -> int | None:
 
 @dataclass
 class ConnectionGuard:
-    """What every connection of one relay shares: the prefix, the bounds, who is open."""
+    """What every connection of one relay shares: the prefix, the bounds, who is open.
+
+    A connection counts from its ``accept`` until its socket is closed (``starting`` until
+    the protocol is made, then in ``open``), so a burst of connections is held to the cap
+    at the accept itself, before asyncio made a transport for any of them.
+    """
 
     root: bytes
     config: RelayConfig
     cap: int = 0
     open: dict[_RelayProtocol, None] = field(default_factory=dict)
+    starting: int = 0
     saturated: bool = False
 
     def __post_init__(self) -> None:
         if not self.cap:
             self.cap = connection_cap(self.config.max_connections, _open_file_limit())
 
-    def admit(self, new: _RelayProtocol) -> bool:
-        """Make room for ``new`` (closing the oldest idle connection); whether it may stay."""
-        if len(self.open) < self.cap:
-            self.open[new] = None
-            if self.saturated and len(self.open) < self.cap * 3 // 4:
+    def accepting(self) -> bool:
+        """Whether a connection being accepted may stay (room made if need be)."""
+        if self._room():
+            self.starting += 1
+            return True
+        return False
+
+    def made(self, protocol: _RelayProtocol) -> bool:
+        """Count a new connection's protocol in; whether it may stay."""
+        if self.starting:
+            self.starting -= 1  # admitted at its accept
+        elif not self._room():  # an event loop that accepts on its own (no GuardedSocket)
+            return False
+        self.open[protocol] = None
+        return True
+
+    def lost(self, protocol: _RelayProtocol) -> None:
+        self.open.pop(protocol, None)
+
+    def _room(self) -> bool:
+        """Room for one more: below the cap, or once the oldest idle connection is closed.
+
+        A closed connection's descriptor is freed on the next loop tick, so during one
+        burst the descriptors in use stay below twice the cap (each of the ``cap`` open
+        connections is closed at most once), which :func:`connection_cap` keeps below the
+        open-file limit.
+        """
+        held = self.starting + len(self.open)
+        if held < self.cap:
+            if self.saturated and held < self.cap * 3 // 4:
                 self.saturated = False
             return True
         if not self.saturated:
@@ -111,11 +144,38 @@ class ConnectionGuard:
         if idle is None:
             return False
         idle.drop()
-        self.open[new] = None
         return True
 
-    def leave(self, gone: _RelayProtocol) -> None:
-        self.open.pop(gone, None)
+
+class GuardedSocket(socket.socket):
+    """The relay's listening socket: ``accept`` holds connections to the guard's cap.
+
+    asyncio's selector loop accepts in bursts (up to the backlog per tick) and makes the
+    transports later, so a cap checked only when a connection is made comes too late: the
+    descriptors are taken already, and at the open-file limit ``accept`` fails in a storm
+    of log lines. Here a connection past the cap (no idle one to close) is answered 503
+    and closed in ``accept`` itself, its descriptor freed at once.
+    """
+
+    guard: ConnectionGuard | None = None
+
+    def accept(self) -> tuple[socket.socket, Any]:
+        conn, addr = super().accept()
+        if self.guard is None or self.guard.accepting():
+            return conn, addr
+        with contextlib.suppress(OSError):
+            conn.setblocking(False)
+            conn.send(_response(503, "the relay is at its connection cap"))
+        conn.close()
+        raise BlockingIOError  # asyncio's "nothing more to accept now": back next tick
+
+
+def _response(status: int, reason: str) -> bytes:
+    body = reason.encode()
+    return b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n" % (
+        status,
+        _REASONS.get(status, b""),
+    ) + b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
 
 
 class _Refused(Exception):
@@ -143,24 +203,27 @@ class _RelayProtocol(HttpToolsProtocol):
         super().connection_made(transport)  # type: ignore[arg-type]
         if isinstance(transport, asyncio.WriteTransport):
             transport.set_write_buffer_limits(high=_WRITE_BUFFER)
-        if not self.guard.admit(self):
+        if not self.guard.made(self):
             self._answer(503, "the relay is at its connection cap")
             return
         self._arm_head_timer(self.guard.config.head_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self.guard.leave(self)
+        self.guard.lost(self)
         self._cancel_head_timer()
         super().connection_lost(exc)
 
     @property
     def idle(self) -> bool:
-        """No request is running on this connection (it may be sending a head)."""
+        """No request is running on this connection (it may be sending a head), and it is
+        not closing already."""
+        if self.transport is None or self.transport.is_closing():
+            return False
         return self.cycle is None or self.cycle.response_complete
 
     def drop(self) -> None:
         """Close this connection now (it is idle: nothing is lost)."""
-        self.guard.leave(self)
+        self._cancel_head_timer()
         if not self.transport.is_closing():
             self.transport.close()
 
@@ -241,13 +304,7 @@ class _RelayProtocol(HttpToolsProtocol):
 
     def _answer(self, status: int, reason: str) -> None:
         """Answer ``status`` with a one-line body and close: the rest is never read."""
-        body = reason.encode()
-        self.transport.write(
-            b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n"
-            b"content-length: %d\r\nconnection: close\r\n\r\n%s"
-            % (status, _REASONS.get(status, b""), len(body), body)
-        )
-        self.guard.leave(self)
+        self.transport.write(_response(status, reason))
         self._cancel_head_timer()
         self.transport.close()
 

@@ -36,7 +36,7 @@ from ..events import ConcurrencyChanged, RelaySummary
 from ..governor import Governor, GovernorPolicy
 from .app import RelayApp, RunState
 from .forward import RelayConfig
-from .protocol import ConnectionGuard, protocol_for
+from .protocol import ConnectionGuard, GuardedSocket, protocol_for
 from .stats import RelayListener, notify
 
 __all__ = ["RELAY_POLICY", "Relay", "RelayRun", "start_relay"]
@@ -124,10 +124,10 @@ class Relay:
             notify(run.listeners, event)
 
 
-def _bind() -> socket.socket:
+def _bind() -> GuardedSocket:
     # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted sockets only when it is
     # explicit; without it Nagle and delayed ACKs cost ~40 ms per keep-alive request.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock = GuardedSocket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.bind(("127.0.0.1", 0))
@@ -222,7 +222,7 @@ class _RunningRelay:
             rng=self._rng,
         )
         app.hosts = frozenset({b"127.0.0.1:%d" % port, b"localhost:%d" % port})
-        guard = ConnectionGuard(root=b"/" + app.prefix.encode(), config=self._config)
+        sock.guard = guard = ConnectionGuard(root=b"/" + app.prefix.encode(), config=self._config)
         self._server = server = _QuietServer(
             uvicorn.Config(
                 app,
