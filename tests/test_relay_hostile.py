@@ -587,3 +587,25 @@ def test_more_idle_connections_than_open_files_leave_a_valid_request_answered() 
     lines = err.decode().splitlines()
     assert relay.returncode == 0, lines[-5:]
     assert len(lines) == 1 and "cap of 96 client connections" in lines[0]
+
+
+async def test_a_body_that_never_arrives_is_answered_408_without_a_slot(
+    hostile: list[HostileUpstream],
+) -> None:
+    server = upstream(hostile, reply(200))
+    governor = fake_governor()
+    config = RelayConfig(body_timeout_s=0.5)
+
+    def half_a_body(relay: Relay) -> bytes:
+        with closing(connect(relay)) as conn:
+            conn.sendall(
+                b"POST /%s/v1/messages HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Length: 100"
+                b"\r\n\r\n0123456789" % (prefix_of(relay).encode(), relay.port)
+            )
+            return conn.recv(65536)
+
+    async with start_relay(server.url, governor, config=config) as relay:
+        answer = await anyio.to_thread.run_sync(half_a_body, relay)
+        assert governor.total_in_flight == 0
+    assert status_of(answer) == 408
+    assert server.heads == []

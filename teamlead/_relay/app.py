@@ -166,10 +166,16 @@ class RelayApp:
             await self._answer(send, target.status, "permission_error", target.reason)
             return
         run, path = self._split_run(target)
+        body: bytes | None = None
         try:
-            body = await self._read_body(receive)
+            with anyio.move_on_after(self.config.body_timeout_s) as timer:
+                body = await self._read_body(receive)
         except _TooLarge:
             await self._answer(send, 413, "request_too_large", "request body too large")
+            return
+        if timer.cancelled_caught:
+            message = "teamlead relay: the request body did not arrive in time"
+            await self._answer(send, 408, "timeout_error", message)
             return
         if body is None:
             return  # the client went away while sending

@@ -69,6 +69,7 @@ class RelayConfig:
             and headers, from when it opened or its last reply ended (slow senders are
             cut: 408).
         idle_timeout_s: a keep-alive connection with no new request for this long is closed.
+        body_timeout_s: the longest a client may take to send a request body (else 408).
         max_connections: open client connections at most (also kept well below the
             process's open-file limit); past it the oldest idle connection is closed.
     """
@@ -85,6 +86,7 @@ class RelayConfig:
     max_headers: int = 128
     head_timeout_s: float = 10.0
     idle_timeout_s: float = 5.0
+    body_timeout_s: float = 60.0
     max_connections: int = 1024
 
 
