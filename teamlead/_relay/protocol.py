@@ -303,8 +303,13 @@ class _RelayProtocol(HttpToolsProtocol):
         self._answer(refused.status, refused.reason)
 
     def _answer(self, status: int, reason: str) -> None:
-        """Answer ``status`` with a one-line body and close: the rest is never read."""
-        self.transport.write(_response(status, reason))
+        """Answer ``status`` with a one-line body and close: the rest is never read.
+
+        With a reply under way (a pipelined request refused), the connection is only
+        closed: an answer written now would land inside that reply.
+        """
+        if self.idle:
+            self.transport.write(_response(status, reason))
         self._cancel_head_timer()
         self.transport.close()
 
