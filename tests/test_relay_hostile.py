@@ -488,7 +488,11 @@ async def test_an_idle_keep_alive_connection_is_closed_even_if_it_trickles(
                 b"POST /%s/v1/messages HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Length: %d"
                 b"\r\n\r\n%s" % (prefix_of(relay).encode(), relay.port, len(BODY), BODY)
             )
-            first = conn.recv(65536)
+            first = b""
+            while not first.endswith(b"\r\n\r\n{}"):  # the whole reply, however it comes
+                chunk = conn.recv(65536)
+                assert chunk, first
+                first += chunk
             conn.sendall(b"P")  # one byte of a next request, then nothing
             return first, read_all(conn)
 
