@@ -346,3 +346,29 @@ async def test_experiment_trials_share_one_relay_and_count_each_429_once(tmp_pat
     assert statuses.count(429) == 1 and summary.rate_limited == 1
     # the governor's cut reached the progress view once, though every trial's run heard it
     assert [c.reason for c in progress[-1].changes].count("rate_limited") == 1
+
+
+async def test_a_pause_past_the_runs_deadline_reaches_the_cli_at_once() -> None:
+    # the relay knows the run's deadline: a 60 s pause for a 20 s run is not held
+    statuses: list[int] = []
+
+    async def query_fn(*, prompt: str, options: ClaudeAgentOptions) -> AsyncIterator[Any]:
+        base = options.env["ANTHROPIC_BASE_URL"]
+        async with httpx.AsyncClient(timeout=30) as client:
+            response = await client.post(
+                f"{base}/v1/messages",
+                json={"model": "claude-unit", "max_tokens": 10, "messages": []},
+            )
+            statuses.append(response.status_code)
+        for message in _messages(base):
+            yield message
+
+    with ScriptedServer(lambda req: Reply.error(429, retry_after=60)) as server:
+        options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
+        policy = teamlead.Policy(deadline_s=20)
+        items = [i async for i in teamlead.query("q", options, query_fn=query_fn, policy=policy)]
+        recorded = server.recorded()
+    assert statuses == [429]
+    assert len(recorded) == 1
+    limited = [i for i in items if isinstance(i, RateLimited)]
+    assert [(e.outcome, e.retry_after_s) for e in limited] == [("passed", 60.0)]
