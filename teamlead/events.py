@@ -297,11 +297,13 @@ class RateLimited(_Event):
         model: the request's model.
         role: ``lead``, ``subagent`` or ``other``, as the relay told them apart.
         status: 429 (rate limited) or 529 (overloaded).
-        retry_after_s: the upstream's Retry-After, if it sent one.
+        retry_after_s: the upstream's Retry-After, if it sent a usable one (at most 600 s),
+            or the relay's own when it answered 429 itself.
         outcome: ``absorbed`` (the relay held the request and retried it; the CLI never saw
             the error) or ``passed`` (the error went on to the CLI).
         source: ``upstream`` (the API said so) or ``relay`` (no governor slot came within
-            the relay's slot timeout, so the relay answered 429 itself; always ``passed``).
+            the relay's slot timeout, or the model is paused for longer than the request
+            may wait, so the relay answered 429 itself; always ``passed``).
     """
 
     type: Literal["rate_limited"] = "rate_limited"
