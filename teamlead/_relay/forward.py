@@ -180,7 +180,7 @@ async def open_upstream(
     Args:
         deadline: when the request's run ends (the governor clock's monotonic seconds):
             no wait goes past it.
-        rng: the backoff's jitter (default: the ``random`` module's).
+        rng: the backoff's jitter (default: one ``random.Random`` for the process).
 
     Raises:
         NoSlot: no governor slot within ``config.slot_timeout_s`` (or the deadline).

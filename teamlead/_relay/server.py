@@ -177,7 +177,7 @@ def start_relay(
 
     Entering raises :class:`~teamlead.errors.RelayError` when it could not start (no
     loopback socket, uvicorn failed): run direct then. ``rng`` jitters the backoff after
-    a 429 without a usable Retry-After (default: the ``random`` module's).
+    a 429 without a usable Retry-After (default: one ``random.Random`` for the process).
 
     Example:
         >>> async with start_relay("https://api.anthropic.com") as relay:  # doctest: +SKIP
