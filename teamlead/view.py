@@ -90,7 +90,7 @@ def _describe_event(item: Any) -> str | None:
         count = len(item.messages) + item.omitted_messages
         return f"inbox of team {item.team}: {count} new message(s) from {senders}"
     if isinstance(item, FallbackUsed):
-        return f"result of {item.description!r} ({item.status}) taken from its {item.source}"
+        return _describe_fallback(item)
     if isinstance(item, Resuming):
         return (
             f"resuming session {item.session_id} (round {item.round}, "
@@ -105,6 +105,19 @@ def _describe_event(item: Any) -> str | None:
             f"finished: {item.status} after {item.resumes} resume(s), ${item.cost_usd:.4f}{relay}"
         )
     return _describe_spawn(item) or _describe_relay(item)
+
+
+def _describe_fallback(item: FallbackUsed) -> str:
+    """A sentence for a fallback, also when the task left neither summary nor transcript."""
+    who = repr(item.description) if item.description else f"task {item.task_id}"
+    if item.source == "none":
+        return f"{who} ({item.status}) left no result: no summary and no transcript"
+    return f"result of {who} ({item.status}) taken from its {item.source}"
+
+
+def _task_label(task_id: str, description: str) -> str:
+    """How a task is named in a line: its description, else its id (never an empty name)."""
+    return description if description.strip() else f"{task_id} (no description)"
 
 
 def _describe_relay(item: Any) -> str | None:
@@ -178,9 +191,11 @@ class PlainProgress:
             )
             return f"lead delegates {event.description!r} (Agent call {len(group)} of its message)"
         if isinstance(event, TaskStarted):
-            return f"task started: {event.description} [{event.subagent_type or 'agent'}]"
+            label = _task_label(event.task_id, event.description)
+            return f"task started: {label} [{event.subagent_type or 'agent'}]"
         if isinstance(event, TaskEnded) and event.source == "task_notification":
-            return f"task {event.status}: {self.tracker.tasks[event.task_id].description}"
+            label = _task_label(event.task_id, self.tracker.tasks[event.task_id].description)
+            return f"task {event.status}: {label}"
         if isinstance(event, ResultSeen):
             state = "error" if not event.ok else "ok"
             status = f" (API {event.api_error_status})" if event.api_error_status else ""

@@ -101,9 +101,7 @@ class Ledger:
             if d.disposition == "missing":
                 reasons.append(f'{d.kind} "{d.description}" ({d.status}): its result was not used')
             elif d.disposition == "failed":
-                reasons.append(
-                    f'{d.kind} "{d.description}" ended {d.status} (result via {d.source})'
-                )
+                reasons.append(_failed_reason(d))
         status: Status
         if not self.last_round_ok or final is None:
             status = "failed"
@@ -138,6 +136,16 @@ class Ledger:
         if any(d.disposition == "failed" for d in dispositions):
             return "work_failed"
         return "results_missing"
+
+
+def _failed_reason(d: TaskDisposition) -> str:
+    """The reason line of a failed task or teammate, saying where its last words came from."""
+    head = f'{d.kind} "{d.description}" ended {d.status}'
+    if d.source == "none":
+        return f"{head} and left no result"
+    if d.source == "lead":
+        return f"{head}; the lead saw what it reported"
+    return f"{head}; what it left came from its {d.source}"
 
 
 def _dispositions(tracker: Tracker, collected: Collector) -> list[TaskDisposition]:
