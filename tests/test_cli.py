@@ -46,6 +46,7 @@ def test_version_and_help() -> None:
     [
         (["ask", "  "], "the prompt is empty"),
         (["ask", "hi", "--strategy", "no-such-strategy"], "no-such-strategy"),
+        (["ask", "hi", "--strategy", "./nope.md"], "prompt file not found: ./nope.md"),
         (["ask", "hi", "--json", "--quiet"], "cannot be combined"),
         (["ask", "hi", "--cwd", "/definitely/not/here"], "not a directory"),
         (["inbox", "show"], "exactly one of --session"),
@@ -58,6 +59,15 @@ def test_usage_errors_are_one_line_and_exit_2(args: list[str], message: str) -> 
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.output
+
+
+def test_resume_defaults_to_the_strategy_ask_defaults_to() -> None:
+    from teamlead._cli.ask import ask, resume
+
+    def default(command: click.Command) -> object:
+        return next(p.default for p in command.params if p.name == "strategy")
+
+    assert default(resume) == default(ask) == "delegation"
 
 
 def test_bad_option_values_are_click_usage_errors() -> None:

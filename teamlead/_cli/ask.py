@@ -214,9 +214,9 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 @click.argument("session_id")
 @option(
     "--strategy",
-    default="baseline",
+    default="delegation",
     show_default=True,
-    help="Strategy prompt for the resumed turns (use the original run's).",
+    help="Strategy prompt for the resumed turns (use the original run's; ask's default too).",
 )
 @run_options
 @handle_errors
