@@ -18,10 +18,19 @@ from typing import Any
 
 import click
 
+from .._redact import terminal_safe
 from .exitcodes import handle_errors
 from .options import Output, no_relay_option, option, output_mode
 
-__all__ = ["demo", "run_demo", "serve_scenario", "serve_scripted"]
+__all__ = [
+    "demo",
+    "offline_exports",
+    "request_line",
+    "run_demo",
+    "scenario_list",
+    "serve_scenario",
+    "serve_scripted",
+]
 
 
 def run_demo(output: Output = "auto", *, verbose: bool = False, relay: bool = True) -> int:
@@ -66,19 +75,100 @@ def run_demo(output: Output = "auto", *, verbose: bool = False, relay: bool = Tr
             )
 
 
-def serve_scenario(scenario: str, port: int = 0, concurrency_limit: int | None = None) -> None:
+#: What the CLI (or an app that runs it) needs to talk to the scripted model and nothing
+#: else: a key of any kind, no retries of an injected fault (else a 429 or 529 scenario
+#: backs off for minutes and looks hung), no traffic besides the model requests, and no
+#: proxy between it and the loopback address.
+_OFFLINE_VARS = (
+    ("ANTHROPIC_API_KEY", "offline"),
+    ("CLAUDE_CODE_MAX_RETRIES", "0"),
+    ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+    ("DISABLE_AUTOUPDATER", "1"),
+    ("DISABLE_TELEMETRY", "1"),
+    ("DISABLE_ERROR_REPORTING", "1"),
+    ("NO_PROXY", "127.0.0.1,::1"),
+)
+
+
+def offline_exports(base_url: str) -> str:
+    """The ``export`` line that points the CLI, ``teamlead ask`` or an SDK app at ``base_url``."""
+    pairs = [("ANTHROPIC_BASE_URL", base_url), *_OFFLINE_VARS]
+    return "export " + " ".join(f"{name}={value}" for name, value in pairs)
+
+
+def scenario_list() -> str:
+    """The scenarios ``serve-scripted`` knows, one line each: name and what it does."""
+    from ..testing.scripts import SCENARIO_SUMMARIES, SCENARIOS
+
+    width = max(len(name) for name in SCENARIOS)
+    return "\n".join(
+        f"{name:<{width}}  {SCENARIO_SUMMARIES.get(name, '(no summary)')}"
+        for name in sorted(SCENARIOS)
+    )
+
+
+def request_line(record: Any, started: float) -> str:
+    """One log line for an answered request: when, who asked, the status and the reply."""
+    request = record.request
+    who = request.role
+    if request.agent is not None and request.agent.description:
+        who = f"{who} {request.agent.description!r}"
+    reply = record.reply
+    if record.status != 200 or reply is None or reply.fault is not None:
+        what = f"fault {record.status}" if record.status != 499 else "client went away"
+    elif reply.tool_uses:
+        names = [u.name for u in reply.tool_uses]
+        what = "tool_use " + ", ".join(dict.fromkeys(names))
+        if len(names) > 1:
+            what += f" ({len(names)} calls)"
+    else:
+        what = f"text, {len(reply.content)} chars"
+    took = (record.finished or record.started) - record.started
+    return (
+        f"[{record.started - started:6.1f}s] #{request.index} {who} -> {record.status} "
+        f"{what} ({took:.2f} s)"
+    )
+
+
+def serve_scenario(
+    scenario: str,
+    port: int = 0,
+    concurrency_limit: int | None = None,
+    *,
+    log_requests: bool | None = None,
+) -> None:
     """Serve the named scripted model on loopback until SIGTERM or Ctrl-C.
 
-    The address and the ``export`` line go to stderr; the server is stopped on the way out.
+    The address and an ``export`` line with every variable the CLI needs go to stderr;
+    with ``log_requests`` (default: when stderr is a terminal) one line per answered
+    request follows. The server is stopped on the way out.
     """
+    import time
+
     from ..testing import ScriptedServer
     from ..testing.scripts import scenario as load_scenario
 
     script = load_scenario(scenario)
-    server = ScriptedServer(script, port=port, concurrency_limit=concurrency_limit)
+    if log_requests is None:
+        log_requests = sys.stderr.isatty()
+    started = time.monotonic()
+    lock = threading.Lock()
+
+    def log_line(record: Any) -> None:
+        line = terminal_safe(request_line(record, started))
+        with lock:
+            click.echo(line, err=True)
+
+    server = ScriptedServer(
+        script,
+        port=port,
+        concurrency_limit=concurrency_limit,
+        on_request=log_line if log_requests else None,
+    )
     server.start()
     click.echo(f"serving scenario {scenario!r} at {server.base_url}", err=True)
-    click.echo(f"export ANTHROPIC_BASE_URL={server.base_url} ANTHROPIC_API_KEY=offline", err=True)
+    click.echo("point the CLI, `teamlead ask` or your app at it from another shell:", err=True)
+    click.echo(offline_exports(server.base_url), err=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -108,6 +198,7 @@ def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
 
 @click.command("serve-scripted")
 @option("--scenario", default="fan-out", show_default=True, help="Named scripted model.")
+@option("--list", "list_", is_flag=True, help="List the scenarios, one line each, and exit.")
 @option(
     "--port",
     type=click.IntRange(0, 65535),
@@ -116,7 +207,25 @@ def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
     help="Port; 0 picks a free one.",
 )
 @option("--concurrency-limit", type=click.IntRange(min=1), help="Emulate a hidden 429 limit.")
+@option(
+    "--log",
+    "log_requests",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="One line per request on stderr; auto: when stderr is a terminal.",
+)
 @handle_errors
-def serve_scripted(scenario: str, port: int, concurrency_limit: int | None) -> None:
-    """Serve a scripted model on loopback for manual runs of the CLI or an app."""
-    serve_scenario(scenario, port, concurrency_limit)
+def serve_scripted(
+    scenario: str, list_: bool, port: int, concurrency_limit: int | None, log_requests: str
+) -> None:
+    """Serve a scripted model on loopback for manual runs of the CLI or an app.
+
+    It prints the `export` line to paste into the shell that runs the CLI, `teamlead ask`
+    or your app; `--list` shows the scenarios.
+    """
+    if list_:
+        click.echo(scenario_list())
+        return
+    log = None if log_requests == "auto" else log_requests == "on"
+    serve_scenario(scenario, port, concurrency_limit, log_requests=log)

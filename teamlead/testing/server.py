@@ -205,6 +205,9 @@ class ScriptedServer:
         retry_after: seconds sent in ``retry-after`` by the emulated limit.
         limit_roles: the roles the emulated limit counts and rejects (default: all), e.g.
             ``{"subagent"}`` for a limit only the subagents' requests run into.
+        on_request: called with each request's record once it has been answered (on the
+            server's handler thread), e.g. to log one line per request; an exception it
+            raises is logged and the server carries on.
 
     Raises:
         SetupError: the port is in use, or the host is not loopback.
@@ -219,8 +222,10 @@ class ScriptedServer:
         concurrency_limit: int | None = None,
         retry_after: float = 1.0,
         limit_roles: Collection[Role] | None = None,
+        on_request: Callable[[RecordedRequest], None] | None = None,
     ) -> None:
         self.script = script
+        self.on_request = on_request
         self.host = _loopback_host(host)
         self.port = port
         self.concurrency_limit = concurrency_limit
@@ -385,6 +390,11 @@ class ScriptedServer:
                 )
                 if record.status != 200:
                     self.stats.faults += 1
+            if self.on_request is not None:
+                try:
+                    self.on_request(record)
+                except Exception:  # a broken logger must not break the replies
+                    log.exception("on_request failed on request %d", index)
 
     def _remember_agents(self, reply: Reply) -> None:
         for use in reply.tool_uses:
