@@ -225,8 +225,16 @@ def test_ask_json_is_versioned_ndjson_ending_in_finished(tmp_path: Path) -> None
         proc = _ask(claude, "Investigate.", "--json")
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert all(isinstance(r.get("type"), str) and r.get("version") == 1 for r in lines)
+    assert all(isinstance(r.get("type"), str) and r.get("version") == 2 for r in lines)
     types = [r["type"] for r in lines]
+    ended = [r["task_id"] for r in lines if r["type"] == "task_ended"]
+    started = [r["task_id"] for r in lines if r["type"] == "task_started"]
+    assert sorted(ended) == sorted(started) and len(started) == 2  # each task ends once
+    turns = [r["message_id"] for r in lines if r["type"] == "lead_turn"]
+    assert len(turns) == len(set(turns))  # one lead_turn per API message
+    (fan,) = [r for r in lines if r["type"] == "lead_turn" and r["agent_calls"]]
+    calls = [r["tool_use_id"] for r in lines if r["type"] == "agent_call"]
+    assert fan["agent_calls"] == calls and fan["tool_names"] == ["Agent", "Agent"]
     assert {
         "session",
         "agent_call",

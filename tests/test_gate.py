@@ -157,7 +157,7 @@ async def test_deny_reasons_say_what_to_do_next() -> None:
     reason = out["hookSpecificOutput"]["permissionDecisionReason"]  # type: ignore[typeddict-item]
     assert "spawn budget of 1 is used up" in reason and "Answer with the results" in reason
     assert [type(e) for e in seen] == [SpawnAdmitted, SpawnDenied]
-    assert '"type": "spawn_denied"' in seen[1].to_json() and '"version": 1' in seen[1].to_json()
+    assert '"type": "spawn_denied"' in seen[1].to_json() and '"version": 2' in seen[1].to_json()
 
 
 # -- the queue: FIFO within a run and across runs -------------------------------------------
