@@ -125,7 +125,8 @@ def spawn_options() -> list[Callable[[_F], _F]]:
             "wrap_up_reserve_s",
             type=FiniteFloatRange(min=0, limit=MAX_SECONDS),
             help="Seconds before the deadline when agents are stopped and the lead answers "
-            "without tools [default: 20% of the deadline, at most 30].",
+            "without tools [default: 20% of the deadline, at least 10 or half the deadline "
+            "(room for one turn), at most 30].",
         ),
         option(
             "--no-spawn-gate",

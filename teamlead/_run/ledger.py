@@ -103,12 +103,13 @@ class Ledger:
             elif d.disposition == "failed":
                 reasons.append(_failed_reason(d))
         status: Status
-        if not self.last_round_ok or final is None:
+        if final is None or not (self.last_round_ok or _used_finished_work(dispositions)):
             status = "failed"
             if final is None and not any("failed" in r or "error" in r for r in reasons):
                 reasons.append("the lead produced no successful answer")
         elif (
-            any(d.disposition not in ("included", "not_run") for d in dispositions)
+            not self.last_round_ok  # an answer from finished work, but the last round failed
+            or any(d.disposition not in ("included", "not_run") for d in dispositions)
             or any(m.status == "pending" for m in members)
             or collected.ambiguous_team is not None  # forged claims: results are unproven
         ):
@@ -136,6 +137,15 @@ class Ledger:
         if any(d.disposition == "failed" for d in dispositions):
             return "work_failed"
         return "results_missing"
+
+
+def _used_finished_work(dispositions: list[TaskDisposition]) -> bool:
+    """Whether a successful lead turn used a task's or teammate's result.
+
+    Then the last successful answer came after it: a later round that failed (the deadline
+    cut the wrap-up turn, a resume gave up) leaves that answer, and the run is ``partial``.
+    """
+    return any(d.kind != "call" and d.disposition == "included" for d in dispositions)
 
 
 def _failed_reason(d: TaskDisposition) -> str:
