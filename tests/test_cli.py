@@ -319,6 +319,7 @@ def test_ctrl_c_mid_fan_out_stops_every_process_and_prints_the_session(tmp_path:
         out, err = proc.communicate(timeout=20)
     assert proc.returncode == 130, err
     assert "interrupted; resume with: teamlead resume " in err
+    assert "Unknown child process" not in err  # the stop reaps nothing asyncio owns
     # every process teamlead started is stopped and reaped, not merely signalled
     _gone, alive = psutil.wait_procs(running, timeout=10)
     assert alive == []
