@@ -1,15 +1,14 @@
 """Progress output for the CLI: a live team view on a TTY, plain lines when piped, NDJSON.
 
 All three consume the same stream :func:`teamlead.query` yields (SDK messages and
-teamlead events) through ``handle(item)``. Names, descriptions and teammate text are
-hostile: every terminal line goes through :func:`~teamlead._redact.terminal_safe` and the
-live view renders it as ``Text``, never as Rich markup.
+teamlead events) through ``handle(item)``; the NDJSON one lives in
+:mod:`teamlead._ndjson`. Names, descriptions and teammate text are hostile: every
+terminal line goes through :func:`~teamlead._redact.terminal_safe` and the live view
+renders it as ``Text``, never as Rich markup.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
 from typing import IO, Any
 
@@ -18,9 +17,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ._ndjson import JsonProgress, event_record, first_sighting
 from ._redact import redact, terminal_safe
 from .events import (
-    EVENT_VERSION,
     ConcurrencyChanged,
     FallbackUsed,
     Finished,
@@ -48,40 +47,12 @@ from .tracker import (
 
 __all__ = ["JsonProgress", "LiveTeamView", "PlainProgress", "event_record"]
 
-_SNAKE = {
-    "SessionSeen": "session",
-    "AgentCallSeen": "agent_call",
-    "TaskStarted": "task_started",
-    "TaskProgress": "task_progress",
-    "TaskEnded": "task_ended",
-    "LeadTurn": "lead_turn",
-    "SubagentTurn": "subagent_turn",
-    "ResultSeen": "result",
-}
-
-
-def event_record(event: TrackedEvent) -> dict[str, Any]:
-    """A tracker event as a versioned JSON-ready dict."""
-    data = dataclasses.asdict(event)
-    for key, value in list(data.items()):
-        if isinstance(value, str):
-            data[key] = redact(value)
-    return {"type": _SNAKE[type(event).__name__], "version": EVENT_VERSION, **data}
-
 
 def _safe(text: str) -> str:
     return terminal_safe(text)
 
 
-def _first_sighting(event: SessionSeen, tracker: Tracker, shown: set[str]) -> bool:
-    """Whether ``event`` first names the tracked session (then it is marked announced)."""
-    if event.session_id != tracker.session_id or event.session_id in shown:
-        return False
-    shown.add(event.session_id)
-    return True
-
-
-def _describe_event(item: Any) -> str | None:
+def _describe_event(item: Any, *, scripted: bool = False) -> str | None:
     if isinstance(item, WaitingForTeam):
         who = ", ".join(item.pending_members) or "open tasks"
         return f"waiting up to {item.wait_s:g} s for {who}"
@@ -101,9 +72,8 @@ def _describe_event(item: Any) -> str | None:
         return f"resume attempt {item.attempt} failed: {item.error}{retry}"
     if isinstance(item, Finished):
         relay = f"; {_relay_summary_text(item.relay)}" if item.relay else ""
-        return (
-            f"finished: {item.status} after {item.resumes} resume(s), ${item.cost_usd:.4f}{relay}"
-        )
+        cost = "a scripted model, so no cost" if scripted else f"${item.cost_usd:.4f}"
+        return f"finished: {item.status} after {item.resumes} resume(s), {cost}{relay}"
     return _describe_spawn(item) or _describe_relay(item)
 
 
@@ -125,7 +95,8 @@ def _describe_relay(item: Any) -> str | None:
     if isinstance(item, RateLimited):
         after = f", retry after {item.retry_after_s:g} s" if item.retry_after_s is not None else ""
         fate = "absorbed by the relay" if item.outcome == "absorbed" else "passed on to the CLI"
-        return f"API {item.status} for {item.model} ({item.role}{after}): {fate}"
+        what = "529 (overloaded)" if item.status == 529 else str(item.status)
+        return f"API {what} for {item.model} ({item.role}{after}): {fate}"
     if isinstance(item, ConcurrencyChanged) and item.cap != item.previous_cap:
         return f"governor: {item.key} limit {item.previous_cap} -> {item.cap} ({item.reason})"
     return None
@@ -148,18 +119,27 @@ def _describe_spawn(item: Any) -> str | None:
 
 
 def _relay_summary_text(summary: RelaySummary) -> str:
+    """The relay's part of the last line: 429s and 529s apart, and what the limits mean."""
+    limited = sum(b.rate_limited for b in summary.buckets)
+    passed_429 = max(0, summary.passed - summary.overloaded)  # a 529 is always passed on
+    parts = [f"relay: {summary.requests} request(s)"]
+    if limited:
+        parts.append(f"429s {summary.absorbed} absorbed, {passed_429} passed on")
+    if summary.overloaded:
+        parts.append(f"{summary.overloaded} overloaded (529) passed on")
+    if not limited and not summary.overloaded:
+        parts.append("no 429 or 529")
     limits = ", ".join(f"{b.key} {b.limit}" for b in summary.buckets) or "none"
-    return (
-        f"relay: {summary.absorbed} 429/529 absorbed, {summary.passed} passed on; limits: {limits}"
-    )
+    return "; ".join(parts) + f"; requests allowed in flight per model, as learnt: {limits}"
 
 
 class PlainProgress:
     """One plain line per notable event, for logs and pipes."""
 
-    def __init__(self, stream: IO[str], *, verbose: bool = False) -> None:
+    def __init__(self, stream: IO[str], *, verbose: bool = False, scripted: bool = False) -> None:
         self.stream = stream
         self.verbose = verbose
+        self.scripted = scripted  # the model is scripted: the last line names no cost
         self.tracker = Tracker()
         self.started = time.monotonic()
         self._shown: set[str] = set()
@@ -169,7 +149,7 @@ class PlainProgress:
         self.stream.flush()
 
     def handle(self, item: Any) -> None:
-        text = _describe_event(item)
+        text = _describe_event(item, scripted=self.scripted)
         if text is not None:
             self._line(text)
             return
@@ -182,7 +162,7 @@ class PlainProgress:
         if isinstance(event, SessionSeen):
             return (
                 f"session {event.session_id}"
-                if _first_sighting(event, self.tracker, self._shown)
+                if first_sighting(event, self.tracker, self._shown)
                 else None
             )
         if isinstance(event, AgentCallSeen):
@@ -211,9 +191,10 @@ class PlainProgress:
 class LiveTeamView:
     """A live table: the lead's state and one row per subagent or teammate."""
 
-    def __init__(self, console: Console, *, verbose: bool = False) -> None:
+    def __init__(self, console: Console, *, verbose: bool = False, scripted: bool = False) -> None:
         self.console = console
         self.verbose = verbose
+        self.scripted = scripted
         self.tracker = Tracker()
         self.started = time.monotonic()
         self.lead_state = "starting"
@@ -221,13 +202,13 @@ class LiveTeamView:
         self.queued: dict[str, str] = {}  # tool_use_id -> description, while in the gate
         self.log: list[str] = []
         self.limits: dict[str, int] = {}  # the governor line: bucket -> limit
-        self.absorbed = self.passed = 0
+        self.absorbed = self.passed = self.overloaded = 0  # 429s; 529s apart
         # Live re-renders this object on every refresh, so elapsed times tick between events
         self._live = Live(self, console=console, refresh_per_second=4, transient=False)
         self._live.start()
 
     def handle(self, item: Any) -> None:
-        text = _describe_event(item)
+        text = _describe_event(item, scripted=self.scripted)
         if text is not None:
             self.log.append(text)
             if isinstance(item, WaitingForTeam):
@@ -265,20 +246,28 @@ class LiveTeamView:
         if isinstance(item, ConcurrencyChanged):
             self.limits[item.key] = item.effective
         elif isinstance(item, RateLimited):
-            if item.outcome == "absorbed":
+            if item.status == 529:
+                self.overloaded += 1
+            elif item.outcome == "absorbed":
                 self.absorbed += 1
             else:
                 self.passed += 1
 
     def governor_line(self) -> str | None:
-        """``governor: model limit 3 · 429s absorbed 5, passed on 0``, once there is news."""
-        if not self.limits and not self.absorbed and not self.passed:
+        """``governor: model limit 3 · 429s absorbed 5, passed on 0``, once there is news.
+
+        529s (overloaded) are counted apart: the relay passes them on (the CLI and
+        teamlead's resume retry them), and they lower the limit as 429s do.
+        """
+        if not self.limits and not (self.absorbed or self.passed or self.overloaded):
             return None
         limits = ", ".join(f"{key} limit {cap}" for key, cap in sorted(self.limits.items()))
-        return (
-            f"governor: {limits or 'no limit learnt'} · 429s absorbed {self.absorbed}, "
-            f"passed on {self.passed}"
-        )
+        parts = [f"governor: {limits or 'no limit learnt'}"]
+        if self.absorbed or self.passed:
+            parts.append(f"429s absorbed {self.absorbed}, passed on {self.passed}")
+        if self.overloaded:
+            parts.append(f"529 overloaded {self.overloaded}, passed on")
+        return " · ".join(parts)
 
     def __rich__(self) -> Group:
         return self._render()
@@ -312,127 +301,3 @@ class LiveTeamView:
             self._live.refresh()
         finally:
             self._live.stop()  # shows the cursor again, whatever the refresh did
-
-
-#: teamlead events that can come while the lead's message still streams: they do not
-#: close the message (or a task's end) that :class:`JsonProgress` is assembling.
-_MID_MESSAGE = (
-    SpawnQueued,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnRejected,
-    RateLimited,
-    ConcurrencyChanged,
-)
-
-
-class JsonProgress:
-    """NDJSON on ``stream``: tracker events and teamlead events, each with type and version.
-
-    Each fact is written once (event version 2; version 1 wrote one ``lead_turn`` per
-    content block and one ``task_ended`` per CLI report):
-
-    - ``lead_turn``: one line per API message. The CLI streams a message block by block,
-      each block as an ``assistant`` message with the same ``message.id``, so the line is
-      written once the message is complete (at the next lead message, its ``result``, or
-      a teamlead event that comes after the stream), after its ``agent_call`` lines;
-      ``tool_names`` lists every tool it called and ``agent_calls`` the ``tool_use_id`` of
-      each of its Agent calls.
-    - ``task_ended``: one line per task. The CLI reports a task's end twice
-      (``task_updated``, then ``task_notification`` with the summary); the line is written
-      at the notification with both merged (``source`` names the report that ended it
-      first), or, when no notification follows, at the next lead message or event.
-    """
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
-        self.tracker = Tracker()
-        self._shown: set[str] = set()
-        self._turn: dict[str, Any] | None = None  # the lead message being assembled
-        self._ended: dict[str, dict[str, Any]] = {}  # task_id -> its held task_ended
-        self._ended_written: set[str] = set()
-
-    def handle(self, item: Any) -> None:
-        to_json = getattr(item, "to_json", None)
-        if callable(to_json):
-            if not isinstance(item, _MID_MESSAGE):
-                self._flush()
-            self.stream.write(redact(to_json()) + "\n")  # a secret in any field, at the last step
-        else:
-            for event in self.tracker.feed(item):
-                self._event(event)
-        self.stream.flush()
-
-    def _event(self, event: TrackedEvent) -> None:
-        if isinstance(event, SessionSeen):
-            if _first_sighting(event, self.tracker, self._shown):
-                self._write(event_record(event))
-            return
-        if isinstance(event, LeadTurn):
-            self._lead_turn(event)
-            return
-        if isinstance(event, TaskEnded):
-            self._task_ended(event)
-            return
-        if isinstance(event, ResultSeen):
-            self._flush()
-        elif (
-            isinstance(event, AgentCallSeen)
-            and self._turn is not None
-            and event.message_id is not None
-            and event.message_id == self._turn["message_id"]
-        ):
-            self._turn["agent_calls"].append(event.tool_use_id)
-        self._write(event_record(event))
-
-    def _lead_turn(self, event: LeadTurn) -> None:
-        turn = self._turn
-        if (
-            turn is not None
-            and event.message_id is not None
-            and turn["message_id"] == (event.message_id)
-        ):
-            if event.text:
-                turn["text"] = f"{turn['text']}\n{event.text}" if turn["text"] else event.text
-            turn["error"] = turn["error"] or event.error
-            turn["tool_names"] = [*turn["tool_names"], *event.tool_names]
-            return
-        self._flush()
-        self._turn = {**event_record(event), "agent_calls": []}
-        self._turn["tool_names"] = list(event.tool_names)
-
-    def _task_ended(self, event: TaskEnded) -> None:
-        if event.task_id in self._ended_written:
-            return
-        record = event_record(event)
-        held = self._ended.pop(event.task_id, None)
-        if held is not None:  # the second report: keep the first's status and source
-            record = {
-                **held,
-                **{k: v for k, v in record.items() if v is not None},
-                "status": held["status"],
-                "source": held["source"],
-            }
-        if event.source == "task_notification" or held is not None:
-            self._ended_written.add(event.task_id)
-            self._write(record)
-        else:
-            self._ended[event.task_id] = record
-
-    def _flush(self) -> None:
-        """Write the lead message and the task ends still held: no more of them will come."""
-        if self._turn is not None:
-            turn, self._turn = self._turn, None
-            turn["text"] = redact(turn["text"])
-            self._write(turn)
-        for task_id, record in list(self._ended.items()):
-            del self._ended[task_id]
-            self._ended_written.add(task_id)
-            self._write(record)
-
-    def _write(self, record: dict[str, Any]) -> None:
-        self.stream.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
-
-    def close(self) -> None:
-        self._flush()
-        self.stream.flush()

@@ -8,14 +8,18 @@ parse options and pass them on.
 
 from __future__ import annotations
 
+import contextlib
+import re
 import signal
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+import anyio
 import click
 
 from .._redact import terminal_safe
@@ -33,46 +37,173 @@ __all__ = [
 ]
 
 
-def run_demo(output: Output = "auto", *, verbose: bool = False, relay: bool = True) -> int:
+def run_demo(
+    output: Output = "auto", *, verbose: bool = False, relay: bool = True, compare: bool = True
+) -> int:
     """Run the delegation demo offline: the bundled CLI against the built-in scripted model.
 
-    Everything lives in a temporary directory that is removed afterwards. Returns the
-    exit code of the run.
+    Then, with ``compare`` and progress on stderr (not ``--json`` or ``--quiet``), the same
+    script runs once more under a bare ``claude_agent_sdk.query``, and what each returned
+    is printed side by side. Everything lives in a temporary directory that is removed
+    afterwards. Returns the exit code of the teamlead run.
     """
-    from claude_agent_sdk import query as sdk_query
-
     from ..coordinator import query
+    from ..events import Finished
     from ..policy import Policy
-    from ..prompts import apply_strategy, load_strategy
-    from ..testing import OfflineClaude, ScriptedServer
-    from ..testing.demo import DEMO_PROMPT, DemoScript
+    from ..testing.demo import DEMO_PROMPT
     from .app import run_session
 
     with tempfile.TemporaryDirectory(prefix="teamlead-demo-") as tmp:
-        config_dir = Path(tmp) / ".claude"
-        script = DemoScript(config_dir=config_dir)
-        with ScriptedServer(script) as server:
-            claude = OfflineClaude(server.base_url, state_dir=Path(tmp))
-            assert claude.config_dir == config_dir
-            options = apply_strategy(claude.options(), load_strategy("delegation"))
+        finished: list[Finished] = []
+        with _demo_model(Path(tmp) / "teamlead") as (script, options):
 
             async def first_stream_marks_end(**kwargs: Any) -> AsyncIterator[Any]:
+                from claude_agent_sdk import query as sdk_query
+
                 try:
                     async for message in sdk_query(**kwargs):
                         yield message
                 finally:  # the teammate reports once the lead's stream is over
                     script.stream_ended.set()
 
-            return run_session(
-                lambda: query(
+            async def items() -> AsyncIterator[Any]:
+                async for item in query(
                     DEMO_PROMPT,
                     options,
                     query_fn=first_stream_marks_end,
                     policy=Policy(wait_s=20, deadline_s=300, relay=relay),
-                ),
-                output=output,
-                verbose=verbose,
+                ):
+                    if isinstance(item, Finished):
+                        finished.append(item)
+                    yield item
+
+            code = run_session(items, output=output, verbose=verbose, scripted=True)
+        if compare and finished and output not in ("json", "quiet"):
+            click.echo(
+                "teamlead: now the same script under a bare claude_agent_sdk.query ...", err=True
             )
+            bare = anyio.run(_bare_query, Path(tmp) / "bare")
+            _print_comparison(bare, finished[0])
+    return code
+
+
+@contextlib.contextmanager
+def _demo_model(state: Path) -> Iterator[tuple[Any, Any]]:
+    """The demo's scripted model on loopback, and options that run the CLI against it."""
+    from ..prompts import apply_strategy, load_strategy
+    from ..testing import OfflineClaude, ScriptedServer
+    from ..testing.demo import DemoScript
+
+    script = DemoScript(config_dir=state / ".claude")
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=state)
+        assert claude.config_dir == script.config_dir
+        yield script, apply_strategy(claude.options(), load_strategy("delegation"))
+
+
+@dataclass
+class BareOutcome:
+    """What a bare ``claude_agent_sdk.query`` app got from the demo's script."""
+
+    answer: str | None  #: the last successful result's text, as such an app would return
+    error: str | None  #: what the stream raised, if it did
+    results: int  #: ``result`` messages read
+
+
+async def _bare_query(state: Path) -> BareOutcome:
+    """The demo's script under a bare ``claude_agent_sdk.query``, read to the end."""
+    from claude_agent_sdk import ResultMessage
+    from claude_agent_sdk import query as sdk_query
+
+    from ..testing.demo import DEMO_PROMPT
+
+    answer: str | None = None
+    error: str | None = None
+    results = 0
+    with _demo_model(state) as (script, options):
+        try:
+            with anyio.fail_after(120):
+                async for message in sdk_query(prompt=DEMO_PROMPT, options=options):
+                    if isinstance(message, ResultMessage):
+                        results += 1
+                        if not message.is_error and message.result:
+                            answer = message.result
+        except TimeoutError:
+            error = "no end after 120 s"
+        except Exception as exc:  # what the bare app would see: the stream raising
+            api = re.search(r"API Error: \d+ \w+", str(exc))
+            error = f"{type(exc).__name__} ({api.group(0) if api else str(exc)[:60]})"
+        finally:
+            script.stream_ended.set()  # the teammate writes to an inbox nobody reads
+    return BareOutcome(answer=answer, error=error, results=results)
+
+
+def _print_comparison(bare: BareOutcome, finished: Any, stream: IO[str] | None = None) -> None:
+    """The two outcomes side by side: how each ended, the findings used, the answer.
+
+    A table on a terminal; two aligned lines otherwise (for logs and pipes).
+    """
+    from ..testing.demo import DEMO_FINDINGS
+    from ..testing.scripts import findings_in
+
+    out = stream or sys.stderr
+
+    def found(text: str | None) -> str:
+        names = [f for f in DEMO_FINDINGS if f in findings_in(text or "")]
+        return f"{len(names)} of {len(DEMO_FINDINGS)}" + (f": {', '.join(names)}" if names else "")
+
+    def short(text: str | None) -> str:
+        first = (text or "(none)").strip().splitlines()[0]
+        return first if len(first) <= 70 else first[:69] + "…"
+
+    bare_end = f"raised {bare.error}" if bare.error else "ended"
+    apps = [
+        (
+            "bare claude_agent_sdk.query",
+            f"{bare_end} after {bare.results} result(s)",
+            found(bare.answer),
+            short(bare.answer),
+        ),
+        (
+            "teamlead.query",
+            f"{finished.status} after {finished.resumes} resume(s)",
+            found(finished.result),
+            short(finished.result),
+        ),
+    ]
+    moral = (
+        "The bare app stops at the 529 on the synthesis turn and never reads the teammate's "
+        "inbox; teamlead collects every result and resumes the lead."
+    )
+    if _is_terminal(out):
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title="the same script, two apps", title_justify="left")
+        table.add_column("")
+        for app in apps:
+            table.add_column(app[0])
+        for i, label in enumerate(("how it ended", "findings used", "answer"), start=1):
+            table.add_row(label, *(Text(terminal_safe(app[i])) for app in apps))
+        console = Console(file=out)
+        console.print(table)
+        console.print(Text(moral))
+        return
+    width = max(len(app[0]) for app in apps)
+    out.write("the same script, two apps:\n")
+    for name, end, used, answer in apps:
+        line = f"  {name + ':':<{width + 1}} {end}; findings used {used}; answer: {answer!r}"
+        out.write(terminal_safe(line) + "\n")
+    out.write(moral + "\n")
+    out.flush()
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
 
 
 #: What the CLI (or an app that runs it) needs to talk to the scripted model and nothing
@@ -190,8 +321,9 @@ def serve_scenario(
 def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
     """Run a real `ask` offline: the bundled CLI against a built-in scripted model.
 
-    Three parallel agents, an inbox teammate, and a failed synthesis that teamlead resumes.
-    Needs no API key and no network.
+    Three parallel agents, an inbox teammate, and a failed synthesis that teamlead resumes;
+    then the same script under a bare claude_agent_sdk.query, side by side. Needs no API
+    key and no network.
     """
     sys.exit(run_demo(output_mode(json_, quiet), verbose=verbose, relay=not no_relay))
 

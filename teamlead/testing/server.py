@@ -29,12 +29,12 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import SetupError
+from .recorded import RecordedRequest, ServerStats
 from .replies import AgentCall, Fault, Reply, Role, ScriptedRequest
 from .wire import message_json, session_from_metadata, sse_events, system_text
 
@@ -50,45 +50,6 @@ __all__ = [
 log = logging.getLogger("teamlead.testing")
 
 Script = Callable[[ScriptedRequest], Reply]
-
-
-@dataclass
-class RecordedRequest:
-    """One request as the server saw and answered it.
-
-    ``started``/``finished`` are ``time.monotonic()`` readings, so overlapping intervals
-    prove that two streams were in flight at once. ``headers`` are the HTTP request
-    headers as received (names as the client spelled them).
-    """
-
-    request: ScriptedRequest
-    started: float
-    finished: float | None = None
-    status: int = 200
-    reply: Reply | None = None
-    error: str | None = None
-    headers: list[tuple[str, str]] = field(default_factory=list)
-
-    @property
-    def role(self) -> Role:
-        return self.request.role
-
-    def overlaps(self, other: RecordedRequest) -> bool:
-        end_a = self.finished if self.finished is not None else float("inf")
-        end_b = other.finished if other.finished is not None else float("inf")
-        return self.started < end_b and other.started < end_a
-
-
-@dataclass
-class ServerStats:
-    """Counters, read under the server's lock."""
-
-    requests: int = 0
-    rejected: int = 0
-    faults: int = 0
-    in_flight: int = 0
-    max_in_flight: int = 0
-    status_counts: dict[int, int] = field(default_factory=dict)
 
 
 class _Handler(BaseHTTPRequestHandler):
