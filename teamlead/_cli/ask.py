@@ -61,9 +61,17 @@ def run_options(func: _F) -> _F:
             type=FiniteFloatRange(min=0, min_open=True),
             help="Stop resuming at this many USD.",
         ),
-        option("--allowed-tools", help="Comma-separated tools to allow (passed to the SDK)."),
         option(
-            "--permission-mode", type=click.Choice(_PERMISSION_MODES), help="Passed to the SDK."
+            "--allowed-tools",
+            help="Comma-separated tools that run without approval, e.g. 'Edit,Bash(npm test:*)' "
+            "(passed to the SDK) [default: none; every tool is offered, and one that needs "
+            "approval is refused].",
+        ),
+        option(
+            "--permission-mode",
+            type=click.Choice(_PERMISSION_MODES),
+            help="Passed to the SDK [default: Claude Code's `default`: reading tools run, "
+            "edits and changing commands are refused, as nobody is there to approve them].",
         ),
         option(
             "--json",
