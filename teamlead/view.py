@@ -281,7 +281,7 @@ class LiveTeamView:
             end = task.ended_at or now
             table.add_row(
                 "agent",
-                Text(_safe(task.description[:40])),
+                Text(_safe(_task_label(task.task_id, task.description)[:40])),
                 Text(_safe(task.status)),
                 f"{end - task.started_at:5.1f}s",
                 str(task.tokens or ""),
