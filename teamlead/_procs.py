@@ -1,9 +1,18 @@
-"""Stop the CLI processes this process started, and everything they started."""
+"""Stop the CLI processes this process started, and everything they started.
+
+The processes are ended here but never reaped: our own children belong to whoever
+started them (asyncio's child watcher for the SDK's CLI, a ``Popen``), and that owner
+reaps them and reads their exit status. A reap here raced asyncio's watcher, which then
+logged ``Unknown child process pid …, will report returncode 255`` above the live view on
+Ctrl-C. A child counts as ended once it is a zombie; the others (grandchildren) once they
+are gone.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import time
 
 import psutil
 
@@ -41,9 +50,34 @@ def _stop(procs: list[psutil.Process], grace_s: float) -> int:
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    alive = wait_ended(procs, grace_s)
     for proc in alive:
         with contextlib.suppress(psutil.Error):
             proc.kill()
-    psutil.wait_procs(alive, timeout=grace_s)
+    wait_ended(alive, grace_s)
     return len(procs)
+
+
+def wait_ended(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Process]:
+    """Wait up to ``timeout_s`` for ``procs`` to end, reaping none; returns those still alive.
+
+    Unlike :func:`psutil.wait_procs`, which reaps a child of ours with ``waitpid`` and so
+    takes its exit status from its owner, a child is only watched until it is a zombie.
+    """
+    deadline = time.monotonic() + timeout_s
+    pause = 0.005
+    alive = [proc for proc in procs if not _ended(proc)]
+    while alive and time.monotonic() < deadline:
+        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
+        pause = min(pause * 2, 0.1)
+        alive = [proc for proc in alive if not _ended(proc)]
+    return alive
+
+
+def _ended(proc: psutil.Process) -> bool:
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:  # no access to its state: it is not ours to wait for
+        return True

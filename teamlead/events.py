@@ -38,7 +38,9 @@ __all__ = [
     "WaitingForTeam",
 ]
 
-EVENT_VERSION = 1
+#: 2: ``lead_turn`` once per API message and ``task_ended`` once per task (1 repeated
+#: both: see :class:`teamlead.view.JsonProgress`); the fields of version 1 are all kept.
+EVENT_VERSION = 2
 
 Status = Literal["completed", "partial", "failed"]
 #: ``not_run``: an Agent call the spawn gate denied (the user's own limit), or one the CLI

@@ -26,6 +26,7 @@ __all__ = [
     "Policy",
     "RetryPolicy",
     "SpawnPolicy",
+    "WRAP_UP_TURN_S",
 ]
 
 #: API statuses worth retrying: rate limited, overloaded, and server-side failures.
@@ -149,6 +150,12 @@ class Policy(BaseModel):
         return int(self.deadline_s * 1000)
 
 
+#: The wrap-up reserve's floor: one turn, the CLI resuming the session and the model
+#: answering with no tools (a few seconds against the API). A reserve under it cut the
+#: wrap-up turn itself, and a short deadline ended ``failed``.
+WRAP_UP_TURN_S = 10.0
+
+
 class SpawnPolicy(BaseModel):
     """Limits of the spawn gate: how many agents run at once, in all, per message, how deep.
 
@@ -163,7 +170,8 @@ class SpawnPolicy(BaseModel):
             ``k * stagger_s`` after the first (default 0: no stagger).
         max_depth: 1 lets only the lead spawn; 2 lets its subagents spawn once more.
         wrap_up_reserve_s: no spawn is admitted once less than this is left before the
-            deadline. ``None``: 20 % of the deadline, at most 30 s.
+            deadline. ``None``: 20 % of the deadline, at least one turn's
+            :data:`WRAP_UP_TURN_S` (at most half the deadline), at most 30 s.
 
     Example:
         >>> SpawnPolicy(max_concurrent_agents=3, spawn_budget=5).reserve_for(60)
@@ -194,10 +202,16 @@ class SpawnPolicy(BaseModel):
         return self
 
     def reserve_for(self, deadline_s: float) -> float:
-        """Seconds kept free for the wrap-up before a deadline ``deadline_s`` away."""
+        """Seconds kept free for the wrap-up before a deadline ``deadline_s`` away.
+
+        20 % of it, but room for one turn (:data:`WRAP_UP_TURN_S`, or half a shorter
+        deadline), and at most 30 s: a 1.8 s deadline keeps 0.9 s, not 0.36 s, which
+        the CLI needs just to resume the session.
+        """
         if self.wrap_up_reserve_s is not None:
             return self.wrap_up_reserve_s
-        return min(30.0, 0.2 * max(0.0, deadline_s))
+        deadline_s = max(0.0, deadline_s)
+        return min(30.0, max(0.2 * deadline_s, min(WRAP_UP_TURN_S, 0.5 * deadline_s)))
 
 
 Policy.model_rebuild()

@@ -207,21 +207,26 @@ def list_strategies() -> list[StrategyMeta]:
 MAX_PROMPT_FILE_BYTES = 1024 * 1024
 
 
-def _read_prompt_file(path: Path) -> bytes:
-    """Prompt file ``path``: a regular file (no FIFO, no device) of at most 1 MiB, or UsageError."""
+def _read_prompt_file(path: Path, shown: str | None = None) -> bytes:
+    """Prompt file ``path``: a regular file (no FIFO, no device) of at most 1 MiB, or UsageError.
+
+    ``shown`` is the path as the user typed it (``./nope.md``), for the error messages;
+    :class:`~pathlib.Path` would print ``nope.md``.
+    """
+    label = shown or str(path)
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise UsageError(f"prompt file not found: {path}") from None
+        raise UsageError(f"prompt file not found: {label}") from None
     except OSError as exc:
-        raise UsageError(f"cannot read prompt file {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot read prompt file {label}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
         os.close(fd)
-        raise UsageError(f"cannot read prompt file {path}: not a regular file")
+        raise UsageError(f"cannot read prompt file {label}: not a regular file")
     with os.fdopen(fd, "rb") as handle:
         raw = handle.read(MAX_PROMPT_FILE_BYTES + 1)
     if len(raw) > MAX_PROMPT_FILE_BYTES:
-        raise UsageError(f"prompt file {path} is over {MAX_PROMPT_FILE_BYTES // 1024} KiB")
+        raise UsageError(f"prompt file {label} is over {MAX_PROMPT_FILE_BYTES // 1024} KiB")
     return raw
 
 
@@ -247,7 +252,8 @@ def load_strategy(name_or_path: str | os.PathLike[str]) -> Strategy:
     """
     if isinstance(name_or_path, os.PathLike) or _looks_like_path(name_or_path):
         path = Path(name_or_path)
-        return _parse_strategy(_read_prompt_file(path), str(path), stem=path.stem)
+        shown = os.fspath(name_or_path)
+        return _parse_strategy(_read_prompt_file(path, shown), shown, stem=path.stem)
     shipped = _load_shipped()
     if name_or_path not in shipped:
         raise UsageError(

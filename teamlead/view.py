@@ -1,15 +1,14 @@
 """Progress output for the CLI: a live team view on a TTY, plain lines when piped, NDJSON.
 
 All three consume the same stream :func:`teamlead.query` yields (SDK messages and
-teamlead events) through ``handle(item)``. Names, descriptions and teammate text are
-hostile: every terminal line goes through :func:`~teamlead._redact.terminal_safe` and the
-live view renders it as ``Text``, never as Rich markup.
+teamlead events) through ``handle(item)``; the NDJSON one lives in
+:mod:`teamlead._ndjson`. Names, descriptions and teammate text are hostile: every
+terminal line goes through :func:`~teamlead._redact.terminal_safe` and the live view
+renders it as ``Text``, never as Rich markup.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import time
 from typing import IO, Any
 
@@ -18,9 +17,9 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ._ndjson import JsonProgress, event_record, first_sighting
 from ._redact import redact, terminal_safe
 from .events import (
-    EVENT_VERSION,
     ConcurrencyChanged,
     FallbackUsed,
     Finished,
@@ -48,40 +47,12 @@ from .tracker import (
 
 __all__ = ["JsonProgress", "LiveTeamView", "PlainProgress", "event_record"]
 
-_SNAKE = {
-    "SessionSeen": "session",
-    "AgentCallSeen": "agent_call",
-    "TaskStarted": "task_started",
-    "TaskProgress": "task_progress",
-    "TaskEnded": "task_ended",
-    "LeadTurn": "lead_turn",
-    "SubagentTurn": "subagent_turn",
-    "ResultSeen": "result",
-}
-
-
-def event_record(event: TrackedEvent) -> dict[str, Any]:
-    """A tracker event as a versioned JSON-ready dict."""
-    data = dataclasses.asdict(event)
-    for key, value in list(data.items()):
-        if isinstance(value, str):
-            data[key] = redact(value)
-    return {"type": _SNAKE[type(event).__name__], "version": EVENT_VERSION, **data}
-
 
 def _safe(text: str) -> str:
     return terminal_safe(text)
 
 
-def _first_sighting(event: SessionSeen, tracker: Tracker, shown: set[str]) -> bool:
-    """Whether ``event`` first names the tracked session (then it is marked announced)."""
-    if event.session_id != tracker.session_id or event.session_id in shown:
-        return False
-    shown.add(event.session_id)
-    return True
-
-
-def _describe_event(item: Any) -> str | None:
+def _describe_event(item: Any, *, scripted: bool = False) -> str | None:
     if isinstance(item, WaitingForTeam):
         who = ", ".join(item.pending_members) or "open tasks"
         return f"waiting up to {item.wait_s:g} s for {who}"
@@ -90,7 +61,7 @@ def _describe_event(item: Any) -> str | None:
         count = len(item.messages) + item.omitted_messages
         return f"inbox of team {item.team}: {count} new message(s) from {senders}"
     if isinstance(item, FallbackUsed):
-        return f"result of {item.description!r} ({item.status}) taken from its {item.source}"
+        return _describe_fallback(item)
     if isinstance(item, Resuming):
         return (
             f"resuming session {item.session_id} (round {item.round}, "
@@ -101,10 +72,22 @@ def _describe_event(item: Any) -> str | None:
         return f"resume attempt {item.attempt} failed: {item.error}{retry}"
     if isinstance(item, Finished):
         relay = f"; {_relay_summary_text(item.relay)}" if item.relay else ""
-        return (
-            f"finished: {item.status} after {item.resumes} resume(s), ${item.cost_usd:.4f}{relay}"
-        )
+        cost = "a scripted model, so no cost" if scripted else f"${item.cost_usd:.4f}"
+        return f"finished: {item.status} after {item.resumes} resume(s), {cost}{relay}"
     return _describe_spawn(item) or _describe_relay(item)
+
+
+def _describe_fallback(item: FallbackUsed) -> str:
+    """A sentence for a fallback, also when the task left neither summary nor transcript."""
+    who = repr(item.description) if item.description else f"task {item.task_id}"
+    if item.source == "none":
+        return f"{who} ({item.status}) left no result: no summary and no transcript"
+    return f"result of {who} ({item.status}) taken from its {item.source}"
+
+
+def _task_label(task_id: str, description: str) -> str:
+    """How a task is named in a line: its description, else its id (never an empty name)."""
+    return description if description.strip() else f"{task_id} (no description)"
 
 
 def _describe_relay(item: Any) -> str | None:
@@ -112,7 +95,8 @@ def _describe_relay(item: Any) -> str | None:
     if isinstance(item, RateLimited):
         after = f", retry after {item.retry_after_s:g} s" if item.retry_after_s is not None else ""
         fate = "absorbed by the relay" if item.outcome == "absorbed" else "passed on to the CLI"
-        return f"API {item.status} for {item.model} ({item.role}{after}): {fate}"
+        what = "529 (overloaded)" if item.status == 529 else str(item.status)
+        return f"API {what} for {item.model} ({item.role}{after}): {fate}"
     if isinstance(item, ConcurrencyChanged) and item.cap != item.previous_cap:
         return f"governor: {item.key} limit {item.previous_cap} -> {item.cap} ({item.reason})"
     return None
@@ -135,18 +119,27 @@ def _describe_spawn(item: Any) -> str | None:
 
 
 def _relay_summary_text(summary: RelaySummary) -> str:
+    """The relay's part of the last line: 429s and 529s apart, and what the limits mean."""
+    limited = sum(b.rate_limited for b in summary.buckets)
+    passed_429 = max(0, summary.passed - summary.overloaded)  # a 529 is always passed on
+    parts = [f"relay: {summary.requests} request(s)"]
+    if limited:
+        parts.append(f"429s {summary.absorbed} absorbed, {passed_429} passed on")
+    if summary.overloaded:
+        parts.append(f"{summary.overloaded} overloaded (529) passed on")
+    if not limited and not summary.overloaded:
+        parts.append("no 429 or 529")
     limits = ", ".join(f"{b.key} {b.limit}" for b in summary.buckets) or "none"
-    return (
-        f"relay: {summary.absorbed} 429/529 absorbed, {summary.passed} passed on; limits: {limits}"
-    )
+    return "; ".join(parts) + f"; requests allowed in flight per model, as learnt: {limits}"
 
 
 class PlainProgress:
     """One plain line per notable event, for logs and pipes."""
 
-    def __init__(self, stream: IO[str], *, verbose: bool = False) -> None:
+    def __init__(self, stream: IO[str], *, verbose: bool = False, scripted: bool = False) -> None:
         self.stream = stream
         self.verbose = verbose
+        self.scripted = scripted  # the model is scripted: the last line names no cost
         self.tracker = Tracker()
         self.started = time.monotonic()
         self._shown: set[str] = set()
@@ -156,7 +149,7 @@ class PlainProgress:
         self.stream.flush()
 
     def handle(self, item: Any) -> None:
-        text = _describe_event(item)
+        text = _describe_event(item, scripted=self.scripted)
         if text is not None:
             self._line(text)
             return
@@ -169,7 +162,7 @@ class PlainProgress:
         if isinstance(event, SessionSeen):
             return (
                 f"session {event.session_id}"
-                if _first_sighting(event, self.tracker, self._shown)
+                if first_sighting(event, self.tracker, self._shown)
                 else None
             )
         if isinstance(event, AgentCallSeen):
@@ -178,9 +171,11 @@ class PlainProgress:
             )
             return f"lead delegates {event.description!r} (Agent call {len(group)} of its message)"
         if isinstance(event, TaskStarted):
-            return f"task started: {event.description} [{event.subagent_type or 'agent'}]"
+            label = _task_label(event.task_id, event.description)
+            return f"task started: {label} [{event.subagent_type or 'agent'}]"
         if isinstance(event, TaskEnded) and event.source == "task_notification":
-            return f"task {event.status}: {self.tracker.tasks[event.task_id].description}"
+            label = _task_label(event.task_id, self.tracker.tasks[event.task_id].description)
+            return f"task {event.status}: {label}"
         if isinstance(event, ResultSeen):
             state = "error" if not event.ok else "ok"
             status = f" (API {event.api_error_status})" if event.api_error_status else ""
@@ -196,9 +191,10 @@ class PlainProgress:
 class LiveTeamView:
     """A live table: the lead's state and one row per subagent or teammate."""
 
-    def __init__(self, console: Console, *, verbose: bool = False) -> None:
+    def __init__(self, console: Console, *, verbose: bool = False, scripted: bool = False) -> None:
         self.console = console
         self.verbose = verbose
+        self.scripted = scripted
         self.tracker = Tracker()
         self.started = time.monotonic()
         self.lead_state = "starting"
@@ -206,13 +202,13 @@ class LiveTeamView:
         self.queued: dict[str, str] = {}  # tool_use_id -> description, while in the gate
         self.log: list[str] = []
         self.limits: dict[str, int] = {}  # the governor line: bucket -> limit
-        self.absorbed = self.passed = 0
+        self.absorbed = self.passed = self.overloaded = 0  # 429s; 529s apart
         # Live re-renders this object on every refresh, so elapsed times tick between events
         self._live = Live(self, console=console, refresh_per_second=4, transient=False)
         self._live.start()
 
     def handle(self, item: Any) -> None:
-        text = _describe_event(item)
+        text = _describe_event(item, scripted=self.scripted)
         if text is not None:
             self.log.append(text)
             if isinstance(item, WaitingForTeam):
@@ -250,20 +246,28 @@ class LiveTeamView:
         if isinstance(item, ConcurrencyChanged):
             self.limits[item.key] = item.effective
         elif isinstance(item, RateLimited):
-            if item.outcome == "absorbed":
+            if item.status == 529:
+                self.overloaded += 1
+            elif item.outcome == "absorbed":
                 self.absorbed += 1
             else:
                 self.passed += 1
 
     def governor_line(self) -> str | None:
-        """``governor: model limit 3 · 429s absorbed 5, passed on 0``, once there is news."""
-        if not self.limits and not self.absorbed and not self.passed:
+        """``governor: model limit 3 · 429s absorbed 5, passed on 0``, once there is news.
+
+        529s (overloaded) are counted apart: the relay passes them on (the CLI and
+        teamlead's resume retry them), and they lower the limit as 429s do.
+        """
+        if not self.limits and not (self.absorbed or self.passed or self.overloaded):
             return None
         limits = ", ".join(f"{key} limit {cap}" for key, cap in sorted(self.limits.items()))
-        return (
-            f"governor: {limits or 'no limit learnt'} · 429s absorbed {self.absorbed}, "
-            f"passed on {self.passed}"
-        )
+        parts = [f"governor: {limits or 'no limit learnt'}"]
+        if self.absorbed or self.passed:
+            parts.append(f"429s absorbed {self.absorbed}, passed on {self.passed}")
+        if self.overloaded:
+            parts.append(f"529 overloaded {self.overloaded}, passed on")
+        return " · ".join(parts)
 
     def __rich__(self) -> Group:
         return self._render()
@@ -277,7 +281,7 @@ class LiveTeamView:
             end = task.ended_at or now
             table.add_row(
                 "agent",
-                Text(_safe(task.description[:40])),
+                Text(_safe(_task_label(task.task_id, task.description)[:40])),
                 Text(_safe(task.status)),
                 f"{end - task.started_at:5.1f}s",
                 str(task.tokens or ""),
@@ -297,30 +301,3 @@ class LiveTeamView:
             self._live.refresh()
         finally:
             self._live.stop()  # shows the cursor again, whatever the refresh did
-
-
-class JsonProgress:
-    """NDJSON on ``stream``: tracker events and teamlead events, each with type and version."""
-
-    def __init__(self, stream: IO[str]) -> None:
-        self.stream = stream
-        self.tracker = Tracker()
-        self._shown: set[str] = set()
-
-    def handle(self, item: Any) -> None:
-        to_json = getattr(item, "to_json", None)
-        if callable(to_json):
-            self.stream.write(redact(to_json()) + "\n")  # a secret in any field, at the last step
-        else:
-            for event in self.tracker.feed(item):
-                if isinstance(event, SessionSeen) and not _first_sighting(
-                    event, self.tracker, self._shown
-                ):
-                    continue
-                self.stream.write(
-                    json.dumps(event_record(event), ensure_ascii=False, default=str) + "\n"
-                )
-        self.stream.flush()
-
-    def close(self) -> None:
-        pass

@@ -46,6 +46,7 @@ def test_version_and_help() -> None:
     [
         (["ask", "  "], "the prompt is empty"),
         (["ask", "hi", "--strategy", "no-such-strategy"], "no-such-strategy"),
+        (["ask", "hi", "--strategy", "./nope.md"], "prompt file not found: ./nope.md"),
         (["ask", "hi", "--json", "--quiet"], "cannot be combined"),
         (["ask", "hi", "--cwd", "/definitely/not/here"], "not a directory"),
         (["inbox", "show"], "exactly one of --session"),
@@ -58,6 +59,15 @@ def test_usage_errors_are_one_line_and_exit_2(args: list[str], message: str) -> 
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.output
+
+
+def test_resume_defaults_to_the_strategy_ask_defaults_to() -> None:
+    from teamlead._cli.ask import ask, resume
+
+    def default(command: click.Command) -> object:
+        return next(p.default for p in command.params if p.name == "strategy")
+
+    assert default(resume) == default(ask) == "delegation"
 
 
 def test_bad_option_values_are_click_usage_errors() -> None:
@@ -215,8 +225,16 @@ def test_ask_json_is_versioned_ndjson_ending_in_finished(tmp_path: Path) -> None
         proc = _ask(claude, "Investigate.", "--json")
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert all(isinstance(r.get("type"), str) and r.get("version") == 1 for r in lines)
+    assert all(isinstance(r.get("type"), str) and r.get("version") == 2 for r in lines)
     types = [r["type"] for r in lines]
+    ended = [r["task_id"] for r in lines if r["type"] == "task_ended"]
+    started = [r["task_id"] for r in lines if r["type"] == "task_started"]
+    assert sorted(ended) == sorted(started) and len(started) == 2  # each task ends once
+    turns = [r["message_id"] for r in lines if r["type"] == "lead_turn"]
+    assert len(turns) == len(set(turns))  # one lead_turn per API message
+    (fan,) = [r for r in lines if r["type"] == "lead_turn" and r["agent_calls"]]
+    calls = [r["tool_use_id"] for r in lines if r["type"] == "agent_call"]
+    assert fan["agent_calls"] == calls and fan["tool_names"] == ["Agent", "Agent"]
     assert {
         "session",
         "agent_call",
@@ -301,6 +319,7 @@ def test_ctrl_c_mid_fan_out_stops_every_process_and_prints_the_session(tmp_path:
         out, err = proc.communicate(timeout=20)
     assert proc.returncode == 130, err
     assert "interrupted; resume with: teamlead resume " in err
+    assert "Unknown child process" not in err  # the stop reaps nothing asyncio owns
     # every process teamlead started is stopped and reaped, not merely signalled
     _gone, alive = psutil.wait_procs(running, timeout=10)
     assert alive == []

@@ -93,7 +93,7 @@ def test_plain_install_runs_and_reports_one_line_prompt_files(tmp_path: Path) ->
     warning = [line for line in report.stderr.splitlines() if "plots skipped" in line]
     assert warning == [
         "teamlead: warning: plots skipped: matplotlib is not installed; "
-        "pip install 'teamlead[plots]' to get them"
+        "from a checkout, pip install -e '.[plots]' to get them"
     ]
     assert "| fan | parallel |" in report.stdout and "Verdict rule:" in report.stdout
     assert sorted(p.name for p in out.iterdir()) == [

@@ -157,7 +157,7 @@ async def test_deny_reasons_say_what_to_do_next() -> None:
     reason = out["hookSpecificOutput"]["permissionDecisionReason"]  # type: ignore[typeddict-item]
     assert "spawn budget of 1 is used up" in reason and "Answer with the results" in reason
     assert [type(e) for e in seen] == [SpawnAdmitted, SpawnDenied]
-    assert '"type": "spawn_denied"' in seen[1].to_json() and '"version": 1' in seen[1].to_json()
+    assert '"type": "spawn_denied"' in seen[1].to_json() and '"version": 2' in seen[1].to_json()
 
 
 # -- the queue: FIFO within a run and across runs -------------------------------------------
@@ -528,7 +528,9 @@ async def test_turns_follow_message_ids_when_the_tracker_names_them() -> None:
 
 # -- policy ----------------------------------------------------------------------------------
 def test_spawn_policy_validates_with_clear_errors() -> None:
-    assert SpawnPolicy().reserve_for(10) == 2.0 and SpawnPolicy().reserve_for(600) == 30.0
+    # 20 %, but room for one turn (10 s, or half a shorter deadline), at most 30 s
+    reserves = {d: SpawnPolicy().reserve_for(d) for d in (1.8, 10, 30, 60, 600)}
+    assert reserves == {1.8: 0.9, 10: 5.0, 30: 10.0, 60: 12.0, 600: 30.0}
     assert SpawnPolicy(wrap_up_reserve_s=5).reserve_for(600) == 5
     with pytest.raises(pydantic.ValidationError, match="greater than or equal to 1"):
         SpawnPolicy(max_concurrent_agents=0)

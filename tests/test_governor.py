@@ -734,7 +734,7 @@ async def test_journal_records_every_change_with_its_fields() -> None:
     event = gov.journal[0]
     assert event.model_dump() == {
         "type": "concurrency_changed",
-        "version": 1,
+        "version": 2,
         "key": A,
         "reason": "rate_limited",
         "cap": 3,

@@ -13,7 +13,7 @@ message-at-a-time writers at full speed starve *each other* out of proper-lockfi
 0.65 s retry window, whatever the consumer does (seen: a few writer give-ups per 10,000
 with no pause, none with it).
 
-Needs node and ``npm install --no-package-lock`` in tests/interop; skipped otherwise.
+Needs node and ``npm ci --prefix tests/interop`` (as CI runs it); skipped otherwise.
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ if NODE is None:
     pytest.skip("node is not installed", allow_module_level=True)
 if not (INTEROP / "node_modules" / "proper-lockfile").is_dir():
     pytest.skip(
-        "tests/interop/node_modules is missing: run `npm install --no-package-lock` there",
+        "tests/interop/node_modules is missing: run `npm ci --prefix tests/interop` (as CI does)",
         allow_module_level=True,
     )
 

@@ -271,8 +271,9 @@ def test_plain_lines_for_the_relay() -> None:
     assert lines == [
         "API 429 for claude-x (subagent, retry after 1 s): absorbed by the relay",
         "governor: anthropic/claude-x limit 32 -> 3 (rate_limited)",
-        "finished: completed after 0 resume(s), $0.0000; relay: 21 429/529 absorbed, "
-        "1 passed on; limits: anthropic/claude-x 3",
+        "finished: completed after 0 resume(s), $0.0000; relay: 27 request(s); 429s 21 "
+        "absorbed, 1 passed on; requests allowed in flight per model, as learnt: "
+        "anthropic/claude-x 3",
     ]
 
 
@@ -287,6 +288,11 @@ def test_live_view_has_a_governor_line() -> None:
         view.handle(RateLimited(model="claude-x", role="lead", outcome="passed"))
         assert view.governor_line() == (
             "governor: anthropic/claude-x limit 3 · 429s absorbed 1, passed on 1"
+        )
+        view.handle(RateLimited(model="claude-x", role="lead", status=529, outcome="passed"))
+        assert view.governor_line() == (  # a 529 is an overload, never counted as a 429
+            "governor: anthropic/claude-x limit 3 · 429s absorbed 1, passed on 1 · "
+            "529 overloaded 1, passed on"
         )
     finally:
         view.close()

@@ -9,7 +9,14 @@ from typing import Any
 
 from rich.console import Console
 
-from teamlead.events import Finished, InboxCollected, Resuming, WaitingForTeam
+from teamlead.events import (
+    EVENT_VERSION,
+    Finished,
+    InboxCollected,
+    Resuming,
+    SpawnAdmitted,
+    WaitingForTeam,
+)
 from teamlead.view import JsonProgress, LiveTeamView, PlainProgress
 
 TRACE = Path(__file__).parent / "fixtures" / "traces" / "parallel-agents.query.jsonl"
@@ -63,7 +70,74 @@ def test_json_progress_lines_are_versioned_and_typed() -> None:
     for item in _items():
         progress.handle(item)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert all(r["version"] == 1 and isinstance(r["type"], str) for r in records)
+    assert all(r["version"] == EVENT_VERSION == 2 and isinstance(r["type"], str) for r in records)
     types = [r["type"] for r in records]
     assert types.count("session") == 1 and types.count("task_started") == 2
     assert types[-1] == "finished"
+
+
+def _json_records(items: list[Any]) -> list[dict[str, Any]]:
+    out = io.StringIO()
+    progress = JsonProgress(out)
+    for item in items:
+        progress.handle(item)
+    progress.close()
+    return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_json_reports_one_task_ended_per_task_with_both_reports_merged() -> None:
+    records = _json_records(_items())
+    ended = [r for r in records if r["type"] == "task_ended"]
+    assert sorted(r["task_id"] for r in ended) == ["a2cb4083eee649555", "ac8d9a5d9dba98ead"]
+    for record in ended:  # task_updated ended it; the notification's summary is merged in
+        assert record["source"] == "task_updated" and record["status"] == "completed"
+        assert record["summary"].startswith("finding for SUBTASK-")
+        assert record["usage"]["total_tokens"] == 15 and record["tool_use_id"]
+
+
+def test_json_reports_one_lead_turn_per_api_message_with_its_agent_calls() -> None:
+    records = _json_records(_items())
+    turns = [r for r in records if r["type"] == "lead_turn"]
+    ids = [r["message_id"] for r in turns]
+    assert ids == ["msg_17", "msg_18", "msg_21", "msg_22"]
+    first = turns[0]
+    assert first["tool_names"] == ["Agent", "Agent"]
+    assert first["agent_calls"] == ["toolu_A", "toolu_B"]
+    calls = [r for r in records if r["type"] == "agent_call"]
+    assert all(c["message_id"] == "msg_17" for c in calls)
+    assert records.index(first) > max(records.index(c) for c in calls)  # written once complete
+    assert records[-1]["type"] == "finished"
+
+
+def test_a_spawn_event_mid_message_does_not_split_the_lead_turn() -> None:
+    items = _items()
+    first_call = next(
+        i
+        for i, item in enumerate(items)
+        if isinstance(item, dict) and "toolu_A" in json.dumps(item)
+    )
+    admitted = SpawnAdmitted(
+        tool_use_id="toolu_A", description="probe A", waited_s=0.0, running=1, limit=3
+    )
+    records = _json_records([*items[: first_call + 1], admitted, *items[first_call + 1 :]])
+    turns = [r for r in records if r["type"] == "lead_turn" and r["message_id"] == "msg_17"]
+    assert len(turns) == 1 and turns[0]["agent_calls"] == ["toolu_A", "toolu_B"]
+
+
+def test_a_task_ended_with_no_notification_is_written_at_the_next_lead_message() -> None:
+    updated = {
+        "type": "system",
+        "subtype": "task_updated",
+        "task_id": "t9",
+        "patch": {"status": "killed"},
+        "session_id": "s",
+    }
+    lead = {
+        "type": "assistant",
+        "message": {"id": "m9", "content": [{"type": "text", "text": "next"}]},
+        "parent_tool_use_id": None,
+        "session_id": "s",
+    }
+    records = _json_records([updated, lead])
+    assert [r["type"] for r in records] == ["session", "task_ended", "lead_turn"]
+    assert records[1]["status"] == "killed" and records[1]["source"] == "task_updated"

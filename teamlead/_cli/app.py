@@ -170,7 +170,9 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
     return options, policy, strategy
 
 
-def _progress(output: Output, verbose: bool, stderr: IO[str], stdout: IO[str]) -> Any:
+def _progress(
+    output: Output, verbose: bool, stderr: IO[str], stdout: IO[str], *, scripted: bool = False
+) -> Any:
     if output == "json":
         return JsonProgress(stdout)
     if output == "quiet":
@@ -178,8 +180,8 @@ def _progress(output: Output, verbose: bool, stderr: IO[str], stdout: IO[str]) -
     if output == "live" or (output == "auto" and stderr.isatty()):
         from rich.console import Console
 
-        return LiveTeamView(Console(file=stderr), verbose=verbose)
-    return PlainProgress(stderr, verbose=verbose)
+        return LiveTeamView(Console(file=stderr), verbose=verbose, scripted=scripted)
+    return PlainProgress(stderr, verbose=verbose, scripted=scripted)
 
 
 def run_session(
@@ -189,16 +191,18 @@ def run_session(
     verbose: bool = False,
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
+    scripted: bool = False,
 ) -> int:
     """Drive ``items()`` to its :class:`Finished` event with progress output; returns the exit code.
 
     The final answer goes to stdout (or the ``finished`` NDJSON line with ``--json``);
     progress goes to stderr. SIGINT/SIGTERM/SIGHUP stop the CLI child and all it started at once
     (SIGTERM, then SIGKILL after 2 s), print the session id to resume, and return 130.
+    ``scripted`` says the model is scripted (the demo): the progress names no dollar cost.
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    progress = _progress(output, verbose, err, out)
+    progress = _progress(output, verbose, err, out, scripted=scripted)
     state: dict[str, Any] = {"finished": None, "interrupted": False, "session": None}
 
     async def consume(scope: anyio.CancelScope) -> None:

@@ -61,9 +61,17 @@ def run_options(func: _F) -> _F:
             type=FiniteFloatRange(min=0, min_open=True),
             help="Stop resuming at this many USD.",
         ),
-        option("--allowed-tools", help="Comma-separated tools to allow (passed to the SDK)."),
         option(
-            "--permission-mode", type=click.Choice(_PERMISSION_MODES), help="Passed to the SDK."
+            "--allowed-tools",
+            help="Comma-separated tools that run without approval, e.g. 'Edit,Bash(npm test:*)' "
+            "(passed to the SDK) [default: none; every tool is offered, and one that needs "
+            "approval is refused].",
+        ),
+        option(
+            "--permission-mode",
+            type=click.Choice(_PERMISSION_MODES),
+            help="Passed to the SDK [default: Claude Code's `default`: reading tools run, "
+            "edits and changing commands are refused, as nobody is there to approve them].",
         ),
         option(
             "--json",
@@ -125,7 +133,8 @@ def spawn_options() -> list[Callable[[_F], _F]]:
             "wrap_up_reserve_s",
             type=FiniteFloatRange(min=0, limit=MAX_SECONDS),
             help="Seconds before the deadline when agents are stopped and the lead answers "
-            "without tools [default: 20% of the deadline, at most 30].",
+            "without tools [default: 20% of the deadline, at least 10 or half the deadline "
+            "(room for one turn), at most 30].",
         ),
         option(
             "--no-spawn-gate",
@@ -214,9 +223,9 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 @click.argument("session_id")
 @option(
     "--strategy",
-    default="baseline",
+    default="delegation",
     show_default=True,
-    help="Strategy prompt for the resumed turns (use the original run's).",
+    help="Strategy prompt for the resumed turns (use the original run's; ask's default too).",
 )
 @run_options
 @handle_errors

@@ -8,77 +8,298 @@ parse options and pass them on.
 
 from __future__ import annotations
 
+import contextlib
+import re
 import signal
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
+import anyio
 import click
 
+from .._redact import terminal_safe
 from .exitcodes import handle_errors
 from .options import Output, no_relay_option, option, output_mode
 
-__all__ = ["demo", "run_demo", "serve_scenario", "serve_scripted"]
+__all__ = [
+    "demo",
+    "offline_exports",
+    "request_line",
+    "run_demo",
+    "scenario_list",
+    "serve_scenario",
+    "serve_scripted",
+]
 
 
-def run_demo(output: Output = "auto", *, verbose: bool = False, relay: bool = True) -> int:
+def run_demo(
+    output: Output = "auto", *, verbose: bool = False, relay: bool = True, compare: bool = True
+) -> int:
     """Run the delegation demo offline: the bundled CLI against the built-in scripted model.
 
-    Everything lives in a temporary directory that is removed afterwards. Returns the
-    exit code of the run.
+    Then, with ``compare`` and progress on stderr (not ``--json`` or ``--quiet``), the same
+    script runs once more under a bare ``claude_agent_sdk.query``, and what each returned
+    is printed side by side. Everything lives in a temporary directory that is removed
+    afterwards. Returns the exit code of the teamlead run.
     """
-    from claude_agent_sdk import query as sdk_query
-
     from ..coordinator import query
+    from ..events import Finished
     from ..policy import Policy
-    from ..prompts import apply_strategy, load_strategy
-    from ..testing import OfflineClaude, ScriptedServer
-    from ..testing.demo import DEMO_PROMPT, DemoScript
+    from ..testing.demo import DEMO_PROMPT
     from .app import run_session
 
     with tempfile.TemporaryDirectory(prefix="teamlead-demo-") as tmp:
-        config_dir = Path(tmp) / ".claude"
-        script = DemoScript(config_dir=config_dir)
-        with ScriptedServer(script) as server:
-            claude = OfflineClaude(server.base_url, state_dir=Path(tmp))
-            assert claude.config_dir == config_dir
-            options = apply_strategy(claude.options(), load_strategy("delegation"))
+        finished: list[Finished] = []
+        with _demo_model(Path(tmp) / "teamlead") as (script, options):
 
             async def first_stream_marks_end(**kwargs: Any) -> AsyncIterator[Any]:
+                from claude_agent_sdk import query as sdk_query
+
                 try:
                     async for message in sdk_query(**kwargs):
                         yield message
                 finally:  # the teammate reports once the lead's stream is over
                     script.stream_ended.set()
 
-            return run_session(
-                lambda: query(
+            async def items() -> AsyncIterator[Any]:
+                async for item in query(
                     DEMO_PROMPT,
                     options,
                     query_fn=first_stream_marks_end,
                     policy=Policy(wait_s=20, deadline_s=300, relay=relay),
-                ),
-                output=output,
-                verbose=verbose,
+                ):
+                    if isinstance(item, Finished):
+                        finished.append(item)
+                    yield item
+
+            code = run_session(items, output=output, verbose=verbose, scripted=True)
+        if compare and finished and output not in ("json", "quiet"):
+            click.echo(
+                "teamlead: now the same script under a bare claude_agent_sdk.query ...", err=True
             )
+            bare = anyio.run(_bare_query, Path(tmp) / "bare")
+            _print_comparison(bare, finished[0])
+    return code
 
 
-def serve_scenario(scenario: str, port: int = 0, concurrency_limit: int | None = None) -> None:
+@contextlib.contextmanager
+def _demo_model(state: Path) -> Iterator[tuple[Any, Any]]:
+    """The demo's scripted model on loopback, and options that run the CLI against it."""
+    from ..prompts import apply_strategy, load_strategy
+    from ..testing import OfflineClaude, ScriptedServer
+    from ..testing.demo import DemoScript
+
+    script = DemoScript(config_dir=state / ".claude")
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=state)
+        assert claude.config_dir == script.config_dir
+        yield script, apply_strategy(claude.options(), load_strategy("delegation"))
+
+
+@dataclass
+class BareOutcome:
+    """What a bare ``claude_agent_sdk.query`` app got from the demo's script."""
+
+    answer: str | None  #: the last successful result's text, as such an app would return
+    error: str | None  #: what the stream raised, if it did
+    results: int  #: ``result`` messages read
+
+
+async def _bare_query(state: Path) -> BareOutcome:
+    """The demo's script under a bare ``claude_agent_sdk.query``, read to the end."""
+    from claude_agent_sdk import ResultMessage
+    from claude_agent_sdk import query as sdk_query
+
+    from ..testing.demo import DEMO_PROMPT
+
+    answer: str | None = None
+    error: str | None = None
+    results = 0
+    with _demo_model(state) as (script, options):
+        try:
+            with anyio.fail_after(120):
+                async for message in sdk_query(prompt=DEMO_PROMPT, options=options):
+                    if isinstance(message, ResultMessage):
+                        results += 1
+                        if not message.is_error and message.result:
+                            answer = message.result
+        except TimeoutError:
+            error = "no end after 120 s"
+        except Exception as exc:  # what the bare app would see: the stream raising
+            api = re.search(r"API Error: \d+ \w+", str(exc))
+            error = f"{type(exc).__name__} ({api.group(0) if api else str(exc)[:60]})"
+        finally:
+            script.stream_ended.set()  # the teammate writes to an inbox nobody reads
+    return BareOutcome(answer=answer, error=error, results=results)
+
+
+def _print_comparison(bare: BareOutcome, finished: Any, stream: IO[str] | None = None) -> None:
+    """The two outcomes side by side: how each ended, the findings used, the answer.
+
+    A table on a terminal; two aligned lines otherwise (for logs and pipes).
+    """
+    from ..testing.demo import DEMO_FINDINGS
+    from ..testing.scripts import findings_in
+
+    out = stream or sys.stderr
+
+    def found(text: str | None) -> str:
+        names = [f for f in DEMO_FINDINGS if f in findings_in(text or "")]
+        return f"{len(names)} of {len(DEMO_FINDINGS)}" + (f": {', '.join(names)}" if names else "")
+
+    def short(text: str | None) -> str:
+        first = (text or "(none)").strip().splitlines()[0]
+        return first if len(first) <= 70 else first[:69] + "…"
+
+    bare_end = f"raised {bare.error}" if bare.error else "ended"
+    apps = [
+        (
+            "bare claude_agent_sdk.query",
+            f"{bare_end} after {bare.results} result(s)",
+            found(bare.answer),
+            short(bare.answer),
+        ),
+        (
+            "teamlead.query",
+            f"{finished.status} after {finished.resumes} resume(s)",
+            found(finished.result),
+            short(finished.result),
+        ),
+    ]
+    moral = (
+        "The bare app stops at the 529 on the synthesis turn and never reads the teammate's "
+        "inbox; teamlead collects every result and resumes the lead."
+    )
+    if _is_terminal(out):
+        from rich.console import Console
+        from rich.table import Table
+        from rich.text import Text
+
+        table = Table(title="the same script, two apps", title_justify="left")
+        table.add_column("")
+        for app in apps:
+            table.add_column(app[0])
+        for i, label in enumerate(("how it ended", "findings used", "answer"), start=1):
+            table.add_row(label, *(Text(terminal_safe(app[i])) for app in apps))
+        console = Console(file=out)
+        console.print(table)
+        console.print(Text(moral))
+        return
+    width = max(len(app[0]) for app in apps)
+    out.write("the same script, two apps:\n")
+    for name, end, used, answer in apps:
+        line = f"  {name + ':':<{width + 1}} {end}; findings used {used}; answer: {answer!r}"
+        out.write(terminal_safe(line) + "\n")
+    out.write(moral + "\n")
+    out.flush()
+
+
+def _is_terminal(stream: IO[str]) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+#: What the CLI (or an app that runs it) needs to talk to the scripted model and nothing
+#: else: a key of any kind, no retries of an injected fault (else a 429 or 529 scenario
+#: backs off for minutes and looks hung), no traffic besides the model requests, and no
+#: proxy between it and the loopback address.
+_OFFLINE_VARS = (
+    ("ANTHROPIC_API_KEY", "offline"),
+    ("CLAUDE_CODE_MAX_RETRIES", "0"),
+    ("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1"),
+    ("DISABLE_AUTOUPDATER", "1"),
+    ("DISABLE_TELEMETRY", "1"),
+    ("DISABLE_ERROR_REPORTING", "1"),
+    ("NO_PROXY", "127.0.0.1,::1"),
+)
+
+
+def offline_exports(base_url: str) -> str:
+    """The ``export`` line that points the CLI, ``teamlead ask`` or an SDK app at ``base_url``."""
+    pairs = [("ANTHROPIC_BASE_URL", base_url), *_OFFLINE_VARS]
+    return "export " + " ".join(f"{name}={value}" for name, value in pairs)
+
+
+def scenario_list() -> str:
+    """The scenarios ``serve-scripted`` knows, one line each: name and what it does."""
+    from ..testing.scripts import SCENARIO_SUMMARIES, SCENARIOS
+
+    width = max(len(name) for name in SCENARIOS)
+    return "\n".join(
+        f"{name:<{width}}  {SCENARIO_SUMMARIES.get(name, '(no summary)')}"
+        for name in sorted(SCENARIOS)
+    )
+
+
+def request_line(record: Any, started: float) -> str:
+    """One log line for an answered request: when, who asked, the status and the reply."""
+    request = record.request
+    who = request.role
+    if request.agent is not None and request.agent.description:
+        who = f"{who} {request.agent.description!r}"
+    reply = record.reply
+    if record.status != 200 or reply is None or reply.fault is not None:
+        what = f"fault {record.status}" if record.status != 499 else "client went away"
+    elif reply.tool_uses:
+        names = [u.name for u in reply.tool_uses]
+        what = "tool_use " + ", ".join(dict.fromkeys(names))
+        if len(names) > 1:
+            what += f" ({len(names)} calls)"
+    else:
+        what = f"text, {len(reply.content)} chars"
+    took = (record.finished or record.started) - record.started
+    return (
+        f"[{record.started - started:6.1f}s] #{request.index} {who} -> {record.status} "
+        f"{what} ({took:.2f} s)"
+    )
+
+
+def serve_scenario(
+    scenario: str,
+    port: int = 0,
+    concurrency_limit: int | None = None,
+    *,
+    log_requests: bool | None = None,
+) -> None:
     """Serve the named scripted model on loopback until SIGTERM or Ctrl-C.
 
-    The address and the ``export`` line go to stderr; the server is stopped on the way out.
+    The address and an ``export`` line with every variable the CLI needs go to stderr;
+    with ``log_requests`` (default: when stderr is a terminal) one line per answered
+    request follows. The server is stopped on the way out.
     """
+    import time
+
     from ..testing import ScriptedServer
     from ..testing.scripts import scenario as load_scenario
 
     script = load_scenario(scenario)
-    server = ScriptedServer(script, port=port, concurrency_limit=concurrency_limit)
+    if log_requests is None:
+        log_requests = sys.stderr.isatty()
+    started = time.monotonic()
+    lock = threading.Lock()
+
+    def log_line(record: Any) -> None:
+        line = terminal_safe(request_line(record, started))
+        with lock:
+            click.echo(line, err=True)
+
+    server = ScriptedServer(
+        script,
+        port=port,
+        concurrency_limit=concurrency_limit,
+        on_request=log_line if log_requests else None,
+    )
     server.start()
     click.echo(f"serving scenario {scenario!r} at {server.base_url}", err=True)
-    click.echo(f"export ANTHROPIC_BASE_URL={server.base_url} ANTHROPIC_API_KEY=offline", err=True)
+    click.echo("point the CLI, `teamlead ask` or your app at it from another shell:", err=True)
+    click.echo(offline_exports(server.base_url), err=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
@@ -100,14 +321,16 @@ def serve_scenario(scenario: str, port: int = 0, concurrency_limit: int | None =
 def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
     """Run a real `ask` offline: the bundled CLI against a built-in scripted model.
 
-    Three parallel agents, an inbox teammate, and a failed synthesis that teamlead resumes.
-    Needs no API key and no network.
+    Three parallel agents, an inbox teammate, and a failed synthesis that teamlead resumes;
+    then the same script under a bare claude_agent_sdk.query, side by side. Needs no API
+    key and no network.
     """
     sys.exit(run_demo(output_mode(json_, quiet), verbose=verbose, relay=not no_relay))
 
 
 @click.command("serve-scripted")
 @option("--scenario", default="fan-out", show_default=True, help="Named scripted model.")
+@option("--list", "list_", is_flag=True, help="List the scenarios, one line each, and exit.")
 @option(
     "--port",
     type=click.IntRange(0, 65535),
@@ -116,7 +339,25 @@ def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
     help="Port; 0 picks a free one.",
 )
 @option("--concurrency-limit", type=click.IntRange(min=1), help="Emulate a hidden 429 limit.")
+@option(
+    "--log",
+    "log_requests",
+    type=click.Choice(["auto", "on", "off"]),
+    default="auto",
+    show_default=True,
+    help="One line per request on stderr; auto: when stderr is a terminal.",
+)
 @handle_errors
-def serve_scripted(scenario: str, port: int, concurrency_limit: int | None) -> None:
-    """Serve a scripted model on loopback for manual runs of the CLI or an app."""
-    serve_scenario(scenario, port, concurrency_limit)
+def serve_scripted(
+    scenario: str, list_: bool, port: int, concurrency_limit: int | None, log_requests: str
+) -> None:
+    """Serve a scripted model on loopback for manual runs of the CLI or an app.
+
+    It prints the `export` line to paste into the shell that runs the CLI, `teamlead ask`
+    or your app; `--list` shows the scenarios.
+    """
+    if list_:
+        click.echo(scenario_list())
+        return
+    log = None if log_requests == "auto" else log_requests == "on"
+    serve_scenario(scenario, port, concurrency_limit, log_requests=log)

@@ -12,11 +12,38 @@ from pathlib import Path
 
 import click
 
-from ..errors import UsageError
+from ..errors import SetupError, UsageError
 from .exitcodes import EXIT_PARTIAL, handle_errors
 from .options import no_relay_option, option
 
-__all__ = ["experiment"]
+__all__ = ["experiment", "require_experiment_extra"]
+
+#: What the statistics import; a plain install carries none of them.
+_STATS_MODULES = ("numpy", "scipy", "statsmodels")
+
+
+def require_experiment_extra(*, grader: bool = False) -> None:
+    """Fail with one line naming what to install when the ``experiment`` extra is missing.
+
+    ``grader`` also asks for the ``anthropic`` client the model grader uses (a run may
+    grade; a report never does).
+
+    Raises:
+        SetupError: numpy, scipy or statsmodels (or anthropic) cannot be imported.
+    """
+    import importlib
+
+    missing = []
+    for name in (*_STATS_MODULES, *(("anthropic",) if grader else ())):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise SetupError(
+            f"`teamlead experiment` needs the experiment extra ({', '.join(missing)} missing): "
+            "from a checkout, pip install -e '.[experiment]'"
+        )
 
 
 @click.group()
@@ -56,6 +83,7 @@ def experiment_run(
     With --backend ray each trial is a Ray task on the cluster at RAY_ADDRESS (or a local
     Ray started for the run); this process still writes trials.jsonl, so runs resume alike.
     """
+    require_experiment_extra(grader=True)
     from ..experiment import load_spec
     from ..prompts import load_strategy
     from .app import check_setup, merged_env
@@ -119,6 +147,7 @@ def experiment_report(
     Writes report.md, report.json and PNG plots into DIR (plots need the plots extra);
     with --json it writes nothing and prints the JSON, unless --out or --html ask for a file.
     """
+    require_experiment_extra()
     from .progress import report_for
 
     _, text, warnings = report_for(

@@ -205,7 +205,7 @@ def report_for(
         if plots and not with_plots:
             warnings.append(
                 "plots skipped: matplotlib is not installed; "
-                "pip install 'teamlead[plots]' to get them"
+                "from a checkout, pip install -e '.[plots]' to get them"
             )
         write_report(out_dir, report, plots=with_plots)
     if html is not None:

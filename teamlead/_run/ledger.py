@@ -101,16 +101,15 @@ class Ledger:
             if d.disposition == "missing":
                 reasons.append(f'{d.kind} "{d.description}" ({d.status}): its result was not used')
             elif d.disposition == "failed":
-                reasons.append(
-                    f'{d.kind} "{d.description}" ended {d.status} (result via {d.source})'
-                )
+                reasons.append(_failed_reason(d))
         status: Status
-        if not self.last_round_ok or final is None:
+        if final is None or not (self.last_round_ok or _used_finished_work(dispositions)):
             status = "failed"
             if final is None and not any("failed" in r or "error" in r for r in reasons):
                 reasons.append("the lead produced no successful answer")
         elif (
-            any(d.disposition not in ("included", "not_run") for d in dispositions)
+            not self.last_round_ok  # an answer from finished work, but the last round failed
+            or any(d.disposition not in ("included", "not_run") for d in dispositions)
             or any(m.status == "pending" for m in members)
             or collected.ambiguous_team is not None  # forged claims: results are unproven
         ):
@@ -138,6 +137,25 @@ class Ledger:
         if any(d.disposition == "failed" for d in dispositions):
             return "work_failed"
         return "results_missing"
+
+
+def _used_finished_work(dispositions: list[TaskDisposition]) -> bool:
+    """Whether a successful lead turn used a task's or teammate's result.
+
+    Then the last successful answer came after it: a later round that failed (the deadline
+    cut the wrap-up turn, a resume gave up) leaves that answer, and the run is ``partial``.
+    """
+    return any(d.kind != "call" and d.disposition == "included" for d in dispositions)
+
+
+def _failed_reason(d: TaskDisposition) -> str:
+    """The reason line of a failed task or teammate, saying where its last words came from."""
+    head = f'{d.kind} "{d.description}" ended {d.status}'
+    if d.source == "none":
+        return f"{head} and left no result"
+    if d.source == "lead":
+        return f"{head}; the lead saw what it reported"
+    return f"{head}; what it left came from its {d.source}"
 
 
 def _dispositions(tracker: Tracker, collected: Collector) -> list[TaskDisposition]:

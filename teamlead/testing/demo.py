@@ -13,11 +13,11 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .replies import AgentCall, Reply, ScriptedRequest
+from .replies import AgentCall, Reply, ScriptedRequest, ToolUse
 from .scripts import finding_text, subagent_answers, synthesize
 from .teammate import create_team, idle_notification, post_to_inbox, team_inbox
 
-__all__ = ["DEMO_PROMPT", "DemoScript"]
+__all__ = ["DEMO_FINDINGS", "DEMO_PROMPT", "DemoScript"]
 
 DEMO_PROMPT = (
     "Assess whether our service can move from REST polling to webhooks: check the current "
@@ -44,6 +44,19 @@ _AGENTS = [
 ]
 
 
+_GLOB = ToolUse("Glob", {"pattern": "**/*.py"})
+#: Each agent's first tool call (read-only; the CLI really runs it in the demo's empty
+#: project), so the live view's "last tool" column shows what the agents are doing.
+_FIRST_LOOK = {
+    "api-surface": _GLOB,
+    "security": ToolUse("Grep", {"pattern": "signature|hmac", "path": "."}),
+    "load-profile": ToolUse("Grep", {"pattern": "requests_per_second", "path": "."}),
+}
+
+#: Every finding the demo's final answer should quote: three agents and the teammate.
+DEMO_FINDINGS = ("api-surface", "security", "load-profile", "reviewer")
+
+
 @dataclass
 class DemoScript:
     """The demo's scripted model. ``config_dir`` is where the CLI keeps its teams."""
@@ -59,6 +72,8 @@ class DemoScript:
 
     def __call__(self, req: ScriptedRequest) -> Reply:
         if req.role == "subagent":
+            if not req.tool_uses_sent:  # look around first, as a real agent would
+                return Reply.tools(_FIRST_LOOK.get(req.agent_description or "", _GLOB))
             return subagent_answers(self.delays)(req)
         if req.role == "other":
             return Reply.text("Webhook migration assessment")

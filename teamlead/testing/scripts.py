@@ -24,6 +24,7 @@ from .replies import AgentCall, Reply, ScriptedRequest, ToolUse
 
 __all__ = [
     "SCENARIOS",
+    "SCENARIO_SUMMARIES",
     "FanOut",
     "ProbabilisticFanOut",
     "ToolSteps",
@@ -255,6 +256,15 @@ SCENARIOS: dict[str, Callable[[], Callable[[ScriptedRequest], Reply]]] = {
     ),
     "rate-limited": lambda: FanOut.of(2, synthesis_fault=Reply.error(429, retry_after=1)),
     "broken": lambda: _broken,
+}
+
+#: One line per scenario, for ``teamlead serve-scripted --list``.
+SCENARIO_SUMMARIES: dict[str, str] = {
+    "echo": "the lead answers with the start of your prompt; no agents",
+    "fan-out": "the lead sends 3 Agent calls in one message (0.5-1.5 s each), then synthesizes",
+    "fan-out-529": "like fan-out, but every synthesis turn the CLI injects fails with 529",
+    "rate-limited": "2 agents; the synthesis turns fail with 429 (retry-after 1 s)",
+    "broken": "the script raises: every request gets a 500 (what a bug in your script does)",
 }
 
 

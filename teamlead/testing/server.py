@@ -29,12 +29,12 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import SetupError
+from .recorded import RecordedRequest, ServerStats
 from .replies import AgentCall, Fault, Reply, Role, ScriptedRequest
 from .wire import message_json, session_from_metadata, sse_events, system_text
 
@@ -50,45 +50,6 @@ __all__ = [
 log = logging.getLogger("teamlead.testing")
 
 Script = Callable[[ScriptedRequest], Reply]
-
-
-@dataclass
-class RecordedRequest:
-    """One request as the server saw and answered it.
-
-    ``started``/``finished`` are ``time.monotonic()`` readings, so overlapping intervals
-    prove that two streams were in flight at once. ``headers`` are the HTTP request
-    headers as received (names as the client spelled them).
-    """
-
-    request: ScriptedRequest
-    started: float
-    finished: float | None = None
-    status: int = 200
-    reply: Reply | None = None
-    error: str | None = None
-    headers: list[tuple[str, str]] = field(default_factory=list)
-
-    @property
-    def role(self) -> Role:
-        return self.request.role
-
-    def overlaps(self, other: RecordedRequest) -> bool:
-        end_a = self.finished if self.finished is not None else float("inf")
-        end_b = other.finished if other.finished is not None else float("inf")
-        return self.started < end_b and other.started < end_a
-
-
-@dataclass
-class ServerStats:
-    """Counters, read under the server's lock."""
-
-    requests: int = 0
-    rejected: int = 0
-    faults: int = 0
-    in_flight: int = 0
-    max_in_flight: int = 0
-    status_counts: dict[int, int] = field(default_factory=dict)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -205,6 +166,9 @@ class ScriptedServer:
         retry_after: seconds sent in ``retry-after`` by the emulated limit.
         limit_roles: the roles the emulated limit counts and rejects (default: all), e.g.
             ``{"subagent"}`` for a limit only the subagents' requests run into.
+        on_request: called with each request's record once it has been answered (on the
+            server's handler thread), e.g. to log one line per request; an exception it
+            raises is logged and the server carries on.
 
     Raises:
         SetupError: the port is in use, or the host is not loopback.
@@ -219,8 +183,10 @@ class ScriptedServer:
         concurrency_limit: int | None = None,
         retry_after: float = 1.0,
         limit_roles: Collection[Role] | None = None,
+        on_request: Callable[[RecordedRequest], None] | None = None,
     ) -> None:
         self.script = script
+        self.on_request = on_request
         self.host = _loopback_host(host)
         self.port = port
         self.concurrency_limit = concurrency_limit
@@ -385,6 +351,11 @@ class ScriptedServer:
                 )
                 if record.status != 200:
                     self.stats.faults += 1
+            if self.on_request is not None:
+                try:
+                    self.on_request(record)
+                except Exception:  # a broken logger must not break the replies
+                    log.exception("on_request failed on request %d", index)
 
     def _remember_agents(self, reply: Reply) -> None:
         for use in reply.tool_uses:

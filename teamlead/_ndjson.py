@@ -1,0 +1,186 @@
+"""NDJSON progress for ``--json``: one versioned line per fact.
+
+:class:`JsonProgress` writes the tracker's events (``event_record``) and teamlead's own
+events, each once: a ``lead_turn`` per API message, a ``task_ended`` per task (see the
+class). :mod:`teamlead.view` re-exports both names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import IO, Any
+
+from ._redact import redact
+from .events import (
+    EVENT_VERSION,
+    ConcurrencyChanged,
+    RateLimited,
+    SpawnAdmitted,
+    SpawnDenied,
+    SpawnQueued,
+    SpawnRejected,
+)
+from .tracker import (
+    AgentCallSeen,
+    LeadTurn,
+    ResultSeen,
+    SessionSeen,
+    TaskEnded,
+    TrackedEvent,
+    Tracker,
+)
+
+__all__ = ["JsonProgress", "event_record", "first_sighting"]
+
+_SNAKE = {
+    "SessionSeen": "session",
+    "AgentCallSeen": "agent_call",
+    "TaskStarted": "task_started",
+    "TaskProgress": "task_progress",
+    "TaskEnded": "task_ended",
+    "LeadTurn": "lead_turn",
+    "SubagentTurn": "subagent_turn",
+    "ResultSeen": "result",
+}
+
+
+def event_record(event: TrackedEvent) -> dict[str, Any]:
+    """A tracker event as a versioned JSON-ready dict."""
+    data = dataclasses.asdict(event)
+    for key, value in list(data.items()):
+        if isinstance(value, str):
+            data[key] = redact(value)
+    return {"type": _SNAKE[type(event).__name__], "version": EVENT_VERSION, **data}
+
+
+def first_sighting(event: SessionSeen, tracker: Tracker, shown: set[str]) -> bool:
+    """Whether ``event`` first names the tracked session (then it is marked announced)."""
+    if event.session_id != tracker.session_id or event.session_id in shown:
+        return False
+    shown.add(event.session_id)
+    return True
+
+
+#: teamlead events that can come while the lead's message still streams: they do not
+#: close the message (or a task's end) that :class:`JsonProgress` is assembling.
+_MID_MESSAGE = (
+    SpawnQueued,
+    SpawnAdmitted,
+    SpawnDenied,
+    SpawnRejected,
+    RateLimited,
+    ConcurrencyChanged,
+)
+
+
+class JsonProgress:
+    """NDJSON on ``stream``: tracker events and teamlead events, each with type and version.
+
+    Each fact is written once (event version 2; version 1 wrote one ``lead_turn`` per
+    content block and one ``task_ended`` per CLI report):
+
+    - ``lead_turn``: one line per API message. The CLI streams a message block by block,
+      each block as an ``assistant`` message with the same ``message.id``, so the line is
+      written once the message is complete (at the next lead message, its ``result``, or
+      a teamlead event that comes after the stream), after its ``agent_call`` lines;
+      ``tool_names`` lists every tool it called and ``agent_calls`` the ``tool_use_id`` of
+      each of its Agent calls.
+    - ``task_ended``: one line per task. The CLI reports a task's end twice
+      (``task_updated``, then ``task_notification`` with the summary); the line is written
+      at the notification with both merged (``source`` names the report that ended it
+      first), or, when no notification follows, at the next lead message or event.
+    """
+
+    def __init__(self, stream: IO[str]) -> None:
+        self.stream = stream
+        self.tracker = Tracker()
+        self._shown: set[str] = set()
+        self._turn: dict[str, Any] | None = None  # the lead message being assembled
+        self._ended: dict[str, dict[str, Any]] = {}  # task_id -> its held task_ended
+        self._ended_written: set[str] = set()
+
+    def handle(self, item: Any) -> None:
+        to_json = getattr(item, "to_json", None)
+        if callable(to_json):
+            if not isinstance(item, _MID_MESSAGE):
+                self._flush()
+            self.stream.write(redact(to_json()) + "\n")  # a secret in any field, at the last step
+        else:
+            for event in self.tracker.feed(item):
+                self._event(event)
+        self.stream.flush()
+
+    def _event(self, event: TrackedEvent) -> None:
+        if isinstance(event, SessionSeen):
+            if first_sighting(event, self.tracker, self._shown):
+                self._write(event_record(event))
+            return
+        if isinstance(event, LeadTurn):
+            self._lead_turn(event)
+            return
+        if isinstance(event, TaskEnded):
+            self._task_ended(event)
+            return
+        if isinstance(event, ResultSeen):
+            self._flush()
+        elif (
+            isinstance(event, AgentCallSeen)
+            and self._turn is not None
+            and event.message_id is not None
+            and event.message_id == self._turn["message_id"]
+        ):
+            self._turn["agent_calls"].append(event.tool_use_id)
+        self._write(event_record(event))
+
+    def _lead_turn(self, event: LeadTurn) -> None:
+        turn = self._turn
+        if (
+            turn is not None
+            and event.message_id is not None
+            and turn["message_id"] == (event.message_id)
+        ):
+            if event.text:
+                turn["text"] = f"{turn['text']}\n{event.text}" if turn["text"] else event.text
+            turn["error"] = turn["error"] or event.error
+            turn["tool_names"] = [*turn["tool_names"], *event.tool_names]
+            return
+        self._flush()
+        self._turn = {**event_record(event), "agent_calls": []}
+        self._turn["tool_names"] = list(event.tool_names)
+
+    def _task_ended(self, event: TaskEnded) -> None:
+        if event.task_id in self._ended_written:
+            return
+        record = event_record(event)
+        held = self._ended.pop(event.task_id, None)
+        if held is not None:  # the second report: keep the first's status and source
+            record = {
+                **held,
+                **{k: v for k, v in record.items() if v is not None},
+                "status": held["status"],
+                "source": held["source"],
+            }
+        if event.source == "task_notification" or held is not None:
+            self._ended_written.add(event.task_id)
+            self._write(record)
+        else:
+            self._ended[event.task_id] = record
+
+    def _flush(self) -> None:
+        """Write the lead message and the task ends still held: no more of them will come."""
+        if self._turn is not None:
+            turn, self._turn = self._turn, None
+            turn["text"] = redact(turn["text"])
+            self._write(turn)
+        for task_id, record in list(self._ended.items()):
+            del self._ended[task_id]
+            self._ended_written.add(task_id)
+            self._write(record)
+
+    def _write(self, record: dict[str, Any]) -> None:
+        self.stream.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+
+    def close(self) -> None:
+        self._flush()
+        self.stream.flush()

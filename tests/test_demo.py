@@ -1,0 +1,88 @@
+"""`teamlead demo` makes its point: a bare `claude_agent_sdk.query` on the same script, beside it.
+
+It also reports the 529s as overloads (not 429s), explains the governor's limits, names
+no dollar cost for a scripted model, and its live rows show each agent's last tool.
+"""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+
+import pytest
+
+from teamlead._cli.demo import run_demo
+
+TEAMLEAD = [sys.executable, "-m", "teamlead"]
+
+
+@pytest.mark.cli
+@pytest.mark.slow  # the demo, then the same script under a bare query: two CLI runs
+@pytest.mark.timeout(300)
+def test_the_demo_ends_with_a_bare_query_beside_teamleads_answer() -> None:
+    proc = subprocess.run([*TEAMLEAD, "demo"], capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stderr
+    err = proc.stderr
+    lines = err[err.index("the same script, two apps:") :].splitlines()
+    bare, ours = lines[1], lines[2]
+    assert bare.startswith("  bare claude_agent_sdk.query: raised ResultError (API Error: 529")
+    assert "findings used 0 of 4;" in bare
+    assert "answer: 'The agents are working; I will synthesize when they report.'" in bare
+    assert ours.startswith("  teamlead.query:              completed after 1 resume(s);")
+    assert "findings used 4 of 4: api-surface, security, load-profile, reviewer;" in ours
+    # the 529s are overloads, and a scripted model has no cost
+    assert "API 529 (overloaded) for claude-opus-5-5 (lead): passed on to the CLI" in err
+    assert "3 overloaded (529) passed on" in err and "429/529" not in err
+    assert "requests allowed in flight per model, as learnt: " in err
+    assert "a scripted model, so no cost" in err and "$0." not in err
+
+
+@pytest.mark.cli
+@pytest.mark.timeout(180)
+def test_the_live_rows_show_each_agents_last_tool(capsys: pytest.CaptureFixture[str]) -> None:
+    assert run_demo(output="live", compare=False) == 0
+    err = capsys.readouterr().err
+    rows = {
+        name: line
+        for line in err.splitlines()
+        for name in ("api-surface", "security")
+        if name in line and "│" in line
+    }
+    assert "Glob" in rows["api-surface"] and "Grep" in rows["security"], err
+
+
+@pytest.mark.cli
+@pytest.mark.timeout(180)
+def test_json_and_quiet_demos_skip_the_comparison() -> None:
+    proc = subprocess.run(
+        [*TEAMLEAD, "demo", "--quiet"], capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "bare claude_agent_sdk.query" not in proc.stderr + proc.stdout
+    assert "FINDING[reviewer]" in proc.stdout
+
+
+def test_on_a_terminal_the_comparison_is_a_table_of_two_columns() -> None:
+    from teamlead._cli.demo import BareOutcome, _print_comparison
+    from teamlead.events import Finished
+
+    class Terminal(io.StringIO):
+        def isatty(self) -> bool:
+            return True
+
+    out = Terminal()
+    bare = BareOutcome(
+        answer="Working on it.", error="ResultError (API Error: 529 Overloaded)", results=4
+    )
+    ours = Finished(
+        status="completed",
+        result="FINDING[security] and FINDING[reviewer]",
+        session_id="s",
+        resumes=1,
+    )
+    _print_comparison(bare, ours, out)
+    screen = out.getvalue()
+    header = next(line for line in screen.splitlines() if "bare claude_agent_sdk.query" in line)
+    assert "teamlead.query" in header  # the two apps side by side, one column each
+    assert "0 of 4" in screen and "2 of 4: security, reviewer" in screen

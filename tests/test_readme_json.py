@@ -1,0 +1,131 @@
+"""The README's `--json` section matches what `teamlead demo --json` and `ask --json` write.
+
+Every example line the section shows is compared with real lines of its type: the same
+keys, nested objects included, and the same kind of value where both are set. A type no
+offline run produces (``spawn_rejected`` needs the CLI's own cap) is compared with its
+event model instead. Every type the runs write is named in the section.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import BaseModel
+
+import teamlead.events
+from teamlead.events import EVENT_VERSION
+from teamlead.testing import OfflineClaude, ScriptedServer
+from teamlead.testing.scripts import FanOut
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+TEAMLEAD = [sys.executable, "-m", "teamlead"]
+
+
+def json_section() -> str:
+    text = README.read_text()
+    start = text.index("## `--json` schema")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def documented() -> list[dict[str, Any]]:
+    records: list[dict[str, Any]] = []
+    decoder = json.JSONDecoder()
+    for block in re.findall(r"```json\n(.*?)```", json_section(), flags=re.S):
+        at = 0
+        while block[at:].strip():
+            at += len(block[at:]) - len(block[at:].lstrip())
+            record, at = decoder.raw_decode(block, at)
+            records.append(record)
+    return records
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int | float):
+        return "number"
+    return type(value).__name__
+
+
+def same_shape(doc: Any, real: Any, path: str) -> list[str]:
+    """Where ``doc`` and ``real`` differ in keys or kinds of value (``None`` matches any)."""
+    if doc is None or real is None:
+        return []
+    if _kind(doc) != _kind(real):
+        return [f"{path}: documented {_kind(doc)}, real {_kind(real)}"]
+    if isinstance(doc, dict):
+        if set(doc) != set(real):
+            return [f"{path}: documented keys {sorted(doc)}, real {sorted(real)}"]
+        return [p for key in doc for p in same_shape(doc[key], real[key], f"{path}.{key}")]
+    if isinstance(doc, list) and doc and real:
+        return same_shape(doc[0], real[0], f"{path}[0]")
+    return []
+
+
+def event_models() -> dict[str, type[BaseModel]]:
+    models: dict[str, type[BaseModel]] = {}
+    for name in teamlead.events.__all__:
+        cls = getattr(teamlead.events, name)
+        if isinstance(cls, type) and issubclass(cls, BaseModel) and "type" in cls.model_fields:
+            models[str(cls.model_fields["type"].default)] = cls
+    return models
+
+
+def _real_lines(tmp_path: Path) -> list[dict[str, Any]]:
+    demo = subprocess.run(
+        [*TEAMLEAD, "demo", "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert demo.returncode == 0, demo.stderr
+    with ScriptedServer(FanOut.of(3, delays=0.3)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        ask = subprocess.run(
+            [*TEAMLEAD, "ask", "Investigate.", "--json"]
+            + ["--max-concurrent-agents", "1", "--spawn-budget", "2"],
+            env={**os.environ, **claude.env},
+            cwd=claude.cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert ask.stdout.strip(), ask.stderr
+    return [json.loads(line) for out in (demo, ask) for line in out.stdout.splitlines()]
+
+
+def test_every_documented_example_is_well_formed() -> None:
+    records = documented()
+    assert len(records) >= 10
+    assert all(r["version"] == EVENT_VERSION for r in records)
+    assert records[-1]["type"] == "finished"
+
+
+@pytest.mark.cli
+@pytest.mark.slow  # the demo and one `ask`, each on the real CLI
+@pytest.mark.timeout(300)
+def test_the_documented_examples_match_real_output(tmp_path: Path) -> None:
+    real = _real_lines(tmp_path)
+    by_type: dict[str, list[dict[str, Any]]] = {}
+    for record in real:
+        by_type.setdefault(record["type"], []).append(record)
+    models = event_models()
+    problems: list[str] = []
+    for doc in documented():
+        kind = doc["type"]
+        if kind in by_type:
+            for record in by_type[kind]:
+                problems += same_shape(doc, record, kind)
+        else:  # no offline run writes it: its model's fields are the truth
+            fields = set(models[kind].model_fields)
+            if set(doc) != fields:
+                problems.append(f"{kind}: documented {sorted(doc)}, model {sorted(fields)}")
+    assert not problems, "\n".join(dict.fromkeys(problems))
+    assert {"spawn_queued", "spawn_denied", "spawn_admitted", "rate_limited"} <= set(by_type)
+    section = json_section()
+    unnamed = sorted(t for t in by_type if f"`{t}`" not in section)
+    assert not unnamed, f"types written but not named in the README: {unnamed}"
