@@ -118,6 +118,11 @@ class Governor:
         self._seq = 0
 
     # -- public API -----------------------------------------------------------------------
+    @property
+    def clock(self) -> Clock:
+        """The clock the governor runs on (a slot's ``acquired_at`` is on it)."""
+        return self._clock
+
     @asynccontextmanager
     async def slot(
         self,

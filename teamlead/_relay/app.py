@@ -35,6 +35,7 @@ from .forward import (
     UpstreamUnreachable,
     open_upstream,
 )
+from .observe import Guarded, RequestObserver, trace_request
 from .routing import Refusal, RequestInfo, check_target, classify
 from .stats import RelayListener, Tally, notify
 
@@ -68,10 +69,11 @@ _NO_SLOT_RETRY_AFTER_S = 5
 
 @dataclass
 class RunState:
-    """One run's share of the relay: its counters and listeners."""
+    """One run's share of the relay: its counters, listeners and request observer."""
 
     tally: Tally = field(default_factory=Tally)
     listeners: list[RelayListener] = field(default_factory=list)
+    observer: RequestObserver | None = None
 
 
 class _TooLarge(Exception):
@@ -139,15 +141,27 @@ class RelayApp:
         ]
         request = UpstreamRequest(scope["method"], yarl.URL(url, encoded=True), headers, body)
 
+        trace = trace_request(run.observer if run else None, path, info, scope["headers"])
+        arrived = self.governor.clock.monotonic() if trace is not None else 0.0
+
         def limited(event: RateLimited) -> None:
             for state in states:
                 state.tally.limited(key, event)
                 notify(state.listeners, event)
+            if trace is not None:
+                trace.limited(event)
 
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
-            await self._exchange(send, request, key, info, limited)
-            tg.cancel_scope.cancel()
+        if trace is not None:
+            send = _traced_send(send, trace)
+        error: str | None = "interrupted"  # cut mid-stream, or the client went away
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
+                error = await self._exchange(send, request, key, info, limited, trace, arrived)
+                tg.cancel_scope.cancel()
+        finally:
+            if trace is not None:
+                trace.end(error)
 
     def _split_run(self, path: str) -> tuple[RunState | None, str]:
         if not path.startswith(_RUN_MARK):
@@ -185,7 +199,10 @@ class RelayApp:
         key: str,
         info: RequestInfo,
         limited: Callable[[RateLimited], None],
-    ) -> None:
+        trace: Guarded | None = None,
+        arrived: float = 0.0,
+    ) -> str | None:
+        """Forward one request and stream its reply back; the error kind, if it failed."""
         try:
             exchange = await open_upstream(
                 self.session,
@@ -209,13 +226,15 @@ class RelayApp:
             message = f"teamlead relay: no slot for {info.model} in time"
             retry_after = {b"retry-after": b"%d" % _NO_SLOT_RETRY_AFTER_S}
             await self._answer(send, 429, "rate_limit_error", message, retry_after)
-            return
+            return "no_slot"
         except UpstreamTimeout:
             await self._answer(send, 504, "api_error", "teamlead relay: the upstream timed out")
-            return
+            return "upstream_timeout"
         except UpstreamUnreachable:
             await self._answer(send, 502, "api_error", "teamlead relay: upstream unreachable")
-            return
+            return "upstream_unreachable"
+        if trace is not None:
+            trace.opened(max(0.0, exchange.slot.acquired_at - arrived), exchange.attempts)
         complete = False
         try:
             await self._stream_back(send, exchange)
@@ -226,6 +245,7 @@ class RelayApp:
             else:
                 exchange.response.close()  # cut short: the connection is dropped
             exchange.slot.release()
+        return None
 
     async def _stream_back(self, send: Send, exchange: Exchange) -> None:
         response = exchange.response
@@ -255,6 +275,21 @@ class RelayApp:
         headers.extend((extra or {}).items())
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _traced_send(send: Send, trace: Guarded) -> Send:
+    """``send`` that also shows the trace the status, headers and body sent back."""
+
+    async def traced(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            trace.response(message["status"], list(message.get("headers") or ()))
+        elif message["type"] == "http.response.body":
+            body = message.get("body", b"")
+            if body:
+                trace.chunk(body)
+        await send(message)
+
+    return traced
 
 
 class _StreamCut(Exception):
