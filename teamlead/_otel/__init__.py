@@ -15,8 +15,9 @@ The seams, kept narrow on purpose:
 - an experiment: :func:`trial_scope` around one trial attempt (one trace per trial).
 
 Modules: :mod:`.setup` (on or off; the providers), :mod:`.conventions` (names, privacy),
-:mod:`.instruments` (metrics), :mod:`.run` (the run's spans), :mod:`.agents` (one span per
-agent), :mod:`.chat` (one span per request).
+:mod:`.instruments` (metrics), :mod:`.context` (parent and labels), :mod:`.run` (the
+run's spans), :mod:`.agents` (one span per agent), :mod:`.gate` (the spawn gate's events),
+:mod:`.chat` (one span per request).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .run import run_labels
+from .context import run_labels
 from .setup import telemetry
 
 if TYPE_CHECKING:

@@ -22,12 +22,11 @@ attached across its ``yield``\\ s would leak into the caller.
 
 from __future__ import annotations
 
-import contextvars
 import dataclasses
 import os
 import time
-from collections.abc import AsyncGenerator, Iterator, Mapping
-from contextlib import aclosing, contextmanager
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
 from claude_agent_sdk import ClaudeAgentOptions
@@ -56,8 +55,10 @@ from ..events import (
     WaitingForTeam,
 )
 from . import conventions as c
-from .agents import AgentBook, AgentKind, AgentRecord
+from .agents import AgentBook, AgentKind
 from .chat import ChatObserver, Usage
+from .context import labels, parent_context
+from .gate import GateTrace
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -66,29 +67,9 @@ if TYPE_CHECKING:
     from .._relay import RelayRun
     from .setup import Telemetry
 
-__all__ = ["RunTrace", "run_labels"]
+__all__ = ["RunTrace"]
 
 _AGENT_NAME = "teamlead"
-#: Attributes every run started in this context carries (the strategy, a trial's keys).
-_labels: contextvars.ContextVar[Mapping[str, str | int] | None] = contextvars.ContextVar(
-    "teamlead_otel_labels", default=None
-)
-
-
-@contextmanager
-def run_labels(**labels: str | int | None) -> Iterator[None]:
-    """Runs started inside the block carry ``teamlead.<name>`` attributes (``None`` skipped).
-
-    Example:
-        >>> with run_labels(strategy="parallel"):  # doctest: +SKIP
-        ...     async for item in teamlead.query(...): ...
-    """
-    merged = {**(_labels.get() or {}), **{k: v for k, v in labels.items() if v is not None}}
-    token = _labels.set(merged)
-    try:
-        yield
-    finally:
-        _labels.reset(token)
 
 
 class RunTrace:
@@ -126,7 +107,7 @@ class RunTrace:
             c.AGENT_NAME: _AGENT_NAME,
             "teamlead.mode": mode,
         }
-        attributes.update({f"teamlead.{k}": v for k, v in (_labels.get() or {}).items()})
+        attributes.update({f"teamlead.{k}": v for k, v in labels().items()})
         if options.model:
             attributes[c.REQUEST_MODEL] = options.model
         if session_id:
@@ -135,12 +116,13 @@ class RunTrace:
             attributes[c.INPUT_MESSAGES] = c.messages("user", prompt, self._env)
         self.root: Span = self._tracer.start_span(
             f"{c.INVOKE_AGENT} {_AGENT_NAME}",
-            context=_parent_context(),
+            context=parent_context(),
             kind=SpanKind.INTERNAL,
             attributes=attributes,
         )
         self._root_context: Context = set_span_in_context(self.root)
         self.agents = AgentBook(self._tracer, self._root_context, lambda: self._session)
+        self.gate = GateTrace(self.agents, telemetry.instruments)
         self._phase: Span | None = None
         self._phase_name = ""
         self._results: list[Usage] = []
@@ -269,54 +251,6 @@ class RunTrace:
                 self._phase.add_event(
                     "lead_error", {"teamlead.error": redact(event.text or event.subtype)[:300]}
                 )
-
-    def _gate(self, tool_use_id: str, description: str) -> AgentRecord:
-        record = self.agents.agent(tool_use_id, "call", name=description)
-        record.tool_use_id = tool_use_id
-        return record
-
-    def _queued(self, event: SpawnQueued) -> None:
-        record = self._gate(event.tool_use_id, event.description)
-        if not record.queued:
-            record.queued = True
-            self._telemetry.instruments.gate_queue.add(1)
-        attributes = {
-            "teamlead.gate.position": event.position,
-            "teamlead.gate.running": event.running,
-            "teamlead.gate.limit": event.limit,
-        }
-        self.agents.event(record, "queued", attributes)
-
-    def _dequeue(self, record: AgentRecord) -> None:
-        if record.queued:
-            record.queued = False
-            self._telemetry.instruments.gate_queue.add(-1)
-
-    def _admitted(self, event: SpawnAdmitted) -> None:
-        record = self._gate(event.tool_use_id, event.description)
-        self._dequeue(record)
-        attributes = {
-            "teamlead.gate.waited_s": event.waited_s,
-            "teamlead.gate.running": event.running,
-            "teamlead.gate.limit": event.limit,
-        }
-        self.agents.event(record, "admitted", attributes)
-
-    def _denied(self, event: SpawnDenied) -> None:
-        record = self._gate(event.tool_use_id, event.description)
-        self._dequeue(record)
-        timed_out = event.code in ("wait_limit", "deadline")
-        attributes = {
-            "teamlead.gate.code": event.code,
-            "teamlead.gate.reason": redact(event.reason),
-        }
-        self.agents.event(record, "timed_out" if timed_out else "denied", attributes)
-        self.agents.done(record, "denied")
-
-    def _rejected(self, event: SpawnRejected) -> None:
-        record = self._gate(event.tool_use_id, event.description)
-        self.agents.event(record, "rejected", {"teamlead.gate.reason": redact(event.reason)})
-        self.agents.done(record, "rejected")
 
     def _waiting(self, event: WaitingForTeam) -> None:
         attributes: dict[str, Any] = {
@@ -449,8 +383,7 @@ class RunTrace:
 
         self._closed = True
         self._exit()
-        for record in self.agents.records:
-            self._dequeue(record)
+        self.gate.close()
         self.agents.end_all()
         failed = error or (None if self._finished else "no_finished")
         if failed:
@@ -472,30 +405,11 @@ def _sum(usages: list[Usage]) -> Usage:
     )
 
 
-def _parent_context() -> Context | None:
-    """The caller's current span, else a ``TRACEPARENT`` this process was started with."""
-    from opentelemetry import context as context_api
-    from opentelemetry.trace import get_current_span
-    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
-
-    current = context_api.get_current()
-    if get_current_span(current).get_span_context().is_valid:
-        return current
-    carrier = {
-        name.lower(): os.environ[name]
-        for name in ("TRACEPARENT", "TRACESTATE")
-        if name in os.environ
-    }
-    if "traceparent" in carrier:
-        return TraceContextTextMapPropagator().extract(carrier)
-    return None
-
-
 _HANDLERS: dict[type, Any] = {
-    SpawnQueued: RunTrace._queued,
-    SpawnAdmitted: RunTrace._admitted,
-    SpawnDenied: RunTrace._denied,
-    SpawnRejected: RunTrace._rejected,
+    SpawnQueued: lambda run, event: run.gate.queued(event),
+    SpawnAdmitted: lambda run, event: run.gate.admitted(event),
+    SpawnDenied: lambda run, event: run.gate.denied(event),
+    SpawnRejected: lambda run, event: run.gate.rejected(event),
     WaitingForTeam: RunTrace._waiting,
     InboxCollected: RunTrace._inbox,
     FallbackUsed: RunTrace._fallback,
