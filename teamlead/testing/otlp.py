@@ -1,6 +1,7 @@
 """A loopback OTLP/HTTP receiver: what a real exporter sends, decoded for assertions.
 
-:class:`OtlpReceiver` serves ``POST /v1/traces`` and ``POST /v1/metrics`` on
+:class:`OtlpReceiver` serves ``POST /v1/traces`` and ``POST /v1/metrics`` (and accepts
+``/v1/logs`` without keeping them) on
 ``127.0.0.1`` and decodes each body with OpenTelemetry's own generated protobuf classes
 (``opentelemetry-proto``), the bytes the OTLP/HTTP exporter really put on the wire (gzip
 too). It keeps flat :class:`ReceivedSpan` and :class:`ReceivedPoint` records. ``stall=True``
@@ -16,6 +17,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import socket
 import threading
@@ -218,16 +220,14 @@ class OtlpReceiver:
                         store.points.extend(points)
                         store.bodies.append(body)
                         store.lock.notify_all()
-                else:
-                    self.send_response(404)
-                    self.send_header("content-length", "0")
+                else:  # logs (Claude Code's own events): accepted, not kept
+                    reply = b""
+                with contextlib.suppress(OSError):  # an exporter that gave up and left
+                    self.send_response(200)
+                    self.send_header("content-type", "application/x-protobuf")
+                    self.send_header("content-length", str(len(reply)))
                     self.end_headers()
-                    return
-                self.send_response(200)
-                self.send_header("content-type", "application/x-protobuf")
-                self.send_header("content-length", str(len(reply)))
-                self.end_headers()
-                self.wfile.write(reply)
+                    self.wfile.write(reply)
 
         try:
             server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
