@@ -104,7 +104,9 @@ def by_name(spans: list[ReceivedSpan], name: str) -> list[ReceivedSpan]:
     return [s for s in spans if s.name == name]
 
 
-def run_python(code: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
+def run_python(
+    code: str, env: dict[str, str], timeout: float = 60
+) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
     return subprocess.run(
         [sys.executable, "-c", textwrap.dedent(code)],
@@ -254,15 +256,28 @@ def test_a_runs_events_become_its_phases_and_its_agents_gate_events(
         SpawnQueued(tool_use_id="tu2", description="slow", position=1, running=2, limit=2),
         SpawnDenied(tool_use_id="tu3", description="extra", code="spawn_budget", reason="cap"),
         SpawnDenied(tool_use_id="tu2", description="slow", code="wait_limit", reason="waited"),
-        {"type": "system", "subtype": "task_started", "task_id": "a1", "tool_use_id": "tu1",
-         "description": "audit", "session_id": "s-9"},  # fmt: skip
-        {"type": "system", "subtype": "task_notification", "task_id": "a1",
-         "tool_use_id": "tu1", "status": "completed", "summary": "found it",
-         "usage": {"total_tokens": 40, "tool_uses": 2, "duration_ms": 900}},  # fmt: skip
+        {
+            "type": "system",
+            "subtype": "task_started",
+            "task_id": "a1",
+            "tool_use_id": "tu1",
+            "description": "audit",
+            "session_id": "s-9",
+        },  # fmt: skip
+        {
+            "type": "system",
+            "subtype": "task_notification",
+            "task_id": "a1",
+            "tool_use_id": "tu1",
+            "status": "completed",
+            "summary": "found it",
+            "usage": {"total_tokens": 40, "tool_uses": 2, "duration_ms": 900},
+        },  # fmt: skip
         WaitingForTeam(session_id="s-9", open_tasks=["a1"], wait_s=30),
         InboxCollected(team="t", satisfied=True),
-        FallbackUsed(task_id="a1", description="audit", source="summary", status="completed",
-                     chars=8),  # fmt: skip
+        FallbackUsed(
+            task_id="a1", description="audit", source="summary", status="completed", chars=8
+        ),  # fmt: skip
         Resuming(session_id="s-9", round=1, attempt=1, deliveries=["a1"]),
         ResumeFailed(session_id="s-9", round=1, attempt=1, error="529", transient=True),
         Resuming(session_id="s-9", round=1, attempt=2, deliveries=["a1"]),
@@ -274,10 +289,22 @@ def test_a_runs_events_become_its_phases_and_its_agents_gate_events(
             resumes=2,
             reason="deadline",
             tasks=[
-                TaskDisposition(id="a1", kind="task", description="audit", status="completed",
-                                disposition="included", source="lead"),  # fmt: skip
-                TaskDisposition(id="mate", kind="teammate", description="mate",
-                                status="missing", disposition="missing", source="none"),  # fmt: skip
+                TaskDisposition(
+                    id="a1",
+                    kind="task",
+                    description="audit",
+                    status="completed",
+                    disposition="included",
+                    source="lead",
+                ),  # fmt: skip
+                TaskDisposition(
+                    id="mate",
+                    kind="teammate",
+                    description="mate",
+                    status="missing",
+                    disposition="missing",
+                    source="none",
+                ),
             ],
         ),
     ]
@@ -374,9 +401,8 @@ def test_a_relayed_request_is_a_chat_span_with_its_usage_pacing_and_429(
 ) -> None:
     import anyio
 
-    replies = iter(
-        [Reply.error(429, retry_after=2), dataclasses.replace(Reply.text("after the pause"), input_tokens=33)]
-    )
+    answer = dataclasses.replace(Reply.text("after the pause"), input_tokens=33)
+    replies = iter([Reply.error(429, retry_after=2), answer])
     usage: list[tuple[str | None, int | None, int | None]] = []
 
     async def main() -> None:
@@ -403,8 +429,10 @@ def test_a_relayed_request_is_a_chat_span_with_its_usage_pacing_and_429(
                         model=MODEL,
                         max_tokens=10,
                         messages=[{"role": "user", "content": "hi"}],
-                        extra_headers={"x-claude-code-agent-id": "agent-7",
-                                       "X-Claude-Code-Session-Id": "s-2"},  # fmt: skip
+                        extra_headers={
+                            "x-claude-code-agent-id": "agent-7",
+                            "X-Claude-Code-Session-Id": "s-2",
+                        },  # fmt: skip
                     ) as stream:
                         await stream.get_final_message()
                     await c.messages.count_tokens(

@@ -1,0 +1,214 @@
+"""OpenTelemetry on the real CLI offline: ``teamlead ask`` exporting to a real receiver.
+
+Each run is a fresh ``teamlead ask --json`` process configured only by the standard
+``OTEL_*`` variables, exporting with the SDK's OTLP/HTTP exporter to the test bed's
+receiver, which decodes the protobuf that arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from teamlead.testing import OfflineClaude, ScriptedServer
+from teamlead.testing.otlp import OtlpReceiver, dead_endpoint, otlp_env
+from teamlead.testing.scripts import FanOut, findings_in
+
+pytestmark = pytest.mark.cli
+
+AGENTS = 3
+ROOT = "invoke_agent teamlead"
+
+
+def ask(claude: OfflineClaude, env: dict[str, str], timeout: float = 120) -> Any:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
+    return subprocess.run(
+        [sys.executable, "-m", "teamlead", "ask", "Investigate.", "--json", "--wait", "5"],
+        env={**base, **claude.env, **env},
+        cwd=claude.cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def finished(proc: Any) -> dict[str, Any]:
+    assert proc.returncode == 0, proc.stderr
+    last: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+    assert last["type"] == "finished"
+    return last
+
+
+def test_a_fan_out_is_one_trace_a_root_and_an_agent_span_per_subagent(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver, ScriptedServer(FanOut.of(AGENTS, delays=0.3)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        # Claude Code's own spans too: they must nest under the run (TRACEPARENT)
+        env = receiver.env(
+            CLAUDE_CODE_ENABLE_TELEMETRY="1",
+            CLAUDE_CODE_ENHANCED_TELEMETRY_BETA="1",  # Claude Code's traces are in beta
+            OTEL_TRACES_EXPORTER="otlp",
+            OTEL_LOGS_EXPORTER="none",
+        )
+        done = finished(ask(claude, env))
+        key = claude.env["ANTHROPIC_API_KEY"]
+        spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
+        served = server.recorded()
+    assert done["status"] == "completed"
+    assert sorted(findings_in(done["result"])) == [f"agent-{n}" for n in range(1, AGENTS + 1)]
+    (root,) = [s for s in spans if s.name == ROOT]
+    assert root.parent_span_id == ""
+    assert {s.trace_id for s in spans} == {root.trace_id}
+    assert root.resource["service.name"] == "teamlead-test"
+    assert root.attributes["gen_ai.provider.name"] == "anthropic"
+    assert root.attributes["gen_ai.conversation.id"] == done["session_id"]
+    assert root.attributes["teamlead.status"] == "completed"
+    assert root.attributes["teamlead.reason"] == "all_results_used"
+    # one agent span per subagent, under the run, with the usage the server sent
+    agents = [
+        s for s in spans if s.name.startswith("invoke_agent agent-") and s.scope == "teamlead"
+    ]
+    assert sorted(s.attributes["gen_ai.agent.name"] for s in agents) == [
+        f"agent-{n}" for n in range(1, AGENTS + 1)
+    ]
+    task_ids = {t["id"] for t in done["tasks"]}
+    assert {s.attributes["gen_ai.agent.id"] for s in agents} == task_ids
+    for agent in agents:
+        assert agent.parent_span_id == root.span_id
+        assert agent.attributes["teamlead.agent.status"] == "completed"
+        name = agent.attributes["gen_ai.agent.name"]
+        sent = [r for r in served if r.request.agent and r.request.agent.description == name]
+        assert agent.attributes["gen_ai.usage.input_tokens"] == sum(
+            r.reply.input_tokens for r in sent if r.reply is not None
+        )
+        assert agent.attributes["gen_ai.usage.output_tokens"] > 0
+    # a chat span per request, each under its agent (or the run, for the lead's)
+    ours = [s for s in spans if s.scope == "teamlead"]
+    chats = [s for s in ours if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert len(chats) == len([r for r in served if r.status == 200])
+    by_id = {s.span_id: s for s in spans}
+    for chat in chats:
+        parent = by_id[chat.parent_span_id]
+        assert parent.attributes.get("gen_ai.agent.id") == chat.attributes.get("gen_ai.agent.id")
+    assert root.attributes["gen_ai.usage.input_tokens"] == sum(
+        c.attributes["gen_ai.usage.input_tokens"] for c in chats
+    )
+    # Claude Code's own spans are in the same trace, under the run
+    claude_code = [s for s in spans if s.name.startswith("claude_code.")]
+    assert claude_code, "the CLI exported no span of its own"
+    tops = [s for s in claude_code if s.parent_span_id not in {c.span_id for c in claude_code}]
+    assert tops and all(s.parent_span_id == root.span_id for s in tops)
+    # the API key is nowhere in what was exported; no metric has an id among its labels
+    assert not any(key.encode() in body for body in receiver.bodies())
+    points = receiver.points()
+    assert {p.metric for p in points} >= {
+        "gen_ai.client.token.usage",
+        "gen_ai.client.operation.duration",
+    }
+    ids = {"gen_ai.agent.id", "gen_ai.conversation.id", "gen_ai.response.id"}
+    assert all(not ids & p.attributes.keys() for p in points)
+
+
+def test_a_relayed_429_is_an_event_of_its_request(tmp_path: Path) -> None:
+    with (
+        OtlpReceiver() as receiver,
+        ScriptedServer(
+            FanOut.of(AGENTS, delays=1.0),
+            concurrency_limit=1,
+            retry_after=1,
+            limit_roles={"subagent"},
+        ) as server,
+    ):
+        claude = OfflineClaude(
+            server.base_url,
+            state_dir=tmp_path / "s",
+            max_retries=0,
+            env={"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(AGENTS)},
+        )
+        done = finished(ask(claude, receiver.env()))
+        spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
+        rejected = sum(1 for r in server.recorded() if r.status == 429)
+    assert done["status"] == "completed" and rejected >= 1
+    events = [
+        (chat, e)
+        for chat in spans
+        if chat.attributes.get("gen_ai.operation.name") == "chat" and chat.scope == "teamlead"
+        for e in chat.events
+        if e.name == "rate_limited"
+    ]
+    assert len(events) == rejected == done["relay"]["absorbed"]
+    for chat, event in events:
+        assert event.attributes["teamlead.outcome"] == "absorbed"
+        assert event.attributes["teamlead.retry_after_s"] == 1.0
+        assert chat.attributes["teamlead.relay.attempts"] >= 2
+        assert chat.attributes["teamlead.relay.wait_s"] > 0
+        assert chat.attributes["teamlead.role"] == "subagent"
+    (root,) = [s for s in spans if s.name == ROOT]
+    assert root.attributes["teamlead.relay.absorbed"] == rejected
+    assert any(e.name == "concurrency_changed" for e in root.events)
+    limits = [p for p in receiver.points() if p.metric == "teamlead.governor.limit"]
+    assert (
+        limits
+        and limits[-1].value == 1
+        and limits[-1].attributes == {"teamlead.bucket": "anthropic/claude-opus-5-5"}
+    )
+
+
+UNSET_RUN = """
+import json, sys, anyio, teamlead
+from teamlead.testing import OfflineClaude
+
+async def main():
+    claude = OfflineClaude(sys.argv[1], state_dir=sys.argv[2])
+    items = [i async for i in teamlead.query("Investigate.", claude.options())]
+    return items[-1]
+
+done = anyio.run(main)
+costly = ("opentelemetry.sdk", "opentelemetry.exporter", "opentelemetry.proto")
+print(json.dumps({"status": done.status,
+                  "loaded": sorted(m for m in sys.modules if m.startswith(costly))}))
+"""
+
+
+def test_with_the_variables_unset_nothing_is_exported_or_imported(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver, ScriptedServer(FanOut.of(2, delays=0.2)) as server:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        # the receiver listens where an OTLP exporter would send by default: it gets nothing
+        base["OTEL_SERVICE_NAME"] = "unused"  # a name alone asks for no export
+        proc = subprocess.run(
+            [sys.executable, "-c", UNSET_RUN, server.base_url, str(tmp_path / "s")],
+            env=base,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        requests = receiver.requests
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"status": "completed", "loaded": []}
+    assert requests == 0
+
+
+def test_a_dead_collector_never_fails_or_holds_the_run(tmp_path: Path) -> None:
+    with ScriptedServer(FanOut.of(2, delays=0.2)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        done = finished(ask(claude, otlp_env(dead_endpoint())))
+    assert done["status"] == "completed"
+    assert sorted(findings_in(done["result"])) == ["agent-1", "agent-2"]
+
+
+def test_a_stalled_collector_never_holds_the_run_past_the_exit_flush(tmp_path: Path) -> None:
+    """The collector takes every export request and never answers, and the exporter would
+    wait 60 s for each: the run still ends, and the process exits within the test's own
+    timeout, because the exit's flush is bounded (a few seconds) and export runs in the
+    background."""
+    with OtlpReceiver(stall=True) as receiver, ScriptedServer(FanOut.of(2, delays=0.2)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        env = receiver.env(OTEL_EXPORTER_OTLP_TIMEOUT="60", OTEL_BSP_SCHEDULE_DELAY="50")
+        done = finished(ask(claude, env, timeout=50))
+        assert receiver.requests >= 1  # export was tried, and it hung
+    assert done["status"] == "completed"
