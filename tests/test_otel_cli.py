@@ -212,3 +212,62 @@ def test_a_stalled_collector_never_holds_the_run_past_the_exit_flush(tmp_path: P
         done = finished(ask(claude, env, timeout=50))
         assert receiver.requests >= 1  # export was tried, and it hung
     assert done["status"] == "completed"
+
+
+EXPERIMENT_RUN = """
+import sys, anyio
+from pathlib import Path
+from teamlead.experiment.runner import run_experiment
+from teamlead.experiment.spec import parse_spec
+from teamlead.testing import OfflineClaude, ScriptedServer
+from teamlead.testing.scripts import FanOut
+
+spec = parse_spec('''
+[experiment]
+name = "ab"
+trials = 1
+control = "baseline"
+[[variants]]
+name = "baseline"
+strategy = "baseline"
+[[variants]]
+name = "delegation"
+strategy = "delegation"
+[[tasks]]
+id = "t1"
+prompt = "Research."
+rubric = "mentions parts"
+''')
+out = Path(sys.argv[1])
+with ScriptedServer(FanOut.of(1, delays=0.1)) as server:
+    claude = OfflineClaude(server.base_url, state_dir=out / "s")
+    summary = anyio.run(lambda: run_experiment(spec, out / "out", base_options=claude.options()))
+print(summary.ran, summary.failed)
+"""
+
+
+def test_an_experiment_gives_one_trace_per_trial_with_its_keys(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
+        proc = subprocess.run(
+            [sys.executable, "-c", EXPERIMENT_RUN, str(tmp_path)],
+            env={**base, **receiver.env()},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert proc.returncode == 0, proc.stderr
+        spans = receiver.wait_for_spans(
+            lambda got: len([s for s in got if s.name == "teamlead.trial"]) == 2
+        )
+    assert proc.stdout.split() == ["2", "0"]
+    trials = [s for s in spans if s.name == "teamlead.trial"]
+    assert sorted(s.attributes["teamlead.variant"] for s in trials) == ["baseline", "delegation"]
+    assert len({s.trace_id for s in trials}) == 2  # one trace each
+    for trial in trials:
+        assert trial.parent_span_id == ""
+        assert (trial.attributes["teamlead.task"], trial.attributes["teamlead.trial"]) == ("t1", 0)
+        (run,) = [s for s in spans if s.name == ROOT and s.trace_id == trial.trace_id]
+        assert run.parent_span_id == trial.span_id
+        assert run.attributes["teamlead.variant"] == trial.attributes["teamlead.variant"]
+        assert run.attributes["teamlead.strategy"] == trial.attributes["teamlead.strategy"]
