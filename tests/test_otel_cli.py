@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from teamlead.testing import OfflineClaude, ScriptedServer
+from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, ToolUse
 from teamlead.testing.otlp import OtlpReceiver, dead_endpoint, otlp_env
 from teamlead.testing.scripts import FanOut, findings_in
 
@@ -219,7 +219,7 @@ import sys, anyio
 from pathlib import Path
 from teamlead.experiment.runner import run_experiment
 from teamlead.experiment.spec import parse_spec
-from teamlead.testing import OfflineClaude, ScriptedServer
+from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, ToolUse
 from teamlead.testing.scripts import FanOut
 
 spec = parse_spec('''
@@ -271,3 +271,75 @@ def test_an_experiment_gives_one_trace_per_trial_with_its_keys(tmp_path: Path) -
         assert run.parent_span_id == trial.span_id
         assert run.attributes["teamlead.variant"] == trial.attributes["teamlead.variant"]
         assert run.attributes["teamlead.strategy"] == trial.attributes["teamlead.strategy"]
+
+
+WORKFLOW = "\n".join(
+    [
+        "export const meta = { name: 'probe', description: 'probe workflow',"
+        " phases: [{ title: 'Scan' }] }",
+        "const keys = ['a', 'b', 'c']",
+        "const r = await parallel(keys.map(k => () =>"
+        " agent(`WFJOB ${k}`, { label: `scan:${k}`, phase: 'Scan' })))",
+        "return { r, n: r.length }",
+    ]
+)
+
+
+def workflow_lead(req: ScriptedRequest) -> Reply:
+    """A lead that runs a 3-agent workflow; each workflow agent answers one finding."""
+    if "WFJOB" in req.first_user_text:
+        return Reply.text(f"FINDING[{req.first_user_text.split('WFJOB')[1].split()[0]}]")
+    if req.assistant_turns == 0:
+        return Reply.tools(ToolUse("Workflow", {"script": WORKFLOW}))
+    return Reply.text("SYNTHESIS done")
+
+
+def test_a_workflows_agents_appear_by_the_agent_id_of_their_requests(tmp_path: Path) -> None:
+    """Workflow agents never show in the stream; the relay names each by the agent id its
+    requests carry, so each is an agent span with its requests and usage under the run."""
+    with OtlpReceiver() as receiver, ScriptedServer(workflow_lead) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "teamlead",
+                "ask",
+                "Run the probe.",
+                "--json",
+                "--allowed-tools",
+                "Workflow",
+            ],  # fmt: skip
+            env={
+                **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+                **claude.env,
+                **receiver.env(),
+            },  # fmt: skip
+            cwd=claude.cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        done = finished(proc)
+        spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
+        by_agent: dict[str, int] = {}
+        for r in server.recorded():
+            agent = next((v for k, v in r.headers if k.lower() == "x-claude-code-agent-id"), None)
+            if agent and r.reply is not None:
+                by_agent[agent] = by_agent.get(agent, 0) + r.reply.input_tokens
+    assert done["status"] == "completed" and len(by_agent) == 3
+    (root,) = [s for s in spans if s.name == ROOT]
+    (workflow,) = [s for s in spans if s.name.startswith("invoke_workflow")]
+    assert workflow.parent_span_id == root.span_id
+    assert workflow.attributes["teamlead.agent.status"] == "completed"
+    agents = {
+        s.attributes["gen_ai.agent.id"]: s
+        for s in spans
+        if s.attributes.get("teamlead.agent.kind") == "agent"
+    }
+    assert set(agents) == set(by_agent)
+    for agent_id, span in agents.items():
+        assert span.trace_id == root.trace_id and span.parent_span_id == root.span_id
+        assert span.attributes["gen_ai.usage.input_tokens"] == by_agent[agent_id]
+        chats = [s for s in spans if s.parent_span_id == span.span_id]
+        assert chats and all(c.attributes["gen_ai.agent.id"] == agent_id for c in chats)

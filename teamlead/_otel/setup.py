@@ -19,7 +19,7 @@ answer is yes:
 
 Export never holds a run back: spans leave in the batch processor's background thread,
 metrics in the periodic reader's, each request bounded by the exporter's timeout. At exit
-what is buffered gets one bounded flush (:data:`EXIT_FLUSH_S`); a collector that is down
+what is buffered gets one bounded flush (:data:`FLUSH_AT_EXIT_S`); a collector that is down
 or stalls loses those spans, never the run's time. When the variables ask for export but
 the ``otel`` extra is missing, one warning line says how to install it.
 """
@@ -43,12 +43,12 @@ if TYPE_CHECKING:
 
     from .instruments import Instruments
 
-__all__ = ["EXIT_FLUSH_S", "Telemetry", "export_wanted", "telemetry"]
+__all__ = ["FLUSH_AT_EXIT_S", "Telemetry", "export_wanted", "telemetry"]
 
 log = logging.getLogger("teamlead.otel")
 
 #: The longest the interpreter's exit waits for buffered spans and metrics to leave.
-EXIT_FLUSH_S = 3.0
+FLUSH_AT_EXIT_S = 3.0
 _SCOPE = "teamlead"
 _SERVICE = "teamlead"
 _OFF = frozenset({"", "none"})
@@ -279,7 +279,7 @@ def _metric_exporters(env: Mapping[str, str]) -> list[Any]:
 
 
 def _flush_at_exit(tracer_provider: Any, meter_provider: Any) -> None:
-    """At exit, shut the providers down (flushing what they hold) within EXIT_FLUSH_S.
+    """At exit, shut the providers down (flushing what they hold) within FLUSH_AT_EXIT_S.
 
     The shutdown runs in a daemon thread: a collector that stalls keeps that thread, never
     the interpreter, past the budget.
@@ -291,7 +291,7 @@ def _flush_at_exit(tracer_provider: Any, meter_provider: Any) -> None:
                 continue
             try:
                 if provider is meter_provider:
-                    provider.shutdown(timeout_millis=EXIT_FLUSH_S * 1000)
+                    provider.shutdown(timeout_millis=FLUSH_AT_EXIT_S * 1000)
                 else:
                     provider.shutdown()
             except Exception:  # noqa: BLE001 - telemetry must never fail the exit
@@ -300,6 +300,6 @@ def _flush_at_exit(tracer_provider: Any, meter_provider: Any) -> None:
     def bounded() -> None:
         worker = threading.Thread(target=shutdown, name="teamlead-otel-exit", daemon=True)
         worker.start()
-        worker.join(EXIT_FLUSH_S)
+        worker.join(FLUSH_AT_EXIT_S)
 
     atexit.register(bounded)
