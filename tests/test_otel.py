@@ -504,3 +504,50 @@ def test_a_huge_text_line_is_skipped_not_kept() -> None:
     scanner.feed(b'z"message_delta"\n')  # the end of the huge line: not a usage line
     scanner.feed(b'data: {"type": "message_delta", "usage": {"output_tokens": 3}}\n')
     assert scanner.usage.output_tokens == 3
+
+
+class _Broken:
+    """A request observer that fails at every step it is given."""
+
+    def __init__(self, fail_at: str) -> None:
+        self.fail_at = fail_at
+
+    def request(self, path: str, info: Any, session_id: Any, agent_id: Any) -> Any:
+        if self.fail_at == "request":
+            raise RuntimeError("observer broke")
+        return self
+
+    def __getattr__(self, name: str) -> Any:
+        def step(*args: object) -> None:
+            if name == self.fail_at:
+                raise RuntimeError(f"observer broke in {name}")
+
+        return step
+
+
+@pytest.mark.parametrize("fail_at", ["request", "opened", "response", "chunk", "end"])
+def test_a_failing_request_observer_never_breaks_the_request(
+    fail_at: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    import anyio
+
+    async def main() -> str:
+        governor = Governor(GovernorPolicy(ceiling=8), clock=FakeClock())
+        with ScriptedServer(lambda req: Reply.text("still fine")) as server:
+            async with start_relay(server.base_url, governor) as relay:
+                run = relay.open_run()
+                run.observe_requests(_Broken(fail_at))
+                async with (
+                    anthropic.AsyncAnthropic(
+                        base_url=run.base_url, api_key=KEY, max_retries=0
+                    ) as c,
+                    c.messages.stream(
+                        model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+                    ) as stream,
+                ):
+                    message = await stream.get_final_message()
+                assert governor.total_in_flight == 0
+        return message.content[0].text  # type: ignore[union-attr]
+
+    assert anyio.run(main) == "still fine"
+    assert any("request observer failed" in r.getMessage() for r in caplog.records)
