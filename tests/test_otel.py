@@ -551,3 +551,31 @@ def test_a_failing_request_observer_never_breaks_the_request(
 
     assert anyio.run(main) == "still fine"
     assert any("request observer failed" in r.getMessage() for r in caplog.records)
+
+
+def test_an_agent_whose_request_ends_before_the_stream_names_it_is_one_span(
+    exported: Exported, receiver: OtlpReceiver
+) -> None:
+    """The relay can report an agent's request (by its agent id) before the stream shows
+    the task: the call, the task and the requests still make one agent span."""
+    from teamlead._otel.chat import Usage
+
+    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
+    run.see({"type": "assistant", "session_id": "s", "message": {"id": "m", "content": [
+        {"type": "tool_use", "id": "tu1", "name": "Agent",
+         "input": {"description": "audit", "prompt": "p"}}]}})  # fmt: skip
+    run.see(SpawnAdmitted(tool_use_id="tu1", description="audit", waited_s=0, running=1, limit=2))
+    run.agent_context("a1")  # the relay: a request of agent a1 ended
+    run.add_usage("a1", Usage(input_tokens=7, output_tokens=3))
+    run.see({"type": "system", "subtype": "task_started", "task_id": "a1", "tool_use_id": "tu1",
+             "description": "audit", "session_id": "s"})  # fmt: skip
+    run.see(Finished(status="completed", result="ok", session_id="s", resumes=0))
+    run.close()
+    exported.flush()
+    agents = [s for s in receiver.spans() if s.name.startswith("invoke_agent a")]
+    assert [s.name for s in agents] == ["invoke_agent audit"]
+    (agent,) = agents
+    assert agent.attributes["gen_ai.agent.id"] == "a1"
+    assert agent.attributes["teamlead.tool_use_id"] == "tu1"
+    assert agent.attributes["gen_ai.usage.input_tokens"] == 7
+    assert agent.event_names() == ["admitted"]

@@ -69,10 +69,18 @@ class AgentBook:
         tracer: makes the spans.
         root: the run span's context (the parent of every agent without another).
         conversation: the session id, once known.
+        scrub: redacts every text that goes into a span.
     """
 
-    def __init__(self, tracer: Tracer, root: Context, conversation: Callable[[], str | None]):
+    def __init__(
+        self,
+        tracer: Tracer,
+        root: Context,
+        conversation: Callable[[], str | None],
+        scrub: Callable[[str], str] = redact,
+    ):
         self._tracer = tracer
+        self.scrub = scrub
         self._root = root
         self._conversation = conversation
         self._by_name: dict[str, AgentRecord] = {}
@@ -96,9 +104,11 @@ class AgentBook:
         ``parent`` names the agent whose child this is (a workflow's task for its agents);
         ``None`` is the run itself.
         """
-        record = self._by_name.get(key) or next(
-            (self._by_name[n] for n in also if n and n in self._by_name), None
-        )
+        known = [self._by_name[n] for n in (key, *also) if n and n in self._by_name]
+        record = known[0] if known else None
+        for other in known[1:]:
+            if record is not None and other is not record:
+                record = self._merge(other, into=record)
         if record is None:
             record = AgentRecord(key=key, kind=kind, parent=parent)
             self.records.append(record)
@@ -110,6 +120,35 @@ class AgentBook:
             if alias:
                 self._by_name.setdefault(alias, record)
         return record
+
+    def _merge(self, other: AgentRecord, *, into: AgentRecord) -> AgentRecord:
+        """One agent seen under two records (its requests came before the stream named
+        it): one record keeps both's sightings (the one whose span exists, if either);
+        returns it."""
+        if other.span is not None and into.span is None:
+            other, into = into, other  # keep the span already made
+        if other.span is not None:
+            return into  # both have spans already: leave them apart rather than lose one
+        into.started_ns = min(into.started_ns, other.started_ns)
+        into.name = into.name or other.name
+        into.tool_use_id = into.tool_use_id or other.tool_use_id
+        into.task_id = into.task_id or other.task_id
+        into.attributes = {**other.attributes, **into.attributes}
+        into.queued = into.queued or other.queued
+        into.requests += other.requests
+        into.input_tokens += other.input_tokens
+        into.output_tokens += other.output_tokens
+        for name, at, attributes in other.events:
+            if into.span is not None:
+                into.span.add_event(name, attributes, timestamp=at)
+            else:
+                into.events.append((name, at, attributes))
+        other.events.clear()
+        for alias, record in list(self._by_name.items()):
+            if record is other:
+                self._by_name[alias] = into
+        self.records.remove(other)
+        return into
 
     def done(self, record: AgentRecord, status: str) -> None:
         """The agent ended now with ``status``; its span ends with the run, at this time
@@ -153,7 +192,7 @@ class AgentBook:
         if conversation:
             attributes[c.CONVERSATION_ID] = conversation
         span = self._tracer.start_span(
-            _span_name(operation, record),
+            _span_name(operation, record, self.scrub),
             context=self.context(parent) if parent is not None else self._root,
             kind=SpanKind.INTERNAL,
             attributes=attributes,
@@ -175,8 +214,9 @@ class AgentBook:
         span = self.span(record)
         record.ended = True
         if record.name:
-            span.update_name(_span_name(span_operation(record), record))
-            span.set_attribute(c.AGENT_NAME, redact(record.name))
+            name = self.scrub(record.name)
+            span.update_name(f"{span_operation(record)} {name}")
+            span.set_attribute(c.AGENT_NAME, name)
         values: dict[str, Any] = {
             **record.attributes,
             "teamlead.agent.status": record.status or "unknown",
@@ -205,5 +245,5 @@ def span_operation(record: AgentRecord) -> str:
     return "invoke_workflow" if record.kind == "workflow" else c.INVOKE_AGENT
 
 
-def _span_name(operation: str, record: AgentRecord) -> str:
-    return f"{operation} {redact(record.name)}" if record.name else operation
+def _span_name(operation: str, record: AgentRecord, scrub: Callable[[str], str]) -> str:
+    return f"{operation} {scrub(record.name)}" if record.name else operation

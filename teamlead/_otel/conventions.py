@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from .._redact import redact
 
@@ -87,13 +87,13 @@ def capture_content(environ: Mapping[str, str] | None = None) -> bool:
     return (env.get(CAPTURE_VARIABLE) or "").strip().lower() in _CAPTURE_ON
 
 
-def messages(role: str, text: str, env: Mapping[str, str] | None = None) -> str:
+def messages(role: str, text: str, scrub: Callable[[str], str] = redact) -> str:
     """One message in the conventions' shape (``[{role, parts: [{type, content}]}]``), as
-    the JSON string a span attribute holds, redacted and capped.
+    the JSON string a span attribute holds, redacted (by ``scrub``) and capped.
 
     Example:
         >>> messages("user", "hello")
         '[{"role": "user", "parts": [{"type": "text", "content": "hello"}]}]'
     """
-    content = redact(text, env)[:MAX_CAPTURED_CHARS]
+    content = scrub(text)[:MAX_CAPTURED_CHARS]
     return json.dumps([{"role": role, "parts": [{"type": "text", "content": content}]}])

@@ -9,7 +9,6 @@ an up-down counter: +1 when a call queues, -1 when it leaves the queue however i
 
 from __future__ import annotations
 
-from .._redact import redact
 from ..events import SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
 from .agents import AgentBook, AgentRecord
 from .instruments import Instruments
@@ -64,7 +63,7 @@ class GateTrace:
         self._dequeue(record)
         attributes = {
             "teamlead.gate.code": event.code,
-            "teamlead.gate.reason": redact(event.reason),
+            "teamlead.gate.reason": self._agents.scrub(event.reason),
         }
         name = "timed_out" if event.code in _TIMED_OUT else "denied"
         self._agents.event(record, name, attributes)
@@ -72,7 +71,8 @@ class GateTrace:
 
     def rejected(self, event: SpawnRejected) -> None:
         record = self._call(event.tool_use_id, event.description)
-        self._agents.event(record, "rejected", {"teamlead.gate.reason": redact(event.reason)})
+        reason = self._agents.scrub(event.reason)
+        self._agents.event(record, "rejected", {"teamlead.gate.reason": reason})
         self._agents.done(record, "rejected")
 
     def close(self) -> None:

@@ -39,7 +39,7 @@ from .._parse import (
     TaskStarted,
     parse_message,
 )
-from .._redact import redact
+from .._redact import secret_scrubber
 from ..events import (
     ConcurrencyChanged,
     FallbackUsed,
@@ -97,6 +97,7 @@ class RunTrace:
         self._tracer = telemetry.tracer
         self._env = dict(options.env)
         self._capture = c.capture_content({**os.environ, **self._env})
+        self._scrub = secret_scrubber(self._env)  # the secrets looked up once per run
         self._started = time.monotonic()
         self._started_ns = time.time_ns()
         self._model = options.model
@@ -113,7 +114,7 @@ class RunTrace:
         if session_id:
             attributes[c.CONVERSATION_ID] = session_id
         if prompt is not None and self._capture:
-            attributes[c.INPUT_MESSAGES] = c.messages("user", prompt, self._env)
+            attributes[c.INPUT_MESSAGES] = c.messages("user", prompt, self._scrub)
         self.root: Span = self._tracer.start_span(
             f"{c.INVOKE_AGENT} {_AGENT_NAME}",
             context=parent_context(),
@@ -121,7 +122,9 @@ class RunTrace:
             attributes=attributes,
         )
         self._root_context: Context = set_span_in_context(self.root)
-        self.agents = AgentBook(self._tracer, self._root_context, lambda: self._session)
+        self.agents = AgentBook(
+            self._tracer, self._root_context, lambda: self._session, self._scrub
+        )
         self.gate = GateTrace(self.agents, telemetry.instruments)
         self._phase: Span | None = None
         self._phase_name = ""
@@ -154,7 +157,7 @@ class RunTrace:
             return
         self._relayed = Usage(input_tokens=0, output_tokens=0)
         relay_run.observe_requests(
-            ChatObserver(self._telemetry, parent_of=self._parent_of, on_usage=self._usage)
+            ChatObserver(self._telemetry, parent_of=self.agent_context, on_usage=self.add_usage)
         )
 
     async def observe(self, items: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
@@ -166,6 +169,9 @@ class RunTrace:
                     self.see(item)
                     yield item
             error = None
+        except GeneratorExit:  # the caller stopped reading: after Finished, nothing is wrong
+            error = None if self._finished else "cancelled"
+            raise
         except Exception as exc:
             error = type(exc).__name__
             raise
@@ -173,7 +179,9 @@ class RunTrace:
             self.close(error)
 
     # -- what the relay tells --------------------------------------------------------------
-    def _parent_of(self, agent_id: str | None) -> Context:
+    def agent_context(self, agent_id: str | None) -> Context:
+        """The parent of a request of ``agent_id`` (``None``: the lead's, under the run);
+        an agent the stream has not named yet is made from its id."""
         if agent_id is None:
             return self._root_context
         record = self.agents.find(agent_id) or self.agents.agent(agent_id, "agent")
@@ -181,7 +189,8 @@ class RunTrace:
             record.task_id = agent_id
         return self.agents.context(record)
 
-    def _usage(self, agent_id: str | None, usage: Usage) -> None:
+    def add_usage(self, agent_id: str | None, usage: Usage) -> None:
+        """One finished request's usage: to the run's total and its agent's."""
         if self._relayed is not None:
             self._relayed.input_tokens = (self._relayed.input_tokens or 0) + (
                 usage.input_tokens or 0
@@ -221,7 +230,7 @@ class RunTrace:
             if event.subagent_type:
                 record.attributes["teamlead.subagent_type"] = event.subagent_type
             if self._capture and event.prompt:
-                record.attributes[c.INPUT_MESSAGES] = c.messages("user", event.prompt, self._env)
+                record.attributes[c.INPUT_MESSAGES] = c.messages("user", event.prompt, self._scrub)
         elif isinstance(event, TaskStarted):
             kind: AgentKind = "workflow" if event.task_type == "local_workflow" else "task"
             record = self.agents.agent(
@@ -240,7 +249,7 @@ class RunTrace:
                     record.attributes[f"teamlead.agent.{name}"] = value
             if self._capture and event.summary:
                 record.attributes[c.OUTPUT_MESSAGES] = c.messages(
-                    "assistant", event.summary, self._env
+                    "assistant", event.summary, self._scrub
                 )
             self.agents.done(record, event.status)
         elif isinstance(event, ResultSeen):
@@ -249,7 +258,7 @@ class RunTrace:
             self._results.append(usage)
             if event.ok is False and self._phase is not None:
                 self._phase.add_event(
-                    "lead_error", {"teamlead.error": redact(event.text or event.subtype)[:300]}
+                    "lead_error", {"teamlead.error": self._scrub(event.text or event.subtype)[:300]}
                 )
 
     def _waiting(self, event: WaitingForTeam) -> None:
@@ -302,7 +311,10 @@ class RunTrace:
             return
         self._phase.add_event(
             "resume_failed",
-            {"teamlead.transient": event.transient, "teamlead.error": redact(event.error)[:300]},
+            {
+                "teamlead.transient": event.transient,
+                "teamlead.error": self._scrub(event.error)[:300],
+            },
         )
         self._phase.set_status(Status(StatusCode.ERROR, "resume_failed"))
         self._exit()
@@ -356,7 +368,7 @@ class RunTrace:
             values["teamlead.relay.absorbed"] = event.relay.absorbed
             values["teamlead.relay.passed"] = event.relay.passed
         if self._capture and event.result:
-            values[c.OUTPUT_MESSAGES] = c.messages("assistant", event.result, self._env)
+            values[c.OUTPUT_MESSAGES] = c.messages("assistant", event.result, self._scrub)
         self.root.set_attributes(values)
         if event.status == "failed":
             self.root.set_status(Status(StatusCode.ERROR, event.reason or "failed"))
