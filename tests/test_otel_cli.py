@@ -69,6 +69,7 @@ def test_a_fan_out_is_one_trace_a_root_and_an_agent_span_per_subagent(tmp_path: 
     assert root.attributes["gen_ai.conversation.id"] == done["session_id"]
     assert root.attributes["teamlead.status"] == "completed"
     assert root.attributes["teamlead.reason"] == "all_results_used"
+    assert root.attributes["teamlead.strategy"] == "delegation"  # ask's default
     # one agent span per subagent, under the run, with the usage the server sent
     agents = [
         s for s in spans if s.name.startswith("invoke_agent agent-") and s.scope == "teamlead"
@@ -343,3 +344,47 @@ def test_a_workflows_agents_appear_by_the_agent_id_of_their_requests(tmp_path: P
         assert span.attributes["gen_ai.usage.input_tokens"] == by_agent[agent_id]
         chats = [s for s in spans if s.parent_span_id == span.span_id]
         assert chats and all(c.attributes["gen_ai.agent.id"] == agent_id for c in chats)
+
+
+CLIENT_RUN = """
+import json, sys, anyio, teamlead
+from claude_agent_sdk import ClaudeSDKClient
+from teamlead.testing import OfflineClaude
+
+async def main():
+    claude = OfflineClaude(sys.argv[1], state_dir=sys.argv[2])
+    policy = teamlead.Policy(wait_s=5)
+    options = teamlead.prepare_options(claude.options(), policy, client=True)
+    async with teamlead.relay_for(options, policy) as options:
+        async with ClaudeSDKClient(options=options) as client:
+            await client.query("Investigate.")
+            async for item in teamlead.receive_all(client, policy=policy):
+                if isinstance(item, teamlead.Finished):
+                    return item  # an app that stops reading at Finished
+
+done = anyio.run(main)
+print(json.dumps({"status": done.status, "session_id": done.session_id}))
+"""
+
+
+def test_a_client_run_gets_the_same_spans(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver, ScriptedServer(FanOut.of(2, delays=0.2)) as server:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
+        proc = subprocess.run(
+            [sys.executable, "-c", CLIENT_RUN, server.base_url, str(tmp_path / "s")],
+            env={**base, **receiver.env()},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
+    done = json.loads(proc.stdout)
+    (root,) = [s for s in spans if s.name == ROOT]
+    assert root.attributes["teamlead.mode"] == "client"
+    assert root.attributes["teamlead.status"] == done["status"] == "completed"
+    assert not root.error  # stopping at Finished is not a failure
+    assert root.attributes["gen_ai.conversation.id"] == done["session_id"]
+    agents = [s for s in spans if s.name.startswith("invoke_agent agent-")]
+    assert len(agents) == 2 and all(a.parent_span_id == root.span_id for a in agents)
+    assert all(a.attributes["gen_ai.usage.input_tokens"] > 0 for a in agents)  # relayed
