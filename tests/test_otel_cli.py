@@ -16,9 +16,10 @@ from typing import Any
 
 import pytest
 
+from teamlead._cli.exitcodes import EXIT_PARTIAL
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, ToolUse
 from teamlead.testing.otlp import OtlpReceiver, dead_endpoint, otlp_env
-from teamlead.testing.scripts import FanOut, findings_in
+from teamlead.testing.scripts import FanOut, findings_in, synthesize
 
 pytestmark = pytest.mark.cli
 
@@ -38,8 +39,8 @@ def ask(claude: OfflineClaude, env: dict[str, str], timeout: float = 120) -> Any
     )
 
 
-def finished(proc: Any) -> dict[str, Any]:
-    assert proc.returncode == 0, proc.stderr
+def finished(proc: Any, exit_code: int = 0) -> dict[str, Any]:
+    assert proc.returncode == exit_code, proc.stderr
     last: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
     assert last["type"] == "finished"
     return last
@@ -388,3 +389,54 @@ def test_a_client_run_gets_the_same_spans(tmp_path: Path) -> None:
     agents = [s for s in spans if s.name.startswith("invoke_agent agent-")]
     assert len(agents) == 2 and all(a.parent_span_id == root.span_id for a in agents)
     assert all(a.attributes["gen_ai.usage.input_tokens"] > 0 for a in agents)  # relayed
+
+
+def wrap_up_lead(req: ScriptedRequest) -> Reply:
+    """Two agents (1 s and 40 s), and an answer to the deadline's tool-less wrap-up turn."""
+    if req.role == "other" and "<teamlead-results" in req.last_user_text:
+        return synthesize(req)
+    return SLOW_FAN(req)
+
+
+SLOW_FAN = FanOut.of(2, delays=[1.0, 40.0])
+
+
+@pytest.mark.slow
+def test_the_deadlines_wrap_up_is_a_phase_and_the_stopped_agent_says_so(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver, ScriptedServer(wrap_up_lead) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "teamlead",
+                "ask",
+                "Investigate.",
+                "--json",
+                "--deadline",
+                "10",
+            ],  # fmt: skip
+            env={**base, **claude.env, **receiver.env()},
+            cwd=claude.cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        done = finished(proc, exit_code=EXIT_PARTIAL)
+        spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
+    assert (done["status"], done["reason"]) == ("partial", "deadline")
+    (root,) = [s for s in spans if s.name == ROOT]
+    assert (root.attributes["teamlead.status"], root.attributes["teamlead.reason"]) == (
+        "partial",
+        "deadline",
+    )
+    phases = sorted((s for s in spans if s.name.startswith("teamlead.")), key=lambda s: s.start_ns)
+    assert [s.name for s in phases][0] == "teamlead.round"
+    assert [s.name for s in phases][-1] == "teamlead.wrap_up"
+    status = {
+        s.attributes["gen_ai.agent.name"]: s.attributes["teamlead.agent.status"]
+        for s in spans
+        if s.name.startswith("invoke_agent agent-")
+    }
+    assert status == {"agent-1": "completed", "agent-2": "stopped"}
