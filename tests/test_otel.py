@@ -579,3 +579,23 @@ def test_an_agent_whose_request_ends_before_the_stream_names_it_is_one_span(
     assert agent.attributes["teamlead.tool_use_id"] == "tu1"
     assert agent.attributes["gen_ai.usage.input_tokens"] == 7
     assert agent.event_names() == ["admitted"]
+
+
+def test_a_request_ending_after_the_run_leaves_no_span_open(
+    exported: Exported, receiver: OtlpReceiver
+) -> None:
+    from teamlead._otel.chat import Usage
+
+    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
+    run.see(Finished(status="completed", result="ok", session_id="s", resumes=0))
+    run.close()
+    late = run.agent_context("a-late")  # the CLI's teardown: a request still ending
+    run.add_usage("a-late", Usage(input_tokens=5, output_tokens=1))
+    exported.flush()
+    spans = receiver.spans()
+    (root,) = by_name(spans, "invoke_agent teamlead")
+    from opentelemetry.trace import get_current_span
+
+    assert f"{get_current_span(late).get_span_context().span_id:016x}" == root.span_id
+    assert [s.name for s in spans if "a-late" in str(s.attributes)] == []
+    assert run.agents.records == []

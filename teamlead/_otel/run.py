@@ -182,7 +182,7 @@ class RunTrace:
     def agent_context(self, agent_id: str | None) -> Context:
         """The parent of a request of ``agent_id`` (``None``: the lead's, under the run);
         an agent the stream has not named yet is made from its id."""
-        if agent_id is None:
+        if agent_id is None or self._closed:  # a request still ending after the run: its root
             return self._root_context
         record = self.agents.find(agent_id) or self.agents.agent(agent_id, "agent")
         if record.task_id is None:
@@ -191,6 +191,8 @@ class RunTrace:
 
     def add_usage(self, agent_id: str | None, usage: Usage) -> None:
         """One finished request's usage: to the run's total and its agent's."""
+        if self._closed:
+            return  # the run's spans are written already
         if self._relayed is not None:
             self._relayed.input_tokens = (self._relayed.input_tokens or 0) + (
                 usage.input_tokens or 0
