@@ -599,3 +599,20 @@ def test_a_request_ending_after_the_run_leaves_no_span_open(
     assert f"{get_current_span(late).get_span_context().span_id:016x}" == root.span_id
     assert [s.name for s in spans if "a-late" in str(s.attributes)] == []
     assert run.agents.records == []
+
+
+def test_an_agent_past_its_own_timeout_is_marked_timed_out(
+    exported: Exported, receiver: OtlpReceiver
+) -> None:
+    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
+    run.see({"type": "system", "subtype": "task_started", "task_id": "a1", "tool_use_id": "tu1",
+             "description": "hung", "session_id": "s"})  # fmt: skip
+    row = TaskDisposition(id="a1", kind="task", description="hung", status="timeout",
+                          disposition="failed", source="none")  # fmt: skip
+    run.see(Finished(status="partial", result="ok", session_id="s", resumes=0, tasks=[row]))
+    run.close()
+    exported.flush()
+    (agent,) = by_name(receiver.spans(), "invoke_agent hung")
+    assert agent.event_names() == ["timed_out"] and agent.error
+    assert agent.attributes["teamlead.agent.status"] == "timeout"
+    assert agent.attributes["teamlead.disposition"] == "failed"

@@ -155,6 +155,8 @@ class AgentBook:
         (so what is learnt later, its requests' usage and its result's disposition, still
         goes on it)."""
         if record.done_ns is None:
+            if status == "timeout":  # its own wall-clock limit stopped it
+                self.event(record, "timed_out", {"teamlead.agent.status": status})
             record.done_ns = time.time_ns()
             record.status = status
 
