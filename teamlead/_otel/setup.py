@@ -281,8 +281,9 @@ def _metric_exporters(env: Mapping[str, str]) -> list[Any]:
 def _flush_at_exit(tracer_provider: Any, meter_provider: Any) -> None:
     """At exit, shut the providers down (flushing what they hold) within FLUSH_AT_EXIT_S.
 
-    The shutdown runs in a daemon thread: a collector that stalls keeps that thread, never
-    the interpreter, past the budget.
+    The shutdown runs in a daemon thread, started now (a new thread may not start once the
+    interpreter is shutting down) and waiting for the exit: a collector that stalls keeps
+    that thread, never the interpreter, past the budget.
     """
 
     def shutdown() -> None:
@@ -297,9 +298,17 @@ def _flush_at_exit(tracer_provider: Any, meter_provider: Any) -> None:
             except Exception:  # noqa: BLE001 - telemetry must never fail the exit
                 log.debug("telemetry shutdown failed", exc_info=True)
 
+    exiting = threading.Event()
+
+    def at_exit() -> None:
+        exiting.wait()
+        shutdown()
+
+    worker = threading.Thread(target=at_exit, name="teamlead-otel-exit", daemon=True)
+    worker.start()
+
     def bounded() -> None:
-        worker = threading.Thread(target=shutdown, name="teamlead-otel-exit", daemon=True)
-        worker.start()
+        exiting.set()
         worker.join(FLUSH_AT_EXIT_S)
 
     atexit.register(bounded)
