@@ -50,9 +50,10 @@ def redact_opt(text: str | None) -> str | None:
     return None if text is None else redact(text)
 
 
-def secret_scrubber() -> Callable[[str], str]:
-    """:func:`redact` with the secret values looked up once, for redacting many strings."""
-    values = _secret_values()
+def secret_scrubber(env: Mapping[str, str] | None = None) -> Callable[[str], str]:
+    """:func:`redact` with the secret values looked up once, for redacting many strings
+    (``env`` as for :func:`redact`)."""
+    values = _secret_values(env)
 
     def scrub(text: str) -> str:
         for value in values:

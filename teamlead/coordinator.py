@@ -35,6 +35,7 @@ from typing import Any
 
 from claude_agent_sdk import ClaudeAgentOptions
 
+from ._otel import trace_run
 from ._run.relayed import hookup_for, relayed_stream, with_relay_events
 from ._run.relayed import relay_for as _relay_for
 from ._run.session import Client, Coordinator, QueryFn, prepare_options
@@ -108,7 +109,8 @@ async def query(
     def start(relayed_options: ClaudeAgentOptions) -> AsyncGenerator[Any, None]:
         return _coordinator(relayed_options, query_fn, policy, clock).run(prompt)
 
-    async with aclosing(relayed_stream(options or ClaudeAgentOptions(), policy, start)) as items:
+    stream = relayed_stream(options or ClaudeAgentOptions(), policy, start, prompt=prompt)
+    async with aclosing(stream) as items:
         async for item in items:
             yield item
 
@@ -140,7 +142,12 @@ async def receive_all(
     coordinator = Coordinator(options=client.options, policy=policy or Policy(), clock=clock)
     hookup = hookup_for(client.options)
     items = coordinator.run_client(client)
-    async with aclosing(with_relay_events(items, hookup) if hookup else items) as stream:
+    items = with_relay_events(items, hookup) if hookup else items
+    run_trace = trace_run("client", client.options)
+    if run_trace is not None:  # telemetry on; the client's CLI started without our TRACEPARENT
+        run_trace.attach(hookup.run if hookup else None)
+        items = run_trace.observe(items)
+    async with aclosing(items) as stream:
         async for item in stream:
             yield item
 
@@ -193,6 +200,9 @@ async def resume_session(
     def start(relayed_options: ClaudeAgentOptions) -> AsyncGenerator[Any, None]:
         return _coordinator(relayed_options, query_fn, policy, clock).resume(session_id)
 
-    async with aclosing(relayed_stream(options or ClaudeAgentOptions(), policy, start)) as items:
+    stream = relayed_stream(
+        options or ClaudeAgentOptions(), policy, start, mode="resume", session_id=session_id
+    )
+    async with aclosing(stream) as items:
         async for item in items:
             yield item

@@ -117,6 +117,8 @@ class Resuming(_Event):
     attempt: int = 1
     deliveries: list[str] = Field(default_factory=list)
     reasons: list[str] = Field(default_factory=list)
+    #: ``wrap_up``: the deadline's wrap-up round (no tools), not a plain resume.
+    kind: Literal["resume", "wrap_up"] = "resume"
 
 
 class ResumeFailed(_Event):

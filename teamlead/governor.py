@@ -124,6 +124,11 @@ class Governor:
         self._seq = 0
 
     # -- public API -----------------------------------------------------------------------
+    @property
+    def clock(self) -> Clock:
+        """The clock the governor reads: pauses, timeouts and a slot's ``acquired_at``."""
+        return self._clock
+
     @asynccontextmanager
     async def slot(
         self,
@@ -235,11 +240,6 @@ class Governor:
             cooldown_s=max(0.0, limits.cooldown_until - self._clock.monotonic()),
             streaming=bucket.streaming,
         )
-
-    @property
-    def clock(self) -> Clock:
-        """The clock the governor reads (pauses, timeouts); callers' deadlines use it too."""
-        return self._clock
 
     @property
     def total_in_flight(self) -> int:

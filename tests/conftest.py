@@ -27,7 +27,8 @@ def _isolated_claude_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     for name in list(__import__("os").environ):
-        if name.startswith("TEAMLEAD_"):
+        # nor export telemetry, nor nest under a trace, because the developer's shell does
+        if name.startswith(("TEAMLEAD_", "OTEL_")) or name in ("TRACEPARENT", "TRACESTATE"):
             monkeypatch.delenv(name)
 
 

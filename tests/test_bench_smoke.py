@@ -25,6 +25,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
         pytest.param("coordinator_overhead.py", marks=pytest.mark.cli),
         pytest.param("spawn_gate.py", marks=pytest.mark.cli),
         "relay.py",
+        "otel.py",
         pytest.param("storm.py", marks=pytest.mark.cli),
     ],
 )

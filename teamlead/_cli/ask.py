@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from .._otel import run_labels
 from ..errors import UsageError
 from ..policy import MAX_SECONDS
 from .exitcodes import handle_errors
@@ -214,9 +215,11 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
     output = output_mode(json_, quiet)
     options, policy, _ = build_run(settings_from_options(strategy, **kw))
     check_setup(merged_env(options.env))
-    sys.exit(
-        run_session(lambda: query(prompt, options, policy=policy), output=output, verbose=verbose)
-    )
+    with run_labels(strategy=strategy):  # the run's span names its strategy
+        code = run_session(
+            lambda: query(prompt, options, policy=policy), output=output, verbose=verbose
+        )
+    sys.exit(code)
 
 
 @click.command()
@@ -243,10 +246,10 @@ def resume(
     env = merged_env(options.env)
     find_session_file(claude_config_dir(env), session_id)  # a missing session is a usage error
     check_setup(env)
-    sys.exit(
-        run_session(
+    with run_labels(strategy=strategy):
+        code = run_session(
             lambda: resume_session(session_id, options, policy=policy),
             output=output,
             verbose=verbose,
         )
-    )
+    sys.exit(code)

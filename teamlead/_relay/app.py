@@ -43,6 +43,7 @@ from .forward import (
     UpstreamUnreachable,
     open_upstream,
 )
+from .observe import Guarded, RequestObserver, trace_request
 from .routing import Refusal, RequestInfo, check_target, classify
 from .stats import RelayListener, Tally, notify
 
@@ -79,7 +80,7 @@ _NO_SLOT_RETRY_AFTER_S = 5
 
 @dataclass
 class RunState:
-    """One run's share of the relay: its counters, listeners and deadline.
+    """One run's share of the relay: its counters, listeners, deadline and request observer.
 
     ``deadline`` is when the run ends, on the governor's clock (monotonic seconds): none of
     its requests waits for a slot or holds a 429 past it.
@@ -88,6 +89,7 @@ class RunState:
     tally: Tally = field(default_factory=Tally)
     listeners: list[RelayListener] = field(default_factory=list)
     deadline: float | None = None
+    observer: RequestObserver | None = None
 
 
 class _TooLarge(Exception):
@@ -193,16 +195,30 @@ class RelayApp:
         ]
         request = UpstreamRequest(scope["method"], yarl.URL(url, encoded=True), headers, body)
 
+        trace = trace_request(run.observer if run else None, path, info, scope["headers"])
+        arrived = self.governor.clock.monotonic() if trace is not None else 0.0
+
         def limited(event: RateLimited) -> None:
             for state in states:
                 state.tally.limited(key, event)
                 notify(state.listeners, event)
+            if trace is not None:
+                trace.limited(event)
 
         deadline = None if run is None else run.deadline
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
-            await self._exchange(send, request, key, info, limited, deadline)
-            tg.cancel_scope.cancel()
+        if trace is not None:
+            send = _traced_send(send, trace)
+        error: str | None = "interrupted"  # cut mid-stream, or the client went away
+        try:
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
+                error = await self._exchange(
+                    send, request, key, info, limited, deadline, trace, arrived
+                )
+                tg.cancel_scope.cancel()
+        finally:
+            if trace is not None:
+                trace.end(error)
 
     def _split_run(self, path: str) -> tuple[RunState | None, str]:
         if not path.startswith(_RUN_MARK):
@@ -241,7 +257,10 @@ class RelayApp:
         info: RequestInfo,
         limited: Callable[[RateLimited], None],
         deadline: float | None,
-    ) -> None:
+        trace: Guarded | None = None,
+        arrived: float = 0.0,
+    ) -> str | None:
+        """Forward one request and stream its reply back; the error kind, if it failed."""
         try:
             exchange = await open_upstream(
                 self.session,
@@ -270,13 +289,13 @@ class RelayApp:
             await self._answer(
                 send, 429, "rate_limit_error", message, {b"retry-after": b"%d" % wait}
             )
-            return
+            return "no_slot"
         except UpstreamTimeout:
             await self._answer(send, 504, "api_error", "teamlead relay: the upstream timed out")
-            return
+            return "upstream_timeout"
         except UpstreamUnreachable:
             await self._answer(send, 502, "api_error", "teamlead relay: upstream unreachable")
-            return
+            return "upstream_unreachable"
         problem = _unwritable(exchange.response)
         if problem is not None:
             log.warning("relay answered 502: the upstream's reply had %s", problem)
@@ -285,7 +304,9 @@ class RelayApp:
             await self._answer(
                 send, 502, "api_error", f"teamlead relay: the upstream's reply had {problem}"
             )
-            return
+            return "upstream_reply_unwritable"
+        if trace is not None:
+            trace.opened(max(0.0, exchange.slot.acquired_at - arrived), exchange.attempts)
         complete = False
         try:
             await self._stream_back(send, exchange)
@@ -296,6 +317,7 @@ class RelayApp:
             else:
                 exchange.response.close()  # cut short: the connection is dropped
             exchange.slot.release()
+        return None
 
     async def _stream_back(self, send: Send, exchange: Exchange) -> None:
         response = exchange.response
@@ -325,6 +347,21 @@ class RelayApp:
         headers.extend((extra or {}).items())
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _traced_send(send: Send, trace: Guarded) -> Send:
+    """``send`` that also shows the trace the status, headers and body sent back."""
+
+    async def traced(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            trace.response(message["status"], list(message.get("headers") or ()))
+        elif message["type"] == "http.response.body":
+            body = message.get("body", b"")
+            if body:
+                trace.chunk(body)
+        await send(message)
+
+    return traced
 
 
 class _StreamCut(Exception):

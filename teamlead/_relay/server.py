@@ -36,6 +36,7 @@ from ..events import ConcurrencyChanged, RelaySummary
 from ..governor import Governor, GovernorPolicy
 from .app import RelayApp, RunState
 from .forward import RelayConfig
+from .observe import RequestObserver
 from .protocol import ConnectionGuard, GuardedSocket, protocol_for
 from .stats import RelayListener, notify
 
@@ -70,6 +71,10 @@ class RelayRun:
     def summary(self) -> RelaySummary:
         """This run's requests, 429s absorbed and passed on, and each bucket's limit now."""
         return self.state.tally.summary(self.relay._limit_of)
+
+    def observe_requests(self, observer: RequestObserver | None) -> None:
+        """Show each of this run's requests to ``observer`` (see :mod:`.observe`)."""
+        self.state.observer = observer
 
     def close(self) -> None:
         """Stop counting for this run (requests still arriving count for the relay only)."""

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from claude_agent_sdk import ClaudeAgentOptions
 
+from .._otel import trace_run
 from ..events import ConcurrencyChanged, Finished, RateLimited
 from ..policy import Policy
 
@@ -163,8 +164,15 @@ async def relayed_stream(
     options: ClaudeAgentOptions,
     policy: Policy,
     start: Callable[[ClaudeAgentOptions], AsyncGenerator[Any, None]],
+    *,
+    mode: str = "query",
+    prompt: str | None = None,
+    session_id: str | None = None,
 ) -> AsyncGenerator[Any, None]:
     """The stream ``start`` makes from the relayed options, with the relay's events.
+
+    With telemetry on (:mod:`teamlead._otel`), the run's spans are made from this stream
+    (``mode``, ``prompt`` and ``session_id`` describe the run for them).
 
     ``Finished`` comes last and only after the run has let go of everything: the stream
     has ended and the run has left the relay (stopping it when it was the last run). An
@@ -172,15 +180,20 @@ async def relayed_stream(
     nothing for the event loop's generator finaliser, which may run too late to finish.
     """
     finished: Finished | None = None
-    async with (
-        relayed(options, policy) as hookup,
-        aclosing(with_relay_events(start(hookup.options), hookup)) as items,
-    ):
-        async for item in items:
-            if isinstance(item, Finished):
-                finished = item
-            else:
-                yield item
+    async with relayed(options, policy) as hookup:
+        run_trace = trace_run(mode, options, prompt=prompt, session_id=session_id)
+        if run_trace is None:
+            stream = with_relay_events(start(hookup.options), hookup)
+        else:  # telemetry on: the CLI nests under the run, the relay makes chat spans
+            run_trace.attach(hookup.run)
+            cli_options = run_trace.cli_options(hookup.options)
+            stream = run_trace.observe(with_relay_events(start(cli_options), hookup))
+        async with aclosing(stream) as items:
+            async for item in items:
+                if isinstance(item, Finished):
+                    finished = item
+                else:
+                    yield item
     if finished is not None:
         yield finished
 

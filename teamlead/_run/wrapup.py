@@ -68,6 +68,7 @@ async def wrap_up(
         attempt=1,
         deliveries=[d.key for d in delivered],
         reasons=["the deadline's wrap-up: tools disabled, unfinished agents stopped"],
+        kind="wrap_up",
     )
     this_round = await wrap_round(text, open_ids)
     async for item in this_round:

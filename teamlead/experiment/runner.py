@@ -32,6 +32,7 @@ from typing import Any
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
+from .._otel import trial_scope
 from .._redact import redact
 from .._run.prompt_limits import prompt_limits
 from .._run.relayed import relayed
@@ -270,7 +271,16 @@ async def run_one_trial(
     lead = functools.partial(
         _lead_trial, key, spec, strategies, query_fn, policy, attempt, run_id=run_id
     )
-    return await run_trial(key, spec, base, lead, attempt, workspaces, out_dir)
+    scope = trial_scope(  # one trace per trial attempt (when telemetry is on)
+        experiment=spec.experiment.name,
+        variant=key.variant,
+        task=key.task,
+        trial=key.trial,
+        attempt=attempt,
+        strategy=spec.variant(key.variant).strategy,
+    )
+    with scope:
+        return await run_trial(key, spec, base, lead, attempt, workspaces, out_dir)
 
 
 TrialExecutor = Callable[

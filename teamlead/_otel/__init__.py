@@ -1,0 +1,99 @@
+"""OpenTelemetry for teamlead: every run, agent and request as GenAI-convention spans.
+
+Off unless asked for (see :mod:`.setup`): with neither the ``otel`` extra's variables nor
+an app's own tracer provider, :func:`trace_run` returns ``None`` after a few dictionary
+lookups and nothing of OpenTelemetry is imported.
+
+The seams, kept narrow on purpose:
+
+- the run: :func:`trace_run` at the start of a run, then ``trace.cli_options(options)``
+  for the CLI's ``TRACEPARENT``, ``trace.attach(relay_run)`` for the relay's ``chat``
+  spans and ``trace.observe(stream)`` around the stream (``teamlead._run.relayed`` and
+  ``teamlead.coordinator.receive_all``);
+- the relay: :class:`.chat.ChatObserver` is its per-run request observer
+  (``teamlead._relay.observe``);
+- an experiment: :func:`trial_scope` around one trial attempt (one trace per trial).
+
+Modules: :mod:`.setup` (on or off; the providers), :mod:`.conventions` (names, privacy),
+:mod:`.instruments` (metrics), :mod:`.context` (parent and labels), :mod:`.run` (the
+run's spans), :mod:`.agents` (one span per agent), :mod:`.gate` (the spawn gate's events),
+:mod:`.chat` (one span per request).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from claude_agent_sdk import ClaudeAgentOptions
+
+from .context import run_labels
+from .setup import telemetry
+
+if TYPE_CHECKING:
+    from .run import RunTrace
+
+__all__ = ["run_labels", "telemetry", "trace_run", "trial_scope"]
+
+
+def trace_run(
+    mode: str,
+    options: ClaudeAgentOptions,
+    *,
+    prompt: str | None = None,
+    session_id: str | None = None,
+) -> RunTrace | None:
+    """The spans of a run starting now, or ``None`` when telemetry is off.
+
+    Args:
+        mode: ``query``, ``resume`` or ``client``.
+        options: the run's options (model, env).
+        prompt: the user's prompt (kept only under the content-capture opt-in).
+        session_id: the session, when known up front (a resume).
+    """
+    found = telemetry()
+    if found is None:
+        return None
+    from .run import RunTrace
+
+    return RunTrace(found, mode=mode, options=options, prompt=prompt, session_id=session_id)
+
+
+@contextmanager
+def trial_scope(
+    *, experiment: str, variant: str, task: str, trial: int, attempt: int, strategy: str
+) -> Iterator[None]:
+    """One experiment trial attempt as the root span of its own trace.
+
+    The run inside nests under it (its root span's parent is the current span) and carries
+    the variant, task and trial as ``teamlead.*`` attributes too.
+    """
+    labels = run_labels(variant=variant, task=task, trial=trial, strategy=strategy)
+    found = telemetry()
+    if found is None:
+        with labels:
+            yield
+        return
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Status, StatusCode, use_span
+
+    span = found.tracer.start_span(
+        "teamlead.trial",
+        context=Context(),  # a new trace per trial, whatever span the caller has open
+        attributes={
+            "teamlead.experiment": experiment,
+            "teamlead.variant": variant,
+            "teamlead.task": task,
+            "teamlead.trial": trial,
+            "teamlead.attempt": attempt,
+            "teamlead.strategy": strategy,
+        },
+    )
+    with use_span(span, end_on_exit=True, record_exception=False, set_status_on_exception=False):
+        try:
+            with labels:
+                yield
+        except BaseException as exc:
+            span.set_status(Status(StatusCode.ERROR, type(exc).__name__))
+            raise

@@ -1,0 +1,286 @@
+"""A ``chat`` span per request through the relay: model, usage, pacing and 429s.
+
+:class:`ChatObserver` is the relay's request observer for one run (see
+:mod:`teamlead._relay.observe`). Each Messages API request gets a :class:`ChatTrace`: it
+reads the usage out of the reply the relay streams back (``message_start`` gives the input
+and cache tokens and the model, ``message_delta`` the output tokens and stop reason; a JSON
+reply gives them at once), counts the governor wait and the 429/529s, and at the end writes
+one ``chat {model}`` span (kind CLIENT) under the agent whose request it was, plus the
+conventions' token and duration metrics. Nothing of the request or reply text is kept; a
+compressed reply's usage is unknown, not zero.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..events import RateLimited
+from . import conventions as c
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
+    from .._relay.routing import RequestInfo
+    from .setup import Telemetry
+
+__all__ = ["ChatObserver", "ChatTrace", "Usage", "UsageScanner"]
+
+#: Longest SSE line kept while waiting for its end (``message_*`` lines are small; a long
+#: text delta is skipped, not buffered).
+_MAX_LINE = 64 * 1024
+#: Largest JSON (non-streamed) reply read for its usage.
+_MAX_JSON = 1024 * 1024
+_MESSAGES_PATHS = ("/v1/messages",)
+
+
+@dataclass
+class Usage:
+    """Token counts from one reply; ``None`` where the reply did not say."""
+
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    cache_read: int | None = None
+    cache_creation: int | None = None
+    model: str | None = None
+    response_id: str | None = None
+    stop_reason: str | None = None
+
+    def take_message(self, message: Any) -> None:
+        """Fields of a ``message`` object (``message_start``'s, or a JSON reply)."""
+        if not isinstance(message, dict):
+            return
+        self.model = _str(message.get("model")) or self.model
+        self.response_id = _str(message.get("id")) or self.response_id
+        self.stop_reason = _str(message.get("stop_reason")) or self.stop_reason
+        self.take_usage(message.get("usage"))
+
+    def take_usage(self, usage: Any) -> None:
+        if not isinstance(usage, dict):
+            return
+        self.input_tokens = _int(usage.get("input_tokens"), self.input_tokens)
+        self.output_tokens = _int(usage.get("output_tokens"), self.output_tokens)
+        self.cache_read = _int(usage.get("cache_read_input_tokens"), self.cache_read)
+        self.cache_creation = _int(usage.get("cache_creation_input_tokens"), self.cache_creation)
+
+
+def _int(value: Any, default: int | None) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) and value else None
+
+
+class UsageScanner:
+    """Reads :class:`Usage` out of an SSE stream fed in arbitrary chunks.
+
+    Example:
+        >>> scan = UsageScanner()
+        >>> scan.feed(b'event: message_start\\ndata: {"type": "message_start", "message": ')
+        >>> scan.feed(b'{"model": "m", "usage": {"input_tokens": 12, "output_tokens": 1}}}\\n\\n')
+        >>> scan.feed(b'data: {"type": "message_delta", "usage": {"output_tokens": 7}}\\n')
+        >>> scan.usage.input_tokens, scan.usage.output_tokens, scan.usage.model
+        (12, 7, 'm')
+    """
+
+    def __init__(self) -> None:
+        self.usage = Usage()
+        self._tail = b""
+        self._skipping = False
+
+    def feed(self, data: bytes) -> None:
+        lines = data.split(b"\n")
+        lines[0] = self._tail + lines[0]
+        self._tail = lines.pop()
+        for line in lines:
+            if self._skipping:
+                self._skipping = False  # the end of the line being skipped
+                continue
+            self._line(line)
+        if len(self._tail) > _MAX_LINE:
+            self._tail, self._skipping = b"", True
+
+    def _line(self, line: bytes) -> None:
+        if not line.startswith(b"data:") or (
+            b'"message_start"' not in line and b'"message_delta"' not in line
+        ):
+            return
+        try:
+            event = json.loads(line[5:])
+        except ValueError:
+            return
+        if not isinstance(event, dict):
+            return
+        if event.get("type") == "message_start":
+            self.usage.take_message(event.get("message"))
+        elif event.get("type") == "message_delta":
+            self.usage.take_usage(event.get("usage"))
+            delta = event.get("delta")
+            if isinstance(delta, dict):
+                self.usage.stop_reason = _str(delta.get("stop_reason")) or self.usage.stop_reason
+
+
+#: Resolves an agent id (``None``: the lead) to the parent context of its requests.
+ParentFn = Callable[[str | None], "Context"]
+#: Told each finished request's agent id and usage (the run sums them per agent).
+UsageSink = Callable[[str | None, Usage], None]
+
+
+@dataclass
+class ChatObserver:
+    """The relay's request observer for one run: a :class:`ChatTrace` per Messages request.
+
+    Attributes:
+        telemetry: where spans and metrics go.
+        parent_of: the parent context for an agent's requests (the run's agent spans).
+        on_usage: told each request's usage when it ends.
+    """
+
+    telemetry: Telemetry
+    parent_of: ParentFn
+    on_usage: UsageSink
+
+    def request(
+        self, path: str, info: RequestInfo, session_id: str | None, agent_id: str | None
+    ) -> ChatTrace | None:
+        if not path.endswith(_MESSAGES_PATHS):
+            return None  # token counts, model lists: not a model call
+        return ChatTrace(self, info, session_id, agent_id)
+
+
+@dataclass
+class ChatTrace:
+    """One request's observations, written as a span when it ends."""
+
+    observer: ChatObserver
+    info: RequestInfo
+    session_id: str | None
+    agent_id: str | None
+    started_ns: int = field(default_factory=time.time_ns)
+    started: float = field(default_factory=time.monotonic)
+    waited_s: float | None = None
+    attempts: int = 1
+    status: int | None = None
+    limits: list[tuple[int, RateLimited]] = field(default_factory=list)
+    _scanner: UsageScanner | None = None
+    _json: bytearray | None = None
+
+    def limited(self, event: RateLimited) -> None:
+        self.limits.append((time.time_ns(), event))
+        outcome = {
+            "teamlead.outcome": event.outcome,
+            "http.response.status_code": event.status,
+            "teamlead.source": event.source,
+            c.REQUEST_MODEL: event.model,
+        }
+        self.observer.telemetry.instruments.rate_limited.add(1, outcome)
+
+    def opened(self, waited_s: float, attempts: int) -> None:
+        self.waited_s, self.attempts = waited_s, attempts
+
+    def response(self, status: int, headers: list[tuple[bytes, bytes]]) -> None:
+        self.status = status
+        kind = encoding = b""
+        for name, value in headers:
+            lower = name.lower()
+            if lower == b"content-type":
+                kind = value.lower()
+            elif lower == b"content-encoding":
+                encoding = value.lower()
+        if encoding not in (b"", b"identity"):
+            return  # compressed: the usage stays unknown
+        if kind.startswith(b"text/event-stream"):
+            self._scanner = UsageScanner()
+        elif kind.startswith(b"application/json"):
+            self._json = bytearray()
+
+    def chunk(self, data: bytes) -> None:
+        if self._scanner is not None:
+            self._scanner.feed(data)
+        elif self._json is not None:
+            if len(self._json) + len(data) > _MAX_JSON:
+                self._json = None
+            else:
+                self._json += data
+
+    def _usage(self) -> Usage:
+        if self._scanner is not None:
+            return self._scanner.usage
+        usage = Usage()
+        if self._json:
+            with contextlib.suppress(ValueError):
+                usage.take_message(json.loads(bytes(self._json)))
+        return usage
+
+    def end(self, error: str | None) -> None:
+        from opentelemetry.trace import SpanKind, Status, StatusCode
+
+        telemetry = self.observer.telemetry
+        usage = self._usage()
+        duration = time.monotonic() - self.started
+        model = self.info.model
+        failed = error or (
+            str(self.status) if self.status is not None and self.status >= 400 else None
+        )
+        attributes: dict[str, Any] = {
+            c.OPERATION: c.CHAT,
+            c.PROVIDER_NAME: c.PROVIDER,
+            c.REQUEST_MODEL: model,
+            "teamlead.role": self.info.role,
+            "teamlead.relay.attempts": self.attempts,
+        }
+        optional: dict[str, Any] = {
+            c.CONVERSATION_ID: self.session_id,
+            c.AGENT_ID: self.agent_id,
+            c.RESPONSE_MODEL: usage.model,
+            c.RESPONSE_ID: usage.response_id,
+            c.INPUT_TOKENS: usage.input_tokens,
+            c.OUTPUT_TOKENS: usage.output_tokens,
+            c.CACHE_READ_TOKENS: usage.cache_read,
+            c.CACHE_CREATION_TOKENS: usage.cache_creation,
+            "teamlead.relay.wait_s": self.waited_s,
+            "http.response.status_code": self.status,
+            c.ERROR_TYPE: failed,
+        }
+        attributes.update({k: v for k, v in optional.items() if v is not None})
+        if usage.stop_reason:
+            attributes[c.FINISH_REASONS] = [usage.stop_reason]
+        span = telemetry.tracer.start_span(
+            f"{c.CHAT} {model}",
+            context=self.observer.parent_of(self.agent_id),
+            kind=SpanKind.CLIENT,
+            attributes=attributes,
+            start_time=self.started_ns,
+        )
+        for at, event in self.limits:
+            limit_attributes: dict[str, Any] = {
+                "http.response.status_code": event.status,
+                "teamlead.outcome": event.outcome,
+                "teamlead.source": event.source,
+            }
+            if event.retry_after_s is not None:
+                limit_attributes["teamlead.retry_after_s"] = event.retry_after_s
+            name = "overloaded" if event.status == 529 else "rate_limited"
+            span.add_event(name, limit_attributes, timestamp=at)
+        if failed:
+            span.set_status(Status(StatusCode.ERROR, failed))
+        span.end()
+        metric: dict[str, Any] = {
+            c.OPERATION: c.CHAT,
+            c.PROVIDER_NAME: c.PROVIDER,
+            c.REQUEST_MODEL: model,
+        }
+        if usage.model:
+            metric[c.RESPONSE_MODEL] = usage.model
+        for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
+            if count is not None:
+                telemetry.instruments.token_usage.record(count, {**metric, c.TOKEN_TYPE: kind})
+        if failed:
+            metric[c.ERROR_TYPE] = failed
+        telemetry.instruments.duration.record(duration, metric)
+        self.observer.on_usage(self.agent_id, usage)

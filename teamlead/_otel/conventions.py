@@ -1,0 +1,99 @@
+"""The names teamlead's spans and metrics use, and what they may carry.
+
+The ``gen_ai.*`` names follow the OpenTelemetry semantic conventions for generative AI
+(agent spans ``invoke_agent``, model spans ``chat``, the client metrics); the
+``teamlead.*`` names are what those conventions have no word for (resumes, the inbox wait,
+the spawn gate, the relay's pacing). Spans are named as the conventions say:
+``{operation} {agent name or model}``.
+
+Privacy:
+
+- no header but the CLI's session and agent ids is ever read, so the API key cannot
+  reach a span; every text that does go in passes :func:`teamlead._redact.redact`;
+- prompt and result text only when the conventions' opt-in says so:
+  ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` = ``true``, ``span_only`` or
+  ``span_and_event`` (:func:`capture_content`);
+- ids (session, agent, tool use, trial) are span attributes only; metric attributes are
+  the operation, provider, model, token type, bucket and outcome, never an id.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping
+
+from .._redact import redact
+
+__all__ = [
+    "CAPTURE_VARIABLE",
+    "PROVIDER",
+    "capture_content",
+    "messages",
+]
+
+PROVIDER = "anthropic"
+#: The conventions' opt-in for prompt and completion text.
+CAPTURE_VARIABLE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+_CAPTURE_ON = frozenset({"true", "1", "yes", "span_only", "span_and_event"})
+#: The most characters of one captured text (a span attribute is not a transcript).
+MAX_CAPTURED_CHARS = 8192
+
+# -- gen_ai.* ---------------------------------------------------------------------------
+OPERATION = "gen_ai.operation.name"
+PROVIDER_NAME = "gen_ai.provider.name"
+AGENT_ID = "gen_ai.agent.id"
+AGENT_NAME = "gen_ai.agent.name"
+AGENT_DESCRIPTION = "gen_ai.agent.description"
+CONVERSATION_ID = "gen_ai.conversation.id"
+REQUEST_MODEL = "gen_ai.request.model"
+RESPONSE_MODEL = "gen_ai.response.model"
+RESPONSE_ID = "gen_ai.response.id"
+FINISH_REASONS = "gen_ai.response.finish_reasons"
+INPUT_TOKENS = "gen_ai.usage.input_tokens"
+OUTPUT_TOKENS = "gen_ai.usage.output_tokens"
+CACHE_READ_TOKENS = "gen_ai.usage.cache_read.input_tokens"
+CACHE_CREATION_TOKENS = "gen_ai.usage.cache_creation.input_tokens"
+TOKEN_TYPE = "gen_ai.token.type"
+INPUT_MESSAGES = "gen_ai.input.messages"
+OUTPUT_MESSAGES = "gen_ai.output.messages"
+ERROR_TYPE = "error.type"
+
+INVOKE_AGENT = "invoke_agent"
+CHAT = "chat"
+
+# -- metrics ----------------------------------------------------------------------------
+TOKEN_USAGE = "gen_ai.client.token.usage"
+OPERATION_DURATION = "gen_ai.client.operation.duration"
+GOVERNOR_LIMIT = "teamlead.governor.limit"
+GATE_QUEUED = "teamlead.gate.queue.length"
+RATE_LIMITED = "teamlead.relay.rate_limited"
+#: The conventions' bucket boundaries for the two histograms.
+TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
+DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                    40.96, 81.92, 163.84, 327.68, 655.36)  # fmt: skip
+
+
+def capture_content(environ: Mapping[str, str] | None = None) -> bool:
+    """Whether prompt and result text may go into spans (the conventions' opt-in).
+
+    Example:
+        >>> capture_content({"OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT": "SPAN_ONLY"})
+        True
+        >>> capture_content({})
+        False
+    """
+    env = os.environ if environ is None else environ
+    return (env.get(CAPTURE_VARIABLE) or "").strip().lower() in _CAPTURE_ON
+
+
+def messages(role: str, text: str, scrub: Callable[[str], str] = redact) -> str:
+    """One message in the conventions' shape (``[{role, parts: [{type, content}]}]``), as
+    the JSON string a span attribute holds, redacted (by ``scrub``) and capped.
+
+    Example:
+        >>> messages("user", "hello")
+        '[{"role": "user", "parts": [{"type": "text", "content": "hello"}]}]'
+    """
+    content = scrub(text)[:MAX_CAPTURED_CHARS]
+    return json.dumps([{"role": role, "parts": [{"type": "text", "content": content}]}])

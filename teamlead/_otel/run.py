@@ -1,0 +1,435 @@
+"""The spans of one run, read off the stream the run already yields.
+
+:class:`RunTrace` watches every item of a run's stream (the SDK's messages, parsed once
+more by :func:`teamlead.tracker.parse_message`, and teamlead's typed events) and turns it
+into spans, without a hook into the coordinator's machinery:
+
+- the root ``invoke_agent teamlead`` span (provider ``anthropic``, the session id as
+  ``gen_ai.conversation.id``, the strategy, status, reason, resumes and total usage);
+- one phase span at a time under it: ``teamlead.round`` (the first query), then
+  ``teamlead.wait_for_team`` (from ``waiting_for_team``; ``inbox_collected`` is its event),
+  ``teamlead.fallback`` (the ``fallback_used`` events), ``teamlead.resume`` (each
+  ``resuming`` attempt; a ``resume_failed`` marks it failed) and ``teamlead.wrap_up``;
+- an ``invoke_agent {label}`` span per agent (:mod:`.agents`), with the spawn gate's
+  ``queued``/``admitted``/``denied``/``timed_out``/``rejected`` events;
+- a ``chat {model}`` span per relayed request (:mod:`.chat`), under its agent.
+
+The CLI gets the root span as ``TRACEPARENT`` (:meth:`RunTrace.cli_options`), so Claude
+Code's own spans (``CLAUDE_CODE_ENABLE_TELEMETRY``) nest under the run. Spans are started
+with explicit parents, never made current: a run is an async generator, and a context
+attached across its ``yield``\\ s would leak into the caller.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from collections.abc import AsyncGenerator, Mapping
+from contextlib import aclosing
+from typing import TYPE_CHECKING, Any
+
+from claude_agent_sdk import ClaudeAgentOptions
+
+from .._parse import (
+    AgentCallSeen,
+    ResultSeen,
+    SessionSeen,
+    TaskEnded,
+    TaskStarted,
+    parse_message,
+)
+from .._redact import secret_scrubber
+from ..events import (
+    ConcurrencyChanged,
+    FallbackUsed,
+    Finished,
+    InboxCollected,
+    RateLimited,
+    ResumeFailed,
+    Resuming,
+    SpawnAdmitted,
+    SpawnDenied,
+    SpawnQueued,
+    SpawnRejected,
+    WaitingForTeam,
+)
+from . import conventions as c
+from .agents import AgentBook, AgentKind
+from .chat import ChatObserver, Usage
+from .context import labels, parent_context
+from .gate import GateTrace
+
+if TYPE_CHECKING:
+    from opentelemetry.context import Context
+    from opentelemetry.trace import Span
+
+    from .._relay import RelayRun
+    from .setup import Telemetry
+
+__all__ = ["RunTrace"]
+
+_AGENT_NAME = "teamlead"
+
+
+class RunTrace:
+    """The spans of one run; see the module docstring.
+
+    Args:
+        telemetry: where the spans and metrics go.
+        mode: ``query``, ``resume`` or ``client`` (which entry point runs).
+        options: the run's SDK options (the model, and ``env`` for redaction).
+        prompt: the user's prompt; kept only under the content-capture opt-in.
+    """
+
+    def __init__(
+        self,
+        telemetry: Telemetry,
+        *,
+        mode: str,
+        options: ClaudeAgentOptions,
+        prompt: str | None = None,
+        session_id: str | None = None,
+    ) -> None:
+        from opentelemetry.trace import SpanKind, set_span_in_context
+
+        self._telemetry = telemetry
+        self._tracer = telemetry.tracer
+        self._env = dict(options.env)
+        self._capture = c.capture_content({**os.environ, **self._env})
+        self._scrub = secret_scrubber(self._env)  # the secrets looked up once per run
+        self._started = time.monotonic()
+        self._started_ns = time.time_ns()
+        self._model = options.model
+        self._session: str | None = session_id
+        attributes: dict[str, Any] = {
+            c.OPERATION: c.INVOKE_AGENT,
+            c.PROVIDER_NAME: c.PROVIDER,
+            c.AGENT_NAME: _AGENT_NAME,
+            "teamlead.mode": mode,
+        }
+        attributes.update({f"teamlead.{k}": v for k, v in labels().items()})
+        if options.model:
+            attributes[c.REQUEST_MODEL] = options.model
+        if session_id:
+            attributes[c.CONVERSATION_ID] = session_id
+        if prompt is not None and self._capture:
+            attributes[c.INPUT_MESSAGES] = c.messages("user", prompt, self._scrub)
+        self.root: Span = self._tracer.start_span(
+            f"{c.INVOKE_AGENT} {_AGENT_NAME}",
+            context=parent_context(),
+            kind=SpanKind.INTERNAL,
+            attributes=attributes,
+        )
+        self._root_context: Context = set_span_in_context(self.root)
+        self.agents = AgentBook(
+            self._tracer, self._root_context, lambda: self._session, self._scrub
+        )
+        self.gate = GateTrace(self.agents, telemetry.instruments)
+        self._phase: Span | None = None
+        self._phase_name = ""
+        self._results: list[Usage] = []
+        self._relayed: Usage | None = None
+        self._finished = False
+        self._closed = False
+        self._enter("teamlead.round", {"teamlead.round": 0})
+
+    # -- hookups ---------------------------------------------------------------------------
+    def cli_options(self, options: ClaudeAgentOptions) -> ClaudeAgentOptions:
+        """``options`` whose CLI gets this run as its ``TRACEPARENT`` (one the caller set in
+        ``options.env`` is kept)."""
+        if "TRACEPARENT" in options.env:
+            return options
+        from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+        carrier: dict[str, str] = {}
+        TraceContextTextMapPropagator().inject(carrier, context=self._root_context)
+        if "traceparent" not in carrier:
+            return options
+        env = {**dict(options.env), "TRACEPARENT": carrier["traceparent"]}
+        if "tracestate" in carrier:
+            env["TRACESTATE"] = carrier["tracestate"]
+        return dataclasses.replace(options, env=env)
+
+    def attach(self, relay_run: RelayRun | None) -> None:
+        """Have a ``chat`` span made for each of the run's requests through the relay."""
+        if relay_run is None:
+            return
+        self._relayed = Usage(input_tokens=0, output_tokens=0)
+        relay_run.observe_requests(
+            ChatObserver(self._telemetry, parent_of=self.agent_context, on_usage=self.add_usage)
+        )
+
+    async def observe(self, items: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
+        """``items`` unchanged, each seen on the way; the spans end with the stream."""
+        error: str | None = "cancelled"
+        try:
+            async with aclosing(items):
+                async for item in items:
+                    self.see(item)
+                    yield item
+            error = None
+        except GeneratorExit:  # the caller stopped reading: after Finished, nothing is wrong
+            error = None if self._finished else "cancelled"
+            raise
+        except Exception as exc:
+            error = type(exc).__name__
+            raise
+        finally:
+            self.close(error)
+
+    # -- what the relay tells --------------------------------------------------------------
+    def agent_context(self, agent_id: str | None) -> Context:
+        """The parent of a request of ``agent_id`` (``None``: the lead's, under the run);
+        an agent the stream has not named yet is made from its id."""
+        if agent_id is None or self._closed:  # a request still ending after the run: its root
+            return self._root_context
+        record = self.agents.find(agent_id) or self.agents.agent(agent_id, "agent")
+        if record.task_id is None:
+            record.task_id = agent_id
+        return self.agents.context(record)
+
+    def add_usage(self, agent_id: str | None, usage: Usage) -> None:
+        """One finished request's usage: to the run's total and its agent's."""
+        if self._closed:
+            return  # the run's spans are written already
+        if self._relayed is not None:
+            self._relayed.input_tokens = (self._relayed.input_tokens or 0) + (
+                usage.input_tokens or 0
+            )
+            self._relayed.output_tokens = (self._relayed.output_tokens or 0) + (
+                usage.output_tokens or 0
+            )
+        if agent_id is None:
+            if self._model is None and usage.model:
+                self._model = usage.model
+                self.root.set_attribute(c.REQUEST_MODEL, usage.model)
+            return
+        record = self.agents.find(agent_id)
+        if record is not None:
+            record.requests += 1
+            record.input_tokens += usage.input_tokens or 0
+            record.output_tokens += usage.output_tokens or 0
+
+    # -- what the stream tells -------------------------------------------------------------
+    def see(self, item: Any) -> None:
+        """Note one item of the stream."""
+        handler = _HANDLERS.get(type(item))
+        if handler is not None:
+            handler(self, item)
+        else:
+            for event in parse_message(item):
+                self._tracked(event)
+
+    def _tracked(self, event: Any) -> None:
+        if isinstance(event, SessionSeen):
+            if self._session is None:
+                self._session = event.session_id
+                self.root.set_attribute(c.CONVERSATION_ID, event.session_id)
+        elif isinstance(event, AgentCallSeen):
+            record = self.agents.agent(event.tool_use_id, "call", name=event.description)
+            record.tool_use_id = event.tool_use_id
+            if event.subagent_type:
+                record.attributes["teamlead.subagent_type"] = event.subagent_type
+            if self._capture and event.prompt:
+                record.attributes[c.INPUT_MESSAGES] = c.messages("user", event.prompt, self._scrub)
+        elif isinstance(event, TaskStarted):
+            kind: AgentKind = "workflow" if event.task_type == "local_workflow" else "task"
+            record = self.agents.agent(
+                event.task_id, kind, name=event.description, also=(event.tool_use_id,)
+            )
+            record.task_id = event.task_id
+            record.tool_use_id = event.tool_use_id or record.tool_use_id
+            if event.subagent_type:
+                record.attributes["teamlead.subagent_type"] = event.subagent_type
+            self.agents.span(record)
+        elif isinstance(event, TaskEnded):
+            record = self.agents.agent(event.task_id, "task", also=(event.tool_use_id,))
+            record.task_id = event.task_id
+            for name, value in (event.usage or {}).items():
+                if name in ("total_tokens", "tool_uses", "duration_ms") and isinstance(value, int):
+                    record.attributes[f"teamlead.agent.{name}"] = value
+            if self._capture and event.summary:
+                record.attributes[c.OUTPUT_MESSAGES] = c.messages(
+                    "assistant", event.summary, self._scrub
+                )
+            self.agents.done(record, event.status)
+        elif isinstance(event, ResultSeen):
+            usage = Usage()
+            usage.take_usage(dict(event.usage or {}))
+            self._results.append(usage)
+            if event.ok is False and self._phase is not None:
+                self._phase.add_event(
+                    "lead_error", {"teamlead.error": self._scrub(event.text or event.subtype)[:300]}
+                )
+
+    def _waiting(self, event: WaitingForTeam) -> None:
+        attributes: dict[str, Any] = {
+            "teamlead.open_tasks": len(event.open_tasks),
+            "teamlead.pending_members": len(event.pending_members),
+            "teamlead.wait_s": event.wait_s,
+        }
+        self._enter("teamlead.wait_for_team", attributes)
+
+    def _inbox(self, event: InboxCollected) -> None:
+        if self._phase is None:
+            return
+        self._phase.add_event(
+            "inbox_collected",
+            {
+                "teamlead.inbox.messages": len(event.messages) + event.omitted_messages,
+                "teamlead.inbox.warnings": len(event.warnings) + event.omitted_warnings,
+                "teamlead.inbox.satisfied": event.satisfied,
+            },
+        )
+
+    def _fallback(self, event: FallbackUsed) -> None:
+        if self._phase_name != "teamlead.fallback":
+            self._enter("teamlead.fallback", {})
+        assert self._phase is not None
+        self._phase.add_event(
+            "fallback_used",
+            {
+                "teamlead.task_id": event.task_id,
+                "teamlead.fallback.source": event.source,
+                "teamlead.fallback.status": event.status,
+                "teamlead.fallback.chars": event.chars,
+            },
+        )
+
+    def _resuming(self, event: Resuming) -> None:
+        name = "teamlead.wrap_up" if event.kind == "wrap_up" else "teamlead.resume"
+        attributes = {
+            "teamlead.round": event.round,
+            "teamlead.attempt": event.attempt,
+            "teamlead.deliveries": len(event.deliveries),
+        }
+        self._enter(name, attributes)
+
+    def _resume_failed(self, event: ResumeFailed) -> None:
+        from opentelemetry.trace import Status, StatusCode
+
+        if self._phase is None:
+            return
+        self._phase.add_event(
+            "resume_failed",
+            {
+                "teamlead.transient": event.transient,
+                "teamlead.error": self._scrub(event.error)[:300],
+            },
+        )
+        self._phase.set_status(Status(StatusCode.ERROR, "resume_failed"))
+        self._exit()
+
+    def _changed(self, event: ConcurrencyChanged) -> None:
+        bucket = {"teamlead.bucket": event.key}
+        self._telemetry.instruments.governor_limit.set(event.effective, bucket)
+        self.root.add_event(
+            "concurrency_changed",
+            {
+                "teamlead.bucket": event.key,
+                "teamlead.reason": event.reason,
+                "teamlead.cap": event.cap,
+                "teamlead.effective": event.effective,
+            },
+        )
+
+    def _limited(self, event: RateLimited) -> None:
+        pass  # on the request's chat span, where the relay reported it
+
+    def _on_finished(self, event: Finished) -> None:
+        from opentelemetry.trace import Status, StatusCode
+
+        self._finished = True
+        self._exit()
+        if event.session_id and self._session is None:
+            self._session = event.session_id
+            self.root.set_attribute(c.CONVERSATION_ID, event.session_id)
+        for row in event.tasks:
+            record = self.agents.find(row.id)
+            if record is None:  # a teammate, or a call the stream never showed
+                record = self.agents.agent(row.id, row.kind, name=row.description)
+                record.started_ns = self._started_ns
+            record.attributes["teamlead.disposition"] = row.disposition
+            record.attributes["teamlead.result_source"] = row.source
+            self.agents.done(record, row.status)
+        usage = self._relayed or _sum(self._results)
+        values: dict[str, Any] = {
+            "teamlead.status": event.status,
+            "teamlead.resumes": event.resumes,
+            "teamlead.cost_usd": event.cost_usd,
+            "teamlead.tasks": len(event.tasks),
+            c.INPUT_TOKENS: usage.input_tokens or 0,
+            c.OUTPUT_TOKENS: usage.output_tokens or 0,
+            "teamlead.usage.source": "relay" if self._relayed is not None else "results",
+        }
+        if event.reason:
+            values["teamlead.reason"] = event.reason
+        if event.relay is not None:
+            values["teamlead.relay.requests"] = event.relay.requests
+            values["teamlead.relay.absorbed"] = event.relay.absorbed
+            values["teamlead.relay.passed"] = event.relay.passed
+        if self._capture and event.result:
+            values[c.OUTPUT_MESSAGES] = c.messages("assistant", event.result, self._scrub)
+        self.root.set_attributes(values)
+        if event.status == "failed":
+            self.root.set_status(Status(StatusCode.ERROR, event.reason or "failed"))
+            self.root.set_attribute(c.ERROR_TYPE, event.reason or "failed")
+
+    # -- phases ----------------------------------------------------------------------------
+    def _enter(self, name: str, attributes: Mapping[str, Any]) -> None:
+        self._exit()
+        self._phase = self._tracer.start_span(
+            name, context=self._root_context, attributes=dict(attributes)
+        )
+        self._phase_name = name
+
+    def _exit(self) -> None:
+        if self._phase is not None:
+            self._phase.end()
+        self._phase, self._phase_name = None, ""
+
+    def close(self, error: str | None = None) -> None:
+        """End every span still open; the run's own last (``error`` when it broke off)."""
+        if self._closed:
+            return
+        from opentelemetry.trace import Status, StatusCode
+
+        self._closed = True
+        self._exit()
+        self.gate.close()
+        self.agents.end_all()
+        failed = error or (None if self._finished else "no_finished")
+        if failed:
+            self.root.set_status(Status(StatusCode.ERROR, failed))
+            self.root.set_attribute(c.ERROR_TYPE, failed)
+        metric: dict[str, Any] = {c.OPERATION: c.INVOKE_AGENT, c.PROVIDER_NAME: c.PROVIDER}
+        if self._model:
+            metric[c.REQUEST_MODEL] = self._model
+        if failed:
+            metric[c.ERROR_TYPE] = failed
+        self._telemetry.instruments.duration.record(time.monotonic() - self._started, metric)
+        self.root.end()
+
+
+def _sum(usages: list[Usage]) -> Usage:
+    return Usage(
+        input_tokens=sum(u.input_tokens or 0 for u in usages),
+        output_tokens=sum(u.output_tokens or 0 for u in usages),
+    )
+
+
+_HANDLERS: dict[type, Any] = {
+    SpawnQueued: lambda run, event: run.gate.queued(event),
+    SpawnAdmitted: lambda run, event: run.gate.admitted(event),
+    SpawnDenied: lambda run, event: run.gate.denied(event),
+    SpawnRejected: lambda run, event: run.gate.rejected(event),
+    WaitingForTeam: RunTrace._waiting,
+    InboxCollected: RunTrace._inbox,
+    FallbackUsed: RunTrace._fallback,
+    Resuming: RunTrace._resuming,
+    ResumeFailed: RunTrace._resume_failed,
+    ConcurrencyChanged: RunTrace._changed,
+    RateLimited: RunTrace._limited,
+    Finished: RunTrace._on_finished,
+}

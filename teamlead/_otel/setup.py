@@ -1,0 +1,314 @@
+"""When teamlead exports telemetry, and the tracer and meter it exports with.
+
+:func:`telemetry` decides once per run, cheaply, and imports OpenTelemetry only when the
+answer is yes:
+
+1. ``OTEL_SDK_DISABLED=true``: never.
+2. **The app's own providers.** An app that has already set a global tracer provider (it
+   imported ``opentelemetry`` and called ``trace.set_tracer_provider``) gets teamlead's
+   spans in it, and its metrics in its global meter provider. This is read from
+   ``sys.modules``, so an app that never imported OpenTelemetry pays nothing.
+3. **The standard variables.** Otherwise teamlead exports only when asked to: an exporter
+   (``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER``: ``otlp`` or ``console``) or an
+   OTLP endpoint (``OTEL_EXPORTER_OTLP_ENDPOINT``, or its ``_TRACES_`` / ``_METRICS_``
+   form) is set. It then builds its own providers (not the global ones: a library does not
+   take those over) from the same variables the SDK reads: the protocol
+   (``OTEL_EXPORTER_OTLP_PROTOCOL``, ``http/protobuf`` by default, ``grpc`` when that
+   exporter is installed), ``OTEL_SERVICE_NAME`` (``teamlead`` by default),
+   ``OTEL_RESOURCE_ATTRIBUTES``, the headers, timeouts and batch settings.
+
+Export never holds a run back: spans leave in the batch processor's background thread,
+metrics in the periodic reader's, each request bounded by the exporter's timeout. At exit
+what is buffered gets one bounded flush (:data:`FLUSH_AT_EXIT_S`); a collector that is down
+or stalls loses those spans, never the run's time. When the variables ask for export but
+the ``otel`` extra is missing, one warning line says how to install it.
+"""
+
+from __future__ import annotations
+
+import atexit
+import logging
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from .._version import __version__
+
+if TYPE_CHECKING:
+    from opentelemetry.metrics import Meter
+    from opentelemetry.trace import Tracer
+
+    from .instruments import Instruments
+
+__all__ = ["FLUSH_AT_EXIT_S", "Telemetry", "export_wanted", "telemetry"]
+
+log = logging.getLogger("teamlead.otel")
+
+#: The longest the interpreter's exit waits for buffered spans and metrics to leave.
+FLUSH_AT_EXIT_S = 3.0
+_SCOPE = "teamlead"
+_SERVICE = "teamlead"
+_OFF = frozenset({"", "none"})
+
+
+@dataclass
+class Telemetry:
+    """Where a run's spans and metrics go.
+
+    Attributes:
+        tracer: teamlead's tracer.
+        meter: teamlead's meter.
+        instruments: the metric instruments made on ``meter``.
+        own: whether teamlead built the providers (from the variables) rather than the app.
+    """
+
+    tracer: Tracer
+    meter: Meter
+    instruments: Instruments
+    own: bool
+
+
+def export_wanted(environ: Mapping[str, str]) -> tuple[bool, bool]:
+    """Whether the variables ask for (traces, metrics): an exporter or an OTLP endpoint.
+
+    Example:
+        >>> export_wanted({"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"})
+        (True, True)
+        >>> export_wanted({"OTEL_TRACES_EXPORTER": "otlp", "OTEL_METRICS_EXPORTER": "none"})
+        (True, False)
+        >>> export_wanted({})
+        (False, False)
+    """
+    endpoint = bool(_get(environ, "OTEL_EXPORTER_OTLP_ENDPOINT"))
+
+    def wanted(signal: str) -> bool:
+        exporter = _get(environ, f"OTEL_{signal}_EXPORTER").lower()
+        if exporter:
+            return exporter not in _OFF
+        return endpoint or bool(_get(environ, f"OTEL_EXPORTER_OTLP_{signal}_ENDPOINT"))
+
+    return wanted("TRACES"), wanted("METRICS")
+
+
+def _get(environ: Mapping[str, str], name: str) -> str:
+    return (environ.get(name) or "").strip()
+
+
+_lock = threading.Lock()
+_own: Telemetry | None = None
+_own_failed = False
+_app: tuple[int, int, Telemetry] | None = None
+
+
+def telemetry(environ: Mapping[str, str] | None = None) -> Telemetry | None:
+    """The telemetry for a run starting now, or ``None`` (then nothing is imported).
+
+    ``environ`` defaults to this process's environment; see the module docstring for the
+    rules. The providers teamlead builds are made once per process.
+    """
+    env = os.environ if environ is None else environ
+    if _get(env, "OTEL_SDK_DISABLED").lower() == "true":
+        return None
+    app = _app_telemetry()
+    if app is not None:
+        return app
+    traces, metrics = export_wanted(env)
+    if not (traces or metrics):
+        return None
+    return _own_telemetry(env, traces, metrics)
+
+
+def _app_telemetry() -> Telemetry | None:
+    """The app's global providers, when it set a tracer provider of its own."""
+    global _app
+    trace_api = sys.modules.get("opentelemetry.trace")
+    if trace_api is None:
+        return None
+    provider = trace_api.get_tracer_provider()
+    if isinstance(provider, (trace_api.ProxyTracerProvider, trace_api.NoOpTracerProvider)):
+        return None
+    from opentelemetry import metrics as metrics_api
+
+    meter_provider = metrics_api.get_meter_provider()
+    cached = _app
+    if cached is not None and cached[:2] == (id(provider), id(meter_provider)):
+        return cached[2]
+    from .instruments import Instruments
+
+    meter = meter_provider.get_meter(_SCOPE, __version__)
+    made = Telemetry(
+        tracer=provider.get_tracer(_SCOPE, __version__),
+        meter=meter,
+        instruments=Instruments(meter),
+        own=False,
+    )
+    _app = (id(provider), id(meter_provider), made)
+    return made
+
+
+def _own_telemetry(env: Mapping[str, str], traces: bool, metrics: bool) -> Telemetry | None:
+    global _own, _own_failed
+    with _lock:
+        if _own is not None or _own_failed:
+            return _own
+        try:
+            _own = _build(env, traces, metrics)
+        except ImportError as exc:
+            _own_failed = True
+            log.warning(
+                "OpenTelemetry export is asked for (OTEL_*) but not installed (%s): "
+                "pip install 'teamlead[otel]'",
+                exc.name or exc,
+            )
+        except _Unsupported as exc:
+            _own_failed = True
+            log.warning("OpenTelemetry export off: %s", exc)
+        return _own
+
+
+class _Unsupported(Exception):
+    pass
+
+
+def _build(env: Mapping[str, str], traces: bool, metrics: bool) -> Telemetry:
+    from opentelemetry.metrics import NoOpMeterProvider
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor
+    from opentelemetry.trace import NoOpTracerProvider
+
+    from .instruments import Instruments
+
+    named = _get(env, "OTEL_SERVICE_NAME") or "service.name=" in _get(
+        env, "OTEL_RESOURCE_ATTRIBUTES"
+    )
+    resource = Resource.create({} if named else {"service.name": _SERVICE})
+    tracer_provider: Any = NoOpTracerProvider()
+    meter_provider: Any = NoOpMeterProvider()
+    if traces:
+        tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
+        for exporter in _span_exporters(env):
+            tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+    if metrics:
+        readers: list[MetricReader] = [
+            PeriodicExportingMetricReader(exporter) for exporter in _metric_exporters(env)
+        ]
+        meter_provider = MeterProvider(
+            resource=resource, metric_readers=readers, shutdown_on_exit=False
+        )
+    _flush_at_exit(tracer_provider if traces else None, meter_provider if metrics else None)
+    meter = meter_provider.get_meter(_SCOPE, __version__)
+    return Telemetry(
+        tracer=tracer_provider.get_tracer(_SCOPE, __version__),
+        meter=meter,
+        instruments=Instruments(meter),
+        own=True,
+    )
+
+
+def _names(env: Mapping[str, str], signal: str) -> list[str]:
+    value = _get(env, f"OTEL_{signal}_EXPORTER").lower() or "otlp"
+    return [name.strip() for name in value.split(",") if name.strip() not in _OFF]
+
+
+def _protocol(env: Mapping[str, str], signal: str) -> str:
+    protocol = _get(env, f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or _get(
+        env, "OTEL_EXPORTER_OTLP_PROTOCOL"
+    )
+    protocol = protocol.lower() or "http/protobuf"
+    if protocol not in ("http/protobuf", "grpc"):
+        raise _Unsupported(
+            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not supported; use http/protobuf or grpc"
+        )
+    return protocol
+
+
+def _span_exporters(env: Mapping[str, str]) -> list[Any]:
+    exporters: list[Any] = []
+    for name in _names(env, "TRACES"):
+        if name == "console":
+            from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+            exporters.append(ConsoleSpanExporter())
+        elif name == "otlp":
+            if _protocol(env, "TRACES") == "grpc":
+                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
+                    OTLPSpanExporter as GrpcSpanExporter,
+                )
+
+                exporters.append(GrpcSpanExporter())
+            else:
+                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
+                    OTLPSpanExporter,
+                )
+
+                exporters.append(OTLPSpanExporter())
+        else:
+            raise _Unsupported(f"OTEL_TRACES_EXPORTER={name!r}: teamlead knows otlp and console")
+    return exporters
+
+
+def _metric_exporters(env: Mapping[str, str]) -> list[Any]:
+    exporters: list[Any] = []
+    for name in _names(env, "METRICS"):
+        if name == "console":
+            from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+            exporters.append(ConsoleMetricExporter())
+        elif name == "otlp":
+            if _protocol(env, "METRICS") == "grpc":
+                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # type: ignore[import-not-found,unused-ignore]
+                    OTLPMetricExporter as GrpcMetricExporter,
+                )
+
+                exporters.append(GrpcMetricExporter())
+            else:
+                from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
+                    OTLPMetricExporter,
+                )
+
+                exporters.append(OTLPMetricExporter())
+        else:
+            raise _Unsupported(f"OTEL_METRICS_EXPORTER={name!r}: teamlead knows otlp and console")
+    return exporters
+
+
+def _flush_at_exit(tracer_provider: Any, meter_provider: Any) -> None:
+    """At exit, shut the providers down (flushing what they hold) within FLUSH_AT_EXIT_S.
+
+    The shutdown runs in a daemon thread, started now (a new thread may not start once the
+    interpreter is shutting down) and waiting for the exit: a collector that stalls keeps
+    that thread, never the interpreter, past the budget.
+    """
+
+    def shutdown() -> None:
+        for provider in (tracer_provider, meter_provider):
+            if provider is None:
+                continue
+            try:
+                if provider is meter_provider:
+                    provider.shutdown(timeout_millis=FLUSH_AT_EXIT_S * 1000)
+                else:
+                    provider.shutdown()
+            except Exception:  # noqa: BLE001 - telemetry must never fail the exit
+                log.debug("telemetry shutdown failed", exc_info=True)
+
+    exiting = threading.Event()
+
+    def at_exit() -> None:
+        exiting.wait()
+        shutdown()
+
+    worker = threading.Thread(target=at_exit, name="teamlead-otel-exit", daemon=True)
+    worker.start()
+
+    def bounded() -> None:
+        exiting.set()
+        worker.join(FLUSH_AT_EXIT_S)
+
+    atexit.register(bounded)

@@ -1,0 +1,442 @@
+"""OpenTelemetry on the real CLI offline: ``teamlead ask`` exporting to a real receiver.
+
+Each run is a fresh ``teamlead ask --json`` process configured only by the standard
+``OTEL_*`` variables, exporting with the SDK's OTLP/HTTP exporter to the test bed's
+receiver, which decodes the protobuf that arrived.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from teamlead._cli.exitcodes import EXIT_PARTIAL
+from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, ToolUse
+from teamlead.testing.otlp import OtlpReceiver, dead_endpoint, otlp_env
+from teamlead.testing.scripts import FanOut, findings_in, synthesize
+
+pytestmark = pytest.mark.cli
+
+AGENTS = 3
+ROOT = "invoke_agent teamlead"
+
+
+def ask(claude: OfflineClaude, env: dict[str, str], timeout: float = 120) -> Any:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
+    return subprocess.run(
+        [sys.executable, "-m", "teamlead", "ask", "Investigate.", "--json", "--wait", "5"],
+        env={**base, **claude.env, **env},
+        cwd=claude.cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def finished(proc: Any, exit_code: int = 0) -> dict[str, Any]:
+    assert proc.returncode == exit_code, proc.stderr
+    last: dict[str, Any] = json.loads(proc.stdout.splitlines()[-1])
+    assert last["type"] == "finished"
+    return last
+
+
+def test_a_fan_out_is_one_trace_a_root_and_an_agent_span_per_subagent(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver, ScriptedServer(FanOut.of(AGENTS, delays=0.3)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        # Claude Code's own spans too: they must nest under the run (TRACEPARENT)
+        env = receiver.env(
+            CLAUDE_CODE_ENABLE_TELEMETRY="1",
+            CLAUDE_CODE_ENHANCED_TELEMETRY_BETA="1",  # Claude Code's traces are in beta
+            OTEL_TRACES_EXPORTER="otlp",
+            OTEL_LOGS_EXPORTER="none",
+        )
+        done = finished(ask(claude, env))
+        key = claude.env["ANTHROPIC_API_KEY"]
+        spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
+        served = server.recorded()
+    assert done["status"] == "completed"
+    assert sorted(findings_in(done["result"])) == [f"agent-{n}" for n in range(1, AGENTS + 1)]
+    (root,) = [s for s in spans if s.name == ROOT]
+    assert root.parent_span_id == ""
+    assert {s.trace_id for s in spans} == {root.trace_id}
+    assert root.resource["service.name"] == "teamlead-test"
+    assert root.attributes["gen_ai.provider.name"] == "anthropic"
+    assert root.attributes["gen_ai.conversation.id"] == done["session_id"]
+    assert root.attributes["teamlead.status"] == "completed"
+    assert root.attributes["teamlead.reason"] == "all_results_used"
+    assert root.attributes["teamlead.strategy"] == "delegation"  # ask's default
+    # one agent span per subagent, under the run, with the usage the server sent
+    agents = [
+        s for s in spans if s.name.startswith("invoke_agent agent-") and s.scope == "teamlead"
+    ]
+    assert sorted(s.attributes["gen_ai.agent.name"] for s in agents) == [
+        f"agent-{n}" for n in range(1, AGENTS + 1)
+    ]
+    task_ids = {t["id"] for t in done["tasks"]}
+    assert {s.attributes["gen_ai.agent.id"] for s in agents} == task_ids
+    for agent in agents:
+        assert agent.parent_span_id == root.span_id
+        assert agent.attributes["teamlead.agent.status"] == "completed"
+        name = agent.attributes["gen_ai.agent.name"]
+        sent = [r for r in served if r.request.agent and r.request.agent.description == name]
+        assert agent.attributes["gen_ai.usage.input_tokens"] == sum(
+            r.reply.input_tokens for r in sent if r.reply is not None
+        )
+        assert agent.attributes["gen_ai.usage.output_tokens"] > 0
+    # a chat span per request, each under its agent (or the run, for the lead's)
+    ours = [s for s in spans if s.scope == "teamlead"]
+    chats = [s for s in ours if s.attributes.get("gen_ai.operation.name") == "chat"]
+    assert len(chats) == len([r for r in served if r.status == 200])
+    by_id = {s.span_id: s for s in spans}
+    for chat in chats:
+        parent = by_id[chat.parent_span_id]
+        assert parent.attributes.get("gen_ai.agent.id") == chat.attributes.get("gen_ai.agent.id")
+    assert root.attributes["gen_ai.usage.input_tokens"] == sum(
+        c.attributes["gen_ai.usage.input_tokens"] for c in chats
+    )
+    # Claude Code's own spans are in the same trace, under the run
+    claude_code = [s for s in spans if s.name.startswith("claude_code.")]
+    assert claude_code, "the CLI exported no span of its own"
+    tops = [s for s in claude_code if s.parent_span_id not in {c.span_id for c in claude_code}]
+    assert tops and all(s.parent_span_id == root.span_id for s in tops)
+    # the API key is nowhere in what was exported; no metric has an id among its labels
+    assert not any(key.encode() in body for body in receiver.bodies())
+    points = receiver.points()
+    assert {p.metric for p in points} >= {
+        "gen_ai.client.token.usage",
+        "gen_ai.client.operation.duration",
+    }
+    ids = {"gen_ai.agent.id", "gen_ai.conversation.id", "gen_ai.response.id"}
+    assert all(not ids & p.attributes.keys() for p in points)
+
+
+def test_a_relayed_429_is_an_event_of_its_request(tmp_path: Path) -> None:
+    with (
+        OtlpReceiver() as receiver,
+        ScriptedServer(
+            FanOut.of(AGENTS, delays=1.0),
+            concurrency_limit=1,
+            retry_after=1,
+            limit_roles={"subagent"},
+        ) as server,
+    ):
+        claude = OfflineClaude(
+            server.base_url,
+            state_dir=tmp_path / "s",
+            max_retries=0,
+            env={"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(AGENTS)},
+        )
+        done = finished(ask(claude, receiver.env()))
+        spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
+        rejected = sum(1 for r in server.recorded() if r.status == 429)
+    assert done["status"] == "completed" and rejected >= 1
+    events = [
+        (chat, e)
+        for chat in spans
+        if chat.attributes.get("gen_ai.operation.name") == "chat" and chat.scope == "teamlead"
+        for e in chat.events
+        if e.name == "rate_limited"
+    ]
+    assert len(events) == rejected == done["relay"]["absorbed"]
+    for chat, event in events:
+        assert event.attributes["teamlead.outcome"] == "absorbed"
+        assert event.attributes["teamlead.retry_after_s"] == 1.0
+        assert chat.attributes["teamlead.relay.attempts"] >= 2
+        assert chat.attributes["teamlead.relay.wait_s"] > 0
+        assert chat.attributes["teamlead.role"] == "subagent"
+    (root,) = [s for s in spans if s.name == ROOT]
+    assert root.attributes["teamlead.relay.absorbed"] == rejected
+    assert any(e.name == "concurrency_changed" for e in root.events)
+    limits = [p for p in receiver.points() if p.metric == "teamlead.governor.limit"]
+    assert (
+        limits
+        and limits[-1].value == 1
+        and limits[-1].attributes == {"teamlead.bucket": "anthropic/claude-opus-5-5"}
+    )
+
+
+UNSET_RUN = """
+import json, sys, anyio, teamlead
+from teamlead.testing import OfflineClaude
+
+async def main():
+    claude = OfflineClaude(sys.argv[1], state_dir=sys.argv[2])
+    items = [i async for i in teamlead.query("Investigate.", claude.options())]
+    return items[-1]
+
+done = anyio.run(main)
+costly = ("opentelemetry.sdk", "opentelemetry.exporter", "opentelemetry.proto")
+print(json.dumps({"status": done.status,
+                  "loaded": sorted(m for m in sys.modules if m.startswith(costly))}))
+"""
+
+
+def test_with_the_variables_unset_nothing_is_exported_or_imported(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver, ScriptedServer(FanOut.of(2, delays=0.2)) as server:
+        base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+        # the receiver listens where an OTLP exporter would send by default: it gets nothing
+        base["OTEL_SERVICE_NAME"] = "unused"  # a name alone asks for no export
+        proc = subprocess.run(
+            [sys.executable, "-c", UNSET_RUN, server.base_url, str(tmp_path / "s")],
+            env=base,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        requests = receiver.requests
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout) == {"status": "completed", "loaded": []}
+    assert requests == 0
+
+
+def test_a_dead_collector_never_fails_or_holds_the_run(tmp_path: Path) -> None:
+    with ScriptedServer(FanOut.of(2, delays=0.2)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        done = finished(ask(claude, otlp_env(dead_endpoint())))
+    assert done["status"] == "completed"
+    assert sorted(findings_in(done["result"])) == ["agent-1", "agent-2"]
+
+
+def test_a_stalled_collector_never_holds_the_run_past_the_exit_flush(tmp_path: Path) -> None:
+    """The collector takes every export request and never answers, and the exporter would
+    wait 60 s for each: the run still ends, and the process exits within the test's own
+    timeout, because the exit's flush is bounded (a few seconds) and export runs in the
+    background."""
+    with OtlpReceiver(stall=True) as receiver, ScriptedServer(FanOut.of(2, delays=0.2)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        env = receiver.env(OTEL_EXPORTER_OTLP_TIMEOUT="60", OTEL_BSP_SCHEDULE_DELAY="50")
+        done = finished(ask(claude, env, timeout=50))
+        assert receiver.requests >= 1  # export was tried, and it hung
+    assert done["status"] == "completed"
+
+
+EXPERIMENT_RUN = """
+import sys, anyio
+from pathlib import Path
+from teamlead.experiment.runner import run_experiment
+from teamlead.experiment.spec import parse_spec
+from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, ToolUse
+from teamlead.testing.scripts import FanOut
+
+spec = parse_spec('''
+[experiment]
+name = "ab"
+trials = 1
+control = "baseline"
+[[variants]]
+name = "baseline"
+strategy = "baseline"
+[[variants]]
+name = "delegation"
+strategy = "delegation"
+[[tasks]]
+id = "t1"
+prompt = "Research."
+rubric = "mentions parts"
+''')
+out = Path(sys.argv[1])
+with ScriptedServer(FanOut.of(1, delays=0.1)) as server:
+    claude = OfflineClaude(server.base_url, state_dir=out / "s")
+    summary = anyio.run(lambda: run_experiment(spec, out / "out", base_options=claude.options()))
+print(summary.ran, summary.failed)
+"""
+
+
+def test_an_experiment_gives_one_trace_per_trial_with_its_keys(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
+        proc = subprocess.run(
+            [sys.executable, "-c", EXPERIMENT_RUN, str(tmp_path)],
+            env={**base, **receiver.env()},
+            capture_output=True,
+            text=True,
+            timeout=180,
+        )
+        assert proc.returncode == 0, proc.stderr
+        spans = receiver.wait_for_spans(
+            lambda got: len([s for s in got if s.name == "teamlead.trial"]) == 2
+        )
+    assert proc.stdout.split() == ["2", "0"]
+    trials = [s for s in spans if s.name == "teamlead.trial"]
+    assert sorted(s.attributes["teamlead.variant"] for s in trials) == ["baseline", "delegation"]
+    assert len({s.trace_id for s in trials}) == 2  # one trace each
+    for trial in trials:
+        assert trial.parent_span_id == ""
+        assert (trial.attributes["teamlead.task"], trial.attributes["teamlead.trial"]) == ("t1", 0)
+        (run,) = [s for s in spans if s.name == ROOT and s.trace_id == trial.trace_id]
+        assert run.parent_span_id == trial.span_id
+        assert run.attributes["teamlead.variant"] == trial.attributes["teamlead.variant"]
+        assert run.attributes["teamlead.strategy"] == trial.attributes["teamlead.strategy"]
+
+
+WORKFLOW = "\n".join(
+    [
+        "export const meta = { name: 'probe', description: 'probe workflow',"
+        " phases: [{ title: 'Scan' }] }",
+        "const keys = ['a', 'b', 'c']",
+        "const r = await parallel(keys.map(k => () =>"
+        " agent(`WFJOB ${k}`, { label: `scan:${k}`, phase: 'Scan' })))",
+        "return { r, n: r.length }",
+    ]
+)
+
+
+def workflow_lead(req: ScriptedRequest) -> Reply:
+    """A lead that runs a 3-agent workflow; each workflow agent answers one finding."""
+    if "WFJOB" in req.first_user_text:
+        return Reply.text(f"FINDING[{req.first_user_text.split('WFJOB')[1].split()[0]}]")
+    if req.assistant_turns == 0:
+        return Reply.tools(ToolUse("Workflow", {"script": WORKFLOW}))
+    return Reply.text("SYNTHESIS done")
+
+
+def test_a_workflows_agents_appear_by_the_agent_id_of_their_requests(tmp_path: Path) -> None:
+    """Workflow agents never show in the stream; the relay names each by the agent id its
+    requests carry, so each is an agent span with its requests and usage under the run."""
+    with OtlpReceiver() as receiver, ScriptedServer(workflow_lead) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "teamlead",
+                "ask",
+                "Run the probe.",
+                "--json",
+                "--allowed-tools",
+                "Workflow",
+            ],  # fmt: skip
+            env={
+                **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+                **claude.env,
+                **receiver.env(),
+            },  # fmt: skip
+            cwd=claude.cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        done = finished(proc)
+        spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
+        by_agent: dict[str, int] = {}
+        for r in server.recorded():
+            agent = next((v for k, v in r.headers if k.lower() == "x-claude-code-agent-id"), None)
+            if agent and r.reply is not None:
+                by_agent[agent] = by_agent.get(agent, 0) + r.reply.input_tokens
+    assert done["status"] == "completed" and len(by_agent) == 3
+    (root,) = [s for s in spans if s.name == ROOT]
+    (workflow,) = [s for s in spans if s.name.startswith("invoke_workflow")]
+    assert workflow.parent_span_id == root.span_id
+    assert workflow.attributes["teamlead.agent.status"] == "completed"
+    agents = {
+        s.attributes["gen_ai.agent.id"]: s
+        for s in spans
+        if s.attributes.get("teamlead.agent.kind") == "agent"
+    }
+    assert set(agents) == set(by_agent)
+    for agent_id, span in agents.items():
+        assert span.trace_id == root.trace_id and span.parent_span_id == root.span_id
+        assert span.attributes["gen_ai.usage.input_tokens"] == by_agent[agent_id]
+        chats = [s for s in spans if s.parent_span_id == span.span_id]
+        assert chats and all(c.attributes["gen_ai.agent.id"] == agent_id for c in chats)
+
+
+CLIENT_RUN = """
+import json, sys, anyio, teamlead
+from claude_agent_sdk import ClaudeSDKClient
+from teamlead.testing import OfflineClaude
+
+async def main():
+    claude = OfflineClaude(sys.argv[1], state_dir=sys.argv[2])
+    policy = teamlead.Policy(wait_s=5)
+    options = teamlead.prepare_options(claude.options(), policy, client=True)
+    async with teamlead.relay_for(options, policy) as options:
+        async with ClaudeSDKClient(options=options) as client:
+            await client.query("Investigate.")
+            async for item in teamlead.receive_all(client, policy=policy):
+                if isinstance(item, teamlead.Finished):
+                    return item  # an app that stops reading at Finished
+
+done = anyio.run(main)
+print(json.dumps({"status": done.status, "session_id": done.session_id}))
+"""
+
+
+def test_a_client_run_gets_the_same_spans(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver, ScriptedServer(FanOut.of(2, delays=0.2)) as server:
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
+        proc = subprocess.run(
+            [sys.executable, "-c", CLIENT_RUN, server.base_url, str(tmp_path / "s")],
+            env={**base, **receiver.env()},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert proc.returncode == 0, proc.stderr
+        spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
+    done = json.loads(proc.stdout)
+    (root,) = [s for s in spans if s.name == ROOT]
+    assert root.attributes["teamlead.mode"] == "client"
+    assert root.attributes["teamlead.status"] == done["status"] == "completed"
+    assert not root.error  # stopping at Finished is not a failure
+    assert root.attributes["gen_ai.conversation.id"] == done["session_id"]
+    agents = [s for s in spans if s.name.startswith("invoke_agent agent-")]
+    assert len(agents) == 2 and all(a.parent_span_id == root.span_id for a in agents)
+    assert all(a.attributes["gen_ai.usage.input_tokens"] > 0 for a in agents)  # relayed
+
+
+def wrap_up_lead(req: ScriptedRequest) -> Reply:
+    """Two agents (1 s and 40 s), and an answer to the deadline's tool-less wrap-up turn."""
+    if req.role == "other" and "<teamlead-results" in req.last_user_text:
+        return synthesize(req)
+    return SLOW_FAN(req)
+
+
+SLOW_FAN = FanOut.of(2, delays=[1.0, 40.0])
+
+
+@pytest.mark.slow
+def test_the_deadlines_wrap_up_is_a_phase_and_the_stopped_agent_says_so(tmp_path: Path) -> None:
+    with OtlpReceiver() as receiver, ScriptedServer(wrap_up_lead) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "teamlead",
+                "ask",
+                "Investigate.",
+                "--json",
+                "--deadline",
+                "10",
+            ],  # fmt: skip
+            env={**base, **claude.env, **receiver.env()},
+            cwd=claude.cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        done = finished(proc, exit_code=EXIT_PARTIAL)
+        spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
+    assert (done["status"], done["reason"]) == ("partial", "deadline")
+    (root,) = [s for s in spans if s.name == ROOT]
+    assert (root.attributes["teamlead.status"], root.attributes["teamlead.reason"]) == (
+        "partial",
+        "deadline",
+    )
+    phases = sorted((s for s in spans if s.name.startswith("teamlead.")), key=lambda s: s.start_ns)
+    assert [s.name for s in phases][0] == "teamlead.round"
+    assert [s.name for s in phases][-1] == "teamlead.wrap_up"
+    status = {
+        s.attributes["gen_ai.agent.name"]: s.attributes["teamlead.agent.status"]
+        for s in spans
+        if s.name.startswith("invoke_agent agent-")
+    }
+    assert status == {"agent-1": "completed", "agent-2": "stopped"}
