@@ -3,11 +3,12 @@
 :func:`open_upstream` takes a governor slot (bucket per model, priority by role), sends the
 request and returns the slot with the upstream response still open, headers read, body not
 yet: the caller streams it and releases the slot when the stream ends. A 429 is held here:
-the governor is fed (Retry-After, and the number of requests the upstream was streaming at
-that moment), the slot is given back, and the request waits for a new slot with a higher
-priority, which the governor grants once the pause has passed. Past ``max_retries`` the 429
-goes on to the client. A 529 feeds the governor as an overload and goes on at once: the
-CLI and teamlead's resume already retry it, and retrying here too would multiply retries.
+the governor is fed (Retry-After, as a measured 429: the governor counts the requests in
+flight and not rejected at that moment), the slot is given back, and the request waits for
+a new slot with a higher priority, which the governor grants once the pause has passed.
+Past ``max_retries`` the 429 goes on to the client. A 529 feeds the governor as an overload
+and goes on at once: the CLI and teamlead's resume already retry it, and retrying here too
+would multiply retries.
 """
 
 from __future__ import annotations
@@ -164,7 +165,7 @@ async def open_upstream(
         if status == 529:
             slot.overloaded(retry_after)
         else:
-            slot.rate_limited(retry_after, accepted=governor.state(key).streaming)
+            slot.rate_limited(retry_after, measured=True)
         governor.pace(key, headers)
         on_limited(event)
         if not absorb:
