@@ -38,6 +38,7 @@ __all__ = [
     "FallbackAccount",
     "Lease",
     "ProcessAccount",
+    "describe",
     "from_wall",
     "limits_from_json",
     "limits_to_json",
@@ -205,8 +206,8 @@ class FallbackAccount:
         failed, self._current = self._current, make()
         reason = str(exc) or type(exc).__name__
         self.failed = (
-            f"teamlead: the shared limits ({self._label}) failed: {reason}; "
-            f"going on with {_describe(self._current)}"
+            f"the shared limits ({self._label}) failed: {reason}; "
+            f"going on with {describe(self._current)}"
         )
         log.warning("%s", self.failed)
         try:
@@ -251,9 +252,14 @@ class FallbackAccount:
         self._current.close()
 
 
-def _describe(account: Account) -> str:
-    describe = getattr(account, "describe", None)
-    return describe() if callable(describe) else "the limits of this process alone"
+def describe(account: Account) -> str:
+    """What ``account`` is, for a warning line."""
+    if isinstance(account, FallbackAccount):
+        account = account.current
+    if isinstance(account, ProcessAccount):
+        return "the limits of this process alone"
+    text = getattr(account, "describe", None)  # the shared accounts say where they are
+    return str(text()) if callable(text) else type(account).__name__
 
 
 # -- wall-clock translation and the stored form ----------------------------------------------------

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -23,7 +24,7 @@ class GovernorPolicy(BaseModel):
         ceiling: the run's ``concurrency``: where a bucket starts, and the most it grows to
             (the default of every model without a ceiling of its own).
         model_ceilings: a static ceiling per model name (the part of the key after
-            ``provider/``): that bucket starts there and never grows above it.
+            ``provider/``) or glob pattern: that bucket starts there and never grows above.
         provider_ceilings: a static ceiling per provider: the most slots of all of that
             provider's buckets together.
         floor: the least a bucket is cut to.
@@ -91,14 +92,18 @@ class GovernorPolicy(BaseModel):
         return self
 
     def ceiling_for(self, key: str) -> int:
-        """The most ``key``'s bucket may grow to: its model's ceiling, else ``ceiling``.
+        """The most ``key``'s bucket may grow to: its model's ceiling (by name, else the
+        lowest of the glob patterns it matches), else ``ceiling``.
 
         Example:
             >>> GovernorPolicy(ceiling=8, model_ceilings={"opus": 2}).ceiling_for("anthropic/opus")
             2
         """
         model = key.split("/", 1)[-1]
-        return self.model_ceilings.get(model, self.ceiling)
+        if model in self.model_ceilings:
+            return self.model_ceilings[model]
+        matching = [v for pattern, v in self.model_ceilings.items() if fnmatchcase(model, pattern)]
+        return min(matching) if matching else self.ceiling
 
     def provider_ceiling(self, key: str) -> int | None:
         """The ceiling over all buckets of ``key``'s provider, if one is set."""

@@ -17,15 +17,22 @@ from urllib.parse import urlsplit
 
 import anyio
 
+from .._governor.account import Account
+from .._governor.accounts import open_account
+from .._governor.sqlite_account import default_path
 from .._governor.store import LimitStore
-from ..governor import Governor
+from ..governor import Governor, GovernorPolicy
+from ..policy import LimitsPolicy
 from .server import RELAY_POLICY, Relay, RelayRun, start_relay
 from .stats import RelayListener
 
 __all__ = [
     "DEFAULT_UPSTREAM",
     "Applicability",
+    "configure_limits",
+    "governor_policy",
     "relay_applicable",
+    "shared_account",
     "shared_governor",
     "shared_relay",
 ]
@@ -95,16 +102,62 @@ _locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Lock] = (
 
 
 _store: LimitStore | None = None
+_limits = LimitsPolicy()
+_accounts: dict[str, Account] = {}
 
 
 def use_limit_store(store: LimitStore | None) -> None:
     """Keep the learnt limits of governors made from now on in ``store``.
 
     A Ray worker points it at the experiment's shared store, so the relays of every node
-    pace against the limits the others learnt (one account across machines).
+    pace against the limits the others learnt (one account across machines). A Redis
+    ``limits`` setting takes precedence: Redis shares the in-flight counts too.
     """
     global _store
     _store = store
+
+
+def governor_policy(limits: LimitsPolicy) -> GovernorPolicy:
+    """The relay governor's policy for ``limits``: unset ceilings leave the relay's own
+    start (32 per model) and no cap.
+
+    Example:
+        >>> governor_policy(LimitsPolicy(default=4, total=6)).ceiling_for("anthropic/x")
+        4
+    """
+    return RELAY_POLICY.model_copy(
+        update={
+            "ceiling": limits.default or RELAY_POLICY.ceiling,
+            "model_ceilings": dict(limits.models),
+            "provider_ceilings": dict(limits.providers),
+            "max_total": limits.total,
+        }
+    )
+
+
+def configure_limits(limits: LimitsPolicy) -> None:
+    """Use ``limits`` for the relay of this process: its ceilings apply at once (to the
+    governors already made too); where the state is shared applies to governors made
+    from now on."""
+    global _limits
+    _limits = limits
+    policy = governor_policy(limits)
+    for governor in list(_governors.values()):
+        governor.policy = policy
+
+
+def shared_account(spec: str) -> Account:
+    """The process's account for a ``--limits`` value, opened on first use."""
+    if _store is not None and not spec.startswith(("redis://", "rediss://")):
+        spec = "process"  # a Ray worker: the experiment's store is the shared one
+    if spec == "process":
+        return open_account(spec, store=_store)  # one per governor, as before
+    # the machine's file is found anew each time (the cache directory follows HOME)
+    where = str(default_path()) if spec == "machine" else spec
+    account = _accounts.get(where)
+    if account is None:
+        account = _accounts[where] = open_account(spec, store=_store)
+    return account
 
 
 def shared_governor() -> Governor:
@@ -112,14 +165,22 @@ def shared_governor() -> Governor:
     loop = asyncio.get_running_loop()
     governor = _governors.get(loop)
     if governor is None:
-        governor = _governors[loop] = Governor(RELAY_POLICY, store=_store)
+        governor = _governors[loop] = Governor(
+            governor_policy(_limits), account=shared_account(_limits.shared)
+        )
     return governor
 
 
 def shared_relay(
-    upstream: str = DEFAULT_UPSTREAM, *, on_event: RelayListener | None = None
+    upstream: str = DEFAULT_UPSTREAM,
+    *,
+    on_event: RelayListener | None = None,
+    limits: LimitsPolicy | None = None,
 ) -> AbstractAsyncContextManager[RelayRun]:
     """A run on the shared relay for ``upstream``: started on first use, stopped after last.
+
+    ``limits`` (the run's :class:`~teamlead.policy.LimitsPolicy`) configures the process's
+    relay governor first (see :func:`configure_limits`).
 
     Entering raises :class:`~teamlead.errors.RelayError` when the relay could not start:
     run direct with a one-line warning then.
@@ -130,6 +191,8 @@ def shared_relay(
         ...     ...
         ...     finished_summary = run.summary()
     """
+    if limits is not None:
+        configure_limits(limits)
     return _SharedRun(upstream, on_event)
 
 

@@ -123,7 +123,11 @@ class _Relayed:
         if not applicable.ok:
             log.warning("%s", applicable.note)
             return hookup
-        context = shared_relay(applicable.upstream, on_event=self._on_event or hookup.events.append)
+        context = shared_relay(
+            applicable.upstream,
+            on_event=self._on_event or hookup.events.append,
+            limits=self._policy.limits,
+        )
         try:
             run = await context.__aenter__()
         except (RelayError, RuntimeError, OSError) as exc:
