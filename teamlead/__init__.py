@@ -8,9 +8,10 @@ The public API is what this module re-exports in ``__all__``, the names users ca
 - :func:`receive_all` does the same for ``ClaudeSDKClient``; :func:`resume_session`
   finishes a stopped session; :func:`prepare_options` sets the options both need.
 - :class:`Policy` (with :class:`RetryPolicy`, :class:`SpawnPolicy`, the spawn gate's
-  limits, and :class:`LimitsPolicy`, the relay's ceilings and shared limits; the inbox-wait and lock settings are in :mod:`teamlead.policy`) sets the
-  limits; the events (:class:`Finished` and the others) report progress; every error
-  derives from :class:`TeamleadError`.
+  limits, and :class:`LimitsPolicy`, the relay's ceilings and shared limits; the
+  inbox-wait and lock settings are in :mod:`teamlead.policy`) sets the limits; the events
+  (:class:`Finished` and the others) report progress; every error derives from
+  :class:`TeamleadError`.
 - Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate.
 - :class:`Governor` adapts concurrency to rate limits; :func:`relay_for` keeps the request
   relay that paces a ``ClaudeSDKClient``'s API requests up while the client lives.
