@@ -114,6 +114,7 @@ class MachineAccount:
         self._host = socket.gethostname()
         self._pid = os.getpid()
         self._me = _started(self._pid) or 0.0
+        self._nonce = os.urandom(4).hex()  # two accounts of one process never collide
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
         self._held: set[str] = set()
@@ -256,7 +257,7 @@ class MachineAccount:
                 if not self._room(db, bounds, now):
                     return None
             self._tokens += 1
-            token = f"{self._host}:{self._pid}:{self._me:.3f}:{self._tokens}"
+            token = f"{self._host}:{self._pid}:{self._nonce}:{self._tokens}"
             db.execute(
                 "INSERT INTO leases (token, key, host, pid, started, expires) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
