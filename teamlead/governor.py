@@ -619,10 +619,11 @@ class Governor:
             # The upstream counts every request of the provider on the account; those of
             # this process it rejected are not accepted (this one among them).
             provider = slot.key.split("/", 1)[0] + "/"
-            local_rejected = sum(
-                b.rejected for b in self._buckets.values() if b.key.startswith(provider)
-            )
-            accepted = max(0, self._account.in_flight(provider) - local_rejected)
+            mine = [b for b in self._buckets.values() if b.key.startswith(provider)]
+            # this process's own count stands when the account lost sight of its slots
+            # (a shared store that failed mid-run)
+            held = max(self._account.in_flight(provider), sum(b.in_flight for b in mine))
+            accepted = max(0, held - sum(b.rejected for b in mine))
         knobs = self._knobs(slot.key)
         self._apply(
             bucket,

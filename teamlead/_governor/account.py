@@ -183,10 +183,9 @@ class FallbackAccount:
     primary costs nothing else.
     """
 
-    def __init__(self, primary: Account, fallback: Callable[[], Account], *, label: str) -> None:
+    def __init__(self, primary: Account, fallback: Callable[[], Account]) -> None:
         self._current = primary
         self._make_fallback: Callable[[], Account] | None = fallback
-        self._label = label
         self.failed: str | None = None  # the warning given, once it failed
 
     @property
@@ -205,10 +204,7 @@ class FallbackAccount:
         self._make_fallback = None
         failed, self._current = self._current, make()
         reason = str(exc) or type(exc).__name__
-        self.failed = (
-            f"the shared limits ({self._label}) failed: {reason}; "
-            f"going on with {describe(self._current)}"
-        )
+        self.failed = f"shared limits: {reason}; going on with {describe(self._current)}"
         log.warning("%s", self.failed)
         try:
             failed.close()

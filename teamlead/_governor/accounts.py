@@ -71,7 +71,7 @@ def open_account(
         local = MachineAccount(
             machine_path, clock=clock, lease_ttl_s=lease_ttl_s, forget_after_s=forget_after_s
         )
-        return FallbackAccount(local, process, label=str(local.path))
+        return FallbackAccount(local, process)
 
     if spec == "machine":
         return machine()
@@ -89,4 +89,4 @@ def open_account(
             describe(fallback),
         )
         return fallback
-    return FallbackAccount(remote, machine, label=remote.describe())
+    return FallbackAccount(remote, machine)

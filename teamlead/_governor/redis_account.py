@@ -186,7 +186,7 @@ class RedisAccount:
             return call()
         except self._errors as exc:
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise AccountError(f"Redis at {_safe(self.url)}: {reason}") from None
+            raise AccountError(f"Redis at {_safe(self.url)}: {reason.rstrip('.')}") from None
 
     def _offset(self) -> float:
         return self._clock.time() - self._clock.monotonic()
