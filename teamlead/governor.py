@@ -528,6 +528,10 @@ class Governor:
         )
         if lease is None:
             return None
+        if self._account.shared:
+            # Another process may have cut between the read above and the lease: the slot
+            # belongs to the epoch after that cut, which did not count it as accepted.
+            limits = self._limits(bucket.key)
         now = self._clock.monotonic()
         bucket.in_flight += 1
         bucket.last_activity = now
