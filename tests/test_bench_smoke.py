@@ -26,6 +26,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
         pytest.param("spawn_gate.py", marks=pytest.mark.cli),
         "relay.py",
         pytest.param("storm.py", marks=pytest.mark.cli),
+        "limits.py",
     ],
 )
 def test_bench_quick_mode_runs_and_summarizes(script: str, tmp_path: Path) -> None:

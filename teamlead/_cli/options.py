@@ -24,6 +24,7 @@ __all__ = [
     "envvar_for",
     "limits_from_options",
     "limits_options",
+    "with_limits_options",
     "no_relay_option",
     "option",
     "output_mode",
@@ -151,6 +152,13 @@ def limits_options() -> list[Callable[[_F], _F]]:
             help="Most requests in flight in all [default: no limit].",
         ),
     ]
+
+
+def with_limits_options(func: _F) -> _F:
+    """Decorate a command with :func:`limits_options` (they arrive as keyword arguments)."""
+    for decorate in reversed(limits_options()):
+        func = decorate(func)
+    return func
 
 
 def limits_from_options(

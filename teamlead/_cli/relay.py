@@ -25,7 +25,7 @@ import click
 from .._redact import terminal_safe
 from ..errors import UsageError
 from .exitcodes import handle_errors
-from .options import limits_from_options, limits_options, option
+from .options import limits_from_options, option, with_limits_options
 from .signals import Interruptible
 
 __all__ = ["relay"]
@@ -79,19 +79,13 @@ def _columns() -> int:
         return 100
 
 
-def _with_limits(func: Any) -> Any:
-    for decorate in reversed(limits_options()):
-        func = decorate(func)
-    return func
-
-
 @click.command("relay")
 @option(
     "--upstream",
     help="Where requests go [default: ANTHROPIC_BASE_URL, else https://api.anthropic.com].",
 )
 @option("--quiet", "-q", is_flag=True, help="No live line on the terminal.")
-@_with_limits
+@with_limits_options
 @handle_errors
 def relay(upstream: str | None, quiet: bool, **kw: Any) -> None:
     """Serve the pacing relay for any Claude Code client until Ctrl-C or SIGTERM.
