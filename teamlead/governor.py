@@ -515,9 +515,13 @@ class Governor:
 
     def _try_grant(self, bucket: _Bucket) -> Slot | None:
         """A slot of ``bucket`` if this process and the whole account have room, else None."""
-        if not (self._bucket_room(bucket) and self._global_room()):
-            return None
         limits = self._limits(bucket.key)
+        room = (
+            bucket.in_flight < self._effective(bucket.key, limits)
+            and limits.cooldown_until <= self._clock.monotonic()
+        )
+        if not (room and self._global_room()):
+            return None
         lease = self._account.take(
             Bounds(
                 bucket.key,

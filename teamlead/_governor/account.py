@@ -25,7 +25,7 @@ import itertools
 import logging
 import math
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, fields
+from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
 
 from .aimd import Limits, Step
@@ -263,8 +263,11 @@ def describe(account: Account) -> str:
 
 def to_wall(limits: Limits, offset: float) -> Limits:
     """``limits`` with its times moved by ``offset`` (wall minus monotonic)."""
-    moved = {name: getattr(limits, name) + offset for name in _TIMED}
-    return Limits(**{**asdict(limits), **moved})
+    return replace(
+        limits,
+        bad_at=limits.bad_at + offset,
+        cooldown_until=limits.cooldown_until + offset,
+    )
 
 
 def from_wall(limits: Limits, offset: float) -> Limits:
@@ -272,15 +275,16 @@ def from_wall(limits: Limits, offset: float) -> Limits:
     return to_wall(limits, -offset)
 
 
+_FIELDS = tuple(f.name for f in fields(Limits))
+
+
 def limits_to_json(limits: Limits) -> dict[str, Any]:
     """A JSON-safe dict (``-inf`` times as ``None``)."""
     out: dict[str, Any] = {}
-    for name, value in asdict(limits).items():
+    for name in _FIELDS:
+        value = getattr(limits, name)
         out[name] = None if isinstance(value, float) and not math.isfinite(value) else value
     return out
-
-
-_FIELDS = {f.name for f in fields(Limits)}
 
 
 def limits_from_json(data: object) -> Limits | None:
