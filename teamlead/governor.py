@@ -40,10 +40,10 @@ blocked only by the global cap (``max_total``).
 
 Every change is a :class:`~teamlead.events.ConcurrencyChanged` in :attr:`Governor.journal`,
 also passed to ``on_change``. What a bucket learnt, and one *lease* per slot held, live in
-an :class:`~teamlead._governor.account.Account`: this process alone by default, or shared by
-every process of the account (an SQLite file per machine, Redis across machines; see
-:func:`teamlead._governor.accounts.open_account`), so several processes together stay under one
-limit. A lease dies with its process, so a crash never leaks a slot. Release a slot only
+an :class:`~teamlead._governor.account.Account`: this process alone by default, or shared
+by every process of the account (an SQLite file per machine, Redis across machines; see
+:func:`teamlead._governor.accounts.open_account`), so several processes together stay
+under one limit. A lease dies with its process, so a crash never leaks a slot. Release a slot only
 after the work it stood for has really ended (for a CLI process: after it exited). The
 governor belongs to one event loop and is not thread-safe.
 
