@@ -19,7 +19,7 @@ from pathlib import Path
 import anyio
 import pytest
 
-from teamlead._governor.account import Bounds, FallbackAccount
+from teamlead._governor.account import Account, Bounds, FallbackAccount
 from teamlead._governor.accounts import open_account
 from teamlead._governor.redis_account import RedisAccount
 from teamlead._governor.sqlite_account import MachineAccount
@@ -44,8 +44,19 @@ def redis(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
 
 
+_opened: list[Account] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_accounts() -> Iterator[None]:
+    yield
+    while _opened:
+        _opened.pop().close()
+
+
 def _governor(url: str, ceiling: int) -> Governor:
     account = RedisAccount(url, lease_ttl_s=30)
+    _opened.append(account)
     return Governor(GovernorPolicy(ceiling=ceiling), clock=SYSTEM_CLOCK, account=account)
 
 
@@ -116,6 +127,7 @@ async def test_redis_stopped_mid_run_warns_once_and_the_run_goes_on(
     redis: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     account = open_account(redis.url, machine_path=tmp_path / "machine.sqlite3")
+    _opened.append(account)
     governor = Governor(GovernorPolicy(ceiling=4), account=account)
     with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
         held = [await governor.acquire(A, timeout=1) for _ in range(2)]
@@ -145,6 +157,7 @@ async def test_an_unreachable_redis_warns_once_and_never_hangs(
 ) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     account = open_account(url, machine_path=tmp_path / "machine.sqlite3")
+    _opened.append(account)
     governor = Governor(GovernorPolicy(ceiling=2), account=account)
     with caplog.at_level(logging.WARNING, logger="teamlead.governor"), anyio.fail_after(10):
         for _ in range(3):

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -30,9 +31,20 @@ A = "anthropic/claude-opus-5-5"
 pytestmark = pytest.mark.anyio
 
 
+_opened: list[MachineAccount] = []
+
+
+@pytest.fixture(autouse=True)
+def _close_accounts() -> Iterator[None]:
+    yield
+    while _opened:
+        _opened.pop().close()
+
+
 def _governor(path: Path, clock: Clock | None = None, ceiling: int = 8) -> Governor:
     clock = clock or FakeClock()
     account = MachineAccount(path, clock=clock, lease_ttl_s=30)
+    _opened.append(account)
     return Governor(GovernorPolicy(ceiling=ceiling), clock=clock, account=account)
 
 
@@ -146,6 +158,7 @@ async def test_a_broken_store_file_warns_once_and_the_run_goes_on(
         db.mkdir()
     account = open_account("machine", machine_path=db)
     governor = Governor(GovernorPolicy(ceiling=2), account=account)
+    _opened.append(account)  # type: ignore[arg-type]
     with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
         slots = [await governor.acquire(A, timeout=1) for _ in range(2)]
         slots[0].rate_limited(measured=True)

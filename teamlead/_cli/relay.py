@@ -54,7 +54,17 @@ async def _serve(upstream: str, limits: Any, live: IO[str] | None) -> None:
     from .._relay.shared import configure_limits, shared_governor
 
     configure_limits(limits)
-    async with start_relay(upstream, shared_governor()) as running:
+    governor = shared_governor()
+    try:
+        await _relay_until_stopped(start_relay, upstream, governor, live)
+    finally:
+        governor.account.close()  # gives back nothing: every request has ended
+
+
+async def _relay_until_stopped(
+    start_relay: Any, upstream: str, governor: Any, live: IO[str] | None
+) -> None:
+    async with start_relay(upstream, governor) as running:
         click.echo(f"ANTHROPIC_BASE_URL={running.base_url}")
         sys.stdout.flush()
         try:

@@ -19,7 +19,6 @@ import anyio
 
 from .._governor.account import Account
 from .._governor.accounts import open_account
-from .._governor.sqlite_account import default_path
 from .._governor.store import LimitStore
 from ..governor import Governor, GovernorPolicy
 from ..policy import LimitsPolicy
@@ -103,7 +102,6 @@ _locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Lock] = (
 
 _store: LimitStore | None = None
 _limits = LimitsPolicy()
-_accounts: dict[str, Account] = {}
 
 
 def use_limit_store(store: LimitStore | None) -> None:
@@ -147,17 +145,10 @@ def configure_limits(limits: LimitsPolicy) -> None:
 
 
 def shared_account(spec: str) -> Account:
-    """The process's account for a ``--limits`` value, opened on first use."""
+    """A new account for a ``--limits`` value (a Ray worker keeps the experiment's store)."""
     if _store is not None and not spec.startswith(("redis://", "rediss://")):
         spec = "process"  # a Ray worker: the experiment's store is the shared one
-    if spec == "process":
-        return open_account(spec, store=_store)  # one per governor, as before
-    # the machine's file is found anew each time (the cache directory follows HOME)
-    where = str(default_path()) if spec == "machine" else spec
-    account = _accounts.get(where)
-    if account is None:
-        account = _accounts[where] = open_account(spec, store=_store)
-    return account
+    return open_account(spec, store=_store)
 
 
 def shared_governor() -> Governor:
@@ -206,7 +197,7 @@ class _SharedRun:
         self._left = False
 
     async def __aenter__(self) -> RelayRun:
-        loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         lock = _locks.setdefault(loop, anyio.Lock())
         self._entries = entries = _relays.setdefault(loop, {})
         async with lock:
@@ -233,3 +224,15 @@ class _SharedRun:
             entries.pop(self._upstream, None)
             with anyio.CancelScope(shield=True):
                 await entry.context.__aexit__(None, None, None)
+            if not entries:
+                _retire_governor(self._loop)
+
+
+def _retire_governor(loop: asyncio.AbstractEventLoop) -> None:
+    """After the loop's last relay stopped: close a shared governor's account (its file or
+    Redis connection, its lease renewer). What it learnt stays in the shared store, and the
+    next run opens it again; a process-alone governor is kept, with what it learnt."""
+    governor = _governors.get(loop)
+    if governor is not None and governor.account.shared and governor.total_in_flight == 0:
+        del _governors[loop]
+        governor.account.close()
