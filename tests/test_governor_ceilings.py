@@ -203,3 +203,27 @@ def test_teamlead_relay_refuses_an_upstream_it_cannot_relay() -> None:
     result = CliRunner().invoke(main, ["relay", "--upstream", "ftp://example.invalid"])
     assert result.exit_code == 2
     assert "not an http(s) URL" in result.output
+
+
+@pytest.mark.anyio
+async def test_the_live_relay_line_counts_requests_and_shows_models_as_plain_text() -> None:
+    from teamlead._cli.relay import _status
+    from teamlead._relay import RELAY_POLICY, start_relay
+
+    with ScriptedServer(lambda req: Reply.text("ok")) as server:
+        async with (
+            start_relay(server.base_url, Governor(RELAY_POLICY)) as running,
+            httpx2.AsyncClient(timeout=30) as http,
+        ):
+            for model in ("claude-opus-5-5", "evil\x1b[2J"):
+                body = {
+                    "model": model,
+                    "max_tokens": 8,
+                    "messages": [{"role": "user", "content": "hi"}],
+                }
+                reply = await http.post(f"{running.base_url}/v1/messages", json=body)
+                assert reply.status_code == 200
+            line = _status(running)
+    assert line.startswith("teamlead relay: 2 requests, 0 429s held, 0 passed on; ")
+    assert "claude-opus-5-5: limit 32, 0 running (0 on the account), 0 waiting" in line
+    assert "\x1b" not in line and "evil\\x1b[2J" in line
