@@ -212,7 +212,10 @@ class RedisAccount:
         name = _PREFIX + "limits:" + key
         for attempt in range(_CAS_TRIES):
             raw = self._get(key)
-            limits, change = rule(self._decode(raw))
+            seen = self._decode(raw)
+            limits, change = rule(seen)
+            if seen is not None and limits == seen and change is None:
+                return limits, change  # nothing to write
             value = json.dumps(limits_to_json(to_wall(limits, self._offset())))
             expected = raw if attempt < _CAS_TRIES - 1 else self._get(key)  # last: overwrite
             cas_args: list[str | int] = [expected, value, self._forget_ms]
