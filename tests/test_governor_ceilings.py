@@ -139,7 +139,8 @@ def test_limits_options_read_their_teamlead_variables(
     monkeypatch.setenv("TEAMLEAD_DEFAULT_LIMIT", "4")
     monkeypatch.setenv("TEAMLEAD_TOTAL_LIMIT", "7")
     monkeypatch.setenv("TEAMLEAD_LIMITS", "process")
-    ctx = command.make_context(command.name, ["hi"] if command is ask else [])
+    parent = click.Context(main, info_name="teamlead", **main.context_settings)
+    ctx = command.make_context(command.name, ["hi"] if command is ask else [], parent=parent)
     names = ("limits_shared", "model_limit", "provider_limit", "default_limit", "total_limit")
     limits = limits_from_options(**{name: ctx.params[name] for name in names})
     assert limits == LimitsPolicy(
