@@ -235,9 +235,9 @@ class FallbackAccount:
         target = self._current if origin is self._current else origin
         try:
             target.give_back(lease)  # type: ignore[attr-defined]
-        except AccountError:
+        except AccountError as exc:
             if target is self._current:
-                self._fail(AccountError("could not give a lease back"))
+                self._fail(exc)
             # else: a lease of the failed account: it expires there by itself
 
     def in_flight(self, prefix: str) -> int:
