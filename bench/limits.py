@@ -23,13 +23,16 @@ whose request meets a 429 waits the Retry-After and sends it again. Strategies:
   x0.8 per rate-limit episode with a 15 s debounce (extended by Retry-After); a clean
   round is as many successes as the limit with no 429 in between.
 
+Then two processes on one account (two relays with a governor each, 12 agents each, all
+together): their governors sharing the machine's store, against each learning alone.
+
 Figures per shape and strategy: wall time (first request sent to last answer read) over
 the ideal (the work kept at exactly the limit: ``ceil(24 / 3) * 1.5 s``, or the lead's work
 added over 3 slots), 429s served per agent, and the time to converge (when the last 429
 was served; 0 when none was). Goals for ``teamlead`` in every shape: <= 1.2 x ideal, <= 1
 429 per agent, and ahead of the Inspect rules.
 
-Run: ``python bench/limits.py`` (about 8 minutes); ``--quick`` for 6 agents of 0.5 s and
+Run: ``python bench/limits.py`` (about 7 minutes); ``--quick`` for 6 agents of 0.5 s and
 two shapes.
 """
 
@@ -40,14 +43,17 @@ import asyncio
 import json
 import math
 import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Literal
 
 import aiohttp
 from _common import table
 
+from teamlead._governor.sqlite_account import MachineAccount
 from teamlead._relay import RELAY_POLICY, start_relay
 from teamlead.governor import Governor
 from teamlead.testing import Reply, ScriptedRequest, ScriptedServer
@@ -239,6 +245,37 @@ async def _run(strategy: str, shape: Shape, agents: int, work: float) -> Outcome
         return Outcome(ended - began, len(rejections), converged, answered)
 
 
+async def _two_processes(shared: bool, agents: int, work: float, db: Path) -> tuple[float, int]:
+    """Two relays (two processes' governors) on one account, ``agents`` each, together.
+
+    ``shared``: their governors share the machine's store (two accounts on one SQLite
+    file, as two processes have); else each learns alone. Returns (wall, 429s).
+    """
+    with ScriptedServer(
+        _script, concurrency_limit=LIMIT, retry_after=RETRY_AFTER, limit_roles={"other"}
+    ) as server:
+        governors = [
+            Governor(RELAY_POLICY, account=MachineAccount(db) if shared else None) for _ in range(2)
+        ]
+        connector = aiohttp.TCPConnector(limit=0)
+        async with (
+            aiohttp.ClientSession(connector=connector) as session,
+            start_relay(server.base_url, governors[0]) as first,
+            start_relay(server.base_url, governors[1]) as second,
+        ):
+            began = time.monotonic()
+            jobs = [
+                _agent("teamlead", _sender(session, relay.base_url), work, False, None)
+                for relay in (first, second)
+                for _ in range(agents)
+            ]
+            await asyncio.gather(*jobs)
+            wall = time.monotonic() - began
+        for governor in governors:
+            governor.account.close()
+        return wall, sum(1 for r in server.recorded() if r.status == 429)
+
+
 def _ideal(shape: Shape, agents: int, work: float) -> float:
     if shape.lead_counts:
         return max(
@@ -287,6 +324,24 @@ def main(argv: list[str] | None = None) -> int:
         "x ideal = wall / (work kept at the limit)"
     )
     print(table(["shape: strategy", "answered", "wall s", "x ideal", "429/agent", "conv s"], rows))
+    each = agents // 2
+    pair_ideal = math.ceil(2 * each / LIMIT) * work
+    pair_rows = []
+    with tempfile.TemporaryDirectory(prefix="teamlead-limits-") as tmp:
+        for shared in (False, True):
+            wall, rejected = asyncio.run(
+                _two_processes(shared, each, work, Path(tmp) / f"limits-{shared}.sqlite3")
+            )
+            pair_rows.append(
+                [
+                    "shared (machine store)" if shared else "each alone (--limits process)",
+                    f"{wall:.1f}",
+                    f"{wall / pair_ideal:.2f}",
+                    f"{rejected / (2 * each):.2f}",
+                ]
+            )
+    print(f"two processes on one account, {each} agents each, together:")
+    print(table(["governors", "wall s", "x ideal", "429/agent"], pair_rows))
     worst = max(v[1] for v in verdicts)
     most = max(v[2] for v in verdicts)
     missed = [v[0] for v in verdicts if not v[3]]
@@ -294,6 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         f"SUMMARY: teamlead worst {worst:.2f} x ideal, at most {most:.2f} 429s per agent over "
         f"{len(verdicts)} shapes"
         + (f" (goal missed in: {', '.join(missed)})" if missed else " (every goal met)")
+        + f"; two processes {pair_rows[1][2]} x ideal shared vs {pair_rows[0][2]} x alone"
     )
     return 0
 
