@@ -7,10 +7,11 @@ The public API is what this module re-exports in ``__all__``, the names users ca
   and resumes the lead so it ends with one answer that used every result.
 - :func:`receive_all` does the same for ``ClaudeSDKClient``; :func:`resume_session`
   finishes a stopped session; :func:`prepare_options` sets the options both need.
-- :class:`Policy` (with :class:`RetryPolicy` and :class:`SpawnPolicy`, the spawn gate's
-  limits; the inbox-wait and lock settings are in :mod:`teamlead.policy`) sets the
-  limits; the events (:class:`Finished` and the others) report progress; every error
-  derives from :class:`TeamleadError`.
+- :class:`Policy` (with :class:`RetryPolicy`, :class:`SpawnPolicy`, the spawn gate's
+  limits, and :class:`LimitsPolicy`, the relay's ceilings and shared limits; the
+  inbox-wait and lock settings are in :mod:`teamlead.policy`) sets the limits; the events
+  (:class:`Finished` and the others) report progress; every error derives from
+  :class:`TeamleadError`.
 - Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate.
 - :class:`Governor` adapts concurrency to rate limits; :func:`relay_for` keeps the request
   relay that paces a ``ClaudeSDKClient``'s API requests up while the client lives.
@@ -51,7 +52,7 @@ from .events import (
     WaitingForTeam,
 )
 from .governor import Governor, GovernorPolicy, bucket_key
-from .policy import Policy, RetryPolicy, SpawnPolicy
+from .policy import LimitsPolicy, Policy, RetryPolicy, SpawnPolicy
 from .prompts import Strategy, apply_strategy, list_strategies, load_strategy
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "GovernorPolicy",
     "InboxCollected",
     "InboxError",
+    "LimitsPolicy",
     "Policy",
     "QueryFn",
     "RateLimited",

@@ -253,12 +253,14 @@ ChangeReason = Literal[
     "retry_after",
     "idle_reset",
     "accepted",
+    "settled",
     "overloaded",
     "paced",
 ]
 """Why a bucket changed: a multiplicative or measured cut, a failed probe back to
 ``last_good``, an additive increase, a Retry-After pause (cap unchanged), the idle reset to
-the ceiling, a cut corrected up to the concurrency the upstream was seen to accept, a 529
+the ceiling, a cut corrected up to the concurrency the upstream was seen to accept, a
+measured cut lowered by one more rejection of its burst (settled), a 529
 (overloaded) cut, or a pause from the ``anthropic-ratelimit-*`` headers (cap unchanged)."""
 
 

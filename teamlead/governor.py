@@ -8,16 +8,22 @@ work (one request, or one CLI process) and reports how it went.
 The rules, per bucket (defaults from :class:`GovernorPolicy`; the pure functions, with
 their details, are in ``teamlead._governor.aimd``):
 
-* **Start** at the ceiling; the effective limit is ``min(cap, ceiling, max_total)``.
+* **Start** at the bucket's ceiling (its model's static ceiling, else ``ceiling``); the
+  effective limit is ``min(cap, ceiling, max_total)``, and a provider's ceiling bounds the
+  sum of its buckets.
 * **Decrease.** A rate limit cuts ``cap = max(floor, floor(cap * 0.75))``, or, when the
-  caller says how many requests the upstream was *accepting* when the 429 came
-  (``Slot.rate_limited(accepted=n)``), straight to ``n``; a request of that burst that
-  starts streaming later (:meth:`Slot.streaming`) corrects the cut up to what streams. The
-  limit is then learnt within about one Retry-After instead of over many epochs.
+  slots are the very requests the upstream counts (``Slot.rate_limited(measured=True)``,
+  as the relay reports), straight to the requests in flight and not rejected when the 429
+  came (over the provider's buckets and the whole account); each later 429 of that burst
+  *settles* the cut one lower, and a request of it that streams (:meth:`Slot.streaming`)
+  corrects it up. The limit is then learnt from the burst's own answers, within about one
+  Retry-After, whenever the upstream sends its response headers.
 * **Epochs.** Every cut opens a new epoch; a 429 from a slot of an older epoch was sent
   before the cut that already counted it, and does not cut again.
 * **Additive increase.** 4 consecutive successes of the current epoch earn ``cap += 1``,
   only while callers queue on this bucket's cap; the level left becomes ``last_good``.
+  Below the level a measured cut found, each success earns it: a cut that proved too low
+  is undone within a round of requests.
 * **Failed probe returns to last_good** instead of cutting from the probe level.
 * **No immediate re-probe.** A level that drew a 429 is not climbed back to for
   ``reprobe_after_s`` (60 s); each further rejection of the cutting burst lowers it by one.
@@ -35,11 +41,13 @@ to the next waiter of the same key first, else to the best waiter of another key
 blocked only by the global cap (``max_total``).
 
 Every change is a :class:`~teamlead.events.ConcurrencyChanged` in :attr:`Governor.journal`
-(the last :data:`JOURNAL_SIZE`), also passed to ``on_change``. What a bucket learnt lives in a
-:class:`~teamlead._governor.store.LimitStore` (in memory by default), so a shared store can
-stand in for one account used from several processes. Release a slot only after the work
-it stood for has really ended (for a CLI process: after it exited). The governor belongs to
-one event loop and is not thread-safe.
+(the last :data:`JOURNAL_SIZE`), also passed to ``on_change``. What a bucket learnt, and one
+*lease* per slot held, live in an :class:`~teamlead._governor.account.Account`: this process
+alone by default, or shared by every process of the account (an SQLite file per machine,
+Redis across machines; see :func:`teamlead._governor.accounts.open_account`), so several
+processes together stay under one limit. A lease dies with its process, so a crash never
+leaks a slot. Release a slot only after the work it stood for has really ended (for a CLI
+process: after it exited). The governor belongs to one event loop and is not thread-safe.
 
 Example:
     >>> governor = Governor(GovernorPolicy(ceiling=6, max_total=10))
@@ -58,6 +66,7 @@ Example:
 from __future__ import annotations
 
 import logging
+from bisect import insort
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
@@ -66,12 +75,11 @@ import anyio
 import anyio.lowlevel
 
 from ._governor import aimd
-from ._governor.policy import BucketState, GovernorPolicy, bucket_key
-from ._governor.queue import Bucket, Waiter
+from ._governor.account import Account, Bounds, Lease, ProcessAccount
+from ._governor.policy import BucketState, GovernorPolicy, bucket_key, check_seconds
 from ._governor.ratelimit_headers import pace_pause, read_windows
 from ._governor.retry_after import parse_retry_after, retry_after_from_headers
-from ._governor.slot import Slot
-from ._governor.store import LimitStore, MemoryStore
+from ._governor.store import LimitStore
 from .clock import SYSTEM_CLOCK, Clock, wait_event
 from .errors import GovernorCleared, UsageError
 from .events import ChangeReason, ConcurrencyChanged
@@ -94,6 +102,143 @@ log = logging.getLogger("teamlead.governor")
 
 #: Changes kept in :attr:`Governor.journal`, oldest dropped first (``on_change`` sees all).
 JOURNAL_SIZE = 1000
+#: How often a waiter re-checks a shared account (other processes give slots back unseen).
+_SHARED_POLL_S = 0.05
+
+
+class Slot:
+    """Permission to run one piece of work in a bucket; report its outcome, then release.
+
+    Get one from :meth:`Governor.slot` or :meth:`Governor.acquire`. Report each outcome
+    with :meth:`success`, :meth:`rate_limited` or :meth:`overloaded` (reports after release
+    still count). :meth:`release` is idempotent.
+    """
+
+    __slots__ = (
+        "_governor",
+        "_lease",
+        "_rejected",
+        "_released",
+        "_streaming",
+        "acquired_at",
+        "epoch",
+        "key",
+    )
+
+    def __init__(
+        self, governor: Governor, key: str, epoch: int, acquired_at: float, lease: Lease
+    ) -> None:
+        self._governor = governor
+        self._lease = lease
+        self._released = False
+        self._streaming = False
+        self._rejected = False
+        self.key = key
+        self.epoch = epoch
+        self.acquired_at = acquired_at
+
+    @property
+    def released(self) -> bool:
+        """Whether the slot was given back."""
+        return self._released
+
+    def success(self) -> None:
+        """Report that the work went through: counts toward the additive increase."""
+        self._governor._on_success(self)
+
+    def streaming(self) -> None:
+        """Report that the upstream accepted the request (its response is streaming)."""
+        if not self._streaming and not self._released:
+            self._streaming = True
+            self._governor._on_streaming(self)
+
+    def rate_limited(self, retry_after: float | None = None, *, measured: bool = False) -> None:
+        """Report a rate limit (429), with the Retry-After pause in seconds if it had one.
+
+        Args:
+            retry_after: the pause the upstream asked for.
+            measured: the slots are the requests the upstream counts against its limit (as
+                in the relay): the cut goes straight to the requests in flight and not
+                rejected, and the burst's later 429s settle it. Leave it off when a slot
+                stands for more than one request (e.g. a CLI process): the cut is then
+                multiplicative.
+
+        Raises:
+            UsageError: a negative or non-finite ``retry_after``.
+
+        Example:
+            >>> slot.rate_limited(parse_retry_after(response.headers.get("retry-after")))
+            ... # doctest: +SKIP
+        """
+        check_seconds("retry_after", retry_after)
+        self._governor._on_rate_limited(self, retry_after, measured)
+
+    def overloaded(self, retry_after: float | None = None) -> None:
+        """Report an overload (529): a pause and a cut, but no level marked bad.
+
+        Raises:
+            UsageError: a negative or non-finite ``retry_after``.
+        """
+        check_seconds("retry_after", retry_after)
+        self._governor._on_overloaded(self, retry_after)
+
+    def release(self) -> None:
+        """Give the slot back; only once the work it stood for has really ended."""
+        if not self._released:
+            self._released = True
+            self._governor._release(self)
+
+    def __repr__(self) -> str:
+        state = "released" if self._released else "held"
+        return f"Slot(key={self.key!r}, epoch={self.epoch}, {state})"
+
+
+class _Waiter:
+    """One caller waiting for a slot; woken by ``wake`` once granted, cleared or timed out."""
+
+    __slots__ = ("error", "key", "order", "slot", "wake")
+
+    def __init__(self, key: str, priority: int, seq: int) -> None:
+        self.key = key
+        self.order = (-priority, seq)  # higher priority first, then arrival
+        self.wake = anyio.Event()
+        self.slot: Slot | None = None
+        self.error: BaseException | None = None
+
+    def __lt__(self, other: _Waiter) -> bool:
+        return self.order < other.order
+
+
+class _Bucket:
+    """What stays local to this process: the queue and the slots it holds."""
+
+    __slots__ = ("in_flight", "key", "last_activity", "rejected", "streaming", "waiters")
+
+    def __init__(self, key: str, now: float) -> None:
+        self.key = key
+        self.in_flight = 0
+        self.streaming = 0
+        self.rejected = 0  # held slots that reported a 429 (not accepted by the upstream)
+        self.waiters: list[_Waiter] = []  # sorted by _Waiter.order
+        self.last_activity = now
+
+    def enqueue(self, waiter: _Waiter) -> None:
+        """Queue ``waiter`` by priority then arrival; a displaced head hands over its timer."""
+        was_head = self.waiters[0] if self.waiters else None
+        insort(self.waiters, waiter)
+        if was_head is not None and self.waiters[0] is not was_head:
+            was_head.wake.set()
+
+    def remove(self, waiter: _Waiter) -> bool:
+        """Take ``waiter`` off the queue; ``False`` if it was not queued (cleared)."""
+        was_head = bool(self.waiters) and self.waiters[0] is waiter
+        try:
+            self.waiters.remove(waiter)
+        except ValueError:
+            return False
+        if was_head and self.waiters:
+            self.waiters[0].wake.set()  # the new head may need to keep the pause timer
+        return True
 
 
 class Governor:
@@ -103,7 +248,10 @@ class Governor:
         policy: the knobs; default :class:`GovernorPolicy` ().
         clock: time source for pauses, timeouts and the idle reset.
         on_change: called with every :class:`ConcurrencyChanged`, after the state changed.
-        store: where the learnt limits live; default in this process.
+        store: where the learnt limits live when this process is alone on the account
+            (default: in this process); ignored when ``account`` is given.
+        account: the state shared with the account's other processes (learnt limits and
+            in-flight leases); default: this process alone.
     """
 
     def __init__(
@@ -113,13 +261,14 @@ class Governor:
         clock: Clock = SYSTEM_CLOCK,
         on_change: Callable[[ConcurrencyChanged], None] | None = None,
         store: LimitStore | None = None,
+        account: Account | None = None,
     ) -> None:
         self.policy = policy or GovernorPolicy()
         self.journal: deque[ConcurrencyChanged] = deque(maxlen=JOURNAL_SIZE)
         self._clock = clock
         self._listeners = [on_change] if on_change is not None else []
-        self._store: LimitStore = store if store is not None else MemoryStore()
-        self._buckets: dict[str, Bucket] = {}
+        self._account: Account = account if account is not None else ProcessAccount(store)
+        self._buckets: dict[str, _Bucket] = {}
         self._total = 0
         self._seq = 0
 
@@ -137,10 +286,18 @@ class Governor:
         timeout: float | None = None,  # noqa: ASYNC109 - runs on the injected clock
         priority: int = 0,
     ) -> AsyncIterator[Slot]:
-        """Hold a slot of ``key`` for the block; released when the block exits.
+        """Hold a slot of ``key`` for the block; it is released when the block exits.
 
-        ``timeout`` (governor's clock; ``None``: until cancelled) and ``priority`` (higher
-        is served first) are as for :meth:`acquire`.
+        Args:
+            key: the bucket, ``provider/model`` (see :func:`bucket_key`).
+            timeout: most seconds to wait for the slot (governor's clock); ``None`` waits
+                until cancelled, e.g. by an enclosing ``anyio.fail_after``.
+            priority: waiters with a higher priority are served first (then FIFO).
+
+        Raises:
+            TimeoutError: no slot within ``timeout``.
+            GovernorCleared: :meth:`clear` ran while waiting.
+            UsageError: empty key or negative timeout.
         """
         acquired = await self.acquire(key, timeout=timeout, priority=priority)
         try:
@@ -176,11 +333,13 @@ class Governor:
             raise UsageError(f"acquire timeout must be zero or more seconds, got {timeout}")
         await anyio.lowlevel.checkpoint_if_cancelled()
         bucket = self._bucket(key)
-        if not bucket.waiters and self._can_grant(bucket):
-            return self._grant(bucket)
+        if not bucket.waiters:
+            granted = self._try_grant(bucket)
+            if granted is not None:
+                return granted
         deadline = None if timeout is None else self._clock.monotonic() + timeout
         self._seq += 1
-        waiter = Waiter(key, priority, self._seq)
+        waiter = _Waiter(key, priority, self._seq)
         bucket.enqueue(waiter)
         try:
             return await self._wait_for_grant(bucket, waiter, deadline, timeout)
@@ -200,9 +359,9 @@ class Governor:
             read_windows(headers), now=self._clock.time(), pace_below=self.policy.pace_below
         )
         if pause > 0:
-            bucket = self._bucket(key)
+            now = self._clock.monotonic()
             self._apply(
-                bucket, aimd.paced(self._limits(key), now=self._clock.monotonic(), seconds=pause)
+                self._bucket(key), lambda limits: aimd.paced(limits, now=now, seconds=pause)
             )
         return pause
 
@@ -232,18 +391,19 @@ class Governor:
         return BucketState(
             key=key,
             cap=limits.cap,
-            effective=self._effective(limits),
+            effective=self._effective(key, limits),
             in_flight=bucket.in_flight,
             waiting=len(bucket.waiters),
             epoch=limits.epoch,
             last_good=limits.last_good,
             cooldown_s=max(0.0, limits.cooldown_until - self._clock.monotonic()),
             streaming=bucket.streaming,
+            account_in_flight=self._account.in_flight(key),
         )
 
     @property
     def total_in_flight(self) -> int:
-        """Slots held across all buckets."""
+        """Slots held across all buckets (by this process)."""
         return self._total
 
     @property
@@ -251,9 +411,14 @@ class Governor:
         """The buckets seen so far."""
         return list(self._buckets)
 
+    @property
+    def account(self) -> Account:
+        """Where the learnt limits and the leases live."""
+        return self._account
+
     # -- waiting --------------------------------------------------------------------------
     async def _wait_for_grant(
-        self, bucket: Bucket, waiter: Waiter, deadline: float | None, asked: float | None
+        self, bucket: _Bucket, waiter: _Waiter, deadline: float | None, asked: float | None
     ) -> Slot:
         while True:
             if waiter.error is not None:
@@ -265,19 +430,24 @@ class Governor:
                 return waiter.slot
             now = self._clock.monotonic()
             if deadline is not None and now >= deadline:
+                limits = self._limits(bucket.key)
                 raise TimeoutError(
                     f"no concurrency slot for {bucket.key!r} within {asked:g}s "
-                    f"(limit {self._effective(self._limits(bucket.key))}, "
+                    f"(limit {self._effective(bucket.key, limits)}, "
                     f"{bucket.in_flight} running, {len(bucket.waiters)} waiting, "
                     f"{self._total} running in total)"
                 )
             cooldown_until = self._limits(bucket.key).cooldown_until
             if deadline is not None and cooldown_until > deadline:
                 raise TimeoutError(f"{bucket.key!r} is paused longer than {asked:g}s allowed")
-            # Only the head of a paused bucket keeps the timer; the others are woken by it.
+            # Only the head of a bucket keeps a timer (a pause, or re-checking a shared
+            # account); the others are woken by it.
             sleep_for = None
-            if bucket.waiters and bucket.waiters[0] is waiter and cooldown_until > now:
-                sleep_for = cooldown_until - now
+            if bucket.waiters and bucket.waiters[0] is waiter:
+                if cooldown_until > now:
+                    sleep_for = cooldown_until - now
+                if self._account.shared:
+                    sleep_for = min(sleep_for or _SHARED_POLL_S, _SHARED_POLL_S)
             if deadline is not None:
                 left = deadline - now
                 sleep_for = left if sleep_for is None else min(sleep_for, left)
@@ -290,47 +460,58 @@ class Governor:
         """Wait for ``event``, or at most ``seconds`` on the governor's clock."""
         await wait_event(event, seconds, self._clock)
 
-    def _forget(self, bucket: Bucket, waiter: Waiter) -> None:
+    def _forget(self, bucket: _Bucket, waiter: _Waiter) -> None:
         if bucket.remove(waiter):
             self._dispatch(bucket.key)
 
     # -- state ----------------------------------------------------------------------------
-    def _limits(self, key: str) -> aimd.Limits:
-        limits = self._store.get(key)
-        if limits is None:
-            limits = aimd.initial(self.policy)
-            self._store.put(key, limits)
-        return limits
+    def _knobs(self, key: str) -> aimd.KeyKnobs:
+        return aimd.KeyKnobs.of(self.policy, self.policy.ceiling_for(key))
 
-    def _bucket(self, key: str) -> Bucket:
+    def _limits(self, key: str) -> aimd.Limits:
+        limits = self._account.limits(key)
+        return limits if limits is not None else aimd.initial(self._knobs(key))
+
+    def _bucket(self, key: str) -> _Bucket:
         now = self._clock.monotonic()
         bucket = self._buckets.get(key)
         if bucket is None:
-            bucket = self._buckets[key] = Bucket(key, now)
-            self._limits(key)
+            bucket = self._buckets[key] = _Bucket(key, now)
         elif (
             bucket.in_flight == 0
             and not bucket.waiters
             and now - bucket.last_activity >= self.policy.idle_reset_s
+            and self._account.in_flight(key) == 0  # idle here, and nowhere else busy
         ):
             bucket.last_activity = now
-            self._apply(bucket, aimd.idle_reset(self._limits(key), self.policy, now=now))
+            knobs = self._knobs(key)
+            self._apply(
+                bucket,
+                lambda limits: aimd.idle_reset(limits or aimd.initial(knobs), knobs, now=now),
+            )
         return bucket
 
-    def _apply(self, bucket: Bucket, step: aimd.Step) -> None:
-        """Store a rule's result, wake the head on a new pause, journal the change."""
-        limits, change = step
-        before = self._limits(bucket.key).cooldown_until
-        self._store.put(bucket.key, limits)
-        if limits.cooldown_until > before and bucket.waiters:
+    def _apply(self, bucket: _Bucket, rule: Callable[[aimd.Limits], aimd.Step]) -> None:
+        """Apply a rule to the stored limits atomically, wake the head on a new pause,
+        journal the change."""
+        knobs = self._knobs(bucket.key)
+        before: list[float] = []
+
+        def step(stored: aimd.Limits | None) -> aimd.Step:
+            limits = stored if stored is not None else aimd.initial(knobs)
+            before.append(limits.cooldown_until)
+            return rule(limits)
+
+        limits, change = self._account.update(bucket.key, step)
+        if before and limits.cooldown_until > before[-1] and bucket.waiters:
             bucket.waiters[0].wake.set()  # the head starts the pause timer
         if change is not None:
-            self._record(bucket, change)
+            self._record(bucket, limits, change)
             self._dispatch(bucket.key)  # an increase or a correction may make room
 
     # -- granting -------------------------------------------------------------------------
-    def _effective(self, limits: aimd.Limits) -> int:
-        limit = min(limits.cap, self.policy.ceiling)
+    def _effective(self, key: str, limits: aimd.Limits) -> int:
+        limit = min(limits.cap, self.policy.ceiling_for(key))
         if self.policy.max_total is not None:
             limit = min(limit, self.policy.max_total)
         return limit
@@ -338,37 +519,68 @@ class Governor:
     def _global_room(self) -> bool:
         return self.policy.max_total is None or self._total < self.policy.max_total
 
-    def _bucket_room(self, bucket: Bucket) -> bool:
+    def _bucket_room(self, bucket: _Bucket) -> bool:
         limits = self._limits(bucket.key)
         return (
-            bucket.in_flight < self._effective(limits)
+            bucket.in_flight < self._effective(bucket.key, limits)
             and limits.cooldown_until <= self._clock.monotonic()
         )
 
-    def _can_grant(self, bucket: Bucket) -> bool:
-        return self._bucket_room(bucket) and self._global_room()
-
-    def _grant(self, bucket: Bucket) -> Slot:
+    def _try_grant(self, bucket: _Bucket) -> Slot | None:
+        """A slot of ``bucket`` if this process and the whole account have room, else None."""
+        limits = self._limits(bucket.key)
+        room = (
+            bucket.in_flight < self._effective(bucket.key, limits)
+            and limits.cooldown_until <= self._clock.monotonic()
+        )
+        if not (room and self._global_room()):
+            return None
+        lease = self._account.take(
+            Bounds(
+                bucket.key,
+                limit=self._effective(bucket.key, limits),
+                provider_limit=self.policy.provider_ceiling(bucket.key),
+                total_limit=self.policy.max_total,
+            )
+        )
+        if lease is None:
+            return None
+        if self._account.shared:
+            # Another process may have cut between the read above and the lease: the slot
+            # belongs to the epoch after that cut, which did not count it as accepted.
+            limits = self._limits(bucket.key)
         now = self._clock.monotonic()
         bucket.in_flight += 1
         bucket.last_activity = now
         self._total += 1
-        return Slot(self, bucket.key, self._limits(bucket.key).epoch, now)
+        return Slot(self, bucket.key, limits.epoch, now, lease)
 
     def _dispatch(self, preferred: str) -> None:
         """Grant what can be granted: ``preferred``'s queue first, then the best heads."""
         bucket = self._buckets[preferred]
-        while bucket.waiters and self._can_grant(bucket):
-            self._hand_to(bucket, bucket.waiters.pop(0))
+        while bucket.waiters:
+            granted = self._try_grant(bucket)
+            if granted is None:
+                break
+            self._hand_to(bucket.waiters.pop(0), granted)
+        refused: set[str] = set()
         while self._global_room():
-            heads = [b for b in self._buckets.values() if b.waiters and self._bucket_room(b)]
+            heads = [
+                b
+                for b in self._buckets.values()
+                if b.waiters and b.key not in refused and self._bucket_room(b)
+            ]
             if not heads:
                 return
             best = min(heads, key=lambda b: b.waiters[0].order)
-            self._hand_to(best, best.waiters.pop(0))
+            granted = self._try_grant(best)
+            if granted is None:
+                refused.add(best.key)  # the account is full for it: its head polls
+                continue
+            self._hand_to(best.waiters.pop(0), granted)
 
-    def _hand_to(self, bucket: Bucket, waiter: Waiter) -> None:
-        waiter.slot = self._grant(bucket)
+    def _hand_to(self, waiter: _Waiter, slot: Slot) -> None:
+        waiter.slot = slot
         waiter.wake.set()
 
     def _release(self, slot: Slot) -> None:
@@ -376,12 +588,15 @@ class Governor:
         bucket.in_flight -= 1
         if slot._streaming:
             bucket.streaming -= 1
+        if slot._rejected:
+            bucket.rejected -= 1
         bucket.last_activity = self._clock.monotonic()
         self._total -= 1
+        self._account.give_back(slot._lease)
         self._dispatch(slot.key)
 
     # -- outcomes -------------------------------------------------------------------------
-    def _touch(self, key: str) -> tuple[Bucket, float]:
+    def _touch(self, key: str) -> tuple[_Bucket, float]:
         bucket = self._buckets[key]
         now = self._clock.monotonic()
         bucket.last_activity = now
@@ -389,54 +604,77 @@ class Governor:
 
     def _on_success(self, slot: Slot) -> None:
         bucket, now = self._touch(slot.key)
-        limits = self._limits(slot.key)
+        knobs = self._knobs(slot.key)
         # Growing helps only callers held back by this bucket's own cap (not by the global
         # cap, nor by a pause).
-        queued = (
-            bool(bucket.waiters)
-            and bucket.in_flight >= min(limits.cap, self.policy.ceiling)
-            and limits.cooldown_until <= now
-        )
-        step = aimd.success(limits, self.policy, slot_epoch=slot.epoch, now=now, queued=queued)
-        self._apply(bucket, step)
+        in_flight = bucket.in_flight
+        if self._account.shared:
+            in_flight = max(in_flight, self._account.in_flight(slot.key))
+
+        def rule(limits: aimd.Limits) -> aimd.Step:
+            queued = (
+                bool(bucket.waiters)
+                and in_flight >= min(limits.cap, knobs.ceiling)
+                and limits.cooldown_until <= now
+            )
+            return aimd.success(limits, knobs, slot_epoch=slot.epoch, now=now, queued=queued)
+
+        self._apply(bucket, rule)
 
     def _on_streaming(self, slot: Slot) -> None:
         bucket, _ = self._touch(slot.key)
         bucket.streaming += 1
-        step = aimd.started(
-            self._limits(slot.key), self.policy, slot_epoch=slot.epoch, streaming=bucket.streaming
+        knobs, streaming = self._knobs(slot.key), bucket.streaming
+        self._apply(
+            bucket,
+            lambda limits: aimd.started(limits, knobs, slot_epoch=slot.epoch, streaming=streaming),
         )
-        self._apply(bucket, step)
 
-    def _on_rate_limited(self, slot: Slot, retry_after: float | None, accepted: int | None) -> None:
+    def _on_rate_limited(self, slot: Slot, retry_after: float | None, measured: bool) -> None:
         bucket, now = self._touch(slot.key)
-        limits, epoch = self._limits(slot.key), slot.epoch
-        step = aimd.rate_limited(
-            limits,
-            self.policy,
-            slot_epoch=epoch,
-            now=now,
-            retry_after=retry_after,
-            accepted=accepted,
+        accepted = None
+        if measured:
+            if not slot._rejected and not slot._released:
+                slot._rejected = True
+                bucket.rejected += 1
+            # The upstream counts every request of the provider on the account; those of
+            # this process it rejected are not accepted (this one among them).
+            provider = slot.key.split("/", 1)[0] + "/"
+            mine = [b for b in self._buckets.values() if b.key.startswith(provider)]
+            # this process's own count stands when the account lost sight of its slots
+            # (a shared store that failed mid-run)
+            held = max(self._account.in_flight(provider), sum(b.in_flight for b in mine))
+            accepted = max(0, held - sum(b.rejected for b in mine))
+        knobs = self._knobs(slot.key)
+        self._apply(
+            bucket,
+            lambda limits: aimd.rate_limited(
+                limits,
+                knobs,
+                slot_epoch=slot.epoch,
+                now=now,
+                retry_after=retry_after,
+                accepted=accepted,
+            ),
         )
-        self._apply(bucket, step)
 
     def _on_overloaded(self, slot: Slot, retry_after: float | None) -> None:
         bucket, now = self._touch(slot.key)
-        limits, epoch = self._limits(slot.key), slot.epoch
-        step = aimd.overloaded(
-            limits, self.policy, slot_epoch=epoch, now=now, retry_after=retry_after
+        knobs = self._knobs(slot.key)
+        self._apply(
+            bucket,
+            lambda limits: aimd.overloaded(
+                limits, knobs, slot_epoch=slot.epoch, now=now, retry_after=retry_after
+            ),
         )
-        self._apply(bucket, step)
 
-    def _record(self, bucket: Bucket, change: aimd.Change) -> None:
-        limits = self._limits(bucket.key)
+    def _record(self, bucket: _Bucket, limits: aimd.Limits, change: aimd.Change) -> None:
         event = ConcurrencyChanged(
             key=bucket.key,
             reason=change.reason,
             cap=limits.cap,
             previous_cap=change.previous_cap,
-            effective=self._effective(limits),
+            effective=self._effective(bucket.key, limits),
             epoch=limits.epoch,
             retry_after_s=change.retry_after,
             at=self._clock.time(),

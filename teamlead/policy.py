@@ -22,6 +22,7 @@ MAX_RESUMES = 1000
 __all__ = [
     "TRANSIENT_STATUSES",
     "InboxWaitPolicy",
+    "LimitsPolicy",
     "LockPolicy",
     "Policy",
     "RetryPolicy",
@@ -127,6 +128,9 @@ class Policy(BaseModel):
         relay: send the run's API requests through the process's request relay, which
             paces them and absorbs 429s (default True; ``TEAMLEAD_NO_RELAY=1`` also turns
             it off). See the README's "Rate limits".
+        limits: the relay's static ceilings (per model, per provider, a default and a
+            global cap; unset: no limit) and where its learnt limits are shared
+            (:class:`LimitsPolicy`: this machine by default).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -143,6 +147,7 @@ class Policy(BaseModel):
     idle_timeout_s: float = Field(default=600.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     spawn: SpawnPolicy = Field(default_factory=lambda: SpawnPolicy())
     relay: bool = True
+    limits: LimitsPolicy = Field(default_factory=lambda: LimitsPolicy())
 
     @property
     def bg_wait_ceiling_ms(self) -> int:
@@ -212,6 +217,60 @@ class SpawnPolicy(BaseModel):
             return self.wrap_up_reserve_s
         deadline_s = max(0.0, deadline_s)
         return min(30.0, max(0.2 * deadline_s, min(WRAP_UP_TURN_S, 0.5 * deadline_s)))
+
+
+#: What ``LimitsPolicy.shared`` accepts besides a ``redis://`` URL.
+SHARED_LIMITS = ("process", "machine")
+
+
+class LimitsPolicy(BaseModel):
+    """Static ceilings on the relay's requests in flight, and who shares the learnt limits.
+
+    Every ceiling is optional; unset means no static limit (the relay then starts each
+    model at 32 requests, above what the CLI opens, and learns the real limit from the
+    upstream's 429s). The learnt limit never rises above a ceiling that is set.
+
+    Attributes:
+        models: most requests in flight per model name (``claude-opus-5-5``) or glob
+            pattern (``claude-haiku-*``); a model without one uses ``default``.
+        providers: most requests in flight of all models of a provider together
+            (``anthropic``).
+        default: most requests in flight per model without a ceiling of its own.
+        total: most requests in flight in all.
+        shared: where the learnt limits and the in-flight counts live, so several
+            processes stay under one account's limit together: ``"machine"`` (default:
+            every teamlead process of the user on this machine, through a file in the
+            user's cache directory), ``"process"`` (this process alone), or
+            ``"redis://host:port/db"`` (every machine using that Redis).
+
+    Example:
+        >>> LimitsPolicy(models={"claude-opus-5-5": 3}, total=8).shared
+        'machine'
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    models: dict[str, int] = Field(default_factory=dict)
+    providers: dict[str, int] = Field(default_factory=dict)
+    default: int | None = Field(default=None, ge=1, le=10_000)
+    total: int | None = Field(default=None, ge=1, le=100_000)
+    shared: str = "machine"
+
+    @model_validator(mode="after")
+    def _check(self) -> LimitsPolicy:
+        for kind, table in (("model", self.models), ("provider", self.providers)):
+            for name, value in table.items():
+                if not name.strip() or not 1 <= value <= 10_000:
+                    raise ValueError(
+                        f"a {kind} ceiling needs a name and 1..10000 requests, got {name!r}={value}"
+                    )
+        shared = self.shared.strip()
+        if shared not in SHARED_LIMITS and not shared.startswith(("redis://", "rediss://")):
+            raise ValueError(
+                f"limits must be 'machine', 'process' or a redis://host:port/db URL, "
+                f"got {self.shared!r}"
+            )
+        return self
 
 
 Policy.model_rebuild()

@@ -19,11 +19,14 @@ def anyio_backend() -> str:
 
 @pytest.fixture(autouse=True)
 def _isolated_claude_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test reads or writes the real ~/.claude, and none can reach a real API."""
+    """No test reads or writes the real ~/.claude or cache, and none can reach a real API."""
     home = tmp_path / "home"
     (home / ".claude").mkdir(parents=True)
     monkeypatch.setenv("HOME", str(home))
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(home / ".claude"))
+    # the governor's shared limits (an SQLite file in the cache dir): one per test, so
+    # parallel tests and processes never share learnt limits or leases by accident
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     for name in list(__import__("os").environ):

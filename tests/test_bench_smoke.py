@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
         "relay.py",
         "otel.py",
         pytest.param("storm.py", marks=pytest.mark.cli),
+        "limits.py",
     ],
 )
 def test_bench_quick_mode_runs_and_summarizes(script: str, tmp_path: Path) -> None:

@@ -18,6 +18,7 @@ from teamlead.clock import FakeClock
 from teamlead.governor import Governor, GovernorPolicy, Slot
 
 P = GovernorPolicy(ceiling=24)
+P32 = GovernorPolicy(ceiling=32)
 L = aimd.Limits
 A = "anthropic/claude-opus-5-5"
 
@@ -58,6 +59,94 @@ def test_a_stale_rate_limit_only_pauses_and_lowers_the_bad_level() -> None:
     assert change == aimd.Change("retry_after", 3, 2.0)
     lowest, _ = aimd.rate_limited(replace(new, bad_level=4), P, slot_epoch=0, now=1.0)
     assert lowest.bad_level == 4  # never below cap + 1
+
+
+@pytest.mark.parametrize(
+    ("cap", "accepted", "late", "settled", "bad_level"),
+    [
+        # 24 in flight, no response headers yet: the first 429 counts 23 not rejected, and
+        # each later 429 of the burst takes one off, down to the 3 the upstream accepted
+        (32, 23, 20, 3, 4),
+        # the others had answered already: the first count is the answer
+        (32, 3, 0, 3, 4),
+        # more late rejections than counted: never below the floor
+        (32, 23, 40, 1, 2),
+        # a burst at a level below the cap
+        (8, 5, 2, 3, 4),
+    ],
+)
+def test_a_burst_whose_headers_come_late_settles_on_its_answers(
+    cap: int, accepted: int, late: int, settled: int, bad_level: int
+) -> None:
+    limits, change = aimd.rate_limited(L(cap=cap), P32, slot_epoch=0, now=1.0, accepted=accepted)
+    assert change is not None and change.reason == "rate_limited"
+    assert (limits.cap, limits.epoch, limits.measured) == (min(cap - 1, accepted), 1, True)
+    reasons = set()
+    for _ in range(late):
+        limits, change = aimd.rate_limited(limits, P32, slot_epoch=0, now=1.1, accepted=0)
+        reasons.add(change.reason if change else None)
+    assert (limits.cap, limits.bad_level, limits.epoch) == (settled, bad_level, 1)
+    assert reasons <= {"settled", None}
+
+
+def test_late_rejections_of_an_unmeasured_cut_do_not_settle_it() -> None:
+    limits, _ = aimd.rate_limited(L(cap=8), P, slot_epoch=0, now=1.0)
+    assert (limits.cap, limits.measured) == (6, False)
+    for _ in range(4):
+        limits, _ = aimd.rate_limited(limits, P, slot_epoch=0, now=1.1)
+    assert (limits.cap, limits.bad_level) == (6, 7)
+
+
+@pytest.mark.parametrize(
+    ("limits", "successes", "now", "cap"),
+    [
+        # a measured cut found 4 bad, but something cut lower: back up a level per success
+        (L(cap=1, bad_level=4, bad_at=0.0, measured=True), 1, 1.0, 2),
+        (L(cap=1, bad_level=4, bad_at=0.0, measured=True), 2, 1.0, 3),
+        # ... and no further: the level found is not probed before reprobe_after_s
+        (L(cap=1, bad_level=4, bad_at=0.0, measured=True), 9, 1.0, 3),
+        (L(cap=3, bad_level=4, bad_at=0.0, measured=True), 4, 61.0, 4),
+        # an unmeasured cut keeps the slow additive increase
+        (L(cap=1, bad_level=4, bad_at=0.0), 3, 1.0, 1),
+        (L(cap=1, bad_level=4, bad_at=0.0), 4, 1.0, 2),
+    ],
+)
+def test_a_cut_that_proved_too_low_is_undone_promptly(
+    limits: aimd.Limits, successes: int, now: float, cap: int
+) -> None:
+    for _ in range(successes):
+        limits, _change = aimd.success(limits, P, slot_epoch=0, now=now, queued=True)
+    assert limits.cap == cap
+
+
+@pytest.mark.anyio
+async def test_a_measured_storm_with_no_headers_yet_learns_the_true_limit() -> None:
+    """24 requests in flight, none streaming (the upstream sends headers with the answer):
+    21 rejections arrive one by one and the cap lands on the 3 the upstream accepted."""
+    gov = Governor(GovernorPolicy(ceiling=32), clock=FakeClock())
+    burst = [await gov.acquire(A) for _ in range(24)]
+    for slot in burst[3:]:
+        slot.rate_limited(1.0, measured=True)
+        slot.release()
+    state = gov.state(A)
+    assert (state.cap, state.in_flight, state.epoch) == (3, 3, 1)
+    assert [e.reason for e in gov.journal] == ["rate_limited"] + ["settled"] * 20
+    for slot in burst[:3]:
+        slot.release()
+
+
+@pytest.mark.anyio
+async def test_a_measured_cut_counts_the_other_buckets_of_the_provider() -> None:
+    """An upstream limit may count every model of the provider (the lead's requests too):
+    the accepted level counts the provider's requests in flight, not only this bucket's."""
+    gov = Governor(GovernorPolicy(ceiling=32), clock=FakeClock())
+    lead = await gov.acquire("anthropic/lead-model")
+    subs = [await gov.acquire(A) for _ in range(5)]
+    subs[4].rate_limited(measured=True)
+    assert gov.state(A).cap == 5  # the lead and four subagents were accepted
+    assert gov.state("anthropic/lead-model").cap == 32  # the other bucket is not cut
+    for slot in [lead, *subs]:
+        slot.release()
 
 
 @pytest.mark.parametrize(
@@ -215,9 +304,10 @@ async def test_a_shared_store_carries_what_was_learnt_to_another_governor() -> N
     store = MemoryStore()
     assert isinstance(store, LimitStore)
     first = Governor(GovernorPolicy(ceiling=24), clock=FakeClock(), store=store)
-    slot: Slot = await first.acquire(A)
-    slot.rate_limited(accepted=3)
-    slot.release()
+    slots: list[Slot] = [await first.acquire(A) for _ in range(4)]
+    slots[0].rate_limited(measured=True)  # three others in flight, not rejected
+    for slot in slots:
+        slot.release()
     second = Governor(GovernorPolicy(ceiling=24), clock=FakeClock(), store=store)
     assert second.state(A).cap == 3
 
@@ -230,7 +320,7 @@ async def test_streaming_is_counted_and_released() -> None:
         slot.streaming()
         slot.streaming()  # idempotent
     assert gov.state(A).streaming == 2
-    slots[2].rate_limited(accepted=gov.state(A).streaming)
+    slots[2].rate_limited(measured=True)
     assert gov.state(A).cap == 2
     for slot in slots:
         slot.release()

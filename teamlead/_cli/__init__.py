@@ -1,8 +1,8 @@
 """The ``teamlead`` command line: the click group and its commands, one module per group.
 
 ``ask``/``resume`` live in :mod:`.ask`, ``demo``/``serve-scripted`` in :mod:`.demo` (the
-only modules that load the offline test bed, and only when run), ``inbox``, ``prompts``
-and ``experiment`` in modules of those names. Every option also reads
+only modules that load the offline test bed, and only when run), ``inbox``, ``prompts``,
+``experiment`` and ``relay`` in modules of those names. Every option also reads
 ``TEAMLEAD_<NAME>`` (see :mod:`.options`); errors print one line and exit with a code
 from :mod:`.exitcodes`: 0 completed, 1 failed, 2 usage error, 3 partial, 130 interrupted.
 Command bodies stay thin: the work is in plain functions (:mod:`.app`, :mod:`.progress`,
@@ -22,6 +22,7 @@ from .exitcodes import SafeErrorsGroup
 from .experiment import experiment
 from .inbox import inbox
 from .prompts import prompts
+from .relay import relay
 
 __all__ = ["main"]
 
@@ -49,5 +50,5 @@ def _configure_logging() -> None:
     logging.getLogger("claude_agent_sdk").setLevel(logging.CRITICAL)
 
 
-for _command in (ask, resume, demo, serve_scripted, prompts, inbox, experiment):
+for _command in (ask, resume, demo, serve_scripted, prompts, inbox, experiment, relay):
     main.add_command(_command)

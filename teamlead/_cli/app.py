@@ -24,7 +24,7 @@ from .._redact import redact, terminal_safe
 from .._run.prompt_limits import prompt_limits
 from ..errors import SetupError, UsageError
 from ..events import Finished
-from ..policy import Policy, SpawnPolicy
+from ..policy import LimitsPolicy, Policy, SpawnPolicy
 from ..prompts import (
     Strategy,
     apply_strategy,
@@ -69,6 +69,7 @@ class AskSettings:
     cli_path: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     relay: bool = True
+    limits: LimitsPolicy = field(default_factory=LimitsPolicy)
 
 
 def check_setup(env: Mapping[str, str]) -> None:
@@ -154,6 +155,7 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
                 wrap_up_reserve_s=settings.wrap_up_reserve_s,
             ),
             relay=settings.relay,
+            limits=settings.limits,
         )
     except ValueError as exc:
         first = str(exc).splitlines()

@@ -16,7 +16,14 @@ from .._otel import run_labels
 from ..errors import UsageError
 from ..policy import MAX_SECONDS
 from .exitcodes import handle_errors
-from .options import FiniteFloatRange, no_relay_option, option, output_mode
+from .options import (
+    FiniteFloatRange,
+    limits_from_options,
+    limits_options,
+    no_relay_option,
+    option,
+    output_mode,
+)
 
 if TYPE_CHECKING:
     from .app import AskSettings
@@ -89,6 +96,7 @@ def run_options(func: _F) -> _F:
         option("--verbose", "-v", is_flag=True, help="Show the lead's text as it streams."),
         *spawn_options(),
         no_relay_option(),
+        *limits_options(),
     ]
     for decorate in reversed(options):
         func = decorate(func)
@@ -164,6 +172,11 @@ def settings_from_options(
     wrap_up_reserve_s: float | None = None,
     no_spawn_gate: bool = False,
     no_relay: bool = False,
+    limits_shared: str = "machine",
+    model_limit: tuple[str, ...] = (),
+    provider_limit: tuple[str, ...] = (),
+    default_limit: int | None = None,
+    total_limit: int | None = None,
 ) -> AskSettings:
     """The :class:`AskSettings` for the parsed run options."""
     from .app import AskSettings
@@ -187,6 +200,9 @@ def settings_from_options(
         wrap_up_reserve_s=wrap_up_reserve_s,
         spawn_gate=not no_spawn_gate,
         relay=not no_relay,
+        limits=limits_from_options(
+            limits_shared, model_limit, provider_limit, default_limit, total_limit
+        ),
     )
 
 

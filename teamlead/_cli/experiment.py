@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
 from ..errors import SetupError, UsageError
 from .exitcodes import EXIT_PARTIAL, handle_errors
-from .options import no_relay_option, option
+from .options import limits_from_options, no_relay_option, option, with_limits_options
 
 __all__ = ["experiment", "require_experiment_extra"]
 
@@ -74,9 +75,16 @@ def experiment() -> None:
     help="Keep each trial's workspace for debugging (its path goes into the record).",
 )
 @no_relay_option()
+@with_limits_options
 @handle_errors
 def experiment_run(
-    spec_path: str, out_dir: str, quiet: bool, backend: str, keep_workspaces: bool, no_relay: bool
+    spec_path: str,
+    out_dir: str,
+    quiet: bool,
+    backend: str,
+    keep_workspaces: bool,
+    no_relay: bool,
+    **limits: Any,
 ) -> None:
     """Run every task x variant x trial of SPEC as a full coordinator run.
 
@@ -102,6 +110,7 @@ def experiment_run(
         relay=not no_relay,
         keep_workspaces=keep_workspaces,
         ray=backend == "ray",
+        limits=limits_from_options(**limits),
     )
     click.echo(
         f"ran {summary.ran} trial(s), skipped {summary.skipped} finished, {summary.failed} failed, "

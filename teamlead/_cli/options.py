@@ -15,12 +15,16 @@ from typing import Any, Literal, TypeVar
 import click
 
 from ..errors import UsageError
+from ..policy import LimitsPolicy
 
 __all__ = [
     "ENV_PREFIX",
     "FiniteFloatRange",
     "Output",
     "envvar_for",
+    "limits_from_options",
+    "limits_options",
+    "with_limits_options",
     "no_relay_option",
     "option",
     "output_mode",
@@ -90,4 +94,91 @@ def no_relay_option() -> Callable[[_F], _F]:
         "--no-relay",
         is_flag=True,
         help="Send API requests direct instead of through the pacing request relay.",
+    )
+
+
+def _named_limits(values: tuple[str, ...], flag: str) -> dict[str, int]:
+    """``("claude-opus-5-5=3", ...)`` -> ``{"claude-opus-5-5": 3}``; bad entries: UsageError."""
+    table: dict[str, int] = {}
+    for value in values:
+        for item in value.replace(",", " ").split():
+            name, sep, number = item.partition("=")
+            if not sep or not name.strip() or not number.strip().isdigit():
+                raise UsageError(f"{flag} takes NAME=N (e.g. claude-opus-5-5=3), got {item!r}")
+            count = int(number)
+            if not 1 <= count <= 10_000:
+                raise UsageError(f"{flag} {name}: the limit must be 1..10000, got {count}")
+            table[name.strip()] = count
+    return table
+
+
+def limits_options() -> list[Callable[[_F], _F]]:
+    """The relay's static ceilings and where its learnt limits are shared (``--limits``).
+
+    Unset ceilings mean no static limit: the relay learns the account's limit by itself.
+    """
+    return [
+        option(
+            "--limits",
+            "limits_shared",
+            default="machine",
+            show_default=True,
+            help="Where the relay's learnt limits and requests in flight are shared: machine "
+            "(every teamlead process of yours here), process, or redis://host:port/db.",
+        ),
+        option(
+            "--model-limit",
+            multiple=True,
+            metavar="MODEL=N",
+            help="Most requests in flight for a model (name or glob); repeatable "
+            "[default: no limit].",
+        ),
+        option(
+            "--provider-limit",
+            multiple=True,
+            metavar="PROVIDER=N",
+            help="Most requests in flight for all of a provider's models; repeatable "
+            "[default: no limit].",
+        ),
+        option(
+            "--default-limit",
+            type=click.IntRange(1, 10_000),
+            help="Most requests in flight per model without a limit of its own "
+            "[default: no limit].",
+        ),
+        option(
+            "--total-limit",
+            type=click.IntRange(1, 100_000),
+            help="Most requests in flight in all [default: no limit].",
+        ),
+    ]
+
+
+def with_limits_options(func: _F) -> _F:
+    """Decorate a command with :func:`limits_options` (they arrive as keyword arguments)."""
+    for decorate in reversed(limits_options()):
+        func = decorate(func)
+    return func
+
+
+def limits_from_options(
+    limits_shared: str = "machine",
+    model_limit: tuple[str, ...] = (),
+    provider_limit: tuple[str, ...] = (),
+    default_limit: int | None = None,
+    total_limit: int | None = None,
+) -> LimitsPolicy:
+    """The :class:`~teamlead.policy.LimitsPolicy` for the parsed :func:`limits_options`.
+
+    Raises:
+        UsageError: a malformed ``NAME=N`` or an unknown ``--limits`` value.
+    """
+    from .._governor.accounts import check_limits_spec
+
+    return LimitsPolicy(
+        models=_named_limits(model_limit, "--model-limit"),
+        providers=_named_limits(provider_limit, "--provider-limit"),
+        default=default_limit,
+        total=total_limit,
+        shared=check_limits_spec(limits_shared),
     )

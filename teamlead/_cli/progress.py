@@ -34,7 +34,7 @@ from ..experiment import (
 )
 from ..experiment.metrics import PRIMARY_METRIC
 from ..experiment.outdir import make_out_dir
-from ..policy import Policy
+from ..policy import LimitsPolicy, Policy
 from .exitcodes import EXIT_INTERRUPTED, fail
 from .signals import Interruptible
 
@@ -51,10 +51,12 @@ def run_with_progress(
     relay: bool = True,
     keep_workspaces: bool = False,
     ray: bool = False,
+    limits: LimitsPolicy | None = None,
 ) -> RunSummary:
     """Run ``spec`` with a live bar: done/total, in flight, 429s, ETA, concurrency changes.
 
-    ``ray`` runs each trial as a Ray task (:mod:`teamlead.experiment.ray_backend`).
+    ``ray`` runs each trial as a Ray task (:mod:`teamlead.experiment.ray_backend`);
+    ``limits`` are the relay's ceilings and where its learnt limits are shared.
     """
     make_out_dir(out_dir)
     control = {
@@ -113,7 +115,7 @@ def run_with_progress(
                 bar.console.print(Text(text, style="yellow"))
             seen_errors = len(p.grader_errors)
 
-        policy = Policy(relay=relay)
+        policy = Policy(relay=relay, limits=limits or LimitsPolicy())
         if ray:
             from ..experiment.ray_backend import ray_session, run_experiment_ray
 

@@ -9,15 +9,23 @@ the rules are tested as tables (``tests/test_governor.py``), and a shared store 
 The rules (the governor's module docstring tells the story):
 
 * :func:`rate_limited`: a Retry-After pauses the bucket; a 429 of the current epoch cuts
-  ``cap`` (back to ``last_good`` after a failed probe; else to what the upstream accepted
-  when ``accepted`` is known, else ``floor(cap * decrease)``), opens a new epoch and
-  remembers the level that drew it. A stale 429 (older epoch) only lowers that level.
+  ``cap`` (back to ``last_good`` after a failed probe; else, when ``accepted`` is known, to
+  the requests that were in flight and not rejected when it came; else to
+  ``floor(cap * decrease)``), opens a new epoch and remembers the level that drew it. A
+  stale 429 (a request of the cutting burst, sent before the cut) cuts no further, except
+  that after a measured cut it *settles* it: one more rejection of that burst means the
+  upstream accepted one request fewer than counted, so ``cap`` goes down by one (reason
+  ``settled``). So the limit is learnt from the burst's answers, whenever their response
+  headers come: at once, seconds later, or only with the whole answer.
 * :func:`started`: a request of the cutting burst streams: the upstream accepts at least the
   requests streaming now, so a cut below that is corrected up (reason ``accepted``).
 * :func:`overloaded`: a 529 pauses (Retry-After) and cuts multiplicatively, but does not mark
   a level as bad: overload is the provider's state, not the account's limit.
 * :func:`success`: successes of the current epoch earn ``cap + 1`` while callers queue on
-  the cap, except towards a level that drew a 429 less than ``reprobe_after_s`` ago.
+  the cap, except towards a level that drew a 429 less than ``reprobe_after_s`` ago. Below
+  the level a measured cut found (``cap + 1 < bad_level``), every success earns ``cap + 1``:
+  a level that was never really tried is not banned, and a cut that proved too low (e.g.
+  by an overload) is undone within a round of requests.
 * :func:`paced`: a pause asked for by the rate-limit headers (see ``ratelimit_headers``).
 * :func:`idle_reset`: back to the ceiling, forgetting what was learnt, the pause included.
 
@@ -37,6 +45,7 @@ from .retry_after import bounded_pause
 
 __all__ = [
     "Change",
+    "KeyKnobs",
     "Knobs",
     "Limits",
     "Step",
@@ -66,6 +75,28 @@ class Knobs(Protocol):
 
 
 @dataclass(frozen=True)
+class KeyKnobs:
+    """The knobs for one bucket: the policy's, with that bucket's own ceiling."""
+
+    ceiling: int
+    floor: int
+    decrease: float
+    successes_to_grow: int
+    reprobe_after_s: float
+
+    @classmethod
+    def of(cls, knobs: Knobs, ceiling: int) -> KeyKnobs:
+        """``knobs`` with ``ceiling`` (the floor never above it)."""
+        return cls(
+            ceiling=ceiling,
+            floor=min(knobs.floor, ceiling),
+            decrease=knobs.decrease,
+            successes_to_grow=knobs.successes_to_grow,
+            reprobe_after_s=knobs.reprobe_after_s,
+        )
+
+
+@dataclass(frozen=True)
 class Limits:
     """What one bucket has learnt; the only state a shared store needs to hold.
 
@@ -79,6 +110,8 @@ class Limits:
         bad_at: when ``bad_level`` was set.
         cut_epoch: the epoch the last cut closed (its late 429s are the same burst).
         cooldown_until: no new grants before this (Retry-After, overload, pacing).
+        measured: the last cut counted the requests in flight (``accepted``), so the
+            late rejections of its burst settle it.
     """
 
     cap: int
@@ -89,6 +122,7 @@ class Limits:
     bad_at: float = -math.inf
     cut_epoch: int = -1
     cooldown_until: float = -math.inf
+    measured: bool = False
 
 
 @dataclass(frozen=True)
@@ -144,7 +178,11 @@ def success(limits: Limits, knobs: Knobs, *, slot_epoch: int, now: float, queued
     if slot_epoch != limits.epoch:
         return limits, None  # from before the last cut: says nothing about the new level
     limits = replace(limits, successes=limits.successes + 1)
-    if limits.successes < knobs.successes_to_grow or limits.cap >= knobs.ceiling or not queued:
+    below_found = (
+        limits.measured and limits.bad_level is not None and limits.cap + 1 < limits.bad_level
+    )
+    needed = 1 if below_found else knobs.successes_to_grow
+    if limits.successes < needed or limits.cap >= knobs.ceiling or not queued:
         return limits, None
     if limits.bad_level is not None and now - limits.bad_at >= knobs.reprobe_after_s:
         limits = replace(limits, bad_level=None)
@@ -163,22 +201,31 @@ def rate_limited(
     retry_after: float | None = None,
     accepted: int | None = None,
 ) -> Step:
-    """A 429. ``accepted``: requests of the bucket streaming successfully when it came."""
+    """A 429. ``accepted``: requests in flight and not rejected when it came (this one not
+    counted); ``None`` when the caller cannot count them (then the cut is multiplicative)."""
     limits, paused = _pause(limits, now, retry_after)
     pause_only = Change("retry_after", limits.cap, retry_after) if paused else None
     if slot_epoch != limits.epoch:
-        # Sent before the last cut, which already counted this overload: no new cut. Each
-        # further rejection of the cutting burst says the server took one request fewer.
-        if slot_epoch == limits.cut_epoch and limits.bad_level is not None:
+        # Sent before the last cut, which already counted this request as accepted: the
+        # upstream took one fewer. After a measured cut that settles the cap; else only the
+        # level not to probe goes down.
+        if slot_epoch != limits.cut_epoch:
+            return limits, pause_only
+        previous = limits.cap
+        if limits.measured:
+            limits = replace(limits, cap=max(knobs.floor, previous - 1))
+        if limits.bad_level is not None:
             limits = replace(limits, bad_level=max(limits.cap + 1, limits.bad_level - 1))
-        return limits, pause_only
+        if limits.cap == previous:
+            return limits, pause_only
+        return limits, Change("settled", previous, retry_after if paused else None)
     previous = limits.cap
     drew = previous if accepted is None else max(1, min(previous, accepted + 1))
     remembered = limits.bad_level is not None and now - limits.bad_at < knobs.reprobe_after_s
     bad = limits.bad_level
     if bad is None or not remembered or drew < bad:
         bad = drew
-    limits = replace(limits, successes=0, bad_level=bad, bad_at=now)
+    limits = replace(limits, successes=0, bad_level=bad, bad_at=now, measured=accepted is not None)
     probing = limits.last_good is not None and previous > limits.last_good
     if accepted is None:
         target = max(knobs.floor, math.floor(previous * knobs.decrease))

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from fnmatch import fnmatchcase
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import UsageError
 
@@ -20,7 +21,12 @@ class GovernorPolicy(BaseModel):
     """The governor's knobs, with the defaults the experiment runner uses.
 
     Args:
-        ceiling: the run's ``concurrency``: where a bucket starts, and the most it grows to.
+        ceiling: the run's ``concurrency``: where a bucket starts, and the most it grows to
+            (the default of every model without a ceiling of its own).
+        model_ceilings: a static ceiling per model name (the part of the key after
+            ``provider/``) or glob pattern: that bucket starts there and never grows above.
+        provider_ceilings: a static ceiling per provider: the most slots of all of that
+            provider's buckets together.
         floor: the least a bucket is cut to.
         decrease: factor of the multiplicative cut on a rate limit.
         successes_to_grow: consecutive successes that earn ``cap + 1``.
@@ -42,6 +48,8 @@ class GovernorPolicy(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     ceiling: int = 8
+    model_ceilings: dict[str, int] = Field(default_factory=dict)
+    provider_ceilings: dict[str, int] = Field(default_factory=dict)
     floor: int = 1
     decrease: float = 0.75
     successes_to_grow: int = 4
@@ -54,6 +62,12 @@ class GovernorPolicy(BaseModel):
     def _check(self) -> GovernorPolicy:
         if self.ceiling < 1:
             raise UsageError(f"governor ceiling must be at least 1, got {self.ceiling}")
+        for kind, table in (("model", self.model_ceilings), ("provider", self.provider_ceilings)):
+            for name, value in table.items():
+                if not name or value < 1:
+                    raise UsageError(
+                        f"a {kind} ceiling needs a name and at least 1, got {name!r}={value}"
+                    )
         if not 1 <= self.floor <= self.ceiling:
             raise UsageError(
                 f"governor floor must be between 1 and the ceiling ({self.ceiling}), "
@@ -77,13 +91,33 @@ class GovernorPolicy(BaseModel):
             raise UsageError(f"governor pace_below must be in [0, 1), got {self.pace_below}")
         return self
 
+    def ceiling_for(self, key: str) -> int:
+        """The most ``key``'s bucket may grow to: its model's ceiling (by name, else the
+        lowest of the glob patterns it matches), else ``ceiling``.
+
+        Example:
+            >>> GovernorPolicy(ceiling=8, model_ceilings={"opus": 2}).ceiling_for("anthropic/opus")
+            2
+        """
+        model = key.split("/", 1)[-1]
+        if model in self.model_ceilings:
+            return self.model_ceilings[model]
+        matching = [v for pattern, v in self.model_ceilings.items() if fnmatchcase(model, pattern)]
+        return min(matching) if matching else self.ceiling
+
+    def provider_ceiling(self, key: str) -> int | None:
+        """The ceiling over all buckets of ``key``'s provider, if one is set."""
+        return self.provider_ceilings.get(key.split("/", 1)[0])
+
 
 @dataclass(frozen=True)
 class BucketState:
     """A snapshot of one bucket, for views and tests.
 
     ``cooldown_s`` is how long the current pause still lasts (0 when none); ``streaming``
-    counts held slots whose upstream accepted the request (:meth:`Slot.streaming`).
+    counts held slots whose upstream accepted the request (:meth:`Slot.streaming`);
+    ``account_in_flight`` counts the slots of this key held anywhere on the account (every
+    process sharing the governor's state; equal to ``in_flight`` for one process alone).
     """
 
     key: str
@@ -95,6 +129,7 @@ class BucketState:
     last_good: int | None
     cooldown_s: float
     streaming: int = 0
+    account_in_flight: int = 0
 
 
 def bucket_key(provider: str, model: str) -> str:

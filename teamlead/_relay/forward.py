@@ -3,15 +3,15 @@
 :func:`open_upstream` takes a governor slot (bucket per model, priority by role), sends the
 request and returns the slot with the upstream response still open, headers read, body not
 yet: the caller streams it and releases the slot when the stream ends. A 429 is held here:
-the governor is fed (Retry-After, and the number of requests the upstream was streaming at
-that moment), the slot is given back, and the request waits for a new slot with a higher
-priority, which the governor grants once the pause has passed. A 429 without a usable
-Retry-After pauses the bucket for a jittered exponential backoff instead
-(:func:`backoff_s`), so it is never retried at once. Past ``max_retries``, or when the pause
-is longer than the request can wait (the slot timeout, or what is left of its run's
-deadline), the 429 goes on to the client at once. A 529 feeds the governor as an overload
-and goes on at once: the CLI and teamlead's resume already retry it, and retrying here too
-would multiply retries.
+the governor is fed (Retry-After, as a measured 429: the governor counts the requests in
+flight and not rejected at that moment), the slot is given back, and the request waits for
+a new slot with a higher priority, which the governor grants once the pause has passed. A
+429 without a usable Retry-After pauses the bucket for a jittered exponential backoff
+instead (:func:`backoff_s`), so it is never retried at once. Past ``max_retries``, or when
+the pause is longer than the request can wait (the slot timeout, or what is left of its
+run's deadline), the 429 goes on to the client at once. A 529 feeds the governor as an
+overload and goes on at once: the CLI and teamlead's resume already retry it, and retrying
+here too would multiply retries.
 
 Whatever the upstream answers, the slot is the caller's on return and given back here on
 any exception: a header that cannot be read never leaks it.
@@ -261,7 +261,7 @@ def _report(
         slot.overloaded(retry_after)
     else:
         # a backoff only paces our own retry; a 429 passed on leaves that to the client
-        slot.rate_limited(pause if absorb else retry_after, accepted=governor.state(key).streaming)
+        slot.rate_limited(pause if absorb else retry_after, measured=True)
     governor.pace(key, headers)
     on_limited(event)
     return absorb

@@ -17,15 +17,21 @@ from urllib.parse import urlsplit
 
 import anyio
 
+from .._governor.account import Account
+from .._governor.accounts import open_account
 from .._governor.store import LimitStore
-from ..governor import Governor
+from ..governor import Governor, GovernorPolicy
+from ..policy import LimitsPolicy
 from .server import RELAY_POLICY, Relay, RelayRun, start_relay
 from .stats import RelayListener
 
 __all__ = [
     "DEFAULT_UPSTREAM",
     "Applicability",
+    "configure_limits",
+    "governor_policy",
     "relay_applicable",
+    "shared_account",
     "shared_governor",
     "shared_relay",
 ]
@@ -95,16 +101,54 @@ _locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Lock] = (
 
 
 _store: LimitStore | None = None
+_limits = LimitsPolicy()
 
 
 def use_limit_store(store: LimitStore | None) -> None:
     """Keep the learnt limits of governors made from now on in ``store``.
 
     A Ray worker points it at the experiment's shared store, so the relays of every node
-    pace against the limits the others learnt (one account across machines).
+    pace against the limits the others learnt (one account across machines). A Redis
+    ``limits`` setting takes precedence: Redis shares the in-flight counts too.
     """
     global _store
     _store = store
+
+
+def governor_policy(limits: LimitsPolicy) -> GovernorPolicy:
+    """The relay governor's policy for ``limits``: unset ceilings leave the relay's own
+    start (32 per model) and no cap.
+
+    Example:
+        >>> governor_policy(LimitsPolicy(default=4, total=6)).ceiling_for("anthropic/x")
+        4
+    """
+    return RELAY_POLICY.model_copy(
+        update={
+            "ceiling": limits.default or RELAY_POLICY.ceiling,
+            "model_ceilings": dict(limits.models),
+            "provider_ceilings": dict(limits.providers),
+            "max_total": limits.total,
+        }
+    )
+
+
+def configure_limits(limits: LimitsPolicy) -> None:
+    """Use ``limits`` for the relay of this process: its ceilings apply at once (to the
+    governors already made too); where the state is shared applies to governors made
+    from now on."""
+    global _limits
+    _limits = limits
+    policy = governor_policy(limits)
+    for governor in list(_governors.values()):
+        governor.policy = policy
+
+
+def shared_account(spec: str) -> Account:
+    """A new account for a ``--limits`` value (a Ray worker keeps the experiment's store)."""
+    if _store is not None and not spec.startswith(("redis://", "rediss://")):
+        spec = "process"  # a Ray worker: the experiment's store is the shared one
+    return open_account(spec, store=_store)
 
 
 def shared_governor() -> Governor:
@@ -112,7 +156,9 @@ def shared_governor() -> Governor:
     loop = asyncio.get_running_loop()
     governor = _governors.get(loop)
     if governor is None:
-        governor = _governors[loop] = Governor(RELAY_POLICY, store=_store)
+        governor = _governors[loop] = Governor(
+            governor_policy(_limits), account=shared_account(_limits.shared)
+        )
     return governor
 
 
@@ -121,11 +167,14 @@ def shared_relay(
     *,
     on_event: RelayListener | None = None,
     deadline_s: float | None = None,
+    limits: LimitsPolicy | None = None,
 ) -> AbstractAsyncContextManager[RelayRun]:
     """A run on the shared relay for ``upstream``: started on first use, stopped after last.
 
     ``deadline_s`` (seconds from now) is when the run ends: none of its requests waits or
-    holds a 429 past it (see :meth:`Relay.open_run`).
+    holds a 429 past it (see :meth:`Relay.open_run`). ``limits`` (the run's
+    :class:`~teamlead.policy.LimitsPolicy`) configures the process's relay governor first
+    (see :func:`configure_limits`).
 
     Entering raises :class:`~teamlead.errors.RelayError` when the relay could not start:
     run direct with a one-line warning then.
@@ -136,6 +185,8 @@ def shared_relay(
         ...     ...
         ...     finished_summary = run.summary()
     """
+    if limits is not None:
+        configure_limits(limits)
     return _SharedRun(upstream, on_event, deadline_s)
 
 
@@ -152,7 +203,7 @@ class _SharedRun:
         self._left = False
 
     async def __aenter__(self) -> RelayRun:
-        loop = asyncio.get_running_loop()
+        self._loop = loop = asyncio.get_running_loop()
         lock = _locks.setdefault(loop, anyio.Lock())
         self._entries = entries = _relays.setdefault(loop, {})
         async with lock:
@@ -179,3 +230,15 @@ class _SharedRun:
             entries.pop(self._upstream, None)
             with anyio.CancelScope(shield=True):
                 await entry.context.__aexit__(None, None, None)
+            if not entries:
+                _retire_governor(self._loop)
+
+
+def _retire_governor(loop: asyncio.AbstractEventLoop) -> None:
+    """After the loop's last relay stopped: close a shared governor's account (its file or
+    Redis connection, its lease renewer). What it learnt stays in the shared store, and the
+    next run opens it again; a process-alone governor is kept, with what it learnt."""
+    governor = _governors.get(loop)
+    if governor is not None and governor.account.shared and governor.total_in_flight == 0:
+        del _governors[loop]
+        governor.account.close()

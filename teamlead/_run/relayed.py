@@ -128,6 +128,7 @@ class _Relayed:
             applicable.upstream,
             on_event=self._on_event or hookup.events.append,
             deadline_s=self._policy.deadline_s,
+            limits=self._policy.limits,
         )
         try:
             run = await context.__aenter__()

@@ -30,7 +30,7 @@ import traceback
 import uuid
 from collections.abc import Callable, Collection
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from ..errors import SetupError
@@ -169,6 +169,10 @@ class ScriptedServer:
         on_request: called with each request's record once it has been answered (on the
             server's handler thread), e.g. to log one line per request; an exception it
             raises is logged and the server carries on.
+        headers_after: when a streamed answer's response headers go out: seconds after the
+            request came (0: at once, as the API does), or ``"answer"``: only with the whole
+            answer, as long prefills and buffering gateways do. A 429 of the emulated limit
+            is always sent at once.
 
     Raises:
         SetupError: the port is in use, or the host is not loopback.
@@ -184,7 +188,15 @@ class ScriptedServer:
         retry_after: float = 1.0,
         limit_roles: Collection[Role] | None = None,
         on_request: Callable[[RecordedRequest], None] | None = None,
+        headers_after: float | Literal["answer"] = 0.0,
     ) -> None:
+        if headers_after != "answer" and not (
+            isinstance(headers_after, (int, float)) and headers_after >= 0
+        ):
+            raise SetupError(
+                f"headers_after must be seconds >= 0 or 'answer', got {headers_after!r}"
+            )
+        self.headers_after = headers_after
         self.script = script
         self.on_request = on_request
         self.host = _loopback_host(host)
@@ -382,9 +394,12 @@ class ScriptedServer:
         # Like the real API, a stream that will succeed (or break only later) is answered
         # 200 at once and its events follow when the "model" has written them.
         streams = request.stream and (fault is None or (fault.drop and fault.after_events > 0))
+        streams = streams and self.headers_after != "answer"
+        early = 0.0 if self.headers_after == "answer" else min(reply.delay, self.headers_after)
+        self._sleep(early)  # a slow prefill, or a gateway that holds the headers back
         if streams:
             handler._start_stream(reply.headers)
-        self._sleep(reply.delay)
+        self._sleep(reply.delay - early)
         if fault is not None and fault.drop and fault.after_events <= 0:
             handler.connection.shutdown(socket.SHUT_RDWR)
             handler.close_connection = True

@@ -1,0 +1,308 @@
+"""What every process of one account shares: learnt limits and the requests in flight.
+
+An :class:`Account` holds, per bucket key, the learnt :class:`~teamlead._governor.aimd.Limits`
+(updated atomically: a rule reads them and writes its result in one step, so two processes
+never lose each other's cut) and the *leases*: one per slot held anywhere on the account,
+so a slot is granted only while the whole account is under the limit. A lease dies with its
+process (or after its time to live), so a crash never leaks a slot.
+
+Three accounts share one interface:
+
+* :class:`ProcessAccount`: this process alone (``--limits process``); the limits may live in
+  any :class:`~teamlead._governor.store.LimitStore` (e.g. the Ray actor's replica);
+* :class:`~teamlead._governor.sqlite_account.MachineAccount`: every process of the user on
+  this machine, through an SQLite file in the user's cache directory (the default);
+* :class:`~teamlead._governor.redis_account.RedisAccount`: every machine, through Redis.
+
+A failing shared account is wrapped by :class:`FallbackAccount`: one warning line, then the
+run goes on with the next account. The rules run on the caller's monotonic clock; a shared
+account stores wall-clock times and translates (:func:`to_wall`, :func:`from_wall`).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, fields, replace
+from typing import Any, Protocol
+
+from .aimd import Limits, Step
+from .store import LimitStore, MemoryStore
+
+__all__ = [
+    "Account",
+    "AccountError",
+    "Bounds",
+    "FallbackAccount",
+    "Lease",
+    "ProcessAccount",
+    "describe",
+    "from_wall",
+    "limits_from_json",
+    "limits_to_json",
+    "to_wall",
+]
+
+log = logging.getLogger("teamlead.governor")
+
+Rule = Callable[["Limits | None"], Step]
+
+#: The times inside ``Limits`` (monotonic in a process, wall-clock in a shared account).
+_TIMED = ("bad_at", "cooldown_until")
+
+
+class AccountError(Exception):
+    """A shared account failed (unreachable, corrupt, unwritable); the message says how."""
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The limits one grant must stay under, all counted over the whole account.
+
+    Attributes:
+        key: the bucket, ``provider/model``.
+        limit: most leases of ``key``.
+        provider_limit: most leases of all keys of the key's provider (``None``: no limit).
+        total_limit: most leases of all keys (``None``: no limit).
+    """
+
+    key: str
+    limit: int
+    provider_limit: int | None = None
+    total_limit: int | None = None
+
+    @property
+    def provider(self) -> str:
+        """The key's provider prefix, ``provider/``."""
+        return self.key.split("/", 1)[0] + "/"
+
+
+@dataclass(frozen=True)
+class Lease:
+    """One slot's hold on the account; given back with :meth:`Account.give_back`."""
+
+    key: str
+    token: str
+    origin: object  # the account that issued it: a fallback gives each lease back there
+
+
+class Account(Protocol):
+    """The shared state of one account; see the module docstring."""
+
+    @property
+    def shared(self) -> bool:
+        """Whether other processes hold leases too (waiters then re-check now and then)."""
+        ...
+
+    def limits(self, key: str) -> Limits | None:
+        """The learnt limits of ``key`` (``None``: never seen, or forgotten)."""
+        ...
+
+    def update(self, key: str, rule: Rule) -> Step:
+        """Apply ``rule`` to ``key``'s limits and store its result, atomically."""
+        ...
+
+    def take(self, bounds: Bounds) -> Lease | None:
+        """A lease within ``bounds``, or ``None`` when the account is at one of them."""
+        ...
+
+    def give_back(self, lease: Lease) -> None:
+        """End ``lease``; idempotent."""
+        ...
+
+    def in_flight(self, prefix: str) -> int:
+        """Live leases of the keys equal to ``prefix`` or starting with it."""
+        ...
+
+    def close(self) -> None:
+        """Give back this process's leases and release resources; idempotent."""
+        ...
+
+
+def _matches(key: str, prefix: str) -> bool:
+    return key == prefix or (prefix.endswith("/") and key.startswith(prefix))
+
+
+class ProcessAccount:
+    """The account as this process alone sees it: leases counted in memory.
+
+    Example:
+        >>> account = ProcessAccount()
+        >>> lease = account.take(Bounds("anthropic/claude-opus-5-5", limit=1))
+        >>> account.take(Bounds("anthropic/claude-opus-5-5", limit=1)) is None
+        True
+        >>> account.give_back(lease); account.in_flight("anthropic/")
+        0
+    """
+
+    shared = False
+
+    def __init__(self, store: LimitStore | None = None) -> None:
+        self._store: LimitStore = store if store is not None else MemoryStore()
+        self._leases: dict[str, str] = {}  # token -> key
+        self._tokens = itertools.count(1)
+
+    def limits(self, key: str) -> Limits | None:
+        return self._store.get(key)
+
+    def update(self, key: str, rule: Rule) -> Step:
+        limits, change = rule(self._store.get(key))
+        self._store.put(key, limits)
+        return limits, change
+
+    def take(self, bounds: Bounds) -> Lease | None:
+        if self.in_flight(bounds.key) >= bounds.limit:
+            return None
+        if bounds.provider_limit is not None and (
+            self.in_flight(bounds.provider) >= bounds.provider_limit
+        ):
+            return None
+        if bounds.total_limit is not None and len(self._leases) >= bounds.total_limit:
+            return None
+        token = str(next(self._tokens))
+        self._leases[token] = bounds.key
+        return Lease(bounds.key, token, self)
+
+    def give_back(self, lease: Lease) -> None:
+        self._leases.pop(lease.token, None)
+
+    def in_flight(self, prefix: str) -> int:
+        return sum(1 for key in self._leases.values() if _matches(key, prefix))
+
+    def close(self) -> None:
+        self._leases.clear()
+
+
+class FallbackAccount:
+    """``primary`` until it fails, then ``fallback``, with one warning line.
+
+    A lease goes back to the account that issued it; one a failed account cannot take back
+    expires there by its time to live. The fallback is made on first need, so a healthy
+    primary costs nothing else.
+    """
+
+    def __init__(self, primary: Account, fallback: Callable[[], Account]) -> None:
+        self._current = primary
+        self._make_fallback: Callable[[], Account] | None = fallback
+        self.failed: str | None = None  # the warning given, once it failed
+
+    @property
+    def shared(self) -> bool:
+        return self._current.shared
+
+    @property
+    def current(self) -> Account:
+        """The account in use now."""
+        return self._current
+
+    def _fail(self, exc: BaseException) -> None:
+        make = self._make_fallback
+        if make is None:  # the fallback itself failed: nothing left to switch to
+            raise exc
+        self._make_fallback = None
+        failed, self._current = self._current, make()
+        reason = str(exc) or type(exc).__name__
+        self.failed = f"shared limits: {reason}; going on with {describe(self._current)}"
+        log.warning("%s", self.failed)
+        try:
+            failed.close()
+        except Exception:  # already broken; its leases expire by their time to live
+            log.debug("closing the failed account failed", exc_info=True)
+
+    def _call(self, call: Callable[[Account], Any]) -> Any:
+        try:
+            return call(self._current)
+        except AccountError as exc:
+            self._fail(exc)
+            return call(self._current)
+
+    def limits(self, key: str) -> Limits | None:
+        result: Limits | None = self._call(lambda a: a.limits(key))
+        return result
+
+    def update(self, key: str, rule: Rule) -> Step:
+        result: Step = self._call(lambda a: a.update(key, rule))
+        return result
+
+    def take(self, bounds: Bounds) -> Lease | None:
+        result: Lease | None = self._call(lambda a: a.take(bounds))
+        return result
+
+    def give_back(self, lease: Lease) -> None:
+        origin = lease.origin
+        target = self._current if origin is self._current else origin
+        try:
+            target.give_back(lease)  # type: ignore[attr-defined]
+        except AccountError as exc:
+            if target is self._current:
+                self._fail(exc)
+            # else: a lease of the failed account: it expires there by itself
+
+    def in_flight(self, prefix: str) -> int:
+        result: int = self._call(lambda a: a.in_flight(prefix))
+        return result
+
+    def close(self) -> None:
+        self._current.close()
+
+
+def describe(account: Account) -> str:
+    """What ``account`` is, for a warning line."""
+    if isinstance(account, FallbackAccount):
+        account = account.current
+    if isinstance(account, ProcessAccount):
+        return "the limits of this process alone"
+    text = getattr(account, "describe", None)  # the shared accounts say where they are
+    return str(text()) if callable(text) else type(account).__name__
+
+
+# -- wall-clock translation and the stored form ----------------------------------------------------
+
+
+def to_wall(limits: Limits, offset: float) -> Limits:
+    """``limits`` with its times moved by ``offset`` (wall minus monotonic)."""
+    return replace(
+        limits,
+        bad_at=limits.bad_at + offset,
+        cooldown_until=limits.cooldown_until + offset,
+    )
+
+
+def from_wall(limits: Limits, offset: float) -> Limits:
+    """The inverse of :func:`to_wall`."""
+    return to_wall(limits, -offset)
+
+
+_FIELDS = tuple(f.name for f in fields(Limits))
+
+
+def limits_to_json(limits: Limits) -> dict[str, Any]:
+    """A JSON-safe dict (``-inf`` times as ``None``)."""
+    out: dict[str, Any] = {}
+    for name in _FIELDS:
+        value = getattr(limits, name)
+        out[name] = None if isinstance(value, float) and not math.isfinite(value) else value
+    return out
+
+
+def limits_from_json(data: object) -> Limits | None:
+    """Read :func:`limits_to_json`'s dict back; ``None`` for anything malformed."""
+    if not isinstance(data, dict):
+        return None
+    try:
+        values = {k: v for k, v in data.items() if k in _FIELDS}
+        for name in _TIMED:
+            if values.get(name) is None:
+                values[name] = -math.inf
+            else:
+                values[name] = float(values[name])
+        limits = Limits(**values)
+    except (TypeError, ValueError):
+        return None
+    if not isinstance(limits.cap, int) or isinstance(limits.cap, bool) or limits.cap < 1:
+        return None
+    if not isinstance(limits.epoch, int) or not isinstance(limits.cut_epoch, int):
+        return None
+    return limits

@@ -1,0 +1,92 @@
+"""Choosing where the governor's state lives, from a ``--limits`` value.
+
+``process`` keeps it in this process; ``machine`` (the default) shares it with every
+teamlead process of the user on this machine through an SQLite file; ``redis://host:port/db``
+shares it with every machine using that Redis. A shared account that fails is replaced by
+the next one down (Redis, then the machine's file, then this process), with one warning
+line: the run goes on, and a slot held in the failed one expires there by itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from ..clock import SYSTEM_CLOCK, Clock
+from ..errors import UsageError
+from .account import Account, AccountError, FallbackAccount, ProcessAccount, describe
+from .store import LimitStore
+
+__all__ = ["check_limits_spec", "open_account"]
+
+log = logging.getLogger("teamlead.governor")
+
+
+def check_limits_spec(spec: str) -> str:
+    """``spec`` stripped, or a :class:`~teamlead.errors.UsageError` saying what is accepted.
+
+    Example:
+        >>> check_limits_spec(" redis://127.0.0.1:6379/0 ")
+        'redis://127.0.0.1:6379/0'
+    """
+    text = spec.strip()
+    if text in ("process", "machine") or text.startswith(("redis://", "rediss://")):
+        return text
+    raise UsageError(f"--limits must be 'machine', 'process' or redis://host:port/db, got {spec!r}")
+
+
+def open_account(
+    spec: str = "machine",
+    *,
+    clock: Clock = SYSTEM_CLOCK,
+    store: LimitStore | None = None,
+    machine_path: Path | None = None,
+    lease_ttl_s: float = 30.0,
+    forget_after_s: float = 300.0,
+) -> Account:
+    """The account for ``spec`` (see the module docstring), with its fallbacks.
+
+    Args:
+        spec: ``process``, ``machine`` or a ``redis://`` URL.
+        clock: the governor's clock.
+        store: where a process-alone account keeps its learnt limits (e.g. a Ray replica).
+        machine_path: the SQLite file (default: in the user's cache directory).
+        lease_ttl_s: how long a shared lease lives without renewal.
+        forget_after_s: learnt limits untouched this long are forgotten.
+
+    Raises:
+        UsageError: ``spec`` is none of those.
+    """
+    spec = check_limits_spec(spec)
+
+    def process() -> Account:
+        return ProcessAccount(store)
+
+    if spec == "process":
+        return process()
+
+    def machine() -> Account:
+        from .sqlite_account import MachineAccount
+
+        local = MachineAccount(
+            machine_path, clock=clock, lease_ttl_s=lease_ttl_s, forget_after_s=forget_after_s
+        )
+        return FallbackAccount(local, process)
+
+    if spec == "machine":
+        return machine()
+    from .redis_account import RedisAccount
+
+    try:
+        remote = RedisAccount(
+            spec, clock=clock, lease_ttl_s=lease_ttl_s, forget_after_s=forget_after_s
+        )
+    except AccountError as exc:
+        fallback = machine()
+        log.warning(
+            "the shared limits (Redis) cannot be used: %s; going on with %s",
+            exc,
+            describe(fallback),
+        )
+        return fallback
+    return FallbackAccount(remote, machine)

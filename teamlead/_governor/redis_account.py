@@ -1,0 +1,316 @@
+"""The account shared by every machine: the governor's state in Redis.
+
+:class:`RedisAccount` keeps what :class:`~teamlead._governor.sqlite_account.MachineAccount`
+keeps, in one Redis database (``--limits redis://host:port/db``):
+
+* ``teamlead:limits:<key>``: a bucket's learnt limits as JSON (wall-clock times), written
+  by compare-and-set (a Lua script), so two machines never lose each other's cut; it
+  expires ``forget_after_s`` after its last change, as an idle bucket is forgotten;
+* ``teamlead:leases`` (a sorted set, token by expiry in the *server's* milliseconds, so
+  the machines' clocks need not agree) and ``teamlead:lease-keys`` (token to bucket key):
+  one lease per slot held anywhere. A Lua script drops the expired leases, counts the rest
+  against the bounds and adds one, in one atomic step. A thread renews the leases of this
+  process; a machine that dies stops renewing, and its leases expire after ``lease_ttl_s``.
+
+Every call is bounded (``timeout_s`` to connect and to answer, no retries), so an
+unreachable or failing Redis costs at most that once: it raises
+:class:`~teamlead._governor.account.AccountError`, and the caller warns in one line and
+goes on with this machine's store. ``redis`` (redis-py) is an optional dependency
+(``pip install 'teamlead[redis]'``), imported when a Redis account is first made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import threading
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ..clock import SYSTEM_CLOCK, Clock
+from .account import (
+    AccountError,
+    Bounds,
+    Lease,
+    Rule,
+    from_wall,
+    limits_from_json,
+    limits_to_json,
+    to_wall,
+)
+from .aimd import Limits, Step
+
+__all__ = ["RedisAccount"]
+
+_T = TypeVar("_T")
+_PREFIX = "teamlead:"
+_CAS_TRIES = 8
+
+_NOW_MS = """
+local now = redis.call('TIME')
+local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms)
+for _, token in ipairs(expired) do redis.call('HDEL', KEYS[2], token) end
+redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms)
+"""
+
+#: KEYS: leases, lease-keys. ARGV: key, limit, provider, provider limit (-1: none),
+#: total limit (-1: none), token, ttl ms. Returns 1 when the lease was added.
+_TAKE = (
+    _NOW_MS
+    + """
+local key, limit, provider = ARGV[1], tonumber(ARGV[2]), ARGV[3]
+local plimit, tlimit = tonumber(ARGV[4]), tonumber(ARGV[5])
+local all = redis.call('HGETALL', KEYS[2])
+local nkey, nprov, ntotal = 0, 0, 0
+for i = 1, #all, 2 do
+  local k = all[i + 1]
+  ntotal = ntotal + 1
+  if k == key then nkey = nkey + 1 end
+  if string.sub(k, 1, #provider) == provider then nprov = nprov + 1 end
+end
+if nkey >= limit then return 0 end
+if plimit >= 0 and nprov >= plimit then return 0 end
+if tlimit >= 0 and ntotal >= tlimit then return 0 end
+redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[7]), ARGV[6])
+redis.call('HSET', KEYS[2], ARGV[6], key)
+return 1
+"""
+)
+
+#: KEYS: leases, lease-keys. ARGV: prefix. Returns the live leases of matching keys.
+_COUNT = (
+    _NOW_MS
+    + """
+local prefix = ARGV[1]
+local exact = string.sub(prefix, -1) ~= '/'
+local all = redis.call('HGETALL', KEYS[2])
+local n = 0
+for i = 1, #all, 2 do
+  local k = all[i + 1]
+  if (exact and k == prefix) or ((not exact) and string.sub(k, 1, #prefix) == prefix) then
+    n = n + 1
+  end
+end
+return n
+"""
+)
+
+#: KEYS: leases. ARGV: ttl ms, tokens... Moves the expiry of the tokens still held.
+_RENEW = """
+local now = redis.call('TIME')
+local until_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[1])
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[i]) end
+return 1
+"""
+
+#: KEYS: the limits key. ARGV: the value read ('' when none), the new value, expiry ms.
+_CAS = """
+local current = redis.call('GET', KEYS[1]) or ''
+if current ~= ARGV[1] then return 0 end
+redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+return 1
+"""
+
+
+class RedisAccount:
+    """The account shared through one Redis database; see the module docstring.
+
+    Args:
+        url: ``redis://host:port/db`` (``rediss://`` for TLS; a password in the URL works).
+        clock: the governor's clock (rules run on its monotonic time).
+        lease_ttl_s: how long a lease lives without renewal.
+        forget_after_s: learnt limits untouched this long are forgotten.
+        timeout_s: the longest wait to connect and for each answer.
+    """
+
+    shared = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        lease_ttl_s: float = 30.0,
+        forget_after_s: float = 300.0,
+        timeout_s: float = 0.5,
+    ) -> None:
+        try:
+            import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+        except ImportError:
+            raise AccountError(
+                "Redis limits need redis-py: pip install 'teamlead[redis]'"
+            ) from None
+        self.url = url
+        self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        try:
+            self._redis: Any = redis.Redis.from_url(
+                url,
+                socket_timeout=timeout_s,
+                socket_connect_timeout=timeout_s,
+                retry=Retry(NoBackoff(), 0),
+                retry_on_timeout=False,
+                health_check_interval=0,
+                decode_responses=True,
+                client_name="teamlead",
+            )
+        except (ValueError, *self._errors) as exc:
+            raise AccountError(f"bad Redis URL: {exc}") from None
+        self._take = self._redis.register_script(_TAKE)
+        self._count = self._redis.register_script(_COUNT)
+        self._renew = self._redis.register_script(_RENEW)
+        self._cas = self._redis.register_script(_CAS)
+        self._clock = clock
+        self._ttl_ms = max(1, round(lease_ttl_s * 1000))
+        self._ttl = lease_ttl_s
+        self._forget_ms = max(1, round(forget_after_s * 1000))
+        self._leases = _PREFIX + "leases"
+        self._lease_keys = _PREFIX + "lease-keys"
+        self._me = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
+        self._tokens = 0
+        self._held: set[str] = set()
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+
+    def describe(self) -> str:
+        """Where the state is, for a warning line (the URL without its password)."""
+        return f"the limits shared in Redis ({_safe(self.url)})"
+
+    def _call(self, call: Callable[[], _T]) -> _T:
+        try:
+            return call()
+        except self._errors as exc:
+            reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+            raise AccountError(f"Redis at {_safe(self.url)}: {reason.rstrip('.')}") from None
+
+    def _offset(self) -> float:
+        return self._clock.time() - self._clock.monotonic()
+
+    # -- limits ---------------------------------------------------------------------------
+    def _get(self, key: str) -> str:
+        value = self._call(lambda: self._redis.get(_PREFIX + "limits:" + key))
+        return value if isinstance(value, str) else ""
+
+    def _decode(self, raw: str) -> Limits | None:
+        if not raw:
+            return None
+        try:
+            stored = limits_from_json(json.loads(raw))
+        except ValueError:
+            return None
+        return None if stored is None else from_wall(stored, self._offset())
+
+    def limits(self, key: str) -> Limits | None:
+        return self._decode(self._get(key))
+
+    def update(self, key: str, rule: Rule) -> Step:
+        name = _PREFIX + "limits:" + key
+        for attempt in range(_CAS_TRIES):
+            raw = self._get(key)
+            seen = self._decode(raw)
+            limits, change = rule(seen)
+            if seen is not None and limits == seen and change is None:
+                return limits, change  # nothing to write
+            value = json.dumps(limits_to_json(to_wall(limits, self._offset())))
+            expected = raw if attempt < _CAS_TRIES - 1 else self._get(key)  # last: overwrite
+            cas_args: list[str | int] = [expected, value, self._forget_ms]
+            done = self._call(lambda args=cas_args: self._cas(keys=[name], args=args))  # type: ignore[misc]
+            if int(done):
+                return limits, change
+        return limits, change  # another machine kept winning: its state stands
+
+    # -- leases ---------------------------------------------------------------------------
+    def take(self, bounds: Bounds) -> Lease | None:
+        with self._lock:
+            self._tokens += 1
+            token = f"{self._me}:{self._tokens}"
+        args: list[str | int] = [
+            bounds.key,
+            bounds.limit,
+            bounds.provider,
+            -1 if bounds.provider_limit is None else bounds.provider_limit,
+            -1 if bounds.total_limit is None else bounds.total_limit,
+            token,
+            self._ttl_ms,
+        ]
+        added = self._call(lambda: self._take(keys=[self._leases, self._lease_keys], args=args))
+        if not int(added):
+            return None
+        with self._lock:
+            self._held.add(token)
+        self._start_renewer()
+        return Lease(bounds.key, token, self)
+
+    def give_back(self, lease: Lease) -> None:
+        with self._lock:
+            if lease.token not in self._held:
+                return
+            self._held.discard(lease.token)
+
+        def drop() -> None:
+            pipe = self._redis.pipeline(transaction=True)
+            pipe.zrem(self._leases, lease.token)
+            pipe.hdel(self._lease_keys, lease.token)
+            pipe.execute()
+
+        self._call(drop)
+
+    def in_flight(self, prefix: str) -> int:
+        counted = self._call(
+            lambda: self._count(keys=[self._leases, self._lease_keys], args=[prefix])
+        )
+        return int(counted)
+
+    def renew(self) -> None:
+        """Move the expiry of this process's leases ``lease_ttl_s`` ahead."""
+        with self._lock:
+            tokens = sorted(self._held)
+        if tokens:
+            self._call(lambda: self._renew(keys=[self._leases], args=[self._ttl_ms, *tokens]))
+
+    def _start_renewer(self) -> None:
+        if self._renewer is None:
+            self._renewer = threading.Thread(
+                target=self._renew_loop, name="teamlead-redis-lease-renewer", daemon=True
+            )
+            self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self._ttl / 3):
+            try:
+                self.renew()
+            except AccountError:
+                continue  # Redis away: the leases expire there; the next grant reports it
+
+    def close(self) -> None:
+        """Stop renewing and give back this process's leases (best effort); idempotent."""
+        self._stop.set()
+        renewer = self._renewer
+        if renewer is not None and renewer is not threading.current_thread():
+            renewer.join(timeout=2)
+        with self._lock:
+            tokens, self._held = sorted(self._held), set()
+        try:
+            if tokens:
+                pipe = self._redis.pipeline(transaction=True)
+                pipe.zrem(self._leases, *tokens)
+                pipe.hdel(self._lease_keys, *tokens)
+                pipe.execute()
+        except self._errors:
+            pass  # they expire by their time to live
+        finally:
+            with contextlib.suppress(*self._errors):
+                self._redis.close()
+
+
+def _safe(url: str) -> str:
+    """``url`` without a password."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"

@@ -1,0 +1,351 @@
+"""The account of every teamlead process of the user on this machine: one SQLite file.
+
+:class:`MachineAccount` keeps the learnt limits and the in-flight leases in
+``<user cache dir>/teamlead/limits.sqlite3`` (:func:`default_path`), each change in one
+``BEGIN IMMEDIATE`` transaction, so processes that start together still stay under one
+limit and never lose each other's cut. No server is needed.
+
+A lease names its process (host, pid and the process's start time, so a reused pid is not
+mistaken for the holder) and expires ``lease_ttl_s`` after its last renewal; a thread of
+the holding process renews its leases while it holds any. A lease of a dead process on
+this host is dropped at the next grant (checked at most once a second), and any lease
+that was not renewed in time (a hung process, another host on a shared home) expires. So
+a crash never leaks a slot for longer than the lease time.
+
+Learnt limits that nobody touched for ``forget_after_s`` read as never seen (the idle
+reset of a process alone). Times are stored as wall-clock seconds. Any SQLite failure
+(corrupt file, unwritable directory, a lock held too long) raises
+:class:`~teamlead._governor.account.AccountError`, which the caller turns into one warning
+and a fallback to this process alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import sqlite3
+import sys
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import psutil
+
+from ..clock import SYSTEM_CLOCK, Clock
+from .account import (
+    AccountError,
+    Bounds,
+    Lease,
+    Rule,
+    from_wall,
+    limits_from_json,
+    limits_to_json,
+    to_wall,
+)
+from .aimd import Limits, Step
+
+__all__ = ["MachineAccount", "default_path"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS limits (
+    key TEXT PRIMARY KEY, data TEXT NOT NULL, updated REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS leases (
+    token TEXT PRIMARY KEY, key TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,
+    started REAL NOT NULL, expires REAL NOT NULL);
+"""
+_LIVENESS_EVERY_S = 1.0
+
+
+def default_path(environ: dict[str, str] | None = None) -> Path:
+    """``limits.sqlite3`` in teamlead's folder of the user's cache directory.
+
+    ``$XDG_CACHE_HOME`` (else ``~/.cache``) on Linux, ``~/Library/Caches`` on macOS,
+    ``%LOCALAPPDATA%`` on Windows.
+    """
+    env = os.environ if environ is None else environ
+    if sys.platform == "darwin":
+        base = Path.home() / "Library" / "Caches"
+    elif sys.platform == "win32" and env.get("LOCALAPPDATA"):
+        base = Path(env["LOCALAPPDATA"])
+    else:
+        base = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return base / "teamlead" / "limits.sqlite3"
+
+
+def _started(pid: int) -> float | None:
+    try:
+        return float(psutil.Process(pid).create_time())
+    except psutil.NoSuchProcess:
+        return None
+    except psutil.Error:  # not ours to inspect: assume it is alive
+        return -1.0
+
+
+class MachineAccount:
+    """The account shared by this machine's processes through an SQLite file.
+
+    Args:
+        path: the database file (made, with its folder, on first use).
+        clock: the governor's clock (rules run on its monotonic time; the file holds wall).
+        lease_ttl_s: how long a lease lives without renewal.
+        forget_after_s: learnt limits older than this (and no lease) read as never seen.
+        busy_s: the longest wait for another process's transaction.
+    """
+
+    shared = True
+
+    def __init__(
+        self,
+        path: Path | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+        lease_ttl_s: float = 30.0,
+        forget_after_s: float = 300.0,
+        busy_s: float = 0.5,
+    ) -> None:
+        self.path = path if path is not None else default_path()
+        self._clock = clock
+        self._ttl = lease_ttl_s
+        self._forget = forget_after_s
+        self._busy = busy_s
+        self._host = socket.gethostname()
+        self._pid = os.getpid()
+        self._me = _started(self._pid) or 0.0
+        self._nonce = os.urandom(4).hex()  # two accounts of one process never collide
+        self._lock = threading.RLock()
+        self._db: sqlite3.Connection | None = None
+        self._held: set[str] = set()
+        self._tokens = 0
+        self._checked = -1e18
+        self._stop = threading.Event()
+        self._renewer: threading.Thread | None = None
+        self._closed = False
+
+    def describe(self) -> str:
+        """Where the state is, for a warning line."""
+        return f"the limits shared on this machine ({self.path})"
+
+    # -- the connection -------------------------------------------------------------------
+    def _connect(self) -> sqlite3.Connection:
+        if self._db is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            db = sqlite3.connect(
+                str(self.path), timeout=self._busy, isolation_level=None, check_same_thread=False
+            )
+            try:
+                db.execute("PRAGMA journal_mode=WAL")
+                # a cache: losing the last changes to a power cut is fine, a wait per
+                # commit for the disk is not
+                db.execute("PRAGMA synchronous=OFF")
+                db.executescript(_SCHEMA)
+            except BaseException:
+                db.close()
+                raise
+            self._db = db
+        return self._db
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        with self._lock:
+            if self._closed:
+                raise AccountError("the machine's limits store was closed")
+            try:
+                db = self._connect()
+                db.execute("BEGIN IMMEDIATE")
+            except (sqlite3.Error, OSError) as exc:
+                raise AccountError(f"{self.path}: {_reason(exc)}") from None
+            try:
+                yield db
+                db.execute("COMMIT")
+            except (sqlite3.Error, OSError) as exc:
+                _rollback(db)
+                raise AccountError(f"{self.path}: {_reason(exc)}") from None
+            except BaseException:
+                _rollback(db)
+                raise
+
+    @contextmanager
+    def _reading(self) -> Iterator[sqlite3.Connection]:
+        """The connection for reads: one statement at a time, no write lock taken."""
+        with self._lock:
+            if self._closed:
+                raise AccountError("the machine's limits store was closed")
+            try:
+                yield self._connect()
+            except (sqlite3.Error, OSError) as exc:
+                raise AccountError(f"{self.path}: {_reason(exc)}") from None
+
+    def _offset(self) -> float:
+        return self._clock.time() - self._clock.monotonic()
+
+    # -- limits ---------------------------------------------------------------------------
+    def limits(self, key: str) -> Limits | None:
+        with self._reading() as db:
+            return self._read(db, key)
+
+    def _read(self, db: sqlite3.Connection, key: str) -> Limits | None:
+        row = db.execute("SELECT data, updated FROM limits WHERE key = ?", (key,)).fetchone()
+        if row is None:
+            return None
+        now = self._clock.time()
+        if now - float(row[1]) >= self._forget and self._count(db, key, now) == 0:
+            return None  # learnt long ago and idle since: start afresh
+        try:
+            stored = limits_from_json(json.loads(row[0]))
+        except ValueError:
+            stored = None
+        return None if stored is None else from_wall(stored, self._offset())
+
+    def update(self, key: str, rule: Rule) -> Step:
+        # Most reports change nothing (a stream that starts, a success at the ceiling): a
+        # rule that leaves what it read as it was needs no write, nor the write lock.
+        with self._reading() as db:
+            seen = self._read(db, key)
+        if seen is not None:
+            limits, change = rule(seen)
+            if limits == seen and change is None:
+                return limits, change
+        with self._transaction() as db:
+            limits, change = rule(self._read(db, key))
+            data = json.dumps(limits_to_json(to_wall(limits, self._offset())))
+            db.execute(
+                "INSERT OR REPLACE INTO limits (key, data, updated) VALUES (?, ?, ?)",
+                (key, data, self._clock.time()),
+            )
+            return limits, change
+
+    # -- leases ---------------------------------------------------------------------------
+    def _count(self, db: sqlite3.Connection, prefix: str, now: float) -> int:
+        if prefix.endswith("/"):
+            sql = "SELECT COUNT(*) FROM leases WHERE expires > ? AND substr(key, 1, ?) = ?"
+            row = db.execute(sql, (now, len(prefix), prefix)).fetchone()
+        else:
+            row = db.execute(
+                "SELECT COUNT(*) FROM leases WHERE expires > ? AND key = ?", (now, prefix)
+            ).fetchone()
+        return int(row[0])
+
+    def _purge(self, db: sqlite3.Connection, now: float, *, force: bool = False) -> None:
+        """Drop expired leases and those of dead processes of this host (the counts skip
+        expired ones anyway, so this runs at most once a second unless ``force``)."""
+        if not force and now - self._checked < _LIVENESS_EVERY_S:
+            return
+        self._checked = now
+        db.execute("DELETE FROM leases WHERE expires <= ?", (now,))
+        rows = db.execute(
+            "SELECT DISTINCT pid, started FROM leases WHERE host = ? AND pid != ?",
+            (self._host, self._pid),
+        ).fetchall()
+        for pid, started in rows:
+            actual = _started(int(pid))
+            if actual is None or (actual >= 0 and abs(actual - float(started)) > 1.0):
+                db.execute(
+                    "DELETE FROM leases WHERE host = ? AND pid = ? AND started = ?",
+                    (self._host, pid, started),
+                )
+
+    def _room(self, db: sqlite3.Connection, bounds: Bounds, now: float) -> bool:
+        if self._count(db, bounds.key, now) >= bounds.limit:
+            return False
+        if bounds.provider_limit is not None and (
+            self._count(db, bounds.provider, now) >= bounds.provider_limit
+        ):
+            return False
+        if bounds.total_limit is not None:
+            total = db.execute("SELECT COUNT(*) FROM leases WHERE expires > ?", (now,)).fetchone()
+            if int(total[0]) >= bounds.total_limit:
+                return False
+        return True
+
+    def take(self, bounds: Bounds) -> Lease | None:
+        with self._transaction() as db:
+            now = self._clock.time()
+            self._purge(db, now)
+            if not self._room(db, bounds, now):
+                self._purge(db, now, force=True)  # a dead holder may be what fills it
+                if not self._room(db, bounds, now):
+                    return None
+            self._tokens += 1
+            token = f"{self._host}:{self._pid}:{self._nonce}:{self._tokens}"
+            db.execute(
+                "INSERT INTO leases (token, key, host, pid, started, expires) "
+                "VALUES (?, ?, ?, ?, ?, ?)",
+                (token, bounds.key, self._host, self._pid, self._me, now + self._ttl),
+            )
+            self._held.add(token)
+        self._start_renewer()
+        return Lease(bounds.key, token, self)
+
+    def give_back(self, lease: Lease) -> None:
+        if lease.token not in self._held:
+            return
+        self._held.discard(lease.token)
+        with self._transaction() as db:
+            db.execute("DELETE FROM leases WHERE token = ?", (lease.token,))
+
+    def in_flight(self, prefix: str) -> int:
+        with self._reading() as db:
+            return self._count(db, prefix, self._clock.time())
+
+    def renew(self) -> None:
+        """Move the expiry of this process's leases ``lease_ttl_s`` ahead."""
+        if not self._held:
+            return
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE leases SET expires = ? WHERE host = ? AND pid = ? AND started = ?",
+                (self._clock.time() + self._ttl, self._host, self._pid, self._me),
+            )
+
+    def _start_renewer(self) -> None:
+        if self._renewer is None or not self._renewer.is_alive():
+            self._renewer = threading.Thread(
+                target=self._renew_loop, name="teamlead-lease-renewer", daemon=True
+            )
+            self._renewer.start()
+
+    def _renew_loop(self) -> None:
+        while not self._stop.wait(self._ttl / 3):
+            try:
+                self.renew()
+            except AccountError:
+                return  # the next grant reports it (and the leases expire by themselves)
+
+    def close(self) -> None:
+        """Stop renewing, give back this process's leases, close the file; idempotent."""
+        self._stop.set()
+        renewer = self._renewer
+        if renewer is not None and renewer is not threading.current_thread():
+            renewer.join(timeout=2)
+        with self._lock:
+            if self._closed:
+                return
+            db, self._db = self._db, None
+            self._closed = True
+            if db is None:
+                return
+            try:
+                if self._held:
+                    db.execute(
+                        "DELETE FROM leases WHERE host = ? AND pid = ? AND started = ?",
+                        (self._host, self._pid, self._me),
+                    )
+            except sqlite3.Error:
+                pass  # they expire by themselves
+            finally:
+                self._held.clear()
+                db.close()
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0]
+
+
+def _rollback(db: sqlite3.Connection) -> None:
+    # an error here means no transaction is open (it failed to begin, or already ended)
+    with contextlib.suppress(sqlite3.Error):
+        db.execute("ROLLBACK")

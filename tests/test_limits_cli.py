@@ -1,0 +1,226 @@
+"""The governor on the real CLI: whatever the upstream's timing, across processes and machines.
+
+Scripted upstreams with a hidden limit of 3 concurrent requests (429 with ``retry-after: 1``
+past it) and ``CLAUDE_CODE_MAX_RETRIES=0``: a 429 that reached the CLI would fail a
+subagent, so every finding arriving proves the relay absorbed them. In each: every finding
+arrives, there are at most as many 429s as agents, and the storm ran at the limit (the
+upstream saw exactly 3 subagent streams at once: the learnt limit was the true one, not a
+lower cut). Wall time against the ideal is measured in ``bench/limits.py``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from claude_agent_sdk import ResultMessage, query
+
+from teamlead._relay import RELAY_POLICY, start_relay
+from teamlead.governor import Governor
+from teamlead.testing import OfflineClaude, ScriptedServer
+from teamlead.testing.scripts import FanOut, findings_in
+
+from .redis_server import REDIS_SERVER, redis_server
+
+pytestmark = [pytest.mark.anyio, pytest.mark.cli, pytest.mark.slow]
+
+LIMIT = 3
+TEAMLEAD = [sys.executable, "-m", "teamlead"]
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _rejected(server: ScriptedServer) -> collections.Counter[str]:
+    return collections.Counter(
+        r.request.agent.description
+        for r in server.recorded("subagent")
+        if r.status == 429 and r.request.agent is not None
+    )
+
+
+def _most_accepted_at_once(server: ScriptedServer) -> int:
+    """The most subagent requests the upstream was answering (not rejecting) at one time."""
+    points = []
+    for rec in server.recorded("subagent"):
+        if rec.status == 200 and rec.finished is not None:
+            points += [(rec.started, 1), (rec.finished, -1)]
+    best = cur = 0
+    for _, step in sorted(points, key=lambda p: (p[0], p[1])):
+        cur += step
+        best = max(best, cur)
+    return best
+
+
+def _all_findings(agents: int) -> list[str]:
+    return sorted(f"agent-{n}" for n in range(1, agents + 1))
+
+
+@pytest.mark.parametrize(
+    ("headers_after", "lead_counts"),
+    [("answer", False), (1.5, True)],
+    ids=["headers-with-the-answer", "headers-late-and-the-lead-counts"],
+)
+async def test_a_24_agent_storm_learns_the_true_limit_whatever_the_header_timing(
+    tmp_path: Path, headers_after: float | Literal["answer"], lead_counts: bool
+) -> None:
+    agents = 24
+    with ScriptedServer(
+        FanOut.of(agents, delays=1.0),
+        concurrency_limit=LIMIT,
+        retry_after=1,
+        limit_roles=None if lead_counts else {"subagent"},
+        headers_after=headers_after,
+    ) as server:
+        governor = Governor(RELAY_POLICY)
+        async with start_relay(server.base_url, governor) as relay:
+            env = {"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(agents)}
+            claude = OfflineClaude(relay.base_url, state_dir=tmp_path, max_retries=0, env=env)
+            results = [
+                m
+                async for m in query(prompt="Investigate 24 parts.", options=claude.options())
+                if isinstance(m, ResultMessage)
+            ]
+            summary = relay.summary()
+        most_at_once = _most_accepted_at_once(server)
+    assert sorted(findings_in(results[-1].result or "")) == _all_findings(agents)
+    rejected = _rejected(server)
+    assert sum(rejected.values()) <= agents and summary.passed == 0
+    # the limit learnt is the true one (the old estimator cut to 1 here: one at a time)
+    assert summary.buckets[0].limit == LIMIT
+    assert most_at_once == LIMIT
+    assert not [e for e in governor.journal if e.cap < LIMIT]
+
+
+def _ask(claude: OfflineClaude, cache: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, **claude.env, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [*TEAMLEAD, "ask", "Investigate.", "--json", "--wait", "5", *args],
+        env=env,
+        cwd=claude.cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finished(proc: subprocess.Popen[str]) -> dict[str, Any]:
+    out, err = proc.communicate(timeout=240)
+    assert proc.returncode == 0, err
+    finished: dict[str, Any] = json.loads(out.splitlines()[-1])
+    assert finished["type"] == "finished" and finished["status"] == "completed", err
+    return finished
+
+
+def _two_runs_together(
+    tmp_path: Path, *, shared_cache: bool, args: tuple[str, ...] = ()
+) -> tuple[list[dict[str, Any]], ScriptedServer]:
+    agents = 12
+    with ScriptedServer(
+        FanOut.of(agents, delays=1.0),
+        concurrency_limit=LIMIT,
+        retry_after=1,
+        limit_roles={"subagent"},
+        headers_after="answer",
+    ) as server:
+        procs = []
+        for n in (1, 2):
+            claude = OfflineClaude(
+                server.base_url,
+                state_dir=tmp_path / f"machine-{n}",
+                max_retries=0,
+                env={"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(agents)},
+            )
+            cache = tmp_path / ("cache" if shared_cache else f"cache-{n}")
+            procs.append(_ask(claude, cache, *args))
+        try:
+            finished = [_finished(p) for p in procs]
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate(timeout=30)
+    for done in finished:
+        assert sorted(findings_in(done["result"] or "")) == _all_findings(agents)
+        assert done["relay"]["passed"] == 0
+    return finished, server
+
+
+def test_two_ask_processes_on_one_machine_share_one_limit(tmp_path: Path) -> None:
+    finished, server = _two_runs_together(tmp_path, shared_cache=True)
+    # alone, each process would learn 3 for itself and the pair would keep running 6 at
+    # once into a limit of 3, a 429 per extra request every round; together they stay
+    # under it after the first burst
+    assert sum(_rejected(server).values()) <= 24
+    assert [done["relay"]["buckets"][0]["limit"] for done in finished] == [LIMIT, LIMIT]
+    assert (tmp_path / "cache" / "teamlead" / "limits.sqlite3").is_file()
+
+
+@pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
+def test_two_machines_share_one_limit_through_redis_only(tmp_path: Path) -> None:
+    with redis_server(tmp_path) as redis:
+        finished, server = _two_runs_together(
+            tmp_path, shared_cache=False, args=("--limits", redis.url)
+        )
+    assert sum(_rejected(server).values()) <= 24
+    assert [done["relay"]["buckets"][0]["limit"] for done in finished] == [LIMIT, LIMIT]
+    # nothing went through either machine's own file
+    assert not list(tmp_path.glob("cache-*/teamlead/limits.sqlite3"))
+
+
+async def test_a_bare_cli_through_teamlead_relay_loses_no_subagent(tmp_path: Path) -> None:
+    agents = 12
+    with ScriptedServer(
+        FanOut.of(agents, delays=1.0),
+        concurrency_limit=LIMIT,
+        retry_after=1,
+        limit_roles={"subagent"},
+        headers_after=1.5,
+    ) as server:
+        env = {
+            **os.environ,
+            "XDG_CACHE_HOME": str(tmp_path / "cache"),
+            "PYTHONPATH": str(ROOT),
+        }
+        relay = subprocess.Popen(  # noqa: ASYNC220 - read line by line, as a user's script does
+            [*TEAMLEAD, "relay", "--upstream", server.base_url],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert relay.stdout is not None
+            first = relay.stdout.readline().strip()
+            name, _, base_url = first.partition("=")
+            assert name == "ANTHROPIC_BASE_URL" and base_url.startswith("http://127.0.0.1:")
+            claude = OfflineClaude(
+                base_url,
+                state_dir=tmp_path / "bare",
+                max_retries=0,  # a bare CLI with no retries: the relay alone absorbs 429s
+                env={"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(agents)},
+            )
+            results = [
+                m
+                async for m in query(prompt="Investigate.", options=claude.options())
+                if isinstance(m, ResultMessage)
+            ]
+            relay.send_signal(signal.SIGTERM)
+            _, err = relay.communicate(timeout=30)
+        finally:
+            if relay.poll() is None:
+                relay.kill()
+                relay.communicate(timeout=30)
+    assert sorted(findings_in(results[-1].result or "")) == _all_findings(agents)
+    assert sum(_rejected(server).values()) <= agents
+    assert _most_accepted_at_once(server) == LIMIT
+    assert relay.returncode == 0, err
+    port = int(base_url.split(":")[2].split("/")[0])
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass  # the port is closed
