@@ -12,20 +12,25 @@ import anyio
 import pytest
 
 from teamlead.errors import UsageError
-from teamlead.experiment.commands import TAIL_CHARS, command_env, output_name, run_command
-from teamlead.experiment.html import render_html
-from teamlead.experiment.metrics import METRICS
-from teamlead.experiment.records import TrialRecord
-from teamlead.experiment.render import render_markdown
-from teamlead.experiment.report import build_report, upgrade_report_json
-from teamlead.experiment.spec import parse_spec
-from teamlead.experiment.steps import DEFAULT_TIMEOUT_S, PrimaryMetric
-from teamlead.experiment.workspace import (
+from teamlead.experiment.reporting.html import render_html
+from teamlead.experiment.reporting.render import render_markdown
+from teamlead.experiment.reporting.report import build_report, upgrade_report_json
+from teamlead.experiment.running.trial_commands import (
+    TAIL_CHARS,
+    command_env,
+    output_name,
+    run_command,
+)
+from teamlead.experiment.running.workspace import (
     Workspaces,
     copy_tree,
     reap_stale_worktrees,
     repo_state,
 )
+from teamlead.experiment.specs.records import TrialRecord
+from teamlead.experiment.specs.spec import parse_spec
+from teamlead.experiment.specs.steps import DEFAULT_TIMEOUT_S, PrimaryMetric
+from teamlead.experiment.stats.metrics import METRICS
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
 

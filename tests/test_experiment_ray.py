@@ -27,8 +27,8 @@ import psutil
 import pytest
 
 from teamlead.experiment import TrialKey, load_spec, read_records
-from teamlead.experiment.ray_backend import ray_session
-from teamlead.experiment.runner import trial_session_id
+from teamlead.experiment.running.ray_backend import ray_session
+from teamlead.experiment.running.runner import trial_session_id
 from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import ProbabilisticFanOut
 
@@ -396,7 +396,7 @@ async def test_governors_on_two_nodes_share_learnt_limits(ray_instance: _Cluster
     from teamlead import Governor, GovernorPolicy, bucket_key
     from teamlead._governor.aimd import Limits
     from teamlead.clock import FakeClock
-    from teamlead.experiment.ray_backend import RayLimitStore
+    from teamlead.experiment.running.ray_backend import RayLimitStore
 
     key = bucket_key("anthropic", "claude-opus-5-5")
     clock_a, clock_b = FakeClock(start=100.0), FakeClock(start=5000.0)  # same wall time
@@ -459,7 +459,7 @@ async def test_a_worker_store_kept_fresh_sees_a_cut_made_elsewhere(ray_instance:
     import anyio
 
     from teamlead._governor.aimd import Limits
-    from teamlead.experiment.ray_backend import RayLimitStore, kept_fresh
+    from teamlead.experiment.running.ray_backend import RayLimitStore, kept_fresh
 
     elsewhere = RayLimitStore.connect("fresh-test")
     here = RayLimitStore.connect("fresh-test")

@@ -23,7 +23,7 @@ from teamlead.experiment import (
     write_report,
 )
 from teamlead.experiment import __all__ as experiment_all
-from teamlead.experiment.report import Report
+from teamlead.experiment.reporting.report import Report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -265,13 +265,16 @@ def test_exported_names_exist() -> None:
 
 
 # Each experiment module may import only modules earlier in this order (lazy and
-# TYPE_CHECKING imports included): stats -> verdicts -> metrics -> comparisons -> report
-# -> plots, render and html, never back.
+# TYPE_CHECKING imports included): the stages specs -> running, stats -> reporting, and
+# inside a stage its own chain (intervals -> estimates -> power -> ... -> comparisons),
+# never back.
 _CHAIN = [
-    *("commands", "records", "workspace", "steps", "_toml_lines", "spec", "synthetic", "outdir"),
-    *("trial", "grader", "runner", "ray_cluster", "ray_backend"),
-    *("intervals", "stats", "power", "verdicts", "explain", "metrics", "comparisons"),
-    *("report", "plots", "render", "html"),
+    *("specs.records", "specs.steps", "specs._toml_lines", "specs.spec", "specs.synthetic"),
+    *("running.trial_commands", "running.outdir", "running.workspace", "running.trial"),
+    *("running.grader", "running.runner", "running.ray_cluster", "running.ray_backend"),
+    *("stats.intervals", "stats.estimates", "stats.power", "stats.verdicts", "stats.explain"),
+    *("stats.metrics", "stats.comparisons"),
+    *("reporting.report", "reporting.plots", "reporting.render", "reporting.html"),
 ]
 
 
@@ -279,14 +282,24 @@ def test_the_experiment_modules_import_one_way() -> None:
     import teamlead.experiment as experiment
 
     folder = Path(experiment.__file__).parent
-    modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    modules = sorted(
+        f"{p.parent.name}.{p.stem}" for p in folder.glob("*/*.py") if p.stem != "__init__"
+    )
     assert modules == sorted(_CHAIN)
+    assert sorted(p.name for p in folder.glob("*.py")) == ["__init__.py"]
     backwards = []
     for name in _CHAIN:
-        tree = ast.parse((folder / f"{name}.py").read_text())
+        stage = name.split(".")[0]
+        tree = ast.parse((folder / f"{name.replace('.', '/')}.py").read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-                target = node.module.split(".")[0]
-                if _CHAIN.index(target) >= _CHAIN.index(name):
-                    backwards.append(f"{name} imports {target}")
+            if not isinstance(node, ast.ImportFrom) or not node.module:
+                continue
+            if node.level == 1:
+                target = f"{stage}.{node.module.split('.')[0]}"
+            elif node.level == 2:
+                target = ".".join(node.module.split(".")[:2])
+            else:
+                continue
+            if _CHAIN.index(target) >= _CHAIN.index(name):
+                backwards.append(f"{name} imports {target}")
     assert backwards == []

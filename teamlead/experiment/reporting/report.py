@@ -1,18 +1,19 @@
 """The experiment report: per-variant summaries, comparisons with the control, per-task rates.
 
 :func:`build_report` turns trial records into a :class:`Report` with the estimates of
-:mod:`~teamlead.experiment.stats` and the verdicts of :mod:`~teamlead.experiment.verdicts`;
-:meth:`Report.to_json` is the stable, versioned machine form. Printing and writing it
-(Markdown, JSON, plots) is :mod:`teamlead.experiment.render`, which builds on this module.
+:mod:`~teamlead.experiment.stats.estimates` and the verdicts of
+:mod:`~teamlead.experiment.stats.verdicts`; :meth:`Report.to_json` is the stable, versioned
+machine form. Printing and writing it (Markdown, JSON, plots) is
+:mod:`teamlead.experiment.reporting.render`, which builds on this module.
 
 Which trials count: the latest record of each (variant, task, trial) key; infrastructure
 failures (``status="failed"``, ``error_class="infrastructure"``) are left out, since they
 say nothing about the prompt. Other failures and partial trials count as they are.
 
 How variants are compared with the control (tests, MDE, multiple-comparison adjustment,
-verdicts) is :mod:`teamlead.experiment.comparisons`; which metrics are analysed and which
+verdicts) is :mod:`teamlead.experiment.stats.comparisons`; which metrics are analysed and which
 is primary (Holm-adjusted: ``parallel`` unless the spec names another, e.g. ``passed``) is
-:func:`~teamlead.experiment.metrics.analysed_metrics`. :func:`upgrade_report_json` reads a
+:func:`~teamlead.experiment.stats.metrics.analysed_metrics`. :func:`upgrade_report_json` reads a
 ``report.json`` of any version.
 
 Example:
@@ -30,10 +31,12 @@ from typing import Any
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import UsageError
-from .comparisons import AnalysisSettings, Comparison, compare_variants, finite
-from .explain import confidence_label, rule_text
-from .metrics import (
+from ...errors import UsageError
+from ..specs.records import TrialRecord, isolation_notes, latest_records
+from ..stats.comparisons import AnalysisSettings, Comparison, compare_variants, finite
+from ..stats.estimates import clustered_mean, clustered_wilson
+from ..stats.explain import confidence_label, rule_text
+from ..stats.metrics import (
     METRICS,
     PRIMARY_METRIC,
     RATE_KEYS,
@@ -41,8 +44,6 @@ from .metrics import (
     analysed_metrics,
     metric_clusters,
 )
-from .records import TrialRecord, isolation_notes, latest_records
-from .stats import clustered_mean, clustered_wilson
 
 __all__ = [
     "REPORT_VERSION",

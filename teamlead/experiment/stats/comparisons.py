@@ -1,11 +1,12 @@
 """How each variant is compared with the control: the :class:`Comparison` and its making.
 
 :func:`compare_variants` runs, per variant and metric, the within-task permutation test and
-t-interval (:mod:`~teamlead.experiment.stats`), the simulated minimum detectable effect of
-that rule (:mod:`~teamlead.experiment.power`), the p-value adjustment and the verdict
-(:mod:`~teamlead.experiment.verdicts`), and the words for disagreements
-(:mod:`~teamlead.experiment.explain`). Kept apart from :mod:`~teamlead.experiment.report`,
-which summarises the variants and assembles the report, so each stays one concept.
+t-interval (:mod:`~teamlead.experiment.stats.estimates`), the simulated minimum detectable
+effect of that rule (:mod:`~teamlead.experiment.stats.power`), the p-value adjustment and the
+verdict (:mod:`~teamlead.experiment.stats.verdicts`), and the words for disagreements
+(:mod:`~teamlead.experiment.stats.explain`). Kept apart from
+:mod:`~teamlead.experiment.reporting.report`, which summarises the variants and assembles the
+report, so each stays one concept.
 
 Multiple comparisons: the primary metric (``AnalysisSettings.primary``: ``parallel``
 unless the spec names another, e.g. ``passed``) has its p-values Holm-adjusted across the
@@ -23,11 +24,11 @@ from typing import Any, Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..specs.records import TrialRecord
+from .estimates import Scale, Verdict, analysis_rng, paired_test
 from .explain import disagreement, zero_width
 from .metrics import PRIMARY_METRIC, Metric, metric_clusters
 from .power import MdeResult, simulate_mde
-from .records import TrialRecord
-from .stats import Scale, Verdict, analysis_rng, paired_test
 from .verdicts import adjust_pvalues, verdict
 
 __all__ = ["AnalysisSettings", "Comparison", "compare_variants", "finite"]
@@ -60,7 +61,7 @@ class Comparison(BaseModel):
     ``mde`` use the same scale (``mde`` as a factor there, e.g. 1.3 for a 30% change).
     ``variant_value``/``control_value`` are the task-weighted means the effect compares
     (each compared task counts once, however many trials it has), over ``task_ids``.
-    ``mde`` is simulated (:mod:`teamlead.experiment.power`); ``mde_note`` says how, or why
+    ``mde`` is simulated (:mod:`teamlead.experiment.stats.power`); ``mde_note`` says how, or why
     there is none. ``explanation`` is set when p and the interval disagree.
     """
 

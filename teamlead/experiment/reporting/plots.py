@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import UsageError
-from .metrics import METRICS, RATE_KEYS
+from ...errors import UsageError
+from ..stats.metrics import METRICS, RATE_KEYS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes

@@ -18,7 +18,7 @@ independent units calls for:
   (ratio-estimator) standard error with the ``k / (k - 1)`` small-sample factor, and t.
 
 All functions are vectorised over leading axes (the last axis is the task), so the power
-simulation in :mod:`teamlead.experiment.power` evaluates thousands of experiments at once.
+simulation in :mod:`teamlead.experiment.stats.power` evaluates thousands of experiments at once.
 Fewer than two tasks give NaN: one task says nothing about task-to-task variation.
 """
 

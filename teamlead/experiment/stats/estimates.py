@@ -10,7 +10,7 @@ every estimate treats the *task* as the unit of resampling or of variance inflat
   intra-class correlation across tasks, clipped to [0, 1] so ``deff >= 1``). With ICC 0
   it is the plain Wilson interval.
 - **Means** (wall time, calls, cost, tokens): mean and median of the trials, and a
-  cluster-robust t-interval for the mean (:mod:`teamlead.experiment.intervals`).
+  cluster-robust t-interval for the mean (:mod:`teamlead.experiment.stats.intervals`).
 - **Paired comparisons** (a variant against the control): the effect is computed on the
   tasks both ran, giving each task equal weight. The p-value comes from a *within-task
   permutation test* (shuffle the variant/control labels among one task's trials; exact
@@ -23,8 +23,8 @@ every estimate treats the *task* as the unit of resampling or of variance inflat
   tokens are compared as a ratio (reported as variant/control).
 
 What the numbers let one conclude (the simulated minimum detectable effect in
-:mod:`teamlead.experiment.power`; p-value adjustment, verdicts and the closed-form MDE
-helpers in :mod:`teamlead.experiment.verdicts`) builds on these estimates.
+:mod:`teamlead.experiment.stats.power`; p-value adjustment, verdicts and the closed-form MDE
+helpers in :mod:`teamlead.experiment.stats.verdicts`) builds on these estimates.
 
 Everything random takes a :class:`numpy.random.Generator`, so results are reproducible.
 scipy and statsmodels are imported on first use: importing teamlead stays fast.
@@ -56,6 +56,7 @@ __all__ = [
     "clustered_mean",
     "clustered_wilson",
     "design_effect",
+    "effect_statistic",
     "icc_anova",
     "paired_test",
 ]
@@ -287,7 +288,15 @@ def clustered_mean(clusters: Clusters, *, alpha: float = 0.05) -> MeanEstimate:
     )
 
 
-def _statistic(mean_variant: _FloatArray, mean_control: _FloatArray, scale: Scale) -> _FloatArray:
+def effect_statistic(
+    mean_variant: _FloatArray, mean_control: _FloatArray, scale: Scale
+) -> _FloatArray:
+    """The paired test's statistic: the difference of means, or their log ratio (NaN at 0).
+
+    The permutation test here and the MDE simulation
+    (:mod:`~teamlead.experiment.stats.power`) share it, so the simulated rule is the rule
+    that decides the verdict.
+    """
     if scale == "difference":
         return mean_variant - mean_control
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -351,7 +360,7 @@ def paired_test(
     near 0.03 instead of 0.05 at 10 tasks x 4 trials); the mid-p value (Lancaster) keeps
     it close to ``alpha``. Pass ``mid_p=False`` for the classic, conservative p-value.
     An observed effect of exactly none (identical arms) has p = 1. The interval is a
-    t-interval over tasks (:func:`~teamlead.experiment.intervals.paired_interval`); NaN,
+    t-interval over tasks (:func:`~teamlead.experiment.stats.intervals.paired_interval`); NaN,
     like ``se``, with fewer than two tasks. ``n_bootstrap`` is accepted for compatibility
     and unused.
 
@@ -382,12 +391,12 @@ def paired_test(
         )
     mv = np.array([v.mean() for v, _ in pairs])
     mc = np.array([c.mean() for _, c in pairs])
-    observed = float(_statistic(np.array([mv.mean()]), np.array([mc.mean()]), scale)[0])
+    observed = float(effect_statistic(np.array([mv.mean()]), np.array([mc.mean()]), scale)[0])
 
     pooled = [np.concatenate([v, c]) for v, c in pairs]
     sizes = [len(v) for v, _ in pairs]
     sum_v, sum_c, exact = _permutation_sums(pooled, sizes, rng=rng, n_permutations=n_permutations)
-    null = _statistic(sum_v / k, sum_c / k, scale)
+    null = effect_statistic(sum_v / k, sum_c / k, scale)
     if math.isfinite(observed):
         tolerance = 1e-9 * max(1.0, abs(observed))
         with np.errstate(invalid="ignore"):

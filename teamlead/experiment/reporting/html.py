@@ -21,8 +21,8 @@ import html
 import math
 from collections.abc import Iterable, Sequence
 
-from .explain import confidence_label, rule_text
-from .records import TrialRecord, latest_records
+from ..specs.records import TrialRecord, latest_records
+from ..stats.explain import confidence_label, rule_text
 from .report import Comparison, RateSummary, Report
 
 __all__ = ["render_html"]

@@ -12,7 +12,7 @@ MDE here is found by simulation, on the observed design:
   or ``q_i = p_i * (1 - delta)``, a drop, when the control sits above one half), so every
   rate stays in [0, 1]; for means ``+ delta`` (difference) or ``* r`` (ratio);
 - the same decision as the report: the within-task permutation mid-p below ``alpha`` and
-  the t-interval (:mod:`teamlead.experiment.intervals`) excluding no effect.
+  the t-interval (:mod:`teamlead.experiment.stats.intervals`) excluding no effect.
 
 The MDE is the smallest effect reached with the requested power, found by bisection with
 common random numbers (the same simulated trials and relabelings at every step, so the
@@ -21,8 +21,8 @@ power curve is smooth in the effect). It is approximate: ``simulations`` experim
 largest possible effect cannot reach the power (a single task, or too few relabelings to
 ever get below ``alpha``), there is no MDE and ``reason`` says why.
 
-:func:`~teamlead.experiment.verdicts.mde_rate` and
-:func:`~teamlead.experiment.verdicts.mde_from_se` are the closed-form normal
+:func:`~teamlead.experiment.stats.verdicts.mde_rate` and
+:func:`~teamlead.experiment.stats.verdicts.mde_from_se` are the closed-form normal
 approximations, for planning a design before any data exist; the report does not use them.
 """
 
@@ -35,6 +35,7 @@ from typing import Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
+from .estimates import effect_statistic
 from .intervals import paired_interval
 
 __all__ = ["MdeResult", "simulate_mde"]
@@ -82,13 +83,6 @@ def _design(
     )
 
 
-def _statistic(v: _FloatArray, c: _FloatArray, scale: str) -> _FloatArray:
-    if scale == "difference":
-        return v - c
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(v) - np.log(c)
-
-
 def _power(
     values: _FloatArray,
     design: _Design,
@@ -103,10 +97,10 @@ def _power(
     totals = values.sum(axis=-1)  # padding holds zeros
     mv = (values * design.variant_slot).sum(axis=-1) / nv
     mc = (values * design.control_slot).sum(axis=-1) / nc
-    observed = _statistic(mv.mean(axis=-1), mc.mean(axis=-1), scale)  # (S,)
+    observed = effect_statistic(mv.mean(axis=-1), mc.mean(axis=-1), scale)  # (S,)
     # (k, S, N) @ (k, N, B): one batched matrix product per task, through BLAS.
     chosen = np.matmul(values.transpose(1, 0, 2), design.relabel_t).transpose(1, 2, 0)
-    null = _statistic(
+    null = effect_statistic(
         (chosen / nv).mean(axis=-1), ((totals[:, None, :] - chosen) / nc).mean(axis=-1), scale
     )  # (S, B)
     size = np.abs(observed)[:, None]

@@ -1,10 +1,10 @@
 """The experiment report as text and files: Markdown tables, JSON, and the report folder.
 
-:func:`render_markdown` prints a :class:`~teamlead.experiment.report.Report` as tables
+:func:`render_markdown` prints a :class:`~teamlead.experiment.reporting.report.Report` as tables
 readable in a terminal; :func:`render_json` is its stable, versioned machine form
-(:meth:`Report.to_json <teamlead.experiment.report.Report.to_json>` as text);
+(:meth:`Report.to_json <teamlead.experiment.reporting.report.Report.to_json>` as text);
 :func:`write_report` writes ``report.md``, ``report.json`` and, through
-:mod:`teamlead.experiment.plots`, one PNG per metric.
+:mod:`teamlead.experiment.reporting.plots`, one PNG per metric.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .explain import confidence_label, rule_text
+from ..stats.explain import confidence_label, rule_text
 from .report import RateSummary, Report
 
 __all__ = ["render_json", "render_markdown", "write_report"]

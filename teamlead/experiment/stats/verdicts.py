@@ -4,13 +4,13 @@
   rates, from Cohen's h (statsmodels ``NormalIndPower``) at the effective sample sizes,
   converted back to a rate difference above the control rate; for means,
   ``(z_{1-alpha/2} + z_power) * SE`` (as a ratio factor on the ratio scale). The report
-  itself simulates the MDE of the rule it applies (:mod:`teamlead.experiment.power`).
+  itself simulates the MDE of the rule it applies (:mod:`teamlead.experiment.stats.power`).
 - **Adjusted p-values**: Holm (family-wise) or Benjamini-Hochberg (FDR).
 - **Verdicts**: ``better``/``worse`` only when the adjusted p-value and the interval
   agree, else ``inconclusive``.
 
 The estimates themselves (clustered rates, t-interval means, the paired permutation test)
-are in :mod:`teamlead.experiment.stats`. scipy and statsmodels are imported on first use.
+are in :mod:`teamlead.experiment.stats.estimates`. scipy and statsmodels are imported on first use.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Literal
 
 import numpy as np
 
-from .stats import Scale, Verdict
+from .estimates import Scale, Verdict
 
 __all__ = ["adjust_pvalues", "mde_from_se", "mde_rate", "verdict"]
 
