@@ -116,8 +116,9 @@ def test_cluster_mean_interval_matches_the_cluster_robust_formula() -> None:
 
 def test_design_effect_uses_the_size_weighted_cluster_size() -> None:
     icc, deff = design_effect([[1, 1, 1, 1, 1, 1], [0, 0]])
-    assert icc == 1.0
-    assert deff == pytest.approx(1 + (40 / 8 - 1))  # m = (36 + 4) / 8 = 5, not the mean 4
+    # Raw ICC 1 from 2 tasks, shrunk: (1 * 1 + 4 * 0.2) / (1 + 4) = 0.36.
+    assert icc == pytest.approx(0.36)
+    assert deff == pytest.approx(1 + (40 / 8 - 1) * icc)  # m = (36 + 4) / 8 = 5, not 4
 
 
 # -- power at the printed MDE -------------------------------------------------------------------
@@ -175,7 +176,10 @@ def test_mde_is_seeded_and_uses_only_the_compared_tasks() -> None:
     again = simulate_mde(
         control, control, kind="rate", scale="difference", rng=np.random.default_rng(4)
     )
-    assert first == again and 0 < first.mde < 1
+    assert repr(first) == repr(again) and 0 < first.rise < 1
+    # A control at 0.25 on 6 tasks leaves too little room below to detect a drop.
+    assert math.isnan(first.drop) and first.drop_reason is not None
+    assert first.drop_reason.startswith("no drop can be detected: the control's rate is 0.25")
     # Tasks the variant never ran do not count: 6 compared tasks, not 12.
     padded = simulate_mde(
         control + [[]] * 6,
@@ -184,7 +188,7 @@ def test_mde_is_seeded_and_uses_only_the_compared_tasks() -> None:
         scale="difference",
         rng=np.random.default_rng(4),
     )
-    assert padded.mde == first.mde
+    assert repr(padded) == repr(first)
 
 
 def test_a_single_task_cannot_be_conclusive() -> None:
@@ -194,19 +198,26 @@ def test_a_single_task_cannot_be_conclusive() -> None:
     report = build_report(records, control="a", n_permutations=500)
     parallel = next(c for c in report.comparisons if c.metric == "parallel")
     assert parallel.mde is None and parallel.verdict == "inconclusive"
-    assert parallel.mde_note == "cannot be conclusive with 1 task: the interval needs two"
+    assert parallel.mde_note == (
+        "cannot be conclusive with 1 task: a verdict needs at least 3 compared tasks"
+    )
     assert "cannot be conclusive with 1 task" in render_markdown(report)
     data = report.to_json()
     assert next(c for c in data["comparisons"] if c["metric"] == "parallel")["mde"] is None
 
 
 def test_too_few_trials_to_reach_alpha_cannot_be_conclusive() -> None:
-    # Two tasks, one trial per arm: four relabelings, p never gets below 0.05.
+    # Three tasks, one trial per arm: eight relabelings, p never gets below 0.05.
     result = simulate_mde(
+        [[1], [1], [0]], [[0], [0], [1]], kind="rate", scale="difference",
+        rng=np.random.default_rng(0),
+    )
+    assert math.isnan(result.rise) and math.isnan(result.drop)
+    assert result.rise_reason is not None and result.rise_reason.startswith("no rise can be")
+    two = simulate_mde(
         [[1], [1]], [[0], [0]], kind="rate", scale="difference", rng=np.random.default_rng(0)
     )
-    assert math.isnan(result.mde) and result.reason is not None
-    assert result.reason.startswith("cannot be conclusive with 2 tasks")
+    assert two.reason is not None and two.reason.startswith("cannot be conclusive with 2 tasks")
 
 
 # -- degenerate cases ---------------------------------------------------------------------------
@@ -298,7 +309,7 @@ def test_p_and_interval_disagreeing_get_one_line() -> None:
     )
 
 
-def test_every_report_states_the_two_part_rule_and_json_v2_fields() -> None:
+def test_every_report_states_the_two_part_rule_and_json_fields() -> None:
     records = synthetic_records(
         {"baseline": [0.2] * 8, "delegation": [0.6] * 8}, trials=3, rng=np.random.default_rng(8)
     )
@@ -309,7 +320,7 @@ def test_every_report_states_the_two_part_rule_and_json_v2_fields() -> None:
     assert "n_eff" in markdown and "ICC" in markdown
     assert "delegation vs baseline: 7 of 8 task(s)" in markdown
     data = json.loads(json.dumps(report.to_json(), allow_nan=False))
-    assert data["version"] == REPORT_VERSION == 2
+    assert data["version"] == REPORT_VERSION == 3
     assert data["rule"].startswith("Verdict rule:") and isinstance(data["notes"], list)
     parallel = next(c for c in data["comparisons"] if c["metric"] == "parallel")
     assert parallel["scale"] == "difference" and parallel["correction"] == "holm"

@@ -66,14 +66,17 @@ def test_json_has_exactly_the_documented_keys(report: Report) -> None:
         "flaky_tasks",
         "primary_metric",
         "notes",
+        "methods",
     }
     assert data["primary_metric"] == "parallel"
-    assert data["version"] == 2
+    assert data["version"] == 3
+    assert any("geometric mean" in line for line in data["methods"])
     assert list(data["variants"]) == ["baseline", "delegation", "terse"]
     for summary in data["variants"].values():
         assert set(summary) == {
             "trials",
             "excluded",
+            "not_compared",
             "parallel_rate",
             "delegated_rate",
             "wall_s",
@@ -91,10 +94,23 @@ def test_json_has_exactly_the_documented_keys(report: Report) -> None:
                 "n_eff",
                 "icc",
                 "design_effect",
+                "note",
             }
             assert summary[rate]["ci_low"] <= summary[rate]["estimate"] <= summary[rate]["ci_high"]
         for mean in ("wall_s", "agent_calls", "cost_usd", "tokens"):
-            assert set(summary[mean]) == {"mean", "median", "ci_low", "ci_high"}
+            assert set(summary[mean]) == {
+                "mean",
+                "median",
+                "ci_low",
+                "ci_high",
+                "geo_mean",
+                "interval_of",
+                "note",
+            }
+        for mean in ("wall_s", "cost_usd", "tokens"):
+            assert summary[mean]["interval_of"] == "geometric mean"
+            assert summary[mean]["ci_low"] <= summary[mean]["geo_mean"] <= summary[mean]["ci_high"]
+        assert summary["agent_calls"]["interval_of"] == "mean"
     assert len(data["comparisons"]) == 2 * 6
     for comparison in data["comparisons"]:
         assert set(comparison) == {
@@ -118,8 +134,16 @@ def test_json_has_exactly_the_documented_keys(report: Report) -> None:
             "weighting",
             "mde_note",
             "explanation",
+            "estimand",
+            "mde_direction",
+            "mde_rise",
+            "mde_drop",
+            "mde_text",
+            "reasons",
         }
         assert comparison["control"] == "baseline"
+        if comparison["scale"] == "ratio":
+            assert comparison["estimand"] == "ratio of geometric means"
         assert comparison["verdict"] in {"better", "worse", "inconclusive"}
     assert set(data["tasks"]) == {f"task-{i:02d}" for i in range(6)}
     cell = data["tasks"]["task-00"]["delegation"]

@@ -26,18 +26,23 @@ def test_icc_of_a_hand_computed_case() -> None:
     # n=6, k=3, grand mean 0.5, task means 1, 0, 0.5:
     # MSB = 2*(0.25 + 0.25 + 0)/2 = 0.5, MSW = 0.5/3, m0 = 2 -> ICC = (1/3) / (2/3) = 0.5.
     assert icc_anova([[1, 1], [0, 0], [1, 0]]) == pytest.approx(0.5)
-    assert design_effect([[1, 1], [0, 0], [1, 0]]) == pytest.approx((0.5, 1.5))
+    # Shrunk towards the prior 0.2 worth 4 tasks: (2 * 0.5 + 4 * 0.2) / 6 = 0.3.
+    assert design_effect([[1, 1], [0, 0], [1, 0]]) == pytest.approx((0.3, 1.3))
     assert icc_anova([[1, 1, 1], [0, 0, 0]]) == 1.0
     assert icc_anova([[1, 0], [1, 0]]) == 0.0  # negative estimate, clipped
     assert icc_anova([[1, 0, 1]]) == 0.0  # one task: not estimable
 
 
-def test_clustered_wilson_with_icc_zero_is_plain_wilson() -> None:
-    clusters = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]  # every task at 0.5: ICC 0
+def test_clustered_wilson_is_wilson_at_the_effective_sample_size() -> None:
+    clusters = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]  # every task at 0.5: raw ICC < 0
     estimate = clustered_wilson(clusters, alpha=ALPHA)
-    low, high = proportion_confint(6, 12, alpha=ALPHA, method="wilson")
-    assert estimate.icc == 0.0 and estimate.design_effect == 1.0
-    assert estimate.n_eff == 12
+    # The negative raw estimate (-1/3) pulls the prior down: (2 * -1/3 + 4 * 0.2) / 6.
+    assert estimate.icc == pytest.approx((2 * -1 / 3 + 0.8) / 6)
+    assert estimate.design_effect == pytest.approx(1 + 3 * estimate.icc)
+    assert estimate.n_eff == pytest.approx(12 / estimate.design_effect)
+    low, high = proportion_confint(
+        0.5 * estimate.n_eff, estimate.n_eff, alpha=ALPHA, method="wilson"
+    )
     assert estimate.estimate == 0.5
     assert estimate.ci_low == pytest.approx(low, abs=1e-12)
     assert estimate.ci_high == pytest.approx(high, abs=1e-12)
@@ -182,7 +187,9 @@ def test_faster_variant_is_better_on_wall_time() -> None:
     assert wall.scale == "ratio"
     assert wall.diff is not None and 0.4 < wall.diff < 0.6
     assert wall.verdict == "better"
-    assert wall.mde is not None and wall.mde > 1
+    # Lower is better: the MDE printed is the detectable drop, a factor below 1.
+    assert wall.mde_direction == "drop" and wall.mde is not None and wall.mde < 1
+    assert wall.mde_rise is not None and wall.mde_rise == pytest.approx(1 / wall.mde)
 
 
 def test_holm_on_parallel_and_bh_on_the_rest() -> None:

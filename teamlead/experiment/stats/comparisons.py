@@ -25,13 +25,21 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..specs.records import TrialRecord
-from .estimates import Scale, Verdict, analysis_rng, paired_test
-from .explain import disagreement, zero_width
+from .estimates import (
+    ARITHMETIC,
+    GEOMETRIC,
+    PairedResult,
+    Scale,
+    Verdict,
+    analysis_rng,
+    paired_test,
+)
+from .explain import disagreement, mde_text, too_few_tasks, zero_width
 from .metrics import PRIMARY_METRIC, Metric, metric_clusters
 from .power import MdeResult, simulate_mde
 from .verdicts import adjust_pvalues, verdict
 
-__all__ = ["AnalysisSettings", "Comparison", "compare_variants", "finite"]
+__all__ = ["NOT_COMPARED", "AnalysisSettings", "Comparison", "compare_variants", "finite"]
 
 
 def finite(value: float) -> float | None:
@@ -53,16 +61,28 @@ class AnalysisSettings:
     primary: str = PRIMARY_METRIC
 
 
+NOT_COMPARED = "not compared: all trials failed as infrastructure"
+"""The verdict line of a variant with no counted trial."""
+
+
 class Comparison(BaseModel):
     """A variant against the control on one metric.
 
     ``diff`` is variant minus control, except on the ratio scale (``wall_s``,
-    ``cost_usd``, ``tokens``) where it is variant / control; ``ci_low``/``ci_high`` and
-    ``mde`` use the same scale (``mde`` as a factor there, e.g. 1.3 for a 30% change).
-    ``variant_value``/``control_value`` are the task-weighted means the effect compares
-    (each compared task counts once, however many trials it has), over ``task_ids``.
-    ``mde`` is simulated (:mod:`teamlead.experiment.stats.power`); ``mde_note`` says how, or why
-    there is none. ``explanation`` is set when p and the interval disagree.
+    ``cost_usd``, ``tokens``) where it is variant / control (``estimand``: the ratio of
+    geometric means, or of means when a value is 0); ``ci_low``/``ci_high`` use the same
+    scale. ``variant_value``/``control_value`` are the task-weighted means the effect
+    compares (geometric means for a ratio of geometric means; each compared task counts
+    once, however many trials it has), over ``task_ids``.
+
+    The MDE is simulated (:mod:`teamlead.experiment.stats.power`) in each direction:
+    ``mde_rise``/``mde_drop`` (sizes for a difference, factors above/below 1 for a
+    ratio); ``mde`` is the one in ``mde_direction``, the metric's better direction when it
+    can be detected, else the other; ``mde_text`` says both in words, or why not, and
+    ``mde_note`` how it was simulated. ``explanation`` is the one-line reason when the
+    verdict is inconclusive though one part of the rule was met (p and the interval
+    disagree, a zero-width interval, too few tasks), and ``reasons`` the reason for each
+    field that is n/a (``diff``, ``ci``, ``p_value``, ``p_adjusted``, ``mde``).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -87,6 +107,90 @@ class Comparison(BaseModel):
     weighting: str = "each compared task weighs the same"
     mde_note: str | None = None
     explanation: str | None = None
+    estimand: str = "difference of means"
+    mde_direction: Literal["rise", "drop"] | None = None
+    mde_rise: float | None = None
+    mde_drop: float | None = None
+    mde_text: str | None = None
+    reasons: dict[str, str] = Field(default_factory=dict)
+
+
+def _not_compared(name: str, control: str, metric: Metric, primary: bool) -> Comparison:
+    reasons = dict.fromkeys(("diff", "ci", "p_value", "p_adjusted", "mde"), NOT_COMPARED)
+    return Comparison(
+        variant=name,
+        control=control,
+        metric=metric.name,
+        scale=metric.scale,
+        diff=None,
+        ci_low=None,
+        ci_high=None,
+        p_value=None,
+        p_adjusted=None,
+        correction="holm" if primary else "fdr_bh",
+        verdict="not compared",
+        mde=None,
+        tasks=0,
+        exact=False,
+        mde_text=NOT_COMPARED,
+        explanation=NOT_COMPARED,
+        reasons=reasons,
+    )
+
+
+def _mde_fields(mde: MdeResult, metric: Metric) -> dict[str, Any]:
+    rise, drop = finite(mde.rise), finite(mde.drop)
+    better, worse = ("rise", "drop") if metric.higher_is_better else ("drop", "rise")
+    values = {"rise": rise, "drop": drop}
+    direction = better if values[better] is not None else worse
+    chosen = values[direction]
+    text = mde_text(
+        rise,
+        drop,
+        metric.scale,
+        rise_reason=mde.rise_reason,
+        drop_reason=mde.drop_reason,
+        reason=mde.reason,
+    )
+    return {
+        "mde": chosen,
+        "mde_direction": direction if chosen is not None else None,
+        "mde_rise": rise,
+        "mde_drop": drop,
+        "mde_text": text,
+    }
+
+
+def _reasons(
+    result: PairedResult, metric: Metric, control_mean: float, mde: dict[str, Any]
+) -> dict[str, str]:
+    """The one-line reason for every field of a comparison that is n/a."""
+    reasons: dict[str, str] = {}
+    k = result.tasks
+    undefined = metric.scale == "ratio" and control_mean == 0.0
+    if k == 0:
+        why = "no task ran under both the variant and the control with a value"
+        reasons.update(diff=why, ci=why, p_value=why, p_adjusted=why)
+    elif undefined:
+        why = "the control's mean is 0 on the compared tasks, so a ratio is undefined"
+        reasons.update(diff=why, ci=why, p_value=why, p_adjusted=why)
+    elif not math.isfinite(result.effect):
+        reasons["diff"] = "the effect is not finite"
+    if "ci" not in reasons and not (math.isfinite(result.ci_low) and math.isfinite(result.ci_high)):
+        if k < 2:
+            reasons["ci"] = "one compared task: an interval over tasks needs two"
+        elif result.estimand == ARITHMETIC:
+            reasons["ci"] = (
+                "some values are 0, so the ratio is of means, and Fieller's interval for it is "
+                "unbounded: the control's task means are too spread to bound the ratio"
+            )
+        else:
+            reasons["ci"] = "the interval is not finite"
+    if "p_value" not in reasons and not math.isfinite(result.p_value):
+        reasons["p_value"] = reasons["p_adjusted"] = "the test statistic is undefined"
+    if mde["mde"] is None:
+        reasons["mde"] = mde["mde_text"]
+    return reasons
 
 
 def compare_variants(
@@ -99,12 +203,14 @@ def compare_variants(
 ) -> list[Comparison]:
     """Every non-control variant against ``control`` on every metric, adjusted and judged.
 
-    Notes on undefined ratios and zero-width intervals are appended to ``notes``.
+    A variant without counted trials gets ``not compared`` rows. Notes on undefined
+    ratios and zero-width intervals are appended to ``notes``.
     """
     alpha, power = how.alpha, how.power
     raw: list[dict[str, Any]] = []
     treatments = [name for name in by_variant if name != control]
-    for name in treatments:
+    compared_treatments = [name for name in treatments if by_variant[name]]
+    for name in compared_treatments:
         for metric in metrics:
             variant_clusters = metric_clusters(by_variant[name], tasks, metric)
             control_clusters = metric_clusters(by_variant[control], tasks, metric)
@@ -124,7 +230,7 @@ def compare_variants(
             # Holm's strictest step is alpha / m: exact for one variant, else a lower bound
             # on the power; BH (secondary metrics) is approximated by plain alpha.
             primary = metric.name == how.primary
-            mde_alpha = alpha / len(treatments) if primary else alpha
+            mde_alpha = alpha / len(compared_treatments) if primary else alpha
             mde = (
                 simulate_mde(
                     [v for _, v, _ in compared],
@@ -137,22 +243,32 @@ def compare_variants(
                     simulations=how.mde_simulations,
                 )
                 if how.mde_simulations
-                else MdeResult(math.nan, math.nan, 0, 0, "not computed (mde_simulations=0)")
+                else MdeResult.none("not computed (mde_simulations=0)")
             )
             if mde.reason is not None:
                 mde_note = mde.reason
             else:
                 mde_note = (
-                    f"simulated: {mde.simulations} experiments x {mde.permutations} "
-                    f"relabelings at alpha {mde_alpha:.3g}"
+                    f"simulated over the plausible control rates: {mde.simulations} experiments"
+                    if metric.kind == "rate"
+                    else f"simulated: {mde.simulations} experiments"
+                ) + (
+                    f" x {mde.permutations} relabelings at alpha {mde_alpha:.3g}"
                     f"{'' if primary else ' before the BH adjustment'}; approximate"
                 )
+            geometric = result.estimand == GEOMETRIC
+
+            def centre(values: list[float], geometric: bool = geometric) -> float:
+                return float(np.mean(np.log(values)) if geometric else np.mean(values))
+
             control_mean = (
-                float(np.mean([np.mean(c) for _, _, c in compared])) if compared else math.nan
+                float(np.mean([centre(c) for _, _, c in compared])) if compared else math.nan
             )
             variant_mean = (
-                float(np.mean([np.mean(v) for _, v, _ in compared])) if compared else math.nan
+                float(np.mean([centre(v) for _, v, _ in compared])) if compared else math.nan
             )
+            if geometric:
+                control_mean, variant_mean = math.exp(control_mean), math.exp(variant_mean)
             if metric.scale == "ratio" and control_mean == 0.0:
                 notes.append(
                     f"{name} vs {control}, {metric.name}: the control's mean is 0 on the "
@@ -163,7 +279,7 @@ def compare_variants(
                     "variant": name,
                     "metric": metric,
                     "result": result,
-                    "mde": mde,
+                    "mde": _mde_fields(mde, metric),
                     "mde_note": mde_note,
                     "task_ids": [task for task, _, _ in compared],
                     "values": (variant_mean, control_mean),
@@ -187,9 +303,25 @@ def compare_variants(
         metric = entry["metric"]
         result = entry["result"]
         low, high = finite(result.ci_low), finite(result.ci_high)
-        flat = zero_width(low, high, result.tasks)
-        if flat is not None:
-            notes.append(f"{entry['variant']} vs {control}, {metric.name}: {flat}")
+        flat_note = zero_width(low, high, result.tasks)
+        if flat_note is not None:
+            notes.append(f"{entry['variant']} vs {control}, {metric.name}: {flat_note}")
+        p_adjusted = finite(adjusted[i])
+        called = verdict(
+            result.effect,
+            result.ci_low,
+            result.ci_high,
+            adjusted[i],
+            scale=metric.scale,
+            higher_is_better=metric.higher_is_better,
+            alpha=alpha,
+            tasks=result.tasks,
+        )
+        explanation = disagreement(
+            p_adjusted=p_adjusted, ci_low=low, ci_high=high, scale=metric.scale, alpha=alpha
+        )
+        if called == "inconclusive" and explanation is None and result.tasks > 0:
+            explanation = too_few_tasks(result.tasks) or flat_note
         comparisons.append(
             Comparison(
                 variant=entry["variant"],
@@ -200,31 +332,25 @@ def compare_variants(
                 ci_low=low,
                 ci_high=high,
                 p_value=finite(result.p_value),
-                p_adjusted=finite(adjusted[i]),
+                p_adjusted=p_adjusted,
                 correction="holm" if metric.name == how.primary else "fdr_bh",
-                verdict=verdict(
-                    result.effect,
-                    result.ci_low,
-                    result.ci_high,
-                    adjusted[i],
-                    scale=metric.scale,
-                    higher_is_better=metric.higher_is_better,
-                    alpha=alpha,
-                ),
-                mde=finite(entry["mde"].mde),
+                verdict=called,
                 tasks=result.tasks,
                 exact=result.exact,
                 task_ids=entry["task_ids"],
                 variant_value=finite(entry["values"][0]),
                 control_value=finite(entry["values"][1]),
                 mde_note=entry["mde_note"],
-                explanation=disagreement(
-                    p_adjusted=finite(adjusted[i]),
-                    ci_low=low,
-                    ci_high=high,
-                    scale=metric.scale,
-                    alpha=alpha,
-                ),
+                explanation=explanation,
+                estimand=result.estimand,
+                reasons=_reasons(result, metric, entry["values"][1], entry["mde"]),
+                **entry["mde"],
             )
         )
+    for name in treatments:
+        if not by_variant[name]:
+            comparisons += [
+                _not_compared(name, control, metric, metric.name == how.primary)
+                for metric in metrics
+            ]
     return comparisons

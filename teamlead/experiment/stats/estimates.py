@@ -84,7 +84,8 @@ Clusters = Sequence[Sequence[float] | npt.NDArray[np.float64]]
 """Values grouped by task: ``clusters[i]`` holds the trial values of task ``i``."""
 
 Scale = Literal["difference", "ratio"]
-Verdict = Literal["better", "worse", "inconclusive"]
+Verdict = Literal["better", "worse", "inconclusive", "not compared"]
+"""``not compared``: the variant has no counted trial (all failed as infrastructure)."""
 
 _FloatArray = npt.NDArray[np.float64]
 

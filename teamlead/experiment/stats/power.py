@@ -268,7 +268,8 @@ def _rate_mde(
         else:
             edge = "1" if sign > 0 else "0"
             if observed == (1.0 if sign > 0 else 0.0):
-                room = f"the control's rate is {edge}, so nothing is {'above' if sign > 0 else 'below'} it"
+                side = "above" if sign > 0 else "below"
+                room = f"the control's rate is {edge}, so nothing is {side} it"
             else:
                 room = (
                     f"the control's rate is {observed:.3g}, and even a {direction} towards "
@@ -344,6 +345,7 @@ def _mean_mde(
 
 def _never(k: int, alpha: float) -> str:
     return (
-        f"cannot be conclusive with {k} tasks: in simulation even the largest effect does "
-        f"not get both p below {alpha:g} and an interval excluding no effect"
+        f"no effect can be detected with {k} tasks: in simulation, even at the largest "
+        f"effect tried, the rule (p below {alpha:g} and an interval excluding no effect) "
+        "is met too rarely"
     )

@@ -7,7 +7,9 @@
   itself simulates the MDE of the rule it applies (:mod:`teamlead.experiment.stats.power`).
 - **Adjusted p-values**: Holm (family-wise) or Benjamini-Hochberg (FDR).
 - **Verdicts**: ``better``/``worse`` only when the adjusted p-value and the interval
-  agree, else ``inconclusive``.
+  agree, the interval is wider than round-off and at least
+  :data:`~teamlead.experiment.stats.intervals.MIN_TASKS` tasks were compared; else
+  ``inconclusive``.
 
 The estimates themselves (clustered rates, t-interval means, the paired permutation test)
 are in :mod:`teamlead.experiment.stats.estimates`. scipy and statsmodels are imported on first use.
@@ -22,6 +24,7 @@ from typing import Literal
 import numpy as np
 
 from .estimates import Scale, Verdict
+from .intervals import MIN_TASKS, flat
 
 __all__ = ["adjust_pvalues", "mde_from_se", "mde_rate", "verdict"]
 
@@ -115,14 +118,25 @@ def verdict(
     scale: Scale,
     higher_is_better: bool,
     alpha: float = 0.05,
+    tasks: int | None = None,
 ) -> Verdict:
     """``better`` or ``worse`` only when the adjusted p-value is below ``alpha`` *and* the
     interval excludes no-effect (0 for a difference, 1 for a ratio); else ``inconclusive``.
+
+    Also ``inconclusive``: an interval of zero width up to round-off (no spread observed
+    is not certainty), and, when ``tasks`` is given, fewer than
+    :data:`~teamlead.experiment.stats.intervals.MIN_TASKS` compared tasks.
+
+    Example:
+        >>> verdict(1.0, 1.0, 1.0, 0.0002, scale="difference", higher_is_better=True)
+        'inconclusive'
     """
     null = 1.0 if scale == "ratio" else 0.0
     values = (effect, ci_low, ci_high, p_adjusted)
     if any(math.isnan(v) for v in values) or p_adjusted >= alpha:
         return "inconclusive"
-    if ci_low <= null <= ci_high or effect == null:
+    if ci_low <= null <= ci_high or effect == null or bool(flat(ci_low, ci_high)):
+        return "inconclusive"
+    if tasks is not None and tasks < MIN_TASKS:
         return "inconclusive"
     return "better" if (effect > null) == higher_is_better else "worse"
