@@ -209,7 +209,10 @@ def test_a_single_task_cannot_be_conclusive() -> None:
 def test_too_few_trials_to_reach_alpha_cannot_be_conclusive() -> None:
     # Three tasks, one trial per arm: eight relabelings, p never gets below 0.05.
     result = simulate_mde(
-        [[1], [1], [0]], [[0], [0], [1]], kind="rate", scale="difference",
+        [[1], [1], [0]],
+        [[0], [0], [1]],
+        kind="rate",
+        scale="difference",
         rng=np.random.default_rng(0),
     )
     assert math.isnan(result.rise) and math.isnan(result.drop)

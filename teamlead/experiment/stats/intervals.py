@@ -29,6 +29,7 @@ Fewer than two tasks give NaN: one task says nothing about task-to-task variatio
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal, NamedTuple
 
@@ -76,6 +77,7 @@ def flat(low: npt.ArrayLike, high: npt.ArrayLike) -> npt.NDArray[np.bool_]:
         return np.asarray(np.abs(hi - lo) <= _WIDTH_TOLERANCE * scale)
 
 
+@functools.lru_cache(maxsize=256)
 def _t_quantile(alpha: float, df: float) -> float:
     from scipy.stats import t  # type: ignore[import-untyped, unused-ignore]
 
