@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from click.testing import CliRunner
 
 from teamlead._cli import main
 from teamlead.experiment import (
+    Comparison,
     Report,
     TrialRecord,
     build_report,
@@ -31,7 +33,7 @@ from teamlead.experiment.specs.records import append_record
 from teamlead.experiment.stats.estimates import ICC_PRIOR
 
 # Fewer relabelings and MDE simulations than the defaults: the same code, a tenth the time.
-QUICK = {"n_permutations": 500, "mde_simulations": 100}
+QUICK: dict[str, Any] = {"n_permutations": 500, "mde_simulations": 100}
 
 
 def _record(variant: str, task: str, trial: int, *, parallel: bool, **kw: object) -> TrialRecord:
@@ -63,7 +65,7 @@ def _rates(rates: dict[str, list[list[int]]], **kw: object) -> list[TrialRecord]
     ]
 
 
-def _row(report: Report, metric: str, variant: str | None = None) -> object:
+def _row(report: Report, metric: str, variant: str | None = None) -> Comparison:
     return next(
         c
         for c in report.comparisons
@@ -110,7 +112,7 @@ def test_times_costs_and_tokens_get_the_geometric_mean_interval_and_say_so() -> 
     assert "geometric mean" in text and "geo [" in text
     assert any("geometric mean" in line for line in report.to_json()["methods"])
     cost = _row(report, "cost_usd")
-    assert cost.estimand == "ratio of geometric means"  # type: ignore[attr-defined]
+    assert cost.estimand == "ratio of geometric means"
 
 
 def test_a_zero_cost_falls_back_to_the_arithmetic_mean_with_a_note() -> None:
@@ -124,7 +126,7 @@ def test_a_zero_cost_falls_back_to_the_arithmetic_mean_with_a_note() -> None:
     cost = report.variants["a"].cost_usd
     assert cost.interval_of == "mean" and cost.note and "geometric mean is undefined" in cost.note
     assert ("a cost_usd", cost.note) in why_lines(report)
-    assert _row(report, "cost_usd").estimand == "ratio of means"  # type: ignore[attr-defined]
+    assert _row(report, "cost_usd").estimand == "ratio of means"
 
 
 # -- 2. rate intervals at extreme rates ---------------------------------------------------------
@@ -155,11 +157,11 @@ def test_a_zero_control_prints_a_detectable_rise_and_no_drop() -> None:
     records = _rates({"a": [[0] * 4] * 10, "b": [[0] * 4] * 10})
     report = build_report(records, control="a", **QUICK)
     parallel = _row(report, "parallel")
-    assert parallel.mde_direction == "rise" and parallel.mde is not None  # type: ignore[attr-defined]
+    assert parallel.mde_direction == "rise" and parallel.mde is not None
     # The point estimate 0 as the truth gave 0.18; the plausible rates above 0 need more.
-    assert 0.19 < parallel.mde < 0.4  # type: ignore[attr-defined]
-    assert parallel.mde_text.startswith("detectable rise of ")  # type: ignore[attr-defined]
-    assert "no drop can be detected: the control's rate is 0" in parallel.mde_text  # type: ignore[attr-defined]
+    assert 0.19 < parallel.mde < 0.4
+    assert (parallel.mde_text or "").startswith("detectable rise of ")
+    assert "no drop can be detected: the control's rate is 0" in (parallel.mde_text or "")
     text = render_markdown(report)
     assert "(detectable rise of " in text and "no drop can be detected" in text
 
@@ -170,9 +172,11 @@ def test_a_control_near_one_cannot_rise_and_the_report_says_so(tmp_path: Path) -
     report = build_report(records, control="a", **QUICK)
     parallel = _row(report, "parallel")
     # Higher is better, but no rise from 0.95 is detectable: the drop is printed instead.
-    assert parallel.mde_direction == "drop" and parallel.mde_rise is None  # type: ignore[attr-defined]
-    assert parallel.reasons == {}  # type: ignore[attr-defined]
-    assert parallel.mde_text.startswith("no rise can be detected: the control's rate is 0.95")  # type: ignore[attr-defined]
+    assert parallel.mde_direction == "drop" and parallel.mde_rise is None
+    assert parallel.reasons == {}
+    assert (parallel.mde_text or "").startswith(
+        "no rise can be detected: the control's rate is 0.95"
+    )
     formats = _every_format(report, records, tmp_path)
     for name in ("markdown", "html"):
         assert "no rise can be detected" in formats[name], name
@@ -183,9 +187,9 @@ def test_a_control_near_one_cannot_rise_and_the_report_says_so(tmp_path: Path) -
 def test_all_ones_gives_a_drop_with_its_direction() -> None:
     records = _rates({"a": [[1] * 4] * 10, "b": [[1] * 4] * 10})
     parallel = _row(build_report(records, control="a", **QUICK), "parallel")
-    assert parallel.mde_direction == "drop" and parallel.mde is not None  # type: ignore[attr-defined]
+    assert parallel.mde_direction == "drop" and parallel.mde is not None
     assert "no rise can be detected: the control's rate is 1, so nothing is above it" in (
-        parallel.mde_text  # type: ignore[attr-defined]
+        parallel.mde_text or ""
     )
 
 
@@ -194,9 +198,11 @@ def test_two_tasks_never_give_a_verdict_however_small_p_is() -> None:
     records = _rates({"a": [[0] * 4] * 2, "b": [[1] * 4] * 2})
     report = build_report(records, control="a", **QUICK)
     parallel = _row(report, "parallel")
-    assert parallel.p_value is not None and parallel.p_value < 0.01  # type: ignore[attr-defined]
-    assert parallel.verdict == "inconclusive"  # type: ignore[attr-defined]
-    assert parallel.explanation.startswith("only 2 compared tasks: a verdict needs at least 3")  # type: ignore[attr-defined]
+    assert parallel.p_value is not None and parallel.p_value < 0.01
+    assert parallel.verdict == "inconclusive"
+    assert (parallel.explanation or "").startswith(
+        "only 2 compared tasks: a verdict needs at least 3"
+    )
     assert "only 2 compared tasks" in render_markdown(report)
 
 
@@ -204,9 +210,9 @@ def test_a_zero_width_interval_decides_no_verdict() -> None:
     records = _rates({"a": [[0] * 4] * 10, "b": [[1] * 4] * 10})
     report = build_report(records, control="a", **QUICK)
     parallel = _row(report, "parallel")
-    assert parallel.ci_low == parallel.ci_high == 1.0  # type: ignore[attr-defined]
-    assert parallel.verdict == "inconclusive"  # type: ignore[attr-defined]
-    assert parallel.explanation.startswith("zero variance")  # type: ignore[attr-defined]
+    assert parallel.ci_low == parallel.ci_high == 1.0
+    assert parallel.verdict == "inconclusive"
+    assert (parallel.explanation or "").startswith("zero variance")
 
 
 def test_round_off_does_not_hide_a_zero_width_interval() -> None:
@@ -219,8 +225,8 @@ def test_round_off_does_not_hide_a_zero_width_interval() -> None:
     )
     report = build_report(records, control="a", **QUICK)
     parallel = _row(report, "parallel")
-    assert parallel.ci_low != parallel.ci_high  # type: ignore[attr-defined]
-    assert parallel.verdict == "inconclusive"  # type: ignore[attr-defined]
+    assert parallel.ci_low != parallel.ci_high
+    assert parallel.verdict == "inconclusive"
     assert any("parallel: zero variance" in note for note in report.notes), report.notes
 
 
@@ -244,21 +250,21 @@ def _halved(noise: float) -> list[TrialRecord]:
 def test_a_ratio_the_same_on_every_task_is_not_n_a() -> None:
     report = build_report(_halved(0.0), control="a", **QUICK)
     wall = _row(report, "wall_s")
-    assert wall.diff == pytest.approx(0.5)  # type: ignore[attr-defined]
-    assert wall.ci_low == pytest.approx(0.5) and wall.ci_high == pytest.approx(0.5)  # type: ignore[attr-defined]
+    assert wall.diff == pytest.approx(0.5)
+    assert wall.ci_low == pytest.approx(0.5) and wall.ci_high == pytest.approx(0.5)
     # Exactly 0.5 on every trial: no spread observed, so no verdict, and it says why.
-    assert wall.verdict == "inconclusive" and wall.explanation.startswith("zero variance")  # type: ignore[attr-defined]
-    assert "ci" not in wall.reasons  # type: ignore[attr-defined]
+    assert wall.verdict == "inconclusive" and (wall.explanation or "").startswith("zero variance")
+    assert "ci" not in wall.reasons
 
 
 def test_a_noisy_ratio_the_same_on_every_task_is_bounded_and_called() -> None:
     report = build_report(_halved(0.3), control="a", **QUICK)
     wall = _row(report, "wall_s")
-    assert wall.ci_low is not None and wall.ci_high is not None  # type: ignore[attr-defined]
-    assert 0.3 < wall.ci_low < 0.5 < wall.ci_high < 1  # type: ignore[attr-defined]
-    assert wall.verdict == "better" and wall.explanation is None  # type: ignore[attr-defined]
+    assert wall.ci_low is not None and wall.ci_high is not None
+    assert 0.3 < wall.ci_low < 0.5 < wall.ci_high < 1
+    assert wall.verdict == "better" and wall.explanation is None
     # No row says "p < 0.0001" beside an MDE note that no effect can reach p < 0.05.
-    assert wall.mde is not None and "does not get" not in (wall.mde_text or "")  # type: ignore[attr-defined]
+    assert wall.mde is not None and "does not get" not in (wall.mde_text or "")
 
 
 # -- 7. a variant whose trials all failed as infrastructure -------------------------------------
@@ -284,7 +290,7 @@ def test_an_all_infrastructure_variant_is_listed_as_not_compared(tmp_path: Path)
     assert data["variants"]["c"]["not_compared"] == c.not_compared
     assert {r["verdict"] for r in data["comparisons"] if r["variant"] == "c"} == {"not compared"}
     # The other comparisons are adjusted among themselves, as if c did not exist.
-    assert _row(report, "parallel", "b").verdict != "not compared"  # type: ignore[attr-defined]
+    assert _row(report, "parallel", "b").verdict != "not compared"
 
 
 # -- every n/a has its reason, in every format --------------------------------------------------
