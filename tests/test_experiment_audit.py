@@ -135,7 +135,13 @@ def _power_of_the_rule(
         c = [rng.binomial(1, p, size=trials) for p in base]
         r = paired_test(v, c, rng=rng, n_permutations=1000)
         called = verdict(
-            r.effect, r.ci_low, r.ci_high, r.p_value, scale="difference", higher_is_better=True
+            r.effect,
+            r.ci_low,
+            r.ci_high,
+            r.p_value,
+            scale="difference",
+            higher_is_better=True,
+            tasks=r.tasks,
         )
         calls += called == "better"
     return calls / experiments
@@ -150,7 +156,12 @@ def _power_of_the_rule(
     ],
     ids=["zero-control", "heterogeneous"],
 )
-def test_power_at_the_printed_mde_is_80_percent(base: list[float]) -> None:
+def test_power_at_the_printed_mde_holds_when_the_truth_is_the_observation(
+    base: list[float],
+) -> None:
+    """The MDE is simulated over the plausible control rates (the pilot-based goal of 75-85%
+    is in tests/test_experiment_calibration.py); when the truth happens to be exactly what
+    was observed the printed MDE is still reached, at 75-95%."""
     control = [[1] * round(p * 4) + [0] * (4 - round(p * 4)) for p in base]
     records = [
         _record(arm, f"t{i}", j, parallel=bool(outcome))
@@ -161,11 +172,11 @@ def test_power_at_the_printed_mde_is_80_percent(base: list[float]) -> None:
     report = build_report(records, control="a", seed=1, n_permutations=500)
     parallel = next(c for c in report.comparisons if c.metric == "parallel")
     assert parallel.mde is not None and parallel.mde_note and "simulated" in parallel.mde_note
-    assert parallel.verdict == "inconclusive" and f"MDE {parallel.mde:.3f}"[:8] in (
-        render_markdown(report).replace("(MDE ", "MDE ")
-    )
+    assert parallel.verdict == "inconclusive" and parallel.mde_direction == "rise"
+    shown = f"{parallel.mde:.3f}".rstrip("0").rstrip(".")
+    assert f"(detectable rise of {shown})" in render_markdown(report)
     power = _power_of_the_rule(np.array(base), parallel.mde, 4, 500, seed=99)
-    assert 0.75 <= power <= 0.85, (parallel.mde, power)
+    assert 0.75 <= power <= 0.95, (parallel.mde, power)
 
 
 def test_mde_is_seeded_and_uses_only_the_compared_tasks() -> None:

@@ -193,7 +193,24 @@ def _interval_glyph(c: Comparison) -> str:
 
 def _comparisons(report: Report) -> str:
     rows = []
+    shown_variants: set[str] = set()
     for c in report.comparisons:
+        if c.verdict == "not compared":  # one row for all its metrics
+            if c.variant not in shown_variants:
+                shown_variants.add(c.variant)
+                rows.append(
+                    "<tr>"
+                    + _td(c.variant)
+                    + _td("all")
+                    + "".join(_td("n/a") for _ in range(8))
+                    + _td(
+                        f'<span class="inconclusive">not compared</span>'
+                        f'<div class="note">{_e(c.explanation)}</div>',
+                        raw=True,
+                    )
+                    + "</tr>"
+                )
+            continue
         unit = "x" if c.scale == "ratio" else ""
         mde = mde_cell(c.mde_rise, c.mde_drop, unit) if c.mde_text else "n/a"
         tasks = (
@@ -202,7 +219,7 @@ def _comparisons(report: Report) -> str:
         reasons = "".join(
             f'<div class="note">{_e(field)} n/a: {_e(reason)}</div>'
             for field, reason in c.reasons.items()
-            if c.verdict != "not compared" and field != "mde"
+            if field != "mde"
         )
         explanation = f'<div class="note">{_e(c.explanation)}</div>' if c.explanation else ""
         explanation += reasons
@@ -393,8 +410,9 @@ def render_html(report: Report, records: Sequence[TrialRecord]) -> str:
         _comparisons(report),
         "<p class=note>Variant vs control: means over the compared tasks, each task weighing "
         "the same. Effect: variant - control, or variant / control where marked x. Chart: the "
-        "interval (line) and effect (dot) against no effect (dashed). MDE: the effect this "
-        f"rule detects with power {report.power:g} on this design, by simulation.</p>",
+        "interval (line) and effect (dot) against no effect (dashed). MDE: the rise and the "
+        f"drop this rule detects with power {report.power:g} on this design, by simulation "
+        "over the plausible control rates.</p>",
         *([f"<h3>Why n/a, and why inconclusive</h3><ul>{why}</ul>"] if why else []),
         "<h2>Per task</h2>",
         _per_task(report),

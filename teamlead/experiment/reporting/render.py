@@ -85,6 +85,9 @@ def render_markdown(report: Report) -> str:
         rates: list[RateSummary | None] = [s.parallel_rate, s.delegated_rate]
         if with_passed:
             rates.insert(0, s.passed_rate)
+        if s.not_compared:
+            rows.append([*row, f"{s.not_compared} ({s.excluded})", *["-"] * (len(rates) + 3)])
+            continue
         for rate in rates:
             if rate is None:
                 row.append("n/a")
@@ -141,14 +144,21 @@ def render_markdown(report: Report) -> str:
         "",
     ]
     rows = []
+    shown_variants: set[str] = set()
     for c in report.comparisons:
+        if c.verdict == "not compared":  # one row for all its metrics
+            if c.variant not in shown_variants:
+                shown_variants.add(c.variant)
+                rows.append(
+                    [c.variant, "all", "-", "n/a", "-", "-", "-", "-", "0"]
+                    + [f"**not compared**: {c.explanation}"]
+                )
+            continue
         unit = "x" if c.scale == "ratio" else ""
         effect = "n/a" if c.diff is None else f"{_fmt(c.diff)}{unit}"
         mde = mde_cell(c.mde_rise, c.mde_drop, unit) if c.mde_text else "n/a"
         shown = f"**{c.verdict}**"
-        if c.verdict == "not compared":
-            shown += f" ({c.explanation})"
-        elif c.verdict == "inconclusive":
+        if c.verdict == "inconclusive":
             if c.mde is not None:
                 shown += f" (detectable {c.mde_direction} of {_fmt(c.mde)}{unit})"
             else:
@@ -190,8 +200,9 @@ def render_markdown(report: Report) -> str:
         "Variant vs control: means over the compared tasks, each task weighing the same "
         "(the headline rates above are pooled over trials, so they can differ). Effect: "
         "variant - control, or variant / control where marked x. p: within-task "
-        f"permutation test. MDE: the effect this rule detects with power {report.power:g} "
-        "on this design, by simulation.",
+        f"permutation test. MDE: the rise and the drop this rule detects with power "
+        f"{report.power:g} on this design, by simulation over the plausible control rates "
+        "(none: that direction cannot be detected, the reason is below).",
     ]
     why = why_lines(report)
     if why:

@@ -39,7 +39,14 @@ from .metrics import PRIMARY_METRIC, Metric, metric_clusters
 from .power import MdeResult, simulate_mde
 from .verdicts import adjust_pvalues, verdict
 
-__all__ = ["NOT_COMPARED", "AnalysisSettings", "Comparison", "compare_variants", "finite"]
+__all__ = [
+    "ALL_INFRASTRUCTURE",
+    "NOT_COMPARED",
+    "AnalysisSettings",
+    "Comparison",
+    "compare_variants",
+    "finite",
+]
 
 
 def finite(value: float) -> float | None:
@@ -61,8 +68,9 @@ class AnalysisSettings:
     primary: str = PRIMARY_METRIC
 
 
-NOT_COMPARED = "not compared: all trials failed as infrastructure"
-"""The verdict line of a variant with no counted trial."""
+ALL_INFRASTRUCTURE = "all trials failed as infrastructure"
+NOT_COMPARED = f"not compared: {ALL_INFRASTRUCTURE}"
+"""The line for a variant with no counted trial."""
 
 
 class Comparison(BaseModel):
@@ -133,7 +141,7 @@ def _not_compared(name: str, control: str, metric: Metric, primary: bool) -> Com
         tasks=0,
         exact=False,
         mde_text=NOT_COMPARED,
-        explanation=NOT_COMPARED,
+        explanation=ALL_INFRASTRUCTURE,
         reasons=reasons,
     )
 
