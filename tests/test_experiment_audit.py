@@ -21,10 +21,11 @@ from teamlead.experiment import (
     synthetic_records,
 )
 from teamlead.experiment.reporting.report import REPORT_VERSION, upgrade_report_json
-from teamlead.experiment.stats.estimates import clustered_wilson, design_effect, paired_test
+from teamlead.experiment.stats.estimates import paired_test
 from teamlead.experiment.stats.explain import disagreement
 from teamlead.experiment.stats.intervals import cluster_mean_interval, paired_interval
 from teamlead.experiment.stats.power import simulate_mde
+from teamlead.experiment.stats.rates import clustered_wilson, design_effect
 from teamlead.experiment.stats.verdicts import verdict
 
 ALPHA = 0.05

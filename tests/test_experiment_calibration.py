@@ -18,8 +18,9 @@ import numpy as np
 import pytest
 
 from teamlead.experiment import TrialRecord, build_report, synthetic_records
-from teamlead.experiment.stats.estimates import clustered_mean, clustered_wilson, paired_test
+from teamlead.experiment.stats.estimates import clustered_mean, paired_test
 from teamlead.experiment.stats.power import simulate_mde
+from teamlead.experiment.stats.rates import clustered_wilson
 from teamlead.experiment.stats.verdicts import verdict
 
 pytestmark = pytest.mark.slow

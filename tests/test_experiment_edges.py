@@ -30,7 +30,7 @@ from teamlead.experiment import (
 from teamlead.experiment.reporting.html import render_html
 from teamlead.experiment.reporting.report import upgrade_report_json, why_lines
 from teamlead.experiment.specs.records import append_record
-from teamlead.experiment.stats.estimates import ICC_PRIOR
+from teamlead.experiment.stats.rates import ICC_PRIOR
 
 # Fewer relabelings and MDE simulations than the defaults: the same code, a tenth the time.
 QUICK: dict[str, Any] = {"n_permutations": 500, "mde_simulations": 100}

@@ -296,9 +296,11 @@ _CHAIN = [
     *("specs.records", "specs.steps", "specs._toml_lines", "specs.spec", "specs.synthetic"),
     *("running.trial_commands", "running.outdir", "running.workspace", "running.trial"),
     *("running.grader", "running.runner", "running.ray_cluster", "running.ray_backend"),
-    *("stats.intervals", "stats.estimates", "stats.power", "stats.verdicts", "stats.explain"),
+    *("stats.intervals", "stats.estimates", "stats.rates", "stats.power", "stats.verdicts"),
+    *("stats.explain",),
     *("stats.metrics", "stats.comparisons"),
-    *("reporting.report", "reporting.plots", "reporting.render", "reporting.html"),
+    *("reporting.versions", "reporting.report", "reporting.plots", "reporting.render"),
+    *("reporting.html",),
 ]
 
 

@@ -10,13 +10,8 @@ from statsmodels.stats.multitest import multipletests  # type: ignore[import-unt
 from statsmodels.stats.proportion import proportion_confint  # type: ignore[import-untyped]
 
 from teamlead.experiment import TrialRecord, build_report, synthetic_records
-from teamlead.experiment.stats.estimates import (
-    cluster_bootstrap_mean,
-    clustered_wilson,
-    design_effect,
-    icc_anova,
-    paired_test,
-)
+from teamlead.experiment.stats.estimates import cluster_bootstrap_mean, paired_test
+from teamlead.experiment.stats.rates import clustered_wilson, design_effect, icc_anova
 from teamlead.experiment.stats.verdicts import adjust_pvalues, mde_from_se, mde_rate, verdict
 
 ALPHA = 0.05

@@ -1,18 +1,9 @@
 """Statistics for prompt-strategy experiments, clustered by task.
 
 Trials of one task are not independent (some tasks invite delegation, some don't), so
-every estimate treats the *task* as the unit of resampling or of variance inflation:
+every estimate treats the *task* as the unit of resampling or of variance inflation (rates,
+in :mod:`~teamlead.experiment.stats.rates`, inflate the variance by a design effect):
 
-- **Rates** (``delegated``, ``parallel``): Wilson interval on an effective sample size
-  ``n_eff = n / deff``, with the design effect ``deff = 1 + (m - 1) * ICC`` (``m =
-  sum(m_i^2) / sum(m_i)``, the size-weighted cluster size, which is the mean size when
-  every task ran as often and larger when they did not). ``ICC`` is the one-way ANOVA
-  intra-class correlation across tasks *shrunk towards a prior* of
-  :data:`ICC_PRIOR` worth :data:`ICC_PRIOR_TASKS` tasks (:func:`icc_shrunk`): from 5 to
-  20 sparse tasks the raw estimate is often clipped to 0, which left the interval at
-  about 92% near rates of 0.1 or 0.9; shrunk, it covers 93-97% from 0.05 to 0.95 (and
-  at most 97.5% when tasks do not differ at all). One task gives no interval: nothing
-  says how tasks vary.
 - **Means** (wall time, calls, cost, tokens): mean and median of the trials, and a
   cluster-robust t-interval (:mod:`teamlead.experiment.stats.intervals`). Times, costs and
   tokens are skewed, and the interval of their arithmetic mean covers only 74-93% (lognormal
@@ -41,7 +32,7 @@ What the numbers let one conclude (the simulated minimum detectable effect in
 helpers in :mod:`teamlead.experiment.stats.verdicts`) builds on these estimates.
 
 Everything random takes a :class:`numpy.random.Generator`, so results are reproducible.
-scipy and statsmodels are imported on first use: importing teamlead stays fast.
+scipy is imported on first use: importing teamlead stays fast.
 """
 
 from __future__ import annotations
@@ -59,24 +50,19 @@ from pydantic import BaseModel, ConfigDict
 from .intervals import cluster_mean_interval, paired_interval
 
 __all__ = [
+    "ONE_TASK",
     "Clusters",
     "MeanEstimate",
     "PairedResult",
-    "RateEstimate",
     "analysis_rng",
     "Scale",
     "Verdict",
     "cluster_bootstrap_mean",
     "clustered_mean",
-    "clustered_wilson",
-    "design_effect",
     "effect_statistic",
+    "nonempty",
     "ARITHMETIC",
     "GEOMETRIC",
-    "ICC_PRIOR",
-    "ICC_PRIOR_TASKS",
-    "icc_anova",
-    "icc_shrunk",
     "paired_test",
 ]
 
@@ -89,34 +75,14 @@ Verdict = Literal["better", "worse", "inconclusive", "not compared"]
 
 _FloatArray = npt.NDArray[np.float64]
 
-ICC_PRIOR = 0.2
-"""The intra-class correlation assumed before the data speak: the audit's heterogeneity of
-prompt-experiment tasks."""
-
-ICC_PRIOR_TASKS = 4.0
-"""How many tasks' worth of evidence the prior is: the raw estimate from ``k`` tasks weighs
-``k - 1``."""
-
 ONE_TASK = "one task: no interval, since nothing says how much tasks vary"
+"""Why a single task gives no interval (rates and means alike)."""
 GEOMETRIC = "ratio of geometric means"
 ARITHMETIC = "ratio of means"
 
 
 class _Result(BaseModel):
     model_config = ConfigDict(frozen=True)
-
-
-class RateEstimate(_Result):
-    """A rate with its task-clustered Wilson interval and the numbers behind it."""
-
-    estimate: float
-    ci_low: float
-    ci_high: float
-    n: int
-    n_eff: float
-    icc: float
-    design_effect: float
-    note: str | None = None
 
 
 class MeanEstimate(_Result):
@@ -164,136 +130,9 @@ def analysis_rng(seed: int, *labels: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32("\x1f".join(labels).encode())])
 
 
-def _nonempty(clusters: Clusters) -> list[_FloatArray]:
+def nonempty(clusters: Clusters) -> list[_FloatArray]:
+    """The clusters with at least one value, as float arrays."""
     return [np.asarray(c, dtype=np.float64) for c in clusters if len(c) > 0]
-
-
-def _icc_raw(groups: list[_FloatArray]) -> float:
-    """The one-way ANOVA estimate, unclipped (it may be negative); NaN when undefined."""
-    k = len(groups)
-    sizes = np.array([len(g) for g in groups], dtype=np.float64)
-    n = float(sizes.sum())
-    if k < 2 or n - k < 1:
-        return math.nan
-    grand = float(np.concatenate(groups).mean())
-    means = np.array([g.mean() for g in groups])
-    msb = float((sizes * (means - grand) ** 2).sum()) / (k - 1)
-    msw = float(sum(((g - g.mean()) ** 2).sum() for g in groups)) / (n - k)
-    m0 = (n - float((sizes**2).sum()) / n) / (k - 1)
-    denominator = msb + (m0 - 1.0) * msw
-    if denominator <= 0.0:
-        return math.nan
-    return (msb - msw) / denominator
-
-
-def icc_shrunk(clusters: Clusters) -> float:
-    """The ANOVA intra-class correlation shrunk towards :data:`ICC_PRIOR`, in [0, 1].
-
-    ``((k - 1) * raw + ICC_PRIOR_TASKS * ICC_PRIOR) / (k - 1 + ICC_PRIOR_TASKS)`` over
-    ``k`` tasks, with the raw estimate unclipped (a negative one pulls towards 0) and the
-    prior alone when the raw one is undefined (no variation, one trial per task).
-
-    Example:
-        >>> round(icc_shrunk([[0, 0, 0, 0]] * 10), 3)
-        0.2
-        >>> icc_shrunk([[1, 1, 1], [0, 0, 0]]) > 0.2
-        True
-    """
-    groups = _nonempty(clusters)
-    if not groups:
-        return ICC_PRIOR
-    raw = _icc_raw(groups)
-    weight = max(len(groups) - 1, 0)
-    if math.isnan(raw):
-        raw, weight = ICC_PRIOR, 0
-    shrunk = (weight * raw + ICC_PRIOR_TASKS * ICC_PRIOR) / (weight + ICC_PRIOR_TASKS)
-    return min(1.0, max(0.0, shrunk))
-
-
-def icc_anova(clusters: Clusters) -> float:
-    """One-way ANOVA intra-class correlation across clusters, clipped to [0, 1].
-
-    For 0/1 data this is the usual estimator for clustered proportions (Fleiss). It is 0
-    when it cannot be estimated: fewer than two clusters, one trial per cluster, or no
-    variation at all.
-
-    Example:
-        >>> icc_anova([[1, 1, 1], [0, 0, 0]])
-        1.0
-    """
-    raw = _icc_raw(_nonempty(clusters))
-    return 0.0 if math.isnan(raw) else min(1.0, max(0.0, raw))
-
-
-def design_effect(clusters: Clusters) -> tuple[float, float]:
-    """``(icc, deff)`` with ``deff = 1 + (m - 1) * icc`` and ``m = sum(m_i^2) / sum(m_i)``.
-
-    ``icc`` is :func:`icc_shrunk`. The size-weighted cluster size: with unequal trials per
-    task (budget stops, excluded failures, merged runs) the plain mean size understates
-    the clustering.
-
-    Example:
-        >>> icc, deff = design_effect([[1, 1, 1, 1], [0, 0]])
-        >>> round(icc, 2), round(deff, 2)
-        (0.36, 1.84)
-    """
-    groups = _nonempty(clusters)
-    if not groups:
-        return 0.0, 1.0
-    icc = icc_shrunk(groups)
-    sizes = [len(g) for g in groups]
-    weighted_size = sum(m * m for m in sizes) / sum(sizes)
-    return icc, max(1.0, 1.0 + (weighted_size - 1.0) * icc)
-
-
-def clustered_wilson(clusters: Clusters, *, alpha: float = 0.05) -> RateEstimate:
-    """A rate of 0/1 outcomes with a Wilson interval widened for clustering by task.
-
-    The interval is Wilson's at ``n_eff = n / deff`` trials with the same observed rate
-    (see :func:`design_effect`), and always contains the rate (Wilson's bound at a rate of
-    1 can round to 0.9999999999999999). NaN everywhere when there are no trials; NaN
-    bounds, with a ``note``, for a single task.
-
-    Example:
-        >>> est = clustered_wilson([[1, 0, 1, 1], [0, 0, 1, 0]])
-        >>> round(est.estimate, 3)
-        0.5
-    """
-    from statsmodels.stats.proportion import (  # type: ignore[import-untyped, unused-ignore]
-        proportion_confint,
-    )
-
-    groups = _nonempty(clusters)
-    n = sum(len(g) for g in groups)
-    if n == 0:
-        nan = math.nan
-        return RateEstimate(
-            estimate=nan, ci_low=nan, ci_high=nan, n=0, n_eff=0.0, icc=0.0, design_effect=1.0
-        )
-    rate = float(np.concatenate(groups).mean())
-    if len(groups) == 1:
-        return RateEstimate(
-            estimate=rate,
-            ci_low=math.nan,
-            ci_high=math.nan,
-            n=n,
-            n_eff=math.nan,
-            icc=math.nan,
-            design_effect=math.nan,
-            note=ONE_TASK,
-        )
-    icc, deff = design_effect(groups)
-    n_eff = n / deff
-    low, high = proportion_confint(rate * n_eff, n_eff, alpha=alpha, method="wilson")
-    return RateEstimate(
-        estimate=rate,
-        ci_low=min(rate, max(0.0, float(low))),
-        ci_high=max(rate, min(1.0, float(high))),
-        n=n,
-        n_eff=n_eff,
-        icc=icc,
-        design_effect=deff,
-    )
 
 
 def _quantiles(values: _FloatArray, alpha: float) -> tuple[float, float]:
@@ -327,7 +166,7 @@ def cluster_bootstrap_mean(
         >>> est.mean, est.median
         (2.5, 2.5)
     """
-    groups = _nonempty(clusters)
+    groups = nonempty(clusters)
     if not groups:
         nan = math.nan
         return MeanEstimate(mean=nan, median=nan, ci_low=nan, ci_high=nan, n=0)
@@ -365,7 +204,7 @@ def clustered_mean(
         >>> round(clustered_mean([[1.0, 4.0], [2.0, 8.0]], log_scale=True).geo_mean, 3)
         2.828
     """
-    groups = _nonempty(clusters)
+    groups = nonempty(clusters)
     if not groups:
         nan = math.nan
         return MeanEstimate(mean=nan, median=nan, ci_low=nan, ci_high=nan, n=0)

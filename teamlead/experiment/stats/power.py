@@ -10,7 +10,7 @@ MDE here is found by simulation, on the observed design:
   *plausible* control rates, not the observed ones: a pilot that saw 0 of 40 where the
   truth is 0.05 would otherwise print an MDE whose real power is 55%. The overall rate is
   drawn from its Jeffreys posterior at the effective sample size (the shrunk ICC of
-  :func:`~teamlead.experiment.stats.estimates.icc_shrunk`), and each task's rate from its
+  :func:`~teamlead.experiment.stats.rates.icc_shrunk`), and each task's rate from its
   own trials under a Beta prior around that rate with the same ICC. For the other metrics
   the pooled per-task values are resampled with replacement (times, costs and tokens as
   logarithms, as the comparison analyses them);
@@ -45,8 +45,9 @@ from typing import Literal, NamedTuple
 import numpy as np
 import numpy.typing as npt
 
-from .estimates import design_effect, effect_statistic
+from .estimates import effect_statistic
 from .intervals import MIN_TASKS, flat, paired_interval
+from .rates import design_effect
 
 __all__ = ["MdeResult", "simulate_mde"]
 
