@@ -122,6 +122,21 @@ def test_adjustments_match_statsmodels_and_skip_nan() -> None:
     assert with_nan[0] == pytest.approx(0.02) and math.isnan(with_nan[1])
     assert with_nan[2] == pytest.approx(0.04)
     assert adjust_pvalues([0.03], "holm") == [0.03]
+    # Random families with ties, against the textbook definitions (statsmodels itself runs a
+    # full garbage collection per call, too slow to call hundreds of times here).
+    rng = np.random.default_rng(12)
+    for _ in range(200):
+        family = list(rng.random(int(rng.integers(2, 9))) ** 2)
+        family[-1] = family[0]
+        m = len(family)
+        ranked = sorted(range(m), key=lambda i: family[i])
+        holm = [0.0] * m
+        bh = [0.0] * m
+        for position, i in enumerate(ranked):
+            holm[i] = min(1.0, max((m - j) * family[ranked[j]] for j in range(position + 1)))
+            bh[i] = min(1.0, min(m / (j + 1) * family[ranked[j]] for j in range(position, m)))
+        assert adjust_pvalues(family, "holm") == pytest.approx(holm, abs=1e-12)
+        assert adjust_pvalues(family, "fdr_bh") == pytest.approx(bh, abs=1e-12)
 
 
 def test_mde_shrinks_with_more_trials_and_grows_with_power() -> None:

@@ -408,9 +408,10 @@ def render_html(report: Report, records: Sequence[TrialRecord]) -> str:
         f"<h3>Methods</h3><ul>{methods}</ul>",
         "<h2>Comparisons with the control</h2>",
         _comparisons(report),
-        "<p class=note>Variant vs control: means over the compared tasks, each task weighing "
-        "the same. Effect: variant - control, or variant / control where marked x. Chart: the "
-        "interval (line) and effect (dot) against no effect (dashed). MDE: the rise and the "
+        "<p class=note>Variant vs control: means over the compared tasks (geometric means for "
+        "the ratios marked x), each task weighing the same. Effect: variant - control, or "
+        "variant / control where marked x. Chart: the interval (line) and effect (dot) "
+        "against no effect (dashed). MDE: the rise and the "
         f"drop this rule detects with power {report.power:g} on this design, by simulation "
         "over the plausible control rates.</p>",
         *([f"<h3>Why n/a, and why inconclusive</h3><ul>{why}</ul>"] if why else []),

@@ -197,7 +197,8 @@ def render_markdown(report: Report) -> str:
         rule_text(report.alpha, confidence),
         "",
         f"Primary metric: {report.primary_metric} (Holm); the rest: BH. "
-        "Variant vs control: means over the compared tasks, each task weighing the same "
+        "Variant vs control: means over the compared tasks (geometric means for the ratios "
+        "marked x), each task weighing the same "
         "(the headline rates above are pooled over trials, so they can differ). Effect: "
         "variant - control, or variant / control where marked x. p: within-task "
         f"permutation test. MDE: the rise and the drop this rule detects with power "

@@ -89,23 +89,28 @@ def mde_from_se(
 def adjust_pvalues(p_values: Sequence[float], method: Literal["holm", "fdr_bh"]) -> list[float]:
     """Holm (family-wise) or Benjamini-Hochberg (FDR) adjusted p-values.
 
-    NaN entries (untestable comparisons) stay NaN and do not count as tests.
+    NaN entries (untestable comparisons) stay NaN and do not count as tests. The same
+    numbers as statsmodels' ``multipletests`` (a test checks it), computed here because
+    that function runs a full garbage collection on every call (0.17 s each).
 
     Example:
         >>> adjust_pvalues([0.01, 0.04, float("nan")], "holm")
         [0.02, 0.04, nan]
     """
-    from statsmodels.stats.multitest import (  # type: ignore[import-untyped, unused-ignore]
-        multipletests,
-    )
-
     values = np.asarray(p_values, dtype=np.float64)
     out = np.full(values.shape, math.nan)
-    present = ~np.isnan(values)
-    if present.sum() == 1:  # one test: both corrections are the identity
-        out[present] = values[present]
-    elif present.any():
-        out[present] = multipletests(values[present], method=method)[1]
+    present = np.flatnonzero(~np.isnan(values))
+    m = present.size
+    if m == 0:
+        return [float(v) for v in out]
+    order = present[np.argsort(values[present], kind="stable")]
+    ranked = values[order]
+    if method == "holm":
+        adjusted = np.maximum.accumulate(np.minimum(1.0, (m - np.arange(m)) * ranked))
+    else:
+        scaled = ranked * m / np.arange(1, m + 1)
+        adjusted = np.minimum(1.0, np.minimum.accumulate(scaled[::-1])[::-1])
+    out[order] = adjusted
     return [float(v) for v in out]
 
 
