@@ -225,6 +225,7 @@ def _plausible_rates(
     n_eff = float(trials.sum()) / deff
     pooled = float(successes.sum() / trials.sum())
     mu = rng.beta(pooled * n_eff + 0.5, (1 - pooled) * n_eff + 0.5, size=(simulations, 1))
+    mu = np.clip(mu, 1e-12, 1 - 1e-12)  # a draw that underflows to 0 or 1 is no Beta shape
     concentration = 1 / icc - 1 if icc > 0 else 1e6
     a = mu * concentration + successes[None, :]
     b = (1 - mu) * concentration + (trials - successes)[None, :]
