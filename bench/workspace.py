@@ -2,7 +2,7 @@
 
 A git repository of about 10,000 files (~20 MB: small source files in nested packages,
 a few larger ones) is generated in a temp dir and committed. Then, through
-the same code the experiment runner uses (``teamlead.experiment.workspace.Workspaces``),
+the same code the experiment runner uses (``teamlead.experiment.running.workspace.Workspaces``),
 each kind is made and removed N times in alternation:
 
 * ``copy``      a copy of the directory (the baseline: what a naive harness does);
@@ -30,7 +30,7 @@ from pathlib import Path
 import anyio
 from _common import percentile, table
 
-from teamlead.experiment.workspace import WorkspaceKind, Workspaces
+from teamlead.experiment.running.workspace import WorkspaceKind, Workspaces
 
 GIT = ["git", "-c", "user.name=bench", "-c", "user.email=bench@example.invalid", "-c", "gc.auto=0"]
 KINDS: tuple[WorkspaceKind, ...] = ("copy", "worktree")

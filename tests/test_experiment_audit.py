@@ -20,12 +20,13 @@ from teamlead.experiment import (
     render_markdown,
     synthetic_records,
 )
-from teamlead.experiment.explain import disagreement
-from teamlead.experiment.intervals import cluster_mean_interval, paired_interval
-from teamlead.experiment.power import simulate_mde
-from teamlead.experiment.report import REPORT_VERSION, upgrade_report_json
-from teamlead.experiment.stats import clustered_wilson, design_effect, paired_test
-from teamlead.experiment.verdicts import verdict
+from teamlead.experiment.reporting.report import REPORT_VERSION, upgrade_report_json
+from teamlead.experiment.stats.estimates import paired_test
+from teamlead.experiment.stats.explain import disagreement
+from teamlead.experiment.stats.intervals import cluster_mean_interval, paired_interval
+from teamlead.experiment.stats.power import simulate_mde
+from teamlead.experiment.stats.rates import clustered_wilson, design_effect
+from teamlead.experiment.stats.verdicts import verdict
 
 ALPHA = 0.05
 
@@ -116,8 +117,9 @@ def test_cluster_mean_interval_matches_the_cluster_robust_formula() -> None:
 
 def test_design_effect_uses_the_size_weighted_cluster_size() -> None:
     icc, deff = design_effect([[1, 1, 1, 1, 1, 1], [0, 0]])
-    assert icc == 1.0
-    assert deff == pytest.approx(1 + (40 / 8 - 1))  # m = (36 + 4) / 8 = 5, not the mean 4
+    # Raw ICC 1 from 2 tasks, shrunk: (1 * 1 + 4 * 0.2) / (1 + 4) = 0.36.
+    assert icc == pytest.approx(0.36)
+    assert deff == pytest.approx(1 + (40 / 8 - 1) * icc)  # m = (36 + 4) / 8 = 5, not 4
 
 
 # -- power at the printed MDE -------------------------------------------------------------------
@@ -134,7 +136,13 @@ def _power_of_the_rule(
         c = [rng.binomial(1, p, size=trials) for p in base]
         r = paired_test(v, c, rng=rng, n_permutations=1000)
         called = verdict(
-            r.effect, r.ci_low, r.ci_high, r.p_value, scale="difference", higher_is_better=True
+            r.effect,
+            r.ci_low,
+            r.ci_high,
+            r.p_value,
+            scale="difference",
+            higher_is_better=True,
+            tasks=r.tasks,
         )
         calls += called == "better"
     return calls / experiments
@@ -149,7 +157,12 @@ def _power_of_the_rule(
     ],
     ids=["zero-control", "heterogeneous"],
 )
-def test_power_at_the_printed_mde_is_80_percent(base: list[float]) -> None:
+def test_power_at_the_printed_mde_holds_when_the_truth_is_the_observation(
+    base: list[float],
+) -> None:
+    """The MDE is simulated over the plausible control rates (the pilot-based goal of 75-85%
+    is in tests/test_experiment_calibration.py); when the truth happens to be exactly what
+    was observed the printed MDE is still reached, at 75-95%."""
     control = [[1] * round(p * 4) + [0] * (4 - round(p * 4)) for p in base]
     records = [
         _record(arm, f"t{i}", j, parallel=bool(outcome))
@@ -160,11 +173,11 @@ def test_power_at_the_printed_mde_is_80_percent(base: list[float]) -> None:
     report = build_report(records, control="a", seed=1, n_permutations=500)
     parallel = next(c for c in report.comparisons if c.metric == "parallel")
     assert parallel.mde is not None and parallel.mde_note and "simulated" in parallel.mde_note
-    assert parallel.verdict == "inconclusive" and f"MDE {parallel.mde:.3f}"[:8] in (
-        render_markdown(report).replace("(MDE ", "MDE ")
-    )
+    assert parallel.verdict == "inconclusive" and parallel.mde_direction == "rise"
+    shown = f"{parallel.mde:.3f}".rstrip("0").rstrip(".")
+    assert f"(detectable rise of {shown})" in render_markdown(report)
     power = _power_of_the_rule(np.array(base), parallel.mde, 4, 500, seed=99)
-    assert 0.75 <= power <= 0.85, (parallel.mde, power)
+    assert 0.75 <= power <= 0.95, (parallel.mde, power)
 
 
 def test_mde_is_seeded_and_uses_only_the_compared_tasks() -> None:
@@ -175,7 +188,10 @@ def test_mde_is_seeded_and_uses_only_the_compared_tasks() -> None:
     again = simulate_mde(
         control, control, kind="rate", scale="difference", rng=np.random.default_rng(4)
     )
-    assert first == again and 0 < first.mde < 1
+    assert repr(first) == repr(again) and 0 < first.rise < 1
+    # A control at 0.25 on 6 tasks leaves too little room below to detect a drop.
+    assert math.isnan(first.drop) and first.drop_reason is not None
+    assert first.drop_reason.startswith("no drop can be detected: the control's rate is 0.25")
     # Tasks the variant never ran do not count: 6 compared tasks, not 12.
     padded = simulate_mde(
         control + [[]] * 6,
@@ -184,7 +200,7 @@ def test_mde_is_seeded_and_uses_only_the_compared_tasks() -> None:
         scale="difference",
         rng=np.random.default_rng(4),
     )
-    assert padded.mde == first.mde
+    assert repr(padded) == repr(first)
 
 
 def test_a_single_task_cannot_be_conclusive() -> None:
@@ -194,19 +210,29 @@ def test_a_single_task_cannot_be_conclusive() -> None:
     report = build_report(records, control="a", n_permutations=500)
     parallel = next(c for c in report.comparisons if c.metric == "parallel")
     assert parallel.mde is None and parallel.verdict == "inconclusive"
-    assert parallel.mde_note == "cannot be conclusive with 1 task: the interval needs two"
+    assert parallel.mde_note == (
+        "cannot be conclusive with 1 task: a verdict needs at least 3 compared tasks"
+    )
     assert "cannot be conclusive with 1 task" in render_markdown(report)
     data = report.to_json()
     assert next(c for c in data["comparisons"] if c["metric"] == "parallel")["mde"] is None
 
 
 def test_too_few_trials_to_reach_alpha_cannot_be_conclusive() -> None:
-    # Two tasks, one trial per arm: four relabelings, p never gets below 0.05.
+    # Three tasks, one trial per arm: eight relabelings, p never gets below 0.05.
     result = simulate_mde(
+        [[1], [1], [0]],
+        [[0], [0], [1]],
+        kind="rate",
+        scale="difference",
+        rng=np.random.default_rng(0),
+    )
+    assert math.isnan(result.rise) and math.isnan(result.drop)
+    assert result.rise_reason is not None and result.rise_reason.startswith("no rise can be")
+    two = simulate_mde(
         [[1], [1]], [[0], [0]], kind="rate", scale="difference", rng=np.random.default_rng(0)
     )
-    assert math.isnan(result.mde) and result.reason is not None
-    assert result.reason.startswith("cannot be conclusive with 2 tasks")
+    assert two.reason is not None and two.reason.startswith("cannot be conclusive with 2 tasks")
 
 
 # -- degenerate cases ---------------------------------------------------------------------------
@@ -298,7 +324,7 @@ def test_p_and_interval_disagreeing_get_one_line() -> None:
     )
 
 
-def test_every_report_states_the_two_part_rule_and_json_v2_fields() -> None:
+def test_every_report_states_the_two_part_rule_and_json_fields() -> None:
     records = synthetic_records(
         {"baseline": [0.2] * 8, "delegation": [0.6] * 8}, trials=3, rng=np.random.default_rng(8)
     )
@@ -309,7 +335,7 @@ def test_every_report_states_the_two_part_rule_and_json_v2_fields() -> None:
     assert "n_eff" in markdown and "ICC" in markdown
     assert "delegation vs baseline: 7 of 8 task(s)" in markdown
     data = json.loads(json.dumps(report.to_json(), allow_nan=False))
-    assert data["version"] == REPORT_VERSION == 2
+    assert data["version"] == REPORT_VERSION == 3
     assert data["rule"].startswith("Verdict rule:") and isinstance(data["notes"], list)
     parallel = next(c for c in data["comparisons"] if c["metric"] == "parallel")
     assert parallel["scale"] == "difference" and parallel["correction"] == "holm"

@@ -12,20 +12,25 @@ import anyio
 import pytest
 
 from teamlead.errors import UsageError
-from teamlead.experiment.commands import TAIL_CHARS, command_env, output_name, run_command
-from teamlead.experiment.html import render_html
-from teamlead.experiment.metrics import METRICS
-from teamlead.experiment.records import TrialRecord
-from teamlead.experiment.render import render_markdown
-from teamlead.experiment.report import build_report, upgrade_report_json
-from teamlead.experiment.spec import parse_spec
-from teamlead.experiment.steps import DEFAULT_TIMEOUT_S, PrimaryMetric
-from teamlead.experiment.workspace import (
+from teamlead.experiment.reporting.html import render_html
+from teamlead.experiment.reporting.render import render_markdown
+from teamlead.experiment.reporting.report import build_report, upgrade_report_json
+from teamlead.experiment.running.trial_commands import (
+    TAIL_CHARS,
+    command_env,
+    output_name,
+    run_command,
+)
+from teamlead.experiment.running.workspace import (
     Workspaces,
     copy_tree,
     reap_stale_worktrees,
     repo_state,
 )
+from teamlead.experiment.specs.records import TrialRecord
+from teamlead.experiment.specs.spec import parse_spec
+from teamlead.experiment.specs.steps import DEFAULT_TIMEOUT_S, PrimaryMetric
+from teamlead.experiment.stats.metrics import METRICS
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
 
@@ -232,14 +237,16 @@ def _records(passed: dict[str, list[bool]], workspace: str = "worktree") -> list
 
 
 def test_passed_is_reported_like_parallel_and_can_be_primary() -> None:
-    records = _records({"base": [False] * 12, "new": [True] * 12}, workspace="shared")
+    # Not constant on every task: a zero-width interval would decide nothing.
+    new = [True] * 5 + [False] + [True] * 6
+    records = _records({"base": [False] * 12, "new": new}, workspace="shared")
     report = build_report(records, control="base", primary="passed", n_permutations=500)
     data = report.to_json()
-    assert data["variants"]["new"]["passed_rate"]["estimate"] == 1.0
+    assert data["variants"]["new"]["passed_rate"]["estimate"] == 11 / 12
     assert set(data["variants"]["new"]["passed_rate"]) == set(
         data["variants"]["new"]["parallel_rate"]
     )
-    assert (data["version"], data["primary_metric"]) == (2, "passed")
+    assert (data["version"], data["primary_metric"]) == (3, "passed")
     passed = next(c for c in report.comparisons if c.metric == "passed")
     assert (passed.correction, passed.verdict) == ("holm", "better")
     parallel = next(c for c in report.comparisons if c.metric == "parallel")
@@ -250,7 +257,7 @@ def test_passed_is_reported_like_parallel_and_can_be_primary() -> None:
     assert "Primary metric: passed (Holm)" in text
     page = render_html(report, records)
     assert "passed rate" in page and "primary metric passed" in page
-    assert page.count(", check passed</summary>") == 12  # every trial of "new"
+    assert page.count(", check passed</summary>") == 11  # every passing trial of "new"
     old = {k: v for k, v in data.items() if k != "primary_metric"}
     assert upgrade_report_json(old)["primary_metric"] == "parallel"
 

@@ -21,8 +21,8 @@ from hypothesis import strategies as st
 
 from teamlead._cli import main
 from teamlead.experiment import TrialRecord, TrialWriter, build_report, synthetic_records
-from teamlead.experiment.html import render_html
-from teamlead.experiment.report import Report
+from teamlead.experiment.reporting.html import render_html
+from teamlead.experiment.reporting.report import Report
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [

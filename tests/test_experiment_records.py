@@ -11,7 +11,7 @@ import pytest
 from pydantic import ValidationError
 
 from teamlead.errors import UsageError
-from teamlead.experiment.records import (
+from teamlead.experiment.specs.records import (
     RECORD_VERSION,
     TrialKey,
     TrialRecord,

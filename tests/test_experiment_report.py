@@ -23,7 +23,7 @@ from teamlead.experiment import (
     write_report,
 )
 from teamlead.experiment import __all__ as experiment_all
-from teamlead.experiment.report import Report
+from teamlead.experiment.reporting.report import Report
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -66,14 +66,17 @@ def test_json_has_exactly_the_documented_keys(report: Report) -> None:
         "flaky_tasks",
         "primary_metric",
         "notes",
+        "methods",
     }
     assert data["primary_metric"] == "parallel"
-    assert data["version"] == 2
+    assert data["version"] == 3
+    assert any("geometric mean" in line for line in data["methods"])
     assert list(data["variants"]) == ["baseline", "delegation", "terse"]
     for summary in data["variants"].values():
         assert set(summary) == {
             "trials",
             "excluded",
+            "not_compared",
             "parallel_rate",
             "delegated_rate",
             "wall_s",
@@ -91,10 +94,23 @@ def test_json_has_exactly_the_documented_keys(report: Report) -> None:
                 "n_eff",
                 "icc",
                 "design_effect",
+                "note",
             }
             assert summary[rate]["ci_low"] <= summary[rate]["estimate"] <= summary[rate]["ci_high"]
         for mean in ("wall_s", "agent_calls", "cost_usd", "tokens"):
-            assert set(summary[mean]) == {"mean", "median", "ci_low", "ci_high"}
+            assert set(summary[mean]) == {
+                "mean",
+                "median",
+                "ci_low",
+                "ci_high",
+                "geo_mean",
+                "interval_of",
+                "note",
+            }
+        for mean in ("wall_s", "cost_usd", "tokens"):
+            assert summary[mean]["interval_of"] == "geometric mean"
+            assert summary[mean]["ci_low"] <= summary[mean]["geo_mean"] <= summary[mean]["ci_high"]
+        assert summary["agent_calls"]["interval_of"] == "mean"
     assert len(data["comparisons"]) == 2 * 6
     for comparison in data["comparisons"]:
         assert set(comparison) == {
@@ -118,8 +134,16 @@ def test_json_has_exactly_the_documented_keys(report: Report) -> None:
             "weighting",
             "mde_note",
             "explanation",
+            "estimand",
+            "mde_direction",
+            "mde_rise",
+            "mde_drop",
+            "mde_text",
+            "reasons",
         }
         assert comparison["control"] == "baseline"
+        if comparison["scale"] == "ratio":
+            assert comparison["estimand"] == "ratio of geometric means"
         assert comparison["verdict"] in {"better", "worse", "inconclusive"}
     assert set(data["tasks"]) == {f"task-{i:02d}" for i in range(6)}
     cell = data["tasks"]["task-00"]["delegation"]
@@ -265,13 +289,18 @@ def test_exported_names_exist() -> None:
 
 
 # Each experiment module may import only modules earlier in this order (lazy and
-# TYPE_CHECKING imports included): stats -> verdicts -> metrics -> comparisons -> report
-# -> plots, render and html, never back.
+# TYPE_CHECKING imports included): the stages specs -> running, stats -> reporting, and
+# inside a stage its own chain (intervals -> estimates -> power -> ... -> comparisons),
+# never back.
 _CHAIN = [
-    *("commands", "records", "workspace", "steps", "_toml_lines", "spec", "synthetic", "outdir"),
-    *("trial", "grader", "runner", "ray_cluster", "ray_backend"),
-    *("intervals", "stats", "power", "verdicts", "explain", "metrics", "comparisons"),
-    *("report", "plots", "render", "html"),
+    *("specs.records", "specs.steps", "specs._toml_lines", "specs.spec", "specs.synthetic"),
+    *("running.trial_commands", "running.outdir", "running.workspace", "running.trial"),
+    *("running.grader", "running.runner", "running.ray_cluster", "running.ray_backend"),
+    *("stats.intervals", "stats.estimates", "stats.rates", "stats.power", "stats.verdicts"),
+    *("stats.explain",),
+    *("stats.metrics", "stats.comparisons"),
+    *("reporting.versions", "reporting.report", "reporting.plots", "reporting.render"),
+    *("reporting.html",),
 ]
 
 
@@ -279,14 +308,24 @@ def test_the_experiment_modules_import_one_way() -> None:
     import teamlead.experiment as experiment
 
     folder = Path(experiment.__file__).parent
-    modules = sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__")
+    modules = sorted(
+        f"{p.parent.name}.{p.stem}" for p in folder.glob("*/*.py") if p.stem != "__init__"
+    )
     assert modules == sorted(_CHAIN)
+    assert sorted(p.name for p in folder.glob("*.py")) == ["__init__.py"]
     backwards = []
     for name in _CHAIN:
-        tree = ast.parse((folder / f"{name}.py").read_text())
+        stage = name.split(".")[0]
+        tree = ast.parse((folder / f"{name.replace('.', '/')}.py").read_text())
         for node in ast.walk(tree):
-            if isinstance(node, ast.ImportFrom) and node.level == 1 and node.module:
-                target = node.module.split(".")[0]
-                if _CHAIN.index(target) >= _CHAIN.index(name):
-                    backwards.append(f"{name} imports {target}")
+            if not isinstance(node, ast.ImportFrom) or not node.module:
+                continue
+            if node.level == 1:
+                target = f"{stage}.{node.module.split('.')[0]}"
+            elif node.level == 2:
+                target = ".".join(node.module.split(".")[:2])
+            else:
+                continue
+            if _CHAIN.index(target) >= _CHAIN.index(name):
+                backwards.append(f"{name} imports {target}")
     assert backwards == []

@@ -11,9 +11,9 @@ from click.testing import CliRunner
 
 from teamlead._cli import main
 from teamlead._cli.progress import report_for
-from teamlead.experiment.records import read_records
-from teamlead.experiment.runner import run_experiment, trial_order, trial_session_id
-from teamlead.experiment.spec import parse_spec
+from teamlead.experiment.running.runner import run_experiment, trial_order, trial_session_id
+from teamlead.experiment.specs.records import read_records
+from teamlead.experiment.specs.spec import parse_spec
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.scripts import ProbabilisticFanOut
 
@@ -182,8 +182,8 @@ def test_experiment_report_cli_json_and_markdown(
     import numpy as np
 
     from teamlead._cli import progress
-    from teamlead.experiment.records import append_record
-    from teamlead.experiment.synthetic import synthetic_records
+    from teamlead.experiment.specs.records import append_record
+    from teamlead.experiment.specs.synthetic import synthetic_records
 
     # The command's wiring is under test, not the statistics (tests/test_experiment_stats.py):
     # the same build_report with fewer relabelings and MDE simulations, a tenth of the time.

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from teamlead.errors import UsageError
-from teamlead.experiment.records import TrialKey
-from teamlead.experiment.spec import ExperimentSpec, load_spec, parse_spec
+from teamlead.experiment.specs.records import TrialKey
+from teamlead.experiment.specs.spec import ExperimentSpec, load_spec, parse_spec
 
 VALID = """\
 # A two-variant experiment.

@@ -10,14 +10,9 @@ from statsmodels.stats.multitest import multipletests  # type: ignore[import-unt
 from statsmodels.stats.proportion import proportion_confint  # type: ignore[import-untyped]
 
 from teamlead.experiment import TrialRecord, build_report, synthetic_records
-from teamlead.experiment.stats import (
-    cluster_bootstrap_mean,
-    clustered_wilson,
-    design_effect,
-    icc_anova,
-    paired_test,
-)
-from teamlead.experiment.verdicts import adjust_pvalues, mde_from_se, mde_rate, verdict
+from teamlead.experiment.stats.estimates import cluster_bootstrap_mean, paired_test
+from teamlead.experiment.stats.rates import clustered_wilson, design_effect, icc_anova
+from teamlead.experiment.stats.verdicts import adjust_pvalues, mde_from_se, mde_rate, verdict
 
 ALPHA = 0.05
 
@@ -26,18 +21,23 @@ def test_icc_of_a_hand_computed_case() -> None:
     # n=6, k=3, grand mean 0.5, task means 1, 0, 0.5:
     # MSB = 2*(0.25 + 0.25 + 0)/2 = 0.5, MSW = 0.5/3, m0 = 2 -> ICC = (1/3) / (2/3) = 0.5.
     assert icc_anova([[1, 1], [0, 0], [1, 0]]) == pytest.approx(0.5)
-    assert design_effect([[1, 1], [0, 0], [1, 0]]) == pytest.approx((0.5, 1.5))
+    # Shrunk towards the prior 0.2 worth 4 tasks: (2 * 0.5 + 4 * 0.2) / 6 = 0.3.
+    assert design_effect([[1, 1], [0, 0], [1, 0]]) == pytest.approx((0.3, 1.3))
     assert icc_anova([[1, 1, 1], [0, 0, 0]]) == 1.0
     assert icc_anova([[1, 0], [1, 0]]) == 0.0  # negative estimate, clipped
     assert icc_anova([[1, 0, 1]]) == 0.0  # one task: not estimable
 
 
-def test_clustered_wilson_with_icc_zero_is_plain_wilson() -> None:
-    clusters = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]  # every task at 0.5: ICC 0
+def test_clustered_wilson_is_wilson_at_the_effective_sample_size() -> None:
+    clusters = [[1, 0, 1, 0], [0, 1, 0, 1], [1, 1, 0, 0]]  # every task at 0.5: raw ICC < 0
     estimate = clustered_wilson(clusters, alpha=ALPHA)
-    low, high = proportion_confint(6, 12, alpha=ALPHA, method="wilson")
-    assert estimate.icc == 0.0 and estimate.design_effect == 1.0
-    assert estimate.n_eff == 12
+    # The negative raw estimate (-1/3) pulls the prior down: (2 * -1/3 + 4 * 0.2) / 6.
+    assert estimate.icc == pytest.approx((2 * -1 / 3 + 0.8) / 6)
+    assert estimate.design_effect == pytest.approx(1 + 3 * estimate.icc)
+    assert estimate.n_eff == pytest.approx(12 / estimate.design_effect)
+    low, high = proportion_confint(
+        0.5 * estimate.n_eff, estimate.n_eff, alpha=ALPHA, method="wilson"
+    )
     assert estimate.estimate == 0.5
     assert estimate.ci_low == pytest.approx(low, abs=1e-12)
     assert estimate.ci_high == pytest.approx(high, abs=1e-12)
@@ -122,6 +122,21 @@ def test_adjustments_match_statsmodels_and_skip_nan() -> None:
     assert with_nan[0] == pytest.approx(0.02) and math.isnan(with_nan[1])
     assert with_nan[2] == pytest.approx(0.04)
     assert adjust_pvalues([0.03], "holm") == [0.03]
+    # Random families with ties, against the textbook definitions (statsmodels itself runs a
+    # full garbage collection per call, too slow to call hundreds of times here).
+    rng = np.random.default_rng(12)
+    for _ in range(200):
+        family = list(rng.random(int(rng.integers(2, 9))) ** 2)
+        family[-1] = family[0]
+        m = len(family)
+        ranked = sorted(range(m), key=lambda i: family[i])
+        holm = [0.0] * m
+        bh = [0.0] * m
+        for position, i in enumerate(ranked):
+            holm[i] = min(1.0, max((m - j) * family[ranked[j]] for j in range(position + 1)))
+            bh[i] = min(1.0, min(m / (j + 1) * family[ranked[j]] for j in range(position, m)))
+        assert adjust_pvalues(family, "holm") == pytest.approx(holm, abs=1e-12)
+        assert adjust_pvalues(family, "fdr_bh") == pytest.approx(bh, abs=1e-12)
 
 
 def test_mde_shrinks_with_more_trials_and_grows_with_power() -> None:
@@ -182,7 +197,9 @@ def test_faster_variant_is_better_on_wall_time() -> None:
     assert wall.scale == "ratio"
     assert wall.diff is not None and 0.4 < wall.diff < 0.6
     assert wall.verdict == "better"
-    assert wall.mde is not None and wall.mde > 1
+    # Lower is better: the MDE printed is the detectable drop, a factor below 1.
+    assert wall.mde_direction == "drop" and wall.mde is not None and wall.mde < 1
+    assert wall.mde_rise is not None and wall.mde_rise == pytest.approx(1 / wall.mde)
 
 
 def test_holm_on_parallel_and_bh_on_the_rest() -> None:

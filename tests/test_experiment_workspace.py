@@ -20,13 +20,13 @@ import psutil
 import pytest
 
 from teamlead._cli.progress import report_for
-from teamlead.experiment.records import TrialKey, finished_keys, read_records
-from teamlead.experiment.render import render_markdown
-from teamlead.experiment.report import build_report
-from teamlead.experiment.runner import run_experiment, run_one_trial
-from teamlead.experiment.spec import parse_spec
-from teamlead.experiment.trial import Outcome
-from teamlead.experiment.workspace import Workspaces
+from teamlead.experiment.reporting.render import render_markdown
+from teamlead.experiment.reporting.report import build_report
+from teamlead.experiment.running.runner import run_experiment, run_one_trial
+from teamlead.experiment.running.trial import Outcome
+from teamlead.experiment.running.workspace import Workspaces
+from teamlead.experiment.specs.records import TrialKey, finished_keys, read_records
+from teamlead.experiment.specs.spec import parse_spec
 from teamlead.policy import Policy
 from teamlead.prompts import load_strategy
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, ToolUse

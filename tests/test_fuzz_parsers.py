@@ -22,7 +22,7 @@ from teamlead._claude.inbox.model import entry_key
 from teamlead._claude.session import load_session
 from teamlead._claude.team import load_team
 from teamlead.errors import TeamleadError
-from teamlead.experiment.records import TrialRecord, read_records
+from teamlead.experiment.specs.records import TrialRecord, read_records
 
 FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 SESSION = "d6b404c3-7aec-40d7-9803-56ebb9cb00ba"

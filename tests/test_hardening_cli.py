@@ -16,9 +16,9 @@ import anyio
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions
 
-from teamlead.experiment.records import read_records
-from teamlead.experiment.runner import run_experiment
-from teamlead.experiment.spec import parse_spec
+from teamlead.experiment.running.runner import run_experiment
+from teamlead.experiment.specs.records import read_records
+from teamlead.experiment.specs.spec import parse_spec
 from teamlead.policy import Policy
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.scripts import FanOut
@@ -109,7 +109,7 @@ def test_case7_sigterm_to_experiment_run_leaves_no_cli_child(tmp_path: Path) -> 
         err = _stop_and_check(proc, signal.SIGTERM, tmp_path / "s")
     assert "interrupted; finished trials are kept in" in err
     # the lock is released: the out dir can be taken again
-    from teamlead.experiment.outdir import OutDir
+    from teamlead.experiment.running.outdir import OutDir
 
     with OutDir(out):
         pass

@@ -14,10 +14,10 @@ from click.testing import CliRunner
 
 from teamlead._cli import main
 from teamlead.errors import UsageError
-from teamlead.experiment.outdir import OutDir
-from teamlead.experiment.records import read_records
-from teamlead.experiment.runner import run_experiment
-from teamlead.experiment.spec import parse_spec
+from teamlead.experiment.running.outdir import OutDir
+from teamlead.experiment.running.runner import run_experiment
+from teamlead.experiment.specs.records import read_records
+from teamlead.experiment.specs.spec import parse_spec
 from teamlead.policy import Policy, SpawnPolicy
 
 SPEC = """

@@ -28,7 +28,7 @@ from teamlead._run.ledger import Ledger
 from teamlead.clock import FakeClock
 from teamlead.errors import UsageError
 from teamlead.events import InboxCollected
-from teamlead.experiment.records import read_records
+from teamlead.experiment.specs.records import read_records
 from teamlead.policy import Policy
 from teamlead.tracker import Tracker
 

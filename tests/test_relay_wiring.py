@@ -309,8 +309,8 @@ def test_finished_without_relay_still_reads() -> None:
 
 
 async def test_experiment_trials_share_one_relay_and_count_each_429_once(tmp_path: Path) -> None:
-    from teamlead.experiment.runner import run_experiment
-    from teamlead.experiment.spec import parse_spec
+    from teamlead.experiment.running.runner import run_experiment
+    from teamlead.experiment.specs.spec import parse_spec
 
     spec = parse_spec(
         "\n".join(

@@ -32,8 +32,8 @@ from ..experiment import (
     run_experiment,
     write_report,
 )
-from ..experiment.metrics import PRIMARY_METRIC
-from ..experiment.outdir import make_out_dir
+from ..experiment.running.outdir import make_out_dir
+from ..experiment.stats.metrics import PRIMARY_METRIC
 from ..policy import LimitsPolicy, Policy
 from .exitcodes import EXIT_INTERRUPTED, fail
 from .signals import Interruptible
@@ -55,7 +55,7 @@ def run_with_progress(
 ) -> RunSummary:
     """Run ``spec`` with a live bar: done/total, in flight, 429s, ETA, concurrency changes.
 
-    ``ray`` runs each trial as a Ray task (:mod:`teamlead.experiment.ray_backend`);
+    ``ray`` runs each trial as a Ray task (:mod:`teamlead.experiment.running.ray_backend`);
     ``limits`` are the relay's ceilings and where its learnt limits are shared.
     """
     make_out_dir(out_dir)
@@ -117,7 +117,7 @@ def run_with_progress(
 
         policy = Policy(relay=relay, limits=limits or LimitsPolicy())
         if ray:
-            from ..experiment.ray_backend import ray_session, run_experiment_ray
+            from ..experiment.running.ray_backend import ray_session, run_experiment_ray
 
             # On a stop signal the in-flight Ray tasks are cancelled (their workers and CLIs
             # killed by Ray) as the run unwinds, and a local Ray is shut down after it;
@@ -170,8 +170,8 @@ def report_for(
     warning naming the extra). ``json_`` writes nothing: the JSON goes to stdout only.
     ``html`` writes the self-contained HTML report there.
     """
-    from ..experiment.html import render_html
-    from ..experiment.plots import matplotlib_available
+    from ..experiment.reporting.html import render_html
+    from ..experiment.reporting.plots import matplotlib_available
 
     path = out_dir / "trials.jsonl"
     if not path.exists():

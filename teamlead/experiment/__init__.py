@@ -1,17 +1,26 @@
 """Prompt-strategy A/B experiments: the spec, trial records, statistics and the report.
 
-The modules form a one-way chain, each importing only those before it:
-``spec``/``records`` -> ``runner`` (run the trials) and ``intervals`` -> ``stats`` ->
-``power`` (the simulated MDE) -> ``verdicts`` -> ``explain`` -> ``metrics`` ->
-``comparisons`` -> ``report`` (models, :func:`build_report`) -> ``plots``, ``render``
-(Markdown, JSON, the report folder) and ``html``. This package re-exports the API users
-call.
+The subpackages follow the stages of an experiment, each importing only those before it:
+``specs`` (the spec and the trial records) -> ``running`` (run the trials) and ``stats``
+(the statistics, clustered by task) -> ``reporting`` (the report, its Markdown, JSON,
+plots and HTML). This package re-exports the API users call.
 """
 
 from __future__ import annotations
 
-from .metrics import METRICS, Metric
-from .records import (
+from .reporting.render import render_json, render_markdown, write_report
+from .reporting.report import (
+    REPORT_VERSION,
+    Comparison,
+    MeanSummary,
+    RateSummary,
+    Report,
+    TaskCell,
+    VariantSummary,
+    build_report,
+)
+from .running.runner import ExperimentProgress, RunSummary, run_experiment
+from .specs.records import (
     RECORD_VERSION,
     ReadResult,
     RecordWarning,
@@ -24,19 +33,7 @@ from .records import (
     latest_records,
     read_records,
 )
-from .render import render_json, render_markdown, write_report
-from .report import (
-    REPORT_VERSION,
-    Comparison,
-    MeanSummary,
-    RateSummary,
-    Report,
-    TaskCell,
-    VariantSummary,
-    build_report,
-)
-from .runner import ExperimentProgress, RunSummary, run_experiment
-from .spec import (
+from .specs.spec import (
     ExperimentSettings,
     ExperimentSpec,
     GraderSpec,
@@ -45,7 +42,8 @@ from .spec import (
     load_spec,
     parse_spec,
 )
-from .synthetic import synthetic_records
+from .specs.synthetic import synthetic_records
+from .stats.metrics import METRICS, Metric
 
 __all__ = [
     "METRICS",

@@ -2,7 +2,7 @@
 
 tomllib reports values, not positions; :class:`LineIndex` scans the text once and maps
 each table and key, by pydantic-style location, to the line it starts on. Private to
-:mod:`teamlead.experiment.spec`.
+:mod:`teamlead.experiment.specs.spec`.
 """
 
 from __future__ import annotations

@@ -32,22 +32,22 @@ from typing import Any
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._otel import trial_scope
-from .._redact import redact
-from .._run.prompt_limits import prompt_limits
-from .._run.relayed import relayed
-from .._version import __version__
-from ..clock import SYSTEM_CLOCK, Clock
-from ..coordinator import QueryFn, query
-from ..errors import UsageError
-from ..events import ConcurrencyChanged, Finished, RateLimited
-from ..policy import TRANSIENT_STATUSES, Policy
-from ..prompts import Strategy, apply_strategy, load_strategy
-from ..tracker import Tracker
+from ..._otel import trial_scope
+from ..._redact import redact
+from ..._run.prompt_limits import prompt_limits
+from ..._run.relayed import relayed
+from ..._version import __version__
+from ...clock import SYSTEM_CLOCK, Clock
+from ...coordinator import QueryFn, query
+from ...errors import UsageError
+from ...events import ConcurrencyChanged, Finished, RateLimited
+from ...policy import TRANSIENT_STATUSES, Policy
+from ...prompts import Strategy, apply_strategy, load_strategy
+from ...tracker import Tracker
+from ..specs.records import TrialKey, TrialRecord, TrialWriter, finished_keys
+from ..specs.spec import ExperimentSpec, TaskSpec, VariantSpec
 from .grader import grade_answer
 from .outdir import OutDir, make_out_dir
-from .records import TrialKey, TrialRecord, TrialWriter, finished_keys
-from .spec import ExperimentSpec, TaskSpec, VariantSpec
 from .trial import Outcome, run_trial, trial_source
 from .workspace import Workspaces
 
@@ -73,7 +73,7 @@ def trial_session_id(seed: int, key: TrialKey, attempt: int = 1, run_id: str = "
     """The session UUID of one trial's ``attempt`` (a retry needs a new session).
 
     Deterministic in the seed, the trial and ``run_id`` (kept in the out dir, see
-    :class:`~teamlead.experiment.outdir.OutDir`), so two runs never share a session id
+    :class:`~teamlead.experiment.running.outdir.OutDir`), so two runs never share a session id
     while a rerun on the same out dir resumes the same ones.
     """
     suffix = "" if attempt == 1 else f"|attempt-{attempt}"
@@ -132,7 +132,7 @@ class RunSummary:
 def _sdk_versions() -> tuple[str, str]:
     import claude_agent_sdk
 
-    from .._claude.binary import cli_version
+    from ..._claude.binary import cli_version
 
     return claude_agent_sdk.__version__, cli_version()
 

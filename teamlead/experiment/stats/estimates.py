@@ -1,33 +1,38 @@
 """Statistics for prompt-strategy experiments, clustered by task.
 
 Trials of one task are not independent (some tasks invite delegation, some don't), so
-every estimate treats the *task* as the unit of resampling or of variance inflation:
+every estimate treats the *task* as the unit of resampling or of variance inflation (rates,
+in :mod:`~teamlead.experiment.stats.rates`, inflate the variance by a design effect):
 
-- **Rates** (``delegated``, ``parallel``): Wilson interval on an effective sample size
-  ``n_eff = n / deff``, with the design effect ``deff = 1 + (m - 1) * ICC`` (``m =
-  sum(m_i^2) / sum(m_i)``, the size-weighted cluster size, which is the mean size when
-  every task ran as often and larger when they did not; ``ICC`` the one-way ANOVA
-  intra-class correlation across tasks, clipped to [0, 1] so ``deff >= 1``). With ICC 0
-  it is the plain Wilson interval.
 - **Means** (wall time, calls, cost, tokens): mean and median of the trials, and a
-  cluster-robust t-interval for the mean (:mod:`teamlead.experiment.intervals`).
+  cluster-robust t-interval (:mod:`teamlead.experiment.stats.intervals`). Times, costs and
+  tokens are skewed, and the interval of their arithmetic mean covers only 74-93% (lognormal
+  spread 0.5-1.5, tasks of widely varying length, 10 tasks); a cluster bootstrap-t does
+  little better (84-94%). So for them (``log_scale``) the interval is that of the
+  *geometric mean*, the cluster-robust t-interval of the logarithms, which covers 95% in
+  the same designs; when a value is 0 the logarithm is undefined and the arithmetic mean's
+  interval is used, with a note.
 - **Paired comparisons** (a variant against the control): the effect is computed on the
   tasks both ran, giving each task equal weight. The p-value comes from a *within-task
   permutation test* (shuffle the variant/control labels among one task's trials; exact
   enumeration when the relabelings are few, else seeded Monte Carlo; ties count half,
   the mid-p value, because 0/1 outcomes tie so often that the classic p-value is far
   below its nominal size); it needs no distributional assumption and keeps task
-  differences out of the noise. The interval
-  is a t-interval over tasks (paired differences, or the ratio on the log scale), which
-  keeps its coverage with 10 tasks where a percentile bootstrap does not. Times, costs and
-  tokens are compared as a ratio (reported as variant/control).
+  differences out of the noise. The interval is a
+  t-interval over tasks, which keeps its coverage with 10 tasks where a percentile
+  bootstrap does not. Times, costs and tokens are compared as a ratio (variant/control)
+  of geometric means: the test and the interval work on the per-task mean logarithms,
+  so a ratio that is the same on every task is estimated as exactly that, with a bounded
+  interval, however different the tasks' scales. With a 0 among the values the ratio of
+  the task-weighted means is used instead, with Fieller's interval (``estimand`` says
+  which).
 
 What the numbers let one conclude (the simulated minimum detectable effect in
-:mod:`teamlead.experiment.power`; p-value adjustment, verdicts and the closed-form MDE
-helpers in :mod:`teamlead.experiment.verdicts`) builds on these estimates.
+:mod:`teamlead.experiment.stats.power`; p-value adjustment, verdicts and the closed-form MDE
+helpers in :mod:`teamlead.experiment.stats.verdicts`) builds on these estimates.
 
 Everything random takes a :class:`numpy.random.Generator`, so results are reproducible.
-scipy and statsmodels are imported on first use: importing teamlead stays fast.
+scipy is imported on first use: importing teamlead stays fast.
 """
 
 from __future__ import annotations
@@ -45,18 +50,19 @@ from pydantic import BaseModel, ConfigDict
 from .intervals import cluster_mean_interval, paired_interval
 
 __all__ = [
+    "ONE_TASK",
     "Clusters",
     "MeanEstimate",
     "PairedResult",
-    "RateEstimate",
     "analysis_rng",
     "Scale",
     "Verdict",
     "cluster_bootstrap_mean",
     "clustered_mean",
-    "clustered_wilson",
-    "design_effect",
-    "icc_anova",
+    "effect_statistic",
+    "nonempty",
+    "ARITHMETIC",
+    "GEOMETRIC",
     "paired_test",
 ]
 
@@ -64,35 +70,35 @@ Clusters = Sequence[Sequence[float] | npt.NDArray[np.float64]]
 """Values grouped by task: ``clusters[i]`` holds the trial values of task ``i``."""
 
 Scale = Literal["difference", "ratio"]
-Verdict = Literal["better", "worse", "inconclusive"]
+Verdict = Literal["better", "worse", "inconclusive", "not compared"]
+"""``not compared``: the variant has no counted trial (all failed as infrastructure)."""
 
 _FloatArray = npt.NDArray[np.float64]
+
+ONE_TASK = "one task: no interval, since nothing says how much tasks vary"
+"""Why a single task gives no interval (rates and means alike)."""
+GEOMETRIC = "ratio of geometric means"
+ARITHMETIC = "ratio of means"
 
 
 class _Result(BaseModel):
     model_config = ConfigDict(frozen=True)
 
 
-class RateEstimate(_Result):
-    """A rate with its task-clustered Wilson interval and the numbers behind it."""
-
-    estimate: float
-    ci_low: float
-    ci_high: float
-    n: int
-    n_eff: float
-    icc: float
-    design_effect: float
-
-
 class MeanEstimate(_Result):
-    """Mean and median of the trials, with a cluster-bootstrap interval for the mean."""
+    """Mean, median and geometric mean of the trials, with an interval for ``interval_of``.
+
+    ``note`` says why there is no interval, or why the geometric mean could not be used.
+    """
 
     mean: float
     median: float
     ci_low: float
     ci_high: float
     n: int
+    geo_mean: float = math.nan
+    interval_of: Literal["mean", "geometric mean"] = "mean"
+    note: str | None = None
 
 
 class PairedResult(_Result):
@@ -112,6 +118,7 @@ class PairedResult(_Result):
     se: float
     tasks: int
     exact: bool
+    estimand: str = "difference of means"
 
 
 def analysis_rng(seed: int, *labels: str) -> np.random.Generator:
@@ -123,92 +130,9 @@ def analysis_rng(seed: int, *labels: str) -> np.random.Generator:
     return np.random.default_rng([seed, zlib.crc32("\x1f".join(labels).encode())])
 
 
-def _nonempty(clusters: Clusters) -> list[_FloatArray]:
+def nonempty(clusters: Clusters) -> list[_FloatArray]:
+    """The clusters with at least one value, as float arrays."""
     return [np.asarray(c, dtype=np.float64) for c in clusters if len(c) > 0]
-
-
-def icc_anova(clusters: Clusters) -> float:
-    """One-way ANOVA intra-class correlation across clusters, clipped to [0, 1].
-
-    For 0/1 data this is the usual estimator for clustered proportions (Fleiss). It is 0
-    when it cannot be estimated: fewer than two clusters, one trial per cluster, or no
-    variation at all.
-
-    Example:
-        >>> icc_anova([[1, 1, 1], [0, 0, 0]])
-        1.0
-    """
-    groups = _nonempty(clusters)
-    k = len(groups)
-    sizes = np.array([len(g) for g in groups], dtype=np.float64)
-    n = float(sizes.sum())
-    if k < 2 or n - k < 1:
-        return 0.0
-    grand = float(np.concatenate(groups).mean())
-    means = np.array([g.mean() for g in groups])
-    msb = float((sizes * (means - grand) ** 2).sum()) / (k - 1)
-    msw = float(sum(((g - g.mean()) ** 2).sum() for g in groups)) / (n - k)
-    m0 = (n - float((sizes**2).sum()) / n) / (k - 1)
-    denominator = msb + (m0 - 1.0) * msw
-    if denominator <= 0.0:
-        return 0.0
-    return min(1.0, max(0.0, (msb - msw) / denominator))
-
-
-def design_effect(clusters: Clusters) -> tuple[float, float]:
-    """``(icc, deff)`` with ``deff = 1 + (m - 1) * icc`` and ``m = sum(m_i^2) / sum(m_i)``.
-
-    The size-weighted cluster size: with unequal trials per task (budget stops, excluded
-    failures, merged runs) the plain mean size understates the clustering.
-
-    Example:
-        >>> design_effect([[1, 1, 1, 1], [0, 0]])
-        (1.0, 3.3333333333333335)
-    """
-    groups = _nonempty(clusters)
-    if not groups:
-        return 0.0, 1.0
-    icc = icc_anova(groups)
-    sizes = [len(g) for g in groups]
-    weighted_size = sum(m * m for m in sizes) / sum(sizes)
-    return icc, max(1.0, 1.0 + (weighted_size - 1.0) * icc)
-
-
-def clustered_wilson(clusters: Clusters, *, alpha: float = 0.05) -> RateEstimate:
-    """A rate of 0/1 outcomes with a Wilson interval widened for clustering by task.
-
-    The interval is Wilson's at ``n_eff = n / deff`` trials with the same observed rate
-    (see :func:`design_effect`). NaN everywhere when there are no trials.
-
-    Example:
-        >>> est = clustered_wilson([[1, 0, 1, 1], [0, 0, 1, 0]])
-        >>> round(est.estimate, 3)
-        0.5
-    """
-    from statsmodels.stats.proportion import (  # type: ignore[import-untyped, unused-ignore]
-        proportion_confint,
-    )
-
-    groups = _nonempty(clusters)
-    n = sum(len(g) for g in groups)
-    if n == 0:
-        nan = math.nan
-        return RateEstimate(
-            estimate=nan, ci_low=nan, ci_high=nan, n=0, n_eff=0.0, icc=0.0, design_effect=1.0
-        )
-    rate = float(np.concatenate(groups).mean())
-    icc, deff = design_effect(groups)
-    n_eff = n / deff
-    low, high = proportion_confint(rate * n_eff, n_eff, alpha=alpha, method="wilson")
-    return RateEstimate(
-        estimate=rate,
-        ci_low=max(0.0, float(low)),
-        ci_high=min(1.0, float(high)),
-        n=n,
-        n_eff=n_eff,
-        icc=icc,
-        design_effect=deff,
-    )
 
 
 def _quantiles(values: _FloatArray, alpha: float) -> tuple[float, float]:
@@ -242,7 +166,7 @@ def cluster_bootstrap_mean(
         >>> est.mean, est.median
         (2.5, 2.5)
     """
-    groups = _nonempty(clusters)
+    groups = nonempty(clusters)
     if not groups:
         nan = math.nan
         return MeanEstimate(mean=nan, median=nan, ci_low=nan, ci_high=nan, n=0)
@@ -264,30 +188,72 @@ def cluster_bootstrap_mean(
     )
 
 
-def clustered_mean(clusters: Clusters, *, alpha: float = 0.05) -> MeanEstimate:
-    """Mean and median of all trials, and a cluster-robust t-interval for the mean.
+def clustered_mean(
+    clusters: Clusters, *, alpha: float = 0.05, log_scale: bool = False
+) -> MeanEstimate:
+    """Mean, median and geometric mean of all trials, and a cluster-robust t-interval.
 
-    Unlike :func:`cluster_bootstrap_mean` it keeps its coverage with ten tasks; NaN
-    bounds with a single task.
+    With ``log_scale`` (times, costs, tokens: skewed) the interval is that of the geometric
+    mean (the t-interval of the logarithms, exponentiated); it falls back to the
+    arithmetic mean's, with a ``note``, when a value is 0 or below. NaN bounds, with a
+    ``note``, for a single task.
 
     Example:
         >>> clustered_mean([[1.0, 2.0], [3.0, 4.0]]).mean
         2.5
+        >>> round(clustered_mean([[1.0, 4.0], [2.0, 8.0]], log_scale=True).geo_mean, 3)
+        2.828
     """
-    groups = _nonempty(clusters)
+    groups = nonempty(clusters)
     if not groups:
         nan = math.nan
         return MeanEstimate(mean=nan, median=nan, ci_low=nan, ci_high=nan, n=0)
     values = np.concatenate(groups)
-    mean, low, high = cluster_mean_interval(
-        [g.sum() for g in groups], [len(g) for g in groups], alpha=alpha
-    )
+    positive = bool((values > 0).all())
+    geo = float(np.exp(np.log(values).mean())) if positive else math.nan
+    note: str | None = None
+    interval_of: Literal["mean", "geometric mean"] = "mean"
+    if log_scale and positive:
+        logs = [np.log(g) for g in groups]
+        _, log_low, log_high = cluster_mean_interval(
+            [g.sum() for g in logs], [len(g) for g in logs], alpha=alpha
+        )
+        low, high = min(math.exp(log_low), geo), max(math.exp(log_high), geo)
+        if math.isnan(log_low):
+            low = high = math.nan
+        interval_of = "geometric mean"
+    else:
+        _, low, high = cluster_mean_interval(
+            [g.sum() for g in groups], [len(g) for g in groups], alpha=alpha
+        )
+        if log_scale:
+            note = (
+                "some trials have 0, so the geometric mean is undefined; the interval is the "
+                "arithmetic mean's, which covers less than its level when values are skewed"
+            )
+    if len(groups) < 2:
+        note = ONE_TASK
     return MeanEstimate(
-        mean=mean, median=float(np.median(values)), ci_low=low, ci_high=high, n=int(values.size)
+        mean=float(values.mean()),
+        median=float(np.median(values)),
+        ci_low=low,
+        ci_high=high,
+        n=int(values.size),
+        geo_mean=geo,
+        interval_of=interval_of,
+        note=note,
     )
 
 
-def _statistic(mean_variant: _FloatArray, mean_control: _FloatArray, scale: Scale) -> _FloatArray:
+def effect_statistic(
+    mean_variant: _FloatArray, mean_control: _FloatArray, scale: Scale
+) -> _FloatArray:
+    """The paired test's statistic: the difference of means, or their log ratio (NaN at 0).
+
+    The permutation test here and the MDE simulation
+    (:mod:`~teamlead.experiment.stats.power`) share it, so the simulated rule is the rule
+    that decides the verdict.
+    """
     if scale == "difference":
         return mean_variant - mean_control
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -339,7 +305,10 @@ def paired_test(
     ``variant[i]`` and ``control[i]`` are the trials of the same task; tasks where either
     side has no trials are left out. The statistic gives each task equal weight:
     ``V = mean over tasks of the variant's task mean`` (likewise ``C``), and the effect is
-    ``V - C`` or ``V / C``.
+    ``V - C``. On the ratio scale, when every value is above 0, the same runs on the
+    logarithms and the effect is the ratio of geometric means ``exp(V - C)``
+    (``estimand`` is :data:`GEOMETRIC`); with a 0 among them it is the ratio of the
+    task-weighted means ``V / C`` with Fieller's interval (:data:`ARITHMETIC`).
 
     The two-sided p-value is a within-task permutation test: under the null hypothesis
     (the strategy makes no difference), the labels of one task's trials are exchangeable.
@@ -351,7 +320,7 @@ def paired_test(
     near 0.03 instead of 0.05 at 10 tasks x 4 trials); the mid-p value (Lancaster) keeps
     it close to ``alpha``. Pass ``mid_p=False`` for the classic, conservative p-value.
     An observed effect of exactly none (identical arms) has p = 1. The interval is a
-    t-interval over tasks (:func:`~teamlead.experiment.intervals.paired_interval`); NaN,
+    t-interval over tasks (:func:`~teamlead.experiment.stats.intervals.paired_interval`); NaN,
     like ``se``, with fewer than two tasks. ``n_bootstrap`` is accepted for compatibility
     and unused.
 
@@ -369,6 +338,11 @@ def paired_test(
     ]
     k = len(pairs)
     nan = math.nan
+    estimand = "difference of means"
+    if scale == "ratio":
+        estimand = ARITHMETIC
+        if k and all((v > 0).all() and (c > 0).all() for v, c in pairs):
+            estimand = GEOMETRIC
     if k == 0:
         return PairedResult(
             scale=scale,
@@ -379,15 +353,21 @@ def paired_test(
             se=nan,
             tasks=0,
             exact=False,
+            estimand=estimand,
         )
+    # The analysis scale: a ratio of geometric means is a difference of mean logarithms.
+    analysis: Scale = scale
+    if estimand == GEOMETRIC:
+        pairs = [(np.log(v), np.log(c)) for v, c in pairs]
+        analysis = "difference"
     mv = np.array([v.mean() for v, _ in pairs])
     mc = np.array([c.mean() for _, c in pairs])
-    observed = float(_statistic(np.array([mv.mean()]), np.array([mc.mean()]), scale)[0])
+    observed = float(effect_statistic(np.array([mv.mean()]), np.array([mc.mean()]), analysis)[0])
 
     pooled = [np.concatenate([v, c]) for v, c in pairs]
     sizes = [len(v) for v, _ in pairs]
     sum_v, sum_c, exact = _permutation_sums(pooled, sizes, rng=rng, n_permutations=n_permutations)
-    null = _statistic(sum_v / k, sum_c / k, scale)
+    null = effect_statistic(sum_v / k, sum_c / k, analysis)
     if math.isfinite(observed):
         tolerance = 1e-9 * max(1.0, abs(observed))
         with np.errstate(invalid="ignore"):
@@ -403,8 +383,10 @@ def paired_test(
     else:
         p_value = nan
 
-    interval = paired_interval(mv, mc, scale=scale, alpha=alpha)
+    interval = paired_interval(mv, mc, scale=analysis, alpha=alpha)
     low, high, se = float(interval.low), float(interval.high), float(interval.se)
+    if estimand == GEOMETRIC:
+        low, high = math.exp(low), math.exp(high)
     effect = math.exp(observed) if scale == "ratio" else observed
     return PairedResult(
         scale=scale,
@@ -415,4 +397,5 @@ def paired_test(
         se=se,
         tasks=k,
         exact=exact,
+        estimand=estimand,
     )

@@ -16,21 +16,34 @@ independent units calls for:
   the bounds are NaN. ``se`` is the delta-method standard error of the log ratio.
 - **A clustered mean** (one variant's mean over all its trials): the cluster-robust
   (ratio-estimator) standard error with the ``k / (k - 1)`` small-sample factor, and t.
+  Times, costs and tokens go in as logarithms (:mod:`~teamlead.experiment.stats.estimates`),
+  which makes it the interval of the geometric mean.
+
+A verdict needs :data:`MIN_TASKS` compared tasks and an interval wider than round-off
+(:func:`flat`): a t-interval of zero width says no spread was observed, not certainty.
 
 All functions are vectorised over leading axes (the last axis is the task), so the power
-simulation in :mod:`teamlead.experiment.power` evaluates thousands of experiments at once.
+simulation in :mod:`teamlead.experiment.stats.power` evaluates thousands of experiments at once.
 Fewer than two tasks give NaN: one task says nothing about task-to-task variation.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Literal, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["PairedInterval", "cluster_mean_interval", "paired_interval"]
+__all__ = ["MIN_TASKS", "PairedInterval", "cluster_mean_interval", "flat", "paired_interval"]
+
+MIN_TASKS = 3
+"""The fewest compared tasks a verdict needs: with two, the t-interval has one degree of
+freedom and a single coincidence decides it."""
+
+_WIDTH_TOLERANCE = 1e-9
+"""Relative width below which an interval counts as zero-width (float round-off)."""
 
 _FloatArray = npt.NDArray[np.float64]
 
@@ -48,6 +61,23 @@ class PairedInterval(NamedTuple):
     se: _FloatArray
 
 
+def flat(low: npt.ArrayLike, high: npt.ArrayLike) -> npt.NDArray[np.bool_]:
+    """Whether an interval has zero width up to round-off (relative tolerance 1e-9).
+
+    ``0.333...`` against ``0.333... + 1e-16`` is flat; NaN bounds are not.
+
+    Example:
+        >>> bool(flat(1 / 3, 1 / 3 + 1e-16)), bool(flat(0.2, 0.3))
+        (True, False)
+    """
+    lo = np.asarray(low, dtype=np.float64)
+    hi = np.asarray(high, dtype=np.float64)
+    with np.errstate(invalid="ignore"):
+        scale = np.maximum(1.0, np.maximum(np.abs(lo), np.abs(hi)))
+        return np.asarray(np.abs(hi - lo) <= _WIDTH_TOLERANCE * scale)
+
+
+@functools.lru_cache(maxsize=256)
 def _t_quantile(alpha: float, df: float) -> float:
     from scipy.stats import t  # type: ignore[import-untyped, unused-ignore]
 

@@ -25,7 +25,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 __all__ = ["NAMESPACE", "error_line", "ray_session"]
 

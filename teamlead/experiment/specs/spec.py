@@ -38,8 +38,8 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ..errors import UsageError
-from ..policy import MAX_SECONDS, SpawnPolicy
+from ...errors import UsageError
+from ...policy import MAX_SECONDS, SpawnPolicy
 from ._toml_lines import LineIndex, dotted
 from .records import TrialKey
 from .steps import PrimaryMetric, StepKeys, Steps, resolve_steps
@@ -126,7 +126,7 @@ class ExperimentSettings(StepKeys):
     ``deadline_s`` bounds one trial's wall time; ``max_cost_usd`` bounds the whole
     experiment (trials and grading). ``model`` and ``cwd`` are defaults that a variant's
     ``model`` or a task's ``cwd`` override, as do a task's workspace and command keys
-    (:class:`~teamlead.experiment.steps.StepKeys`). ``primary_metric`` is the metric whose
+    (:class:`~teamlead.experiment.specs.steps.StepKeys`). ``primary_metric`` is the metric whose
     p-values are Holm-adjusted. ``spawn`` is the spawn gate's limits for every trial, unless
     a variant has its own ``spawn`` table.
     """
@@ -166,7 +166,7 @@ class VariantSpec(_Strict):
 
 
 class TaskSpec(StepKeys):
-    """One ``[[tasks]]`` entry (with :class:`~teamlead.experiment.steps.StepKeys`)."""
+    """One ``[[tasks]]`` entry (with :class:`~teamlead.experiment.specs.steps.StepKeys`)."""
 
     id: Name
     prompt: str = Field(min_length=1)

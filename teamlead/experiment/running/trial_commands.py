@@ -18,7 +18,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import shlex
 import signal
 import subprocess
 import time
@@ -27,24 +26,11 @@ from pathlib import Path
 
 import anyio
 from anyio.abc import Process
-from pydantic import BaseModel, ConfigDict
 
-from .._redact import redact
+from ..._redact import redact
+from ..specs.records import CommandRun
 
-__all__ = [
-    "OUTPUT_DIR",
-    "Command",
-    "CommandRun",
-    "check_command",
-    "command_env",
-    "output_name",
-    "run_command",
-    "split_command",
-]
-
-Command = str | list[str]
-"""A command in a spec: an argument list, or one string split as a shell would (but run
-without one; ``""`` or ``[]`` means no command)."""
+__all__ = ["OUTPUT_DIR", "TAIL_CHARS", "command_env", "output_name", "run_command"]
 
 OUTPUT_DIR = "commands"
 """The directory, next to ``trials.jsonl``, that holds every command's output file."""
@@ -53,57 +39,6 @@ TAIL_CHARS = 2000
 _SECRET_VARS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
 _GRACE_S = 2.0
 _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
-
-
-def check_command(value: object) -> object:
-    """Validate a spec's command: a string must split, a list must hold non-empty strings."""
-    if value is None:
-        return value
-    if not isinstance(value, str) and not (
-        isinstance(value, list) and all(isinstance(part, str) for part in value)
-    ):
-        raise ValueError("a command is a string or a list of strings")
-    if isinstance(value, str):
-        try:
-            shlex.split(value)
-        except ValueError as exc:
-            raise ValueError(f"cannot split the command: {exc}") from None
-    elif any(not part for part in value):
-        raise ValueError("a command's arguments must be non-empty strings")
-    return value
-
-
-def split_command(value: Command | None) -> list[str] | None:
-    """The arguments of a spec's command; None for no command."""
-    argv = shlex.split(value) if isinstance(value, str) else value
-    return list(argv) if argv else None
-
-
-class CommandRun(BaseModel):
-    """What one command did. ``exit_code`` is None when it timed out or could not start."""
-
-    model_config = ConfigDict(frozen=True)
-
-    argv: list[str]
-    exit_code: int | None
-    duration_s: float
-    timed_out: bool = False
-    error: str | None = None
-    output_file: str | None = None
-    output_tail: str = ""
-
-    @property
-    def ok(self) -> bool:
-        """Exit status 0."""
-        return self.exit_code == 0
-
-    def describe(self) -> str:
-        """One line for a failure: exit status, timeout or start error."""
-        if self.error:
-            return self.error
-        if self.timed_out:
-            return f"timed out after {self.duration_s:.1f}s"
-        return f"exit status {self.exit_code}"
 
 
 def command_env(env: Mapping[str, str]) -> dict[str, str]:

@@ -2,8 +2,9 @@
 
 Each :class:`Metric` says how to read its value off a trial record, whether it is a 0/1
 rate or a mean, the scale its comparison uses and which direction is better. The report
-(:mod:`teamlead.experiment.report`) and the plots (:mod:`teamlead.experiment.plots`)
-both iterate :data:`METRICS`, so they always agree on the set and its order.
+(:mod:`teamlead.experiment.reporting.report`) and the plots
+(:mod:`teamlead.experiment.reporting.plots`) both iterate :data:`METRICS`, so they always
+agree on the set and its order.
 
 :func:`analysed_metrics` decides, for a set of counted trials, which metrics are analysed
 (``grade`` and ``passed`` only when every trial has one) and which is the primary one:
@@ -17,9 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Literal
 
-from ..errors import UsageError
-from .records import TrialRecord
-from .stats import Scale
+from ...errors import UsageError
+from ..specs.records import TrialRecord
+from .estimates import Scale
 
 __all__ = [
     "METRICS",
@@ -87,7 +88,7 @@ RATE_KEYS: dict[str, str] = {
     "delegated": "delegated_rate",
     "passed": "passed_rate",
 }
-"""Rate metric -> the :class:`~teamlead.experiment.report.VariantSummary` field holding it."""
+"""Rate metric -> the field of the report's ``VariantSummary`` holding it."""
 
 
 def metric_clusters(
@@ -95,7 +96,7 @@ def metric_clusters(
 ) -> list[list[float]]:
     """``metric``'s values grouped by task, in the order of ``tasks`` (missing values left out).
 
-    This is the clustered input every estimate in :mod:`teamlead.experiment.stats` takes.
+    This is the clustered input every estimate in :mod:`teamlead.experiment.stats.estimates` takes.
     """
     by_task: dict[str, list[float]] = {task: [] for task in tasks}
     for record in records:

@@ -37,12 +37,12 @@ import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 
 import anyio
 import psutil
 
-from ..errors import UsageError
+from ...errors import UsageError
+from ..specs.steps import WorkspaceKind
 
 __all__ = [
     "RepoState",
@@ -54,8 +54,6 @@ __all__ = [
     "reap_stale_worktrees",
     "repo_state",
 ]
-
-WorkspaceKind = Literal["worktree", "copy", "shared"]
 
 _PREFIX = "teamlead-ws-"
 _OURS = re.compile(rf"/{re.escape(_PREFIX)}(\d+)-[^/]+/repo$")

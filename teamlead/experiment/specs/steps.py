@@ -3,7 +3,7 @@
 ``workspace``, ``setup``, ``check`` and their timeouts may appear in the ``[experiment]``
 table (the defaults) and in any ``[[tasks]]`` entry (overrides): both tables inherit
 :class:`StepKeys`. :func:`resolve_steps` merges the two into the :class:`Steps` one trial
-runs. They live apart from :mod:`~teamlead.experiment.spec` because they are one concept
+runs. They live apart from :mod:`~teamlead.experiment.specs.spec` because they are one concept
 (issue: a workspace per trial, setup and check commands) with its own rules: a command is
 a string split as a shell would, or an argument list; ``""`` or ``[]`` turns an
 experiment-level default off for one task.
@@ -16,15 +16,31 @@ Example:
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from .commands import Command, check_command, split_command
-from .workspace import WorkspaceKind
+__all__ = [
+    "DEFAULT_TIMEOUT_S",
+    "Command",
+    "PrimaryMetric",
+    "StepKeys",
+    "Steps",
+    "WorkspaceKind",
+    "check_command",
+    "resolve_steps",
+    "split_command",
+]
 
-__all__ = ["DEFAULT_TIMEOUT_S", "PrimaryMetric", "StepKeys", "Steps", "resolve_steps"]
+WorkspaceKind = Literal["worktree", "copy", "shared"]
+"""Where a trial runs: a git worktree, a copy of the task's folder, or the folder itself."""
+
+Command = str | list[str]
+"""A command in a spec: an argument list, or one string split as a shell would (but run
+without one; ``""`` or ``[]`` means no command)."""
+
 
 DEFAULT_TIMEOUT_S = 600.0
 """A setup or check command's timeout when neither the task nor the experiment sets one."""
@@ -33,7 +49,31 @@ PrimaryMetric = Literal[
     "parallel", "delegated", "passed", "wall_s", "agent_calls", "cost_usd", "tokens", "grade"
 ]
 """The metrics a spec may name as ``primary_metric`` (the names in
-:data:`teamlead.experiment.metrics.METRICS`; a test keeps the two in step)."""
+:data:`teamlead.experiment.stats.metrics.METRICS`; a test keeps the two in step)."""
+
+
+def check_command(value: object) -> object:
+    """Validate a spec's command: a string must split, a list must hold non-empty strings."""
+    if value is None:
+        return value
+    if not isinstance(value, str) and not (
+        isinstance(value, list) and all(isinstance(part, str) for part in value)
+    ):
+        raise ValueError("a command is a string or a list of strings")
+    if isinstance(value, str):
+        try:
+            shlex.split(value)
+        except ValueError as exc:
+            raise ValueError(f"cannot split the command: {exc}") from None
+    elif any(not part for part in value):
+        raise ValueError("a command's arguments must be non-empty strings")
+    return value
+
+
+def split_command(value: Command | None) -> list[str] | None:
+    """The arguments of a spec's command; None for no command."""
+    argv = shlex.split(value) if isinstance(value, str) else value
+    return list(argv) if argv else None
 
 
 class StepKeys(BaseModel):

@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING
 import numpy as np
 import numpy.typing as npt
 
-from ..errors import UsageError
-from .metrics import METRICS, RATE_KEYS
+from ...errors import UsageError
+from ..stats.metrics import METRICS, RATE_KEYS
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -126,8 +126,11 @@ def _rate_plot(
         rate = getattr(report.variants[name], key)
         if rate is None or rate.estimate is None:
             continue
-        low = rate.estimate - (rate.ci_low if rate.ci_low is not None else rate.estimate)
-        high = (rate.ci_high if rate.ci_high is not None else rate.estimate) - rate.estimate
+        # Never negative: a bound can sit a round-off on the wrong side of a rate of 0 or 1.
+        low = max(0.0, rate.estimate - (rate.ci_low if rate.ci_low is not None else rate.estimate))
+        high = max(
+            0.0, (rate.ci_high if rate.ci_high is not None else rate.estimate) - rate.estimate
+        )
         axes.errorbar(
             [position],
             [rate.estimate],

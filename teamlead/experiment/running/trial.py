@@ -17,10 +17,10 @@ from typing import Any
 
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._version import __version__
-from .commands import CommandRun, command_env, output_name, run_command
-from .records import TrialKey, TrialRecord
-from .spec import ExperimentSpec, TaskSpec
+from ..._version import __version__
+from ..specs.records import CommandRun, TrialKey, TrialRecord
+from ..specs.spec import ExperimentSpec, TaskSpec
+from .trial_commands import command_env, output_name, run_command
 from .workspace import Workspace, WorkspaceError, Workspaces
 
 __all__ = ["Lead", "Outcome", "run_trial", "trial_source"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from .spec import GraderSpec, TaskSpec
+from ..specs.spec import GraderSpec, TaskSpec
 
 __all__ = ["grade_answer"]
 

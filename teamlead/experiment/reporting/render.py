@@ -1,10 +1,10 @@
 """The experiment report as text and files: Markdown tables, JSON, and the report folder.
 
-:func:`render_markdown` prints a :class:`~teamlead.experiment.report.Report` as tables
+:func:`render_markdown` prints a :class:`~teamlead.experiment.reporting.report.Report` as tables
 readable in a terminal; :func:`render_json` is its stable, versioned machine form
-(:meth:`Report.to_json <teamlead.experiment.report.Report.to_json>` as text);
+(:meth:`Report.to_json <teamlead.experiment.reporting.report.Report.to_json>` as text);
 :func:`write_report` writes ``report.md``, ``report.json`` and, through
-:mod:`teamlead.experiment.plots`, one PNG per metric.
+:mod:`teamlead.experiment.reporting.plots`, one PNG per metric.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
-from .explain import confidence_label, rule_text
-from .report import RateSummary, Report
+from ..stats.explain import confidence_label, rule_text
+from .report import MeanSummary, RateSummary, Report, why_lines
 
 __all__ = ["render_json", "render_markdown", "write_report"]
 
@@ -51,6 +51,24 @@ def _interval(low: float | None, high: float | None) -> str:
     return f"[{_fmt(low)}, {_fmt(high)}]"
 
 
+def mde_cell(rise: float | None, drop: float | None, unit: str) -> str:
+    """The MDE column: ``rise 0.2, drop none`` (a factor with ``x`` for a ratio)."""
+    parts = [
+        f"{name} {'none' if value is None else f'{_fmt(value)}{unit}'}"
+        for name, value in (("rise", rise), ("drop", drop))
+    ]
+    return ", ".join(parts)
+
+
+def _mean_cell(mean: MeanSummary) -> str:
+    if mean.interval_of == "geometric mean":
+        return (
+            f"{_fmt(mean.mean)} (median {_fmt(mean.median)}, geo {_fmt(mean.geo_mean)}) "
+            f"geo {_interval(mean.ci_low, mean.ci_high)}"
+        )
+    return f"{_fmt(mean.mean)} (median {_fmt(mean.median)}) {_interval(mean.ci_low, mean.ci_high)}"
+
+
 def render_markdown(report: Report) -> str:
     """The report as Markdown tables, readable in a terminal as is.
 
@@ -67,16 +85,16 @@ def render_markdown(report: Report) -> str:
         rates: list[RateSummary | None] = [s.parallel_rate, s.delegated_rate]
         if with_passed:
             rates.insert(0, s.passed_rate)
+        if s.not_compared:
+            rows.append([*row, f"{s.not_compared} ({s.excluded})", *["-"] * (len(rates) + 3)])
+            continue
         for rate in rates:
             if rate is None:
                 row.append("n/a")
                 continue
             row.append(f"{_fmt(rate.estimate)} {_interval(rate.ci_low, rate.ci_high)}")
         for mean in (s.wall_s, s.agent_calls, s.cost_usd, s.tokens):
-            row.append(
-                f"{_fmt(mean.mean)} (median {_fmt(mean.median)}) "
-                f"{_interval(mean.ci_low, mean.ci_high)}"
-            )
+            row.append(_mean_cell(mean))
         rows.append(row)
     out += _table(
         [
@@ -95,7 +113,8 @@ def render_markdown(report: Report) -> str:
     out += [
         "",
         f"Rates: pooled over trials, task-clustered Wilson {confidence} CI. Means: mean "
-        f"(median) [cluster-robust t {confidence} CI].",
+        f"(median) [cluster-robust t {confidence} CI]; for wall time, cost and tokens the "
+        "interval is that of the geometric mean (geo), shown beside the mean.",
         "",
     ]
     out += _table(
@@ -103,6 +122,7 @@ def render_markdown(report: Report) -> str:
         [
             [name, label, str(rate.n), _fmt(rate.n_eff), _fmt(rate.icc), _fmt(rate.design_effect)]
             for name, s in report.variants.items()
+            if not s.not_compared
             for label, rate in (
                 ("passed", s.passed_rate),
                 ("parallel", s.parallel_rate),
@@ -113,19 +133,36 @@ def render_markdown(report: Report) -> str:
     )
     out += [
         "",
-        "n_eff: trials divided by the design effect 1 + (m - 1) ICC, m = sum(m_i^2) / sum(m_i).",
+        "n_eff: trials divided by the design effect 1 + (m - 1) ICC, m = sum(m_i^2) / sum(m_i); "
+        "ICC shrunk towards 0.2.",
+        "",
+        "Methods:",
+        "",
+        *(f"- {line}" for line in report.methods),
         "",
         "## Comparisons with the control",
         "",
     ]
     rows = []
+    shown_variants: set[str] = set()
     for c in report.comparisons:
+        if c.verdict == "not compared":  # one row for all its metrics
+            if c.variant not in shown_variants:
+                shown_variants.add(c.variant)
+                rows.append(
+                    [c.variant, "all", "-", "n/a", "-", "-", "-", "-", "0"]
+                    + [f"**not compared**: {c.explanation}"]
+                )
+            continue
         unit = "x" if c.scale == "ratio" else ""
         effect = "n/a" if c.diff is None else f"{_fmt(c.diff)}{unit}"
-        mde = "n/a" if c.mde is None else f"{_fmt(c.mde)}{unit}"
+        mde = mde_cell(c.mde_rise, c.mde_drop, unit) if c.mde_text else "n/a"
         shown = f"**{c.verdict}**"
         if c.verdict == "inconclusive":
-            shown += f" (MDE {mde})" if c.mde is not None else f" ({c.mde_note})"
+            if c.mde is not None:
+                shown += f" (detectable {c.mde_direction} of {_fmt(c.mde)}{unit})"
+            else:
+                shown += f" ({c.reasons.get('mde') or c.mde_note})"
         rows.append(
             [
                 c.variant,
@@ -160,15 +197,18 @@ def render_markdown(report: Report) -> str:
         rule_text(report.alpha, confidence),
         "",
         f"Primary metric: {report.primary_metric} (Holm); the rest: BH. "
-        "Variant vs control: means over the compared tasks, each task weighing the same "
+        "Variant vs control: means over the compared tasks (geometric means for the ratios "
+        "marked x), each task weighing the same "
         "(the headline rates above are pooled over trials, so they can differ). Effect: "
         "variant - control, or variant / control where marked x. p: within-task "
-        f"permutation test. MDE: the effect this rule detects with power {report.power:g} "
-        "on this design, by simulation.",
+        f"permutation test. MDE: the rise and the drop this rule detects with power "
+        f"{report.power:g} on this design, by simulation over the plausible control rates "
+        "(none: that direction cannot be detected, the reason is below).",
     ]
-    explained = [c for c in report.comparisons if c.explanation]
-    if explained:
-        out += [""] + [f"- {c.variant}, {c.metric}: {c.explanation}." for c in explained]
+    why = why_lines(report)
+    if why:
+        out += ["", "Why n/a, and why inconclusive:", ""]
+        out += [f"- {subject}: {line}." for subject, line in why]
     out += ["", "Compared tasks:", ""]
     seen: set[tuple[str, tuple[str, ...]]] = set()
     for c in report.comparisons:
@@ -218,7 +258,7 @@ def render_markdown(report: Report) -> str:
 
 
 def render_json(report: Report) -> str:
-    """The report's JSON form (``version`` 2, NaN as ``null``), indented; no trailing newline.
+    """The report's JSON form (``version`` 3, NaN as ``null``), indented; no trailing newline.
 
     Example:
         >>> print(render_json(report))  # doctest: +SKIP

@@ -27,11 +27,11 @@ from typing import IO, Any, Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..errors import UsageError
-from .commands import CommandRun
+from ...errors import UsageError
 
 __all__ = [
     "RECORD_VERSION",
+    "CommandRun",
     "ReadResult",
     "RecordWarning",
     "TrialKey",
@@ -50,6 +50,33 @@ RECORD_VERSION = 1
 meaning or is renamed; adding an optional field needs no bump."""
 
 TrialStatus = Literal["completed", "partial", "failed"]
+
+
+class CommandRun(BaseModel):
+    """What one command did. ``exit_code`` is None when it timed out or could not start."""
+
+    model_config = ConfigDict(frozen=True)
+
+    argv: list[str]
+    exit_code: int | None
+    duration_s: float
+    timed_out: bool = False
+    error: str | None = None
+    output_file: str | None = None
+    output_tail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """Exit status 0."""
+        return self.exit_code == 0
+
+    def describe(self) -> str:
+        """One line for a failure: exit status, timeout or start error."""
+        if self.error:
+            return self.error
+        if self.timed_out:
+            return f"timed out after {self.duration_s:.1f}s"
+        return f"exit status {self.exit_code}"
 
 
 class TrialKey(NamedTuple):

@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from types import TracebackType
 
-from ..errors import UsageError
+from ...errors import UsageError
 
 __all__ = ["OutDir", "make_out_dir"]
 

@@ -1,6 +1,6 @@
 """Run an experiment's trials as Ray tasks, on one machine or a cluster.
 
-:func:`run_experiment_ray` is :func:`~teamlead.experiment.runner.run_experiment` with each
+:func:`run_experiment_ray` is :func:`~teamlead.experiment.running.runner.run_experiment` with each
 trial attempt shipped to a Ray task (:func:`_trial_task`) instead of run in this process.
 Everything else stays on the driver, as in a local run: the trial order, how many trials
 are in flight (the spec's ``concurrency``), retries of infrastructure failures, grading,
@@ -20,7 +20,7 @@ time. The actor also counts executions of each trial token, so a re-executed tas
 fresh CLI session id instead of colliding with the dead one's.
 
 Ray is an optional dependency (``pip install 'teamlead[ray]'``), imported on first use.
-:func:`~teamlead.experiment.ray_cluster.ray_session` (re-exported here) connects to
+:func:`~teamlead.experiment.running.ray_cluster.ray_session` (re-exported here) connects to
 ``RAY_ADDRESS``, or starts a local Ray instance for the run and shuts it down after.
 """
 
@@ -42,14 +42,14 @@ from typing import Any
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._governor.aimd import Limits
-from ..clock import SYSTEM_CLOCK, Clock
-from ..policy import Policy
-from ..prompts import Strategy
+from ..._governor.aimd import Limits
+from ...clock import SYSTEM_CLOCK, Clock
+from ...policy import Policy
+from ...prompts import Strategy
+from ..specs.records import TrialKey, TrialRecord
+from ..specs.spec import ExperimentSpec
 from .ray_cluster import NAMESPACE, error_line, ray_session
-from .records import TrialKey, TrialRecord
 from .runner import ExperimentProgress, RunSummary, run_experiment, run_one_trial
-from .spec import ExperimentSpec
 
 __all__ = ["RayLimitStore", "kept_fresh", "ray_session", "run_experiment_ray"]
 
@@ -206,7 +206,7 @@ def _trial_task(
     """
     import ray
 
-    from .._relay.shared import use_limit_store
+    from ..._relay.shared import use_limit_store
     from .workspace import Workspaces
 
     runs = int(ray.get(actor.claim.remote(token), timeout=60))

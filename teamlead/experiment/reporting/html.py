@@ -21,9 +21,10 @@ import html
 import math
 from collections.abc import Iterable, Sequence
 
-from .explain import confidence_label, rule_text
-from .records import TrialRecord, latest_records
-from .report import Comparison, RateSummary, Report
+from ..specs.records import TrialRecord, latest_records
+from ..stats.explain import confidence_label, rule_text
+from .render import mde_cell
+from .report import Comparison, MeanSummary, RateSummary, Report, why_lines
 
 __all__ = ["render_html"]
 
@@ -192,14 +193,39 @@ def _interval_glyph(c: Comparison) -> str:
 
 def _comparisons(report: Report) -> str:
     rows = []
+    shown_variants: set[str] = set()
     for c in report.comparisons:
+        if c.verdict == "not compared":  # one row for all its metrics
+            if c.variant not in shown_variants:
+                shown_variants.add(c.variant)
+                rows.append(
+                    "<tr>"
+                    + _td(c.variant)
+                    + _td("all")
+                    + "".join(_td("n/a") for _ in range(8))
+                    + _td(
+                        f'<span class="inconclusive">not compared</span>'
+                        f'<div class="note">{_e(c.explanation)}</div>',
+                        raw=True,
+                    )
+                    + "</tr>"
+                )
+            continue
         unit = "x" if c.scale == "ratio" else ""
-        mde = "n/a" if c.mde is None else f"{_num(c.mde)}{unit}"
+        mde = mde_cell(c.mde_rise, c.mde_drop, unit) if c.mde_text else "n/a"
         tasks = (
             f"<details><summary>{c.tasks}</summary>{_e(', '.join(c.task_ids) or 'none')}</details>"
         )
+        reasons = "".join(
+            f'<div class="note">{_e(field)} n/a: {_e(reason)}</div>'
+            for field, reason in c.reasons.items()
+            if field != "mde"
+        )
         explanation = f'<div class="note">{_e(c.explanation)}</div>' if c.explanation else ""
-        mde_note = f'<div class="note">{_e(c.mde_note)}</div>' if c.mde_note else ""
+        explanation += reasons
+        mde_note = "".join(
+            f'<div class="note">{_e(text)}</div>' for text in (c.mde_text, c.mde_note) if text
+        )
         rows.append(
             "<tr>"
             + _td(c.variant)
@@ -239,6 +265,14 @@ def _variants(report: Report) -> str:
     rows = []
     for name, s in report.variants.items():
         cells = [_td(name), _td(str(s.trials), float(s.trials)), _td(str(s.excluded), s.excluded)]
+        if s.not_compared:
+            rows.append(
+                "<tr>"
+                + "".join(cells)
+                + f'<td colspan="{4 + 2 * (3 if with_passed else 2)}" class="note">'
+                + f"{_e(s.not_compared)}</td></tr>"
+            )
+            continue
         rates: list[RateSummary | None] = [s.parallel_rate, s.delegated_rate]
         for rate in [s.passed_rate, *rates] if with_passed else rates:
             if rate is None:
@@ -249,9 +283,7 @@ def _variants(report: Report) -> str:
             )
             cells.append(_td(f"{_num(rate.n_eff)} / {_num(rate.icc)}", rate.n_eff))
         for mean in (s.wall_s, s.agent_calls, s.cost_usd, s.tokens):
-            cells.append(
-                _td(f"{_num(mean.mean)} {_interval(mean.ci_low, mean.ci_high)}", mean.mean)
-            )
+            cells.append(_td(_mean_text(mean), mean.mean))
         rows.append("<tr>" + "".join(cells) + "</tr>")
     passed = ["passed rate", "passed n_eff / ICC"] if with_passed else []
     header = [
@@ -259,6 +291,14 @@ def _variants(report: Report) -> str:
         "delegated rate", "delegated n_eff / ICC", "wall s", "Agent calls", "cost USD", "tokens",
     ]  # fmt: skip
     return _table(header, rows, table_id="variants")
+
+
+def _mean_text(mean: MeanSummary) -> str:
+    if mean.interval_of == "geometric mean":
+        return (
+            f"{_num(mean.mean)} (geo {_num(mean.geo_mean)} {_interval(mean.ci_low, mean.ci_high)})"
+        )
+    return f"{_num(mean.mean)} {_interval(mean.ci_low, mean.ci_high)}"
 
 
 def _with_passed(report: Report) -> bool:
@@ -342,6 +382,8 @@ def render_html(report: Report, records: Sequence[TrialRecord]) -> str:
     """
     confidence = confidence_label(report.alpha)
     notes = "".join(f"<li>{_e(note)}</li>" for note in report.notes) or "<li>none</li>"
+    why = "".join(f"<li>{_e(subject)}: {_e(line)}</li>" for subject, line in why_lines(report))
+    methods = "".join(f"<li>{_e(line)}</li>" for line in report.methods)
     flaky = ", ".join(report.flaky_tasks) or "none"
     body = [
         f"<h1>Experiment report (control: {_e(report.control)})</h1>",
@@ -361,13 +403,18 @@ def render_html(report: Report, records: Sequence[TrialRecord]) -> str:
         f"<p class=note>Rates are pooled over trials with a task-clustered Wilson "
         f"{confidence} interval; n_eff is the trials divided by the design effect "
         "1 + (m - 1) ICC with m = sum(m_i^2) / sum(m_i). Means carry a cluster-robust "
-        f"t {confidence} interval.</p>",
+        f"t {confidence} interval; for wall time, cost and tokens it is the geometric "
+        "mean's (geo).</p>",
+        f"<h3>Methods</h3><ul>{methods}</ul>",
         "<h2>Comparisons with the control</h2>",
         _comparisons(report),
-        "<p class=note>Variant vs control: means over the compared tasks, each task weighing "
-        "the same. Effect: variant - control, or variant / control where marked x. Chart: the "
-        "interval (line) and effect (dot) against no effect (dashed). MDE: the effect this "
-        f"rule detects with power {report.power:g} on this design, by simulation.</p>",
+        "<p class=note>Variant vs control: means over the compared tasks (geometric means for "
+        "the ratios marked x), each task weighing the same. Effect: variant - control, or "
+        "variant / control where marked x. Chart: the interval (line) and effect (dot) "
+        "against no effect (dashed). MDE: the rise and the "
+        f"drop this rule detects with power {report.power:g} on this design, by simulation "
+        "over the plausible control rates.</p>",
+        *([f"<h3>Why n/a, and why inconclusive</h3><ul>{why}</ul>"] if why else []),
         "<h2>Per task</h2>",
         _per_task(report),
         "<p class=note>Cells: [passed rate,] parallel rate / delegated rate (trials). "

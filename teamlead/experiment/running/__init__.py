@@ -1,0 +1,8 @@
+"""Running an experiment's trials: the runner and everything one trial needs.
+
+``runner`` schedules the trials and writes their records; ``trial`` runs one (the
+workspace of ``workspace``, the setup and check commands of ``trial_commands``, the lead
+through the coordinator, the ``grader``); ``outdir`` owns the output folder;
+``ray_backend`` and ``ray_cluster`` run trials as Ray tasks. Builds on
+:mod:`teamlead.experiment.specs` only.
+"""
