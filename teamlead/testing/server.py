@@ -34,6 +34,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
+from .._claude.scripted import SCRIPTED_MESSAGE_PREFIX
 from ..errors import SetupError
 from .replies import AgentCall, Fault, Reply, Role, ScriptedRequest
 from .wire import message_json, session_from_metadata, sse_events, system_text
@@ -425,7 +426,7 @@ class ScriptedServer:
             release()
             handler._send_json(fault.status, fault.body(), headers)
             return fault.status
-        message_id = f"msg_{uuid.uuid4().hex[:24]}"
+        message_id = f"{SCRIPTED_MESSAGE_PREFIX}{uuid.uuid4().hex[:24]}"  # marks it scripted
         if not request.stream:
             release()
             handler._send_json(
