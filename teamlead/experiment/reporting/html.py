@@ -23,7 +23,8 @@ from collections.abc import Iterable, Sequence
 
 from ..specs.records import TrialRecord, latest_records
 from ..stats.explain import confidence_label, rule_text
-from .report import Comparison, RateSummary, Report
+from .render import grading_lines, headline, scripted_banner, sig
+from .report import Comparison, RateSummary, Report, fold_notes
 
 __all__ = ["render_html"]
 
@@ -39,6 +40,14 @@ th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after
 .inconclusive{color:#6b6b6b;font-weight:600}.note{color:#555}
 pre{white-space:pre-wrap;background:#f7f7f9;padding:.5em;max-width:70em}
 details{margin:.3em 0}summary{cursor:pointer}.rule{background:#fff8e1;padding:.5em}
+.banner{background:#fdecea;border:2px solid #b3261e;padding:.6em .8em;font-weight:600}
+#headline ul{list-style:none;padding:0}#headline li{font-size:1.15em;margin:.4em 0;
+padding:.5em .7em;border-left:6px solid #6b6b6b;background:#f7f7f9}
+#headline li.better{border-color:#0a7a2f;color:inherit;font-weight:400}
+#headline li.worse{border-color:#b3261e;color:inherit;font-weight:400}
+#headline li.inconclusive{color:inherit;font-weight:400}
+tr.primary td{background:#eef4ff}tr.primary td:nth-child(2),th.primary,td.primary{font-weight:600}
+th.primary,td.primary{background:#eef4ff}
 """
 
 _SCRIPT = """
@@ -95,8 +104,12 @@ def _td(text: str, sort: float | None = None, raw: bool = False) -> str:
     return f"<td{attr}>{text if raw else _e(text)}</td>"
 
 
-def _table(header: Sequence[str], rows: Iterable[str], *, table_id: str) -> str:
-    head = "".join(f'<th scope="col">{_e(h)}</th>' for h in header)
+def _table(
+    header: Sequence[str], rows: Iterable[str], *, table_id: str, highlight: str | None = None
+) -> str:
+    head = "".join(
+        f'<th scope="col"{" class=primary" if h == highlight else ""}>{_e(h)}</th>' for h in header
+    )
     return (
         f'<table class="sortable" id="{_e(table_id)}"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
@@ -194,6 +207,8 @@ def _comparisons(report: Report) -> str:
     rows = []
     for c in report.comparisons:
         unit = "x" if c.scale == "ratio" else ""
+        value = sig if c.metric == "cost_usd" else _num
+        primary = c.metric == report.primary_metric
         mde = "n/a" if c.mde is None else f"{_num(c.mde)}{unit}"
         tasks = (
             f"<details><summary>{c.tasks}</summary>{_e(', '.join(c.task_ids) or 'none')}</details>"
@@ -201,10 +216,10 @@ def _comparisons(report: Report) -> str:
         explanation = f'<div class="note">{_e(c.explanation)}</div>' if c.explanation else ""
         mde_note = f'<div class="note">{_e(c.mde_note)}</div>' if c.mde_note else ""
         rows.append(
-            "<tr>"
+            ('<tr class="primary">' if primary else "<tr>")
             + _td(c.variant)
-            + _td(c.metric)
-            + _td(f"{_num(c.variant_value)} vs {_num(c.control_value)}", c.variant_value)
+            + _td(f"{c.metric} (primary)" if primary else c.metric)
+            + _td(f"{value(c.variant_value)} vs {value(c.control_value)}", c.variant_value)
             + _td(f"{_num(c.diff)}{unit}", c.diff)
             + _td(_interval(c.ci_low, c.ci_high), c.ci_low)
             + _td(_interval_glyph(c), raw=True)
@@ -248,9 +263,14 @@ def _variants(report: Report) -> str:
                 _td(f"{_num(rate.estimate)} {_interval(rate.ci_low, rate.ci_high)}", rate.estimate)
             )
             cells.append(_td(f"{_num(rate.n_eff)} / {_num(rate.icc)}", rate.n_eff))
-        for mean in (s.wall_s, s.agent_calls, s.cost_usd, s.tokens):
+        for mean, fmt in (
+            (s.wall_s, _num),
+            (s.agent_calls, _num),
+            (s.cost_usd, sig),
+            (s.tokens, _num),
+        ):
             cells.append(
-                _td(f"{_num(mean.mean)} {_interval(mean.ci_low, mean.ci_high)}", mean.mean)
+                _td(f"{fmt(mean.mean)} [{fmt(mean.ci_low)}, {fmt(mean.ci_high)}]", mean.mean)
             )
         rows.append("<tr>" + "".join(cells) + "</tr>")
     passed = ["passed rate", "passed n_eff / ICC"] if with_passed else []
@@ -258,7 +278,15 @@ def _variants(report: Report) -> str:
         "variant", "trials", "excluded", *passed, "parallel rate", "parallel n_eff / ICC",
         "delegated rate", "delegated n_eff / ICC", "wall s", "Agent calls", "cost USD", "tokens",
     ]  # fmt: skip
-    return _table(header, rows, table_id="variants")
+    primary = _PRIMARY_COLUMN.get(report.primary_metric)
+    return _table(header, rows, table_id="variants", highlight=primary)
+
+
+# The variants table's column that shows each primary metric.
+_PRIMARY_COLUMN = {
+    "passed": "passed rate", "parallel": "parallel rate", "delegated": "delegated rate",
+    "wall_s": "wall s", "agent_calls": "Agent calls", "cost_usd": "cost USD", "tokens": "tokens",
+}  # fmt: skip
 
 
 def _with_passed(report: Report) -> bool:
@@ -292,7 +320,8 @@ def _per_task(report: Report) -> str:
 _PROVENANCE = (
     "prompt_name", "prompt_version", "prompt_sha256", "prompt_source", "model", "cli_version",
     "sdk_version", "teamlead_version", "git_sha", "git_dirty", "workspace", "workspace_setup_s",
-    "workspace_path", "started_at", "attempts", "resumes",
+    "workspace_path", "started_at", "attempts", "resumes", "scripted_model", "grader_error",
+    "grader_cost_usd",
 )  # fmt: skip
 
 
@@ -317,12 +346,14 @@ def _trials(records: Sequence[TrialRecord], names: Sequence[str]) -> str:
                 if run is not None
             )
             grade = "" if r.grade is None else f", grade {_num(r.grade)}"
+            if r.grade is None and r.grader_error:
+                grade += ", not graded"
             if r.passed is not None:
                 grade += ", check passed" if r.passed else ", check failed"
             items.append(
                 f"<details><summary>{_e(r.task)} #{r.trial}: {_e(status)}, "
                 f"{'parallel' if r.parallel else 'not parallel'}, {r.agent_calls} Agent "
-                f"call(s), {_num(r.wall_s)} s, ${_num(r.cost_usd, 4)}{_e(grade)}</summary>"
+                f"call(s), {_num(r.wall_s)} s, ${sig(r.cost_usd)}{_e(grade)}</summary>"
                 f"<pre>{_e(r.final_text) or '(no final answer)'}</pre>"
                 f"<table>{provenance}</table></details>"
             )
@@ -333,6 +364,40 @@ def _trials(records: Sequence[TrialRecord], names: Sequence[str]) -> str:
     return "".join(out)
 
 
+def _headline(report: Report) -> str:
+    """The verdicts on the primary metric, one line per comparison, before anything else."""
+    primary = [c for c in report.comparisons if c.metric == report.primary_metric]
+    if not primary:
+        return ""
+    items = "".join(
+        f'<li class="{_e(c.verdict)}">{_e(headline(c, report.alpha))}</li>' for c in primary
+    )
+    title = f"Verdicts on the primary metric, {report.primary_metric}"
+    return f'<section id="headline"><h2>{_e(title)}</h2><ul>{items}</ul></section>'
+
+
+def _grading(report: Report) -> list[str]:
+    lines = grading_lines(report.grading)
+    if not lines:
+        return []
+    reasons = "".join(f"<li>{_e(line)}</li>" for line in lines[1:])
+    return ["<h2>Grading</h2>", f'<p id="grading">{_e(lines[0])}</p>', f"<ul>{reasons}</ul>"]
+
+
+def _notes(notes: Sequence[str]) -> str:
+    """The notes, those that say the same thing about several subjects folded into one."""
+    items = []
+    for text, subjects in fold_notes(notes):
+        if subjects:
+            items.append(
+                f"<li><details><summary>{_e(text)} ({len(subjects)} cases)</summary>"
+                f"{_e('; '.join(subjects))}</details></li>"
+            )
+        else:
+            items.append(f"<li>{_e(text)}</li>")
+    return "".join(items) or "<li>none</li>"
+
+
 def render_html(report: Report, records: Sequence[TrialRecord]) -> str:
     """The whole report as one HTML page; ``records`` feed the per-trial drill-down.
 
@@ -341,10 +406,13 @@ def render_html(report: Report, records: Sequence[TrialRecord]) -> str:
         True
     """
     confidence = confidence_label(report.alpha)
-    notes = "".join(f"<li>{_e(note)}</li>" for note in report.notes) or "<li>none</li>"
+    notes = _notes(report.notes)
     flaky = ", ".join(report.flaky_tasks) or "none"
+    banner = scripted_banner(report)
     body = [
         f"<h1>Experiment report (control: {_e(report.control)})</h1>",
+        *([f'<p class="banner" id="scripted" role="note">{_e(banner)}</p>'] if banner else []),
+        _headline(report),
         f"<p>alpha {report.alpha:g}, power {report.power:g}, seed {report.seed}, "
         f"report version {report.version}, primary metric {_e(report.primary_metric)} "
         "(Holm; the rest BH).</p>",
@@ -372,10 +440,11 @@ def render_html(report: Report, records: Sequence[TrialRecord]) -> str:
         _per_task(report),
         "<p class=note>Cells: [passed rate,] parallel rate / delegated rate (trials). "
         f"Flaky: {_e(flaky)}.</p>",
+        *_grading(report),
         "<h2>Trials</h2>",
         _trials(records, list(report.variants)),
         "<h2>Notes</h2>",
-        f"<ul>{notes}</ul>",
+        f'<ul id="notes">{notes}</ul>',
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

@@ -10,13 +10,24 @@ readable in a terminal; :func:`render_json` is its stable, versioned machine for
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..stats.explain import confidence_label, rule_text
-from .report import RateSummary, Report
+from .report import Comparison, GradingSummary, RateSummary, Report, fold_notes
 
-__all__ = ["render_json", "render_markdown", "write_report"]
+__all__ = [
+    "grading_lines",
+    "headline",
+    "render_json",
+    "render_markdown",
+    "scripted_banner",
+    "sig",
+    "write_report",
+]
+
+_MONEY_METRICS = ("cost_usd",)
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -29,6 +40,24 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     if abs(value) >= 100:
         digits = 1
     return f"{value:,.{digits}f}".rstrip("0").rstrip(".")
+
+
+def sig(value: float | None, digits: int = 3) -> str:
+    """``value`` to ``digits`` significant digits: costs of a fraction of a cent stay legible.
+
+    Example:
+        >>> sig(0.0051234), sig(0.005), sig(12.345), sig(1234.5), sig(None)
+        ('0.00512', '0.005', '12.3', '1,234', 'n/a')
+    """
+    if value is None or not math.isfinite(value):
+        return "n/a"
+    if value == 0:
+        return "0"
+    if abs(value) < 1e-4 or abs(value) >= 1e9:
+        return f"{value:.{digits}g}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    text = f"{value:,.{decimals}f}"
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _fmt_p(value: float | None) -> str:
@@ -51,6 +80,93 @@ def _interval(low: float | None, high: float | None) -> str:
     return f"[{_fmt(low)}, {_fmt(high)}]"
 
 
+def _value(c: Comparison, value: float | None) -> str:
+    return sig(value) if c.metric in _MONEY_METRICS else _fmt(value)
+
+
+def _effect(c: Comparison) -> str:
+    if c.diff is None:
+        return "n/a"
+    if c.scale == "ratio":
+        return f"{_fmt(c.diff)}x"
+    return ("+" if c.diff > 0 else "") + _fmt(c.diff)
+
+
+def headline(c: Comparison, alpha: float) -> str:
+    """One sentence for a comparison: the verdict, then the numbers it rests on.
+
+    Built from the comparison's fields alone (verdict, values, effect, interval, adjusted
+    p, MDE and the notes on them), so it says what the statistics say, in their words.
+
+    Example:
+        >>> headline(comparison, 0.05)  # doctest: +SKIP
+        'delegation is better than baseline on passed: 1 vs 0.389, effect +0.611 (95% CI
+        [0.43, 0.79]), p = 0.0002 (Holm).'
+    """
+    unit = "x" if c.scale == "ratio" else ""
+    where = f"on {c.metric}"
+    if c.diff is None:
+        why = c.mde_note or c.explanation or "no effect could be estimated"
+        return f"{c.variant} vs {c.control} {where}: not compared; {why}."
+    values = f"{_value(c, c.variant_value)} vs {_value(c, c.control_value)}"
+    confidence = confidence_label(alpha)
+    interval = f"{confidence} CI {_interval(c.ci_low, c.ci_high)}{unit}"
+    method = "Holm" if c.correction == "holm" else "BH"
+    p = _fmt_p(c.p_adjusted)
+    p = f"p {p[0]} {p[1:]}" if p.startswith("<") else f"p = {p}"
+    numbers = f"effect {_effect(c)} ({interval}), {p} ({method})"
+    if c.verdict in ("better", "worse"):
+        text = f"{c.variant} is {c.verdict} than {c.control} {where}: {values}, {numbers}."
+    else:
+        if c.mde is not None:
+            reach = f"the smallest effect this design detects (MDE) is {_fmt(c.mde)}{unit}"
+        else:
+            reach = c.mde_note or "no minimum detectable effect"
+        text = (
+            f"{c.variant} vs {c.control} {where}: no detectable difference "
+            f"({values}, {numbers}); {reach}."
+        )
+    if c.explanation:
+        text += f" {c.explanation[0].upper()}{c.explanation[1:]}."
+    return text
+
+
+def grading_lines(grading: GradingSummary | None) -> list[str]:
+    """How many trials were graded, and one line per reason the others were not."""
+    if grading is None:
+        return []
+    lines = [f"{grading.graded} of {grading.trials} counted trial(s) graded."]
+    lines += [f"{n} not graded: {reason}" for reason, n in grading.not_graded.items()]
+    return lines
+
+
+def scripted_banner(report: Report) -> str | None:
+    """The warning that answers came from teamlead's scripted model; None when none did."""
+    if not report.scripted_trials:
+        return None
+    share = (
+        "every counted trial was"
+        if report.scripted_trials == report.trials
+        else f"{report.scripted_trials} of {report.trials} counted trials were"
+    )
+    return (
+        f"Scripted model: {share} answered by teamlead's scripted model server, not by a "
+        "real model. The verdicts show what the analysis finds in the script's behaviour, "
+        "not how a model behaves; costs are the CLI's list-price estimate for the scripted "
+        "tokens, and nothing was charged."
+    )
+
+
+def _notes_markdown(notes: Sequence[str]) -> list[str]:
+    out = []
+    for text, subjects in fold_notes(notes):
+        if subjects:
+            out.append(f"- {text} ({len(subjects)} cases: {'; '.join(subjects)})")
+        else:
+            out.append(f"- {text}")
+    return out
+
+
 def render_markdown(report: Report) -> str:
     """The report as Markdown tables, readable in a terminal as is.
 
@@ -59,6 +175,13 @@ def render_markdown(report: Report) -> str:
     """
     confidence = confidence_label(report.alpha)
     out = [f"# Experiment report (control: {report.control})", ""]
+    banner = scripted_banner(report)
+    if banner:
+        out += [f"> **{banner}**", ""]
+    primary = [c for c in report.comparisons if c.metric == report.primary_metric]
+    if primary:
+        out += [f"## Verdicts on the primary metric ({report.primary_metric})", ""]
+        out += [f"- {headline(c, report.alpha)}" for c in primary] + [""]
     out += ["## Variants", ""]
     rows = []
     with_passed = any(s.passed_rate is not None for s in report.variants.values())
@@ -72,10 +195,15 @@ def render_markdown(report: Report) -> str:
                 row.append("n/a")
                 continue
             row.append(f"{_fmt(rate.estimate)} {_interval(rate.ci_low, rate.ci_high)}")
-        for mean in (s.wall_s, s.agent_calls, s.cost_usd, s.tokens):
+        for mean, fmt in (
+            (s.wall_s, _fmt),
+            (s.agent_calls, _fmt),
+            (s.cost_usd, sig),
+            (s.tokens, _fmt),
+        ):
             row.append(
-                f"{_fmt(mean.mean)} (median {_fmt(mean.median)}) "
-                f"{_interval(mean.ci_low, mean.ci_high)}"
+                f"{fmt(mean.mean)} (median {fmt(mean.median)}) "
+                f"[{fmt(mean.ci_low)}, {fmt(mean.ci_high)}]"
             )
         rows.append(row)
     out += _table(
@@ -130,7 +258,7 @@ def render_markdown(report: Report) -> str:
             [
                 c.variant,
                 c.metric,
-                f"{_fmt(c.variant_value)} vs {_fmt(c.control_value)}",
+                f"{_value(c, c.variant_value)} vs {_value(c, c.control_value)}",
                 effect,
                 _interval(c.ci_low, c.ci_high),
                 _fmt_p(c.p_value),
@@ -212,8 +340,10 @@ def render_markdown(report: Report) -> str:
         )
     else:
         out.append("Flaky tasks: none.")
+    if report.grading is not None:
+        out += ["", "## Grading", ""] + [f"- {line}" for line in grading_lines(report.grading)]
     if report.notes:
-        out += ["", "## Notes", ""] + [f"- {note}" for note in report.notes]
+        out += ["", "## Notes", ""] + _notes_markdown(report.notes)
     return "\n".join(out) + "\n"
 
 

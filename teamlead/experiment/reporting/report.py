@@ -48,12 +48,14 @@ from ..stats.metrics import (
 __all__ = [
     "REPORT_VERSION",
     "Comparison",
+    "GradingSummary",
     "MeanSummary",
     "RateSummary",
     "Report",
     "TaskCell",
     "VariantSummary",
     "build_report",
+    "fold_notes",
     "upgrade_report_json",
 ]
 
@@ -118,6 +120,18 @@ class TaskCell(_Model):
     passed_rate: float | None = None
 
 
+class GradingSummary(_Model):
+    """How many counted trials the grader scored, and why the others have no grade.
+
+    ``not_graded`` maps each reason (a trial failed, no final answer, the grader's call
+    failed, its reply had no score) to the number of trials it applies to, most first.
+    """
+
+    trials: int
+    graded: int
+    not_graded: dict[str, int] = Field(default_factory=dict)
+
+
 class Report(_Model):
     """Everything :func:`build_report` found. ``samples`` (per-trial values by metric and
     variant) feeds the plots; it is not part of :meth:`to_json`."""
@@ -134,6 +148,9 @@ class Report(_Model):
     samples: dict[str, dict[str, list[float]]]
     notes: list[str] = Field(default_factory=list)
     primary_metric: str = PRIMARY_METRIC
+    grading: GradingSummary | None = None
+    trials: int = 0
+    scripted_trials: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The stable JSON form (``version`` 2, see :data:`REPORT_VERSION`); NaN is ``null``.
@@ -175,6 +192,9 @@ class Report(_Model):
             "flaky_tasks": list(self.flaky_tasks),
             "notes": list(self.notes),
             "primary_metric": self.primary_metric,
+            "trials": self.trials,
+            "scripted_trials": self.scripted_trials,
+            "grading": None if self.grading is None else self.grading.model_dump(),
         }
 
 
@@ -200,6 +220,8 @@ def upgrade_report_json(data: dict[str, Any]) -> dict[str, Any]:
         )
     out = dict(data)
     out.setdefault("primary_metric", PRIMARY_METRIC)  # written since passed could be primary
+    for key in ("trials", "scripted_trials", "grading"):  # written since grading was summed up
+        out.setdefault(key, None)
     if version == 1:
         for key in ("control", "alpha", "power", "seed", "rule"):
             out.setdefault(key, None)
@@ -323,9 +345,8 @@ def build_report(
                 continue
             if mean.ci_low == mean.ci_high and len(tasks) >= 2:
                 notes.append(
-                    f"{name} {metric.name}: zero variance, every trial has "
-                    f"{mean.mean:.4g}; the interval has zero width, which is no spread "
-                    "observed, not certainty"
+                    f"{name} {metric.name} (every trial {mean.mean:.4g}): zero variance; "
+                    "the interval has zero width, which is no spread observed, not certainty"
                 )
     comparisons = compare_variants(by_variant, control, tasks, metrics, how, notes)
     task_cells = _task_cells(by_variant, tasks)
@@ -348,7 +369,48 @@ def build_report(
         samples=samples,
         notes=notes,
         primary_metric=primary,
+        grading=_grading(counted),
+        trials=len(counted),
+        scripted_trials=sum(r.scripted_model is True for r in counted),
     )
+
+
+def _grading(records: Sequence[TrialRecord]) -> GradingSummary | None:
+    """The grading summary; None when no trial was graded or tried (no grader in the spec)."""
+    if not any(r.grade is not None or r.grader_error for r in records):
+        return None
+    reasons: dict[str, int] = {}
+    for record in records:
+        if record.grade is None:
+            reason = record.grader_error or "no grade recorded"
+            reasons[reason] = reasons.get(reason, 0) + 1
+    ordered = dict(sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
+    graded = sum(r.grade is not None for r in records)
+    return GradingSummary(trials=len(records), graded=graded, not_graded=ordered)
+
+
+def fold_notes(notes: Sequence[str]) -> list[tuple[str, list[str]]]:
+    """Notes that say the same thing about several subjects, folded into one each.
+
+    A note reads ``SUBJECT: TEXT``; notes with the same ``TEXT`` become one entry
+    ``(TEXT, [SUBJECT, ...])``, at the place of the first. A note that stands alone comes
+    back whole, as ``(NOTE, [])``.
+
+    Example:
+        >>> fold_notes(["a cost: zero variance", "b cost: zero variance", "one note"])
+        [('zero variance', ['a cost', 'b cost']), ('one note', [])]
+    """
+    groups: dict[str, list[str]] = {}
+    whole: dict[str, str] = {}
+    for note in notes:
+        subject, sep, text = note.partition(": ")
+        key = text if sep else note
+        groups.setdefault(key, []).append(subject if sep else "")
+        whole.setdefault(key, note)
+    return [
+        (key, subjects) if len(subjects) > 1 else (whole[key], [])
+        for key, subjects in groups.items()
+    ]
 
 
 def _summarise(

@@ -388,7 +388,10 @@ async def run_experiment(
                 record = record.model_copy(update={"retried": True, "attempts": attempts})
             grader = spec.experiment.grader
             billed = 0.0
-            if grader is not None and record.status != "failed" and record.final_text:
+            if grader is not None and (record.status == "failed" or not record.final_text):
+                why = "the trial failed" if record.status == "failed" else "no final answer"
+                record = record.model_copy(update={"grader_error": f"not graded: {why}"})
+            elif grader is not None:
                 grade = await grade_answer(
                     grader,
                     spec.task(key.task),
