@@ -66,6 +66,9 @@ def test_json_has_exactly_the_documented_keys(report: Report) -> None:
         "flaky_tasks",
         "primary_metric",
         "notes",
+        "trials",
+        "scripted_trials",
+        "grading",
     }
     assert data["primary_metric"] == "parallel"
     assert data["version"] == 2

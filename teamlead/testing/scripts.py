@@ -216,8 +216,9 @@ class StrategyReview:
       once every finding is in, it writes them all to ``ANSWER.md`` (what the task's check
       looks for) and answers.
     - Under any other prompt (``baseline``), it searches the project for each part itself
-      (``Grep``), one search per message, taking ``step_delay`` each; then it writes ``ANSWER.md`` with probability
-      ``finish_rate ** (parts - 1)`` and otherwise answers without it, missing the check.
+      (``Grep``), one search per message, taking ``step_delay`` each; then it writes
+      ``ANSWER.md`` with probability ``finish_rate ** (parts - 1)`` and otherwise answers
+      without it, missing the check.
 
     Its grader replies score an answer by the share of the task's parts it has findings
     for. Draws are seeded per conversation (session id and task), so a trial is
@@ -237,8 +238,8 @@ class StrategyReview:
         parts = self.parts(req.first_user_text)
         sent = req.tool_uses_sent
         if any(u.get("name") == "Write" for u in sent):
-            found = "; ".join(finding_text(part) for part in parts)
-            return Reply.text(f"Reviewed {len(parts)} parts; {ANSWER_FILE} has: {found}")
+            found = " ".join(finding_text(part) for part in parts)
+            return Reply.text(f"Reviewed {len(parts)} parts; {ANSWER_FILE} has them. {found}")
         if self.delegates(req):
             if not any(u.get("name") in ("Agent", "Task") for u in sent):
                 return Reply.agents(*[self._call(part) for part in parts])
@@ -252,8 +253,8 @@ class StrategyReview:
         rng = random.Random(f"{self.seed}:{req.session_id}:{req.first_user_text}")
         if rng.random() < self.finish_rate ** (len(parts) - 1):
             return self._write(req, parts)
-        done = "; ".join(finding_text(part) for part in parts[:-1])
-        return Reply.text(f"Reviewed {len(parts)} parts one by one: {done}. Out of time.")
+        done = " ".join(finding_text(part) for part in parts[:-1])
+        return Reply.text(f"Searched {len(parts)} parts one by one. {done} Out of time.")
 
     @staticmethod
     def parts(task: str) -> list[str]:

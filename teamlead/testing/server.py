@@ -34,10 +34,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
-from .._claude.scripted import SCRIPTED_MESSAGE_PREFIX
 from ..errors import SetupError
 from .replies import AgentCall, Fault, Reply, Role, ScriptedRequest
-from .wire import message_json, session_from_metadata, sse_events, system_text
+from .wire import message_json, new_message_id, session_from_metadata, sse_events, system_text
 
 __all__ = [
     "RecordedRequest",
@@ -426,7 +425,7 @@ class ScriptedServer:
             release()
             handler._send_json(fault.status, fault.body(), headers)
             return fault.status
-        message_id = f"{SCRIPTED_MESSAGE_PREFIX}{uuid.uuid4().hex[:24]}"  # marks it scripted
+        message_id = new_message_id()
         if not request.stream:
             release()
             handler._send_json(

@@ -23,8 +23,9 @@ from collections.abc import Iterable, Sequence
 
 from ..specs.records import TrialRecord, latest_records
 from ..stats.explain import confidence_label, rule_text
-from .render import grading_lines, headline, scripted_banner, sig
-from .report import Comparison, RateSummary, Report, fold_notes
+from .headline import fold_notes, grading_lines, headline, scripted_banner, sig
+from .report import RateSummary, Report
+from .svg import interval_glyph, rate_chart
 
 __all__ = ["render_html"]
 
@@ -46,6 +47,7 @@ padding:.5em .7em;border-left:6px solid #6b6b6b;background:#f7f7f9}
 #headline li.better{border-color:#0a7a2f;color:inherit;font-weight:400}
 #headline li.worse{border-color:#b3261e;color:inherit;font-weight:400}
 #headline li.inconclusive{color:inherit;font-weight:400}
+#headline li span{text-transform:uppercase;margin-right:.5em;font-size:.85em}
 tr.primary td{background:#eef4ff}tr.primary td:nth-child(2),th.primary,td.primary{font-weight:600}
 th.primary,td.primary{background:#eef4ff}
 """
@@ -120,89 +122,6 @@ def _interval(low: float | None, high: float | None) -> str:
     return f"[{_num(low)}, {_num(high)}]"
 
 
-def _rate_chart(report: Report, key: str, title: str) -> str:
-    """Horizontal bars (the rate) with the interval as a whisker, one row per variant."""
-    names = list(report.variants)
-    label_w, plot_w, row_h = 160, 360, 26
-    height = row_h * len(names) + 30
-    parts = [
-        f'<svg role="img" width="{label_w + plot_w + 20}" '
-        f'height="{height}" aria-label="{_e(title)}"><title>{_e(title)}</title>'
-    ]
-    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        x = label_w + tick * plot_w
-        parts.append(
-            f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{height - 18}" stroke="#e0e0e0"/>'
-            f'<text x="{x:.1f}" y="{height - 4}" font-size="11" text-anchor="middle">'
-            f"{tick:g}</text>"
-        )
-    for row, name in enumerate(names):
-        rate: RateSummary | None = getattr(report.variants[name], key)
-        y = row * row_h + 4
-        parts.append(
-            f'<text x="{label_w - 6}" y="{y + 15}" font-size="12" text-anchor="end">'
-            f"{_e(name)}</text>"
-        )
-        if rate is None or rate.estimate is None:
-            continue
-        width = rate.estimate * plot_w
-        fill = "#8fb3e0" if name != report.control else "#c8c8cc"
-        parts.append(
-            f'<rect x="{label_w}" y="{y + 3}" width="{width:.1f}" height="16" fill="{fill}">'
-            f"<title>{_e(name)}: {_num(rate.estimate)} "
-            f"{_interval(rate.ci_low, rate.ci_high)}</title></rect>"
-        )
-        if rate.ci_low is not None and rate.ci_high is not None:
-            x1, x2 = label_w + rate.ci_low * plot_w, label_w + rate.ci_high * plot_w
-            parts.append(
-                f'<line x1="{x1:.1f}" y1="{y + 11}" x2="{x2:.1f}" y2="{y + 11}" '
-                f'stroke="#1d1d1f" stroke-width="2"/>'
-                f'<line x1="{x1:.1f}" y1="{y + 6}" x2="{x1:.1f}" y2="{y + 16}" stroke="#1d1d1f"/>'
-                f'<line x1="{x2:.1f}" y1="{y + 6}" x2="{x2:.1f}" y2="{y + 16}" stroke="#1d1d1f"/>'
-            )
-    parts.append("</svg>")
-    return f"<figure><figcaption>{_e(title)}</figcaption>{''.join(parts)}</figure>"
-
-
-def _interval_glyph(c: Comparison) -> str:
-    """A small inline SVG: the interval and the effect against the no-effect line."""
-    null = 1.0 if c.scale == "ratio" else 0.0
-    values = [v for v in (c.ci_low, c.ci_high, c.diff) if v is not None and math.isfinite(v)]
-    if not values:
-        return ""
-    if c.scale == "ratio":
-        if min(values) <= 0:
-            return ""
-        values = [math.log(v) for v in values]
-        null = 0.0
-    span = max(abs(v - null) for v in values) or 1.0
-    width = 140
-
-    def x(v: float) -> float:
-        return width / 2 + (v - null) / span * (width / 2 - 6)
-
-    def scaled(v: float | None) -> float | None:
-        if v is None or not math.isfinite(v) or (c.scale == "ratio" and v <= 0):
-            return None
-        return math.log(v) if c.scale == "ratio" else v
-
-    low, high, mid = scaled(c.ci_low), scaled(c.ci_high), scaled(c.diff)
-    parts = [
-        f'<svg width="{width}" height="16" role="img" '
-        f'aria-label="interval"><line x1="{x(null):.1f}" y1="0" x2="{x(null):.1f}" y2="16" '
-        'stroke="#999" stroke-dasharray="2,2"/>'
-    ]
-    if low is not None and high is not None:
-        parts.append(
-            f'<line x1="{x(low):.1f}" y1="8" x2="{x(high):.1f}" y2="8" stroke="#1d1d1f" '
-            'stroke-width="2"/>'
-        )
-    if mid is not None:
-        parts.append(f'<circle cx="{x(mid):.1f}" cy="8" r="3.5" fill="#2f6fbf"/>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
 def _comparisons(report: Report) -> str:
     rows = []
     for c in report.comparisons:
@@ -222,7 +141,7 @@ def _comparisons(report: Report) -> str:
             + _td(f"{value(c.variant_value)} vs {value(c.control_value)}", c.variant_value)
             + _td(f"{_num(c.diff)}{unit}", c.diff)
             + _td(_interval(c.ci_low, c.ci_high), c.ci_low)
-            + _td(_interval_glyph(c), raw=True)
+            + _td(interval_glyph(c), raw=True)
             + _td(_num(c.p_value, 4), c.p_value)
             + _td(
                 f"{_num(c.p_adjusted, 4)} ({'Holm' if c.correction == 'holm' else 'BH'})",
@@ -251,7 +170,7 @@ def _comparisons(report: Report) -> str:
 
 def _variants(report: Report) -> str:
     with_passed = _with_passed(report)
-    rows = []
+    rows: list[list[str]] = []
     for name, s in report.variants.items():
         cells = [_td(name), _td(str(s.trials), float(s.trials)), _td(str(s.excluded), s.excluded)]
         rates: list[RateSummary | None] = [s.parallel_rate, s.delegated_rate]
@@ -272,14 +191,20 @@ def _variants(report: Report) -> str:
             cells.append(
                 _td(f"{fmt(mean.mean)} [{fmt(mean.ci_low)}, {fmt(mean.ci_high)}]", mean.mean)
             )
-        rows.append("<tr>" + "".join(cells) + "</tr>")
+        rows.append(cells)
     passed = ["passed rate", "passed n_eff / ICC"] if with_passed else []
     header = [
         "variant", "trials", "excluded", *passed, "parallel rate", "parallel n_eff / ICC",
         "delegated rate", "delegated n_eff / ICC", "wall s", "Agent calls", "cost USD", "tokens",
     ]  # fmt: skip
     primary = _PRIMARY_COLUMN.get(report.primary_metric)
-    return _table(header, rows, table_id="variants", highlight=primary)
+    column = header.index(primary) if primary in header else None
+    lines = []
+    for cells in rows:
+        if column is not None:  # the primary metric's cells stand out like its header
+            cells[column] = cells[column].replace("<td", '<td class="primary"', 1)
+        lines.append("<tr>" + "".join(cells) + "</tr>")
+    return _table(header, lines, table_id="variants", highlight=primary)
 
 
 # The variants table's column that shows each primary metric.
@@ -370,7 +295,9 @@ def _headline(report: Report) -> str:
     if not primary:
         return ""
     items = "".join(
-        f'<li class="{_e(c.verdict)}">{_e(headline(c, report.alpha))}</li>' for c in primary
+        f'<li class="{_e(c.verdict)}"><span class="{_e(c.verdict)}">{_e(c.verdict)}</span> '
+        f"{_e(headline(c, report.alpha))}</li>"
+        for c in primary
     )
     title = f"Verdicts on the primary metric, {report.primary_metric}"
     return f'<section id="headline"><h2>{_e(title)}</h2><ul>{items}</ul></section>'
@@ -419,12 +346,12 @@ def render_html(report: Report, records: Sequence[TrialRecord]) -> str:
         f'<p class="rule">{_e(rule_text(report.alpha, confidence))}</p>',
         "<h2>Variants</h2>",
         *(
-            [_rate_chart(report, "passed_rate", f"check passed rate with {confidence} interval")]
+            [rate_chart(report, "passed_rate", f"check passed rate with {confidence} interval")]
             if _with_passed(report)
             else []
         ),
-        _rate_chart(report, "parallel_rate", f"parallel rate with {confidence} interval"),
-        _rate_chart(report, "delegated_rate", f"delegated rate with {confidence} interval"),
+        rate_chart(report, "parallel_rate", f"parallel rate with {confidence} interval"),
+        rate_chart(report, "delegated_rate", f"delegated rate with {confidence} interval"),
         _variants(report),
         f"<p class=note>Rates are pooled over trials with a task-clustered Wilson "
         f"{confidence} interval; n_eff is the trials divided by the design effect "

@@ -10,24 +10,14 @@ readable in a terminal; :func:`render_json` is its stable, versioned machine for
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from ..stats.explain import confidence_label, rule_text
-from .report import Comparison, GradingSummary, RateSummary, Report, fold_notes
+from .headline import fold_notes, grading_lines, headline, scripted_banner, sig
+from .report import RateSummary, Report
 
-__all__ = [
-    "grading_lines",
-    "headline",
-    "render_json",
-    "render_markdown",
-    "scripted_banner",
-    "sig",
-    "write_report",
-]
-
-_MONEY_METRICS = ("cost_usd",)
+__all__ = ["render_json", "render_markdown", "write_report"]
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -40,24 +30,6 @@ def _fmt(value: float | None, digits: int = 3) -> str:
     if abs(value) >= 100:
         digits = 1
     return f"{value:,.{digits}f}".rstrip("0").rstrip(".")
-
-
-def sig(value: float | None, digits: int = 3) -> str:
-    """``value`` to ``digits`` significant digits: costs of a fraction of a cent stay legible.
-
-    Example:
-        >>> sig(0.0051234), sig(0.005), sig(12.345), sig(1234.5), sig(None)
-        ('0.00512', '0.005', '12.3', '1,234', 'n/a')
-    """
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    if value == 0:
-        return "0"
-    if abs(value) < 1e-4 or abs(value) >= 1e9:
-        return f"{value:.{digits}g}"
-    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
-    text = f"{value:,.{decimals}f}"
-    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _fmt_p(value: float | None) -> str:
@@ -78,83 +50,6 @@ def _table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
 
 def _interval(low: float | None, high: float | None) -> str:
     return f"[{_fmt(low)}, {_fmt(high)}]"
-
-
-def _value(c: Comparison, value: float | None) -> str:
-    return sig(value) if c.metric in _MONEY_METRICS else _fmt(value)
-
-
-def _effect(c: Comparison) -> str:
-    if c.diff is None:
-        return "n/a"
-    if c.scale == "ratio":
-        return f"{_fmt(c.diff)}x"
-    return ("+" if c.diff > 0 else "") + _fmt(c.diff)
-
-
-def headline(c: Comparison, alpha: float) -> str:
-    """One sentence for a comparison: the verdict, then the numbers it rests on.
-
-    Built from the comparison's fields alone (verdict, values, effect, interval, adjusted
-    p, MDE and the notes on them), so it says what the statistics say, in their words.
-
-    Example:
-        >>> headline(comparison, 0.05)  # doctest: +SKIP
-        'delegation is better than baseline on passed: 1 vs 0.389, effect +0.611 (95% CI
-        [0.43, 0.79]), p = 0.0002 (Holm).'
-    """
-    unit = "x" if c.scale == "ratio" else ""
-    where = f"on {c.metric}"
-    if c.diff is None:
-        why = c.mde_note or c.explanation or "no effect could be estimated"
-        return f"{c.variant} vs {c.control} {where}: not compared; {why}."
-    values = f"{_value(c, c.variant_value)} vs {_value(c, c.control_value)}"
-    confidence = confidence_label(alpha)
-    interval = f"{confidence} CI {_interval(c.ci_low, c.ci_high)}{unit}"
-    method = "Holm" if c.correction == "holm" else "BH"
-    p = _fmt_p(c.p_adjusted)
-    p = f"p {p[0]} {p[1:]}" if p.startswith("<") else f"p = {p}"
-    numbers = f"effect {_effect(c)} ({interval}), {p} ({method})"
-    if c.verdict in ("better", "worse"):
-        text = f"{c.variant} is {c.verdict} than {c.control} {where}: {values}, {numbers}."
-    else:
-        if c.mde is not None:
-            reach = f"the smallest effect this design detects (MDE) is {_fmt(c.mde)}{unit}"
-        else:
-            reach = c.mde_note or "no minimum detectable effect"
-        text = (
-            f"{c.variant} vs {c.control} {where}: no detectable difference "
-            f"({values}, {numbers}); {reach}."
-        )
-    if c.explanation:
-        text += f" {c.explanation[0].upper()}{c.explanation[1:]}."
-    return text
-
-
-def grading_lines(grading: GradingSummary | None) -> list[str]:
-    """How many trials were graded, and one line per reason the others were not."""
-    if grading is None:
-        return []
-    lines = [f"{grading.graded} of {grading.trials} counted trial(s) graded."]
-    lines += [f"{n} not graded: {reason}" for reason, n in grading.not_graded.items()]
-    return lines
-
-
-def scripted_banner(report: Report) -> str | None:
-    """The warning that answers came from teamlead's scripted model; None when none did."""
-    if not report.scripted_trials:
-        return None
-    share = (
-        "every counted trial was"
-        if report.scripted_trials == report.trials
-        else f"{report.scripted_trials} of {report.trials} counted trials were"
-    )
-    return (
-        f"Scripted model: {share} answered by teamlead's scripted model server, not by a "
-        "real model. The verdicts show what the analysis finds in the script's behaviour, "
-        "not how a model behaves; costs are the CLI's list-price estimate for the scripted "
-        "tokens, and nothing was charged."
-    )
 
 
 def _notes_markdown(notes: Sequence[str]) -> list[str]:
@@ -249,6 +144,7 @@ def render_markdown(report: Report) -> str:
     rows = []
     for c in report.comparisons:
         unit = "x" if c.scale == "ratio" else ""
+        value = sig if c.metric == "cost_usd" else _fmt
         effect = "n/a" if c.diff is None else f"{_fmt(c.diff)}{unit}"
         mde = "n/a" if c.mde is None else f"{_fmt(c.mde)}{unit}"
         shown = f"**{c.verdict}**"
@@ -258,7 +154,7 @@ def render_markdown(report: Report) -> str:
             [
                 c.variant,
                 c.metric,
-                f"{_value(c, c.variant_value)} vs {_value(c, c.control_value)}",
+                f"{value(c.variant_value)} vs {value(c.control_value)}",
                 effect,
                 _interval(c.ci_low, c.ci_high),
                 _fmt_p(c.p_value),

@@ -55,7 +55,6 @@ __all__ = [
     "TaskCell",
     "VariantSummary",
     "build_report",
-    "fold_notes",
     "upgrade_report_json",
 ]
 
@@ -154,6 +153,11 @@ class Report(_Model):
 
     def to_json(self) -> dict[str, Any]:
         """The stable JSON form (``version`` 2, see :data:`REPORT_VERSION`); NaN is ``null``.
+
+        Beside version 2's keys: ``trials`` (counted), ``scripted_trials`` (answered by
+        teamlead's scripted model) and ``grading`` (``trials``, ``graded``, ``not_graded``
+        reasons with counts; ``null`` without a grader). Readers of older files get
+        ``None`` for them from :func:`upgrade_report_json`.
 
         Example:
             >>> json.dumps(report.to_json())  # doctest: +SKIP
@@ -387,30 +391,6 @@ def _grading(records: Sequence[TrialRecord]) -> GradingSummary | None:
     ordered = dict(sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
     graded = sum(r.grade is not None for r in records)
     return GradingSummary(trials=len(records), graded=graded, not_graded=ordered)
-
-
-def fold_notes(notes: Sequence[str]) -> list[tuple[str, list[str]]]:
-    """Notes that say the same thing about several subjects, folded into one each.
-
-    A note reads ``SUBJECT: TEXT``; notes with the same ``TEXT`` become one entry
-    ``(TEXT, [SUBJECT, ...])``, at the place of the first. A note that stands alone comes
-    back whole, as ``(NOTE, [])``.
-
-    Example:
-        >>> fold_notes(["a cost: zero variance", "b cost: zero variance", "one note"])
-        [('zero variance', ['a cost', 'b cost']), ('one note', [])]
-    """
-    groups: dict[str, list[str]] = {}
-    whole: dict[str, str] = {}
-    for note in notes:
-        subject, sep, text = note.partition(": ")
-        key = text if sep else note
-        groups.setdefault(key, []).append(subject if sep else "")
-        whole.setdefault(key, note)
-    return [
-        (key, subjects) if len(subjects) > 1 else (whole[key], [])
-        for key, subjects in groups.items()
-    ]
 
 
 def _summarise(
