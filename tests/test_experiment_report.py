@@ -277,7 +277,8 @@ _CHAIN = [
     *("running.grader", "running.runner", "running.ray_cluster", "running.ray_backend"),
     *("stats.intervals", "stats.estimates", "stats.power", "stats.verdicts", "stats.explain"),
     *("stats.metrics", "stats.comparisons"),
-    *("reporting.report", "reporting.plots", "reporting.render", "reporting.html"),
+    *("reporting.report", "reporting.headline", "reporting.svg", "reporting.plots"),
+    *("reporting.render", "reporting.html"),
 ]
 
 
