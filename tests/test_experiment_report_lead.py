@@ -64,6 +64,17 @@ def test_no_difference_says_so_with_the_mde() -> None:
     assert mde is not None and float(mde.group(1)) == pytest.approx(c.mde, abs=1e-3)
 
 
+def test_a_comparison_without_an_effect_says_why_in_its_line() -> None:
+    records = _synthetic({"baseline": [0.5] * 4, "delegation": [0.5] * 4})
+    c = build_report(records, control="baseline", seed=2, **QUICK).comparisons[0]
+    gone = c.model_copy(update={"diff": None, "ci_low": None, "ci_high": None})
+    assert headline(gone.model_copy(update={"mde_note": "no task has trials in both."}), 0.05) == (
+        f"delegation vs baseline on {c.metric}: not compared; no task has trials in both."
+    )
+    worded = gone.model_copy(update={"mde_note": "not compared: every trial failed"})
+    assert headline(worded, 0.05).endswith(f"on {c.metric}: not compared: every trial failed.")
+
+
 def test_the_primary_metric_is_highlighted() -> None:
     records = _synthetic({"baseline": [0.2] * 6, "delegation": [0.9] * 6})
     page = render_html(build_report(records, control="baseline", seed=1, **QUICK), records)

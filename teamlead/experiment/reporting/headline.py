@@ -87,8 +87,9 @@ def headline(c: Comparison, alpha: float) -> str:
     unit = "x" if c.scale == "ratio" else ""
     where = f"on {c.metric}"
     if c.diff is None:
-        why = c.mde_note or c.explanation or "no effect could be estimated"
-        return f"{c.variant} vs {c.control} {where}: not compared; {why}."
+        why = (c.mde_note or c.explanation or "no effect could be estimated").rstrip(".")
+        why = why if why.startswith("not compared") else f"not compared; {why}"
+        return f"{c.variant} vs {c.control} {where}: {why}."
     values = f"{_value(c, c.variant_value)} vs {_value(c, c.control_value)}"
     confidence = confidence_label(alpha)
     interval = f"{confidence} CI {_interval(c.ci_low, c.ci_high)}{unit}"
@@ -100,13 +101,13 @@ def headline(c: Comparison, alpha: float) -> str:
         if c.mde is not None:
             reach = f"the smallest effect this design detects (MDE) is {_fmt(c.mde)}{unit}"
         else:
-            reach = c.mde_note or "no minimum detectable effect"
+            reach = (c.mde_note or "no minimum detectable effect").rstrip(".")
         text = (
             f"{c.variant} vs {c.control} {where}: no detectable difference "
             f"({values}, {numbers}); {reach}."
         )
     if c.explanation:
-        text += f" {c.explanation[0].upper()}{c.explanation[1:]}."
+        text += f" {c.explanation[0].upper()}{c.explanation[1:].rstrip('.')}."
     return text
 
 
