@@ -3,11 +3,18 @@ grade with its reason and no cost, and a scripted reply is marked as scripted.""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
 import anyio
 import pytest
+from claude_agent_sdk import ClaudeAgentOptions
 
+from teamlead.experiment import RunSummary, read_records, run_experiment
 from teamlead.experiment.running.grader import Grade, grade_answer, parse_score
-from teamlead.experiment.specs.spec import GraderSpec, TaskSpec
+from teamlead.experiment.specs.spec import GraderSpec, TaskSpec, parse_spec
+from teamlead.policy import Policy
 from teamlead.testing import Reply, ScriptedRequest, ScriptedServer
 
 GRADER = GraderSpec(rubric="Task: {task}\nRubric: {rubric}\nAnswer: {answer}", max_tokens=64)
@@ -58,3 +65,77 @@ def test_a_failed_call_is_no_grade_with_the_api_error() -> None:
 def test_the_score_line_is_read_and_capped_at_ten(text: str, score: float) -> None:
     assert parse_score(text) == pytest.approx(score)
     assert parse_score("score: eight") is None
+
+
+SPEC = """
+[experiment]
+name = "ab"
+trials = 2
+seed = 7
+control = "baseline"
+grader = { rubric = "Task: {task}\\nAnswer: {answer}" }
+[[variants]]
+name = "baseline"
+strategy = "baseline"
+[[variants]]
+name = "delegation"
+strategy = "delegation"
+[[tasks]]
+id = "t"
+prompt = "Question."
+"""
+
+
+def _lead(answer: str, *, scripted: bool) -> Any:
+    """A scripted ``query_fn``: one assistant message (an API's id), then the result."""
+
+    async def query_fn(*, prompt: str, options: ClaudeAgentOptions) -> AsyncIterator[Any]:
+        session = str(options.session_id)
+        message_id = "msg_scripted_0a1b" if scripted else "msg_01AbCdEf"
+        yield {"type": "system", "subtype": "init", "session_id": session, "cwd": "/"}
+        yield {
+            "type": "assistant",
+            "session_id": session,
+            "message": {
+                "id": message_id, "type": "message", "role": "assistant", "model": "m",
+                "content": [{"type": "text", "text": answer}],
+            },
+        }  # fmt: skip
+        yield {
+            "type": "result", "subtype": "success", "is_error": False, "result": answer,
+            "session_id": session, "num_turns": 1, "total_cost_usd": 0.001,
+        }  # fmt: skip
+
+    return query_fn
+
+
+def test_the_runner_records_each_grade_or_why_there_is_none(tmp_path: Path) -> None:
+    spec = parse_spec(SPEC)
+    with ScriptedServer(lambda req: Reply.text("Fine. SCORE: 6")) as server:
+        env = {"ANTHROPIC_BASE_URL": server.base_url, "ANTHROPIC_API_KEY": "sk-ant-offline"}
+
+        async def run(answer: str, scripted: bool, out: Path) -> RunSummary:
+            return await run_experiment(
+                spec,
+                out,
+                base_options=ClaudeAgentOptions(env=env),
+                query_fn=_lead(answer, scripted=scripted),
+                policy=Policy(relay=False),
+            )
+
+        graded = anyio.run(run, "the answer", True, tmp_path / "graded")
+        assert len(server.recorded()) == 4  # one grading request per trial
+        anyio.run(run, "", False, tmp_path / "failed")
+        assert len(server.recorded()) == 4  # a failed trial is not sent to the grader
+    records = read_records(tmp_path / "graded" / "trials.jsonl").records
+    assert [(r.status, r.grade, r.grader_error, r.scripted_model) for r in records] == [
+        ("completed", 0.6, None, True)
+    ] * 4
+    assert all(r.grader_cost_usd and r.grader_cost_usd > 0 for r in records)
+    grader_cost = sum(r.grader_cost_usd or 0 for r in records)
+    assert graded.cost_usd == pytest.approx(4 * 0.001 + grader_cost)
+    unanswered = read_records(tmp_path / "failed" / "trials.jsonl").records
+    assert {(r.status, r.grade, r.grader_cost_usd, r.grader_error) for r in unanswered} == {
+        ("failed", None, None, "the trial failed")
+    }
+    assert {r.scripted_model for r in unanswered} == {False}  # the lead's ids were an API's

@@ -160,6 +160,17 @@ def _trial_options(
     return apply_strategy(options, strategy, values=prompt_limits(policy.spawn, options.env))
 
 
+def _message_id(item: object) -> str | None:
+    """The API message id of an assistant message, typed or raw (as a ``query_fn`` yields)."""
+    if isinstance(item, AssistantMessage):
+        return item.message_id
+    if isinstance(item, dict) and item.get("type") == "assistant":
+        message = item.get("message")
+        found = message.get("id") if isinstance(message, dict) else None
+        return found if isinstance(found, str) else None
+    return None
+
+
 async def _lead_trial(
     key: TrialKey,
     spec: ExperimentSpec,
@@ -197,7 +208,7 @@ async def _lead_trial(
             elif isinstance(item, RateLimited):
                 relay_429s += item.status == 429
             elif not isinstance(item, ConcurrencyChanged):  # the runner sees those once
-                message_id = item.message_id if isinstance(item, AssistantMessage) else None
+                message_id = _message_id(item)
                 if message_id and message_id.startswith("msg_"):  # written by an API, not the CLI
                     scripted = scripted or is_scripted_message(message_id)
                     answered = True
@@ -390,7 +401,7 @@ async def run_experiment(
             billed = 0.0
             if grader is not None and (record.status == "failed" or not record.final_text):
                 why = "the trial failed" if record.status == "failed" else "no final answer"
-                record = record.model_copy(update={"grader_error": f"not graded: {why}"})
+                record = record.model_copy(update={"grader_error": why})  # not sent to grade
             elif grader is not None:
                 grade = await grade_answer(
                     grader,
