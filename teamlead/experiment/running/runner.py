@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from claude_agent_sdk import AssistantMessage, ClaudeAgentOptions
+from claude_agent_sdk import ClaudeAgentOptions
 
-from ..._claude.scripted import is_scripted_message
+from ..._claude.scripted import api_message_id, is_scripted_message
 from ..._redact import redact
 from ..._run.prompt_limits import prompt_limits
 from ..._run.relayed import relayed
@@ -160,17 +160,6 @@ def _trial_options(
     return apply_strategy(options, strategy, values=prompt_limits(policy.spawn, options.env))
 
 
-def _message_id(item: object) -> str | None:
-    """The API message id of an assistant message, typed or raw (as a ``query_fn`` yields)."""
-    if isinstance(item, AssistantMessage):
-        return item.message_id
-    if isinstance(item, dict) and item.get("type") == "assistant":
-        message = item.get("message")
-        found = message.get("id") if isinstance(message, dict) else None
-        return found if isinstance(found, str) else None
-    return None
-
-
 async def _lead_trial(
     key: TrialKey,
     spec: ExperimentSpec,
@@ -208,8 +197,8 @@ async def _lead_trial(
             elif isinstance(item, RateLimited):
                 relay_429s += item.status == 429
             elif not isinstance(item, ConcurrencyChanged):  # the runner sees those once
-                message_id = _message_id(item)
-                if message_id and message_id.startswith("msg_"):  # written by an API, not the CLI
+                message_id = api_message_id(item)
+                if message_id:
                     scripted = scripted or is_scripted_message(message_id)
                     answered = True
                 tracker.feed(item)
