@@ -123,6 +123,9 @@ def _interval(low: float | None, high: float | None) -> str:
 
 
 def _comparisons(report: Report) -> str:
+    """The comparisons table; each distinct MDE note is a footnote below it, not a repeat
+    in every row."""
+    footnotes = list(dict.fromkeys(c.mde_note for c in report.comparisons if c.mde_note))
     rows = []
     for c in report.comparisons:
         unit = "x" if c.scale == "ratio" else ""
@@ -133,7 +136,8 @@ def _comparisons(report: Report) -> str:
             f"<details><summary>{c.tasks}</summary>{_e(', '.join(c.task_ids) or 'none')}</details>"
         )
         explanation = f'<div class="note">{_e(c.explanation)}</div>' if c.explanation else ""
-        mde_note = f'<div class="note">{_e(c.mde_note)}</div>' if c.mde_note else ""
+        mark = footnotes.index(c.mde_note) + 1 if c.mde_note else None
+        mde_note = f' <sup title="see note {mark} below the table">{mark}</sup>' if mark else ""
         rows.append(
             ('<tr class="primary">' if primary else "<tr>")
             + _td(c.variant)
@@ -165,7 +169,10 @@ def _comparisons(report: Report) -> str:
         "tasks",
         "verdict",
     ]
-    return _table(header, rows, table_id="comparisons")
+    notes = "".join(f"<li>{_e(note)}</li>" for note in footnotes)
+    table = _table(header, rows, table_id="comparisons")
+    # an <ol>: its items are numbered like the marks in the MDE cells
+    return table + (f'<ol class="note" id="mde-notes">{notes}</ol>' if notes else "")
 
 
 def _variants(report: Report) -> str:
