@@ -222,6 +222,13 @@ def test_a_scripted_run_leads_with_its_banner_and_verdict_in_chromium(tmp_path: 
             column = page.locator("#variants th.primary")
             assert column.inner_text() == "passed rate"
 
+            # the MDE notes: each once, under the table, numbered like the marks in its rows
+            footnotes = page.locator("#mde-notes li").all_inner_texts()
+            assert len(footnotes) == len(set(footnotes)) == 2, footnotes
+            marks = page.locator("#comparisons tbody sup").all_inner_texts()
+            assert len(marks) == 8 and set(marks) == {"1", "2"} and marks[0] == "1"
+            assert "simulated:" not in page.locator("#comparisons").inner_text()
+
             notes = page.locator("#notes > li").all_inner_texts()
             assert len(notes) == len(set(notes))
             assert sum("zero variance" in n for n in notes) <= 2  # folded, not one per metric
