@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from teamlead.experiment import TrialRecord, build_report, synthetic_records
-from teamlead.experiment.reporting.headline import fold_notes, headline, sig
+from teamlead.experiment.reporting.headline import fold_notes, grading_lines, headline, sig
 from teamlead.experiment.reporting.html import render_html
 from teamlead.experiment.reporting.render import render_markdown
 from teamlead.experiment.reporting.report import Report, upgrade_report_json
@@ -145,6 +145,17 @@ def test_grading_says_how_many_were_graded_and_why_not() -> None:
     page = render_html(report, records)
     assert '<p id="grading">18 of 24 counted trial(s) graded.</p>' in page
     assert html.escape(f"5 not graded: {no_score}") in page
+    # a real model's replies without a score differ: the most frequent reasons are shown
+    for i in range(6, 14):
+        reply = f"the grader's reply has no 'SCORE: <0-10>' line: 'reply {i}'"
+        records[i] = records[i].model_copy(update={"grade": None, "grader_error": reply})
+    many = build_report(records, control="baseline", seed=1, **QUICK)
+    lines = grading_lines(many.grading)
+    assert lines[0] == "10 of 24 counted trial(s) graded." and len(lines) == 1 + 5 + 1
+    assert lines[1] == f"5 not graded: {no_score}"
+    assert lines[-1] == (
+        "5 not graded for 5 other reason(s); each trial's is its grader_error in trials.jsonl"
+    )
     # without a grader there is no section at all
     plain = build_report(_synthetic({"a": [0.2] * 4, "b": [0.9] * 4}), control="a", **QUICK)
     assert plain.grading is None and "## Grading" not in render_markdown(plain)

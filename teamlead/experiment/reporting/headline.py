@@ -19,6 +19,7 @@ from .report import GradingSummary, Report
 __all__ = ["fold_notes", "grading_lines", "headline", "scripted_banner", "sig"]
 
 _MONEY_METRICS = ("cost_usd",)
+_REASONS_SHOWN = 5  # most frequent first; a real model's replies make many distinct ones
 
 
 def _fmt(value: float | None, digits: int = 3) -> str:
@@ -116,7 +117,13 @@ def grading_lines(grading: GradingSummary | None) -> list[str]:
     if grading is None:
         return []
     lines = [f"{grading.graded} of {grading.trials} counted trial(s) graded."]
-    lines += [f"{n} not graded: {reason}" for reason, n in grading.not_graded.items()]
+    reasons = list(grading.not_graded.items())
+    lines += [f"{n} not graded: {reason}" for reason, n in reasons[:_REASONS_SHOWN]]
+    if rest := reasons[_REASONS_SHOWN:]:
+        lines.append(
+            f"{sum(n for _, n in rest)} not graded for {len(rest)} other reason(s); "
+            "each trial's is its grader_error in trials.jsonl"
+        )
     return lines
 
 
