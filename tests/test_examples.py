@@ -60,7 +60,7 @@ def test_every_example_script_is_covered_and_documented() -> None:
     for name in RUNNABLE:
         assert f"python examples/{name}.py" in readme
     assert "pytest examples/offline_test.py" in readme
-    assert "experiment.toml" in readme
+    assert "experiment.toml" in readme and "strategy-ab.toml" in readme
 
 
 # -- drop_in_query.py -------------------------------------------------------------------------
@@ -223,17 +223,16 @@ def test_example_without_an_api_key_says_so_in_one_line(
     assert captured.err == f"{name}: set ANTHROPIC_API_KEY to run this example\n"
 
 
-# -- experiment.toml --------------------------------------------------------------------------
-def test_sample_experiment_spec_loads_against_the_shipped_prompts() -> None:
+# -- experiment.toml, strategy-ab.toml ---------------------------------------------------------
+@pytest.mark.parametrize("name", ["experiment.toml", "strategy-ab.toml"])
+def test_sample_experiment_spec_loads_against_the_shipped_prompts(name: str) -> None:
     checked: list[str] = []
 
     def strategy_exists(name: str) -> bool:
         checked.append(name)
         return bool(teamlead.load_strategy(name))  # raises UsageError for a bad prompt file
 
-    spec = teamlead.experiment.load_spec(
-        EXAMPLES / "experiment.toml", strategy_exists=strategy_exists
-    )
+    spec = teamlead.experiment.load_spec(EXAMPLES / name, strategy_exists=strategy_exists)
 
     assert checked == [v.strategy for v in spec.variants]
     assert spec.control.name == spec.experiment.control

@@ -256,7 +256,7 @@ def test_zero_variance_is_flagged_not_presented_as_certain() -> None:
     assert any("parallel: zero variance" in note for note in report.notes), report.notes
     assert "zero variance" in render_markdown(report)
     # Every trial of "a" made 0 Agent calls: its mean's interval is flagged too.
-    assert any(n.startswith("a agent_calls: zero variance") for n in report.notes), report.notes
+    assert any(n.startswith("a agent_calls (every trial 0): zero variance") for n in report.notes)
     assert any("zero variance" in note for note in report.to_json()["notes"])
 
 

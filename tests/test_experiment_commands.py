@@ -3,6 +3,8 @@ the spec's new fields and the ``passed`` metric in the report."""
 
 from __future__ import annotations
 
+import json
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -218,6 +220,54 @@ def test_spec_commands_workspace_and_primary_metric() -> None:
     for extra, message in problems.items():
         with pytest.raises(UsageError, match=message.replace("[", r"\[")):
             parse_spec(_SPEC.format(extra=extra, task=""))
+
+
+@pytest.mark.parametrize(
+    ("command", "syntax"),
+    [
+        ("test $(ls out-*.txt | wc -l) -eq 1", "$(, |"),
+        ("echo `date`", "`"),
+        ("pip install -e . && make", "&&"),
+        ("make || true", "||"),
+        ("pytest -q > log.txt", ">"),
+        ("wc -l < list.txt", "<"),
+        ("make; make test", ";"),
+        ('echo "$(whoami)"', "$("),
+    ],
+)
+def test_a_command_string_with_shell_syntax_is_refused_at_its_line(
+    command: str, syntax: str
+) -> None:
+    """Commands run without a shell: shell syntax in a string would reach the program as
+    arguments and fail every trial silently, so the spec is refused, with the fix."""
+    text = _SPEC.format(extra="", task=f"setup = {json.dumps(command)}")
+    line = text.splitlines().index(f"setup = {json.dumps(command)}") + 1
+    with pytest.raises(UsageError) as info:
+        parse_spec(text, source="exp.toml")
+    message = str(info.value)
+    assert message.startswith(f"exp.toml:{line}: tasks[0].setup: {command!r} ")
+    assert f"uses shell syntax ({syntax}) but runs without a shell" in message
+    assert json.dumps(["sh", "-c", command]) in message  # the fix, ready to paste
+    assert "\n" not in message
+    # Written as the message says, the same command loads.
+    fixed = _SPEC.format(extra="", task=f"setup = {json.dumps(['sh', '-c', command])}")
+    assert parse_spec(fixed).steps_for(parse_spec(fixed).tasks[0]).setup == ["sh", "-c", command]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "grep -E 'a|b' notes.txt",
+        'grep "x > y" f',
+        r"echo a\;b",
+        "python -c 'print(1)'",
+        "pytest -q",
+    ],
+)
+def test_quoted_or_escaped_operators_are_arguments_not_shell_syntax(command: str) -> None:
+    text = _SPEC.format(extra=f"check = {json.dumps(command)}", task="")
+    spec = parse_spec(text)
+    assert spec.steps_for(spec.tasks[0]).check == shlex.split(command)
 
 
 def _records(passed: dict[str, list[bool]], workspace: str = "worktree") -> list[TrialRecord]:

@@ -167,3 +167,78 @@ def _tiny_report() -> Report:
     with_text = [_TINY_RECORDS[0].model_copy(update={"final_text": "x"}), *_TINY_RECORDS[1:]]
     assert build_report(with_text, control="a", n_permutations=50, mde_simulations=0) == report
     return report
+
+
+SCRIPTED_RUN = Path(__file__).resolve().parent / "fixtures" / "strategy-ab.trials.jsonl"
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not at /usr/bin/chromium")
+def test_a_scripted_run_leads_with_its_banner_and_verdict_in_chromium(tmp_path: Path) -> None:
+    """The recorded strategy-ab run (scripted model, primary metric passed): the page opens
+    with the scripted-model banner, then the verdict line, then the rest; the primary
+    metric stands out; the zero-variance notes are folded."""
+    from playwright.sync_api import sync_playwright
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "trials.jsonl").write_bytes(SCRIPTED_RUN.read_bytes())
+    meta = {"version": 1, "control": "baseline", "primary_metric": "passed"}
+    (out / "experiment.json").write_text(json.dumps(meta))
+    target = tmp_path / "report.html"
+    result = CliRunner().invoke(
+        main, ["experiment", "report", str(out), "--no-plots", "--html", str(target)]
+    )
+    assert result.exit_code == 0, result.output
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1300, "height": 900})
+            page.goto(target.as_uri(), timeout=30_000)
+
+            def top(selector: str) -> float:
+                box = page.locator(selector).first.bounding_box()
+                assert box is not None, selector
+                return float(box["y"])
+
+            assert top("h1") < top("#scripted") < top("#headline") < top(".rule")
+            assert top("#headline") < top("#variants") < top("#comparisons")
+            assert top("#headline") + 60 < 900  # the verdict is on the first screen
+            banner = page.locator("#scripted").inner_text()
+            assert banner.startswith("Scripted model: every counted trial was answered by")
+            verdicts = page.locator("#headline li")
+            assert verdicts.count() == 1
+            line = " ".join(str(verdicts.first.text_content()).split())
+            assert line.startswith("better delegation is better than baseline on passed: 1 vs ")
+            assert re.search(r"effect \+0\.\d+ \(95% CI \[0\.\d+, 0\.\d+\]\), p < 0\.0001", line)
+
+            highlighted = "rgb(238, 244, 255)"
+            primary = page.locator("#comparisons tbody tr.primary")
+            assert primary.count() == 1 and "passed (primary)" in primary.inner_text()
+            cell = primary.locator("td").first
+            assert cell.evaluate("e => getComputedStyle(e).backgroundColor") == highlighted
+            other = page.locator("#comparisons tbody tr:not(.primary) td").first
+            assert other.evaluate("e => getComputedStyle(e).backgroundColor") != highlighted
+            column = page.locator("#variants th.primary")
+            assert column.inner_text() == "passed rate"
+
+            # the MDE notes: each once, under the table, numbered like the marks in its rows
+            footnotes = page.locator("#mde-notes li").all_inner_texts()
+            assert len(footnotes) == len(set(footnotes)) >= 2, footnotes
+            marks = page.locator("#comparisons tbody sup").all_inner_texts()
+            numbers = {str(k) for k in range(1, len(footnotes) + 1)}
+            assert len(marks) == 8 and set(marks) == numbers and marks[0] == "1"
+            assert "simulated:" not in page.locator("#comparisons").inner_text()
+
+            notes = page.locator("#notes > li").all_inner_texts()
+            assert len(notes) == len(set(notes))
+            assert sum("zero variance" in n for n in notes) <= 2  # folded, not one per metric
+            grading = page.locator("#grading").inner_text()
+            assert grading == "48 of 48 counted trial(s) graded."
+
+            shot = tmp_path / "scripted-report.png"
+            page.screenshot(path=str(shot), full_page=False)
+            print(f"screenshot: {shot}")
+            assert shot.stat().st_size > 10_000
+        finally:
+            browser.close()

@@ -67,6 +67,9 @@ def test_json_has_exactly_the_documented_keys(report: Report) -> None:
         "primary_metric",
         "notes",
         "methods",
+        "trials",
+        "scripted_trials",
+        "grading",
     }
     assert data["primary_metric"] == "parallel"
     assert data["version"] == 3
@@ -299,8 +302,8 @@ _CHAIN = [
     *("stats.intervals", "stats.estimates", "stats.rates", "stats.power", "stats.verdicts"),
     *("stats.explain",),
     *("stats.metrics", "stats.comparisons"),
-    *("reporting.versions", "reporting.report", "reporting.plots", "reporting.render"),
-    *("reporting.html",),
+    *("reporting.versions", "reporting.report", "reporting.headline", "reporting.svg"),
+    *("reporting.plots", "reporting.render", "reporting.html"),
 ]
 
 

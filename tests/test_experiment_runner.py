@@ -81,6 +81,7 @@ def test_runner_records_every_trial_of_the_real_cli_and_reports_them(tmp_path: P
         assert record.status == "completed", record
         assert record.prompt_sha256 and record.cli_version and record.sdk_version
         assert record.teamlead_version
+        assert record.scripted_model is True  # its answers came from the scripted server
         assert record.parallel == (record.variant == "delegation"), record
         if record.parallel:
             assert record.max_agent_calls_per_message >= 2
@@ -132,6 +133,7 @@ def test_resumable_retries_infrastructure_errors_and_grades(tmp_path: Path) -> N
         retried = [r for r in records if r.retried]
         assert len(retried) == 1 and retried[0].attempts == 2 and retried[0].variant == "delegation"
         assert [(r.grade, (r.grader_cost_usd or 0) > 0) for r in records] == [(0.8, True)] * 4
+        assert all(r.grader_error is None for r in records)
         # a corrupt line is reported and skipped; the rerun skips every finished key
         with (out / "trials.jsonl").open("a") as fh:
             fh.write("{not json\n")

@@ -90,6 +90,7 @@ def run_with_progress(
             retried=0,
         )
         seen_changes = seen_errors = 0
+        reasons: set[str] = set()
 
         def update(p: ExperimentProgress) -> None:
             nonlocal seen_changes, seen_errors
@@ -109,8 +110,13 @@ def run_with_progress(
                 )
             seen_changes = len(p.changes)
             for error in p.grader_errors[seen_errors:]:
+                trial, _, why = error.partition(": ")
+                if why in reasons:  # said once; the report counts them all
+                    continue
+                reasons.add(why)
                 text = (
-                    f"grader failed for {terminal_safe(error)}; the trial is kept without a grade"
+                    f"not graded: {terminal_safe(trial)}: {terminal_safe(why)}; the trial is "
+                    "kept without a grade (later trials with this reason are not listed)"
                 )
                 bar.console.print(Text(text, style="yellow"))
             seen_errors = len(p.grader_errors)

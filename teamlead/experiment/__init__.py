@@ -12,6 +12,7 @@ from .reporting.render import render_json, render_markdown, write_report
 from .reporting.report import (
     REPORT_VERSION,
     Comparison,
+    GradingSummary,
     MeanSummary,
     RateSummary,
     Report,
@@ -54,6 +55,7 @@ __all__ = [
     "ExperimentSettings",
     "ExperimentSpec",
     "GraderSpec",
+    "GradingSummary",
     "MeanSummary",
     "Metric",
     "RateSummary",

@@ -23,10 +23,12 @@ from ..errors import UsageError
 from .replies import AgentCall, Reply, ScriptedRequest, ToolUse
 
 __all__ = [
+    "ANSWER_FILE",
     "SCENARIOS",
     "SCENARIO_SUMMARIES",
     "FanOut",
     "ProbabilisticFanOut",
+    "StrategyReview",
     "ToolSteps",
     "bash",
     "finding_text",
@@ -195,6 +197,100 @@ class ProbabilisticFanOut:
         )
 
 
+_PARTS = re.compile(r"Parts:\s*([^.\n]+)")
+_ONE_MESSAGE = re.compile(r"\bin ONE message\b")
+_ANSWER = re.compile(r"(?i)\banswer:")
+ANSWER_FILE = "ANSWER.md"
+"""The file :class:`StrategyReview`'s lead writes its findings to, for the task's check."""
+
+
+@dataclass
+class StrategyReview:
+    """A lead that behaves as the strategy prompt in its system prompt tells it to.
+
+    For offline A/B experiments that can find a real difference (the ``strategy-ab``
+    scenario, ``examples/strategy-ab.toml``). Each task names its parts in a line
+    ``Parts: parser, cache, auth.`` (default: three parts).
+
+    - Under a strategy that asks for Agent calls "in ONE message" (the ``delegation`` and
+      ``parallel-first`` prompts), the lead sends one Agent call per part in one message;
+      once every finding is in, it writes them all to ``ANSWER.md`` (what the task's check
+      looks for) and answers.
+    - Under any other prompt (``baseline``), it searches the project for each part itself
+      (``Grep``), one search per message, taking ``step_delay`` each; then it writes
+      ``ANSWER.md`` with probability ``finish_rate ** (parts - 1)`` and otherwise answers
+      without it, missing the check.
+
+    Its grader replies score an answer by the share of the task's parts it has findings
+    for. Draws are seeded per conversation (session id and task), so a trial is
+    reproducible and a rerun of the same out dir gives the same records.
+    """
+
+    finish_rate: float = 0.6
+    seed: int = 0
+    delay: float = 0.3
+    step_delay: float = 0.3
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        if req.role == "subagent":
+            return subagent_answers(self.delay)(req)
+        if req.role == "other":
+            return self._grade(req)
+        parts = self.parts(req.first_user_text)
+        sent = req.tool_uses_sent
+        if any(u.get("name") == "Write" for u in sent):
+            found = " ".join(finding_text(part) for part in parts)
+            return Reply.text(f"Reviewed {len(parts)} parts; {ANSWER_FILE} has them. {found}")
+        if self.delegates(req):
+            if not any(u.get("name") in ("Agent", "Task") for u in sent):
+                return Reply.agents(*[self._call(part) for part in parts])
+            if not set(parts) <= set(findings_in(req.all_text)):
+                return Reply.text("Waiting for the reviewers.")
+            return self._write(req, parts)
+        searched = sum(u.get("name") == "Grep" for u in sent)
+        if searched < len(parts):
+            search = {"pattern": parts[searched], "path": working_directory(req) or "."}
+            return Reply.tools(ToolUse("Grep", search), delay=self.step_delay)
+        rng = random.Random(f"{self.seed}:{req.session_id}:{req.first_user_text}")
+        if rng.random() < self.finish_rate ** (len(parts) - 1):
+            return self._write(req, parts)
+        done = " ".join(finding_text(part) for part in parts[:-1])
+        return Reply.text(f"Searched {len(parts)} parts one by one. {done} Out of time.")
+
+    @staticmethod
+    def parts(task: str) -> list[str]:
+        """The parts a task names (``Parts: a, b, c.``), else ``part-1..3``."""
+        match = _PARTS.search(task)
+        names = [p.strip() for p in match.group(1).split(",")] if match else []
+        return [n for n in names if n] or [f"part-{i}" for i in (1, 2, 3)]
+
+    @staticmethod
+    def delegates(req: ScriptedRequest) -> bool:
+        """Whether the system prompt asks for Agent calls in one message."""
+        return bool(_ONE_MESSAGE.search(req.system))
+
+    @staticmethod
+    def _call(part: str) -> AgentCall:
+        return AgentCall(description=part, prompt=f"REVIEW[{part}]: review {part}, one finding.")
+
+    @staticmethod
+    def _write(req: ScriptedRequest, parts: Sequence[str]) -> Reply:
+        lines = "".join(f"- {finding_text(part)}\n" for part in parts)
+        path = f"{working_directory(req) or '.'}/{ANSWER_FILE}"
+        return Reply.tools(write(path, f"# Review\n\n{lines}"))
+
+    def _grade(self, req: ScriptedRequest) -> Reply:
+        text = req.all_text
+        if "SCORE:" not in text:
+            return Reply.text("Scripted side reply.")
+        answer = text.split("Answer:", 1)[-1]
+        parts = self.parts(text)
+        covered = len(set(parts) & set(findings_in(answer)))
+        return Reply.text(
+            f"Covers {covered} of {len(parts)} parts. SCORE: {10 * covered // len(parts)}"
+        )
+
+
 _WORKDIR = re.compile(r"(?:Primary working directory|Working directory):\s*(\S+)")
 
 
@@ -255,6 +351,7 @@ SCENARIOS: dict[str, Callable[[], Callable[[ScriptedRequest], Reply]]] = {
         3, delays=[0.5, 1.0, 1.5], synthesis_fault=Reply.error(529), synthesis_faults=None
     ),
     "rate-limited": lambda: FanOut.of(2, synthesis_fault=Reply.error(429, retry_after=1)),
+    "strategy-ab": StrategyReview,
     "broken": lambda: _broken,
 }
 

@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 from ..errors import SetupError
 from .recorded import RecordedRequest, ServerStats
 from .replies import AgentCall, Fault, Reply, Role, ScriptedRequest
-from .wire import message_json, session_from_metadata, sse_events, system_text
+from .wire import message_json, new_message_id, session_from_metadata, sse_events, system_text
 
 __all__ = [
     "RecordedRequest",
@@ -411,7 +411,7 @@ class ScriptedServer:
             release()
             handler._send_json(fault.status, fault.body(), headers)
             return fault.status
-        message_id = f"msg_{uuid.uuid4().hex[:24]}"
+        message_id = new_message_id()
         if not request.stream:
             release()
             handler._send_json(

@@ -8,15 +8,22 @@ session id and system text are read from a request body.
 from __future__ import annotations
 
 import json
+import uuid
 from collections.abc import Iterator
 from typing import Any
 
+from .._claude.scripted import SCRIPTED_MESSAGE_PREFIX
 from .replies import Reply
 
-__all__ = ["message_json", "session_from_metadata", "sse_events", "system_text"]
+__all__ = ["message_json", "new_message_id", "session_from_metadata", "sse_events", "system_text"]
 
 _TEXT_CHUNK = 24  # characters per text_delta, like the real API's small deltas
 _JSON_CHUNK = 40
+
+
+def new_message_id() -> str:
+    """A fresh message id, marked as the scripted model's (trial records read the mark)."""
+    return f"{SCRIPTED_MESSAGE_PREFIX}{uuid.uuid4().hex[:24]}"
 
 
 def session_from_metadata(body: dict[str, Any]) -> str | None:

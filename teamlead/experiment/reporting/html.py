@@ -19,12 +19,14 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 from ..specs.records import TrialRecord, latest_records
 from ..stats.explain import confidence_label, rule_text
+from .headline import fold_notes, grading_lines, headline, scripted_banner, sig
 from .render import mde_cell
-from .report import Comparison, MeanSummary, RateSummary, Report, why_lines
+from .report import MeanSummary, RateSummary, Report, why_lines
+from .svg import interval_glyph, rate_chart
 
 __all__ = ["render_html"]
 
@@ -40,6 +42,15 @@ th[aria-sort=ascending]::after{content:" \\25B2"}th[aria-sort=descending]::after
 .inconclusive{color:#6b6b6b;font-weight:600}.note{color:#555}
 pre{white-space:pre-wrap;background:#f7f7f9;padding:.5em;max-width:70em}
 details{margin:.3em 0}summary{cursor:pointer}.rule{background:#fff8e1;padding:.5em}
+.banner{background:#fdecea;border:2px solid #b3261e;padding:.6em .8em;font-weight:600}
+#headline ul{list-style:none;padding:0}#headline li{font-size:1.15em;margin:.4em 0;
+padding:.5em .7em;border-left:6px solid #6b6b6b;background:#f7f7f9}
+#headline li.better{border-color:#0a7a2f;color:inherit;font-weight:400}
+#headline li.worse{border-color:#b3261e;color:inherit;font-weight:400}
+#headline li.inconclusive{color:inherit;font-weight:400}
+#headline li span{text-transform:uppercase;margin-right:.5em;font-size:.85em}
+tr.primary td{background:#eef4ff}tr.primary td:nth-child(2),th.primary,td.primary{font-weight:600}
+th.primary,td.primary{background:#eef4ff}
 """
 
 _SCRIPT = """
@@ -96,8 +107,12 @@ def _td(text: str, sort: float | None = None, raw: bool = False) -> str:
     return f"<td{attr}>{text if raw else _e(text)}</td>"
 
 
-def _table(header: Sequence[str], rows: Iterable[str], *, table_id: str) -> str:
-    head = "".join(f'<th scope="col">{_e(h)}</th>' for h in header)
+def _table(
+    header: Sequence[str], rows: Iterable[str], *, table_id: str, highlight: str | None = None
+) -> str:
+    head = "".join(
+        f'<th scope="col"{" class=primary" if h == highlight else ""}>{_e(h)}</th>' for h in header
+    )
     return (
         f'<table class="sortable" id="{_e(table_id)}"><thead><tr>{head}</tr></thead>'
         f"<tbody>{''.join(rows)}</tbody></table>"
@@ -108,90 +123,10 @@ def _interval(low: float | None, high: float | None) -> str:
     return f"[{_num(low)}, {_num(high)}]"
 
 
-def _rate_chart(report: Report, key: str, title: str) -> str:
-    """Horizontal bars (the rate) with the interval as a whisker, one row per variant."""
-    names = list(report.variants)
-    label_w, plot_w, row_h = 160, 360, 26
-    height = row_h * len(names) + 30
-    parts = [
-        f'<svg role="img" width="{label_w + plot_w + 20}" '
-        f'height="{height}" aria-label="{_e(title)}"><title>{_e(title)}</title>'
-    ]
-    for tick in (0.0, 0.25, 0.5, 0.75, 1.0):
-        x = label_w + tick * plot_w
-        parts.append(
-            f'<line x1="{x:.1f}" y1="0" x2="{x:.1f}" y2="{height - 18}" stroke="#e0e0e0"/>'
-            f'<text x="{x:.1f}" y="{height - 4}" font-size="11" text-anchor="middle">'
-            f"{tick:g}</text>"
-        )
-    for row, name in enumerate(names):
-        rate: RateSummary | None = getattr(report.variants[name], key)
-        y = row * row_h + 4
-        parts.append(
-            f'<text x="{label_w - 6}" y="{y + 15}" font-size="12" text-anchor="end">'
-            f"{_e(name)}</text>"
-        )
-        if rate is None or rate.estimate is None:
-            continue
-        width = rate.estimate * plot_w
-        fill = "#8fb3e0" if name != report.control else "#c8c8cc"
-        parts.append(
-            f'<rect x="{label_w}" y="{y + 3}" width="{width:.1f}" height="16" fill="{fill}">'
-            f"<title>{_e(name)}: {_num(rate.estimate)} "
-            f"{_interval(rate.ci_low, rate.ci_high)}</title></rect>"
-        )
-        if rate.ci_low is not None and rate.ci_high is not None:
-            x1, x2 = label_w + rate.ci_low * plot_w, label_w + rate.ci_high * plot_w
-            parts.append(
-                f'<line x1="{x1:.1f}" y1="{y + 11}" x2="{x2:.1f}" y2="{y + 11}" '
-                f'stroke="#1d1d1f" stroke-width="2"/>'
-                f'<line x1="{x1:.1f}" y1="{y + 6}" x2="{x1:.1f}" y2="{y + 16}" stroke="#1d1d1f"/>'
-                f'<line x1="{x2:.1f}" y1="{y + 6}" x2="{x2:.1f}" y2="{y + 16}" stroke="#1d1d1f"/>'
-            )
-    parts.append("</svg>")
-    return f"<figure><figcaption>{_e(title)}</figcaption>{''.join(parts)}</figure>"
-
-
-def _interval_glyph(c: Comparison) -> str:
-    """A small inline SVG: the interval and the effect against the no-effect line."""
-    null = 1.0 if c.scale == "ratio" else 0.0
-    values = [v for v in (c.ci_low, c.ci_high, c.diff) if v is not None and math.isfinite(v)]
-    if not values:
-        return ""
-    if c.scale == "ratio":
-        if min(values) <= 0:
-            return ""
-        values = [math.log(v) for v in values]
-        null = 0.0
-    span = max(abs(v - null) for v in values) or 1.0
-    width = 140
-
-    def x(v: float) -> float:
-        return width / 2 + (v - null) / span * (width / 2 - 6)
-
-    def scaled(v: float | None) -> float | None:
-        if v is None or not math.isfinite(v) or (c.scale == "ratio" and v <= 0):
-            return None
-        return math.log(v) if c.scale == "ratio" else v
-
-    low, high, mid = scaled(c.ci_low), scaled(c.ci_high), scaled(c.diff)
-    parts = [
-        f'<svg width="{width}" height="16" role="img" '
-        f'aria-label="interval"><line x1="{x(null):.1f}" y1="0" x2="{x(null):.1f}" y2="16" '
-        'stroke="#999" stroke-dasharray="2,2"/>'
-    ]
-    if low is not None and high is not None:
-        parts.append(
-            f'<line x1="{x(low):.1f}" y1="8" x2="{x(high):.1f}" y2="8" stroke="#1d1d1f" '
-            'stroke-width="2"/>'
-        )
-    if mid is not None:
-        parts.append(f'<circle cx="{x(mid):.1f}" cy="8" r="3.5" fill="#2f6fbf"/>')
-    parts.append("</svg>")
-    return "".join(parts)
-
-
 def _comparisons(report: Report) -> str:
+    """The comparisons table; each distinct MDE note is a footnote below it, not a repeat
+    in every row."""
+    footnotes = list(dict.fromkeys(c.mde_note for c in report.comparisons if c.mde_note))
     rows = []
     shown_variants: set[str] = set()
     for c in report.comparisons:
@@ -212,6 +147,8 @@ def _comparisons(report: Report) -> str:
                 )
             continue
         unit = "x" if c.scale == "ratio" else ""
+        value = sig if c.metric == "cost_usd" else _num
+        primary = c.metric == report.primary_metric
         mde = mde_cell(c.mde_rise, c.mde_drop, unit) if c.mde_text else "n/a"
         tasks = (
             f"<details><summary>{c.tasks}</summary>{_e(', '.join(c.task_ids) or 'none')}</details>"
@@ -223,17 +160,18 @@ def _comparisons(report: Report) -> str:
         )
         explanation = f'<div class="note">{_e(c.explanation)}</div>' if c.explanation else ""
         explanation += reasons
-        mde_note = "".join(
-            f'<div class="note">{_e(text)}</div>' for text in (c.mde_text, c.mde_note) if text
+        mark = footnotes.index(c.mde_note) + 1 if c.mde_note else None
+        mde_note = (f'<div class="note">{_e(c.mde_text)}</div>' if c.mde_text else "") + (
+            f' <sup title="see note {mark} below the table">{mark}</sup>' if mark else ""
         )
         rows.append(
-            "<tr>"
+            ('<tr class="primary">' if primary else "<tr>")
             + _td(c.variant)
-            + _td(c.metric)
-            + _td(f"{_num(c.variant_value)} vs {_num(c.control_value)}", c.variant_value)
+            + _td(f"{c.metric} (primary)" if primary else c.metric)
+            + _td(f"{value(c.variant_value)} vs {value(c.control_value)}", c.variant_value)
             + _td(f"{_num(c.diff)}{unit}", c.diff)
             + _td(_interval(c.ci_low, c.ci_high), c.ci_low)
-            + _td(_interval_glyph(c), raw=True)
+            + _td(interval_glyph(c), raw=True)
             + _td(_num(c.p_value, 4), c.p_value)
             + _td(
                 f"{_num(c.p_adjusted, 4)} ({'Holm' if c.correction == 'holm' else 'BH'})",
@@ -257,21 +195,21 @@ def _comparisons(report: Report) -> str:
         "tasks",
         "verdict",
     ]
-    return _table(header, rows, table_id="comparisons")
+    notes = "".join(f"<li>{_e(note)}</li>" for note in footnotes)
+    table = _table(header, rows, table_id="comparisons")
+    # an <ol>: its items are numbered like the marks in the MDE cells
+    return table + (f'<ol class="note" id="mde-notes">{notes}</ol>' if notes else "")
 
 
 def _variants(report: Report) -> str:
     with_passed = _with_passed(report)
-    rows = []
+    rows: list[list[str]] = []
     for name, s in report.variants.items():
         cells = [_td(name), _td(str(s.trials), float(s.trials)), _td(str(s.excluded), s.excluded)]
         if s.not_compared:
-            rows.append(
-                "<tr>"
-                + "".join(cells)
-                + f'<td colspan="{4 + 2 * (3 if with_passed else 2)}" class="note">'
-                + f"{_e(s.not_compared)}</td></tr>"
-            )
+            span = 4 + 2 * (3 if with_passed else 2)
+            note = f'<td colspan="{span}" class="note">{_e(s.not_compared)}</td>'
+            rows.append([*cells, note])  # no column to mark: the cells are merged
             continue
         rates: list[RateSummary | None] = [s.parallel_rate, s.delegated_rate]
         for rate in [s.passed_rate, *rates] if with_passed else rates:
@@ -282,23 +220,41 @@ def _variants(report: Report) -> str:
                 _td(f"{_num(rate.estimate)} {_interval(rate.ci_low, rate.ci_high)}", rate.estimate)
             )
             cells.append(_td(f"{_num(rate.n_eff)} / {_num(rate.icc)}", rate.n_eff))
-        for mean in (s.wall_s, s.agent_calls, s.cost_usd, s.tokens):
-            cells.append(_td(_mean_text(mean), mean.mean))
-        rows.append("<tr>" + "".join(cells) + "</tr>")
+        for mean, fmt in (
+            (s.wall_s, _num),
+            (s.agent_calls, _num),
+            (s.cost_usd, sig),
+            (s.tokens, _num),
+        ):
+            cells.append(_td(_mean_text(mean, fmt), mean.mean))
+        rows.append(cells)
     passed = ["passed rate", "passed n_eff / ICC"] if with_passed else []
     header = [
         "variant", "trials", "excluded", *passed, "parallel rate", "parallel n_eff / ICC",
         "delegated rate", "delegated n_eff / ICC", "wall s", "Agent calls", "cost USD", "tokens",
     ]  # fmt: skip
-    return _table(header, rows, table_id="variants")
+    primary = _PRIMARY_COLUMN.get(report.primary_metric)
+    column = header.index(primary) if primary in header else None
+    lines = []
+    for cells in rows:
+        if column is not None and column < len(cells):  # the primary metric's cells stand out
+            cells[column] = cells[column].replace("<td", '<td class="primary"', 1)
+        lines.append("<tr>" + "".join(cells) + "</tr>")
+    return _table(header, lines, table_id="variants", highlight=primary)
 
 
-def _mean_text(mean: MeanSummary) -> str:
+# The variants table's column that shows each primary metric.
+_PRIMARY_COLUMN = {
+    "passed": "passed rate", "parallel": "parallel rate", "delegated": "delegated rate",
+    "wall_s": "wall s", "agent_calls": "Agent calls", "cost_usd": "cost USD", "tokens": "tokens",
+}  # fmt: skip
+
+
+def _mean_text(mean: MeanSummary, fmt: Callable[[float | None], str] = _num) -> str:
+    low = f"[{fmt(mean.ci_low)}, {fmt(mean.ci_high)}]"
     if mean.interval_of == "geometric mean":
-        return (
-            f"{_num(mean.mean)} (geo {_num(mean.geo_mean)} {_interval(mean.ci_low, mean.ci_high)})"
-        )
-    return f"{_num(mean.mean)} {_interval(mean.ci_low, mean.ci_high)}"
+        return f"{fmt(mean.mean)} (geo {fmt(mean.geo_mean)} {low})"
+    return f"{fmt(mean.mean)} {low}"
 
 
 def _with_passed(report: Report) -> bool:
@@ -332,7 +288,8 @@ def _per_task(report: Report) -> str:
 _PROVENANCE = (
     "prompt_name", "prompt_version", "prompt_sha256", "prompt_source", "model", "cli_version",
     "sdk_version", "teamlead_version", "git_sha", "git_dirty", "workspace", "workspace_setup_s",
-    "workspace_path", "started_at", "attempts", "resumes",
+    "workspace_path", "started_at", "attempts", "resumes", "scripted_model", "grader_error",
+    "grader_cost_usd",
 )  # fmt: skip
 
 
@@ -357,12 +314,14 @@ def _trials(records: Sequence[TrialRecord], names: Sequence[str]) -> str:
                 if run is not None
             )
             grade = "" if r.grade is None else f", grade {_num(r.grade)}"
+            if r.grade is None and r.grader_error:
+                grade += ", not graded"
             if r.passed is not None:
                 grade += ", check passed" if r.passed else ", check failed"
             items.append(
                 f"<details><summary>{_e(r.task)} #{r.trial}: {_e(status)}, "
                 f"{'parallel' if r.parallel else 'not parallel'}, {r.agent_calls} Agent "
-                f"call(s), {_num(r.wall_s)} s, ${_num(r.cost_usd, 4)}{_e(grade)}</summary>"
+                f"call(s), {_num(r.wall_s)} s, ${sig(r.cost_usd)}{_e(grade)}</summary>"
                 f"<pre>{_e(r.final_text) or '(no final answer)'}</pre>"
                 f"<table>{provenance}</table></details>"
             )
@@ -373,6 +332,42 @@ def _trials(records: Sequence[TrialRecord], names: Sequence[str]) -> str:
     return "".join(out)
 
 
+def _headline(report: Report) -> str:
+    """The verdicts on the primary metric, one line per comparison, before anything else."""
+    primary = [c for c in report.comparisons if c.metric == report.primary_metric]
+    if not primary:
+        return ""
+    items = "".join(
+        f'<li class="{_e(c.verdict)}"><span class="{_e(c.verdict)}">{_e(c.verdict)}</span> '
+        f"{_e(headline(c, report.alpha))}</li>"
+        for c in primary
+    )
+    title = f"Verdicts on the primary metric, {report.primary_metric}"
+    return f'<section id="headline"><h2>{_e(title)}</h2><ul>{items}</ul></section>'
+
+
+def _grading(report: Report) -> list[str]:
+    lines = grading_lines(report.grading)
+    if not lines:
+        return []
+    reasons = "".join(f"<li>{_e(line)}</li>" for line in lines[1:])
+    return ["<h2>Grading</h2>", f'<p id="grading">{_e(lines[0])}</p>', f"<ul>{reasons}</ul>"]
+
+
+def _notes(notes: Sequence[str]) -> str:
+    """The notes, those that say the same thing about several subjects folded into one."""
+    items = []
+    for text, subjects in fold_notes(notes):
+        if subjects:
+            items.append(
+                f"<li><details><summary>{_e(text)} ({len(subjects)} cases)</summary>"
+                f"{_e('; '.join(subjects))}</details></li>"
+            )
+        else:
+            items.append(f"<li>{_e(text)}</li>")
+    return "".join(items) or "<li>none</li>"
+
+
 def render_html(report: Report, records: Sequence[TrialRecord]) -> str:
     """The whole report as one HTML page; ``records`` feed the per-trial drill-down.
 
@@ -381,24 +376,27 @@ def render_html(report: Report, records: Sequence[TrialRecord]) -> str:
         True
     """
     confidence = confidence_label(report.alpha)
-    notes = "".join(f"<li>{_e(note)}</li>" for note in report.notes) or "<li>none</li>"
+    notes = _notes(report.notes)
     why = "".join(f"<li>{_e(subject)}: {_e(line)}</li>" for subject, line in why_lines(report))
     methods = "".join(f"<li>{_e(line)}</li>" for line in report.methods)
     flaky = ", ".join(report.flaky_tasks) or "none"
+    banner = scripted_banner(report)
     body = [
         f"<h1>Experiment report (control: {_e(report.control)})</h1>",
+        *([f'<p class="banner" id="scripted" role="note">{_e(banner)}</p>'] if banner else []),
+        _headline(report),
         f"<p>alpha {report.alpha:g}, power {report.power:g}, seed {report.seed}, "
         f"report version {report.version}, primary metric {_e(report.primary_metric)} "
         "(Holm; the rest BH).</p>",
         f'<p class="rule">{_e(rule_text(report.alpha, confidence))}</p>',
         "<h2>Variants</h2>",
         *(
-            [_rate_chart(report, "passed_rate", f"check passed rate with {confidence} interval")]
+            [rate_chart(report, "passed_rate", f"check passed rate with {confidence} interval")]
             if _with_passed(report)
             else []
         ),
-        _rate_chart(report, "parallel_rate", f"parallel rate with {confidence} interval"),
-        _rate_chart(report, "delegated_rate", f"delegated rate with {confidence} interval"),
+        rate_chart(report, "parallel_rate", f"parallel rate with {confidence} interval"),
+        rate_chart(report, "delegated_rate", f"delegated rate with {confidence} interval"),
         _variants(report),
         f"<p class=note>Rates are pooled over trials with a task-clustered Wilson "
         f"{confidence} interval; n_eff is the trials divided by the design effect "
@@ -419,10 +417,11 @@ def render_html(report: Report, records: Sequence[TrialRecord]) -> str:
         _per_task(report),
         "<p class=note>Cells: [passed rate,] parallel rate / delegated rate (trials). "
         f"Flaky: {_e(flaky)}.</p>",
+        *_grading(report),
         "<h2>Trials</h2>",
         _trials(records, list(report.variants)),
         "<h2>Notes</h2>",
-        f"<ul>{notes}</ul>",
+        f'<ul id="notes">{notes}</ul>',
     ]
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'

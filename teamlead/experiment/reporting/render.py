@@ -10,10 +10,11 @@ readable in a terminal; :func:`render_json` is its stable, versioned machine for
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from ..stats.explain import confidence_label, rule_text
+from .headline import fold_notes, grading_lines, headline, scripted_banner, sig
 from .report import MeanSummary, RateSummary, Report, why_lines
 
 __all__ = ["render_json", "render_markdown", "write_report"]
@@ -60,13 +61,23 @@ def mde_cell(rise: float | None, drop: float | None, unit: str) -> str:
     return ", ".join(parts)
 
 
-def _mean_cell(mean: MeanSummary) -> str:
+def _mean_cell(mean: MeanSummary, fmt: Callable[[float | None], str] = _fmt) -> str:
     if mean.interval_of == "geometric mean":
         return (
-            f"{_fmt(mean.mean)} (median {_fmt(mean.median)}, geo {_fmt(mean.geo_mean)}) "
-            f"geo {_interval(mean.ci_low, mean.ci_high)}"
+            f"{fmt(mean.mean)} (median {fmt(mean.median)}, geo {fmt(mean.geo_mean)}) "
+            f"geo [{fmt(mean.ci_low)}, {fmt(mean.ci_high)}]"
         )
-    return f"{_fmt(mean.mean)} (median {_fmt(mean.median)}) {_interval(mean.ci_low, mean.ci_high)}"
+    return f"{fmt(mean.mean)} (median {fmt(mean.median)}) [{fmt(mean.ci_low)}, {fmt(mean.ci_high)}]"
+
+
+def _notes_markdown(notes: Sequence[str]) -> list[str]:
+    out = []
+    for text, subjects in fold_notes(notes):
+        if subjects:
+            out.append(f"- {text} ({len(subjects)} cases: {'; '.join(subjects)})")
+        else:
+            out.append(f"- {text}")
+    return out
 
 
 def render_markdown(report: Report) -> str:
@@ -77,6 +88,13 @@ def render_markdown(report: Report) -> str:
     """
     confidence = confidence_label(report.alpha)
     out = [f"# Experiment report (control: {report.control})", ""]
+    banner = scripted_banner(report)
+    if banner:
+        out += [f"> **{banner}**", ""]
+    primary = [c for c in report.comparisons if c.metric == report.primary_metric]
+    if primary:
+        out += [f"## Verdicts on the primary metric ({report.primary_metric})", ""]
+        out += [f"- {headline(c, report.alpha)}" for c in primary] + [""]
     out += ["## Variants", ""]
     rows = []
     with_passed = any(s.passed_rate is not None for s in report.variants.values())
@@ -93,8 +111,13 @@ def render_markdown(report: Report) -> str:
                 row.append("n/a")
                 continue
             row.append(f"{_fmt(rate.estimate)} {_interval(rate.ci_low, rate.ci_high)}")
-        for mean in (s.wall_s, s.agent_calls, s.cost_usd, s.tokens):
-            row.append(_mean_cell(mean))
+        for mean, fmt in (
+            (s.wall_s, _fmt),
+            (s.agent_calls, _fmt),
+            (s.cost_usd, sig),
+            (s.tokens, _fmt),
+        ):
+            row.append(_mean_cell(mean, fmt))
         rows.append(row)
     out += _table(
         [
@@ -155,6 +178,7 @@ def render_markdown(report: Report) -> str:
                 )
             continue
         unit = "x" if c.scale == "ratio" else ""
+        value = sig if c.metric == "cost_usd" else _fmt
         effect = "n/a" if c.diff is None else f"{_fmt(c.diff)}{unit}"
         mde = mde_cell(c.mde_rise, c.mde_drop, unit) if c.mde_text else "n/a"
         shown = f"**{c.verdict}**"
@@ -167,7 +191,7 @@ def render_markdown(report: Report) -> str:
             [
                 c.variant,
                 c.metric,
-                f"{_fmt(c.variant_value)} vs {_fmt(c.control_value)}",
+                f"{value(c.variant_value)} vs {value(c.control_value)}",
                 effect,
                 _interval(c.ci_low, c.ci_high),
                 _fmt_p(c.p_value),
@@ -252,8 +276,10 @@ def render_markdown(report: Report) -> str:
         )
     else:
         out.append("Flaky tasks: none.")
+    if report.grading is not None:
+        out += ["", "## Grading", ""] + [f"- {line}" for line in grading_lines(report.grading)]
     if report.notes:
-        out += ["", "## Notes", ""] + [f"- {note}" for note in report.notes]
+        out += ["", "## Notes", ""] + _notes_markdown(report.notes)
     return "\n".join(out) + "\n"
 
 

@@ -51,6 +51,7 @@ from .versions import REPORT_VERSION, upgrade_report_json
 __all__ = [
     "REPORT_VERSION",
     "Comparison",
+    "GradingSummary",
     "MeanSummary",
     "RateSummary",
     "Report",
@@ -139,6 +140,18 @@ class TaskCell(_Model):
     passed_rate: float | None = None
 
 
+class GradingSummary(_Model):
+    """How many counted trials the grader scored, and why the others have no grade.
+
+    ``not_graded`` maps each reason (a trial failed, no final answer, the grader's call
+    failed, its reply had no score) to the number of trials it applies to, most first.
+    """
+
+    trials: int
+    graded: int
+    not_graded: dict[str, int] = Field(default_factory=dict)
+
+
 class Report(_Model):
     """Everything :func:`build_report` found. ``samples`` (per-trial values by metric and
     variant) feeds the plots; it is not part of :meth:`to_json`."""
@@ -156,9 +169,17 @@ class Report(_Model):
     notes: list[str] = Field(default_factory=list)
     primary_metric: str = PRIMARY_METRIC
     methods: list[str] = Field(default_factory=lambda: list(METHODS))
+    grading: GradingSummary | None = None
+    trials: int = 0
+    scripted_trials: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """The stable JSON form (``version`` 3, see :data:`REPORT_VERSION`); NaN is ``null``.
+
+        Beside the statistics' keys: ``trials`` (counted), ``scripted_trials`` (answered by
+        teamlead's scripted model) and ``grading`` (``trials``, ``graded``, ``not_graded``
+        reasons with counts; ``null`` without a grader). Readers of older files get
+        ``None`` for them from :func:`upgrade_report_json`.
 
         Example:
             >>> json.dumps(report.to_json())  # doctest: +SKIP
@@ -202,6 +223,9 @@ class Report(_Model):
             "notes": list(self.notes),
             "primary_metric": self.primary_metric,
             "methods": list(self.methods),
+            "trials": self.trials,
+            "scripted_trials": self.scripted_trials,
+            "grading": None if self.grading is None else self.grading.model_dump(),
         }
 
 
@@ -357,9 +381,8 @@ def build_report(
                 continue
             if zero_width(mean.ci_low, mean.ci_high, len(tasks)) is not None:
                 notes.append(
-                    f"{name} {metric.name}: zero variance, every trial has "
-                    f"{mean.mean:.4g}; the interval has zero width, which is no spread "
-                    "observed, not certainty"
+                    f"{name} {metric.name} (every trial {mean.mean:.4g}): zero variance; "
+                    "the interval has zero width, which is no spread observed, not certainty"
                 )
     comparisons = compare_variants(by_variant, control, tasks, metrics, how, notes)
     task_cells = _task_cells(by_variant, tasks)
@@ -382,7 +405,24 @@ def build_report(
         samples=samples,
         notes=notes,
         primary_metric=primary,
+        grading=_grading(counted),
+        trials=len(counted),
+        scripted_trials=sum(r.scripted_model is True for r in counted),
     )
+
+
+def _grading(records: Sequence[TrialRecord]) -> GradingSummary | None:
+    """The grading summary; None when no trial was graded or tried (no grader in the spec)."""
+    if not any(r.grade is not None or r.grader_error for r in records):
+        return None
+    reasons: dict[str, int] = {}
+    for record in records:
+        if record.grade is None:
+            reason = record.grader_error or "no grade recorded"
+            reasons[reason] = reasons.get(reason, 0) + 1
+    ordered = dict(sorted(reasons.items(), key=lambda item: (-item[1], item[0])))
+    graded = sum(r.grade is not None for r in records)
+    return GradingSummary(trials=len(records), graded=graded, not_graded=ordered)
 
 
 def _summarise(

@@ -54,6 +54,8 @@ def upgrade_report_json(data: dict[str, Any]) -> dict[str, Any]:
         )
     out = dict(data)
     out.setdefault("primary_metric", PRIMARY_METRIC)  # written since passed could be primary
+    for key in ("trials", "scripted_trials", "grading"):  # written since grading was summed up
+        out.setdefault(key, None)
     if version == 1:
         for key in ("control", "alpha", "power", "seed", "rule"):
             out.setdefault(key, None)

@@ -32,6 +32,7 @@ from typing import Any
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
+from ..._claude.scripted import api_message_id, is_scripted_message
 from ..._otel import trial_scope
 from ..._redact import redact
 from ..._run.prompt_limits import prompt_limits
@@ -189,6 +190,7 @@ async def _lead_trial(
     started_at = datetime.now(timezone.utc)
     start = time.monotonic()
     relay_429s = 0
+    scripted = answered = False  # any message from the scripted server; any message at all
     try:
         async for item in query(task.prompt, options, query_fn=query_fn, policy=policy):
             if isinstance(item, Finished):
@@ -196,6 +198,10 @@ async def _lead_trial(
             elif isinstance(item, RateLimited):
                 relay_429s += item.status == 429
             elif not isinstance(item, ConcurrencyChanged):  # the runner sees those once
+                message_id = api_message_id(item)
+                if message_id:
+                    scripted = scripted or is_scripted_message(message_id)
+                    answered = True
                 tracker.feed(item)
     except Exception as exc:  # noqa: BLE001 - a broken trial is recorded, never fatal
         error = f"{type(exc).__name__}: {exc}"
@@ -243,6 +249,7 @@ async def _lead_trial(
         cli_version=cli,
         teamlead_version=__version__,
         started_at=started_at,
+        scripted_model=scripted if answered else None,
     )
     return record, infra, limited
 
@@ -390,24 +397,33 @@ async def run_experiment(
             if attempts > 1:
                 record = record.model_copy(update={"retried": True, "attempts": attempts})
             grader = spec.experiment.grader
-            if grader is not None and record.status != "failed" and record.final_text:
-                try:
-                    grade, grade_cost = await grade_answer(
-                        grader,
-                        spec.task(key.task),
-                        record.final_text,
-                        env=env,
-                        default_model=spec.model_for(variant),
-                    )
-                    record = record.model_copy(
-                        update={"grade": grade, "grader_cost_usd": grade_cost}
-                    )
-                except Exception as exc:  # noqa: BLE001 - grading is optional; keep the trial
+            billed = 0.0
+            if grader is not None and (record.status == "failed" or not record.final_text):
+                why = "the trial failed" if record.status == "failed" else "no final answer"
+                record = record.model_copy(update={"grader_error": why})  # not sent to grade
+            elif grader is not None:
+                grade = await grade_answer(
+                    grader,
+                    spec.task(key.task),
+                    record.final_text,
+                    env=env,
+                    default_model=spec.model_for(variant),
+                )
+                billed = grade.billed_usd
+                update: dict[str, Any] = {
+                    "grade": grade.score,
+                    "grader_cost_usd": grade.cost_usd,
+                    "grader_error": grade.error,
+                }
+                if grade.scripted:
+                    update["scripted_model"] = True
+                record = record.model_copy(update=update)
+                if grade.error is not None:
                     progress.grader_errors.append(
-                        f"{key.variant}/{key.task}/{key.trial}: {type(exc).__name__}: {exc}"
+                        f"{key.variant}/{key.task}/{key.trial}: {grade.error}"
                     )
             await anyio.to_thread.run_sync(writer.append, record)
-            spent += record.cost_usd + (record.grader_cost_usd or 0.0)
+            spent += record.cost_usd + billed  # a grade that failed may still have cost
             progress.done += 1
             progress.failed += record.status == "failed"
             _report()

@@ -104,6 +104,12 @@ class TrialRecord(BaseModel):
     out (they pointed outside). ``setup`` and ``check`` are the commands' runs;
     ``passed`` is the check's verdict (None without a check).
 
+    Grading: ``grade`` is the grader's score (0..1) and ``grader_cost_usd`` its cost, both
+    None when no grade came back; then ``grader_error`` says why (the call failed, or the
+    reply had no score). ``scripted_model`` is True when the answers came from teamlead's
+    scripted model server (offline), False when from a real one, None in records written
+    before it was recorded.
+
     Unknown fields (from a newer writer) are kept, not dropped. NaN and infinite numbers
     are rejected: no statistic can use them.
     """
@@ -135,6 +141,7 @@ class TrialRecord(BaseModel):
     final_text: str = ""
     grade: float | None = None
     grader_cost_usd: float | None = Field(default=None, ge=0)
+    grader_error: str | None = None
 
     prompt_name: str | None = None
     prompt_version: str | None = None
@@ -146,6 +153,7 @@ class TrialRecord(BaseModel):
     teamlead_version: str | None = None
     git_sha: str | None = None
     started_at: datetime | None = None
+    scripted_model: bool | None = None
 
     passed: bool | None = None
     git_dirty: bool | None = None

@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 from typing import Literal
@@ -31,6 +32,7 @@ __all__ = [
     "WorkspaceKind",
     "check_command",
     "resolve_steps",
+    "shell_syntax",
     "split_command",
 ]
 
@@ -52,8 +54,50 @@ PrimaryMetric = Literal[
 :data:`teamlead.experiment.stats.metrics.METRICS`; a test keeps the two in step)."""
 
 
+_OPERATORS = ("&&", "||", ">>", ">&", "|", "&", ";", ">", "<")
+
+
+def shell_syntax(command: str) -> list[str]:
+    """The shell syntax in ``command`` that a shell would act on, in order of appearance.
+
+    Commands run without a shell, so ``$(...)``, backticks, pipes, ``&&``/``||``, ``;``,
+    ``&`` and redirections would reach the program as plain arguments. Quoted text counts
+    as an argument (``grep 'a|b'`` is fine), except that ``$(`` and backticks inside
+    double quotes are still shell syntax.
+
+    Example:
+        >>> shell_syntax("test $(ls out-*.txt | wc -l) -eq 1")
+        ['$(', '|']
+        >>> shell_syntax("grep -E 'a|b' notes.txt")
+        []
+    """
+    found: list[str] = []
+    quote: str | None = None
+    i = 0
+    while i < len(command):
+        char = command[i]
+        if quote == "'":
+            quote = None if char == "'" else quote
+        elif char == "\\":
+            i += 1  # the next character is literal
+        elif char == "`" or command.startswith("$(", i):
+            found.append("`" if char == "`" else "$(")
+        elif quote == '"':
+            quote = None if char == '"' else quote
+        elif char in "'\"":
+            quote = char
+        else:
+            op = next((o for o in _OPERATORS if command.startswith(o, i)), None)
+            if op is not None:
+                found.append(op)
+                i += len(op) - 1
+        i += 1
+    return list(dict.fromkeys(found))
+
+
 def check_command(value: object) -> object:
-    """Validate a spec's command: a string must split, a list must hold non-empty strings."""
+    """Validate a spec's command: a string must split and use no shell syntax (see
+    :func:`shell_syntax`), a list must hold non-empty strings."""
     if value is None:
         return value
     if not isinstance(value, str) and not (
@@ -65,6 +109,12 @@ def check_command(value: object) -> object:
             shlex.split(value)
         except ValueError as exc:
             raise ValueError(f"cannot split the command: {exc}") from None
+        if syntax := shell_syntax(value):
+            as_list = json.dumps(["sh", "-c", value], ensure_ascii=False)
+            raise ValueError(
+                f"{value!r} uses shell syntax ({', '.join(syntax)}) but runs without a "
+                f"shell; write it as sh -c '…': {as_list}, or as a list of arguments"
+            )
     elif any(not part for part in value):
         raise ValueError("a command's arguments must be non-empty strings")
     return value

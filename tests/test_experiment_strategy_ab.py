@@ -1,0 +1,122 @@
+"""The offline A/B that finds a real difference: ``examples/strategy-ab.toml`` against the
+``strategy-ab`` scripted scenario, whose lead follows the strategy prompt it is given.
+
+The records in ``tests/fixtures/strategy-ab.trials.jsonl`` are one full run of the shipped
+spec (48 trials, real CLI, scripted model, prompt paths made relative); the statistics are
+tested on them. The command-line test runs a trimmed copy of the spec for real.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from claude_agent_sdk import ClaudeAgentOptions
+
+import teamlead
+from teamlead.experiment import build_report, load_spec, read_records
+from teamlead.experiment.reporting.render import render_markdown
+from teamlead.testing import OfflineClaude, ScriptedRequest, ScriptedServer
+from teamlead.testing.scripts import StrategyReview, scenario
+
+ROOT = Path(__file__).resolve().parent.parent
+SPEC = ROOT / "examples" / "strategy-ab.toml"
+RECORDS = Path(__file__).resolve().parent / "fixtures" / "strategy-ab.trials.jsonl"
+
+
+def _system(strategy: str) -> str:
+    options = teamlead.apply_strategy(ClaudeAgentOptions(), teamlead.load_strategy(strategy))
+    prompt = options.system_prompt
+    assert isinstance(prompt, dict)
+    return str(prompt.get("append", ""))
+
+
+@pytest.mark.parametrize(
+    ("strategy", "delegates"), [("delegation", True), ("parallel-first", True), ("baseline", False)]
+)
+def test_the_scripted_lead_reads_its_strategy_from_the_system_prompt(
+    strategy: str, delegates: bool
+) -> None:
+    request = ScriptedRequest(
+        index=0, body={}, system=_system(strategy), messages=[], tools=("Agent",),
+        session_id="s", role="lead", agent=None, stream=True, model="m",
+    )  # fmt: skip
+    assert StrategyReview.delegates(request) is delegates
+    assert StrategyReview.parts("Review it. Parts: cache, db.") == ["cache", "db"]
+    assert StrategyReview.parts("Review it.") == ["part-1", "part-2", "part-3"]
+    assert isinstance(scenario("strategy-ab"), StrategyReview)
+
+
+def test_the_recorded_run_finds_a_significant_difference_and_says_the_model_is_scripted() -> None:
+    read = read_records(RECORDS)
+    assert read.warnings == [] and len(read.records) == load_spec(SPEC).total_trials == 48
+    for r in read.records:
+        assert r.status == "completed" and r.scripted_model is True and r.grade is not None
+        if r.variant == "delegation":  # one message of Agent calls, one per part; the check passes
+            assert r.parallel and r.agent_calls == r.max_agent_calls_per_message >= 2
+            assert r.passed is True and r.grade == 1.0
+        else:  # searched itself, one part per message, and sometimes ran out
+            assert not r.delegated and r.passed is (r.grade == 1.0)
+    baseline_passed = [r.passed for r in read.records if r.variant == "baseline"]
+    assert 0 < sum(baseline_passed) < len(baseline_passed)
+
+    report = build_report(read.records, control="baseline", primary="passed", seed=0)
+    passed = next(c for c in report.comparisons if c.metric == "passed")
+    assert passed.correction == "holm" and passed.tasks == 6
+    assert passed.verdict == "better" and passed.p_adjusted is not None
+    assert passed.p_adjusted < 0.05 and passed.ci_low is not None and passed.ci_low > 0
+    text = render_markdown(report)
+    assert "delegation is better than baseline on passed:" in text
+    assert "Scripted model: every counted trial was answered by teamlead's scripted" in text
+    assert "- 48 of 48 counted trial(s) graded." in text
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+def test_the_example_runs_offline_from_the_command_line(tmp_path: Path) -> None:
+    """The README's walk-through on a trimmed spec: 2 tasks, 2 trials each (8 trials)."""
+    text = SPEC.read_text(encoding="utf-8")
+    text = text.replace("trials = 4 ", "trials = 2 ", 1)
+    text = text.replace('cwd = "strategy-ab"', f"cwd = {str(SPEC.parent / 'strategy-ab')!r}", 1)
+    third = [m.start() for m in re.finditer(r"^\[\[tasks\]\]", text, re.M)][2]
+    spec = tmp_path / "strategy-ab.toml"
+    spec.write_text(text[:third], encoding="utf-8")
+    out = tmp_path / "out"
+    with ScriptedServer(scenario("strategy-ab")) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        env = {**os.environ, **claude.env}
+        run = subprocess.run(
+            [sys.executable, "-m", "teamlead", "experiment", "run", str(spec), "--out", str(out),
+             "--quiet"],
+            env=env, capture_output=True, text=True, timeout=400,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        assert run.stdout.startswith("ran 8 trial(s), skipped 0 finished, 0 failed"), run.stdout
+        baseline_leads = [
+            r.request.system
+            for r in server.recorded("lead")
+            if "# Delegation" not in r.request.system
+        ]
+        assert baseline_leads and not any("in ONE message" in s for s in baseline_leads)
+    records = read_records(out / "trials.jsonl").records
+    assert len(records) == 8
+    for r in records:
+        assert r.scripted_model is True and r.grader_error is None and r.check is not None
+        assert r.parallel is (r.variant == "delegation")
+        assert r.passed is (r.check.exit_code == 0)
+        if r.variant == "delegation":
+            assert r.passed is True
+    page = tmp_path / "report.html"
+    report = subprocess.run(
+        [sys.executable, "-m", "teamlead", "experiment", "report", str(out), "--no-plots",
+         "--html", str(page)],
+        env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert report.returncode == 0, report.stderr
+    assert "## Verdicts on the primary metric (passed)" in report.stdout
+    assert "- 8 of 8 counted trial(s) graded." in report.stdout
+    assert 'id="scripted"' in page.read_text(encoding="utf-8")
