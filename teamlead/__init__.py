@@ -25,7 +25,15 @@ from __future__ import annotations
 
 from ._version import __version__
 from .clock import Clock, FakeClock
-from .coordinator import QueryFn, prepare_options, query, receive_all, relay_for, resume_session
+from .coordinator import (
+    ClientRun,
+    QueryFn,
+    prepare_options,
+    query,
+    receive_all,
+    relay_for,
+    resume_session,
+)
 from .errors import (
     BudgetExceeded,
     GovernorCleared,
@@ -56,6 +64,7 @@ from .prompts import Strategy, apply_strategy, list_strategies, load_strategy
 
 __all__ = [
     "BudgetExceeded",
+    "ClientRun",
     "Clock",
     "ConcurrencyChanged",
     "FakeClock",

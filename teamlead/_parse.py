@@ -26,6 +26,7 @@ __all__ = [
     "LeadTurn",
     "ResultSeen",
     "SessionSeen",
+    "SessionStateSeen",
     "SubagentTurn",
     "TaskEnded",
     "TaskProgress",
@@ -46,6 +47,14 @@ class SessionSeen:
     """The first message that carried a ``session_id``."""
 
     session_id: str
+
+
+@dataclass(frozen=True)
+class SessionStateSeen:
+    """``system/session_state_changed``: the CLI is ``running``, ``idle``, ... (a client's
+    CLI sends it when ``CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS`` is set)."""
+
+    state: str
 
 
 @dataclass(frozen=True)
@@ -144,6 +153,7 @@ class ResultSeen:
 
 TrackedEvent: TypeAlias = (
     SessionSeen
+    | SessionStateSeen
     | AgentCallSeen
     | TaskStarted
     | TaskProgress
@@ -273,6 +283,9 @@ def _parse_assistant(raw: dict[str, Any]) -> list[TrackedEvent]:
 
 def _parse_system(raw: dict[str, Any]) -> TrackedEvent | None:
     subtype = raw.get("subtype")
+    if subtype == "session_state_changed":
+        state = _str(raw.get("state"))
+        return SessionStateSeen(state) if state is not None else None
     task_id = _str(raw.get("task_id"))
     if not task_id:
         return None

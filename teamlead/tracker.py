@@ -28,6 +28,7 @@ from ._parse import (
     LeadTurn,
     ResultSeen,
     SessionSeen,
+    SessionStateSeen,
     SubagentTurn,
     TaskEnded,
     TaskProgress,
@@ -43,6 +44,7 @@ __all__ = [
     "LeadTurn",
     "ResultSeen",
     "SessionSeen",
+    "SessionStateSeen",
     "SubagentTurn",
     "TaskEnded",
     "TaskInfo",
@@ -228,6 +230,13 @@ class Tracker:
         """
         return max((r.cost_usd or 0.0 for r in self.results), default=0.0)
 
-    def task_for_tool_use(self, tool_use_id: str) -> TaskInfo | None:
-        task_id = self._by_tool_use.get(tool_use_id)
-        return self.tasks.get(task_id) if task_id else None
+    def stop_open_tasks(self, now: float) -> list[TaskInfo]:
+        """Mark every task still running ``stopped`` at ``now`` (the run stopped it).
+
+        Returns:
+            the tasks it stopped.
+        """
+        stopped = self.open_tasks
+        for task in stopped:
+            task.status, task.ended_at = "stopped", now
+        return stopped

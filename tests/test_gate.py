@@ -15,17 +15,13 @@ import pydantic
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 
-from teamlead._run.gate import SpawnGate, merge_hook
-from teamlead._run.gate_cap import FifoSlots, SpawnCap, cli_subagent_cap
-from teamlead._run.gate_events import (
-    GateEvent,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnQueued,
-    SpawnRejected,
-)
-from teamlead._run.gate_stream import classify_agent_result, observe
+from teamlead._gate.calls import GateEvent
+from teamlead._gate.gate import SpawnGate
+from teamlead._gate.hook import merge_hook
+from teamlead._gate.slots import FifoSlots, SpawnCap, cli_subagent_cap
+from teamlead._gate.stream import classify_agent_result, observe
 from teamlead.clock import FakeClock
+from teamlead.events import SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
 from teamlead.policy import SpawnPolicy
 
 pytestmark = pytest.mark.anyio

@@ -186,12 +186,14 @@ def test_ctrl_c_while_calls_are_queued_exits_130_with_no_orphans(tmp_path: Path)
 async def test_receive_all_gates_the_clients_agent_calls(offline: OfflineFactory) -> None:
     server, claude = offline(FanOut.of(4, delays=1.0))
     policy = Policy(spawn=SpawnPolicy(max_concurrent_agents=2))
-    options = teamlead.prepare_options(claude.options(), policy, client=True)
     items: list[Any] = []
     with anyio.fail_after(120):
-        async with ClaudeSDKClient(options=options) as client:
+        async with (
+            teamlead.ClientRun(claude.options(), policy) as run,
+            ClaudeSDKClient(options=run.options) as client,
+        ):
             await client.query("Investigate every part.")
-            async for item in teamlead.receive_all(client, policy=policy):
+            async for item in teamlead.receive_all(client, run):
                 items.append(item)
     done = items[-1]
     assert isinstance(done, Finished) and done.status == "completed", done
@@ -205,12 +207,14 @@ async def test_receive_all_gates_the_clients_agent_calls(offline: OfflineFactory
 async def test_a_clients_wrap_up_stops_the_slow_task_and_answers(offline: OfflineFactory) -> None:
     server, claude = offline(FanOut.of(2, delays=[1.0, 40.0]))
     policy = Policy(deadline_s=10.0)
-    options = teamlead.prepare_options(claude.options(), policy, client=True)
     items: list[Any] = []
     with anyio.fail_after(120):
-        async with ClaudeSDKClient(options=options) as client:
+        async with (
+            teamlead.ClientRun(claude.options(), policy) as run,
+            ClaudeSDKClient(options=run.options) as client,
+        ):
             await client.query("Investigate every part.")
-            async for item in teamlead.receive_all(client, policy=policy):
+            async for item in teamlead.receive_all(client, run):
                 items.append(item)
     done = items[-1]
     assert isinstance(done, Finished)

@@ -16,15 +16,17 @@ from typing import Any
 
 import anyio
 import pytest
+from claude_agent_sdk import ClaudeAgentOptions
 from click.testing import CliRunner
 
 from teamlead._claude.inbox import consume_inbox, read_inbox
-from teamlead._claude.session import load_session
+from teamlead._claude.saved_session import load_session
 from teamlead._claude.team import find_team, load_team, resolve_team
 from teamlead._claude.transcript import last_assistant_text
 from teamlead._cli import main
-from teamlead._run.collect import Collector
-from teamlead._run.ledger import Ledger
+from teamlead._run.collect import Collection
+from teamlead._run.loop import finish
+from teamlead._run.state import RunState, new_run
 from teamlead.clock import FakeClock
 from teamlead.errors import UsageError
 from teamlead.events import InboxCollected
@@ -209,20 +211,29 @@ def test_case6_team_hijack_unprovable_claims_are_all_refused(tmp_path: Path) -> 
     assert "none is provably" in found.ambiguous
 
 
+def run_state(config_dir: Path, policy: Policy, clock: FakeClock, tracker: Tracker) -> RunState:
+    """A query run on ``config_dir`` that has followed ``tracker``."""
+    options = ClaudeAgentOptions(env={"CLAUDE_CONFIG_DIR": str(config_dir)})
+    state = new_run("query", options, policy, clock)
+    state.tracker = tracker
+    return state
+
+
 def finished_status(tmp_path: Path) -> tuple[str, list[str]]:
     tracker = Tracker()
     tracker.feed(
         {"type": "result", "subtype": "success", "is_error": False, "result": "ok",
          "session_id": SESSION}
     )  # fmt: skip
-    collector = Collector(config_dir=tmp_path, policy=Policy(), clock=FakeClock())
+    state = run_state(tmp_path, Policy(), FakeClock(), tracker)
 
     async def drain() -> None:
-        async for _ in collector.collect(tracker, [], deadline=1e9):
+        async for _ in Collection(state, deadline=1e9):
             pass
 
     anyio.run(drain)
-    done = Ledger(last_round_ok=True).finish(tracker, collector, wait_s=0)
+    state.ledger.last_round_ok = True
+    done = finish(state)
     return done.status, done.reasons
 
 
@@ -293,11 +304,11 @@ def test_warnings_printed_once_by_the_collector(
     tracker = Tracker()
     tracker.session_id = SESSION
     clock = FakeClock()
-    collector = Collector(config_dir=tmp_path, policy=Policy(wait_s=0.0), clock=clock)
+    state = run_state(tmp_path, Policy(wait_s=0.0), clock, tracker)
 
     async def drain() -> None:
         for _ in range(2):  # two rounds read the same inbox
-            async for _ in collector.collect(tracker, [], deadline=clock.monotonic()):
+            async for _ in Collection(state, deadline=clock.monotonic()):
                 pass
 
     with caplog.at_level(logging.WARNING, logger="teamlead.inbox"):
@@ -331,11 +342,11 @@ def test_case15_huge_inbox_is_summarized_in_events(tmp_path: Path) -> None:
     (team / "inboxes" / "team-lead.json").write_text(json.dumps(body))
     tracker = Tracker()
     tracker.session_id = SESSION
-    collector = Collector(config_dir=tmp_path, policy=Policy(), clock=FakeClock())
+    state = run_state(tmp_path, Policy(), FakeClock(), tracker)
     events: list[Any] = []
 
     async def drain() -> None:
-        async for event in collector.collect(tracker, [], deadline=1e9):
+        async for event in Collection(state, deadline=1e9):
             events.append(event)
 
     anyio.run(drain)

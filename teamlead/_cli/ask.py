@@ -224,7 +224,7 @@ def resume(
     session_id: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **kw: Any
 ) -> None:
     """Collect the unused results of SESSION_ID and resume its lead."""
-    from .._claude.session import find_session_file
+    from .._claude.saved_session import find_session_file
     from .._claude.team import claude_config_dir
     from ..coordinator import resume_session
     from .app import build_run, check_setup, merged_env, run_session

@@ -33,11 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RelayHookup",
-    "hookup_for",
     "relay_for",
     "relay_wanted",
     "relayed",
-    "relayed_stream",
     "with_relay_events",
 ]
 
@@ -155,55 +153,13 @@ async def with_relay_events(
             yield item
 
 
-async def relayed_stream(
-    options: ClaudeAgentOptions,
-    policy: Policy,
-    start: Callable[[ClaudeAgentOptions], AsyncGenerator[Any, None]],
-) -> AsyncGenerator[Any, None]:
-    """The stream ``start`` makes from the relayed options, with the relay's events.
-
-    ``Finished`` comes last and only after the run has let go of everything: the stream
-    has ended and the run has left the relay (stopping it when it was the last run). An
-    app that stops reading at ``Finished`` (``return`` inside ``async for``) then leaves
-    nothing for the event loop's generator finaliser, which may run too late to finish.
-    """
-    finished: Finished | None = None
-    async with (
-        relayed(options, policy) as hookup,
-        aclosing(with_relay_events(start(hookup.options), hookup)) as items,
-    ):
-        async for item in items:
-            if isinstance(item, Finished):
-                finished = item
-            else:
-                yield item
-    if finished is not None:
-        yield finished
-
-
-#: Hookups opened by :func:`relay_for`, by the base URL their options carry.
-_by_url: dict[str, RelayHookup] = {}
-
-
 @asynccontextmanager
 async def relay_for(
     options: ClaudeAgentOptions | None, policy: Policy | None = None
 ) -> AsyncIterator[ClaudeAgentOptions]:
     """Options whose CLI goes through the relay while the block runs (for client users)."""
     async with relayed(options or ClaudeAgentOptions(), policy or Policy()) as hookup:
-        url = hookup.options.env.get("ANTHROPIC_BASE_URL", "") if hookup.run else ""
-        if url:
-            _by_url[url] = hookup
-        try:
-            yield hookup.options
-        finally:
-            if url:
-                _by_url.pop(url, None)
-
-
-def hookup_for(options: ClaudeAgentOptions) -> RelayHookup | None:
-    """The :func:`relay_for` hookup whose options these are, if its block is still open."""
-    return _by_url.get(options.env.get("ANTHROPIC_BASE_URL", ""))
+        yield hookup.options
 
 
 def _one_line(exc: BaseException) -> str:

@@ -32,8 +32,8 @@ from typing import Any
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
+from .._gate.prompt_limits import prompt_limits
 from .._redact import redact
-from .._run.prompt_limits import prompt_limits
 from .._run.relayed import relayed
 from .._version import __version__
 from ..clock import SYSTEM_CLOCK, Clock

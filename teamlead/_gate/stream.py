@@ -9,7 +9,7 @@ the gate; :func:`classify_agent_result` is the pure rule for one Agent tool resu
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 from ..tracker import TaskEnded, TaskStarted, parse_message
@@ -71,10 +71,15 @@ def _field(obj: Any, name: str) -> Any:
     return obj.get(name) if isinstance(obj, Mapping) else getattr(obj, name, None)
 
 
-def observe(gate: SpawnGate, message: Any) -> None:
+def observe(gate: SpawnGate, message: Any, events: Sequence[Any] | None = None) -> None:
     """Tell ``gate`` what ``message`` (any SDK message or raw dict) means for its slots.
 
     Never raises: a malformed message is skipped (and noted in ``gate.errors``).
+
+    Args:
+        gate: the gate to tell.
+        message: one SDK message, typed or raw.
+        events: the message's parsed events, when the caller has them already.
     """
     try:
         _observe(gate, message)
