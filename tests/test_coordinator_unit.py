@@ -35,7 +35,7 @@ from teamlead._run.resume_prompt import (
     DeliverySource,
     build_resume_prompt,
 )
-from teamlead.clock import Clock, FakeClock
+from teamlead.clock import Clock
 from teamlead.events import (
     FallbackUsed,
     Finished,
@@ -46,6 +46,7 @@ from teamlead.events import (
     _Event,
 )
 from teamlead.policy import InboxWaitPolicy, Policy, RetryPolicy, SpawnPolicy
+from teamlead.testing import FakeClock
 from teamlead.testing.teammate import (
     create_team,
     idle_notification,

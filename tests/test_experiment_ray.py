@@ -395,8 +395,8 @@ async def test_governors_on_two_nodes_share_learnt_limits(ray_instance: _Cluster
     """A cut learnt by one process's governor is seen by another's, in its own time base."""
     from teamlead import Governor, GovernorPolicy, bucket_key
     from teamlead._governor.aimd import Limits
-    from teamlead.clock import FakeClock
     from teamlead.experiment.ray_backend import RayLimitStore
+    from teamlead.testing import FakeClock
 
     key = bucket_key("anthropic", "claude-opus-5-5")
     clock_a, clock_b = FakeClock(start=100.0), FakeClock(start=5000.0)  # same wall time

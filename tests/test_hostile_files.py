@@ -27,11 +27,11 @@ from teamlead._cli import main
 from teamlead._run.collect import Collection
 from teamlead._run.loop import finish
 from teamlead._run.state import RunState, new_run
-from teamlead.clock import FakeClock
 from teamlead.errors import UsageError
 from teamlead.events import InboxCollected
 from teamlead.experiment.records import read_records
 from teamlead.policy import Policy
+from teamlead.testing import FakeClock
 from teamlead.tracker import Tracker
 
 SESSION = "d6b404c3-7aec-40d7-9803-56ebb9cb00ba"

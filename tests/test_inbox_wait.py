@@ -14,8 +14,8 @@ from pydantic import ValidationError
 
 from teamlead._claude.inbox import wait_for_inbox
 from teamlead._claude.inbox.model import InboxRead
-from teamlead.clock import FakeClock
 from teamlead.policy import InboxWaitPolicy
+from teamlead.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 

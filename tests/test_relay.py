@@ -32,10 +32,9 @@ from teamlead._relay import (
     start_relay,
 )
 from teamlead._relay.stats import RelayEvent
-from teamlead.clock import FakeClock
 from teamlead.events import ConcurrencyChanged, RateLimited
 from teamlead.governor import Governor, GovernorPolicy
-from teamlead.testing import Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing import FakeClock, Reply, ScriptedRequest, ScriptedServer
 
 pytestmark = pytest.mark.anyio
 
