@@ -9,7 +9,7 @@ import pytest
 from teamlead._claude.loopback import ensure_loopback, is_loopback
 from teamlead.errors import SetupError
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
-from teamlead.testing.runner import offline_env
+from teamlead.testing.offline import offline_env
 
 
 def _echo(req: ScriptedRequest) -> Reply:

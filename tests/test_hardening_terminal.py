@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from rich.console import Console, Group
 
 from teamlead._cli import main, progress
-from teamlead._cli.app import run_session
+from teamlead._cli.running import run_session
 from teamlead._redact import terminal_safe
 from teamlead.events import Finished, InboxCollected, Resuming, WaitingForTeam
 from teamlead.experiment import TrialRecord, TrialWriter

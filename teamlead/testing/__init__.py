@@ -10,10 +10,10 @@ network.
 from __future__ import annotations
 
 from .fake_clock import FakeClock
+from .offline import OfflineClaude, bundled_cli_path, cli_version, ensure_loopback, offline_env
 from .replies import AgentCall, Fault, Reply, Role, ScriptedRequest, ToolUse
-from .runner import OfflineClaude, bundled_cli_path, cli_version, ensure_loopback, offline_env
+from .scripted_server import RecordedRequest, Script, ScriptedServer, ServerStats
 from .scripts import FanOut
-from .server import RecordedRequest, Script, ScriptedServer, ServerStats
 
 __all__ = [
     "AgentCall",
