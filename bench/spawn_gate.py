@@ -43,10 +43,12 @@ from _common import percentile, table
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 from claude_agent_sdk import query as sdk_query
 
-from teamlead._run.gate import SpawnGate, merge_hook
-from teamlead._run.gate_cap import SpawnCap
-from teamlead._run.gate_events import GateEvent, SpawnAdmitted
-from teamlead._run.gate_stream import observe
+from teamlead._gate.calls import GateEvent
+from teamlead._gate.gate import SpawnGate
+from teamlead._gate.hook import merge_hook
+from teamlead._gate.slots import SpawnCap
+from teamlead._gate.stream import observe
+from teamlead.events import SpawnAdmitted
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import OfflineClaude, ScriptedServer, cli_version
 from teamlead.testing.scripts import FanOut, findings_in

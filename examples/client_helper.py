@@ -8,9 +8,9 @@ a result was still not used (the synthesis turn failed, a teammate reported thro
 inbox) it sends a resume prompt on the same client, and it ends with ``teamlead.Finished``.
 
 The client's CLI starts with the client's options, so teamlead cannot raise the CLI's
-background-wait ceiling afterwards: ``teamlead.prepare_options`` sets it from the
-policy's deadline before connecting, so the CLI does not stop agents before teamlead
-gives up on them.
+background-wait ceiling afterwards: ``teamlead.ClientRun`` sets it from the policy's
+deadline before connecting (with the spawn gate's hook and the request relay), so the
+CLI does not stop agents before teamlead gives up on them.
 
 Run it in the repository you want surveyed (it only reads files)::
 
@@ -66,12 +66,16 @@ async def main(
     Returns:
         The ``Finished`` event with the final answer, status and reasons.
     """
-    options = teamlead.prepare_options(options or app_options(), POLICY, client=True)
     finished: teamlead.Finished | None = None
-    async with ClaudeSDKClient(options=options) as client:
+    # the run's state (wait ceiling, spawn gate, request relay) is made before the client
+    # connects: a client's options are fixed then
+    async with (
+        teamlead.ClientRun(options or app_options(), POLICY) as run,
+        ClaudeSDKClient(options=run.options) as client,
+    ):
         await client.query(prompt)
         # was: async for message in client.receive_response():
-        async for item in teamlead.receive_all(client, policy=POLICY):
+        async for item in teamlead.receive_all(client, run):
             if isinstance(item, AssistantMessage) and item.parent_tool_use_id is None:
                 for block in item.content:  # the lead's own messages, not its agents'
                     if isinstance(block, ToolUseBlock) and block.name in ("Agent", "Task"):

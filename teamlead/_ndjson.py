@@ -26,23 +26,33 @@ from .tracker import (
     LeadTurn,
     ResultSeen,
     SessionSeen,
+    SubagentTurn,
     TaskEnded,
+    TaskProgress,
+    TaskStarted,
     TrackedEvent,
     Tracker,
 )
 
-__all__ = ["JsonProgress", "event_record", "first_sighting"]
+__all__ = ["JsonProgress", "event_record", "first_sighting", "in_schema"]
 
-_SNAKE = {
-    "SessionSeen": "session",
-    "AgentCallSeen": "agent_call",
-    "TaskStarted": "task_started",
-    "TaskProgress": "task_progress",
-    "TaskEnded": "task_ended",
-    "LeadTurn": "lead_turn",
-    "SubagentTurn": "subagent_turn",
-    "ResultSeen": "result",
+#: The tracker events of the NDJSON schema, by their record ``type``.
+_SNAKE: dict[type[TrackedEvent], str] = {
+    SessionSeen: "session",
+    AgentCallSeen: "agent_call",
+    TaskStarted: "task_started",
+    TaskProgress: "task_progress",
+    TaskEnded: "task_ended",
+    LeadTurn: "lead_turn",
+    SubagentTurn: "subagent_turn",
+    ResultSeen: "result",
 }
+
+
+def in_schema(event: TrackedEvent) -> bool:
+    """Whether ``event`` is one of the NDJSON schema's tracker records (the parser also
+    makes events only teamlead itself reads: tool results, session states, ...)."""
+    return type(event) in _SNAKE
 
 
 def event_record(event: TrackedEvent) -> dict[str, Any]:
@@ -51,7 +61,7 @@ def event_record(event: TrackedEvent) -> dict[str, Any]:
     for key, value in list(data.items()):
         if isinstance(value, str):
             data[key] = redact(value)
-    return {"type": _SNAKE[type(event).__name__], "version": EVENT_VERSION, **data}
+    return {"type": _SNAKE[type(event)], "version": EVENT_VERSION, **data}
 
 
 def first_sighting(event: SessionSeen, tracker: Tracker, shown: set[str]) -> bool:
@@ -108,7 +118,8 @@ class JsonProgress:
             self.stream.write(redact(to_json()) + "\n")  # a secret in any field, at the last step
         else:
             for event in self.tracker.feed(item):
-                self._event(event)
+                if in_schema(event):
+                    self._event(event)
         self.stream.flush()
 
     def _event(self, event: TrackedEvent) -> None:

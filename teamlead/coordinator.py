@@ -17,9 +17,13 @@ collected results quoted as data. It loops until nothing is outstanding or the
 
 :func:`receive_all` does the same for ``ClaudeSDKClient`` users: it keeps receiving past
 the first result until the background work is absorbed, then resumes on the same client.
+A :class:`ClientRun` holds such a run's state from before the client connects (its spawn
+gate, its request relay, its clock), since a client's options are fixed then.
 
-This module holds only the entry points; the machinery (rounds, collection, retries,
-the resume prompt, the final ledger) is private, in :mod:`teamlead._run`.
+This module holds only the entry points: each creates the run's state
+(:class:`~teamlead._run.state.RunState`) and hands it to a driver. The machinery (rounds,
+collection, retries, the resume prompt, the final ledger) is private, in
+:mod:`teamlead._run`; the spawn gate is in :mod:`teamlead._gate`.
 
 Example:
     >>> async for item in teamlead.query("Audit the repo", options=opts):  # doctest: +SKIP
@@ -29,20 +33,23 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, aclosing
 from typing import Any
 
 from claude_agent_sdk import ClaudeAgentOptions
 
 from ._otel import trace_run
-from ._run.relayed import hookup_for, relayed_stream, with_relay_events
+from ._run.loop import Client, QueryFn, run_client, run_query, run_resume
+from ._run.relayed import RelayHookup, relayed, with_relay_events
 from ._run.relayed import relay_for as _relay_for
-from ._run.session import Client, Coordinator, QueryFn, prepare_options
+from ._run.state import RunState, new_run, prepare_options
 from .clock import SYSTEM_CLOCK, Clock
+from .events import Finished
 from .policy import Policy
 
 __all__ = [
+    "ClientRun",
     "QueryFn",
     "prepare_options",
     "query",
@@ -52,23 +59,53 @@ __all__ = [
 ]
 
 
-def _coordinator(
-    options: ClaudeAgentOptions | None,
-    query_fn: QueryFn | None,
-    policy: Policy | None,
-    clock: Clock,
-) -> Coordinator:
-    """A coordinator wrapping ``query_fn``, by default ``claude_agent_sdk.query``."""
-    if query_fn is None:
-        from claude_agent_sdk import query as sdk_query
+def _sdk_query(query_fn: QueryFn | None) -> QueryFn:
+    """``query_fn``, by default ``claude_agent_sdk.query``."""
+    if query_fn is not None:
+        return query_fn
+    from claude_agent_sdk import query as sdk_query
 
-        query_fn = sdk_query
-    return Coordinator(
-        options=options or ClaudeAgentOptions(),
-        query_fn=query_fn,
-        policy=policy or Policy(),
-        clock=clock,
-    )
+    return sdk_query
+
+
+async def _relayed_run(
+    state: RunState,
+    start: Callable[[RunState], AsyncGenerator[Any, None]],
+    *,
+    mode: str = "query",
+    prompt: str | None = None,
+    session_id: str | None = None,
+) -> AsyncGenerator[Any, None]:
+    """The stream ``start`` makes from ``state``, with the run hooked up to the relay.
+
+    The hookup is attached to the run state (its options then point at the relay) before
+    ``start`` runs, so every round reads the relay's events from the run state. With
+    telemetry on (:mod:`teamlead._otel`), the run's spans are made from this stream, the
+    CLI gets the run's span as its ``TRACEPARENT`` and the relay makes a ``chat`` span per
+    request (``mode``, ``prompt`` and ``session_id`` describe the run for them).
+    ``Finished`` comes last and only after the run has let go of everything: the stream
+    has ended and the run has left the relay (stopping it when it was the last run). An
+    app that stops reading at ``Finished`` (``return`` inside ``async for``) then leaves
+    nothing for the event loop's generator finaliser, which may run too late to finish.
+    """
+    finished: Finished | None = None
+    async with relayed(state.options, state.policy) as hookup:
+        state.attach_relay(hookup)
+        run_trace = trace_run(mode, state.options, prompt=prompt, session_id=session_id)
+        if run_trace is not None:
+            run_trace.attach(hookup.run)
+            state.options = run_trace.cli_options(state.options)
+        items = with_relay_events(start(state), hookup)
+        if run_trace is not None:
+            items = run_trace.observe(items)
+        async with aclosing(items) as stream:
+            async for item in stream:
+                if isinstance(item, Finished):
+                    finished = item
+                else:
+                    yield item
+    if finished is not None:
+        yield finished
 
 
 async def query(
@@ -104,19 +141,84 @@ async def query(
         ...     if isinstance(item, teamlead.Finished):  # doctest: +SKIP
         ...         print(item.status, item.result)
     """
-    policy = policy or Policy()
+    fn = _sdk_query(query_fn)
+    state = new_run("query", options, policy or Policy(), clock)
 
-    def start(relayed_options: ClaudeAgentOptions) -> AsyncGenerator[Any, None]:
-        return _coordinator(relayed_options, query_fn, policy, clock).run(prompt)
+    def start(run: RunState) -> AsyncGenerator[Any, None]:
+        return run_query(run, fn, prompt)
 
-    stream = relayed_stream(options or ClaudeAgentOptions(), policy, start, prompt=prompt)
-    async with aclosing(stream) as items:
+    async with aclosing(_relayed_run(state, start, prompt=prompt)) as items:
         async for item in items:
             yield item
 
 
+class ClientRun:
+    """The state of one ``ClaudeSDKClient`` run, made before the client connects.
+
+    A client's options (its hooks, its environment) are fixed when it connects, so the
+    run's state is made first: the options come back with the CLI's background-wait
+    ceiling, its session-state events, the spawn gate's hook (on the injected clock) and,
+    inside ``async with``, the request relay's base URL. Connect the client with
+    :attr:`options` inside the block, and pass the run to :func:`receive_all`: the gate
+    and the relay's events and summary then reach the stream.
+
+    Args:
+        options: the client's options (default ``ClaudeAgentOptions()``); never mutated.
+        policy: limits and waits (default :class:`~teamlead.policy.Policy()`).
+        clock: time source of the run's deadline, waits and the gate (tests inject a fake).
+
+    Example:
+        >>> async with teamlead.ClientRun(options, policy) as run:  # doctest: +SKIP
+        ...     async with ClaudeSDKClient(run.options) as client:
+        ...         await client.query("Audit the repo")
+        ...         async for item in teamlead.receive_all(client, run):
+        ...             print(item)
+    """
+
+    def __init__(
+        self,
+        options: ClaudeAgentOptions | None = None,
+        policy: Policy | None = None,
+        *,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self._state = new_run("client", options, policy or Policy(), clock)
+        self._relay: AbstractAsyncContextManager[RelayHookup] | None = None
+        self._used = False
+
+    @property
+    def options(self) -> ClaudeAgentOptions:
+        """The options to connect the client with (through the relay inside the block)."""
+        return self._state.options
+
+    @property
+    def policy(self) -> Policy:
+        """The run's policy."""
+        return self._state.policy
+
+    async def __aenter__(self) -> ClientRun:
+        """Start the request relay for the client's life (direct when off or failing)."""
+        context = relayed(self._state.options, self._state.policy)
+        self._state.attach_relay(await context.__aenter__())
+        self._relay = context
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        """Leave the relay; a client still running loses its connection to the model."""
+        context, self._relay = self._relay, None
+        if context is not None:
+            await context.__aexit__(None, None, None)
+
+    def _take(self) -> RunState:
+        if self._used:
+            raise RuntimeError("a ClientRun drives one receive_all; make a new one per query")
+        self._used = True
+        return self._state
+
+
 async def receive_all(
     client: Client,
+    run: ClientRun | None = None,
     *,
     policy: Policy | None = None,
     clock: Clock = SYSTEM_CLOCK,
@@ -128,20 +230,31 @@ async def receive_all(
     used (a failed synthesis turn, teammates' inbox reports), and ends with
     :class:`~teamlead.events.Finished`.
 
-    Note: the client's CLI was started with the client's options, so set
-    ``CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS`` there (see :func:`prepare_options`), and start
-    the client inside :func:`relay_for` for its requests to be paced; then the relay's
-    events come in this stream and ``Finished.relay`` carries its summary.
+    Args:
+        client: the connected client whose query was sent.
+        run: the :class:`ClientRun` the client was connected with: its spawn gate, relay
+            and clock serve this run (its policy and clock win over ``policy`` and
+            ``clock``). Without it the run has no spawn gate and no relay events: the
+            client's hooks were fixed when it connected.
+        policy: limits and waits when there is no ``run``.
+        clock: time source when there is no ``run``.
+
+    Note: without a ``run``, build the client's options with :func:`prepare_options`
+    (``client=True``), so its CLI does not stop background agents before the deadline.
 
     Example:
-        >>> async with ClaudeSDKClient(options) as client:  # doctest: +SKIP
-        ...     await client.query("Audit the repo")
-        ...     async for item in teamlead.receive_all(client):
-        ...         print(item)
+        >>> async with teamlead.ClientRun(options) as run:  # doctest: +SKIP
+        ...     async with ClaudeSDKClient(run.options) as client:
+        ...         await client.query("Audit the repo")
+        ...         async for item in teamlead.receive_all(client, run):
+        ...             print(item)
     """
-    coordinator = Coordinator(options=client.options, policy=policy or Policy(), clock=clock)
-    hookup = hookup_for(client.options)
-    items = coordinator.run_client(client)
+    if run is not None:
+        state = run._take()
+    else:
+        state = new_run("client", client.options, policy or Policy(), clock, gated=False)
+    items = run_client(state, client)
+    hookup = state.relay
     items = with_relay_events(items, hookup) if hookup else items
     run_trace = trace_run("client", client.options)
     if run_trace is not None:  # telemetry on; the client's CLI started without our TRACEPARENT
@@ -161,10 +274,10 @@ def relay_for(
     to must too: open the client inside this block. The options come back with
     ``ANTHROPIC_BASE_URL`` at the process's shared relay (unchanged when the relay is off,
     not applicable, or failed to start: then with a one-line warning). Leaving the block
-    while the client still runs cuts its connection to the model.
+    while the client still runs cuts its connection to the model. :class:`ClientRun` does
+    this and more (the spawn gate, the relay's events in :func:`receive_all`).
 
     Example:
-        >>> opts = teamlead.prepare_options(opts, teamlead.Policy(), client=True)  # doctest: +SKIP
         >>> async with teamlead.relay_for(opts) as opts:  # doctest: +SKIP
         ...     async with ClaudeSDKClient(opts) as client:
         ...         await client.query("Audit the repo")
@@ -188,6 +301,13 @@ async def resume_session(
     ``options.env`` or the environment), gathers unused task results and inbox reports,
     and resumes the lead, exactly like the tail of :func:`query`.
 
+    Args:
+        session_id: the session to finish.
+        options: SDK options for the resumed rounds.
+        query_fn: the generator to wrap (default ``claude_agent_sdk.query``).
+        policy: limits and waits (default :class:`~teamlead.policy.Policy()`).
+        clock: time source (tests inject a fake).
+
     Raises:
         UsageError: the session does not exist under the config dir.
 
@@ -195,14 +315,12 @@ async def resume_session(
         >>> async for item in teamlead.resume_session("3d33...", options):  # doctest: +SKIP
         ...     ...
     """
-    policy = policy or Policy()
+    fn = _sdk_query(query_fn)
+    state = new_run("query", options, policy or Policy(), clock)
 
-    def start(relayed_options: ClaudeAgentOptions) -> AsyncGenerator[Any, None]:
-        return _coordinator(relayed_options, query_fn, policy, clock).resume(session_id)
+    def start(run: RunState) -> AsyncGenerator[Any, None]:
+        return run_resume(run, fn, session_id)
 
-    stream = relayed_stream(
-        options or ClaudeAgentOptions(), policy, start, mode="resume", session_id=session_id
-    )
-    async with aclosing(stream) as items:
+    async with aclosing(_relayed_run(state, start, mode="resume", session_id=session_id)) as items:
         async for item in items:
             yield item

@@ -25,14 +25,17 @@ from typing import Any
 from ._parse import (
     TERMINAL_STATES,
     AgentCallSeen,
+    AgentCallsSent,
     LeadTurn,
     ResultSeen,
     SessionSeen,
+    SessionStateSeen,
     SubagentTurn,
     TaskEnded,
     TaskProgress,
     TaskStarted,
     TaskStatus,
+    ToolResultSeen,
     TrackedEvent,
     parse_message,
 )
@@ -40,15 +43,18 @@ from ._parse import (
 __all__ = [
     "TERMINAL_STATES",
     "AgentCallSeen",
+    "AgentCallsSent",
     "LeadTurn",
     "ResultSeen",
     "SessionSeen",
+    "SessionStateSeen",
     "SubagentTurn",
     "TaskEnded",
     "TaskInfo",
     "TaskProgress",
     "TaskStarted",
     "TaskStatus",
+    "ToolResultSeen",
     "TrackedEvent",
     "Tracker",
     "parse_message",
@@ -66,7 +72,7 @@ class TaskInfo:
     prompt: str | None = None
     subagent_type: str | None = None
     run_id: str | None = None
-    status: str = "running"
+    status: TaskStatus = "running"
     summary: str | None = None
     output_file: str | None = None
     usage: Mapping[str, Any] | None = None
@@ -228,6 +234,13 @@ class Tracker:
         """
         return max((r.cost_usd or 0.0 for r in self.results), default=0.0)
 
-    def task_for_tool_use(self, tool_use_id: str) -> TaskInfo | None:
-        task_id = self._by_tool_use.get(tool_use_id)
-        return self.tasks.get(task_id) if task_id else None
+    def stop_open_tasks(self, now: float) -> list[TaskInfo]:
+        """Mark every task still running ``stopped`` at ``now`` (the run stopped it).
+
+        Returns:
+            the tasks it stopped.
+        """
+        stopped = self.open_tasks
+        for task in stopped:
+            task.status, task.ended_at = "stopped", now
+        return stopped

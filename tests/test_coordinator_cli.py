@@ -274,3 +274,26 @@ async def test_client_helper_waits_for_idle_when_the_cli_retries_queued_turns(
     assert done.status == "completed", done.reasons
     assert sorted(findings_in(done.result or "")) == ["agent-1", "agent-2", "agent-3"]
     assert done.resumes == 1
+
+
+async def test_a_resume_retry_waits_at_least_the_apis_retry_after(offline: OfflineFactory) -> None:
+    """A 529 with ``retry-after`` on a resumed lead turn: the relay passes it to the CLI,
+    the round's outcome carries the wait, and the retry sleeps at least that long (on the
+    injected clock, so the test does not wait the 7 s)."""
+    from teamlead.testing import FakeClock
+
+    script = FanOut.of(
+        1, synthesis_fault=Reply.error(529, retry_after=7), synthesis_faults=2, fail_resumes=True
+    )
+    server, claude = offline(script)
+    clock = FakeClock()
+    items, done = await _run(
+        "Investigate one part.", claude.options(), policy=Policy(wait_s=1), clock=clock
+    )
+    failed = [i for i in items if isinstance(i, ResumeFailed)]
+    assert [(f.round, f.attempt, f.transient) for f in failed] == [(1, 1, True)]
+    assert failed[0].retry_in_s == 7.0  # the backoff alone would be 2 s
+    assert 7.0 in clock.sleeps
+    assert done.status == "completed", done.reasons
+    assert findings_in(done.result or "") == ["agent-1"]
+    assert done.relay is not None and done.relay.overloaded >= 2

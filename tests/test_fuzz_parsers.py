@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the parsers of files others write (issue #12).
+"""Property-based fuzzing of the parsers of files others write.
 
 For the inbox, team config, session transcript and trial-record parsers:
 - only teamlead's own errors or warnings come out, never a stray exception;
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 from teamlead._claude.inbox import consume_inbox, read_inbox
 from teamlead._claude.inbox.model import entry_key
-from teamlead._claude.session import load_session
+from teamlead._claude.saved_session import load_session
 from teamlead._claude.team import load_team
 from teamlead.errors import TeamleadError
 from teamlead.experiment.specs.records import TrialRecord, read_records

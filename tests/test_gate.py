@@ -15,18 +15,15 @@ import pydantic
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 
-from teamlead._run.gate import SpawnGate, merge_hook
-from teamlead._run.gate_cap import FifoSlots, SpawnCap, cli_subagent_cap
-from teamlead._run.gate_events import (
-    GateEvent,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnQueued,
-    SpawnRejected,
-)
-from teamlead._run.gate_stream import classify_agent_result, observe
-from teamlead.clock import FakeClock
+from teamlead._gate.calls import GateEvent
+from teamlead._gate.gate import SpawnGate
+from teamlead._gate.hook import merge_hook
+from teamlead._gate.slots import FifoSlots, SpawnCap, cli_subagent_cap
+from teamlead._gate.stream import classify_agent_result, observe
+from teamlead.events import SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
 from teamlead.policy import SpawnPolicy
+from teamlead.testing import FakeClock
+from teamlead.tracker import ToolResultSeen, parse_message
 
 pytestmark = pytest.mark.anyio
 
@@ -473,8 +470,10 @@ async def test_apply_keeps_the_users_hooks_and_is_idempotent() -> None:
     ],
 )
 def test_classify_agent_result(content: Any, is_error: Any, expected: str) -> None:
-    block = {"tool_use_id": "t", "content": content, "is_error": is_error}
-    assert classify_agent_result(block) == expected
+    block = {"type": "tool_result", "tool_use_id": "t", "content": content, "is_error": is_error}
+    (result,) = parse_message({"type": "user", "message": {"content": [block]}})
+    assert isinstance(result, ToolResultSeen)
+    assert classify_agent_result(result) == expected
 
 
 async def test_observe_frees_slots_from_the_stream() -> None:

@@ -16,9 +16,9 @@ from hypothesis import strategies as st
 
 from teamlead._governor.ratelimit_headers import pace_pause, read_windows
 from teamlead._governor.retry_after import MAX_PAUSE_S, parse_retry_after, retry_after_from_headers
-from teamlead.clock import FakeClock
 from teamlead.events import ConcurrencyChanged
 from teamlead.governor import JOURNAL_SIZE, Governor, GovernorPolicy
+from teamlead.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 

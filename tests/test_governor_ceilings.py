@@ -20,11 +20,10 @@ from teamlead._cli.ask import ask
 from teamlead._cli.options import limits_from_options
 from teamlead._cli.relay import relay
 from teamlead._relay.shared import governor_policy
-from teamlead.clock import FakeClock
 from teamlead.errors import GovernorCleared, SetupError
 from teamlead.governor import Governor, GovernorPolicy
 from teamlead.policy import LimitsPolicy
-from teamlead.testing import Reply, ScriptedServer
+from teamlead.testing import FakeClock, Reply, ScriptedServer
 
 OPUS = "anthropic/claude-opus-5-5"
 HAIKU = "anthropic/claude-haiku-5"

@@ -23,9 +23,10 @@ from teamlead._governor.account import Bounds, FallbackAccount, ProcessAccount
 from teamlead._governor.accounts import check_limits_spec, open_account
 from teamlead._governor.aimd import Limits
 from teamlead._governor.sqlite_account import MachineAccount, default_path
-from teamlead.clock import SYSTEM_CLOCK, Clock, FakeClock
+from teamlead.clock import SYSTEM_CLOCK, Clock
 from teamlead.errors import UsageError
 from teamlead.governor import Governor, GovernorPolicy, Slot
+from teamlead.testing import FakeClock
 
 A = "anthropic/claude-opus-5-5"
 pytestmark = pytest.mark.anyio

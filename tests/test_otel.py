@@ -33,7 +33,6 @@ from teamlead._otel.instruments import Instruments
 from teamlead._otel.run import RunTrace
 from teamlead._otel.setup import Telemetry, export_wanted
 from teamlead._relay import start_relay
-from teamlead.clock import FakeClock
 from teamlead.events import (
     FallbackUsed,
     Finished,
@@ -47,7 +46,7 @@ from teamlead.events import (
     WaitingForTeam,
 )
 from teamlead.governor import Governor, GovernorPolicy
-from teamlead.testing import Reply, ScriptedServer
+from teamlead.testing import FakeClock, Reply, ScriptedServer
 from teamlead.testing.otlp import OtlpReceiver, ReceivedSpan
 from teamlead.testing.wire import sse_events
 
@@ -301,7 +300,7 @@ def test_a_runs_events_become_its_phases_and_its_agents_gate_events(
                     id="mate",
                     kind="teammate",
                     description="mate",
-                    status="missing",
+                    status="pending",
                     disposition="missing",
                     source="none",
                 ),

@@ -28,9 +28,9 @@ import pytest
 from teamlead._governor.retry_after import MAX_PAUSE_S
 from teamlead._relay import Relay, RelayConfig, start_relay
 from teamlead._relay.forward import backoff_s
-from teamlead.clock import FakeClock
 from teamlead.events import RateLimited
 from teamlead.governor import Governor, GovernorPolicy
+from teamlead.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 

@@ -18,7 +18,7 @@ import pytest
 from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, SystemMessage
 
 import teamlead
-from teamlead._run.relayed import hookup_for, relay_wanted
+from teamlead._run.relayed import relay_wanted
 from teamlead.events import (
     BucketSummary,
     ConcurrencyChanged,
@@ -188,20 +188,17 @@ async def test_a_relay_that_cannot_listen_warns_and_runs_direct(
     )
 
 
-async def test_relay_for_keeps_the_relay_up_for_a_client_and_receive_all_reports_it() -> None:
+async def test_a_client_run_keeps_the_relay_up_for_a_client_and_receive_all_reports_it() -> None:
     with ScriptedServer(_limited_once()) as server:
-        options = teamlead.prepare_options(
-            ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url}),
-            teamlead.Policy(),
-            client=True,
-        )
-        async with teamlead.coordinator.relay_for(options) as relayed_options:
-            base = relayed_options.env["ANTHROPIC_BASE_URL"]
-            assert base != server.base_url and hookup_for(relayed_options) is not None
-            assert relayed_options.env["CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS"] == "1"
-            client = _Client(relayed_options)
-            items = [i async for i in teamlead.receive_all(client)]
-        assert hookup_for(relayed_options) is None
+        options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
+        run = teamlead.ClientRun(options, teamlead.Policy())
+        assert run.options.env["ANTHROPIC_BASE_URL"] == server.base_url  # not yet relayed
+        async with run:
+            base = run.options.env["ANTHROPIC_BASE_URL"]
+            assert base != server.base_url
+            assert run.options.env["CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS"] == "1"
+            client = _Client(run.options)
+            items = [i async for i in teamlead.receive_all(client, run)]
         # the block is over: the relay is gone, the next client would need a new block
         async with httpx.AsyncClient(timeout=5) as after:
             with pytest.raises(httpx.ConnectError):
@@ -209,6 +206,21 @@ async def test_relay_for_keeps_the_relay_up_for_a_client_and_receive_all_reports
     assert [type(i).__name__ for i in items if isinstance(i, RateLimited)] == ["RateLimited"]
     done = items[-1]
     assert isinstance(done, Finished) and done.relay is not None and done.relay.absorbed == 1
+
+
+async def test_relay_for_keeps_the_relay_up_for_a_client_while_the_block_runs() -> None:
+    with ScriptedServer(_limited_once()) as server:
+        options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
+        async with teamlead.relay_for(options) as relayed_options:
+            base = relayed_options.env["ANTHROPIC_BASE_URL"]
+            assert base != server.base_url
+            client = _Client(relayed_options)
+            items = [i async for i in teamlead.receive_all(client)]
+        async with httpx.AsyncClient(timeout=5) as after:
+            with pytest.raises(httpx.ConnectError):
+                await after.post(f"{base}/v1/messages", json={})
+    done = items[-1]
+    assert isinstance(done, Finished) and done.status == "completed"
 
 
 class _Client:

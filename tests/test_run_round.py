@@ -12,11 +12,13 @@ from typing import Any
 
 import anyio
 import pytest
+from claude_agent_sdk import ClaudeAgentOptions
 
 from teamlead._run.round import Round
-from teamlead.clock import SYSTEM_CLOCK, FakeClock, move_on_at
+from teamlead._run.state import new_run
+from teamlead.clock import SYSTEM_CLOCK, move_on_at
 from teamlead.policy import Policy
-from teamlead.tracker import Tracker
+from teamlead.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 
@@ -45,15 +47,10 @@ async def stream(*messages: Any, hang: anyio.Event | None = None) -> AsyncIterat
 
 
 def make_round(agen: AsyncIterator[Any], clock: FakeClock, **kwargs: Any) -> Round:
-    policy = kwargs.pop("policy", Policy(deadline_s=60.0))
-    return Round(
-        agen,
-        tracker=Tracker(),
-        policy=policy,
-        clock=clock,
-        deadline=clock.monotonic() + policy.deadline_s,
-        **kwargs,
-    )
+    policy = kwargs.pop("policy", Policy(deadline_s=60.0, relay=False))
+    state = new_run("query", ClaudeAgentOptions(), policy, clock)
+    state.start_clock()
+    return Round(state, agen, deadline=clock.monotonic() + policy.deadline_s, **kwargs)
 
 
 async def test_a_round_yields_only_the_streams_messages_then_exposes_its_outcome() -> None:

@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from teamlead._cli import main
 from teamlead._cli.demo import offline_exports, request_line
 from teamlead.testing import ScriptedServer
+from teamlead.testing.recorded import RecordedRequest
 from teamlead.testing.scripts import SCENARIO_SUMMARIES, SCENARIOS, scenario
-from teamlead.testing.server import RecordedRequest
 
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
 

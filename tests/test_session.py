@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from teamlead._claude.session import load_session
+from teamlead._claude.saved_session import load_session
 from teamlead.errors import UsageError
 
 SID = "0f0e0d0c-1111-2222-3333-444455556666"

@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 
-from teamlead.clock import FakeClock
-from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing import FakeClock, OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.scripts import FanOut, findings_in, synthesize
 from tests.test_coordinator_unit import (
     Script,

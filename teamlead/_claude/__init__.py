@@ -2,7 +2,7 @@
 
 What Claude Code writes and teamlead reads lives here, one module per format: teams
 (``team``), the team-lead inbox (``inbox``), session transcripts rebuilt into tracker
-state (``session``), subagent transcripts (``transcript``), the bundled CLI's path and
+state (``saved_session``), subagent transcripts (``transcript``), the bundled CLI's path and
 version (``binary``) and the loopback check on a base URL (``loopback``). These follow
 Claude Code, not a promise of teamlead's, so nothing here is public API.
 """

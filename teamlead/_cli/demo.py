@@ -51,7 +51,7 @@ def run_demo(
     from ..events import Finished
     from ..policy import Policy
     from ..testing.demo import DEMO_PROMPT
-    from .app import run_session
+    from .running import run_session
 
     with tempfile.TemporaryDirectory(prefix="teamlead-demo-") as tmp:
         finished: list[Finished] = []

@@ -1,18 +1,22 @@
 """Collection: wait for the team, read the lead's inbox, fall back for tasks -> deliveries.
 
-After each round the session asks the :class:`Collector` what is still outstanding. It
-finds the session's team, waits (one ``wait_s`` budget for the whole run) for members
-that have not reported, turns fresh inbox entries into deliveries, and recovers every
-unused task result from its summary or transcript. Once a lead turn used a delivery,
-:meth:`Collector.absorb` marks it and consumes its inbox entry, so nothing is delivered
-twice.
+After each round the session runs a :class:`Collection` on the run state: it finds the
+session's team, waits (one ``wait_s`` budget for the whole run) for members that have not
+reported, turns fresh inbox entries into deliveries, and recovers every unused task result
+from its summary or transcript. It yields its events and, once iteration has ended, says
+what it found (:attr:`Collection.deliveries`), as a :class:`~.round.Round` says its
+outcome. Once a lead turn used a delivery, :func:`absorb` marks it and consumes its inbox
+entry, so nothing is delivered twice; :func:`dispositions` says, at the end, what became
+of every task and teammate.
+
+What was collected lives in the run state's :class:`~.state.Collected`, which only this
+module changes.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
@@ -21,113 +25,116 @@ from .._claude.inbox.model import InboxRead, TeammateMessage
 from .._claude.team import Team, resolve_team
 from .._claude.transcript import find_subagent_transcript, last_assistant_text
 from .._redact import redact
-from ..clock import Clock
-from ..events import FallbackUsed, InboxCollected, TeamleadEvent, WaitingForTeam
-from ..policy import Policy
+from ..events import (
+    Disposition,
+    FallbackUsed,
+    InboxCollected,
+    TaskDisposition,
+    TeamleadEvent,
+    WaitingForTeam,
+)
 from ..tracker import TaskInfo, Tracker
-from .resume_prompt import Delivery, TaskSource
+from .resume_prompt import FAILED_STATES, Delivery, DeliveryStatus, TaskOutcome, TaskSource
+from .state import Collected, Member, RunState
 
-__all__ = ["Collector", "Member", "MemberStatus"]
+__all__ = ["Collection", "absorb", "dispositions"]
 
 logger = logging.getLogger("teamlead.inbox")  # where the inbox reader's warnings go
 
 _EVENT_MESSAGES = 50
 _EVENT_WARNINGS = 20
 _EVENT_CHARS = 200
-
-MemberStatus: TypeAlias = Literal["pending", "reported"]
-
-
-@dataclass
-class Member:
-    """A teammate of the session's team and whether it has reported."""
-
-    name: str
-    status: MemberStatus = "pending"
-    detail: str = ""
-    failed: bool = False
+_Source: TypeAlias = Literal["lead", "summary", "transcript", "inbox", "none"]
 
 
-@dataclass
-class Collector:
-    """What the run has collected and delivered, and how to collect more.
+class Collection:
+    """Wait for outstanding work and collect what was not delivered yet.
+
+    Iterate it for its events; then :attr:`deliveries` holds what it found.
 
     Args:
-        config_dir: the Claude config dir holding teams, inboxes and transcripts.
-        policy: waits and inbox consumption.
-        clock: time source for the inbox wait.
+        state: the run; its tracker says what ran, its ``collected`` is updated.
+        deadline: the latest the collection may wait until (``clock.monotonic()``).
+        carried: deliveries collected earlier that did not fit a resume prompt; they
+            come first.
+        process_alive: a client's CLI still runs: tasks still running are left to the
+            CLI instead of being recovered as lost.
     """
 
-    config_dir: Path
-    policy: Policy
-    clock: Clock
-    deliveries: dict[str, Delivery] = field(default_factory=dict)
-    absorbed: set[str] = field(default_factory=set)
-    members: dict[str, Member] = field(default_factory=dict)
-    seen_inbox_keys: set[str] = field(default_factory=set)
-    carry: list[Delivery] = field(default_factory=list)  # collected, but over the prompt cap
-    ambiguous_team: str | None = None  # several teams claimed the session: never "completed"
-    _logged: set[str] = field(default_factory=set)  # inbox warnings already shown
-    _waited_s: float = 0.0
-    _team: Team | None = None
-
-    async def collect(
+    def __init__(
         self,
-        tracker: Tracker,
-        pending: list[Delivery],
+        state: RunState,
         *,
         deadline: float,
+        carried: list[Delivery] | None = None,
         process_alive: bool = False,
-    ) -> AsyncIterator[TeamleadEvent]:
-        """Wait for outstanding work and fill ``pending`` with undelivered results.
+    ) -> None:
+        self._state = state
+        self._collected = state.collected
+        self._config_dir = state.config_dir
+        self._policy = state.policy
+        self._clock = state.clock
+        self._deadline = deadline
+        self._process_alive = process_alive
+        self._found: list[Delivery] = list(carried or [])
+        self._done = False
 
-        With ``process_alive`` (a client's CLI still runs), tasks still running are left
-        to the CLI instead of being recovered as lost.
-        """
-        pending.extend(self.carry)
-        self.carry = []
-        session = tracker.session_id
-        team = self._find_team(session)
+    @property
+    def deliveries(self) -> list[Delivery]:
+        """What the collection found, carried deliveries first; only once it has ended."""
+        if not self._done:
+            raise RuntimeError("a collection's deliveries are known only once it has ended")
+        return self._found
+
+    def __aiter__(self) -> AsyncIterator[TeamleadEvent]:
+        return self._collect()
+
+    async def _collect(self) -> AsyncIterator[TeamleadEvent]:
+        tracker = self._state.tracker
+        pending = self._found
+        collected = self._collected
+        team = self._find_team(tracker.session_id)
         if team is not None:
-            async for event in self._collect_team(team, tracker, pending, deadline):
+            async for event in self._collect_team(team, tracker, pending, self._deadline):
                 yield event
         for task in tracker.tasks.values():
             key = f"task:{task.task_id}"
-            if task.absorbed or key in self.absorbed or key in self.deliveries:
+            if task.absorbed or key in collected.absorbed or key in collected.deliveries:
                 continue
-            if not task.terminal and process_alive:
+            if not task.terminal and self._process_alive:
                 continue
             delivery, source = self._task_delivery(task, tracker.session_id)
             yield FallbackUsed(
                 task_id=task.task_id,
                 description=redact(task.description),
                 source=source,
-                status=delivery.status,
+                status=_task_outcome(task),
                 chars=len(delivery.text),
             )
             pending.append(delivery)
         for delivery in pending:
-            self.deliveries.setdefault(delivery.key, delivery)
+            collected.deliveries.setdefault(delivery.key, delivery)
+        self._done = True
 
     async def _collect_team(
         self, team: Team, tracker: Tracker, pending: list[Delivery], deadline: float
     ) -> AsyncIterator[TeamleadEvent]:
         for teammate in team.config.teammates:
-            self.members.setdefault(teammate.name, Member(teammate.name))
-        read = read_inbox(team.lead_inbox, config_dir=self.config_dir, log=False)
+            self._collected.members.setdefault(teammate.name, Member(teammate.name))
+        read = read_inbox(team.lead_inbox, config_dir=self._config_dir, log=False)
         for warning in read.warnings:
-            if warning not in self._logged:
-                self._logged.add(warning)
+            if warning not in self._collected.logged:
+                self._collected.logged.add(warning)
                 logger.warning("%s", warning)
         for message in read.messages:
-            if message.is_report and message.sender in self.members:
-                self.members[message.sender].status = "reported"  # already in the file
-        waiting = [m.name for m in self.members.values() if m.status == "pending"]
+            if message.is_report and message.sender in self._collected.members:
+                self._collected.members[message.sender].status = "reported"  # already in the file
+        waiting = [m.name for m in self._collected.members.values() if m.status == "pending"]
         satisfied = True
         if waiting:
             # wait_s is one budget for the whole run, not per round
-            budget = self.policy.wait_s - self._waited_s
-            wait_s = max(0.0, min(budget, deadline - self.clock.monotonic()))
+            budget = self._policy.wait_s - self._collected.waited_s
+            wait_s = max(0.0, min(budget, deadline - self._clock.monotonic()))
             yield WaitingForTeam(
                 session_id=tracker.session_id,
                 open_tasks=[t.task_id for t in tracker.open_tasks],
@@ -135,21 +142,23 @@ class Collector:
                 team=team.name,
                 wait_s=wait_s,
             )
-            wait_started = self.clock.monotonic()
+            wait_started = self._clock.monotonic()
             result = await wait_for_inbox(
                 team.lead_inbox,
                 until=self._members_reported,
-                policy=self.policy.inbox,
-                clock=self.clock,
+                policy=self._policy.inbox,
+                clock=self._clock,
                 deadline=wait_started + wait_s,
-                config_dir=self.config_dir,
-                logged=self._logged,
+                config_dir=self._config_dir,
+                logged=self._collected.logged,
             )
-            self._waited_s += self.clock.monotonic() - wait_started
+            self._collected.waited_s += self._clock.monotonic() - wait_started
             read, satisfied = result.read, result.satisfied
-        fresh = [m for m in read.messages if m.key not in self.seen_inbox_keys and not m.read]
+        fresh = [
+            m for m in read.messages if m.key not in self._collected.seen_inbox_keys and not m.read
+        ]
         for message in fresh:
-            self.seen_inbox_keys.add(message.key)
+            self._collected.seen_inbox_keys.add(message.key)
             self._note_member(message)
             if message.is_result:
                 pending.append(_inbox_delivery(message, team))
@@ -165,20 +174,25 @@ class Collector:
             )
 
     def _find_team(self, session: str | None) -> Team | None:
-        if self._team is not None or self.ambiguous_team is not None or not session:
-            return self._team
-        found = resolve_team(session, config_dir=self.config_dir)
-        self._team, self.ambiguous_team = found.team, found.ambiguous
-        return self._team
+        collected = self._collected
+        if collected.team is not None or collected.ambiguous_team is not None or not session:
+            return collected.team
+        found = resolve_team(session, config_dir=self._config_dir)
+        collected.team, collected.ambiguous_team = found.team, found.ambiguous
+        return collected.team
 
     def _members_reported(self, read: InboxRead) -> bool:
         reported = {m.sender for m in read.messages if m.is_report}
-        return all(m.status == "reported" or m.name in reported for m in self.members.values())
+        return all(
+            m.status == "reported" or m.name in reported for m in self._collected.members.values()
+        )
 
     def _note_member(self, message: TeammateMessage) -> None:
-        if message.sender not in self.members and not (message.is_report or message.is_result):
+        if message.sender not in self._collected.members and not (
+            message.is_report or message.is_result
+        ):
             return  # a stranger's protocol frame is reported, but nobody waits for it
-        member = self.members.setdefault(message.sender, Member(message.sender))
+        member = self._collected.members.setdefault(message.sender, Member(message.sender))
         if message.is_report or message.is_result:
             member.status = "reported"
         if message.completed_status == "failed" or message.idle_reason == "failed":
@@ -186,7 +200,7 @@ class Collector:
             member.detail = message.failure_reason or "reported a failure"
 
     def _task_delivery(self, task: TaskInfo, session: str | None) -> tuple[Delivery, TaskSource]:
-        status = task.status if task.terminal else "lost"
+        status = _task_outcome(task)
         text = ""
         source_of: TaskSource = "none"
         if task.status == "completed" and task.summary and task.summary.strip():
@@ -213,7 +227,7 @@ class Collector:
             candidates.append(Path(task.output_file))
         if session:
             try:
-                found = find_subagent_transcript(self.config_dir, session, task.task_id)
+                found = find_subagent_transcript(self._config_dir, session, task.task_id)
             except Exception:  # noqa: BLE001 - a malformed id must not stop the fallback
                 found = None
             if found is not None:
@@ -227,43 +241,94 @@ class Collector:
                 return text
         return None
 
-    async def absorb(self, delivered: list[Delivery]) -> list[str]:
-        """A successful lead turn used ``delivered``: mark them, consume their inbox entries.
 
-        Returns:
-            reasons for the ledger: inbox entries that could not be consumed.
-        """
-        reasons: list[str] = []
-        by_team: dict[Path, list[str]] = {}
-        for delivery in delivered:
-            self.absorbed.add(delivery.key)
-            if delivery.inbox_key and delivery.team is not None:
-                by_team.setdefault(delivery.team.lead_inbox, []).append(delivery.inbox_key)
-        if not self.policy.consume_inbox:
-            return reasons
-        for path, keys in by_team.items():
-            try:
-                done = await consume_inbox(
-                    path, keys, config_dir=self.config_dir, clock=self.clock, own_pids=_own_pids()
-                )
-            except Exception as exc:  # noqa: BLE001 - the results were used; report, do not fail
-                reasons.append(f"could not consume delivered inbox entries: {redact(str(exc))}")
-                continue
-            if done.refused:
-                reasons.append(f"inbox entries left in place: {done.refused}")
+async def absorb(state: RunState, delivered: list[Delivery]) -> list[str]:
+    """A successful lead turn used ``delivered``: mark them, consume their inbox entries.
+
+    Args:
+        state: the run whose ``collected`` records the absorption.
+        delivered: the deliveries the lead turn's prompt carried.
+
+    Returns:
+        reasons for the ledger: inbox entries that could not be consumed.
+    """
+    reasons: list[str] = []
+    by_team: dict[Path, list[str]] = {}
+    for delivery in delivered:
+        state.collected.absorbed.add(delivery.key)
+        if delivery.inbox_key and delivery.team is not None:
+            by_team.setdefault(delivery.team.lead_inbox, []).append(delivery.inbox_key)
+    if not state.policy.consume_inbox:
         return reasons
+    for path, keys in by_team.items():
+        try:
+            done = await consume_inbox(
+                path,
+                keys,
+                config_dir=state.config_dir,
+                clock=state.clock,
+                own_pids=_own_pids(),
+            )
+        except Exception as exc:  # noqa: BLE001 - the results were used; report, do not fail
+            reasons.append(f"could not consume delivered inbox entries: {redact(str(exc))}")
+            continue
+        if done.refused:
+            reasons.append(f"inbox entries left in place: {done.refused}")
+    return reasons
 
-    def missing_lines(self) -> list[str]:
-        """The teammates the resume prompt names as not reported or failed."""
-        lines = [
-            f'teammate "{m.name}" has not reported'
-            for m in self.members.values()
-            if m.status == "pending"
+
+def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition]:
+    """What became of every task and teammate of the run, for ``Finished.tasks``."""
+    out: list[TaskDisposition] = []
+    disposition: Disposition
+    for task in tracker.tasks.values():
+        key = f"task:{task.task_id}"
+        delivery = collected.deliveries.get(key)
+        used = task.absorbed or key in collected.absorbed
+        status = _task_outcome(task)
+        source: _Source = delivery.source if delivery else ("lead" if task.absorbed else "none")
+        if status in FAILED_STATES:
+            disposition = "failed"
+        elif used and (task.absorbed or (delivery is not None and delivery.text)):
+            disposition = "included"
+        else:
+            disposition = "missing"
+        out.append(
+            TaskDisposition(
+                id=task.task_id,
+                kind="task",
+                description=redact(task.description or task.task_id),
+                status=status,
+                disposition=disposition,
+                source=source,
+            )
+        )
+    for member in collected.members.values():
+        keys = [
+            d.key
+            for d in collected.deliveries.values()
+            if d.kind == "teammate" and d.label == member.name
         ]
-        lines += [
-            f'teammate "{m.name}" failed: {m.detail}' for m in self.members.values() if m.failed
-        ]
-        return lines
+        used = bool(keys) and all(k in collected.absorbed for k in keys)
+        if member.failed:
+            disposition = "failed"
+        elif used:
+            disposition = "included"
+        elif member.status == "reported" and not keys:
+            disposition = "included"  # it went idle with nothing to report
+        else:
+            disposition = "missing"
+        out.append(
+            TaskDisposition(
+                id=member.name,
+                kind="teammate",
+                description=member.name,
+                status="failed" if member.failed else member.status,
+                disposition=disposition,
+                source="inbox" if keys else "none",
+            )
+        )
+    return out
 
 
 def _own_pids() -> list[int]:
@@ -284,10 +349,27 @@ def _message_summary(message: TeammateMessage) -> dict[str, Any]:
     }
 
 
+def _task_outcome(task: TaskInfo) -> TaskOutcome:
+    """A task's delivery state: its terminal state, or ``lost`` if it never ended."""
+    status = task.status
+    if status in ("completed", "failed", "stopped", "killed"):
+        return status
+    return "lost"
+
+
 def _inbox_delivery(message: TeammateMessage, team: Team) -> Delivery:
+    status: DeliveryStatus
     if message.kind == "idle":
         text = message.result or message.summary or ""
-        status = message.completed_status or "resolved"
+        # the teammate's own word: only a state the prompt knows passes
+        reported = message.completed_status
+        status = (
+            "failed"
+            if reported == "failed"
+            else "completed"
+            if reported == "completed"
+            else "resolved"
+        )
     else:
         text, status = message.text, "message"
     return Delivery(

@@ -2,8 +2,9 @@
 
 The session records here what the final event must report: resumes, cost, the first
 stream error, why it stopped resuming (a typed :data:`~teamlead.events.FinishReason`
-plus human text). :meth:`Ledger.finish` then decides, from the tracker and what was
-collected, the status, each task's and teammate's disposition, and the one reason code.
+plus human text). :meth:`Ledger.finish` then decides, from the tracker, what became of
+every task and teammate (from :func:`~.collect.dispositions`) and the gate's records, the
+status and the one reason code.
 """
 
 from __future__ import annotations
@@ -12,14 +13,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
 
+from .._gate.calls import SpawnRecord, call_dispositions
 from .._redact import redact, redact_opt
-from ..events import Disposition, Finished, FinishReason, Status, TaskDisposition
+from ..events import Finished, FinishReason, Status, TaskDisposition
 from ..tracker import Tracker
-from .collect import Collector
-from .gate_events import SpawnRecord
-from .resume_prompt import FAILED_STATES
-from .round import ErrorKind, RoundOutcome
-from .spawning import call_dispositions
+from .outcome import ErrorKind, RoundOutcome
 
 __all__ = ["Ledger", "StopReason"]
 
@@ -27,7 +25,6 @@ __all__ = ["Ledger", "StopReason"]
 StopReason: TypeAlias = Literal[
     "max_resumes", "cost_budget", "deadline", "resume_failed", "no_session_id"
 ]
-_Source: TypeAlias = Literal["lead", "summary", "transcript", "inbox", "none"]
 
 
 @dataclass
@@ -67,21 +64,29 @@ class Ledger:
     def finish(
         self,
         tracker: Tracker,
-        collected: Collector,
+        dispositions: Sequence[TaskDisposition],
         *,
+        unreported: Sequence[str] = (),
+        unproven_team: str | None = None,
         wait_s: float,
         calls: Sequence[SpawnRecord] = (),
     ) -> Finished:
         """The final :class:`Finished` event for the state reached.
 
-        ``calls`` are the spawn gate's records: the Agent calls that never became tasks
-        (denied, rejected) are reported too, and a rejected one that the lead did not
-        re-issue makes the run partial.
+        Args:
+            tracker: the session as followed.
+            dispositions: what became of each task and teammate.
+            unreported: the teammates that never reported.
+            unproven_team: why the session's team is unproven (several teams claim it):
+                the run is then never ``completed``.
+            wait_s: the policy's wait for teammates, for the reason text.
+            calls: the spawn gate's records: the Agent calls that never became tasks
+                (denied, rejected) are reported too, and a rejected one that the lead did
+                not re-issue makes the run partial.
         """
-        dispositions = _dispositions(tracker, collected)
+        dispositions = list(dispositions)
         not_run, call_reasons = call_dispositions(list(calls))
         dispositions += not_run
-        members = collected.members.values()
         last = tracker.last_success
         final = last.text if last is not None and (last.text or "").strip() else None
         reasons = list(self.reasons)
@@ -89,11 +94,10 @@ class Ledger:
             recovered = self.last_round_ok and last is not None
             prefix = "recovered from: " if recovered else ""
             reasons.insert(0, f"{prefix}the lead's stream ended with an error: {self.first_error}")
-        if collected.ambiguous_team is not None:
-            reasons.append(collected.ambiguous_team)
-        for member in members:
-            if member.status == "pending":
-                reasons.append(f'teammate "{member.name}" did not report within {wait_s:g} s')
+        if unproven_team is not None:
+            reasons.append(unproven_team)
+        for name in unreported:
+            reasons.append(f'teammate "{name}" did not report within {wait_s:g} s')
         reasons += call_reasons
         for d in dispositions:
             if d.kind == "call":
@@ -110,8 +114,8 @@ class Ledger:
         elif (
             not self.last_round_ok  # an answer from finished work, but the last round failed
             or any(d.disposition not in ("included", "not_run") for d in dispositions)
-            or any(m.status == "pending" for m in members)
-            or collected.ambiguous_team is not None  # forged claims: results are unproven
+            or bool(unreported)
+            or unproven_team is not None  # forged claims: results are unproven
         ):
             status = "partial"
         else:
@@ -156,56 +160,3 @@ def _failed_reason(d: TaskDisposition) -> str:
     if d.source == "lead":
         return f"{head}; the lead saw what it reported"
     return f"{head}; what it left came from its {d.source}"
-
-
-def _dispositions(tracker: Tracker, collected: Collector) -> list[TaskDisposition]:
-    out: list[TaskDisposition] = []
-    disposition: Disposition
-    for task in tracker.tasks.values():
-        key = f"task:{task.task_id}"
-        delivery = collected.deliveries.get(key)
-        used = task.absorbed or key in collected.absorbed
-        status = task.status if task.terminal else "lost"
-        source: _Source = delivery.source if delivery else ("lead" if task.absorbed else "none")
-        if status in FAILED_STATES:
-            disposition = "failed"
-        elif used and (task.absorbed or (delivery is not None and delivery.text)):
-            disposition = "included"
-        else:
-            disposition = "missing"
-        out.append(
-            TaskDisposition(
-                id=task.task_id,
-                kind="task",
-                description=redact(task.description or task.task_id),
-                status=status,
-                disposition=disposition,
-                source=source,
-            )
-        )
-    for member in collected.members.values():
-        keys = [
-            d.key
-            for d in collected.deliveries.values()
-            if d.kind == "teammate" and d.label == member.name
-        ]
-        used = bool(keys) and all(k in collected.absorbed for k in keys)
-        if member.failed:
-            disposition = "failed"
-        elif used:
-            disposition = "included"
-        elif member.status == "reported" and not keys:
-            disposition = "included"  # it went idle with nothing to report
-        else:
-            disposition = "missing"
-        out.append(
-            TaskDisposition(
-                id=member.name,
-                kind="teammate",
-                description=member.name,
-                status="failed" if member.failed else member.status,
-                disposition=disposition,
-                source="inbox" if keys else "none",
-            )
-        )
-    return out

@@ -25,7 +25,6 @@ from typing import TYPE_CHECKING, Any
 
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._otel import trace_run
 from ..events import ConcurrencyChanged, Finished, RateLimited
 from ..policy import Policy
 
@@ -34,11 +33,9 @@ if TYPE_CHECKING:
 
 __all__ = [
     "RelayHookup",
-    "hookup_for",
     "relay_for",
     "relay_wanted",
     "relayed",
-    "relayed_stream",
     "with_relay_events",
 ]
 
@@ -161,67 +158,13 @@ async def with_relay_events(
             yield item
 
 
-async def relayed_stream(
-    options: ClaudeAgentOptions,
-    policy: Policy,
-    start: Callable[[ClaudeAgentOptions], AsyncGenerator[Any, None]],
-    *,
-    mode: str = "query",
-    prompt: str | None = None,
-    session_id: str | None = None,
-) -> AsyncGenerator[Any, None]:
-    """The stream ``start`` makes from the relayed options, with the relay's events.
-
-    With telemetry on (:mod:`teamlead._otel`), the run's spans are made from this stream
-    (``mode``, ``prompt`` and ``session_id`` describe the run for them).
-
-    ``Finished`` comes last and only after the run has let go of everything: the stream
-    has ended and the run has left the relay (stopping it when it was the last run). An
-    app that stops reading at ``Finished`` (``return`` inside ``async for``) then leaves
-    nothing for the event loop's generator finaliser, which may run too late to finish.
-    """
-    finished: Finished | None = None
-    async with relayed(options, policy) as hookup:
-        run_trace = trace_run(mode, options, prompt=prompt, session_id=session_id)
-        if run_trace is None:
-            stream = with_relay_events(start(hookup.options), hookup)
-        else:  # telemetry on: the CLI nests under the run, the relay makes chat spans
-            run_trace.attach(hookup.run)
-            cli_options = run_trace.cli_options(hookup.options)
-            stream = run_trace.observe(with_relay_events(start(cli_options), hookup))
-        async with aclosing(stream) as items:
-            async for item in items:
-                if isinstance(item, Finished):
-                    finished = item
-                else:
-                    yield item
-    if finished is not None:
-        yield finished
-
-
-#: Hookups opened by :func:`relay_for`, by the base URL their options carry.
-_by_url: dict[str, RelayHookup] = {}
-
-
 @asynccontextmanager
 async def relay_for(
     options: ClaudeAgentOptions | None, policy: Policy | None = None
 ) -> AsyncIterator[ClaudeAgentOptions]:
     """Options whose CLI goes through the relay while the block runs (for client users)."""
     async with relayed(options or ClaudeAgentOptions(), policy or Policy()) as hookup:
-        url = hookup.options.env.get("ANTHROPIC_BASE_URL", "") if hookup.run else ""
-        if url:
-            _by_url[url] = hookup
-        try:
-            yield hookup.options
-        finally:
-            if url:
-                _by_url.pop(url, None)
-
-
-def hookup_for(options: ClaudeAgentOptions) -> RelayHookup | None:
-    """The :func:`relay_for` hookup whose options these are, if its block is still open."""
-    return _by_url.get(options.env.get("ANTHROPIC_BASE_URL", ""))
+        yield hookup.options
 
 
 def _one_line(exc: BaseException) -> str:

@@ -25,6 +25,8 @@ __all__ = [
     "Delivery",
     "DeliveryKind",
     "DeliverySource",
+    "DeliveryStatus",
+    "TaskOutcome",
     "TaskSource",
     "build_resume_prompt",
     "escape",
@@ -35,9 +37,14 @@ DeliveryKind: TypeAlias = Literal["task", "teammate"]
 #: Where a task's result came from when no lead turn used it.
 TaskSource: TypeAlias = Literal["summary", "transcript", "none"]
 DeliverySource: TypeAlias = Literal["summary", "transcript", "inbox", "none"]
+#: A delivery's state: a task's terminal state or ``lost`` (it never ended); a teammate's
+#: report ``resolved`` (or the ``completed``/``failed`` state it reported), a plain
+#: message ``message``.
+TaskOutcome: TypeAlias = Literal["completed", "failed", "stopped", "killed", "lost"]
+DeliveryStatus: TypeAlias = TaskOutcome | Literal["resolved", "message"]
 
 #: Terminal task states that count as a failure.
-FAILED_STATES = frozenset({"failed", "stopped", "killed", "lost"})
+FAILED_STATES: frozenset[str] = frozenset({"failed", "stopped", "killed", "lost"})
 
 _CUT_NOTE_ROOM = 48  # "\n[... cut: N more characters]" fits in this
 _MIN_SHARE = 200  # a result given less room than this waits for the next round instead
@@ -58,7 +65,7 @@ class Delivery:
     key: str
     kind: DeliveryKind
     label: str
-    status: str
+    status: DeliveryStatus
     text: str
     source: DeliverySource
     inbox_key: str | None = None

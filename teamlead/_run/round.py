@@ -1,104 +1,81 @@
 """One round: a lead turn's messages read within the deadline, then the round's outcome.
 
 A :class:`Round` is an async iterator over one stream (a query generator, or a client's
-``receive_messages()``). It feeds every message to the tracker and yields it unchanged.
-Each read is bounded by the run's deadline on the injected clock (and, for a client's
-never-ending stream, by the idle timeout). When iteration ends the stream is closed and
-:attr:`Round.outcome` says whether the lead answered, and if not, why, so nothing but
-the SDK's own messages travels in the stream.
+``receive_messages()``) of one run (:class:`~.state.RunState`). It feeds every message to
+the run's tracker once, shows the parsed events to the run's spawn gate, and yields the
+message unchanged, followed by the gate's and the relay's events it caused. Each read is
+bounded by the run's deadline on the run's clock (and, for a client's never-ending
+stream, by the idle timeout). When iteration ends the stream is closed and
+:attr:`Round.outcome` says whether the lead answered, and if not, why, so nothing but the
+SDK's own messages and teamlead's events travels in the stream.
+
+A lead request the relay saw fail with 429 or 529 and a ``retry-after`` header puts that
+wait on the outcome (:attr:`RoundOutcome.retry_after`), so a resume retry waits at least
+that long.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import anyio
 
-from ..clock import Clock, move_on_at
-from ..policy import TRANSIENT_STATUSES, Policy
-from ..tracker import ResultSeen, Tracker
+from ..clock import move_on_at
+from ..events import RateLimited
+from ..policy import TRANSIENT_STATUSES
+from ..tracker import ResultSeen, SessionStateSeen, TrackedEvent
+from .outcome import ErrorKind, RoundOutcome
+from .state import RunState
 
-__all__ = ["ErrorKind", "Round", "RoundOutcome"]
-
-#: Why a round ended without an answer: the run's deadline, a client's silence, the
-#: generator raising, or the lead's own error result (or no result at all).
-ErrorKind: TypeAlias = Literal["deadline", "idle", "raised", "result"]
+__all__ = ["Round"]
 
 _CLOSE_TIMEOUT_S = 20.0  # a guard on tearing down the CLI process, not a policy deadline
 _END: Any = object()  # the stream ended
-
-
-@dataclass
-class RoundOutcome:
-    """How one round ended: ``ok`` when its last real result was a success."""
-
-    ok: bool
-    results: list[ResultSeen]
-    error: str | None = None
-    error_kind: ErrorKind | None = None
-    transient: bool = False
-    retry_after: float | None = None
-
-    @property
-    def cost_usd(self) -> float:
-        """The round's cost: the CLI reports its process's running total on every result,
-        so the largest is the round's."""
-        return max((r.cost_usd or 0.0 for r in self.results), default=0.0)
 
 
 class Round:
     """Iterate one round's messages; read :attr:`outcome` once iteration has ended.
 
     Args:
+        state: the run: its tracker is fed every message, its gate and relay events are
+            yielded after the message, its policy and clock bound the reads.
         stream: the messages, from a query generator or a client.
-        tracker: follows the session; fed every message.
-        policy: ``deadline_s`` and ``idle_timeout_s`` for the error texts.
-        clock: the clock the deadline is on.
-        deadline: the run's deadline, a ``clock.monotonic()`` value.
+        deadline: when the round is cut (a ``clock.monotonic()`` value); default the
+            run's wrap-up point.
         settle: stop once the round's work is absorbed (a result came after every task
             ended) instead of at the end of the stream: a client's stream never ends.
-        cli_state: the last ``session_state_changed`` state seen in earlier rounds.
-        stderr_tail: the CLI's last stderr lines, quoted when the stream raises.
         send: awaited before the first read, e.g. a client's ``query(prompt)``; its
             failure is the caller's, not the round's.
         on_cut: awaited when ``deadline`` comes while a read waits, before the stream is
             closed (the spawn gate's wrap-up ends the CLI's process tree there, so closing
             does not wait for the CLI's graceful exit); the round then ends ``deadline``.
-        observer: sees every message after the tracker (the spawn gate) and returns the
-            events to yield after it, and ``None`` once the stream has ended; it must not
-            raise.
     """
 
     def __init__(
         self,
+        state: RunState,
         stream: AsyncIterator[Any],
         *,
-        tracker: Tracker,
-        policy: Policy,
-        clock: Clock,
-        deadline: float,
+        deadline: float | None = None,
         settle: bool = False,
-        cli_state: str | None = None,
-        stderr_tail: Sequence[str] = (),
         send: Callable[[], Awaitable[None]] | None = None,
-        observer: Callable[[Any], list[Any]] | None = None,
         on_cut: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        self._state = state
         self._stream = stream
-        self._observer = observer
         self._on_cut = on_cut
         self._cut = False
         self._send = send
-        self._tracker = tracker
-        self._policy = policy
-        self._clock = clock
-        self._deadline = deadline
+        self._tracker = state.tracker
+        self._policy = state.policy
+        self._clock = state.clock
+        self._deadline = state.wrap_at if deadline is None else deadline
         self._settle = settle
-        self._stderr_tail = stderr_tail
-        self.cli_state = cli_state
+        self._stderr_tail = state.stderr_tail
+        self._cli_state = state.cli_state
+        self._retry_after: float | None = None
         self._outcome: RoundOutcome | None = None
 
     @property
@@ -141,12 +118,15 @@ class Round:
                         kind = "deadline"
                     break
                 events = self._tracker.feed(message)
-                state = session_state(message)
+                state = session_state(events)
                 if state is not None:
-                    self.cli_state = state
-                yield message
-                for extra in self._observer(message) if self._observer is not None else ():
+                    self._cli_state = state
+                for extra in self._relay_events():
                     yield extra
+                yield message
+                if self._state.gate is not None:
+                    for extra in self._state.gate.observe(message, events):
+                        yield extra
                 if self._settle and self._settled(start, events, state):
                     break
         except Exception as exc:  # the generator's own failure ends the stream; never cancellation
@@ -167,8 +147,27 @@ class Round:
                 ):
                     await aclose()
         self._outcome = self._conclude(self._tracker.results[start:], error, kind, exc_status)
-        for extra in self._observer(None) if self._observer is not None else ():
-            yield extra  # what the observer noted after the last message (None: the end)
+        if self._state.gate is not None:
+            for extra in self._state.gate.drain():
+                yield extra  # what the gate noted after the last message
+        for extra in self._relay_events():
+            yield extra
+
+    def _relay_events(self) -> list[RateLimited | Any]:
+        """The relay's events since the last read; a failed lead request's Retry-After
+        is kept for the outcome."""
+        if self._state.relay is None:
+            return []
+        events = self._state.relay.drain()
+        for event in events:
+            if (
+                isinstance(event, RateLimited)
+                and event.role == "lead"
+                and event.outcome == "passed"
+                and event.retry_after_s is not None
+            ):
+                self._retry_after = max(self._retry_after or 0.0, event.retry_after_s)
+        return list(events)
 
     async def _read(self, until: float, *, cut: bool) -> Any:
         """The next message; ``None`` once ``until`` came first; :data:`_END` at the end."""
@@ -206,7 +205,7 @@ class Round:
             raise failure
         return _END if failure is not None else message
 
-    def _settled(self, start: int, events: list[Any], state: str | None) -> bool:
+    def _settled(self, start: int, events: list[TrackedEvent], state: str | None) -> bool:
         """Whether the client's CLI is idle: its turns are over and no task can inject one.
 
         With session-state events (see :func:`teamlead.prepare_options`), "idle" after a
@@ -216,13 +215,13 @@ class Round:
         answered = any(not r.placeholder for r in self._tracker.results[start:])
         if not answered or self._tracker.open_tasks:
             return False
-        if self.cli_state is not None:
+        if self._cli_state is not None:
             return state == "idle"
         last = events[-1] if events else None
         return isinstance(last, ResultSeen) and not last.placeholder
 
-    @staticmethod
     def _conclude(
+        self,
         results: list[ResultSeen],
         error: str | None,
         kind: ErrorKind | None,
@@ -247,19 +246,22 @@ class Round:
         status = last.api_error_status if last is not None and not last.ok else exc_status
         transient = status in TRANSIENT_STATUSES if status is not None else False
         if ok:
-            return RoundOutcome(ok=True, results=results)
+            return RoundOutcome(ok=True, results=results, cli_state=self._cli_state)
         return RoundOutcome(
-            ok=False, results=results, error=error, error_kind=kind, transient=transient
+            ok=False,
+            results=results,
+            error=error,
+            error_kind=kind,
+            transient=transient,
+            retry_after=self._retry_after if transient else None,
+            cli_state=self._cli_state,
         )
 
 
-def session_state(message: Any) -> str | None:
-    """The state of a ``system/session_state_changed`` frame, typed or raw."""
-    data = message if isinstance(message, dict) else getattr(message, "data", None)
-    if isinstance(data, dict) and data.get("subtype") == "session_state_changed":
-        state = data.get("state")
-        return state if isinstance(state, str) else None
-    return None
+def session_state(events: list[TrackedEvent]) -> str | None:
+    """The CLI's session state if one of ``events`` reports it (the last one wins)."""
+    states = [e.state for e in events if isinstance(e, SessionStateSeen)]
+    return states[-1] if states else None
 
 
 def describe(exc: BaseException) -> str:

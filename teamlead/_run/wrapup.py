@@ -10,60 +10,82 @@ stop as ``deadline``, so the run ends ``partial`` with an answer from the finish
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+from claude_agent_sdk import ClaudeAgentOptions
+
 from .._redact import redact
-from ..clock import Clock
 from ..events import Resuming
 from ..policy import Policy
-from ..tracker import Tracker
-from .collect import Collector
-from .ledger import Ledger
-from .resume_prompt import Delivery
+from .collect import Collection, absorb
+from .resume_prompt import Delivery, render_resume_prompt
 from .round import Round
-from .spawning import GateFeed, wrap_up_prompt
+from .state import RunState
 
-__all__ = ["WrapFn", "wrap_up"]
+__all__ = ["WrapFn", "no_tools", "wrap_up", "wrap_up_prompt"]
 
 #: The wrap-up round for a prompt, after stopping the given task ids.
 WrapFn = Callable[[str, list[str]], Awaitable[Round]]
 
 _COLLECT_SHARE = 0.25  # of the time left: collecting must leave room for the answer
+_WRAP_HEAD = (
+    "The run's deadline is near, so this is the last turn and your tools are disabled. "
+    "Unfinished agents were stopped."
+)
+
+
+def wrap_up_prompt(
+    pending: list[Delivery], unfinished: list[str], policy: Policy
+) -> tuple[str, int]:
+    """The wrap-up round's prompt: every collected result quoted, what did not finish named.
+
+    Returns:
+        the prompt, and how many of ``pending`` it quotes (the rest did not fit).
+    """
+    missing = [
+        f'task "{name}" did not finish before the deadline and was stopped' for name in unfinished
+    ]
+    text, used = render_resume_prompt(pending, missing, policy)
+    return f"{_WRAP_HEAD}\n\n{text}", used
+
+
+def no_tools(options: ClaudeAgentOptions, session_id: str) -> ClaudeAgentOptions:
+    """Options for the wrap-up round: the same session, no tools at all."""
+    return dataclasses.replace(options, resume=session_id, tools=[])
 
 
 async def wrap_up(
-    feed: GateFeed,
-    tracker: Tracker,
-    collected: Collector,
-    ledger: Ledger,
-    policy: Policy,
-    *,
-    clock: Clock,
-    deadline: float,
-    pending: list[Delivery],
-    wrap_round: WrapFn,
+    state: RunState, carried: list[Delivery], wrap_round: WrapFn
 ) -> AsyncIterator[Any]:
-    """Run the wrap-up; yields its events and the round's messages (not ``Finished``)."""
-    feed.gate.close("the run's deadline is near: no more agents")
-    for event in feed.drain():
+    """Run the wrap-up; yields its events and the round's messages (not ``Finished``).
+
+    Args:
+        state: the run; its gate must be on (only the gate's wrap-up point starts this).
+        carried: deliveries collected but not yet given to the lead.
+        wrap_round: the one round that answers, after stopping the tasks still running.
+    """
+    assert state.gate is not None
+    state.gate.gate.close("the run's deadline is near: no more agents")
+    for event in state.gate.drain():
         yield event
-    open_tasks = tracker.open_tasks
-    open_ids = [task.task_id for task in open_tasks]
-    unfinished = [task.description or task.task_id for task in open_tasks]
-    for task in open_tasks:
-        task.status, task.ended_at = "stopped", clock.monotonic()
-    left = deadline - clock.monotonic()
-    collecting = collected.collect(
-        tracker, pending, deadline=clock.monotonic() + _COLLECT_SHARE * left
+    clock, ledger, policy = state.clock, state.ledger, state.policy
+    stopped = state.tracker.stop_open_tasks(clock.monotonic())
+    open_ids = [task.task_id for task in stopped]
+    unfinished = [task.description or task.task_id for task in stopped]
+    left = state.deadline - clock.monotonic()
+    collection = Collection(
+        state, carried=carried, deadline=clock.monotonic() + _COLLECT_SHARE * left
     )
-    async for event in collecting:
+    async for event in collection:
         yield event
+    pending = collection.deliveries
     text, used = wrap_up_prompt(pending, unfinished, policy)
     delivered = pending[:used]
     ledger.resumes += 1
     yield Resuming(
-        session_id=tracker.session_id or "",
+        session_id=state.tracker.session_id or "",
         round=ledger.resumes,
         attempt=1,
         deliveries=[d.key for d in delivered],
@@ -73,9 +95,11 @@ async def wrap_up(
     this_round = await wrap_round(text, open_ids)
     async for item in this_round:
         yield item
-    ledger.after_round(this_round.outcome, first=False)
-    if this_round.outcome.ok:
-        ledger.reasons += await collected.absorb(delivered)
+    outcome = this_round.outcome
+    state.cli_state = outcome.cli_state
+    ledger.after_round(outcome, first=False)
+    if outcome.ok:
+        ledger.reasons += await absorb(state, delivered)
     names = ", ".join(f'"{redact(n)}"' for n in unfinished) or "none"
     ledger.stopped(
         "deadline",

@@ -361,6 +361,8 @@ SCENARIO_SUMMARIES: dict[str, str] = {
     "fan-out": "the lead sends 3 Agent calls in one message (0.5-1.5 s each), then synthesizes",
     "fan-out-529": "like fan-out, but every synthesis turn the CLI injects fails with 529",
     "rate-limited": "2 agents; the synthesis turns fail with 429 (retry-after 1 s)",
+    "strategy-ab": "a lead that follows its strategy prompt: one message of Agent calls and a "
+    "finished ANSWER.md under delegation, serial searches that often miss the check under baseline",
     "broken": "the script raises: every request gets a 500 (what a bug in your script does)",
 }
 

@@ -33,9 +33,9 @@ import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
 from ..._claude.scripted import api_message_id, is_scripted_message
+from ..._gate.prompt_limits import prompt_limits
 from ..._otel import trial_scope
 from ..._redact import redact
-from ..._run.prompt_limits import prompt_limits
 from ..._run.relayed import relayed
 from ..._version import __version__
 from ...clock import SYSTEM_CLOCK, Clock

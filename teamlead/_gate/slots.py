@@ -3,7 +3,8 @@
 :class:`FifoSlots` is the one queueing primitive of the spawn gate: ``limit`` slots, waiters
 served strictly in arrival order, a released slot handed straight to the oldest waiter (so
 a newcomer can never overtake the queue), and a waiter cancelled at the moment it was
-granted gives the slot back. Waits run on the injected clock and are bounded by ``until``.
+granted gives the slot back. Waits run on the injected clock (:func:`teamlead.clock.wait_event`)
+and are bounded by ``until``.
 
 :class:`SpawnCap` is one :class:`FifoSlots` shared by every run in the process: experiment
 trials run many leads at once, and each CLI enforces its cap of concurrent subagents by
@@ -20,7 +21,7 @@ from collections.abc import Mapping
 
 import anyio
 
-from ..clock import Clock
+from ..clock import Clock, wait_event
 
 __all__ = ["CLI_DEFAULT_CAP", "CLI_CAP_VAR", "FifoSlots", "SpawnCap", "cli_subagent_cap"]
 
@@ -54,26 +55,6 @@ class _Waiter:
         self.wake = anyio.Event()
 
 
-async def wait_event(event: anyio.Event, until: float | None, clock: Clock) -> None:
-    """Wait for ``event``, or until ``clock.monotonic()`` reaches ``until``."""
-    if until is None:
-        await event.wait()
-        return
-    left = until - clock.monotonic()
-    if left <= 0:
-        await anyio.lowlevel.checkpoint()
-        return
-    async with anyio.create_task_group() as tg:
-
-        async def _timer() -> None:
-            await clock.sleep(left)
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(_timer)
-        await event.wait()
-        tg.cancel_scope.cancel()
-
-
 class FifoSlots:
     """``limit`` slots served first come, first served.
 
@@ -92,6 +73,7 @@ class FifoSlots:
 
     @property
     def waiting(self) -> int:
+        """Waiters in line."""
         return len(self._queue)
 
     def try_take(self) -> bool:
@@ -111,7 +93,8 @@ class FifoSlots:
         waiter = _Waiter()
         self._queue.append(waiter)
         try:
-            await wait_event(waiter.wake, until, clock)
+            seconds = None if until is None else max(0.0, until - clock.monotonic())
+            await wait_event(waiter.wake, seconds, clock)
         except BaseException:
             if waiter.granted:
                 self.release()
@@ -166,12 +149,15 @@ class SpawnCap:
 
     @property
     def limit(self) -> int:
+        """Subagents that may run at once in this process."""
         return self.slots.limit
 
     @property
     def running(self) -> int:
+        """Slots held now."""
         return self.slots.held
 
     @property
     def waiting(self) -> int:
+        """Calls waiting for a slot."""
         return self.slots.waiting

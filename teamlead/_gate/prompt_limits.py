@@ -11,7 +11,7 @@ from collections.abc import Mapping
 
 from ..policy import SpawnPolicy
 from ..prompts import DEFAULT_MAX_AGENTS_PER_TURN, DEFAULT_MAX_CONCURRENT_AGENTS, default_values
-from .gate_cap import cli_subagent_cap
+from .slots import cli_subagent_cap
 
 __all__ = ["prompt_limits"]
 

@@ -1,23 +1,31 @@
 """The spawn gate: a PreToolUse hook on ``Agent`` that queues, budgets, staggers and
 meets the deadline.
 
-The CLI runs an Agent call only when its PreToolUse hook returns; the hooks of one message
-run concurrently and may await. So the gate decides in the hook: **deny** with a reason
-that tells the lead what to do next (budget, per-message limit, depth, deadline, run
-ending, odd input or an internal fault: it never raises); **queue** (await, FIFO, bounded
-by the deadline) while the run's limit or the process-wide
-:class:`~teamlead._run.gate_cap.SpawnCap` is full; **admit** (``{}``) after the stagger.
+The CLI runs each Agent call only when its PreToolUse hook returns, and the hooks of one
+message run concurrently; a hook may await. So the gate decides in the hook:
 
-A slot is held from admission until the task has really ended: the tracker reports
-``task_started``/``task_ended``, and a tool result showing the agent never ran or already
-finished frees it too (:func:`teamlead._run.gate_stream.observe` does both).
-:meth:`SpawnGate.close` denies whatever still waits and frees every slot. Budget and
-per-turn units are checked and taken in one synchronous step, so concurrent hook calls
-can never both pass for the last unit; a call that is then not admitted gives them back.
+* **deny** (``permissionDecision: "deny"``) with a reason that tells the lead what to do
+  next: past the spawn budget, past the per-message limit, too deep (a subagent spawning),
+  too close to the deadline, the run ending, or odd input / an internal fault (the gate
+  never raises: it denies and records why);
+* **queue** (await in the hook) while the run's limit or the process-wide
+  :class:`~teamlead._gate.slots.SpawnCap` is full, FIFO, bounded by the deadline;
+* **admit** (return ``{}``: no opinion), after the stagger.
+
+A slot is held from admission until the task has really ended: the run's tracker reports
+``task_started``/``task_ended`` from the stream, and a tool result that shows the agent
+never ran or already finished (CLI rejection, another hook's deny, a foreground agent)
+frees it too (:func:`teamlead._gate.stream.observe` does that from the parsed stream).
+:meth:`SpawnGate.close` denies whatever still waits and frees every slot at the end of a run.
+
+Budget and per-turn units are checked and taken in one synchronous step (no await in
+between), so concurrent hook calls can never both pass for the last unit; a unit taken by
+a call that is then not admitted is given back.
 
 Example:
     >>> gate = SpawnGate(SpawnPolicy(max_concurrent_agents=3, spawn_budget=5), deadline_s=600)
-    >>> async for message in claude_agent_sdk.query(prompt=..., options=gate.apply(options)):
+    >>> options = gate.apply(options)  # doctest: +SKIP
+    >>> async for message in claude_agent_sdk.query(prompt=..., options=options):
     ...     observe(gate, message)  # doctest: +SKIP
     >>> gate.close()
 """
@@ -33,22 +41,15 @@ from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 from claude_agent_sdk.types import SyncHookJSONOutput
 
 from ..clock import SYSTEM_CLOCK, Clock
+from ..events import DenyCode, SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
 from ..policy import SpawnPolicy
-from . import _gate_reasons as why
-from ._gate_call import Call, deny_output, merge_hook, safe_read
-from ._gate_turns import Turns
-from .gate_cap import FifoSlots, SpawnCap, cli_subagent_cap
-from .gate_events import (
-    DenyCode,
-    GateEvent,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnQueued,
-    SpawnRecord,
-    SpawnRejected,
-)
+from . import reasons as why
+from .calls import Call, GateEvent, SpawnRecord
+from .hook import deny_output, merge_hook
+from .slots import FifoSlots, SpawnCap, cli_subagent_cap
+from .turns import Turns
 
-__all__ = ["SpawnGate", "merge_hook"]
+__all__ = ["SpawnGate"]
 
 _HOOK_MARGIN_S = 10.0  # hook timeout = longest wait + this: the gate answers before the CLI quits
 _MAX_TEXT = 200
@@ -127,6 +128,7 @@ class SpawnGate:
 
     @property
     def queued(self) -> int:
+        """Calls waiting in the gate for a slot."""
         return sum(c.status == "queued" for c in self._calls.values())
 
     @property
@@ -245,7 +247,7 @@ class SpawnGate:
                 if call.status == "queued":
                     call.status = "rejected"
                     call.reason = why.cancelled()
-                    call.decided_at = safe_read(self._clock.time)
+                    call.decided_at = _safe_read(self._clock.time)
                     self._emit(
                         SpawnRejected(
                             tool_use_id=call.tool_use_id,
@@ -256,7 +258,7 @@ class SpawnGate:
             raise
         finally:
             if call is not None and call.depth == 1:
-                self._turns.leave(safe_read(self._clock.monotonic))
+                self._turns.leave(_safe_read(self._clock.monotonic))
 
     def _fault(self, call: Call | None, exc: Exception) -> SyncHookJSONOutput:
         """A fault inside the gate: the call is denied, its units and slots given back."""
@@ -294,7 +296,7 @@ class SpawnGate:
             description=str(description)[:_MAX_TEXT] if isinstance(description, str) else "",
             subagent_type=str(kind)[:_MAX_TEXT] if isinstance(kind, str) else None,
             depth=depth,
-            parent=parent,
+            parent_agent_id=parent,
         )
         self._calls[key] = call
         if depth == 1:
@@ -315,7 +317,7 @@ class SpawnGate:
             return self._deny(call, "closed", why.closed("the run is ending"))
         if call.depth > policy.max_depth:
             return self._deny(call, "depth", why.depth(policy.max_depth))
-        call.turn = self._turns.turn_of(call.tool_use_id, call.depth, call.parent, now)
+        call.turn = self._turns.turn_of(call.tool_use_id, call.depth, call.parent_agent_id, now)
         # check and take in one step: nothing below awaits until both units are taken
         budget, per_turn = policy.spawn_budget, policy.max_agents_per_turn
         if budget is not None and self._used >= budget:
@@ -445,3 +447,11 @@ class SpawnGate:
             self.on_event(event)
         except Exception as exc:
             self.errors.append(f"on_event failed on {event.type}: {type(exc).__name__}: {exc}")
+
+
+def _safe_read(read: Callable[[], float]) -> float | None:
+    """``read()``, or ``None`` if it fails (the gate must answer even when its clock breaks)."""
+    try:
+        return read()
+    except Exception:
+        return None

@@ -19,9 +19,9 @@ import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
 from .._claude.loopback import ensure_loopback
+from .._gate.prompt_limits import prompt_limits
 from .._procs import stop_descendants
 from .._redact import redact, terminal_safe
-from .._run.prompt_limits import prompt_limits
 from ..errors import SetupError, UsageError
 from ..events import Finished
 from ..policy import LimitsPolicy, Policy, SpawnPolicy

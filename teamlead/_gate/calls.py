@@ -1,0 +1,167 @@
+"""One Agent call as the spawn gate sees it: the live :class:`Call`, its frozen record.
+
+Both share one definition of their fields (:class:`CallFields`): a :class:`Call` is
+mutable on purpose (it moves from queued to admitted, denied or rejected, and holds or
+frees its slots), and :meth:`Call.snapshot` gives the frozen :class:`SpawnRecord` the rest
+of the run sees. :func:`call_dispositions` turns the records into ``Finished.tasks``
+entries for the calls that never became tasks.
+"""
+
+from __future__ import annotations
+
+from typing import Literal, TypeAlias
+
+import anyio
+from pydantic import BaseModel, ConfigDict
+
+from .._redact import redact
+from ..events import (
+    DenyCode,
+    Disposition,
+    SpawnAdmitted,
+    SpawnDenied,
+    SpawnQueued,
+    SpawnRejected,
+    TaskDisposition,
+)
+
+__all__ = [
+    "Call",
+    "CallFields",
+    "GateEvent",
+    "SpawnRecord",
+    "SpawnStatus",
+    "call_dispositions",
+]
+
+#: ``queued`` waits in the hook; ``admitted`` was let through (it holds a slot until its
+#: task ends); ``denied`` by the gate; ``rejected`` by the CLI after admission (its own
+#: concurrency cap, a hook timeout) or cancelled while queued.
+SpawnStatus: TypeAlias = Literal["queued", "admitted", "denied", "rejected"]
+
+#: What the gate reports while it decides (the events live in :mod:`teamlead.events`).
+GateEvent: TypeAlias = SpawnQueued | SpawnAdmitted | SpawnDenied | SpawnRejected
+
+
+class CallFields(BaseModel):
+    """The fields of one Agent call, shared by :class:`Call` and :class:`SpawnRecord`.
+
+    Attributes:
+        tool_use_id: the call's tool_use id (made unique by the gate when it repeats).
+        description: the call's ``description`` input, cut to 200 characters.
+        subagent_type: the call's ``subagent_type`` input, if any.
+        depth: 1 for the lead's spawns, 2 for a subagent's, ...
+        parent_agent_id: the spawning subagent's task id (``agent_id`` in the hook input).
+        turn: the model message the call came in (its id, or the gate's burst key).
+        status: where the call is (:data:`SpawnStatus`).
+        code: set with ``denied``; ``reason`` with ``denied`` and ``rejected``.
+        task_id: the CLI's task id, once ``task_started`` named it.
+        queued_at: when the call reached the gate (wall-clock seconds).
+        admitted_at: when it was admitted.
+        decided_at: when it was admitted, denied or rejected.
+        ended_at: when its slot was freed (terminal task event, rejection, run end).
+    """
+
+    tool_use_id: str
+    description: str
+    subagent_type: str | None = None
+    depth: int = 1
+    parent_agent_id: str | None = None
+    turn: str | None = None
+    status: SpawnStatus = "queued"
+    code: DenyCode | None = None
+    reason: str | None = None
+    task_id: str | None = None
+    queued_at: float | None = None
+    admitted_at: float | None = None
+    decided_at: float | None = None
+    ended_at: float | None = None
+
+
+class SpawnRecord(CallFields):
+    """The gate's account of one Agent call: a frozen snapshot of a :class:`Call`."""
+
+    model_config = ConfigDict(frozen=True)
+
+    status: SpawnStatus  # a record always says where its call ended up
+
+
+_RECORD_FIELDS = frozenset(CallFields.model_fields)
+
+
+class Call(CallFields):
+    """One Agent call while the gate decides on it and while its slots are held.
+
+    Attributes:
+        run_slot: holds a slot of the run's own limit.
+        cap_slot: holds a slot of the process-wide :class:`~teamlead._gate.slots.SpawnCap`.
+        budget: holds a unit of the spawn budget (and of its message's per-turn limit).
+        waiting: the cancel scope of its wait for slots, while it waits.
+        close_reason: why the wait was cancelled by the gate (the run or process ended).
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    run_slot: bool = False
+    cap_slot: bool = False
+    budget: bool = False
+    waiting: anyio.CancelScope | None = None
+    close_reason: str | None = None
+
+    def snapshot(self) -> SpawnRecord:
+        """The frozen record of this call as it stands."""
+        return SpawnRecord(**{name: getattr(self, name) for name in _RECORD_FIELDS})
+
+
+def _reissued(record: SpawnRecord, later: list[SpawnRecord]) -> bool:
+    """Whether the lead re-issued a rejected call's work: a later call with the same
+    description (and subagent type) that the gate admitted."""
+    if not record.description:
+        return False
+    return any(
+        r.status == "admitted"
+        and r.description == record.description
+        and r.subagent_type == record.subagent_type
+        for r in later
+    )
+
+
+def call_dispositions(records: list[SpawnRecord]) -> tuple[list[TaskDisposition], list[str]]:
+    """``Finished.tasks`` entries for the Agent calls that never ran, and reason lines.
+
+    Denied calls (the user's own limits) are ``not_run``; a call the CLI rejected is
+    ``missing`` (so the run is partial) unless the lead re-issued that work later.
+
+    Args:
+        records: the gate's records, in arrival order.
+
+    Returns:
+        the dispositions of the calls that never ran, and one reason line for each
+        rejected call whose work was not re-issued.
+    """
+    out: list[TaskDisposition] = []
+    reasons: list[str] = []
+    for index, record in enumerate(records):
+        if record.status not in ("denied", "rejected", "queued"):
+            continue
+        status: Literal["denied", "rejected"] = (
+            "denied" if record.status == "denied" else "rejected"
+        )
+        disposition: Disposition = "not_run"
+        description = redact(record.description or record.tool_use_id)
+        reason = redact(record.reason or "")
+        if status == "rejected" and not _reissued(record, records[index + 1 :]):
+            disposition = "missing"
+            reasons.append(f'Agent call "{description}" never ran: {reason or "rejected"}')
+        out.append(
+            TaskDisposition(
+                id=record.tool_use_id,
+                kind="call",
+                description=description,
+                status=status,
+                disposition=disposition,
+                source="none",
+                reason=reason or None,
+            )
+        )
+    return out, reasons

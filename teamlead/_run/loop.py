@@ -1,0 +1,367 @@
+"""The run's drivers and its collect-and-resume loop, on one :class:`~.state.RunState`.
+
+A driver runs the first round (:func:`run_query` for a query, :func:`run_client` for a
+connected ``ClaudeSDKClient``) or rebuilds a finished session (:func:`run_resume`); then
+the resume loop collects what is outstanding, resumes the lead with it, retries transient
+failures (waiting at least the API's Retry-After), and stops when nothing is outstanding or
+the policy says so; :func:`finish` makes the one :class:`~teamlead.events.Finished`. Each
+job it hands off has its own module: :mod:`.round`, :mod:`.collect`, :mod:`.retry`,
+:mod:`.resume_prompt`, :mod:`.wrapup` and :mod:`.ledger`. The run state's mode says which
+kind of round a resume is: a new CLI process (``query``) or the same client (``client``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from typing import Any, Protocol
+
+import anyio
+from claude_agent_sdk import ClaudeAgentOptions
+
+from .._procs import stop_marked
+from .._redact import redact
+from ..events import Finished, ResumeFailed, Resuming
+from .collect import Collection, absorb, dispositions
+from .outcome import RoundOutcome
+from .resume_prompt import Delivery, render_resume_prompt
+from .retry import retry_delay
+from .round import Round
+from .state import RUN_MARK_VAR, RunState
+from .wrapup import WrapFn, no_tools, wrap_up
+
+logger = logging.getLogger("teamlead.coordinator")
+
+__all__ = ["Client", "QueryFn", "finish", "run_client", "run_query", "run_resume"]
+
+#: The shape of ``claude_agent_sdk.query``: keyword ``prompt`` and ``options``.
+QueryFn = Callable[..., AsyncIterator[Any]]
+RoundFn = Callable[[str], Round]
+
+
+class Client(Protocol):
+    """The part of ``ClaudeSDKClient`` that :func:`teamlead.receive_all` uses."""
+
+    options: ClaudeAgentOptions
+
+    async def query(self, prompt: str, session_id: str = ...) -> None: ...
+
+    async def stop_task(self, task_id: str) -> None: ...
+
+    def receive_messages(self) -> AsyncIterator[Any]: ...
+
+
+# -- the drivers ---------------------------------------------------------------------------
+async def run_query(state: RunState, query_fn: QueryFn, prompt: str) -> AsyncGenerator[Any, None]:
+    """Run the first query, then collect and resume until done. Yields messages and events.
+
+    Args:
+        state: a fresh run in ``query`` mode.
+        query_fn: the streaming query generator; every round is one call of it.
+        prompt: the user's prompt.
+    """
+    rounds = _QueryRounds(state, query_fn)
+    state.start_clock()
+    first = rounds.first(prompt)
+    async for item in first:
+        yield item
+    state.process_ended()
+    _after_first(state, first.outcome)
+    if _wrap_due(state, first.outcome):
+        async for item in _wrap_up(state, [], rounds.wrap):
+            yield item
+        return
+    async for item in _resume_loop(state, rounds.resume, wrap=rounds.wrap):
+        yield item
+
+
+async def run_resume(
+    state: RunState, query_fn: QueryFn, session_id: str
+) -> AsyncGenerator[Any, None]:
+    """Collect and resume a session that ended earlier with work outstanding.
+
+    The session's state is rebuilt from its transcript (see
+    :func:`teamlead._claude.saved_session.load_session`), then the usual collect-and-resume
+    loop runs.
+
+    Args:
+        state: a fresh run in ``query`` mode.
+        query_fn: the streaming query generator; every round is one call of it.
+        session_id: the session to finish.
+
+    Raises:
+        UsageError: the session does not exist under the config dir.
+    """
+    from .._claude.saved_session import load_session
+
+    rounds = _QueryRounds(state, query_fn)
+    state.start_clock()
+    state.tracker = load_session(state.config_dir, session_id)
+    state.ledger.last_round_ok = state.tracker.last_success is not None
+    async for item in _resume_loop(state, rounds.resume, wrap=rounds.wrap):
+        yield item
+
+
+async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, None]:
+    """Drive a connected ``ClaudeSDKClient`` whose query was already sent.
+
+    Args:
+        state: a fresh run in ``client`` mode.
+        client: the connected client; every round reads its messages.
+    """
+    state.start_clock()
+    first = Round(state, client.receive_messages(), settle=True)
+    async for item in first:
+        yield item
+    _after_first(state, first.outcome)
+    if state.cli_state is None:
+        logger.warning(
+            "the client's CLI reports no session state, so its idle moment is guessed; "
+            "build the client's options with teamlead.ClientRun (or "
+            "teamlead.prepare_options(..., client=True))"
+        )
+
+    def client_round(prompt_text: str) -> Round:
+        # the same session, on the same CLI process: send, then read until settled
+        return Round(
+            state,
+            client.receive_messages(),
+            settle=True,
+            send=lambda: client.query(prompt_text),
+        )
+
+    async def wrap_round(prompt_text: str, stop: list[str]) -> Round:
+        # a live client keeps its tools: its tasks are stopped, the gate denies spawns
+        for task_id in stop:
+            with anyio.move_on_after(5), contextlib.suppress(Exception):
+                await client.stop_task(task_id)
+        return Round(
+            state,
+            client.receive_messages(),
+            settle=True,
+            send=lambda: client.query(prompt_text),
+            deadline=state.deadline,
+        )
+
+    if _wrap_due(state, first.outcome):
+        async for item in _wrap_up(state, [], wrap_round):
+            yield item
+        return
+    async for item in _resume_loop(state, client_round, wrap=wrap_round):
+        yield item
+
+
+class _QueryRounds:
+    """The rounds of a ``query`` run: each a new CLI process from ``query_fn``."""
+
+    def __init__(self, state: RunState, query_fn: QueryFn) -> None:
+        self._state = state
+        self._query_fn = query_fn
+
+    def first(self, prompt: str) -> Round:
+        """The first round: the user's prompt on the run's options."""
+        return self._round(self._query_fn(prompt=prompt, options=self._state.options))
+
+    def resume(self, prompt_text: str) -> Round:
+        """One resume round: a new CLI process with ``resume=session_id``."""
+        state = self._state
+        options = dataclasses.replace(state.options, resume=state.tracker.session_id or "")
+        return self._round(self._query_fn(prompt=prompt_text, options=options))
+
+    async def wrap(self, prompt_text: str, stop: list[str]) -> Round:
+        """The wrap-up round: a new CLI process on the session, with no tools (the one
+        that ran ``stop`` has ended already)."""
+        state = self._state
+        options = no_tools(state.options, state.tracker.session_id or "")
+        stream = self._query_fn(prompt=prompt_text, options=options)
+        return Round(state, stream, deadline=state.deadline)
+
+    def _round(self, stream: AsyncIterator[Any]) -> Round:
+        # with the gate on, the wrap-up point ends the run's CLI process tree
+        on_cut = self._end_cli if self._state.gate is not None else None
+        return Round(self._state, stream, on_cut=on_cut)
+
+    async def _end_cli(self) -> None:
+        """The wrap-up point: end this run's CLI process tree (its agents end with it)."""
+        await anyio.to_thread.run_sync(stop_marked, RUN_MARK_VAR, self._state.mark)
+
+
+# -- the deadline's wrap-up ----------------------------------------------------------------
+def _wrap_due(state: RunState, outcome: RoundOutcome) -> bool:
+    """The wrap-up point cut a round: wrap up, if the lead can still be resumed."""
+    return (
+        state.gate is not None
+        and outcome.error_kind == "deadline"
+        and bool(state.tracker.session_id)
+        and state.clock.monotonic() < state.deadline
+    )
+
+
+async def _wrap_up(state: RunState, carried: list[Delivery], wrap: WrapFn) -> AsyncIterator[Any]:
+    """The deadline's wrap-up (see :func:`.wrapup.wrap_up`), then :class:`Finished`."""
+    async for item in wrap_up(state, carried, wrap):
+        yield item
+    yield finish(state)
+
+
+def _after_first(state: RunState, outcome: RoundOutcome) -> None:
+    state.cli_state = outcome.cli_state
+    state.ledger.after_round(outcome, first=True)
+
+
+# -- the resume loop -----------------------------------------------------------------------
+async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> AsyncIterator[Any]:
+    """Collect, then resume with what was collected, until nothing is outstanding.
+
+    ``round_fn(prompt)`` is one resumed lead turn. A round failing with a transient API
+    error is retried with the policy's backoff (at least the API's Retry-After).
+    """
+    ledger, tracker = state.ledger, state.tracker
+    client = state.mode == "client"
+    carried: list[Delivery] = []
+    while True:
+        collection = Collection(
+            state, carried=carried, deadline=state.wrap_at, process_alive=client
+        )
+        async for event in collection:
+            yield event
+        pending = collection.deliveries
+        if state.gate is not None and pending and _past_wrap_point(state):
+            async for item in _wrap_up(state, pending, wrap):
+                yield item
+            return
+        if not pending or not _may_resume(state, pending):
+            break
+        prompt_text, delivered, carried = _prompt_for(state, pending)
+        ledger.resumes += 1
+        round_no = ledger.resumes
+        attempt = 0
+        while True:
+            attempt += 1
+            session = tracker.session_id or ""
+            yield Resuming(
+                session_id=session,
+                round=round_no,
+                attempt=attempt,
+                deliveries=[d.key for d in delivered],
+                reasons=[f"{len(delivered)} result(s) not yet used by the lead"],
+            )
+            this_round = round_fn(prompt_text)
+            async for item in this_round:
+                yield item
+            if not client:
+                state.process_ended()
+            outcome = this_round.outcome
+            state.cli_state = outcome.cli_state
+            if _wrap_due(state, outcome):
+                ledger.after_round(outcome, first=False)
+                async for item in _wrap_up(state, [], wrap):
+                    yield item
+                return
+            if outcome.ok:
+                break
+            retry = _retry_delay(state, outcome, attempt)
+            yield ResumeFailed(
+                session_id=session,
+                round=round_no,
+                attempt=attempt,
+                error=redact(outcome.error or "the resumed turn failed"),
+                transient=outcome.transient,
+                retry_in_s=retry,
+            )
+            if retry is None:
+                break
+            ledger.add_cost(outcome)
+            await state.clock.sleep(retry)
+        ledger.after_round(outcome, first=False)
+        if not outcome.ok:
+            ledger.stopped(
+                "resume_failed",
+                f"resume round {round_no} failed after {attempt} attempt(s): "
+                f"{redact(outcome.error or 'unknown error')}; resume later with "
+                f"`teamlead resume {tracker.session_id}`",
+            )
+            break
+        ledger.reasons += await absorb(state, delivered)
+    yield finish(state)
+
+
+def _retry_delay(state: RunState, outcome: RoundOutcome, attempt: int) -> float | None:
+    return retry_delay(
+        retry=state.policy.resume_retry,
+        attempt=attempt,
+        transient=outcome.transient,
+        now=state.clock.monotonic(),
+        deadline=state.deadline,
+        spent_usd=state.ledger.cost_usd + outcome.cost_usd,
+        max_cost_usd=state.policy.max_cost_usd,
+        retry_after=outcome.retry_after,
+    )
+
+
+def _prompt_for(
+    state: RunState, pending: list[Delivery]
+) -> tuple[str, list[Delivery], list[Delivery]]:
+    """The resume prompt, the deliveries it carries, and the rest for the next round.
+
+    Only what the prompt really holds may be marked absorbed (and its inbox entry
+    deleted) after the round, so results over the size cap are carried, not dropped.
+    """
+    missing = state.collected.missing_lines()
+    text, used = render_resume_prompt(pending, missing, state.policy)
+    return text, pending[:used], pending[used:]
+
+
+def _may_resume(state: RunState, pending: list[Delivery]) -> bool:
+    ledger, policy = state.ledger, state.policy
+    unused = len(pending)
+    if not state.tracker.session_id:
+        ledger.stopped("no_session_id", "no session id was seen, so the lead cannot be resumed")
+        return False
+    if ledger.resumes >= policy.max_resumes:
+        limit = policy.max_resumes
+        ledger.stopped(
+            "max_resumes", f"max resumes ({limit}) reached with {unused} result(s) unused"
+        )
+        return False
+    budget = policy.max_cost_usd
+    if budget is not None and ledger.cost_usd >= budget:
+        ledger.stopped(
+            "cost_budget",
+            f"cost budget ${budget:g} reached (${ledger.cost_usd:.4f} spent) "
+            f"with {unused} result(s) unused",
+        )
+        return False
+    if state.clock.monotonic() >= state.deadline:
+        ledger.stopped("deadline", f"deadline of {policy.deadline_s:g} s reached before resuming")
+        return False
+    return True
+
+
+def _past_wrap_point(state: RunState) -> bool:
+    return state.tracker.session_id is not None and (
+        state.wrap_at <= state.clock.monotonic() < state.deadline
+    )
+
+
+def finish(state: RunState) -> Finished:
+    """The final :class:`Finished` event for the state reached (the gate is closed).
+
+    Args:
+        state: the run; its gate, if any, is closed here.
+    """
+    records = []
+    if state.gate is not None:
+        state.gate.gate.close()
+        records = state.gate.gate.records()
+    collected = state.collected
+    return state.ledger.finish(
+        state.tracker,
+        dispositions(state.tracker, collected),
+        unreported=[m.name for m in collected.members.values() if m.status == "pending"],
+        unproven_team=collected.ambiguous_team,
+        wait_s=state.policy.wait_s,
+        calls=records,
+    )

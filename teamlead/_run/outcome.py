@@ -1,0 +1,48 @@
+"""How one round ended: the :class:`RoundOutcome` a :class:`~.round.Round` returns.
+
+The ledger records outcomes and the retry rule reads them, so they live apart from the
+round that makes them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from ..tracker import ResultSeen
+
+__all__ = ["ErrorKind", "RoundOutcome"]
+
+#: Why a round ended without an answer: the run's deadline, a client's silence, the
+#: generator raising, or the lead's own error result (or no result at all).
+ErrorKind: TypeAlias = Literal["deadline", "idle", "raised", "result"]
+
+
+@dataclass
+class RoundOutcome:
+    """How one round ended: ``ok`` when its last real result was a success.
+
+    Attributes:
+        ok: the round's last real result was a success.
+        results: every result of the round, placeholders included.
+        error: why the round failed, for people.
+        error_kind: why the round failed, as a code.
+        transient: the failure was a transient API error (rate limit, overload, 5xx).
+        retry_after: the longest ``retry-after`` of a lead request that failed with 429 or
+            529 in this round (seconds), when the failure is transient.
+        cli_state: the CLI's last ``session_state_changed`` state after the round.
+    """
+
+    ok: bool
+    results: list[ResultSeen]
+    error: str | None = None
+    error_kind: ErrorKind | None = None
+    transient: bool = False
+    retry_after: float | None = None
+    cli_state: str | None = None
+
+    @property
+    def cost_usd(self) -> float:
+        """The round's cost: the CLI reports its process's running total on every result,
+        so the largest is the round's."""
+        return max((r.cost_usd or 0.0 for r in self.results), default=0.0)

@@ -1,0 +1,238 @@
+"""One run, one state: everything a coordinated run knows, in one object passed down.
+
+The entry points (:func:`teamlead.query`, :func:`teamlead.resume_session`,
+:class:`teamlead.ClientRun` and :func:`teamlead.receive_all`) create a :class:`RunState`
+with :func:`new_run`; the drivers in :mod:`.loop` hand it to each :class:`~.round.Round`,
+to collection (:mod:`.collect`) and to the wrap-up (:mod:`.wrapup`), which read it and
+return what they found. It owns:
+
+- the mode, said explicitly: ``query`` (each round a new CLI process from the query
+  function) or ``client`` (one connected ``ClaudeSDKClient`` for every round);
+- the options every round starts from, the policy and the clock;
+- the deadline and the wrap-up point before it, on that clock;
+- the tracker, what was collected and delivered (:class:`Collected`), the ledger;
+- the spawn gate (:class:`~teamlead._gate.feed.GateFeed`) and the relay hookup.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import os
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+from claude_agent_sdk import ClaudeAgentOptions
+
+from .._claude.team import Team, claude_config_dir
+from .._gate.feed import GateFeed, new_gate
+from ..clock import Clock
+from ..policy import Policy
+from ..tracker import Tracker
+from .ledger import Ledger
+from .resume_prompt import Delivery
+
+if TYPE_CHECKING:
+    from .relayed import RelayHookup
+
+__all__ = [
+    "RUN_MARK_VAR",
+    "Collected",
+    "Member",
+    "MemberStatus",
+    "Mode",
+    "RunState",
+    "new_run",
+    "prepare_options",
+]
+
+#: ``query``: every round is a new CLI process started by the query function;
+#: ``client``: every round runs on one connected ``ClaudeSDKClient``.
+Mode: TypeAlias = Literal["query", "client"]
+MemberStatus: TypeAlias = Literal["pending", "reported"]
+
+#: Marks a run's CLI processes, so the wrap-up can end exactly their tree.
+RUN_MARK_VAR = "TEAMLEAD_RUN_MARK"
+_STDERR_LINES = 20
+
+
+@dataclass
+class Member:
+    """A teammate of the session's team and whether it has reported."""
+
+    name: str
+    status: MemberStatus = "pending"
+    detail: str = ""
+    failed: bool = False
+
+
+@dataclass
+class Collected:
+    """What the run has collected and delivered; only :mod:`.collect` changes it.
+
+    Attributes:
+        deliveries: every result collected, by key (``task:<id>``, ``inbox:<key>``).
+        absorbed: the keys of deliveries a successful lead turn used.
+        members: the session's teammates, by name.
+        seen_inbox_keys: inbox entries already turned into deliveries.
+        ambiguous_team: why the session's team is unproven (several teams claim it); such
+            a run never reports ``completed``.
+        team: the session's team, once found.
+        waited_s: the part of ``Policy.wait_s`` (one budget per run) already spent.
+        logged: inbox warnings already logged, so each is shown once.
+    """
+
+    deliveries: dict[str, Delivery] = field(default_factory=dict)
+    absorbed: set[str] = field(default_factory=set)
+    members: dict[str, Member] = field(default_factory=dict)
+    seen_inbox_keys: set[str] = field(default_factory=set)
+    ambiguous_team: str | None = None
+    team: Team | None = None
+    waited_s: float = 0.0
+    logged: set[str] = field(default_factory=set)
+
+    def missing_lines(self) -> list[str]:
+        """The teammates the resume prompt names as not reported or failed."""
+        lines = [
+            f'teammate "{m.name}" has not reported'
+            for m in self.members.values()
+            if m.status == "pending"
+        ]
+        lines += [
+            f'teammate "{m.name}" failed: {m.detail}' for m in self.members.values() if m.failed
+        ]
+        return lines
+
+
+@dataclass
+class RunState:
+    """The state of one coordinated run (see the module docstring).
+
+    Attributes:
+        mode: ``query`` or ``client``.
+        options: the options every round starts from (the wait ceiling, the run mark,
+            the stderr tail, the gate's hook and the relay's base URL already in them).
+        policy: the run's limits.
+        clock: the time source of every deadline, wait and backoff.
+        config_dir: the Claude config dir holding the team, inbox and transcripts.
+        mark: the value of :data:`RUN_MARK_VAR` in this run's CLI environment.
+        gate: the spawn gate's feed, or ``None`` when the gate is off.
+        relay: the run's relay hookup, or ``None`` when the run goes direct.
+        tracker: follows the session.
+        collected: what was collected and delivered.
+        ledger: the bookkeeping :class:`~teamlead.events.Finished` is made from.
+        deadline: the run's deadline (a ``clock.monotonic()`` value, set by
+            :meth:`start_clock`).
+        wrap_at: the wrap-up point: the deadline less the gate's reserve.
+        cli_state: the CLI's last ``session_state_changed`` state.
+        stderr_tail: the CLI's last stderr lines, quoted when its stream breaks.
+    """
+
+    mode: Mode
+    options: ClaudeAgentOptions
+    policy: Policy
+    clock: Clock
+    config_dir: Path
+    mark: str
+    gate: GateFeed | None = None
+    relay: RelayHookup | None = None
+    tracker: Tracker = field(default_factory=Tracker)
+    collected: Collected = field(default_factory=Collected)
+    ledger: Ledger = field(default_factory=Ledger)
+    deadline: float = 0.0
+    wrap_at: float = 0.0
+    cli_state: str | None = None
+    stderr_tail: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=_STDERR_LINES)
+    )
+
+    def start_clock(self) -> None:
+        """Set the run's deadline from now, and the wrap-up point the gate reserves."""
+        self.deadline = self.clock.monotonic() + self.policy.deadline_s
+        self.wrap_at = self.deadline
+        if self.gate is not None:
+            self.gate.gate.set_deadline(self.policy.deadline_s)
+            self.wrap_at -= self.policy.spawn.reserve_for(self.policy.deadline_s)
+
+    def attach_relay(self, hookup: RelayHookup) -> None:
+        """Send the run's requests through ``hookup``, opened on :attr:`options` (its
+        options are those with ``ANTHROPIC_BASE_URL`` at the relay, when it is up)."""
+        self.relay = hookup
+        self.options = hookup.options
+
+    def process_ended(self) -> None:
+        """A CLI process of the run exited: its agents ended with it."""
+        if self.gate is not None:
+            self.gate.gate.process_ended()
+
+
+def prepare_options(
+    options: ClaudeAgentOptions | None, policy: Policy, *, client: bool = False
+) -> ClaudeAgentOptions:
+    """A copy of ``options`` whose CLI will not stop background agents before our deadline.
+
+    With ``client=True`` the CLI also reports its session state, so the client helper knows
+    exactly when the CLI is idle rather than guessing from results (queued notification
+    turns can follow a result). User-set values of either variable are kept.
+
+    Args:
+        options: the caller's options (default: ``ClaudeAgentOptions()``); never mutated.
+        policy: the run's policy (``deadline_s`` sets the wait ceiling).
+        client: the options are for a ``ClaudeSDKClient``.
+    """
+    options = options or ClaudeAgentOptions()
+    env = dict(options.env)
+    env.setdefault("CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS", str(policy.bg_wait_ceiling_ms))
+    if client:
+        env.setdefault("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS", "1")
+    return dataclasses.replace(options, env=env)
+
+
+def new_run(
+    mode: Mode,
+    options: ClaudeAgentOptions | None,
+    policy: Policy,
+    clock: Clock,
+    *,
+    gated: bool = True,
+) -> RunState:
+    """A fresh run state: the options prepared, the gate built on ``clock``.
+
+    Args:
+        mode: ``query`` or ``client``.
+        options: the caller's options; never mutated.
+        policy: the run's limits.
+        clock: the run's clock (the gate's waits run on it too).
+        gated: build the spawn gate when ``policy.spawn`` is on. ``False`` for a client
+            that connected without it (its hooks were fixed then).
+    """
+    prepared = prepare_options(options, policy, client=mode == "client")
+    gate = new_gate(policy, clock, prepared.env) if gated else None
+    feed = GateFeed(gate) if gate is not None else None
+    if gate is not None:
+        prepared = gate.apply(prepared)
+    mark = uuid.uuid4().hex
+    state = RunState(
+        mode=mode,
+        options=prepared,
+        policy=policy,
+        clock=clock,
+        config_dir=claude_config_dir({**os.environ, **dict(prepared.env)}),
+        mark=mark,
+        gate=feed,
+    )
+    state.ledger.one_process = mode == "client"
+    user_stderr = prepared.stderr
+    tail = state.stderr_tail
+
+    def on_stderr(line: str) -> None:
+        if line.strip():
+            tail.append(line.strip())
+        if user_stderr is not None:
+            user_stderr(line)
+
+    env = {**dict(prepared.env), RUN_MARK_VAR: mark}
+    state.options = dataclasses.replace(prepared, env=env, stderr=on_stderr)
+    return state
