@@ -126,6 +126,13 @@ class Policy(BaseModel):
         relay: send the run's API requests through the process's request relay, which
             paces them and absorbs 429s (default True; ``TEAMLEAD_NO_RELAY=1`` also turns
             it off). See the README's "Rate limits".
+        token_budget: input plus output tokens for the whole run, counted at the relay from
+            the upstream's own usage (default: no limit). Each request is checked before it
+            is forwarded, with room kept for the wrap-up's own request; once reached, no new
+            agent starts and the run wraps up with what finished (``partial``,
+            ``token_budget``). Needs the relay.
+        request_budget: API requests for the whole run, counted the same way (one is kept
+            for the wrap-up).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -142,6 +149,8 @@ class Policy(BaseModel):
     idle_timeout_s: float = Field(default=600.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     spawn: SpawnPolicy = Field(default_factory=lambda: SpawnPolicy())
     relay: bool = True
+    token_budget: int | None = Field(default=None, ge=1, le=10**12)
+    request_budget: int | None = Field(default=None, ge=2, le=10**9)
 
     @property
     def bg_wait_ceiling_ms(self) -> int:
@@ -164,6 +173,9 @@ class SpawnPolicy(BaseModel):
         max_depth: 1 lets only the lead spawn; 2 lets its subagents spawn once more.
         wrap_up_reserve_s: no spawn is admitted once less than this is left before the
             deadline. ``None``: 20 % of the deadline, at most 30 s.
+        agent_timeout_s: an agent (Agent-tool, nested or workflow) running longer than this
+            is stopped: its status is ``timeout``, the lead is told to go on, the run ends
+            ``partial`` (default: no limit). Under ``query()`` the relay ends it.
 
     Example:
         >>> SpawnPolicy(max_concurrent_agents=3, spawn_budget=5).reserve_for(60)
@@ -179,6 +191,7 @@ class SpawnPolicy(BaseModel):
     stagger_s: float = Field(default=0.0, ge=0, le=600, allow_inf_nan=False)
     max_depth: int = Field(default=1, ge=1, le=10)
     wrap_up_reserve_s: float | None = Field(default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
+    agent_timeout_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _consistent(self) -> SpawnPolicy:

@@ -1000,8 +1000,9 @@ def test_the_prompt_quotes_results_as_data_and_names_what_failed() -> None:
     assert prompt.count("</teamlead-results>") == 1
     long_body = prompt.split('name="long task" status="completed" via="summary">\n')[1]
     long_body = long_body.split("\n</result>")[0]
-    assert len(long_body) <= 300 and long_body.startswith("x" * 200)
-    assert long_body.endswith(f"[... cut: {1000 - long_body.count('x')} more characters]")
+    assert len(long_body) <= 300 and long_body.startswith("x" * 100)
+    assert long_body.endswith("x" * 100)  # head and tail kept, the cut in the middle
+    assert f"[... {1000 - long_body.count('x')} characters cut here ...]" in long_body
     assert '- task "crashed" ended failed' in prompt
     assert '- task "crashed": no output was recovered' in prompt
     assert '- teammate "beta" has not reported' in prompt

@@ -62,4 +62,3 @@ class GateFeed:
         """The gate events not yet handed out."""
         events, self._events[:] = list(self._events), []
         return events
-

@@ -23,6 +23,7 @@ import aiohttp
 import anyio
 import yarl
 
+from .._agents.book import AgentBook
 from ..events import RateLimited
 from ..governor import Governor, bucket_key
 from .forward import (
@@ -68,10 +69,11 @@ _NO_SLOT_RETRY_AFTER_S = 5
 
 @dataclass
 class RunState:
-    """One run's share of the relay: its counters and listeners."""
+    """One run's share of the relay: its counters and listeners, and its agent ledger."""
 
     tally: Tally = field(default_factory=Tally)
     listeners: list[RelayListener] = field(default_factory=list)
+    agents: AgentBook | None = None
 
 
 class _TooLarge(Exception):
@@ -146,7 +148,19 @@ class RelayApp:
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
-            await self._exchange(send, request, key, info, limited)
+            if run is not None and run.agents is not None:  # counted and governed per agent
+                await run.agents.relay(
+                    scope["headers"],
+                    body,
+                    info.role,
+                    send,
+                    self._answer,
+                    lambda out, on_limited: self._exchange(
+                        out, request, key, info, _both(limited, on_limited)
+                    ),
+                )
+            else:
+                await self._exchange(send, request, key, info, limited)
             tg.cancel_scope.cancel()
 
     def _split_run(self, path: str) -> tuple[RunState | None, str]:
@@ -255,6 +269,16 @@ class RelayApp:
         headers.extend((extra or {}).items())
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+def _both(
+    first: Callable[[RateLimited], None], second: Callable[[RateLimited], None]
+) -> Callable[[RateLimited], None]:
+    def both(event: RateLimited) -> None:
+        first(event)
+        second(event)
+
+    return both
 
 
 class _StreamCut(Exception):

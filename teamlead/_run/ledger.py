@@ -23,7 +23,13 @@ __all__ = ["Ledger", "StopReason"]
 
 #: Why the session stopped resuming with results unused.
 StopReason: TypeAlias = Literal[
-    "max_resumes", "cost_budget", "deadline", "resume_failed", "no_session_id"
+    "max_resumes",
+    "cost_budget",
+    "deadline",
+    "resume_failed",
+    "no_session_id",
+    "token_budget",
+    "request_budget",
 ]
 
 

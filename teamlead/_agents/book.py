@@ -1,0 +1,543 @@
+"""One run's agent ledger, kept by the relay: every request counted for one agent, governed.
+
+Claude Code sends ``X-Claude-Code-Session-Id`` on every request and ``x-claude-code-agent-id``
+on every subagent's (Agent-tool and workflow agents alike; the lead's carry none). So the
+relay can attribute each request, the tokens of its reply (``usage`` in ``message_start`` and
+``message_delta``) and the 429s met on the way to one agent, whichever tool spawned it, and
+apply the run's limits where the spawn gate's hook cannot see an agent:
+
+- **The cap.** A workflow agent fires no hook, so its *first* request waits here, first come
+  first served, for a slot of the same pools the gate takes for Agent calls (the run's limit
+  and the process-wide cap). The slot is held until the run says the agent's work ended (its
+  workflow entry done or in error, its workflow task ended, its CLI exited), never on a timer.
+- **The timeout.** An agent running longer than ``agent_timeout_s`` has its request in flight
+  ended and every later one refused with a clear error, so it ends at once.
+- **The budgets.** Tokens and requests are counted from the upstream's own usage. Each
+  request is checked and reserved in one synchronous step before it is forwarded, keeping
+  room for the wrap-up's own request; once a budget is reached no subagent request goes on
+  and the run is told to wrap up.
+
+One :class:`AgentBook` belongs to one run (the relay's path token tells runs apart, never a
+header): a session id of another run or a forged agent id is counted in *this* run's book
+under its own key, and an agent id that is not a plausible id is counted as invalid. The book
+holds at most :data:`MAX_AGENTS` entries (later ids fold into one overflow entry), each a
+small fixed record, so memory per agent stays flat. Like the governor it belongs to one event
+loop and is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import re
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, TypeAlias
+
+from ..clock import Clock, move_on_at
+from ..events import RateLimited
+from .usage import UsageScan
+
+__all__ = [
+    "LEAD",
+    "MAX_AGENTS",
+    "AgentBook",
+    "AgentCount",
+    "AgentKind",
+    "AgentLimits",
+    "ExhaustReason",
+    "Refused",
+    "SlotPool",
+    "agent_key",
+    "is_workflow_agent",
+]
+
+log = logging.getLogger("teamlead.relay")
+
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+Answer = Callable[..., Awaitable[None]]
+Exchange = Callable[[Send, Callable[[RateLimited], None]], Awaitable[None]]
+
+#: The agent id of the lead: its requests carry no agent header.
+LEAD = ""
+#: Entries one run's book keeps; requests of further agent ids count in one overflow entry.
+MAX_AGENTS = 4096
+_INVALID = "?invalid"
+_OVERFLOW = "?overflow"
+_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_SESSION_HEADER = b"x-claude-code-session-id"
+_AGENT_HEADER = b"x-claude-code-agent-id"
+#: Claude Code's system prompt for workflow agents (2.1.332): the hook never sees them.
+_WORKFLOW_MARK = "spawned by a workflow orchestration script"
+_DEFAULT_HOLD_S = 1800.0
+#: Tokens kept for the wrap-up when no lead request was measured yet.
+_DEFAULT_WRAP_TOKENS = 4000
+
+#: ``lead``: no agent header; ``agent``: an Agent-tool subagent (the hook's); ``workflow_agent``:
+#: an agent of a ``Workflow`` script (no hook: the relay holds its first request for a slot).
+AgentKind: TypeAlias = Literal["lead", "agent", "workflow_agent"]
+ExhaustReason: TypeAlias = Literal["token_budget", "request_budget"]
+RefusalCode: TypeAlias = Literal["timeout", "token_budget", "request_budget", "no_slot"]
+
+
+class SlotPool(Protocol):
+    """A FIFO slot pool (the spawn gate's :class:`~teamlead._gate.slots.FifoSlots`)."""
+
+    def try_take(self) -> bool: ...
+
+    async def take(self, until: float | None, clock: Clock) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    """The run's limits the relay applies per agent and per run (``None``: no limit)."""
+
+    agent_timeout_s: float | None = None
+    token_budget: int | None = None
+    request_budget: int | None = None
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A request the relay answers itself instead of forwarding: why, in one line."""
+
+    code: RefusalCode
+    message: str
+    status: int = 400
+
+    @property
+    def kind(self) -> str:
+        return "invalid_request_error"
+
+
+class AgentCount:
+    """One agent's counters; small and fixed (``__slots__``), so a run's book stays flat.
+
+    ``input_tokens``/``output_tokens`` are ``None`` until a reply carried usage;
+    ``unknown_usage`` counts successful replies that carried none (their tokens are unknown,
+    not zero).
+    """
+
+    __slots__ = (
+        "absorbed",
+        "first_at",
+        "in_flight",
+        "input_tokens",
+        "kind",
+        "last_at",
+        "last_total",
+        "output_tokens",
+        "passed",
+        "requests",
+        "slots",
+        "started_at",
+        "timed_out",
+        "unknown_usage",
+    )
+
+    def __init__(self, kind: AgentKind, now: float) -> None:
+        self.kind: AgentKind = kind
+        self.requests = 0
+        self.input_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.unknown_usage = 0
+        self.absorbed = 0
+        self.passed = 0
+        self.first_at = now  # wall clock, for people
+        self.last_at = now
+        self.started_at: float | None = None  # monotonic, for the timeout
+        self.in_flight = 0
+        self.last_total = 0
+        self.slots: list[SlotPool] = []
+        self.timed_out = False
+
+    @property
+    def tokens(self) -> int | None:
+        """Input plus output tokens; ``None`` when no reply carried usage."""
+        if self.input_tokens is None and self.output_tokens is None:
+            return None
+        return (self.input_tokens or 0) + (self.output_tokens or 0)
+
+
+def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
+    for key, value in headers:
+        if key.lower() == name:
+            return value.decode("latin-1").strip()
+    return None
+
+
+def agent_key(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str, str]:
+    """``(session id, agent id)`` of a request; the lead's agent id is :data:`LEAD`.
+
+    A value that is not a plausible id (too long, odd characters) becomes ``"?invalid"``, so
+    a hostile header can neither grow the book's keys nor pose as another agent.
+
+    Example:
+        >>> agent_key([(b"X-Claude-Code-Session-Id", b"s-1"), (b"x-claude-code-agent-id", b"a1")])
+        ('s-1', 'a1')
+    """
+    pairs = list(headers)
+    session = _header(pairs, _SESSION_HEADER)
+    agent = _header(pairs, _AGENT_HEADER)
+    session_id = "" if session is None else (session if _ID.fullmatch(session) else _INVALID)
+    agent_id = LEAD if not agent else (agent if _ID.fullmatch(agent) else _INVALID)
+    return session_id, agent_id
+
+
+def is_workflow_agent(body: bytes) -> bool:
+    """Whether a request body is a workflow agent's (Claude Code's workflow system prompt)."""
+    if _WORKFLOW_MARK.encode() not in body:
+        return False
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    system = data.get("system") if isinstance(data, dict) else None
+    blocks = system if isinstance(system, list) else [system]
+    return any(
+        _WORKFLOW_MARK in (b.get("text", "") if isinstance(b, dict) else str(b or ""))
+        for b in blocks[:4]
+    )
+
+
+class _Ticket:
+    """One request under way: its reservation, its reply's usage, its 429s."""
+
+    def __init__(self, book: AgentBook, key: tuple[str, str], count: AgentCount, reserve: int):
+        self.book = book
+        self.key = key
+        self.count = count
+        self.reserve = reserve
+        self.scan = UsageScan()
+        self.status: int | None = None
+        self.closed = False
+
+    def watch(self, send: Send) -> Send:
+        scan = self.scan
+
+        async def watched(message: Message) -> None:
+            kind = message.get("type")
+            if kind == "http.response.body":
+                body = message.get("body")
+                if body:
+                    scan.feed(body)
+            elif kind == "http.response.start":
+                self.status = int(message.get("status") or 0)
+            await send(message)
+
+        return watched
+
+    def limited(self, event: RateLimited) -> None:
+        if event.outcome == "absorbed":
+            self.count.absorbed += 1
+        else:
+            self.count.passed += 1
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.book._closed(self)
+
+
+class AgentBook:
+    """One run's agent ledger and the limits the relay applies (see the module docstring).
+
+    Args:
+        clock: the run's clock (timeouts and the hold's deadline run on it).
+        limits: the run's per-agent timeout and budgets.
+        pools: the slot pools a workflow agent's first request takes (the gate's run limit
+            and the process-wide cap), read when needed; ``None``: no cap.
+        on_usage: told ``(session id, agent id, count)`` after each of an agent's requests.
+        on_exhausted: told once when a budget is reached (the run wraps up).
+        on_timeout: told ``agent id`` once when an agent passes its timeout.
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        limits: AgentLimits | None = None,
+        *,
+        pools: Callable[[], Sequence[SlotPool]] | None = None,
+        on_usage: Callable[[str, str, AgentCount], None] | None = None,
+        on_exhausted: Callable[[ExhaustReason], None] | None = None,
+        on_timeout: Callable[[str], None] | None = None,
+    ) -> None:
+        self.clock = clock
+        self.limits = limits or AgentLimits()
+        self._pools = pools
+        self.on_usage = on_usage
+        self.on_exhausted = on_exhausted
+        self.on_timeout = on_timeout
+        self.entries: dict[tuple[str, str], AgentCount] = {}
+        self._by_agent: dict[str, AgentCount] = {}
+        self.requests = 0
+        self.tokens = 0
+        self.unknown_usage = 0
+        self._reserved_tokens = 0
+        self._lead_peak = 0
+        self.exhausted: ExhaustReason | None = None
+        self.wrapping = False
+        self.closed = False
+        self.hold_until: float | None = None
+        self.max_held_running = 0
+        self._held_running = 0
+
+    # -- what the run tells the book ----------------------------------------------------------
+    def agent_started(self, agent_id: str) -> None:
+        """The stream says ``agent_id`` started (its timeout runs from now)."""
+        count = self._by_agent.get(agent_id)
+        if count is None:
+            count = self._entry(("", agent_id), "agent")
+        if count.started_at is None:
+            count.started_at = self.clock.monotonic()
+
+    def agent_ended(self, agent_id: str) -> None:
+        """``agent_id``'s work ended (its workflow entry done or in error): free its slot."""
+        count = self._by_agent.get(agent_id)
+        if count is not None:
+            self._free(count)
+
+    def process_ended(self) -> None:
+        """The run's CLI exited: every agent's work ended with it."""
+        for count in self._by_agent.values():
+            self._free(count)
+
+    def close(self) -> None:
+        """The run ends: free every slot; later requests are only counted."""
+        self.closed = True
+        self.process_ended()
+
+    def agent(self, agent_id: str) -> AgentCount | None:
+        """The counters of ``agent_id`` (in any session of this run), if it sent a request."""
+        return self._by_agent.get(agent_id)
+
+    @property
+    def timed_out(self) -> list[str]:
+        """The agent ids that passed their timeout."""
+        return [a for a, c in self._by_agent.items() if c.timed_out]
+
+    # -- the relay's request path -----------------------------------------------------------
+    async def relay(
+        self,
+        headers: Iterable[tuple[bytes, bytes]],
+        body: bytes,
+        role: str,
+        send: Send,
+        answer: Answer,
+        exchange: Exchange,
+    ) -> None:
+        """Govern and count one request: refuse it, hold it, or run ``exchange`` on it.
+
+        Args:
+            headers: the request's headers (the session and agent ids are read from them).
+            body: the request body (read only for a new agent: is it a workflow agent's?).
+            role: the relay's role for it (``lead``, ``subagent``, ``other``).
+            send: the ASGI send of the response.
+            answer: ``answer(send, status, kind, message, extra)`` writes a refusal.
+            exchange: ``exchange(send, on_limited)`` forwards the request and streams back.
+        """
+        entered = await self._enter(agent_key(headers), body, role)
+        if isinstance(entered, Refused):
+            await answer(send, entered.status, entered.kind, entered.message, _NO_RETRY)
+            return
+        ticket = entered
+        try:
+            until = self._timeout_at(ticket.count)
+            with move_on_at(self.clock, math.inf if until is None else until) as scope:
+                await exchange(ticket.watch(send), ticket.limited)
+            if scope.cancelled_caught and until is not None:
+                refusal = self._time_out(ticket.key[1], ticket.count)
+                if ticket.status is None:
+                    await answer(send, refusal.status, refusal.kind, refusal.message, _NO_RETRY)
+                # else: the stream is cut short; the CLI's retry is refused
+        finally:
+            ticket.close()
+
+    async def _enter(self, key: tuple[str, str], body: bytes, role: str) -> _Ticket | Refused:
+        count = self.entries.get(key)
+        if count is None:
+            kind: AgentKind = "lead" if key[1] == LEAD else "agent"
+            if kind == "agent" and is_workflow_agent(body):
+                kind = "workflow_agent"
+            count = self._entry(key, kind)
+            known = self._by_agent.get(key[1]) if key[1] != LEAD else None
+            if known is not None and known is not count:
+                count.started_at = known.started_at
+            if count.started_at is None:
+                count.started_at = self.clock.monotonic()
+            if kind == "workflow_agent" and not self.closed:
+                refused = self._check(key[1], count, role, first=True)
+                if refused is not None:
+                    return refused
+                held = await self._hold(count)
+                if held is not None:
+                    return held
+        refused = self._check(key[1], count, role, first=False)
+        if refused is not None:
+            return refused
+        reserve = count.last_total
+        self._reserved_tokens += reserve
+        count.requests += 1
+        count.in_flight += 1
+        count.last_at = self.clock.time()
+        self.requests += 1
+        return _Ticket(self, key, count, reserve)
+
+    def _check(self, agent_id: str, count: AgentCount, role: str, *, first: bool) -> Refused | None:
+        """The timeout and the budgets, checked in one synchronous step with the reservation
+        that follows it in :meth:`_enter` (nothing awaits between the two)."""
+        if count.timed_out:
+            return self._timeout_refusal(agent_id)
+        until = self._timeout_at(count)
+        if until is not None and self.clock.monotonic() >= until:
+            return self._time_out(agent_id, count)
+        lead = count.kind == "lead" and role != "subagent"
+        if lead and self.wrapping:
+            # the wrap-up's own request: the room kept for it is its to spend
+            budget = self.limits.request_budget
+            if budget is not None and self.requests + 1 > budget:
+                return self._exhaust("request_budget")
+            return None
+        if self.exhausted is not None:
+            return self._refusal(self.exhausted)
+        limits = self.limits
+        if limits.request_budget is not None and self.requests + 1 > limits.request_budget - 1:
+            return self._exhaust("request_budget")
+        if limits.token_budget is not None:
+            estimate = 0 if first else count.last_total
+            used = self.tokens + self._reserved_tokens + estimate
+            if used >= limits.token_budget - self._wrap_tokens():
+                return self._exhaust("token_budget")
+        return None
+
+    def _wrap_tokens(self) -> int:
+        return 2 * self._lead_peak if self._lead_peak else _DEFAULT_WRAP_TOKENS
+
+    async def _hold(self, count: AgentCount) -> Refused | None:
+        """A workflow agent's first request: wait, FIFO, for a slot of every pool."""
+        pools = list(self._pools()) if self._pools is not None else []
+        until = self.hold_until
+        if until is None:
+            until = self.clock.monotonic() + _DEFAULT_HOLD_S
+        try:
+            for pool in pools:
+                if not await pool.take(until, self.clock):
+                    self._free(count)
+                    return Refused(
+                        "no_slot",
+                        "teamlead: no agent slot came before the run's wrap-up; "
+                        "this agent does not run",
+                    )
+                count.slots.append(pool)
+        except BaseException:
+            self._free(count)
+            raise
+        if pools:
+            self._held_running += 1
+            self.max_held_running = max(self.max_held_running, self._held_running)
+        return None
+
+    def _free(self, count: AgentCount) -> None:
+        if count.slots:
+            self._held_running -= 1
+        slots, count.slots = count.slots, []
+        for pool in reversed(slots):
+            pool.release()
+
+    def _timeout_at(self, count: AgentCount) -> float | None:
+        timeout = self.limits.agent_timeout_s
+        if timeout is None or count.kind == "lead" or count.started_at is None:
+            return None
+        return count.started_at + timeout
+
+    def _time_out(self, agent_id: str, count: AgentCount) -> Refused:
+        if not count.timed_out:
+            count.timed_out = True
+            for other in self.entries.values():  # the same agent in another session key
+                if other is not count and self._by_agent.get(agent_id) is other:
+                    other.timed_out = True
+            if self.on_timeout is not None:
+                try:
+                    self.on_timeout(agent_id)
+                except Exception:
+                    log.exception("the agent-timeout listener failed")
+        return self._timeout_refusal(agent_id)
+
+    def _timeout_refusal(self, agent_id: str) -> Refused:
+        seconds = self.limits.agent_timeout_s or 0
+        return Refused(
+            "timeout",
+            f"teamlead: agent {agent_id} ran past its timeout of {seconds:g} s and was "
+            "stopped; the lead goes on with the other agents",
+        )
+
+    def _exhaust(self, reason: ExhaustReason) -> Refused:
+        if self.exhausted is None:
+            self.exhausted = reason
+            if self.on_exhausted is not None:
+                try:
+                    self.on_exhausted(reason)
+                except Exception:
+                    log.exception("the budget listener failed")
+        return self._refusal(reason)
+
+    def _refusal(self, reason: ExhaustReason) -> Refused:
+        if reason == "token_budget":
+            text = f"teamlead: the run's token budget ({self.limits.token_budget}) is spent"
+        else:
+            text = f"teamlead: the run's request budget ({self.limits.request_budget}) is spent"
+        return Refused(reason, text + "; no new agent requests, the run wraps up")
+
+    def _entry(self, key: tuple[str, str], kind: AgentKind) -> AgentCount:
+        if key not in self.entries and len(self.entries) >= MAX_AGENTS:
+            key = (key[0], _OVERFLOW)
+        count = self.entries.get(key)
+        if count is None:
+            count = self.entries[key] = AgentCount(kind, self.clock.time())
+            if key[1] != LEAD and key[1] not in self._by_agent:
+                self._by_agent[key[1]] = count
+        return count
+
+    def _closed(self, ticket: _Ticket) -> None:
+        count = ticket.count
+        count.in_flight -= 1
+        self._reserved_tokens -= ticket.reserve
+        count.last_at = self.clock.time()
+        scan = ticket.scan
+        ok = ticket.status is not None and 200 <= ticket.status < 300
+        if scan.seen:
+            if scan.input_tokens is not None:
+                count.input_tokens = (count.input_tokens or 0) + scan.input_tokens
+            if scan.output_tokens is not None:
+                count.output_tokens = (count.output_tokens or 0) + scan.output_tokens
+            total = (scan.input_tokens or 0) + (scan.output_tokens or 0)
+            count.last_total = total
+            self.tokens += total
+            if count.kind == "lead":
+                self._lead_peak = max(self._lead_peak, total)
+        elif ok:
+            count.unknown_usage += 1
+            self.unknown_usage += 1
+        if self.on_usage is not None:
+            try:
+                self.on_usage(ticket.key[0], ticket.key[1], count)
+            except Exception:
+                log.exception("the agent-usage listener failed")
+        limits = self.limits
+        tokens, requests = limits.token_budget, limits.request_budget
+        if (
+            self.exhausted is None
+            and tokens is not None
+            and self.tokens >= tokens - self._wrap_tokens()
+        ):
+            self._exhaust("token_budget")
+        if self.exhausted is None and requests is not None and self.requests >= requests - 1:
+            self._exhaust("request_budget")
+
+
+_NO_RETRY = {b"x-should-retry": b"false"}
