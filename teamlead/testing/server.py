@@ -73,6 +73,11 @@ class RecordedRequest:
     def role(self) -> Role:
         return self.request.role
 
+    @property
+    def agent_id(self) -> str | None:
+        """The ``x-claude-code-agent-id`` header (``None`` for the lead's requests)."""
+        return next((v for k, v in self.headers if k.lower() == "x-claude-code-agent-id"), None)
+
     def overlaps(self, other: RecordedRequest) -> bool:
         end_a = self.finished if self.finished is not None else float("inf")
         end_b = other.finished if other.finished is not None else float("inf")
@@ -298,6 +303,25 @@ class ScriptedServer:
         for _, step in sorted(points, key=lambda p: (p[0], p[1])):
             cur += step
             best = max(best, cur)
+        return best
+
+    def max_concurrent_agents(self, session_id: str | None = None) -> int:
+        """The most agents (distinct ``x-claude-code-agent-id``) with a request in flight at
+        one instant, of ``session_id`` (default: all): the lead is not counted."""
+        points: list[tuple[float, int, str]] = []
+        for rec in self.recorded():
+            agent = rec.agent_id
+            if agent is None or session_id not in (None, rec.request.session_id):
+                continue
+            points.append((rec.started, 1, agent))
+            points.append((rec.finished if rec.finished is not None else float("inf"), -1, agent))
+        open_requests: dict[str, int] = {}
+        best = 0
+        for _, step, agent in sorted(points, key=lambda p: (p[0], p[1])):
+            open_requests[agent] = open_requests.get(agent, 0) + step
+            if open_requests[agent] <= 0:
+                del open_requests[agent]
+            best = max(best, len(open_requests))
         return best
 
     # -- request handling -------------------------------------------------------------
