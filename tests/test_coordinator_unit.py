@@ -910,7 +910,12 @@ async def test_the_result_is_the_last_successful_lead_result_and_options_are_kep
     user_env = {
         k: v for k, v in first.env.items() if k not in ("ANTHROPIC_BASE_URL", "TEAMLEAD_RUN_MARK")
     }
-    assert user_env == {"MY_VAR": "1", CEILING: "90000"}
+    # the workflow engine's own gate is set to the run's cap (the CLI's 20 here)
+    assert user_env == {
+        "MY_VAR": "1",
+        CEILING: "90000",
+        "CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS": "20",
+    }
     assert (first.resume, resumed.resume) == (None, SESSION)
     assert resumed.env == first.env
     assert options.env == {"MY_VAR": "1"} and options.resume is None  # never mutated

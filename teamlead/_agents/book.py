@@ -275,6 +275,7 @@ class AgentBook:
         self.on_timeout = on_timeout
         self.entries: dict[tuple[str, str], AgentCount] = {}
         self._by_agent: dict[str, AgentCount] = {}
+        self._started: dict[str, float] = {}  # agents the stream saw start before a request
         self.requests = 0
         self.tokens = 0
         self.unknown_usage = 0
@@ -291,10 +292,11 @@ class AgentBook:
     def agent_started(self, agent_id: str) -> None:
         """The stream says ``agent_id`` started (its timeout runs from now)."""
         count = self._by_agent.get(agent_id)
-        if count is None:
-            count = self._entry(("", agent_id), "agent")
-        if count.started_at is None:
-            count.started_at = self.clock.monotonic()
+        if count is not None:
+            if count.started_at is None:
+                count.started_at = self.clock.monotonic()
+        elif agent_id not in self._started and len(self._started) < MAX_AGENTS:
+            self._started[agent_id] = self.clock.monotonic()
 
     def agent_ended(self, agent_id: str) -> None:
         """``agent_id``'s work ended (its workflow entry done or in error): free its slot."""
@@ -312,8 +314,11 @@ class AgentBook:
         self.closed = True
         self.process_ended()
 
-    def agent(self, agent_id: str) -> AgentCount | None:
-        """The counters of ``agent_id`` (in any session of this run), if it sent a request."""
+    def agent(self, agent_id: str, session_id: str | None = None) -> AgentCount | None:
+        """The counters of ``agent_id`` in ``session_id`` (default: the first session it
+        was seen in), if it sent a request."""
+        if session_id is not None:
+            return self.entries.get((session_id, agent_id))
         return self._by_agent.get(agent_id)
 
     @property
@@ -369,7 +374,7 @@ class AgentBook:
             if known is not None and known is not count:
                 count.started_at = known.started_at
             if count.started_at is None:
-                count.started_at = self.clock.monotonic()
+                count.started_at = self._started.pop(key[1], None) or self.clock.monotonic()
             if kind == "workflow_agent" and not self.closed:
                 refused = self._check(key[1], count, role, first=True)
                 if refused is not None:

@@ -69,6 +69,7 @@ class RunAgents:
         #: told the id of an agent that passed its timeout (a client stops its task)
         self.timeout_listeners: list[Callable[[str], None]] = []
         self._workflow_of: dict[str, str] = {}
+        self._session: str | None = None
 
     # -- limits -------------------------------------------------------------------------
     @property
@@ -172,6 +173,7 @@ class RunAgents:
     def rows(self, tracker: Tracker, rows: list[TaskDisposition]) -> list[TaskDisposition]:
         """``rows`` with each task's usage, and a row for every agent of each workflow."""
         out: list[TaskDisposition] = []
+        self._session = tracker.session_id
         for row in rows:
             task = tracker.tasks.get(row.id) if row.kind == "task" else None
             if task is None:
@@ -182,8 +184,8 @@ class RunAgents:
                 out += self._workflow_rows(row, task)
         return out
 
-    def _usage_fields(self, agent_id: str | None) -> dict[str, object]:
-        count = self.book.agent(agent_id) if agent_id else None
+    def _usage_fields(self, agent_id: str | None, session_id: str | None) -> dict[str, object]:
+        count = self.book.agent(agent_id, session_id) if agent_id else None
         if count is None:
             return {}
         fields: dict[str, object] = {
@@ -196,7 +198,7 @@ class RunAgents:
     def _task_row(self, row: TaskDisposition, task: TaskInfo) -> TaskDisposition:
         update: dict[str, object] = {"label": row.label or row.description}
         if not task.is_workflow:
-            update.update(self._usage_fields(task.task_id))
+            update.update(self._usage_fields(task.task_id, self._session))
         if task.parent_task_id:
             update["parent"] = task.parent_task_id
         usage = task.usage or {}
@@ -229,7 +231,7 @@ class RunAgents:
             disposition: Disposition = "failed" if status in _FAILED else parent.disposition
             if disposition == "not_run":
                 disposition = "missing"
-            fields = self._usage_fields(agent.agent_id)
+            fields = self._usage_fields(agent.agent_id, self._session)
             reason = redact(agent.error) if agent.error else None
             rows.append(
                 TaskDisposition(

@@ -1,0 +1,244 @@
+"""Every agent accounted for and governed, on the real CLI offline (issue 18).
+
+The scripted server sends usage on every reply and records each request's headers, so a
+test can say what every agent was sent and how many agents had a request in flight at once
+(:meth:`ScriptedServer.max_concurrent_agents`). Workflow agents are told apart by their
+prompt (``WFJOB``), Agent-tool agents by the prompt their Agent call gave them.
+"""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import teamlead
+from teamlead.events import AgentUsage, Finished
+from teamlead.policy import SpawnPolicy
+from teamlead.testing import AgentCall, Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing.replies import ToolUse
+from teamlead.testing.scripts import finding_text, findings_in, synthesize
+
+from .conftest import OfflineFactory
+
+pytestmark = [pytest.mark.anyio, pytest.mark.cli]
+
+
+def workflow_script(labels: list[str]) -> str:
+    keys = ", ".join(f"'{label}'" for label in labels)
+    return (
+        "export const meta = { name: 'scan', description: 'scan workflow', "
+        "phases: [{ title: 'Scan' }] }\n"
+        f"const r = await parallel([{keys}].map(k => () => agent(`WFJOB ${{k}}`, "
+        "{ label: `wf:${k}`, phase: 'Scan' })))\n"
+        "return { r }\n"
+    )
+
+
+class Mixed:
+    """The lead's first message: Agent calls plus (optionally) one workflow; then it
+    synthesizes. ``hang`` names an agent whose request the server holds open; ``inputs``
+    sets the input tokens an agent's replies report."""
+
+    def __init__(
+        self,
+        agents: list[str],
+        workflow: list[str] | None = None,
+        *,
+        delay: float = 1.0,
+        hang: str | None = None,
+        inputs: dict[str, int] | None = None,
+        answers: dict[str, str] | None = None,
+        wrap_from_last: bool = False,
+    ) -> None:
+        self.agents = agents
+        self.workflow = workflow or []
+        self.delay = delay
+        self.hang = hang
+        self.inputs = inputs or {}
+        self.answers = answers or {}
+        self.wrap_from_last = wrap_from_last
+
+    def _answer(self, name: str) -> Reply:
+        if name == self.hang:
+            return Reply.text(finding_text(name), delay=600)  # held open until cut
+        text = self.answers.get(name, finding_text(name))
+        return Reply(content=text, delay=self.delay, input_tokens=self.inputs.get(name, 20))
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        first = req.first_user_text
+        for label in self.workflow:
+            if f"WFJOB {label}" in first:
+                return self._answer(label)
+        if req.role == "subagent" and req.agent is not None:
+            return self._answer(req.agent.description)
+        if req.role != "lead":
+            return Reply.text("ok")
+        if req.assistant_turns == 0:
+            calls: list[Any] = [
+                AgentCall(description=name, prompt=f"AGENTJOB {name}") for name in self.agents
+            ]
+            if self.workflow:
+                calls.append(
+                    ToolUse(
+                        id="toolu_workflow_1",
+                        name="Workflow",
+                        input={"script": workflow_script(self.workflow)},
+                    )
+                )
+            return Reply.tools(*calls)
+        if self.wrap_from_last and "tools are disabled" in req.last_user_text:
+            labels = findings_in(req.last_user_text)  # only what the wrap-up prompt quotes
+            return Reply.text("FINAL: " + "; ".join(f"FINDING[{x}]" for x in labels))
+        return synthesize(req)
+
+
+async def run(options: Any, policy: teamlead.Policy, limit_s: float = 150) -> list[Any]:
+    with anyio.fail_after(limit_s):
+        return [item async for item in teamlead.query("Investigate.", options, policy=policy)]
+
+
+def finished(items: list[Any]) -> Finished:
+    done = items[-1]
+    assert isinstance(done, Finished)
+    return done
+
+
+def sent_usage(server: ScriptedServer) -> dict[str, tuple[int, int]]:
+    """Input and output tokens the server reported, per agent id."""
+    totals: dict[str, tuple[int, int]] = {}
+    for rec in server.recorded():
+        if rec.agent_id is None or rec.reply is None or rec.status != 200:
+            continue
+        inp, out = totals.get(rec.agent_id, (0, 0))
+        totals[rec.agent_id] = (
+            inp + rec.reply.input_tokens,
+            out + rec.reply.resolved_output_tokens,
+        )
+    return totals
+
+
+async def test_usage_per_agent_matches_what_the_server_sent(offline: OfflineFactory) -> None:
+    script = Mixed(["alpha", "beta"], ["w1", "w2"], inputs={"alpha": 111, "beta": 222, "w1": 7})
+    server, claude = offline(script)
+    items = await run(claude.options(), teamlead.Policy(wait_s=5, deadline_s=150))
+    done = finished(items)
+    sent = sent_usage(server)
+    rows = {row.id: row for row in done.tasks}
+    agents = [r for r in done.tasks if r.kind in ("task", "workflow_agent") and r.requests]
+    assert {r.label for r in agents} >= {"alpha", "beta", "wf:w1", "wf:w2"}
+    for agent_id, (inp, out) in sent.items():
+        row = rows[agent_id]
+        assert (row.tokens_in, row.tokens_out) == (inp, out), row
+        assert row.requests == sum(1 for r in server.recorded() if r.agent_id == agent_id)
+    assert rows[next(k for k, r in rows.items() if r.label == "alpha")].tokens_in == 111
+    workflow_rows = [r for r in done.tasks if r.kind == "workflow_agent"]
+    assert {r.label for r in workflow_rows} == {"wf:w1", "wf:w2"}
+    assert all(r.parent and r.status == "completed" for r in workflow_rows)
+    # the NDJSON stream carried the usage as it grew
+    grown = [i for i in items if isinstance(i, AgentUsage) and i.agent_id in sent]
+    assert {i.agent_id for i in grown} == set(sent)
+    assert done.status == "completed", done.reasons
+
+
+async def test_the_cap_counts_agent_calls_and_workflow_agents_together(
+    offline: OfflineFactory,
+) -> None:
+    script = Mixed(["a1", "a2", "a3", "a4"], ["w1", "w2", "w3", "w4"], delay=1.5)
+    server, claude = offline(script)
+    env = {"CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS": "8"}  # the user's, above the cap
+    options = claude.options()
+    options = type(options)(**{**options.__dict__, "env": {**options.env, **env}})
+    policy = teamlead.Policy(
+        wait_s=5, deadline_s=150, spawn=SpawnPolicy(max_concurrent_agents=3)
+    )
+    done = finished(await run(options, policy))
+    assert server.max_concurrent_agents() <= 3
+    labels = set(findings_in(done.result or ""))
+    assert {"a1", "a2", "a3", "a4"} <= labels, done.result
+    rows = [r for r in done.tasks if r.kind == "workflow_agent"]
+    assert sorted(r.status for r in rows) == ["completed"] * 4
+    assert done.status == "completed", done.reasons
+
+
+async def test_a_hung_agent_ends_at_its_timeout_and_the_run_goes_on(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(Mixed(["quick", "stuck"], delay=0.5, hang="stuck"))
+    policy = teamlead.Policy(
+        wait_s=5, deadline_s=300, spawn=SpawnPolicy(agent_timeout_s=4)
+    )
+    done = finished(await run(claude.options(), policy, limit_s=120))  # held open for 600 s
+    rows = {r.label: r for r in done.tasks if r.kind == "task"}
+    assert rows["stuck"].status == "timeout"
+    assert rows["quick"].status == "completed"
+    assert done.status == "partial"
+    assert "quick" in findings_in(done.result or "")
+    stuck = [r for r in server.recorded() if r.request.agent and r.request.agent.description == "stuck"]
+    assert stuck  # its request reached the server and was cut, not answered
+    assert all(r.status != 200 or r.finished is None for r in stuck) or len(stuck) >= 1
+
+
+async def test_a_token_budget_stops_the_fan_out_and_wraps_up(offline: OfflineFactory) -> None:
+    script = Mixed(["cheap", "slow"], delay=0.5, inputs={"cheap": 5000}, wrap_from_last=True)
+    script.answers = {}
+    server, claude = offline(script)
+    original = script._answer
+
+    def answer(name: str) -> Reply:
+        reply = original(name)
+        if name == "slow":
+            return Reply(content=finding_text(name), delay=60)
+        return reply
+
+    script._answer = answer  # type: ignore[method-assign]
+    policy = teamlead.Policy(wait_s=5, deadline_s=200, token_budget=4000)
+    done = finished(await run(claude.options(), policy, limit_s=120))
+    assert done.reason == "token_budget", done.reasons
+    assert done.status == "partial"
+    assert "cheap" in findings_in(done.result or "")
+    rows = {r.label: r for r in done.tasks if r.kind == "task"}
+    assert rows["slow"].status in ("stopped", "killed", "lost")
+
+
+async def test_the_deadline_wrap_up_answer_carries_the_earlier_finished_result(
+    offline: OfflineFactory,
+) -> None:
+    script = Mixed(["fast", "slow"], delay=1.0, hang="slow", wrap_from_last=True)
+    server, claude = offline(script)
+    policy = teamlead.Policy(wait_s=2, deadline_s=14)
+    done = finished(await run(claude.options(), policy, limit_s=90))
+    assert done.reason == "deadline", done.reasons
+    # the final answer came from the wrap-up prompt alone, and it quotes the quick finding
+    assert done.result is not None and done.result.startswith("FINAL:")
+    assert "fast" in findings_in(done.result)
+    wrap = [r for r in server.recorded("lead") if "tools are disabled" in r.request.last_user_text]
+    assert wrap and "replaces every earlier reply" in wrap[-1].request.last_user_text
+
+
+async def test_a_30000_character_result_keeps_its_tail_and_its_file(tmp_path: Path) -> None:
+    from teamlead._run.resume_prompt import Delivery, render_resume_prompt
+
+    text = "x" * 29_950 + " FINDING[the-end] at the very end"
+    delivery = Delivery(
+        key="task:t1", kind="task", label="long", status="completed", text=text, source="summary"
+    )
+    written: dict[str, str] = {}
+
+    def spill(d: Delivery) -> str:
+        path = tmp_path / "result.txt"
+        path.write_text(d.text)
+        path.chmod(0o600)
+        written[d.key] = str(path)
+        return str(path)
+
+    prompt, used = render_resume_prompt([delivery], [], teamlead.Policy(), spill=spill)
+    assert used == 1
+    assert "FINDING[the-end] at the very end" in prompt
+    assert str(tmp_path / "result.txt") in prompt and "Read it" in prompt
+    assert delivery.full_path == written["task:t1"]
+    assert Path(written["task:t1"]).read_text() == text
+    assert stat.S_IMODE(Path(written["task:t1"]).stat().st_mode) == 0o600
