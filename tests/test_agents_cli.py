@@ -75,6 +75,9 @@ class Mixed:
                 return self._answer(label)
         if req.role == "subagent" and req.agent is not None:
             return self._answer(req.agent.description)
+        if self.wrap_from_last and "tools are disabled" in req.last_user_text:
+            labels = findings_in(req.last_user_text)  # only what the wrap-up prompt quotes
+            return Reply.text("FINAL: " + "; ".join(f"FINDING[{x}]" for x in labels))
         if req.role != "lead":
             return Reply.text("ok")
         if req.assistant_turns == 0:
@@ -90,9 +93,6 @@ class Mixed:
                     )
                 )
             return Reply.tools(*calls)
-        if self.wrap_from_last and "tools are disabled" in req.last_user_text:
-            labels = findings_in(req.last_user_text)  # only what the wrap-up prompt quotes
-            return Reply.text("FINAL: " + "; ".join(f"FINDING[{x}]" for x in labels))
         return synthesize(req)
 
 
@@ -215,7 +215,7 @@ async def test_the_deadline_wrap_up_answer_carries_the_earlier_finished_result(
     # the final answer came from the wrap-up prompt alone, and it quotes the quick finding
     assert done.result is not None and done.result.startswith("FINAL:")
     assert "fast" in findings_in(done.result)
-    wrap = [r for r in server.recorded("lead") if "tools are disabled" in r.request.last_user_text]
+    wrap = [r for r in server.recorded() if "tools are disabled" in r.request.last_user_text]
     assert wrap and "replaces every earlier reply" in wrap[-1].request.last_user_text
 
 

@@ -421,7 +421,12 @@ class AgentBook:
         return None
 
     def _wrap_tokens(self) -> int:
-        return 2 * self._lead_peak if self._lead_peak else _DEFAULT_WRAP_TOKENS
+        """Tokens kept for the wrap-up's own request: twice the lead's largest request so
+        far (the wrap-up resends the lead's conversation), or a tenth of the budget (at most
+        :data:`_DEFAULT_WRAP_TOKENS`) before the lead was measured."""
+        if self._lead_peak:
+            return 2 * self._lead_peak
+        return min(_DEFAULT_WRAP_TOKENS, (self.limits.token_budget or 0) // 10)
 
     async def _hold(self, count: AgentCount) -> Refused | None:
         """A workflow agent's first request: wait, FIFO, for a slot of every pool."""

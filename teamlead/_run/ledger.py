@@ -121,6 +121,7 @@ class Ledger:
                 reasons.append("the lead produced no successful answer")
         elif (
             any(d.disposition not in ("included", "not_run") for d in dispositions)
+            or self.stop in ("token_budget", "request_budget")  # wrapped up short of the work
             or bool(unreported)
             or unproven_team is not None  # forged claims: results are unproven
         ):
