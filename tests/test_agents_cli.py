@@ -8,8 +8,6 @@ prompt (``WFJOB``), Agent-tool agents by the prompt their Agent call gave them.
 
 from __future__ import annotations
 
-import stat
-from pathlib import Path
 from typing import Any
 
 import anyio
@@ -152,9 +150,7 @@ async def test_the_cap_counts_agent_calls_and_workflow_agents_together(
     env = {"CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS": "8"}  # the user's, above the cap
     options = claude.options()
     options = type(options)(**{**options.__dict__, "env": {**options.env, **env}})
-    policy = teamlead.Policy(
-        wait_s=5, deadline_s=150, spawn=SpawnPolicy(max_concurrent_agents=3)
-    )
+    policy = teamlead.Policy(wait_s=5, deadline_s=150, spawn=SpawnPolicy(max_concurrent_agents=3))
     done = finished(await run(options, policy))
     assert server.max_concurrent_agents() <= 3
     labels = set(findings_in(done.result or ""))
@@ -168,16 +164,16 @@ async def test_a_hung_agent_ends_at_its_timeout_and_the_run_goes_on(
     offline: OfflineFactory,
 ) -> None:
     server, claude = offline(Mixed(["quick", "stuck"], delay=0.5, hang="stuck"))
-    policy = teamlead.Policy(
-        wait_s=5, deadline_s=300, spawn=SpawnPolicy(agent_timeout_s=4)
-    )
+    policy = teamlead.Policy(wait_s=5, deadline_s=300, spawn=SpawnPolicy(agent_timeout_s=4))
     done = finished(await run(claude.options(), policy, limit_s=120))  # held open for 600 s
     rows = {r.label: r for r in done.tasks if r.kind == "task"}
     assert rows["stuck"].status == "timeout"
     assert rows["quick"].status == "completed"
     assert done.status == "partial"
     assert "quick" in findings_in(done.result or "")
-    stuck = [r for r in server.recorded() if r.request.agent and r.request.agent.description == "stuck"]
+    stuck = [
+        r for r in server.recorded() if r.request.agent and r.request.agent.description == "stuck"
+    ]
     assert stuck  # its request reached the server and was cut, not answered
     assert all(r.status != 200 or r.finished is None for r in stuck) or len(stuck) >= 1
 
@@ -217,28 +213,3 @@ async def test_the_deadline_wrap_up_answer_carries_the_earlier_finished_result(
     assert "fast" in findings_in(done.result)
     wrap = [r for r in server.recorded() if "tools are disabled" in r.request.last_user_text]
     assert wrap and "replaces every earlier reply" in wrap[-1].request.last_user_text
-
-
-async def test_a_30000_character_result_keeps_its_tail_and_its_file(tmp_path: Path) -> None:
-    from teamlead._run.resume_prompt import Delivery, render_resume_prompt
-
-    text = "x" * 29_950 + " FINDING[the-end] at the very end"
-    delivery = Delivery(
-        key="task:t1", kind="task", label="long", status="completed", text=text, source="summary"
-    )
-    written: dict[str, str] = {}
-
-    def spill(d: Delivery) -> str:
-        path = tmp_path / "result.txt"
-        path.write_text(d.text)
-        path.chmod(0o600)
-        written[d.key] = str(path)
-        return str(path)
-
-    prompt, used = render_resume_prompt([delivery], [], teamlead.Policy(), spill=spill)
-    assert used == 1
-    assert "FINDING[the-end] at the very end" in prompt
-    assert str(tmp_path / "result.txt") in prompt and "Read it" in prompt
-    assert delivery.full_path == written["task:t1"]
-    assert Path(written["task:t1"]).read_text() == text
-    assert stat.S_IMODE(Path(written["task:t1"]).stat().st_mode) == 0o600

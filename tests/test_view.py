@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.console import Console
 
-from teamlead.events import Finished, InboxCollected, Resuming, WaitingForTeam
+from teamlead.events import EVENT_VERSION, Finished, InboxCollected, Resuming, WaitingForTeam
 from teamlead.view import JsonProgress, LiveTeamView, PlainProgress
 
 TRACE = Path(__file__).parent / "fixtures" / "traces" / "parallel-agents.query.jsonl"
@@ -63,7 +63,7 @@ def test_json_progress_lines_are_versioned_and_typed() -> None:
     for item in _items():
         progress.handle(item)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert all(r["version"] == 1 and isinstance(r["type"], str) for r in records)
+    assert all(r["version"] == EVENT_VERSION and isinstance(r["type"], str) for r in records)
     types = [r["type"] for r in records]
     assert types.count("session") == 1 and types.count("task_started") == 2
     assert types[-1] == "finished"

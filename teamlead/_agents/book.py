@@ -27,59 +27,49 @@ loop and is not thread-safe.
 
 from __future__ import annotations
 
-import json
 import logging
 import math
-import re
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import Literal, Protocol, TypeAlias
 
 from ..clock import Clock, move_on_at
-from ..events import RateLimited
-from .usage import UsageScan
+from .request import (
+    LEAD,
+    Answer,
+    Exchange,
+    Refused,
+    Send,
+    Ticket,
+    agent_key,
+    is_workflow_agent,
+)
 
 __all__ = [
-    "LEAD",
     "MAX_AGENTS",
     "AgentBook",
     "AgentCount",
     "AgentKind",
     "AgentLimits",
     "ExhaustReason",
-    "Refused",
     "SlotPool",
-    "agent_key",
-    "is_workflow_agent",
 ]
 
 log = logging.getLogger("teamlead.relay")
 
-Message = MutableMapping[str, Any]
-Send = Callable[[Message], Awaitable[None]]
-Answer = Callable[..., Awaitable[None]]
-Exchange = Callable[[Send, Callable[[RateLimited], None]], Awaitable[None]]
-
-#: The agent id of the lead: its requests carry no agent header.
-LEAD = ""
 #: Entries one run's book keeps; requests of further agent ids count in one overflow entry.
 MAX_AGENTS = 4096
-_INVALID = "?invalid"
 _OVERFLOW = "?overflow"
-_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
-_SESSION_HEADER = b"x-claude-code-session-id"
-_AGENT_HEADER = b"x-claude-code-agent-id"
-#: Claude Code's system prompt for workflow agents (2.1.332): the hook never sees them.
-_WORKFLOW_MARK = "spawned by a workflow orchestration script"
 _DEFAULT_HOLD_S = 1800.0
 #: Tokens kept for the wrap-up when no lead request was measured yet.
 _DEFAULT_WRAP_TOKENS = 4000
+
+_NO_RETRY = {b"x-should-retry": b"false"}
 
 #: ``lead``: no agent header; ``agent``: an Agent-tool subagent (the hook's); ``workflow_agent``:
 #: an agent of a ``Workflow`` script (no hook: the relay holds its first request for a slot).
 AgentKind: TypeAlias = Literal["lead", "agent", "workflow_agent"]
 ExhaustReason: TypeAlias = Literal["token_budget", "request_budget"]
-RefusalCode: TypeAlias = Literal["timeout", "token_budget", "request_budget", "no_slot"]
 
 
 class SlotPool(Protocol):
@@ -99,19 +89,6 @@ class AgentLimits:
     agent_timeout_s: float | None = None
     token_budget: int | None = None
     request_budget: int | None = None
-
-
-@dataclass(frozen=True)
-class Refused:
-    """A request the relay answers itself instead of forwarding: why, in one line."""
-
-    code: RefusalCode
-    message: str
-    status: int = 400
-
-    @property
-    def kind(self) -> str:
-        return "invalid_request_error"
 
 
 class AgentCount:
@@ -161,87 +138,6 @@ class AgentCount:
         if self.input_tokens is None and self.output_tokens is None:
             return None
         return (self.input_tokens or 0) + (self.output_tokens or 0)
-
-
-def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
-    for key, value in headers:
-        if key.lower() == name:
-            return value.decode("latin-1").strip()
-    return None
-
-
-def agent_key(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str, str]:
-    """``(session id, agent id)`` of a request; the lead's agent id is :data:`LEAD`.
-
-    A value that is not a plausible id (too long, odd characters) becomes ``"?invalid"``, so
-    a hostile header can neither grow the book's keys nor pose as another agent.
-
-    Example:
-        >>> agent_key([(b"X-Claude-Code-Session-Id", b"s-1"), (b"x-claude-code-agent-id", b"a1")])
-        ('s-1', 'a1')
-    """
-    pairs = list(headers)
-    session = _header(pairs, _SESSION_HEADER)
-    agent = _header(pairs, _AGENT_HEADER)
-    session_id = "" if session is None else (session if _ID.fullmatch(session) else _INVALID)
-    agent_id = LEAD if not agent else (agent if _ID.fullmatch(agent) else _INVALID)
-    return session_id, agent_id
-
-
-def is_workflow_agent(body: bytes) -> bool:
-    """Whether a request body is a workflow agent's (Claude Code's workflow system prompt)."""
-    if _WORKFLOW_MARK.encode() not in body:
-        return False
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return False
-    system = data.get("system") if isinstance(data, dict) else None
-    blocks = system if isinstance(system, list) else [system]
-    return any(
-        _WORKFLOW_MARK in (b.get("text", "") if isinstance(b, dict) else str(b or ""))
-        for b in blocks[:4]
-    )
-
-
-class _Ticket:
-    """One request under way: its reservation, its reply's usage, its 429s."""
-
-    def __init__(self, book: AgentBook, key: tuple[str, str], count: AgentCount, reserve: int):
-        self.book = book
-        self.key = key
-        self.count = count
-        self.reserve = reserve
-        self.scan = UsageScan()
-        self.status: int | None = None
-        self.closed = False
-
-    def watch(self, send: Send) -> Send:
-        scan = self.scan
-
-        async def watched(message: Message) -> None:
-            kind = message.get("type")
-            if kind == "http.response.body":
-                body = message.get("body")
-                if body:
-                    scan.feed(body)
-            elif kind == "http.response.start":
-                self.status = int(message.get("status") or 0)
-            await send(message)
-
-        return watched
-
-    def limited(self, event: RateLimited) -> None:
-        if event.outcome == "absorbed":
-            self.count.absorbed += 1
-        else:
-            self.count.passed += 1
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.book._closed(self)
 
 
 class AgentBook:
@@ -363,7 +259,7 @@ class AgentBook:
         finally:
             ticket.close()
 
-    async def _enter(self, key: tuple[str, str], body: bytes, role: str) -> _Ticket | Refused:
+    async def _enter(self, key: tuple[str, str], body: bytes, role: str) -> Ticket | Refused:
         count = self.entries.get(key)
         if count is None:
             kind: AgentKind = "lead" if key[1] == LEAD else "agent"
@@ -391,7 +287,7 @@ class AgentBook:
         count.in_flight += 1
         count.last_at = self.clock.time()
         self.requests += 1
-        return _Ticket(self, key, count, reserve)
+        return Ticket(self._closed, key, count, reserve)
 
     def _check(self, agent_id: str, count: AgentCount, role: str, *, first: bool) -> Refused | None:
         """The timeout and the budgets, checked in one synchronous step with the reservation
@@ -513,7 +409,7 @@ class AgentBook:
                 self._by_agent[key[1]] = count
         return count
 
-    def _closed(self, ticket: _Ticket) -> None:
+    def _closed(self, ticket: Ticket) -> None:
         count = ticket.count
         count.in_flight -= 1
         self._reserved_tokens -= ticket.reserve
@@ -548,6 +444,3 @@ class AgentBook:
             self._exhaust("token_budget")
         if self.exhausted is None and requests is not None and self.requests >= requests - 1:
             self._exhaust("request_budget")
-
-
-_NO_RETRY = {b"x-should-retry": b"false"}

@@ -113,11 +113,6 @@ class SpawnGate:
         """Agents this run may have running at once (its own limit and the shared cap)."""
         return min(self._slots.limit, self._cap.limit)
 
-    def slot_pools(self) -> list[FifoSlots]:
-        """The pools an agent the hook cannot see (a workflow agent) takes a slot of, at the
-        relay: the run's own limit, then the process-wide cap, as an Agent call does."""
-        return [self._slots, self._cap.slots]
-
     @property
     def running(self) -> int:
         """Agents whose slot is still held (admitted calls, and held workflow agents)."""

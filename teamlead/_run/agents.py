@@ -13,20 +13,16 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Iterable, Sequence
 
 import anyio
 
-from .._agents.book import AgentBook, AgentCount, AgentLimits, ExhaustReason
+from .._agents.book import AgentBook, AgentCount, AgentLimits, ExhaustReason, SlotPool
 from .._redact import redact
 from ..clock import Clock
 from ..events import AgentUsage, Disposition, TaskDisposition
 from ..policy import Policy
 from ..tracker import TaskEnded, TaskInfo, TaskProgress, TaskStarted, TrackedEvent, Tracker
-
-if TYPE_CHECKING:
-    from .._gate.gate import SpawnGate
 
 __all__ = ["WORKFLOW_CAP_VAR", "RunAgents"]
 
@@ -45,10 +41,17 @@ class RunAgents:
         policy: the run's limits (``spawn.agent_timeout_s``, ``token_budget``,
             ``request_budget``).
         clock: the run's clock.
-        gate: the run's spawn gate; a workflow agent takes a slot of its pools.
+        pools: the spawn gate's slot pools (see
+            :meth:`~teamlead._gate.feed.GateFeed.slot_pools`): a workflow agent takes a slot
+            of each; ``None`` when the gate is off.
     """
 
-    def __init__(self, policy: Policy, clock: Clock, gate: SpawnGate | None) -> None:
+    def __init__(
+        self,
+        policy: Policy,
+        clock: Clock,
+        pools: Callable[[], Sequence[SlotPool]] | None = None,
+    ) -> None:
         self.policy = policy
         limits = AgentLimits(
             agent_timeout_s=policy.spawn.agent_timeout_s,
@@ -58,7 +61,7 @@ class RunAgents:
         self.book = AgentBook(
             clock,
             limits,
-            pools=gate.slot_pools if gate is not None else None,
+            pools=pools,
             on_usage=self._usage,
             on_exhausted=self._exhausted,
             on_timeout=self._timed_out,

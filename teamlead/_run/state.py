@@ -267,7 +267,7 @@ def new_run(
         config_dir=claude_config_dir({**os.environ, **dict(prepared.env)}),
         mark=mark,
         gate=feed,
-        agents=RunAgents(policy, clock, gate),
+        agents=RunAgents(policy, clock, feed.slot_pools if feed is not None else None),
     )
     state.ledger.one_process = mode == "client"
     user_stderr = prepared.stderr

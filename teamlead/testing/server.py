@@ -35,6 +35,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import SetupError
+from .overlap import interval_end, peak_agents, peak_requests
 from .replies import AgentCall, Fault, Reply, Role, ScriptedRequest
 from .wire import message_json, session_from_metadata, sse_events, system_text
 
@@ -79,9 +80,7 @@ class RecordedRequest:
         return next((v for k, v in self.headers if k.lower() == "x-claude-code-agent-id"), None)
 
     def overlaps(self, other: RecordedRequest) -> bool:
-        end_a = self.finished if self.finished is not None else float("inf")
-        end_b = other.finished if other.finished is not None else float("inf")
-        return self.started < end_b and other.started < end_a
+        return self.started < interval_end(other) and other.started < interval_end(self)
 
 
 @dataclass
@@ -294,35 +293,12 @@ class ScriptedServer:
 
     def max_concurrent(self, role: Role | None = None, session_id: str | None = None) -> int:
         """The most requests (of ``role``, of ``session_id``) that overlapped at one instant."""
-        points: list[tuple[float, int]] = []
-        for rec in self.recorded(role):
-            if session_id in (None, rec.request.session_id):
-                points.append((rec.started, 1))
-                points.append((rec.finished if rec.finished is not None else float("inf"), -1))
-        best = cur = 0
-        for _, step in sorted(points, key=lambda p: (p[0], p[1])):
-            cur += step
-            best = max(best, cur)
-        return best
+        return peak_requests(self.recorded(role), session_id)
 
     def max_concurrent_agents(self, session_id: str | None = None) -> int:
         """The most agents (distinct ``x-claude-code-agent-id``) with a request in flight at
         one instant, of ``session_id`` (default: all): the lead is not counted."""
-        points: list[tuple[float, int, str]] = []
-        for rec in self.recorded():
-            agent = rec.agent_id
-            if agent is None or session_id not in (None, rec.request.session_id):
-                continue
-            points.append((rec.started, 1, agent))
-            points.append((rec.finished if rec.finished is not None else float("inf"), -1, agent))
-        open_requests: dict[str, int] = {}
-        best = 0
-        for _, step, agent in sorted(points, key=lambda p: (p[0], p[1])):
-            open_requests[agent] = open_requests.get(agent, 0) + step
-            if open_requests[agent] <= 0:
-                del open_requests[agent]
-            best = max(best, len(open_requests))
-        return best
+        return peak_agents(self.recorded(), session_id)
 
     # -- request handling -------------------------------------------------------------
     def _parse(self, body: dict[str, Any], index: int) -> ScriptedRequest:
