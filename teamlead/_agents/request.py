@@ -17,7 +17,7 @@ from ..events import RateLimited
 from .usage import UsageScan
 
 if TYPE_CHECKING:
-    from .book import AgentCount
+    from .count import AgentCount
 
 __all__ = [
     "LEAD",

@@ -86,6 +86,8 @@ def escape(text: str, limit: int | None = None, *, full_path: str | None = None)
     text = _OUR_TAG.sub(lambda m: "&lt;" + m.group(0)[1:], redact(text))
     if limit is not None and len(text) > limit:
         where = f"; the whole result is in {full_path} (Read it)" if full_path else ""
+        if len(where) > limit // 2:  # a small share: the text first (the path is on Finished)
+            where = ""
         note_room = _CUT_NOTE_ROOM + len(where)
         keep = max(0, limit - note_room)
         tail = keep // 2

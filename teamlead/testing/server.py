@@ -29,13 +29,12 @@ import time
 import traceback
 import uuid
 from collections.abc import Callable, Collection
-from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import SetupError
-from .overlap import interval_end, peak_agents, peak_requests
+from .recorded import RecordedRequest, ServerStats, peak_agents, peak_requests
 from .replies import AgentCall, Fault, Reply, Role, ScriptedRequest
 from .wire import message_json, session_from_metadata, sse_events, system_text
 
@@ -51,48 +50,6 @@ __all__ = [
 log = logging.getLogger("teamlead.testing")
 
 Script = Callable[[ScriptedRequest], Reply]
-
-
-@dataclass
-class RecordedRequest:
-    """One request as the server saw and answered it.
-
-    ``started``/``finished`` are ``time.monotonic()`` readings, so overlapping intervals
-    prove that two streams were in flight at once. ``headers`` are the HTTP request
-    headers as received (names as the client spelled them).
-    """
-
-    request: ScriptedRequest
-    started: float
-    finished: float | None = None
-    status: int = 200
-    reply: Reply | None = None
-    error: str | None = None
-    headers: list[tuple[str, str]] = field(default_factory=list)
-
-    @property
-    def role(self) -> Role:
-        return self.request.role
-
-    @property
-    def agent_id(self) -> str | None:
-        """The ``x-claude-code-agent-id`` header (``None`` for the lead's requests)."""
-        return next((v for k, v in self.headers if k.lower() == "x-claude-code-agent-id"), None)
-
-    def overlaps(self, other: RecordedRequest) -> bool:
-        return self.started < interval_end(other) and other.started < interval_end(self)
-
-
-@dataclass
-class ServerStats:
-    """Counters, read under the server's lock."""
-
-    requests: int = 0
-    rejected: int = 0
-    faults: int = 0
-    in_flight: int = 0
-    max_in_flight: int = 0
-    status_counts: dict[int, int] = field(default_factory=dict)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -291,14 +248,18 @@ class ScriptedServer:
             items = list(self.requests)
         return [r for r in items if role is None or r.role == role]
 
+    def _of(self, role: Role | None, session: str | None) -> list[RecordedRequest]:
+        return [r for r in self.recorded(role) if session in (None, r.request.session_id)]
+
     def max_concurrent(self, role: Role | None = None, session_id: str | None = None) -> int:
         """The most requests (of ``role``, of ``session_id``) that overlapped at one instant."""
-        return peak_requests(self.recorded(role), session_id)
+        return peak_requests((r.started, r.end) for r in self._of(role, session_id))
 
     def max_concurrent_agents(self, session_id: str | None = None) -> int:
-        """The most agents (distinct ``x-claude-code-agent-id``) with a request in flight at
-        one instant, of ``session_id`` (default: all): the lead is not counted."""
-        return peak_agents(self.recorded(), session_id)
+        """The most agents (distinct agent ids, the lead not counted) in flight at once."""
+        return peak_agents(
+            (r.started, r.end, r.agent_id or "") for r in self._of(None, session_id) if r.agent_id
+        )
 
     # -- request handling -------------------------------------------------------------
     def _parse(self, body: dict[str, Any], index: int) -> ScriptedRequest:
