@@ -3,7 +3,7 @@
 The reply is representative of a lead turn: about 1 KB of text in 24-character
 ``text_delta`` events, then one ``tool_use`` whose input arrives in ``input_json_delta``
 events. Its exact wire bytes (the SSE events of
-:func:`teamlead.testing.server.sse_events`, each in its own HTTP chunk, as the server
+:func:`teamlead.testing.scripted_server.sse_events`, each in its own HTTP chunk, as the server
 sends them) are built once up front.
 
 The baseline is a bare threaded TCP server (stdlib ``socketserver``) that reads each
@@ -46,7 +46,7 @@ import anthropic
 from _common import percentile, table
 
 from teamlead.testing import Reply, ScriptedServer, ToolUse
-from teamlead.testing.server import sse_events
+from teamlead.testing.scripted_server import sse_events
 
 MODEL = "claude-opus-5-5"
 _END = b"\r\n0\r\n\r\n"  # a data chunk's CRLF, then the last-chunk marker

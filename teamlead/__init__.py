@@ -5,26 +5,32 @@ The public API is what this module re-exports in ``__all__``, the names users ca
 - :func:`query` wraps ``claude_agent_sdk.query`` (or any streaming query generator): it
   waits for background agents and teammates, falls back to summaries and transcripts,
   and resumes the lead so it ends with one answer that used every result.
-- :func:`receive_all` does the same for ``ClaudeSDKClient``; :func:`resume_session`
-  finishes a stopped session; :func:`prepare_options` sets the options both need.
-- :class:`Policy` (with :class:`RetryPolicy` and :class:`SpawnPolicy`, the spawn gate's
-  limits; the inbox-wait and lock settings are in :mod:`teamlead.policy`) sets the
-  limits; the events (:class:`Finished` and the others) report progress; every error
-  derives from :class:`TeamleadError`.
+- :func:`receive_all` does the same for ``ClaudeSDKClient``, on the :class:`ClientRun`
+  made before the client connects (its spawn gate, request relay and clock);
+  :func:`resume_session` finishes a stopped session; :func:`prepare_options` sets the
+  options a run needs.
+- The policies users construct: :class:`Policy` with its parts :class:`RetryPolicy`,
+  :class:`SpawnPolicy` (the spawn gate's limits), :class:`InboxWaitPolicy` and
+  :class:`LockPolicy`, and :class:`GovernorPolicy`.
+- The events (:class:`Finished` and the others) report progress, with every type they
+  carry: :class:`TaskDisposition`, :class:`RelaySummary`, :class:`BucketSummary` and the
+  ``Literal`` codes (:data:`Status`, :data:`Disposition`, :data:`FinishReason`,
+  :data:`DenyCode`, :data:`ChangeReason`); every error derives from :class:`TeamleadError`.
 - Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate.
 - :class:`Governor` adapts concurrency to rate limits; :func:`relay_for` keeps the request
   relay that paces a ``ClaudeSDKClient``'s API requests up while the client lives.
 
 Two subpackages hold the rest of the public API: :mod:`teamlead.experiment` (specs, trial
 records, statistics, reports) and :mod:`teamlead.testing` (the real CLI offline against a
-scripted model). Everything else (the coordinator's machinery, Claude Code's on-disk
-formats, the parsing helpers) is private and may change without notice.
+scripted model, and :class:`~teamlead.testing.FakeClock` for virtual time). Everything else
+(the run state, the spawn gate, Claude Code's on-disk formats, the parsing helpers) is
+private and may change without notice.
 """
 
 from __future__ import annotations
 
 from ._version import __version__
-from .clock import Clock, FakeClock
+from .clock import Clock
 from .coordinator import (
     ClientRun,
     QueryFn,
@@ -44,40 +50,55 @@ from .errors import (
     UsageError,
 )
 from .events import (
+    BucketSummary,
+    ChangeReason,
     ConcurrencyChanged,
+    DenyCode,
+    Disposition,
     FallbackUsed,
     Finished,
+    FinishReason,
     InboxCollected,
     RateLimited,
+    RelaySummary,
     ResumeFailed,
     Resuming,
     SpawnAdmitted,
     SpawnDenied,
     SpawnQueued,
     SpawnRejected,
+    Status,
+    TaskDisposition,
     TeamleadEvent,
     WaitingForTeam,
 )
 from .governor import Governor, GovernorPolicy, bucket_key
-from .policy import Policy, RetryPolicy, SpawnPolicy
+from .policy import InboxWaitPolicy, LockPolicy, Policy, RetryPolicy, SpawnPolicy
 from .prompts import Strategy, apply_strategy, list_strategies, load_strategy
 
 __all__ = [
+    "BucketSummary",
     "BudgetExceeded",
+    "ChangeReason",
     "ClientRun",
     "Clock",
     "ConcurrencyChanged",
-    "FakeClock",
+    "DenyCode",
+    "Disposition",
     "FallbackUsed",
+    "FinishReason",
     "Finished",
     "Governor",
     "GovernorCleared",
     "GovernorPolicy",
     "InboxCollected",
     "InboxError",
+    "InboxWaitPolicy",
+    "LockPolicy",
     "Policy",
     "QueryFn",
     "RateLimited",
+    "RelaySummary",
     "ResumeError",
     "ResumeFailed",
     "Resuming",
@@ -88,7 +109,9 @@ __all__ = [
     "SpawnPolicy",
     "SpawnQueued",
     "SpawnRejected",
+    "Status",
     "Strategy",
+    "TaskDisposition",
     "TeamleadError",
     "TeamleadEvent",
     "UsageError",

@@ -3,8 +3,12 @@
 :func:`parse_message` accepts typed ``claude_agent_sdk`` messages and raw dicts (the CLI's
 stream-json lines, as in recorded traces, and the records a session transcript is
 rebuilt from), skips unknown types and malformed fields, and returns typed events: the
-tracker and everything after it see only those. :mod:`teamlead.tracker` folds the events
-into state and re-exports every name here.
+tracker, the spawn gate and everything after them see only those. Each input is read
+once, in one direction: a typed message by its own attributes (``isinstance`` on the
+SDK's classes), a raw dict by its keys; both end in the same event builders. A
+``SystemMessage`` carries the CLI's raw frame in ``data`` (the typed task classes leave
+fields out), so that frame is what is read. :mod:`teamlead.tracker` folds the events into
+state and re-exports every name here.
 
 Example:
     >>> events = parse_message({"type": "system", "subtype": "task_started", "task_id": "t1",
@@ -15,15 +19,25 @@ Example:
 
 from __future__ import annotations
 
-import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, cast, get_args
+
+from claude_agent_sdk import (
+    AssistantMessage,
+    ResultMessage,
+    SystemMessage,
+    TextBlock,
+    ToolResultBlock,
+    ToolUseBlock,
+    UserMessage,
+)
 
 __all__ = [
     "TERMINAL_STATES",
     "AgentCallSeen",
+    "AgentCallsSent",
     "LeadTurn",
     "ResultSeen",
     "SessionSeen",
@@ -33,14 +47,22 @@ __all__ = [
     "TaskProgress",
     "TaskStarted",
     "TaskStatus",
+    "ToolResultSeen",
     "TrackedEvent",
     "WorkflowAgent",
     "parse_message",
 ]
 
-TaskStatus = Literal["pending", "running", "paused", "completed", "failed", "stopped", "killed"]
-TERMINAL_STATES: frozenset[str] = frozenset({"completed", "failed", "stopped", "killed"})
+#: A task's state as the CLI reports it; the last four are terminal.
+TaskStatus: TypeAlias = Literal[
+    "pending", "running", "paused", "completed", "failed", "stopped", "killed"
+]
+#: A task's terminal state.
+TerminalStatus: TypeAlias = Literal["completed", "failed", "stopped", "killed"]
+TERMINAL_STATES: frozenset[str] = frozenset(get_args(TerminalStatus))
+_TASK_STATES: frozenset[str] = frozenset(get_args(TaskStatus))
 _AGENT_TOOLS = frozenset({"Agent", "Task"})
+_MAX_TOOL_RESULT = 4000  # of a tool result's text: enough to classify an Agent call's result
 
 
 # -- events ------------------------------------------------------------------------------
@@ -123,7 +145,7 @@ class TaskProgress:
     """
 
     task_id: str
-    status: str | None = None
+    status: TaskStatus | None = None
     tokens: int | None = None
     last_tool: str | None = None
     tool_uses: int | None = None
@@ -135,7 +157,7 @@ class TaskEnded:
     """A terminal state from ``task_notification`` or ``task_updated``."""
 
     task_id: str
-    status: str
+    status: TerminalStatus
     source: Literal["task_notification", "task_updated"]
     summary: str | None = None
     output_file: str | None = None
@@ -161,6 +183,25 @@ class SubagentTurn:
     text: str
     tool_names: tuple[str, ...] = ()
     tokens: int | None = None
+
+
+@dataclass(frozen=True)
+class AgentCallsSent:
+    """The Agent calls of one model message, the lead's or a subagent's, by tool_use id:
+    the spawn gate counts calls per message with it."""
+
+    message_id: str
+    tool_use_ids: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ToolResultSeen:
+    """A tool result in a user message: what an Agent call's result says (text cut to a
+    few KB)."""
+
+    tool_use_id: str
+    text: str
+    is_error: bool
 
 
 @dataclass(frozen=True)
@@ -197,48 +238,159 @@ TrackedEvent: TypeAlias = (
     | TaskEnded
     | LeadTurn
     | SubagentTurn
+    | AgentCallsSent
+    | ToolResultSeen
     | ResultSeen
 )
 
 
 # -- the parser --------------------------------------------------------------------------
-def _block_dict(block: Any) -> dict[str, Any] | None:
-    if isinstance(block, dict):
-        return block
-    name = type(block).__name__
-    if name == "TextBlock":
-        return {"type": "text", "text": block.text}
-    if name == "ToolUseBlock":
-        return {"type": "tool_use", "id": block.id, "name": block.name, "input": block.input}
-    if name == "ThinkingBlock":
-        return {"type": "thinking"}
-    return None
+def parse_message(message: Any) -> list[TrackedEvent]:
+    """Typed events for one SDK message (typed object or raw dict); ``[]`` if irrelevant.
 
+    Unknown message types and malformed fields are skipped, never raised.
 
-def _raw(message: Any) -> dict[str, Any] | None:
-    """A typed SDK message as the CLI's raw dict; raw dicts pass through."""
+    Args:
+        message: a typed ``claude_agent_sdk`` message, or a raw stream-json dict.
+    """
     if isinstance(message, Mapping):
-        return dict(message)
-    data = getattr(message, "data", None)
-    if isinstance(data, dict) and "subtype" in data:  # SystemMessage and its Task* subclasses
-        return data
-    name = type(message).__name__
-    if name == "AssistantMessage":
-        blocks = [b for b in (_block_dict(x) for x in message.content) if b is not None]
-        return {
-            "type": "assistant",
-            "message": {"id": message.message_id, "content": blocks, "usage": message.usage},
-            "parent_tool_use_id": message.parent_tool_use_id,
-            "error": message.error,
-            "session_id": getattr(message, "session_id", None),
-        }
-    if name == "ResultMessage" and dataclasses.is_dataclass(message):
-        raw = {f.name: getattr(message, f.name) for f in dataclasses.fields(message)}
-        raw["type"] = "result"
-        return raw
-    if name == "UserMessage":
-        return {"type": "user", "session_id": getattr(message, "session_id", None)}
-    return None
+        return _from_raw(message)
+    if isinstance(message, AssistantMessage):
+        return _from_assistant(message)
+    if isinstance(message, UserMessage):
+        return _tool_results(message.content)
+    if isinstance(message, ResultMessage):
+        return _with_session(message.session_id, [_result_from_typed(message)])
+    if isinstance(message, SystemMessage):
+        data = message.data  # the CLI's raw frame: the typed Task* classes drop fields
+        return _from_raw(data) if isinstance(data, Mapping) else []
+    return []
+
+
+def _with_session(session: Any, events: list[TrackedEvent]) -> list[TrackedEvent]:
+    return [SessionSeen(session), *events] if isinstance(session, str) and session else events
+
+
+def _from_raw(raw: Mapping[str, Any]) -> list[TrackedEvent]:
+    kind = raw.get("type")
+    events: list[TrackedEvent] = []
+    if kind == "assistant":
+        msg = _map(raw.get("message"))
+        events = _assistant_events(
+            message_id=_str(msg.get("id")),
+            parent=_str(raw.get("parent_tool_use_id")),
+            error=_str(raw.get("error")),
+            usage=_map(msg.get("usage")),
+            blocks=_raw_blocks(msg.get("content")),
+        )
+    elif kind == "user":
+        events = _tool_results(_map(raw.get("message")).get("content"))
+    elif kind == "system":
+        event = _parse_system(raw)
+        events = [event] if event is not None else []
+    elif kind == "result":
+        events = [_result_from_raw(raw)]
+    return _with_session(raw.get("session_id"), events)
+
+
+# a content block, as (kind, fields): text, tool_use (id, name, input) or tool_result
+_Block: TypeAlias = tuple[str, Mapping[str, Any]]
+
+
+def _raw_blocks(content: Any) -> list[_Block]:
+    blocks: list[_Block] = []
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, Mapping) and isinstance(block.get("type"), str):
+            blocks.append((block["type"], block))
+    return blocks
+
+
+def _from_assistant(message: AssistantMessage) -> list[TrackedEvent]:
+    blocks: list[_Block] = []
+    for block in message.content if isinstance(message.content, list) else []:
+        if isinstance(block, TextBlock):
+            blocks.append(("text", {"text": block.text}))
+        elif isinstance(block, ToolUseBlock):
+            blocks.append(("tool_use", {"id": block.id, "name": block.name, "input": block.input}))
+    events = _assistant_events(
+        message_id=_str(message.message_id),
+        parent=_str(message.parent_tool_use_id),
+        error=_str(message.error),
+        usage=_map(message.usage),
+        blocks=blocks,
+    )
+    return _with_session(message.session_id, events)
+
+
+def _assistant_events(
+    *,
+    message_id: str | None,
+    parent: str | None,
+    error: str | None,
+    usage: Mapping[str, Any],
+    blocks: Sequence[_Block],
+) -> list[TrackedEvent]:
+    text = "".join(f["text"] for k, f in blocks if k == "text" and isinstance(f.get("text"), str))
+    tools = [f for k, f in blocks if k == "tool_use"]
+    names = tuple(str(t.get("name")) for t in tools)
+    agent_calls = [t for t in tools if t.get("name") in _AGENT_TOOLS and _str(t.get("id"))]
+    call_ids = tuple(str(t["id"]) for t in agent_calls)
+    sent: list[TrackedEvent] = (
+        [AgentCallsSent(message_id, call_ids)] if message_id and call_ids else []
+    )
+    if parent:
+        tokens = (_int(usage.get("input_tokens")) or 0) + (_int(usage.get("output_tokens")) or 0)
+        return [SubagentTurn(parent, text, names, tokens or None), *sent]
+    events: list[TrackedEvent] = [LeadTurn(message_id, text, error, names)]
+    for tool in agent_calls:
+        inp = _map(tool.get("input"))
+        events.append(
+            AgentCallSeen(
+                tool_use_id=str(tool["id"]),
+                message_id=message_id,
+                description=_str(inp.get("description")) or "",
+                prompt=_str(inp.get("prompt")) or "",
+                subagent_type=_str(inp.get("subagent_type")),
+                model=_str(inp.get("model")),
+                name=_str(inp.get("name")),
+            )
+        )
+    return events + sent
+
+
+def _tool_results(content: Any) -> list[TrackedEvent]:
+    """The tool results of a user message's content (typed blocks or raw dicts)."""
+    events: list[TrackedEvent] = []
+    tool_use_id: Any
+    for block in content if isinstance(content, list) else []:
+        if isinstance(block, ToolResultBlock):
+            tool_use_id, body, is_error = block.tool_use_id, block.content, block.is_error
+        elif isinstance(block, Mapping) and block.get("type", "tool_result") == "tool_result":
+            tool_use_id, body, is_error = (
+                block.get("tool_use_id"),
+                block.get("content"),
+                block.get("is_error"),
+            )
+        else:
+            continue
+        if isinstance(tool_use_id, str) and tool_use_id:
+            events.append(ToolResultSeen(tool_use_id, _result_text(body), bool(is_error)))
+    return events
+
+
+def _result_text(content: Any) -> str:
+    if isinstance(content, str):
+        return content[:_MAX_TOOL_RESULT]
+    parts = [
+        item["text"]
+        for item in (content if isinstance(content, list) else [])
+        if isinstance(item, Mapping) and isinstance(item.get("text"), str)
+    ]
+    return "\n".join(parts)[:_MAX_TOOL_RESULT]
+
+
+def _map(value: Any) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _str(value: Any) -> str | None:
@@ -249,76 +401,15 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
-def _text_and_tools(content: Any) -> tuple[str, list[dict[str, Any]]]:
-    texts: list[str] = []
-    tools: list[dict[str, Any]] = []
-    for block in content if isinstance(content, list) else []:
-        if not isinstance(block, dict):
-            continue
-        if block.get("type") == "text" and isinstance(block.get("text"), str):
-            texts.append(block["text"])
-        elif block.get("type") == "tool_use":
-            tools.append(block)
-    return "".join(texts), tools
+def _task_status(value: Any) -> TaskStatus | None:
+    return cast(TaskStatus, value) if value in _TASK_STATES else None
 
 
-def parse_message(message: Any) -> list[TrackedEvent]:
-    """Typed events for one SDK message (typed object or raw dict); ``[]`` if irrelevant.
-
-    Unknown message types and malformed fields are skipped, never raised.
-    """
-    raw = _raw(message)
-    if raw is None:
-        return []
-    events: list[TrackedEvent] = []
-    session = _str(raw.get("session_id"))
-    if session:
-        events.append(SessionSeen(session))
-    kind = raw.get("type")
-    if kind == "assistant":
-        events.extend(_parse_assistant(raw))
-    elif kind == "system":
-        event = _parse_system(raw)
-        if event is not None:
-            events.append(event)
-    elif kind == "result":
-        events.append(_parse_result(raw))
-    return events
+def _terminal(value: Any) -> TerminalStatus | None:
+    return cast(TerminalStatus, value) if value in TERMINAL_STATES else None
 
 
-def _parse_assistant(raw: dict[str, Any]) -> list[TrackedEvent]:
-    msg = raw.get("message") if isinstance(raw.get("message"), dict) else {}
-    assert isinstance(msg, dict)
-    text, tools = _text_and_tools(msg.get("content"))
-    names = tuple(str(t.get("name")) for t in tools)
-    parent = _str(raw.get("parent_tool_use_id"))
-    if parent:
-        usage = msg.get("usage") if isinstance(msg.get("usage"), dict) else {}
-        assert isinstance(usage, dict)
-        tokens = (_int(usage.get("input_tokens")) or 0) + (_int(usage.get("output_tokens")) or 0)
-        return [SubagentTurn(parent, text, names, tokens or None)]
-    message_id = _str(msg.get("id"))
-    events: list[TrackedEvent] = [LeadTurn(message_id, text, _str(raw.get("error")), names)]
-    for tool in tools:
-        if tool.get("name") not in _AGENT_TOOLS or not isinstance(tool.get("id"), str):
-            continue
-        inp = tool.get("input") if isinstance(tool.get("input"), dict) else {}
-        assert isinstance(inp, dict)
-        events.append(
-            AgentCallSeen(
-                tool_use_id=tool["id"],
-                message_id=message_id,
-                description=_str(inp.get("description")) or "",
-                prompt=_str(inp.get("prompt")) or "",
-                subagent_type=_str(inp.get("subagent_type")),
-                model=_str(inp.get("model")),
-                name=_str(inp.get("name")),
-            )
-        )
-    return events
-
-
-def _parse_system(raw: dict[str, Any]) -> TrackedEvent | None:
+def _parse_system(raw: Mapping[str, Any]) -> TrackedEvent | None:
     subtype = raw.get("subtype")
     if subtype == "session_state_changed":
         state = _str(raw.get("state"))
@@ -338,35 +429,34 @@ def _parse_system(raw: dict[str, Any]) -> TrackedEvent | None:
             parent_task_id=_str(raw.get("parent_task_id")),
         )
     if subtype == "task_notification":
-        status = _str(raw.get("status")) or "completed"
-        usage = raw.get("usage") if isinstance(raw.get("usage"), dict) else None
-        if status in TERMINAL_STATES:
+        status = raw.get("status") if isinstance(raw.get("status"), str) else "completed"
+        usage = raw.get("usage") if isinstance(raw.get("usage"), Mapping) else None
+        terminal = _terminal(status)
+        if terminal is not None:
             return TaskEnded(
                 task_id=task_id,
-                status=status,
+                status=terminal,
                 source="task_notification",
                 summary=_str(raw.get("summary")),
                 output_file=_str(raw.get("output_file")),
                 usage=usage,
                 tool_use_id=_str(raw.get("tool_use_id")),
             )
-        return TaskProgress(task_id, status=status)
+        return TaskProgress(task_id, status=_task_status(status))
     if subtype == "task_updated":
-        patch = raw.get("patch") if isinstance(raw.get("patch"), dict) else {}
-        assert isinstance(patch, dict)
-        patch_status = _str(patch.get("status"))
-        if patch_status is not None and patch_status in TERMINAL_STATES:
+        patch = _map(raw.get("patch"))
+        terminal = _terminal(patch.get("status"))
+        if terminal is not None:
             return TaskEnded(
                 task_id=task_id,
-                status=patch_status,
+                status=terminal,
                 source="task_updated",
                 summary=_str(patch.get("summary")) or _str(patch.get("result")),
                 output_file=_str(patch.get("output_file")),
             )
-        return TaskProgress(task_id, status=patch_status)
+        return TaskProgress(task_id, status=_task_status(patch.get("status")))
     if subtype == "task_progress":
-        usage = raw.get("usage") if isinstance(raw.get("usage"), dict) else {}
-        assert isinstance(usage, dict)
+        usage = _map(raw.get("usage"))
         return TaskProgress(
             task_id,
             tokens=_int(usage.get("total_tokens")),
@@ -390,7 +480,7 @@ def _workflow_agents(progress: Any) -> tuple[WorkflowAgent, ...] | None:
     for entry in progress:
         if len(agents) >= _MAX_WORKFLOW_AGENTS:
             break
-        if not isinstance(entry, dict) or entry.get("type") != "workflow_agent":
+        if not isinstance(entry, Mapping) or entry.get("type") != "workflow_agent":
             continue
         index = _int(entry.get("index"))
         if index is None:
@@ -417,21 +507,63 @@ def _workflow_agents(progress: Any) -> tuple[WorkflowAgent, ...] | None:
     return tuple(agents)
 
 
-def _parse_result(raw: dict[str, Any]) -> ResultSeen:
-    origin = raw.get("origin")
+def _result_from_raw(raw: Mapping[str, Any]) -> ResultSeen:
+    return _result(
+        is_error=raw.get("is_error"),
+        subtype=raw.get("subtype"),
+        text=raw.get("result"),
+        session_id=raw.get("session_id"),
+        api_error_status=raw.get("api_error_status"),
+        cost=raw.get("total_cost_usd"),
+        usage=raw.get("usage"),
+        num_turns=raw.get("num_turns"),
+        origin=raw.get("origin"),
+        terminal_reason=raw.get("terminal_reason"),
+    )
+
+
+def _result_from_typed(message: ResultMessage) -> ResultSeen:
+    return _result(
+        is_error=message.is_error,
+        subtype=message.subtype,
+        text=message.result,
+        session_id=message.session_id,
+        api_error_status=message.api_error_status,
+        cost=message.total_cost_usd,
+        usage=message.usage,
+        num_turns=message.num_turns,
+        origin=message.origin,
+        terminal_reason=message.terminal_reason,
+    )
+
+
+def _result(
+    *,
+    is_error: Any,
+    subtype: Any,
+    text: Any,
+    session_id: Any,
+    api_error_status: Any,
+    cost: Any,
+    usage: Any,
+    num_turns: Any,
+    origin: Any,
+    terminal_reason: Any,
+) -> ResultSeen:
     run_id = None
-    if isinstance(origin, dict) and origin.get("kind") == "task-notification":
+    if isinstance(origin, Mapping) and origin.get("kind") == "task-notification":
         run_id = _str(origin.get("runId")) or _str(origin.get("run_id"))
-    cost = raw.get("total_cost_usd")
     return ResultSeen(
-        is_error=bool(raw.get("is_error")),
-        subtype=_str(raw.get("subtype")) or "unknown",
-        text=_str(raw.get("result")),
-        session_id=_str(raw.get("session_id")),
-        api_error_status=_int(raw.get("api_error_status")),
-        cost_usd=float(cost) if isinstance(cost, (int, float)) else None,
-        usage=raw.get("usage") if isinstance(raw.get("usage"), dict) else None,
-        num_turns=_int(raw.get("num_turns")),
+        is_error=bool(is_error),
+        subtype=_str(subtype) or "unknown",
+        text=_str(text),
+        session_id=_str(session_id),
+        api_error_status=_int(api_error_status),
+        cost_usd=float(cost)
+        if isinstance(cost, (int, float)) and not isinstance(cost, bool)
+        else None,
+        usage=usage if isinstance(usage, Mapping) else None,
+        num_turns=_int(num_turns),
         origin_run_id=run_id,
-        terminal_reason=_str(raw.get("terminal_reason")),
+        terminal_reason=_str(terminal_reason),
     )

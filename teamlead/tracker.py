@@ -25,6 +25,7 @@ from typing import Any
 from ._parse import (
     TERMINAL_STATES,
     AgentCallSeen,
+    AgentCallsSent,
     LeadTurn,
     ResultSeen,
     SessionSeen,
@@ -34,6 +35,7 @@ from ._parse import (
     TaskProgress,
     TaskStarted,
     TaskStatus,
+    ToolResultSeen,
     TrackedEvent,
     WorkflowAgent,
     parse_message,
@@ -42,6 +44,7 @@ from ._parse import (
 __all__ = [
     "TERMINAL_STATES",
     "AgentCallSeen",
+    "AgentCallsSent",
     "LeadTurn",
     "ResultSeen",
     "SessionSeen",
@@ -52,6 +55,7 @@ __all__ = [
     "TaskProgress",
     "TaskStarted",
     "TaskStatus",
+    "ToolResultSeen",
     "TrackedEvent",
     "Tracker",
     "WorkflowAgent",
@@ -72,7 +76,7 @@ class TaskInfo:
     prompt: str | None = None
     subagent_type: str | None = None
     run_id: str | None = None
-    status: str = "running"
+    status: TaskStatus = "running"
     summary: str | None = None
     output_file: str | None = None
     usage: Mapping[str, Any] | None = None

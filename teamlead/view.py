@@ -61,6 +61,12 @@ _SNAKE = {
 }
 
 
+def _in_schema(event: TrackedEvent) -> bool:
+    """Whether ``event`` is one of the NDJSON schema's tracker records (the parser also
+    makes events only teamlead itself reads: tool results, session states, ...)."""
+    return type(event).__name__ in _SNAKE
+
+
 def event_record(event: TrackedEvent) -> dict[str, Any]:
     """A tracker event as a versioned JSON-ready dict."""
     data = dataclasses.asdict(event)
@@ -337,6 +343,8 @@ class JsonProgress:
             self.stream.write(redact(to_json()) + "\n")  # a secret in any field, at the last step
         else:
             for event in self.tracker.feed(item):
+                if not _in_schema(event):
+                    continue
                 if isinstance(event, SessionSeen) and not _first_sighting(
                     event, self.tracker, self._shown
                 ):

@@ -23,10 +23,10 @@ from teamlead._agents.usage import UsageScan
 from teamlead._gate.slots import FifoSlots
 from teamlead._relay import Relay, start_relay
 from teamlead._run.resume_prompt import Delivery, render_resume_prompt
-from teamlead.clock import FakeClock, SystemClock
+from teamlead.clock import SystemClock
 from teamlead.governor import Governor, GovernorPolicy
 from teamlead.policy import Policy
-from teamlead.testing import Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing import FakeClock, Reply, ScriptedRequest, ScriptedServer
 
 pytestmark = pytest.mark.anyio
 

@@ -8,8 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +22,7 @@ from teamlead.testing.scripts import FanOut, findings_in
 from teamlead.testing.teammate import create_team
 
 from .conftest import cli_processes
+from .polling import poll
 
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
 
@@ -272,14 +271,6 @@ def test_ask_partial_exits_3_when_a_teammate_never_reports(tmp_path: Path) -> No
     assert 'teammate "silent-reviewer" did not report' in proc.stderr
 
 
-def _wait_for(predicate: Callable[[], bool], what: str, timeout: float = 30) -> None:
-    """Poll a state another process changes, with a deadline (there is no event to wait on)."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 @pytest.mark.cli
 def test_ctrl_c_mid_fan_out_stops_every_process_and_prints_the_session(tmp_path: Path) -> None:
     with ScriptedServer(FanOut.of(3, delays=30.0)) as server:
@@ -293,8 +284,8 @@ def test_ctrl_c_mid_fan_out_stops_every_process_and_prints_the_session(tmp_path:
             stderr=subprocess.PIPE,
             text=True,
         )
-        _wait_for(lambda: len(server.recorded("subagent")) == 3, "the fan-out to start")
-        _wait_for(lambda: bool(cli_processes(tmp_path / "s")), "the CLI process to appear")
+        assert poll(lambda: len(server.recorded("subagent")) == 3), "the fan-out never started"
+        assert poll(lambda: cli_processes(tmp_path / "s")), "no CLI process appeared"
         running = cli_processes(tmp_path / "s")
         proc.send_signal(signal.SIGINT)
         # communicate's deadline is the promptness check: a hang raises TimeoutExpired

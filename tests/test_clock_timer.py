@@ -5,7 +5,8 @@ from __future__ import annotations
 import anyio
 import pytest
 
-from teamlead.clock import FakeClock, wait_event
+from teamlead.clock import wait_event
+from teamlead.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 

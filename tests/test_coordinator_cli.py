@@ -280,7 +280,7 @@ async def test_a_resume_retry_waits_at_least_the_apis_retry_after(offline: Offli
     """A 529 with ``retry-after`` on a resumed lead turn: the relay passes it to the CLI,
     the round's outcome carries the wait, and the retry sleeps at least that long (on the
     injected clock, so the test does not wait the 7 s)."""
-    from teamlead.clock import FakeClock
+    from teamlead.testing import FakeClock
 
     script = FanOut.of(
         1, synthesis_fault=Reply.error(529, retry_after=7), synthesis_faults=2, fail_resumes=True

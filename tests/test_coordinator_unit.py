@@ -35,7 +35,7 @@ from teamlead._run.resume_prompt import (
     DeliverySource,
     build_resume_prompt,
 )
-from teamlead.clock import Clock, FakeClock
+from teamlead.clock import Clock
 from teamlead.events import (
     FallbackUsed,
     Finished,
@@ -46,6 +46,7 @@ from teamlead.events import (
     _Event,
 )
 from teamlead.policy import InboxWaitPolicy, Policy, RetryPolicy, SpawnPolicy
+from teamlead.testing import FakeClock
 from teamlead.testing.teammate import (
     create_team,
     idle_notification,
@@ -1275,3 +1276,41 @@ async def test_every_result_used_is_the_completed_reason() -> None:
     older = json.loads(done.to_json())
     del older["reason"]  # a line written before the field existed still reads
     assert Finished.model_validate(older).reason is None
+
+
+async def test_a_client_runs_gate_waits_on_the_injected_clock() -> None:
+    # a ClientRun builds the client's spawn gate before it connects, on the run's clock: the
+    # stagger between two admissions is slept on the FakeClock, not for real
+    clock = FakeClock()
+    policy = fast_policy().model_copy(update={"spawn": SpawnPolicy(stagger_s=30.0)})
+    run = teamlead.ClientRun(ClaudeAgentOptions(), policy, clock=clock)
+    (matcher,) = run.options.hooks["PreToolUse"]
+    (hook,) = matcher.hooks
+    agent = {"tool_input": {"prompt": "go", "description": "d"}}
+    with anyio.fail_after(5):
+        assert await hook(agent, "t1", {}) == {}
+        assert await hook(agent, "t2", {}) == {}
+    assert clock.sleeps == [30.0]
+    env = run.options.env
+    assert env["CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS"] == "1"
+    assert env["CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS"] == str(policy.bg_wait_ceiling_ms)
+
+
+async def test_receive_all_on_a_client_run_reports_its_gate_and_drives_it_once() -> None:
+    client = FakeClient(
+        [
+            *fan_out(("t1", "a")),
+            notified("t1", summary="T1"),
+            lead("Got T1", msg_id="m2"),
+            result("Got T1", origin_task="t1"),
+        ]
+    )
+    run = teamlead.ClientRun(client.options, fast_policy(), clock=FakeClock())
+    with anyio.fail_after(5):
+        items = [i async for i in teamlead.receive_all(client, run)]
+    done = items[-1]
+    assert isinstance(done, Finished) and done.status == "completed", done.reasons
+    assert [t.source for t in done.tasks] == ["lead"]
+    with pytest.raises(RuntimeError, match="one receive_all"):
+        async for _ in teamlead.receive_all(client, run):
+            pass

@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,8 @@ from teamlead.experiment.ray_backend import ray_session
 from teamlead.experiment.runner import trial_session_id
 from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import ProbabilisticFanOut
+
+from .polling import apoll, poll
 
 ray = pytest.importorskip("ray")
 
@@ -56,12 +57,13 @@ def _ray_pids() -> set[int]:
 
 
 def _wait_gone(pids: set[int], deadline_s: float = 30.0) -> set[int]:
-    end = time.monotonic() + deadline_s
-    alive = set(pids)
-    while alive and time.monotonic() < end:
-        alive = {p for p in alive if psutil.pid_exists(p) and _running(p)}
-        time.sleep(0.2)
-    return alive
+    """The processes of ``pids`` still alive once all ended or ``deadline_s`` passed."""
+
+    def alive() -> set[int]:
+        return {p for p in pids if psutil.pid_exists(p) and _running(p)}
+
+    poll(lambda: not alive(), within_s=deadline_s, every_s=0.2)
+    return alive()
 
 
 def _described(pids: set[int]) -> list[str]:
@@ -287,7 +289,7 @@ def test_worker_killed_mid_trial_yields_one_record(tmp_path: Path, ray_instance:
             "ray",
         )
         session = _session_of(out, spec.experiment.seed, target, proc, deadline_s=120)
-        killed = session is not None and _kill_worker_of(session, proc, deadline_s=240)
+        killed = session is not None and _kill_worker_of(session, proc, server, deadline_s=240)
         code, stdout, err = _finish(proc)
         assert code == 0, err
     assert killed, "the target trial's CLI never started"
@@ -303,13 +305,14 @@ def _session_of(
     out: Path, seed: int, key: TrialKey, driver: subprocess.Popen[str], *, deadline_s: float
 ) -> str | None:
     """The session id of ``key``'s first attempt, once the run has written its run id."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end and driver.poll() is None:
+
+    def session() -> str | None:
         with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
             run_id = json.loads((out / "run.json").read_text())["run_id"]
             return trial_session_id(seed, key, 1, run_id)
-        time.sleep(0.1)
-    return None
+        return None
+
+    return poll(session, within_s=deadline_s, every_s=0.1, unless=lambda: driver.poll() is not None)
 
 
 def _trial_cli(
@@ -317,8 +320,8 @@ def _trial_cli(
 ) -> tuple[psutil.Process, psutil.Process] | None:
     """(Ray worker, CLI) of the first trial CLI with ``needle`` in its arguments, once one
     runs under a Ray worker; None if none does within ``deadline_s`` or the driver ends."""
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end and driver.poll() is None:
+
+    def found() -> tuple[psutil.Process, psutil.Process] | None:
         for proc in psutil.process_iter(["cmdline"]):
             try:
                 if not any(needle in arg for arg in proc.info["cmdline"] or []):
@@ -336,16 +339,26 @@ def _trial_cli(
                 continue
             if worker is not None:
                 return worker, proc
-        time.sleep(0.1)
-    return None
+        return None
+
+    return poll(found, within_s=deadline_s, every_s=0.1, unless=lambda: driver.poll() is not None)
 
 
-def _kill_worker_of(session: str, driver: subprocess.Popen[str], *, deadline_s: float) -> bool:
-    """SIGKILL the Ray worker running the CLI of ``session`` (and that CLI)."""
+def _kill_worker_of(
+    session: str, driver: subprocess.Popen[str], server: ScriptedServer, *, deadline_s: float
+) -> bool:
+    """SIGKILL the Ray worker running the CLI of ``session`` (and that CLI), mid-trial:
+    once the lead has started talking to the model."""
     found = _trial_cli(f"--session-id={session}", driver, deadline_s=deadline_s)
     if found is None:
         return False
-    time.sleep(1.0)  # mid-trial: the lead has started talking to the model
+    talking = poll(
+        lambda: any(r.request.session_id == session for r in server.recorded("lead")),
+        within_s=deadline_s,
+        unless=lambda: driver.poll() is not None,
+    )
+    if not talking:
+        return False
     for victim in found:
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim.pid, signal.SIGKILL)
@@ -395,8 +408,8 @@ async def test_governors_on_two_nodes_share_learnt_limits(ray_instance: _Cluster
     """A cut learnt by one process's governor is seen by another's, in its own time base."""
     from teamlead import Governor, GovernorPolicy, bucket_key
     from teamlead._governor.aimd import Limits
-    from teamlead.clock import FakeClock
     from teamlead.experiment.ray_backend import RayLimitStore
+    from teamlead.testing import FakeClock
 
     key = bucket_key("anthropic", "claude-opus-5-5")
     clock_a, clock_b = FakeClock(start=100.0), FakeClock(start=5000.0)  # same wall time
@@ -456,7 +469,6 @@ def test_an_address_nothing_listens_at_fails_at_once_in_one_line(tmp_path: Path)
 @pytest.mark.timeout(300)
 async def test_a_worker_store_kept_fresh_sees_a_cut_made_elsewhere(ray_instance: _Cluster) -> None:
     """While a trial runs, its worker's replica follows what another node learnt."""
-    import anyio
 
     from teamlead._governor.aimd import Limits
     from teamlead.experiment.ray_backend import RayLimitStore, kept_fresh
@@ -465,9 +477,6 @@ async def test_a_worker_store_kept_fresh_sees_a_cut_made_elsewhere(ray_instance:
     here = RayLimitStore.connect("fresh-test")
     async with kept_fresh(here, every_s=0.05):
         elsewhere.put("bucket", Limits(cap=2, epoch=3))
-        for _ in range(1200):  # a deadline for the poll (60 s), not a timing assertion
-            if here.get("bucket") is not None:
-                break
-            await anyio.sleep(0.05)
+        await apoll(lambda: here.get("bucket") is not None, within_s=60, every_s=0.05)
     seen = here.get("bucket")
     assert seen is not None and (seen.cap, seen.epoch) == (2, 3)

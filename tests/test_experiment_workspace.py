@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import anyio
@@ -31,6 +30,8 @@ from teamlead.policy import Policy
 from teamlead.prompts import load_strategy
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, ToolUse
 from teamlead.testing.scripts import ToolSteps, bash, working_directory, write
+
+from .polling import poll
 
 MARKER = "# Delegation strategy"  # the delegation prompt's first line; baseline has none
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
@@ -318,10 +319,8 @@ def test_ctrl_c_on_experiment_run_removes_every_worktree(tmp_path: Path) -> None
             stderr=subprocess.PIPE,
             text=True,
         )
-        deadline = time.monotonic() + 60
-        while len(server.recorded("lead")) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert len(server.recorded("lead")) == 2, "the trials never started"
+        assert poll(lambda: len(server.recorded("lead")) >= 2, within_s=60), "no trials started"
+        assert len(server.recorded("lead")) == 2, "more than the two trials started"
         assert len(_git(repo, "worktree", "list").splitlines()) == 3
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)

@@ -9,11 +9,17 @@ from __future__ import annotations
 
 import inspect
 import types
+import typing
+from typing import Any
 
+import pydantic
 import pytest
 
 import teamlead
+import teamlead.events
 import teamlead.experiment
+import teamlead.governor
+import teamlead.policy
 import teamlead.testing
 
 PACKAGES = [teamlead, teamlead.experiment, teamlead.testing]
@@ -49,9 +55,68 @@ def test_public_callables_are_documented(package: types.ModuleType) -> None:
 
 
 def test_the_top_level_surface_stays_small_and_private_helpers_stay_private() -> None:
-    # 40 at most; the names users never call (the coordinator, parsing helpers, the
-    # experiment API, which lives in teamlead.experiment) are not re-exported.
-    assert len(teamlead.__all__) <= 40
-    for private in ("Coordinator", "decode_entry", "entry_key", "parse_message", "TrialWriter"):
-        assert not hasattr(teamlead, private), private
+    # 60 at most: what users call and what they receive back; the names users never call
+    # (the run state, parsing helpers, the test bed, the experiment API, which lives in
+    # teamlead.experiment) are not re-exported.
+    assert len(teamlead.__all__) <= 60
+    private = ("RunState", "decode_entry", "entry_key", "parse_message", "TrialWriter")
+    for name in (*private, "FakeClock", "ScriptedServer"):
+        assert not hasattr(teamlead, name), name
     assert not set(teamlead.__all__) & set(teamlead.experiment.__all__)
+
+
+def _named_types(annotation: Any, names: dict[int, str]) -> set[str]:
+    """The module-level names (classes, ``Literal`` aliases) an annotation is made of."""
+    found = {names[id(annotation)]} if id(annotation) in names else set()
+    if id(annotation) in names and typing.get_origin(annotation) is typing.Literal:
+        return found  # a named Literal alias: its values are not types
+    for arg in typing.get_args(annotation):
+        found |= _named_types(arg, names)
+    return found
+
+
+def test_every_type_an_event_carries_is_exported() -> None:
+    # what a user receives back (Finished.tasks, .relay, .reason, ...) can be named and
+    # imported from teamlead, as the claude SDK exports every type its users get
+    events = vars(teamlead.events)
+    names = {
+        id(value): name
+        for name, value in events.items()
+        if not name.startswith("_")
+        and (
+            (inspect.isclass(value) and value.__module__ == teamlead.events.__name__)
+            or typing.get_origin(value) is typing.Literal
+        )
+    }
+    reachable: set[str] = set()
+    todo: list[type[pydantic.BaseModel]] = list(typing.get_args(teamlead.TeamleadEvent))
+    seen: set[type[pydantic.BaseModel]] = set()
+    while todo:
+        model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        reachable.add(model.__name__)
+        hints = typing.get_type_hints(model)  # resolves the forward references
+        for field in model.model_fields:
+            for name in _named_types(hints[field], names):
+                reachable.add(name)
+                value = events[name]
+                if inspect.isclass(value) and issubclass(value, pydantic.BaseModel):
+                    todo.append(value)
+    assert {"TaskDisposition", "RelaySummary", "BucketSummary", "FinishReason"} <= reachable
+    assert reachable - set(teamlead.__all__) == set()
+
+
+def test_every_policy_a_user_constructs_is_exported() -> None:
+    policies = {
+        name
+        for module in (teamlead.policy, teamlead.governor)
+        for name, value in vars(module).items()
+        if inspect.isclass(value)
+        and issubclass(value, pydantic.BaseModel)
+        and name.endswith("Policy")
+        and value.__module__.startswith("teamlead.")
+    }
+    assert {"Policy", "SpawnPolicy", "RetryPolicy", "GovernorPolicy"} <= policies
+    assert policies - set(teamlead.__all__) == set()

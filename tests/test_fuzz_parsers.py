@@ -1,4 +1,4 @@
-"""Property-based fuzzing of the parsers of files others write (issue #12).
+"""Property-based fuzzing of the parsers of files others write.
 
 For the inbox, team config, session transcript and trial-record parsers:
 - only teamlead's own errors or warnings come out, never a stray exception;

@@ -20,9 +20,10 @@ from teamlead._gate.gate import SpawnGate
 from teamlead._gate.hook import merge_hook
 from teamlead._gate.slots import FifoSlots, SpawnCap, cli_subagent_cap
 from teamlead._gate.stream import classify_agent_result, observe
-from teamlead.clock import FakeClock
 from teamlead.events import EVENT_VERSION, SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
 from teamlead.policy import SpawnPolicy
+from teamlead.testing import FakeClock
+from teamlead.tracker import ToolResultSeen, parse_message
 
 pytestmark = pytest.mark.anyio
 
@@ -470,8 +471,10 @@ async def test_apply_keeps_the_users_hooks_and_is_idempotent() -> None:
     ],
 )
 def test_classify_agent_result(content: Any, is_error: Any, expected: str) -> None:
-    block = {"tool_use_id": "t", "content": content, "is_error": is_error}
-    assert classify_agent_result(block) == expected
+    block = {"type": "tool_result", "tool_use_id": "t", "content": content, "is_error": is_error}
+    (result,) = parse_message({"type": "user", "message": {"content": [block]}})
+    assert isinstance(result, ToolResultSeen)
+    assert classify_agent_result(result) == expected
 
 
 async def test_observe_frees_slots_from_the_stream() -> None:

@@ -1,8 +1,11 @@
 """The spawn gate on the real bundled CLI, driven by the scripted model.
 
 Each test runs ``claude_agent_sdk.query`` with ``gate.apply(options)`` and feeds every
-message to :func:`observe`, as the run's tracker will. What the model saw and when is read
-from the scripted server's recorded requests.
+message to :func:`observe`, as a run's rounds do, for what only the gate's own records
+show (per-message limits, stagger, depth, a shared cap, hook timeouts). The scenarios a
+whole run covers (a 24-call fan-out, a cap of 3, a spawn budget) run once, through
+teamlead's entry points, in ``test_gate_run.py``. What the model saw and when is read from
+the scripted server's recorded requests.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ from typing import Any
 
 import anyio
 import pytest
-from claude_agent_sdk import ClaudeAgentOptions, ResultMessage
+from claude_agent_sdk import ClaudeAgentOptions
 from claude_agent_sdk import query as sdk_query
 
 from teamlead._gate.calls import GateEvent
@@ -19,7 +22,6 @@ from teamlead._gate.gate import SpawnGate
 from teamlead._gate.hook import merge_hook
 from teamlead._gate.slots import SpawnCap
 from teamlead._gate.stream import observe
-from teamlead.events import SpawnQueued
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.scripts import FanOut, findings_in
@@ -69,51 +71,6 @@ def tool_result_request(server: ScriptedServer) -> str:
         if rec.request.tool_uses_sent:
             return rec.request.last_user_text
     raise AssertionError("the lead never got its tool results")
-
-
-async def test_a_fan_out_of_24_all_runs_and_never_more_than_20_at_once(
-    offline: OfflineFactory,
-) -> None:
-    server, claude = offline(FanOut.of(24, delays=1.5))
-    events: list[GateEvent] = []
-    gate = make_gate(events)
-    await run_gated(gate, gate.apply(claude.options()))
-    assert agents_run(server) == {f"agent-{i}" for i in range(1, 25)}
-    assert server.max_concurrent("subagent") <= 20
-    assert sum(isinstance(e, SpawnQueued) for e in events) >= 4
-    assert [r.status for r in gate.records()] == ["admitted"] * 24
-    assert all(r.ended_at is not None for r in gate.records())
-    assert not any("Concurrent subagent limit" in r.request.all_text for r in server.recorded())
-    assert len(lead_seen(server)) == 24
-
-
-async def test_a_cap_of_3_keeps_3_in_flight_and_every_answer_reaches_the_lead(
-    offline: OfflineFactory,
-) -> None:
-    server, claude = offline(FanOut.of(8, delays=1.0))
-    gate = make_gate(max_concurrent_agents=3)
-    messages = await run_gated(gate, gate.apply(claude.options()))
-    assert 2 <= server.max_concurrent("subagent") <= 3
-    assert len(agents_run(server)) == 8
-    assert lead_seen(server) == {f"agent-{i}" for i in range(1, 9)}
-    assert any(isinstance(m, ResultMessage) for m in messages)
-    assert gate.running == 0
-
-
-async def test_a_spawn_budget_of_5_runs_5_and_the_lead_is_told_why_not_the_rest(
-    offline: OfflineFactory,
-) -> None:
-    server, claude = offline(FanOut.of(8, delays=0.5))
-    gate = make_gate(spawn_budget=5)
-    await run_gated(gate, gate.apply(claude.options()))
-    assert len(agents_run(server)) == 5
-    records = gate.records()
-    assert [r.status for r in records].count("admitted") == 5
-    denied = [r for r in records if r.status == "denied"]
-    assert len(denied) == 3 and {r.code for r in denied} == {"spawn_budget"}
-    told = tool_result_request(server)
-    assert told.count("PreToolUse:Agent hook error") == 3
-    assert told.count("spawn budget of 5 is used up") == 3
 
 
 async def test_the_per_message_limit_denies_the_rest_of_the_message(

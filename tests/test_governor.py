@@ -15,7 +15,6 @@ from typing import Any
 import anyio
 import pytest
 
-from teamlead.clock import FakeClock
 from teamlead.errors import TeamleadError, UsageError
 from teamlead.events import EVENT_VERSION
 from teamlead.governor import (
@@ -28,6 +27,7 @@ from teamlead.governor import (
     parse_retry_after,
     retry_after_from_headers,
 )
+from teamlead.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 

@@ -14,8 +14,8 @@ from teamlead._governor import aimd
 from teamlead._governor.ratelimit_headers import RateWindow, pace_pause, read_windows
 from teamlead._governor.retry_after import retry_after_from_headers
 from teamlead._governor.store import LimitStore, MemoryStore
-from teamlead.clock import FakeClock
 from teamlead.governor import Governor, GovernorPolicy, Slot
+from teamlead.testing import FakeClock
 
 P = GovernorPolicy(ceiling=24)
 L = aimd.Limits

@@ -1,4 +1,4 @@
-"""Issue #12, case 5: errors raised inside a run are one line with the right exit code."""
+"""Errors raised inside a run are one line with the right exit code."""
 
 from __future__ import annotations
 
@@ -46,19 +46,19 @@ def _command(exc: BaseException) -> click.Command:
         (BaseExceptionGroup("g", [KeyboardInterrupt()]), EXIT_INTERRUPTED, "interrupted"),
     ],
 )
-def test_case5_exception_groups_are_one_line(exc: BaseException, code: int, line: str) -> None:
+def test_exception_groups_are_one_line(exc: BaseException, code: int, line: str) -> None:
     result = CliRunner().invoke(_command(exc))
     assert result.exit_code == code
     assert result.output.count("\n") == 1
     assert line in result.output and "Traceback" not in result.output
 
 
-def test_case5_foreign_errors_in_a_group_are_not_hidden() -> None:
+def test_foreign_errors_in_a_group_are_not_hidden() -> None:
     result = CliRunner().invoke(_command(ExceptionGroup("g", [ValueError("bug")])))
     assert isinstance(result.exception, ExceptionGroup)
 
 
-def test_case5_lone_surrogate_without_msg_id(
+def test_a_lone_surrogate_without_msg_id_is_one_line(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     assert entry_key("a\ud83d", "T", "x\udc00") != entry_key("a", "T", "x")

@@ -1,4 +1,4 @@
-"""Issue #12, cases 8, 12 and 14: experiment run ids and out-dir lock, absurd values."""
+"""Experiment runs: unique trial session ids, a locked out dir, and absurd values refused."""
 
 from __future__ import annotations
 
@@ -67,7 +67,7 @@ def _run(out: Path, answers: Answers) -> Any:
     return anyio.run(lambda: run_experiment(spec, out, query_fn=answers, policy=policy))
 
 
-def test_case8_trial_session_ids_unique_per_run_stable_per_out_dir(tmp_path: Path) -> None:
+def test_trial_session_ids_unique_per_run_stable_per_out_dir(tmp_path: Path) -> None:
     first, second = Answers(), Answers()
     summary_a = _run(tmp_path / "a", first)
     summary_b = _run(tmp_path / "b", second)
@@ -83,7 +83,7 @@ def test_case8_trial_session_ids_unique_per_run_stable_per_out_dir(tmp_path: Pat
     assert (tmp_path / "a" / "run.json").read_text() == run_id
 
 
-def test_case8_out_dir_locked_against_a_second_run(tmp_path: Path) -> None:
+def test_out_dir_locked_against_a_second_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with OutDir(out) as run_id:
         in_use = f"in use by another `experiment run` .pid {os.getpid()}"
@@ -101,7 +101,7 @@ def test_case8_out_dir_locked_against_a_second_run(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("value", ["inf", "nan", "-1", "1e308", "-inf"])
-def test_case12_ask_deadline_must_be_finite(value: str) -> None:
+def test_ask_deadline_must_be_finite(value: str) -> None:
     result = CliRunner().invoke(main, ["ask", "hi", "--deadline", value])
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and "--deadline" in result.output
@@ -111,7 +111,7 @@ def test_case12_ask_deadline_must_be_finite(value: str) -> None:
     ("flag", "value"),
     [("--stagger", "nan"), ("--stagger", "inf"), ("--wrap-up-reserve", "inf")],
 )
-def test_case12_spawn_gate_times_must_be_finite(flag: str, value: str) -> None:
+def test_spawn_gate_times_must_be_finite(flag: str, value: str) -> None:
     result = CliRunner().invoke(main, ["ask", "hi", flag, value])
     assert result.exit_code == 2, result.output
     assert "Traceback" not in result.output and flag in result.output
@@ -127,12 +127,12 @@ def test_case12_spawn_gate_times_must_be_finite(flag: str, value: str) -> None:
         ("concurrency = 100000", "concurrency"),
     ],
 )
-def test_case12_spec_absurd_values_are_usage_errors(line: str, field: str) -> None:
+def test_spec_absurd_values_are_usage_errors(line: str, field: str) -> None:
     with pytest.raises(UsageError, match=field):
         parse_spec(SPEC.replace('control = "baseline"', f'control = "baseline"\n{line}'))
 
 
-def test_case12_policy_refuses_infinite_and_absurd_limits() -> None:
+def test_policy_refuses_infinite_and_absurd_limits() -> None:
     for bad in ({"deadline_s": float("inf")}, {"wait_s": float("nan")}, {"deadline_s": 1e308}):
         with pytest.raises(ValueError):
             Policy(**bad)
@@ -141,13 +141,13 @@ def test_case12_policy_refuses_infinite_and_absurd_limits() -> None:
             SpawnPolicy(**spawn)
 
 
-def test_case14_trials_upper_bound() -> None:
+def test_trials_have_an_upper_bound() -> None:
     with pytest.raises(UsageError, match="trials"):
         parse_spec(SPEC.replace("trials = 2", "trials = 1000000000"))
     assert parse_spec(SPEC.replace("trials = 2", "trials = 10000")).experiment.trials == 10_000
 
 
-def test_case14_prompt_files_regular_and_capped(tmp_path: Path) -> None:
+def test_prompt_files_must_be_regular_and_capped(tmp_path: Path) -> None:
     runner = CliRunner()
     result = runner.invoke(main, ["prompts", "show", "/dev/zero"])
     assert result.exit_code == 2 and "not a regular file" in result.output
@@ -161,7 +161,7 @@ def test_case14_prompt_files_regular_and_capped(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "over 1024 KiB" in result.output
 
 
-def test_case14_unwritable_out_is_one_line_exit_2(tmp_path: Path) -> None:
+def test_an_unwritable_out_dir_is_one_line_exit_2(tmp_path: Path) -> None:
     spec = tmp_path / "spec.toml"
     spec.write_text(SPEC)
     blocker = tmp_path / "file"
@@ -181,7 +181,7 @@ def test_case14_unwritable_out_is_one_line_exit_2(tmp_path: Path) -> None:
     assert "Traceback" not in result.output
 
 
-def test_case14_inbox_show_bad_team_is_usage_error(
+def test_inbox_show_with_a_bad_team_is_a_usage_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path))

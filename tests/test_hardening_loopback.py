@@ -1,4 +1,4 @@
-"""Issue #12, case 10: the loopback guard parses URLs strictly and never resolves names."""
+"""The loopback guard parses URLs strictly and never resolves names."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 from teamlead._claude.loopback import ensure_loopback, is_loopback
 from teamlead.errors import SetupError
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
-from teamlead.testing.runner import offline_env
+from teamlead.testing.offline import offline_env
 
 
 def _echo(req: ScriptedRequest) -> Reply:
@@ -48,14 +48,14 @@ BAD = [
 
 
 @pytest.mark.parametrize("url", GOOD)
-def test_case10_literal_loopback_urls_pass(url: str) -> None:
+def test_literal_loopback_urls_pass(url: str) -> None:
     assert is_loopback(url)
     ensure_loopback(url)
 
 
 @pytest.mark.cli  # OfflineClaude is the thing under test (it refuses before starting)
 @pytest.mark.parametrize("url", BAD)
-def test_case10_userinfo_names_and_odd_urls_are_refused(url: str, tmp_path: Path) -> None:
+def test_userinfo_names_and_odd_urls_are_refused(url: str, tmp_path: Path) -> None:
     assert not is_loopback(url)
     with pytest.raises(SetupError, match="refusing to run offline"):
         ensure_loopback(url)
@@ -66,17 +66,17 @@ def test_case10_userinfo_names_and_odd_urls_are_refused(url: str, tmp_path: Path
 
 
 @pytest.mark.parametrize("host", ["127.evil.example", "127.0.0.1.nip.io", "192.0.2.2", "::2"])
-def test_case10_scripted_server_binds_literal_loopback_only(host: str) -> None:
+def test_scripted_server_binds_literal_loopback_only(host: str) -> None:
     with pytest.raises(SetupError, match="literal IPv4 loopback"):
         ScriptedServer(_echo, host=host)
 
 
-def test_case10_localhost_is_mapped_not_resolved() -> None:
+def test_localhost_is_mapped_not_resolved() -> None:
     assert ScriptedServer(_echo, host="localhost").host == "127.0.0.1"
     assert ScriptedServer(_echo, host="127.0.0.2").host == "127.0.0.2"
 
 
-def test_case10_offline_env_routes_straight_to_loopback(
+def test_offline_env_routes_straight_to_loopback(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("HTTPS_PROXY", "http://192.0.2.9:3128")

@@ -1,4 +1,4 @@
-"""Issue #12, cases 4 and 9: hostile text is printed as text, never markup or escapes."""
+"""Hostile text is printed as text, never as markup or terminal escapes."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ import pytest
 from click.testing import CliRunner
 from rich.console import Console, Group
 
-from teamlead._cli import main, progress
-from teamlead._cli.app import run_session
+from teamlead._cli import main
+from teamlead._cli.running import run_session
 from teamlead._redact import terminal_safe
 from teamlead.events import Finished, InboxCollected, Resuming, WaitingForTeam
 from teamlead.experiment import TrialRecord, TrialWriter
@@ -42,7 +42,7 @@ def _hostile_items() -> list[Any]:
     return items
 
 
-def test_case9_terminal_safe_escapes_every_control() -> None:
+def test_terminal_safe_escapes_every_control() -> None:
     safe = terminal_safe(HOSTILE + "\n\t\x00\x7f")
     for raw in (*RAW, "\n", "\t", "\x00", "\x7f"):
         assert raw not in safe
@@ -50,7 +50,7 @@ def test_case9_terminal_safe_escapes_every_control() -> None:
     assert terminal_safe("a\nb", keep_newlines=True) == "a\nb"
 
 
-def test_case4_live_view_renders_markup_as_text() -> None:
+def test_live_view_renders_markup_as_text() -> None:
     out = io.StringIO()
     view = LiveTeamView(Console(file=out, force_terminal=True, width=200))
     for item in _hostile_items():
@@ -68,7 +68,7 @@ class _BrokenView(LiveTeamView):
         raise RuntimeError("render failed")
 
 
-def test_case4_cursor_restored_when_rendering_fails() -> None:
+def test_cursor_restored_when_rendering_fails() -> None:
     out = io.StringIO()
     view = _BrokenView(Console(file=out, force_terminal=True, width=120))
     with pytest.raises(RuntimeError):
@@ -77,7 +77,7 @@ def test_case4_cursor_restored_when_rendering_fails() -> None:
     assert out.getvalue().endswith("\x1b[?25h")
 
 
-def test_case9_plain_lines_escape_controls() -> None:
+def test_plain_lines_escape_controls() -> None:
     out = io.StringIO()
     progress = PlainProgress(out)
     for item in _hostile_items():
@@ -89,9 +89,7 @@ def test_case9_plain_lines_escape_controls() -> None:
     assert all(line.startswith("[") for line in text.splitlines())
 
 
-def test_case9_inbox_show_escapes_osc_and_csi(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_inbox_show_escapes_osc_and_csi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(tmp_path))
     team = tmp_path / "teams" / "t1"
     (team / "inboxes").mkdir(parents=True)
@@ -121,7 +119,7 @@ def _answer_items() -> AsyncIterator[Any]:
     return items()
 
 
-def test_case9_the_answer_on_a_terminal_is_escaped_but_keeps_newlines_and_tabs() -> None:
+def test_the_answer_on_a_terminal_is_escaped_but_keeps_newlines_and_tabs() -> None:
     main_fd, tty_fd = pty.openpty()
     try:
         attrs = termios.tcgetattr(tty_fd)
@@ -140,7 +138,7 @@ def test_case9_the_answer_on_a_terminal_is_escaped_but_keeps_newlines_and_tabs()
         assert raw not in shown
 
 
-def test_case9_the_answer_piped_keeps_every_character_for_the_pipeline() -> None:
+def test_the_answer_piped_keeps_every_character_for_the_pipeline() -> None:
     read_fd, write_fd = os.pipe()
     with os.fdopen(write_fd, "w", encoding="utf-8") as pipe:
         assert not pipe.isatty()
@@ -160,7 +158,7 @@ def test_case9_the_answer_piped_keeps_every_character_for_the_pipeline() -> None
         ["no-such-command" + OSC_TITLE],
     ],
 )
-def test_case9_usage_errors_escape_what_was_typed(args: list[str]) -> None:
+def test_usage_errors_escape_what_was_typed(args: list[str]) -> None:
     result = CliRunner().invoke(main, args)
     assert result.exit_code == 2, result.output
     assert "Error: " in result.stderr and "\\x1b]0;pwned\\x07" in result.stderr
@@ -168,9 +166,7 @@ def test_case9_usage_errors_escape_what_was_typed(args: list[str]) -> None:
         assert raw not in result.stderr
 
 
-def test_case4_experiment_progress_bar_shows_the_spec_name_as_text(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_experiment_progress_bar_shows_the_spec_name_as_text(tmp_path: Path) -> None:
     # Every trial is already recorded, so the run starts no CLI: only the bar is drawn.
     name = "[/bold] [/etc] ab" + OSC_TITLE
     spec = tmp_path / "spec.toml"
@@ -187,15 +183,11 @@ def test_case4_experiment_progress_bar_shows_the_spec_name_as_text(
             writer.append(
                 TrialRecord(variant=variant, task="t", trial=0, status="completed", wall_s=1.0)
             )
-    screen = io.StringIO()
-    monkeypatch.setattr(
-        progress,
-        "Console",
-        lambda **_: Console(file=screen, force_terminal=True, width=200),
-    )
     args = ["experiment", "run", str(spec), "--out", str(out), "--no-relay"]
-    result = CliRunner().invoke(main, args, env={"ANTHROPIC_API_KEY": "sk-test-only-not-real"})
+    # the bar draws as on a wide terminal (rich reads FORCE_COLOR and COLUMNS)
+    env = {"ANTHROPIC_API_KEY": "sk-test-only-not-real", "FORCE_COLOR": "1", "COLUMNS": "200"}
+    result = CliRunner().invoke(main, args, env=env)
     assert result.exit_code == 0, result.output
-    shown = screen.getvalue()
+    shown = result.stderr
     assert "[/bold] [/etc] ab\\x1b]0;pwned\\x07" in shown and "in flight 0" in shown
     assert "]0;pwned\x07" not in shown

@@ -1,8 +1,9 @@
-"""Issue #12, the file half: Claude state files planted by a hostile or unlucky writer.
+"""Claude state files planted by a hostile or unlucky writer are read safely.
 
-Each test is named after the case of the issue it guards (case 1: deep JSON, case 2:
-FIFOs, case 6: team hijack, case 11: consume locking data out, case 15: big inboxes,
-and warnings printed twice).
+Each test is named after what it protects: deeply nested JSON is refused, not a crash;
+FIFOs never hang a reader; a hijacked team never makes a run ``completed``; consuming an
+inbox keeps its data; a huge inbox is read within memory and event bounds; a warning is
+printed once.
 """
 
 from __future__ import annotations
@@ -27,11 +28,11 @@ from teamlead._cli import main
 from teamlead._run.collect import Collection
 from teamlead._run.loop import finish
 from teamlead._run.state import RunState, new_run
-from teamlead.clock import FakeClock
 from teamlead.errors import UsageError
 from teamlead.events import InboxCollected
 from teamlead.experiment.records import read_records
 from teamlead.policy import Policy
+from teamlead.testing import FakeClock
 from teamlead.tracker import Tracker
 
 SESSION = "d6b404c3-7aec-40d7-9803-56ebb9cb00ba"
@@ -57,10 +58,10 @@ def write_transcript(config: Path, records: list[str]) -> Path:
     return path
 
 
-# case 1: deeply nested JSON is a malformed file, never a RecursionError
+# deeply nested JSON is a malformed file, never a RecursionError
 
 
-def test_case1_deeply_nested_inbox_is_invalid_not_a_crash(tmp_path: Path) -> None:
+def test_deeply_nested_inbox_is_invalid_not_a_crash(tmp_path: Path) -> None:
     team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
     inbox = team / "inboxes" / "team-lead.json"
     inbox.write_text(DEEP)
@@ -69,7 +70,7 @@ def test_case1_deeply_nested_inbox_is_invalid_not_a_crash(tmp_path: Path) -> Non
     assert len(read.warnings) == 1 and "nested too deeply" in read.warnings[0]
 
 
-def test_case1_deeply_nested_entry_and_frame_keep_the_valid_entries(tmp_path: Path) -> None:
+def test_deeply_nested_entry_and_frame_keep_the_valid_entries(tmp_path: Path) -> None:
     team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
     inbox = team / "inboxes" / "team-lead.json"
     deep_frame = '{"type":"idle_notification","result":' + DEEP + "}"
@@ -81,7 +82,7 @@ def test_case1_deeply_nested_entry_and_frame_keep_the_valid_entries(tmp_path: Pa
     assert read.messages[1].kind == "message"  # the frame did not decode: plain text
 
 
-def test_case1_deeply_nested_team_config_is_ignored(
+def test_deeply_nested_team_config_is_ignored(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     team_dir(tmp_path, "evil", DEEP)
@@ -92,7 +93,7 @@ def test_case1_deeply_nested_team_config_is_ignored(
     assert caplog.text.count("nested too deeply") == 1
 
 
-def test_case1_deeply_nested_transcript_line_is_skipped_on_resume(
+def test_deeply_nested_transcript_line_is_skipped_on_resume(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     good = {
@@ -107,14 +108,14 @@ def test_case1_deeply_nested_transcript_line_is_skipped_on_resume(
     assert caplog.text.count("skipped 1 malformed line") == 1
 
 
-def test_case1_deeply_nested_subagent_transcript_line_is_skipped(tmp_path: Path) -> None:
+def test_deeply_nested_subagent_transcript_line_is_skipped(tmp_path: Path) -> None:
     good = {"type": "assistant", "message": {"content": [{"type": "text", "text": "done"}]}}
     path = tmp_path / "agent.jsonl"
     path.write_text(json.dumps(good) + "\n" + '{"type":"assistant","x":' + DEEP + "}\n")
     assert last_assistant_text(path) == "done"
 
 
-def test_case1_deeply_nested_trial_record_is_a_warning(tmp_path: Path) -> None:
+def test_deeply_nested_trial_record_is_a_warning(tmp_path: Path) -> None:
     path = tmp_path / "trials.jsonl"
     path.write_text(DEEP + "\n")
     result = read_records(path)
@@ -123,7 +124,7 @@ def test_case1_deeply_nested_trial_record_is_a_warning(tmp_path: Path) -> None:
     assert "nested too deeply" in result.warnings[0].message
 
 
-# case 2: a FIFO where a state file should be never blocks
+# a FIFO where a state file should be never blocks
 
 
 def make_fifo(path: Path) -> None:
@@ -132,14 +133,14 @@ def make_fifo(path: Path) -> None:
 
 
 @pytest.mark.timeout(20)
-def test_case2_fifo_team_config_does_not_hang(tmp_path: Path) -> None:
+def test_fifo_team_config_does_not_hang(tmp_path: Path) -> None:
     make_fifo(tmp_path / "teams" / "fifo" / "config.json")
     assert load_team(tmp_path / "teams" / "fifo", tmp_path) is None
     assert find_team(SESSION, config_dir=tmp_path) is None
 
 
 @pytest.mark.timeout(20)
-def test_case2_fifo_inbox_does_not_hang_read_or_consume(tmp_path: Path) -> None:
+def test_fifo_inbox_does_not_hang_read_or_consume(tmp_path: Path) -> None:
     team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
     inbox = team / "inboxes" / "team-lead.json"
     os.mkfifo(inbox)
@@ -150,7 +151,7 @@ def test_case2_fifo_inbox_does_not_hang_read_or_consume(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(20)
-def test_case2_fifo_transcript_does_not_hang_resume(tmp_path: Path) -> None:
+def test_fifo_transcript_does_not_hang_resume(tmp_path: Path) -> None:
     make_fifo(tmp_path / "projects" / "-work" / f"{SESSION}.jsonl")
     with pytest.raises(UsageError, match="not a regular file"):
         load_session(tmp_path, SESSION)
@@ -158,7 +159,7 @@ def test_case2_fifo_transcript_does_not_hang_resume(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(20)
-def test_case2_fifo_config_and_inbox_do_not_hang_inbox_show(
+def test_fifo_config_and_inbox_do_not_hang_inbox_show(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     make_fifo(tmp_path / "teams" / "aaa-fifo" / "config.json")  # scanned first by --session
@@ -170,7 +171,7 @@ def test_case2_fifo_config_and_inbox_do_not_hang_inbox_show(
     assert "inbox: invalid" in result.output
 
 
-# case 6: a second team claiming the session is never trusted on its own
+# a second team claiming the session is never trusted on its own
 
 
 def hijack(config: Path, *, implicit: bool) -> None:
@@ -179,9 +180,7 @@ def hijack(config: Path, *, implicit: bool) -> None:
     team_dir(config, real, {"name": real, "leadSessionId": SESSION})
 
 
-def test_case6_team_hijack_implicit_team_wins(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
-) -> None:
+def test_team_hijack_implicit_team_wins(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
     hijack(tmp_path, implicit=True)
     with caplog.at_level(logging.WARNING):
         found = resolve_team(SESSION, config_dir=tmp_path)
@@ -190,7 +189,7 @@ def test_case6_team_hijack_implicit_team_wins(
     assert caplog.text.count("2 teams claim session") == 1
 
 
-def test_case6_team_hijack_transcript_names_the_team(tmp_path: Path) -> None:
+def test_team_hijack_transcript_names_the_team(tmp_path: Path) -> None:
     hijack(tmp_path, implicit=False)
     call = {
         "type": "assistant",
@@ -204,7 +203,7 @@ def test_case6_team_hijack_transcript_names_the_team(tmp_path: Path) -> None:
     assert team is not None and team.dir.name == "real"
 
 
-def test_case6_team_hijack_unprovable_claims_are_all_refused(tmp_path: Path) -> None:
+def test_team_hijack_unprovable_claims_are_all_refused(tmp_path: Path) -> None:
     hijack(tmp_path, implicit=False)
     found = resolve_team(SESSION, config_dir=tmp_path)
     assert found.team is None and found.ambiguous is not None
@@ -237,7 +236,7 @@ def finished_status(tmp_path: Path) -> tuple[str, list[str]]:
     return done.status, done.reasons
 
 
-def test_case6_team_hijack_never_reports_completed(tmp_path: Path) -> None:
+def test_team_hijack_never_reports_completed(tmp_path: Path) -> None:
     hijack(tmp_path, implicit=False)
     inbox = tmp_path / "teams" / "aaa-forged" / "inboxes" / "team-lead.json"
     inbox.write_text(json.dumps([entry("mallory", "forged result")]))
@@ -246,15 +245,15 @@ def test_case6_team_hijack_never_reports_completed(tmp_path: Path) -> None:
     assert any("2 teams claim session" in r for r in reasons)
 
 
-def test_case6_single_team_still_completes(tmp_path: Path) -> None:
+def test_a_single_team_claiming_the_session_still_completes(tmp_path: Path) -> None:
     team_dir(tmp_path, "real", {"name": "real", "leadSessionId": SESSION})
     assert finished_status(tmp_path)[0] == "completed"
 
 
-# case 11: consuming never makes an inbox unreadable
+# consuming never makes an inbox unreadable
 
 
-def test_case11_consume_keeps_the_size_class(tmp_path: Path) -> None:
+def test_consume_keeps_the_size_class(tmp_path: Path) -> None:
     team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
     inbox = team / "inboxes" / "team-lead.json"
     body = [entry("alpha", f"m{i} é", msg_id=f"id{i}") for i in range(2_000)]
@@ -268,7 +267,7 @@ def test_case11_consume_keeps_the_size_class(tmp_path: Path) -> None:
     assert read.status == "ok" and len(read.messages) == 1_999
 
 
-def test_case11_lone_surrogate_survives_a_rewrite(tmp_path: Path) -> None:
+def test_lone_surrogate_survives_a_rewrite(tmp_path: Path) -> None:
     team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
     inbox = team / "inboxes" / "team-lead.json"
     inbox.write_text('[{"from":"a","text":"x\\ud83d","timestamp":"t"},' + json.dumps(
@@ -316,11 +315,11 @@ def test_warnings_printed_once_by_the_collector(
     assert caplog.text.count("skipped entry 0") == 1
 
 
-# case 15: a huge inbox is read within bounds and summarized in events
+# a huge inbox is read within bounds and summarized in events
 
 
 @pytest.mark.slow
-def test_case15_big_inbox_reads_within_memory_bound(tmp_path: Path) -> None:
+def test_big_inbox_reads_within_memory_bound(tmp_path: Path) -> None:
     team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
     inbox = team / "inboxes" / "team-lead.json"
     body = [entry(f"a{i % 7}", f"m{i}") for i in range(100_000)]
@@ -336,7 +335,7 @@ def test_case15_big_inbox_reads_within_memory_bound(tmp_path: Path) -> None:
     assert peak < 100 * 1024 * 1024  # 284 MB before
 
 
-def test_case15_huge_inbox_is_summarized_in_events(tmp_path: Path) -> None:
+def test_huge_inbox_is_summarized_in_events(tmp_path: Path) -> None:
     team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
     body: list[Any] = [entry("alpha", f"m{i}") for i in range(5_000)] + [{"from": 1}] * 300
     (team / "inboxes" / "team-lead.json").write_text(json.dumps(body))

@@ -21,9 +21,9 @@ from teamlead._claude.inbox.model import (
     decode_entry,
     entry_key,
 )
-from teamlead.clock import FakeClock
 from teamlead.errors import InboxError
 from teamlead.policy import LockPolicy
+from teamlead.testing import FakeClock
 
 TEAM = "research"
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -14,8 +13,10 @@ from pydantic import ValidationError
 
 from teamlead._claude.inbox import wait_for_inbox
 from teamlead._claude.inbox.model import InboxRead
-from teamlead.clock import FakeClock
 from teamlead.policy import InboxWaitPolicy
+from teamlead.testing import FakeClock
+
+from .polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -195,19 +196,9 @@ async def test_cancelling_the_wait_stops_the_watcher(inbox: Path) -> None:
     for thread in threading.enumerate():  # the inotify descriptor closes on its own thread
         if thread.name == "inotify-close":
             thread.join(10)
-    assert await _fds_return_to(fds_before), (open_fds(), fds_before)
-
-
-async def _fds_return_to(count: int, within_s: float = 10.0) -> bool:
-    """Poll (bounded) until this process has at most ``count`` descriptors open again: a
-    close handed to the inotify-close thread may still be in flight. At most, not exactly:
-    the garbage collector may close a socket an earlier test left behind meanwhile."""
-    deadline = time.monotonic() + within_s
-    while time.monotonic() < deadline:
-        if open_fds() <= count:
-            return True
-        await anyio.sleep(0.01)
-    return open_fds() <= count
+    # a close handed to the inotify-close thread may still be in flight. At most, not
+    # exactly: the garbage collector may close a socket an earlier test left behind
+    assert await apoll(lambda: open_fds() <= fds_before, within_s=10), (open_fds(), fds_before)
 
 
 def open_fds() -> int:

@@ -1,9 +1,10 @@
-"""The package's shape holds: one-way layers, no test bed in production, small modules.
+"""The package's shape holds: one-way layers, no test bed in production, documented modules.
 
 ``lint-imports`` checks the contracts in ``pyproject.toml`` (the layers of the package, the
 ban on :mod:`teamlead.testing` outside the demo commands, no import cycles); the other tests
 check what a contract cannot see: a module imported on its own in a fresh interpreter does
-not load the test bed, and no module grows past 450 lines.
+not load the test bed, and every module says what it is for. Module size follows the
+concept: there is no line cap.
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / "teamlead"
-MAX_LINES = 450
 
 
 def _modules() -> list[str]:
@@ -69,16 +69,12 @@ def test_no_production_module_loads_the_test_bed() -> None:
     assert result.stdout == ""
 
 
-def test_every_module_is_at_most_450_lines_and_opens_with_a_docstring() -> None:
+def test_every_module_opens_with_a_docstring() -> None:
     import ast
 
-    too_long = []
     undocumented = []
     for path in sorted(PACKAGE.rglob("*.py")):
         text = path.read_text(encoding="utf-8")
-        if len(text.splitlines()) > MAX_LINES:
-            too_long.append(str(path.relative_to(ROOT)))
         if not (ast.get_docstring(ast.parse(text)) or "").strip():
             undocumented.append(str(path.relative_to(ROOT)))
-    assert too_long == []
     assert undocumented == []

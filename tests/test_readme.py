@@ -24,3 +24,18 @@ def test_readme_starts_with_install_and_test_commands() -> None:
     assert "pip install" in blocks[0] and "teamlead demo" in blocks[0]
     assert "pytest" in blocks[1]
     assert text.index("<!-- test-command -->") < text.index(blocks[1])
+
+
+def test_the_test_command_runs_the_pinned_dev_tools_first() -> None:
+    # ruff, mypy and import-linter run once, by .ci/lint, at the versions pyproject pins;
+    # the tests themselves never run a linter whose next release could break them
+    text = README.read_text()
+    command = re.findall(r"```bash\n(.*?)\n```", text, re.DOTALL)[1]
+    assert command.index(".ci/lint") < command.index("pytest")
+    lint = (README.parent / ".ci" / "lint").read_text()
+    assert all(
+        tool in lint for tool in ("ruff check", "ruff format --check", "mypy", "lint-imports")
+    )
+    pyproject = (README.parent / "pyproject.toml").read_text()
+    for tool in ("ruff", "mypy", "import-linter"):
+        assert re.search(rf'"{tool}==[0-9.]+"', pyproject), f"{tool} is not pinned"

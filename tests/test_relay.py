@@ -32,10 +32,11 @@ from teamlead._relay import (
     start_relay,
 )
 from teamlead._relay.stats import RelayEvent
-from teamlead.clock import FakeClock
 from teamlead.events import ConcurrencyChanged, RateLimited
 from teamlead.governor import Governor, GovernorPolicy
-from teamlead.testing import Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing import FakeClock, Reply, ScriptedRequest, ScriptedServer
+
+from .polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -57,8 +58,8 @@ def serve(started: list[ScriptedServer], script: object, **kwargs: object) -> Sc
     return server
 
 
-def fake_governor(ceiling: int = 8) -> Governor:
-    return Governor(GovernorPolicy(ceiling=ceiling), clock=FakeClock())
+def fake_governor(ceiling: int = 8, clock: FakeClock | None = None) -> Governor:
+    return Governor(GovernorPolicy(ceiling=ceiling), clock=clock or FakeClock())
 
 
 def body(model: str = MODEL, **extra: object) -> bytes:
@@ -69,11 +70,7 @@ def body(model: str = MODEL, **extra: object) -> bytes:
 
 async def wait_until(predicate: Callable[[], bool], what: str) -> None:
     """Poll a state with a deadline (it changes in other threads: no event to wait on)."""
-    with anyio.move_on_after(10):
-        while not predicate():  # noqa: ASYNC110 - state of another thread
-            await anyio.sleep(0.01)
-        return
-    raise AssertionError(f"timed out waiting for {what}")
+    assert await apoll(predicate, within_s=10), f"timed out waiting for {what}"
 
 
 def client(base_url: str) -> anthropic.AsyncAnthropic:
@@ -185,7 +182,8 @@ async def test_a_429_is_held_and_retried_so_the_client_never_sees_it(
     replies = iter([Reply.error(429, retry_after=2), Reply.text("after the pause")])
     server = serve(server_factory, lambda req: next(replies))
     events: list[RelayEvent] = []
-    governor = fake_governor()
+    clock = FakeClock()
+    governor = fake_governor(clock=clock)
     async with start_relay(server.base_url, governor, on_event=events.append) as relay:
         async with client(relay.base_url) as c:
             reply = await c.messages.create(
@@ -194,7 +192,7 @@ async def test_a_429_is_held_and_retried_so_the_client_never_sees_it(
         summary = relay.summary()
     assert reply.content[0].text == "after the pause"  # type: ignore[union-attr]
     assert [r.status for r in server.recorded()] == [429, 200]
-    assert governor._clock.monotonic() >= 2.0  # type: ignore[attr-defined]
+    assert clock.monotonic() >= 2.0  # the retry waited out the Retry-After, on the clock
     limited = [e for e in events if isinstance(e, RateLimited)]
     assert [(e.outcome, e.status, e.retry_after_s, e.role) for e in limited] == [
         ("absorbed", 429, 2.0, "other")
@@ -206,8 +204,8 @@ async def test_a_429_is_held_and_retried_so_the_client_never_sees_it(
 async def test_a_nearly_empty_rate_limit_window_holds_new_requests_until_its_reset(
     server_factory: list[ScriptedServer],
 ) -> None:
-    governor = fake_governor()
-    clock: FakeClock = governor._clock  # type: ignore[attr-defined]
+    clock = FakeClock()
+    governor = fake_governor(clock=clock)
     reset = datetime.fromtimestamp(clock.time() + 30, tz=timezone.utc).isoformat()
     window = {
         "anthropic-ratelimit-requests-limit": "50",

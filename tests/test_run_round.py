@@ -16,8 +16,9 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from teamlead._run.round import Round
 from teamlead._run.state import new_run
-from teamlead.clock import SYSTEM_CLOCK, FakeClock, move_on_at
+from teamlead.clock import SYSTEM_CLOCK, move_on_at
 from teamlead.policy import Policy
+from teamlead.testing import FakeClock
 
 pytestmark = pytest.mark.anyio
 

@@ -5,7 +5,7 @@ only modules that load the offline test bed, and only when run), ``inbox``, ``pr
 and ``experiment`` in modules of those names. Every option also reads
 ``TEAMLEAD_<NAME>`` (see :mod:`.options`); errors print one line and exit with a code
 from :mod:`.exitcodes`: 0 completed, 1 failed, 2 usage error, 3 partial, 130 interrupted.
-Command bodies stay thin: the work is in plain functions (:mod:`.app`, :mod:`.progress`,
+Command bodies stay thin: the work is in plain functions (:mod:`.running`, :mod:`.progress`,
 the builders in each command module).
 """
 

@@ -1,7 +1,8 @@
 """``teamlead ask`` and ``teamlead resume``: one coordinator run from the command line.
 
 Both share the run options (:func:`run_options`), which map one to one onto
-:class:`~teamlead._cli.app.AskSettings`; the run itself is :func:`~teamlead._cli.app.run_session`.
+:class:`~teamlead._cli.running.AskSettings`; the run itself is
+:func:`~teamlead._cli.running.run_session`.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from .exitcodes import handle_errors
 from .options import FiniteFloatRange, no_relay_option, option, output_mode
 
 if TYPE_CHECKING:
-    from .app import AskSettings
+    from .running import AskSettings
 
 __all__ = ["ask", "resume", "run_options"]
 
@@ -178,7 +179,7 @@ def settings_from_options(
     no_relay: bool = False,
 ) -> AskSettings:
     """The :class:`AskSettings` for the parsed run options."""
-    from .app import AskSettings
+    from .running import AskSettings
 
     return AskSettings(
         strategy=strategy,
@@ -221,7 +222,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
     PROMPT is the task; `-` reads it from stdin.
     """
     from ..coordinator import query
-    from .app import build_run, check_setup, merged_env, run_session
+    from .running import build_run, check_setup, merged_env, run_session
 
     if prompt == "-":
         prompt = sys.stdin.read()
@@ -252,7 +253,7 @@ def resume(
     from .._claude.saved_session import find_session_file
     from .._claude.team import claude_config_dir
     from ..coordinator import resume_session
-    from .app import build_run, check_setup, merged_env, run_session
+    from .running import build_run, check_setup, merged_env, run_session
 
     output = output_mode(json_, quiet)
     options, policy, _ = build_run(settings_from_options(strategy, **kw))

@@ -37,7 +37,7 @@ def run_demo(output: Output = "auto", *, verbose: bool = False, relay: bool = Tr
     from ..prompts import apply_strategy, load_strategy
     from ..testing import OfflineClaude, ScriptedServer
     from ..testing.demo import DEMO_PROMPT, DemoScript
-    from .app import run_session
+    from .running import run_session
 
     with tempfile.TemporaryDirectory(prefix="teamlead-demo-") as tmp:
         config_dir = Path(tmp) / ".claude"

@@ -58,8 +58,8 @@ def experiment_run(
     """
     from ..experiment import load_spec
     from ..prompts import load_strategy
-    from .app import check_setup, merged_env
     from .progress import run_with_progress
+    from .running import check_setup, merged_env
 
     def exists(name: str) -> bool:
         load_strategy(name)

@@ -1,23 +1,31 @@
 """The spawn gate: a PreToolUse hook on ``Agent`` that queues, budgets, staggers and
 meets the deadline.
 
-The CLI runs an Agent call only when its PreToolUse hook returns; the hooks of one message
-run concurrently and may await. So the gate decides in the hook: **deny** with a reason
-that tells the lead what to do next (budget, per-message limit, depth, deadline, run
-ending, odd input or an internal fault: it never raises); **queue** (await, FIFO, bounded
-by the deadline) while the run's limit or the process-wide
-:class:`~teamlead._gate.slots.SpawnCap` is full; **admit** (``{}``) after the stagger.
+The CLI runs each Agent call only when its PreToolUse hook returns, and the hooks of one
+message run concurrently; a hook may await. So the gate decides in the hook:
 
-A slot is held from admission until the task has really ended: the tracker reports
-``task_started``/``task_ended``, and a tool result showing the agent never ran or already
-finished frees it too (:func:`teamlead._gate.stream.observe` does both).
-:meth:`SpawnGate.close` denies whatever still waits and frees every slot. Budget and
-per-turn units are checked and taken in one synchronous step, so concurrent hook calls
-can never both pass for the last unit; a call that is then not admitted gives them back.
+* **deny** (``permissionDecision: "deny"``) with a reason that tells the lead what to do
+  next: past the spawn budget, past the per-message limit, too deep (a subagent spawning),
+  too close to the deadline, the run ending, or odd input / an internal fault (the gate
+  never raises: it denies and records why);
+* **queue** (await in the hook) while the run's limit or the process-wide
+  :class:`~teamlead._gate.slots.SpawnCap` is full, FIFO, bounded by the deadline;
+* **admit** (return ``{}``: no opinion), after the stagger.
+
+A slot is held from admission until the task has really ended: the run's tracker reports
+``task_started``/``task_ended`` from the stream, and a tool result that shows the agent
+never ran or already finished (CLI rejection, another hook's deny, a foreground agent)
+frees it too (:func:`teamlead._gate.stream.observe` does that from the parsed stream).
+:meth:`SpawnGate.close` denies whatever still waits and frees every slot at the end of a run.
+
+Budget and per-turn units are checked and taken in one synchronous step (no await in
+between), so concurrent hook calls can never both pass for the last unit; a unit taken by
+a call that is then not admitted is given back.
 
 Example:
     >>> gate = SpawnGate(SpawnPolicy(max_concurrent_agents=3, spawn_budget=5), deadline_s=600)
-    >>> async for message in claude_agent_sdk.query(prompt=..., options=gate.apply(options)):
+    >>> options = gate.apply(options)  # doctest: +SKIP
+    >>> async for message in claude_agent_sdk.query(prompt=..., options=options):
     ...     observe(gate, message)  # doctest: +SKIP
     >>> gate.close()
 """

@@ -17,6 +17,13 @@ __all__ = ["Turns"]
 
 
 class Turns:
+    """The per-message spawn counts of one gate.
+
+    Args:
+        gap_s: without a message id, lead calls that arrive while another is in the hook,
+            or within this gap after, count as one message.
+    """
+
     def __init__(self, gap_s: float) -> None:
         self._gap_s = max(0.0, gap_s)
         self._message_of: dict[str, str] = {}
@@ -27,6 +34,7 @@ class Turns:
         self._last = -math.inf
 
     def note(self, message_id: str, tool_use_ids: list[str]) -> None:
+        """The tool_use ids of one model message (from the stream, just before the hooks)."""
         for tool_use_id in tool_use_ids:
             self._message_of[tool_use_id] = message_id
 
@@ -41,6 +49,15 @@ class Turns:
             self._last = now
 
     def turn_of(self, tool_use_id: str, depth: int, parent: str | None, now: float) -> str:
+        """The key of the message a call came in: its message id when the stream named it,
+        else the current burst of lead calls (a subagent's: per spawning agent).
+
+        Args:
+            tool_use_id: the call's tool_use id.
+            depth: 1 for the lead's calls.
+            parent: the spawning agent's id, for nested calls.
+            now: the clock's ``monotonic()`` reading.
+        """
         hinted = self._message_of.get(tool_use_id)
         if depth > 1:
             return hinted or f"nested:{parent}"
@@ -55,10 +72,13 @@ class Turns:
         return self._burst_message or f"burst-{self._burst}"
 
     def count(self, turn: str) -> int:
+        """Calls admitted (or being admitted) from ``turn``."""
         return self._counts.get(turn, 0)
 
     def take(self, turn: str) -> None:
+        """Count one more call for ``turn``."""
         self._counts[turn] = self._counts.get(turn, 0) + 1
 
     def give_back(self, turn: str) -> None:
+        """A call counted for ``turn`` will not run."""
         self._counts[turn] = max(0, self._counts.get(turn, 1) - 1)

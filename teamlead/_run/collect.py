@@ -34,7 +34,7 @@ from ..events import (
     WaitingForTeam,
 )
 from ..tracker import TaskInfo, Tracker
-from .resume_prompt import FAILED_STATES, Delivery, TaskSource
+from .resume_prompt import FAILED_STATES, Delivery, DeliveryStatus, TaskSource
 from .state import Collected, Member, RunState
 
 __all__ = ["Collection", "absorb", "dispositions", "used_deliveries"]
@@ -200,7 +200,7 @@ class Collection:
             member.detail = message.failure_reason or "reported a failure"
 
     def _task_delivery(self, task: TaskInfo, session: str | None) -> tuple[Delivery, TaskSource]:
-        status = task.status if task.terminal else "lost"
+        status = _task_outcome(task)
         text = ""
         source_of: TaskSource = "none"
         if task.status == "completed" and task.summary and task.summary.strip():
@@ -302,7 +302,7 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
         key = f"task:{task.task_id}"
         delivery = collected.deliveries.get(key)
         used = task.absorbed or key in collected.absorbed
-        status = task.status if task.terminal else "lost"
+        status = _task_outcome(task)
         source: _Source = delivery.source if delivery else ("lead" if task.absorbed else "none")
         if status in FAILED_STATES:
             disposition = "failed"
@@ -367,10 +367,27 @@ def _message_summary(message: TeammateMessage) -> dict[str, Any]:
     }
 
 
+def _task_outcome(task: TaskInfo) -> DeliveryStatus:
+    """A task's delivery state: its terminal state, or ``lost`` if it never ended."""
+    status = task.status
+    if status in ("completed", "failed", "stopped", "killed"):
+        return status
+    return "lost"
+
+
 def _inbox_delivery(message: TeammateMessage, team: Team) -> Delivery:
+    status: DeliveryStatus
     if message.kind == "idle":
         text = message.result or message.summary or ""
-        status = message.completed_status or "resolved"
+        # the teammate's own word: only a state the prompt knows passes
+        reported = message.completed_status
+        status = (
+            "failed"
+            if reported == "failed"
+            else "completed"
+            if reported == "completed"
+            else "resolved"
+        )
     else:
         text, status = message.text, "message"
     return Delivery(

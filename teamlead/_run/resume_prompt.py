@@ -26,6 +26,7 @@ __all__ = [
     "Delivery",
     "DeliveryKind",
     "DeliverySource",
+    "DeliveryStatus",
     "TaskSource",
     "build_resume_prompt",
     "escape",
@@ -36,9 +37,15 @@ DeliveryKind: TypeAlias = Literal["task", "teammate"]
 #: Where a task's result came from when no lead turn used it.
 TaskSource: TypeAlias = Literal["summary", "transcript", "none"]
 DeliverySource: TypeAlias = Literal["summary", "transcript", "inbox", "none"]
+#: A delivery's state: a task's terminal state or ``lost`` (it never ended); a teammate's
+#: report ``resolved`` (or the ``completed``/``failed`` state it reported), a plain
+#: message ``message``.
+DeliveryStatus: TypeAlias = Literal[
+    "completed", "failed", "stopped", "killed", "lost", "resolved", "message"
+]
 
 #: Terminal task states that count as a failure.
-FAILED_STATES = frozenset({"failed", "stopped", "killed", "lost"})
+FAILED_STATES: frozenset[str] = frozenset({"failed", "stopped", "killed", "lost"})
 
 _CUT_NOTE_ROOM = 48  # "\n[... N characters cut here ...]\n" fits in this
 _MIN_SHARE = 200  # a result given less room than this waits for the next round instead
@@ -59,7 +66,7 @@ class Delivery:
     key: str
     kind: DeliveryKind
     label: str
-    status: str
+    status: DeliveryStatus
     text: str
     source: DeliverySource
     inbox_key: str | None = None
