@@ -50,6 +50,7 @@ from .errors import (
     UsageError,
 )
 from .events import (
+    AgentUsage,
     BucketSummary,
     ChangeReason,
     ConcurrencyChanged,
@@ -69,6 +70,7 @@ from .events import (
     SpawnRejected,
     Status,
     TaskDisposition,
+    TaskKind,
     TeamleadEvent,
     WaitingForTeam,
 )
@@ -77,6 +79,7 @@ from .policy import InboxWaitPolicy, LockPolicy, Policy, RetryPolicy, SpawnPolic
 from .prompts import Strategy, apply_strategy, list_strategies, load_strategy
 
 __all__ = [
+    "AgentUsage",
     "BucketSummary",
     "BudgetExceeded",
     "ChangeReason",
@@ -112,6 +115,7 @@ __all__ = [
     "Status",
     "Strategy",
     "TaskDisposition",
+    "TaskKind",
     "TeamleadError",
     "TeamleadEvent",
     "UsageError",
