@@ -318,7 +318,7 @@ class AgentBook:
         return Refused(
             "timeout",
             f"teamlead: agent {agent_id} ran past its timeout of {seconds:g} s and was "
-            "stopped; the lead goes on with the other agents",
+            "stopped: go on with the other agents",
         )
 
     def _exhaust(self, reason: ExhaustReason) -> Refused:
