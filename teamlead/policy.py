@@ -163,9 +163,11 @@ class SpawnPolicy(BaseModel):
 
     Attributes:
         enabled: install the gate at all (default True).
-        max_concurrent_agents: agents running at once in this run; calls over it wait in
-            FIFO order. ``None``: the CLI's own cap (``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS``,
-            else 20). Never more than that cap, which rejects instead of queueing.
+        max_concurrent_agents: agents running at once in this run, every kind counted
+            (Agent-tool, nested and workflow agents); calls over it wait in FIFO order in
+            the hook, a workflow agent's first request waits at the relay. ``None``: the
+            CLI's own cap (``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS``, else 20). Never more
+            than that cap, which rejects instead of queueing.
         max_agents_per_turn: Agent calls admitted from one model message (default: no limit).
         spawn_budget: agents admitted in the whole run (default: no limit).
         stagger_s: the k-th admitted spawn of a burst starts no earlier than

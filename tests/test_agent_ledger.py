@@ -287,3 +287,29 @@ def test_a_30000_character_result_keeps_its_tail_and_its_file(tmp_path: Path) ->
     assert delivery.full_path == str(tmp_path / "result.txt")
     assert Path(delivery.full_path).read_text() == text
     assert stat.S_IMODE(Path(delivery.full_path).stat().st_mode) == 0o600
+
+
+def test_a_version_1_finished_record_still_reads() -> None:
+    from teamlead.events import EVENT_VERSION, Finished
+
+    old = {
+        "type": "finished",
+        "version": 1,
+        "status": "completed",
+        "result": "ok",
+        "session_id": "s",
+        "resumes": 0,
+        "tasks": [
+            {
+                "id": "t1",
+                "kind": "task",
+                "description": "d",
+                "status": "completed",
+                "disposition": "included",
+                "source": "lead",
+            }
+        ],
+    }
+    done = Finished.model_validate(old)
+    assert done.version == 1 and done.tasks[0].tokens_in is None
+    assert EVENT_VERSION == 2 and Finished.model_validate_json(done.to_json()) == done

@@ -96,6 +96,10 @@ class Mixed:
         return synthesize(req)
 
 
+def whole_file(path: Path) -> tuple[str, int]:
+    return path.read_text(), stat.S_IMODE(path.stat().st_mode)
+
+
 async def run(options: Any, policy: teamlead.Policy, limit_s: float = 150) -> list[Any]:
     with anyio.fail_after(limit_s):
         return [item async for item in teamlead.query("Investigate.", options, policy=policy)]
@@ -235,9 +239,7 @@ async def test_a_30000_character_result_keeps_its_tail_on_the_real_cli(
     assert "THE-END" in prompt and "characters cut here" in prompt
     row = next(r for r in done.tasks if r.label == "deep")
     assert row.result_file is not None and row.result_file in prompt
-    path = Path(row.result_file)
-    assert path.read_text() == long  # the whole result, not its head
-    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert whole_file(Path(row.result_file)) == (long, 0o600)  # the whole result, private
 
 
 async def test_a_token_budget_stops_the_fan_out_and_wraps_up(offline: OfflineFactory) -> None:
