@@ -33,6 +33,7 @@ __all__ = ["Round"]
 
 _CLOSE_TIMEOUT_S = 20.0  # a guard on tearing down the CLI process, not a policy deadline
 _END: Any = object()  # the stream ended
+_BUDGET_GRACE_S = 2.0  # from a budget reached to the cut
 
 
 class Round:
@@ -199,6 +200,9 @@ class Round:
                 with move_on_at(self._clock, until):
                     if self._state.agents is not None:  # a budget reached cuts it too
                         await self._state.agents.exhausted.wait()
+                        # the relay refuses new agent requests already: a short grace lets
+                        # the notifications of work that just finished reach the stream
+                        await self._clock.sleep(_BUDGET_GRACE_S)
                     else:
                         await anyio.sleep_forever()
                 self._cut = True
