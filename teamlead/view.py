@@ -41,7 +41,9 @@ from .tracker import (
     LeadTurn,
     ResultSeen,
     SessionSeen,
+    SubagentTurn,
     TaskEnded,
+    TaskProgress,
     TaskStarted,
     TrackedEvent,
     Tracker,
@@ -49,22 +51,23 @@ from .tracker import (
 
 __all__ = ["JsonProgress", "LiveTeamView", "PlainProgress", "event_record"]
 
-_SNAKE = {
-    "SessionSeen": "session",
-    "AgentCallSeen": "agent_call",
-    "TaskStarted": "task_started",
-    "TaskProgress": "task_progress",
-    "TaskEnded": "task_ended",
-    "LeadTurn": "lead_turn",
-    "SubagentTurn": "subagent_turn",
-    "ResultSeen": "result",
+#: The tracker events of the NDJSON schema, by their record ``type``.
+_SNAKE: dict[type[TrackedEvent], str] = {
+    SessionSeen: "session",
+    AgentCallSeen: "agent_call",
+    TaskStarted: "task_started",
+    TaskProgress: "task_progress",
+    TaskEnded: "task_ended",
+    LeadTurn: "lead_turn",
+    SubagentTurn: "subagent_turn",
+    ResultSeen: "result",
 }
 
 
 def _in_schema(event: TrackedEvent) -> bool:
     """Whether ``event`` is one of the NDJSON schema's tracker records (the parser also
     makes events only teamlead itself reads: tool results, session states, ...)."""
-    return type(event).__name__ in _SNAKE
+    return type(event) in _SNAKE
 
 
 def event_record(event: TrackedEvent) -> dict[str, Any]:
@@ -73,7 +76,7 @@ def event_record(event: TrackedEvent) -> dict[str, Any]:
     for key, value in list(data.items()):
         if isinstance(value, str):
             data[key] = redact(value)
-    return {"type": _SNAKE[type(event).__name__], "version": EVENT_VERSION, **data}
+    return {"type": _SNAKE[type(event)], "version": EVENT_VERSION, **data}
 
 
 def _safe(text: str) -> str:

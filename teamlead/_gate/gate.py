@@ -128,6 +128,7 @@ class SpawnGate:
 
     @property
     def queued(self) -> int:
+        """Calls waiting in the gate for a slot."""
         return sum(c.status == "queued" for c in self._calls.values())
 
     @property

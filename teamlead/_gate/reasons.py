@@ -8,6 +8,7 @@ from __future__ import annotations
 
 
 def budget(limit: int) -> str:
+    """The spawn budget is used up."""
     return (
         f"spawn budget of {limit} is used up ({limit} agents already started in this run); "
         "do not retry. Answer with the results you have, or do the remaining work yourself."
@@ -15,6 +16,7 @@ def budget(limit: int) -> str:
 
 
 def turn_limit(limit: int) -> str:
+    """This message reached the per-message limit."""
     return (
         f"at most {limit} agents may be started from one message and this message reached it; "
         "send the remaining agents in a later message, or do that work yourself."
@@ -22,6 +24,7 @@ def turn_limit(limit: int) -> str:
 
 
 def depth(max_depth: int) -> str:
+    """The call is nested deeper than the policy allows."""
     if max_depth <= 1:
         return (
             "subagents may not start agents of their own (max depth 1); "
@@ -34,6 +37,7 @@ def depth(max_depth: int) -> str:
 
 
 def deadline(left_s: float, reserve_s: float) -> str:
+    """Too close to the deadline for another agent."""
     return (
         f"the run's deadline is near ({max(0.0, left_s):.0f} s left, {reserve_s:.0f} s kept for "
         "the final answer), so no more agents start. Answer with the results you have."
@@ -41,6 +45,7 @@ def deadline(left_s: float, reserve_s: float) -> str:
 
 
 def wait_limit(waited_s: float, limit: int) -> str:
+    """No slot opened within the longest wait."""
     return (
         f"no agent slot opened within {waited_s:.0f} s (at most {limit} agents run at once); "
         "answer with the results you have, or try this agent again later."
@@ -48,6 +53,7 @@ def wait_limit(waited_s: float, limit: int) -> str:
 
 
 def nested_busy(limit: int) -> str:
+    """Every slot is busy and a nested call cannot wait."""
     return (
         f"all {limit} agent slots are busy, and a nested agent cannot wait for one (its parent "
         "holds a slot); do this work yourself and report back."
@@ -55,10 +61,12 @@ def nested_busy(limit: int) -> str:
 
 
 def closed(why: str) -> str:
+    """The run (or the CLI process) is ending: ``why`` says which."""
     return f"{why}; no more agents start. Answer with the results you have."
 
 
 def bad_input() -> str:
+    """The call had no usable input."""
     return (
         "the Agent call had no usable input (a prompt string is required); "
         "the agent was not started. Send the call again with a prompt."
@@ -66,6 +74,7 @@ def bad_input() -> str:
 
 
 def error(exc: BaseException) -> str:
+    """A fault inside the gate."""
     text = str(exc).replace("\n", " ")[:160]
     return (
         f"the spawn gate failed on this call ({type(exc).__name__}: {text}); the agent was not "
@@ -74,4 +83,5 @@ def error(exc: BaseException) -> str:
 
 
 def cancelled() -> str:
+    """The call was cancelled while it waited (a rejection, not a deny: no next step)."""
     return "the call was cancelled while it waited for an agent slot (hook timeout or run ended)"

@@ -73,6 +73,7 @@ class FifoSlots:
 
     @property
     def waiting(self) -> int:
+        """Waiters in line."""
         return len(self._queue)
 
     def try_take(self) -> bool:
@@ -148,12 +149,15 @@ class SpawnCap:
 
     @property
     def limit(self) -> int:
+        """Subagents that may run at once in this process."""
         return self.slots.limit
 
     @property
     def running(self) -> int:
+        """Slots held now."""
         return self.slots.held
 
     @property
     def waiting(self) -> int:
+        """Calls waiting for a slot."""
         return self.slots.waiting
