@@ -71,6 +71,8 @@ class RunAgents:
         self.exhausted = anyio.Event()
         #: told the id of an agent that passed its timeout (a client stops its task)
         self.timeout_listeners: list[Callable[[str], None]] = []
+        #: told once a budget is reached (the spawn gate then admits no new Agent call)
+        self.exhaust_listeners: list[Callable[[ExhaustReason], None]] = []
         self._workflow_of: dict[str, str] = {}
         self._session: str | None = None
 
@@ -98,6 +100,11 @@ class RunAgents:
 
     def _exhausted(self, reason: ExhaustReason) -> None:
         self.exhausted.set()
+        for listener in list(self.exhaust_listeners):
+            try:
+                listener(reason)
+            except Exception:
+                log.exception("a budget listener failed")
 
     def _timed_out(self, agent_id: str) -> None:
         for listener in list(self.timeout_listeners):

@@ -269,6 +269,13 @@ def new_run(
         gate=feed,
         agents=RunAgents(policy, clock, feed.slot_pools if feed is not None else None),
     )
+    if gate is not None and state.agents is not None:
+        spawn_gate = gate
+
+        def no_new_agents(reason: str) -> None:  # a budget reached: no Agent call starts
+            spawn_gate.close(f"the run's {reason.replace('_', ' ')} is reached: no more agents")
+
+        state.agents.exhaust_listeners.append(no_new_agents)
     state.ledger.one_process = mode == "client"
     user_stderr = prepared.stderr
     tail = state.stderr_tail
