@@ -28,7 +28,6 @@ loop and is not thread-safe.
 from __future__ import annotations
 
 import logging
-import math
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
@@ -188,9 +187,12 @@ class AgentBook:
         ticket = entered
         try:
             until = self._timeout_at(ticket.count)
-            with move_on_at(self.clock, math.inf if until is None else until) as scope:
+            if until is None:  # no timeout: no timer on the hot path
                 await exchange(ticket.watch(send), ticket.limited)
-            if scope.cancelled_caught and until is not None:
+                return
+            with move_on_at(self.clock, until) as scope:
+                await exchange(ticket.watch(send), ticket.limited)
+            if scope.cancelled_caught:
                 refusal = self._time_out(ticket.key[1], ticket.count)
                 if ticket.status is None:
                     await answer(send, refusal.status, refusal.kind, refusal.message, _NO_RETRY)

@@ -59,13 +59,6 @@ class Refused:
         return "invalid_request_error"
 
 
-def _header(headers: Iterable[tuple[bytes, bytes]], name: bytes) -> str | None:
-    for key, value in headers:
-        if key.lower() == name:
-            return value.decode("latin-1").strip()
-    return None
-
-
 def agent_key(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str, str]:
     """``(session id, agent id)`` of a request; the lead's agent id is :data:`LEAD`.
 
@@ -76,9 +69,14 @@ def agent_key(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str, str]:
         >>> agent_key([(b"X-Claude-Code-Session-Id", b"s-1"), (b"x-claude-code-agent-id", b"a1")])
         ('s-1', 'a1')
     """
-    pairs = list(headers)
-    session = _header(pairs, _SESSION_HEADER)
-    agent = _header(pairs, _AGENT_HEADER)
+    session: str | None = None
+    agent: str | None = None
+    for name, value in headers:  # one pass; the first of a repeated header counts
+        lower = name.lower()
+        if lower == _SESSION_HEADER and session is None:
+            session = value.decode("latin-1").strip()
+        elif lower == _AGENT_HEADER and agent is None:
+            agent = value.decode("latin-1").strip()
     session_id = "" if session is None else (session if _ID.fullmatch(session) else _INVALID)
     agent_id = LEAD if not agent else (agent if _ID.fullmatch(agent) else _INVALID)
     return session_id, agent_id
