@@ -313,3 +313,15 @@ def test_a_version_1_finished_record_still_reads() -> None:
     done = Finished.model_validate(old)
     assert done.version == 1 and done.tasks[0].tokens_in is None
     assert EVENT_VERSION == 2 and Finished.model_validate_json(done.to_json()) == done
+
+
+async def test_a_fault_in_the_ledger_never_breaks_a_request(server: ScriptedServer) -> None:
+    def broken_pools() -> list[FifoSlots]:
+        raise RuntimeError("the gate is gone")
+
+    book = AgentBook(SystemClock(), pools=broken_pools)
+    async with relayed_run(server, book) as (_, url, http):
+        r = await http.post(url, content=workflow_body(), headers=headers(agent="w1"))
+        after = await http.post(url, content=body(), headers=headers(agent="a1"))
+    assert r.status_code == 200 and after.status_code == 200
+    assert len(server.recorded()) == 2

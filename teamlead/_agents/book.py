@@ -66,6 +66,11 @@ _DEFAULT_WRAP_TOKENS = 4000
 
 _NO_RETRY = {b"x-should-retry": b"false"}
 
+
+def _ignore(event: object) -> None:
+    """A 429 of a request the ledger could not count."""
+
+
 ExhaustReason: TypeAlias = Literal["token_budget", "request_budget"]
 
 
@@ -180,7 +185,12 @@ class AgentBook:
             answer: ``answer(send, status, kind, message, extra)`` writes a refusal.
             exchange: ``exchange(send, on_limited)`` forwards the request and streams back.
         """
-        entered = await self._enter(agent_key(headers), body, role)
+        try:
+            entered = await self._enter(agent_key(headers), body, role)
+        except Exception:  # a fault in the ledger must never break a request: forward it
+            log.exception("the agent ledger failed on a request; forwarding it uncounted")
+            await exchange(send, _ignore)
+            return
         if isinstance(entered, Refused):
             await answer(send, entered.status, entered.kind, entered.message, _NO_RETRY)
             return
