@@ -14,7 +14,7 @@ The public API is what this module re-exports in ``__all__``, the names users ca
   :class:`LockPolicy`, and :class:`GovernorPolicy`.
 - The events (:class:`Finished` and the others) report progress, with every type they
   carry: :class:`TaskDisposition`, :class:`RelaySummary`, :class:`BucketSummary` and the
-  ``Literal`` codes (:data:`Status`, :data:`Disposition`, :data:`FinishReason`,
+  ``Literal`` codes (:data:`Status`, :data:`Disposition`, :data:`TaskState`, :data:`FinishReason`,
   :data:`DenyCode`, :data:`ChangeReason`); every error derives from :class:`TeamleadError`.
 - Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate.
 - :class:`Governor` adapts concurrency to rate limits; :func:`relay_for` keeps the request
@@ -71,6 +71,7 @@ from .events import (
     Status,
     TaskDisposition,
     TaskKind,
+    TaskState,
     TeamleadEvent,
     WaitingForTeam,
 )
@@ -116,6 +117,7 @@ __all__ = [
     "Strategy",
     "TaskDisposition",
     "TaskKind",
+    "TaskState",
     "TeamleadError",
     "TeamleadEvent",
     "UsageError",

@@ -49,6 +49,24 @@ Status = Literal["completed", "partial", "failed"]
 #: ``not_run``: an Agent call the spawn gate denied (the user's own limit), or one the CLI
 #: rejected whose work the lead re-issued later; neither makes the run partial.
 Disposition = Literal["included", "missing", "failed", "not_run"]
+#: Where one task, teammate or Agent call ended up (``TaskDisposition.status``): a task's
+#: terminal state, or ``lost`` when it never ended; ``timeout`` for an agent stopped at
+#: ``SpawnPolicy.agent_timeout_s``; ``cached`` for a workflow agent replayed from the run's
+#: journal; a teammate ``pending`` (never reported), ``reported`` or ``failed``; an Agent
+#: call that never ran ``denied`` (by the spawn gate) or ``rejected`` (by the CLI).
+TaskState = Literal[
+    "completed",
+    "failed",
+    "stopped",
+    "killed",
+    "lost",
+    "timeout",
+    "cached",
+    "pending",
+    "reported",
+    "denied",
+    "rejected",
+]
 #: Why a run ended as it did; see :class:`Finished`.
 FinishReason = Literal[
     "all_results_used",
@@ -113,7 +131,7 @@ class FallbackUsed(_Event):
     task_id: str
     description: str
     source: Literal["summary", "transcript", "none"]
-    status: str
+    status: TaskState
     chars: int
 
 
@@ -170,7 +188,7 @@ class TaskDisposition(BaseModel):
     id: str
     kind: TaskKind
     description: str
-    status: str
+    status: TaskState
     disposition: Disposition
     source: Literal["lead", "summary", "transcript", "inbox", "none"]
     reason: str | None = None

@@ -144,7 +144,9 @@ def call_dispositions(records: list[SpawnRecord]) -> tuple[list[TaskDisposition]
     for index, record in enumerate(records):
         if record.status not in ("denied", "rejected", "queued"):
             continue
-        status = "denied" if record.status == "denied" else "rejected"
+        status: Literal["denied", "rejected"] = (
+            "denied" if record.status == "denied" else "rejected"
+        )
         disposition: Disposition = "not_run"
         description = redact(record.description or record.tool_use_id)
         reason = redact(record.reason or "")

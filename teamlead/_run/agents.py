@@ -20,7 +20,7 @@ import anyio
 from .._agents.book import AgentBook, AgentCount, AgentLimits, ExhaustReason, SlotPool
 from .._redact import redact
 from ..clock import Clock
-from ..events import AgentUsage, Disposition, TaskDisposition
+from ..events import AgentUsage, Disposition, TaskDisposition, TaskState
 from ..policy import Policy
 from ..tracker import TaskEnded, TaskInfo, TaskProgress, TaskStarted, TrackedEvent, Tracker
 
@@ -235,7 +235,7 @@ class RunAgents:
         rows: list[TaskDisposition] = []
         for index in sorted(task.workflow_agents):
             agent = task.workflow_agents[index]
-            status = _agent_status(agent.state, agent.cached, task)
+            status: TaskState = _agent_status(agent.state, agent.cached, task)
             if agent.agent_id is not None and self.timed_out(agent.agent_id):
                 status = "timeout"
             disposition: Disposition = "failed" if status in _FAILED else parent.disposition
@@ -270,12 +270,11 @@ def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) else None
 
 
-def _agent_status(state: str, cached: bool, workflow: TaskInfo) -> str:
-    """A workflow agent's row status from its last state and its workflow's."""
+def _agent_status(state: str, cached: bool, workflow: TaskInfo) -> TaskState:
+    """A workflow agent's row status from its last state and its workflow's (an agent that
+    never ended is ``stopped`` with a stopped workflow, else ``lost``)."""
     if state == "done":
         return "cached" if cached else "completed"
     if state == "error":
         return "failed"
-    if not workflow.terminal:
-        return "running"
     return "stopped" if workflow.status in ("stopped", "killed") else "lost"

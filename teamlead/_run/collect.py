@@ -34,7 +34,7 @@ from ..events import (
     WaitingForTeam,
 )
 from ..tracker import TaskInfo, Tracker
-from .resume_prompt import FAILED_STATES, Delivery, DeliveryStatus, TaskSource
+from .resume_prompt import FAILED_STATES, Delivery, DeliveryStatus, TaskOutcome, TaskSource
 from .state import Collected, Member, RunState
 
 __all__ = ["Collection", "absorb", "dispositions", "used_deliveries"]
@@ -108,7 +108,7 @@ class Collection:
                 task_id=task.task_id,
                 description=redact(task.description),
                 source=source,
-                status=delivery.status,
+                status=_task_outcome(task),
                 chars=len(delivery.text),
             )
             pending.append(delivery)
@@ -367,7 +367,7 @@ def _message_summary(message: TeammateMessage) -> dict[str, Any]:
     }
 
 
-def _task_outcome(task: TaskInfo) -> DeliveryStatus:
+def _task_outcome(task: TaskInfo) -> TaskOutcome:
     """A task's delivery state: its terminal state, or ``lost`` if it never ended."""
     status = task.status
     if status in ("completed", "failed", "stopped", "killed"):

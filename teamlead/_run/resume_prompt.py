@@ -27,6 +27,7 @@ __all__ = [
     "DeliveryKind",
     "DeliverySource",
     "DeliveryStatus",
+    "TaskOutcome",
     "TaskSource",
     "build_resume_prompt",
     "escape",
@@ -40,9 +41,8 @@ DeliverySource: TypeAlias = Literal["summary", "transcript", "inbox", "none"]
 #: A delivery's state: a task's terminal state or ``lost`` (it never ended); a teammate's
 #: report ``resolved`` (or the ``completed``/``failed`` state it reported), a plain
 #: message ``message``.
-DeliveryStatus: TypeAlias = Literal[
-    "completed", "failed", "stopped", "killed", "lost", "resolved", "message"
-]
+TaskOutcome: TypeAlias = Literal["completed", "failed", "stopped", "killed", "lost"]
+DeliveryStatus: TypeAlias = TaskOutcome | Literal["resolved", "message"]
 
 #: Terminal task states that count as a failure.
 FAILED_STATES: frozenset[str] = frozenset({"failed", "stopped", "killed", "lost"})
