@@ -148,6 +148,7 @@ async def test_usage_per_agent_matches_what_the_server_sent(offline: OfflineFact
     assert done.status == "completed", done.reasons
 
 
+@pytest.mark.slow
 async def test_the_cap_counts_agent_calls_and_workflow_agents_together(
     offline: OfflineFactory,
 ) -> None:
@@ -205,6 +206,7 @@ async def test_a_hung_agent_ends_at_its_timeout_on_a_client(offline: OfflineFact
     assert "quick" in findings_in(done.result or "")
 
 
+@pytest.mark.slow
 async def test_a_hung_workflow_agent_ends_at_its_timeout(offline: OfflineFactory) -> None:
     server, claude = offline(Mixed([], ["w1", "w2"], delay=0.5, hang="w2"))
     policy = teamlead.Policy(wait_s=5, deadline_s=300, spawn=SpawnPolicy(agent_timeout_s=4))
@@ -264,6 +266,7 @@ async def test_a_token_budget_stops_the_fan_out_and_wraps_up(offline: OfflineFac
     assert rows["slow"].status in ("stopped", "killed", "lost")
 
 
+@pytest.mark.slow
 async def test_the_deadline_wrap_up_answer_carries_the_earlier_finished_result(
     offline: OfflineFactory,
 ) -> None:
