@@ -8,7 +8,11 @@ prompt (``WFJOB``), Agent-tool agents by the prompt their Agent call gave them.
 
 from __future__ import annotations
 
+import json
+import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +22,7 @@ import pytest
 import teamlead
 from teamlead.events import AgentUsage, Finished
 from teamlead.policy import SpawnPolicy
-from teamlead.testing import AgentCall, Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.replies import ToolUse
 from teamlead.testing.scripts import finding_text, findings_in, synthesize
 
@@ -280,3 +284,26 @@ async def test_the_deadline_wrap_up_answer_carries_the_earlier_finished_result(
     assert "fast" in findings_in(done.result)
     wrap = [r for r in server.recorded() if "tools are disabled" in r.request.last_user_text]
     assert wrap and "replaces every earlier reply" in wrap[-1].request.last_user_text
+
+
+def test_ask_json_streams_agent_usage_and_rows_per_agent(tmp_path: Path) -> None:
+    with ScriptedServer(Mixed(["alpha", "beta"], inputs={"alpha": 300})) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        env = {**os.environ, **claude.env, "TEAMLEAD_AGENT_TIMEOUT": "120"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "teamlead", "ask", "Investigate.", "--json"],
+            env=env,
+            cwd=claude.cwd,
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
+        sent = sent_usage(server)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    usage = [r for r in lines if r["type"] == "agent_usage"]
+    assert {r["agent_id"] for r in usage} >= set(sent)
+    assert all(r["version"] == 2 for r in usage)
+    finished_line = lines[-1]
+    rows = {r["label"]: r for r in finished_line["tasks"] if r["kind"] == "task"}
+    assert rows["alpha"]["tokens_in"] == 300 and rows["alpha"]["requests"] >= 1
