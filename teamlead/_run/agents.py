@@ -195,7 +195,11 @@ class RunAgents:
         return out
 
     def _usage_fields(self, agent_id: str | None, session_id: str | None) -> dict[str, object]:
-        count = self.book.agent(agent_id, session_id) if agent_id else None
+        if not agent_id:
+            return {}
+        # the run's own session first; a session the tracker did not see (a forked resume)
+        # still came on this run's relay path, so the agent's first session is this run's
+        count = self.book.agent(agent_id, session_id) or self.book.agent(agent_id)
         if count is None:
             return {}
         fields: dict[str, object] = {
