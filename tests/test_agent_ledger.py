@@ -209,10 +209,10 @@ async def test_a_token_budget_is_checked_before_each_request_from_the_upstreams_
             r = await http.post(url, content=body(), headers=headers(agent=agent))
             codes.append(r.status_code)
     # 107 tokens a reply; room kept for the wrap-up: a tenth of the budget (40). A new
-    # agent's first request has no estimate, so the fourth still goes (321 < 360) and its
-    # reply reaches the budget: the fifth is refused before it is forwarded
-    assert codes == [200, 200, 200, 200, 400]
-    assert book.exhausted == "token_budget" and book.tokens == 428
+    # agent's first request is estimated from the first requests before it (107), so the
+    # fourth would pass the budget (321 + 107 >= 360) and is refused before it is forwarded
+    assert codes == [200, 200, 200, 400, 400]
+    assert book.exhausted == "token_budget" and book.tokens == 321
 
 
 async def test_an_agent_past_its_timeout_is_cut_and_refused(server: ScriptedServer) -> None:

@@ -119,6 +119,7 @@ class AgentBook:
         self.tokens = 0
         self.unknown_usage = 0
         self._reserved_tokens = 0
+        self._first_peak: dict[AgentKind, int] = {}  # the largest first request, per kind
         self._lead_peak = 0
         self.exhausted: ExhaustReason | None = None
         self.wrapping = False
@@ -223,16 +224,16 @@ class AgentBook:
             if count.started_at is None:
                 count.started_at = self._started.pop(key[1], None) or self.clock.monotonic()
             if kind == "workflow_agent" and not self.closed:
-                refused = self._check(key[1], count, role, first=True)
+                refused = self._check(key[1], count, role)
                 if refused is not None:
                     return refused
                 held = await self._hold(count)
                 if held is not None:
                     return held
-        refused = self._check(key[1], count, role, first=False)
+        refused = self._check(key[1], count, role)
         if refused is not None:
             return refused
-        reserve = count.last_total
+        reserve = self._estimate(count)
         self._reserved_tokens += reserve
         count.requests += 1
         count.in_flight += 1
@@ -240,7 +241,7 @@ class AgentBook:
         self.requests += 1
         return Ticket(self._closed, key, count, reserve)
 
-    def _check(self, agent_id: str, count: AgentCount, role: str, *, first: bool) -> Refused | None:
+    def _check(self, agent_id: str, count: AgentCount, role: str) -> Refused | None:
         """The timeout and the budgets, checked in one synchronous step with the reservation
         that follows it in :meth:`_enter` (nothing awaits between the two)."""
         if count.timed_out:
@@ -261,11 +262,18 @@ class AgentBook:
         if limits.request_budget is not None and self.requests + 1 > limits.request_budget - 1:
             return self._exhaust("request_budget")
         if limits.token_budget is not None:
-            estimate = 0 if first else count.last_total
-            used = self.tokens + self._reserved_tokens + estimate
+            used = self.tokens + self._reserved_tokens + self._estimate(count)
             if used >= limits.token_budget - self._wrap_tokens():
                 return self._exhaust("token_budget")
         return None
+
+    def _estimate(self, count: AgentCount) -> int:
+        """The tokens a request will likely cost, reserved until its usage is known: the
+        agent's last request (its context only grows), or for an agent's first request the
+        largest first request of another agent of this kind so far."""
+        if count.requests:
+            return count.last_total
+        return self._first_peak.get(count.kind, 0)
 
     def _wrap_tokens(self) -> int:
         """Tokens kept for the wrap-up's own request: twice the lead's largest request so
@@ -373,6 +381,9 @@ class AgentBook:
             if scan.output_tokens is not None:
                 count.output_tokens = (count.output_tokens or 0) + scan.output_tokens
             total = (scan.input_tokens or 0) + (scan.output_tokens or 0)
+            if count.requests == 1:
+                peak = self._first_peak.get(count.kind, 0)
+                self._first_peak[count.kind] = max(peak, total)
             count.last_total = total
             self.tokens += total
             if count.kind == "lead":
