@@ -9,13 +9,19 @@ against the relay. The relay (uvicorn with httptools + aiohttp, a governor whose
 binds) runs on its own event loop in a thread. Direct and relayed requests alternate (one by
 one at 1 stream, round by round at 50), so load from other processes hits both alike.
 
+Relayed requests go through a run of the relay with its agent ledger (issue 18), carrying
+the headers Claude Code sends (``X-Claude-Code-Session-Id``, ``x-claude-code-agent-id``, one
+agent per client connection), so every reply's usage is read and counted as it streams.
+
 Figures, per streamed reply: time to first body byte (TTFB) and time to the last byte,
 p50 and p95, direct vs through the relay, at 1 stream and at 50 concurrent streams; the
 added milliseconds and the ratio relay / direct. Goals at 1 stream: <= 1 ms added p50,
 <= 2 ms added TTFB. Then memory: the peak traced allocation per concurrent stream while
 4 streams run through the relay (an upstream in this process here, outside the traced
 files), for a 128 KB and a 1 MB reply; flat means the relay does not buffer a reply, only
-its socket and read buffers (goal: ratio <= 1.5).
+its socket and read buffers (goal: ratio <= 1.5). Last, the ledger's memory per agent:
+the bytes held by the run's agent book (allocations in ``teamlead/_agents``) after one
+request from each of 10 and of 1,000 distinct agents, per agent (goal: flat, ratio <= 1.5).
 
 The hard shape: the same 1-stream figures while strangers hold 300 idle connections and 50
 slowloris ones (a partial head) to the relay, as anyone on the machine may; the relay's
@@ -44,7 +50,9 @@ from urllib.parse import urlsplit
 
 from _common import percentile, table
 
+from teamlead._agents.book import AgentBook
 from teamlead._relay import start_relay
+from teamlead.clock import SystemClock
 from teamlead.governor import Governor, GovernorPolicy
 from teamlead.testing import Reply, ScriptedServer
 
@@ -57,8 +65,10 @@ TEXT = "The scheduler keeps four jobs in flight and retries a failed job twice. 
 
 
 @contextmanager
-def relay_in_thread(upstream: str) -> Iterator[str]:
-    """Run a relay on its own event loop in a thread; yield its base URL."""
+def relay_in_thread(upstream: str, books: list[AgentBook] | None = None) -> Iterator[str]:
+    """Run a relay on its own event loop in a thread; yield the base URL of one run of it,
+    whose agent ledger is appended to ``books``."""
+    books = [] if books is None else books
     ready = threading.Event()
     stop: list[asyncio.Event] = []
     url: list[str] = []
@@ -67,7 +77,10 @@ def relay_in_thread(upstream: str) -> Iterator[str]:
     async def main() -> None:
         governor = Governor(GovernorPolicy(ceiling=1000))
         async with start_relay(upstream, governor) as relay:
-            url.append(relay.base_url)
+            run = relay.open_run()
+            run.state.agents = AgentBook(SystemClock())  # a run's ledger, as teamlead's runs
+            books.append(run.state.agents)
+            url.append(run.base_url)
             stop.append(asyncio.Event())
             loop_box.append(asyncio.get_running_loop())
             ready.set()
@@ -85,16 +98,24 @@ def relay_in_thread(upstream: str) -> Iterator[str]:
 
 
 class Client:
-    """One keep-alive connection; ``ask`` returns (ttfb, total) in seconds."""
+    """One keep-alive connection, as one agent; ``ask`` returns (ttfb, total) in seconds."""
 
-    def __init__(self, base_url: str) -> None:
+    _count = 0
+
+    def __init__(self, base_url: str, agent: str | None = None) -> None:
         parts = urlsplit(base_url)
         self.path = parts.path + "/v1/messages"
         self.conn = http.client.HTTPConnection(parts.hostname, parts.port, timeout=120)
+        Client._count += 1
+        self.headers = {
+            "content-type": "application/json",
+            "X-Claude-Code-Session-Id": "bench-session",
+            "x-claude-code-agent-id": agent or f"bench{Client._count}",
+        }
 
     def ask(self) -> tuple[float, float, int]:
         began = time.perf_counter()
-        self.conn.request("POST", self.path, BODY, {"content-type": "application/json"})
+        self.conn.request("POST", self.path, BODY, self.headers)
         response = self.conn.getresponse()
         first = response.read1(65536)
         ttfb = time.perf_counter() - began
@@ -254,6 +275,37 @@ def memory_per_stream(upstream: ScriptedServer, relay_url: str, size: int, strea
     return max(0, peak[0] - base) / streams
 
 
+def memory_per_agent(agents: int) -> float:
+    """Bytes the run's agent book holds per agent after one request from each of
+    ``agents`` distinct agents (allocations made in ``teamlead/_agents``)."""
+    books: list[AgentBook] = []
+    with (
+        ScriptedServer(lambda req: Reply.text(TEXT)) as upstream,
+        relay_in_thread(upstream.base_url, books) as relay_url,
+    ):
+        Client(relay_url, "warm").ask()
+        gc.collect()
+        tracemalloc.start()
+        before = _ledger_bytes()
+        client = Client(relay_url)
+        for n in range(agents):
+            client.headers["x-claude-code-agent-id"] = f"agent-{n:05d}"
+            client.ask()
+        gc.collect()
+        held = _ledger_bytes() - before
+        tracemalloc.stop()
+        client.close()
+        assert len(books[0].entries) == agents + 1, "every agent has one entry"
+    return max(0, held) / agents
+
+
+def _ledger_bytes() -> int:
+    snapshot = tracemalloc.take_snapshot().filter_traces(
+        [tracemalloc.Filter(True, "*/teamlead/_agents/*")]
+    )
+    return sum(stat.size for stat in snapshot.statistics("filename"))
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["--serve"]:
@@ -279,6 +331,7 @@ def main(argv: list[str] | None = None) -> int:
     ):
         small = memory_per_stream(upstream, relay_url, small_kb * 1024, 4)
         large = memory_per_stream(upstream, relay_url, large_kb * 1024, 4)
+    few, many = memory_per_agent(10), memory_per_agent(100 if args.quick else 1000)
     rows = report(1, one) + report(50, fifty)
     hard = report(1, besieged)
     rows += [[f"{row[0]}, 350 strangers", *row[1:]] for row in hard]
@@ -288,14 +341,21 @@ def main(argv: list[str] | None = None) -> int:
         f"memory per stream through the relay: {small_kb} KB reply {small / 1024:.0f} KiB, "
         f"{large_kb} KB reply {large / 1024:.0f} KiB (ratio {large / small:.2f})"
     )
+    many_n = 100 if args.quick else 1000
+    print(
+        f"agent ledger memory per agent: {few:.0f} B at 10 agents, {many:.0f} B at "
+        f"{many_n} agents (ratio {many / few:.2f})"
+    )
     added_p50 = float(rows[2][3])
     added_ttfb = float(rows[0][3])
-    goals = added_p50 <= 1.0 and added_ttfb <= 2.0 and large / small <= 1.5
+    flat = many / few <= 1.5
+    goals = added_p50 <= 1.0 and added_ttfb <= 2.0 and large / small <= 1.5 and flat
     print(
         f"SUMMARY: relay adds {added_p50:+.2f} ms p50 and {added_ttfb:+.2f} ms TTFB at 1 stream "
         f"(goals <= 1 / <= 2 ms), {float(rows[6][3]):+.2f} ms p50 at 50 streams; memory per "
         f"stream x{large / small:.2f} from {small_kb} KB to {large_kb} KB replies; "
-        f"{float(hard[2][3]):+.2f} ms p50 at 1 stream with 350 strangers connected"
+        f"{float(hard[2][3]):+.2f} ms p50 at 1 stream with 350 strangers connected; ledger "
+        f"memory per agent x{many / few:.2f} from 10 to {many_n} agents"
         + ("" if goals else " (a goal missed)")
     )
     return 0

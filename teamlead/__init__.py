@@ -51,6 +51,7 @@ from .errors import (
     UsageError,
 )
 from .events import (
+    AgentUsage,
     BucketSummary,
     ChangeReason,
     ConcurrencyChanged,
@@ -70,6 +71,7 @@ from .events import (
     SpawnRejected,
     Status,
     TaskDisposition,
+    TaskKind,
     TaskState,
     TeamleadEvent,
     WaitingForTeam,
@@ -79,6 +81,7 @@ from .policy import InboxWaitPolicy, LimitsPolicy, LockPolicy, Policy, RetryPoli
 from .prompts import Strategy, apply_strategy, list_strategies, load_strategy
 
 __all__ = [
+    "AgentUsage",
     "BucketSummary",
     "BudgetExceeded",
     "ChangeReason",
@@ -115,6 +118,7 @@ __all__ = [
     "Status",
     "Strategy",
     "TaskDisposition",
+    "TaskKind",
     "TaskState",
     "TeamleadError",
     "TeamleadEvent",

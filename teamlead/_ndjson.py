@@ -14,6 +14,7 @@ from typing import IO, Any
 from ._redact import redact
 from .events import (
     EVENT_VERSION,
+    AgentUsage,
     ConcurrencyChanged,
     RateLimited,
     SpawnAdmitted,
@@ -75,6 +76,7 @@ def first_sighting(event: SessionSeen, tracker: Tracker, shown: set[str]) -> boo
 #: teamlead events that can come while the lead's message still streams: they do not
 #: close the message (or a task's end) that :class:`JsonProgress` is assembling.
 _MID_MESSAGE = (
+    AgentUsage,
     SpawnQueued,
     SpawnAdmitted,
     SpawnDenied,

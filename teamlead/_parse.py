@@ -19,6 +19,7 @@ Example:
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, cast, get_args
@@ -48,6 +49,7 @@ __all__ = [
     "TaskStatus",
     "ToolResultSeen",
     "TrackedEvent",
+    "WorkflowAgent",
     "parse_message",
 ]
 
@@ -103,16 +105,51 @@ class TaskStarted:
     subagent_type: str | None = None
     run_id: str | None = None
     task_type: str | None = None
+    parent_task_id: str | None = None
+
+
+#: A workflow agent's state in a ``workflow_progress`` snapshot (unknown states are kept).
+WorkflowAgentState: TypeAlias = str
+_MAX_WORKFLOW_AGENTS = 1000  # the engine's own hard cap of agent() calls per run
+_MAX_FIELD = 500
+
+
+@dataclass(frozen=True)
+class WorkflowAgent:
+    """One ``workflow_agent`` entry of a workflow's ``task_progress`` snapshot.
+
+    ``agent_id`` is ``None`` while the agent is queued; it is the ``x-claude-code-agent-id``
+    of the agent's requests once it runs. ``state`` is ``start``, ``progress``, ``done`` or
+    ``error`` (an unknown state is kept as sent).
+    """
+
+    index: int
+    label: str
+    state: WorkflowAgentState
+    agent_id: str | None = None
+    phase: str | None = None
+    model: str | None = None
+    tokens: int | None = None
+    tool_calls: int | None = None
+    duration_ms: int | None = None
+    result_preview: str | None = None
+    error: str | None = None
+    cached: bool = False
 
 
 @dataclass(frozen=True)
 class TaskProgress:
-    """A non-terminal update: ``task_progress`` or a ``task_updated`` patch."""
+    """A non-terminal update: ``task_progress`` or a ``task_updated`` patch.
+
+    ``workflow_agents`` is the snapshot of a workflow's agents (``None`` for other tasks).
+    """
 
     task_id: str
     status: TaskStatus | None = None
     tokens: int | None = None
     last_tool: str | None = None
+    tool_uses: int | None = None
+    workflow_agents: tuple[WorkflowAgent, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -389,6 +426,7 @@ def _parse_system(raw: Mapping[str, Any]) -> TrackedEvent | None:
             subagent_type=_str(raw.get("subagent_type")),
             run_id=_str(raw.get("run_id")),
             task_type=_str(raw.get("task_type")),
+            parent_task_id=_str(raw.get("parent_task_id")),
         )
     if subtype == "task_notification":
         status = raw.get("status") if isinstance(raw.get("status"), str) else "completed"
@@ -423,8 +461,50 @@ def _parse_system(raw: Mapping[str, Any]) -> TrackedEvent | None:
             task_id,
             tokens=_int(usage.get("total_tokens")),
             last_tool=_str(raw.get("last_tool_name")),
+            tool_uses=_int(usage.get("tool_uses")),
+            workflow_agents=_workflow_agents(raw.get("workflow_progress")),
         )
     return None
+
+
+def _short(value: Any) -> str | None:
+    text = _str(value)
+    return text[:_MAX_FIELD] if text is not None else None
+
+
+def _workflow_agents(progress: Any) -> tuple[WorkflowAgent, ...] | None:
+    """The ``workflow_agent`` entries of a snapshot; malformed entries are skipped."""
+    if not isinstance(progress, list):
+        return None
+    agents: list[WorkflowAgent] = []
+    for entry in progress:
+        if len(agents) >= _MAX_WORKFLOW_AGENTS:
+            break
+        if not isinstance(entry, Mapping) or entry.get("type") != "workflow_agent":
+            continue
+        index = _int(entry.get("index"))
+        if index is None:
+            continue
+        error = entry.get("error")
+        agents.append(
+            WorkflowAgent(
+                index=index,
+                label=_short(entry.get("label")) or f"agent {index}",
+                state=_short(entry.get("state")) or "start",
+                agent_id=_short(entry.get("agentId")),
+                phase=_short(entry.get("phaseTitle")),
+                model=_short(entry.get("model")),
+                tokens=_int(entry.get("tokens")),
+                tool_calls=_int(entry.get("toolCalls")),
+                duration_ms=_int(entry.get("durationMs")),
+                result_preview=_short(entry.get("resultPreview")),
+                error=_short(error)
+                if isinstance(error, str)
+                else (_short(json.dumps(error)) if error is not None else None),
+                cached=entry.get("cached") is True,
+            )
+        )
+    return tuple(agents)
 
 
 def _result_from_raw(raw: Mapping[str, Any]) -> ResultSeen:

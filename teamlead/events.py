@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "EVENT_VERSION",
+    "AgentUsage",
     "BucketSummary",
     "ChangeReason",
     "ConcurrencyChanged",
@@ -34,12 +35,16 @@ __all__ = [
     "SpawnQueued",
     "SpawnRejected",
     "TaskDisposition",
+    "TaskKind",
     "TeamleadEvent",
     "WaitingForTeam",
 ]
 
 #: 2: ``lead_turn`` once per API message and ``task_ended`` once per task (1 repeated
-#: both: see :class:`teamlead.view.JsonProgress`); the fields of version 1 are all kept.
+#: both: see :class:`teamlead.view.JsonProgress`); ``agent_usage`` events;
+#: ``Finished.tasks`` rows per agent (``workflow_agent`` kind, parent, label, tokens,
+#: requests, tool uses, duration, transcript, result file); reasons
+#: ``token_budget``/``request_budget``. Version-1 records still read (the new fields default).
 EVENT_VERSION = 2
 
 Status = Literal["completed", "partial", "failed"]
@@ -47,15 +52,18 @@ Status = Literal["completed", "partial", "failed"]
 #: rejected whose work the lead re-issued later; neither makes the run partial.
 Disposition = Literal["included", "missing", "failed", "not_run"]
 #: Where one task, teammate or Agent call ended up (``TaskDisposition.status``): a task's
-#: terminal state, or ``lost`` when it never ended; a teammate ``pending`` (never
-#: reported), ``reported`` or ``failed``; an Agent call that never ran ``denied`` (by the
-#: spawn gate) or ``rejected`` (by the CLI).
+#: terminal state, or ``lost`` when it never ended; ``timeout`` for an agent stopped at
+#: ``SpawnPolicy.agent_timeout_s``; ``cached`` for a workflow agent replayed from the run's
+#: journal; a teammate ``pending`` (never reported), ``reported`` or ``failed``; an Agent
+#: call that never ran ``denied`` (by the spawn gate) or ``rejected`` (by the CLI).
 TaskState = Literal[
     "completed",
     "failed",
     "stopped",
     "killed",
     "lost",
+    "timeout",
+    "cached",
     "pending",
     "reported",
     "denied",
@@ -72,7 +80,13 @@ FinishReason = Literal[
     "cost_budget",
     "resume_failed",
     "no_session_id",
+    "token_budget",
+    "request_budget",
 ]
+#: ``task``: an Agent-tool subagent or another background task; ``workflow_agent``: an agent a
+#: ``Workflow`` script started; ``teammate``: a team member; ``call``: an Agent call that never
+#: became a task (denied, rejected).
+TaskKind = Literal["task", "workflow_agent", "teammate", "call"]
 
 
 class _Event(BaseModel):
@@ -149,19 +163,71 @@ class ResumeFailed(_Event):
 
 
 class TaskDisposition(BaseModel):
-    """What became of one task's or teammate's result."""
+    """What became of one agent's, task's or teammate's result: one row per agent.
+
+    Attributes:
+        id: the task id (an Agent-tool agent's id), the workflow agent's id (or
+            ``<workflow task>#<index>`` while it had none), the teammate's name, or the
+            call's tool_use id.
+        kind: see :data:`TaskKind`.
+        status: ``completed``, ``failed``, ``timeout`` (stopped at ``agent_timeout_s``),
+            ``stopped``, ``killed``, ``lost``, ``denied``, ``rejected``, ``cached`` (a workflow
+            agent replayed from the run's journal), or a teammate's state.
+        parent: the workflow task of a workflow agent, or the agent that spawned a nested one.
+        label: the workflow agent's label (the description for a task).
+        tokens_in / tokens_out: the upstream's own usage for the agent's requests, as the
+            relay counted them; ``None`` when unknown (no relay, or no usage in the replies).
+        requests: the agent's API requests the relay forwarded.
+        tool_uses: tools the agent used, as the CLI reported.
+        duration_s: from its first to its last request (or as the CLI reported).
+        transcript: the agent's transcript file, when known.
+        result_file: where its full result was written when the prompt quoted only its head
+            and tail.
+        reason: why an Agent call did not run (``denied``/``rejected``), or why an agent was
+            stopped: what the lead was told.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     id: str
-    #: ``call``: an Agent call that never became a task (status ``denied``/``rejected``).
-    kind: Literal["task", "teammate", "call"]
+    kind: TaskKind
     description: str
     status: TaskState
     disposition: Disposition
     source: Literal["lead", "summary", "transcript", "inbox", "none"]
-    #: why an Agent call did not run (``denied``/``rejected``): what the lead was told.
     reason: str | None = None
+    parent: str | None = None
+    label: str | None = None
+    tokens_in: int | None = None
+    tokens_out: int | None = None
+    requests: int | None = None
+    tool_uses: int | None = None
+    duration_s: float | None = None
+    transcript: str | None = None
+    result_file: str | None = None
+
+
+class AgentUsage(_Event):
+    """An agent's usage as it grows: sent after each of its requests the relay forwarded.
+
+    Attributes:
+        agent_id: the ``x-claude-code-agent-id`` of its requests (``""`` for the lead).
+        kind: ``lead``, ``agent`` (Agent tool) or ``workflow_agent``.
+        requests: requests forwarded so far.
+        input_tokens / output_tokens: the upstream's usage so far; ``None`` when no reply
+            carried usage (unknown, not zero).
+        unknown_usage: replies that carried no usage.
+        rate_limited: 429s met (absorbed by the relay or passed on).
+    """
+
+    type: Literal["agent_usage"] = "agent_usage"
+    agent_id: str
+    kind: Literal["lead", "agent", "workflow_agent"]
+    requests: int
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    unknown_usage: int = 0
+    rate_limited: int = 0
 
 
 class Finished(_Event):
@@ -184,6 +250,9 @@ class Finished(_Event):
             - ``work_failed``: an answer, but a task or teammate failed.
             - ``results_missing``: an answer, but a result was not used or a teammate
               did not report.
+            - ``token_budget``, ``request_budget``: the run's token or request budget (counted
+              at the relay from the upstream's usage) was reached; the run wrapped up with
+              what had finished.
 
             ``None`` only in events written before the field existed.
         relay: what the request relay did for this run (429s absorbed and passed on, the
@@ -372,4 +441,5 @@ TeamleadEvent: TypeAlias = (
     | Finished
     | RateLimited
     | ConcurrencyChanged
+    | AgentUsage
 )

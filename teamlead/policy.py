@@ -131,6 +131,13 @@ class Policy(BaseModel):
         limits: the relay's static ceilings (per model, per provider, a default and a
             global cap; unset: no limit) and where its learnt limits are shared
             (:class:`LimitsPolicy`: this machine by default).
+        token_budget: input plus output tokens for the whole run, counted at the relay from
+            the upstream's own usage (default: no limit). Each request is checked before it
+            is forwarded, with room kept for the wrap-up's own request; once reached, no new
+            agent starts and the run wraps up with what finished (``partial``,
+            ``token_budget``). Needs the relay.
+        request_budget: API requests for the whole run, counted the same way (one is kept
+            for the wrap-up).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -148,6 +155,8 @@ class Policy(BaseModel):
     spawn: SpawnPolicy = Field(default_factory=lambda: SpawnPolicy())
     relay: bool = True
     limits: LimitsPolicy = Field(default_factory=lambda: LimitsPolicy())
+    token_budget: int | None = Field(default=None, ge=1, le=10**12)
+    request_budget: int | None = Field(default=None, ge=2, le=10**9)
 
     @property
     def bg_wait_ceiling_ms(self) -> int:
@@ -166,9 +175,11 @@ class SpawnPolicy(BaseModel):
 
     Attributes:
         enabled: install the gate at all (default True).
-        max_concurrent_agents: agents running at once in this run; calls over it wait in
-            FIFO order. ``None``: the CLI's own cap (``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS``,
-            else 20). Never more than that cap, which rejects instead of queueing.
+        max_concurrent_agents: agents running at once in this run, every kind counted
+            (Agent-tool, nested and workflow agents); calls over it wait in FIFO order in
+            the hook, a workflow agent's first request waits at the relay. ``None``: the
+            CLI's own cap (``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS``, else 20). Never more
+            than that cap, which rejects instead of queueing.
         max_agents_per_turn: Agent calls admitted from one model message (default: no limit).
         spawn_budget: agents admitted in the whole run (default: no limit).
         stagger_s: the k-th admitted spawn of a burst starts no earlier than
@@ -177,6 +188,9 @@ class SpawnPolicy(BaseModel):
         wrap_up_reserve_s: no spawn is admitted once less than this is left before the
             deadline. ``None``: 20 % of the deadline, at least one turn's
             :data:`WRAP_UP_TURN_S` (at most half the deadline), at most 30 s.
+        agent_timeout_s: an agent (Agent-tool, nested or workflow) running longer than this
+            is stopped: its status is ``timeout``, the lead is told to go on, the run ends
+            ``partial`` (default: no limit). Under ``query()`` the relay ends it.
 
     Example:
         >>> SpawnPolicy(max_concurrent_agents=3, spawn_budget=5).reserve_for(60)
@@ -192,6 +206,7 @@ class SpawnPolicy(BaseModel):
     stagger_s: float = Field(default=0.0, ge=0, le=600, allow_inf_nan=False)
     max_depth: int = Field(default=1, ge=1, le=10)
     wrap_up_reserve_s: float | None = Field(default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
+    agent_timeout_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
 
     @model_validator(mode="after")
     def _consistent(self) -> SpawnPolicy:

@@ -37,6 +37,7 @@ from ._parse import (
     TaskStatus,
     ToolResultSeen,
     TrackedEvent,
+    WorkflowAgent,
     parse_message,
 )
 
@@ -57,6 +58,7 @@ __all__ = [
     "ToolResultSeen",
     "TrackedEvent",
     "Tracker",
+    "WorkflowAgent",
     "parse_message",
 ]
 
@@ -68,6 +70,8 @@ class TaskInfo:
 
     task_id: str
     description: str = ""
+    task_type: str | None = None
+    parent_task_id: str | None = None
     tool_use_id: str | None = None
     prompt: str | None = None
     subagent_type: str | None = None
@@ -81,8 +85,15 @@ class TaskInfo:
     ended_seq: int | None = None
     absorbed: bool = False
     tokens: int = 0
+    tool_uses: int | None = None
     last_tool: str | None = None
     last_text: str = ""
+    #: a workflow's agents by their index in the script, from the last snapshot
+    workflow_agents: dict[int, WorkflowAgent] = field(default_factory=dict)
+
+    @property
+    def is_workflow(self) -> bool:
+        return self.task_type == "local_workflow"
 
     @property
     def terminal(self) -> bool:
@@ -142,6 +153,8 @@ class Tracker:
             task.prompt = event.prompt
             task.subagent_type = event.subagent_type
             task.run_id = event.run_id
+            task.task_type = event.task_type or task.task_type
+            task.parent_task_id = event.parent_task_id or task.parent_task_id
             self.tasks[event.task_id] = task
             if event.tool_use_id:
                 self._by_tool_use[event.tool_use_id] = event.task_id
@@ -151,7 +164,11 @@ class Tracker:
                 task.status = event.status
             if event.tokens is not None:
                 task.tokens = event.tokens
+            if event.tool_uses is not None:
+                task.tool_uses = event.tool_uses
             task.last_tool = event.last_tool or task.last_tool
+            for agent in event.workflow_agents or ():
+                task.workflow_agents[agent.index] = agent
         elif isinstance(event, TaskEnded):
             task = self._task(event.task_id, now)
             if not task.terminal:  # clear on whichever comes first; keep the richer fields

@@ -20,6 +20,7 @@ from rich.text import Text
 from ._ndjson import JsonProgress, event_record, first_sighting
 from ._redact import redact, terminal_safe
 from .events import (
+    AgentUsage,
     ConcurrencyChanged,
     FallbackUsed,
     Finished,
@@ -203,6 +204,7 @@ class LiveTeamView:
         self.log: list[str] = []
         self.limits: dict[str, int] = {}  # the governor line: bucket -> limit
         self.absorbed = self.passed = self.overloaded = 0  # 429s; 529s apart
+        self.usage: dict[str, AgentUsage] = {}  # agent id -> its usage as the relay counted
         # Live re-renders this object on every refresh, so elapsed times tick between events
         self._live = Live(self, console=console, refresh_per_second=4, transient=False)
         self._live.start()
@@ -243,7 +245,9 @@ class LiveTeamView:
         self._live.refresh()
 
     def _governor(self, item: Any) -> None:
-        if isinstance(item, ConcurrencyChanged):
+        if isinstance(item, AgentUsage):
+            self.usage[item.agent_id] = item
+        elif isinstance(item, ConcurrencyChanged):
             self.limits[item.key] = item.effective
         elif isinstance(item, RateLimited):
             if item.status == 529:
@@ -252,6 +256,15 @@ class LiveTeamView:
                 self.absorbed += 1
             else:
                 self.passed += 1
+
+    def _tokens(self, agent_id: str | None, reported: int | None) -> str:
+        """``in/out`` tokens as the relay counted them, else what the CLI reported."""
+        usage = self.usage.get(agent_id) if agent_id else None
+        if usage is not None and (
+            usage.input_tokens is not None or usage.output_tokens is not None
+        ):
+            return f"{usage.input_tokens or 0}/{usage.output_tokens or 0}"
+        return str(reported or "")
 
     def governor_line(self) -> str | None:
         """``governor: model limit 3 · 429s absorbed 5, passed on 0``, once there is news.
@@ -280,13 +293,24 @@ class LiveTeamView:
         for task in self.tracker.tasks.values():
             end = task.ended_at or now
             table.add_row(
-                "agent",
+                "workflow" if task.is_workflow else "agent",
                 Text(_safe(_task_label(task.task_id, task.description)[:40])),
                 Text(_safe(task.status)),
                 f"{end - task.started_at:5.1f}s",
-                str(task.tokens or ""),
+                self._tokens(task.task_id, task.tokens),
                 Text(_safe(task.last_tool or "")),
             )
+            for index in sorted(task.workflow_agents)[:50]:
+                agent = task.workflow_agents[index]
+                seconds = f"{agent.duration_ms / 1000:5.1f}s" if agent.duration_ms else ""
+                table.add_row(
+                    "  wf agent",
+                    Text(_safe(agent.label[:40])),
+                    Text(_safe(agent.state + (" (cached)" if agent.cached else ""))),
+                    seconds,
+                    self._tokens(agent.agent_id, agent.tokens),
+                    "",
+                )
         for description in self.queued.values():
             table.add_row("agent", Text(description[:40]), "queued", "", "", "")
         for name, state in self.teammates.items():

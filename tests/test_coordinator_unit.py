@@ -911,7 +911,12 @@ async def test_the_result_is_the_last_successful_lead_result_and_options_are_kep
     user_env = {
         k: v for k, v in first.env.items() if k not in ("ANTHROPIC_BASE_URL", "TEAMLEAD_RUN_MARK")
     }
-    assert user_env == {"MY_VAR": "1", CEILING: "90000"}
+    # the workflow engine's own gate is set to the run's cap (the CLI's 20 here)
+    assert user_env == {
+        "MY_VAR": "1",
+        CEILING: "90000",
+        "CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS": "20",
+    }
     assert (first.resume, resumed.resume) == (None, SESSION)
     assert resumed.env == first.env
     assert options.env == {"MY_VAR": "1"} and options.resume is None  # never mutated
@@ -1001,8 +1006,9 @@ def test_the_prompt_quotes_results_as_data_and_names_what_failed() -> None:
     assert prompt.count("</teamlead-results>") == 1
     long_body = prompt.split('name="long task" status="completed" via="summary">\n')[1]
     long_body = long_body.split("\n</result>")[0]
-    assert len(long_body) <= 300 and long_body.startswith("x" * 200)
-    assert long_body.endswith(f"[... cut: {1000 - long_body.count('x')} more characters]")
+    assert len(long_body) <= 300 and long_body.startswith("x" * 100)
+    assert long_body.endswith("x" * 100)  # head and tail kept, the cut in the middle
+    assert f"[... {1000 - long_body.count('x')} characters cut here ...]" in long_body
     assert '- task "crashed" ended failed' in prompt
     assert '- task "crashed": no output was recovered' in prompt
     assert '- teammate "beta" has not reported' in prompt

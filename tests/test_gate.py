@@ -20,7 +20,7 @@ from teamlead._gate.gate import SpawnGate
 from teamlead._gate.hook import merge_hook
 from teamlead._gate.slots import FifoSlots, SpawnCap, cli_subagent_cap
 from teamlead._gate.stream import classify_agent_result, observe
-from teamlead.events import SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
+from teamlead.events import EVENT_VERSION, SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import FakeClock
 from teamlead.tracker import ToolResultSeen, parse_message
@@ -154,7 +154,8 @@ async def test_deny_reasons_say_what_to_do_next() -> None:
     reason = out["hookSpecificOutput"]["permissionDecisionReason"]  # type: ignore[typeddict-item]
     assert "spawn budget of 1 is used up" in reason and "Answer with the results" in reason
     assert [type(e) for e in seen] == [SpawnAdmitted, SpawnDenied]
-    assert '"type": "spawn_denied"' in seen[1].to_json() and '"version": 2' in seen[1].to_json()
+    line = seen[1].to_json()
+    assert '"type": "spawn_denied"' in line and f'"version": {EVENT_VERSION}' in line
 
 
 # -- the queue: FIFO within a run and across runs -------------------------------------------

@@ -23,7 +23,7 @@ from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient
 from claude_agent_sdk import query as sdk_query
 
 import teamlead
-from teamlead.events import Finished, SpawnAdmitted, SpawnDenied, SpawnQueued
+from teamlead.events import EVENT_VERSION, Finished, SpawnAdmitted, SpawnDenied, SpawnQueued
 from teamlead.policy import Policy, SpawnPolicy
 from teamlead.testing import (
     OfflineClaude,
@@ -96,7 +96,7 @@ def test_ask_with_a_cap_of_3_keeps_3_in_flight_and_uses_all_8_results(tmp_path: 
     types = [r["type"] for r in lines]
     assert types.count("spawn_admitted") == 8 and "spawn_queued" in types
     queued = next(r for r in lines if r["type"] == "spawn_queued")
-    assert queued["limit"] == 3 and queued["version"] == 2
+    assert queued["limit"] == 3 and queued["version"] == EVENT_VERSION
     assert set(queued) >= {"tool_use_id", "description", "position", "running", "limit"}
     assert lines[-1]["status"] == "completed"
     assert sorted(findings_in(lines[-1]["result"])) == sorted(f"agent-{i}" for i in range(1, 9))

@@ -16,6 +16,7 @@ import anyio
 import pytest
 
 from teamlead.errors import TeamleadError, UsageError
+from teamlead.events import EVENT_VERSION
 from teamlead.governor import (
     ConcurrencyChanged,
     Governor,
@@ -734,7 +735,7 @@ async def test_journal_records_every_change_with_its_fields() -> None:
     event = gov.journal[0]
     assert event.model_dump() == {
         "type": "concurrency_changed",
-        "version": 2,
+        "version": EVENT_VERSION,
         "key": A,
         "reason": "rate_limited",
         "cap": 3,

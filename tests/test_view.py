@@ -11,6 +11,7 @@ from rich.console import Console
 
 from teamlead.events import (
     EVENT_VERSION,
+    AgentUsage,
     Finished,
     InboxCollected,
     Resuming,
@@ -49,6 +50,27 @@ def test_live_view_shows_a_row_per_agent_and_teammate() -> None:
         "resuming session s",
     ):
         assert text in screen
+
+
+def test_live_view_shows_each_agents_tokens_and_a_workflows_agents() -> None:
+    workflow = TRACE.parent / "workflows" / "basic.jsonl"
+    out = io.StringIO()
+    view = LiveTeamView(Console(file=out, force_terminal=True, width=140))
+    for item in [json.loads(line) for line in TRACE.read_text().splitlines() if line.strip()]:
+        view.handle(item)
+    agent = next(iter(view.tracker.tasks))
+    usage = AgentUsage(
+        agent_id=agent, kind="agent", requests=2, input_tokens=1234, output_tokens=56
+    )
+    view.handle(usage)
+    for line in workflow.read_text().splitlines():
+        record = json.loads(line)
+        if "_driver_event" not in record:
+            view.handle(record)
+    view.close()
+    screen = out.getvalue()
+    assert "1234/56" in screen  # the relay's count, not the CLI's estimate
+    assert "wf agent" in screen and "scan:a" in screen and "done" in screen
 
 
 def test_plain_progress_is_one_line_per_event() -> None:

@@ -147,6 +147,25 @@ def spawn_options() -> list[Callable[[_F], _F]]:
             "(room for one turn), at most 30].",
         ),
         option(
+            "--agent-timeout",
+            "agent_timeout_s",
+            type=FiniteFloatRange(min=0, min_open=True, limit=MAX_SECONDS),
+            help="Seconds an agent (Agent-tool, nested or workflow) may run before it is "
+            "stopped; the lead goes on without it [default: no limit].",
+        ),
+        option(
+            "--token-budget",
+            type=click.IntRange(1, 10**12),
+            help="Input plus output tokens for the whole run, counted at the relay; at the "
+            "budget no new agent starts and the lead wraps up [default: no limit].",
+        ),
+        option(
+            "--request-budget",
+            type=click.IntRange(2, 10**9),
+            help="API requests for the whole run, counted at the relay (one is kept for the "
+            "wrap-up) [default: no limit].",
+        ),
+        option(
             "--no-spawn-gate",
             is_flag=True,
             help="Do not queue, budget or stop the lead's Agent calls.",
@@ -171,6 +190,9 @@ def settings_from_options(
     stagger_s: float = 0.0,
     max_depth: int = 1,
     wrap_up_reserve_s: float | None = None,
+    agent_timeout_s: float | None = None,
+    token_budget: int | None = None,
+    request_budget: int | None = None,
     no_spawn_gate: bool = False,
     no_relay: bool = False,
     limits_shared: str = "machine",
@@ -199,6 +221,9 @@ def settings_from_options(
         stagger_s=stagger_s,
         max_depth=max_depth,
         wrap_up_reserve_s=wrap_up_reserve_s,
+        agent_timeout_s=agent_timeout_s,
+        token_budget=token_budget,
+        request_budget=request_budget,
         spawn_gate=not no_spawn_gate,
         relay=not no_relay,
         limits=limits_from_options(

@@ -65,6 +65,9 @@ class AskSettings:
     stagger_s: float = 0.0
     max_depth: int = 1
     wrap_up_reserve_s: float | None = None
+    agent_timeout_s: float | None = None
+    token_budget: int | None = None
+    request_budget: int | None = None
     spawn_gate: bool = True
     cli_path: str | None = None
     env: dict[str, str] = field(default_factory=dict)
@@ -153,9 +156,12 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
                 stagger_s=settings.stagger_s,
                 max_depth=settings.max_depth,
                 wrap_up_reserve_s=settings.wrap_up_reserve_s,
+                agent_timeout_s=settings.agent_timeout_s,
             ),
             relay=settings.relay,
             limits=settings.limits,
+            token_budget=settings.token_budget,
+            request_budget=settings.request_budget,
         )
     except ValueError as exc:
         first = str(exc).splitlines()

@@ -16,6 +16,7 @@ from ..clock import Clock
 from ..policy import Policy
 from .calls import GateEvent
 from .gate import SpawnGate
+from .slots import FifoSlots
 from .stream import observe
 
 __all__ = ["GateFeed", "new_gate"]
@@ -57,6 +58,12 @@ class GateFeed:
         if message is not None:
             observe(self.gate, message, events)
         return self.drain()
+
+    def slot_pools(self) -> list[FifoSlots]:
+        """The pools a workflow agent (which fires no hook) takes a slot of at the relay, as
+        an Agent call does in the hook: the run's own limit, then the process-wide cap."""
+        gate = self.gate
+        return [gate._slots, gate._cap.slots]
 
     def drain(self) -> list[Any]:
         """The gate events not yet handed out."""

@@ -123,7 +123,7 @@ class SpawnGate:
 
     @property
     def running(self) -> int:
-        """Admitted calls whose slot is still held."""
+        """Agents whose slot is still held (admitted calls, and held workflow agents)."""
         return self._slots.held
 
     @property

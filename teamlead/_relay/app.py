@@ -31,6 +31,7 @@ import aiohttp
 import anyio
 import yarl
 
+from .._agents.book import AgentBook
 from ..events import RateLimited
 from ..governor import Governor, bucket_key
 from .forward import (
@@ -80,7 +81,8 @@ _NO_SLOT_RETRY_AFTER_S = 5
 
 @dataclass
 class RunState:
-    """One run's share of the relay: its counters, listeners, deadline and request observer.
+    """One run's share of the relay: its counters, listeners, deadline, request observer
+    and agent ledger.
 
     ``deadline`` is when the run ends, on the governor's clock (monotonic seconds): none of
     its requests waits for a slot or holds a 429 past it.
@@ -90,6 +92,7 @@ class RunState:
     listeners: list[RelayListener] = field(default_factory=list)
     deadline: float | None = None
     observer: RequestObserver | None = None
+    agents: AgentBook | None = None
 
 
 class _TooLarge(Exception):
@@ -208,13 +211,24 @@ class RelayApp:
         deadline = None if run is None else run.deadline
         if trace is not None:
             send = _traced_send(send, trace)
-        error: str | None = "interrupted"  # cut mid-stream, or the client went away
+        error: str | None = "refused"  # the agent ledger refused it (timeout, budget)
+
+        async def exchange(out: Send, on_limited: Callable[[RateLimited], None]) -> None:
+            nonlocal error
+            error = "interrupted"  # cut mid-stream, or the client went away
+            error = await self._exchange(
+                out, request, key, info, _both(limited, on_limited), deadline, trace, arrived
+            )
+
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
-                error = await self._exchange(
-                    send, request, key, info, limited, deadline, trace, arrived
-                )
+                if run is not None and run.agents is not None:  # counted and governed per agent
+                    await run.agents.relay(
+                        scope["headers"], body, info.role, send, self._answer, exchange
+                    )
+                else:
+                    await exchange(send, _ignore)
                 tg.cancel_scope.cancel()
         finally:
             if trace is not None:
@@ -362,6 +376,20 @@ def _traced_send(send: Send, trace: Guarded) -> Send:
         await send(message)
 
     return traced
+
+
+def _both(
+    first: Callable[[RateLimited], None], second: Callable[[RateLimited], None]
+) -> Callable[[RateLimited], None]:
+    def both(event: RateLimited) -> None:
+        first(event)
+        second(event)
+
+    return both
+
+
+def _ignore(event: RateLimited) -> None:
+    """No second listener for a request's rate limits."""
 
 
 class _StreamCut(Exception):

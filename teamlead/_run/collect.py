@@ -37,7 +37,7 @@ from ..tracker import TaskInfo, Tracker
 from .resume_prompt import FAILED_STATES, Delivery, DeliveryStatus, TaskOutcome, TaskSource
 from .state import Collected, Member, RunState
 
-__all__ = ["Collection", "absorb", "dispositions"]
+__all__ = ["Collection", "absorb", "dispositions", "used_deliveries"]
 
 logger = logging.getLogger("teamlead.inbox")  # where the inbox reader's warnings go
 
@@ -277,6 +277,23 @@ async def absorb(state: RunState, delivered: list[Delivery]) -> list[str]:
     return reasons
 
 
+def used_deliveries(state: RunState) -> list[Delivery]:
+    """Every finished result a lead turn already used, as deliveries again: the deadline's
+    wrap-up answer replaces the earlier replies, so it must quote these too."""
+    collected, tracker = state.collected, state.tracker
+    out = [d for key, d in collected.deliveries.items() if key in collected.absorbed]
+    known = {d.key for d in out}
+    reader = Collection(state, deadline=state.clock.monotonic())
+    for task in tracker.tasks.values():
+        key = f"task:{task.task_id}"
+        if key in known or not task.terminal or not task.absorbed:
+            continue
+        delivery, _ = reader._task_delivery(task, tracker.session_id)
+        if delivery.text:
+            out.append(delivery)
+    return out
+
+
 def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition]:
     """What became of every task and teammate of the run, for ``Finished.tasks``."""
     out: list[TaskDisposition] = []
@@ -301,6 +318,7 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
                 status=status,
                 disposition=disposition,
                 source=source,
+                result_file=delivery.full_path if delivery is not None else None,
             )
         )
     for member in collected.members.values():

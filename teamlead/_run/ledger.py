@@ -23,7 +23,13 @@ __all__ = ["Ledger", "StopReason"]
 
 #: Why the session stopped resuming with results unused.
 StopReason: TypeAlias = Literal[
-    "max_resumes", "cost_budget", "deadline", "resume_failed", "no_session_id"
+    "max_resumes",
+    "cost_budget",
+    "deadline",
+    "resume_failed",
+    "no_session_id",
+    "token_budget",
+    "request_budget",
 ]
 
 
@@ -114,6 +120,7 @@ class Ledger:
         elif (
             not self.last_round_ok  # an answer from finished work, but the last round failed
             or any(d.disposition not in ("included", "not_run") for d in dispositions)
+            or self.stop in ("token_budget", "request_budget")  # wrapped up short of the work
             or bool(unreported)
             or unproven_team is not None  # forged claims: results are unproven
         ):

@@ -12,6 +12,7 @@ kind of round a resume is: a new CLI process (``query``) or the same client (``c
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -112,6 +113,7 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
         client: the connected client; every round reads its messages.
     """
     state.start_clock()
+    stopping = _stop_timed_out(state, client)
     first = Round(state, client.receive_messages(), settle=True)
     async for item in first:
         yield item
@@ -151,6 +153,29 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
         return
     async for item in _resume_loop(state, client_round, wrap=wrap_round):
         yield item
+    del stopping  # the stop tasks were referenced until the run's end
+
+
+def _stop_timed_out(state: RunState, client: Client) -> set[asyncio.Task[None]]:
+    """On a client, an Agent-tool task past its timeout is stopped with ``stop_task`` (the
+    relay has ended its request and refuses its next ones). Returns the stop tasks, kept
+    referenced until they are done."""
+    tasks: set[asyncio.Task[None]] = set()
+    if state.agents is None:
+        return tasks
+
+    async def stop(task_id: str) -> None:
+        with anyio.move_on_after(5), contextlib.suppress(Exception):
+            await client.stop_task(task_id)
+
+    def on_timeout(agent_id: str) -> None:
+        if agent_id in state.tracker.tasks:  # a workflow agent has no task of its own
+            task = asyncio.get_running_loop().create_task(stop(agent_id))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+
+    state.agents.timeout_listeners.append(on_timeout)
+    return tasks
 
 
 class _QueryRounds:
@@ -190,10 +215,12 @@ class _QueryRounds:
 
 # -- the deadline's wrap-up ----------------------------------------------------------------
 def _wrap_due(state: RunState, outcome: RoundOutcome) -> bool:
-    """The wrap-up point cut a round: wrap up, if the lead can still be resumed."""
+    """The wrap-up point (or a budget reached) cut a round: wrap up, if the lead can still
+    be resumed."""
+    exhausted = state.agents is not None and state.agents.exhaust_reason is not None
     return (
         state.gate is not None
-        and outcome.error_kind == "deadline"
+        and (outcome.error_kind in ("deadline", "budget") or exhausted)
         and bool(state.tracker.session_id)
         and state.clock.monotonic() < state.deadline
     )
@@ -310,7 +337,9 @@ def _prompt_for(
     deleted) after the round, so results over the size cap are carried, not dropped.
     """
     missing = state.collected.missing_lines()
-    text, used = render_resume_prompt(pending, missing, state.policy)
+    if state.agents is not None:
+        missing += state.agents.missing_lines(state.tracker)
+    text, used = render_resume_prompt(pending, missing, state.policy, spill=state.spill)
     return text, pending[:used], pending[used:]
 
 
@@ -357,9 +386,13 @@ def finish(state: RunState) -> Finished:
         state.gate.gate.close()
         records = state.gate.gate.records()
     collected = state.collected
+    rows = dispositions(state.tracker, collected)
+    if state.agents is not None:
+        state.agents.close()
+        rows = state.agents.rows(state.tracker, rows)
     return state.ledger.finish(
         state.tracker,
-        dispositions(state.tracker, collected),
+        rows,
         unreported=[m.name for m in collected.members.values() if m.status == "pending"],
         unproven_team=collected.ambiguous_team,
         wait_s=state.policy.wait_s,

@@ -13,9 +13,10 @@ from ..tracker import ResultSeen
 
 __all__ = ["ErrorKind", "RoundOutcome"]
 
-#: Why a round ended without an answer: the run's deadline, a client's silence, the
-#: generator raising, or the lead's own error result (or no result at all).
-ErrorKind: TypeAlias = Literal["deadline", "idle", "raised", "result"]
+#: Why a round ended without an answer: the run's deadline, a token or request budget
+#: reached, a client's silence, the generator raising, or the lead's own error result (or
+#: no result at all).
+ErrorKind: TypeAlias = Literal["deadline", "budget", "idle", "raised", "result"]
 
 
 @dataclass

@@ -33,6 +33,7 @@ __all__ = ["Round"]
 
 _CLOSE_TIMEOUT_S = 20.0  # a guard on tearing down the CLI process, not a policy deadline
 _END: Any = object()  # the stream ended
+_BUDGET_GRACE_S = 2.0  # from a budget reached to the cut
 
 
 class Round:
@@ -108,7 +109,7 @@ class Round:
                 if message is _END and not self._cut:
                     break
                 if self._cut:
-                    error, kind = f"deadline of {self._policy.deadline_s:g} s reached", "deadline"
+                    error, kind = self._cut_error()
                     break
                 if message is None:
                     if idle:
@@ -118,6 +119,8 @@ class Round:
                         kind = "deadline"
                     break
                 events = self._tracker.feed(message)
+                if self._state.agents is not None:
+                    self._state.agents.observe(events, self._tracker)
                 state = session_state(events)
                 if state is not None:
                     self._cli_state = state
@@ -132,7 +135,7 @@ class Round:
         except Exception as exc:  # the generator's own failure ends the stream; never cancellation
             error, kind = describe(exc), "raised"
             if self._cut:  # the stream broke because the cut ended its CLI
-                error, kind = f"deadline of {self._policy.deadline_s:g} s reached", "deadline"
+                error, kind = self._cut_error()
             if self._stderr_tail:
                 error += f" (the CLI said: {self._stderr_tail[-1][:300]})"
             exc_status = _status_of(exc)
@@ -153,12 +156,22 @@ class Round:
         for extra in self._relay_events():
             yield extra
 
+    def _cut_error(self) -> tuple[str, ErrorKind]:
+        """Why the wrap-up point cut the round: the deadline, or a budget reached."""
+        agents = self._state.agents
+        reason = agents.exhaust_reason if agents is not None else None
+        if reason is not None and self._clock.monotonic() < self._deadline:
+            return f"the run's {reason.replace('_', ' ')} is reached", "budget"
+        return f"deadline of {self._policy.deadline_s:g} s reached", "deadline"
+
     def _relay_events(self) -> list[RateLimited | Any]:
-        """The relay's events since the last read; a failed lead request's Retry-After
-        is kept for the outcome."""
+        """The relay's events since the last read (with the agents' usage); a failed lead
+        request's Retry-After is kept for the outcome."""
         if self._state.relay is None:
             return []
-        events = self._state.relay.drain()
+        events: list[Any] = self._state.relay.drain()
+        if self._state.agents is not None:
+            events += self._state.agents.drain()
         for event in events:
             if (
                 isinstance(event, RateLimited)
@@ -185,7 +198,13 @@ class Round:
 
             async def cutter() -> None:
                 with move_on_at(self._clock, until):
-                    await anyio.sleep_forever()
+                    if self._state.agents is not None:  # a budget reached cuts it too
+                        await self._state.agents.exhausted.wait()
+                        # the relay refuses new agent requests already: a short grace lets
+                        # the notifications of work that just finished reach the stream
+                        await self._clock.sleep(_BUDGET_GRACE_S)
+                    else:
+                        await anyio.sleep_forever()
                 self._cut = True
                 with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
                     await on_cut()

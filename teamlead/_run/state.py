@@ -11,7 +11,9 @@ return what they found. It owns:
 - the options every round starts from, the policy and the clock;
 - the deadline and the wrap-up point before it, on that clock;
 - the tracker, what was collected and delivered (:class:`Collected`), the ledger;
-- the spawn gate (:class:`~teamlead._gate.feed.GateFeed`) and the relay hookup.
+- the spawn gate (:class:`~teamlead._gate.feed.GateFeed`) and the relay hookup;
+- every agent of the run (:class:`~.agents.RunAgents`): the relay's agent ledger and the
+  per-agent limits it applies.
 """
 
 from __future__ import annotations
@@ -28,9 +30,11 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from .._claude.team import Team, claude_config_dir
 from .._gate.feed import GateFeed, new_gate
+from .._redact import redact
 from ..clock import Clock
 from ..policy import Policy
 from ..tracker import Tracker
+from .agents import WORKFLOW_CAP_VAR, RunAgents
 from .ledger import Ledger
 from .resume_prompt import Delivery
 
@@ -120,6 +124,7 @@ class RunState:
         mark: the value of :data:`RUN_MARK_VAR` in this run's CLI environment.
         gate: the spawn gate's feed, or ``None`` when the gate is off.
         relay: the run's relay hookup, or ``None`` when the run goes direct.
+        agents: every agent of the run: the relay's ledger, the cap, timeout and budgets.
         tracker: follows the session.
         collected: what was collected and delivered.
         ledger: the bookkeeping :class:`~teamlead.events.Finished` is made from.
@@ -138,6 +143,7 @@ class RunState:
     mark: str
     gate: GateFeed | None = None
     relay: RelayHookup | None = None
+    agents: RunAgents | None = None
     tracker: Tracker = field(default_factory=Tracker)
     collected: Collected = field(default_factory=Collected)
     ledger: Ledger = field(default_factory=Ledger)
@@ -155,17 +161,39 @@ class RunState:
         if self.gate is not None:
             self.gate.gate.set_deadline(self.policy.deadline_s)
             self.wrap_at -= self.policy.spawn.reserve_for(self.policy.deadline_s)
+        if self.agents is not None:
+            self.agents.set_wrap_point(self.wrap_at)
 
     def attach_relay(self, hookup: RelayHookup) -> None:
         """Send the run's requests through ``hookup``, opened on :attr:`options` (its
         options are those with ``ANTHROPIC_BASE_URL`` at the relay, when it is up)."""
         self.relay = hookup
         self.options = hookup.options
+        if hookup.run is not None and self.agents is not None:
+            hookup.run.state.agents = self.agents.book  # the relay counts and governs per agent
+
+    def spill(self, delivery: Delivery) -> str | None:
+        """Write ``delivery``'s whole text (secrets redacted) to a file of its own in the
+        run's directory (mode 0600), for a prompt that quotes only its head and tail;
+        returns the path, or ``None`` if it could not be written."""
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in delivery.key)[:80]
+        folder = self.config_dir / "teamlead-runs" / (self.tracker.session_id or self.mark)
+        path = folder / f"result-{safe}.txt"
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(redact(delivery.text))
+        except OSError:
+            return None
+        return str(path)
 
     def process_ended(self) -> None:
         """A CLI process of the run exited: its agents ended with it."""
         if self.gate is not None:
             self.gate.gate.process_ended()
+        if self.agents is not None:
+            self.agents.process_ended()
 
 
 def prepare_options(
@@ -187,6 +215,22 @@ def prepare_options(
     env.setdefault("CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS", str(policy.bg_wait_ceiling_ms))
     if client:
         env.setdefault("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS", "1")
+    return dataclasses.replace(options, env=env)
+
+
+def _workflow_cap(options: ClaudeAgentOptions, cap: int | None) -> ClaudeAgentOptions:
+    """``options`` whose workflow engine runs at most ``cap`` agents at once (its own gate),
+    never more than the user set for it."""
+    if cap is None:
+        return options
+    env = dict(options.env)
+    user = env.get(WORKFLOW_CAP_VAR, os.environ.get(WORKFLOW_CAP_VAR))
+    try:
+        wanted = int(str(user).strip()) if user is not None else None
+    except ValueError:
+        wanted = None
+    value = min(cap, wanted) if wanted is not None and wanted >= 1 else cap
+    env[WORKFLOW_CAP_VAR] = str(value)
     return dataclasses.replace(options, env=env)
 
 
@@ -213,6 +257,7 @@ def new_run(
     feed = GateFeed(gate) if gate is not None else None
     if gate is not None:
         prepared = gate.apply(prepared)
+    prepared = _workflow_cap(prepared, gate.limit if gate is not None else None)
     mark = uuid.uuid4().hex
     state = RunState(
         mode=mode,
@@ -222,7 +267,15 @@ def new_run(
         config_dir=claude_config_dir({**os.environ, **dict(prepared.env)}),
         mark=mark,
         gate=feed,
+        agents=RunAgents(policy, clock, feed.slot_pools if feed is not None else None),
     )
+    if gate is not None and state.agents is not None:
+        spawn_gate = gate
+
+        def no_new_agents(reason: str) -> None:  # a budget reached: no Agent call starts
+            spawn_gate.close(f"the run's {reason.replace('_', ' ')} is reached: no more agents")
+
+        state.agents.exhaust_listeners.append(no_new_agents)
     state.ledger.one_process = mode == "client"
     user_stderr = prepared.stderr
     tail = state.stderr_tail

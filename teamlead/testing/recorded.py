@@ -1,16 +1,20 @@
-"""What the scripted server records: each request as it saw and answered it, and counters.
+"""What the scripted server records: each request as it saw and answered it, its counters,
+and how many requests, or agents, were in flight at one instant.
 
 :class:`RecordedRequest` is what ``ScriptedServer.recorded()`` returns and what its
-``on_request`` hook receives; :class:`ServerStats` are its counters.
+``on_request`` hook receives; :class:`ServerStats` are its counters. A recorded request is
+an interval from its arrival to its last write (``inf`` while it still runs); a peak is
+found by sweeping the interval ends in time order.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from .replies import Reply, Role, ScriptedRequest
 
-__all__ = ["RecordedRequest", "ServerStats"]
+__all__ = ["RecordedRequest", "ServerStats", "peak_agents", "peak_requests"]
 
 
 @dataclass
@@ -34,10 +38,16 @@ class RecordedRequest:
     def role(self) -> Role:
         return self.request.role
 
+    @property
+    def agent_id(self) -> str | None:  # the x-claude-code-agent-id header (None: the lead)
+        return next((v for k, v in self.headers if k.lower() == "x-claude-code-agent-id"), None)
+
+    @property
+    def end(self) -> float:
+        return self.finished if self.finished is not None else float("inf")
+
     def overlaps(self, other: RecordedRequest) -> bool:
-        end_a = self.finished if self.finished is not None else float("inf")
-        end_b = other.finished if other.finished is not None else float("inf")
-        return self.started < end_b and other.started < end_a
+        return self.started < other.end and other.started < self.end
 
 
 @dataclass
@@ -50,3 +60,30 @@ class ServerStats:
     in_flight: int = 0
     max_in_flight: int = 0
     status_counts: dict[int, int] = field(default_factory=dict)
+
+
+def peak_requests(intervals: Iterable[tuple[float, float]]) -> int:
+    """The most of ``intervals`` (start, end) that overlapped at one instant."""
+    points: list[tuple[float, int]] = []
+    for start, end in intervals:
+        points += [(start, 1), (end, -1)]
+    best = cur = 0
+    for _, step in sorted(points):
+        cur += step
+        best = max(best, cur)
+    return best
+
+
+def peak_agents(intervals: Iterable[tuple[float, float, str]]) -> int:
+    """The most distinct agents (start, end, agent id) with a request open at one instant."""
+    points: list[tuple[float, int, str]] = []
+    for start, end, agent in intervals:
+        points += [(start, 1, agent), (end, -1, agent)]
+    open_requests: dict[str, int] = {}
+    best = 0
+    for _, step, agent in sorted(points, key=lambda p: (p[0], p[1])):
+        open_requests[agent] = open_requests.get(agent, 0) + step
+        if open_requests[agent] <= 0:
+            del open_requests[agent]
+        best = max(best, len(open_requests))
+    return best

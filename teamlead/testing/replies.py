@@ -124,6 +124,9 @@ class Reply:
         fault: an HTTP fault instead of a reply.
         input_tokens / output_tokens: usage reported for the reply.
         headers: extra response headers (``anthropic-ratelimit-*``, say), sent as given.
+        usage: send ``usage`` in ``message_start``/``message_delta`` (every reply does by
+            default, as the API does); ``False`` sends none, for a reader that must count
+            it as unknown.
     """
 
     content: str = ""
@@ -135,6 +138,7 @@ class Reply:
     output_tokens: int | None = None
     stop_reason: str | None = None
     headers: tuple[tuple[str, str], ...] = ()
+    usage: bool = True
 
     @classmethod
     def text(

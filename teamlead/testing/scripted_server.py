@@ -34,7 +34,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from ..errors import SetupError
-from .recorded import RecordedRequest, ServerStats
+from .recorded import RecordedRequest, ServerStats, peak_agents, peak_requests
 from .replies import AgentCall, Fault, Reply, Role, ScriptedRequest
 from .wire import message_json, new_message_id, session_from_metadata, sse_events, system_text
 
@@ -265,18 +265,18 @@ class ScriptedServer:
             items = list(self.requests)
         return [r for r in items if role is None or r.role == role]
 
+    def _of(self, role: Role | None, session: str | None) -> list[RecordedRequest]:
+        return [r for r in self.recorded(role) if session in (None, r.request.session_id)]
+
     def max_concurrent(self, role: Role | None = None, session_id: str | None = None) -> int:
         """The most requests (of ``role``, of ``session_id``) that overlapped at one instant."""
-        points: list[tuple[float, int]] = []
-        for rec in self.recorded(role):
-            if session_id in (None, rec.request.session_id):
-                points.append((rec.started, 1))
-                points.append((rec.finished if rec.finished is not None else float("inf"), -1))
-        best = cur = 0
-        for _, step in sorted(points, key=lambda p: (p[0], p[1])):
-            cur += step
-            best = max(best, cur)
-        return best
+        return peak_requests((r.started, r.end) for r in self._of(role, session_id))
+
+    def max_concurrent_agents(self, session_id: str | None = None) -> int:
+        """The most agents (distinct agent ids, the lead not counted) in flight at once."""
+        return peak_agents(
+            (r.started, r.end, r.agent_id or "") for r in self._of(None, session_id) if r.agent_id
+        )
 
     # -- request handling -------------------------------------------------------------
     def _parse(self, body: dict[str, Any], index: int) -> ScriptedRequest:

@@ -58,20 +58,22 @@ def system_text(system: Any) -> str:
 def sse_events(reply: Reply, model: str, message_id: str) -> Iterator[tuple[str, dict[str, Any]]]:
     """The exact SSE event sequence of the streaming Messages API for ``reply``."""
     usage = {"input_tokens": reply.input_tokens, "output_tokens": 1}
+    start_message: dict[str, Any] = {
+        "id": message_id,
+        "type": "message",
+        "role": "assistant",
+        "model": model,
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+    }
+    if reply.usage:
+        start_message["usage"] = usage
     yield (
         "message_start",
         {
             "type": "message_start",
-            "message": {
-                "id": message_id,
-                "type": "message",
-                "role": "assistant",
-                "model": model,
-                "content": [],
-                "stop_reason": None,
-                "stop_sequence": None,
-                "usage": usage,
-            },
+            "message": start_message,
         },
     )
     index = 0
@@ -123,14 +125,13 @@ def sse_events(reply: Reply, model: str, message_id: str) -> Iterator[tuple[str,
             )
         yield "content_block_stop", {"type": "content_block_stop", "index": index}
         index += 1
-    yield (
-        "message_delta",
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": reply.resolved_stop_reason, "stop_sequence": None},
-            "usage": {"output_tokens": reply.resolved_output_tokens},
-        },
-    )
+    delta: dict[str, Any] = {
+        "type": "message_delta",
+        "delta": {"stop_reason": reply.resolved_stop_reason, "stop_sequence": None},
+    }
+    if reply.usage:
+        delta["usage"] = {"output_tokens": reply.resolved_output_tokens}
+    yield "message_delta", delta
     yield "message_stop", {"type": "message_stop"}
 
 

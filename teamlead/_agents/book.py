@@ -1,0 +1,408 @@
+"""One run's agent ledger, kept by the relay: every request counted for one agent, governed.
+
+Claude Code sends ``X-Claude-Code-Session-Id`` on every request and ``x-claude-code-agent-id``
+on every subagent's (Agent-tool and workflow agents alike; the lead's carry none). So the
+relay can attribute each request, the tokens of its reply (``usage`` in ``message_start`` and
+``message_delta``) and the 429s met on the way to one agent, whichever tool spawned it, and
+apply the run's limits where the spawn gate's hook cannot see an agent:
+
+- **The cap.** A workflow agent fires no hook, so its *first* request waits here, first come
+  first served, for a slot of the same pools the gate takes for Agent calls (the run's limit
+  and the process-wide cap). The slot is held until the run says the agent's work ended (its
+  workflow entry done or in error, its workflow task ended, its CLI exited), never on a timer.
+- **The timeout.** An agent running longer than ``agent_timeout_s`` has its request in flight
+  ended and every later one refused with a clear error, so it ends at once.
+- **The budgets.** Tokens and requests are counted from the upstream's own usage. Each
+  request is checked and reserved in one synchronous step before it is forwarded, keeping
+  room for the wrap-up's own request; once a budget is reached no subagent request goes on
+  and the run is told to wrap up.
+
+One :class:`AgentBook` belongs to one run (the relay's path token tells runs apart, never a
+header): a session id of another run or a forged agent id is counted in *this* run's book
+under its own key, and an agent id that is not a plausible id is counted as invalid. The book
+holds at most :data:`MAX_AGENTS` entries (later ids fold into one overflow entry), each a
+small fixed record, so memory per agent stays flat. Like the governor it belongs to one event
+loop and is not thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Literal, TypeAlias
+
+from ..clock import Clock, move_on_at
+from .count import AgentCount, AgentKind, SlotPool
+from .request import (
+    LEAD,
+    Answer,
+    Exchange,
+    Refused,
+    Send,
+    Ticket,
+    agent_key,
+    is_workflow_agent,
+)
+
+__all__ = [
+    "MAX_AGENTS",
+    "AgentBook",
+    "AgentCount",
+    "AgentKind",
+    "AgentLimits",
+    "ExhaustReason",
+    "SlotPool",
+]
+
+log = logging.getLogger("teamlead.relay")
+
+#: Entries one run's book keeps; requests of further agent ids count in one overflow entry.
+MAX_AGENTS = 4096
+_OVERFLOW = "?overflow"
+_DEFAULT_HOLD_S = 1800.0
+#: Tokens kept for the wrap-up when no lead request was measured yet.
+_DEFAULT_WRAP_TOKENS = 4000
+
+_NO_RETRY = {b"x-should-retry": b"false"}
+
+
+def _ignore(event: object) -> None:
+    """A 429 of a request the ledger could not count."""
+
+
+ExhaustReason: TypeAlias = Literal["token_budget", "request_budget"]
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    """The run's limits the relay applies per agent and per run (``None``: no limit)."""
+
+    agent_timeout_s: float | None = None
+    token_budget: int | None = None
+    request_budget: int | None = None
+
+
+class AgentBook:
+    """One run's agent ledger and the limits the relay applies (see the module docstring).
+
+    Args:
+        clock: the run's clock (timeouts and the hold's deadline run on it).
+        limits: the run's per-agent timeout and budgets.
+        pools: the slot pools a workflow agent's first request takes (the gate's run limit
+            and the process-wide cap), read when needed; ``None``: no cap.
+        on_usage: told ``(session id, agent id, count)`` after each of an agent's requests.
+        on_exhausted: told once when a budget is reached (the run wraps up).
+        on_timeout: told ``agent id`` once when an agent passes its timeout.
+    """
+
+    def __init__(
+        self,
+        clock: Clock,
+        limits: AgentLimits | None = None,
+        *,
+        pools: Callable[[], Sequence[SlotPool]] | None = None,
+        on_usage: Callable[[str, str, AgentCount], None] | None = None,
+        on_exhausted: Callable[[ExhaustReason], None] | None = None,
+        on_timeout: Callable[[str], None] | None = None,
+    ) -> None:
+        self.clock = clock
+        self.limits = limits or AgentLimits()
+        self._pools = pools
+        self.on_usage = on_usage
+        self.on_exhausted = on_exhausted
+        self.on_timeout = on_timeout
+        self.entries: dict[tuple[str, str], AgentCount] = {}
+        self._by_agent: dict[str, AgentCount] = {}
+        self._started: dict[str, float] = {}  # agents the stream saw start before a request
+        self.requests = 0
+        self.tokens = 0
+        self.unknown_usage = 0
+        self._reserved_tokens = 0
+        self._first_peak: dict[AgentKind, int] = {}  # the largest first request, per kind
+        self._lead_peak = 0
+        self.exhausted: ExhaustReason | None = None
+        self.wrapping = False
+        self.closed = False
+        self.hold_until: float | None = None
+        self.max_held_running = 0
+        self._held_running = 0
+
+    # -- what the run tells the book ----------------------------------------------------------
+    def agent_started(self, agent_id: str) -> None:
+        """The stream says ``agent_id`` started (its timeout runs from now)."""
+        count = self._by_agent.get(agent_id)
+        if count is not None:
+            if count.started_at is None:
+                count.started_at = self.clock.monotonic()
+        elif agent_id not in self._started and len(self._started) < MAX_AGENTS:
+            self._started[agent_id] = self.clock.monotonic()
+
+    def agent_ended(self, agent_id: str) -> None:
+        """``agent_id``'s work ended (its workflow entry done or in error): free its slot."""
+        count = self._by_agent.get(agent_id)
+        if count is not None:
+            self._free(count)
+
+    def process_ended(self) -> None:
+        """The run's CLI exited: every agent's work ended with it."""
+        for count in self._by_agent.values():
+            self._free(count)
+
+    def close(self) -> None:
+        """The run ends: free every slot; later requests are only counted."""
+        self.closed = True
+        self.process_ended()
+
+    def agent(self, agent_id: str, session_id: str | None = None) -> AgentCount | None:
+        """The counters of ``agent_id`` in ``session_id`` (default: the first session it
+        was seen in), if it sent a request."""
+        if session_id is not None:
+            return self.entries.get((session_id, agent_id))
+        return self._by_agent.get(agent_id)
+
+    @property
+    def timed_out(self) -> list[str]:
+        """The agent ids that passed their timeout."""
+        return [a for a, c in self._by_agent.items() if c.timed_out]
+
+    # -- the relay's request path -----------------------------------------------------------
+    async def relay(
+        self,
+        headers: Iterable[tuple[bytes, bytes]],
+        body: bytes,
+        role: str,
+        send: Send,
+        answer: Answer,
+        exchange: Exchange,
+    ) -> None:
+        """Govern and count one request: refuse it, hold it, or run ``exchange`` on it.
+
+        Args:
+            headers: the request's headers (the session and agent ids are read from them).
+            body: the request body (read only for a new agent: is it a workflow agent's?).
+            role: the relay's role for it (``lead``, ``subagent``, ``other``).
+            send: the ASGI send of the response.
+            answer: ``answer(send, status, kind, message, extra)`` writes a refusal.
+            exchange: ``exchange(send, on_limited)`` forwards the request and streams back.
+        """
+        try:
+            entered = await self._enter(agent_key(headers), body, role)
+        except Exception:  # a fault in the ledger must never break a request: forward it
+            log.exception("the agent ledger failed on a request; forwarding it uncounted")
+            await exchange(send, _ignore)
+            return
+        if isinstance(entered, Refused):
+            await answer(send, entered.status, entered.kind, entered.message, _NO_RETRY)
+            return
+        ticket = entered
+        try:
+            until = self._timeout_at(ticket.count)
+            if until is None:  # no timeout: no timer on the hot path
+                await exchange(ticket.watch(send), ticket.limited)
+                return
+            with move_on_at(self.clock, until) as scope:
+                await exchange(ticket.watch(send), ticket.limited)
+            if scope.cancelled_caught:
+                refusal = self._time_out(ticket.key[1], ticket.count)
+                if ticket.status is None:
+                    await answer(send, refusal.status, refusal.kind, refusal.message, _NO_RETRY)
+                # else: the stream is cut short; the CLI's retry is refused
+        finally:
+            ticket.close()
+
+    async def _enter(self, key: tuple[str, str], body: bytes, role: str) -> Ticket | Refused:
+        count = self.entries.get(key)
+        if count is None:
+            kind: AgentKind = "lead" if key[1] == LEAD else "agent"
+            if kind == "agent" and is_workflow_agent(body):
+                kind = "workflow_agent"
+            count = self._entry(key, kind)
+            known = self._by_agent.get(key[1]) if key[1] != LEAD else None
+            if known is not None and known is not count:
+                count.started_at = known.started_at
+            if count.started_at is None:
+                count.started_at = self._started.pop(key[1], None) or self.clock.monotonic()
+            if kind == "workflow_agent" and not self.closed:
+                refused = self._check(key[1], count, role)
+                if refused is not None:
+                    return refused
+                held = await self._hold(count)
+                if held is not None:
+                    return held
+        refused = self._check(key[1], count, role)
+        if refused is not None:
+            return refused
+        reserve = self._estimate(count)
+        self._reserved_tokens += reserve
+        count.requests += 1
+        count.in_flight += 1
+        count.last_at = self.clock.time()
+        self.requests += 1
+        return Ticket(self._closed, key, count, reserve)
+
+    def _check(self, agent_id: str, count: AgentCount, role: str) -> Refused | None:
+        """The timeout and the budgets, checked in one synchronous step with the reservation
+        that follows it in :meth:`_enter` (nothing awaits between the two)."""
+        if count.timed_out:
+            return self._timeout_refusal(agent_id)
+        until = self._timeout_at(count)
+        if until is not None and self.clock.monotonic() >= until:
+            return self._time_out(agent_id, count)
+        lead = count.kind == "lead" and role != "subagent"
+        if lead and self.wrapping:
+            # the wrap-up's own request: the room kept for it is its to spend
+            budget = self.limits.request_budget
+            if budget is not None and self.requests + 1 > budget:
+                return self._exhaust("request_budget")
+            return None
+        if self.exhausted is not None:
+            return self._refusal(self.exhausted)
+        limits = self.limits
+        if limits.request_budget is not None and self.requests + 1 > limits.request_budget - 1:
+            return self._exhaust("request_budget")
+        if limits.token_budget is not None:
+            used = self.tokens + self._reserved_tokens + self._estimate(count)
+            if used >= limits.token_budget - self._wrap_tokens():
+                return self._exhaust("token_budget")
+        return None
+
+    def _estimate(self, count: AgentCount) -> int:
+        """The tokens a request will likely cost, reserved until its usage is known: the
+        agent's last request (its context only grows), or for an agent's first request the
+        largest first request of another agent of this kind so far."""
+        if count.requests:
+            return count.last_total
+        return self._first_peak.get(count.kind, 0)
+
+    def _wrap_tokens(self) -> int:
+        """Tokens kept for the wrap-up's own request: twice the lead's largest request so
+        far (the wrap-up resends the lead's conversation), or a tenth of the budget (at most
+        :data:`_DEFAULT_WRAP_TOKENS`) before the lead was measured."""
+        if self._lead_peak:
+            return 2 * self._lead_peak
+        return min(_DEFAULT_WRAP_TOKENS, (self.limits.token_budget or 0) // 10)
+
+    async def _hold(self, count: AgentCount) -> Refused | None:
+        """A workflow agent's first request: wait, FIFO, for a slot of every pool."""
+        pools = list(self._pools()) if self._pools is not None else []
+        until = self.hold_until
+        if until is None:
+            until = self.clock.monotonic() + _DEFAULT_HOLD_S
+        try:
+            for pool in pools:
+                if not await pool.take(until, self.clock):
+                    self._free(count)
+                    return Refused(
+                        "no_slot",
+                        "teamlead: no agent slot came before the run's wrap-up; "
+                        "this agent does not run",
+                    )
+                count.slots.append(pool)
+        except BaseException:
+            self._free(count)
+            raise
+        if pools:
+            self._held_running += 1
+            self.max_held_running = max(self.max_held_running, self._held_running)
+        return None
+
+    def _free(self, count: AgentCount) -> None:
+        if count.slots:
+            self._held_running -= 1
+        slots, count.slots = count.slots, []
+        for pool in reversed(slots):
+            pool.release()
+
+    def _timeout_at(self, count: AgentCount) -> float | None:
+        timeout = self.limits.agent_timeout_s
+        if timeout is None or count.kind == "lead" or count.started_at is None:
+            return None
+        return count.started_at + timeout
+
+    def _time_out(self, agent_id: str, count: AgentCount) -> Refused:
+        if not count.timed_out:
+            count.timed_out = True
+            for other in self.entries.values():  # the same agent in another session key
+                if other is not count and self._by_agent.get(agent_id) is other:
+                    other.timed_out = True
+            if self.on_timeout is not None:
+                try:
+                    self.on_timeout(agent_id)
+                except Exception:
+                    log.exception("the agent-timeout listener failed")
+        return self._timeout_refusal(agent_id)
+
+    def _timeout_refusal(self, agent_id: str) -> Refused:
+        seconds = self.limits.agent_timeout_s or 0
+        return Refused(
+            "timeout",
+            f"teamlead: agent {agent_id} ran past its timeout of {seconds:g} s and was "
+            "stopped: go on with the other agents",
+        )
+
+    def _exhaust(self, reason: ExhaustReason) -> Refused:
+        if self.exhausted is None:
+            self.exhausted = reason
+            if self.on_exhausted is not None:
+                try:
+                    self.on_exhausted(reason)
+                except Exception:
+                    log.exception("the budget listener failed")
+        return self._refusal(reason)
+
+    def _refusal(self, reason: ExhaustReason) -> Refused:
+        if reason == "token_budget":
+            text = f"teamlead: the run's token budget ({self.limits.token_budget}) is spent"
+        else:
+            text = f"teamlead: the run's request budget ({self.limits.request_budget}) is spent"
+        return Refused(reason, text + "; no new agent requests, the run wraps up")
+
+    def _entry(self, key: tuple[str, str], kind: AgentKind) -> AgentCount:
+        if key not in self.entries and len(self.entries) >= MAX_AGENTS:
+            key = (key[0], _OVERFLOW)
+        count = self.entries.get(key)
+        if count is None:
+            count = self.entries[key] = AgentCount(kind, self.clock.time())
+            if key[1] != LEAD and key[1] not in self._by_agent:
+                self._by_agent[key[1]] = count
+        return count
+
+    def _closed(self, ticket: Ticket) -> None:
+        count = ticket.count
+        count.in_flight -= 1
+        self._reserved_tokens -= ticket.reserve
+        count.last_at = self.clock.time()
+        scan = ticket.scan
+        ok = ticket.status is not None and 200 <= ticket.status < 300
+        if scan.seen:
+            if scan.input_tokens is not None:
+                count.input_tokens = (count.input_tokens or 0) + scan.input_tokens
+            if scan.output_tokens is not None:
+                count.output_tokens = (count.output_tokens or 0) + scan.output_tokens
+            total = (scan.input_tokens or 0) + (scan.output_tokens or 0)
+            if count.requests == 1:
+                peak = self._first_peak.get(count.kind, 0)
+                self._first_peak[count.kind] = max(peak, total)
+            count.last_total = total
+            self.tokens += total
+            if count.kind == "lead":
+                self._lead_peak = max(self._lead_peak, total)
+        elif ok:
+            count.unknown_usage += 1
+            self.unknown_usage += 1
+        if self.on_usage is not None:
+            try:
+                self.on_usage(ticket.key[0], ticket.key[1], count)
+            except Exception:
+                log.exception("the agent-usage listener failed")
+        limits = self.limits
+        tokens, requests = limits.token_budget, limits.request_budget
+        if (
+            self.exhausted is None
+            and tokens is not None
+            and self.tokens >= tokens - self._wrap_tokens()
+        ):
+            self._exhaust("token_budget")
+        if self.exhausted is None and requests is not None and self.requests >= requests - 1:
+            self._exhaust("request_budget")

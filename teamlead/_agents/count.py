@@ -1,0 +1,73 @@
+"""One agent's counters in a run's ledger (small and fixed, so memory per agent stays
+flat), and the slot pools a held agent takes a slot of."""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol, TypeAlias
+
+from ..clock import Clock
+
+__all__ = ["AgentCount", "AgentKind", "SlotPool"]
+
+#: ``lead``: no agent header; ``agent``: an Agent-tool subagent (the hook's); ``workflow_agent``:
+#: an agent of a ``Workflow`` script (no hook: the relay holds its first request for a slot).
+AgentKind: TypeAlias = Literal["lead", "agent", "workflow_agent"]
+
+
+class SlotPool(Protocol):
+    """A FIFO slot pool (the spawn gate's :class:`~teamlead._gate.slots.FifoSlots`)."""
+
+    def try_take(self) -> bool: ...
+
+    async def take(self, until: float | None, clock: Clock) -> bool: ...
+
+    def release(self) -> None: ...
+
+
+class AgentCount:
+    """One agent's counters; small and fixed (``__slots__``), so a run's book stays flat.
+
+    ``input_tokens``/``output_tokens`` are ``None`` until a reply carried usage;
+    ``unknown_usage`` counts successful replies that carried none (their tokens are unknown,
+    not zero).
+    """
+
+    __slots__ = (
+        "absorbed",
+        "first_at",
+        "in_flight",
+        "input_tokens",
+        "kind",
+        "last_at",
+        "last_total",
+        "output_tokens",
+        "passed",
+        "requests",
+        "slots",
+        "started_at",
+        "timed_out",
+        "unknown_usage",
+    )
+
+    def __init__(self, kind: AgentKind, now: float) -> None:
+        self.kind: AgentKind = kind
+        self.requests = 0
+        self.input_tokens: int | None = None
+        self.output_tokens: int | None = None
+        self.unknown_usage = 0
+        self.absorbed = 0
+        self.passed = 0
+        self.first_at = now  # wall clock, for people
+        self.last_at = now
+        self.started_at: float | None = None  # monotonic, for the timeout
+        self.in_flight = 0
+        self.last_total = 0
+        self.slots: list[SlotPool] = []
+        self.timed_out = False
+
+    @property
+    def tokens(self) -> int | None:
+        """Input plus output tokens; ``None`` when no reply carried usage."""
+        if self.input_tokens is None and self.output_tokens is None:
+            return None
+        return (self.input_tokens or 0) + (self.output_tokens or 0)

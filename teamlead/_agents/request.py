@@ -1,0 +1,145 @@
+"""One request at the relay: whose it is (session and agent ids), and its ticket.
+
+The ids come from Claude Code's headers; a value that is not a plausible id is counted as
+``?invalid``, so a hostile header can neither grow a book's keys nor pose as another agent.
+A workflow agent is told apart by Claude Code's system prompt for them (2.1.332).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from ..events import RateLimited
+from .usage import UsageScan
+
+if TYPE_CHECKING:
+    from .count import AgentCount
+
+__all__ = [
+    "LEAD",
+    "Answer",
+    "Exchange",
+    "Refused",
+    "Send",
+    "Ticket",
+    "agent_key",
+    "is_workflow_agent",
+]
+
+Message = MutableMapping[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+Answer = Callable[..., Awaitable[None]]
+Exchange = Callable[[Send, Callable[[RateLimited], None]], Awaitable[None]]
+RefusalCode: TypeAlias = Literal["timeout", "token_budget", "request_budget", "no_slot"]
+
+#: The agent id of the lead: its requests carry none.
+LEAD = ""
+_INVALID = "?invalid"
+_ID = re.compile(r"[A-Za-z0-9_.:-]{1,64}")
+_SESSION_HEADER = b"x-claude-code-session-id"
+_AGENT_HEADER = b"x-claude-code-agent-id"
+#: Claude Code's system prompt for workflow agents (2.1.332): the hook never sees them.
+_WORKFLOW_MARK = "spawned by a workflow orchestration script"
+
+
+@dataclass(frozen=True)
+class Refused:
+    """A request the relay answers itself instead of forwarding: why, in one line."""
+
+    code: RefusalCode
+    message: str
+    status: int = 400
+
+    @property
+    def kind(self) -> str:
+        return "invalid_request_error"
+
+
+def agent_key(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str, str]:
+    """``(session id, agent id)`` of a request; the lead's agent id is :data:`LEAD`.
+
+    A value that is not a plausible id (too long, odd characters) becomes ``"?invalid"``, so
+    a hostile header can neither grow the book's keys nor pose as another agent.
+
+    Example:
+        >>> agent_key([(b"X-Claude-Code-Session-Id", b"s-1"), (b"x-claude-code-agent-id", b"a1")])
+        ('s-1', 'a1')
+    """
+    session: str | None = None
+    agent: str | None = None
+    for name, value in headers:  # one pass; the first of a repeated header counts
+        lower = name.lower()
+        if lower == _SESSION_HEADER and session is None:
+            session = value.decode("latin-1").strip()
+        elif lower == _AGENT_HEADER and agent is None:
+            agent = value.decode("latin-1").strip()
+    session_id = "" if session is None else (session if _ID.fullmatch(session) else _INVALID)
+    agent_id = LEAD if not agent else (agent if _ID.fullmatch(agent) else _INVALID)
+    return session_id, agent_id
+
+
+def is_workflow_agent(body: bytes) -> bool:
+    """Whether a request body is a workflow agent's (Claude Code's workflow system prompt)."""
+    if _WORKFLOW_MARK.encode() not in body:
+        return False
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return False
+    system = data.get("system") if isinstance(data, dict) else None
+    blocks = system if isinstance(system, list) else [system]
+    return any(
+        _WORKFLOW_MARK in (b.get("text", "") if isinstance(b, dict) else str(b or ""))
+        for b in blocks[:4]
+    )
+
+
+class Ticket:
+    """One request under way: its reservation, its reply's usage (read as it streams), its
+    429s; :meth:`close` hands it back to its book."""
+
+    def __init__(
+        self,
+        on_close: Callable[[Ticket], None],
+        key: tuple[str, str],
+        count: AgentCount,
+        reserve: int,
+    ) -> None:
+        self.on_close = on_close
+        self.key = key
+        self.count = count
+        self.reserve = reserve
+        self.scan = UsageScan()
+        self.status: int | None = None
+        self.closed = False
+
+    def watch(self, send: Send) -> Send:
+        scan = self.scan
+
+        async def watched(message: Message) -> None:
+            kind = message.get("type")
+            if kind == "http.response.body":
+                body = message.get("body")
+                if body:
+                    scan.feed(body)
+            elif kind == "http.response.start":
+                self.status = int(message.get("status") or 0)
+            await send(message)
+
+        return watched
+
+    def limited(self, event: RateLimited) -> None:
+        if event.outcome == "absorbed":
+            self.count.absorbed += 1
+        else:
+            self.count.passed += 1
+
+    def close(self) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self.on_close(self)

@@ -1,0 +1,284 @@
+"""The run's agents: the relay's agent ledger joined with the stream's task events.
+
+:class:`RunAgents` is the run state's part for every agent, whatever spawned it. It owns
+the run's :class:`~teamlead._agents.book.AgentBook`, which the relay fills and governs (the
+cap for workflow agents, the per-agent timeout, the token and request budgets), and it
+tells the book what the stream says: an Agent-tool task started (its timeout runs from
+then), a workflow agent's entry is done or in error, or its workflow ended (its slot is
+freed). At the end, :meth:`RunAgents.rows` turns ``Finished.tasks`` into one row per agent:
+each task with its usage, and every agent of a workflow after its workflow's row.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+from collections.abc import Callable, Iterable, Sequence
+
+import anyio
+
+from .._agents.book import AgentBook, AgentCount, AgentLimits, ExhaustReason, SlotPool
+from .._redact import redact
+from ..clock import Clock
+from ..events import AgentUsage, Disposition, TaskDisposition, TaskState
+from ..policy import Policy
+from ..tracker import TaskEnded, TaskInfo, TaskProgress, TaskStarted, TrackedEvent, Tracker
+
+__all__ = ["WORKFLOW_CAP_VAR", "RunAgents"]
+
+log = logging.getLogger("teamlead.coordinator")
+
+#: The workflow engine's own gate; teamlead sets it to the run's cap.
+WORKFLOW_CAP_VAR = "CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS"
+_MAX_EVENTS = 1000
+_FAILED = frozenset({"failed", "stopped", "killed", "lost", "timeout"})
+
+
+class RunAgents:
+    """Every agent of one run: the ledger, its limits, and what the stream said of them.
+
+    Args:
+        policy: the run's limits (``spawn.agent_timeout_s``, ``token_budget``,
+            ``request_budget``).
+        clock: the run's clock.
+        pools: the spawn gate's slot pools (see
+            :meth:`~teamlead._gate.feed.GateFeed.slot_pools`): a workflow agent takes a slot
+            of each; ``None`` when the gate is off.
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        clock: Clock,
+        pools: Callable[[], Sequence[SlotPool]] | None = None,
+    ) -> None:
+        self.policy = policy
+        limits = AgentLimits(
+            agent_timeout_s=policy.spawn.agent_timeout_s,
+            token_budget=policy.token_budget,
+            request_budget=policy.request_budget,
+        )
+        self.book = AgentBook(
+            clock,
+            limits,
+            pools=pools,
+            on_usage=self._usage,
+            on_exhausted=self._exhausted,
+            on_timeout=self._timed_out,
+        )
+        self.events: collections.deque[AgentUsage] = collections.deque(maxlen=_MAX_EVENTS)
+        #: set once a budget is reached: the round is cut and the run wraps up
+        self.exhausted = anyio.Event()
+        #: told the id of an agent that passed its timeout (a client stops its task)
+        self.timeout_listeners: list[Callable[[str], None]] = []
+        #: told once a budget is reached (the spawn gate then admits no new Agent call)
+        self.exhaust_listeners: list[Callable[[ExhaustReason], None]] = []
+        self._workflow_of: dict[str, str] = {}
+        self._session: str | None = None
+
+    # -- limits -------------------------------------------------------------------------
+    @property
+    def governed(self) -> bool:
+        """Whether any per-agent limit or budget is set (the ledger counts regardless)."""
+        limits = self.book.limits
+        return any(
+            v is not None
+            for v in (limits.agent_timeout_s, limits.token_budget, limits.request_budget)
+        )
+
+    @property
+    def exhaust_reason(self) -> ExhaustReason | None:
+        return self.book.exhausted
+
+    def set_wrap_point(self, wrap_at: float) -> None:
+        """A held workflow agent waits for a slot at most until the wrap-up point."""
+        self.book.hold_until = wrap_at
+
+    def wrapping(self) -> None:
+        """The wrap-up starts: its own lead request may spend the room kept for it."""
+        self.book.wrapping = True
+
+    def _exhausted(self, reason: ExhaustReason) -> None:
+        self.exhausted.set()
+        for listener in list(self.exhaust_listeners):
+            try:
+                listener(reason)
+            except Exception:
+                log.exception("a budget listener failed")
+
+    def _timed_out(self, agent_id: str) -> None:
+        for listener in list(self.timeout_listeners):
+            try:
+                listener(agent_id)
+            except Exception:
+                log.exception("an agent-timeout listener failed")
+
+    def _usage(self, session_id: str, agent_id: str, count: AgentCount) -> None:
+        self.events.append(
+            AgentUsage(
+                agent_id=agent_id,
+                kind=count.kind,
+                requests=count.requests,
+                input_tokens=count.input_tokens,
+                output_tokens=count.output_tokens,
+                unknown_usage=count.unknown_usage,
+                rate_limited=count.absorbed + count.passed,
+            )
+        )
+
+    def drain(self) -> list[AgentUsage]:
+        """The usage events since the last call, oldest first."""
+        out = list(self.events)
+        self.events.clear()
+        return out
+
+    # -- what the stream says -------------------------------------------------------------
+    def observe(self, events: Iterable[TrackedEvent], tracker: Tracker) -> None:
+        """Tell the ledger what ``events`` (one message's) say about the run's agents."""
+        book = self.book
+        for event in events:
+            if isinstance(event, TaskStarted) and event.task_type != "local_workflow":
+                book.agent_started(event.task_id)  # an Agent-tool task's id is its agent id
+            elif isinstance(event, TaskProgress) and event.workflow_agents:
+                for agent in event.workflow_agents:
+                    if agent.agent_id is None:
+                        continue
+                    self._workflow_of[agent.agent_id] = event.task_id
+                    if agent.state in ("done", "error"):
+                        book.agent_ended(agent.agent_id)
+                    else:
+                        book.agent_started(agent.agent_id)
+            elif isinstance(event, TaskEnded):
+                task = tracker.tasks.get(event.task_id)
+                if task is not None and task.is_workflow:
+                    for agent in task.workflow_agents.values():
+                        if agent.agent_id is not None:
+                            book.agent_ended(agent.agent_id)
+
+    def process_ended(self) -> None:
+        """The run's CLI exited: its agents ended with it."""
+        self.book.process_ended()
+
+    def close(self) -> None:
+        self.book.close()
+
+    def timed_out(self, agent_id: str) -> bool:
+        count = self.book.agent(agent_id)
+        return count is not None and count.timed_out
+
+    def missing_lines(self, tracker: Tracker) -> list[str]:
+        """What the resume prompt tells the lead about agents stopped at their timeout."""
+        seconds = self.policy.spawn.agent_timeout_s or 0
+        lines = []
+        for agent_id in self.book.timed_out:
+            task = tracker.tasks.get(agent_id)
+            name = (task.description if task is not None else "") or agent_id
+            lines.append(
+                f'agent "{name}" ran past its timeout of {seconds:g} s and was stopped: '
+                "go on with the other results"
+            )
+        return lines
+
+    # -- Finished.tasks -------------------------------------------------------------------
+    def rows(self, tracker: Tracker, rows: list[TaskDisposition]) -> list[TaskDisposition]:
+        """``rows`` with each task's usage, and a row for every agent of each workflow."""
+        out: list[TaskDisposition] = []
+        self._session = tracker.session_id
+        for row in rows:
+            task = tracker.tasks.get(row.id) if row.kind == "task" else None
+            if task is None:
+                out.append(row)
+                continue
+            out.append(self._task_row(row, task))
+            if task.is_workflow:
+                out += self._workflow_rows(row, task)
+        return out
+
+    def _usage_fields(self, agent_id: str | None, session_id: str | None) -> dict[str, object]:
+        if not agent_id:
+            return {}
+        # the run's own session first; a session the tracker did not see (a forked resume)
+        # still came on this run's relay path, so the agent's first session is this run's
+        count = self.book.agent(agent_id, session_id) or self.book.agent(agent_id)
+        if count is None:
+            return {}
+        fields: dict[str, object] = {
+            "tokens_in": count.input_tokens,
+            "tokens_out": count.output_tokens,
+            "requests": count.requests,
+        }
+        return fields
+
+    def _task_row(self, row: TaskDisposition, task: TaskInfo) -> TaskDisposition:
+        update: dict[str, object] = {"label": row.label or row.description}
+        if not task.is_workflow:
+            update.update(self._usage_fields(task.task_id, self._session))
+        if task.parent_task_id:
+            update["parent"] = task.parent_task_id
+        usage = task.usage or {}
+        tools = usage.get("tool_uses")
+        if isinstance(tools, int):
+            update["tool_uses"] = tools
+        elif task.tool_uses is not None:
+            update["tool_uses"] = task.tool_uses
+        duration = usage.get("duration_ms")
+        if isinstance(duration, (int, float)):
+            update["duration_s"] = round(duration / 1000, 3)
+        elif task.ended_at is not None:
+            update["duration_s"] = round(max(0.0, task.ended_at - task.started_at), 3)
+        if task.output_file:
+            update["transcript"] = task.output_file
+        if self.timed_out(task.task_id):
+            update["status"] = "timeout"
+            update["disposition"] = "failed"
+            seconds = self.policy.spawn.agent_timeout_s or 0
+            update["reason"] = f"ran past its timeout of {seconds:g} s and was stopped"
+        return row.model_copy(update=update)
+
+    def _workflow_rows(self, parent: TaskDisposition, task: TaskInfo) -> list[TaskDisposition]:
+        rows: list[TaskDisposition] = []
+        for index in sorted(task.workflow_agents):
+            agent = task.workflow_agents[index]
+            status: TaskState = _agent_status(agent.state, agent.cached, task)
+            if agent.agent_id is not None and self.timed_out(agent.agent_id):
+                status = "timeout"
+            disposition: Disposition = "failed" if status in _FAILED else parent.disposition
+            if disposition == "not_run":
+                disposition = "missing"
+            fields = self._usage_fields(agent.agent_id, self._session)
+            reason = redact(agent.error) if agent.error else None
+            rows.append(
+                TaskDisposition(
+                    id=agent.agent_id or f"{task.task_id}#{index}",
+                    kind="workflow_agent",
+                    description=redact(agent.label),
+                    status=status,
+                    disposition=disposition,
+                    source=parent.source,
+                    reason=reason,
+                    parent=task.task_id,
+                    label=redact(agent.label),
+                    tokens_in=_int_or_none(fields.get("tokens_in")),
+                    tokens_out=_int_or_none(fields.get("tokens_out")),
+                    requests=_int_or_none(fields.get("requests")),
+                    tool_uses=agent.tool_calls,
+                    duration_s=round(agent.duration_ms / 1000, 3)
+                    if agent.duration_ms is not None
+                    else None,
+                )
+            )
+        return rows
+
+
+def _int_or_none(value: object) -> int | None:
+    return value if isinstance(value, int) else None
+
+
+def _agent_status(state: str, cached: bool, workflow: TaskInfo) -> TaskState:
+    """A workflow agent's row status from its last state and its workflow's (an agent that
+    never ended is ``stopped`` with a stopped workflow, else ``lost``)."""
+    if state == "done":
+        return "cached" if cached else "completed"
+    if state == "error":
+        return "failed"
+    return "stopped" if workflow.status in ("stopped", "killed") else "lost"

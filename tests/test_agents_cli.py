@@ -1,0 +1,309 @@
+"""Every agent accounted for and governed, on the real CLI offline (issue 18).
+
+The scripted server sends usage on every reply and records each request's headers, so a
+test can say what every agent was sent and how many agents had a request in flight at once
+(:meth:`ScriptedServer.max_concurrent_agents`). Workflow agents are told apart by their
+prompt (``WFJOB``), Agent-tool agents by the prompt their Agent call gave them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import teamlead
+from teamlead.events import AgentUsage, Finished
+from teamlead.policy import SpawnPolicy
+from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing.replies import ToolUse
+from teamlead.testing.scripts import finding_text, findings_in, synthesize
+
+from .conftest import OfflineFactory
+
+pytestmark = [pytest.mark.anyio, pytest.mark.cli]
+
+
+def workflow_script(labels: list[str]) -> str:
+    keys = ", ".join(f"'{label}'" for label in labels)
+    return (
+        "export const meta = { name: 'scan', description: 'scan workflow', "
+        "phases: [{ title: 'Scan' }] }\n"
+        f"const r = await parallel([{keys}].map(k => () => agent(`WFJOB ${{k}}`, "
+        "{ label: `wf:${k}`, phase: 'Scan' })))\n"
+        "return { r }\n"
+    )
+
+
+class Mixed:
+    """The lead's first message: Agent calls plus (optionally) one workflow; then it
+    synthesizes. ``hang`` names an agent whose request the server holds open; ``inputs``
+    sets the input tokens an agent's replies report."""
+
+    def __init__(
+        self,
+        agents: list[str],
+        workflow: list[str] | None = None,
+        *,
+        delay: float = 1.0,
+        hang: str | None = None,
+        inputs: dict[str, int] | None = None,
+        answers: dict[str, str] | None = None,
+        wrap_from_last: bool = False,
+    ) -> None:
+        self.agents = agents
+        self.workflow = workflow or []
+        self.delay = delay
+        self.hang = hang
+        self.inputs = inputs or {}
+        self.answers = answers or {}
+        self.wrap_from_last = wrap_from_last
+
+    def _answer(self, name: str) -> Reply:
+        if name == self.hang:
+            return Reply.text(finding_text(name), delay=600)  # held open until cut
+        text = self.answers.get(name, finding_text(name))
+        return Reply(content=text, delay=self.delay, input_tokens=self.inputs.get(name, 20))
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        first = req.first_user_text
+        for label in self.workflow:
+            if f"WFJOB {label}" in first:
+                return self._answer(label)
+        if req.role == "subagent" and req.agent is not None:
+            return self._answer(req.agent.description)
+        if self.wrap_from_last and "tools are disabled" in req.last_user_text:
+            labels = findings_in(req.last_user_text)  # only what the wrap-up prompt quotes
+            return Reply.text("FINAL: " + "; ".join(f"FINDING[{x}]" for x in labels))
+        if req.role != "lead":
+            return Reply.text("ok")
+        if req.assistant_turns == 0:
+            calls: list[Any] = [
+                AgentCall(description=name, prompt=f"AGENTJOB {name}") for name in self.agents
+            ]
+            if self.workflow:
+                calls.append(
+                    ToolUse(
+                        id="toolu_workflow_1",
+                        name="Workflow",
+                        input={"script": workflow_script(self.workflow)},
+                    )
+                )
+            return Reply.tools(*calls)
+        return synthesize(req)
+
+
+def whole_file(path: Path) -> tuple[str, int]:
+    return path.read_text(), stat.S_IMODE(path.stat().st_mode)
+
+
+async def run(options: Any, policy: teamlead.Policy, limit_s: float = 150) -> list[Any]:
+    with anyio.fail_after(limit_s):
+        return [item async for item in teamlead.query("Investigate.", options, policy=policy)]
+
+
+def finished(items: list[Any]) -> Finished:
+    done = items[-1]
+    assert isinstance(done, Finished)
+    return done
+
+
+def sent_usage(server: ScriptedServer) -> dict[str, tuple[int, int]]:
+    """Input and output tokens the server reported, per agent id."""
+    totals: dict[str, tuple[int, int]] = {}
+    for rec in server.recorded():
+        if rec.agent_id is None or rec.reply is None or rec.status != 200:
+            continue
+        inp, out = totals.get(rec.agent_id, (0, 0))
+        totals[rec.agent_id] = (
+            inp + rec.reply.input_tokens,
+            out + rec.reply.resolved_output_tokens,
+        )
+    return totals
+
+
+async def test_usage_per_agent_matches_what_the_server_sent(offline: OfflineFactory) -> None:
+    script = Mixed(["alpha", "beta"], ["w1", "w2"], inputs={"alpha": 111, "beta": 222, "w1": 7})
+    server, claude = offline(script)
+    items = await run(claude.options(), teamlead.Policy(wait_s=5, deadline_s=150))
+    done = finished(items)
+    sent = sent_usage(server)
+    rows = {row.id: row for row in done.tasks}
+    agents = [r for r in done.tasks if r.kind in ("task", "workflow_agent") and r.requests]
+    assert {r.label for r in agents} >= {"alpha", "beta", "wf:w1", "wf:w2"}
+    for agent_id, (inp, out) in sent.items():
+        row = rows[agent_id]
+        assert (row.tokens_in, row.tokens_out) == (inp, out), row
+        assert row.requests == sum(1 for r in server.recorded() if r.agent_id == agent_id)
+    assert rows[next(k for k, r in rows.items() if r.label == "alpha")].tokens_in == 111
+    workflow_rows = [r for r in done.tasks if r.kind == "workflow_agent"]
+    assert {r.label for r in workflow_rows} == {"wf:w1", "wf:w2"}
+    assert all(r.parent and r.status == "completed" for r in workflow_rows)
+    # the NDJSON stream carried the usage as it grew
+    grown = [i for i in items if isinstance(i, AgentUsage) and i.agent_id in sent]
+    assert {i.agent_id for i in grown} == set(sent)
+    assert done.status == "completed", done.reasons
+
+
+@pytest.mark.slow
+async def test_the_cap_counts_agent_calls_and_workflow_agents_together(
+    offline: OfflineFactory,
+) -> None:
+    script = Mixed(["a1", "a2", "a3", "a4"], ["w1", "w2", "w3", "w4"], delay=1.5)
+    server, claude = offline(script)
+    env = {"CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS": "8"}  # the user's, above the cap
+    options = claude.options()
+    options = type(options)(**{**options.__dict__, "env": {**options.env, **env}})
+    policy = teamlead.Policy(wait_s=5, deadline_s=150, spawn=SpawnPolicy(max_concurrent_agents=3))
+    done = finished(await run(options, policy))
+    assert server.max_concurrent_agents() <= 3
+    labels = set(findings_in(done.result or ""))
+    assert {"a1", "a2", "a3", "a4"} <= labels, done.result
+    rows = [r for r in done.tasks if r.kind == "workflow_agent"]
+    assert sorted(r.status for r in rows) == ["completed"] * 4
+    assert done.status == "completed", done.reasons
+
+
+async def test_a_hung_agent_ends_at_its_timeout_and_the_run_goes_on(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(Mixed(["quick", "stuck"], delay=0.5, hang="stuck"))
+    policy = teamlead.Policy(wait_s=5, deadline_s=300, spawn=SpawnPolicy(agent_timeout_s=4))
+    done = finished(await run(claude.options(), policy, limit_s=120))  # held open for 600 s
+    rows = {r.label: r for r in done.tasks if r.kind == "task"}
+    assert rows["stuck"].status == "timeout"
+    assert rows["quick"].status == "completed"
+    assert done.status == "partial"
+    assert "quick" in findings_in(done.result or "")
+    # the lead was told which agent timed out, and to go on with the rest
+    told = [
+        r for r in server.recorded("lead") if "ran past its timeout of 4 s" in r.request.all_text
+    ]
+    assert told and "go on with the other" in told[-1].request.all_text
+
+
+async def test_a_hung_agent_ends_at_its_timeout_on_a_client(offline: OfflineFactory) -> None:
+    from claude_agent_sdk import ClaudeSDKClient
+
+    server, claude = offline(Mixed(["quick", "stuck"], delay=0.5, hang="stuck"))
+    policy = teamlead.Policy(wait_s=5, deadline_s=300, spawn=SpawnPolicy(agent_timeout_s=4))
+    items: list[Any] = []
+    with anyio.fail_after(120):  # the stuck request is held open for 600 s
+        async with (
+            teamlead.ClientRun(claude.options(), policy) as run,
+            ClaudeSDKClient(options=run.options) as client,
+        ):
+            await client.query("Investigate.")
+            async for item in teamlead.receive_all(client, run):
+                items.append(item)
+    done = finished(items)
+    rows = {r.label: r for r in done.tasks if r.kind == "task"}
+    assert rows["stuck"].status == "timeout" and rows["quick"].status == "completed"
+    assert done.status == "partial"
+    assert "quick" in findings_in(done.result or "")
+
+
+@pytest.mark.slow
+async def test_a_hung_workflow_agent_ends_at_its_timeout(offline: OfflineFactory) -> None:
+    server, claude = offline(Mixed([], ["w1", "w2"], delay=0.5, hang="w2"))
+    policy = teamlead.Policy(wait_s=5, deadline_s=300, spawn=SpawnPolicy(agent_timeout_s=4))
+    done = finished(await run(claude.options(), policy, limit_s=120))
+    rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
+    assert rows["wf:w2"].status == "timeout" and rows["wf:w1"].status == "completed"
+    assert done.status == "partial"
+
+
+async def test_a_30000_character_result_keeps_its_tail_on_the_real_cli(
+    offline: OfflineFactory,
+) -> None:
+    long = "x" * 30_000 + " " + finding_text("deep") + " THE-END"
+    script = Mixed(["deep"], delay=0.5, answers={"deep": long})
+    failed: list[int] = []
+
+    def flaky(req: ScriptedRequest) -> Reply:
+        # the synthesis turn after the notification fails once: teamlead quotes the result
+        text = req.last_user_text
+        if req.role == "lead" and "task-notification" in text and "<teamlead-results" not in text:
+            failed.append(1)
+            return Reply.error(400, message="synthesis failed")
+        return script(req)
+
+    server, claude = offline(flaky)
+    done = finished(await run(claude.options(), teamlead.Policy(wait_s=5, deadline_s=150)))
+    resumed = [
+        r for r in server.recorded("lead") if "<teamlead-results" in r.request.last_user_text
+    ]
+    assert failed and resumed, "teamlead never quoted the result"
+    prompt = resumed[0].request.last_user_text
+    assert "THE-END" in prompt and "characters cut here" in prompt
+    row = next(r for r in done.tasks if r.label == "deep")
+    assert row.result_file is not None and row.result_file in prompt
+    assert whole_file(Path(row.result_file)) == (long, 0o600)  # the whole result, private
+
+
+async def test_a_token_budget_stops_the_fan_out_and_wraps_up(offline: OfflineFactory) -> None:
+    script = Mixed(["cheap", "slow"], delay=0.5, inputs={"cheap": 5000}, wrap_from_last=True)
+    script.answers = {}
+    server, claude = offline(script)
+    original = script._answer
+
+    def answer(name: str) -> Reply:
+        reply = original(name)
+        if name == "slow":
+            return Reply(content=finding_text(name), delay=60)
+        return reply
+
+    script._answer = answer  # type: ignore[method-assign]
+    policy = teamlead.Policy(wait_s=5, deadline_s=200, token_budget=4000)
+    done = finished(await run(claude.options(), policy, limit_s=120))
+    assert done.reason == "token_budget", done.reasons
+    assert done.status == "partial"
+    assert "cheap" in findings_in(done.result or "")
+    rows = {r.label: r for r in done.tasks if r.kind == "task"}
+    assert rows["slow"].status in ("stopped", "killed", "lost")
+
+
+@pytest.mark.slow
+async def test_the_deadline_wrap_up_answer_carries_the_earlier_finished_result(
+    offline: OfflineFactory,
+) -> None:
+    script = Mixed(["fast", "slow"], delay=1.0, hang="slow", wrap_from_last=True)
+    server, claude = offline(script)
+    policy = teamlead.Policy(wait_s=2, deadline_s=14)
+    done = finished(await run(claude.options(), policy, limit_s=90))
+    assert done.reason == "deadline", done.reasons
+    # the final answer came from the wrap-up prompt alone, and it quotes the quick finding
+    assert done.result is not None and done.result.startswith("FINAL:")
+    assert "fast" in findings_in(done.result)
+    wrap = [r for r in server.recorded() if "tools are disabled" in r.request.last_user_text]
+    assert wrap and "replaces every earlier reply" in wrap[-1].request.last_user_text
+
+
+def test_ask_json_streams_agent_usage_and_rows_per_agent(tmp_path: Path) -> None:
+    with ScriptedServer(Mixed(["alpha", "beta"], inputs={"alpha": 300})) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        env = {**os.environ, **claude.env, "TEAMLEAD_AGENT_TIMEOUT": "120"}
+        proc = subprocess.run(
+            [sys.executable, "-m", "teamlead", "ask", "Investigate.", "--json"],
+            env=env,
+            cwd=claude.cwd,
+            capture_output=True,
+            text=True,
+            timeout=150,
+        )
+        sent = sent_usage(server)
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    usage = [r for r in lines if r["type"] == "agent_usage"]
+    assert {r["agent_id"] for r in usage} >= set(sent)
+    assert all(r["version"] == 2 for r in usage)
+    finished_line = lines[-1]
+    rows = {r["label"]: r for r in finished_line["tasks"] if r["kind"] == "task"}
+    assert rows["alpha"]["tokens_in"] == 300 and rows["alpha"]["requests"] >= 1
