@@ -188,7 +188,7 @@ def test_the_variables_without_the_extra_warn_once_and_the_run_goes_on() -> None
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.split() == ["completed", "completed"]
     warnings = [line for line in proc.stderr.splitlines() if "OpenTelemetry" in line]
-    assert len(warnings) == 1 and "teamlead[otel]" in warnings[0], proc.stderr
+    assert len(warnings) == 1 and "[otel]" in warnings[0], proc.stderr
 
 
 def test_an_apps_own_tracer_provider_gets_the_runs_spans(receiver: OtlpReceiver) -> None:

@@ -16,7 +16,7 @@ Every call is bounded (``timeout_s`` to connect and to answer, no retries), so a
 unreachable or failing Redis costs at most that once: it raises
 :class:`~teamlead._governor.account.AccountError`, and the caller warns in one line and
 goes on with this machine's store. ``redis`` (redis-py) is an optional dependency
-(``pip install 'teamlead[redis]'``), imported when a Redis account is first made.
+(``pip install -e '.[redis]'`` from the checkout), imported when a Redis account is first made.
 """
 
 from __future__ import annotations
@@ -143,7 +143,7 @@ class RedisAccount:
             from redis.retry import Retry
         except ImportError:
             raise AccountError(
-                "Redis limits need redis-py: pip install 'teamlead[redis]'"
+                "Redis limits need redis-py: pip install -e '.[redis]' in the teamlead checkout"
             ) from None
         self.url = url
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)

@@ -160,7 +160,7 @@ def _own_telemetry(env: Mapping[str, str], traces: bool, metrics: bool) -> Telem
             _own_failed = True
             log.warning(
                 "OpenTelemetry export is asked for (OTEL_*) but not installed (%s): "
-                "pip install 'teamlead[otel]'",
+                "pip install -e '.[otel]' in the teamlead checkout",
                 exc.name or exc,
             )
         except _Unsupported as exc:

@@ -16,13 +16,15 @@ from ..stats.comparisons import Comparison
 from ..stats.explain import confidence_label
 from .report import GradingSummary, Report
 
-__all__ = ["fold_notes", "grading_lines", "headline", "scripted_banner", "sig"]
+__all__ = ["fold_notes", "grading_lines", "headline", "number", "scripted_banner", "sig"]
 
 _MONEY_METRICS = ("cost_usd",)
 _REASONS_SHOWN = 5  # most frequent first; a real model's replies make many distinct ones
 
 
-def _fmt(value: float | None, digits: int = 3) -> str:
+def number(value: float | None, digits: int = 3) -> str:
+    """A number as the reports print it: ``n/a`` for none, ``digits`` decimals (one from
+    100 up), significant digits for the very large and very small."""
     if value is None:
         return "n/a"
     if value == 0:
@@ -37,11 +39,11 @@ def _fmt(value: float | None, digits: int = 3) -> str:
 def _fmt_p(value: float | None) -> str:
     if value is None:
         return "n/a"
-    return "< 0.0001" if value < 1e-4 else f"= {_fmt(value, 4)}"
+    return "< 0.0001" if value < 1e-4 else f"= {number(value, 4)}"
 
 
 def _interval(low: float | None, high: float | None) -> str:
-    return f"[{_fmt(low)}, {_fmt(high)}]"
+    return f"[{number(low)}, {number(high)}]"
 
 
 def sig(value: float | None, digits: int = 3) -> str:
@@ -63,15 +65,15 @@ def sig(value: float | None, digits: int = 3) -> str:
 
 
 def _value(c: Comparison, value: float | None) -> str:
-    return sig(value) if c.metric in _MONEY_METRICS else _fmt(value)
+    return sig(value) if c.metric in _MONEY_METRICS else number(value)
 
 
 def _effect(c: Comparison) -> str:
     if c.diff is None:
         return "n/a"
     if c.scale == "ratio":
-        return f"{_fmt(c.diff)}x"
-    return ("+" if c.diff > 0 else "") + _fmt(c.diff)
+        return f"{number(c.diff)}x"
+    return ("+" if c.diff > 0 else "") + number(c.diff)
 
 
 def headline(c: Comparison, alpha: float) -> str:
@@ -100,7 +102,7 @@ def headline(c: Comparison, alpha: float) -> str:
         text = f"{c.variant} is {c.verdict} than {c.control} {where}: {values}, {numbers}."
     else:
         if c.mde is not None:
-            reach = f"the smallest effect this design detects (MDE) is {_fmt(c.mde)}{unit}"
+            reach = f"the smallest effect this design detects (MDE) is {number(c.mde)}{unit}"
         else:
             reach = (c.mde_note or "no minimum detectable effect").rstrip(".")
         text = (

@@ -1,6 +1,6 @@
 """PNG distribution plots of a report, one file per metric with every variant side by side.
 
-matplotlib is optional (``pip install 'teamlead[plots]'``) and imported only here, on
+matplotlib is optional (``pip install -e '.[plots]'`` from the checkout) and imported only here, on
 first use. Figures are drawn on the Agg canvas directly, never through pyplot, so no
 window or global state is involved and threads are safe.
 
@@ -44,7 +44,8 @@ def require_matplotlib() -> None:
         import matplotlib  # noqa: F401
     except ImportError:
         raise UsageError(
-            "plots need matplotlib: pip install 'teamlead[plots]' (or pass plots=False)"
+            "plots need matplotlib: pip install -e '.[plots]' in the teamlead checkout "
+            "(or pass plots=False)"
         ) from None
 
 

@@ -15,21 +15,10 @@ from pathlib import Path
 
 from ..stats.explain import confidence_label, rule_text
 from .headline import fold_notes, grading_lines, headline, scripted_banner, sig
+from .headline import number as _fmt
 from .report import MeanSummary, RateSummary, Report, why_lines
 
 __all__ = ["render_json", "render_markdown", "write_report"]
-
-
-def _fmt(value: float | None, digits: int = 3) -> str:
-    if value is None:
-        return "n/a"
-    if value == 0:
-        return "0"
-    if abs(value) >= 1e6 or abs(value) < 10**-digits:
-        return f"{value:.{digits}g}"
-    if abs(value) >= 100:
-        digits = 1
-    return f"{value:,.{digits}f}".rstrip("0").rstrip(".")
 
 
 def _fmt_p(value: float | None) -> str:

@@ -19,7 +19,8 @@ inside the limits are each process's monotonic clock, so they cross the actor as
 time. The actor also counts executions of each trial token, so a re-executed task gets a
 fresh CLI session id instead of colliding with the dead one's.
 
-Ray is an optional dependency (``pip install 'teamlead[ray]'``), imported on first use.
+Ray is an optional dependency (``pip install -e '.[ray]'`` from the checkout), imported on
+first use.
 :func:`~teamlead.experiment.running.ray_cluster.ray_session` (re-exported here) connects to
 ``RAY_ADDRESS``, or starts a local Ray instance for the run and shuts it down after.
 """

@@ -165,7 +165,9 @@ def ray_session(address: str | None = None, *, num_cpus: int | None = None) -> I
     try:
         import ray
     except ImportError:
-        raise UsageError("the ray backend needs Ray: pip install 'teamlead[ray]'") from None
+        raise UsageError(
+            "the ray backend needs Ray: pip install -e '.[ray]' in the teamlead checkout"
+        ) from None
     if ray.is_initialized():
         yield
         return
