@@ -50,7 +50,7 @@ from teamlead.testing.scripted_server import sse_events
 
 MODEL = "claude-opus-5-5"
 _END = b"\r\n0\r\n\r\n"  # a data chunk's CRLF, then the last-chunk marker
-_MESSAGE_ID = re.compile(rb"msg_[0-9a-z]{24}")
+_MESSAGE_ID = re.compile(rb"msg_scripted_[0-9a-f]{24}")  # the scripted server marks its ids
 
 _TEXT = (
     "I checked the three modules you named. The parser accepts every fixture in the suite, "
@@ -120,7 +120,7 @@ class Payload:
 def build_payload() -> Payload:
     events = [
         f"event: {name}\ndata: {json.dumps(data)}\n\n".encode()
-        for name, data in sse_events(REPLY, MODEL, "msg_" + "0" * 24)
+        for name, data in sse_events(REPLY, MODEL, "msg_scripted_" + "0" * 24)
     ]
     wire = b"".join(b"%x\r\n%s\r\n" % (len(e), e) for e in events) + b"0\r\n\r\n"
     body = json.dumps(REQUEST_BODY).encode()
@@ -235,7 +235,7 @@ class Samples:
 
 
 def _check(response: bytes, payload: Payload) -> None:
-    body = _MESSAGE_ID.sub(b"msg_" + b"0" * 24, dechunk(response))
+    body = _MESSAGE_ID.sub(b"msg_scripted_" + b"0" * 24, dechunk(response))
     if body != payload.sse:
         raise SystemExit("FAILED: a reply's SSE body differs from the expected payload")
 

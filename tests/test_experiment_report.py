@@ -221,7 +221,7 @@ def test_without_matplotlib_plots_ask_for_the_extra(
     report: Report, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # makes `import matplotlib` fail
-    with pytest.raises(UsageError, match=r"teamlead\[plots\]"):
+    with pytest.raises(UsageError, match=r"\.\[plots\]"):
         write_report(tmp_path / "out", report)
     assert not (tmp_path / "out").exists()  # nothing half-written
     written = write_report(tmp_path / "out", report, plots=False)

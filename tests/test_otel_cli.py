@@ -219,8 +219,8 @@ def test_a_stalled_collector_never_holds_the_run_past_the_exit_flush(tmp_path: P
 EXPERIMENT_RUN = """
 import sys, anyio
 from pathlib import Path
-from teamlead.experiment.runner import run_experiment
-from teamlead.experiment.spec import parse_spec
+from teamlead.experiment.running.runner import run_experiment
+from teamlead.experiment.specs.spec import parse_spec
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, ToolUse
 from teamlead.testing.scripts import FanOut
 
@@ -355,11 +355,10 @@ from teamlead.testing import OfflineClaude
 async def main():
     claude = OfflineClaude(sys.argv[1], state_dir=sys.argv[2])
     policy = teamlead.Policy(wait_s=5)
-    options = teamlead.prepare_options(claude.options(), policy, client=True)
-    async with teamlead.relay_for(options, policy) as options:
-        async with ClaudeSDKClient(options=options) as client:
+    async with teamlead.ClientRun(claude.options(), policy) as run:
+        async with ClaudeSDKClient(options=run.options) as client:
             await client.query("Investigate.")
-            async for item in teamlead.receive_all(client, policy=policy):
+            async for item in teamlead.receive_all(client, run):
                 if isinstance(item, teamlead.Finished):
                     return item  # an app that stops reading at Finished
 

@@ -25,7 +25,7 @@ _REASONS_SHOWN = 5  # most frequent first; a real model's replies make many dist
 def number(value: float | None, digits: int = 3) -> str:
     """A number as the reports print it: ``n/a`` for none, ``digits`` decimals (one from
     100 up), significant digits for the very large and very small."""
-    if value is None:
+    if value is None or not math.isfinite(value):
         return "n/a"
     if value == 0:
         return "0"

@@ -23,7 +23,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from ..specs.records import TrialRecord, latest_records
 from ..stats.explain import confidence_label, rule_text
-from .headline import fold_notes, grading_lines, headline, scripted_banner, sig
+from .headline import fold_notes, grading_lines, headline, number, scripted_banner, sig
 from .render import mde_cell
 from .report import MeanSummary, RateSummary, Report, why_lines
 from .svg import interval_glyph, rate_chart
@@ -86,16 +86,11 @@ _CSP = (
 )
 
 
+_num = number
+
+
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
-
-
-def _num(value: float | None, digits: int = 3) -> str:
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    if value != 0 and (abs(value) >= 1e6 or abs(value) < 10**-digits):
-        return f"{value:.{digits}g}"
-    return f"{value:,.{digits if abs(value) < 100 else 1}f}".rstrip("0").rstrip(".")
 
 
 def _sort_key(value: float | None) -> str:

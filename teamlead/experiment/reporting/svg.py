@@ -11,21 +11,16 @@ import html
 import math
 
 from ..stats.comparisons import Comparison
+from .headline import number
 from .report import RateSummary, Report
 
 __all__ = ["interval_glyph", "rate_chart"]
 
+_num = number
+
 
 def _e(text: object) -> str:
     return html.escape(str(text), quote=True)
-
-
-def _num(value: float | None, digits: int = 3) -> str:
-    if value is None or not math.isfinite(value):
-        return "n/a"
-    if value != 0 and (abs(value) >= 1e6 or abs(value) < 10**-digits):
-        return f"{value:.{digits}g}"
-    return f"{value:,.{digits if abs(value) < 100 else 1}f}".rstrip("0").rstrip(".")
 
 
 def _interval(low: float | None, high: float | None) -> str:
