@@ -46,11 +46,13 @@ def _rejected(server: ScriptedServer) -> collections.Counter[str]:
 
 
 def _most_accepted_at_once(server: ScriptedServer) -> int:
-    """The most subagent requests the upstream was answering (not rejecting) at one time."""
+    """The most subagent requests the upstream was answering (not rejecting) at one time,
+    each from its arrival until it gave its place under the limit back (a moment before its
+    last write: a next request may take the place while the last bytes still go out)."""
     points = []
     for rec in server.recorded("subagent"):
         if rec.status == 200 and rec.finished is not None:
-            points += [(rec.started, 1), (rec.finished, -1)]
+            points += [(rec.started, 1), (rec.released or rec.finished, -1)]
     best = cur = 0
     for _, step in sorted(points, key=lambda p: (p[0], p[1])):
         cur += step

@@ -22,8 +22,10 @@ class RecordedRequest:
     """One request as the server saw and answered it.
 
     ``started``/``finished`` are ``time.monotonic()`` readings, so overlapping intervals
-    prove that two streams were in flight at once. ``headers`` are the HTTP request
-    headers as received (names as the client spelled them).
+    prove that two streams were in flight at once. ``released`` is when the request gave
+    back its place under the emulated account limit (just before its last write, so it may
+    come a moment before ``finished``). ``headers`` are the HTTP request headers as received
+    (names as the client spelled them).
     """
 
     request: ScriptedRequest
@@ -33,6 +35,7 @@ class RecordedRequest:
     reply: Reply | None = None
     error: str | None = None
     headers: list[tuple[str, str]] = field(default_factory=list)
+    released: float | None = None
 
     @property
     def role(self) -> Role:

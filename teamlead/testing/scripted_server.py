@@ -331,6 +331,7 @@ class ScriptedServer:
                 released = True
                 with self._lock:
                     self._limited_in_flight -= 1
+                    record.released = time.monotonic()
 
         try:
             if over_limit:
