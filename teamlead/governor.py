@@ -76,7 +76,7 @@ import anyio.lowlevel
 
 from ._governor import aimd
 from ._governor.account import Account, Bounds, Lease, ProcessAccount
-from ._governor.policy import BucketState, GovernorPolicy, bucket_key, check_seconds
+from ._governor.knobs import BucketState, GovernorPolicy, bucket_key, check_seconds
 from ._governor.ratelimit_headers import pace_pause, read_windows
 from ._governor.retry_after import parse_retry_after, retry_after_from_headers
 from ._governor.store import LimitStore

@@ -176,21 +176,15 @@ def test_experiment_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "no trials.jsonl" in result.output
 
 
-def test_experiment_report_cli_json_and_markdown(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import functools
-
+def test_experiment_report_cli_json_and_markdown(tmp_path: Path) -> None:
     import numpy as np
 
-    from teamlead._cli import progress
     from teamlead.experiment.specs.records import append_record
     from teamlead.experiment.specs.synthetic import synthetic_records
 
     # The command's wiring is under test, not the statistics (tests/test_experiment_stats.py):
-    # the same build_report with fewer relabelings and MDE simulations, a tenth of the time.
-    quick = functools.partial(progress.build_report, n_permutations=500, mde_simulations=100)
-    monkeypatch.setattr(progress, "build_report", quick)
+    # fewer relabelings and MDE simulations, a tenth of the time.
+    quick = ["--permutations", "500", "--mde-simulations", "100"]
 
     out = tmp_path / "out"
     out.mkdir()
@@ -201,10 +195,13 @@ def test_experiment_report_cli_json_and_markdown(
         append_record(out / "trials.jsonl", record)
     (out / "experiment.json").write_text(json.dumps({"version": 1, "control": "baseline"}))
     runner = CliRunner()
-    as_json = runner.invoke(main, ["experiment", "report", str(out), "--json", "--no-plots"])
+    as_json = runner.invoke(
+        main, ["experiment", "report", str(out), "--json", "--no-plots", *quick]
+    )
     assert as_json.exit_code == 0, as_json.output
     data = json.loads(as_json.output)
     assert set(data["variants"]) == {"baseline", "delegation"}
+    assert "100 experiments" in json.dumps(data)  # the sizes asked for reached the statistics
     assert {
         "variant",
         "control",
@@ -217,15 +214,18 @@ def test_experiment_report_cli_json_and_markdown(
         "verdict",
     } <= set(data["comparisons"][0])
     env = {"TEAMLEAD_JSON": "1", "TEAMLEAD_NO_PLOTS": "1", "TEAMLEAD_SEED": "0"}
+    env |= {"TEAMLEAD_PERMUTATIONS": "500", "TEAMLEAD_MDE_SIMULATIONS": "100"}
     from_env = runner.invoke(main, ["experiment", "report", str(out)], env=env)
     assert from_env.exit_code == 0 and json.loads(from_env.output) == data
     # TEAMLEAD_OUT names `experiment run`'s directory too: here it is refused, not overwritten
     to_a_dir = runner.invoke(
-        main, ["experiment", "report", str(out)], env={"TEAMLEAD_OUT": str(out)}
+        main, ["experiment", "report", str(out), *quick], env={"TEAMLEAD_OUT": str(out)}
     )
     assert to_a_dir.exit_code == 2 and "'--out'" in to_a_dir.output
     assert "is a directory" in to_a_dir.output and (out / "trials.jsonl").exists()
-    md = runner.invoke(main, ["experiment", "report", str(out), "--out", str(tmp_path / "r.md")])
+    md = runner.invoke(
+        main, ["experiment", "report", str(out), "--out", str(tmp_path / "r.md"), *quick]
+    )
     assert md.exit_code == 0 and "| delegation | parallel |" in md.output
     assert (tmp_path / "r.md").read_text().startswith("# Experiment report")
     assert list(out.glob("*.png"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -162,8 +163,16 @@ def test_the_scripted_server_refuses_a_bad_header_timing() -> None:
 def test_teamlead_relay_prints_its_url_first_forwards_and_closes_on_sigterm(
     tmp_path: Path,
 ) -> None:
+    with socket.socket() as probe:  # a port free a moment ago: the relay is told to take it
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
     with ScriptedServer(lambda req: Reply.text("relayed", delay=0)) as server:
-        env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path), "PYTHONPATH": str(ROOT)}
+        env = {
+            **os.environ,
+            "XDG_CACHE_HOME": str(tmp_path),
+            "PYTHONPATH": str(ROOT),
+            "TEAMLEAD_RELAY_PORT": str(port),  # every option also reads its variable
+        }
         relay = subprocess.Popen(
             [sys.executable, "-m", "teamlead", "relay", "--upstream", server.base_url],
             env=env,
@@ -175,6 +184,7 @@ def test_teamlead_relay_prints_its_url_first_forwards_and_closes_on_sigterm(
             assert relay.stdout is not None
             name, _, base_url = relay.stdout.readline().strip().partition("=")
             assert name == "ANTHROPIC_BASE_URL"
+            assert base_url.startswith(f"http://127.0.0.1:{port}/")
             reply = httpx2.post(
                 f"{base_url}/v1/messages",
                 json={

@@ -533,11 +533,19 @@ async def test_concurrent_runs_share_one_relay_and_one_governor(
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
 
 
-async def test_a_relay_that_cannot_start_is_a_relay_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    def refuse(*args: object, **kwargs: object) -> None:
-        raise OSError(98, "Address already in use")
+async def test_a_relay_that_cannot_start_is_a_relay_error() -> None:
+    with socket.socket() as taken:  # the port the relay is asked for is someone else's
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(RelayError, match=f"cannot listen on 127.0.0.1:{port}: "):
+            async with start_relay("http://127.0.0.1:9", config=RelayConfig(port=port)):
+                pass
 
-    monkeypatch.setattr(socket.socket, "bind", refuse)
-    with pytest.raises(RelayError, match="cannot listen on 127.0.0.1"):
-        async with start_relay("http://127.0.0.1:9"):
-            pass
+
+async def test_a_relay_listens_on_the_port_it_is_given() -> None:
+    with socket.socket() as probe:  # a port free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with start_relay("http://127.0.0.1:9", config=RelayConfig(port=port)) as relay:
+        assert relay.port == port and relay.base_url.startswith(f"http://127.0.0.1:{port}/")

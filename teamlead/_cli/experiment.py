@@ -136,6 +136,20 @@ def experiment_run(
 )
 @option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @option(
+    "--permutations",
+    type=click.IntRange(100, 1_000_000),
+    default=10_000,
+    show_default=True,
+    help="Relabelings per permutation test: fewer is faster and coarser.",
+)
+@option(
+    "--mde-simulations",
+    type=click.IntRange(20, 100_000),
+    default=400,
+    show_default=True,
+    help="Simulated experiments per minimum detectable effect: fewer is faster and coarser.",
+)
+@option(
     "--html",
     "html_file",
     type=click.Path(dir_okay=False),
@@ -149,6 +163,8 @@ def experiment_report(
     control: str | None,
     seed: int,
     no_plots: bool,
+    permutations: int,
+    mde_simulations: int,
     html_file: str | None,
 ) -> None:
     """Statistics for the trials in DIR: rates, paired comparisons, verdicts, plots.
@@ -166,6 +182,8 @@ def experiment_report(
         json_=json_,
         plots=not no_plots,
         html=Path(html_file) if html_file else None,
+        permutations=permutations,
+        mde_simulations=mde_simulations,
     )
     for warning in warnings:
         click.echo(f"teamlead: warning: {warning}", err=True)

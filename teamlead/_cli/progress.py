@@ -168,8 +168,13 @@ def report_for(
     json_: bool,
     plots: bool,
     html: Path | None = None,
+    permutations: int = 10_000,
+    mde_simulations: int = 400,
 ) -> tuple[Report, str, list[str]]:
     """Build the report of ``out_dir``; returns (report, text to print, warnings).
+
+    ``permutations`` and ``mde_simulations`` size the permutation tests and the simulated
+    minimum detectable effects (see :func:`~teamlead.experiment.build_report`).
 
     The Markdown form also writes ``report.md``, ``report.json`` and, when matplotlib is
     installed, the PNG plots into ``out_dir`` (without matplotlib they are skipped with a
@@ -206,6 +211,8 @@ def report_for(
         read.records,
         control=control,
         seed=seed,
+        n_permutations=permutations,
+        mde_simulations=mde_simulations,
         primary=primary if isinstance(primary, str) else PRIMARY_METRIC,
     )
     if not json_:

@@ -49,22 +49,23 @@ def _status(relay: Any) -> str:
     return "teamlead relay: " + "; ".join(parts)
 
 
-async def _serve(upstream: str, limits: Any, live: IO[str] | None) -> None:
-    from .._relay import start_relay
+async def _serve(upstream: str, limits: Any, live: IO[str] | None, port: int = 0) -> None:
+    from .._relay import RelayConfig, start_relay
     from .._relay.shared import configure_limits, shared_governor
 
     configure_limits(limits)
     governor = shared_governor()
     try:
-        await _relay_until_stopped(start_relay, upstream, governor, live)
+        config = RelayConfig(port=port)
+        await _relay_until_stopped(start_relay, upstream, governor, live, config)
     finally:
         governor.account.close()  # gives back nothing: every request has ended
 
 
 async def _relay_until_stopped(
-    start_relay: Any, upstream: str, governor: Any, live: IO[str] | None
+    start_relay: Any, upstream: str, governor: Any, live: IO[str] | None, config: Any
 ) -> None:
-    async with start_relay(upstream, governor) as running:
+    async with start_relay(upstream, governor, config=config) as running:
         click.echo(f"ANTHROPIC_BASE_URL={running.base_url}")
         sys.stdout.flush()
         try:
@@ -94,10 +95,18 @@ def _columns() -> int:
     "--upstream",
     help="Where requests go [default: ANTHROPIC_BASE_URL, else https://api.anthropic.com].",
 )
+@option(
+    "--relay-port",
+    "port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="The loopback port to listen on, for a base URL that stays the same (0: any free one).",
+)
 @option("--quiet", "-q", is_flag=True, help="No live line on the terminal.")
 @with_limits_options
 @handle_errors
-def relay(upstream: str | None, quiet: bool, **kw: Any) -> None:
+def relay(upstream: str | None, port: int, quiet: bool, **kw: Any) -> None:
     """Serve the pacing relay for any Claude Code client until Ctrl-C or SIGTERM.
 
     Prints ANTHROPIC_BASE_URL=http://127.0.0.1:PORT/<prefix> first; point a client at it,
@@ -113,4 +122,4 @@ def relay(upstream: str | None, quiet: bool, **kw: Any) -> None:
     if not applicable.ok:
         raise UsageError(applicable.note or "the relay does not apply to this upstream")
     live = sys.stderr if sys.stderr.isatty() and not quiet else None
-    Interruptible(lambda: _serve(applicable.upstream, limits, live), stop=lambda: None).run()
+    Interruptible(lambda: _serve(applicable.upstream, limits, live, port), stop=lambda: None).run()

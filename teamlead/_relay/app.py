@@ -48,7 +48,7 @@ from .observe import Guarded, RequestObserver, trace_request
 from .routing import Refusal, RequestInfo, check_target, classify
 from .stats import RelayListener, Tally, notify
 
-__all__ = ["RelayApp", "RunState"]
+__all__ = ["RelayApp", "RunShare"]
 
 log = logging.getLogger("teamlead.relay")
 
@@ -80,7 +80,7 @@ _NO_SLOT_RETRY_AFTER_S = 5
 
 
 @dataclass
-class RunState:
+class RunShare:
     """One run's share of the relay: its counters, listeners, deadline, request observer
     and agent ledger.
 
@@ -135,8 +135,8 @@ class RelayApp:
         self.config = config
         self.prefix = prefix
         self.hosts: frozenset[bytes] = frozenset()
-        self.total = RunState()
-        self.runs: dict[str, RunState] = {}
+        self.total = RunShare()
+        self.runs: dict[str, RunShare] = {}
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -234,7 +234,7 @@ class RelayApp:
             if trace is not None:
                 trace.end(error)
 
-    def _split_run(self, path: str) -> tuple[RunState | None, str]:
+    def _split_run(self, path: str) -> tuple[RunShare | None, str]:
         if not path.startswith(_RUN_MARK):
             return None, path
         token, _, rest = path[1:].partition("/")

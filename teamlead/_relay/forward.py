@@ -72,6 +72,7 @@ class RelayConfig:
         body_timeout_s: the longest a client may take to send a request body (else 408).
         max_connections: open client connections at most (also kept well below the
             process's open-file limit); past it the oldest idle connection is closed.
+        port: the loopback port to listen on (0: any free one, drawn by the system).
     """
 
     max_retries: int = 3
@@ -88,6 +89,7 @@ class RelayConfig:
     idle_timeout_s: float = 5.0
     body_timeout_s: float = 60.0
     max_connections: int = 1024
+    port: int = 0
 
 
 class NoSlot(Exception):

@@ -34,7 +34,7 @@ from aiohttp.helpers import get_env_proxy_for_url
 from ..errors import RelayError
 from ..events import ConcurrencyChanged, RelaySummary
 from ..governor import Governor, GovernorPolicy
-from .app import RelayApp, RunState
+from .app import RelayApp, RunShare
 from .forward import RelayConfig
 from .observe import RequestObserver
 from .protocol import ConnectionGuard, GuardedSocket, protocol_for
@@ -66,7 +66,7 @@ class RelayRun:
     base_url: str
     relay: Relay
     token: str
-    state: RunState
+    state: RunShare
 
     def summary(self) -> RelaySummary:
         """This run's requests, 429s absorbed and passed on, and each bucket's limit now."""
@@ -108,7 +108,7 @@ class Relay:
         """
         token = secrets.token_urlsafe(9)
         deadline = None if deadline_s is None else self.governor.clock.monotonic() + deadline_s
-        state = RunState(listeners=[on_event] if on_event else [], deadline=deadline)
+        state = RunShare(listeners=[on_event] if on_event else [], deadline=deadline)
         self._app.runs[token] = state
         return RelayRun(f"{self.base_url}/run-{token}", self, token, state)
 
@@ -129,16 +129,17 @@ class Relay:
             notify(run.listeners, event)
 
 
-def _bind() -> GuardedSocket:
+def _bind(port: int) -> GuardedSocket:
     # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted sockets only when it is
     # explicit; without it Nagle and delayed ACKs cost ~40 ms per keep-alive request.
     sock = GuardedSocket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.bind(("127.0.0.1", 0))
+        sock.bind(("127.0.0.1", port))
     except OSError as exc:
         sock.close()
-        raise RelayError(f"the relay cannot listen on 127.0.0.1: {exc.strerror}") from None
+        where = f"127.0.0.1:{port}" if port else "127.0.0.1"
+        raise RelayError(f"the relay cannot listen on {where}: {exc.strerror}") from None
     sock.setblocking(False)
     return sock
 
@@ -215,7 +216,7 @@ class _RunningRelay:
         self._stopped = False
 
     async def __aenter__(self) -> Relay:
-        self._sock = sock = _bind()
+        self._sock = sock = _bind(self._config.port)
         port = sock.getsockname()[1]
         self._session = _upstream_session(self._config, self._upstream)
         app = RelayApp(
