@@ -60,6 +60,8 @@ class CallFields(BaseModel):
         admitted_at: when it was admitted.
         decided_at: when it was admitted, denied or rejected.
         ended_at: when its slot was freed (terminal task event, rejection, run end).
+        starved: it was denied while it waited for the process-wide cap (other runs held
+            every slot), not for the run's own limits: its work is missing, not declined.
     """
 
     tool_use_id: str
@@ -76,6 +78,7 @@ class CallFields(BaseModel):
     admitted_at: float | None = None
     decided_at: float | None = None
     ended_at: float | None = None
+    starved: bool = False
 
 
 class SpawnRecord(CallFields):
@@ -129,8 +132,9 @@ def _reissued(record: SpawnRecord, later: list[SpawnRecord]) -> bool:
 def call_dispositions(records: list[SpawnRecord]) -> tuple[list[TaskDisposition], list[str]]:
     """``Finished.tasks`` entries for the Agent calls that never ran, and reason lines.
 
-    Denied calls (the user's own limits) are ``not_run``; a call the CLI rejected is
-    ``missing`` (so the run is partial) unless the lead re-issued that work later.
+    Denied calls (the user's own limits) are ``not_run``; a call the CLI rejected, or one
+    denied because the process-wide cap was starved by other runs, is ``missing`` (so the
+    run is never ``completed``) unless the lead re-issued that work later.
 
     Args:
         records: the gate's records, in arrival order.
@@ -150,7 +154,8 @@ def call_dispositions(records: list[SpawnRecord]) -> tuple[list[TaskDisposition]
         disposition: Disposition = "not_run"
         description = redact(record.description or record.tool_use_id)
         reason = redact(record.reason or "")
-        if status == "rejected" and not _reissued(record, records[index + 1 :]):
+        lost = status == "rejected" or record.starved
+        if lost and not _reissued(record, records[index + 1 :]):
             disposition = "missing"
             reasons.append(f'Agent call "{description}" never ran: {reason or "rejected"}')
         out.append(

@@ -372,6 +372,7 @@ class SpawnGate:
             if slots.try_take():
                 setattr(call, attr, True)
                 continue
+            call.starved = slots is self._cap.slots  # other runs hold the process's slots
             if call.depth > 1:  # its parent holds a slot and waits for it: never queue
                 return False
             if not told:
@@ -388,6 +389,7 @@ class SpawnGate:
             if not await slots.take(until, self._clock):
                 return False
             setattr(call, attr, True)
+            call.starved = False
         if self.policy.stagger_s > 0:
             now = self._clock.monotonic()
             start = max(now, self._last_start + self.policy.stagger_s)
@@ -405,6 +407,10 @@ class SpawnGate:
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _deny(self, call: Call, code: DenyCode, reason: str) -> SyncHookJSONOutput:
+        if call.starved and code in ("deadline", "wait_limit"):
+            reason = f"{why.starved(self._cap.limit)} {reason}"
+        else:
+            call.starved = False
         call.status, call.code, call.reason = "denied", code, reason
         call.decided_at = self._clock.time()
         self._emit(

@@ -381,14 +381,11 @@ def finish(state: RunState) -> Finished:
     Args:
         state: the run; its gate, if any, is closed here.
     """
-    records = []
-    if state.gate is not None:
-        state.gate.gate.close()
-        records = state.gate.gate.records()
+    state.close()
+    records = state.gate.gate.records() if state.gate is not None else []
     collected = state.collected
     rows = dispositions(state.tracker, collected)
     if state.agents is not None:
-        state.agents.close()
         rows = state.agents.rows(state.tracker, rows)
     return state.ledger.finish(
         state.tracker,

@@ -188,6 +188,16 @@ class RunState:
             return None
         return str(path)
 
+    def close(self, reason: str = "the run is ending") -> None:
+        """The run ends, whichever way (finished, raised, cancelled, closed early): let go
+        of every slot it holds, in the process-wide spawn cap and in the agent ledger, and
+        deny what still waits in the gate with ``reason``. Idempotent; its CLI processes
+        have been stopped by then (the stream was closed)."""
+        if self.gate is not None:
+            self.gate.gate.close(reason)
+        if self.agents is not None:
+            self.agents.close()
+
     def process_ended(self) -> None:
         """A CLI process of the run exited: its agents ended with it."""
         if self.gate is not None:
