@@ -9,6 +9,7 @@ entries for the calls that never became tasks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, TypeAlias
 
 import anyio
@@ -32,6 +33,7 @@ __all__ = [
     "SpawnRecord",
     "SpawnStatus",
     "call_dispositions",
+    "with_invalid_calls",
 ]
 
 #: ``queued`` waits in the hook; ``admitted`` was let through (it holds a slot until its
@@ -127,6 +129,42 @@ def _reissued(record: SpawnRecord, later: list[SpawnRecord]) -> bool:
         and r.subagent_type == record.subagent_type
         for r in later
     )
+
+
+def with_invalid_calls(
+    records: list[SpawnRecord], invalid: Mapping[str, str], order: Mapping[str, str]
+) -> list[SpawnRecord]:
+    """``records`` with a ``rejected`` record for each call the CLI refused for invalid
+    input (``invalid``: tool_use id -> the CLI's reason), in the order the lead sent them.
+
+    The CLI checks an Agent call's input before its PreToolUse hooks run, so the gate never
+    sees such a call; the stream does (:attr:`teamlead.tracker.Tracker.invalid_calls`).
+
+    Args:
+        records: the gate's records, in arrival order.
+        invalid: the refused calls the gate does not know.
+        order: the lead's Agent calls in the order sent, tool_use id -> description.
+    """
+    known = {r.tool_use_id for r in records}
+    position = {tool_use_id: i for i, tool_use_id in enumerate(order)}
+    extra = [
+        SpawnRecord(
+            tool_use_id=tool_use_id,
+            description=(order.get(tool_use_id) or "")[:200],
+            status="rejected",
+            reason=reason,
+        )
+        for tool_use_id, reason in invalid.items()
+        if tool_use_id not in known
+    ]
+    extra.sort(key=lambda r: position.get(r.tool_use_id, len(position)))
+    out: list[SpawnRecord] = []
+    for record in records:
+        at = position.get(record.tool_use_id)
+        while extra and at is not None and position.get(extra[0].tool_use_id, at) < at:
+            out.append(extra.pop(0))
+        out.append(record)
+    return out + extra
 
 
 def call_dispositions(records: list[SpawnRecord]) -> tuple[list[TaskDisposition], list[str]]:

@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
+from .._gate.calls import with_invalid_calls
 from .._procs import stop_marked
 from .._redact import redact
 from ..events import Finished, ResumeFailed, Resuming
@@ -383,6 +384,10 @@ def finish(state: RunState) -> Finished:
     """
     state.close()
     records = state.gate.gate.records() if state.gate is not None else []
+    tracker = state.tracker
+    if tracker.invalid_calls:  # refused by the CLI before any hook ran
+        order = {i: c.description for i, c in tracker.agent_calls.items()}
+        records = with_invalid_calls(records, tracker.invalid_calls, order)
     collected = state.collected
     rows = dispositions(state.tracker, collected)
     if state.agents is not None:
