@@ -198,16 +198,19 @@ class _QueryRounds:
 
     async def wrap(self, prompt_text: str, stop: list[str]) -> Round:
         """The wrap-up round: a new CLI process on the session, with no tools (the one
-        that ran ``stop`` has ended already)."""
+        that ran ``stop`` has ended already). The deadline cuts it, ending its CLI's
+        process tree, so closing it never waits the SDK's graceful exit past the deadline."""
         state = self._state
         options = no_tools(state.options, state.tracker.session_id or "")
         stream = self._query_fn(prompt=prompt_text, options=options)
-        return Round(state, stream, deadline=state.deadline)
+        return Round(state, stream, deadline=state.deadline, on_cut=self._end_cli, budget_cut=False)
 
     def _round(self, stream: AsyncIterator[Any]) -> Round:
-        # with the gate on, the wrap-up point ends the run's CLI process tree
-        on_cut = self._end_cli if self._state.gate is not None else None
-        return Round(self._state, stream, on_cut=on_cut)
+        # the wrap-up point (the deadline, with the gate off) ends the run's CLI process
+        # tree, so closing the stream never waits the SDK's graceful exit past it; with the
+        # gate on, a budget reached cuts the round too (the wrap-up follows)
+        gated = self._state.gate is not None
+        return Round(self._state, stream, on_cut=self._end_cli, budget_cut=gated)
 
     async def _end_cli(self) -> None:
         """The wrap-up point: end this run's CLI process tree (its agents end with it)."""

@@ -52,6 +52,8 @@ class Round:
         on_cut: awaited when ``deadline`` comes while a read waits, before the stream is
             closed (the spawn gate's wrap-up ends the CLI's process tree there, so closing
             does not wait for the CLI's graceful exit); the round then ends ``deadline``.
+        budget_cut: a budget reached cuts the round too (not the wrap-up round, which
+            a budget may have started: only its deadline cuts it).
     """
 
     def __init__(
@@ -63,8 +65,10 @@ class Round:
         settle: bool = False,
         send: Callable[[], Awaitable[None]] | None = None,
         on_cut: Callable[[], Awaitable[None]] | None = None,
+        budget_cut: bool = True,
     ) -> None:
         self._state = state
+        self._budget_cut = budget_cut
         self._stream = stream
         self._on_cut = on_cut
         self._cut = False
@@ -198,7 +202,8 @@ class Round:
 
             async def cutter() -> None:
                 with move_on_at(self._clock, until):
-                    if self._state.agents is not None:  # a budget reached cuts it too
+                    if self._budget_cut and self._state.agents is not None:
+                        # a budget reached cuts it too
                         await self._state.agents.exhausted.wait()
                         # the relay refuses new agent requests already: a short grace lets
                         # the notifications of work that just finished reach the stream
