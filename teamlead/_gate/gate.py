@@ -208,6 +208,14 @@ class SpawnGate:
         self._refund(call)
         self._free(call)
 
+    def interrupt(self, reason: str) -> None:
+        """The run was stopped from outside: every call still queued is ``rejected`` with
+        ``reason`` (its work is missing), then the gate closes."""
+        for call in list(self._calls.values()):
+            if call.status == "queued":
+                self.spawn_rejected(call.tool_use_id, reason)
+        self.close(reason)
+
     def close(self, reason: str = "the run is ending") -> None:
         """End of the run: deny every queued call with ``reason`` and free every slot."""
         self._closed = True

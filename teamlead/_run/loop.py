@@ -36,7 +36,7 @@ from .wrapup import WrapFn, no_tools, wrap_up
 
 logger = logging.getLogger("teamlead.coordinator")
 
-__all__ = ["Client", "QueryFn", "finish", "run_client", "run_query", "run_resume"]
+__all__ = ["Client", "QueryFn", "finish", "interrupted", "run_client", "run_query", "run_resume"]
 
 #: The shape of ``claude_agent_sdk.query``: keyword ``prompt`` and ``options``.
 QueryFn = Callable[..., AsyncIterator[Any]]
@@ -71,6 +71,9 @@ async def run_query(state: RunState, query_fn: QueryFn, prompt: str) -> AsyncGen
         yield item
     state.process_ended()
     _after_first(state, first.outcome)
+    if state.stop.requested:
+        yield interrupted(state)
+        return
     if _wrap_due(state, first.outcome):
         async for item in _wrap_up(state, [], rounds.wrap):
             yield item
@@ -119,6 +122,9 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
     async for item in first:
         yield item
     _after_first(state, first.outcome)
+    if state.stop.requested:
+        yield interrupted(state)
+        return
     if state.cli_state is None:
         logger.warning(
             "the client's CLI reports no session state, so its idle moment is guessed; "
@@ -234,7 +240,7 @@ async def _wrap_up(state: RunState, carried: list[Delivery], wrap: WrapFn) -> As
     """The deadline's wrap-up (see :func:`.wrapup.wrap_up`), then :class:`Finished`."""
     async for item in wrap_up(state, carried, wrap):
         yield item
-    yield finish(state)
+    yield interrupted(state) if state.stop.requested else finish(state)
 
 
 def _after_first(state: RunState, outcome: RoundOutcome) -> None:
@@ -258,6 +264,9 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
         )
         async for event in collection:
             yield event
+        if state.stop.requested:
+            yield interrupted(state)
+            return
         pending = collection.deliveries
         if state.gate is not None and pending and _past_wrap_point(state):
             async for item in _wrap_up(state, pending, wrap):
@@ -286,6 +295,10 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
                 state.process_ended()
             outcome = this_round.outcome
             state.cli_state = outcome.cli_state
+            if state.stop.requested:
+                ledger.after_round(outcome, first=False)
+                yield interrupted(state)
+                return
             if _wrap_due(state, outcome):
                 ledger.after_round(outcome, first=False)
                 async for item in _wrap_up(state, [], wrap):
@@ -305,7 +318,10 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             if retry is None:
                 break
             ledger.add_cost(outcome)
-            await state.clock.sleep(retry)
+            await _sleep_unless_stopped(state, retry)
+            if state.stop.requested:
+                yield interrupted(state)
+                return
         ledger.after_round(outcome, first=False)
         if not outcome.ok:
             ledger.stopped(
@@ -317,6 +333,19 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             break
         ledger.reasons += await absorb(state, delivered)
     yield finish(state)
+
+
+async def _sleep_unless_stopped(state: RunState, seconds: float) -> None:
+    """``clock.sleep(seconds)``, ended early by a stop asked of the run."""
+    async with anyio.create_task_group() as tg:
+
+        async def stop() -> None:
+            await state.stop.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(stop)
+        await state.clock.sleep(seconds)
+        tg.cancel_scope.cancel()
 
 
 def _retry_delay(state: RunState, outcome: RoundOutcome, attempt: int) -> float | None:
@@ -377,6 +406,23 @@ def _past_wrap_point(state: RunState) -> bool:
     return state.tracker.session_id is not None and (
         state.wrap_at <= state.clock.monotonic() < state.deadline
     )
+
+
+def interrupted(state: RunState) -> Finished:
+    """The :class:`Finished` of a run stopped from outside (:attr:`RunState.stop`): its
+    running tasks are ``stopped``, the calls still queued in the gate ``rejected``."""
+    reason = state.stop.reason or "stopped"
+    stopped = state.tracker.stop_open_tasks(state.clock.monotonic())
+    state.stopping()
+    names = ", ".join(f'"{redact(t.description or t.task_id)}"' for t in stopped) or "none"
+    state.ledger.stopped(
+        "interrupted",
+        f"the run was stopped ({reason}); stopped unfinished: {names}; resume later with "
+        f"`teamlead resume {state.tracker.session_id}`"
+        if state.tracker.session_id
+        else f"the run was stopped ({reason}); stopped unfinished: {names}",
+    )
+    return finish(state)
 
 
 def finish(state: RunState) -> Finished:

@@ -37,6 +37,7 @@ from ..tracker import Tracker
 from .agents import WORKFLOW_CAP_VAR, RunAgents
 from .ledger import Ledger
 from .resume_prompt import Delivery
+from .stop import RunStop
 
 if TYPE_CHECKING:
     from .relayed import RelayHookup
@@ -132,6 +133,8 @@ class RunState:
             :meth:`start_clock`).
         wrap_at: the wrap-up point: the deadline less the gate's reserve.
         cli_state: the CLI's last ``session_state_changed`` state.
+        stop: a stop asked from outside (a signal to the command): the run ends at once,
+            with its ``Finished``.
         stderr_tail: the CLI's last stderr lines, quoted when its stream breaks.
     """
 
@@ -150,6 +153,7 @@ class RunState:
     deadline: float = 0.0
     wrap_at: float = 0.0
     cli_state: str | None = None
+    stop: RunStop = field(default_factory=RunStop)
     stderr_tail: collections.deque[str] = field(
         default_factory=lambda: collections.deque(maxlen=_STDERR_LINES)
     )
@@ -193,10 +197,18 @@ class RunState:
         of every slot it holds, in the process-wide spawn cap and in the agent ledger, and
         deny what still waits in the gate with ``reason``. Idempotent; its CLI processes
         have been stopped by then (the stream was closed)."""
+        self.stop.done()
         if self.gate is not None:
             self.gate.gate.close(reason)
         if self.agents is not None:
             self.agents.close()
+
+    def stopping(self) -> None:
+        """A stop was asked of the run (:attr:`stop`): every call still queued in the gate
+        is ``rejected`` now, before its CLI is ended (which would cancel their hooks)."""
+        if self.gate is not None:
+            reason = self.stop.reason or "stopped"
+            self.gate.gate.interrupt(f"the run was stopped ({reason}) while this call waited")
 
     def process_ended(self) -> None:
         """A CLI process of the run exited: its agents ended with it."""
@@ -287,6 +299,7 @@ def new_run(
 
         state.agents.exhaust_listeners.append(no_new_agents)
     state.ledger.one_process = mode == "client"
+    state.stop.listeners.append(state.stopping)
     user_stderr = prepared.stderr
     tail = state.stderr_tail
 
