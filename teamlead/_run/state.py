@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .relayed import RelayHookup
 
 __all__ = [
+    "MAX_MESSAGE_BYTES",
     "RUN_MARK_VAR",
     "Collected",
     "Member",
@@ -57,6 +58,11 @@ __all__ = [
 #: ``client``: every round runs on one connected ``ClaudeSDKClient``.
 Mode: TypeAlias = Literal["query", "client"]
 MemberStatus: TypeAlias = Literal["pending", "reported"]
+
+#: The largest single message the SDK reads from the CLI (its ``max_buffer_size``) unless
+#: the options set one: 64 MiB, where the SDK's default of 1 MiB let one Agent call with a
+#: 1 MB description end the run.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 #: Marks a run's CLI processes, so the wrap-up can end exactly their tree.
 RUN_MARK_VAR = "TEAMLEAD_RUN_MARK"
@@ -225,7 +231,8 @@ def prepare_options(
 
     With ``client=True`` the CLI also reports its session state, so the client helper knows
     exactly when the CLI is idle rather than guessing from results (queued notification
-    turns can follow a result). User-set values of either variable are kept.
+    turns can follow a result). User-set values of either variable are kept. The SDK's
+    largest message becomes :data:`MAX_MESSAGE_BYTES` unless ``max_buffer_size`` is set.
 
     Args:
         options: the caller's options (default: ``ClaudeAgentOptions()``); never mutated.
@@ -237,7 +244,8 @@ def prepare_options(
     env.setdefault("CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS", str(policy.bg_wait_ceiling_ms))
     if client:
         env.setdefault("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS", "1")
-    return dataclasses.replace(options, env=env)
+    buffer = options.max_buffer_size if options.max_buffer_size is not None else MAX_MESSAGE_BYTES
+    return dataclasses.replace(options, env=env, max_buffer_size=buffer)
 
 
 def _workflow_cap(options: ClaudeAgentOptions, cap: int | None) -> ClaudeAgentOptions:
