@@ -106,8 +106,8 @@ async def _relayed_run(
                             finished = item
                         else:
                             yield item
-            finally:  # the stream is closed (its CLI stopped): free the run's slots
-                state.close()
+            finally:  # the stream is closed: its CLI is stopped, then its slots freed
+                await state.end()
     finally:
         state.close()  # also when the relay's hookup failed to open or to close
     if finished is not None:

@@ -8,6 +8,8 @@ delegates normally; and a run whose calls a starved cap denied is never ``comple
 from __future__ import annotations
 
 import contextlib
+import gc
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -27,32 +29,57 @@ from .test_gate_cli import agents_run
 pytestmark = pytest.mark.cli
 
 
-async def _close_while_agents_run(claude: OfflineClaude, agents: int) -> None:
-    """Start a run and close it with ``aclosing`` once ``agents`` calls are admitted."""
+class _Boom(Exception):
+    """The app's own failure while it reads the run."""
+
+
+async def _leave_while_agents_run(claude: OfflineClaude, agents: int, how: str) -> None:
+    """Start a run and leave it once ``agents`` calls are admitted: closed with
+    ``aclosing``, left by an exception of the app, or abandoned to the garbage collector."""
     admitted = 0
+    items = teamlead.query("Investigate every part.", claude.options(), policy=Policy())
     with anyio.fail_after(90):
-        async with contextlib.aclosing(
-            teamlead.query("Investigate every part.", claude.options(), policy=Policy())
-        ) as items:
+        if how == "abandoned":
             async for item in items:
-                if isinstance(item, SpawnAdmitted):
-                    admitted += 1
+                admitted += isinstance(item, SpawnAdmitted)
+                if admitted == agents:
+                    break
+            del items  # never closed by the app: the event loop's finaliser closes it
+            gc.collect()
+            return
+        with contextlib.suppress(_Boom):
+            async with contextlib.aclosing(items) as stream:
+                async for item in stream:
+                    admitted += isinstance(item, SpawnAdmitted)
                     if admitted == agents:
+                        if how == "exception":
+                            raise _Boom
                         break
     assert admitted == agents
 
 
+async def _until(check: Callable[[], bool], within_s: float) -> bool:
+    """``check()`` once it holds, within ``within_s``: an abandoned run is closed by a task
+    the event loop's finaliser starts, which offers nothing to wait on but its effect."""
+    with anyio.move_on_after(within_s):
+        while not check():  # noqa: ASYNC110
+            await anyio.sleep(0.05)
+    return check()
+
+
 @pytest.mark.slow
 @pytest.mark.anyio
-async def test_runs_closed_with_aclosing_while_agents_run_give_back_every_cap_slot(
-    offline: OfflineFactory,
+@pytest.mark.parametrize("how", ["aclosing", "exception", "abandoned"])
+async def test_runs_left_while_agents_run_give_back_every_cap_slot_and_the_next_run_delegates(
+    offline: OfflineFactory, how: str
 ) -> None:
     cap = SpawnCap.shared()
     before = cap.running
     for attempt in range(2):
         _, claude = offline(FanOut.of(3, delays=60.0))
-        await _close_while_agents_run(claude, 3)
-        assert cap.running == before, f"run {attempt + 1} left {cap.running - before} slot(s)"
+        await _leave_while_agents_run(claude, 3, how)
+        freed = await _until(lambda: cap.running == before, within_s=20)
+        assert freed, f"run {attempt + 1} left {cap.running - before} slot(s)"
         state_dir = claude.state_dir
         assert poll(lambda: not cli_processes(state_dir), within_s=15)  # noqa: B023
     server, claude = offline(FanOut.of(3, delays=0.3))

@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
+import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
 from .._claude.team import Team, claude_config_dir
 from .._gate.feed import GateFeed, new_gate
+from .._procs import stop_marked
 from .._redact import redact
 from ..clock import Clock
 from ..policy import Policy
@@ -67,6 +69,7 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 #: Marks a run's CLI processes, so the wrap-up can end exactly their tree.
 RUN_MARK_VAR = "TEAMLEAD_RUN_MARK"
 _STDERR_LINES = 20
+_END_TIMEOUT_S = 10.0  # stopping a run's leftover CLI: SIGTERM, then SIGKILL after 2 s
 
 
 @dataclass
@@ -197,6 +200,16 @@ class RunState:
         except OSError:
             return None
         return str(path)
+
+    async def end(self) -> None:
+        """The run's stream is closed, whichever way: in ``query`` mode any CLI process of
+        the run still alive (its stream was closed from another task, say by the garbage
+        collector, and the SDK could not stop it) is stopped by its mark, then every slot
+        is let go (:meth:`close`). A client's CLI is the client's own: it is left alone."""
+        if self.mode == "query":
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT_S):
+                await anyio.to_thread.run_sync(stop_marked, RUN_MARK_VAR, self.mark)
+        self.close()
 
     def close(self, reason: str = "the run is ending") -> None:
         """The run ends, whichever way (finished, raised, cancelled, closed early): let go
