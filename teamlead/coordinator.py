@@ -89,21 +89,27 @@ async def _relayed_run(
     nothing for the event loop's generator finaliser, which may run too late to finish.
     """
     finished: Finished | None = None
-    async with relayed(state.options, state.policy) as hookup:
-        state.attach_relay(hookup)
-        run_trace = trace_run(mode, state.options, prompt=prompt, session_id=session_id)
-        if run_trace is not None:
-            run_trace.attach(hookup.run)
-            state.options = run_trace.cli_options(state.options)
-        items = with_relay_events(start(state), hookup)
-        if run_trace is not None:
-            items = run_trace.observe(items)
-        async with aclosing(items) as stream:
-            async for item in stream:
-                if isinstance(item, Finished):
-                    finished = item
-                else:
-                    yield item
+    try:
+        async with relayed(state.options, state.policy) as hookup:
+            state.attach_relay(hookup)
+            run_trace = trace_run(mode, state.options, prompt=prompt, session_id=session_id)
+            if run_trace is not None:
+                run_trace.attach(hookup.run)
+                state.options = run_trace.cli_options(state.options)
+            items = with_relay_events(start(state), hookup)
+            if run_trace is not None:
+                items = run_trace.observe(items)
+            try:
+                async with aclosing(items) as stream:
+                    async for item in stream:
+                        if isinstance(item, Finished):
+                            finished = item
+                        else:
+                            yield item
+            finally:  # the stream is closed: its CLI is stopped, then its slots freed
+                await state.end()
+    finally:
+        state.close()  # also when the relay's hookup failed to open or to close
     if finished is not None:
         yield finished
 
@@ -206,8 +212,11 @@ class ClientRun:
     async def __aexit__(self, *exc_info: object) -> None:
         """Leave the relay; a client still running loses its connection to the model."""
         context, self._relay = self._relay, None
-        if context is not None:
-            await context.__aexit__(None, None, None)
+        try:
+            if context is not None:
+                await context.__aexit__(None, None, None)
+        finally:
+            self._state.close("the client's run ended")
 
     def _take(self) -> RunState:
         if self._used:
@@ -260,9 +269,12 @@ async def receive_all(
     if run_trace is not None:  # telemetry on; the client's CLI started without our TRACEPARENT
         run_trace.attach(hookup.run if hookup else None)
         items = run_trace.observe(items)
-    async with aclosing(items) as stream:
-        async for item in stream:
-            yield item
+    try:
+        async with aclosing(items) as stream:
+            async for item in stream:
+                yield item
+    finally:  # however the run ends, it lets go of its slots
+        state.close()
 
 
 def relay_for(

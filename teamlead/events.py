@@ -82,6 +82,7 @@ FinishReason = Literal[
     "no_session_id",
     "token_budget",
     "request_budget",
+    "interrupted",
 ]
 #: ``task``: an Agent-tool subagent or another background task; ``workflow_agent``: an agent a
 #: ``Workflow`` script started; ``teammate``: a team member; ``call``: an Agent call that never
@@ -253,6 +254,9 @@ class Finished(_Event):
             - ``token_budget``, ``request_budget``: the run's token or request budget (counted
               at the relay from the upstream's usage) was reached; the run wrapped up with
               what had finished.
+            - ``interrupted``: a stop was asked from outside (the command's SIGINT,
+              SIGTERM or SIGHUP): tasks still running are ``stopped``, calls still queued
+              in the spawn gate ``rejected``.
 
             ``None`` only in events written before the field existed.
         relay: what the request relay did for this run (429s absorbed and passed on, the

@@ -109,6 +109,26 @@ class TaskInfo:
         return self.status != "completed" or bool((self.summary or "").strip())
 
 
+_INVALID_INPUT = "InputValidationError"
+_MAX_REASON = 300
+
+
+def invalid_input_reason(result: ToolResultSeen) -> str | None:
+    """The CLI's reason when ``result`` says it refused a tool call's input, else ``None``.
+
+    Example:
+        >>> invalid_input_reason(ToolResultSeen("t", "<tool_use_error>InputValidationError: "
+        ...     "The required parameter `prompt` is missing</tool_use_error>", is_error=True))
+        'InputValidationError: The required parameter `prompt` is missing'
+    """
+    if not result.is_error or _INVALID_INPUT not in result.text:
+        return None
+    text = result.text.replace("<tool_use_error>", "").replace("</tool_use_error>", "")
+    text = text[text.index(_INVALID_INPUT) :]
+    text = text.replace("Agent failed due to the following issue:", "")
+    return " ".join(text.split())[:_MAX_REASON]
+
+
 @dataclass
 class Tracker:
     """The state of one coordinated query, built from :func:`parse_message` events.
@@ -122,6 +142,10 @@ class Tracker:
     session_id: str | None = None
     tasks: dict[str, TaskInfo] = field(default_factory=dict)
     agent_calls: dict[str, AgentCallSeen] = field(default_factory=dict)
+    #: the lead's Agent calls the CLI refused for invalid input (its schema: a numeric
+    #: description, a list prompt, no prompt), by tool_use id, with the CLI's reason; the
+    #: CLI never ran their PreToolUse hook, so only the stream shows them
+    invalid_calls: dict[str, str] = field(default_factory=dict)
     results: list[ResultSeen] = field(default_factory=list)
     lead_texts: list[str] = field(default_factory=list)
     first_agent_call_at: float | None = None
@@ -192,6 +216,10 @@ class Tracker:
                 if event.text:
                     self.lead_texts.append(event.text)
                 self._absorb_before(self._seq)
+        elif isinstance(event, ToolResultSeen):
+            reason = invalid_input_reason(event)
+            if reason is not None and event.tool_use_id in self.agent_calls:
+                self.invalid_calls.setdefault(event.tool_use_id, reason)
         elif isinstance(event, ResultSeen):
             self.results.append(event)
             # A zero-turn placeholder answers nothing: the CLI emits one for a task

@@ -540,3 +540,62 @@ def test_spawn_policy_validates_with_clear_errors() -> None:
         SpawnPolicy(max_agents=3)  # type: ignore[call-arg]
     with pytest.raises(pydantic.ValidationError):
         SpawnPolicy(stagger_s=-1)
+
+
+# -- a starved process-wide cap, and an interrupted run --------------------------------------
+async def test_a_call_denied_while_other_runs_hold_the_cap_is_missing_work_not_a_decline() -> None:
+    from teamlead._gate.calls import call_dispositions
+
+    clock = StepClock()
+    cap = SpawnCap(1)
+    assert cap.slots.try_take()  # another run of the process holds the only slot
+    gate = SpawnGate(SpawnPolicy(), cap=cap, clock=clock, max_wait_s=30, env={})
+    # the run's own limit full is the user's choice: a decline, not missing work
+    own = SpawnGate(
+        SpawnPolicy(max_concurrent_agents=1), cap=SpawnCap(20), clock=clock, max_wait_s=30, env={}
+    )
+    async with anyio.create_task_group() as tg:
+        calls, mine = Calls(gate, tg), Calls(own, tg)
+        calls.start("starved")
+        mine.start("first")
+        mine.start("declined")
+        await clock.advance(1801)
+    starved = gate.records()[0]
+    assert starved.status == "denied" and starved.starved
+    assert "other runs of this process held all 1 agent slots" in (starved.reason or "")
+    rows, reasons = call_dispositions(gate.records())
+    assert [r.disposition for r in rows] == ["missing"] and reasons
+    declined = own.records()[1]
+    assert declined.status == "denied" and not declined.starved
+    assert [r.disposition for r in call_dispositions(own.records())[0]] == ["not_run"]
+    cap.slots.release()
+
+
+async def test_an_interrupted_gate_rejects_its_queued_calls_with_the_reason() -> None:
+    clock = StepClock()
+    gate, _ = gate_with(clock, max_concurrent_agents=1)
+    async with anyio.create_task_group() as tg:
+        calls = Calls(gate, tg)
+        calls.start("t0")
+        calls.start("t1")
+        calls.start("t2")
+        await anyio.wait_all_tasks_blocked()
+        gate.interrupt("stopped by SIGTERM")
+    assert [r.status for r in gate.records()] == ["admitted", "rejected", "rejected"]
+    assert all("SIGTERM" in (r.reason or "") for r in gate.records()[1:])
+    gate.close()
+    assert gate.running == 0 and gate.queued == 0
+
+
+def test_a_call_refused_for_invalid_input_is_missing_unless_the_lead_sent_it_again() -> None:
+    from teamlead._gate.calls import SpawnRecord, call_dispositions, with_invalid_calls
+
+    admitted = SpawnRecord(tool_use_id="t2", description="docs", status="admitted")
+    order = {"t1": "docs", "t2": "docs", "t3": "tests"}
+    invalid = {"t1": "InputValidationError: prompt", "t3": "InputValidationError: prompt"}
+    records = with_invalid_calls([admitted], invalid, order)
+    assert [r.tool_use_id for r in records] == ["t1", "t2", "t3"]
+    rows, _ = call_dispositions(records)
+    by_id = {r.id: r for r in rows}
+    assert by_id["t1"].status == "rejected" and by_id["t1"].disposition == "not_run"  # re-sent
+    assert by_id["t3"].disposition == "missing" and "InputValidation" in (by_id["t3"].reason or "")

@@ -9,6 +9,7 @@ returns the exit code.
 from __future__ import annotations
 
 import os
+import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from .._claude.loopback import ensure_loopback
 from .._gate.prompt_limits import prompt_limits
 from .._procs import stop_descendants
 from .._redact import redact, terminal_safe
+from .._run.stop import stop_every_run
 from ..errors import SetupError, UsageError
 from ..events import Finished
 from ..policy import LimitsPolicy, Policy, SpawnPolicy
@@ -44,6 +46,10 @@ __all__ = [
     "merged_env",
     "run_session",
 ]
+
+
+#: After a stop signal, how long the run may take to end with its ``Finished``.
+_STOP_GRACE_S = 10.0
 
 
 @dataclass
@@ -226,9 +232,15 @@ def run_session(
 
     async def watch_signals(scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
-            async for _ in signals:
+            async for received in signals:
                 state["interrupted"] = True
+                # the run stops itself, so it still ends with its Finished (every call in
+                # it, the queued ones rejected at once); the CLI tree is stopped meanwhile
+                stop_every_run(signal.Signals(received).name)
                 await anyio.to_thread.run_sync(stop_descendants)
+                with anyio.move_on_after(_STOP_GRACE_S):
+                    async for _ in signals:  # a second signal: stop waiting for it
+                        break
                 scope.cancel()
                 return
 

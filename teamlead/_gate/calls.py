@@ -9,6 +9,7 @@ entries for the calls that never became tasks.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Literal, TypeAlias
 
 import anyio
@@ -32,6 +33,7 @@ __all__ = [
     "SpawnRecord",
     "SpawnStatus",
     "call_dispositions",
+    "with_invalid_calls",
 ]
 
 #: ``queued`` waits in the hook; ``admitted`` was let through (it holds a slot until its
@@ -60,6 +62,8 @@ class CallFields(BaseModel):
         admitted_at: when it was admitted.
         decided_at: when it was admitted, denied or rejected.
         ended_at: when its slot was freed (terminal task event, rejection, run end).
+        starved: it was denied while it waited for the process-wide cap (other runs held
+            every slot), not for the run's own limits: its work is missing, not declined.
     """
 
     tool_use_id: str
@@ -76,6 +80,7 @@ class CallFields(BaseModel):
     admitted_at: float | None = None
     decided_at: float | None = None
     ended_at: float | None = None
+    starved: bool = False
 
 
 class SpawnRecord(CallFields):
@@ -126,11 +131,48 @@ def _reissued(record: SpawnRecord, later: list[SpawnRecord]) -> bool:
     )
 
 
+def with_invalid_calls(
+    records: list[SpawnRecord], invalid: Mapping[str, str], order: Mapping[str, str]
+) -> list[SpawnRecord]:
+    """``records`` with a ``rejected`` record for each call the CLI refused for invalid
+    input (``invalid``: tool_use id -> the CLI's reason), in the order the lead sent them.
+
+    The CLI checks an Agent call's input before its PreToolUse hooks run, so the gate never
+    sees such a call; the stream does (:attr:`teamlead.tracker.Tracker.invalid_calls`).
+
+    Args:
+        records: the gate's records, in arrival order.
+        invalid: the refused calls the gate does not know.
+        order: the lead's Agent calls in the order sent, tool_use id -> description.
+    """
+    known = {r.tool_use_id for r in records}
+    position = {tool_use_id: i for i, tool_use_id in enumerate(order)}
+    extra = [
+        SpawnRecord(
+            tool_use_id=tool_use_id,
+            description=(order.get(tool_use_id) or "")[:200],
+            status="rejected",
+            reason=reason,
+        )
+        for tool_use_id, reason in invalid.items()
+        if tool_use_id not in known
+    ]
+    extra.sort(key=lambda r: position.get(r.tool_use_id, len(position)))
+    out: list[SpawnRecord] = []
+    for record in records:
+        at = position.get(record.tool_use_id)
+        while extra and at is not None and position.get(extra[0].tool_use_id, at) < at:
+            out.append(extra.pop(0))
+        out.append(record)
+    return out + extra
+
+
 def call_dispositions(records: list[SpawnRecord]) -> tuple[list[TaskDisposition], list[str]]:
     """``Finished.tasks`` entries for the Agent calls that never ran, and reason lines.
 
-    Denied calls (the user's own limits) are ``not_run``; a call the CLI rejected is
-    ``missing`` (so the run is partial) unless the lead re-issued that work later.
+    Denied calls (the user's own limits) are ``not_run``; a call the CLI rejected, or one
+    denied because the process-wide cap was starved by other runs, is ``missing`` (so the
+    run is never ``completed``) unless the lead re-issued that work later.
 
     Args:
         records: the gate's records, in arrival order.
@@ -150,7 +192,8 @@ def call_dispositions(records: list[SpawnRecord]) -> tuple[list[TaskDisposition]
         disposition: Disposition = "not_run"
         description = redact(record.description or record.tool_use_id)
         reason = redact(record.reason or "")
-        if status == "rejected" and not _reissued(record, records[index + 1 :]):
+        lost = status == "rejected" or record.starved
+        if lost and not _reissued(record, records[index + 1 :]):
             disposition = "missing"
             reasons.append(f'Agent call "{description}" never ran: {reason or "rejected"}')
         out.append(

@@ -208,6 +208,14 @@ class SpawnGate:
         self._refund(call)
         self._free(call)
 
+    def interrupt(self, reason: str) -> None:
+        """The run was stopped from outside: every call still queued is ``rejected`` with
+        ``reason`` (its work is missing), then the gate closes."""
+        for call in list(self._calls.values()):
+            if call.status == "queued":
+                self.spawn_rejected(call.tool_use_id, reason)
+        self.close(reason)
+
     def close(self, reason: str = "the run is ending") -> None:
         """End of the run: deny every queued call with ``reason`` and free every slot."""
         self._closed = True
@@ -372,6 +380,7 @@ class SpawnGate:
             if slots.try_take():
                 setattr(call, attr, True)
                 continue
+            call.starved = slots is self._cap.slots  # other runs hold the process's slots
             if call.depth > 1:  # its parent holds a slot and waits for it: never queue
                 return False
             if not told:
@@ -388,6 +397,7 @@ class SpawnGate:
             if not await slots.take(until, self._clock):
                 return False
             setattr(call, attr, True)
+            call.starved = False
         if self.policy.stagger_s > 0:
             now = self._clock.monotonic()
             start = max(now, self._last_start + self.policy.stagger_s)
@@ -405,6 +415,10 @@ class SpawnGate:
 
     # -- bookkeeping -------------------------------------------------------------------------
     def _deny(self, call: Call, code: DenyCode, reason: str) -> SyncHookJSONOutput:
+        if call.starved and code in ("deadline", "wait_limit"):
+            reason = f"{why.starved(self._cap.limit)} {reason}"
+        else:
+            call.starved = False
         call.status, call.code, call.reason = "denied", code, reason
         call.decided_at = self._clock.time()
         self._emit(

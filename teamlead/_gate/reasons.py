@@ -52,6 +52,11 @@ def wait_limit(waited_s: float, limit: int) -> str:
     )
 
 
+def starved(limit: int) -> str:
+    """The call waited for the process-wide cap, which other runs held (said first)."""
+    return f"other runs of this process held all {limit} agent slots:"
+
+
 def nested_busy(limit: int) -> str:
     """Every slot is busy and a nested call cannot wait."""
     return (

@@ -20,6 +20,7 @@ any exception: a header that cannot be read never leaks it.
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import random
 from collections.abc import Callable
@@ -124,6 +125,9 @@ class UpstreamRequest:
     body: bytes
 
 
+_LARGE_BODY = 1024 * 1024
+
+
 @dataclass
 class Exchange:
     """A request under way: its slot (held) and the upstream response (open)."""
@@ -134,12 +138,16 @@ class Exchange:
 
 
 async def _send(session: aiohttp.ClientSession, request: UpstreamRequest) -> aiohttp.ClientResponse:
+    # a body over aiohttp's large-body mark (1 MiB: a lead whose history quotes a huge
+    # Agent input) goes as a stream of its own per try, as aiohttp asks
+    body = request.body
+    data: bytes | io.BytesIO = io.BytesIO(body) if len(body) > _LARGE_BODY else body
     try:
         return await session.request(
             request.method,
             request.url,
             headers=request.headers,
-            data=request.body,
+            data=data,
             allow_redirects=False,
         )
     except asyncio.TimeoutError:  # aiohttp's connect and read timeouts are both TimeoutErrors

@@ -20,6 +20,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
+import anyio
+
 from .._claude.inbox import consume_inbox, read_inbox, wait_for_inbox
 from .._claude.inbox.model import InboxRead, TeammateMessage
 from .._claude.team import Team, resolve_team
@@ -143,17 +145,29 @@ class Collection:
                 wait_s=wait_s,
             )
             wait_started = self._clock.monotonic()
-            result = await wait_for_inbox(
-                team.lead_inbox,
-                until=self._members_reported,
-                policy=self._policy.inbox,
-                clock=self._clock,
-                deadline=wait_started + wait_s,
-                config_dir=self._config_dir,
-                logged=self._collected.logged,
-            )
+            result = None
+            async with anyio.create_task_group() as waits:
+
+                async def on_stop() -> None:  # a stop asked of the run ends the wait
+                    await self._state.stop.wait()
+                    waits.cancel_scope.cancel()
+
+                waits.start_soon(on_stop)
+                result = await wait_for_inbox(
+                    team.lead_inbox,
+                    until=self._members_reported,
+                    policy=self._policy.inbox,
+                    clock=self._clock,
+                    deadline=wait_started + wait_s,
+                    config_dir=self._config_dir,
+                    logged=self._collected.logged,
+                )
+                waits.cancel_scope.cancel()
             self._collected.waited_s += self._clock.monotonic() - wait_started
-            read, satisfied = result.read, result.satisfied
+            if result is not None:
+                read, satisfied = result.read, result.satisfied
+            else:
+                satisfied = False
         fresh = [
             m for m in read.messages if m.key not in self._collected.seen_inbox_keys and not m.read
         ]

@@ -30,6 +30,7 @@ StopReason: TypeAlias = Literal[
     "no_session_id",
     "token_budget",
     "request_budget",
+    "interrupted",
 ]
 
 
@@ -47,8 +48,9 @@ class Ledger:
     first_error_kind: ErrorKind | None = None
 
     def stopped(self, reason: StopReason, text: str) -> None:
-        """The session stopped resuming: ``reason`` as a code, ``text`` for people."""
-        self.stop = self.stop or reason
+        """The session stopped resuming: ``reason`` as a code, ``text`` for people (a stop
+        asked from outside, ``interrupted``, wins over any other)."""
+        self.stop = reason if reason == "interrupted" else self.stop or reason
         self.reasons.append(text)
 
     def add_cost(self, outcome: RoundOutcome) -> None:
@@ -120,7 +122,8 @@ class Ledger:
         elif (
             not self.last_round_ok  # an answer from finished work, but the last round failed
             or any(d.disposition not in ("included", "not_run") for d in dispositions)
-            or self.stop in ("token_budget", "request_budget")  # wrapped up short of the work
+            # wrapped up short of the work, or stopped from outside
+            or self.stop in ("token_budget", "request_budget", "interrupted")
             or bool(unreported)
             or unproven_team is not None  # forged claims: results are unproven
         ):

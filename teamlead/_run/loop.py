@@ -22,6 +22,7 @@ from typing import Any, Protocol
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
+from .._gate.calls import with_invalid_calls
 from .._procs import stop_marked
 from .._redact import redact
 from ..events import Finished, ResumeFailed, Resuming
@@ -29,13 +30,13 @@ from .collect import Collection, absorb, dispositions
 from .outcome import RoundOutcome
 from .resume_prompt import Delivery, render_resume_prompt
 from .retry import retry_delay
-from .round import Round
+from .round import Round, describe
 from .state import RUN_MARK_VAR, RunState
 from .wrapup import WrapFn, no_tools, wrap_up
 
 logger = logging.getLogger("teamlead.coordinator")
 
-__all__ = ["Client", "QueryFn", "finish", "run_client", "run_query", "run_resume"]
+__all__ = ["Client", "QueryFn", "finish", "interrupted", "run_client", "run_query", "run_resume"]
 
 #: The shape of ``claude_agent_sdk.query``: keyword ``prompt`` and ``options``.
 QueryFn = Callable[..., AsyncIterator[Any]]
@@ -70,6 +71,9 @@ async def run_query(state: RunState, query_fn: QueryFn, prompt: str) -> AsyncGen
         yield item
     state.process_ended()
     _after_first(state, first.outcome)
+    if state.stop.requested:
+        yield interrupted(state)
+        return
     if _wrap_due(state, first.outcome):
         async for item in _wrap_up(state, [], rounds.wrap):
             yield item
@@ -118,6 +122,9 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
     async for item in first:
         yield item
     _after_first(state, first.outcome)
+    if state.stop.requested:
+        yield interrupted(state)
+        return
     if state.cli_state is None:
         logger.warning(
             "the client's CLI reports no session state, so its idle moment is guessed; "
@@ -197,16 +204,19 @@ class _QueryRounds:
 
     async def wrap(self, prompt_text: str, stop: list[str]) -> Round:
         """The wrap-up round: a new CLI process on the session, with no tools (the one
-        that ran ``stop`` has ended already)."""
+        that ran ``stop`` has ended already). The deadline cuts it, ending its CLI's
+        process tree, so closing it never waits the SDK's graceful exit past the deadline."""
         state = self._state
         options = no_tools(state.options, state.tracker.session_id or "")
         stream = self._query_fn(prompt=prompt_text, options=options)
-        return Round(state, stream, deadline=state.deadline)
+        return Round(state, stream, deadline=state.deadline, on_cut=self._end_cli, budget_cut=False)
 
     def _round(self, stream: AsyncIterator[Any]) -> Round:
-        # with the gate on, the wrap-up point ends the run's CLI process tree
-        on_cut = self._end_cli if self._state.gate is not None else None
-        return Round(self._state, stream, on_cut=on_cut)
+        # the wrap-up point (the deadline, with the gate off) ends the run's CLI process
+        # tree, so closing the stream never waits the SDK's graceful exit past it; with the
+        # gate on, a budget reached cuts the round too (the wrap-up follows)
+        gated = self._state.gate is not None
+        return Round(self._state, stream, on_cut=self._end_cli, budget_cut=gated)
 
     async def _end_cli(self) -> None:
         """The wrap-up point: end this run's CLI process tree (its agents end with it)."""
@@ -230,12 +240,45 @@ async def _wrap_up(state: RunState, carried: list[Delivery], wrap: WrapFn) -> As
     """The deadline's wrap-up (see :func:`.wrapup.wrap_up`), then :class:`Finished`."""
     async for item in wrap_up(state, carried, wrap):
         yield item
-    yield finish(state)
+    yield interrupted(state) if state.stop.requested else finish(state)
 
 
 def _after_first(state: RunState, outcome: RoundOutcome) -> None:
     state.cli_state = outcome.cli_state
     state.ledger.after_round(outcome, first=True)
+    _account_unread_calls(state, outcome)
+
+
+_OVERSIZED = "exceeded maximum buffer size"
+
+
+def _account_unread_calls(state: RunState, outcome: RoundOutcome) -> None:
+    """A message over the SDK's buffer (``max_buffer_size``) broke the round's stream: the
+    lead's Agent calls the stream never showed (nor their hooks) are read back from the
+    session's transcript and accounted for as ``rejected``, with the reason."""
+    if outcome.error_kind != "raised" or _OVERSIZED not in (outcome.error or ""):
+        return
+    session = state.tracker.session_id
+    if not session:
+        return
+    from .._claude.saved_session import load_session
+
+    try:
+        saved = load_session(state.config_dir, session)
+    except Exception as exc:  # no transcript to read: the error line says what broke
+        logger.warning("could not read the session's transcript back: %s", describe(exc))
+        return
+    started = {t.tool_use_id for t in state.tracker.tasks.values() if t.tool_use_id}
+    limit = state.options.max_buffer_size
+    reason = (
+        f"the call's message was larger than the SDK's buffer of {limit} bytes "
+        "(ClaudeAgentOptions.max_buffer_size), so it was never read and did not run"
+    )
+    for tool_use_id, call in saved.agent_calls.items():
+        if tool_use_id in state.tracker.agent_calls or tool_use_id in started:
+            continue
+        state.tracker.agent_calls[tool_use_id] = call
+        state.tracker.invalid_calls.setdefault(tool_use_id, reason)
 
 
 # -- the resume loop -----------------------------------------------------------------------
@@ -254,6 +297,9 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
         )
         async for event in collection:
             yield event
+        if state.stop.requested:
+            yield interrupted(state)
+            return
         pending = collection.deliveries
         if state.gate is not None and pending and _past_wrap_point(state):
             async for item in _wrap_up(state, pending, wrap):
@@ -282,6 +328,11 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
                 state.process_ended()
             outcome = this_round.outcome
             state.cli_state = outcome.cli_state
+            _account_unread_calls(state, outcome)
+            if state.stop.requested:
+                ledger.after_round(outcome, first=False)
+                yield interrupted(state)
+                return
             if _wrap_due(state, outcome):
                 ledger.after_round(outcome, first=False)
                 async for item in _wrap_up(state, [], wrap):
@@ -301,7 +352,10 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             if retry is None:
                 break
             ledger.add_cost(outcome)
-            await state.clock.sleep(retry)
+            await _sleep_unless_stopped(state, retry)
+            if state.stop.requested:
+                yield interrupted(state)
+                return
         ledger.after_round(outcome, first=False)
         if not outcome.ok:
             ledger.stopped(
@@ -313,6 +367,19 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             break
         ledger.reasons += await absorb(state, delivered)
     yield finish(state)
+
+
+async def _sleep_unless_stopped(state: RunState, seconds: float) -> None:
+    """``clock.sleep(seconds)``, ended early by a stop asked of the run."""
+    async with anyio.create_task_group() as tg:
+
+        async def stop() -> None:
+            await state.stop.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(stop)
+        await state.clock.sleep(seconds)
+        tg.cancel_scope.cancel()
 
 
 def _retry_delay(state: RunState, outcome: RoundOutcome, attempt: int) -> float | None:
@@ -375,20 +442,38 @@ def _past_wrap_point(state: RunState) -> bool:
     )
 
 
+def interrupted(state: RunState) -> Finished:
+    """The :class:`Finished` of a run stopped from outside (:attr:`RunState.stop`): its
+    running tasks are ``stopped``, the calls still queued in the gate ``rejected``."""
+    reason = state.stop.reason or "stopped"
+    stopped = state.tracker.stop_open_tasks(state.clock.monotonic())
+    state.stopping()
+    names = ", ".join(f'"{redact(t.description or t.task_id)}"' for t in stopped) or "none"
+    state.ledger.stopped(
+        "interrupted",
+        f"the run was stopped ({reason}); stopped unfinished: {names}; resume later with "
+        f"`teamlead resume {state.tracker.session_id}`"
+        if state.tracker.session_id
+        else f"the run was stopped ({reason}); stopped unfinished: {names}",
+    )
+    return finish(state)
+
+
 def finish(state: RunState) -> Finished:
     """The final :class:`Finished` event for the state reached (the gate is closed).
 
     Args:
         state: the run; its gate, if any, is closed here.
     """
-    records = []
-    if state.gate is not None:
-        state.gate.gate.close()
-        records = state.gate.gate.records()
+    state.close()
+    records = state.gate.gate.records() if state.gate is not None else []
+    tracker = state.tracker
+    if tracker.invalid_calls:  # refused by the CLI before any hook ran
+        order = {i: c.description for i, c in tracker.agent_calls.items()}
+        records = with_invalid_calls(records, tracker.invalid_calls, order)
     collected = state.collected
     rows = dispositions(state.tracker, collected)
     if state.agents is not None:
-        state.agents.close()
         rows = state.agents.rows(state.tracker, rows)
     return state.ledger.finish(
         state.tracker,

@@ -16,7 +16,7 @@ __all__ = ["ErrorKind", "RoundOutcome"]
 #: Why a round ended without an answer: the run's deadline, a token or request budget
 #: reached, a client's silence, the generator raising, or the lead's own error result (or
 #: no result at all).
-ErrorKind: TypeAlias = Literal["deadline", "budget", "idle", "raised", "result"]
+ErrorKind: TypeAlias = Literal["deadline", "budget", "idle", "raised", "result", "interrupted"]
 
 
 @dataclass

@@ -52,6 +52,8 @@ class Round:
         on_cut: awaited when ``deadline`` comes while a read waits, before the stream is
             closed (the spawn gate's wrap-up ends the CLI's process tree there, so closing
             does not wait for the CLI's graceful exit); the round then ends ``deadline``.
+        budget_cut: a budget reached cuts the round too (not the wrap-up round, which
+            a budget may have started: only its deadline cuts it).
     """
 
     def __init__(
@@ -63,11 +65,14 @@ class Round:
         settle: bool = False,
         send: Callable[[], Awaitable[None]] | None = None,
         on_cut: Callable[[], Awaitable[None]] | None = None,
+        budget_cut: bool = True,
     ) -> None:
         self._state = state
+        self._budget_cut = budget_cut
         self._stream = stream
         self._on_cut = on_cut
         self._cut = False
+        self._stopped = False
         self._send = send
         self._tracker = state.tracker
         self._policy = state.policy
@@ -102,10 +107,16 @@ class Round:
                 until, idle = self._deadline, False
                 if self._settle and now + self._policy.idle_timeout_s <= until:
                     until, idle = now + self._policy.idle_timeout_s, True
+                if self._state.stop.requested:
+                    error, kind = f"stopped: {self._state.stop.reason}", "interrupted"
+                    break
                 if until <= now:
                     error, kind = f"deadline of {self._policy.deadline_s:g} s reached", "deadline"
                     break
                 message = await self._read(until, cut=not idle)
+                if self._stopped or self._state.stop.requested:
+                    error, kind = f"stopped: {self._state.stop.reason}", "interrupted"
+                    break
                 if message is _END and not self._cut:
                     break
                 if self._cut:
@@ -134,7 +145,9 @@ class Round:
                     break
         except Exception as exc:  # the generator's own failure ends the stream; never cancellation
             error, kind = describe(exc), "raised"
-            if self._cut:  # the stream broke because the cut ended its CLI
+            if self._stopped or self._state.stop.requested:  # the stop ended its CLI
+                error, kind = f"stopped: {self._state.stop.reason}", "interrupted"
+            elif self._cut:  # the stream broke because the cut ended its CLI
                 error, kind = self._cut_error()
             if self._stderr_tail:
                 error += f" (the CLI said: {self._stderr_tail[-1][:300]})"
@@ -183,31 +196,37 @@ class Round:
         return list(events)
 
     async def _read(self, until: float, *, cut: bool) -> Any:
-        """The next message; ``None`` once ``until`` came first; :data:`_END` at the end."""
-        if self._on_cut is None or not cut:
-            with move_on_at(self._clock, until):
-                try:
-                    return await self._stream.__anext__()
-                except StopAsyncIteration:
-                    return _END
-            return None
-        on_cut = self._on_cut
+        """The next message; ``None`` once ``until`` came first; :data:`_END` at the end.
+
+        A stop asked of the run (:attr:`RunState.stop`) ends the read at once too.
+        """
+        on_cut = self._on_cut if cut else None
+        agents = self._state.agents
+        budget = on_cut is not None and self._budget_cut and agents is not None
+        stop = self._state.stop
         message: Any = None
         failure: Exception | None = None
         async with anyio.create_task_group() as tg:
 
             async def cutter() -> None:
                 with move_on_at(self._clock, until):
-                    if self._state.agents is not None:  # a budget reached cuts it too
-                        await self._state.agents.exhausted.wait()
-                        # the relay refuses new agent requests already: a short grace lets
-                        # the notifications of work that just finished reach the stream
-                        await self._clock.sleep(_BUDGET_GRACE_S)
-                    else:
-                        await anyio.sleep_forever()
+                    async with anyio.create_task_group() as waits:
+
+                        async def first(wait: Callable[[], Awaitable[None]]) -> None:
+                            await wait()
+                            waits.cancel_scope.cancel()
+
+                        waits.start_soon(first, stop.wait)
+                        if budget:
+                            waits.start_soon(first, self._budget_reached)
+                self._stopped = stop.requested
+                if on_cut is None and not self._stopped:  # ``until`` came: no message
+                    tg.cancel_scope.cancel()
+                    return
                 self._cut = True
-                with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
-                    await on_cut()
+                if on_cut is not None:
+                    with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
+                        await on_cut()
                 tg.cancel_scope.cancel()
 
             tg.start_soon(cutter)
@@ -223,6 +242,14 @@ class Round:
         if failure is not None and not self._cut:
             raise failure
         return _END if failure is not None else message
+
+    async def _budget_reached(self) -> None:
+        agents = self._state.agents
+        assert agents is not None
+        await agents.exhausted.wait()
+        # the relay refuses new agent requests already: a short grace lets the
+        # notifications of work that just finished reach the stream
+        await self._clock.sleep(_BUDGET_GRACE_S)
 
     def _settled(self, start: int, events: list[TrackedEvent], state: str | None) -> bool:
         """Whether the client's CLI is idle: its turns are over and no task can inject one.

@@ -26,10 +26,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
+import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
 from .._claude.team import Team, claude_config_dir
 from .._gate.feed import GateFeed, new_gate
+from .._procs import stop_marked
 from .._redact import redact
 from ..clock import Clock
 from ..policy import Policy
@@ -37,11 +39,13 @@ from ..tracker import Tracker
 from .agents import WORKFLOW_CAP_VAR, RunAgents
 from .ledger import Ledger
 from .resume_prompt import Delivery
+from .stop import RunStop
 
 if TYPE_CHECKING:
     from .relayed import RelayHookup
 
 __all__ = [
+    "MAX_MESSAGE_BYTES",
     "RUN_MARK_VAR",
     "Collected",
     "Member",
@@ -57,9 +61,15 @@ __all__ = [
 Mode: TypeAlias = Literal["query", "client"]
 MemberStatus: TypeAlias = Literal["pending", "reported"]
 
+#: The largest single message the SDK reads from the CLI (its ``max_buffer_size``) unless
+#: the options set one: 64 MiB, where the SDK's default of 1 MiB let one Agent call with a
+#: 1 MB description end the run.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
 #: Marks a run's CLI processes, so the wrap-up can end exactly their tree.
 RUN_MARK_VAR = "TEAMLEAD_RUN_MARK"
 _STDERR_LINES = 20
+_END_TIMEOUT_S = 10.0  # stopping a run's leftover CLI: SIGTERM, then SIGKILL after 2 s
 
 
 @dataclass
@@ -132,6 +142,8 @@ class RunState:
             :meth:`start_clock`).
         wrap_at: the wrap-up point: the deadline less the gate's reserve.
         cli_state: the CLI's last ``session_state_changed`` state.
+        stop: a stop asked from outside (a signal to the command): the run ends at once,
+            with its ``Finished``.
         stderr_tail: the CLI's last stderr lines, quoted when its stream breaks.
     """
 
@@ -150,6 +162,7 @@ class RunState:
     deadline: float = 0.0
     wrap_at: float = 0.0
     cli_state: str | None = None
+    stop: RunStop = field(default_factory=RunStop)
     stderr_tail: collections.deque[str] = field(
         default_factory=lambda: collections.deque(maxlen=_STDERR_LINES)
     )
@@ -188,6 +201,34 @@ class RunState:
             return None
         return str(path)
 
+    async def end(self) -> None:
+        """The run's stream is closed, whichever way: in ``query`` mode any CLI process of
+        the run still alive (its stream was closed from another task, say by the garbage
+        collector, and the SDK could not stop it) is stopped by its mark, then every slot
+        is let go (:meth:`close`). A client's CLI is the client's own: it is left alone."""
+        if self.mode == "query":
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT_S):
+                await anyio.to_thread.run_sync(stop_marked, RUN_MARK_VAR, self.mark)
+        self.close()
+
+    def close(self, reason: str = "the run is ending") -> None:
+        """The run ends, whichever way (finished, raised, cancelled, closed early): let go
+        of every slot it holds, in the process-wide spawn cap and in the agent ledger, and
+        deny what still waits in the gate with ``reason``. Idempotent; its CLI processes
+        have been stopped by then (the stream was closed)."""
+        self.stop.done()
+        if self.gate is not None:
+            self.gate.gate.close(reason)
+        if self.agents is not None:
+            self.agents.close()
+
+    def stopping(self) -> None:
+        """A stop was asked of the run (:attr:`stop`): every call still queued in the gate
+        is ``rejected`` now, before its CLI is ended (which would cancel their hooks)."""
+        if self.gate is not None:
+            reason = self.stop.reason or "stopped"
+            self.gate.gate.interrupt(f"the run was stopped ({reason}) while this call waited")
+
     def process_ended(self) -> None:
         """A CLI process of the run exited: its agents ended with it."""
         if self.gate is not None:
@@ -203,7 +244,8 @@ def prepare_options(
 
     With ``client=True`` the CLI also reports its session state, so the client helper knows
     exactly when the CLI is idle rather than guessing from results (queued notification
-    turns can follow a result). User-set values of either variable are kept.
+    turns can follow a result). User-set values of either variable are kept. The SDK's
+    largest message becomes :data:`MAX_MESSAGE_BYTES` unless ``max_buffer_size`` is set.
 
     Args:
         options: the caller's options (default: ``ClaudeAgentOptions()``); never mutated.
@@ -215,7 +257,8 @@ def prepare_options(
     env.setdefault("CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS", str(policy.bg_wait_ceiling_ms))
     if client:
         env.setdefault("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS", "1")
-    return dataclasses.replace(options, env=env)
+    buffer = options.max_buffer_size if options.max_buffer_size is not None else MAX_MESSAGE_BYTES
+    return dataclasses.replace(options, env=env, max_buffer_size=buffer)
 
 
 def _workflow_cap(options: ClaudeAgentOptions, cap: int | None) -> ClaudeAgentOptions:
@@ -277,6 +320,7 @@ def new_run(
 
         state.agents.exhaust_listeners.append(no_new_agents)
     state.ledger.one_process = mode == "client"
+    state.stop.listeners.append(state.stopping)
     user_stderr = prepared.stderr
     tail = state.stderr_tail
 

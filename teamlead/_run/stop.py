@@ -1,0 +1,68 @@
+"""A stop asked of a run from outside: the ``teamlead`` command's SIGINT, SIGTERM, SIGHUP.
+
+Cancelling a run loses its account: nothing can be yielded once its generator is
+cancelled, so ``--json`` would end without ``finished``. A stop is asked instead: every
+live run's :class:`RunStop` is set (:func:`stop_every_run`), the round that reads cuts its
+stream at once (ending the run's CLI tree), and the run ends with a
+:class:`~teamlead.events.Finished` whose reason is ``interrupted``: the tasks still running
+are ``stopped``, the calls still queued in the gate ``rejected``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import weakref
+from collections.abc import Callable
+
+import anyio
+
+__all__ = ["RunStop", "stop_every_run"]
+
+_LIVE: weakref.WeakSet[RunStop] = weakref.WeakSet()
+
+
+class RunStop:
+    """Whether a stop was asked of one run, and why; awaitable inside the run's loop."""
+
+    def __init__(self) -> None:
+        self.reason: str | None = None
+        #: called once, at the request (the gate rejects its queued calls then, before
+        #: the run's CLI is ended and their hooks cancelled); an exception is ignored
+        self.listeners: list[Callable[[], None]] = []
+        self._event: anyio.Event | None = None
+        _LIVE.add(self)
+
+    @property
+    def requested(self) -> bool:
+        """A stop was asked."""
+        return self.reason is not None
+
+    def request(self, reason: str) -> None:
+        """Ask the run to stop (the first reason is kept)."""
+        if self.reason is None:
+            self.reason = reason
+            for listener in self.listeners:
+                with contextlib.suppress(Exception):
+                    listener()
+        if self._event is not None:
+            self._event.set()
+
+    async def wait(self) -> None:
+        """Return once a stop is asked."""
+        if self._event is None:  # made in the run's event loop, on first use
+            self._event = anyio.Event()
+            if self.reason is not None:
+                self._event.set()
+        await self._event.wait()
+
+    def done(self) -> None:
+        """The run has ended: it no longer listens."""
+        _LIVE.discard(self)
+
+
+def stop_every_run(reason: str) -> int:
+    """Ask every live run of this process to stop; returns how many were asked."""
+    runs = list(_LIVE)
+    for run in runs:
+        run.request(reason)
+    return len(runs)
