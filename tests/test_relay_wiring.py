@@ -170,7 +170,7 @@ async def test_a_relay_that_cannot_listen_warns_and_runs_direct(
     import teamlead._relay.server as server_module
     from teamlead.errors import RelayError
 
-    def refuse() -> Any:
+    def refuse(port: int) -> Any:
         raise RelayError("the relay cannot listen on 127.0.0.1: Address already in use")
 
     monkeypatch.setattr(server_module, "_bind", refuse)
