@@ -138,6 +138,10 @@ class Policy(BaseModel):
             ``token_budget``). Needs the relay.
         request_budget: API requests for the whole run, counted the same way (one is kept
             for the wrap-up).
+        relay_port: the loopback port the relay listens on when this run starts it (0, the
+            default: any free port). A run that joins a relay already serving its upstream
+            in the process uses that relay's port. A port that cannot be bound turns the
+            relay off for the run, with one warning line.
     """
 
     model_config = ConfigDict(frozen=True)
@@ -157,6 +161,7 @@ class Policy(BaseModel):
     limits: LimitsPolicy = Field(default_factory=lambda: LimitsPolicy())
     token_budget: int | None = Field(default=None, ge=1, le=10**12)
     request_budget: int | None = Field(default=None, ge=2, le=10**9)
+    relay_port: int = Field(default=0, ge=0, le=65535)
 
     @property
     def bg_wait_ceiling_ms(self) -> int:

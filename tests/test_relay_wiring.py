@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import logging
+import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -165,27 +166,49 @@ async def test_not_applicable_runs_direct_with_one_note(
 
 
 async def test_a_relay_that_cannot_listen_warns_and_runs_direct(
-    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
-    import teamlead._relay.server as server_module
-    from teamlead.errors import RelayError
-
-    def refuse(port: int) -> Any:
-        raise RelayError("the relay cannot listen on 127.0.0.1: Address already in use")
-
-    monkeypatch.setattr(server_module, "_bind", refuse)
-    with ScriptedServer(lambda req: Reply.text("ok")) as server:
-        seen: list[ClaudeAgentOptions] = []
-        options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
-        with caplog.at_level(logging.WARNING, logger="teamlead.relay"):
-            items = [i async for i in teamlead.query("q", options, query_fn=_posting_query(seen))]
+    # a real listener holds the port the run asks its relay for: the bind really fails
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        with ScriptedServer(lambda req: Reply.text("ok")) as server:
+            seen: list[ClaudeAgentOptions] = []
+            options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
+            policy = teamlead.Policy(relay_port=port)
+            with caplog.at_level(logging.WARNING, logger="teamlead.relay"):
+                items = [
+                    i
+                    async for i in teamlead.query(
+                        "q", options, policy=policy, query_fn=_posting_query(seen)
+                    )
+                ]
     assert seen[0].env["ANTHROPIC_BASE_URL"] == server.base_url
     assert items[-1].relay is None and items[-1].status == "completed"
     (line,) = [r.getMessage() for r in caplog.records if r.name == "teamlead.relay"]
     assert line == (
-        "request relay off, running direct: the relay cannot listen on 127.0.0.1: "
+        f"request relay off, running direct: the relay cannot listen on 127.0.0.1:{port}: "
         "Address already in use"
     )
+
+
+async def test_a_run_relay_listens_on_the_port_its_policy_names() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]  # free once the probe closes
+    with ScriptedServer(lambda req: Reply.text("ok")) as server:
+        seen: list[ClaudeAgentOptions] = []
+        options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
+        policy = teamlead.Policy(relay_port=port)
+        items = [
+            i
+            async for i in teamlead.query(
+                "q", options, policy=policy, query_fn=_posting_query(seen)
+            )
+        ]
+    assert seen[0].env["ANTHROPIC_BASE_URL"].startswith(f"http://127.0.0.1:{port}/")
+    assert items[-1].relay is not None and items[-1].status == "completed"
 
 
 async def test_a_client_run_keeps_the_relay_up_for_a_client_and_receive_all_reports_it() -> None:

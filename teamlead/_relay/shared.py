@@ -22,6 +22,7 @@ from .._governor.accounts import open_account
 from .._governor.store import LimitStore
 from ..governor import Governor, GovernorPolicy
 from ..policy import LimitsPolicy
+from .forward import RelayConfig
 from .server import RELAY_POLICY, Relay, RelayRun, start_relay
 from .stats import RelayListener
 
@@ -168,13 +169,15 @@ def shared_relay(
     on_event: RelayListener | None = None,
     deadline_s: float | None = None,
     limits: LimitsPolicy | None = None,
+    port: int = 0,
 ) -> AbstractAsyncContextManager[RelayRun]:
     """A run on the shared relay for ``upstream``: started on first use, stopped after last.
 
     ``deadline_s`` (seconds from now) is when the run ends: none of its requests waits or
     holds a 429 past it (see :meth:`Relay.open_run`). ``limits`` (the run's
     :class:`~teamlead.policy.LimitsPolicy`) configures the process's relay governor first
-    (see :func:`configure_limits`).
+    (see :func:`configure_limits`). ``port`` is where a relay this run starts listens (0:
+    any free port); a relay already serving ``upstream`` keeps its own.
 
     Entering raises :class:`~teamlead.errors.RelayError` when the relay could not start:
     run direct with a one-line warning then.
@@ -187,7 +190,7 @@ def shared_relay(
     """
     if limits is not None:
         configure_limits(limits)
-    return _SharedRun(upstream, on_event, deadline_s)
+    return _SharedRun(upstream, on_event, deadline_s, port)
 
 
 class _SharedRun:
@@ -195,9 +198,14 @@ class _SharedRun:
     :class:`~teamlead._relay.server._RunningRelay`."""
 
     def __init__(
-        self, upstream: str, on_event: RelayListener | None, deadline_s: float | None = None
+        self,
+        upstream: str,
+        on_event: RelayListener | None,
+        deadline_s: float | None = None,
+        port: int = 0,
     ) -> None:
         self._upstream = upstream
+        self._port = port
         self._on_event = on_event
         self._deadline_s = deadline_s
         self._left = False
@@ -209,7 +217,9 @@ class _SharedRun:
         async with lock:
             entry = entries.get(self._upstream)
             if entry is None:
-                context = start_relay(self._upstream, shared_governor())
+                context = start_relay(
+                    self._upstream, shared_governor(), config=RelayConfig(port=self._port)
+                )
                 relay = await context.__aenter__()
                 entry = entries[self._upstream] = _Entry(relay, context)
             entry.refs += 1

@@ -126,6 +126,7 @@ class _Relayed:
             on_event=self._on_event or hookup.events.append,
             deadline_s=self._policy.deadline_s,
             limits=self._policy.limits,
+            port=self._policy.relay_port,
         )
         try:
             run = await context.__aenter__()
