@@ -205,3 +205,29 @@ def test_limits_specs_are_checked(spec: str) -> None:
 def test_a_bad_limits_spec_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="--limits must be"):
         check_limits_spec("memcached://x")
+
+
+def test_the_lease_renewer_tries_again_after_a_failed_renewal_and_stops_for_good() -> None:
+    import threading
+
+    from teamlead._governor.account import AccountError, LeaseRenewer
+
+    calls: list[int] = []
+    third = threading.Event()
+
+    def renew() -> None:
+        calls.append(len(calls))
+        if len(calls) >= 3:
+            third.set()
+        if len(calls) == 1:
+            raise AccountError("the store is away")
+
+    renewer = LeaseRenewer(renew, 0.001, "test-renewer")
+    renewer.start()
+    renewer.start()  # a second start is a no-op: one thread
+    assert third.wait(timeout=10), "the renewer stopped after its failed renewal"
+    renewer.stop()
+    stopped_at = len(calls)
+    renewer.start()  # after stop: stays stopped
+    assert [t.name for t in threading.enumerate()].count("test-renewer") == 0
+    assert len(calls) == stopped_at

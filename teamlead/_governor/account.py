@@ -24,6 +24,7 @@ from __future__ import annotations
 import itertools
 import logging
 import math
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
 from typing import Any, Protocol
@@ -37,6 +38,7 @@ __all__ = [
     "Bounds",
     "FallbackAccount",
     "Lease",
+    "LeaseRenewer",
     "ProcessAccount",
     "describe",
     "from_wall",
@@ -306,3 +308,39 @@ def limits_from_json(data: object) -> Limits | None:
     if not isinstance(limits.epoch, int) or not isinstance(limits.cut_epoch, int):
         return None
     return limits
+
+
+class LeaseRenewer:
+    """The thread of a shared account that keeps this process's leases alive.
+
+    It calls ``renew`` every ``period_s`` from the first :meth:`start` until :meth:`stop`.
+    A failed renewal (:class:`AccountError`) is tried again at the next period: the leases
+    expire by themselves meanwhile, and the account's next grant reports the failure.
+    """
+
+    def __init__(self, renew: Callable[[], None], period_s: float, name: str) -> None:
+        self._renew = renew
+        self._period = period_s
+        self._name = name
+        self._stopped = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start renewing (once; a no-op while running or after :meth:`stop`)."""
+        if self._thread is None and not self._stopped.is_set():
+            self._thread = threading.Thread(target=self._loop, name=self._name, daemon=True)
+            self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stopped.wait(self._period):
+            try:
+                self._renew()
+            except AccountError:
+                continue
+
+    def stop(self) -> None:
+        """Stop renewing and wait (2 s at most) for a renewal under way; idempotent."""
+        self._stopped.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(timeout=2)

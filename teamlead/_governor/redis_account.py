@@ -34,6 +34,7 @@ from .account import (
     AccountError,
     Bounds,
     Lease,
+    LeaseRenewer,
     Rule,
     from_wall,
     limits_from_json,
@@ -174,8 +175,7 @@ class RedisAccount:
         self._tokens = 0
         self._held: set[str] = set()
         self._lock = threading.Lock()
-        self._stop = threading.Event()
-        self._renewer: threading.Thread | None = None
+        self._renewer = LeaseRenewer(self.renew, lease_ttl_s / 3, "teamlead-redis-lease-renewer")
 
     def describe(self) -> str:
         """Where the state is, for a warning line (the URL without its password)."""
@@ -243,7 +243,7 @@ class RedisAccount:
             return None
         with self._lock:
             self._held.add(token)
-        self._start_renewer()
+        self._renewer.start()
         return Lease(bounds.key, token, self)
 
     def give_back(self, lease: Lease) -> None:
@@ -273,26 +273,9 @@ class RedisAccount:
         if tokens:
             self._call(lambda: self._renew(keys=[self._leases], args=[self._ttl_ms, *tokens]))
 
-    def _start_renewer(self) -> None:
-        if self._renewer is None:
-            self._renewer = threading.Thread(
-                target=self._renew_loop, name="teamlead-redis-lease-renewer", daemon=True
-            )
-            self._renewer.start()
-
-    def _renew_loop(self) -> None:
-        while not self._stop.wait(self._ttl / 3):
-            try:
-                self.renew()
-            except AccountError:
-                continue  # Redis away: the leases expire there; the next grant reports it
-
     def close(self) -> None:
         """Stop renewing and give back this process's leases (best effort); idempotent."""
-        self._stop.set()
-        renewer = self._renewer
-        if renewer is not None and renewer is not threading.current_thread():
-            renewer.join(timeout=2)
+        self._renewer.stop()
         with self._lock:
             tokens, self._held = sorted(self._held), set()
         try:

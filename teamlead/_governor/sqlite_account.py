@@ -39,6 +39,7 @@ from .account import (
     AccountError,
     Bounds,
     Lease,
+    LeaseRenewer,
     Rule,
     from_wall,
     limits_from_json,
@@ -120,8 +121,7 @@ class MachineAccount:
         self._held: set[str] = set()
         self._tokens = 0
         self._checked = -1e18
-        self._stop = threading.Event()
-        self._renewer: threading.Thread | None = None
+        self._renewer = LeaseRenewer(self.renew, lease_ttl_s / 3, "teamlead-lease-renewer")
         self._closed = False
 
     def describe(self) -> str:
@@ -276,7 +276,7 @@ class MachineAccount:
                 (token, bounds.key, self._host, self._pid, self._me, now + self._ttl),
             )
             self._held.add(token)
-        self._start_renewer()
+        self._renewer.start()
         return Lease(bounds.key, token, self)
 
     def give_back(self, lease: Lease) -> None:
@@ -300,26 +300,9 @@ class MachineAccount:
                 (self._clock.time() + self._ttl, self._host, self._pid, self._me),
             )
 
-    def _start_renewer(self) -> None:
-        if self._renewer is None or not self._renewer.is_alive():
-            self._renewer = threading.Thread(
-                target=self._renew_loop, name="teamlead-lease-renewer", daemon=True
-            )
-            self._renewer.start()
-
-    def _renew_loop(self) -> None:
-        while not self._stop.wait(self._ttl / 3):
-            try:
-                self.renew()
-            except AccountError:
-                return  # the next grant reports it (and the leases expire by themselves)
-
     def close(self) -> None:
         """Stop renewing, give back this process's leases, close the file; idempotent."""
-        self._stop.set()
-        renewer = self._renewer
-        if renewer is not None and renewer is not threading.current_thread():
-            renewer.join(timeout=2)
+        self._renewer.stop()
         with self._lock:
             if self._closed:
                 return
