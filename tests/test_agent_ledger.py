@@ -28,6 +28,8 @@ from teamlead.governor import Governor, GovernorPolicy
 from teamlead.policy import Policy
 from teamlead.testing import FakeClock, Reply, ScriptedRequest, ScriptedServer
 
+from .polling import apoll
+
 pytestmark = pytest.mark.anyio
 
 BODY = json.dumps(
@@ -230,9 +232,7 @@ async def test_an_agent_past_its_timeout_is_cut_and_refused(server: ScriptedServ
                     result["cut"] = 1
 
             tg.start_soon(hung)
-            with anyio.fail_after(10):
-                while not server.recorded():  # noqa: ASYNC110 - the server's own thread
-                    await anyio.sleep(0.01)
+            assert await apoll(server.recorded, within_s=10)  # the server's own thread
             clock.advance(31)
         assert result == {"cut": 1}
         again = await http.post(url, content=body(), headers=headers(agent="h1"))
@@ -258,9 +258,7 @@ async def test_a_workflow_agents_first_request_waits_for_a_slot_fifo(
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(workflow_agent, "w1")
-            with anyio.fail_after(10):
-                while pool.waiting == 0:  # noqa: ASYNC110 - waits for the hold to queue
-                    await anyio.sleep(0.01)
+            assert await apoll(lambda: pool.waiting, within_s=10)  # the hold queued
             assert server.recorded() == [] and done == []  # held, not forwarded
             pool.release()  # the Agent-tool agent ended: w1 takes its slot
         assert done == ["w1"] and pool.held == 1  # the slot follows the work, not the request

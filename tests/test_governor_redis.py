@@ -26,6 +26,7 @@ from teamlead._governor.sqlite_account import MachineAccount
 from teamlead.clock import SYSTEM_CLOCK
 from teamlead.governor import Governor, GovernorPolicy, Slot
 
+from .polling import apoll
 from .redis_server import REDIS_SERVER, RedisServer, free_port, redis_server
 
 if REDIS_SERVER is None:
@@ -75,8 +76,8 @@ async def test_two_machines_share_the_learnt_limit_and_the_slots(redis: RedisSer
 
             burst[2].release()  # 2 in flight on the account, at the cap of 2: it waits
             tg.start_soon(wait)
-            await anyio.sleep(0.3)
-            assert not got
+            assert await apoll(lambda: second.state(A).waiting == 1, within_s=10)
+            assert not got  # queued: the account is at the cap
             burst[0].release()  # the other machine gives one back
     assert second.state(A).account_in_flight == 2
     for slot in [burst[1], *got]:

@@ -28,6 +28,8 @@ from teamlead.errors import UsageError
 from teamlead.governor import Governor, GovernorPolicy, Slot
 from teamlead.testing import FakeClock
 
+from .polling import apoll
+
 A = "anthropic/claude-opus-5-5"
 pytestmark = pytest.mark.anyio
 
@@ -66,8 +68,8 @@ async def test_two_processes_on_one_file_share_the_limit_and_the_slots(tmp_path:
                 got.append(await second.acquire(A))
 
             tg.start_soon(wait)
-            await anyio.sleep(0.1)  # let it queue and poll a while: still full
-            assert not got and second.state(A).waiting == 1
+            assert await apoll(lambda: second.state(A).waiting == 1, within_s=10)
+            assert not got  # queued: the account is still full
             held[0].release()  # first gives one back: second's waiter sees it at its next check
     for slot in [*held[1:], *got]:
         slot.release()

@@ -12,7 +12,6 @@ import logging
 import os
 import signal
 import subprocess
-import time
 import uuid
 from collections.abc import Callable
 
@@ -22,6 +21,8 @@ import pytest
 
 from teamlead._procs import stop_marked, wait_ended
 
+from .polling import poll
+
 MARK = "TEAMLEAD_TEST_PROCS_MARK"
 
 
@@ -30,10 +31,7 @@ def _spawn(mark: str, *argv: str) -> subprocess.Popen[bytes]:
 
 
 def _until(predicate: Callable[[], bool], what: str, timeout_s: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not predicate():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.01)
+    assert poll(predicate, within_s=timeout_s, every_s=0.01), f"timed out waiting for {what}"
 
 
 def test_a_stopped_child_is_left_for_its_owner_to_reap() -> None:

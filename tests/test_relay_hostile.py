@@ -17,7 +17,7 @@ import socket
 import subprocess
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, closing, suppress
 
 import anyio
@@ -31,6 +31,8 @@ from teamlead._relay.forward import backoff_s
 from teamlead.events import RateLimited
 from teamlead.governor import Governor, GovernorPolicy
 from teamlead.testing import FakeClock
+
+from .polling import apoll
 
 pytestmark = pytest.mark.anyio
 
@@ -512,12 +514,8 @@ def hold_idle(relay: Relay, count: int, ready: threading.Event, done: threading.
             conn.close()
 
 
-async def wait_for(predicate: object, what: str) -> None:
-    with anyio.move_on_after(10):
-        while not predicate():  # type: ignore[operator]  # noqa: ASYNC110 - OS state
-            await anyio.sleep(0.02)
-        return
-    raise AssertionError(f"timed out waiting for {what}")
+async def wait_for(predicate: Callable[[], bool], what: str) -> None:
+    assert await apoll(predicate, within_s=10), f"timed out waiting for {what}"  # OS state
 
 
 async def test_past_the_connection_cap_a_valid_request_still_gets_through(

@@ -23,7 +23,7 @@ from teamlead.testing import OfflineClaude
 from teamlead.testing.scripts import FanOut
 
 from .conftest import OfflineFactory, cli_processes
-from .polling import poll
+from .polling import apoll, poll
 from .test_gate_cli import agents_run
 
 pytestmark = pytest.mark.cli
@@ -61,10 +61,7 @@ async def _leave_while_agents_run(claude: OfflineClaude, agents: int, how: str) 
 async def _until(check: Callable[[], bool], within_s: float) -> bool:
     """``check()`` once it holds, within ``within_s``: an abandoned run is closed by a task
     the event loop's finaliser starts, which offers nothing to wait on but its effect."""
-    with anyio.move_on_after(within_s):
-        while not check():  # noqa: ASYNC110
-            await anyio.sleep(0.05)
-    return check()
+    return bool(await apoll(check, within_s=within_s))
 
 
 @pytest.mark.slow
