@@ -34,7 +34,7 @@ Every applied amend is a :class:`~teamlead.events.RunAmended` event in the run's
 task) and from any other thread: the change is applied on the run's loop.
 
 Example:
-    >>> control = teamlead.RunControl()
+    >>> control = teamlead.RunControl()  # doctest: +SKIP
     >>> async for item in teamlead.query("Audit", opts, control=control):  # doctest: +SKIP
     ...     if too_busy():
     ...         control.amend(cap=2, subagent_model="claude-haiku-5-5")
