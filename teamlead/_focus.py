@@ -19,11 +19,12 @@ Rich ``Text``). Memory is bounded: a few calls and lines per agent, at most
 
 Example:
     >>> focus = Focus(config_dir)  # doctest: +SKIP
-    >>> for item in stream:
+    >>> for item in stream:  # doctest: +SKIP
     ...     focus.feed(item)
-    >>> agent = focus.next_agent(None)  # the first agent; call again to cycle
-    >>> view = focus.of(agent)
-    >>> [c.name for c in view.calls], view.lines[-1:]
+    >>> agent = focus.next_agent(None)  # doctest: +SKIP
+    >>> view = focus.of(agent)  # doctest: +SKIP
+    >>> [c.name for c in view.calls], view.lines[-1:]  # doctest: +SKIP
+    (['Read', 'Bash'], ('The bug is in app.py',))
 """
 
 from __future__ import annotations
