@@ -402,3 +402,27 @@ def test_each_amend_is_a_versioned_ndjson_line_and_a_progress_line() -> None:
     lines = log.getvalue().splitlines()
     assert "cap 3 -> 1" in lines[0] and "subagent model -> claude-haiku-5-5" in lines[0]
     assert "subagent model -> their own" in lines[1]
+
+
+def test_a_bad_subagent_model_is_one_line_and_exit_2() -> None:
+    from click.testing import CliRunner
+
+    from teamlead._cli import main
+
+    # the flag's value is checked before anything starts
+    result = CliRunner().invoke(main, ["ask", "x", "--subagent-model", "two words"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "subagent_model" in lines[0], result.output
+
+
+async def test_a_client_run_is_controlled_from_before_its_client_connects() -> None:
+    control = RunControl()
+    policy = Policy(spawn=SpawnPolicy(max_concurrent_agents=2), relay=False)
+    run = teamlead.ClientRun(ClaudeAgentOptions(), policy, control=control)
+    assert control.active and control.cap == 2
+    async with run:
+        assert control.lower_cap().cap == 1
+    assert not control.active  # the client's run ended with the block
+    with pytest.raises(AmendRefused):
+        control.raise_cap()

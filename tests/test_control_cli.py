@@ -9,6 +9,10 @@ their prompt (``WFJOB``).
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import anyio
@@ -25,6 +29,8 @@ from .conftest import OfflineFactory
 from .test_agents_cli import workflow_script
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
+
+ASK = [sys.executable, "-m", "teamlead", "ask"]
 
 
 class Waves:
@@ -180,5 +186,24 @@ async def test_subagent_model_at_start_reaches_agent_and_workflow_agents(
         items = [i async for i in teamlead.query("Investigate.", claude.options(), policy=policy)]
     done = items[-1]
     assert isinstance(done, Finished) and done.status == "completed", done.reasons
+    assert set(models_of(server, "AGENTJOB first")) == {"claude-haiku-5-5"}
+    assert set(models_of(server, "WFJOB w1")) == {"claude-haiku-5-5"}
+
+
+def test_ask_subagent_model_from_its_variable_reaches_every_kind_of_agent(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(Waves([["first"]], ["w1"], delay=0.2))
+    env = {**os.environ, **claude.env, "TEAMLEAD_SUBAGENT_MODEL": "haiku"}
+    proc = subprocess.run(
+        [*ASK, "Investigate.", "--json", "--permission-mode", "bypassPermissions"],
+        env=env,
+        cwd=claude.cwd,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1])["status"] == "completed"
     assert set(models_of(server, "AGENTJOB first")) == {"claude-haiku-5-5"}
     assert set(models_of(server, "WFJOB w1")) == {"claude-haiku-5-5"}
