@@ -177,6 +177,33 @@ async def test_a_subagent_model_set_mid_run_reaches_the_next_agents(
     assert [a.subagent_model for a in amended] == ["haiku", "claude-haiku-4-5"]
 
 
+async def test_a_mid_run_alias_reaches_workflow_agents_after_an_agent_call_ran_on_it(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(Waves([["first"], ["second"]], ["w1", "w2"], delay=0.5))
+    control = teamlead.RunControl()
+    policy = teamlead.Policy(wait_s=5, deadline_s=150)
+    items: list[Any] = []
+    with anyio.fail_after(150):
+        async for item in teamlead.query(
+            "Investigate.", claude.options(), policy=policy, control=control
+        ):
+            items.append(item)
+            done_first = any(
+                r.finished is not None and "AGENTJOB first" in r.request.first_user_text
+                for r in server.recorded()
+            )
+            if done_first and control.subagent_model is None:
+                control.set_subagent_model("haiku")  # what a key at the terminal does
+    done = items[-1]
+    assert isinstance(done, Finished) and done.status == "completed", done.reasons
+    lead_model = next(r.request.model for r in server.recorded() if r.role == "lead")
+    assert set(models_of(server, "AGENTJOB first")) == {lead_model}
+    assert set(models_of(server, "AGENTJOB second")) == {"claude-haiku-5-5"}
+    for label in ("w1", "w2"):  # the relay learnt the alias from the second agent
+        assert set(models_of(server, f"WFJOB {label}")) == {"claude-haiku-5-5"}
+
+
 async def test_subagent_model_at_start_reaches_agent_and_workflow_agents(
     offline: OfflineFactory,
 ) -> None:
