@@ -29,6 +29,7 @@ from .events import (
     RelaySummary,
     ResumeFailed,
     Resuming,
+    RunAmended,
     SpawnAdmitted,
     SpawnDenied,
     SpawnQueued,
@@ -75,7 +76,20 @@ def _describe_event(item: Any, *, scripted: bool = False) -> str | None:
         relay = f"; {_relay_summary_text(item.relay)}" if item.relay else ""
         cost = "a scripted model, so no cost" if scripted else f"${item.cost_usd:.4f}"
         return f"finished: {item.status} after {item.resumes} resume(s), {cost}{relay}"
+    if isinstance(item, RunAmended):
+        return _describe_amend(item)
     return _describe_spawn(item) or _describe_relay(item)
+
+
+def _describe_amend(item: RunAmended) -> str:
+    """``cap 3 -> 1 · subagent model -> haiku``: one live change, as it applied."""
+    parts = []
+    if "cap" in item.changed:
+        parts.append(f"cap {item.previous_cap} -> {item.cap} (agents running go on)")
+    if "subagent_model" in item.changed:
+        model = item.subagent_model or "their own"
+        parts.append(f"subagent model -> {model} (for agents not started yet)")
+    return " · ".join(parts)
 
 
 def _describe_fallback(item: FallbackUsed) -> str:
@@ -312,7 +326,7 @@ class LiveTeamView:
                     "",
                 )
         for description in self.queued.values():
-            table.add_row("agent", Text(description[:40]), "queued", "", "", "")
+            table.add_row("agent", Text(_safe(description)[:40]), "queued", "", "", "")
         for name, state in self.teammates.items():
             table.add_row("teammate", Text(_safe(name)), Text(_safe(state)), "", "", "")
         recent = [Text(_safe(line), style="dim") for line in self.log[-6:]]

@@ -40,9 +40,11 @@ class AgentCount:
         "kind",
         "last_at",
         "last_total",
+        "model",
         "output_tokens",
         "passed",
         "requests",
+        "sent_model",
         "slots",
         "started_at",
         "timed_out",
@@ -64,6 +66,8 @@ class AgentCount:
         self.last_total = 0
         self.slots: list[SlotPool] = []
         self.timed_out = False
+        self.model: str | None = None  # the model its requests are pinned to, if any
+        self.sent_model: str | None = None  # the model its first request named
 
     @property
     def tokens(self) -> int | None:

@@ -72,6 +72,7 @@ class AskSettings:
     max_depth: int = 1
     wrap_up_reserve_s: float | None = None
     agent_timeout_s: float | None = None
+    subagent_model: str | None = None
     token_budget: int | None = None
     request_budget: int | None = None
     spawn_gate: bool = True
@@ -163,6 +164,7 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
                 max_depth=settings.max_depth,
                 wrap_up_reserve_s=settings.wrap_up_reserve_s,
                 agent_timeout_s=settings.agent_timeout_s,
+                subagent_model=settings.subagent_model,
             ),
             relay=settings.relay,
             limits=settings.limits,
@@ -210,8 +212,10 @@ def run_session(
     """Drive ``items()`` to its :class:`Finished` event with progress output; returns the exit code.
 
     The final answer goes to stdout (or the ``finished`` NDJSON line with ``--json``);
-    progress goes to stderr. SIGINT/SIGTERM/SIGHUP stop the CLI child and all it started at once
-    (SIGTERM, then SIGKILL after 2 s), print the session id to resume, and return 130.
+    progress goes to stderr, and on a terminal (not ``quiet``) the run ends there with the
+    result cards (:mod:`~teamlead._cli.cards`), one row per agent of ``Finished.tasks``.
+    SIGINT/SIGTERM/SIGHUP stop the CLI child and all it started at once (SIGTERM, then
+    SIGKILL after 2 s), print the session id to resume, and return 130.
     ``scripted`` says the model is scripted (the demo): the progress names no dollar cost.
     """
     out = stdout or sys.stdout
@@ -255,6 +259,12 @@ def run_session(
         if progress is not None:
             progress.close()
     finished: Finished | None = state["finished"]
+    if finished is not None and output in ("auto", "live") and _is_terminal(err):
+        from rich.console import Console
+
+        from .cards import print_cards
+
+        print_cards(Console(file=err), finished.tasks)  # the result cards, one row per agent
     if state["interrupted"]:
         session = state["session"]
         hint = f"; resume with: teamlead resume {session}" if session else ""
