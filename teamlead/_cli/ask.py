@@ -248,6 +248,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
     PROMPT is the task; `-` reads it from stdin.
     """
     from ..coordinator import query
+    from .controls import controls_for
     from .running import build_run, check_setup, merged_env, run_session
 
     if prompt == "-":
@@ -255,11 +256,17 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
     if not prompt.strip():
         raise UsageError("the prompt is empty")
     output = output_mode(json_, quiet)
-    options, policy, _ = build_run(settings_from_options(strategy, **kw))
+    settings = settings_from_options(strategy, **kw)
+    options, policy, _ = build_run(settings)
     check_setup(merged_env(options.env))
+    controls = controls_for(settings.permission_mode, output, wait_limit_s=policy.deadline_s)
+    options = controls.options(options)
     with run_labels(strategy=strategy):  # the run's span names its strategy
         code = run_session(
-            lambda: query(prompt, options, policy=policy), output=output, verbose=verbose
+            lambda: query(prompt, options, policy=policy),
+            output=output,
+            verbose=verbose,
+            controls=controls,
         )
     sys.exit(code)
 
@@ -281,17 +288,22 @@ def resume(
     from .._claude.saved_session import find_session_file
     from .._claude.team import claude_config_dir
     from ..coordinator import resume_session
+    from .controls import controls_for
     from .running import build_run, check_setup, merged_env, run_session
 
     output = output_mode(json_, quiet)
-    options, policy, _ = build_run(settings_from_options(strategy, **kw))
+    settings = settings_from_options(strategy, **kw)
+    options, policy, _ = build_run(settings)
     env = merged_env(options.env)
     find_session_file(claude_config_dir(env), session_id)  # a missing session is a usage error
     check_setup(env)
+    controls = controls_for(settings.permission_mode, output, wait_limit_s=policy.deadline_s)
+    options = controls.options(options)
     with run_labels(strategy=strategy):
         code = run_session(
             lambda: resume_session(session_id, options, policy=policy),
             output=output,
             verbose=verbose,
+            controls=controls,
         )
     sys.exit(code)

@@ -1,0 +1,158 @@
+"""The person's side of one ``teamlead ask`` run: the approval queue, the keys, the hint.
+
+:func:`controls_for` decides once, before the run, whether anybody can answer a permission
+request: in permission modes ``default`` and ``acceptEdits`` (the ones that ask), on a
+terminal (stdin and stderr are ttys) and not ``--json``, requests join an
+:class:`~teamlead._cli.approvals.ApprovalQueue` answered by key; in those modes without a
+terminal, :class:`~teamlead._cli.approvals.NoTerminal` denies them with the reason; in
+other modes nothing asks. :class:`Controls` holds that choice for
+:func:`~teamlead._cli.running.run_session`: it sets the SDK's ``can_use_tool`` on the
+options, connects the queue to the progress output (labels from its tracker, decisions
+into its stream, the prompt and the key hint at the foot of the live view) and reads keys
+for as long as the run goes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Callable
+from typing import IO, Any
+
+from claude_agent_sdk import ClaudeAgentOptions
+
+from .._redact import terminal_safe
+from ..events import PermissionDecided
+from ..tracker import Tracker
+from .approvals import ASKING_MODES, ApprovalQueue, NoTerminal, labels_from
+from .keys import Binding, KeyMap, read_keys, terminal_fd
+from .options import Output
+
+__all__ = ["Controls", "controls_for"]
+
+
+class Controls:
+    """The approval queue (or the no-terminal denier) and the key map of one run.
+
+    Args:
+        approvals: the queue when a person can answer.
+        no_terminal: the denier when nobody can.
+        stdin: the terminal keys are read from (only with ``approvals`` or bindings).
+        wait_limit_s: how long a request may wait (the run's deadline).
+    """
+
+    def __init__(
+        self,
+        *,
+        approvals: ApprovalQueue | None = None,
+        no_terminal: NoTerminal | None = None,
+        stdin: IO[str] | None = None,
+        bindings: list[Binding] | None = None,
+    ) -> None:
+        self.approvals = approvals
+        self.no_terminal = no_terminal
+        self.stdin = stdin
+        self.keymap = KeyMap(approvals, bindings or [])
+        self._progress: Any = None
+        self._stderr: IO[str] = sys.stderr
+        self._shown: str | None = None
+
+    @property
+    def interactive(self) -> bool:
+        """Whether keys are read (a person at a terminal answers)."""
+        return self.stdin is not None and terminal_fd(self.stdin) is not None
+
+    def options(self, options: ClaudeAgentOptions) -> ClaudeAgentOptions:
+        """``options`` with the ``can_use_tool`` of this run (unchanged when nothing asks)."""
+        callback = self.approvals or self.no_terminal
+        if callback is None:
+            return options
+        return dataclasses.replace(options, can_use_tool=callback.can_use_tool)
+
+    def attach(self, progress: Any, tracker: Tracker, stderr: IO[str]) -> None:
+        """Connect to the run's progress output and tracker (before the run starts)."""
+        self._progress = progress
+        self._stderr = stderr
+        label_for = labels_from(tracker)
+        for part in (self.approvals, self.no_terminal):
+            if part is not None:
+                part.label_for = label_for
+                part.on_decision = self._decided
+        if self.no_terminal is not None:
+            self.no_terminal.say = self._say
+        if self.approvals is not None:
+            self.approvals.on_change = self._changed
+        if hasattr(progress, "footer"):
+            progress.footer = self.footer
+
+    def footer(self) -> list[tuple[str, str]]:
+        """The lines at the foot of the live view: the prompt in front, then the key hint."""
+        lines: list[tuple[str, str]] = []
+        prompt = self.approvals.prompt() if self.approvals is not None else None
+        if prompt is not None:
+            lines.append((f"approve? {prompt}", "bold yellow"))
+        hint = self.keymap.hint() if self.interactive else ""
+        if hint:
+            lines.append((hint, "dim"))
+        return lines
+
+    async def read_keys(self) -> None:
+        """Read and dispatch keys until the run ends (returns at once without a terminal)."""
+        fd = terminal_fd(self.stdin) if self.interactive else None
+        if fd is None:
+            return
+        await read_keys(fd, self.keymap, on_key=self._changed)
+
+    def close(self) -> None:
+        """The run ends or is stopped: what still waits for an answer is denied."""
+        if self.approvals is not None:
+            self.approvals.close()
+
+    # -- internals ---------------------------------------------------------------------------
+    def _decided(self, event: PermissionDecided) -> None:
+        if self._progress is not None:
+            self._progress.handle(event)
+
+    def _say(self, line: str) -> None:
+        note: Callable[[str], None] | None = getattr(self._progress, "note", None)
+        if note is not None:
+            note(line)
+        else:
+            self._stderr.write(terminal_safe(line) + "\n")
+            self._stderr.flush()
+
+    def _changed(self) -> None:
+        refresh = getattr(self._progress, "refresh", None)
+        if callable(refresh):
+            refresh()
+            return
+        if self.approvals is None:  # no live view: the prompt is a line on stderr
+            return
+        prompt = self.approvals.prompt()
+        if prompt is not None and prompt != self._shown:
+            hint = self.keymap.hint()
+            self._stderr.write(f"teamlead: approve? {prompt}  [{hint}]\n")
+            self._stderr.flush()
+        self._shown = prompt
+
+
+def controls_for(
+    permission_mode: str | None,
+    output: Output,
+    *,
+    stdin: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+    wait_limit_s: float = 1800.0,
+) -> Controls:
+    """The controls of a run: an approval queue when a person at a terminal can answer,
+    the no-terminal denier when nobody can, nothing in a mode that never asks."""
+    stdin = sys.stdin if stdin is None else stdin
+    stderr = sys.stderr if stderr is None else stderr
+    at_terminal = (
+        output != "json" and terminal_fd(stdin) is not None and terminal_fd(stderr) is not None
+    )
+    if permission_mode not in ASKING_MODES:
+        return Controls(stdin=stdin if at_terminal else None)
+    if not at_terminal:
+        return Controls(no_terminal=NoTerminal())
+    return Controls(approvals=ApprovalQueue(wait_limit_s=wait_limit_s), stdin=stdin)
