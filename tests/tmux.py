@@ -67,15 +67,21 @@ class Pane:
         pane stays open so its last screen can still be read.
         """
         script = self.dir / "run.sh"
-        exports = "".join(
-            f"export {name}={shlex.quote(value)}\n"
+        # the environment is the command's only, not the shell's: the shell that stays to
+        # keep the pane open must not count as the command's process (tests look processes
+        # up by their CLAUDE_CONFIG_DIR)
+        assignments = " ".join(
+            shlex.quote(f"{name}={value}")
             for name, value in env.items()
             if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)
         )
         script.write_text(
             "#!/bin/sh\n"
-            + exports
+            # Ctrl-C goes to the pane's whole process group: the shell must outlive it to
+            # write the exit code (a handler, unlike an ignore, is not inherited by exec)
+            + "trap : INT\n"
             + f"cd {shlex.quote(str(cwd))}\n"
+            + f"env -i TERM=xterm-256color {assignments} "
             + " ".join(shlex.quote(a) for a in argv)
             + f"\necho $? > {shlex.quote(str(self.exit_file))}.tmp\n"
             + f"mv {shlex.quote(str(self.exit_file))}.tmp {shlex.quote(str(self.exit_file))}\n"

@@ -74,13 +74,14 @@ def run_options(func: _F) -> _F:
             "--allowed-tools",
             help="Comma-separated tools that run without approval, e.g. 'Edit,Bash(npm test:*)' "
             "(passed to the SDK) [default: none; every tool is offered, and one that needs "
-            "approval is refused].",
+            "approval is asked at the terminal, or refused when nobody is there].",
         ),
         option(
             "--permission-mode",
             type=click.Choice(_PERMISSION_MODES),
-            help="Passed to the SDK [default: Claude Code's `default`: reading tools run, "
-            "edits and changing commands are refused, as nobody is there to approve them].",
+            help="Passed to the SDK [default: Claude Code's `default`: reading tools run; "
+            "edits and changing commands wait in the approval queue on a terminal (y/n/a), "
+            "and are refused when piped or with --json].",
         ),
         option(
             "--json",

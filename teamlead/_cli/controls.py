@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import warnings
 from collections.abc import Callable
 from typing import IO, Any
 
-from claude_agent_sdk import ClaudeAgentOptions
+from claude_agent_sdk import CanUseToolShadowedWarning, ClaudeAgentOptions
 
 from .._redact import terminal_safe
 from ..events import PermissionDecided
@@ -37,8 +38,8 @@ class Controls:
     Args:
         approvals: the queue when a person can answer.
         no_terminal: the denier when nobody can.
-        stdin: the terminal keys are read from (only with ``approvals`` or bindings).
-        wait_limit_s: how long a request may wait (the run's deadline).
+        stdin: the terminal keys are read from (``None``: no keys are read).
+        bindings: the live-control keys.
     """
 
     def __init__(
@@ -67,6 +68,9 @@ class Controls:
         callback = self.approvals or self.no_terminal
         if callback is None:
             return options
+        # an --allowed-tools entry that allows a whole tool means "do not ask me about it":
+        # the SDK's warning that it shadows the callback says what the user asked for
+        warnings.filterwarnings("ignore", category=CanUseToolShadowedWarning)
         return dataclasses.replace(options, can_use_tool=callback.can_use_tool)
 
     def attach(self, progress: Any, tracker: Tracker, stderr: IO[str]) -> None:
