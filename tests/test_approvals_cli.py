@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from teamlead.testing import OfflineClaude, ScriptedServer
-from teamlead.testing.replies import AgentCall, Reply, ScriptedRequest
+from teamlead.testing.replies import AgentCall, Reply, ScriptedRequest, ToolUse
 from teamlead.testing.scripts import bash, synthesize
 from tests.conftest import cli_processes
 from tests.polling import poll
@@ -207,3 +207,42 @@ def test_hostile_descriptions_and_commands_stay_inert_in_the_pane(tmp_path: Path
     assert prompt.endswith(f"Bash: {command}")
     assert "PWNED" not in title
     assert "teamlead" in screen  # the screen was not cleared by a \x1b[2J
+
+
+WORKFLOW = (
+    "export const meta = { name: 'scan', description: 'scan the parts', "
+    "phases: [{ title: 'Scan' }, { title: 'Sum' }] }\n"
+    "const r = await agent('WFJOB a', { label: 'wf:a', phase: 'Scan' })\n"
+    "return { r }\n"
+)
+
+
+def workflow_with_bash(req: ScriptedRequest) -> Reply:
+    """The lead runs a one-agent workflow whose agent runs a Bash command that asks."""
+    if "WFJOB a" in req.first_user_text:
+        if req.assistant_turns == 0:
+            return Reply.tools(bash("echo wf | tee wf.txt"))
+        return Reply.text("FINDING[a]: done.")
+    if req.role != "lead":
+        return Reply.text("ok")
+    if req.assistant_turns == 0:
+        return Reply.tools(ToolUse(id="toolu_wf_1", name="Workflow", input={"script": WORKFLOW}))
+    return synthesize(req)
+
+
+def test_a_workflow_shows_its_script_and_its_agents_ask_under_their_label(
+    tmp_path: Path,
+) -> None:
+    with ScriptedServer(workflow_with_bash) as server, Pane(tmp_path) as pane:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        ask_in_pane(pane, claude)
+        pane.wait_for(
+            "approve? (1/1) [lead] Workflow: workflow scan · “scan the parts” · phases Scan → Sum",
+            within_s=90,
+        )
+        pane.send("y")
+        pane.wait_for("approve? (1/1) [wf:a] Bash: echo wf | tee wf.txt", within_s=90)
+        pane.send("y")
+        assert pane.wait_exit(within_s=120) == 0, pane.screen()
+        del server
+    assert (claude.cwd / "wf.txt").read_text() == "wf\n"
