@@ -18,6 +18,9 @@ The public API is what this module re-exports in ``__all__``, the names users ca
   ``Literal`` codes (:data:`Status`, :data:`Disposition`, :data:`TaskState`, :data:`FinishReason`,
   :data:`DenyCode`, :data:`ChangeReason`); every error derives from :class:`TeamleadError`.
 - Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate.
+- :class:`RunControl` changes a running run's agent cap and subagent model (zcode's
+  three-state :meth:`~RunControl.amend`; a no-op is refused with :class:`AmendRefused`, each
+  change is a :class:`RunAmended` event).
 - :class:`Governor` adapts concurrency to rate limits; :func:`relay_for` keeps the request
   relay that paces a ``ClaudeSDKClient``'s API requests up while the client lives.
 
@@ -32,6 +35,7 @@ from __future__ import annotations
 
 from ._version import __version__
 from .clock import Clock
+from .control import UNSET, RunControl, Unset
 from .coordinator import (
     ClientRun,
     QueryFn,
@@ -42,6 +46,7 @@ from .coordinator import (
     resume_session,
 )
 from .errors import (
+    AmendRefused,
     BudgetExceeded,
     GovernorCleared,
     InboxError,
@@ -52,6 +57,7 @@ from .errors import (
 )
 from .events import (
     AgentUsage,
+    AmendField,
     BucketSummary,
     ChangeReason,
     ConcurrencyChanged,
@@ -67,6 +73,7 @@ from .events import (
     RelaySummary,
     ResumeFailed,
     Resuming,
+    RunAmended,
     SpawnAdmitted,
     SpawnDenied,
     SpawnQueued,
@@ -83,7 +90,10 @@ from .policy import InboxWaitPolicy, LimitsPolicy, LockPolicy, Policy, RetryPoli
 from .prompts import Strategy, apply_strategy, list_strategies, load_strategy
 
 __all__ = [
+    "UNSET",
     "AgentUsage",
+    "AmendField",
+    "AmendRefused",
     "BucketSummary",
     "BudgetExceeded",
     "ChangeReason",
@@ -113,6 +123,8 @@ __all__ = [
     "ResumeFailed",
     "Resuming",
     "RetryPolicy",
+    "RunAmended",
+    "RunControl",
     "SetupError",
     "SpawnAdmitted",
     "SpawnDenied",
@@ -126,6 +138,7 @@ __all__ = [
     "TaskState",
     "TeamleadError",
     "TeamleadEvent",
+    "Unset",
     "UsageError",
     "WaitingForTeam",
     "__version__",

@@ -45,6 +45,7 @@ from ._run.relayed import RelayHookup, relayed, with_relay_events
 from ._run.relayed import relay_for as _relay_for
 from ._run.state import RunState, new_run, prepare_options
 from .clock import SYSTEM_CLOCK, Clock
+from .control import RunControl
 from .events import Finished
 from .policy import Policy
 
@@ -121,6 +122,7 @@ async def query(
     query_fn: QueryFn | None = None,
     policy: Policy | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    control: RunControl | None = None,
 ) -> AsyncIterator[Any]:
     """Drop-in for ``claude_agent_sdk.query`` that never loses a delegated result.
 
@@ -136,6 +138,12 @@ async def query(
         query_fn: the generator to wrap (default ``claude_agent_sdk.query``).
         policy: limits and waits (default :class:`~teamlead.policy.Policy()`).
         clock: time source (tests inject a fake).
+        control: a :class:`~teamlead.control.RunControl` that changes the run's agent cap
+            and subagent model while it goes (its amends are
+            :class:`~teamlead.events.RunAmended` events in the stream).
+
+    Raises:
+        AmendRefused: ``control`` already serves another run that has not ended.
 
     Every API request of the run (the lead's and its subagents') goes through the process's
     request relay unless ``Policy(relay=False)`` or ``TEAMLEAD_NO_RELAY=1``; its
@@ -148,7 +156,7 @@ async def query(
         ...         print(item.status, item.result)
     """
     fn = _sdk_query(query_fn)
-    state = new_run("query", options, policy or Policy(), clock)
+    state = new_run("query", options, policy or Policy(), clock, control=control)
 
     def start(run: RunState) -> AsyncGenerator[Any, None]:
         return run_query(run, fn, prompt)
@@ -172,6 +180,11 @@ class ClientRun:
         options: the client's options (default ``ClaudeAgentOptions()``); never mutated.
         policy: limits and waits (default :class:`~teamlead.policy.Policy()`).
         clock: time source of the run's deadline, waits and the gate (tests inject a fake).
+        control: a :class:`~teamlead.control.RunControl` for the run's live cap and
+            subagent model (it serves the run from here until it ends).
+
+    Raises:
+        AmendRefused: ``control`` already serves another run that has not ended.
 
     Example:
         >>> async with teamlead.ClientRun(options, policy) as run:  # doctest: +SKIP
@@ -187,8 +200,9 @@ class ClientRun:
         policy: Policy | None = None,
         *,
         clock: Clock = SYSTEM_CLOCK,
+        control: RunControl | None = None,
     ) -> None:
-        self._state = new_run("client", options, policy or Policy(), clock)
+        self._state = new_run("client", options, policy or Policy(), clock, control=control)
         self._relay: AbstractAsyncContextManager[RelayHookup] | None = None
         self._used = False
 
@@ -306,6 +320,7 @@ async def resume_session(
     query_fn: QueryFn | None = None,
     policy: Policy | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    control: RunControl | None = None,
 ) -> AsyncIterator[Any]:
     """Collect and resume a session that ended with work outstanding.
 
@@ -319,16 +334,18 @@ async def resume_session(
         query_fn: the generator to wrap (default ``claude_agent_sdk.query``).
         policy: limits and waits (default :class:`~teamlead.policy.Policy()`).
         clock: time source (tests inject a fake).
+        control: a :class:`~teamlead.control.RunControl` for the live cap and subagent model.
 
     Raises:
         UsageError: the session does not exist under the config dir.
+        AmendRefused: ``control`` already serves another run that has not ended.
 
     Example:
         >>> async for item in teamlead.resume_session("3d33...", options):  # doctest: +SKIP
         ...     ...
     """
     fn = _sdk_query(query_fn)
-    state = new_run("query", options, policy or Policy(), clock)
+    state = new_run("query", options, policy or Policy(), clock, control=control)
 
     def start(run: RunState) -> AsyncGenerator[Any, None]:
         return run_resume(run, fn, session_id)

@@ -4,6 +4,7 @@
 
     TeamleadError                 base; catch this to catch everything teamlead raises
     ├── UsageError                the user's fix: bad option, spec, prompt file, scenario
+    │   └── AmendRefused          a run-control amend that changes nothing or cannot apply
     ├── SetupError                the environment: CLI missing or not starting, no API setup,
     │                             a base URL off loopback, a port in use
     ├── InboxError                a team-lead inbox could not be read or consumed safely
@@ -25,6 +26,7 @@ Example:
 from __future__ import annotations
 
 __all__ = [
+    "AmendRefused",
     "BudgetExceeded",
     "GovernorCleared",
     "RelayError",
@@ -42,6 +44,27 @@ class TeamleadError(Exception):
 
 class UsageError(TeamleadError):
     """Bad input the user can fix: an option, a spec file, a prompt file, a scenario name."""
+
+
+class AmendRefused(UsageError):
+    """A :meth:`teamlead.RunControl.amend` that was not applied: it changes nothing, a value
+    is out of range, or no run is using the control. The run goes on unchanged.
+
+    Attributes:
+        field: the field at fault (``cap``, ``subagent_model``), or ``None`` for the
+            amend as a whole.
+
+    Example:
+        >>> try:
+        ...     control.lower_cap()  # doctest: +SKIP
+        ... except teamlead.AmendRefused as exc:
+        ...     print(exc)
+        the cap is already 1, the lowest it goes
+    """
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 class SetupError(TeamleadError):

@@ -21,9 +21,11 @@ __all__ = [
     "AgentUsage",
     "BucketSummary",
     "ChangeReason",
+    "AmendField",
     "ConcurrencyChanged",
     "RateLimited",
     "RelaySummary",
+    "RunAmended",
     "FallbackUsed",
     "Finished",
     "InboxCollected",
@@ -419,6 +421,36 @@ class ConcurrencyChanged(BaseModel):
         return json.dumps(self.model_dump(mode="json"), ensure_ascii=False)
 
 
+#: A field of a run that :meth:`teamlead.RunControl.amend` can change while it runs.
+AmendField = Literal["cap", "subagent_model"]
+
+
+class RunAmended(_Event):
+    """A run's live limits were changed from outside (:class:`teamlead.RunControl`).
+
+    Attributes:
+        changed: the fields the amend changed (never empty: a no-op amend is refused).
+        cap: the run's agent cap after it (agents running at once, every kind).
+        previous_cap: the cap before it.
+        default_cap: the cap the run started with (what ``cap=None`` restores).
+        subagent_model: the model agents that start from now on run on (``None``: their
+            own, as the lead or the script asked).
+        previous_subagent_model: the model before it.
+        default_subagent_model: the model the run started with.
+        at: wall-clock seconds (the run's clock) when it took effect.
+    """
+
+    type: Literal["run_amended"] = "run_amended"
+    changed: list[AmendField]
+    cap: int | None = None
+    previous_cap: int | None = None
+    default_cap: int | None = None
+    subagent_model: str | None = None
+    previous_subagent_model: str | None = None
+    default_subagent_model: str | None = None
+    at: float
+
+
 class RateLimited(_Event):
     """The relay met a 429 (or 529) from the upstream, or answered 429 itself.
 
@@ -482,4 +514,5 @@ TeamleadEvent: TypeAlias = (
     | ConcurrencyChanged
     | AgentUsage
     | PermissionDecided
+    | RunAmended
 )

@@ -28,6 +28,7 @@ __all__ = [
     "RetryPolicy",
     "SpawnPolicy",
     "WRAP_UP_TURN_S",
+    "is_model_alias",
 ]
 
 #: API statuses worth retrying: rate limited, overloaded, and server-side failures.
@@ -170,6 +171,17 @@ class Policy(BaseModel):
 WRAP_UP_TURN_S = 10.0
 
 
+def is_model_alias(name: str) -> bool:
+    """Whether ``name`` is a bare alias that only the CLI resolves (``haiku``, ``sonnet``),
+    not a model id the API takes as it is (``claude-haiku-5-5``, a provider's id).
+
+    Example:
+        >>> is_model_alias("haiku"), is_model_alias("claude-haiku-5-5")
+        (True, False)
+    """
+    return not any(c in name for c in "-./:@")
+
+
 class SpawnPolicy(BaseModel):
     """Limits of the spawn gate: how many agents run at once, in all, per message, how deep.
 
@@ -191,6 +203,11 @@ class SpawnPolicy(BaseModel):
         agent_timeout_s: an agent (Agent-tool, nested or workflow) running longer than this
             is stopped: its status is ``timeout``, the lead is told to go on, the run ends
             ``partial`` (default: no limit). Under ``query()`` the relay ends it.
+        subagent_model: the model every subagent runs on, whatever the lead or a workflow
+            script asked (default: theirs): Agent calls get it through the gate's
+            ``updatedInput.model``, workflow agents through the CLI's
+            ``CLAUDE_CODE_SUBAGENT_MODEL``. A model id (``claude-haiku-5-5``) or a CLI alias
+            (``haiku``). :class:`teamlead.RunControl` can change it while the run goes.
 
     Example:
         >>> SpawnPolicy(max_concurrent_agents=3, spawn_budget=5).reserve_for(60)
@@ -207,6 +224,9 @@ class SpawnPolicy(BaseModel):
     max_depth: int = Field(default=1, ge=1, le=10)
     wrap_up_reserve_s: float | None = Field(default=None, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
     agent_timeout_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    subagent_model: str | None = Field(
+        default=None, min_length=1, max_length=200, pattern=r"^[^\s\x00-\x1f\x7f]+$"
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> SpawnPolicy:

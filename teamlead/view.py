@@ -31,6 +31,7 @@ from .events import (
     RelaySummary,
     ResumeFailed,
     Resuming,
+    RunAmended,
     SpawnAdmitted,
     SpawnDenied,
     SpawnQueued,
@@ -79,7 +80,23 @@ def _describe_event(item: Any, *, scripted: bool = False) -> str | None:
         return f"finished: {item.status} after {item.resumes} resume(s), {cost}{relay}"
     if isinstance(item, PermissionDecided):
         return _describe_permission(item)
+    if isinstance(item, RunAmended):
+        return _describe_amend(item)
     return _describe_spawn(item) or _describe_relay(item)
+
+
+def _describe_amend(item: RunAmended) -> str:
+    """``agent cap 3 -> 2 (the next admissions)`` and/or the subagent model's change."""
+    parts = []
+    if "cap" in item.changed:
+        parts.append(f"agent cap {item.previous_cap} -> {item.cap} (the next admissions)")
+    if "subagent_model" in item.changed:
+        before = item.previous_subagent_model or "their own"
+        parts.append(
+            f"subagent model {before} -> {item.subagent_model or 'their own'} "
+            "(agents not started yet)"
+        )
+    return "; ".join(parts)
 
 
 def _describe_permission(item: PermissionDecided) -> str:

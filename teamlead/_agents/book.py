@@ -12,6 +12,10 @@ apply the run's limits where the spawn gate's hook cannot see an agent:
   workflow entry done or in error, its workflow task ended, its CLI exited), never on a timer.
 - **The timeout.** An agent running longer than ``agent_timeout_s`` has its request in flight
   ended and every later one refused with a clear error, so it ends at once.
+- **The model.** An agent (Agent-tool or workflow) whose first request comes after the run's
+  subagent model was changed to a model id (:attr:`AgentBook.pinned_model`, set by
+  :class:`teamlead.RunControl`) is pinned to it: every one of its requests goes upstream with
+  that ``model``, so one agent stays on one model and agents already running keep theirs.
 - **The budgets.** Tokens and requests are counted from the upstream's own usage. Each
   request is checked and reserved in one synchronous step before it is forwarded, keeping
   room for the wrap-up's own request; once a budget is reached no subagent request goes on
@@ -43,6 +47,7 @@ from .request import (
     Ticket,
     agent_key,
     is_workflow_agent,
+    with_model,
 )
 
 __all__ = [
@@ -127,6 +132,8 @@ class AgentBook:
         self.hold_until: float | None = None
         self.max_held_running = 0
         self._held_running = 0
+        #: the model new agents are pinned to (``None``: the CLI's own choice)
+        self.pinned_model: str | None = None
 
     # -- what the run tells the book ----------------------------------------------------------
     def agent_started(self, agent_id: str) -> None:
@@ -184,13 +191,14 @@ class AgentBook:
             role: the relay's role for it (``lead``, ``subagent``, ``other``).
             send: the ASGI send of the response.
             answer: ``answer(send, status, kind, message, extra)`` writes a refusal.
-            exchange: ``exchange(send, on_limited)`` forwards the request and streams back.
+            exchange: ``exchange(send, on_limited, body)`` forwards the request (with
+                ``body`` instead of its own when not ``None``) and streams back.
         """
         try:
             entered = await self._enter(agent_key(headers), body, role)
         except Exception:  # a fault in the ledger must never break a request: forward it
             log.exception("the agent ledger failed on a request; forwarding it uncounted")
-            await exchange(send, _ignore)
+            await exchange(send, _ignore, None)
             return
         if isinstance(entered, Refused):
             await answer(send, entered.status, entered.kind, entered.message, _NO_RETRY)
@@ -199,10 +207,10 @@ class AgentBook:
         try:
             until = self._timeout_at(ticket.count)
             if until is None:  # no timeout: no timer on the hot path
-                await exchange(ticket.watch(send), ticket.limited)
+                await exchange(ticket.watch(send), ticket.limited, ticket.body)
                 return
             with move_on_at(self.clock, until) as scope:
-                await exchange(ticket.watch(send), ticket.limited)
+                await exchange(ticket.watch(send), ticket.limited, ticket.body)
             if scope.cancelled_caught:
                 refusal = self._time_out(ticket.key[1], ticket.count)
                 if ticket.status is None:
@@ -230,6 +238,9 @@ class AgentBook:
                 held = await self._hold(count)
                 if held is not None:
                     return held
+            if kind != "lead":  # read once it really starts; the same agent keeps its model
+                known_model = known.model if known is not None and known is not count else None
+                count.model = known_model or self.pinned_model
         refused = self._check(key[1], count, role)
         if refused is not None:
             return refused
@@ -239,7 +250,7 @@ class AgentBook:
         count.in_flight += 1
         count.last_at = self.clock.time()
         self.requests += 1
-        return Ticket(self._closed, key, count, reserve)
+        return Ticket(self._closed, key, count, reserve, body=with_model(body, count.model))
 
     def _check(self, agent_id: str, count: AgentCount, role: str) -> Refused | None:
         """The timeout and the budgets, checked in one synchronous step with the reservation

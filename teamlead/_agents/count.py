@@ -40,6 +40,7 @@ class AgentCount:
         "kind",
         "last_at",
         "last_total",
+        "model",
         "output_tokens",
         "passed",
         "requests",
@@ -64,6 +65,7 @@ class AgentCount:
         self.last_total = 0
         self.slots: list[SlotPool] = []
         self.timed_out = False
+        self.model: str | None = None  # the model its requests are pinned to, if any
 
     @property
     def tokens(self) -> int | None:

@@ -28,12 +28,15 @@ __all__ = [
     "Ticket",
     "agent_key",
     "is_workflow_agent",
+    "with_model",
 ]
 
 Message = MutableMapping[str, Any]
 Send = Callable[[Message], Awaitable[None]]
 Answer = Callable[..., Awaitable[None]]
-Exchange = Callable[[Send, Callable[[RateLimited], None]], Awaitable[None]]
+#: ``exchange(send, on_limited, body)``: forward the request (``body`` instead of its own when
+#: not ``None``) and stream the reply back through ``send``.
+Exchange = Callable[[Send, Callable[[RateLimited], None], "bytes | None"], Awaitable[None]]
 RefusalCode: TypeAlias = Literal["timeout", "token_budget", "request_budget", "no_slot"]
 
 #: The agent id of the lead: its requests carry none.
@@ -98,6 +101,22 @@ def is_workflow_agent(body: bytes) -> bool:
     )
 
 
+def with_model(body: bytes, model: str | None) -> bytes | None:
+    """``body`` with its ``model`` set to ``model``; ``None`` when there is nothing to change
+    (no model pinned, the body already names it, or it is not a JSON object: then it goes
+    as it came, never half-rewritten)."""
+    if model is None:
+        return None
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    if not isinstance(data, dict) or data.get("model") == model:
+        return None
+    data["model"] = model
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 class Ticket:
     """One request under way: its reservation, its reply's usage (read as it streams), its
     429s; :meth:`close` hands it back to its book."""
@@ -108,8 +127,12 @@ class Ticket:
         key: tuple[str, str],
         count: AgentCount,
         reserve: int,
+        *,
+        body: bytes | None = None,
     ) -> None:
         self.on_close = on_close
+        #: the body to forward instead of the request's own (its model pinned), if any
+        self.body = body
         self.key = key
         self.count = count
         self.reserve = reserve

@@ -155,6 +155,12 @@ def spawn_options() -> list[Callable[[_F], _F]]:
             "stopped; the lead goes on without it [default: no limit].",
         ),
         option(
+            "--subagent-model",
+            help="Model every subagent runs on, Agent-tool and workflow agents alike, e.g. "
+            "'claude-haiku-5-5' or the CLI's alias 'haiku' [default: what the lead or the "
+            "script asks for].",
+        ),
+        option(
             "--token-budget",
             type=click.IntRange(1, 10**12),
             help="Input plus output tokens for the whole run, counted at the relay; at the "
@@ -192,6 +198,7 @@ def settings_from_options(
     max_depth: int = 1,
     wrap_up_reserve_s: float | None = None,
     agent_timeout_s: float | None = None,
+    subagent_model: str | None = None,
     token_budget: int | None = None,
     request_budget: int | None = None,
     no_spawn_gate: bool = False,
@@ -223,6 +230,7 @@ def settings_from_options(
         max_depth=max_depth,
         wrap_up_reserve_s=wrap_up_reserve_s,
         agent_timeout_s=agent_timeout_s,
+        subagent_model=subagent_model.strip() if subagent_model else None,
         token_budget=token_budget,
         request_budget=request_budget,
         spawn_gate=not no_spawn_gate,
@@ -248,6 +256,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 
     PROMPT is the task; `-` reads it from stdin.
     """
+    from ..control import RunControl
     from ..coordinator import query
     from .controls import controls_for
     from .running import build_run, check_setup, merged_env, run_session
@@ -260,11 +269,14 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
     settings = settings_from_options(strategy, **kw)
     options, policy, _ = build_run(settings)
     check_setup(merged_env(options.env))
-    controls = controls_for(settings.permission_mode, output, wait_limit_s=policy.deadline_s)
+    control = RunControl()  # the run's live cap and subagent model
+    controls = controls_for(
+        settings.permission_mode, output, wait_limit_s=policy.deadline_s, control=control
+    )
     options = controls.options(options)
     with run_labels(strategy=strategy):  # the run's span names its strategy
         code = run_session(
-            lambda: query(prompt, options, policy=policy),
+            lambda: query(prompt, options, policy=policy, control=control),
             output=output,
             verbose=verbose,
             controls=controls,
@@ -288,6 +300,7 @@ def resume(
     """Collect the unused results of SESSION_ID and resume its lead."""
     from .._claude.saved_session import find_session_file
     from .._claude.team import claude_config_dir
+    from ..control import RunControl
     from ..coordinator import resume_session
     from .controls import controls_for
     from .running import build_run, check_setup, merged_env, run_session
@@ -298,11 +311,14 @@ def resume(
     env = merged_env(options.env)
     find_session_file(claude_config_dir(env), session_id)  # a missing session is a usage error
     check_setup(env)
-    controls = controls_for(settings.permission_mode, output, wait_limit_s=policy.deadline_s)
+    control = RunControl()  # the run's live cap and subagent model
+    controls = controls_for(
+        settings.permission_mode, output, wait_limit_s=policy.deadline_s, control=control
+    )
     options = controls.options(options)
     with run_labels(strategy=strategy):
         code = run_session(
-            lambda: resume_session(session_id, options, policy=policy),
+            lambda: resume_session(session_id, options, policy=policy, control=control),
             output=output,
             verbose=verbose,
             controls=controls,

@@ -23,6 +23,8 @@ from typing import IO, Any
 from claude_agent_sdk import CanUseToolShadowedWarning, ClaudeAgentOptions
 
 from .._redact import terminal_safe
+from ..control import RunControl
+from ..errors import AmendRefused
 from ..events import PermissionDecided
 from ..tracker import Tracker
 from .approvals import ASKING_MODES, ApprovalQueue, NoTerminal, labels_from
@@ -117,6 +119,10 @@ class Controls:
         if self._progress is not None:
             self._progress.handle(event)
 
+    def say(self, line: str) -> None:
+        """One line of teamlead's own: in the view's log, else on stderr."""
+        self._say(line)
+
     def _say(self, line: str) -> None:
         note: Callable[[str], None] | None = getattr(self._progress, "note", None)
         if note is not None:
@@ -147,16 +153,62 @@ def controls_for(
     stdin: IO[str] | None = None,
     stderr: IO[str] | None = None,
     wait_limit_s: float = 1800.0,
+    control: RunControl | None = None,
 ) -> Controls:
     """The controls of a run: an approval queue when a person at a terminal can answer,
-    the no-terminal denier when nobody can, nothing in a mode that never asks."""
+    the no-terminal denier when nobody can, nothing in a mode that never asks; and, at a
+    terminal, the live-control keys of ``control``."""
     stdin = sys.stdin if stdin is None else stdin
     stderr = sys.stderr if stderr is None else stderr
     at_terminal = (
         output != "json" and terminal_fd(stdin) is not None and terminal_fd(stderr) is not None
     )
-    if permission_mode not in ASKING_MODES:
-        return Controls(stdin=stdin if at_terminal else None)
-    if not at_terminal:
-        return Controls(no_terminal=NoTerminal())
-    return Controls(approvals=ApprovalQueue(wait_limit_s=wait_limit_s), stdin=stdin)
+    controls = Controls(stdin=stdin if at_terminal else None)
+    if permission_mode in ASKING_MODES:
+        if at_terminal:
+            controls.approvals = ApprovalQueue(wait_limit_s=wait_limit_s)
+            controls.keymap.approvals = controls.approvals
+        else:
+            controls.no_terminal = NoTerminal()
+    if at_terminal and control is not None:
+        controls.keymap.bindings.extend(live_bindings(control, controls.say))
+    return controls
+
+
+#: The subagent models ``m`` cycles through after the run's own (aliases the CLI knows).
+MODEL_CYCLE = ("haiku", "sonnet", "opus")
+
+
+def live_bindings(control: RunControl, say: Callable[[str], None]) -> list[Binding]:
+    """``+``/``-`` raise and lower the agent cap, ``m`` cycles the subagent model of the
+    agents not yet started. A refused change (the cap at its bound, no run yet) is said in
+    one line; an applied one comes back as the run's ``run_amended`` event."""
+
+    def attempt(change: Callable[[], object]) -> None:
+        try:
+            change()
+        except AmendRefused as exc:
+            say(f"not changed: {exc}")
+
+    def models() -> list[str | None]:
+        default = control.default_subagent_model
+        return [None, *(m for m in MODEL_CYCLE if m != default)]
+
+    def next_model() -> None:
+        cycle = models()
+        now = control.subagent_model
+        at = cycle.index(now) if now in cycle and now != control.default_subagent_model else 0
+        attempt(lambda: control.set_subagent_model(cycle[(at + 1) % len(cycle)]))
+
+    def cap_hint() -> str:
+        return f"agent cap ({control.cap})" if control.cap is not None else "agent cap"
+
+    def model_hint() -> str:
+        now = control.subagent_model
+        return f"subagent model ({now or 'their own'})"
+
+    return [
+        Binding(("+",), lambda: "raise " + cap_hint(), lambda: attempt(control.raise_cap)),
+        Binding(("-",), "lower it", lambda: attempt(control.lower_cap)),
+        Binding(("m",), model_hint, next_model),
+    ]

@@ -101,11 +101,16 @@ def decode_keys(data: bytes) -> list[str]:
 
 @dataclass(frozen=True)
 class Binding:
-    """A live-control key: the keys that trigger it, the hint's words, and the action."""
+    """A live-control key: the keys that trigger it, the hint's words (a text, or a
+    function giving the current one, e.g. with the cap now), and the action."""
 
     keys: tuple[str, ...]
-    hint: str
+    hint: str | Callable[[], str]
     action: Callable[[], None]
+
+    def hint_text(self) -> str:
+        """The hint's words now."""
+        return self.hint() if callable(self.hint) else self.hint
 
 
 class KeyMap:
@@ -140,7 +145,7 @@ class KeyMap:
 
     def hint(self) -> str:
         """The one-line hint for what the keys do now."""
-        pairs = tuple(("/".join(b.keys), b.hint) for b in self.bindings)
+        pairs = tuple(("/".join(b.keys), b.hint_text()) for b in self.bindings)
         if self.approvals is not None and self.approvals.front is not None:
             pairs = APPROVAL_KEYS + pairs
         return "keys: " + " · ".join(f"{key} {what}" for key, what in pairs) if pairs else ""

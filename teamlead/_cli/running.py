@@ -75,6 +75,7 @@ class AskSettings:
     max_depth: int = 1
     wrap_up_reserve_s: float | None = None
     agent_timeout_s: float | None = None
+    subagent_model: str | None = None
     token_budget: int | None = None
     request_budget: int | None = None
     spawn_gate: bool = True
@@ -166,6 +167,7 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
                 max_depth=settings.max_depth,
                 wrap_up_reserve_s=settings.wrap_up_reserve_s,
                 agent_timeout_s=settings.agent_timeout_s,
+                subagent_model=settings.subagent_model,
             ),
             relay=settings.relay,
             limits=settings.limits,

@@ -42,10 +42,10 @@ from claude_agent_sdk.types import SyncHookJSONOutput
 
 from ..clock import SYSTEM_CLOCK, Clock
 from ..events import DenyCode, SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
-from ..policy import SpawnPolicy
+from ..policy import SpawnPolicy, is_model_alias
 from . import reasons as why
 from .calls import Call, GateEvent, SpawnRecord
-from .hook import deny_output, merge_hook
+from .hook import deny_output, merge_hook, model_output
 from .slots import FifoSlots, SpawnCap, cli_subagent_cap
 from .turns import Turns
 
@@ -102,6 +102,9 @@ class SpawnGate:
         self._last_start = -math.inf
         self._closed = False
         self._anon = 0
+        #: The model every admitted Agent call's agent runs on (``updatedInput.model``);
+        #: ``None`` leaves the call's own. The run's control changes it mid-run.
+        self.subagent_model: str | None = None
         #: Faults inside the gate (each denied its call) and in ``on_event``.
         self.errors: list[str] = []
 
@@ -120,6 +123,27 @@ class SpawnGate:
     def limit(self) -> int:
         """Agents this run may have running at once (its own limit and the shared cap)."""
         return min(self._slots.limit, self._cap.limit)
+
+    @property
+    def run_limit(self) -> int:
+        """This run's own limit on agents at once (the live cap), before the shared cap."""
+        return self._slots.limit
+
+    @property
+    def most(self) -> int:
+        """The highest run limit that means anything: the CLI's own subagent cap (which
+        rejects past it) and the process-wide cap."""
+        return min(cli_subagent_cap(self._env), self._cap.limit)
+
+    def set_limit(self, limit: int) -> None:
+        """Change the run's limit now (the live cap): a raise admits queued calls and held
+        workflow agents at once, in arrival order; a cut stops no running agent, it holds
+        the next ones until enough have ended.
+
+        Raises:
+            ValueError: ``limit`` is below 1.
+        """
+        self._slots.set_limit(limit)
 
     @property
     def running(self) -> int:
@@ -246,7 +270,11 @@ class SpawnGate:
             call, problem = self._register(input_data, tool_use_id)
             if problem is not None:
                 return self._deny(call, "bad_input", problem)
-            return await self._decide(call)
+            decided = await self._decide(call)
+            model = self.subagent_model
+            if decided or model is None or not is_model_alias(model):
+                return decided  # a model id is not an Agent input: the relay sets it
+            return model_output(input_data["tool_input"], model)
         except Exception as exc:  # the gate must answer: deny and say why
             return self._fault(call, exc)
         except BaseException:

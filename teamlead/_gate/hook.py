@@ -1,18 +1,21 @@
 """The PreToolUse hook's plumbing: the deny output the CLI reads, and merging the hook in.
 
 The CLI runs an Agent call only when its PreToolUse hooks return: ``{}`` lets it run, a
-deny output (:func:`deny_output`) refuses it with a reason the model reads.
+deny output (:func:`deny_output`) refuses it with a reason the model reads, and an
+``updatedInput`` with no decision (:func:`model_output`) lets it run on another model.
 :func:`merge_hook` adds the gate's matcher to the user's own hooks without replacing them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
+from typing import Any
 
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 from claude_agent_sdk.types import SyncHookJSONOutput
 
-__all__ = ["deny_output", "merge_hook"]
+__all__ = ["deny_output", "merge_hook", "model_output"]
 
 
 def deny_output(reason: str) -> SyncHookJSONOutput:
@@ -22,6 +25,20 @@ def deny_output(reason: str) -> SyncHookJSONOutput:
             "hookEventName": "PreToolUse",
             "permissionDecision": "deny",
             "permissionDecisionReason": reason,
+        }
+    }
+
+
+def model_output(tool_input: Mapping[str, Any], model: str) -> SyncHookJSONOutput:
+    """The hook output that lets an Agent call run, its agent on ``model``.
+
+    The CLI honours ``updatedInput`` with no permission decision (the call still goes
+    through the user's permission rules): the whole input comes back, ``model`` replaced.
+    """
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "updatedInput": {**tool_input, "model": model},
         }
     }
 

@@ -3,8 +3,11 @@
 :class:`FifoSlots` is the one queueing primitive of the spawn gate: ``limit`` slots, waiters
 served strictly in arrival order, a released slot handed straight to the oldest waiter (so
 a newcomer can never overtake the queue), and a waiter cancelled at the moment it was
-granted gives the slot back. Waits run on the injected clock (:func:`teamlead.clock.wait_event`)
-and are bounded by ``until``.
+granted gives the slot back. The limit can change while slots are held
+(:meth:`FifoSlots.set_limit`, the run's live cap): a raise grants waiters at once, a cut
+takes nothing from a holder, it only keeps the next ones waiting until enough were released.
+Waits run on the injected clock (:func:`teamlead.clock.wait_event`) and are bounded by
+``until``.
 
 :class:`SpawnCap` is one :class:`FifoSlots` shared by every run in the process: experiment
 trials run many leads at once, and each CLI enforces its cap of concurrent subagents by
@@ -107,13 +110,40 @@ class FifoSlots:
         return False
 
     def release(self) -> None:
-        """Free one slot: hand it to the oldest waiter, else return it to the pool."""
-        if self._queue:
-            waiter = self._queue.popleft()
-            waiter.granted = True
-            waiter.wake.set()
+        """Free one slot: hand it to the oldest waiter, else return it to the pool.
+
+        After a cut (:meth:`set_limit`) a released slot is handed on only once the holders
+        are back under the new limit.
+        """
+        if self._queue and self.held <= self.limit:
+            self._grant()
             return
         self.held = max(0, self.held - 1)
+
+    def set_limit(self, limit: int) -> None:
+        """Change the limit now: a raise grants the oldest waiters the new room at once; a
+        cut stops no holder, the slots over it are simply not handed on when released.
+
+        Example:
+            >>> slots = FifoSlots(1)
+            >>> slots.try_take(), slots.try_take()
+            (True, False)
+            >>> slots.set_limit(2)
+            >>> slots.try_take()
+            True
+        """
+        if limit < 1:
+            raise ValueError(f"a slot limit must be at least 1, not {limit}")
+        self.limit = limit
+        while self._queue and self.held < self.limit:
+            self.held += 1
+            self._grant()
+
+    def _grant(self) -> None:
+        """Hand a slot (already counted in :attr:`held`) to the oldest waiter."""
+        waiter = self._queue.popleft()
+        waiter.granted = True
+        waiter.wake.set()
 
     def _drop(self, waiter: _Waiter) -> None:
         with contextlib.suppress(ValueError):

@@ -18,6 +18,7 @@ secrets.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -213,11 +214,14 @@ class RelayApp:
             send = _traced_send(send, trace)
         error: str | None = "refused"  # the agent ledger refused it (timeout, budget)
 
-        async def exchange(out: Send, on_limited: Callable[[RateLimited], None]) -> None:
+        async def exchange(
+            out: Send, on_limited: Callable[[RateLimited], None], new_body: bytes | None = None
+        ) -> None:
             nonlocal error
             error = "interrupted"  # cut mid-stream, or the client went away
+            sent = request if new_body is None else dataclasses.replace(request, body=new_body)
             error = await self._exchange(
-                out, request, key, info, _both(limited, on_limited), deadline, trace, arrived
+                out, sent, key, info, _both(limited, on_limited), deadline, trace, arrived
             )
 
         try:

@@ -141,6 +141,8 @@ class Round:
                 if self._state.gate is not None:
                     for extra in self._state.gate.observe(message, events):
                         yield extra
+                for amended in self._state.drain_amends():
+                    yield amended
                 if self._settle and self._settled(start, events, state):
                     break
         except Exception as exc:  # the generator's own failure ends the stream; never cancellation
@@ -166,6 +168,8 @@ class Round:
         if self._state.gate is not None:
             for extra in self._state.gate.drain():
                 yield extra  # what the gate noted after the last message
+        for amended in self._state.drain_amends():
+            yield amended
         for extra in self._relay_events():
             yield extra
 

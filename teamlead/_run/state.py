@@ -13,7 +13,10 @@ return what they found. It owns:
 - the tracker, what was collected and delivered (:class:`Collected`), the ledger;
 - the spawn gate (:class:`~teamlead._gate.feed.GateFeed`) and the relay hookup;
 - every agent of the run (:class:`~.agents.RunAgents`): the relay's agent ledger and the
-  per-agent limits it applies.
+  per-agent limits it applies;
+- the user's :class:`~teamlead.control.RunControl`, if any: it changes the gate's cap and the
+  subagent model while the run goes, and its events wait in :attr:`RunState.amended` for the
+  stream.
 """
 
 from __future__ import annotations
@@ -34,6 +37,8 @@ from .._gate.feed import GateFeed, new_gate
 from .._procs import stop_marked
 from .._redact import redact
 from ..clock import Clock
+from ..control import RunControl, _Run
+from ..events import RunAmended
 from ..policy import Policy
 from ..tracker import Tracker
 from .agents import WORKFLOW_CAP_VAR, RunAgents
@@ -47,6 +52,7 @@ if TYPE_CHECKING:
 __all__ = [
     "MAX_MESSAGE_BYTES",
     "RUN_MARK_VAR",
+    "SUBAGENT_MODEL_VAR",
     "Collected",
     "Member",
     "MemberStatus",
@@ -66,6 +72,8 @@ MemberStatus: TypeAlias = Literal["pending", "reported"]
 #: 1 MB description end the run.
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
+#: The CLI's model for every subagent (workflow agents included), fixed when it starts.
+SUBAGENT_MODEL_VAR = "CLAUDE_CODE_SUBAGENT_MODEL"
 #: Marks a run's CLI processes, so the wrap-up can end exactly their tree.
 RUN_MARK_VAR = "TEAMLEAD_RUN_MARK"
 _STDERR_LINES = 20
@@ -145,6 +153,8 @@ class RunState:
         stop: a stop asked from outside (a signal to the command): the run ends at once,
             with its ``Finished``.
         stderr_tail: the CLI's last stderr lines, quoted when its stream breaks.
+        control: the user's live control of the run, if any.
+        amended: the control's events not yet in the stream.
     """
 
     mode: Mode
@@ -166,11 +176,20 @@ class RunState:
     stderr_tail: collections.deque[str] = field(
         default_factory=lambda: collections.deque(maxlen=_STDERR_LINES)
     )
+    control: RunControl | None = None
+    amended: list[RunAmended] = field(default_factory=list)
+
+    def drain_amends(self) -> list[RunAmended]:
+        """The control's events since the last call (applied on the run's loop)."""
+        events, self.amended[:] = list(self.amended), []
+        return events
 
     def start_clock(self) -> None:
         """Set the run's deadline from now, and the wrap-up point the gate reserves."""
         self.deadline = self.clock.monotonic() + self.policy.deadline_s
         self.wrap_at = self.deadline
+        if self.control is not None:
+            self.control._bind_loop()
         if self.gate is not None:
             self.gate.gate.set_deadline(self.policy.deadline_s)
             self.wrap_at -= self.policy.spawn.reserve_for(self.policy.deadline_s)
@@ -217,6 +236,8 @@ class RunState:
         deny what still waits in the gate with ``reason``. Idempotent; its CLI processes
         have been stopped by then (the stream was closed)."""
         self.stop.done()
+        if self.control is not None:
+            self.control._detach()
         if self.gate is not None:
             self.gate.gate.close(reason)
         if self.agents is not None:
@@ -277,6 +298,22 @@ def _workflow_cap(options: ClaudeAgentOptions, cap: int | None) -> ClaudeAgentOp
     return dataclasses.replace(options, env=env)
 
 
+def _subagent_model(options: ClaudeAgentOptions, model: str | None) -> ClaudeAgentOptions:
+    """``options`` whose CLI runs every subagent on ``model`` (workflow agents read it only
+    from this variable); a ``None`` model leaves the user's own setting alone."""
+    if model is None:
+        return options
+    return dataclasses.replace(options, env={**dict(options.env), SUBAGENT_MODEL_VAR: model})
+
+
+def _starting_model(options: ClaudeAgentOptions, policy: Policy) -> str | None:
+    """The subagent model the run starts with: the policy's, else the user's variable."""
+    if policy.spawn.subagent_model is not None:
+        return policy.spawn.subagent_model
+    raw = options.env.get(SUBAGENT_MODEL_VAR, os.environ.get(SUBAGENT_MODEL_VAR))
+    return raw.strip() if isinstance(raw, str) and raw.strip() else None
+
+
 def new_run(
     mode: Mode,
     options: ClaudeAgentOptions | None,
@@ -284,6 +321,7 @@ def new_run(
     clock: Clock,
     *,
     gated: bool = True,
+    control: RunControl | None = None,
 ) -> RunState:
     """A fresh run state: the options prepared, the gate built on ``clock``.
 
@@ -294,6 +332,10 @@ def new_run(
         clock: the run's clock (the gate's waits run on it too).
         gated: build the spawn gate when ``policy.spawn`` is on. ``False`` for a client
             that connected without it (its hooks were fixed then).
+        control: the user's live control of the run (its cap and subagent model).
+
+    Raises:
+        AmendRefused: ``control`` already serves a run that has not ended.
     """
     prepared = prepare_options(options, policy, client=mode == "client")
     gate = new_gate(policy, clock, prepared.env) if gated else None
@@ -301,6 +343,9 @@ def new_run(
     if gate is not None:
         prepared = gate.apply(prepared)
     prepared = _workflow_cap(prepared, gate.limit if gate is not None else None)
+    prepared = _subagent_model(prepared, policy.spawn.subagent_model)
+    if gate is not None:
+        gate.subagent_model = _starting_model(prepared, policy)
     mark = uuid.uuid4().hex
     state = RunState(
         mode=mode,
@@ -319,6 +364,18 @@ def new_run(
             spawn_gate.close(f"the run's {reason.replace('_', ' ')} is reached: no more agents")
 
         state.agents.exhaust_listeners.append(no_new_agents)
+    if control is not None:
+        control._attach(
+            _Run(
+                gate=gate,
+                book=state.agents.book if state.agents is not None else None,
+                clock=clock,
+                emit=state.amended.append,
+                default_cap=gate.run_limit if gate is not None else None,
+                default_model=_starting_model(prepared, policy),
+            )
+        )
+        state.control = control
     state.ledger.one_process = mode == "client"
     state.stop.listeners.append(state.stopping)
     user_stderr = prepared.stderr

@@ -1,0 +1,355 @@
+"""Live control of a running fan-out: its agent cap and its subagent model.
+
+A :class:`RunControl` is made by the user and passed to :func:`teamlead.query`,
+:func:`teamlead.resume_session` or :class:`teamlead.ClientRun`; while that run goes, it
+reads and changes two of its limits with zcode's three-state amend
+(:meth:`RunControl.amend`): a field left out changes nothing, ``None`` restores the value
+the run started with, a value sets it, and an amend that changes nothing is refused with
+:class:`~teamlead.errors.AmendRefused`.
+
+- **The cap** (agents running at once, every kind) applies to the next admissions, and the
+  queue follows it: the spawn gate's queue of Agent calls and the relay's hold of workflow
+  agents' first requests both take slots of the run's one pool. A raise admits queued
+  agents at once, in arrival order; a cut stops no running agent, it holds the next ones
+  until enough have ended. The CLI's own caps are fixed when it starts, so the cap goes no
+  higher than ``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS`` (its rejection point), and the
+  workflow engine, started with the run's starting cap as its
+  ``CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS``, never runs more workflow agents than that;
+  a lowered cap is enforced for them by the relay's hold.
+- **The subagent model** applies to agents that have not started; a running agent stays on
+  the model it started with. How it reaches them depends on the name (checked on the real
+  CLI 2.1.332: the Agent tool's ``model`` input takes only the CLI's aliases):
+
+  - an alias (``haiku``, ``sonnet``, ``opus``) goes into every later Agent call through the
+    spawn gate's ``updatedInput.model`` (it wins over ``CLAUDE_CODE_SUBAGENT_MODEL``);
+  - a model id (``claude-haiku-5-5``, a provider's id) is put by the relay into every
+    request of each agent, Agent-tool or workflow, whose first request comes after the
+    amend, so one agent stays on one model;
+  - workflow agents take an alias only from the model the run started with
+    (``CLAUDE_CODE_SUBAGENT_MODEL``, which the CLI resolves); a mid-run alias does not
+    reach them (the relay cannot resolve it), so give a model id to change theirs.
+
+Every applied amend is a :class:`~teamlead.events.RunAmended` event in the run's stream
+(and its NDJSON). The control is safe to call from the run's event loop (a key reader's
+task) and from any other thread: the change is applied on the run's loop.
+
+Example:
+    >>> control = teamlead.RunControl()  # doctest: +SKIP
+    >>> async for item in teamlead.query("Audit", opts, control=control):  # doctest: +SKIP
+    ...     if too_busy():
+    ...         control.amend(cap=2, subagent_model="claude-haiku-5-5")
+"""
+
+from __future__ import annotations
+
+import enum
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Final
+
+import anyio.from_thread
+import anyio.lowlevel
+
+from .errors import AmendRefused
+from .events import AmendField, RunAmended
+from .policy import is_model_alias
+
+if TYPE_CHECKING:
+    from ._agents.book import AgentBook
+    from ._gate.gate import SpawnGate
+    from .clock import Clock
+
+__all__ = ["UNSET", "RunControl", "Unset"]
+
+
+class Unset(enum.Enum):
+    """The type of :data:`UNSET`: a field an amend leaves as it is."""
+
+    UNSET = "unset"
+
+
+#: An amend field left out: it changes nothing (the default of every field).
+UNSET: Final = Unset.UNSET
+
+_MAX_MODEL = 200
+
+
+@dataclass
+class _Run:
+    """What a control changes in the run it serves (set by the run state)."""
+
+    gate: SpawnGate | None
+    book: AgentBook | None
+    clock: Clock
+    emit: Callable[[RunAmended], None]
+    default_cap: int | None
+    default_model: str | None
+    token: anyio.lowlevel.EventLoopToken | None = None
+    thread: int | None = None
+    ended: bool = False
+
+
+class RunControl:
+    """A handle on one run's live limits (see the module docstring).
+
+    Make one, pass it as ``control=`` to :func:`teamlead.query`,
+    :func:`teamlead.resume_session` or :class:`teamlead.ClientRun`, and call it while the
+    run goes. One control serves one run at a time; it can serve the next one after.
+    Reading a value before the run starts (or without the spawn gate, for the cap) gives
+    ``None``.
+
+    Example:
+        >>> control = RunControl()
+        >>> control.cap is None  # no run yet
+        True
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.RLock()
+        self._run: _Run | None = None
+        self._cap: int | None = None
+        self._model: str | None = None
+
+    # -- what it reads -----------------------------------------------------------------------
+    @property
+    def active(self) -> bool:
+        """Whether a run is using this control now."""
+        with self._lock:
+            return self._run is not None and not self._run.ended
+
+    @property
+    def cap(self) -> int | None:
+        """The run's agent cap now (``None``: no run, or no spawn gate)."""
+        with self._lock:
+            return self._cap
+
+    @property
+    def default_cap(self) -> int | None:
+        """The cap the run started with (what ``amend(cap=None)`` restores)."""
+        with self._lock:
+            return self._run.default_cap if self._run is not None else None
+
+    @property
+    def max_cap(self) -> int | None:
+        """The highest cap this run can take (the CLI's own subagent cap, fixed at start)."""
+        with self._lock:
+            gate = self._run.gate if self._run is not None else None
+            return gate.most if gate is not None else None
+
+    @property
+    def subagent_model(self) -> str | None:
+        """The model agents that start from now on run on (``None``: their own)."""
+        with self._lock:
+            return self._model
+
+    @property
+    def default_subagent_model(self) -> str | None:
+        """The subagent model the run started with (what ``subagent_model=None`` restores)."""
+        with self._lock:
+            return self._run.default_model if self._run is not None else None
+
+    # -- what it changes ---------------------------------------------------------------------
+    def amend(
+        self,
+        *,
+        cap: int | None | Unset = UNSET,
+        subagent_model: str | None | Unset = UNSET,
+    ) -> RunAmended:
+        """Change the run's live limits, zcode's way: a field left out changes nothing,
+        ``None`` restores the value the run started with, a value sets it.
+
+        Args:
+            cap: agents running at once, every kind (1 up to :attr:`max_cap`).
+            subagent_model: the model of agents that start from now on.
+
+        Returns:
+            The :class:`~teamlead.events.RunAmended` event, also in the run's stream.
+
+        Raises:
+            AmendRefused: the amend changes nothing, a value is out of range, the run has no
+                spawn gate (for ``cap``), or no run is using this control.
+
+        Example:
+            >>> control.amend(cap=2)  # doctest: +SKIP
+            >>> control.amend(cap=None, subagent_model="claude-haiku-5-5")  # doctest: +SKIP
+        """
+        with self._lock:
+            run = self._run
+            if run is None or run.ended:
+                raise AmendRefused("no run is using this control now; nothing was changed")
+            new_cap, new_model = self._cap, self._model
+            if not isinstance(cap, Unset):
+                new_cap = self._checked_cap(run, cap)
+            if not isinstance(subagent_model, Unset):
+                new_model = _checked_model(run, subagent_model)
+            changed: list[AmendField] = []
+            if new_cap != self._cap:
+                changed.append("cap")
+            if new_model != self._model:
+                changed.append("subagent_model")
+            if not changed:
+                raise AmendRefused(_unchanged(cap, subagent_model, self._cap, self._model))
+            event = RunAmended(
+                changed=changed,
+                cap=new_cap,
+                previous_cap=self._cap,
+                default_cap=run.default_cap,
+                subagent_model=new_model,
+                previous_subagent_model=self._model,
+                default_subagent_model=run.default_model,
+                at=_now(run),
+            )
+            self._cap, self._model = new_cap, new_model
+        self._apply(run, event)
+        return event
+
+    def raise_cap(self, by: int = 1) -> RunAmended:
+        """Let ``by`` more agents run at once (at most :attr:`max_cap`).
+
+        Raises:
+            AmendRefused: the cap is already at its highest, or no run uses the control.
+        """
+        with self._lock:  # released before the amend: it may wait for the run's loop
+            current = self._need_cap()
+            most = self.max_cap or current
+        if current >= most:
+            raise AmendRefused(
+                f"the cap is already {current}, the most the CLI allows for this run",
+                field="cap",
+            )
+        return self.amend(cap=min(most, current + max(1, by)))
+
+    def lower_cap(self, by: int = 1) -> RunAmended:
+        """Let ``by`` fewer agents run at once (at least 1); running agents go on.
+
+        Raises:
+            AmendRefused: the cap is already 1, or no run uses the control.
+        """
+        with self._lock:
+            current = self._need_cap()
+        if current <= 1:
+            raise AmendRefused("the cap is already 1, the lowest it goes", field="cap")
+        return self.amend(cap=max(1, current - max(1, by)))
+
+    def set_subagent_model(self, name: str | None) -> RunAmended:
+        """Run agents that have not started on ``name`` (``None``: the run's starting model).
+
+        Raises:
+            AmendRefused: that is the model already, or no run uses the control.
+        """
+        return self.amend(subagent_model=name)
+
+    def _need_cap(self) -> int:
+        run = self._run
+        if run is None or run.ended:
+            raise AmendRefused("no run is using this control now; nothing was changed")
+        if self._cap is None:
+            raise AmendRefused(_NO_GATE, field="cap")
+        return self._cap
+
+    def _checked_cap(self, run: _Run, cap: int | None) -> int | None:
+        if run.gate is None:
+            raise AmendRefused(_NO_GATE, field="cap")
+        if cap is None:
+            return run.default_cap
+        if isinstance(cap, bool) or not isinstance(cap, int):
+            raise AmendRefused(f"the cap must be a whole number, not {cap!r}", field="cap")
+        most = run.gate.most
+        if not 1 <= cap <= most:
+            raise AmendRefused(
+                f"the cap must be between 1 and {most} (the CLI's own subagent cap), not {cap}",
+                field="cap",
+            )
+        return cap
+
+    def _apply(self, run: _Run, event: RunAmended) -> None:
+        """Apply ``event`` on the run's loop: at once when called there, else through it."""
+        if run.token is None or run.thread == threading.get_ident():
+            self._apply_here(run, event)
+        else:
+            anyio.from_thread.run_sync(self._apply_here, run, event, token=run.token)
+
+    def _apply_here(self, run: _Run, event: RunAmended) -> None:
+        """Put the control's values *now* into the run (so amends racing from two threads
+        end with the gate on the last one), then hand the event to the stream."""
+        with self._lock:
+            if run.ended or self._run is not run:
+                return
+            cap, model = self._cap, self._model
+        if run.gate is not None and cap is not None and cap != run.gate.run_limit:
+            run.gate.set_limit(cap)
+        if run.gate is not None:
+            run.gate.subagent_model = model
+        if run.book is not None:
+            # an alias goes through the gate's hook; the CLI runs new agents on the starting
+            # model already; a model id the relay puts in every request of a new agent
+            pinned = None
+            if model is not None and model != run.default_model and not is_model_alias(model):
+                pinned = model
+            run.book.pinned_model = pinned
+        run.emit(event)
+
+    # -- the run's side (private) -------------------------------------------------------------
+    def _attach(self, run: _Run) -> None:
+        """A run starts using this control."""
+        with self._lock:
+            if self._run is not None and not self._run.ended:
+                raise AmendRefused("this RunControl already serves a running run; make one per run")
+            self._run = run
+            self._cap = run.default_cap
+            self._model = run.default_model
+
+    def _bind_loop(self) -> None:
+        """Called on the run's event loop when it starts: amends from other threads are
+        applied through it."""
+        with self._lock:
+            if self._run is not None:
+                self._run.token = anyio.lowlevel.current_token()
+                self._run.thread = threading.get_ident()
+
+    def _detach(self) -> None:
+        """The run ended: later amends are refused; the values read stay the last ones."""
+        with self._lock:
+            if self._run is not None:
+                self._run.ended = True
+
+
+_NO_GATE = "this run has no spawn gate (SpawnPolicy(enabled=False)), so its cap cannot change"
+
+
+def _checked_model(run: _Run, model: str | None) -> str | None:
+    if model is None:
+        return run.default_model
+    if not isinstance(model, str) or not model.strip():
+        raise AmendRefused(
+            "the subagent model must be a model name such as claude-haiku-5-5",
+            field="subagent_model",
+        )
+    name = model.strip()
+    if len(name) > _MAX_MODEL or any(not c.isprintable() or c.isspace() for c in name):
+        raise AmendRefused(
+            "the subagent model must be one printable word (a model id or alias)",
+            field="subagent_model",
+        )
+    return name
+
+
+def _unchanged(
+    cap: int | None | Unset, model: str | None | Unset, now_cap: int | None, now_model: str | None
+) -> str:
+    if isinstance(cap, Unset) and isinstance(model, Unset):
+        return "the amend names no field (cap, subagent_model); nothing was changed"
+    parts = []
+    if not isinstance(cap, Unset):
+        parts.append(f"the cap is already {now_cap}")
+    if not isinstance(model, Unset):
+        parts.append(f"the subagent model is already {now_model or 'their own'}")
+    return " and ".join(parts) + ": the amend changes nothing and was refused"
+
+
+def _now(run: _Run) -> float:
+    try:
+        return run.clock.time()
+    except Exception:  # a broken clock must not stop an amend
+        return 0.0
