@@ -349,7 +349,8 @@ class PermissionDecided(_Event):
 
     ``teamlead ask`` writes one per request it was asked through the SDK's
     ``can_use_tool`` (permission modes ``default`` and ``acceptEdits``); ``query()``
-    itself never asks, so this event is only in the CLI's ``--json`` output.
+    itself never asks, so this event is only in the CLI's ``--json`` output (and not
+    one of :data:`TeamleadEvent`, the stream's events).
     ``agent_id`` is ``None`` for the lead; ``agent`` is its description as the prompt
     showed it; ``what`` is the short form of the tool's input (a command, a path).
     ``always`` is set when the answer was ``a``: later requests of this agent for this
@@ -513,6 +514,5 @@ TeamleadEvent: TypeAlias = (
     | RateLimited
     | ConcurrencyChanged
     | AgentUsage
-    | PermissionDecided
     | RunAmended
 )
