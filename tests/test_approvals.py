@@ -331,3 +331,41 @@ def test_controls_ask_only_in_asking_modes_and_only_at_a_terminal() -> None:
     finally:
         os.close(leader)
         os.close(follower)
+
+
+def test_live_keys_change_the_cap_and_cycle_the_model_and_say_a_refusal() -> None:
+    from claude_agent_sdk import ClaudeAgentOptions
+
+    from teamlead import RunControl
+    from teamlead._cli.controls import live_bindings
+    from teamlead._run.state import new_run
+    from teamlead.policy import Policy, SpawnPolicy
+
+    from .test_gate import StepClock
+
+    control = RunControl()
+    said: list[str] = []
+    keymap = KeyMap(None, live_bindings(control, said.append))
+    assert keymap.press("+") and said == [
+        "not changed: no run is using this control now; nothing was changed"
+    ]
+    policy = Policy(spawn=SpawnPolicy(max_concurrent_agents=2), deadline_s=600)
+    state = new_run("query", ClaudeAgentOptions(), policy, StepClock(), control=control)
+    try:
+        assert keymap.hint().startswith("keys: + raise agent cap (2) · - lower it")
+        keymap.press("-")
+        assert control.cap == 1
+        keymap.press("-")  # at 1: refused, said, unchanged
+        assert (
+            control.cap == 1 and said[-1] == "not changed: the cap is already 1, the lowest it goes"
+        )
+        keymap.press("+")
+        assert control.cap == 2
+        seen = []
+        for _ in range(4):
+            keymap.press("m")
+            seen.append(control.subagent_model)
+        assert seen == ["haiku", "sonnet", "opus", None]
+        assert "m subagent model (their own)" in keymap.hint()
+    finally:
+        state.close()
