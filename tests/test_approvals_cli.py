@@ -179,6 +179,8 @@ def test_ctrl_c_at_a_prompt_exits_130_and_leaves_no_process(tmp_path: Path) -> N
         pane.send("C-c", literal=False)
         assert pane.wait_exit(within_s=60) == 130, pane.screen()
         screen = pane.screen()
+        modes = pane.terminal_modes()  # cbreak was undone: lines and echo are back
+        assert {"icanon", "echo", "isig"} <= modes, modes
         left = poll(lambda: not cli_processes(state), within_s=15)
         assert left, [p.info for p in cli_processes(state)]
     assert "teamlead: interrupted" in screen
@@ -244,5 +246,21 @@ def test_a_workflow_shows_its_script_and_its_agents_ask_under_their_label(
         pane.wait_for("approve? (1/1) [wf:a] Bash: echo wf | tee wf.txt", within_s=90)
         pane.send("y")
         assert pane.wait_exit(within_s=120) == 0, pane.screen()
+        assert {"icanon", "echo"} <= pane.terminal_modes()
         del server
     assert (claude.cwd / "wf.txt").read_text() == "wf\n"
+
+
+def test_quiet_at_a_terminal_still_asks_with_a_prompt_line(tmp_path: Path) -> None:
+    script = BashAgents({"solo": ["echo solo | tee solo.txt"]})
+    with ScriptedServer(script) as server, Pane(tmp_path) as pane:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        ask_in_pane(pane, claude, "-q")
+        pane.wait_for(
+            "teamlead: approve? (1/1) [solo] Bash: echo solo | tee solo.txt  [keys: y allow",
+            within_s=90,
+        )
+        pane.send("y")
+        assert pane.wait_exit(within_s=120) == 0, pane.screen()
+        del server
+    assert (claude.cwd / "solo.txt").read_text() == "solo\n"

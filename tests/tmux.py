@@ -49,6 +49,7 @@ class Pane:
         self.width = width
         self.height = height
         self.exit_file = self.dir / "exit-code"
+        self.stty_file = self.dir / "stty-after"
         self._started = False
 
     def _tmux(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -63,8 +64,9 @@ class Pane:
     def start(self, argv: Sequence[str], *, env: Mapping[str, str], cwd: Path) -> None:
         """Run ``argv`` in the pane with exactly ``env`` (plus TERM), in ``cwd``.
 
-        The command's exit code is written to a file when it ends (:meth:`exit_code`); the
-        pane stays open so its last screen can still be read.
+        The command's exit code (:meth:`exit_code`) and the terminal's modes after it
+        (:meth:`terminal_modes`) are written to files when it ends; the pane stays open so
+        its last screen can still be read.
         """
         script = self.dir / "run.sh"
         # the environment is the command's only, not the shell's: the shell that stays to
@@ -83,7 +85,8 @@ class Pane:
             + f"cd {shlex.quote(str(cwd))}\n"
             + f"env -i TERM=xterm-256color {assignments} "
             + " ".join(shlex.quote(a) for a in argv)
-            + f"\necho $? > {shlex.quote(str(self.exit_file))}.tmp\n"
+            + f"\ncode=$?\nstty -a > {shlex.quote(str(self.stty_file))} 2>&1\n"
+            + f"echo $code > {shlex.quote(str(self.exit_file))}.tmp\n"
             + f"mv {shlex.quote(str(self.exit_file))}.tmp {shlex.quote(str(self.exit_file))}\n"
             + "exec sleep 600\n"  # keep the pane (and its last screen) until teardown
         )
@@ -154,6 +157,13 @@ class Pane:
         value = code[0]
         assert value is not None
         return value
+
+    def terminal_modes(self) -> set[str]:
+        """The pane terminal's modes once the command ended (``stty -a`` words such as
+        ``icanon`` or ``-echo``), to check the command restored them."""
+        if self.exit_code() is None:
+            raise AssertionError("the command has not ended yet")
+        return set(self.stty_file.read_text().replace(";", " ").split())
 
     def close(self) -> None:
         """Stop the tmux server and everything in its panes."""
