@@ -72,10 +72,12 @@ class Pane:
         # the environment is the command's only, not the shell's: the shell that stays to
         # keep the pane open must not count as the command's process (tests look processes
         # up by their CLAUDE_CONFIG_DIR)
+        # and the pane's size is the terminal's: a COLUMNS or LINES from the test runner's
+        # environment would make the program lay out for another width
         assignments = " ".join(
             shlex.quote(f"{name}={value}")
             for name, value in env.items()
-            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name)
+            if re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) and name not in ("COLUMNS", "LINES")
         )
         script.write_text(
             "#!/bin/sh\n"
