@@ -360,7 +360,7 @@ class LiveTeamView:
                     "",
                 )
         for description in self.queued.values():
-            table.add_row("agent", Text(description[:40]), "queued", "", "", "")
+            table.add_row("agent", Text(_safe(description)[:40]), "queued", "", "", "")
         for name, state in self.teammates.items():
             table.add_row("teammate", Text(_safe(name)), Text(_safe(state)), "", "", "")
         recent = [Text(_safe(line), style="dim") for line in self.log[-6:]]

@@ -216,8 +216,10 @@ def run_session(
     """Drive ``items()`` to its :class:`Finished` event with progress output; returns the exit code.
 
     The final answer goes to stdout (or the ``finished`` NDJSON line with ``--json``);
-    progress goes to stderr. SIGINT/SIGTERM/SIGHUP stop the CLI child and all it started at once
-    (SIGTERM, then SIGKILL after 2 s), print the session id to resume, and return 130.
+    progress goes to stderr, and on a terminal (not ``quiet``) the run ends there with the
+    result cards (:mod:`~teamlead._cli.cards`), one row per agent of ``Finished.tasks``.
+    SIGINT/SIGTERM/SIGHUP stop the CLI child and all it started at once (SIGTERM, then
+    SIGKILL after 2 s), print the session id to resume, and return 130.
     ``scripted`` says the model is scripted (the demo): the progress names no dollar cost.
     ``controls`` (the approval queue and the keys, whose ``can_use_tool`` the options of
     ``items`` carry) show their prompt and hint in the progress, and read keys from the
@@ -280,6 +282,12 @@ def run_session(
         if progress is not None:
             progress.close()
     finished: Finished | None = state["finished"]
+    if finished is not None and output in ("auto", "live") and _is_terminal(err):
+        from rich.console import Console
+
+        from .cards import print_cards
+
+        print_cards(Console(file=err), finished.tasks)  # the result cards, one row per agent
     if state["interrupted"]:
         session = state["session"]
         hint = f"; resume with: teamlead resume {session}" if session else ""
