@@ -42,6 +42,7 @@ __all__ = [
     "ResultSeen",
     "SessionSeen",
     "SessionStateSeen",
+    "SubagentToolUse",
     "SubagentTurn",
     "TaskEnded",
     "TaskProgress",
@@ -51,6 +52,7 @@ __all__ = [
     "TrackedEvent",
     "WorkflowAgent",
     "parse_message",
+    "tool_summary",
 ]
 
 #: A task's state as the CLI reports it; the last four are terminal.
@@ -63,6 +65,9 @@ TERMINAL_STATES: frozenset[str] = frozenset(get_args(TerminalStatus))
 _TASK_STATES: frozenset[str] = frozenset(get_args(TaskStatus))
 _AGENT_TOOLS = frozenset({"Agent", "Task"})
 _MAX_TOOL_RESULT = 4000  # of a tool result's text: enough to classify an Agent call's result
+_MAX_TOOL_SUMMARY = 200
+#: The inputs that say what a tool call works on, in the order they are looked for.
+_SUMMARY_KEYS = ("command", "file_path", "path", "pattern", "url", "query", "description")
 
 
 # -- events ------------------------------------------------------------------------------
@@ -186,6 +191,18 @@ class SubagentTurn:
 
 
 @dataclass(frozen=True)
+class SubagentToolUse:
+    """One tool call in a subagent's assistant message, for a view that follows one agent:
+    its name and what it works on (``summary``: the command, path or pattern, else the
+    input as JSON, cut to :data:`_MAX_TOOL_SUMMARY` characters; the raw text, unescaped)."""
+
+    parent_tool_use_id: str
+    tool_use_id: str
+    name: str
+    summary: str
+
+
+@dataclass(frozen=True)
 class AgentCallsSent:
     """The Agent calls of one model message, the lead's or a subagent's, by tool_use id:
     the spawn gate counts calls per message with it."""
@@ -238,6 +255,7 @@ TrackedEvent: TypeAlias = (
     | TaskEnded
     | LeadTurn
     | SubagentTurn
+    | SubagentToolUse
     | AgentCallsSent
     | ToolResultSeen
     | ResultSeen
@@ -340,7 +358,12 @@ def _assistant_events(
     )
     if parent:
         tokens = (_int(usage.get("input_tokens")) or 0) + (_int(usage.get("output_tokens")) or 0)
-        return [SubagentTurn(parent, text, names, tokens or None), *sent]
+        uses: list[TrackedEvent] = [
+            SubagentToolUse(parent, str(t["id"]), str(t.get("name")), tool_summary(t.get("input")))
+            for t in tools
+            if _str(t.get("id"))
+        ]
+        return [SubagentTurn(parent, text, names, tokens or None), *uses, *sent]
     events: list[TrackedEvent] = [LeadTurn(message_id, text, error, names)]
     for tool in agent_calls:
         inp = _map(tool.get("input"))
@@ -356,6 +379,25 @@ def _assistant_events(
             )
         )
     return events + sent
+
+
+def tool_summary(tool_input: Any) -> str:
+    """What a tool call works on, in one short line (see :class:`SubagentToolUse`).
+
+    Example:
+        >>> tool_summary({"command": "pytest -q", "timeout": 60})
+        'pytest -q'
+    """
+    data = _map(tool_input)
+    for key in _SUMMARY_KEYS:
+        value = data.get(key)
+        if isinstance(value, str) and value.strip():
+            return value.strip()[:_MAX_TOOL_SUMMARY]
+    try:
+        text = json.dumps(dict(data), ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return ""
+    return text[:_MAX_TOOL_SUMMARY] if data else ""
 
 
 def _tool_results(content: Any) -> list[TrackedEvent]:

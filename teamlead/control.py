@@ -268,7 +268,10 @@ class RunControl:
         if run.token is None or run.thread == threading.get_ident():
             self._apply_here(run, event)
         else:
-            anyio.from_thread.run_sync(self._apply_here, run, event, token=run.token)
+            try:
+                anyio.from_thread.run_sync(self._apply_here, run, event, token=run.token)
+            except RuntimeError:  # the run's loop is gone: the run ended meanwhile
+                raise AmendRefused("the run ended before the amend could apply") from None
 
     def _apply_here(self, run: _Run, event: RunAmended) -> None:
         """Put the control's values *now* into the run (so amends racing from two threads

@@ -86,17 +86,14 @@ def _describe_event(item: Any, *, scripted: bool = False) -> str | None:
 
 
 def _describe_amend(item: RunAmended) -> str:
-    """``agent cap 3 -> 2 (the next admissions)`` and/or the subagent model's change."""
+    """``cap 3 -> 1 · subagent model -> haiku``: one live change, as it applied."""
     parts = []
     if "cap" in item.changed:
-        parts.append(f"agent cap {item.previous_cap} -> {item.cap} (the next admissions)")
+        parts.append(f"cap {item.previous_cap} -> {item.cap} (agents running go on)")
     if "subagent_model" in item.changed:
-        before = item.previous_subagent_model or "their own"
-        parts.append(
-            f"subagent model {before} -> {item.subagent_model or 'their own'} "
-            "(agents not started yet)"
-        )
-    return "; ".join(parts)
+        model = item.subagent_model or "their own"
+        parts.append(f"subagent model -> {model} (for agents not started yet)")
+    return " · ".join(parts)
 
 
 def _describe_permission(item: PermissionDecided) -> str:

@@ -372,3 +372,33 @@ async def test_an_amend_from_another_thread_is_applied_on_the_runs_loop() -> Non
         assert list(hooks.out) == ["a", "b"]
     assert isinstance(results[0], RunAmended) and results[0].cap == 2
     assert [e.cap for e in state.drain_amends()] == [2]
+
+
+# -- the record of each amend ----------------------------------------------------------------
+def test_each_amend_is_a_versioned_ndjson_line_and_a_progress_line() -> None:
+    import io
+
+    from teamlead.events import EVENT_VERSION
+    from teamlead.view import JsonProgress, PlainProgress
+
+    control = RunControl()
+    state = a_run(control, cap=3)
+    control.amend(cap=1, subagent_model="claude-haiku-5-5")
+    control.amend(subagent_model=None)
+    out, log = io.StringIO(), io.StringIO()
+    ndjson, plain = JsonProgress(out), PlainProgress(log)
+    for event in state.drain_amends():
+        ndjson.handle(event)
+        plain.handle(event)
+    first, second = (json.loads(line) for line in out.getvalue().splitlines())
+    assert first["type"] == "run_amended" and first["version"] == EVENT_VERSION
+    assert (first["changed"], first["cap"], first["previous_cap"]) == (
+        ["cap", "subagent_model"],
+        1,
+        3,
+    )
+    assert second["subagent_model"] is None and second["previous_subagent_model"]
+    assert RunAmended.model_validate_json(json.dumps(first)).cap == 1
+    lines = log.getvalue().splitlines()
+    assert "cap 3 -> 1" in lines[0] and "subagent model -> claude-haiku-5-5" in lines[0]
+    assert "subagent model -> their own" in lines[1]

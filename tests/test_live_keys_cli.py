@@ -18,8 +18,8 @@ import pytest
 
 from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.recorded import RecordedRequest
-from teamlead.testing.replies import Reply, ScriptedRequest
-from teamlead.testing.scripts import FanOut
+from teamlead.testing.replies import AgentCall, Reply, ScriptedRequest
+from teamlead.testing.scripts import FanOut, bash, synthesize
 from tests.polling import poll
 from tests.tmux import Pane, needs_tmux
 
@@ -65,8 +65,8 @@ def test_keys_lower_the_cap_for_the_next_admissions_and_set_the_next_agents_mode
         # the run's own events, in the view's log once its stream moves on
         pane.wait_for(
             lambda text: (
-                "agent cap 2 -> 1 (the next admissions)" in text
-                and "subagent model their own -> haiku (agents not started yet)" in text
+                "cap 2 -> 1 (agents running go on)" in text
+                and "subagent model -> haiku (for agents not started yet)" in text
             ),
             within_s=60,
         )
@@ -86,3 +86,46 @@ def test_keys_lower_the_cap_for_the_next_admissions_and_set_the_next_agents_mode
     for record in (first, second):
         assert "haiku" not in record.request.model
     assert "SYNTHESIS of 4 findings" in screen
+
+
+def test_focus_moves_through_the_agents_and_shows_the_last_calls_and_lines(
+    tmp_path: Path,
+) -> None:
+    release = threading.Event()  # the agents finish once the focus was looked at
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "subagent" and req.agent is not None:
+            n = req.agent.description[-1]
+            if req.assistant_turns == 0:
+                return Reply.tools(bash(f"echo focus-{n}"), text=f"Looking at part {n}.")
+            release.wait(timeout=90)
+            return Reply.text(f"FINDING[agent-{n}]: done.")
+        if req.role != "lead":
+            return Reply.text("ok")
+        if req.assistant_turns == 0:
+            return Reply.agents(AgentCall("agent-1", "P1"), AgentCall("agent-2", "P2"))
+        return synthesize(req)
+
+    with ScriptedServer(script) as server, Pane(tmp_path) as pane:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        env = {**os.environ, **claude.env}
+        argv = [*TEAMLEAD, "ask", "Investigate.", "--permission-mode", "bypassPermissions"]
+        pane.start(argv, env=env, cwd=claude.cwd)
+        pane.wait_for("f/tab focus the next agent", within_s=90)
+        # both agents ran their command and wait on their second turn
+        assert poll(lambda: len(server.recorded("subagent")) >= 4, within_s=90), pane.screen()
+        pane.send("f")
+        first = pane.wait_for("focus [agent-", within_s=30)
+        n = "1" if "focus [agent-1] agent, running" in first else "2"
+        other = "2" if n == "1" else "1"
+        pane.wait_for(
+            lambda text: f"Bash: echo focus-{n} (ok)" in text and f"| Looking at part {n}." in text,
+            within_s=30,
+        )
+        pane.send("\t")  # Tab moves on as f does
+        screen = pane.wait_for(f"focus [agent-{other}] agent, running", within_s=30)
+        assert f"Bash: echo focus-{other}" in screen and f"echo focus-{n}" not in screen
+        pane.send("f")  # past the last agent: no focus
+        pane.wait_for(lambda text: "focus [" not in text, within_s=30)
+        release.set()
+        assert pane.wait_exit(within_s=120) == 0, pane.screen()

@@ -18,9 +18,11 @@ import logging
 import os
 import re
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, Literal
 
+from .._parse import tool_summary
 from .._redact import redact
 from ..errors import UsageError
 from .files import FileProblem, loads, open_regular
@@ -29,8 +31,12 @@ __all__ = [
     "DEFAULT_BLOCK_BYTES",
     "DEFAULT_MAX_LINE_BYTES",
     "DEFAULT_MAX_SCAN_BYTES",
+    "TAIL_SCAN_BYTES",
+    "TranscriptCall",
+    "TranscriptTail",
     "find_subagent_transcript",
     "last_assistant_text",
+    "transcript_tail",
     "sanitize_project_path",
 ]
 
@@ -42,6 +48,10 @@ DEFAULT_MAX_SCAN_BYTES = 256 * 1024 * 1024
 """Stop after scanning this many bytes back from the end."""
 DEFAULT_MAX_LINE_BYTES = 8 * 1024 * 1024
 """A record longer than this is skipped (with a warning) instead of being buffered."""
+
+TAIL_SCAN_BYTES = 4 * 1024 * 1024
+"""How far back :func:`transcript_tail` reads: a focus view wants the last few moves only."""
+_MAX_LINE_CHARS = 300
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _ASSISTANT_MARK = b'"assistant"'
@@ -66,7 +76,8 @@ def _check_id(value: str, what: str) -> str:
 def find_subagent_transcript(
     config_dir: Path, session_id: str, agent_id: str, *, cwd: str | None = None
 ) -> Path | None:
-    """Locate ``projects/<sanitized cwd>/<session>/subagents/agent-<id>.jsonl``.
+    """Locate ``projects/<sanitized cwd>/<session>/subagents/agent-<id>.jsonl`` (a workflow
+    agent's is one level further, under ``subagents/workflows/<run>/``).
 
     With ``cwd`` the direct path is tried first; otherwise (or when it is missing, e.g.
     for a cwd long enough that Claude Code shortened its name) every project is searched.
@@ -84,6 +95,9 @@ def find_subagent_transcript(
             return direct
     # The ids were checked above: they hold no glob metacharacters.
     matches = sorted(projects.glob(f"*/{tail.as_posix()}"))
+    if not matches:  # a workflow agent's: subagents/workflows/<run>/agent-<id>.jsonl
+        nested = Path(session_id) / "subagents" / "workflows" / "*" / f"agent-{agent_id}.jsonl"
+        matches = sorted(projects.glob(f"*/{nested.as_posix()}"))
     return matches[0] if matches else None
 
 
@@ -221,3 +235,96 @@ def last_assistant_text(
             if text is not None:
                 return redact(text)
     return None
+
+
+@dataclass(frozen=True)
+class TranscriptCall:
+    """One tool call read from a transcript: what it works on and how it ended."""
+
+    tool_use_id: str
+    name: str
+    summary: str
+    outcome: Literal["running", "ok", "error"]
+
+
+@dataclass(frozen=True)
+class TranscriptTail:
+    """An agent's last moves in its transcript, oldest first (text raw, secrets redacted)."""
+
+    calls: tuple[TranscriptCall, ...]
+    lines: tuple[str, ...]
+
+
+def transcript_tail(
+    path: Path,
+    *,
+    max_calls: int = 5,
+    max_lines: int = 6,
+    max_bytes: int = TAIL_SCAN_BYTES,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+) -> TranscriptTail | None:
+    """The last ``max_calls`` tool calls and ``max_lines`` lines of text of a transcript.
+
+    Read backwards from the end, at most ``max_bytes`` back, so it costs the same on a
+    100 MB transcript as on a small one; a tool result read before its call (it comes
+    after it in the file) gives the call its outcome. Malformed and overlong records are
+    skipped. ``None`` when the file is missing, unreadable or not a regular file.
+
+    Example:
+        >>> transcript_tail(Path(task.output_file)).calls[-1].name  # doctest: +SKIP
+        'Bash'
+    """
+    try:
+        fh = open_regular(Path(path))
+    except FileProblem:
+        return None
+    calls: list[TranscriptCall] = []
+    lines: list[str] = []
+    results: dict[str, bool] = {}  # tool_use_id -> is_error, from user records
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        for raw in _lines_backwards(
+            fh, size, block_bytes=block_bytes, max_scan=max_bytes, max_line=max_line_bytes
+        ):
+            if len(calls) >= max_calls and len(lines) >= max_lines:
+                break
+            if not raw:
+                continue
+            try:
+                record = loads(raw)
+            except ValueError:
+                continue
+            message = record.get("message") if isinstance(record, dict) else None
+            content = message.get("content") if isinstance(message, dict) else None
+            if not isinstance(content, list):
+                continue
+            kind = record.get("type")
+            for block in reversed(content):
+                if not isinstance(block, dict):
+                    continue
+                if kind == "user" and block.get("type") == "tool_result":
+                    if isinstance(block.get("tool_use_id"), str):
+                        results[block["tool_use_id"]] = bool(block.get("is_error"))
+                elif kind == "assistant" and block.get("type") == "tool_use":
+                    if len(calls) < max_calls and isinstance(block.get("id"), str):
+                        error = results.get(block["id"])
+                        outcome: Literal["running", "ok", "error"] = (
+                            "running" if error is None else ("error" if error else "ok")
+                        )
+                        name = block.get("name")
+                        calls.append(
+                            TranscriptCall(
+                                block["id"],
+                                redact(str(name))[:_MAX_LINE_CHARS],
+                                redact(tool_summary(block.get("input"))),
+                                outcome,
+                            )
+                        )
+                elif kind == "assistant" and block.get("type") == "text":
+                    text = block.get("text")
+                    if isinstance(text, str):
+                        for line in reversed([x for x in text.splitlines() if x.strip()]):
+                            if len(lines) < max_lines:
+                                lines.append(redact(line)[:_MAX_LINE_CHARS])
+    return TranscriptTail(tuple(reversed(calls)), tuple(reversed(lines)))

@@ -256,6 +256,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 
     PROMPT is the task; `-` reads it from stdin.
     """
+    from .._claude.team import claude_config_dir
     from ..control import RunControl
     from ..coordinator import query
     from .controls import controls_for
@@ -271,7 +272,11 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
     check_setup(merged_env(options.env))
     control = RunControl()  # the run's live cap and subagent model
     controls = controls_for(
-        settings.permission_mode, output, wait_limit_s=policy.deadline_s, control=control
+        settings.permission_mode,
+        output,
+        wait_limit_s=policy.deadline_s,
+        control=control,
+        config_dir=claude_config_dir(merged_env(options.env)),
     )
     options = controls.options(options)
     with run_labels(strategy=strategy):  # the run's span names its strategy
@@ -313,7 +318,11 @@ def resume(
     check_setup(env)
     control = RunControl()  # the run's live cap and subagent model
     controls = controls_for(
-        settings.permission_mode, output, wait_limit_s=policy.deadline_s, control=control
+        settings.permission_mode,
+        output,
+        wait_limit_s=policy.deadline_s,
+        control=control,
+        config_dir=claude_config_dir(merged_env(options.env)),
     )
     options = controls.options(options)
     with run_labels(strategy=strategy):

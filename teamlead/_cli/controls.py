@@ -16,12 +16,15 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+import time
 import warnings
 from collections.abc import Callable
+from pathlib import Path
 from typing import IO, Any
 
 from claude_agent_sdk import CanUseToolShadowedWarning, ClaudeAgentOptions
 
+from .._focus import AgentFocus, Focus
 from .._redact import terminal_safe
 from ..control import RunControl
 from ..errors import AmendRefused
@@ -31,7 +34,9 @@ from .approvals import ASKING_MODES, ApprovalQueue, NoTerminal, labels_from
 from .keys import Binding, KeyMap, read_keys, terminal_fd
 from .options import Output
 
-__all__ = ["Controls", "controls_for"]
+__all__ = ["Controls", "controls_for", "live_bindings"]
+
+_FOCUS_TTL_S = 1.0
 
 
 class Controls:
@@ -56,6 +61,9 @@ class Controls:
         self.no_terminal = no_terminal
         self.stdin = stdin
         self.keymap = KeyMap(approvals, bindings or [])
+        self.focus: Focus | None = None  # the agents' last calls and lines, when keys are read
+        self.focused: str | None = None  # the agent in focus (``f``/Tab), if any
+        self._focus_cache: tuple[str, float, AgentFocus | None] | None = None
         self._progress: Any = None
         self._stderr: IO[str] = sys.stderr
         self._shown: str | None = None
@@ -91,12 +99,53 @@ class Controls:
         if hasattr(progress, "footer"):
             progress.footer = self.footer
 
+    def feed(self, item: Any) -> None:
+        """Follow one stream item (for the focus on one agent)."""
+        if self.focus is not None:
+            self.focus.feed(item)
+
+    def move_focus(self, step: int = 1) -> None:
+        """Focus the next agent (``step`` -1: the one before); past the last one, none."""
+        if self.focus is None:
+            return
+        agents = self.focus.agents
+        edge = agents[-1] if step >= 0 else (agents[0] if agents else None)
+        if self.focused is not None and self.focused == edge:
+            self.focused = None
+        else:
+            self.focused = self.focus.next_agent(self.focused, step)
+        self._focus_cache = None
+
+    def focus_lines(self) -> list[tuple[str, str]]:
+        """The focused agent's last tool calls and lines (plain text; the view escapes it)."""
+        if self.focus is None or self.focused is None:
+            return []
+        now = time.monotonic()
+        cached = self._focus_cache
+        if cached is not None and cached[0] == self.focused and now - cached[1] < _FOCUS_TTL_S:
+            seen = cached[2]
+        else:  # a workflow agent's comes from its transcript: read at most once a second
+            seen = self.focus.of(self.focused)
+            self._focus_cache = (self.focused, now, seen)
+        if seen is None:
+            return [(f"focus: agent {self.focused[:12]} (nothing seen yet)", "cyan")]
+        kind = "workflow agent" if seen.kind == "workflow_agent" else "agent"
+        head = f"focus [{seen.description or seen.agent_id[:12]}] {kind}, {seen.status}"
+        lines = [(head if seen.source != "none" else head + " (nothing seen yet)", "bold cyan")]
+        for call in seen.calls:
+            lines.append((f"  {call.name}: {call.summary} ({call.outcome})", "cyan"))
+        for text in seen.lines[-3:]:
+            lines.append((f"  | {text}", "dim cyan"))
+        return lines
+
     def footer(self) -> list[tuple[str, str]]:
-        """The lines at the foot of the live view: the prompt in front, then the key hint."""
+        """The lines at the foot of the live view: the prompt in front, the focused agent,
+        then the key hint."""
         lines: list[tuple[str, str]] = []
         prompt = self.approvals.prompt() if self.approvals is not None else None
         if prompt is not None:
             lines.append((f"approve? {prompt}", "bold yellow"))
+        lines.extend(self.focus_lines())
         hint = self.keymap.hint() if self.interactive else ""
         if hint:
             lines.append((hint, "dim"))
@@ -154,10 +203,12 @@ def controls_for(
     stderr: IO[str] | None = None,
     wait_limit_s: float = 1800.0,
     control: RunControl | None = None,
+    config_dir: Path | None = None,
 ) -> Controls:
     """The controls of a run: an approval queue when a person at a terminal can answer,
     the no-terminal denier when nobody can, nothing in a mode that never asks; and, at a
-    terminal, the live-control keys of ``control``."""
+    terminal, the live-control keys of ``control`` and the focus on one agent (whose
+    transcripts are found under ``config_dir``)."""
     stdin = sys.stdin if stdin is None else stdin
     stderr = sys.stderr if stderr is None else stderr
     at_terminal = (
@@ -172,6 +223,14 @@ def controls_for(
             controls.no_terminal = NoTerminal()
     if at_terminal and control is not None:
         controls.keymap.bindings.extend(live_bindings(control, controls.say))
+    if at_terminal and output != "quiet":  # the focus is shown in the live view only
+        controls.focus = Focus(config_dir)
+        controls.keymap.bindings.append(
+            Binding(("f", "tab"), "focus the next agent", controls.move_focus)
+        )
+        controls.keymap.bindings.append(
+            Binding(("F", "backtab"), "the one before", lambda: controls.move_focus(-1))
+        )
     return controls
 
 

@@ -242,6 +242,8 @@ def run_session(
                 progress.handle(item)
             elif own_tracker and tracker is not None:
                 tracker.feed(item)
+            if controls is not None:
+                controls.feed(item)
             session = getattr(item, "session_id", None)
             if isinstance(session, str) and session and state["session"] is None:
                 state["session"] = session

@@ -1,0 +1,246 @@
+"""Focus on one agent: its last tool calls and its last lines, for a view that cycles
+through the run's agents.
+
+:class:`Focus` follows the same stream :func:`teamlead.query` yields (``feed(item)``). An
+Agent-tool subagent's own messages come in it, marked with the ``parent_tool_use_id`` of
+the Agent call that started it (reference §2): the parser turns them into
+:class:`~teamlead.tracker.SubagentTurn` (its text) and
+:class:`~teamlead.tracker.SubagentToolUse` (each tool call), and a tool result with a
+call's id gives that call its outcome. A workflow agent's messages never come in the stream
+(reference §10), and an agent may have been seen only from its end, so for an agent the
+stream says nothing about, :meth:`Focus.of` reads the tail of its transcript file (the
+task's ``output_file``, or ``agent-<id>.jsonl`` under the config dir), backwards and
+bounded (:func:`~teamlead._claude.transcript.transcript_tail`).
+
+It is pure data: nothing here prints. The text is kept raw (secrets redacted, lines cut
+to 300 characters); a view must escape it (:func:`~teamlead._redact.terminal_safe`, then
+Rich ``Text``). Memory is bounded: a few calls and lines per agent, at most
+:data:`MAX_AGENTS` agents.
+
+Example:
+    >>> focus = Focus(config_dir)  # doctest: +SKIP
+    >>> for item in stream:  # doctest: +SKIP
+    ...     focus.feed(item)
+    >>> agent = focus.next_agent(None)  # doctest: +SKIP
+    >>> view = focus.of(agent)  # doctest: +SKIP
+    >>> [c.name for c in view.calls], view.lines[-1:]  # doctest: +SKIP
+    (['Read', 'Bash'], ('The bug is in app.py',))
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal, TypeAlias
+
+from ._claude.transcript import find_subagent_transcript, transcript_tail
+from ._redact import redact
+from .errors import UsageError
+from .tracker import (
+    SubagentToolUse,
+    SubagentTurn,
+    TaskStarted,
+    ToolResultSeen,
+    TrackedEvent,
+    Tracker,
+)
+
+__all__ = ["MAX_AGENTS", "AgentFocus", "CallOutcome", "Focus", "FocusedCall"]
+
+#: Agents followed at once; later ones are listed from the tracker but not followed.
+MAX_AGENTS = 4096
+_MAX_LINE_CHARS = 300
+
+#: How a tool call ended: still ``running`` (no result seen yet), ``ok`` or ``error``.
+CallOutcome: TypeAlias = Literal["running", "ok", "error"]
+
+
+@dataclass(frozen=True)
+class FocusedCall:
+    """One of an agent's last tool calls.
+
+    Attributes:
+        tool_use_id: the call's id.
+        name: the tool (``Bash``, ``Read``, ...).
+        summary: what it works on: the command, path or pattern, else its input as JSON
+            (at most 200 characters; raw text, escape it before printing).
+        outcome: ``running`` until its result is seen, then ``ok`` or ``error``.
+    """
+
+    tool_use_id: str
+    name: str
+    summary: str
+    outcome: CallOutcome
+
+
+@dataclass(frozen=True)
+class AgentFocus:
+    """What one agent did last.
+
+    Attributes:
+        agent_id: its agent id (an Agent-tool task's id, or a workflow agent's id).
+        description: its Agent call's description, or its workflow label.
+        kind: ``agent`` (the Agent tool) or ``workflow_agent``.
+        status: its task's or workflow entry's last state.
+        calls: its last tool calls, oldest first.
+        lines: its last lines of text, oldest first.
+        source: ``stream`` (its own messages), ``transcript`` (its transcript file), or
+            ``none`` (nothing known yet).
+    """
+
+    agent_id: str
+    description: str
+    kind: Literal["agent", "workflow_agent"]
+    status: str
+    calls: tuple[FocusedCall, ...]
+    lines: tuple[str, ...]
+    source: Literal["stream", "transcript", "none"]
+
+
+class _Call:
+    __slots__ = ("name", "outcome", "summary", "tool_use_id")
+
+    def __init__(self, tool_use_id: str, name: str, summary: str) -> None:
+        self.tool_use_id = tool_use_id
+        self.name = name
+        self.summary = summary
+        self.outcome: CallOutcome = "running"
+
+
+class _Trail:
+    """One agent's last calls and lines, as its messages arrive."""
+
+    def __init__(self, max_calls: int, max_lines: int) -> None:
+        self.calls: collections.deque[_Call] = collections.deque(maxlen=max_calls)
+        self.lines: collections.deque[str] = collections.deque(maxlen=max_lines)
+
+
+class Focus:
+    """The last tool calls and lines of every agent of a run (see the module docstring).
+
+    Args:
+        config_dir: the Claude config dir, to find a transcript by agent id (``None``: only
+            a task's ``output_file`` is read).
+        max_calls: tool calls kept per agent.
+        max_lines: lines of text kept per agent.
+    """
+
+    def __init__(
+        self, config_dir: Path | None = None, *, max_calls: int = 5, max_lines: int = 6
+    ) -> None:
+        self.config_dir = config_dir
+        self.max_calls = max(1, max_calls)
+        self.max_lines = max(1, max_lines)
+        self.tracker = Tracker()
+        self._trails: dict[str, _Trail] = {}  # by the Agent call's tool_use_id
+        self._open: dict[str, _Call] = {}  # calls waiting for their result, by id
+        self._agent_of: dict[str, str] = {}  # Agent call's tool_use_id -> agent (task) id
+
+    # -- what the stream says ------------------------------------------------------------
+    def feed(self, item: Any) -> None:
+        """Read one stream item (an SDK message; teamlead's own events are skipped)."""
+        if callable(getattr(item, "to_json", None)):
+            return  # a teamlead event: nothing an agent did
+        self.feed_events(self.tracker.feed(item))
+
+    def feed_events(self, events: Iterable[TrackedEvent]) -> None:
+        """Apply events already parsed (and applied to :attr:`tracker`) by the caller."""
+        for event in events:
+            if isinstance(event, TaskStarted) and event.tool_use_id:
+                self._agent_of[event.tool_use_id] = event.task_id
+            elif isinstance(event, SubagentTurn):
+                trail = self._trail(event.parent_tool_use_id)
+                if trail is not None:
+                    for line in event.text.splitlines():
+                        if line.strip():
+                            trail.lines.append(redact(line)[:_MAX_LINE_CHARS])
+            elif isinstance(event, SubagentToolUse):
+                trail = self._trail(event.parent_tool_use_id)
+                if trail is not None:
+                    if len(trail.calls) == trail.calls.maxlen:  # the oldest falls out
+                        self._open.pop(trail.calls[0].tool_use_id, None)
+                    call = _Call(event.tool_use_id, redact(event.name), redact(event.summary))
+                    trail.calls.append(call)
+                    self._open[call.tool_use_id] = call
+            elif isinstance(event, ToolResultSeen):
+                done = self._open.pop(event.tool_use_id, None)
+                if done is not None:
+                    done.outcome = "error" if event.is_error else "ok"
+
+    def _trail(self, parent_tool_use_id: str) -> _Trail | None:
+        trail = self._trails.get(parent_tool_use_id)
+        if trail is None and len(self._trails) < MAX_AGENTS:
+            trail = self._trails[parent_tool_use_id] = _Trail(self.max_calls, self.max_lines)
+        return trail
+
+    # -- which agents ---------------------------------------------------------------------
+    @property
+    def agents(self) -> list[str]:
+        """Every agent of the run seen so far, in the order they started: Agent-tool tasks,
+        each workflow's agents (those that have an id) right after their workflow."""
+        out: list[str] = []
+        for task in self.tracker.tasks.values():
+            if task.is_workflow:
+                for index in sorted(task.workflow_agents):
+                    agent_id = task.workflow_agents[index].agent_id
+                    if agent_id:
+                        out.append(agent_id)
+            elif task.task_type in (None, "local_agent"):
+                out.append(task.task_id)
+        return out
+
+    def next_agent(self, current: str | None, step: int = 1) -> str | None:
+        """The agent after ``current`` (``step`` -1: before it), cycling; the first one when
+        ``current`` is ``None`` or gone; ``None`` when there is no agent yet."""
+        agents = self.agents
+        if not agents:
+            return None
+        if current not in agents:
+            return agents[0] if step >= 0 else agents[-1]
+        return agents[(agents.index(current) + step) % len(agents)]
+
+    # -- one agent --------------------------------------------------------------------------
+    def of(self, agent_id: str) -> AgentFocus | None:
+        """What ``agent_id`` did last; ``None`` for an id this run never had.
+
+        From the stream when its messages came there, else from the tail of its transcript
+        (a bounded read of a local file: at most a few MB, from the end).
+        """
+        task = self.tracker.tasks.get(agent_id)
+        base: tuple[str, str, Any, str]
+        if task is not None and not task.is_workflow:
+            tool_use_id = task.tool_use_id
+            trail = self._trails.get(tool_use_id) if tool_use_id else None
+            base = (agent_id, task.description, "agent", task.status)
+            if trail is not None and (trail.calls or trail.lines):
+                return self._from_trail(base, trail)
+            return self._from_transcript(base, task.output_file)
+        for workflow in self.tracker.tasks.values():
+            for agent in workflow.workflow_agents.values():
+                if agent.agent_id == agent_id:
+                    base = (agent_id, agent.label, "workflow_agent", agent.state)
+                    return self._from_transcript(base, None)
+        return None
+
+    def _from_trail(self, base: tuple[str, str, Any, str], trail: _Trail) -> AgentFocus:
+        calls = tuple(FocusedCall(c.tool_use_id, c.name, c.summary, c.outcome) for c in trail.calls)
+        return AgentFocus(*base, calls=calls, lines=tuple(trail.lines), source="stream")
+
+    def _from_transcript(self, base: tuple[str, str, Any, str], path: str | None) -> AgentFocus:
+        found = Path(path) if path else None
+        if found is None and self.config_dir is not None and self.tracker.session_id:
+            try:
+                found = find_subagent_transcript(self.config_dir, self.tracker.session_id, base[0])
+            except UsageError:  # an id that is not a plain id never steers a path
+                found = None
+        tail = (
+            transcript_tail(found, max_calls=self.max_calls, max_lines=self.max_lines)
+            if found is not None
+            else None
+        )
+        if tail is None or not (tail.calls or tail.lines):
+            return AgentFocus(*base, calls=(), lines=(), source="none")
+        calls = tuple(FocusedCall(c.tool_use_id, c.name, c.summary, c.outcome) for c in tail.calls)
+        return AgentFocus(*base, calls=calls, lines=tail.lines, source="transcript")
