@@ -369,3 +369,44 @@ def test_live_keys_change_the_cap_and_cycle_the_model_and_say_a_refusal() -> Non
         assert "m subagent model (their own)" in keymap.hint()
     finally:
         state.close()
+
+
+def test_focus_keys_cycle_the_agents_and_the_live_view_shows_them_escaped() -> None:
+    from io import StringIO
+
+    from rich.console import Console
+
+    from teamlead._cli.controls import Controls
+    from teamlead._focus import Focus
+    from teamlead.view import LiveTeamView
+
+    from .test_focus import started, sub_text, sub_tool
+
+    controls = Controls()
+    controls.focus = Focus(None)
+    keymap = KeyMap(None, [Binding(("f", "tab"), "focus", controls.move_focus)])
+    for frame in (
+        started("a1", "toolu_a", "alpha"),
+        started("b2", "toolu_b", "beta\x1b]0;PWNED\x07"),
+        sub_tool("toolu_a", "t1", "Bash", {"command": "make [bold]x[/bold]"}),
+        sub_text("toolu_a", "Reading app.py\x1b[2J now"),
+    ):
+        controls.feed(frame)
+    assert controls.focus_lines() == []  # nothing focused yet
+    keymap.press("f")
+    lines = [text for text, _ in controls.focus_lines()]
+    assert lines[0].startswith("focus [alpha] agent")
+    assert "  Bash: make [bold]x[/bold] (running)" in lines
+    assert lines[-1] == "  | Reading app.py\x1b[2J now"  # raw here: the view escapes it
+    out = StringIO()
+    view = LiveTeamView(Console(file=out, force_terminal=True, width=200))
+    view.footer = controls.footer
+    view.refresh()
+    view.close()
+    shown = out.getvalue()
+    assert "Reading app.py\\x1b[2J now" in shown and "\x1b[2J" not in shown
+    assert "make [bold]x[/bold]" in shown  # markup kept as text
+    keymap.press("tab")
+    assert controls.focus_lines()[0][0].startswith("focus [beta\x1b]0;PWNED\x07] agent")
+    keymap.press("f")  # past the last: no focus
+    assert controls.focused is None and controls.focus_lines() == []
