@@ -26,6 +26,7 @@ from teamlead._cli.approvals import (
 from teamlead._cli.controls import controls_for
 from teamlead._cli.keys import Binding, KeyMap, cbreak, decode_keys, read_keys
 from teamlead.events import EVENT_VERSION, PermissionDecided
+from teamlead.testing import FakeClock
 from teamlead.tracker import Tracker
 
 pytestmark = pytest.mark.anyio
@@ -163,9 +164,18 @@ async def test_closing_the_queue_denies_what_waits_and_what_comes_later() -> Non
 
 
 async def test_a_request_with_no_answer_is_denied_at_the_wait_limit() -> None:
-    queue = ApprovalQueue(wait_limit_s=0.05)
-    result = await queue.can_use_tool("Bash", bash("make"), ctx(None))
-    assert isinstance(result, PermissionResultDeny) and queue.waiting == 0
+    clock = FakeClock()
+    events: list[PermissionDecided] = []
+    queue = ApprovalQueue(wait_limit_s=600, clock=clock, on_decision=events.append)
+    async with anyio.create_task_group() as tg:
+        asking = Asking(queue, tg)
+        await asking.ask("slow", None, "make")
+        clock.advance(599)
+        await anyio.wait_all_tasks_blocked()
+        assert "slow" not in asking.results  # still waiting just before the limit
+        clock.advance(1)
+    assert isinstance(asking.results["slow"], PermissionResultDeny) and queue.waiting == 0
+    assert [(e.by, e.waited_s) for e in events] == [("run_ended", 600.0)]
 
 
 async def test_hostile_text_in_a_prompt_is_escaped_not_interpreted() -> None:

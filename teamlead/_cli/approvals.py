@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -43,6 +42,7 @@ from claude_agent_sdk import (
 from claude_agent_sdk.types import PermissionResult
 
 from .._redact import terminal_safe
+from ..clock import SYSTEM_CLOCK, Clock, move_on_at
 from ..events import PermissionAnswer, PermissionDecided
 from ..tracker import Tracker
 
@@ -245,14 +245,14 @@ class ApprovalQueue:
         on_change: called when the front or the queue's length changed (re-render).
         wait_limit_s: how long a request may wait for its answer; then it is denied (the
             run's deadline bounds it anyway).
-        clock: seconds, for ``waited_s``.
+        clock: the time source of the wait limit and ``waited_s`` (tests inject a fake).
     """
 
     label_for: LabelFor = lambda agent_id: "lead" if agent_id is None else agent_id
     on_decision: Callable[[PermissionDecided], None] = lambda event: None
     on_change: Callable[[], None] = lambda: None
     wait_limit_s: float = 1800.0
-    clock: Callable[[], float] = time.monotonic
+    clock: Clock = SYSTEM_CLOCK
     _waiting: list[Pending] = field(default_factory=list, init=False)
     _answered_in_burst: int = field(default=0, init=False)
     _always: set[tuple[str | None, str]] = field(default_factory=set, init=False)
@@ -269,7 +269,7 @@ class ApprovalQueue:
             agent_id=context.agent_id or None,
             tool_use_id=context.tool_use_id,
             what=describe_request(tool_name, tool_input),
-            asked_at=self.clock(),
+            asked_at=self.clock.monotonic(),
         )
         if (request.agent_id, tool_name) in self._always:
             return self._decide(request, allow=True, by="rule")
@@ -278,7 +278,7 @@ class ApprovalQueue:
         self._waiting.append(request)
         self.on_change()
         try:
-            with anyio.move_on_after(self.wait_limit_s):
+            with move_on_at(self.clock, request.asked_at + self.wait_limit_s):
                 await request.answered.wait()
             if request.result is None:
                 message = "No answer came before the run's time ran out."
@@ -369,7 +369,7 @@ class ApprovalQueue:
                 decision="allow" if allow else "deny",
                 by=by,
                 always=always,
-                waited_s=round(max(0.0, self.clock() - request.asked_at), 3),
+                waited_s=round(max(0.0, self.clock.monotonic() - request.asked_at), 3),
                 message=None if allow else message,
             )
         )
