@@ -25,9 +25,10 @@ the run started with, a value sets it, and an amend that changes nothing is refu
   - a model id (``claude-haiku-5-5``, a provider's id) is put by the relay into every
     request of each agent, Agent-tool or workflow, whose first request comes after the
     amend, so one agent stays on one model;
-  - workflow agents take an alias only from the model the run started with
-    (``CLAUDE_CODE_SUBAGENT_MODEL``, which the CLI resolves); a mid-run alias does not
-    reach them (the relay cannot resolve it), so give a model id to change theirs.
+  - a workflow agent fires no hook, so a mid-run alias reaches it through the relay too,
+    as the model id the CLI resolved it to: the relay learns that from the first request
+    of an Agent-tool agent started on the alias. Until such an agent has run, new workflow
+    agents stay on the run's starting model; a model id reaches them at once.
 
 Every applied amend is a :class:`~teamlead.events.RunAmended` event in the run's stream
 (and its NDJSON). The control is safe to call from the run's event loop (a key reader's
@@ -53,7 +54,6 @@ import anyio.lowlevel
 
 from .errors import AmendRefused
 from .events import AmendField, RunAmended
-from .policy import is_model_alias
 
 if TYPE_CHECKING:
     from ._agents.book import AgentBook
@@ -287,10 +287,9 @@ class RunControl:
         if run.book is not None:
             # an alias goes through the gate's hook; the CLI runs new agents on the starting
             # model already; a model id the relay puts in every request of a new agent
-            pinned = None
-            if model is not None and model != run.default_model and not is_model_alias(model):
-                pinned = model
-            run.book.pinned_model = pinned
+            # the book resolves an alias from what the CLI made of it for an Agent call
+            changed = model is not None and model != run.default_model
+            run.book.pinned_model = model if changed else None
         run.emit(event)
 
     # -- the run's side (private) -------------------------------------------------------------

@@ -204,10 +204,10 @@ class SpawnPolicy(BaseModel):
             is stopped: its status is ``timeout``, the lead is told to go on, the run ends
             ``partial`` (default: no limit). Under ``query()`` the relay ends it.
         subagent_model: the model every subagent runs on, whatever the lead or a workflow
-            script asked (default: theirs): Agent calls get it through the gate's
-            ``updatedInput.model``, workflow agents through the CLI's
-            ``CLAUDE_CODE_SUBAGENT_MODEL``. A model id (``claude-haiku-5-5``) or a CLI alias
-            (``haiku``). :class:`teamlead.RunControl` can change it while the run goes.
+            script asked (default: theirs): every subagent gets it through the CLI's
+            ``CLAUDE_CODE_SUBAGENT_MODEL``, and an alias also reaches each Agent call
+            through the gate's ``updatedInput.model``. A model id (``claude-haiku-5-5``) or
+            a CLI alias (``haiku``). :class:`teamlead.RunControl` can change it mid-run.
 
     Example:
         >>> SpawnPolicy(max_concurrent_agents=3, spawn_budget=5).reserve_for(60)

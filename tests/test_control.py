@@ -292,7 +292,7 @@ async def test_an_alias_goes_into_later_agent_calls_and_a_model_id_is_pinned_at_
     updated = out["hookSpecificOutput"]["updatedInput"]
     assert updated == {"description": "after", "prompt": "do after", "model": "haiku"}
     assert "permissionDecision" not in out["hookSpecificOutput"]  # the user's rules still ask
-    assert book.pinned_model is None  # an alias is the CLI's to resolve
+    assert book.pinned_model == "haiku" and book.aliases == {}  # the CLI's to resolve
     control.set_subagent_model("claude-haiku-5-5")
     assert await gate.hook(agent_input("id"), "id", None) == {}  # not an Agent input
     assert book.pinned_model == "claude-haiku-5-5"
@@ -329,6 +329,32 @@ async def test_a_pinned_model_reaches_new_agents_only_and_stays_with_each() -> N
     assert json.loads(bodies["new"][0] or b"{}")["messages"] == [
         {"role": "user", "content": "WFJOB"}
     ]
+
+
+async def test_an_alias_pins_workflow_agents_once_an_agent_call_showed_what_it_became() -> None:
+    control = RunControl()
+    state = a_run(control, cap=5)
+    assert state.gate is not None and state.agents is not None
+    gate, book = state.gate.gate, state.agents.book
+    bodies: dict[str, list[bytes | None]] = {}
+
+    async def request(agent: str, body: bytes = WORKFLOW_BODY) -> None:
+        async def exchange(send: Any, on_limited: Any, new_body: bytes | None) -> None:
+            bodies.setdefault(agent, []).append(new_body)
+
+        await book.relay(headers_of(agent), body, "subagent", _no_send, _no_send, exchange)
+
+    control.set_subagent_model("haiku")
+    await request("early")  # nothing known of "haiku" yet: no pin, the CLI's own model
+    hook_out = await gate.hook(agent_input("call"), "toolu_call", None)
+    assert hook_out["hookSpecificOutput"]["updatedInput"]["model"] == "haiku"
+    resolved = json.dumps({"model": "claude-haiku-5-5", "messages": []}).encode()
+    await request("task-1", resolved)  # the Agent call's agent: its first request...
+    gate.task_started("toolu_call", "task-1")  # ...then the stream names its task
+    assert book.aliases == {"haiku": "claude-haiku-5-5"}
+    await request("late")
+    assert bodies["early"] == [None] and bodies["task-1"] == [None]
+    assert json.loads(bodies["late"][0] or b"{}")["model"] == "claude-haiku-5-5"
 
 
 def test_the_starting_model_is_the_policys_else_the_users_variable() -> None:
@@ -402,3 +428,27 @@ def test_each_amend_is_a_versioned_ndjson_line_and_a_progress_line() -> None:
     lines = log.getvalue().splitlines()
     assert "cap 3 -> 1" in lines[0] and "subagent model -> claude-haiku-5-5" in lines[0]
     assert "subagent model -> their own" in lines[1]
+
+
+def test_a_bad_subagent_model_is_one_line_and_exit_2() -> None:
+    from click.testing import CliRunner
+
+    from teamlead._cli import main
+
+    # the flag's value is checked before anything starts
+    result = CliRunner().invoke(main, ["ask", "x", "--subagent-model", "two words"])
+    assert result.exit_code == 2, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "subagent_model" in lines[0], result.output
+
+
+async def test_a_client_run_is_controlled_from_before_its_client_connects() -> None:
+    control = RunControl()
+    policy = Policy(spawn=SpawnPolicy(max_concurrent_agents=2), relay=False)
+    run = teamlead.ClientRun(ClaudeAgentOptions(), policy, control=control)
+    assert control.active and control.cap == 2
+    async with run:
+        assert control.lower_cap().cap == 1
+    assert not control.active  # the client's run ended with the block
+    with pytest.raises(AmendRefused):
+        control.raise_cap()

@@ -9,6 +9,10 @@ their prompt (``WFJOB``).
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 from typing import Any
 
 import anyio
@@ -25,6 +29,8 @@ from .conftest import OfflineFactory
 from .test_agents_cli import workflow_script
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
+
+ASK = [sys.executable, "-m", "teamlead", "ask"]
 
 
 class Waves:
@@ -171,6 +177,33 @@ async def test_a_subagent_model_set_mid_run_reaches_the_next_agents(
     assert [a.subagent_model for a in amended] == ["haiku", "claude-haiku-4-5"]
 
 
+async def test_a_mid_run_alias_reaches_workflow_agents_after_an_agent_call_ran_on_it(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(Waves([["first"], ["second"]], ["w1", "w2"], delay=0.5))
+    control = teamlead.RunControl()
+    policy = teamlead.Policy(wait_s=5, deadline_s=150)
+    items: list[Any] = []
+    with anyio.fail_after(150):
+        async for item in teamlead.query(
+            "Investigate.", claude.options(), policy=policy, control=control
+        ):
+            items.append(item)
+            done_first = any(
+                r.finished is not None and "AGENTJOB first" in r.request.first_user_text
+                for r in server.recorded()
+            )
+            if done_first and control.subagent_model is None:
+                control.set_subagent_model("haiku")  # what a key at the terminal does
+    done = items[-1]
+    assert isinstance(done, Finished) and done.status == "completed", done.reasons
+    lead_model = next(r.request.model for r in server.recorded() if r.role == "lead")
+    assert set(models_of(server, "AGENTJOB first")) == {lead_model}
+    assert set(models_of(server, "AGENTJOB second")) == {"claude-haiku-5-5"}
+    for label in ("w1", "w2"):  # the relay learnt the alias from the second agent
+        assert set(models_of(server, f"WFJOB {label}")) == {"claude-haiku-5-5"}
+
+
 async def test_subagent_model_at_start_reaches_agent_and_workflow_agents(
     offline: OfflineFactory,
 ) -> None:
@@ -180,5 +213,24 @@ async def test_subagent_model_at_start_reaches_agent_and_workflow_agents(
         items = [i async for i in teamlead.query("Investigate.", claude.options(), policy=policy)]
     done = items[-1]
     assert isinstance(done, Finished) and done.status == "completed", done.reasons
+    assert set(models_of(server, "AGENTJOB first")) == {"claude-haiku-5-5"}
+    assert set(models_of(server, "WFJOB w1")) == {"claude-haiku-5-5"}
+
+
+def test_ask_subagent_model_from_its_variable_reaches_every_kind_of_agent(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(Waves([["first"]], ["w1"], delay=0.2))
+    env = {**os.environ, **claude.env, "TEAMLEAD_SUBAGENT_MODEL": "haiku"}
+    proc = subprocess.run(
+        [*ASK, "Investigate.", "--json", "--permission-mode", "bypassPermissions"],
+        env=env,
+        cwd=claude.cwd,
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1])["status"] == "completed"
     assert set(models_of(server, "AGENTJOB first")) == {"claude-haiku-5-5"}
     assert set(models_of(server, "WFJOB w1")) == {"claude-haiku-5-5"}

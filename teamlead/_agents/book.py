@@ -13,9 +13,12 @@ apply the run's limits where the spawn gate's hook cannot see an agent:
 - **The timeout.** An agent running longer than ``agent_timeout_s`` has its request in flight
   ended and every later one refused with a clear error, so it ends at once.
 - **The model.** An agent (Agent-tool or workflow) whose first request comes after the run's
-  subagent model was changed to a model id (:attr:`AgentBook.pinned_model`, set by
+  subagent model was changed (:attr:`AgentBook.pinned_model`, set by
   :class:`teamlead.RunControl`) is pinned to it: every one of its requests goes upstream with
   that ``model``, so one agent stays on one model and agents already running keep theirs.
+  Only the CLI resolves an alias (``haiku``): the spawn gate gives it to Agent calls, and
+  the book learns what it became from the first request of such an agent
+  (:meth:`AgentBook.learn_alias`); until then an alias pins nobody.
 - **The budgets.** Tokens and requests are counted from the upstream's own usage. Each
   request is checked and reserved in one synchronous step before it is forwarded, keeping
   room for the wrap-up's own request; once a budget is reached no subagent request goes on
@@ -37,6 +40,7 @@ from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from ..clock import Clock, move_on_at
+from ..policy import is_model_alias
 from .count import AgentCount, AgentKind, SlotPool
 from .request import (
     LEAD,
@@ -47,6 +51,7 @@ from .request import (
     Ticket,
     agent_key,
     is_workflow_agent,
+    model_of,
     with_model,
 )
 
@@ -134,6 +139,9 @@ class AgentBook:
         self._held_running = 0
         #: the model new agents are pinned to (``None``: the CLI's own choice)
         self.pinned_model: str | None = None
+        #: what the CLI resolved each model alias to, as its agents' requests showed
+        self.aliases: dict[str, str] = {}
+        self._alias_wanted: dict[str, str] = {}  # agent id -> the alias it was given
 
     # -- what the run tells the book ----------------------------------------------------------
     def agent_started(self, agent_id: str) -> None:
@@ -144,6 +152,22 @@ class AgentBook:
                 count.started_at = self.clock.monotonic()
         elif agent_id not in self._started and len(self._started) < MAX_AGENTS:
             self._started[agent_id] = self.clock.monotonic()
+
+    def learn_alias(self, agent_id: str, alias: str) -> None:
+        """``agent_id`` was started on ``alias``: the model its first request names is what
+        the CLI resolved the alias to (learnt now, or at that request)."""
+        count = self._by_agent.get(agent_id)
+        if count is not None and count.sent_model is not None:
+            self.aliases[alias] = count.sent_model
+        elif len(self._alias_wanted) < MAX_AGENTS:
+            self._alias_wanted[agent_id] = alias
+
+    def _pin(self) -> str | None:
+        """The model a new agent is pinned to: :attr:`pinned_model`, an alias resolved."""
+        pinned = self.pinned_model
+        if pinned is not None and is_model_alias(pinned):
+            return self.aliases.get(pinned)
+        return pinned
 
     def agent_ended(self, agent_id: str) -> None:
         """``agent_id``'s work ended (its workflow entry done or in error): free its slot."""
@@ -239,8 +263,12 @@ class AgentBook:
                 if held is not None:
                     return held
             if kind != "lead":  # read once it really starts; the same agent keeps its model
+                count.sent_model = model_of(body)
+                alias = self._alias_wanted.pop(key[1], None)
+                if alias is not None and count.sent_model is not None:
+                    self.aliases[alias] = count.sent_model
                 known_model = known.model if known is not None and known is not count else None
-                count.model = known_model or self.pinned_model
+                count.model = known_model or self._pin()
         refused = self._check(key[1], count, role)
         if refused is not None:
             return refused

@@ -44,6 +44,7 @@ class AgentCount:
         "output_tokens",
         "passed",
         "requests",
+        "sent_model",
         "slots",
         "started_at",
         "timed_out",
@@ -66,6 +67,7 @@ class AgentCount:
         self.slots: list[SlotPool] = []
         self.timed_out = False
         self.model: str | None = None  # the model its requests are pinned to, if any
+        self.sent_model: str | None = None  # the model its first request named
 
     @property
     def tokens(self) -> int | None:

@@ -28,6 +28,7 @@ __all__ = [
     "Ticket",
     "agent_key",
     "is_workflow_agent",
+    "model_of",
     "with_model",
 ]
 
@@ -99,6 +100,16 @@ def is_workflow_agent(body: bytes) -> bool:
         _WORKFLOW_MARK in (b.get("text", "") if isinstance(b, dict) else str(b or ""))
         for b in blocks[:4]
     )
+
+
+def model_of(body: bytes) -> str | None:
+    """The ``model`` a request body names, if it is a JSON object that names one."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    model = data.get("model") if isinstance(data, dict) else None
+    return model[:200] if isinstance(model, str) and model else None
 
 
 def with_model(body: bytes, model: str | None) -> bytes | None:

@@ -103,6 +103,7 @@ class Call(CallFields):
         budget: holds a unit of the spawn budget (and of its message's per-turn limit).
         waiting: the cancel scope of its wait for slots, while it waits.
         close_reason: why the wait was cancelled by the gate (the run or process ended).
+        model_set: the model alias the gate gave its agent (``updatedInput.model``), if any.
     """
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
@@ -112,6 +113,7 @@ class Call(CallFields):
     budget: bool = False
     waiting: anyio.CancelScope | None = None
     close_reason: str | None = None
+    model_set: str | None = None
 
     def snapshot(self) -> SpawnRecord:
         """The frozen record of this call as it stands."""

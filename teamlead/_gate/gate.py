@@ -105,6 +105,9 @@ class SpawnGate:
         #: The model every admitted Agent call's agent runs on (``updatedInput.model``);
         #: ``None`` leaves the call's own. The run's control changes it mid-run.
         self.subagent_model: str | None = None
+        #: Told ``(task id, alias)`` when an agent the gate gave a model alias starts, so
+        #: the relay learns what the CLI resolved the alias to (from that agent's requests).
+        self.on_model_set: Callable[[str, str], None] | None = None
         #: Faults inside the gate (each denied its call) and in ``on_event``.
         self.errors: list[str] = []
 
@@ -195,6 +198,11 @@ class SpawnGate:
         if call is not None and task_id:
             call.task_id = task_id
             self._by_task[task_id] = call
+            if call.model_set is not None and self.on_model_set is not None:
+                try:
+                    self.on_model_set(task_id, call.model_set)
+                except Exception as exc:  # a listener's fault never breaks the stream
+                    self.errors.append(f"on_model_set failed: {type(exc).__name__}: {exc}")
 
     def task_ended(self, task_or_tool_use_id: str) -> None:
         """A task reached a terminal state (completed, failed, stopped, killed): free its slot."""
@@ -274,6 +282,7 @@ class SpawnGate:
             model = self.subagent_model
             if decided or model is None or not is_model_alias(model):
                 return decided  # a model id is not an Agent input: the relay sets it
+            call.model_set = model
             return model_output(input_data["tool_input"], model)
         except Exception as exc:  # the gate must answer: deny and say why
             return self._fault(call, exc)

@@ -359,6 +359,7 @@ def new_run(
     )
     if gate is not None and state.agents is not None:
         spawn_gate = gate
+        gate.on_model_set = state.agents.book.learn_alias  # what the CLI made of an alias
 
         def no_new_agents(reason: str) -> None:  # a budget reached: no Agent call starts
             spawn_gate.close(f"the run's {reason.replace('_', ' ')} is reached: no more agents")
