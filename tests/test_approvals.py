@@ -263,7 +263,7 @@ async def test_keys_answer_only_a_prompt_in_front_and_bindings_take_the_rest() -
     async with anyio.create_task_group() as tg:
         asking = Asking(queue, tg)
         await asking.ask("r", "a1", "make")
-        assert keymap.hint().startswith("keys: y allow · n deny · a allow this tool")
+        assert keymap.hint() == "keys: y allow · n deny · a always (this agent, this tool)"
         assert keymap.press("+") and pressed == ["+"]  # live control still works
         assert not keymap.press("q") and queue.waiting == 1
         assert keymap.press("y")
@@ -362,7 +362,7 @@ def test_live_keys_change_the_cap_and_cycle_the_model_and_say_a_refusal() -> Non
     policy = Policy(spawn=SpawnPolicy(max_concurrent_agents=2), deadline_s=600)
     state = new_run("query", ClaudeAgentOptions(), policy, StepClock(), control=control)
     try:
-        assert keymap.hint().startswith("keys: + raise agent cap (2) · - lower it")
+        assert keymap.hint() == "keys: + cap up (2) · - down · m model (their own)"
         keymap.press("-")
         assert control.cap == 1
         keymap.press("-")  # at 1: refused, said, unchanged
@@ -376,7 +376,7 @@ def test_live_keys_change_the_cap_and_cycle_the_model_and_say_a_refusal() -> Non
             keymap.press("m")
             seen.append(control.subagent_model)
         assert seen == ["haiku", "sonnet", "opus", None]
-        assert "m subagent model (their own)" in keymap.hint()
+        assert "m model (their own)" in keymap.hint()
     finally:
         state.close()
 

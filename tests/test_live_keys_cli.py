@@ -54,11 +54,11 @@ def test_keys_lower_the_cap_for_the_next_admissions_and_set_the_next_agents_mode
         argv = [*TEAMLEAD, "ask", "Investigate.", "--permission-mode", "bypassPermissions"]
         pane.start([*argv, "--max-concurrent-agents", "2"], env=env, cwd=claude.cwd)
         assert poll(lambda: len(by_agent(server)) >= 2, within_s=90), pane.screen()
-        pane.wait_for("+ raise agent cap (2)", within_s=30)
+        pane.wait_for("+ cap up (2)", within_s=30)
         pane.send("-")
-        pane.wait_for("+ raise agent cap (1)", within_s=30)  # the hint shows it at once
+        pane.wait_for("+ cap up (1)", within_s=30)  # the hint shows it at once
         pane.send("m")
-        pane.wait_for("m subagent model (haiku)", within_s=30)
+        pane.wait_for("m model (haiku)", within_s=30)
         started = by_agent(server)
         assert set(started) == {"agent-1", "agent-2"}, "a queued agent started before the keys"
         release.set()
@@ -111,7 +111,7 @@ def test_focus_moves_through_the_agents_and_shows_the_last_calls_and_lines(
         env = {**os.environ, **claude.env}
         argv = [*TEAMLEAD, "ask", "Investigate.", "--permission-mode", "bypassPermissions"]
         pane.start(argv, env=env, cwd=claude.cwd)
-        pane.wait_for("f/tab focus the next agent", within_s=90)
+        pane.wait_for("f/tab focus · F/backtab back", within_s=90)
         # both agents ran their command and wait on their second turn
         assert poll(lambda: len(server.recorded("subagent")) >= 4, within_s=90), pane.screen()
         pane.send("f")

@@ -225,11 +225,9 @@ def controls_for(
         controls.keymap.bindings.extend(live_bindings(control, controls.say))
     if at_terminal and output != "quiet":  # the focus is shown in the live view only
         controls.focus = Focus(config_dir)
+        controls.keymap.bindings.append(Binding(("f", "tab"), "focus", controls.move_focus))
         controls.keymap.bindings.append(
-            Binding(("f", "tab"), "focus the next agent", controls.move_focus)
-        )
-        controls.keymap.bindings.append(
-            Binding(("F", "backtab"), "the one before", lambda: controls.move_focus(-1))
+            Binding(("F", "backtab"), "back", lambda: controls.move_focus(-1))
         )
     return controls
 
@@ -260,14 +258,14 @@ def live_bindings(control: RunControl, say: Callable[[str], None]) -> list[Bindi
         attempt(lambda: control.set_subagent_model(cycle[(at + 1) % len(cycle)]))
 
     def cap_hint() -> str:
-        return f"agent cap ({control.cap})" if control.cap is not None else "agent cap"
+        return f"cap up ({control.cap})" if control.cap is not None else "cap up"
 
     def model_hint() -> str:
         now = control.subagent_model
-        return f"subagent model ({now or 'their own'})"
+        return f"model ({now or 'their own'})"
 
     return [
-        Binding(("+",), lambda: "raise " + cap_hint(), lambda: attempt(control.raise_cap)),
-        Binding(("-",), "lower it", lambda: attempt(control.lower_cap)),
+        Binding(("+",), cap_hint, lambda: attempt(control.raise_cap)),
+        Binding(("-",), "down", lambda: attempt(control.lower_cap)),
         Binding(("m",), model_hint, next_model),
     ]

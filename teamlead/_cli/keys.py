@@ -28,7 +28,7 @@ __all__ = ["Binding", "KeyMap", "cbreak", "decode_keys", "read_keys", "terminal_
 APPROVAL_KEYS: tuple[tuple[str, str], ...] = (
     ("y", "allow"),
     ("n", "deny"),
-    ("a", "allow this tool for this agent"),
+    ("a", "always (this agent, this tool)"),
 )
 
 _NAMED = {"\t": "tab", "\r": "enter", "\n": "enter", " ": "space"}
@@ -144,10 +144,11 @@ class KeyMap:
         return False
 
     def hint(self) -> str:
-        """The one-line hint for what the keys do now."""
+        """The one-line hint for what the keys do now: the answers while a prompt is in
+        front, else the live-control keys."""
         pairs = tuple(("/".join(b.keys), b.hint_text()) for b in self.bindings)
         if self.approvals is not None and self.approvals.front is not None:
-            pairs = APPROVAL_KEYS + pairs
+            pairs = APPROVAL_KEYS  # the other keys still act; the line stays one line
         return "keys: " + " · ".join(f"{key} {what}" for key, what in pairs) if pairs else ""
 
 
