@@ -29,6 +29,8 @@ __all__ = [
     "FallbackUsed",
     "Finished",
     "InboxCollected",
+    "PermissionAnswer",
+    "PermissionDecided",
     "ResumeFailed",
     "Resuming",
     "DenyCode",
@@ -332,6 +334,40 @@ class SpawnRejected(_Event):
     tool_use_id: str
     description: str
     reason: str
+
+
+# -- the approval queue of ``teamlead ask`` ------------------------------------------------
+
+#: Who decided a permission request: the person at the terminal (``user``), an earlier
+#: ``a`` (allow this tool for this agent) answer (``rule``), nobody because no terminal was
+#: there to ask (``no_terminal``), or the run's end while it still waited (``run_ended``).
+PermissionAnswer = Literal["user", "rule", "no_terminal", "run_ended"]
+
+
+class PermissionDecided(_Event):
+    """A tool permission request of the lead or an agent, and its answer.
+
+    ``teamlead ask`` writes one per request it was asked through the SDK's
+    ``can_use_tool`` (permission modes ``default`` and ``acceptEdits``); ``query()``
+    itself never asks, so this event is only in the CLI's ``--json`` output (and not
+    one of :data:`TeamleadEvent`, the stream's events).
+    ``agent_id`` is ``None`` for the lead; ``agent`` is its description as the prompt
+    showed it; ``what`` is the short form of the tool's input (a command, a path).
+    ``always`` is set when the answer was ``a``: later requests of this agent for this
+    tool are allowed by that rule.
+    """
+
+    type: Literal["permission_decided"] = "permission_decided"
+    tool: str
+    agent_id: str | None
+    agent: str
+    tool_use_id: str | None
+    what: str
+    decision: Literal["allow", "deny"]
+    by: PermissionAnswer
+    always: bool = False
+    waited_s: float = 0.0
+    message: str | None = None
 
 
 # -- the governor and the relay ----------------------------------------------------------

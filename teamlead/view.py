@@ -10,6 +10,7 @@ renders it as ``Text``, never as Rich markup.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from typing import IO, Any
 
 from rich.console import Console, Group
@@ -25,6 +26,7 @@ from .events import (
     FallbackUsed,
     Finished,
     InboxCollected,
+    PermissionDecided,
     RateLimited,
     RelaySummary,
     ResumeFailed,
@@ -76,6 +78,8 @@ def _describe_event(item: Any, *, scripted: bool = False) -> str | None:
         relay = f"; {_relay_summary_text(item.relay)}" if item.relay else ""
         cost = "a scripted model, so no cost" if scripted else f"${item.cost_usd:.4f}"
         return f"finished: {item.status} after {item.resumes} resume(s), {cost}{relay}"
+    if isinstance(item, PermissionDecided):
+        return _describe_permission(item)
     if isinstance(item, RunAmended):
         return _describe_amend(item)
     return _describe_spawn(item) or _describe_relay(item)
@@ -90,6 +94,18 @@ def _describe_amend(item: RunAmended) -> str:
         model = item.subagent_model or "their own"
         parts.append(f"subagent model -> {model} (for agents not started yet)")
     return " · ".join(parts)
+
+
+def _describe_permission(item: PermissionDecided) -> str:
+    """``allowed Bash for [security]: make test (your answer)``."""
+    verb = "allowed" if item.decision == "allow" else "denied"
+    why = {
+        "user": "your answer, for the rest of the run" if item.always else "your answer",
+        "rule": "allowed earlier for the rest of the run",
+        "no_terminal": "no terminal to ask",
+        "run_ended": "the run ended first",
+    }[item.by]
+    return f"{verb} {item.tool} for [{item.agent}]: {item.what[:80]} ({why})"
 
 
 def _describe_fallback(item: FallbackUsed) -> str:
@@ -199,6 +215,10 @@ class PlainProgress:
             return f"lead: {redact(event.text)[:160]}"
         return None
 
+    def note(self, text: str) -> None:
+        """One line of teamlead's own (escaped like every other line)."""
+        self._line(text)
+
     def close(self) -> None:
         pass
 
@@ -219,6 +239,8 @@ class LiveTeamView:
         self.limits: dict[str, int] = {}  # the governor line: bucket -> limit
         self.absorbed = self.passed = self.overloaded = 0  # 429s; 529s apart
         self.usage: dict[str, AgentUsage] = {}  # agent id -> its usage as the relay counted
+        #: the lines at the foot (the approval prompt, the key hint): text and a style
+        self.footer: Callable[[], list[tuple[str, str]]] | None = None
         # Live re-renders this object on every refresh, so elapsed times tick between events
         self._live = Live(self, console=console, refresh_per_second=4, transient=False)
         self._live.start()
@@ -256,6 +278,15 @@ class LiveTeamView:
                     if event.ok
                     else f"turn failed ({event.api_error_status or 'error'})"
                 )
+        self._live.refresh()
+
+    def note(self, text: str) -> None:
+        """One line of teamlead's own in the view's log."""
+        self.log.append(text)
+        self._live.refresh()
+
+    def refresh(self) -> None:
+        """Render now (the footer changed)."""
         self._live.refresh()
 
     def _governor(self, item: Any) -> None:
@@ -332,7 +363,10 @@ class LiveTeamView:
         recent = [Text(_safe(line), style="dim") for line in self.log[-6:]]
         governor = self.governor_line()
         head = [Text(_safe(governor), style="yellow")] if governor else []
-        return Group(table, *head, *recent)
+        foot = [
+            Text(_safe(text), style=style) for text, style in (self.footer() if self.footer else [])
+        ]
+        return Group(table, *head, *recent, *foot)
 
     def close(self) -> None:
         try:

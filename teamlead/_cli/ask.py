@@ -74,13 +74,14 @@ def run_options(func: _F) -> _F:
             "--allowed-tools",
             help="Comma-separated tools that run without approval, e.g. 'Edit,Bash(npm test:*)' "
             "(passed to the SDK) [default: none; every tool is offered, and one that needs "
-            "approval is refused].",
+            "approval is asked at the terminal, or refused when nobody is there].",
         ),
         option(
             "--permission-mode",
             type=click.Choice(_PERMISSION_MODES),
-            help="Passed to the SDK [default: Claude Code's `default`: reading tools run, "
-            "edits and changing commands are refused, as nobody is there to approve them].",
+            help="Passed to the SDK [default: Claude Code's `default`: reading tools run; "
+            "edits and changing commands wait in the approval queue on a terminal (y/n/a), "
+            "and are refused when piped or with --json].",
         ),
         option(
             "--json",
@@ -255,8 +256,10 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 
     PROMPT is the task; `-` reads it from stdin.
     """
+    from .._claude.team import claude_config_dir
     from ..control import RunControl
     from ..coordinator import query
+    from .controls import controls_for
     from .running import build_run, check_setup, merged_env, run_session
 
     if prompt == "-":
@@ -264,14 +267,24 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
     if not prompt.strip():
         raise UsageError("the prompt is empty")
     output = output_mode(json_, quiet)
-    options, policy, _ = build_run(settings_from_options(strategy, **kw))
+    settings = settings_from_options(strategy, **kw)
+    options, policy, _ = build_run(settings)
     check_setup(merged_env(options.env))
     control = RunControl()  # the run's live cap and subagent model
+    controls = controls_for(
+        settings.permission_mode,
+        output,
+        wait_limit_s=policy.deadline_s,
+        control=control,
+        config_dir=claude_config_dir(merged_env(options.env)),
+    )
+    options = controls.options(options)
     with run_labels(strategy=strategy):  # the run's span names its strategy
         code = run_session(
             lambda: query(prompt, options, policy=policy, control=control),
             output=output,
             verbose=verbose,
+            controls=controls,
         )
     sys.exit(code)
 
@@ -294,18 +307,29 @@ def resume(
     from .._claude.team import claude_config_dir
     from ..control import RunControl
     from ..coordinator import resume_session
+    from .controls import controls_for
     from .running import build_run, check_setup, merged_env, run_session
 
     output = output_mode(json_, quiet)
-    options, policy, _ = build_run(settings_from_options(strategy, **kw))
+    settings = settings_from_options(strategy, **kw)
+    options, policy, _ = build_run(settings)
     env = merged_env(options.env)
     find_session_file(claude_config_dir(env), session_id)  # a missing session is a usage error
     check_setup(env)
     control = RunControl()  # the run's live cap and subagent model
+    controls = controls_for(
+        settings.permission_mode,
+        output,
+        wait_limit_s=policy.deadline_s,
+        control=control,
+        config_dir=claude_config_dir(merged_env(options.env)),
+    )
+    options = controls.options(options)
     with run_labels(strategy=strategy):
         code = run_session(
             lambda: resume_session(session_id, options, policy=policy, control=control),
             output=output,
             verbose=verbose,
+            controls=controls,
         )
     sys.exit(code)

@@ -32,8 +32,11 @@ from ..prompts import (
     apply_strategy,
     load_strategy,
 )
+from ..tracker import Tracker
 from ..view import JsonProgress, LiveTeamView, PlainProgress
+from .controls import Controls
 from .exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, exit_code_for
+from .keys import cbreak
 from .options import Output
 from .signals import STOP_SIGNALS
 
@@ -208,6 +211,7 @@ def run_session(
     stdout: IO[str] | None = None,
     stderr: IO[str] | None = None,
     scripted: bool = False,
+    controls: Controls | None = None,
 ) -> int:
     """Drive ``items()`` to its :class:`Finished` event with progress output; returns the exit code.
 
@@ -217,16 +221,29 @@ def run_session(
     SIGINT/SIGTERM/SIGHUP stop the CLI child and all it started at once (SIGTERM, then
     SIGKILL after 2 s), print the session id to resume, and return 130.
     ``scripted`` says the model is scripted (the demo): the progress names no dollar cost.
+    ``controls`` (the approval queue and the keys, whose ``can_use_tool`` the options of
+    ``items`` carry) show their prompt and hint in the progress, and read keys from the
+    terminal in cbreak mode while the run goes; the terminal is restored however it ends.
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
     progress = _progress(output, verbose, err, out, scripted=scripted)
+    tracker: Tracker | None = getattr(progress, "tracker", None)
+    own_tracker = tracker is None and controls is not None  # -q: labels need a tracker still
+    if own_tracker:
+        tracker = Tracker()
+    if controls is not None and tracker is not None:
+        controls.attach(progress, tracker, err)
     state: dict[str, Any] = {"finished": None, "interrupted": False, "session": None}
 
     async def consume(scope: anyio.CancelScope) -> None:
         async for item in items():
             if progress is not None:
                 progress.handle(item)
+            elif own_tracker and tracker is not None:
+                tracker.feed(item)
+            if controls is not None:
+                controls.feed(item)
             session = getattr(item, "session_id", None)
             if isinstance(session, str) and session and state["session"] is None:
                 state["session"] = session
@@ -238,6 +255,8 @@ def run_session(
         with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
             async for received in signals:
                 state["interrupted"] = True
+                if controls is not None:  # a prompt on the screen is answered: no
+                    controls.close()
                 # the run stops itself, so it still ends with its Finished (every call in
                 # it, the queued ones rejected at once); the CLI tree is stopped meanwhile
                 stop_every_run(signal.Signals(received).name)
@@ -252,10 +271,16 @@ def run_session(
         async with anyio.create_task_group() as tg:
             tg.start_soon(watch_signals, tg.cancel_scope)
             tg.start_soon(consume, tg.cancel_scope)
+            if controls is not None:
+                tg.start_soon(controls.read_keys)
 
+    keys_from = controls.stdin if controls is not None and controls.interactive else None
     try:
-        anyio.run(main)
+        with cbreak(keys_from):
+            anyio.run(main)
     finally:
+        if controls is not None:
+            controls.close()
         if progress is not None:
             progress.close()
     finished: Finished | None = state["finished"]

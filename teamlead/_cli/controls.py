@@ -1,0 +1,271 @@
+"""The person's side of one ``teamlead ask`` run: the approval queue, the keys, the hint.
+
+:func:`controls_for` decides once, before the run, whether anybody can answer a permission
+request: in permission modes ``default`` and ``acceptEdits`` (the ones that ask), on a
+terminal (stdin and stderr are ttys) and not ``--json``, requests join an
+:class:`~teamlead._cli.approvals.ApprovalQueue` answered by key; in those modes without a
+terminal, :class:`~teamlead._cli.approvals.NoTerminal` denies them with the reason; in
+other modes nothing asks. :class:`Controls` holds that choice for
+:func:`~teamlead._cli.running.run_session`: it sets the SDK's ``can_use_tool`` on the
+options, connects the queue to the progress output (labels from its tracker, decisions
+into its stream, the prompt and the key hint at the foot of the live view) and reads keys
+for as long as the run goes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import IO, Any
+
+from claude_agent_sdk import CanUseToolShadowedWarning, ClaudeAgentOptions
+
+from .._focus import AgentFocus, Focus
+from .._redact import terminal_safe
+from ..control import RunControl
+from ..errors import AmendRefused
+from ..events import PermissionDecided
+from ..tracker import Tracker
+from .approvals import ASKING_MODES, ApprovalQueue, NoTerminal, labels_from
+from .keys import Binding, KeyMap, read_keys, terminal_fd
+from .options import Output
+
+__all__ = ["Controls", "controls_for", "live_bindings"]
+
+_FOCUS_TTL_S = 1.0
+
+
+class Controls:
+    """The approval queue (or the no-terminal denier) and the key map of one run.
+
+    Args:
+        approvals: the queue when a person can answer.
+        no_terminal: the denier when nobody can.
+        stdin: the terminal keys are read from (``None``: no keys are read).
+        bindings: the live-control keys.
+    """
+
+    def __init__(
+        self,
+        *,
+        approvals: ApprovalQueue | None = None,
+        no_terminal: NoTerminal | None = None,
+        stdin: IO[str] | None = None,
+        bindings: list[Binding] | None = None,
+    ) -> None:
+        self.approvals = approvals
+        self.no_terminal = no_terminal
+        self.stdin = stdin
+        self.keymap = KeyMap(approvals, bindings or [])
+        self.focus: Focus | None = None  # the agents' last calls and lines, when keys are read
+        self.focused: str | None = None  # the agent in focus (``f``/Tab), if any
+        self._focus_cache: tuple[str, float, AgentFocus | None] | None = None
+        self._progress: Any = None
+        self._stderr: IO[str] = sys.stderr
+        self._shown: str | None = None
+
+    @property
+    def interactive(self) -> bool:
+        """Whether keys are read (a person at a terminal answers)."""
+        return self.stdin is not None and terminal_fd(self.stdin) is not None
+
+    def options(self, options: ClaudeAgentOptions) -> ClaudeAgentOptions:
+        """``options`` with the ``can_use_tool`` of this run (unchanged when nothing asks)."""
+        callback = self.approvals or self.no_terminal
+        if callback is None:
+            return options
+        # an --allowed-tools entry that allows a whole tool means "do not ask me about it":
+        # the SDK's warning that it shadows the callback says what the user asked for
+        warnings.filterwarnings("ignore", category=CanUseToolShadowedWarning)
+        return dataclasses.replace(options, can_use_tool=callback.can_use_tool)
+
+    def attach(self, progress: Any, tracker: Tracker, stderr: IO[str]) -> None:
+        """Connect to the run's progress output and tracker (before the run starts)."""
+        self._progress = progress
+        self._stderr = stderr
+        label_for = labels_from(tracker)
+        for part in (self.approvals, self.no_terminal):
+            if part is not None:
+                part.label_for = label_for
+                part.on_decision = self._decided
+        if self.no_terminal is not None:
+            self.no_terminal.say = self._say
+        if self.approvals is not None:
+            self.approvals.on_change = self._changed
+        if hasattr(progress, "footer"):
+            progress.footer = self.footer
+
+    def feed(self, item: Any) -> None:
+        """Follow one stream item (for the focus on one agent)."""
+        if self.focus is not None:
+            self.focus.feed(item)
+
+    def move_focus(self, step: int = 1) -> None:
+        """Focus the next agent (``step`` -1: the one before); past the last one, none."""
+        if self.focus is None:
+            return
+        agents = self.focus.agents
+        edge = agents[-1] if step >= 0 else (agents[0] if agents else None)
+        if self.focused is not None and self.focused == edge:
+            self.focused = None
+        else:
+            self.focused = self.focus.next_agent(self.focused, step)
+        self._focus_cache = None
+
+    def focus_lines(self) -> list[tuple[str, str]]:
+        """The focused agent's last tool calls and lines (plain text; the view escapes it)."""
+        if self.focus is None or self.focused is None:
+            return []
+        now = time.monotonic()
+        cached = self._focus_cache
+        if cached is not None and cached[0] == self.focused and now - cached[1] < _FOCUS_TTL_S:
+            seen = cached[2]
+        else:  # a workflow agent's comes from its transcript: read at most once a second
+            seen = self.focus.of(self.focused)
+            self._focus_cache = (self.focused, now, seen)
+        if seen is None:
+            return [(f"focus: agent {self.focused[:12]} (nothing seen yet)", "cyan")]
+        kind = "workflow agent" if seen.kind == "workflow_agent" else "agent"
+        head = f"focus [{seen.description or seen.agent_id[:12]}] {kind}, {seen.status}"
+        lines = [(head if seen.source != "none" else head + " (nothing seen yet)", "bold cyan")]
+        for call in seen.calls:
+            lines.append((f"  {call.name}: {call.summary} ({call.outcome})", "cyan"))
+        for text in seen.lines[-3:]:
+            lines.append((f"  | {text}", "dim cyan"))
+        return lines
+
+    def footer(self) -> list[tuple[str, str]]:
+        """The lines at the foot of the live view: the prompt in front, the focused agent,
+        then the key hint."""
+        lines: list[tuple[str, str]] = []
+        prompt = self.approvals.prompt() if self.approvals is not None else None
+        if prompt is not None:
+            lines.append((f"approve? {prompt}", "bold yellow"))
+        lines.extend(self.focus_lines())
+        hint = self.keymap.hint() if self.interactive else ""
+        if hint:
+            lines.append((hint, "dim"))
+        return lines
+
+    async def read_keys(self) -> None:
+        """Read and dispatch keys until the run ends (returns at once without a terminal)."""
+        fd = terminal_fd(self.stdin) if self.interactive else None
+        if fd is None:
+            return
+        await read_keys(fd, self.keymap, on_key=self._changed)
+
+    def close(self) -> None:
+        """The run ends or is stopped: what still waits for an answer is denied."""
+        if self.approvals is not None:
+            self.approvals.close()
+
+    # -- internals ---------------------------------------------------------------------------
+    def _decided(self, event: PermissionDecided) -> None:
+        if self._progress is not None:
+            self._progress.handle(event)
+
+    def say(self, line: str) -> None:
+        """One line of teamlead's own: in the view's log, else on stderr."""
+        self._say(line)
+
+    def _say(self, line: str) -> None:
+        note: Callable[[str], None] | None = getattr(self._progress, "note", None)
+        if note is not None:
+            note(line)
+        else:
+            self._stderr.write(terminal_safe(line) + "\n")
+            self._stderr.flush()
+
+    def _changed(self) -> None:
+        refresh = getattr(self._progress, "refresh", None)
+        if callable(refresh):
+            refresh()
+            return
+        if self.approvals is None:  # no live view: the prompt is a line on stderr
+            return
+        prompt = self.approvals.prompt()
+        if prompt is not None and prompt != self._shown:
+            hint = self.keymap.hint()
+            self._stderr.write(f"teamlead: approve? {prompt}  [{hint}]\n")
+            self._stderr.flush()
+        self._shown = prompt
+
+
+def controls_for(
+    permission_mode: str | None,
+    output: Output,
+    *,
+    stdin: IO[str] | None = None,
+    stderr: IO[str] | None = None,
+    wait_limit_s: float = 1800.0,
+    control: RunControl | None = None,
+    config_dir: Path | None = None,
+) -> Controls:
+    """The controls of a run: an approval queue when a person at a terminal can answer,
+    the no-terminal denier when nobody can, nothing in a mode that never asks; and, at a
+    terminal, the live-control keys of ``control`` and the focus on one agent (whose
+    transcripts are found under ``config_dir``)."""
+    stdin = sys.stdin if stdin is None else stdin
+    stderr = sys.stderr if stderr is None else stderr
+    at_terminal = (
+        output != "json" and terminal_fd(stdin) is not None and terminal_fd(stderr) is not None
+    )
+    controls = Controls(stdin=stdin if at_terminal else None)
+    if permission_mode in ASKING_MODES:
+        if at_terminal:
+            controls.approvals = ApprovalQueue(wait_limit_s=wait_limit_s)
+            controls.keymap.approvals = controls.approvals
+        else:
+            controls.no_terminal = NoTerminal()
+    if at_terminal and control is not None:
+        controls.keymap.bindings.extend(live_bindings(control, controls.say))
+    if at_terminal and output != "quiet":  # the focus is shown in the live view only
+        controls.focus = Focus(config_dir)
+        controls.keymap.bindings.append(Binding(("f", "tab"), "focus", controls.move_focus))
+        controls.keymap.bindings.append(
+            Binding(("F", "backtab"), "back", lambda: controls.move_focus(-1))
+        )
+    return controls
+
+
+#: The subagent models ``m`` cycles through after the run's own (aliases the CLI knows).
+MODEL_CYCLE = ("haiku", "sonnet", "opus")
+
+
+def live_bindings(control: RunControl, say: Callable[[str], None]) -> list[Binding]:
+    """``+``/``-`` raise and lower the agent cap, ``m`` cycles the subagent model of the
+    agents not yet started. A refused change (the cap at its bound, no run yet) is said in
+    one line; an applied one comes back as the run's ``run_amended`` event."""
+
+    def attempt(change: Callable[[], object]) -> None:
+        try:
+            change()
+        except AmendRefused as exc:
+            say(f"not changed: {exc}")
+
+    def models() -> list[str | None]:
+        default = control.default_subagent_model
+        return [None, *(m for m in MODEL_CYCLE if m != default)]
+
+    def next_model() -> None:
+        cycle = models()
+        now = control.subagent_model
+        at = cycle.index(now) if now in cycle and now != control.default_subagent_model else 0
+        attempt(lambda: control.set_subagent_model(cycle[(at + 1) % len(cycle)]))
+
+    def cap_hint() -> str:
+        return f"cap up ({control.cap})" if control.cap is not None else "cap up"
+
+    def model_hint() -> str:
+        now = control.subagent_model
+        return f"model ({now or 'their own'})"
+
+    return [
+        Binding(("+",), cap_hint, lambda: attempt(control.raise_cap)),
+        Binding(("-",), "down", lambda: attempt(control.lower_cap)),
+        Binding(("m",), model_hint, next_model),
+    ]
