@@ -191,7 +191,7 @@ class RunAgents:
                 continue
             out.append(self._task_row(row, task))
             if task.is_workflow:
-                out += self._workflow_rows(row, task)
+                out += self._workflow_rows(row, task, tracker)
         return out
 
     def _usage_fields(self, agent_id: str | None, session_id: str | None) -> dict[str, object]:
@@ -228,6 +228,10 @@ class RunAgents:
             update["duration_s"] = round(max(0.0, task.ended_at - task.started_at), 3)
         if task.output_file:
             update["transcript"] = task.output_file
+        if task.workflow is not None:
+            update["run_id"] = task.workflow.run_id
+            if task.workflow.error:  # the script threw: its error, on one line
+                update["reason"] = redact(" ".join(task.workflow.error.split())[:300])
         if self.timed_out(task.task_id):
             update["status"] = "timeout"
             update["disposition"] = "failed"
@@ -235,8 +239,12 @@ class RunAgents:
             update["reason"] = f"ran past its timeout of {seconds:g} s and was stopped"
         return row.model_copy(update=update)
 
-    def _workflow_rows(self, parent: TaskDisposition, task: TaskInfo) -> list[TaskDisposition]:
+    def _workflow_rows(
+        self, parent: TaskDisposition, task: TaskInfo, tracker: Tracker
+    ) -> list[TaskDisposition]:
         rows: list[TaskDisposition] = []
+        run = task.workflow
+        later = tracker.later_attempt(run) if run is not None else None
         for index in sorted(task.workflow_agents):
             agent = task.workflow_agents[index]
             status: TaskState = _agent_status(agent.state, agent.cached, task)
@@ -245,8 +253,13 @@ class RunAgents:
             disposition: Disposition = "failed" if status in _FAILED else parent.disposition
             if disposition == "not_run":
                 disposition = "missing"
-            fields = self._usage_fields(agent.agent_id, self._session)
             reason = redact(agent.error) if agent.error else None
+            again = later.agents.get(index) if later is not None else None
+            if status in _FAILED and later is not None and again is not None:
+                # a resume of the run (the same wf_ id) ran it again: its row says how that went
+                disposition = "not_run"
+                reason = f"{reason + '; ' if reason else ''}run again by task {later.task_id}"
+            fields = self._usage_fields(agent.agent_id, self._session)
             rows.append(
                 TaskDisposition(
                     id=agent.agent_id or f"{task.task_id}#{index}",
@@ -265,6 +278,9 @@ class RunAgents:
                     duration_s=round(agent.duration_ms / 1000, 3)
                     if agent.duration_ms is not None
                     else None,
+                    run_id=run.run_id if run is not None else None,
+                    phase=redact(agent.phase) if agent.phase else None,
+                    cached=agent.cached,
                 )
             )
         return rows
