@@ -231,7 +231,12 @@ class RunAgents:
         if task.workflow is not None:
             update["run_id"] = task.workflow.run_id
             if task.workflow.error:  # the script threw: its error, on one line
-                update["reason"] = redact(" ".join(task.workflow.error.split())[:300])
+                first = (
+                    task.workflow.error.strip().splitlines()[0]
+                    if task.workflow.error.strip()
+                    else ""
+                )
+                update["reason"] = redact(" ".join(first.split())[:300]) or "the script failed"
         if self.timed_out(task.task_id):
             update["status"] = "timeout"
             update["disposition"] = "failed"
@@ -250,16 +255,29 @@ class RunAgents:
             status: TaskState = _agent_status(agent.state, agent.cached, task)
             if agent.agent_id is not None and self.timed_out(agent.agent_id):
                 status = "timeout"
-            disposition: Disposition = "failed" if status in _FAILED else parent.disposition
-            if disposition == "not_run":
-                disposition = "missing"
+            # a lost agent's result is missing work (a resume of its run may recover it);
+            # one stopped at the user's own timeout failed
+            disposition: Disposition = (
+                "failed"
+                if status == "timeout"
+                else "missing"
+                if status in _FAILED
+                else parent.disposition
+            )
+            if disposition in ("not_run", "failed") and status not in _FAILED:
+                disposition = "missing"  # it finished, but its workflow's result never came
             reason = redact(agent.error) if agent.error else None
             again = later.agents.get(index) if later is not None else None
             if status in _FAILED and later is not None and again is not None:
                 # a resume of the run (the same wf_ id) ran it again: its row says how that went
                 disposition = "not_run"
                 reason = f"{reason + '; ' if reason else ''}run again by task {later.task_id}"
-            fields = self._usage_fields(agent.agent_id, self._session)
+            # a replayed agent sent no request: the journal's copy is not new usage
+            fields = (
+                {"requests": 0}
+                if agent.cached
+                else self._usage_fields(agent.agent_id, self._session)
+            )
             rows.append(
                 TaskDisposition(
                     id=agent.agent_id or f"{task.task_id}#{index}",
