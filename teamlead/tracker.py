@@ -398,4 +398,6 @@ class Tracker:
         stopped = self.open_tasks
         for task in stopped:
             task.status, task.ended_at = "stopped", now
+            if task.workflow is not None and not task.workflow.ended:
+                task.workflow.end("stopped")
         return stopped

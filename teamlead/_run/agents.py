@@ -189,7 +189,14 @@ class RunAgents:
             if task is None:
                 out.append(row)
                 continue
-            out.append(self._task_row(row, task))
+            row = self._task_row(row, task)
+            later = tracker.later_attempt(task.workflow) if task.workflow is not None else None
+            if later is not None and row.disposition in ("failed", "missing"):
+                # a resume of its run (the same wf_ id) took its work over: its rows say how
+                row = row.model_copy(
+                    update={"disposition": "not_run", "reason": f"resumed by task {later.task_id}"}
+                )
+            out.append(row)
             if task.is_workflow:
                 out += self._workflow_rows(row, task, tracker)
         return out
@@ -265,7 +272,9 @@ class RunAgents:
                 else parent.disposition
             )
             if disposition in ("not_run", "failed") and status not in _FAILED:
-                disposition = "missing"  # it finished, but its workflow's result never came
+                # it finished: a resume of its run replays it, else its workflow's result
+                # never came
+                disposition = "included" if later is not None else "missing"
             reason = redact(agent.error) if agent.error else None
             again = later.agents.get(index) if later is not None else None
             if status in _FAILED and later is not None and again is not None:

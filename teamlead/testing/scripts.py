@@ -402,7 +402,8 @@ class WorkflowFanOut:
     Each agent answers ``FINDING[<key>]`` after ``delay`` (``delays`` per key); the first
     ``fault_times`` requests of a key in ``faults`` get that reply instead (a 529 the CLI
     does not retry with ``max_retries=0``: the agent ends in error, its ``agent()``
-    returns ``null``); a key in ``hang`` is held open for 600 s (until cut). When a
+    returns ``null``); a key in ``hang`` is held open for 600 s (until cut; with
+    ``hang_once`` only its first request, and ``on_hang(key)`` is called then). When a
     teamlead prompt names a ``resumeFromRunId``, the lead calls ``Workflow`` with it and
     the ``scriptPath`` it names, so finished agents are replayed from the run's journal.
 
@@ -420,8 +421,11 @@ class WorkflowFanOut:
     faults: dict[str, Reply] = field(default_factory=dict)
     fault_times: int = 1
     hang: frozenset[str] = frozenset()
+    hang_once: bool = False
+    on_hang: Callable[[str], None] | None = None
     input_tokens: dict[str, int] = field(default_factory=dict)
     _faulted: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _hung: set[str] = field(default_factory=set, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @property
@@ -432,13 +436,15 @@ class WorkflowFanOut:
         key = workflow_key(req)
         if key is not None:
             return self._agent(key)
+        last = req.last_user_text
+        if "tools are disabled" in last:  # teamlead's wrap-up turn: no tools are offered
+            return synthesize(req)
         if req.role != "lead":
             return Reply.text("ok")
-        last = req.last_user_text
         if req.assistant_turns == 0:
             return Reply.tools(ToolUse(name="Workflow", input={"script": self.script}))
         resume = _RESUME_ID.search(last)
-        if resume is not None and "<teamlead-results" in last and "tools are disabled" not in last:
+        if resume is not None and "<teamlead-results" in last:
             args: dict[str, str] = {"resumeFromRunId": resume.group(1)}
             path = _SCRIPT_PATH.search(last)
             if path is not None:
@@ -460,7 +466,13 @@ class WorkflowFanOut:
             if count < self.fault_times:
                 return fault
         if key in self.hang:
-            return Reply.text(finding_text(key), delay=600)
+            with self._lock:
+                first = key not in self._hung
+                self._hung.add(key)
+            if first or not self.hang_once:
+                if first and self.on_hang is not None:
+                    self.on_hang(key)
+                return Reply.text(finding_text(key), delay=600)
         text = finding_text(key if key == base else f"check-{base}")
         wait = self.delays.get(key, self.delay)
         return Reply(content=text, delay=wait, input_tokens=self.input_tokens.get(key, 20))
