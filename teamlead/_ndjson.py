@@ -69,6 +69,10 @@ def in_schema(event: TrackedEvent) -> bool:
 def event_record(event: TrackedEvent) -> dict[str, Any]:
     """A tracker event as a versioned JSON-ready dict."""
     data = dataclasses.asdict(event)
+    if isinstance(event, TaskProgress):
+        # a workflow's snapshot is written as its changes (workflow_phase, workflow_agent)
+        data.pop("workflow_agents", None)
+        data.pop("workflow_phases", None)
     for key, value in list(data.items()):
         if isinstance(value, str):
             data[key] = redact(value)
