@@ -101,8 +101,8 @@ def test_agents_in_error_or_unfinished_are_lost_and_a_resume_of_the_run_recovers
     ):
         tracker.feed(frame)
     assert tracker.lost_workflow_agents() == []  # still running
-    assert [a.label for _, a in [(r, x) for r, xs in tracker.lost_workflow_agents(exited=True)
-                                 for x in xs]] == ["b"]  # fmt: skip
+    exited = tracker.lost_workflow_agents(exited=True)
+    assert [a.label for _, lost in exited for a in lost] == ["b"]
     tracker.feed(progress("w1", agent(1, "a", "done"), agent(2, "b", "error", error="529")))
     events = tracker.feed(ended("w1"))
     assert [e.lost for e in events if isinstance(e, WorkflowEnded)] == [("b",)]
@@ -200,6 +200,6 @@ def test_the_resume_prompt_asks_the_lead_to_resume_the_run_with_its_script() -> 
     assert text.count("</teamlead-results>") == 1  # the hostile name cannot end the block
     quiet, _ = render_resume_prompt([delivery], [], Policy(), actions=False)
     assert "resumeFromRunId" not in quiet and '"b" failed: 529' in quiet
-    denied = Delivery("task:w1", "workflow", "scan", "completed", "", "none",
-                      workflow=WorkflowResume("wf_1", "scan", None, ("b",), resumable=False))  # fmt: skip
+    limited = WorkflowResume("wf_1", "scan", None, ("b",), resumable=False)
+    denied = Delivery("task:w1", "workflow", "scan", "completed", "", "none", workflow=limited)
     assert "resumeFromRunId" not in render_resume_prompt([denied], [], Policy())[0]
