@@ -24,22 +24,11 @@ from teamlead.events import AgentUsage, Finished
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.replies import ToolUse
-from teamlead.testing.scripts import finding_text, findings_in, synthesize
+from teamlead.testing.scripts import finding_text, findings_in, synthesize, workflow_script
 
 from .conftest import OfflineFactory
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
-
-
-def workflow_script(labels: list[str]) -> str:
-    keys = ", ".join(f"'{label}'" for label in labels)
-    return (
-        "export const meta = { name: 'scan', description: 'scan workflow', "
-        "phases: [{ title: 'Scan' }] }\n"
-        f"const r = await parallel([{keys}].map(k => () => agent(`WFJOB ${{k}}`, "
-        "{ label: `wf:${k}`, phase: 'Scan' })))\n"
-        "return { r }\n"
-    )
 
 
 class Mixed:
