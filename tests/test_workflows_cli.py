@@ -217,3 +217,23 @@ async def test_the_deadline_stops_a_running_workflow_and_keeps_its_finished_agen
     assert {"a", "b"} <= set(findings_in(done.result or "")), (done.result, done.reasons)
     rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
     assert rows["wf:c"].status in ("stopped", "lost") and rows["wf:a"].status == "completed"
+
+
+async def test_a_lost_agent_is_recovered_on_a_client_too(offline: OfflineFactory) -> None:
+    from claude_agent_sdk import ClaudeSDKClient
+
+    script = WorkflowFanOut(["a", "b", "c"], faults={"c": Reply.error(529)})
+    server, claude = offline(script)
+    items: list[Any] = []
+    with anyio.fail_after(150):
+        async with (
+            teamlead.ClientRun(claude.options(), policy()) as client_run,
+            ClaudeSDKClient(options=client_run.options) as client,
+        ):
+            await client.query("Investigate.")
+            async for item in teamlead.receive_all(client, client_run):
+                items.append(item)
+    done = finished(items)
+    assert done.status == "completed" and done.resumes == 1, done.reasons
+    assert set(findings_in(done.result or "")) >= {"a", "b", "c"}
+    assert requests_by_key(server) == {"a": [200], "b": [200], "c": [529, 200]}
