@@ -237,3 +237,31 @@ async def test_a_lost_agent_is_recovered_on_a_client_too(offline: OfflineFactory
     assert done.status == "completed" and done.resumes == 1, done.reasons
     assert set(findings_in(done.result or "")) >= {"a", "b", "c"}
     assert requests_by_key(server) == {"a": [200], "b": [200], "c": [529, 200]}
+
+
+async def test_teamlead_resume_recovers_a_workflow_its_killed_cli_left(
+    offline: OfflineFactory,
+) -> None:
+    holder: dict[str, Path] = {}
+    script = WorkflowFanOut(
+        ["a", "b", "c"],
+        hang=frozenset({"c"}),
+        hang_once=True,
+        on_hang=lambda key: _kill_the_cli_once_journaled(holder["dir"], 2),
+    )
+    server, claude = offline(script)
+    holder["dir"] = claude.state_dir
+    first = finished(await run(claude.options(), policy(max_resumes=0)))
+    assert first.status != "completed" and first.session_id is not None
+    with anyio.fail_after(150):
+        items = [
+            item
+            async for item in teamlead.resume_session(
+                first.session_id, claude.options(), policy=policy()
+            )
+        ]
+    done = finished(items)
+    assert done.status == "completed", done.reasons
+    assert set(findings_in(done.result or "")) >= {"a", "b", "c"}
+    sent = requests_by_key(server)
+    assert sent["a"] == sent["b"] == [200] and len(sent["c"]) == 2

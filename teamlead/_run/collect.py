@@ -270,13 +270,22 @@ class Collection:
         resumable = bool(
             lost and run.run_id and not run.error and not denied and len(timed_out) < len(lost)
         )
+        unfinished = task.status != "completed" and not run.error and not lost
+        if (
+            unfinished
+            and run.run_id
+            and not denied
+            and self._state.tracker.later_attempt(run) is None
+        ):
+            resumable = True  # a run cut short with no agents known (a rebuilt session)
         workflow = None
-        if lost and run.run_id:
+        if (lost or unfinished) and run.run_id:
             workflow = WorkflowResume(
                 run_id=run.run_id,
                 name=run.name or run.description or task.task_id,
                 script_path=run.script_path,
-                lost=tuple(_lost_line(a, a.index in timed_out) for a in lost),
+                lost=tuple(_lost_line(a, a.index in timed_out) for a in lost)
+                or ("the run did not finish",),
                 resumable=resumable,
             )
         delivery = Delivery(

@@ -192,7 +192,7 @@ def workflow_actions(deliveries: list[Delivery]) -> list[str]:
         lines.append(
             f'Resume the workflow "{_attr(wf.name)}" (run {wf.run_id}) now: call Workflow with '
             f"{{{how}}}{same}. Its finished agents are replayed from the run's journal "
-            f"without new requests; only the {len(wf.lost)} lost agent(s) run again."
+            "without new requests; the lost ones run again."
         )
     return lines
 
