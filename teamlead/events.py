@@ -51,8 +51,9 @@ __all__ = [
 EVENT_VERSION = 3
 
 Status = Literal["completed", "partial", "failed"]
-#: ``not_run``: an Agent call the spawn gate denied (the user's own limit), or one the CLI
-#: rejected whose work the lead re-issued later; neither makes the run partial.
+#: ``not_run``: an Agent call the spawn gate denied (the user's own limit), one the CLI
+#: rejected whose work the lead re-issued later, or a workflow attempt (and its lost agents)
+#: that a resume of its run took over; none makes the run partial.
 Disposition = Literal["included", "missing", "failed", "not_run"]
 #: Where one task, teammate or Agent call ended up (``TaskDisposition.status``): a task's
 #: terminal state, or ``lost`` when it never ended; ``timeout`` for an agent stopped at
