@@ -9,7 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from teamlead._claude.workflow_journal import find_journal, journal_results
+from teamlead._run.agents import RunAgents
+from teamlead._run.collect import dispositions
+from teamlead._run.ledger import Ledger
 from teamlead._run.resume_prompt import Delivery, WorkflowResume, render_resume_prompt
+from teamlead._run.state import Collected
+from teamlead.clock import SYSTEM_CLOCK
+from teamlead.events import Finished
 from teamlead.policy import Policy
 from teamlead.tracker import (
     TaskEnded,
@@ -203,3 +209,43 @@ def test_the_resume_prompt_asks_the_lead_to_resume_the_run_with_its_script() -> 
     limited = WorkflowResume("wf_1", "scan", None, ("b",), resumable=False)
     denied = Delivery("task:w1", "workflow", "scan", "completed", "", "none", workflow=limited)
     assert "resumeFromRunId" not in render_resume_prompt([denied], [], Policy())[0]
+
+
+def fed(name: str) -> Tracker:
+    tracker = Tracker()
+    for line in (FIXTURE.parent / name).read_text().splitlines():
+        record = json.loads(line)
+        if "_driver_event" not in record:  # the recorder's own notes
+            tracker.feed(record)
+    return tracker
+
+
+def finished_for(tracker: Tracker) -> Finished:
+    agents = RunAgents(Policy(), SYSTEM_CLOCK)
+    rows = agents.rows(tracker, dispositions(tracker, Collected()))
+    return Ledger(last_round_ok=True).finish(tracker, rows, wait_s=5)
+
+
+def test_the_recorded_fault_loses_one_agent_and_leaves_the_run_partial() -> None:
+    tracker = fed("fault_429_always_r0.jsonl")
+    ((run, lost),) = tracker.lost_workflow_agents()
+    assert run.run_id == "wf_00e3f90f-1bd" and [a.label for a in lost] == ["scan:b"]
+    assert lost[0].error is not None and "429" in lost[0].error
+    done = finished_for(tracker)
+    assert done.status == "partial" and done.reason == "results_missing", done.reasons
+    rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
+    assert rows["scan:b"].disposition == "missing" and rows["scan:b"].status == "failed"
+    assert rows["scan:a"].disposition == "included" and rows["scan:a"].phase == "Scan"
+    assert any('lost 1 agent(s) that no resume recovered: "scan:b"' in r for r in done.reasons)
+
+
+def test_the_recorded_script_error_fails_the_run_in_one_line() -> None:
+    done = finished_for(fed("script_throws.jsonl"))
+    assert done.status == "failed" and done.reason == "work_failed"
+    assert done.reasons == ['workflow "script throws" failed: Error: boom-probe']
+
+
+def test_the_recorded_stopped_notice_makes_the_run_lost_until_resumed() -> None:
+    tracker = fed("resume_phase2_stopped_notice.jsonl")
+    (run,) = tracker.workflow_runs
+    assert run.run_id == "wf_8c546cc5-307" and run.status == "stopped"
