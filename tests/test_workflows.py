@@ -8,6 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+
 from teamlead._claude.workflow_journal import find_journal, journal_results
 from teamlead._run.agents import RunAgents
 from teamlead._run.collect import dispositions
@@ -27,7 +29,7 @@ from teamlead.tracker import (
     WorkflowStarted,
     parse_message,
 )
-from teamlead.view import JsonProgress
+from teamlead.view import JsonProgress, LiveTeamView, PlainProgress
 
 FIXTURE = Path(__file__).parent / "fixtures" / "traces" / "workflows" / "basic.jsonl"
 
@@ -249,3 +251,24 @@ def test_the_recorded_stopped_notice_makes_the_run_lost_until_resumed() -> None:
     tracker = fed("resume_phase2_stopped_notice.jsonl")
     (run,) = tracker.workflow_runs
     assert run.run_id == "wf_8c546cc5-307" and run.status == "stopped"
+
+
+def test_the_live_view_shows_a_workflow_as_phases_and_agents() -> None:
+    console = Console(file=io.StringIO(), width=120, force_terminal=False)
+    view = LiveTeamView(console)
+    try:
+        for frame in frames():
+            view.handle(frame)
+    finally:
+        view.close()
+    screen = console.file.getvalue()  # type: ignore[attr-defined]
+    last = screen[screen.rindex("teamlead · lead") :]
+    assert "phase" in last and "Scan" in last and "3 done" in last and "1 done" in last
+    assert all(label in last for label in ("scan:a", "scan:b", "scan:c", "sum"))
+    plain = io.StringIO()
+    lines = PlainProgress(plain)
+    for frame in frames():
+        lines.handle(frame)
+    text = plain.getvalue()
+    assert "workflow started: 'probe' (wf_e3838ffd-1a2)" in text
+    assert "workflow completed: wf_e3838ffd-1a2 (4 of 4 agents done, 0 cached)" in text
