@@ -33,11 +33,17 @@ from .tracker import (
     TaskStarted,
     TrackedEvent,
     Tracker,
+    WorkflowAgentChanged,
+    WorkflowEnded,
+    WorkflowPhaseSeen,
+    WorkflowStarted,
 )
 
 __all__ = ["JsonProgress", "event_record", "first_sighting", "in_schema"]
 
-#: The tracker events of the NDJSON schema, by their record ``type``.
+#: The tracker events of the NDJSON schema, by their record ``type`` (the workflow ones are
+#: the tracker's changes: a workflow launched, a phase first seen, an agent's state changed,
+#: the workflow ended).
 _SNAKE: dict[type[TrackedEvent], str] = {
     SessionSeen: "session",
     AgentCallSeen: "agent_call",
@@ -47,6 +53,10 @@ _SNAKE: dict[type[TrackedEvent], str] = {
     LeadTurn: "lead_turn",
     SubagentTurn: "subagent_turn",
     ResultSeen: "result",
+    WorkflowStarted: "workflow_started",
+    WorkflowPhaseSeen: "workflow_phase",
+    WorkflowAgentChanged: "workflow_agent",
+    WorkflowEnded: "workflow_ended",
 }
 
 
@@ -59,9 +69,15 @@ def in_schema(event: TrackedEvent) -> bool:
 def event_record(event: TrackedEvent) -> dict[str, Any]:
     """A tracker event as a versioned JSON-ready dict."""
     data = dataclasses.asdict(event)
+    if isinstance(event, TaskProgress):
+        # a workflow's snapshot is written as its changes (workflow_phase, workflow_agent)
+        data.pop("workflow_agents", None)
+        data.pop("workflow_phases", None)
     for key, value in list(data.items()):
         if isinstance(value, str):
             data[key] = redact(value)
+        elif isinstance(value, (tuple, list)):
+            data[key] = [redact(v) if isinstance(v, str) else v for v in value]
     return {"type": _SNAKE[type(event)], "version": EVENT_VERSION, **data}
 
 

@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias, cast, get_args
@@ -51,6 +52,13 @@ __all__ = [
     "ToolResultSeen",
     "TrackedEvent",
     "WorkflowAgent",
+    "WorkflowAgentChanged",
+    "WorkflowCallSeen",
+    "WorkflowChange",
+    "WorkflowEnded",
+    "WorkflowPhaseSeen",
+    "WorkflowStarted",
+    "WorkflowLaunched",
     "parse_message",
     "tool_summary",
 ]
@@ -64,6 +72,10 @@ TerminalStatus: TypeAlias = Literal["completed", "failed", "stopped", "killed"]
 TERMINAL_STATES: frozenset[str] = frozenset(get_args(TerminalStatus))
 _TASK_STATES: frozenset[str] = frozenset(get_args(TaskStatus))
 _AGENT_TOOLS = frozenset({"Agent", "Task"})
+_WORKFLOW_TOOL = "Workflow"
+#: a workflow run's id, in the tool result text and the CLI's stopped notice
+_RUN_ID = re.compile(r"\b(wf_[A-Za-z0-9][A-Za-z0-9_-]{0,99})")
+_RUN_ID_LINE = re.compile(r"^Run ID: (wf_[A-Za-z0-9][A-Za-z0-9_-]{0,99})\s*$", re.MULTILINE)
 _MAX_TOOL_RESULT = 4000  # of a tool result's text: enough to classify an Agent call's result
 _MAX_TOOL_SUMMARY = 200
 #: The inputs that say what a tool call works on, in the order they are looked for.
@@ -111,6 +123,8 @@ class TaskStarted:
     run_id: str | None = None
     task_type: str | None = None
     parent_task_id: str | None = None
+    #: a workflow's ``meta.name`` (``workflow_name``); ``None`` for other tasks
+    workflow_name: str | None = None
 
 
 #: A workflow agent's state in a ``workflow_progress`` snapshot (unknown states are kept).
@@ -133,6 +147,8 @@ class WorkflowAgent:
     state: WorkflowAgentState
     agent_id: str | None = None
     phase: str | None = None
+    phase_index: int | None = None
+    attempt: int | None = None
     model: str | None = None
     tokens: int | None = None
     tool_calls: int | None = None
@@ -146,7 +162,8 @@ class WorkflowAgent:
 class TaskProgress:
     """A non-terminal update: ``task_progress`` or a ``task_updated`` patch.
 
-    ``workflow_agents`` is the snapshot of a workflow's agents (``None`` for other tasks).
+    ``workflow_agents`` is the snapshot of a workflow's agents and ``workflow_phases`` the
+    titles of its phases, in order (both ``None`` for other tasks).
     """
 
     task_id: str
@@ -155,6 +172,7 @@ class TaskProgress:
     last_tool: str | None = None
     tool_uses: int | None = None
     workflow_agents: tuple[WorkflowAgent, ...] | None = None
+    workflow_phases: tuple[str, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -168,6 +186,38 @@ class TaskEnded:
     output_file: str | None = None
     usage: Mapping[str, Any] | None = None
     tool_use_id: str | None = None
+    #: the error a ``task_updated`` patch carried (a workflow script's exception)
+    error: str | None = None
+    #: a workflow's ``wf_`` run id, when the summary names it (the CLI's stopped notice)
+    workflow_run_id: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkflowCallSeen:
+    """A ``Workflow`` tool_use by the lead: a new script, a ``scriptPath`` or a resume.
+
+    ``resume_from`` is the ``resumeFromRunId`` of a call that resumes an earlier run.
+    """
+
+    tool_use_id: str
+    message_id: str | None
+    script_path: str | None = None
+    resume_from: str | None = None
+    name: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkflowLaunched:
+    """The result of a ``Workflow`` call that launched a run: its ``wf_`` run id, its task
+    and its script file (from ``tool_use_result``, else the result text)."""
+
+    tool_use_id: str
+    run_id: str
+    task_id: str | None = None
+    script_path: str | None = None
+    transcript_dir: str | None = None
+    name: str | None = None
+    summary: str | None = None
 
 
 @dataclass(frozen=True)
@@ -246,6 +296,73 @@ class ResultSeen:
         return self.num_turns == 0 and not (self.text or "").strip() and not self.is_error
 
 
+# -- a workflow's changes: made by the tracker's WorkflowRun, not by the parser ----------
+@dataclass(frozen=True)
+class WorkflowStarted:
+    """A workflow task launched: its ``wf_`` run id and script file are known.
+
+    ``resume_from`` is the run it resumes (``resumeFromRunId``), else ``None``.
+    """
+
+    task_id: str
+    run_id: str | None
+    name: str | None
+    description: str
+    script_path: str | None = None
+    resume_from: str | None = None
+
+
+@dataclass(frozen=True)
+class WorkflowPhaseSeen:
+    """A phase of the script, the first time a snapshot lists it (1-based ``index``)."""
+
+    task_id: str
+    run_id: str | None
+    index: int
+    title: str
+
+
+@dataclass(frozen=True)
+class WorkflowAgentChanged:
+    """One workflow agent's state changed (``start``, ``progress``, ``done``, ``error``)."""
+
+    task_id: str
+    run_id: str | None
+    index: int
+    label: str
+    state: str
+    previous: str | None
+    phase: str | None = None
+    agent_id: str | None = None
+    model: str | None = None
+    tokens: int | None = None
+    tool_calls: int | None = None
+    duration_ms: int | None = None
+    error: str | None = None
+    cached: bool = False
+
+
+@dataclass(frozen=True)
+class WorkflowEnded:
+    """A workflow task ended: how many agents it had, finished, failed, replayed, and the
+    labels of the ones it lost."""
+
+    task_id: str
+    run_id: str | None
+    status: str
+    agents: int
+    done: int
+    errors: int
+    cached: int
+    lost: tuple[str, ...] = ()
+    error: str | None = None
+
+
+WorkflowChange: TypeAlias = (
+    WorkflowStarted | WorkflowPhaseSeen | WorkflowAgentChanged | WorkflowEnded
+)
+
+
 TrackedEvent: TypeAlias = (
     SessionSeen
     | SessionStateSeen
@@ -259,6 +376,9 @@ TrackedEvent: TypeAlias = (
     | AgentCallsSent
     | ToolResultSeen
     | ResultSeen
+    | WorkflowCallSeen
+    | WorkflowLaunched
+    | WorkflowChange
 )
 
 
@@ -276,7 +396,7 @@ def parse_message(message: Any) -> list[TrackedEvent]:
     if isinstance(message, AssistantMessage):
         return _from_assistant(message)
     if isinstance(message, UserMessage):
-        return _tool_results(message.content)
+        return _tool_results(message.content, message.tool_use_result)
     if isinstance(message, ResultMessage):
         return _with_session(message.session_id, [_result_from_typed(message)])
     if isinstance(message, SystemMessage):
@@ -302,7 +422,7 @@ def _from_raw(raw: Mapping[str, Any]) -> list[TrackedEvent]:
             blocks=_raw_blocks(msg.get("content")),
         )
     elif kind == "user":
-        events = _tool_results(_map(raw.get("message")).get("content"))
+        events = _tool_results(_map(raw.get("message")).get("content"), raw.get("tool_use_result"))
     elif kind == "system":
         event = _parse_system(raw)
         events = [event] if event is not None else []
@@ -378,6 +498,18 @@ def _assistant_events(
                 name=_str(inp.get("name")),
             )
         )
+    for tool in tools:
+        if tool.get("name") == _WORKFLOW_TOOL and _str(tool.get("id")):
+            inp = _map(tool.get("input"))
+            events.append(
+                WorkflowCallSeen(
+                    tool_use_id=str(tool["id"]),
+                    message_id=message_id,
+                    script_path=_short(inp.get("scriptPath")),
+                    resume_from=_run_id(inp.get("resumeFromRunId")),
+                    name=_short(inp.get("name")),
+                )
+            )
     return events + sent
 
 
@@ -400,8 +532,37 @@ def tool_summary(tool_input: Any) -> str:
     return text[:_MAX_TOOL_SUMMARY] if data else ""
 
 
-def _tool_results(content: Any) -> list[TrackedEvent]:
-    """The tool results of a user message's content (typed blocks or raw dicts)."""
+def _run_id(value: Any) -> str | None:
+    """``value`` if it is a well-formed ``wf_`` run id (it is quoted back to the lead)."""
+    text = _str(value)
+    match = _RUN_ID.fullmatch(text) if text else None
+    return match.group(1) if match else None
+
+
+def _workflow_launched(
+    tool_use_id: str, text: str, result: Mapping[str, Any]
+) -> WorkflowLaunched | None:
+    """A launched workflow, from the message's ``tool_use_result`` or the result text."""
+    run_id = _run_id(result.get("runId"))
+    if run_id is None:
+        match = _RUN_ID_LINE.search(text)
+        run_id = match.group(1) if match else None
+    if run_id is None or (result and result.get("taskType", "local_workflow") != "local_workflow"):
+        return None
+    return WorkflowLaunched(
+        tool_use_id=tool_use_id,
+        run_id=run_id,
+        task_id=_short(result.get("taskId")),
+        script_path=_short(result.get("scriptPath")),
+        transcript_dir=_short(result.get("transcriptDir")),
+        name=_short(result.get("workflowName")),
+        summary=_short(result.get("summary")),
+    )
+
+
+def _tool_results(content: Any, tool_use_result: Any = None) -> list[TrackedEvent]:
+    """The tool results of a user message's content (typed blocks or raw dicts); a
+    launched workflow's result also gives a :class:`WorkflowLaunched`."""
     events: list[TrackedEvent] = []
     tool_use_id: Any
     for block in content if isinstance(content, list) else []:
@@ -416,7 +577,12 @@ def _tool_results(content: Any) -> list[TrackedEvent]:
         else:
             continue
         if isinstance(tool_use_id, str) and tool_use_id:
-            events.append(ToolResultSeen(tool_use_id, _result_text(body), bool(is_error)))
+            text = _result_text(body)
+            events.append(ToolResultSeen(tool_use_id, text, bool(is_error)))
+            if not is_error and "wf_" in text:
+                launched = _workflow_launched(tool_use_id, text, _map(tool_use_result))
+                if launched is not None:
+                    events.append(launched)
     return events
 
 
@@ -469,20 +635,24 @@ def _parse_system(raw: Mapping[str, Any]) -> TrackedEvent | None:
             run_id=_str(raw.get("run_id")),
             task_type=_str(raw.get("task_type")),
             parent_task_id=_str(raw.get("parent_task_id")),
+            workflow_name=_short(raw.get("workflow_name")),
         )
     if subtype == "task_notification":
         status = raw.get("status") if isinstance(raw.get("status"), str) else "completed"
         usage = raw.get("usage") if isinstance(raw.get("usage"), Mapping) else None
         terminal = _terminal(status)
         if terminal is not None:
+            summary = _str(raw.get("summary"))
+            found = _RUN_ID.search(summary) if summary and "(run wf_" in summary else None
             return TaskEnded(
                 task_id=task_id,
                 status=terminal,
                 source="task_notification",
-                summary=_str(raw.get("summary")),
-                output_file=_str(raw.get("output_file")),
+                summary=summary,
+                output_file=_str(raw.get("output_file")) or None,
                 usage=usage,
                 tool_use_id=_str(raw.get("tool_use_id")),
+                workflow_run_id=found.group(1) if found else None,
             )
         return TaskProgress(task_id, status=_task_status(status))
     if subtype == "task_updated":
@@ -494,7 +664,8 @@ def _parse_system(raw: Mapping[str, Any]) -> TrackedEvent | None:
                 status=terminal,
                 source="task_updated",
                 summary=_str(patch.get("summary")) or _str(patch.get("result")),
-                output_file=_str(patch.get("output_file")),
+                output_file=_str(patch.get("output_file")) or None,
+                error=_short(patch.get("error")),
             )
         return TaskProgress(task_id, status=_task_status(patch.get("status")))
     if subtype == "task_progress":
@@ -505,6 +676,7 @@ def _parse_system(raw: Mapping[str, Any]) -> TrackedEvent | None:
             last_tool=_str(raw.get("last_tool_name")),
             tool_uses=_int(usage.get("tool_uses")),
             workflow_agents=_workflow_agents(raw.get("workflow_progress")),
+            workflow_phases=_workflow_phases(raw.get("workflow_progress")),
         )
     return None
 
@@ -512,6 +684,19 @@ def _parse_system(raw: Mapping[str, Any]) -> TrackedEvent | None:
 def _short(value: Any) -> str | None:
     text = _str(value)
     return text[:_MAX_FIELD] if text is not None else None
+
+
+def _workflow_phases(progress: Any) -> tuple[str, ...] | None:
+    """The phase titles of a snapshot, by index; malformed entries are skipped."""
+    if not isinstance(progress, list):
+        return None
+    phases: dict[int, str] = {}
+    for entry in progress[: _MAX_WORKFLOW_AGENTS * 2]:
+        if isinstance(entry, Mapping) and entry.get("type") == "workflow_phase":
+            index, title = _int(entry.get("index")), _short(entry.get("title"))
+            if index is not None and title is not None and len(phases) < _MAX_WORKFLOW_AGENTS:
+                phases.setdefault(index, title)
+    return tuple(phases[i] for i in sorted(phases))
 
 
 def _workflow_agents(progress: Any) -> tuple[WorkflowAgent, ...] | None:
@@ -535,6 +720,8 @@ def _workflow_agents(progress: Any) -> tuple[WorkflowAgent, ...] | None:
                 state=_short(entry.get("state")) or "start",
                 agent_id=_short(entry.get("agentId")),
                 phase=_short(entry.get("phaseTitle")),
+                phase_index=_int(entry.get("phaseIndex")),
+                attempt=_int(entry.get("attempt")),
                 model=_short(entry.get("model")),
                 tokens=_int(entry.get("tokens")),
                 tool_calls=_int(entry.get("toolCalls")),

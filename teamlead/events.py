@@ -48,12 +48,16 @@ __all__ = [
 #: both: see :class:`teamlead.view.JsonProgress`); ``agent_usage`` events;
 #: ``Finished.tasks`` rows per agent (``workflow_agent`` kind, parent, label, tokens,
 #: requests, tool uses, duration, transcript, result file); reasons
-#: ``token_budget``/``request_budget``. Version-1 records still read (the new fields default).
-EVENT_VERSION = 2
+#: ``token_budget``/``request_budget``. 3: the workflow lines (``workflow_started``,
+#: ``workflow_phase``, ``workflow_agent``, ``workflow_ended``) and a workflow agent's
+#: ``run_id``, ``phase`` and ``cached`` in ``Finished.tasks``. Older records still read (the
+#: new fields default).
+EVENT_VERSION = 3
 
 Status = Literal["completed", "partial", "failed"]
-#: ``not_run``: an Agent call the spawn gate denied (the user's own limit), or one the CLI
-#: rejected whose work the lead re-issued later; neither makes the run partial.
+#: ``not_run``: an Agent call the spawn gate denied (the user's own limit), one the CLI
+#: rejected whose work the lead re-issued later, or a workflow attempt (and its lost agents)
+#: that a resume of its run took over; none makes the run partial.
 Disposition = Literal["included", "missing", "failed", "not_run"]
 #: Where one task, teammate or Agent call ended up (``TaskDisposition.status``): a task's
 #: terminal state, or ``lost`` when it never ended; ``timeout`` for an agent stopped at
@@ -188,8 +192,11 @@ class TaskDisposition(BaseModel):
         transcript: the agent's transcript file, when known.
         result_file: where its full result was written when the prompt quoted only its head
             and tail.
-        reason: why an Agent call did not run (``denied``/``rejected``), or why an agent was
-            stopped: what the lead was told.
+        reason: why an Agent call did not run (``denied``/``rejected``), why an agent was
+            stopped (what the lead was told), or a workflow agent's error.
+        run_id: a workflow's ``wf_`` run id (on its task's row and its agents').
+        phase: a workflow agent's phase title.
+        cached: a workflow agent replayed from its run's journal (no request sent).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -210,6 +217,9 @@ class TaskDisposition(BaseModel):
     duration_s: float | None = None
     transcript: str | None = None
     result_file: str | None = None
+    run_id: str | None = None
+    phase: str | None = None
+    cached: bool = False
 
 
 class AgentUsage(_Event):

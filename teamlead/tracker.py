@@ -39,8 +39,16 @@ from ._parse import (
     ToolResultSeen,
     TrackedEvent,
     WorkflowAgent,
+    WorkflowAgentChanged,
+    WorkflowCallSeen,
+    WorkflowChange,
+    WorkflowEnded,
+    WorkflowLaunched,
+    WorkflowPhaseSeen,
+    WorkflowStarted,
     parse_message,
 )
+from ._workflow import WorkflowRun
 
 __all__ = [
     "TERMINAL_STATES",
@@ -61,6 +69,14 @@ __all__ = [
     "TrackedEvent",
     "Tracker",
     "WorkflowAgent",
+    "WorkflowAgentChanged",
+    "WorkflowCallSeen",
+    "WorkflowChange",
+    "WorkflowEnded",
+    "WorkflowLaunched",
+    "WorkflowPhaseSeen",
+    "WorkflowRun",
+    "WorkflowStarted",
     "parse_message",
 ]
 
@@ -90,12 +106,17 @@ class TaskInfo:
     tool_uses: int | None = None
     last_tool: str | None = None
     last_text: str = ""
-    #: a workflow's agents by their index in the script, from the last snapshot
-    workflow_agents: dict[int, WorkflowAgent] = field(default_factory=dict)
+    #: a ``local_workflow`` task's run: run id, script, phases, agents
+    workflow: WorkflowRun | None = None
 
     @property
     def is_workflow(self) -> bool:
-        return self.task_type == "local_workflow"
+        return self.task_type == "local_workflow" or self.workflow is not None
+
+    @property
+    def workflow_agents(self) -> dict[int, WorkflowAgent]:
+        """A workflow's agents by their index in the script, from the last snapshot."""
+        return self.workflow.agents if self.workflow is not None else {}
 
     @property
     def terminal(self) -> bool:
@@ -154,15 +175,22 @@ class Tracker:
     started_at: float = field(default_factory=time.monotonic)
     _seq: int = 0
     _by_tool_use: dict[str, str] = field(default_factory=dict)
+    _workflow_calls: dict[str, WorkflowCallSeen] = field(default_factory=dict)
+    _launches: dict[str, WorkflowLaunched] = field(default_factory=dict)
 
     def feed(self, message: Any) -> list[TrackedEvent]:
-        """Parse ``message`` and update the state; returns the events it held."""
+        """Parse ``message`` and update the state; returns the events it held, then the
+        workflow changes they made (:data:`WorkflowChange`)."""
         events = parse_message(message)
+        changes: list[TrackedEvent] = []
         for event in events:
-            self.apply(event)
-        return events
+            changes += self.apply(event)
+        return events + changes
 
-    def apply(self, event: TrackedEvent) -> None:
+    def apply(self, event: TrackedEvent) -> list[WorkflowChange]:
+        """Fold ``event`` into the state; returns the workflow changes it made."""
+        changes: list[WorkflowChange] = []
+        run: WorkflowRun | None
         self._seq += 1
         now = time.monotonic()
         if isinstance(event, SessionSeen):
@@ -184,6 +212,18 @@ class Tracker:
             self.tasks[event.task_id] = task
             if event.tool_use_id:
                 self._by_tool_use[event.tool_use_id] = event.task_id
+            if event.task_type == "local_workflow":
+                run = self._workflow(task)
+                run.name = event.workflow_name or run.name
+                run.description = event.description or run.description
+                launched = self._launches.get(event.tool_use_id or "")
+                if launched is not None:
+                    changes += self._launched(launched)
+        elif isinstance(event, WorkflowCallSeen):
+            self._workflow_calls.setdefault(event.tool_use_id, event)
+        elif isinstance(event, WorkflowLaunched):
+            self._launches[event.tool_use_id] = event
+            changes += self._launched(event)
         elif isinstance(event, TaskProgress):
             task = self._task(event.task_id, now)
             if event.status and not task.terminal:
@@ -193,14 +233,27 @@ class Tracker:
             if event.tool_uses is not None:
                 task.tool_uses = event.tool_uses
             task.last_tool = event.last_tool or task.last_tool
-            for agent in event.workflow_agents or ():
-                task.workflow_agents[agent.index] = agent
+            if event.workflow_agents is not None:
+                task.task_type = task.task_type or "local_workflow"
+                run = self._workflow(task)
+                if not run.announced:
+                    changes.append(run.started())
+                changes += run.snapshot(event.workflow_agents, event.workflow_phases)
         elif isinstance(event, TaskEnded):
             task = self._task(event.task_id, now)
+            if event.workflow_run_id and task.workflow is None:
+                task.task_type = task.task_type or "local_workflow"  # a stopped notice
+            run = self._workflow(task) if task.is_workflow else None
+            if run is not None and event.workflow_run_id:
+                run.run_id = run.run_id or event.workflow_run_id
             if not task.terminal:  # clear on whichever comes first; keep the richer fields
                 task.status = event.status
                 task.ended_at = now
                 task.ended_seq = self._seq
+                if run is not None and not run.ended:
+                    changes.append(run.end(event.status, event.error))
+            if run is not None:
+                run.output_file = event.output_file or run.output_file
             task.summary = event.summary or task.summary
             task.output_file = event.output_file or task.output_file
             task.usage = event.usage or task.usage
@@ -231,6 +284,35 @@ class Tracker:
                 for task in self.tasks.values():
                     if task.run_id == event.origin_run_id and task.terminal and task.has_output:
                         task.absorbed = True
+        return changes
+
+    def _workflow(self, task: TaskInfo) -> WorkflowRun:
+        """``task``'s workflow run, made on first sight (with what its call said)."""
+        if task.workflow is None:
+            task.workflow = WorkflowRun(task.task_id, description=task.description)
+            call = self._workflow_calls.get(task.tool_use_id or "")
+            if call is not None:
+                task.workflow.resume_from = call.resume_from
+                task.workflow.script_path = call.script_path
+        return task.workflow
+
+    def _launched(self, event: WorkflowLaunched) -> list[WorkflowChange]:
+        """The tool result gave a workflow's run id and script: record, announce once."""
+        task_id = event.task_id or self._by_tool_use.get(event.tool_use_id)
+        if not task_id:
+            return []
+        task = self._task(task_id, time.monotonic())
+        task.task_type = task.task_type or "local_workflow"
+        task.tool_use_id = task.tool_use_id or event.tool_use_id
+        self._by_tool_use.setdefault(event.tool_use_id, task_id)
+        run = self._workflow(task)
+        run.run_id = event.run_id
+        run.script_path = event.script_path or run.script_path
+        run.transcript_dir = event.transcript_dir or run.transcript_dir
+        run.name = run.name or event.name
+        run.description = run.description or event.summary or ""
+        task.description = task.description or run.description
+        return [] if run.announced else [run.started()]
 
     def _task(self, task_id: str, now: float) -> TaskInfo:
         if task_id not in self.tasks:
@@ -244,6 +326,34 @@ class Tracker:
                 task.absorbed = True
 
     # -- derived views -------------------------------------------------------------------
+    @property
+    def workflow_runs(self) -> list[WorkflowRun]:
+        """Every workflow attempt seen, in the order their tasks appeared."""
+        return [t.workflow for t in self.tasks.values() if t.workflow is not None]
+
+    def later_attempt(self, run: WorkflowRun) -> WorkflowRun | None:
+        """The latest attempt of ``run``'s ``wf_`` run after ``run`` itself, if any."""
+        attempts = [r for r in self.workflow_runs if r.run_id and r.run_id == run.run_id]
+        return attempts[-1] if attempts and attempts[-1] is not run else None
+
+    def lost_workflow_agents(
+        self, *, exited: bool = False
+    ) -> list[tuple[WorkflowRun, list[WorkflowAgent]]]:
+        """Each workflow run whose latest attempt lost agents, with those agents.
+
+        An earlier attempt that a resume (the same ``wf_`` id) followed is judged by that
+        resume instead. With ``exited``, the CLI has exited: an attempt still running lost
+        every agent not ``done``.
+        """
+        out: list[tuple[WorkflowRun, list[WorkflowAgent]]] = []
+        for run in self.workflow_runs:
+            if self.later_attempt(run) is not None:
+                continue
+            lost = run.lost_agents(exited=exited)
+            if lost:
+                out.append((run, lost))
+        return out
+
     @property
     def open_tasks(self) -> list[TaskInfo]:
         """Started tasks that have not reached a terminal state."""
@@ -290,4 +400,6 @@ class Tracker:
         stopped = self.open_tasks
         for task in stopped:
             task.status, task.ended_at = "stopped", now
+            if task.workflow is not None and not task.workflow.ended:
+                task.workflow.end("stopped")
         return stopped

@@ -47,9 +47,17 @@ from .tracker import (
     TaskStarted,
     TrackedEvent,
     Tracker,
+    WorkflowAgentChanged,
+    WorkflowEnded,
+    WorkflowPhaseSeen,
+    WorkflowRun,
+    WorkflowStarted,
 )
 
 __all__ = ["JsonProgress", "LiveTeamView", "PlainProgress", "event_record"]
+
+
+_SHOWN_AGENTS = 50  # a workflow's agents listed in the live view
 
 
 def _safe(text: str) -> str:
@@ -164,6 +172,21 @@ def _relay_summary_text(summary: RelaySummary) -> str:
     return "; ".join(parts) + f"; requests allowed in flight per model, as learnt: {limits}"
 
 
+def _describe_workflow(
+    event: WorkflowStarted | WorkflowPhaseSeen | WorkflowAgentChanged,
+) -> str | None:
+    if isinstance(event, WorkflowStarted):
+        again = f", resuming {event.resume_from}" if event.resume_from else ""
+        return f"workflow started: {event.name or event.description!r} ({event.run_id}{again})"
+    if isinstance(event, WorkflowPhaseSeen):
+        return f"workflow phase {event.index}: {event.title!r}"
+    if event.state in ("done", "error"):  # start and progress are in the live view only
+        what = "replayed from the journal" if event.cached else event.state
+        error = f": {event.error[:160]}" if event.error else ""
+        return f"workflow agent {event.label!r} {what}{error}"
+    return None
+
+
 class PlainProgress:
     """One plain line per notable event, for logs and pipes."""
 
@@ -207,6 +230,14 @@ class PlainProgress:
         if isinstance(event, TaskEnded) and event.source == "task_notification":
             label = _task_label(event.task_id, self.tracker.tasks[event.task_id].description)
             return f"task {event.status}: {label}"
+        if isinstance(event, WorkflowStarted | WorkflowPhaseSeen | WorkflowAgentChanged):
+            return _describe_workflow(event)
+        if isinstance(event, WorkflowEnded):
+            lost = f"; lost {', '.join(repr(x) for x in event.lost[:10])}" if event.lost else ""
+            return (
+                f"workflow {event.status}: {event.run_id or event.task_id} "
+                f"({event.done} of {event.agents} agents done, {event.cached} cached{lost})"
+            )
         if isinstance(event, ResultSeen):
             state = "error" if not event.ok else "ok"
             status = f" (API {event.api_error_status})" if event.api_error_status else ""
@@ -345,17 +376,8 @@ class LiveTeamView:
                 self._tokens(task.task_id, task.tokens),
                 Text(_safe(task.last_tool or "")),
             )
-            for index in sorted(task.workflow_agents)[:50]:
-                agent = task.workflow_agents[index]
-                seconds = f"{agent.duration_ms / 1000:5.1f}s" if agent.duration_ms else ""
-                table.add_row(
-                    "  wf agent",
-                    Text(_safe(agent.label[:40])),
-                    Text(_safe(agent.state + (" (cached)" if agent.cached else ""))),
-                    seconds,
-                    self._tokens(agent.agent_id, agent.tokens),
-                    "",
-                )
+            if task.workflow is not None:
+                self._workflow_rows(table, task.workflow)
         for description in self.queued.values():
             table.add_row("agent", Text(_safe(description)[:40]), "queued", "", "", "")
         for name, state in self.teammates.items():
@@ -367,6 +389,27 @@ class LiveTeamView:
             Text(_safe(text), style=style) for text, style in (self.footer() if self.footer else [])
         ]
         return Group(table, *head, *recent, *foot)
+
+    def _workflow_rows(self, table: Table, run: WorkflowRun) -> None:
+        """A workflow as a group: each phase with its agents counted by state, then its
+        agents (the first 50) with state, tokens and their tool calls."""
+        for title, states in run.phase_counts():
+            counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
+            table.add_row("  phase", Text(_safe(title[:40] or "(no phase)")), Text(_safe(counts)))
+        for index in sorted(run.agents)[:_SHOWN_AGENTS]:
+            agent = run.agents[index]
+            seconds = f"{agent.duration_ms / 1000:5.1f}s" if agent.duration_ms else ""
+            tools = f"{agent.tool_calls} tool calls" if agent.tool_calls else ""
+            table.add_row(
+                "  wf agent",
+                Text(_safe(agent.label[:40])),
+                Text(_safe(agent.state + (" (cached)" if agent.cached else ""))),
+                seconds,
+                self._tokens(agent.agent_id, agent.tokens),
+                Text(_safe(tools)),
+            )
+        if len(run.agents) > _SHOWN_AGENTS:
+            table.add_row("  wf agent", f"... and {len(run.agents) - _SHOWN_AGENTS} more")
 
     def close(self) -> None:
         try:

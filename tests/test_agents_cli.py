@@ -24,22 +24,11 @@ from teamlead.events import AgentUsage, Finished
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.replies import ToolUse
-from teamlead.testing.scripts import finding_text, findings_in, synthesize
+from teamlead.testing.scripts import finding_text, findings_in, synthesize, workflow_script
 
 from .conftest import OfflineFactory
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
-
-
-def workflow_script(labels: list[str]) -> str:
-    keys = ", ".join(f"'{label}'" for label in labels)
-    return (
-        "export const meta = { name: 'scan', description: 'scan workflow', "
-        "phases: [{ title: 'Scan' }] }\n"
-        f"const r = await parallel([{keys}].map(k => () => agent(`WFJOB ${{k}}`, "
-        "{ label: `wf:${k}`, phase: 'Scan' })))\n"
-        "return { r }\n"
-    )
 
 
 class Mixed:
@@ -303,7 +292,7 @@ def test_ask_json_streams_agent_usage_and_rows_per_agent(tmp_path: Path) -> None
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     usage = [r for r in lines if r["type"] == "agent_usage"]
     assert {r["agent_id"] for r in usage} >= set(sent)
-    assert all(r["version"] == 2 for r in usage)
+    assert all(r["version"] == 3 for r in usage)
     finished_line = lines[-1]
     rows = {r["label"]: r for r in finished_line["tasks"] if r["kind"] == "task"}
     assert rows["alpha"]["tokens_in"] == 300 and rows["alpha"]["requests"] >= 1

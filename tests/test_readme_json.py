@@ -21,8 +21,8 @@ from pydantic import BaseModel
 
 import teamlead.events
 from teamlead.events import EVENT_VERSION
-from teamlead.testing import OfflineClaude, ScriptedServer
-from teamlead.testing.scripts import FanOut
+from teamlead.testing import OfflineClaude, Reply, ScriptedServer
+from teamlead.testing.scripts import FanOut, WorkflowFanOut
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
@@ -95,7 +95,20 @@ def _real_lines(tmp_path: Path) -> list[dict[str, Any]]:
             timeout=120,
         )
     assert ask.stdout.strip(), ask.stderr
-    return [json.loads(line) for out in (demo, ask) for line in out.stdout.splitlines()]
+    # a workflow that loses an agent and is resumed: the workflow lines
+    with ScriptedServer(WorkflowFanOut(["a", "b"], faults={"b": Reply.error(529)})) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "w")
+        flow = subprocess.run(
+            [*TEAMLEAD, "ask", "Investigate.", "--json", "--permission-mode", "bypassPermissions"],
+            env={**os.environ, **claude.env},
+            cwd=claude.cwd,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+    assert flow.stdout.strip(), flow.stderr
+    runs = (demo, ask, flow)
+    return [json.loads(line) for out in runs for line in out.stdout.splitlines()]
 
 
 def test_every_documented_example_is_well_formed() -> None:

@@ -98,6 +98,24 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
                 "prompt": result.get("prompt"),
             }
         )
+    if isinstance(result, dict) and result.get("taskType") == "local_workflow":
+        # a launched workflow: its task, and the tool result with its wf_ run id and script
+        content = message.get("content")
+        first = content[0] if isinstance(content, list) and content else None
+        tool_use_id = first.get("tool_use_id") if isinstance(first, dict) else None
+        if isinstance(result.get("taskId"), str):
+            out.append(
+                {
+                    "type": "system",
+                    "subtype": "task_started",
+                    "task_id": result["taskId"],
+                    "tool_use_id": tool_use_id,
+                    "task_type": "local_workflow",
+                    "workflow_name": result.get("workflowName"),
+                    "description": result.get("summary") or "",
+                }
+            )
+        out.append({"type": "user", "message": message, "tool_use_result": result})
     content = message.get("content")
     texts = (
         [content]

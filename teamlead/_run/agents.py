@@ -189,9 +189,16 @@ class RunAgents:
             if task is None:
                 out.append(row)
                 continue
-            out.append(self._task_row(row, task))
+            row = self._task_row(row, task)
+            later = tracker.later_attempt(task.workflow) if task.workflow is not None else None
+            if later is not None and row.disposition in ("failed", "missing"):
+                # a resume of its run (the same wf_ id) took its work over: its rows say how
+                row = row.model_copy(
+                    update={"disposition": "not_run", "reason": f"resumed by task {later.task_id}"}
+                )
+            out.append(row)
             if task.is_workflow:
-                out += self._workflow_rows(row, task)
+                out += self._workflow_rows(row, task, tracker)
         return out
 
     def _usage_fields(self, agent_id: str | None, session_id: str | None) -> dict[str, object]:
@@ -228,6 +235,15 @@ class RunAgents:
             update["duration_s"] = round(max(0.0, task.ended_at - task.started_at), 3)
         if task.output_file:
             update["transcript"] = task.output_file
+        if task.workflow is not None:
+            update["run_id"] = task.workflow.run_id
+            if task.workflow.error:  # the script threw: its error, on one line
+                first = (
+                    task.workflow.error.strip().splitlines()[0]
+                    if task.workflow.error.strip()
+                    else ""
+                )
+                update["reason"] = redact(" ".join(first.split())[:300]) or "the script failed"
         if self.timed_out(task.task_id):
             update["status"] = "timeout"
             update["disposition"] = "failed"
@@ -235,18 +251,42 @@ class RunAgents:
             update["reason"] = f"ran past its timeout of {seconds:g} s and was stopped"
         return row.model_copy(update=update)
 
-    def _workflow_rows(self, parent: TaskDisposition, task: TaskInfo) -> list[TaskDisposition]:
+    def _workflow_rows(
+        self, parent: TaskDisposition, task: TaskInfo, tracker: Tracker
+    ) -> list[TaskDisposition]:
         rows: list[TaskDisposition] = []
+        run = task.workflow
+        later = tracker.later_attempt(run) if run is not None else None
         for index in sorted(task.workflow_agents):
             agent = task.workflow_agents[index]
             status: TaskState = _agent_status(agent.state, agent.cached, task)
             if agent.agent_id is not None and self.timed_out(agent.agent_id):
                 status = "timeout"
-            disposition: Disposition = "failed" if status in _FAILED else parent.disposition
-            if disposition == "not_run":
-                disposition = "missing"
-            fields = self._usage_fields(agent.agent_id, self._session)
+            # a lost agent's result is missing work (a resume of its run may recover it);
+            # one stopped at the user's own timeout failed
+            disposition: Disposition = (
+                "failed"
+                if status == "timeout"
+                else "missing"
+                if status in _FAILED
+                else parent.disposition
+            )
+            if disposition in ("not_run", "failed") and status not in _FAILED:
+                # it finished: a resume of its run replays it, else its workflow's result
+                # never came
+                disposition = "included" if later is not None else "missing"
             reason = redact(agent.error) if agent.error else None
+            again = later.agents.get(index) if later is not None else None
+            if status in _FAILED and later is not None and again is not None:
+                # a resume of the run (the same wf_ id) ran it again: its row says how that went
+                disposition = "not_run"
+                reason = f"{reason + '; ' if reason else ''}run again by task {later.task_id}"
+            # a replayed agent sent no request: the journal's copy is not new usage
+            fields = (
+                {"requests": 0}
+                if agent.cached
+                else self._usage_fields(agent.agent_id, self._session)
+            )
             rows.append(
                 TaskDisposition(
                     id=agent.agent_id or f"{task.task_id}#{index}",
@@ -265,6 +305,9 @@ class RunAgents:
                     duration_s=round(agent.duration_ms / 1000, 3)
                     if agent.duration_ms is not None
                     else None,
+                    run_id=run.run_id if run is not None else None,
+                    phase=redact(agent.phase) if agent.phase else None,
+                    cached=agent.cached,
                 )
             )
         return rows

@@ -26,6 +26,7 @@ from .._claude.inbox import consume_inbox, read_inbox, wait_for_inbox
 from .._claude.inbox.model import InboxRead, TeammateMessage
 from .._claude.team import Team, resolve_team
 from .._claude.transcript import find_subagent_transcript, last_assistant_text
+from .._claude.workflow_journal import journal_results
 from .._redact import redact
 from ..events import (
     Disposition,
@@ -35,8 +36,15 @@ from ..events import (
     TeamleadEvent,
     WaitingForTeam,
 )
-from ..tracker import TaskInfo, Tracker
-from .resume_prompt import FAILED_STATES, Delivery, DeliveryStatus, TaskOutcome, TaskSource
+from ..tracker import TaskInfo, Tracker, WorkflowAgent, WorkflowRun
+from .resume_prompt import (
+    FAILED_STATES,
+    Delivery,
+    DeliveryStatus,
+    TaskOutcome,
+    TaskSource,
+    WorkflowResume,
+)
 from .state import Collected, Member, RunState
 
 __all__ = ["Collection", "absorb", "dispositions", "used_deliveries"]
@@ -47,6 +55,7 @@ _EVENT_MESSAGES = 50
 _EVENT_WARNINGS = 20
 _EVENT_CHARS = 200
 _Source: TypeAlias = Literal["lead", "summary", "transcript", "inbox", "none"]
+_MAX_LOST_REASON = 160
 
 
 class Collection:
@@ -99,13 +108,21 @@ class Collection:
         if team is not None:
             async for event in self._collect_team(team, tracker, pending, self._deadline):
                 yield event
+        lost = dict(self._lost_workflows(tracker))
         for task in tracker.tasks.values():
             key = f"task:{task.task_id}"
-            if task.absorbed or key in collected.absorbed or key in collected.deliveries:
+            if key in collected.absorbed or key in collected.deliveries:
+                continue
+            if task.absorbed and task.task_id not in lost:
                 continue
             if not task.terminal and self._process_alive:
                 continue
-            delivery, source = self._task_delivery(task, tracker.session_id)
+            if task.workflow is not None:
+                delivery, source = self._workflow_delivery(
+                    task, task.workflow, lost.get(task.task_id, []), tracker.session_id
+                )
+            else:
+                delivery, source = self._task_delivery(task, tracker.session_id)
             yield FallbackUsed(
                 task_id=task.task_id,
                 description=redact(task.description),
@@ -212,6 +229,75 @@ class Collection:
         if message.completed_status == "failed" or message.idle_reason == "failed":
             member.failed = True
             member.detail = message.failure_reason or "reported a failure"
+
+    def _lost_workflows(self, tracker: Tracker) -> list[tuple[str, list[WorkflowAgent]]]:
+        """The workflow tasks whose run lost agents, by task id: an attempt that ended (or
+        whose CLI exited) with agents in error or unfinished, and no later resume of it."""
+        exited = not self._process_alive
+        return [
+            (run.task_id, agents) for run, agents in tracker.lost_workflow_agents(exited=exited)
+        ]
+
+    def _workflow_delivery(
+        self, task: TaskInfo, run: WorkflowRun, lost: list[WorkflowAgent], session: str | None
+    ) -> tuple[Delivery, TaskSource]:
+        """A workflow task's delivery: its finished agents' results (from the run's journal,
+        else the snapshot's previews) and, when it lost agents, how to resume it."""
+        journaled = (
+            journal_results(self._config_dir, session, run.run_id) if session and run.run_id else {}
+        )
+        parts: list[str] = []
+        source: TaskSource = "none"
+        for index in sorted(run.agents):
+            agent = run.agents[index]
+            if agent.state != "done":
+                continue
+            found = journaled.get(agent.agent_id or "")
+            text = found.text if found is not None else agent.result_preview
+            if text:
+                source = "transcript" if found is not None else "summary"
+                parts.append(f"[{agent.label}] {text}")
+        if not parts and task.summary:
+            parts.append(task.summary)
+            source = "summary"
+        agents = self._state.agents
+        denied = agents is not None and agents.exhaust_reason is not None
+        timed_out = {
+            a.index
+            for a in lost
+            if a.agent_id and agents is not None and agents.timed_out(a.agent_id)
+        }
+        resumable = bool(
+            lost and run.run_id and not run.error and not denied and len(timed_out) < len(lost)
+        )
+        unfinished = task.status != "completed" and not run.error and not lost
+        if (
+            unfinished
+            and run.run_id
+            and not denied
+            and self._state.tracker.later_attempt(run) is None
+        ):
+            resumable = True  # a run cut short with no agents known (a rebuilt session)
+        workflow = None
+        if (lost or unfinished) and run.run_id:
+            workflow = WorkflowResume(
+                run_id=run.run_id,
+                name=run.name or run.description or task.task_id,
+                script_path=run.script_path,
+                lost=tuple(_lost_line(a, a.index in timed_out) for a in lost)
+                or ("the run did not finish",),
+                resumable=resumable,
+            )
+        delivery = Delivery(
+            key=f"task:{task.task_id}",
+            kind="workflow",
+            label=run.description or run.name or task.task_id,
+            status=_task_outcome(task),
+            text="\n".join(parts),
+            source=source,
+            workflow=workflow,
+        )
+        return delivery, source
 
     def _task_delivery(self, task: TaskInfo, session: str | None) -> tuple[Delivery, TaskSource]:
         status = _task_outcome(task)
@@ -379,6 +465,17 @@ def _message_summary(message: TeammateMessage) -> dict[str, Any]:
         "status": message.completed_status,
         "is_result": message.is_result,
     }
+
+
+def _lost_line(agent: WorkflowAgent, timed_out: bool) -> str:
+    """A lost workflow agent, for the resume prompt: its label and what became of it."""
+    if timed_out:
+        what = "stopped at its timeout"
+    elif agent.state == "error":
+        what = f"failed: {(agent.error or 'no result')[:_MAX_LOST_REASON]}"
+    else:
+        what = "did not finish"
+    return f'"{agent.label}" {what}'
 
 
 def _task_outcome(task: TaskInfo) -> TaskOutcome:

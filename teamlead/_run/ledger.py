@@ -21,6 +21,8 @@ from .outcome import ErrorKind, RoundOutcome
 
 __all__ = ["Ledger", "StopReason"]
 
+_MAX_NAMED = 20  # lost workflow agents named in one reason line
+
 #: Why the session stopped resuming with results unused.
 StopReason: TypeAlias = Literal[
     "max_resumes",
@@ -107,15 +109,29 @@ class Ledger:
         for name in unreported:
             reasons.append(f'teammate "{name}" did not report within {wait_s:g} s')
         reasons += call_reasons
+        for run, lost in tracker.lost_workflow_agents(exited=True):
+            labels = ", ".join(f'"{a.label}"' for a in lost[:_MAX_NAMED])
+            more = f" and {len(lost) - _MAX_NAMED} more" if len(lost) > _MAX_NAMED else ""
+            name = run.description or run.name or run.task_id
+            reasons.append(
+                f'workflow "{name}" (run {run.run_id or "unknown"}) lost {len(lost)} agent(s) '
+                f"that no resume recovered: {labels}{more}"
+            )
+        thrown = [d for d in dispositions if d.kind == "task" and d.run_id and d.status == "failed"]
+        thrown_ids = {d.id for d in thrown}
         for d in dispositions:
-            if d.kind == "call":
-                continue
-            if d.disposition == "missing":
+            if d.kind == "call" or (d.kind == "workflow_agent" and d.parent in thrown_ids):
+                continue  # a thrown workflow's agents: its one error line says it
+            if d in thrown:
+                reasons.append(f'workflow "{d.description}" failed: {d.reason or "no error given"}')
+            elif d.disposition == "missing":
                 reasons.append(f'{d.kind} "{d.description}" ({d.status}): its result was not used')
             elif d.disposition == "failed":
                 reasons.append(_failed_reason(d))
         status: Status
-        if final is None or not (self.last_round_ok or _used_finished_work(dispositions)):
+        if thrown:  # a workflow's script threw: the work it stood for did not run
+            status = "failed"
+        elif final is None or not (self.last_round_ok or _used_finished_work(dispositions)):
             status = "failed"
             if final is None and not any("failed" in r or "error" in r for r in reasons):
                 reasons.append("the lead produced no successful answer")
@@ -147,6 +163,8 @@ class Ledger:
         if self.stop is not None:
             return self.stop
         if status == "failed":
+            if any(d.kind == "task" and d.run_id and d.status == "failed" for d in dispositions):
+                return "work_failed"
             return "deadline" if self.first_error_kind == "deadline" else "no_answer"
         if any(d.disposition == "failed" for d in dispositions):
             return "work_failed"

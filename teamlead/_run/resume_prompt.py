@@ -29,12 +29,14 @@ __all__ = [
     "DeliveryStatus",
     "TaskOutcome",
     "TaskSource",
+    "WorkflowResume",
     "build_resume_prompt",
+    "workflow_actions",
     "escape",
     "render_resume_prompt",
 ]
 
-DeliveryKind: TypeAlias = Literal["task", "teammate"]
+DeliveryKind: TypeAlias = Literal["task", "teammate", "workflow"]
 #: Where a task's result came from when no lead turn used it.
 TaskSource: TypeAlias = Literal["summary", "transcript", "none"]
 DeliverySource: TypeAlias = Literal["summary", "transcript", "inbox", "none"]
@@ -59,6 +61,26 @@ _GAP = r"[\s\x00-\x1f\x7f\u00ad\u200b-\u200f\u2028-\u202e\u2060-\u2064\ufeff]*"
 _OUR_TAG = re.compile(rf"<{_GAP}(/{_GAP})?(result|teamlead-results)", re.IGNORECASE)
 
 
+@dataclass(frozen=True)
+class WorkflowResume:
+    """A workflow run that lost agents, as the resume prompt names it.
+
+    Attributes:
+        run_id: the ``wf_`` run id (a checked plain id).
+        name: the workflow's name, for people.
+        script_path: the script file the CLI wrote, passed back as ``scriptPath``.
+        lost: one line per lost agent: its label and what became of it.
+        resumable: teamlead asks the lead to resume the run (``False`` when the user's own
+            limits stopped the agents, or at the wrap-up, where tools are disabled).
+    """
+
+    run_id: str
+    name: str
+    script_path: str | None
+    lost: tuple[str, ...]
+    resumable: bool = True
+
+
 @dataclass
 class Delivery:
     """One result handed to the lead in a resume prompt."""
@@ -73,6 +95,8 @@ class Delivery:
     team: Team | None = None
     #: where the whole text was written when a prompt quoted only its head and tail
     full_path: str | None = None
+    #: a workflow that lost agents: the prompt names them and how to resume the run
+    workflow: WorkflowResume | None = None
 
 
 def escape(text: str, limit: int | None = None, *, full_path: str | None = None) -> str:
@@ -142,6 +166,43 @@ _PROMPT_TAIL = [
     "Write the final answer for the user now. Use every result above, say plainly what "
     "is missing or failed, and do not start new agents for work that is already done.",
 ]
+_RESUME_TAIL = (
+    "Once the resumed workflows have finished, write the final answer for the user with "
+    "every result, and say plainly what is still missing or failed. Start no other agents."
+)
+_SAFE_PATH = re.compile(r"[^\x00-\x1f\x7f\"<>]{1,1000}")
+
+
+def workflow_actions(deliveries: list[Delivery]) -> list[str]:
+    """What the lead is asked to do about workflows that lost agents: call ``Workflow``
+    with ``resumeFromRunId`` and the same ``scriptPath``, so the agents that finished are
+    replayed from the run's journal (no new requests) and only the lost ones run again."""
+    lines: list[str] = []
+    seen: set[str] = set()
+    for d in deliveries:
+        wf = d.workflow
+        if wf is None or not wf.resumable or wf.run_id in seen:
+            continue
+        seen.add(wf.run_id)
+        args: dict[str, str] = {"resumeFromRunId": wf.run_id}
+        if wf.script_path and _SAFE_PATH.fullmatch(wf.script_path):
+            args = {"scriptPath": wf.script_path, **args}
+        how = ", ".join(f'"{k}": "{v}"' for k, v in args.items())
+        same = "" if "scriptPath" in args else " and the same script"
+        lines.append(
+            f'Resume the workflow "{_attr(wf.name)}" (run {wf.run_id}) now: call Workflow with '
+            f"{{{how}}}{same}. Its finished agents are replayed from the run's journal "
+            "without new requests; the lost ones run again."
+        )
+    return lines
+
+
+def _workflow_problems(d: Delivery) -> list[str]:
+    wf = d.workflow
+    if wf is None or not wf.lost:
+        return []
+    head = f'- workflow "{_attr(wf.name)}" (run {wf.run_id}) lost {len(wf.lost)} agent(s): '
+    return [head + "; ".join(" ".join(escape(x, _MAX_LABEL).split()) for x in wf.lost)]
 
 
 def render_resume_prompt(
@@ -151,6 +212,7 @@ def render_resume_prompt(
     *,
     spill: Callable[[Delivery], str | None] | None = None,
     head: list[str] | None = None,
+    actions: bool = True,
 ) -> tuple[str, int]:
     """The resume prompt and how many of ``deliveries`` (a prefix) it carries.
 
@@ -160,7 +222,9 @@ def render_resume_prompt(
     round instead of losing them. The first delivery is always carried. A result longer
     than its share keeps its head and tail; ``spill(delivery)`` writes its whole text to a
     file and returns the path, which the prompt names (and ``delivery.full_path`` keeps).
-    ``head`` replaces the opening lines of the data block.
+    ``head`` replaces the opening lines of the data block. A workflow that lost agents
+    is named in the missing lines; with ``actions`` the prompt then asks the lead, after
+    the data block, to resume it (see :func:`workflow_actions`).
     """
     opening_lines = _PROMPT_HEAD if head is None else [_PROMPT_HEAD[0], *head, ""]
     missing_lines = _missing_lines(missing, policy.max_prompt_chars // _MISSING_SHARE)
@@ -176,6 +240,7 @@ def render_resume_prompt(
         )
         closing = "\n</result>"
         own = [f'- {d.kind} "{label}" ended {d.status}'] if d.status in FAILED_STATES else []
+        own += _workflow_problems(d)
         if not d.text:
             own.append(f'- {d.kind} "{label}": no output was recovered')
         fixed = len(opening) + len(closing) + 1 + sum(len(line) + 1 for line in own)
@@ -196,7 +261,11 @@ def render_resume_prompt(
     parts = [*opening_lines, *blocks]
     if problems:
         parts += ["", "Missing or failed:", *problems]
-    parts += _PROMPT_TAIL
+    todo = workflow_actions(deliveries[: len(blocks)]) if actions else []
+    if todo:
+        parts += [_PROMPT_TAIL[0], "", *todo, "", _RESUME_TAIL]
+    else:
+        parts += _PROMPT_TAIL
     return "\n".join(parts), len(blocks)
 
 

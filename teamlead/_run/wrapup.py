@@ -74,7 +74,10 @@ def wrap_up_prompt(
     missing = [
         f'task "{name}" did not finish before {before} and was stopped' for name in unfinished
     ]
-    text, used = render_resume_prompt(pending, missing, policy, spill=spill, head=_WRAP_DATA_HEAD)
+    # tools are disabled: a workflow that lost agents is named, not resumed
+    text, used = render_resume_prompt(
+        pending, missing, policy, spill=spill, head=_WRAP_DATA_HEAD, actions=False
+    )
     return f"{_WRAP_HEAD.format(why=reason)}\n\n{text}", used
 
 

@@ -18,6 +18,7 @@ import re
 import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from ..errors import UsageError
 from .replies import AgentCall, Reply, ScriptedRequest, ToolUse
@@ -30,12 +31,15 @@ __all__ = [
     "ProbabilisticFanOut",
     "StrategyReview",
     "ToolSteps",
+    "WorkflowFanOut",
     "bash",
     "finding_text",
     "findings_in",
     "scenario",
     "subagent_answers",
     "synthesize",
+    "workflow_key",
+    "workflow_script",
     "working_directory",
     "write",
 ]
@@ -340,6 +344,140 @@ class ToolSteps:
         return Reply.text(f"{self.answer}\n{req.last_user_text}")
 
 
+# -- workflows --------------------------------------------------------------------------
+_WFJOB = re.compile(r"WFJOB ([\w:-]+)")
+_RESUME_ID = re.compile(r'"resumeFromRunId": "(wf_[\w-]+)"')
+_SCRIPT_PATH = re.compile(r'"scriptPath": "([^"]+)"')
+_LAUNCHED = "Workflow launched in background"
+
+
+def workflow_key(req: ScriptedRequest) -> str | None:
+    """The key of a workflow agent's request (its prompt starts ``WFJOB <key>``), else
+    ``None``: the lead's and Agent-tool agents' prompts carry no ``WFJOB``."""
+    match = _WFJOB.search(req.first_user_text)
+    return match.group(1) if match else None
+
+
+def workflow_script(
+    keys: Sequence[str],
+    *,
+    shape: Literal["parallel", "pipeline"] = "parallel",
+    name: str = "scan",
+    description: str = "scan workflow",
+    label: str = "wf",
+    throw: str | None = None,
+) -> str:
+    """A ``Workflow`` script: one agent per key (prompt ``WFJOB <key>``, label
+    ``<label>:<key>``, phase ``Scan``), returning their answers.
+
+    ``parallel`` runs the agents at once; ``pipeline`` runs each key through a second stage
+    (``WFJOB check-<key>``, label ``check:<key>``, phase ``Check``) as soon as its first
+    agent answered. ``throw`` makes the script throw that message after the agents.
+    """
+    quoted = ", ".join(f"'{k}'" for k in keys)
+    checks = "{ title: 'Check' }, " if shape == "pipeline" else ""
+    head = (
+        f"export const meta = {{ name: '{name}', description: '{description}', "
+        f"phases: [{{ title: 'Scan' }}, {checks}] }}\n"
+    )
+    first = f"k => agent(`WFJOB ${{k}}`, {{ label: `{label}:${{k}}`, phase: 'Scan' }})"
+    if shape == "pipeline":
+        second = (
+            "(prev, k) => agent(`WFJOB check-${k} ${prev}`, "
+            "{ label: `check:${k}`, phase: 'Check' })"
+        )
+        body = f"const r = await pipeline([{quoted}], {first}, {second})\n"
+    else:
+        body = f"const r = await parallel([{quoted}].map(k => () => ({first})(k)))\n"
+    tail = f"throw new Error('{throw}')\n" if throw else "return { r }\n"
+    return head + body + tail
+
+
+@dataclass
+class WorkflowFanOut:
+    """A lead that runs one ``Workflow`` script; its agents answer findings; the lead
+    synthesizes, and resumes the run when teamlead's resume prompt asks it to.
+
+    The lead's first turn calls ``Workflow`` with :func:`workflow_script` for ``keys``.
+    Each agent answers ``FINDING[<key>]`` after ``delay`` (``delays`` per key); the first
+    ``fault_times`` requests of a key in ``faults`` get that reply instead (a 529 the CLI
+    does not retry with ``max_retries=0``: the agent ends in error, its ``agent()``
+    returns ``null``); a key in ``hang`` is held open for 600 s (until cut; with
+    ``hang_once`` only its first request, and ``on_hang(key)`` is called then). When a
+    teamlead prompt names a ``resumeFromRunId``, the lead calls ``Workflow`` with it and
+    the ``scriptPath`` it names, so finished agents are replayed from the run's journal.
+
+    Attributes:
+        keys: the script's agent keys.
+        shape: ``parallel`` or ``pipeline`` (see :func:`workflow_script`).
+        throw: the script throws this message after its agents.
+    """
+
+    keys: list[str]
+    shape: Literal["parallel", "pipeline"] = "parallel"
+    throw: str | None = None
+    delay: float = 0.5
+    delays: dict[str, float] = field(default_factory=dict)
+    faults: dict[str, Reply] = field(default_factory=dict)
+    fault_times: int = 1
+    hang: frozenset[str] = frozenset()
+    hang_once: bool = False
+    on_hang: Callable[[str], None] | None = None
+    input_tokens: dict[str, int] = field(default_factory=dict)
+    _faulted: dict[str, int] = field(default_factory=dict, init=False, repr=False)
+    _hung: set[str] = field(default_factory=set, init=False, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+
+    @property
+    def script(self) -> str:
+        return workflow_script(self.keys, shape=self.shape, throw=self.throw)
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        key = workflow_key(req)
+        if key is not None:
+            return self._agent(key)
+        last = req.last_user_text
+        if "tools are disabled" in last:  # teamlead's wrap-up turn: no tools are offered
+            return synthesize(req)
+        if req.role != "lead":
+            return Reply.text("ok")
+        if req.assistant_turns == 0:
+            return Reply.tools(ToolUse(name="Workflow", input={"script": self.script}))
+        resume = _RESUME_ID.search(last)
+        if resume is not None and "<teamlead-results" in last:
+            args: dict[str, str] = {"resumeFromRunId": resume.group(1)}
+            path = _SCRIPT_PATH.search(last)
+            if path is not None:
+                args["scriptPath"] = path.group(1)
+            else:
+                args["script"] = self.script
+            return Reply.tools(ToolUse(name="Workflow", input=args))
+        if _LAUNCHED in last and "<task-notification>" not in last:
+            return Reply.text("The workflow runs; waiting for its result.")
+        return synthesize(req)
+
+    def _agent(self, key: str) -> Reply:
+        base = key.removeprefix("check-")
+        fault = self.faults.get(key)
+        if fault is not None:
+            with self._lock:
+                count = self._faulted.get(key, 0)
+                self._faulted[key] = count + 1
+            if count < self.fault_times:
+                return fault
+        if key in self.hang:
+            with self._lock:
+                first = key not in self._hung
+                self._hung.add(key)
+            if first or not self.hang_once:
+                if first and self.on_hang is not None:
+                    self.on_hang(key)
+                return Reply.text(finding_text(key), delay=600)
+        text = finding_text(key if key == base else f"check-{base}")
+        wait = self.delays.get(key, self.delay)
+        return Reply(content=text, delay=wait, input_tokens=self.input_tokens.get(key, 20))
+
+
 def _echo(req: ScriptedRequest) -> Reply:
     return Reply.text(f"echo: {req.first_user_text[:200]}")
 
@@ -352,6 +490,10 @@ SCENARIOS: dict[str, Callable[[], Callable[[ScriptedRequest], Reply]]] = {
     ),
     "rate-limited": lambda: FanOut.of(2, synthesis_fault=Reply.error(429, retry_after=1)),
     "strategy-ab": StrategyReview,
+    "workflow": lambda: WorkflowFanOut(["a", "b", "c"], delays={"a": 0.5, "b": 1.0, "c": 1.5}),
+    "workflow-pipeline": lambda: WorkflowFanOut(["a", "b"], shape="pipeline"),
+    "workflow-529": lambda: WorkflowFanOut(["a", "b", "c"], faults={"b": Reply.error(529)}),
+    "workflow-throws": lambda: WorkflowFanOut(["a"], throw="boom"),
     "broken": lambda: _broken,
 }
 
@@ -363,6 +505,12 @@ SCENARIO_SUMMARIES: dict[str, str] = {
     "rate-limited": "2 agents; the synthesis turns fail with 429 (retry-after 1 s)",
     "strategy-ab": "a lead that follows its strategy prompt: one message of Agent calls and a "
     "finished ANSWER.md under delegation, serial searches that often miss the check under baseline",
+    "workflow": "the lead runs one Workflow script of 3 parallel agents (0.5-1.5 s), then "
+    "synthesizes; it resumes the run (resumeFromRunId) when teamlead asks",
+    "workflow-pipeline": "a Workflow pipeline: 2 keys, each through a scan and a check agent",
+    "workflow-529": "like workflow, but agent b's first request gets a 529: with no CLI retries "
+    "the agent is lost, and teamlead's resume makes the lead resume the run from its journal",
+    "workflow-throws": "a Workflow script that throws after its one agent answered",
     "broken": "the script raises: every request gets a 500 (what a bug in your script does)",
 }
 

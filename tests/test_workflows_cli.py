@@ -1,0 +1,267 @@
+"""Claude Code's dynamic workflows, on the real CLI offline (issue 19): tracked, recovered
+from the run's journal, failed in one line, and cut by the deadline.
+
+The scripted lead calls ``Workflow`` with a script from
+:func:`teamlead.testing.scripts.workflow_script`; each agent's prompt is ``WFJOB <key>``,
+so the server's records say which agent sent each request (and how many each sent: an
+agent replayed from the journal sends none).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+import teamlead
+from teamlead.events import Finished
+from teamlead.testing import Reply, ScriptedServer
+from teamlead.testing.scripts import WorkflowFanOut, findings_in, workflow_key
+
+from .conftest import OfflineFactory
+from .polling import poll
+
+pytestmark = [pytest.mark.anyio, pytest.mark.cli]
+
+
+async def run(options: Any, policy: teamlead.Policy, limit_s: float = 150) -> list[Any]:
+    with anyio.fail_after(limit_s):
+        return [item async for item in teamlead.query("Investigate.", options, policy=policy)]
+
+
+def finished(items: list[Any]) -> Finished:
+    done = items[-1]
+    assert isinstance(done, Finished)
+    return done
+
+
+def requests_by_key(server: ScriptedServer) -> dict[str, list[int | None]]:
+    """Each workflow agent key's requests, as the statuses the server answered."""
+    out: dict[str, list[int | None]] = {}
+    for rec in server.recorded():
+        key = workflow_key(rec.request)
+        if key is not None:
+            out.setdefault(key, []).append(rec.status)
+    return out
+
+
+def sent_usage(server: ScriptedServer) -> dict[str, tuple[int, int]]:
+    totals: dict[str, tuple[int, int]] = {}
+    for rec in server.recorded():
+        if rec.agent_id is None or rec.reply is None or rec.status != 200:
+            continue
+        inp, out = totals.get(rec.agent_id, (0, 0))
+        totals[rec.agent_id] = (
+            inp + rec.reply.input_tokens,
+            out + rec.reply.resolved_output_tokens,
+        )
+    return totals
+
+
+def resume_prompts(server: ScriptedServer) -> list[str]:
+    return [
+        r.request.last_user_text
+        for r in server.recorded()
+        if "<teamlead-results" in r.request.last_user_text
+    ]
+
+
+def policy(**kwargs: Any) -> teamlead.Policy:
+    return teamlead.Policy(wait_s=5, deadline_s=150, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("shape", "labels"),
+    [
+        ("parallel", {"wf:a", "wf:b", "wf:c"}),
+        ("pipeline", {"wf:a", "wf:b", "check:a", "check:b"}),
+    ],
+)
+async def test_a_completed_workflow_has_a_row_per_agent_with_the_servers_usage(
+    offline: OfflineFactory, shape: str, labels: set[str]
+) -> None:
+    keys = ["a", "b", "c"] if shape == "parallel" else ["a", "b"]
+    script = WorkflowFanOut(keys, shape=shape, input_tokens={"a": 111, "b": 222})  # type: ignore[arg-type]
+    server, claude = offline(script)
+    done = finished(await run(claude.options(), policy()))
+    assert done.status == "completed", done.reasons
+    rows = [r for r in done.tasks if r.kind == "workflow_agent"]
+    assert {r.label for r in rows} == labels
+    workflow = next(r for r in done.tasks if r.kind == "task")
+    assert workflow.run_id is not None and workflow.run_id.startswith("wf_")
+    sent = sent_usage(server)
+    for row in rows:
+        assert row.parent == workflow.id and row.run_id == workflow.run_id
+        assert row.status == "completed" and not row.cached
+        assert (row.tokens_in, row.tokens_out) == sent[row.id], row.label
+        assert row.requests == 1
+    assert {r.phase for r in rows} == ({"Scan"} if shape == "parallel" else {"Scan", "Check"})
+    assert next(r for r in rows if r.label == "wf:a").tokens_in == 111
+    # a pipeline's result is each key's last stage
+    answered = set(keys) if shape == "parallel" else {f"check-{k}" for k in keys}
+    assert set(findings_in(done.result or "")) >= answered
+
+
+async def test_a_script_that_throws_fails_the_run_in_one_line(offline: OfflineFactory) -> None:
+    server, claude = offline(WorkflowFanOut(["a"], throw="boom-probe"))
+    done = finished(await run(claude.options(), policy()))
+    assert done.status == "failed" and done.reason == "work_failed"
+    lines = [r for r in done.reasons if "boom-probe" in r]
+    assert lines == ['workflow "scan workflow" failed: Error: boom-probe'], done.reasons
+    assert "\n" not in lines[0]
+
+
+async def test_a_lost_agent_is_recovered_by_resuming_the_run_from_its_journal(
+    offline: OfflineFactory,
+) -> None:
+    # d's first request gets a 529 the CLI does not retry: its agent() returns null, and
+    # the workflow still ends "completed" with 3 of 4 findings
+    script = WorkflowFanOut(["a", "b", "c", "d"], faults={"d": Reply.error(529)})
+    server, claude = offline(script)
+    done = finished(await run(claude.options(), policy()))
+    assert done.status == "completed" and done.resumes == 1, done.reasons
+    assert set(findings_in(done.result or "")) >= {"a", "b", "c", "d"}
+    prompt = resume_prompts(server)[0]
+    first, resumed = (r for r in done.tasks if r.kind == "task")
+    assert first.run_id == resumed.run_id and first.run_id in prompt
+    assert '"resumeFromRunId"' in prompt and '"scriptPath"' in prompt and "wf:d" in prompt
+    # replayed from the journal: a, b and c sent one request in all; d a second one
+    sent = requests_by_key(server)
+    assert sent == {"a": [200], "b": [200], "c": [200], "d": [529, 200]}
+    rows = {(r.parent, r.label): r for r in done.tasks if r.kind == "workflow_agent"}
+    assert rows[(first.id, "wf:d")].status == "failed"
+    assert rows[(first.id, "wf:d")].disposition == "not_run"  # its run's resume ran it again
+    for key in "abc":
+        replay = rows[(resumed.id, f"wf:{key}")]
+        assert replay.cached and replay.status == "cached" and replay.requests == 0
+    assert rows[(resumed.id, "wf:d")].status == "completed"
+
+
+async def test_a_lost_agent_that_no_resume_recovers_leaves_the_run_partial(
+    offline: OfflineFactory,
+) -> None:
+    # every request of d fails: the resumed run loses it again, and max_resumes ends it
+    script = WorkflowFanOut(["a", "d"], faults={"d": Reply.error(529)}, fault_times=10)
+    server, claude = offline(script)
+    done = finished(await run(claude.options(), policy(max_resumes=1)))
+    assert done.status == "partial" and done.reason == "max_resumes", done.reasons
+    assert any("lost 1 agent(s)" in r and '"wf:d"' in r for r in done.reasons), done.reasons
+    assert requests_by_key(server)["a"] == [200]
+
+
+def _kill_the_cli_once_journaled(state_dir: Path, results: int) -> None:
+    """Once the run's journal holds ``results`` results, SIGKILL the CLI (the lead's)."""
+
+    def journaled() -> bool:
+        for path in state_dir.rglob("journal.jsonl"):
+            if path.read_text(errors="replace").count('"type":"result"') >= results:
+                return True
+        return False
+
+    def kill() -> None:
+        if poll(journaled, within_s=60) is None:
+            return
+        for proc in psutil.Process(os.getpid()).children(recursive=True):
+            try:
+                if proc.name() == "claude" or "claude" in " ".join(proc.cmdline()[:1]):
+                    proc.send_signal(signal.SIGKILL)
+            except psutil.Error:
+                continue
+
+    threading.Thread(target=kill, daemon=True).start()
+
+
+async def test_a_cli_killed_mid_workflow_is_recovered_through_the_stopped_notice(
+    offline: OfflineFactory,
+) -> None:
+    holder: dict[str, Path] = {}
+    script = WorkflowFanOut(
+        ["a", "b", "c", "d"],
+        hang=frozenset({"d"}),
+        hang_once=True,
+        on_hang=lambda key: _kill_the_cli_once_journaled(holder["dir"], 3),
+    )
+    server, claude = offline(script)
+    holder["dir"] = claude.state_dir
+    done = finished(await run(claude.options(), policy()))
+    assert done.status == "completed", done.reasons
+    assert set(findings_in(done.result or "")) >= {"a", "b", "c", "d"}
+    first, resumed = (r for r in done.tasks if r.kind == "task")
+    assert first.status == "stopped"  # the resumed CLI's "didn't finish" notice
+    assert resumed.run_id == first.run_id
+    sent = requests_by_key(server)
+    assert sent["a"] == sent["b"] == sent["c"] == [200]
+    assert len(sent["d"]) == 2 and sent["d"][-1] == 200
+    assert first.run_id is not None and first.run_id in resume_prompts(server)[0]
+
+
+@pytest.mark.slow
+async def test_the_deadline_stops_a_running_workflow_and_keeps_its_finished_agents(
+    offline: OfflineFactory,
+) -> None:
+    script = WorkflowFanOut(["a", "b", "c"], delays={"a": 0.3, "b": 0.3}, hang=frozenset({"c"}))
+    server, claude = offline(script)
+    done = finished(await run(claude.options(), teamlead.Policy(wait_s=2, deadline_s=20), 90))
+    assert done.reason == "deadline", done.reasons
+    wrap = [r for r in server.recorded() if "tools are disabled" in r.request.last_user_text]
+    assert wrap, "no wrap-up turn"
+    text = wrap[-1].request.last_user_text
+    assert "FINDING[a]" in text and "FINDING[b]" in text  # from the run's journal
+    assert '"wf:c" did not finish' in text and "Resume the workflow" not in text
+    assert {"a", "b"} <= set(findings_in(done.result or "")), (done.result, done.reasons)
+    rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
+    assert rows["wf:c"].status in ("stopped", "lost") and rows["wf:a"].status == "completed"
+
+
+async def test_a_lost_agent_is_recovered_on_a_client_too(offline: OfflineFactory) -> None:
+    from claude_agent_sdk import ClaudeSDKClient
+
+    script = WorkflowFanOut(["a", "b", "c"], faults={"c": Reply.error(529)})
+    server, claude = offline(script)
+    items: list[Any] = []
+    with anyio.fail_after(150):
+        async with (
+            teamlead.ClientRun(claude.options(), policy()) as client_run,
+            ClaudeSDKClient(options=client_run.options) as client,
+        ):
+            await client.query("Investigate.")
+            async for item in teamlead.receive_all(client, client_run):
+                items.append(item)
+    done = finished(items)
+    assert done.status == "completed" and done.resumes == 1, done.reasons
+    assert set(findings_in(done.result or "")) >= {"a", "b", "c"}
+    assert requests_by_key(server) == {"a": [200], "b": [200], "c": [529, 200]}
+
+
+async def test_teamlead_resume_recovers_a_workflow_its_killed_cli_left(
+    offline: OfflineFactory,
+) -> None:
+    holder: dict[str, Path] = {}
+    script = WorkflowFanOut(
+        ["a", "b", "c"],
+        hang=frozenset({"c"}),
+        hang_once=True,
+        on_hang=lambda key: _kill_the_cli_once_journaled(holder["dir"], 2),
+    )
+    server, claude = offline(script)
+    holder["dir"] = claude.state_dir
+    first = finished(await run(claude.options(), policy(max_resumes=0)))
+    assert first.status != "completed" and first.session_id is not None
+    with anyio.fail_after(150):
+        items = [
+            item
+            async for item in teamlead.resume_session(
+                first.session_id, claude.options(), policy=policy()
+            )
+        ]
+    done = finished(items)
+    assert done.status == "completed", done.reasons
+    assert set(findings_in(done.result or "")) >= {"a", "b", "c"}
+    sent = requests_by_key(server)
+    assert sent["a"] == sent["b"] == [200] and len(sent["c"]) == 2
