@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import anyio
 
@@ -44,6 +44,8 @@ class RunAgents:
         pools: the spawn gate's slot pools (see
             :meth:`~teamlead._gate.feed.GateFeed.slot_pools`): a workflow agent takes a slot
             of each; ``None`` when the gate is off.
+        pace: waits a workflow agent's turn in the run's stagger (see
+            :meth:`~teamlead._gate.feed.GateFeed.stagger`); ``None`` when the gate is off.
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class RunAgents:
         policy: Policy,
         clock: Clock,
         pools: Callable[[], Sequence[SlotPool]] | None = None,
+        pace: Callable[[float], Awaitable[bool]] | None = None,
     ) -> None:
         self.policy = policy
         limits = AgentLimits(
@@ -62,6 +65,7 @@ class RunAgents:
             clock,
             limits,
             pools=pools,
+            pace=pace,
             on_usage=self._usage,
             on_exhausted=self._exhausted,
             on_timeout=self._timed_out,
