@@ -38,6 +38,7 @@ __all__ = [
     "TaskKind",
     "TeamleadEvent",
     "WaitingForTeam",
+    "WorkflowDenied",
 ]
 
 #: 2: ``lead_turn`` once per API message and ``task_ended`` once per task (1 repeated
@@ -432,6 +433,22 @@ class RelaySummary(BaseModel):
     buckets: list[BucketSummary] = Field(default_factory=list)
 
 
+class WorkflowDenied(_Event):
+    """The CLI's permission check refused the lead's ``Workflow`` call (permission mode
+    ``default`` or ``acceptEdits`` with nothing to approve it): no workflow agent ran.
+
+    Attributes:
+        tool_use_id: the Workflow call's tool_use id.
+        reason: the CLI's tool result, what the lead was told.
+        hint: how to allow workflows (``teamlead.allow_workflows``, ``--allow-workflows``).
+    """
+
+    type: Literal["workflow_denied"] = "workflow_denied"
+    tool_use_id: str
+    reason: str
+    hint: str
+
+
 TeamleadEvent: TypeAlias = (
     WaitingForTeam
     | InboxCollected
@@ -446,4 +463,5 @@ TeamleadEvent: TypeAlias = (
     | RateLimited
     | ConcurrencyChanged
     | AgentUsage
+    | WorkflowDenied
 )

@@ -28,6 +28,7 @@ from ..policy import TRANSIENT_STATUSES
 from ..tracker import ResultSeen, SessionStateSeen, TrackedEvent
 from .outcome import ErrorKind, RoundOutcome
 from .state import RunState
+from .workflow_permission import workflow_denials
 
 __all__ = ["Round"]
 
@@ -141,6 +142,8 @@ class Round:
                 if self._state.gate is not None:
                     for extra in self._state.gate.observe(message, events):
                         yield extra
+                for denied in workflow_denials(events):
+                    yield denied
                 if self._settle and self._settled(start, events, state):
                     break
         except Exception as exc:  # the generator's own failure ends the stream; never cancellation
