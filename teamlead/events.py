@@ -182,6 +182,11 @@ class TaskDisposition(BaseModel):
         requests: the agent's API requests the relay forwarded.
         tool_uses: tools the agent used, as the CLI reported.
         duration_s: from its first to its last request (or as the CLI reported).
+        started_at / ended_at: when the relay forwarded the agent's first request and when
+            its last one ended (wall-clock seconds); ``None`` without a relay or a request
+            (a workflow agent replayed from the journal sends none). Overlaps of these
+            intervals say how many agents ran at once.
+        cached: a workflow agent replayed from the run's journal (no request sent).
         transcript: the agent's transcript file, when known.
         result_file: where its full result was written when the prompt quoted only its head
             and tail.
@@ -205,6 +210,9 @@ class TaskDisposition(BaseModel):
     requests: int | None = None
     tool_uses: int | None = None
     duration_s: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
+    cached: bool = False
     transcript: str | None = None
     result_file: str | None = None
 

@@ -241,6 +241,8 @@ class AgentBook:
             return refused
         reserve = self._estimate(count)
         self._reserved_tokens += reserve
+        if count.requests == 0:  # its first request goes on now (after any hold)
+            count.first_at = self.clock.time()
         count.requests += 1
         count.in_flight += 1
         count.last_at = self.clock.time()

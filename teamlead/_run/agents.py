@@ -211,6 +211,9 @@ class RunAgents:
             "tokens_out": count.output_tokens,
             "requests": count.requests,
         }
+        if count.requests:
+            fields["started_at"] = round(count.first_at, 3)
+            fields["ended_at"] = round(max(count.first_at, count.last_at), 3)
         return fields
 
     def _task_row(self, row: TaskDisposition, task: TaskInfo) -> TaskDisposition:
@@ -265,6 +268,9 @@ class RunAgents:
                     tokens_in=_int_or_none(fields.get("tokens_in")),
                     tokens_out=_int_or_none(fields.get("tokens_out")),
                     requests=_int_or_none(fields.get("requests")),
+                    started_at=_float_or_none(fields.get("started_at")),
+                    ended_at=_float_or_none(fields.get("ended_at")),
+                    cached=agent.cached,
                     tool_uses=agent.tool_calls,
                     duration_s=round(agent.duration_ms / 1000, 3)
                     if agent.duration_ms is not None
@@ -276,6 +282,10 @@ class RunAgents:
 
 def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) else None
+
+
+def _float_or_none(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _agent_status(state: str, cached: bool, workflow: TaskInfo) -> TaskState:
