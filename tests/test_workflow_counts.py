@@ -15,6 +15,7 @@ import pytest
 
 from teamlead.events import TaskDisposition
 from teamlead.experiment import build_report, render_markdown, synthetic_records
+from teamlead.experiment.reporting.html import render_html
 from teamlead.experiment.running.agent_counts import AgentCounts, agent_counts, most_at_once
 from teamlead.experiment.specs.records import RECORD_VERSION, TrialRecord
 
@@ -140,5 +141,9 @@ def test_the_report_shows_workflow_agents_per_variant() -> None:
     markdown = render_markdown(report)
     assert "| variant | trials with workflows | workflow agents | most at once |" in markdown
     assert "| wf | 4 | 16 | 2 | 4 | 2 | 3 |" in markdown
+    page = render_html(report, with_workflows)
+    assert '<table class="sortable" id="workflow-agents">' in page
+    assert '<td>wf</td><td data-sort="4.0">4</td><td data-sort="16.0">16</td>' in page
     plain = build_report(records, control="baseline", seed=1, n_permutations=200)
     assert "trials with workflows" not in render_markdown(plain)
+    assert "workflow-agents" not in render_html(plain, records)

@@ -222,3 +222,41 @@ async def test_a_stagger_turn_after_the_wrap_up_refuses_the_agent_and_frees_its_
     assert codes[0][0] == 200
     assert codes[1][0] != 200 and "stagger comes after the run's wrap-up" in codes[1][1]
     assert gate.running == 1 and book.max_held_running == 1  # w2's slot was given back
+
+
+@pytest.mark.parametrize(
+    ("cap", "user", "process", "expected"),
+    [
+        (3, None, None, "3"),  # the run's cap
+        (3, "8", None, "3"),  # the user's higher value: the run's cap wins
+        (3, "2", None, "2"),  # the user's lower value stands
+        (3, "lots", None, "3"),  # a value that is no number: the run's cap
+        (3, "0", None, "3"),
+        (3, None, "1", "1"),  # the value in teamlead's own environment counts too
+        (None, None, None, "20"),  # no cap of the user's: the CLI's subagent cap
+    ],
+)
+def test_the_workflow_engines_gate_is_set_from_the_runs_cap(
+    cap: int | None,
+    user: str | None,
+    process: str | None,
+    expected: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from claude_agent_sdk import ClaudeAgentOptions
+
+    from teamlead._run.state import new_run
+    from teamlead.policy import Policy
+
+    var = "CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS"
+    monkeypatch.delenv(var, raising=False)
+    if process is not None:
+        monkeypatch.setenv(var, process)
+    env = {var: user} if user is not None else {}
+    policy = Policy(spawn=SpawnPolicy(max_concurrent_agents=cap))
+    state = new_run("query", ClaudeAgentOptions(env=env), policy, FakeClock())
+    assert state.options.env[var] == expected
+    off = new_run(
+        "query", ClaudeAgentOptions(env=env), Policy(spawn=SpawnPolicy(enabled=False)), FakeClock()
+    )
+    assert off.options.env.get(var) == user  # no gate: the user's own value, untouched

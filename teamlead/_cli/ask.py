@@ -136,7 +136,8 @@ def spawn_options() -> list[Callable[[_F], _F]]:
             type=FiniteFloatRange(0, 600),
             default=0.0,
             show_default=True,
-            help="Seconds between the starts of a burst's agents.",
+            help="Seconds between the starts of a burst's agents (Agent calls and workflow "
+            "agents alike).",
         ),
         option(
             "--max-depth",
