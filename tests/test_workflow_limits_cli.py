@@ -95,6 +95,22 @@ async def test_stagger_spaces_workflow_agents_and_agent_calls_with_a_low_cap(
     assert {"a1", "a2"} <= set(findings_in(done.result or ""))
 
 
+async def test_a_cap_of_one_runs_agent_calls_and_workflow_agents_one_at_a_time(
+    offline: OfflineFactory,
+) -> None:
+    # the user's engine gate is wide, the prefix wait is off: only the run's cap holds
+    env = {WORKFLOW_CAP: "8", **NO_PREFIX_STAGGER}
+    server, claude = offline(Mixed(["a1", "a2"], ["w1", "w2", "w3"], delay=0.4))
+    policy = teamlead.Policy(wait_s=5, deadline_s=200, spawn=SpawnPolicy(max_concurrent_agents=1))
+    done = finished(await run(with_env(claude.options(), env), policy, 180))
+    assert done.status == "completed", done.reasons
+    assert len(first_requests(server)) == 5  # every agent ran
+    assert server.max_concurrent_agents() == 1
+    assert {"a1", "a2"} <= set(findings_in(done.result or ""))
+    rows = [r for r in done.tasks if r.kind == "workflow_agent"]
+    assert sorted(r.status for r in rows) == ["completed"] * 3
+
+
 async def test_a_token_budget_stops_a_workflows_later_agents_and_wraps_up(
     offline: OfflineFactory,
 ) -> None:
