@@ -260,3 +260,41 @@ def test_the_workflow_engines_gate_is_set_from_the_runs_cap(
         "query", ClaudeAgentOptions(env=env), Policy(spawn=SpawnPolicy(enabled=False)), FakeClock()
     )
     assert off.options.env.get(var) == user  # no gate: the user's own value, untouched
+
+
+async def test_a_held_workflow_agents_timeout_runs_from_its_release_not_its_wait() -> None:
+    from teamlead._agents.book import AgentLimits
+
+    clock = FakeClock()
+    gate, _ = gate_with(clock, stagger_s=30.0)
+    feed = GateFeed(gate)
+    book = AgentBook(
+        clock, AgentLimits(agent_timeout_s=10), pools=feed.slot_pools, pace=feed.stagger
+    )
+    system = [{"type": "text", "text": WORKFLOW_SYSTEM}]
+    message = {"role": "user", "content": "w"}
+    payload = json.dumps({"model": "m", "stream": True, "system": system, "messages": [message]})
+
+    def hdrs(agent: str) -> dict[str, str]:
+        return {"x-api-key": "k", "X-Claude-Code-Session-Id": "s", "x-claude-code-agent-id": agent}
+
+    governor = Governor(GovernorPolicy(ceiling=16), clock=FakeClock())
+    with ScriptedServer(lambda req: Reply.text("ok")) as server:
+        async with (
+            start_relay(server.base_url, governor) as relay,
+            httpx2.AsyncClient(timeout=20) as http,
+        ):
+            run = relay.open_run()
+            run.state.agents = book
+            url = run.base_url + "/v1/messages?beta=true"
+            with anyio.fail_after(20):
+                first = await http.post(url, content=payload, headers=hdrs("w0"))
+                book.agent_started("w1")  # the stream shows w1 start: its wait begins
+                held = await http.post(url, content=payload, headers=hdrs("w1"))  # waits 30 s
+                assert clock.monotonic() == 30.0
+                again = await http.post(url, content=payload, headers=hdrs("w1"))
+                clock.advance(11)  # now past its timeout, counted from its release
+                late = await http.post(url, content=payload, headers=hdrs("w1"))
+    assert (first.status_code, held.status_code, again.status_code) == (200, 200, 200)
+    assert late.status_code != 200 and "timeout of 10 s" in late.text
+    assert book.timed_out == ["w1"]

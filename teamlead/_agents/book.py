@@ -236,6 +236,8 @@ class AgentBook:
                 held = await self._hold(count)
                 if held is not None:
                     return held
+                # its timeout runs from when it may run, not from its wait for a slot
+                count.started_at = self.clock.monotonic()
         refused = self._check(key[1], count, role)
         if refused is not None:
             return refused
