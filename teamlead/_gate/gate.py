@@ -63,6 +63,7 @@ HOOK_TOOLS = "Agent|Workflow"
 _WORKFLOW = "Workflow"
 _HOOK_MARGIN_S = 10.0  # hook timeout = longest wait + this: the gate answers before the CLI quits
 _MAX_TEXT = 200
+_MAX_WORKFLOW_DENIALS = 1000
 
 
 class SpawnGate:
@@ -310,8 +311,13 @@ class SpawnGate:
         except Exception as exc:  # the gate must answer: deny and say why
             self.errors.append(f"{type(exc).__name__}: {exc}")
             key, code, reason = "workflow", "error", why.error(exc)
-        self.workflow_denials.append((key, code, reason))
-        self._emit(SpawnDenied(tool_use_id=key, description=_WORKFLOW, code=code, reason=reason))
+        if len(self.workflow_denials) < _MAX_WORKFLOW_DENIALS:  # a lead that insists
+            self.workflow_denials.append((key[:_MAX_TEXT], code, reason))
+        self._emit(
+            SpawnDenied(
+                tool_use_id=key[:_MAX_TEXT], description=_WORKFLOW, code=code, reason=reason
+            )
+        )
         return deny_output(reason)
 
     def _fault(self, call: Call | None, exc: Exception) -> SyncHookJSONOutput:
