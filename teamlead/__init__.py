@@ -8,7 +8,8 @@ The public API is what this module re-exports in ``__all__``, the names users ca
 - :func:`receive_all` does the same for ``ClaudeSDKClient``, on the :class:`ClientRun`
   made before the client connects (its spawn gate, request relay and clock);
   :func:`resume_session` finishes a stopped session; :func:`prepare_options` sets the
-  options a run needs.
+  options a run needs; :func:`allow_workflows` lets the lead run ``Workflow`` scripts in
+  the default permission mode.
 - The policies users construct: :class:`Policy` with its parts :class:`RetryPolicy`,
   :class:`SpawnPolicy` (the spawn gate's limits), :class:`InboxWaitPolicy` and
   :class:`LockPolicy`, :class:`GovernorPolicy`, and :class:`LimitsPolicy` (the relay's
@@ -39,6 +40,7 @@ from .control import UNSET, RunControl, Unset
 from .coordinator import (
     ClientRun,
     QueryFn,
+    allow_workflows,
     prepare_options,
     query,
     receive_all,
@@ -82,6 +84,7 @@ from .events import (
     TaskState,
     TeamleadEvent,
     WaitingForTeam,
+    WorkflowDenied,
 )
 from .governor import Governor, GovernorPolicy, bucket_key
 from .policy import InboxWaitPolicy, LimitsPolicy, LockPolicy, Policy, RetryPolicy, SpawnPolicy
@@ -137,7 +140,9 @@ __all__ = [
     "Unset",
     "UsageError",
     "WaitingForTeam",
+    "WorkflowDenied",
     "__version__",
+    "allow_workflows",
     "apply_strategy",
     "bucket_key",
     "list_strategies",

@@ -41,6 +41,18 @@ from .tracker import (
 
 __all__ = ["JsonProgress", "event_record", "first_sighting", "in_schema"]
 
+#: C1 controls (U+0080-U+009F, e.g. U+009B, a CSI on some terminals) and the line and
+#: paragraph separators: JSON leaves them raw with ``ensure_ascii=False``.
+_UNSAFE = {c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x2028, 0x2029)}
+
+
+def _c1_escaped(line: str) -> str:
+    """A JSON line with the characters JSON keeps raw but terminals and line readers act on
+    written as ``\\uXXXX`` escapes: the same JSON value, printable on any terminal. They can
+    only occur inside strings (JSON's own syntax is ASCII), so the text replacement is exact."""
+    return line.translate(_UNSAFE)
+
+
 #: The tracker events of the NDJSON schema, by their record ``type`` (the workflow ones are
 #: the tracker's changes: a workflow launched, a phase first seen, an agent's state changed,
 #: the workflow ended).
@@ -133,7 +145,8 @@ class JsonProgress:
         if callable(to_json):
             if not isinstance(item, _MID_MESSAGE):
                 self._flush()
-            self.stream.write(redact(to_json()) + "\n")  # a secret in any field, at the last step
+            # a secret in any field, at the last step
+            self.stream.write(_c1_escaped(redact(to_json())) + "\n")
         else:
             for event in self.tracker.feed(item):
                 if in_schema(event):
@@ -208,7 +221,8 @@ class JsonProgress:
             self._write(record)
 
     def _write(self, record: dict[str, Any]) -> None:
-        self.stream.write(json.dumps(record, ensure_ascii=False, default=str) + "\n")
+        line = json.dumps(record, ensure_ascii=False, default=str)
+        self.stream.write(_c1_escaped(line) + "\n")
 
     def close(self) -> None:
         self._flush()

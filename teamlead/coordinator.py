@@ -44,6 +44,7 @@ from ._run.loop import Client, QueryFn, run_client, run_query, run_resume
 from ._run.relayed import RelayHookup, relayed, with_relay_events
 from ._run.relayed import relay_for as _relay_for
 from ._run.state import RunState, new_run, prepare_options
+from ._run.workflow_permission import allow_workflows
 from .clock import SYSTEM_CLOCK, Clock
 from .control import RunControl
 from .events import Finished
@@ -52,6 +53,7 @@ from .policy import Policy
 __all__ = [
     "ClientRun",
     "QueryFn",
+    "allow_workflows",
     "prepare_options",
     "query",
     "receive_all",

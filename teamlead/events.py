@@ -42,6 +42,7 @@ __all__ = [
     "TaskKind",
     "TeamleadEvent",
     "WaitingForTeam",
+    "WorkflowDenied",
 ]
 
 #: 2: ``lead_turn`` once per API message and ``task_ended`` once per task (1 repeated
@@ -189,6 +190,10 @@ class TaskDisposition(BaseModel):
         requests: the agent's API requests the relay forwarded.
         tool_uses: tools the agent used, as the CLI reported.
         duration_s: from its first to its last request (or as the CLI reported).
+        started_at / ended_at: when the relay forwarded the agent's first request and when
+            its last one ended (wall-clock seconds); ``None`` without a relay or a request
+            (a workflow agent replayed from the journal sends none). Overlaps of these
+            intervals say how many agents ran at once.
         transcript: the agent's transcript file, when known.
         result_file: where its full result was written when the prompt quoted only its head
             and tail.
@@ -215,6 +220,8 @@ class TaskDisposition(BaseModel):
     requests: int | None = None
     tool_uses: int | None = None
     duration_s: float | None = None
+    started_at: float | None = None
+    ended_at: float | None = None
     transcript: str | None = None
     result_file: str | None = None
     run_id: str | None = None
@@ -510,6 +517,22 @@ class RelaySummary(BaseModel):
     buckets: list[BucketSummary] = Field(default_factory=list)
 
 
+class WorkflowDenied(_Event):
+    """The CLI's permission check refused the lead's ``Workflow`` call (permission mode
+    ``default`` or ``acceptEdits`` with nothing to approve it): no workflow agent ran.
+
+    Attributes:
+        tool_use_id: the Workflow call's tool_use id.
+        reason: the CLI's tool result, what the lead was told.
+        hint: how to allow workflows (``teamlead.allow_workflows``, ``--allow-workflows``).
+    """
+
+    type: Literal["workflow_denied"] = "workflow_denied"
+    tool_use_id: str
+    reason: str
+    hint: str
+
+
 TeamleadEvent: TypeAlias = (
     WaitingForTeam
     | InboxCollected
@@ -525,4 +548,5 @@ TeamleadEvent: TypeAlias = (
     | ConcurrencyChanged
     | AgentUsage
     | RunAmended
+    | WorkflowDenied
 )

@@ -200,8 +200,10 @@ class SpawnPolicy(BaseModel):
         max_agents_per_turn: Agent calls admitted from one model message (default: no limit).
         spawn_budget: agents admitted in the whole run (default: no limit).
         stagger_s: the k-th admitted spawn of a burst starts no earlier than
-            ``k * stagger_s`` after the first (default 0: no stagger).
-        max_depth: 1 lets only the lead spawn; 2 lets its subagents spawn once more.
+            ``k * stagger_s`` after the first (default 0: no stagger); a workflow agent's
+            first request waits its turn in the same schedule at the relay.
+        max_depth: 1 lets only the lead spawn; 2 lets its subagents spawn once more. A
+            ``Workflow`` call's agents count one level deeper than its caller.
         wrap_up_reserve_s: no spawn is admitted once less than this is left before the
             deadline. ``None``: 20 % of the deadline, at least one turn's
             :data:`WRAP_UP_TURN_S` (at most half the deadline), at most 30 s.

@@ -335,7 +335,7 @@ def test_every_report_states_the_two_part_rule_and_json_fields() -> None:
     assert "n_eff" in markdown and "ICC" in markdown
     assert "delegation vs baseline: 7 of 8 task(s)" in markdown
     data = json.loads(json.dumps(report.to_json(), allow_nan=False))
-    assert data["version"] == REPORT_VERSION == 3
+    assert data["version"] == REPORT_VERSION == 4
     assert data["rule"].startswith("Verdict rule:") and isinstance(data["notes"], list)
     parallel = next(c for c in data["comparisons"] if c["metric"] == "parallel")
     assert parallel["scale"] == "difference" and parallel["correction"] == "holm"

@@ -296,7 +296,7 @@ def test_passed_is_reported_like_parallel_and_can_be_primary() -> None:
     assert set(data["variants"]["new"]["passed_rate"]) == set(
         data["variants"]["new"]["parallel_rate"]
     )
-    assert (data["version"], data["primary_metric"]) == (3, "passed")
+    assert (data["version"], data["primary_metric"]) == (4, "passed")
     passed = next(c for c in report.comparisons if c.metric == "passed")
     assert (passed.correction, passed.verdict) == ("holm", "better")
     parallel = next(c for c in report.comparisons if c.metric == "parallel")

@@ -377,11 +377,12 @@ def test_a_version_2_report_json_is_read_as_version_3() -> None:
         "notes": [],
     }
     new = upgrade_report_json(old)
-    assert new["version"] == 3 and new["methods"] == []
+    assert new["version"] == 4 and new["methods"] == []
     comparison = new["comparisons"][0]
     assert comparison["mde"] == 1.3 and comparison["mde_direction"] is None
     assert comparison["reasons"] == {} and comparison["estimand"] is None
     variant = new["variants"]["a"]
     assert variant["not_compared"] is None and variant["parallel_rate"]["note"] is None
+    assert variant["workflow_agents"] is None  # version 4 added it
     assert variant["wall_s"]["interval_of"] == "mean" and variant["wall_s"]["geo_mean"] is None
     assert math.isclose(variant["wall_s"]["ci_low"], 2.0)

@@ -133,9 +133,15 @@ def test_older_records_are_accepted(tmp_path: Path) -> None:
     result = read_records(path)
     assert result.warnings == []
     first, second = result.records
-    assert first.version == 1 and first.grade is None and first.attempts == 1
+    # read as the current version: a version 1 record counted no workflow agents
+    assert first.version == RECORD_VERSION and first.grade is None and first.attempts == 1
     assert first.started_at is None and first.model is None
     assert second.delegated and not second.parallel
+    assert (second.workflow_agents, second.workflow_agents_at_once, second.agents_at_once) == (
+        0,
+        0,
+        0,
+    )
 
 
 def test_unknown_fields_from_a_newer_writer_are_kept(tmp_path: Path) -> None:

@@ -72,7 +72,7 @@ def test_json_has_exactly_the_documented_keys(report: Report) -> None:
         "grading",
     }
     assert data["primary_metric"] == "parallel"
-    assert data["version"] == 3
+    assert data["version"] == 4
     assert any("geometric mean" in line for line in data["methods"])
     assert list(data["variants"]) == ["baseline", "delegation", "terse"]
     for summary in data["variants"].values():
@@ -86,7 +86,9 @@ def test_json_has_exactly_the_documented_keys(report: Report) -> None:
             "agent_calls",
             "cost_usd",
             "tokens",
+            "workflow_agents",
         }
+        assert summary["workflow_agents"] is None  # no trial ran a workflow
         assert summary["trials"] == 24
         for rate in ("parallel_rate", "delegated_rate"):
             assert set(summary[rate]) == {
@@ -298,7 +300,8 @@ def test_exported_names_exist() -> None:
 _CHAIN = [
     *("specs.records", "specs.steps", "specs._toml_lines", "specs.spec", "specs.synthetic"),
     *("running.trial_commands", "running.outdir", "running.workspace", "running.trial"),
-    *("running.grader", "running.runner", "running.ray_cluster", "running.ray_backend"),
+    *("running.grader", "running.agent_counts", "running.runner", "running.ray_cluster"),
+    *("running.ray_backend",),
     *("stats.intervals", "stats.estimates", "stats.rates", "stats.power", "stats.verdicts"),
     *("stats.explain",),
     *("stats.metrics", "stats.comparisons"),

@@ -443,7 +443,7 @@ async def test_apply_keeps_the_users_hooks_and_is_idempotent() -> None:
     gated = gate.apply(options)
     assert gated.hooks is not None
     pre = gated.hooks["PreToolUse"]
-    assert pre[0] is user and pre[1].matcher == "Agent" and pre[1].hooks == [gate.hook]
+    assert pre[0] is user and pre[1].matcher == "Agent|Workflow" and pre[1].hooks == [gate.hook]
     assert pre[1].timeout == gate.hook_timeout_s == 1810.0
     assert gated.hooks["Stop"] == options.hooks["Stop"]  # type: ignore[index]
     assert options.hooks["PreToolUse"] == [user]  # type: ignore[index]

@@ -10,6 +10,7 @@ apply the run's limits where the spawn gate's hook cannot see an agent:
   first served, for a slot of the same pools the gate takes for Agent calls (the run's limit
   and the process-wide cap). The slot is held until the run says the agent's work ended (its
   workflow entry done or in error, its workflow task ended, its CLI exited), never on a timer.
+  Then it waits its turn in the run's stagger (``pace``), shared with the gate's Agent calls.
 - **The timeout.** An agent running longer than ``agent_timeout_s`` has its request in flight
   ended and every later one refused with a clear error, so it ends at once.
 - **The model.** An agent (Agent-tool or workflow) whose first request comes after the run's
@@ -35,7 +36,7 @@ loop and is not thread-safe.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
@@ -101,6 +102,9 @@ class AgentBook:
         limits: the run's per-agent timeout and budgets.
         pools: the slot pools a workflow agent's first request takes (the gate's run limit
             and the process-wide cap), read when needed; ``None``: no cap.
+        pace: ``await pace(until)`` waits a workflow agent's turn in the run's stagger
+            (the gate's :meth:`~teamlead._gate.gate.SpawnGate.stagger`); ``False``: its turn
+            comes after ``until``. ``None``: no stagger.
         on_usage: told ``(session id, agent id, count)`` after each of an agent's requests.
         on_exhausted: told once when a budget is reached (the run wraps up).
         on_timeout: told ``agent id`` once when an agent passes its timeout.
@@ -112,6 +116,7 @@ class AgentBook:
         limits: AgentLimits | None = None,
         *,
         pools: Callable[[], Sequence[SlotPool]] | None = None,
+        pace: Callable[[float], Awaitable[bool]] | None = None,
         on_usage: Callable[[str, str, AgentCount], None] | None = None,
         on_exhausted: Callable[[ExhaustReason], None] | None = None,
         on_timeout: Callable[[str], None] | None = None,
@@ -119,6 +124,7 @@ class AgentBook:
         self.clock = clock
         self.limits = limits or AgentLimits()
         self._pools = pools
+        self._pace = pace
         self.on_usage = on_usage
         self.on_exhausted = on_exhausted
         self.on_timeout = on_timeout
@@ -269,11 +275,15 @@ class AgentBook:
                     self.aliases[alias] = count.sent_model
                 known_model = known.model if known is not None and known is not count else None
                 count.model = known_model or self._pin()
+                # its timeout runs from when it may run, not from its wait for a slot
+                count.started_at = self.clock.monotonic()
         refused = self._check(key[1], count, role)
         if refused is not None:
             return refused
         reserve = self._estimate(count)
         self._reserved_tokens += reserve
+        if count.requests == 0:  # its first request goes on now (after any hold)
+            count.first_at = self.clock.time()
         count.requests += 1
         count.in_flight += 1
         count.last_at = self.clock.time()
@@ -323,28 +333,45 @@ class AgentBook:
         return min(_DEFAULT_WRAP_TOKENS, (self.limits.token_budget or 0) // 10)
 
     async def _hold(self, count: AgentCount) -> Refused | None:
-        """A workflow agent's first request: wait, FIFO, for a slot of every pool."""
+        """A workflow agent's first request: wait, FIFO, for a slot of every pool, then its
+        turn in the run's stagger."""
         pools = list(self._pools()) if self._pools is not None else []
         until = self.hold_until
         if until is None:
             until = self.clock.monotonic() + _DEFAULT_HOLD_S
+        refused: Refused | None = None
         try:
             for pool in pools:
                 if not await pool.take(until, self.clock):
-                    self._free(count)
-                    return Refused(
+                    refused = Refused(
                         "no_slot",
                         "teamlead: no agent slot came before the run's wrap-up; "
                         "this agent does not run",
                     )
+                    break
                 count.slots.append(pool)
+            if refused is None and self._pace is not None and not await self._pace(until):
+                refused = Refused(
+                    "no_slot",
+                    "teamlead: this agent's turn in the run's stagger comes after the run's "
+                    "wrap-up; this agent does not run",
+                )
         except BaseException:
-            self._free(count)
+            self._give_back(count)
             raise
+        if refused is not None:
+            self._give_back(count)
+            return refused
         if pools:
             self._held_running += 1
             self.max_held_running = max(self.max_held_running, self._held_running)
         return None
+
+    def _give_back(self, count: AgentCount) -> None:
+        """The slots a hold took before it failed (it never counted as running)."""
+        slots, count.slots = count.slots, []
+        for pool in reversed(slots):
+            pool.release()
 
     def _free(self, count: AgentCount) -> None:
         if count.slots:

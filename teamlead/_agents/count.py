@@ -59,7 +59,7 @@ class AgentCount:
         self.unknown_usage = 0
         self.absorbed = 0
         self.passed = 0
-        self.first_at = now  # wall clock, for people
+        self.first_at = now  # wall clock, for people: its first request forwarded
         self.last_at = now
         self.started_at: float | None = None  # monotonic, for the timeout
         self.in_flight = 0

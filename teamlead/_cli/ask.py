@@ -77,6 +77,13 @@ def run_options(func: _F) -> _F:
             "approval is asked at the terminal, or refused when nobody is there].",
         ),
         option(
+            "--allow-workflows",
+            is_flag=True,
+            help="Let the lead run Workflow scripts (adds Workflow to the allowed tools); the "
+            "run's limits apply to their agents [default: in the default permission mode "
+            "Claude Code refuses them].",
+        ),
+        option(
             "--permission-mode",
             type=click.Choice(_PERMISSION_MODES),
             help="Passed to the SDK [default: Claude Code's `default`: reading tools run; "
@@ -130,7 +137,8 @@ def spawn_options() -> list[Callable[[_F], _F]]:
             type=FiniteFloatRange(0, 600),
             default=0.0,
             show_default=True,
-            help="Seconds between the starts of a burst's agents.",
+            help="Seconds between the starts of a burst's agents (Agent calls and workflow "
+            "agents alike).",
         ),
         option(
             "--max-depth",
@@ -191,6 +199,7 @@ def settings_from_options(
     allowed_tools: str | None,
     permission_mode: str | None,
     cli_path: str | None,
+    allow_workflows: bool = False,
     max_concurrent_agents: int | None = None,
     max_agents_per_turn: int | None = None,
     spawn_budget: int | None = None,
@@ -222,6 +231,7 @@ def settings_from_options(
         max_cost_usd=max_cost,
         allowed_tools=[t.strip() for t in (allowed_tools or "").split(",") if t.strip()],
         permission_mode=permission_mode,
+        allow_workflows=allow_workflows,
         cli_path=cli_path,
         max_concurrent_agents=max_concurrent_agents,
         max_agents_per_turn=max_agents_per_turn,

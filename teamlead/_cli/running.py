@@ -24,8 +24,9 @@ from .._gate.prompt_limits import prompt_limits
 from .._procs import stop_descendants
 from .._redact import redact, terminal_safe
 from .._run.stop import stop_every_run
+from ..coordinator import allow_workflows
 from ..errors import SetupError, UsageError
-from ..events import Finished
+from ..events import Finished, WorkflowDenied
 from ..policy import LimitsPolicy, Policy, SpawnPolicy
 from ..prompts import (
     Strategy,
@@ -53,6 +54,11 @@ __all__ = [
 
 #: After a stop signal, how long the run may take to end with its ``Finished``.
 _STOP_GRACE_S = 10.0
+#: The one line a run whose lead could not run a workflow ends with (on stderr).
+WORKFLOW_DENIED_LINE = (
+    "teamlead: the lead's Workflow call was denied (the permission mode asks for approval); "
+    "run again with --allow-workflows (or TEAMLEAD_ALLOW_WORKFLOWS=1) to let workflows run"
+)
 
 
 @dataclass
@@ -68,6 +74,7 @@ class AskSettings:
     max_cost_usd: float | None = None
     allowed_tools: list[str] = field(default_factory=list)
     permission_mode: str | None = None
+    allow_workflows: bool = False
     max_concurrent_agents: int | None = None
     max_agents_per_turn: int | None = None
     spawn_budget: int | None = None
@@ -185,6 +192,8 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
         env=dict(settings.env),
         cli_path=find_cli(settings.cli_path),
     )
+    if settings.allow_workflows:
+        options = allow_workflows(options)
     options = apply_strategy(options, strategy, values=prompt_limits(policy.spawn, options.env))
     return options, policy, strategy
 
@@ -234,7 +243,12 @@ def run_session(
         tracker = Tracker()
     if controls is not None and tracker is not None:
         controls.attach(progress, tracker, err)
-    state: dict[str, Any] = {"finished": None, "interrupted": False, "session": None}
+    state: dict[str, Any] = {
+        "finished": None,
+        "interrupted": False,
+        "session": None,
+        "workflow_denied": False,
+    }
 
     async def consume(scope: anyio.CancelScope) -> None:
         async for item in items():
@@ -249,6 +263,8 @@ def run_session(
                 state["session"] = session
             if isinstance(item, Finished):
                 state["finished"] = item
+            elif isinstance(item, WorkflowDenied):
+                state["workflow_denied"] = True
         scope.cancel()
 
     async def watch_signals(scope: anyio.CancelScope) -> None:
@@ -283,6 +299,9 @@ def run_session(
             controls.close()
         if progress is not None:
             progress.close()
+    if state["workflow_denied"]:  # once per run, after the live view has gone
+        err.write(WORKFLOW_DENIED_LINE + "\n")
+        err.flush()
     finished: Finished | None = state["finished"]
     if finished is not None and output in ("auto", "live") and _is_terminal(err):
         from rich.console import Console

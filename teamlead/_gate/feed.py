@@ -65,6 +65,11 @@ class GateFeed:
         gate = self.gate
         return [gate._slots, gate._cap.slots]
 
+    async def stagger(self, until: float) -> bool:
+        """A workflow agent's first request waits its turn in the run's stagger, as an
+        Agent call does in the hook (see :meth:`SpawnGate.stagger`)."""
+        return await self.gate.stagger(until)
+
     def drain(self) -> list[Any]:
         """The gate events not yet handed out."""
         events, self._events[:] = list(self._events), []

@@ -1,5 +1,5 @@
 """The spawn gate: a PreToolUse hook on ``Agent`` that queues, budgets, staggers and
-meets the deadline.
+meets the deadline (and on ``Workflow``, whose agents fire no hook of their own).
 
 The CLI runs each Agent call only when its PreToolUse hook returns, and the hooks of one
 message run concurrently; a hook may await. So the gate decides in the hook:
@@ -11,6 +11,13 @@ message run concurrently; a hook may await. So the gate decides in the hook:
 * **queue** (await in the hook) while the run's limit or the process-wide
   :class:`~teamlead._gate.slots.SpawnCap` is full, FIFO, bounded by the deadline;
 * **admit** (return ``{}``: no opinion), after the stagger.
+
+A ``Workflow`` call starts agents that fire no hook (the relay holds their first requests
+for a slot and the stagger instead), so the hook decides only what must hold before the
+script runs: its agents are one level deeper than its caller (a subagent's workflow is
+denied past ``max_depth``), and a spent spawn budget, a closed run or the deadline's
+wrap-up point deny it with the usual reasons. Workflow calls take no slot and no budget
+unit here and are not in :meth:`SpawnGate.records`.
 
 A slot is held from admission until the task has really ended: the run's tracker reports
 ``task_started``/``task_ended`` from the stream, and a tool result that shows the agent
@@ -49,10 +56,14 @@ from .hook import deny_output, merge_hook, model_output
 from .slots import FifoSlots, SpawnCap, cli_subagent_cap
 from .turns import Turns
 
-__all__ = ["SpawnGate"]
+__all__ = ["HOOK_TOOLS", "SpawnGate"]
 
+#: The tools the gate's hook decides on: ``Agent`` calls, and ``Workflow`` calls (their agents).
+HOOK_TOOLS = "Agent|Workflow"
+_WORKFLOW = "Workflow"
 _HOOK_MARGIN_S = 10.0  # hook timeout = longest wait + this: the gate answers before the CLI quits
 _MAX_TEXT = 200
+_MAX_WORKFLOW_DENIALS = 1000
 
 
 class SpawnGate:
@@ -108,6 +119,8 @@ class SpawnGate:
         #: Told ``(task id, alias)`` when an agent the gate gave a model alias starts, so
         #: the relay learns what the CLI resolved the alias to (from that agent's requests).
         self.on_model_set: Callable[[str, str], None] | None = None
+        #: The Workflow calls the gate denied: ``(tool_use_id, code, reason)``, in order.
+        self.workflow_denials: list[tuple[str, DenyCode, str]] = []
         #: Faults inside the gate (each denied its call) and in ``on_event``.
         self.errors: list[str] = []
 
@@ -173,9 +186,9 @@ class SpawnGate:
         return bound + _HOOK_MARGIN_S
 
     def hook_matcher(self, *, timeout_s: float | None = None) -> HookMatcher:
-        """``HookMatcher(matcher="Agent", ...)`` to add under ``PreToolUse``."""
+        """``HookMatcher(matcher="Agent|Workflow", ...)`` to add under ``PreToolUse``."""
         timeout = self.hook_timeout_s if timeout_s is None else timeout_s
-        return HookMatcher(matcher="Agent", hooks=[self.hook], timeout=timeout)
+        return HookMatcher(matcher=HOOK_TOOLS, hooks=[self.hook], timeout=timeout)
 
     def apply(self, options: ClaudeAgentOptions) -> ClaudeAgentOptions:
         """``options`` with the gate added to the user's own hooks (a no-op when disabled)."""
@@ -273,6 +286,8 @@ class SpawnGate:
     # -- the hook ----------------------------------------------------------------------------
     async def hook(self, input_data: Any, tool_use_id: Any, context: Any) -> SyncHookJSONOutput:
         """The PreToolUse callback: ``{}`` admits, a deny output refuses. Never raises."""
+        if isinstance(input_data, Mapping) and input_data.get("tool_name") == _WORKFLOW:
+            return self._workflow(input_data, tool_use_id)
         call: Call | None = None
         try:
             call, problem = self._register(input_data, tool_use_id)
@@ -304,6 +319,43 @@ class SpawnGate:
         finally:
             if call is not None and call.depth == 1:
                 self._turns.leave(_safe_read(self._clock.monotonic))
+
+    def _workflow(self, data: Mapping[str, Any], tool_use_id: Any) -> SyncHookJSONOutput:
+        """A ``Workflow`` call: denied when its agents would be too deep, the spawn budget
+        is spent, the run is closing or the wrap-up point has come; else no opinion (the
+        CLI's permission check still applies). Never raises."""
+        try:
+            key = tool_use_id if isinstance(tool_use_id, str) and tool_use_id else None
+            if key is None and isinstance(data.get("tool_use_id"), str):
+                key = data["tool_use_id"]
+            key = key or "workflow"
+            parent = data.get("agent_id") if isinstance(data.get("agent_id"), str) else None
+            depth = 1 if not parent else self._depth_of(parent) + 1  # its agents' depth
+            policy, budget = self.policy, self.policy.spawn_budget
+            now = self._clock.monotonic()
+            code: DenyCode | None = None
+            if self._closed:
+                code, reason = "closed", why.closed("the run is ending")
+            elif depth > policy.max_depth:
+                code, reason = "depth", why.depth(policy.max_depth)
+            elif budget is not None and self._used >= budget:
+                code, reason = "spawn_budget", why.budget(budget)
+            elif self._deadline is not None and now >= self._deadline - self._reserve:
+                code = "deadline"
+                reason = why.deadline(self._deadline - now, self._reserve)
+            if code is None:
+                return {}
+        except Exception as exc:  # the gate must answer: deny and say why
+            self.errors.append(f"{type(exc).__name__}: {exc}")
+            key, code, reason = "workflow", "error", why.error(exc)
+        if len(self.workflow_denials) < _MAX_WORKFLOW_DENIALS:  # a lead that insists
+            self.workflow_denials.append((key[:_MAX_TEXT], code, reason))
+        self._emit(
+            SpawnDenied(
+                tool_use_id=key[:_MAX_TEXT], description=_WORKFLOW, code=code, reason=reason
+            )
+        )
+        return deny_output(reason)
 
     def _fault(self, call: Call | None, exc: Exception) -> SyncHookJSONOutput:
         """A fault inside the gate: the call is denied, its units and slots given back."""
@@ -435,15 +487,25 @@ class SpawnGate:
                 return False
             setattr(call, attr, True)
             call.starved = False
-        if self.policy.stagger_s > 0:
-            now = self._clock.monotonic()
-            start = max(now, self._last_start + self.policy.stagger_s)
-            if start > until:
-                return False
-            self._last_start = start
-            if start > now:
-                await self._clock.sleep(start - now)
+        if not await self.stagger(until):
+            return False
         return self._deadline is None or self._clock.monotonic() < self._deadline - self._reserve
+
+    async def stagger(self, until: float) -> bool:
+        """Wait for this start's turn in the run's stagger: each start (an admitted Agent
+        call, or a workflow agent's first request at the relay) comes at least
+        ``stagger_s`` after the one before. ``False`` (and no turn taken) when that turn
+        comes after ``until`` (monotonic)."""
+        if self.policy.stagger_s <= 0:
+            return True
+        now = self._clock.monotonic()
+        start = max(now, self._last_start + self.policy.stagger_s)
+        if start > until:
+            return False
+        self._last_start = start
+        if start > now:
+            await self._clock.sleep(start - now)
+        return True
 
     def _refuse_late(self, call: Call, now: float) -> SyncHookJSONOutput:
         self._undo(call)

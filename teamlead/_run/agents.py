@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import anyio
 
@@ -44,6 +44,8 @@ class RunAgents:
         pools: the spawn gate's slot pools (see
             :meth:`~teamlead._gate.feed.GateFeed.slot_pools`): a workflow agent takes a slot
             of each; ``None`` when the gate is off.
+        pace: waits a workflow agent's turn in the run's stagger (see
+            :meth:`~teamlead._gate.feed.GateFeed.stagger`); ``None`` when the gate is off.
     """
 
     def __init__(
@@ -51,6 +53,7 @@ class RunAgents:
         policy: Policy,
         clock: Clock,
         pools: Callable[[], Sequence[SlotPool]] | None = None,
+        pace: Callable[[float], Awaitable[bool]] | None = None,
     ) -> None:
         self.policy = policy
         limits = AgentLimits(
@@ -62,6 +65,7 @@ class RunAgents:
             clock,
             limits,
             pools=pools,
+            pace=pace,
             on_usage=self._usage,
             on_exhausted=self._exhausted,
             on_timeout=self._timed_out,
@@ -214,6 +218,9 @@ class RunAgents:
             "tokens_out": count.output_tokens,
             "requests": count.requests,
         }
+        if count.requests:
+            fields["started_at"] = round(count.first_at, 3)
+            fields["ended_at"] = round(max(count.first_at, count.last_at), 3)
         return fields
 
     def _task_row(self, row: TaskDisposition, task: TaskInfo) -> TaskDisposition:
@@ -301,6 +308,8 @@ class RunAgents:
                     tokens_in=_int_or_none(fields.get("tokens_in")),
                     tokens_out=_int_or_none(fields.get("tokens_out")),
                     requests=_int_or_none(fields.get("requests")),
+                    started_at=_float_or_none(fields.get("started_at")),
+                    ended_at=_float_or_none(fields.get("ended_at")),
                     tool_uses=agent.tool_calls,
                     duration_s=round(agent.duration_ms / 1000, 3)
                     if agent.duration_ms is not None
@@ -315,6 +324,10 @@ class RunAgents:
 
 def _int_or_none(value: object) -> int | None:
     return value if isinstance(value, int) else None
+
+
+def _float_or_none(value: object) -> float | None:
+    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _agent_status(state: str, cached: bool, workflow: TaskInfo) -> TaskState:

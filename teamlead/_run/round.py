@@ -28,6 +28,7 @@ from ..policy import TRANSIENT_STATUSES
 from ..tracker import ResultSeen, SessionStateSeen, TrackedEvent
 from .outcome import ErrorKind, RoundOutcome
 from .state import RunState
+from .workflow_permission import workflow_denials
 
 __all__ = ["Round"]
 
@@ -143,6 +144,8 @@ class Round:
                         yield extra
                 for amended in self._state.drain_amends():
                     yield amended
+                for denied in workflow_denials(events):
+                    yield denied
                 if self._settle and self._settled(start, events, state):
                     break
         except Exception as exc:  # the generator's own failure ends the stream; never cancellation

@@ -355,7 +355,12 @@ def new_run(
         config_dir=claude_config_dir({**os.environ, **dict(prepared.env)}),
         mark=mark,
         gate=feed,
-        agents=RunAgents(policy, clock, feed.slot_pools if feed is not None else None),
+        agents=RunAgents(
+            policy,
+            clock,
+            feed.slot_pools if feed is not None else None,
+            feed.stagger if feed is not None else None,
+        ),
     )
     if gate is not None and state.agents is not None:
         spawn_gate = gate

@@ -18,6 +18,7 @@ from .reporting.report import (
     Report,
     TaskCell,
     VariantSummary,
+    WorkflowAgentsSummary,
     build_report,
 )
 from .running.runner import ExperimentProgress, RunSummary, run_experiment
@@ -71,6 +72,7 @@ __all__ = [
     "TrialWriter",
     "VariantSpec",
     "VariantSummary",
+    "WorkflowAgentsSummary",
     "append_record",
     "build_report",
     "finished_keys",

@@ -114,6 +114,29 @@ def _table(
     )
 
 
+def _workflow_agents(report: Report) -> list[str]:
+    """The variants' workflow agents (nothing when no trial ran one)."""
+    rows = []
+    for name, summary in report.variants.items():
+        w = summary.workflow_agents
+        if w is None:
+            continue
+        counts = (w.trials, w.started, w.most_at_once, w.lost, w.cached, w.agents_at_once)
+        rows.append("<tr>" + _td(name) + "".join(_td(str(n), float(n)) for n in counts) + "</tr>")
+    if not rows:
+        return []
+    header = [
+        "variant", "trials with workflows", "workflow agents", "most at once", "lost",
+        "from cache", "agents at once (all kinds)",
+    ]  # fmt: skip
+    note = (
+        "<p class=note>Workflow agents: those the lead's workflows started, the most running "
+        "at once in one trial, lost (in error or never finished), replayed from the journal; "
+        "a trial whose workflow ran two at once counts as parallel.</p>"
+    )
+    return ["<h3>Workflow agents</h3>", _table(header, rows, table_id="workflow-agents"), note]
+
+
 def _interval(low: float | None, high: float | None) -> str:
     return f"[{_num(low)}, {_num(high)}]"
 
@@ -393,6 +416,7 @@ def render_html(report: Report, records: Sequence[TrialRecord]) -> str:
         rate_chart(report, "parallel_rate", f"parallel rate with {confidence} interval"),
         rate_chart(report, "delegated_rate", f"delegated rate with {confidence} interval"),
         _variants(report),
+        *_workflow_agents(report),
         f"<p class=note>Rates are pooled over trials with a task-clustered Wilson "
         f"{confidence} interval; n_eff is the trials divided by the design effect "
         "1 + (m - 1) ICC with m = sum(m_i^2) / sum(m_i). Means carry a cluster-robust "

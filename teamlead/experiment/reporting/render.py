@@ -122,6 +122,7 @@ def render_markdown(report: Report) -> str:
         ],
         rows,
     )
+    out += _workflow_table(report)
     out += [
         "",
         f"Rates: pooled over trials, task-clustered Wilson {confidence} CI. Means: mean "
@@ -306,3 +307,37 @@ def write_report(directory: str | Path, report: Report, *, plots: bool = True) -
     if plots:
         written += write_plots(folder, report)
     return written
+
+
+def _workflow_table(report: Report) -> list[str]:
+    """The variants' workflow agents (nothing when no trial ran one)."""
+    rows = [
+        [
+            name,
+            str(w.trials),
+            str(w.started),
+            str(w.most_at_once),
+            str(w.lost),
+            str(w.cached),
+            str(w.agents_at_once),
+        ]
+        for name, s in report.variants.items()
+        if (w := s.workflow_agents) is not None
+    ]
+    if not rows:
+        return []
+    head = [
+        "variant",
+        "trials with workflows",
+        "workflow agents",
+        "most at once",
+        "lost",
+        "from cache",
+        "agents at once (all kinds)",
+    ]
+    note = (
+        "Workflow agents: those the lead's workflows started, the most running at once in "
+        "one trial, lost (in error or never finished), replayed from the journal; a trial "
+        "whose workflow ran two at once counts as parallel."
+    )
+    return ["", *_table(head, rows), "", note]

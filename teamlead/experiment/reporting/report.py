@@ -57,6 +57,7 @@ __all__ = [
     "Report",
     "TaskCell",
     "VariantSummary",
+    "WorkflowAgentsSummary",
     "build_report",
     "upgrade_report_json",
     "why_lines",
@@ -112,9 +113,25 @@ class MeanSummary(_Model):
     note: str | None = None
 
 
+class WorkflowAgentsSummary(_Model):
+    """One variant's workflow agents over its counted trials (see
+    :class:`~teamlead.experiment.specs.records.TrialRecord`): the trials that ran one, the
+    agents started, the most at once in one trial, those lost (in error or never
+    finished), those replayed from the journal, and the most agents of every kind at once
+    in one trial."""
+
+    trials: int
+    started: int
+    most_at_once: int
+    lost: int
+    cached: int
+    agents_at_once: int
+
+
 class VariantSummary(_Model):
     """One variant's counted trials and their summaries. ``not_compared``: why the variant
-    has no comparison (every trial failed as infrastructure)."""
+    has no comparison (every trial failed as infrastructure). ``workflow_agents``: ``None``
+    when no trial ran a workflow agent."""
 
     trials: int
     excluded: int = Field(description="infrastructure failures left out")
@@ -127,6 +144,7 @@ class VariantSummary(_Model):
     tokens: MeanSummary
     grade: MeanSummary | None = None
     not_compared: str | None = None
+    workflow_agents: WorkflowAgentsSummary | None = None
 
 
 class TaskCell(_Model):
@@ -198,6 +216,8 @@ class Report(_Model):
             for key in ("wall_s", "agent_calls", "cost_usd", "tokens"):
                 mean: MeanSummary = getattr(summary, key)
                 entry[key] = mean.model_dump()
+            workflows = summary.workflow_agents
+            entry["workflow_agents"] = workflows.model_dump() if workflows is not None else None
             variants[name] = entry
         comparisons = []
         for c in self.comparisons:
@@ -425,6 +445,21 @@ def _grading(records: Sequence[TrialRecord]) -> GradingSummary | None:
     return GradingSummary(trials=len(records), graded=graded, not_graded=ordered)
 
 
+def _workflow_agents(records: Sequence[TrialRecord]) -> WorkflowAgentsSummary | None:
+    """The variant's workflow agents; ``None`` when no trial ran one."""
+    ran = [r for r in records if r.workflow_agents]
+    if not ran:
+        return None
+    return WorkflowAgentsSummary(
+        trials=len(ran),
+        started=sum(r.workflow_agents for r in ran),
+        most_at_once=max(r.workflow_agents_at_once for r in ran),
+        lost=sum(r.workflow_agents_lost for r in ran),
+        cached=sum(r.workflow_agents_cached for r in ran),
+        agents_at_once=max(r.agents_at_once for r in records),
+    )
+
+
 def _summarise(
     records: Sequence[TrialRecord],
     tasks: Sequence[str],
@@ -435,6 +470,7 @@ def _summarise(
     fields: dict[str, Any] = {"trials": len(records), "excluded": excluded}
     if not records:
         fields["not_compared"] = NOT_COMPARED
+    fields["workflow_agents"] = _workflow_agents(records)
     for metric in metrics:
         clusters = metric_clusters(records, tasks, metric)
         if metric.kind == "rate":

@@ -14,8 +14,10 @@ from ..stats.metrics import METRICS, PRIMARY_METRIC
 
 __all__ = ["REPORT_VERSION", "upgrade_report_json"]
 
-REPORT_VERSION = 3
-"""3 added, per comparison, ``estimand``, ``mde_direction``, ``mde_rise``, ``mde_drop``,
+REPORT_VERSION = 4
+"""4 added, per variant, ``workflow_agents`` (``trials``, ``started``, ``most_at_once``,
+``lost``, ``cached``, ``agents_at_once``; ``null`` when no trial ran a workflow agent).
+3 added, per comparison, ``estimand``, ``mde_direction``, ``mde_rise``, ``mde_drop``,
 ``mde_text`` and ``reasons`` (why each n/a field is n/a), and the verdict ``not compared``
 (a variant whose trials all failed as infrastructure); ``mde`` is now the MDE in
 ``mde_direction`` (for a ratio a factor below 1 when that is a drop). Per mean,
@@ -97,5 +99,10 @@ def upgrade_report_json(data: dict[str, Any]) -> dict[str, Any]:
                     entry[key] = value
             variants[name] = entry
         out["variants"] = variants
+    if version <= 3:
+        out["variants"] = {
+            name: {**summary, "workflow_agents": summary.get("workflow_agents")}
+            for name, summary in out.get("variants", {}).items()
+        }
     out["version"] = REPORT_VERSION
     return out

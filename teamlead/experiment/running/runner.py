@@ -47,6 +47,7 @@ from ...prompts import Strategy, apply_strategy, load_strategy
 from ...tracker import Tracker
 from ..specs.records import TrialKey, TrialRecord, TrialWriter, finished_keys
 from ..specs.spec import ExperimentSpec, TaskSpec, VariantSpec
+from .agent_counts import AgentCounts, agent_counts
 from .grader import grade_answer
 from .outdir import OutDir, make_out_dir
 from .trial import Outcome, run_trial, trial_source
@@ -219,6 +220,7 @@ async def _lead_trial(
     usage_out = sum(int((r.usage or {}).get("output_tokens", 0) or 0) for r in tracker.results)
     calls = len(tracker.agent_calls)
     first = tracker.first_agent_call_at
+    agents = agent_counts(finished.tasks) if finished is not None else AgentCounts()
     sdk_version, cli = _sdk_versions()
     record = TrialRecord(
         variant=key.variant,
@@ -226,13 +228,18 @@ async def _lead_trial(
         trial=key.trial,
         status=status,
         error_class=("infrastructure" if infra else "model") if status == "failed" else None,
-        delegated=calls > 0,
+        delegated=calls > 0 or agents.workflow_agents > 0,
         agent_calls=calls,
         max_agent_calls_per_message=tracker.max_parallel_agent_calls,
-        parallel=tracker.max_parallel_agent_calls >= 2,
+        parallel=tracker.max_parallel_agent_calls >= 2 or agents.workflow_agents_at_once >= 2,
         time_to_first_agent_s=max(0.0, first - tracker.started_at)
         if first is not None and calls
         else None,
+        workflow_agents=agents.workflow_agents,
+        workflow_agents_at_once=agents.workflow_agents_at_once,
+        workflow_agents_lost=agents.workflow_agents_lost,
+        workflow_agents_cached=agents.workflow_agents_cached,
+        agents_at_once=agents.agents_at_once,
         wall_s=wall,
         turns=sum(r.num_turns or 0 for r in tracker.results),
         input_tokens=usage_in,

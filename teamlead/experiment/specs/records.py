@@ -45,9 +45,13 @@ __all__ = [
     "read_records",
 ]
 
-RECORD_VERSION = 1
+RECORD_VERSION = 2
 """The version this teamlead writes. Bump it, and add a migration, when a field changes
-meaning or is renamed; adding an optional field needs no bump."""
+meaning or is renamed; adding an optional field needs no bump. 2: a lead that ran a
+``Workflow`` delegated, and one whose workflow ran two agents at once ran in parallel
+(``workflow_agents``, ``workflow_agents_at_once``, ``workflow_agents_lost``,
+``workflow_agents_cached`` and ``agents_at_once`` added; a version 1 record reads with
+them 0, which is what it measured)."""
 
 TrialStatus = Literal["completed", "partial", "failed"]
 
@@ -90,9 +94,19 @@ class TrialKey(NamedTuple):
 class TrialRecord(BaseModel):
     """What one trial did, and where it came from.
 
-    Delegation fields come from the lead's Agent tool calls: ``delegated`` means at least
-    one call, ``parallel`` means at least two in one API message (grouped by message id),
-    and both must agree with the counts. ``error_class`` says why a trial failed:
+    Delegation fields come from the lead's Agent tool calls and its workflows:
+    ``delegated`` means at least one Agent call or one workflow agent, ``parallel`` means
+    at least two Agent calls in one API message (grouped by message id) or two workflow
+    agents running at once, and both must agree with the counts.
+
+    Agent fields come from ``Finished.tasks`` and the relay's timings: ``workflow_agents``
+    is the workflow agents the lead's workflows started (those replayed from the journal
+    included), ``workflow_agents_at_once`` the most of them with a request in flight or
+    between requests at one time, ``workflow_agents_lost`` those that ended in error or
+    never finished, ``workflow_agents_cached`` those replayed from the run's journal
+    (no request sent), ``agents_at_once`` the most agents of every kind (Agent-tool and
+    workflow) at one time. Without the relay the timings are unknown and the at-once
+    counts are 0. ``error_class`` says why a trial failed:
     ``"infrastructure"`` (the harness, network or API, not the prompt's doing: such
     trials are rerun on resume and left out of the statistics) or ``"model"`` (the model
     misbehaved, which counts against the variant); other strings are allowed.
@@ -130,6 +144,11 @@ class TrialRecord(BaseModel):
     max_agent_calls_per_message: int = Field(default=0, ge=0)
     parallel: bool = False
     time_to_first_agent_s: float | None = Field(default=None, ge=0)
+    workflow_agents: int = Field(default=0, ge=0)
+    workflow_agents_at_once: int = Field(default=0, ge=0)
+    workflow_agents_lost: int = Field(default=0, ge=0)
+    workflow_agents_cached: int = Field(default=0, ge=0)
+    agents_at_once: int = Field(default=0, ge=0)
 
     wall_s: float = Field(ge=0)
     turns: int = Field(default=0, ge=0)
@@ -166,14 +185,30 @@ class TrialRecord(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> TrialRecord:
-        if self.delegated != (self.agent_calls > 0):
-            raise ValueError("delegated must be true exactly when agent_calls > 0")
+        if self.delegated != (self.agent_calls > 0 or self.workflow_agents > 0):
+            raise ValueError(
+                "delegated must be true exactly when agent_calls > 0 or workflow_agents > 0"
+            )
         if self.max_agent_calls_per_message > self.agent_calls:
             raise ValueError("max_agent_calls_per_message exceeds agent_calls")
-        if self.parallel != (self.max_agent_calls_per_message >= 2):
-            raise ValueError("parallel must be true exactly when max_agent_calls_per_message >= 2")
-        if self.delegated and self.max_agent_calls_per_message < 1:
-            raise ValueError("a delegated trial has max_agent_calls_per_message >= 1")
+        if self.parallel != (
+            self.max_agent_calls_per_message >= 2 or self.workflow_agents_at_once >= 2
+        ):
+            raise ValueError(
+                "parallel must be true exactly when max_agent_calls_per_message >= 2 or "
+                "workflow_agents_at_once >= 2"
+            )
+        if self.agent_calls and self.max_agent_calls_per_message < 1:
+            raise ValueError("a trial with Agent calls has max_agent_calls_per_message >= 1")
+        workflow = (
+            self.workflow_agents_at_once,
+            self.workflow_agents_lost,
+            self.workflow_agents_cached,
+        )
+        if any(count > self.workflow_agents for count in workflow):
+            raise ValueError("a workflow agent count exceeds workflow_agents")
+        if self.workflow_agents_at_once > self.agents_at_once:
+            raise ValueError("workflow_agents_at_once exceeds agents_at_once")
         if self.time_to_first_agent_s is not None and not self.delegated:
             raise ValueError("time_to_first_agent_s is set but the trial did not delegate")
         if self.version > RECORD_VERSION:
@@ -220,9 +255,14 @@ class ReadResult(NamedTuple):
     warnings: list[RecordWarning]
 
 
-# Upgrades a raw record of version N (the key) to version N + 1. Empty while only
-# version 1 exists; the reader applies them in order.
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
+def _from_v1(raw: dict[str, Any]) -> dict[str, Any]:
+    """Version 1 counted no workflow agents: its delegation fields mean the same in 2."""
+    return dict(raw)
+
+
+# Upgrades a raw record of version N (the key) to version N + 1; the reader applies them
+# in order.
+_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _from_v1}
 
 
 def _upgrade(raw: dict[str, Any]) -> dict[str, Any]:
