@@ -21,7 +21,8 @@ The public API is what this module re-exports in ``__all__``, the names users ca
 - Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate.
 - :class:`RunControl` changes a running run's agent cap and subagent model (zcode's
   three-state :meth:`~RunControl.amend`; a no-op is refused with :class:`AmendRefused`, each
-  change is a :class:`RunAmended` event).
+  change is a :class:`RunAmended` event; the ``UNSET`` marker and its type are in
+  :mod:`teamlead.control`).
 - :class:`Governor` adapts concurrency to rate limits; :func:`relay_for` keeps the request
   relay that paces a ``ClaudeSDKClient``'s API requests up while the client lives.
 
@@ -36,7 +37,7 @@ from __future__ import annotations
 
 from ._version import __version__
 from .clock import Clock
-from .control import UNSET, RunControl, Unset
+from .control import RunControl
 from .coordinator import (
     ClientRun,
     QueryFn,
@@ -91,7 +92,6 @@ from .policy import InboxWaitPolicy, LimitsPolicy, LockPolicy, Policy, RetryPoli
 from .prompts import Strategy, apply_strategy, list_strategies, load_strategy
 
 __all__ = [
-    "UNSET",
     "AgentUsage",
     "AmendField",
     "AmendRefused",
@@ -137,7 +137,6 @@ __all__ = [
     "TaskState",
     "TeamleadError",
     "TeamleadEvent",
-    "Unset",
     "UsageError",
     "WaitingForTeam",
     "WorkflowDenied",

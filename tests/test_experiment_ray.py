@@ -442,6 +442,7 @@ async def test_governors_on_two_nodes_share_learnt_limits(ray_instance: _Cluster
     assert limits is not None and limits.cap == learnt.cap
 
 
+@pytest.mark.slow  # a fresh interpreter or child process: seconds
 def test_an_address_nothing_listens_at_fails_at_once_in_one_line(tmp_path: Path) -> None:
     """Ray itself would retry such an address for ten minutes; the run says why and stops."""
     spec = _spec(tmp_path, tasks=1, trials=1)

@@ -160,6 +160,7 @@ def test_the_scripted_server_refuses_a_bad_header_timing() -> None:
 # -- teamlead relay, without the Claude CLI ----------------------------------------------------
 
 
+@pytest.mark.slow  # a fresh interpreter or child process: seconds
 def test_teamlead_relay_prints_its_url_first_forwards_and_closes_on_sigterm(
     tmp_path: Path,
 ) -> None:

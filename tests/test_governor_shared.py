@@ -117,6 +117,7 @@ def _end(child: subprocess.Popen[str]) -> None:
         child.stdout.close()
 
 
+@pytest.mark.slow  # a fresh interpreter or child process: seconds
 def test_a_process_killed_while_holding_leases_gives_its_slots_back(tmp_path: Path) -> None:
     db = tmp_path / "limits.sqlite3"
     child = _holder(db)
@@ -133,6 +134,7 @@ def test_a_process_killed_while_holding_leases_gives_its_slots_back(tmp_path: Pa
         account.close()
 
 
+@pytest.mark.slow  # a fresh interpreter or child process: seconds
 def test_a_hung_holder_s_leases_expire_after_their_time_to_live(tmp_path: Path) -> None:
     db = tmp_path / "limits.sqlite3"
     child = _holder(db, ttl=30.0)

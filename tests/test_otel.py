@@ -139,6 +139,7 @@ SCRIPTED_RUN = """
 """
 
 
+@pytest.mark.slow  # a fresh interpreter or child process: seconds
 def test_without_the_variables_no_sdk_or_exporter_is_imported() -> None:
     """The API package may be loaded already (the claude SDK's ``mcp`` imports it); what
     costs, the SDK, an exporter and the protobuf classes, must not be."""
@@ -173,6 +174,7 @@ WITHOUT_THE_EXTRA = """
 """
 
 
+@pytest.mark.slow  # a fresh interpreter or child process: seconds
 def test_the_variables_without_the_extra_warn_once_and_the_run_goes_on() -> None:
     proc = run_python(
         WITHOUT_THE_EXTRA

@@ -29,6 +29,10 @@ WITHOUT_EXTRA = (
 )
 
 
+#: Each test starts a fresh interpreter (seconds each): the slow tier.
+pytestmark = pytest.mark.slow
+
+
 def _fresh(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-c", code, *args],
