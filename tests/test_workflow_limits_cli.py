@@ -10,6 +10,7 @@ their prompt (``WFJOB <label>``) and records every request with its agent id and
 from __future__ import annotations
 
 import dataclasses
+import re
 from typing import Any
 
 import pytest
@@ -142,6 +143,44 @@ async def test_a_request_budget_stops_a_workflows_later_agents(offline: OfflineF
     rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
     assert rows["wf:w1"].status == "completed"
     assert rows["wf:w2"].status != "completed"
+
+
+async def test_a_spawn_budget_counts_agent_calls_and_workflow_agents_together(
+    offline: OfflineFactory,
+) -> None:
+    # a budget of 3 agents: the Agent call takes one, the workflow's first two take the
+    # rest, its last two never reach the server and are never run again by a resume
+    script = Mixed(["a1"], ["w1", "w2", "w3", "w4"], delay=0.3)
+    server, claude = offline(script)
+    policy = teamlead.Policy(
+        wait_s=5,
+        deadline_s=150,
+        spawn=SpawnPolicy(max_concurrent_agents=1, spawn_budget=3),
+    )
+    items = await run(claude.options(), policy)
+    done = finished(items)
+    sent = {
+        m.group(1)
+        for r in workflow_requests(server)
+        if (m := re.search(r"WFJOB (\w+)", r.request.first_user_text))
+    }
+    assert sent == {"w1", "w2"}, sent  # the agents past the budget sent nothing upstream
+    rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
+    assert {label: rows[label].status for label in ("wf:w1", "wf:w2")} == {
+        "wf:w1": "completed",
+        "wf:w2": "completed",
+    }
+    for label in ("wf:w3", "wf:w4"):
+        assert rows[label].status == "denied", rows[label]
+        assert rows[label].disposition == "not_run"
+        assert "spawn budget of 3" in (rows[label].reason or "")
+    denials = [i for i in items if isinstance(i, SpawnDenied) and i.description == "workflow agent"]
+    assert len(denials) == 2 and all(d.code == "spawn_budget" for d in denials)
+    # the lead was not asked to resume the workflow for agents the user's budget denied
+    leads = [r for r in server.recorded() if r.agent_id is None]
+    assert not any("Resume the workflow" in r.request.last_user_text for r in leads)
+    assert done.status == "completed", done.reasons
+    assert {"a1", "w1", "w2"} <= set(findings_in(done.result or ""))
 
 
 class TwoSteps:

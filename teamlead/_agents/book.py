@@ -23,7 +23,9 @@ apply the run's limits where the spawn gate's hook cannot see an agent:
 - **The budgets.** Tokens and requests are counted from the upstream's own usage. Each
   request is checked and reserved in one synchronous step before it is forwarded, keeping
   room for the wrap-up's own request; once a budget is reached no subagent request goes on
-  and the run is told to wrap up.
+  and the run is told to wrap up. A workflow agent also takes a unit of the run's spawn
+  budget (``spawn_unit``) when its first request is let go, as an Agent call does in the
+  hook: past the budget it does not start, and its requests are refused with the reason.
 
 One :class:`AgentBook` belongs to one run (the relay's path token tells runs apart, never a
 header): a session id of another run or a forged agent id is counted in *this* run's book
@@ -105,6 +107,10 @@ class AgentBook:
         pace: ``await pace(until)`` waits a workflow agent's turn in the run's stagger
             (the gate's :meth:`~teamlead._gate.gate.SpawnGate.stagger`); ``False``: its turn
             comes after ``until``. ``None``: no stagger.
+        spawn_unit: ``spawn_unit(agent id)`` takes a unit of the run's spawn budget for a
+            workflow agent about to start (the gate's
+            :meth:`~teamlead._gate.gate.SpawnGate.take_workflow_agent`): ``None``, or why
+            the budget keeps it from starting. ``None``: no spawn budget.
         on_usage: told ``(session id, agent id, count)`` after each of an agent's requests.
         on_exhausted: told once when a budget is reached (the run wraps up).
         on_timeout: told ``agent id`` once when an agent passes its timeout.
@@ -117,6 +123,7 @@ class AgentBook:
         *,
         pools: Callable[[], Sequence[SlotPool]] | None = None,
         pace: Callable[[float], Awaitable[bool]] | None = None,
+        spawn_unit: Callable[[str], str | None] | None = None,
         on_usage: Callable[[str, str, AgentCount], None] | None = None,
         on_exhausted: Callable[[ExhaustReason], None] | None = None,
         on_timeout: Callable[[str], None] | None = None,
@@ -125,6 +132,7 @@ class AgentBook:
         self.limits = limits or AgentLimits()
         self._pools = pools
         self._pace = pace
+        self._spawn_unit = spawn_unit
         self.on_usage = on_usage
         self.on_exhausted = on_exhausted
         self.on_timeout = on_timeout
@@ -203,6 +211,11 @@ class AgentBook:
         """The agent ids that passed their timeout."""
         return [a for a, c in self._by_agent.items() if c.timed_out]
 
+    @property
+    def denied(self) -> dict[str, str]:
+        """The workflow agents the run's spawn budget kept from starting, and why."""
+        return {a: c.denied for a, c in self._by_agent.items() if c.denied is not None}
+
     # -- the relay's request path -----------------------------------------------------------
     async def relay(
         self,
@@ -268,6 +281,11 @@ class AgentBook:
                 held = await self._hold(count)
                 if held is not None:
                     return held
+                denied = self._spawn_unit(key[1]) if self._spawn_unit is not None else None
+                if denied is not None:
+                    self._free(count)
+                    count.denied = denied
+                    return self._denied_refusal(denied)
             if kind != "lead":  # read once it really starts; the same agent keeps its model
                 count.sent_model = model_of(body)
                 alias = self._alias_wanted.pop(key[1], None)
@@ -293,6 +311,8 @@ class AgentBook:
     def _check(self, agent_id: str, count: AgentCount, role: str) -> Refused | None:
         """The timeout and the budgets, checked in one synchronous step with the reservation
         that follows it in :meth:`_enter` (nothing awaits between the two)."""
+        if count.denied is not None:
+            return self._denied_refusal(count.denied)
         if count.timed_out:
             return self._timeout_refusal(agent_id)
         until = self._timeout_at(count)
@@ -398,6 +418,10 @@ class AgentBook:
                 except Exception:
                     log.exception("the agent-timeout listener failed")
         return self._timeout_refusal(agent_id)
+
+    @staticmethod
+    def _denied_refusal(reason: str) -> Refused:
+        return Refused("spawn_budget", f"teamlead: this agent does not start: {reason}")
 
     def _timeout_refusal(self, agent_id: str) -> Refused:
         seconds = self.limits.agent_timeout_s or 0

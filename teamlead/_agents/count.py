@@ -47,6 +47,7 @@ class AgentCount:
         "sent_model",
         "slots",
         "started_at",
+        "denied",
         "timed_out",
         "unknown_usage",
     )
@@ -66,6 +67,7 @@ class AgentCount:
         self.last_total = 0
         self.slots: list[SlotPool] = []
         self.timed_out = False
+        self.denied: str | None = None  # why the run's spawn budget kept it from starting
         self.model: str | None = None  # the model its requests are pinned to, if any
         self.sent_model: str | None = None  # the model its first request named
 

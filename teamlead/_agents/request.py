@@ -38,7 +38,9 @@ Answer = Callable[..., Awaitable[None]]
 #: ``exchange(send, on_limited, body)``: forward the request (``body`` instead of its own when
 #: not ``None``) and stream the reply back through ``send``.
 Exchange = Callable[[Send, Callable[[RateLimited], None], "bytes | None"], Awaitable[None]]
-RefusalCode: TypeAlias = Literal["timeout", "token_budget", "request_budget", "no_slot"]
+RefusalCode: TypeAlias = Literal[
+    "timeout", "token_budget", "request_budget", "no_slot", "spawn_budget"
+]
 
 #: The agent id of the lead: its requests carry none.
 LEAD = ""

@@ -70,6 +70,11 @@ class GateFeed:
         Agent call does in the hook (see :meth:`SpawnGate.stagger`)."""
         return await self.gate.stagger(until)
 
+    def take_workflow_agent(self, agent_id: str) -> str | None:
+        """A workflow agent takes a unit of the spawn budget before it starts (see
+        :meth:`SpawnGate.take_workflow_agent`): ``None``, or why it does not start."""
+        return self.gate.take_workflow_agent(agent_id)
+
     def drain(self) -> list[Any]:
         """The gate events not yet handed out."""
         events, self._events[:] = list(self._events), []

@@ -61,6 +61,7 @@ __all__ = ["HOOK_TOOLS", "SpawnGate"]
 #: The tools the gate's hook decides on: ``Agent`` calls, and ``Workflow`` calls (their agents).
 HOOK_TOOLS = "Agent|Workflow"
 _WORKFLOW = "Workflow"
+_WORKFLOW_AGENT = "workflow agent"
 _HOOK_MARGIN_S = 10.0  # hook timeout = longest wait + this: the gate answers before the CLI quits
 _MAX_TEXT = 200
 _MAX_WORKFLOW_DENIALS = 1000
@@ -173,8 +174,28 @@ class SpawnGate:
 
     @property
     def spawned(self) -> int:
-        """Budget units used: calls admitted (or being admitted) in this run."""
+        """Budget units used: calls admitted (or being admitted) in this run, and workflow
+        agents started."""
         return self._used
+
+    def take_workflow_agent(self, agent_id: str) -> str | None:
+        """A workflow agent (which fires no hook) is about to start: it takes one unit of
+        the spawn budget, as an Agent call does. Returns ``None``, or when the budget is
+        spent the reason it does not start (and a ``spawn_denied`` event says so)."""
+        budget = self.policy.spawn_budget
+        if budget is None or self._used < budget:
+            self._used += 1
+            return None
+        reason = why.budget(budget)
+        self._emit(
+            SpawnDenied(
+                tool_use_id=agent_id[:_MAX_TEXT],
+                description=_WORKFLOW_AGENT,
+                code="spawn_budget",
+                reason=reason,
+            )
+        )
+        return reason
 
     @property
     def hook_timeout_s(self) -> float:

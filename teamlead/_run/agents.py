@@ -46,6 +46,9 @@ class RunAgents:
             of each; ``None`` when the gate is off.
         pace: waits a workflow agent's turn in the run's stagger (see
             :meth:`~teamlead._gate.feed.GateFeed.stagger`); ``None`` when the gate is off.
+        spawn_unit: takes a unit of the run's spawn budget for a workflow agent (see
+            :meth:`~teamlead._gate.feed.GateFeed.take_workflow_agent`); ``None`` when the
+            gate is off.
     """
 
     def __init__(
@@ -54,6 +57,7 @@ class RunAgents:
         clock: Clock,
         pools: Callable[[], Sequence[SlotPool]] | None = None,
         pace: Callable[[float], Awaitable[bool]] | None = None,
+        spawn_unit: Callable[[str], str | None] | None = None,
     ) -> None:
         self.policy = policy
         limits = AgentLimits(
@@ -66,6 +70,7 @@ class RunAgents:
             limits,
             pools=pools,
             pace=pace,
+            spawn_unit=spawn_unit,
             on_usage=self._usage,
             on_exhausted=self._exhausted,
             on_timeout=self._timed_out,
@@ -170,6 +175,16 @@ class RunAgents:
         count = self.book.agent(agent_id)
         return count is not None and count.timed_out
 
+    def denied(self, agent_id: str) -> str | None:
+        """Why the run's spawn budget kept workflow agent ``agent_id`` from starting."""
+        count = self.book.agent(agent_id)
+        return count.denied if count is not None else None
+
+    def limited(self, agent_id: str) -> bool:
+        """Whether the user's own limits stopped ``agent_id`` (its timeout, or the spawn
+        budget): such an agent is named, never run again by a resume."""
+        return self.timed_out(agent_id) or self.denied(agent_id) is not None
+
     def missing_lines(self, tracker: Tracker) -> list[str]:
         """What the resume prompt tells the lead about agents stopped at their timeout."""
         seconds = self.policy.spawn.agent_timeout_s or 0
@@ -267,22 +282,34 @@ class RunAgents:
         for index in sorted(task.workflow_agents):
             agent = task.workflow_agents[index]
             status: TaskState = _agent_status(agent.state, agent.cached, task)
+            denied = self.denied(agent.agent_id) if agent.agent_id is not None else None
             if agent.agent_id is not None and self.timed_out(agent.agent_id):
                 status = "timeout"
+            elif denied is not None:
+                status = "denied"
             # a lost agent's result is missing work (a resume of its run may recover it);
-            # one stopped at the user's own timeout failed
+            # one stopped at the user's own timeout failed; one the spawn budget kept from
+            # starting did not run
             disposition: Disposition = (
-                "failed"
+                "not_run"
+                if status == "denied"
+                else "failed"
                 if status == "timeout"
                 else "missing"
                 if status in _FAILED
                 else parent.disposition
             )
-            if disposition in ("not_run", "failed") and status not in _FAILED:
+            if (
+                disposition in ("not_run", "failed")
+                and status not in _FAILED
+                and status != "denied"
+            ):
                 # it finished: a resume of its run replays it, else its workflow's result
                 # never came
                 disposition = "included" if later is not None else "missing"
             reason = redact(agent.error) if agent.error else None
+            if denied is not None:
+                reason = denied
             again = later.agents.get(index) if later is not None else None
             if status in _FAILED and later is not None and again is not None:
                 # a resume of the run (the same wf_ id) ran it again: its row says how that went

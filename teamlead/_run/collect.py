@@ -37,6 +37,7 @@ from ..events import (
     WaitingForTeam,
 )
 from ..tracker import TaskInfo, Tracker, WorkflowAgent, WorkflowRun
+from .agents import RunAgents
 from .resume_prompt import (
     FAILED_STATES,
     Delivery,
@@ -262,13 +263,13 @@ class Collection:
             source = "summary"
         agents = self._state.agents
         denied = agents is not None and agents.exhaust_reason is not None
-        timed_out = {
-            a.index
+        limited = {  # stopped by the user's own limits: named, never run again
+            a.index: _limited_what(agents, a.agent_id)
             for a in lost
-            if a.agent_id and agents is not None and agents.timed_out(a.agent_id)
+            if a.agent_id and agents is not None and agents.limited(a.agent_id)
         }
         resumable = bool(
-            lost and run.run_id and not run.error and not denied and len(timed_out) < len(lost)
+            lost and run.run_id and not run.error and not denied and len(limited) < len(lost)
         )
         unfinished = task.status != "completed" and not run.error and not lost
         if (
@@ -284,7 +285,7 @@ class Collection:
                 run_id=run.run_id,
                 name=run.name or run.description or task.task_id,
                 script_path=run.script_path,
-                lost=tuple(_lost_line(a, a.index in timed_out) for a in lost)
+                lost=tuple(_lost_line(a, limited.get(a.index)) for a in lost)
                 or ("the run did not finish",),
                 resumable=resumable,
             )
@@ -467,10 +468,17 @@ def _message_summary(message: TeammateMessage) -> dict[str, Any]:
     }
 
 
-def _lost_line(agent: WorkflowAgent, timed_out: bool) -> str:
+def _limited_what(agents: RunAgents, agent_id: str) -> str:
+    """What the user's own limits did to a workflow agent, for its lost line."""
+    if agents.timed_out(agent_id):
+        return "stopped at its timeout"
+    return "not started: the run's spawn budget is used up"
+
+
+def _lost_line(agent: WorkflowAgent, limited: str | None) -> str:
     """A lost workflow agent, for the resume prompt: its label and what became of it."""
-    if timed_out:
-        what = "stopped at its timeout"
+    if limited is not None:
+        what = limited
     elif agent.state == "error":
         what = f"failed: {(agent.error or 'no result')[:_MAX_LOST_REASON]}"
     else:
