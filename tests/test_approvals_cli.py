@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from teamlead.events import EVENT_VERSION
 from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.replies import AgentCall, Reply, ScriptedRequest, ToolUse
 from teamlead.testing.scripts import bash, synthesize
@@ -161,7 +162,9 @@ def test_a_piped_run_denies_with_the_one_line_reason(tmp_path: Path) -> None:
     records = [json.loads(line) for line in proc.stdout.splitlines()]
     decided = [r for r in records if r["type"] == "permission_decided"]
     assert sorted(r["agent"] for r in decided) == ["alpha", "beta"]
-    assert {(r["decision"], r["by"], r["version"]) for r in decided} == {("deny", "no_terminal", 2)}
+    assert {(r["decision"], r["by"], r["version"]) for r in decided} == {
+        ("deny", "no_terminal", EVENT_VERSION)
+    }
     assert not (claude.cwd / "alpha.txt").exists() and not (claude.cwd / "beta.txt").exists()
     assert "--allowed-tools" in told  # the agent was told how it could be allowed
 

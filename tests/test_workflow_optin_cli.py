@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import teamlead
-from teamlead.events import WorkflowDenied
+from teamlead.events import EVENT_VERSION, WorkflowDenied
 from teamlead.testing import OfflineClaude, ScriptedServer
 
 from .conftest import OfflineFactory
@@ -73,7 +73,7 @@ def test_ask_names_the_flag_once_and_the_flag_lets_the_workflow_run(tmp_path: Pa
     assert sent == 0
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     events = [r for r in lines if r["type"] == "workflow_denied"]
-    assert len(events) == 1 and events[0]["version"] == 2
+    assert len(events) == 1 and events[0]["version"] == EVENT_VERSION
     told = [line for line in proc.stderr.splitlines() if "--allow-workflows" in line]
     assert told == [
         "teamlead: the lead's Workflow call was denied (the permission mode asks for approval); "

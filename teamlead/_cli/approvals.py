@@ -42,6 +42,7 @@ from claude_agent_sdk import (
 from claude_agent_sdk.types import PermissionResult
 
 from .._redact import terminal_safe
+from .._run.workflow_permission import WORKFLOW_DENIED, WORKFLOW_TOOL
 from ..clock import SYSTEM_CLOCK, Clock, move_on_at
 from ..events import PermissionAnswer, PermissionDecided
 from ..tracker import Tracker
@@ -385,7 +386,14 @@ _RUN_ENDED = "The run is ending; the tool call was not approved."
 
 
 def no_terminal_reason(tool: str) -> str:
-    """What a request is told when nobody can approve it, with the flags that allow it."""
+    """What a request is told when nobody can approve it, with the flags that allow it (a
+    Workflow call's reads as Claude Code's own refusal does, so the run reports it once)."""
+    if tool == WORKFLOW_TOOL:
+        return (
+            f"{WORKFLOW_DENIED}: nobody is at a terminal to approve it; to allow it, run "
+            "teamlead with --allow-workflows (or TEAMLEAD_ALLOW_WORKFLOWS=1), or with "
+            "--permission-mode bypassPermissions"
+        )
     return (
         f"{tool} needs approval and nobody is at a terminal to give it; to allow it, run "
         f"teamlead with --allowed-tools '{tool}' (or a pattern such as 'Bash(npm test:*)'), "
@@ -426,7 +434,8 @@ class NoTerminal:
                 message=reason,
             )
         )
-        if tool_name not in self._told:
+        if tool_name not in self._told and tool_name != WORKFLOW_TOOL:
+            # a Workflow denial is said once by the run itself (its workflow_denied line)
             self._told.add(tool_name)
             self.say(terminal_safe(f"teamlead: denied {tool_name} for [{agent}]: {reason}"))
         return PermissionResultDeny(message=reason)
