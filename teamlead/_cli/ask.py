@@ -8,7 +8,7 @@ Both share the run options (:func:`run_options`), which map one to one onto
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
@@ -19,6 +19,7 @@ from ..policy import MAX_SECONDS
 from .exitcodes import handle_errors
 from .options import (
     FiniteFloatRange,
+    Output,
     limits_from_options,
     limits_options,
     no_relay_option,
@@ -27,6 +28,9 @@ from .options import (
 )
 
 if TYPE_CHECKING:
+    from claude_agent_sdk import ClaudeAgentOptions
+
+    from ..control import RunControl
     from .running import AskSettings
 
 __all__ = ["ask", "resume", "run_options"]
@@ -266,11 +270,8 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 
     PROMPT is the task; `-` reads it from stdin.
     """
-    from .._claude.team import claude_config_dir
-    from ..control import RunControl
     from ..coordinator import query
-    from .controls import controls_for
-    from .running import build_run, check_setup, merged_env, run_session
+    from .running import build_run, check_setup, merged_env
 
     if prompt == "-":
         prompt = sys.stdin.read()
@@ -280,23 +281,15 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
     settings = settings_from_options(strategy, **kw)
     options, policy, _ = build_run(settings)
     check_setup(merged_env(options.env))
-    control = RunControl()  # the run's live cap and subagent model
-    controls = controls_for(
-        settings.permission_mode,
-        output,
-        wait_limit_s=policy.deadline_s,
-        control=control,
-        config_dir=claude_config_dir(merged_env(options.env)),
-    )
-    options = controls.options(options)
-    with run_labels(strategy=strategy):  # the run's span names its strategy
-        code = run_session(
-            lambda: query(prompt, options, policy=policy, control=control),
-            output=output,
-            verbose=verbose,
-            controls=controls,
+    sys.exit(
+        _at_the_terminal(
+            settings,
+            options,
+            output,
+            verbose,
+            lambda opts, control: query(prompt, opts, policy=policy, control=control),
         )
-    sys.exit(code)
+    )
 
 
 @click.command()
@@ -315,10 +308,8 @@ def resume(
     """Collect the unused results of SESSION_ID and resume its lead."""
     from .._claude.saved_session import find_session_file
     from .._claude.team import claude_config_dir
-    from ..control import RunControl
     from ..coordinator import resume_session
-    from .controls import controls_for
-    from .running import build_run, check_setup, merged_env, run_session
+    from .running import build_run, check_setup, merged_env
 
     output = output_mode(json_, quiet)
     settings = settings_from_options(strategy, **kw)
@@ -326,20 +317,42 @@ def resume(
     env = merged_env(options.env)
     find_session_file(claude_config_dir(env), session_id)  # a missing session is a usage error
     check_setup(env)
+    sys.exit(
+        _at_the_terminal(
+            settings,
+            options,
+            output,
+            verbose,
+            lambda opts, control: resume_session(session_id, opts, policy=policy, control=control),
+        )
+    )
+
+
+def _at_the_terminal(
+    settings: AskSettings,
+    options: ClaudeAgentOptions,
+    output: Output,
+    verbose: bool,
+    start: Callable[[ClaudeAgentOptions, RunControl], AsyncIterator[Any]],
+) -> int:
+    """Run ``start(options, control)`` to its end with the terminal's part: the run's live
+    control (keys and a :class:`~teamlead.RunControl`), the approval queue, the live view.
+    Returns the exit code."""
+    from .._claude.team import claude_config_dir
+    from ..control import RunControl
+    from .controls import controls_for
+    from .running import merged_env, run_session
+
     control = RunControl()  # the run's live cap and subagent model
     controls = controls_for(
         settings.permission_mode,
         output,
-        wait_limit_s=policy.deadline_s,
+        wait_limit_s=settings.deadline_s,
         control=control,
         config_dir=claude_config_dir(merged_env(options.env)),
     )
     options = controls.options(options)
-    with run_labels(strategy=strategy):
-        code = run_session(
-            lambda: resume_session(session_id, options, policy=policy, control=control),
-            output=output,
-            verbose=verbose,
-            controls=controls,
+    with run_labels(strategy=settings.strategy):  # the run's span names its strategy
+        return run_session(
+            lambda: start(options, control), output=output, verbose=verbose, controls=controls
         )
-    sys.exit(code)
