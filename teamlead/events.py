@@ -240,6 +240,8 @@ class AgentUsage(_Event):
             carried usage (unknown, not zero).
         unknown_usage: replies that carried no usage.
         rate_limited: 429s met (absorbed by the relay or passed on).
+        last_tool: the tool a subagent called last, as its latest request showed (``None``
+            for the lead and before its first tool call).
     """
 
     type: Literal["agent_usage"] = "agent_usage"
@@ -250,6 +252,7 @@ class AgentUsage(_Event):
     output_tokens: int | None = None
     unknown_usage: int = 0
     rate_limited: int = 0
+    last_tool: str | None = None
 
 
 class Finished(_Event):

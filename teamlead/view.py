@@ -392,7 +392,8 @@ class LiveTeamView:
 
     def _workflow_rows(self, table: Table, run: WorkflowRun) -> None:
         """A workflow as a group: each phase with its agents counted by state, then its
-        agents (the first 50) with state, tokens and their tool calls."""
+        agents (the first 50) with state, tokens and their last tool (as the relay saw their
+        requests) and tool calls."""
         for title, states in run.phase_counts():
             counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
             table.add_row("  phase", Text(_safe(title[:40] or "(no phase)")), Text(_safe(counts)))
@@ -400,6 +401,9 @@ class LiveTeamView:
             agent = run.agents[index]
             seconds = f"{agent.duration_ms / 1000:5.1f}s" if agent.duration_ms else ""
             tools = f"{agent.tool_calls} tool calls" if agent.tool_calls else ""
+            usage = self.usage.get(agent.agent_id) if agent.agent_id else None
+            if usage is not None and usage.last_tool:
+                tools = f"{usage.last_tool} · {tools}" if tools else usage.last_tool
             table.add_row(
                 "  wf agent",
                 Text(_safe(agent.label[:40])),

@@ -323,3 +323,26 @@ async def test_a_fault_in_the_ledger_never_breaks_a_request(server: ScriptedServ
         after = await http.post(url, content=body(), headers=headers(agent="a1"))
     assert r.status_code == 200 and after.status_code == 200
     assert len(server.recorded()) == 2
+
+
+def test_the_last_tool_is_read_from_the_tail_of_a_request_and_never_trusted_as_text() -> None:
+    from teamlead._agents.request import last_tool_of
+
+    def body(*names: str, pad: int = 0) -> bytes:
+        blocks = [
+            {"type": "tool_use", "id": f"t{i}", "name": n, "input": {}} for i, n in enumerate(names)
+        ]
+        return json.dumps(
+            {
+                "messages": [
+                    {"role": "user", "content": "x" * pad},
+                    {"role": "assistant", "content": blocks},
+                ]
+            }
+        ).encode()
+
+    assert last_tool_of(body()) is None
+    assert last_tool_of(body("Read", "Bash")) == "Bash"  # the last call
+    assert last_tool_of(body("Grep", pad=5_000_000)) == "Grep"  # past a huge prefix
+    assert last_tool_of(body("\x1b[31mEvil[/]")) is None  # not a tool name: shown as nothing
+    assert last_tool_of(b"not json at all") is None

@@ -296,3 +296,24 @@ def test_ask_json_streams_agent_usage_and_rows_per_agent(tmp_path: Path) -> None
     finished_line = lines[-1]
     rows = {r["label"]: r for r in finished_line["tasks"] if r["kind"] == "task"}
     assert rows["alpha"]["tokens_in"] == 300 and rows["alpha"]["requests"] >= 1
+
+
+class ToolFirst(Mixed):
+    """As :class:`Mixed`, but each workflow agent first runs one (read-only) Bash command."""
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        first = req.first_user_text
+        if any(f"WFJOB {label}" in first for label in self.workflow) and not req.tool_uses_sent:
+            return Reply.tools(ToolUse(name="Bash", input={"command": "echo probe"}))
+        return super().__call__(req)
+
+
+async def test_a_workflow_agents_last_tool_is_seen_at_the_relay(offline: OfflineFactory) -> None:
+    server, claude = offline(ToolFirst([], ["w1"], delay=0.2))
+    items = await run(claude.options(), teamlead.Policy(wait_s=5, deadline_s=150))
+    done = finished(items)
+    assert done.status == "completed", done.reasons
+    usage = [i for i in items if isinstance(i, AgentUsage) and i.kind == "workflow_agent"]
+    assert [u.last_tool for u in usage] == [None, "Bash"]  # its second request showed the call
+    lead = [i for i in items if isinstance(i, AgentUsage) and i.kind == "lead"]
+    assert lead and all(u.last_tool is None for u in lead)

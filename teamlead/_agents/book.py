@@ -54,6 +54,7 @@ from .request import (
     Ticket,
     agent_key,
     is_workflow_agent,
+    last_tool_of,
     model_of,
     with_model,
 )
@@ -305,6 +306,8 @@ class AgentBook:
         count.requests += 1
         count.in_flight += 1
         count.last_at = self.clock.time()
+        if count.kind != "lead":
+            count.last_tool = last_tool_of(body) or count.last_tool
         self.requests += 1
         return Ticket(self._closed, key, count, reserve, body=with_model(body, count.model))
 

@@ -39,6 +39,7 @@ class AgentCount:
         "input_tokens",
         "kind",
         "last_at",
+        "last_tool",
         "last_total",
         "model",
         "output_tokens",
@@ -65,6 +66,7 @@ class AgentCount:
         self.started_at: float | None = None  # monotonic, for the timeout
         self.in_flight = 0
         self.last_total = 0
+        self.last_tool: str | None = None  # the tool its latest request shows it called last
         self.slots: list[SlotPool] = []
         self.timed_out = False
         self.denied: str | None = None  # why the run's spawn budget kept it from starting

@@ -28,6 +28,7 @@ __all__ = [
     "Ticket",
     "agent_key",
     "is_workflow_agent",
+    "last_tool_of",
     "model_of",
     "with_model",
 ]
@@ -112,6 +113,33 @@ def model_of(body: bytes) -> str | None:
         return None
     model = data.get("model") if isinstance(data, dict) else None
     return model[:200] if isinstance(model, str) and model else None
+
+
+#: How much of a request body's end :func:`last_tool_of` reads: an agent's latest tool
+#: call is in its last assistant message, near the end of the conversation it resends.
+_TAIL_BYTES = 256 * 1024
+_TOOL_USE = re.compile(rb'"type"\s*:\s*"tool_use"')
+_TOOL_NAME = re.compile(rb'"name"\s*:\s*"([A-Za-z0-9_.:-]{1,64})"')
+
+
+def last_tool_of(body: bytes) -> str | None:
+    """The tool the agent called last, as its request's conversation shows: the ``name`` of
+    the last ``tool_use`` block in the body's tail (``None`` when there is none). A bounded
+    scan, not a parse: each of an agent's requests resends its whole conversation.
+
+    Example:
+        >>> last_tool_of(b'{"messages":[{"content":[{"type":"tool_use","id":"t","name":"Bash"}]}]}')
+        'Bash'
+    """
+    tail = body[-_TAIL_BYTES:]
+    last = None
+    for last in _TOOL_USE.finditer(tail):  # noqa: B007 - the last match is wanted
+        pass
+    if last is None:
+        return None
+    window = tail[last.end() : last.end() + 400]
+    name = _TOOL_NAME.search(window)
+    return name.group(1).decode() if name else None
 
 
 def with_model(body: bytes, model: str | None) -> bytes | None:

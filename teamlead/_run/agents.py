@@ -132,6 +132,7 @@ class RunAgents:
                 output_tokens=count.output_tokens,
                 unknown_usage=count.unknown_usage,
                 rate_limited=count.absorbed + count.passed,
+                last_tool=count.last_tool,
             )
         )
 
