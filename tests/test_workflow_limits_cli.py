@@ -218,6 +218,9 @@ async def test_a_spent_spawn_budget_denies_the_leads_workflow_call(
     ]
     assert told and "spawn budget of 1 is used up" in told[0].request.all_text
     assert done.status == "completed", done.reasons  # the user's own limit: nothing is missing
+    (row,) = [r for r in done.tasks if r.kind == "call" and r.description == "Workflow"]
+    assert (row.id, row.status, row.disposition) == (denials[0].tool_use_id, "denied", "not_run")
+    assert "spawn budget of 1 is used up" in (row.reason or "")
 
 
 class Nester:

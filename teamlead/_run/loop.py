@@ -16,7 +16,7 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
 
 import anyio
@@ -25,7 +25,7 @@ from claude_agent_sdk import ClaudeAgentOptions
 from .._gate.calls import with_invalid_calls
 from .._procs import stop_marked
 from .._redact import redact
-from ..events import Finished, ResumeFailed, Resuming
+from ..events import Finished, ResumeFailed, Resuming, TaskDisposition
 from .collect import Collection, absorb, dispositions
 from .outcome import RoundOutcome
 from .resume_prompt import Delivery, render_resume_prompt
@@ -459,6 +459,22 @@ def interrupted(state: RunState) -> Finished:
     return finish(state)
 
 
+def _denied_workflows(denials: Sequence[tuple[str, str, str]]) -> list[TaskDisposition]:
+    """A ``call`` row per Workflow call the spawn gate denied (its agents never started)."""
+    return [
+        TaskDisposition(
+            id=tool_use_id,
+            kind="call",
+            description="Workflow",
+            status="denied",
+            disposition="not_run",
+            source="none",
+            reason=reason,
+        )
+        for tool_use_id, _code, reason in denials
+    ]
+
+
 def finish(state: RunState) -> Finished:
     """The final :class:`Finished` event for the state reached (the gate is closed).
 
@@ -475,6 +491,8 @@ def finish(state: RunState) -> Finished:
     rows = dispositions(state.tracker, collected)
     if state.agents is not None:
         rows = state.agents.rows(state.tracker, rows)
+    if state.gate is not None:  # the Workflow calls the gate denied: no task, still a row
+        rows = [*rows, *_denied_workflows(state.gate.gate.workflow_denials)]
     return state.ledger.finish(
         state.tracker,
         rows,
