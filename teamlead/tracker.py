@@ -172,6 +172,8 @@ class Tracker:
     results: list[ResultSeen] = field(default_factory=list)
     lead_texts: list[str] = field(default_factory=list)
     first_agent_call_at: float | None = None
+    #: when the lead first delegated: its first Agent or Workflow call (monotonic)
+    first_delegation_at: float | None = None
     started_at: float = field(default_factory=time.monotonic)
     _seq: int = 0
     _by_tool_use: dict[str, str] = field(default_factory=dict)
@@ -200,6 +202,8 @@ class Tracker:
             self.agent_calls.setdefault(event.tool_use_id, event)
             if self.first_agent_call_at is None:
                 self.first_agent_call_at = now
+            if self.first_delegation_at is None:
+                self.first_delegation_at = now
         elif isinstance(event, TaskStarted):
             task = self.tasks.get(event.task_id) or TaskInfo(event.task_id, started_at=now)
             task.description = event.description or task.description
@@ -221,6 +225,8 @@ class Tracker:
                     changes += self._launched(launched)
         elif isinstance(event, WorkflowCallSeen):
             self._workflow_calls.setdefault(event.tool_use_id, event)
+            if self.first_delegation_at is None:
+                self.first_delegation_at = now
         elif isinstance(event, WorkflowLaunched):
             self._launches[event.tool_use_id] = event
             changes += self._launched(event)

@@ -77,6 +77,9 @@ def test_trial_records_count_workflow_agents_and_the_report_shows_them(tmp_path:
     plain, wf = records["baseline"], records["workflows"]
     assert (plain.workflow_agents, plain.delegated, plain.parallel) == (0, False, False)
     assert wf.agent_calls == 0 and wf.delegated and wf.parallel
+    assert plain.time_to_first_agent_s is None
+    # the lead's Workflow call is its first delegation
+    assert wf.time_to_first_agent_s is not None and 0 <= wf.time_to_first_agent_s < wf.wall_s
     assert (wf.workflow_agents, wf.workflow_agents_lost, wf.workflow_agents_cached) == (4, 1, 0)
     assert wf.workflow_agents_at_once == 2 == peak  # the variant's cap, as the server saw it
     assert wf.agents_at_once == 2

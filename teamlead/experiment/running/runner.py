@@ -219,7 +219,7 @@ async def _lead_trial(
     usage_in = sum(int((r.usage or {}).get("input_tokens", 0) or 0) for r in tracker.results)
     usage_out = sum(int((r.usage or {}).get("output_tokens", 0) or 0) for r in tracker.results)
     calls = len(tracker.agent_calls)
-    first = tracker.first_agent_call_at
+    first = tracker.first_delegation_at  # an Agent call, or a Workflow call starting agents
     agents = agent_counts(finished.tasks) if finished is not None else AgentCounts()
     sdk_version, cli = _sdk_versions()
     record = TrialRecord(
@@ -233,7 +233,7 @@ async def _lead_trial(
         max_agent_calls_per_message=tracker.max_parallel_agent_calls,
         parallel=tracker.max_parallel_agent_calls >= 2 or agents.workflow_agents_at_once >= 2,
         time_to_first_agent_s=max(0.0, first - tracker.started_at)
-        if first is not None and calls
+        if first is not None and (calls or agents.workflow_agents)
         else None,
         workflow_agents=agents.workflow_agents,
         workflow_agents_at_once=agents.workflow_agents_at_once,
