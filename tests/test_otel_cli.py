@@ -298,7 +298,8 @@ def workflow_lead(req: ScriptedRequest) -> Reply:
 
 def test_a_workflows_agents_appear_by_the_agent_id_of_their_requests(tmp_path: Path) -> None:
     """Workflow agents never show in the stream; the relay names each by the agent id its
-    requests carry, so each is an agent span with its requests and usage under the run."""
+    requests carry, so each is an agent span with its requests and usage under the run, and
+    the run's rows give it its label."""
     with OtlpReceiver() as receiver, ScriptedServer(workflow_lead) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
         proc = subprocess.run(
@@ -337,9 +338,17 @@ def test_a_workflows_agents_appear_by_the_agent_id_of_their_requests(tmp_path: P
     agents = {
         s.attributes["gen_ai.agent.id"]: s
         for s in spans
-        if s.attributes.get("teamlead.agent.kind") == "agent"
+        if s.attributes.get("teamlead.agent.kind") == "workflow_agent"
     }
     assert set(agents) == set(by_agent)
+    # each named by its label, as its row in Finished.tasks is
+    labels = {r["id"]: r["label"] for r in done["tasks"] if r["kind"] == "workflow_agent"}
+    assert {s.name for s in agents.values()} == {
+        "invoke_agent scan:a",
+        "invoke_agent scan:b",
+        "invoke_agent scan:c",
+    }
+    assert all(s.attributes["gen_ai.agent.name"] == labels[a] for a, s in agents.items())
     for agent_id, span in agents.items():
         assert span.trace_id == root.trace_id and span.parent_span_id == root.span_id
         assert span.attributes["gen_ai.usage.input_tokens"] == by_agent[agent_id]

@@ -9,10 +9,9 @@ first sighting, so the order in which the stream and the relay report never spli
 agent in two. Events (``queued``, ``admitted``, ``denied``, ``timed_out``, ``rejected``)
 keep the time they happened.
 
-Extension point: the rows the run does not yet see as agents (workflow agents from
-``task_progress``, the per-agent ledger rows of the relay) come in through
-:meth:`AgentBook.agent` with their own ``kind`` and ``parent``; their requests already
-appear under their agent id, because the relay names it.
+A workflow's agents never show in the stream: the relay names each by the agent id its
+requests carry (a span of kind ``agent`` under the run), and the run's last rows give it
+its kind (``workflow_agent``) and label, which its span ends with.
 """
 
 from __future__ import annotations

@@ -350,6 +350,9 @@ class RunTrace:
             if record is None:  # a teammate, or a call the stream never showed
                 record = self.agents.agent(row.id, row.kind, name=row.description)
                 record.started_ns = self._started_ns
+            elif record.kind == "agent" and row.kind == "workflow_agent":
+                # known so far only by the agent id of its requests: its row names it
+                record.kind, record.name = row.kind, row.label or row.description
             record.attributes["teamlead.disposition"] = row.disposition
             record.attributes["teamlead.result_source"] = row.source
             self.agents.done(record, row.status)
