@@ -239,6 +239,37 @@ async def test_a_lost_agent_is_recovered_on_a_client_too(offline: OfflineFactory
     assert requests_by_key(server) == {"a": [200], "b": [200], "c": [529, 200]}
 
 
+@pytest.mark.slow
+async def test_a_clients_deadline_stops_its_running_workflow_and_keeps_its_finished_agents(
+    offline: OfflineFactory,
+) -> None:
+    from claude_agent_sdk import ClaudeSDKClient
+
+    script = WorkflowFanOut(["a", "b", "c"], delays={"a": 0.3, "b": 0.3}, hang=frozenset({"c"}))
+    server, claude = offline(script)
+    items: list[Any] = []
+    with anyio.fail_after(90):
+        async with (
+            teamlead.ClientRun(claude.options(), teamlead.Policy(wait_s=2, deadline_s=20)) as run,
+            ClaudeSDKClient(options=run.options) as client,
+        ):
+            await client.query("Investigate.")
+            async for item in teamlead.receive_all(client, run):
+                items.append(item)
+    done = finished(items)
+    assert done.reason == "deadline", done.reasons
+    wrap = [r for r in server.recorded() if "tools are disabled" in r.request.last_user_text]
+    assert wrap, "no wrap-up turn"
+    text = wrap[-1].request.last_user_text
+    assert "FINDING[a]" in text and "FINDING[b]" in text  # from the run's journal
+    assert '"wf:c" did not finish' in text and "Resume the workflow" not in text
+    assert {"a", "b"} <= set(findings_in(done.result or "")), (done.result, done.reasons)
+    rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
+    # the client stops the workflow task: its agent in flight ends, stopped, unfinished
+    assert rows["wf:c"].status in ("stopped", "lost"), rows["wf:c"]
+    assert rows["wf:c"].disposition != "included" and rows["wf:a"].status == "completed"
+
+
 async def test_teamlead_resume_recovers_a_workflow_its_killed_cli_left(
     offline: OfflineFactory,
 ) -> None:

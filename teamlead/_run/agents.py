@@ -282,7 +282,7 @@ class RunAgents:
         later = tracker.later_attempt(run) if run is not None else None
         for index in sorted(task.workflow_agents):
             agent = task.workflow_agents[index]
-            status: TaskState = _agent_status(agent.state, agent.cached, task)
+            status: TaskState = _agent_status(agent.state, agent.cached, task, agent.error)
             denied = self.denied(agent.agent_id) if agent.agent_id is not None else None
             if agent.agent_id is not None and self.timed_out(agent.agent_id):
                 status = "timeout"
@@ -358,11 +358,16 @@ def _float_or_none(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
 
 
-def _agent_status(state: str, cached: bool, workflow: TaskInfo) -> TaskState:
+def _agent_status(
+    state: str, cached: bool, workflow: TaskInfo, error: str | None = None
+) -> TaskState:
     """A workflow agent's row status from its last state and its workflow's (an agent that
-    never ended is ``stopped`` with a stopped workflow, else ``lost``)."""
+    never ended, or that the workflow's stop ended in error, is ``stopped`` with a stopped
+    workflow, else ``lost``)."""
+    stopped = workflow.status in ("stopped", "killed")
     if state == "done":
         return "cached" if cached else "completed"
     if state == "error":
-        return "failed"
-    return "stopped" if workflow.status in ("stopped", "killed") else "lost"
+        # Claude Code 2.1.332: "Stopped because the workflow was stopped"
+        return "stopped" if stopped and "stopped" in (error or "").lower() else "failed"
+    return "stopped" if stopped else "lost"
