@@ -98,6 +98,21 @@ class _Design(NamedTuple):
     control_slot: _BoolArray
     relabel_t: _FloatArray  # (k, N, B): 1 where a relabeling puts a trial in the variant arm
 
+    @property
+    def size(self) -> int:
+        """N, the positions per task (the larger arm pair's trials)."""
+        return int(self.variant_slot.shape[1])
+
+    @property
+    def permutations(self) -> int:
+        """B, the relabelings drawn."""
+        return int(self.relabel_t.shape[2])
+
+    @property
+    def arm(self) -> _BoolArray:
+        """The positions holding a trial of either arm (the rest is padding)."""
+        return self.variant_slot | self.control_slot
+
 
 def _design(
     n_variant: Sequence[int], n_control: Sequence[int], permutations: int, rng: np.random.Generator
@@ -242,10 +257,7 @@ def _rate_mde(
     simulations: int,
     steps: int,
 ) -> MdeResult:
-    k = len(pairs)
-    size = design.variant_slot.shape[1]
-    permutations = design.relabel_t.shape[2]
-    arm = design.variant_slot | design.control_slot
+    k, size, permutations, arm = len(pairs), design.size, design.permutations, design.arm
     base = _plausible_rates([c for _, c in pairs], simulations, rng)  # (S, k)
     uniforms = rng.random((simulations, k, size))
     observed = float(np.mean([c.mean() for _, c in pairs]))
@@ -298,10 +310,7 @@ def _mean_mde(
     simulations: int,
     steps: int,
 ) -> MdeResult:
-    k = len(pairs)
-    size = design.variant_slot.shape[1]
-    permutations = design.relabel_t.shape[2]
-    arm = design.variant_slot | design.control_slot
+    k, size, permutations, arm = len(pairs), design.size, design.permutations, design.arm
     pooled = [np.concatenate([v, c]) for v, c in pairs]
     everything = np.concatenate(pooled)
     analysis = scale
