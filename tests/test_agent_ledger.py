@@ -346,3 +346,32 @@ def test_the_last_tool_is_read_from_the_tail_of_a_request_and_never_trusted_as_t
     assert last_tool_of(body("Grep", pad=5_000_000)) == "Grep"  # past a huge prefix
     assert last_tool_of(body("\x1b[31mEvil[/]")) is None  # not a tool name: shown as nothing
     assert last_tool_of(b"not json at all") is None
+
+
+async def test_a_workflow_agent_takes_its_spawn_unit_before_its_slot_and_gives_it_back_unstarted(
+    server: ScriptedServer,
+) -> None:
+    from teamlead._gate.feed import GateFeed
+    from teamlead._gate.gate import SpawnGate
+    from teamlead.policy import SpawnPolicy
+
+    gate = SpawnGate(SpawnPolicy(spawn_budget=1), deadline_s=600)
+    pool = FifoSlots(1)
+    assert pool.try_take()  # an Agent-tool agent holds the only slot
+    clock = SystemClock()
+    book = AgentBook(clock, pools=lambda: [pool], spawn_units=GateFeed(gate))
+    async with relayed_run(server, book) as (_, url, http):
+        book.hold_until = clock.monotonic()  # the wrap-up point has come: no slot will
+        late = await http.post(url, content=workflow_body(), headers=headers(agent="w1"))
+        assert late.status_code == 400 and gate.spawned == 0  # its unit is back
+        book.hold_until = None
+        pool.release()
+        first = await http.post(url, content=workflow_body(), headers=headers(agent="w2"))
+        assert first.status_code == 200 and gate.spawned == 1
+        # the budget is spent: refused at once, without waiting for the slot w2 holds
+        past = await http.post(url, content=workflow_body(), headers=headers(agent="w3"))
+        again = await http.post(url, content=workflow_body(), headers=headers(agent="w3"))
+    assert past.status_code == again.status_code == 400 and pool.waiting == 0
+    assert "spawn budget of 1 is used up" in past.json()["error"]["message"]
+    assert book.denied.keys() == {"w3"} and gate.spawned == 1
+    assert [r.agent_id for r in server.recorded()] == ["w2"]

@@ -24,8 +24,9 @@ apply the run's limits where the spawn gate's hook cannot see an agent:
   request is checked and reserved in one synchronous step before it is forwarded, keeping
   room for the wrap-up's own request; once a budget is reached no subagent request goes on
   and the run is told to wrap up. A workflow agent also takes a unit of the run's spawn
-  budget (``spawn_unit``) when its first request is let go, as an Agent call does in the
-  hook: past the budget it does not start, and its requests are refused with the reason.
+  budget (``spawn_units``) before its first request waits for a slot, as an Agent call does
+  in the hook (given back if it never gets one): past the budget it is refused at once and
+  does not start, and so are its later requests.
 
 One :class:`AgentBook` belongs to one run (the relay's path token tells runs apart, never a
 header): a session id of another run or a forged agent id is counted in *this* run's book
@@ -44,7 +45,7 @@ from typing import Literal, TypeAlias
 
 from ..clock import Clock, move_on_at
 from ..policy import is_model_alias
-from .count import AgentCount, AgentKind, SlotPool
+from .count import AgentCount, AgentKind, SlotPool, SpawnUnits
 from .request import (
     LEAD,
     Answer,
@@ -67,6 +68,7 @@ __all__ = [
     "AgentLimits",
     "ExhaustReason",
     "SlotPool",
+    "SpawnUnits",
 ]
 
 log = logging.getLogger("teamlead.relay")
@@ -108,10 +110,8 @@ class AgentBook:
         pace: ``await pace(until)`` waits a workflow agent's turn in the run's stagger
             (the gate's :meth:`~teamlead._gate.gate.SpawnGate.stagger`); ``False``: its turn
             comes after ``until``. ``None``: no stagger.
-        spawn_unit: ``spawn_unit(agent id)`` takes a unit of the run's spawn budget for a
-            workflow agent about to start (the gate's
-            :meth:`~teamlead._gate.gate.SpawnGate.take_workflow_agent`): ``None``, or why
-            the budget keeps it from starting. ``None``: no spawn budget.
+        spawn_units: the run's spawn budget a workflow agent takes a unit of before it
+            waits for a slot (:class:`SpawnUnits`). ``None``: no spawn budget.
         on_usage: told ``(session id, agent id, count)`` after each of an agent's requests.
         on_exhausted: told once when a budget is reached (the run wraps up).
         on_timeout: told ``agent id`` once when an agent passes its timeout.
@@ -124,7 +124,7 @@ class AgentBook:
         *,
         pools: Callable[[], Sequence[SlotPool]] | None = None,
         pace: Callable[[float], Awaitable[bool]] | None = None,
-        spawn_unit: Callable[[str], str | None] | None = None,
+        spawn_units: SpawnUnits | None = None,
         on_usage: Callable[[str, str, AgentCount], None] | None = None,
         on_exhausted: Callable[[ExhaustReason], None] | None = None,
         on_timeout: Callable[[str], None] | None = None,
@@ -133,7 +133,7 @@ class AgentBook:
         self.limits = limits or AgentLimits()
         self._pools = pools
         self._pace = pace
-        self._spawn_unit = spawn_unit
+        self._units = spawn_units
         self.on_usage = on_usage
         self.on_exhausted = on_exhausted
         self.on_timeout = on_timeout
@@ -279,14 +279,21 @@ class AgentBook:
                 refused = self._check(key[1], count, role)
                 if refused is not None:
                     return refused
-                held = await self._hold(count)
-                if held is not None:
-                    return held
-                denied = self._spawn_unit(key[1]) if self._spawn_unit is not None else None
+                units = self._units
+                denied = units.take_workflow_agent(key[1]) if units is not None else None
                 if denied is not None:
-                    self._free(count)
                     count.denied = denied
                     return self._denied_refusal(denied)
+                try:
+                    held = await self._hold(count)
+                except BaseException:
+                    if units is not None:
+                        units.give_back_workflow_agent()
+                    raise
+                if held is not None:
+                    if units is not None:  # it never starts: its unit is free again
+                        units.give_back_workflow_agent()
+                    return held
             if kind != "lead":  # read once it really starts; the same agent keeps its model
                 count.sent_model = model_of(body)
                 alias = self._alias_wanted.pop(key[1], None)

@@ -7,7 +7,7 @@ from typing import Literal, Protocol, TypeAlias
 
 from ..clock import Clock
 
-__all__ = ["AgentCount", "AgentKind", "SlotPool"]
+__all__ = ["AgentCount", "AgentKind", "SlotPool", "SpawnUnits"]
 
 #: ``lead``: no agent header; ``agent``: an Agent-tool subagent (the hook's); ``workflow_agent``:
 #: an agent of a ``Workflow`` script (no hook: the relay holds its first request for a slot).
@@ -22,6 +22,19 @@ class SlotPool(Protocol):
     async def take(self, until: float | None, clock: Clock) -> bool: ...
 
     def release(self) -> None: ...
+
+
+class SpawnUnits(Protocol):
+    """The run's spawn budget, as the relay takes it for workflow agents (the spawn gate's
+    :class:`~teamlead._gate.feed.GateFeed`)."""
+
+    def take_workflow_agent(self, agent_id: str) -> str | None:
+        """Take a unit for ``agent_id``: ``None``, or why the budget keeps it from starting."""
+        ...
+
+    def give_back_workflow_agent(self) -> None:
+        """Return a unit taken for an agent that did not start after all."""
+        ...
 
 
 class AgentCount:

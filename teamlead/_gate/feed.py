@@ -75,6 +75,10 @@ class GateFeed:
         :meth:`SpawnGate.take_workflow_agent`): ``None``, or why it does not start."""
         return self.gate.take_workflow_agent(agent_id)
 
+    def give_back_workflow_agent(self) -> None:
+        """A workflow agent that took a unit never started (no slot came in time)."""
+        self.gate.give_back_workflow_agent()
+
     def drain(self) -> list[Any]:
         """The gate events not yet handed out."""
         events, self._events[:] = list(self._events), []

@@ -197,6 +197,10 @@ class SpawnGate:
         )
         return reason
 
+    def give_back_workflow_agent(self) -> None:
+        """A workflow agent that took a unit (:meth:`take_workflow_agent`) never started."""
+        self._used = max(0, self._used - 1)
+
     @property
     def hook_timeout_s(self) -> float:
         """The HookMatcher timeout: above the longest wait a call can have in the gate."""

@@ -17,7 +17,14 @@ from collections.abc import Awaitable, Callable, Iterable, Sequence
 
 import anyio
 
-from .._agents.book import AgentBook, AgentCount, AgentLimits, ExhaustReason, SlotPool
+from .._agents.book import (
+    AgentBook,
+    AgentCount,
+    AgentLimits,
+    ExhaustReason,
+    SlotPool,
+    SpawnUnits,
+)
 from .._redact import redact
 from ..clock import Clock
 from ..events import AgentUsage, Disposition, TaskDisposition, TaskState
@@ -46,9 +53,8 @@ class RunAgents:
             of each; ``None`` when the gate is off.
         pace: waits a workflow agent's turn in the run's stagger (see
             :meth:`~teamlead._gate.feed.GateFeed.stagger`); ``None`` when the gate is off.
-        spawn_unit: takes a unit of the run's spawn budget for a workflow agent (see
-            :meth:`~teamlead._gate.feed.GateFeed.take_workflow_agent`); ``None`` when the
-            gate is off.
+        spawn_units: the run's spawn budget, which a workflow agent takes a unit of (the
+            gate's :class:`~teamlead._gate.feed.GateFeed`); ``None`` when the gate is off.
     """
 
     def __init__(
@@ -57,7 +63,7 @@ class RunAgents:
         clock: Clock,
         pools: Callable[[], Sequence[SlotPool]] | None = None,
         pace: Callable[[float], Awaitable[bool]] | None = None,
-        spawn_unit: Callable[[str], str | None] | None = None,
+        spawn_units: SpawnUnits | None = None,
     ) -> None:
         self.policy = policy
         limits = AgentLimits(
@@ -70,7 +76,7 @@ class RunAgents:
             limits,
             pools=pools,
             pace=pace,
-            spawn_unit=spawn_unit,
+            spawn_units=spawn_units,
             on_usage=self._usage,
             on_exhausted=self._exhausted,
             on_timeout=self._timed_out,

@@ -360,7 +360,7 @@ def new_run(
             clock,
             feed.slot_pools if feed is not None else None,
             feed.stagger if feed is not None else None,
-            feed.take_workflow_agent if feed is not None else None,
+            feed,
         ),
     )
     if gate is not None and state.agents is not None:
