@@ -21,7 +21,7 @@ import pytest
 
 import teamlead
 from teamlead.events import Finished
-from teamlead.testing import Reply, ScriptedServer
+from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 from teamlead.testing.scripts import WorkflowFanOut, findings_in, workflow_key
 
 from .conftest import OfflineFactory
@@ -201,62 +201,35 @@ async def test_a_cli_killed_mid_workflow_is_recovered_through_the_stopped_notice
     assert first.run_id is not None and first.run_id in resume_prompts(server)[0]
 
 
-@pytest.mark.slow
-async def test_the_deadline_stops_a_running_workflow_and_keeps_its_finished_agents(
-    offline: OfflineFactory,
-) -> None:
-    script = WorkflowFanOut(["a", "b", "c"], delays={"a": 0.3, "b": 0.3}, hang=frozenset({"c"}))
-    server, claude = offline(script)
-    done = finished(await run(claude.options(), teamlead.Policy(wait_s=2, deadline_s=20), 90))
-    assert done.reason == "deadline", done.reasons
-    wrap = [r for r in server.recorded() if "tools are disabled" in r.request.last_user_text]
-    assert wrap, "no wrap-up turn"
-    text = wrap[-1].request.last_user_text
-    assert "FINDING[a]" in text and "FINDING[b]" in text  # from the run's journal
-    assert '"wf:c" did not finish' in text and "Resume the workflow" not in text
-    assert {"a", "b"} <= set(findings_in(done.result or "")), (done.result, done.reasons)
-    rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
-    assert rows["wf:c"].status in ("stopped", "lost") and rows["wf:a"].status == "completed"
-
-
-async def test_a_lost_agent_is_recovered_on_a_client_too(offline: OfflineFactory) -> None:
+async def _items_until_finished(
+    claude: OfflineClaude, policy: teamlead.Policy, how: str, limit_s: float
+) -> list[Any]:
+    """A run through ``teamlead.query`` or a ``ClaudeSDKClient`` with ``receive_all``."""
+    if how == "query":
+        return await run(claude.options(), policy, limit_s)
     from claude_agent_sdk import ClaudeSDKClient
 
-    script = WorkflowFanOut(["a", "b", "c"], faults={"c": Reply.error(529)})
-    server, claude = offline(script)
     items: list[Any] = []
-    with anyio.fail_after(150):
+    with anyio.fail_after(limit_s):
         async with (
-            teamlead.ClientRun(claude.options(), policy()) as client_run,
+            teamlead.ClientRun(claude.options(), policy) as client_run,
             ClaudeSDKClient(options=client_run.options) as client,
         ):
             await client.query("Investigate.")
             async for item in teamlead.receive_all(client, client_run):
                 items.append(item)
-    done = finished(items)
-    assert done.status == "completed" and done.resumes == 1, done.reasons
-    assert set(findings_in(done.result or "")) >= {"a", "b", "c"}
-    assert requests_by_key(server) == {"a": [200], "b": [200], "c": [529, 200]}
+    return items
 
 
 @pytest.mark.slow
-async def test_a_clients_deadline_stops_its_running_workflow_and_keeps_its_finished_agents(
-    offline: OfflineFactory,
+@pytest.mark.parametrize("how", ["query", "client"])
+async def test_the_deadline_stops_a_running_workflow_and_keeps_its_finished_agents(
+    offline: OfflineFactory, how: str
 ) -> None:
-    from claude_agent_sdk import ClaudeSDKClient
-
     script = WorkflowFanOut(["a", "b", "c"], delays={"a": 0.3, "b": 0.3}, hang=frozenset({"c"}))
     server, claude = offline(script)
-    items: list[Any] = []
-    with anyio.fail_after(90):
-        async with (
-            teamlead.ClientRun(claude.options(), teamlead.Policy(wait_s=2, deadline_s=20)) as run,
-            ClaudeSDKClient(options=run.options) as client,
-        ):
-            await client.query("Investigate.")
-            async for item in teamlead.receive_all(client, run):
-                items.append(item)
-    done = finished(items)
+    policy = teamlead.Policy(wait_s=2, deadline_s=20)
+    done = finished(await _items_until_finished(claude, policy, how, 90))
     assert done.reason == "deadline", done.reasons
     wrap = [r for r in server.recorded() if "tools are disabled" in r.request.last_user_text]
     assert wrap, "no wrap-up turn"
@@ -265,9 +238,18 @@ async def test_a_clients_deadline_stops_its_running_workflow_and_keeps_its_finis
     assert '"wf:c" did not finish' in text and "Resume the workflow" not in text
     assert {"a", "b"} <= set(findings_in(done.result or "")), (done.result, done.reasons)
     rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
-    # the client stops the workflow task: its agent in flight ends, stopped, unfinished
+    # stopped with its workflow (a client stops the workflow task: its agent's request ends)
     assert rows["wf:c"].status in ("stopped", "lost"), rows["wf:c"]
     assert rows["wf:c"].disposition != "included" and rows["wf:a"].status == "completed"
+
+
+async def test_a_lost_agent_is_recovered_on_a_client_too(offline: OfflineFactory) -> None:
+    script = WorkflowFanOut(["a", "b", "c"], faults={"c": Reply.error(529)})
+    server, claude = offline(script)
+    done = finished(await _items_until_finished(claude, policy(), "client", 150))
+    assert done.status == "completed" and done.resumes == 1, done.reasons
+    assert set(findings_in(done.result or "")) >= {"a", "b", "c"}
+    assert requests_by_key(server) == {"a": [200], "b": [200], "c": [529, 200]}
 
 
 async def test_teamlead_resume_recovers_a_workflow_its_killed_cli_left(
