@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -21,7 +22,7 @@ import pytest
 import teamlead
 from teamlead.events import Finished, SpawnAdmitted, SpawnQueued
 from teamlead.policy import SpawnPolicy
-from teamlead.testing import AgentCall, Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.replies import ToolUse
 from teamlead.testing.scripts import finding_text, findings_in, synthesize
 
@@ -95,24 +96,47 @@ def overlapping(server: ScriptedServer, names: list[str]) -> int:
     return peak
 
 
-async def test_lowering_the_cap_mid_run_caps_the_next_admissions(offline: OfflineFactory) -> None:
-    names = ["a", "b", "c", "d", "e", "f"]
-    server, claude = offline(Waves([names], delay=1.5))
-    control = teamlead.RunControl()
-    policy = teamlead.Policy(wait_s=5, deadline_s=150, spawn=SpawnPolicy(max_concurrent_agents=3))
+async def steered(
+    claude: OfflineClaude,
+    policy: teamlead.Policy,
+    control: teamlead.RunControl,
+    steer: Callable[[list[Any]], None],
+) -> tuple[list[Any], Finished]:
+    """A run whose ``control`` ``steer(items so far)`` changes after each item."""
     items: list[Any] = []
-    admitted_after: list[SpawnAdmitted] = []
     with anyio.fail_after(150):
         async for item in teamlead.query(
             "Investigate.", claude.options(), policy=policy, control=control
         ):
             items.append(item)
-            if isinstance(item, SpawnQueued) and control.cap == 3:
-                control.lower_cap(by=2)  # three run, three wait: they now go one by one
-            elif isinstance(item, SpawnAdmitted) and control.cap == 1:
-                admitted_after.append(item)
+            steer(items)
     done = items[-1]
-    assert isinstance(done, Finished) and done.status == "completed", done
+    assert isinstance(done, Finished) and done.status == "completed", done.reasons
+    return items, done
+
+
+def finished_agent(server: ScriptedServer, job: str) -> bool:
+    """Whether the server finished a reply to the agent whose prompt is ``job``."""
+    return any(
+        r.finished is not None and job in r.request.first_user_text for r in server.recorded()
+    )
+
+
+async def test_lowering_the_cap_mid_run_caps_the_next_admissions(offline: OfflineFactory) -> None:
+    names = ["a", "b", "c", "d", "e", "f"]
+    server, claude = offline(Waves([names], delay=1.5))
+    control = teamlead.RunControl()
+    policy = teamlead.Policy(wait_s=5, deadline_s=150, spawn=SpawnPolicy(max_concurrent_agents=3))
+    admitted_after: list[SpawnAdmitted] = []
+
+    def steer(items: list[Any]) -> None:
+        item = items[-1]
+        if isinstance(item, SpawnQueued) and control.cap == 3:
+            control.lower_cap(by=2)  # three run, three wait: they now go one by one
+        elif isinstance(item, SpawnAdmitted) and control.cap == 1:
+            admitted_after.append(item)
+
+    items, done = await steered(claude, policy, control, steer)
     assert set(findings_in(done.result or "")) == set(names)
     amended = [i for i in items if isinstance(i, teamlead.RunAmended)]
     assert [(a.previous_cap, a.cap) for a in amended] == [(3, 1)]
@@ -128,16 +152,12 @@ async def test_a_lowered_cap_holds_workflow_agents_at_the_relay(offline: Offline
     server, claude = offline(Waves([], ["w1", "w2", "w3"], delay=1.0))
     control = teamlead.RunControl()
     policy = teamlead.Policy(wait_s=5, deadline_s=150, spawn=SpawnPolicy(max_concurrent_agents=3))
-    items: list[Any] = []
-    with anyio.fail_after(150):
-        async for item in teamlead.query(
-            "Investigate.", claude.options(), policy=policy, control=control
-        ):
-            items.append(item)
-            if len(items) == 1:  # the workflow engine starts with room for three
-                control.amend(cap=1)
-    done = items[-1]
-    assert isinstance(done, Finished) and done.status == "completed", done.reasons
+
+    def steer(items: list[Any]) -> None:
+        if len(items) == 1:  # the workflow engine starts with room for three
+            control.amend(cap=1)
+
+    _, done = await steered(claude, policy, control, steer)
     rows = [r for r in done.tasks if r.kind == "workflow_agent"]
     assert sorted(r.status for r in rows) == ["completed"] * 3
     assert server.max_concurrent_agents() == 1
@@ -149,25 +169,15 @@ async def test_a_subagent_model_set_mid_run_reaches_the_next_agents(
     server, claude = offline(Waves([["first"], ["second"]], ["w1", "w2"], delay=0.5))
     control = teamlead.RunControl()
     policy = teamlead.Policy(wait_s=5, deadline_s=150)
-    items: list[Any] = []
-    with anyio.fail_after(150):
-        async for item in teamlead.query(
-            "Investigate.", claude.options(), policy=policy, control=control
-        ):
-            items.append(item)
-            finished_first = any(
-                r.finished is not None and "AGENTJOB first" in r.request.first_user_text
-                for r in server.recorded()
-            )
-            if finished_first and control.subagent_model is None:
-                control.set_subagent_model("haiku")  # an alias: the gate's updatedInput
-            second_sent = any(
-                "AGENTJOB second" in r.request.first_user_text for r in server.recorded()
-            )
-            if second_sent and control.subagent_model == "haiku":
-                control.set_subagent_model("claude-haiku-4-5")  # a model id: the relay's pin
-    done = items[-1]
-    assert isinstance(done, Finished) and done.status == "completed", done.reasons
+
+    def steer(items: list[Any]) -> None:
+        if finished_agent(server, "AGENTJOB first") and control.subagent_model is None:
+            control.set_subagent_model("haiku")  # an alias: the gate's updatedInput
+        second_sent = any("AGENTJOB second" in r.request.first_user_text for r in server.recorded())
+        if second_sent and control.subagent_model == "haiku":
+            control.set_subagent_model("claude-haiku-4-5")  # a model id: the relay's pin
+
+    items, done = await steered(claude, policy, control, steer)
     lead_model = next(r.request.model for r in server.recorded() if r.role == "lead")
     assert set(models_of(server, "AGENTJOB first")) == {lead_model}  # started before
     assert set(models_of(server, "AGENTJOB second")) == {"claude-haiku-5-5"}  # the CLI's alias
@@ -183,20 +193,12 @@ async def test_a_mid_run_alias_reaches_workflow_agents_after_an_agent_call_ran_o
     server, claude = offline(Waves([["first"], ["second"]], ["w1", "w2"], delay=0.5))
     control = teamlead.RunControl()
     policy = teamlead.Policy(wait_s=5, deadline_s=150)
-    items: list[Any] = []
-    with anyio.fail_after(150):
-        async for item in teamlead.query(
-            "Investigate.", claude.options(), policy=policy, control=control
-        ):
-            items.append(item)
-            done_first = any(
-                r.finished is not None and "AGENTJOB first" in r.request.first_user_text
-                for r in server.recorded()
-            )
-            if done_first and control.subagent_model is None:
-                control.set_subagent_model("haiku")  # what a key at the terminal does
-    done = items[-1]
-    assert isinstance(done, Finished) and done.status == "completed", done.reasons
+
+    def steer(items: list[Any]) -> None:
+        if finished_agent(server, "AGENTJOB first") and control.subagent_model is None:
+            control.set_subagent_model("haiku")  # what a key at the terminal does
+
+    await steered(claude, policy, control, steer)
     lead_model = next(r.request.model for r in server.recorded() if r.role == "lead")
     assert set(models_of(server, "AGENTJOB first")) == {lead_model}
     assert set(models_of(server, "AGENTJOB second")) == {"claude-haiku-5-5"}
