@@ -20,25 +20,14 @@ import psutil
 import pytest
 
 import teamlead
-from teamlead.events import Finished
 from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 from teamlead.testing.scripts import WorkflowFanOut, findings_in, workflow_key
 
 from .conftest import OfflineFactory
 from .polling import poll
+from .test_agents_cli import finished, run, sent_usage
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
-
-
-async def run(options: Any, policy: teamlead.Policy, limit_s: float = 150) -> list[Any]:
-    with anyio.fail_after(limit_s):
-        return [item async for item in teamlead.query("Investigate.", options, policy=policy)]
-
-
-def finished(items: list[Any]) -> Finished:
-    done = items[-1]
-    assert isinstance(done, Finished)
-    return done
 
 
 def requests_by_key(server: ScriptedServer) -> dict[str, list[int | None]]:
@@ -49,19 +38,6 @@ def requests_by_key(server: ScriptedServer) -> dict[str, list[int | None]]:
         if key is not None:
             out.setdefault(key, []).append(rec.status)
     return out
-
-
-def sent_usage(server: ScriptedServer) -> dict[str, tuple[int, int]]:
-    totals: dict[str, tuple[int, int]] = {}
-    for rec in server.recorded():
-        if rec.agent_id is None or rec.reply is None or rec.status != 200:
-            continue
-        inp, out = totals.get(rec.agent_id, (0, 0))
-        totals[rec.agent_id] = (
-            inp + rec.reply.input_tokens,
-            out + rec.reply.resolved_output_tokens,
-        )
-    return totals
 
 
 def resume_prompts(server: ScriptedServer) -> list[str]:
