@@ -171,7 +171,6 @@ class Tracker:
     invalid_calls: dict[str, str] = field(default_factory=dict)
     results: list[ResultSeen] = field(default_factory=list)
     lead_texts: list[str] = field(default_factory=list)
-    first_agent_call_at: float | None = None
     #: when the lead first delegated: its first Agent or Workflow call (monotonic)
     first_delegation_at: float | None = None
     started_at: float = field(default_factory=time.monotonic)
@@ -200,8 +199,6 @@ class Tracker:
                 self.session_id = event.session_id
         elif isinstance(event, AgentCallSeen):
             self.agent_calls.setdefault(event.tool_use_id, event)
-            if self.first_agent_call_at is None:
-                self.first_agent_call_at = now
             if self.first_delegation_at is None:
                 self.first_delegation_at = now
         elif isinstance(event, TaskStarted):
