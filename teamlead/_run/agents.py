@@ -187,10 +187,14 @@ class RunAgents:
         count = self.book.agent(agent_id)
         return count.denied if count is not None else None
 
-    def limited(self, agent_id: str) -> bool:
-        """Whether the user's own limits stopped ``agent_id`` (its timeout, or the spawn
-        budget): such an agent is named, never run again by a resume."""
-        return self.timed_out(agent_id) or self.denied(agent_id) is not None
+    def stopped_by_limits(self, agent_id: str) -> str | None:
+        """What the user's own limits did to ``agent_id`` (its timeout, or the spawn budget),
+        if anything: such an agent is named, never run again by a resume."""
+        if self.timed_out(agent_id):
+            return "stopped at its timeout"
+        if self.denied(agent_id) is not None:
+            return "not started: the run's spawn budget is used up"
+        return None
 
     def missing_lines(self, tracker: Tracker) -> list[str]:
         """What the resume prompt tells the lead about agents stopped at their timeout."""

@@ -37,7 +37,6 @@ from ..events import (
     WaitingForTeam,
 )
 from ..tracker import TaskInfo, Tracker, WorkflowAgent, WorkflowRun
-from .agents import RunAgents
 from .resume_prompt import (
     FAILED_STATES,
     Delivery,
@@ -264,9 +263,11 @@ class Collection:
         agents = self._state.agents
         denied = agents is not None and agents.exhaust_reason is not None
         limited = {  # stopped by the user's own limits: named, never run again
-            a.index: _limited_what(agents, a.agent_id)
+            a.index: why
             for a in lost
-            if a.agent_id and agents is not None and agents.limited(a.agent_id)
+            if a.agent_id
+            and agents is not None
+            and (why := agents.stopped_by_limits(a.agent_id)) is not None
         }
         resumable = bool(
             lost and run.run_id and not run.error and not denied and len(limited) < len(lost)
@@ -466,13 +467,6 @@ def _message_summary(message: TeammateMessage) -> dict[str, Any]:
         "status": message.completed_status,
         "is_result": message.is_result,
     }
-
-
-def _limited_what(agents: RunAgents, agent_id: str) -> str:
-    """What the user's own limits did to a workflow agent, for its lost line."""
-    if agents.timed_out(agent_id):
-        return "stopped at its timeout"
-    return "not started: the run's spawn budget is used up"
 
 
 def _lost_line(agent: WorkflowAgent, limited: str | None) -> str:
