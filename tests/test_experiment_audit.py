@@ -28,25 +28,9 @@ from teamlead.experiment.stats.power import simulate_mde
 from teamlead.experiment.stats.rates import clustered_wilson, design_effect
 from teamlead.experiment.stats.verdicts import verdict
 
+from .records import trial_record
+
 ALPHA = 0.05
-
-
-def _record(variant: str, task: str, trial: int, *, parallel: bool, **kw: object) -> TrialRecord:
-    calls = 2 if parallel else 0
-    fields: dict[str, object] = {
-        "variant": variant,
-        "task": task,
-        "trial": trial,
-        "status": "completed",
-        "wall_s": 10.0 + trial,
-        "agent_calls": calls,
-        "max_agent_calls_per_message": calls,
-        "delegated": parallel,
-        "parallel": parallel,
-        "cost_usd": 0.01 * (1 + trial),
-    }
-    fields.update(kw)
-    return TrialRecord.model_validate(fields)
 
 
 # -- coverage ---------------------------------------------------------------------------------
@@ -165,7 +149,7 @@ def test_power_at_the_printed_mde_holds_when_the_truth_is_the_observation(
     was observed the printed MDE is still reached, at 75-95%."""
     control = [[1] * round(p * 4) + [0] * (4 - round(p * 4)) for p in base]
     records = [
-        _record(arm, f"t{i}", j, parallel=bool(outcome))
+        trial_record(arm, f"t{i}", j, parallel=bool(outcome))
         for i, outcomes in enumerate(control)
         for arm in ("a", "b")
         for j, outcome in enumerate(outcomes)
@@ -205,7 +189,7 @@ def test_mde_is_seeded_and_uses_only_the_compared_tasks() -> None:
 
 def test_a_single_task_cannot_be_conclusive() -> None:
     records = [
-        _record(arm, "only", j, parallel=(arm == "b")) for arm in ("a", "b") for j in range(10)
+        trial_record(arm, "only", j, parallel=(arm == "b")) for arm in ("a", "b") for j in range(10)
     ]
     report = build_report(records, control="a", n_permutations=500)
     parallel = next(c for c in report.comparisons if c.metric == "parallel")
@@ -245,7 +229,7 @@ def test_identical_arms_give_p_one() -> None:
 
 def test_zero_variance_is_flagged_not_presented_as_certain() -> None:
     records = [
-        _record(arm, f"t{i}", j, parallel=(arm == "b"))
+        trial_record(arm, f"t{i}", j, parallel=(arm == "b"))
         for i in range(10)
         for arm in ("a", "b")
         for j in range(4)
@@ -261,7 +245,7 @@ def test_zero_variance_is_flagged_not_presented_as_certain() -> None:
 
 
 def test_nan_and_inf_are_rejected_with_the_line_number(tmp_path: Path) -> None:
-    good = _record("a", "t", 0, parallel=False).to_json_line()
+    good = trial_record("a", "t", 0, parallel=False).to_json_line()
     path = tmp_path / "trials.jsonl"
     path.write_text(
         "\n".join(
@@ -285,7 +269,7 @@ def test_nan_and_inf_are_rejected_with_the_line_number(tmp_path: Path) -> None:
 
 def test_zero_control_cost_gives_a_note() -> None:
     records = [
-        _record(arm, f"t{i}", j, parallel=bool(j % 2), cost_usd=0.0 if arm == "a" else 0.02)
+        trial_record(arm, f"t{i}", j, parallel=bool(j % 2), cost_usd=0.0 if arm == "a" else 0.02)
         for i in range(5)
         for arm in ("a", "b")
         for j in range(2)
@@ -297,10 +281,10 @@ def test_zero_control_cost_gives_a_note() -> None:
 
 
 def test_failed_by_model_trials_count_and_the_report_says_so() -> None:
-    records = [_record("a", f"t{i}", j, parallel=False) for i in range(4) for j in range(2)] + [
-        _record("b", f"t{i}", j, parallel=False) for i in range(4) for j in range(2)
-    ]
-    records[-1] = _record(
+    records = [
+        trial_record("a", f"t{i}", j, parallel=False) for i in range(4) for j in range(2)
+    ] + [trial_record("b", f"t{i}", j, parallel=False) for i in range(4) for j in range(2)]
+    records[-1] = trial_record(
         "b", "t3", 1, parallel=False, status="failed", error_class="model", wall_s=0.5,
         cost_usd=0.0,
     )  # fmt: skip

@@ -32,27 +32,16 @@ from teamlead.experiment.reporting.report import upgrade_report_json, why_lines
 from teamlead.experiment.specs.records import append_record
 from teamlead.experiment.stats.rates import ICC_PRIOR
 
+from .records import trial_record
+
 # Fewer relabelings and MDE simulations than the defaults: the same code, a tenth the time.
 QUICK: dict[str, Any] = {"n_permutations": 500, "mde_simulations": 100}
 
 
 def _record(variant: str, task: str, trial: int, *, parallel: bool, **kw: object) -> TrialRecord:
-    calls = 2 if parallel else 0
-    fields: dict[str, object] = {
-        "variant": variant,
-        "task": task,
-        "trial": trial,
-        "status": "completed",
-        "wall_s": 10.0 + trial,
-        "agent_calls": calls,
-        "max_agent_calls_per_message": calls,
-        "delegated": parallel,
-        "parallel": parallel,
-        "cost_usd": 0.01 * (1 + trial),
-        "tokens": 1000 + 10 * trial,
-    }
-    fields.update(kw)
-    return TrialRecord.model_validate(fields)
+    return trial_record(
+        variant, task, trial, parallel=parallel, **{"tokens": 1000 + 10 * trial, **kw}
+    )
 
 
 def _rates(rates: dict[str, list[list[int]]], **kw: object) -> list[TrialRecord]:
