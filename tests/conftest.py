@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 
-from teamlead.testing import OfflineClaude, Script, ScriptedServer
+# The suite starts a few hundred Python processes (``teamlead ask``, benches, examples):
+# let them, and this one, keep compiled bytecode, which an environment that sets
+# PYTHONDONTWRITEBYTECODE would have each of them compile again from source.
+sys.dont_write_bytecode = False
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+
+from teamlead.testing import OfflineClaude, Script, ScriptedServer  # noqa: E402
 
 
 @pytest.fixture
