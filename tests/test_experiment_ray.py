@@ -26,6 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from teamlead._cli.progress import report_for
 from teamlead.experiment import TrialKey, load_spec, read_records
 from teamlead.experiment.running.ray_backend import ray_session
 from teamlead.experiment.running.runner import trial_session_id
@@ -136,17 +137,11 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 600) -> tuple[int, str
     return proc.returncode, out, err
 
 
-def _report(env: dict[str, str], cwd: Path, out: Path) -> dict[str, object]:
-    done = subprocess.run(
-        [sys.executable, "-m", "teamlead", "experiment", "report", str(out), "--json"],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    data: dict[str, object] = json.loads(done.stdout)
+def _report(out: Path) -> dict[str, object]:
+    """The JSON report of ``out``, as ``teamlead experiment report OUT --json`` prints it
+    (built here: what is compared is the two backends' records, not the report command)."""
+    _, text, _ = report_for(out, control=None, seed=0, json_=True, plots=False)
+    data: dict[str, object] = json.loads(text)
     return data
 
 
@@ -196,7 +191,7 @@ def _ab_parity(tmp_path: Path, *, tasks: int, trials: int) -> None:
         twin = local_records[(record.variant, record.task, record.trial)]
         assert (record.status, record.parallel) == (twin.status, twin.parallel)
         assert record.prompt_sha256 == twin.prompt_sha256 and record.cli_version
-    local_report, ray_report = _report(env, tmp_path, local), _report(env, tmp_path, on_ray)
+    local_report, ray_report = _report(local), _report(on_ray)
     verdicts = [
         {(c["variant"], c["metric"]): c["verdict"] for c in r["comparisons"]}  # type: ignore[index, attr-defined]
         for r in (local_report, ray_report)
