@@ -40,7 +40,8 @@ ray = pytest.importorskip("ray")
 # These run one after another on one worker (the README's ``-n 2 --dist loadfile``): each
 # checks that the Ray processes it started are gone, which another test's Ray starting
 # meanwhile would spoil. (``xdist_group`` would say it per test, but pytest-xdist 3.8's
-# loadgroup does not group under pytest 9.2.)
+# loadgroup does not group under pytest 9.2.) For the same reason TestOnAnOwnedRay comes
+# last: its shared Ray runs from its first test to its last, and only then.
 
 MARKER = "Fan out to parallel agents."
 _RAY_NAMES = ("raylet", "gcs_server", "ray::", "default_worker", "plasma_store", "dashboard")
