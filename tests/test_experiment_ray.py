@@ -410,8 +410,10 @@ def owned_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Cluster]:
 
 @pytest.fixture
 def ray_instance(owned_ray: _Cluster) -> Iterator[_Cluster]:
-    """The shared owned Ray, and a check that every Ray process a test started on it (a
-    job's workers, an actor) is gone after the test."""
+    """The shared owned Ray, and a check that every Ray process that appeared during the
+    test (such as the workers of the job a ``teamlead`` run connected as) is gone after it.
+    (An actor may take over a worker Ray had started before: the instance's own processes
+    are checked gone when the last test of the class is done.)"""
     before = _ray_pids()
     yield owned_ray
     left = _wait_gone(_ray_pids() - before)
