@@ -422,7 +422,7 @@ def ray_instance(owned_ray: _Cluster) -> Iterator[_Cluster]:
 
 class TestOnAnOwnedRay:
     """Tests on one Ray instance they own and share (:func:`owned_ray`); each checks that
-    what it started there is gone after it (:func:`ray_instance`)."""
+    the Ray processes that appeared while it ran are gone after it (:func:`ray_instance`)."""
 
     @pytest.mark.cli
     @pytest.mark.slow
