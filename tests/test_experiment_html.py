@@ -11,7 +11,9 @@ import functools
 import html
 import json
 import re
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pytest
@@ -23,6 +25,9 @@ from teamlead._cli import main
 from teamlead.experiment import TrialRecord, TrialWriter, build_report, synthetic_records
 from teamlead.experiment.reporting.html import render_html
 from teamlead.experiment.reporting.report import Report
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser
 
 CHROMIUM = Path("/usr/bin/chromium")
 ARGS = [
@@ -63,6 +68,19 @@ def page_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return target
 
 
+@pytest.fixture(scope="module")
+def chromium() -> Iterator[Browser]:
+    """One headless Chromium for the module's page tests (each opens a page of its own)."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 def test_the_page_is_self_contained_and_escapes_run_text(page_file: Path) -> None:
     text = page_file.read_text(encoding="utf-8")
     assert HOSTILE not in text
@@ -85,59 +103,55 @@ def test_rendering_the_same_report_is_deterministic() -> None:
 @pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not at /usr/bin/chromium")
 def test_the_report_renders_sorts_and_drills_down_in_chromium(
-    page_file: Path, tmp_path: Path
+    page_file: Path, tmp_path: Path, chromium: Browser
 ) -> None:
-    from playwright.sync_api import sync_playwright
-
     requests: list[str] = []
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            page.on("request", lambda request: requests.append(request.url))
-            dialogs: list[str] = []
-            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-            page.goto(page_file.as_uri(), timeout=30_000)
-            body = page.inner_text("body")
-            assert "Experiment report (control: baseline)" in body
-            assert "Verdict rule: a variant is better or worse only when both" in body
-            comparisons = page.locator("#comparisons tbody tr")
-            assert comparisons.count() == 6
-            parallel = comparisons.filter(has_text="parallel").first.inner_text()
-            assert "better" in parallel and "(Holm)" in parallel
-            assert page.locator("svg").count() >= 2 + 6  # two rate charts, one glyph a row
+    page = chromium.new_page(viewport={"width": 1300, "height": 900})
+    try:
+        page.on("request", lambda request: requests.append(request.url))
+        dialogs: list[str] = []
+        page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+        page.goto(page_file.as_uri(), timeout=30_000)
+        body = page.inner_text("body")
+        assert "Experiment report (control: baseline)" in body
+        assert "Verdict rule: a variant is better or worse only when both" in body
+        comparisons = page.locator("#comparisons tbody tr")
+        assert comparisons.count() == 6
+        parallel = comparisons.filter(has_text="parallel").first.inner_text()
+        assert "better" in parallel and "(Holm)" in parallel
+        assert page.locator("svg").count() >= 2 + 6  # two rate charts, one glyph a row
 
-            # Sorting: clicking "trials" in the per-task table orders by the first column...
-            tasks = page.locator("#tasks tbody tr td:first-child")
-            original = tasks.all_inner_texts()
-            header = page.locator("#tasks thead th").first
-            header.click()
-            assert header.get_attribute("aria-sort") == "ascending"
-            assert tasks.all_inner_texts() == sorted(original)
-            header.click()
-            assert header.get_attribute("aria-sort") == "descending"
-            assert tasks.all_inner_texts() == sorted(original, reverse=True)
-            # ...and a numeric column sorts as numbers.
-            p_header = page.locator("#comparisons thead th", has_text=re.compile("^p$"))
-            p_header.click()
-            cells = page.locator("#comparisons tbody tr td:nth-child(7)")
-            values = [float(v) for v in cells.evaluate_all("c => c.map(x => x.dataset.sort)")]
-            assert values == sorted(values)
+        # Sorting: clicking "trials" in the per-task table orders by the first column...
+        tasks = page.locator("#tasks tbody tr td:first-child")
+        original = tasks.all_inner_texts()
+        header = page.locator("#tasks thead th").first
+        header.click()
+        assert header.get_attribute("aria-sort") == "ascending"
+        assert tasks.all_inner_texts() == sorted(original)
+        header.click()
+        assert header.get_attribute("aria-sort") == "descending"
+        assert tasks.all_inner_texts() == sorted(original, reverse=True)
+        # ...and a numeric column sorts as numbers.
+        p_header = page.locator("#comparisons thead th", has_text=re.compile("^p$"))
+        p_header.click()
+        cells = page.locator("#comparisons tbody tr td:nth-child(7)")
+        values = [float(v) for v in cells.evaluate_all("c => c.map(x => x.dataset.sort)")]
+        assert values == sorted(values)
 
-            # Drill-down: a trial's final answer is shown as text, never run.
-            page.locator("summary", has_text="delegation: 24 trial(s)").click()
-            page.locator("summary", has_text="baseline: 24 trial(s)").click()
-            hostile = page.locator("pre", has_text="alert(")
-            hostile.first.evaluate("e => e.closest('details').open = true")
-            assert hostile.first.inner_text() == HOSTILE
-            assert dialogs == []
+        # Drill-down: a trial's final answer is shown as text, never run.
+        page.locator("summary", has_text="delegation: 24 trial(s)").click()
+        page.locator("summary", has_text="baseline: 24 trial(s)").click()
+        hostile = page.locator("pre", has_text="alert(")
+        hostile.first.evaluate("e => e.closest('details').open = true")
+        assert hostile.first.inner_text() == HOSTILE
+        assert dialogs == []
 
-            shot = tmp_path / "experiment-report.png"
-            page.screenshot(path=str(shot), full_page=True)
-            print(f"screenshot: {shot}")
-            assert shot.stat().st_size > 10_000
-        finally:
-            browser.close()
+        shot = tmp_path / "experiment-report.png"
+        page.screenshot(path=str(shot), full_page=True)
+        print(f"screenshot: {shot}")
+        assert shot.stat().st_size > 10_000
+    finally:
+        page.close()
     assert requests == [page_file.as_uri()], requests
 
 
@@ -174,12 +188,12 @@ SCRIPTED_RUN = Path(__file__).resolve().parent / "fixtures" / "strategy-ab.trial
 
 @pytest.mark.slow
 @pytest.mark.skipif(not CHROMIUM.exists(), reason="Debian chromium is not at /usr/bin/chromium")
-def test_a_scripted_run_leads_with_its_banner_and_verdict_in_chromium(tmp_path: Path) -> None:
+def test_a_scripted_run_leads_with_its_banner_and_verdict_in_chromium(
+    tmp_path: Path, chromium: Browser
+) -> None:
     """The recorded strategy-ab run (scripted model, primary metric passed): the page opens
     with the scripted-model banner, then the verdict line, then the rest; the primary
     metric stands out; the zero-variance notes are folded."""
-    from playwright.sync_api import sync_playwright
-
     out = tmp_path / "out"
     out.mkdir()
     (out / "trials.jsonl").write_bytes(SCRIPTED_RUN.read_bytes())
@@ -190,55 +204,53 @@ def test_a_scripted_run_leads_with_its_banner_and_verdict_in_chromium(tmp_path: 
         main, ["experiment", "report", str(out), "--no-plots", "--html", str(target)]
     )
     assert result.exit_code == 0, result.output
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1300, "height": 900})
-            page.goto(target.as_uri(), timeout=30_000)
+    page = chromium.new_page(viewport={"width": 1300, "height": 900})
+    try:
+        page.goto(target.as_uri(), timeout=30_000)
 
-            def top(selector: str) -> float:
-                box = page.locator(selector).first.bounding_box()
-                assert box is not None, selector
-                return float(box["y"])
+        def top(selector: str) -> float:
+            box = page.locator(selector).first.bounding_box()
+            assert box is not None, selector
+            return float(box["y"])
 
-            assert top("h1") < top("#scripted") < top("#headline") < top(".rule")
-            assert top("#headline") < top("#variants") < top("#comparisons")
-            assert top("#headline") + 60 < 900  # the verdict is on the first screen
-            banner = page.locator("#scripted").inner_text()
-            assert banner.startswith("Scripted model: every counted trial was answered by")
-            verdicts = page.locator("#headline li")
-            assert verdicts.count() == 1
-            line = " ".join(str(verdicts.first.text_content()).split())
-            assert line.startswith("better delegation is better than baseline on passed: 1 vs ")
-            assert re.search(r"effect \+0\.\d+ \(95% CI \[0\.\d+, 0\.\d+\]\), p < 0\.0001", line)
+        assert top("h1") < top("#scripted") < top("#headline") < top(".rule")
+        assert top("#headline") < top("#variants") < top("#comparisons")
+        assert top("#headline") + 60 < 900  # the verdict is on the first screen
+        banner = page.locator("#scripted").inner_text()
+        assert banner.startswith("Scripted model: every counted trial was answered by")
+        verdicts = page.locator("#headline li")
+        assert verdicts.count() == 1
+        line = " ".join(str(verdicts.first.text_content()).split())
+        assert line.startswith("better delegation is better than baseline on passed: 1 vs ")
+        assert re.search(r"effect \+0\.\d+ \(95% CI \[0\.\d+, 0\.\d+\]\), p < 0\.0001", line)
 
-            highlighted = "rgb(238, 244, 255)"
-            primary = page.locator("#comparisons tbody tr.primary")
-            assert primary.count() == 1 and "passed (primary)" in primary.inner_text()
-            cell = primary.locator("td").first
-            assert cell.evaluate("e => getComputedStyle(e).backgroundColor") == highlighted
-            other = page.locator("#comparisons tbody tr:not(.primary) td").first
-            assert other.evaluate("e => getComputedStyle(e).backgroundColor") != highlighted
-            column = page.locator("#variants th.primary")
-            assert column.inner_text() == "passed rate"
+        highlighted = "rgb(238, 244, 255)"
+        primary = page.locator("#comparisons tbody tr.primary")
+        assert primary.count() == 1 and "passed (primary)" in primary.inner_text()
+        cell = primary.locator("td").first
+        assert cell.evaluate("e => getComputedStyle(e).backgroundColor") == highlighted
+        other = page.locator("#comparisons tbody tr:not(.primary) td").first
+        assert other.evaluate("e => getComputedStyle(e).backgroundColor") != highlighted
+        column = page.locator("#variants th.primary")
+        assert column.inner_text() == "passed rate"
 
-            # the MDE notes: each once, under the table, numbered like the marks in its rows
-            footnotes = page.locator("#mde-notes li").all_inner_texts()
-            assert len(footnotes) == len(set(footnotes)) >= 2, footnotes
-            marks = page.locator("#comparisons tbody sup").all_inner_texts()
-            numbers = {str(k) for k in range(1, len(footnotes) + 1)}
-            assert len(marks) == 8 and set(marks) == numbers and marks[0] == "1"
-            assert "simulated:" not in page.locator("#comparisons").inner_text()
+        # the MDE notes: each once, under the table, numbered like the marks in its rows
+        footnotes = page.locator("#mde-notes li").all_inner_texts()
+        assert len(footnotes) == len(set(footnotes)) >= 2, footnotes
+        marks = page.locator("#comparisons tbody sup").all_inner_texts()
+        numbers = {str(k) for k in range(1, len(footnotes) + 1)}
+        assert len(marks) == 8 and set(marks) == numbers and marks[0] == "1"
+        assert "simulated:" not in page.locator("#comparisons").inner_text()
 
-            notes = page.locator("#notes > li").all_inner_texts()
-            assert len(notes) == len(set(notes))
-            assert sum("zero variance" in n for n in notes) <= 2  # folded, not one per metric
-            grading = page.locator("#grading").inner_text()
-            assert grading == "48 of 48 counted trial(s) graded."
+        notes = page.locator("#notes > li").all_inner_texts()
+        assert len(notes) == len(set(notes))
+        assert sum("zero variance" in n for n in notes) <= 2  # folded, not one per metric
+        grading = page.locator("#grading").inner_text()
+        assert grading == "48 of 48 counted trial(s) graded."
 
-            shot = tmp_path / "scripted-report.png"
-            page.screenshot(path=str(shot), full_page=False)
-            print(f"screenshot: {shot}")
-            assert shot.stat().st_size > 10_000
-        finally:
-            browser.close()
+        shot = tmp_path / "scripted-report.png"
+        page.screenshot(path=str(shot), full_page=False)
+        print(f"screenshot: {shot}")
+        assert shot.stat().st_size > 10_000
+    finally:
+        page.close()

@@ -25,6 +25,10 @@ WITHOUT_MATPLOTLIB = (
     "from teamlead._cli import main; sys.argv[0] = 'teamlead'; main()"
 )
 
+# What runs without matplotlib is under test, not the statistics: fewer relabelings and
+# MDE simulations (the report's own sizes are tested in tests/test_experiment_stats.py).
+QUICK = ("--permutations", "500", "--mde-simulations", "100")
+
 
 def _teamlead(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
@@ -48,7 +52,7 @@ def test_plain_install_runs_and_reports_one_line_prompt_files(tmp_path: Path) ->
     lines = [
         "[experiment]",
         'name = "plain"',
-        "trials = 2",
+        "trials = 1",  # three tasks, two arms: six trials
         "seed = 3",
         "concurrency = 4",
         'control = "plain"',
@@ -69,15 +73,15 @@ def test_plain_install_runs_and_reports_one_line_prompt_files(tmp_path: Path) ->
         env = {**os.environ, **claude.env}
         run = _teamlead(env, claude.cwd, "experiment", "run", str(spec), "--out", str(out), "-q")
         assert run.returncode == 0, run.stderr
-    assert "ran 12 trial(s)" in run.stdout
+    assert "ran 6 trial(s)" in run.stdout
 
     records = [json.loads(line) for line in (out / "trials.jsonl").read_text().splitlines()]
-    assert len(records) == 12
+    assert len(records) == 6
     fan = next(r for r in records if r["variant"] == "fan")
     assert fan["prompt_name"] == "fan" and fan["prompt_version"] is None
     assert fan["prompt_source"].endswith("fan.md") and len(fan["prompt_sha256"]) == 64
 
-    as_json = _teamlead(env, tmp_path, "experiment", "report", str(out), "--json")
+    as_json = _teamlead(env, tmp_path, "experiment", "report", str(out), "--json", *QUICK)
     assert as_json.returncode == 0, as_json.stderr
     data = json.loads(as_json.stdout)
     parallel = next(c for c in data["comparisons"] if c["metric"] == "parallel")
@@ -87,7 +91,7 @@ def test_plain_install_runs_and_reports_one_line_prompt_files(tmp_path: Path) ->
     run_files = [".lock", "experiment.json", "run.json", "trials.jsonl"]
     assert sorted(p.name for p in out.iterdir()) == run_files
 
-    report = _teamlead(env, tmp_path, "experiment", "report", str(out))
+    report = _teamlead(env, tmp_path, "experiment", "report", str(out), *QUICK)
     assert report.returncode == 0, report.stderr
     assert "Traceback" not in report.stderr
     warning = [line for line in report.stderr.splitlines() if "plots skipped" in line]

@@ -1,11 +1,12 @@
 """The Ray backend: ``teamlead experiment run --backend ray`` on the real CLI, offline.
 
 The end-to-end tests drive the ``teamlead`` command in a subprocess against the scripted
-model server: the full 10 x 4 A/B on a local Ray the run starts (no ``RAY_ADDRESS``),
-whose report must match the local backend's; a run connected to a Ray instance this test
-owns (token authentication on), whose worker is killed mid-trial; a run stopped with
-Ctrl-C and resumed. Every Ray process and temp dir is checked gone at the end. The
-shared-limits tests use the store directly on a Ray this test owns.
+model server: a two-arm A/B on a local Ray the run starts (no ``RAY_ADDRESS``), whose
+report must match the local backend's; a run connected to a Ray instance these tests own
+(token authentication on), whose worker is killed mid-trial; a run stopped with Ctrl-C
+and resumed. Every Ray process and temp dir is checked gone at the end. The
+shared-limits tests use the store directly on that same owned Ray instance, which the
+tests of :class:`TestOnAnOwnedRay` share (one start-up instead of three).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from teamlead._cli.progress import report_for
 from teamlead.experiment import TrialKey, load_spec, read_records
 from teamlead.experiment.running.ray_backend import ray_session
 from teamlead.experiment.running.runner import trial_session_id
@@ -38,7 +40,8 @@ ray = pytest.importorskip("ray")
 # These run one after another on one worker (the README's ``-n 2 --dist loadfile``): each
 # checks that the Ray processes it started are gone, which another test's Ray starting
 # meanwhile would spoil. (``xdist_group`` would say it per test, but pytest-xdist 3.8's
-# loadgroup does not group under pytest 9.2.)
+# loadgroup does not group under pytest 9.2.) For the same reason TestOnAnOwnedRay comes
+# last: its shared Ray runs from its first test to its last, and only then.
 
 MARKER = "Fan out to parallel agents."
 _RAY_NAMES = ("raylet", "gcs_server", "ray::", "default_worker", "plasma_store", "dashboard")
@@ -135,17 +138,11 @@ def _finish(proc: subprocess.Popen[str], timeout: float = 600) -> tuple[int, str
     return proc.returncode, out, err
 
 
-def _report(env: dict[str, str], cwd: Path, out: Path) -> dict[str, object]:
-    done = subprocess.run(
-        [sys.executable, "-m", "teamlead", "experiment", "report", str(out), "--json"],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
-    data: dict[str, object] = json.loads(done.stdout)
+def _report(out: Path) -> dict[str, object]:
+    """The JSON report of ``out``, as ``teamlead experiment report OUT --json`` prints it
+    (built here: what is compared is the two backends' records, not the report command)."""
+    _, text, _ = report_for(out, control=None, seed=0, json_=True, plots=False)
+    data: dict[str, object] = json.loads(text)
     return data
 
 
@@ -195,7 +192,7 @@ def _ab_parity(tmp_path: Path, *, tasks: int, trials: int) -> None:
         twin = local_records[(record.variant, record.task, record.trial)]
         assert (record.status, record.parallel) == (twin.status, twin.parallel)
         assert record.prompt_sha256 == twin.prompt_sha256 and record.cli_version
-    local_report, ray_report = _report(env, tmp_path, local), _report(env, tmp_path, on_ray)
+    local_report, ray_report = _report(local), _report(on_ray)
     verdicts = [
         {(c["variant"], c["metric"]): c["verdict"] for c in r["comparisons"]}  # type: ignore[index, attr-defined]
         for r in (local_report, ray_report)
@@ -225,89 +222,80 @@ def _ab_parity(tmp_path: Path, *, tasks: int, trials: int) -> None:
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_ray_backend_matches_local_backend_on_the_full_ab(tmp_path: Path) -> None:
-    """The 10 tasks x 2 trials two-arm A/B on a local Ray the run starts: 40 records, none
-    twice, the local backend's verdict (about 1-2 minutes on two loaded cores)."""
-    _ab_parity(tmp_path, tasks=10, trials=2)
-
-
-@dataclass(frozen=True)
-class _Cluster:
-    address: str
-    token: str
-
-
-@pytest.fixture
-def ray_instance(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[_Cluster]:
-    """A small local Ray this test owns, started by the backend's own :func:`ray_session`
-    from a temp dir too deep for Ray's sockets, with token authentication as a cluster has.
-    Its processes and session dir are checked gone after."""
-    from ray._raylet import AuthenticationTokenLoader
-
-    deep = tmp_path / ("d" * 60)
-    deep.mkdir()
-    monkeypatch.setenv("TMPDIR", str(deep))
-    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
-    monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.delenv("RAY_TMPDIR", raising=False)
-    mode = os.environ.get("RAY_AUTH_MODE")  # ray.init turns token mode on for good
-    before = _ray_pids()
-    try:
-        with ray_session(num_cpus=2):
-            session_dir = Path(ray._private.worker._global_node.get_session_dir_path())
-            assert session_dir.is_dir() and not session_dir.is_relative_to(deep)
-            token = AuthenticationTokenLoader.instance().get_raw_token()
-            yield _Cluster(ray.get_runtime_context().gcs_address, token)
-    finally:
-        os.environ.pop("RAY_AUTH_MODE", None)
-        if mode is not None:
-            os.environ["RAY_AUTH_MODE"] = mode
-    assert not session_dir.parent.exists()  # the run's temp dir is removed
-    assert _wait_gone(_ray_pids() - before) == set()
+    """The 4 tasks x 2 trials two-arm A/B on a local Ray the run starts: 16 records, none
+    twice, the local backend's verdict on every counted metric. (4 x 2 is the smallest
+    design whose exact paired test on ``parallel`` reaches p < 0.001: 1 / 6**4.)"""
+    _ab_parity(tmp_path, tasks=4, trials=2)
 
 
 @pytest.mark.cli
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_worker_killed_mid_trial_yields_one_record(tmp_path: Path, ray_instance: _Cluster) -> None:
-    spec_path = _spec(tmp_path, tasks=1, trials=2, name="kill")
-    spec = load_spec(spec_path)
-    target = TrialKey("fan", "t0", 0)
-    # Slow replies keep the trial in flight long enough to kill its worker.
-    script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=2.0)
+def test_a_stopped_ray_run_cancels_its_trials_and_resumes(tmp_path: Path) -> None:
+    """Ctrl-C stops the trials where they run (no record for them), shuts the local Ray
+    down, exits 130; the same command then finishes the rest, each trial written once."""
+    spec = _spec(tmp_path, tasks=1, trials=1, name="stop")
+    # A trial found running still has its CLI's start-up and three replies of 0.5 s to go
+    # when the signal is sent right after.
+    script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=0.5)
+    before = _ray_pids()
+    out = tmp_path / "out"
+    args = ("experiment", "run", str(spec), "--out", str(out), "-q", "--backend", "ray")
     with ScriptedServer(script) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        # As a user reaches a cluster: its address and its token.
-        env = {
-            **_env(claude),
-            "RAY_ADDRESS": ray_instance.address,
-            "RAY_AUTH_MODE": "token",
-            "RAY_AUTH_TOKEN": ray_instance.token,
-        }
-        env.pop("RAY_AUTH_TOKEN_PATH", None)  # the local instance's own, in this process
-        out = tmp_path / "out"
-        proc = _run(
-            env,
-            claude.cwd,
-            "experiment",
-            "run",
-            str(spec_path),
-            "--out",
-            str(out),
-            "-q",
-            "--backend",
-            "ray",
+        env = _env(claude)
+        proc = _run(env, claude.cwd, *args)
+        found = _trial_cli("--session-id=", proc, deadline_s=240)
+        assert found is not None, "no trial CLI ever ran under a Ray worker"
+        proc.send_signal(signal.SIGINT)
+        code, _, err = _finish(proc, timeout=120)
+        assert code == 130, err
+        assert "interrupted; finished trials are kept" in err
+        assert _wait_gone({p.pid for p in found}) == set()  # the trial's worker and CLI
+        left = _wait_gone(_ray_pids() - before)
+        assert left == set(), _described(left)
+        stopped = (
+            read_records(out / "trials.jsonl").records if (out / "trials.jsonl").exists() else []
         )
-        session = _session_of(out, spec.experiment.seed, target, proc, deadline_s=120)
-        killed = session is not None and _kill_worker_of(session, proc, server, deadline_s=240)
-        code, stdout, err = _finish(proc)
+        assert all(r.status == "completed" for r in stopped)  # no record for a stopped trial
+        code, stdout, err = _finish(_run(env, claude.cwd, *args))
         assert code == 0, err
-    assert killed, "the target trial's CLI never started"
-    records = read_records(out / "trials.jsonl").records
-    keys = [(r.variant, r.task, r.trial) for r in records]
-    assert sorted(keys) == sorted(set(keys)) and len(keys) == 4
-    again = next(r for r in records if (r.variant, r.task, r.trial) == tuple(target))
-    assert again.status == "completed" and again.parallel  # Ray re-ran it; the driver wrote it once
-    assert "ran 4 trial(s)" in stdout
+    keys = _keys(out)
+    assert len(keys) == 2 and len(set(keys)) == 2
+    assert f"ran {2 - len(stopped)} trial(s), skipped {len(stopped)} finished" in stdout
+    assert _wait_gone(_ray_pids() - before) == set()
+
+
+@pytest.mark.slow  # a fresh interpreter or child process: seconds
+def test_an_address_nothing_listens_at_fails_at_once_in_one_line(tmp_path: Path) -> None:
+    """Ray itself would retry such an address for ten minutes; the run says why and stops."""
+    spec = _spec(tmp_path, tasks=1, trials=1)
+    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    out = tmp_path / "out"
+    env = {
+        **os.environ,
+        "RAY_ADDRESS": f"127.0.0.1:{port}",
+        "ANTHROPIC_API_KEY": "sk-test",
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "teamlead", "experiment", "run", str(spec), "--out", str(out)]
+        + ["-q", "--backend", "ray"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(
+        f"teamlead: error: cannot reach the Ray cluster at 127.0.0.1:{port}:"
+    )
+    assert not (out / "trials.jsonl").exists()
 
 
 def _session_of(
@@ -374,119 +362,170 @@ def _kill_worker_of(
     return True
 
 
-@pytest.mark.cli
-@pytest.mark.slow
-@pytest.mark.timeout(600)
-def test_a_stopped_ray_run_cancels_its_trials_and_resumes(tmp_path: Path) -> None:
-    """Ctrl-C stops the trials where they run (no record for them), shuts the local Ray
-    down, exits 130; the same command then finishes the rest, each trial written once."""
-    spec = _spec(tmp_path, tasks=1, trials=2, name="stop")
-    script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=1.0)
+@dataclass(frozen=True)
+class _Cluster:
+    address: str
+    token: str
+
+
+@pytest.fixture(scope="class")
+def owned_ray(tmp_path_factory: pytest.TempPathFactory) -> Iterator[_Cluster]:
+    """A small local Ray the tests of :class:`TestOnAnOwnedRay` own and share, started by
+    the backend's own :func:`ray_session` from a temp dir too deep for Ray's sockets, with
+    token authentication as a cluster has. Its processes and session dir are checked gone
+    after the last of them.
+
+    Class-scoped fixtures start before the per-test isolation of ``tests/conftest.py``, so
+    this one isolates the Claude state its Ray processes inherit itself, the same way."""
+    from ray._raylet import AuthenticationTokenLoader
+
+    root = tmp_path_factory.mktemp("owned-ray")
+    deep = root / ("d" * 60)
+    deep.mkdir()
+    home = root / "home"
+    (home / ".claude").mkdir(parents=True)
+    mode = os.environ.get("RAY_AUTH_MODE")  # ray.init turns token mode on for good
     before = _ray_pids()
-    out = tmp_path / "out"
-    args = ("experiment", "run", str(spec), "--out", str(out), "-q", "--backend", "ray")
-    with ScriptedServer(script) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        env = _env(claude)
-        proc = _run(env, claude.cwd, *args)
-        found = _trial_cli("--session-id=", proc, deadline_s=240)
-        assert found is not None, "no trial CLI ever ran under a Ray worker"
-        proc.send_signal(signal.SIGINT)
-        code, _, err = _finish(proc, timeout=120)
-        assert code == 130, err
-        assert "interrupted; finished trials are kept" in err
-        assert _wait_gone({p.pid for p in found}) == set()  # the trial's worker and CLI
-        left = _wait_gone(_ray_pids() - before)
-        assert left == set(), _described(left)
-        stopped = (
-            read_records(out / "trials.jsonl").records if (out / "trials.jsonl").exists() else []
-        )
-        assert all(r.status == "completed" for r in stopped)  # no record for a stopped trial
-        code, stdout, err = _finish(_run(env, claude.cwd, *args))
-        assert code == 0, err
-    keys = _keys(out)
-    assert len(keys) == 4 and len(set(keys)) == 4
-    assert f"ran {4 - len(stopped)} trial(s), skipped {len(stopped)} finished" in stdout
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("HOME", str(home))
+        env.setenv("CLAUDE_CONFIG_DIR", str(home / ".claude"))
+        env.setenv("XDG_CACHE_HOME", str(root / "cache"))
+        for name in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "RAY_ADDRESS", "RAY_TMPDIR"):
+            env.delenv(name, raising=False)
+        env.setenv("TMPDIR", str(deep))
+        env.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+        try:
+            with ray_session(num_cpus=2):
+                session_dir = Path(ray._private.worker._global_node.get_session_dir_path())
+                assert session_dir.is_dir() and not session_dir.is_relative_to(deep)
+                token = AuthenticationTokenLoader.instance().get_raw_token()
+                yield _Cluster(ray.get_runtime_context().gcs_address, token)
+        finally:
+            os.environ.pop("RAY_AUTH_MODE", None)
+            if mode is not None:
+                os.environ["RAY_AUTH_MODE"] = mode
+    assert not session_dir.parent.exists()  # the run's temp dir is removed
     assert _wait_gone(_ray_pids() - before) == set()
 
 
-@pytest.mark.slow
-@pytest.mark.anyio
-@pytest.mark.timeout(300)
-async def test_governors_on_two_nodes_share_learnt_limits(ray_instance: _Cluster) -> None:
-    """A cut learnt by one process's governor is seen by another's, in its own time base."""
-    from teamlead import Governor, GovernorPolicy, bucket_key
-    from teamlead._governor.aimd import Limits
-    from teamlead.experiment.running.ray_backend import RayLimitStore
-    from teamlead.testing import FakeClock
-
-    key = bucket_key("anthropic", "claude-opus-5-5")
-    clock_a, clock_b = FakeClock(start=100.0), FakeClock(start=5000.0)  # same wall time
-    store_a = RayLimitStore.connect("share-test", clock=clock_a)
-    store_b = RayLimitStore.connect("share-test", clock=clock_b)
-    policy = GovernorPolicy(ceiling=4, max_total=4)
-    node_a = Governor(policy, clock=clock_a, store=store_a)
-    async with node_a.slot(key) as slot:
-        slot.rate_limited(3.0)
-    learnt = node_a.state(key)
-    assert learnt.cap < 4 and learnt.cooldown_s > 0
-    store_b.refresh()
-    node_b = Governor(policy, clock=clock_b, store=store_b)
-    seen = node_b.state(key)
-    assert (seen.cap, seen.epoch) == (learnt.cap, learnt.epoch)
-    assert seen.cooldown_s == pytest.approx(learnt.cooldown_s)
-    # A stale replica's write (an older epoch) does not undo the cut.
-    store_b.put(key, Limits(cap=4, epoch=learnt.epoch - 1))
-    store_a.refresh()
-    limits = store_a.get(key)
-    assert limits is not None and limits.cap == learnt.cap
+@pytest.fixture
+def ray_instance(owned_ray: _Cluster) -> Iterator[_Cluster]:
+    """The shared owned Ray, and a check that every Ray process that appeared during the
+    test (such as the workers of the job a ``teamlead`` run connected as) is gone after it.
+    (An actor may take over a worker Ray had started before: the instance's own processes
+    are checked gone when the last test of the class is done.)"""
+    before = _ray_pids()
+    yield owned_ray
+    left = _wait_gone(_ray_pids() - before)
+    assert left == set(), _described(left)
 
 
-@pytest.mark.slow  # a fresh interpreter or child process: seconds
-def test_an_address_nothing_listens_at_fails_at_once_in_one_line(tmp_path: Path) -> None:
-    """Ray itself would retry such an address for ten minutes; the run says why and stops."""
-    spec = _spec(tmp_path, tasks=1, trials=1)
-    with socket.socket() as probe:  # a port that was free a moment ago: nothing listens
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    out = tmp_path / "out"
-    env = {
-        **os.environ,
-        "RAY_ADDRESS": f"127.0.0.1:{port}",
-        "ANTHROPIC_API_KEY": "sk-test",
-        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
-    }
-    done = subprocess.run(
-        [sys.executable, "-m", "teamlead", "experiment", "run", str(spec), "--out", str(out)]
-        + ["-q", "--backend", "ray"],
-        env=env,
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert len(lines) == 1, done.stderr
-    assert lines[0].startswith(
-        f"teamlead: error: cannot reach the Ray cluster at 127.0.0.1:{port}:"
-    )
-    assert not (out / "trials.jsonl").exists()
+class TestOnAnOwnedRay:
+    """Tests on one Ray instance they own and share (:func:`owned_ray`); each checks that
+    the Ray processes that appeared while it ran are gone after it (:func:`ray_instance`)."""
 
+    @pytest.mark.cli
+    @pytest.mark.slow
+    @pytest.mark.timeout(600)
+    def test_worker_killed_mid_trial_yields_one_record(
+        self, tmp_path: Path, ray_instance: _Cluster
+    ) -> None:
+        spec_path = _spec(tmp_path, tasks=1, trials=1, name="kill")
+        spec = load_spec(spec_path)
+        target = TrialKey("fan", "t0", 0)
+        # Slow replies keep the trial in flight long enough to kill its worker: once its
+        # lead's first request is seen, three replies of 1 s each are still to come.
+        script = ProbabilisticFanOut(
+            marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=1.0
+        )
+        with ScriptedServer(script) as server:
+            claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+            # As a user reaches a cluster: its address and its token.
+            env = {
+                **_env(claude),
+                "RAY_ADDRESS": ray_instance.address,
+                "RAY_AUTH_MODE": "token",
+                "RAY_AUTH_TOKEN": ray_instance.token,
+            }
+            env.pop("RAY_AUTH_TOKEN_PATH", None)  # the local instance's own, in this process
+            out = tmp_path / "out"
+            proc = _run(
+                env,
+                claude.cwd,
+                "experiment",
+                "run",
+                str(spec_path),
+                "--out",
+                str(out),
+                "-q",
+                "--backend",
+                "ray",
+            )
+            session = _session_of(out, spec.experiment.seed, target, proc, deadline_s=120)
+            killed = session is not None and _kill_worker_of(session, proc, server, deadline_s=240)
+            code, stdout, err = _finish(proc)
+            assert code == 0, err
+        assert killed, "the target trial's CLI never started"
+        records = read_records(out / "trials.jsonl").records
+        keys = [(r.variant, r.task, r.trial) for r in records]
+        assert sorted(keys) == sorted(set(keys)) and len(keys) == 2
+        again = next(r for r in records if (r.variant, r.task, r.trial) == tuple(target))
+        # Ray re-ran it; the driver wrote it once
+        assert again.status == "completed" and again.parallel
+        assert "ran 2 trial(s)" in stdout
 
-@pytest.mark.slow
-@pytest.mark.anyio
-@pytest.mark.timeout(300)
-async def test_a_worker_store_kept_fresh_sees_a_cut_made_elsewhere(ray_instance: _Cluster) -> None:
-    """While a trial runs, its worker's replica follows what another node learnt."""
+    @pytest.mark.slow
+    @pytest.mark.anyio
+    @pytest.mark.timeout(300)
+    async def test_governors_on_two_nodes_share_learnt_limits(self, ray_instance: _Cluster) -> None:
+        """A cut learnt by one process's governor is seen by another's, in its own time base."""
+        from teamlead import Governor, GovernorPolicy, bucket_key
+        from teamlead._governor.aimd import Limits
+        from teamlead.experiment.running.ray_backend import RayLimitStore
+        from teamlead.testing import FakeClock
 
-    from teamlead._governor.aimd import Limits
-    from teamlead.experiment.running.ray_backend import RayLimitStore, kept_fresh
+        key = bucket_key("anthropic", "claude-opus-5-5")
+        clock_a, clock_b = FakeClock(start=100.0), FakeClock(start=5000.0)  # same wall time
+        store_a = RayLimitStore.connect("share-test", clock=clock_a)
+        store_b = RayLimitStore.connect("share-test", clock=clock_b)
+        try:
+            policy = GovernorPolicy(ceiling=4, max_total=4)
+            node_a = Governor(policy, clock=clock_a, store=store_a)
+            async with node_a.slot(key) as slot:
+                slot.rate_limited(3.0)
+            learnt = node_a.state(key)
+            assert learnt.cap < 4 and learnt.cooldown_s > 0
+            store_b.refresh()
+            node_b = Governor(policy, clock=clock_b, store=store_b)
+            seen = node_b.state(key)
+            assert (seen.cap, seen.epoch) == (learnt.cap, learnt.epoch)
+            assert seen.cooldown_s == pytest.approx(learnt.cooldown_s)
+            # A stale replica's write (an older epoch) does not undo the cut.
+            store_b.put(key, Limits(cap=4, epoch=learnt.epoch - 1))
+            store_a.refresh()
+            limits = store_a.get(key)
+        finally:
+            ray.kill(store_a.actor)  # the instance is shared: leave nothing running on it
+        assert limits is not None and limits.cap == learnt.cap
 
-    elsewhere = RayLimitStore.connect("fresh-test")
-    here = RayLimitStore.connect("fresh-test")
-    async with kept_fresh(here, every_s=0.05):
-        elsewhere.put("bucket", Limits(cap=2, epoch=3))
-        await apoll(lambda: here.get("bucket") is not None, within_s=60, every_s=0.05)
-    seen = here.get("bucket")
-    assert seen is not None and (seen.cap, seen.epoch) == (2, 3)
+    @pytest.mark.slow
+    @pytest.mark.anyio
+    @pytest.mark.timeout(300)
+    async def test_a_worker_store_kept_fresh_sees_a_cut_made_elsewhere(
+        self, ray_instance: _Cluster
+    ) -> None:
+        """While a trial runs, its worker's replica follows what another node learnt."""
+
+        from teamlead._governor.aimd import Limits
+        from teamlead.experiment.running.ray_backend import RayLimitStore, kept_fresh
+
+        elsewhere = RayLimitStore.connect("fresh-test")
+        here = RayLimitStore.connect("fresh-test")
+        try:
+            async with kept_fresh(here, every_s=0.05):
+                elsewhere.put("bucket", Limits(cap=2, epoch=3))
+                await apoll(lambda: here.get("bucket") is not None, within_s=60, every_s=0.05)
+        finally:
+            ray.kill(here.actor)  # the instance is shared: leave nothing running on it
+        seen = here.get("bucket")
+        assert seen is not None and (seen.cap, seen.epoch) == (2, 3)

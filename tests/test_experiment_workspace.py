@@ -124,22 +124,30 @@ def test_concurrent_worktrees_are_private_and_the_repository_is_untouched(
     repo = _make_repo(tmp_path / "repo")
     before = _snapshot(repo)
     head = _git(repo, "rev-parse", "HEAD").strip()
-    # Each trial writes its own file, waits so the trials overlap, then lists what it sees.
+    # Each of the four trials (all at once: concurrency 4) writes its own file, waits
+    # until all four have written theirs (a marker each, outside the worktrees), then
+    # lists what it sees: every trial's file exists by then, and each sees only its own.
+    arrived = tmp_path / "arrived"
+    arrived.mkdir()
+    barrier = (
+        f"for i in $(seq 1200); do [ $(ls {arrived} | wc -l) -ge 4 ] && break; sleep 0.05; done"
+    )
     script = ToolSteps(
         [
             lambda req: [
                 bash(
-                    f"echo ok > trial-{_mark(req)}.txt && sleep 1 && ls trial-*.txt "
-                    "&& echo CONFIG=$CLAUDE_CONFIG_DIR"
+                    f"echo ok > trial-{_mark(req)}.txt && touch {arrived}/{_mark(req)} && "
+                    f"{barrier}; ls trial-*.txt && echo CONFIG=$CLAUDE_CONFIG_DIR"
                 )
             ]
         ]
     )
     check = 'check = ["sh", "-c", "test $(ls trial-*.txt | wc -l) -eq 1"]'
-    out = _run(_spec(f'cwd = "repo"\n{check}'), tmp_path, script)
+    out = _run(_spec(f'cwd = "repo"\n{check}', trials=1), tmp_path, script)
 
+    assert len(list(arrived.iterdir())) == 4
     records = read_records(out / "trials.jsonl").records
-    assert len(records) == 8
+    assert len(records) == 4
     configs = set()
     for record in records:
         seen = [w for w in record.final_text.split() if w.startswith("trial-")]
@@ -151,7 +159,7 @@ def test_concurrent_worktrees_are_private_and_the_repository_is_untouched(
         assert (out / str(record.check.output_file)).is_file()
         assert record.workspace_path is None
         configs.add(record.final_text.split("CONFIG=")[1].split()[0])
-    assert len(configs) == 8  # a Claude config dir per trial
+    assert len(configs) == 4  # a Claude config dir per trial
     assert str(tmp_path / "s") not in "".join(configs)
 
     assert _snapshot(repo) == before  # byte-identical, .git included
@@ -171,7 +179,7 @@ def test_check_decides_passed_in_copies_and_is_the_primary_metric(tmp_path: Path
         content = "fixed\n" if MARKER in req.system else "still broken\n"
         return [write(f"{working_directory(req)}/answer.txt", content)]
 
-    spec = _spec('cwd = "project"\ncheck = "./check.sh"\nprimary_metric = "passed"', trials=3)
+    spec = _spec('cwd = "project"\ncheck = "./check.sh"\nprimary_metric = "passed"', trials=1)
     out = _run(spec, tmp_path, ToolSteps([fix]), keep_workspaces=True)  # type: ignore[list-item]
     (out / "experiment.json").write_text(
         json.dumps({"control": "baseline", "primary_metric": "passed"})
@@ -233,10 +241,11 @@ def test_shared_mode_runs_in_the_directory_and_is_flagged(tmp_path: Path) -> Non
     project = tmp_path / "project"
     project.mkdir()
     script = ToolSteps([lambda req: [bash(f"echo x > shared-{_mark(req)}.txt")]])
-    out = _run(_spec('cwd = "project"\nworkspace = "shared"', tasks=1), tmp_path, script)
+    spec = _spec('cwd = "project"\nworkspace = "shared"', tasks=1, trials=1)
+    out = _run(spec, tmp_path, script)
     records = read_records(out / "trials.jsonl").records
     assert {r.workspace for r in records} == {"shared"}
-    assert len(list(project.glob("shared-*.txt"))) == 4  # every trial wrote right here
+    assert len(list(project.glob("shared-*.txt"))) == 2  # every trial wrote right here
     report = build_report(records, control="baseline", seed=1, n_permutations=50, n_bootstrap=50)
     assert any("shared directory" in note for note in report.notes)
     assert "shared directory" in render_markdown(report)
