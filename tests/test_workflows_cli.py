@@ -20,11 +20,13 @@ import psutil
 import pytest
 
 import teamlead
+from teamlead.clock import SYSTEM_CLOCK, Clock
 from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 from teamlead.testing.scripts import WorkflowFanOut, findings_in, workflow_key
 
 from .conftest import OfflineFactory
 from .polling import poll
+from .skip_clock import SkipClock, skipping
 from .test_agents_cli import finished, run, sent_usage
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
@@ -131,17 +133,19 @@ async def test_a_lost_agent_that_no_resume_recovers_leaves_the_run_partial(
     assert requests_by_key(server)["a"] == [200]
 
 
+def _journaled(state_dir: Path, results: int) -> bool:
+    """Whether a workflow's journal under ``state_dir`` holds ``results`` results."""
+    for path in state_dir.rglob("journal.jsonl"):
+        if path.read_text(errors="replace").count('"type":"result"') >= results:
+            return True
+    return False
+
+
 def _kill_the_cli_once_journaled(state_dir: Path, results: int) -> None:
     """Once the run's journal holds ``results`` results, SIGKILL the CLI (the lead's)."""
 
-    def journaled() -> bool:
-        for path in state_dir.rglob("journal.jsonl"):
-            if path.read_text(errors="replace").count('"type":"result"') >= results:
-                return True
-        return False
-
     def kill() -> None:
-        if poll(journaled, within_s=60) is None:
+        if poll(lambda: _journaled(state_dir, results), within_s=60) is None:
             return
         for proc in psutil.Process(os.getpid()).children(recursive=True):
             try:
@@ -178,17 +182,21 @@ async def test_a_cli_killed_mid_workflow_is_recovered_through_the_stopped_notice
 
 
 async def _items_until_finished(
-    claude: OfflineClaude, policy: teamlead.Policy, how: str, limit_s: float
+    claude: OfflineClaude,
+    policy: teamlead.Policy,
+    how: str,
+    limit_s: float,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> list[Any]:
     """A run through ``teamlead.query`` or a ``ClaudeSDKClient`` with ``receive_all``."""
     if how == "query":
-        return await run(claude.options(), policy, limit_s)
+        return await run(claude.options(), policy, limit_s, clock)
     from claude_agent_sdk import ClaudeSDKClient
 
     items: list[Any] = []
     with anyio.fail_after(limit_s):
         async with (
-            teamlead.ClientRun(claude.options(), policy) as client_run,
+            teamlead.ClientRun(claude.options(), policy, clock=clock) as client_run,
             ClaudeSDKClient(options=client_run.options) as client,
         ):
             await client.query("Investigate.")
@@ -205,7 +213,15 @@ async def test_the_deadline_stops_a_running_workflow_and_keeps_its_finished_agen
     script = WorkflowFanOut(["a", "b", "c"], delays={"a": 0.3, "b": 0.3}, hang=frozenset({"c"}))
     server, claude = offline(script)
     policy = teamlead.Policy(wait_s=2, deadline_s=20)
-    done = finished(await _items_until_finished(claude, policy, how, 90))
+    clock = SkipClock()
+    wrap_at = clock.monotonic() + 20 - policy.spawn.reserve_for(20)
+
+    def only_c_left() -> bool:  # a's and b's results in the run's journal, c's request open
+        return _journaled(claude.state_dir, 2) and "c" in requests_by_key(server)
+
+    # the wrap-up point comes once only c is left, not after the seconds to it
+    items = _items_until_finished(claude, policy, how, 90, clock)
+    done = finished(await skipping(clock, only_c_left, wrap_at, items))
     assert done.reason == "deadline", done.reasons
     wrap = [r for r in server.recorded() if "tools are disabled" in r.request.last_user_text]
     assert wrap, "no wrap-up turn"
