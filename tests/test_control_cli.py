@@ -124,7 +124,7 @@ def finished_agent(server: ScriptedServer, job: str) -> bool:
 
 async def test_lowering_the_cap_mid_run_caps_the_next_admissions(offline: OfflineFactory) -> None:
     names = ["a", "b", "c", "d", "e", "f"]
-    server, claude = offline(Waves([names], delay=1.5))
+    server, claude = offline(Waves([names], delay=1.0))
     control = teamlead.RunControl()
     policy = teamlead.Policy(wait_s=5, deadline_s=150, spawn=SpawnPolicy(max_concurrent_agents=3))
     admitted_after: list[SpawnAdmitted] = []
