@@ -31,6 +31,9 @@ from .test_agents_cli import finished, run, sent_usage
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 
+#: a workflow agent's answer time where only what it answers matters
+QUICK = 0.2
+
 
 def requests_by_key(server: ScriptedServer) -> dict[str, list[int | None]]:
     """Each workflow agent key's requests, as the statuses the server answered."""
@@ -65,7 +68,7 @@ async def test_a_completed_workflow_has_a_row_per_agent_with_the_servers_usage(
     offline: OfflineFactory, shape: str, labels: set[str]
 ) -> None:
     keys = ["a", "b", "c"] if shape == "parallel" else ["a", "b"]
-    script = WorkflowFanOut(keys, shape=shape, input_tokens={"a": 111, "b": 222})  # type: ignore[arg-type]
+    script = WorkflowFanOut(keys, shape=shape, delay=QUICK, input_tokens={"a": 111, "b": 222})  # type: ignore[arg-type]
     server, claude = offline(script)
     done = finished(await run(claude.options(), policy()))
     assert done.status == "completed", done.reasons
@@ -87,7 +90,7 @@ async def test_a_completed_workflow_has_a_row_per_agent_with_the_servers_usage(
 
 
 async def test_a_script_that_throws_fails_the_run_in_one_line(offline: OfflineFactory) -> None:
-    server, claude = offline(WorkflowFanOut(["a"], throw="boom-probe"))
+    server, claude = offline(WorkflowFanOut(["a"], throw="boom-probe", delay=QUICK))
     done = finished(await run(claude.options(), policy()))
     assert done.status == "failed" and done.reason == "work_failed"
     lines = [r for r in done.reasons if "boom-probe" in r]
@@ -100,7 +103,7 @@ async def test_a_lost_agent_is_recovered_by_resuming_the_run_from_its_journal(
 ) -> None:
     # d's first request gets a 529 the CLI does not retry: its agent() returns null, and
     # the workflow still ends "completed" with 3 of 4 findings
-    script = WorkflowFanOut(["a", "b", "c", "d"], faults={"d": Reply.error(529)})
+    script = WorkflowFanOut(["a", "b", "c", "d"], delay=QUICK, faults={"d": Reply.error(529)})
     server, claude = offline(script)
     done = finished(await run(claude.options(), policy()))
     assert done.status == "completed" and done.resumes == 1, done.reasons
@@ -125,7 +128,7 @@ async def test_a_lost_agent_that_no_resume_recovers_leaves_the_run_partial(
     offline: OfflineFactory,
 ) -> None:
     # every request of d fails: the resumed run loses it again, and max_resumes ends it
-    script = WorkflowFanOut(["a", "d"], faults={"d": Reply.error(529)}, fault_times=10)
+    script = WorkflowFanOut(["a", "d"], delay=QUICK, faults={"d": Reply.error(529)}, fault_times=10)
     server, claude = offline(script)
     done = finished(await run(claude.options(), policy(max_resumes=1)))
     assert done.status == "partial" and done.reason == "max_resumes", done.reasons
@@ -163,6 +166,7 @@ async def test_a_cli_killed_mid_workflow_is_recovered_through_the_stopped_notice
     holder: dict[str, Path] = {}
     script = WorkflowFanOut(
         ["a", "b", "c", "d"],
+        delay=QUICK,
         hang=frozenset({"d"}),
         hang_once=True,
         on_hang=lambda key: _kill_the_cli_once_journaled(holder["dir"], 3),
@@ -236,7 +240,7 @@ async def test_the_deadline_stops_a_running_workflow_and_keeps_its_finished_agen
 
 
 async def test_a_lost_agent_is_recovered_on_a_client_too(offline: OfflineFactory) -> None:
-    script = WorkflowFanOut(["a", "b", "c"], faults={"c": Reply.error(529)})
+    script = WorkflowFanOut(["a", "b", "c"], delay=QUICK, faults={"c": Reply.error(529)})
     server, claude = offline(script)
     done = finished(await _items_until_finished(claude, policy(), "client", 150))
     assert done.status == "completed" and done.resumes == 1, done.reasons
@@ -250,6 +254,7 @@ async def test_teamlead_resume_recovers_a_workflow_its_killed_cli_left(
     holder: dict[str, Path] = {}
     script = WorkflowFanOut(
         ["a", "b", "c"],
+        delay=QUICK,
         hang=frozenset({"c"}),
         hang_once=True,
         on_hang=lambda key: _kill_the_cli_once_journaled(holder["dir"], 2),
