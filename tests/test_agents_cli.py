@@ -13,13 +13,16 @@ import os
 import stat
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
+from claude_agent_sdk import TaskNotificationMessage
 
 import teamlead
+from teamlead.clock import SYSTEM_CLOCK, Clock
 from teamlead.events import AgentUsage, Finished
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, ScriptedServer
@@ -27,6 +30,7 @@ from teamlead.testing.replies import ToolUse
 from teamlead.testing.scripts import finding_text, findings_in, synthesize, workflow_script
 
 from .conftest import OfflineFactory
+from .skip_clock import SkipClock, skipping
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 
@@ -89,13 +93,34 @@ class Mixed:
         return synthesize(req)
 
 
+def past_the_timeout(
+    server: ScriptedServer, clock: SkipClock, done: str, hung: str, timeout_s: float
+) -> tuple[Callable[[], bool], Callable[[], float]]:
+    """For :func:`skipping`: once ``done``'s reply is out and ``hung``'s request is held
+    open, the clock moves ``timeout_s`` on: past ``hung``'s timeout, not ``done``'s."""
+
+    def requests_of(name: str) -> list[Any]:
+        return [r for r in server.recorded() if f"JOB {name}" in r.request.first_user_text]
+
+    def ready() -> bool:
+        quick = requests_of(done)
+        return bool(quick and requests_of(hung)) and all(r.finished is not None for r in quick)
+
+    return ready, lambda: clock.monotonic() + timeout_s
+
+
 def whole_file(path: Path) -> tuple[str, int]:
     return path.read_text(), stat.S_IMODE(path.stat().st_mode)
 
 
-async def run(options: Any, policy: teamlead.Policy, limit_s: float = 150) -> list[Any]:
+async def run(
+    options: Any, policy: teamlead.Policy, limit_s: float = 150, clock: Clock = SYSTEM_CLOCK
+) -> list[Any]:
     with anyio.fail_after(limit_s):
-        return [item async for item in teamlead.query("Investigate.", options, policy=policy)]
+        return [
+            item
+            async for item in teamlead.query("Investigate.", options, policy=policy, clock=clock)
+        ]
 
 
 def finished(items: list[Any]) -> Finished:
@@ -119,7 +144,8 @@ def sent_usage(server: ScriptedServer) -> dict[str, tuple[int, int]]:
 
 
 async def test_usage_per_agent_matches_what_the_server_sent(offline: OfflineFactory) -> None:
-    script = Mixed(["alpha", "beta"], ["w1", "w2"], inputs={"alpha": 111, "beta": 222, "w1": 7})
+    inputs = {"alpha": 111, "beta": 222, "w1": 7}
+    script = Mixed(["alpha", "beta"], ["w1", "w2"], delay=0.3, inputs=inputs)
     server, claude = offline(script)
     items = await run(claude.options(), teamlead.Policy(wait_s=5, deadline_s=150))
     done = finished(items)
@@ -145,7 +171,7 @@ async def test_usage_per_agent_matches_what_the_server_sent(offline: OfflineFact
 async def test_the_cap_counts_agent_calls_and_workflow_agents_together(
     offline: OfflineFactory,
 ) -> None:
-    script = Mixed(["a1", "a2", "a3", "a4"], ["w1", "w2", "w3", "w4"], delay=1.5)
+    script = Mixed(["a1", "a2", "a3", "a4"], ["w1", "w2", "w3", "w4"], delay=1.0)
     server, claude = offline(script)
     env = {"CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS": "8"}  # the user's, above the cap
     options = claude.options()
@@ -165,7 +191,11 @@ async def test_a_hung_agent_ends_at_its_timeout_and_the_run_goes_on(
 ) -> None:
     server, claude = offline(Mixed(["quick", "stuck"], delay=0.5, hang="stuck"))
     policy = teamlead.Policy(wait_s=5, deadline_s=300, spawn=SpawnPolicy(agent_timeout_s=4))
-    done = finished(await run(claude.options(), policy, limit_s=120))  # held open for 600 s
+    clock = SkipClock()
+    items = run(claude.options(), policy, limit_s=120, clock=clock)  # held open for 600 s
+    done = finished(
+        await skipping(clock, *past_the_timeout(server, clock, "quick", "stuck", 4), items)
+    )
     rows = {r.label: r for r in done.tasks if r.kind == "task"}
     assert rows["stuck"].status == "timeout"
     assert rows["quick"].status == "completed"
@@ -183,15 +213,20 @@ async def test_a_hung_agent_ends_at_its_timeout_on_a_client(offline: OfflineFact
 
     server, claude = offline(Mixed(["quick", "stuck"], delay=0.5, hang="stuck"))
     policy = teamlead.Policy(wait_s=5, deadline_s=300, spawn=SpawnPolicy(agent_timeout_s=4))
+    clock = SkipClock()
     items: list[Any] = []
-    with anyio.fail_after(120):  # the stuck request is held open for 600 s
-        async with (
-            teamlead.ClientRun(claude.options(), policy) as run,
-            ClaudeSDKClient(options=run.options) as client,
-        ):
-            await client.query("Investigate.")
-            async for item in teamlead.receive_all(client, run):
-                items.append(item)
+
+    async def on_a_client() -> None:
+        with anyio.fail_after(120):  # the stuck request is held open for 600 s
+            async with (
+                teamlead.ClientRun(claude.options(), policy, clock=clock) as run,
+                ClaudeSDKClient(options=run.options) as client,
+            ):
+                await client.query("Investigate.")
+                async for item in teamlead.receive_all(client, run):
+                    items.append(item)
+
+    await skipping(clock, *past_the_timeout(server, clock, "quick", "stuck", 4), on_a_client())
     done = finished(items)
     rows = {r.label: r for r in done.tasks if r.kind == "task"}
     assert rows["stuck"].status == "timeout" and rows["quick"].status == "completed"
@@ -203,7 +238,9 @@ async def test_a_hung_agent_ends_at_its_timeout_on_a_client(offline: OfflineFact
 async def test_a_hung_workflow_agent_ends_at_its_timeout(offline: OfflineFactory) -> None:
     server, claude = offline(Mixed([], ["w1", "w2"], delay=0.5, hang="w2"))
     policy = teamlead.Policy(wait_s=5, deadline_s=300, spawn=SpawnPolicy(agent_timeout_s=4))
-    done = finished(await run(claude.options(), policy, limit_s=120))
+    clock = SkipClock()
+    items = run(claude.options(), policy, limit_s=120, clock=clock)
+    done = finished(await skipping(clock, *past_the_timeout(server, clock, "w1", "w2", 4), items))
     rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
     assert rows["wf:w2"].status == "timeout" and rows["wf:w1"].status == "completed"
     assert done.status == "partial"
@@ -266,7 +303,25 @@ async def test_the_deadline_wrap_up_answer_carries_the_earlier_finished_result(
     script = Mixed(["fast", "slow"], delay=1.0, hang="slow", wrap_from_last=True)
     server, claude = offline(script)
     policy = teamlead.Policy(wait_s=2, deadline_s=14)
-    done = finished(await run(claude.options(), policy, limit_s=90))
+    clock = SkipClock()
+    wrap_at = clock.monotonic() + 14 - policy.spawn.reserve_for(14)
+    items: list[Any] = []
+
+    async def collect() -> None:
+        with anyio.fail_after(90):
+            async for item in teamlead.query(
+                "Investigate.", claude.options(), policy=policy, clock=clock
+            ):
+                items.append(item)
+
+    def fast_ended() -> bool:  # the run has fast's result; slow's request is held open
+        return any(
+            isinstance(i, TaskNotificationMessage) and i.status == "completed" for i in items
+        )
+
+    # the wrap-up point comes once only slow is left, not after the seconds to it
+    await skipping(clock, fast_ended, wrap_at, collect())
+    done = finished(items)
     assert done.reason == "deadline", done.reasons
     # the final answer came from the wrap-up prompt alone, and it quotes the quick finding
     assert done.result is not None and done.result.startswith("FINAL:")
@@ -276,7 +331,7 @@ async def test_the_deadline_wrap_up_answer_carries_the_earlier_finished_result(
 
 
 def test_ask_json_streams_agent_usage_and_rows_per_agent(tmp_path: Path) -> None:
-    with ScriptedServer(Mixed(["alpha", "beta"], inputs={"alpha": 300})) as server:
+    with ScriptedServer(Mixed(["alpha", "beta"], delay=0.3, inputs={"alpha": 300})) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
         env = {**os.environ, **claude.env, "TEAMLEAD_AGENT_TIMEOUT": "120"}
         proc = subprocess.run(

@@ -174,11 +174,19 @@ def test_a_run_on_a_terminal_ends_with_the_cards_of_finished_tasks(
     def items() -> AsyncIterator[Any]:
         return teamlead.query("Investigate.", claude.options(), policy=policy)
 
+    def recorded() -> AsyncIterator[Any]:  # the same run again, for the other outputs
+        async def stream() -> AsyncIterator[Any]:
+            for item in seen:
+                yield item
+
+        return stream()
+
     outputs: dict[str, tuple[str, Finished]] = {}
+    seen: list[Any] = []
     for output in ("auto", "quiet", "json"):
-        seen: list[Any] = []
         err, out = Terminal(), Terminal()
-        code = run_session(_capture(items, seen), output=output, stderr=err, stdout=out)
+        run = _capture(items, seen) if output == "auto" else recorded
+        code = run_session(run, output=output, stderr=err, stdout=out)
         assert code == 0, err.getvalue()
         done = seen[-1]
         assert isinstance(done, Finished)

@@ -124,7 +124,7 @@ def finished_agent(server: ScriptedServer, job: str) -> bool:
 
 async def test_lowering_the_cap_mid_run_caps_the_next_admissions(offline: OfflineFactory) -> None:
     names = ["a", "b", "c", "d", "e", "f"]
-    server, claude = offline(Waves([names], delay=1.5))
+    server, claude = offline(Waves([names], delay=1.0))
     control = teamlead.RunControl()
     policy = teamlead.Policy(wait_s=5, deadline_s=150, spawn=SpawnPolicy(max_concurrent_agents=3))
     admitted_after: list[SpawnAdmitted] = []
@@ -149,7 +149,7 @@ async def test_lowering_the_cap_mid_run_caps_the_next_admissions(offline: Offlin
 
 
 async def test_a_lowered_cap_holds_workflow_agents_at_the_relay(offline: OfflineFactory) -> None:
-    server, claude = offline(Waves([], ["w1", "w2", "w3"], delay=1.0))
+    server, claude = offline(Waves([], ["w1", "w2", "w3"], delay=0.6))
     control = teamlead.RunControl()
     policy = teamlead.Policy(wait_s=5, deadline_s=150, spawn=SpawnPolicy(max_concurrent_agents=3))
 

@@ -1,6 +1,6 @@
 """The governor on the real CLI: whatever the upstream's timing, across processes and machines.
 
-Scripted upstreams with a hidden limit of 3 concurrent requests (429 with ``retry-after: 1``
+Scripted upstreams with a hidden limit of 3 concurrent requests (429 with ``retry-after``
 past it) and ``CLAUDE_CODE_MAX_RETRIES=0``: a 429 that reached the CLI would fail a
 subagent, so every finding arriving proves the relay absorbed them. In each: every finding
 arrives, there are at most as many 429s as agents, and the storm ran at the limit (the
@@ -33,6 +33,10 @@ from .redis_server import REDIS_SERVER, redis_server
 pytestmark = [pytest.mark.anyio, pytest.mark.cli, pytest.mark.slow]
 
 LIMIT = 3
+#: each subagent's answer time and the upstream's retry-after: short, as the storm's
+#: shape (many at once into a limit of 3) is what the governor learns from, not the seconds
+DELAY = 0.4
+RETRY_AFTER = 0.5
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -74,9 +78,9 @@ async def test_a_24_agent_storm_learns_the_true_limit_whatever_the_header_timing
 ) -> None:
     agents = 24
     with ScriptedServer(
-        FanOut.of(agents, delays=1.0),
+        FanOut.of(agents, delays=DELAY),
         concurrency_limit=LIMIT,
-        retry_after=1,
+        retry_after=RETRY_AFTER,
         limit_roles=None if lead_counts else {"subagent"},
         headers_after=headers_after,
     ) as server:
@@ -125,9 +129,9 @@ def _two_runs_together(
 ) -> tuple[list[dict[str, Any]], ScriptedServer]:
     agents = 12
     with ScriptedServer(
-        FanOut.of(agents, delays=1.0),
+        FanOut.of(agents, delays=DELAY),
         concurrency_limit=LIMIT,
-        retry_after=1,
+        retry_after=RETRY_AFTER,
         limit_roles={"subagent"},
         headers_after="answer",
     ) as server:
@@ -179,9 +183,9 @@ def test_two_machines_share_one_limit_through_redis_only(tmp_path: Path) -> None
 async def test_a_bare_cli_through_teamlead_relay_loses_no_subagent(tmp_path: Path) -> None:
     agents = 12
     with ScriptedServer(
-        FanOut.of(agents, delays=1.0),
+        FanOut.of(agents, delays=DELAY),
         concurrency_limit=LIMIT,
-        retry_after=1,
+        retry_after=RETRY_AFTER,
         limit_roles={"subagent"},
         headers_after=1.5,
     ) as server:

@@ -41,7 +41,7 @@ def test_keys_lower_the_cap_for_the_next_admissions_and_set_the_next_agents_mode
     tmp_path: Path,
 ) -> None:
     release = threading.Event()  # agent-1 and agent-2 answer once the keys were pressed
-    fan_out = FanOut.of(4, delays=[0.5, 0.5, 1.0, 1.0])
+    fan_out = FanOut.of(4, delays=[0.3, 0.3, 0.6, 0.6])
 
     def script(req: ScriptedRequest) -> Reply:
         if req.agent is not None and req.agent.description in ("agent-1", "agent-2"):

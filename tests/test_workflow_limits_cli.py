@@ -30,6 +30,8 @@ pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 WORKFLOW_CAP = "CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS"
 #: the engine's own wait for agents sharing a prompt prefix: off, so only teamlead spaces them
 NO_PREFIX_STAGGER = {"CLAUDE_CODE_WORKFLOW_PREFIX_STAGGER_MS": "0"}
+#: seconds between agent starts in the stagger test: ten times its agents' answer time
+STAGGER = 2.0
 
 
 def with_env(options: Any, env: dict[str, str]) -> Any:
@@ -55,7 +57,7 @@ async def test_the_engines_gate_follows_the_runs_cap_above_the_users_value(
 ) -> None:
     # no relay: only the engine's own gate holds the workflow's agents back
     user = {WORKFLOW_CAP: "8", **NO_PREFIX_STAGGER}
-    server, claude = offline(Mixed([], ["w1", "w2", "w3", "w4"], delay=1.5))
+    server, claude = offline(Mixed([], ["w1", "w2", "w3", "w4"], delay=1.0))
     capped = teamlead.Policy(
         wait_s=5, deadline_s=150, relay=False, spawn=SpawnPolicy(max_concurrent_agents=2)
     )
@@ -63,7 +65,7 @@ async def test_the_engines_gate_follows_the_runs_cap_above_the_users_value(
     assert done.status == "completed", done.reasons
     assert server.max_concurrent_agents() == 2  # the cap, not the user's 8, and not less
     # the same run with no cap of teamlead's: the user's value stands
-    free_server, free = offline(Mixed([], ["w1", "w2", "w3", "w4"], delay=1.5))
+    free_server, free = offline(Mixed([], ["w1", "w2", "w3", "w4"], delay=1.0))
     uncapped = teamlead.Policy(wait_s=5, deadline_s=150, relay=False)
     done = finished(await run(with_env(free.options(), user), uncapped))
     assert done.status == "completed", done.reasons
@@ -73,11 +75,13 @@ async def test_the_engines_gate_follows_the_runs_cap_above_the_users_value(
 async def test_stagger_spaces_workflow_agents_and_agent_calls_with_a_low_cap(
     offline: OfflineFactory,
 ) -> None:
-    server, claude = offline(Mixed(["a1", "a2"], ["w1", "w2", "w3"], delay=0.5))
+    # answers far shorter than the stagger: with no stagger, two at a time would start a
+    # moment apart and the next two one short answer later
+    server, claude = offline(Mixed(["a1", "a2"], ["w1", "w2", "w3"], delay=0.2))
     policy = teamlead.Policy(
         wait_s=5,
         deadline_s=200,
-        spawn=SpawnPolicy(max_concurrent_agents=2, stagger_s=3.0),
+        spawn=SpawnPolicy(max_concurrent_agents=2, stagger_s=STAGGER),
     )
     done = finished(await run(with_env(claude.options(), NO_PREFIX_STAGGER), policy, 180))
     assert done.status == "completed", done.reasons
@@ -87,12 +91,12 @@ async def test_stagger_spaces_workflow_agents_and_agent_calls_with_a_low_cap(
     assert set(by_label) == {"wf:w1", "wf:w2", "wf:w3"}
     # the relay forwards each workflow agent's first request a stagger after the last start
     flow = sorted(starts[agent] for agent in by_label.values())
-    assert all(b - a >= 3.0 - 0.25 for a, b in zip(flow, flow[1:], strict=False)), flow
+    assert all(b - a >= STAGGER - 0.25 for a, b in zip(flow, flow[1:], strict=False)), flow
     # and the gate's Agent calls take turns in the same schedule (admission comes a moment
     # before the agent's first request, so their gaps are looser)
     every = sorted(starts.values())
     assert len(every) == 5
-    assert all(b - a >= 3.0 - 1.0 for a, b in zip(every, every[1:], strict=False)), every
+    assert all(b - a >= STAGGER - 1.0 for a, b in zip(every, every[1:], strict=False)), every
     assert {"a1", "a2"} <= set(findings_in(done.result or ""))
 
 

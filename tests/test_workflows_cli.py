@@ -20,14 +20,19 @@ import psutil
 import pytest
 
 import teamlead
+from teamlead.clock import SYSTEM_CLOCK, Clock
 from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 from teamlead.testing.scripts import WorkflowFanOut, findings_in, workflow_key
 
 from .conftest import OfflineFactory
 from .polling import poll
+from .skip_clock import SkipClock, skipping
 from .test_agents_cli import finished, run, sent_usage
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
+
+#: a workflow agent's answer time where only what it answers matters
+QUICK = 0.2
 
 
 def requests_by_key(server: ScriptedServer) -> dict[str, list[int | None]]:
@@ -63,7 +68,7 @@ async def test_a_completed_workflow_has_a_row_per_agent_with_the_servers_usage(
     offline: OfflineFactory, shape: str, labels: set[str]
 ) -> None:
     keys = ["a", "b", "c"] if shape == "parallel" else ["a", "b"]
-    script = WorkflowFanOut(keys, shape=shape, input_tokens={"a": 111, "b": 222})  # type: ignore[arg-type]
+    script = WorkflowFanOut(keys, shape=shape, delay=QUICK, input_tokens={"a": 111, "b": 222})  # type: ignore[arg-type]
     server, claude = offline(script)
     done = finished(await run(claude.options(), policy()))
     assert done.status == "completed", done.reasons
@@ -85,7 +90,7 @@ async def test_a_completed_workflow_has_a_row_per_agent_with_the_servers_usage(
 
 
 async def test_a_script_that_throws_fails_the_run_in_one_line(offline: OfflineFactory) -> None:
-    server, claude = offline(WorkflowFanOut(["a"], throw="boom-probe"))
+    server, claude = offline(WorkflowFanOut(["a"], throw="boom-probe", delay=QUICK))
     done = finished(await run(claude.options(), policy()))
     assert done.status == "failed" and done.reason == "work_failed"
     lines = [r for r in done.reasons if "boom-probe" in r]
@@ -98,7 +103,7 @@ async def test_a_lost_agent_is_recovered_by_resuming_the_run_from_its_journal(
 ) -> None:
     # d's first request gets a 529 the CLI does not retry: its agent() returns null, and
     # the workflow still ends "completed" with 3 of 4 findings
-    script = WorkflowFanOut(["a", "b", "c", "d"], faults={"d": Reply.error(529)})
+    script = WorkflowFanOut(["a", "b", "c", "d"], delay=QUICK, faults={"d": Reply.error(529)})
     server, claude = offline(script)
     done = finished(await run(claude.options(), policy()))
     assert done.status == "completed" and done.resumes == 1, done.reasons
@@ -123,7 +128,7 @@ async def test_a_lost_agent_that_no_resume_recovers_leaves_the_run_partial(
     offline: OfflineFactory,
 ) -> None:
     # every request of d fails: the resumed run loses it again, and max_resumes ends it
-    script = WorkflowFanOut(["a", "d"], faults={"d": Reply.error(529)}, fault_times=10)
+    script = WorkflowFanOut(["a", "d"], delay=QUICK, faults={"d": Reply.error(529)}, fault_times=10)
     server, claude = offline(script)
     done = finished(await run(claude.options(), policy(max_resumes=1)))
     assert done.status == "partial" and done.reason == "max_resumes", done.reasons
@@ -131,17 +136,19 @@ async def test_a_lost_agent_that_no_resume_recovers_leaves_the_run_partial(
     assert requests_by_key(server)["a"] == [200]
 
 
+def _journaled(state_dir: Path, results: int) -> bool:
+    """Whether a workflow's journal under ``state_dir`` holds ``results`` results."""
+    for path in state_dir.rglob("journal.jsonl"):
+        if path.read_text(errors="replace").count('"type":"result"') >= results:
+            return True
+    return False
+
+
 def _kill_the_cli_once_journaled(state_dir: Path, results: int) -> None:
     """Once the run's journal holds ``results`` results, SIGKILL the CLI (the lead's)."""
 
-    def journaled() -> bool:
-        for path in state_dir.rglob("journal.jsonl"):
-            if path.read_text(errors="replace").count('"type":"result"') >= results:
-                return True
-        return False
-
     def kill() -> None:
-        if poll(journaled, within_s=60) is None:
+        if poll(lambda: _journaled(state_dir, results), within_s=60) is None:
             return
         for proc in psutil.Process(os.getpid()).children(recursive=True):
             try:
@@ -159,6 +166,7 @@ async def test_a_cli_killed_mid_workflow_is_recovered_through_the_stopped_notice
     holder: dict[str, Path] = {}
     script = WorkflowFanOut(
         ["a", "b", "c", "d"],
+        delay=QUICK,
         hang=frozenset({"d"}),
         hang_once=True,
         on_hang=lambda key: _kill_the_cli_once_journaled(holder["dir"], 3),
@@ -178,17 +186,21 @@ async def test_a_cli_killed_mid_workflow_is_recovered_through_the_stopped_notice
 
 
 async def _items_until_finished(
-    claude: OfflineClaude, policy: teamlead.Policy, how: str, limit_s: float
+    claude: OfflineClaude,
+    policy: teamlead.Policy,
+    how: str,
+    limit_s: float,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> list[Any]:
     """A run through ``teamlead.query`` or a ``ClaudeSDKClient`` with ``receive_all``."""
     if how == "query":
-        return await run(claude.options(), policy, limit_s)
+        return await run(claude.options(), policy, limit_s, clock)
     from claude_agent_sdk import ClaudeSDKClient
 
     items: list[Any] = []
     with anyio.fail_after(limit_s):
         async with (
-            teamlead.ClientRun(claude.options(), policy) as client_run,
+            teamlead.ClientRun(claude.options(), policy, clock=clock) as client_run,
             ClaudeSDKClient(options=client_run.options) as client,
         ):
             await client.query("Investigate.")
@@ -205,7 +217,15 @@ async def test_the_deadline_stops_a_running_workflow_and_keeps_its_finished_agen
     script = WorkflowFanOut(["a", "b", "c"], delays={"a": 0.3, "b": 0.3}, hang=frozenset({"c"}))
     server, claude = offline(script)
     policy = teamlead.Policy(wait_s=2, deadline_s=20)
-    done = finished(await _items_until_finished(claude, policy, how, 90))
+    clock = SkipClock()
+    wrap_at = clock.monotonic() + 20 - policy.spawn.reserve_for(20)
+
+    def only_c_left() -> bool:  # a's and b's results in the run's journal, c's request open
+        return _journaled(claude.state_dir, 2) and "c" in requests_by_key(server)
+
+    # the wrap-up point comes once only c is left, not after the seconds to it
+    items = _items_until_finished(claude, policy, how, 90, clock)
+    done = finished(await skipping(clock, only_c_left, wrap_at, items))
     assert done.reason == "deadline", done.reasons
     wrap = [r for r in server.recorded() if "tools are disabled" in r.request.last_user_text]
     assert wrap, "no wrap-up turn"
@@ -220,7 +240,7 @@ async def test_the_deadline_stops_a_running_workflow_and_keeps_its_finished_agen
 
 
 async def test_a_lost_agent_is_recovered_on_a_client_too(offline: OfflineFactory) -> None:
-    script = WorkflowFanOut(["a", "b", "c"], faults={"c": Reply.error(529)})
+    script = WorkflowFanOut(["a", "b", "c"], delay=QUICK, faults={"c": Reply.error(529)})
     server, claude = offline(script)
     done = finished(await _items_until_finished(claude, policy(), "client", 150))
     assert done.status == "completed" and done.resumes == 1, done.reasons
@@ -234,6 +254,7 @@ async def test_teamlead_resume_recovers_a_workflow_its_killed_cli_left(
     holder: dict[str, Path] = {}
     script = WorkflowFanOut(
         ["a", "b", "c"],
+        delay=QUICK,
         hang=frozenset({"c"}),
         hang_once=True,
         on_hang=lambda key: _kill_the_cli_once_journaled(holder["dir"], 2),
