@@ -279,21 +279,22 @@ async def test_client_helper_waits_for_idle_when_the_cli_retries_queued_turns(
 async def test_a_resume_retry_waits_at_least_the_apis_retry_after(offline: OfflineFactory) -> None:
     """A 529 with ``retry-after`` on a resumed lead turn: the relay passes it to the CLI,
     the round's outcome carries the wait, and the retry sleeps at least that long (on the
-    injected clock, so the test does not wait the 7 s)."""
+    injected clock). The backoff is set ten times shorter than the ``retry-after``, so only
+    the API's value can explain the wait; the relay itself pauses that long in real time
+    before it forwards the next request, so the value is kept small."""
     from teamlead.testing import FakeClock
 
     script = FanOut.of(
-        1, synthesis_fault=Reply.error(529, retry_after=7), synthesis_faults=2, fail_resumes=True
+        1, synthesis_fault=Reply.error(529, retry_after=1), synthesis_faults=2, fail_resumes=True
     )
     server, claude = offline(script)
     clock = FakeClock()
-    items, done = await _run(
-        "Investigate one part.", claude.options(), policy=Policy(wait_s=1), clock=clock
-    )
+    policy = Policy(wait_s=1, resume_retry=RetryPolicy(base_s=0.1))
+    items, done = await _run("Investigate one part.", claude.options(), policy=policy, clock=clock)
     failed = [i for i in items if isinstance(i, ResumeFailed)]
     assert [(f.round, f.attempt, f.transient) for f in failed] == [(1, 1, True)]
-    assert failed[0].retry_in_s == 7.0  # the backoff alone would be 2 s
-    assert 7.0 in clock.sleeps
+    assert failed[0].retry_in_s == 1.0  # the backoff alone would be 0.1 s
+    assert 1.0 in clock.sleeps and 0.1 not in clock.sleeps
     assert done.status == "completed", done.reasons
     assert findings_in(done.result or "") == ["agent-1"]
     assert done.relay is not None and done.relay.overloaded >= 2
