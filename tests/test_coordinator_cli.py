@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import psutil
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, ResultMessage
 from claude_agent_sdk import query as sdk_query
@@ -26,7 +28,7 @@ from teamlead.testing import AgentCall, Reply, ScriptedRequest, ToolUse
 from teamlead.testing.scripts import FanOut, finding_text, findings_in, synthesize
 from teamlead.testing.teammate import create_team, idle_notification, post_to_inbox, team_inbox
 
-from .conftest import OfflineFactory
+from .conftest import OfflineFactory, cli_processes
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 
@@ -196,6 +198,12 @@ async def test_agents_killed_mid_run_fall_back_to_transcripts_and_end_partial(
             if len(progressed) == 2 and not stop.is_set():
                 stop.set()
                 anyio.from_thread.run_sync(lambda: reader["scope"].cancel(), token=reader["loop"])
+                # the crash itself: the CLI tree gets its SIGTERM now, where the cancelled
+                # stream's close would first wait the SDK's 5 s grace for a CLI whose agents
+                # still run (a closed stdin alone does not end it)
+                for proc in cli_processes(claude.state_dir):
+                    with contextlib.suppress(psutil.Error):
+                        proc.terminate()
         return _partial_then_hang(req)
 
     async def killing_query(**kwargs: Any) -> AsyncIterator[Any]:
