@@ -71,7 +71,8 @@ def ask(claude: OfflineClaude, *args: str) -> subprocess.CompletedProcess[str]:
 async def test_query_runs_a_fan_out_of_24_never_more_than_20_at_once(
     offline: OfflineFactory,
 ) -> None:
-    server, claude = offline(FanOut.of(24, delays=1.5))
+    # the 24 calls reach the gate within some 0.1 s; each agent runs ten times that
+    server, claude = offline(FanOut.of(24, delays=1.0))
     items, done = await run_query(claude, Policy())
     assert agents_run(server) == {f"agent-{i}" for i in range(1, 25)}
     assert server.max_concurrent("subagent") <= 20
