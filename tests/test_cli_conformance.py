@@ -47,7 +47,9 @@ async def test_query_fan_out_of_two_agents_in_one_message(offline: OfflineFactor
 async def test_client_receive_response_returns_before_agents_finish(
     offline: OfflineFactory,
 ) -> None:
-    server, claude = offline(FanOut.of(2, delays=[3.0, 2.0]))
+    # the first result comes some 0.1 s after the agents start, and closing the client waits
+    # for them to end: they run ten times that, not thirty
+    server, claude = offline(FanOut.of(2, delays=[1.5, 1.0]))
     seen: list[Any] = []
     async with ClaudeSDKClient(options=claude.options()) as client:
         await client.query("Investigate both parts.")

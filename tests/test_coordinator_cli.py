@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
+import psutil
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, ResultMessage
 from claude_agent_sdk import query as sdk_query
@@ -26,7 +28,7 @@ from teamlead.testing import AgentCall, Reply, ScriptedRequest, ToolUse
 from teamlead.testing.scripts import FanOut, finding_text, findings_in, synthesize
 from teamlead.testing.teammate import create_team, idle_notification, post_to_inbox, team_inbox
 
-from .conftest import OfflineFactory
+from .conftest import OfflineFactory, cli_processes
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 
@@ -196,6 +198,12 @@ async def test_agents_killed_mid_run_fall_back_to_transcripts_and_end_partial(
             if len(progressed) == 2 and not stop.is_set():
                 stop.set()
                 anyio.from_thread.run_sync(lambda: reader["scope"].cancel(), token=reader["loop"])
+                # the crash itself: the CLI tree gets its SIGTERM now, where the cancelled
+                # stream's close would first wait the SDK's 5 s grace for a CLI whose agents
+                # still run (a closed stdin alone does not end it)
+                for proc in cli_processes(claude.state_dir):
+                    with contextlib.suppress(psutil.Error):
+                        proc.terminate()
         return _partial_then_hang(req)
 
     async def killing_query(**kwargs: Any) -> AsyncIterator[Any]:
@@ -279,21 +287,22 @@ async def test_client_helper_waits_for_idle_when_the_cli_retries_queued_turns(
 async def test_a_resume_retry_waits_at_least_the_apis_retry_after(offline: OfflineFactory) -> None:
     """A 529 with ``retry-after`` on a resumed lead turn: the relay passes it to the CLI,
     the round's outcome carries the wait, and the retry sleeps at least that long (on the
-    injected clock, so the test does not wait the 7 s)."""
+    injected clock). The backoff is set ten times shorter than the ``retry-after``, so only
+    the API's value can explain the wait; the relay itself pauses that long in real time
+    before it forwards the next request, so the value is kept small."""
     from teamlead.testing import FakeClock
 
     script = FanOut.of(
-        1, synthesis_fault=Reply.error(529, retry_after=7), synthesis_faults=2, fail_resumes=True
+        1, synthesis_fault=Reply.error(529, retry_after=1), synthesis_faults=2, fail_resumes=True
     )
     server, claude = offline(script)
     clock = FakeClock()
-    items, done = await _run(
-        "Investigate one part.", claude.options(), policy=Policy(wait_s=1), clock=clock
-    )
+    policy = Policy(wait_s=1, resume_retry=RetryPolicy(base_s=0.1))
+    items, done = await _run("Investigate one part.", claude.options(), policy=policy, clock=clock)
     failed = [i for i in items if isinstance(i, ResumeFailed)]
     assert [(f.round, f.attempt, f.transient) for f in failed] == [(1, 1, True)]
-    assert failed[0].retry_in_s == 7.0  # the backoff alone would be 2 s
-    assert 7.0 in clock.sleeps
+    assert failed[0].retry_in_s == 1.0  # the backoff alone would be 0.1 s
+    assert 1.0 in clock.sleeps and 0.1 not in clock.sleeps
     assert done.status == "completed", done.reasons
     assert findings_in(done.result or "") == ["agent-1"]
     assert done.relay is not None and done.relay.overloaded >= 2

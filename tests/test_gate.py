@@ -25,6 +25,8 @@ from teamlead.policy import SpawnPolicy
 from teamlead.testing import FakeClock
 from teamlead.tracker import ToolResultSeen, parse_message
 
+from .polling import settle
+
 pytestmark = pytest.mark.anyio
 
 
@@ -50,7 +52,7 @@ class StepClock:
         """Move time in small steps, letting every woken task run at its own time."""
         target = self.now + seconds
         while True:
-            await anyio.wait_all_tasks_blocked()
+            await settle()
             due = [t for t, _ in self._sleepers if t <= target]
             if not due:
                 break
@@ -59,7 +61,7 @@ class StepClock:
                 self._sleepers.remove(item)
                 item[1].set()
         self.now = target
-        await anyio.wait_all_tasks_blocked()
+        await settle()
 
 
 def agent_input(description: str = "part", **extra: Any) -> dict[str, Any]:
@@ -124,7 +126,6 @@ async def test_budget_never_over_admits_under_concurrent_calls() -> None:
         assert gate.spawned == len(allowed)
 
 
-@pytest.mark.slow
 async def test_budget_and_turn_limit_race_with_a_queue() -> None:
     rng = random.Random(3)
     for _ in range(25):
@@ -137,10 +138,10 @@ async def test_budget_and_turn_limit_race_with_a_queue() -> None:
             calls = Calls(gate, tg)
             for i in range(6):
                 calls.start(f"t{i}")
-            await anyio.wait_all_tasks_blocked()
+            await settle()
             for i in range(6):  # end each admitted task in turn so the queue drains
                 gate.task_ended(f"t{i}")
-                await anyio.wait_all_tasks_blocked()
+                await settle()
         allowed = sorted(k for k, v in calls.out.items() if decision(v) == "allow")
         assert allowed == [f"t{i}" for i in range(per_turn)]  # FIFO, and exactly the limit
         codes = {r.code for r in gate.records() if r.status == "denied"}
@@ -166,15 +167,15 @@ async def test_calls_over_the_limit_queue_fifo_and_a_slot_follows_the_task() -> 
         calls = Calls(gate, tg)
         for i in range(6):
             calls.start(f"t{i}")
-            await anyio.wait_all_tasks_blocked()
+            await settle()
         assert sorted(calls.out) == ["t0", "t1"] and gate.running == 2 and gate.queued == 4
         gate.task_started("t0", "task-0")
         gate.task_ended("task-0")  # by task id
-        await anyio.wait_all_tasks_blocked()
+        await settle()
         assert sorted(calls.out) == ["t0", "t1", "t2"]
         for i in range(1, 6):
             gate.task_ended(f"t{i}")  # by tool_use id
-            await anyio.wait_all_tasks_blocked()
+            await settle()
     admitted = [e.tool_use_id for e in seen if isinstance(e, SpawnAdmitted)]
     assert admitted == [f"t{i}" for i in range(6)]
     queued = [e for e in seen if isinstance(e, SpawnQueued)]
@@ -204,16 +205,16 @@ async def test_two_runs_share_one_cap_first_come_first_served() -> None:
     async with anyio.create_task_group() as tg:
         a, b = Calls(gate_a, tg), Calls(gate_b, tg)
         a.start("a1")
-        await anyio.wait_all_tasks_blocked()
+        await settle()
         b.start("b1")
-        await anyio.wait_all_tasks_blocked()
+        await settle()
         a.start("a2")
-        await anyio.wait_all_tasks_blocked()
+        await settle()
         assert cap.running == 1 and cap.waiting == 2
         gate_a.task_ended("a1")
-        await anyio.wait_all_tasks_blocked()
+        await settle()
         gate_b.task_ended("b1")
-        await anyio.wait_all_tasks_blocked()
+        await settle()
         gate_a.task_ended("a2")
     assert order == ["a1", "b1", "a2"]
     assert cap.running == 0
@@ -330,10 +331,10 @@ async def test_cancelled_while_queued_frees_everything() -> None:
     async with anyio.create_task_group() as tg:
         calls = Calls(gate, tg)
         calls.start("t0")
-        await anyio.wait_all_tasks_blocked()
+        await settle()
         with anyio.CancelScope() as scope:
             tg.start_soon(gate.hook, agent_input(), "t1", {})
-            await anyio.wait_all_tasks_blocked()
+            await settle()
             assert cap.waiting == 1
         tg.cancel_scope.cancel()  # Ctrl-C: every hook task is cancelled
     del scope
@@ -366,10 +367,10 @@ async def test_a_rejection_seen_while_still_queued_stops_the_wait() -> None:
         calls = Calls(gate, tg)
         calls.start("t0")
         calls.start("t1")
-        await anyio.wait_all_tasks_blocked()
+        await settle()
         timeout = "PreToolUse hook did not respond before its timeout (1s)"
         observe(gate, UserMessage(content=[ToolResultBlock("t1", timeout, True)]))
-        await anyio.wait_all_tasks_blocked()
+        await settle()
         gate.task_ended("t0")
     assert decision(calls.out["t1"]) == "deny"
     record = gate.records()[1]
@@ -385,7 +386,7 @@ async def test_close_denies_queued_calls_and_frees_slots() -> None:
         calls = Calls(gate, tg)
         for i in range(4):
             calls.start(f"t{i}")
-        await anyio.wait_all_tasks_blocked()
+        await settle()
         gate.close("the deadline was reached")
     assert [decision(calls.out[f"t{i}"]) for i in range(4)] == ["allow", "allow", "deny", "deny"]
     assert gate.records()[3].reason == (
@@ -579,7 +580,7 @@ async def test_an_interrupted_gate_rejects_its_queued_calls_with_the_reason() ->
         calls.start("t0")
         calls.start("t1")
         calls.start("t2")
-        await anyio.wait_all_tasks_blocked()
+        await settle()
         gate.interrupt("stopped by SIGTERM")
     assert [r.status for r in gate.records()] == ["admitted", "rejected", "rejected"]
     assert all("SIGTERM" in (r.reason or "") for r in gate.records()[1:])

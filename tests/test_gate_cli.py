@@ -129,7 +129,7 @@ async def test_a_nested_spawn_is_denied_at_depth_1(offline: OfflineFactory) -> N
 
 
 async def test_two_runs_share_one_process_wide_cap(offline: OfflineFactory, tmp_path: Any) -> None:
-    server, claude_a = offline(FanOut.of(3, delays=1.0))
+    server, claude_a = offline(FanOut.of(3, delays=0.5))  # six agents over 2 slots
     claude_b = OfflineClaude(server.base_url, state_dir=tmp_path / "second")
     cap = SpawnCap(2)
     gates = [SpawnGate(SpawnPolicy(), cap=cap, deadline_s=120) for _ in range(2)]
@@ -145,7 +145,9 @@ async def test_two_runs_share_one_process_wide_cap(offline: OfflineFactory, tmp_
 
 
 async def test_a_hook_timeout_is_reported_as_rejected(offline: OfflineFactory) -> None:
-    server, claude = offline(FanOut.of(2, delays=4.0))
+    # the first agent runs 2.5 times the hook's timeout: the second call is still queued when
+    # the CLI gives up on its hook
+    server, claude = offline(FanOut.of(2, delays=2.5))
     gate = make_gate(max_concurrent_agents=1)
     options = merge_hook(claude.options(), gate.hook_matcher(timeout_s=1.0))
     await run_gated(gate, options)

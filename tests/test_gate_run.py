@@ -71,7 +71,8 @@ def ask(claude: OfflineClaude, *args: str) -> subprocess.CompletedProcess[str]:
 async def test_query_runs_a_fan_out_of_24_never_more_than_20_at_once(
     offline: OfflineFactory,
 ) -> None:
-    server, claude = offline(FanOut.of(24, delays=1.5))
+    # the 24 calls reach the gate within some 0.1 s; each agent runs ten times that
+    server, claude = offline(FanOut.of(24, delays=1.0))
     items, done = await run_query(claude, Policy())
     assert agents_run(server) == {f"agent-{i}" for i in range(1, 25)}
     assert server.max_concurrent("subagent") <= 20
@@ -85,7 +86,7 @@ async def test_query_runs_a_fan_out_of_24_never_more_than_20_at_once(
 
 
 def test_ask_with_a_cap_of_3_keeps_3_in_flight_and_uses_all_8_results(tmp_path: Path) -> None:
-    with ScriptedServer(FanOut.of(8, delays=1.0)) as server:
+    with ScriptedServer(FanOut.of(8, delays=0.5)) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
         proc = ask(claude, "--max-concurrent-agents", "3", "--json")
     assert proc.returncode == 0, proc.stderr
@@ -119,6 +120,13 @@ async def test_a_spawn_budget_of_5_denies_3_and_reports_them(offline: OfflineFac
     assert all("spawn budget of 5" in (t.reason or "") for t in denied)
 
 
+#: The deadline of the wrap-up tests. The gate's default reserve (half of it here, 4 s)
+#: leaves both sides of the wrap point room on a loaded machine: the fan-out and the quick
+#: agent's 0.3 s before it, resuming the CLI and the tool-less wrap-up turn after it. The
+#: slow agent's 40 s is five times the whole deadline.
+_DEADLINE_S = 8.0
+
+
 def wrap_up_script(fan: FanOut) -> Any:
     """``fan``, plus an answer to the wrap-up turn, which offers no tools (role ``other``)."""
 
@@ -134,8 +142,8 @@ def wrap_up_script(fan: FanOut) -> Any:
 async def test_the_deadline_stops_the_slow_agent_and_wraps_up_with_the_quick_one(
     offline: OfflineFactory,
 ) -> None:
-    server, claude = offline(wrap_up_script(FanOut.of(2, delays=[1.0, 40.0])))
-    policy = Policy(deadline_s=10.0)
+    server, claude = offline(wrap_up_script(FanOut.of(2, delays=[0.3, 40.0])))
+    policy = Policy(deadline_s=_DEADLINE_S)
     items, done = await run_query(claude, policy)
     assert done.status == "partial" and done.reason == "deadline", done.reasons
     assert findings_in(done.result or "") == ["agent-1"]
@@ -163,7 +171,7 @@ def _agent_of(record: RecordedRequest) -> str | None:
 
 @pytest.mark.anyio
 async def test_a_call_the_cli_rejects_makes_the_run_partial(offline: OfflineFactory) -> None:
-    server, claude = offline(FanOut.of(3, delays=2.0))
+    server, claude = offline(FanOut.of(3, delays=1.0))
 
     def cli_capped_at_1(*, prompt: str, options: ClaudeAgentOptions) -> AsyncIterator[Any]:
         # the CLI's cap set where the gate cannot see it (e.g. in its settings)
@@ -204,7 +212,7 @@ def test_ctrl_c_while_calls_are_queued_exits_130_with_no_orphans(tmp_path: Path)
 
 @pytest.mark.anyio
 async def test_receive_all_gates_the_clients_agent_calls(offline: OfflineFactory) -> None:
-    server, claude = offline(FanOut.of(4, delays=1.0))
+    server, claude = offline(FanOut.of(4, delays=0.5))
     policy = Policy(spawn=SpawnPolicy(max_concurrent_agents=2))
     items: list[Any] = []
     with anyio.fail_after(120):
@@ -225,8 +233,8 @@ async def test_receive_all_gates_the_clients_agent_calls(offline: OfflineFactory
 
 @pytest.mark.anyio
 async def test_a_clients_wrap_up_stops_the_slow_task_and_answers(offline: OfflineFactory) -> None:
-    server, claude = offline(FanOut.of(2, delays=[1.0, 40.0]))
-    policy = Policy(deadline_s=10.0)
+    server, claude = offline(FanOut.of(2, delays=[0.3, 40.0]))
+    policy = Policy(deadline_s=_DEADLINE_S)
     items: list[Any] = []
     with anyio.fail_after(120):
         async with (

@@ -26,6 +26,8 @@ from teamlead.governor import Governor, GovernorPolicy
 from teamlead.policy import LimitsPolicy
 from teamlead.testing import FakeClock, Reply, ScriptedServer
 
+from .polling import settle
+
 OPUS = "anthropic/claude-opus-5-5"
 HAIKU = "anthropic/claude-haiku-5"
 ROOT = Path(__file__).resolve().parent.parent
@@ -66,7 +68,7 @@ async def test_the_learnt_limit_never_rises_above_a_model_s_ceiling() -> None:
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(queue)  # one queues on the ceiling
-        await anyio.wait_all_tasks_blocked()
+        await settle()
         for _ in range(20):
             held[0].success()
         assert gov.state(OPUS).cap == 2

@@ -120,7 +120,7 @@ def test_a_relayed_429_is_an_event_of_its_request(tmp_path: Path) -> None:
     with (
         OtlpReceiver() as receiver,
         ScriptedServer(
-            FanOut.of(AGENTS, delays=1.0),
+            FanOut.of(AGENTS, delays=0.4),
             concurrency_limit=1,
             retry_after=1,
             limit_roles={"subagent"},
@@ -196,9 +196,12 @@ def test_with_the_variables_unset_nothing_is_exported_or_imported(tmp_path: Path
 
 
 def test_a_dead_collector_never_fails_or_holds_the_run(tmp_path: Path) -> None:
+    """Every export is refused. The exporter's own timeout is short here so that the exit's
+    flush gives up on its own; the bound on that flush, when the exporter would wait longer,
+    is the stalled collector's test below."""
     with ScriptedServer(FanOut.of(2, delays=0.2)) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        done = finished(ask(claude, otlp_env(dead_endpoint())))
+        done = finished(ask(claude, otlp_env(dead_endpoint(), OTEL_EXPORTER_OTLP_TIMEOUT="0.5")))
     assert done["status"] == "completed"
     assert sorted(findings_in(done["result"])) == ["agent-1", "agent-2"]
 
@@ -400,13 +403,13 @@ def test_a_client_run_gets_the_same_spans(tmp_path: Path) -> None:
 
 
 def wrap_up_lead(req: ScriptedRequest) -> Reply:
-    """Two agents (1 s and 40 s), and an answer to the deadline's tool-less wrap-up turn."""
+    """Two agents (0.3 s and 40 s), and an answer to the deadline's tool-less wrap-up turn."""
     if req.role == "other" and "<teamlead-results" in req.last_user_text:
         return synthesize(req)
     return SLOW_FAN(req)
 
 
-SLOW_FAN = FanOut.of(2, delays=[1.0, 40.0])
+SLOW_FAN = FanOut.of(2, delays=[0.3, 40.0])
 
 
 @pytest.mark.slow
@@ -423,7 +426,7 @@ def test_the_deadlines_wrap_up_is_a_phase_and_the_stopped_agent_says_so(tmp_path
                 "Investigate.",
                 "--json",
                 "--deadline",
-                "10",
+                "8",  # the wrap-up reserve is half: 4 s on each side of the wrap point
             ],  # fmt: skip
             env={**base, **claude.env, **receiver.env()},
             cwd=claude.cwd,

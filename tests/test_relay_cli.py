@@ -1,6 +1,6 @@
 """The real CLI through the relay, against a scripted model with a hidden concurrency limit.
 
-24 Agent calls in one message, each subagent needing 1 s, and a limit of 3 concurrent
+24 Agent calls in one message, each subagent needing 0.5 s, and a limit of 3 concurrent
 subagent streams (429 with ``retry-after: 1`` past it). ``CLAUDE_CODE_MAX_RETRIES=0``: any
 429 that reached the CLI would fail a subagent, so every finding arriving proves the relay
 absorbed them.
@@ -58,7 +58,7 @@ class WatchedGovernor(Governor):
 async def test_a_storm_of_24_subagents_through_the_relay_loses_nothing(tmp_path: Path) -> None:
     governor = WatchedGovernor(RELAY_POLICY)
     events: list[RelayEvent] = []
-    script = FanOut.of(AGENTS, delays=1.0)
+    script = FanOut.of(AGENTS, delays=0.5)  # eight waves of 3
     with ScriptedServer(
         script, concurrency_limit=LIMIT, retry_after=1, limit_roles={"subagent"}
     ) as server:
@@ -94,6 +94,7 @@ async def test_a_storm_of_24_subagents_through_the_relay_loses_nothing(tmp_path:
     order = {me: n for n, (me, _, _) in enumerate(governor.grants)}
     lead_grants = [(me, behind) for me, priority, behind in governor.grants if priority >= 2]
     assert len(lead_grants) >= 2
+    assert any(behind for _, behind in lead_grants), "no lead request came during the storm"
     for me, behind in lead_grants:
         assert all(order[other] > order[me] for other in behind)
     assert all(r.status == 200 for r in server.recorded("lead"))

@@ -38,7 +38,7 @@ def _subagent_429s(server: ScriptedServer) -> collections.Counter[str]:
 
 
 async def test_query_relays_a_24_agent_storm_by_default(tmp_path: Path) -> None:
-    script = FanOut.of(AGENTS, delays=1.0)
+    script = FanOut.of(AGENTS, delays=0.5)  # 24 at once against 3: eight waves
     with ScriptedServer(
         script, concurrency_limit=LIMIT, retry_after=1, limit_roles={"subagent"}
     ) as server:
@@ -91,7 +91,7 @@ def _ask(claude: OfflineClaude, *args: str, extra: dict[str, str] | None = None)
 def test_ask_json_reports_the_relay_and_never_the_key(tmp_path: Path) -> None:
     agents = 6
     with ScriptedServer(
-        FanOut.of(agents, delays=1.0), concurrency_limit=2, retry_after=1, limit_roles={"subagent"}
+        FanOut.of(agents, delays=0.4), concurrency_limit=2, retry_after=1, limit_roles={"subagent"}
     ) as server:
         claude = OfflineClaude(
             server.base_url,
@@ -119,7 +119,7 @@ def test_ask_json_reports_the_relay_and_never_the_key(tmp_path: Path) -> None:
 def test_no_relay_goes_direct_and_the_cli_meets_the_429s(tmp_path: Path) -> None:
     agents = 3
     with ScriptedServer(
-        FanOut.of(agents, delays=3.0), concurrency_limit=1, retry_after=1, limit_roles={"subagent"}
+        FanOut.of(agents, delays=1.0), concurrency_limit=1, retry_after=1, limit_roles={"subagent"}
     ) as server:
         claude = OfflineClaude(
             server.base_url,

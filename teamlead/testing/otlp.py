@@ -235,8 +235,12 @@ class OtlpReceiver:
             raise SetupError(f"the OTLP receiver cannot listen on 127.0.0.1: {exc}") from None
         server.daemon_threads = True
         self._server = server
+        # a short poll, as the scripted server's: stop() waits one poll for the loop to end
         self._thread = threading.Thread(
-            target=server.serve_forever, name="otlp-receiver", daemon=True
+            target=server.serve_forever,
+            kwargs={"poll_interval": 0.05},
+            name="otlp-receiver",
+            daemon=True,
         )
         self._thread.start()
         return self
