@@ -178,9 +178,10 @@ print(json.dumps({"status": done.status,
 
 
 def test_with_the_variables_unset_nothing_is_exported_or_imported(tmp_path: Path) -> None:
-    with OtlpReceiver() as receiver, ScriptedServer(FanOut.of(2, delays=0.2)) as server:
+    """No exporter is even imported, so nothing can be exported (a receiver on a port of
+    its own would prove nothing: no exporter sends there unless told to)."""
+    with ScriptedServer(FanOut.of(2, delays=0.2)) as server:
         base = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-        # the receiver listens where an OTLP exporter would send by default: it gets nothing
         base["OTEL_SERVICE_NAME"] = "unused"  # a name alone asks for no export
         proc = subprocess.run(
             [sys.executable, "-c", UNSET_RUN, server.base_url, str(tmp_path / "s")],
@@ -189,10 +190,8 @@ def test_with_the_variables_unset_nothing_is_exported_or_imported(tmp_path: Path
             text=True,
             timeout=120,
         )
-        requests = receiver.requests
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout) == {"status": "completed", "loaded": []}
-    assert requests == 0
 
 
 def test_a_dead_collector_never_fails_or_holds_the_run(tmp_path: Path) -> None:
