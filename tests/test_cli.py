@@ -261,7 +261,8 @@ def test_ask_json_is_versioned_ndjson_ending_in_finished(tmp_path: Path) -> None
 
 @pytest.mark.cli
 def test_ask_failed_exits_1(tmp_path: Path) -> None:
-    script = FanOut.of(1, delays=0.2, synthesis_fault=Reply.error(529), fail_resumes=True)
+    # a 400 is not transient: the failed resume is final at once, with no backoff between tries
+    script = FanOut.of(1, delays=0.2, synthesis_fault=Reply.error(400), fail_resumes=True)
     with ScriptedServer(script) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
         proc = _ask(claude, "Investigate.", "--max-resumes", "1")
@@ -315,19 +316,6 @@ def test_ctrl_c_mid_fan_out_stops_every_process_and_prints_the_session(tmp_path:
     _gone, alive = psutil.wait_procs(running, timeout=10)
     assert alive == []
     assert cli_processes(tmp_path / "s") == []
-
-
-@pytest.mark.cli
-def test_demo_exits_0_with_every_finding() -> None:
-    proc = subprocess.run([*TEAMLEAD, "demo"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert sorted(findings_in(proc.stdout)) == [
-        "api-surface",
-        "load-profile",
-        "reviewer",
-        "security",
-    ]
-    assert "resuming session" in proc.stderr and "waiting up to" in proc.stderr
 
 
 @pytest.mark.cli

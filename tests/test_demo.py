@@ -7,21 +7,63 @@ no dollar cost for a scripted model, and its live rows show each agent's last to
 from __future__ import annotations
 
 import io
+import os
 import subprocess
 import sys
 
 import pytest
 
 from teamlead._cli.demo import run_demo
+from teamlead.testing.scripts import findings_in
 
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
 
 
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """One `teamlead demo` as a user runs it (the demo, then the same script under a bare
+    query: two CLI runs), read by each test of what it prints.
+
+    It starts before any test's own isolation (a module's fixture comes first), so it
+    isolates the run as ``tests/conftest.py`` does: its own HOME, Claude config and cache,
+    no API address or key, no TEAMLEAD_/OTEL_ settings or trace from the shell."""
+    root = tmp_path_factory.mktemp("demo")
+    home = root / "home"
+    (home / ".claude").mkdir(parents=True)
+    env = {
+        name: value
+        for name, value in os.environ.items()
+        if not name.startswith(("TEAMLEAD_", "OTEL_"))
+        and name not in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "TRACEPARENT", "TRACESTATE")
+    }
+    env.update(
+        HOME=str(home), CLAUDE_CONFIG_DIR=str(home / ".claude"), XDG_CACHE_HOME=str(root / "cache")
+    )
+    return subprocess.run([*TEAMLEAD, "demo"], env=env, capture_output=True, text=True, timeout=240)
+
+
 @pytest.mark.cli
-@pytest.mark.slow  # the demo, then the same script under a bare query: two CLI runs
+@pytest.mark.slow  # shares one `teamlead demo` run (demo_run)
 @pytest.mark.timeout(300)
-def test_the_demo_ends_with_a_bare_query_beside_teamleads_answer() -> None:
-    proc = subprocess.run([*TEAMLEAD, "demo"], capture_output=True, text=True, timeout=240)
+def test_demo_exits_0_with_every_finding(demo_run: subprocess.CompletedProcess[str]) -> None:
+    proc = demo_run
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(findings_in(proc.stdout)) == [
+        "api-surface",
+        "load-profile",
+        "reviewer",
+        "security",
+    ]
+    assert "resuming session" in proc.stderr and "waiting up to" in proc.stderr
+
+
+@pytest.mark.cli
+@pytest.mark.slow  # shares one `teamlead demo` run (demo_run)
+@pytest.mark.timeout(300)
+def test_the_demo_ends_with_a_bare_query_beside_teamleads_answer(
+    demo_run: subprocess.CompletedProcess[str],
+) -> None:
+    proc = demo_run
     assert proc.returncode == 0, proc.stderr
     err = proc.stderr
     lines = err[err.index("the same script, two apps:") :].splitlines()
