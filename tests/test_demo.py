@@ -7,7 +7,6 @@ no dollar cost for a scripted model, and its live rows show each agent's last to
 from __future__ import annotations
 
 import io
-import os
 import subprocess
 import sys
 
@@ -16,37 +15,50 @@ import pytest
 from teamlead._cli.demo import run_demo
 from teamlead.testing.scripts import findings_in
 
+from .isolated import isolated_env
+
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
 
 
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
-    """One `teamlead demo` as a user runs it (the demo, then the same script under a bare
-    query: two CLI runs), read by each test of what it prints.
+def demo_runs(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    """`teamlead demo` (the demo, then the same script under a bare query: two CLI runs)
+    and `teamlead demo --quiet`, as a user runs them, side by side (each has its own
+    temporary directory and scripted model), read by the tests of what they print.
 
-    It starts before any test's own isolation (a module's fixture comes first), so it
-    isolates the run as ``tests/conftest.py`` does: its own HOME, Claude config and cache,
-    no API address or key, no TEAMLEAD_/OTEL_ settings or trace from the shell."""
-    root = tmp_path_factory.mktemp("demo")
-    home = root / "home"
-    (home / ".claude").mkdir(parents=True)
-    env = {
-        name: value
-        for name, value in os.environ.items()
-        if not name.startswith(("TEAMLEAD_", "OTEL_"))
-        and name not in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "TRACEPARENT", "TRACESTATE")
+    They start before any test's own isolation, so they isolate themselves alike."""
+    runs = {"plain": [], "quiet": ["--quiet"]}
+    procs = {
+        name: subprocess.Popen(
+            [*TEAMLEAD, "demo", *args],
+            env=isolated_env(tmp_path_factory.mktemp(f"demo-{name}")),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name, args in runs.items()
     }
-    env.update(
-        HOME=str(home), CLAUDE_CONFIG_DIR=str(home / ".claude"), XDG_CACHE_HOME=str(root / "cache")
-    )
-    return subprocess.run([*TEAMLEAD, "demo"], env=env, capture_output=True, text=True, timeout=240)
+    done = {}
+    try:
+        for name, proc in procs.items():
+            out, err = proc.communicate(timeout=240)
+            done[name] = subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    finally:
+        for proc in procs.values():  # on a timeout: stop and reap both
+            proc.kill()
+            proc.wait(10)
+    return done
 
 
 @pytest.mark.cli
-@pytest.mark.slow  # shares one `teamlead demo` run (demo_run)
+@pytest.mark.slow  # reads the demo runs (demo_runs)
 @pytest.mark.timeout(300)
-def test_demo_exits_0_with_every_finding(demo_run: subprocess.CompletedProcess[str]) -> None:
-    proc = demo_run
+def test_demo_exits_0_with_every_finding(
+    demo_runs: dict[str, subprocess.CompletedProcess[str]],
+) -> None:
+    proc = demo_runs["plain"]
     assert proc.returncode == 0, proc.stderr
     assert sorted(findings_in(proc.stdout)) == [
         "api-surface",
@@ -58,12 +70,12 @@ def test_demo_exits_0_with_every_finding(demo_run: subprocess.CompletedProcess[s
 
 
 @pytest.mark.cli
-@pytest.mark.slow  # shares one `teamlead demo` run (demo_run)
+@pytest.mark.slow  # reads the demo runs (demo_runs)
 @pytest.mark.timeout(300)
 def test_the_demo_ends_with_a_bare_query_beside_teamleads_answer(
-    demo_run: subprocess.CompletedProcess[str],
+    demo_runs: dict[str, subprocess.CompletedProcess[str]],
 ) -> None:
-    proc = demo_run
+    proc = demo_runs["plain"]
     assert proc.returncode == 0, proc.stderr
     err = proc.stderr
     lines = err[err.index("the same script, two apps:") :].splitlines()
@@ -95,11 +107,12 @@ def test_the_live_rows_show_each_agents_last_tool(capsys: pytest.CaptureFixture[
 
 
 @pytest.mark.cli
-@pytest.mark.timeout(180)
-def test_json_and_quiet_demos_skip_the_comparison() -> None:
-    proc = subprocess.run(
-        [*TEAMLEAD, "demo", "--quiet"], capture_output=True, text=True, timeout=120
-    )
+@pytest.mark.slow  # reads the demo runs (demo_runs)
+@pytest.mark.timeout(300)
+def test_json_and_quiet_demos_skip_the_comparison(
+    demo_runs: dict[str, subprocess.CompletedProcess[str]],
+) -> None:
+    proc = demo_runs["quiet"]
     assert proc.returncode == 0, proc.stderr
     assert "bare claude_agent_sdk.query" not in proc.stderr + proc.stdout
     assert "FINDING[reviewer]" in proc.stdout
