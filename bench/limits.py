@@ -33,8 +33,8 @@ was served; 0 when none was). Goals for ``teamlead`` in every shape: <= 1.2 x id
 429 per agent, and ahead of the Inspect rules.
 
 Run: ``python bench/limits.py`` (about 7 minutes); ``--quick`` for a smoke run of every
-shape and strategy with 6 agents of 0.1 s, every other time scaled alike (retry-after
-0.1 s, late headers after 0.1 s, the lead's 0.05 s requests at 0, 0.3 and 0.6 s).
+shape and strategy with 6 agents of 0.05 s, every other time scaled alike (retry-after
+and late headers 0.05 s, the lead's 0.05 s requests at 0, 0.1 and 0.2 s).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class Pace:
 
 FULL = Pace()
 QUICK = Pace(
-    agents=6, work=0.1, retry_after=0.1, late_s=0.1, lead_at=(0.0, 0.3, 0.6), lead_work=0.05
+    agents=6, work=0.05, retry_after=0.05, late_s=0.05, lead_at=(0.0, 0.1, 0.2), lead_work=0.05
 )
 
 
@@ -309,7 +309,7 @@ def _ideal(shape: Shape, pace: Pace) -> float:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--quick", action="store_true", help="every shape with 6 agents of 0.1 s, times scaled"
+        "--quick", action="store_true", help="every shape with 6 agents of 0.05 s, times scaled"
     )
     args = parser.parse_args(argv)
     pace = QUICK if args.quick else FULL
