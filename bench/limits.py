@@ -32,8 +32,9 @@ added over 3 slots), 429s served per agent, and the time to converge (when the l
 was served; 0 when none was). Goals for ``teamlead`` in every shape: <= 1.2 x ideal, <= 1
 429 per agent, and ahead of the Inspect rules.
 
-Run: ``python bench/limits.py`` (about 7 minutes); ``--quick`` for 6 agents of 0.5 s in the
-hardest shape (headers with the answer).
+Run: ``python bench/limits.py`` (about 7 minutes); ``--quick`` for a smoke run of every
+shape and strategy with 6 agents of 0.05 s, every other time scaled alike (retry-after
+and late headers 0.05 s, the lead's 0.05 s requests at 0, 0.1 and 0.2 s).
 """
 
 from __future__ import annotations
@@ -59,9 +60,26 @@ from teamlead.governor import Governor
 from teamlead.testing import Reply, ScriptedRequest, ScriptedServer
 
 LIMIT = 3
-RETRY_AFTER = 1.0
-LEAD_AT = (0.0, 4.0, 8.0)
-LEAD_WORK = 0.5
+
+
+@dataclass(frozen=True)
+class Pace:
+    """The workload's sizes and times: ``agents`` answers of ``work`` seconds each, the
+    hidden limit's ``retry_after``, the late shape's ``late_s`` and the lead's requests
+    (``lead_work`` seconds each, sent ``lead_at`` seconds after the start)."""
+
+    agents: int = 24
+    work: float = 1.5
+    retry_after: float = 1.0
+    late_s: float = 1.5
+    lead_at: tuple[float, ...] = (0.0, 4.0, 8.0)
+    lead_work: float = 0.5
+
+
+FULL = Pace()
+QUICK = Pace(
+    agents=6, work=0.05, retry_after=0.05, late_s=0.05, lead_at=(0.0, 0.1, 0.2), lead_work=0.05
+)
 
 
 @dataclass(frozen=True)
@@ -71,12 +89,13 @@ class Shape:
     lead_counts: bool
 
 
-SHAPES = [
-    Shape("at once", 0.0, False),
-    Shape("late", 1.5, False),
-    Shape("answer", "answer", False),
-    Shape("lead counts", 0.0, True),
-]
+def shapes(pace: Pace) -> list[Shape]:
+    return [
+        Shape("at once", 0.0, False),
+        Shape("late", pace.late_s, False),
+        Shape("answer", "answer", False),
+        Shape("lead counts", 0.0, True),
+    ]
 
 
 @dataclass
@@ -107,12 +126,12 @@ def _body(work: float, lead: bool) -> bytes:
 Send = Callable[[bytes], Awaitable[tuple[int, float]]]
 
 
-def _sender(session: aiohttp.ClientSession, base_url: str) -> Send:
+def _sender(session: aiohttp.ClientSession, base_url: str, pace: Pace) -> Send:
     async def send(body: bytes) -> tuple[int, float]:
         headers = {"content-type": "application/json", "x-api-key": "bench"}
         async with session.post(f"{base_url}/v1/messages", data=body, headers=headers) as r:
             await r.read()
-            retry = float(r.headers.get("retry-after", RETRY_AFTER))
+            retry = float(r.headers.get("retry-after", pace.retry_after))
             return r.status, retry
 
     return send
@@ -198,21 +217,24 @@ async def _agent(
     return False
 
 
-async def _lead(strategy: str, send: Send, limiter: asyncio.Semaphore | _Inspect | None) -> int:
+async def _lead(
+    strategy: str, send: Send, limiter: asyncio.Semaphore | _Inspect | None, pace: Pace
+) -> int:
     began = time.monotonic()
     done = 0
-    for at in LEAD_AT:
+    for at in pace.lead_at:
         await asyncio.sleep(max(0.0, began + at - time.monotonic()))
-        done += await _agent(strategy, send, LEAD_WORK, True, limiter)
+        done += await _agent(strategy, send, pace.lead_work, True, limiter)
     return done
 
 
-async def _run(strategy: str, shape: Shape, agents: int, work: float) -> Outcome:
+async def _run(strategy: str, shape: Shape, pace: Pace) -> Outcome:
+    agents, work = pace.agents, pace.work
     roles = None if shape.lead_counts else {"other"}
     with ScriptedServer(
         _script,
         concurrency_limit=LIMIT,
-        retry_after=RETRY_AFTER,
+        retry_after=pace.retry_after,
         limit_roles=roles,  # type: ignore[arg-type]
         headers_after=shape.headers_after,
     ) as server:
@@ -225,11 +247,11 @@ async def _run(strategy: str, shape: Shape, agents: int, work: float) -> Outcome
                 limiter = _Inspect()
 
             async def workload(base_url: str) -> tuple[int, float]:
-                send = _sender(session, base_url)
+                send = _sender(session, base_url, pace)
                 began = time.monotonic()
                 jobs = [_agent(strategy, send, work, False, limiter) for _ in range(agents)]
                 if shape.lead_counts:
-                    jobs.append(_lead(strategy, send, limiter))
+                    jobs.append(_lead(strategy, send, limiter, pace))
                 results = await asyncio.gather(*jobs)
                 answered = sum(int(r) for r in results[:agents])
                 return answered, began
@@ -245,14 +267,14 @@ async def _run(strategy: str, shape: Shape, agents: int, work: float) -> Outcome
         return Outcome(ended - began, len(rejections), converged, answered)
 
 
-async def _two_processes(shared: bool, agents: int, work: float, db: Path) -> tuple[float, int]:
+async def _two_processes(shared: bool, agents: int, pace: Pace, db: Path) -> tuple[float, int]:
     """Two relays (two processes' governors) on one account, ``agents`` each, together.
 
     ``shared``: their governors share the machine's store (two accounts on one SQLite
     file, as two processes have); else each learns alone. Returns (wall, 429s).
     """
     with ScriptedServer(
-        _script, concurrency_limit=LIMIT, retry_after=RETRY_AFTER, limit_roles={"other"}
+        _script, concurrency_limit=LIMIT, retry_after=pace.retry_after, limit_roles={"other"}
     ) as server:
         governors = [
             Governor(RELAY_POLICY, account=MachineAccount(db) if shared else None) for _ in range(2)
@@ -265,7 +287,7 @@ async def _two_processes(shared: bool, agents: int, work: float, db: Path) -> tu
         ):
             began = time.monotonic()
             jobs = [
-                _agent("teamlead", _sender(session, relay.base_url), work, False, None)
+                _agent("teamlead", _sender(session, relay.base_url, pace), pace.work, False, None)
                 for relay in (first, second)
                 for _ in range(agents)
             ]
@@ -276,28 +298,28 @@ async def _two_processes(shared: bool, agents: int, work: float, db: Path) -> tu
         return wall, sum(1 for r in server.recorded() if r.status == 429)
 
 
-def _ideal(shape: Shape, agents: int, work: float) -> float:
+def _ideal(shape: Shape, pace: Pace) -> float:
+    agents, work = pace.agents, pace.work
     if shape.lead_counts:
-        return max(
-            math.ceil(agents / LIMIT) * work, (agents * work + len(LEAD_AT) * LEAD_WORK) / LIMIT
-        )
+        lead = len(pace.lead_at) * pace.lead_work
+        return max(math.ceil(agents / LIMIT) * work, (agents * work + lead) / LIMIT)
     return math.ceil(agents / LIMIT) * work
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
-        "--quick", action="store_true", help="6 agents of 0.5 s, headers with the answer"
+        "--quick", action="store_true", help="every shape with 6 agents of 0.05 s, times scaled"
     )
     args = parser.parse_args(argv)
-    agents, work = (6, 0.5) if args.quick else (24, 1.5)
-    shapes = [SHAPES[2]] if args.quick else SHAPES
+    pace = QUICK if args.quick else FULL
+    agents, work = pace.agents, pace.work
     strategies = ["teamlead", "fixed 1", "fixed 3", "fixed 8", "inspect"]
     rows = []
     verdicts = []
-    for shape in shapes:
-        ideal = _ideal(shape, agents, work)
-        results = {s: asyncio.run(_run(s, shape, agents, work)) for s in strategies}
+    for shape in shapes(pace):
+        ideal = _ideal(shape, pace)
+        results = {s: asyncio.run(_run(s, shape, pace)) for s in strategies}
         for name, out in results.items():
             rows.append(
                 [
@@ -322,7 +344,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         )
     print(
-        f"{agents} agents of {work:g} s, hidden limit {LIMIT}, retry-after {RETRY_AFTER:g} s; "
+        f"{agents} agents of {work:g} s, hidden limit {LIMIT}, retry-after {pace.retry_after:g} s; "
         "x ideal = wall / (work kept at the limit)"
     )
     print(table(["shape: strategy", "answered", "wall s", "x ideal", "429/agent", "conv s"], rows))
@@ -332,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="teamlead-limits-") as tmp:
         for shared in (False, True):
             wall, rejected = asyncio.run(
-                _two_processes(shared, each, work, Path(tmp) / f"limits-{shared}.sqlite3")
+                _two_processes(shared, each, pace, Path(tmp) / f"limits-{shared}.sqlite3")
             )
             pair_rows.append(
                 [

@@ -46,15 +46,14 @@ import tracemalloc
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from _common import percentile, table
 
-from teamlead._agents.book import AgentBook
-from teamlead._relay import start_relay
-from teamlead.clock import SystemClock
-from teamlead.governor import Governor, GovernorPolicy
-from teamlead.testing import Reply, ScriptedServer
+if TYPE_CHECKING:  # imported where used: the client processes (``--client``) need none
+    from teamlead._agents.book import AgentBook
+    from teamlead.testing import ScriptedServer
 
 MODEL = "claude-opus-5-5"
 BODY = (
@@ -68,6 +67,11 @@ TEXT = "The scheduler keeps four jobs in flight and retries a failed job twice. 
 def relay_in_thread(upstream: str, books: list[AgentBook] | None = None) -> Iterator[str]:
     """Run a relay on its own event loop in a thread; yield the base URL of one run of it,
     whose agent ledger is appended to ``books``."""
+    from teamlead._agents.book import AgentBook
+    from teamlead._relay import start_relay
+    from teamlead.clock import SystemClock
+    from teamlead.governor import Governor, GovernorPolicy
+
     books = [] if books is None else books
     ready = threading.Event()
     stop: list[asyncio.Event] = []
@@ -203,6 +207,8 @@ def upstream_process() -> Iterator[str]:
 
 
 def serve_until_stdin_closes() -> None:
+    from teamlead.testing import Reply, ScriptedServer
+
     with ScriptedServer(lambda req: Reply.text(TEXT)) as upstream:
         print(upstream.base_url, flush=True)
         sys.stdin.read()
@@ -249,6 +255,8 @@ def _relay_bytes() -> int:
 def memory_per_stream(upstream: ScriptedServer, relay_url: str, size: int, streams: int) -> float:
     """The most the relay held at once while ``streams`` replies of ``size`` went through,
     per stream (sampled every 10 ms)."""
+    from teamlead.testing import Reply
+
     text = "z" * size  # one shared string: the server allocates no reply per request
     upstream.script = lambda req: Reply.text(text)
     clients = [Client(relay_url) for _ in range(streams)]
@@ -278,6 +286,8 @@ def memory_per_stream(upstream: ScriptedServer, relay_url: str, size: int, strea
 def memory_per_agent(agents: int) -> float:
     """Bytes the run's agent book holds per agent after one request from each of
     ``agents`` distinct agents (allocations made in ``teamlead/_agents``)."""
+    from teamlead.testing import Reply, ScriptedServer
+
     books: list[AgentBook] = []
     with (
         ScriptedServer(lambda req: Reply.text(TEXT)) as upstream,
@@ -315,6 +325,8 @@ def main(argv: list[str] | None = None) -> int:
         direct, relayed, streams, repeats = argv[1:5]
         print(json.dumps(measure_here(direct, relayed, int(streams), int(repeats))))
         return 0
+    from teamlead.testing import Reply, ScriptedServer
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="a smoke run")
     args = parser.parse_args(argv)

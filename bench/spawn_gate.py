@@ -24,7 +24,8 @@ Both parts run the real bundled Claude Code CLI offline against one scripted ser
    with the CLI's spawn latency of every wave. Target: <= 1.1 x ideal.
 
 A missed target exits 1. Run: ``python bench/spawn_gate.py`` (about a minute);
-``--quick`` runs one round and one capped fan-out and does not judge the targets.
+``--quick`` runs one round, a capped fan-out of 6 agents of 0.3 s (two waves) and the
+deadline part with a 3 s deadline (agents of 0.3 s and 12 s), and does not judge the targets.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ import statistics
 import sys
 import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -54,9 +56,23 @@ from teamlead.testing import OfflineClaude, ScriptedServer, cli_version
 from teamlead.testing.scripts import FanOut, findings_in
 
 LATENCY_AGENTS = 8
-DEADLINE_S = 10.0
-FAN_AGENTS, FAN_CAP, AGENT_S = 12, 3, 1.0
 TARGET_MS, TARGET_RATIO = 5.0, 1.1
+
+
+@dataclass(frozen=True)
+class Sizes:
+    """The capped fan-out (agents, cap, seconds per agent) and the deadline part (the
+    deadline, and its quick and slow agent, in seconds)."""
+
+    fan_agents: int = 12
+    fan_cap: int = 3
+    agent_s: float = 1.0
+    deadline_s: float = 10.0
+    agents_s: tuple[float, float] = (1.0, 40.0)
+
+
+FULL = Sizes()
+QUICK = Sizes(fan_agents=6, agent_s=0.3, deadline_s=3.0, agents_s=(0.3, 12.0))
 
 
 class BenchFailure(Exception):
@@ -160,35 +176,36 @@ async def hook_cpu_us(calls: int = 2000) -> float:
     return 1e6 * (time.perf_counter() - start) / calls
 
 
-async def fan_out_part(root: Path) -> tuple[float, float, float]:
+async def fan_out_part(root: Path, sizes: Sizes) -> tuple[float, float, float]:
     admitted: dict[str, float] = {}
 
     def on_event(event: GateEvent) -> None:
         if isinstance(event, SpawnAdmitted):
             admitted[event.description] = time.monotonic()
 
-    with ScriptedServer(FanOut.of(FAN_AGENTS, delays=AGENT_S)) as server:
-        policy = SpawnPolicy(max_concurrent_agents=FAN_CAP)
+    fan_agents, fan_cap = sizes.fan_agents, sizes.fan_cap
+    with ScriptedServer(FanOut.of(fan_agents, delays=sizes.agent_s)) as server:
+        policy = SpawnPolicy(max_concurrent_agents=fan_cap)
         gate = SpawnGate(policy, cap=SpawnCap(20), deadline_s=300, on_event=on_event)
         await run_once(server, root / "fan", gate)
         subs = [r for r in server.recorded("subagent") if r.request.agent is not None]
         ended = {r.request.agent.description: r.finished or 0.0 for r in subs if r.request.agent}
-        if set(ended) != set(admitted) or len(ended) != FAN_AGENTS:
+        if set(ended) != set(admitted) or len(ended) != fan_agents:
             raise BenchFailure("not every capped subagent reached the model")
-        if server.max_concurrent("subagent") > FAN_CAP:
+        if server.max_concurrent("subagent") > fan_cap:
             raise BenchFailure(f"{server.max_concurrent('subagent')} subagents ran at once")
         seen = {x for r in server.recorded("lead") for x in findings_in(r.request.all_text)}
-        if len(seen) != FAN_AGENTS:
-            raise BenchFailure(f"the lead saw {len(seen)} of {FAN_AGENTS} findings")
+        if len(seen) != fan_agents:
+            raise BenchFailure(f"the lead saw {len(seen)} of {fan_agents} findings")
     # agent time as the CLI delivers it: admission -> reply (its spawn latency included)
     agent_time = statistics.median(ended[d] - admitted[d] for d in ended)
     span = max(ended.values()) - min(admitted.values())
-    waves = math.ceil(FAN_AGENTS / FAN_CAP)
-    return span, waves * agent_time, waves * AGENT_S
+    waves = math.ceil(fan_agents / fan_cap)
+    return span, waves * agent_time, waves * sizes.agent_s
 
 
-async def deadline_part(root: Path, *, gate: bool) -> tuple[float, str]:
-    """One 1 s and one 40 s agent under a 10 s deadline, through ``teamlead.query``:
+async def deadline_part(root: Path, sizes: Sizes, *, gate: bool) -> tuple[float, str]:
+    """A quick and a slow agent (1 s and 40 s) under a deadline (10 s), through ``teamlead.query``:
     the wall time to ``Finished`` and its status (the gate wraps up; without it the
     deadline cuts the stream and the quick result reaches no answer)."""
     import teamlead
@@ -196,14 +213,14 @@ async def deadline_part(root: Path, *, gate: bool) -> tuple[float, str]:
     from teamlead.testing import Reply, ScriptedRequest
     from teamlead.testing.scripts import synthesize
 
-    fan = FanOut.of(2, delays=[1.0, 40.0])
+    fan = FanOut.of(2, delays=list(sizes.agents_s))
 
     def script(req: ScriptedRequest) -> Reply:  # the wrap-up turn offers no tools
         if req.role == "other" and "<teamlead-results" in req.last_user_text:
             return synthesize(req)
         return fan(req)
 
-    policy = Policy(deadline_s=DEADLINE_S, spawn=SpawnPolicy(enabled=gate))
+    policy = Policy(deadline_s=sizes.deadline_s, spawn=SpawnPolicy(enabled=gate))
     status = "none"
     with ScriptedServer(script) as server:
         claude = OfflineClaude(server.base_url, state_dir=root / f"deadline-{gate}")
@@ -216,6 +233,7 @@ async def deadline_part(root: Path, *, gate: bool) -> tuple[float, str]:
 
 async def main(quick: bool) -> int:
     pairs = 1 if quick else 10
+    sizes = QUICK if quick else FULL
     print(f"spawn gate bench: bundled CLI {cli_version()}, {pairs} round(s) of {len(SIDES)} runs\n")
     with tempfile.TemporaryDirectory(prefix="teamlead-bench-") as tmp:
         root = Path(tmp)
@@ -223,9 +241,11 @@ async def main(quick: bool) -> int:
             await latency_part(1, root / "warm")
         added_ms, vs_bare_ms, rows = await latency_part(pairs, root)
         cpu_us = await hook_cpu_us(200 if quick else 2000)
-        span, ideal, naive = await fan_out_part(root)
-        wrapped, wrapped_status = await deadline_part(root, gate=True)
-        cut, cut_status = (0.0, "not run") if quick else await deadline_part(root, gate=False)
+        span, ideal, naive = await fan_out_part(root, sizes)
+        wrapped, wrapped_status = await deadline_part(root, sizes, gate=True)
+        cut, cut_status = (
+            (0.0, "not run") if quick else await deadline_part(root, sizes, gate=False)
+        )
     print(f"1. spawn latency (fan-out reply end -> subagent's first request), {LATENCY_AGENTS}/run")
     print(table(["side", "spawns", "p50 ms", "p95 ms"], rows))
     print(
@@ -235,18 +255,23 @@ async def main(quick: bool) -> int:
         f"p95 {percentile(IN_HOOK, 95) * 1e6:.0f} us; gate CPU in-process {cpu_us:.0f} us/call\n"
     )
     ratio = span / ideal
-    print(f"2. fan-out of {FAN_AGENTS} x {AGENT_S:g} s under a cap of {FAN_CAP}")
+    print(f"2. fan-out of {sizes.fan_agents} x {sizes.agent_s:g} s under a cap of {sizes.fan_cap}")
     print(
         f"span (first admission -> last reply) {span:.2f} s, ideal {ideal:.2f} s "
         f"(measured agent time), ratio {ratio:.3f}"
     )
     print(
-        f"against the scripted {AGENT_S:g} s alone: ideal {naive:.2f} s, ratio {span / naive:.3f}\n"
+        f"against the scripted {sizes.agent_s:g} s alone: ideal {naive:.2f} s, "
+        f"ratio {span / naive:.3f}\n"
     )
-    print(f"3. deadline {DEADLINE_S:g} s, agents of 1 s and 40 s, through teamlead.query")
+    deadline = sizes.deadline_s
+    quick_s, slow_s = sizes.agents_s
     print(
-        f"with the gate: {wrapped_status} after {wrapped:.2f} s ({wrapped / DEADLINE_S:.2f}x the "
-        f"deadline); without it: {cut_status} after {cut:.2f} s ({cut / DEADLINE_S:.2f}x)\n"
+        f"3. deadline {deadline:g} s, agents of {quick_s:g} s and {slow_s:g} s, via teamlead.query"
+    )
+    print(
+        f"with the gate: {wrapped_status} after {wrapped:.2f} s ({wrapped / deadline:.2f}x the "
+        f"deadline); without it: {cut_status} after {cut:.2f} s ({cut / deadline:.2f}x)\n"
     )
     in_hook_ms = 1000 * percentile(IN_HOOK, 95)
     ok = in_hook_ms < TARGET_MS and ratio <= TARGET_RATIO
@@ -255,7 +280,7 @@ async def main(quick: bool) -> int:
         f"SUMMARY: gate holds a spawn {in_hook_ms:.2f} ms (p95, target < {TARGET_MS:g}; end to "
         f"end {added_ms:+.1f} ms vs an empty hook, {vs_bare_ms:+.1f} vs none), capped fan-out "
         f"{ratio:.3f}x ideal (target <= {TARGET_RATIO:g}); deadline wrap-up {wrapped_status} at "
-        f"{wrapped / DEADLINE_S:.2f}x the deadline; targets {verdict}"
+        f"{wrapped / deadline:.2f}x the deadline; targets {verdict}"
     )
     return 0 if quick or ok else 1
 

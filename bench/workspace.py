@@ -13,8 +13,8 @@ removal p50, and set-up with 4 trials at once (p50 per trial). The ratio is work
 set-up over copy set-up, p50 against p50. Target: a worktree sets up no slower than a
 copy (ratio <= 1.0); a missed target exits 1.
 
-Run: ``python bench/workspace.py`` (a few minutes); ``--quick`` uses 300 files and one
-round, and does not judge the target.
+Run: ``python bench/workspace.py`` (a few minutes); ``--quick`` uses 100 files, one
+round and no warm-up, and does not judge the target.
 """
 
 from __future__ import annotations
@@ -63,12 +63,14 @@ async def one(spaces: Workspaces, repo: Path, kind: WorkspaceKind) -> tuple[floa
     return setup, time.perf_counter() - left
 
 
-async def measure(repo: Path, base: Path, rounds: int) -> dict[str, dict[str, list[float]]]:
+async def measure(
+    repo: Path, base: Path, rounds: int, warm: bool = True
+) -> dict[str, dict[str, list[float]]]:
     spaces = Workspaces(base_dir=base)
     out: dict[str, dict[str, list[float]]] = {
         k: {"setup": [], "remove": [], "parallel": []} for k in KINDS
     }
-    for kind in KINDS:  # warm the page cache and git's object store once
+    for kind in KINDS if warm else ():  # warm the page cache and git's object store once
         await one(spaces, repo, kind)
     for _ in range(rounds):
         for kind in KINDS:
@@ -91,11 +93,13 @@ async def measure(repo: Path, base: Path, rounds: int) -> dict[str, dict[str, li
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="300 files, 1 round, no target")
+    parser.add_argument(
+        "--quick", action="store_true", help="100 files, 1 round, no warm-up nor target"
+    )
     parser.add_argument("--files", type=int, default=10_000)
     parser.add_argument("--rounds", type=int, default=8)
     args = parser.parse_args()
-    files, rounds = (300, 1) if args.quick else (args.files, args.rounds)
+    files, rounds = (100, 1) if args.quick else (args.files, args.rounds)
 
     root = Path(tempfile.mkdtemp(prefix="teamlead-bench-ws-"))
     try:
@@ -107,7 +111,7 @@ def main() -> int:
             f"repository: {len(tracked)} files, {size_mb:.0f} MB, "
             f"generated in {time.perf_counter() - started:.1f}s; {rounds} rounds"
         )
-        data = anyio.run(measure, repo, root / "ws", rounds)
+        data = anyio.run(measure, repo, root / "ws", rounds, not args.quick)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -3,14 +3,16 @@
 A real ``teamlead ask`` subprocess on the real CLI offline: one agent runs, the others wait
 in the spawn gate; a stop signal ends the run at once, and its last NDJSON line is still
 ``finished``, naming every call: the running one ``stopped``, the queued ones ``rejected``.
+The three runs (one per signal) share nothing and run side by side.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,6 +21,7 @@ from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import FanOut
 
 from .conftest import cli_processes
+from .isolated import isolated_env
 from .polling import poll
 from .test_cli import TEAMLEAD
 
@@ -27,29 +30,60 @@ pytestmark = [pytest.mark.cli, pytest.mark.slow]
 _AGENTS = 6
 
 
-@pytest.mark.parametrize("stop", ["SIGINT", "SIGTERM", "SIGHUP"])
-def test_ask_json_ends_with_finished_naming_every_call_when_stopped_by_a_signal(
-    tmp_path: Path, stop: str
-) -> None:
+STOPS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+@dataclass(frozen=True)
+class StoppedRun:
+    """One `teamlead ask --json` stopped by a signal once its first agent ran."""
+
+    started: bool  #: an agent reached the model before the deadline
+    returncode: int | None
+    out: str
+    err: str
+    reaped: bool  #: no CLI process of the run was left afterwards
+
+
+def _stopped_run(stop: str, root: Path) -> StoppedRun:
     with ScriptedServer(FanOut.of(_AGENTS, delays=60.0)) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        claude = OfflineClaude(server.base_url, state_dir=root / "s")
         proc = subprocess.Popen(
             [*TEAMLEAD, "ask", "Investigate.", "--max-concurrent-agents", "1", "--json"],
-            env={**os.environ, **claude.env},
+            env={**isolated_env(root), **claude.env},
             cwd=claude.cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         try:
-            assert poll(lambda: server.recorded("subagent"), within_s=60), "no agent started"
-            proc.send_signal(getattr(signal, stop))
+            started = bool(poll(lambda: server.recorded("subagent"), within_s=60))
+            if started:
+                proc.send_signal(getattr(signal, stop))
             out, err = proc.communicate(timeout=30)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate(timeout=10)
-    assert proc.returncode == 130, err
+    reaped = bool(poll(lambda: not cli_processes(root / "s"), within_s=10))
+    return StoppedRun(started, proc.returncode, out, err, reaped)
+
+
+@pytest.fixture(scope="module")
+def stopped_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, StoppedRun]:
+    """One run per signal, side by side: each its own process, CLI state and scripted model."""
+    roots = [tmp_path_factory.mktemp(stop) for stop in STOPS]
+    with ThreadPoolExecutor(len(STOPS)) as pool:
+        return dict(zip(STOPS, pool.map(_stopped_run, STOPS, roots), strict=True))
+
+
+@pytest.mark.parametrize("stop", STOPS)
+def test_ask_json_ends_with_finished_naming_every_call_when_stopped_by_a_signal(
+    stopped_runs: dict[str, StoppedRun], stop: str
+) -> None:
+    run = stopped_runs[stop]
+    assert run.started, "no agent started"
+    out, err = run.out, run.err
+    assert run.returncode == 130, err
     lines = [json.loads(line) for line in out.splitlines()]
     done = lines[-1]
     assert done["type"] == "finished", lines[-3:]
@@ -61,4 +95,4 @@ def test_ask_json_ends_with_finished_naming_every_call_when_stopped_by_a_signal(
     assert all(t["status"] == "rejected" and t["disposition"] == "missing" for t in queued)
     assert all(stop in (t["reason"] or "") for t in queued), queued
     assert "interrupted; resume with: teamlead resume " in err
-    assert poll(lambda: not cli_processes(tmp_path / "s"), within_s=10)
+    assert run.reaped

@@ -8,6 +8,9 @@ import os
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +25,7 @@ from teamlead.testing.scripts import FanOut, findings_in
 from teamlead.testing.teammate import create_team
 
 from .conftest import cli_processes
+from .isolated import isolated_env
 from .polling import poll
 
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
@@ -193,35 +197,111 @@ def test_resume_of_a_missing_session_is_a_usage_error() -> None:
 
 
 # -- real runs ---------------------------------------------------------------------------------
-def _ask(
-    claude: OfflineClaude, *args: str, timeout: float = 90
-) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **claude.env}
-    return subprocess.run(
-        [*TEAMLEAD, "ask", *args],
-        env=env,
-        cwd=claude.cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+@dataclass(frozen=True)
+class AskRun:
+    """One `teamlead ask` as a user runs it, and the first system prompt its lead got."""
+
+    proc: subprocess.CompletedProcess[str]
+    lead_system: str | None
+
+
+def _team_creating(fan: FanOut, config_dir: Path) -> Callable[[ScriptedRequest], Reply]:
+    """``fan``, and a team with a teammate who never reports, made on the lead's first turn."""
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "lead" and not req.tool_uses_sent:
+            create_team(config_dir, req.session_id or "", members=["silent-reviewer"])
+        return fan(req)
+
+    return script
+
+
+def _broken_cli(root: Path) -> str:
+    broken = root / "claude"
+    broken.write_text("#!/bin/sh\necho 'claude: cannot start here' >&2\nexit 7\n")
+    broken.chmod(0o755)
+    return str(broken)
+
+
+#: The asks the real-run tests below read: a script (given the run's CLI config dir and
+#: root) and the arguments.
+ASKS: dict[str, tuple[Callable[[Path, Path], Any], Callable[[Path], list[str]]]] = {
+    "completed": (
+        lambda config, root: FanOut.of(2, delays=[0.3, 0.5]),
+        lambda root: ["Investigate both parts."],
+    ),
+    "json": (
+        lambda config, root: FanOut.of(2, delays=0.3, synthesis_fault=Reply.error(529)),
+        lambda root: ["Investigate.", "--json"],
+    ),
+    "failed": (
+        # a 400 is not transient: the failed resume is final at once, no backoff between tries
+        lambda config, root: FanOut.of(
+            1, delays=0.2, synthesis_fault=Reply.error(400), fail_resumes=True
+        ),
+        lambda root: ["Investigate.", "--max-resumes", "1"],
+    ),
+    "partial": (
+        lambda config, root: _team_creating(FanOut.of(1, delays=0.2), config),
+        lambda root: ["Investigate.", "--wait", "1", "--quiet"],
+    ),
+    "delegation": (
+        lambda config, root: lambda req: Reply.text("done"),
+        lambda root: ["Say done.", "--strategy", "delegation"],
+    ),
+    "baseline": (
+        lambda config, root: lambda req: Reply.text("done"),
+        lambda root: ["Say done.", "--strategy", "baseline"],
+    ),
+    "cli fails": (
+        lambda config, root: FanOut.of(1),
+        lambda root: ["Investigate.", "--cli-path", _broken_cli(root), "--quiet"],
+    ),
+}
+
+
+def _asked(name: str, root: Path) -> AskRun:
+    make_script, make_args = ASKS[name]
+    holder: list[Callable[[ScriptedRequest], Reply]] = []
+    with ScriptedServer(lambda req: holder[0](req)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=root / "s")
+        holder.append(make_script(claude.config_dir, root))
+        try:
+            proc = subprocess.run(
+                [*TEAMLEAD, "ask", *make_args(root)],
+                env={**isolated_env(root), **claude.env},
+                cwd=claude.cwd,
+                capture_output=True,
+                text=True,
+                timeout=90,
+            )
+        except subprocess.TimeoutExpired as exc:  # this run's test fails, not the others
+            proc = subprocess.CompletedProcess(exc.cmd, -1, "", f"no end within {exc.timeout} s")
+        leads = server.recorded("lead")
+    return AskRun(proc, leads[0].request.system if leads else None)
+
+
+@pytest.fixture(scope="module")
+def asks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AskRun]:
+    """Every ask of :data:`ASKS`, three at a time: each its own process, CLI state and
+    scripted model, so they share nothing but the time."""
+    names = list(ASKS)
+    roots = [tmp_path_factory.mktemp(name.replace(" ", "-")) for name in names]
+    with ThreadPoolExecutor(3) as pool:
+        return dict(zip(names, pool.map(_asked, names, roots), strict=True))
 
 
 @pytest.mark.cli
-def test_ask_completed_exits_0_with_the_answer_on_stdout(tmp_path: Path) -> None:
-    with ScriptedServer(FanOut.of(2, delays=[0.3, 0.5])) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        proc = _ask(claude, "Investigate both parts.")
+def test_ask_completed_exits_0_with_the_answer_on_stdout(asks: dict[str, AskRun]) -> None:
+    proc = asks["completed"].proc
     assert proc.returncode == 0, proc.stderr
     assert sorted(findings_in(proc.stdout)) == ["agent-1", "agent-2"]
     assert "task completed" in proc.stderr and "finished: completed" in proc.stderr
 
 
 @pytest.mark.cli
-def test_ask_json_is_versioned_ndjson_ending_in_finished(tmp_path: Path) -> None:
-    with ScriptedServer(FanOut.of(2, delays=0.3, synthesis_fault=Reply.error(529))) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        proc = _ask(claude, "Investigate.", "--json")
+def test_ask_json_is_versioned_ndjson_ending_in_finished(asks: dict[str, AskRun]) -> None:
+    proc = asks["json"].proc
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     assert all(isinstance(r.get("type"), str) and r.get("version") == 3 for r in lines)
@@ -260,30 +340,15 @@ def test_ask_json_is_versioned_ndjson_ending_in_finished(tmp_path: Path) -> None
 
 
 @pytest.mark.cli
-def test_ask_failed_exits_1(tmp_path: Path) -> None:
-    script = FanOut.of(1, delays=0.2, synthesis_fault=Reply.error(529), fail_resumes=True)
-    with ScriptedServer(script) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        proc = _ask(claude, "Investigate.", "--max-resumes", "1")
+def test_ask_failed_exits_1(asks: dict[str, AskRun]) -> None:
+    proc = asks["failed"].proc
     assert proc.returncode == 1, proc.stderr
     assert "teamlead: failed:" in proc.stderr and "teamlead resume" in proc.stderr
 
 
 @pytest.mark.cli
-def test_ask_partial_exits_3_when_a_teammate_never_reports(tmp_path: Path) -> None:
-    fan = FanOut.of(1, delays=0.2)
-    holder: dict[str, OfflineClaude] = {}
-
-    def script(req: ScriptedRequest) -> Reply:
-        if req.role == "lead" and not req.tool_uses_sent:
-            create_team(
-                holder["claude"].config_dir, req.session_id or "", members=["silent-reviewer"]
-            )
-        return fan(req)
-
-    with ScriptedServer(script) as server:
-        holder["claude"] = claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        proc = _ask(claude, "Investigate.", "--wait", "1", "--quiet")
+def test_ask_partial_exits_3_when_a_teammate_never_reports(asks: dict[str, AskRun]) -> None:
+    proc = asks["partial"].proc
     assert proc.returncode == 3, proc.stderr
     assert "FINDING[agent-1]" in proc.stdout
     assert 'teammate "silent-reviewer" did not report' in proc.stderr
@@ -318,28 +383,13 @@ def test_ctrl_c_mid_fan_out_stops_every_process_and_prints_the_session(tmp_path:
 
 
 @pytest.mark.cli
-def test_demo_exits_0_with_every_finding() -> None:
-    proc = subprocess.run([*TEAMLEAD, "demo"], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert sorted(findings_in(proc.stdout)) == [
-        "api-surface",
-        "load-profile",
-        "reviewer",
-        "security",
-    ]
-    assert "resuming session" in proc.stderr and "waiting up to" in proc.stderr
-
-
-@pytest.mark.cli
 @pytest.mark.parametrize("strategy", ["delegation", "baseline"])
 def test_strategy_reaches_the_system_prompt_after_claude_codes_own(
-    tmp_path: Path, strategy: str
+    asks: dict[str, AskRun], strategy: str
 ) -> None:
-    with ScriptedServer(lambda req: Reply.text("done")) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        proc = _ask(claude, "Say done.", "--strategy", strategy)
-        system = server.recorded("lead")[0].request.system
+    proc, system = asks[strategy].proc, asks[strategy].lead_system
     assert proc.returncode == 0, proc.stderr
+    assert system is not None, "the lead never reached the scripted model"
     from teamlead.prompts import default_values, load_strategy
 
     rendered = load_strategy("delegation").render(default_values())
@@ -425,13 +475,8 @@ def test_a_missing_cli_is_one_line_naming_the_cause(tmp_path: Path) -> None:
 
 
 @pytest.mark.cli
-def test_a_cli_that_fails_to_start_is_one_line(tmp_path: Path) -> None:
-    broken = tmp_path / "claude"
-    broken.write_text("#!/bin/sh\necho 'claude: cannot start here' >&2\nexit 7\n")
-    broken.chmod(0o755)
-    with ScriptedServer(FanOut.of(1)) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        proc = _ask(claude, "Investigate.", "--cli-path", str(broken), "--quiet")
+def test_a_cli_that_fails_to_start_is_one_line(asks: dict[str, AskRun]) -> None:
+    proc = asks["cli fails"].proc
     assert proc.returncode == 1
     lines = proc.stderr.strip().splitlines()
     assert (

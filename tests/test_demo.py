@@ -13,15 +13,49 @@ import sys
 import pytest
 
 from teamlead._cli.demo import run_demo
+from teamlead.testing.scripts import findings_in
+
+from .isolated import isolated_env
 
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
 
 
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+    """One `teamlead demo` as a user runs it (the demo, then the same script under a bare
+    query: two CLI runs), read by each test of what it prints.
+
+    It starts before any test's own isolation, so it isolates itself alike. It runs alone:
+    how many synthesis turns the CLI injects (the 529s counted below) depends on the
+    agents ending apart, which a second demo beside it on a busy machine can blur."""
+    env = isolated_env(tmp_path_factory.mktemp("demo"))
+    return subprocess.run([*TEAMLEAD, "demo"], env=env, capture_output=True, text=True, timeout=240)
+
+
 @pytest.mark.cli
-@pytest.mark.slow  # the demo, then the same script under a bare query: two CLI runs
+@pytest.mark.slow  # reads the shared demo run (demo_run)
 @pytest.mark.timeout(300)
-def test_the_demo_ends_with_a_bare_query_beside_teamleads_answer() -> None:
-    proc = subprocess.run([*TEAMLEAD, "demo"], capture_output=True, text=True, timeout=240)
+def test_demo_exits_0_with_every_finding(
+    demo_run: subprocess.CompletedProcess[str],
+) -> None:
+    proc = demo_run
+    assert proc.returncode == 0, proc.stderr
+    assert sorted(findings_in(proc.stdout)) == [
+        "api-surface",
+        "load-profile",
+        "reviewer",
+        "security",
+    ]
+    assert "resuming session" in proc.stderr and "waiting up to" in proc.stderr
+
+
+@pytest.mark.cli
+@pytest.mark.slow  # reads the shared demo run (demo_run)
+@pytest.mark.timeout(300)
+def test_the_demo_ends_with_a_bare_query_beside_teamleads_answer(
+    demo_run: subprocess.CompletedProcess[str],
+) -> None:
+    proc = demo_run
     assert proc.returncode == 0, proc.stderr
     err = proc.stderr
     lines = err[err.index("the same script, two apps:") :].splitlines()

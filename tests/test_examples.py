@@ -14,6 +14,7 @@ import runpy
 import subprocess
 import sys
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -29,6 +30,7 @@ from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 from teamlead.testing.scripts import FanOut, findings_in
 
 from .conftest import OfflineFactory
+from .isolated import isolated_env
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -184,30 +186,55 @@ def test_offline_test_example_is_collected_by_pytest() -> None:
 
 
 # -- the scripts as programs ------------------------------------------------------------------
-@pytest.mark.cli
-@pytest.mark.parametrize("name", RUNNABLE)
-def test_example_runs_as_a_program_against_a_scripted_gateway(name: str, tmp_path: Path) -> None:
+@dataclasses.dataclass(frozen=True)
+class ProgramRun:
+    """One example run as a program, and what its lead was asked first."""
+
+    run: subprocess.CompletedProcess[str]
+    asked: str | None
+
+
+def _run_program(name: str, root: Path) -> ProgramRun:
     """``ANTHROPIC_BASE_URL=<scripted server> python examples/NAME.py``, as the README shows."""
     script = FanOut.of(2, delays=[0.3, 0.6], synthesis_fault=Reply.error(529), synthesis_faults=1)
     with (
         ScriptedServer(script) as server,
-        OfflineClaude(server.base_url, state_dir=tmp_path) as claude,
+        OfflineClaude(server.base_url, state_dir=root / "s") as claude,
     ):
         run = subprocess.run(
             [sys.executable, str(EXAMPLES / f"{name}.py")],
             cwd=claude.cwd,
-            env={**os.environ, **claude.env},
+            env={**isolated_env(root), **claude.env},
             capture_output=True,
             text=True,
             timeout=90,
         )
+        leads = server.recorded("lead")
+    return ProgramRun(run, leads[0].request.first_user_text if leads else None)
+
+
+@pytest.fixture(scope="module")
+def program_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ProgramRun]:
+    """Each runnable example as a program, side by side: each its own process, state and
+    scripted model."""
+    roots = [tmp_path_factory.mktemp(name) for name in RUNNABLE]
+    with ThreadPoolExecutor(len(RUNNABLE)) as pool:
+        return dict(zip(RUNNABLE, pool.map(_run_program, RUNNABLE, roots), strict=True))
+
+
+@pytest.mark.cli
+@pytest.mark.parametrize("name", RUNNABLE)
+def test_example_runs_as_a_program_against_a_scripted_gateway(
+    name: str, program_runs: dict[str, ProgramRun]
+) -> None:
+    """``ANTHROPIC_BASE_URL=<scripted server> python examples/NAME.py``, as the README shows."""
+    run = program_runs[name].run
     assert run.returncode == 0, run.stdout + run.stderr
     assert "status: completed" in run.stdout
     final = run.stdout.rsplit("\n\n", 1)[-1]
     assert sorted(findings_in(final)) == ["agent-1", "agent-2"]
     # the script's own prompt is what the lead was asked
-    asked = server.recorded("lead")[0].request.first_user_text
-    assert asked == load_example(name).PROMPT
+    assert program_runs[name].asked == load_example(name).PROMPT
 
 
 @pytest.mark.parametrize("name", RUNNABLE)

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +26,7 @@ from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServ
 from teamlead.testing.scripts import FanOut
 
 from .conftest import cli_processes
+from .isolated import isolated_env
 from .polling import poll
 
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
@@ -58,27 +61,70 @@ def _stop_and_check(proc: subprocess.Popen[str], sig: signal.Signals, state: Pat
     return err
 
 
-@pytest.mark.cli
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
-def test_a_stop_signal_to_ask_leaves_no_cli_child(tmp_path: Path, sig: signal.Signals) -> None:
+STOP_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class StoppedAsk:
+    """One `teamlead ask` stopped by a signal mid fan-out, as :func:`_stopped_ask` saw it."""
+
+    fanned_out: bool  #: both agents reached the model before the deadline
+    returncode: int | None
+    err: str
+    left: list[list[str]]  #: the command lines of CLI processes still there afterwards
+    late: list[str]  #: the roles of requests that came after the signal
+
+
+def _stopped_ask(sig: signal.Signals, root: Path) -> StoppedAsk:
+    state = root / "s"
     with ScriptedServer(FanOut.of(2, delays=30.0)) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        claude = OfflineClaude(server.base_url, state_dir=state)
         proc = subprocess.Popen(
             [*TEAMLEAD, "ask", "Investigate."],
-            env={**os.environ, **claude.env},
+            env={**isolated_env(root), **claude.env},
             cwd=claude.cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        assert poll(lambda: len(server.recorded("subagent")) == 2, within_s=60), "no fan-out"
-        signalled = time.monotonic()
-        err = _stop_and_check(proc, sig, tmp_path / "s")
+        try:
+            fanned_out = bool(poll(lambda: len(server.recorded("subagent")) == 2, within_s=60))
+            signalled = time.monotonic()
+            if fanned_out:
+                proc.send_signal(sig)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=10)
+        poll(lambda: not cli_processes(state), within_s=5)
+        left = [p.cmdline() for p in cli_processes(state)]
         # every CLI process is gone, so no request can still come: none came after the signal
-        late = [r for r in server.recorded() if r.started > signalled]
-        assert late == [], [r.request.role for r in late]
-    assert "interrupted; resume with: teamlead resume " in err
+        late = [str(r.request.role) for r in server.recorded() if r.started > signalled]
+    return StoppedAsk(fanned_out, proc.returncode, err, left, late)
+
+
+@pytest.fixture(scope="module")
+def stopped_asks(tmp_path_factory: pytest.TempPathFactory) -> dict[signal.Signals, StoppedAsk]:
+    """One stopped `ask` per signal, side by side: each its own process, state and model."""
+    roots = [tmp_path_factory.mktemp(sig.name) for sig in STOP_SIGNALS]
+    with ThreadPoolExecutor(len(STOP_SIGNALS)) as pool:
+        return dict(zip(STOP_SIGNALS, pool.map(_stopped_ask, STOP_SIGNALS, roots), strict=True))
+
+
+@pytest.mark.cli
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("sig", STOP_SIGNALS)
+def test_a_stop_signal_to_ask_leaves_no_cli_child(
+    stopped_asks: dict[signal.Signals, StoppedAsk], sig: signal.Signals
+) -> None:
+    run = stopped_asks[sig]
+    assert run.fanned_out, "no fan-out"
+    assert run.returncode == 130, run.err
+    assert "Traceback" not in run.err
+    assert run.left == []
+    assert run.late == []
+    assert "interrupted; resume with: teamlead resume " in run.err
 
 
 @pytest.mark.cli
@@ -111,25 +157,44 @@ def test_sigterm_to_experiment_run_leaves_no_cli_child(tmp_path: Path) -> None:
 SECRET = "sk-ant-offline-test-key"  # the key OfflineClaude gives the CLI
 
 
-@pytest.mark.cli
-@pytest.mark.timeout(120)
-@pytest.mark.parametrize("mode", ["plain", "--json"])
-def test_an_api_key_echoed_by_the_model_is_redacted(tmp_path: Path, mode: str) -> None:
+MODES = ("plain", "--json")
+
+
+def _asked_for_the_key(mode: str, root: Path) -> subprocess.CompletedProcess[str]:
     def script(req: ScriptedRequest) -> Reply:
         return Reply.text(f"Your key is {SECRET}. Done.")
 
     with ScriptedServer(script) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        claude = OfflineClaude(server.base_url, state_dir=root / "s")
         assert claude.env["ANTHROPIC_API_KEY"] == SECRET
         args = [*TEAMLEAD, "ask", "What is my key?", *([mode] if mode != "plain" else [])]
-        proc = subprocess.run(
+        return subprocess.run(
             args,
-            env={**os.environ, **claude.env},
+            env={**isolated_env(root), **claude.env},
             cwd=claude.cwd,
             capture_output=True,
             text=True,
             timeout=90,
         )
+
+
+@pytest.fixture(scope="module")
+def key_asks(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    """One `ask` per output mode, side by side: each its own process, state and model."""
+    roots = [tmp_path_factory.mktemp("key") for _ in MODES]
+    with ThreadPoolExecutor(len(MODES)) as pool:
+        return dict(zip(MODES, pool.map(_asked_for_the_key, MODES, roots), strict=True))
+
+
+@pytest.mark.cli
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("mode", MODES)
+def test_an_api_key_echoed_by_the_model_is_redacted(
+    key_asks: dict[str, subprocess.CompletedProcess[str]], mode: str
+) -> None:
+    proc = key_asks[mode]
     assert proc.returncode == 0, proc.stderr
     assert SECRET not in proc.stdout and SECRET not in proc.stderr
     assert "Your key is [redacted]" in proc.stdout

@@ -9,10 +9,11 @@ blocks that talk to "the API" talk to it. A block that prints a run's outcome mu
 from __future__ import annotations
 
 import ast
-import os
 import re
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,8 @@ import pytest
 import teamlead
 from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 from teamlead.testing.scripts import FanOut
+
+from .isolated import isolated_env
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 #: Public subpackages a block may import from (the rest of teamlead is reached as `teamlead.X`).
@@ -58,29 +61,62 @@ def test_the_readme_shows_python_blocks_with_public_names_only() -> None:
         assert not private_names(block), private_names(block)
 
 
+@dataclass(frozen=True)
+class BlockRun:
+    """What one README block did, run as written against its own scripted model."""
+
+    code: str
+    returncode: int
+    stdout: str
+    stderr: str
+    reached_the_model: bool  #: a subagent's request came to the scripted model
+
+
+def _run_block(index: int, code: str, root: Path) -> BlockRun:
+    path = root / f"readme_block_{index}.py"
+    path.write_text(code)
+    script = FanOut.of(2, delays=0.3, synthesis_fault=Reply.error(529))
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=root / "claude")
+        try:
+            run = subprocess.run(
+                [sys.executable, str(path)],
+                env={**isolated_env(root), **claude.env},
+                cwd=claude.cwd,
+                capture_output=True,
+                text=True,
+                timeout=240,
+            )
+        except subprocess.TimeoutExpired as exc:  # this block's test fails, not the others
+            return BlockRun(code, -1, "", f"no end within {exc.timeout} s", False)
+        reached = bool(server.recorded("subagent"))
+    return BlockRun(code, run.returncode, run.stdout, run.stderr, reached)
+
+
+@pytest.fixture(scope="module")
+def block_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, BlockRun]:
+    """Every block's run, three at a time: each in its own interpreter, directory, Claude
+    state and scripted model, so they share nothing but the time."""
+    blocks = python_blocks()
+    roots = [tmp_path_factory.mktemp(f"block{i}") for i in range(len(blocks))]
+    with ThreadPoolExecutor(3) as pool:
+        runs = pool.map(_run_block, range(len(blocks)), blocks, roots)
+        return dict(enumerate(runs))
+
+
 @pytest.mark.cli
 @pytest.mark.slow  # each block in its own interpreter, several on the real CLI
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("index", range(len(python_blocks())))
-def test_every_readme_python_block_runs_as_written(index: int, tmp_path: Path) -> None:
-    code = python_blocks()[index]
-    path = tmp_path / f"readme_block_{index}.py"
-    path.write_text(code)
-    script = FanOut.of(2, delays=0.3, synthesis_fault=Reply.error(529))
-    with ScriptedServer(script) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "claude")
-        run = subprocess.run(
-            [sys.executable, str(path)],
-            env={**os.environ, **claude.env},
-            cwd=claude.cwd,
-            capture_output=True,
-            text=True,
-            timeout=240,
-        )
+def test_every_readme_python_block_runs_as_written(
+    index: int, block_runs: dict[int, BlockRun]
+) -> None:
+    run = block_runs[index]
+    code = run.code
     assert run.returncode == 0, f"README python block {index}:\n{code}\n{run.stderr}"
     if "print(item.status" in code:
         assert run.stdout.startswith("completed SYNTHESIS of 2 findings"), run.stdout
-        assert server.recorded("subagent"), "the block never reached the scripted model"
+        assert run.reached_the_model, "the block never reached the scripted model"
 
 
 EXAMPLES_README = README.parent / "examples" / "README.md"

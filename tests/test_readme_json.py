@@ -78,37 +78,49 @@ def event_models() -> dict[str, type[BaseModel]]:
     return models
 
 
-def _real_lines(tmp_path: Path) -> list[dict[str, Any]]:
-    demo = subprocess.run(
-        [*TEAMLEAD, "demo", "--json"], capture_output=True, text=True, timeout=120
+def _start(args: list[str], claude: OfflineClaude | None = None) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*TEAMLEAD, *args],
+        env=None if claude is None else {**os.environ, **claude.env},
+        cwd=None if claude is None else claude.cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
     )
-    assert demo.returncode == 0, demo.stderr
-    with ScriptedServer(FanOut.of(3, delays=0.3)) as server:
+
+
+def _real_lines(tmp_path: Path) -> list[dict[str, Any]]:
+    """The lines of three runs, side by side (they share nothing): the demo, an `ask` whose
+    cap and budget queue and deny a spawn, and a workflow that loses an agent and is resumed."""
+    flow_script = WorkflowFanOut(["a", "b"], faults={"b": Reply.error(529)})
+    with (
+        ScriptedServer(FanOut.of(3, delays=0.3)) as server,
+        ScriptedServer(flow_script) as flow_server,
+    ):
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        ask = subprocess.run(
-            [*TEAMLEAD, "ask", "Investigate.", "--json"]
-            + ["--max-concurrent-agents", "1", "--spawn-budget", "2"],
-            env={**os.environ, **claude.env},
-            cwd=claude.cwd,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert ask.stdout.strip(), ask.stderr
-    # a workflow that loses an agent and is resumed: the workflow lines
-    with ScriptedServer(WorkflowFanOut(["a", "b"], faults={"b": Reply.error(529)})) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "w")
-        flow = subprocess.run(
-            [*TEAMLEAD, "ask", "Investigate.", "--json", "--permission-mode", "bypassPermissions"],
-            env={**os.environ, **claude.env},
-            cwd=claude.cwd,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
-    assert flow.stdout.strip(), flow.stderr
-    runs = (demo, ask, flow)
-    return [json.loads(line) for out in runs for line in out.stdout.splitlines()]
+        flow_claude = OfflineClaude(flow_server.base_url, state_dir=tmp_path / "w")
+        procs = [
+            _start(["demo", "--json"]),
+            _start(
+                ["ask", "Investigate.", "--json"]
+                + ["--max-concurrent-agents", "1", "--spawn-budget", "2"],
+                claude,
+            ),
+            _start(
+                ["ask", "Investigate.", "--json", "--permission-mode", "bypassPermissions"],
+                flow_claude,
+            ),
+        ]
+        try:
+            demo, ask, flow = [(*p.communicate(timeout=200), p.returncode) for p in procs]
+        finally:
+            for proc in procs:  # on a timeout: stop and reap every run
+                proc.kill()
+                proc.wait(10)
+    assert demo[2] == 0, demo[1]
+    assert ask[0].strip(), ask[1]
+    assert flow[0].strip(), flow[1]
+    return [json.loads(line) for out in (demo, ask, flow) for line in out[0].splitlines()]
 
 
 def test_every_documented_example_is_well_formed() -> None:
@@ -119,7 +131,7 @@ def test_every_documented_example_is_well_formed() -> None:
 
 
 @pytest.mark.cli
-@pytest.mark.slow  # the demo and one `ask`, each on the real CLI
+@pytest.mark.slow  # the demo and two `ask` runs, each on the real CLI
 @pytest.mark.timeout(300)
 def test_the_documented_examples_match_real_output(tmp_path: Path) -> None:
     real = _real_lines(tmp_path)

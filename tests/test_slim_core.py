@@ -43,26 +43,56 @@ def _fresh(code: str, *args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
-@pytest.mark.parametrize(
-    "module",
-    [
-        "teamlead",
-        "teamlead.coordinator",
-        "teamlead._cli",
-        "teamlead._cli.ask",
-        "teamlead._cli.demo",
-        "teamlead._relay",
-        "teamlead.testing",
-    ],
+CORE_MODULES = (
+    "teamlead",
+    "teamlead.coordinator",
+    "teamlead._cli",
+    "teamlead._cli.ask",
+    "teamlead._cli.demo",
+    "teamlead._relay",
+    "teamlead.testing",
 )
-def test_importing_the_core_never_loads_the_statistics_stack(module: str) -> None:
-    code = (
-        f"import json, sys, {module}\n"
-        f"print(json.dumps(sorted(n for n in {HEAVY!r} if n in sys.modules)))\n"
-    )
+#: One fresh interpreter imports the package, then forks a child per module that imports
+#: it and reports: importing ``teamlead.X`` runs the package's own import first, so each
+#: child's modules are exactly those of a fresh ``import teamlead.X``, without a fresh
+#: interpreter and package import per module.
+IMPORT_EACH = (
+    "import json, os, sys\n"
+    "import teamlead\n"
+    "def heavy(): return sorted(n for n in HEAVY if n in sys.modules)\n"
+    "for module in MODULES:\n"
+    "    if module == 'teamlead':\n"
+    "        print(json.dumps([module, heavy()]), flush=True)\n"
+    "        continue\n"
+    "    child = os.fork()\n"
+    "    if child == 0:\n"
+    "        try:\n"
+    "            __import__(module)\n"
+    "            print(json.dumps([module, heavy()]), flush=True)\n"
+    "        except BaseException:\n"
+    "            import traceback; traceback.print_exc()\n"
+    "        finally:\n"
+    "            sys.stderr.flush(); os._exit(0)\n"
+    "    os.waitpid(child, 0)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def core_imports() -> dict[str, list[str]]:
+    """Per core module: the heavy modules a fresh import of it loaded."""
+    code = f"HEAVY = {HEAVY!r}\nMODULES = {CORE_MODULES!r}\n" + IMPORT_EACH
     run = _fresh(code)
     assert run.returncode == 0, run.stderr
-    assert json.loads(run.stdout) == []
+    loaded: dict[str, list[str]] = dict(map(json.loads, run.stdout.splitlines()))
+    assert set(loaded) == set(CORE_MODULES), run.stderr  # a module that failed to import
+    return loaded
+
+
+@pytest.mark.parametrize("module", CORE_MODULES)
+def test_importing_the_core_never_loads_the_statistics_stack(
+    module: str, core_imports: dict[str, list[str]]
+) -> None:
+    assert core_imports[module] == []
 
 
 def test_the_cli_help_runs_without_the_experiment_extra() -> None:
