@@ -7,7 +7,16 @@ isolation; a fixture that starts a process there passes it this environment inst
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+
+K = TypeVar("K")
+R = TypeVar("R")
 
 
 def isolated_env(root: Path) -> dict[str, str]:
@@ -26,3 +35,32 @@ def isolated_env(root: Path) -> dict[str, str]:
         HOME=str(home), CLAUDE_CONFIG_DIR=str(home / ".claude"), XDG_CACHE_HOME=str(root / "cache")
     )
     return env
+
+
+def side_by_side(
+    run: Callable[[K, Path], R],
+    keys: Iterable[K],
+    tmp_path_factory: pytest.TempPathFactory,
+    *,
+    at_once: int | None = None,
+    root_name: Callable[[K], str] = str,
+) -> dict[K, R]:
+    """``run(key, root)`` for every key, ``at_once`` at a time (all at once by default),
+    each with a fresh ``root`` of its own: independent runs (their own processes, Claude
+    state and scripted model) that share nothing but the time."""
+    keys = list(keys)
+    roots = [tmp_path_factory.mktemp(root_name(key)) for key in keys]
+    with ThreadPoolExecutor(at_once or len(keys)) as pool:
+        return dict(zip(keys, pool.map(run, keys, roots), strict=True))
+
+
+def run_to_the_end(
+    args: Sequence[str], *, timeout: float, **kwargs: Any
+) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run(args)`` with its output as text; a run that does not end within
+    ``timeout`` is killed and comes back with code -1 and "no end within ..." as its
+    stderr, so that only the test reading it fails, not the others run beside it."""
+    try:
+        return subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)
+    except subprocess.TimeoutExpired as exc:
+        return subprocess.CompletedProcess(args, -1, "", f"no end within {exc.timeout} s")

@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,7 +20,7 @@ from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import FanOut
 
 from .conftest import cli_processes
-from .isolated import isolated_env
+from .isolated import isolated_env, side_by_side
 from .polling import poll
 from .test_cli import TEAMLEAD
 
@@ -71,9 +70,7 @@ def _stopped_run(stop: str, root: Path) -> StoppedRun:
 @pytest.fixture(scope="module")
 def stopped_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, StoppedRun]:
     """One run per signal, side by side: each its own process, CLI state and scripted model."""
-    roots = [tmp_path_factory.mktemp(stop) for stop in STOPS]
-    with ThreadPoolExecutor(len(STOPS)) as pool:
-        return dict(zip(STOPS, pool.map(_stopped_run, STOPS, roots), strict=True))
+    return side_by_side(_stopped_run, STOPS, tmp_path_factory)
 
 
 @pytest.mark.parametrize("stop", STOPS)

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from teamlead.testing.scripts import FanOut, findings_in
 from teamlead.testing.teammate import create_team
 
 from .conftest import cli_processes
-from .isolated import isolated_env
+from .isolated import isolated_env, run_to_the_end, side_by_side
 from .polling import poll
 
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
@@ -266,17 +265,12 @@ def _asked(name: str, root: Path) -> AskRun:
     with ScriptedServer(lambda req: holder[0](req)) as server:
         claude = OfflineClaude(server.base_url, state_dir=root / "s")
         holder.append(make_script(claude.config_dir, root))
-        try:
-            proc = subprocess.run(
-                [*TEAMLEAD, "ask", *make_args(root)],
-                env={**isolated_env(root), **claude.env},
-                cwd=claude.cwd,
-                capture_output=True,
-                text=True,
-                timeout=90,
-            )
-        except subprocess.TimeoutExpired as exc:  # this run's test fails, not the others
-            proc = subprocess.CompletedProcess(exc.cmd, -1, "", f"no end within {exc.timeout} s")
+        proc = run_to_the_end(
+            [*TEAMLEAD, "ask", *make_args(root)],
+            env={**isolated_env(root), **claude.env},
+            cwd=claude.cwd,
+            timeout=90,
+        )
         leads = server.recorded("lead")
     return AskRun(proc, leads[0].request.system if leads else None)
 
@@ -285,10 +279,9 @@ def _asked(name: str, root: Path) -> AskRun:
 def asks(tmp_path_factory: pytest.TempPathFactory) -> dict[str, AskRun]:
     """Every ask of :data:`ASKS`, three at a time: each its own process, CLI state and
     scripted model, so they share nothing but the time."""
-    names = list(ASKS)
-    roots = [tmp_path_factory.mktemp(name.replace(" ", "-")) for name in names]
-    with ThreadPoolExecutor(3) as pool:
-        return dict(zip(names, pool.map(_asked, names, roots), strict=True))
+    return side_by_side(
+        _asked, ASKS, tmp_path_factory, at_once=3, root_name=lambda name: name.replace(" ", "-")
+    )
 
 
 @pytest.mark.cli

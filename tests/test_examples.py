@@ -14,7 +14,6 @@ import runpy
 import subprocess
 import sys
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from functools import cache
 from pathlib import Path
 from types import ModuleType
@@ -30,7 +29,7 @@ from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 from teamlead.testing.scripts import FanOut, findings_in
 
 from .conftest import OfflineFactory
-from .isolated import isolated_env
+from .isolated import isolated_env, side_by_side
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples"
@@ -217,9 +216,7 @@ def _run_program(name: str, root: Path) -> ProgramRun:
 def program_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, ProgramRun]:
     """Each runnable example as a program, side by side: each its own process, state and
     scripted model."""
-    roots = [tmp_path_factory.mktemp(name) for name in RUNNABLE]
-    with ThreadPoolExecutor(len(RUNNABLE)) as pool:
-        return dict(zip(RUNNABLE, pool.map(_run_program, RUNNABLE, roots), strict=True))
+    return side_by_side(_run_program, RUNNABLE, tmp_path_factory)
 
 
 @pytest.mark.cli

@@ -9,7 +9,6 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServ
 from teamlead.testing.scripts import FanOut
 
 from .conftest import cli_processes
-from .isolated import isolated_env
+from .isolated import isolated_env, side_by_side
 from .polling import poll
 
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
@@ -107,9 +106,7 @@ def _stopped_ask(sig: signal.Signals, root: Path) -> StoppedAsk:
 @pytest.fixture(scope="module")
 def stopped_asks(tmp_path_factory: pytest.TempPathFactory) -> dict[signal.Signals, StoppedAsk]:
     """One stopped `ask` per signal, side by side: each its own process, state and model."""
-    roots = [tmp_path_factory.mktemp(sig.name) for sig in STOP_SIGNALS]
-    with ThreadPoolExecutor(len(STOP_SIGNALS)) as pool:
-        return dict(zip(STOP_SIGNALS, pool.map(_stopped_ask, STOP_SIGNALS, roots), strict=True))
+    return side_by_side(_stopped_ask, STOP_SIGNALS, tmp_path_factory, root_name=lambda s: s.name)
 
 
 @pytest.mark.cli
@@ -183,9 +180,7 @@ def key_asks(
     tmp_path_factory: pytest.TempPathFactory,
 ) -> dict[str, subprocess.CompletedProcess[str]]:
     """One `ask` per output mode, side by side: each its own process, state and model."""
-    roots = [tmp_path_factory.mktemp("key") for _ in MODES]
-    with ThreadPoolExecutor(len(MODES)) as pool:
-        return dict(zip(MODES, pool.map(_asked_for_the_key, MODES, roots), strict=True))
+    return side_by_side(_asked_for_the_key, MODES, tmp_path_factory, root_name=lambda _: "key")
 
 
 @pytest.mark.cli

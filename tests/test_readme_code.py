@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import ast
 import re
-import subprocess
 import sys
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +20,7 @@ import teamlead
 from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 from teamlead.testing.scripts import FanOut
 
-from .isolated import isolated_env
+from .isolated import isolated_env, run_to_the_end, side_by_side
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 #: Public subpackages a block may import from (the rest of teamlead is reached as `teamlead.X`).
@@ -78,17 +76,12 @@ def _run_block(index: int, code: str, root: Path) -> BlockRun:
     script = FanOut.of(2, delays=0.3, synthesis_fault=Reply.error(529))
     with ScriptedServer(script) as server:
         claude = OfflineClaude(server.base_url, state_dir=root / "claude")
-        try:
-            run = subprocess.run(
-                [sys.executable, str(path)],
-                env={**isolated_env(root), **claude.env},
-                cwd=claude.cwd,
-                capture_output=True,
-                text=True,
-                timeout=240,
-            )
-        except subprocess.TimeoutExpired as exc:  # this block's test fails, not the others
-            return BlockRun(code, -1, "", f"no end within {exc.timeout} s", False)
+        run = run_to_the_end(
+            [sys.executable, str(path)],
+            env={**isolated_env(root), **claude.env},
+            cwd=claude.cwd,
+            timeout=240,
+        )
         reached = bool(server.recorded("subagent"))
     return BlockRun(code, run.returncode, run.stdout, run.stderr, reached)
 
@@ -98,10 +91,13 @@ def block_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, BlockRun]:
     """Every block's run, three at a time: each in its own interpreter, directory, Claude
     state and scripted model, so they share nothing but the time."""
     blocks = python_blocks()
-    roots = [tmp_path_factory.mktemp(f"block{i}") for i in range(len(blocks))]
-    with ThreadPoolExecutor(3) as pool:
-        runs = pool.map(_run_block, range(len(blocks)), blocks, roots)
-        return dict(enumerate(runs))
+    return side_by_side(
+        lambda i, root: _run_block(i, blocks[i], root),
+        range(len(blocks)),
+        tmp_path_factory,
+        at_once=3,
+        root_name=lambda i: f"block{i}",
+    )
 
 
 @pytest.mark.cli
