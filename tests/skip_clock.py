@@ -92,7 +92,9 @@ async def skip_once(
     return True
 
 
-async def skipping(clock: SkipClock, ready: Callable[[], bool], to: float, work: Awaitable[T]) -> T:
+async def skipping(
+    clock: SkipClock, ready: Callable[[], bool], to: float | Callable[[], float], work: Awaitable[T]
+) -> T:
     """Await ``work`` (a run on ``clock``) while :func:`skip_once` watches ``ready``."""
     async with anyio.create_task_group() as tg:
         tg.start_soon(skip_once, clock, ready, to)

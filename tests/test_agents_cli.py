@@ -123,6 +123,24 @@ async def run(
         ]
 
 
+async def run_on_a_client(
+    options: Any, policy: teamlead.Policy, limit_s: float = 150, clock: Clock = SYSTEM_CLOCK
+) -> list[Any]:
+    """:func:`run`, on a ``ClaudeSDKClient`` read with ``receive_all``."""
+    from claude_agent_sdk import ClaudeSDKClient
+
+    items: list[Any] = []
+    with anyio.fail_after(limit_s):
+        async with (
+            teamlead.ClientRun(options, policy, clock=clock) as client_run,
+            ClaudeSDKClient(options=client_run.options) as client,
+        ):
+            await client.query("Investigate.")
+            async for item in teamlead.receive_all(client, client_run):
+                items.append(item)
+    return items
+
+
 def finished(items: list[Any]) -> Finished:
     done = items[-1]
     assert isinstance(done, Finished)
@@ -209,24 +227,15 @@ async def test_a_hung_agent_ends_at_its_timeout_and_the_run_goes_on(
 
 
 async def test_a_hung_agent_ends_at_its_timeout_on_a_client(offline: OfflineFactory) -> None:
-    from claude_agent_sdk import ClaudeSDKClient
-
     server, claude = offline(Mixed(["quick", "stuck"], delay=0.5, hang="stuck"))
     policy = teamlead.Policy(wait_s=5, deadline_s=300, spawn=SpawnPolicy(agent_timeout_s=4))
     clock = SkipClock()
-    items: list[Any] = []
-
-    async def on_a_client() -> None:
-        with anyio.fail_after(120):  # the stuck request is held open for 600 s
-            async with (
-                teamlead.ClientRun(claude.options(), policy, clock=clock) as run,
-                ClaudeSDKClient(options=run.options) as client,
-            ):
-                await client.query("Investigate.")
-                async for item in teamlead.receive_all(client, run):
-                    items.append(item)
-
-    await skipping(clock, *past_the_timeout(server, clock, "quick", "stuck", 4), on_a_client())
+    # the stuck request is held open for 600 s
+    items = await skipping(
+        clock,
+        *past_the_timeout(server, clock, "quick", "stuck", 4),
+        run_on_a_client(claude.options(), policy, 120, clock),
+    )
     done = finished(items)
     rows = {r.label: r for r in done.tasks if r.kind == "task"}
     assert rows["stuck"].status == "timeout" and rows["quick"].status == "completed"

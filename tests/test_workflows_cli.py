@@ -27,7 +27,7 @@ from teamlead.testing.scripts import WorkflowFanOut, findings_in, workflow_key
 from .conftest import OfflineFactory
 from .polling import poll
 from .skip_clock import SkipClock, skipping
-from .test_agents_cli import finished, run, sent_usage
+from .test_agents_cli import finished, run, run_on_a_client, sent_usage
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 
@@ -195,18 +195,7 @@ async def _items_until_finished(
     """A run through ``teamlead.query`` or a ``ClaudeSDKClient`` with ``receive_all``."""
     if how == "query":
         return await run(claude.options(), policy, limit_s, clock)
-    from claude_agent_sdk import ClaudeSDKClient
-
-    items: list[Any] = []
-    with anyio.fail_after(limit_s):
-        async with (
-            teamlead.ClientRun(claude.options(), policy, clock=clock) as client_run,
-            ClaudeSDKClient(options=client_run.options) as client,
-        ):
-            await client.query("Investigate.")
-            async for item in teamlead.receive_all(client, client_run):
-                items.append(item)
-    return items
+    return await run_on_a_client(claude.options(), policy, limit_s, clock)
 
 
 @pytest.mark.slow
