@@ -10,6 +10,8 @@ here, so no test waits a stagger out).
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
 from typing import Any
 
 import anyio
@@ -59,6 +61,50 @@ def agent_call(name: str, agent_id: str | None = None) -> dict[str, Any]:
     if agent_id is not None:
         data["agent_id"] = agent_id
     return data
+
+
+def workflow_body(text: str) -> str:
+    """A workflow agent's request body whose user text is ``text``."""
+    system = [{"type": "text", "text": WORKFLOW_SYSTEM}]
+    message = {"role": "user", "content": text}
+    return json.dumps({"model": "m", "stream": True, "system": system, "messages": [message]})
+
+
+Post = Callable[[str, str], Awaitable[httpx2.Response]]
+
+
+@asynccontextmanager
+async def relayed(
+    book: AgentBook, script: Callable[[ScriptedRequest], Reply]
+) -> AsyncIterator[Post]:
+    """A relay of its own before a scripted server, its run's agents ``book``: yields
+    ``post(agent, text)``, a workflow agent's request through it."""
+    governor = Governor(GovernorPolicy(ceiling=16), clock=FakeClock())
+    with ScriptedServer(script) as server:
+        async with (
+            start_relay(server.base_url, governor) as relay,
+            httpx2.AsyncClient(timeout=20) as http,
+        ):
+            run = relay.open_run()
+            run.state.agents = book
+            url = run.base_url + "/v1/messages?beta=true"
+
+            async def post(agent: str, text: str) -> httpx2.Response:
+                headers = {
+                    "x-api-key": "k",
+                    "X-Claude-Code-Session-Id": "s",
+                    "x-claude-code-agent-id": agent,
+                }
+                response: httpx2.Response = await http.post(
+                    url, content=workflow_body(text), headers=headers
+                )
+                return response
+
+            yield post
+
+
+def _ok(req: ScriptedRequest) -> Reply:
+    return Reply.text("ok")
 
 
 def denied(output: Any) -> str | None:
@@ -144,37 +190,19 @@ async def test_workflow_agents_and_agent_calls_share_one_stagger_on_the_clock() 
         forwarded.append((req.first_user_text, clock.monotonic()))  # the virtual time
         return Reply.text("ok")
 
-    def body(text: str) -> bytes:
-        system = [{"type": "text", "text": WORKFLOW_SYSTEM}]
-        message = {"role": "user", "content": text}
-        return json.dumps({"model": "m", "stream": True, "system": system, "messages": [message]})
+    async with relayed(book, script) as post:
 
-    governor = Governor(GovernorPolicy(ceiling=16), clock=FakeClock())
-    with ScriptedServer(script) as server:
-        async with (
-            start_relay(server.base_url, governor) as relay,
-            httpx2.AsyncClient(timeout=20) as http,
-        ):
-            run = relay.open_run()
-            run.state.agents = book
-            url = run.base_url + "/v1/messages?beta=true"
+        async def workflow_agent(agent: str) -> None:
+            r = await post(agent, agent)
+            assert r.status_code == 200, r.text
 
-            async def workflow_agent(agent: str) -> None:
-                hdrs = {
-                    "x-api-key": "k",
-                    "X-Claude-Code-Session-Id": "s",
-                    "x-claude-code-agent-id": agent,
-                }
-                r = await http.post(url, content=body(agent), headers=hdrs)
-                assert r.status_code == 200, r.text
-
-            with anyio.fail_after(20):
-                await workflow_agent("w1")
-                await workflow_agent("w2")
-                assert denied(await gate.hook(agent_call("a"), "t1", {})) is None
-                admitted_at = clock.monotonic()
-                await workflow_agent("w3")
-                await workflow_agent("w2")  # a later request of a started agent: no turn
+        with anyio.fail_after(20):
+            await workflow_agent("w1")
+            await workflow_agent("w2")
+            assert denied(await gate.hook(agent_call("a"), "t1", {})) is None
+            admitted_at = clock.monotonic()
+            await workflow_agent("w3")
+            await workflow_agent("w2")  # a later request of a started agent: no turn
     starts = [at for _, at in forwarded]
     assert [text for text, _ in forwarded] == ["w1", "w2", "w3", "w2"]
     assert starts[:2] == [0.0, 2.0] and admitted_at == 4.0 and starts[2] == 6.0
@@ -191,34 +219,12 @@ async def test_a_stagger_turn_after_the_wrap_up_refuses_the_agent_and_frees_its_
     feed = GateFeed(gate)
     book = AgentBook(clock, pools=feed.slot_pools, pace=feed.stagger)
     book.hold_until = 10.0  # the wrap-up point comes before a second start's turn
-    with ScriptedServer(lambda req: Reply.text("ok")) as server:
-        governor = Governor(GovernorPolicy(ceiling=16), clock=FakeClock())
-        async with (
-            start_relay(server.base_url, governor) as relay,
-            httpx2.AsyncClient(timeout=20) as http,
-        ):
-            run = relay.open_run()
-            run.state.agents = book
-            url = run.base_url + "/v1/messages?beta=true"
-            system = [{"type": "text", "text": WORKFLOW_SYSTEM}]
-            payload = json.dumps(
-                {
-                    "model": "m",
-                    "stream": True,
-                    "system": system,
-                    "messages": [{"role": "user", "content": "w"}],
-                }
-            )
-            codes = []
-            for agent in ("w1", "w2"):
-                hdrs = {
-                    "x-api-key": "k",
-                    "X-Claude-Code-Session-Id": "s",
-                    "x-claude-code-agent-id": agent,
-                }
-                with anyio.fail_after(20):
-                    r = await http.post(url, content=payload, headers=hdrs)
-                codes.append((r.status_code, r.text))
+    codes = []
+    async with relayed(book, _ok) as post:
+        for agent in ("w1", "w2"):
+            with anyio.fail_after(20):
+                r = await post(agent, "w")
+            codes.append((r.status_code, r.text))
     assert codes[0][0] == 200
     assert codes[1][0] != 200 and "stagger comes after the run's wrap-up" in codes[1][1]
     assert gate.running == 1 and book.max_held_running == 1  # w2's slot was given back
@@ -271,30 +277,15 @@ async def test_a_held_workflow_agents_timeout_runs_from_its_release_not_its_wait
     book = AgentBook(
         clock, AgentLimits(agent_timeout_s=10), pools=feed.slot_pools, pace=feed.stagger
     )
-    system = [{"type": "text", "text": WORKFLOW_SYSTEM}]
-    message = {"role": "user", "content": "w"}
-    payload = json.dumps({"model": "m", "stream": True, "system": system, "messages": [message]})
-
-    def hdrs(agent: str) -> dict[str, str]:
-        return {"x-api-key": "k", "X-Claude-Code-Session-Id": "s", "x-claude-code-agent-id": agent}
-
-    governor = Governor(GovernorPolicy(ceiling=16), clock=FakeClock())
-    with ScriptedServer(lambda req: Reply.text("ok")) as server:
-        async with (
-            start_relay(server.base_url, governor) as relay,
-            httpx2.AsyncClient(timeout=20) as http,
-        ):
-            run = relay.open_run()
-            run.state.agents = book
-            url = run.base_url + "/v1/messages?beta=true"
-            with anyio.fail_after(20):
-                first = await http.post(url, content=payload, headers=hdrs("w0"))
-                book.agent_started("w1")  # the stream shows w1 start: its wait begins
-                held = await http.post(url, content=payload, headers=hdrs("w1"))  # waits 30 s
-                assert clock.monotonic() == 30.0
-                again = await http.post(url, content=payload, headers=hdrs("w1"))
-                clock.advance(11)  # now past its timeout, counted from its release
-                late = await http.post(url, content=payload, headers=hdrs("w1"))
+    async with relayed(book, _ok) as post:
+        with anyio.fail_after(20):
+            first = await post("w0", "w")
+            book.agent_started("w1")  # the stream shows w1 start: its wait begins
+            held = await post("w1", "w")  # waits 30 s
+            assert clock.monotonic() == 30.0
+            again = await post("w1", "w")
+            clock.advance(11)  # now past its timeout, counted from its release
+            late = await post("w1", "w")
     assert (first.status_code, held.status_code, again.status_code) == (200, 200, 200)
     assert late.status_code != 200 and "timeout of 10 s" in late.text
     assert book.timed_out == ["w1"]
