@@ -144,6 +144,22 @@ def _journaled(state_dir: Path, results: int) -> bool:
     return False
 
 
+def _killed_once(offline: OfflineFactory, keys: list[str]) -> tuple[ScriptedServer, OfflineClaude]:
+    """A workflow of ``keys`` whose last agent hangs once: when it does, and all the others'
+    results are in the run's journal, the CLI is SIGKILLed."""
+    holder: dict[str, Path] = {}
+    script = WorkflowFanOut(
+        keys,
+        delay=QUICK,
+        hang=frozenset({keys[-1]}),
+        hang_once=True,
+        on_hang=lambda key: _kill_the_cli_once_journaled(holder["dir"], len(keys) - 1),
+    )
+    server, claude = offline(script)
+    holder["dir"] = claude.state_dir
+    return server, claude
+
+
 def _kill_the_cli_once_journaled(state_dir: Path, results: int) -> None:
     """Once the run's journal holds ``results`` results, SIGKILL the CLI (the lead's)."""
 
@@ -163,16 +179,7 @@ def _kill_the_cli_once_journaled(state_dir: Path, results: int) -> None:
 async def test_a_cli_killed_mid_workflow_is_recovered_through_the_stopped_notice(
     offline: OfflineFactory,
 ) -> None:
-    holder: dict[str, Path] = {}
-    script = WorkflowFanOut(
-        ["a", "b", "c", "d"],
-        delay=QUICK,
-        hang=frozenset({"d"}),
-        hang_once=True,
-        on_hang=lambda key: _kill_the_cli_once_journaled(holder["dir"], 3),
-    )
-    server, claude = offline(script)
-    holder["dir"] = claude.state_dir
+    server, claude = _killed_once(offline, ["a", "b", "c", "d"])
     done = finished(await run(claude.options(), policy()))
     assert done.status == "completed", done.reasons
     assert set(findings_in(done.result or "")) >= {"a", "b", "c", "d"}
@@ -240,16 +247,7 @@ async def test_a_lost_agent_is_recovered_on_a_client_too(offline: OfflineFactory
 async def test_teamlead_resume_recovers_a_workflow_its_killed_cli_left(
     offline: OfflineFactory,
 ) -> None:
-    holder: dict[str, Path] = {}
-    script = WorkflowFanOut(
-        ["a", "b", "c"],
-        delay=QUICK,
-        hang=frozenset({"c"}),
-        hang_once=True,
-        on_hang=lambda key: _kill_the_cli_once_journaled(holder["dir"], 2),
-    )
-    server, claude = offline(script)
-    holder["dir"] = claude.state_dir
+    server, claude = _killed_once(offline, ["a", "b", "c"])
     first = finished(await run(claude.options(), policy(max_resumes=0)))
     assert first.status != "completed" and first.session_id is not None
     with anyio.fail_after(150):
