@@ -18,6 +18,8 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 from teamlead.testing import OfflineClaude, Script, ScriptedServer  # noqa: E402
 
+from .isolated import isolated_env  # noqa: E402
+
 
 @pytest.fixture
 def anyio_backend() -> str:
@@ -26,20 +28,19 @@ def anyio_backend() -> str:
 
 @pytest.fixture(autouse=True)
 def _isolated_claude_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """No test reads or writes the real ~/.claude or cache, and none can reach a real API."""
-    home = tmp_path / "home"
-    (home / ".claude").mkdir(parents=True)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("CLAUDE_CONFIG_DIR", str(home / ".claude"))
-    # the governor's shared limits (an SQLite file in the cache dir): one per test, so
-    # parallel tests and processes never share learnt limits or leases by accident
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
-    monkeypatch.delenv("ANTHROPIC_BASE_URL", raising=False)
-    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
-    for name in list(__import__("os").environ):
-        # nor export telemetry, nor nest under a trace, because the developer's shell does
-        if name.startswith(("TEAMLEAD_", "OTEL_")) or name in ("TRACEPARENT", "TRACESTATE"):
+    """No test reads or writes the real ~/.claude or cache, and none can reach a real API:
+    the environment :func:`tests.isolated.isolated_env` gives, with its state in the test's
+    temp dir. (The governor's shared limits, an SQLite file in the cache dir, are then one
+    per test, so parallel tests and processes never share learnt limits or leases by
+    accident; nor does a test export telemetry, or nest under a trace, because the
+    developer's shell does.)"""
+    isolated = isolated_env(tmp_path)
+    for name in list(os.environ):
+        if name not in isolated:
             monkeypatch.delenv(name)
+    for name, value in isolated.items():
+        if os.environ.get(name) != value:
+            monkeypatch.setenv(name, value)
 
 
 @pytest.fixture(autouse=True)

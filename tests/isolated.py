@@ -1,7 +1,8 @@
-"""The environment of tests/conftest.py's per-test isolation, for a module's shared run.
+"""The isolated environment of the tests, and running independent real runs side by side.
 
-A module-scoped fixture is set up before any test's own fixtures, so before the autouse
-isolation; a fixture that starts a process there passes it this environment instead.
+:func:`isolated_env` is what tests/conftest.py's autouse fixture gives every test. A
+module-scoped fixture is set up before any test's own fixtures, so before that isolation;
+a fixture that starts a process there passes it this environment instead.
 """
 
 from __future__ import annotations
