@@ -102,9 +102,11 @@ async def test_node_writers_and_teamlead_consumer_lose_nothing(tmp_path: Path) -
                     out += chunk
                 reports.append((proc.returncode, json.loads(out.decode())))
         finally:
-            for proc in procs:
-                if proc.returncode is None:
-                    proc.kill()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(10):
+                for proc in procs:  # stopped and reaped, its pipes closed, whatever failed
+                    if proc.returncode is None:
+                        proc.kill()
+                    await proc.aclose()
 
     for code, report in reports:
         assert report.get("gave_up") == 0 and report.get("errors") == [], report
