@@ -224,15 +224,23 @@ async def test_an_agent_past_its_timeout_is_cut_and_refused(server: ScriptedServ
     async with relayed_run(server, book) as (_, url, http):
         async with anyio.create_task_group() as tg:
             result: dict[str, int] = {}
+            started = anyio.Event()
 
             async def hung() -> None:
-                try:
-                    await http.post(url, content=body("hang"), headers=headers(agent="h1"))
-                except httpx2.RemoteProtocolError:  # its reply had started: cut short
-                    result["cut"] = 1
+                request = http.stream(
+                    "POST", url, content=body("hang"), headers=headers(agent="h1")
+                )
+                async with request as response:
+                    started.set()  # its reply has started: the relay can only cut it short
+                    try:
+                        async for _ in response.aiter_bytes():
+                            pass
+                    except httpx2.RemoteProtocolError:
+                        result["cut"] = 1
 
             tg.start_soon(hung)
-            assert await apoll(server.recorded, within_s=10)  # the server's own thread
+            with anyio.fail_after(10):
+                await started.wait()
             clock.advance(31)
         assert result == {"cut": 1}
         again = await http.post(url, content=body(), headers=headers(agent="h1"))
