@@ -13,11 +13,14 @@ their details, are in ``teamlead._governor.aimd``):
   sum of its buckets.
 * **Decrease.** A rate limit cuts ``cap = max(floor, floor(cap * 0.75))``, or, when the
   slots are the very requests the upstream counts (``Slot.rate_limited(measured=True)``,
-  as the relay reports), straight to the requests in flight and not rejected when the 429
-  came (over the provider's buckets and the whole account); each later 429 of that burst
-  *settles* the cut one lower, and a request of it that streams (:meth:`Slot.streaming`)
-  corrects it up. The limit is then learnt from the burst's own answers, within about one
-  Retry-After, whenever the upstream sends its response headers.
+  as the relay reports), straight to the requests the upstream may have been running when
+  it rejected: those in flight at any moment since the rejected one was granted, less the
+  rejected ones, over the provider's buckets and the whole account (counted by the account
+  in the step that cuts, see ``Account.update_rejected``): never below what the upstream
+  accepted, however late the 429 is read. Each later 429 of that burst *settles* the cut
+  one lower, and a request of it that streams (:meth:`Slot.streaming`) corrects it up.
+  The limit is then learnt from the burst's own answers, within about one Retry-After,
+  whenever the upstream sends its response headers.
 * **Epochs.** Every cut opens a new epoch; a 429 from a slot of an older epoch was sent
   before the cut that already counted it, and does not cut again.
 * **Additive increase.** 4 consecutive successes of the current epoch earn ``cap += 1``,
@@ -102,6 +105,7 @@ log = logging.getLogger("teamlead.governor")
 
 #: Changes kept in :attr:`Governor.journal`, oldest dropped first (``on_change`` sees all).
 JOURNAL_SIZE = 1000
+_Rule = Callable[[aimd.Limits], aimd.Step]
 #: How often a waiter re-checks a shared account (other processes give slots back unseen).
 _SHARED_POLL_S = 0.05
 
@@ -491,18 +495,41 @@ class Governor:
             )
         return bucket
 
-    def _apply(self, bucket: _Bucket, rule: Callable[[aimd.Limits], aimd.Step]) -> None:
-        """Apply a rule to the stored limits atomically, wake the head on a new pause,
-        journal the change."""
+    def _apply(self, bucket: _Bucket, rule: _Rule) -> None:
+        """Apply a rule to the stored limits atomically (see :meth:`_commit`)."""
+        self._commit(
+            bucket, lambda step: self._account.update(bucket.key, lambda got: step(got, rule))
+        )
+
+    def _apply_rejected(
+        self, bucket: _Bucket, lease: Lease, rule_for: Callable[[int], _Rule]
+    ) -> None:
+        """Mark ``lease`` rejected and apply ``rule_for(accepted)`` atomically, ``accepted``
+        being what the account counts in the same step (see ``Account.update_rejected``)."""
+        provider = bucket.key.split("/", 1)[0] + "/"
+        self._commit(
+            bucket,
+            lambda step: self._account.update_rejected(
+                lease, provider, lambda got, accepted: step(got, rule_for(accepted))
+            ),
+        )
+
+    def _commit(
+        self,
+        bucket: _Bucket,
+        update: Callable[[Callable[[aimd.Limits | None, _Rule], aimd.Step]], aimd.Step],
+    ) -> None:
+        """Run ``update`` with the step that applies a rule to the stored limits (a fresh
+        bucket's when none), then wake the head on a new pause and journal the change."""
         knobs = self._knobs(bucket.key)
         before: list[float] = []
 
-        def step(stored: aimd.Limits | None) -> aimd.Step:
+        def step(stored: aimd.Limits | None, rule: _Rule) -> aimd.Step:
             limits = stored if stored is not None else aimd.initial(knobs)
             before.append(limits.cooldown_until)
             return rule(limits)
 
-        limits, change = self._account.update(bucket.key, step)
+        limits, change = update(step)
         if before and limits.cooldown_until > before[-1] and bucket.waiters:
             bucket.waiters[0].wake.set()  # the head starts the pause timer
         if change is not None:
@@ -545,10 +572,9 @@ class Governor:
         )
         if lease is None:
             return None
-        if self._account.shared:
-            # Another process may have cut between the read above and the lease: the slot
-            # belongs to the epoch after that cut, which did not count it as accepted.
-            limits = self._limits(bucket.key)
+        # The epoch of the limits read in the step that took the lease: another process may
+        # have cut since the read above, without counting this slot.
+        limits = lease.limits if lease.limits is not None else aimd.initial(self._knobs(bucket.key))
         now = self._clock.monotonic()
         bucket.in_flight += 1
         bucket.last_activity = now
@@ -632,31 +658,32 @@ class Governor:
 
     def _on_rate_limited(self, slot: Slot, retry_after: float | None, measured: bool) -> None:
         bucket, now = self._touch(slot.key)
-        accepted = None
-        if measured:
-            if not slot._rejected and not slot._released:
-                slot._rejected = True
-                bucket.rejected += 1
-            # The upstream counts every request of the provider on the account; those of
-            # this process it rejected are not accepted (this one among them).
-            provider = slot.key.split("/", 1)[0] + "/"
-            mine = [b for b in self._buckets.values() if b.key.startswith(provider)]
-            # this process's own count stands when the account lost sight of its slots
-            # (a shared store that failed mid-run)
-            held = max(self._account.in_flight(provider), sum(b.in_flight for b in mine))
-            accepted = max(0, held - sum(b.rejected for b in mine))
         knobs = self._knobs(slot.key)
-        self._apply(
-            bucket,
-            lambda limits: aimd.rate_limited(
+
+        def rule(accepted: int | None) -> Callable[[aimd.Limits], aimd.Step]:
+            return lambda limits: aimd.rate_limited(
                 limits,
                 knobs,
                 slot_epoch=slot.epoch,
                 now=now,
                 retry_after=retry_after,
                 accepted=accepted,
-            ),
-        )
+            )
+
+        if not measured:
+            self._apply(bucket, rule(None))
+            return
+        if not slot._rejected and not slot._released:
+            slot._rejected = True
+            bucket.rejected += 1
+        # The upstream counts every request of the provider on the account: the account
+        # counts those it may have been running (see Account.update_rejected). This
+        # process's own count stands when the account lost sight of its slots (a shared
+        # store that failed mid-run).
+        provider = slot.key.split("/", 1)[0] + "/"
+        mine = [b for b in self._buckets.values() if b.key.startswith(provider)]
+        own = sum(b.in_flight - b.rejected for b in mine)
+        self._apply_rejected(bucket, slot._lease, lambda counted: rule(max(0, counted, own)))
 
     def _on_overloaded(self, slot: Slot, retry_after: float | None) -> None:
         bucket, now = self._touch(slot.key)

@@ -6,6 +6,18 @@ never lose each other's cut) and the *leases*: one per slot held anywhere on the
 so a slot is granted only while the whole account is under the limit. A lease dies with its
 process (or after its time to live), so a crash never leaks a slot.
 
+A lease is stamped, in the step that takes it, with the bucket's limits (so with the epoch
+its slot belongs to) and with the account's sequence number; giving one back moves the
+sequence on. A 429 is reported with :meth:`Account.update_rejected`: in one atomic step the
+lease is marked rejected, and the rule is given the leases the upstream may have been
+running when it rejected: every lease of the provider live at any moment since the rejected
+one was taken (those given back meanwhile included), less the rejected ones. That is an
+upper bound of what the upstream accepted, however late the 429 is read: a request that
+ends, in another process, while this one's 429 is still on its way is not lost from the
+count, and one taken by another process while the rule runs is either counted or belongs
+to the next epoch. So a measured cut never lands below the true limit; the late rejections
+of the burst then settle it down to it.
+
 Three accounts share one interface:
 
 * :class:`ProcessAccount`: this process alone (``--limits process``); the limits may live in
@@ -21,7 +33,6 @@ account stores wall-clock times and translates (:func:`to_wall`, :func:`from_wal
 
 from __future__ import annotations
 
-import itertools
 import logging
 import math
 import threading
@@ -36,6 +47,7 @@ __all__ = [
     "Account",
     "AccountError",
     "Bounds",
+    "CountedRule",
     "FallbackAccount",
     "Lease",
     "LeaseRenewer",
@@ -50,6 +62,9 @@ __all__ = [
 log = logging.getLogger("teamlead.governor")
 
 Rule = Callable[["Limits | None"], Step]
+#: A rule that is also given the leases the upstream may have been running (see
+#: :meth:`Account.update_rejected`).
+CountedRule = Callable[["Limits | None", int], Step]
 
 #: The times inside ``Limits`` (monotonic in a process, wall-clock in a shared account).
 _TIMED = ("bad_at", "cooldown_until")
@@ -83,11 +98,20 @@ class Bounds:
 
 @dataclass(frozen=True)
 class Lease:
-    """One slot's hold on the account; given back with :meth:`Account.give_back`."""
+    """One slot's hold on the account; given back with :meth:`Account.give_back`.
+
+    Attributes:
+        key: the bucket.
+        token: the lease's name in the account.
+        origin: the account that issued it (a fallback gives each lease back there).
+        limits: the bucket's limits read in the step that took the lease (``None``: never
+            seen): the slot belongs to their epoch.
+    """
 
     key: str
     token: str
-    origin: object  # the account that issued it: a fallback gives each lease back there
+    origin: object
+    limits: Limits | None = None
 
 
 class Account(Protocol):
@@ -112,6 +136,15 @@ class Account(Protocol):
 
     def give_back(self, lease: Lease) -> None:
         """End ``lease``; idempotent."""
+        ...
+
+    def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
+        """Mark ``lease`` rejected and apply ``rule`` to its key's limits, atomically.
+
+        ``rule`` is also given the leases of the keys matching ``prefix`` that were live at
+        any moment since ``lease`` was taken and are not marked rejected (``lease`` itself
+        not counted); for a lease this account does not know, those live now.
+        """
         ...
 
     def in_flight(self, prefix: str) -> int:
@@ -143,8 +176,10 @@ class ProcessAccount:
 
     def __init__(self, store: LimitStore | None = None) -> None:
         self._store: LimitStore = store if store is not None else MemoryStore()
-        self._leases: dict[str, str] = {}  # token -> key
-        self._tokens = itertools.count(1)
+        self._leases: dict[str, _Held] = {}  # token -> its lease
+        self._seq = 0
+        # (sequence, key) of leases given back, not rejected, while a live lease may count them
+        self._released: list[tuple[int, str]] = []
 
     def limits(self, key: str) -> Limits | None:
         return self._store.get(key)
@@ -163,18 +198,48 @@ class ProcessAccount:
             return None
         if bounds.total_limit is not None and len(self._leases) >= bounds.total_limit:
             return None
-        token = str(next(self._tokens))
-        self._leases[token] = bounds.key
-        return Lease(bounds.key, token, self)
+        self._seq += 1
+        token = str(self._seq)
+        self._leases[token] = _Held(bounds.key, self._seq)
+        return Lease(bounds.key, token, self, self._store.get(bounds.key))
 
     def give_back(self, lease: Lease) -> None:
-        self._leases.pop(lease.token, None)
+        held = self._leases.pop(lease.token, None)
+        if held is None:
+            return
+        self._seq += 1
+        if not held.rejected:
+            self._released.append((self._seq, held.key))
+        oldest = min((h.taken for h in self._leases.values()), default=self._seq)
+        self._released = [r for r in self._released if r[0] > oldest]
+
+    def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
+        held = self._leases.get(lease.token)
+        since = self._seq
+        if held is not None:
+            held.rejected = True
+            since = held.taken
+        live = sum(1 for h in self._leases.values() if not h.rejected and _matches(h.key, prefix))
+        ended = sum(1 for seq, key in self._released if seq > since and _matches(key, prefix))
+        limits, change = rule(self._store.get(lease.key), live + ended)
+        self._store.put(lease.key, limits)
+        return limits, change
 
     def in_flight(self, prefix: str) -> int:
-        return sum(1 for key in self._leases.values() if _matches(key, prefix))
+        return sum(1 for h in self._leases.values() if _matches(h.key, prefix))
 
     def close(self) -> None:
         self._leases.clear()
+        self._released.clear()
+
+
+@dataclass
+class _Held:
+    """A lease of :class:`ProcessAccount`: its key, its sequence number, whether rejected."""
+
+    key: str
+    taken: int
+    rejected: bool = False
 
 
 class FallbackAccount:
@@ -230,6 +295,10 @@ class FallbackAccount:
 
     def take(self, bounds: Bounds) -> Lease | None:
         result: Lease | None = self._call(lambda a: a.take(bounds))
+        return result
+
+    def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
+        result: Step = self._call(lambda a: a.update_rejected(lease, prefix, rule))
         return result
 
     def give_back(self, lease: Lease) -> None:

@@ -10,7 +10,8 @@ The rules (the governor's module docstring tells the story):
 
 * :func:`rate_limited`: a Retry-After pauses the bucket; a 429 of the current epoch cuts
   ``cap`` (back to ``last_good`` after a failed probe; else, when ``accepted`` is known, to
-  the requests that were in flight and not rejected when it came; else to
+  the requests the upstream may have been running when it rejected, an upper bound the
+  account counts; else to
   ``floor(cap * decrease)``), opens a new epoch and remembers the level that drew it. A
   stale 429 (a request of the cutting burst, sent before the cut) cuts no further, except
   that after a measured cut it *settles* it: one more rejection of that burst means the
@@ -201,8 +202,10 @@ def rate_limited(
     retry_after: float | None = None,
     accepted: int | None = None,
 ) -> Step:
-    """A 429. ``accepted``: requests in flight and not rejected when it came (this one not
-    counted); ``None`` when the caller cannot count them (then the cut is multiplicative)."""
+    """A 429. ``accepted``: the requests the upstream may have been running when it
+    rejected (this one not counted; never fewer than it really ran, so the cut never lands
+    below the limit); ``None`` when the caller cannot count them (the cut is then
+    multiplicative)."""
     limits, paused = _pause(limits, now, retry_after)
     pause_only = Change("retry_after", limits.cap, retry_after) if paused else None
     if slot_epoch != limits.epoch:

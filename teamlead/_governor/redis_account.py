@@ -10,7 +10,14 @@ keeps, in one Redis database (``--limits redis://host:port/db``):
   the machines' clocks need not agree) and ``teamlead:lease-keys`` (token to bucket key):
   one lease per slot held anywhere. A Lua script drops the expired leases, counts the rest
   against the bounds and adds one, in one atomic step. A thread renews the leases of this
-  process; a machine that dies stops renewing, and its leases expire after ``lease_ttl_s``.
+  process; a machine that dies stops renewing, and its leases expire after ``lease_ttl_s``;
+* ``teamlead:seq`` (a counter moved on by every lease taken or given back),
+  ``teamlead:lease-taken`` (token to the counter when it was taken),
+  ``teamlead:lease-rejected`` (the tokens the upstream rejected) and ``teamlead:released``
+  (``seq|key`` of leases given back that were not rejected, by sequence number, while a
+  live lease is older): what a rejection counts as the requests the upstream may have been
+  running (see :meth:`Account.update_rejected`); its cut is written only if no lease was
+  taken or given back since it counted.
 
 Every call is bounded (``timeout_s`` to connect and to answer, no retries), so an
 unreachable or failing Redis costs at most that once: it raises
@@ -33,6 +40,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from .account import (
     AccountError,
     Bounds,
+    CountedRule,
     Lease,
     LeaseRenewer,
     Rule,
@@ -49,16 +57,27 @@ _T = TypeVar("_T")
 _PREFIX = "teamlead:"
 _CAS_TRIES = 8
 
+#: Every script gets the same KEYS: leases, lease-keys, lease-taken, lease-rejected,
+#: released, seq, and the bucket's limits key (when the script needs one).
 _NOW_MS = """
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
 local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms)
-for _, token in ipairs(expired) do redis.call('HDEL', KEYS[2], token) end
+for _, token in ipairs(expired) do
+  redis.call('HDEL', KEYS[2], token)
+  redis.call('HDEL', KEYS[3], token)
+  redis.call('SREM', KEYS[4], token)
+end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms)
+local function matches(k, prefix)
+  if string.sub(prefix, -1) == '/' then return string.sub(k, 1, #prefix) == prefix end
+  return k == prefix
+end
 """
 
-#: KEYS: leases, lease-keys. ARGV: key, limit, provider, provider limit (-1: none),
-#: total limit (-1: none), token, ttl ms. Returns 1 when the lease was added.
+#: ARGV: key, limit, provider, provider limit (-1: none), total limit (-1: none), token,
+#: ttl ms. Returns {1, the bucket's limits ('' when none)} when the lease was added, {0}
+#: when the account is at a bound.
 _TAKE = (
     _NOW_MS
     + """
@@ -72,28 +91,80 @@ for i = 1, #all, 2 do
   if k == key then nkey = nkey + 1 end
   if string.sub(k, 1, #provider) == provider then nprov = nprov + 1 end
 end
-if nkey >= limit then return 0 end
-if plimit >= 0 and nprov >= plimit then return 0 end
-if tlimit >= 0 and ntotal >= tlimit then return 0 end
+if nkey >= limit then return {0} end
+if plimit >= 0 and nprov >= plimit then return {0} end
+if tlimit >= 0 and ntotal >= tlimit then return {0} end
+local seq = redis.call('INCR', KEYS[6])
 redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[7]), ARGV[6])
 redis.call('HSET', KEYS[2], ARGV[6], key)
+redis.call('HSET', KEYS[3], ARGV[6], seq)
+return {1, redis.call('GET', KEYS[7]) or ''}
+"""
+)
+
+#: ARGV: tokens... Ends those leases; keeps the ones not rejected in released while a
+#: live lease is older, and drops the released entries no live lease can count.
+_GIVE_BACK = (
+    _NOW_MS
+    + """
+for i = 1, #ARGV do
+  local token = ARGV[i]
+  local key = redis.call('HGET', KEYS[2], token)
+  if key then
+    local rejected = redis.call('SISMEMBER', KEYS[4], token)
+    redis.call('ZREM', KEYS[1], token)
+    redis.call('HDEL', KEYS[2], token)
+    redis.call('HDEL', KEYS[3], token)
+    redis.call('SREM', KEYS[4], token)
+    local seq = redis.call('INCR', KEYS[6])
+    if rejected == 0 then redis.call('ZADD', KEYS[5], seq, seq .. '|' .. key) end
+  end
+end
+local oldest = nil
+for _, taken in ipairs(redis.call('HVALS', KEYS[3])) do
+  local n = tonumber(taken)
+  if oldest == nil or n < oldest then oldest = n end
+end
+if oldest == nil then redis.call('DEL', KEYS[5])
+else redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', oldest) end
 return 1
 """
 )
 
-#: KEYS: leases, lease-keys. ARGV: prefix. Returns the live leases of matching keys.
+#: ARGV: token, prefix. Marks the lease rejected; returns {the leases of prefix live at any
+#: moment since it was taken and not rejected, the counter now, the bucket's limits}.
+_REJECT = (
+    _NOW_MS
+    + """
+local token, prefix = ARGV[1], ARGV[2]
+local since = tonumber(redis.call('GET', KEYS[6]) or '0')
+if redis.call('HEXISTS', KEYS[2], token) == 1 then
+  redis.call('SADD', KEYS[4], token)
+  since = tonumber(redis.call('HGET', KEYS[3], token) or since)
+end
+local n = 0
+local all = redis.call('HGETALL', KEYS[2])
+for i = 1, #all, 2 do
+  if matches(all[i + 1], prefix) and redis.call('SISMEMBER', KEYS[4], all[i]) == 0 then
+    n = n + 1
+  end
+end
+for _, entry in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. since, '+inf')) do
+  local k = string.sub(entry, string.find(entry, '|', 1, true) + 1)
+  if matches(k, prefix) then n = n + 1 end
+end
+return {n, redis.call('GET', KEYS[6]) or '0', redis.call('GET', KEYS[7]) or ''}
+"""
+)
+
+#: ARGV: prefix. Returns the live leases of matching keys.
 _COUNT = (
     _NOW_MS
     + """
-local prefix = ARGV[1]
-local exact = string.sub(prefix, -1) ~= '/'
-local all = redis.call('HGETALL', KEYS[2])
 local n = 0
+local all = redis.call('HGETALL', KEYS[2])
 for i = 1, #all, 2 do
-  local k = all[i + 1]
-  if (exact and k == prefix) or ((not exact) and string.sub(k, 1, #prefix) == prefix) then
-    n = n + 1
-  end
+  if matches(all[i + 1], ARGV[1]) then n = n + 1 end
 end
 return n
 """
@@ -107,10 +178,12 @@ for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[i]) end
 return 1
 """
 
-#: KEYS: the limits key. ARGV: the value read ('' when none), the new value, expiry ms.
+#: KEYS: the limits key, seq. ARGV: the value read ('' when none), the new value, expiry
+#: ms, and the counter read ('' to not check it).
 _CAS = """
 local current = redis.call('GET', KEYS[1]) or ''
 if current ~= ARGV[1] then return 0 end
+if ARGV[4] ~= '' and (redis.call('GET', KEYS[2]) or '0') ~= ARGV[4] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1
 """
@@ -162,6 +235,8 @@ class RedisAccount:
         except (ValueError, *self._errors) as exc:
             raise AccountError(f"bad Redis URL: {exc}") from None
         self._take = self._redis.register_script(_TAKE)
+        self._give_back = self._redis.register_script(_GIVE_BACK)
+        self._reject = self._redis.register_script(_REJECT)
         self._count = self._redis.register_script(_COUNT)
         self._renew = self._redis.register_script(_RENEW)
         self._cas = self._redis.register_script(_CAS)
@@ -170,7 +245,15 @@ class RedisAccount:
         self._ttl = lease_ttl_s
         self._forget_ms = max(1, round(forget_after_s * 1000))
         self._leases = _PREFIX + "leases"
-        self._lease_keys = _PREFIX + "lease-keys"
+        self._seq = _PREFIX + "seq"
+        self._keys = [
+            self._leases,
+            _PREFIX + "lease-keys",
+            _PREFIX + "lease-taken",
+            _PREFIX + "lease-rejected",
+            _PREFIX + "released",
+            self._seq,
+        ]
         self._me = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
         self._tokens = 0
         self._held: set[str] = set()
@@ -193,7 +276,7 @@ class RedisAccount:
 
     # -- limits ---------------------------------------------------------------------------
     def _get(self, key: str) -> str:
-        value = self._call(lambda: self._redis.get(_PREFIX + "limits:" + key))
+        value = self._call(lambda: self._redis.get(_limits_key(key)))
         return value if isinstance(value, str) else ""
 
     def _decode(self, raw: str) -> Limits | None:
@@ -209,20 +292,49 @@ class RedisAccount:
         return self._decode(self._get(key))
 
     def update(self, key: str, rule: Rule) -> Step:
-        name = _PREFIX + "limits:" + key
-        for attempt in range(_CAS_TRIES):
+        def snapshot() -> tuple[Limits | None, Limits | None, str, str]:
             raw = self._get(key)
             seen = self._decode(raw)
-            limits, change = rule(seen)
-            if seen is not None and limits == seen and change is None:
+            return seen, seen, raw, ""
+
+        return self._compare_and_set(key, snapshot, rule)
+
+    def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
+        keys = [*self._keys, _limits_key(lease.key)]
+
+        def snapshot() -> tuple[tuple[Limits | None, int], Limits | None, str, str]:
+            counted, seq, raw = self._call(
+                lambda: self._reject(keys=keys, args=[lease.token, prefix])
+            )
+            seen = self._decode(str(raw))
+            return (seen, int(counted)), seen, str(raw), str(seq)
+
+        return self._compare_and_set(lease.key, snapshot, lambda seen: rule(*seen))
+
+    def _compare_and_set(
+        self,
+        key: str,
+        snapshot: Callable[[], tuple[_T, Limits | None, str, str]],
+        rule: Callable[[_T], Step],
+    ) -> Step:
+        """Apply ``rule`` to what ``snapshot`` read (the rule's input, the stored limits
+        and their raw value, and the counter when the write must also find no lease taken
+        or given back since: else ``''``), and write its result if the store still holds
+        what was read; else read again."""
+        name = _limits_key(key)
+        for attempt in range(_CAS_TRIES):
+            given, stored, raw, seq = snapshot()
+            limits, change = rule(given)
+            if stored is not None and limits == stored and change is None:
                 return limits, change  # nothing to write
             value = json.dumps(limits_to_json(to_wall(limits, self._offset())))
-            expected = raw if attempt < _CAS_TRIES - 1 else self._get(key)  # last: overwrite
-            cas_args: list[str | int] = [expected, value, self._forget_ms]
-            done = self._call(lambda args=cas_args: self._cas(keys=[name], args=args))  # type: ignore[misc]
+            if attempt == _CAS_TRIES - 1:  # another machine kept winning: overwrite
+                raw, seq = self._get(key), ""
+            args: list[str | int] = [raw, value, self._forget_ms, seq]
+            done = self._call(lambda a=args: self._cas(keys=[name, self._seq], args=a))  # type: ignore[misc]
             if int(done):
                 return limits, change
-        return limits, change  # another machine kept winning: its state stands
+        return limits, change
 
     # -- leases ---------------------------------------------------------------------------
     def take(self, bounds: Bounds) -> Lease | None:
@@ -238,13 +350,14 @@ class RedisAccount:
             token,
             self._ttl_ms,
         ]
-        added = self._call(lambda: self._take(keys=[self._leases, self._lease_keys], args=args))
-        if not int(added):
+        keys = [*self._keys, _limits_key(bounds.key)]
+        added = self._call(lambda: self._take(keys=keys, args=args))
+        if not int(added[0]):
             return None
         with self._lock:
             self._held.add(token)
         self._renewer.start()
-        return Lease(bounds.key, token, self)
+        return Lease(bounds.key, token, self, self._decode(str(added[1])))
 
     def give_back(self, lease: Lease) -> None:
         with self._lock:
@@ -252,18 +365,10 @@ class RedisAccount:
                 return
             self._held.discard(lease.token)
 
-        def drop() -> None:
-            pipe = self._redis.pipeline(transaction=True)
-            pipe.zrem(self._leases, lease.token)
-            pipe.hdel(self._lease_keys, lease.token)
-            pipe.execute()
-
-        self._call(drop)
+        self._call(lambda: self._give_back(keys=self._keys, args=[lease.token]))
 
     def in_flight(self, prefix: str) -> int:
-        counted = self._call(
-            lambda: self._count(keys=[self._leases, self._lease_keys], args=[prefix])
-        )
+        counted = self._call(lambda: self._count(keys=self._keys, args=[prefix]))
         return int(counted)
 
     def renew(self) -> None:
@@ -280,15 +385,16 @@ class RedisAccount:
             tokens, self._held = sorted(self._held), set()
         try:
             if tokens:
-                pipe = self._redis.pipeline(transaction=True)
-                pipe.zrem(self._leases, *tokens)
-                pipe.hdel(self._lease_keys, *tokens)
-                pipe.execute()
+                self._give_back(keys=self._keys, args=tokens)
         except self._errors:
             pass  # they expire by their time to live
         finally:
             with contextlib.suppress(*self._errors):
                 self._redis.close()
+
+
+def _limits_key(key: str) -> str:
+    return _PREFIX + "limits:" + key
 
 
 def _safe(url: str) -> str:

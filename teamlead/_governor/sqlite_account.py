@@ -12,6 +12,12 @@ this host is dropped at the next grant (checked at most once a second), and any 
 that was not renewed in time (a hung process, another host on a shared home) expires. So
 a crash never leaks a slot for longer than the lease time.
 
+A lease also carries the file's sequence number when it was taken, and whether the
+upstream rejected it; a lease given back that was not rejected stays in ``released`` (its
+key and sequence number) while a live lease is older, so a rejection counts the requests
+that ended while its 429 was on its way (see :meth:`Account.update_rejected`). A file of an
+older teamlead gets the new columns and tables on first use; its processes keep working.
+
 Learnt limits that nobody touched for ``forget_after_s`` read as never seen (the idle
 reset of a process alone). Times are stored as wall-clock seconds. Any SQLite failure
 (corrupt file, unwritable directory, a lock held too long) raises
@@ -38,6 +44,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from .account import (
     AccountError,
     Bounds,
+    CountedRule,
     Lease,
     LeaseRenewer,
     Rule,
@@ -56,7 +63,15 @@ CREATE TABLE IF NOT EXISTS limits (
 CREATE TABLE IF NOT EXISTS leases (
     token TEXT PRIMARY KEY, key TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,
     started REAL NOT NULL, expires REAL NOT NULL);
+CREATE TABLE IF NOT EXISTS released (key TEXT NOT NULL, seq INTEGER NOT NULL);
+CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL);
 """
+#: The columns a lease gained after the first release (a file made then has to get them).
+_LEASE_COLUMNS = {
+    "taken": "INTEGER NOT NULL DEFAULT 0",
+    "rejected": "INTEGER NOT NULL DEFAULT 0",
+}
+_NO_LEASE = 2**63 - 1
 _LIVENESS_EVERY_S = 1.0
 
 
@@ -141,6 +156,7 @@ class MachineAccount:
                 # commit for the disk is not
                 db.execute("PRAGMA synchronous=OFF")
                 db.executescript(_SCHEMA)
+                _add_lease_columns(db)
             except BaseException:
                 db.close()
                 raise
@@ -199,6 +215,13 @@ class MachineAccount:
             stored = None
         return None if stored is None else from_wall(stored, self._offset())
 
+    def _write(self, db: sqlite3.Connection, key: str, limits: Limits) -> None:
+        data = json.dumps(limits_to_json(to_wall(limits, self._offset())))
+        db.execute(
+            "INSERT OR REPLACE INTO limits (key, data, updated) VALUES (?, ?, ?)",
+            (key, data, self._clock.time()),
+        )
+
     def update(self, key: str, rule: Rule) -> Step:
         # Most reports change nothing (a stream that starts, a success at the ceiling): a
         # rule that leaves what it read as it was needs no write, nor the write lock.
@@ -210,22 +233,37 @@ class MachineAccount:
                 return limits, change
         with self._transaction() as db:
             limits, change = rule(self._read(db, key))
-            data = json.dumps(limits_to_json(to_wall(limits, self._offset())))
-            db.execute(
-                "INSERT OR REPLACE INTO limits (key, data, updated) VALUES (?, ?, ?)",
-                (key, data, self._clock.time()),
-            )
+            self._write(db, key, limits)
+            return limits, change
+
+    def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
+        with self._transaction() as db:
+            now = self._clock.time()
+            since = _seq(db)
+            if lease.token in self._held:
+                db.execute("UPDATE leases SET rejected = 1 WHERE token = ?", (lease.token,))
+                row = db.execute("SELECT taken FROM leases WHERE token = ?", (lease.token,))
+                taken = row.fetchone()
+                since = since if taken is None else int(taken[0])
+            live = self._count(db, prefix, now, accepted=True)
+            match, args = _key_matches(prefix)
+            ended = db.execute(
+                f"SELECT COUNT(*) FROM released WHERE seq > ? AND {match}", (since, *args)
+            ).fetchone()
+            limits, change = rule(self._read(db, lease.key), live + int(ended[0]))
+            self._write(db, lease.key, limits)
             return limits, change
 
     # -- leases ---------------------------------------------------------------------------
-    def _count(self, db: sqlite3.Connection, prefix: str, now: float) -> int:
-        if prefix.endswith("/"):
-            sql = "SELECT COUNT(*) FROM leases WHERE expires > ? AND substr(key, 1, ?) = ?"
-            row = db.execute(sql, (now, len(prefix), prefix)).fetchone()
-        else:
-            row = db.execute(
-                "SELECT COUNT(*) FROM leases WHERE expires > ? AND key = ?", (now, prefix)
-            ).fetchone()
+    def _count(
+        self, db: sqlite3.Connection, prefix: str, now: float, *, accepted: bool = False
+    ) -> int:
+        """Live leases of ``prefix``; ``accepted``: only those not rejected."""
+        match, args = _key_matches(prefix)
+        only = " AND rejected = 0" if accepted else ""
+        row = db.execute(
+            f"SELECT COUNT(*) FROM leases WHERE expires > ? AND {match}{only}", (now, *args)
+        ).fetchone()
         return int(row[0])
 
     def _purge(self, db: sqlite3.Connection, now: float, *, force: bool = False) -> None:
@@ -235,6 +273,12 @@ class MachineAccount:
             return
         self._checked = now
         db.execute("DELETE FROM leases WHERE expires <= ?", (now,))
+        # no live lease is older than these: no rejection will count them again
+        db.execute(
+            "DELETE FROM released WHERE seq <= "
+            "COALESCE((SELECT MIN(taken) FROM leases WHERE expires > ?), ?)",
+            (now, _NO_LEASE),
+        )
         rows = db.execute(
             "SELECT DISTINCT pid, started FROM leases WHERE host = ? AND pid != ?",
             (self._host, self._pid),
@@ -268,23 +312,32 @@ class MachineAccount:
                 self._purge(db, now, force=True)  # a dead holder may be what fills it
                 if not self._room(db, bounds, now):
                     return None
+            limits = self._read(db, bounds.key)
+            if limits is None:  # forgotten (or never seen): so it stays once a lease is live
+                db.execute("DELETE FROM limits WHERE key = ?", (bounds.key,))
             self._tokens += 1
             token = f"{self._host}:{self._pid}:{self._nonce}:{self._tokens}"
             db.execute(
-                "INSERT INTO leases (token, key, host, pid, started, expires) "
-                "VALUES (?, ?, ?, ?, ?, ?)",
-                (token, bounds.key, self._host, self._pid, self._me, now + self._ttl),
+                "INSERT INTO leases (token, key, host, pid, started, expires, taken) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                (token, bounds.key, self._host, self._pid, self._me, now + self._ttl, _next(db)),
             )
             self._held.add(token)
         self._renewer.start()
-        return Lease(bounds.key, token, self)
+        return Lease(bounds.key, token, self, limits)
 
     def give_back(self, lease: Lease) -> None:
         if lease.token not in self._held:
             return
         self._held.discard(lease.token)
         with self._transaction() as db:
+            row = db.execute(
+                "SELECT key, rejected FROM leases WHERE token = ?", (lease.token,)
+            ).fetchone()
             db.execute("DELETE FROM leases WHERE token = ?", (lease.token,))
+            seq = _next(db)
+            if row is not None and not row[1]:
+                db.execute("INSERT INTO released (key, seq) VALUES (?, ?)", (row[0], seq))
 
     def in_flight(self, prefix: str) -> int:
         with self._reading() as db:
@@ -321,6 +374,44 @@ class MachineAccount:
             finally:
                 self._held.clear()
                 db.close()
+
+
+def _key_matches(prefix: str) -> tuple[str, tuple[object, ...]]:
+    """The SQL condition (and its arguments) for the keys equal to ``prefix``, or starting
+    with it when it ends with ``/``."""
+    if prefix.endswith("/"):
+        return "substr(key, 1, ?) = ?", (len(prefix), prefix)
+    return "key = ?", (prefix,)
+
+
+def _seq(db: sqlite3.Connection) -> int:
+    row = db.execute("SELECT seq FROM counter WHERE id = 1").fetchone()
+    return 0 if row is None else int(row[0])
+
+
+def _next(db: sqlite3.Connection) -> int:
+    """The file's next sequence number (inside the caller's transaction)."""
+    if db.execute("UPDATE counter SET seq = seq + 1 WHERE id = 1").rowcount == 0:
+        db.execute("INSERT INTO counter (id, seq) VALUES (1, 1)")
+    return _seq(db)
+
+
+def _add_lease_columns(db: sqlite3.Connection) -> None:
+    """Give a file made by an older teamlead the lease columns it lacks (once, atomically:
+    two processes may open it together)."""
+    have = {row[1] for row in db.execute("PRAGMA table_info(leases)")}
+    if have >= _LEASE_COLUMNS.keys():
+        return
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        have = {row[1] for row in db.execute("PRAGMA table_info(leases)")}
+        for name, kind in _LEASE_COLUMNS.items():
+            if name not in have:
+                db.execute(f"ALTER TABLE leases ADD COLUMN {name} {kind}")
+        db.execute("COMMIT")
+    except BaseException:
+        _rollback(db)
+        raise
 
 
 def _reason(exc: BaseException) -> str:

@@ -3,8 +3,8 @@
 :func:`open_upstream` takes a governor slot (bucket per model, priority by role), sends the
 request and returns the slot with the upstream response still open, headers read, body not
 yet: the caller streams it and releases the slot when the stream ends. A 429 is held here:
-the governor is fed (Retry-After, as a measured 429: the governor counts the requests in
-flight and not rejected at that moment), the slot is given back, and the request waits for
+the governor is fed (Retry-After, as a measured 429: the governor counts the requests the
+upstream may have been running), the slot is given back, and the request waits for
 a new slot with a higher priority, which the governor grants once the pause has passed. A
 429 without a usable Retry-After pauses the bucket for a jittered exponential backoff
 instead (:func:`backoff_s`), so it is never retried at once. Past ``max_retries``, or when
