@@ -24,6 +24,7 @@ from teamlead._claude.inbox.model import (
 from teamlead.errors import InboxError
 from teamlead.policy import LockPolicy
 from teamlead.testing import FakeClock
+from teamlead.testing.teammate import post_to_inbox
 
 TEAM = "research"
 
@@ -69,10 +70,10 @@ def get_bytes(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def fingerprint(path: Path) -> tuple[int, int, int]:
-    """Size, mtime and mode: what changes when a file is rewritten."""
+def fingerprint(path: Path) -> tuple[int, int, int, int]:
+    """Size, mtime, mode and inode: what changes when a file is rewritten or replaced."""
     info = path.stat()
-    return info.st_size, info.st_mtime_ns, info.st_mode & 0o777
+    return info.st_size, info.st_mtime_ns, info.st_mode & 0o777, info.st_ino
 
 
 def exists(path: Path) -> bool:
@@ -233,7 +234,10 @@ def test_missing_inbox_and_missing_directories(tmp_path: Path) -> None:
         ),
         (b'{"from": "a", "text": "x", "timestamp": "t"}', "invalid", "JSON dict, not an array"),
         (b'"just a string"', "invalid", "JSON str, not an array"),
-        (b"", "invalid", "not valid JSON"),
+        (b"[{", "invalid", "not valid JSON at line 1 (truncated?)"),
+        (b"[", "invalid", "not valid JSON at line 1 (truncated?)"),
+        (b" \n[", "invalid", "not valid JSON at line 2 (truncated?)"),
+        (b"\xc2\xa0", "invalid", "not valid JSON"),  # a no-break space is not JSON whitespace
         (bytes(range(256)) * 64, "invalid", "not UTF-8"),
         (b"\x00\x01\x02garbage\xff", "invalid", "not UTF-8"),
     ],
@@ -248,6 +252,54 @@ def test_malformed_inboxes_warn_and_are_left_alone(
     assert len(read.warnings) == 1 and phrase in read.warnings[0]
     assert phrase in caplog.text
     assert inbox.read_bytes() == content
+
+
+@pytest.mark.parametrize("content", [b"", b" ", b"\n", b" \t\r\n  \n"])
+def test_a_0_byte_or_blank_inbox_reads_as_empty_without_a_warning(
+    inbox: Path, content: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    # A writer creates the inbox with flag wx and only then writes [], so an unlocked
+    # read can see 0 bytes; Claude Code's reader takes that (and blank text) as empty.
+    put_bytes(inbox, content)
+    with caplog.at_level(logging.WARNING):
+        read = read_inbox(inbox)
+    assert (read.status, read.messages, read.skipped, read.warnings) == ("ok", (), 0, ())
+    assert caplog.records == []
+    assert get_bytes(inbox) == content
+
+
+def past_mtime(path: Path) -> None:
+    """Set the file's times far in the past, so a rewrite cannot keep its mtime."""
+    os.utime(path, ns=(1_000_000_000_000_000_000, 1_000_000_000_000_000_000))
+
+
+@pytest.mark.parametrize("content", [b"", b"\n"])
+async def test_consume_on_a_0_byte_inbox_writes_nothing(
+    inbox: Path, content: bytes, caplog: pytest.LogCaptureFixture
+) -> None:
+    put_bytes(inbox, content)
+    past_mtime(inbox)
+    before = fingerprint(inbox)
+    with caplog.at_level(logging.WARNING):
+        result = await consume_inbox(inbox, [entry_key("alpha", TS, "x"), "d1"])
+    assert (result.removed, result.remaining, result.refused) == (0, 0, None)
+    assert fingerprint(inbox) == before  # not rewritten, not replaced
+    assert get_bytes(inbox) == content
+    assert sorted(p.name for p in inbox.parent.iterdir()) == ["team-lead.json"]  # lock gone
+    assert caplog.records == []
+
+
+async def test_a_writer_filling_a_0_byte_inbox_after_a_consume_loses_nothing(
+    inbox: Path,
+) -> None:
+    put_bytes(inbox, b"")  # the writer's create (flag wx), before it writes []
+    assert (await consume_inbox(inbox, ["k"])).refused is None
+    post_to_inbox(inbox, entry("alpha", "first"), entry("beta", "second"))
+    read = read_inbox(inbox)
+    assert read.status == "ok" and [m.text for m in read.messages] == ["first", "second"]
+    result = await consume_inbox(inbox, read.keys)
+    assert (result.removed, result.remaining, result.refused) == (2, 0, None)
+    assert load(inbox) == []
 
 
 async def test_consume_leaves_a_malformed_inbox_alone(inbox: Path) -> None:

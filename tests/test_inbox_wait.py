@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -11,10 +12,11 @@ import anyio
 import pytest
 from pydantic import ValidationError
 
-from teamlead._claude.inbox import wait_for_inbox
+from teamlead._claude.inbox import consume_inbox, wait_for_inbox
 from teamlead._claude.inbox.model import InboxRead
 from teamlead.policy import InboxWaitPolicy
 from teamlead.testing import FakeClock
+from teamlead.testing.teammate import post_to_inbox
 
 from .polling import apoll
 
@@ -121,6 +123,74 @@ async def test_entry_arriving_between_polls_is_seen(inbox: Path) -> None:
     done = await wait_for_inbox(inbox, until=until, clock=clock, policy=policy)
     assert done.satisfied and seen == [0, 0, 0, 1]
     assert clock.sleeps == [0.5, 1.0, 2.0]
+
+
+def create_empty(path: Path) -> None:
+    """A writer's first step: create the inbox with flag wx; ``[]`` is written after."""
+    with path.open("xb"):
+        pass
+
+
+def seen(read: InboxRead) -> tuple[str, list[str], tuple[str, ...]]:
+    return read.status, [m.text for m in read.messages], read.warnings
+
+
+async def test_a_0_byte_inbox_keeps_the_wait_going_until_the_writer_fills_it(
+    inbox: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    reads: list[tuple[str, list[str], tuple[str, ...]]] = []
+
+    def until(read: InboxRead) -> bool:
+        reads.append(seen(read))
+        if len(reads) == 1:
+            create_empty(inbox)  # lands while the waiter sleeps
+        elif len(reads) == 2:
+            post_to_inbox(inbox, ENTRY)  # the writer goes on: lock, re-read, append, rename
+        return bool(read.messages)
+
+    logged: set[str] = set()
+    policy = InboxWaitPolicy(use_events=False)
+    with caplog.at_level(logging.WARNING):
+        done = await wait_for_inbox(inbox, until=until, clock=clock, policy=policy, logged=logged)
+    assert reads == [("missing", [], ()), ("ok", [], ()), ("ok", ["done"], ())]
+    assert done.satisfied and [m.text for m in done.read.messages] == ["done"]
+    assert logged == set() and caplog.records == []
+    result = await consume_inbox(inbox, done.read.keys)
+    assert (result.removed, result.remaining) == (1, 0)
+    again = await wait_for_inbox(
+        inbox, until=has_messages, clock=clock, policy=InboxWaitPolicy(tries=1, span_s=0)
+    )
+    assert not again.satisfied and seen(again.read) == ("ok", [], ())  # delivered once
+
+
+async def test_a_change_to_0_bytes_wakes_the_waiter_which_waits_on_for_the_entry(
+    inbox: Path,
+) -> None:
+    reads: list[tuple[str, list[str], tuple[str, ...]]] = []
+    first_read, saw_empty = anyio.Event(), anyio.Event()
+
+    def until(read: InboxRead) -> bool:
+        reads.append(seen(read))
+        first_read.set()
+        if read.status != "missing" and not read.messages:
+            saw_empty.set()  # whatever the status: an assertion below names a wrong one
+        return bool(read.messages)
+
+    async def writer() -> None:
+        await first_read.wait()
+        await anyio.to_thread.run_sync(create_empty, inbox)
+        await saw_empty.wait()  # the waiter woke on the create and read 0 bytes
+        await anyio.to_thread.run_sync(post_to_inbox, inbox, ENTRY)
+
+    with anyio.fail_after(30):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(writer)
+            done = await wait_for_inbox(inbox, until=until, clock=StuckClock())
+    assert done.satisfied and [m.text for m in done.read.messages] == ["done"]
+    assert ("ok", [], ()) in reads and reads[-1] == ("ok", ["done"], ())
+    assert all(warnings == () for _, _, warnings in reads)
+    assert sum(texts == ["done"] for _, texts, _ in reads) == 1
 
 
 async def write_after_first_read(inbox: Path, first_read: anyio.Event) -> None:

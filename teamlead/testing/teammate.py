@@ -142,7 +142,7 @@ def post_to_inbox(path: Path, *entries: Mapping[str, Any], attempts: int = 10) -
     else:
         raise InboxError(f"could not lock {path.name} after {attempts} tries", path=str(path))
     try:
-        current = json.loads(path.read_text() or "[]")
+        current = json.loads(path.read_text().strip(" \t\n\r") or "[]")  # 0 bytes: empty
         if not isinstance(current, list):
             current = []
         current.extend(dict(e) for e in entries)

@@ -1,8 +1,8 @@
 // An independent inbox writer, following Claude Code's writer protocol with proper-lockfile:
-// create the inbox with "wx" as [], lock it (about 10 retries, 5..100 ms apart), re-read,
-// append, write <inbox>.tmp.<hex>, rename over the inbox, unlock. A writer whose lock
-// attempts run out drops the message, as Claude Code does; here it reports that on stdout
-// and in its exit code so the test can tell.
+// create the inbox with "wx" as [], lock it (about 10 retries, 5..100 ms apart), re-read (a
+// blank file as []), append, write <inbox>.tmp.<hex>, rename over the inbox, unlock. A writer
+// whose lock attempts run out drops the message, as Claude Code does; here it reports that
+// on stdout and in its exit code so the test can tell.
 //
 // usage: node inbox-writer.js <inbox> <writer-name> <count> [batch] [text-bytes] [pause-ms]
 // pause-ms: mean random pause between appends (a teammate works between two messages)
@@ -32,6 +32,13 @@ function ensureInbox(inbox) {
   }
 }
 
+// A blank inbox is empty: another writer has created it ("wx") and not yet written [].
+// Claude Code's writer reads it through readMailbox, which takes any file JSON.parse
+// rejects as empty; this one stays strict past blank, so real corruption is an error.
+function parseInbox(text) {
+  return text.trim() === "" ? [] : JSON.parse(text);
+}
+
 function entry(writer, seq, textBytes) {
   const body = `${writer}#${seq}`;
   const pad = textBytes > body.length ? " " + "x".repeat(textBytes - body.length - 1) : "";
@@ -55,7 +62,7 @@ async function appendBatch(inbox, entries, report) {
     },
   });
   try {
-    const current = JSON.parse(fs.readFileSync(inbox, "utf8"));
+    const current = parseInbox(fs.readFileSync(inbox, "utf8"));
     if (!Array.isArray(current)) throw new Error("inbox is not an array");
     current.push(...entries);
     const tmp = `${inbox}.tmp.${crypto.randomBytes(8).toString("hex")}`;

@@ -7,7 +7,9 @@ does, so results pile up unseen. This package is the missing reader, one module 
 writers' lock protocol):
 
 - :func:`read_inbox` parses the file tolerantly (bad entries are skipped with a warning,
-  unknown fields kept) and decodes each entry into a :class:`TeammateMessage`.
+  unknown fields kept) and decodes each entry into a :class:`TeammateMessage`. A 0-byte
+  (or whitespace-only) file is an empty inbox, not a broken one: writers create it with
+  ``wx`` before writing ``[]``. Truncated JSON is ``invalid``, with a warning.
 - :func:`wait_for_inbox` waits, event-driven through ``watchfiles`` with a polling
   fallback, until a condition on the inbox holds or the wait runs out.
 - :func:`consume_inbox` removes delivered entries under the writers' lock, the way Claude

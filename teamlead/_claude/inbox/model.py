@@ -290,8 +290,10 @@ class InboxRead:
 
     Attributes:
         path: the inbox file.
-        status: ``ok``; ``missing`` (no file yet); ``too_large`` (over the cap, left
-            alone); ``invalid`` (not a JSON array); ``refused`` (it leaves the config dir).
+        status: ``ok`` (a 0-byte or whitespace-only file too: a writer has created it
+            and not yet written ``[]``); ``missing`` (no file yet); ``too_large`` (over the
+            cap, left alone); ``invalid`` (not a JSON array, e.g. truncated);
+            ``refused`` (it leaves the config dir).
         messages: the valid entries, decoded, in file order, duplicates (same key) dropped.
         skipped: how many entries failed the schema.
         warnings: one line per problem, free of secrets and of message content.

@@ -2,15 +2,18 @@
 
 :func:`read_inbox` parses ``<config>/teams/<team>/inboxes/<agent>.json`` the way Claude
 Code's own reader does: entries that fail the schema are skipped with a warning, the valid
-ones kept. A missing, truncated, non-array or oversized file, or one that resolves outside
-the config dir, gives a status and one warning line, never an exception. The wait and the
-consumer re-use the pieces (:func:`load_array`, :func:`parse_entry`, :func:`read_unlogged`).
+ones kept. A 0-byte (or whitespace-only) file is an empty inbox, as a writer leaves it for a
+moment between creating it and writing ``[]``. A missing, truncated, non-array or oversized
+file, or one that resolves outside the config dir, gives a status and one warning line
+(none for a missing file), never an exception. The wait and the consumer re-use the pieces
+(:func:`load_array`, :func:`parse_entry`, :func:`read_unlogged`), so all three agree.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -41,6 +44,7 @@ _STATUS: dict[ProblemKind, InboxStatus] = {
     "unreadable": "invalid",
 }
 _LISTED_SKIPS = 10
+_NO_VALUE = re.compile(rb"[ \t\n\r]*")  # JSON's whitespace; matching stops at the first value byte
 _REQUIRED = ("from", "text", "timestamp")
 _OPTIONAL_STR = ("type", "color", "summary", "msg_id", "lead_sig")
 _KNOWN = frozenset({*_REQUIRED, *_OPTIONAL_STR, "read", "from_plugin", "msgV", "sender"})
@@ -73,7 +77,17 @@ def confine_root(path: Path, config_dir: Path | None) -> Path:
 
 
 def load_array(path: Path, max_bytes: int) -> tuple[InboxStatus, list[Any] | None, str | None]:
-    """Read the raw JSON array; never raises for bad content, never blocks on a FIFO."""
+    """Read the raw JSON array; never raises for bad content, never blocks on a FIFO.
+
+    A file with no JSON value in it at all (0 bytes, or only JSON whitespace) is an
+    empty inbox: status ``ok``, no entries, no warning. Claude Code's writers create the
+    inbox with flag ``wx`` and only then write ``[]``, so an unlocked read can see 0
+    bytes for a moment, and Claude Code's own reader takes such a file (whose
+    ``JSON.parse`` fails) as empty, whitespace-only included. It holds no entries, so
+    calling it empty loses nothing, and the consumer has nothing to remove, so it never
+    rewrites the file a writer is about to fill. A truncated value (``[{``) may hold
+    entries: it stays ``invalid`` with its warning and is left alone.
+    """
     try:
         data = read_regular(path, max_bytes)
     except FileProblem as problem:
@@ -82,6 +96,8 @@ def load_array(path: Path, max_bytes: int) -> tuple[InboxStatus, list[Any] | Non
             return "missing", None, None
         suffix = " (not parsed, not consumed)" if status == "too_large" else ""
         return status, None, f"inbox {problem.message}{suffix}"
+    if _NO_VALUE.fullmatch(data):  # no copy of a big inbox, unlike data.strip()
+        return "ok", [], None
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError:
