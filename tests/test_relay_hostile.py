@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import logging
 import random
+import select
 import socket
 import subprocess
 import sys
@@ -32,7 +33,7 @@ from teamlead.events import RateLimited
 from teamlead.governor import Governor, GovernorPolicy
 from teamlead.testing import FakeClock
 
-from .polling import apoll
+from .polling import apoll, poll
 
 pytestmark = pytest.mark.anyio
 
@@ -504,9 +505,23 @@ async def test_an_idle_keep_alive_connection_is_closed_even_if_it_trickles(
     assert status_of(rest) == 408
 
 
-def hold_idle(relay: Relay, count: int, ready: threading.Event, done: threading.Event) -> None:
+def hold_idle(
+    relay: Relay, count: int, ready: threading.Event, done: threading.Event, cap: int
+) -> None:
+    """Open ``count`` idle connections; ``ready`` once the relay has dealt with them all:
+    kept at most ``cap`` open, the others closed (counting only the relay's own sockets
+    would not do: those still waiting in its accept queue have none yet)."""
     conns = [connect(relay) for _ in range(count)]
+
+    watch = select.poll()
+    for conn in conns:
+        watch.register(conn, select.POLLIN)
+
+    def kept() -> int:  # a connection the relay closed, or answered 503, is readable
+        return len(conns) - len(watch.poll(0))
+
     try:
+        assert poll(lambda: kept() <= cap, within_s=30), f"{kept()} of {count} still open"
         ready.set()
         done.wait(20)
     finally:
@@ -529,8 +544,8 @@ async def test_past_the_connection_cap_a_valid_request_still_gets_through(
             start_relay(server.url, fake_governor(), config=config) as relay,
             anyio.create_task_group() as tg,
         ):
-            tg.start_soon(anyio.to_thread.run_sync, hold_idle, relay, 60, ready, done)
-            await anyio.to_thread.run_sync(ready.wait, 10)
+            tg.start_soon(anyio.to_thread.run_sync, hold_idle, relay, 60, ready, done, 16)
+            assert await anyio.to_thread.run_sync(ready.wait, 40), "the flood was never dealt with"
             await wait_for(lambda: relay_connections(relay) <= 16, "the cap")
             async with http() as h:
                 r = await h.post(relay.base_url + "/v1/messages", content=BODY)
