@@ -15,10 +15,13 @@ their details, are in ``teamlead._governor.aimd``):
   slots are the very requests the upstream counts (``Slot.rate_limited(measured=True)``,
   as the relay reports), straight to the requests the upstream may have been running when
   it rejected: those in flight at any moment since the rejected one was granted, less the
-  rejected ones, over the provider's buckets and the whole account (counted by the account
-  in the step that cuts, see ``Account.update_rejected``): never below what the upstream
-  accepted, however late the 429 is read. Each later 429 of that burst *settles* the cut
-  one lower, and a request of it that streams (:meth:`Slot.streaming`) corrects it up.
+  rejected ones and those answered before it (:meth:`Slot.answered`), over the provider's
+  buckets and the whole account (counted by the account in the step that cuts, see
+  ``Account.update_rejected``): never below what the upstream accepted, however late the
+  429 is read. (A request the upstream does not count, e.g. under a limit of another
+  model, is counted all the same: the next round may then try one level too high, once.)
+  Each later 429 of that burst *settles* the cut one lower, and a request of it that
+  streams (:meth:`Slot.streaming`) corrects it up.
   The limit is then learnt from the burst's own answers, within about one Retry-After,
   whenever the upstream sends its response headers.
 * **Epochs.** Every cut opens a new epoch; a 429 from a slot of an older epoch was sent
@@ -124,6 +127,7 @@ class Slot:
         "_rejected",
         "_released",
         "_streaming",
+        "_answered",
         "acquired_at",
         "epoch",
         "key",
@@ -136,6 +140,7 @@ class Slot:
         self._lease = lease
         self._released = False
         self._streaming = False
+        self._answered = False
         self._rejected = False
         self.key = key
         self.epoch = epoch
@@ -155,6 +160,15 @@ class Slot:
         if not self._streaming and not self._released:
             self._streaming = True
             self._governor._on_streaming(self)
+
+    def answered(self) -> None:
+        """Report that the upstream has finished the answer (its last event came), while
+        its last bytes may still be on their way: a measured 429 from now on does not
+        count this slot among the requests the upstream was running. Hold the slot until
+        the work has really ended all the same; idempotent."""
+        if not self._answered and not self._released:
+            self._answered = True
+            self._governor._on_answered(self)
 
     def rate_limited(self, retry_after: float | None = None, *, measured: bool = False) -> None:
         """Report a rate limit (429), with the Retry-After pause in seconds if it had one.
@@ -216,13 +230,22 @@ class _Waiter:
 class _Bucket:
     """What stays local to this process: the queue and the slots it holds."""
 
-    __slots__ = ("in_flight", "key", "last_activity", "rejected", "streaming", "waiters")
+    __slots__ = (
+        "answered",
+        "in_flight",
+        "key",
+        "last_activity",
+        "rejected",
+        "streaming",
+        "waiters",
+    )
 
     def __init__(self, key: str, now: float) -> None:
         self.key = key
         self.in_flight = 0
         self.streaming = 0
         self.rejected = 0  # held slots that reported a 429 (not accepted by the upstream)
+        self.answered = 0  # held slots whose answer is complete (the upstream is done)
         self.waiters: list[_Waiter] = []  # sorted by _Waiter.order
         self.last_activity = now
 
@@ -612,6 +635,8 @@ class Governor:
     def _release(self, slot: Slot) -> None:
         bucket = self._buckets[slot.key]
         bucket.in_flight -= 1
+        if slot._answered:
+            bucket.answered -= 1
         if slot._streaming:
             bucket.streaming -= 1
         if slot._rejected:
@@ -646,6 +671,10 @@ class Governor:
             return aimd.success(limits, knobs, slot_epoch=slot.epoch, now=now, queued=queued)
 
         self._apply(bucket, rule)
+
+    def _on_answered(self, slot: Slot) -> None:
+        self._buckets[slot.key].answered += 1
+        self._account.answered(slot._lease)
 
     def _on_streaming(self, slot: Slot) -> None:
         bucket, _ = self._touch(slot.key)
@@ -682,7 +711,7 @@ class Governor:
         # store that failed mid-run).
         provider = slot.key.split("/", 1)[0] + "/"
         mine = [b for b in self._buckets.values() if b.key.startswith(provider)]
-        own = sum(b.in_flight - b.rejected for b in mine)
+        own = sum(b.in_flight - b.rejected - b.answered for b in mine)
         self._apply_rejected(bucket, slot._lease, lambda counted: rule(max(0, counted, own)))
 
     def _on_overloaded(self, slot: Slot, retry_after: float | None) -> None:

@@ -34,6 +34,7 @@ from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import ProbabilisticFanOut
 
 from .polling import apoll, poll
+from .redis_server import REDIS_SERVER, redis_server
 
 ray = pytest.importorskip("ray")
 
@@ -159,7 +160,8 @@ def _env(claude: OfflineClaude) -> dict[str, str]:
     return env
 
 
-def _ab_parity(tmp_path: Path, *, tasks: int, trials: int) -> None:
+def _ab_parity(tmp_path: Path, *, tasks: int, trials: int, limits: str | None = None) -> None:
+    """The A/B run locally, then on Ray (its relays' limits shared through ``limits``)."""
     spec = _spec(tmp_path, tasks=tasks, trials=trials)
     script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=0.05)
     before = _ray_pids()
@@ -177,9 +179,11 @@ def _ab_parity(tmp_path: Path, *, tasks: int, trials: int) -> None:
                 {**env, "TEAMLEAD_BACKEND": "ray"},  # TMPDIR: the CLI's own, too deep for Ray
                 claude.cwd,
                 *("experiment", "run", str(spec), "--out", str(on_ray), "-q"),
+                *(() if limits is None else ("--limits", limits)),
             )
         )
         assert code == 0, err
+        assert "shared limits:" not in err  # the shared store never failed
     total = 2 * tasks * trials
     assert f"ran {total} trial(s)" in out
     keys = _keys(on_ray)
@@ -224,8 +228,25 @@ def _ab_parity(tmp_path: Path, *, tasks: int, trials: int) -> None:
 def test_ray_backend_matches_local_backend_on_the_full_ab(tmp_path: Path) -> None:
     """The 4 tasks x 2 trials two-arm A/B on a local Ray the run starts: 16 records, none
     twice, the local backend's verdict on every counted metric. (4 x 2 is the smallest
-    design whose exact paired test on ``parallel`` reaches p < 0.001: 1 / 6**4.)"""
-    _ab_parity(tmp_path, tasks=4, trials=2)
+    design whose exact paired test on ``parallel`` reaches p < 0.001: 1 / 6**4.) The Ray
+    run shares its limits through a real Redis (``--limits redis://``), as a cluster's
+    nodes would: every request of every trial took and gave back its lease there
+    (without ``redis-server`` installed, the Ray run keeps its own store)."""
+    if REDIS_SERVER is None:
+        _ab_parity(tmp_path, tasks=4, trials=2)
+        return
+    import redis as redis_py
+
+    with redis_server(tmp_path) as server:
+        _ab_parity(tmp_path, tasks=4, trials=2, limits=server.url)
+        client = redis_py.Redis.from_url(server.url, decode_responses=True)
+        try:
+            # each trial's lead sends at least two requests, each a lease taken and given back
+            assert int(client.get("teamlead:seq") or 0) >= 2 * 2 * 16
+            assert client.hlen("teamlead:lease-keys") == 0  # none left held
+            assert client.keys("teamlead:limits:*")  # the buckets' limits live there
+        finally:
+            client.close()
 
 
 @pytest.mark.cli

@@ -3,9 +3,11 @@
 A measured cut goes to the requests the upstream was running when it rejected. What the
 governor can see is its leases, and a 429 is read some time after the upstream sent it:
 a request that ended meanwhile (in another process above all) was running at the upstream,
-so the count is every lease of the provider live at any moment since the rejected one was
-taken, less those marked rejected. That is an upper bound, so the cut never lands below the
-true limit, and the burst's late rejections settle it down to it. Each test runs on the
+so the count is every lease of the provider, not marked rejected, whose request ran at any
+moment since the rejected one was taken: until it was given back, or answered (its last
+event came, while its last bytes may still be on their way). That is an upper bound, so
+the cut never lands below the true limit, and the burst's late rejections settle it down
+to it. Each test runs on the
 account of one process, on two accounts over one SQLite file (two processes), and on two
 accounts over one real Redis (two machines).
 """
@@ -105,6 +107,27 @@ def test_a_rejection_counts_every_lease_live_since_it_was_taken_less_the_rejecte
         (here if lease.origin is here else there).give_back(lease)
 
 
+def test_an_answer_complete_before_the_rejected_request_was_sent_is_not_counted(
+    pair: Pair,
+) -> None:
+    here, there = pair
+    done = _take(there)  # the lead's answer: complete, its last bytes still being read
+    there.answered(done)
+    gone = _take(there)  # answered, then given back
+    there.answered(gone)
+    there.give_back(gone)
+    mine = _take(here)  # a subagent's request, sent once the lead's answer came
+    late = _take(there)  # running when mine was sent, answered while its 429 was on its way
+    there.answered(late)
+    there.answered(late)  # idempotent: still counted as answered after mine was taken
+    ended = _take(there)
+    there.answered(ended)
+    there.give_back(ended)  # answered after mine was taken, then given back
+    assert _counted(here, mine) == 2  # late and ended; neither done nor gone
+    for lease in (done, late):
+        there.give_back(lease)
+
+
 def test_a_lease_the_account_does_not_know_counts_the_live_ones(pair: Pair) -> None:
     here, there = pair
     gone = _take(here)
@@ -121,6 +144,33 @@ def test_a_lease_carries_the_limits_read_when_it_was_taken(pair: Pair) -> None:
     there.update(A, lambda _: (Limits(cap=5, epoch=3), None))
     lease = _take(here)
     assert lease.limits is not None and (lease.limits.cap, lease.limits.epoch) == (5, 3)
+
+
+@pytest.mark.anyio
+async def test_the_lead_s_answer_read_to_its_end_during_its_agents_burst_is_not_counted(
+    pair: Pair,
+) -> None:
+    """The shape of every fan-out: the lead's answer comes (its last event, its slot still
+    held while its last bytes are read), its agents' requests go out together, the upstream
+    runs 3 and rejects the rest. Counting the lead's slot, the cut would land one above the
+    limit and cost the next wave a 429."""
+    here, there = pair
+    clock = FakeClock()
+    first = Governor(GovernorPolicy(ceiling=32), clock=clock, account=here)
+    second = Governor(GovernorPolicy(ceiling=32), clock=clock, account=there)
+    lead = await first.acquire(A)
+    lead.answered()
+    burst = [await (first if n % 2 else second).acquire(A) for n in range(8)]
+    lead.success()
+    lead.release()
+    for slot in burst[3:]:
+        slot.rate_limited(0.5, measured=True)
+        slot.release()
+    assert (first.state(A).cap, second.state(A).cap) == (3, 3)
+    journal = [e.reason for e in sorted([*first.journal, *second.journal], key=lambda e: e.at)]
+    assert journal == ["rate_limited"] + ["settled"] * 4
+    for slot in burst[:3]:
+        slot.release()
 
 
 @pytest.mark.anyio

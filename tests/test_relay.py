@@ -31,6 +31,7 @@ from teamlead._relay import (
     shared_relay,
     start_relay,
 )
+from teamlead._relay.forward import AnswerEnd
 from teamlead._relay.stats import RelayEvent
 from teamlead.events import ConcurrencyChanged, RateLimited
 from teamlead.governor import Governor, GovernorPolicy
@@ -171,6 +172,96 @@ async def test_sse_chunks_are_forwarded_as_they_come(server_factory: list[Script
                 assert server.recorded()[0].finished is None
                 gate.set()
     assert gate.is_set() and seen == 4
+
+
+@asynccontextmanager
+async def held_open_upstream(events: bytes) -> AsyncIterator[tuple[str, anyio.Event]]:
+    """An upstream that streams ``events``, then a ping, and then holds its body open until
+    the event it yields is set (as a gateway slow to pass the last chunk on does)."""
+    from aiohttp import web
+
+    end = anyio.Event()
+
+    async def answer(request: web.Request) -> web.StreamResponse:
+        await request.read()
+        response = web.StreamResponse(headers={"content-type": "text/event-stream"})
+        await response.prepare(request)
+        await response.write(events)
+        await response.write(_PING)  # once it is through, the relay has read all before it
+        with anyio.fail_after(10):
+            await end.wait()
+        await response.write_eof()
+        return response
+
+    app = web.Application()
+    app.router.add_post("/v1/messages", answer)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    try:
+        yield f"http://127.0.0.1:{port}", end
+    finally:
+        end.set()
+        await runner.cleanup()
+
+
+_ANSWER = (
+    b'event: message_start\ndata: {"type":"message_start"}\n\n'
+    b'event: content_block_delta\ndata: {"text":"\\nevent: message_stop\\n\\n"}\n\n'
+)
+_STOP = b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+_PING = b'event: ping\ndata: {"type": "ping"}\n\n'
+
+
+@pytest.mark.parametrize("stops", [True, False], ids=["message-stop", "no-message-stop"])
+async def test_an_answer_past_its_message_stop_is_not_counted_by_a_later_429(
+    stops: bool,
+) -> None:
+    """The upstream has finished a request once it sent ``message_stop``: its slot is held
+    to the body's last byte, but a 429 met by a request sent after that does not count it
+    among the requests the upstream ran. Text that only looks like the event (inside a
+    JSON string) does not end the answer."""
+    governor = fake_governor()
+    key = f"anthropic/{MODEL}"
+    async with (
+        held_open_upstream(_ANSWER + (_STOP if stops else b"")) as (upstream, end),
+        start_relay(upstream, governor) as relay,
+        http() as h,
+        h.stream("POST", relay.base_url + "/v1/messages", content=body(stream=True)) as r,
+    ):
+        chunks = r.aiter_raw()
+        received = b""
+        while not received.endswith(_PING):
+            received += await chunks.__anext__()
+        assert governor.total_in_flight == 1  # held until the body's end, answered or not
+        others = [await governor.acquire(key) for _ in range(3)]
+        others[2].rate_limited(measured=True)  # two others run, and the held-open one?
+        assert governor.state(key).cap == (2 if stops else 3)
+        for slot in others:
+            slot.release()
+        end.set()
+        async for chunk in chunks:
+            received += chunk
+    assert received == _ANSWER + (_STOP if stops else b"") + _PING
+    assert governor.total_in_flight == 0
+
+
+@pytest.mark.parametrize("newline", [b"\n", b"\r\n"], ids=["lf", "crlf"])
+def test_the_end_of_an_answer_is_found_at_its_last_blank_line_whatever_the_chunks(
+    newline: bytes,
+) -> None:
+    stream = (_ANSWER + _STOP).replace(b"\n", newline)
+    for cut in range(1, len(stream)):  # every split in two, and byte by byte
+        end = AnswerEnd()
+        assert (end.feed(stream[:cut]), end.feed(stream[cut:])) == (False, True), cut
+    end = AnswerEnd()
+    found = [end.feed(stream[n : n + 1]) for n in range(len(stream))]
+    assert found.index(True) == len(stream) - 1
+    lookalikes = (_ANSWER, b"event: message_stopped\ndata: {}\n\n", b"xevent: message_stop\n\n")
+    for lookalike in lookalikes:
+        assert not AnswerEnd().feed(lookalike.replace(b"\n", newline))
 
 
 # -- 429 and 529 ------------------------------------------------------------------------------

@@ -76,14 +76,18 @@ async def test_a_storm_of_24_subagents_through_the_relay_loses_nothing(tmp_path:
         f"agent-{n}" for n in range(1, AGENTS + 1)
     )
     assert not results[-1].is_error
-    # at most one 429 per subagent, none passed on to the CLI
+    # at most one 429 per subagent, none passed on to the CLI; but for one: the lead's
+    # answer, still streaming as its agents' requests went out, is counted among the
+    # requests the upstream ran (an upper bound: this upstream's limit leaves the lead
+    # out, the API's does not), so the next wave may try one level too high, once
     rejected = collections.Counter(
         r.request.agent.description
         for r in server.recorded("subagent")
         if r.status == 429 and r.request.agent is not None
     )
     assert sum(rejected.values()) <= AGENTS
-    assert max(rejected.values(), default=0) <= 1
+    assert max(rejected.values(), default=0) <= 2
+    assert sum(1 for n in rejected.values() if n > 1) <= 1
     assert summary.passed == 0 and summary.absorbed == sum(rejected.values())
     limited = [e for e in events if isinstance(e, RateLimited)]
     assert all(e.outcome == "absorbed" and e.role == "subagent" for e in limited)

@@ -60,9 +60,11 @@ async def test_query_relays_a_24_agent_storm_by_default(tmp_path: Path) -> None:
         f"agent-{n}" for n in range(1, AGENTS + 1)
     )
     assert done.status == "completed"
-    # at most one 429 per subagent, all absorbed, none passed on to the CLI
+    # at most one 429 per subagent (but for one, see test_relay_cli's storm), all
+    # absorbed, none passed on to the CLI
     rejected = _subagent_429s(server)
-    assert sum(rejected.values()) >= 1 and max(rejected.values()) <= 1
+    assert sum(rejected.values()) >= 1 and max(rejected.values()) <= 2
+    assert sum(1 for n in rejected.values() if n > 1) <= 1
     limited = [i for i in items if isinstance(i, RateLimited)]
     assert len(limited) == sum(rejected.values())
     assert all(e.outcome == "absorbed" and e.role == "subagent" for e in limited)

@@ -10,13 +10,16 @@ A lease is stamped, in the step that takes it, with the bucket's limits (so with
 its slot belongs to) and with the account's sequence number; giving one back moves the
 sequence on. A 429 is reported with :meth:`Account.update_rejected`: in one atomic step the
 lease is marked rejected, and the rule is given the leases the upstream may have been
-running when it rejected: every lease of the provider live at any moment since the rejected
-one was taken (those given back meanwhile included), less the rejected ones. That is an
-upper bound of what the upstream accepted, however late the 429 is read: a request that
-ends, in another process, while this one's 429 is still on its way is not lost from the
-count, and one taken by another process while the rule runs is either counted or belongs
-to the next epoch. So a measured cut never lands below the true limit; the late rejections
-of the burst then settle it down to it.
+running when it rejected: every lease of the provider not rejected whose request was still
+running at any moment since the rejected one was taken. A request runs until its lease is
+given back, or until :meth:`Account.answered` marked its answer complete (its last event
+came; the lease stays held until the body's last byte, but the upstream counts it no
+more). So a request that ended, in another process, while this one's 429 was on its way
+is not lost from the count; the lead's answer whose last bytes are still being read as
+its agents' requests go out is not counted; and a lease taken by another process while the
+rule runs is either counted or belongs to the next epoch. The count is an upper bound of
+what the upstream accepted, so a measured cut never lands below the true limit; the late
+rejections of the burst then settle it down to it.
 
 Three accounts share one interface:
 
@@ -141,10 +144,15 @@ class Account(Protocol):
     def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
         """Mark ``lease`` rejected and apply ``rule`` to its key's limits, atomically.
 
-        ``rule`` is also given the leases of the keys matching ``prefix`` that were live at
-        any moment since ``lease`` was taken and are not marked rejected (``lease`` itself
-        not counted); for a lease this account does not know, those live now.
+        ``rule`` is also given the leases of the keys matching ``prefix``, not marked
+        rejected, whose request ran at any moment since ``lease`` was taken (``lease``
+        itself not counted); for a lease this account does not know, those running now.
         """
+        ...
+
+    def answered(self, lease: Lease) -> None:
+        """Mark ``lease``'s answer complete: a rejection from now on does not count it,
+        though it stays held until given back; idempotent."""
         ...
 
     def in_flight(self, prefix: str) -> int:
@@ -209,9 +217,15 @@ class ProcessAccount:
             return
         self._seq += 1
         if not held.rejected:
-            self._released.append((self._seq, held.key))
+            self._released.append((held.answered or self._seq, held.key))
         oldest = min((h.taken for h in self._leases.values()), default=self._seq)
         self._released = [r for r in self._released if r[0] > oldest]
+
+    def answered(self, lease: Lease) -> None:
+        held = self._leases.get(lease.token)
+        if held is not None and held.answered is None:
+            self._seq += 1
+            held.answered = self._seq
 
     def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
         held = self._leases.get(lease.token)
@@ -219,9 +233,15 @@ class ProcessAccount:
         if held is not None:
             held.rejected = True
             since = held.taken
-        live = sum(1 for h in self._leases.values() if not h.rejected and _matches(h.key, prefix))
+        running = sum(
+            1
+            for h in self._leases.values()
+            if not h.rejected
+            and (h.answered is None or h.answered > since)
+            and _matches(h.key, prefix)
+        )
         ended = sum(1 for seq, key in self._released if seq > since and _matches(key, prefix))
-        limits, change = rule(self._store.get(lease.key), live + ended)
+        limits, change = rule(self._store.get(lease.key), running + ended)
         self._store.put(lease.key, limits)
         return limits, change
 
@@ -235,11 +255,13 @@ class ProcessAccount:
 
 @dataclass
 class _Held:
-    """A lease of :class:`ProcessAccount`: its key, its sequence number, whether rejected."""
+    """A lease of :class:`ProcessAccount`: its key, its sequence number, whether rejected,
+    and the sequence number when its answer was complete."""
 
     key: str
     taken: int
     rejected: bool = False
+    answered: int | None = None
 
 
 class FallbackAccount:
@@ -300,6 +322,16 @@ class FallbackAccount:
     def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
         result: Step = self._call(lambda a: a.update_rejected(lease, prefix, rule))
         return result
+
+    def answered(self, lease: Lease) -> None:
+        origin = lease.origin
+        target = self._current if origin is self._current else origin
+        try:
+            target.answered(lease)  # type: ignore[attr-defined]
+        except AccountError as exc:
+            if target is self._current:
+                self._fail(exc)
+            # else: a lease of the failed account, which no rejection counts any more
 
     def give_back(self, lease: Lease) -> None:
         origin = lease.origin

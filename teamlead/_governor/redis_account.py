@@ -11,13 +11,14 @@ keeps, in one Redis database (``--limits redis://host:port/db``):
   one lease per slot held anywhere. A Lua script drops the expired leases, counts the rest
   against the bounds and adds one, in one atomic step. A thread renews the leases of this
   process; a machine that dies stops renewing, and its leases expire after ``lease_ttl_s``;
-* ``teamlead:seq`` (a counter moved on by every lease taken or given back),
-  ``teamlead:lease-taken`` (token to the counter when it was taken),
-  ``teamlead:lease-rejected`` (the tokens the upstream rejected) and ``teamlead:released``
-  (``seq|key`` of leases given back that were not rejected, by sequence number, while a
-  live lease is older): what a rejection counts as the requests the upstream may have been
-  running (see :meth:`Account.update_rejected`); its cut is written only if no lease was
-  taken or given back since it counted.
+* ``teamlead:seq`` (a counter moved on by every lease taken, answered or given back),
+  ``teamlead:lease-taken`` and ``teamlead:lease-answered`` (token to the counter when it
+  was taken, and when its answer was complete), ``teamlead:lease-rejected`` (the tokens the
+  upstream rejected) and ``teamlead:released`` (``seq|key`` of leases given back that were
+  not rejected, by the sequence number they ended at, while a live lease is older): what a
+  rejection counts as the requests the upstream may have been running (see
+  :meth:`Account.update_rejected`); its cut is written only if the counter did not move
+  since it counted.
 
 Every call is bounded (``timeout_s`` to connect and to answer, no retries), so an
 unreachable or failing Redis costs at most that once: it raises
@@ -58,7 +59,7 @@ _PREFIX = "teamlead:"
 _CAS_TRIES = 8
 
 #: Every script gets the same KEYS: leases, lease-keys, lease-taken, lease-rejected,
-#: released, seq, and the bucket's limits key (when the script needs one).
+#: released, seq, lease-answered, and the bucket's limits key (when the script needs one).
 _NOW_MS = """
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
@@ -67,6 +68,7 @@ for _, token in ipairs(expired) do
   redis.call('HDEL', KEYS[2], token)
   redis.call('HDEL', KEYS[3], token)
   redis.call('SREM', KEYS[4], token)
+  redis.call('HDEL', KEYS[7], token)
 end
 redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms)
 local function matches(k, prefix)
@@ -98,7 +100,7 @@ local seq = redis.call('INCR', KEYS[6])
 redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[7]), ARGV[6])
 redis.call('HSET', KEYS[2], ARGV[6], key)
 redis.call('HSET', KEYS[3], ARGV[6], seq)
-return {1, redis.call('GET', KEYS[7]) or ''}
+return {1, redis.call('GET', KEYS[8]) or ''}
 """
 )
 
@@ -112,12 +114,15 @@ for i = 1, #ARGV do
   local key = redis.call('HGET', KEYS[2], token)
   if key then
     local rejected = redis.call('SISMEMBER', KEYS[4], token)
+    local answered = redis.call('HGET', KEYS[7], token)
     redis.call('ZREM', KEYS[1], token)
     redis.call('HDEL', KEYS[2], token)
     redis.call('HDEL', KEYS[3], token)
     redis.call('SREM', KEYS[4], token)
+    redis.call('HDEL', KEYS[7], token)
     local seq = redis.call('INCR', KEYS[6])
-    if rejected == 0 then redis.call('ZADD', KEYS[5], seq, seq .. '|' .. key) end
+    local ended = tonumber(answered) or seq
+    if rejected == 0 then redis.call('ZADD', KEYS[5], ended, seq .. '|' .. key) end
   end
 end
 local oldest = nil
@@ -131,8 +136,8 @@ return 1
 """
 )
 
-#: ARGV: token, prefix. Marks the lease rejected; returns {the leases of prefix live at any
-#: moment since it was taken and not rejected, the counter now, the bucket's limits}.
+#: ARGV: token, prefix. Marks the lease rejected; returns {the leases of prefix not rejected
+#: whose request ran at any moment since it was taken, the counter now, the bucket's limits}.
 _REJECT = (
     _NOW_MS
     + """
@@ -146,16 +151,26 @@ local n = 0
 local all = redis.call('HGETALL', KEYS[2])
 for i = 1, #all, 2 do
   if matches(all[i + 1], prefix) and redis.call('SISMEMBER', KEYS[4], all[i]) == 0 then
-    n = n + 1
+    local answered = tonumber(redis.call('HGET', KEYS[7], all[i]))
+    if answered == nil or answered > since then n = n + 1 end
   end
 end
 for _, entry in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. since, '+inf')) do
   local k = string.sub(entry, string.find(entry, '|', 1, true) + 1)
   if matches(k, prefix) then n = n + 1 end
 end
-return {n, redis.call('GET', KEYS[6]) or '0', redis.call('GET', KEYS[7]) or ''}
+return {n, redis.call('GET', KEYS[6]) or '0', redis.call('GET', KEYS[8]) or ''}
 """
 )
+
+#: ARGV: token. Marks the lease's answer complete (once).
+_ANSWERED = """
+local live = redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1
+if live and redis.call('HEXISTS', KEYS[7], ARGV[1]) == 0 then
+  redis.call('HSET', KEYS[7], ARGV[1], redis.call('INCR', KEYS[6]))
+end
+return 1
+"""
 
 #: ARGV: prefix. Returns the live leases of matching keys.
 _COUNT = (
@@ -237,6 +252,7 @@ class RedisAccount:
         self._take = self._redis.register_script(_TAKE)
         self._give_back = self._redis.register_script(_GIVE_BACK)
         self._reject = self._redis.register_script(_REJECT)
+        self._answered = self._redis.register_script(_ANSWERED)
         self._count = self._redis.register_script(_COUNT)
         self._renew = self._redis.register_script(_RENEW)
         self._cas = self._redis.register_script(_CAS)
@@ -253,6 +269,7 @@ class RedisAccount:
             _PREFIX + "lease-rejected",
             _PREFIX + "released",
             self._seq,
+            _PREFIX + "lease-answered",
         ]
         self._me = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
         self._tokens = 0
@@ -366,6 +383,10 @@ class RedisAccount:
             self._held.discard(lease.token)
 
         self._call(lambda: self._give_back(keys=self._keys, args=[lease.token]))
+
+    def answered(self, lease: Lease) -> None:
+        if lease.token in self._held:
+            self._call(lambda: self._answered(keys=self._keys, args=[lease.token]))
 
     def in_flight(self, prefix: str) -> int:
         counted = self._call(lambda: self._count(keys=self._keys, args=[prefix]))

@@ -12,10 +12,11 @@ this host is dropped at the next grant (checked at most once a second), and any 
 that was not renewed in time (a hung process, another host on a shared home) expires. So
 a crash never leaks a slot for longer than the lease time.
 
-A lease also carries the file's sequence number when it was taken, and whether the
-upstream rejected it; a lease given back that was not rejected stays in ``released`` (its
-key and sequence number) while a live lease is older, so a rejection counts the requests
-that ended while its 429 was on its way (see :meth:`Account.update_rejected`). A file of an
+A lease also carries the file's sequence number when it was taken, whether the upstream
+rejected it, and the sequence number when its answer was complete (``answered``); a lease
+given back that was not rejected stays in ``released`` (its key and the sequence number it
+ended at) while a live lease is older, so a rejection counts the requests that ended while
+its 429 was on its way (see :meth:`Account.update_rejected`). A file of an
 older teamlead gets the new columns and tables on first use; its processes keep working.
 
 Learnt limits that nobody touched for ``forget_after_s`` read as never seen (the idle
@@ -70,6 +71,7 @@ CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY CHECK (id = 1), seq I
 _LEASE_COLUMNS = {
     "taken": "INTEGER NOT NULL DEFAULT 0",
     "rejected": "INTEGER NOT NULL DEFAULT 0",
+    "answered": "INTEGER",
 }
 _NO_LEASE = 2**63 - 1
 _LIVENESS_EVERY_S = 1.0
@@ -245,24 +247,25 @@ class MachineAccount:
                 row = db.execute("SELECT taken FROM leases WHERE token = ?", (lease.token,))
                 taken = row.fetchone()
                 since = since if taken is None else int(taken[0])
-            live = self._count(db, prefix, now, accepted=True)
             match, args = _key_matches(prefix)
+            running = db.execute(
+                "SELECT COUNT(*) FROM leases WHERE expires > ? AND rejected = 0 "
+                f"AND (answered IS NULL OR answered > ?) AND {match}",
+                (now, since, *args),
+            ).fetchone()
             ended = db.execute(
                 f"SELECT COUNT(*) FROM released WHERE seq > ? AND {match}", (since, *args)
             ).fetchone()
-            limits, change = rule(self._read(db, lease.key), live + int(ended[0]))
+            limits, change = rule(self._read(db, lease.key), int(running[0]) + int(ended[0]))
             self._write(db, lease.key, limits)
             return limits, change
 
     # -- leases ---------------------------------------------------------------------------
-    def _count(
-        self, db: sqlite3.Connection, prefix: str, now: float, *, accepted: bool = False
-    ) -> int:
-        """Live leases of ``prefix``; ``accepted``: only those not rejected."""
+    def _count(self, db: sqlite3.Connection, prefix: str, now: float) -> int:
+        """Live leases of ``prefix``."""
         match, args = _key_matches(prefix)
-        only = " AND rejected = 0" if accepted else ""
         row = db.execute(
-            f"SELECT COUNT(*) FROM leases WHERE expires > ? AND {match}{only}", (now, *args)
+            f"SELECT COUNT(*) FROM leases WHERE expires > ? AND {match}", (now, *args)
         ).fetchone()
         return int(row[0])
 
@@ -332,12 +335,22 @@ class MachineAccount:
         self._held.discard(lease.token)
         with self._transaction() as db:
             row = db.execute(
-                "SELECT key, rejected FROM leases WHERE token = ?", (lease.token,)
+                "SELECT key, rejected, answered FROM leases WHERE token = ?", (lease.token,)
             ).fetchone()
             db.execute("DELETE FROM leases WHERE token = ?", (lease.token,))
             seq = _next(db)
             if row is not None and not row[1]:
-                db.execute("INSERT INTO released (key, seq) VALUES (?, ?)", (row[0], seq))
+                ended = seq if row[2] is None else int(row[2])
+                db.execute("INSERT INTO released (key, seq) VALUES (?, ?)", (row[0], ended))
+
+    def answered(self, lease: Lease) -> None:
+        if lease.token not in self._held:
+            return
+        with self._transaction() as db:
+            db.execute(
+                "UPDATE leases SET answered = ? WHERE token = ? AND answered IS NULL",
+                (_next(db), lease.token),
+            )
 
     def in_flight(self, prefix: str) -> int:
         with self._reading() as db:

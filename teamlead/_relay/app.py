@@ -37,6 +37,7 @@ from ..events import RateLimited
 from ..governor import Governor, bucket_key
 from .forward import (
     UPSTREAM_ERRORS,
+    AnswerEnd,
     Exchange,
     NoSlot,
     RelayConfig,
@@ -341,9 +342,14 @@ class RelayApp:
         response = exchange.response
         headers = [(k, v) for k, v in response.raw_headers if k.lower() not in _HOP_BY_HOP]
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
+        streamed = response.headers.get("content-type", "").startswith("text/event-stream")
+        end = AnswerEnd() if 200 <= response.status < 300 and streamed else None
         try:
             async for chunk in response.content.iter_any():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if end is not None and end.feed(chunk):
+                    end = None
+                    exchange.slot.answered()  # the upstream counts it no more
         except UPSTREAM_ERRORS as exc:
             # Started already: cut the stream so the client sees it incomplete, not ended.
             log.warning("relay lost the upstream mid-stream: %s", type(exc).__name__)
