@@ -21,12 +21,14 @@ from typing import Any
 import anthropic
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions
+from opentelemetry.context import Context
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import PeriodicExportingMetricReader
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.trace import get_current_span
 
 from teamlead._otel.chat import ChatObserver, UsageScanner
 from teamlead._otel.instruments import Instruments
@@ -417,7 +419,7 @@ def test_a_relayed_request_is_a_chat_span_with_its_usage_pacing_and_429(
                 run.observe_requests(
                     ChatObserver(
                         exported.telemetry,
-                        parent_of=lambda agent: set_span_in_context(root),
+                        place=lambda agent, write: write(set_span_in_context(root)),
                         on_usage=lambda agent, u: usage.append(
                             (agent, u.input_tokens, u.output_tokens)
                         ),
@@ -566,16 +568,22 @@ def test_an_agent_whose_request_ends_before_the_stream_names_it_is_one_span(
         {"type": "tool_use", "id": "tu1", "name": "Agent",
          "input": {"description": "audit", "prompt": "p"}}]}})  # fmt: skip
     run.see(SpawnAdmitted(tool_use_id="tu1", description="audit", waited_s=0, running=1, limit=2))
-    run.agent_context("a1")  # the relay: a request of agent a1 ended
+    placed: list[Context] = []
+    run.place_request("a1", placed.append)  # the relay: a request of agent a1 ended
+    assert placed == []  # held: known only by its id, its place in the run is not known yet
     run.add_usage("a1", Usage(input_tokens=7, output_tokens=3))
     run.see({"type": "system", "subtype": "task_started", "task_id": "a1", "tool_use_id": "tu1",
              "description": "audit", "session_id": "s"})  # fmt: skip
+    run.place_request("a1", placed.append)  # named now: the held one goes first, then this
+    assert len(placed) == 2
     run.see(Finished(status="completed", result="ok", session_id="s", resumes=0))
     run.close()
     exported.flush()
     agents = [s for s in receiver.spans() if s.name.startswith("invoke_agent a")]
     assert [s.name for s in agents] == ["invoke_agent audit"]
     (agent,) = agents
+    for context in placed:  # both requests under the one agent span
+        assert f"{get_current_span(context).get_span_context().span_id:016x}" == agent.span_id
     assert agent.attributes["gen_ai.agent.id"] == "a1"
     assert agent.attributes["teamlead.tool_use_id"] == "tu1"
     assert agent.attributes["gen_ai.usage.input_tokens"] == 7
@@ -590,16 +598,48 @@ def test_a_request_ending_after_the_run_leaves_no_span_open(
     run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
     run.see(Finished(status="completed", result="ok", session_id="s", resumes=0))
     run.close()
-    late = run.agent_context("a-late")  # the CLI's teardown: a request still ending
+    placed: list[Context] = []
+    run.place_request("a-late", placed.append)  # the CLI's teardown: a request still ending
     run.add_usage("a-late", Usage(input_tokens=5, output_tokens=1))
     exported.flush()
     spans = receiver.spans()
     (root,) = by_name(spans, "invoke_agent teamlead")
-    from opentelemetry.trace import get_current_span
-
+    (late,) = placed  # written at once, under the run
     assert f"{get_current_span(late).get_span_context().span_id:016x}" == root.span_id
     assert [s.name for s in spans if "a-late" in str(s.attributes)] == []
     assert run.agents.records == []
+
+
+def test_a_workflows_agent_known_by_its_requests_is_placed_under_its_workflow(
+    exported: Exported, receiver: OtlpReceiver
+) -> None:
+    """A workflow agent's requests come long before the run's rows say whose it is: they
+    are held, and written under its span, which is made under its workflow's."""
+    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
+    run.see({"type": "system", "subtype": "task_started", "task_id": "wf-task",
+             "tool_use_id": "tu-wf", "description": "probe", "task_type": "local_workflow",
+             "session_id": "s"})  # fmt: skip
+    placed: list[Context] = []
+    run.place_request("w1", placed.append)
+    run.place_request("w1", placed.append)
+    assert placed == []  # held: nothing says yet which workflow it belongs to
+    rows = [
+        TaskDisposition(id="wf-task", kind="task", description="probe", status="completed",
+                        disposition="included", source="lead"),
+        TaskDisposition(id="w1", kind="workflow_agent", description="scan", label="scan:a",
+                        parent="wf-task", status="completed", disposition="included",
+                        source="lead"),
+    ]  # fmt: skip
+    run.see(Finished(status="completed", result="ok", session_id="s", resumes=0, tasks=rows))
+    assert len(placed) == 2
+    run.close()
+    exported.flush()
+    spans = receiver.spans()
+    (workflow,) = [s for s in spans if s.name.startswith("invoke_workflow")]
+    (agent,) = by_name(spans, "invoke_agent scan:a")
+    assert agent.parent_span_id == workflow.span_id
+    for context in placed:
+        assert f"{get_current_span(context).get_span_context().span_id:016x}" == agent.span_id
 
 
 def test_an_agent_past_its_own_timeout_is_marked_timed_out(

@@ -300,8 +300,8 @@ def workflow_lead(req: ScriptedRequest) -> Reply:
 
 def test_a_workflows_agents_appear_by_the_agent_id_of_their_requests(tmp_path: Path) -> None:
     """Workflow agents never show in the stream; the relay names each by the agent id its
-    requests carry, so each is an agent span with its requests and usage under the run, and
-    the run's rows give it its label."""
+    requests carry, so each is an agent span with its requests and usage, and the run's rows
+    give it its label and its place: under its workflow's span."""
     with OtlpReceiver() as receiver, ScriptedServer(workflow_lead) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
         proc = subprocess.run(
@@ -352,7 +352,7 @@ def test_a_workflows_agents_appear_by_the_agent_id_of_their_requests(tmp_path: P
     }
     assert all(s.attributes["gen_ai.agent.name"] == labels[a] for a, s in agents.items())
     for agent_id, span in agents.items():
-        assert span.trace_id == root.trace_id and span.parent_span_id == root.span_id
+        assert span.trace_id == root.trace_id and span.parent_span_id == workflow.span_id
         assert span.attributes["gen_ai.usage.input_tokens"] == by_agent[agent_id]
         chats = [s for s in spans if s.parent_span_id == span.span_id]
         assert chats and all(c.attributes["gen_ai.agent.id"] == agent_id for c in chats)

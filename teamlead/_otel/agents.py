@@ -10,8 +10,9 @@ agent in two. Events (``queued``, ``admitted``, ``denied``, ``timed_out``, ``rej
 keep the time they happened.
 
 A workflow's agents never show in the stream: the relay names each by the agent id its
-requests carry (a span of kind ``agent`` under the run), and the run's last rows give it
-its kind (``workflow_agent``) and label, which its span ends with.
+requests carry (a record of kind ``agent``), and the run's last rows give it its kind
+(``workflow_agent``), its label and its workflow. The run holds such an agent's requests
+until then (see ``RunTrace.place_request``), so its span is made under its workflow's.
 """
 
 from __future__ import annotations

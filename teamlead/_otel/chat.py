@@ -125,8 +125,10 @@ class UsageScanner:
                 self.usage.stop_reason = _str(delta.get("stop_reason")) or self.usage.stop_reason
 
 
-#: Resolves an agent id (``None``: the lead) to the parent context of its requests.
-ParentFn = Callable[[str | None], "Context"]
+#: Places one finished request's span: calls the writer with the parent context of the
+#: agent id's requests (``None``: the lead), now, or once the agent's place in the run is
+#: known (a workflow's agent is named by its requests long before its workflow claims it).
+PlaceFn = Callable[[str | None, Callable[["Context"], None]], None]
 #: Told each finished request's agent id and usage (the run sums them per agent).
 UsageSink = Callable[[str | None, Usage], None]
 
@@ -137,12 +139,12 @@ class ChatObserver:
 
     Attributes:
         telemetry: where spans and metrics go.
-        parent_of: the parent context for an agent's requests (the run's agent spans).
+        place: writes a request's span under its agent's (see :data:`PlaceFn`).
         on_usage: told each request's usage when it ends.
     """
 
     telemetry: Telemetry
-    parent_of: ParentFn
+    place: PlaceFn
     on_usage: UsageSink
 
     def request(
@@ -250,26 +252,31 @@ class ChatTrace:
         attributes.update({k: v for k, v in optional.items() if v is not None})
         if usage.stop_reason:
             attributes[c.FINISH_REASONS] = [usage.stop_reason]
-        span = telemetry.tracer.start_span(
-            f"{c.CHAT} {model}",
-            context=self.observer.parent_of(self.agent_id),
-            kind=SpanKind.CLIENT,
-            attributes=attributes,
-            start_time=self.started_ns,
-        )
-        for at, event in self.limits:
-            limit_attributes: dict[str, Any] = {
-                "http.response.status_code": event.status,
-                "teamlead.outcome": event.outcome,
-                "teamlead.source": event.source,
-            }
-            if event.retry_after_s is not None:
-                limit_attributes["teamlead.retry_after_s"] = event.retry_after_s
-            name = "overloaded" if event.status == 529 else "rate_limited"
-            span.add_event(name, limit_attributes, timestamp=at)
-        if failed:
-            span.set_status(Status(StatusCode.ERROR, failed))
-        span.end()
+        ended_ns = time.time_ns()
+
+        def write(parent: Context) -> None:
+            span = telemetry.tracer.start_span(
+                f"{c.CHAT} {model}",
+                context=parent,
+                kind=SpanKind.CLIENT,
+                attributes=attributes,
+                start_time=self.started_ns,
+            )
+            for at, event in self.limits:
+                limit_attributes: dict[str, Any] = {
+                    "http.response.status_code": event.status,
+                    "teamlead.outcome": event.outcome,
+                    "teamlead.source": event.source,
+                }
+                if event.retry_after_s is not None:
+                    limit_attributes["teamlead.retry_after_s"] = event.retry_after_s
+                name = "overloaded" if event.status == 529 else "rate_limited"
+                span.add_event(name, limit_attributes, timestamp=at)
+            if failed:
+                span.set_status(Status(StatusCode.ERROR, failed))
+            span.end(end_time=ended_ns)
+
+        self.observer.place(self.agent_id, write)
         metric: dict[str, Any] = {
             c.OPERATION: c.CHAT,
             c.PROVIDER_NAME: c.PROVIDER,

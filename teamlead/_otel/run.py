@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import AsyncGenerator, Mapping
+from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
 
@@ -132,6 +132,7 @@ class RunTrace:
         self._relayed: Usage | None = None
         self._finished = False
         self._closed = False
+        self._unplaced: dict[str, list[Callable[[Context], None]]] = {}
         self._enter("teamlead.round", {"teamlead.round": 0})
 
     # -- hookups ---------------------------------------------------------------------------
@@ -157,7 +158,7 @@ class RunTrace:
             return
         self._relayed = Usage(input_tokens=0, output_tokens=0)
         relay_run.observe_requests(
-            ChatObserver(self._telemetry, parent_of=self.agent_context, on_usage=self.add_usage)
+            ChatObserver(self._telemetry, place=self.place_request, on_usage=self.add_usage)
         )
 
     async def observe(self, items: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:
@@ -179,15 +180,34 @@ class RunTrace:
             self.close(error)
 
     # -- what the relay tells --------------------------------------------------------------
-    def agent_context(self, agent_id: str | None) -> Context:
-        """The parent of a request of ``agent_id`` (``None``: the lead's, under the run);
-        an agent the stream has not named yet is made from its id."""
+    def place_request(self, agent_id: str | None, write: Callable[[Context], None]) -> None:
+        """Write a finished request of ``agent_id`` (``None``: the lead's, under the run)
+        under its agent's span. An agent known only by the id its requests carry (a
+        workflow's agent, or a subagent whose requests came before the stream named it) has
+        its requests held until its place is known: the stream names it, or the run's rows
+        say which workflow it belongs to; so its span is made under the right parent."""
         if agent_id is None or self._closed:  # a request still ending after the run: its root
-            return self._root_context
+            write(self._root_context)
+            return
         record = self.agents.find(agent_id) or self.agents.agent(agent_id, "agent")
         if record.task_id is None:
             record.task_id = agent_id
-        return self.agents.context(record)
+        if record.kind == "agent" and not self._finished:
+            self._unplaced.setdefault(agent_id, []).append(write)
+            return
+        self._place_held(agent_id)
+        write(self.agents.context(record))
+
+    def _place_held(self, agent_id: str | None = None) -> None:
+        """Write the requests held for ``agent_id`` (every agent's when ``None``) where
+        their agents are known to belong by now."""
+        for held_id in [agent_id] if agent_id is not None else list(self._unplaced):
+            writes = self._unplaced.pop(held_id, [])
+            if writes:
+                record = self.agents.find(held_id) or self.agents.agent(held_id, "agent")
+                context = self.agents.context(record)
+                for write in writes:
+                    write(context)
 
     def add_usage(self, agent_id: str | None, usage: Usage) -> None:
         """One finished request's usage: to the run's total and its agent's."""
@@ -351,11 +371,14 @@ class RunTrace:
                 record = self.agents.agent(row.id, row.kind, name=row.description)
                 record.started_ns = self._started_ns
             elif record.kind == "agent" and row.kind == "workflow_agent":
-                # known so far only by the agent id of its requests: its row names it
+                # known so far only by the agent id of its requests: its row names it, and
+                # the workflow it belongs to
                 record.kind, record.name = row.kind, row.label or row.description
+                record.parent = record.parent or row.parent
             record.attributes["teamlead.disposition"] = row.disposition
             record.attributes["teamlead.result_source"] = row.source
             self.agents.done(record, row.status)
+        self._place_held()
         usage = self._relayed or _sum(self._results)
         values: dict[str, Any] = {
             "teamlead.status": event.status,
@@ -398,6 +421,7 @@ class RunTrace:
             return
         from opentelemetry.trace import Status, StatusCode
 
+        self._place_held()  # no Finished came: where they are known to belong by now
         self._closed = True
         self._exit()
         self.gate.close()
