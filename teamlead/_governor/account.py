@@ -41,7 +41,7 @@ import math
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, fields, replace
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from .aimd import Limits, Step
 from .store import LimitStore, MemoryStore
@@ -323,25 +323,23 @@ class FallbackAccount:
         result: Step = self._call(lambda a: a.update_rejected(lease, prefix, rule))
         return result
 
-    def answered(self, lease: Lease) -> None:
+    def _to_origin(self, lease: Lease, call: Callable[[Account], None]) -> None:
+        """``call`` on the account that issued ``lease``. A failure of the current account
+        switches to the fallback; one of an account that failed already is let be: its
+        leases expire there by themselves, and no rejection counts them any more."""
         origin = lease.origin
-        target = self._current if origin is self._current else origin
+        target = self._current if origin is self._current else cast(Account, origin)
         try:
-            target.answered(lease)  # type: ignore[attr-defined]
+            call(target)
         except AccountError as exc:
             if target is self._current:
                 self._fail(exc)
-            # else: a lease of the failed account, which no rejection counts any more
+
+    def answered(self, lease: Lease) -> None:
+        self._to_origin(lease, lambda a: a.answered(lease))
 
     def give_back(self, lease: Lease) -> None:
-        origin = lease.origin
-        target = self._current if origin is self._current else origin
-        try:
-            target.give_back(lease)  # type: ignore[attr-defined]
-        except AccountError as exc:
-            if target is self._current:
-                self._fail(exc)
-            # else: a lease of the failed account: it expires there by itself
+        self._to_origin(lease, lambda a: a.give_back(lease))
 
     def in_flight(self, prefix: str) -> int:
         result: int = self._call(lambda a: a.in_flight(prefix))
