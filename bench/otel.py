@@ -91,7 +91,9 @@ def relay_with_two_runs(upstream: str, telemetry: Telemetry) -> Iterator[tuple[s
             root = telemetry.tracer.start_span("bench run")
             context = set_span_in_context(root)
             traced.observe_requests(
-                ChatObserver(telemetry, parent_of=lambda agent: context, on_usage=lambda a, u: None)
+                ChatObserver(
+                    telemetry, place=lambda agent, write: write(context), on_usage=lambda a, u: None
+                )
             )
             box.update(urls=(plain.base_url, traced.base_url), stop=asyncio.Event())
             box["loop"] = asyncio.get_running_loop()
