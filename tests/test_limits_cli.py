@@ -116,9 +116,18 @@ def _ask(claude: OfflineClaude, cache: Path, *args: str) -> subprocess.Popen[str
     )
 
 
-def _finished(proc: subprocess.Popen[str]) -> dict[str, Any]:
-    out, err = proc.communicate(timeout=240)
+def _finished(proc: subprocess.Popen[str], within_s: float = 90) -> dict[str, Any]:
+    """The run's Finished line; within the test's own timeout, so a run that hangs fails
+    with what it printed (a fallback from the shared store says why on stderr)."""
+    try:
+        out, err = proc.communicate(timeout=within_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, err = proc.communicate(timeout=30)
+        tail = err[-4000:]
+        raise AssertionError(f"ask ran past {within_s:g} s; its stderr ends:\n{tail}") from None
     assert proc.returncode == 0, err
+    assert "shared limits:" not in err, err  # the shared store held for the whole run
     finished: dict[str, Any] = json.loads(out.splitlines()[-1])
     assert finished["type"] == "finished" and finished["status"] == "completed", err
     return finished
