@@ -65,6 +65,7 @@ CREATE TABLE IF NOT EXISTS leases (
     token TEXT PRIMARY KEY, key TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,
     started REAL NOT NULL, expires REAL NOT NULL);
 CREATE TABLE IF NOT EXISTS released (key TEXT NOT NULL, seq INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS released_by_seq ON released (seq);
 CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL);
 """
 #: The columns a lease gained after the first release (a file made then has to get them).
