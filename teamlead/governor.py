@@ -631,6 +631,12 @@ class Governor:
     def _hand_to(self, waiter: _Waiter, slot: Slot) -> None:
         waiter.slot = slot
         waiter.wake.set()
+        # The head kept the bucket's timer (a pause, or re-checking a shared account): the
+        # next in line takes it over. Else, with the account full of other processes'
+        # slots, nothing here would look again when they give theirs back.
+        queue = self._buckets[slot.key].waiters
+        if queue:
+            queue[0].wake.set()
 
     def _release(self, slot: Slot) -> None:
         bucket = self._buckets[slot.key]

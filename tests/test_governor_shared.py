@@ -76,6 +76,33 @@ async def test_two_processes_on_one_file_share_the_limit_and_the_slots(tmp_path:
     assert first.state(A).account_in_flight == 0
 
 
+async def test_the_next_waiter_keeps_watching_the_account_once_the_head_is_served(
+    tmp_path: Path,
+) -> None:
+    """The head of a queue re-checks a shared account for slots other processes give back.
+    Once it is served, the next in line must take that over: here nothing in the first
+    process ever gives a slot back, so without it the second waiter would wait forever."""
+    db = tmp_path / "limits.sqlite3"
+    first, second = _governor(db, SYSTEM_CLOCK, 2), _governor(db, SYSTEM_CLOCK, 2)
+    held = [await second.acquire(A) for _ in range(2)]  # the account is full
+    got: list[Slot] = []
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+
+            async def wait() -> None:
+                got.append(await first.acquire(A))
+
+            tg.start_soon(wait)
+            tg.start_soon(wait)
+            assert await apoll(lambda: first.state(A).waiting == 2, within_s=10)
+            held[0].release()  # the head sees it and is served; the other is head now
+            assert await apoll(lambda: len(got) == 1, within_s=10)
+            held[1].release()  # only the new head's own re-checks can find this one
+    assert len(got) == 2
+    for slot in got:
+        slot.release()
+
+
 async def test_a_cut_learnt_in_one_process_holds_in_the_other(tmp_path: Path) -> None:
     db = tmp_path / "limits.sqlite3"
     first, second = _governor(db, ceiling=24), _governor(db, ceiling=24)

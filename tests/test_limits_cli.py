@@ -123,9 +123,9 @@ def _finished(proc: subprocess.Popen[str], within_s: float = 90) -> dict[str, An
         out, err = proc.communicate(timeout=within_s)
     except subprocess.TimeoutExpired:
         proc.kill()
-        _, err = proc.communicate(timeout=30)
-        tail = err[-4000:]
-        raise AssertionError(f"ask ran past {within_s:g} s; its stderr ends:\n{tail}") from None
+        out, err = proc.communicate(timeout=30)
+        tail = f"stdout ends:\n{out[-3000:]}\nstderr ends:\n{err[-3000:]}"
+        raise AssertionError(f"ask ran past {within_s:g} s; its {tail}") from None
     assert proc.returncode == 0, err
     assert "shared limits:" not in err, err  # the shared store held for the whole run
     finished: dict[str, Any] = json.loads(out.splitlines()[-1])
