@@ -81,7 +81,7 @@ import anyio
 import anyio.lowlevel
 
 from ._governor import aimd
-from ._governor.account import Account, Bounds, Lease, ProcessAccount
+from ._governor.account import Account, Bounds, Lease, ProcessAccount, provider_of
 from ._governor.knobs import BucketState, GovernorPolicy, bucket_key, check_seconds
 from ._governor.ratelimit_headers import pace_pause, read_windows
 from ._governor.retry_after import parse_retry_after, retry_after_from_headers
@@ -525,11 +525,11 @@ class Governor:
         )
 
     def _apply_rejected(
-        self, bucket: _Bucket, lease: Lease, rule_for: Callable[[int], _Rule]
+        self, bucket: _Bucket, lease: Lease, provider: str, rule_for: Callable[[int], _Rule]
     ) -> None:
         """Mark ``lease`` rejected and apply ``rule_for(accepted)`` atomically, ``accepted``
-        being what the account counts in the same step (see ``Account.update_rejected``)."""
-        provider = bucket.key.split("/", 1)[0] + "/"
+        being what the account counts over ``provider`` in the same step (see
+        ``Account.update_rejected``)."""
         self._commit(
             bucket,
             lambda step: self._account.update_rejected(
@@ -715,10 +715,12 @@ class Governor:
         # counts those it may have been running (see Account.update_rejected). This
         # process's own count stands when the account lost sight of its slots (a shared
         # store that failed mid-run).
-        provider = slot.key.split("/", 1)[0] + "/"
+        provider = provider_of(slot.key)
         mine = [b for b in self._buckets.values() if b.key.startswith(provider)]
         own = sum(b.in_flight - b.rejected - b.answered for b in mine)
-        self._apply_rejected(bucket, slot._lease, lambda counted: rule(max(0, counted, own)))
+        self._apply_rejected(
+            bucket, slot._lease, provider, lambda counted: rule(max(0, counted, own))
+        )
 
     def _on_overloaded(self, slot: Slot, retry_after: float | None) -> None:
         bucket, now = self._touch(slot.key)

@@ -59,6 +59,7 @@ __all__ = [
     "from_wall",
     "limits_from_json",
     "limits_to_json",
+    "provider_of",
     "to_wall",
 ]
 
@@ -96,7 +97,12 @@ class Bounds:
     @property
     def provider(self) -> str:
         """The key's provider prefix, ``provider/``."""
-        return self.key.split("/", 1)[0] + "/"
+        return provider_of(self.key)
+
+
+def provider_of(key: str) -> str:
+    """The provider prefix of a ``provider/model`` bucket key, ``provider/``."""
+    return key.split("/", 1)[0] + "/"
 
 
 @dataclass(frozen=True)

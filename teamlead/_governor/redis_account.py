@@ -91,7 +91,7 @@ for i = 1, #all, 2 do
   local k = all[i + 1]
   ntotal = ntotal + 1
   if k == key then nkey = nkey + 1 end
-  if string.sub(k, 1, #provider) == provider then nprov = nprov + 1 end
+  if matches(k, provider) then nprov = nprov + 1 end
 end
 if nkey >= limit then return {0} end
 if plimit >= 0 and nprov >= plimit then return {0} end
