@@ -137,8 +137,11 @@ async def test_a_lost_agent_that_no_resume_recovers_leaves_the_run_partial(
 
 
 def _journaled(state_dir: Path, results: int) -> bool:
-    """Whether a workflow's journal under ``state_dir`` holds ``results`` results."""
-    for path in state_dir.rglob("journal.jsonl"):
+    """Whether a workflow's journal under ``state_dir`` holds ``results`` results.
+
+    The glob follows the journal's layout instead of walking all of ``state_dir``, where the
+    CLI makes and removes lock directories while the test polls."""
+    for path in (state_dir / ".claude").glob("projects/*/*/subagents/workflows/*/journal.jsonl"):
         if path.read_text(errors="replace").count('"type":"result"') >= results:
             return True
     return False
