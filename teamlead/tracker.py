@@ -51,6 +51,7 @@ from ._parse import (
 from ._workflow import WorkflowRun
 
 __all__ = [
+    "LAUNCH_NOTICE",
     "TERMINAL_STATES",
     "AgentCallSeen",
     "AgentCallsSent",
@@ -133,6 +134,8 @@ class TaskInfo:
 
 
 _INVALID_INPUT = "InputValidationError"
+#: the tool result of an Agent call whose agent runs in the background (its task events follow)
+LAUNCH_NOTICE = "Async agent launched"
 _MAX_REASON = 300
 
 
@@ -176,6 +179,7 @@ class Tracker:
     started_at: float = field(default_factory=time.monotonic)
     _seq: int = 0
     _by_tool_use: dict[str, str] = field(default_factory=dict)
+    _agent_results: set[str] = field(default_factory=set)
     _workflow_calls: dict[str, WorkflowCallSeen] = field(default_factory=dict)
     _launches: dict[str, WorkflowLaunched] = field(default_factory=dict)
 
@@ -275,6 +279,8 @@ class Tracker:
                     self.lead_texts.append(event.text)
                 self._absorb_before(self._seq)
         elif isinstance(event, ToolResultSeen):
+            if event.tool_use_id in self.agent_calls and LAUNCH_NOTICE not in event.text:
+                self._agent_results.add(event.tool_use_id)  # what became of the call
             reason = invalid_input_reason(event)
             if reason is not None and event.tool_use_id in self.agent_calls:
                 self.invalid_calls.setdefault(event.tool_use_id, reason)
@@ -288,6 +294,16 @@ class Tracker:
                     if task.run_id == event.origin_run_id and task.terminal and task.has_output:
                         task.absorbed = True
         return changes
+
+    def call_seen(self, tool_use_id: str) -> bool:
+        """Whether the stream showed what became of the Agent call ``tool_use_id``: its task
+        started, a tool result that ended it came (not the notice of a background launch),
+        or the CLI refused its input."""
+        return (
+            tool_use_id in self._by_tool_use
+            or tool_use_id in self._agent_results
+            or tool_use_id in self.invalid_calls
+        )
 
     def _workflow(self, task: TaskInfo) -> WorkflowRun:
         """``task``'s workflow run, made on first sight (with what its call said)."""

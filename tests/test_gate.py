@@ -600,3 +600,57 @@ def test_a_call_refused_for_invalid_input_is_missing_unless_the_lead_sent_it_aga
     by_id = {r.id: r for r in rows}
     assert by_id["t1"].status == "rejected" and by_id["t1"].disposition == "not_run"  # re-sent
     assert by_id["t3"].disposition == "missing" and "InputValidation" in (by_id["t3"].reason or "")
+
+
+def test_an_admitted_call_nothing_more_was_seen_of_is_a_lost_row_and_a_reason() -> None:
+    """The stream broke after the gate admitted it: no task, no tool result. Without a row
+    it would vanish from ``Finished.tasks``; one seen to start or end gets none here."""
+    from teamlead._gate.calls import SpawnRecord, call_dispositions
+
+    records = [
+        SpawnRecord(tool_use_id=t, description=d, status="admitted")
+        for t, d in (("t1", "started"), ("t2", "answered"), ("t3", "unseen"))
+    ]
+    rows, reasons = call_dispositions(records, seen=lambda tool_use_id: tool_use_id != "t3")
+    assert [(r.id, r.kind, r.status, r.disposition) for r in rows] == [
+        ("t3", "call", "lost", "missing")
+    ]
+    assert "seen to start or end" in (rows[0].reason or "")
+    assert reasons == [f'Agent call "unseen" was lost: {rows[0].reason}']
+    assert call_dispositions(records) == ([], [])  # no tracker to ask: all count as seen
+
+
+def test_a_call_is_seen_once_its_task_starts_or_a_result_ends_it_not_at_its_launch_notice() -> None:
+    from teamlead.tracker import LAUNCH_NOTICE, Tracker
+
+    tracker = Tracker()
+    for tool_use_id in ("t1", "t2", "t3"):
+        tracker.feed(
+            {
+                "type": "assistant",
+                "message": {
+                    "id": f"m-{tool_use_id}",
+                    "role": "assistant",
+                    "content": [
+                        {
+                            "type": "tool_use",
+                            "id": tool_use_id,
+                            "name": "Agent",
+                            "input": {"description": tool_use_id, "prompt": "go"},
+                        }
+                    ],
+                },
+            }
+        )
+
+    def result(tool_use_id: str, text: str) -> dict[str, object]:
+        block = {"type": "tool_result", "tool_use_id": tool_use_id, "content": text}
+        return {"type": "user", "message": {"role": "user", "content": [block]}}
+
+    tracker.feed(result("t1", f"{LAUNCH_NOTICE} successfully. agentId: a1"))
+    tracker.feed(result("t2", "the foreground agent's answer"))
+    assert [tracker.call_seen(t) for t in ("t1", "t2", "t3")] == [False, True, False]
+    tracker.feed(
+        {"type": "system", "subtype": "task_started", "task_id": "a1", "tool_use_id": "t1"}
+    )
+    assert tracker.call_seen("t1") and not tracker.call_seen("t3")

@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..tracker import Tracker
 from .files import FileProblem, loads, open_regular
 
-__all__ = ["find_session_file", "load_session"]
+__all__ = ["find_session_file", "load_session", "session_messages"]
 
 logger = logging.getLogger(__name__)
 
@@ -132,8 +132,9 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
     return out
 
 
-def load_session(config_dir: Path, session_id: str) -> Tracker:
-    """A :class:`Tracker` rebuilt from the session's transcript.
+def session_messages(config_dir: Path, session_id: str) -> list[dict[str, Any]]:
+    """The stream-json messages the main thread of ``session_id``'s transcript stands for,
+    in order: the lead's turns, its launched agents and workflows, the notifications.
 
     Raises:
         UsageError: no such session, or its transcript is too large to read.
@@ -143,8 +144,7 @@ def load_session(config_dir: Path, session_id: str) -> Tracker:
         fh = open_regular(path)  # a FIFO here must not hang resume
     except FileProblem as problem:
         raise UsageError(f"session transcript {problem.message}") from None
-    tracker = Tracker()
-    tracker.session_id = session_id
+    messages: list[dict[str, Any]] = []
     skipped = 0
     with fh:
         if os.fstat(fh.fileno()).st_size > _MAX_TRANSCRIPT_BYTES:
@@ -153,12 +153,30 @@ def load_session(config_dir: Path, session_id: str) -> Tracker:
             try:
                 record = loads(line.decode("utf-8", errors="replace"))
                 if isinstance(record, dict):
-                    for raw in _records(record, session_id):
-                        tracker.feed(raw)
+                    messages += _records(record, session_id)
             except (ValueError, RecursionError):  # torn, hand-edited or nested too deeply
                 skipped += 1
     if skipped:
         logger.warning("session transcript %s: skipped %d malformed line(s)", path.name, skipped)
+    return messages
+
+
+def load_session(config_dir: Path, session_id: str) -> Tracker:
+    """A :class:`Tracker` rebuilt from the session's transcript.
+
+    Raises:
+        UsageError: no such session, or its transcript is too large to read.
+    """
+    tracker = Tracker()
+    tracker.session_id = session_id
+    unread = 0
+    for raw in session_messages(config_dir, session_id):
+        try:
+            tracker.feed(raw)
+        except (ValueError, RecursionError):  # a record whose fields make no sense
+            unread += 1
+    if unread:
+        logger.warning("session %s: skipped %d unreadable record(s)", session_id, unread)
     if tracker.lead_texts:  # the transcript has no result records; stand one in
         tracker.feed(
             {

@@ -9,7 +9,7 @@ entries for the calls that never became tasks.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Literal, TypeAlias
 
 import anyio
@@ -169,15 +169,25 @@ def with_invalid_calls(
     return out + extra
 
 
-def call_dispositions(records: list[SpawnRecord]) -> tuple[list[TaskDisposition], list[str]]:
+#: an admitted call of which nothing more was seen
+_UNSEEN = "admitted, but the stream ended before the agent was seen to start or end"
+
+
+def call_dispositions(
+    records: list[SpawnRecord], seen: Callable[[str], bool] | None = None
+) -> tuple[list[TaskDisposition], list[str]]:
     """``Finished.tasks`` entries for the Agent calls that never ran, and reason lines.
 
     Denied calls (the user's own limits) are ``not_run``; a call the CLI rejected, or one
     denied because the process-wide cap was starved by other runs, is ``missing`` (so the
-    run is never ``completed``) unless the lead re-issued that work later.
+    run is never ``completed``) unless the lead re-issued that work later. An admitted call
+    of which ``seen`` says nothing more was seen (no task, no tool result: the stream broke
+    first) is ``lost`` and ``missing``: no row would account for it otherwise.
 
     Args:
         records: the gate's records, in arrival order.
+        seen: whether the stream showed what became of an admitted call (its tool_use id);
+            ``None``: every admitted call counts as seen.
 
     Returns:
         the dispositions of the calls that never ran, and one reason line for each
@@ -186,13 +196,29 @@ def call_dispositions(records: list[SpawnRecord]) -> tuple[list[TaskDisposition]
     out: list[TaskDisposition] = []
     reasons: list[str] = []
     for index, record in enumerate(records):
+        description = redact(record.description or record.tool_use_id)
+        if record.status == "admitted":
+            if seen is None or seen(record.tool_use_id):
+                continue
+            reasons.append(f'Agent call "{description}" was lost: {_UNSEEN}')
+            out.append(
+                TaskDisposition(
+                    id=record.tool_use_id,
+                    kind="call",
+                    description=description,
+                    status="lost",
+                    disposition="missing",
+                    source="none",
+                    reason=_UNSEEN,
+                )
+            )
+            continue
         if record.status not in ("denied", "rejected", "queued"):
             continue
         status: Literal["denied", "rejected"] = (
             "denied" if record.status == "denied" else "rejected"
         )
         disposition: Disposition = "not_run"
-        description = redact(record.description or record.tool_use_id)
         reason = redact(record.reason or "")
         lost = status == "rejected" or record.starved
         if lost and not _reissued(record, records[index + 1 :]):

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any, Literal
 
 from ..tracker import (
+    LAUNCH_NOTICE,
     AgentCallsSent,
     TaskEnded,
     TaskStarted,
@@ -34,7 +35,6 @@ AgentResult = Literal["launched", "finished", "failed", "rejected", "denied"]
 _CLI_LIMIT = "Concurrent subagent limit reached"
 _HOOK_TIMEOUT = "PreToolUse hook did not respond before its timeout"
 _HOOK_DENY = "PreToolUse:Agent hook error"
-_LAUNCHED = "Async agent launched"
 
 
 def classify_agent_result(result: ToolResultSeen) -> AgentResult:
@@ -52,7 +52,7 @@ def classify_agent_result(result: ToolResultSeen) -> AgentResult:
         return "denied"
     if result.is_error:
         return "failed"
-    if _LAUNCHED in text:
+    if LAUNCH_NOTICE in text:
         return "launched"
     return "finished"
 

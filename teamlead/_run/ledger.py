@@ -95,7 +95,7 @@ class Ledger:
                 not re-issue makes the run partial.
         """
         dispositions = list(dispositions)
-        not_run, call_reasons = call_dispositions(list(calls))
+        not_run, call_reasons = call_dispositions(list(calls), seen=tracker.call_seen)
         dispositions += not_run
         last = tracker.last_success
         final = last.text if last is not None and (last.text or "").strip() else None

@@ -28,9 +28,10 @@ from .._redact import redact
 from ..events import Finished, ResumeFailed, Resuming, TaskDisposition
 from .collect import Collection, absorb, dispositions
 from .outcome import RoundOutcome
+from .readback import read_back
 from .resume_prompt import Delivery, render_resume_prompt
 from .retry import retry_delay
-from .round import Round, describe
+from .round import Round
 from .state import RUN_MARK_VAR, RunState
 from .wrapup import WrapFn, no_tools, wrap_up
 
@@ -246,39 +247,7 @@ async def _wrap_up(state: RunState, carried: list[Delivery], wrap: WrapFn) -> As
 def _after_first(state: RunState, outcome: RoundOutcome) -> None:
     state.cli_state = outcome.cli_state
     state.ledger.after_round(outcome, first=True)
-    _account_unread_calls(state, outcome)
-
-
-_OVERSIZED = "exceeded maximum buffer size"
-
-
-def _account_unread_calls(state: RunState, outcome: RoundOutcome) -> None:
-    """A message over the SDK's buffer (``max_buffer_size``) broke the round's stream: the
-    lead's Agent calls the stream never showed (nor their hooks) are read back from the
-    session's transcript and accounted for as ``rejected``, with the reason."""
-    if outcome.error_kind != "raised" or _OVERSIZED not in (outcome.error or ""):
-        return
-    session = state.tracker.session_id
-    if not session:
-        return
-    from .._claude.saved_session import load_session
-
-    try:
-        saved = load_session(state.config_dir, session)
-    except Exception as exc:  # no transcript to read: the error line says what broke
-        logger.warning("could not read the session's transcript back: %s", describe(exc))
-        return
-    started = {t.tool_use_id for t in state.tracker.tasks.values() if t.tool_use_id}
-    limit = state.options.max_buffer_size
-    reason = (
-        f"the call's message was larger than the SDK's buffer of {limit} bytes "
-        "(ClaudeAgentOptions.max_buffer_size), so it was never read and did not run"
-    )
-    for tool_use_id, call in saved.agent_calls.items():
-        if tool_use_id in state.tracker.agent_calls or tool_use_id in started:
-            continue
-        state.tracker.agent_calls[tool_use_id] = call
-        state.tracker.invalid_calls.setdefault(tool_use_id, reason)
+    read_back(state, outcome)
 
 
 # -- the resume loop -----------------------------------------------------------------------
@@ -328,7 +297,7 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
                 state.process_ended()
             outcome = this_round.outcome
             state.cli_state = outcome.cli_state
-            _account_unread_calls(state, outcome)
+            read_back(state, outcome)
             if state.stop.requested:
                 ledger.after_round(outcome, first=False)
                 yield interrupted(state)

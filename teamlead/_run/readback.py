@@ -1,0 +1,109 @@
+"""Reading back, from the session's transcript, what a broken stream never showed.
+
+When the SDK's reader fails in the middle of a round (a message over its
+``max_buffer_size``, a torn line), the round ends and its CLI with it. What the CLI had
+done by then still happened, though the stream never showed it:
+
+- an agent it launched ran, and wrote its own transcript;
+- an Agent call it read but whose hook was never answered did not run.
+
+The session's transcript (:mod:`teamlead._claude.saved_session`) holds both: the
+``toolUseResult`` that names each launched agent, and every Agent call the lead made.
+:func:`read_back` feeds the launches the stream missed to the run (its tracker, its
+agents, its gate) the way a round does, so the collection waits for those agents and reads
+what they left; after an oversized message, the calls the stream never showed and that
+never launched are accounted for as rejected, with the reason.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from .._claude.saved_session import session_messages
+from .._gate.stream import observe
+from ..tracker import Tracker
+from .outcome import RoundOutcome
+from .round import describe
+from .state import RunState
+
+__all__ = ["read_back"]
+
+logger = logging.getLogger(__name__)
+
+#: the SDK's words when a message was over its buffer
+_OVERSIZED = "exceeded maximum buffer size"
+_TASK_MESSAGES = frozenset({"task_started", "task_notification"})
+
+
+def read_back(state: RunState, outcome: RoundOutcome) -> None:
+    """After a round whose stream broke, take what the session's transcript shows and the
+    stream did not: the agents launched, and (after an oversized message) the calls that
+    never ran.
+
+    Args:
+        state: the run; its tracker, agents and gate are told of each launch found.
+        outcome: the round's outcome; nothing is read unless its stream raised.
+    """
+    tracker = state.tracker
+    if outcome.error_kind != "raised" or not tracker.session_id:
+        return
+    try:
+        messages = session_messages(state.config_dir, tracker.session_id)
+    except Exception as exc:  # no transcript to read: the error line says what broke
+        logger.warning("could not read the session's transcript back: %s", describe(exc))
+        return
+    saved = Tracker(session_id=tracker.session_id)
+    for raw in messages:
+        try:
+            saved.feed(raw)
+        except (ValueError, RecursionError):  # a record whose fields make no sense
+            continue
+    hidden = {
+        task.task_id
+        for task in saved.tasks.values()
+        if not task.is_workflow
+        and task.task_id not in tracker.tasks
+        and not (task.tool_use_id and tracker.call_seen(task.tool_use_id))
+    }  # a call whose result the stream showed (a foreground agent's answer) is not hidden
+    for task_id in hidden:
+        tool_use_id = saved.tasks[task_id].tool_use_id
+        call = saved.agent_calls.get(tool_use_id or "")
+        if call is not None:
+            tracker.agent_calls.setdefault(call.tool_use_id, call)
+    for raw in messages:
+        if raw.get("subtype") in _TASK_MESSAGES and raw.get("task_id") in hidden:
+            _take(state, raw)
+    if hidden:
+        logger.info(
+            "read %d agent launch(es) the stream missed back from the transcript", len(hidden)
+        )
+    if _OVERSIZED in (outcome.error or ""):
+        _unread_calls(state, saved)
+
+
+def _take(state: RunState, raw: dict[str, Any]) -> None:
+    """Feed one message read back to the run, as a round feeds one from the stream (the
+    gate's events wait for the next round to yield them)."""
+    events = state.tracker.feed(raw)
+    if state.agents is not None:
+        state.agents.observe(events, state.tracker)
+    if state.gate is not None:
+        observe(state.gate.gate, raw, events)
+
+
+def _unread_calls(state: RunState, saved: Tracker) -> None:
+    """The lead's Agent calls that the stream never showed, nor their hooks (the message
+    over the SDK's buffer held them), and that never launched: ``rejected``, with why."""
+    tracker = state.tracker
+    launched = {t.tool_use_id for t in tracker.tasks.values() if t.tool_use_id}
+    limit = state.options.max_buffer_size
+    reason = (
+        f"the call's message was larger than the SDK's buffer of {limit} bytes "
+        "(ClaudeAgentOptions.max_buffer_size), so it was never read and did not run"
+    )
+    for tool_use_id, call in saved.agent_calls.items():
+        if tool_use_id in tracker.agent_calls or tool_use_id in launched:
+            continue
+        tracker.agent_calls[tool_use_id] = call
+        tracker.invalid_calls.setdefault(tool_use_id, reason)
