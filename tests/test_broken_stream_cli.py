@@ -20,16 +20,17 @@ from typing import Any
 
 import anyio
 import pytest
-from claude_agent_sdk import CLIJSONDecodeError, SystemMessage
+from claude_agent_sdk import AssistantMessage, CLIJSONDecodeError, SystemMessage, ToolUseBlock
 from claude_agent_sdk import query as sdk_query
 
 import teamlead
 from teamlead.events import Finished
-from teamlead.testing.scripts import FanOut, findings_in
+from teamlead.testing.scripts import FanOut, WorkflowFanOut, findings_in
 
 from .conftest import OfflineFactory
 from .polling import apoll
 from .test_gate_cli import agents_run
+from .test_workflows_cli import QUICK, _journaled, policy, requests_by_key
 
 pytestmark = [pytest.mark.cli, pytest.mark.anyio]
 
@@ -110,3 +111,77 @@ async def test_agents_launched_after_the_break_point_are_read_back_and_their_res
     assert len(done.tasks) == _AGENTS  # each agent once, and no call row besides
     assert done.reasons[0].startswith("recovered from: the lead's stream ended with an error")
     assert done.status == "partial"  # the agents ended with the broken round's CLI
+
+
+def _workflow_launched(config_dir: Path) -> bool:
+    """Whether a session under ``config_dir`` records a workflow's launch."""
+    for path in (config_dir / "projects").glob("*/*.jsonl"):
+        if '"taskType":"local_workflow"' in path.read_text(errors="replace"):
+            return True
+    return False
+
+
+def _hiding_the_workflow(config_dir: Path, broke: list[str], results: int) -> Any:
+    """A ``query_fn``: the real SDK query, whose first round shows the lead's Workflow call
+    and nothing after it (no launch, no task message), and breaks once the session's
+    transcript records the launch and the run's journal holds ``results`` results."""
+
+    async def query_fn(**kwargs: Any) -> AsyncIterator[Any]:
+        stream = sdk_query(**kwargs)
+        first = kwargs["options"].resume is None
+        called = False
+        try:
+            async for message in stream:
+                if not first:
+                    yield message
+                    continue
+                if called:
+                    if await apoll(
+                        lambda: (
+                            _workflow_launched(config_dir)
+                            and _journaled(config_dir.parent, results)
+                        ),
+                        within_s=60,
+                    ):
+                        broke.append("after the launch")
+                        raise CLIJSONDecodeError(
+                            '{"type":"user","message":{"ro', ValueError("torn")
+                        )
+                    continue
+                called = any(
+                    isinstance(b, ToolUseBlock) and b.name == "Workflow"
+                    for b in getattr(message, "content", None) or []
+                    if isinstance(message, AssistantMessage)
+                )
+                yield message
+        finally:
+            await stream.aclose()
+
+    return query_fn
+
+
+async def test_a_workflow_launched_after_the_break_point_is_read_back_and_resumed_from_its_journal(
+    offline: OfflineFactory,
+) -> None:
+    keys = ["a", "b", "c"]
+    server, claude = offline(WorkflowFanOut(keys, delay=QUICK))
+    broke: list[str] = []
+    query_fn = _hiding_the_workflow(claude.config_dir, broke, len(keys))
+    with anyio.fail_after(120):
+        items = [
+            item
+            async for item in teamlead.query(
+                "Investigate.", claude.options(), query_fn=query_fn, policy=policy()
+            )
+        ]
+    done = items[-1]
+    assert isinstance(done, Finished)
+    assert broke == ["after the launch"]
+    assert done.resumes >= 1, (done.status, done.reasons, done.tasks)
+    assert set(findings_in(done.result or "")) >= set(keys), (done.result, done.reasons)
+    workflows = [t for t in done.tasks if t.kind == "task"]
+    assert workflows and all(t.run_id for t in workflows), done.tasks
+    # the journal's results were used, not redone: each agent answered once
+    assert {k: [s for s in v if s == 200] for k, v in requests_by_key(server).items()} == {
+        k: [200] for k in keys
+    }

@@ -4,15 +4,17 @@ When the SDK's reader fails in the middle of a round (a message over its
 ``max_buffer_size``, a torn line), the round ends and its CLI with it. What the CLI had
 done by then still happened, though the stream never showed it:
 
-- an agent it launched ran, and wrote its own transcript;
+- an agent or workflow it launched ran, and wrote its own transcript or journal;
 - an Agent call it read but whose hook was never answered did not run.
 
 The session's transcript (:mod:`teamlead._claude.saved_session`) holds both: the
-``toolUseResult`` that names each launched agent, and every Agent call the lead made.
+``toolUseResult`` that names each launched agent and workflow run, and every Agent call
+the lead made.
 :func:`read_back` feeds the launches the stream missed to the run (its tracker, its
 agents, its gate) the way a round does, so the collection waits for those agents and reads
-what they left; after an oversized message, the calls the stream never showed and that
-never launched are accounted for as rejected, with the reason.
+what they left (a workflow that the broken round's CLI took down with it is resumed from
+its journal, as after a crash); after an oversized message, the calls the stream never
+showed and that never launched are accounted for as rejected, with the reason.
 """
 
 from __future__ import annotations
@@ -62,24 +64,36 @@ def read_back(state: RunState, outcome: RoundOutcome) -> None:
     hidden = {
         task.task_id
         for task in saved.tasks.values()
-        if not task.is_workflow
-        and task.task_id not in tracker.tasks
+        if task.task_id not in tracker.tasks
         and not (task.tool_use_id and tracker.call_seen(task.tool_use_id))
     }  # a call whose result the stream showed (a foreground agent's answer) is not hidden
+    launches: set[str] = set()  # the tool_use ids of the hidden workflows' launches
     for task_id in hidden:
-        tool_use_id = saved.tasks[task_id].tool_use_id
-        call = saved.agent_calls.get(tool_use_id or "")
+        tool_use_id = saved.tasks[task_id].tool_use_id or ""
+        call = saved.agent_calls.get(tool_use_id)
         if call is not None:
             tracker.agent_calls.setdefault(call.tool_use_id, call)
+        if saved.tasks[task_id].is_workflow:
+            launches.add(tool_use_id)
     for raw in messages:
         if raw.get("subtype") in _TASK_MESSAGES and raw.get("task_id") in hidden:
             _take(state, raw)
+        elif "tool_use_result" in raw and _tool_use_id(raw) in launches:
+            _take(state, raw)  # a workflow's launch: its run id and script
     if hidden:
         logger.info(
             "read %d agent launch(es) the stream missed back from the transcript", len(hidden)
         )
     if _OVERSIZED in (outcome.error or ""):
         _unread_calls(state, saved)
+
+
+def _tool_use_id(raw: dict[str, Any]) -> str | None:
+    """The tool_use id a user message's first tool result answers."""
+    content = raw.get("message", {}).get("content")
+    first = content[0] if isinstance(content, list) and content else None
+    found = first.get("tool_use_id") if isinstance(first, dict) else None
+    return found if isinstance(found, str) else None
 
 
 def _take(state: RunState, raw: dict[str, Any]) -> None:
