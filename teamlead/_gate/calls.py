@@ -197,33 +197,22 @@ def call_dispositions(
     reasons: list[str] = []
     for index, record in enumerate(records):
         description = redact(record.description or record.tool_use_id)
+        status: Literal["denied", "rejected", "lost"]
+        disposition: Disposition = "not_run"
         if record.status == "admitted":
             if seen is None or seen(record.tool_use_id):
                 continue
-            reasons.append(f'Agent call "{description}" was lost: {_UNSEEN}')
-            out.append(
-                TaskDisposition(
-                    id=record.tool_use_id,
-                    kind="call",
-                    description=description,
-                    status="lost",
-                    disposition="missing",
-                    source="none",
-                    reason=_UNSEEN,
-                )
-            )
+            status, disposition, reason = "lost", "missing", _UNSEEN
+            reasons.append(f'Agent call "{description}" was lost: {reason}')
+        elif record.status in ("denied", "rejected", "queued"):
+            status = "denied" if record.status == "denied" else "rejected"
+            reason = redact(record.reason or "")
+            lost = status == "rejected" or record.starved
+            if lost and not _reissued(record, records[index + 1 :]):
+                disposition = "missing"
+                reasons.append(f'Agent call "{description}" never ran: {reason or "rejected"}')
+        else:
             continue
-        if record.status not in ("denied", "rejected", "queued"):
-            continue
-        status: Literal["denied", "rejected"] = (
-            "denied" if record.status == "denied" else "rejected"
-        )
-        disposition: Disposition = "not_run"
-        reason = redact(record.reason or "")
-        lost = status == "rejected" or record.starved
-        if lost and not _reissued(record, records[index + 1 :]):
-            disposition = "missing"
-            reasons.append(f'Agent call "{description}" never ran: {reason or "rejected"}')
         out.append(
             TaskDisposition(
                 id=record.tool_use_id,
