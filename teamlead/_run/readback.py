@@ -81,16 +81,15 @@ def read_back(state: RunState, outcome: RoundOutcome) -> None:
         elif "tool_use_result" in raw and _tool_use_id(raw) in launches:
             _take(state, raw)  # a workflow's launch: its run id and script
     if hidden:
-        logger.info(
-            "read %d agent launch(es) the stream missed back from the transcript", len(hidden)
-        )
+        logger.info("read %d launch(es) the stream missed back from the transcript", len(hidden))
     if _OVERSIZED in (outcome.error or ""):
         _unread_calls(state, saved)
 
 
 def _tool_use_id(raw: dict[str, Any]) -> str | None:
     """The tool_use id a user message's first tool result answers."""
-    content = raw.get("message", {}).get("content")
+    message = raw.get("message")
+    content = message.get("content") if isinstance(message, dict) else None
     first = content[0] if isinstance(content, list) and content else None
     found = first.get("tool_use_id") if isinstance(first, dict) else None
     return found if isinstance(found, str) else None
@@ -99,7 +98,10 @@ def _tool_use_id(raw: dict[str, Any]) -> str | None:
 def _take(state: RunState, raw: dict[str, Any]) -> None:
     """Feed one message read back to the run, as a round feeds one from the stream (the
     gate's events wait for the next round to yield them)."""
-    events = state.tracker.feed(raw)
+    try:
+        events = state.tracker.feed(raw)
+    except (ValueError, RecursionError):  # a record whose fields make no sense: skipped
+        return
     if state.agents is not None:
         state.agents.observe(events, state.tracker)
     if state.gate is not None:
