@@ -279,11 +279,12 @@ class Tracker:
                     self.lead_texts.append(event.text)
                 self._absorb_before(self._seq)
         elif isinstance(event, ToolResultSeen):
-            if event.tool_use_id in self.agent_calls and LAUNCH_NOTICE not in event.text:
-                self._agent_results.add(event.tool_use_id)  # what became of the call
-            reason = invalid_input_reason(event)
-            if reason is not None and event.tool_use_id in self.agent_calls:
-                self.invalid_calls.setdefault(event.tool_use_id, reason)
+            if event.tool_use_id in self.agent_calls:
+                reason = invalid_input_reason(event)
+                if reason is not None:
+                    self.invalid_calls.setdefault(event.tool_use_id, reason)
+                elif LAUNCH_NOTICE not in event.text:
+                    self._agent_results.add(event.tool_use_id)  # what became of the call
         elif isinstance(event, ResultSeen):
             self.results.append(event)
             # A zero-turn placeholder answers nothing: the CLI emits one for a task

@@ -14,7 +14,7 @@ transcript holds every launch: the break at its worst, every time.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +37,9 @@ pytestmark = [pytest.mark.cli, pytest.mark.anyio]
 _AGENTS = 4
 
 
-def _launches(config_dir: Path) -> int:
-    """The Agent launches (``toolUseResult.agentId``) in the sessions under ``config_dir``."""
-    count = 0
+def _launched(config_dir: Path) -> list[dict[str, Any]]:
+    """The launches (``toolUseResult``) that the sessions under ``config_dir`` record."""
+    found: list[dict[str, Any]] = []
     for path in (config_dir / "projects").glob("*/*.jsonl"):
         for line in path.read_text(errors="replace").splitlines():
             try:
@@ -47,8 +47,17 @@ def _launches(config_dir: Path) -> int:
             except ValueError:
                 continue  # a line still being written
             result = record.get("toolUseResult") if isinstance(record, dict) else None
-            count += isinstance(result, dict) and isinstance(result.get("agentId"), str)
-    return count
+            if isinstance(result, dict):
+                found.append(result)
+    return found
+
+
+def _agents_launched(config_dir: Path) -> int:
+    return sum(isinstance(r.get("agentId"), str) for r in _launched(config_dir))
+
+
+def _workflow_launched(config_dir: Path) -> bool:
+    return any(r.get("taskType") == "local_workflow" for r in _launched(config_dir))
 
 
 def _answered(config_dir: Path) -> int:
@@ -57,51 +66,48 @@ def _answered(config_dir: Path) -> int:
     return sum("FINDING[" in p.read_text(errors="replace") for p in paths)
 
 
-def _breaking_first_round(config_dir: Path, broke: list[str]) -> Any:
-    """A ``query_fn``: the real SDK query, whose first round hides its task messages and
-    breaks as the SDK's reader does, once every agent's launch is in the session's
-    transcript and every agent's answer in its own."""
+def _breaking_first_round(
+    hides: Callable[[Any], bool], ready: Callable[[], bool]
+) -> tuple[Any, list[str]]:
+    """A ``query_fn``: the real SDK query, whose first round breaks as the SDK's reader does
+    at the first message ``hides`` picks (it is never shown), once ``ready()``: the CLI has
+    done what the stream will never show. And the list that says whether it broke."""
+    broke: list[str] = []
 
     async def query_fn(**kwargs: Any) -> AsyncIterator[Any]:
         stream = sdk_query(**kwargs)
         first = kwargs["options"].resume is None
         try:
             async for message in stream:
-                if not first:
-                    yield message
-                    continue
-                if isinstance(message, SystemMessage) and message.subtype.startswith("task_"):
-                    if await apoll(
-                        lambda: (
-                            _launches(config_dir) >= _AGENTS and _answered(config_dir) >= _AGENTS
-                        ),
-                        within_s=60,
-                    ):
-                        broke.append("after every launch")
-                        raise CLIJSONDecodeError(
-                            '{"type":"system","subtype":"task_sta', ValueError("torn")
-                        )
-                    continue  # withheld: the stream never shows it
+                if first and hides(message):
+                    if await apoll(ready, within_s=60):
+                        broke.append("broke")
+                        raise CLIJSONDecodeError('{"type":"system","sub', ValueError("torn"))
+                    return  # never ready: ``broke`` stays empty, and the test says so
                 yield message
         finally:
             await stream.aclose()
 
-    return query_fn
+    return query_fn, broke
 
 
 async def test_agents_launched_after_the_break_point_are_read_back_and_their_results_used(
     offline: OfflineFactory,
 ) -> None:
     server, claude = offline(FanOut.of(_AGENTS, delays=0.3))
-    broke: list[str] = []
+    config = claude.config_dir
+    # the task messages are hidden; the break waits for every launch and every answer
+    query_fn, broke = _breaking_first_round(
+        lambda m: isinstance(m, SystemMessage) and m.subtype.startswith("task_"),
+        lambda: _agents_launched(config) >= _AGENTS and _answered(config) >= _AGENTS,
+    )
     items: list[Any] = []
     with anyio.fail_after(120):
-        query_fn = _breaking_first_round(claude.config_dir, broke)
         async for item in teamlead.query("Investigate.", claude.options(), query_fn=query_fn):
             items.append(item)
     done = items[-1]
     assert isinstance(done, Finished)
-    assert broke == ["after every launch"]  # the stream really broke, with all four hidden
+    assert broke == ["broke"]  # the stream really broke, with all four hidden
     assert len(agents_run(server)) == _AGENTS
     # the launches the stream never showed were read back, and their results used
     assert done.resumes == 1, (done.status, done.reasons, done.tasks)
@@ -113,60 +119,27 @@ async def test_agents_launched_after_the_break_point_are_read_back_and_their_res
     assert done.status == "partial"  # the agents ended with the broken round's CLI
 
 
-def _workflow_launched(config_dir: Path) -> bool:
-    """Whether a session under ``config_dir`` records a workflow's launch."""
-    for path in (config_dir / "projects").glob("*/*.jsonl"):
-        if '"taskType":"local_workflow"' in path.read_text(errors="replace"):
-            return True
-    return False
-
-
-def _hiding_the_workflow(config_dir: Path, broke: list[str], results: int) -> Any:
-    """A ``query_fn``: the real SDK query, whose first round shows the lead's Workflow call
-    and nothing after it (no launch, no task message), and breaks once the session's
-    transcript records the launch and the run's journal holds ``results`` results."""
-
-    async def query_fn(**kwargs: Any) -> AsyncIterator[Any]:
-        stream = sdk_query(**kwargs)
-        first = kwargs["options"].resume is None
-        called = False
-        try:
-            async for message in stream:
-                if not first:
-                    yield message
-                    continue
-                if called:
-                    if await apoll(
-                        lambda: (
-                            _workflow_launched(config_dir)
-                            and _journaled(config_dir.parent, results)
-                        ),
-                        within_s=60,
-                    ):
-                        broke.append("after the launch")
-                        raise CLIJSONDecodeError(
-                            '{"type":"user","message":{"ro', ValueError("torn")
-                        )
-                    continue
-                called = any(
-                    isinstance(b, ToolUseBlock) and b.name == "Workflow"
-                    for b in getattr(message, "content", None) or []
-                    if isinstance(message, AssistantMessage)
-                )
-                yield message
-        finally:
-            await stream.aclose()
-
-    return query_fn
-
-
 async def test_a_workflow_launched_after_the_break_point_is_read_back_and_resumed_from_its_journal(
     offline: OfflineFactory,
 ) -> None:
     keys = ["a", "b", "c"]
     server, claude = offline(WorkflowFanOut(keys, delay=QUICK))
-    broke: list[str] = []
-    query_fn = _hiding_the_workflow(claude.config_dir, broke, len(keys))
+    called: list[bool] = []
+
+    def after_the_workflow_call(message: Any) -> bool:
+        """Every message after the lead's Workflow call: its launch, its task messages."""
+        if called:
+            return True
+        if isinstance(message, AssistantMessage) and any(
+            isinstance(b, ToolUseBlock) and b.name == "Workflow" for b in message.content
+        ):
+            called.append(True)
+        return False
+
+    query_fn, broke = _breaking_first_round(
+        after_the_workflow_call,
+        lambda: _workflow_launched(claude.config_dir) and _journaled(claude.state_dir, len(keys)),
+    )
     with anyio.fail_after(120):
         items = [
             item
@@ -176,7 +149,7 @@ async def test_a_workflow_launched_after_the_break_point_is_read_back_and_resume
         ]
     done = items[-1]
     assert isinstance(done, Finished)
-    assert broke == ["after the launch"]
+    assert broke == ["broke"]
     assert done.resumes >= 1, (done.status, done.reasons, done.tasks)
     assert set(findings_in(done.result or "")) >= set(keys), (done.result, done.reasons)
     workflows = [t for t in done.tasks if t.kind == "task"]

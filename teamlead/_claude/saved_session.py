@@ -19,7 +19,7 @@ from ..errors import UsageError
 from ..tracker import Tracker
 from .files import FileProblem, loads, open_regular
 
-__all__ = ["find_session_file", "load_session", "session_messages"]
+__all__ = ["find_session_file", "load_session", "replay", "session_messages"]
 
 logger = logging.getLogger(__name__)
 
@@ -167,17 +167,23 @@ def load_session(config_dir: Path, session_id: str) -> Tracker:
     Raises:
         UsageError: no such session, or its transcript is too large to read.
     """
+    return replay(session_messages(config_dir, session_id), session_id)
+
+
+def replay(messages: list[dict[str, Any]], session_id: str) -> Tracker:
+    """A :class:`Tracker` fed ``messages`` (from :func:`session_messages`) in order, with a
+    stand-in ``result`` for the lead's last reply (a transcript has no result records)."""
     tracker = Tracker()
     tracker.session_id = session_id
     unread = 0
-    for raw in session_messages(config_dir, session_id):
+    for raw in messages:
         try:
             tracker.feed(raw)
         except (ValueError, RecursionError):  # a record whose fields make no sense
             unread += 1
     if unread:
         logger.warning("session %s: skipped %d unreadable record(s)", session_id, unread)
-    if tracker.lead_texts:  # the transcript has no result records; stand one in
+    if tracker.lead_texts:
         tracker.feed(
             {
                 "type": "result",

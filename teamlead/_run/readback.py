@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .._claude.saved_session import session_messages
+from .._claude.saved_session import replay, session_messages
 from .._gate.stream import observe
 from ..tracker import Tracker
 from .outcome import RoundOutcome
@@ -55,12 +55,7 @@ def read_back(state: RunState, outcome: RoundOutcome) -> None:
     except Exception as exc:  # no transcript to read: the error line says what broke
         logger.warning("could not read the session's transcript back: %s", describe(exc))
         return
-    saved = Tracker(session_id=tracker.session_id)
-    for raw in messages:
-        try:
-            saved.feed(raw)
-        except (ValueError, RecursionError):  # a record whose fields make no sense
-            continue
+    saved = replay(messages, tracker.session_id)
     hidden = {
         task.task_id
         for task in saved.tasks.values()
@@ -99,11 +94,9 @@ def _take(state: RunState, raw: dict[str, Any]) -> None:
     """Feed one message read back to the run, as a round feeds one from the stream (the
     gate's events wait for the next round to yield them)."""
     try:
-        events = state.tracker.feed(raw)
+        events = state.feed(raw)
     except (ValueError, RecursionError):  # a record whose fields make no sense: skipped
         return
-    if state.agents is not None:
-        state.agents.observe(events, state.tracker)
     if state.gate is not None:
         observe(state.gate.gate, raw, events)
 

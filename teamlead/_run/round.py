@@ -130,9 +130,7 @@ class Round:
                         error = f"deadline of {self._policy.deadline_s:g} s reached"
                         kind = "deadline"
                     break
-                events = self._tracker.feed(message)
-                if self._state.agents is not None:
-                    self._state.agents.observe(events, self._tracker)
+                events = self._state.feed(message)
                 state = session_state(events)
                 if state is not None:
                     self._cli_state = state

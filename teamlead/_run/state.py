@@ -27,7 +27,7 @@ import os
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
@@ -40,7 +40,7 @@ from ..clock import Clock
 from ..control import RunControl, _Run
 from ..events import RunAmended
 from ..policy import Policy
-from ..tracker import Tracker
+from ..tracker import TrackedEvent, Tracker
 from .agents import WORKFLOW_CAP_VAR, RunAgents
 from .ledger import Ledger
 from .resume_prompt import Delivery
@@ -249,6 +249,14 @@ class RunState:
         if self.gate is not None:
             reason = self.stop.reason or "stopped"
             self.gate.gate.interrupt(f"the run was stopped ({reason}) while this call waited")
+
+    def feed(self, message: Any) -> list[TrackedEvent]:
+        """Fold one SDK message (typed or raw) into the tracker and the agents' book; returns
+        its events (the gate is fed after the message is yielded, see :class:`.round.Round`)."""
+        events = self.tracker.feed(message)
+        if self.agents is not None:
+            self.agents.observe(events, self.tracker)
+        return events
 
     def process_ended(self) -> None:
         """A CLI process of the run exited: its agents ended with it."""
