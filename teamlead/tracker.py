@@ -17,7 +17,6 @@ Example:
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -49,6 +48,7 @@ from ._parse import (
     parse_message,
 )
 from ._workflow import WorkflowRun
+from .clock import SYSTEM_CLOCK, Clock
 
 __all__ = [
     "LAUNCH_NOTICE",
@@ -163,6 +163,9 @@ class Tracker:
     terminal event: a lead assistant message without an error, or a successful
     ``result`` whose origin names the task's run and that ran a turn (not the CLI's
     zero-turn placeholder for a notification folded into a later turn).
+
+    Every time it stamps (a task's start and end, the first delegation) is read from
+    ``clock``, the run's own: row durations are then right on an injected clock too.
     """
 
     session_id: str | None = None
@@ -174,14 +177,21 @@ class Tracker:
     invalid_calls: dict[str, str] = field(default_factory=dict)
     results: list[ResultSeen] = field(default_factory=list)
     lead_texts: list[str] = field(default_factory=list)
-    #: when the lead first delegated: its first Agent or Workflow call (monotonic)
+    #: when the lead first delegated: its first Agent or Workflow call (``clock.monotonic()``)
     first_delegation_at: float | None = None
-    started_at: float = field(default_factory=time.monotonic)
+    #: the clock every stamp is read from (the run's; the system's by default)
+    clock: Clock = field(default=SYSTEM_CLOCK, repr=False, compare=False)
+    #: when the tracker was made, on ``clock``
+    started_at: float = field(default=-1.0)
     _seq: int = 0
     _by_tool_use: dict[str, str] = field(default_factory=dict)
     _agent_results: set[str] = field(default_factory=set)
     _workflow_calls: dict[str, WorkflowCallSeen] = field(default_factory=dict)
     _launches: dict[str, WorkflowLaunched] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.started_at < 0:
+            self.started_at = self.clock.monotonic()
 
     def feed(self, message: Any) -> list[TrackedEvent]:
         """Parse ``message`` and update the state; returns the events it held, then the
@@ -197,7 +207,7 @@ class Tracker:
         changes: list[WorkflowChange] = []
         run: WorkflowRun | None
         self._seq += 1
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if isinstance(event, SessionSeen):
             if self.session_id is None:
                 self.session_id = event.session_id
@@ -321,7 +331,7 @@ class Tracker:
         task_id = event.task_id or self._by_tool_use.get(event.tool_use_id)
         if not task_id:
             return []
-        task = self._task(task_id, time.monotonic())
+        task = self._task(task_id, self.clock.monotonic())
         task.task_type = task.task_type or "local_workflow"
         task.tool_use_id = task.tool_use_id or event.tool_use_id
         self._by_tool_use.setdefault(event.tool_use_id, task_id)

@@ -1314,3 +1314,23 @@ async def test_receive_all_on_a_client_run_reports_its_gate_and_drives_it_once()
     with pytest.raises(RuntimeError, match="one receive_all"):
         async for _ in teamlead.receive_all(client, run):
             pass
+
+
+async def test_row_durations_are_read_on_the_runs_own_clock() -> None:
+    """A task that ran 7 s of the run's (fake) clock is 7 s long: every stamp the run's
+    tracker makes is on the injected clock, not the system's."""
+    clock = FakeClock(start=5000.0)
+    script = Script(
+        [
+            *fan_out(("t1", "probe")),
+            lambda: clock.advance(7.0),
+            notified("t1", summary="T1 done"),
+            lead("Used T1", msg_id="m2"),
+            result("Used T1", origin_task="t1"),
+        ]
+    )
+    _, done = await run(script, clock=clock)
+
+    (row,) = done.tasks
+    assert row.status == "completed"
+    assert row.duration_s == 7.0

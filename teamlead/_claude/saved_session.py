@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import UsageError
 from ..tracker import Tracker
 from .files import FileProblem, loads, open_regular
@@ -161,19 +162,21 @@ def session_messages(config_dir: Path, session_id: str) -> list[dict[str, Any]]:
     return messages
 
 
-def load_session(config_dir: Path, session_id: str) -> Tracker:
-    """A :class:`Tracker` rebuilt from the session's transcript.
+def load_session(config_dir: Path, session_id: str, *, clock: Clock = SYSTEM_CLOCK) -> Tracker:
+    """A :class:`Tracker` rebuilt from the session's transcript, stamping on ``clock``.
 
     Raises:
         UsageError: no such session, or its transcript is too large to read.
     """
-    return replay(session_messages(config_dir, session_id), session_id)
+    return replay(session_messages(config_dir, session_id), session_id, clock=clock)
 
 
-def replay(messages: list[dict[str, Any]], session_id: str) -> Tracker:
+def replay(
+    messages: list[dict[str, Any]], session_id: str, *, clock: Clock = SYSTEM_CLOCK
+) -> Tracker:
     """A :class:`Tracker` fed ``messages`` (from :func:`session_messages`) in order, with a
     stand-in ``result`` for the lead's last reply (a transcript has no result records)."""
-    tracker = Tracker()
+    tracker = Tracker(clock=clock)
     tracker.session_id = session_id
     unread = 0
     for raw in messages:

@@ -104,7 +104,7 @@ async def run_resume(
 
     rounds = _QueryRounds(state, query_fn)
     state.start_clock()
-    state.tracker = load_session(state.config_dir, session_id)
+    state.tracker = load_session(state.config_dir, session_id, clock=state.clock)
     state.ledger.last_round_ok = state.tracker.last_success is not None
     async for item in _resume_loop(state, rounds.resume, wrap=rounds.wrap):
         yield item

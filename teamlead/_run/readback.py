@@ -55,7 +55,7 @@ def read_back(state: RunState, outcome: RoundOutcome) -> None:
     except Exception as exc:  # no transcript to read: the error line says what broke
         logger.warning("could not read the session's transcript back: %s", describe(exc))
         return
-    saved = replay(messages, tracker.session_id)
+    saved = replay(messages, tracker.session_id, clock=state.clock)
     hidden = {
         task.task_id
         for task in saved.tasks.values()

@@ -363,6 +363,7 @@ def new_run(
         config_dir=claude_config_dir({**os.environ, **dict(prepared.env)}),
         mark=mark,
         gate=feed,
+        tracker=Tracker(clock=clock),
         agents=RunAgents(
             policy,
             clock,
