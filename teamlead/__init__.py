@@ -25,6 +25,9 @@ The public API is what this module re-exports in ``__all__``, the names users ca
   :mod:`teamlead.control`).
 - :class:`Governor` adapts concurrency to rate limits; :func:`relay_for` keeps the request
   relay that paces a ``ClaudeSDKClient``'s API requests up while the client lives.
+- :class:`ProcessState` is what the runs of one process share (the relays, governors,
+  spawn cap and live runs): one is made as the process's default; pass your own
+  (``process=``) to keep runs apart.
 
 Two subpackages hold the rest of the public API: :mod:`teamlead.experiment` (specs, trial
 records, statistics, reports) and :mod:`teamlead.testing` (the real CLI offline against a
@@ -40,6 +43,7 @@ from .clock import Clock
 from .control import RunControl
 from .coordinator import (
     ClientRun,
+    ProcessState,
     QueryFn,
     allow_workflows,
     prepare_options,
@@ -99,6 +103,7 @@ __all__ = [
     "BudgetExceeded",
     "ChangeReason",
     "ClientRun",
+    "ProcessState",
     "Clock",
     "ConcurrencyChanged",
     "DenyCode",

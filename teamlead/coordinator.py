@@ -41,6 +41,7 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from ._otel import trace_run
 from ._run.loop import Client, QueryFn, run_client, run_query, run_resume
+from ._run.process import ProcessState
 from ._run.relayed import RelayHookup, relayed, with_relay_events
 from ._run.relayed import relay_for as _relay_for
 from ._run.state import RunState, new_run, prepare_options
@@ -52,6 +53,7 @@ from .policy import Policy
 
 __all__ = [
     "ClientRun",
+    "ProcessState",
     "QueryFn",
     "allow_workflows",
     "prepare_options",
@@ -93,7 +95,7 @@ async def _relayed_run(
     """
     finished: Finished | None = None
     try:
-        async with relayed(state.options, state.policy) as hookup:
+        async with relayed(state.options, state.policy, process=state.process) as hookup:
             state.attach_relay(hookup)
             run_trace = trace_run(mode, state.options, prompt=prompt, session_id=session_id)
             if run_trace is not None:
@@ -125,6 +127,7 @@ async def query(
     policy: Policy | None = None,
     clock: Clock = SYSTEM_CLOCK,
     control: RunControl | None = None,
+    process: ProcessState | None = None,
 ) -> AsyncIterator[Any]:
     """Drop-in for ``claude_agent_sdk.query`` that never loses a delegated result.
 
@@ -143,6 +146,9 @@ async def query(
         control: a :class:`~teamlead.control.RunControl` that changes the run's agent cap
             and subagent model while it goes (its amends are
             :class:`~teamlead.events.RunAmended` events in the stream).
+        process: what the run shares with the process's other runs (relays, governors,
+            the spawn cap; a signal's stop): default the process's own
+            :class:`~teamlead.ProcessState`. Pass one of your own to keep runs apart.
 
     Raises:
         AmendRefused: ``control`` already serves another run that has not ended.
@@ -158,7 +164,7 @@ async def query(
         ...         print(item.status, item.result)
     """
     fn = _sdk_query(query_fn)
-    state = new_run("query", options, policy or Policy(), clock, control=control)
+    state = new_run("query", options, policy or Policy(), clock, control=control, process=process)
 
     def start(run: RunState) -> AsyncGenerator[Any, None]:
         return run_query(run, fn, prompt)
@@ -184,6 +190,9 @@ class ClientRun:
         clock: time source of the run's deadline, waits and the gate (tests inject a fake).
         control: a :class:`~teamlead.control.RunControl` for the run's live cap and
             subagent model (it serves the run from here until it ends).
+        process: what the run shares with the process's other runs (relays, governors,
+            the spawn cap; a signal's stop): default the process's own
+            :class:`~teamlead.ProcessState`. Pass one of your own to keep runs apart.
 
     Raises:
         AmendRefused: ``control`` already serves another run that has not ended.
@@ -203,8 +212,11 @@ class ClientRun:
         *,
         clock: Clock = SYSTEM_CLOCK,
         control: RunControl | None = None,
+        process: ProcessState | None = None,
     ) -> None:
-        self._state = new_run("client", options, policy or Policy(), clock, control=control)
+        self._state = new_run(
+            "client", options, policy or Policy(), clock, control=control, process=process
+        )
         self._relay: AbstractAsyncContextManager[RelayHookup] | None = None
         self._used = False
 
@@ -220,7 +232,7 @@ class ClientRun:
 
     async def __aenter__(self) -> ClientRun:
         """Start the request relay for the client's life (direct when off or failing)."""
-        context = relayed(self._state.options, self._state.policy)
+        context = relayed(self._state.options, self._state.policy, process=self._state.process)
         self._state.attach_relay(await context.__aenter__())
         self._relay = context
         return self
@@ -247,6 +259,7 @@ async def receive_all(
     *,
     policy: Policy | None = None,
     clock: Clock = SYSTEM_CLOCK,
+    process: ProcessState | None = None,
 ) -> AsyncIterator[Any]:
     """For ``ClaudeSDKClient``: receive past the first result until the work is absorbed.
 
@@ -263,6 +276,8 @@ async def receive_all(
             client's hooks were fixed when it connected.
         policy: limits and waits when there is no ``run``.
         clock: time source when there is no ``run``.
+        process: whose live runs it joins when there is no ``run`` (default: the
+            process's own :class:`~teamlead.ProcessState`).
 
     Note: without a ``run``, build the client's options with :func:`prepare_options`
     (``client=True``), so its CLI does not stop background agents before the deadline.
@@ -277,7 +292,9 @@ async def receive_all(
     if run is not None:
         state = run._take()
     else:
-        state = new_run("client", client.options, policy or Policy(), clock, gated=False)
+        state = new_run(
+            "client", client.options, policy or Policy(), clock, gated=False, process=process
+        )
     items = run_client(state, client)
     hookup = state.relay
     items = with_relay_events(items, hookup) if hookup else items
@@ -294,16 +311,21 @@ async def receive_all(
 
 
 def relay_for(
-    options: ClaudeAgentOptions | None = None, policy: Policy | None = None
+    options: ClaudeAgentOptions | None = None,
+    policy: Policy | None = None,
+    *,
+    process: ProcessState | None = None,
 ) -> AbstractAsyncContextManager[ClaudeAgentOptions]:
     """Client options whose CLI goes through the request relay while the block runs.
 
     The client's CLI lives as long as the user's ``ClaudeSDKClient``, so the relay it talks
     to must too: open the client inside this block. The options come back with
-    ``ANTHROPIC_BASE_URL`` at the process's shared relay (unchanged when the relay is off,
-    not applicable, or failed to start: then with a one-line warning). Leaving the block
-    while the client still runs cuts its connection to the model. :class:`ClientRun` does
-    this and more (the spawn gate, the relay's events in :func:`receive_all`).
+    ``ANTHROPIC_BASE_URL`` at the relay of ``process`` (default: the process's own
+    :class:`~teamlead.ProcessState`) for the options' upstream and account (unchanged when
+    the relay is off, not applicable, or failed to start: then with a one-line warning).
+    Leaving the block while the client still runs cuts its connection to the model.
+    :class:`ClientRun` does this and more (the spawn gate, the relay's events in
+    :func:`receive_all`).
 
     Example:
         >>> async with teamlead.relay_for(opts) as opts:  # doctest: +SKIP
@@ -312,7 +334,7 @@ def relay_for(
         ...         async for item in teamlead.receive_all(client):
         ...             print(item)
     """
-    return _relay_for(options, policy)
+    return _relay_for(options, policy, process=process)
 
 
 async def resume_session(
@@ -323,6 +345,7 @@ async def resume_session(
     policy: Policy | None = None,
     clock: Clock = SYSTEM_CLOCK,
     control: RunControl | None = None,
+    process: ProcessState | None = None,
 ) -> AsyncIterator[Any]:
     """Collect and resume a session that ended with work outstanding.
 
@@ -337,6 +360,9 @@ async def resume_session(
         policy: limits and waits (default :class:`~teamlead.policy.Policy()`).
         clock: time source (tests inject a fake).
         control: a :class:`~teamlead.control.RunControl` for the live cap and subagent model.
+        process: what the run shares with the process's other runs (relays, governors,
+            the spawn cap; a signal's stop): default the process's own
+            :class:`~teamlead.ProcessState`. Pass one of your own to keep runs apart.
 
     Raises:
         UsageError: the session does not exist under the config dir.
@@ -347,7 +373,7 @@ async def resume_session(
         ...     ...
     """
     fn = _sdk_query(query_fn)
-    state = new_run("query", options, policy or Policy(), clock, control=control)
+    state = new_run("query", options, policy or Policy(), clock, control=control, process=process)
 
     def start(run: RunState) -> AsyncGenerator[Any, None]:
         return run_resume(run, fn, session_id)

@@ -125,7 +125,7 @@ class RelayError(TeamleadError):
 
     Example:
         >>> try:
-        ...     async with shared_relay(upstream) as relay:  # doctest: +SKIP
+        ...     async with RelayPool().run(upstream) as relay:  # doctest: +SKIP
         ...         ...
         ... except RelayError as exc:
         ...     print(f"warning: {exc}; running without the relay")

@@ -25,10 +25,9 @@ import pytest
 from teamlead._relay import (
     RelayConfig,
     RelayError,
+    RelayPool,
     classify,
     relay_applicable,
-    shared_governor,
-    shared_relay,
     start_relay,
 )
 from teamlead._relay.forward import AnswerEnd
@@ -609,9 +608,10 @@ async def test_concurrent_runs_share_one_relay_and_one_governor(
     server_factory: list[ScriptedServer],
 ) -> None:
     server = serve(server_factory, lambda req: Reply.text("ok"))
-    async with shared_relay(server.base_url) as one, shared_relay(server.base_url) as two:
+    pool = RelayPool()
+    async with pool.run(server.base_url) as one, pool.run(server.base_url) as two:
         assert one.relay is two.relay
-        assert one.relay.governor is shared_governor()
+        assert one.relay.governor is pool.governor()
         assert one.base_url != two.base_url
         async with http() as h:
             for _ in range(2):

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import teamlead
@@ -191,3 +192,37 @@ def test_an_app_that_stops_reading_at_finished_leaves_nothing_open(tmp_path: Pat
         c for c in mine if c.status == psutil.CONN_LISTEN and c.laddr.port != upstream_port
     ]
     assert to_upstream == [] and listening == []
+
+
+async def test_two_runs_in_one_process_each_keep_their_own_model_limit(tmp_path: Path) -> None:
+    """One process, one upstream, one account (so one relay and one governor): a run with
+    a ceiling of 2 requests and a run beside it with a ceiling of 4 each keep their own,
+    exactly, and each gets all of its findings."""
+    script = FanOut.of(6, delays=1.5)
+    with ScriptedServer(script) as server:
+        homes = {ceiling: tmp_path / f"home-{ceiling}" for ceiling in (2, 4)}
+        done: dict[int, Finished] = {}
+
+        async def run(ceiling: int) -> None:
+            claude = OfflineClaude(server.base_url, state_dir=homes[ceiling], max_retries=0)
+            policy = teamlead.Policy(
+                wait_s=5, deadline_s=240, limits=teamlead.LimitsPolicy(default=ceiling)
+            )
+            async for item in teamlead.query(
+                "Investigate 6 parts.", claude.options(), policy=policy
+            ):
+                if isinstance(item, Finished):
+                    done[ceiling] = item
+
+        async with anyio.create_task_group() as tg:
+            for ceiling in homes:
+                tg.start_soon(run, ceiling)
+    for ceiling, finished in done.items():
+        assert finished.status == "completed", finished.reasons
+        assert sorted(findings_in(finished.result or "")) == sorted(
+            f"agent-{n}" for n in range(1, 7)
+        )
+        assert server.max_concurrent(session_id=finished.session_id) == ceiling
+        assert finished.relay is not None
+        assert [b.limit for b in finished.relay.buckets] == [ceiling]
+    assert sorted(done) == [2, 4]

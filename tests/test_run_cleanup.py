@@ -1,7 +1,8 @@
 """A run lets go of every slot it holds on every way out, on the real CLI offline.
 
-Closed with ``contextlib.aclosing`` while its agents run, a run gives its slots of the
-process-wide :class:`~teamlead._gate.slots.SpawnCap` back, so a fresh run after it
+Closed with ``contextlib.aclosing`` while its agents run, a run gives its slots of its
+process's :class:`~teamlead._gate.slots.SpawnCap` (a :class:`teamlead.ProcessState` of the
+test's own) back, so a fresh run after it
 delegates normally; and a run whose calls a starved cap denied is never ``completed``.
 """
 
@@ -16,7 +17,6 @@ import anyio
 import pytest
 
 import teamlead
-from teamlead._gate.slots import SpawnCap
 from teamlead.events import Finished, SpawnAdmitted
 from teamlead.policy import Policy, SpawnPolicy
 from teamlead.testing import OfflineClaude
@@ -33,11 +33,15 @@ class _Boom(Exception):
     """The app's own failure while it reads the run."""
 
 
-async def _leave_while_agents_run(claude: OfflineClaude, agents: int, how: str) -> None:
+async def _leave_while_agents_run(
+    claude: OfflineClaude, agents: int, how: str, world: teamlead.ProcessState
+) -> None:
     """Start a run and leave it once ``agents`` calls are admitted: closed with
     ``aclosing``, left by an exception of the app, or abandoned to the garbage collector."""
     admitted = 0
-    items = teamlead.query("Investigate every part.", claude.options(), policy=Policy())
+    items = teamlead.query(
+        "Investigate every part.", claude.options(), policy=Policy(), process=world
+    )
     with anyio.fail_after(90):
         if how == "abandoned":
             async for item in items:
@@ -70,25 +74,27 @@ async def _until(check: Callable[[], bool], within_s: float) -> bool:
 async def test_runs_left_while_agents_run_give_back_every_cap_slot_and_the_next_run_delegates(
     offline: OfflineFactory, how: str
 ) -> None:
-    cap = SpawnCap.shared()
-    before = cap.running
+    world = teamlead.ProcessState()
+    cap = world.spawn_cap
     for attempt in range(2):
         _, claude = offline(FanOut.of(3, delays=60.0))
-        await _leave_while_agents_run(claude, 3, how)
-        freed = await _until(lambda: cap.running == before, within_s=20)
-        assert freed, f"run {attempt + 1} left {cap.running - before} slot(s)"
+        await _leave_while_agents_run(claude, 3, how, world)
+        freed = await _until(lambda: cap.running == 0, within_s=20)
+        assert freed, f"run {attempt + 1} left {cap.running} slot(s)"
         state_dir = claude.state_dir
         assert poll(lambda: not cli_processes(state_dir), within_s=15)  # noqa: B023
     server, claude = offline(FanOut.of(3, delays=0.3))
     items: list[Any] = []
     with anyio.fail_after(90):
-        async for item in teamlead.query("Investigate every part.", claude.options()):
+        async for item in teamlead.query(
+            "Investigate every part.", claude.options(), process=world
+        ):
             items.append(item)
     done = items[-1]
     assert isinstance(done, Finished)
     assert agents_run(server) == {"agent-1", "agent-2", "agent-3"}
     assert done.status == "completed", done.reasons
-    assert cap.running == before
+    assert cap.running == 0 and world.live_runs == 0
 
 
 @pytest.mark.slow
@@ -97,7 +103,8 @@ async def test_a_run_whose_calls_a_starved_cap_denied_is_not_completed(
     offline: OfflineFactory,
 ) -> None:
     server, claude = offline(FanOut.of(2, delays=0.3))
-    cap = SpawnCap.shared()
+    world = teamlead.ProcessState()
+    cap = world.spawn_cap
     taken = 0
     while cap.slots.try_take():  # other runs of the process hold every slot
         taken += 1
@@ -106,7 +113,7 @@ async def test_a_run_whose_calls_a_starved_cap_denied_is_not_completed(
     try:
         with anyio.fail_after(90):
             async for item in teamlead.query(
-                "Investigate every part.", claude.options(), policy=policy
+                "Investigate every part.", claude.options(), policy=policy, process=world
             ):
                 items.append(item)
     finally:

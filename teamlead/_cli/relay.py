@@ -50,11 +50,15 @@ def _status(relay: Any) -> str:
 
 
 async def _serve(upstream: str, limits: Any, live: IO[str] | None, port: int = 0) -> None:
-    from .._relay import RelayConfig, start_relay
-    from .._relay.shared import configure_limits, shared_governor
+    from .._relay import RelayConfig, RelayPool, start_relay
+    from .._relay.shared import account_of, governor_policy
 
-    configure_limits(limits)
-    governor = shared_governor()
+    # this process serves this relay alone: its ceilings are its governor's own policy
+    governor = RelayPool().governor(
+        limits.shared,
+        account=account_of(upstream, os.environ),
+        policy=governor_policy(limits),
+    )
     try:
         config = RelayConfig(port=port)
         await _relay_until_stopped(start_relay, upstream, governor, live, config)

@@ -23,7 +23,7 @@ from .._claude.loopback import ensure_loopback
 from .._gate.prompt_limits import prompt_limits
 from .._procs import stop_descendants
 from .._redact import redact, terminal_safe
-from .._run.stop import stop_every_run
+from .._run.process import default_process_state
 from ..coordinator import allow_workflows
 from ..errors import SetupError, UsageError
 from ..events import Finished, WorkflowDenied
@@ -275,7 +275,7 @@ def run_session(
                     controls.close()
                 # the run stops itself, so it still ends with its Finished (every call in
                 # it, the queued ones rejected at once); the CLI tree is stopped meanwhile
-                stop_every_run(signal.Signals(received).name)
+                default_process_state().stop_every_run(signal.Signals(received).name)
                 await anyio.to_thread.run_sync(stop_descendants)
                 with anyio.move_on_after(_STOP_GRACE_S):
                     async for _ in signals:  # a second signal: stop waiting for it

@@ -16,24 +16,27 @@ from ..clock import Clock
 from ..policy import Policy
 from .calls import GateEvent
 from .gate import SpawnGate
-from .slots import FifoSlots
+from .slots import FifoSlots, SpawnCap
 from .stream import observe
 
 __all__ = ["GateFeed", "new_gate"]
 
 
-def new_gate(policy: Policy, clock: Clock, env: Mapping[str, Any]) -> SpawnGate | None:
+def new_gate(
+    policy: Policy, clock: Clock, env: Mapping[str, Any], cap: SpawnCap
+) -> SpawnGate | None:
     """The spawn gate of a run with ``policy`` on ``clock``; ``None`` when it is off.
 
     Args:
         policy: the run's policy (``spawn`` for the limits, ``deadline_s`` for the deadline).
         clock: the run's clock: every wait in the gate runs on it.
         env: the CLI's environment (its own subagent cap is read from it).
+        cap: the cap on subagents the run shares with its process's other runs.
     """
     if not policy.spawn.enabled:
         return None
     cli_env = {k: v for k, v in env.items() if isinstance(v, str)}
-    return SpawnGate(policy.spawn, deadline_s=policy.deadline_s, env=cli_env, clock=clock)
+    return SpawnGate(policy.spawn, cap=cap, deadline_s=policy.deadline_s, env=cli_env, clock=clock)
 
 
 class GateFeed:

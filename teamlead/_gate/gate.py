@@ -72,7 +72,8 @@ class SpawnGate:
 
     Args:
         policy: the limits (:class:`~teamlead.policy.SpawnPolicy`).
-        cap: the process-wide cap shared with other runs (default :meth:`SpawnCap.shared`).
+        cap: the cap shared with the process's other runs (a run's gate gets its process's,
+            :attr:`~teamlead.ProcessState.spawn_cap`; default: a cap of this gate's own).
         deadline_s: seconds from now until the run's deadline (``None``: no deadline).
         clock: time source for every wait.
         on_event: receives :class:`SpawnQueued`/``Admitted``/``Denied``/``Rejected``; an
@@ -98,7 +99,7 @@ class SpawnGate:
     ) -> None:
         self.policy = policy or SpawnPolicy()
         self._clock = clock
-        self._cap = cap if cap is not None else SpawnCap.shared()
+        self._cap = cap if cap is not None else SpawnCap()
         self.on_event = on_event
         self._max_wait_s = max(0.0, max_wait_s)
         self._env: dict[str, str] = dict(env or {})

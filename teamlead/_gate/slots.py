@@ -151,7 +151,8 @@ class FifoSlots:
 
 
 class SpawnCap:
-    """The cap on subagents running at once across every run of this process.
+    """The cap on subagents running at once across every run that shares it (a process's
+    runs share their :class:`~teamlead.ProcessState`'s).
 
     Args:
         limit: at most this many; never above the CLI's cap (:func:`cli_subagent_cap`).
@@ -162,20 +163,11 @@ class SpawnCap:
         >>> gate_b = SpawnGate(policy, cap=cap)  # doctest: +SKIP
     """
 
-    _shared: SpawnCap | None = None
-
     def __init__(self, limit: int | None = None, *, env: Mapping[str, str] | None = None) -> None:
         cli = cli_subagent_cap(env)
         if limit is not None and limit < 1:
             raise ValueError(f"a spawn cap must be at least 1, not {limit}")
         self.slots = FifoSlots(min(limit, cli) if limit is not None else cli)
-
-    @classmethod
-    def shared(cls) -> SpawnCap:
-        """The process-wide cap every gate uses unless given its own."""
-        if cls._shared is None:
-            cls._shared = cls()
-        return cls._shared
 
     @property
     def limit(self) -> int:

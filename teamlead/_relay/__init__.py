@@ -11,13 +11,13 @@ Modules: :mod:`.routing` (what is accepted; model and role of a request), :mod:`
 (one exchange with the upstream under a slot), :mod:`.app` (the ASGI app: stream back,
 disconnects), :mod:`.protocol` (the client connections' bounds: prefix first, header limits,
 timeouts, a connection cap), :mod:`.stats` (counters, events), :mod:`.server` (uvicorn,
-lifecycle),
-:mod:`.shared` (the process-wide instance, applicability).
+lifecycle), :mod:`.run_limits` (a run's own ceilings), :mod:`.shared` (the pool of relays
+and governors a process shares between its runs, applicability).
 
 Example:
     >>> applicable = relay_applicable(os.environ)  # doctest: +SKIP
     >>> if applicable.ok:  # doctest: +SKIP
-    ...     async with shared_relay(applicable.upstream, on_event=emit) as run:
+    ...     async with RelayPool().run(applicable.upstream, on_event=emit) as run:
     ...         env["ANTHROPIC_BASE_URL"] = run.base_url
 """
 
@@ -27,7 +27,7 @@ from ..errors import RelayError
 from .forward import RelayConfig
 from .routing import Role, classify
 from .server import RELAY_POLICY, Relay, RelayRun, start_relay
-from .shared import DEFAULT_UPSTREAM, Applicability, relay_applicable, shared_governor, shared_relay
+from .shared import DEFAULT_UPSTREAM, Applicability, RelayPool, relay_applicable
 from .stats import RelayEvent, RelayListener
 
 __all__ = [
@@ -39,11 +39,10 @@ __all__ = [
     "RelayError",
     "RelayEvent",
     "RelayListener",
+    "RelayPool",
     "RelayRun",
     "Role",
     "classify",
     "relay_applicable",
-    "shared_governor",
-    "shared_relay",
     "start_relay",
 ]

@@ -48,6 +48,7 @@ from .forward import (
 )
 from .observe import Guarded, RequestObserver, trace_request
 from .routing import Refusal, RequestInfo, check_target, classify
+from .run_limits import NoPlace, RunLimits
 from .stats import RelayListener, Tally, notify
 
 __all__ = ["RelayApp", "RunShare"]
@@ -87,7 +88,9 @@ class RunShare:
     and agent ledger.
 
     ``deadline`` is when the run ends, on the governor's clock (monotonic seconds): none of
-    its requests waits for a slot or holds a 429 past it.
+    its requests waits for a slot or holds a 429 past it. ``limits`` are the run's own
+    ceilings (``--model-limit`` and kin): its requests take a place under them before they
+    ask the governor, so they bound this run only.
     """
 
     tally: Tally = field(default_factory=Tally)
@@ -95,6 +98,7 @@ class RunShare:
     deadline: float | None = None
     observer: RequestObserver | None = None
     agents: AgentBook | None = None
+    limits: RunLimits | None = None
 
 
 class _TooLarge(Exception):
@@ -222,7 +226,15 @@ class RelayApp:
             error = "interrupted"  # cut mid-stream, or the client went away
             sent = request if new_body is None else dataclasses.replace(request, body=new_body)
             error = await self._exchange(
-                out, sent, key, info, _both(limited, on_limited), deadline, trace, arrived
+                out,
+                sent,
+                key,
+                info,
+                _both(limited, on_limited),
+                deadline,
+                trace,
+                arrived,
+                limits=run.limits if run is not None else None,
             )
 
         try:
@@ -278,6 +290,54 @@ class RelayApp:
         deadline: float | None,
         trace: Guarded | None = None,
         arrived: float = 0.0,
+        *,
+        limits: RunLimits | None = None,
+    ) -> str | None:
+        """Forward one request under its run's own ceilings (``limits``), then the
+        governor's slot, and stream its reply back; the error kind, if it failed."""
+        forward = self._forward(send, request, key, info, limited, deadline, trace, arrived)
+        if limits is None or not limits.active:
+            return await forward
+        now = self.governor.clock.monotonic()
+        wait_until = now + self.config.slot_timeout_s
+        try:
+            async with limits.hold(
+                key, wait_until if deadline is None else min(deadline, wait_until)
+            ):
+                return await forward
+        except NoPlace:
+            forward.close()
+            return await self._no_slot(send, key, info, limited)
+
+    async def _no_slot(
+        self, send: Send, key: str, info: RequestInfo, limited: Callable[[RateLimited], None]
+    ) -> str:
+        """The relay's own 429: no slot came in time. A paused bucket says how long; else a
+        short wait (the queue is full)."""
+        wait = max(_NO_SLOT_RETRY_AFTER_S, math.ceil(self.governor.state(key).cooldown_s))
+        limited(
+            RateLimited(
+                model=info.model,
+                role=info.role,
+                retry_after_s=wait,
+                outcome="passed",
+                source="relay",
+            )
+        )
+        message = f"teamlead relay: no slot for {info.model} in time"
+        await self._answer(send, 429, "rate_limit_error", message, {b"retry-after": b"%d" % wait})
+        return "no_slot"
+
+    async def _forward(
+        self,
+        send: Send,
+        request: UpstreamRequest,
+        key: str,
+        info: RequestInfo,
+        limited: Callable[[RateLimited], None],
+        deadline: float | None,
+        trace: Guarded | None,
+        arrived: float,
     ) -> str | None:
         """Forward one request and stream its reply back; the error kind, if it failed."""
         try:
@@ -293,22 +353,7 @@ class RelayApp:
                 rng=self.rng,
             )
         except NoSlot:
-            # a paused bucket says how long; else a short wait (the queue is full)
-            wait = max(_NO_SLOT_RETRY_AFTER_S, math.ceil(self.governor.state(key).cooldown_s))
-            limited(
-                RateLimited(
-                    model=info.model,
-                    role=info.role,
-                    retry_after_s=wait,
-                    outcome="passed",
-                    source="relay",
-                )
-            )
-            message = f"teamlead relay: no slot for {info.model} in time"
-            await self._answer(
-                send, 429, "rate_limit_error", message, {b"retry-after": b"%d" % wait}
-            )
-            return "no_slot"
+            return await self._no_slot(send, key, info, limited)
         except UpstreamTimeout:
             await self._answer(send, 504, "api_error", "teamlead relay: the upstream timed out")
             return "upstream_timeout"

@@ -7,10 +7,10 @@ HTTP parsing is httptools' (llhttp, in C) and the upstream client is one
 ``aiohttp.ClientSession`` with pooled connections: both parse in C, which keeps what the
 relay adds per streamed reply under a millisecond (``bench/relay.py``).
 
-:func:`shared_relay` is what runs use: one relay per upstream and one governor per event
-loop (i.e. per process in practice), started by the first run and stopped when the last
-one leaves. Each run gets its own :class:`RelayRun`: a base URL under the relay's prefix,
-its own counters and events, over the shared governor.
+What runs use is :meth:`~teamlead._relay.shared.RelayPool.run`: one relay per upstream and
+account, one governor per account and event loop, started by the first run and stopped
+when the last one leaves. Each run gets its own :class:`RelayRun`: a base URL under the
+relay's prefix, its own counters, events and ceilings, over the shared governor.
 """
 
 from __future__ import annotations
@@ -34,10 +34,12 @@ from aiohttp.helpers import get_env_proxy_for_url
 from ..errors import RelayError
 from ..events import ConcurrencyChanged, RelaySummary
 from ..governor import Governor, GovernorPolicy
+from ..policy import LimitsPolicy
 from .app import RelayApp, RunShare
 from .forward import RelayConfig
 from .observe import RequestObserver
 from .protocol import ConnectionGuard, GuardedSocket, protocol_for
+from .run_limits import RunLimits
 from .stats import RelayListener, notify
 
 __all__ = ["RELAY_POLICY", "Relay", "RelayRun", "start_relay"]
@@ -69,8 +71,15 @@ class RelayRun:
     state: RunShare
 
     def summary(self) -> RelaySummary:
-        """This run's requests, 429s absorbed and passed on, and each bucket's limit now."""
-        return self.state.tally.summary(self.relay._limit_of)
+        """This run's requests, 429s absorbed and passed on, and each bucket's limit now
+        (the governor's, or the run's own ceiling where that is lower)."""
+        return self.state.tally.summary(self.limit_of)
+
+    def limit_of(self, key: str) -> int:
+        """The most requests of ``key`` this run may have in flight now."""
+        limit = self.relay.limit_of(key)
+        own = self.state.limits.limit_of(key) if self.state.limits is not None else None
+        return limit if own is None else min(limit, own)
 
     def observe_requests(self, observer: RequestObserver | None) -> None:
         """Show each of this run's requests to ``observer`` (see :mod:`.observe`)."""
@@ -78,11 +87,12 @@ class RelayRun:
 
     def close(self) -> None:
         """Stop counting for this run (requests still arriving count for the relay only)."""
-        self.relay._app.runs.pop(self.token, None)
+        self.relay.close_run(self.token)
 
 
 class Relay:
-    """A running relay. Get one from :func:`start_relay` (or a run from :func:`shared_relay`).
+    """A running relay. Get one from :func:`start_relay` (or a run from
+    :class:`~teamlead._relay.shared.RelayPool`).
 
     Attributes:
         base_url: ``http://127.0.0.1:PORT/<random prefix>``: the CLI's ``ANTHROPIC_BASE_URL``.
@@ -99,16 +109,27 @@ class Relay:
         self._unsubscribe = app.governor.subscribe(self._changed)
 
     def open_run(
-        self, on_event: RelayListener | None = None, *, deadline_s: float | None = None
+        self,
+        on_event: RelayListener | None = None,
+        *,
+        deadline_s: float | None = None,
+        limits: LimitsPolicy | None = None,
     ) -> RelayRun:
         """A run of its own: a base URL whose requests are counted (and reported) apart.
 
         ``deadline_s``: seconds from now until the run ends; none of its requests waits for
         a slot, or holds a 429, past that (the 429 goes on to the run at once instead).
+        ``limits``: the run's own ceilings on its requests in flight; they bound this run's
+        requests only (see :mod:`.run_limits`).
         """
         token = secrets.token_urlsafe(9)
-        deadline = None if deadline_s is None else self.governor.clock.monotonic() + deadline_s
-        state = RunShare(listeners=[on_event] if on_event else [], deadline=deadline)
+        clock = self.governor.clock
+        deadline = None if deadline_s is None else clock.monotonic() + deadline_s
+        state = RunShare(
+            listeners=[on_event] if on_event else [],
+            deadline=deadline,
+            limits=RunLimits(limits, clock) if limits is not None else None,
+        )
         self._app.runs[token] = state
         return RelayRun(f"{self.base_url}/run-{token}", self, token, state)
 
@@ -118,10 +139,16 @@ class Relay:
 
     def summary(self) -> RelaySummary:
         """All requests since the relay started."""
-        return self._app.total.tally.summary(self._limit_of)
+        return self._app.total.tally.summary(self.limit_of)
 
-    def _limit_of(self, key: str) -> int:
+    def limit_of(self, key: str) -> int:
+        """The governor's limit of ``key`` now (every run's requests together)."""
         return self.governor.state(key).effective
+
+    def close_run(self, token: str) -> None:
+        """Stop counting for the run ``token`` (requests still arriving count for the relay
+        only)."""
+        self._app.runs.pop(token, None)
 
     def _changed(self, event: ConcurrencyChanged) -> None:
         notify(self._app.total.listeners, event)

@@ -1,18 +1,23 @@
-"""The process-wide relay and governor, shared by concurrent runs, and when to use them.
+"""The relays and governors a process shares between its runs, and when to use them.
 
-One governor per event loop paces every request of every run in the process (the account
-is one); one relay per upstream forwards them. The first :func:`shared_relay` starts the
-relay, the last one to leave stops it. :func:`relay_applicable` says whether a run's
+A :class:`RelayPool` holds them (one per process by default, owned by the process's
+:class:`~teamlead._run.process.ProcessState`; there is no module state here): one
+governor per account and event loop paces every request of every run on that account;
+one relay per upstream and account forwards them. The first :meth:`RelayPool.run` starts
+the relay, the last one to leave stops it. A run's own ceilings (``--model-limit`` …)
+bound that run's requests only (:mod:`.run_limits`); the governor's policy is the
+relay's own, learnt from the upstream. :func:`relay_applicable` says whether a run's
 environment can use a relay at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import weakref
 from collections.abc import Mapping
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import anyio
@@ -29,12 +34,10 @@ from .stats import RelayListener
 __all__ = [
     "DEFAULT_UPSTREAM",
     "Applicability",
-    "configure_limits",
+    "RelayPool",
+    "account_of",
     "governor_policy",
     "relay_applicable",
-    "shared_account",
-    "shared_governor",
-    "shared_relay",
 ]
 
 DEFAULT_UPSTREAM = "https://api.anthropic.com"
@@ -83,6 +86,38 @@ def relay_applicable(env: Mapping[str, str]) -> Applicability:
     return Applicability(True, base)
 
 
+#: Where the CLI finds its credential, in the order it prefers them.
+_CREDENTIALS = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+
+
+def account_of(upstream: str, env: Mapping[str, str]) -> str:
+    """The account a run's requests count against: its upstream and credential, as a key
+    that holds neither secret: ``host:port#<hash>``.
+
+    The hash is a one-way SHA-256 of the upstream URL and the credential the CLI will send
+    (``ANTHROPIC_API_KEY``, else ``ANTHROPIC_AUTH_TOKEN``, else ``CLAUDE_CODE_OAUTH_TOKEN``;
+    with none, the login Claude Code keeps, one per user: the upstream alone then, whatever
+    the config dir, so an experiment's trials in homes of their own are one account). What
+    one account
+    learns (limits, pauses) is stored under its key and never limits another: another
+    upstream, a scripted one on loopback, or another key.
+
+    Example:
+        >>> a = account_of("https://api.anthropic.com", {"ANTHROPIC_API_KEY": "sk-1"})
+        >>> b = account_of("https://api.anthropic.com/", {"ANTHROPIC_API_KEY": "sk-2"})
+        >>> a.split("#")[0], a == b
+        ('api.anthropic.com', False)
+        >>> "sk-1" in a
+        False
+    """
+    credential = next((env[name] for name in _CREDENTIALS if env.get(name)), "login")
+    parts = urlsplit(upstream.strip())
+    where = (parts.netloc.rpartition("@")[2] or parts.path).lower()
+    url = f"{parts.scheme.lower()}://{where}{parts.path.rstrip('/') if parts.netloc else ''}"
+    digest = hashlib.sha256(f"{url}\n{credential}".encode("utf-8", "replace")).hexdigest()
+    return f"{where}#{digest[:16]}"
+
+
 @dataclass
 class _Entry:
     relay: Relay
@@ -90,35 +125,18 @@ class _Entry:
     refs: int = 0
 
 
-_governors: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, Governor] = (
-    weakref.WeakKeyDictionary()
-)
-_relays: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Entry]] = (
-    weakref.WeakKeyDictionary()
-)
-_locks: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, anyio.Lock] = (
-    weakref.WeakKeyDictionary()
-)
+@dataclass
+class _LoopShare:
+    """What one event loop's runs share (a governor belongs to one loop)."""
 
-
-_store: LimitStore | None = None
-_limits = LimitsPolicy()
-
-
-def use_limit_store(store: LimitStore | None) -> None:
-    """Keep the learnt limits of governors made from now on in ``store``.
-
-    A Ray worker points it at the experiment's shared store, so the relays of every node
-    pace against the limits the others learnt (one account across machines). A Redis
-    ``limits`` setting takes precedence: Redis shares the in-flight counts too.
-    """
-    global _store
-    _store = store
+    lock: anyio.Lock = field(default_factory=anyio.Lock)
+    governors: dict[tuple[str, str], Governor] = field(default_factory=dict)
+    relays: dict[tuple[str, str, str], _Entry] = field(default_factory=dict)
 
 
 def governor_policy(limits: LimitsPolicy) -> GovernorPolicy:
-    """The relay governor's policy for ``limits``: unset ceilings leave the relay's own
-    start (32 per model) and no cap.
+    """The policy of a governor that serves only ``limits``' requests (``teamlead relay``):
+    unset ceilings leave the relay's own start (32 per model) and no cap.
 
     Example:
         >>> governor_policy(LimitsPolicy(default=4, total=6)).ceiling_for("anthropic/x")
@@ -134,97 +152,118 @@ def governor_policy(limits: LimitsPolicy) -> GovernorPolicy:
     )
 
 
-def configure_limits(limits: LimitsPolicy) -> None:
-    """Use ``limits`` for the relay of this process: its ceilings apply at once (to the
-    governors already made too); where the state is shared applies to governors made
-    from now on."""
-    global _limits
-    _limits = limits
-    policy = governor_policy(limits)
-    for governor in list(_governors.values()):
-        governor.policy = policy
+class RelayPool:
+    """The relays and governors of one process, per event loop, made on first use.
 
-
-def shared_account(spec: str) -> Account:
-    """A new account for a ``--limits`` value (a Ray worker keeps the experiment's store)."""
-    if _store is not None and not spec.startswith(("redis://", "rediss://")):
-        spec = "process"  # a Ray worker: the experiment's store is the shared one
-    return open_account(spec, store=_store)
-
-
-def shared_governor() -> Governor:
-    """The governor of this process (of the running event loop), made on first use."""
-    loop = asyncio.get_running_loop()
-    governor = _governors.get(loop)
-    if governor is None:
-        governor = _governors[loop] = Governor(
-            governor_policy(_limits), account=shared_account(_limits.shared)
-        )
-    return governor
-
-
-def shared_relay(
-    upstream: str = DEFAULT_UPSTREAM,
-    *,
-    on_event: RelayListener | None = None,
-    deadline_s: float | None = None,
-    limits: LimitsPolicy | None = None,
-    port: int = 0,
-) -> AbstractAsyncContextManager[RelayRun]:
-    """A run on the shared relay for ``upstream``: started on first use, stopped after last.
-
-    ``deadline_s`` (seconds from now) is when the run ends: none of its requests waits or
-    holds a 429 past it (see :meth:`Relay.open_run`). ``limits`` (the run's
-    :class:`~teamlead.policy.LimitsPolicy`) configures the process's relay governor first
-    (see :func:`configure_limits`). ``port`` is where a relay this run starts listens (0:
-    any free port); a relay already serving ``upstream`` keeps its own.
-
-    Entering raises :class:`~teamlead.errors.RelayError` when the relay could not start:
-    run direct with a one-line warning then.
+    Args:
+        store: where a process-alone account keeps its learnt limits. A Ray worker points
+            it at the experiment's shared store, so the relays of every node pace against
+            the limits the others learnt (one account across machines); a Redis ``limits``
+            setting takes precedence (Redis shares the in-flight counts too).
 
     Example:
-        >>> async with shared_relay(applicable.upstream, on_event=print) as run:  # doctest: +SKIP
+        >>> pool = RelayPool()
+        >>> async with pool.run(applicable.upstream, on_event=print) as run:  # doctest: +SKIP
         ...     env["ANTHROPIC_BASE_URL"] = run.base_url
-        ...     ...
-        ...     finished_summary = run.summary()
     """
-    if limits is not None:
-        configure_limits(limits)
-    return _SharedRun(upstream, on_event, deadline_s, port)
+
+    def __init__(self, *, store: LimitStore | None = None) -> None:
+        self.store = store
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopShare] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def _share(self) -> _LoopShare:
+        loop = asyncio.get_running_loop()
+        share = self._loops.get(loop)
+        if share is None:
+            share = self._loops[loop] = _LoopShare()
+        return share
+
+    def account(self, shared: str) -> Account:
+        """A new account for a ``--limits`` value (a pool with a store keeps it there)."""
+        if self.store is not None and not shared.startswith(("redis://", "rediss://")):
+            shared = "process"  # a Ray worker: the experiment's store is the shared one
+        return open_account(shared, store=self.store)
+
+    def governor(
+        self, shared: str = "machine", *, account: str = "", policy: GovernorPolicy | None = None
+    ) -> Governor:
+        """The governor of ``account`` (where its state is ``shared``) on the running event
+        loop, made on first use with ``policy`` (default: the relay's own)."""
+        share = self._share()
+        governor = share.governors.get((shared, account))
+        if governor is None:
+            governor = share.governors[(shared, account)] = Governor(
+                policy or RELAY_POLICY, account=self.account(shared)
+            )
+        return governor
+
+    def run(
+        self,
+        upstream: str = DEFAULT_UPSTREAM,
+        *,
+        on_event: RelayListener | None = None,
+        deadline_s: float | None = None,
+        limits: LimitsPolicy | None = None,
+        port: int = 0,
+        account: str = "",
+    ) -> AbstractAsyncContextManager[RelayRun]:
+        """A run on the pool's relay for ``upstream`` and ``account``: started on first
+        use, stopped after the last run left.
+
+        ``deadline_s`` (seconds from now) is when the run ends: none of its requests waits
+        or holds a 429 past it (see :meth:`Relay.open_run`). ``limits`` (the run's
+        :class:`~teamlead.policy.LimitsPolicy`) are the run's own ceilings, and say where
+        the account's state is shared (``limits.shared``). ``port`` is where a relay this
+        run starts listens (0: any free port); a relay already serving keeps its own.
+
+        Entering raises :class:`~teamlead.errors.RelayError` when the relay could not
+        start: run direct with a one-line warning then.
+        """
+        return _PoolRun(
+            self, upstream, on_event, deadline_s, limits or LimitsPolicy(), port, account
+        )
 
 
-class _SharedRun:
-    """:func:`shared_relay`'s context; a class for the reason given in
+class _PoolRun:
+    """:meth:`RelayPool.run`'s context; a class for the reason given in
     :class:`~teamlead._relay.server._RunningRelay`."""
 
     def __init__(
         self,
+        pool: RelayPool,
         upstream: str,
         on_event: RelayListener | None,
-        deadline_s: float | None = None,
-        port: int = 0,
+        deadline_s: float | None,
+        limits: LimitsPolicy,
+        port: int,
+        account: str,
     ) -> None:
+        self._pool = pool
         self._upstream = upstream
         self._port = port
         self._on_event = on_event
         self._deadline_s = deadline_s
+        self._limits = limits
+        self._key = (upstream, limits.shared, account)
         self._left = False
 
     async def __aenter__(self) -> RelayRun:
-        self._loop = loop = asyncio.get_running_loop()
-        lock = _locks.setdefault(loop, anyio.Lock())
-        self._entries = entries = _relays.setdefault(loop, {})
-        async with lock:
-            entry = entries.get(self._upstream)
+        self._share = share = self._pool._share()
+        _, shared, account = self._key
+        async with share.lock:
+            entry = share.relays.get(self._key)
             if entry is None:
-                context = start_relay(
-                    self._upstream, shared_governor(), config=RelayConfig(port=self._port)
-                )
+                governor = self._pool.governor(shared, account=account)
+                context = start_relay(self._upstream, governor, config=RelayConfig(port=self._port))
                 relay = await context.__aenter__()
-                entry = entries[self._upstream] = _Entry(relay, context)
+                entry = share.relays[self._key] = _Entry(relay, context)
             entry.refs += 1
         self._entry = entry
-        self._run = entry.relay.open_run(self._on_event, deadline_s=self._deadline_s)
+        self._run = entry.relay.open_run(
+            self._on_event, deadline_s=self._deadline_s, limits=self._limits
+        )
         return self._run
 
     async def __aexit__(self, *exc_info: object) -> None:
@@ -232,23 +271,26 @@ class _SharedRun:
             return
         self._left = True
         self._run.close()
-        entry, entries = self._entry, self._entries
+        entry, share = self._entry, self._share
         # Released without the lock (a plain decrement cannot race on one event loop), so a
         # run that is only finalised after its loop ended leaves no pending lock behind.
         entry.refs -= 1
-        if entry.refs == 0 and entries.get(self._upstream) is entry:
-            entries.pop(self._upstream, None)
+        if entry.refs == 0 and share.relays.get(self._key) is entry:
+            share.relays.pop(self._key, None)
             with anyio.CancelScope(shield=True):
                 await entry.context.__aexit__(None, None, None)
-            if not entries:
-                _retire_governor(self._loop)
+            _retire_governor(share, entry.relay.governor)
 
 
-def _retire_governor(loop: asyncio.AbstractEventLoop) -> None:
-    """After the loop's last relay stopped: close a shared governor's account (its file or
-    Redis connection, its lease renewer). What it learnt stays in the shared store, and the
-    next run opens it again; a process-alone governor is kept, with what it learnt."""
-    governor = _governors.get(loop)
-    if governor is not None and governor.account.shared and governor.total_in_flight == 0:
-        del _governors[loop]
+def _retire_governor(share: _LoopShare, governor: Governor) -> None:
+    """After the last relay of a governor stopped: close a shared governor's account (its
+    file or Redis connection, its lease renewer). What it learnt stays in the shared store,
+    and the next run opens it again; a process-alone governor is kept, with what it
+    learnt."""
+    if any(entry.relay.governor is governor for entry in share.relays.values()):
+        return
+    if governor.account.shared and governor.total_in_flight == 0:
+        for key, value in list(share.governors.items()):
+            if value is governor:
+                del share.governors[key]
         governor.account.close()

@@ -1,7 +1,8 @@
 """The request relay around one coordinated run: on by default, off with one switch.
 
-:func:`relayed` puts the process-wide relay (:mod:`teamlead._relay`) in front of a run's
-CLI: it points the options' ``ANTHROPIC_BASE_URL`` at a run of the shared relay, buffers
+:func:`relayed` puts the relay of the run's process (:mod:`teamlead._relay`, the pool of
+its :class:`~teamlead.ProcessState`) in front of a run's CLI, for the run's upstream and
+account: it points the options' ``ANTHROPIC_BASE_URL`` at a run of the shared relay, buffers
 the relay's events (:class:`~teamlead.events.RateLimited`,
 :class:`~teamlead.events.ConcurrencyChanged`) so the coordinator can yield them in its
 stream, and puts the run's :class:`~teamlead.events.RelaySummary` on ``Finished``.
@@ -27,6 +28,7 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from ..events import ConcurrencyChanged, Finished, RateLimited
 from ..policy import Policy
+from .process import ProcessState, default_process_state
 
 if TYPE_CHECKING:
     from .._relay import RelayRun
@@ -86,13 +88,18 @@ class RelayHookup:
 
 
 def relayed(
-    options: ClaudeAgentOptions, policy: Policy, *, on_event: RelayListener | None = None
+    options: ClaudeAgentOptions,
+    policy: Policy,
+    *,
+    on_event: RelayListener | None = None,
+    process: ProcessState | None = None,
 ) -> AbstractAsyncContextManager[RelayHookup]:
-    """The run's hookup to the shared relay for the block (direct when off or failing).
+    """The run's hookup to its process's relay for the block (direct when off or failing).
 
     The run's relay events are buffered in the hookup, or given to ``on_event`` instead.
+    ``process`` is whose relays the run uses (default: the process's own).
     """
-    return _Relayed(options, policy, on_event)
+    return _Relayed(options, policy, on_event, process or default_process_state())
 
 
 class _Relayed:
@@ -101,11 +108,16 @@ class _Relayed:
     generator-based context on its own, a second time and from another task."""
 
     def __init__(
-        self, options: ClaudeAgentOptions, policy: Policy, on_event: RelayListener | None
+        self,
+        options: ClaudeAgentOptions,
+        policy: Policy,
+        on_event: RelayListener | None,
+        process: ProcessState,
     ) -> None:
         self._options = options
         self._policy = policy
         self._on_event = on_event
+        self._process = process
         self._run: AbstractAsyncContextManager[RelayRun] | None = None
 
     async def __aenter__(self) -> RelayHookup:
@@ -113,20 +125,23 @@ class _Relayed:
         if not relay_wanted(self._policy):
             return hookup
         try:  # imported here: a broken server stack must not break teamlead, only the relay
-            from .._relay import RelayError, relay_applicable, shared_relay
+            from .._relay import RelayError, relay_applicable
+            from .._relay.shared import account_of
         except ImportError as exc:
             log.warning("request relay off, running direct: %s", _one_line(exc))
             return hookup
-        applicable = relay_applicable({**os.environ, **dict(self._options.env)})
+        env = {**os.environ, **dict(self._options.env)}
+        applicable = relay_applicable(env)
         if not applicable.ok:
             log.warning("%s", applicable.note)
             return hookup
-        context = shared_relay(
+        context = self._process.relays.run(
             applicable.upstream,
             on_event=self._on_event or hookup.events.append,
             deadline_s=self._policy.deadline_s,
             limits=self._policy.limits,
             port=self._policy.relay_port,
+            account=account_of(applicable.upstream, env),
         )
         try:
             run = await context.__aenter__()
@@ -161,10 +176,15 @@ async def with_relay_events(
 
 @asynccontextmanager
 async def relay_for(
-    options: ClaudeAgentOptions | None, policy: Policy | None = None
+    options: ClaudeAgentOptions | None,
+    policy: Policy | None = None,
+    *,
+    process: ProcessState | None = None,
 ) -> AsyncIterator[ClaudeAgentOptions]:
     """Options whose CLI goes through the relay while the block runs (for client users)."""
-    async with relayed(options or ClaudeAgentOptions(), policy or Policy()) as hookup:
+    async with relayed(
+        options or ClaudeAgentOptions(), policy or Policy(), process=process
+    ) as hookup:
         yield hookup.options
 
 

@@ -14,6 +14,8 @@ return what they found. It owns:
 - the spawn gate (:class:`~teamlead._gate.feed.GateFeed`) and the relay hookup;
 - every agent of the run (:class:`~.agents.RunAgents`): the relay's agent ledger and the
   per-agent limits it applies;
+- the :class:`~.process.ProcessState` it shares with the process's other runs (their
+  relays, governors, spawn cap; a stop of every run reaches it there);
 - the user's :class:`~teamlead.control.RunControl`, if any: it changes the gate's cap and the
   subagent model while the run goes, and its events wait in :attr:`RunState.amended` for the
   stream.
@@ -43,6 +45,7 @@ from ..policy import Policy
 from ..tracker import TrackedEvent, Tracker
 from .agents import WORKFLOW_CAP_VAR, RunAgents
 from .ledger import Ledger
+from .process import ProcessState, default_process_state
 from .resume_prompt import Delivery
 from .stop import RunStop
 
@@ -155,6 +158,7 @@ class RunState:
         stderr_tail: the CLI's last stderr lines, quoted when its stream breaks.
         control: the user's live control of the run, if any.
         amended: the control's events not yet in the stream.
+        process: what the run shares with the process's other runs.
     """
 
     mode: Mode
@@ -178,6 +182,7 @@ class RunState:
     )
     control: RunControl | None = None
     amended: list[RunAmended] = field(default_factory=list)
+    process: ProcessState = field(default_factory=default_process_state)
 
     def drain_amends(self) -> list[RunAmended]:
         """The control's events since the last call (applied on the run's loop)."""
@@ -330,6 +335,7 @@ def new_run(
     *,
     gated: bool = True,
     control: RunControl | None = None,
+    process: ProcessState | None = None,
 ) -> RunState:
     """A fresh run state: the options prepared, the gate built on ``clock``.
 
@@ -341,12 +347,15 @@ def new_run(
         gated: build the spawn gate when ``policy.spawn`` is on. ``False`` for a client
             that connected without it (its hooks were fixed then).
         control: the user's live control of the run (its cap and subagent model).
+        process: what the run shares with the process's other runs (default: the
+            process's own :class:`~.process.ProcessState`).
 
     Raises:
         AmendRefused: ``control`` already serves a run that has not ended.
     """
+    world = process or default_process_state()
     prepared = prepare_options(options, policy, client=mode == "client")
-    gate = new_gate(policy, clock, prepared.env) if gated else None
+    gate = new_gate(policy, clock, prepared.env, world.spawn_cap) if gated else None
     feed = GateFeed(gate) if gate is not None else None
     if gate is not None:
         prepared = gate.apply(prepared)
@@ -364,6 +373,7 @@ def new_run(
         mark=mark,
         gate=feed,
         tracker=Tracker(clock=clock),
+        process=world,
         agents=RunAgents(
             policy,
             clock,
@@ -394,6 +404,7 @@ def new_run(
         state.control = control
     state.ledger.one_process = mode == "client"
     state.stop.listeners.append(state.stopping)
+    world.enter(state.stop)
     user_stderr = prepared.stderr
     tail = state.stderr_tail
 

@@ -2,7 +2,8 @@
 
 Cancelling a run loses its account: nothing can be yielded once its generator is
 cancelled, so ``--json`` would end without ``finished``. A stop is asked instead: every
-live run's :class:`RunStop` is set (:func:`stop_every_run`), the round that reads cuts its
+live run's :class:`RunStop` is set (:meth:`~teamlead.ProcessState.stop_every_run`:
+the process's state keeps its live runs), the round that reads cuts its
 stream at once (ending the run's CLI tree), and the run ends with a
 :class:`~teamlead.events.Finished` whose reason is ``interrupted``: the tasks still running
 are ``stopped``, the calls still queued in the gate ``rejected``.
@@ -11,14 +12,11 @@ are ``stopped``, the calls still queued in the gate ``rejected``.
 from __future__ import annotations
 
 import contextlib
-import weakref
 from collections.abc import Callable
 
 import anyio
 
-__all__ = ["RunStop", "stop_every_run"]
-
-_LIVE: weakref.WeakSet[RunStop] = weakref.WeakSet()
+__all__ = ["RunStop"]
 
 
 class RunStop:
@@ -30,7 +28,8 @@ class RunStop:
         #: the run's CLI is ended and their hooks cancelled); an exception is ignored
         self.listeners: list[Callable[[], None]] = []
         self._event: anyio.Event | None = None
-        _LIVE.add(self)
+        #: called once, when the run has ended (its process forgets it then)
+        self.on_done: Callable[[RunStop], None] | None = None
 
     @property
     def requested(self) -> bool:
@@ -56,13 +55,7 @@ class RunStop:
         await self._event.wait()
 
     def done(self) -> None:
-        """The run has ended: it no longer listens."""
-        _LIVE.discard(self)
-
-
-def stop_every_run(reason: str) -> int:
-    """Ask every live run of this process to stop; returns how many were asked."""
-    runs = list(_LIVE)
-    for run in runs:
-        run.request(reason)
-    return len(runs)
+        """The run has ended: it no longer listens; idempotent."""
+        on_done, self.on_done = self.on_done, None
+        if on_done is not None:
+            on_done(self)

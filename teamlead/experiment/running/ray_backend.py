@@ -207,7 +207,7 @@ def _trial_task(
     """
     import ray
 
-    from ..._relay.shared import use_limit_store
+    from ..._run.process import default_process_state
     from .workspace import Workspaces
 
     runs = int(ray.get(actor.claim.remote(token), timeout=60))
@@ -215,7 +215,7 @@ def _trial_task(
         run_id = f"{run_id}/rerun-{runs}"
     store = RayLimitStore(actor)
     store.refresh()  # start from what the other nodes learnt
-    use_limit_store(store)
+    default_process_state().use_limit_store(store)  # the worker's process: its relay's
     out_dir = Path(place.out_dir)
 
     async def trial() -> tuple[TrialRecord, bool, int]:

@@ -1,0 +1,98 @@
+"""What the runs of one process share, in one object: :class:`ProcessState`.
+
+A run is not alone in its process: concurrent runs (an app serving several users, the
+trials of an experiment) share the request relay of each upstream, the governor of each
+account, the limits store a Ray worker points them at, the cap on subagents running at
+once, and the list of live runs a signal stops. All of that lives in one
+:class:`ProcessState`, made lazily as the process's default (:func:`default_process_state`)
+and passable explicitly (``teamlead.query(..., process=...)``): a test, or an app that
+wants two worlds in one process, makes its own. Nothing else in teamlead keeps state at
+module level, so two states never see each other's relays, limits or runs.
+
+Example:
+    >>> world = ProcessState(spawn_limit=4)
+    >>> world.spawn_cap.limit, world.live_runs
+    (4, 0)
+"""
+
+from __future__ import annotations
+
+import weakref
+from collections.abc import Mapping
+
+from .._gate.slots import SpawnCap
+from .._governor.store import LimitStore
+from .._relay.shared import RelayPool
+from .stop import RunStop
+
+__all__ = ["ProcessState", "default_process_state"]
+
+
+class ProcessState:
+    """The relays, governors, limits store, spawn cap and live runs a process's runs share.
+
+    Args:
+        spawn_limit: the most subagents running at once over every run of this state
+            (default, and never above: the CLI's own cap,
+            ``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS``).
+        limit_store: where the learnt limits of process-alone governors live (a Ray worker
+            passes the experiment's shared store); ``None``: in this process.
+        env: the environment the CLI's subagent cap is read from (default: this process's).
+
+    Attributes:
+        relays: the relays per upstream and the governors per account.
+    """
+
+    def __init__(
+        self,
+        *,
+        spawn_limit: int | None = None,
+        limit_store: LimitStore | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self.relays = RelayPool(store=limit_store)
+        self._spawn_limit = spawn_limit
+        self._env = env
+        self._spawn_cap: SpawnCap | None = None
+        self._runs: weakref.WeakSet[RunStop] = weakref.WeakSet()
+
+    @property
+    def spawn_cap(self) -> SpawnCap:
+        """The cap on subagents every run of this state shares, made on first use."""
+        if self._spawn_cap is None:
+            self._spawn_cap = SpawnCap(self._spawn_limit, env=self._env)
+        return self._spawn_cap
+
+    def use_limit_store(self, store: LimitStore | None) -> None:
+        """Keep the learnt limits of governors made from now on in ``store``."""
+        self.relays.store = store
+
+    def enter(self, stop: RunStop) -> None:
+        """A run starts: a stop of every run (:meth:`stop_every_run`) reaches it, until it
+        ends (:meth:`RunStop.done`)."""
+        self._runs.add(stop)
+        stop.on_done = self._runs.discard
+
+    @property
+    def live_runs(self) -> int:
+        """Runs of this state that have not ended."""
+        return len(self._runs)
+
+    def stop_every_run(self, reason: str) -> int:
+        """Ask every live run of this state to stop; returns how many were asked."""
+        runs = list(self._runs)
+        for run in runs:
+            run.request(reason)
+        return len(runs)
+
+
+_default: ProcessState | None = None
+
+
+def default_process_state() -> ProcessState:
+    """The process's own :class:`ProcessState`, made on first use: what every run uses
+    unless it is given one."""
+    global _default
+    if _default is None:
+        _default = ProcessState()
+    return _default
