@@ -214,10 +214,11 @@ class Slot:
 class _Waiter:
     """One caller waiting for a slot; woken by ``wake`` once granted, cleared or timed out."""
 
-    __slots__ = ("error", "key", "order", "slot", "wake")
+    __slots__ = ("error", "key", "order", "slot", "through_pause", "wake")
 
-    def __init__(self, key: str, priority: int, seq: int) -> None:
+    def __init__(self, key: str, priority: int, seq: int, through_pause: bool = False) -> None:
         self.key = key
+        self.through_pause = through_pause
         self.order = (-priority, seq)  # higher priority first, then arrival
         self.wake = anyio.Event()
         self.slot: Slot | None = None
@@ -338,6 +339,7 @@ class Governor:
         *,
         timeout: float | None = None,  # noqa: ASYNC109 - runs on the injected clock
         priority: int = 0,
+        through_pause: bool = False,
     ) -> Slot:
         """Wait for a slot of ``key``; the caller must :meth:`Slot.release` it.
 
@@ -348,6 +350,10 @@ class Governor:
             key: the bucket, ``provider/model`` (see :func:`bucket_key`).
             timeout: most seconds to wait (governor's clock); ``None`` waits until cancelled.
             priority: waiters with a higher priority are served first (then FIFO).
+            through_pause: the caller's own lane: the bucket's pause does not hold it back
+                (its concurrency limit still does). The relay gives it to the lead's first
+                try of each request, so a pause another request met never starves the
+                lead's synthesis; a 429 it meets itself is held like any other.
 
         Raises:
             TimeoutError: no slot within ``timeout``.
@@ -360,13 +366,13 @@ class Governor:
             raise UsageError(f"acquire timeout must be zero or more seconds, got {timeout}")
         await anyio.lowlevel.checkpoint_if_cancelled()
         bucket = self._bucket(key)
-        if not bucket.waiters:
-            granted = self._try_grant(bucket)
+        if not bucket.waiters or through_pause:
+            granted = self._try_grant(bucket, through_pause)
             if granted is not None:
                 return granted
         deadline = None if timeout is None else self._clock.monotonic() + timeout
         self._seq += 1
-        waiter = _Waiter(key, priority, self._seq)
+        waiter = _Waiter(key, priority, self._seq, through_pause)
         bucket.enqueue(waiter)
         try:
             return await self._wait_for_grant(bucket, waiter, deadline, timeout)
@@ -465,6 +471,8 @@ class Governor:
                     f"{self._total} running in total)"
                 )
             cooldown_until = self._limits(bucket.key).cooldown_until
+            if waiter.through_pause:
+                cooldown_until = now  # its own lane: only the concurrency limit holds it
             if deadline is not None and cooldown_until > deadline:
                 raise TimeoutError(f"{bucket.key!r} is paused longer than {asked:g}s allowed")
             # Only the head of a bucket keeps a timer (a pause, or re-checking a shared
@@ -569,20 +577,21 @@ class Governor:
     def _global_room(self) -> bool:
         return self.policy.max_total is None or self._total < self.policy.max_total
 
-    def _bucket_room(self, bucket: _Bucket) -> bool:
-        limits = self._limits(bucket.key)
-        return (
-            bucket.in_flight < self._effective(bucket.key, limits)
-            and limits.cooldown_until <= self._clock.monotonic()
+    def _bucket_room(
+        self, bucket: _Bucket, through_pause: bool = False, limits: aimd.Limits | None = None
+    ) -> bool:
+        """Whether ``bucket`` is under its limit here and not paused (``through_pause``:
+        whether paused or not); ``limits`` when already read."""
+        limits = limits if limits is not None else self._limits(bucket.key)
+        return bucket.in_flight < self._effective(bucket.key, limits) and (
+            through_pause or limits.cooldown_until <= self._clock.monotonic()
         )
 
-    def _try_grant(self, bucket: _Bucket) -> Slot | None:
-        """A slot of ``bucket`` if this process and the whole account have room, else None."""
+    def _try_grant(self, bucket: _Bucket, through_pause: bool = False) -> Slot | None:
+        """A slot of ``bucket`` if this process and the whole account have room (and the
+        bucket is not paused, unless ``through_pause``), else None."""
         limits = self._limits(bucket.key)
-        room = (
-            bucket.in_flight < self._effective(bucket.key, limits)
-            and limits.cooldown_until <= self._clock.monotonic()
-        )
+        room = self._bucket_room(bucket, through_pause, limits)
         if not (room and self._global_room()):
             return None
         lease = self._account.take(
@@ -608,7 +617,7 @@ class Governor:
         """Grant what can be granted: ``preferred``'s queue first, then the best heads."""
         bucket = self._buckets[preferred]
         while bucket.waiters:
-            granted = self._try_grant(bucket)
+            granted = self._try_grant(bucket, bucket.waiters[0].through_pause)
             if granted is None:
                 break
             self._hand_to(bucket.waiters.pop(0), granted)
@@ -617,12 +626,14 @@ class Governor:
             heads = [
                 b
                 for b in self._buckets.values()
-                if b.waiters and b.key not in refused and self._bucket_room(b)
+                if b.waiters
+                and b.key not in refused
+                and self._bucket_room(b, b.waiters[0].through_pause)
             ]
             if not heads:
                 return
             best = min(heads, key=lambda b: b.waiters[0].order)
-            granted = self._try_grant(best)
+            granted = self._try_grant(best, best.waiters[0].through_pause)
             if granted is None:
                 refused.add(best.key)  # the account is full for it: its head polls
                 continue

@@ -820,3 +820,22 @@ async def test_a_seeded_storm_of_callers_leaks_no_slot() -> None:
     for key in (A, B, C):
         state = gov.state(key)
         assert (state.in_flight, state.waiting) == (0, 0)
+
+
+async def test_a_pause_another_request_met_does_not_hold_back_a_caller_through_it() -> None:
+    """The lead's lane: a 120 s pause (a subagent's 429) holds ordinary callers back, but a
+    caller ``through_pause`` is granted at once while the limit has room; the limit still
+    holds it."""
+    gov, clock, _ = make(ceiling=2)
+    slot = await gov.acquire(A)
+    slot.rate_limited(120.0)  # the cut leaves a limit of 1, and a pause of 120 s
+    slot.release()
+    with pytest.raises(TimeoutError):  # an ordinary caller waits out the pause
+        await gov.acquire(A, timeout=10)
+    lead = await gov.acquire(A, timeout=0, priority=10, through_pause=True)
+    assert gov.state(A).cooldown_s == 120.0 and clock.monotonic() == 0  # granted in the pause
+    with pytest.raises(TimeoutError):  # the limit of 1 still holds the lane
+        await gov.acquire(A, timeout=0, priority=10, through_pause=True)
+    lead.release()
+    again = await gov.acquire(A, timeout=0, priority=10, through_pause=True)
+    again.release()

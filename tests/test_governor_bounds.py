@@ -15,7 +15,13 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from teamlead._governor.ratelimit_headers import pace_pause, read_windows
-from teamlead._governor.retry_after import MAX_PAUSE_S, parse_retry_after, retry_after_from_headers
+from teamlead._governor.retry_after import (
+    MAX_PAUSE_S,
+    PLAUSIBLE_PAUSE_S,
+    faulty_retry_after,
+    parse_retry_after,
+    retry_after_from_headers,
+)
 from teamlead.events import ConcurrencyChanged
 from teamlead.governor import JOURNAL_SIZE, Governor, GovernorPolicy
 from teamlead.testing import FakeClock
@@ -51,7 +57,7 @@ HOSTILE = [
 def test_a_hostile_retry_after_never_raises_and_never_exceeds_the_bound(value: str) -> None:
     for headers in ({"retry-after": value}, {"retry-after-ms": value}):
         seconds = retry_after_from_headers(headers, now=NOW)
-        assert seconds is None or 0 <= seconds <= MAX_PAUSE_S
+        assert seconds is None or 0 <= seconds <= PLAUSIBLE_PAUSE_S
 
 
 @given(st.text(max_size=80))
@@ -60,21 +66,34 @@ def test_any_retry_after_text_is_a_bounded_pause_or_none(value: str) -> None:
         parse_retry_after(value, now=NOW),
         retry_after_from_headers({"retry-after-ms": value}),
     ):
-        assert seconds is None or (math.isfinite(seconds) and 0 <= seconds <= MAX_PAUSE_S)
+        assert seconds is None or (math.isfinite(seconds) and 0 <= seconds <= PLAUSIBLE_PAUSE_S)
 
 
-def test_unbounded_pauses_are_cut_to_the_bound() -> None:
-    assert parse_retry_after("1e9") == MAX_PAUSE_S
-    assert parse_retry_after("Thu, 01 Jan 2099 00:00:00 GMT", now=NOW) == MAX_PAUSE_S
-    assert retry_after_from_headers({"retry-after-ms": "1e12"}) == MAX_PAUSE_S
-    assert retry_after_from_headers({"retry-after-ms": "1500"}) == 1.5  # not cut as ms
-    assert parse_retry_after("Wed, 21 Oct 99999999999999999999 07:28:05 GMT") is None
+@pytest.mark.parametrize(
+    ("headers", "pause", "faulty"),
+    [
+        ({"retry-after": "999999999"}, None, 999999999.0),
+        ({"retry-after": "Thu, 01 Jan 2099 00:00:00 GMT"}, None, 4070908800.0 - NOW),
+        ({"retry-after-ms": "1e12"}, None, 1e9),
+        ({"retry-after": "181"}, None, 181.0),
+        ({"retry-after": "180"}, 180.0, None),
+        ({"retry-after": "120"}, 120.0, None),
+        ({"retry-after-ms": "1500"}, 1.5, None),  # not cut as ms
+        ({"retry-after": "Wed, 21 Oct 99999999999999999999 07:28:05 GMT"}, None, None),
+        ({}, None, None),
+    ],
+)
+def test_a_pause_beyond_the_plausibility_bound_is_a_faulty_header_not_a_pause(
+    headers: dict[str, str], pause: float | None, faulty: float | None
+) -> None:
+    assert retry_after_from_headers(headers, now=NOW) == pause
+    assert faulty_retry_after(headers, now=NOW) == faulty
 
 
 @pytest.mark.parametrize(
     "reset", ["2099-01-01T00:00:00Z", "9999-12-31T23:59:59-23:59", "99999-01-01T00:00:00Z", "x"]
 )
-def test_a_rate_limit_window_resetting_far_away_pauses_at_most_the_bound(reset: str) -> None:
+def test_a_rate_limit_window_resetting_implausibly_far_away_pauses_nothing(reset: str) -> None:
     windows = read_windows(
         {
             "anthropic-ratelimit-requests-remaining": "0",
@@ -82,7 +101,7 @@ def test_a_rate_limit_window_resetting_far_away_pauses_at_most_the_bound(reset: 
             "anthropic-ratelimit-requests-reset": reset,
         }
     )
-    assert 0 <= pace_pause(windows, now=NOW, pace_below=0.05) <= MAX_PAUSE_S
+    assert pace_pause(windows, now=NOW, pace_below=0.05) == 0.0
 
 
 async def test_the_governor_bounds_a_pause_whoever_reports_it() -> None:

@@ -16,9 +16,10 @@ continuously. The rule (:func:`pace_pause`): when a window's ``remaining`` falls
 ``pace_below`` of its ``limit``, pause new requests until it has refilled back to that
 level, i.e. ``(reset - now) * (pace_below * limit - remaining) / (limit - remaining)``; when
 ``remaining`` is 0 (or the limit is unknown and nothing remains), pause until ``reset``.
-The longest pause over the windows wins, at most
-:data:`~teamlead._governor.retry_after.MAX_PAUSE_S` (a reset in 2099 pauses 10 minutes, not
-70 years). Requests already running are never stopped. Nothing here raises on a bad value:
+The longest pause over the windows wins. A window whose reset is further away than
+:data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S` cannot be a per-minute bucket: the
+header is faulty and the window is skipped (a reset in 2099 pauses nothing, and is not
+stored). Requests already running are never stopped. Nothing here raises on a bad value:
 the window is skipped.
 """
 
@@ -29,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from .retry_after import bounded_pause
+from .retry_after import PLAUSIBLE_PAUSE_S, bounded_pause
 
 __all__ = ["WINDOWS", "RateWindow", "pace_pause", "read_windows"]
 
@@ -123,6 +124,8 @@ def pace_pause(windows: list[RateWindow], *, now: float, pace_below: float) -> f
     longest = 0.0
     for window in windows:
         until_reset = max(0.0, window.reset_at - now)
+        if until_reset > PLAUSIBLE_PAUSE_S:
+            continue  # a faulty reset: no per-minute bucket is that far from full
         if window.remaining <= 0:
             longest = max(longest, until_reset)
             continue

@@ -3,10 +3,20 @@
 Kept apart from the governor because the relay, the experiment runner and the resume retry
 all read the same header, and none of them needs the governor to do it.
 
-A pause read from outside is bounded: whatever the header says (``1e9`` seconds, a date in
-2099, a 20-digit year, ``nan``), parsing never raises, and the pause is at most
-:data:`MAX_PAUSE_S` (10 minutes). The upstream can ask again when that has passed; a bigger
-value would only hold a model for the life of the process.
+A pause read from outside must be plausible to be honoured. Whatever the header says
+(``1e9`` seconds, a date in 2099, a 20-digit year, ``nan``), parsing never raises; a value
+beyond :data:`PLAUSIBLE_PAUSE_S` (3 minutes) is a *faulty* header, read as no Retry-After
+at all: the request that met it backs off as for a 429 without one, and the value is
+neither applied to other requests nor stored for other processes.
+
+Why 3 minutes: Anthropic's limits are token buckets (requests, input and output tokens per
+minute) replenished continuously, so an empty bucket is full again within 60 s, and a
+request the bucket can cover is admitted well before; 529 overloads carry short pauses.
+Three times the bucket's minute leaves room for enforcement over shorter intervals and
+for clock skew between the upstream's date and ours. A longer value cannot describe a
+per-minute bucket: it is a broken header or proxy, or a long-window limit (a spend cap)
+that no pause inside one run could wait out. :data:`MAX_PAUSE_S` (10 minutes) remains the
+longest pause any caller of the governor can ask for directly.
 """
 
 from __future__ import annotations
@@ -17,11 +27,20 @@ from email.utils import parsedate_to_datetime
 
 from ..clock import SYSTEM_CLOCK
 
-__all__ = ["MAX_PAUSE_S", "bounded_pause", "parse_retry_after", "retry_after_from_headers"]
+__all__ = [
+    "MAX_PAUSE_S",
+    "PLAUSIBLE_PAUSE_S",
+    "bounded_pause",
+    "faulty_retry_after",
+    "parse_retry_after",
+    "retry_after_from_headers",
+]
 
-#: The longest pause any header can ask for (Retry-After, retry-after-ms, a rate-limit
-#: window's reset); longer values are cut to it.
+#: The longest pause the governor takes from any caller (longer values are cut to it).
 MAX_PAUSE_S = 600.0
+#: The longest pause a header (Retry-After, retry-after-ms, a rate-limit window's reset)
+#: can plausibly ask for; beyond it the header is faulty and ignored (see the module).
+PLAUSIBLE_PAUSE_S = 180.0
 
 
 def bounded_pause(seconds: float) -> float:
@@ -61,38 +80,27 @@ def _seconds(value: str | None, now: float | None) -> float | None:
 
 
 def parse_retry_after(value: str | None, *, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header value, or ``None`` if absent or invalid.
+    """Seconds to wait from a ``Retry-After`` header value, or ``None`` if absent, invalid
+    or faulty (beyond :data:`PLAUSIBLE_PAUSE_S`).
 
     The header holds either seconds (``"2"``, ``"1.5"``) or an HTTP date; a date is turned
     into seconds from ``now`` (wall-clock seconds; default: the system clock). A date in the
-    past gives 0. The result is at most :data:`MAX_PAUSE_S`; nothing here raises.
+    past gives 0. Nothing here raises.
 
     Example:
         >>> parse_retry_after("1.5")
         1.5
         >>> parse_retry_after("Wed, 21 Oct 2015 07:28:05 GMT", now=1445412480.0)
         5.0
-        >>> parse_retry_after("1e9"), parse_retry_after("nan")
-        (600.0, None)
+        >>> parse_retry_after("1e9"), parse_retry_after("nan"), parse_retry_after("180")
+        (None, None, 180.0)
     """
     seconds = _seconds(value, now)
-    return None if seconds is None else bounded_pause(seconds)
+    return None if seconds is None or seconds > PLAUSIBLE_PAUSE_S else seconds
 
 
-def retry_after_from_headers(
-    headers: Mapping[str, str], *, now: float | None = None
-) -> float | None:
-    """Seconds to wait from response headers: ``retry-after-ms`` first, then ``retry-after``.
-
-    Header names are matched case-insensitively, so an ``httpx.Headers`` or a plain dict
-    both work. The result is at most :data:`MAX_PAUSE_S`.
-
-    Example:
-        >>> retry_after_from_headers({"Retry-After": "2"})
-        2.0
-        >>> retry_after_from_headers({"retry-after-ms": "1e12"})
-        600.0
-    """
+def _header_seconds(headers: Mapping[str, str], now: float | None) -> float | None:
+    """The unbounded pause the headers ask for: ``retry-after-ms``, else ``retry-after``."""
     lowered = {str(k).lower(): str(v) for k, v in headers.items()}
     millis = lowered.get("retry-after-ms")
     if millis is not None:
@@ -102,5 +110,38 @@ def retry_after_from_headers(
         except ValueError:
             value = math.nan
         if math.isfinite(value) and value >= 0:
-            return bounded_pause(value / 1000.0)
-    return parse_retry_after(lowered.get("retry-after"), now=now)
+            return value / 1000.0
+    return _seconds(lowered.get("retry-after"), now)
+
+
+def retry_after_from_headers(
+    headers: Mapping[str, str], *, now: float | None = None
+) -> float | None:
+    """Seconds to wait from response headers: ``retry-after-ms`` first, then ``retry-after``;
+    ``None`` when neither is there, valid and plausible (see :func:`faulty_retry_after`).
+
+    Header names are matched case-insensitively, so an ``httpx.Headers`` or a plain dict
+    both work.
+
+    Example:
+        >>> retry_after_from_headers({"Retry-After": "2"})
+        2.0
+        >>> retry_after_from_headers({"retry-after-ms": "1e12"}) is None
+        True
+    """
+    seconds = _header_seconds(headers, now)
+    return None if seconds is None or seconds > PLAUSIBLE_PAUSE_S else seconds
+
+
+def faulty_retry_after(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
+    """The pause a faulty header asked for (beyond :data:`PLAUSIBLE_PAUSE_S`), for the line
+    that says it was ignored; ``None`` when the headers ask for none, or a plausible one.
+
+    Example:
+        >>> faulty_retry_after({"retry-after": "999999999"})
+        999999999.0
+        >>> faulty_retry_after({"retry-after": "5"}) is None
+        True
+    """
+    seconds = _header_seconds(headers, now)
+    return seconds if seconds is not None and seconds > PLAUSIBLE_PAUSE_S else None

@@ -13,6 +13,14 @@ run's deadline), the 429 goes on to the client at once. A 529 feeds the governor
 overload and goes on at once: the CLI and teamlead's resume already retry it, and retrying
 here too would multiply retries.
 
+A Retry-After (or a rate-limit window's reset) beyond the plausibility bound
+(:data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S`) is a faulty header: one
+warning line, and the request backs off as for a 429 without one; nothing of it reaches
+the governor's pause, so no other request (and no other process) waits on it. The lead's
+first try of each request has its own lane (``through_pause``): a pause that a subagent's
+429 set never holds it back, so the synthesis turn is never starved by another request's
+pause.
+
 Whatever the upstream answers, the slot is the caller's on return and given back here on
 any exception: a header that cannot be read never leaks it. The caller reports a streamed
 answer's slot answered (:meth:`~teamlead.governor.Slot.answered`) as soon as
@@ -33,7 +41,7 @@ from dataclasses import dataclass
 import aiohttp
 import yarl
 
-from .._governor.retry_after import retry_after_from_headers
+from .._governor.retry_after import faulty_retry_after, retry_after_from_headers
 from ..events import RateLimited
 from ..governor import Governor, Slot
 from .routing import RequestInfo, priority
@@ -206,7 +214,12 @@ async def open_upstream(
     while True:
         wait = _wait_left(governor, config, deadline)
         try:
-            slot = await governor.acquire(key, timeout=wait, priority=priority(info.role, attempt))
+            slot = await governor.acquire(
+                key,
+                timeout=wait,
+                priority=priority(info.role, attempt),
+                through_pause=info.role == "lead" and attempt == 0,
+            )
         except TimeoutError:
             raise NoSlot from None
         response: aiohttp.ClientResponse | None = None
@@ -296,7 +309,17 @@ def _report(
             slot.streaming()
             governor.pace(key, headers)
         return False
-    retry_after = retry_after_from_headers(headers, now=governor.clock.time())
+    now = governor.clock.time()
+    retry_after = retry_after_from_headers(headers, now=now)
+    faulty = faulty_retry_after(headers, now=now)
+    if faulty is not None:
+        log.warning(
+            "the upstream asked a %s request to wait %.0f s after a %d: not a plausible "
+            "rate-limit pause, ignored (the request backs off instead)",
+            info.role,
+            min(faulty, 1e12),
+            status,
+        )
     pause = retry_after
     if pause is None and status == 429:
         pause = backoff_s(config, attempt, rng or _RNG)

@@ -24,6 +24,7 @@ import anyio
 
 from .._governor.account import Account
 from .._governor.accounts import open_account
+from .._governor.namespaced import NamespacedAccount
 from .._governor.store import LimitStore
 from ..governor import Governor, GovernorPolicy
 from ..policy import LimitsPolicy
@@ -180,11 +181,13 @@ class RelayPool:
             share = self._loops[loop] = _LoopShare()
         return share
 
-    def account(self, shared: str) -> Account:
-        """A new account for a ``--limits`` value (a pool with a store keeps it there)."""
+    def account(self, shared: str, name: str = "") -> Account:
+        """A new account for a ``--limits`` value (a pool with a store keeps it there),
+        under the account's ``name`` (:func:`account_of`) in a store other accounts share."""
         if self.store is not None and not shared.startswith(("redis://", "rediss://")):
             shared = "process"  # a Ray worker: the experiment's store is the shared one
-        return open_account(shared, store=self.store)
+        account = open_account(shared, store=self.store)
+        return NamespacedAccount(account, name) if name else account
 
     def governor(
         self, shared: str = "machine", *, account: str = "", policy: GovernorPolicy | None = None
@@ -195,7 +198,7 @@ class RelayPool:
         governor = share.governors.get((shared, account))
         if governor is None:
             governor = share.governors[(shared, account)] = Governor(
-                policy or RELAY_POLICY, account=self.account(shared)
+                policy or RELAY_POLICY, account=self.account(shared, account)
             )
         return governor
 

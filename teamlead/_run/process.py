@@ -19,11 +19,14 @@ from __future__ import annotations
 
 import weakref
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from .._gate.slots import SpawnCap
 from .._governor.store import LimitStore
-from .._relay.shared import RelayPool
 from .stop import RunStop
+
+if TYPE_CHECKING:  # the relay's server stack is imported when a run first uses it: a
+    from .._relay.shared import RelayPool  # broken one must cost the relay only, not a run
 
 __all__ = ["ProcessState", "default_process_state"]
 
@@ -38,9 +41,6 @@ class ProcessState:
         limit_store: where the learnt limits of process-alone governors live (a Ray worker
             passes the experiment's shared store); ``None``: in this process.
         env: the environment the CLI's subagent cap is read from (default: this process's).
-
-    Attributes:
-        relays: the relays per upstream and the governors per account.
     """
 
     def __init__(
@@ -50,11 +50,22 @@ class ProcessState:
         limit_store: LimitStore | None = None,
         env: Mapping[str, str] | None = None,
     ) -> None:
-        self.relays = RelayPool(store=limit_store)
+        self._limit_store = limit_store
+        self._relays: RelayPool | None = None
         self._spawn_limit = spawn_limit
         self._env = env
         self._spawn_cap: SpawnCap | None = None
         self._runs: weakref.WeakSet[RunStop] = weakref.WeakSet()
+
+    @property
+    def relays(self) -> RelayPool:
+        """The relays per upstream and account, and the governors per account (made on
+        first use; raises ``ImportError`` when the relay's server stack is broken)."""
+        if self._relays is None:
+            from .._relay.shared import RelayPool
+
+            self._relays = RelayPool(store=self._limit_store)
+        return self._relays
 
     @property
     def spawn_cap(self) -> SpawnCap:
@@ -65,7 +76,9 @@ class ProcessState:
 
     def use_limit_store(self, store: LimitStore | None) -> None:
         """Keep the learnt limits of governors made from now on in ``store``."""
-        self.relays.store = store
+        self._limit_store = store
+        if self._relays is not None:
+            self._relays.store = store
 
     def enter(self, stop: RunStop) -> None:
         """A run starts: a stop of every run (:meth:`stop_every_run`) reaches it, until it

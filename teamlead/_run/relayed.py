@@ -127,6 +127,8 @@ class _Relayed:
         try:  # imported here: a broken server stack must not break teamlead, only the relay
             from .._relay import RelayError, relay_applicable
             from .._relay.shared import account_of
+
+            pool = self._process.relays
         except ImportError as exc:
             log.warning("request relay off, running direct: %s", _one_line(exc))
             return hookup
@@ -135,7 +137,7 @@ class _Relayed:
         if not applicable.ok:
             log.warning("%s", applicable.note)
             return hookup
-        context = self._process.relays.run(
+        context = pool.run(
             applicable.upstream,
             on_event=self._on_event or hookup.events.append,
             deadline_s=self._policy.deadline_s,
