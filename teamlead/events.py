@@ -51,9 +51,12 @@ __all__ = [
 #: requests, tool uses, duration, transcript, result file); reasons
 #: ``token_budget``/``request_budget``. 3: the workflow lines (``workflow_started``,
 #: ``workflow_phase``, ``workflow_agent``, ``workflow_ended``) and a workflow agent's
-#: ``run_id``, ``phase`` and ``cached`` in ``Finished.tasks``. Older records still read (the
-#: new fields default).
-EVENT_VERSION = 3
+#: ``run_id``, ``phase`` and ``cached`` in ``Finished.tasks``. 4: a row's ``result`` (the
+#: text of a result the final answer did not use, or of every result when there is no
+#: answer). Older records still read (the new fields default).
+EVENT_VERSION = 4
+#: The most characters of a result a ``Finished.tasks`` row carries (head and tail).
+ROW_RESULT_CHARS = 4000
 
 Status = Literal["completed", "partial", "failed"]
 #: ``not_run``: an Agent call the spawn gate denied (the user's own limit), one the CLI
@@ -195,8 +198,13 @@ class TaskDisposition(BaseModel):
             (a workflow agent replayed from the journal sends none). Overlaps of these
             intervals say how many agents ran at once.
         transcript: the agent's transcript file, when known.
-        result_file: where its full result was written when the prompt quoted only its head
-            and tail.
+        result: the agent's result as teamlead collected it (at most
+            :data:`ROW_RESULT_CHARS`: its head and tail, the whole in ``result_file``), on
+            every row whose result the final answer did not use, and on every row when the
+            run has no final answer: a result the lead could not use still reaches the
+            caller. ``None`` when the answer used it, or nothing was left.
+        result_file: where its full result was written when the prompt (or ``result``)
+            quoted only its head and tail.
         reason: why an Agent call did not run (``denied``/``rejected``), why an agent was
             stopped (what the lead was told), or a workflow agent's error.
         run_id: a workflow's ``wf_`` run id (on its task's row and its agents').
@@ -223,6 +231,7 @@ class TaskDisposition(BaseModel):
     started_at: float | None = None
     ended_at: float | None = None
     transcript: str | None = None
+    result: str | None = None
     result_file: str | None = None
     run_id: str | None = None
     phase: str | None = None
@@ -297,6 +306,39 @@ class Finished(_Event):
     reasons: list[str] = Field(default_factory=list)
     reason: FinishReason | None = None
     relay: RelaySummary | None = None
+
+    def fallback_answer(self) -> str | None:
+        """The answer to show when the lead could not write one: every result the rows
+        carry, each under its agent's name; ``None`` when the run has an answer, or no row
+        carries a result.
+
+        Example:
+            >>> done = Finished(status="partial", result=None, session_id=None, resumes=2,
+            ...     tasks=[TaskDisposition(id="t1", kind="task", description="probe",
+            ...     status="completed", disposition="missing", source="transcript",
+            ...     result="3 findings")], reason="deadline")
+            >>> done.fallback_answer().splitlines()[2:]
+            ['## probe (completed)', '', '3 findings']
+        """
+        if self.result is not None:
+            return None
+        parts = []
+        for row in self.tasks:
+            if row.result is None and row.result_file is None:
+                continue
+            name = row.label or row.description or row.id
+            body = row.result or ""
+            if row.result_file:
+                body = f"{body}\n\n(the whole result: {row.result_file})".strip()
+            parts.append(f"## {name} ({row.status})\n\n{body}")
+        if not parts:
+            return None
+        why = f" ({self.reason})" if self.reason else ""
+        head = (
+            f"The lead could not write its own answer{why}. "
+            "The agents' results, as they reported them:"
+        )
+        return "\n\n".join([head, *parts])
 
 
 # -- the spawn gate ---------------------------------------------------------------------

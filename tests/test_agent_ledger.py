@@ -318,7 +318,7 @@ def test_a_version_1_finished_record_still_reads() -> None:
     }
     done = Finished.model_validate(old)
     assert done.version == 1 and done.tasks[0].tokens_in is None
-    assert EVENT_VERSION == 3 and Finished.model_validate_json(done.to_json()) == done
+    assert EVENT_VERSION == 4 and Finished.model_validate_json(done.to_json()) == done
 
 
 async def test_a_fault_in_the_ledger_never_breaks_a_request(server: ScriptedServer) -> None:

@@ -309,6 +309,10 @@ def run_session(
         from .cards import print_cards
 
         print_cards(Console(file=err), finished.tasks)  # the result cards, one row per agent
+    fallback = finished.fallback_answer() if finished is not None else None
+    if fallback is not None and output != "json":  # the lead wrote none: the results
+        out.write(answer_for(out, fallback).rstrip() + "\n")
+        out.flush()
     if state["interrupted"]:
         session = state["session"]
         hint = f"; resume with: teamlead resume {session}" if session else ""

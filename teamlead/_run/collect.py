@@ -29,6 +29,7 @@ from .._claude.transcript import find_subagent_transcript, last_assistant_text
 from .._claude.workflow_journal import journal_results
 from .._redact import redact
 from ..events import (
+    ROW_RESULT_CHARS,
     Disposition,
     FallbackUsed,
     InboxCollected,
@@ -47,7 +48,7 @@ from .resume_prompt import (
 )
 from .state import Collected, Member, RunState
 
-__all__ = ["Collection", "absorb", "dispositions", "used_deliveries"]
+__all__ = ["Collection", "absorb", "dispositions", "used_deliveries", "with_results"]
 
 logger = logging.getLogger("teamlead.inbox")  # where the inbox reader's warnings go
 
@@ -324,24 +325,30 @@ class Collection:
         return delivery, source_of
 
     def _transcript_text(self, task: TaskInfo, session: str | None) -> str | None:
-        candidates: list[Path] = []
-        if task.output_file:
-            candidates.append(Path(task.output_file))
-        if session:
-            try:
-                found = find_subagent_transcript(self._config_dir, session, task.task_id)
-            except Exception:  # noqa: BLE001 - a malformed id must not stop the fallback
-                found = None
-            if found is not None:
-                candidates.append(found)
-        for path in candidates:
-            try:
-                text = last_assistant_text(path)
-            except OSError:
-                continue
-            if text:
-                return text
-        return None
+        return transcript_text(self._config_dir, task, session)
+
+
+def transcript_text(config_dir: Path, task: TaskInfo, session: str | None) -> str | None:
+    """The last answer in ``task``'s transcript (its output file, else its file in the
+    session's folder), or ``None`` when neither can be read."""
+    candidates: list[Path] = []
+    if task.output_file:
+        candidates.append(Path(task.output_file))
+    if session:
+        try:
+            found = find_subagent_transcript(config_dir, session, task.task_id)
+        except Exception:  # noqa: BLE001 - a malformed id must not stop the fallback
+            found = None
+        if found is not None:
+            candidates.append(found)
+    for path in candidates:
+        try:
+            text = last_assistant_text(path)
+        except OSError:
+            continue
+        if text:
+            return text
+    return None
 
 
 async def absorb(state: RunState, delivered: list[Delivery]) -> list[str]:
@@ -449,6 +456,55 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
             )
         )
     return out
+
+
+def with_results(state: RunState, rows: list[TaskDisposition]) -> list[TaskDisposition]:
+    """``rows`` with the text of each result the final answer did not use (every result
+    when the run has no final answer), so none is lost with the lead: from what was
+    collected, else from the agent's transcript. A text over :data:`ROW_RESULT_CHARS`
+    keeps its head and tail; the whole goes to a file of the run (``result_file``)."""
+    no_answer = state.tracker.last_success is None
+    out = []
+    for row in rows:
+        wanted = no_answer or row.disposition != "included"
+        text = _row_text(state, row) if wanted and row.kind in ("task", "teammate") else None
+        if text is None:
+            out.append(row)
+            continue
+        full = row.result_file
+        if len(text) > ROW_RESULT_CHARS:
+            whole = Delivery(
+                key=f"{row.kind}:{row.id}",
+                kind="teammate" if row.kind == "teammate" else "task",
+                label=row.description,
+                status="completed",
+                text=text,
+                source="transcript",
+            )
+            full = full or state.spill(whole)
+            keep = ROW_RESULT_CHARS // 2
+            text = f"{text[:keep]}\n[… {len(text) - 2 * keep} characters cut …]\n{text[-keep:]}"
+        out.append(row.model_copy(update={"result": redact(text), "result_file": full}))
+    return out
+
+
+def _row_text(state: RunState, row: TaskDisposition) -> str | None:
+    """The result of ``row`` as collected (a teammate's reports together), else a finished
+    task's from its transcript or summary; ``None`` when there is none."""
+    collected, tracker = state.collected, state.tracker
+    texts = [
+        d.text
+        for d in collected.deliveries.values()
+        if d.text.strip()
+        and (d.key == f"task:{row.id}" or (d.kind == "teammate" and d.label == row.id))
+    ]
+    if texts:
+        return "\n\n".join(texts)
+    task = tracker.tasks.get(row.id) if row.kind == "task" else None
+    if task is None or task.status != "completed":
+        return None
+    text = transcript_text(state.config_dir, task, tracker.session_id) or task.summary
+    return text if (text or "").strip() else None
 
 
 def _own_pids() -> list[int]:

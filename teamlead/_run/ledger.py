@@ -129,8 +129,17 @@ class Ledger:
             elif d.disposition == "failed":
                 reasons.append(_failed_reason(d))
         status: Status
+        carried = [d for d in dispositions if d.result is not None and d.status == "completed"]
         if thrown:  # a workflow's script threw: the work it stood for did not run
             status = "failed"
+        elif final is None and carried:
+            # no answer, but finished work: the rows carry every result (the caller's
+            # fallback answer, see Finished.fallback_answer), nothing of it is lost
+            status = "partial"
+            reasons.append(
+                f"the lead could not write its own answer; {len(carried)} finished "
+                "result(s) are in the rows"
+            )
         elif final is None or not (self.last_round_ok or _used_finished_work(dispositions)):
             status = "failed"
             if final is None and not any("failed" in r or "error" in r for r in reasons):
@@ -154,14 +163,18 @@ class Ledger:
             tasks=dispositions,
             cost_usd=round(self.cost_usd, 6),
             reasons=[redact(r) for r in dict.fromkeys(reasons)],
-            reason=self._reason(status, dispositions),
+            reason=self._reason(status, dispositions, answered=final is not None),
         )
 
-    def _reason(self, status: Status, dispositions: list[TaskDisposition]) -> FinishReason:
+    def _reason(
+        self, status: Status, dispositions: list[TaskDisposition], *, answered: bool = True
+    ) -> FinishReason:
         if status == "completed":
             return "all_results_used"
         if self.stop is not None:
             return self.stop
+        if not answered and status == "partial":
+            return "deadline" if self.first_error_kind == "deadline" else "no_answer"
         if status == "failed":
             if any(d.kind == "task" and d.run_id and d.status == "failed" for d in dispositions):
                 return "work_failed"
