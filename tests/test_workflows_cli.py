@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -265,3 +266,94 @@ async def test_teamlead_resume_recovers_a_workflow_its_killed_cli_left(
     assert set(findings_in(done.result or "")) >= {"a", "b", "c"}
     sent = requests_by_key(server)
     assert sent["a"] == sent["b"] == [200] and len(sent["c"]) == 2
+
+
+#: enough agents with long enough answers that the workflow's result is over the 8000
+#: characters the CLI quotes in the lead's notification (about 10,000 here)
+MANY = [f"k{i:02d}" for i in range(40)]
+
+
+def many_agents(offline: OfflineFactory) -> tuple[WorkflowFanOut, ScriptedServer, OfflineClaude]:
+    script = WorkflowFanOut(MANY, delay=0.0, answer_chars=250)
+    server, claude = offline(script)
+    claude.env["CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS"] = "8"
+    return script, server, claude
+
+
+def whole_results_sent_to_the_lead(server: ScriptedServer, script: WorkflowFanOut) -> Counter[str]:
+    """How many times each agent's whole answer was in what the lead was given after its
+    first turn (the CLI's notifications and teamlead's prompts, each text once); an answer
+    the CLI cut in a notification was not given whole there."""
+    texts = dict.fromkeys(
+        r.request.last_user_text
+        for r in server.recorded()
+        if r.request.role == "lead"
+        and (
+            "<task-notification>" in r.request.last_user_text
+            or "<teamlead-results" in r.request.last_user_text
+        )
+    )
+    return Counter({key: sum(t.count(script.answer(key)) for t in texts) for key in script.keys})
+
+
+async def test_a_workflow_result_the_cli_cut_in_the_notification_reaches_the_lead_whole(
+    offline: OfflineFactory,
+) -> None:
+    script, server, claude = many_agents(offline)
+    done = finished(await run(claude.options(), policy()))
+    notified = next(
+        r.request.last_user_text
+        for r in server.recorded()
+        if "<task-notification>" in r.request.last_user_text
+    )
+    assert "... (truncated " in notified  # the CLI cut it: the lead saw the head only
+    assert not set(MANY) <= set(findings_in(notified))
+    assert done.status == "completed" and done.resumes == 1, done.reasons
+    assert set(findings_in(done.result or "")) == set(MANY)
+    sent = whole_results_sent_to_the_lead(server, script)
+    assert set(sent.values()) == {1}, sent  # every result once: none lost, none twice
+    workflow = next(r for r in done.tasks if r.kind == "task")
+    assert workflow.disposition == "included" and workflow.result_file is None
+    assert workflow.reason is not None and "the CLI cut its result" in workflow.reason
+    assert "delivered in a resume prompt" in workflow.reason
+    rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
+    assert rows["wf:k00"].source == "lead" and rows["wf:k00"].reason is None  # seen at once
+    last = rows["wf:k39"]
+    assert last.source == "transcript" and "a resume prompt delivered it" in (last.reason or "")
+    assert {r.disposition for r in rows.values()} == {"included"}
+
+
+async def test_the_rest_of_a_cut_workflow_result_too_long_for_the_prompt_is_given_by_path(
+    offline: OfflineFactory,
+) -> None:
+    script, server, claude = many_agents(offline)
+    done = finished(await run(claude.options(), policy(max_result_chars=600)))
+    assert done.status == "completed" and done.resumes == 1, done.reasons
+    workflow = next(r for r in done.tasks if r.kind == "task")
+    assert workflow.result_file is not None
+    assert workflow.reason is not None and "partly by path only" in workflow.reason
+    whole = await anyio.Path(workflow.result_file).read_text()
+    rows = {r.label.removeprefix("wf:"): r for r in done.tasks if r.kind == "workflow_agent"}
+    by_path = {key for key, r in rows.items() if "only by path" in (r.reason or "")}
+    assert by_path, "the prompt quoted every agent's result"
+    sent = whole_results_sent_to_the_lead(server, script)
+    for key in MANY:
+        if key in by_path:  # the row names the file that holds it, and the lead never had it
+            assert rows[key].result_file == workflow.result_file
+            assert script.answer(key) in whole and sent[key] == 0, key
+        else:
+            assert sent[key] == 1 and key in findings_in(done.result or ""), key
+
+
+async def test_a_cut_workflow_result_whose_rest_never_reached_the_lead_is_missing(
+    offline: OfflineFactory,
+) -> None:
+    _, _, claude = many_agents(offline)
+    done = finished(await run(claude.options(), policy(max_resumes=0)))
+    assert done.status == "partial" and done.reason == "max_resumes", done.reasons
+    workflow = next(r for r in done.tasks if r.kind == "task")
+    assert workflow.disposition == "missing"
+    assert "the rest never reached the lead" in (workflow.reason or "")
+    rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
+    assert rows["wf:k00"].disposition == "included"  # the lead read it in the notification
+    assert rows["wf:k39"].disposition == "missing"

@@ -15,6 +15,7 @@ module changes.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,9 +25,11 @@ import anyio
 
 from .._claude.inbox import consume_inbox, read_inbox, wait_for_inbox
 from .._claude.inbox.model import InboxRead, TeammateMessage
+from .._claude.notification import Notification
+from .._claude.saved_session import session_notifications
 from .._claude.team import Team, resolve_team
 from .._claude.transcript import find_subagent_transcript, last_assistant_text
-from .._claude.workflow_journal import journal_results
+from .._claude.workflow_journal import JournalResult, journal_results, workflow_result
 from .._redact import redact
 from ..events import (
     Disposition,
@@ -44,10 +47,11 @@ from .resume_prompt import (
     TaskOutcome,
     TaskSource,
     WorkflowResume,
+    escape,
 )
-from .state import Collected, Member, RunState
+from .state import Collected, CutResult, Member, RunState
 
-__all__ = ["Collection", "absorb", "dispositions", "used_deliveries"]
+__all__ = ["Collection", "absorb", "cut_rows", "dispositions", "used_deliveries"]
 
 logger = logging.getLogger("teamlead.inbox")  # where the inbox reader's warnings go
 
@@ -89,6 +93,7 @@ class Collection:
         self._process_alive = process_alive
         self._found: list[Delivery] = list(carried or [])
         self._done = False
+        self._notified: dict[str, Notification] | None = None
 
     @property
     def deliveries(self) -> list[Delivery]:
@@ -114,10 +119,19 @@ class Collection:
             if key in collected.absorbed or key in collected.deliveries:
                 continue
             if task.absorbed and task.task_id not in lost:
+                # the lead was told the task ended; a workflow's result may still have been
+                # cut in that notification, and the rest of it is outstanding
+                rest = (
+                    self._rest_of_cut(task, task.workflow, tracker.session_id)
+                    if task.workflow is not None
+                    else None
+                )
+                if rest is None:
+                    continue
+                delivery, source = rest
+            elif not task.terminal and self._process_alive:
                 continue
-            if not task.terminal and self._process_alive:
-                continue
-            if task.workflow is not None:
+            elif task.workflow is not None:
                 delivery, source = self._workflow_delivery(
                     task, task.workflow, lost.get(task.task_id, []), tracker.session_id
                 )
@@ -301,6 +315,76 @@ class Collection:
         )
         return delivery, source
 
+    def _notification(self, session: str | None, task_id: str) -> Notification | None:
+        """The notification the CLI gave the lead for ``task_id``, from the session's
+        transcript (read once per collection)."""
+        if self._notified is None:
+            self._notified = {}
+            if session:
+                try:
+                    self._notified = session_notifications(self._config_dir, session)
+                except Exception as exc:  # noqa: BLE001 - no transcript: nothing seen cut
+                    logger.debug("no notifications read back: %s", exc)
+        return self._notified.get(task_id)
+
+    def _rest_of_cut(
+        self, task: TaskInfo, run: WorkflowRun, session: str | None
+    ) -> tuple[Delivery, TaskSource] | None:
+        """The rest of a workflow result the CLI cut in the lead's notification, as a
+        delivery; ``None`` when the lead was shown all of it (or nothing is left to give).
+
+        The rest comes from the task's output file (the whole result), from the start of
+        the item the cut fell in; without that file, the finished agents' results the lead
+        was not shown come from the run's journal.
+        """
+        note = self._notification(session, task.task_id)
+        if note is None or note.cut is None:
+            return None
+        cut = note.cut
+        journaled = (
+            journal_results(self._config_dir, session, run.run_id) if session and run.run_id else {}
+        )
+        results = _agent_results(run, journaled)
+        path = run.output_file or task.output_file or note.output_file
+        whole = workflow_result(Path(path)) if path else None
+        rest = cut.rest(whole) if whole is not None else None
+        shown = len(cut.shown)
+        if rest is not None:
+            text = rest[1]
+            lead_in = (
+                f"The CLI's notification of this workflow showed you only the first {shown} "
+                f"characters of its result and cut the other {cut.chars}. Here is the rest, "
+                "from its output file, beginning with the item the cut fell in:"
+            )
+        else:
+            unseen = [
+                f"[{run.agents[i].label}] {journaled[agent_id].text}"
+                for i in sorted(run.agents)
+                if (agent_id := run.agents[i].agent_id) in journaled
+                and not _seen_in(results.get(agent_id, ()), cut.shown)
+            ]
+            text = "\n".join(unseen)
+            lead_in = (
+                f"The CLI's notification of this workflow showed you only the first {shown} "
+                f"characters of its result and cut the other {cut.chars}. Here are the results "
+                "of its finished agents that it did not show, from the run's journal:"
+            )
+        self._collected.cuts[task.task_id] = CutResult(
+            shown=cut.shown, cut=cut.chars, rest=len(text), results=results
+        )
+        if not text:
+            return None
+        delivery = Delivery(
+            key=f"task:{task.task_id}",
+            kind="workflow",
+            label=run.description or run.name or task.task_id,
+            status=_task_outcome(task),
+            text=text,
+            source="transcript",
+            lead_in=lead_in,
+        )
+        return delivery, "transcript"
+
     def _task_delivery(self, task: TaskInfo, session: str | None) -> tuple[Delivery, TaskSource]:
         status = _task_outcome(task)
         text = ""
@@ -406,12 +490,16 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
         used = task.absorbed or key in collected.absorbed
         status = _task_outcome(task)
         source: _Source = delivery.source if delivery else ("lead" if task.absorbed else "none")
+        reason: str | None = None
         if status in FAILED_STATES:
             disposition = "failed"
         elif used and (task.absorbed or (delivery is not None and delivery.text)):
             disposition = "included"
         else:
             disposition = "missing"
+        cut = collected.cuts.get(task.task_id)
+        if cut is not None and disposition == "included":
+            disposition, reason = _cut_disposition(cut, delivery, key in collected.absorbed)
         out.append(
             TaskDisposition(
                 id=task.task_id,
@@ -420,6 +508,7 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
                 status=status,
                 disposition=disposition,
                 source=source,
+                reason=reason,
                 result_file=delivery.full_path if delivery is not None else None,
             )
         )
@@ -449,6 +538,97 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
             )
         )
     return out
+
+
+def _cut_disposition(
+    cut: CutResult, rest: Delivery | None, delivered: bool
+) -> tuple[Disposition, str]:
+    """A cut workflow result's row: included once its rest reached the lead, else missing."""
+    head = (
+        f"the CLI cut its result in the lead's notification after {len(cut.shown)} "
+        f"characters ({cut.cut} more)"
+    )
+    if rest is None or not delivered:
+        return "missing", f"{head}; the rest never reached the lead"
+    if rest.full_path is not None:
+        return "included", (
+            f"{head}; the rest ({cut.rest} characters) was delivered in a resume prompt, "
+            f"partly by path only: the prompt quoted its head and tail, the whole is in "
+            f"{rest.full_path}"
+        )
+    return "included", f"{head}; the rest ({cut.rest} characters) was delivered in a resume prompt"
+
+
+def cut_rows(rows: list[TaskDisposition], collected: Collected) -> list[TaskDisposition]:
+    """``rows`` with the agents of each workflow whose result the CLI cut in the lead's
+    notification saying where the lead got their result: in the notification, in the rest a
+    resume prompt quoted, only by path (the prompt quoted the rest's head and tail), or
+    nowhere (``missing``)."""
+    if not collected.cuts:
+        return rows
+    out: list[TaskDisposition] = []
+    for row in rows:
+        cut = collected.cuts.get(row.parent or "") if row.kind == "workflow_agent" else None
+        needles = cut.results.get(row.id, ()) if cut is not None else ()
+        # a cut workflow's row is missing for the cut alone (the lead was told it ended):
+        # each of its agents that finished is judged by where its own result went
+        if cut is None or not needles or row.disposition not in ("included", "missing"):
+            out.append(row)
+            continue
+        if _seen_in(needles, cut.shown):  # read in the notification
+            out.append(row.model_copy(update={"source": "lead", "disposition": "included"}))
+            continue
+        key = f"task:{row.parent}"
+        rest = collected.deliveries.get(key)
+        if rest is None or not _seen_in(needles, rest.text):
+            out.append(row)  # not in the rest either (the script made its result of it)
+            continue
+        update: dict[str, object]
+        if key not in collected.absorbed:
+            update = {
+                "disposition": "missing",
+                "reason": "the CLI cut its result from the lead's notification and the rest "
+                "never reached the lead",
+            }
+        elif _seen_in(needles, rest.quoted or "") or _seen_in(
+            tuple(escape(n) for n in needles), rest.quoted or ""
+        ):
+            update = {
+                "disposition": "included",
+                "source": "transcript",
+                "reason": "the CLI cut its result from the lead's notification; a resume "
+                "prompt delivered it",
+            }
+        else:
+            update = {
+                "disposition": "included",
+                "source": "transcript",
+                "result_file": rest.full_path,
+                "reason": "the CLI cut its result from the lead's notification, and the resume "
+                f"prompt gave it only by path: {rest.full_path or 'its output file'}",
+            }
+        out.append(row.model_copy(update=update))
+    return out
+
+
+def _agent_results(
+    run: WorkflowRun, journaled: dict[str, JournalResult]
+) -> dict[str, tuple[str, ...]]:
+    """Each finished agent's result as it may read inside the workflow's result: as it is
+    (a text result) and as a JSON string's body (a result the CLI wrote as JSON)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for agent in run.agents.values():
+        if agent.state != "done" or not agent.agent_id:
+            continue
+        found = journaled.get(agent.agent_id)
+        text = found.text if found is not None else ""
+        if text.strip():
+            out[agent.agent_id] = (text, json.dumps(text, ensure_ascii=False)[1:-1])
+    return out
+
+
+def _seen_in(needles: tuple[str, ...], text: str) -> bool:
+    return bool(text) and any(n and n in text for n in needles)
 
 
 def _own_pids() -> list[int]:

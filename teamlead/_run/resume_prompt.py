@@ -97,6 +97,10 @@ class Delivery:
     full_path: str | None = None
     #: a workflow that lost agents: the prompt names them and how to resume the run
     workflow: WorkflowResume | None = None
+    #: teamlead's own line before the quoted result (never outside text): what it is
+    lead_in: str | None = None
+    #: what the prompt quoted of ``text`` (its head and tail when cut), once rendered
+    quoted: str | None = None
 
 
 def escape(text: str, limit: int | None = None, *, full_path: str | None = None) -> str:
@@ -238,6 +242,8 @@ def render_resume_prompt(
             f'<result source="{_attr(d.kind)}" name="{label}" status="{_attr(d.status)}" '
             f'via="{_attr(d.source)}">\n'
         )
+        if d.lead_in:
+            opening = f"{d.lead_in}\n{opening}"
         closing = "\n</result>"
         own = [f'- {d.kind} "{label}" ended {d.status}'] if d.status in FAILED_STATES else []
         own += _workflow_problems(d)
@@ -254,6 +260,7 @@ def render_resume_prompt(
         if d.text and len(escaped) > limit and spill is not None and d.full_path is None:
             d.full_path = spill(d)
         body = _quote(d.text, limit, d.full_path) if d.text else escaped
+        d.quoted = body if d.text else None
         blocks.append(opening + body + closing)
         problems += own
         budget -= fixed + len(body)

@@ -406,6 +406,8 @@ class WorkflowFanOut:
     ``hang_once`` only its first request, and ``on_hang(key)`` is called then). When a
     teamlead prompt names a ``resumeFromRunId``, the lead calls ``Workflow`` with it and
     the ``scriptPath`` it names, so finished agents are replayed from the run's journal.
+    Each answer is padded to ``answer_chars`` characters (a long result the CLI cuts in
+    the lead's notification comes from many agents or long answers).
 
     Attributes:
         keys: the script's agent keys.
@@ -424,6 +426,7 @@ class WorkflowFanOut:
     hang_once: bool = False
     on_hang: Callable[[str], None] | None = None
     input_tokens: dict[str, int] = field(default_factory=dict)
+    answer_chars: int = 0
     _faulted: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     _hung: set[str] = field(default_factory=set, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -456,8 +459,17 @@ class WorkflowFanOut:
             return Reply.text("The workflow runs; waiting for its result.")
         return synthesize(req)
 
-    def _agent(self, key: str) -> Reply:
+    def answer(self, key: str) -> str:
+        """What the agent of ``key`` answers (once its faults and hangs are past)."""
         base = key.removeprefix("check-")
+        text = finding_text(key if key == base else f"check-{base}")
+        if len(text) < self.answer_chars:
+            text += (" Notes:" + " the details were read and noted." * self.answer_chars)[
+                : self.answer_chars - len(text)
+            ]
+        return text
+
+    def _agent(self, key: str) -> Reply:
         fault = self.faults.get(key)
         if fault is not None:
             with self._lock:
@@ -473,7 +485,7 @@ class WorkflowFanOut:
                 if first and self.on_hang is not None:
                     self.on_hang(key)
                 return Reply.text(finding_text(key), delay=600)
-        text = finding_text(key if key == base else f"check-{base}")
+        text = self.answer(key)
         wait = self.delays.get(key, self.delay)
         return Reply(content=text, delay=wait, input_tokens=self.input_tokens.get(key, 20))
 
