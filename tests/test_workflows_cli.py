@@ -137,39 +137,47 @@ async def test_a_lost_agent_that_no_resume_recovers_leaves_the_run_partial(
     assert requests_by_key(server)["a"] == [200]
 
 
-def _journaled(state_dir: Path, results: int) -> bool:
-    """Whether a workflow's journal under ``state_dir`` holds ``results`` results.
+def _journaled(state_dir: Path, results: int) -> Path | None:
+    """The workflow journal under ``state_dir`` that holds ``results`` results, if any.
 
     The glob follows the journal's layout instead of walking all of ``state_dir``, where the
     CLI makes and removes lock directories while the test polls."""
     for path in (state_dir / ".claude").glob("projects/*/*/subagents/workflows/*/journal.jsonl"):
         if path.read_text(errors="replace").count('"type":"result"') >= results:
-            return True
-    return False
+            return path
+    return None
 
 
-def _killed_once(offline: OfflineFactory, keys: list[str]) -> tuple[ScriptedServer, OfflineClaude]:
+def _killed_once(
+    offline: OfflineFactory, keys: list[str], *, junk: str = ""
+) -> tuple[ScriptedServer, OfflineClaude]:
     """A workflow of ``keys`` whose last agent hangs once: when it does, and all the others'
-    results are in the run's journal, the CLI is SIGKILLed."""
+    results are in the run's journal, ``junk`` is written at the journal's end and the CLI
+    is SIGKILLed."""
     holder: dict[str, Path] = {}
     script = WorkflowFanOut(
         keys,
         delay=QUICK,
         hang=frozenset({keys[-1]}),
         hang_once=True,
-        on_hang=lambda key: _kill_the_cli_once_journaled(holder["dir"], len(keys) - 1),
+        on_hang=lambda key: _kill_the_cli_once_journaled(holder["dir"], len(keys) - 1, junk),
     )
     server, claude = offline(script)
     holder["dir"] = claude.state_dir
     return server, claude
 
 
-def _kill_the_cli_once_journaled(state_dir: Path, results: int) -> None:
-    """Once the run's journal holds ``results`` results, SIGKILL the CLI (the lead's)."""
+def _kill_the_cli_once_journaled(state_dir: Path, results: int, junk: str = "") -> None:
+    """Once the run's journal holds ``results`` results, write ``junk`` at its end (the
+    hanging agent adds no line after it) and SIGKILL the CLI (the lead's)."""
 
     def kill() -> None:
-        if poll(lambda: _journaled(state_dir, results), within_s=60) is None:
+        journal = poll(lambda: _journaled(state_dir, results), within_s=60)
+        if journal is None:
             return
+        if junk:
+            with journal.open("a") as out:
+                out.write(junk)
         for proc in psutil.Process(os.getpid()).children(recursive=True):
             try:
                 if proc.name() == "claude" or "claude" in " ".join(proc.cmdline()[:1]):
@@ -194,6 +202,33 @@ async def test_a_cli_killed_mid_workflow_is_recovered_through_the_stopped_notice
     assert sent["a"] == sent["b"] == sent["c"] == [200]
     assert len(sent["d"]) == 2 and sent["d"][-1] == 200
     assert first.run_id is not None and first.run_id in resume_prompts(server)[0]
+
+
+async def test_a_journal_the_cli_cannot_read_leads_to_a_fresh_run_of_the_unfinished_agents(
+    offline: OfflineFactory,
+) -> None:
+    junk = 'not a journal line\n{"type":"result",\n'
+    server, claude = _killed_once(offline, ["a", "b", "c", "d"], junk=junk)
+    done = finished(await run(claude.options(), policy()))
+    assert done.status == "completed" and done.reason == "all_results_used", done.reasons
+    assert set(findings_in(done.result or "")) >= {"a", "b", "c", "d"}
+    sent = requests_by_key(server)
+    assert sent["a"] == sent["b"] == sent["c"] == [200]  # finished: kept, never run again
+    assert len(sent["d"]) == 2 and sent["d"][-1] == 200
+    assert done.resumes == 2  # the refused resume, then the fresh run
+    asked, fresh = resume_prompts(server)
+    assert '"resumeFromRunId"' in asked and "FINDING[a]" in asked  # the finished results
+    assert 'only the agents that did not finish: "wf:d"' in fresh
+    assert '"wf:a", "wf:b", "wf:c"' in fresh and "FINDING[a]" not in fresh  # delivered once
+    first, again = (r for r in done.tasks if r.kind == "task")
+    assert again.run_id != first.run_id  # a new run, not a resume of the old one
+    assert first.disposition == "not_run" and "run afresh by task" in (first.reason or "")
+    assert "cannot be read" in (first.reason or "")  # the CLI's own reason
+    rows = {(r.parent, r.label): r for r in done.tasks if r.kind == "workflow_agent"}
+    assert {rows[(first.id, f"wf:{k}")].disposition for k in "abc"} == {"included"}
+    assert rows[(first.id, "wf:d")].disposition == "not_run"
+    assert {label for parent, label in rows if parent == again.id} == {"wf:d"}
+    assert rows[(again.id, "wf:d")].status == "completed"
 
 
 async def _items_until_finished(
@@ -221,7 +256,7 @@ async def test_the_deadline_stops_a_running_workflow_and_keeps_its_finished_agen
     wrap_at = clock.monotonic() + 20 - policy.spawn.reserve_for(20)
 
     def only_c_left() -> bool:  # a's and b's results in the run's journal, c's request open
-        return _journaled(claude.state_dir, 2) and "c" in requests_by_key(server)
+        return _journaled(claude.state_dir, 2) is not None and "c" in requests_by_key(server)
 
     # the wrap-up point comes once only c is left, not after the seconds to it
     items = _items_until_finished(claude, policy, how, 90, clock)

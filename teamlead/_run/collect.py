@@ -145,6 +145,10 @@ class Collection:
                 chars=len(delivery.text),
             )
             pending.append(delivery)
+        for task_id, agents in lost.items():
+            fresh = self._fresh_run(tracker.tasks[task_id], agents)
+            if fresh is not None:
+                pending.append(fresh)
         for delivery in pending:
             collected.deliveries.setdefault(delivery.key, delivery)
         self._done = True
@@ -296,13 +300,8 @@ class Collection:
             resumable = True  # a run cut short with no agents known (a rebuilt session)
         workflow = None
         if (lost or unfinished) and run.run_id:
-            workflow = WorkflowResume(
-                run_id=run.run_id,
-                name=run.name or run.description or task.task_id,
-                script_path=run.script_path,
-                lost=tuple(_lost_line(a, limited.get(a.index)) for a in lost)
-                or ("the run did not finish",),
-                resumable=resumable,
+            workflow = _resume_of(
+                run, run.run_id, task, lost, limited, resumable, self._state.tracker
             )
         delivery = Delivery(
             key=f"task:{task.task_id}",
@@ -384,6 +383,40 @@ class Collection:
             lead_in=lead_in,
         )
         return delivery, "transcript"
+
+    def _fresh_run(self, task: TaskInfo, lost: list[WorkflowAgent]) -> Delivery | None:
+        """The ask for a new run of a workflow whose resume the CLI refused, once the lead
+        has the results of its finished agents (a prompt delivered them with the ask to
+        resume it): a delivery with no result of its own; else ``None``."""
+        run, tracker, collected = task.workflow, self._state.tracker, self._collected
+        if run is None or not run.run_id or run.run_id not in tracker.refused_resumes:
+            return None
+        key = f"fresh:{run.run_id}"
+        if key in collected.absorbed or key in collected.deliveries:
+            return None  # asked once: a lead that did not start it is left with the loss
+        if f"task:{task.task_id}" not in collected.absorbed or tracker.later_attempt(run):
+            return None  # its results go with the ask (the task's delivery), or it ran again
+        agents = self._state.agents
+        if agents is not None and agents.exhaust_reason is not None:
+            return None
+        limited = {
+            a.index: why
+            for a in lost
+            if a.agent_id
+            and agents is not None
+            and (why := agents.stopped_by_limits(a.agent_id)) is not None
+        }
+        if len(limited) >= len(lost):
+            return None  # the user's own limits stopped them: never run again
+        return Delivery(
+            key=key,
+            kind="workflow",
+            label=run.description or run.name or task.task_id,
+            status="lost",
+            text="",
+            source="none",
+            workflow=_resume_of(run, run.run_id, task, lost, limited, True, tracker),
+        )
 
     def _task_delivery(self, task: TaskInfo, session: str | None) -> tuple[Delivery, TaskSource]:
         status = _task_outcome(task)
@@ -647,6 +680,35 @@ def _message_summary(message: TeammateMessage) -> dict[str, Any]:
         "status": message.completed_status,
         "is_result": message.is_result,
     }
+
+
+def _resume_of(
+    run: WorkflowRun,
+    run_id: str,
+    task: TaskInfo,
+    lost: list[WorkflowAgent],
+    limited: dict[int, str],
+    resumable: bool,
+    tracker: Tracker,
+) -> WorkflowResume:
+    """What the resume prompt says of a workflow that lost agents, and asks of the lead: to
+    resume it, or (the CLI refused to resume it) to run the agents that did not finish
+    anew, naming those that finished."""
+    refused = tracker.refused_resumes.get(run_id)
+    again = [a for a in lost if a.index not in limited]
+    return WorkflowResume(
+        run_id=run_id,
+        name=run.name or run.description or task.task_id,
+        script_path=run.script_path,
+        lost=tuple(_lost_line(a, limited.get(a.index)) for a in lost)
+        or ("the run did not finish",),
+        resumable=resumable,
+        refused=refused,
+        unfinished=tuple(a.label for a in again) if refused is not None else (),
+        done=tuple(run.agents[i].label for i in sorted(run.agents) if run.agents[i].state == "done")
+        if refused is not None
+        else (),
+    )
 
 
 def _lost_line(agent: WorkflowAgent, limited: str | None) -> str:

@@ -348,6 +348,10 @@ class ToolSteps:
 _WFJOB = re.compile(r"WFJOB ([\w:-]+)")
 _RESUME_ID = re.compile(r'"resumeFromRunId": "(wf_[\w-]+)"')
 _SCRIPT_PATH = re.compile(r'"scriptPath": "([^"]+)"')
+_FRESH = re.compile(
+    r"with a script that runs only the agents that did not finish: ([^\n]*?)\.(?: |$)"
+)
+_QUOTED = re.compile(r'"([^"]+)"')
 _LAUNCHED = "Workflow launched in background"
 
 
@@ -405,7 +409,9 @@ class WorkflowFanOut:
     returns ``null``); a key in ``hang`` is held open for 600 s (until cut; with
     ``hang_once`` only its first request, and ``on_hang(key)`` is called then). When a
     teamlead prompt names a ``resumeFromRunId``, the lead calls ``Workflow`` with it and
-    the ``scriptPath`` it names, so finished agents are replayed from the run's journal.
+    the ``scriptPath`` it names, so finished agents are replayed from the run's journal;
+    when it asks for a new run of the agents that did not finish (the CLI refused the
+    resume), the lead runs a script of only those keys.
     Each answer is padded to ``answer_chars`` characters (a long result the CLI cuts in
     the lead's notification comes from many agents or long answers).
 
@@ -446,6 +452,11 @@ class WorkflowFanOut:
             return Reply.text("ok")
         if req.assistant_turns == 0:
             return Reply.tools(ToolUse(name="Workflow", input={"script": self.script}))
+        fresh = _FRESH.search(last)
+        if fresh is not None and "<teamlead-results" in last:  # a new run of what is left
+            labels = _QUOTED.findall(fresh.group(1))
+            left = [k for k in self.keys if f"wf:{k}" in labels]
+            return Reply.tools(ToolUse(name="Workflow", input={"script": workflow_script(left)}))
         resume = _RESUME_ID.search(last)
         if resume is not None and "<teamlead-results" in last:
             args: dict[str, str] = {"resumeFromRunId": resume.group(1)}
