@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 _SAFE_SESSION = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _MAX_TRANSCRIPT_BYTES = 256 * 1024 * 1024
+#: words of the CLI's refusal to resume a workflow run (the tracker reads which call it was)
+_REFUSED_RESUME = ("resumeFromRunId", "journal")
 
 
 def find_session_file(config_dir: Path, session_id: str) -> Path:
@@ -99,6 +101,18 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
                 "prompt": result.get("prompt"),
             }
         )
+    content = message.get("content")
+    if result is None or isinstance(result, str):  # a tool's error: a refused resume, say
+        refused = [
+            b
+            for b in content or []
+            if isinstance(b, dict)
+            and b.get("type") == "tool_result"
+            and b.get("is_error")
+            and any(word in str(b.get("content")) for word in _REFUSED_RESUME)
+        ]
+        if isinstance(content, list) and refused:
+            out.append({"type": "user", "message": {**message, "content": refused}})
     if isinstance(result, dict) and result.get("taskType") == "local_workflow":
         # a launched workflow: its task, and the tool result with its wf_ run id and script
         content = message.get("content")
