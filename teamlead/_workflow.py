@@ -12,9 +12,9 @@ A resumed run keeps its ``wf_`` id under a new task: each task is one *attempt* 
 run, and the run's outcome is its latest attempt's. When the CLI refuses to resume a run
 (its journal has a line it cannot read, say), a new run (a new ``wf_`` id) started after
 that is its *fresh run* (``fresh_of``): it takes the unfinished agents over, matched by
-label. An agent is *lost* when its attempt
-ended (or its CLI exited) without it being ``done``: in ``error`` (a request the CLI did
-not retry; its ``agent()`` returned ``null``), or never finished.
+label. An agent is *lost* when its attempt ended (or its CLI exited) without it being
+``done``: in ``error`` (a request the CLI did not retry; its ``agent()`` returned
+``null``), or never finished.
 
 Example:
     >>> run = WorkflowRun("w1", name="scan", run_id="wf_1")

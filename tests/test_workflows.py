@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import io
 import json
+import os
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 
+import teamlead
 from teamlead._claude.notification import ResultCut, parse_notifications
 from teamlead._claude.saved_session import session_notifications
 from teamlead._claude.workflow_journal import find_journal, journal_results, workflow_result
@@ -21,6 +25,7 @@ from teamlead._run.state import Collected
 from teamlead.clock import SYSTEM_CLOCK
 from teamlead.events import Finished
 from teamlead.policy import Policy
+from teamlead.testing import FakeClock
 from teamlead.tracker import (
     TaskEnded,
     Tracker,
@@ -375,6 +380,61 @@ def test_the_sessions_notifications_are_the_turns_the_cli_wrote_not_quotes_of_th
     (folder / "s1.jsonl").write_text(lines)
     found = session_notifications(tmp_path, "s1")
     assert set(found) == {"w1"} and found["w1"].cut is not None
+
+
+@pytest.mark.anyio
+async def test_without_its_output_file_a_cut_result_is_given_from_the_journal_once() -> None:
+    session = "5e55a0c3-0000-4000-8000-00000000c0de"
+    config = Path(os.environ["CLAUDE_CONFIG_DIR"])  # isolated per test by tests/conftest.py
+    project = config / "projects" / "-proj"
+    journal = project / session / "subagents" / "workflows" / "wf_cut-1" / "journal.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text(
+        "".join(
+            json.dumps({"type": "result", "agentId": f"x{k}", "result": f"FINDING[{k}] done"})
+            + "\n"
+            for k in "abc"
+        )
+    )
+    shown = '["FINDING[a] done","FIN'
+    cut = f"{shown}\n... (truncated 30 chars, full result in /gone/w1.output)"
+    record = {"type": "user", "origin": {"kind": "task-notification"},
+              "message": {"role": "user", "content": notification("w1", cut)}}  # fmt: skip
+    (project / f"{session}.jsonl").write_text(json.dumps(record) + "\n")
+    done_agents = [agent(i, f"wf:{k}", "done", agentId=f"x{k}") for i, k in enumerate("abc", 1)]
+    first = [
+        {"type": "system", "subtype": "init", "session_id": session},
+        started("w1", "tu1"),
+        launched("w1", "tu1", "wf_cut-1"),
+        progress("w1", *done_agents),
+        {**ended("w1"), "output_file": "/gone/w1.output"},  # removed since: not readable
+        {"type": "assistant", "message": {"id": "m1", "content": [{"type": "text", "text": "ok"}]}},
+        {"type": "result", "subtype": "success", "is_error": False, "result": "ok",
+         "session_id": session, "num_turns": 1},
+    ]  # fmt: skip
+    second = [first[-2], {**first[-1], "result": "all three"}]
+    prompts: list[str] = []
+
+    async def query_fn(*, prompt: str, options: Any) -> AsyncIterator[Any]:
+        prompts.append(prompt)
+        for message in first if len(prompts) == 1 else second:
+            yield message
+
+    items = [
+        item
+        async for item in teamlead.query(
+            "Investigate.", query_fn=query_fn, policy=Policy(relay=False), clock=FakeClock()
+        )
+    ]
+    done = items[-1]
+    assert isinstance(done, Finished) and done.status == "completed", done.reasons
+    (asked,) = prompts[1:]
+    assert "[wf:b] FINDING[b] done\n[wf:c] FINDING[c] done" in asked
+    assert "FINDING[a]" not in asked  # the notification showed it whole
+    assert "from the run's journal" in asked
+    rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
+    assert rows["wf:a"].source == "lead" and rows["wf:a"].reason is None
+    assert "a resume prompt delivered it" in (rows["wf:c"].reason or "")
 
 
 def test_a_workflows_output_file_gives_its_result_as_the_cli_quotes_it(tmp_path: Path) -> None:

@@ -331,11 +331,12 @@ def whole_results_sent_to_the_lead(server: ScriptedServer, script: WorkflowFanOu
     return Counter({key: sum(t.count(script.answer(key)) for t in texts) for key in script.keys})
 
 
+@pytest.mark.parametrize("how", ["query", "client"])
 async def test_a_workflow_result_the_cli_cut_in_the_notification_reaches_the_lead_whole(
-    offline: OfflineFactory,
+    offline: OfflineFactory, how: str
 ) -> None:
     script, server, claude = many_agents(offline)
-    done = finished(await run(claude.options(), policy()))
+    done = finished(await _items_until_finished(claude, policy(), how, 150))
     notified = next(
         r.request.last_user_text
         for r in server.recorded()

@@ -328,12 +328,13 @@ class RunAgents:
             reason = redact(agent.error) if agent.error else None
             if denied is not None:
                 reason = denied
-            again = (
+            fresh = later is not None and run is not None and later.fresh_of == run.run_id
+            again = (  # a fresh run has its own order: the same agent has the same label
                 None
                 if later is None
+                else later.agent_labelled(agent.label)
+                if fresh
                 else later.agents.get(index)
-                if later.fresh_of is None or run is None or later.fresh_of != run.run_id
-                else later.agent_labelled(agent.label)  # a fresh run: its own order
             )
             if status in _FAILED and later is not None and again is not None:
                 # a resume of the run (the same wf_ id) ran it again: its row says how that went

@@ -586,8 +586,8 @@ def _cut_disposition(
     if rest.full_path is not None:
         return "included", (
             f"{head}; the rest ({cut.rest} characters) was delivered in a resume prompt, "
-            f"partly by path only: the prompt quoted its head and tail, the whole is in "
-            f"{rest.full_path}"
+            f"partly by path only: the prompt quoted the rest's head and tail, and all of it "
+            f"is in {rest.full_path}"
         )
     return "included", f"{head}; the rest ({cut.rest} characters) was delivered in a resume prompt"
 
