@@ -9,9 +9,12 @@ full ``workflow_progress`` snapshot on every ``task_progress``, and the end. A
 a phase first seen, an agent's state changed (once per change, not per snapshot).
 
 A resumed run keeps its ``wf_`` id under a new task: each task is one *attempt* of the
-run, and the run's outcome is its latest attempt's. An agent is *lost* when its attempt
-ended (or its CLI exited) without it being ``done``: in ``error`` (a request the CLI did
-not retry; its ``agent()`` returned ``null``), or never finished.
+run, and the run's outcome is its latest attempt's. When the CLI refuses to resume a run
+(its journal has a line it cannot read, say), a new run (a new ``wf_`` id) started after
+that is its *fresh run* (``fresh_of``): it takes the unfinished agents over, matched by
+label. An agent is *lost* when its attempt ended (or its CLI exited) without it being
+``done``: in ``error`` (a request the CLI did not retry; its ``agent()`` returned
+``null``), or never finished.
 
 Example:
     >>> run = WorkflowRun("w1", name="scan", run_id="wf_1")
@@ -51,6 +54,8 @@ class WorkflowRun:
         script_path: the script file the CLI wrote; a resume passes it as ``scriptPath``.
         transcript_dir: where the run's journal and agent transcripts are.
         resume_from: the run this attempt resumes (``resumeFromRunId``).
+        fresh_of: the run this one runs afresh: the CLI refused to resume it, and this run
+            takes its unfinished agents over.
         phases: the phase titles, in order.
         agents: the agents by their index in the script, from the last snapshot.
         status: the task's terminal state once it ended, else ``None``.
@@ -65,6 +70,7 @@ class WorkflowRun:
     script_path: str | None = None
     transcript_dir: str | None = None
     resume_from: str | None = None
+    fresh_of: str | None = None
     phases: list[str] = field(default_factory=list)
     agents: dict[int, WorkflowAgent] = field(default_factory=dict)
     status: str | None = None
@@ -145,6 +151,12 @@ class WorkflowRun:
         if not (self.ended or exited):
             return []
         return [self.agents[i] for i in sorted(self.agents) if self.agents[i].state != "done"]
+
+    def agent_labelled(self, label: str) -> WorkflowAgent | None:
+        """This run's agent of ``label`` (the first, by index), if any."""
+        return next(
+            (self.agents[i] for i in sorted(self.agents) if self.agents[i].label == label), None
+        )
 
     def phase_counts(self) -> list[tuple[str, dict[str, int]]]:
         """Each phase's title and its agents counted by state, in phase order (agents of

@@ -134,9 +134,18 @@ class TaskInfo:
 
 
 _INVALID_INPUT = "InputValidationError"
+#: words every refusal of a ``resumeFromRunId`` by the CLI has (2.1.332): its journal cannot
+#: be read, is missing, or the run hides its script; each ends "…without resumeFromRunId"
+_RESUME_REFUSED = ("resumeFromRunId", "journal")
 #: the tool result of an Agent call whose agent runs in the background (its task events follow)
 LAUNCH_NOTICE = "Async agent launched"
 _MAX_REASON = 300
+
+
+def _refuses_resume(result: ToolResultSeen) -> bool:
+    """Whether ``result`` (of a Workflow call with ``resumeFromRunId``) is the CLI refusing
+    to resume the run, rather than launching it."""
+    return result.is_error and any(word in result.text for word in _RESUME_REFUSED)
 
 
 def invalid_input_reason(result: ToolResultSeen) -> str | None:
@@ -175,6 +184,9 @@ class Tracker:
     #: description, a list prompt, no prompt), by tool_use id, with the CLI's reason; the
     #: CLI never ran their PreToolUse hook, so only the stream shows them
     invalid_calls: dict[str, str] = field(default_factory=dict)
+    #: the runs whose resume (``resumeFromRunId``) the CLI refused, by ``wf_`` id, with its
+    #: reason: a new run, not a resume, can take their unfinished agents over
+    refused_resumes: dict[str, str] = field(default_factory=dict)
     results: list[ResultSeen] = field(default_factory=list)
     lead_texts: list[str] = field(default_factory=list)
     #: when the lead first delegated: its first Agent or Workflow call (``clock.monotonic()``)
@@ -289,6 +301,10 @@ class Tracker:
                     self.lead_texts.append(event.text)
                 self._absorb_before(self._seq)
         elif isinstance(event, ToolResultSeen):
+            refused = self._workflow_calls.get(event.tool_use_id)
+            if refused is not None and refused.resume_from and _refuses_resume(event):
+                why = " ".join(event.text.split())[:_MAX_REASON]
+                self.refused_resumes.setdefault(refused.resume_from, why)
             if event.tool_use_id in self.agent_calls:
                 reason = invalid_input_reason(event)
                 if reason is not None:
@@ -342,7 +358,25 @@ class Tracker:
         run.name = run.name or event.name
         run.description = run.description or event.summary or ""
         task.description = task.description or run.description
+        self._link_fresh(run)
         return [] if run.announced else [run.started()]
+
+    def _link_fresh(self, run: WorkflowRun) -> None:
+        """A new run launched after the CLI refused to resume one that lost agents is that
+        run's fresh run (the refused run of the same name first, else the oldest)."""
+        if run.fresh_of or run.resume_from or not run.run_id:
+            return
+        waiting = [
+            r
+            for r in self.workflow_runs
+            if r.run_id in self.refused_resumes
+            and r.run_id != run.run_id
+            and self.later_attempt(r) is None
+            and r.lost_agents(exited=True)
+        ]
+        same = [r for r in waiting if r.name and r.name == run.name] or waiting
+        if same:
+            run.fresh_of = same[0].run_id
 
     def _task(self, task_id: str, now: float) -> TaskInfo:
         if task_id not in self.tasks:
@@ -362,8 +396,13 @@ class Tracker:
         return [t.workflow for t in self.tasks.values() if t.workflow is not None]
 
     def later_attempt(self, run: WorkflowRun) -> WorkflowRun | None:
-        """The latest attempt of ``run``'s ``wf_`` run after ``run`` itself, if any."""
-        attempts = [r for r in self.workflow_runs if r.run_id and r.run_id == run.run_id]
+        """The latest attempt of ``run``'s ``wf_`` run after ``run`` itself (a resume, or
+        the fresh run of a run the CLI refused to resume), if any."""
+        attempts = [
+            r
+            for r in self.workflow_runs
+            if run.run_id and (r.run_id == run.run_id or r.fresh_of == run.run_id)
+        ]
         return attempts[-1] if attempts and attempts[-1] is not run else None
 
     def lost_workflow_agents(
@@ -372,14 +411,18 @@ class Tracker:
         """Each workflow run whose latest attempt lost agents, with those agents.
 
         An earlier attempt that a resume (the same ``wf_`` id) followed is judged by that
-        resume instead. With ``exited``, the CLI has exited: an attempt still running lost
-        every agent not ``done``.
+        resume instead; one that a fresh run followed keeps the lost agents the fresh run
+        has none of the same label of. With ``exited``, the CLI has exited: an attempt
+        still running lost every agent not ``done``.
         """
         out: list[tuple[WorkflowRun, list[WorkflowAgent]]] = []
         for run in self.workflow_runs:
-            if self.later_attempt(run) is not None:
+            later = self.later_attempt(run)
+            if later is not None and later.fresh_of != run.run_id:
                 continue
             lost = run.lost_agents(exited=exited)
+            if later is not None:
+                lost = [a for a in lost if later.agent_labelled(a.label) is None]
             if lost:
                 out.append((run, lost))
         return out

@@ -95,3 +95,33 @@ def test_missing_or_malformed_sessions_are_usage_errors(tmp_path: Path) -> None:
         load_session(tmp_path, SID)
     with pytest.raises(UsageError, match="not a session id"):
         load_session(tmp_path, "../../etc/passwd")
+
+
+def test_a_resume_the_cli_refused_is_read_back_with_its_reason(tmp_path: Path) -> None:
+    resume = {
+        "type": "tool_use",
+        "id": "tu2",
+        "name": "Workflow",
+        "input": {"resumeFromRunId": "wf_abc-1", "scriptPath": "/cfg/s.js"},
+    }
+    refusal = (
+        "A line of the journal of workflow run wf_abc-1 cannot be read, so this session cannot "
+        "tell whether the run hides its script and will not resume it. Start a new run without "
+        "resumeFromRunId; it runs again the agents this run had finished."
+    )
+    result = {"type": "tool_result", "tool_use_id": "tu2", "content": refusal, "is_error": True}
+    failed = {"type": "tool_result", "tool_use_id": "tu3", "content": "boom", "is_error": True}
+    _write(
+        tmp_path,
+        [
+            {"type": "assistant", "message": {"id": "m2", "content": [resume]}},
+            {
+                "type": "user",
+                "toolUseResult": f"Error: {refusal}",
+                "message": {"role": "user", "content": [result]},
+            },
+            {"type": "user", "message": {"role": "user", "content": [failed]}},
+        ],
+    )
+    tracker = load_session(tmp_path, SID)
+    assert tracker.refused_resumes == {"wf_abc-1": refusal}

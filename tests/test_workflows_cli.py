@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -136,39 +137,47 @@ async def test_a_lost_agent_that_no_resume_recovers_leaves_the_run_partial(
     assert requests_by_key(server)["a"] == [200]
 
 
-def _journaled(state_dir: Path, results: int) -> bool:
-    """Whether a workflow's journal under ``state_dir`` holds ``results`` results.
+def _journaled(state_dir: Path, results: int) -> Path | None:
+    """The workflow journal under ``state_dir`` that holds ``results`` results, if any.
 
     The glob follows the journal's layout instead of walking all of ``state_dir``, where the
     CLI makes and removes lock directories while the test polls."""
     for path in (state_dir / ".claude").glob("projects/*/*/subagents/workflows/*/journal.jsonl"):
         if path.read_text(errors="replace").count('"type":"result"') >= results:
-            return True
-    return False
+            return path
+    return None
 
 
-def _killed_once(offline: OfflineFactory, keys: list[str]) -> tuple[ScriptedServer, OfflineClaude]:
+def _killed_once(
+    offline: OfflineFactory, keys: list[str], *, junk: str = ""
+) -> tuple[ScriptedServer, OfflineClaude]:
     """A workflow of ``keys`` whose last agent hangs once: when it does, and all the others'
-    results are in the run's journal, the CLI is SIGKILLed."""
+    results are in the run's journal, ``junk`` is written at the journal's end and the CLI
+    is SIGKILLed."""
     holder: dict[str, Path] = {}
     script = WorkflowFanOut(
         keys,
         delay=QUICK,
         hang=frozenset({keys[-1]}),
         hang_once=True,
-        on_hang=lambda key: _kill_the_cli_once_journaled(holder["dir"], len(keys) - 1),
+        on_hang=lambda key: _kill_the_cli_once_journaled(holder["dir"], len(keys) - 1, junk),
     )
     server, claude = offline(script)
     holder["dir"] = claude.state_dir
     return server, claude
 
 
-def _kill_the_cli_once_journaled(state_dir: Path, results: int) -> None:
-    """Once the run's journal holds ``results`` results, SIGKILL the CLI (the lead's)."""
+def _kill_the_cli_once_journaled(state_dir: Path, results: int, junk: str = "") -> None:
+    """Once the run's journal holds ``results`` results, write ``junk`` at its end (the
+    hanging agent adds no line after it) and SIGKILL the CLI (the lead's)."""
 
     def kill() -> None:
-        if poll(lambda: _journaled(state_dir, results), within_s=60) is None:
+        journal = poll(lambda: _journaled(state_dir, results), within_s=60)
+        if journal is None:
             return
+        if junk:
+            with journal.open("a") as out:
+                out.write(junk)
         for proc in psutil.Process(os.getpid()).children(recursive=True):
             try:
                 if proc.name() == "claude" or "claude" in " ".join(proc.cmdline()[:1]):
@@ -193,6 +202,33 @@ async def test_a_cli_killed_mid_workflow_is_recovered_through_the_stopped_notice
     assert sent["a"] == sent["b"] == sent["c"] == [200]
     assert len(sent["d"]) == 2 and sent["d"][-1] == 200
     assert first.run_id is not None and first.run_id in resume_prompts(server)[0]
+
+
+async def test_a_journal_the_cli_cannot_read_leads_to_a_fresh_run_of_the_unfinished_agents(
+    offline: OfflineFactory,
+) -> None:
+    junk = 'not a journal line\n{"type":"result",\n'
+    server, claude = _killed_once(offline, ["a", "b", "c", "d"], junk=junk)
+    done = finished(await run(claude.options(), policy()))
+    assert done.status == "completed" and done.reason == "all_results_used", done.reasons
+    assert set(findings_in(done.result or "")) >= {"a", "b", "c", "d"}
+    sent = requests_by_key(server)
+    assert sent["a"] == sent["b"] == sent["c"] == [200]  # finished: kept, never run again
+    assert len(sent["d"]) == 2 and sent["d"][-1] == 200
+    assert done.resumes == 2  # the refused resume, then the fresh run
+    asked, fresh = resume_prompts(server)
+    assert '"resumeFromRunId"' in asked and "FINDING[a]" in asked  # the finished results
+    assert 'only the agents that did not finish: "wf:d"' in fresh
+    assert '"wf:a", "wf:b", "wf:c"' in fresh and "FINDING[a]" not in fresh  # delivered once
+    first, again = (r for r in done.tasks if r.kind == "task")
+    assert again.run_id != first.run_id  # a new run, not a resume of the old one
+    assert first.disposition == "not_run" and "run afresh by task" in (first.reason or "")
+    assert "cannot be read" in (first.reason or "")  # the CLI's own reason
+    rows = {(r.parent, r.label): r for r in done.tasks if r.kind == "workflow_agent"}
+    assert {rows[(first.id, f"wf:{k}")].disposition for k in "abc"} == {"included"}
+    assert rows[(first.id, "wf:d")].disposition == "not_run"
+    assert {label for parent, label in rows if parent == again.id} == {"wf:d"}
+    assert rows[(again.id, "wf:d")].status == "completed"
 
 
 async def _items_until_finished(
@@ -220,7 +256,7 @@ async def test_the_deadline_stops_a_running_workflow_and_keeps_its_finished_agen
     wrap_at = clock.monotonic() + 20 - policy.spawn.reserve_for(20)
 
     def only_c_left() -> bool:  # a's and b's results in the run's journal, c's request open
-        return _journaled(claude.state_dir, 2) and "c" in requests_by_key(server)
+        return _journaled(claude.state_dir, 2) is not None and "c" in requests_by_key(server)
 
     # the wrap-up point comes once only c is left, not after the seconds to it
     items = _items_until_finished(claude, policy, how, 90, clock)
@@ -265,3 +301,95 @@ async def test_teamlead_resume_recovers_a_workflow_its_killed_cli_left(
     assert set(findings_in(done.result or "")) >= {"a", "b", "c"}
     sent = requests_by_key(server)
     assert sent["a"] == sent["b"] == [200] and len(sent["c"]) == 2
+
+
+#: enough agents with long enough answers that the workflow's result is over the 8000
+#: characters the CLI quotes in the lead's notification (about 10,000 here)
+MANY = [f"k{i:02d}" for i in range(40)]
+
+
+def many_agents(offline: OfflineFactory) -> tuple[WorkflowFanOut, ScriptedServer, OfflineClaude]:
+    script = WorkflowFanOut(MANY, delay=0.0, answer_chars=250)
+    server, claude = offline(script)
+    claude.env["CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS"] = "8"
+    return script, server, claude
+
+
+def whole_results_sent_to_the_lead(server: ScriptedServer, script: WorkflowFanOut) -> Counter[str]:
+    """How many times each agent's whole answer was in what the lead was given after its
+    first turn (the CLI's notifications and teamlead's prompts, each text once); an answer
+    the CLI cut in a notification was not given whole there."""
+    texts = dict.fromkeys(
+        r.request.last_user_text
+        for r in server.recorded()
+        if r.request.role == "lead"
+        and (
+            "<task-notification>" in r.request.last_user_text
+            or "<teamlead-results" in r.request.last_user_text
+        )
+    )
+    return Counter({key: sum(t.count(script.answer(key)) for t in texts) for key in script.keys})
+
+
+@pytest.mark.parametrize("how", ["query", "client"])
+async def test_a_workflow_result_the_cli_cut_in_the_notification_reaches_the_lead_whole(
+    offline: OfflineFactory, how: str
+) -> None:
+    script, server, claude = many_agents(offline)
+    done = finished(await _items_until_finished(claude, policy(), how, 150))
+    notified = next(
+        r.request.last_user_text
+        for r in server.recorded()
+        if "<task-notification>" in r.request.last_user_text
+    )
+    assert "... (truncated " in notified  # the CLI cut it: the lead saw the head only
+    assert not set(MANY) <= set(findings_in(notified))
+    assert done.status == "completed" and done.resumes == 1, done.reasons
+    assert set(findings_in(done.result or "")) == set(MANY)
+    sent = whole_results_sent_to_the_lead(server, script)
+    assert set(sent.values()) == {1}, sent  # every result once: none lost, none twice
+    workflow = next(r for r in done.tasks if r.kind == "task")
+    assert workflow.disposition == "included" and workflow.result_file is None
+    assert workflow.reason is not None and "the CLI cut its result" in workflow.reason
+    assert "delivered in a resume prompt" in workflow.reason
+    rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
+    assert rows["wf:k00"].source == "lead" and rows["wf:k00"].reason is None  # seen at once
+    last = rows["wf:k39"]
+    assert last.source == "transcript" and "a resume prompt delivered it" in (last.reason or "")
+    assert {r.disposition for r in rows.values()} == {"included"}
+
+
+async def test_the_rest_of_a_cut_workflow_result_too_long_for_the_prompt_is_given_by_path(
+    offline: OfflineFactory,
+) -> None:
+    script, server, claude = many_agents(offline)
+    done = finished(await run(claude.options(), policy(max_result_chars=600)))
+    assert done.status == "completed" and done.resumes == 1, done.reasons
+    workflow = next(r for r in done.tasks if r.kind == "task")
+    assert workflow.result_file is not None
+    assert workflow.reason is not None and "partly by path only" in workflow.reason
+    whole = await anyio.Path(workflow.result_file).read_text()
+    rows = {r.label.removeprefix("wf:"): r for r in done.tasks if r.kind == "workflow_agent"}
+    by_path = {key for key, r in rows.items() if "only by path" in (r.reason or "")}
+    assert by_path, "the prompt quoted every agent's result"
+    sent = whole_results_sent_to_the_lead(server, script)
+    for key in MANY:
+        if key in by_path:  # the row names the file that holds it, and the lead never had it
+            assert rows[key].result_file == workflow.result_file
+            assert script.answer(key) in whole and sent[key] == 0, key
+        else:
+            assert sent[key] == 1 and key in findings_in(done.result or ""), key
+
+
+async def test_a_cut_workflow_result_whose_rest_never_reached_the_lead_is_missing(
+    offline: OfflineFactory,
+) -> None:
+    _, _, claude = many_agents(offline)
+    done = finished(await run(claude.options(), policy(max_resumes=0)))
+    assert done.status == "partial" and done.reason == "max_resumes", done.reasons
+    workflow = next(r for r in done.tasks if r.kind == "task")
+    assert workflow.disposition == "missing"
+    assert "the rest never reached the lead" in (workflow.reason or "")
+    rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
+    assert rows["wf:k00"].disposition == "included"  # the lead read it in the notification
+    assert rows["wf:k39"].disposition == "missing"

@@ -2,7 +2,9 @@
 
 What Claude Code writes and teamlead reads lives here, one module per format: teams
 (``team``), the team-lead inbox (``inbox``), session transcripts rebuilt into tracker
-state (``saved_session``), subagent transcripts (``transcript``), the bundled CLI's path and
-version (``binary``) and the loopback check on a base URL (``loopback``). These follow
-Claude Code, not a promise of teamlead's, so nothing here is public API.
+state (``saved_session``), the task notifications the lead was given (``notification``),
+subagent transcripts (``transcript``), workflow journals and results (``workflow_journal``),
+the bundled CLI's path and version (``binary``) and the loopback check on a base URL
+(``loopback``). These follow Claude Code, not a promise of teamlead's, so nothing here is
+public API.
 """

@@ -5,6 +5,8 @@ The main thread's records (``isSidechain: false``) hold the lead's Agent calls, 
 ``toolUseResult`` that names each launched agent, the ``<task-notification>`` turns the
 CLI injected, and the lead's replies (``isApiErrorMessage`` marks failed ones). Fed
 through the same :class:`~teamlead.tracker.Tracker`, they tell what is still outstanding.
+:func:`session_notifications` reads the notification turns themselves: the text the lead
+was shown of each task's result (the stream carries only the summary).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import logging
 import os
 import re
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +22,22 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import UsageError
 from ..tracker import Tracker
 from .files import FileProblem, loads, open_regular
+from .notification import Notification, parse_notifications
 
-__all__ = ["find_session_file", "load_session", "replay", "session_messages"]
+__all__ = [
+    "find_session_file",
+    "load_session",
+    "replay",
+    "session_messages",
+    "session_notifications",
+]
 
 logger = logging.getLogger(__name__)
 
 _SAFE_SESSION = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-_TAG = re.compile(r"<([a-z-]+)>(.*?)</\1>", re.DOTALL)
 _MAX_TRANSCRIPT_BYTES = 256 * 1024 * 1024
+#: words of the CLI's refusal to resume a workflow run (the tracker reads which call it was)
+_REFUSED_RESUME = ("resumeFromRunId", "journal")
 
 
 def find_session_file(config_dir: Path, session_id: str) -> Path:
@@ -48,28 +59,20 @@ def find_session_file(config_dir: Path, session_id: str) -> Path:
     return matches[0]
 
 
-_NOTIFICATION = re.compile(r"<task-notification>(.*?)</task-notification>", re.DOTALL)
-
-
 def _notifications(text: str) -> list[dict[str, Any]]:
     """Every ``<task-notification>`` block in an injected turn, as task_notification messages."""
-    found: list[dict[str, Any]] = []
-    for body in _NOTIFICATION.findall(text):
-        tags = {name: value.strip() for name, value in _TAG.findall(body)}
-        if not tags.get("task-id"):
-            continue
-        found.append(
-            {
-                "type": "system",
-                "subtype": "task_notification",
-                "task_id": tags["task-id"],
-                "tool_use_id": tags.get("tool-use-id"),
-                "status": tags.get("status", "completed"),
-                "summary": tags.get("result") or tags.get("summary"),
-                "output_file": tags.get("output-file"),
-            }
-        )
-    return found
+    return [
+        {
+            "type": "system",
+            "subtype": "task_notification",
+            "task_id": note.task_id,
+            "tool_use_id": note.tool_use_id,
+            "status": note.status,
+            "summary": note.result or note.summary,
+            "output_file": note.output_file,
+        }
+        for note in parse_notifications(text)
+    ]
 
 
 def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
@@ -99,6 +102,18 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
                 "prompt": result.get("prompt"),
             }
         )
+    content = message.get("content")
+    if result is None or isinstance(result, str):  # a tool's error: a refused resume, say
+        refused = [
+            b
+            for b in content or []
+            if isinstance(b, dict)
+            and b.get("type") == "tool_result"
+            and b.get("is_error")
+            and any(word in str(b.get("content")) for word in _REFUSED_RESUME)
+        ]
+        if isinstance(content, list) and refused:
+            out.append({"type": "user", "message": {**message, "content": refused}})
     if isinstance(result, dict) and result.get("taskType") == "local_workflow":
         # a launched workflow: its task, and the tool result with its wf_ run id and script
         content = message.get("content")
@@ -133,9 +148,9 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
     return out
 
 
-def session_messages(config_dir: Path, session_id: str) -> list[dict[str, Any]]:
-    """The stream-json messages the main thread of ``session_id``'s transcript stands for,
-    in order: the lead's turns, its launched agents and workflows, the notifications.
+def _main_thread_records(config_dir: Path, session_id: str) -> Iterator[dict[str, Any]]:
+    """The records of ``session_id``'s transcript, in order (a malformed line is skipped and
+    counted in one warning at the end).
 
     Raises:
         UsageError: no such session, or its transcript is too large to read.
@@ -145,7 +160,6 @@ def session_messages(config_dir: Path, session_id: str) -> list[dict[str, Any]]:
         fh = open_regular(path)  # a FIFO here must not hang resume
     except FileProblem as problem:
         raise UsageError(f"session transcript {problem.message}") from None
-    messages: list[dict[str, Any]] = []
     skipped = 0
     with fh:
         if os.fstat(fh.fileno()).st_size > _MAX_TRANSCRIPT_BYTES:
@@ -153,13 +167,58 @@ def session_messages(config_dir: Path, session_id: str) -> list[dict[str, Any]]:
         for line in fh:
             try:
                 record = loads(line.decode("utf-8", errors="replace"))
-                if isinstance(record, dict):
-                    messages += _records(record, session_id)
             except (ValueError, RecursionError):  # torn, hand-edited or nested too deeply
                 skipped += 1
+                continue
+            if isinstance(record, dict):
+                yield record
     if skipped:
         logger.warning("session transcript %s: skipped %d malformed line(s)", path.name, skipped)
+
+
+def session_messages(config_dir: Path, session_id: str) -> list[dict[str, Any]]:
+    """The stream-json messages the main thread of ``session_id``'s transcript stands for,
+    in order: the lead's turns, its launched agents and workflows, the notifications.
+
+    Raises:
+        UsageError: no such session, or its transcript is too large to read.
+    """
+    messages: list[dict[str, Any]] = []
+    for record in _main_thread_records(config_dir, session_id):
+        try:
+            messages += _records(record, session_id)
+        except (ValueError, RecursionError):  # fields nested too deeply to walk
+            continue
     return messages
+
+
+def session_notifications(config_dir: Path, session_id: str) -> dict[str, Notification]:
+    """The ``<task-notification>`` turns the CLI gave the lead of ``session_id``, by task id
+    (the last one of a task wins): what the lead was shown of each task's result.
+
+    Only a user turn of the main thread whose text *is* a notification counts (the CLI
+    writes it so); a notification quoted inside another turn (a result a teamlead prompt
+    carried, a user's own prompt) is not one the CLI gave.
+
+    Raises:
+        UsageError: no such session, or its transcript is too large to read.
+    """
+    found: dict[str, Notification] = {}
+    for record in _main_thread_records(config_dir, session_id):
+        if record.get("isSidechain") or record.get("type") != "user":
+            continue
+        origin = record.get("origin")
+        if isinstance(origin, dict) and origin.get("kind") != "task-notification":
+            continue
+        message = record.get("message")
+        content = message.get("content") if isinstance(message, dict) else None
+        if isinstance(content, list):  # text blocks
+            parts = [b.get("text") for b in content if isinstance(b, dict)]
+            content = "".join(p for p in parts if isinstance(p, str))
+        if isinstance(content, str) and content.lstrip().startswith("<task-notification>"):
+            for note in parse_notifications(content):
+                found[note.task_id] = note
+    return found
 
 
 def load_session(config_dir: Path, session_id: str, *, clock: Clock = SYSTEM_CLOCK) -> Tracker:

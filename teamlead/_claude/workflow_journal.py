@@ -1,4 +1,5 @@
-"""A workflow run's journal: the results of the agents that finished, read back.
+"""A workflow run's journal and output file: the results of the agents that finished, and
+the run's own result, read back.
 
 Claude Code journals each ``Workflow`` run at
 ``<config>/projects/<cwd>/<session>/subagents/workflows/<wf_id>/journal.jsonl``: a
@@ -9,6 +10,11 @@ agents' requests again; when a run is cut (the deadline stopped it, its CLI died
 are what the lead can still be given. The file is found from the session and run ids
 (checked plain ids, never a path the stream named), read up to a byte cap, and every line
 that is not a JSON object is skipped.
+
+The run's task has an output file too (the ``output_file`` of its ``task_notification``):
+JSON ``{summary, agentCount, logs, result, …}``, where ``result`` is the script's return
+value. :func:`workflow_result` reads it as the CLI quotes it to the lead (a string as it is,
+anything else as compact JSON), so what the lead was shown can be told from the rest.
 
 Example:
     >>> journal_results(config_dir, "4bf9…", "wf_fbff60e6-003")  # doctest: +SKIP
@@ -25,11 +31,12 @@ from pathlib import Path
 
 from .files import FileProblem, loads, read_regular
 
-__all__ = ["JournalResult", "find_journal", "journal_results"]
+__all__ = ["JournalResult", "find_journal", "journal_results", "workflow_result"]
 
 _SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _MAX_BYTES = 32 * 1024 * 1024
 _MAX_TEXT = 100_000  # of one agent's result
+_MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -96,3 +103,26 @@ def _json_text(value: object) -> str:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):
         return ""
+
+
+def workflow_result(output_file: Path) -> str | None:
+    """A workflow's result from its task's output file, as the CLI quotes it in the lead's
+    notification: a string as it is, any other value as compact JSON (``JSON.stringify``).
+
+    ``None`` when the file is missing, empty (the script threw), over 64 MB, not JSON, or
+    holds no result.
+    """
+    try:
+        data = read_regular(Path(output_file), _MAX_OUTPUT_BYTES)
+        record = loads(data) if data.strip() else None
+    except (FileProblem, ValueError):
+        return None
+    if not isinstance(record, Mapping) or record.get("result") is None:
+        return None
+    result = record["result"]
+    if isinstance(result, str):
+        return result
+    try:
+        return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
+    except (TypeError, ValueError, RecursionError):
+        return None

@@ -222,10 +222,17 @@ class RunAgents:
             row = self._task_row(row, task)
             later = tracker.later_attempt(task.workflow) if task.workflow is not None else None
             if later is not None and row.disposition in ("failed", "missing"):
-                # a resume of its run (the same wf_ id) took its work over: its rows say how
-                row = row.model_copy(
-                    update={"disposition": "not_run", "reason": f"resumed by task {later.task_id}"}
-                )
+                # a resume of its run (the same wf_ id), or the fresh run of a run the CLI
+                # refused to resume, took its work over: its rows say how
+                run_id = task.workflow.run_id if task.workflow is not None else None
+                reason = f"resumed by task {later.task_id}"
+                if run_id is not None and later.fresh_of == run_id:
+                    refused = tracker.refused_resumes.get(run_id, "")
+                    reason = (
+                        f"run afresh by task {later.task_id} (run {later.run_id}): the CLI "
+                        f"refused to resume it: {redact(refused)}"
+                    )
+                row = row.model_copy(update={"disposition": "not_run", "reason": reason})
             out.append(row)
             if task.is_workflow:
                 out += self._workflow_rows(row, task, tracker)
@@ -321,7 +328,14 @@ class RunAgents:
             reason = redact(agent.error) if agent.error else None
             if denied is not None:
                 reason = denied
-            again = later.agents.get(index) if later is not None else None
+            fresh = later is not None and run is not None and later.fresh_of == run.run_id
+            again = (  # a fresh run has its own order: the same agent has the same label
+                None
+                if later is None
+                else later.agent_labelled(agent.label)
+                if fresh
+                else later.agents.get(index)
+            )
             if status in _FAILED and later is not None and again is not None:
                 # a resume of the run (the same wf_ id) ran it again: its row says how that went
                 disposition = "not_run"

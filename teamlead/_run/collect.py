@@ -15,6 +15,7 @@ module changes.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,9 +25,11 @@ import anyio
 
 from .._claude.inbox import consume_inbox, read_inbox, wait_for_inbox
 from .._claude.inbox.model import InboxRead, TeammateMessage
+from .._claude.notification import Notification
+from .._claude.saved_session import session_notifications
 from .._claude.team import Team, resolve_team
 from .._claude.transcript import find_subagent_transcript, last_assistant_text
-from .._claude.workflow_journal import journal_results
+from .._claude.workflow_journal import JournalResult, journal_results, workflow_result
 from .._redact import redact
 from ..events import (
     ROW_RESULT_CHARS,
@@ -45,10 +48,11 @@ from .resume_prompt import (
     TaskOutcome,
     TaskSource,
     WorkflowResume,
+    escape,
 )
-from .state import Collected, Member, RunState
+from .state import Collected, CutResult, Member, RunState
 
-__all__ = ["Collection", "absorb", "dispositions", "used_deliveries", "with_results"]
+__all__ = ["Collection", "absorb", "cut_rows", "dispositions", "used_deliveries", "with_results"]
 
 logger = logging.getLogger("teamlead.inbox")  # where the inbox reader's warnings go
 
@@ -90,6 +94,7 @@ class Collection:
         self._process_alive = process_alive
         self._found: list[Delivery] = list(carried or [])
         self._done = False
+        self._notified: dict[str, Notification] | None = None
 
     @property
     def deliveries(self) -> list[Delivery]:
@@ -115,10 +120,19 @@ class Collection:
             if key in collected.absorbed or key in collected.deliveries:
                 continue
             if task.absorbed and task.task_id not in lost:
+                # the lead was told the task ended; a workflow's result may still have been
+                # cut in that notification, and the rest of it is outstanding
+                rest = (
+                    self._rest_of_cut(task, task.workflow, tracker.session_id)
+                    if task.workflow is not None
+                    else None
+                )
+                if rest is None:
+                    continue
+                delivery, source = rest
+            elif not task.terminal and self._process_alive:
                 continue
-            if not task.terminal and self._process_alive:
-                continue
-            if task.workflow is not None:
+            elif task.workflow is not None:
                 delivery, source = self._workflow_delivery(
                     task, task.workflow, lost.get(task.task_id, []), tracker.session_id
                 )
@@ -132,6 +146,10 @@ class Collection:
                 chars=len(delivery.text),
             )
             pending.append(delivery)
+        for task_id, agents in lost.items():
+            fresh = self._fresh_run(tracker.tasks[task_id], agents)
+            if fresh is not None:
+                pending.append(fresh)
         for delivery in pending:
             collected.deliveries.setdefault(delivery.key, delivery)
         self._done = True
@@ -283,13 +301,8 @@ class Collection:
             resumable = True  # a run cut short with no agents known (a rebuilt session)
         workflow = None
         if (lost or unfinished) and run.run_id:
-            workflow = WorkflowResume(
-                run_id=run.run_id,
-                name=run.name or run.description or task.task_id,
-                script_path=run.script_path,
-                lost=tuple(_lost_line(a, limited.get(a.index)) for a in lost)
-                or ("the run did not finish",),
-                resumable=resumable,
+            workflow = _resume_of(
+                run, run.run_id, task, lost, limited, resumable, self._state.tracker
             )
         delivery = Delivery(
             key=f"task:{task.task_id}",
@@ -301,6 +314,110 @@ class Collection:
             workflow=workflow,
         )
         return delivery, source
+
+    def _notification(self, session: str | None, task_id: str) -> Notification | None:
+        """The notification the CLI gave the lead for ``task_id``, from the session's
+        transcript (read once per collection)."""
+        if self._notified is None:
+            self._notified = {}
+            if session:
+                try:
+                    self._notified = session_notifications(self._config_dir, session)
+                except Exception as exc:  # noqa: BLE001 - no transcript: nothing seen cut
+                    logger.debug("no notifications read back: %s", exc)
+        return self._notified.get(task_id)
+
+    def _rest_of_cut(
+        self, task: TaskInfo, run: WorkflowRun, session: str | None
+    ) -> tuple[Delivery, TaskSource] | None:
+        """The rest of a workflow result the CLI cut in the lead's notification, as a
+        delivery; ``None`` when the lead was shown all of it (or nothing is left to give).
+
+        The rest comes from the task's output file (the whole result), from the start of
+        the item the cut fell in; without that file, the finished agents' results the lead
+        was not shown come from the run's journal.
+        """
+        note = self._notification(session, task.task_id)
+        if note is None or note.cut is None:
+            return None
+        cut = note.cut
+        journaled = (
+            journal_results(self._config_dir, session, run.run_id) if session and run.run_id else {}
+        )
+        results = _agent_results(run, journaled)
+        path = run.output_file or task.output_file or note.output_file
+        whole = workflow_result(Path(path)) if path else None
+        rest = cut.rest(whole) if whole is not None else None
+        shown = len(cut.shown)
+        if rest is not None:
+            text = rest[1]
+            lead_in = (
+                f"The CLI's notification of this workflow showed you only the first {shown} "
+                f"characters of its result and cut the other {cut.chars}. Here is the rest, "
+                "from its output file, beginning with the item the cut fell in:"
+            )
+        else:
+            unseen = [
+                f"[{run.agents[i].label}] {journaled[agent_id].text}"
+                for i in sorted(run.agents)
+                if (agent_id := run.agents[i].agent_id) in journaled
+                and not _seen_in(results.get(agent_id, ()), cut.shown)
+            ]
+            text = "\n".join(unseen)
+            lead_in = (
+                f"The CLI's notification of this workflow showed you only the first {shown} "
+                f"characters of its result and cut the other {cut.chars}. Here are the results "
+                "of its finished agents that it did not show, from the run's journal:"
+            )
+        self._collected.cuts[task.task_id] = CutResult(
+            shown=cut.shown, cut=cut.chars, rest=len(text), results=results
+        )
+        if not text:
+            return None
+        delivery = Delivery(
+            key=f"task:{task.task_id}",
+            kind="workflow",
+            label=run.description or run.name or task.task_id,
+            status=_task_outcome(task),
+            text=text,
+            source="transcript",
+            lead_in=lead_in,
+        )
+        return delivery, "transcript"
+
+    def _fresh_run(self, task: TaskInfo, lost: list[WorkflowAgent]) -> Delivery | None:
+        """The ask for a new run of a workflow whose resume the CLI refused, once the lead
+        has the results of its finished agents (a prompt delivered them with the ask to
+        resume it): a delivery with no result of its own; else ``None``."""
+        run, tracker, collected = task.workflow, self._state.tracker, self._collected
+        if run is None or not run.run_id or run.run_id not in tracker.refused_resumes:
+            return None
+        key = f"fresh:{run.run_id}"
+        if key in collected.absorbed or key in collected.deliveries:
+            return None  # asked once: a lead that did not start it is left with the loss
+        if f"task:{task.task_id}" not in collected.absorbed or tracker.later_attempt(run):
+            return None  # its results go with the ask (the task's delivery), or it ran again
+        agents = self._state.agents
+        if agents is not None and agents.exhaust_reason is not None:
+            return None
+        limited = {
+            a.index: why
+            for a in lost
+            if a.agent_id
+            and agents is not None
+            and (why := agents.stopped_by_limits(a.agent_id)) is not None
+        }
+        if len(limited) >= len(lost):
+            return None  # the user's own limits stopped them: never run again
+        return Delivery(
+            key=key,
+            kind="workflow",
+            label=run.description or run.name or task.task_id,
+            status="lost",
+            text="",
+            source="none",
+            workflow=_resume_of(run, run.run_id, task, lost, limited, True, tracker),
+        )
 
     def _task_delivery(self, task: TaskInfo, session: str | None) -> tuple[Delivery, TaskSource]:
         status = _task_outcome(task)
@@ -413,12 +530,16 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
         used = task.absorbed or key in collected.absorbed
         status = _task_outcome(task)
         source: _Source = delivery.source if delivery else ("lead" if task.absorbed else "none")
+        reason: str | None = None
         if status in FAILED_STATES:
             disposition = "failed"
         elif used and (task.absorbed or (delivery is not None and delivery.text)):
             disposition = "included"
         else:
             disposition = "missing"
+        cut = collected.cuts.get(task.task_id)
+        if cut is not None and disposition == "included":
+            disposition, reason = _cut_disposition(cut, delivery, key in collected.absorbed)
         out.append(
             TaskDisposition(
                 id=task.task_id,
@@ -427,6 +548,7 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
                 status=status,
                 disposition=disposition,
                 source=source,
+                reason=reason,
                 result_file=delivery.full_path if delivery is not None else None,
             )
         )
@@ -507,6 +629,97 @@ def _row_text(state: RunState, row: TaskDisposition) -> str | None:
     return text if (text or "").strip() else None
 
 
+def _cut_disposition(
+    cut: CutResult, rest: Delivery | None, delivered: bool
+) -> tuple[Disposition, str]:
+    """A cut workflow result's row: included once its rest reached the lead, else missing."""
+    head = (
+        f"the CLI cut its result in the lead's notification after {len(cut.shown)} "
+        f"characters ({cut.cut} more)"
+    )
+    if rest is None or not delivered:
+        return "missing", f"{head}; the rest never reached the lead"
+    if rest.full_path is not None:
+        return "included", (
+            f"{head}; the rest ({cut.rest} characters) was delivered in a resume prompt, "
+            f"partly by path only: the prompt quoted the rest's head and tail, and all of it "
+            f"is in {rest.full_path}"
+        )
+    return "included", f"{head}; the rest ({cut.rest} characters) was delivered in a resume prompt"
+
+
+def cut_rows(rows: list[TaskDisposition], collected: Collected) -> list[TaskDisposition]:
+    """``rows`` with the agents of each workflow whose result the CLI cut in the lead's
+    notification saying where the lead got their result: in the notification, in the rest a
+    resume prompt quoted, only by path (the prompt quoted the rest's head and tail), or
+    nowhere (``missing``)."""
+    if not collected.cuts:
+        return rows
+    out: list[TaskDisposition] = []
+    for row in rows:
+        cut = collected.cuts.get(row.parent or "") if row.kind == "workflow_agent" else None
+        needles = cut.results.get(row.id, ()) if cut is not None else ()
+        # a cut workflow's row is missing for the cut alone (the lead was told it ended):
+        # each of its agents that finished is judged by where its own result went
+        if cut is None or not needles or row.disposition not in ("included", "missing"):
+            out.append(row)
+            continue
+        if _seen_in(needles, cut.shown):  # read in the notification
+            out.append(row.model_copy(update={"source": "lead", "disposition": "included"}))
+            continue
+        key = f"task:{row.parent}"
+        rest = collected.deliveries.get(key)
+        if rest is None or not _seen_in(needles, rest.text):
+            out.append(row)  # not in the rest either (the script made its result of it)
+            continue
+        update: dict[str, object]
+        if key not in collected.absorbed:
+            update = {
+                "disposition": "missing",
+                "reason": "the CLI cut its result from the lead's notification and the rest "
+                "never reached the lead",
+            }
+        elif _seen_in(needles, rest.quoted or "") or _seen_in(
+            tuple(escape(n) for n in needles), rest.quoted or ""
+        ):
+            update = {
+                "disposition": "included",
+                "source": "transcript",
+                "reason": "the CLI cut its result from the lead's notification; a resume "
+                "prompt delivered it",
+            }
+        else:
+            update = {
+                "disposition": "included",
+                "source": "transcript",
+                "result_file": rest.full_path,
+                "reason": "the CLI cut its result from the lead's notification, and the resume "
+                f"prompt gave it only by path: {rest.full_path or 'its output file'}",
+            }
+        out.append(row.model_copy(update=update))
+    return out
+
+
+def _agent_results(
+    run: WorkflowRun, journaled: dict[str, JournalResult]
+) -> dict[str, tuple[str, ...]]:
+    """Each finished agent's result as it may read inside the workflow's result: as it is
+    (a text result) and as a JSON string's body (a result the CLI wrote as JSON)."""
+    out: dict[str, tuple[str, ...]] = {}
+    for agent in run.agents.values():
+        if agent.state != "done" or not agent.agent_id:
+            continue
+        found = journaled.get(agent.agent_id)
+        text = found.text if found is not None else ""
+        if text.strip():
+            out[agent.agent_id] = (text, json.dumps(text, ensure_ascii=False)[1:-1])
+    return out
+
+
+def _seen_in(needles: tuple[str, ...], text: str) -> bool:
+    return bool(text) and any(n and n in text for n in needles)
+
+
 def _own_pids() -> list[int]:
     """Our CLI children: a lead process recorded by them is us, not a rival reader."""
     from .._procs import descendants
@@ -523,6 +736,35 @@ def _message_summary(message: TeammateMessage) -> dict[str, Any]:
         "status": message.completed_status,
         "is_result": message.is_result,
     }
+
+
+def _resume_of(
+    run: WorkflowRun,
+    run_id: str,
+    task: TaskInfo,
+    lost: list[WorkflowAgent],
+    limited: dict[int, str],
+    resumable: bool,
+    tracker: Tracker,
+) -> WorkflowResume:
+    """What the resume prompt says of a workflow that lost agents, and asks of the lead: to
+    resume it, or (the CLI refused to resume it) to run the agents that did not finish
+    anew, naming those that finished."""
+    refused = tracker.refused_resumes.get(run_id)
+    again = [a for a in lost if a.index not in limited]
+    return WorkflowResume(
+        run_id=run_id,
+        name=run.name or run.description or task.task_id,
+        script_path=run.script_path,
+        lost=tuple(_lost_line(a, limited.get(a.index)) for a in lost)
+        or ("the run did not finish",),
+        resumable=resumable,
+        refused=refused,
+        unfinished=tuple(a.label for a in again) if refused is not None else (),
+        done=tuple(run.agents[i].label for i in sorted(run.agents) if run.agents[i].state == "done")
+        if refused is not None
+        else (),
+    )
 
 
 def _lost_line(agent: WorkflowAgent, limited: str | None) -> str:

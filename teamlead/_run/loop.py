@@ -26,7 +26,7 @@ from .._gate.calls import with_invalid_calls
 from .._procs import stop_marked
 from .._redact import redact
 from ..events import Finished, ResumeFailed, Resuming, TaskDisposition
-from .collect import Collection, absorb, dispositions, with_results
+from .collect import Collection, absorb, cut_rows, dispositions, with_results
 from .outcome import RoundOutcome
 from .readback import read_back
 from .resume_prompt import Delivery, render_resume_prompt
@@ -459,7 +459,7 @@ def finish(state: RunState) -> Finished:
     collected = state.collected
     rows = dispositions(state.tracker, collected)
     if state.agents is not None:
-        rows = state.agents.rows(state.tracker, rows)
+        rows = cut_rows(state.agents.rows(state.tracker, rows), collected)
     if state.gate is not None:  # the Workflow calls the gate denied: no task, still a row
         rows = [*rows, *_denied_workflows(state.gate.gate.workflow_denials)]
     rows = with_results(state, rows)  # a result the answer did not use still reaches the caller

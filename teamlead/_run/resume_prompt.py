@@ -54,6 +54,8 @@ _MIN_SHARE = 200  # a result given less room than this waits for the next round 
 _MAX_LABEL = 200
 _MAX_MISSING_LINE = 500  # one "Missing or failed" line: a name and a reason
 _MISSING_SHARE = 4  # the missing lines take at most 1/4 of max_prompt_chars
+_MAX_REASON = 300  # the CLI's reason it refused to resume a run
+_MAX_LABELS_CHARS = 4000  # the agent labels one ask names
 
 # Any opening or closing tag of ours, in any case and spacing (``</ Result >``,
 # ``<TEAMLEAD-RESULTS``), with invisible characters allowed between the pieces.
@@ -72,6 +74,11 @@ class WorkflowResume:
         lost: one line per lost agent: its label and what became of it.
         resumable: teamlead asks the lead to resume the run (``False`` when the user's own
             limits stopped the agents, or at the wrap-up, where tools are disabled).
+        refused: the CLI's reason when it refused to resume the run: the lead is asked
+            for a new run of the agents that did not finish instead.
+        unfinished: the labels of the agents a new run is to run (those not ``done``).
+        done: the labels of the agents that finished, whose results the lead has: a new
+            run must not run them again.
     """
 
     run_id: str
@@ -79,6 +86,9 @@ class WorkflowResume:
     script_path: str | None
     lost: tuple[str, ...]
     resumable: bool = True
+    refused: str | None = None
+    unfinished: tuple[str, ...] = ()
+    done: tuple[str, ...] = ()
 
 
 @dataclass
@@ -97,6 +107,17 @@ class Delivery:
     full_path: str | None = None
     #: a workflow that lost agents: the prompt names them and how to resume the run
     workflow: WorkflowResume | None = None
+    #: teamlead's own line before the quoted result (never outside text): what it is
+    lead_in: str | None = None
+    #: what the prompt quoted of ``text`` (its head and tail when cut), once rendered
+    quoted: str | None = None
+
+    @property
+    def asks_only(self) -> bool:
+        """Whether this delivery carries no result, only an ask about a workflow whose
+        finished agents' results the lead already has (a new run of the rest)."""
+        wf = self.workflow
+        return not self.text and wf is not None and wf.refused is not None and bool(wf.done)
 
 
 def escape(text: str, limit: int | None = None, *, full_path: str | None = None) -> str:
@@ -176,7 +197,10 @@ _SAFE_PATH = re.compile(r"[^\x00-\x1f\x7f\"<>]{1,1000}")
 def workflow_actions(deliveries: list[Delivery]) -> list[str]:
     """What the lead is asked to do about workflows that lost agents: call ``Workflow``
     with ``resumeFromRunId`` and the same ``scriptPath``, so the agents that finished are
-    replayed from the run's journal (no new requests) and only the lost ones run again."""
+    replayed from the run's journal (no new requests) and only the lost ones run again.
+    When the CLI refused to resume the run, the lead is asked for a new run (no
+    ``resumeFromRunId``) of only the agents that did not finish, and told which finished
+    (their results it has: they are not run again)."""
     lines: list[str] = []
     seen: set[str] = set()
     for d in deliveries:
@@ -184,9 +208,13 @@ def workflow_actions(deliveries: list[Delivery]) -> list[str]:
         if wf is None or not wf.resumable or wf.run_id in seen:
             continue
         seen.add(wf.run_id)
+        path = wf.script_path if wf.script_path and _SAFE_PATH.fullmatch(wf.script_path) else None
+        if wf.refused is not None:
+            lines.append(_fresh_run(wf, path))
+            continue
         args: dict[str, str] = {"resumeFromRunId": wf.run_id}
-        if wf.script_path and _SAFE_PATH.fullmatch(wf.script_path):
-            args = {"scriptPath": wf.script_path, **args}
+        if path:
+            args = {"scriptPath": path, **args}
         how = ", ".join(f'"{k}": "{v}"' for k, v in args.items())
         same = "" if "scriptPath" in args else " and the same script"
         lines.append(
@@ -195,6 +223,46 @@ def workflow_actions(deliveries: list[Delivery]) -> list[str]:
             "without new requests; the lost ones run again."
         )
     return lines
+
+
+def _fresh_run(wf: WorkflowResume, script_path: str | None) -> str:
+    """The ask for a new run of a workflow the CLI refused to resume: what to run, what not."""
+    reason = " ".join(escape(wf.refused or "", _MAX_REASON).split())
+    script = (
+        f" The run's script is {script_path}: Read it and keep only the calls of those agents."
+        if script_path
+        else ""
+    )
+    done = (
+        " Do not run again the agents that finished; their results were delivered to you "
+        f"(above, or in an earlier prompt): {_labels(wf.done)}."
+        if wf.done
+        else ""
+    )
+    what = (
+        f"with a script that runs only the agents that did not finish: {_labels(wf.unfinished)}."
+        if wf.unfinished
+        else "with the same script."
+    )
+    return (
+        f'The CLI refused to resume the workflow "{_attr(wf.name)}" (run {wf.run_id}), '
+        f"saying: {reason} Start a new run of what is left instead, now: call Workflow "
+        f"without resumeFromRunId, {what}{done}{script}"
+    )
+
+
+def _labels(labels: tuple[str, ...]) -> str:
+    """Agent labels for a prompt line, each quoted, at most :data:`_MAX_LABELS_CHARS` in all."""
+    out: list[str] = []
+    room = _MAX_LABELS_CHARS
+    for index, label in enumerate(labels):
+        quoted = f'"{_attr(label)}"'
+        if len(quoted) + 2 > room:
+            out.append(f"and {len(labels) - index} more")
+            break
+        out.append(quoted)
+        room -= len(quoted) + 2
+    return ", ".join(out) or "none"
 
 
 def _workflow_problems(d: Delivery) -> list[str]:
@@ -232,15 +300,23 @@ def render_resume_prompt(
     budget = policy.max_prompt_chars - len("\n".join(frame))
     blocks: list[str] = []
     problems: list[str] = []
+    carried = 0
     for index, d in enumerate(deliveries):
         label = _attr(d.label)
         opening = (
             f'<result source="{_attr(d.kind)}" name="{label}" status="{_attr(d.status)}" '
             f'via="{_attr(d.source)}">\n'
         )
+        if d.lead_in:
+            opening = f"{d.lead_in}\n{opening}"
         closing = "\n</result>"
         own = [f'- {d.kind} "{label}" ended {d.status}'] if d.status in FAILED_STATES else []
         own += _workflow_problems(d)
+        if d.asks_only:  # no block of its own: its missing lines and its ask
+            problems += own
+            budget -= sum(len(line) + 1 for line in own)
+            carried += 1
+            continue
         if not d.text:
             own.append(f'- {d.kind} "{label}": no output was recovered')
         fixed = len(opening) + len(closing) + 1 + sum(len(line) + 1 for line in own)
@@ -248,25 +324,27 @@ def render_resume_prompt(
         if room < _MIN_SHARE:  # not all fit: give this one a readable share while room lasts
             room = min(_MIN_SHARE, budget - fixed)
         escaped = escape(d.text) if d.text else "(no output was recovered)"
-        if blocks and room < min(len(escaped), _MIN_SHARE):
+        if carried and room < min(len(escaped), _MIN_SHARE):
             break
         limit = min(policy.max_result_chars, room)
         if d.text and len(escaped) > limit and spill is not None and d.full_path is None:
             d.full_path = spill(d)
         body = _quote(d.text, limit, d.full_path) if d.text else escaped
+        d.quoted = body if d.text else None
         blocks.append(opening + body + closing)
         problems += own
         budget -= fixed + len(body)
+        carried += 1
     problems += missing_lines
     parts = [*opening_lines, *blocks]
     if problems:
         parts += ["", "Missing or failed:", *problems]
-    todo = workflow_actions(deliveries[: len(blocks)]) if actions else []
+    todo = workflow_actions(deliveries[:carried]) if actions else []
     if todo:
         parts += [_PROMPT_TAIL[0], "", *todo, "", _RESUME_TAIL]
     else:
         parts += _PROMPT_TAIL
-    return "\n".join(parts), len(blocks)
+    return "\n".join(parts), carried
 
 
 def build_resume_prompt(deliveries: list[Delivery], missing: list[str], policy: Policy) -> str:

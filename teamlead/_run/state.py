@@ -57,6 +57,7 @@ __all__ = [
     "RUN_MARK_VAR",
     "SUBAGENT_MODEL_VAR",
     "Collected",
+    "CutResult",
     "Member",
     "MemberStatus",
     "Mode",
@@ -93,6 +94,24 @@ class Member:
     failed: bool = False
 
 
+@dataclass(frozen=True)
+class CutResult:
+    """A workflow's result the CLI cut in the lead's notification: the lead saw its head.
+
+    Attributes:
+        shown: what the lead was shown of the result.
+        cut: how many characters the CLI's note says it left out.
+        rest: how many characters of the result teamlead delivered in its place.
+        results: each finished agent's result by agent id, as it reads inside the
+            workflow's result (to tell which part of it each one was in).
+    """
+
+    shown: str
+    cut: int
+    rest: int
+    results: dict[str, tuple[str, ...]] = field(default_factory=dict)
+
+
 @dataclass
 class Collected:
     """What the run has collected and delivered; only :mod:`.collect` changes it.
@@ -107,6 +126,8 @@ class Collected:
         team: the session's team, once found.
         waited_s: the part of ``Policy.wait_s`` (one budget per run) already spent.
         logged: inbox warnings already logged, so each is shown once.
+        cuts: the workflow results the CLI cut in the lead's notification, by task id;
+            the rest of each is the delivery ``task:<id>``.
     """
 
     deliveries: dict[str, Delivery] = field(default_factory=dict)
@@ -117,6 +138,7 @@ class Collected:
     team: Team | None = None
     waited_s: float = 0.0
     logged: set[str] = field(default_factory=set)
+    cuts: dict[str, CutResult] = field(default_factory=dict)
 
     def missing_lines(self) -> list[str]:
         """The teammates the resume prompt names as not reported or failed."""

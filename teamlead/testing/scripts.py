@@ -348,6 +348,10 @@ class ToolSteps:
 _WFJOB = re.compile(r"WFJOB ([\w:-]+)")
 _RESUME_ID = re.compile(r'"resumeFromRunId": "(wf_[\w-]+)"')
 _SCRIPT_PATH = re.compile(r'"scriptPath": "([^"]+)"')
+_FRESH = re.compile(
+    r"with a script that runs only the agents that did not finish: ([^\n]*?)\.(?: |$)"
+)
+_QUOTED = re.compile(r'"([^"]+)"')
 _LAUNCHED = "Workflow launched in background"
 
 
@@ -405,7 +409,11 @@ class WorkflowFanOut:
     returns ``null``); a key in ``hang`` is held open for 600 s (until cut; with
     ``hang_once`` only its first request, and ``on_hang(key)`` is called then). When a
     teamlead prompt names a ``resumeFromRunId``, the lead calls ``Workflow`` with it and
-    the ``scriptPath`` it names, so finished agents are replayed from the run's journal.
+    the ``scriptPath`` it names, so finished agents are replayed from the run's journal;
+    when it asks for a new run of the agents that did not finish (the CLI refused the
+    resume), the lead runs a script of only those keys.
+    Each answer is padded to ``answer_chars`` characters (a long result the CLI cuts in
+    the lead's notification comes from many agents or long answers).
 
     Attributes:
         keys: the script's agent keys.
@@ -424,6 +432,7 @@ class WorkflowFanOut:
     hang_once: bool = False
     on_hang: Callable[[str], None] | None = None
     input_tokens: dict[str, int] = field(default_factory=dict)
+    answer_chars: int = 0
     _faulted: dict[str, int] = field(default_factory=dict, init=False, repr=False)
     _hung: set[str] = field(default_factory=set, init=False, repr=False)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
@@ -443,6 +452,11 @@ class WorkflowFanOut:
             return Reply.text("ok")
         if req.assistant_turns == 0:
             return Reply.tools(ToolUse(name="Workflow", input={"script": self.script}))
+        fresh = _FRESH.search(last)
+        if fresh is not None and "<teamlead-results" in last:  # a new run of what is left
+            labels = _QUOTED.findall(fresh.group(1))
+            left = [k for k in self.keys if f"wf:{k}" in labels]
+            return Reply.tools(ToolUse(name="Workflow", input={"script": workflow_script(left)}))
         resume = _RESUME_ID.search(last)
         if resume is not None and "<teamlead-results" in last:
             args: dict[str, str] = {"resumeFromRunId": resume.group(1)}
@@ -456,8 +470,17 @@ class WorkflowFanOut:
             return Reply.text("The workflow runs; waiting for its result.")
         return synthesize(req)
 
-    def _agent(self, key: str) -> Reply:
+    def answer(self, key: str) -> str:
+        """What the agent of ``key`` answers (once its faults and hangs are past)."""
         base = key.removeprefix("check-")
+        text = finding_text(key if key == base else f"check-{base}")
+        if len(text) < self.answer_chars:
+            text += (" Notes:" + " the details were read and noted." * self.answer_chars)[
+                : self.answer_chars - len(text)
+            ]
+        return text
+
+    def _agent(self, key: str) -> Reply:
         fault = self.faults.get(key)
         if fault is not None:
             with self._lock:
@@ -473,7 +496,7 @@ class WorkflowFanOut:
                 if first and self.on_hang is not None:
                     self.on_hang(key)
                 return Reply.text(finding_text(key), delay=600)
-        text = finding_text(key if key == base else f"check-{base}")
+        text = self.answer(key)
         wait = self.delays.get(key, self.delay)
         return Reply(content=text, delay=wait, input_tokens=self.input_tokens.get(key, 20))
 

@@ -1,0 +1,144 @@
+"""The ``<task-notification>`` turns Claude Code injects for the lead, and what they showed.
+
+When a background task ends, the CLI gives the lead a turn whose text is a
+``<task-notification>``: the task id, its status, its summary and (for a workflow) its
+``<result>``. The stream's ``task_notification`` message carries only the summary; the text
+the lead really read is in the session's transcript. A workflow's result longer than 8000
+characters is cut there, and the CLI writes a note in place of the rest (Claude Code
+2.1.332)::
+
+    <result>{"r":["FINDING[k000]: …","FIN
+    ... (truncated 1407 chars, full result in /…/tasks/wj8enzjn6.output)</result>
+
+:func:`parse_notifications` reads every notification in a turn's text, and a cut result as
+a :class:`ResultCut`: what the lead was shown, and how much it was not. Everything in a
+result was written by workflow agents, so a result is read as hostile: the task's own
+fields come from the head of the notification (before its ``<result>``), the first value of
+a tag wins, and the cut note counts only at the very end of the result.
+
+Example:
+    >>> text = ("<task-notification><task-id>w1</task-id><status>completed</status>"
+    ...         "<result>[\\"a\\",\\"b\\n... (truncated 3 chars)</result></task-notification>")
+    >>> parse_notifications(text)[0].cut
+    ResultCut(shown='["a","b', chars=3, path=None)
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+__all__ = ["Notification", "ResultCut", "parse_notifications"]
+
+_NOTIFICATION = re.compile(r"<task-notification>(.*?)</task-notification>", re.DOTALL)
+_TAG = re.compile(r"<([a-z-]+)>(.*?)</\1>", re.DOTALL)
+_RESULT_OPEN = "<result>"
+_RESULT_CLOSE = "</result>"
+#: the CLI's note in place of the part of a result it cut (2.1.332)
+#: where an item of a result begins: a JSON string after ``[``, ``,`` or ``{``, or a line
+_ITEM_START = re.compile(r'[\[,{]"|\n')
+_ITEM_END = frozenset(",]}\n")
+_ITEM_WINDOW = 2000  # an item longer than this is continued where it was cut
+_CUT_NOTE = re.compile(
+    r"\n\.\.\. \(truncated (\d{1,12}) chars(?:, full result in ([^\n]{1,4096}))?\)\Z"
+)
+
+
+@dataclass(frozen=True)
+class ResultCut:
+    """A result the CLI cut in the notification.
+
+    Attributes:
+        shown: the part of the result the lead was shown (its head).
+        chars: how many characters the CLI left out, as its note says.
+        path: the file where the note says the whole result is, if it names one.
+    """
+
+    shown: str
+    chars: int
+    path: str | None
+
+    def rest(self, whole: str) -> tuple[int, str] | None:
+        """The part of ``whole`` (the whole result) the lead was not shown, and where in
+        ``whole`` it starts; ``None`` when ``whole`` holds nothing past what was shown.
+
+        The rest starts at the beginning of the item the cut fell in (a JSON string, or a
+        line), so that item reaches the lead whole; the few characters of it the lead saw
+        come again. When ``whole`` does not begin with what was shown (it was written in
+        another way), the rest is its last ``chars`` characters, as the CLI's note counts.
+        """
+        if whole.startswith(self.shown):
+            cut_at = len(self.shown)
+        elif 0 < self.chars <= len(whole):
+            cut_at = len(whole) - self.chars
+        else:
+            return None
+        if cut_at >= len(whole):
+            return None
+        start = cut_at
+        if whole[cut_at] not in _ITEM_END and not _ITEM_START.match(whole, cut_at):
+            # the cut fell inside an item: go back to where it began (never past what was
+            # shown: nothing unseen is skipped)
+            window = _ITEM_START.finditer(whole, max(0, cut_at - _ITEM_WINDOW), cut_at + 1)
+            begun = [m for m in window if m.start() < cut_at]
+            if begun:
+                last = begun[-1]
+                start = last.end() if last.group() == "\n" else last.end() - 1
+        return start, whole[start:]
+
+
+@dataclass(frozen=True)
+class Notification:
+    """One ``<task-notification>`` as the lead read it.
+
+    Attributes:
+        task_id: the task it reports.
+        tool_use_id: the lead's tool call that started the task.
+        status: the task's terminal state (``completed`` when it names none).
+        summary: its ``<summary>``.
+        result: its ``<result>`` text as shown (the cut note included), if it has one.
+        output_file: its ``<output-file>``.
+        cut: how the CLI cut the result, when it did.
+    """
+
+    task_id: str
+    tool_use_id: str | None
+    status: str
+    summary: str | None
+    result: str | None
+    output_file: str | None
+    cut: ResultCut | None = None
+
+
+def parse_notifications(text: str) -> list[Notification]:
+    """Every ``<task-notification>`` in ``text`` that names its task, in order."""
+    found: list[Notification] = []
+    for body in _NOTIFICATION.findall(text):
+        start = body.find(_RESULT_OPEN)
+        head = body if start < 0 else body[:start]
+        tags: dict[str, str] = {}
+        for name, value in _TAG.findall(head):
+            tags.setdefault(name, value.strip())
+        if not tags.get("task-id"):
+            continue
+        result: str | None = None
+        cut: ResultCut | None = None
+        end = body.rfind(_RESULT_CLOSE)
+        if start >= 0 and end > start:
+            result = body[start + len(_RESULT_OPEN) : end]
+            note = _CUT_NOTE.search(result)
+            if note is not None:
+                path = note.group(2).strip() if note.group(2) else None
+                cut = ResultCut(result[: note.start()], int(note.group(1)), path)
+        found.append(
+            Notification(
+                task_id=tags["task-id"],
+                tool_use_id=tags.get("tool-use-id"),
+                status=tags.get("status", "completed"),
+                summary=tags.get("summary"),
+                result=result.strip() if result is not None else None,
+                output_file=tags.get("output-file"),
+                cut=cut,
+            )
+        )
+    return found
