@@ -16,6 +16,7 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import UsageError
 from .account import Account, AccountError, FallbackAccount, ProcessAccount, describe
 from .store import LimitStore
+from .stored import PROCESS_WARNINGS, WarnOnce
 
 __all__ = ["check_limits_spec", "open_account"]
 
@@ -43,6 +44,7 @@ def open_account(
     machine_path: Path | None = None,
     lease_ttl_s: float = 30.0,
     forget_after_s: float = 300.0,
+    warnings: WarnOnce = PROCESS_WARNINGS,
 ) -> Account:
     """The account for ``spec`` (see the module docstring), with its fallbacks.
 
@@ -53,6 +55,7 @@ def open_account(
         machine_path: the SQLite file (default: in the user's cache directory).
         lease_ttl_s: how long a shared lease lives without renewal.
         forget_after_s: learnt limits untouched this long are forgotten.
+        warnings: where a bad entry found in a shared store is told, once per kind.
 
     Raises:
         UsageError: ``spec`` is none of those.
@@ -69,7 +72,11 @@ def open_account(
         from .sqlite_account import MachineAccount
 
         local = MachineAccount(
-            machine_path, clock=clock, lease_ttl_s=lease_ttl_s, forget_after_s=forget_after_s
+            machine_path,
+            clock=clock,
+            lease_ttl_s=lease_ttl_s,
+            forget_after_s=forget_after_s,
+            warnings=warnings,
         )
         return FallbackAccount(local, process)
 
@@ -79,7 +86,11 @@ def open_account(
 
     try:
         remote = RedisAccount(
-            spec, clock=clock, lease_ttl_s=lease_ttl_s, forget_after_s=forget_after_s
+            spec,
+            clock=clock,
+            lease_ttl_s=lease_ttl_s,
+            forget_after_s=forget_after_s,
+            warnings=warnings,
         )
     except AccountError as exc:
         fallback = machine()

@@ -38,19 +38,9 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from ..clock import SYSTEM_CLOCK, Clock
-from .account import (
-    AccountError,
-    Bounds,
-    CountedRule,
-    Lease,
-    LeaseRenewer,
-    Rule,
-    from_wall,
-    limits_from_json,
-    limits_to_json,
-    to_wall,
-)
+from .account import AccountError, Bounds, CountedRule, Lease, LeaseRenewer, Rule
 from .aimd import Limits, Step
+from .stored import PROCESS_WARNINGS, WarnOnce, from_wall, limits_to_json, read_limits, to_wall
 
 __all__ = ["RedisAccount"]
 
@@ -213,6 +203,8 @@ class RedisAccount:
         lease_ttl_s: how long a lease lives without renewal.
         forget_after_s: learnt limits untouched this long are forgotten.
         timeout_s: the longest wait to connect and for each answer.
+        warnings: where a bad entry found in Redis is told, once per kind (default: the
+            process's own, :data:`~.stored.PROCESS_WARNINGS`).
     """
 
     shared = True
@@ -225,6 +217,7 @@ class RedisAccount:
         lease_ttl_s: float = 30.0,
         forget_after_s: float = 300.0,
         timeout_s: float = 0.5,
+        warnings: WarnOnce = PROCESS_WARNINGS,
     ) -> None:
         try:
             import redis
@@ -257,6 +250,7 @@ class RedisAccount:
         self._renew = self._redis.register_script(_RENEW)
         self._cas = self._redis.register_script(_CAS)
         self._clock = clock
+        self._warnings = warnings
         self._ttl_ms = max(1, round(lease_ttl_s * 1000))
         self._ttl = lease_ttl_s
         self._forget_ms = max(1, round(forget_after_s * 1000))
@@ -299,10 +293,7 @@ class RedisAccount:
     def _decode(self, raw: str) -> Limits | None:
         if not raw:
             return None
-        try:
-            stored = limits_from_json(json.loads(raw))
-        except ValueError:
-            return None
+        stored = read_limits(raw, now=self._clock.time())
         return None if stored is None else from_wall(stored, self._offset())
 
     def limits(self, key: str) -> Limits | None:
