@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -19,6 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import pydantic
 import pytest
 
 from teamlead._governor.account import Bounds, FallbackAccount, ProcessAccount
@@ -30,6 +32,7 @@ from teamlead._governor.stored import WarnOnce
 from teamlead.clock import SYSTEM_CLOCK, Clock
 from teamlead.errors import UsageError
 from teamlead.governor import Governor, GovernorPolicy, Slot
+from teamlead.policy import LimitsPolicy
 from teamlead.testing import FakeClock
 
 from .polling import apoll
@@ -342,6 +345,36 @@ def test_limits_specs_are_checked(spec: str) -> None:
 def test_a_bad_limits_spec_is_a_usage_error() -> None:
     with pytest.raises(UsageError, match="--limits must be"):
         check_limits_spec("memcached://x")
+
+
+@pytest.mark.parametrize(
+    ("url", "fault"),
+    [
+        ("redis://127.0.0.1:6379/abc", "database must be a number"),
+        ("redis://127.0.0.1:6379/0/1", "database must be a number"),
+        ("redis://127.0.0.1:6379/?db=two", "database must be a number"),
+        ("redis://127.0.0.1:port/0", "port must be a number"),
+    ],
+)
+def test_a_redis_url_whose_database_is_not_a_number_is_refused(url: str, fault: str) -> None:
+    """redis-py would read it as database 0, silently sharing with whatever uses that."""
+    with pytest.raises(UsageError, match=f"^--limits {re.escape(url)}: the Redis {fault}"):
+        check_limits_spec(url)
+    with pytest.raises(pydantic.ValidationError, match=fault):
+        LimitsPolicy(shared=url)
+    with pytest.raises(UsageError, match=fault):
+        open_account(url)
+
+
+def test_a_refused_redis_url_keeps_its_password_out_of_the_message() -> None:
+    with pytest.raises(UsageError) as refused:
+        check_limits_spec("redis://:s3cret@127.0.0.1:6379/abc")
+    assert "s3cret" not in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("url", ["redis://h", "redis://h:1/", "redis://h:1/15", "rediss://h/?db=3"])
+def test_a_redis_url_with_a_numbered_database_or_none_is_accepted(url: str) -> None:
+    assert check_limits_spec(url) == url
 
 
 def test_the_lease_renewer_tries_again_after_a_failed_renewal_and_stops_for_good() -> None:

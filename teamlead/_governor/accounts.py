@@ -12,8 +12,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from .._redact import without_password
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import UsageError
+from ..policy import SHARED_LIMITS, redis_url_problem
 from .account import Account, AccountError, FallbackAccount, ProcessAccount, describe
 from .store import LimitStore
 from .stored import PROCESS_WARNINGS, WarnOnce
@@ -24,16 +26,25 @@ log = logging.getLogger("teamlead.governor")
 
 
 def check_limits_spec(spec: str) -> str:
-    """``spec`` stripped, or a :class:`~teamlead.errors.UsageError` saying what is accepted.
+    """``spec`` stripped, or a :class:`~teamlead.errors.UsageError` saying what is accepted
+    (a Redis URL whose database or port is no number is refused: see
+    :func:`~teamlead.policy.redis_url_problem`).
 
     Example:
         >>> check_limits_spec(" redis://127.0.0.1:6379/0 ")
         'redis://127.0.0.1:6379/0'
     """
     text = spec.strip()
-    if text in ("process", "machine") or text.startswith(("redis://", "rediss://")):
+    if text in SHARED_LIMITS:
         return text
-    raise UsageError(f"--limits must be 'machine', 'process' or redis://host:port/db, got {spec!r}")
+    if not text.startswith(("redis://", "rediss://")):
+        raise UsageError(
+            f"--limits must be 'machine', 'process' or redis://host:port/db, got {spec!r}"
+        )
+    problem = redis_url_problem(text)
+    if problem is not None:
+        raise UsageError(f"--limits {without_password(text)}: {problem}")
+    return text
 
 
 def open_account(
@@ -58,7 +69,7 @@ def open_account(
         warnings: where a bad entry found in a shared store is told, once per kind.
 
     Raises:
-        UsageError: ``spec`` is none of those.
+        UsageError: ``spec`` is none of those, or a Redis URL whose database is no number.
     """
     spec = check_limits_spec(spec)
 
