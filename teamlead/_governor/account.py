@@ -55,6 +55,7 @@ __all__ = [
     "Lease",
     "LeaseRenewer",
     "ProcessAccount",
+    "bounded",
     "describe",
     "provider_of",
 ]
@@ -404,3 +405,24 @@ class LeaseRenewer:
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=self._stop_s)
+
+
+def bounded(call: Callable[[], object], seconds: float, name: str) -> bool:
+    """Run ``call`` in a daemon thread and wait ``seconds`` at most; whether it ended.
+
+    For the best-effort cleanup of a shared account (give its leases back, close the
+    connection) at the end of a run: each call to the store is bounded, but a store that
+    answers slowly, or a client library's own wait, must not hold the process's exit. What
+    was not given back expires by its own time; an error is the store's, and is let be.
+    """
+
+    def run() -> None:
+        try:
+            call()
+        except Exception:  # best effort: the leases expire by their time to live
+            log.debug("%s failed", name, exc_info=True)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    thread.join(timeout=seconds)
+    return not thread.is_alive()
