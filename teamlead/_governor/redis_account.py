@@ -572,9 +572,10 @@ def _refusal(url: str) -> str:
     parts = urlsplit(url)
     place = parts.netloc.rpartition("@")[2] or "localhost:6379"
     if parts.password is None:
+        user = parts.username or ""
         db = parts.path.strip("/") or "0"
         return (
             f"Redis at {place} needs a password: put it in the URL, "
-            f"{parts.scheme}://:PASSWORD@{place}/{db}"
+            f"{parts.scheme}://{user}:PASSWORD@{place}/{db}"
         )
     return f"Redis at {place} refused the user name or password in the URL"

@@ -386,7 +386,8 @@ class MachineAccount:
                 row = db.execute("SELECT taken FROM leases WHERE token = ?", (lease.token,))
                 taken = row.fetchone()
                 if taken is not None:
-                    since = read_count(taken[0], high=since) or since
+                    found = read_count(taken[0], high=since)
+                    since = since if found is None else found
             match, args = _key_matches(prefix)
             running = db.execute(
                 f"SELECT COUNT(*) FROM leases WHERE {_LIVE} AND rejected = 0 "
@@ -515,7 +516,8 @@ class MachineAccount:
                 return
             key, rejected, answered = row
             if isinstance(key, str) and read_count(rejected, high=0) == 0:
-                ended = read_count(answered, high=seq) or seq
+                ended = read_count(answered, high=seq)
+                ended = seq if ended is None else ended
                 db.execute("INSERT INTO released (key, seq) VALUES (?, ?)", (key, ended))
 
         self._run(write, write=True)
