@@ -198,31 +198,32 @@ def _account(server: RedisServer, clock: FakeClock | None = None) -> RedisAccoun
 
 
 async def test_every_key_teamlead_writes_in_redis_expires(redis: RedisServer) -> None:
+    """Each kind of write made at once (a lease taken, answered, rejected, given back while
+    an older one is live, a cut learnt), then every key teamlead holds is asked for its
+    time to live: ``PTTL`` is -1 for a key that would stay for good."""
     clock = FakeClock()
     here, there = _account(redis, clock), _account(redis, clock)
     first = Governor(GovernorPolicy(ceiling=8), clock=clock, account=here)
     second = Governor(GovernorPolicy(ceiling=8), clock=clock, account=there)
     held = await second.acquire(A)  # older than the others: what they give back is kept
-    slots = [await first.acquire(A) for _ in range(3)]
-    slots[0].streaming()
-    slots[0].answered()
-    slots[0].success()
-    slots[0].release()
-    slots[1].rate_limited(1.0, measured=True)
-    for slot in slots[1:]:
-        slot.release()
+    ended, answered, rejected = [await first.acquire(A) for _ in range(3)]
+    ended.success()
+    ended.release()
+    answered.answered()
+    rejected.rate_limited(1.0, measured=True)
     here.renew()
     client = _client(redis)
     try:
-        keys = sorted(client.scan_iter("teamlead:*"))
-        expiries = {key: client.pttl(key) for key in keys}
+        expiries = {key: client.pttl(key) for key in client.scan_iter("teamlead:*")}
     finally:
         client.close()
-    assert {"teamlead:leases", "teamlead:seq", "teamlead:released", f"teamlead:limits:{A}"} <= set(
-        keys
+    shared = ["leases", "lease-keys", "lease-taken", "lease-rejected", "released", "seq"]
+    assert {f"teamlead:{name}" for name in [*shared, "lease-answered", f"limits:{A}"]} == set(
+        expiries
     )
-    assert all(ms > 0 for ms in expiries.values()), expiries  # -1 is a key with no expiry
-    held.release()
+    assert all(ms > 0 for ms in expiries.values()), expiries
+    for slot in (held, answered, rejected):
+        slot.release()
 
 
 @pytest.mark.parametrize(
