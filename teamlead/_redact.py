@@ -50,6 +50,19 @@ def redact_opt(text: str | None) -> str | None:
     return None if text is None else redact(text)
 
 
+def without_password(url: str) -> str:
+    """``url`` with its user and password (``scheme://user:password@host``) left out.
+
+    Example:
+        >>> without_password("redis://:s3cret@127.0.0.1:6379/0")
+        'redis://***@127.0.0.1:6379/0'
+    """
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
+        return url
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"
+
+
 def secret_scrubber(env: Mapping[str, str] | None = None) -> Callable[[str], str]:
     """:func:`redact` with the secret values looked up once, for redacting many strings
     (``env`` as for :func:`redact`)."""

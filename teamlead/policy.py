@@ -12,6 +12,8 @@ Example:
 
 from __future__ import annotations
 
+from urllib.parse import parse_qs, urlsplit
+
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 #: The longest deadline or wait anything accepts (30 days); beyond it, clocks and timers
@@ -265,6 +267,31 @@ class SpawnPolicy(BaseModel):
 SHARED_LIMITS = ("process", "machine")
 
 
+def redis_url_problem(url: str) -> str | None:
+    """What is wrong with a ``redis://`` URL for the shared limits (``None``: nothing).
+
+    The database must be a number: redis-py reads any other as database 0, so a typo would
+    share the limits with whatever else uses that one, and nothing would say so.
+
+    Example:
+        >>> redis_url_problem("redis://127.0.0.1:6379/abc")
+        "the Redis database must be a number, as in redis://HOST:PORT/0; got 'abc'"
+        >>> redis_url_problem("redis://127.0.0.1:6379/2") is None
+        True
+    """
+    parts = urlsplit(url.strip())
+    try:
+        parts.port  # noqa: B018 - it raises for a port that is no number from 0 to 65535
+    except ValueError:
+        return "the Redis port must be a number from 1 to 65535"
+    databases = [] if parts.path in ("", "/") else [parts.path[1:]]
+    databases += parse_qs(parts.query).get("db", [])
+    for db in databases:
+        if not (db.isascii() and db.isdigit()):
+            return f"the Redis database must be a number, as in redis://HOST:PORT/0; got {db!r}"
+    return None
+
+
 class LimitsPolicy(BaseModel):
     """Static ceilings on the relay's requests in flight, and who shares the learnt limits.
 
@@ -312,6 +339,9 @@ class LimitsPolicy(BaseModel):
                 f"limits must be 'machine', 'process' or a redis://host:port/db URL, "
                 f"got {self.shared!r}"
             )
+        problem = None if shared in SHARED_LIMITS else redis_url_problem(shared)
+        if problem is not None:
+            raise ValueError(f"limits: {problem}")  # not the URL: it may hold a password
         return self
 
 

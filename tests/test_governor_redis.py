@@ -15,6 +15,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -22,9 +23,12 @@ import pytest
 from teamlead._governor.account import Account, Bounds, FallbackAccount
 from teamlead._governor.accounts import open_account
 from teamlead._governor.redis_account import RedisAccount
+from teamlead._governor.retry_after import MAX_PAUSE_S
 from teamlead._governor.sqlite_account import MachineAccount
+from teamlead._governor.stored import WarnOnce
 from teamlead.clock import SYSTEM_CLOCK
 from teamlead.governor import Governor, GovernorPolicy, Slot
+from teamlead.testing import FakeClock
 
 from .polling import apoll
 from .redis_server import REDIS_SERVER, RedisServer, free_port, redis_server
@@ -171,3 +175,228 @@ async def test_an_unreachable_redis_warns_once_and_never_hangs(
 def test_the_password_of_a_redis_url_stays_out_of_messages() -> None:
     account = RedisAccount("redis://user:s3cret@127.0.0.1:1/0")
     assert "s3cret" not in account.describe()
+
+
+# -- what Redis holds is untrusted input; every key teamlead writes expires -----------------
+
+
+def _client(server: RedisServer) -> Any:
+    """A plain client, as another program writing to the database would use."""
+    import redis as redis_py
+
+    return redis_py.Redis.from_url(server.url, decode_responses=True)
+
+
+def _warned(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+def _account(server: RedisServer, clock: FakeClock | None = None) -> RedisAccount:
+    account = RedisAccount(server.url, clock=clock or FakeClock(), warnings=WarnOnce())
+    _opened.append(account)
+    return account
+
+
+async def test_every_key_teamlead_writes_in_redis_expires(redis: RedisServer) -> None:
+    """Each kind of write made at once (a lease taken, answered, rejected, given back while
+    an older one is live, a cut learnt), then every key teamlead holds is asked for its
+    time to live: ``PTTL`` is -1 for a key that would stay for good."""
+    clock = FakeClock()
+    here, there = _account(redis, clock), _account(redis, clock)
+    first = Governor(GovernorPolicy(ceiling=8), clock=clock, account=here)
+    second = Governor(GovernorPolicy(ceiling=8), clock=clock, account=there)
+    held = await second.acquire(A)  # older than the others: what they give back is kept
+    ended, answered, rejected = [await first.acquire(A) for _ in range(3)]
+    ended.success()
+    ended.release()
+    answered.answered()
+    rejected.rate_limited(1.0, measured=True)
+    here.renew()
+    client = _client(redis)
+    try:
+        expiries = {key: client.pttl(key) for key in client.scan_iter("teamlead:*")}
+    finally:
+        client.close()
+    shared = ["leases", "lease-keys", "lease-taken", "lease-rejected", "released", "seq"]
+    assert {f"teamlead:{name}" for name in [*shared, "lease-answered", f"limits:{A}"]} == set(
+        expiries
+    )
+    assert all(ms > 0 for ms in expiries.values()), expiries
+    for slot in (held, answered, rejected):
+        slot.release()
+
+
+@pytest.mark.parametrize(
+    "stored",
+    ['{"cap": 3, "successes": "x"}', '{"cap": -1}', "not json", "a hash"],
+)
+async def test_learnt_limits_in_redis_that_cannot_be_read_are_dropped_not_raised(
+    redis: RedisServer, stored: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    account = _account(redis, clock)
+    client = _client(redis)
+    try:
+        if stored == "a hash":
+            client.hset(f"teamlead:limits:{A}", "cap", "3")
+        else:
+            client.set(f"teamlead:limits:{A}", stored)  # and no expiry
+    finally:
+        client.close()
+    governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
+    with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+        assert account.limits(A) is None
+        for _ in range(3):
+            async with governor.slot(A, timeout=1) as slot:
+                slot.success()
+    assert governor.state(A).cap == 4
+    warnings = _warned(caplog)
+    assert len(warnings) == 1, warnings
+    assert f"Redis at {redis.url}" in warnings[0] and warnings[0].startswith("shared limits: ")
+
+
+async def test_a_stored_pause_in_redis_far_in_the_future_is_clamped_and_expires(
+    redis: RedisServer,
+) -> None:
+    clock = FakeClock()
+    account = RedisAccount(redis.url, clock=clock, forget_after_s=300, warnings=WarnOnce())
+    _opened.append(account)
+    client = _client(redis)
+    try:
+        client.set(f"teamlead:limits:{A}", '{"cap": 2, "cooldown_until": 1e18}')  # forever
+        stored = account.limits(A)
+        left = client.pttl(f"teamlead:limits:{A}")
+    finally:
+        client.close()
+    assert stored is not None and stored.cap == 2
+    assert stored.cooldown_until == pytest.approx(clock.monotonic() + MAX_PAUSE_S)
+    assert 0 < left <= 300_000  # forgotten like any idle bucket
+
+
+_BAD_LEASES = {
+    "an expiry far ahead": [("zadd", "teamlead:leases", {"x": 1e18}), ("hset", "x", A)],
+    "an expiry of inf": [("zadd", "teamlead:leases", {"x": float("inf")}), ("hset", "x", A)],
+    "no expiry at all": [("hset", "x", A)],
+    "a taken number that is text": [
+        ("zadd", "teamlead:leases", {"x": 4_000_000_000_000}),  # server ms: about 2096
+        ("hset", "x", A),
+        ("taken", "x", "abc"),
+    ],
+    "a leases key of the wrong type": [("set", "teamlead:leases", "oops")],
+}
+
+
+@pytest.mark.parametrize("shape", list(_BAD_LEASES))
+async def test_a_lease_in_redis_that_cannot_be_read_is_void_and_grants_go_on(
+    redis: RedisServer, shape: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a limit of 1, a foreign lease that counted would hold the only slot for good."""
+    clock = FakeClock()
+    account = _account(redis, clock)
+    client = _client(redis)
+    try:
+        for op, name, value in _BAD_LEASES[shape]:
+            if op == "zadd":
+                client.zadd(name, value)
+            elif op == "hset":
+                client.hset("teamlead:lease-keys", name, value)
+            elif op == "taken":
+                client.hset("teamlead:lease-taken", name, value)
+            else:
+                client.set(name, value)
+    finally:
+        client.close()
+    governor = Governor(GovernorPolicy(ceiling=1), clock=clock, account=account)
+    with caplog.at_level(logging.WARNING, logger="teamlead.governor"), anyio.fail_after(10):
+        for _ in range(3):
+            async with governor.slot(A, timeout=1) as slot:
+                assert account.in_flight(A) == 1  # this one only
+                slot.rate_limited(measured=True)
+    assert len(_warned(caplog)) == 1, _warned(caplog)
+
+
+async def test_an_unreadable_counter_in_redis_is_set_past_the_numbers_in_use(
+    redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    account = _account(redis, clock)
+    held = [account.take(Bounds(A, limit=8)) for _ in range(3)]
+    client = _client(redis)
+    try:
+        highest = max(int(v) for v in client.hvals("teamlead:lease-taken"))
+        client.set("teamlead:seq", "abc")
+        governor = Governor(GovernorPolicy(ceiling=8), clock=clock, account=account)
+        with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+            slot = await governor.acquire(A, timeout=1)
+            slot.rate_limited(measured=True)  # the three held were running: a cut to 3
+            slot.release()
+        seq = client.get("teamlead:seq")
+    finally:
+        client.close()
+    assert governor.state(A).cap == 3
+    assert seq is not None and int(seq) > highest
+    assert len(_warned(caplog)) == 1 and "sequence number" in _warned(caplog)[0]
+    for lease in held:
+        assert lease is not None
+        account.give_back(lease)
+
+
+async def test_an_unreadable_record_of_an_ended_request_in_redis_is_dropped(
+    redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    clock = FakeClock()
+    account = _account(redis, clock)
+    client = _client(redis)
+    try:
+        client.zadd("teamlead:released", {"no bar in it": 1, f"9|{A}": 1e15})
+        governor = Governor(GovernorPolicy(ceiling=8), clock=clock, account=account)
+        with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+            slot = await governor.acquire(A, timeout=1)
+            slot.rate_limited(measured=True)  # nothing else ran: the floor
+            slot.release()
+        left = client.zcard("teamlead:released")
+    finally:
+        client.close()
+    assert governor.state(A).cap == 1 and left == 0
+    assert len(_warned(caplog)) == 1 and "ended request" in _warned(caplog)[0]
+
+
+@pytest.mark.parametrize("given", ["no password", "a wrong password"])
+async def test_a_redis_that_needs_a_password_says_how_to_give_it(
+    tmp_path: Path, given: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    with redis_server(tmp_path, password="s3cret-pass") as server:
+        port = server.port
+        url = server.url if given == "no password" else f"redis://:wrong@127.0.0.1:{port}/0"
+        account = open_account(url, machine_path=tmp_path / "machine.sqlite3")
+        _opened.append(account)
+        governor = Governor(GovernorPolicy(ceiling=2), account=account)
+        with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+            async with governor.slot(A, timeout=1):
+                pass
+    warnings = _warned(caplog)
+    assert len(warnings) == 1, warnings
+    if given == "no password":
+        assert warnings[0].startswith(
+            f"shared limits: Redis at 127.0.0.1:{port} needs a password: put it in the URL, "
+            f"redis://:PASSWORD@127.0.0.1:{port}/0; going on with "
+        ), warnings[0]
+    else:
+        assert f"Redis at 127.0.0.1:{port} refused the user name or password" in warnings[0]
+        assert "wrong" not in warnings[0]
+
+
+def test_closing_an_account_whose_redis_hangs_waits_a_bounded_time(redis: RedisServer) -> None:
+    """A stopped server answers nothing: the leases are left to expire by themselves, and
+    the process exits a moment later, not when the server comes back."""
+    account = RedisAccount(redis.url, lease_ttl_s=0.3, timeout_s=0.2, warnings=WarnOnce())
+    leases = [account.take(Bounds(A, limit=4)) for _ in range(2)]
+    assert all(leases)
+    redis.pause()
+    try:
+        started = time.monotonic()
+        account.close()  # a renewal may be under way too (every 0.1 s)
+        took = time.monotonic() - started
+    finally:
+        redis.resume()
+    assert took < 4 * 0.2 + 4 * 0.2 + 1.0  # the renewer's wait and the close's, with room

@@ -7,9 +7,12 @@ Every test has its own file (``tmp_path``), so parallel tests never share state.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import re
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -17,15 +20,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import pydantic
 import pytest
 
 from teamlead._governor.account import Bounds, FallbackAccount, ProcessAccount
 from teamlead._governor.accounts import check_limits_spec, open_account
 from teamlead._governor.aimd import Limits
+from teamlead._governor.retry_after import MAX_PAUSE_S
 from teamlead._governor.sqlite_account import MachineAccount, default_path
+from teamlead._governor.stored import WarnOnce
 from teamlead.clock import SYSTEM_CLOCK, Clock
 from teamlead.errors import UsageError
 from teamlead.governor import Governor, GovernorPolicy, Slot
+from teamlead.policy import LimitsPolicy
 from teamlead.testing import FakeClock
 
 from .polling import apoll
@@ -179,31 +186,133 @@ def test_a_hung_holder_s_leases_expire_after_their_time_to_live(tmp_path: Path) 
         account.close()
 
 
-@pytest.mark.parametrize("damage", ["corrupt", "a directory"])
-async def test_a_broken_store_file_warns_once_and_the_run_goes_on(
+def _unrepairable(db: Path, damage: str) -> None:
+    """Make ``db`` a store file teamlead cannot use, nor move aside."""
+    if damage == "a directory":
+        db.mkdir()
+    elif damage == "a FIFO":
+        os.mkfifo(db)
+    elif damage == "a symlink to a corrupt file":
+        target = db.with_name("elsewhere.sqlite3")
+        target.write_bytes(b"this is not an SQLite database" * 100)
+        db.symlink_to(target)
+    elif damage == "a corrupt file in a read-only folder":
+        db.write_bytes(b"this is not an SQLite database" * 100)
+        db.parent.chmod(0o500)
+
+
+def _set_aside(folder: Path) -> list[str]:
+    """The store files moved aside in ``folder``."""
+    return sorted(p.name for p in folder.glob("*.corrupt-*"))
+
+
+_UNREPAIRABLE = [
+    "a directory",
+    "a FIFO",
+    "a symlink to a corrupt file",
+    pytest.param(
+        "a corrupt file in a read-only folder",
+        marks=pytest.mark.skipif(
+            sys.platform == "win32" or os.geteuid() == 0, reason="root writes any folder"
+        ),
+    ),
+]
+
+
+@pytest.mark.parametrize("damage", _UNREPAIRABLE)
+async def test_a_store_file_that_cannot_be_repaired_warns_once_and_the_run_goes_on(
     tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    db = tmp_path / "limits.sqlite3"
-    if damage == "corrupt":
-        db.write_bytes(b"this is not an SQLite database" * 100)
-    else:
-        db.mkdir()
-    account = open_account("machine", machine_path=db)
-    governor = Governor(GovernorPolicy(ceiling=2), account=account)
-    _opened.append(account)  # type: ignore[arg-type]
-    with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
-        slots = [await governor.acquire(A, timeout=1) for _ in range(2)]
-        slots[0].rate_limited(measured=True)
-        for slot in slots:
-            slot.release()
-        async with governor.slot(A, timeout=1):
-            pass
+    folder = tmp_path / "cache"
+    folder.mkdir()
+    db = folder / "limits.sqlite3"
+    _unrepairable(db, damage)
+    try:
+        account = open_account("machine", machine_path=db, warnings=WarnOnce())
+        governor = Governor(GovernorPolicy(ceiling=2), account=account)
+        _opened.append(account)  # type: ignore[arg-type]
+        with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+            slots = [await governor.acquire(A, timeout=1) for _ in range(2)]
+            slots[0].rate_limited(measured=True)
+            for slot in slots:
+                slot.release()
+            async with governor.slot(A, timeout=1):
+                pass
+    finally:
+        folder.chmod(0o700)
     warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
     assert len(warnings) == 1, warnings
     assert str(db) in warnings[0] and "this process alone" in warnings[0]
     assert "\n" not in warnings[0]
     assert isinstance(account, FallbackAccount) and isinstance(account.current, ProcessAccount)
     assert governor.state(A).cap == 1 and governor.total_in_flight == 0
+    assert _set_aside(folder) == []
+
+
+async def test_a_store_file_locked_by_another_process_warns_once_and_the_run_goes_on(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "limits.sqlite3"
+    with contextlib.closing(sqlite3.connect(db, isolation_level=None)) as holder:
+        holder.execute("CREATE TABLE other (x)")
+        holder.execute("BEGIN EXCLUSIVE")  # held for the whole run
+        account = open_account("machine", machine_path=db, warnings=WarnOnce())
+        governor = Governor(GovernorPolicy(ceiling=2), account=account)
+        _opened.append(account)  # type: ignore[arg-type]
+        with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+            for _ in range(3):
+                async with governor.slot(A, timeout=1):
+                    pass
+        holder.execute("ROLLBACK")
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warnings) == 1, warnings
+    assert "database is locked" in warnings[0] and "this process alone" in warnings[0]
+    assert isinstance(account, FallbackAccount) and isinstance(account.current, ProcessAccount)
+    assert _set_aside(tmp_path) == []
+
+
+def _damaged(db: Path, damage: str) -> bytes:
+    """Make ``db`` a store file that is no usable database; its bytes."""
+    if damage == "not a database":
+        db.write_bytes(b"this is not an SQLite database" * 100)
+    elif damage == "truncated":
+        account = MachineAccount(db, clock=FakeClock(), warnings=WarnOnce())
+        for n in range(200):
+            account.update(f"anthropic/model-{n}", lambda _: (Limits(cap=3), None))
+        account.close()
+        db.write_bytes(db.read_bytes()[: 3 * 4096])
+    else:  # an SQLite database, but its tables are another program's
+        with contextlib.closing(sqlite3.connect(db)) as other:
+            other.execute("CREATE TABLE limits (name TEXT, value TEXT)")
+            other.commit()
+    return db.read_bytes()
+
+
+@pytest.mark.parametrize("damage", ["not a database", "truncated", "tables of another program"])
+async def test_a_corrupt_store_file_is_moved_aside_and_the_processes_keep_sharing(
+    tmp_path: Path, damage: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "limits.sqlite3"
+    before = _damaged(db, damage)
+    clock = FakeClock(wall_start=1_750_000_000.0)  # 2025-06-15 15:06:40 UTC
+    with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+        first = open_account("machine", clock=clock, machine_path=db, warnings=WarnOnce())
+        second = open_account("machine", clock=clock, machine_path=db, warnings=WarnOnce())
+        _opened.extend([first, second])  # type: ignore[list-item]
+        governor = Governor(GovernorPolicy(ceiling=2), clock=clock, account=first)
+        async with governor.slot(A, timeout=1):
+            assert second.in_flight(A) == 1  # the other process sees this one's slot
+        assert second.take(Bounds(A, limit=1)) is not None
+    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    aside = tmp_path / "limits.sqlite3.corrupt-20250615T150640Z"
+    assert len(warnings) == 1, warnings
+    assert f"{db} was corrupt" in warnings[0] and f"moved it to {aside}" in warnings[0]
+    assert aside.read_bytes() == before  # kept for a look, not deleted
+    for account in (first, second):
+        assert isinstance(account, FallbackAccount)
+        assert isinstance(account.current, MachineAccount)  # no fallback: still shared
+    with contextlib.closing(sqlite3.connect(db)) as fresh:
+        assert fresh.execute("PRAGMA quick_check").fetchone() == ("ok",)
 
 
 def test_learnt_limits_untouched_for_long_are_forgotten(tmp_path: Path) -> None:
@@ -238,6 +347,36 @@ def test_a_bad_limits_spec_is_a_usage_error() -> None:
         check_limits_spec("memcached://x")
 
 
+@pytest.mark.parametrize(
+    ("url", "fault"),
+    [
+        ("redis://127.0.0.1:6379/abc", "database must be a number"),
+        ("redis://127.0.0.1:6379/0/1", "database must be a number"),
+        ("redis://127.0.0.1:6379/?db=two", "database must be a number"),
+        ("redis://127.0.0.1:port/0", "port must be a number"),
+    ],
+)
+def test_a_redis_url_whose_database_is_not_a_number_is_refused(url: str, fault: str) -> None:
+    """redis-py would read it as database 0, silently sharing with whatever uses that."""
+    with pytest.raises(UsageError, match=f"^--limits {re.escape(url)}: the Redis {fault}"):
+        check_limits_spec(url)
+    with pytest.raises(pydantic.ValidationError, match=fault):
+        LimitsPolicy(shared=url)
+    with pytest.raises(UsageError, match=fault):
+        open_account(url)
+
+
+def test_a_refused_redis_url_keeps_its_password_out_of_the_message() -> None:
+    with pytest.raises(UsageError) as refused:
+        check_limits_spec("redis://:s3cret@127.0.0.1:6379/abc")
+    assert "s3cret" not in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("url", ["redis://h", "redis://h:1/", "redis://h:1/15", "rediss://h/?db=3"])
+def test_a_redis_url_with_a_numbered_database_or_none_is_accepted(url: str) -> None:
+    assert check_limits_spec(url) == url
+
+
 def test_the_lease_renewer_tries_again_after_a_failed_renewal_and_stops_for_good() -> None:
     import threading
 
@@ -262,3 +401,214 @@ def test_the_lease_renewer_tries_again_after_a_failed_renewal_and_stops_for_good
     renewer.start()  # after stop: stays stopped
     assert [t.name for t in threading.enumerate()].count("test-renewer") == 0
     assert len(calls) == stopped_at
+
+
+# -- the file is untrusted input: every row is read with its type, range and age checked ----
+
+
+def _raw(db: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
+    """Run one statement on ``db`` as another program would, and return its rows."""
+    with contextlib.closing(sqlite3.connect(db)) as other:
+        rows = other.execute(sql, args).fetchall()
+        other.commit()
+        return rows
+
+
+def _warned(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+
+
+async def test_a_row_with_a_text_timestamp_is_dropped_not_raised(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "limits.sqlite3"
+    clock = FakeClock()
+    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
+    _opened.append(account)
+    governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
+    with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+        slot = await governor.acquire(A, timeout=1)
+        slot.rate_limited(measured=True)  # a cut: the file holds A's limits
+        slot.release()
+        _raw(db, "UPDATE limits SET updated = 'abc'")
+        assert account.limits(A) is None  # read as never seen
+        for _ in range(5):  # every later request goes through, and warns no more
+            async with governor.slot(A, timeout=1) as held:
+                held.success()
+        _raw(db, "UPDATE limits SET updated = 'abc'")  # again: the same kind, told once
+        async with governor.slot(A, timeout=1):
+            pass
+    warnings = _warned(caplog)
+    assert len(warnings) == 1, warnings
+    assert "dropped the unreadable learnt limits" in warnings[0] and str(db) in warnings[0]
+    assert _raw(db, "SELECT COUNT(*) FROM limits WHERE typeof(updated) = 'text'") == [(0,)]
+
+
+@pytest.mark.parametrize(
+    "data",
+    [
+        '{"cap": 3, "successes": "x"}',
+        '{"cap": 0}',
+        '{"cap": 2.5}',
+        '{"cap": true}',
+        '{"cap": 3, "epoch": -4}',
+        '{"cap": 3, "cut_epoch": 1e300}',
+        '{"cap": 3, "last_good": "2"}',
+        '{"cap": 3, "measured": "yes"}',
+        '{"cap": 3, "cooldown_until": "soon"}',
+        '{"cap": 3, "bad_at": NaN}',
+        '{"successes": 2}',
+        "[3]",
+        "not json",
+        "[" * 3000,
+        '{"cap": 3, "pad": "' + "x" * 10_000 + '"}',
+    ],
+)
+async def test_learnt_limits_of_the_wrong_type_or_range_read_as_never_seen(
+    tmp_path: Path, data: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "limits.sqlite3"
+    clock = FakeClock()
+    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
+    _opened.append(account)
+    account.in_flight(A)  # makes the file
+    _raw(db, "INSERT INTO limits (key, data, updated) VALUES (?, ?, ?)", A, data, clock.time())
+    governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
+    with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+        assert account.limits(A) is None
+        for _ in range(3):
+            async with governor.slot(A, timeout=1) as slot:
+                slot.success()
+    assert governor.state(A).cap == 4  # a fresh bucket, at the ceiling
+    assert len(_warned(caplog)) == 1, _warned(caplog)
+
+
+async def test_a_stored_pause_far_in_the_future_is_clamped_to_the_longest_a_header_may_ask(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "limits.sqlite3"
+    clock = FakeClock()
+    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
+    _opened.append(account)
+    account.in_flight(A)
+    data = '{"cap": 2, "cooldown_until": 1e18, "bad_at": 1e18}'
+    _raw(db, "INSERT INTO limits (key, data, updated) VALUES (?, ?, ?)", A, data, clock.time())
+    stored = account.limits(A)
+    assert stored is not None and stored.cap == 2
+    assert stored.cooldown_until == pytest.approx(clock.monotonic() + MAX_PAUSE_S)
+    assert stored.bad_at == pytest.approx(clock.monotonic())
+    governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
+    assert governor.state(A).cooldown_s == pytest.approx(MAX_PAUSE_S)
+    clock.advance(301)  # nobody touched it since: forgotten, the pause with it
+    assert account.limits(A) is None
+
+
+def _foreign_lease(db: Path, clock: FakeClock, **fields: object) -> None:
+    """A lease of another host's process, alive for 30 s unless ``fields`` say otherwise."""
+    row: dict[str, object] = {
+        "token": "elsewhere:1",
+        "key": A,
+        "host": "elsewhere",
+        "pid": 4321,
+        "started": 1_699_000_000.0,
+        "expires": clock.time() + 30,
+        "taken": 1,
+    }
+    row.update(fields)
+    names = ", ".join(row)
+    marks = ", ".join("?" for _ in row)
+    _raw(db, f"INSERT INTO leases ({names}) VALUES ({marks})", *row.values())
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"pid": "notapid"},
+        {"pid": -3},
+        {"started": "yesterday"},
+        {"expires": "abc"},
+        {"expires": 1e18},
+        {"expires": float("inf")},
+        {"taken": "one"},
+        {"rejected": "no"},
+        {"answered": 2.5},
+    ],
+    ids=repr,
+)
+async def test_a_lease_that_cannot_be_read_is_void_and_grants_go_on(
+    tmp_path: Path, fields: dict[str, object], caplog: pytest.LogCaptureFixture
+) -> None:
+    """With a limit of 1, a foreign lease that counted would hold the only slot for good.
+    (Text that SQLite can turn into the column's number, ``'1'``, is stored as a number.)"""
+    db = tmp_path / "limits.sqlite3"
+    clock = FakeClock()
+    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
+    _opened.append(account)
+    account.in_flight(A)
+    _foreign_lease(db, clock, **fields)
+    governor = Governor(GovernorPolicy(ceiling=1), clock=clock, account=account)
+    with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+        for _ in range(3):
+            async with governor.slot(A, timeout=1) as slot:
+                assert account.in_flight(A) == 1  # this one only
+                slot.rate_limited(measured=True)  # counts the account's leases
+    warnings = _warned(caplog)
+    assert len(warnings) == 1, warnings
+    assert "dropped a lease that cannot be read" in warnings[0]
+    assert _raw(db, "SELECT COUNT(*) FROM leases") == [(0,)]
+
+
+async def test_a_lease_from_another_host_expires_by_its_own_time(tmp_path: Path) -> None:
+    db = tmp_path / "limits.sqlite3"
+    clock = FakeClock()
+    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
+    _opened.append(account)
+    account.in_flight(A)
+    _foreign_lease(db, clock, expires=clock.time() + 5)
+    assert account.take(Bounds(A, limit=1)) is None  # alive: it holds the slot
+    clock.advance(5)
+    lease = account.take(Bounds(A, limit=1))
+    assert lease is not None and account.in_flight(A) == 1
+
+
+async def test_an_unreadable_sequence_counter_is_set_past_the_numbers_in_use(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "limits.sqlite3"
+    clock = FakeClock()
+    here = MachineAccount(db, clock=clock, warnings=WarnOnce())
+    _opened.append(here)
+    held = [here.take(Bounds(A, limit=8)) for _ in range(3)]
+    highest = _raw(db, "SELECT MAX(taken) FROM leases")[0][0]
+    _raw(db, "UPDATE counter SET seq = 'abc'")
+    first = Governor(GovernorPolicy(ceiling=8), clock=clock, account=here)
+    with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+        slot = await first.acquire(A, timeout=1)
+        slot.rate_limited(measured=True)  # the three held were running: a cut to 3
+        slot.release()
+    assert first.state(A).cap == 3
+    (seq,) = _raw(db, "SELECT seq FROM counter")[0]
+    assert isinstance(seq, int) and isinstance(highest, int) and seq > highest
+    assert len(_warned(caplog)) == 1 and "sequence number" in _warned(caplog)[0]
+    for lease in held:
+        assert lease is not None
+        here.give_back(lease)
+
+
+async def test_an_unreadable_record_of_an_ended_request_is_dropped(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    db = tmp_path / "limits.sqlite3"
+    clock = FakeClock()
+    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
+    _opened.append(account)
+    account.in_flight(A)
+    _raw(db, "INSERT INTO released (key, seq) VALUES (?, 'abc')", A)
+    governor = Governor(GovernorPolicy(ceiling=8), clock=clock, account=account)
+    with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+        slot = await governor.acquire(A, timeout=1)
+        slot.rate_limited(measured=True)  # nothing else ran: the floor
+        slot.release()
+    assert governor.state(A).cap == 1
+    assert len(_warned(caplog)) == 1 and "ended request" in _warned(caplog)[0]
+    assert _raw(db, "SELECT COUNT(*) FROM released WHERE typeof(seq) != 'integer'") == [(0,)]

@@ -11,10 +11,12 @@ lower cut). Wall time against the ideal is measured in ``bench/limits.py``.
 from __future__ import annotations
 
 import collections
+import contextlib
 import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -23,6 +25,8 @@ from typing import Any, Literal
 import pytest
 from claude_agent_sdk import ResultMessage, query
 
+from teamlead._governor.aimd import Limits
+from teamlead._governor.sqlite_account import MachineAccount
 from teamlead._relay import RELAY_POLICY, start_relay
 from teamlead.governor import Governor
 from teamlead.testing import OfflineClaude, ScriptedServer
@@ -38,6 +42,8 @@ LIMIT = 3
 DELAY = 0.4
 RETRY_AFTER = 0.5
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
+#: the model the runs ask for (``--model``), so the bucket a test damages is the one used
+MODEL = "claude-opus-5-5"
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -239,3 +245,40 @@ async def test_a_bare_cli_through_teamlead_relay_loses_no_subagent(tmp_path: Pat
     port = int(base_url.split(":")[2].split("/")[0])
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
         pass  # the port is closed
+
+
+def test_a_text_timestamp_in_the_machine_store_costs_one_warning_not_the_run(
+    tmp_path: Path,
+) -> None:
+    """A row another program left with ``updated = 'abc'`` used to crash every run on the
+    machine, for good: the check that would forget the row was the line that raised."""
+    cache = tmp_path / "cache"
+    db = cache / "teamlead" / "limits.sqlite3"
+    key = f"anthropic/{MODEL}"
+    past = MachineAccount(db)  # the file as an earlier run left it, then damaged
+    past.update(key, lambda _: (Limits(cap=3), None))
+    past.close()
+    with contextlib.closing(sqlite3.connect(db)) as other:
+        other.execute("UPDATE limits SET updated = 'abc'")
+        other.commit()
+    agents = 4
+    with ScriptedServer(FanOut.of(agents, delays=DELAY)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "machine", max_retries=0)
+        proc = _ask(claude, cache, "--model", MODEL)
+        try:
+            out, err = proc.communicate(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err
+    assert [line for line in err.splitlines() if line.strip()] == [
+        f"teamlead: warning: shared limits: dropped the unreadable learnt limits of {key!r} in {db}"
+    ]
+    finished = json.loads(out.splitlines()[-1])
+    assert finished["type"] == "finished" and finished["status"] == "completed", err
+    assert sorted(findings_in(finished["result"] or "")) == _all_findings(agents)
+    assert finished["relay"]["passed"] == 0  # every request went through the governor
+    with contextlib.closing(sqlite3.connect(db)) as after:
+        assert after.execute("SELECT typeof(updated) FROM limits").fetchall() == [("real",)]

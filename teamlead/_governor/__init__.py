@@ -8,6 +8,7 @@ the modules here hold the parts that need no event loop, so they are tested alon
 * :mod:`.ratelimit_headers`: the ``anthropic-ratelimit-*`` headers and the pause they ask for.
 * :mod:`.policy`: the knobs (``GovernorPolicy``, static ceilings), the bucket snapshot.
 * :mod:`.store`: where a process alone keeps the learnt limits (a Protocol, in memory).
+* :mod:`.stored`: what a shared account stores, read back as untrusted input.
 * :mod:`.account`: what every process of one account shares (learnt limits and one lease
   per slot held), this process alone, and the fallback when a shared store fails.
 * :mod:`.sqlite_account`: the account of every process of the user on this machine.

@@ -31,16 +31,16 @@ Three accounts share one interface:
 
 A failing shared account is wrapped by :class:`FallbackAccount`: one warning line, then the
 run goes on with the next account. The rules run on the caller's monotonic clock; a shared
-account stores wall-clock times and translates (:func:`to_wall`, :func:`from_wall`).
+account stores wall-clock times, and reads back what it stored as untrusted input (see
+:mod:`.stored`).
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass
 from typing import Any, Protocol, cast
 
 from .aimd import Limits, Step
@@ -55,12 +55,9 @@ __all__ = [
     "Lease",
     "LeaseRenewer",
     "ProcessAccount",
+    "bounded",
     "describe",
-    "from_wall",
-    "limits_from_json",
-    "limits_to_json",
     "provider_of",
-    "to_wall",
 ]
 
 log = logging.getLogger("teamlead.governor")
@@ -69,9 +66,6 @@ Rule = Callable[["Limits | None"], Step]
 #: A rule that is also given the leases the upstream may have been running (see
 #: :meth:`Account.update_rejected`).
 CountedRule = Callable[["Limits | None", int], Step]
-
-#: The times inside ``Limits`` (monotonic in a process, wall-clock in a shared account).
-_TIMED = ("bad_at", "cooldown_until")
 
 
 class AccountError(Exception):
@@ -365,68 +359,28 @@ def describe(account: Account) -> str:
     return str(text()) if callable(text) else type(account).__name__
 
 
-# -- wall-clock translation and the stored form ----------------------------------------------------
-
-
-def to_wall(limits: Limits, offset: float) -> Limits:
-    """``limits`` with its times moved by ``offset`` (wall minus monotonic)."""
-    return replace(
-        limits,
-        bad_at=limits.bad_at + offset,
-        cooldown_until=limits.cooldown_until + offset,
-    )
-
-
-def from_wall(limits: Limits, offset: float) -> Limits:
-    """The inverse of :func:`to_wall`."""
-    return to_wall(limits, -offset)
-
-
-_FIELDS = tuple(f.name for f in fields(Limits))
-
-
-def limits_to_json(limits: Limits) -> dict[str, Any]:
-    """A JSON-safe dict (``-inf`` times as ``None``)."""
-    out: dict[str, Any] = {}
-    for name in _FIELDS:
-        value = getattr(limits, name)
-        out[name] = None if isinstance(value, float) and not math.isfinite(value) else value
-    return out
-
-
-def limits_from_json(data: object) -> Limits | None:
-    """Read :func:`limits_to_json`'s dict back; ``None`` for anything malformed."""
-    if not isinstance(data, dict):
-        return None
-    try:
-        values = {k: v for k, v in data.items() if k in _FIELDS}
-        for name in _TIMED:
-            if values.get(name) is None:
-                values[name] = -math.inf
-            else:
-                values[name] = float(values[name])
-        limits = Limits(**values)
-    except (TypeError, ValueError):
-        return None
-    if not isinstance(limits.cap, int) or isinstance(limits.cap, bool) or limits.cap < 1:
-        return None
-    if not isinstance(limits.epoch, int) or not isinstance(limits.cut_epoch, int):
-        return None
-    return limits
-
-
 class LeaseRenewer:
     """The thread of a shared account that keeps this process's leases alive.
 
     It calls ``renew`` every ``period_s`` from the first :meth:`start` until :meth:`stop`.
-    A failed renewal (:class:`AccountError`) is tried again at the next period: the leases
-    expire by themselves meanwhile, and the account's next grant reports the failure.
+    A failed renewal is tried again at the next period: the leases expire by themselves
+    meanwhile, and the account's next grant reports the failure.
+
+    Args:
+        renew: moves the expiry of this process's leases ahead.
+        period_s: the time between renewals.
+        name: the thread's name.
+        stop_s: the longest :meth:`stop` waits for a renewal under way (the account's own
+            bound on one call, so a hung store never holds the process's exit).
     """
 
-    def __init__(self, renew: Callable[[], None], period_s: float, name: str) -> None:
+    def __init__(
+        self, renew: Callable[[], None], period_s: float, name: str, *, stop_s: float = 2.0
+    ) -> None:
         self._renew = renew
         self._period = period_s
         self._name = name
+        self._stop_s = stop_s
         self._stopped = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -442,10 +396,33 @@ class LeaseRenewer:
                 self._renew()
             except AccountError:
                 continue
+            except Exception:  # a thread that dies renews nothing more: keep going
+                log.debug("renewing the leases failed", exc_info=True)
 
     def stop(self) -> None:
-        """Stop renewing and wait (2 s at most) for a renewal under way; idempotent."""
+        """Stop renewing and wait (``stop_s`` at most) for a renewal under way; idempotent."""
         self._stopped.set()
         thread = self._thread
         if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=2)
+            thread.join(timeout=self._stop_s)
+
+
+def bounded(call: Callable[[], object], seconds: float, name: str) -> bool:
+    """Run ``call`` in a daemon thread and wait ``seconds`` at most; whether it ended.
+
+    For the best-effort cleanup of a shared account (give its leases back, close the
+    connection) at the end of a run: each call to the store is bounded, but a store that
+    answers slowly, or a client library's own wait, must not hold the process's exit. What
+    was not given back expires by its own time; an error is the store's, and is let be.
+    """
+
+    def run() -> None:
+        try:
+            call()
+        except Exception:  # best effort: the leases expire by their time to live
+            log.debug("%s failed", name, exc_info=True)
+
+    thread = threading.Thread(target=run, name=name, daemon=True)
+    thread.start()
+    thread.join(timeout=seconds)
+    return not thread.is_alive()

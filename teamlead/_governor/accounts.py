@@ -12,10 +12,13 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from .._redact import without_password
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import UsageError
+from ..policy import SHARED_LIMITS, redis_url_problem
 from .account import Account, AccountError, FallbackAccount, ProcessAccount, describe
 from .store import LimitStore
+from .stored import PROCESS_WARNINGS, WarnOnce
 
 __all__ = ["check_limits_spec", "open_account"]
 
@@ -23,16 +26,25 @@ log = logging.getLogger("teamlead.governor")
 
 
 def check_limits_spec(spec: str) -> str:
-    """``spec`` stripped, or a :class:`~teamlead.errors.UsageError` saying what is accepted.
+    """``spec`` stripped, or a :class:`~teamlead.errors.UsageError` saying what is accepted
+    (a Redis URL whose database or port is no number is refused: see
+    :func:`~teamlead.policy.redis_url_problem`).
 
     Example:
         >>> check_limits_spec(" redis://127.0.0.1:6379/0 ")
         'redis://127.0.0.1:6379/0'
     """
     text = spec.strip()
-    if text in ("process", "machine") or text.startswith(("redis://", "rediss://")):
+    if text in SHARED_LIMITS:
         return text
-    raise UsageError(f"--limits must be 'machine', 'process' or redis://host:port/db, got {spec!r}")
+    if not text.startswith(("redis://", "rediss://")):
+        raise UsageError(
+            f"--limits must be 'machine', 'process' or redis://host:port/db, got {spec!r}"
+        )
+    problem = redis_url_problem(text)
+    if problem is not None:
+        raise UsageError(f"--limits {without_password(text)}: {problem}")
+    return text
 
 
 def open_account(
@@ -43,6 +55,7 @@ def open_account(
     machine_path: Path | None = None,
     lease_ttl_s: float = 30.0,
     forget_after_s: float = 300.0,
+    warnings: WarnOnce = PROCESS_WARNINGS,
 ) -> Account:
     """The account for ``spec`` (see the module docstring), with its fallbacks.
 
@@ -53,9 +66,10 @@ def open_account(
         machine_path: the SQLite file (default: in the user's cache directory).
         lease_ttl_s: how long a shared lease lives without renewal.
         forget_after_s: learnt limits untouched this long are forgotten.
+        warnings: where a bad entry found in a shared store is told, once per kind.
 
     Raises:
-        UsageError: ``spec`` is none of those.
+        UsageError: ``spec`` is none of those, or a Redis URL whose database is no number.
     """
     spec = check_limits_spec(spec)
 
@@ -69,7 +83,11 @@ def open_account(
         from .sqlite_account import MachineAccount
 
         local = MachineAccount(
-            machine_path, clock=clock, lease_ttl_s=lease_ttl_s, forget_after_s=forget_after_s
+            machine_path,
+            clock=clock,
+            lease_ttl_s=lease_ttl_s,
+            forget_after_s=forget_after_s,
+            warnings=warnings,
         )
         return FallbackAccount(local, process)
 
@@ -79,7 +97,11 @@ def open_account(
 
     try:
         remote = RedisAccount(
-            spec, clock=clock, lease_ttl_s=lease_ttl_s, forget_after_s=forget_after_s
+            spec,
+            clock=clock,
+            lease_ttl_s=lease_ttl_s,
+            forget_after_s=forget_after_s,
+            warnings=warnings,
         )
     except AccountError as exc:
         fallback = machine()

@@ -20,68 +20,153 @@ keeps, in one Redis database (``--limits redis://host:port/db``):
   :meth:`Account.update_rejected`); its cut is written only if the counter did not move
   since it counted.
 
+Every key teamlead writes expires: a bucket's limits ``forget_after_s`` after their last
+change (a limits key found with no expiry, or a longer one, gets that when read), the
+shared keys above a while after the last call that touched them (past the longest a lease
+lives). What the database holds is untrusted input (see :mod:`.stored`): every script first
+drops the keys of the wrong type and the void leases (an expiry further ahead than a lease
+can live, no bucket, a sequence number that is no integer) and sets an unreadable counter
+past the numbers in use; learnt limits that cannot be read are dropped and read as never
+seen. Each kind is told in one warning per process, never raised into a request.
+
 Every call is bounded (``timeout_s`` to connect and to answer, no retries), so an
 unreachable or failing Redis costs at most that once: it raises
 :class:`~teamlead._governor.account.AccountError`, and the caller warns in one line and
-goes on with this machine's store. ``redis`` (redis-py) is an optional dependency
+goes on with this machine's store; closing waits a few times ``timeout_s`` at most, so a
+hung Redis never holds the process's exit. ``redis`` (redis-py) is an optional dependency
 (``pip install -e '.[redis]'`` from the checkout), imported when a Redis account is first made.
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import socket
 import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
+from .._redact import without_password
 from ..clock import SYSTEM_CLOCK, Clock
-from .account import (
-    AccountError,
-    Bounds,
-    CountedRule,
-    Lease,
-    LeaseRenewer,
-    Rule,
+from .account import AccountError, Bounds, CountedRule, Lease, LeaseRenewer, Rule, bounded
+from .aimd import Limits, Step
+from .stored import (
+    MAX_LEASE_S,
+    MAX_SEQ,
+    PROCESS_WARNINGS,
+    WarnOnce,
     from_wall,
-    limits_from_json,
     limits_to_json,
+    read_limits,
     to_wall,
 )
-from .aimd import Limits, Step
 
 __all__ = ["RedisAccount"]
 
 _T = TypeVar("_T")
 _PREFIX = "teamlead:"
 _CAS_TRIES = 8
+#: How long the account's shared keys (leases, counter, ended requests) outlive the last
+#: call that touched them: past the longest a lease lives, so no live lease loses them.
+_STATE_TTL_MS = round(2 * MAX_LEASE_S * 1000)
 
-#: Every script gets the same KEYS: leases, lease-keys, lease-taken, lease-rejected,
+#: What every script may use: ``dropped(kind)`` notes a bad entry it removed (the script
+#: returns the kinds first, for one warning each), ``count(v)`` reads a stored integer,
+#: ``limits_of(key, forget_ms)`` reads a bucket's limits (a key of another type is dropped,
+#: one with no expiry, or a longer one than ``forget_ms``, gets that).
+_COMMON = f"""
+local dropped, told = {{}}, {{}}
+local function drop(kind)
+  if not told[kind] then told[kind] = true; table.insert(dropped, kind) end
+end
+local function count(v)
+  if type(v) ~= 'string' or #v > 16 or not string.match(v, '^%d+$') then return nil end
+  local n = tonumber(v)
+  if n > {MAX_SEQ} then return nil end
+  return n
+end
+local function matches(k, prefix)
+  if string.sub(prefix, -1) == '/' then return string.sub(k, 1, #prefix) == prefix end
+  return k == prefix
+end
+local function limits_of(k, forget)
+  local kind = redis.call('TYPE', k)['ok']
+  if kind == 'none' then return '' end
+  if kind ~= 'string' then redis.call('DEL', k); drop('key'); return '' end
+  local left = redis.call('PTTL', k)
+  if left < 0 or left > tonumber(forget) then redis.call('PEXPIRE', k, forget) end
+  return redis.call('GET', k)
+end
+"""
+
+#: Every lease script gets the same KEYS: leases, lease-keys, lease-taken, lease-rejected,
 #: released, seq, lease-answered, and the bucket's limits key (when the script needs one).
-_NOW_MS = """
+#: It drops the keys of another type, the expired leases and the void ones (an expiry
+#: further ahead than a lease can live, no bucket, or a sequence number that is no integer),
+#: sets an unreadable counter past the numbers the leases hold (a record of an ended
+#: request past it is then dropped), and ends with ``finish(...)``: the
+#: shared keys' expiry moved on, and the kinds dropped before the script's own values.
+_PRELUDE = (
+    _COMMON
+    + f"""
 local now = redis.call('TIME')
 local ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
-local expired = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms)
-for _, token in ipairs(expired) do
+local kinds = {{'zset', 'hash', 'hash', 'set', 'zset', 'string', 'hash'}}
+for i, kind in ipairs(kinds) do
+  local found = redis.call('TYPE', KEYS[i])['ok']
+  if found ~= 'none' and found ~= kind then redis.call('DEL', KEYS[i]); drop('key') end
+end
+local function forget_lease(token)
+  redis.call('ZREM', KEYS[1], token)
   redis.call('HDEL', KEYS[2], token)
   redis.call('HDEL', KEYS[3], token)
   redis.call('SREM', KEYS[4], token)
   redis.call('HDEL', KEYS[7], token)
 end
-redis.call('ZREMRANGEBYSCORE', KEYS[1], '-inf', ms)
-local function matches(k, prefix)
-  if string.sub(prefix, -1) == '/' then return string.sub(k, 1, #prefix) == prefix end
-  return k == prefix
+for _, token in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ms)) do
+  forget_lease(token)
+end
+local latest = ms + {round(MAX_LEASE_S * 1000)}
+local expiries = redis.call('ZRANGE', KEYS[1], 0, -1, 'WITHSCORES')
+for i = 1, #expiries, 2 do
+  local token = expiries[i]
+  local taken = redis.call('HGET', KEYS[3], token)  -- none from a teamlead before it
+  local answered = redis.call('HGET', KEYS[7], token)
+  if tonumber(expiries[i + 1]) > latest or redis.call('HEXISTS', KEYS[2], token) == 0
+      or (taken and count(taken) == nil) or (answered and count(answered) == nil) then
+    forget_lease(token); drop('lease')
+  end
+end
+for _, token in ipairs(redis.call('HKEYS', KEYS[2])) do
+  if not redis.call('ZSCORE', KEYS[1], token) then forget_lease(token); drop('lease') end
+end
+local seq = redis.call('GET', KEYS[6])
+if (seq and count(seq) == nil) or (not seq and redis.call('HLEN', KEYS[3]) > 0) then
+  local top = 0
+  for _, hash in ipairs({{KEYS[3], KEYS[7]}}) do
+    for _, v in ipairs(redis.call('HVALS', hash)) do top = math.max(top, count(v) or 0) end
+  end
+  redis.call('SET', KEYS[6], top)
+  drop('counter')
+end
+-- a request cannot have ended at a number the counter has not reached
+local current = redis.call('GET', KEYS[6]) or '0'
+if redis.call('ZREMRANGEBYSCORE', KEYS[5], '(' .. current, '+inf') > 0 then drop('released') end
+local function finish(...)
+  for i = 1, 7 do redis.call('PEXPIRE', KEYS[i], {_STATE_TTL_MS}) end
+  local out = {{table.concat(dropped, ',')}}
+  for _, v in ipairs({{...}}) do table.insert(out, v) end
+  return out
 end
 """
+)
 
 #: ARGV: key, limit, provider, provider limit (-1: none), total limit (-1: none), token,
-#: ttl ms. Returns {1, the bucket's limits ('' when none)} when the lease was added, {0}
-#: when the account is at a bound.
+#: ttl ms, forget ms. Returns {1, the bucket's limits ('' when none)} when the lease was
+#: added, {0} when the account is at a bound.
 _TAKE = (
-    _NOW_MS
+    _PRELUDE
     + """
 local key, limit, provider = ARGV[1], tonumber(ARGV[2]), ARGV[3]
 local plimit, tlimit = tonumber(ARGV[4]), tonumber(ARGV[5])
@@ -93,21 +178,21 @@ for i = 1, #all, 2 do
   if k == key then nkey = nkey + 1 end
   if matches(k, provider) then nprov = nprov + 1 end
 end
-if nkey >= limit then return {0} end
-if plimit >= 0 and nprov >= plimit then return {0} end
-if tlimit >= 0 and ntotal >= tlimit then return {0} end
+if nkey >= limit then return finish(0) end
+if plimit >= 0 and nprov >= plimit then return finish(0) end
+if tlimit >= 0 and ntotal >= tlimit then return finish(0) end
 local seq = redis.call('INCR', KEYS[6])
 redis.call('ZADD', KEYS[1], ms + tonumber(ARGV[7]), ARGV[6])
 redis.call('HSET', KEYS[2], ARGV[6], key)
 redis.call('HSET', KEYS[3], ARGV[6], seq)
-return {1, redis.call('GET', KEYS[8]) or ''}
+return finish(1, limits_of(KEYS[8], ARGV[8]))
 """
 )
 
 #: ARGV: tokens... Ends those leases; keeps the ones not rejected in released while a
 #: live lease is older, and drops the released entries no live lease can count.
 _GIVE_BACK = (
-    _NOW_MS
+    _PRELUDE
     + """
 for i = 1, #ARGV do
   local token = ARGV[i]
@@ -115,93 +200,127 @@ for i = 1, #ARGV do
   if key then
     local rejected = redis.call('SISMEMBER', KEYS[4], token)
     local answered = redis.call('HGET', KEYS[7], token)
-    redis.call('ZREM', KEYS[1], token)
-    redis.call('HDEL', KEYS[2], token)
-    redis.call('HDEL', KEYS[3], token)
-    redis.call('SREM', KEYS[4], token)
-    redis.call('HDEL', KEYS[7], token)
+    forget_lease(token)
     local seq = redis.call('INCR', KEYS[6])
-    local ended = tonumber(answered) or seq
+    local ended = count(answered) or seq
     if rejected == 0 then redis.call('ZADD', KEYS[5], ended, seq .. '|' .. key) end
   end
 end
 local oldest = nil
 for _, taken in ipairs(redis.call('HVALS', KEYS[3])) do
-  local n = tonumber(taken)
-  if oldest == nil or n < oldest then oldest = n end
+  local n = count(taken)
+  if n and (oldest == nil or n < oldest) then oldest = n end
 end
 if oldest == nil then redis.call('DEL', KEYS[5])
 else redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', oldest) end
-return 1
+return finish(1)
 """
 )
 
-#: ARGV: token, prefix. Marks the lease rejected; returns {the leases of prefix not rejected
-#: whose request ran at any moment since it was taken, the counter now, the bucket's limits}.
+#: ARGV: token, prefix, forget ms. Marks the lease rejected; returns {the leases of prefix
+#: not rejected whose request ran at any moment since it was taken, the counter now, the
+#: bucket's limits}.
 _REJECT = (
-    _NOW_MS
+    _PRELUDE
     + """
 local token, prefix = ARGV[1], ARGV[2]
-local since = tonumber(redis.call('GET', KEYS[6]) or '0')
+local since = count(redis.call('GET', KEYS[6]) or '0') or 0
 if redis.call('HEXISTS', KEYS[2], token) == 1 then
   redis.call('SADD', KEYS[4], token)
-  since = tonumber(redis.call('HGET', KEYS[3], token) or since)
+  since = count(redis.call('HGET', KEYS[3], token)) or since
 end
 local n = 0
 local all = redis.call('HGETALL', KEYS[2])
 for i = 1, #all, 2 do
   if matches(all[i + 1], prefix) and redis.call('SISMEMBER', KEYS[4], all[i]) == 0 then
-    local answered = tonumber(redis.call('HGET', KEYS[7], all[i]))
+    local answered = count(redis.call('HGET', KEYS[7], all[i]))
     if answered == nil or answered > since then n = n + 1 end
   end
 end
 for _, entry in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. since, '+inf')) do
-  local k = string.sub(entry, string.find(entry, '|', 1, true) + 1)
-  if matches(k, prefix) then n = n + 1 end
+  local bar = string.find(entry, '|', 1, true)
+  if bar == nil then
+    redis.call('ZREM', KEYS[5], entry); drop('released')
+  elseif matches(string.sub(entry, bar + 1), prefix) then
+    n = n + 1
+  end
 end
-return {n, redis.call('GET', KEYS[6]) or '0', redis.call('GET', KEYS[8]) or ''}
+return finish(n, redis.call('GET', KEYS[6]) or '0', limits_of(KEYS[8], ARGV[3]))
 """
 )
 
 #: ARGV: token. Marks the lease's answer complete (once).
-_ANSWERED = """
+_ANSWERED = (
+    _PRELUDE
+    + """
 local live = redis.call('HEXISTS', KEYS[2], ARGV[1]) == 1
 if live and redis.call('HEXISTS', KEYS[7], ARGV[1]) == 0 then
   redis.call('HSET', KEYS[7], ARGV[1], redis.call('INCR', KEYS[6]))
 end
-return 1
+return finish(1)
 """
+)
 
 #: ARGV: prefix. Returns the live leases of matching keys.
 _COUNT = (
-    _NOW_MS
+    _PRELUDE
     + """
 local n = 0
 local all = redis.call('HGETALL', KEYS[2])
 for i = 1, #all, 2 do
   if matches(all[i + 1], ARGV[1]) then n = n + 1 end
 end
-return n
+return finish(n)
 """
 )
 
-#: KEYS: leases. ARGV: ttl ms, tokens... Moves the expiry of the tokens still held.
-_RENEW = """
-local now = redis.call('TIME')
-local until_ms = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000) + tonumber(ARGV[1])
-for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', until_ms, ARGV[i]) end
+#: ARGV: ttl ms, tokens... Moves the expiry of the tokens still held.
+_RENEW = (
+    _PRELUDE
+    + """
+for i = 2, #ARGV do redis.call('ZADD', KEYS[1], 'XX', ms + tonumber(ARGV[1]), ARGV[i]) end
+return finish(1)
+"""
+)
+
+#: KEYS: the limits key. ARGV: forget ms. Returns {dropped kinds, the value ('' if none)}.
+_READ = (
+    _COMMON
+    + """
+local value = limits_of(KEYS[1], ARGV[1])
+return {table.concat(dropped, ','), value}
+"""
+)
+
+#: KEYS: the limits key. ARGV: the value read. Deletes it if it still holds that value (an
+#: unreadable one, so one another machine has written in its place stays).
+_DROP = """
+if redis.call('TYPE', KEYS[1])['ok'] == 'string' and redis.call('GET', KEYS[1]) == ARGV[1] then
+  redis.call('DEL', KEYS[1])
+end
 return 1
 """
 
 #: KEYS: the limits key, seq. ARGV: the value read ('' when none), the new value, expiry
 #: ms, and the counter read ('' to not check it).
 _CAS = """
-local current = redis.call('GET', KEYS[1]) or ''
-if current ~= ARGV[1] then return 0 end
-if ARGV[4] ~= '' and (redis.call('GET', KEYS[2]) or '0') ~= ARGV[4] then return 0 end
+local function value_of(k)
+  if redis.call('TYPE', k)['ok'] == 'string' then return redis.call('GET', k) end
+  return false
+end
+if (value_of(KEYS[1]) or '') ~= ARGV[1] then return 0 end
+if ARGV[4] ~= '' and (value_of(KEYS[2]) or '0') ~= ARGV[4] then return 0 end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
 return 1
 """
+
+#: What each kind of entry dropped is, for its one warning.
+_DROPPED = {
+    "key": "dropped a key of the wrong type from {where}",
+    "lease": "dropped a lease that cannot be read (its expiry or sequence number) from {where}",
+    "counter": "the sequence number in {where} could not be read; set it past the numbers in use",
+    "released": "dropped an unreadable record of an ended request from {where}",
+}
 
 
 class RedisAccount:
@@ -210,9 +329,12 @@ class RedisAccount:
     Args:
         url: ``redis://host:port/db`` (``rediss://`` for TLS; a password in the URL works).
         clock: the governor's clock (rules run on its monotonic time).
-        lease_ttl_s: how long a lease lives without renewal.
+        lease_ttl_s: how long a lease lives without renewal (at most
+            :data:`~.stored.MAX_LEASE_S`: the others would read a longer one as void).
         forget_after_s: learnt limits untouched this long are forgotten.
         timeout_s: the longest wait to connect and for each answer.
+        warnings: where a bad entry found in Redis is told, once per kind (default: the
+            process's own, :data:`~.stored.PROCESS_WARNINGS`).
     """
 
     shared = True
@@ -225,6 +347,7 @@ class RedisAccount:
         lease_ttl_s: float = 30.0,
         forget_after_s: float = 300.0,
         timeout_s: float = 0.5,
+        warnings: WarnOnce = PROCESS_WARNINGS,
     ) -> None:
         try:
             import redis
@@ -235,7 +358,9 @@ class RedisAccount:
                 "Redis limits need redis-py: pip install -e '.[redis]' in the teamlead checkout"
             ) from None
         self.url = url
+        self._where = f"Redis at {without_password(url)}"  # for messages: no password
         self._errors: tuple[type[BaseException], ...] = (redis.RedisError, OSError)
+        self._refused: type[BaseException] = redis.AuthenticationError
         try:
             self._redis: Any = redis.Redis.from_url(
                 url,
@@ -255,10 +380,14 @@ class RedisAccount:
         self._answered = self._redis.register_script(_ANSWERED)
         self._count = self._redis.register_script(_COUNT)
         self._renew = self._redis.register_script(_RENEW)
+        self._read = self._redis.register_script(_READ)
+        self._drop = self._redis.register_script(_DROP)
         self._cas = self._redis.register_script(_CAS)
         self._clock = clock
-        self._ttl_ms = max(1, round(lease_ttl_s * 1000))
-        self._ttl = lease_ttl_s
+        self._warnings = warnings
+        self._timeout = timeout_s
+        self._ttl = min(lease_ttl_s, MAX_LEASE_S)
+        self._ttl_ms = max(1, round(self._ttl * 1000))
         self._forget_ms = max(1, round(forget_after_s * 1000))
         self._leases = _PREFIX + "leases"
         self._seq = _PREFIX + "seq"
@@ -275,44 +404,63 @@ class RedisAccount:
         self._tokens = 0
         self._held: set[str] = set()
         self._lock = threading.Lock()
-        self._renewer = LeaseRenewer(self.renew, lease_ttl_s / 3, "teamlead-redis-lease-renewer")
+        # a renewal is one script: its connection, handshake and answer, each bounded
+        self._renewer = LeaseRenewer(
+            self.renew, self._ttl / 3, "teamlead-redis-lease-renewer", stop_s=4 * timeout_s
+        )
 
     def describe(self) -> str:
         """Where the state is, for a warning line (the URL without its password)."""
-        return f"the limits shared in Redis ({_safe(self.url)})"
+        return f"the limits shared in Redis ({without_password(self.url)})"
 
     def _call(self, call: Callable[[], _T]) -> _T:
         try:
             return call()
         except self._errors as exc:
+            if isinstance(exc, self._refused):
+                raise AccountError(_refusal(self.url)) from None
             reason = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-            raise AccountError(f"Redis at {_safe(self.url)}: {reason.rstrip('.')}") from None
+            raise AccountError(f"{self._where}: {reason.rstrip('.')}") from None
+
+    def _script(self, script: Any, keys: list[str], args: list[str | int]) -> list[Any]:
+        """Run one of the scripts that report what they dropped: its own values."""
+        result: list[Any] = self._call(lambda: script(keys=keys, args=args))
+        for kind in str(result[0]).split(","):
+            if kind in _DROPPED:
+                self._warn(kind, _DROPPED[kind].format(where=self._where))
+        return result[1:]
+
+    def _warn(self, kind: str, message: str) -> None:
+        self._warnings(f"redis:{kind}", f"shared limits: {message}")
 
     def _offset(self) -> float:
         return self._clock.time() - self._clock.monotonic()
 
     # -- limits ---------------------------------------------------------------------------
     def _get(self, key: str) -> str:
-        value = self._call(lambda: self._redis.get(_limits_key(key)))
+        (value,) = self._script(self._read, [_limits_key(key)], [self._forget_ms])
         return value if isinstance(value, str) else ""
 
-    def _decode(self, raw: str) -> Limits | None:
+    def _decode(self, key: str, raw: str) -> Limits | None:
         if not raw:
             return None
-        try:
-            stored = limits_from_json(json.loads(raw))
-        except ValueError:
+        stored = read_limits(raw, now=self._clock.time())
+        if stored is None:
+            self._warn(
+                "limits", f"dropped the unreadable learnt limits of {key!r} in {self._where}"
+            )
+            self._call(lambda: self._drop(keys=[_limits_key(key)], args=[raw]))
             return None
-        return None if stored is None else from_wall(stored, self._offset())
+        return from_wall(stored, self._offset())
 
     def limits(self, key: str) -> Limits | None:
-        return self._decode(self._get(key))
+        return self._decode(key, self._get(key))
 
     def update(self, key: str, rule: Rule) -> Step:
         def snapshot() -> tuple[Limits | None, Limits | None, str, str]:
             raw = self._get(key)
-            seen = self._decode(raw)
-            return seen, seen, raw, ""
+            seen = self._decode(key, raw)
+            return seen, seen, "" if seen is None else raw, ""
 
         return self._compare_and_set(key, snapshot, rule)
 
@@ -320,11 +468,11 @@ class RedisAccount:
         keys = [*self._keys, _limits_key(lease.key)]
 
         def snapshot() -> tuple[tuple[Limits | None, int], Limits | None, str, str]:
-            counted, seq, raw = self._call(
-                lambda: self._reject(keys=keys, args=[lease.token, prefix])
+            counted, seq, raw = self._script(
+                self._reject, keys, [lease.token, prefix, self._forget_ms]
             )
-            seen = self._decode(str(raw))
-            return (seen, int(counted)), seen, str(raw), str(seq)
+            seen = self._decode(lease.key, str(raw))
+            return (seen, int(counted)), seen, "" if seen is None else str(raw), str(seq)
 
         return self._compare_and_set(lease.key, snapshot, lambda seen: rule(*seen))
 
@@ -366,30 +514,29 @@ class RedisAccount:
             -1 if bounds.total_limit is None else bounds.total_limit,
             token,
             self._ttl_ms,
+            self._forget_ms,
         ]
-        keys = [*self._keys, _limits_key(bounds.key)]
-        added = self._call(lambda: self._take(keys=keys, args=args))
+        added = self._script(self._take, [*self._keys, _limits_key(bounds.key)], args)
         if not int(added[0]):
             return None
         with self._lock:
             self._held.add(token)
         self._renewer.start()
-        return Lease(bounds.key, token, self, self._decode(str(added[1])))
+        return Lease(bounds.key, token, self, self._decode(bounds.key, str(added[1])))
 
     def give_back(self, lease: Lease) -> None:
         with self._lock:
             if lease.token not in self._held:
                 return
             self._held.discard(lease.token)
-
-        self._call(lambda: self._give_back(keys=self._keys, args=[lease.token]))
+        self._script(self._give_back, self._keys, [lease.token])
 
     def answered(self, lease: Lease) -> None:
         if lease.token in self._held:
-            self._call(lambda: self._answered(keys=self._keys, args=[lease.token]))
+            self._script(self._answered, self._keys, [lease.token])
 
     def in_flight(self, prefix: str) -> int:
-        counted = self._call(lambda: self._count(keys=self._keys, args=[prefix]))
+        (counted,) = self._script(self._count, self._keys, [prefix])
         return int(counted)
 
     def renew(self) -> None:
@@ -397,30 +544,38 @@ class RedisAccount:
         with self._lock:
             tokens = sorted(self._held)
         if tokens:
-            self._call(lambda: self._renew(keys=[self._leases], args=[self._ttl_ms, *tokens]))
+            self._script(self._renew, self._keys, [self._ttl_ms, *tokens])
 
     def close(self) -> None:
-        """Stop renewing and give back this process's leases (best effort); idempotent."""
+        """Stop renewing and give back this process's leases (best effort, waiting a few
+        times ``timeout_s`` at most: what is not given back expires by itself); idempotent."""
         self._renewer.stop()
         with self._lock:
             tokens, self._held = sorted(self._held), set()
-        try:
-            if tokens:
-                self._give_back(keys=self._keys, args=tokens)
-        except self._errors:
-            pass  # they expire by their time to live
-        finally:
-            with contextlib.suppress(*self._errors):
+
+        def release() -> None:
+            try:
+                if tokens:
+                    self._give_back(keys=self._keys, args=tokens)
+            finally:
                 self._redis.close()
+
+        bounded(release, 4 * self._timeout, "teamlead-redis-close")
 
 
 def _limits_key(key: str) -> str:
     return _PREFIX + "limits:" + key
 
 
-def _safe(url: str) -> str:
-    """``url`` without a password."""
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    return f"{scheme}://***@{rest.rpartition('@')[2]}"
+def _refusal(url: str) -> str:
+    """What to do when Redis refused the connection for want of the right password."""
+    parts = urlsplit(url)
+    place = parts.netloc.rpartition("@")[2] or "localhost:6379"
+    if parts.password is None:
+        user = parts.username or ""
+        db = parts.path.strip("/") or "0"
+        return (
+            f"Redis at {place} needs a password: put it in the URL, "
+            f"{parts.scheme}://{user}:PASSWORD@{place}/{db}"
+        )
+    return f"Redis at {place} refused the user name or password in the URL"

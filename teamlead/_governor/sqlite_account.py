@@ -20,8 +20,17 @@ its 429 was on its way (see :meth:`Account.update_rejected`). A file of an
 older teamlead gets the new columns and tables on first use; its processes keep working.
 
 Learnt limits that nobody touched for ``forget_after_s`` read as never seen (the idle
-reset of a process alone). Times are stored as wall-clock seconds. Any SQLite failure
-(corrupt file, unwritable directory, a lock held too long) raises
+reset of a process alone). Times are stored as wall-clock seconds.
+
+The file is untrusted input (see :mod:`.stored`): SQLite keeps any type in any column, so
+every row is read with its type, range and age checked. A row that fails is dropped where
+it is found, with one warning per kind for the process: learnt limits that cannot be read
+read as never seen, a lease whose expiry, process or start cannot be read is void, an
+unreadable sequence counter is set past every number in use. A file that is not an SQLite
+database, or one that is damaged (truncated, malformed) or whose tables are not
+teamlead's, is moved aside (``limits.sqlite3.corrupt-<UTC time>``) and made afresh, with
+one warning saying where it went: the processes go on sharing. Any other SQLite failure
+(an unwritable directory, a path that is no regular file, a lock held too long) raises
 :class:`~teamlead._governor.account.AccountError`, which the caller turns into one warning
 and a fallback to this process alone.
 """
@@ -33,30 +42,36 @@ import json
 import os
 import socket
 import sqlite3
+import stat
 import sys
 import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import psutil
 
 from ..clock import SYSTEM_CLOCK, Clock
-from .account import (
-    AccountError,
-    Bounds,
-    CountedRule,
-    Lease,
-    LeaseRenewer,
-    Rule,
+from .account import AccountError, Bounds, CountedRule, Lease, LeaseRenewer, Rule
+from .aimd import Limits, Step
+from .stored import (
+    MAX_AHEAD_S,
+    MAX_LEASE_S,
+    MAX_SEQ,
+    PROCESS_WARNINGS,
+    WarnOnce,
     from_wall,
-    limits_from_json,
     limits_to_json,
+    read_count,
+    read_limits,
+    read_time,
     to_wall,
 )
-from .aimd import Limits, Step
 
 __all__ = ["MachineAccount", "default_path"]
+
+_T = TypeVar("_T")
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS limits (
@@ -74,8 +89,49 @@ _LEASE_COLUMNS = {
     "rejected": "INTEGER NOT NULL DEFAULT 0",
     "answered": "INTEGER",
 }
+#: The columns each table has had from the first release; a file whose tables lack one is
+#: not teamlead's.
+_COLUMNS = {
+    "limits": {"key", "data", "updated"},
+    "leases": {"token", "key", "host", "pid", "started", "expires"},
+    "released": {"key", "seq"},
+    "counter": {"id", "seq"},
+}
 _NO_LEASE = 2**63 - 1
 _LIVENESS_EVERY_S = 1.0
+#: A lease counts while its expiry is ahead, and not too far ahead to be believed. (SQLite
+#: orders text above every number: a lease whose expiry is text would else never expire.)
+_LIVE = "expires > ? AND expires <= ?"
+#: A lease none of whose fields may be trusted: a process, a start or an expiry that is no
+#: number in range, a flag or a sequence number that is no integer. (A start is the
+#: operating system's time, not the account clock's: it need only be a finite number.)
+#: Arguments: the latest expiry, the largest sequence number (twice).
+_VOID_LEASE = """
+    typeof(token) != 'text' OR typeof(key) != 'text' OR typeof(host) != 'text'
+    OR typeof(pid) != 'integer' OR pid < 1 OR pid > 4294967295
+    OR typeof(started) NOT IN ('integer', 'real') OR started < -1 OR started > 1e15
+    OR typeof(expires) NOT IN ('integer', 'real') OR expires > ?
+    OR typeof(taken) != 'integer' OR taken < 0 OR taken > ?
+    OR typeof(rejected) != 'integer' OR rejected NOT IN (0, 1)
+    OR (answered IS NOT NULL
+        AND (typeof(answered) != 'integer' OR answered < 0 OR answered > ?))
+"""
+_VOID_RELEASED = "typeof(key) != 'text' OR typeof(seq) != 'integer' OR seq < 0 OR seq > ?"
+#: The sequence numbers in use (the counter must stay past them).
+_SEQS_IN_USE = """
+SELECT MAX(n) FROM (
+    SELECT taken AS n FROM leases WHERE typeof(taken) = 'integer' AND taken BETWEEN 0 AND ?1
+    UNION ALL SELECT answered FROM leases
+        WHERE typeof(answered) = 'integer' AND answered BETWEEN 0 AND ?1
+    UNION ALL SELECT seq FROM released WHERE typeof(seq) = 'integer' AND seq BETWEEN 0 AND ?1)
+"""
+#: SQLite's result codes for a file that is no database, or a damaged one.
+_CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+
+
+class _Unfit(Exception):
+    """The file opens as an SQLite database but cannot be used: a check found it damaged,
+    or its tables are not teamlead's."""
 
 
 def default_path(environ: dict[str, str] | None = None) -> Path:
@@ -101,6 +157,8 @@ def _started(pid: int) -> float | None:
         return None
     except psutil.Error:  # not ours to inspect: assume it is alive
         return -1.0
+    except (ValueError, OverflowError):  # no pid a process can have
+        return None
 
 
 class MachineAccount:
@@ -109,9 +167,12 @@ class MachineAccount:
     Args:
         path: the database file (made, with its folder, on first use).
         clock: the governor's clock (rules run on its monotonic time; the file holds wall).
-        lease_ttl_s: how long a lease lives without renewal.
+        lease_ttl_s: how long a lease lives without renewal (at most
+            :data:`~.stored.MAX_LEASE_S`: the others would read a longer one as void).
         forget_after_s: learnt limits older than this (and no lease) read as never seen.
         busy_s: the longest wait for another process's transaction.
+        warnings: where a bad row found in the file is told, once per kind (default: the
+            process's own, :data:`~.stored.PROCESS_WARNINGS`).
     """
 
     shared = True
@@ -124,12 +185,14 @@ class MachineAccount:
         lease_ttl_s: float = 30.0,
         forget_after_s: float = 300.0,
         busy_s: float = 0.5,
+        warnings: WarnOnce = PROCESS_WARNINGS,
     ) -> None:
         self.path = path if path is not None else default_path()
         self._clock = clock
-        self._ttl = lease_ttl_s
+        self._ttl = min(lease_ttl_s, MAX_LEASE_S)
         self._forget = forget_after_s
         self._busy = busy_s
+        self._warnings = warnings
         self._host = socket.gethostname()
         self._pid = os.getpid()
         self._me = _started(self._pid) or 0.0
@@ -139,12 +202,17 @@ class MachineAccount:
         self._held: set[str] = set()
         self._tokens = 0
         self._checked = -1e18
-        self._renewer = LeaseRenewer(self.renew, lease_ttl_s / 3, "teamlead-lease-renewer")
+        self._renewer = LeaseRenewer(
+            self.renew, self._ttl / 3, "teamlead-lease-renewer", stop_s=2 * busy_s
+        )
         self._closed = False
 
     def describe(self) -> str:
         """Where the state is, for a warning line."""
         return f"the limits shared on this machine ({self.path})"
+
+    def _warn(self, kind: str, message: str) -> None:
+        self._warnings(f"machine:{kind}", f"shared limits: {message}")
 
     # -- the connection -------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
@@ -154,6 +222,9 @@ class MachineAccount:
                 str(self.path), timeout=self._busy, isolation_level=None, check_same_thread=False
             )
             try:
+                # checked before anything is written: a file moved aside stays as found
+                _check_pages(db)
+                _check_tables(db)
                 db.execute("PRAGMA journal_mode=WAL")
                 # a cache: losing the last changes to a power cut is fine, a wait per
                 # commit for the disk is not
@@ -166,57 +237,122 @@ class MachineAccount:
             self._db = db
         return self._db
 
-    @contextmanager
-    def _transaction(self) -> Iterator[sqlite3.Connection]:
-        with self._lock:
-            if self._closed:
-                raise AccountError("the machine's limits store was closed")
-            try:
-                db = self._connect()
-                db.execute("BEGIN IMMEDIATE")
-            except (sqlite3.Error, OSError) as exc:
-                raise AccountError(f"{self.path}: {_reason(exc)}") from None
-            try:
-                yield db
-                db.execute("COMMIT")
-            except (sqlite3.Error, OSError) as exc:
-                _rollback(db)
-                raise AccountError(f"{self.path}: {_reason(exc)}") from None
-            except BaseException:
-                _rollback(db)
-                raise
+    def _disconnect(self) -> None:
+        db, self._db = self._db, None
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
 
-    @contextmanager
-    def _reading(self) -> Iterator[sqlite3.Connection]:
-        """The connection for reads: one statement at a time, no write lock taken."""
+    def _run(self, body: Callable[[sqlite3.Connection], _T], *, write: bool) -> _T:
+        """``body`` on the file: in one ``BEGIN IMMEDIATE`` transaction when ``write``,
+        else one statement at a time with no write lock taken. A file found corrupt is
+        moved aside and ``body`` runs once more on a fresh one; any other SQLite failure
+        (or a corrupt file that cannot be moved) is an :class:`AccountError`."""
         with self._lock:
-            if self._closed:
-                raise AccountError("the machine's limits store was closed")
-            try:
-                yield self._connect()
-            except (sqlite3.Error, OSError) as exc:
-                raise AccountError(f"{self.path}: {_reason(exc)}") from None
+            for retry in (False, True):
+                if self._closed:
+                    raise AccountError("the machine's limits store was closed")
+                try:
+                    db = self._connect()
+                    if not write:
+                        return body(db)
+                    db.execute("BEGIN IMMEDIATE")
+                    try:
+                        result = body(db)
+                        db.execute("COMMIT")
+                    except BaseException:
+                        _rollback(db)
+                        raise
+                    return result
+                except (sqlite3.Error, OSError, _Unfit) as exc:
+                    if retry or not _corrupt(exc):
+                        raise AccountError(f"{self.path}: {_reason(exc)}") from None
+                    self._set_aside(_reason(exc))
+            raise AssertionError("unreachable: the second try returns or raises")
+
+    def _set_aside(self, reason: str) -> None:
+        """Move the corrupt file (with its ``-wal`` and ``-shm``) aside, so the next
+        connection makes a fresh one.
+
+        Another process may have found it corrupt too and made the fresh one already: the
+        file is checked again first, and moved only if it is still the one found corrupt.
+
+        Raises:
+            AccountError: it is no regular file (a symlink, a FIFO: not ours to move), or
+                it cannot be moved (a read-only folder).
+        """
+        self._disconnect()
+        path = self.path
+        try:
+            found = path.lstat()
+        except FileNotFoundError:
+            return  # moved aside by another process already
+        except OSError as exc:
+            raise AccountError(f"{path}: {reason}") from exc
+        if not stat.S_ISREG(found.st_mode):
+            raise AccountError(f"{path}: {reason}")
+        if _damage(path) is None:
+            return  # another process has made it afresh meanwhile
+        dest = self._aside_name()
+        try:
+            now = path.lstat()
+            if (now.st_dev, now.st_ino) != (found.st_dev, found.st_ino):
+                return  # replaced by another process meanwhile: use that one
+            path.rename(dest)
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            why = exc.strerror or type(exc).__name__
+            raise AccountError(f"{path}: {reason}; it cannot be moved aside: {why}") from None
+        for suffix in ("-wal", "-shm"):
+            with contextlib.suppress(OSError):
+                Path(f"{path}{suffix}").rename(f"{dest}{suffix}")
+        self._warn(
+            "corrupt", f"{path} was corrupt ({reason}); moved it to {dest}, and a fresh one is used"
+        )
+
+    def _aside_name(self) -> Path:
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock.time()))
+        dest = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
+        return dest
 
     def _offset(self) -> float:
         return self._clock.time() - self._clock.monotonic()
 
+    @staticmethod
+    def _live(now: float) -> tuple[float, float]:
+        """The arguments of :data:`_LIVE`: now, and the latest expiry to be believed."""
+        return now, now + MAX_LEASE_S + MAX_AHEAD_S
+
     # -- limits ---------------------------------------------------------------------------
     def limits(self, key: str) -> Limits | None:
-        with self._reading() as db:
-            return self._read(db, key)
+        return self._run(lambda db: self._read(db, key), write=False)
 
     def _read(self, db: sqlite3.Connection, key: str) -> Limits | None:
         row = db.execute("SELECT data, updated FROM limits WHERE key = ?", (key,)).fetchone()
         if row is None:
             return None
+        data, updated = row
         now = self._clock.time()
-        if now - float(row[1]) >= self._forget and self._count(db, key, now) == 0:
+        written = read_time(updated, latest=now + MAX_AHEAD_S)
+        stored = None if written is None else read_limits(data, now=now)
+        if written is None or stored is None:
+            self._warn("limits", f"dropped the unreadable learnt limits of {key!r} in {self.path}")
+            # best effort (a writer holding the file only delays it): this exact row, so
+            # one another process has just written in its place stays
+            with contextlib.suppress(sqlite3.OperationalError):
+                db.execute(
+                    "DELETE FROM limits WHERE key = ? AND data IS ? AND updated IS ?",
+                    (key, data, updated),
+                )
+            return None
+        if now - written >= self._forget and self._count(db, key, now) == 0:
             return None  # learnt long ago and idle since: start afresh
-        try:
-            stored = limits_from_json(json.loads(row[0]))
-        except ValueError:
-            stored = None
-        return None if stored is None else from_wall(stored, self._offset())
+        return from_wall(stored, self._offset())
 
     def _write(self, db: sqlite3.Connection, key: str, limits: Limits) -> None:
         data = json.dumps(limits_to_json(to_wall(limits, self._offset())))
@@ -228,31 +364,35 @@ class MachineAccount:
     def update(self, key: str, rule: Rule) -> Step:
         # Most reports change nothing (a stream that starts, a success at the ceiling): a
         # rule that leaves what it read as it was needs no write, nor the write lock.
-        with self._reading() as db:
-            seen = self._read(db, key)
+        seen = self.limits(key)
         if seen is not None:
             limits, change = rule(seen)
             if limits == seen and change is None:
                 return limits, change
-        with self._transaction() as db:
+
+        def write(db: sqlite3.Connection) -> Step:
             limits, change = rule(self._read(db, key))
             self._write(db, key, limits)
             return limits, change
 
+        return self._run(write, write=True)
+
     def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
-        with self._transaction() as db:
+        def write(db: sqlite3.Connection) -> Step:
             now = self._clock.time()
-            since = _seq(db)
+            since = self._seq(db)
             if lease.token in self._held:
                 db.execute("UPDATE leases SET rejected = 1 WHERE token = ?", (lease.token,))
                 row = db.execute("SELECT taken FROM leases WHERE token = ?", (lease.token,))
                 taken = row.fetchone()
-                since = since if taken is None else int(taken[0])
+                if taken is not None:
+                    found = read_count(taken[0], high=since)
+                    since = since if found is None else found
             match, args = _key_matches(prefix)
             running = db.execute(
-                "SELECT COUNT(*) FROM leases WHERE expires > ? AND rejected = 0 "
+                f"SELECT COUNT(*) FROM leases WHERE {_LIVE} AND rejected = 0 "
                 f"AND (answered IS NULL OR answered > ?) AND {match}",
-                (now, since, *args),
+                (*self._live(now), since, *args),
             ).fetchone()
             ended = db.execute(
                 f"SELECT COUNT(*) FROM released WHERE seq > ? AND {match}", (since, *args)
@@ -261,35 +401,52 @@ class MachineAccount:
             self._write(db, lease.key, limits)
             return limits, change
 
+        return self._run(write, write=True)
+
     # -- leases ---------------------------------------------------------------------------
     def _count(self, db: sqlite3.Connection, prefix: str, now: float) -> int:
         """Live leases of ``prefix``."""
         match, args = _key_matches(prefix)
         row = db.execute(
-            f"SELECT COUNT(*) FROM leases WHERE expires > ? AND {match}", (now, *args)
+            f"SELECT COUNT(*) FROM leases WHERE {_LIVE} AND {match}", (*self._live(now), *args)
         ).fetchone()
         return int(row[0])
 
     def _purge(self, db: sqlite3.Connection, now: float, *, force: bool = False) -> None:
-        """Drop expired leases and those of dead processes of this host (the counts skip
-        expired ones anyway, so this runs at most once a second unless ``force``)."""
+        """Drop void and expired leases, those of dead processes of this host, and the
+        unreadable ``released`` rows (the counts skip expired leases anyway, so this runs at
+        most once a second unless ``force``)."""
         if not force and now - self._checked < _LIVENESS_EVERY_S:
             return
         self._checked = now
+        latest = self._live(now)[1]
+        void = db.execute(
+            f"DELETE FROM leases WHERE {_VOID_LEASE}", (latest, MAX_SEQ, MAX_SEQ)
+        ).rowcount
+        if void > 0:
+            self._warn(
+                "lease",
+                f"dropped a lease that cannot be read (its expiry, process or start is not "
+                f"a number in range) from {self.path}",
+            )
+        if db.execute(f"DELETE FROM released WHERE {_VOID_RELEASED}", (MAX_SEQ,)).rowcount > 0:
+            self._warn(
+                "released", f"dropped an unreadable record of an ended request from {self.path}"
+            )
         db.execute("DELETE FROM leases WHERE expires <= ?", (now,))
         # no live lease is older than these: no rejection will count them again
         db.execute(
             "DELETE FROM released WHERE seq <= "
-            "COALESCE((SELECT MIN(taken) FROM leases WHERE expires > ?), ?)",
-            (now, _NO_LEASE),
+            f"COALESCE((SELECT MIN(taken) FROM leases WHERE {_LIVE}), ?)",
+            (*self._live(now), _NO_LEASE),
         )
         rows = db.execute(
             "SELECT DISTINCT pid, started FROM leases WHERE host = ? AND pid != ?",
             (self._host, self._pid),
         ).fetchall()
         for pid, started in rows:
-            actual = _started(int(pid))
-            if actual is None or (actual >= 0 and abs(actual - float(started)) > 1.0):
+            actual = _started(pid)
+            if actual is None or (actual >= 0 and abs(actual - started) > 1.0):
                 db.execute(
                     "DELETE FROM leases WHERE host = ? AND pid = ? AND started = ?",
                     (self._host, pid, started),
@@ -303,13 +460,15 @@ class MachineAccount:
         ):
             return False
         if bounds.total_limit is not None:
-            total = db.execute("SELECT COUNT(*) FROM leases WHERE expires > ?", (now,)).fetchone()
+            total = db.execute(
+                f"SELECT COUNT(*) FROM leases WHERE {_LIVE}", self._live(now)
+            ).fetchone()
             if int(total[0]) >= bounds.total_limit:
                 return False
         return True
 
     def take(self, bounds: Bounds) -> Lease | None:
-        with self._transaction() as db:
+        def write(db: sqlite3.Connection) -> Lease | None:
             now = self._clock.time()
             self._purge(db, now)
             if not self._room(db, bounds, now):
@@ -324,48 +483,70 @@ class MachineAccount:
             db.execute(
                 "INSERT INTO leases (token, key, host, pid, started, expires, taken) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                (token, bounds.key, self._host, self._pid, self._me, now + self._ttl, _next(db)),
+                (
+                    token,
+                    bounds.key,
+                    self._host,
+                    self._pid,
+                    self._me,
+                    now + self._ttl,
+                    self._next(db),
+                ),
             )
             self._held.add(token)
-        self._renewer.start()
-        return Lease(bounds.key, token, self, limits)
+            return Lease(bounds.key, token, self, limits)
+
+        lease = self._run(write, write=True)
+        if lease is not None:
+            self._renewer.start()
+        return lease
 
     def give_back(self, lease: Lease) -> None:
         if lease.token not in self._held:
             return
         self._held.discard(lease.token)
-        with self._transaction() as db:
+
+        def write(db: sqlite3.Connection) -> None:
             row = db.execute(
                 "SELECT key, rejected, answered FROM leases WHERE token = ?", (lease.token,)
             ).fetchone()
             db.execute("DELETE FROM leases WHERE token = ?", (lease.token,))
-            seq = _next(db)
-            if row is not None and not row[1]:
-                ended = seq if row[2] is None else int(row[2])
-                db.execute("INSERT INTO released (key, seq) VALUES (?, ?)", (row[0], ended))
+            seq = self._next(db)
+            if row is None:
+                return
+            key, rejected, answered = row
+            if isinstance(key, str) and read_count(rejected, high=0) == 0:
+                ended = read_count(answered, high=seq)
+                ended = seq if ended is None else ended
+                db.execute("INSERT INTO released (key, seq) VALUES (?, ?)", (key, ended))
+
+        self._run(write, write=True)
 
     def answered(self, lease: Lease) -> None:
         if lease.token not in self._held:
             return
-        with self._transaction() as db:
-            db.execute(
+        self._run(
+            lambda db: db.execute(
                 "UPDATE leases SET answered = ? WHERE token = ? AND answered IS NULL",
-                (_next(db), lease.token),
-            )
+                (self._next(db), lease.token),
+            ),
+            write=True,
+        )
 
     def in_flight(self, prefix: str) -> int:
-        with self._reading() as db:
-            return self._count(db, prefix, self._clock.time())
+        return self._run(lambda db: self._count(db, prefix, self._clock.time()), write=False)
 
     def renew(self) -> None:
         """Move the expiry of this process's leases ``lease_ttl_s`` ahead."""
         if not self._held:
             return
-        with self._transaction() as db:
-            db.execute(
+        self._run(
+            lambda db: db.execute(
                 "UPDATE leases SET expires = ? WHERE host = ? AND pid = ? AND started = ?",
                 (self._clock.time() + self._ttl, self._host, self._pid, self._me),
-            )
+            ),
+            write=True,
+        )
 
     def close(self) -> None:
         """Stop renewing, give back this process's leases, close the file; idempotent."""
@@ -389,6 +570,31 @@ class MachineAccount:
                 self._held.clear()
                 db.close()
 
+    # -- the sequence counter -------------------------------------------------------------
+    def _seq(self, db: sqlite3.Connection) -> int:
+        """The file's sequence number (inside the caller's transaction); one that cannot be
+        read is set past every number in use, so the order of what is stored holds."""
+        row = db.execute("SELECT seq FROM counter WHERE id = 1").fetchone()
+        if row is None:
+            return 0
+        seq = read_count(row[0], high=MAX_SEQ - 1)
+        if seq is not None:
+            return seq
+        in_use = db.execute(_SEQS_IN_USE, (MAX_SEQ,)).fetchone()[0]
+        seq = read_count(in_use) or 0
+        db.execute("UPDATE counter SET seq = ? WHERE id = 1", (seq,))
+        self._warn(
+            "counter", f"the sequence number in {self.path} could not be read; set it to {seq}"
+        )
+        return seq
+
+    def _next(self, db: sqlite3.Connection) -> int:
+        """The file's next sequence number (inside the caller's transaction)."""
+        seq = self._seq(db) + 1
+        if db.execute("UPDATE counter SET seq = ? WHERE id = 1", (seq,)).rowcount == 0:
+            db.execute("INSERT INTO counter (id, seq) VALUES (1, ?)", (seq,))
+        return seq
+
 
 def _key_matches(prefix: str) -> tuple[str, tuple[object, ...]]:
     """The SQL condition (and its arguments) for the keys equal to ``prefix``, or starting
@@ -396,18 +602,6 @@ def _key_matches(prefix: str) -> tuple[str, tuple[object, ...]]:
     if prefix.endswith("/"):
         return "substr(key, 1, ?) = ?", (len(prefix), prefix)
     return "key = ?", (prefix,)
-
-
-def _seq(db: sqlite3.Connection) -> int:
-    row = db.execute("SELECT seq FROM counter WHERE id = 1").fetchone()
-    return 0 if row is None else int(row[0])
-
-
-def _next(db: sqlite3.Connection) -> int:
-    """The file's next sequence number (inside the caller's transaction)."""
-    if db.execute("UPDATE counter SET seq = seq + 1 WHERE id = 1").rowcount == 0:
-        db.execute("INSERT INTO counter (id, seq) VALUES (1, 1)")
-    return _seq(db)
 
 
 def _add_lease_columns(db: sqlite3.Connection) -> None:
@@ -426,6 +620,55 @@ def _add_lease_columns(db: sqlite3.Connection) -> None:
     except BaseException:
         _rollback(db)
         raise
+
+
+def _check_pages(db: sqlite3.Connection) -> None:
+    """Raise :class:`_Unfit` when SQLite's quick check finds the file damaged (a truncated
+    file opens, and fails only at the page it lacks)."""
+    found = db.execute("PRAGMA quick_check(1)").fetchone()
+    if found is None or found[0] != "ok":
+        detail = "" if found is None else str(found[0]).splitlines()[0]
+        raise _Unfit(f"database disk image is malformed ({detail[:120]})")
+
+
+def _check_tables(db: sqlite3.Connection) -> None:
+    """Raise :class:`_Unfit` when a table lacks a column teamlead has always used (a
+    missing table is made, a missing later column added, by :meth:`MachineAccount._connect`)."""
+    for table, columns in _COLUMNS.items():
+        have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
+        if have and not columns <= have:
+            missing = ", ".join(sorted(columns - have))
+            raise _Unfit(f"its {table} table is not teamlead's: it lacks {missing}")
+
+
+def _damage(path: Path) -> str | None:
+    """What is wrong with the database at ``path`` (``None``: nothing), found without
+    writing to it."""
+    try:
+        db = sqlite3.connect(str(path), timeout=0.1)
+    except sqlite3.Error as exc:
+        return _reason(exc) if _corrupt(exc) else None
+    try:
+        _check_pages(db)
+        _check_tables(db)
+    except (sqlite3.Error, _Unfit) as exc:
+        return _reason(exc) if _corrupt(exc) else None
+    finally:
+        db.close()
+    return None
+
+
+def _corrupt(exc: BaseException) -> bool:
+    """Whether ``exc`` says the file is no SQLite database, or a damaged one."""
+    if isinstance(exc, _Unfit):
+        return True
+    if not isinstance(exc, sqlite3.DatabaseError):
+        return False
+    code = getattr(exc, "sqlite_errorcode", None)  # Python 3.11+
+    if isinstance(code, int):
+        return code & 0xFF in _CORRUPT_CODES
+    text = str(exc)
+    return "file is not a database" in text or "malformed" in text
 
 
 def _reason(exc: BaseException) -> str:

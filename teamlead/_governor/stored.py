@@ -1,0 +1,225 @@
+"""What a shared account stores, and reading it back as untrusted input.
+
+The machine's SQLite file and a Redis database are written by every teamlead process of
+the account, by older and newer teamleads, and by anything else that can open them: a
+row may hold text where a time belongs, a number far out of range, or JSON of another
+shape. So what a shared account reads back is checked like a header or an inbox file:
+
+* the learnt limits (:func:`read_limits`): every field of the JSON of its type and range,
+  else the row reads as never seen and is dropped; the times in it are clamped to the
+  bounds of what they came from (a pause to :data:`~.retry_after.MAX_PAUSE_S` from now,
+  as the header that asked for it was; the time of a 429 to now), so no row can hold a
+  bucket paused for longer than any upstream could ask;
+* a lease lives until its own expiry, which is at most :data:`MAX_LEASE_S` away (plus
+  :data:`MAX_AHEAD_S` for the clocks of a shared home's hosts); one whose expiry, process
+  or start cannot be read is void, so a foreign row can neither hold a slot for good nor
+  crash a request;
+* any other time (when a row was last written) is a finite number at most
+  :data:`MAX_AHEAD_S` ahead (:func:`read_time`), and every sequence number or count an
+  integer in range.
+
+Each account drops a bad entry where it finds it and tells it once per process per kind
+(:class:`WarnOnce`), never per request, and never raises it into a request.
+
+Times in ``Limits`` are the reading process's monotonic clock; a shared account stores
+wall-clock times and translates (:func:`to_wall`, :func:`from_wall`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from dataclasses import fields, replace
+from typing import Any
+
+from .aimd import Limits
+from .retry_after import MAX_PAUSE_S
+
+__all__ = [
+    "MAX_AHEAD_S",
+    "MAX_LEASE_S",
+    "MAX_SEQ",
+    "PROCESS_WARNINGS",
+    "WarnOnce",
+    "from_wall",
+    "limits_to_json",
+    "read_count",
+    "read_limits",
+    "read_time",
+    "to_wall",
+]
+
+log = logging.getLogger("teamlead.governor")
+
+#: The longest a lease lives without renewal; a stored expiry further ahead is void.
+MAX_LEASE_S = 600.0
+#: How far ahead of the reader's clock a time another process stored may be: the clocks of
+#: the hosts on a shared home disagree a little. A time further ahead was not written by
+#: any clock of the account, so it cannot be believed.
+MAX_AHEAD_S = 600.0
+#: The largest sequence number, epoch or count read back (exact in a double, as in JSON
+#: and Lua); a larger one was not written by teamlead.
+MAX_SEQ = 2**53
+#: The most slots one bucket is learnt to hold.
+_MAX_CAP = 2**31
+#: The longest stored limits (ours are about 250 characters); a longer text is not read.
+_MAX_TEXT = 4096
+
+_FIELDS = tuple(f.name for f in fields(Limits))
+#: The integer fields of ``Limits``: the least and most each may be, and whether ``None``
+#: (JSON ``null``) is allowed.
+_COUNTS: dict[str, tuple[int, int, bool]] = {
+    "cap": (1, _MAX_CAP, False),
+    "epoch": (0, MAX_SEQ, False),
+    "last_good": (1, _MAX_CAP, True),
+    "successes": (0, MAX_SEQ, False),
+    "bad_level": (1, _MAX_CAP, True),
+    "cut_epoch": (-1, MAX_SEQ, False),
+}
+
+
+class WarnOnce:
+    """Warnings told at most once per kind.
+
+    What a shared store drops is told once, not per request: a bad row is dropped where it
+    is found, but a writer that keeps writing them would else flood the run's output. A
+    process has one (:data:`PROCESS_WARNINGS`, every account's default); tests pass their
+    own.
+
+    Example:
+        >>> warn = WarnOnce()
+        >>> warn("machine:lease", "shared limits: dropped an unreadable lease")
+        True
+        >>> warn("machine:lease", "shared limits: dropped an unreadable lease")
+        False
+    """
+
+    def __init__(self) -> None:
+        self._told: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, kind: str, message: str) -> bool:
+        """Log ``message`` as a warning unless ``kind`` was told already; whether it was."""
+        with self._lock:
+            if kind in self._told:
+                return False
+            self._told.add(kind)
+        log.warning("%s", message)
+        return True
+
+
+#: The warnings of this process (see :class:`WarnOnce`).
+PROCESS_WARNINGS = WarnOnce()
+
+
+def to_wall(limits: Limits, offset: float) -> Limits:
+    """``limits`` with its times moved by ``offset`` (wall minus monotonic)."""
+    return replace(
+        limits,
+        bad_at=limits.bad_at + offset,
+        cooldown_until=limits.cooldown_until + offset,
+    )
+
+
+def from_wall(limits: Limits, offset: float) -> Limits:
+    """The inverse of :func:`to_wall`."""
+    return to_wall(limits, -offset)
+
+
+def limits_to_json(limits: Limits) -> dict[str, Any]:
+    """A JSON-safe dict (``-inf`` times as ``None``)."""
+    out: dict[str, Any] = {}
+    for name in _FIELDS:
+        value = getattr(limits, name)
+        out[name] = None if isinstance(value, float) and not math.isfinite(value) else value
+    return out
+
+
+def _time(value: object) -> float | None:
+    """A stored time as seconds (``None``, JSON ``null``, is never: ``-inf``); ``None``
+    when it is not a number (``nan`` included)."""
+    if value is None:
+        return -math.inf
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    seconds = float(value)
+    return None if math.isnan(seconds) else seconds
+
+
+def read_count(value: object, *, low: int = 0, high: int = MAX_SEQ) -> int | None:
+    """A stored integer between ``low`` and ``high``; ``None`` for anything else (text, a
+    float, a bool).
+
+    Example:
+        >>> read_count(7), read_count("7"), read_count(-1)
+        (7, None, None)
+    """
+    if isinstance(value, int) and not isinstance(value, bool) and low <= value <= high:
+        return value
+    return None
+
+
+def read_time(value: object, *, latest: float) -> float | None:
+    """A stored wall-clock time: a finite number of seconds not after ``latest``; ``None``
+    for anything else (text, ``inf``, a time no process of the account could have written).
+
+    Example:
+        >>> read_time(12.5, latest=100.0), read_time("abc", latest=100.0)
+        (12.5, None)
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    seconds = float(value)
+    return seconds if math.isfinite(seconds) and seconds <= latest else None
+
+
+def read_limits(text: object, *, now: float) -> Limits | None:
+    """The learnt limits in a stored JSON text, in wall-clock time; ``None`` when any part
+    of it cannot be read (the caller drops it, and the bucket starts afresh).
+
+    A time is clamped where it is read, not written back: the next rule that changes the
+    bucket stores the clamped one, and a bucket nobody changes is forgotten in time.
+
+    Args:
+        text: the stored value (anything: it is checked to be a short JSON object).
+        now: wall-clock seconds; ``cooldown_until`` is clamped to at most
+            :data:`~.retry_after.MAX_PAUSE_S` after it, ``bad_at`` to at most it.
+
+    Example:
+        >>> read_limits('{"cap": 3, "cooldown_until": 1e18}', now=100.0).cooldown_until
+        700.0
+        >>> read_limits('{"cap": 3, "successes": "x"}', now=100.0) is None
+        True
+    """
+    if not isinstance(text, str) or len(text) > _MAX_TEXT:
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    values: dict[str, Any] = {}
+    for name, (low, high, optional) in _COUNTS.items():
+        if name not in data:
+            if name == "cap":
+                return None
+            continue
+        value = data[name]
+        if not (value is None and optional) and read_count(value, low=low, high=high) is None:
+            return None
+        values[name] = value
+    measured = data.get("measured", False)
+    if not isinstance(measured, bool):
+        return None
+    bad_at, cooldown_until = _time(data.get("bad_at")), _time(data.get("cooldown_until"))
+    if bad_at is None or cooldown_until is None:
+        return None
+    return Limits(
+        **values,
+        measured=measured,
+        bad_at=min(bad_at, now),
+        cooldown_until=min(cooldown_until, now + MAX_PAUSE_S),
+    )
