@@ -18,7 +18,7 @@ from ..errors import UsageError
 from ..policy import SHARED_LIMITS, redis_url_problem
 from .account import Account, AccountError, FallbackAccount, ProcessAccount, describe
 from .store import LimitStore
-from .stored import PROCESS_WARNINGS, WarnOnce
+from .stored import WarnOnce
 
 __all__ = ["check_limits_spec", "open_account"]
 
@@ -55,7 +55,7 @@ def open_account(
     machine_path: Path | None = None,
     lease_ttl_s: float = 30.0,
     forget_after_s: float = 300.0,
-    warnings: WarnOnce = PROCESS_WARNINGS,
+    warnings: WarnOnce | None = None,
 ) -> Account:
     """The account for ``spec`` (see the module docstring), with its fallbacks.
 
@@ -66,12 +66,14 @@ def open_account(
         machine_path: the SQLite file (default: in the user's cache directory).
         lease_ttl_s: how long a shared lease lives without renewal.
         forget_after_s: learnt limits untouched this long are forgotten.
-        warnings: where a bad entry found in a shared store is told, once per kind.
+        warnings: where a bad entry found in a shared store is told, once per kind
+            (default: one of the account's own).
 
     Raises:
         UsageError: ``spec`` is none of those, or a Redis URL whose database is no number.
     """
     spec = check_limits_spec(spec)
+    told = warnings if warnings is not None else WarnOnce()  # one for the account's fallbacks
 
     def process() -> Account:
         return ProcessAccount(store)
@@ -87,7 +89,7 @@ def open_account(
             clock=clock,
             lease_ttl_s=lease_ttl_s,
             forget_after_s=forget_after_s,
-            warnings=warnings,
+            warnings=told,
         )
         return FallbackAccount(local, process)
 
@@ -101,7 +103,7 @@ def open_account(
             clock=clock,
             lease_ttl_s=lease_ttl_s,
             forget_after_s=forget_after_s,
-            warnings=warnings,
+            warnings=told,
         )
     except AccountError as exc:
         fallback = machine()

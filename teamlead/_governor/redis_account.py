@@ -54,7 +54,6 @@ from .aimd import Limits, Step
 from .stored import (
     MAX_LEASE_S,
     MAX_SEQ,
-    PROCESS_WARNINGS,
     WarnOnce,
     from_wall,
     limits_to_json,
@@ -334,7 +333,7 @@ class RedisAccount:
         forget_after_s: learnt limits untouched this long are forgotten.
         timeout_s: the longest wait to connect and for each answer.
         warnings: where a bad entry found in Redis is told, once per kind (default: the
-            process's own, :data:`~.stored.PROCESS_WARNINGS`).
+            account's own).
     """
 
     shared = True
@@ -347,7 +346,7 @@ class RedisAccount:
         lease_ttl_s: float = 30.0,
         forget_after_s: float = 300.0,
         timeout_s: float = 0.5,
-        warnings: WarnOnce = PROCESS_WARNINGS,
+        warnings: WarnOnce | None = None,
     ) -> None:
         try:
             import redis
@@ -384,7 +383,7 @@ class RedisAccount:
         self._drop = self._redis.register_script(_DROP)
         self._cas = self._redis.register_script(_CAS)
         self._clock = clock
-        self._warnings = warnings
+        self._warnings = warnings if warnings is not None else WarnOnce()
         self._timeout = timeout_s
         self._ttl = min(lease_ttl_s, MAX_LEASE_S)
         self._ttl_ms = max(1, round(self._ttl * 1000))

@@ -59,7 +59,6 @@ from .stored import (
     MAX_AHEAD_S,
     MAX_LEASE_S,
     MAX_SEQ,
-    PROCESS_WARNINGS,
     WarnOnce,
     from_wall,
     limits_to_json,
@@ -172,7 +171,7 @@ class MachineAccount:
         forget_after_s: learnt limits older than this (and no lease) read as never seen.
         busy_s: the longest wait for another process's transaction.
         warnings: where a bad row found in the file is told, once per kind (default: the
-            process's own, :data:`~.stored.PROCESS_WARNINGS`).
+            account's own).
     """
 
     shared = True
@@ -185,14 +184,14 @@ class MachineAccount:
         lease_ttl_s: float = 30.0,
         forget_after_s: float = 300.0,
         busy_s: float = 0.5,
-        warnings: WarnOnce = PROCESS_WARNINGS,
+        warnings: WarnOnce | None = None,
     ) -> None:
         self.path = path if path is not None else default_path()
         self._clock = clock
         self._ttl = min(lease_ttl_s, MAX_LEASE_S)
         self._forget = forget_after_s
         self._busy = busy_s
-        self._warnings = warnings
+        self._warnings = warnings if warnings is not None else WarnOnce()
         self._host = socket.gethostname()
         self._pid = os.getpid()
         self._me = _started(self._pid) or 0.0

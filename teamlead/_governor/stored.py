@@ -41,7 +41,6 @@ __all__ = [
     "MAX_AHEAD_S",
     "MAX_LEASE_S",
     "MAX_SEQ",
-    "PROCESS_WARNINGS",
     "WarnOnce",
     "from_wall",
     "limits_to_json",
@@ -85,8 +84,8 @@ class WarnOnce:
 
     What a shared store drops is told once, not per request: a bad row is dropped where it
     is found, but a writer that keeps writing them would else flood the run's output. A
-    process has one (:data:`PROCESS_WARNINGS`, every account's default); tests pass their
-    own.
+    process's accounts share the one of its :class:`~teamlead.ProcessState` (its relay
+    pool's); an account made alone has its own; tests pass theirs.
 
     Example:
         >>> warn = WarnOnce()
@@ -108,10 +107,6 @@ class WarnOnce:
             self._told.add(kind)
         log.warning("%s", message)
         return True
-
-
-#: The warnings of this process (see :class:`WarnOnce`).
-PROCESS_WARNINGS = WarnOnce()
 
 
 def to_wall(limits: Limits, offset: float) -> Limits:

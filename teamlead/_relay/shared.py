@@ -26,6 +26,7 @@ from .._governor.account import Account
 from .._governor.accounts import open_account
 from .._governor.namespaced import NamespacedAccount
 from .._governor.store import LimitStore
+from .._governor.stored import WarnOnce
 from ..governor import Governor, GovernorPolicy
 from ..policy import LimitsPolicy
 from .forward import RelayConfig
@@ -170,6 +171,8 @@ class RelayPool:
 
     def __init__(self, *, store: LimitStore | None = None) -> None:
         self.store = store
+        #: what the pool's shared accounts found wrong in their stores, told once per kind
+        self.warnings = WarnOnce()
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopShare] = (
             weakref.WeakKeyDictionary()
         )
@@ -186,7 +189,7 @@ class RelayPool:
         under the account's ``name`` (:func:`account_of`) in a store other accounts share."""
         if self.store is not None and not shared.startswith(("redis://", "rediss://")):
             shared = "process"  # a Ray worker: the experiment's store is the shared one
-        account = open_account(shared, store=self.store)
+        account = open_account(shared, store=self.store, warnings=self.warnings)
         return NamespacedAccount(account, name) if name else account
 
     def governor(
