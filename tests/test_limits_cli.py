@@ -28,6 +28,7 @@ from claude_agent_sdk import ResultMessage, query
 from teamlead._governor.aimd import Limits
 from teamlead._governor.sqlite_account import MachineAccount
 from teamlead._relay import RELAY_POLICY, start_relay
+from teamlead._relay.shared import account_of
 from teamlead.governor import Governor
 from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import FanOut, findings_in
@@ -254,16 +255,17 @@ def test_a_text_timestamp_in_the_machine_store_costs_one_warning_not_the_run(
     machine, for good: the check that would forget the row was the line that raised."""
     cache = tmp_path / "cache"
     db = cache / "teamlead" / "limits.sqlite3"
-    key = f"anthropic/{MODEL}"
-    past = MachineAccount(db)  # the file as an earlier run left it, then damaged
-    past.update(key, lambda _: (Limits(cap=3), None))
-    past.close()
-    with contextlib.closing(sqlite3.connect(db)) as other:
-        other.execute("UPDATE limits SET updated = 'abc'")
-        other.commit()
     agents = 4
     with ScriptedServer(FanOut.of(agents, delays=DELAY)) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "machine", max_retries=0)
+        # the row of this upstream's account, as an earlier run left it, then damaged
+        key = f"{account_of(server.base_url, claude.env)}/anthropic/{MODEL}"
+        past = MachineAccount(db)
+        past.update(key, lambda _: (Limits(cap=3), None))
+        past.close()
+        with contextlib.closing(sqlite3.connect(db)) as other:
+            other.execute("UPDATE limits SET updated = 'abc'")
+            other.commit()
         proc = _ask(claude, cache, "--model", MODEL)
         try:
             out, err = proc.communicate(timeout=90)
