@@ -141,6 +141,11 @@ class Policy(BaseModel):
             ``token_budget``). Needs the relay.
         request_budget: API requests for the whole run, counted the same way (one is kept
             for the wrap-up).
+        overload_hold_s: the longest the relay holds one of the run's requests through an
+            overload burst (529s, 503s, a dropped connection), retrying it with jittered
+            backoff while the CLI waits (a streaming request is kept alive with ``ping``
+            events); within the run's deadline. Past it the overload goes on to the CLI.
+            0 passes overloads on at once. Default 300 s: bursts of minutes are reported.
         relay_port: the loopback port the relay listens on when this run starts it (0, the
             default: any free port). A run that joins a relay already serving its upstream
             in the process uses that relay's port. A port that cannot be bound turns the
@@ -165,6 +170,7 @@ class Policy(BaseModel):
     token_budget: int | None = Field(default=None, ge=1, le=10**12)
     request_budget: int | None = Field(default=None, ge=2, le=10**9)
     relay_port: int = Field(default=0, ge=0, le=65535)
+    overload_hold_s: float = Field(default=300.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
 
     @property
     def bg_wait_ceiling_ms(self) -> int:

@@ -174,3 +174,75 @@ def test_what_one_upstream_teaches_never_limits_another(tmp_path: Path) -> None:
     assert other["relay"]["buckets"][0]["limit"] > 2
     keys = set(stored_pauses(cache))
     assert len({key.split("/", 1)[0] for key in keys}) == 2, keys  # one account each
+
+
+class Burst:
+    """``script``, but every request (lead's and subagents') that arrives within
+    ``seconds`` of the first subagent request gets 529 ``overloaded_error``."""
+
+    def __init__(self, script: Callable[[ScriptedRequest], Reply], seconds: float) -> None:
+        self.script, self.seconds = script, seconds
+        self.began: float | None = None
+        self.overloaded = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        with self._lock:
+            now = time.monotonic()
+            if self.began is None and req.role == "subagent":
+                self.began = now
+            if self.began is not None and now < self.began + self.seconds:
+                self.overloaded += 1
+                return Reply.error(529)
+        return self.script(req)
+
+
+#: The CLI's own stream timeouts at their floor (10 s): a hold longer than them that the
+#: relay did not keep alive would trip them.
+SHORT_TIMEOUTS = {
+    "CLAUDE_STREAM_FIRST_BYTE_TIMEOUT_MS": "10000",
+    "CLAUDE_BYTE_STREAM_IDLE_TIMEOUT_MS": "10000",
+}
+
+
+def test_an_overload_burst_longer_than_the_clis_timeouts_costs_no_agent(tmp_path: Path) -> None:
+    burst = Burst(FanOut.of(4, delays=0.3), seconds=15)
+    with ScriptedServer(burst) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "one", env=SHORT_TIMEOUTS)
+        done = ask(claude, tmp_path / "cache", "--deadline", "120", within_s=180)
+        jobs = [
+            r.request.agent.description
+            for r in server.recorded("subagent")
+            if r.status == 200 and r.request.agent is not None
+        ]
+        agent_ids = {
+            value
+            for r in server.recorded("subagent")
+            for name, value in r.headers
+            if name.lower() == "x-claude-code-agent-id"
+        }
+    assert burst.overloaded >= 4  # every agent met the burst
+    assert done["status"] == "completed", done["_stderr"]
+    assert sorted(findings_in(done["result"] or "")) == [f"agent-{n}" for n in range(1, 5)]
+    # no agent re-spawned: one agent id per job, each job answered once
+    assert sorted(jobs) == [f"agent-{n}" for n in range(1, 5)] and len(agent_ids) == 4
+    assert done["relay"]["passed"] == 0 and done["relay"]["overloaded"] == burst.overloaded
+    assert all(row["status"] == "completed" for row in done["tasks"])
+
+
+def test_an_overload_burst_that_outlasts_the_hold_goes_on_and_leaks_nothing(
+    tmp_path: Path,
+) -> None:
+    burst = Burst(FanOut.of(2, delays=0.3), seconds=600)
+    with ScriptedServer(burst) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "one")
+        done = ask(
+            claude, tmp_path / "cache", "--deadline", "60", "--overload-hold", "2", within_s=120
+        )
+    # past the hold the overloads reached the CLI (its retries off): the agents failed,
+    # one line each, the run ended by itself with its finished line
+    assert done["status"] in ("failed", "partial")
+    assert done["relay"]["passed"] >= 2 and done["_wall_s"] < 60
+    failed = [row for row in done["tasks"] if row["kind"] == "task"]
+    assert failed and all(row["status"] == "failed" for row in failed)
+    assert not [line for line in done["_stderr"].splitlines() if "Traceback" in line]

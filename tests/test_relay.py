@@ -31,6 +31,7 @@ from teamlead._relay import (
     start_relay,
 )
 from teamlead._relay.forward import AnswerEnd
+from teamlead._relay.keepalive import PING
 from teamlead._relay.stats import RelayEvent
 from teamlead.events import ConcurrencyChanged, RateLimited
 from teamlead.governor import Governor, GovernorPolicy
@@ -342,12 +343,13 @@ async def test_past_the_bound_the_429_is_passed_on_with_its_body(
     assert (summary.absorbed, summary.passed) == (2, 1)
 
 
-async def test_a_529_is_passed_on_at_once_and_feeds_the_governor(
+async def test_with_no_hold_a_529_is_passed_on_at_once_and_feeds_the_governor(
     server_factory: list[ScriptedServer],
 ) -> None:
     server = serve(server_factory, lambda req: Reply.error(529))
     governor = fake_governor(ceiling=8)
-    async with start_relay(server.base_url, governor) as relay, http() as h:
+    config = RelayConfig(overload_hold_s=0)
+    async with start_relay(server.base_url, governor, config=config) as relay, http() as h:
         r = await h.post(relay.base_url + "/v1/messages", content=body())
         summary = relay.summary()
     assert r.status_code == 529
@@ -356,6 +358,107 @@ async def test_a_529_is_passed_on_at_once_and_feeds_the_governor(
     assert governor.state(f"anthropic/{MODEL}").cap == 6
     assert governor.journal[-1].reason == "overloaded"
     assert (summary.overloaded, summary.passed, summary.absorbed) == (1, 1, 0)
+
+
+class Overloaded:
+    """529 (with ``retry_after``) for the first ``n`` requests, then an answer."""
+
+    def __init__(self, n: int, retry_after: float | None = None) -> None:
+        self.n, self.retry_after, self.seen = n, retry_after, 0
+        self._lock = threading.Lock()
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        with self._lock:
+            self.seen += 1
+            if self.seen <= self.n:
+                return Reply.error(529, retry_after=self.retry_after)
+        return Reply.text("served after the burst")
+
+
+async def test_a_529_burst_is_held_at_the_relay_and_the_request_served_after_it(
+    server_factory: list[ScriptedServer],
+) -> None:
+    server = serve(server_factory, Overloaded(5))
+    governor = fake_governor(ceiling=8)
+    clock: FakeClock = governor.clock  # type: ignore[assignment]
+    async with start_relay(server.base_url, governor) as relay, http() as h:
+        r = await h.post(relay.base_url + "/v1/messages", content=body())
+        summary = relay.summary()
+    assert r.status_code == 200 and "served after the burst" in r.text
+    assert len(server.recorded()) == 6
+    assert (summary.overloaded, summary.absorbed, summary.passed) == (5, 5, 0)
+    # each retry waited a jittered, doubling backoff, all of it as the bucket's pause
+    waits = [w for w in clock.sleeps if w > 0]
+    assert len(waits) >= 5 and 0 < clock.monotonic() <= sum(2.0**n for n in range(5)) + 1
+    assert "overloaded" in [e.reason for e in governor.journal]
+    assert governor.total_in_flight == 0
+
+
+async def test_a_529_burst_past_the_hold_is_passed_on_once_the_hold_is_spent(
+    server_factory: list[ScriptedServer],
+) -> None:
+    server = serve(server_factory, lambda req: Reply.error(529))
+    governor = fake_governor(ceiling=8)
+    clock: FakeClock = governor.clock  # type: ignore[assignment]
+    config = RelayConfig(overload_hold_s=60)
+    async with start_relay(server.base_url, governor, config=config) as relay, http() as h:
+        r = await h.post(relay.base_url + "/v1/messages", content=body())
+        summary = relay.summary()
+    assert r.status_code == 529 and r.json()["error"]["type"] == "overloaded_error"
+    assert 60 - config.backoff_max_s <= clock.monotonic() <= 60  # held for the whole hold
+    assert summary.passed == 1 and summary.absorbed == len(server.recorded()) - 1 >= 3
+    assert governor.total_in_flight == 0
+
+
+async def test_a_hold_through_an_overload_ends_at_the_runs_deadline(
+    server_factory: list[ScriptedServer],
+) -> None:
+    server = serve(server_factory, lambda req: Reply.error(529))
+    governor = fake_governor(ceiling=8)
+    clock: FakeClock = governor.clock  # type: ignore[assignment]
+    async with start_relay(server.base_url, governor) as relay, http() as h:
+        run = relay.open_run(deadline_s=20.0)  # the hold alone would allow 300 s
+        r = await h.post(run.base_url + "/v1/messages", content=body())
+    assert r.status_code == 529
+    assert clock.monotonic() <= 20.0
+    assert run.summary().passed == 1 and governor.total_in_flight == 0
+
+
+async def test_a_held_streaming_request_is_kept_alive_with_pings_then_streams_the_answer(
+    server_factory: list[ScriptedServer],
+) -> None:
+    server = serve(server_factory, Overloaded(2, retry_after=0.4))
+    governor = Governor(GovernorPolicy(ceiling=8))  # real time: the pings are on it
+    config = RelayConfig(ping_every_s=0.1)
+    async with start_relay(server.base_url, governor, config=config) as relay, http() as h:
+        r = await h.post(relay.base_url + "/v1/messages", content=body(stream=True))
+    assert r.status_code == 200
+    assert r.headers["content-type"].startswith("text/event-stream")
+    text = r.text
+    held, _, answer = text.partition("event: message_start")
+    # the relay's pings while it held the request, then the answer's own events, whole
+    assert held.count("event: ping") >= 3 and held.replace(PING.decode(), "") == "", held
+    assert "served after the burst" in answer and "event: message_stop" in answer
+
+
+async def test_a_held_streaming_request_whose_burst_outlasts_the_hold_ends_in_an_error_event(
+    server_factory: list[ScriptedServer],
+) -> None:
+    server = serve(server_factory, Overloaded(100, retry_after=0.3))
+    governor = Governor(GovernorPolicy(ceiling=8))
+    config = RelayConfig(ping_every_s=0.1, overload_hold_s=1.0)
+    async with start_relay(server.base_url, governor, config=config) as relay, http() as h:
+        r = await h.post(relay.base_url + "/v1/messages", content=body(stream=True))
+        summary = relay.summary()
+    assert r.status_code == 200  # the head went out with the first ping
+    events = [line for line in r.text.splitlines() if line.startswith("event: ")]
+    assert events[0] == "event: ping" and events[-1] == "event: error"
+    error = json.loads(r.text.strip().splitlines()[-1][len("data: ") :])
+    assert error == {
+        "type": "error",
+        "error": {"type": "overloaded_error", "message": "Overloaded"},
+    }
+    assert summary.passed == 1 and governor.total_in_flight == 0
 
 
 async def test_the_lead_is_served_before_queued_subagents(

@@ -219,7 +219,7 @@ async def test_an_implausible_header_pauses_a_model_no_longer_than_a_backoff(
     server = upstream(hostile, reply(status, headers), reply(200))
     governor = fake_governor()
     clock: FakeClock = governor.clock  # type: ignore[assignment]
-    config = RelayConfig(max_retries=0)
+    config = RelayConfig(max_retries=0, overload_hold_s=0)  # each reply goes on as it is
     async with start_relay(server.url, governor, config=config) as relay, http() as h:
         first = await h.post(relay.base_url + "/v1/messages", content=BODY)
         paused = governor.state(KEY).cooldown_s

@@ -25,6 +25,7 @@ from .options import (
     no_relay_option,
     option,
     output_mode,
+    overload_hold_option,
 )
 
 if TYPE_CHECKING:
@@ -109,6 +110,7 @@ def run_options(func: _F) -> _F:
         option("--verbose", "-v", is_flag=True, help="Show the lead's text as it streams."),
         *spawn_options(),
         no_relay_option(),
+        overload_hold_option(),
         *limits_options(),
     ]
     for decorate in reversed(options):
@@ -216,6 +218,7 @@ def settings_from_options(
     request_budget: int | None = None,
     no_spawn_gate: bool = False,
     no_relay: bool = False,
+    overload_hold_s: float = 300.0,
     limits_shared: str = "machine",
     model_limit: tuple[str, ...] = (),
     provider_limit: tuple[str, ...] = (),
@@ -249,6 +252,7 @@ def settings_from_options(
         request_budget=request_budget,
         spawn_gate=not no_spawn_gate,
         relay=not no_relay,
+        overload_hold_s=overload_hold_s,
         limits=limits_from_options(
             limits_shared, model_limit, provider_limit, default_limit, total_limit
         ),

@@ -89,6 +89,7 @@ class AskSettings:
     cli_path: str | None = None
     env: dict[str, str] = field(default_factory=dict)
     relay: bool = True
+    overload_hold_s: float = 300.0
     limits: LimitsPolicy = field(default_factory=LimitsPolicy)
 
 
@@ -177,6 +178,7 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
                 subagent_model=settings.subagent_model,
             ),
             relay=settings.relay,
+            overload_hold_s=settings.overload_hold_s,
             limits=settings.limits,
             token_budget=settings.token_budget,
             request_budget=settings.request_budget,

@@ -46,6 +46,7 @@ from .forward import (
     UpstreamUnreachable,
     open_upstream,
 )
+from .keepalive import HeldSend
 from .observe import Guarded, RequestObserver, trace_request
 from .routing import Refusal, RequestInfo, check_target, classify
 from .run_limits import NoPlace, RunLimits
@@ -90,7 +91,8 @@ class RunShare:
     ``deadline`` is when the run ends, on the governor's clock (monotonic seconds): none of
     its requests waits for a slot or holds a 429 past it. ``limits`` are the run's own
     ceilings (``--model-limit`` and kin): its requests take a place under them before they
-    ask the governor, so they bound this run only.
+    ask the governor, so they bound this run only. ``overload_hold_s`` is the longest the
+    run lets one of its requests be held through an overload (``None``: the relay's).
     """
 
     tally: Tally = field(default_factory=Tally)
@@ -99,6 +101,7 @@ class RunShare:
     observer: RequestObserver | None = None
     agents: AgentBook | None = None
     limits: RunLimits | None = None
+    overload_hold_s: float | None = None
 
 
 class _TooLarge(Exception):
@@ -235,6 +238,7 @@ class RelayApp:
                 trace,
                 arrived,
                 limits=run.limits if run is not None else None,
+                hold_s=run.overload_hold_s if run is not None else None,
             )
 
         try:
@@ -292,10 +296,12 @@ class RelayApp:
         arrived: float = 0.0,
         *,
         limits: RunLimits | None = None,
+        hold_s: float | None = None,
     ) -> str | None:
         """Forward one request under its run's own ceilings (``limits``), then the
-        governor's slot, and stream its reply back; the error kind, if it failed."""
-        forward = self._forward(send, request, key, info, limited, deadline, trace, arrived)
+        governor's slot, and stream its reply back; the error kind, if it failed.
+        ``hold_s``: the longest its run lets it be held through an overload."""
+        forward = self._forward(send, request, key, info, limited, deadline, trace, arrived, hold_s)
         if limits is None or not limits.active:
             return await forward
         now = self.governor.clock.monotonic()
@@ -338,10 +344,19 @@ class RelayApp:
         deadline: float | None,
         trace: Guarded | None,
         arrived: float,
+        hold_s: float | None = None,
     ) -> str | None:
-        """Forward one request and stream its reply back; the error kind, if it failed."""
-        try:
-            exchange = await open_upstream(
+        """Forward one request and stream its reply back; the error kind, if it failed.
+
+        A streaming request held through an overload is kept alive meanwhile (its head at
+        once, then pings: :class:`~.keepalive.HeldSend`); whatever is written after that
+        goes through it."""
+        held = HeldSend(send, self.config.ping_every_s) if info.streaming else None
+        if held is not None:
+            send = held
+
+        async def exchange_opened() -> Exchange:
+            return await open_upstream(
                 self.session,
                 request,
                 governor=self.governor,
@@ -351,6 +366,13 @@ class RelayApp:
                 on_limited=limited,
                 deadline=deadline,
                 rng=self.rng,
+                hold_s=hold_s,
+                on_hold=held.hold if held is not None else None,
+            )
+
+        try:
+            exchange = await (
+                exchange_opened() if held is None else _kept_alive(held, exchange_opened)
             )
         except NoSlot:
             return await self._no_slot(send, key, info, limited)
@@ -416,6 +438,24 @@ class RelayApp:
         headers.extend((extra or {}).items())
         await send({"type": "http.response.start", "status": status, "headers": headers})
         await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _kept_alive(held: HeldSend, opened: Callable[[], Awaitable[Exchange]]) -> Exchange:
+    """``opened()`` with ``held``'s keep-alive beside it (pings once the request is held);
+    its failure is raised as it is, not in a group."""
+    result: list[Exchange] = []
+    failure: list[Exception] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(held.keep_alive)
+        try:
+            result.append(await opened())
+        except Exception as exc:  # noqa: BLE001 - raised below, outside the task group
+            failure.append(exc)
+        finally:
+            held.stop()  # the pings end; the keep-alive finishes its last write
+    if failure:
+        raise failure[0]
+    return result[0]
 
 
 def _traced_send(send: Send, trace: Guarded) -> Send:

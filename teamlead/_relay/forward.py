@@ -9,9 +9,16 @@ a new slot with a higher priority, which the governor grants once the pause has 
 429 without a usable Retry-After pauses the bucket for a jittered exponential backoff
 instead (:func:`backoff_s`), so it is never retried at once. Past ``max_retries``, or when
 the pause is longer than the request can wait (the slot timeout, or what is left of its
-run's deadline), the 429 goes on to the client at once. A 529 feeds the governor as an
-overload and goes on at once: the CLI and teamlead's resume already retry it, and retrying
-here too would multiply retries.
+run's deadline), the 429 goes on to the client at once.
+
+An overload (529, 503, or the upstream dropping the connection mid-exchange) is held too:
+the governor is fed an overload (a pause of the bucket for a jittered exponential backoff,
+shared through the account's store, so every process of the account backs off together;
+a cut once per epoch), the slot is given back, and the request is retried once the pause
+has passed, for at most ``overload_hold_s`` from its first overload (and never past its
+run's deadline). The CLI does not see the burst while the hold lasts; the caller keeps a
+streaming client alive meanwhile (``on_hold``, see :mod:`.keepalive`). Past the bound the
+overload goes on to the client as the upstream gave it.
 
 A Retry-After (or a rate-limit window's reset) beyond the plausibility bound
 (:data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S`) is a faulty header: one
@@ -37,6 +44,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import yarl
@@ -47,11 +55,13 @@ from ..governor import Governor, Slot
 from .routing import RequestInfo, priority
 
 __all__ = [
+    "OVERLOADED",
     "AnswerEnd",
     "Exchange",
     "NoSlot",
     "RelayConfig",
     "UpstreamRequest",
+    "UpstreamDropped",
     "UpstreamTimeout",
     "UpstreamUnreachable",
     "backoff_s",
@@ -87,6 +97,11 @@ class RelayConfig:
         max_connections: open client connections at most (also kept well below the
             process's open-file limit); past it the oldest idle connection is closed.
         port: the loopback port to listen on (0: any free one, drawn by the system).
+        overload_hold_s: the longest one request is held through an overload burst (its
+            run may ask for less, see :attr:`~teamlead.policy.Policy.overload_hold_s`);
+            0 passes overloads on at once.
+        ping_every_s: seconds between the ``ping`` events that keep a held streaming
+            request alive.
     """
 
     max_retries: int = 3
@@ -104,6 +119,8 @@ class RelayConfig:
     body_timeout_s: float = 60.0
     max_connections: int = 1024
     port: int = 0
+    overload_hold_s: float = 300.0
+    ping_every_s: float = 5.0
 
 
 class NoSlot(Exception):
@@ -116,6 +133,17 @@ class UpstreamTimeout(Exception):
 
 class UpstreamUnreachable(Exception):
     """The upstream could not be reached, or broke the connection."""
+
+
+class UpstreamDropped(UpstreamUnreachable):
+    """The upstream accepted the connection, then dropped it before its reply's head (an
+    overloaded server, a reset): held like an overload."""
+
+
+#: The statuses held as an overload: the API's 529, and a 503 from a gateway before it.
+OVERLOADED = frozenset({503, 529})
+#: What a dropped connection is counted as, in events.
+DROPPED_STATUS = 502
 
 
 _RNG = random.Random()
@@ -142,6 +170,20 @@ _LARGE_BODY = 1024 * 1024
 
 
 @dataclass
+class _Hold:
+    """One request's hold through an overload burst: when it began, how many tries."""
+
+    budget_s: float
+    started_at: float | None = None
+    tries: int = 0
+
+    def allows(self, now: float, pause: float) -> bool:
+        """Whether waiting ``pause`` more keeps the hold within its budget."""
+        began = now if self.started_at is None else self.started_at
+        return self.budget_s > 0 and now + pause - began <= self.budget_s
+
+
+@dataclass
 class Exchange:
     """A request under way: its slot (held) and the upstream response (open)."""
 
@@ -165,6 +207,11 @@ async def _send(session: aiohttp.ClientSession, request: UpstreamRequest) -> aio
         )
     except asyncio.TimeoutError:  # aiohttp's connect and read timeouts are both TimeoutErrors
         raise UpstreamTimeout from None
+    except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
+        if isinstance(exc, aiohttp.ClientConnectorError):  # never connected: not an overload
+            log.warning("relay could not reach the upstream: %s", type(exc).__name__)
+            raise UpstreamUnreachable from None
+        raise UpstreamDropped from None
     except aiohttp.ClientError as exc:
         log.warning("relay could not reach the upstream: %s", type(exc).__name__)
         raise UpstreamUnreachable from None
@@ -197,20 +244,29 @@ async def open_upstream(
     on_limited: Callable[[RateLimited], None],
     deadline: float | None = None,
     rng: random.Random | None = None,
+    hold_s: float | None = None,
+    on_hold: Callable[[], None] | None = None,
 ) -> Exchange:
-    """Send ``request`` under a governor slot, holding and retrying 429s; see the module.
+    """Send ``request`` under a governor slot, holding and retrying 429s and overloads;
+    see the module.
 
     Args:
         deadline: when the request's run ends (the governor clock's monotonic seconds):
             no wait goes past it.
         rng: the backoff's jitter (default: one ``random.Random`` for the process).
+        hold_s: the longest this request is held through overloads (default:
+            ``config.overload_hold_s``).
+        on_hold: called when the request is first held for an overload (the caller keeps
+            its client alive from then on).
 
     Raises:
         NoSlot: no governor slot within ``config.slot_timeout_s`` (or the deadline).
         UpstreamTimeout: the upstream did not connect or answer in time.
-        UpstreamUnreachable: the upstream could not be reached.
+        UpstreamUnreachable: the upstream could not be reached (or dropped the
+            connection past the hold).
     """
     attempt = 0
+    hold = _Hold(config.overload_hold_s if hold_s is None else hold_s)
     while True:
         wait = _wait_left(governor, config, deadline)
         try:
@@ -226,18 +282,51 @@ async def open_upstream(
         try:
             response = await _send(session, request)
             absorb = _report(
-                governor, slot, response, key, info, config, attempt, deadline, rng, on_limited
+                governor,
+                slot,
+                response,
+                key,
+                info,
+                config,
+                attempt,
+                deadline,
+                rng,
+                on_limited,
+                hold,
             )
+        except UpstreamDropped:
+            held = _overloaded(
+                governor,
+                slot,
+                None,
+                DROPPED_STATUS,
+                None,
+                info,
+                config,
+                deadline,
+                rng,
+                on_limited,
+                hold,
+            )
+            slot.release()
+            if not held:
+                log.warning("relay lost the upstream before its reply: the connection dropped")
+                raise
+            absorb = True
         except BaseException:
             slot.release()
             if response is not None:
                 response.close()
             raise
         if not absorb:
+            assert response is not None
             return Exchange(slot, response, attempt + 1)
-        log.debug("holding a 429 for %s (%s), retry %d", info.model, info.role, attempt + 1)
-        slot.release()
-        response.close()  # the 429's body is not needed; its connection is not reused
+        if hold.tries and on_hold is not None:
+            on_hold()
+        log.debug("holding a request for %s (%s), retry %d", info.model, info.role, attempt + 1)
+        if response is not None:
+            slot.release()
+            response.close()  # the error's body is not needed; its connection is not reused
         attempt += 1
 
 
@@ -300,18 +389,55 @@ def _report(
     deadline: float | None,
     rng: random.Random | None,
     on_limited: Callable[[RateLimited], None],
+    hold: _Hold,
 ) -> bool:
     """Feed the governor what ``response`` says; whether to hold (absorb) and retry it."""
     status = response.status
     headers = response.headers
-    if status not in (429, 529):
+    if status in OVERLOADED:
+        retry = retry_after_from_headers(headers, now=governor.clock.time())
+        _warn_if_faulty(headers, governor, info, status)
+        absorbed = _overloaded(
+            governor,
+            slot,
+            response,
+            status,
+            retry,
+            info,
+            config,
+            deadline,
+            rng,
+            on_limited,
+            hold,
+        )
+        governor.pace(key, headers)
+        return absorbed
+    if status != 429:
         if 200 <= status < 300:
             slot.streaming()
             governor.pace(key, headers)
         return False
-    now = governor.clock.time()
-    retry_after = retry_after_from_headers(headers, now=now)
-    faulty = faulty_retry_after(headers, now=now)
+    retry_after = retry_after_from_headers(headers, now=governor.clock.time())
+    _warn_if_faulty(headers, governor, info, status)
+    pause = retry_after if retry_after is not None else backoff_s(config, attempt, rng or _RNG)
+    absorb = attempt < config.max_retries and pause <= _wait_left(governor, config, deadline)
+    event = RateLimited(
+        model=info.model,
+        role=info.role,
+        status=status,
+        retry_after_s=retry_after,
+        outcome="absorbed" if absorb else "passed",
+    )
+    # a backoff only paces our own retry; a 429 passed on leaves that to the client
+    slot.rate_limited(pause if absorb else retry_after, measured=True)
+    governor.pace(key, headers)
+    on_limited(event)
+    return absorb
+
+
+def _warn_if_faulty(headers: Any, governor: Governor, info: RequestInfo, status: int) -> None:
+    """One warning line for a Retry-After past the plausibility bound (it is ignored)."""
+    faulty = faulty_retry_after(headers, now=governor.clock.time())
     if faulty is not None:
         log.warning(
             "the upstream asked a %s request to wait %.0f s after a %d: not a plausible "
@@ -320,27 +446,38 @@ def _report(
             min(faulty, 1e12),
             status,
         )
-    pause = retry_after
-    if pause is None and status == 429:
-        pause = backoff_s(config, attempt, rng or _RNG)
-    absorb = (
-        status == 429
-        and attempt < config.max_retries
-        and pause is not None
-        and pause <= _wait_left(governor, config, deadline)
+
+
+def _overloaded(
+    governor: Governor,
+    slot: Slot,
+    response: aiohttp.ClientResponse | None,
+    status: int,
+    retry_after: float | None,
+    info: RequestInfo,
+    config: RelayConfig,
+    deadline: float | None,
+    rng: random.Random | None,
+    on_limited: Callable[[RateLimited], None],
+    hold: _Hold,
+) -> bool:
+    """An overload met (``status``; ``response`` is ``None`` for a dropped connection):
+    feed the governor, and whether to hold the request and retry it (see the module)."""
+    now = governor.clock.monotonic()
+    pause = retry_after if retry_after is not None else backoff_s(config, hold.tries, rng or _RNG)
+    absorb = hold.allows(now, pause) and pause <= _wait_left(governor, config, deadline)
+    if absorb:
+        if hold.started_at is None:
+            hold.started_at = now
+        hold.tries += 1
+    slot.overloaded(pause if absorb else retry_after)
+    on_limited(
+        RateLimited(
+            model=info.model,
+            role=info.role,
+            status=status,
+            retry_after_s=retry_after,
+            outcome="absorbed" if absorb else "passed",
+        )
     )
-    event = RateLimited(
-        model=info.model,
-        role=info.role,
-        status=status,
-        retry_after_s=retry_after,
-        outcome="absorbed" if absorb else "passed",
-    )
-    if status == 529:
-        slot.overloaded(retry_after)
-    else:
-        # a backoff only paces our own retry; a 429 passed on leaves that to the client
-        slot.rate_limited(pause if absorb else retry_after, measured=True)
-    governor.pace(key, headers)
-    on_limited(event)
     return absorb

@@ -35,10 +35,12 @@ class Refusal:
 
 @dataclass(frozen=True)
 class RequestInfo:
-    """The relay's view of one request: its bucket's model and whose request it is."""
+    """The relay's view of one request: its bucket's model, whose request it is, and
+    whether it asks for an event stream."""
 
     model: str
     role: Role
+    streaming: bool = False
 
 
 def check_target(
@@ -83,7 +85,7 @@ def classify(body: bytes) -> RequestInfo:
 
     Example:
         >>> classify(b'{"model": "claude-opus-5-5", "tools": [{"name": "Agent"}]}')
-        RequestInfo(model='claude-opus-5-5', role='lead')
+        RequestInfo(model='claude-opus-5-5', role='lead', streaming=False)
     """
     try:
         data = json.loads(body) if body else None
@@ -93,9 +95,10 @@ def classify(body: bytes) -> RequestInfo:
         return RequestInfo(_DEFAULT_MODEL, "other")
     model = data.get("model")
     model = model if isinstance(model, str) and model else _DEFAULT_MODEL
+    streaming = data.get("stream") is True
     if any(_SUBAGENT_MARK in text for text in _system_texts(data.get("system"))):
-        return RequestInfo(model, "subagent")
-    return RequestInfo(model, "lead" if data.get("tools") else "other")
+        return RequestInfo(model, "subagent", streaming)
+    return RequestInfo(model, "lead" if data.get("tools") else "other", streaming)
 
 
 def priority(role: Role, attempt: int) -> int:

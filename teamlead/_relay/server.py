@@ -114,13 +114,15 @@ class Relay:
         *,
         deadline_s: float | None = None,
         limits: LimitsPolicy | None = None,
+        overload_hold_s: float | None = None,
     ) -> RelayRun:
         """A run of its own: a base URL whose requests are counted (and reported) apart.
 
         ``deadline_s``: seconds from now until the run ends; none of its requests waits for
         a slot, or holds a 429, past that (the 429 goes on to the run at once instead).
         ``limits``: the run's own ceilings on its requests in flight; they bound this run's
-        requests only (see :mod:`.run_limits`).
+        requests only (see :mod:`.run_limits`). ``overload_hold_s``: the longest one of the
+        run's requests is held through an overload (``None``: the relay's own bound).
         """
         token = secrets.token_urlsafe(9)
         clock = self.governor.clock
@@ -129,6 +131,7 @@ class Relay:
             listeners=[on_event] if on_event else [],
             deadline=deadline,
             limits=RunLimits(limits, clock) if limits is not None else None,
+            overload_hold_s=overload_hold_s,
         )
         self._app.runs[token] = state
         return RelayRun(f"{self.base_url}/run-{token}", self, token, state)

@@ -214,6 +214,7 @@ class RelayPool:
         limits: LimitsPolicy | None = None,
         port: int = 0,
         account: str = "",
+        overload_hold_s: float | None = None,
     ) -> AbstractAsyncContextManager[RelayRun]:
         """A run on the pool's relay for ``upstream`` and ``account``: started on first
         use, stopped after the last run left.
@@ -223,12 +224,15 @@ class RelayPool:
         :class:`~teamlead.policy.LimitsPolicy`) are the run's own ceilings, and say where
         the account's state is shared (``limits.shared``). ``port`` is where a relay this
         run starts listens (0: any free port); a relay already serving keeps its own.
+        ``overload_hold_s`` is the longest one of the run's requests is held through an
+        overload burst (``None``: the relay's own bound).
 
         Entering raises :class:`~teamlead.errors.RelayError` when the relay could not
         start: run direct with a one-line warning then.
         """
+        limits = limits or LimitsPolicy()
         return _PoolRun(
-            self, upstream, on_event, deadline_s, limits or LimitsPolicy(), port, account
+            self, upstream, on_event, deadline_s, limits, port, account, overload_hold_s
         )
 
 
@@ -245,6 +249,7 @@ class _PoolRun:
         limits: LimitsPolicy,
         port: int,
         account: str,
+        overload_hold_s: float | None,
     ) -> None:
         self._pool = pool
         self._upstream = upstream
@@ -254,6 +259,7 @@ class _PoolRun:
         self._limits = limits
         self._key = (upstream, limits.shared, account)
         self._left = False
+        self._overload_hold_s = overload_hold_s
 
     async def __aenter__(self) -> RelayRun:
         self._share = share = self._pool._share()
@@ -268,7 +274,10 @@ class _PoolRun:
             entry.refs += 1
         self._entry = entry
         self._run = entry.relay.open_run(
-            self._on_event, deadline_s=self._deadline_s, limits=self._limits
+            self._on_event,
+            deadline_s=self._deadline_s,
+            limits=self._limits,
+            overload_hold_s=self._overload_hold_s,
         )
         return self._run
 

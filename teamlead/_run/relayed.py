@@ -144,6 +144,7 @@ class _Relayed:
             limits=self._policy.limits,
             port=self._policy.relay_port,
             account=account_of(applicable.upstream, env),
+            overload_hold_s=self._policy.overload_hold_s,
         )
         try:
             run = await context.__aenter__()
