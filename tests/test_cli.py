@@ -90,6 +90,28 @@ def test_a_wrap_up_reserve_under_the_deadline_is_taken() -> None:
     assert result.exit_code == 1 and "no model access" in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["ask", "Fix it.", "--json"], {}, True),
+        (["ask", "--json", "Fix it."], {}, True),
+        (["resume", "a-session", "--json"], {}, True),
+        (["ask", "Fix it."], {"TEAMLEAD_JSON": "1"}, True),
+        (["ask", "Fix it."], {"TEAMLEAD_JSON": "0"}, False),
+        (["ask", "Fix it."], {}, False),
+        (["ask", "--", "--json"], {}, False),  # the prompt "--json"
+        (["relay", "--json"], {}, False),
+        (["--version"], {}, False),
+    ],
+)
+def test_a_stop_at_startup_reads_whether_ndjson_was_asked_as_click_would(
+    args: list[str], env: dict[str, str], expected: bool
+) -> None:
+    from teamlead._cli.startup import wants_ndjson
+
+    assert wants_ndjson(args, env) is expected
+
+
 def test_resume_defaults_to_the_strategy_ask_defaults_to() -> None:
     from teamlead._cli.ask import ask, resume
 
