@@ -38,62 +38,145 @@ private and may change without notice.
 
 from __future__ import annotations
 
+import importlib
+import typing
+
 from ._version import __version__
-from .clock import Clock
-from .control import RunControl
-from .coordinator import (
-    ClientRun,
-    ProcessState,
-    QueryFn,
-    allow_workflows,
-    prepare_options,
-    query,
-    receive_all,
-    relay_for,
-    resume_session,
-)
-from .errors import (
-    AmendRefused,
-    BudgetExceeded,
-    GovernorCleared,
-    InboxError,
-    ResumeError,
-    SetupError,
-    TeamleadError,
-    UsageError,
-)
-from .events import (
-    AgentUsage,
-    AmendField,
-    BucketSummary,
-    ChangeReason,
-    ConcurrencyChanged,
-    DenyCode,
-    Disposition,
-    FallbackUsed,
-    Finished,
-    FinishReason,
-    InboxCollected,
-    RateLimited,
-    RelaySummary,
-    ResumeFailed,
-    Resuming,
-    RunAmended,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnQueued,
-    SpawnRejected,
-    Status,
-    TaskDisposition,
-    TaskKind,
-    TaskState,
-    TeamleadEvent,
-    WaitingForTeam,
-    WorkflowDenied,
-)
-from .governor import Governor, GovernorPolicy, bucket_key
-from .policy import InboxWaitPolicy, LimitsPolicy, LockPolicy, Policy, RetryPolicy, SpawnPolicy
-from .prompts import Strategy, apply_strategy, list_strategies, load_strategy
+
+if typing.TYPE_CHECKING:
+    from .clock import Clock
+    from .control import RunControl
+    from .coordinator import (
+        ClientRun,
+        ProcessState,
+        QueryFn,
+        allow_workflows,
+        prepare_options,
+        query,
+        receive_all,
+        relay_for,
+        resume_session,
+    )
+    from .errors import (
+        AmendRefused,
+        BudgetExceeded,
+        GovernorCleared,
+        InboxError,
+        ResumeError,
+        SetupError,
+        TeamleadError,
+        UsageError,
+    )
+    from .events import (
+        AgentUsage,
+        AmendField,
+        BucketSummary,
+        ChangeReason,
+        ConcurrencyChanged,
+        DenyCode,
+        Disposition,
+        FallbackUsed,
+        Finished,
+        FinishReason,
+        InboxCollected,
+        RateLimited,
+        RelaySummary,
+        ResumeFailed,
+        Resuming,
+        RunAmended,
+        SpawnAdmitted,
+        SpawnDenied,
+        SpawnQueued,
+        SpawnRejected,
+        Status,
+        TaskDisposition,
+        TaskKind,
+        TaskState,
+        TeamleadEvent,
+        WaitingForTeam,
+        WorkflowDenied,
+    )
+    from .governor import Governor, GovernorPolicy, bucket_key
+    from .policy import InboxWaitPolicy, LimitsPolicy, LockPolicy, Policy, RetryPolicy, SpawnPolicy
+    from .prompts import Strategy, apply_strategy, list_strategies, load_strategy
+
+#: Where each public name lives. Importing ``teamlead`` loads none of them (the SDK alone
+#: takes over a second): a name is imported on first use, so ``python -m teamlead`` takes
+#: its stop signals from its first instant (see :mod:`teamlead._cli.startup`).
+_EXPORTS: dict[str, tuple[str, ...]] = {
+    ".clock": ("Clock",),
+    ".control": ("RunControl",),
+    ".coordinator": (
+        "ClientRun",
+        "ProcessState",
+        "QueryFn",
+        "allow_workflows",
+        "prepare_options",
+        "query",
+        "receive_all",
+        "relay_for",
+        "resume_session",
+    ),
+    ".errors": (
+        "AmendRefused",
+        "BudgetExceeded",
+        "GovernorCleared",
+        "InboxError",
+        "ResumeError",
+        "SetupError",
+        "TeamleadError",
+        "UsageError",
+    ),
+    ".events": (
+        "AgentUsage",
+        "AmendField",
+        "BucketSummary",
+        "ChangeReason",
+        "ConcurrencyChanged",
+        "DenyCode",
+        "Disposition",
+        "FallbackUsed",
+        "Finished",
+        "FinishReason",
+        "InboxCollected",
+        "RateLimited",
+        "RelaySummary",
+        "ResumeFailed",
+        "Resuming",
+        "RunAmended",
+        "SpawnAdmitted",
+        "SpawnDenied",
+        "SpawnQueued",
+        "SpawnRejected",
+        "Status",
+        "TaskDisposition",
+        "TaskKind",
+        "TaskState",
+        "TeamleadEvent",
+        "WaitingForTeam",
+        "WorkflowDenied",
+    ),
+    ".governor": (
+        "Governor",
+        "GovernorPolicy",
+        "bucket_key",
+    ),
+    ".policy": (
+        "InboxWaitPolicy",
+        "LimitsPolicy",
+        "LockPolicy",
+        "Policy",
+        "RetryPolicy",
+        "SpawnPolicy",
+    ),
+    ".prompts": (
+        "Strategy",
+        "apply_strategy",
+        "list_strategies",
+        "load_strategy",
+    ),
+}
+_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
 __all__ = [
     "AgentUsage",
@@ -157,3 +240,17 @@ __all__ = [
     "relay_for",
     "resume_session",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """A public name, imported on first use (and kept, so the next use is a plain lookup)."""
+    module = _MODULE_OF.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

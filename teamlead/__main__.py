@@ -1,5 +1,5 @@
 """``python -m teamlead``: the same command line as the ``teamlead`` script."""
 
-from ._cli import main
+from ._cli.startup import run
 
-main()
+run()

@@ -11,7 +11,7 @@ import dataclasses
 import json
 from typing import IO, Any
 
-from ._redact import redact
+from ._redact import json_line_safe, ndjson_line, redact
 from .events import (
     EVENT_VERSION,
     AgentUsage,
@@ -40,18 +40,6 @@ from .tracker import (
 )
 
 __all__ = ["JsonProgress", "event_record", "first_sighting", "in_schema"]
-
-#: C1 controls (U+0080-U+009F, e.g. U+009B, a CSI on some terminals) and the line and
-#: paragraph separators: JSON leaves them raw with ``ensure_ascii=False``.
-_UNSAFE = {c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x2028, 0x2029)}
-
-
-def _c1_escaped(line: str) -> str:
-    """A JSON line with the characters JSON keeps raw but terminals and line readers act on
-    written as ``\\uXXXX`` escapes: the same JSON value, printable on any terminal. They can
-    only occur inside strings (JSON's own syntax is ASCII), so the text replacement is exact."""
-    return line.translate(_UNSAFE)
-
 
 #: The tracker events of the NDJSON schema, by their record ``type`` (the workflow ones are
 #: the tracker's changes: a workflow launched, a phase first seen, an agent's state changed,
@@ -145,8 +133,7 @@ class JsonProgress:
         if callable(to_json):
             if not isinstance(item, _MID_MESSAGE):
                 self._flush()
-            # a secret in any field, at the last step
-            self.stream.write(_c1_escaped(redact(to_json())) + "\n")
+            self.stream.write(ndjson_line(to_json()) + "\n")
         else:
             for event in self.tracker.feed(item):
                 if in_schema(event):
@@ -222,7 +209,7 @@ class JsonProgress:
 
     def _write(self, record: dict[str, Any]) -> None:
         line = json.dumps(record, ensure_ascii=False, default=str)
-        self.stream.write(_c1_escaped(line) + "\n")
+        self.stream.write(json_line_safe(line) + "\n")
 
     def close(self) -> None:
         self._flush()

@@ -1,8 +1,10 @@
-"""Keep secrets out of what teamlead emits.
+"""Keep secrets out of what teamlead emits, and control characters out of its lines.
 
 Warnings, decoded teammate messages and transcript text can echo things a teammate read,
 including an API key from its environment. Values of secret-looking environment variables
 (``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ...) are replaced before anything leaves teamlead.
+:func:`terminal_safe` makes text safe to print, :func:`ndjson_line` a JSON record safe to
+write as one line of NDJSON.
 """
 
 from __future__ import annotations
@@ -104,3 +106,27 @@ def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
     if keep_newlines:
         return "\n".join(_CONTROL.sub(_escape_control, line) for line in text.split("\n"))
     return _CONTROL.sub(_escape_control, text)
+
+
+#: C1 controls (U+0080-U+009F, e.g. U+009B, a CSI on some terminals) and the line and
+#: paragraph separators: JSON leaves them raw with ``ensure_ascii=False``.
+_RAW_IN_JSON = {c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x2028, 0x2029)}
+
+
+def json_line_safe(line: str) -> str:
+    """A JSON line with the characters JSON keeps raw but terminals and line readers act on
+    written as ``\\uXXXX`` escapes: the same JSON value, printable on any terminal. They can
+    only occur inside strings (JSON's own syntax is ASCII), so the text replacement is exact.
+
+    Example:
+        >>> json_line_safe('{"a": "x\\u009by"}') == '{"a": "x\\\\u009by"}'
+        True
+    """
+    return line.translate(_RAW_IN_JSON)
+
+
+def ndjson_line(serialized: str) -> str:
+    """One serialized JSON record (an event's ``to_json()``) as teamlead writes it on a line
+    of NDJSON: secrets redacted (in any field, at the last step), then made
+    :func:`json_line_safe`."""
+    return json_line_safe(redact(serialized))

@@ -172,6 +172,17 @@ class Policy(BaseModel):
     relay_port: int = Field(default=0, ge=0, le=65535)
     overload_hold_s: float = Field(default=300.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
 
+    @model_validator(mode="after")
+    def _reserve_within_deadline(self) -> Policy:
+        reserve = self.spawn.wrap_up_reserve_s
+        if reserve is not None and reserve >= self.deadline_s:
+            raise ValueError(
+                f"spawn.wrap_up_reserve_s ({reserve:g} s) is not shorter than deadline_s "
+                f"({self.deadline_s:g} s), so the run would wrap up as it starts: make it "
+                "shorter, or leave it None for the default (20 % of the deadline, at most 30 s)"
+            )
+        return self
+
     @property
     def bg_wait_ceiling_ms(self) -> int:
         """The value for ``CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS``."""
@@ -214,7 +225,8 @@ class SpawnPolicy(BaseModel):
             ``Workflow`` call's agents count one level deeper than its caller.
         wrap_up_reserve_s: no spawn is admitted once less than this is left before the
             deadline. ``None``: 20 % of the deadline, at least one turn's
-            :data:`WRAP_UP_TURN_S` (at most half the deadline), at most 30 s.
+            :data:`WRAP_UP_TURN_S` (at most half the deadline), at most 30 s. A
+            :class:`Policy` refuses one that is not shorter than its ``deadline_s``.
         agent_timeout_s: an agent (Agent-tool, nested or workflow) running longer than this
             is stopped: its status is ``timeout``, the lead is told to go on, the run ends
             ``partial`` (default: no limit). Under ``query()`` the relay ends it.

@@ -63,6 +63,55 @@ def test_usage_errors_are_one_line_and_exit_2(args: list[str], message: str) -> 
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.output
 
 
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [
+        (["ask", "hi", "--wrap-up-reserve", "99999"], None),
+        (["ask", "hi", "--deadline", "60", "--wrap-up-reserve", "60"], None),
+        (["resume", "some-session", "--wrap-up-reserve", "1800"], None),
+        (["ask", "hi"], {"TEAMLEAD_WRAP_UP_RESERVE": "99999"}),
+    ],
+    ids=["longer", "equal", "resume", "env"],
+)
+def test_a_wrap_up_reserve_not_shorter_than_the_deadline_is_one_usage_line_at_the_start(
+    args: list[str], env: dict[str, str] | None
+) -> None:
+    result = _invoke(*args, env=env)
+    assert result.exit_code == 2, result.output
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.output, lines
+    assert "--wrap-up-reserve" in lines[0] and "--deadline" in lines[0], lines
+    assert "give a reserve under the deadline" in lines[0]  # the fix
+
+
+def test_a_wrap_up_reserve_under_the_deadline_is_taken() -> None:
+    result = _invoke("ask", "hi", "--deadline", "60", "--wrap-up-reserve", "59")
+    assert "--wrap-up-reserve" not in result.output  # on to the next check: model access
+    assert result.exit_code == 1 and "no model access" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "expected"),
+    [
+        (["ask", "Fix it.", "--json"], {}, True),
+        (["ask", "--json", "Fix it."], {}, True),
+        (["resume", "a-session", "--json"], {}, True),
+        (["ask", "Fix it."], {"TEAMLEAD_JSON": "1"}, True),
+        (["ask", "Fix it."], {"TEAMLEAD_JSON": "0"}, False),
+        (["ask", "Fix it."], {}, False),
+        (["ask", "--", "--json"], {}, False),  # the prompt "--json"
+        (["relay", "--json"], {}, False),
+        (["--version"], {}, False),
+    ],
+)
+def test_a_stop_at_startup_reads_whether_ndjson_was_asked_as_click_would(
+    args: list[str], env: dict[str, str], expected: bool
+) -> None:
+    from teamlead._cli.startup import wants_ndjson
+
+    assert wants_ndjson(args, env) is expected
+
+
 def test_resume_defaults_to_the_strategy_ask_defaults_to() -> None:
     from teamlead._cli.ask import ask, resume
 

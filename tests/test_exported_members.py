@@ -8,6 +8,8 @@ bed). Every listed name exists and is documented, and nothing public is left out
 from __future__ import annotations
 
 import inspect
+import subprocess
+import sys
 import types
 import typing
 from typing import Any
@@ -120,3 +122,19 @@ def test_every_policy_a_user_constructs_is_exported() -> None:
     }
     assert {"Policy", "SpawnPolicy", "RetryPolicy", "GovernorPolicy"} <= policies
     assert policies - set(teamlead.__all__) == set()
+
+
+def test_importing_teamlead_loads_no_public_module_until_a_name_is_used() -> None:
+    # `python -m teamlead` imports the package first: it must cost nothing, so the command
+    # takes its stop signals before the SDK (over a second) loads
+    code = (
+        "import sys, teamlead\n"
+        "heavy = {'claude_agent_sdk', 'pydantic', 'teamlead.coordinator', 'teamlead.events'}\n"
+        "print(sorted(heavy & set(sys.modules)))\n"
+        "teamlead.Finished\n"
+        "print('teamlead.events' in sys.modules, 'claude_agent_sdk' in sys.modules)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.splitlines()
+    assert out == ["[]", "True False"]

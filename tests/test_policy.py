@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from teamlead.policy import TRANSIENT_STATUSES, Policy, RetryPolicy
+from teamlead.policy import TRANSIENT_STATUSES, Policy, RetryPolicy, SpawnPolicy
 
 
 def test_backoff_grows_by_factor_and_is_capped() -> None:
@@ -40,6 +40,14 @@ def test_nonsense_retry_settings_are_refused(kwargs: dict[str, Any]) -> None:
 def test_nonsense_limits_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValidationError):
         Policy(**kwargs)
+
+
+@pytest.mark.parametrize("reserve", [60.0, 99999.0], ids=["equal", "longer"])
+def test_a_wrap_up_reserve_not_shorter_than_the_deadline_is_refused(reserve: float) -> None:
+    # the run would wrap up as it starts and fail at once, "deadline reached"
+    with pytest.raises(ValidationError, match="wrap_up_reserve_s .* deadline_s"):
+        Policy(deadline_s=60, spawn=SpawnPolicy(wrap_up_reserve_s=reserve))
+    assert Policy(deadline_s=60, spawn=SpawnPolicy(wrap_up_reserve_s=59)).deadline_s == 60
 
 
 def test_the_cli_ceiling_follows_the_deadline() -> None:

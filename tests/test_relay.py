@@ -743,3 +743,53 @@ async def test_a_relay_listens_on_the_port_it_is_given() -> None:
         port = probe.getsockname()[1]
     async with start_relay("http://127.0.0.1:9", config=RelayConfig(port=port)) as relay:
         assert relay.port == port and relay.base_url.startswith(f"http://127.0.0.1:{port}/")
+
+
+def open_stream(relay_port: int, prefix_path: str) -> socket.socket:
+    """A raw client with a streamed reply under way: its first body bytes have arrived."""
+    conn = socket.create_connection(("127.0.0.1", relay_port), timeout=10)
+    data = body(stream=True)
+    conn.sendall(
+        b"POST %s/v1/messages HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Length: %d\r\n\r\n%s"
+        % (prefix_path.encode(), relay_port, len(data), data)
+    )
+    seen = b""
+    while b"\r\n\r\n" not in seen or seen.endswith(b"\r\n\r\n"):  # the head, then some body
+        chunk = conn.recv(65536)
+        assert chunk, seen
+        seen += chunk
+    return conn
+
+
+def time_waits(port: int) -> int:
+    """Sockets of ``port`` in TIME-WAIT (no process owns them: the whole system is read)."""
+    return sum(
+        1
+        for c in psutil.net_connections(kind="tcp4")
+        if c.laddr and c.laddr.port == port and c.status == psutil.CONN_TIME_WAIT
+    )
+
+
+async def test_a_relay_stopped_with_streams_in_flight_restarts_on_its_port_at_once(
+    server_factory: list[ScriptedServer],
+) -> None:
+    server = serve(server_factory, lambda req: Reply.text("z " * 600, chunk_delay=0.5))
+    with socket.socket() as probe:  # a port free a moment ago
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = RelayConfig(port=port)
+    async with start_relay(server.base_url, fake_governor(), config=config) as relay:
+        path = "/" + relay.base_url.split("/", 3)[3]
+        streams = [await anyio.to_thread.run_sync(open_stream, port, path) for _ in range(4)]
+    # the relay hung up first; once each client has read its end and closed too, the
+    # relay's side of every connection waits out TIME-WAIT on the port
+    for conn in streams:
+        with conn:
+            while await anyio.to_thread.run_sync(conn.recv, 65536):
+                pass
+    await wait_until(lambda: time_waits(port) >= len(streams), "the relay's TIME-WAIT sockets")
+    async with start_relay(server.base_url, fake_governor(), config=config) as again:
+        assert again.port == port
+        with pytest.raises(RelayError, match="Address already in use"):  # no SO_REUSEPORT
+            async with start_relay(server.base_url, fake_governor(), config=config):
+                pass

@@ -627,3 +627,47 @@ async def test_a_body_that_never_arrives_is_answered_408_without_a_slot(
         assert governor.total_in_flight == 0
     assert status_of(answer) == 408
     assert server.heads == []
+
+
+def readable(conn: socket.socket) -> bool:
+    """Whether the relay has sent something (or closed): ``select`` with no wait."""
+    return bool(select.select([conn], [], [], 0)[0])
+
+
+async def test_a_body_declared_over_the_limit_is_answered_413_at_once_and_closed_cleanly(
+    hostile: list[HostileUpstream],
+) -> None:
+    server = upstream(hostile, reply(200))
+    governor = fake_governor()
+    config = RelayConfig(max_body_bytes=1024 * 1024)  # the body timeout stays its 60 s
+
+    def declare_a_huge_body(relay: Relay) -> tuple[bytes, bytes]:
+        """(the answer to the head, what came after it once the client stopped sending)."""
+        with closing(connect(relay)) as conn:
+            conn.sendall(
+                b"POST /%s/v1/messages HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n"
+                b"Content-Length: 99999999999\r\n\r\n%s"
+                % (prefix_of(relay).encode(), relay.port, BODY)
+            )
+            assert poll(lambda: readable(conn), within_s=10, every_s=0.01), "no answer"
+            answer = b""
+            while b"request body too large" not in answer:
+                chunk = conn.recv(65536)
+                assert chunk, answer
+                answer += chunk
+            # a client that writes its whole body before it reads: the relay reads and
+            # drops the rest, so the connection ends with a FIN, not a reset
+            conn.sendall(b"x" * 256 * 1024)
+            conn.shutdown(socket.SHUT_WR)
+            rest = b""
+            while chunk := conn.recv(65536):
+                rest += chunk
+            return answer, rest
+
+    async with start_relay(server.url, governor, config=config) as relay:
+        answer, rest = await anyio.to_thread.run_sync(declare_a_huge_body, relay)
+        assert governor.total_in_flight == 0
+    assert status_of(answer) == 413
+    assert b"connection: close\r\n" in answer.lower()
+    assert rest == b""
+    assert server.heads == []

@@ -1,54 +1,32 @@
 """The ``teamlead`` command line: the click group and its commands, one module per group.
 
-``ask``/``resume`` live in :mod:`.ask`, ``demo``/``serve-scripted`` in :mod:`.demo` (the
-only modules that load the offline test bed, and only when run), ``inbox``, ``prompts``,
-``experiment`` and ``relay`` in modules of those names. Every option also reads
-``TEAMLEAD_<NAME>`` (see :mod:`.options`); errors print one line and exit with a code
-from :mod:`.exitcodes`: 0 completed, 1 failed, 2 usage error, 3 partial, 130 interrupted.
-Command bodies stay thin: the work is in plain functions (:mod:`.running`, :mod:`.progress`,
-the builders in each command module).
+:func:`~.startup.run` is the entry point (the ``teamlead`` script and ``python -m
+teamlead``): it takes the stop signals from its first instruction, then loads the click
+group of :mod:`.commands` (``main``, also importable from here, for ``CliRunner``).
+Every option also reads ``TEAMLEAD_<NAME>`` (see :mod:`.options`); errors print one line
+and exit with a code from :mod:`.exitcodes`: 0 completed, 1 failed, 2 usage error, 3
+partial, 130 interrupted. Command bodies stay thin: the work is in plain functions
+(:mod:`.running`, :mod:`.progress`, the builders in each command module).
+
+Nothing is imported here: the entry point must load only what it needs before it takes
+the signals.
 """
 
 from __future__ import annotations
 
-import logging
+import typing
 
-import click
-
-from .._version import __version__
-from .ask import ask, resume
-from .demo import demo, serve_scripted
-from .exitcodes import SafeErrorsGroup
-from .experiment import experiment
-from .inbox import inbox
-from .prompts import prompts
-from .relay import relay
+if typing.TYPE_CHECKING:
+    from .commands import main
 
 __all__ = ["main"]
 
 
-@click.group(
-    cls=SafeErrorsGroup,
-    context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
-)
-@click.version_option(__version__, prog_name="teamlead")
-def main() -> None:
-    """Never lose a subagent's or teammate's result with the Claude Agent SDK."""
-    _configure_logging()
+def __getattr__(name: str) -> object:
+    """``main``, the click group, loaded on first use (it loads every command and the SDK)."""
+    if name == "main":
+        from .commands import main
 
-
-def _configure_logging() -> None:
-    """teamlead's warnings as one line each; the SDK's own error logs are folded into ours."""
-    handler = logging.StreamHandler()
-    handler.setFormatter(logging.Formatter("teamlead: warning: %(message)s"))
-    ours = logging.getLogger("teamlead")
-    if not ours.handlers:
-        ours.addHandler(handler)
-        ours.setLevel(logging.WARNING)
-        ours.propagate = False
-    # a failing CLI is reported in the run's reasons; the SDK's traceback-style log is noise
-    logging.getLogger("claude_agent_sdk").setLevel(logging.CRITICAL)
-
-
-for _command in (ask, resume, demo, serve_scripted, prompts, inbox, experiment, relay):
-    main.add_command(_command)
+        globals()["main"] = main
+        return main
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

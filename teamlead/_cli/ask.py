@@ -225,8 +225,21 @@ def settings_from_options(
     default_limit: int | None = None,
     total_limit: int | None = None,
 ) -> AskSettings:
-    """The :class:`AskSettings` for the parsed run options."""
+    """The :class:`AskSettings` for the parsed run options.
+
+    Raises:
+        UsageError: options that cannot work together (a wrap-up reserve that is not
+            shorter than the deadline would end the run as it starts).
+    """
     from .running import AskSettings
+
+    if wrap_up_reserve_s is not None and wrap_up_reserve_s >= deadline_s:
+        raise UsageError(
+            f"--wrap-up-reserve {wrap_up_reserve_s:g} is not shorter than --deadline "
+            f"{deadline_s:g}, so the run would wrap up as it starts: give a reserve under the "
+            "deadline, or leave --wrap-up-reserve out for its default (20 % of the deadline, "
+            "at most 30 s)"
+        )
 
     return AskSettings(
         strategy=strategy,

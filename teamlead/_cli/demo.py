@@ -25,6 +25,7 @@ import click
 from .._redact import terminal_safe
 from .exitcodes import handle_errors
 from .options import Output, no_relay_option, option, output_mode
+from .signals import release_stop_signals
 
 __all__ = [
     "demo",
@@ -279,6 +280,10 @@ def serve_scenario(
     from ..testing import ScriptedServer
     from ..testing.scripts import scenario as load_scenario
 
+    # the server's own stop: SIGTERM ends the wait, Ctrl-C is a KeyboardInterrupt
+    stop = threading.Event()
+    release_stop_signals()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     script = load_scenario(scenario)
     if log_requests is None:
         log_requests = sys.stderr.isatty()
@@ -300,8 +305,6 @@ def serve_scenario(
     click.echo(f"serving scenario {scenario!r} at {server.base_url}", err=True)
     click.echo("point the CLI, `teamlead ask` or your app at it from another shell:", err=True)
     click.echo(offline_exports(server.base_url), err=True)
-    stop = threading.Event()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
     try:
         while not stop.wait(0.5):
             pass

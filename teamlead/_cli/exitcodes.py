@@ -1,7 +1,8 @@
 """The process exit codes of every ``teamlead`` command, defined once, and the error mapping.
 
 0 completed, 1 failed, 2 usage error, 3 partial (or an experiment stopped early),
-130 interrupted (SIGINT, and SIGTERM or SIGHUP too: every stop signal exits 130).
+130 interrupted (SIGINT, and SIGTERM or SIGHUP too: every stop signal exits 130, from the
+command's first instant: see :mod:`.startup`).
 :func:`handle_errors` turns teamlead's errors into one line on stderr and the matching
 code, never a traceback, also when a task group wraps them in an exception group.
 :class:`SafeErrorsGroup` gives click's own usage errors (which quote what was typed) the
@@ -19,6 +20,7 @@ import click
 
 from .._redact import terminal_safe
 from ..errors import TeamleadError, UsageError
+from .signals import StoppedAtStartup
 
 if sys.version_info < (3, 11):  # pragma: no cover - the backport anyio installs there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
@@ -74,10 +76,11 @@ def _leaves(exc: BaseException) -> list[BaseException]:
 
 
 def _known(exc: BaseException) -> BaseException | None:
-    """The one error to report for ``exc``: an interrupt first, then a usage error, then any
-    teamlead error; ``None`` when a group holds something else as well (a real bug)."""
+    """The one error to report for ``exc``: a stop at start-up or an interrupt first, then
+    a usage error, then any teamlead error; ``None`` when a group holds something else as
+    well (a real bug)."""
     leaves = _leaves(exc)
-    for kind in (KeyboardInterrupt, UsageError, TeamleadError):
+    for kind in (StoppedAtStartup, KeyboardInterrupt, UsageError, TeamleadError):
         found = [leaf for leaf in leaves if isinstance(leaf, kind)]
         if found:
             return found[0]
@@ -97,8 +100,8 @@ def handle_errors(func: _F) -> _F:
             return func(*args, **kwargs)
         except (TeamleadError, KeyboardInterrupt, BaseExceptionGroup) as exc:
             known = _known(exc)
-            if known is None:
-                raise
+            if known is None or isinstance(known, StoppedAtStartup):
+                raise  # a stop at start-up is the entry point's to report (.startup)
             if isinstance(known, KeyboardInterrupt):
                 fail("interrupted", EXIT_INTERRUPTED)
             code = EXIT_USAGE if isinstance(known, UsageError) else EXIT_FAILED

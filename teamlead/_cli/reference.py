@@ -28,7 +28,7 @@ def _walk(command: click.Command, path: list[str]) -> list[tuple[list[str], clic
 
 def render() -> str:
     """The Markdown reference: one ``--help`` block per command, at a fixed width."""
-    from . import main
+    from .commands import main
 
     parts = [START, ""]
     commands = {tuple(path): command for path, command in _walk(main, ["teamlead"])}

@@ -9,7 +9,6 @@ returns the exit code.
 from __future__ import annotations
 
 import os
-import signal
 import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
@@ -39,7 +38,7 @@ from .controls import Controls
 from .exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, exit_code_for
 from .keys import cbreak
 from .options import Output
-from .signals import STOP_SIGNALS
+from .signals import STOP_SIGNALS, defer_stop_signals, first_stop
 
 __all__ = [
     "AskSettings",
@@ -271,19 +270,18 @@ def run_session(
 
     async def watch_signals(scope: anyio.CancelScope) -> None:
         with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
-            async for received in signals:
-                state["interrupted"] = True
-                if controls is not None:  # a prompt on the screen is answered: no
-                    controls.close()
-                # the run stops itself, so it still ends with its Finished (every call in
-                # it, the queued ones rejected at once); the CLI tree is stopped meanwhile
-                default_process_state().stop_every_run(signal.Signals(received).name)
-                await anyio.to_thread.run_sync(stop_descendants)
-                with anyio.move_on_after(_STOP_GRACE_S):
-                    async for _ in signals:  # a second signal: stop waiting for it
-                        break
-                scope.cancel()
-                return
+            received = await first_stop(signals)
+            state["interrupted"] = True
+            if controls is not None:  # a prompt on the screen is answered: no
+                controls.close()
+            # the run stops itself, so it still ends with its Finished (every call in it,
+            # the queued ones rejected at once); the CLI tree is stopped meanwhile
+            default_process_state().stop_every_run(received.name)
+            await anyio.to_thread.run_sync(stop_descendants)
+            with anyio.move_on_after(_STOP_GRACE_S):
+                async for _ in signals:  # a second signal: stop waiting for it
+                    break
+            scope.cancel()
 
     async def main() -> None:
         async with anyio.create_task_group() as tg:
@@ -295,6 +293,7 @@ def run_session(
     keys_from = controls.stdin if controls is not None and controls.interactive else None
     try:
         with cbreak(keys_from):
+            defer_stop_signals()  # from here a stop is the run's (see .signals)
             anyio.run(main)
     finally:
         if controls is not None:

@@ -82,7 +82,8 @@ class RelayConfig:
             the request is given up (504 if nothing was sent yet, else the stream is cut).
         slot_timeout_s: the longest wait for a governor slot before answering 429; a 429
             whose pause is longer is passed on at once.
-        max_body_bytes: larger request bodies are refused with 413.
+        max_body_bytes: larger request bodies are refused with 413 (at once when the
+            declared ``Content-Length`` is larger, before any of the body is read).
         provider: the first half of every bucket key (``provider/model``).
         backoff_base_s: the pause after a first 429 without a usable Retry-After; each
             further one doubles it (with jitter), up to ``backoff_max_s``.

@@ -13,6 +13,12 @@ protocol has none of them):
   opens, and as long as ``idle_timeout_s`` and ``head_timeout_s`` after a reply (a slow
   sender is answered 408; an idle one just closed), so slowloris connections do not pile
   up. An idle keep-alive connection is closed after ``idle_timeout_s``.
+* **Bodies bounded on their word.** A request whose ``Content-Length`` is over
+  ``max_body_bytes`` is answered 413 as soon as its head is complete, before any of the body
+  is read (else a declared 100 GB met the body timeout a minute later, as a 408). The
+  connection is then closed gracefully: the 413 goes out and the relay's side is shut,
+  and what the client still sends is read and dropped for up to a few seconds, so the
+  client reads the 413 instead of a reset.
 * **A connection cap** below the process's open-file limit (:func:`connection_cap`): past
   it, the oldest connection with no request running is closed to make room, so a valid
   request always gets in, and one warning line says so (once per episode, no log storm).
@@ -45,12 +51,16 @@ log = logging.getLogger("teamlead.relay")
 _WRITE_BUFFER = 16 * 1024
 #: Open files kept for everything else the process does (CLI pipes, files, upstream).
 _FD_RESERVE = 64
+#: After a 413, how long the rest of a body is read and dropped before the connection is
+#: closed anyway: a client writing its whole body before it reads gets to the answer.
+_LINGER_S = 5.0
 
 _REASONS = {
     400: b"Bad Request",
     404: b"Not Found",
     405: b"Method Not Allowed",
     408: b"Request Timeout",
+    413: b"Content Too Large",
     431: b"Request Header Fields Too Large",
     503: b"Service Unavailable",
 }
@@ -197,6 +207,8 @@ class _RelayProtocol(HttpToolsProtocol):
         self._header_count = 0
         self._head_timer: asyncio.TimerHandle | None = None
         self._refusal: _Refused | None = None
+        self._declared_length = 0
+        self._lingering = False
 
     # -- connection ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -229,6 +241,8 @@ class _RelayProtocol(HttpToolsProtocol):
 
     # -- reading ------------------------------------------------------------------------
     def data_received(self, data: bytes) -> None:
+        if self._lingering:
+            return  # the rest of a refused body: dropped
         self._unset_keepalive_if_required()
         limit = self.guard.config.max_header_bytes
         try:
@@ -273,6 +287,8 @@ class _RelayProtocol(HttpToolsProtocol):
         self._header_count += 1
         if self._header_count > self.guard.config.max_headers:
             self._stop(_Refused(431, "too many request headers"))
+        if name.lower() == b"content-length" and value.strip().isdigit():
+            self._declared_length = int(value)  # anything else llhttp refuses itself (400)
         super().on_header(name, value)
 
     def on_headers_complete(self) -> None:
@@ -280,6 +296,8 @@ class _RelayProtocol(HttpToolsProtocol):
             self._stop(_Refused(400, "protocol upgrades are not relayed"))
         self._in_head = False
         self._cancel_head_timer()
+        if self._declared_length > self.guard.config.max_body_bytes:
+            self._stop(_Refused(413, "request body too large"))
         target = self.url
         super().on_headers_complete()
         if not target.startswith(b"/"):
@@ -290,6 +308,7 @@ class _RelayProtocol(HttpToolsProtocol):
         self._in_head = True
         self._head_bytes = 0
         self._header_count = 0
+        self._declared_length = 0
 
     def on_response_complete(self) -> None:
         super().on_response_complete()
@@ -300,7 +319,10 @@ class _RelayProtocol(HttpToolsProtocol):
     # -- refusing -----------------------------------------------------------------------
     def _refuse(self, refused: _Refused) -> None:
         log.info("relay refused a connection: %s", refused.reason)
-        self._answer(refused.status, refused.reason)
+        if refused.status == 413 and self.idle:
+            self._answer_and_linger(refused.status, refused.reason)
+        else:
+            self._answer(refused.status, refused.reason)
 
     def _answer(self, status: int, reason: str) -> None:
         """Answer ``status`` with a one-line body and close: the rest is never read.
@@ -312,6 +334,17 @@ class _RelayProtocol(HttpToolsProtocol):
             self.transport.write(_response(status, reason))
         self._cancel_head_timer()
         self.transport.close()
+
+    def _answer_and_linger(self, status: int, reason: str) -> None:
+        """Answer ``status``, shut the relay's side, and drop what still comes until the
+        client closes or :data:`_LINGER_S` passed: closed with the client's body unread,
+        the connection would be reset, and the client might never read the answer."""
+        self._cancel_head_timer()
+        self._lingering = True
+        self.transport.write(_response(status, reason))
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._head_timer = self.loop.call_later(_LINGER_S, self.drop)
 
     def _arm_head_timer(self, seconds: float) -> None:
         self._cancel_head_timer()

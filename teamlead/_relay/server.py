@@ -18,9 +18,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import random
 import secrets
 import socket
+import sys
 from collections.abc import Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
@@ -50,6 +52,11 @@ log = logging.getLogger("teamlead.relay")
 #: 20 subagents plus the lead) and learn down from the first 429s.
 RELAY_POLICY = GovernorPolicy(ceiling=32)
 _START_TIMEOUT_S = 10.0
+#: Whether the listener takes ``SO_REUSEADDR`` (asyncio's own rule: POSIX only; on Windows
+#: it would let another program bind the same port).
+_REUSE_ADDRESS = os.name == "posix" and sys.platform != "cygwin"
+#: Connections waiting to be accepted (uvicorn's default).
+_BACKLOG = 2048
 #: Bytes of a reply read ahead of a slow client (aiohttp pauses the socket at twice this):
 #: small, so memory per stream stays flat however long the reply.
 _READ_BUFFER = 16 * 1024
@@ -165,7 +172,16 @@ def _bind(port: int) -> GuardedSocket:
     sock = GuardedSocket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if _REUSE_ADDRESS:
+            # a relay stopped with streams in flight closed them first: their sockets wait
+            # out TIME-WAIT on the port, and without this a restart on a fixed port failed
+            # with "Address already in use" for a minute. Not SO_REUSEPORT: a second live
+            # relay on the same port is still refused.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", port))
+        # listen here, not in uvicorn: with SO_REUSEADDR two relays can both bind a port
+        # that neither listens on yet, and the second learns of it only at listen()
+        sock.listen(_BACKLOG)
     except OSError as exc:
         sock.close()
         where = f"127.0.0.1:{port}" if port else "127.0.0.1"

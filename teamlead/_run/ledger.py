@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from .._gate.calls import SpawnRecord, call_dispositions
 from .._redact import redact, redact_opt
 from ..events import Finished, FinishReason, Status, TaskDisposition
-from ..tracker import Tracker
 from .outcome import ErrorKind, RoundOutcome
 
-__all__ = ["Ledger", "StopReason"]
+if TYPE_CHECKING:  # the tracker loads the SDK, which a run stopped at start-up never needs
+    from ..tracker import Tracker
+
+__all__ = ["Ledger", "StopReason", "stopped_before_start"]
 
 _MAX_NAMED = 20  # lost workflow agents named in one reason line
 
@@ -182,6 +184,31 @@ class Ledger:
         if any(d.disposition == "failed" for d in dispositions):
             return "work_failed"
         return "results_missing"
+
+
+def stopped_before_start(stop: str) -> Finished:
+    """The :class:`Finished` of a run stopped from outside before its lead started.
+
+    ``stop`` names what stopped it (``SIGTERM``). Nothing ran, so nothing is lost: no task,
+    status ``failed`` (no answer), reason ``interrupted``, as :meth:`Ledger.finish` reports
+    a run stopped before any answer. ``teamlead ask --json`` ends with it when a stop signal
+    comes while the command is still starting.
+
+    Example:
+        >>> stopped_before_start("SIGTERM").reason
+        'interrupted'
+    """
+    ledger = Ledger()
+    ledger.stopped("interrupted", f"the run was stopped ({stop}) before it started; nothing ran")
+    status: Status = "failed"
+    return Finished(
+        status=status,
+        result=None,
+        session_id=None,
+        resumes=0,
+        reasons=[redact(r) for r in ledger.reasons],
+        reason=ledger._reason(status, []),
+    )
 
 
 def _used_finished_work(dispositions: list[TaskDisposition]) -> bool:

@@ -7,9 +7,10 @@ round that makes them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING, Literal, TypeAlias
 
-from ..tracker import ResultSeen
+if TYPE_CHECKING:  # the tracker loads the SDK; the ledger, which reads this, must not
+    from ..tracker import ResultSeen
 
 __all__ = ["ErrorKind", "RoundOutcome"]
 

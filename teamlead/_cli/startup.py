@@ -1,0 +1,118 @@
+"""The ``teamlead`` entry point: stop signals taken from its first instruction.
+
+The command's modules take about two seconds to load (the SDK alone over one), and a
+command watches for stop signals only once its work starts. :func:`run` takes SIGINT,
+SIGTERM and SIGHUP before it loads anything else (:func:`~.signals.stop_at_startup`), so
+a stop in between ends the command as an interrupted run ends: ``teamlead: interrupted``
+on stderr, exit 130 (every stop signal alike, as the README's exit-code table says), no
+traceback, and for ``ask --json`` and ``resume --json`` the ``finished`` line the NDJSON
+promises (``reason: interrupted``), written as the run's own writer writes it. Once a run
+watches for the signals, a stop is the run's: it stops the CLI and everything it started,
+and its own ``finished`` line names every task.
+
+The stop can come before click has parsed the command line, so whether NDJSON was asked
+for is read from the words as click will read them (:func:`wants_ndjson`). Only
+:mod:`.signals` loads with this module.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from typing import NoReturn
+
+from .signals import StoppedAtStartup, mute_stop_signals, release_stop_signals, stop_at_startup
+
+__all__ = ["run", "wants_ndjson"]
+
+#: The commands whose ``--json`` ends with a ``finished`` line.
+_RUN_COMMANDS = ("ask", "resume")
+#: What click takes for "on" in a boolean flag's variable (``TEAMLEAD_JSON=1``).
+_TRUE = ("1", "true", "t", "yes", "y", "on")
+
+
+def run() -> None:
+    """Run the ``teamlead`` command line in this process; it ends by exiting.
+
+    The stop signals are taken first, then the click group is loaded and run. A stop
+    before the command watches for them ends it here (see the module docstring); any
+    other way out (click's own exit, a bug's traceback) gives the signals back to the
+    interpreter's handling first, for the interpreter's shutdown.
+    """
+    stop_at_startup()
+    try:
+        from .commands import main
+
+        main()
+    except BaseException as exc:  # the stop is one leaf of whatever it unwound through
+        stopped = _stopped_at_startup(exc)
+        if stopped is None:
+            release_stop_signals()
+            raise
+        _exit_interrupted(stopped, sys.argv[1:], os.environ)
+
+
+def wants_ndjson(args: Sequence[str], env: Mapping[str, str]) -> bool:
+    """Whether the command line ``args`` runs ``ask`` or ``resume`` with NDJSON output.
+
+    Read as click reads it: the group's own options take no value, so the first word
+    that is not an option names the command; after it ``--json`` is the flag up to a
+    ``--`` (a word after that is the prompt); without the flag, ``TEAMLEAD_JSON`` decides.
+
+    Example:
+        >>> wants_ndjson(["ask", "Fix it.", "--json"], {})
+        True
+        >>> wants_ndjson(["ask", "--", "--json"], {}), wants_ndjson(["relay", "--json"], {})
+        (False, False)
+    """
+    command = next((i for i, word in enumerate(args) if not word.startswith("-")), None)
+    if command is None or args[command] not in _RUN_COMMANDS:
+        return False
+    rest = list(args[command + 1 :])
+    if "--" in rest:
+        rest = rest[: rest.index("--")]
+    if "--json" in rest:
+        return True
+    return env.get("TEAMLEAD_JSON", "").strip().lower() in _TRUE
+
+
+def _stopped_at_startup(exc: BaseException) -> StoppedAtStartup | None:
+    """The :class:`StoppedAtStartup` ``exc`` is or holds (a task group wraps what its
+    tasks raise), or ``None``."""
+    if isinstance(exc, StoppedAtStartup):
+        return exc
+    for inner in getattr(exc, "exceptions", ()):  # a BaseExceptionGroup, on 3.10 too
+        found = _stopped_at_startup(inner)
+        if found is not None:
+            return found
+    context = exc.__context__  # click turns what it catches into its own exit
+    return _stopped_at_startup(context) if context is not None else None
+
+
+def _exit_interrupted(
+    stopped: StoppedAtStartup, args: Sequence[str], env: Mapping[str, str]
+) -> NoReturn:
+    """End as an interrupted run ends (see the module docstring); the record is built
+    without the SDK, in a fifth of a second.
+
+    The process ends at once once its lines are out (``os._exit``): what the interpreter
+    would tear down now is what the stop cut in half, and a worker thread it would wait
+    for may never end. Nothing of the run had started (a command starts its work only
+    once it watches for the signals); any child process is stopped all the same.
+    """
+    mute_stop_signals()
+    from .._procs import stop_descendants
+    from .exitcodes import EXIT_INTERRUPTED
+
+    stop_descendants()
+    if wants_ndjson(args, env):
+        from .._redact import ndjson_line
+        from .._run.ledger import stopped_before_start
+
+        finished = stopped_before_start(stopped.received.name)
+        sys.stdout.write(ndjson_line(finished.to_json()) + "\n")
+    sys.stdout.flush()
+    sys.stderr.write("teamlead: interrupted\n")
+    sys.stderr.flush()
+    os._exit(EXIT_INTERRUPTED)
