@@ -7,8 +7,10 @@ no dollar cost for a scripted model, and its live rows show each agent's last to
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import sys
+from dataclasses import dataclass
 
 import pytest
 
@@ -20,23 +22,39 @@ from .isolated import isolated_env
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
 
 
+@dataclass(frozen=True)
+class DemoRun:
+    """One demo's output, and what the machine's store of learnt limits held after it."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    stored_limits: list[object]
+
+
 @pytest.fixture(scope="module")
-def demo_run(tmp_path_factory: pytest.TempPathFactory) -> subprocess.CompletedProcess[str]:
+def demo_run(tmp_path_factory: pytest.TempPathFactory) -> DemoRun:
     """One `teamlead demo` as a user runs it (the demo, then the same script under a bare
     query: two CLI runs), read by each test of what it prints.
 
     It starts before any test's own isolation, so it isolates itself alike. It runs alone:
     how many synthesis turns the CLI injects (the 529s counted below) depends on the
     agents ending apart, which a second demo beside it on a busy machine can blur."""
-    env = isolated_env(tmp_path_factory.mktemp("demo"))
-    return subprocess.run([*TEAMLEAD, "demo"], env=env, capture_output=True, text=True, timeout=240)
+    root = tmp_path_factory.mktemp("demo")
+    env = isolated_env(root)
+    proc = subprocess.run([*TEAMLEAD, "demo"], env=env, capture_output=True, text=True, timeout=240)
+    # what the machine's store of learnt limits holds after the demo: `teamlead limits`
+    stored = subprocess.run(
+        [*TEAMLEAD, "limits", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    return DemoRun(proc.returncode, proc.stdout, proc.stderr, json.loads(stored.stdout))
 
 
 @pytest.mark.cli
 @pytest.mark.slow  # reads the shared demo run (demo_run)
 @pytest.mark.timeout(300)
 def test_demo_exits_0_with_every_finding(
-    demo_run: subprocess.CompletedProcess[str],
+    demo_run: DemoRun,
 ) -> None:
     proc = demo_run
     assert proc.returncode == 0, proc.stderr
@@ -47,13 +65,15 @@ def test_demo_exits_0_with_every_finding(
         "security",
     ]
     assert "resuming session" in proc.stderr and "waiting up to" in proc.stderr
+    # the demo's scripted upstream taught the machine nothing a real run would read
+    assert proc.stored_limits == []
 
 
 @pytest.mark.cli
 @pytest.mark.slow  # reads the shared demo run (demo_run)
 @pytest.mark.timeout(300)
 def test_the_demo_ends_with_a_bare_query_beside_teamleads_answer(
-    demo_run: subprocess.CompletedProcess[str],
+    demo_run: DemoRun,
 ) -> None:
     proc = demo_run
     assert proc.returncode == 0, proc.stderr

@@ -174,6 +174,31 @@ def test_what_one_upstream_teaches_never_limits_another(tmp_path: Path) -> None:
     assert other["relay"]["buckets"][0]["limit"] > 2
     keys = set(stored_pauses(cache))
     assert len({key.split("/", 1)[0] for key in keys}) == 2, keys  # one account each
+    # what `teamlead limits` shows of it: each account apart, the limit learnt, no secret
+    env = {**os.environ, "XDG_CACHE_HOME": str(cache)}
+    listed = subprocess.run(
+        [*TEAMLEAD, "limits", "--json"], env=env, capture_output=True, text=True, timeout=60
+    )
+    rows = json.loads(listed.stdout)
+    limited_host, free_host = (s.base_url.split("//", 1)[1] for s in (limited, free))
+    by_host = {row["account"].split("#")[0]: row for row in rows}
+    assert set(by_host) == {limited_host, free_host}
+    assert by_host[limited_host]["limit"] == 2 and by_host[limited_host]["host"]
+    assert OfflineClaude(limited.base_url).env["ANTHROPIC_API_KEY"] not in listed.stdout
+    # clearing one account leaves the other's entries
+    account = by_host[limited_host]["account"]
+    cleared = subprocess.run(
+        [*TEAMLEAD, "limits", "clear", account], env=env, capture_output=True, text=True
+    )
+    assert cleared.returncode == 0 and "cleared 1 learnt limit(s)" in cleared.stdout
+    after = json.loads(
+        subprocess.run(
+            [*TEAMLEAD, "limits", "--json"], env=env, capture_output=True, text=True
+        ).stdout
+    )
+    assert [row["account"] for row in after] == [
+        by_host[free.base_url.split("//", 1)[1]]["account"]
+    ]
 
 
 class Burst:

@@ -18,6 +18,7 @@ from .demo import demo, serve_scripted
 from .exitcodes import SafeErrorsGroup
 from .experiment import experiment
 from .inbox import inbox
+from .limits import limits
 from .prompts import prompts
 from .relay import relay
 
@@ -47,5 +48,5 @@ def _configure_logging() -> None:
     logging.getLogger("claude_agent_sdk").setLevel(logging.CRITICAL)
 
 
-for _command in (ask, resume, demo, serve_scripted, prompts, inbox, experiment, relay):
+for _command in (ask, resume, demo, serve_scripted, prompts, inbox, experiment, relay, limits):
     main.add_command(_command)

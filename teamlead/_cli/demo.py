@@ -50,7 +50,7 @@ def run_demo(
     """
     from ..coordinator import query
     from ..events import Finished
-    from ..policy import Policy
+    from ..policy import LimitsPolicy, Policy
     from ..testing.demo import DEMO_PROMPT
     from .running import run_session
 
@@ -72,7 +72,14 @@ def run_demo(
                     DEMO_PROMPT,
                     options,
                     query_fn=first_stream_marks_end,
-                    policy=Policy(wait_s=20, deadline_s=300, relay=relay),
+                    # the scripted upstream's limits stay in this process: a demo never
+                    # writes what a real run on the machine would read
+                    policy=Policy(
+                        wait_s=20,
+                        deadline_s=300,
+                        relay=relay,
+                        limits=LimitsPolicy(shared="process"),
+                    ),
                 ):
                     if isinstance(item, Finished):
                         finished.append(item)

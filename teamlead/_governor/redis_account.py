@@ -54,11 +54,14 @@ from .aimd import Limits, Step
 from .stored import (
     MAX_LEASE_S,
     MAX_SEQ,
+    StoredLimits,
     WarnOnce,
     from_wall,
     limits_to_json,
     read_limits,
+    stored_limits,
     to_wall,
+    updated_of,
 )
 
 __all__ = ["RedisAccount"]
@@ -455,6 +458,42 @@ class RedisAccount:
     def limits(self, key: str) -> Limits | None:
         return self._decode(key, self._get(key))
 
+    def stored(self) -> list[StoredLimits]:
+        """Every bucket's learnt limits Redis holds, readable ones only (for
+        ``teamlead limits``)."""
+        now = self._clock.time()
+        prefix = _limits_key("")
+
+        def read() -> list[StoredLimits]:
+            out = []
+            for name in sorted(self._redis.scan_iter(match=prefix + "*", count=500)):
+                text = self._redis.get(name)
+                entry = stored_limits(
+                    str(name)[len(prefix) :], text, updated_of(text, now), now=now
+                )
+                if entry is not None:
+                    out.append(entry)
+            return out
+
+        return self._call(read)
+
+    def forget(self, key: str | None = None) -> int:
+        """Drop the learnt limits (pauses included) of ``key`` (a stored key, or an account's
+        every bucket), all of them when ``None``; leases are left alone. Returns how many."""
+        prefix = _limits_key("")
+
+        def drop() -> int:
+            names = [
+                name
+                for name in self._redis.scan_iter(match=prefix + "*", count=500)
+                if key is None
+                or str(name)[len(prefix) :] == key
+                or str(name)[len(prefix) :].startswith(key + "/")
+            ]
+            return int(self._redis.delete(*names)) if names else 0
+
+        return self._call(drop)
+
     def update(self, key: str, rule: Rule) -> Step:
         def snapshot() -> tuple[Limits | None, Limits | None, str, str]:
             raw = self._get(key)
@@ -491,7 +530,9 @@ class RedisAccount:
             limits, change = rule(given)
             if stored is not None and limits == stored and change is None:
                 return limits, change  # nothing to write
-            value = json.dumps(limits_to_json(to_wall(limits, self._offset())))
+            value = json.dumps(
+                limits_to_json(to_wall(limits, self._offset()), _HOST, self._clock.time())
+            )
             if attempt == _CAS_TRIES - 1:  # another machine kept winning: overwrite
                 raw, seq = self._get(key), ""
             args: list[str | int] = [raw, value, self._forget_ms, seq]
@@ -560,6 +601,9 @@ class RedisAccount:
                 self._redis.close()
 
         bounded(release, 4 * self._timeout, "teamlead-redis-close")
+
+
+_HOST = socket.gethostname()
 
 
 def _limits_key(key: str) -> str:

@@ -59,12 +59,14 @@ from .stored import (
     MAX_AHEAD_S,
     MAX_LEASE_S,
     MAX_SEQ,
+    StoredLimits,
     WarnOnce,
     from_wall,
     limits_to_json,
     read_count,
     read_limits,
     read_time,
+    stored_limits,
     to_wall,
 )
 
@@ -354,7 +356,7 @@ class MachineAccount:
         return from_wall(stored, self._offset())
 
     def _write(self, db: sqlite3.Connection, key: str, limits: Limits) -> None:
-        data = json.dumps(limits_to_json(to_wall(limits, self._offset())))
+        data = json.dumps(limits_to_json(to_wall(limits, self._offset()), self._host))
         db.execute(
             "INSERT OR REPLACE INTO limits (key, data, updated) VALUES (?, ?, ?)",
             (key, data, self._clock.time()),
@@ -534,6 +536,30 @@ class MachineAccount:
 
     def in_flight(self, prefix: str) -> int:
         return self._run(lambda db: self._count(db, prefix, self._clock.time()), write=False)
+
+    def stored(self) -> list[StoredLimits]:
+        """Every bucket's learnt limits the file holds, readable ones only (for
+        ``teamlead limits``; a request's read drops the others)."""
+        now = self._clock.time()
+        rows = self._run(
+            lambda db: db.execute("SELECT key, data, updated FROM limits ORDER BY key").fetchall(),
+            write=False,
+        )
+        found = (stored_limits(key, data, updated, now=now) for key, data, updated in rows)
+        return [entry for entry in found if entry is not None]
+
+    def forget(self, key: str | None = None) -> int:
+        """Drop the learnt limits (pauses included) of ``key``: a stored key, or an
+        account (its every bucket); all of them when ``None``. Leases are left alone: their
+        processes hold them. Returns how many were dropped."""
+
+        def drop(db: sqlite3.Connection) -> int:
+            if key is None:
+                return db.execute("DELETE FROM limits").rowcount
+            match, args = _key_matches(key + "/")
+            return db.execute(f"DELETE FROM limits WHERE key = ? OR {match}", (key, *args)).rowcount
+
+        return int(self._run(drop, write=True))
 
     def renew(self) -> None:
         """Move the expiry of this process's leases ``lease_ttl_s`` ahead."""

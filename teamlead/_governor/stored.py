@@ -31,13 +31,14 @@ import json
 import logging
 import math
 import threading
-from dataclasses import fields, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from .aimd import Limits
 from .retry_after import MAX_PAUSE_S
 
 __all__ = [
+    "StoredLimits",
     "MAX_AHEAD_S",
     "MAX_LEASE_S",
     "MAX_SEQ",
@@ -47,7 +48,9 @@ __all__ = [
     "read_count",
     "read_limits",
     "read_time",
+    "stored_limits",
     "to_wall",
+    "updated_of",
 ]
 
 log = logging.getLogger("teamlead.governor")
@@ -118,18 +121,84 @@ def to_wall(limits: Limits, offset: float) -> Limits:
     )
 
 
+@dataclass(frozen=True)
+class StoredLimits:
+    """One bucket's learnt limits as a shared store holds them, for people
+    (``teamlead limits``); no secret is in any of it.
+
+    Attributes:
+        key: the stored key: the account (``host:port#hash``, see
+            :func:`~teamlead._relay.shared.account_of`), then the bucket ``provider/model``.
+        limits: what was learnt (wall-clock times).
+        updated: when it was last written (wall-clock seconds).
+        host: the machine that wrote it last (``None`` from a teamlead that did not say).
+    """
+
+    key: str
+    limits: Limits
+    updated: float
+    host: str | None = None
+
+    @property
+    def account(self) -> str:
+        """The account part of :attr:`key` (empty for a key of no account)."""
+        head, _, rest = self.key.partition("/")
+        return head if "#" in head and rest else ""
+
+    @property
+    def bucket(self) -> str:
+        """The bucket part of :attr:`key`, ``provider/model``."""
+        return self.key.partition("/")[2] if self.account else self.key
+
+
+def stored_limits(key: object, text: object, updated: object, *, now: float) -> StoredLimits | None:
+    """A :class:`StoredLimits` from one stored row, or ``None`` when any of it cannot be
+    read (the same checks as a request's read)."""
+    if not isinstance(key, str) or not key or len(key) > _MAX_TEXT:
+        return None
+    written = read_time(updated, latest=now + MAX_AHEAD_S)
+    limits = read_limits(text, now=now)
+    if written is None or limits is None:
+        return None
+    host = None
+    try:
+        data = json.loads(text) if isinstance(text, str) else None
+    except (ValueError, RecursionError):
+        data = None
+    if isinstance(data, dict) and isinstance(data.get("host"), str):
+        host = data["host"][:255]
+    return StoredLimits(key, limits, written, host)
+
+
 def from_wall(limits: Limits, offset: float) -> Limits:
     """The inverse of :func:`to_wall`."""
     return to_wall(limits, -offset)
 
 
-def limits_to_json(limits: Limits) -> dict[str, Any]:
-    """A JSON-safe dict (``-inf`` times as ``None``)."""
+def limits_to_json(
+    limits: Limits, host: str | None = None, updated: float | None = None
+) -> dict[str, Any]:
+    """A JSON-safe dict (``-inf`` times as ``None``), with the writing ``host`` and the
+    time it was ``updated`` when given (readers ignore what they do not know)."""
     out: dict[str, Any] = {}
     for name in _FIELDS:
         value = getattr(limits, name)
         out[name] = None if isinstance(value, float) and not math.isfinite(value) else value
+    if host is not None:
+        out["host"] = host
+    if updated is not None:
+        out["updated"] = updated
     return out
+
+
+def updated_of(text: object, default: float) -> object:
+    """The ``updated`` time a stored JSON text carries (checked by its reader), else
+    ``default``."""
+    try:
+        data = json.loads(text) if isinstance(text, str) else None
+    except (ValueError, RecursionError):
+        return default
+    return data.get("updated", default) if isinstance(data, dict) else default
 
 
 def _time(value: object) -> float | None:

@@ -1,0 +1,134 @@
+"""``teamlead limits``: what the shared store of learnt limits holds, and clearing it.
+
+The governor of every teamlead process learns each account's limits (a cap per model, a
+pause after a 429 or an overload) and keeps them in a store the account's processes share:
+this machine's file by default, or a Redis (``--limits redis://…``). Each entry is under
+its account: the upstream's host and a one-way hash of the upstream and credential, never
+the credential. ``teamlead limits`` lists them (the limit, the last good level, a pause and
+until when, when and on which machine it was learnt); ``teamlead limits clear [KEY]`` drops
+one entry, one account's entries, or all of them, so the next run starts from the relay's
+own start. Leases of running processes are never touched.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+import click
+
+from .._redact import terminal_safe
+from .exitcodes import handle_errors
+from .options import option
+
+__all__ = ["limits"]
+
+
+def _opened(spec: str) -> Any:
+    """The shared account of ``spec`` (``machine`` or a Redis URL), or ``None`` when this
+    machine has no store file yet."""
+    from .._governor.accounts import check_limits_spec
+    from .._governor.sqlite_account import MachineAccount, default_path
+    from ..errors import UsageError
+
+    spec = check_limits_spec(spec)
+    if spec == "process":
+        raise UsageError("--limits process keeps nothing to show: use machine or redis://…")
+    if spec == "machine":
+        path = default_path()
+        return MachineAccount(path) if path.is_file() else None
+    from .._governor.redis_account import RedisAccount
+
+    return RedisAccount(spec)
+
+
+def _ago(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s ago"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min ago"
+    return f"{seconds / 3600:.1f} h ago"
+
+
+def _row(entry: Any, now: float) -> dict[str, Any]:
+    limits = entry.limits
+    paused = limits.cooldown_until if limits.cooldown_until > now else None
+    return {
+        "key": entry.key,
+        "account": entry.account,
+        "bucket": entry.bucket,
+        "limit": limits.cap,
+        "last_good": limits.last_good,
+        "paused_until": paused,
+        "updated": entry.updated,
+        "host": entry.host,
+    }
+
+
+def _line(row: dict[str, Any], now: float) -> str:
+    parts = [row["account"] or "(no account)", row["bucket"], f"limit {row['limit']}"]
+    if row["last_good"] is not None:
+        parts[-1] += f" (last good {row['last_good']})"
+    if row["paused_until"] is not None:
+        until = time.strftime("%H:%M:%S", time.localtime(row["paused_until"]))
+        parts.append(f"paused {row['paused_until'] - now:.0f} s more (until {until})")
+    where = f" on {row['host']}" if row["host"] else ""
+    parts.append(f"learnt {_ago(max(0.0, now - row['updated']))}{where}")
+    return terminal_safe("  ".join(str(p) for p in parts))
+
+
+@click.group("limits", invoke_without_command=True)
+@option(
+    "--limits",
+    "limits_shared",
+    default="machine",
+    show_default=True,
+    help="The store to read: machine (this machine's file) or redis://host:port/db.",
+)
+@option("--json", "json_", is_flag=True, help="One JSON array of the entries.")
+@click.pass_context
+@handle_errors
+def limits(ctx: click.Context, limits_shared: str, json_: bool) -> None:
+    """Show the limits the governor learnt for each account (no secrets), or clear them.
+
+    An entry's key is its account (the upstream's host and a hash of it and the
+    credential), then provider/model.
+    """
+    ctx.obj = limits_shared
+    if ctx.invoked_subcommand is not None:
+        return
+    account = _opened(limits_shared)
+    now = time.time()
+    try:
+        rows = [_row(e, now) for e in account.stored()] if account is not None else []
+    finally:
+        if account is not None:
+            account.close()
+    if json_:
+        click.echo(json.dumps(rows))
+        return
+    if not rows:
+        click.echo("teamlead: no learnt limits in the store")
+        return
+    for row in rows:
+        click.echo(_line(row, now))
+
+
+@limits.command("clear")
+@click.argument("key", required=False)
+@click.pass_obj
+@handle_errors
+def clear(spec: str, key: str | None) -> None:
+    """Drop KEY's learnt limits (a key as listed, or an account: all its entries), or
+    every entry; the next run starts from the relay's own start."""
+    account = _opened(spec)
+    if account is None:
+        click.echo("teamlead: no learnt limits in the store: nothing to clear")
+        return
+    try:
+        dropped = account.forget(key)
+    finally:
+        account.close()
+    what = f"matching {key}" if key else "in the store"
+    click.echo(f"teamlead: cleared {dropped} learnt limit(s) {what}")
