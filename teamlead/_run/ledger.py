@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Literal, TypeAlias
 
 from .._gate.calls import SpawnRecord, call_dispositions
 from .._redact import redact, redact_opt
-from ..events import Finished, FinishReason, Status, TaskDisposition
+from ..events import Finished, FinishReason, RelaySummary, Status, TaskDisposition
 from .outcome import ErrorKind, RoundOutcome
 
 if TYPE_CHECKING:  # the tracker loads the SDK, which a run stopped at start-up never needs
@@ -82,8 +82,10 @@ class Ledger:
         unproven_team: str | None = None,
         wait_s: float,
         calls: Sequence[SpawnRecord] = (),
+        relay: RelaySummary | None = None,
     ) -> Finished:
-        """The final :class:`Finished` event for the state reached.
+        """The final :class:`Finished` event for the state reached (``relay``: what the
+        request relay did for the run, ``None`` when it went direct).
 
         Args:
             tracker: the session as followed.
@@ -166,6 +168,7 @@ class Ledger:
             cost_usd=round(self.cost_usd, 6),
             reasons=[redact(r) for r in dict.fromkeys(reasons)],
             reason=self._reason(status, dispositions, answered=final is not None),
+            relay=relay,
         )
 
     def _reason(

@@ -470,4 +470,5 @@ def finish(state: RunState) -> Finished:
         unproven_team=collected.ambiguous_team,
         wait_s=state.policy.wait_s,
         calls=records,
+        relay=state.relay.summary() if state.relay is not None else None,
     )

@@ -5,7 +5,7 @@ its :class:`~teamlead.ProcessState`) in front of a run's CLI, for the run's upst
 account: it points the options' ``ANTHROPIC_BASE_URL`` at a run of the shared relay, buffers
 the relay's events (:class:`~teamlead.events.RateLimited`,
 :class:`~teamlead.events.ConcurrencyChanged`) so the coordinator can yield them in its
-stream, and puts the run's :class:`~teamlead.events.RelaySummary` on ``Finished``.
+stream, and gives the run's builder its :class:`~teamlead.events.RelaySummary` for ``Finished``.
 
 The relay is skipped when ``Policy(relay=False)`` or ``TEAMLEAD_NO_RELAY`` is set, with a
 one-line note for Bedrock/Vertex and non-HTTP(S) base URLs, and with a one-line warning
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from claude_agent_sdk import ClaudeAgentOptions
 
-from ..events import ConcurrencyChanged, Finished, RateLimited
+from ..events import ConcurrencyChanged, RateLimited, RelaySummary
 from ..policy import Policy
 from .process import ProcessState, default_process_state
 
@@ -80,11 +80,10 @@ class RelayHookup:
         self.events.clear()
         return out
 
-    def finish(self, item: Finished) -> Finished:
-        """``item`` with this run's relay summary (unchanged when the run went direct)."""
-        if self.run is None:
-            return item
-        return item.model_copy(update={"relay": self.run.summary()})
+    def summary(self) -> RelaySummary | None:
+        """What the relay did for this run so far (``None`` when the run goes direct), for
+        the run's :class:`~teamlead.events.Finished`."""
+        return self.run.summary() if self.run is not None else None
 
 
 def relayed(
@@ -167,13 +166,12 @@ class _Relayed:
 async def with_relay_events(
     items: AsyncGenerator[Any, None], hookup: RelayHookup
 ) -> AsyncGenerator[Any, None]:
-    """``items`` with the relay's events yielded as they come, and the summary on Finished."""
+    """``items`` with the relay's events yielded as they come (the run's ``Finished``
+    carries the relay's summary already: its builder reads it from the hookup)."""
     async with aclosing(items):
         async for item in items:
             for event in hookup.drain():
                 yield event
-            if isinstance(item, Finished):
-                item = hookup.finish(item)
             yield item
 
 
