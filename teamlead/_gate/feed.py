@@ -65,8 +65,7 @@ class GateFeed:
     def slot_pools(self) -> list[FifoSlots]:
         """The pools a workflow agent (which fires no hook) takes a slot of at the relay, as
         an Agent call does in the hook: the run's own limit, then the process-wide cap."""
-        gate = self.gate
-        return [gate._slots, gate._cap.slots]
+        return self.gate.slot_pools
 
     async def stagger(self, until: float) -> bool:
         """A workflow agent's first request waits its turn in the run's stagger, as an

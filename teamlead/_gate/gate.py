@@ -148,6 +148,12 @@ class SpawnGate:
         return self._slots.limit
 
     @property
+    def slot_pools(self) -> list[FifoSlots]:
+        """The pools one agent takes a slot of, in order: the run's own limit, then the cap
+        shared with the process's other runs."""
+        return [self._slots, self._cap.slots]
+
+    @property
     def most(self) -> int:
         """The highest run limit that means anything: the CLI's own subagent cap (which
         rejects past it) and the process-wide cap."""
