@@ -14,9 +14,10 @@ The public API is what this module re-exports in ``__all__``, the names users ca
   :class:`SpawnPolicy` (the spawn gate's limits), :class:`InboxWaitPolicy` and
   :class:`LockPolicy`, :class:`GovernorPolicy`, and :class:`LimitsPolicy` (the relay's
   ceilings and where its learnt limits are shared).
-- The events (:class:`Finished` and the others) report progress, with every type they
-  carry: :class:`TaskDisposition`, :class:`RelaySummary`, :class:`BucketSummary` and the
-  ``Literal`` codes (:data:`Status`, :data:`Disposition`, :data:`TaskState`, :data:`FinishReason`,
+- The stream yields :data:`StreamItem` (the SDK's messages and teamlead's events), a
+  union an app can ``match`` on. The events (:class:`Finished` and the others) report
+  progress, with every type they carry: :class:`TaskDisposition`, :class:`RelaySummary`,
+  :class:`BucketSummary` and the ``Literal`` codes (:data:`Status`, :data:`Disposition`, :data:`TaskState`, :data:`FinishReason`,
   :data:`DenyCode`, :data:`ChangeReason`); every error derives from :class:`TeamleadError`.
 - Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate.
 - :class:`RunControl` changes a running run's agent cap and subagent model (zcode's
@@ -50,6 +51,7 @@ if typing.TYPE_CHECKING:
         ClientRun,
         ProcessState,
         QueryFn,
+        StreamItem,
         allow_workflows,
         prepare_options,
         query,
@@ -110,6 +112,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ClientRun",
         "ProcessState",
         "QueryFn",
+        "StreamItem",
         "allow_workflows",
         "prepare_options",
         "query",
@@ -204,6 +207,7 @@ __all__ = [
     "LockPolicy",
     "Policy",
     "QueryFn",
+    "StreamItem",
     "RateLimited",
     "RelaySummary",
     "ResumeError",

@@ -35,9 +35,9 @@ from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, aclosing
-from typing import Any
+from typing import Any, TypeAlias
 
-from claude_agent_sdk import ClaudeAgentOptions
+from claude_agent_sdk import ClaudeAgentOptions, Message
 
 from ._otel import trace_run
 from ._run.loop import Client, QueryFn, run_client, run_query, run_resume
@@ -48,13 +48,14 @@ from ._run.state import RunState, new_run, prepare_options
 from ._run.workflow_permission import allow_workflows
 from .clock import SYSTEM_CLOCK, Clock
 from .control import RunControl
-from .events import Finished
+from .events import Finished, TeamleadEvent
 from .policy import Policy
 
 __all__ = [
     "ClientRun",
     "ProcessState",
     "QueryFn",
+    "StreamItem",
     "allow_workflows",
     "prepare_options",
     "query",
@@ -62,6 +63,19 @@ __all__ = [
     "relay_for",
     "resume_session",
 ]
+
+#: What a run's stream yields: every SDK message as the query function gave it, and
+#: teamlead's own events (:data:`~teamlead.events.TeamleadEvent`), ending with one
+#: :class:`~teamlead.events.Finished`. Match on it::
+#:
+#:     async for item in teamlead.query(prompt, options):
+#:         match item:
+#:             case AssistantMessage(): ...
+#:             case teamlead.SpawnQueued(position=n): ...
+#:             case teamlead.Finished(status=status): ...
+#:
+#: (A scripted ``query_fn`` in a test may yield raw dicts; they come through unchanged.)
+StreamItem: TypeAlias = Message | TeamleadEvent
 
 
 def _sdk_query(query_fn: QueryFn | None) -> QueryFn:
@@ -128,7 +142,7 @@ async def query(
     clock: Clock = SYSTEM_CLOCK,
     control: RunControl | None = None,
     process: ProcessState | None = None,
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[StreamItem]:
     """Drop-in for ``claude_agent_sdk.query`` that never loses a delegated result.
 
     Yields every SDK message unchanged, plus teamlead events
@@ -260,7 +274,7 @@ async def receive_all(
     policy: Policy | None = None,
     clock: Clock = SYSTEM_CLOCK,
     process: ProcessState | None = None,
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[StreamItem]:
     """For ``ClaudeSDKClient``: receive past the first result until the work is absorbed.
 
     Call it instead of ``client.receive_response()`` after ``client.query(...)``. It keeps
@@ -346,7 +360,7 @@ async def resume_session(
     clock: Clock = SYSTEM_CLOCK,
     control: RunControl | None = None,
     process: ProcessState | None = None,
-) -> AsyncIterator[Any]:
+) -> AsyncIterator[StreamItem]:
     """Collect and resume a session that ended with work outstanding.
 
     Rebuilds the session's state from its transcript under the Claude config dir (from

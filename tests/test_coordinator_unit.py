@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import typing
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable
 from pathlib import Path
@@ -1334,3 +1335,26 @@ async def test_row_durations_are_read_on_the_runs_own_clock() -> None:
     (row,) = done.tasks
     assert row.status == "completed"
     assert row.duration_s == 7.0
+
+
+async def test_what_the_stream_yields_is_a_union_an_app_can_match_on() -> None:
+    from claude_agent_sdk import AssistantMessage, ResultMessage
+
+    members = set(typing.get_args(teamlead.StreamItem))
+    assert {AssistantMessage, ResultMessage, Finished, FallbackUsed} <= members
+    script = Script(
+        [*fan_out(("t1", "probe")), notified("t1", summary="T1"), *synthesis_failed()],
+        [init(), lead("Final"), result("Final")],
+    )
+    kinds = []
+    async for item in teamlead.query(
+        "Investigate.", query_fn=script, policy=fast_policy(), clock=FakeClock()
+    ):
+        match item:
+            case Finished(status=status):
+                kinds.append(f"finished:{status}")
+            case FallbackUsed(source=source):
+                kinds.append(f"fallback:{source}")
+            case _:
+                pass
+    assert kinds == ["fallback:summary", "finished:completed"]
