@@ -17,8 +17,9 @@ The public API is what this module re-exports in ``__all__``, the names users ca
 - The stream yields :data:`StreamItem` (the SDK's messages and teamlead's events), a
   union an app can ``match`` on. The events (:class:`Finished` and the others) report
   progress, with every type they carry: :class:`TaskDisposition`, :class:`RelaySummary`,
-  :class:`BucketSummary` and the ``Literal`` codes (:data:`Status`, :data:`Disposition`, :data:`TaskState`, :data:`FinishReason`,
-  :data:`DenyCode`, :data:`ChangeReason`); every error derives from :class:`TeamleadError`.
+  :class:`BucketSummary` and the ``Literal`` codes (:data:`Status`, :data:`Disposition`,
+  :data:`TaskState`, :data:`FinishReason`, :data:`DenyCode`, :data:`ChangeReason`); every
+  error derives from :class:`TeamleadError`.
 - Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate.
 - :class:`RunControl` changes a running run's agent cap and subagent model (zcode's
   three-state :meth:`~RunControl.amend`; a no-op is refused with :class:`AmendRefused`, each
