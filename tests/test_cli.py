@@ -346,7 +346,7 @@ def test_ask_json_is_versioned_ndjson_ending_in_finished(asks: dict[str, AskRun]
     proc = asks["json"].proc
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert all(isinstance(r.get("type"), str) and r.get("version") == 3 for r in lines)
+    assert all(isinstance(r.get("type"), str) and r.get("version") == 4 for r in lines)
     types = [r["type"] for r in lines]
     ended = [r["task_id"] for r in lines if r["type"] == "task_ended"]
     started = [r["task_id"] for r in lines if r["type"] == "task_started"]
