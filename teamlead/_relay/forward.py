@@ -18,7 +18,8 @@ a cut once per epoch), the slot is given back, and the request is retried once t
 has passed, for at most ``overload_hold_s`` from its first overload (and never past its
 run's deadline). The CLI does not see the burst while the hold lasts; the caller keeps a
 streaming client alive meanwhile (``on_hold``, see :mod:`.keepalive`). Past the bound the
-overload goes on to the client as the upstream gave it.
+overload goes on to the client as the upstream gave it; so does one the upstream marks
+``x-should-retry: false`` (it says no retry will help), at once.
 
 A Retry-After (or a rate-limit window's reset) beyond the plausibility bound
 (:data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S`) is a faulty header: one
@@ -398,6 +399,7 @@ def _report(
     if status in OVERLOADED:
         retry = retry_after_from_headers(headers, now=governor.clock.time())
         _warn_if_faulty(headers, governor, info, status)
+        final = headers.get("x-should-retry", "").strip().lower() == "false"
         absorbed = _overloaded(
             governor,
             slot,
@@ -409,7 +411,7 @@ def _report(
             deadline,
             rng,
             on_limited,
-            hold,
+            _Hold(0.0) if final else hold,  # the upstream says no retry will help
         )
         governor.pace(key, headers)
         return absorbed

@@ -95,7 +95,7 @@ class DemoScript:
                 + "\nEvery finding above came from a delegated agent or teammate."
             )
         if "<task-notification>" in last:
-            return Reply.error(529)  # the synthesis turn the CLI injects fails
+            return Reply.error(529, should_retry=False)  # the CLI's synthesis turn fails
         return Reply.text("The agents are working; I will synthesize when they report.")
 
     def _start_teammate(self, session_id: str) -> None:

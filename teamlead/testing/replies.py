@@ -16,6 +16,7 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import uuid
@@ -78,7 +79,9 @@ class Fault:
 
     ``status`` 429 carries ``retry-after``; 500 is an ``api_error``; 529 is
     ``overloaded_error``; ``drop=True`` closes the connection (mid-stream when
-    ``after_events`` > 0).
+    ``after_events`` > 0). ``should_retry`` is the ``x-should-retry`` header the API
+    sends: ``None`` as the API does (``true`` for 429, 500 and 529), ``False`` for a
+    fault no retry will get past (the relay then passes an overload on at once).
     """
 
     status: int = 500
@@ -86,6 +89,7 @@ class Fault:
     message: str | None = None
     drop: bool = False
     after_events: int = 0
+    should_retry: bool | None = None
 
     @property
     def error_type(self) -> str:
@@ -174,11 +178,21 @@ class Reply:
         retry_after: float | None = None,
         message: str | None = None,
         delay: float = 0.0,
+        should_retry: bool | None = None,
     ) -> Reply:
-        """An HTTP error reply: 429 (with ``retry-after``), 500, 529, ..."""
-        return cls(
-            fault=Fault(status=status, retry_after=retry_after, message=message), delay=delay
+        """An HTTP error reply: 429 (with ``retry-after``), 500, 529, ... (``should_retry``:
+        see :class:`Fault`)."""
+        fault = Fault(
+            status=status, retry_after=retry_after, message=message, should_retry=should_retry
         )
+        return cls(fault=fault, delay=delay)
+
+    def final(self) -> Reply:
+        """This reply, a fault marked as one no retry gets past (``x-should-retry:
+        false``); a reply that is no fault as it is."""
+        if self.fault is None or self.fault.should_retry is not None:
+            return self
+        return dataclasses.replace(self, fault=dataclasses.replace(self.fault, should_retry=False))
 
     @classmethod
     def drop(cls, *, after_events: int = 0, delay: float = 0.0, partial_text: str = "") -> Reply:

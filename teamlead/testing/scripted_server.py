@@ -406,7 +406,10 @@ class ScriptedServer:
             handler.close_connection = True
             return 0
         if fault is not None and not fault.drop:
-            headers = {"x-should-retry": "true" if fault.status in (429, 500, 529) else "false"}
+            retry = fault.should_retry
+            if retry is None:
+                retry = fault.status in (429, 500, 529)
+            headers = {"x-should-retry": "true" if retry else "false"}
             if fault.retry_after is not None:
                 headers["retry-after"] = f"{fault.retry_after:g}"
             release()

@@ -88,7 +88,9 @@ class FanOut:
     Attributes:
         agents: the Agent calls the lead sends together in its first turn.
         delays: seconds each subagent takes, by description (default 0.5).
-        synthesis_fault: a fault reply for lead turns that come after a task result.
+        synthesis_fault: a fault reply for lead turns that come after a task result: a turn
+            that fails, whatever retries (sent as final, ``x-should-retry: false``, unless
+            the reply says otherwise).
         synthesis_faults: how many such turns fail (``None``: every one).
         fail_resumes: whether teamlead's resume turns fail too (marked by a
             ``<teamlead-results>`` block in the prompt).
@@ -147,7 +149,7 @@ class FanOut:
             with self._lock:
                 if self.synthesis_faults is None or self._failed < self.synthesis_faults:
                     self._failed += 1
-                    return self.synthesis_fault
+                    return self.synthesis_fault.final()
         return synthesize(req)
 
 
@@ -404,8 +406,9 @@ class WorkflowFanOut:
 
     The lead's first turn calls ``Workflow`` with :func:`workflow_script` for ``keys``.
     Each agent answers ``FINDING[<key>]`` after ``delay`` (``delays`` per key); the first
-    ``fault_times`` requests of a key in ``faults`` get that reply instead (a 529 the CLI
-    does not retry with ``max_retries=0``: the agent ends in error, its ``agent()``
+    ``fault_times`` requests of a key in ``faults`` get that reply instead, sent as final
+    (``x-should-retry: false``, unless it says otherwise: a 529 the CLI does not retry with
+    ``max_retries=0`` and the relay does not hold: the agent ends in error, its ``agent()``
     returns ``null``); a key in ``hang`` is held open for 600 s (until cut; with
     ``hang_once`` only its first request, and ``on_hang(key)`` is called then). When a
     teamlead prompt names a ``resumeFromRunId``, the lead calls ``Workflow`` with it and
@@ -487,7 +490,7 @@ class WorkflowFanOut:
                 count = self._faulted.get(key, 0)
                 self._faulted[key] = count + 1
             if count < self.fault_times:
-                return fault
+                return fault.final()
         if key in self.hang:
             with self._lock:
                 first = key not in self._hung
