@@ -27,6 +27,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
         "relay.py",
         "otel.py",
         pytest.param("storm.py", marks=pytest.mark.cli),
+        pytest.param("overload.py", marks=pytest.mark.cli),
         "limits.py",
     ],
 )
