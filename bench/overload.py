@@ -33,7 +33,7 @@ from pathlib import Path
 
 import anyio
 from _common import table
-from claude_agent_sdk import ResultMessage, query
+from claude_agent_sdk import ClaudeSDKError, ResultMessage, query
 
 from teamlead._relay import RELAY_POLICY, RelayConfig, start_relay
 from teamlead.governor import Governor
@@ -90,9 +90,12 @@ async def _run(name: str, burst_s: float) -> Side:
                 options.env = env
             result = ""
             with anyio.move_on_after(600):
-                async for message in query(prompt="Investigate.", options=options):
-                    if isinstance(message, ResultMessage) and not message.is_error:
-                        result = message.result or result
+                try:
+                    async for message in query(prompt="Investigate.", options=options):
+                        if isinstance(message, ResultMessage) and not message.is_error:
+                            result = message.result or result
+                except ClaudeSDKError:  # the run ended in an API error: what it had stands
+                    pass
             return result
 
         began = time.monotonic()
