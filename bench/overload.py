@@ -26,7 +26,6 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,32 +36,11 @@ from claude_agent_sdk import ClaudeSDKError, ResultMessage, query
 
 from teamlead._relay import RELAY_POLICY, RelayConfig, start_relay
 from teamlead.governor import Governor
-from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
-from teamlead.testing.scripts import FanOut, findings_in
+from teamlead.testing import OfflineClaude, ScriptedServer
+from teamlead.testing.scripts import FanOut, OverloadBurst, findings_in
 
 AGENTS = 4
 DELAY = 0.5
-
-
-class Burst:
-    """529 for every request within ``seconds`` of the first subagent request."""
-
-    def __init__(self, seconds: float) -> None:
-        self.script = FanOut.of(AGENTS, delays=DELAY)
-        self.seconds = seconds
-        self.began: float | None = None
-        self.served_529 = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, req: ScriptedRequest) -> Reply:
-        with self._lock:
-            now = time.monotonic()
-            if self.began is None and req.role == "subagent":
-                self.began = now
-            if self.began is not None and now < self.began + self.seconds:
-                self.served_529 += 1
-                return Reply.error(529)
-        return self.script(req)
 
 
 @dataclass
@@ -75,7 +53,7 @@ class Side:
 
 
 async def _run(name: str, burst_s: float) -> Side:
-    burst = Burst(burst_s)
+    burst = OverloadBurst(FanOut.of(AGENTS, delays=DELAY), burst_s)
     with (
         ScriptedServer(burst) as server,
         tempfile.TemporaryDirectory(prefix="teamlead-overload-") as home,
@@ -112,7 +90,7 @@ async def _run(name: str, burst_s: float) -> Side:
             for r in server.recorded("subagent")
             if r.status == 200 and r.request.agent is not None
         }
-    return Side(name, len(findings_in(result)), AGENTS - len(served), burst.served_529, wall)
+    return Side(name, len(findings_in(result)), AGENTS - len(served), burst.overloaded, wall)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
-from teamlead.testing.scripts import FanOut, finding_text, findings_in
+from teamlead.testing.scripts import FanOut, OverloadBurst, finding_text, findings_in
 
 pytestmark = [pytest.mark.cli]
 
@@ -201,27 +201,6 @@ def test_what_one_upstream_teaches_never_limits_another(tmp_path: Path) -> None:
     ]
 
 
-class Burst:
-    """``script``, but every request (lead's and subagents') that arrives within
-    ``seconds`` of the first subagent request gets 529 ``overloaded_error``."""
-
-    def __init__(self, script: Callable[[ScriptedRequest], Reply], seconds: float) -> None:
-        self.script, self.seconds = script, seconds
-        self.began: float | None = None
-        self.overloaded = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, req: ScriptedRequest) -> Reply:
-        with self._lock:
-            now = time.monotonic()
-            if self.began is None and req.role == "subagent":
-                self.began = now
-            if self.began is not None and now < self.began + self.seconds:
-                self.overloaded += 1
-                return Reply.error(529)
-        return self.script(req)
-
-
 #: The CLI's own stream timeouts at their floor (10 s): a hold longer than them that the
 #: relay did not keep alive would trip them.
 SHORT_TIMEOUTS = {
@@ -231,7 +210,7 @@ SHORT_TIMEOUTS = {
 
 
 def test_an_overload_burst_longer_than_the_clis_timeouts_costs_no_agent(tmp_path: Path) -> None:
-    burst = Burst(FanOut.of(4, delays=0.3), seconds=15)
+    burst = OverloadBurst(FanOut.of(4, delays=0.3), seconds=15)
     with ScriptedServer(burst) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "one", env=SHORT_TIMEOUTS)
         done = ask(claude, tmp_path / "cache", "--deadline", "120", within_s=180)
@@ -258,7 +237,7 @@ def test_an_overload_burst_longer_than_the_clis_timeouts_costs_no_agent(tmp_path
 def test_an_overload_burst_that_outlasts_the_hold_goes_on_and_leaks_nothing(
     tmp_path: Path,
 ) -> None:
-    burst = Burst(FanOut.of(2, delays=0.3), seconds=600)
+    burst = OverloadBurst(FanOut.of(2, delays=0.3), seconds=600)
     with ScriptedServer(burst) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "one")
         done = ask(

@@ -16,6 +16,7 @@ from __future__ import annotations
 import random
 import re
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -28,6 +29,7 @@ __all__ = [
     "SCENARIOS",
     "SCENARIO_SUMMARIES",
     "FanOut",
+    "OverloadBurst",
     "ProbabilisticFanOut",
     "StrategyReview",
     "ToolSteps",
@@ -397,6 +399,33 @@ def workflow_script(
         body = f"const r = await parallel([{quoted}].map(k => () => ({first})(k)))\n"
     tail = f"throw new Error('{throw}')\n" if throw else "return { r }\n"
     return head + body + tail
+
+
+class OverloadBurst:
+    """``script``, but every request (the lead's and the subagents') that arrives within
+    ``seconds`` of the first subagent request gets 529 ``overloaded_error``, as the API
+    sends it (``x-should-retry: true``): the field's overload bursts, which last minutes.
+
+    Attributes:
+        began: when the burst began (``time.monotonic()``), once it has.
+        overloaded: the 529s it served.
+    """
+
+    def __init__(self, script: Callable[[ScriptedRequest], Reply], seconds: float) -> None:
+        self.script, self.seconds = script, seconds
+        self.began: float | None = None
+        self.overloaded = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        with self._lock:
+            now = time.monotonic()
+            if self.began is None and req.role == "subagent":
+                self.began = now
+            if self.began is not None and now < self.began + self.seconds:
+                self.overloaded += 1
+                return Reply.error(529)
+        return self.script(req)
 
 
 @dataclass
