@@ -2,8 +2,8 @@
 
 Through :func:`teamlead.query` and ``teamlead ask`` (a real subprocess): the 24-call fan-out
 that the CLI alone would cut at 20, the concurrency cap, the spawn budget (denied calls in
-``Finished.tasks``), the deadline's no-tools wrap-up, a CLI rejection that makes the run
-partial, and Ctrl-C while calls wait in the gate.
+``Finished.tasks``), the depth limit on subagents' own Agent calls, the deadline's no-tools
+wrap-up, a CLI rejection that makes the run partial, and Ctrl-C while calls wait in the gate.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import teamlead
 from teamlead.events import EVENT_VERSION, Finished, SpawnAdmitted, SpawnDenied, SpawnQueued
 from teamlead.policy import Policy, SpawnPolicy
 from teamlead.testing import (
+    AgentCall,
     OfflineClaude,
     RecordedRequest,
     Reply,
@@ -118,6 +119,63 @@ async def test_a_spawn_budget_of_5_denies_3_and_reports_them(offline: OfflineFac
     assert len(denied) == 3
     assert all(t.kind == "call" and t.disposition == "not_run" for t in denied)
     assert all("spawn budget of 5" in (t.reason or "") for t in denied)
+
+
+class Delegating:
+    """The lead starts ``parent``; ``parent`` delegates to ``child``, ``child`` to
+    ``grandchild``, each once. Records the tools each agent's first request offered."""
+
+    NEXT = {"parent": "child", "child": "grandchild"}
+
+    def __init__(self) -> None:
+        self.tools: dict[str, tuple[str, ...]] = {}
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        if req.role == "subagent" and req.agent is not None:
+            name = req.agent.description
+            self.tools.setdefault(name, req.tools)
+            if name in self.NEXT and not req.tool_uses_sent:
+                deeper = self.NEXT[name]
+                return Reply.agents(AgentCall(deeper, f"{deeper.upper()}-TASK: look deeper."))
+            return Reply.text(f"FINDING[{name}]: done.")
+        if req.role == "other":
+            return Reply.text("side reply")
+        if not req.tool_uses_sent:
+            return Reply.agents(AgentCall("parent", "PARENT-TASK: split this up if you like."))
+        return synthesize(req)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("max_depth", "ran", "denied", "told"),
+    [
+        (1, ["parent"], "child", "subagents may not start agents of their own"),
+        (2, ["parent", "child"], "grandchild", "nested deeper than 2 levels are not allowed"),
+    ],
+)
+async def test_max_depth_admits_nested_agent_calls_down_to_it_and_denies_the_next_level(
+    offline: OfflineFactory, max_depth: int, ran: list[str], denied: str, told: str
+) -> None:
+    script = Delegating()
+    server, claude = offline(script)
+    items, done = await run_query(claude, Policy(spawn=SpawnPolicy(max_depth=max_depth)))
+    # the CLI offers the Agent tool to every agent that delegates here: it is the gate, not
+    # the CLI, that stops the next level (a subagent gets no Workflow tool, so the depth of
+    # a subagent's workflow is checked at the hook, in test_workflow_limits.py)
+    assert all("Agent" in script.tools[name] for name in ran), script.tools
+    assert all("Workflow" not in script.tools[name] for name in ran), script.tools
+    assert [i.description for i in items if isinstance(i, SpawnAdmitted)] == ran
+    refused = [(i.description, i.code) for i in items if isinstance(i, SpawnDenied)]
+    assert refused == [(denied, "depth")]
+    assert agents_run(server) == set(ran)  # the denied agent never ran
+    caller = [r.request for r in server.recorded("subagent") if _agent_of(r) == ran[-1]]
+    assert any(told in r.last_user_text for r in caller)  # the caller was told why
+    rows = {(t.description, t.status, t.disposition) for t in done.tasks}
+    assert {(name, "completed", "included") for name in ran} <= rows
+    assert [t.description for t in done.tasks if t.status == "denied"] == [denied]
+    assert (denied, "denied", "not_run") in rows
+    assert done.status == "completed", done.reasons
+    assert "parent" in findings_in(done.result or "")
 
 
 #: The deadline of the wrap-up tests. The gate's default reserve (half of it here, 4 s)
