@@ -72,12 +72,14 @@ def ask(claude: OfflineClaude, *args: str) -> subprocess.CompletedProcess[str]:
 async def test_query_runs_a_fan_out_of_24_never_more_than_20_at_once(
     offline: OfflineFactory,
 ) -> None:
-    # the 24 calls reach the gate within some 0.1 s; each agent runs ten times that
-    server, claude = offline(FanOut.of(24, delays=1.0))
+    # the 24 calls reach the gate within some 0.1 s; each agent runs thirty times that, so
+    # the first 20 overlap
+    server, claude = offline(FanOut.of(24, delays=3.0))
     items, done = await run_query(claude, Policy())
     assert agents_run(server) == {f"agent-{i}" for i in range(1, 25)}
-    assert server.max_concurrent("subagent") <= 20
-    assert sum(isinstance(i, SpawnQueued) for i in items) >= 4
+    assert server.max_concurrent("subagent") == 20  # the CLI's cap, and no fewer
+    assert max(i.running for i in items if isinstance(i, SpawnAdmitted)) == 20
+    assert sum(isinstance(i, SpawnQueued) for i in items) == 4
     assert sum(isinstance(i, SpawnAdmitted) for i in items) == 24
     assert not any("Concurrent subagent limit" in r.request.all_text for r in server.recorded())
     assert len(lead_seen(server)) == 24  # every answer reached the lead
@@ -87,16 +89,18 @@ async def test_query_runs_a_fan_out_of_24_never_more_than_20_at_once(
 
 
 def test_ask_with_a_cap_of_3_keeps_3_in_flight_and_uses_all_8_results(tmp_path: Path) -> None:
-    with ScriptedServer(FanOut.of(8, delays=0.5)) as server:
+    # the 8 calls come in one message and each agent runs 2 s: the first 3 overlap
+    with ScriptedServer(FanOut.of(8, delays=2.0)) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
         proc = ask(claude, "--max-concurrent-agents", "3", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert 2 <= server.max_concurrent("subagent") <= 3
+    assert server.max_concurrent("subagent") == 3  # the cap, and no fewer
     assert len(agents_run(server)) == 8
     assert lead_seen(server) == {f"agent-{i}" for i in range(1, 9)}
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     types = [r["type"] for r in lines]
-    assert types.count("spawn_admitted") == 8 and "spawn_queued" in types
+    assert types.count("spawn_admitted") == 8 and types.count("spawn_queued") == 5
+    assert max(r["running"] for r in lines if r["type"] == "spawn_admitted") == 3
     queued = next(r for r in lines if r["type"] == "spawn_queued")
     assert queued["limit"] == 3 and queued["version"] == EVENT_VERSION
     assert set(queued) >= {"tool_use_id", "description", "position", "running", "limit"}
@@ -270,7 +274,7 @@ def test_ctrl_c_while_calls_are_queued_exits_130_with_no_orphans(tmp_path: Path)
 
 @pytest.mark.anyio
 async def test_receive_all_gates_the_clients_agent_calls(offline: OfflineFactory) -> None:
-    server, claude = offline(FanOut.of(4, delays=0.5))
+    server, claude = offline(FanOut.of(4, delays=1.5))  # the first two overlap
     policy = Policy(spawn=SpawnPolicy(max_concurrent_agents=2))
     items: list[Any] = []
     with anyio.fail_after(120):
@@ -283,9 +287,10 @@ async def test_receive_all_gates_the_clients_agent_calls(offline: OfflineFactory
                 items.append(item)
     done = items[-1]
     assert isinstance(done, Finished) and done.status == "completed", done
-    assert server.max_concurrent("subagent") <= 2
-    assert sum(isinstance(i, SpawnAdmitted) for i in items) == 4
-    assert sum(isinstance(i, SpawnQueued) for i in items) >= 1
+    assert server.max_concurrent("subagent") == 2  # the cap, and no fewer
+    admitted = [i for i in items if isinstance(i, SpawnAdmitted)]
+    assert len(admitted) == 4 and max(i.running for i in admitted) == 2
+    assert sum(isinstance(i, SpawnQueued) for i in items) == 2
     assert sorted(findings_in(done.result or "")) == [f"agent-{i}" for i in range(1, 5)]
 
 
