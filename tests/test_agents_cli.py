@@ -23,7 +23,7 @@ from claude_agent_sdk import TaskNotificationMessage
 
 import teamlead
 from teamlead.clock import SYSTEM_CLOCK, Clock
-from teamlead.events import AgentUsage, Finished
+from teamlead.events import EVENT_VERSION, AgentUsage, Finished
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.replies import ToolUse
@@ -357,7 +357,7 @@ def test_ask_json_streams_agent_usage_and_rows_per_agent(tmp_path: Path) -> None
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     usage = [r for r in lines if r["type"] == "agent_usage"]
     assert {r["agent_id"] for r in usage} >= set(sent)
-    assert all(r["version"] == 3 for r in usage)
+    assert all(r["version"] == EVENT_VERSION for r in usage)
     finished_line = lines[-1]
     rows = {r["label"]: r for r in finished_line["tasks"] if r["kind"] == "task"}
     assert rows["alpha"]["tokens_in"] == 300 and rows["alpha"]["requests"] >= 1
