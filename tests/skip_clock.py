@@ -9,9 +9,14 @@ and :meth:`SkipClock.skip_to` moves its time forward at once: every wait on it (
 now past their deadline end. Only ``monotonic()`` moves: ``time()`` stays the wall clock,
 as file times are compared with it.
 
-Call :meth:`~SkipClock.skip_to` from the event loop the run uses (e.g. a task that polls
-the scripted server with :func:`tests.polling.apoll`, then skips): anyio's scopes are not
-thread-safe.
+A clock made with ``held=True`` stands still until :meth:`~SkipClock.release`: a run on it
+spends none of its deadline while the CLI starts (which takes seconds on a loaded machine),
+and from the release on its time runs at real speed, so what comes after (a wrap-up turn
+within its reserve) is timed for real. :func:`holding` releases it once a state is reached.
+
+Call :meth:`~SkipClock.skip_to` and :meth:`~SkipClock.release` from the event loop the run
+uses (e.g. a task that polls the scripted server with :func:`tests.polling.apoll`, then
+skips): anyio's scopes are not thread-safe.
 
 Example:
     >>> clock = SkipClock()
@@ -24,6 +29,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import math
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from typing import TypeVar
@@ -32,19 +38,28 @@ import anyio
 
 from tests.polling import apoll
 
-__all__ = ["SkipClock", "skip_once", "skipping"]
+__all__ = ["SkipClock", "holding", "skip_once", "skipping"]
 
 T = TypeVar("T")
 
 
 class SkipClock:
-    """The system clock plus the seconds skipped; a :class:`teamlead.clock.DeadlineClock`."""
+    """The system clock plus the seconds skipped (less the seconds it was held, if made
+    ``held``); a :class:`teamlead.clock.DeadlineClock`."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, held: bool = False) -> None:
         self.skipped = 0.0
+        self._held_at: float | None = time.monotonic() if held else None
         self._timers: list[tuple[float, anyio.CancelScope]] = []
 
+    @property
+    def held(self) -> bool:
+        """Whether time stands still (until :meth:`release`)."""
+        return self._held_at is not None
+
     def monotonic(self) -> float:
+        if self._held_at is not None:
+            return self._held_at + self.skipped
         return time.monotonic() + self.skipped
 
     def time(self) -> float:
@@ -53,11 +68,27 @@ class SkipClock:
     def skip_to(self, when: float) -> None:
         """Move ``monotonic()`` forward to ``when`` (never back); waits past it end."""
         self.skipped += max(0.0, when - self.monotonic())
+        self._rearm()
+
+    def release(self) -> None:
+        """A held clock runs on from where it stands, at real speed (no-op if not held)."""
+        if self._held_at is None:
+            return
+        now = self.monotonic()
+        self._held_at = None
+        self.skipped = now - time.monotonic()
+        self._rearm()
+
+    def _rearm(self) -> None:
         for deadline, scope in self._timers:
             self._arm(scope, deadline)
 
     def _arm(self, scope: anyio.CancelScope, deadline: float) -> None:
-        scope.deadline = anyio.current_time() + max(0.0, deadline - self.monotonic())
+        left = deadline - self.monotonic()
+        if self._held_at is not None and left > 0:
+            scope.deadline = math.inf  # held: only a skip or the release brings it nearer
+        else:
+            scope.deadline = anyio.current_time() + max(0.0, left)
 
     @contextlib.contextmanager
     def move_on_at(self, deadline: float) -> Iterator[anyio.CancelScope]:
@@ -101,3 +132,22 @@ async def skipping(
         value = await work
         tg.cancel_scope.cancel()
     return value
+
+
+async def holding(
+    clock: SkipClock, ready: Callable[[], bool], work: Awaitable[T], *, within_s: float = 120.0
+) -> tuple[T, bool]:
+    """Await ``work`` (a run on the held ``clock``), releasing the clock once ``ready()``
+    holds (polled); returns ``work``'s value and whether ``ready()`` held. If it never held
+    within ``within_s`` the clock is released anyway, so the run's own waits still end."""
+    reached: list[bool] = []
+
+    async def release_once() -> None:
+        reached.append(await apoll(ready, within_s=within_s, every_s=0.05) is not None)
+        clock.release()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(release_once)
+        value = await work
+        tg.cancel_scope.cancel()
+    return value, bool(reached and reached[0])

@@ -23,7 +23,7 @@ from claude_agent_sdk import TaskNotificationMessage
 
 import teamlead
 from teamlead.clock import SYSTEM_CLOCK, Clock
-from teamlead.events import AgentUsage, Finished
+from teamlead.events import EVENT_VERSION, AgentUsage, Finished
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.replies import ToolUse
@@ -189,14 +189,15 @@ async def test_usage_per_agent_matches_what_the_server_sent(offline: OfflineFact
 async def test_the_cap_counts_agent_calls_and_workflow_agents_together(
     offline: OfflineFactory,
 ) -> None:
-    script = Mixed(["a1", "a2", "a3", "a4"], ["w1", "w2", "w3", "w4"], delay=1.0)
+    # eight agents over 3 slots, each answering in 2 s: three always overlap
+    script = Mixed(["a1", "a2", "a3", "a4"], ["w1", "w2", "w3", "w4"], delay=2.0)
     server, claude = offline(script)
     env = {"CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS": "8"}  # the user's, above the cap
     options = claude.options()
     options = type(options)(**{**options.__dict__, "env": {**options.env, **env}})
     policy = teamlead.Policy(wait_s=5, deadline_s=150, spawn=SpawnPolicy(max_concurrent_agents=3))
     done = finished(await run(options, policy))
-    assert server.max_concurrent_agents() <= 3
+    assert server.max_concurrent_agents() == 3  # the cap, and no fewer
     labels = set(findings_in(done.result or ""))
     assert {"a1", "a2", "a3", "a4"} <= labels, done.result
     rows = [r for r in done.tasks if r.kind == "workflow_agent"]
@@ -356,7 +357,7 @@ def test_ask_json_streams_agent_usage_and_rows_per_agent(tmp_path: Path) -> None
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     usage = [r for r in lines if r["type"] == "agent_usage"]
     assert {r["agent_id"] for r in usage} >= set(sent)
-    assert all(r["version"] == 4 for r in usage)
+    assert all(r["version"] == EVENT_VERSION for r in usage)
     finished_line = lines[-1]
     rows = {r["label"]: r for r in finished_line["tasks"] if r["kind"] == "task"}
     assert rows["alpha"]["tokens_in"] == 300 and rows["alpha"]["requests"] >= 1

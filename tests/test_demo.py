@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import pytest
 
 from teamlead._cli.demo import run_demo
+from teamlead.events import EVENT_VERSION
 from teamlead.testing.scripts import findings_in
 
 from .isolated import isolated_env
@@ -108,13 +109,20 @@ def test_the_live_rows_show_each_agents_last_tool(capsys: pytest.CaptureFixture[
 
 @pytest.mark.cli
 @pytest.mark.timeout(180)
-def test_json_and_quiet_demos_skip_the_comparison() -> None:
-    proc = subprocess.run(
-        [*TEAMLEAD, "demo", "--quiet"], capture_output=True, text=True, timeout=120
-    )
+@pytest.mark.parametrize("flag", ["--json", "--quiet"])
+def test_json_and_quiet_demos_skip_the_comparison(flag: str) -> None:
+    proc = subprocess.run([*TEAMLEAD, "demo", flag], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "bare claude_agent_sdk.query" not in proc.stderr + proc.stdout
-    assert "FINDING[reviewer]" in proc.stdout
+    if flag == "--quiet":
+        assert "FINDING[reviewer]" in proc.stdout
+        return
+    # --json: stdout is the run's NDJSON alone, ending in the one finished line
+    lines = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert all(r["version"] == EVENT_VERSION for r in lines)
+    assert [r["type"] for r in lines].count("finished") == 1
+    assert lines[-1]["type"] == "finished" and lines[-1]["status"] == "completed"
+    assert "reviewer" in findings_in(lines[-1]["result"])
 
 
 def test_on_a_terminal_the_comparison_is_a_table_of_two_columns() -> None:

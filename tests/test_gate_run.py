@@ -2,8 +2,8 @@
 
 Through :func:`teamlead.query` and ``teamlead ask`` (a real subprocess): the 24-call fan-out
 that the CLI alone would cut at 20, the concurrency cap, the spawn budget (denied calls in
-``Finished.tasks``), the deadline's no-tools wrap-up, a CLI rejection that makes the run
-partial, and Ctrl-C while calls wait in the gate.
+``Finished.tasks``), the depth limit on subagents' own Agent calls, the deadline's no-tools
+wrap-up, a CLI rejection that makes the run partial, and Ctrl-C while calls wait in the gate.
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import teamlead
 from teamlead.events import EVENT_VERSION, Finished, SpawnAdmitted, SpawnDenied, SpawnQueued
 from teamlead.policy import Policy, SpawnPolicy
 from teamlead.testing import (
+    AgentCall,
     OfflineClaude,
     RecordedRequest,
     Reply,
@@ -71,12 +72,14 @@ def ask(claude: OfflineClaude, *args: str) -> subprocess.CompletedProcess[str]:
 async def test_query_runs_a_fan_out_of_24_never_more_than_20_at_once(
     offline: OfflineFactory,
 ) -> None:
-    # the 24 calls reach the gate within some 0.1 s; each agent runs ten times that
-    server, claude = offline(FanOut.of(24, delays=1.0))
+    # the 24 calls reach the gate within some 0.1 s; each agent runs thirty times that, so
+    # the first 20 overlap
+    server, claude = offline(FanOut.of(24, delays=3.0))
     items, done = await run_query(claude, Policy())
     assert agents_run(server) == {f"agent-{i}" for i in range(1, 25)}
-    assert server.max_concurrent("subagent") <= 20
-    assert sum(isinstance(i, SpawnQueued) for i in items) >= 4
+    assert server.max_concurrent("subagent") == 20  # the CLI's cap, and no fewer
+    assert max(i.running for i in items if isinstance(i, SpawnAdmitted)) == 20
+    assert sum(isinstance(i, SpawnQueued) for i in items) == 4
     assert sum(isinstance(i, SpawnAdmitted) for i in items) == 24
     assert not any("Concurrent subagent limit" in r.request.all_text for r in server.recorded())
     assert len(lead_seen(server)) == 24  # every answer reached the lead
@@ -86,16 +89,18 @@ async def test_query_runs_a_fan_out_of_24_never_more_than_20_at_once(
 
 
 def test_ask_with_a_cap_of_3_keeps_3_in_flight_and_uses_all_8_results(tmp_path: Path) -> None:
-    with ScriptedServer(FanOut.of(8, delays=0.5)) as server:
+    # the 8 calls come in one message and each agent runs 2 s: the first 3 overlap
+    with ScriptedServer(FanOut.of(8, delays=2.0)) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
         proc = ask(claude, "--max-concurrent-agents", "3", "--json")
     assert proc.returncode == 0, proc.stderr
-    assert 2 <= server.max_concurrent("subagent") <= 3
+    assert server.max_concurrent("subagent") == 3  # the cap, and no fewer
     assert len(agents_run(server)) == 8
     assert lead_seen(server) == {f"agent-{i}" for i in range(1, 9)}
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     types = [r["type"] for r in lines]
-    assert types.count("spawn_admitted") == 8 and "spawn_queued" in types
+    assert types.count("spawn_admitted") == 8 and types.count("spawn_queued") == 5
+    assert max(r["running"] for r in lines if r["type"] == "spawn_admitted") == 3
     queued = next(r for r in lines if r["type"] == "spawn_queued")
     assert queued["limit"] == 3 and queued["version"] == EVENT_VERSION
     assert set(queued) >= {"tool_use_id", "description", "position", "running", "limit"}
@@ -118,6 +123,63 @@ async def test_a_spawn_budget_of_5_denies_3_and_reports_them(offline: OfflineFac
     assert len(denied) == 3
     assert all(t.kind == "call" and t.disposition == "not_run" for t in denied)
     assert all("spawn budget of 5" in (t.reason or "") for t in denied)
+
+
+class Delegating:
+    """The lead starts ``parent``; ``parent`` delegates to ``child``, ``child`` to
+    ``grandchild``, each once. Records the tools each agent's first request offered."""
+
+    NEXT = {"parent": "child", "child": "grandchild"}
+
+    def __init__(self) -> None:
+        self.tools: dict[str, tuple[str, ...]] = {}
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        if req.role == "subagent" and req.agent is not None:
+            name = req.agent.description
+            self.tools.setdefault(name, req.tools)
+            if name in self.NEXT and not req.tool_uses_sent:
+                deeper = self.NEXT[name]
+                return Reply.agents(AgentCall(deeper, f"{deeper.upper()}-TASK: look deeper."))
+            return Reply.text(f"FINDING[{name}]: done.")
+        if req.role == "other":
+            return Reply.text("side reply")
+        if not req.tool_uses_sent:
+            return Reply.agents(AgentCall("parent", "PARENT-TASK: split this up if you like."))
+        return synthesize(req)
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("max_depth", "ran", "denied", "told"),
+    [
+        (1, ["parent"], "child", "subagents may not start agents of their own"),
+        (2, ["parent", "child"], "grandchild", "nested deeper than 2 levels are not allowed"),
+    ],
+)
+async def test_max_depth_admits_nested_agent_calls_down_to_it_and_denies_the_next_level(
+    offline: OfflineFactory, max_depth: int, ran: list[str], denied: str, told: str
+) -> None:
+    script = Delegating()
+    server, claude = offline(script)
+    items, done = await run_query(claude, Policy(spawn=SpawnPolicy(max_depth=max_depth)))
+    # the CLI offers the Agent tool to every agent that delegates here: it is the gate, not
+    # the CLI, that stops the next level (a subagent gets no Workflow tool, so the depth of
+    # a subagent's workflow is checked at the hook, in test_workflow_limits.py)
+    assert all("Agent" in script.tools[name] for name in ran), script.tools
+    assert all("Workflow" not in script.tools[name] for name in ran), script.tools
+    assert [i.description for i in items if isinstance(i, SpawnAdmitted)] == ran
+    refused = [(i.description, i.code) for i in items if isinstance(i, SpawnDenied)]
+    assert refused == [(denied, "depth")]
+    assert agents_run(server) == set(ran)  # the denied agent never ran
+    caller = [r.request for r in server.recorded("subagent") if _agent_of(r) == ran[-1]]
+    assert any(told in r.last_user_text for r in caller)  # the caller was told why
+    rows = {(t.description, t.status, t.disposition) for t in done.tasks}
+    assert {(name, "completed", "included") for name in ran} <= rows
+    assert [t.description for t in done.tasks if t.status == "denied"] == [denied]
+    assert (denied, "denied", "not_run") in rows
+    assert done.status == "completed", done.reasons
+    assert "parent" in findings_in(done.result or "")
 
 
 #: The deadline of the wrap-up tests. The gate's default reserve (half of it here, 4 s)
@@ -212,7 +274,7 @@ def test_ctrl_c_while_calls_are_queued_exits_130_with_no_orphans(tmp_path: Path)
 
 @pytest.mark.anyio
 async def test_receive_all_gates_the_clients_agent_calls(offline: OfflineFactory) -> None:
-    server, claude = offline(FanOut.of(4, delays=0.5))
+    server, claude = offline(FanOut.of(4, delays=1.5))  # the first two overlap
     policy = Policy(spawn=SpawnPolicy(max_concurrent_agents=2))
     items: list[Any] = []
     with anyio.fail_after(120):
@@ -225,9 +287,10 @@ async def test_receive_all_gates_the_clients_agent_calls(offline: OfflineFactory
                 items.append(item)
     done = items[-1]
     assert isinstance(done, Finished) and done.status == "completed", done
-    assert server.max_concurrent("subagent") <= 2
-    assert sum(isinstance(i, SpawnAdmitted) for i in items) == 4
-    assert sum(isinstance(i, SpawnQueued) for i in items) >= 1
+    assert server.max_concurrent("subagent") == 2  # the cap, and no fewer
+    admitted = [i for i in items if isinstance(i, SpawnAdmitted)]
+    assert len(admitted) == 4 and max(i.running for i in admitted) == 2
+    assert sum(isinstance(i, SpawnQueued) for i in items) == 2
     assert sorted(findings_in(done.result or "")) == [f"agent-{i}" for i in range(1, 5)]
 
 

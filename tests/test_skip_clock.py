@@ -1,4 +1,5 @@
-"""The tests' :class:`~tests.skip_clock.SkipClock`: a skip ends exactly the waits it passes."""
+"""The tests' :class:`~tests.skip_clock.SkipClock`: a skip ends exactly the waits it passes,
+and a held clock spends no time until it is released."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pytest
 from teamlead.clock import DeadlineClock, move_on_at, wait_event
 
 from .polling import apoll
-from .skip_clock import SkipClock, skip_once, skipping
+from .skip_clock import SkipClock, holding, skip_once, skipping
 
 pytestmark = pytest.mark.anyio
 
@@ -71,3 +72,29 @@ async def test_skipping_skips_once_ready_and_an_event_still_wins() -> None:
         event.set()
         assert await wait_event(event, 3600, clock) is True
         assert await skip_once(clock, lambda: False, start, within_s=0.1) is False
+
+
+async def test_a_held_clock_ends_no_wait_until_released_then_runs_on_from_there() -> None:
+    clock = SkipClock(held=True)
+    start = clock.monotonic()
+    ended: list[str] = []
+    waited = anyio.Event()
+
+    async def sleeper() -> None:
+        await clock.sleep(0.05)
+        ended.append("sleep")
+
+    async def work() -> float:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(sleeper)
+            await clock.sleep(0)  # a wait already due ends while held
+            await anyio.sleep(1.0)  # twenty times the sleep: on real time it would have ended
+            assert (ended, clock.monotonic()) == ([], start)
+            waited.set()
+        return clock.monotonic() - start  # once the sleeper has ended
+
+    with anyio.fail_after(30):
+        elapsed, ready = await holding(clock, waited.is_set, work(), within_s=20)
+    assert ready and not clock.held and ended == ["sleep"]
+    # its time ran on from where it stood at the release: the held second is not in it
+    assert 0.05 <= elapsed < 1.0

@@ -42,6 +42,9 @@ def gate_with(clock: FakeClock | None = None, **policy: Any) -> tuple[SpawnGate,
 
 
 def workflow_call(agent_id: str | None = None) -> dict[str, Any]:
+    """A Workflow call's hook input. The CLI offers subagents no Workflow tool, so a
+    subagent's call is built as the CLI sends a subagent's Agent call: with ``agent_id``
+    and ``agent_type`` (what a real run's hook receives; the lead's calls carry neither)."""
     data: dict[str, Any] = {
         "hook_event_name": "PreToolUse",
         "tool_name": "Workflow",

@@ -486,6 +486,34 @@ def test_the_recorded_stopped_notice_makes_the_run_lost_until_resumed() -> None:
     tracker = fed("resume_phase2_stopped_notice.jsonl")
     (run,) = tracker.workflow_runs
     assert run.run_id == "wf_8c546cc5-307" and run.status == "stopped"
+    # lost: the run did not finish, and the outcome says so
+    done = finished_for(tracker)
+    assert done.status == "partial", done.reasons
+    (row,) = done.tasks
+    assert (row.run_id, row.status, row.disposition) == (run.run_id, "stopped", "failed")
+    # until resumed: the lead resumes the run (the same wf_ id), and the lead uses its result
+    answer = "FINDING[a] from the resumed run"
+    for frame in (
+        resume_call("tu2", run.run_id),
+        started("w2", "tu2"),
+        launched("w2", "tu2", run.run_id),
+        progress("w2", agent(1, "a", "done", agentId="x1")),
+        ended("w2"),
+        {"type": "assistant",
+         "message": {"id": "m3", "content": [{"type": "text", "text": answer}]}},
+        {"type": "result", "subtype": "success", "is_error": False, "result": answer,
+         "session_id": tracker.session_id, "num_turns": 1},
+    ):  # fmt: skip
+        tracker.feed(frame)
+    assert tracker.later_attempt(run) is tracker.tasks["w2"].workflow
+    done = finished_for(tracker)
+    assert done.status == "completed", done.reasons
+    rows = {r.id: r for r in done.tasks}
+    assert (rows["wram49t06"].disposition, rows["wram49t06"].reason) == (
+        "not_run",
+        "resumed by task w2",
+    )
+    assert rows["w2"].disposition == rows["x1"].disposition == "included"
 
 
 def test_the_live_view_shows_a_workflow_as_phases_and_agents() -> None:
