@@ -46,12 +46,10 @@ def classify_agent_result(result: ToolResultSeen) -> AgentResult:
         'rejected'
     """
     text = result.text
-    if _CLI_LIMIT in text or _HOOK_TIMEOUT in text:
-        return "rejected"
-    if _HOOK_DENY in text:
-        return "denied"
-    if result.is_error:
-        return "failed"
+    if result.is_error:  # the CLI's refusals are error results: an answer may quote one
+        if _CLI_LIMIT in text or _HOOK_TIMEOUT in text:
+            return "rejected"
+        return "denied" if _HOOK_DENY in text else "failed"
     if LAUNCH_NOTICE in text:
         return "launched"
     return "finished"
