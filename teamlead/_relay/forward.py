@@ -44,6 +44,7 @@ import yarl
 from .._governor.retry_after import faulty_retry_after, retry_after_from_headers
 from ..events import RateLimited
 from ..governor import Governor, Slot
+from .blame import unreachable_reason
 from .routing import RequestInfo, priority
 
 __all__ = [
@@ -115,7 +116,16 @@ class UpstreamTimeout(Exception):
 
 
 class UpstreamUnreachable(Exception):
-    """The upstream could not be reached, or broke the connection."""
+    """The upstream could not be reached, or broke the connection.
+
+    Attributes:
+        reason: what failed, in words ("connection refused"), for the one line that
+            names the upstream (see :mod:`.blame`).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 _RNG = random.Random()
@@ -166,8 +176,7 @@ async def _send(session: aiohttp.ClientSession, request: UpstreamRequest) -> aio
     except asyncio.TimeoutError:  # aiohttp's connect and read timeouts are both TimeoutErrors
         raise UpstreamTimeout from None
     except aiohttp.ClientError as exc:
-        log.warning("relay could not reach the upstream: %s", type(exc).__name__)
-        raise UpstreamUnreachable from None
+        raise UpstreamUnreachable(unreachable_reason(exc)) from None
 
 
 def backoff_s(config: RelayConfig, attempt: int, rng: random.Random) -> float:

@@ -80,11 +80,18 @@ class RelayHookup:
         self.events.clear()
         return out
 
+    def in_user_terms(self, text: str) -> str:
+        """``text`` naming the run's upstream where the CLI named the relay (its only
+        gateway); unchanged when the run went direct, where the CLI names the right one."""
+        return text if self.run is None else self.run.in_user_terms(text)
+
     def finish(self, item: Finished) -> Finished:
-        """``item`` with this run's relay summary (unchanged when the run went direct)."""
+        """``item`` with this run's relay summary, and reasons that name the upstream the
+        user set, not the relay (unchanged when the run went direct)."""
         if self.run is None:
             return item
-        return item.model_copy(update={"relay": self.run.summary()})
+        reasons = [self.run.in_user_terms(reason) for reason in item.reasons]
+        return item.model_copy(update={"relay": self.run.summary(), "reasons": reasons})
 
 
 def relayed(
