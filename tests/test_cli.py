@@ -84,6 +84,22 @@ def test_missing_model_access_is_one_clear_line() -> None:
     assert "teamlead demo" in result.output and len(result.output.strip().splitlines()) == 1
 
 
+def test_a_config_dir_the_cli_cannot_write_is_refused_before_the_run(tmp_path: Path) -> None:
+    """The CLI would run the first turn there, then no resume could find the conversation:
+    refused up front, in one line that says what is wrong and how to fix it."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    config = blocker / "claude"  # under a regular file: it can never be made
+    env = {"CLAUDE_CONFIG_DIR": str(config), "ANTHROPIC_API_KEY": "sk-ant-test"}
+    result = _invoke("ask", "hello", env=env)
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output
+    assert lines[0].startswith(f"teamlead: error: the Claude config dir {config} ")
+    assert "cannot be created or written" in lines[0] and "teamlead resume" not in lines[0]
+    assert "set CLAUDE_CONFIG_DIR to a directory you can write" in lines[0]
+
+
 def test_options_read_teamlead_env_vars() -> None:
     result = _invoke("ask", "hi", env={"TEAMLEAD_STRATEGY": "not-a-strategy-from-env"})
     assert result.exit_code == 2 and "not-a-strategy-from-env" in result.output
