@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ._claude.scripted import api_message_id, is_scripted_message
 from ._ndjson import JsonProgress, event_record, first_sighting
 from ._redact import redact, terminal_safe
 from .events import (
@@ -62,6 +63,12 @@ _SHOWN_AGENTS = 50  # a workflow's agents listed in the live view
 
 def _safe(text: str) -> str:
     return terminal_safe(text)
+
+
+def _scripted(item: Any) -> bool:
+    """Whether ``item`` is a message teamlead's scripted model wrote: its run's cost is the
+    CLI's price list applied to made-up tokens, so no dollar figure is shown for it."""
+    return is_scripted_message(api_message_id(item))
 
 
 def _describe_event(item: Any, *, scripted: bool = False) -> str | None:
@@ -193,7 +200,8 @@ class PlainProgress:
     def __init__(self, stream: IO[str], *, verbose: bool = False, scripted: bool = False) -> None:
         self.stream = stream
         self.verbose = verbose
-        self.scripted = scripted  # the model is scripted: the last line names no cost
+        # the model is scripted (told, or seen in its messages): the last line names no cost
+        self.scripted = scripted
         self.tracker = Tracker()
         self.started = time.monotonic()
         self._shown: set[str] = set()
@@ -203,6 +211,7 @@ class PlainProgress:
         self.stream.flush()
 
     def handle(self, item: Any) -> None:
+        self.scripted = self.scripted or _scripted(item)
         text = _describe_event(item, scripted=self.scripted)
         if text is not None:
             self._line(text)
@@ -277,6 +286,7 @@ class LiveTeamView:
         self._live.start()
 
     def handle(self, item: Any) -> None:
+        self.scripted = self.scripted or _scripted(item)
         text = _describe_event(item, scripted=self.scripted)
         if text is not None:
             self.log.append(text)

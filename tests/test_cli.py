@@ -19,6 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from teamlead._cli import main
+from teamlead.events import EVENT_VERSION
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.scripts import FanOut, findings_in
 from teamlead.testing.teammate import create_team
@@ -309,11 +310,19 @@ def test_ask_completed_exits_0_with_the_answer_on_stdout(asks: dict[str, AskRun]
 
 
 @pytest.mark.cli
+def test_ask_against_the_scripted_model_names_no_dollar_cost(asks: dict[str, AskRun]) -> None:
+    proc = asks["completed"].proc
+    assert proc.returncode == 0, proc.stderr
+    (last,) = [line for line in proc.stderr.splitlines() if "finished: completed" in line]
+    assert "a scripted model, so no cost" in last and "$" not in last
+
+
+@pytest.mark.cli
 def test_ask_json_is_versioned_ndjson_ending_in_finished(asks: dict[str, AskRun]) -> None:
     proc = asks["json"].proc
     assert proc.returncode == 0, proc.stderr
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert all(isinstance(r.get("type"), str) and r.get("version") == 3 for r in lines)
+    assert all(isinstance(r.get("type"), str) and r.get("version") == EVENT_VERSION for r in lines)
     types = [r["type"] for r in lines]
     ended = [r["task_id"] for r in lines if r["type"] == "task_ended"]
     started = [r["task_id"] for r in lines if r["type"] == "task_started"]

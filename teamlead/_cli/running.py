@@ -272,7 +272,8 @@ def run_session(
     result cards (:mod:`~teamlead._cli.cards`), one row per agent of ``Finished.tasks``.
     SIGINT/SIGTERM/SIGHUP stop the CLI child and all it started at once (SIGTERM, then
     SIGKILL after 2 s), print the session id to resume, and return 130.
-    ``scripted`` says the model is scripted (the demo): the progress names no dollar cost.
+    ``scripted`` says the model is scripted (the demo): the progress names no dollar cost,
+    as it does once it sees a message of teamlead's scripted model server.
     ``controls`` (the approval queue and the keys, whose ``can_use_tool`` the options of
     ``items`` carry) show their prompt and hint in the progress, and read keys from the
     terminal in cbreak mode while the run goes; the terminal is restored however it ends.
