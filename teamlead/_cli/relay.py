@@ -87,6 +87,30 @@ async def _relay_until_stopped(
                 live.flush()
 
 
+def _check_upstream(url: str | None, flag: str | None) -> None:
+    """Refuse an upstream that is not ``http(s)://host``, naming where it came from: the
+    ``--upstream`` the user typed, else ``ANTHROPIC_BASE_URL``.
+
+    Raises:
+        UsageError: the upstream is no http(s) URL.
+    """
+    if not (url or "").strip():
+        return  # the default upstream
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url or "")
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok:
+        where = flag or "ANTHROPIC_BASE_URL"
+        raise UsageError(
+            f"{where} {url!r} is not an http(s) URL: give http(s)://host[:port], "
+            "e.g. https://api.anthropic.com"
+        )
+
+
 def _columns() -> int:
     try:
         return os.get_terminal_size(sys.stderr.fileno()).columns
@@ -122,6 +146,7 @@ def relay(upstream: str | None, port: int, quiet: bool, **kw: Any) -> None:
     env = dict(os.environ)
     if upstream is not None:
         env["ANTHROPIC_BASE_URL"] = upstream
+    _check_upstream(env.get("ANTHROPIC_BASE_URL"), "--upstream" if upstream is not None else None)
     applicable = relay_applicable(env)
     if not applicable.ok:
         raise UsageError(applicable.note or "the relay does not apply to this upstream")
