@@ -49,7 +49,7 @@ def test_version_and_help() -> None:
     [
         (["ask", "  "], "the prompt is empty"),
         (["ask", "hi", "--strategy", "no-such-strategy"], "no-such-strategy"),
-        (["ask", "hi", "--strategy", "./nope.md"], "prompt file not found: ./nope.md"),
+        (["ask", "hi", "--strategy", "./nope.md"], "strategy file not found: ./nope.md"),
         (["ask", "hi", "--json", "--quiet"], "cannot be combined"),
         (["ask", "hi", "--cwd", "/definitely/not/here"], "not a directory"),
         (["inbox", "show"], "exactly one of --session"),
@@ -62,6 +62,18 @@ def test_usage_errors_are_one_line_and_exit_2(args: list[str], message: str) -> 
     assert result.exit_code == 2, result.output
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0] and "Traceback" not in result.output
+
+
+def test_a_missing_strategy_file_names_the_built_in_strategies_and_the_nearest() -> None:
+    result = _invoke("ask", "hi", "--strategy", "delegaton.md")
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("teamlead: error: strategy file not found: delegaton.md; ")
+    assert "baseline, delegation, parallel-first" in line
+    assert line.endswith("(did you mean 'delegation'?)")
+    nothing_near = _invoke("ask", "hi", "--strategy", "nope.md").output
+    assert "baseline, delegation, parallel-first" in nothing_near
+    assert "did you mean" not in nothing_near
 
 
 def test_resume_defaults_to_the_strategy_ask_defaults_to() -> None:
