@@ -82,9 +82,11 @@ def _describe_event(item: Any, *, scripted: bool = False) -> str | None:
     if isinstance(item, FallbackUsed):
         return _describe_fallback(item)
     if isinstance(item, Resuming):
+        rest = len(item.without_result)
+        failed = f"; {rest} failed or left nothing" if rest else ""
         return (
             f"resuming session {item.session_id} (round {item.round}, "
-            f"attempt {item.attempt}) with {len(item.deliveries)} result(s)"
+            f"attempt {item.attempt}) with {item.results} result(s){failed}"
         )
     if isinstance(item, ResumeFailed):
         retry = f"; retrying in {item.retry_in_s:g} s" if item.retry_in_s is not None else ""

@@ -251,6 +251,19 @@ def _broken_cli(root: Path) -> str:
     return str(broken)
 
 
+def _two_of_three_fail() -> Callable[[ScriptedRequest], Reply]:
+    """Three agents, of which only the first answers (the others' requests get a 400), and
+    a lead whose synthesis turns fail until teamlead resumes it."""
+    fan = FanOut.of(3, delays=0.2, synthesis_fault=Reply.error(529))
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "subagent" and req.agent_description != "agent-1":
+            return Reply.error(400)
+        return fan(req)
+
+    return script
+
+
 #: The asks the real-run tests below read: a script (given the run's CLI config dir and
 #: root) and the arguments.
 ASKS: dict[str, tuple[Callable[[Path, Path], Any], Callable[[Path], list[str]]]] = {
@@ -280,6 +293,10 @@ ASKS: dict[str, tuple[Callable[[Path, Path], Any], Callable[[Path], list[str]]]]
     "baseline": (
         lambda config, root: lambda req: Reply.text("done"),
         lambda root: ["Say done.", "--strategy", "baseline"],
+    ),
+    "two of three fail": (
+        lambda config, root: _two_of_three_fail(),
+        lambda root: ["Investigate.", "--wait", "2"],
     ),
     "cli fails": (
         lambda config, root: FanOut.of(1),
@@ -374,6 +391,15 @@ def test_ask_failed_exits_1(asks: dict[str, AskRun]) -> None:
     proc = asks["failed"].proc
     assert proc.returncode == 1, proc.stderr
     assert "teamlead: failed:" in proc.stderr and "teamlead resume" in proc.stderr
+
+
+@pytest.mark.cli
+def test_a_resume_counts_only_the_results_it_hands_the_lead(asks: dict[str, AskRun]) -> None:
+    proc = asks["two of three fail"].proc
+    assert proc.returncode == 3, proc.stderr  # partial: two agents failed
+    (line,) = [line for line in proc.stderr.splitlines() if "resuming session" in line]
+    assert line.endswith("with 1 result(s); 2 failed or left nothing"), line
+    assert "FINDING[agent-1]" in proc.stdout
 
 
 @pytest.mark.cli
