@@ -161,6 +161,14 @@ class Resuming(_Event):
     reasons: list[str] = Field(default_factory=list)
     #: ``wrap_up``: the deadline's wrap-up round (no tools), not a plain resume.
     kind: Literal["resume", "wrap_up"] = "resume"
+    #: the ``deliveries`` that carry no result (their agent failed, or nothing of it was
+    #: recovered): the prompt only names them as missing. Empty in older records.
+    without_result: list[str] = Field(default_factory=list)
+
+    @property
+    def results(self) -> int:
+        """How many of ``deliveries`` hand the lead a result."""
+        return len(self.deliveries) - len(self.without_result)
 
 
 class ResumeFailed(_Event):

@@ -217,7 +217,7 @@ def _read_prompt_file(path: Path, shown: str | None = None) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
     except FileNotFoundError:
-        raise UsageError(f"prompt file not found: {label}") from None
+        raise UsageError(f"strategy file not found: {label}; {_builtin_hint(path.stem)}") from None
     except OSError as exc:
         raise UsageError(f"cannot read prompt file {label}: {exc.strerror or exc}") from None
     if not stat.S_ISREG(os.fstat(fd).st_mode):
@@ -257,10 +257,32 @@ def load_strategy(name_or_path: str | os.PathLike[str]) -> Strategy:
     shipped = _load_shipped()
     if name_or_path not in shipped:
         raise UsageError(
-            f"unknown strategy {name_or_path!r}; known: {', '.join(shipped)} "
-            "(or pass a path to a .md file)"
+            f"unknown strategy {name_or_path!r}; known: {', '.join(shipped)}"
+            f"{_did_you_mean(name_or_path, list(shipped))} (or pass a path to a .md file)"
         )
     return shipped[name_or_path]
+
+
+def _builtin_hint(stem: str) -> str:
+    """What to say when a strategy file is missing: a ``--strategy nope.md`` is often a
+    built-in name typed as a file, so the built-in names come with it, the nearest first.
+    """
+    try:
+        names = list(_load_shipped())
+    except UsageError:  # an incomplete install: the file is all there is to say
+        return "no built-in strategies are installed"
+    return (
+        f"the built-in strategies (named without .md) are {', '.join(names)}"
+        f"{_did_you_mean(stem, names)}"
+    )
+
+
+def _did_you_mean(typed: str, names: list[str]) -> str:
+    """`` (did you mean 'delegation'?)`` for the nearest of ``names``, or nothing."""
+    import difflib
+
+    close = difflib.get_close_matches(typed, names, n=1, cutoff=0.6)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 def apply_strategy(

@@ -18,6 +18,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from ._claude.scripted import api_message_id, is_scripted_message
 from ._ndjson import JsonProgress, event_record, first_sighting
 from ._redact import redact, terminal_safe
 from .events import (
@@ -64,6 +65,12 @@ def _safe(text: str) -> str:
     return terminal_safe(text)
 
 
+def _scripted(item: Any) -> bool:
+    """Whether ``item`` is a message teamlead's scripted model wrote: its run's cost is the
+    CLI's price list applied to made-up tokens, so no dollar figure is shown for it."""
+    return is_scripted_message(api_message_id(item))
+
+
 def _describe_event(item: Any, *, scripted: bool = False) -> str | None:
     if isinstance(item, WaitingForTeam):
         who = ", ".join(item.pending_members) or "open tasks"
@@ -75,9 +82,11 @@ def _describe_event(item: Any, *, scripted: bool = False) -> str | None:
     if isinstance(item, FallbackUsed):
         return _describe_fallback(item)
     if isinstance(item, Resuming):
+        rest = len(item.without_result)
+        failed = f"; {rest} failed or left nothing" if rest else ""
         return (
             f"resuming session {item.session_id} (round {item.round}, "
-            f"attempt {item.attempt}) with {len(item.deliveries)} result(s)"
+            f"attempt {item.attempt}) with {item.results} result(s){failed}"
         )
     if isinstance(item, ResumeFailed):
         retry = f"; retrying in {item.retry_in_s:g} s" if item.retry_in_s is not None else ""
@@ -193,7 +202,8 @@ class PlainProgress:
     def __init__(self, stream: IO[str], *, verbose: bool = False, scripted: bool = False) -> None:
         self.stream = stream
         self.verbose = verbose
-        self.scripted = scripted  # the model is scripted: the last line names no cost
+        # the model is scripted (told, or seen in its messages): the last line names no cost
+        self.scripted = scripted
         self.tracker = Tracker()
         self.started = time.monotonic()
         self._shown: set[str] = set()
@@ -203,6 +213,7 @@ class PlainProgress:
         self.stream.flush()
 
     def handle(self, item: Any) -> None:
+        self.scripted = self.scripted or _scripted(item)
         text = _describe_event(item, scripted=self.scripted)
         if text is not None:
             self._line(text)
@@ -277,6 +288,7 @@ class LiveTeamView:
         self._live.start()
 
     def handle(self, item: Any) -> None:
+        self.scripted = self.scripted or _scripted(item)
         text = _describe_event(item, scripted=self.scripted)
         if text is not None:
             self.log.append(text)

@@ -18,7 +18,7 @@ import pytest
 from rich.console import Console
 
 import teamlead
-from teamlead._cli.cards import COLUMNS, cards_table, print_cards
+from teamlead._cli.cards import COLUMNS, cards_table, print_cards, short_path
 from teamlead._cli.running import run_session
 from teamlead._redact import terminal_safe
 from teamlead.events import Finished, TaskDisposition
@@ -91,7 +91,7 @@ def expected(task: TaskDisposition) -> dict[str, str]:
         "tokens out": "-" if task.tokens_out is None else str(task.tokens_out),
         "tools": "-" if task.tool_uses is None else str(task.tool_uses),
         "duration": "-" if task.duration_s is None else f"{task.duration_s:.1f} s",
-        "result": terminal_safe(task.result_file or task.transcript or "") or "-",
+        "result": terminal_safe(short_path(task.result_file or task.transcript) or "") or "-",
     }
 
 
@@ -112,6 +112,45 @@ def test_the_table_has_one_row_per_entry_with_every_figure() -> None:
     ]
     assert parse_cards(render(tasks, color=False)) == [expected(t) for t in tasks]
     assert parse_cards(render(tasks, color=True)) == [expected(t) for t in tasks]
+
+
+def test_a_result_path_is_shown_short_and_a_fan_outs_rows_fit_110_columns() -> None:
+    temp = "/tmp/claude-0/-tmp-state-project/3beab1c7-f7d2-4274-9a47-39c8d9d1b921/tasks"
+    tasks = [
+        row(
+            f"agent-{n}",
+            tokens_in=20,
+            tokens_out=12,
+            tool_uses=0,
+            duration_s=0.5,
+            transcript=f"{temp}/a6220ac46cd9294a{n}.output",
+        )
+        for n in range(1, 4)
+    ]
+    out = Terminal()
+    print_cards(Console(file=out, width=110, color_system=None), tasks)
+    cells = parse_cards(out.getvalue())
+    assert [c["result"] for c in cells] == [
+        f"…/tasks/a6220ac46cd9294a{n}.output" for n in (1, 2, 3)
+    ]
+    assert temp not in out.getvalue()
+    body = [line for line in out.getvalue().splitlines() if "│" in line][1:]  # after the head
+    assert len(body) == len(tasks)  # one line per agent: no path folds over several
+
+
+def test_the_title_counts_every_row_it_stands_over() -> None:
+    tasks = [
+        row("security"),
+        row("scan", id="wf-task", run_id="wf_e383"),
+        row("wf:auth", kind="workflow_agent", parent="wf-task", label="wf:auth", run_id="wf_e383"),
+        row("wf:billing", kind="workflow_agent", parent="wf-task", label="wf:billing"),
+        row("reviewer", kind="teammate", status="reported"),
+        row("docs", kind="call", status="denied", disposition="not_run"),
+    ]
+    title = render(tasks, color=False).splitlines()[0].strip()
+    assert title == "teamlead · 4 agent(s), 1 workflow(s), 1 call(s) not run"  # 6 rows
+    only_agents = render([row("a"), row("b"), row("c")], color=False).splitlines()[0].strip()
+    assert only_agents == "teamlead · 3 agent(s)"
 
 
 def test_no_rows_print_no_table() -> None:

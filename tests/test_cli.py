@@ -49,7 +49,7 @@ def test_version_and_help() -> None:
     [
         (["ask", "  "], "the prompt is empty"),
         (["ask", "hi", "--strategy", "no-such-strategy"], "no-such-strategy"),
-        (["ask", "hi", "--strategy", "./nope.md"], "prompt file not found: ./nope.md"),
+        (["ask", "hi", "--strategy", "./nope.md"], "strategy file not found: ./nope.md"),
         (["ask", "hi", "--json", "--quiet"], "cannot be combined"),
         (["ask", "hi", "--cwd", "/definitely/not/here"], "not a directory"),
         (["inbox", "show"], "exactly one of --session"),
@@ -113,6 +113,18 @@ def test_a_stop_at_startup_reads_whether_ndjson_was_asked_as_click_would(
     assert wants_ndjson(args, env) is expected
 
 
+def test_a_missing_strategy_file_names_the_built_in_strategies_and_the_nearest() -> None:
+    result = _invoke("ask", "hi", "--strategy", "delegaton.md")
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("teamlead: error: strategy file not found: delegaton.md; ")
+    assert "baseline, delegation, parallel-first" in line
+    assert line.endswith("(did you mean 'delegation'?)")
+    nothing_near = _invoke("ask", "hi", "--strategy", "nope.md").output
+    assert "baseline, delegation, parallel-first" in nothing_near
+    assert "did you mean" not in nothing_near
+
+
 def test_resume_defaults_to_the_strategy_ask_defaults_to() -> None:
     from teamlead._cli.ask import ask, resume
 
@@ -132,6 +144,22 @@ def test_missing_model_access_is_one_clear_line() -> None:
     assert result.exit_code == 1
     assert result.output.strip().startswith("teamlead: error: no model access configured")
     assert "teamlead demo" in result.output and len(result.output.strip().splitlines()) == 1
+
+
+def test_a_config_dir_the_cli_cannot_write_is_refused_before_the_run(tmp_path: Path) -> None:
+    """The CLI would run the first turn there, then no resume could find the conversation:
+    refused up front, in one line that says what is wrong and how to fix it."""
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    config = blocker / "claude"  # under a regular file: it can never be made
+    env = {"CLAUDE_CONFIG_DIR": str(config), "ANTHROPIC_API_KEY": "sk-ant-test"}
+    result = _invoke("ask", "hello", env=env)
+    assert result.exit_code == 1, result.output
+    lines = result.output.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in result.output
+    assert lines[0].startswith(f"teamlead: error: the Claude config dir {config} ")
+    assert "cannot be created or written" in lines[0] and "teamlead resume" not in lines[0]
+    assert "set CLAUDE_CONFIG_DIR to a directory you can write" in lines[0]
 
 
 def test_options_read_teamlead_env_vars() -> None:
@@ -273,6 +301,19 @@ def _broken_cli(root: Path) -> str:
     return str(broken)
 
 
+def _two_of_three_fail() -> Callable[[ScriptedRequest], Reply]:
+    """Three agents, of which only the first answers (the others' requests get a 400), and
+    a lead whose synthesis turns fail until teamlead resumes it."""
+    fan = FanOut.of(3, delays=0.2, synthesis_fault=Reply.error(529))
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "subagent" and req.agent_description != "agent-1":
+            return Reply.error(400)
+        return fan(req)
+
+    return script
+
+
 #: The asks the real-run tests below read: a script (given the run's CLI config dir and
 #: root) and the arguments.
 ASKS: dict[str, tuple[Callable[[Path, Path], Any], Callable[[Path], list[str]]]] = {
@@ -302,6 +343,10 @@ ASKS: dict[str, tuple[Callable[[Path, Path], Any], Callable[[Path], list[str]]]]
     "baseline": (
         lambda config, root: lambda req: Reply.text("done"),
         lambda root: ["Say done.", "--strategy", "baseline"],
+    ),
+    "two of three fail": (
+        lambda config, root: _two_of_three_fail(),
+        lambda root: ["Investigate.", "--wait", "2"],
     ),
     "cli fails": (
         lambda config, root: FanOut.of(1),
@@ -341,6 +386,14 @@ def test_ask_completed_exits_0_with_the_answer_on_stdout(asks: dict[str, AskRun]
     assert proc.returncode == 0, proc.stderr
     assert sorted(findings_in(proc.stdout)) == ["agent-1", "agent-2"]
     assert "task completed" in proc.stderr and "finished: completed" in proc.stderr
+
+
+@pytest.mark.cli
+def test_ask_against_the_scripted_model_names_no_dollar_cost(asks: dict[str, AskRun]) -> None:
+    proc = asks["completed"].proc
+    assert proc.returncode == 0, proc.stderr
+    (last,) = [line for line in proc.stderr.splitlines() if "finished: completed" in line]
+    assert "a scripted model, so no cost" in last and "$" not in last
 
 
 @pytest.mark.cli
@@ -388,6 +441,15 @@ def test_ask_failed_exits_1(asks: dict[str, AskRun]) -> None:
     proc = asks["failed"].proc
     assert proc.returncode == 1, proc.stderr
     assert "teamlead: failed:" in proc.stderr and "teamlead resume" in proc.stderr
+
+
+@pytest.mark.cli
+def test_a_resume_counts_only_the_results_it_hands_the_lead(asks: dict[str, AskRun]) -> None:
+    proc = asks["two of three fail"].proc
+    assert proc.returncode == 3, proc.stderr  # partial: two agents failed
+    (line,) = [line for line in proc.stderr.splitlines() if "resuming session" in line]
+    assert line.endswith("with 1 result(s); 2 failed or left nothing"), line
+    assert "FINDING[agent-1]" in proc.stdout
 
 
 @pytest.mark.cli

@@ -15,8 +15,11 @@ from pathlib import Path
 
 import pytest
 
+from teamlead.experiment import TrialWriter
 from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import ProbabilisticFanOut
+
+from .records import trial_record
 
 MARKER = "Fan out to parallel agents."
 # Blocks `import matplotlib` (ImportError), then runs the console entry point.
@@ -108,3 +111,23 @@ def test_plain_install_runs_and_reports_one_line_prompt_files(tmp_path: Path) ->
         "run.json",
         "trials.jsonl",
     ]
+
+
+def test_the_plots_warning_is_only_for_a_report_that_asked_for_plots(tmp_path: Path) -> None:
+    """``--html`` draws its own charts: without matplotlib it says nothing about PNG plots;
+    the plain report, whose PNG plots were asked for, still says they were skipped."""
+    out = tmp_path / "out"
+    with TrialWriter(out / "trials.jsonl") as writer:
+        for n, task in enumerate(("t0", "t1", "t2")):
+            writer.append(trial_record("plain", task, 0, parallel=False))
+            writer.append(trial_record("fan", task, 0, parallel=n != 1))
+    (out / "experiment.json").write_text(json.dumps({"version": 1, "control": "plain"}))
+    page = tmp_path / "report.html"
+    html = _teamlead(
+        dict(os.environ), tmp_path, "experiment", "report", str(out), "--html", str(page), *QUICK
+    )
+    assert html.returncode == 0, html.stderr
+    assert page.is_file() and "plots skipped" not in html.stderr
+    plain = _teamlead(dict(os.environ), tmp_path, "experiment", "report", str(out), *QUICK)
+    assert plain.returncode == 0, plain.stderr
+    assert "teamlead: warning: plots skipped: matplotlib is not installed" in plain.stderr

@@ -316,7 +316,7 @@ def test_shipped_strategies_pass_the_prompts_check(tmp_path: Path) -> None:
         load_spec(tmp_path / "exp.toml", strategy_exists=lambda s: bool(load_strategy(s)))
     line = line_of(text, "missing.md")
     assert str(info.value).startswith(f"{tmp_path / 'exp.toml'}:{line}: variants[1].strategy: ")
-    assert "prompt file not found" in str(info.value)
+    assert "strategy file not found" in str(info.value)
 
 
 def test_one_variant_is_not_an_experiment() -> None:

@@ -218,6 +218,20 @@ def test_teamlead_relay_refuses_an_upstream_it_cannot_relay() -> None:
     assert "not an http(s) URL" in result.output
 
 
+def test_teamlead_relay_names_the_flag_or_the_variable_that_gave_a_bad_upstream() -> None:
+    flag = CliRunner().invoke(
+        main, ["relay", "--upstream", "ftp://x"], env={"ANTHROPIC_BASE_URL": ""}
+    )
+    assert flag.exit_code == 2
+    assert flag.output.startswith("teamlead: error: --upstream 'ftp://x' is not an http(s) URL")
+    assert "ANTHROPIC_BASE_URL" not in flag.output and len(flag.output.splitlines()) == 1
+    variable = CliRunner().invoke(main, ["relay"], env={"ANTHROPIC_BASE_URL": "ftp://y"})
+    assert variable.exit_code == 2
+    assert variable.output.startswith(
+        "teamlead: error: ANTHROPIC_BASE_URL 'ftp://y' is not an http(s) URL"
+    )
+
+
 @pytest.mark.anyio
 async def test_the_live_relay_line_counts_requests_and_shows_models_as_plain_text() -> None:
     from teamlead._cli.relay import _status

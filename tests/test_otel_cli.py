@@ -194,6 +194,37 @@ def test_with_the_variables_unset_nothing_is_exported_or_imported(tmp_path: Path
     assert json.loads(proc.stdout) == {"status": "completed", "loaded": []}
 
 
+def test_console_exporters_leave_stdout_to_the_ndjson_and_the_answer(tmp_path: Path) -> None:
+    """With ``console`` exporters, spans and metrics go to stderr: ``--json``'s stdout is
+    NDJSON and nothing else, and ``-q``'s is the answer and nothing else."""
+    console = {
+        "OTEL_TRACES_EXPORTER": "console",
+        "OTEL_METRICS_EXPORTER": "console",
+        "OTEL_METRIC_EXPORT_INTERVAL": "200",
+    }
+    runs = {}
+    for mode in ("--json", "-q"):
+        with ScriptedServer(FanOut.of(2, delays=0.2)) as server:
+            claude = OfflineClaude(server.base_url, state_dir=tmp_path / mode.strip("-"))
+            base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
+            runs[mode] = subprocess.run(
+                [sys.executable, "-m", "teamlead", "ask", "Investigate.", mode, "--wait", "5"],
+                env={**base, **claude.env, **console},
+                cwd=claude.cwd,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
+    as_json, quiet = runs["--json"], runs["-q"]
+    assert as_json.returncode == 0 and quiet.returncode == 0, as_json.stderr + quiet.stderr
+    lines = [json.loads(line) for line in as_json.stdout.splitlines()]
+    assert all(isinstance(r.get("type"), str) for r in lines) and lines[-1]["type"] == "finished"
+    assert sorted(findings_in(quiet.stdout)) == ["agent-1", "agent-2"]
+    assert quiet.stdout.startswith("SYNTHESIS") and quiet.stdout.count("\n") == 1
+    for proc in (as_json, quiet):  # the spans were written, to stderr
+        assert f'"name": "{ROOT}"' in proc.stderr and '"trace_id"' in proc.stderr
+
+
 def test_a_dead_collector_never_fails_or_holds_the_run(tmp_path: Path) -> None:
     """Every export is refused. The exporter's own timeout is short here so that the exit's
     flush gives up on its own; the bound on that flush, when the exporter would wait longer,

@@ -93,7 +93,7 @@ def test_unknown_name_lists_the_known_names() -> None:
 
 
 def test_missing_file_and_directory_are_usage_errors(tmp_path: Path) -> None:
-    with pytest.raises(UsageError, match="prompt file not found: .*nope.md"):
+    with pytest.raises(UsageError, match="strategy file not found: .*nope.md"):
         load_strategy(tmp_path / "nope.md")
     with pytest.raises(UsageError, match="cannot read prompt file"):
         load_strategy(tmp_path)

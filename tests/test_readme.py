@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import re
+import shutil
+import subprocess
 from pathlib import Path
+
+import pytest
 
 from teamlead._cli.reference import END, START, render
 
@@ -39,3 +43,21 @@ def test_the_test_command_runs_the_pinned_dev_tools_first() -> None:
     pyproject = (README.parent / "pyproject.toml").read_text()
     for tool in ("ruff", "mypy", "import-linter"):
         assert re.search(rf'"{tool}==[0-9.]+"', pyproject), f"{tool} is not pinned"
+
+
+def test_what_the_readmes_experiment_commands_write_is_ignored_by_git() -> None:
+    """Run from a checkout as written, the experiment commands write trial dirs and HTML
+    reports into it: none of them should show up as changes to commit."""
+    commands = re.findall(r"^teamlead experiment \S+ .*$", README.read_text(), re.MULTILINE)
+    written = {
+        path
+        for command in commands
+        for path in re.findall(r"--(?:out|html) (\S+)", command.split("#")[0])
+    }
+    assert {"runs/ab", "runs/strategy-ab", "report.html", "strategy-ab.html"} <= written
+    git = shutil.which("git")
+    if git is None or not (README.parent / ".git").exists():
+        pytest.skip("not a git checkout")
+    for path in sorted(written):
+        check = subprocess.run([git, "check-ignore", "-q", path], cwd=README.parent, check=False)
+        assert check.returncode == 0, f"{path} (written by the README's commands) is not ignored"

@@ -42,13 +42,16 @@ class WatchedGovernor(Governor):
         *,
         timeout: float | None = None,  # noqa: ASYNC109 - the governor's signature
         priority: int = 0,
+        through_pause: bool = False,
     ) -> Slot:
         self._ids += 1
         me = self._ids
         behind = {other for other, p in self.queued.items() if p < priority}
         self.queued[me] = priority
         try:
-            slot = await super().acquire(key, timeout=timeout, priority=priority)
+            slot = await super().acquire(
+                key, timeout=timeout, priority=priority, through_pause=through_pause
+            )
         finally:
             del self.queued[me]
         self.grants.append((me, priority, behind))

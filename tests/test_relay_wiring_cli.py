@@ -10,6 +10,8 @@ from __future__ import annotations
 import collections
 import json
 import os
+import re
+import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -149,6 +151,32 @@ def test_teamlead_no_relay_variable_turns_it_off(tmp_path: Path) -> None:
         proc = _ask(claude, "Investigate.", "--json", extra={"TEAMLEAD_NO_RELAY": "1"})
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1])["relay"] is None
+
+
+def test_an_unreachable_upstream_is_named_as_the_user_set_it_never_by_the_relays_port(
+    tmp_path: Path,
+) -> None:
+    """A wrong ``ANTHROPIC_BASE_URL``: the warning says what failed and where, and the
+    final line names that URL's host and port where the CLI's own text named the relay's
+    random one; the credentials in the URL are never printed."""
+    with socket.socket() as dead:  # bound, never listening: connections are refused
+        dead.bind(("127.0.0.1", 0))
+        port = dead.getsockname()[1]
+        claude = OfflineClaude(f"http://127.0.0.1:{port}", state_dir=tmp_path / "s")
+        wrong = f"http://someone:hunter2@127.0.0.1:{port}/v1"
+        proc = _ask(claude, "x", "--max-resumes", "0", extra={"ANTHROPIC_BASE_URL": wrong})
+    assert proc.returncode == 1, proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
+    assert warnings == [
+        f"teamlead: warning: relay could not reach the upstream http://127.0.0.1:{port}: "
+        "connection refused"
+    ]
+    (last,) = [line for line in proc.stderr.splitlines() if line.startswith("teamlead: failed:")]
+    assert f"could not reach the upstream http://127.0.0.1:{port} (connection refused)" in last
+    assert f"check your inference gateway (127.0.0.1:{port})" in last
+    named = set(re.findall(r"127\.0\.0\.1:(\d+)", proc.stderr))
+    assert named == {str(port)}  # never the relay's own port
+    assert "hunter2" not in proc.stderr and "someone" not in proc.stderr
 
 
 def test_a_relay_that_cannot_start_warns_once_and_the_run_goes_direct(tmp_path: Path) -> None:

@@ -4,7 +4,11 @@
 :attr:`Finished.tasks <teamlead.events.Finished.tasks>`: every agent, task, workflow agent
 (under its workflow), teammate and Agent call that never ran, with its status, tokens in
 and out, tool uses, duration and result path. ``-q`` leaves it out and ``--json`` never
-prints it (the same data is in the ``finished`` line).
+prints it (the same data is in the ``finished`` line). A path is shown short, ``…/`` and
+its last two parts (``…/tasks/a83b….output``): the whole temp path of each file would wrap
+a row over several lines, and the ``finished`` line has it in full. The title counts
+every row by what it is (agents, workflows, calls that never ran), so it adds up to the
+rows below it.
 
 Every text in a row came from an agent or the CLI and is hostile: it goes through
 :func:`~teamlead._redact.terminal_safe` (secrets redacted, every control character, ESC,
@@ -24,7 +28,7 @@ from rich.text import Text
 from .._redact import terminal_safe
 from ..events import TaskDisposition
 
-__all__ = ["COLUMNS", "cards_table", "print_cards"]
+__all__ = ["COLUMNS", "cards_table", "cards_title", "print_cards", "short_path"]
 
 #: The table's columns, in order.
 COLUMNS = ("agent", "kind", "status", "tokens in", "tokens out", "tools", "duration", "result")
@@ -49,6 +53,43 @@ def _seconds(value: float | None) -> str:
     return _NONE if value is None else f"{value:.1f} s"
 
 
+def short_path(path: str | None) -> str | None:
+    """``path`` as a cell shows it: ``…/`` and its last two parts.
+
+    Example:
+        >>> short_path("/tmp/claude-0/-tmp-project/3beab1c7/tasks/a6220ac4.output")
+        '…/tasks/a6220ac4.output'
+        >>> short_path("/runs/a.output")
+        '/runs/a.output'
+    """
+    if not path:
+        return path
+    parts = path.split("/")
+    if len([p for p in parts if p]) <= 2:
+        return path
+    return "…/" + "/".join(parts[-2:])
+
+
+def cards_title(tasks: Sequence[TaskDisposition]) -> str:
+    """``teamlead · 3 agent(s), 1 workflow(s), 1 call(s) not run``: every row of ``tasks``
+    counted once, by what it is (a workflow is the row its agents hang under).
+
+    Example:
+        >>> cards_title([])
+        'teamlead · 0 agent(s)'
+    """
+    parents = {t.parent for t in tasks if t.kind == "workflow_agent"}
+    workflows = sum(1 for t in tasks if t.kind == "task" and (t.run_id or t.id in parents))
+    calls = sum(1 for t in tasks if t.kind == "call")
+    agents = len(tasks) - workflows - calls
+    parts = [f"{agents} agent(s)"]
+    if workflows:
+        parts.append(f"{workflows} workflow(s)")
+    if calls:
+        parts.append(f"{calls} call(s) not run")
+    return "teamlead · " + ", ".join(parts)
+
+
 def _name(row: TaskDisposition) -> Text:
     name = _text(row.label or row.description or row.id, _MAX_NAME)
     if row.kind == "workflow_agent":
@@ -60,12 +101,18 @@ def cards_table(tasks: Sequence[TaskDisposition], *, title: str | None = None) -
     """The result table for ``tasks`` (``Finished.tasks``), one row per entry, in order.
 
     The result path is the row's ``result_file`` (its whole result, when a prompt quoted
-    only its head and tail), else its transcript.
+    only its head and tail), else its transcript, shown short (:func:`short_path`).
     """
     table = Table(title=Text(title) if title else None, box=box.MINIMAL, expand=False)
     for column in COLUMNS:
         numeric = column in ("tokens in", "tokens out", "tools", "duration")
-        table.add_column(column, justify="right" if numeric else "left", overflow="fold")
+        # only the name and the path may fold: a figure or a status cut in two reads wrong
+        table.add_column(
+            column,
+            justify="right" if numeric else "left",
+            overflow="fold",
+            no_wrap=numeric,
+        )
     for row in tasks:
         table.add_row(
             _name(row),
@@ -75,7 +122,7 @@ def cards_table(tasks: Sequence[TaskDisposition], *, title: str | None = None) -
             _number(row.tokens_out),
             _number(row.tool_uses),
             _seconds(row.duration_s),
-            _text(row.result_file or row.transcript),
+            _text(short_path(row.result_file or row.transcript)),
         )
     return table
 
@@ -84,5 +131,4 @@ def print_cards(console: Console, tasks: Sequence[TaskDisposition]) -> None:
     """Print the result table for ``tasks`` on ``console``; nothing when there are none."""
     if not tasks:
         return
-    agents = sum(1 for t in tasks if t.kind in ("task", "workflow_agent"))
-    console.print(cards_table(tasks, title=f"teamlead · {agents} agent(s)"))
+    console.print(cards_table(tasks, title=cards_title(tasks)))

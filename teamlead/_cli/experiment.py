@@ -102,7 +102,7 @@ def experiment_run(
         return True
 
     spec = load_spec(spec_path, strategy_exists=exists)
-    check_setup(merged_env())
+    check_setup(merged_env(), config_dir=False)  # every trial has a config dir of its own
     summary = run_with_progress(
         spec,
         Path(out_dir),

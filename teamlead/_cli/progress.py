@@ -178,8 +178,9 @@ def report_for(
 
     The Markdown form also writes ``report.md``, ``report.json`` and, when matplotlib is
     installed, the PNG plots into ``out_dir`` (without matplotlib they are skipped with a
-    warning naming the extra). ``json_`` writes nothing: the JSON goes to stdout only.
-    ``html`` writes the self-contained HTML report there.
+    warning naming the extra, unless ``html`` is asked for: that page draws its own charts,
+    so the plots were not what was asked). ``json_`` writes nothing: the JSON goes to
+    stdout only. ``html`` writes the self-contained HTML report there.
     """
     from ..experiment.reporting.html import render_html
     from ..experiment.reporting.plots import matplotlib_available
@@ -217,7 +218,7 @@ def report_for(
     )
     if not json_:
         with_plots = plots and matplotlib_available()
-        if plots and not with_plots:
+        if plots and not with_plots and html is None:  # the HTML page needs no PNG
             warnings.append(
                 "plots skipped: matplotlib is not installed; "
                 "from a checkout, pip install -e '.[plots]' to get them"

@@ -11,22 +11,34 @@ random prefix keeps other local programs out), so ``eval`` or a script can read 
 relay serves until Ctrl-C, SIGTERM or SIGHUP, then closes its port and exits 0. On a
 terminal, stderr shows one live line: requests, 429s held and passed on, and per model
 the limit, the requests running here and on the whole account, and those waiting.
+
+``teamlead relay -- ARGS...`` runs the Claude Code CLI that claude-agent-sdk bundles (a pip
+install puts no ``claude`` on PATH) with ``ARGS`` and its ``ANTHROPIC_BASE_URL`` at the
+relay, on this terminal (stdin, stdout and stderr are the CLI's: no URL line, no live
+line). The relay stops when the CLI exits, and teamlead exits with the CLI's exit code.
+Ctrl-C at the terminal reaches the CLI itself, which decides what it means (an
+interactive session cancels a turn); SIGTERM or SIGHUP to teamlead stops the CLI and all
+it started, and teamlead exits 130.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import sys
+from collections.abc import Sequence
 from typing import IO, Any
 
 import anyio
 import click
 
+from .._procs import stop_descendants
 from .._redact import terminal_safe
-from ..errors import UsageError
-from .exitcodes import handle_errors
+from ..errors import SetupError, UsageError
+from .exitcodes import EXIT_INTERRUPTED, handle_errors
 from .options import limits_from_options, option, with_limits_options
-from .signals import Interruptible
+from .signals import STOP_SIGNALS, Interruptible
 
 __all__ = ["relay"]
 
@@ -49,21 +61,110 @@ def _status(relay: Any) -> str:
     return "teamlead relay: " + "; ".join(parts)
 
 
-async def _serve(upstream: str, limits: Any, live: IO[str] | None, port: int = 0) -> None:
-    from .._relay import RelayConfig, RelayPool, start_relay
-    from .._relay.shared import account_of, governor_policy
+#: After SIGTERM or SIGHUP, how long the CLI may take to end before it is killed.
+_CLI_STOP_S = 10.0
 
-    # this process serves this relay alone: its ceilings are its governor's own policy
-    governor = RelayPool().governor(
-        limits.shared,
-        account=account_of(upstream, os.environ),
-        policy=governor_policy(limits),
-    )
+
+async def _serve(upstream: str, limits: Any, live: IO[str] | None, port: int = 0) -> None:
+    from .._relay import RelayConfig, start_relay
+
+    governor = _governor(upstream, limits)
     try:
         config = RelayConfig(port=port)
         await _relay_until_stopped(start_relay, upstream, governor, live, config)
     finally:
         governor.account.close()  # gives back nothing: every request has ended
+
+
+def _governor(upstream: str, limits: Any) -> Any:
+    from .._relay import RelayPool
+    from .._relay.shared import account_of, governor_policy
+
+    # this process serves this relay alone: its ceilings are its governor's own policy
+    return RelayPool().governor(
+        limits.shared,
+        account=account_of(upstream, os.environ),
+        policy=governor_policy(limits),
+    )
+
+
+async def _serve_cli(upstream: str, limits: Any, port: int, argv: Sequence[str]) -> int:
+    """Serve the relay while ``argv`` (the CLI and its arguments) runs through it; returns
+    the exit code teamlead exits with."""
+    from .._relay import RelayConfig, start_relay
+
+    governor = _governor(upstream, limits)
+    try:
+        async with start_relay(upstream, governor, config=RelayConfig(port=port)) as running:
+            env = {**os.environ, "ANTHROPIC_BASE_URL": running.base_url}
+            return await _run_cli(argv, env)
+    finally:
+        governor.account.close()
+
+
+async def _run_cli(argv: Sequence[str], env: dict[str, str]) -> int:
+    """Run the CLI on this terminal until it exits; its exit code, or 130 when a stop
+    signal to teamlead ended it (a CLI killed by a signal ``n`` gives 128 + n, as a shell
+    says it, and 130 for every stop signal)."""
+    try:
+        process = await anyio.open_process(
+            list(argv), stdin=None, stdout=None, stderr=None, env=env
+        )
+    except OSError as exc:
+        raise SetupError(
+            f"cannot run the Claude Code CLI {argv[0]}: {exc.strerror or exc}"
+        ) from None
+    stopped = False
+    try:
+        async with anyio.create_task_group() as tg:
+
+            async def watch() -> None:
+                nonlocal stopped
+                with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+                    async for received in signals:
+                        if received == signal.SIGINT and _terminal_sent_it():
+                            continue  # the CLI got this Ctrl-C too: it is the CLI's to handle
+                        if received == signal.SIGINT:
+                            with contextlib.suppress(ProcessLookupError):
+                                process.send_signal(signal.SIGINT)  # sent to us alone: pass it on
+                            continue
+                        stopped = True
+                        await anyio.to_thread.run_sync(stop_descendants, 2.0)
+                        return
+
+            tg.start_soon(watch)
+            code = await process.wait()
+            tg.cancel_scope.cancel()
+    finally:
+        if process.returncode is None:  # cancelled: never leave the CLI behind
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLI_STOP_S):
+                with contextlib.suppress(ProcessLookupError):
+                    process.kill()
+                await process.wait()
+    if stopped:
+        click.echo("teamlead: interrupted", err=True)
+        return EXIT_INTERRUPTED
+    if code < 0:
+        return EXIT_INTERRUPTED if -code in STOP_SIGNALS else 128 - code
+    return code
+
+
+def _terminal_sent_it() -> bool:
+    """Whether a SIGINT came from the terminal (Ctrl-C), which sends it to the whole
+    foreground process group, the CLI included: teamlead's group is the foreground one."""
+    for fd in (0, 1, 2):
+        with contextlib.suppress(OSError):
+            if os.isatty(fd):
+                return os.tcgetpgrp(fd) == os.getpgrp()
+    return False
+
+
+def _cli_to_run() -> str:
+    """The bundled Claude Code CLI (else ``claude`` on PATH), as ``ask`` finds it."""
+    from .._claude.binary import bundled_cli_path
+    from .running import find_cli
+
+    return find_cli(None) or str(bundled_cli_path())
 
 
 async def _relay_until_stopped(
@@ -87,6 +188,30 @@ async def _relay_until_stopped(
                 live.flush()
 
 
+def _check_upstream(url: str | None, flag: str | None) -> None:
+    """Refuse an upstream that is not ``http(s)://host``, naming where it came from: the
+    ``--upstream`` the user typed, else ``ANTHROPIC_BASE_URL``.
+
+    Raises:
+        UsageError: the upstream is no http(s) URL.
+    """
+    if not (url or "").strip():
+        return  # the default upstream
+    from urllib.parse import urlsplit
+
+    try:
+        parts = urlsplit(url or "")
+        ok = parts.scheme in ("http", "https") and bool(parts.hostname)
+    except ValueError:
+        ok = False
+    if not ok:
+        where = flag or "ANTHROPIC_BASE_URL"
+        raise UsageError(
+            f"{where} {url!r} is not an http(s) URL: give http(s)://host[:port], "
+            "e.g. https://api.anthropic.com"
+        )
+
+
 def _columns() -> int:
     try:
         return os.get_terminal_size(sys.stderr.fileno()).columns
@@ -94,7 +219,20 @@ def _columns() -> int:
         return 100
 
 
-@click.command("relay")
+#: ``ctx.meta`` key: the command line had ``--``, so a CLI is to run (with no arguments too).
+_RUN_CLI = "teamlead.relay.run_cli"
+
+
+class _RelayCommand(click.Command):
+    """``relay``, noting whether ``--`` was given: ``teamlead relay --`` alone runs an
+    interactive CLI, which the (empty) arguments after it cannot tell from no ``--``."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        ctx.meta[_RUN_CLI] = "--" in args
+        return super().parse_args(ctx, args)
+
+
+@click.command("relay", cls=_RelayCommand)
 @option(
     "--upstream",
     help="Where requests go [default: ANTHROPIC_BASE_URL, else https://api.anthropic.com].",
@@ -109,12 +247,20 @@ def _columns() -> int:
 )
 @option("--quiet", "-q", is_flag=True, help="No live line on the terminal.")
 @with_limits_options
+@click.argument("claude_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- CLAUDE_ARGS...]")
 @handle_errors
-def relay(upstream: str | None, port: int, quiet: bool, **kw: Any) -> None:
+def relay(
+    upstream: str | None, port: int, quiet: bool, claude_args: tuple[str, ...], **kw: Any
+) -> None:
     """Serve the pacing relay for any Claude Code client until Ctrl-C or SIGTERM.
 
-    Prints ANTHROPIC_BASE_URL=http://127.0.0.1:PORT/<prefix> first; point a client at it,
-    e.g. ANTHROPIC_BASE_URL=... claude. Requests are paced with teamlead's own runs.
+    Prints ANTHROPIC_BASE_URL=http://127.0.0.1:PORT/<prefix> first; point a client at it.
+    Requests are paced with teamlead's own runs.
+
+    With --, it runs the Claude Code CLI that claude-agent-sdk bundles through the relay,
+    with the arguments after it: `teamlead relay --` for an interactive session,
+    `teamlead relay -- -p "Review the diff"` for one prompt. The relay stops when the CLI
+    exits, and teamlead exits with the CLI's exit code.
     """
     from .._relay import relay_applicable
 
@@ -122,8 +268,18 @@ def relay(upstream: str | None, port: int, quiet: bool, **kw: Any) -> None:
     env = dict(os.environ)
     if upstream is not None:
         env["ANTHROPIC_BASE_URL"] = upstream
+    _check_upstream(env.get("ANTHROPIC_BASE_URL"), "--upstream" if upstream is not None else None)
     applicable = relay_applicable(env)
     if not applicable.ok:
         raise UsageError(applicable.note or "the relay does not apply to this upstream")
+    run_cli = bool(click.get_current_context().meta.get(_RUN_CLI))
+    if claude_args and not run_cli:
+        raise UsageError(
+            f"unexpected argument {claude_args[0]!r}: the Claude Code CLI's arguments go "
+            'after --, e.g. teamlead relay -- -p "hello"'
+        )
+    if run_cli:
+        argv = [_cli_to_run(), *claude_args]
+        sys.exit(anyio.run(_serve_cli, applicable.upstream, limits, port, argv))
     live = sys.stderr if sys.stderr.isatty() and not quiet else None
     Interruptible(lambda: _serve(applicable.upstream, limits, live, port), stop=lambda: None).run()

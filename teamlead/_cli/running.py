@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -92,12 +93,54 @@ class AskSettings:
     limits: LimitsPolicy = field(default_factory=LimitsPolicy)
 
 
-def check_setup(env: Mapping[str, str]) -> None:
-    """Fail with one clear line when the CLI has no way to reach a model.
+def check_setup(env: Mapping[str, str], *, config_dir: bool = True) -> None:
+    """Fail with one clear line when the CLI has no way to reach a model, or (with
+    ``config_dir``) cannot write its config dir.
+
+    ``config_dir=False`` is for runs that give the CLI a config dir of their own
+    (``experiment run``: one per trial).
 
     Raises:
-        SetupError: no API key, token or login is configured.
+        SetupError: no API key, token or login is configured; the config dir cannot be
+            written.
     """
+    _check_model_access(env)
+    if config_dir:
+        _check_config_dir(env)
+
+
+def _check_config_dir(env: Mapping[str, str]) -> None:
+    """The CLI keeps each session's transcript in its config dir. In one it cannot write,
+    the first turn still runs, but no resume finds the conversation ("No conversation
+    found") and the run ends suggesting a ``teamlead resume`` that cannot work either: so
+    it is refused before anything runs. The CLI makes the dir when it is missing, so
+    this does too."""
+    configured = (env.get("CLAUDE_CONFIG_DIR") or "").strip()
+    home = Path(env.get("HOME") or "~").expanduser()
+    config = Path(configured).expanduser() if configured else home / ".claude"
+    try:
+        config.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=config):
+            pass
+    except OSError as exc:
+        if config.exists() and not config.is_dir():
+            why = "it is not a directory"
+        else:
+            why = (exc.strerror or type(exc).__name__).lower()
+        if configured:
+            where = f"{configured} (CLAUDE_CONFIG_DIR)"
+            fix = "set CLAUDE_CONFIG_DIR to a directory you can write, or unset it for ~/.claude"
+        else:
+            where = str(config)
+            fix = "make it writable, or set CLAUDE_CONFIG_DIR to a directory you can write"
+        raise SetupError(
+            f"the Claude config dir {where} cannot be created or written ({why}), so no "
+            f"session could be resumed: {fix}"
+        ) from None
+
+
+def _check_model_access(env: Mapping[str, str]) -> None:
+    """Fail unless an API key, token, login or a loopback gateway is configured."""
     if env.get("ANTHROPIC_BASE_URL", "").strip():
         try:
             ensure_loopback(env["ANTHROPIC_BASE_URL"])
@@ -230,7 +273,8 @@ def run_session(
     result cards (:mod:`~teamlead._cli.cards`), one row per agent of ``Finished.tasks``.
     SIGINT/SIGTERM/SIGHUP stop the CLI child and all it started at once (SIGTERM, then
     SIGKILL after 2 s), print the session id to resume, and return 130.
-    ``scripted`` says the model is scripted (the demo): the progress names no dollar cost.
+    ``scripted`` says the model is scripted (the demo): the progress names no dollar cost,
+    as it does once it sees a message of teamlead's scripted model server.
     ``controls`` (the approval queue and the keys, whose ``can_use_tool`` the options of
     ``items`` carry) show their prompt and hint in the progress, and read keys from the
     terminal in cbreak mode while the run goes; the terminal is restored however it ends.

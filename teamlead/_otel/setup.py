@@ -22,6 +22,9 @@ metrics in the periodic reader's, each request bounded by the exporter's timeout
 what is buffered gets one bounded flush (:data:`FLUSH_AT_EXIT_S`); a collector that is down
 or stalls loses those spans, never the run's time. When the variables ask for export but
 the ``otel`` extra is missing, one warning line says how to install it.
+
+The ``console`` exporters write to stderr, not the SDK's default stdout: stdout is the
+user's (the answer, or with ``--json`` nothing but NDJSON), whatever exporters are set.
 """
 
 from __future__ import annotations
@@ -234,7 +237,7 @@ def _span_exporters(env: Mapping[str, str]) -> list[Any]:
         if name == "console":
             from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
-            exporters.append(ConsoleSpanExporter())
+            exporters.append(ConsoleSpanExporter(out=sys.stderr))  # stdout is the answer's
         elif name == "otlp":
             if _protocol(env, "TRACES") == "grpc":
                 from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
@@ -259,7 +262,7 @@ def _metric_exporters(env: Mapping[str, str]) -> list[Any]:
         if name == "console":
             from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
-            exporters.append(ConsoleMetricExporter())
+            exporters.append(ConsoleMetricExporter(out=sys.stderr))  # stdout is the answer's
         elif name == "otlp":
             if _protocol(env, "METRICS") == "grpc":
                 from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # type: ignore[import-not-found,unused-ignore]

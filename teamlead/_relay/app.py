@@ -35,6 +35,7 @@ import yarl
 from .._agents.book import AgentBook
 from ..events import RateLimited
 from ..governor import Governor, bucket_key
+from .blame import shown, unreachable_reason
 from .forward import (
     UPSTREAM_ERRORS,
     AnswerEnd,
@@ -146,6 +147,18 @@ class RelayApp:
         self.hosts: frozenset[bytes] = frozenset()
         self.total = RunShare()
         self.runs: dict[str, RunShare] = {}
+        #: the upstream as errors name it: no credentials, no path (see :mod:`.blame`)
+        self.shown_upstream = shown(self.upstream)
+        self._warned_unreachable: str | None = None
+
+    def _unreachable(self, reason: str) -> None:
+        """One warning line per way the upstream cannot be reached: the CLI retries a 502
+        up to ten times, and the same line ten times says nothing new. Once a request
+        gets through, the next failure is warned again."""
+        if reason == self._warned_unreachable:
+            return
+        self._warned_unreachable = reason
+        log.warning("relay could not reach the upstream %s: %s", self.shown_upstream, reason)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -377,11 +390,17 @@ class RelayApp:
         except NoSlot:
             return await self._no_slot(send, key, info, limited)
         except UpstreamTimeout:
-            await self._answer(send, 504, "api_error", "teamlead relay: the upstream timed out")
+            message = f"teamlead relay: the upstream {self.shown_upstream} timed out"
+            await self._answer(send, 504, "api_error", message)
             return "upstream_timeout"
-        except UpstreamUnreachable:
-            await self._answer(send, 502, "api_error", "teamlead relay: upstream unreachable")
+        except UpstreamUnreachable as exc:
+            self._unreachable(exc.reason)
+            message = (
+                f"teamlead relay: could not reach the upstream {self.shown_upstream} ({exc.reason})"
+            )
+            await self._answer(send, 502, "api_error", message)
             return "upstream_unreachable"
+        self._warned_unreachable = None  # reached: a later failure is news again
         problem = _unwritable(exchange.response)
         if problem is not None:
             log.warning("relay answered 502: the upstream's reply had %s", problem)
@@ -419,7 +438,11 @@ class RelayApp:
                     exchange.slot.answered()  # the upstream counts it no more
         except UPSTREAM_ERRORS as exc:
             # Started already: cut the stream so the client sees it incomplete, not ended.
-            log.warning("relay lost the upstream mid-stream: %s", type(exc).__name__)
+            log.warning(
+                "relay lost the upstream %s mid-stream: %s",
+                self.shown_upstream,
+                unreachable_reason(exc),
+            )
             raise _StreamCut from None
         await send({"type": "http.response.body", "body": b"", "more_body": False})
         if 200 <= response.status < 300:

@@ -53,6 +53,7 @@ import yarl
 from .._governor.retry_after import faulty_retry_after, retry_after_from_headers
 from ..events import RateLimited
 from ..governor import Governor, Slot
+from .blame import unreachable_reason
 from .routing import RequestInfo, priority
 
 __all__ = [
@@ -134,7 +135,16 @@ class UpstreamTimeout(Exception):
 
 
 class UpstreamUnreachable(Exception):
-    """The upstream could not be reached, or broke the connection."""
+    """The upstream could not be reached, or broke the connection.
+
+    Attributes:
+        reason: what failed, in words ("connection refused"), for the one line that
+            names the upstream (see :mod:`.blame`).
+    """
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 class UpstreamDropped(UpstreamUnreachable):
@@ -211,12 +221,10 @@ async def _send(session: aiohttp.ClientSession, request: UpstreamRequest) -> aio
         raise UpstreamTimeout from None
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
         if isinstance(exc, aiohttp.ClientConnectorError):  # never connected: not an overload
-            log.warning("relay could not reach the upstream: %s", type(exc).__name__)
-            raise UpstreamUnreachable from None
-        raise UpstreamDropped from None
+            raise UpstreamUnreachable(unreachable_reason(exc)) from None
+        raise UpstreamDropped(unreachable_reason(exc)) from None
     except aiohttp.ClientError as exc:
-        log.warning("relay could not reach the upstream: %s", type(exc).__name__)
-        raise UpstreamUnreachable from None
+        raise UpstreamUnreachable(unreachable_reason(exc)) from None
 
 
 def backoff_s(config: RelayConfig, attempt: int, rng: random.Random) -> float:
@@ -312,7 +320,6 @@ async def open_upstream(
             )
             slot.release()
             if not held:
-                log.warning("relay lost the upstream before its reply: the connection dropped")
                 raise
             absorb = True
         except BaseException:

@@ -38,6 +38,7 @@ from ..events import ConcurrencyChanged, RelaySummary
 from ..governor import Governor, GovernorPolicy
 from ..policy import LimitsPolicy
 from .app import RelayApp, RunShare
+from .blame import in_user_terms
 from .forward import RelayConfig
 from .observe import RequestObserver
 from .protocol import ConnectionGuard, GuardedSocket, protocol_for
@@ -96,6 +97,11 @@ class RelayRun:
         """Stop counting for this run (requests still arriving count for the relay only)."""
         self.relay.close_run(self.token)
 
+    def in_user_terms(self, text: str) -> str:
+        """``text`` (an error the CLI wrote) naming the upstream where it named the relay,
+        the only gateway the CLI knows of (see :func:`.blame.in_user_terms`)."""
+        return self.relay.in_user_terms(text)
+
 
 class Relay:
     """A running relay. Get one from :func:`start_relay` (or a run from
@@ -142,6 +148,11 @@ class Relay:
         )
         self._app.runs[token] = state
         return RelayRun(f"{self.base_url}/run-{token}", self, token, state)
+
+    def in_user_terms(self, text: str) -> str:
+        """``text`` with this relay's address replaced by its upstream's (no credentials):
+        an error about "the gateway" then points at what the user set."""
+        return in_user_terms(text, relay_port=self.port, upstream=self.upstream)
 
     def subscribe(self, listener: RelayListener) -> None:
         """Also send every event of the relay (all runs) to ``listener``."""

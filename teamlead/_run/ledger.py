@@ -9,7 +9,7 @@ status and the one reason code.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Literal, TypeAlias
 
@@ -83,9 +83,11 @@ class Ledger:
         wait_s: float,
         calls: Sequence[SpawnRecord] = (),
         relay: RelaySummary | None = None,
+        in_user_terms: Callable[[str], str] | None = None,
     ) -> Finished:
         """The final :class:`Finished` event for the state reached (``relay``: what the
-        request relay did for the run, ``None`` when it went direct).
+        request relay did for the run, ``None`` when it went direct; ``in_user_terms``
+        rewrites a reason that names the relay to name the upstream the user set).
 
         Args:
             tracker: the session as followed.
@@ -132,6 +134,7 @@ class Ledger:
                 reasons.append(f'{d.kind} "{d.description}" ({d.status}): its result was not used')
             elif d.disposition == "failed":
                 reasons.append(_failed_reason(d))
+        say = in_user_terms or (lambda text: text)
         status: Status
         carried = [d for d in dispositions if d.result is not None and d.status == "completed"]
         if thrown:  # a workflow's script threw: the work it stood for did not run
@@ -166,7 +169,7 @@ class Ledger:
             resumes=self.resumes,
             tasks=dispositions,
             cost_usd=round(self.cost_usd, 6),
-            reasons=[redact(r) for r in dict.fromkeys(reasons)],
+            reasons=[redact(say(r)) for r in dict.fromkeys(reasons)],
             reason=self._reason(status, dispositions, answered=final is not None),
             relay=relay,
         )

@@ -244,6 +244,14 @@ async def _wrap_up(state: RunState, carried: list[Delivery], wrap: WrapFn) -> As
     yield interrupted(state) if state.stop.requested else finish(state)
 
 
+def _not_yet_used(delivered: list[Delivery]) -> str:
+    """Why the lead is resumed, counting only what hands it a result."""
+    results = sum(1 for d in delivered if d.carries_result)
+    rest = len(delivered) - results
+    failed = f"; {rest} failed or left nothing to deliver" if rest else ""
+    return f"{results} result(s) not yet used by the lead{failed}"
+
+
 def _after_first(state: RunState, outcome: RoundOutcome) -> None:
     state.cli_state = outcome.cli_state
     state.ledger.after_round(outcome, first=True)
@@ -288,7 +296,8 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
                 round=round_no,
                 attempt=attempt,
                 deliveries=[d.key for d in delivered],
-                reasons=[f"{len(delivered)} result(s) not yet used by the lead"],
+                reasons=[_not_yet_used(delivered)],
+                without_result=[d.key for d in delivered if not d.carries_result],
             )
             this_round = round_fn(prompt_text)
             async for item in this_round:
@@ -471,4 +480,5 @@ def finish(state: RunState) -> Finished:
         wait_s=state.policy.wait_s,
         calls=records,
         relay=state.relay.summary() if state.relay is not None else None,
+        in_user_terms=state.relay.in_user_terms if state.relay is not None else None,
     )

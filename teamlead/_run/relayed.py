@@ -85,6 +85,11 @@ class RelayHookup:
         the run's :class:`~teamlead.events.Finished`."""
         return self.run.summary() if self.run is not None else None
 
+    def in_user_terms(self, text: str) -> str:
+        """``text`` naming the run's upstream where the CLI named the relay (its only
+        gateway); unchanged when the run went direct, where the CLI names the right one."""
+        return text if self.run is None else self.run.in_user_terms(text)
+
 
 def relayed(
     options: ClaudeAgentOptions,

@@ -113,6 +113,12 @@ class Delivery:
     quoted: str | None = None
 
     @property
+    def carries_result(self) -> bool:
+        """Whether this delivery hands the lead a result: text recovered from work that did
+        not fail (a failed or lost agent's delivery only says what is missing)."""
+        return bool(self.text) and self.status not in FAILED_STATES
+
+    @property
     def asks_only(self) -> bool:
         """Whether this delivery carries no result, only an ask about a workflow whose
         finished agents' results the lead already has (a new run of the rest)."""

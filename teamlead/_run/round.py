@@ -294,6 +294,8 @@ class Round:
                     else "the stream ended without a result"
                 )
             )
+        if error is not None and self._state.relay is not None:
+            error = self._state.relay.in_user_terms(error)  # the upstream, not the relay
         status = last.api_error_status if last is not None and not last.ok else exc_status
         transient = status in TRANSIENT_STATUSES if status is not None else False
         if ok:

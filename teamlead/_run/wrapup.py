@@ -127,6 +127,7 @@ async def wrap_up(
         deliveries=[d.key for d in delivered],
         reasons=["the deadline's wrap-up: tools disabled, unfinished agents stopped"],
         kind="wrap_up",
+        without_result=[d.key for d in delivered if not d.carries_result],
     )
     this_round = await wrap_round(text, open_ids)
     async for item in this_round:
