@@ -103,6 +103,9 @@ class RelayConfig:
         overload_hold_s: the longest one request is held through an overload burst (its
             run may ask for less, see :attr:`~teamlead.policy.Policy.overload_hold_s`);
             0 passes overloads on at once.
+        overload_backoff_max_s: the longest wait between two tries of a request held
+            through an overload (shorter than ``backoff_max_s``: the burst's end is met
+            within one such wait).
         ping_every_s: seconds between the ``ping`` events that keep a held streaming
             request alive.
     """
@@ -123,6 +126,7 @@ class RelayConfig:
     max_connections: int = 1024
     port: int = 0
     overload_hold_s: float = 300.0
+    overload_backoff_max_s: float = 8.0
     ping_every_s: float = 5.0
 
 
@@ -227,10 +231,13 @@ async def _send(session: aiohttp.ClientSession, request: UpstreamRequest) -> aio
         raise UpstreamUnreachable(unreachable_reason(exc)) from None
 
 
-def backoff_s(config: RelayConfig, attempt: int, rng: random.Random) -> float:
+def backoff_s(
+    config: RelayConfig, attempt: int, rng: random.Random, most: float | None = None
+) -> float:
     """The pause after the ``attempt``-th (from 0) 429 that had no usable Retry-After.
 
-    Exponential (``backoff_base_s * 2**attempt``), bounded by ``backoff_max_s``, and
+    Exponential (``backoff_base_s * 2**attempt``), bounded by ``backoff_max_s`` (or
+    ``most``), and
     jittered to between half and all of that, so requests cut by one burst do not all
     come back at the same instant.
 
@@ -239,7 +246,8 @@ def backoff_s(config: RelayConfig, attempt: int, rng: random.Random) -> float:
         >>> [round(backoff_s(RelayConfig(), n, rng), 2) for n in (0, 1, 2, 40)]
         [0.57, 1.85, 3.53, 18.83]
     """
-    ceiling = min(config.backoff_max_s, config.backoff_base_s * 2.0 ** min(attempt, 32))
+    top = config.backoff_max_s if most is None else most
+    ceiling = min(top, config.backoff_base_s * 2.0 ** min(attempt, 32))
     return ceiling * (0.5 + 0.5 * rng.random())
 
 
@@ -474,7 +482,9 @@ def _overloaded(
     """An overload met (``status``; ``response`` is ``None`` for a dropped connection):
     feed the governor, and whether to hold the request and retry it (see the module)."""
     now = governor.clock.monotonic()
-    pause = retry_after if retry_after is not None else backoff_s(config, hold.tries, rng or _RNG)
+    pause = retry_after
+    if pause is None:  # a burst's end is met within one short wait: it is not overshot long
+        pause = backoff_s(config, hold.tries, rng or _RNG, config.overload_backoff_max_s)
     absorb = hold.allows(now, pause) and pause <= _wait_left(governor, config, deadline)
     if absorb:
         if hold.started_at is None:
