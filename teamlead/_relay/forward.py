@@ -219,6 +219,7 @@ async def open_upstream(
                 timeout=wait,
                 priority=priority(info.role, attempt),
                 through_pause=info.role == "lead" and attempt == 0,
+                estimate=info.estimate,
             )
         except TimeoutError:
             raise NoSlot from None
@@ -307,7 +308,7 @@ def _report(
     if status not in (429, 529):
         if 200 <= status < 300:
             slot.streaming()
-            governor.pace(key, headers)
+            governor.pace(key, headers, slot)
         return False
     now = governor.clock.time()
     retry_after = retry_after_from_headers(headers, now=now)
@@ -336,11 +337,11 @@ def _report(
         retry_after_s=retry_after,
         outcome="absorbed" if absorb else "passed",
     )
+    governor.pace(key, headers, slot)  # first: a 429 a token window explains is the budget's
     if status == 529:
         slot.overloaded(retry_after)
     else:
         # a backoff only paces our own retry; a 429 passed on leaves that to the client
         slot.rate_limited(pause if absorb else retry_after, measured=True)
-    governor.pace(key, headers)
     on_limited(event)
     return absorb

@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from .._governor.token_estimate import InputEstimate, estimate_input
 
 __all__ = ["Refusal", "RequestInfo", "Role", "check_target", "classify", "priority"]
 
@@ -35,10 +37,13 @@ class Refusal:
 
 @dataclass(frozen=True)
 class RequestInfo:
-    """The relay's view of one request: its bucket's model and whose request it is."""
+    """The relay's view of one request: its bucket's model, whose request it is, and its
+    estimated input (for the governor's token windows; ``None`` for a body that is not a
+    JSON object)."""
 
     model: str
     role: Role
+    estimate: InputEstimate | None = field(default=None, compare=False, repr=False)
 
 
 def check_target(
@@ -79,7 +84,8 @@ def _system_texts(system: Any) -> Iterable[str]:
 
 
 def classify(body: bytes) -> RequestInfo:
-    """Model and role from a request body; a body that is not JSON is ``other``.
+    """Model, role and estimated input from a request body; a body that is not JSON is
+    ``other``.
 
     Example:
         >>> classify(b'{"model": "claude-opus-5-5", "tools": [{"name": "Agent"}]}')
@@ -93,9 +99,10 @@ def classify(body: bytes) -> RequestInfo:
         return RequestInfo(_DEFAULT_MODEL, "other")
     model = data.get("model")
     model = model if isinstance(model, str) and model else _DEFAULT_MODEL
+    estimate = estimate_input(data, size=len(body))
     if any(_SUBAGENT_MARK in text for text in _system_texts(data.get("system"))):
-        return RequestInfo(model, "subagent")
-    return RequestInfo(model, "lead" if data.get("tools") else "other")
+        return RequestInfo(model, "subagent", estimate)
+    return RequestInfo(model, "lead" if data.get("tools") else "other", estimate)
 
 
 def priority(role: Role, attempt: int) -> int:
