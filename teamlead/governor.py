@@ -764,8 +764,9 @@ class Governor:
         bucket.last_activity = self._clock.monotonic()
         self._total -= 1
         self._account.give_back(slot._lease)
-        if slot._ticket is not None and bucket.budget.windows:
+        if slot._ticket is not None:
             bucket.budget.release(slot._ticket, bucket.last_activity)
+        if bucket.budget.windows:
             self._budget_changed(bucket)  # an oversized request may wait for this one
         else:
             self._dispatch(slot.key)
@@ -823,7 +824,8 @@ class Governor:
         bucket, now = self._touch(slot.key)
         if slot._ticket is not None:
             bucket.budget.used(slot._ticket, usage, now)
-            self._budget_changed(bucket)
+            if bucket.budget.windows:
+                self._budget_changed(bucket)
 
     def _window_refused(self, bucket: _Bucket, slot: Slot, retry_after: float | None) -> bool:
         """Whether a token window explains ``slot``'s 429 (see ``Budget.refused``). A 429

@@ -424,6 +424,17 @@ async def test_a_429_a_window_explains_is_paced_by_the_budget_not_by_a_cut() -> 
 
 
 @pytest.mark.anyio
+async def test_a_governor_that_never_sees_a_window_keeps_nothing_per_request() -> None:
+    gov = Governor(GovernorPolicy(ceiling=4), clock=FakeClock())
+    for _ in range(50):
+        async with gov.slot(A, estimate=InputEstimate(1_000)) as slot:
+            slot.streaming()
+            slot.success()
+    budget = gov.token_budget(A)
+    assert (budget.windows, budget._tickets) == ({}, {})
+
+
+@pytest.mark.anyio
 async def test_a_wait_for_the_window_is_bounded_by_the_slot_timeout() -> None:
     clock = FakeClock()
     gov = Governor(NO_HEADROOM, clock=clock)
