@@ -35,9 +35,32 @@ added over 3 slots), 429s served per agent, and the time to converge (when the l
 was served; 0 when none was). Goals for ``teamlead`` in every shape: <= 1.2 x ideal, <= 1
 429 per agent, and ahead of the Inspect rules.
 
-Run: ``python bench/limits.py`` (about 7 minutes); ``--quick`` for a smoke run of every
+Then upstreams that limit tokens, not concurrency: the scripted server's token buckets,
+enforced per second as Anthropic's per-minute limits may be (an input-token bucket of
+20,000 refilled at 12,000 per second, as in the field report, and a requests bucket of 5
+refilled at 4 per second, both described by ``anthropic-ratelimit-*`` headers on every
+answer), in three shapes: ``input tokens`` (24 agents each sending one 6,000-token request
+of 0.5 s: the input tokens bind), ``requests`` (24 agents of 400 tokens: the request count
+binds) and ``input tokens, no headers`` (the first shape behind a gateway that strips the
+headers: only 429 and ``retry-after`` remain, the window must be learnt). Every client has
+3 tries of a 429 before it gives its agent up, as a client with retries does: teamlead's
+relay holds and retries them (its own 3) and the client behind it has none (as the CLI
+with ``CLAUDE_CODE_MAX_RETRIES=0``); ``fixed N`` and ``inspect`` retry after the
+``retry-after`` themselves. Figures: wall time over the bucket's own minimum (the time the
+buckets need to let through what was drawn, ``(drawn - capacity) / refill`` for the one
+that binds, plus one request's work), 429s served per agent, and agents lost. Goals for
+``teamlead`` with headers: <= 1.3 x the bucket's minimum, <= 1 429 per agent, none lost.
+
+Last, the field report on the real CLI (full mode only): 12 Agent calls, each subagent's
+answer 0.4 s, ``CLAUDE_CODE_MAX_RETRIES=0``, through teamlead's relay, against the
+input-token bucket alone; its figures are the same (wall from the first request's arrival
+to the last answer, over ``(drawn - capacity) / refill``; the goal is 1.3 x, every
+finding, at most one 429 per agent).
+
+Run: ``python bench/limits.py`` (about 11 minutes); ``--quick`` for a smoke run of every
 shape and strategy with 6 agents of 0.05 s, every other time scaled alike (retry-after
-and late headers 0.05 s, the lead's 0.05 s requests at 0, 0.1 and 0.2 s).
+and late headers 0.05 s, the lead's 0.05 s requests at 0, 0.1 and 0.2 s; the token
+buckets and requests scaled to a minimum of about half a second).
 """
 
 from __future__ import annotations
@@ -56,11 +79,14 @@ from typing import Any, Literal
 
 import aiohttp
 from _common import table
+from claude_agent_sdk import ResultMessage, query
 
 from teamlead._governor.sqlite_account import MachineAccount
 from teamlead._relay import RELAY_POLICY, start_relay
 from teamlead.governor import Governor
-from teamlead.testing import Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, TokenBucket
+from teamlead.testing.rate_buckets import input_tokens_of
+from teamlead.testing.scripts import FanOut, findings_in
 
 LIMIT = 3
 
@@ -319,6 +345,204 @@ def _ideal(shape: Shape, pace: Pace) -> float:
     return math.ceil(agents / LIMIT) * work
 
 
+@dataclass(frozen=True)
+class TokenShape:
+    """An upstream of token buckets and the workload against it: ``agents`` requests of
+    ``tokens`` input tokens each, answered in ``work`` seconds."""
+
+    name: str
+    buckets: tuple[TokenBucket, ...]
+    agents: int
+    tokens: int
+    work: float
+
+
+#: tries of a 429 a client gives a request before it gives its agent up (teamlead's relay
+#: has as many of its own, ``RelayConfig.max_retries``, and the client behind it none)
+CLIENT_RETRIES = 3
+
+
+def token_shapes(quick: bool) -> list[TokenShape]:
+    if quick:  # every 429 costs a client a whole retry-after second: few of them
+        tokens = TokenBucket(capacity=3_000, refill_per_s=30_000)
+        requests = TokenBucket(capacity=2, refill_per_s=10, kind="requests")
+        agents, big, small, work = 4, 1_500, 100, 0.05
+    else:
+        tokens = TokenBucket(capacity=20_000, refill_per_s=12_000)
+        requests = TokenBucket(capacity=5, refill_per_s=4, kind="requests")
+        agents, big, small, work = 24, 6_000, 400, 0.5
+    stripped = TokenBucket(tokens.capacity, tokens.refill_per_s, headers=False)
+    stripped_requests = TokenBucket(
+        requests.capacity, requests.refill_per_s, kind="requests", headers=False
+    )
+    return [
+        TokenShape("input tokens", (tokens, requests), agents, big, work),
+        TokenShape("requests", (tokens, requests), agents, small, work),
+        TokenShape("input tokens, no headers", (stripped, stripped_requests), agents, big, work),
+    ]
+
+
+def _token_body(tokens: int, work: float) -> bytes:
+    """A streamed request that draws ``tokens`` input tokens and takes ``work`` seconds."""
+    tail = f" work {work}"
+    base = _body(work, False)
+    pad = max(0, 4 * tokens - len(base) - 2)
+    body: dict[str, object] = json.loads(base)
+    body["messages"] = [{"role": "user", "content": "x" * pad + tail}]
+    data = json.dumps(body).encode()
+    assert abs(input_tokens_of(len(data)) - tokens) <= 2
+    return data
+
+
+@dataclass
+class TokenOutcome:
+    wall: float
+    rejected: int
+    lost: int
+    minimum: float
+
+
+async def _token_agent(
+    send: Send, body: bytes, limiter: asyncio.Semaphore | _Inspect | None
+) -> bool:
+    """One agent's request; whether it was answered within its client's tries of a 429."""
+    if limiter is None:  # teamlead: the relay holds and retries; the client has no retries
+        status, _ = await send(body)
+        return status == 200
+    if isinstance(limiter, asyncio.Semaphore):
+        async with limiter:
+            for _ in range(CLIENT_RETRIES + 1):
+                status, retry = await send(body)
+                if status != 429:
+                    return status == 200
+                await asyncio.sleep(retry)
+            return False
+    await limiter.acquire()
+    try:
+        for attempt in range(CLIENT_RETRIES + 1):
+            status, retry = await send(body)
+            if status == 200:
+                if attempt == 0:
+                    await limiter.success()
+                return True
+            if status != 429:
+                return False
+            limiter.rate_limited(time.monotonic(), retry)
+            await asyncio.sleep(retry)
+        return False
+    finally:
+        await limiter.release()
+
+
+async def _run_tokens(strategy: str, shape: TokenShape) -> TokenOutcome:
+    with ScriptedServer(_script, token_bucket=shape.buckets) as server:
+        connector = aiohttp.TCPConnector(limit=0)
+        async with aiohttp.ClientSession(connector=connector) as session:
+            limiter: asyncio.Semaphore | _Inspect | None = None
+            if strategy.startswith("fixed"):
+                limiter = asyncio.Semaphore(int(strategy.split()[1]))
+            elif strategy == "inspect":
+                limiter = _Inspect()
+            body = _token_body(shape.tokens, shape.work)
+
+            async def workload(base_url: str) -> tuple[int, float]:
+                send = _sender(session, base_url, Pace(retry_after=1.0))
+                began = time.monotonic()
+                done = await asyncio.gather(
+                    *(_token_agent(send, body, limiter) for _ in range(shape.agents))
+                )
+                return sum(done), began
+
+            if strategy == "teamlead":
+                async with start_relay(server.base_url, Governor(RELAY_POLICY)) as relay:
+                    answered, began = await workload(relay.base_url)
+            else:
+                answered, began = await workload(server.base_url)
+        ended = time.monotonic()
+        minimum = shape.work + max(b.minimum_s(server.drawn(b.kind)) for b in shape.buckets)
+        rejected = sum(1 for r in server.recorded() if r.status == 429)
+        return TokenOutcome(ended - began, rejected, shape.agents - answered, minimum)
+
+
+def _token_table(strategies: list[str], quick: bool) -> list[tuple[str, float, float, int]]:
+    """Run the token shapes; print their table; teamlead's (shape, x minimum, 429s per
+    agent, lost) for the shapes with headers."""
+    rows = []
+    ours = []
+    shapes_run = token_shapes(quick)
+    for shape in shapes_run:
+        for name in strategies:
+            out = asyncio.run(_run_tokens(name, shape))
+            rows.append(
+                [
+                    f"{shape.name}: {name}",
+                    f"{shape.agents - out.lost}/{shape.agents}",
+                    f"{out.wall:.1f}",
+                    f"{out.minimum:.1f}",
+                    f"{out.wall / out.minimum:.2f}",
+                    f"{out.rejected / shape.agents:.2f}",
+                    f"{out.lost}",
+                ]
+            )
+            if name == "teamlead":
+                ours.append(
+                    (shape.name, out.wall / out.minimum, out.rejected / shape.agents, out.lost)
+                )
+    first = shapes_run[0]
+    described = ", ".join(f"{b.kind} {b.capacity:g} + {b.refill_per_s:g}/s" for b in first.buckets)
+    print(
+        f"token buckets ({described}), {first.agents} agents, {CLIENT_RETRIES} tries of a "
+        "429 each; x min = wall / (the buckets' own minimum for what was drawn + one "
+        "request's work)"
+    )
+    print(
+        table(
+            ["shape: strategy", "answered", "wall s", "min s", "x min", "429/agent", "lost"],
+            rows,
+        )
+    )
+    return ours
+
+
+@dataclass
+class FieldOutcome:
+    findings: int
+    agents: int
+    wall: float
+    minimum: float
+    most_429s: int
+
+
+async def _field_on_cli(agents: int = 12) -> FieldOutcome:
+    """The field report's run on the real CLI through teamlead's relay (see the module)."""
+    bucket = TokenBucket(capacity=20_000, refill_per_s=12_000)
+    with (
+        tempfile.TemporaryDirectory(prefix="teamlead-field-") as tmp,
+        ScriptedServer(FanOut.of(agents, delays=0.4), token_bucket=bucket) as server,
+    ):
+        async with start_relay(server.base_url, Governor(RELAY_POLICY)) as relay:
+            env = {"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(agents)}
+            claude = OfflineClaude(relay.base_url, state_dir=Path(tmp), max_retries=0, env=env)
+            results = [
+                m
+                async for m in query(prompt="Investigate.", options=claude.options())
+                if isinstance(m, ResultMessage)
+            ]
+        records = server.recorded()
+        refused: dict[str, int] = {}
+        for r in records:
+            if r.status == 429:
+                who = r.request.agent.description if r.request.agent else r.role
+                refused[who] = refused.get(who, 0) + 1
+        return FieldOutcome(
+            findings=len(findings_in(results[-1].result or "")) if results else 0,
+            agents=agents,
+            wall=max(r.end for r in records) - min(r.started for r in records),
+            minimum=bucket.minimum_s(server.drawn()),
+            most_429s=max(refused.values(), default=0),
+        )
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument(
@@ -392,9 +616,29 @@ def main(argv: list[str] | None = None) -> int:
     print(table(["shape: governors", "wall s", "x ideal", "429/agent", "learnt"], pair_rows))
     shared_x = [float(row[2]) for row in pair_rows[1::2]]
     alone_x = [float(row[2]) for row in pair_rows[0::2]]
+    tokens = _token_table(strategies, args.quick)
+    field = None if args.quick else asyncio.run(_field_on_cli())
+    if field is not None:
+        print(
+            f"the field report on the real CLI: {field.findings}/{field.agents} findings, "
+            f"wall {field.wall:.1f} s over the bucket's minimum {field.minimum:.1f} s = "
+            f"{field.wall / field.minimum:.2f} x, at most {field.most_429s} 429s per agent"
+        )
+    with_headers = [t for t in tokens if "no headers" not in t[0]]
+    headerless = [t for t in tokens if "no headers" in t[0]]
     worst = max(v[1] for v in verdicts)
     most = max(v[2] for v in verdicts)
-    missed = [v[0] for v in verdicts if not v[3]]
+    missed = [v[0] for v in verdicts if not v[3]] + [
+        name
+        for name, ratio, per_agent, lost in with_headers
+        if not (ratio <= 1.3 and per_agent <= 1 and lost == 0)
+    ]
+    if field is not None and not (
+        field.findings == field.agents
+        and field.wall <= 1.3 * field.minimum
+        and field.most_429s <= 1
+    ):
+        missed.append("the field report on the CLI")
     print(
         f"SUMMARY: teamlead worst {worst:.2f} x ideal, at most {most:.2f} 429s per agent over "
         f"{len(verdicts)} shapes"
@@ -403,6 +647,17 @@ def main(argv: list[str] | None = None) -> int:
         + f"{min(alone_x):.2f} x alone, shared learnt "
         + ("the true limit" if set(shared_learnt) == {LIMIT} else f"{shared_learnt}")
         + f" ({LIMIT}) in {len(pair_shapes)} shapes"
+        + "; token buckets: teamlead at worst "
+        + f"{max(t[1] for t in with_headers):.2f} x the buckets' minimum, "
+        + f"{max(t[2] for t in with_headers):.2f} 429s per agent, "
+        + f"{sum(t[3] for t in with_headers)} agents lost with headers; "
+        + ", ".join(f"{t[1]:.2f} x, {t[3]} lost without" for t in headerless)
+        + (
+            ""
+            if field is None
+            else f"; the field report on the CLI {field.wall / field.minimum:.2f} x, "
+            f"{field.findings}/{field.agents} findings"
+        )
     )
     return 0
 

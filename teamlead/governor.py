@@ -35,8 +35,18 @@ their details, are in ``teamlead._governor.aimd``):
   ``reprobe_after_s`` (60 s); each further rejection of the cutting burst lowers it by one.
 * **Retry-After** pauses new acquisitions of the bucket; running slots are unaffected.
 * **Overload (529)** pauses and cuts once per epoch but marks no level as bad.
-* **Pacing** (:meth:`Governor.pace`): the ``anthropic-ratelimit-*`` response headers pause
-  new grants before a window runs dry (see ``teamlead._governor.ratelimit_headers``).
+* **Token windows** (:meth:`Governor.pace`, ``teamlead._governor.token_budget``): an
+  upstream's limits may be token buckets (requests, input and output tokens per minute),
+  not concurrency. The ``anthropic-ratelimit-*`` windows its answers describe become the
+  bucket's *token budget*: a slot asked for with the request's ``estimate`` (its input,
+  see ``teamlead._governor.token_estimate``; corrected by the ``usage`` reported with
+  :meth:`Slot.used`) is granted only when every window covers it, what is in flight and
+  not yet answered counted as drawn; the queue is served one by one, so each waiter gets
+  its own time slot at the refill rate. A 429 a window explains is the budget's: no cut,
+  no pause. A request larger than a whole window goes alone once it is full. A window
+  whose limit the headers do not give only pauses new grants once empty, until its reset.
+  The budget is this process's model (not shared through the account): processes that
+  share an account each read the upstream's ``remaining``, which counts them all.
 * **Idle reset.** After 5 idle minutes a bucket returns to the ceiling and forgets, pause too.
 * **Bounded pauses.** No pause is longer than ``MAX_PAUSE_S`` (10 minutes); a caller whose
   ``timeout`` ends before the pause does gets its ``TimeoutError`` at once.
@@ -72,6 +82,7 @@ Example:
 from __future__ import annotations
 
 import logging
+import math
 from bisect import insort
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -86,6 +97,8 @@ from ._governor.knobs import BucketState, GovernorPolicy, bucket_key, check_seco
 from ._governor.ratelimit_headers import pace_pause, read_windows
 from ._governor.retry_after import parse_retry_after, retry_after_from_headers
 from ._governor.store import LimitStore
+from ._governor.token_budget import Budget, Usage
+from ._governor.token_estimate import InputEstimate
 from .clock import SYSTEM_CLOCK, Clock, wait_event
 from .errors import GovernorCleared, UsageError
 from .events import ChangeReason, ConcurrencyChanged
@@ -97,8 +110,10 @@ __all__ = [
     "Governor",
     "GovernorCleared",
     "GovernorPolicy",
+    "InputEstimate",
     "LimitStore",
     "Slot",
+    "Usage",
     "bucket_key",
     "parse_retry_after",
     "retry_after_from_headers",
@@ -128,16 +143,24 @@ class Slot:
         "_released",
         "_streaming",
         "_answered",
+        "_ticket",
         "acquired_at",
         "epoch",
         "key",
     )
 
     def __init__(
-        self, governor: Governor, key: str, epoch: int, acquired_at: float, lease: Lease
+        self,
+        governor: Governor,
+        key: str,
+        epoch: int,
+        acquired_at: float,
+        lease: Lease,
+        ticket: int | None = None,
     ) -> None:
         self._governor = governor
         self._lease = lease
+        self._ticket = ticket
         self._released = False
         self._streaming = False
         self._answered = False
@@ -191,6 +214,13 @@ class Slot:
         check_seconds("retry_after", retry_after)
         self._governor._on_rate_limited(self, retry_after, measured)
 
+    def used(self, usage: Usage) -> None:
+        """Report the ``usage`` the upstream counted for this request (``message_start``
+        has the input, ``message_delta`` the output; report each as it comes): the token
+        budget learns how its estimates compare and which prompt prefixes are cached."""
+        if not self._released:
+            self._governor._on_used(self, usage)
+
     def overloaded(self, retry_after: float | None = None) -> None:
         """Report an overload (529): a pause and a cut, but no level marked bad.
 
@@ -214,11 +244,19 @@ class Slot:
 class _Waiter:
     """One caller waiting for a slot; woken by ``wake`` once granted, cleared or timed out."""
 
-    __slots__ = ("error", "key", "order", "slot", "through_pause", "wake")
+    __slots__ = ("error", "estimate", "key", "order", "slot", "through_pause", "wake")
 
-    def __init__(self, key: str, priority: int, seq: int, through_pause: bool = False) -> None:
+    def __init__(
+        self,
+        key: str,
+        priority: int,
+        seq: int,
+        through_pause: bool = False,
+        estimate: InputEstimate | None = None,
+    ) -> None:
         self.key = key
         self.through_pause = through_pause
+        self.estimate = estimate
         self.order = (-priority, seq)  # higher priority first, then arrival
         self.wake = anyio.Event()
         self.slot: Slot | None = None
@@ -233,9 +271,11 @@ class _Bucket:
 
     __slots__ = (
         "answered",
+        "budget",
         "in_flight",
         "key",
         "last_activity",
+        "proven",
         "rejected",
         "streaming",
         "waiters",
@@ -245,6 +285,8 @@ class _Bucket:
         self.key = key
         self.in_flight = 0
         self.streaming = 0
+        self.proven = 0  # the most requests seen streaming at once: the upstream ran them
+        self.budget = Budget()  # the token windows (this process's model of them)
         self.rejected = 0  # held slots that reported a 429 (not accepted by the upstream)
         self.answered = 0  # held slots whose answer is complete (the upstream is done)
         self.waiters: list[_Waiter] = []  # sorted by _Waiter.order
@@ -313,6 +355,7 @@ class Governor:
         *,
         timeout: float | None = None,  # noqa: ASYNC109 - runs on the injected clock
         priority: int = 0,
+        estimate: InputEstimate | None = None,
     ) -> AsyncIterator[Slot]:
         """Hold a slot of ``key`` for the block; it is released when the block exits.
 
@@ -321,13 +364,15 @@ class Governor:
             timeout: most seconds to wait for the slot (governor's clock); ``None`` waits
                 until cancelled, e.g. by an enclosing ``anyio.fail_after``.
             priority: waiters with a higher priority are served first (then FIFO).
+            estimate: the request's estimated input, for the token windows (see
+                :meth:`acquire`).
 
         Raises:
             TimeoutError: no slot within ``timeout``.
             GovernorCleared: :meth:`clear` ran while waiting.
             UsageError: empty key or negative timeout.
         """
-        acquired = await self.acquire(key, timeout=timeout, priority=priority)
+        acquired = await self.acquire(key, timeout=timeout, priority=priority, estimate=estimate)
         try:
             yield acquired
         finally:
@@ -340,6 +385,7 @@ class Governor:
         timeout: float | None = None,  # noqa: ASYNC109 - runs on the injected clock
         priority: int = 0,
         through_pause: bool = False,
+        estimate: InputEstimate | None = None,
     ) -> Slot:
         """Wait for a slot of ``key``; the caller must :meth:`Slot.release` it.
 
@@ -354,6 +400,10 @@ class Governor:
                 (its concurrency limit still does). The relay gives it to the lead's first
                 try of each request, so a pause another request met never starves the
                 lead's synthesis; a 429 it meets itself is held like any other.
+            estimate: the request's estimated input
+                (:func:`~teamlead._governor.token_estimate.estimate_input`): once the
+                upstream's answers described its rate-limit windows, the slot also waits
+                until they can cover the request (see ``teamlead._governor.token_budget``).
 
         Raises:
             TimeoutError: no slot within ``timeout``.
@@ -367,12 +417,12 @@ class Governor:
         await anyio.lowlevel.checkpoint_if_cancelled()
         bucket = self._bucket(key)
         if not bucket.waiters or through_pause:
-            granted = self._try_grant(bucket, through_pause)
+            granted = self._try_grant(bucket, through_pause, estimate)
             if granted is not None:
                 return granted
         deadline = None if timeout is None else self._clock.monotonic() + timeout
         self._seq += 1
-        waiter = _Waiter(key, priority, self._seq, through_pause)
+        waiter = _Waiter(key, priority, self._seq, through_pause, estimate)
         bucket.enqueue(waiter)
         try:
             return await self._wait_for_grant(bucket, waiter, deadline, timeout)
@@ -383,20 +433,34 @@ class Governor:
                 self._forget(bucket, waiter)
             raise
 
-    def pace(self, key: str, headers: Mapping[str, str]) -> float:
-        """Read the ``anthropic-ratelimit-*`` headers of a response; pause ``key`` if needed.
+    def pace(self, key: str, headers: Mapping[str, str], slot: Slot | None = None) -> float:
+        """Read the ``anthropic-ratelimit-*`` headers of a response (to ``slot``'s request,
+        if given: read them before reporting a 429, so the budget can tell whether a window
+        explains it).
 
-        Returns the pause in seconds (0 when the windows have room).
+        A window that gives its limit becomes (or updates) the bucket's token budget: new
+        grants wait until it can cover them. A window without a limit pauses ``key`` when
+        it runs dry, until its reset. Returns that pause in seconds (0: none).
         """
+        windows = read_windows(headers)
+        bucket = self._bucket(key)
+        now = self._clock.monotonic()
+        ticket = slot._ticket if slot is not None and slot.key == key else None
+        kept = bucket.budget.observe(ticket, windows, now=now, wall_now=self._clock.time())
+        if kept:
+            self._budget_changed(bucket)
         pause = pace_pause(
-            read_windows(headers), now=self._clock.time(), pace_below=self.policy.pace_below
+            [w for w in windows if w.name not in kept],
+            now=self._clock.time(),
+            pace_below=self.policy.pace_below,
         )
         if pause > 0:
-            now = self._clock.monotonic()
-            self._apply(
-                self._bucket(key), lambda limits: aimd.paced(limits, now=now, seconds=pause)
-            )
+            self._apply(bucket, lambda limits: aimd.paced(limits, now=now, seconds=pause))
         return pause
+
+    def token_budget(self, key: str) -> Budget:
+        """``key``'s token budget: its model of the upstream's windows (for views, tests)."""
+        return self._bucket(key).budget
 
     def subscribe(self, listener: Callable[[ConcurrencyChanged], None]) -> Callable[[], None]:
         """Also call ``listener`` with every change; returns the call that unsubscribes."""
@@ -481,6 +545,11 @@ class Governor:
             if bucket.waiters and bucket.waiters[0] is waiter:
                 if cooldown_until > now:
                     sleep_for = cooldown_until - now
+                # the token windows: until they cover this request (an oversized one that
+                # waits for the others to be answered is woken by their answers)
+                ready = self._ready_at(bucket, waiter.estimate, now, waiter.through_pause)
+                if now < ready < math.inf:
+                    sleep_for = max(sleep_for or 0.0, ready - now)
                 if self._account.shared:
                     sleep_for = min(sleep_for or _SHARED_POLL_S, _SHARED_POLL_S)
             if deadline is not None:
@@ -577,21 +646,53 @@ class Governor:
     def _global_room(self) -> bool:
         return self.policy.max_total is None or self._total < self.policy.max_total
 
-    def _bucket_room(
-        self, bucket: _Bucket, through_pause: bool = False, limits: aimd.Limits | None = None
-    ) -> bool:
-        """Whether ``bucket`` is under its limit here and not paused (``through_pause``:
-        whether paused or not); ``limits`` when already read."""
-        limits = limits if limits is not None else self._limits(bucket.key)
-        return bucket.in_flight < self._effective(bucket.key, limits) and (
-            through_pause or limits.cooldown_until <= self._clock.monotonic()
+    def _ready_at(
+        self,
+        bucket: _Bucket,
+        estimate: InputEstimate | None,
+        now: float,
+        through_pause: bool = False,
+    ) -> float:
+        """When ``bucket``'s token windows cover a request of ``estimate``; a caller
+        ``through_pause`` is not held by a window learnt without headers (a guess, like a
+        pause), only by those the upstream described."""
+        budget = bucket.budget
+        if not budget.windows:
+            return now
+        charge = budget.charge(estimate, now)
+        return budget.ready_at(
+            charge, now, headroom=self.policy.pace_below, learnt=not through_pause
         )
 
-    def _try_grant(self, bucket: _Bucket, through_pause: bool = False) -> Slot | None:
+    def _bucket_room(
+        self,
+        bucket: _Bucket,
+        through_pause: bool = False,
+        limits: aimd.Limits | None = None,
+        estimate: InputEstimate | None = None,
+    ) -> bool:
+        """Whether ``bucket`` is under its limit here, not paused (``through_pause``:
+        whether paused or not) and its token windows cover a request of ``estimate``;
+        ``limits`` when already read."""
+        limits = limits if limits is not None else self._limits(bucket.key)
+        now = self._clock.monotonic()
+        return (
+            bucket.in_flight < self._effective(bucket.key, limits)
+            and (through_pause or limits.cooldown_until <= now)
+            and self._ready_at(bucket, estimate, now, through_pause) <= now
+        )
+
+    def _try_grant(
+        self,
+        bucket: _Bucket,
+        through_pause: bool = False,
+        estimate: InputEstimate | None = None,
+    ) -> Slot | None:
         """A slot of ``bucket`` if this process and the whole account have room (and the
-        bucket is not paused, unless ``through_pause``), else None."""
+        bucket is not paused, unless ``through_pause``, and its token windows cover
+        ``estimate``), else None."""
         limits = self._limits(bucket.key)
-        room = self._bucket_room(bucket, through_pause, limits)
+        room = self._bucket_room(bucket, through_pause, limits, estimate)
         if not (room and self._global_room()):
             return None
         lease = self._account.take(
@@ -611,13 +712,15 @@ class Governor:
         bucket.in_flight += 1
         bucket.last_activity = now
         self._total += 1
-        return Slot(self, bucket.key, limits.epoch, now, lease)
+        ticket = bucket.budget.grant(bucket.budget.charge(estimate, now), estimate, now)
+        return Slot(self, bucket.key, limits.epoch, now, lease, ticket)
 
     def _dispatch(self, preferred: str) -> None:
         """Grant what can be granted: ``preferred``'s queue first, then the best heads."""
         bucket = self._buckets[preferred]
         while bucket.waiters:
-            granted = self._try_grant(bucket, bucket.waiters[0].through_pause)
+            head = bucket.waiters[0]
+            granted = self._try_grant(bucket, head.through_pause, head.estimate)
             if granted is None:
                 break
             self._hand_to(bucket.waiters.pop(0), granted)
@@ -628,12 +731,12 @@ class Governor:
                 for b in self._buckets.values()
                 if b.waiters
                 and b.key not in refused
-                and self._bucket_room(b, b.waiters[0].through_pause)
+                and self._bucket_room(b, b.waiters[0].through_pause, estimate=b.waiters[0].estimate)
             ]
             if not heads:
                 return
             best = min(heads, key=lambda b: b.waiters[0].order)
-            granted = self._try_grant(best, best.waiters[0].through_pause)
+            granted = self._try_grant(best, best.waiters[0].through_pause, best.waiters[0].estimate)
             if granted is None:
                 refused.add(best.key)  # the account is full for it: its head polls
                 continue
@@ -661,7 +764,19 @@ class Governor:
         bucket.last_activity = self._clock.monotonic()
         self._total -= 1
         self._account.give_back(slot._lease)
-        self._dispatch(slot.key)
+        if slot._ticket is not None:
+            bucket.budget.release(slot._ticket, bucket.last_activity)
+        if bucket.budget.windows:
+            self._budget_changed(bucket)  # an oversized request may wait for this one
+        else:
+            self._dispatch(slot.key)
+
+    def _budget_changed(self, bucket: _Bucket) -> None:
+        """The token windows moved: grant what they now cover, and let the head of the
+        queue set its timer again."""
+        if bucket.waiters:
+            bucket.waiters[0].wake.set()
+        self._dispatch(bucket.key)
 
     # -- outcomes -------------------------------------------------------------------------
     def _touch(self, key: str) -> tuple[_Bucket, float]:
@@ -694,17 +809,56 @@ class Governor:
         self._account.answered(slot._lease)
 
     def _on_streaming(self, slot: Slot) -> None:
-        bucket, _ = self._touch(slot.key)
+        bucket, now = self._touch(slot.key)
         bucket.streaming += 1
+        bucket.proven = max(bucket.proven, bucket.streaming)
+        if slot._ticket is not None:
+            bucket.budget.accepted(slot._ticket, now)
         knobs, streaming = self._knobs(slot.key), bucket.streaming
         self._apply(
             bucket,
             lambda limits: aimd.started(limits, knobs, slot_epoch=slot.epoch, streaming=streaming),
         )
 
+    def _on_used(self, slot: Slot, usage: Usage) -> None:
+        bucket, now = self._touch(slot.key)
+        if slot._ticket is not None:
+            bucket.budget.used(slot._ticket, usage, now)
+            if bucket.budget.windows:
+                self._budget_changed(bucket)
+
+    def _window_refused(self, bucket: _Bucket, slot: Slot, retry_after: float | None) -> bool:
+        """Whether a token window explains ``slot``'s 429 (see ``Budget.refused``). A 429
+        with no headers at all is the window's to learn only when no concurrency limit
+        can explain it: the upstream refused while running at least two requests fewer
+        than it was seen running at once, or while nothing else ran on the account."""
+        if slot._ticket is None or slot._rejected:
+            return False
+        others = bucket.in_flight - bucket.rejected - bucket.answered - 1
+        held_here = 1 + bucket.rejected + bucket.answered
+        alone = others <= 0 and self._account.in_flight(provider_of(slot.key)) <= held_here
+        return bucket.budget.refused(
+            slot._ticket,
+            now=self._clock.monotonic(),
+            retry_after=retry_after,
+            learn_window=alone or others + 2 <= bucket.proven,
+        )
+
     def _on_rate_limited(self, slot: Slot, retry_after: float | None, measured: bool) -> None:
         bucket, now = self._touch(slot.key)
         knobs = self._knobs(slot.key)
+        if self._window_refused(bucket, slot, retry_after):
+            # the token budget paces the retry (its own time slot at the refill rate): no
+            # concurrency cut, no pause for the whole bucket; the lease is marked refused,
+            # so a later measured cut does not count it as accepted
+            if measured and not slot._released:
+                slot._rejected = True
+                bucket.rejected += 1
+                self._apply_rejected(
+                    bucket, slot._lease, provider_of(slot.key), lambda _: lambda lim: (lim, None)
+                )
+            self._budget_changed(bucket)
+            return
 
         def rule(accepted: int | None) -> Callable[[aimd.Limits], aimd.Step]:
             return lambda limits: aimd.rate_limited(
@@ -736,6 +890,8 @@ class Governor:
     def _on_overloaded(self, slot: Slot, retry_after: float | None) -> None:
         bucket, now = self._touch(slot.key)
         knobs = self._knobs(slot.key)
+        if slot._ticket is not None:
+            bucket.budget.dropped(slot._ticket)
         self._apply(
             bucket,
             lambda limits: aimd.overloaded(

@@ -6,6 +6,8 @@ the modules here hold the parts that need no event loop, so they are tested alon
 * :mod:`.aimd`: the rules that move one bucket's learnt limit (pure functions).
 * :mod:`.retry_after`: ``Retry-After`` / ``retry-after-ms`` parsing.
 * :mod:`.ratelimit_headers`: the ``anthropic-ratelimit-*`` headers and the pause they ask for.
+* :mod:`.token_estimate`: a request's input tokens, estimated from its body before it goes.
+* :mod:`.token_budget`: the rate-limit windows as token buckets, and when a request fits.
 * :mod:`.policy`: the knobs (``GovernorPolicy``, static ceilings), the bucket snapshot.
 * :mod:`.store`: where a process alone keeps the learnt limits (a Protocol, in memory).
 * :mod:`.stored`: what a shared account stores, read back as untrusted input.

@@ -33,9 +33,10 @@ class GovernorPolicy(BaseModel):
         idle_reset_s: idle seconds after which a bucket returns to the ceiling.
         max_total: cap on slots across all buckets; ``None`` for no global cap.
         reprobe_after_s: seconds a level that drew a rate limit is not probed again.
-        pace_below: pause new grants when a rate-limit window reported by the
-            ``anthropic-ratelimit-*`` headers falls below this share of its limit (0: only
-            when it is empty).
+        pace_below: the share of each rate-limit window's limit (as the
+            ``anthropic-ratelimit-*`` headers report it) a grant must leave in it: the
+            margin for estimates of a request's tokens (0: draw windows to empty). A window
+            without a limit pauses new grants only when empty.
 
     Raises:
         UsageError: a value is out of range.

@@ -12,7 +12,9 @@ are both present and valid):
 ====================================================  =====================================
 
 ``reset`` is an RFC 3339 time at which the window is *fully* replenished; windows refill
-continuously. The rule (:func:`pace_pause`): when a window's ``remaining`` falls below
+continuously. A window that gives its ``limit`` is the governor's token budget's to model
+(:mod:`.token_budget`: each request waits until the window covers it); the governor applies
+:func:`pace_pause` to the others. The rule: when a window's ``remaining`` falls below
 ``pace_below`` of its ``limit``, pause new requests until it has refilled back to that
 level, i.e. ``(reset - now) * (pace_below * limit - remaining) / (limit - remaining)``; when
 ``remaining`` is 0 (or the limit is unknown and nothing remains), pause until ``reset``.

@@ -5,7 +5,9 @@ The CLI's ``ANTHROPIC_BASE_URL`` points at a relay in teamlead's own process
 each request untouched to the user's upstream, but first takes a slot from the
 :class:`~teamlead.governor.Governor` (a bucket per model; the lead's requests before its
 subagents'), holds 429s and retries them once the Retry-After has passed, feeds 529s to the
-governor as overload, and paces ahead of 429s from the ``anthropic-ratelimit-*`` headers.
+governor as overload, and paces ahead of 429s from the ``anthropic-ratelimit-*`` headers:
+each request's estimated input (:func:`.routing.classify`) waits until the token windows
+cover it, and the ``usage`` of each answer (:mod:`.usage`) corrects the estimates.
 
 Modules: :mod:`.routing` (what is accepted; model and role of a request), :mod:`.forward`
 (one exchange with the upstream under a slot), :mod:`.app` (the ASGI app: stream back,

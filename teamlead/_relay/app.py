@@ -52,6 +52,7 @@ from .observe import Guarded, RequestObserver, trace_request
 from .routing import Refusal, RequestInfo, check_target, classify
 from .run_limits import NoPlace, RunLimits
 from .stats import RelayListener, Tally, notify
+from .usage import UsageReader
 
 __all__ = ["RelayApp", "RunShare"]
 
@@ -430,9 +431,13 @@ class RelayApp:
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         streamed = response.headers.get("content-type", "").startswith("text/event-stream")
         end = AnswerEnd() if 200 <= response.status < 300 and streamed else None
+        usage = UsageReader() if end is not None else None  # the token budget learns from it
         try:
             async for chunk in response.content.iter_any():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+                if usage is not None and not usage.done:
+                    for counted in usage.feed(chunk):
+                        exchange.slot.used(counted)
                 if end is not None and end.feed(chunk):
                     end = None
                     exchange.slot.answered()  # the upstream counts it no more

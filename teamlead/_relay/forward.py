@@ -293,6 +293,7 @@ async def open_upstream(
                 timeout=wait,
                 priority=priority(info.role, attempt),
                 through_pause=info.role == "lead" and attempt == 0,
+                estimate=info.estimate,
             )
         except TimeoutError:
             raise NoSlot from None
@@ -415,6 +416,7 @@ def _report(
         retry = retry_after_from_headers(headers, now=governor.clock.time())
         _warn_if_faulty(headers, governor, info, status)
         final = headers.get("x-should-retry", "").strip().lower() == "false"
+        governor.pace(key, headers, slot)
         absorbed = _overloaded(
             governor,
             slot,
@@ -428,12 +430,11 @@ def _report(
             on_limited,
             _Hold(0.0) if final else hold,  # the upstream says no retry will help
         )
-        governor.pace(key, headers)
         return absorbed
     if status != 429:
         if 200 <= status < 300:
             slot.streaming()
-            governor.pace(key, headers)
+            governor.pace(key, headers, slot)
         return False
     retry_after = retry_after_from_headers(headers, now=governor.clock.time())
     _warn_if_faulty(headers, governor, info, status)
@@ -446,9 +447,9 @@ def _report(
         retry_after_s=retry_after,
         outcome="absorbed" if absorb else "passed",
     )
+    governor.pace(key, headers, slot)  # first: a 429 a token window explains is the budget's
     # a backoff only paces our own retry; a 429 passed on leaves that to the client
     slot.rate_limited(pause if absorb else retry_after, measured=True)
-    governor.pace(key, headers)
     on_limited(event)
     return absorb
 

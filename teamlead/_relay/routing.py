@@ -14,8 +14,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from .._governor.token_estimate import InputEstimate, estimate_input
 
 __all__ = ["Refusal", "RequestInfo", "Role", "check_target", "classify", "priority"]
 
@@ -35,11 +37,13 @@ class Refusal:
 
 @dataclass(frozen=True)
 class RequestInfo:
-    """The relay's view of one request: its bucket's model, whose request it is, and
-    whether it asks for an event stream."""
+    """The relay's view of one request: its bucket's model, whose request it is, its
+    estimated input (for the governor's token windows; ``None`` for a body that is not a
+    JSON object), and whether it asks for an event stream."""
 
     model: str
     role: Role
+    estimate: InputEstimate | None = field(default=None, compare=False, repr=False)
     streaming: bool = False
 
 
@@ -81,7 +85,8 @@ def _system_texts(system: Any) -> Iterable[str]:
 
 
 def classify(body: bytes) -> RequestInfo:
-    """Model and role from a request body; a body that is not JSON is ``other``.
+    """Model, role and estimated input from a request body; a body that is not JSON is
+    ``other``.
 
     Example:
         >>> classify(b'{"model": "claude-opus-5-5", "tools": [{"name": "Agent"}]}')
@@ -95,10 +100,11 @@ def classify(body: bytes) -> RequestInfo:
         return RequestInfo(_DEFAULT_MODEL, "other")
     model = data.get("model")
     model = model if isinstance(model, str) and model else _DEFAULT_MODEL
+    estimate = estimate_input(data, size=len(body))
     streaming = data.get("stream") is True
     if any(_SUBAGENT_MARK in text for text in _system_texts(data.get("system"))):
-        return RequestInfo(model, "subagent", streaming)
-    return RequestInfo(model, "lead" if data.get("tools") else "other", streaming)
+        return RequestInfo(model, "subagent", estimate, streaming)
+    return RequestInfo(model, "lead" if data.get("tools") else "other", estimate, streaming)
 
 
 def priority(role: Role, attempt: int) -> int:

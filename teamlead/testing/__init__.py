@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from .fake_clock import FakeClock
 from .offline import OfflineClaude, bundled_cli_path, cli_version, ensure_loopback, offline_env
+from .rate_buckets import TokenBucket
 from .replies import AgentCall, Fault, Reply, Role, ScriptedRequest, ToolUse
 from .scripted_server import RecordedRequest, Script, ScriptedServer, ServerStats
 from .scripts import FanOut
@@ -28,6 +29,7 @@ __all__ = [
     "ScriptedRequest",
     "ScriptedServer",
     "ServerStats",
+    "TokenBucket",
     "ToolUse",
     "bundled_cli_path",
     "cli_version",

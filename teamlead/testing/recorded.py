@@ -25,7 +25,8 @@ class RecordedRequest:
     prove that two streams were in flight at once. ``released`` is when the request gave
     back its place under the emulated account limit (just before its last write, so it may
     come a moment before ``finished``). ``headers`` are the HTTP request headers as received
-    (names as the client spelled them).
+    (names as the client spelled them). ``drawn`` is what it drew from the server's token
+    buckets, by kind (empty when refused, or with no buckets).
     """
 
     request: ScriptedRequest
@@ -36,6 +37,7 @@ class RecordedRequest:
     error: str | None = None
     headers: list[tuple[str, str]] = field(default_factory=list)
     released: float | None = None
+    drawn: dict[str, float] = field(default_factory=dict)
 
     @property
     def role(self) -> Role:

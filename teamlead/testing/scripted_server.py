@@ -8,7 +8,10 @@ script returns. Every request is recorded for assertions.
 
 Threads serve the streams, so the lead and all of its subagents stream at once; a
 scripted delay blocks only its own stream. An optional emulated concurrency limit
-rejects requests with 429 + ``retry-after`` while more than K are in flight.
+rejects requests with 429 + ``retry-after`` while more than K are in flight, and optional
+token buckets (:class:`~teamlead.testing.rate_buckets.TokenBucket`: requests or input
+tokens, refilled continuously, described by ``anthropic-ratelimit-*`` headers) reject
+what they cannot cover, as the Messages API's rate limits do.
 
 Example:
     >>> from teamlead.testing import ScriptedServer, Reply
@@ -28,12 +31,14 @@ import threading
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
 from ..errors import SetupError
+from .rate_buckets import RateBuckets, TokenBucket, input_tokens_of
 from .recorded import RecordedRequest, ServerStats, peak_agents, peak_requests
 from .replies import AgentCall, Fault, Reply, Role, ScriptedRequest
 from .wire import message_json, new_message_id, session_from_metadata, sse_events, system_text
@@ -73,7 +78,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send_json(400, Fault(400, message=f"invalid JSON body: {exc}").body())
             return
         if path == "/v1/messages":
-            self.server.owner._handle_messages(self, body, list(self.headers.items()))
+            chars = len(raw.decode("utf-8", "replace"))
+            self.server.owner._handle_messages(self, body, list(self.headers.items()), chars)
         elif path == "/v1/messages/count_tokens":
             text = json.dumps(body.get("messages", [])) + system_text(body.get("system"))
             self._send_json(200, {"input_tokens": max(1, len(text) // 4)})
@@ -173,6 +179,11 @@ class ScriptedServer:
             request came (0: at once, as the API does), or ``"answer"``: only with the whole
             answer, as long prefills and buffering gateways do. A 429 of the emulated limit
             is always sent at once.
+        token_bucket: one or more emulated rate limits
+            (:class:`~teamlead.testing.rate_buckets.TokenBucket`), checked after the
+            concurrency limit, for every role: a request they cannot all cover is answered
+            429 with ``retry-after``; one they cover draws from each, and its ``usage``
+            reports the ``input_tokens`` drawn.
 
     Raises:
         SetupError: the port is in use, or the host is not loopback.
@@ -189,6 +200,7 @@ class ScriptedServer:
         limit_roles: Collection[Role] | None = None,
         on_request: Callable[[RecordedRequest], None] | None = None,
         headers_after: float | Literal["answer"] = 0.0,
+        token_bucket: TokenBucket | Sequence[TokenBucket] = (),
     ) -> None:
         if headers_after != "answer" and not (
             isinstance(headers_after, (int, float)) and headers_after >= 0
@@ -205,6 +217,9 @@ class ScriptedServer:
         self.retry_after = retry_after
         self.limit_roles = frozenset(limit_roles) if limit_roles is not None else None
         self._limited_in_flight = 0
+        buckets = (token_bucket,) if isinstance(token_bucket, TokenBucket) else token_bucket
+        self.token_buckets: tuple[TokenBucket, ...] = tuple(buckets)
+        self._rate = RateBuckets(self.token_buckets, time.monotonic()) if buckets else None
         self.requests: list[RecordedRequest] = []
         self.stats = ServerStats()
         self._lock = threading.Lock()
@@ -272,6 +287,10 @@ class ScriptedServer:
         """The most requests (of ``role``, of ``session_id``) that overlapped at one instant."""
         return peak_requests((r.started, r.end) for r in self._of(role, session_id))
 
+    def drawn(self, kind: str = "input-tokens") -> float:
+        """What the requests taken drew from the token buckets of ``kind``, in total."""
+        return sum(r.drawn.get(kind, 0.0) for r in self.recorded())
+
     def max_concurrent_agents(self, session_id: str | None = None) -> int:
         """The most agents (distinct agent ids, the lead not counted) in flight at once."""
         return peak_agents(
@@ -305,7 +324,11 @@ class ScriptedServer:
         return ScriptedRequest(**{**probe.__dict__, "role": role, "agent": agent})
 
     def _handle_messages(
-        self, handler: _Handler, body: dict[str, Any], headers: list[tuple[str, str]]
+        self,
+        handler: _Handler,
+        body: dict[str, Any],
+        headers: list[tuple[str, str]],
+        chars: int = 0,
     ) -> None:
         with self._lock:
             index = self.stats.requests
@@ -333,9 +356,19 @@ class ScriptedServer:
                     self._limited_in_flight -= 1
                     record.released = time.monotonic()
 
+        drawn = None
+        if self._rate is not None and not over_limit:
+            drawn = self._rate.draw(input_tokens_of(chars), now=time.monotonic(), wall=time.time())
+            record.drawn = drawn.drawn
         try:
             if over_limit:
                 reply = Reply(fault=Fault(429, retry_after=self.retry_after))
+                with self._lock:
+                    self.stats.rejected += 1
+            elif drawn is not None and not drawn.taken:
+                message = "This request would exceed your organization's rate limit."
+                fault = Fault(429, retry_after=drawn.retry_after, message=message)
+                reply = Reply(fault=fault, headers=drawn.headers)
                 with self._lock:
                     self.stats.rejected += 1
             else:
@@ -349,6 +382,11 @@ class ScriptedServer:
                     )
                     record.error = f"{type(exc).__name__}: {exc}"
                     reply = Reply(fault=Fault(500, message=f"script error: {record.error}"))
+                if drawn is not None:  # the usage reports what was drawn
+                    tokens = int(drawn.drawn.get("input-tokens", input_tokens_of(chars)))
+                    reply = replace(
+                        reply, input_tokens=tokens, headers=reply.headers + drawn.headers
+                    )
             record.reply = reply
             self._remember_agents(reply)
             record.status = self._answer(handler, request, reply, release)
@@ -410,6 +448,7 @@ class ScriptedServer:
             if retry is None:
                 retry = fault.status in (429, 500, 529)
             headers = {"x-should-retry": "true" if retry else "false"}
+            headers.update(reply.headers)
             if fault.retry_after is not None:
                 headers["retry-after"] = f"{fault.retry_after:g}"
             release()
