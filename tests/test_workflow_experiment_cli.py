@@ -49,7 +49,7 @@ SPEC = "\n".join(
 def script(req: ScriptedRequest) -> Reply:
     first = req.first_user_text
     if "WFJOB w4" in first:
-        return Reply.error(529)  # not retried offline: the agent ends in error
+        return Reply.error(529, should_retry=False)  # retried by nobody: the agent ends in error
     if "WFJOB" in first:
         return Reply.text("FINDING[" + first.split("WFJOB ")[1][:2] + "]", delay=1.0)
     if req.role != "lead":
