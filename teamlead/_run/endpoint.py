@@ -173,9 +173,14 @@ class _Watcher:
 class WatchFeed:
     """The run's NDJSON lines for its watchers: written to like a text stream (the run's
     :class:`~teamlead._ndjson.JsonProgress` writes into it), the recent lines kept for a
-    watcher that connects later, each new line handed to every watcher."""
+    watcher that connects later, each new line handed to every watcher.
 
-    def __init__(self) -> None:
+    Args:
+        backlog: the most lines a watcher may have waiting; one further behind is dropped.
+    """
+
+    def __init__(self, *, backlog: int = _WATCH_BACKLOG) -> None:
+        self._backlog = backlog
         self._recent: collections.deque[str] = collections.deque()
         self._recent_bytes = 0
         self._partial = ""
@@ -199,7 +204,7 @@ class WatchFeed:
         while len(self._recent) > _REPLAY_LINES or self._recent_bytes > _REPLAY_BYTES:
             self._recent_bytes -= len(self._recent.popleft())
         for watcher in list(self._watchers):
-            if len(watcher.lines) >= _WATCH_BACKLOG:  # it does not keep up: let it go
+            if len(watcher.lines) >= self._backlog:  # it does not keep up: let it go
                 watcher.dropped = True
                 self._watchers.discard(watcher)
             else:
@@ -235,10 +240,23 @@ class Endpoint:
         steering: what each op does to the run.
         run: the run's id (every answer names it).
         feed: the run's NDJSON lines for ``watch``.
+        read_timeout_s: how long a request line may take to arrive.
+        max_connections: connections served at once (more are answered ``busy``).
     """
 
-    def __init__(self, path: Path, steering: Steering, *, run: str, feed: WatchFeed) -> None:
+    def __init__(
+        self,
+        path: Path,
+        steering: Steering,
+        *,
+        run: str,
+        feed: WatchFeed,
+        read_timeout_s: float = _READ_TIMEOUT_S,
+        max_connections: int = _MAX_CONNECTIONS,
+    ) -> None:
         self.path = path
+        self._read_timeout_s = read_timeout_s
+        self._max_connections = max_connections
         self._steering = steering
         self._run = run
         self.feed = feed
@@ -254,7 +272,7 @@ class Endpoint:
             OSError: the socket could not be made.
         """
         self._server = await asyncio.start_unix_server(
-            self._serve, path=str(self.path), limit=MAX_REQUEST, backlog=_MAX_CONNECTIONS
+            self._serve, path=str(self.path), limit=MAX_REQUEST, backlog=self._max_connections
         )
         self.path.chmod(0o600)
 
@@ -303,14 +321,14 @@ class Endpoint:
         if self._closing:
             await self._answer(writer, _refusal("finished", "the run has finished"))
             return
-        if len(self._tasks) > _MAX_CONNECTIONS:
+        if len(self._tasks) > self._max_connections:
             await self._answer(writer, _refusal("busy", "the run is busy; try again"))
             return
         if not self._peer_allowed(writer):
             await self._answer(writer, _refusal("not_yours", "this run belongs to another user"))
             return
         try:
-            line = await asyncio.wait_for(reader.readline(), _READ_TIMEOUT_S)
+            line = await asyncio.wait_for(reader.readline(), self._read_timeout_s)
         except (ValueError, asyncio.LimitOverrunError):  # longer than MAX_REQUEST
             await self._answer(writer, _refusal("bad_request", "the request is too long"))
             return
