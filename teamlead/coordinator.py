@@ -42,6 +42,7 @@ from claude_agent_sdk import ClaudeAgentOptions, Message
 from ._otel import trace_run
 from ._run.loop import Client, QueryFn, run_client, run_query, run_resume
 from ._run.process import ProcessState
+from ._run.registered import registered
 from ._run.relayed import RelayHookup, relayed, with_relay_events
 from ._run.relayed import relay_for as _relay_for
 from ._run.state import RunState, new_run, prepare_options
@@ -167,6 +168,11 @@ async def query(
     Raises:
         AmendRefused: ``control`` already serves another run that has not ended.
 
+    While it goes, the run is registered in the user's runtime directory, so ``teamlead
+    ps`` lists it and ``teamlead stop``, ``pause``, ``unpause``, ``amend`` and ``watch``
+    reach it (see the README's "Runs you can see and steer"); ``ProcessState(registry=
+    False)`` or ``TEAMLEAD_NO_REGISTRY=1`` leaves it out.
+
     Every API request of the run (the lead's and its subagents') goes through the process's
     request relay unless ``Policy(relay=False)`` or ``TEAMLEAD_NO_RELAY=1``; its
     ``rate_limited``/``concurrency_changed`` events come in the stream, and ``Finished.relay``
@@ -183,7 +189,7 @@ async def query(
     def start(run: RunState) -> AsyncGenerator[Any, None]:
         return run_query(run, fn, prompt)
 
-    async with aclosing(_relayed_run(state, start, prompt=prompt)) as items:
+    async with aclosing(registered(state, _relayed_run(state, start, prompt=prompt))) as items:
         async for item in items:
             yield item
 
@@ -316,6 +322,7 @@ async def receive_all(
     if run_trace is not None:  # telemetry on; the client's CLI started without our TRACEPARENT
         run_trace.attach(hookup.run if hookup else None)
         items = run_trace.observe(items)
+    items = registered(state, items)  # seen and steered from outside (teamlead ps)
     try:
         async with aclosing(items) as stream:
             async for item in stream:
@@ -392,6 +399,7 @@ async def resume_session(
     def start(run: RunState) -> AsyncGenerator[Any, None]:
         return run_resume(run, fn, session_id)
 
-    async with aclosing(_relayed_run(state, start, mode="resume", session_id=session_id)) as items:
+    run = _relayed_run(state, start, mode="resume", session_id=session_id)
+    async with aclosing(registered(state, run)) as items:
         async for item in items:
             yield item

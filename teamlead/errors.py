@@ -4,7 +4,11 @@
 
     TeamleadError                 base; catch this to catch everything teamlead raises
     ├── UsageError                the user's fix: bad option, spec, prompt file, scenario
-    │   └── AmendRefused          a run-control amend that changes nothing or cannot apply
+    │   ├── AmendRefused          a run-control amend that changes nothing or cannot apply
+    │   └── AmbiguousRun          a run id prefix that names several runs (``ref``, ``matches``)
+    ├── NoSuchRun                 no live run of yours is named so (``ref``, ``why``)
+    ├── ControlError              a run's control endpoint refused or failed (``code``), or
+    │                             the runtime directory of the runs cannot be used
     ├── SetupError                the environment: CLI missing or not starting, no API setup,
     │                             a base URL off loopback, a port in use
     ├── InboxError                a team-lead inbox could not be read or consumed safely
@@ -26,7 +30,10 @@ Example:
 from __future__ import annotations
 
 __all__ = [
+    "AmbiguousRun",
     "AmendRefused",
+    "ControlError",
+    "NoSuchRun",
     "BudgetExceeded",
     "GovernorCleared",
     "RelayError",
@@ -65,6 +72,62 @@ class AmendRefused(UsageError):
     def __init__(self, message: str, *, field: str | None = None) -> None:
         super().__init__(message)
         self.field = field
+
+
+class AmbiguousRun(UsageError):
+    """A run id or session id prefix that names more than one live run.
+
+    Attributes:
+        ref: what was typed.
+        matches: the run ids it names.
+
+    Example:
+        >>> raise AmbiguousRun("3f", ["3f0a9c1d22b4", "3fe01b77aa10"])  # doctest: +SKIP
+    """
+
+    def __init__(self, ref: str, matches: list[str]) -> None:
+        names = ", ".join(matches[:5]) + (" ..." if len(matches) > 5 else "")
+        super().__init__(f"{ref!r} names {len(matches)} runs ({names}): give more of the id")
+        self.ref = ref
+        self.matches = matches
+
+
+class NoSuchRun(TeamleadError):
+    """No live run of this user is named ``ref``.
+
+    Attributes:
+        ref: the run id, session id or prefix asked for.
+        why: ``none`` (nothing is named so), ``finished`` (it ended, or ended while asked),
+            ``not_yours`` (it belongs to another user).
+
+    Example:
+        >>> try:
+        ...     teamlead_stop("0123")  # doctest: +SKIP
+        ... except NoSuchRun as exc:
+        ...     print(exc.why)
+        none
+    """
+
+    def __init__(self, message: str, *, ref: str, why: str = "none") -> None:
+        super().__init__(message)
+        self.ref = ref
+        self.why = why
+
+
+class ControlError(TeamleadError):
+    """A run's control endpoint refused a request or could not be reached, or the runtime
+    directory the runs register in cannot be used.
+
+    Attributes:
+        code: why, as a code: ``refused`` (the request changes nothing or cannot apply),
+            ``state`` (the run is not in a state for it: already paused, not paused,
+            stopping), ``unreachable`` (the endpoint does not answer), ``bad_request``,
+            ``busy``, ``directory`` (the runtime directory).
+    """
+
+    def __init__(self, message: str, *, code: str) -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class SetupError(TeamleadError):

@@ -22,7 +22,8 @@ R = TypeVar("R")
 
 def isolated_env(root: Path) -> dict[str, str]:
     """``os.environ`` as the autouse isolation leaves it, with its own state under ``root``:
-    HOME, the Claude config and the cache (the governor's shared limits) there, no API
+    HOME, the Claude config, the cache (the governor's shared limits) and the runtime
+    directory (the registry of live runs, ``teamlead ps``) there, no API
     address or key, no TEAMLEAD_/OTEL_ settings and no trace inherited from the shell."""
     home = root / "home"
     (home / ".claude").mkdir(parents=True, exist_ok=True)
@@ -33,7 +34,10 @@ def isolated_env(root: Path) -> dict[str, str]:
         and name not in ("ANTHROPIC_BASE_URL", "ANTHROPIC_API_KEY", "TRACEPARENT", "TRACESTATE")
     }
     env.update(
-        HOME=str(home), CLAUDE_CONFIG_DIR=str(home / ".claude"), XDG_CACHE_HOME=str(root / "cache")
+        HOME=str(home),
+        CLAUDE_CONFIG_DIR=str(home / ".claude"),
+        XDG_CACHE_HOME=str(root / "cache"),
+        TEAMLEAD_RUNTIME_DIR=str(root / "run"),  # the runs this test starts register there
     )
     return env
 

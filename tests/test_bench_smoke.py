@@ -29,6 +29,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
         pytest.param("storm.py", marks=pytest.mark.cli),
         pytest.param("overload.py", marks=pytest.mark.cli),
         "limits.py",
+        "cli_start.py",
     ],
 )
 def test_bench_quick_mode_runs_and_summarizes(script: str, tmp_path: Path) -> None:

@@ -175,7 +175,10 @@ def test_options_read_teamlead_env_vars() -> None:
 def _commands(command: click.Command, path: str) -> list[tuple[str, click.Command]]:
     found = [(path, command)]
     if isinstance(command, click.Group):
-        for name, sub in sorted(command.commands.items()):
+        context = click.Context(command, info_name=path.split()[-1])
+        for name in sorted(command.list_commands(context)):  # loaded lazily by the group
+            sub = command.get_command(context, name)
+            assert sub is not None, name
             found += _commands(sub, f"{path} {name}")
     return found
 

@@ -8,6 +8,7 @@ and without them `teamlead experiment ...` says in one line what to install.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -130,3 +131,36 @@ def test_the_statistics_stack_is_an_extra_that_the_test_extra_includes() -> None
     assert {"numpy", "scipy", "statsmodels", "anthropic"} <= experiment
     assert not core & experiment
     assert experiment <= names(extras["test"])
+
+
+#: Runs the console entry point with ``sys.argv[1:]``, then says on stderr whether the
+#: SDK (or the pydantic models it brings) was loaded.
+ENTRY_POINT_REPORTS_SDK = (
+    "import atexit, sys\n"
+    "def report():\n"
+    "    heavy = sorted({n.split('.')[0] for n in sys.modules} & {'claude_agent_sdk', 'mcp'})\n"
+    "    sys.stderr.write('LOADED ' + ','.join(heavy) + '\\n')\n"
+    "atexit.register(report)\n"
+    "sys.argv[0] = 'teamlead'\n"
+    "from teamlead._cli.startup import run; run()\n"
+)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [["--help"], ["ps"], ["ps", "--json"], ["stop", "0123456789ab"], ["pause", "0123"]],
+    ids=["help", "ps", "ps-json", "stop", "pause"],
+)
+def test_the_verbs_people_type_start_without_loading_the_sdk(
+    args: list[str], tmp_path: Path
+) -> None:
+    run = subprocess.run(
+        [sys.executable, "-c", ENTRY_POINT_REPORTS_SDK, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**os.environ, "TEAMLEAD_RUNTIME_DIR": str(tmp_path / "run")},
+    )
+    assert run.returncode in (0, 4), run.stderr  # 4: no such run, said in one line
+    assert run.stderr.splitlines()[-1] == "LOADED ", run.stderr

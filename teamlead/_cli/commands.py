@@ -1,32 +1,123 @@
-"""The ``teamlead`` click group: every command, one module per group of them.
+"""The ``teamlead`` click group: every command, one module per group of them, loaded lazily.
 
 ``ask``/``resume`` live in :mod:`.ask`, ``demo``/``serve-scripted`` in :mod:`.demo` (the
 only modules that load the offline test bed, and only when run), ``inbox``, ``prompts``,
-``experiment`` and ``relay`` in modules of those names. Loading them loads the SDK: the
-entry point (:mod:`.startup`) imports this module only once it takes the stop signals.
+``experiment`` and ``relay`` in modules of those names, and the verbs on running runs
+(``ps``, ``stop``, ``pause``, ``unpause``, ``amend``, ``watch``) in :mod:`.runs`.
+
+A command's module is imported only when that command runs (:class:`LazyGroup`): most of
+them load the SDK, which takes a second or more, while ``teamlead --help`` and the verbs
+people type at a running run (``ps``, ``stop``, ``pause``) start in a fraction of that.
+The group's own help lists each command's one-line summary from :data:`COMMANDS`, which a
+test keeps equal to the command's own. The entry point (:mod:`.startup`) imports this
+module only once it takes the stop signals.
 """
 
 from __future__ import annotations
 
+import importlib
 import logging
+from collections.abc import Mapping
 
 import click
 
 from .._version import __version__
-from .ask import ask, resume
-from .demo import demo, serve_scripted
 from .exitcodes import SafeErrorsGroup
-from .experiment import experiment
-from .inbox import inbox
-from .limits import limits
-from .prompts import prompts
-from .relay import relay
 
-__all__ = ["main"]
+__all__ = ["COMMANDS", "LazyGroup", "main"]
+
+#: Each command: where it is (``module:attribute`` under ``teamlead._cli``) and its one-line
+#: summary, as ``teamlead --help`` shows it without loading the command.
+COMMANDS: dict[str, tuple[str, str]] = {
+    "amend": ("runs:amend", "Change a running run's agent cap or subagent model."),
+    "ask": (
+        "ask:ask",
+        "Ask the lead; wait for its agents and teammates; resume until one answer uses every "
+        "result.",
+    ),
+    "demo": (
+        "demo:demo",
+        "Run a real `ask` offline: the bundled CLI against a built-in scripted model.",
+    ),
+    "experiment": (
+        "experiment:experiment",
+        "Prompt-strategy A/B experiments with honest statistics.",
+    ),
+    "inbox": ("inbox:inbox", "Team-lead inboxes (read-only)."),
+    "pause": ("runs:pause", "Pause a run: no new agent starts, no new request goes out."),
+    "prompts": ("prompts:prompts", "Delegation strategy prompts."),
+    "limits": (
+        "limits:limits",
+        "Show the limits the governor learnt for each account (no secrets), or clear them.",
+    ),
+    "ps": ("runs:ps", "List your running teamlead runs."),
+    "relay": (
+        "relay:relay",
+        "Serve the pacing relay for any Claude Code client until Ctrl-C or SIGTERM.",
+    ),
+    "resume": ("ask:resume", "Collect the unused results of SESSION_ID and resume its lead."),
+    "serve-scripted": (
+        "demo:serve_scripted",
+        "Serve a scripted model on loopback for manual runs of the CLI or an app.",
+    ),
+    "stop": ("runs:stop", "Stop a run: it wraps up from the finished work, as at its deadline."),
+    "unpause": ("runs:unpause", "Let a paused run go on."),
+    "watch": ("runs:watch", "Follow a run's events live, as `ask --json` writes them."),
+}
+
+
+class LazyGroup(SafeErrorsGroup):
+    """A click group whose commands are imported when they are first used.
+
+    Args:
+        lazy: each command's ``module:attribute`` (relative to this package) and its
+            one-line summary for the group's help.
+    """
+
+    def __init__(self, *args: object, lazy: Mapping[str, tuple[str, str]], **kwargs: object):
+        super().__init__(*args, **kwargs)  # type: ignore[arg-type]
+        self._lazy = dict(lazy)
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self._lazy})
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        if cmd_name not in self.commands and cmd_name in self._lazy:
+            self.add_command(self.load(cmd_name), cmd_name)
+        return super().get_command(ctx, cmd_name)
+
+    def load(self, name: str) -> click.Command:
+        """Import command ``name``'s module and return the command."""
+        module, _, attribute = self._lazy[name][0].partition(":")
+        command = getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
+        if not isinstance(command, click.Command):  # pragma: no cover - a wrong table entry
+            raise TypeError(f"{module}:{attribute} is not a click command")
+        return command
+
+    def summary(self, name: str) -> str:
+        """Command ``name``'s one-line summary as the table has it."""
+        return self._lazy[name][1]
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """click's own list of commands, with the summaries of those not loaded yet read
+        from the table: ``--help`` loads no command."""
+        names = self.list_commands(ctx)
+        if not names:
+            return
+        limit = formatter.width - 6 - max(len(name) for name in names)
+        rows = []
+        for name in names:
+            command = self.commands.get(name) or click.Command(name, help=self.summary(name))
+            if not command.hidden:
+                rows.append((name, command.get_short_help_str(limit)))
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
 
 
 @click.group(
-    cls=SafeErrorsGroup,
+    cls=LazyGroup,
+    lazy=COMMANDS,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(__version__, prog_name="teamlead")
@@ -46,7 +137,3 @@ def _configure_logging() -> None:
         ours.propagate = False
     # a failing CLI is reported in the run's reasons; the SDK's traceback-style log is noise
     logging.getLogger("claude_agent_sdk").setLevel(logging.CRITICAL)
-
-
-for _command in (ask, resume, demo, serve_scripted, prompts, inbox, experiment, relay, limits):
-    main.add_command(_command)

@@ -1,8 +1,9 @@
 """The process exit codes of every ``teamlead`` command, defined once, and the error mapping.
 
-0 completed, 1 failed, 2 usage error, 3 partial (or an experiment stopped early),
-130 interrupted (SIGINT, and SIGTERM or SIGHUP too: every stop signal exits 130, from the
-command's first instant: see :mod:`.startup`).
+0 completed, 1 failed, 2 usage error, 3 partial (or an experiment stopped early), 4 no
+such run (``stop``, ``pause`` and the other verbs on a run named no live run of the
+user's), 130 interrupted (SIGINT, and SIGTERM or SIGHUP too: every stop signal exits 130,
+from the command's first instant: see :mod:`.startup`).
 :func:`handle_errors` turns teamlead's errors into one line on stderr and the matching
 code, never a traceback, also when a task group wraps them in an exception group.
 :class:`SafeErrorsGroup` gives click's own usage errors (which quote what was typed) the
@@ -14,23 +15,25 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
 from .._redact import terminal_safe
-from ..errors import TeamleadError, UsageError
+from ..errors import NoSuchRun, TeamleadError, UsageError
 from .signals import StoppedAtStartup
 
 if sys.version_info < (3, 11):  # pragma: no cover - the backport anyio installs there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
-from ..events import Finished
+if TYPE_CHECKING:  # the events load pydantic: `teamlead ps` and `--help` must start fast
+    from ..events import Finished
 
 __all__ = [
     "EXIT_CODES",
     "EXIT_COMPLETED",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
+    "EXIT_NO_RUN",
     "EXIT_PARTIAL",
     "EXIT_USAGE",
     "SafeErrorsGroup",
@@ -43,6 +46,8 @@ EXIT_COMPLETED = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
 EXIT_PARTIAL = 3
+#: ``stop``, ``pause`` and the other verbs on a run: no live run of the user's is named so.
+EXIT_NO_RUN = 4
 EXIT_INTERRUPTED = 130
 
 #: ``Finished.status`` -> process exit code.
@@ -104,6 +109,8 @@ def handle_errors(func: _F) -> _F:
                 raise  # a stop at start-up is the entry point's to report (.startup)
             if isinstance(known, KeyboardInterrupt):
                 fail("interrupted", EXIT_INTERRUPTED)
+            if isinstance(known, NoSuchRun):
+                fail(str(known), EXIT_NO_RUN)
             code = EXIT_USAGE if isinstance(known, UsageError) else EXIT_FAILED
             fail(f"error: {known}", code)
 

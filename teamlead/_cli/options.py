@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import click
 
 from ..errors import UsageError
-from ..policy import LimitsPolicy
+
+if TYPE_CHECKING:  # the policy loads pydantic: the commands that need it import it when run
+    from ..policy import LimitsPolicy
 
 __all__ = [
     "ENV_PREFIX",
@@ -190,6 +192,7 @@ def limits_from_options(
         UsageError: a malformed ``NAME=N`` or an unknown ``--limits`` value.
     """
     from .._governor.accounts import check_limits_spec
+    from ..policy import LimitsPolicy
 
     return LimitsPolicy(
         models=_named_limits(model_limit, "--model-limit"),

@@ -21,8 +21,11 @@ END = "<!-- cli-reference:end -->"
 def _walk(command: click.Command, path: list[str]) -> list[tuple[list[str], click.Command]]:
     found = [(path, command)]
     if isinstance(command, click.Group):
-        for name in sorted(command.commands):
-            found += _walk(command.commands[name], [*path, name])
+        context = click.Context(command, info_name=path[-1])
+        for name in sorted(command.list_commands(context)):  # the group loads them lazily
+            sub = command.get_command(context, name)
+            if sub is not None:
+                found += _walk(sub, [*path, name])
     return found
 
 

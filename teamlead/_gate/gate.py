@@ -9,7 +9,8 @@ message run concurrently; a hook may await. So the gate decides in the hook:
   too close to the deadline, the run ending, or odd input / an internal fault (the gate
   never raises: it denies and records why);
 * **queue** (await in the hook) while the run's limit or the process-wide
-  :class:`~teamlead._gate.slots.SpawnCap` is full, FIFO, bounded by the deadline;
+  :class:`~teamlead._gate.slots.SpawnCap` is full, FIFO, bounded by the deadline, and
+  while the run is paused (:class:`~teamlead._agents.pause.Pause`);
 * **admit** (return ``{}``: no opinion), after the stagger.
 
 A ``Workflow`` call starts agents that fire no hook (the relay holds their first requests
@@ -47,6 +48,7 @@ import anyio
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 from claude_agent_sdk.types import SyncHookJSONOutput
 
+from .._agents.pause import Pause
 from ..clock import SYSTEM_CLOCK, Clock
 from ..events import DenyCode, SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
 from ..policy import SpawnPolicy, is_model_alias
@@ -121,6 +123,9 @@ class SpawnGate:
         #: Told ``(task id, alias)`` when an agent the gate gave a model alias starts, so
         #: the relay learns what the CLI resolved the alias to (from that agent's requests).
         self.on_model_set: Callable[[str, str], None] | None = None
+        #: The run's pause (``teamlead pause``): while it is on, a call that got its slots
+        #: waits for it to be lifted before it is admitted (``None``: never paused).
+        self.pause: Pause | None = None
         #: The Workflow calls the gate denied: ``(tool_use_id, code, reason)``, in order.
         self.workflow_denials: list[tuple[str, DenyCode, str]] = []
         #: Faults inside the gate (each denied its call) and in ``on_event``.
@@ -519,6 +524,8 @@ class SpawnGate:
                 return False
             setattr(call, attr, True)
             call.starved = False
+        if self.pause is not None and not await self.pause.wait(until, self._clock):
+            return False  # paused past the call's admission point: it keeps its place till then
         if not await self.stagger(until):
             return False
         return self._deadline is None or self._clock.monotonic() < self._deadline - self._reserve

@@ -12,6 +12,9 @@ the upstream socket), so memory per stream stays flat. A client that goes away m
 cancels the upstream request and frees its governor slot. A reply this server could not
 write (a control character in a header, a status out of range) is a 502 with one warning
 line, and anything else that goes wrong is one warning line too: nothing fails silently.
+A new request of a paused run (``teamlead pause``) is held before anything else until the
+pause is lifted, a streaming one with its head and ``ping`` events meanwhile; requests
+already streaming go on.
 Nothing here logs a header, a body or the path prefix: the API key and the prefix are
 secrets.
 """
@@ -33,6 +36,7 @@ import anyio
 import yarl
 
 from .._agents.book import AgentBook
+from .._agents.pause import Pause
 from ..events import RateLimited
 from ..governor import Governor, bucket_key
 from .blame import shown, unreachable_reason
@@ -95,6 +99,8 @@ class RunShare:
     ceilings (``--model-limit`` and kin): its requests take a place under them before they
     ask the governor, so they bound this run only. ``overload_hold_s`` is the longest the
     run lets one of its requests be held through an overload (``None``: the relay's).
+    ``pause`` is the run's pause: while it is on, each new request of the run is held
+    before anything else (see :meth:`RelayApp._paused`).
     """
 
     tally: Tally = field(default_factory=Tally)
@@ -104,6 +110,7 @@ class RunShare:
     agents: AgentBook | None = None
     limits: RunLimits | None = None
     overload_hold_s: float | None = None
+    pause: Pause | None = None
 
 
 class _TooLarge(Exception):
@@ -258,6 +265,13 @@ class RelayApp:
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
+                if run is not None and run.pause is not None and run.pause.paused:
+                    lifted = await self._paused(run.pause, send, info, deadline)
+                    if lifted is None:
+                        error = "paused"
+                        tg.cancel_scope.cancel()
+                        return
+                    send = lifted
                 if run is not None and run.agents is not None:  # counted and governed per agent
                     await run.agents.relay(
                         scope["headers"], body, info.role, send, self._answer, exchange
@@ -268,6 +282,38 @@ class RelayApp:
         finally:
             if trace is not None:
                 trace.end(error)
+
+    async def _paused(
+        self, pause: Pause, send: Send, info: RequestInfo, deadline: float | None
+    ) -> Send | None:
+        """Hold one request of a paused run until the pause is lifted, before it asks for
+        anything (a slot, a budget): the ``send`` to answer it through then, or ``None``
+        when the run's deadline came first (it is answered here, and not retried).
+
+        A streaming request gets the head of its event stream at once and a ``ping`` every
+        few seconds while it waits (:class:`~.keepalive.HeldSend`, as through an overload),
+        so a client with a first-byte or idle timeout does not give up on it.
+        """
+        clock = self.governor.clock
+        if not info.streaming:
+            if await pause.wait(deadline, clock, request=True):
+                return send
+        else:
+            held = HeldSend(send, self.config.ping_every_s)
+            lifted = False
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(held.keep_alive)
+                held.hold()
+                try:
+                    lifted = await pause.wait(deadline, clock, request=True)
+                finally:
+                    held.stop()  # the pings end; what comes next goes out through it
+            if lifted:
+                return held
+            send = held
+        message = "teamlead relay: the run was paused until its deadline"
+        await self._answer(send, 503, "api_error", message, {b"x-should-retry": b"false"})
+        return None
 
     def _split_run(self, path: str) -> tuple[RunShare | None, str]:
         if not path.startswith(_RUN_MARK):

@@ -185,7 +185,7 @@ class Collection:
             async with anyio.create_task_group() as waits:
 
                 async def on_stop() -> None:  # a stop asked of the run ends the wait
-                    await self._state.stop.wait()
+                    await self._state.stop.wait_any()
                     waits.cancel_scope.cancel()
 
                 waits.start_soon(on_stop)

@@ -229,9 +229,10 @@ def _wrap_due(state: RunState, outcome: RoundOutcome) -> bool:
     """The wrap-up point (or a budget reached) cut a round: wrap up, if the lead can still
     be resumed."""
     exhausted = state.agents is not None and state.agents.exhaust_reason is not None
+    cut = outcome.error_kind in ("deadline", "budget", "stopping")
     return (
         state.gate is not None
-        and (outcome.error_kind in ("deadline", "budget") or exhausted)
+        and (cut or exhausted or state.stop.wrapping)
         and bool(state.tracker.session_id)
         and state.clock.monotonic() < state.deadline
     )
@@ -278,11 +279,12 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             yield interrupted(state)
             return
         pending = collection.deliveries
-        if state.gate is not None and pending and _past_wrap_point(state):
+        wrap_now = _past_wrap_point(state) or state.stop.wrapping
+        if state.gate is not None and pending and wrap_now:
             async for item in _wrap_up(state, pending, wrap):
                 yield item
             return
-        if not pending or not _may_resume(state, pending):
+        if not pending or state.stop.wrapping or not _may_resume(state, pending):
             break
         prompt_text, delivered, carried = _prompt_for(state, pending)
         ledger.resumes += 1
@@ -352,7 +354,7 @@ async def _sleep_unless_stopped(state: RunState, seconds: float) -> None:
     async with anyio.create_task_group() as tg:
 
         async def stop() -> None:
-            await state.stop.wait()
+            await state.stop.wait_any()
             tg.cancel_scope.cancel()
 
         tg.start_soon(stop)

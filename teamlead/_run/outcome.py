@@ -15,9 +15,12 @@ if TYPE_CHECKING:  # the tracker loads the SDK; the ledger, which reads this, mu
 __all__ = ["ErrorKind", "RoundOutcome"]
 
 #: Why a round ended without an answer: the run's deadline, a token or request budget
-#: reached, a client's silence, the generator raising, or the lead's own error result (or
-#: no result at all).
-ErrorKind: TypeAlias = Literal["deadline", "budget", "idle", "raised", "result", "interrupted"]
+#: reached, a client's silence, the generator raising, the lead's own error result (or
+#: no result at all), a stop asked from outside, or a graceful stop (``stopping``: the
+#: run wraps up as at its deadline).
+ErrorKind: TypeAlias = Literal[
+    "deadline", "budget", "idle", "raised", "result", "interrupted", "stopping"
+]
 
 
 @dataclass

@@ -3,26 +3,30 @@
 A run is not alone in its process: concurrent runs (an app serving several users, the
 trials of an experiment) share the request relay of each upstream, the governor of each
 account, the limits store a Ray worker points them at, the cap on subagents running at
-once, and the list of live runs a signal stops. All of that lives in one
+once, the list of live runs a signal stops, and the registry their entries and control
+endpoints are kept in (``teamlead ps``; :mod:`.registry`). All of that lives in one
 :class:`ProcessState`, made lazily as the process's default (:func:`default_process_state`)
 and passable explicitly (``teamlead.query(..., process=...)``): a test, or an app that
 wants two worlds in one process, makes its own. Nothing else in teamlead keeps state at
 module level, so two states never see each other's relays, limits or runs.
 
 Example:
-    >>> world = ProcessState(spawn_limit=4)
-    >>> world.spawn_cap.limit, world.live_runs
-    (4, 0)
+    >>> world = ProcessState(spawn_limit=4, registry=False)
+    >>> world.spawn_cap.limit, world.live_runs, world.registry
+    (4, 0, None)
 """
 
 from __future__ import annotations
 
+import os
 import weakref
 from collections.abc import Mapping
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._gate.slots import SpawnCap
 from .._governor.store import LimitStore
+from .registry import Registry, registry_wanted
 from .stop import RunStop
 
 if TYPE_CHECKING:  # the relay's server stack is imported when a run first uses it: a
@@ -40,7 +44,12 @@ class ProcessState:
             ``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS``).
         limit_store: where the learnt limits of process-alone governors live (a Ray worker
             passes the experiment's shared store); ``None``: in this process.
-        env: the environment the CLI's subagent cap is read from (default: this process's).
+        env: the environment the CLI's subagent cap, the runtime directory and
+            ``TEAMLEAD_NO_REGISTRY`` are read from (default: this process's, read when used).
+        runtime_dir: where this state's runs register (default: ``TEAMLEAD_RUNTIME_DIR``,
+            else ``$XDG_RUNTIME_DIR/teamlead``, else a folder of the user's in the temp dir).
+        registry: ``False``: this state's runs do not register (nobody can see or steer
+            them from outside); ``TEAMLEAD_NO_REGISTRY=1`` does the same.
     """
 
     def __init__(
@@ -49,6 +58,8 @@ class ProcessState:
         spawn_limit: int | None = None,
         limit_store: LimitStore | None = None,
         env: Mapping[str, str] | None = None,
+        runtime_dir: str | os.PathLike[str] | None = None,
+        registry: bool = True,
     ) -> None:
         self._limit_store = limit_store
         self._relays: RelayPool | None = None
@@ -56,6 +67,9 @@ class ProcessState:
         self._env = env
         self._spawn_cap: SpawnCap | None = None
         self._runs: weakref.WeakSet[RunStop] = weakref.WeakSet()
+        self._runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
+        self._registering = registry
+        self._registry: Registry | None = None
 
     @property
     def relays(self) -> RelayPool:
@@ -73,6 +87,18 @@ class ProcessState:
         if self._spawn_cap is None:
             self._spawn_cap = SpawnCap(self._spawn_limit, env=self._env)
         return self._spawn_cap
+
+    @property
+    def registry(self) -> Registry | None:
+        """The registry this state's runs enter (made on first use), or ``None`` when they
+        do not register (``registry=False`` or ``TEAMLEAD_NO_REGISTRY``). Its directory is
+        read at each registration, so the default state of a test process follows each
+        test's environment."""
+        if not self._registering or not registry_wanted(self._env):
+            return None
+        if self._registry is None:
+            self._registry = Registry(self._runtime_dir, env=self._env)
+        return self._registry
 
     def use_limit_store(self, store: LimitStore | None) -> None:
         """Keep the learnt limits of governors made from now on in ``store``."""

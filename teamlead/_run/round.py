@@ -175,7 +175,11 @@ class Round:
             yield extra
 
     def _cut_error(self) -> tuple[str, ErrorKind]:
-        """Why the wrap-up point cut the round: the deadline, or a budget reached."""
+        """Why the wrap-up point cut the round: a graceful stop, the deadline, or a budget
+        reached."""
+        stop = self._state.stop
+        if stop.wrapping:
+            return f"stopped: {stop.wrap_reason}", "stopping"
         agents = self._state.agents
         reason = agents.exhaust_reason if agents is not None else None
         if reason is not None and self._clock.monotonic() < self._deadline:
@@ -209,6 +213,8 @@ class Round:
         agents = self._state.agents
         budget = on_cut is not None and self._budget_cut and agents is not None
         stop = self._state.stop
+        # a graceful stop cuts every round but the wrap-up's own, as the wrap-up point does
+        wrap = self._budget_cut and self._state.gate is not None
         message: Any = None
         failure: Exception | None = None
         async with anyio.create_task_group() as tg:
@@ -224,8 +230,11 @@ class Round:
                         waits.start_soon(first, stop.wait)
                         if budget:
                             waits.start_soon(first, self._budget_reached)
+                        if wrap:
+                            waits.start_soon(first, stop.wait_wrap)
                 self._stopped = stop.requested
-                if on_cut is None and not self._stopped:  # ``until`` came: no message
+                wrapped = wrap and stop.wrapping
+                if on_cut is None and not self._stopped and not wrapped:  # ``until`` came
                     tg.cancel_scope.cancel()
                     return
                 self._cut = True

@@ -18,7 +18,9 @@ return what they found. It owns:
   relays, governors, spawn cap; a stop of every run reaches it there);
 - the user's :class:`~teamlead.control.RunControl`, if any: it changes the gate's cap and the
   subagent model while the run goes, and its events wait in :attr:`RunState.amended` for the
-  stream.
+  stream (``teamlead amend`` attaches one to a run started without);
+- the run's :class:`~teamlead._agents.pause.Pause` (``teamlead pause``), which its gate and
+  its share of the relay hold new agents and requests on.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
+from .._agents.pause import Pause
 from .._claude.team import Team, claude_config_dir
 from .._gate.feed import GateFeed, new_gate
 from .._procs import stop_marked
@@ -181,6 +184,7 @@ class RunState:
         control: the user's live control of the run, if any.
         amended: the control's events not yet in the stream.
         process: what the run shares with the process's other runs.
+        pause: the run's pause: its gate and its share of the relay hold on it.
     """
 
     mode: Mode
@@ -205,6 +209,7 @@ class RunState:
     control: RunControl | None = None
     amended: list[RunAmended] = field(default_factory=list)
     process: ProcessState = field(default_factory=default_process_state)
+    pause: Pause = field(default_factory=Pause)
 
     def drain_amends(self) -> list[RunAmended]:
         """The control's events since the last call (applied on the run's loop)."""
@@ -228,8 +233,30 @@ class RunState:
         options are those with ``ANTHROPIC_BASE_URL`` at the relay, when it is up)."""
         self.relay = hookup
         self.options = hookup.options
+        if hookup.run is not None:
+            hookup.run.state.pause = self.pause  # a paused run's requests are held there
         if hookup.run is not None and self.agents is not None:
             hookup.run.state.agents = self.agents.book  # the relay counts and governs per agent
+
+    def use_control(self, control: RunControl) -> None:
+        """Let ``control`` change the run's cap and subagent model from now on (its
+        amends become :class:`~teamlead.events.RunAmended` events in the stream).
+
+        Raises:
+            AmendRefused: ``control`` already serves a run that has not ended.
+        """
+        gate = self.gate.gate if self.gate is not None else None
+        control._attach(
+            _Run(
+                gate=gate,
+                book=self.agents.book if self.agents is not None else None,
+                clock=self.clock,
+                emit=self.amended.append,
+                default_cap=gate.run_limit if gate is not None else None,
+                default_model=_starting_model(self.options, self.policy),
+            )
+        )
+        self.control = control
 
     def spill(self, delivery: Delivery) -> str | None:
         """Write ``delivery``'s whole text (secrets redacted) to a file of its own in the
@@ -263,6 +290,7 @@ class RunState:
         deny what still waits in the gate with ``reason``. Idempotent; its CLI processes
         have been stopped by then (the stream was closed)."""
         self.stop.done()
+        self.pause.end()
         if self.control is not None:
             self.control._detach()
         if self.gate is not None:
@@ -412,18 +440,10 @@ def new_run(
             spawn_gate.close(f"the run's {reason.replace('_', ' ')} is reached: no more agents")
 
         state.agents.exhaust_listeners.append(no_new_agents)
+    if gate is not None:
+        gate.pause = state.pause
     if control is not None:
-        control._attach(
-            _Run(
-                gate=gate,
-                book=state.agents.book if state.agents is not None else None,
-                clock=clock,
-                emit=state.amended.append,
-                default_cap=gate.run_limit if gate is not None else None,
-                default_model=_starting_model(prepared, policy),
-            )
-        )
-        state.control = control
+        state.use_control(control)
     state.ledger.one_process = mode == "client"
     state.stop.listeners.append(state.stopping)
     world.enter(state.stop)

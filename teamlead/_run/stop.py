@@ -7,12 +7,17 @@ the process's state keeps its live runs), the round that reads cuts its
 stream at once (ending the run's CLI tree), and the run ends with a
 :class:`~teamlead.events.Finished` whose reason is ``interrupted``: the tasks still running
 are ``stopped``, the calls still queued in the gate ``rejected``.
+
+A graceful stop (``teamlead stop RUN``, :meth:`RunStop.wrap_up`) ends the run the way its
+deadline does instead: the round that reads is cut at once (ending its CLI tree, as the
+wrap-up point does), what finished is collected, and the lead answers once more without
+tools; the ``Finished`` that follows is ``partial`` with reason ``interrupted`` too.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 
@@ -30,6 +35,9 @@ class RunStop:
         self._event: anyio.Event | None = None
         #: called once, when the run has ended (its process forgets it then)
         self.on_done: Callable[[RunStop], None] | None = None
+        #: why a graceful stop was asked (the run wraps up), if one was
+        self.wrap_reason: str | None = None
+        self._wrap_event: anyio.Event | None = None
 
     @property
     def requested(self) -> bool:
@@ -45,6 +53,39 @@ class RunStop:
                     listener()
         if self._event is not None:
             self._event.set()
+
+    @property
+    def wrapping(self) -> bool:
+        """A graceful stop was asked: the run wraps up as at its deadline."""
+        return self.wrap_reason is not None
+
+    def wrap_up(self, reason: str) -> None:
+        """Ask the run to end as its deadline ends it: cut the work now, collect what
+        finished, let the lead answer once without tools (the first reason is kept)."""
+        if self.wrap_reason is None:
+            self.wrap_reason = reason
+        if self._wrap_event is not None:
+            self._wrap_event.set()
+
+    async def wait_wrap(self) -> None:
+        """Return once a graceful stop is asked."""
+        if self._wrap_event is None:  # made in the run's event loop, on first use
+            self._wrap_event = anyio.Event()
+            if self.wrap_reason is not None:
+                self._wrap_event.set()
+        await self._wrap_event.wait()
+
+    async def wait_any(self) -> None:
+        """Return once a stop of either kind is asked: a wait for the run's work (a
+        teammate's report, a retry's backoff) ends then."""
+        async with anyio.create_task_group() as waits:
+
+            async def first(wait: Callable[[], Awaitable[None]]) -> None:
+                await wait()
+                waits.cancel_scope.cancel()
+
+            waits.start_soon(first, self.wait)
+            waits.start_soon(first, self.wait_wrap)
 
     async def wait(self) -> None:
         """Return once a stop is asked."""

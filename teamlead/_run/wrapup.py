@@ -6,6 +6,8 @@ round already ended the CLI's process tree, or ``wrap_round`` stops them on a li
 client), what finished is collected, and one round resumes the lead with no tools,
 quoting every collected result and naming what did not finish. The ledger records the
 stop as ``deadline``, so the run ends ``partial`` with an answer from the finished work.
+A graceful stop (``teamlead stop``, :meth:`~.stop.RunStop.wrap_up`) starts the same
+wrap-up at once; its stop is recorded as ``interrupted``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ _WHY = {
     "deadline": "deadline is near",
     "token_budget": "token budget is reached",
     "request_budget": "request budget is reached",
+    "stopped": "user asked it to stop",
 }
 
 
@@ -62,7 +65,8 @@ def wrap_up_prompt(
         pending: the results to quote, shared fairly within ``policy.max_prompt_chars``.
         unfinished: the names of the agents that were stopped.
         policy: the run's policy (the prompt's size caps).
-        why: ``deadline``, ``token_budget`` or ``request_budget``.
+        why: ``deadline``, ``token_budget``, ``request_budget`` or ``stopped`` (a graceful
+            stop, ``teamlead stop``).
         spill: writes a result cut in the prompt to a file (see
             :func:`~.resume_prompt.render_resume_prompt`).
 
@@ -70,7 +74,10 @@ def wrap_up_prompt(
         the prompt, and how many of ``pending`` it quotes (the rest did not fit).
     """
     reason = _WHY.get(why, _WHY["deadline"])
-    before = "the deadline" if why == "deadline" else f"the {why.replace('_', ' ')} was reached"
+    before = {
+        "deadline": "the deadline",
+        "stopped": "the run was stopped",
+    }.get(why, f"the {why.replace('_', ' ')} was reached")
     missing = [
         f'task "{name}" did not finish before {before} and was stopped' for name in unfinished
     ]
@@ -112,7 +119,9 @@ async def wrap_up(
         yield event
     pending = collection.deliveries
     agents = state.agents
-    why = (agents.exhaust_reason if agents is not None else None) or "deadline"
+    why: str = (agents.exhaust_reason if agents is not None else None) or "deadline"
+    if state.stop.wrapping:
+        why = "stopped"
     used_before = [d for d in used_deliveries(state) if d.key not in {p.key for p in pending}]
     quoted = [*used_before, *pending]
     text, used = wrap_up_prompt(quoted, unfinished, policy, why=why, spill=state.spill)
@@ -125,7 +134,11 @@ async def wrap_up(
         round=ledger.resumes,
         attempt=1,
         deliveries=[d.key for d in delivered],
-        reasons=["the deadline's wrap-up: tools disabled, unfinished agents stopped"],
+        reasons=[
+            "the run was stopped: tools disabled, unfinished agents stopped"
+            if why == "stopped"
+            else "the deadline's wrap-up: tools disabled, unfinished agents stopped"
+        ],
         kind="wrap_up",
         without_result=[d.key for d in delivered if not d.carries_result],
     )
@@ -138,7 +151,18 @@ async def wrap_up(
     if outcome.ok:
         ledger.reasons += await absorb(state, delivered)
     names = ", ".join(f'"{redact(n)}"' for n in unfinished) or "none"
-    if why == "deadline":
+    if why == "stopped":
+        ledger.stopped(
+            "interrupted",
+            f"the run was stopped ({state.stop.wrap_reason}): wrapped up with the finished "
+            f"work; stopped unfinished: {names}"
+            + (
+                f"; resume later with `teamlead resume {state.tracker.session_id}`"
+                if state.tracker.session_id and unfinished
+                else ""
+            ),
+        )
+    elif why == "deadline":
         ledger.stopped(
             "deadline",
             f"the deadline of {policy.deadline_s:g} s came near: wrapped up with the "

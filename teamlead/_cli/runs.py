@@ -1,0 +1,363 @@
+"""``teamlead ps``, ``stop``, ``pause``, ``unpause``, ``amend`` and ``watch``: the verbs on
+the user's running runs, docker-style.
+
+RUN names one run: its run id (``teamlead ps`` shows it), its session id, or a unique
+prefix of either. Each verb finds the run in the registry (:mod:`teamlead._run.registry`),
+asks its control endpoint (:mod:`teamlead._run.endpoint`) and answers in one line what it
+did, or why not, with the README's exit codes: 0 done, 1 refused (already paused, not
+paused, already stopping; or the run does not answer), 2 a usage error (an ambiguous
+prefix, a bad value, an amend that changes nothing), 4 no such run of yours (none is named
+so, it has finished, or it is another user's). What a run says is printed as text with its
+control characters escaped.
+
+Nothing here loads the SDK (a test keeps it so, and ``bench/cli_start.py`` measures it).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Mapping
+from typing import Any
+
+import click
+from click.core import ParameterSource
+
+from .._redact import terminal_safe
+from .._run.endpoint import call, follow
+from .._run.registry import Registry, RunEntry, liveness
+from ..errors import ControlError, NoSuchRun, UsageError
+from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors
+from .options import option
+
+__all__ = ["amend", "pause", "ps", "stop", "unpause", "watch"]
+
+#: A run's status answer may take this long (it answers from its own event loop).
+_STATUS_TIMEOUT_S = 2.0
+_ACT_TIMEOUT_S = 5.0
+#: ``teamlead ps --json``'s objects carry this version.
+PS_VERSION = 1
+_COLUMNS = ("RUN", "SESSION", "PID", "STATUS", "AGENTS", "TOKENS", "REQS", "CAP", "HELD")
+_TAIL = ("STARTED", "COMMAND")
+_TEXT_CHARS = 160
+
+
+# -- ps ------------------------------------------------------------------------------------
+@click.command()
+@option(
+    "--json",
+    "json_",
+    is_flag=True,
+    help="One JSON array of objects (run, session_id, pid, status, agents, tokens, ...).",
+)
+@option(
+    "--all",
+    "all_",
+    is_flag=True,
+    help="Also list the entries of runs whose process died without removing them (shown "
+    "once as `dead`, then pruned).",
+)
+@handle_errors
+def ps(json_: bool, all_: bool) -> None:
+    """List your running teamlead runs.
+
+    AGENTS is running/queued/done/failed; HELD the requests a paused run holds.
+    """
+    listing = Registry().listing()
+    rows = [_live_row(entry) for entry in listing.live]
+    if all_:
+        rows += [_row(entry, {"status": "dead"}) for entry in listing.dead]
+    if json_:
+        click.echo(json.dumps(rows, ensure_ascii=False))
+        return
+    click.echo(_table(rows, time.time()))
+
+
+def _live_row(entry: RunEntry) -> dict[str, Any]:
+    try:
+        answer = call(entry.socket, {"op": "status"}, ref=entry.run, timeout=_STATUS_TIMEOUT_S)
+    except NoSuchRun:
+        return _row(entry, {"status": "finished"})
+    except ControlError:
+        return _row(entry, {"status": "unreachable"})
+    return _row(entry, answer)
+
+
+def _row(entry: RunEntry, answer: Mapping[str, Any]) -> dict[str, Any]:
+    """One run's ``ps`` object: the entry's facts, the run's own answer (type-checked)."""
+    said = answer.get("agents")
+    agents: Mapping[str, Any] = said if isinstance(said, Mapping) else {}
+    return {
+        "version": PS_VERSION,
+        "run": entry.run,
+        "session_id": _text(answer.get("session_id")) or entry.session_id,
+        "pid": entry.pid,
+        "status": _text(answer.get("status")) or "unknown",
+        "mode": entry.mode,
+        "command": entry.command,
+        "started": entry.started,
+        "agents": {key: _count(agents.get(key)) for key in ("running", "queued", "done", "failed")},
+        "tokens": _count(answer.get("tokens")),
+        "requests": _count(answer.get("requests")),
+        "cap": _count(answer.get("cap")),
+        "held": _count(answer.get("held")),
+        "subagent_model": _text(answer.get("subagent_model")),
+        "deadline_in_s": _number(answer.get("deadline_in_s")),
+        "socket": entry.socket,
+    }
+
+
+def _text(value: object) -> str | None:
+    return value[:300] if isinstance(value, str) else None
+
+
+def _count(value: object) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _number(value: object) -> float | None:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return float(value) if ok else None  # type: ignore[arg-type]
+
+
+def _table(rows: list[dict[str, Any]], now: float) -> str:
+    """The rows as aligned text, every cell escaped (a command can hold anything typed)."""
+    lines = [[*_COLUMNS, *_TAIL]]
+    for row in rows:
+        agents = row["agents"]
+        counts = "/".join(_cell(agents[k]) for k in ("running", "queued", "done", "failed"))
+        lines.append(
+            [
+                row["run"],
+                (row["session_id"] or "-")[:8],
+                str(row["pid"]),
+                row["status"],
+                counts,
+                _tokens(row["tokens"]),
+                _cell(row["requests"]),
+                _cell(row["cap"]),
+                _cell(row["held"]),
+                _ago(now - row["started"]),
+                row["command"],
+            ]
+        )
+    cells = [[terminal_safe(str(c)) for c in line] for line in lines]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(_COLUMNS) + 1)]
+    out = []
+    for line in cells:
+        head = "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=False))
+        out.append(f"{head}  {line[-1]}".rstrip())
+    return "\n".join(out)
+
+
+def _cell(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+def _tokens(value: int | None) -> str:
+    if value is None:
+        return "-"
+    return f"{value / 1000:.1f}k" if value >= 10_000 else str(value)
+
+
+def _ago(seconds: float) -> str:
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s ago"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m ago"
+    return f"{seconds / 3600:.1f}h ago"
+
+
+def _finished(entry: RunEntry, ref: str) -> NoSuchRun:
+    return NoSuchRun(f"run {entry.run} has already finished", ref=ref, why="finished")
+
+
+# -- the verbs that act ----------------------------------------------------------------------
+def _act(ref: str, request: Mapping[str, Any]) -> str:
+    """Find the run ``ref`` names, send it ``request``; what it says it did (escaped).
+
+    Raises:
+        NoSuchRun: no live run of yours is named so, or it finished meanwhile.
+        UsageError: the run refused a value (an amend out of range or changing nothing).
+        ControlError: the run refused for its state, or does not answer.
+    """
+    entry = Registry().find(ref)
+    try:
+        answer = call(entry.socket, request, ref=entry.run, timeout=_ACT_TIMEOUT_S)
+    except ControlError as exc:
+        if exc.code == "refused":
+            raise UsageError(str(exc)) from None
+        if exc.code == "unreachable" and liveness(entry) == "dead":
+            raise _finished(entry, ref) from None
+        raise ControlError(f"run {entry.run}: {exc}", code=exc.code) from None
+    message = answer.get("message")
+    return terminal_safe(message if isinstance(message, str) else "done")
+
+
+@click.command()
+@click.argument("run")
+@option(
+    "--now",
+    is_flag=True,
+    help="Skip the wrap-up: stop its agents and end at once (reason interrupted, the "
+    "lead writes no last answer).",
+)
+@handle_errors
+def stop(run: str, now: bool) -> None:
+    """Stop a run: it wraps up from the finished work, as at its deadline.
+
+    Its agents are stopped, the lead answers once more without tools from what finished,
+    and the run ends with its `finished` line (status partial, reason interrupted). A run
+    without the spawn gate has no wrap-up and stops at once. Returns once the run took
+    the request; `teamlead watch RUN` follows it to its end.
+    """
+    click.echo(_act(run, {"op": "stop", "now": now}))
+
+
+@click.command()
+@click.argument("run")
+@handle_errors
+def pause(run: str) -> None:
+    """Pause a run: no new agent starts, no new request goes out.
+
+    The spawn gate admits no new agent and the relay holds every new request of the run,
+    its lead's included; requests already streaming finish, and nothing is lost. The
+    run's deadline keeps running while it is paused.
+    """
+    click.echo(_act(run, {"op": "pause"}))
+
+
+@click.command()
+@click.argument("run")
+@handle_errors
+def unpause(run: str) -> None:
+    """Let a paused run go on.
+
+    What the pause held goes on in the order it came.
+    """
+    click.echo(_act(run, {"op": "unpause"}))
+
+
+@click.command()
+@click.argument("run")
+@option(
+    "--cap",
+    metavar="N|default",
+    help="Agents running at once, from 1 up to the CLI's own cap; `default`: the cap the "
+    "run started with.",
+)
+@option(
+    "--subagent-model",
+    metavar="MODEL|default",
+    help="The model of the agents that start from now on (a model id or a CLI alias); "
+    "`default`: the run's starting model.",
+)
+@click.pass_context
+@handle_errors
+def amend(ctx: click.Context, run: str, cap: str | None, subagent_model: str | None) -> None:
+    """Change a running run's agent cap or subagent model.
+
+    What `RunControl.amend` does from code: a field left out changes nothing, `default`
+    restores the run's starting value, an amend that changes nothing is refused. Values
+    given on the command line win: with any of them, the TEAMLEAD_CAP and
+    TEAMLEAD_SUBAGENT_MODEL variables are not read.
+    """
+    given = {"cap": cap, "subagent_model": subagent_model}
+    typed = {
+        name: value
+        for name, value in given.items()
+        if value is not None and ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE
+    }
+    if not typed:  # nothing typed: the environment's values are the amend
+        typed = {name: value for name, value in given.items() if value is not None}
+    if not typed:
+        raise UsageError("give --cap or --subagent-model (or both)")
+    request: dict[str, Any] = {"op": "amend"}
+    if "cap" in typed:
+        request["cap"] = _cap(typed["cap"])
+    if "subagent_model" in typed:
+        model = typed["subagent_model"].strip()
+        request["subagent_model"] = None if model == "default" else model
+    click.echo(_act(run, request))
+
+
+def _cap(text: str) -> int | None:
+    if text.strip() == "default":
+        return None
+    try:
+        return int(text.strip())
+    except ValueError:
+        raise UsageError(f"--cap must be a whole number or `default`, not {text!r}") from None
+
+
+# -- watch -----------------------------------------------------------------------------------
+@click.command()
+@click.argument("run")
+@option(
+    "--json",
+    "json_",
+    is_flag=True,
+    help="Write the NDJSON lines as they come (the schema of `ask --json`).",
+)
+@handle_errors
+def watch(run: str, json_: bool) -> None:
+    """Follow a run's events live, as `ask --json` writes them.
+
+    The recent events come first, then each as it happens, until the run ends with its
+    `finished` line. Exits with the run's own exit code (0 completed, 1 failed, 3
+    partial), 1 if the run went away without a finished line.
+    """
+    entry = Registry().find(run)
+    code = EXIT_FAILED
+    try:
+        for line in follow(entry.socket, ref=entry.run, timeout=_ACT_TIMEOUT_S):
+            record = _record(line)
+            if json_:
+                click.echo(line)
+            else:
+                click.echo(terminal_safe(_describe(record)))
+            if record.get("type") == "finished":
+                code = EXIT_CODES.get(str(record.get("status")), EXIT_FAILED)
+    except ControlError as exc:
+        if exc.code == "unreachable" and liveness(entry) == "dead":
+            raise _finished(entry, run) from None
+        raise
+    sys.exit(code)
+
+
+def _record(line: str) -> dict[str, Any]:
+    try:
+        record = json.loads(line)
+    except (ValueError, RecursionError):
+        return {}
+    return record if isinstance(record, dict) else {}
+
+
+def _describe(record: Mapping[str, Any]) -> str:
+    """One NDJSON record as a line for people."""
+    kind = str(record.get("type") or "?")
+
+    def get(name: str) -> str:
+        value = record.get(name)
+        text = value if isinstance(value, str) else "" if value is None else str(value)
+        return text if len(text) <= _TEXT_CHARS else text[: _TEXT_CHARS - 3] + "..."
+
+    if kind == "finished":
+        return f"finished: {get('status')} ({get('reason')})"
+    if kind == "lead_turn":
+        tools = record.get("tool_names")
+        used = f" [{', '.join(map(str, tools))}]" if isinstance(tools, list) and tools else ""
+        return f"lead: {get('text') or get('error')}{used}".rstrip()
+    if kind in ("task_started", "task_ended", "task_progress"):
+        status = f": {get('status')}" if record.get("status") else ""
+        return f"{kind}: {get('description') or get('task_id')}{status}"
+    if kind.startswith("spawn_") or kind == "agent_call":
+        reason = f": {get('reason')}" if record.get("reason") else ""
+        return f"{kind}: {get('description') or get('tool_use_id')}{reason}"
+    if kind == "session":
+        return f"session {get('session_id')}"
+    detail = {k: v for k, v in record.items() if k not in ("type", "version")}
+    text = json.dumps(detail, ensure_ascii=False, default=str)
+    return f"{kind}: {text if len(text) <= _TEXT_CHARS else text[: _TEXT_CHARS - 3] + '...'}"

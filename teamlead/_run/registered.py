@@ -1,0 +1,129 @@
+"""A run in the registry while it goes: its entry, its control endpoint, its watch feed.
+
+:func:`registered` wraps a run's whole stream (the coordinator's entry points call it
+around everything else, the relay included). Before the first item it registers the run
+with its process's registry (:attr:`~.process.ProcessState.registry`), starts the run's
+control endpoint (:mod:`.endpoint`) on the run's own loop and writes its entry; each item
+goes to the watch feed as the NDJSON lines of ``ask --json`` (:class:`~teamlead._ndjson.
+JsonProgress`), and the entry learns the session id once the run has one. After the run's
+``Finished`` has gone to the watchers, the endpoint stops and the entry goes, and only then
+is ``Finished`` yielded: a caller that stops reading at ``Finished`` leaves nothing behind.
+
+A run that cannot register (the directory cannot be used, no asyncio loop) goes on
+unregistered, with one warning line; a run of a state made with ``registry=False`` (or
+under ``TEAMLEAD_NO_REGISTRY=1``) does not try.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator
+from contextlib import aclosing
+from typing import IO, Any, cast
+
+import anyio
+
+from .._ndjson import JsonProgress
+from ..errors import ControlError
+from ..events import Finished
+from .endpoint import Endpoint, WatchFeed
+from .registry import Registration, command_line
+from .state import RunState
+from .steering import RunSteering
+
+__all__ = ["registered"]
+
+log = logging.getLogger("teamlead.control")
+
+_CLOSE_TIMEOUT_S = 5.0
+
+
+class _Registered:
+    """One registered run's entry, endpoint and feed."""
+
+    def __init__(self, state: RunState, registration: Registration, endpoint: Endpoint) -> None:
+        self._state = state
+        self.registration = registration
+        self.endpoint = endpoint
+        self._progress: JsonProgress | None = JsonProgress(cast(IO[str], endpoint.feed))
+
+    def saw(self, item: Any) -> None:
+        """One item of the run's stream: to the watchers, and the session id to the entry."""
+        progress = self._progress
+        if progress is not None:
+            try:
+                progress.handle(item)
+            except Exception as exc:  # a watcher's feed must never break the run
+                log.warning("the run's watch feed failed and stops: %s", type(exc).__name__)
+                self._progress = None
+        session = self._state.tracker.session_id
+        if session:
+            self.registration.update(session_id=session)
+
+    async def close(self) -> None:
+        """The run ended: the watchers get the last lines, then the endpoint and the entry
+        go. Shielded and bounded."""
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
+            if self._progress is not None:
+                try:
+                    self._progress.close()
+                except Exception:
+                    log.debug("the run's watch feed failed at its end", exc_info=True)
+            await self.endpoint.close()
+        self.registration.remove()
+
+
+async def _register(state: RunState) -> _Registered | None:
+    """Register ``state``'s run, or ``None`` (not registering, or failed: one warning)."""
+    registry = state.process.registry
+    if registry is None:
+        return None
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:  # another event loop (trio): the endpoint serves on asyncio only
+        log.debug("the run is not registered: its control endpoint needs asyncio")
+        return None
+    registration: Registration | None = None
+    endpoint: Endpoint | None = None
+    try:
+        registration = registry.register(mode=state.mode, command=command_line())
+        entry = registration.entry
+        steering = RunSteering(state, run=entry.run, command=entry.command, started=entry.started)
+        endpoint = Endpoint(registration.socket, steering, run=entry.run, feed=WatchFeed())
+        await endpoint.start()
+        registration.write()  # listed only once it can be asked
+    except (ControlError, OSError) as exc:
+        log.warning("this run cannot be seen or steered from outside (teamlead ps): %s", exc)
+        if endpoint is not None:
+            await endpoint.close()
+        if registration is not None:
+            registration.remove()
+        return None
+    return _Registered(state, registration, endpoint)
+
+
+async def registered(
+    state: RunState, items: AsyncGenerator[Any, None]
+) -> AsyncGenerator[Any, None]:
+    """``items``, the run's stream, with the run registered while it goes (see the module
+    docstring); ``Finished`` comes last, once the run has left the registry."""
+    run = await _register(state)
+    if run is None:
+        async with aclosing(items) as stream:
+            async for item in stream:
+                yield item
+        return
+    finished: Finished | None = None
+    try:
+        async with aclosing(items) as stream:
+            async for item in stream:
+                run.saw(item)
+                if isinstance(item, Finished):
+                    finished = item
+                else:
+                    yield item
+    finally:
+        await run.close()
+    if finished is not None:
+        yield finished

@@ -1,0 +1,537 @@
+"""Every run of this user, findable: the registry of live runs in a per-user directory.
+
+Each run (``teamlead ask`` and ``resume``, the library's ``query``, ``resume_session`` and
+``receive_all``) registers itself while it goes: an entry ``<run>.json`` and its control
+endpoint, a Unix socket ``<run>.sock`` (the protocol is :mod:`.endpoint`'s), side by side
+in the user's runtime directory:
+
+- ``TEAMLEAD_RUNTIME_DIR`` when set (each test world has its own);
+- else ``$XDG_RUNTIME_DIR/teamlead``;
+- else ``teamlead-<uid>`` in the system's temp directory.
+
+The directory is made mode 0700 and must be this user's own real directory (not a
+symlink, not another user's, not open to others): otherwise the run is not registered, with
+one warning, and goes on. Entries are written mode 0600 and replaced atomically. A run
+removes its entry and socket when it ends; an entry whose process is gone (its pid no
+longer runs, or runs a process that started at another time: the pid was reused) is dead,
+and whoever lists the runs prunes it with its socket file.
+
+An entry is read as data from a file anyone with this user's rights could have written:
+at most :data:`MAX_ENTRY_BYTES`, every field type-checked, unknown fields kept; a bad entry
+is skipped, never fatal. Nothing here loads the SDK: ``teamlead ps`` and the other verbs
+read the registry in a fraction of a second.
+
+Example:
+    >>> registry = Registry(Path("/tmp/runs-example"))  # doctest: +SKIP
+    >>> with registry.register(mode="query", command="teamlead ask hi") as entry:  # doctest: +SKIP
+    ...     [e.run for e in registry.listing().live] == [entry.run]
+    True
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import secrets
+import stat
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeAlias, cast
+
+import psutil
+
+from ..errors import AmbiguousRun, ControlError, NoSuchRun
+
+__all__ = [
+    "ENTRY_VERSION",
+    "MAX_ENTRY_BYTES",
+    "NO_REGISTRY_VAR",
+    "RUNTIME_DIR_VAR",
+    "Listing",
+    "Registration",
+    "Registry",
+    "RunEntry",
+    "command_line",
+    "liveness",
+    "parse_entry",
+    "registry_wanted",
+    "runtime_dir",
+]
+
+#: Where the runs register, when set (else ``$XDG_RUNTIME_DIR/teamlead``, else the temp dir).
+RUNTIME_DIR_VAR = "TEAMLEAD_RUNTIME_DIR"
+#: ``1`` (``true``, ``yes``, ``on``): runs do not register (they cannot be seen or steered).
+NO_REGISTRY_VAR = "TEAMLEAD_NO_REGISTRY"
+ENTRY_VERSION = 1
+#: The largest entry file read; a larger one is not an entry of ours.
+MAX_ENTRY_BYTES = 64 * 1024
+#: Run ids are this many hex digits (docker's short ids are 12 too).
+RUN_ID_CHARS = 12
+#: A Unix socket's path must fit ``sockaddr_un`` (104 bytes on macOS, 108 on Linux).
+_MAX_SOCKET_PATH = 103
+_MAX_COMMAND = 500
+_MAX_FIELD = 300
+#: Two reads of one process's start time agree to within this (seconds).
+_START_TOLERANCE_S = 0.5
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+#: The temp directory's folder of sockets whose runtime directory is too long a path.
+_SOCKET_DIR = "teamlead-{}-sockets"
+Liveness: TypeAlias = Literal["live", "dead", "not_yours"]
+
+
+def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The directory this user's runs register in (see the module docstring); not made.
+
+    Example:
+        >>> runtime_dir({"TEAMLEAD_RUNTIME_DIR": "/tmp/x"})
+        PosixPath('/tmp/x')
+        >>> runtime_dir({"XDG_RUNTIME_DIR": "/run/user/1000"})
+        PosixPath('/run/user/1000/teamlead')
+    """
+    env = os.environ if env is None else env
+    own = (env.get(RUNTIME_DIR_VAR) or "").strip()
+    if own:
+        return Path(own).expanduser()
+    xdg = (env.get("XDG_RUNTIME_DIR") or "").strip()
+    if xdg and Path(xdg).is_absolute():
+        return Path(xdg) / "teamlead"
+    return Path(tempfile.gettempdir()) / f"teamlead-{_uid()}"
+
+
+def _uid() -> int:
+    getuid = getattr(os, "getuid", None)
+    return int(getuid()) if getuid is not None else 0
+
+
+def command_line(argv: list[str] | None = None) -> str:
+    """What the process was started as, for ``teamlead ps``: ``teamlead ask ...`` for the
+    command (``python -m teamlead`` too), else the program's name and its arguments; at
+    most 500 characters. Shown as text, escaped: it may hold anything the user typed."""
+    words = list(sys.argv if argv is None else argv)
+    if not words:
+        return "python"
+    first = words[0].replace("\\", "/")
+    if first.endswith(("teamlead/__main__.py", "/teamlead")) or first == "teamlead":
+        head = "teamlead"
+    else:
+        head = first.rsplit("/", 1)[-1] or "python"
+    line = " ".join([head, *words[1:]])
+    return line if len(line) <= _MAX_COMMAND else line[: _MAX_COMMAND - 3] + "..."
+
+
+@dataclass(frozen=True)
+class RunEntry:
+    """One run's registry entry, as written by the run and parsed at the edge.
+
+    Attributes:
+        run: the run's id (12 hex digits).
+        session_id: the lead's session id, once the run has seen it.
+        pid: the run's process.
+        pid_started: that process's start time (``psutil``'s ``create_time``), which tells
+            a live run from a dead one whose pid was reused.
+        uid: the user the run's process runs as.
+        command: what the process was started as (untrusted text: render it escaped).
+        mode: ``query`` (``ask``, ``resume``, ``query``) or ``client`` (``receive_all``).
+        started: when the run started (seconds since the epoch).
+        socket: the run's control endpoint.
+        path: the entry's file.
+        extra: fields this version does not know, kept.
+    """
+
+    run: str
+    pid: int
+    pid_started: float
+    started: float
+    socket: str
+    path: Path
+    session_id: str | None = None
+    uid: int | None = None
+    command: str = ""
+    mode: str = "query"
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        """The entry as it is written (versioned; unknown fields carried along)."""
+        return {
+            **dict(self.extra),
+            "version": ENTRY_VERSION,
+            "run": self.run,
+            "session_id": self.session_id,
+            "pid": self.pid,
+            "pid_started": self.pid_started,
+            "uid": self.uid,
+            "command": self.command,
+            "mode": self.mode,
+            "started": self.started,
+            "socket": self.socket,
+        }
+
+    def matches(self, ref: str) -> bool:
+        """Whether ``ref`` is this run's id or session id, or a prefix of one."""
+        ref = ref.strip().lower()
+        return bool(ref) and (
+            self.run.startswith(ref)
+            or (self.session_id is not None and self.session_id.lower().startswith(ref))
+        )
+
+
+_KNOWN = frozenset(
+    {"version", "run", "session_id", "pid", "pid_started", "uid", "command", "mode"}
+    | {"started", "socket"}
+)
+
+
+def parse_entry(raw: bytes, path: Path) -> RunEntry | None:
+    """The :class:`RunEntry` in ``raw`` (the bytes of ``path``), or ``None`` when it is not
+    a well-formed entry: too large, not a JSON object, a field of the wrong type.
+
+    Example:
+        >>> parse_entry(b'{"run": "x"}', Path("x.json")) is None
+        True
+    """
+    if len(raw) > MAX_ENTRY_BYTES:
+        return None
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
+        return None
+    run, pid, socket = data.get("run"), data.get("pid"), data.get("socket")
+    started, pid_started = data.get("started"), data.get("pid_started")
+    if not (isinstance(run, str) and _is_run_id(run) and path.stem == run):
+        return None
+    if not (isinstance(pid, int) and not isinstance(pid, bool) and pid > 0):
+        return None
+    if not (isinstance(socket, str) and 0 < len(socket) <= _MAX_FIELD):
+        return None
+    if not (_is_number(started) and _is_number(pid_started)):
+        return None
+    session = data.get("session_id")
+    uid = data.get("uid")
+    command = data.get("command")
+    mode = data.get("mode")
+    return RunEntry(
+        run=run,
+        pid=pid,
+        pid_started=float(cast(float, pid_started)),
+        started=float(cast(float, started)),
+        socket=socket,
+        path=path,
+        session_id=session if isinstance(session, str) and len(session) <= _MAX_FIELD else None,
+        uid=uid if isinstance(uid, int) and not isinstance(uid, bool) else None,
+        command=command[:_MAX_COMMAND] if isinstance(command, str) else "",
+        mode=mode if mode in ("query", "client") else "query",
+        extra={k: v for k, v in data.items() if k not in _KNOWN},
+    )
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+
+
+def _is_run_id(text: str) -> bool:
+    return len(text) == RUN_ID_CHARS and all(c in "0123456789abcdef" for c in text)
+
+
+def _process_started(pid: int) -> float | None:
+    """When process ``pid`` started, or ``None`` when no such process runs."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, OSError, ValueError):
+        return None
+
+
+def liveness(entry: RunEntry) -> Liveness:
+    """Whether ``entry``'s run still runs: its pid runs the process that started then."""
+    started = _process_started(entry.pid)
+    if started is None or abs(started - entry.pid_started) > _START_TOLERANCE_S:
+        return "dead"
+    try:
+        uids = psutil.Process(entry.pid).uids()
+    except (psutil.Error, AttributeError, OSError):
+        return "live"
+    return "live" if uids.real == _uid() else "not_yours"
+
+
+@dataclass(frozen=True)
+class Listing:
+    """What the registry holds: the live runs (oldest first), the dead entries it found
+    (pruned as they were found), and the runs of other users it saw."""
+
+    live: list[RunEntry]
+    dead: list[RunEntry]
+    not_yours: list[RunEntry]
+
+
+class Registration:
+    """One run's place in the registry: its entry while the run goes, removed at its end.
+
+    Made by :meth:`Registry.register`; the run's side keeps it and calls :meth:`update`
+    when it learns its session id, and :meth:`remove` (or leaves the ``with`` block) when
+    it ends.
+    """
+
+    def __init__(self, entry: RunEntry) -> None:
+        self.entry = entry
+        self._removed = False
+
+    @property
+    def run(self) -> str:
+        """The run's id."""
+        return self.entry.run
+
+    @property
+    def socket(self) -> Path:
+        """Where the run's control endpoint listens."""
+        return Path(self.entry.socket)
+
+    def write(self) -> None:
+        """Write the entry (atomically: a reader sees the old one or the new one)."""
+        if not self._removed:
+            _write_private(self.entry.path, json.dumps(self.entry.to_json()) + "\n")
+
+    def update(self, *, session_id: str) -> None:
+        """The run learnt its session id: the entry names it from now on."""
+        if session_id and session_id != self.entry.session_id:
+            self.entry = dataclasses.replace(self.entry, session_id=session_id[:_MAX_FIELD])
+            with contextlib.suppress(OSError):
+                self.write()
+
+    def remove(self) -> None:
+        """The run ends: its entry and its socket go (idempotent)."""
+        self._removed = True
+        for path in (self.entry.path, self.socket):
+            with contextlib.suppress(OSError):
+                path.unlink()
+
+    def __enter__(self) -> RunEntry:
+        return self.entry
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.remove()
+
+
+class Registry:
+    """The registry of this user's live runs (see the module docstring).
+
+    One belongs to a :class:`~teamlead.ProcessState` (made when a run first registers);
+    the ``teamlead`` verbs make their own.
+
+    Args:
+        root: the directory to use; default :func:`runtime_dir` of ``env``, read at each
+            use (so a test's environment decides where its runs register).
+        env: the environment the directory is read from (default: this process's).
+    """
+
+    def __init__(self, root: Path | None = None, *, env: Mapping[str, str] | None = None) -> None:
+        self._root = root
+        self._env = env
+
+    @property
+    def directory(self) -> Path:
+        """The runtime directory (made only when a run registers)."""
+        return self._root if self._root is not None else runtime_dir(self._env)
+
+    def register(self, *, mode: str, command: str) -> Registration:
+        """Register a run of this process: its id drawn, its entry written.
+
+        The run's control endpoint must listen on :attr:`Registration.socket` before its
+        entry is written (:meth:`Registration.write`): a reader finds only runs it can ask.
+
+        Raises:
+            ControlError: the directory cannot be used (``code`` ``directory``).
+        """
+        folder = _private_dir(self.directory)
+        run = secrets.token_hex(RUN_ID_CHARS // 2)
+        socket = _socket_dir(folder) / f"{run}.sock"
+        pid = os.getpid()
+        entry = RunEntry(
+            run=run,
+            pid=pid,
+            pid_started=_process_started(pid) or time.time(),
+            started=time.time(),
+            socket=str(socket),
+            path=folder / f"{run}.json",
+            uid=_uid(),
+            command=command[:_MAX_COMMAND],
+            mode=mode,
+        )
+        return Registration(entry)
+
+    def listing(self, *, prune: bool = True) -> Listing:
+        """Every entry of the directory, sorted by start: live, dead (pruned when
+        ``prune``), and other users'. A missing directory holds no runs; a bad entry is
+        skipped."""
+        live: list[RunEntry] = []
+        dead: list[RunEntry] = []
+        others: list[RunEntry] = []
+        for entry in self._entries():
+            state = liveness(entry)
+            if state == "live":
+                live.append(entry)
+            elif state == "not_yours":
+                others.append(entry)
+            else:
+                dead.append(entry)
+                if prune:
+                    _prune(entry)
+        return Listing(
+            sorted(live, key=_order), sorted(dead, key=_order), sorted(others, key=_order)
+        )
+
+    def find(self, ref: str) -> RunEntry:
+        """The live run ``ref`` names: its run id, its session id, or a unique prefix of
+        either (an exact id wins over prefixes).
+
+        Raises:
+            NoSuchRun: nothing live is named so (``why``: ``none``), or only another
+                user's run is (``not_yours``).
+            AmbiguousRun: ``ref`` is a prefix of several runs' ids.
+        """
+        wanted = ref.strip().lower()
+        listing = self.listing()
+        if not wanted:
+            raise NoSuchRun("no run named: give a run id or session id", ref=ref)
+        exact = [e for e in listing.live if wanted in (e.run, (e.session_id or "").lower())]
+        found = exact or [e for e in listing.live if e.matches(wanted)]
+        if len(found) == 1:
+            return found[0]
+        if len(found) > 1:
+            raise AmbiguousRun(ref, [e.run for e in found])
+        if any(e.matches(wanted) for e in listing.not_yours):
+            raise NoSuchRun(f"run {ref!r} belongs to another user", ref=ref, why="not_yours")
+        if any(e.matches(wanted) for e in listing.dead):
+            raise NoSuchRun(f"run {ref!r} has already finished", ref=ref, why="finished")
+        raise NoSuchRun(f"no such run: {ref!r} (see `teamlead ps`)", ref=ref)
+
+    def _entries(self) -> Iterator[RunEntry]:
+        folder = self.directory
+        try:
+            names = sorted(p for p in folder.iterdir() if p.suffix == ".json")
+        except OSError:  # no directory yet: no runs
+            return
+        for path in names:
+            raw = _read_small(path)
+            entry = parse_entry(raw, path) if raw is not None else None
+            if entry is not None:
+                yield entry
+
+
+def _order(entry: RunEntry) -> tuple[float, str]:
+    return entry.started, entry.run
+
+
+def registry_wanted(env: Mapping[str, str] | None = None) -> bool:
+    """Whether runs register (they do unless ``TEAMLEAD_NO_REGISTRY`` is set)."""
+    env = os.environ if env is None else env
+    return (env.get(NO_REGISTRY_VAR) or "").strip().lower() not in _TRUE
+
+
+def _private_dir(folder: Path) -> Path:
+    """``folder``, made mode 0700 if missing, checked to be this user's own real directory
+    that nobody else can enter (a directory another user made first in the shared temp
+    dir is refused, never used)."""
+    try:
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+        info = os.lstat(folder)
+    except OSError as exc:
+        raise ControlError(
+            f"cannot use the runtime directory {str(folder)!r}: {exc.strerror or exc}",
+            code="directory",
+        ) from None
+    if not stat.S_ISDIR(info.st_mode):
+        raise ControlError(
+            f"the runtime directory {str(folder)!r} is not a directory (a symlink?)",
+            code="directory",
+        )
+    if info.st_uid != _uid():
+        raise ControlError(
+            f"the runtime directory {str(folder)!r} belongs to another user", code="directory"
+        )
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        try:
+            folder.chmod(0o700)
+        except OSError:
+            raise ControlError(
+                f"the runtime directory {str(folder)!r} is open to other users",
+                code="directory",
+            ) from None
+    return folder
+
+
+def _fits(folder: Path) -> bool:
+    """Whether a run's socket in ``folder`` fits ``sockaddr_un``."""
+    return len(os.fsencode(folder / ("x" * RUN_ID_CHARS + ".sock"))) <= _MAX_SOCKET_PATH
+
+
+def _socket_dir(folder: Path) -> Path:
+    """Where the runs' sockets go: beside their entries, or when that path is too long
+    for a socket, a private folder of this user's in the temp directory (each entry names
+    its socket, so readers find it there).
+
+    Raises:
+        ControlError: no folder short enough can be used.
+    """
+    if _fits(folder):
+        return folder
+    for base in (Path(tempfile.gettempdir()), Path("/tmp")):
+        short = base / _SOCKET_DIR.format(_uid())
+        if _fits(short):
+            return _private_dir(short)
+    raise ControlError(
+        f"the runtime directory {str(folder)!r} is too long a path for a Unix socket: "
+        f"set {RUNTIME_DIR_VAR} to a shorter one",
+        code="directory",
+    )
+
+
+def _write_private(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` (mode 0600) through a temporary file and a rename."""
+    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as out:
+            out.write(text)
+        temp.replace(path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            temp.unlink()
+        raise
+
+
+def _read_small(path: Path) -> bytes | None:
+    """The bytes of regular file ``path`` (not followed if a symlink), or ``None`` when it
+    is larger than an entry can be or cannot be read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ENTRY_BYTES:
+            return None
+        return os.read(fd, MAX_ENTRY_BYTES + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _prune(entry: RunEntry) -> None:
+    """Remove a dead run's entry, and its socket when it sits beside the entry."""
+    with contextlib.suppress(OSError):
+        entry.path.unlink()
+    socket = Path(entry.socket)
+    folder = socket.parent
+    ours = folder == entry.path.parent or folder.name == _SOCKET_DIR.format(_uid())
+    if ours and socket.name == f"{entry.run}.sock":  # never a path of the entry's choosing
+        with contextlib.suppress(OSError):
+            socket.unlink()

@@ -1,0 +1,209 @@
+"""What the control endpoint's ops do to one run: :class:`RunSteering` over its state.
+
+The endpoint (:mod:`.endpoint`) parses a request and calls one method here, on the run's
+own loop; each reads the run's state or asks the part of it that owns what changes:
+
+- ``status``: what ``teamlead ps`` shows, read off the tracker, the gate, the agent
+  ledger and the pause;
+- ``stop``: a graceful stop asks the run to wrap up as its deadline would
+  (:meth:`~.stop.RunStop.wrap_up`: the work cut now, the lead answers once more from what
+  finished, ``Finished`` ``partial``/``interrupted``); ``now`` (or a run without a spawn
+  gate, which has no wrap-up) stops it at once (:meth:`~.stop.RunStop.request`). A paused
+  run is unpaused first, so its wrap-up can reach the model;
+- ``pause`` and ``unpause``: the run's :class:`~teamlead._agents.pause.Pause`;
+- ``amend``: the run's :class:`~teamlead.control.RunControl` (one is attached to a run
+  started without one), so an amend from outside is the same as one from code: checked,
+  applied on the run's loop, a ``run_amended`` event in its stream.
+
+A refusal is a :class:`~teamlead.errors.ControlError` whose message says why in one line.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from ..control import UNSET, RunControl, Unset
+from ..errors import AmendRefused, ControlError
+from ..tracker import TaskInfo
+from .state import RunState
+
+__all__ = ["STOP_REASON", "RunSteering"]
+
+#: What a stop from ``teamlead stop`` is called in the run's reasons.
+STOP_REASON = "teamlead stop"
+
+
+class RunSteering:
+    """The endpoint's view of one run (see the module docstring).
+
+    Args:
+        state: the run.
+        run: its registry id.
+        command: what its process was started as.
+        started: when it started (seconds since the epoch).
+    """
+
+    def __init__(self, state: RunState, *, run: str, command: str, started: float) -> None:
+        self._state = state
+        self._run = run
+        self._command = command
+        self._started = started
+
+    # -- status --------------------------------------------------------------------------
+    def status(self) -> dict[str, Any]:
+        """The run now, as ``teamlead ps`` shows it."""
+        state = self._state
+        gate = state.gate.gate if state.gate is not None else None
+        book = state.agents.book if state.agents is not None else None
+        now = state.clock.monotonic()
+        running, done, failed = _counted(state.tracker.tasks.values())
+        relayed = state.relay is not None and state.relay.run is not None
+        return {
+            "run": self._run,
+            "session_id": state.tracker.session_id,
+            "pid": os.getpid(),
+            "status": self._status(),
+            "mode": state.mode,
+            "command": self._command,
+            "started": self._started,
+            "agents": {
+                "running": running,
+                "queued": gate.queued if gate is not None else 0,
+                "done": done,
+                "failed": failed,
+            },
+            "tokens": book.tokens if book is not None else None,
+            "requests": book.requests if book is not None else None,
+            "cap": gate.run_limit if gate is not None else None,
+            "max_cap": gate.most if gate is not None else None,
+            "subagent_model": state.control.subagent_model if state.control else None,
+            "held": state.pause.held_requests,
+            "paused": state.pause.paused,
+            "relayed": relayed,
+            "deadline_in_s": round(max(0.0, state.deadline - now), 1) if state.deadline else None,
+        }
+
+    def _status(self) -> str:
+        state = self._state
+        if state.stop.requested:
+            return "stopping"
+        if state.stop.wrapping:
+            return "wrapping_up"
+        if state.pause.paused:
+            return "paused"
+        if state.agents is not None and state.agents.book.wrapping:
+            return "wrapping_up"
+        return "running"
+
+    # -- stop ------------------------------------------------------------------------------
+    def stop(self, *, now: bool) -> str:
+        """Stop the run: gracefully (a wrap-up from what finished), or ``now``."""
+        state = self._state
+        self._need_live()
+        if state.stop.requested:
+            raise ControlError(f"run {self._run} is already stopping", code="state")
+        state.pause.unpause()  # a paused run's last requests must go out
+        if now or state.gate is None:
+            state.stop.request(STOP_REASON)
+            why = "" if now else " (it has no spawn gate, so no wrap-up)"
+            return (
+                f"stopping run {self._run} now{why}: its agents are stopped, it ends with "
+                "its finished line (interrupted)"
+            )
+        if state.stop.wrapping:
+            raise ControlError(
+                f"run {self._run} is already wrapping up; `teamlead stop --now` ends it at once",
+                code="state",
+            )
+        state.stop.wrap_up(STOP_REASON)
+        return (
+            f"stopping run {self._run}: its agents are stopped and the lead answers from the "
+            "finished work, then it ends with its finished line (partial, interrupted)"
+        )
+
+    # -- pause -----------------------------------------------------------------------------
+    def pause(self) -> str:
+        """Hold every new agent and request of the run."""
+        state = self._state
+        self._need_live()
+        if state.stop.requested or state.stop.wrapping:
+            raise ControlError(f"run {self._run} is stopping; it cannot be paused", code="state")
+        if not state.pause.pause():
+            raise ControlError(f"run {self._run} is already paused", code="state")
+        relayed = state.relay is not None and state.relay.run is not None
+        held = "new requests" if relayed else "nothing at the relay (the run goes direct)"
+        left = state.deadline - state.clock.monotonic() if state.deadline else None
+        clock = f"; its deadline keeps running ({left:.0f} s left)" if left is not None else ""
+        return (
+            f"paused run {self._run}: no new agent starts and it holds {held}; requests "
+            f"already streaming finish{clock}"
+        )
+
+    def unpause(self) -> str:
+        """Let what the pause held go on."""
+        state = self._state
+        self._need_live()
+        held = state.pause.waiting
+        if not state.pause.unpause():
+            raise ControlError(f"run {self._run} is not paused", code="state")
+        return f"unpaused run {self._run}: {held} held agent(s) and request(s) go on"
+
+    # -- amend -----------------------------------------------------------------------------
+    def amend(self, changes: Mapping[str, int | str | None]) -> str:
+        """Amend the run's cap and subagent model (``RunControl.amend``'s three states)."""
+        state = self._state
+        self._need_live()
+        control = state.control
+        if control is None:  # a run started without one: the registry's own
+            control = RunControl()
+            state.use_control(control)
+            control._bind_loop()  # called on the run's loop: applied there at once
+        cap: int | None | Unset = UNSET
+        model: str | None | Unset = UNSET
+        if "cap" in changes:
+            value = changes["cap"]
+            cap = value if value is None or isinstance(value, int) else UNSET
+        if "subagent_model" in changes:
+            value = changes["subagent_model"]
+            model = value if value is None or isinstance(value, str) else UNSET
+        try:
+            event = control.amend(cap=cap, subagent_model=model)
+        except AmendRefused as exc:
+            raise ControlError(str(exc), code="refused") from None
+        parts = []
+        if "cap" in event.changed:
+            parts.append(f"cap {event.previous_cap} -> {event.cap}")
+        if "subagent_model" in event.changed:
+            before = event.previous_subagent_model or "their own"
+            parts.append(f"subagent model {before} -> {event.subagent_model or 'their own'}")
+        return f"amended run {self._run}: " + ", ".join(parts)
+
+    def _need_live(self) -> None:
+        if self._state.pause.ended:
+            raise ControlError(f"run {self._run} has finished", code="finished")
+
+
+def _counted(tasks: Iterable[TaskInfo]) -> tuple[int, int, int]:
+    """Running, done and failed agents: Agent-tool tasks, and each workflow's agents."""
+    running = done = failed = 0
+    for task in tasks:
+        if task.workflow is not None and task.workflow.agents:
+            for agent in task.workflow.agents.values():
+                if agent.state == "done":
+                    done += 1
+                elif agent.state == "error":
+                    failed += 1
+                elif not task.terminal:
+                    running += 1
+                else:
+                    failed += 1  # its workflow ended before it did
+            continue
+        if not task.terminal:
+            running += 1
+        elif task.status == "completed":
+            done += 1
+        else:
+            failed += 1
+    return running, done, failed

@@ -1,0 +1,406 @@
+"""The registry of live runs and their control endpoints, in process: no CLI runs here.
+
+The registry is files in the test's own runtime directory (the autouse isolation sets
+``TEAMLEAD_RUNTIME_DIR``), so entries written here stand for runs of other processes;
+an endpoint is served on the test's own event loop with a steering that records what it
+was asked. The verbs are driven through ``CliRunner``, as a user types them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import socket
+import stat
+import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+from click.testing import CliRunner
+
+from teamlead._agents.pause import Pause
+from teamlead._cli import main
+from teamlead._cli.commands import COMMANDS
+from teamlead._run.endpoint import Endpoint, WatchFeed, call, follow, parse_request
+from teamlead._run.process import ProcessState
+from teamlead._run.registry import Registry, parse_entry, runtime_dir
+from teamlead.errors import ControlError, NoSuchRun
+from teamlead.testing import FakeClock
+
+from .polling import apoll
+
+RUNTIME = "TEAMLEAD_RUNTIME_DIR"
+
+
+def _dir() -> Path:
+    folder = Path(os.environ[RUNTIME])
+    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return folder
+
+
+def _entry(run: str, **fields: Any) -> Path:
+    """Write a registry entry for run ``run`` (by default: this process, alive)."""
+    folder = _dir()
+    data = {
+        "version": 1,
+        "run": run,
+        "session_id": None,
+        "pid": os.getpid(),
+        "pid_started": psutil.Process().create_time(),
+        "uid": os.getuid(),
+        "command": "teamlead ask hi",
+        "mode": "query",
+        "started": 1_700_000_000.0,
+        "socket": str(folder / f"{run}.sock"),
+        **fields,
+    }
+    path = folder / f"{run}.json"
+    path.write_text(json.dumps(data))
+    return path
+
+
+def _stale_socket(path: Path) -> None:
+    """A socket file nobody listens on: bound, then closed without unlinking."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.close()
+
+
+def _invoke(*args: str) -> Any:
+    return CliRunner().invoke(main, list(args))
+
+
+def _gone_pid() -> int:
+    """The pid of a process that has ended and been reaped."""
+    done = subprocess.run([sys.executable, "-c", "pass"], check=True)
+    assert done.returncode == 0
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+# -- the registry -------------------------------------------------------------------------
+def test_the_runtime_directory_comes_from_the_variable_then_xdg_then_the_temp_dir() -> None:
+    assert runtime_dir({RUNTIME: "/x/runs"}) == Path("/x/runs")
+    assert runtime_dir({"XDG_RUNTIME_DIR": "/run/user/7"}) == Path("/run/user/7/teamlead")
+    assert runtime_dir({"XDG_RUNTIME_DIR": "relative"}).name == f"teamlead-{os.getuid()}"
+
+
+def test_a_run_registers_with_private_modes_and_leaves_no_trace() -> None:
+    registry = Registry()
+    registration = registry.register(mode="query", command="teamlead ask hi")
+    registration.write()
+    folder = _dir()
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    assert stat.S_IMODE(registration.entry.path.stat().st_mode) == 0o600
+    (live,) = registry.listing().live
+    assert live.run == registration.run and live.pid == os.getpid()
+    registration.update(session_id="sess-1234")
+    assert registry.find("sess-12").run == registration.run  # a session id prefix names it
+    registration.remove()
+    assert registry.listing().live == [] and list(folder.iterdir()) == []
+
+
+def test_an_open_runtime_directory_is_closed_and_a_symlink_is_refused(tmp_path: Path) -> None:
+    folder = _dir()
+    folder.chmod(0o777)
+    Registry().register(mode="query", command="x")
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+    real = tmp_path / "real"
+    real.mkdir(mode=0o700)
+    link = tmp_path / "link"
+    link.symlink_to(real)
+    with pytest.raises(ControlError, match="not a directory"):
+        Registry(link).register(mode="query", command="x")
+
+
+def test_a_too_long_runtime_directory_puts_the_socket_in_a_short_private_folder(
+    tmp_path: Path,
+) -> None:
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    registration = Registry(deep).register(mode="query", command="x")
+    assert registration.entry.path.parent == deep  # the entry stays where readers look
+    assert len(os.fsencode(registration.socket)) <= 103
+    assert stat.S_IMODE(registration.socket.parent.stat().st_mode) == 0o700
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"x" * 70_000,
+        b"not json",
+        b"[1, 2]",
+        b'{"run": "aaaaaaaaaaaa", "pid": "12", "socket": "s", "started": 1, "pid_started": 1}',
+        b'{"run": "aaaaaaaaaaaa", "pid": true, "socket": "s", "started": 1, "pid_started": 1}',
+        b'{"run": "../../etc/pw", "pid": 1, "socket": "s", "started": 1, "pid_started": 1}',
+        b'{"run": "aaaaaaaaaaaa", "pid": 1, "socket": "s", "started": NaN, "pid_started": 1}',
+        b"[" * 100_000,
+    ],
+    ids=["huge", "garbage", "array", "pid-text", "pid-bool", "bad-id", "nan", "deep"],
+)
+def test_a_malformed_entry_is_not_an_entry(raw: bytes) -> None:
+    assert parse_entry(raw, Path("aaaaaaaaaaaa.json")) is None
+
+
+def test_hostile_files_in_the_runtime_directory_are_skipped(tmp_path: Path) -> None:
+    folder = _dir()
+    (folder / "bbbbbbbbbbbb.json").write_text("{broken")
+    (folder / "cccccccccccc.json").symlink_to(tmp_path / "elsewhere.json")
+    (tmp_path / "elsewhere.json").write_text("{}")
+    (folder / "dddddddddddd.json").mkdir()
+    _entry("eeeeeeeeeeee", extra_field={"kept": True})
+    (live,) = Registry().listing().live
+    assert live.run == "eeeeeeeeeeee" and live.extra == {"extra_field": {"kept": True}}
+
+
+def test_a_dead_runs_entry_and_its_socket_are_pruned_once_shown_by_ps_all() -> None:
+    gone = _entry("aaaaaaaaaaaa", pid=_gone_pid())
+    reused = _entry("bbbbbbbbbbbb", pid_started=psutil.Process().create_time() - 1000)
+    _stale_socket(_dir() / "aaaaaaaaaaaa.sock")
+    result = _invoke("ps", "--all", "--json")
+    assert result.exit_code == 0, result.output
+    rows = json.loads(result.output)
+    assert sorted((r["run"], r["status"]) for r in rows) == [
+        ("aaaaaaaaaaaa", "dead"),
+        ("bbbbbbbbbbbb", "dead"),  # its pid runs a process that started at another time
+    ]
+    assert not gone.exists() and not reused.exists()
+    assert list(_dir().iterdir()) == []
+    assert json.loads(_invoke("ps", "--all", "--json").output) == []
+
+
+def test_a_stale_socket_of_a_live_process_shows_unreachable_and_stop_says_so() -> None:
+    _entry("aaaaaaaaaaaa")
+    _stale_socket(_dir() / "aaaaaaaaaaaa.sock")
+    (row,) = json.loads(_invoke("ps", "--json").output)
+    assert row["status"] == "unreachable" and row["pid"] == os.getpid()
+    result = _invoke("stop", "aaaa")
+    assert result.exit_code == 1
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("teamlead: error: run aaaaaaaaaaaa: the run does not answer")
+
+
+def test_a_prefix_of_two_runs_is_ambiguous_and_one_line() -> None:
+    _entry("abc111111111")
+    _entry("abc222222222", session_id="ffff0000-1")
+    result = _invoke("pause", "abc")
+    assert result.exit_code == 2
+    (line,) = result.output.strip().splitlines()
+    assert "'abc' names 2 runs (abc111111111, abc222222222): give more of the id" in line
+    assert Registry().find("ffff").run == "abc222222222"
+
+
+@pytest.mark.parametrize("verb", [["stop"], ["pause"], ["unpause"], ["watch"], ["amend"]])
+def test_a_verb_on_no_such_run_exits_4_with_one_line(verb: list[str]) -> None:
+    args = [*verb, "0123456789ab", *(["--cap", "2"] if verb == ["amend"] else [])]
+    result = _invoke(*args)
+    assert result.exit_code == 4, result.output
+    assert result.output.strip() == "teamlead: no such run: '0123456789ab' (see `teamlead ps`)"
+
+
+def test_a_finished_runs_entry_says_finished() -> None:
+    _entry("aaaaaaaaaaaa", pid=_gone_pid())
+    result = _invoke("pause", "aaaaaaaaaaaa")
+    assert result.exit_code == 4
+    assert result.output.strip() == "teamlead: run 'aaaaaaaaaaaa' has already finished"
+
+
+def test_ps_escapes_a_hostile_command_and_keeps_it_raw_in_json() -> None:
+    hostile = "teamlead ask \x1b]0;pwned\x07\x1b[2J\u202eevil"
+    _entry("aaaaaaaaaaaa", command=hostile)
+    _stale_socket(_dir() / "aaaaaaaaaaaa.sock")
+    text = _invoke("ps").output
+    assert "\x1b" not in text and "\x07" not in text and "\u202e" not in text
+    assert "\\x1b]0;pwned\\x07\\x1b[2J\\u202eevil" in text
+    (row,) = json.loads(_invoke("ps", "--json").output)
+    assert row["command"] == hostile
+
+
+def test_a_state_without_the_registry_registers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert ProcessState(registry=False).registry is None
+    monkeypatch.setenv("TEAMLEAD_NO_REGISTRY", "1")
+    assert ProcessState().registry is None
+
+
+def test_the_group_help_shows_each_commands_own_summary_without_loading_it() -> None:
+    stubs = {name: summary for name, (_, summary) in COMMANDS.items()}
+    context = main.make_context("teamlead", ["--help"], resilient_parsing=True)
+    for name in sorted(stubs):
+        command = main.get_command(context, name)
+        assert command is not None
+        assert command.get_short_help_str(1000) == stubs[name], name
+
+
+# -- the pause -----------------------------------------------------------------------------
+@pytest.mark.anyio
+async def test_a_pause_holds_until_lifted_or_the_callers_limit() -> None:
+    clock = FakeClock()
+    pause = Pause()
+    assert await pause.wait(None, clock)  # not paused: no wait
+    pause.pause()
+    results: list[bool] = []
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(lambda: _wait_into(pause, clock, clock.monotonic() + 10, results))
+        tg.start_soon(lambda: _wait_into(pause, clock, None, results))
+        assert await apoll(lambda: pause.held_requests == 2, within_s=5)
+        clock.advance(10)  # the first one's limit comes
+        assert await apoll(lambda: results == [False], within_s=5)
+        pause.unpause()
+    assert results == [False, True] and pause.held_requests == 0 and pause.waiting == 0
+    pause.end()
+    assert not pause.pause() and not pause.paused
+
+
+async def _wait_into(pause: Pause, clock: FakeClock, until: float | None, out: list[bool]) -> None:
+    out.append(await pause.wait(until, clock, request=True))
+
+
+# -- the endpoint --------------------------------------------------------------------------
+class _Steering:
+    """A steering that records what it was asked."""
+
+    def __init__(self) -> None:
+        self.asked: list[tuple[str, object]] = []
+
+    def status(self) -> dict[str, Any]:
+        return {"run": "aaaaaaaaaaaa", "status": "running"}
+
+    def stop(self, *, now: bool) -> str:
+        self.asked.append(("stop", now))
+        return "stopping"
+
+    def pause(self) -> str:
+        raise ControlError("run aaaaaaaaaaaa is already paused", code="state")
+
+    def unpause(self) -> str:
+        return "unpaused"
+
+    def amend(self, changes: Mapping[str, int | str | None]) -> str:
+        self.asked.append(("amend", dict(changes)))
+        return "amended"
+
+
+async def _served(path: Path, **kwargs: Any) -> tuple[Endpoint, _Steering]:
+    steering = _Steering()
+    endpoint = Endpoint(path, steering, run="aaaaaaaaaaaa", feed=WatchFeed(), **kwargs)
+    await endpoint.start()
+    return endpoint, steering
+
+
+async def _raw(path: Path, data: bytes) -> dict[str, Any] | None:
+    reader, writer = await asyncio.open_unix_connection(str(path))
+    writer.write(data)
+    await writer.drain()
+    line = await asyncio.wait_for(reader.readline(), 10)
+    writer.close()
+    return json.loads(line) if line else None
+
+
+@pytest.mark.anyio
+async def test_the_endpoint_answers_each_op_and_refuses_hostile_requests(tmp_path: Path) -> None:
+    path = tmp_path / "e.sock"
+    endpoint, steering = await _served(path)
+    try:
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600
+        status = await anyio.to_thread.run_sync(lambda: call(str(path), {"op": "status"}))
+        assert status["ok"] and status["status"] == "running"
+        stopped = await anyio.to_thread.run_sync(
+            lambda: call(str(path), {"op": "stop", "now": True})
+        )
+        assert stopped["message"] == "stopping" and ("stop", True) in steering.asked
+        with pytest.raises(ControlError, match="already paused") as refused:
+            await anyio.to_thread.run_sync(lambda: call(str(path), {"op": "pause"}))
+        assert refused.value.code == "state"
+        for data, code in [
+            (b"x" * 5000 + b"\n", "bad_request"),  # longer than a request may be
+            (b"\xff\xfe not json\n", "bad_request"),
+            (b'{"op": "rm -rf"}\n', "bad_request"),
+            (b'{"op": "amend", "cap": "3"}\n', "bad_request"),
+            (b'{"op": "amend", "cap": true}\n', "bad_request"),
+            (b'{"op": "stop", "now": "yes"}\n', "bad_request"),
+            (b'{"op": "status", "version": -1}\n', "bad_request"),
+            (b"[" * 3000 + b"\n", "bad_request"),
+        ]:
+            answer = await _raw(path, data)
+            assert answer is not None and answer["ok"] is False and answer["error"] == code, data
+        answer = await _raw(path, b'{"op": "amend", "cap": null, "extra": 1}\n')
+        assert answer is not None and answer["ok"]
+        assert ("amend", {"cap": None}) in steering.asked
+    finally:
+        await endpoint.close()
+    assert not path.exists()
+    with pytest.raises(ControlError) as gone:
+        await anyio.to_thread.run_sync(lambda: call(str(path), {"op": "status"}))
+    assert gone.value.code == "unreachable"
+
+
+@pytest.mark.anyio
+async def test_a_silent_client_is_dropped_and_a_crowd_is_told_busy(tmp_path: Path) -> None:
+    path = tmp_path / "e.sock"
+    endpoint, _ = await _served(path, read_timeout_s=0.3, max_connections=2)
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        writer.write(b'{"op": "status"')  # never ends its line
+        assert await asyncio.wait_for(reader.read(), 10) == b""  # closed, no answer
+        writer.close()
+        silent = [await asyncio.open_unix_connection(str(path)) for _ in range(2)]
+        busy = await _raw(path, b'{"op": "status"}\n')
+        assert busy is not None and busy["error"] == "busy"
+        for _, w in silent:
+            w.close()
+        ok = await apoll(lambda: len(endpoint._tasks) == 0, within_s=10)
+        assert ok
+        assert (await _raw(path, b'{"op": "status"}\n') or {}).get("ok") is True
+    finally:
+        await endpoint.close()
+
+
+@pytest.mark.anyio
+async def test_a_watcher_gets_the_recent_lines_then_live_ones_until_the_end(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "e.sock"
+    endpoint, _ = await _served(path)
+    endpoint.feed.write('{"type": "session"}\n{"type": "lead_')  # a line in two writes
+    endpoint.feed.write('turn"}\n')
+    got: list[str] = []
+
+    def watch() -> None:
+        got.extend(follow(str(path)))
+
+    try:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(anyio.to_thread.run_sync, watch)
+            assert await apoll(lambda: len(got) == 2, within_s=10)
+            endpoint.feed.write('{"type": "finished"}\n')
+            assert await apoll(lambda: len(got) == 3, within_s=10)
+            await endpoint.close()  # the run ended: the watcher's stream ends
+    finally:
+        await endpoint.close()
+    assert [json.loads(line)["type"] for line in got] == ["session", "lead_turn", "finished"]
+
+
+def test_a_watcher_that_falls_behind_is_dropped() -> None:
+    feed = WatchFeed(backlog=3)
+    watcher = feed.subscribe()
+    for i in range(5):
+        feed.write(f'{{"n": {i}}}\n')
+    assert watcher.dropped and len(watcher.lines) == 3
+
+
+def test_a_request_line_parses_into_typed_fields() -> None:
+    request = parse_request(b'{"version": 1, "op": "amend", "subagent_model": "haiku"}')
+    assert request.op == "amend" and request.amend == {"subagent_model": "haiku"}
+    assert parse_request(b'{"op": "stop"}').now is False
+
+
+def test_no_such_run_carries_what_was_asked() -> None:
+    with pytest.raises(NoSuchRun) as err:
+        Registry().find("zz")
+    assert err.value.ref == "zz" and err.value.why == "none"
