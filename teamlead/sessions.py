@@ -31,7 +31,7 @@ Resume on the other machine from the same working directory: the store files a s
 under its project key, the sanitized working directory (``project_key_for_directory``).
 
 Example:
-    >>> store = teamlead.open_session_store("redis://10.0.0.5:6379/0")  # doctest: +SKIP
+    >>> store = teamlead.open_session_store("redis://HOST:6379/0")  # doctest: +SKIP
     >>> options = ClaudeAgentOptions(session_store=store)  # doctest: +SKIP
     >>> async for item in teamlead.query("Audit the repo", options):  # doctest: +SKIP
     ...     ...
