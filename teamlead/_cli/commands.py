@@ -2,8 +2,8 @@
 
 ``ask``/``resume`` live in :mod:`.ask`, ``demo``/``serve-scripted`` in :mod:`.demo` (the
 only modules that load the offline test bed, and only when run), ``inbox``, ``prompts``,
-``experiment`` and ``relay`` in modules of those names. Loading them loads the SDK: the
-entry point (:mod:`.startup`) imports this module only once it takes the stop signals.
+``experiment``, ``relay`` and ``sessions`` in modules of those names. Loading them loads the
+SDK: the entry point (:mod:`.startup`) imports this module only once it takes the stop signals.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from .experiment import experiment
 from .inbox import inbox
 from .prompts import prompts
 from .relay import relay
+from .sessions import sessions
 
 __all__ = ["main"]
 
@@ -47,5 +48,5 @@ def _configure_logging() -> None:
     logging.getLogger("claude_agent_sdk").setLevel(logging.CRITICAL)
 
 
-for _command in (ask, resume, demo, serve_scripted, prompts, inbox, experiment, relay):
+for _command in (ask, resume, sessions, demo, serve_scripted, prompts, inbox, experiment, relay):
     main.add_command(_command)
