@@ -20,21 +20,20 @@ import os
 import signal
 import subprocess
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 
-from teamlead.sessions import open_session_store, stored_sessions
-from teamlead.testing import OfflineClaude, ScriptedServer
+from teamlead.sessions import stored_sessions
+from teamlead.testing import ScriptedServer
 from teamlead.testing.scripts import WorkflowFanOut, findings_in, workflow_key
 
 from .conftest import cli_processes
-from .isolated import isolated_env, run_to_the_end
+from .isolated import run_to_the_end
 from .polling import poll
 from .redis_server import REDIS_SERVER, RedisServer, redis_server
+from .session_stores import Machine, finished_line, in_store, machine
 from .test_cli import TEAMLEAD
 
 pytestmark = [
@@ -47,37 +46,11 @@ KEYS = ["a", "b", "c", "d"]
 RUN = ["--json", "--allow-workflows", "--wait", "5", "--deadline", "240"]
 
 
-@dataclass(frozen=True)
-class Machine:
-    """One machine: its home, and the environment its commands run with."""
-
-    claude: OfflineClaude
-    env: dict[str, str]
-
-
-def machine(root: Path, name: str, server: ScriptedServer) -> Machine:
-    claude = OfflineClaude(server.base_url, state_dir=root / name)
-    return Machine(claude, {**isolated_env(root / name), **claude.env})
-
-
 @pytest.fixture
 def redis(tmp_path: Path) -> Iterator[RedisServer]:
     (tmp_path / "redis").mkdir()
     with redis_server(tmp_path / "redis") as server:
         yield server
-
-
-def in_store(url: str, check: Any) -> Any:
-    """``await check(store)`` on a store opened (and closed) for this one look."""
-
-    async def look() -> Any:
-        store = open_session_store(url)
-        try:
-            return await check(store)
-        finally:
-            await store.aclose()
-
-    return anyio.run(look)
 
 
 def journaled_session(url: str, results: int) -> str | None:
@@ -93,7 +66,7 @@ def journaled_session(url: str, results: int) -> str | None:
                         return str(session.session_id)
         return None
 
-    return in_store(url, check)  # type: ignore[no-any-return]
+    return in_store(url, check)
 
 
 def requests_by_key(server: ScriptedServer) -> dict[str, int]:
@@ -136,12 +109,6 @@ def die_once_journaled(
         out.close()
     assert poll(lambda: not cli_processes(first.claude.state_dir), within_s=10)
     return session, proc
-
-
-def finished_line(stdout: str) -> dict[str, Any]:
-    lines = [json.loads(line) for line in stdout.splitlines() if line.strip()]
-    assert lines and lines[-1]["type"] == "finished", lines[-3:]
-    return lines[-1]
 
 
 def test_a_run_whose_machine_died_is_finished_on_another_from_the_redis_store(

@@ -174,6 +174,13 @@ class RunStore:
             None,
         )
         if local is not None:
+            if brought is not None and brought.source == "none":
+                log.warning(
+                    "session store %s holds no copy of session %s: resuming this machine's "
+                    "files (the store gets the session's new lines from now on)",
+                    self.where,
+                    session_id,
+                )
             if brought is not None and brought.source == "store":
                 log.info("session %s: the store was further along; brought it here", session_id)
             return brought
