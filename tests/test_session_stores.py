@@ -235,3 +235,115 @@ def test_open_session_store_refuses_anything_else_saying_what_is_accepted(
     with pytest.raises(teamlead.UsageError) as caught:
         teamlead.open_session_store(url)
     assert said in str(caught.value) and "secret" not in str(caught.value)
+
+
+# -- what a run does with a store ---------------------------------------------------------
+def _transcript(path: Path, entries: list[dict[str, Any]]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(e) + "\n" for e in entries))
+
+
+async def test_a_session_is_brought_home_within_its_folder_with_its_sidecars(
+    tmp_path: Path,
+) -> None:
+    from claude_agent_sdk import InMemorySessionStore
+
+    from teamlead._sessions.home import bring_home
+    from teamlead._sessions.stored import WarnOnce
+
+    store = InMemorySessionStore()
+    await store.append(KEY, [{"type": "user", "uuid": "u1"}])
+    await store.append(SUB, [{"type": "agent_metadata", "agentType": "x"}])
+    await store.append(SUB, [{"type": "assistant", "uuid": "s1"}])
+    for bad in ("subagents/../../../escaped", "/etc/evil", "other/agent"):
+        await store.append({**KEY, "subpath": bad}, [{"type": "user"}])
+    brought = await bring_home(
+        store, tmp_path / "projects", "proj", "sess", local=None, warn=WarnOnce()
+    )
+    assert brought.source == "store" and brought.files == 3
+    folder = tmp_path / "projects" / "proj" / "sess"
+    written = [p for p in (tmp_path / "projects").glob("**/*") if p.is_file()]  # noqa: ASYNC240
+    assert sorted(str(p.relative_to(tmp_path)) for p in written) == [
+        "projects/proj/sess.jsonl",
+        "projects/proj/sess/subagents/agent-1.jsonl",
+        "projects/proj/sess/subagents/agent-1.meta.json",
+    ]
+    assert json.loads((folder / "subagents" / "agent-1.meta.json").read_text()) == {
+        "agentType": "x"
+    }
+
+
+async def test_the_local_transcript_wins_unless_the_store_is_further_along(
+    tmp_path: Path,
+) -> None:
+    from claude_agent_sdk import InMemorySessionStore
+
+    from teamlead._sessions.home import bring_home
+    from teamlead._sessions.stored import WarnOnce
+
+    store = InMemorySessionStore()
+    await store.append(KEY, [{"type": "user", "uuid": "u1"}, {"type": "user", "uuid": "u2"}])
+    local = tmp_path / "projects" / "proj" / "sess.jsonl"
+    _transcript(local, [{"type": "user", "uuid": "u1"}, {"type": "user", "uuid": "u3"}])
+    kept = await bring_home(
+        store, tmp_path / "projects", "proj", "sess", local=local, warn=WarnOnce()
+    )
+    assert kept.source == "local" and "u3" in local.read_text()  # both have lines of their own
+    _transcript(local, [{"type": "user", "uuid": "u1"}])
+    ahead = await bring_home(
+        store, tmp_path / "projects", "proj", "sess", local=local, warn=WarnOnce()
+    )
+    assert ahead.source == "store" and "u2" in local.read_text()  # another machine went on
+
+
+async def test_a_journal_is_mirrored_once_line_by_line_across_runs(tmp_path: Path) -> None:
+    from claude_agent_sdk import InMemorySessionStore
+
+    from teamlead._sessions.journals import JournalMirror, journal_subpath
+
+    store = InMemorySessionStore()
+    journal = tmp_path / "projects" / "proj" / "sess" / "subagents" / "workflows" / "wf_1"
+    journal = journal / "journal.jsonl"
+    journal.parent.mkdir(parents=True)
+    journal.write_text('{"type":"launched"}\n{"type":"result","agentId":"a"}\n{"type":"star')
+    assert await JournalMirror(store, tmp_path).sync("sess", ["wf_1"]) == 2  # not the torn one
+    with journal.open("a") as out:
+        out.write('ted"}\nnot json\n{"type":"result","agentId":"b"}\n')
+    again = JournalMirror(store, tmp_path)  # a later run: it goes on after what is stored
+    assert await again.sync("sess", ["wf_1"]) == 2
+    assert await again.sync("sess", ["wf_1"]) == 0
+    key: SessionKey = {**KEY, "subpath": journal_subpath("wf_1")}
+    assert [e["type"] for e in await store.load(key) or []] == [
+        "launched",
+        "result",
+        "started",
+        "result",
+    ]
+
+
+async def test_the_runs_view_reads_local_first_and_a_failing_store_costs_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from claude_agent_sdk import InMemorySessionStore
+
+    from teamlead._sessions.run_store import RunStore
+
+    class Broken(InMemorySessionStore):
+        async def append(self, key: SessionKey, entries: list[Any]) -> None:
+            raise ConnectionError("the store went away")
+
+    healthy = InMemorySessionStore()
+    await healthy.append(KEY, [{"type": "user"}])
+    run = RunStore(healthy, config_dir=tmp_path, cwd=tmp_path)
+    assert await run.view.load(KEY) == [{"type": "user"}]
+    _transcript(tmp_path / "projects" / "p" / "sess.jsonl", [{"type": "user"}])
+    assert await run.view.load(KEY) is None  # the CLI resumes the local files
+    assert await run.view.load(SUB) is None and await run.view.list_subkeys(KEY) == []
+
+    broken = RunStore(Broken(), config_dir=tmp_path, cwd=tmp_path)
+    with caplog.at_level(logging.WARNING, logger="teamlead.sessions"):
+        for _ in range(3):
+            await broken.view.append(KEY, [{"type": "user"}])  # never raises into the SDK
+        assert await broken.view.load({**KEY, "session_id": "other"}) is None
+    assert len(caplog.records) == 1 and "the store went away" in caplog.records[0].getMessage()
+    assert broken.failed is not None
