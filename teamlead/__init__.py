@@ -27,6 +27,10 @@ The public API is what this module re-exports in ``__all__``, the names users ca
   :mod:`teamlead.control`).
 - :class:`Governor` adapts concurrency to rate limits; :func:`relay_for` keeps the request
   relay that paces a ``ClaudeSDKClient``'s API requests up while the client lives.
+- :func:`open_session_store` opens a session store (Redis, SQLite) from a URL, for
+  ``ClaudeAgentOptions.session_store``: a run's transcripts kept off the machine, so another
+  machine can resume it (:mod:`teamlead.sessions` holds the stores and their listing); a
+  store that fails is a :class:`SessionStoreError`.
 - :class:`ProcessState` is what the runs of one process share (the relays, governors,
   spawn cap and live runs): one is made as the process's default; pass your own
   (``process=``) to keep runs apart.
@@ -66,6 +70,7 @@ if typing.TYPE_CHECKING:
         GovernorCleared,
         InboxError,
         ResumeError,
+        SessionStoreError,
         SetupError,
         TeamleadError,
         UsageError,
@@ -102,6 +107,7 @@ if typing.TYPE_CHECKING:
     from .governor import Governor, GovernorPolicy, bucket_key
     from .policy import InboxWaitPolicy, LimitsPolicy, LockPolicy, Policy, RetryPolicy, SpawnPolicy
     from .prompts import Strategy, apply_strategy, list_strategies, load_strategy
+    from .sessions import open_session_store
 
 #: Where each public name lives. Importing ``teamlead`` loads none of them (the SDK alone
 #: takes over a second): a name is imported on first use, so ``python -m teamlead`` takes
@@ -127,6 +133,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "GovernorCleared",
         "InboxError",
         "ResumeError",
+        "SessionStoreError",
         "SetupError",
         "TeamleadError",
         "UsageError",
@@ -179,6 +186,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "list_strategies",
         "load_strategy",
     ),
+    ".sessions": ("open_session_store",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
@@ -217,6 +225,7 @@ __all__ = [
     "RetryPolicy",
     "RunAmended",
     "RunControl",
+    "SessionStoreError",
     "SetupError",
     "SpawnAdmitted",
     "SpawnDenied",
@@ -239,6 +248,7 @@ __all__ = [
     "bucket_key",
     "list_strategies",
     "load_strategy",
+    "open_session_store",
     "prepare_options",
     "query",
     "receive_all",

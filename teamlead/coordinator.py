@@ -131,6 +131,8 @@ async def _relayed_run(
     finally:
         state.close()  # also when the relay's hookup failed to open or to close
     if finished is not None:
+        if state.store is not None:  # how the run ended, for `teamlead sessions`
+            await state.store.put_status(finished)
         yield finished
 
 
@@ -326,6 +328,8 @@ async def receive_all(
     try:
         async with aclosing(items) as stream:
             async for item in stream:
+                if isinstance(item, Finished) and state.store is not None:
+                    await state.store.put_status(item)
                 yield item
     finally:  # however the run ends, it lets go of its slots
         state.close()
@@ -372,7 +376,10 @@ async def resume_session(
 
     Rebuilds the session's state from its transcript under the Claude config dir (from
     ``options.env`` or the environment), gathers unused task results and inbox reports,
-    and resumes the lead, exactly like the tail of :func:`query`.
+    and resumes the lead, exactly like the tail of :func:`query`. With
+    ``options.session_store`` (see :mod:`teamlead.sessions`), a session this machine lacks
+    (it ran on another machine) or holds an older copy of is first brought from the store
+    to the config dir; run it in the directory the session ran in.
 
     Args:
         session_id: the session to finish.
@@ -386,7 +393,7 @@ async def resume_session(
             :class:`~teamlead.ProcessState`. Pass one of your own to keep runs apart.
 
     Raises:
-        UsageError: the session does not exist under the config dir.
+        UsageError: the session does not exist under the config dir, nor in the store.
         AmendRefused: ``control`` already serves another run that has not ended.
 
     Example:

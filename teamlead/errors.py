@@ -15,7 +15,9 @@
     ├── ResumeError               re-querying the lead failed (``session_id``, ``attempt``)
     ├── BudgetExceeded            a policy limit (cost, rounds, deadline) stopped the work
     ├── GovernorCleared           the concurrency governor was cleared while a caller waited
-    └── RelayError                the loopback request relay could not start (run direct)
+    ├── RelayError                the loopback request relay could not start (run direct)
+    └── SessionStoreError         a session store could not be reached or failed (``store``);
+                                  a run warns in one line and goes on with the local files
 
 The CLI maps each to one line on stderr and an exit code; none of them shows a traceback.
 
@@ -39,6 +41,7 @@ __all__ = [
     "RelayError",
     "InboxError",
     "ResumeError",
+    "SessionStoreError",
     "SetupError",
     "TeamleadError",
     "UsageError",
@@ -193,3 +196,25 @@ class RelayError(TeamleadError):
         ... except RelayError as exc:
         ...     print(f"warning: {exc}; running without the relay")
     """
+
+
+class SessionStoreError(TeamleadError):
+    """A session store (``teamlead.open_session_store``) could not be reached, or failed.
+
+    What a store *holds* never raises (an unreadable entry is skipped with one warning);
+    this is the store itself failing. A run that meets it warns in one line and goes on
+    with the local files.
+
+    Attributes:
+        store: where the store is (its URL, without a password).
+
+    Example:
+        >>> try:
+        ...     await store.load(key)  # doctest: +SKIP
+        ... except teamlead.SessionStoreError as exc:
+        ...     print(f"warning: {exc}; using the local files")
+    """
+
+    def __init__(self, message: str, *, store: str) -> None:
+        super().__init__(message)
+        self.store = store

@@ -1,8 +1,9 @@
 """The public API of each public package is exactly what its ``__init__`` lists in ``__all__``.
 
-Three packages are public: ``teamlead`` (what users call), ``teamlead.experiment`` (the
-experiment API, not re-exported at the top level) and ``teamlead.testing`` (the offline test
-bed). Every listed name exists and is documented, and nothing public is left out.
+Four packages are public: ``teamlead`` (what users call), ``teamlead.experiment`` (the
+experiment API, not re-exported at the top level), ``teamlead.sessions`` (the session stores;
+``open_session_store`` is re-exported) and ``teamlead.testing`` (the offline test bed).
+Every listed name exists and is documented, and nothing public is left out.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ import teamlead.events
 import teamlead.experiment
 import teamlead.governor
 import teamlead.policy
+import teamlead.sessions
 import teamlead.testing
 
-PACKAGES = [teamlead, teamlead.experiment, teamlead.testing]
+PACKAGES = [teamlead, teamlead.experiment, teamlead.sessions, teamlead.testing]
 IDS = [package.__name__ for package in PACKAGES]
 
 
@@ -60,7 +62,8 @@ def test_the_top_level_surface_stays_small_and_private_helpers_stay_private() ->
     # 64 at most: what users call and what they receive back (the process's shared state
     # and the stream's item union among them); the names users never call (the run state,
     # parsing helpers, the test bed, the experiment API, which lives in
-    # teamlead.experiment) are not re-exported.
+    # teamlead.experiment, the session stores' classes, in teamlead.sessions) are not
+    # re-exported.
     assert len(teamlead.__all__) <= 64
     private = ("RunState", "decode_entry", "entry_key", "parse_message", "TrialWriter")
     for name in (*private, "FakeClock", "ScriptedServer"):

@@ -11,6 +11,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import anyio
 import click
 
 from .._otel import run_labels
@@ -26,6 +27,7 @@ from .options import (
     option,
     output_mode,
     overload_hold_option,
+    session_store_option,
 )
 
 if TYPE_CHECKING:
@@ -108,6 +110,7 @@ def run_options(func: _F) -> _F:
             help="Claude Code CLI to run (default: the one claude-agent-sdk bundles).",
         ),
         option("--verbose", "-v", is_flag=True, help="Show the lead's text as it streams."),
+        session_store_option(),
         *spawn_options(),
         no_relay_option(),
         overload_hold_option(),
@@ -224,6 +227,7 @@ def settings_from_options(
     provider_limit: tuple[str, ...] = (),
     default_limit: int | None = None,
     total_limit: int | None = None,
+    session_store: str | None = None,
 ) -> AskSettings:
     """The :class:`AskSettings` for the parsed run options.
 
@@ -269,6 +273,7 @@ def settings_from_options(
         limits=limits_from_options(
             limits_shared, model_limit, provider_limit, default_limit, total_limit
         ),
+        session_store=session_store.strip() if session_store and session_store.strip() else None,
     )
 
 
@@ -322,7 +327,11 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 def resume(
     session_id: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **kw: Any
 ) -> None:
-    """Collect the unused results of SESSION_ID and resume its lead."""
+    """Collect the unused results of SESSION_ID and resume its lead.
+
+    With --session-store, a session that ran on another machine is brought here from the
+    store: run it in the directory the session ran in.
+    """
     from .._claude.saved_session import find_session_file
     from .._claude.team import claude_config_dir
     from ..coordinator import resume_session
@@ -332,7 +341,8 @@ def resume(
     settings = settings_from_options(strategy, **kw)
     options, policy, _ = build_run(settings)
     env = merged_env(options.env)
-    find_session_file(claude_config_dir(env), session_id)  # a missing session is a usage error
+    if options.session_store is None:  # with a store, the run brings a session it lacks here
+        find_session_file(claude_config_dir(env), session_id)  # a missing one: usage error
     check_setup(env)
     sys.exit(
         _at_the_terminal(
@@ -369,7 +379,16 @@ def _at_the_terminal(
         config_dir=claude_config_dir(merged_env(options.env)),
     )
     options = controls.options(options)
+
+    async def items() -> AsyncIterator[Any]:
+        try:
+            async for item in start(options, control):
+                yield item
+        finally:  # the store's connections belong to this event loop: closed in it
+            close = getattr(options.session_store, "aclose", None)
+            if close is not None:
+                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                    await close()
+
     with run_labels(strategy=settings.strategy):  # the run's span names its strategy
-        return run_session(
-            lambda: start(options, control), output=output, verbose=verbose, controls=controls
-        )
+        return run_session(items, output=output, verbose=verbose, controls=controls)

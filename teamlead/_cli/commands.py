@@ -2,7 +2,7 @@
 
 ``ask``/``resume`` live in :mod:`.ask`, ``demo``/``serve-scripted`` in :mod:`.demo` (the
 only modules that load the offline test bed, and only when run), ``inbox``, ``prompts``,
-``experiment`` and ``relay`` in modules of those names, and the verbs on running runs
+``experiment``, ``relay`` and ``sessions`` in modules of those names, and the verbs on running runs
 (``ps``, ``stop``, ``pause``, ``unpause``, ``amend``, ``watch``) in :mod:`.runs`.
 
 A command's module is imported only when that command runs (:class:`LazyGroup`): most of
@@ -51,6 +51,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Show the limits the governor learnt for each account (no secrets), or clear them.",
     ),
     "ps": ("runs:ps", "List your running teamlead runs."),
+    "sessions": ("sessions:sessions", "List the sessions a session store holds, newest first."),
     "relay": (
         "relay:relay",
         "Serve the pacing relay for any Claude Code client until Ctrl-C or SIGTERM.",

@@ -30,6 +30,7 @@ __all__ = [
     "no_relay_option",
     "overload_hold_option",
     "option",
+    "session_store_option",
     "output_mode",
 ]
 
@@ -112,6 +113,18 @@ def overload_hold_option() -> Callable[[_F], _F]:
         help="Seconds the relay holds one request through an overload burst (529s, 503s, a "
         "dropped connection), retrying it with backoff while the CLI waits; 0 passes "
         "overloads on at once.",
+    )
+
+
+def session_store_option() -> Callable[[_F], _F]:
+    """``--session-store`` (``TEAMLEAD_SESSION_STORE``): where the session's transcripts are
+    kept off the machine (see the README's "Durable runs across machines")."""
+    return option(
+        "--session-store",
+        metavar="URL",
+        help="Keep the session's transcripts (and workflow journals) in this store too, so "
+        "another machine can resume it: redis://HOST:PORT/DB, rediss://… or sqlite:///PATH "
+        "[default: the local files only].",
     )
 
 

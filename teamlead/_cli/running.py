@@ -8,6 +8,7 @@ returns the exit code.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import tempfile
@@ -91,6 +92,7 @@ class AskSettings:
     relay: bool = True
     overload_hold_s: float = 300.0
     limits: LimitsPolicy = field(default_factory=LimitsPolicy)
+    session_store: str | None = None
 
 
 def check_setup(env: Mapping[str, str], *, config_dir: bool = True) -> None:
@@ -197,7 +199,8 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
     """SDK options with the strategy appended, and the policy, for ``settings``.
 
     Raises:
-        UsageError: unknown strategy, bad numbers, a cwd that does not exist.
+        UsageError: unknown strategy, bad numbers, a cwd that does not exist, a session
+            store URL that is none.
     """
     if settings.cwd is not None and not Path(settings.cwd).is_dir():
         raise UsageError(f"--cwd {settings.cwd!r} is not a directory")
@@ -236,6 +239,12 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
         env=dict(settings.env),
         cli_path=find_cli(settings.cli_path),
     )
+    if settings.session_store is not None:
+        from ..sessions import open_session_store
+
+        options = dataclasses.replace(
+            options, session_store=open_session_store(settings.session_store)
+        )
     if settings.allow_workflows:
         options = allow_workflows(options)
     options = apply_strategy(options, strategy, values=prompt_limits(policy.spawn, options.env))

@@ -276,6 +276,9 @@ class Collection:
             if text:
                 source = "transcript" if found is not None else "summary"
                 parts.append(f"[{agent.label}] {text}")
+        if not run.agents and journaled:  # a rebuilt session knows no agents: its journal does
+            parts += [f"[{r.label or agent_id}] {r.text}" for agent_id, r in journaled.items()]
+            source = "transcript"
         if not parts and task.summary:
             parts.append(task.summary)
             source = "summary"
@@ -302,7 +305,14 @@ class Collection:
         workflow = None
         if (lost or unfinished) and run.run_id:
             workflow = _resume_of(
-                run, run.run_id, task, lost, limited, resumable, self._state.tracker
+                run,
+                run.run_id,
+                task,
+                lost,
+                limited,
+                resumable,
+                self._state.tracker,
+                self._config_dir,
             )
         delivery = Delivery(
             key=f"task:{task.task_id}",
@@ -416,7 +426,9 @@ class Collection:
             status="lost",
             text="",
             source="none",
-            workflow=_resume_of(run, run.run_id, task, lost, limited, True, tracker),
+            workflow=_resume_of(
+                run, run.run_id, task, lost, limited, True, tracker, self._config_dir
+            ),
         )
 
     def _task_delivery(self, task: TaskInfo, session: str | None) -> tuple[Delivery, TaskSource]:
@@ -746,6 +758,7 @@ def _resume_of(
     limited: dict[int, str],
     resumable: bool,
     tracker: Tracker,
+    config_dir: Path,
 ) -> WorkflowResume:
     """What the resume prompt says of a workflow that lost agents, and asks of the lead: to
     resume it, or (the CLI refused to resume it) to run the agents that did not finish
@@ -755,7 +768,7 @@ def _resume_of(
     return WorkflowResume(
         run_id=run_id,
         name=run.name or run.description or task.task_id,
-        script_path=run.script_path,
+        script_path=_script_here(run.script_path, config_dir),
         lost=tuple(_lost_line(a, limited.get(a.index)) for a in lost)
         or ("the run did not finish",),
         resumable=resumable,
@@ -765,6 +778,20 @@ def _resume_of(
         if refused is not None
         else (),
     )
+
+
+def _script_here(path: str | None, config_dir: Path) -> str | None:
+    """``path`` when the script is a file under this machine's config dir (where the CLI
+    wrote it, and reads it back from), else ``None``: a session brought from its store ran
+    on another machine, whose script path the CLI here refuses; the lead is asked for the
+    same script inline instead."""
+    if not path:
+        return None
+    try:
+        inside = Path(path).resolve().is_relative_to(Path(config_dir).resolve())
+    except (OSError, ValueError):
+        return None
+    return path if inside and Path(path).is_file() else None
 
 
 def _lost_line(agent: WorkflowAgent, limited: str | None) -> str:

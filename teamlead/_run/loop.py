@@ -67,6 +67,7 @@ async def run_query(state: RunState, query_fn: QueryFn, prompt: str) -> AsyncGen
     """
     rounds = _QueryRounds(state, query_fn)
     state.start_clock()
+    await state.open_store()
     first = rounds.first(prompt)
     async for item in first:
         yield item
@@ -90,7 +91,8 @@ async def run_resume(
 
     The session's state is rebuilt from its transcript (see
     :func:`teamlead._claude.saved_session.load_session`), then the usual collect-and-resume
-    loop runs.
+    loop runs. With a session store, the session is first brought from the store to this
+    machine where it lacks the session or is behind (:mod:`teamlead._sessions.home`).
 
     Args:
         state: a fresh run in ``query`` mode.
@@ -98,12 +100,16 @@ async def run_resume(
         session_id: the session to finish.
 
     Raises:
-        UsageError: the session does not exist under the config dir.
+        UsageError: the session does not exist under the config dir (nor in the store).
     """
     from .._claude.saved_session import load_session
 
     rounds = _QueryRounds(state, query_fn)
     state.start_clock()
+    store = state.store
+    await state.open_store()
+    if store is not None:  # one given up at the start answers at once (and names itself)
+        await store.bring_home(session_id)
     state.tracker = load_session(state.config_dir, session_id, clock=state.clock)
     state.ledger.last_round_ok = state.tracker.last_success is not None
     async for item in _resume_loop(state, rounds.resume, wrap=rounds.wrap):
@@ -118,6 +124,7 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
         client: the connected client; every round reads its messages.
     """
     state.start_clock()
+    await state.open_store()
     stopping = _stop_timed_out(state, client)
     first = Round(state, client.receive_messages(), settle=True)
     async for item in first:

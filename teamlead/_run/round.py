@@ -9,6 +9,12 @@ stream, by the idle timeout). When iteration ends the stream is closed and
 :attr:`Round.outcome` says whether the lead answered, and if not, why, so nothing but the
 SDK's own messages and teamlead's events travels in the stream.
 
+With a session store, a workflow's journal is mirrored into it as the round goes: after
+each message that moved a workflow on, every :data:`JOURNAL_POLL_S` while a read waits and
+a workflow is open (the CLI may write a result line after the progress it announced), and
+once when the round ends; so a machine that dies leaves the store every agent that
+finished.
+
 A lead request the relay saw fail with 429 or 529 and a ``retry-after`` header puts that
 wait on the outcome (:attr:`RoundOutcome.retry_after`), so a resume retry waits at least
 that long.
@@ -25,12 +31,23 @@ import anyio
 from ..clock import move_on_at
 from ..events import RateLimited
 from ..policy import TRANSIENT_STATUSES
-from ..tracker import ResultSeen, SessionStateSeen, TrackedEvent
+from ..tracker import (
+    ResultSeen,
+    SessionStateSeen,
+    TrackedEvent,
+    WorkflowAgentChanged,
+    WorkflowEnded,
+    WorkflowLaunched,
+)
 from .outcome import ErrorKind, RoundOutcome
 from .state import RunState
 from .workflow_permission import workflow_denials
 
-__all__ = ["Round"]
+__all__ = ["JOURNAL_POLL_S", "Round"]
+
+#: How often a waiting read mirrors the open workflows' journals into the session store.
+JOURNAL_POLL_S = 0.25
+_WORKFLOW_EVENTS = (WorkflowAgentChanged, WorkflowEnded, WorkflowLaunched)
 
 _CLOSE_TIMEOUT_S = 20.0  # a guard on tearing down the CLI process, not a policy deadline
 _END: Any = object()  # the stream ended
@@ -131,6 +148,10 @@ class Round:
                         kind = "deadline"
                     break
                 events = self._state.feed(message)
+                if self._state.store is not None and any(
+                    isinstance(e, _WORKFLOW_EVENTS) for e in events
+                ):
+                    await self._state.sync_journals()
                 state = session_state(events)
                 if state is not None:
                     self._cli_state = state
@@ -165,6 +186,7 @@ class Round:
                     contextlib.suppress(Exception),
                 ):
                     await aclose()
+        await self._state.sync_journals()  # what the round's CLI journaled last
         self._outcome = self._conclude(self._tracker.results[start:], error, kind, exc_status)
         if self._state.gate is not None:
             for extra in self._state.gate.drain():
@@ -244,6 +266,8 @@ class Round:
                 tg.cancel_scope.cancel()
 
             tg.start_soon(cutter)
+            if self._state.watches_journals:
+                tg.start_soon(self._mirror_journals)
             try:
                 message = await self._stream.__anext__()
             except StopAsyncIteration:
@@ -256,6 +280,12 @@ class Round:
         if failure is not None and not self._cut:
             raise failure
         return _END if failure is not None else message
+
+    async def _mirror_journals(self) -> None:
+        """While a read waits: mirror the open workflows' journals every so often."""
+        while True:
+            await self._clock.sleep(JOURNAL_POLL_S)
+            await self._state.sync_journals()
 
     async def _budget_reached(self) -> None:
         agents = self._state.agents

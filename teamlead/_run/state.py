@@ -21,6 +21,9 @@ return what they found. It owns:
   stream (``teamlead amend`` attaches one to a run started without);
 - the run's :class:`~teamlead._agents.pause.Pause` (``teamlead pause``), which its gate and
   its share of the relay hold new agents and requests on.
+- the run's session store (:class:`~teamlead._sessions.run_store.RunStore`), when the options
+  name one: the SDK mirrors through its view (eagerly), the run mirrors its workflow
+  journals and its status record into it.
 """
 
 from __future__ import annotations
@@ -41,6 +44,7 @@ from .._claude.team import Team, claude_config_dir
 from .._gate.feed import GateFeed, new_gate
 from .._procs import stop_marked
 from .._redact import redact
+from .._sessions.run_store import RunStore
 from ..clock import Clock
 from ..control import RunControl, _Run
 from ..events import RunAmended
@@ -185,6 +189,7 @@ class RunState:
         amended: the control's events not yet in the stream.
         process: what the run shares with the process's other runs.
         pause: the run's pause: its gate and its share of the relay hold on it.
+        store: the run's session store, when its options name one.
     """
 
     mode: Mode
@@ -210,6 +215,7 @@ class RunState:
     amended: list[RunAmended] = field(default_factory=list)
     process: ProcessState = field(default_factory=default_process_state)
     pause: Pause = field(default_factory=Pause)
+    store: RunStore | None = None
 
     def drain_amends(self) -> list[RunAmended]:
         """The control's events since the last call (applied on the run's loop)."""
@@ -313,6 +319,31 @@ class RunState:
             self.agents.observe(events, self.tracker)
         return events
 
+    async def open_store(self) -> None:
+        """Check the session store answers; one that does not is told in one warning line,
+        and the run goes on without it (the SDK mirrors nothing: nothing to fail later)."""
+        if self.store is not None and not await self.store.check():
+            self.store = None
+            self.options = dataclasses.replace(self.options, session_store=None)
+
+    async def sync_journals(self) -> None:
+        """Mirror the run's workflow journals into the session store (their new lines)."""
+        if self.store is None:
+            return
+        runs = [
+            t.workflow.run_id
+            for t in self.tracker.tasks.values()
+            if t.workflow is not None and t.workflow.run_id
+        ]
+        await self.store.sync_journals(self.tracker.session_id, runs)
+
+    @property
+    def watches_journals(self) -> bool:
+        """A workflow of the run is still open and there is a store to mirror it to."""
+        return self.store is not None and any(
+            t.workflow is not None and not t.terminal for t in self.tracker.tasks.values()
+        )
+
     def process_ended(self) -> None:
         """A CLI process of the run exited: its agents ended with it."""
         if self.gate is not None:
@@ -414,13 +445,21 @@ def new_run(
     if gate is not None:
         gate.subagent_model = _starting_model(prepared, policy)
     mark = uuid.uuid4().hex
+    config_dir = claude_config_dir({**os.environ, **dict(prepared.env)})
+    store = None
+    if prepared.session_store is not None:  # mirrored eagerly: a dead machine loses ~0.1 s
+        store = RunStore(prepared.session_store, config_dir=config_dir, cwd=prepared.cwd)
+        prepared = dataclasses.replace(
+            prepared, session_store=store.view, session_store_flush="eager"
+        )
     state = RunState(
         mode=mode,
         options=prepared,
         policy=policy,
         clock=clock,
-        config_dir=claude_config_dir({**os.environ, **dict(prepared.env)}),
+        config_dir=config_dir,
         mark=mark,
+        store=store,
         gate=feed,
         tracker=Tracker(clock=clock),
         process=world,

@@ -1,0 +1,87 @@
+"""``teamlead sessions``: the sessions a session store holds, and how their runs ended."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING
+
+import click
+
+from .._redact import terminal_safe
+from ..errors import UsageError
+from .exitcodes import handle_errors
+from .options import option, session_store_option
+
+if TYPE_CHECKING:
+    from ..sessions import StoredSession
+
+__all__ = ["sessions"]
+
+#: The version of each ``--json`` line.
+SESSIONS_VERSION = 1
+
+
+@click.command()
+@session_store_option()
+@option("--json", "json_", is_flag=True, help="One JSON object per session (NDJSON).")
+@handle_errors
+def sessions(session_store: str | None, json_: bool) -> None:
+    """List the sessions a session store holds, newest first.
+
+    Each row: the session id (for `teamlead resume`), its project (the sanitized directory
+    it ran in), when the store last got a line of it, and how its last teamlead run ended:
+    its status and how many agents' results the answer used or lost ("-": no run ended,
+    it is running or its machine died).
+    """
+    import anyio
+
+    from ..sessions import open_session_store, stored_sessions
+
+    if not session_store or not session_store.strip():
+        raise UsageError("teamlead sessions needs --session-store URL (or TEAMLEAD_SESSION_STORE)")
+    store = open_session_store(session_store)
+
+    async def listed() -> list[StoredSession]:
+        try:
+            return await stored_sessions(store)
+        finally:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(5):
+                await store.aclose()
+
+    found = anyio.run(listed)
+    for item in found:
+        click.echo(_json_line(item) if json_ else _row(item))
+    if not found and not json_:
+        click.echo(f"no sessions in {store.where}", err=True)
+
+
+def _modified(item: StoredSession) -> str:
+    moment = datetime.fromtimestamp(item.last_modified / 1000, tz=timezone.utc)
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
+
+
+def _row(item: StoredSession) -> str:
+    status = item.status
+    if status is None:
+        how = "-"
+    else:
+        how = f"{status.status} ({status.reason or 'no reason'})"
+        if status.agents:
+            how += f": {status.used} of {status.agents} agents used"
+            how += f", {status.lost} lost" if status.lost else ""
+    text = f"{item.session_id:<38} {_modified(item)}  {item.project_key}  {how}"
+    return terminal_safe(text)
+
+
+def _json_line(item: StoredSession) -> str:
+    return json.dumps(
+        {
+            "version": SESSIONS_VERSION,
+            "session_id": item.session_id,
+            "project_key": item.project_key,
+            "last_modified": item.last_modified,
+            "status": item.status.model_dump(mode="json") if item.status else None,
+        },
+        ensure_ascii=False,
+    )

@@ -1,0 +1,495 @@
+"""Sessions in one Redis database, shared by every machine: :class:`RedisSessionStore`.
+
+Every key is under the namespace ``teamlead:session:`` and expires ``ttl_s`` (30 days by
+default) after the last write to it, so a store never grows without bound. ``<p>`` is the
+project key and ``<s>`` the session id, ``%``-encoded (so a ``:`` cannot come from them):
+
+- ``entries:<p>:<s>`` (a list) holds the main transcript's entries in append order, and
+  ``entries:<p>:<s>:<subpath>`` a subagent's (``subagents/agent-<id>``) or a workflow
+  journal's; ``uuids:…`` beside each (a set) holds the uuids already appended, so a batch
+  the SDK retried is stored once;
+- ``subkeys:<p>:<s>`` (a set): the subpaths of the session;
+- ``index:<p>`` (a sorted set): the project's sessions by last write (epoch ms, on the
+  server's clock, strictly increasing per session), and ``projects``: the projects;
+- ``summary:<p>:<s>``: the SDK's incrementally folded summary (JSON), written by
+  compare-and-set so two writers never lose each other's fold;
+- ``status:<p>:<s>``: teamlead's status record of the session's last run
+  (:mod:`.status`).
+
+An append is one Lua script (entries, uuids, indexes and expiries in one atomic step);
+a key of the wrong type found there (written by something else) is dropped first. What is
+read back is untrusted (:mod:`.stored`): an unreadable entry or summary is skipped with one
+warning per kind, a key of the wrong type reads as missing. Every call is bounded
+(``timeout_s`` to connect and to answer, no retries); an unreachable or failing Redis
+raises :class:`~teamlead.errors.SessionStoreError`.
+
+The client belongs to the event loop it was first used in; a store used from another
+loop opens a client of its own there. ``redis`` (redis-py) is the optional ``redis``
+extra.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Any, TypeVar
+
+from claude_agent_sdk import fold_session_summary
+from claude_agent_sdk.types import (
+    SessionKey,
+    SessionListSubkeysKey,
+    SessionStore,
+    SessionStoreEntry,
+    SessionStoreListEntry,
+    SessionSummaryEntry,
+)
+
+from .._redact import without_password
+from ..errors import SessionStoreError, SetupError
+from .status import SessionStatus, read_status
+from .stored import (
+    MAX_SESSION_BYTES,
+    WarnOnce,
+    dump_entry,
+    encode,
+    entry_uuid,
+    read_entry,
+    read_summary,
+    subpath_of,
+)
+
+__all__ = ["DEFAULT_TTL_S", "NAMESPACE", "RedisSessionStore"]
+
+_T = TypeVar("_T")
+
+#: Every key expires this long after its last write: 30 days.
+DEFAULT_TTL_S = 30 * 24 * 3600.0
+NAMESPACE = "teamlead:session:"
+_PAGE = 1000  # entries read per LRANGE
+_CAS_TRIES = 16
+_WRONG: Any = object()  # what a read of a key of the wrong type gives
+
+#: KEYS: entries list, uuid set, subkeys set, project index, projects.
+#: ARGV: ttl ms, session id, project key, subpath ("" for the main transcript), then one
+#: (uuid or "", JSON) pair per entry. Returns {mtime, keys of a wrong type dropped}.
+_APPEND = """
+local function want(key, kind)
+  local found = redis.call('TYPE', key)['ok']
+  if found ~= 'none' and found ~= kind then redis.call('DEL', key); return 1 end
+  return 0
+end
+local dropped = want(KEYS[1], 'list') + want(KEYS[2], 'set') + want(KEYS[3], 'set')
+  + want(KEYS[4], 'zset') + want(KEYS[5], 'zset')
+local ttl = tonumber(ARGV[1])
+local sid, pk, subpath = ARGV[2], ARGV[3], ARGV[4]
+for i = 5, #ARGV, 2 do
+  local uuid = ARGV[i]
+  if uuid == '' or redis.call('SADD', KEYS[2], uuid) == 1 then
+    redis.call('RPUSH', KEYS[1], ARGV[i + 1])
+  end
+end
+redis.call('PEXPIRE', KEYS[1], ttl)
+if redis.call('EXISTS', KEYS[2]) == 1 then redis.call('PEXPIRE', KEYS[2], ttl) end
+local now = redis.call('TIME')
+local mtime = tonumber(now[1]) * 1000 + math.floor(tonumber(now[2]) / 1000)
+if subpath == '' then
+  local last = tonumber(redis.call('ZSCORE', KEYS[4], sid) or '0') or 0
+  if mtime <= last then mtime = last + 1 end
+  redis.call('ZADD', KEYS[4], mtime, sid)
+  redis.call('PEXPIRE', KEYS[4], ttl)
+  local seen = tonumber(redis.call('ZSCORE', KEYS[5], pk) or '0') or 0
+  if mtime > seen then redis.call('ZADD', KEYS[5], mtime, pk) end
+  redis.call('PEXPIRE', KEYS[5], ttl)
+else
+  redis.call('SADD', KEYS[3], subpath)
+  redis.call('PEXPIRE', KEYS[3], ttl)
+end
+return {mtime, dropped}
+"""
+
+
+class RedisSessionStore(SessionStore):
+    """A :class:`~claude_agent_sdk.types.SessionStore` in one Redis database (see the
+    module docstring for its keys), with every optional method.
+
+    Args:
+        url: ``redis://[:password@]host[:port]/db`` or ``rediss://`` (TLS).
+        ttl_s: every key expires this long after its last write (default 30 days).
+        namespace: the prefix of every key (tests give each store its own).
+        timeout_s: to connect and to answer, per call.
+
+    Raises:
+        SetupError: redis-py is not installed (the ``redis`` extra).
+
+    Example:
+        >>> store = RedisSessionStore("redis://127.0.0.1:6379/0")  # doctest: +SKIP
+        >>> options = ClaudeAgentOptions(session_store=store)  # doctest: +SKIP
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        ttl_s: float = DEFAULT_TTL_S,
+        namespace: str = NAMESPACE,
+        timeout_s: float = 5.0,
+        warnings: WarnOnce | None = None,
+    ) -> None:
+        try:
+            import redis.asyncio  # noqa: F401 - checked here, used when a client is made
+        except ImportError:
+            raise SetupError(
+                "a Redis session store needs redis-py: pip install 'teamlead[redis]'"
+            ) from None
+        if not ttl_s > 0:
+            raise ValueError(f"ttl_s must be positive, got {ttl_s!r}")
+        self.url = url
+        self.where = f"Redis at {without_password(url)}"
+        self.ttl_s = float(ttl_s)
+        self._ttl_ms = max(1, round(self.ttl_s * 1000))
+        self._ns = namespace
+        self._timeout = timeout_s
+        self._warn = warnings if warnings is not None else WarnOnce()
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._client: Any = None
+        self._append: Any = None
+
+    def __repr__(self) -> str:
+        return f"RedisSessionStore({without_password(self.url)!r})"
+
+    # -- the client ----------------------------------------------------------------------
+    def _redis(self) -> Any:
+        """The client of the running event loop (made on first use in it)."""
+        loop = asyncio.get_running_loop()
+        if self._client is None or self._loop is not loop:
+            import redis.asyncio as aioredis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
+
+            try:
+                self._client = aioredis.Redis.from_url(
+                    self.url,
+                    socket_timeout=self._timeout,
+                    socket_connect_timeout=self._timeout,
+                    retry=Retry(NoBackoff(), 0),
+                    retry_on_timeout=False,
+                    health_check_interval=0,
+                    decode_responses=True,
+                    encoding_errors="replace",
+                    client_name="teamlead",
+                )
+            except ValueError as exc:
+                raise SessionStoreError(f"bad Redis URL: {exc}", store=self.where) from None
+            self._append = self._client.register_script(_APPEND)
+            self._loop = loop
+        return self._client
+
+    async def _call(self, what: str, coro: Any, *, key: str | None = None) -> Any:
+        """Await one call, its failure as :class:`SessionStoreError`; with ``key``, a key of
+        the wrong type there (written by something else) is told once and reads as
+        :data:`_WRONG`."""
+        import redis
+
+        try:
+            return await coro
+        except redis.ResponseError as exc:
+            if key is not None and str(exc).startswith("WRONGTYPE"):
+                self._warn(
+                    "wrong-type",
+                    f"session store {self.where}: a key of the wrong type ({key}) reads as missing",
+                )
+                return _WRONG
+            raise SessionStoreError(
+                f"session store {self.where}: {what} failed: {exc}", store=self.where
+            ) from None
+        except (redis.RedisError, OSError, asyncio.TimeoutError) as exc:
+            message = str(exc) or type(exc).__name__
+            raise SessionStoreError(
+                f"session store {self.where}: {what} failed: {message}", store=self.where
+            ) from None
+
+    async def aclose(self) -> None:
+        """Close the client of the running loop (a store can be used again after)."""
+        client, self._client, self._loop = self._client, None, None
+        if client is not None:
+            await client.aclose()
+
+    async def ping(self) -> None:
+        """Check the store answers.
+
+        Raises:
+            SessionStoreError: it does not.
+        """
+        await self._call("ping", self._redis().ping())
+
+    # -- keys ----------------------------------------------------------------------------
+    def _session(self, project_key: str, session_id: str) -> str:
+        return f"{encode(project_key)}:{encode(session_id)}"
+
+    def _entries(self, key: SessionKey) -> str:
+        tail = self._session(key["project_key"], key["session_id"])
+        subpath = subpath_of(key)
+        return f"{self._ns}entries:{tail}" + (f":{encode(subpath)}" if subpath else "")
+
+    def _uuids(self, key: SessionKey) -> str:
+        return self._ns + "uuids:" + self._entries(key)[len(self._ns) + len("entries:") :]
+
+    def _subkeys(self, project_key: str, session_id: str) -> str:
+        return f"{self._ns}subkeys:{self._session(project_key, session_id)}"
+
+    def _index(self, project_key: str) -> str:
+        return f"{self._ns}index:{encode(project_key)}"
+
+    def _summary(self, project_key: str, session_id: str) -> str:
+        return f"{self._ns}summary:{self._session(project_key, session_id)}"
+
+    def _status(self, project_key: str, session_id: str) -> str:
+        return f"{self._ns}status:{self._session(project_key, session_id)}"
+
+    @property
+    def _projects(self) -> str:
+        return f"{self._ns}projects"
+
+    # -- the protocol --------------------------------------------------------------------
+    async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
+        """Append ``entries`` (an entry whose uuid is stored already is skipped).
+
+        Raises:
+            SessionStoreError: the store could not be reached or failed.
+        """
+        if not entries:
+            return
+        client = self._redis()
+        pk, sid, subpath = key["project_key"], key["session_id"], subpath_of(key)
+        args: list[Any] = [self._ttl_ms, sid, pk, subpath]
+        for entry in entries:
+            args += [entry_uuid(entry), dump_entry(entry)]
+        keys = [
+            self._entries(key),
+            self._uuids(key),
+            self._subkeys(pk, sid),
+            self._index(pk),
+            self._projects,
+        ]
+        mtime, dropped = await self._call("append", self._append(keys=keys, args=args))
+        if dropped:
+            self._warn(
+                "wrong-type-dropped",
+                f"session store {self.where}: dropped {dropped} key(s) of the wrong type",
+            )
+        if subpath:
+            return
+        await self._fold(key, entries, int(mtime), client)
+
+    async def _fold(
+        self, key: SessionKey, entries: list[SessionStoreEntry], mtime: int, client: Any
+    ) -> None:
+        """Fold ``entries`` into the session's summary by compare-and-set."""
+        import redis
+
+        name = self._summary(key["project_key"], key["session_id"])
+
+        async def fold() -> None:
+            async with client.pipeline(transaction=True) as pipe:
+                for _ in range(_CAS_TRIES):
+                    try:
+                        await pipe.watch(name)
+                        try:
+                            raw = await pipe.get(name)
+                        except redis.ResponseError:  # not a string: replaced
+                            raw = None
+                        prev = read_summary(raw, key["session_id"])
+                        folded = fold_session_summary(prev, key, entries)
+                        folded["mtime"] = max(mtime, prev["mtime"] if prev else 0)
+                        pipe.multi()
+                        pipe.set(name, json.dumps(folded, ensure_ascii=False), px=self._ttl_ms)
+                        await pipe.execute()
+                        return
+                    except redis.WatchError:
+                        continue
+            self._warn(
+                "summary-busy",
+                f"session store {self.where}: a session summary was left behind (busy)",
+            )
+
+        await self._call("summary", fold())
+
+    async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
+        """The entries of ``key`` in append order, or ``None`` when it has none.
+
+        Unreadable entries are skipped (one warning); at most 256 MiB is read.
+
+        Raises:
+            SessionStoreError: the store could not be reached or failed.
+        """
+        client = self._redis()
+        name = self._entries(key)
+        count = await self._call("load", client.llen(name), key=name)
+        if count is _WRONG or not count:
+            return None
+        out: list[SessionStoreEntry] = []
+        size = bad = 0
+        for start in range(0, int(count), _PAGE):
+            page = await self._call("load", client.lrange(name, start, start + _PAGE - 1), key=name)
+            if page is _WRONG:
+                break
+            for raw in page:
+                size += len(raw)
+                if size > MAX_SESSION_BYTES:
+                    self._warn(
+                        "too-large",
+                        f"session store {self.where}: a transcript over 256 MiB was read "
+                        "only up to that",
+                    )
+                    return out
+                entry = read_entry(raw)
+                if entry is None:
+                    bad += 1
+                else:
+                    out.append(entry)
+        if bad:
+            self._warn(
+                "entry",
+                f"session store {self.where}: skipped {bad} unreadable entr"
+                f"{'y' if bad == 1 else 'ies'} (not a transcript line)",
+            )
+        return out or None
+
+    async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
+        """The project's sessions (main transcripts) with their last write, epoch ms."""
+        client = self._redis()
+        index = self._index(project_key)
+        pairs = await self._members(index)
+        if not pairs:
+            return []
+        exists = await self._exists(
+            [self._entries({"project_key": project_key, "session_id": s}) for s, _ in pairs]
+        )
+        gone = [s for (s, _), ok in zip(pairs, exists, strict=True) if not ok]
+        if gone:  # expired or deleted behind the index: drop them from it
+            await self._call("list_sessions", client.zrem(index, *gone))
+        return [
+            {"session_id": s, "mtime": int(score)}
+            for (s, score), ok in zip(pairs, exists, strict=True)
+            if ok
+        ]
+
+    async def _members(self, name: str) -> list[tuple[str, float]]:
+        """A sorted set's members and scores (a key of another type reads as empty)."""
+        pairs = await self._call(
+            "list", self._redis().zrange(name, 0, -1, withscores=True), key=name
+        )
+        if pairs is _WRONG:
+            return []
+        return [(str(m), float(s)) for m, s in pairs]
+
+    async def _exists(self, names: list[str]) -> list[bool]:
+        async with self._redis().pipeline(transaction=False) as pipe:
+            for name in names:
+                pipe.exists(name)
+            found = await self._call("exists", pipe.execute())
+        return [bool(n) for n in found]
+
+    async def list_session_summaries(self, project_key: str) -> list[SessionSummaryEntry]:
+        """The SDK's summaries of the project's sessions (unreadable ones skipped)."""
+        listed = await self.list_sessions(project_key)
+        if not listed:
+            return []
+        async with self._redis().pipeline(transaction=False) as pipe:
+            for item in listed:
+                pipe.get(self._summary(project_key, item["session_id"]))
+            raws = await self._call("list_session_summaries", pipe.execute(raise_on_error=False))
+        out: list[SessionSummaryEntry] = []
+        bad = 0
+        for item, raw in zip(listed, raws, strict=True):
+            if raw is None:
+                continue
+            summary = read_summary(raw if isinstance(raw, str) else None, item["session_id"])
+            if summary is None:
+                bad += 1
+            else:
+                out.append(summary)
+        if bad:
+            self._warn(
+                "summary", f"session store {self.where}: skipped {bad} unreadable summary(ies)"
+            )
+        return out
+
+    async def delete(self, key: SessionKey) -> None:
+        """Delete ``key``; a main transcript's delete takes its subkeys, summary and status.
+
+        Raises:
+            SessionStoreError: the store could not be reached or failed.
+        """
+        client = self._redis()
+        pk, sid, subpath = key["project_key"], key["session_id"], subpath_of(key)
+        subkeys = self._subkeys(pk, sid)
+        if subpath:
+            async with client.pipeline(transaction=True) as pipe:
+                pipe.delete(self._entries(key), self._uuids(key))
+                pipe.srem(subkeys, subpath)
+                await self._call("delete", pipe.execute(raise_on_error=False))
+            return
+        subs = await self._subpaths(pk, sid)
+        names = [self._entries(key), self._uuids(key), subkeys]
+        for sub in subs:
+            sub_key: SessionKey = {"project_key": pk, "session_id": sid, "subpath": sub}
+            names += [self._entries(sub_key), self._uuids(sub_key)]
+        names += [self._summary(pk, sid), self._status(pk, sid)]
+        index = self._index(pk)
+        async with client.pipeline(transaction=True) as pipe:
+            pipe.delete(*names)
+            pipe.zrem(index, sid)
+            await self._call("delete", pipe.execute(raise_on_error=False))
+        left = await self._call("delete", client.zcard(index), key=index)
+        if left is _WRONG or not left:
+            await self._call("delete", client.zrem(self._projects, pk))
+
+    async def _subpaths(self, project_key: str, session_id: str) -> list[str]:
+        name = self._subkeys(project_key, session_id)
+        found = await self._call("list_subkeys", self._redis().smembers(name), key=name)
+        if found is _WRONG:
+            return []
+        return sorted(str(s) for s in found if isinstance(s, str) and s)
+
+    async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
+        """The session's subpaths (subagent transcripts, workflow journals), sorted."""
+        pk, sid = key["project_key"], key["session_id"]
+        subs = await self._subpaths(pk, sid)
+        if not subs:
+            return []
+        exists = await self._exists(
+            [self._entries({"project_key": pk, "session_id": sid, "subpath": s}) for s in subs]
+        )
+        gone = [s for s, ok in zip(subs, exists, strict=True) if not ok]
+        if gone:  # expired behind the set
+            await self._call("list_subkeys", self._redis().srem(self._subkeys(pk, sid), *gone))
+        return [s for s, ok in zip(subs, exists, strict=True) if ok]
+
+    # -- teamlead's own ------------------------------------------------------------------
+    async def list_project_keys(self) -> list[str]:
+        """Every project key with a session in the store, most recently written first."""
+        pairs = await self._members(self._projects)
+        return [p for p, _ in sorted(pairs, key=lambda pair: -pair[1])]
+
+    async def put_status(self, status: SessionStatus) -> None:
+        """Write the status record of ``status.session_id`` (it expires like the rest).
+
+        Raises:
+            SessionStoreError: the store could not be reached or failed.
+        """
+        name = self._status(status.project_key, status.session_id)
+        await self._call(
+            "status", self._redis().set(name, status.model_dump_json(), px=self._ttl_ms)
+        )
+
+    async def get_status(self, project_key: str, session_id: str) -> SessionStatus | None:
+        """The session's status record, or ``None`` (none, or unreadable: one warning)."""
+        name = self._status(project_key, session_id)
+        raw = await self._call("status", self._redis().get(name), key=name)
+        if raw is None or raw is _WRONG:
+            return None
+        status = read_status(raw)
+        if status is None:
+            self._warn("status", f"session store {self.where}: skipped an unreadable status")
+        return status

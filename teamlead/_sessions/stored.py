@@ -1,0 +1,153 @@
+"""What a session store holds, read back as untrusted input.
+
+A store is written by every machine of a team, by older and newer teamleads and SDKs, and
+by anything else that can reach it: an entry may be no JSON at all, JSON of another shape,
+or far larger than any transcript line. So every value read back is checked like a file
+of the config dir (:mod:`teamlead._claude.files`):
+
+- an entry (:func:`read_entry`) is a JSON object with a string ``type``, at most
+  :data:`MAX_ENTRY_BYTES`, nested no deeper than JSON decoding allows; anything else is
+  skipped;
+- a summary (:func:`read_summary`) has the session id it is filed under, a finite epoch-ms
+  ``mtime`` and an object ``data``;
+- a session loads at most :data:`MAX_SESSION_BYTES`: past that, the rest is left unread.
+
+Each store skips a bad value where it finds it and tells it once per kind
+(:class:`WarnOnce`); nothing read back is ever raised into a run.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import threading
+from typing import Any, cast
+from urllib.parse import quote
+
+from claude_agent_sdk.types import SessionKey, SessionStoreEntry, SessionSummaryEntry
+
+from .._claude.files import loads
+
+__all__ = [
+    "MAX_ENTRY_BYTES",
+    "MAX_SESSION_BYTES",
+    "WarnOnce",
+    "dump_entry",
+    "encode",
+    "entry_uuid",
+    "read_entry",
+    "read_summary",
+    "subpath_of",
+]
+
+log = logging.getLogger("teamlead.sessions")
+
+#: The largest single entry read back; a transcript line is rarely over a megabyte.
+MAX_ENTRY_BYTES = 16 * 1024 * 1024
+#: The most of one key (a transcript) read back; the local reader's cap too.
+MAX_SESSION_BYTES = 256 * 1024 * 1024
+
+
+class WarnOnce:
+    """Warnings told at most once per kind (what a store skips is told once, not per read).
+
+    Example:
+        >>> warn = WarnOnce()
+        >>> warn("entry", "session store: skipped an unreadable entry")
+        True
+        >>> warn("entry", "session store: skipped an unreadable entry")
+        False
+    """
+
+    def __init__(self) -> None:
+        self._told: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, kind: str, message: str) -> bool:
+        """Log ``message`` as a warning unless ``kind`` was told already; whether it was."""
+        with self._lock:
+            if kind in self._told:
+                return False
+            self._told.add(kind)
+        log.warning("%s", message)
+        return True
+
+
+def encode(part: str) -> str:
+    """One key component as it goes into a store's key: ``%``-encoded, so no ``:`` (the
+    separator) and no control character can come from a caller's key.
+
+    Example:
+        >>> encode("proj:a b")
+        'proj%3Aa%20b'
+    """
+    if not isinstance(part, str):
+        raise TypeError(f"a session key's parts are strings, not {type(part).__name__}")
+    return quote(part, safe="-_.~")
+
+
+def subpath_of(key: SessionKey) -> str:
+    """The key's subpath, ``""`` for a main transcript."""
+    subpath = key.get("subpath")
+    if subpath is not None and not isinstance(subpath, str):
+        raise TypeError(f"a session key's subpath is a string, not {type(subpath).__name__}")
+    return subpath or ""
+
+
+def dump_entry(entry: SessionStoreEntry) -> str:
+    """An entry as stored: compact JSON, characters as they are."""
+    return json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+
+
+def entry_uuid(entry: SessionStoreEntry) -> str:
+    """The entry's ``uuid`` (its idempotency key: a retried batch is stored once), or ``""``
+    for an entry without one (titles, tags, mode markers), which is always appended."""
+    value = entry.get("uuid") if isinstance(entry, dict) else None
+    return value if isinstance(value, str) and value else ""
+
+
+def read_entry(raw: str | bytes | None) -> SessionStoreEntry | None:
+    """A stored entry, or ``None`` when it is no JSON object with a string ``type`` or is
+    over :data:`MAX_ENTRY_BYTES`.
+
+    Example:
+        >>> read_entry('{"type": "user", "uuid": "a"}')
+        {'type': 'user', 'uuid': 'a'}
+        >>> read_entry('[1, 2]') is None, read_entry('{"type": 3}') is None
+        (True, True)
+    """
+    if raw is None or len(raw) > MAX_ENTRY_BYTES:
+        return None
+    try:
+        value = loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or not isinstance(value.get("type"), str):
+        return None
+    return cast(SessionStoreEntry, value)
+
+
+def read_summary(raw: str | bytes | None, session_id: str) -> SessionSummaryEntry | None:
+    """A stored summary of ``session_id``, or ``None`` when it is not one.
+
+    Example:
+        >>> read_summary('{"session_id": "s", "mtime": 1700000000000, "data": {}}', "s")
+        {'session_id': 's', 'mtime': 1700000000000, 'data': {}}
+        >>> read_summary('{"session_id": "other", "mtime": 1, "data": {}}', "s") is None
+        True
+    """
+    if raw is None or len(raw) > MAX_ENTRY_BYTES:
+        return None
+    try:
+        value: Any = loads(raw)
+    except ValueError:
+        return None
+    if not isinstance(value, dict) or value.get("session_id") != session_id:
+        return None
+    mtime = value.get("mtime")
+    if isinstance(mtime, bool) or not isinstance(mtime, (int, float)) or not math.isfinite(mtime):
+        return None
+    if not isinstance(value.get("data"), dict):
+        return None
+    return {"session_id": session_id, "mtime": int(mtime), "data": value["data"]}

@@ -1,0 +1,90 @@
+"""A session store from a URL: :func:`open_store`.
+
+Accepted, and nothing else:
+
+- ``redis://[:password@]host[:port]/db`` and ``rediss://…`` (TLS): a
+  :class:`~.redis_store.RedisSessionStore`; ``db`` must be a number (redis-py would read
+  any other as database 0, sharing it with whatever else uses that one, and nothing would
+  say so). ``?ttl=SECONDS`` sets how long a key lives after its last write (default 30
+  days); other query parameters go to redis-py.
+- ``sqlite:///absolute/path.db`` or ``sqlite:relative/path.db``: a
+  :class:`~.sqlite_store.SQLiteSessionStore` on that file.
+
+Opening connects to nothing: the first call does (a run checks the store first, with one
+warning if it does not answer).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from .._redact import without_password
+from ..errors import UsageError
+from ..policy import redis_url_problem
+from .redis_store import DEFAULT_TTL_S, RedisSessionStore
+from .sqlite_store import SQLiteSessionStore
+
+__all__ = ["ACCEPTED", "open_store"]
+
+ACCEPTED = "redis://HOST:PORT/DB, rediss://HOST:PORT/DB or sqlite:///PATH"
+_MAX_TTL_S = 10 * 365 * 24 * 3600.0
+
+
+def open_store(url: str) -> RedisSessionStore | SQLiteSessionStore:
+    """The store ``url`` names (see the module docstring).
+
+    Raises:
+        UsageError: anything but the URLs accepted, a Redis database that is no number, a
+            ``ttl`` that is no positive number of seconds, or an SQLite URL without a path.
+        SetupError: a Redis URL without redis-py installed.
+
+    Example:
+        >>> open_store("sqlite:///tmp/sessions.db")
+        SQLiteSessionStore('/tmp/sessions.db')
+        >>> open_store("redis://127.0.0.1:6379/x")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        teamlead.errors.UsageError: session store ...: the Redis database must be a number, ...
+    """
+    text = url.strip()
+    shown = without_password(text)
+    scheme = text.partition(":")[0].lower()
+    if scheme in ("redis", "rediss") and text[len(scheme) :].startswith("://"):
+        problem = redis_url_problem(text)
+        if problem is not None:
+            raise UsageError(f"session store {shown}: {problem}")
+        parts = urlsplit(text)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        ttl_s = DEFAULT_TTL_S
+        rest = []
+        for name, value in query:
+            if name == "ttl":
+                ttl_s = _ttl(value, shown)
+            else:
+                rest.append((name, value))
+        bare = urlunsplit(parts._replace(query=urlencode(rest)))
+        return RedisSessionStore(bare, ttl_s=ttl_s)
+    if scheme == "sqlite":
+        parts = urlsplit(text)
+        if parts.netloc or parts.query or parts.fragment or parts.path in ("", "/"):
+            raise UsageError(
+                f"session store {shown}: an SQLite store is sqlite:///ABSOLUTE/PATH or "
+                "sqlite:RELATIVE/PATH (a file, no host)"
+            )
+        return SQLiteSessionStore(Path(parts.path).expanduser())
+    raise UsageError(f"a session store is {ACCEPTED}; got {shown!r}")
+
+
+def _ttl(value: str, shown: str) -> float:
+    try:
+        ttl = float(value)
+    except ValueError:
+        ttl = math.nan
+    if not (math.isfinite(ttl) and 0 < ttl <= _MAX_TTL_S):
+        raise UsageError(
+            f"session store {shown}: ttl is the seconds a key lives after its last write, "
+            f"a number from 1 to {_MAX_TTL_S:.0f}; got {value!r}"
+        )
+    return ttl
