@@ -178,7 +178,7 @@ async def query(
     Every API request of the run (the lead's and its subagents') goes through the process's
     request relay unless ``Policy(relay=False)`` or ``TEAMLEAD_NO_RELAY=1``; its
     ``rate_limited``/``concurrency_changed`` events come in the stream, and ``Finished.relay``
-    sums them up (see the README's "Rate limits").
+    sums them up (see the docs' "Rate limits", docs/rate-limits.md).
 
     Example:
         >>> async for item in teamlead.query("Review the auth module", options=opts):

@@ -130,7 +130,7 @@ class Policy(BaseModel):
             before the deadline.
         relay: send the run's API requests through the process's request relay, which
             paces them and absorbs 429s (default True; ``TEAMLEAD_NO_RELAY=1`` also turns
-            it off). See the README's "Rate limits".
+            it off). See the docs' "Rate limits" (docs/rate-limits.md).
         limits: the relay's static ceilings (per model, per provider, a default and a
             global cap; unset: no limit) and where its learnt limits are shared
             (:class:`LimitsPolicy`: this machine by default).

@@ -323,9 +323,9 @@ def test_passed_is_reported_like_parallel_and_can_be_primary() -> None:
         build_report(records, control="base", primary="speed")
 
 
-def test_the_readme_example_is_a_valid_spec() -> None:
-    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
-    section = readme.split("### Experiments on a repository", 1)[1]
+def test_the_docs_example_is_a_valid_spec() -> None:
+    page = (Path(__file__).resolve().parent.parent / "docs" / "experiments.md").read_text()
+    section = page.split("## Experiments on a repository", 1)[1]
     block = section.split("```toml\n", 1)[1].split("```", 1)[0]
     variants = '[[variants]]\nname = "baseline"\nstrategy = "baseline"\n' * 1
     variants += '[[variants]]\nname = "delegation"\nstrategy = "delegation"\n'

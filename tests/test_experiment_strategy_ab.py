@@ -3,7 +3,8 @@
 
 The records in ``tests/fixtures/strategy-ab.trials.jsonl`` are one full run of the shipped
 spec (48 trials, real CLI, scripted model, prompt paths made relative); the statistics are
-tested on them. The command-line test runs a trimmed copy of the spec for real.
+tested on them, and the figures the docs quote from that run are its report's. The
+command-line test runs a trimmed copy of the spec for real.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from teamlead.testing.scripts import StrategyReview, scenario
 ROOT = Path(__file__).resolve().parent.parent
 SPEC = ROOT / "examples" / "strategy-ab.toml"
 RECORDS = Path(__file__).resolve().parent / "fixtures" / "strategy-ab.trials.jsonl"
+DOCS_PAGE = ROOT / "docs" / "experiments.md"
 
 
 def _system(strategy: str) -> str:
@@ -75,10 +77,32 @@ def test_the_recorded_run_finds_a_significant_difference_and_says_the_model_is_s
     assert "- 48 of 48 counted trial(s) graded." in text
 
 
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_the_docs_quote_the_recorded_runs_own_figures() -> None:
+    section = DOCS_PAGE.read_text(encoding="utf-8").split(
+        "## An offline A/B that finds a difference", 1
+    )[1]
+    section = section.split("\n## ", 1)[0]
+    assert "tests/fixtures/strategy-ab.trials.jsonl" in section
+    report = build_report(read_records(RECORDS).records, control="baseline", primary="passed")
+    verdict = section.split("```\n", 2)[2].split("```", 1)[0]  # the block after the bash one
+    assert _flat(verdict) in _flat(render_markdown(report))
+    by_metric = {c.metric: c for c in report.comparisons}
+    for metric in ("wall_s", "cost_usd"):
+        comparison = by_metric[metric]
+        assert comparison.verdict == "worse" and comparison.diff is not None
+        assert f"({comparison.diff:.3f}x)" in section, metric
+    grade = by_metric["grade"].control_value
+    assert grade is not None and f"1 vs {grade:.3f}" in _flat(section)
+
+
 @pytest.mark.cli
 @pytest.mark.slow
 def test_the_example_runs_offline_from_the_command_line(tmp_path: Path) -> None:
-    """The README's walk-through on a trimmed spec: 2 tasks, 1 trial each (4 trials)."""
+    """The docs' walk-through on a trimmed spec: 2 tasks, 1 trial each (4 trials)."""
     text = SPEC.read_text(encoding="utf-8")
     text = text.replace("trials = 4 ", "trials = 1 ", 1)
     text = text.replace('cwd = "strategy-ab"', f"cwd = {str(SPEC.parent / 'strategy-ab')!r}", 1)

@@ -1,9 +1,10 @@
-"""Every Python block in README.md runs as written, offline, and uses only public names.
+"""Every Python block in README.md and the docs pages runs as written, offline, and uses
+only public names.
 
 Each block is written to a file and run in a fresh interpreter whose environment points
 the bundled CLI at a scripted model (what `teamlead serve-scripted` prints), so the
 blocks that talk to "the API" talk to it. A block that prints a run's outcome must print
-``completed``.
+``completed``. A block shown on two pages runs once.
 """
 
 from __future__ import annotations
@@ -20,15 +21,29 @@ import teamlead
 from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 from teamlead.testing.scripts import FanOut
 
+from .docs_pages import README, label, prose_files
 from .isolated import isolated_env, run_to_the_end, side_by_side
 
-README = Path(__file__).resolve().parent.parent / "README.md"
 #: Public subpackages a block may import from (the rest of teamlead is reached as `teamlead.X`).
 PUBLIC_MODULES = {"teamlead", "teamlead.testing", "teamlead.testing.scripts"}
 
 
-def python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+@dataclass(frozen=True)
+class Block:
+    """One ```python block of the prose, and where it is shown first."""
+
+    where: str  #: ``README.md #0``, ``docs/library.md #1``
+    code: str
+
+
+def python_blocks() -> list[Block]:
+    """Every ```python block of README.md and docs/**/*.md, each distinct block once."""
+    blocks: dict[str, Block] = {}
+    for path in prose_files():
+        found = re.findall(r"```python\n(.*?)```", path.read_text(), flags=re.S)
+        for index, code in enumerate(found):
+            blocks.setdefault(code, Block(f"{label(path)} #{index}", code))
+    return list(blocks.values())
 
 
 def private_names(code: str) -> list[str]:
@@ -52,27 +67,28 @@ def private_names(code: str) -> list[str]:
     return bad
 
 
-def test_the_readme_shows_python_blocks_with_public_names_only() -> None:
+def test_the_docs_show_python_blocks_with_public_names_only() -> None:
     blocks = python_blocks()
     assert len(blocks) >= 5
+    assert any(block.where.startswith("README.md") for block in blocks)
     for block in blocks:
-        assert not private_names(block), private_names(block)
+        assert not private_names(block.code), (block.where, private_names(block.code))
 
 
 @dataclass(frozen=True)
 class BlockRun:
-    """What one README block did, run as written against its own scripted model."""
+    """What one block did, run as written against its own scripted model."""
 
-    code: str
+    block: Block
     returncode: int
     stdout: str
     stderr: str
     reached_the_model: bool  #: a subagent's request came to the scripted model
 
 
-def _run_block(index: int, code: str, root: Path) -> BlockRun:
-    path = root / f"readme_block_{index}.py"
-    path.write_text(code)
+def _run_block(index: int, block: Block, root: Path) -> BlockRun:
+    path = root / f"docs_block_{index}.py"
+    path.write_text(block.code)
     script = FanOut.of(2, delays=0.3, synthesis_fault=Reply.error(529))
     with ScriptedServer(script) as server:
         claude = OfflineClaude(server.base_url, state_dir=root / "claude")
@@ -83,7 +99,7 @@ def _run_block(index: int, code: str, root: Path) -> BlockRun:
             timeout=240,
         )
         reached = bool(server.recorded("subagent"))
-    return BlockRun(code, run.returncode, run.stdout, run.stderr, reached)
+    return BlockRun(block, run.returncode, run.stdout, run.stderr, reached)
 
 
 @pytest.fixture(scope="module")
@@ -103,13 +119,15 @@ def block_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[int, BlockRun]:
 @pytest.mark.cli
 @pytest.mark.slow  # each block in its own interpreter, several on the real CLI
 @pytest.mark.timeout(600)
-@pytest.mark.parametrize("index", range(len(python_blocks())))
-def test_every_readme_python_block_runs_as_written(
+@pytest.mark.parametrize(
+    "index", range(len(python_blocks())), ids=[block.where for block in python_blocks()]
+)
+def test_every_python_block_of_the_docs_runs_as_written(
     index: int, block_runs: dict[int, BlockRun]
 ) -> None:
     run = block_runs[index]
-    code = run.code
-    assert run.returncode == 0, f"README python block {index}:\n{code}\n{run.stderr}"
+    code = run.block.code
+    assert run.returncode == 0, f"python block {run.block.where}:\n{code}\n{run.stderr}"
     if "print(item.status" in code:
         assert run.stdout.startswith("completed SYNTHESIS of 2 findings"), run.stdout
         assert run.reached_the_model, "the block never reached the scripted model"
@@ -138,11 +156,13 @@ def test_the_examples_readme_runs_the_venvs_tools_not_bare_ones() -> None:
     assert not bare, bare
 
 
-def test_the_readmes_offline_recipe_is_the_line_serve_scripted_prints() -> None:
+def test_the_offline_recipes_are_the_line_serve_scripted_prints() -> None:
     from teamlead._cli.demo import offline_exports
 
     line = offline_exports("http://127.0.0.1:8765")
-    for path in (README, EXAMPLES_README):
+    offline_page = README.parent / "docs" / "offline.md"
+    for path in (offline_page, EXAMPLES_README):  # the recipes: each shows the line
+        assert any(c.startswith("export ANTHROPIC_BASE_URL") for c in _bash_commands(path)), path
+    for path in [*prose_files(), EXAMPLES_README]:  # wherever it is shown, it is that line
         exports = [c for c in _bash_commands(path) if c.startswith("export ANTHROPIC_BASE_URL")]
-        assert exports, path
-        assert all(c == line for c in exports), (path, exports)
+        assert all(c == line for c in exports), (label(path), exports)

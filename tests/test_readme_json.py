@@ -1,9 +1,10 @@
-"""The README's `--json` section matches what `teamlead demo --json` and `ask --json` write.
+"""The `--json` schema page (docs/json-schema.md) matches what `teamlead demo --json` and
+`ask --json` write.
 
 Every example line the section shows is compared with real lines of its type: the same
 keys, nested objects included, and the same kind of value where both are set. A type no
 offline run produces (``spawn_rejected`` needs the CLI's own cap) is compared with its
-event model instead. Every type the runs write is named in the section.
+event model instead. Every type the runs write is named on the page.
 """
 
 from __future__ import annotations
@@ -24,14 +25,14 @@ from teamlead.events import EVENT_VERSION
 from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 from teamlead.testing.scripts import FanOut, WorkflowFanOut
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+from .docs_pages import DOCS
+
+SCHEMA_PAGE = DOCS / "json-schema.md"
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
 
 
 def json_section() -> str:
-    text = README.read_text()
-    start = text.index("## `--json` schema")
-    return text[start : text.index("\n## ", start + 1)]
+    return SCHEMA_PAGE.read_text()
 
 
 def documented() -> list[dict[str, Any]]:
@@ -128,6 +129,7 @@ def test_every_documented_example_is_well_formed() -> None:
     assert len(records) >= 10
     assert all(r["version"] == EVENT_VERSION for r in records)
     assert records[-1]["type"] == "finished"
+    assert f"`version` (currently {EVENT_VERSION}," in " ".join(json_section().split())
 
 
 @pytest.mark.cli
@@ -153,4 +155,4 @@ def test_the_documented_examples_match_real_output(tmp_path: Path) -> None:
     assert {"spawn_queued", "spawn_denied", "spawn_admitted", "rate_limited"} <= set(by_type)
     section = json_section()
     unnamed = sorted(t for t in by_type if f"`{t}`" not in section)
-    assert not unnamed, f"types written but not named in the README: {unnamed}"
+    assert not unnamed, f"types written but not named in docs/json-schema.md: {unnamed}"

@@ -122,7 +122,7 @@ def run_options(func: _F) -> _F:
 
 
 def spawn_options() -> list[Callable[[_F], _F]]:
-    """The spawn gate's options (see the README's "Runtime control")."""
+    """The spawn gate's options (see the docs' "Runtime control", docs/runtime-control.md)."""
     return [
         option(
             "--max-concurrent-agents",

@@ -4,7 +4,7 @@ The command's modules take about two seconds to load (the SDK alone over one), a
 command watches for stop signals only once its work starts. :func:`run` takes SIGINT,
 SIGTERM and SIGHUP before it loads anything else (:func:`~.signals.stop_at_startup`), so
 a stop in between ends the command as an interrupted run ends: ``teamlead: interrupted``
-on stderr, exit 130 (every stop signal alike, as the README's exit-code table says), no
+on stderr, exit 130 (every stop signal alike, as docs/exit-codes.md says), no
 traceback, and for ``ask --json`` and ``resume --json`` the ``finished`` line the NDJSON
 promises (``reason: interrupted``), written as the run's own writer writes it. Once a run
 watches for the signals, a stop is the run's: it stops the CLI and everything it started,

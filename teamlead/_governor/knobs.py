@@ -20,7 +20,7 @@ __all__ = ["BucketState", "GovernorPolicy", "bucket_key", "check_seconds"]
 class GovernorPolicy(BaseModel):
     """The governor's knobs, with the defaults the experiment runner uses.
 
-    Args:
+    Attributes:
         ceiling: the run's ``concurrency``: where a bucket starts, and the most it grows to
             (the default of every model without a ceiling of its own).
         model_ceilings: a static ceiling per model name (the part of the key after

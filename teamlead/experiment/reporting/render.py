@@ -274,7 +274,8 @@ def render_markdown(report: Report) -> str:
 
 
 def render_json(report: Report) -> str:
-    """The report's JSON form (``version`` 3, NaN as ``null``), indented; no trailing newline.
+    """The report's JSON form (``version`` :data:`REPORT_VERSION`, NaN as ``null``), indented;
+    no trailing newline.
 
     Example:
         >>> print(render_json(report))  # doctest: +SKIP

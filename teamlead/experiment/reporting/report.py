@@ -192,7 +192,7 @@ class Report(_Model):
     scripted_trials: int = 0
 
     def to_json(self) -> dict[str, Any]:
-        """The stable JSON form (``version`` 3, see :data:`REPORT_VERSION`); NaN is ``null``.
+        """The stable JSON form (``version`` is :data:`REPORT_VERSION`); NaN is ``null``.
 
         Beside the statistics' keys: ``trials`` (counted), ``scripted_trials`` (answered by
         teamlead's scripted model) and ``grading`` (``trials``, ``graded``, ``not_graded``
