@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from teamlead.testing import OfflineClaude, ScriptedServer
+from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 from teamlead.testing.scripts import FanOut
 
 from .conftest import cli_processes
@@ -93,3 +93,41 @@ def test_ask_json_ends_with_finished_naming_every_call_when_stopped_by_a_signal(
     assert all(stop in (t["reason"] or "") for t in queued), queued
     assert "interrupted; resume with: teamlead resume " in err
     assert run.reaped
+
+
+def test_a_signal_during_a_failing_synthesis_turn_still_ends_with_finished(
+    tmp_path: Path,
+) -> None:
+    """The race the field met: the lead's synthesis turn is failing (a 529 no retry gets
+    past, answered 1.5 s after it came) when SIGINT lands; the NDJSON still ends with the
+    run's ``finished`` line, and the command exits 130."""
+    fan = FanOut.of(2, delays=0.2, synthesis_fault=Reply.error(529, should_retry=False, delay=1.5))
+    with ScriptedServer(fan) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = subprocess.Popen(
+            [*TEAMLEAD, "ask", "Investigate.", "--json"],
+            env={**isolated_env(tmp_path), **claude.env},
+            cwd=claude.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+
+            def failing_turn_under_way() -> bool:
+                return any(
+                    "<task-notification>" in r.request.last_user_text and r.finished is None
+                    for r in server.recorded("lead")
+                )
+
+            assert poll(failing_turn_under_way, within_s=90), "no synthesis turn came"
+            proc.send_signal(signal.SIGINT)
+            out, err = proc.communicate(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err, err
+    last = json.loads(out.strip().splitlines()[-1])
+    assert last["type"] == "finished" and last["reason"] == "interrupted", last
