@@ -98,9 +98,10 @@ class WarnOnce:
         False
     """
 
-    def __init__(self) -> None:
+    def __init__(self, logger: logging.Logger | None = None) -> None:
         self._told: set[str] = set()
         self._lock = threading.Lock()
+        self._log = logger or log
 
     def __call__(self, kind: str, message: str) -> bool:
         """Log ``message`` as a warning unless ``kind`` was told already; whether it was."""
@@ -108,7 +109,7 @@ class WarnOnce:
             if kind in self._told:
                 return False
             self._told.add(kind)
-        log.warning("%s", message)
+        self._log.warning("%s", message)
         return True
 
 

@@ -21,13 +21,13 @@ from __future__ import annotations
 import json
 import logging
 import math
-import threading
 from typing import Any, cast
 from urllib.parse import quote
 
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry, SessionSummaryEntry
 
 from .._claude.files import loads
+from .._governor.stored import WarnOnce as _WarnOnce
 
 __all__ = [
     "MAX_ENTRY_BYTES",
@@ -49,8 +49,9 @@ MAX_ENTRY_BYTES = 16 * 1024 * 1024
 MAX_SESSION_BYTES = 256 * 1024 * 1024
 
 
-class WarnOnce:
-    """Warnings told at most once per kind (what a store skips is told once, not per read).
+class WarnOnce(_WarnOnce):
+    """Warnings told at most once per kind (what a store skips is told once, not per read),
+    on the session stores' logger: :class:`teamlead._governor.stored.WarnOnce`.
 
     Example:
         >>> warn = WarnOnce()
@@ -61,17 +62,7 @@ class WarnOnce:
     """
 
     def __init__(self) -> None:
-        self._told: set[str] = set()
-        self._lock = threading.Lock()
-
-    def __call__(self, kind: str, message: str) -> bool:
-        """Log ``message`` as a warning unless ``kind`` was told already; whether it was."""
-        with self._lock:
-            if kind in self._told:
-                return False
-            self._told.add(kind)
-        log.warning("%s", message)
-        return True
+        super().__init__(log)
 
 
 def encode(part: str) -> str:
