@@ -2,8 +2,9 @@
 
 ``ask``/``resume`` live in :mod:`.ask`, ``demo``/``serve-scripted`` in :mod:`.demo` (the
 only modules that load the offline test bed, and only when run), ``inbox``, ``prompts``,
-``experiment``, ``relay`` and ``sessions`` in modules of those names, and the verbs on running runs
-(``ps``, ``stop``, ``pause``, ``unpause``, ``amend``, ``watch``) in :mod:`.runs`.
+``experiment``, ``relay`` and ``sessions`` in modules of those names, and the verbs on running
+runs (``ps``, ``stop``, ``pause``, ``unpause``, ``amend``, ``watch``) in :mod:`.runs`, and
+``view``, the web page of them, in :mod:`.board`.
 
 A command's module is imported only when that command runs (:class:`LazyGroup`): most of
 them load the SDK, which takes a second or more, while ``teamlead --help`` and the verbs
@@ -63,6 +64,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "stop": ("runs:stop", "Stop a run: it wraps up from the finished work, as at its deadline."),
     "unpause": ("runs:unpause", "Let a paused run go on."),
+    "view": (
+        "board:view",
+        "Serve a live web page of your runs, with pause and stop buttons, until Ctrl-C.",
+    ),
     "watch": ("runs:watch", "Follow a run's events live, as `ask --json` writes them."),
 }
 

@@ -31,7 +31,7 @@ from ..errors import ControlError, NoSuchRun, UsageError
 from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors
 from .options import option
 
-__all__ = ["amend", "pause", "ps", "stop", "unpause", "watch"]
+__all__ = ["act", "amend", "pause", "ps", "ps_rows", "stop", "unpause", "watch"]
 
 #: A run's status answer may take this long (it answers from its own event loop).
 _STATUS_TIMEOUT_S = 2.0
@@ -64,14 +64,21 @@ def ps(json_: bool, all_: bool) -> None:
 
     AGENTS is running/queued/done/failed; HELD the requests a paused run holds.
     """
-    listing = Registry().listing()
-    rows = [_live_row(entry) for entry in listing.live]
-    if all_:
-        rows += [_row(entry, {"status": "dead"}) for entry in listing.dead]
+    rows = ps_rows(Registry(), dead=all_)
     if json_:
         click.echo(json.dumps(rows, ensure_ascii=False))
         return
     click.echo(_table(rows, time.time()))
+
+
+def ps_rows(registry: Registry, *, dead: bool = False) -> list[dict[str, Any]]:
+    """Every live run's ``ps --json`` object, oldest first, each asked for its status;
+    with ``dead``, the entries of dead runs too (pruned as they are listed)."""
+    listing = registry.listing()
+    rows = [_live_row(entry) for entry in listing.live]
+    if dead:
+        rows += [_row(entry, {"status": "dead"}) for entry in listing.dead]
+    return rows
 
 
 def _live_row(entry: RunEntry) -> dict[str, Any]:
@@ -175,7 +182,7 @@ def _finished(entry: RunEntry, ref: str) -> NoSuchRun:
 
 
 # -- the verbs that act ----------------------------------------------------------------------
-def _act(ref: str, request: Mapping[str, Any]) -> str:
+def act(ref: str, request: Mapping[str, Any], *, registry: Registry | None = None) -> str:
     """Find the run ``ref`` names, send it ``request``; what it says it did (escaped).
 
     Raises:
@@ -183,7 +190,7 @@ def _act(ref: str, request: Mapping[str, Any]) -> str:
         UsageError: the run refused a value (an amend out of range or changing nothing).
         ControlError: the run refused for its state, or does not answer.
     """
-    entry = Registry().find(ref)
+    entry = (registry or Registry()).find(ref)
     try:
         answer = call(entry.socket, request, ref=entry.run, timeout=_ACT_TIMEOUT_S)
     except ControlError as exc:
@@ -213,7 +220,7 @@ def stop(run: str, now: bool) -> None:
     without the spawn gate has no wrap-up and stops at once. Returns once the run took
     the request; `teamlead watch RUN` follows it to its end.
     """
-    click.echo(_act(run, {"op": "stop", "now": now}))
+    click.echo(act(run, {"op": "stop", "now": now}))
 
 
 @click.command()
@@ -226,7 +233,7 @@ def pause(run: str) -> None:
     its lead's included; requests already streaming finish, and nothing is lost. The
     run's deadline keeps running while it is paused.
     """
-    click.echo(_act(run, {"op": "pause"}))
+    click.echo(act(run, {"op": "pause"}))
 
 
 @click.command()
@@ -237,7 +244,7 @@ def unpause(run: str) -> None:
 
     What the pause held goes on in the order it came.
     """
-    click.echo(_act(run, {"op": "unpause"}))
+    click.echo(act(run, {"op": "unpause"}))
 
 
 @click.command()
@@ -280,7 +287,7 @@ def amend(ctx: click.Context, run: str, cap: str | None, subagent_model: str | N
     if "subagent_model" in typed:
         model = typed["subagent_model"].strip()
         request["subagent_model"] = None if model == "default" else model
-    click.echo(_act(run, request))
+    click.echo(act(run, request))
 
 
 def _cap(text: str) -> int | None:

@@ -1,0 +1,379 @@
+"""``teamlead view``: a local web page of this user's runs, updated live, with buttons to
+pause, unpause and stop them.
+
+The page is what ``teamlead ps`` lists, pushed to the browser as server-sent events
+whenever it changes; its buttons do what ``teamlead pause``, ``unpause``, ``stop`` and
+``stop --now`` do. It is served by uvicorn (the relay's own server) as a plain ASGI app
+(:class:`Board`) on ``127.0.0.1`` only, and every request must prove it comes from the
+page that was opened:
+
+- the URL printed first carries a random token; every request without it (a query
+  parameter for the page and its event stream, a header for the buttons) is refused 403,
+  compared in constant time;
+- a request whose ``Host`` is not ``127.0.0.1:PORT`` or ``localhost:PORT`` is refused 403
+  (a page of another site that rebinds its name to this address cannot talk to it);
+- a button's request must be a ``POST`` of JSON from the page's own ``Origin``, at most
+  1 KiB;
+- the page runs no code but its own (a nonce'd script under a strict
+  ``Content-Security-Policy``), builds every cell with ``textContent`` (a run's command
+  holds anything the user typed), and drops the token from the address bar once loaded.
+
+At most 8 event streams are served at once; each reads the registry once a second, in a
+worker thread.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import socket
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from typing import Any
+from urllib.parse import parse_qs
+
+import anyio
+import click
+
+from .._run.registry import Registry
+from ..errors import ControlError, NoSuchRun, UsageError
+from .exitcodes import handle_errors
+from .options import option
+from .runs import act, ps_rows
+from .signals import Interruptible
+
+__all__ = ["Board", "view"]
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+_OPS: dict[str, dict[str, Any]] = {
+    "stop": {"op": "stop", "now": False},
+    "stop_now": {"op": "stop", "now": True},
+    "pause": {"op": "pause"},
+    "unpause": {"op": "unpause"},
+}
+_MAX_BODY = 1024
+_MAX_STREAMS = 8
+_EVERY_S = 1.0
+_KEEPALIVE_S = 15.0
+_RUN_CHARS = 64
+
+
+class Board:
+    """The page's ASGI app (see the module docstring).
+
+    Args:
+        token: the secret every request must carry.
+        port: the port it is served on (the only ``Host`` it answers).
+        rows: the runs as ``teamlead ps --json`` has them (called in a worker thread).
+        act: does one op on a run (``act(run, request)``), returns what the run said.
+        every_s: how often an event stream reads the runs.
+    """
+
+    def __init__(
+        self,
+        *,
+        token: str,
+        port: int,
+        rows: Callable[[], list[dict[str, Any]]],
+        act: Callable[[str, dict[str, Any]], str],
+        every_s: float = _EVERY_S,
+    ) -> None:
+        self._token = token
+        self._hosts = {f"127.0.0.1:{port}", f"localhost:{port}"}
+        self._origins = {f"http://{host}" for host in self._hosts}
+        self._rows = rows
+        self._act = act
+        self._every_s = every_s
+        self._streams = 0
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        if headers.get("host") not in self._hosts:
+            await _answer(send, 403, "text/plain", b"teamlead view: wrong host")
+            return
+        query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        given = (query.get("token") or [""])[0] or headers.get("x-teamlead-token", "")
+        if not secrets.compare_digest(given.encode(), self._token.encode()):
+            await _answer(send, 403, "text/plain", b"teamlead view: a token is needed")
+            return
+        method, path = scope["method"], scope["path"]
+        if method == "GET" and path == "/":
+            await self._page(send)
+        elif method == "GET" and path == "/events":
+            await self._events(receive, send)
+        elif method == "POST" and path == "/act":
+            await self._button(headers, receive, send)
+        else:
+            await _answer(send, 404, "text/plain", b"teamlead view: not found")
+
+    async def _page(self, send: Send) -> None:
+        nonce = secrets.token_urlsafe(16)
+        body = _PAGE.replace("{nonce}", nonce).encode()
+        policy = (
+            f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
+            "connect-src 'self'; img-src 'none'; base-uri 'none'; form-action 'none'; "
+            "frame-ancestors 'none'"
+        )
+        page = "text/html; charset=utf-8"
+        await _answer(send, 200, page, body, {"content-security-policy": policy})
+
+    async def _events(self, receive: Receive, send: Send) -> None:
+        if self._streams >= _MAX_STREAMS:
+            await _answer(send, 503, "text/plain", b"teamlead view: too many pages open")
+            return
+        self._streams += 1
+        try:
+            await send(
+                {
+                    "type": "http.response.start",
+                    "status": 200,
+                    "headers": _headers("text/event-stream", {"x-accel-buffering": "no"}),
+                }
+            )
+            async with anyio.create_task_group() as tg:
+
+                async def gone() -> None:
+                    while (await receive())["type"] != "http.disconnect":
+                        pass
+                    tg.cancel_scope.cancel()
+
+                tg.start_soon(gone)
+                await self._stream(send)
+        finally:
+            self._streams -= 1
+
+    async def _stream(self, send: Send) -> None:
+        last: str | None = None
+        quiet_since = time.monotonic()
+        while True:
+            rows = await anyio.to_thread.run_sync(self._rows, abandon_on_cancel=True)
+            data = json.dumps(rows, ensure_ascii=True)  # no raw line breaks in an event
+            if data != last:
+                last, quiet_since = data, time.monotonic()
+                chunk = f"event: runs\ndata: {data}\n\n".encode()
+            elif time.monotonic() - quiet_since >= _KEEPALIVE_S:
+                quiet_since = time.monotonic()
+                chunk = b": still here\n\n"
+            else:
+                chunk = b""
+            if chunk:
+                await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            await anyio.sleep(self._every_s)
+
+    async def _button(self, headers: dict[str, str], receive: Receive, send: Send) -> None:
+        if headers.get("origin") not in self._origins:
+            await _answer(send, 403, "text/plain", b"teamlead view: not from the page")
+            return
+        if not headers.get("content-type", "").startswith("application/json"):
+            await _answer(send, 415, "text/plain", b"teamlead view: JSON only")
+            return
+        body = b""
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            if len(body) > _MAX_BODY:
+                await _answer(send, 413, "text/plain", b"teamlead view: too large")
+                return
+            if not message.get("more_body"):
+                break
+        try:
+            data = json.loads(body)
+        except (ValueError, RecursionError):
+            data = None
+        run = data.get("run") if isinstance(data, dict) else None
+        op = data.get("op") if isinstance(data, dict) else None
+        if not isinstance(run, str) or not 0 < len(run) <= _RUN_CHARS or op not in _OPS:
+            await _reply(send, 400, False, "a button names a run and one of: " + ", ".join(_OPS))
+            return
+        try:
+            said = await anyio.to_thread.run_sync(self._act, run, dict(_OPS[op]))
+        except (NoSuchRun, UsageError, ControlError) as exc:
+            await _reply(send, 200, False, str(exc))
+            return
+        await _reply(send, 200, True, said)
+
+
+def _headers(kind: str, extra: dict[str, str] | None = None) -> list[tuple[bytes, bytes]]:
+    values = {
+        "content-type": kind,
+        "cache-control": "no-store",
+        "x-content-type-options": "nosniff",
+        "referrer-policy": "no-referrer",
+        "x-frame-options": "DENY",
+        **(extra or {}),
+    }
+    return [(k.encode(), v.encode()) for k, v in values.items()]
+
+
+async def _answer(
+    send: Send, status: int, kind: str, body: bytes, extra: dict[str, str] | None = None
+) -> None:
+    await send({"type": "http.response.start", "status": status, "headers": _headers(kind, extra)})
+    await send({"type": "http.response.body", "body": body, "more_body": False})
+
+
+async def _reply(send: Send, status: int, ok: bool, message: str) -> None:
+    body = json.dumps({"ok": ok, "message": message[:2000]}).encode()
+    await _answer(send, status, "application/json", body)
+
+
+# -- the command -------------------------------------------------------------------------
+def _listen(port: int) -> socket.socket:
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind(("127.0.0.1", port))
+        sock.listen(64)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
+    sock.setblocking(False)
+    return sock
+
+
+async def _serve(sock: socket.socket, board: Board) -> None:
+    import uvicorn
+
+    class Quiet(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # the command owns its signals (Ctrl-C ends it, exit 130)
+
+    server = Quiet(
+        uvicorn.Config(
+            board,
+            lifespan="off",
+            log_config=None,
+            log_level="critical",
+            access_log=False,
+            proxy_headers=False,
+            server_header=False,
+            date_header=False,
+            timeout_graceful_shutdown=1,
+        )
+    )
+    await server.serve(sockets=[sock])
+
+
+@click.command()
+@option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="The loopback port to serve the page on (0: any free one).",
+)
+@handle_errors
+def view(port: int) -> None:
+    """Serve a live web page of your runs, with pause and stop buttons, until Ctrl-C.
+
+    Prints the page's URL first: it carries a random token, and the page answers only
+    requests with it, from this machine (127.0.0.1).
+    """
+    sock = _listen(port)
+    token = secrets.token_urlsafe(24)
+    chosen = sock.getsockname()[1]
+    registry = Registry()
+    board = Board(
+        token=token,
+        port=chosen,
+        rows=lambda: ps_rows(registry),
+        act=lambda run, request: act(run, request, registry=registry),
+    )
+    click.echo(f"http://127.0.0.1:{chosen}/?token={token}")
+    sys.stdout.flush()
+    Interruptible(lambda: _serve(sock, board), stop=lambda: None).run()
+
+
+_PAGE = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>teamlead runs</title>
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<style nonce="{nonce}">
+body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
+table { border-collapse: collapse; width: 100%; }
+th, td { text-align: left; padding: .3em .6em; border-bottom: 1px solid #ddd; }
+td.command { font-family: monospace; word-break: break-all; }
+#said { margin: .8em 0; min-height: 1.2em; }
+#said.refused { color: #a00; }
+button { margin-right: .3em; }
+</style></head>
+<body>
+<h1>teamlead runs</h1>
+<p id="live">connecting...</p>
+<p id="said"></p>
+<table><thead><tr><th>run</th><th>session</th><th>pid</th><th>status</th>
+<th>agents r/q/d/f</th><th>tokens</th><th>requests</th><th>cap</th><th>held</th>
+<th>command</th><th></th></tr></thead><tbody id="runs"></tbody></table>
+<script nonce="{nonce}">
+"use strict";
+const token = new URLSearchParams(location.search).get("token") || "";
+history.replaceState(null, "", "/");
+const body = document.getElementById("runs");
+const said = document.getElementById("said");
+const live = document.getElementById("live");
+function text(value) { return value === null || value === undefined ? "-" : String(value); }
+function cell(row, value, kind) {
+  const td = document.createElement("td");
+  td.textContent = text(value);
+  if (kind) td.className = kind;
+  row.appendChild(td);
+}
+async function press(run, op) {
+  said.textContent = "...";
+  said.className = "";
+  try {
+    const answer = await fetch("/act", {
+      method: "POST",
+      headers: {"content-type": "application/json", "x-teamlead-token": token},
+      body: JSON.stringify({run: run, op: op}),
+    });
+    const data = await answer.json();
+    said.textContent = text(data.message);
+    said.className = data.ok ? "" : "refused";
+  } catch (error) {
+    said.textContent = "the page could not reach teamlead view";
+    said.className = "refused";
+  }
+}
+function button(row, label, run, op) {
+  const b = document.createElement("button");
+  b.textContent = label;
+  b.dataset.op = op;
+  b.addEventListener("click", () => press(run, op));
+  row.appendChild(b);
+}
+function show(runs) {
+  body.replaceChildren();
+  for (const r of runs) {
+    const row = document.createElement("tr");
+    row.dataset.run = r.run;
+    const a = r.agents || {};
+    cell(row, r.run); cell(row, (r.session_id || "-").slice(0, 8)); cell(row, r.pid);
+    cell(row, r.status, "status");
+    cell(row, [a.running, a.queued, a.done, a.failed].map(text).join("/"));
+    cell(row, r.tokens); cell(row, r.requests); cell(row, r.cap); cell(row, r.held);
+    cell(row, r.command, "command");
+    const actions = document.createElement("td");
+    if (r.status === "paused") button(actions, "Unpause", r.run, "unpause");
+    else button(actions, "Pause", r.run, "pause");
+    button(actions, "Stop", r.run, "stop");
+    button(actions, "Stop now", r.run, "stop_now");
+    row.appendChild(actions);
+    body.appendChild(row);
+  }
+  live.textContent = runs.length + " run(s), live";
+}
+const events = new EventSource("/events?token=" + encodeURIComponent(token));
+events.addEventListener("runs", (event) => show(JSON.parse(event.data)));
+events.onerror = () => { live.textContent = "reconnecting..."; };
+</script></body></html>
+"""

@@ -1,0 +1,228 @@
+"""``teamlead view``: the local web page of the runs, served by the real command, opened in a
+real headless Chromium (the system's, driven by Playwright).
+
+The run on the page is one this test serves itself: a registry entry whose control
+endpoint (the real :class:`~teamlead._run.endpoint.Endpoint`, on an event loop in a
+thread) answers with a steering that records what it was asked and whose status the test
+changes, so the page's live updates and its buttons are checked end to end without a
+model. Its command is hostile markup, which the page must show as text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import http.client
+import json
+import os
+import select
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+import pytest
+
+from teamlead._run.endpoint import Endpoint, WatchFeed
+from teamlead._run.registry import Registry
+from teamlead.errors import ControlError
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Browser, Page
+
+pytestmark = [pytest.mark.slow]
+
+CHROMIUM = shutil.which("chromium")
+ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>&amp;'
+
+
+@dataclass
+class Steering:
+    """A run that records what it was asked; ``state`` is what its status says."""
+
+    state: str = "running"
+    asked: list[tuple[str, object]] = field(default_factory=list)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "status": self.state,
+            "session_id": "5e551011-aaaa",
+            "agents": {"running": 2, "queued": 1, "done": 3, "failed": 0},
+            "tokens": 1234,
+            "requests": 9,
+            "cap": 3,
+            "held": 1 if self.state == "paused" else 0,
+        }
+
+    def stop(self, *, now: bool) -> str:
+        self.asked.append(("stop", now))
+        return f"stopping run{' now' if now else ''}"
+
+    def pause(self) -> str:
+        self.asked.append(("pause", None))
+        self.state = "paused"
+        return "paused run"
+
+    def unpause(self) -> str:
+        raise ControlError("this run refuses to go on", code="state")
+
+    def amend(self, changes: Mapping[str, int | str | None]) -> str:
+        return "amended"
+
+
+@dataclass
+class Served:
+    url: str
+    steering: Steering
+    run: str
+
+    @property
+    def port(self) -> int:
+        return urlsplit(self.url).port or 0
+
+    @property
+    def token(self) -> str:
+        return self.url.split("token=", 1)[1]
+
+
+@pytest.fixture
+def served() -> Iterator[Served]:
+    """A fake live run in the test's runtime directory, and `teamlead view` serving it."""
+    steering = Steering()
+    registration = Registry().register(mode="query", command=f"teamlead ask {HOSTILE}")
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    endpoint = Endpoint(registration.socket, steering, run=registration.run, feed=WatchFeed())
+    asyncio.run_coroutine_threadsafe(endpoint.start(), loop).result(timeout=10)
+    registration.write()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "teamlead", "view"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=dict(os.environ),
+    )
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready and proc.stdout is not None, "teamlead view printed no URL"
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:") and "/?token=" in url, url
+        yield Served(url, steering, registration.run)
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err  # a server's end, as `teamlead relay`'s
+        asyncio.run_coroutine_threadsafe(endpoint.close(), loop).result(timeout=10)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(timeout=10)
+        loop.close()
+        registration.remove()
+
+
+def _request(
+    served: Served,
+    method: str,
+    path: str,
+    *,
+    host: str | None = None,
+    headers: dict[str, str] | None = None,
+    body: bytes | None = None,
+) -> tuple[int, bytes]:
+    connection = http.client.HTTPConnection("127.0.0.1", served.port, timeout=10)
+    try:
+        connection.putrequest(method, path, skip_host=True)
+        connection.putheader("Host", host or f"127.0.0.1:{served.port}")
+        for name, value in (headers or {}).items():
+            connection.putheader(name, value)
+        connection.putheader("Content-Length", str(len(body or b"")))
+        connection.endheaders(body)
+        response = connection.getresponse()
+        return response.status, response.read()
+    finally:
+        connection.close()
+
+
+def test_the_page_refuses_requests_without_the_token_a_foreign_host_or_origin(
+    served: Served,
+) -> None:
+    token = served.token
+    assert _request(served, "GET", f"/?token={token}")[0] == 200
+    assert _request(served, "GET", "/")[0] == 403
+    assert _request(served, "GET", "/?token=wrong")[0] == 403
+    assert _request(served, "GET", f"/events?token={token[:-1]}")[0] == 403
+    # another site's name rebound to 127.0.0.1 sends its own Host
+    assert _request(served, "GET", f"/?token={token}", host=f"evil.example:{served.port}")[0] == 403
+    button = json.dumps({"run": served.run, "op": "pause"}).encode()
+    own = {"x-teamlead-token": token, "content-type": "application/json"}
+    assert _request(served, "POST", "/act", headers=own, body=button)[0] == 403  # no Origin
+    other = {**own, "origin": "http://evil.example"}
+    assert _request(served, "POST", "/act", headers=other, body=button)[0] == 403
+    origin = {**own, "origin": f"http://127.0.0.1:{served.port}"}
+    assert _request(served, "POST", "/act", headers=origin, body=b"x" * 5000)[0] == 413
+    status, said = _request(served, "POST", "/act", headers=origin, body=b'{"op": "rm"}')
+    assert status == 400 and not json.loads(said)["ok"]
+    assert served.steering.asked == []  # nothing refused reached the run
+    status, page = _request(served, "GET", f"/?token={token}")
+    assert b"window.pwned" not in page  # the page carries no run text: it fetches it
+
+
+@pytest.fixture
+def page(served: Served) -> Iterator[Page]:
+    if CHROMIUM is None:
+        pytest.skip("no chromium on PATH")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser: Browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        try:
+            page = browser.new_page()
+            dialogs: list[str] = []
+            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            page.goto(served.url, timeout=30_000)
+            yield page
+            assert dialogs == []
+        finally:
+            browser.close()
+
+
+def test_the_page_lists_the_runs_live_and_shows_their_text_as_text(
+    served: Served, page: Page
+) -> None:
+    row = page.locator(f'tr[data-run="{served.run}"]')
+    row.wait_for(timeout=30_000)
+    assert urlsplit(page.url).query == ""  # the token left the address bar
+    cells = row.locator("td")
+    assert cells.nth(0).inner_text() == served.run
+    assert cells.nth(3).inner_text() == "running"
+    assert cells.nth(4).inner_text() == "2/1/3/0"
+    assert row.locator("td.command").inner_text() == f"teamlead ask {HOSTILE}"
+    assert page.evaluate("window.pwned") is None  # nothing of the command ran
+    assert page.locator("tbody img, tbody script").count() == 0
+    served.steering.state = "stopping"  # the run changes: the page follows by itself
+    page.locator(f'tr[data-run="{served.run}"] td.status', has_text="stopping").wait_for(
+        timeout=30_000
+    )
+
+
+def test_the_pages_buttons_pause_and_stop_the_run_and_say_what_it_answered(
+    served: Served, page: Page
+) -> None:
+    row = page.locator(f'tr[data-run="{served.run}"]')
+    row.wait_for(timeout=30_000)
+    row.locator('button[data-op="pause"]').click()
+    page.locator("#said", has_text="paused run").wait_for(timeout=30_000)
+    assert served.steering.asked == [("pause", None)]
+    unpause = page.locator(f'tr[data-run="{served.run}"] button[data-op="unpause"]')
+    unpause.wait_for(timeout=30_000)  # the live status said paused: the button follows
+    unpause.click()
+    page.locator("#said.refused", has_text="refuses to go on").wait_for(timeout=30_000)
+    page.locator(f'tr[data-run="{served.run}"] button[data-op="stop"]').click()
+    page.locator("#said", has_text="stopping run").wait_for(timeout=30_000)
+    page.locator(f'tr[data-run="{served.run}"] button[data-op="stop_now"]').click()
+    page.locator("#said", has_text="stopping run now").wait_for(timeout=30_000)
+    assert served.steering.asked == [("pause", None), ("stop", False), ("stop", True)]
