@@ -77,7 +77,9 @@ async def test_query_runs_a_fan_out_of_24_never_more_than_20_at_once(
     server, claude = offline(FanOut.of(24, delays=3.0))
     items, done = await run_query(claude, Policy())
     assert agents_run(server) == {f"agent-{i}" for i in range(1, 25)}
-    assert server.max_concurrent("subagent") == 20  # the CLI's cap, and no fewer
+    # never more than the CLI's cap at the server; the exact level is the gate's count (how
+    # many of 20 admitted agents a CLI on a loaded machine has started at one moment varies)
+    assert server.max_concurrent("subagent") <= 20
     assert max(i.running for i in items if isinstance(i, SpawnAdmitted)) == 20
     assert sum(isinstance(i, SpawnQueued) for i in items) == 4
     assert sum(isinstance(i, SpawnAdmitted) for i in items) == 24

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import collections
 from pathlib import Path
+from typing import Any
 
 import pytest
 from claude_agent_sdk import ResultMessage, query
@@ -42,16 +43,14 @@ class WatchedGovernor(Governor):
         *,
         timeout: float | None = None,  # noqa: ASYNC109 - the governor's signature
         priority: int = 0,
-        through_pause: bool = False,
+        **kwargs: Any,  # the rest of the governor's signature, passed on as it is
     ) -> Slot:
         self._ids += 1
         me = self._ids
         behind = {other for other, p in self.queued.items() if p < priority}
         self.queued[me] = priority
         try:
-            slot = await super().acquire(
-                key, timeout=timeout, priority=priority, through_pause=through_pause
-            )
+            slot = await super().acquire(key, timeout=timeout, priority=priority, **kwargs)
         finally:
             del self.queued[me]
         self.grants.append((me, priority, behind))
