@@ -32,8 +32,9 @@ the run started with, a value sets it, and an amend that changes nothing is refu
 
 Every applied amend is a :class:`~teamlead.events.RunAmended` event in the run's stream
 (and its NDJSON). ``teamlead amend RUN`` amends a run from another process through its
-control endpoint, with the same rules (a run started without a control gets one then). The control is safe to call from the run's event loop (a key reader's
-task) and from any other thread: the change is applied on the run's loop.
+control endpoint, with the same rules (a run started without a control gets one then).
+The control is safe to call from the run's event loop (a key reader's task) and from any
+other thread: the change is applied on the run's loop.
 
 Example:
     >>> control = teamlead.RunControl()  # doctest: +SKIP
