@@ -31,8 +31,10 @@ the run started with, a value sets it, and an amend that changes nothing is refu
     agents stay on the run's starting model; a model id reaches them at once.
 
 Every applied amend is a :class:`~teamlead.events.RunAmended` event in the run's stream
-(and its NDJSON). The control is safe to call from the run's event loop (a key reader's
-task) and from any other thread: the change is applied on the run's loop.
+(and its NDJSON). ``teamlead amend RUN`` amends a run from another process through its
+control endpoint, with the same rules (a run started without a control gets one then).
+The control is safe to call from the run's event loop (a key reader's task) and from any
+other thread: the change is applied on the run's loop.
 
 Example:
     >>> control = teamlead.RunControl()  # doctest: +SKIP

@@ -114,8 +114,12 @@ def _lines(out: str) -> list[dict[str, Any]]:
 
 
 def _agents(row: dict[str, Any]) -> tuple[int, int, int, int]:
+    """Running, queued, done, failed; -1 for a count the row lacks (a run that did not
+    answer ``ps`` in time on a busy machine is listed ``unreachable``, without counts)."""
     a = row["agents"]
-    return a["running"], a["queued"], a["done"], a["failed"]
+    counts = [a[key] for key in ("running", "queued", "done", "failed")]
+    running, queued, done, failed = (-1 if c is None else c for c in counts)
+    return running, queued, done, failed
 
 
 # -- scenario: listed, watched and amended -----------------------------------------------
@@ -220,7 +224,7 @@ def _paused(root: Path) -> Paused:
             seen.returncode, seen.out, seen.err = world.end(5)
             return seen
         paused_again, more_in_flight = pause_now()
-        seen.second = world.listed(lambda r: r["held"] >= 1 and _agents(r)[2] == 3)
+        seen.second = world.listed(lambda r: (r["held"] or 0) >= 1 and _agents(r)[2] == 3)
         late += [r for r in server.recorded() if r.started > paused_again]
         seen.unfinished_in_flight = sum(r.finished is None for r in [*in_flight, *more_in_flight])
         seen.late_requests = [f"{r.role}: {r.request.first_user_text[:60]}" for r in late]

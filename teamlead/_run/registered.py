@@ -4,8 +4,9 @@
 around everything else, the relay included). Before the first item it registers the run
 with its process's registry (:attr:`~.process.ProcessState.registry`), starts the run's
 control endpoint (:mod:`.endpoint`) on the run's own loop and writes its entry; each item
-goes to the watch feed as the NDJSON lines of ``ask --json`` (:class:`~teamlead._ndjson.
-JsonProgress`), and the entry learns the session id once the run has one. After the run's
+goes to the watch feed as the NDJSON lines of ``ask --json`` (the run's own
+:class:`~teamlead._ndjson.JsonProgress`), and the entry learns the session id once the run
+has one. After the run's
 ``Finished`` has gone to the watchers, the endpoint stops and the entry goes, and only then
 is ``Finished`` yielded: a caller that stops reading at ``Finished`` leaves nothing behind.
 

@@ -22,10 +22,12 @@ is skipped, never fatal. Nothing here loads the SDK: ``teamlead ps`` and the oth
 read the registry in a fraction of a second.
 
 Example:
-    >>> registry = Registry(Path("/tmp/runs-example"))  # doctest: +SKIP
-    >>> with registry.register(mode="query", command="teamlead ask hi") as entry:  # doctest: +SKIP
-    ...     [e.run for e in registry.listing().live] == [entry.run]
+    >>> registry = Registry(runtime_dir())  # doctest: +SKIP
+    >>> registration = registry.register(mode="query", command="teamlead ask hi")  # doctest: +SKIP
+    >>> registration.write()  # once its endpoint listens  # doctest: +SKIP
+    >>> [e.run for e in registry.listing().live] == [registration.run]  # doctest: +SKIP
     True
+    >>> registration.remove()  # the run ends  # doctest: +SKIP
 """
 
 from __future__ import annotations
