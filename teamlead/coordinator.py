@@ -215,16 +215,37 @@ def query_stream(
     experiment runner). Takes :func:`query`'s arguments."""
     fn = _sdk_query(query_fn)
 
+    def start(run: RunState) -> AsyncGenerator[Any, None]:
+        return run_query(run, fn, prompt)
+
+    world = (options, policy, clock, control, process)
+    return _query_mode_stream(start, *world, mode="query", prompt=prompt)
+
+
+def _query_mode_stream(
+    start: Callable[[RunState], AsyncGenerator[Any, None]],
+    options: ClaudeAgentOptions | None,
+    policy: Policy | None,
+    clock: Clock,
+    control: RunControl | None,
+    process: ProcessState | None,
+    *,
+    mode: str,
+    prompt: str | None = None,
+    session_id: str | None = None,
+) -> RunStream:
+    """The stream of a ``query``-mode run that ``start`` drives (``mode`` ``query`` or
+    ``resume`` for its spans): its state made when the stream is first read, the relay,
+    telemetry and the registry around it."""
+
     def make() -> RunState:
         return new_run(
             "query", options, policy or Policy(), clock, control=control, process=process
         )
 
     def items(state: RunState) -> AsyncGenerator[Any, None]:
-        def start(run: RunState) -> AsyncGenerator[Any, None]:
-            return run_query(run, fn, prompt)
-
-        return registered(state, _relayed_run(state, start, prompt=prompt))
+        run = _relayed_run(state, start, mode=mode, prompt=prompt, session_id=session_id)
+        return registered(state, run)
 
     return RunStream(make, items)
 
@@ -461,16 +482,8 @@ def resume_stream(
     :func:`query_stream`). Takes :func:`resume_session`'s arguments."""
     fn = _sdk_query(query_fn)
 
-    def make() -> RunState:
-        return new_run(
-            "query", options, policy or Policy(), clock, control=control, process=process
-        )
+    def start(run: RunState) -> AsyncGenerator[Any, None]:
+        return run_resume(run, fn, session_id)
 
-    def items(state: RunState) -> AsyncGenerator[Any, None]:
-        def start(run: RunState) -> AsyncGenerator[Any, None]:
-            return run_resume(run, fn, session_id)
-
-        run = _relayed_run(state, start, mode="resume", session_id=session_id)
-        return registered(state, run)
-
-    return RunStream(make, items)
+    world = (options, policy, clock, control, process)
+    return _query_mode_stream(start, *world, mode="resume", session_id=session_id)
