@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 #: 2: ``lead_turn`` once per API message and ``task_ended`` once per task (1 repeated
-#: both: see :class:`teamlead.view.JsonProgress`); ``agent_usage`` events;
+#: both: see :class:`teamlead._ndjson.JsonProgress`); ``agent_usage`` events;
 #: ``Finished.tasks`` rows per agent (``workflow_agent`` kind, parent, label, tokens,
 #: requests, tool uses, duration, transcript, result file); reasons
 #: ``token_budget``/``request_budget``. 3: the workflow lines (``workflow_started``,

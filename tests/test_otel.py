@@ -52,6 +52,8 @@ from teamlead.testing import FakeClock, Reply, ScriptedServer
 from teamlead.testing.otlp import OtlpReceiver, ReceivedSpan
 from teamlead.testing.wire import sse_events
 
+from .parsing import HandFed
+
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "claude-opus-5-5"
 KEY = "sk-ant-otel-secret-key-0123456789"
@@ -251,7 +253,9 @@ def test_the_variables_ask_for_export_only_when_an_exporter_or_endpoint_is_set()
 def test_a_runs_events_become_its_phases_and_its_agents_gate_events(
     exported: Exported, receiver: OtlpReceiver
 ) -> None:
-    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions(model=MODEL))
+    run = RunTrace(
+        exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions(model=MODEL)
+    )
     items: list[Any] = [
         {"type": "system", "subtype": "init", "session_id": "s-9"},
         SpawnQueued(tool_use_id="tu1", description="audit", position=1, running=2, limit=2),
@@ -368,7 +372,11 @@ def test_prompt_and_result_text_only_with_the_content_capture_opt_in(
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     run = RunTrace(
-        exported.telemetry, mode="query", options=ClaudeAgentOptions(), prompt=f"use {KEY}"
+        exported.telemetry,
+        HandFed(),
+        mode="query",
+        options=ClaudeAgentOptions(),
+        prompt=f"use {KEY}",
     )
     run.see(Finished(status="completed", result="the answer", session_id="s", resumes=0))
     run.close()
@@ -384,7 +392,7 @@ def test_prompt_and_result_text_only_with_the_content_capture_opt_in(
 def test_a_run_that_breaks_off_ends_its_spans_as_errors(
     exported: Exported, receiver: OtlpReceiver
 ) -> None:
-    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
+    run = RunTrace(exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions())
     run.see(SpawnQueued(tool_use_id="tu1", description="a", position=1, running=1, limit=1))
     run.close("CancelledError")
     exported.flush()
@@ -563,7 +571,7 @@ def test_an_agent_whose_request_ends_before_the_stream_names_it_is_one_span(
     the task: the call, the task and the requests still make one agent span."""
     from teamlead._otel.chat import Usage
 
-    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
+    run = RunTrace(exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions())
     run.see({"type": "assistant", "session_id": "s", "message": {"id": "m", "content": [
         {"type": "tool_use", "id": "tu1", "name": "Agent",
          "input": {"description": "audit", "prompt": "p"}}]}})  # fmt: skip
@@ -595,7 +603,7 @@ def test_a_request_ending_after_the_run_leaves_no_span_open(
 ) -> None:
     from teamlead._otel.chat import Usage
 
-    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
+    run = RunTrace(exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions())
     run.see(Finished(status="completed", result="ok", session_id="s", resumes=0))
     run.close()
     placed: list[Context] = []
@@ -615,7 +623,7 @@ def test_a_workflows_agent_known_by_its_requests_is_placed_under_its_workflow(
 ) -> None:
     """A workflow agent's requests come long before the run's rows say whose it is: they
     are held, and written under its span, which is made under its workflow's."""
-    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
+    run = RunTrace(exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions())
     run.see({"type": "system", "subtype": "task_started", "task_id": "wf-task",
              "tool_use_id": "tu-wf", "description": "probe", "task_type": "local_workflow",
              "session_id": "s"})  # fmt: skip
@@ -645,7 +653,7 @@ def test_a_workflows_agent_known_by_its_requests_is_placed_under_its_workflow(
 def test_an_agent_past_its_own_timeout_is_marked_timed_out(
     exported: Exported, receiver: OtlpReceiver
 ) -> None:
-    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
+    run = RunTrace(exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions())
     run.see({"type": "system", "subtype": "task_started", "task_id": "a1", "tool_use_id": "tu1",
              "description": "hung", "session_id": "s"})  # fmt: skip
     row = TaskDisposition(id="a1", kind="task", description="hung", status="timeout",

@@ -19,6 +19,7 @@ import pytest
 from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, SystemMessage
 
 import teamlead
+from teamlead._cli.team_view import LiveTeamView, PlainProgress
 from teamlead._run.relayed import relay_wanted
 from teamlead.events import (
     BucketSummary,
@@ -28,7 +29,8 @@ from teamlead.events import (
     RelaySummary,
 )
 from teamlead.testing import Reply, ScriptedServer
-from teamlead.view import LiveTeamView, PlainProgress
+
+from .parsing import HandFed
 
 pytestmark = pytest.mark.anyio
 
@@ -293,7 +295,7 @@ def _change(previous: int, cap: int, reason: Any = "rate_limited") -> Concurrenc
 
 def test_plain_lines_for_the_relay() -> None:
     out = io.StringIO()
-    view = PlainProgress(out)
+    view = PlainProgress(out, HandFed())
     view.handle(
         RateLimited(model="claude-x", role="subagent", retry_after_s=1.0, outcome="absorbed")
     )
@@ -315,7 +317,7 @@ def test_plain_lines_for_the_relay() -> None:
 def test_live_view_has_a_governor_line() -> None:
     from rich.console import Console
 
-    view = LiveTeamView(Console(file=io.StringIO(), width=120))
+    view = LiveTeamView(Console(file=io.StringIO(), width=120), HandFed())
     try:
         assert view.governor_line() is None
         view.handle(_change(32, 3))

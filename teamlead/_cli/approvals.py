@@ -45,7 +45,7 @@ from .._redact import terminal_safe
 from .._run.workflow_permission import WORKFLOW_DENIED, WORKFLOW_TOOL
 from ..clock import SYSTEM_CLOCK, Clock, move_on_at
 from ..events import PermissionAnswer, PermissionDecided
-from ..tracker import Tracker
+from ..tracker import StreamParse
 
 __all__ = [
     "ASKING_MODES",
@@ -441,7 +441,7 @@ class NoTerminal:
         return PermissionResultDeny(message=reason)
 
 
-def labels_from(tracker: Tracker) -> LabelFor:
+def labels_from(run: StreamParse) -> LabelFor:
     """A :data:`LabelFor` that reads the run's tracker when it is asked (so a task seen
     after its request arrived still names it): an Agent-tool subagent's task description,
     a workflow agent's label, else the agent id."""
@@ -449,7 +449,8 @@ def labels_from(tracker: Tracker) -> LabelFor:
     def label_for(agent_id: str | None) -> str:
         if agent_id is None:
             return "lead"
-        tasks = tracker.tasks
+        tracker = run.tracker
+        tasks = tracker.tasks if tracker is not None else {}
         task = tasks.get(agent_id)
         if task is not None and task.description.strip():
             return str(task.description)

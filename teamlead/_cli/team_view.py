@@ -1,10 +1,13 @@
 """Progress output for the CLI: a live team view on a TTY, plain lines when piped, NDJSON.
 
 All three consume the same stream :func:`teamlead.query` yields (SDK messages and
-teamlead events) through ``handle(item)``; the NDJSON one lives in
-:mod:`teamlead._ndjson`. Names, descriptions and teammate text are hostile: every
-terminal line goes through :func:`~teamlead._redact.terminal_safe` and the live view
-renders it as ``Text``, never as Rich markup.
+teamlead events) through ``handle(item)``, and read what the run made of each message
+from the run itself (its :class:`~teamlead.tracker.StreamParse`: its tracker and the
+events of each item), never parsing it again; the NDJSON one lives in
+:mod:`teamlead._ndjson`, since a run's watch feed writes it too. Names, descriptions and
+teammate text are hostile: every terminal line goes through
+:func:`~teamlead._redact.terminal_safe` and the live view renders it as ``Text``, never as
+Rich markup.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ._claude.scripted import api_message_id, is_scripted_message
-from ._ndjson import JsonProgress, event_record, first_sighting
-from ._redact import redact, terminal_safe
-from .events import (
+from .._claude.scripted import api_message_id, is_scripted_message
+from .._ndjson import first_sighting
+from .._redact import redact, terminal_safe
+from ..events import (
     AgentUsage,
     ConcurrencyChanged,
     FallbackUsed,
@@ -39,11 +42,12 @@ from .events import (
     SpawnRejected,
     WaitingForTeam,
 )
-from .tracker import (
+from ..tracker import (
     AgentCallSeen,
     LeadTurn,
     ResultSeen,
     SessionSeen,
+    StreamParse,
     TaskEnded,
     TaskStarted,
     TrackedEvent,
@@ -55,7 +59,7 @@ from .tracker import (
     WorkflowStarted,
 )
 
-__all__ = ["JsonProgress", "LiveTeamView", "PlainProgress", "event_record"]
+__all__ = ["LiveTeamView", "PlainProgress"]
 
 
 _SHOWN_AGENTS = 50  # a workflow's agents listed in the live view
@@ -197,14 +201,17 @@ def _describe_workflow(
 
 
 class PlainProgress:
-    """One plain line per notable event, for logs and pipes."""
+    """One plain line per notable event, for logs and pipes; ``run`` is the run's parse of
+    the items :meth:`handle` is given."""
 
-    def __init__(self, stream: IO[str], *, verbose: bool = False, scripted: bool = False) -> None:
+    def __init__(
+        self, stream: IO[str], run: StreamParse, *, verbose: bool = False, scripted: bool = False
+    ) -> None:
         self.stream = stream
+        self.run = run
         self.verbose = verbose
         # the model is scripted (told, or seen in its messages): the last line names no cost
         self.scripted = scripted
-        self.tracker = Tracker()
         self.started = time.monotonic()
         self._shown: set[str] = set()
 
@@ -218,28 +225,27 @@ class PlainProgress:
         if text is not None:
             self._line(text)
             return
-        for event in self.tracker.feed(item):
-            line = self._describe_tracked(event)
+        tracker = self.run.tracker
+        for event in self.run.events_of(item):
+            line = self._describe_tracked(event, tracker) if tracker is not None else None
             if line:
                 self._line(line)
 
-    def _describe_tracked(self, event: TrackedEvent) -> str | None:
+    def _describe_tracked(self, event: TrackedEvent, tracker: Tracker) -> str | None:
         if isinstance(event, SessionSeen):
             return (
                 f"session {event.session_id}"
-                if first_sighting(event, self.tracker, self._shown)
+                if first_sighting(event, self.run, self._shown)
                 else None
             )
         if isinstance(event, AgentCallSeen):
-            group = self.tracker.agent_calls_by_message.get(
-                event.message_id or event.tool_use_id, []
-            )
+            group = tracker.agent_calls_by_message.get(event.message_id or event.tool_use_id, [])
             return f"lead delegates {event.description!r} (Agent call {len(group)} of its message)"
         if isinstance(event, TaskStarted):
             label = _task_label(event.task_id, event.description)
             return f"task started: {label} [{event.subagent_type or 'agent'}]"
         if isinstance(event, TaskEnded) and event.source == "task_notification":
-            label = _task_label(event.task_id, self.tracker.tasks[event.task_id].description)
+            label = _task_label(event.task_id, tracker.tasks[event.task_id].description)
             return f"task {event.status}: {label}"
         if isinstance(event, WorkflowStarted | WorkflowPhaseSeen | WorkflowAgentChanged):
             return _describe_workflow(event)
@@ -266,13 +272,17 @@ class PlainProgress:
 
 
 class LiveTeamView:
-    """A live table: the lead's state and one row per subagent or teammate."""
+    """A live table: the lead's state and one row per subagent or teammate (the tasks of
+    the run's own tracker); ``run`` is the run's parse of the items :meth:`handle` is given.
+    """
 
-    def __init__(self, console: Console, *, verbose: bool = False, scripted: bool = False) -> None:
+    def __init__(
+        self, console: Console, run: StreamParse, *, verbose: bool = False, scripted: bool = False
+    ) -> None:
         self.console = console
+        self.run = run
         self.verbose = verbose
         self.scripted = scripted
-        self.tracker = Tracker()
         self.started = time.monotonic()
         self.lead_state = "starting"
         self.teammates: dict[str, str] = {}
@@ -308,7 +318,7 @@ class LiveTeamView:
             elif isinstance(item, SpawnAdmitted | SpawnDenied | SpawnRejected):
                 self.queued.pop(item.tool_use_id, None)
         self._governor(item)
-        for event in self.tracker.feed(item):
+        for event in self.run.events_of(item):
             if isinstance(event, LeadTurn):
                 self.lead_state = (
                     "error" if event.error else ("delegating" if event.tool_names else "writing")
@@ -377,8 +387,10 @@ class LiveTeamView:
         table = Table(title=Text(f"teamlead · lead: {_safe(self.lead_state)}"), expand=False)
         for column in ("who", "description", "status", "elapsed", "tokens", "last tool"):
             table.add_column(column)
-        now = time.monotonic()
-        for task in self.tracker.tasks.values():
+        tracker = self.run.tracker
+        tasks = tracker.tasks.values() if tracker is not None else ()
+        now = tracker.clock.monotonic() if tracker is not None else 0.0  # tasks stamp on it
+        for task in tasks:
             end = task.ended_at or now
             table.add_row(
                 "workflow" if task.is_workflow else "agent",
