@@ -83,7 +83,7 @@ import anyio
 from _common import table
 from claude_agent_sdk import ResultMessage, query
 
-from teamlead._governor.sqlite_account import MachineAccount
+from teamlead._governor.accounts.machine import MachineAccount
 from teamlead._relay import RELAY_POLICY, start_relay
 from teamlead.governor import Governor
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, TokenBucket

@@ -23,12 +23,17 @@ import anyio
 import pydantic
 import pytest
 
-from teamlead._governor.account import Bounds, FallbackAccount, ProcessAccount
-from teamlead._governor.accounts import check_limits_spec, open_account
+from teamlead._governor.accounts import (
+    FallbackAccount,
+    ProcessAccount,
+    WarnOnce,
+    check_limits_spec,
+    open_account,
+)
+from teamlead._governor.accounts.base import Bounds
+from teamlead._governor.accounts.machine import MachineAccount, default_path
 from teamlead._governor.aimd import Limits
 from teamlead._governor.retry_after import MAX_PAUSE_S
-from teamlead._governor.sqlite_account import MachineAccount, default_path
-from teamlead._governor.stored import WarnOnce
 from teamlead.clock import SYSTEM_CLOCK, Clock
 from teamlead.errors import UsageError
 from teamlead.governor import Governor, GovernorPolicy, Slot
@@ -127,8 +132,8 @@ def _holder(db: Path, ttl: float = 30.0) -> subprocess.Popen[str]:
         f"""
         import sys, time
         from pathlib import Path
-        from teamlead._governor.account import Bounds
-        from teamlead._governor.sqlite_account import MachineAccount
+        from teamlead._governor.accounts.base import Bounds
+        from teamlead._governor.accounts.machine import MachineAccount
         account = MachineAccount(Path({str(db)!r}), lease_ttl_s={ttl})
         for _ in range(3):
             assert account.take(Bounds({A!r}, limit=3)) is not None
@@ -380,7 +385,8 @@ def test_a_redis_url_with_a_numbered_database_or_none_is_accepted(url: str) -> N
 def test_the_lease_renewer_tries_again_after_a_failed_renewal_and_stops_for_good() -> None:
     import threading
 
-    from teamlead._governor.account import AccountError, LeaseRenewer
+    from teamlead._governor.accounts.base import AccountError
+    from teamlead._governor.accounts.renewer import LeaseRenewer
 
     calls: list[int] = []
     third = threading.Event()
