@@ -126,6 +126,23 @@ async def test_a_cut_learnt_in_one_process_holds_in_the_other(tmp_path: Path) ->
         slot.release()
 
 
+async def test_an_overload_met_in_one_process_pauses_and_cuts_every_process_on_the_account(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "limits.sqlite3"
+    clock = FakeClock()
+    first, second = _governor(db, clock, ceiling=8), _governor(db, clock, ceiling=8)
+    slot = await first.acquire(A)
+    slot.overloaded(5.0)  # a 529 with Retry-After: 5 met by the first process
+    slot.release()
+    assert second.state(A).cap < 8  # the cut holds in the other process too
+    assert second.state(A).cooldown_s == pytest.approx(5.0)
+    with pytest.raises(TimeoutError):  # and so does the pause: it backs off as well
+        await second.acquire(A, timeout=1.0)
+    clock.advance(5.0)
+    (await second.acquire(A, timeout=0)).release()
+
+
 def _holder(db: Path, ttl: float = 30.0) -> subprocess.Popen[str]:
     """A child process that takes three leases on ``db``, says so, and waits."""
     code = textwrap.dedent(
