@@ -2,19 +2,24 @@
 
 The same workload runs against the same hidden-limit upstream (the scripted model server
 admits 3 concurrent requests and answers 429 with ``retry-after: 1`` past that) in four
-timing shapes, each strategy against a fresh server:
+timing shapes and an overload burst, each strategy against a fresh server:
 
 * ``at once``     response headers as soon as a request is admitted (as the API does);
 * ``late``        headers 1.5 s after the request came (a long prefill);
 * ``answer``      headers only with the whole answer (a buffering gateway);
 * ``lead counts`` headers at once, and three requests of the lead (0.5 s each, at 0, 4
-  and 8 s) count against the same limit.
+  and 8 s) count against the same limit;
+* ``529 burst``   headers at once, and every request of the first 10 s (from the first
+  request on) answered 529 ``overloaded_error`` (the scripted ``OverloadBurst``).
 
 The workload: 24 agents start together, each needing one 1.5 s streamed answer; an agent
-whose request meets a 429 waits the Retry-After and sends it again. Strategies:
+whose request meets a 429 waits the Retry-After and sends it again; one that meets a 529
+retries it :data:`CLIENT_RETRIES` times after the Anthropic SDK's backoff (0.5 s doubling
+up to 8 s, less up to a quarter at random), then its agent is lost. Strategies:
 
 * ``teamlead``    every request goes through the real loopback relay and its governor
-  (starting at 32; 429s are held and retried inside the relay, as for the CLI);
+  (starting at 32; 429s are held and retried inside the relay, and so is a 529 through
+  its overload hold, as for the CLI; the client behind it has no retries of a 529);
 * ``fixed N``     at most N requests at once (1, 3, 8); a rejected request keeps its place
   while it waits, as a client semaphore around a call with retries does;
 * ``inspect``     Inspect's adaptive connections, reimplemented from its documentation
@@ -31,9 +36,11 @@ limit of 3); each row says the limit each governor learnt (the goal: 3 and 3, sh
 
 Figures per shape and strategy: wall time (first request sent to last answer read) over
 the ideal (the work kept at exactly the limit: ``ceil(24 / 3) * 1.5 s``, or the lead's work
-added over 3 slots), 429s served per agent, and the time to converge (when the last 429
-was served; 0 when none was). Goals for ``teamlead`` in every shape: <= 1.2 x ideal, <= 1
-429 per agent, and ahead of the Inspect rules.
+added over 3 slots, or after the burst), 429s served per agent, the time to converge (when
+the last 429 was served; 0 when none was) and the 529s served. Goals for ``teamlead`` in
+every shape: every agent answered, <= 1.2 x ideal (1.3 x in the burst: its end is met
+within one backoff), <= 1 429 per agent, and ahead of the Inspect rules (more answered,
+or as many sooner).
 
 Then upstreams that limit tokens, not concurrency: the scripted server's token buckets,
 enforced per second as Anthropic's per-minute limits may be (an input-token bucket of
@@ -52,15 +59,16 @@ that binds, plus one request's work), 429s served per agent, and agents lost. Go
 ``teamlead`` with headers: <= 1.3 x the bucket's minimum, <= 1 429 per agent, none lost.
 
 Last, the field report on the real CLI (full mode only): 12 Agent calls, each subagent's
-answer 0.4 s, ``CLAUDE_CODE_MAX_RETRIES=0``, through teamlead's relay, against the
-input-token bucket alone; its figures are the same (wall from the first request's arrival
-to the last answer, over ``(drawn - capacity) / refill``; the goal is 1.3 x, every
-finding, at most one 429 per agent).
+answer 0.4 s, against the input-token bucket alone, through teamlead's relay
+(``CLAUDE_CODE_MAX_RETRIES=0``) and, beside it, the bare CLI talking to the upstream with
+its default retries; its figures are the same (wall from the first request's arrival
+to the last answer, over ``(drawn - capacity) / refill``; the goal for teamlead is 1.3 x,
+every finding, at most one 429 per agent).
 
-Run: ``python bench/limits.py`` (about 11 minutes); ``--quick`` for a smoke run of every
+Run: ``python bench/limits.py`` (about 13 minutes); ``--quick`` for a smoke run of every
 shape and strategy with 6 agents of 0.05 s, every other time scaled alike (retry-after
-and late headers 0.05 s, the lead's 0.05 s requests at 0, 0.1 and 0.2 s; the token
-buckets and requests scaled to a minimum of about half a second).
+and late headers 0.05 s, the lead's 0.05 s requests at 0, 0.1 and 0.2 s, a 0.2 s burst;
+the token buckets and requests scaled to a minimum of about half a second).
 """
 
 from __future__ import annotations
