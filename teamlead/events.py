@@ -559,7 +559,16 @@ class BucketSummary(BaseModel):
 
 
 class RelaySummary(BaseModel):
-    """What the relay did for a run: 429s absorbed and passed on, final limit per bucket."""
+    """What the relay did for a run: 429s absorbed and passed on, final limit per bucket.
+
+    Attributes:
+        requests: the requests seen (a retry is not a new request).
+        absorbed: the 429s and 529s the relay held and retried (the CLI never saw them).
+        passed: the 429s and 529s that went on to the CLI.
+        overloaded: the 529s met, held or passed on (counted in ``absorbed`` or ``passed``).
+        overloaded_held: of those, the ones the relay held through an overload burst.
+        buckets: per bucket, its final limit and what it met.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -567,6 +576,7 @@ class RelaySummary(BaseModel):
     absorbed: int = 0
     passed: int = 0
     overloaded: int = 0
+    overloaded_held: int = 0
     buckets: list[BucketSummary] = Field(default_factory=list)
 
 

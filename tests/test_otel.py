@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -407,14 +407,17 @@ def test_a_run_that_breaks_off_ends_its_spans_as_errors(
 # -- the relay's chat spans ------------------------------------------------------------------
 
 
-def test_a_relayed_request_is_a_chat_span_with_its_usage_pacing_and_429(
-    exported: Exported, receiver: OtlpReceiver
+def _through_relay(
+    exported: Exported,
+    replies: Iterator[Reply],
+    ask: Callable[[anthropic.AsyncAnthropic], Awaitable[object]],
+    usage: list[tuple[str | None, int | None, int | None]] | None = None,
 ) -> None:
+    """``ask`` the scripted ``replies`` through a relay whose run's requests are chat spans
+    under a ``run`` span (the usage read off each reply goes to ``usage``)."""
     import anyio
 
-    answer = dataclasses.replace(Reply.text("after the pause"), input_tokens=33)
-    replies = iter([Reply.error(429, retry_after=2), answer])
-    usage: list[tuple[str | None, int | None, int | None]] = []
+    read = usage if usage is not None else []
 
     async def main() -> None:
         governor = Governor(GovernorPolicy(ceiling=8), clock=FakeClock())
@@ -428,7 +431,7 @@ def test_a_relayed_request_is_a_chat_span_with_its_usage_pacing_and_429(
                     ChatObserver(
                         exported.telemetry,
                         place=lambda agent, write: write(set_span_in_context(root)),
-                        on_usage=lambda agent, u: usage.append(
+                        on_usage=lambda agent, u: read.append(
                             (agent, u.input_tokens, u.output_tokens)
                         ),
                     )
@@ -436,23 +439,33 @@ def test_a_relayed_request_is_a_chat_span_with_its_usage_pacing_and_429(
                 async with anthropic.AsyncAnthropic(
                     base_url=run.base_url, api_key=KEY, max_retries=0
                 ) as c:
-                    async with c.messages.stream(
-                        model=MODEL,
-                        max_tokens=10,
-                        messages=[{"role": "user", "content": "hi"}],
-                        extra_headers={
-                            "x-claude-code-agent-id": "agent-7",
-                            "X-Claude-Code-Session-Id": "s-2",
-                        },  # fmt: skip
-                    ) as stream:
-                        await stream.get_final_message()
-                    await c.messages.count_tokens(
-                        model=MODEL, messages=[{"role": "user", "content": "hi"}]
-                    )
+                    await ask(c)
                 root.end()
 
     anyio.run(main)
     exported.flush()
+
+
+def test_a_relayed_request_is_a_chat_span_with_its_usage_pacing_and_429(
+    exported: Exported, receiver: OtlpReceiver
+) -> None:
+    answer = dataclasses.replace(Reply.text("after the pause"), input_tokens=33)
+    usage: list[tuple[str | None, int | None, int | None]] = []
+
+    async def ask(c: anthropic.AsyncAnthropic) -> None:
+        async with c.messages.stream(
+            model=MODEL,
+            max_tokens=10,
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={
+                "x-claude-code-agent-id": "agent-7",
+                "X-Claude-Code-Session-Id": "s-2",
+            },  # fmt: skip
+        ) as stream:
+            await stream.get_final_message()
+        await c.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+
+    _through_relay(exported, iter([Reply.error(429, retry_after=2), answer]), ask, usage)
     spans = receiver.spans()
     (chat,) = by_name(spans, f"chat {MODEL}")  # count_tokens is not a model call
     (root,) = by_name(spans, "run")
@@ -487,6 +500,30 @@ def test_a_relayed_request_is_a_chat_span_with_its_usage_pacing_and_429(
     # metric attributes carry no id of an agent, session or request
     ids = {"gen_ai.agent.id", "gen_ai.conversation.id", "gen_ai.response.id"}
     assert all(not ids & p.attributes.keys() for p in points)
+
+
+def test_a_request_held_through_an_overload_is_an_overloaded_event_on_its_chat_span(
+    exported: Exported, receiver: OtlpReceiver
+) -> None:
+    async def ask(c: anthropic.AsyncAnthropic) -> None:
+        await c.messages.create(
+            model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        )
+
+    replies = iter([Reply.error(529, retry_after=1), Reply.text("after the burst")])
+    _through_relay(exported, replies, ask)
+    (chat,) = by_name(receiver.spans(), f"chat {MODEL}")
+    assert chat.attributes["teamlead.relay.attempts"] == 2
+    (event,) = chat.events
+    assert event.name == "overloaded"
+    assert event.attributes == {
+        "http.response.status_code": 529,
+        "teamlead.outcome": "absorbed",  # held at the relay: the client never saw it
+        "teamlead.source": "upstream",
+        "teamlead.retry_after_s": 1.0,
+    }
+    limited = [p for p in receiver.points() if p.metric == "teamlead.relay.rate_limited"]
+    assert [(p.attributes["teamlead.outcome"], p.value) for p in limited] == [("absorbed", 1.0)]
 
 
 def sse_bytes(text: str, input_tokens: int = 20) -> bytes:

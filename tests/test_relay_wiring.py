@@ -314,6 +314,25 @@ def test_plain_lines_for_the_relay() -> None:
     ]
 
 
+def test_the_last_line_tells_529s_held_by_the_relay_from_those_passed_on() -> None:
+    out = io.StringIO()
+    summary = RelaySummary(
+        requests=6,
+        absorbed=5,  # 1 429 and 4 529s held
+        passed=2,  # 1 429 and 1 529 past the hold
+        overloaded=5,
+        overloaded_held=4,
+        buckets=[BucketSummary(key="anthropic/claude-x", limit=3, requests=6, rate_limited=2)],
+    )
+    PlainProgress(out).handle(
+        Finished(status="completed", result="r", session_id=None, resumes=0, relay=summary)
+    )
+    assert (
+        "relay: 6 request(s); 429s 1 absorbed, 1 passed on; 4 overloaded (529) held by the "
+        "relay; 1 overloaded (529) passed on;"
+    ) in out.getvalue()
+
+
 def test_live_view_has_a_governor_line() -> None:
     from rich.console import Console
 
@@ -329,7 +348,15 @@ def test_live_view_has_a_governor_line() -> None:
         view.handle(RateLimited(model="claude-x", role="lead", status=529, outcome="passed"))
         assert view.governor_line() == (  # a 529 is an overload, never counted as a 429
             "governor: anthropic/claude-x limit 3 · 429s absorbed 1, passed on 1 · "
-            "529 overloaded 1, passed on"
+            "529 overloaded 1: held 0, passed on 1"
+        )
+        for _ in range(2):  # requests held through an overload burst are shown as held
+            view.handle(
+                RateLimited(model="claude-x", role="subagent", status=529, outcome="absorbed")
+            )
+        assert view.governor_line() == (
+            "governor: anthropic/claude-x limit 3 · 429s absorbed 1, passed on 1 · "
+            "529 overloaded 3: held 2, passed on 1"
         )
     finally:
         view.close()

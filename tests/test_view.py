@@ -16,6 +16,7 @@ from teamlead.events import (
     AgentUsage,
     Finished,
     InboxCollected,
+    RateLimited,
     Resuming,
     SpawnAdmitted,
     WaitingForTeam,
@@ -108,6 +109,13 @@ def _json_records(items: list[Any]) -> list[dict[str, Any]]:
         progress.handle(item)
     progress.close()
     return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_a_request_held_through_an_overload_is_a_line_of_the_ndjson() -> None:
+    held = RateLimited(model="claude-x", role="subagent", status=529, outcome="absorbed")
+    (record,) = _json_records([held])
+    assert record["type"] == "rate_limited" and record["version"] == EVENT_VERSION
+    assert (record["status"], record["outcome"], record["role"]) == (529, "absorbed", "subagent")
 
 
 def test_json_reports_one_task_ended_per_task_with_both_reports_merged() -> None:

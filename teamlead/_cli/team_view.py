@@ -171,14 +171,20 @@ def _describe_spawn(item: Any) -> str | None:
 
 
 def _relay_summary_text(summary: RelaySummary) -> str:
-    """The relay's part of the last line: 429s and 529s apart, and what the limits mean."""
+    """The relay's part of the last line: 429s and 529s apart (a 529 held through an
+    overload burst is the relay's, one passed on the CLI's), and what the limits mean."""
     limited = sum(b.rate_limited for b in summary.buckets)
-    passed_429 = max(0, summary.passed - summary.overloaded)  # a 529 is always passed on
+    held = summary.overloaded_held
+    passed_529 = max(0, summary.overloaded - held)
     parts = [f"relay: {summary.requests} request(s)"]
     if limited:
-        parts.append(f"429s {summary.absorbed} absorbed, {passed_429} passed on")
-    if summary.overloaded:
-        parts.append(f"{summary.overloaded} overloaded (529) passed on")
+        absorbed_429 = max(0, summary.absorbed - held)
+        passed_429 = max(0, summary.passed - passed_529)
+        parts.append(f"429s {absorbed_429} absorbed, {passed_429} passed on")
+    if held:
+        parts.append(f"{held} overloaded (529) held by the relay")
+    if passed_529:
+        parts.append(f"{passed_529} overloaded (529) passed on")
     if not limited and not summary.overloaded:
         parts.append("no 429 or 529")
     limits = ", ".join(f"{b.key} {b.limit}" for b in summary.buckets) or "none"
@@ -289,7 +295,8 @@ class LiveTeamView:
         self.queued: dict[str, str] = {}  # tool_use_id -> description, while in the gate
         self.log: list[str] = []
         self.limits: dict[str, int] = {}  # the governor line: bucket -> limit
-        self.absorbed = self.passed = self.overloaded = 0  # 429s; 529s apart
+        self.absorbed = self.passed = 0  # 429s
+        self.overloaded_held = self.overloaded_passed = 0  # 529s, apart
         self.usage: dict[str, AgentUsage] = {}  # agent id -> its usage as the relay counted
         #: the lines at the foot (the approval prompt, the key hint): text and a style
         self.footer: Callable[[], list[tuple[str, str]]] | None = None
@@ -349,7 +356,10 @@ class LiveTeamView:
             self.limits[item.key] = item.effective
         elif isinstance(item, RateLimited):
             if item.status == 529:
-                self.overloaded += 1
+                if item.outcome == "absorbed":
+                    self.overloaded_held += 1
+                else:
+                    self.overloaded_passed += 1
             elif item.outcome == "absorbed":
                 self.absorbed += 1
             else:
@@ -367,17 +377,23 @@ class LiveTeamView:
     def governor_line(self) -> str | None:
         """``governor: model limit 3 · 429s absorbed 5, passed on 0``, once there is news.
 
-        529s (overloaded) are counted apart: the relay passes them on (the CLI and
-        teamlead's resume retry them), and they lower the limit as 429s do.
+        529s (overloaded) are counted apart, held (the relay holds a request through an
+        overload burst and retries it: every held request is counted here) and passed on
+        (past the hold, the CLI and teamlead's resume retry them); they lower the limit as
+        429s do.
         """
-        if not self.limits and not (self.absorbed or self.passed or self.overloaded):
+        overloaded = self.overloaded_held + self.overloaded_passed
+        if not self.limits and not (self.absorbed or self.passed or overloaded):
             return None
         limits = ", ".join(f"{key} limit {cap}" for key, cap in sorted(self.limits.items()))
         parts = [f"governor: {limits or 'no limit learnt'}"]
         if self.absorbed or self.passed:
             parts.append(f"429s absorbed {self.absorbed}, passed on {self.passed}")
-        if self.overloaded:
-            parts.append(f"529 overloaded {self.overloaded}, passed on")
+        if overloaded:
+            parts.append(
+                f"529 overloaded {overloaded}: held {self.overloaded_held}, "
+                f"passed on {self.overloaded_passed}"
+            )
         return " · ".join(parts)
 
     def __rich__(self) -> Group:
