@@ -44,6 +44,7 @@ import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
 from ..._governor.aimd import Limits
+from ..._sessions.url import close_store
 from ...clock import SYSTEM_CLOCK, Clock
 from ...policy import Policy
 from ...prompts import Strategy
@@ -125,12 +126,20 @@ class RayLimitStore:
 
     @classmethod
     def connect(cls, name: str, *, clock: Clock = SYSTEM_CLOCK) -> RayLimitStore:
-        """The store of the actor ``name`` (created if missing) in the current Ray session."""
-        import ray
+        """The store of the actor ``name`` (created if missing) in the current Ray session.
 
+        A new actor is placed on this process's node: a run's shared limits and run counts
+        then live as long as the driver does, and a worker node that dies takes none of it.
+        """
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         actor = (
             ray.remote(num_cpus=0)(_LimitsActor)
-            .options(name=name, namespace=NAMESPACE, get_if_exists=True)
+            .options(
+                name=name, namespace=NAMESPACE, get_if_exists=True, scheduling_strategy=here
+            )
             .remote()
         )
         return cls(actor, clock=clock)
@@ -219,18 +228,21 @@ def _trial_task(
     out_dir = Path(place.out_dir)
 
     async def trial() -> tuple[TrialRecord, bool, int]:
-        async with kept_fresh(store):
-            return await run_one_trial(
-                key,
-                spec,
-                base,
-                strategies,
-                policy,
-                attempt,
-                workspaces=Workspaces(keep=place.keep_workspaces, exclude=[out_dir]),
-                out_dir=out_dir,
-                run_id=run_id,
-            )
+        try:
+            async with kept_fresh(store):
+                return await run_one_trial(
+                    key,
+                    spec,
+                    base,
+                    strategies,
+                    policy,
+                    attempt,
+                    workspaces=Workspaces(keep=place.keep_workspaces, exclude=[out_dir]),
+                    out_dir=out_dir,
+                    run_id=run_id,
+                )
+        finally:  # this task's copy of the session store: its connections are this loop's
+            await close_store(base.session_store)
 
     record, infra, limited = anyio.run(trial)
     return token, record.model_dump_json(), infra, limited
