@@ -173,8 +173,14 @@ def _ab_parity(tmp_path: Path, *, tasks: int, trials: int, limits: str | None = 
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
         env = _env(claude)
         local = tmp_path / "local"
+        sessions = f"sqlite:///{tmp_path / 'sessions.db'}"  # the local run keeps its sessions
         code, out, err = _finish(
-            _run(env, claude.cwd, "experiment", "run", str(spec), "--out", str(local), "-q")
+            _run(
+                env,
+                claude.cwd,
+                *("experiment", "run", str(spec), "--out", str(local), "-q"),
+                *("--session-store", sessions),
+            )
         )
         assert code == 0, err
         on_ray = tmp_path / "ray"
@@ -193,6 +199,11 @@ def _ab_parity(tmp_path: Path, *, tasks: int, trials: int, limits: str | None = 
     keys = _keys(on_ray)
     assert len(keys) == total and len(set(keys)) == total  # every trial once, none twice
     assert sorted(keys) == sorted(_keys(local))
+    run_id = json.loads((local / "run.json").read_text())["run_id"]
+    stored = {s.session_id: s.status for s in in_store(sessions, stored_sessions)}
+    for key in _keys(local):  # every local trial's session, in the store, with its end
+        status = stored.get(trial_session_id(5, TrialKey(*key), 1, run_id))
+        assert status is not None and status.status == "completed", key
     local_records = {
         (r.variant, r.task, r.trial): r for r in read_records(local / "trials.jsonl").records
     }

@@ -137,9 +137,7 @@ class RayLimitStore:
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         actor = (
             ray.remote(num_cpus=0)(_LimitsActor)
-            .options(
-                name=name, namespace=NAMESPACE, get_if_exists=True, scheduling_strategy=here
-            )
+            .options(name=name, namespace=NAMESPACE, get_if_exists=True, scheduling_strategy=here)
             .remote()
         )
         return cls(actor, clock=clock)
