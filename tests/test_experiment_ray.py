@@ -402,15 +402,18 @@ def _kill_worker_of(
 HIDDEN_LIMIT = 3
 
 
-def _node_trial_clis(node: RayNode) -> set[str]:
-    """The sessions of the trial CLIs running on ``node``."""
-    found = set()
+def _node_trials(node: RayNode) -> tuple[int, set[str]]:
+    """How many trial tasks run on ``node`` (workers titled ``ray::_trial_task``), and the
+    sessions of the trial CLIs running there."""
+    tasks, sessions = 0, set()
     for proc in psutil.process_iter(["cmdline"]):
         args = proc.info["cmdline"] or []
         session = next((a.split("=", 1)[1] for a in args if a.startswith("--session-id=")), None)
-        if session and node.owns(proc):
-            found.add(session)
-    return found
+        task = bool(args) and args[0].startswith("ray::_trial_task")
+        if (session or task) and node.owns(proc):
+            tasks += task
+            sessions |= {session} if session else set()
+    return tasks, sessions
 
 
 def _kill_node_mid_trial(
@@ -421,14 +424,18 @@ def _kill_node_mid_trial(
     *,
     deadline_s: float,
 ) -> tuple[set[str], set[str]]:
-    """Once a trial CLI on ``node`` has had an answer from the model and its session is in
-    the store, kill the node as a machine dies. Returns the sessions of the trial CLIs that
-    ran on it then, and those of them the store held."""
+    """Once every trial on ``node`` runs its CLI and one of them has had an answer from the
+    model and is in the store, kill the node as a machine dies. Returns the sessions of
+    the trials that ran on it then, and those of them the store held."""
 
     def started() -> tuple[set[str], set[str]] | None:
-        running = _node_trial_clis(node)
-        answered = {r.request.session_id for r in server.recorded("lead") if r.status == 200}
-        if not running & answered:
+        tasks, running = _node_trials(node)
+        answered = {
+            r.request.session_id
+            for r in server.recorded("lead")
+            if r.finished is not None and r.status == 200
+        }
+        if len(running) != tasks or not running & answered:
             return None
         stored = running & {s.session_id for s in in_store(store_url, stored_sessions)}
         return (running, stored) if stored & answered else None

@@ -130,6 +130,12 @@ def run_with_progress(
             seen_errors = len(p.grader_errors)
 
         policy = Policy(relay=relay, limits=limits or LimitsPolicy())
+        given: dict[str, Any] = {
+            "base_options": base,
+            "policy": policy,
+            "on_progress": update,
+            "keep_workspaces": keep_workspaces,
+        }
         if ray:
             from ..experiment.running.ray_backend import ray_session, run_experiment_ray
 
@@ -138,15 +144,7 @@ def run_with_progress(
             # killing this process's descendants at once would kill a local Ray under it.
             with ray_session():
                 run = Interruptible(
-                    lambda: run_experiment_ray(
-                        spec,
-                        out_dir,
-                        base_options=base,
-                        policy=policy,
-                        on_progress=update,
-                        keep_workspaces=keep_workspaces,
-                    ),
-                    stop=lambda: None,
+                    lambda: run_experiment_ray(spec, out_dir, **given), stop=lambda: None
                 ).run()
             if run.interrupted is not None:
                 stop_descendants()  # whatever outlived the Ray shutdown
@@ -154,14 +152,7 @@ def run_with_progress(
 
             async def local() -> RunSummary:
                 try:
-                    return await run_experiment(
-                        spec,
-                        out_dir,
-                        base_options=base,
-                        policy=policy,
-                        on_progress=update,
-                        keep_workspaces=keep_workspaces,
-                    )
+                    return await run_experiment(spec, out_dir, **given)
                 finally:  # the store's connections belong to this event loop
                     await close_store(base.session_store)
 
