@@ -17,7 +17,11 @@ rules are synchronous and must not wait on the network; a worker pulls the share
 before its trial and every few seconds during it (:func:`kept_fresh`). Times
 inside the limits are each process's monotonic clock, so they cross the actor as wall
 time. The actor also counts executions of each trial token, so a re-executed task gets a
-fresh CLI session id instead of colliding with the dead one's.
+fresh CLI session id instead of colliding with the dead one's. It lives on the driver's
+node, so a worker node that dies takes none of that with it. (With ``--limits redis://…``
+the relays keep their limits and their requests in flight in that Redis instead.) The
+base options travel to each task, a session store among them as its settings: each task
+opens its own connections to it and closes them after its trial.
 
 Ray is an optional dependency (``pip install -e '.[ray]'`` from the checkout), imported on
 first use.
