@@ -4,7 +4,10 @@ The end-to-end tests drive the ``teamlead`` command in a subprocess against the 
 model server: a two-arm A/B on a local Ray the run starts (no ``RAY_ADDRESS``), whose
 report must match the local backend's; a run connected to a Ray instance these tests own
 (token authentication on), whose worker is killed mid-trial; a run stopped with Ctrl-C
-and resumed. Every Ray process and temp dir is checked gone at the end. The
+and resumed; and, in the cluster tier (marker ``cluster``, left out of the README's test
+command), a run on a two-node cluster of ``ray start`` nodes sharing a Redis for its limits
+and sessions, whose worker node is killed mid-trial (:mod:`tests.ray_cluster`). Every Ray
+process and temp dir is checked gone at the end. The
 shared-limits tests use the store directly on that same owned Ray instance, which the
 tests of :class:`TestOnAnOwnedRay` share (one start-up instead of three).
 """
