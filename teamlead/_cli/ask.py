@@ -12,7 +12,6 @@ from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
 import click
 
 from .._otel import run_labels
@@ -368,6 +367,7 @@ def _at_the_terminal(
     control (keys and a :class:`~teamlead.RunControl`), the approval queue, the live view.
     Returns the exit code."""
     from .._claude.team import claude_config_dir
+    from .._sessions.url import close_store
     from ..control import RunControl
     from .controls import controls_for
     from .running import merged_env, run_session
@@ -389,10 +389,7 @@ def _at_the_terminal(
                 async for item in run:
                     yield item
         finally:  # the store's connections belong to this event loop: closed in it
-            close = getattr(options.session_store, "aclose", None)
-            if close is not None:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                    await close()
+            await close_store(options.session_store)
 
     with run_labels(strategy=settings.strategy):  # the run's span names its strategy
         return run_session(items, run, output=output, verbose=verbose, controls=controls)
