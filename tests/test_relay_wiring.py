@@ -324,7 +324,7 @@ def test_the_last_line_tells_529s_held_by_the_relay_from_those_passed_on() -> No
         overloaded_held=4,
         buckets=[BucketSummary(key="anthropic/claude-x", limit=3, requests=6, rate_limited=2)],
     )
-    PlainProgress(out).handle(
+    PlainProgress(out, HandFed()).handle(
         Finished(status="completed", result="r", session_id=None, resumes=0, relay=summary)
     )
     assert (
