@@ -21,6 +21,7 @@ import sys
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -56,6 +57,34 @@ class Steering:
             "requests": 9,
             "cap": 3,
             "held": 1 if self.state == "paused" else 0,
+        }
+
+    def detail(self) -> dict[str, Any]:
+        agent = {"id": "a1", "kind": "agent", "label": HOSTILE, "state": "running", "children": []}
+        return {
+            "version": 1,
+            "run": "r",
+            "source": "live",
+            "status": self.state,
+            "started": 1000.0,
+            "now": 1030.0,
+            "tree": {
+                "id": "lead",
+                "kind": "lead",
+                "label": "lead",
+                "state": self.state,
+                "tokens": 10,
+                "requests": 2,
+                "children": [agent],
+            },
+            "queue": [{"tool_use_id": "t", "description": HOSTILE, "waited_s": 2.5}],
+            "approvals": [{"tool": "Bash", "agent": HOSTILE, "what": HOSTILE, "waited_s": 1}],
+            "limits": [
+                {
+                    "key": HOSTILE,
+                    "points": [[1000.0, 8, 8, "start"], [1010.0, 2, 2, "rate_limited"]],
+                }
+            ],
         }
 
     def stop(self, *, now: bool) -> str:
@@ -182,10 +211,14 @@ def page(served: Served) -> Iterator[Page]:
         try:
             page = browser.new_page()
             dialogs: list[str] = []
+            errors: list[str] = []
             page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda exc: errors.append(str(exc)))
             page.goto(served.url, timeout=30_000)
             yield page
             assert dialogs == []
+            assert errors == []
         finally:
             browser.close()
 
@@ -226,3 +259,22 @@ def test_the_pages_buttons_pause_and_stop_the_run_and_say_what_it_answered(
     page.locator(f'tr[data-run="{served.run}"] button[data-op="stop_now"]').click()
     page.locator("#said", has_text="stopping run now").wait_for(timeout=30_000)
     assert served.steering.asked == [("pause", None), ("stop", False), ("stop", True)]
+
+
+def test_the_page_shows_the_picked_runs_tree_queue_approvals_and_chart_as_text(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    agent = page.locator('#tree li[data-agent="a1"]')
+    agent.wait_for(timeout=30_000)  # the only run is picked by itself
+    assert agent.locator(".label").inner_text() == HOSTILE
+    assert agent.get_attribute("data-state") == "running"
+    assert page.locator("#queue").inner_text().startswith(HOSTILE)
+    assert page.locator("#approvals").inner_text().startswith(f"[{HOSTILE}] Bash: {HOSTILE}")
+    series = page.locator("#chart svg g")
+    assert series.get_attribute("data-key") == HOSTILE
+    assert series.locator("circle").count() == 2
+    assert page.locator("#detail img, #detail script, #chart foreignObject").count() == 0
+    assert page.evaluate("window.pwned") is None
+    shot = tmp_path / "view-detail.png"
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"screenshot: {shot}")
