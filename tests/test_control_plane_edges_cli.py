@@ -113,7 +113,7 @@ def test_pausing_a_run_that_goes_direct_holds_its_new_agents_only(tmp_path: Path
         paused = run_to_the_end([*TEAMLEAD, "pause", row["run"]], timeout=60, env=env)
         assert paused.returncode == 0, paused.stderr
         (line,) = paused.stdout.strip().splitlines()
-        assert "nothing at the relay (the run goes direct)" in line
+        assert "nothing at the relay (the run goes direct: its lead's requests go on)" in line
         assert "no new agent starts" in line
         # the first agent ends; the paused gate admits neither of the other two
         held = poll(

@@ -81,7 +81,11 @@ function el(tag, kind, parent) {
 }
 function span(parent, value, kind) { el("span", kind, parent).textContent = text(value); }
 function cell(row, value, kind) { el("td", kind, row).textContent = text(value); }
-function num(value) { const n = Number(value); return Number.isFinite(n) ? n : null; }
+function num(value) {
+  if (value === null || value === undefined || value === "") return null;
+  const n = Number(value);
+  return Number.isFinite(n) ? n : null;
+}
 async function press(run, op) {
   said.textContent = "...";
   said.className = "";

@@ -152,7 +152,11 @@ class RunSteering:
         if not state.pause.pause():
             raise ControlError(f"run {self._run} is already paused", code="state")
         relayed = state.relay is not None and state.relay.run is not None
-        held = "new requests" if relayed else "nothing at the relay (the run goes direct)"
+        held = (
+            "new requests"
+            if relayed
+            else "nothing at the relay (the run goes direct: its lead's requests go on)"
+        )
         left = state.deadline - state.clock.monotonic() if state.deadline else None
         clock = f"; its deadline keeps running ({left:.0f} s left)" if left is not None else ""
         return (
