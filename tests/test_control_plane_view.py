@@ -14,10 +14,6 @@ import asyncio
 import http.client
 import json
 import os
-import select
-import shutil
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -31,13 +27,13 @@ from teamlead._run.endpoint import Endpoint, WatchFeed
 from teamlead._run.registry import Registry
 from teamlead.errors import ControlError
 
+from .browser import chromium_page, serving_view
+
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Page
 
 pytestmark = [pytest.mark.slow]
 
-CHROMIUM = shutil.which("chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>&amp;'
 
 
@@ -129,23 +125,10 @@ def served() -> Iterator[Served]:
     endpoint = Endpoint(registration.socket, steering, run=registration.run, feed=WatchFeed())
     asyncio.run_coroutine_threadsafe(endpoint.start(), loop).result(timeout=10)
     registration.write()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "teamlead", "view"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ),
-    )
     try:
-        ready, _, _ = select.select([proc.stdout], [], [], 60)
-        assert ready and proc.stdout is not None, "teamlead view printed no URL"
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:") and "/?token=" in url, url
-        yield Served(url, steering, registration.run)
+        with serving_view(dict(os.environ)) as url:
+            yield Served(url, steering, registration.run)
     finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0, err  # a server's end, as `teamlead relay`'s
         asyncio.run_coroutine_threadsafe(endpoint.close(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
@@ -202,25 +185,8 @@ def test_the_page_refuses_requests_without_the_token_a_foreign_host_or_origin(
 
 @pytest.fixture
 def page(served: Served) -> Iterator[Page]:
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser: Browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page()
-            dialogs: list[str] = []
-            errors: list[str] = []
-            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-            page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda exc: errors.append(str(exc)))
-            page.goto(served.url, timeout=30_000)
-            yield page
-            assert dialogs == []
-            assert errors == []
-        finally:
-            browser.close()
+    with chromium_page(served.url) as page:
+        yield page
 
 
 def test_the_page_lists_the_runs_live_and_shows_their_text_as_text(

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import http.client
 import json
-import select
-import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -26,6 +22,7 @@ import pytest
 from teamlead.testing import AgentCall, OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import FanOut, WorkflowFanOut
 
+from .browser import chromium_page, serving_view
 from .conftest import cli_processes
 from .isolated import isolated_env
 
@@ -35,53 +32,7 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
-CHROMIUM = shutil.which("chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 HOSTILE = '<img src=x onerror="window.pwned=1"><b>agent-1</b>&amp;'
-
-
-@contextmanager
-def _view(env: dict[str, str], *args: str) -> Iterator[str]:
-    """``teamlead view`` serving, until the block ends: its URL."""
-    proc = subprocess.Popen(
-        [*TEAMLEAD, "view", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    try:
-        ready, _, _ = select.select([proc.stdout], [], [], 60)
-        assert ready and proc.stdout is not None, "teamlead view printed no URL"
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:") and "/?token=" in url, url
-        yield url
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0, err
-
-
-@contextmanager
-def _page(url: str) -> Iterator[Page]:
-    """The page in headless Chromium; no console error or dialog may have come by its end."""
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page(viewport={"width": 1100, "height": 900})
-            problems: list[str] = []
-            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
-            page.on("pageerror", lambda exc: problems.append(str(exc)))
-            page.on("dialog", lambda dialog: (problems.append(dialog.message), dialog.dismiss()))
-            page.goto(url, timeout=30_000)
-            yield page
-            assert problems == []
-        finally:
-            browser.close()
 
 
 def _shot(page: Page, path: Path) -> None:
@@ -121,7 +72,7 @@ def test_the_page_follows_a_live_runs_agent_tree_and_draws_its_governors_limit(
         text=True,
     )
     try:
-        with _view(env) as url, _page(url) as page:
+        with serving_view(env) as url, chromium_page(url) as page:
             # the only run is picked by itself: its tree grows as the agents start
             first = _agent(page, HOSTILE, "running")
             assert first.locator(".label").first.inner_text() == HOSTILE
@@ -174,7 +125,7 @@ def test_view_of_a_finished_runs_log_shows_its_workflow_tree_read_only(tmp_path:
         assert ask.returncode == 0, ask.stderr
         log = tmp_path / "run.ndjson"
         log.write_text(ask.stdout)
-        with _view(env, str(log)) as url, _page(url) as page:
+        with serving_view(env, str(log)) as url, chromium_page(url) as page:
             workflow = page.locator('#tree li[data-kind="workflow"]')
             workflow.wait_for(timeout=30_000)
             phases = workflow.locator('li[data-kind="phase"] > .node .label')
