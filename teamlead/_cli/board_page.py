@@ -200,7 +200,7 @@ function chart(d) {
   series.forEach((one, i) => {
     const colour = COLOURS[i % COLOURS.length];
     const g = svg("g", {"data-key": one.key}, s);
-    const path = [];
+    const path = [`${x(t0)},${y(one.points[0][1])}`];  // its first value, from the start
     let last = null;
     for (const [t, v] of one.points) {
       if (last !== null) path.push(`${x(t)},${y(last)}`);
