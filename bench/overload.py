@@ -60,12 +60,8 @@ async def _run(name: str, burst_s: float) -> Side:
     ):
 
         async def ask(base_url: str, retries: int | None) -> str:
-            claude = OfflineClaude(base_url, state_dir=Path(home), max_retries=retries or 0)
-            options = claude.options()
-            if retries is None:  # the CLI's own default retries
-                env = dict(options.env)
-                env.pop("CLAUDE_CODE_MAX_RETRIES", None)
-                options.env = env
+            # ``None``: the CLI's own default retries
+            options = OfflineClaude(base_url, state_dir=Path(home), max_retries=retries).options()
             result = ""
             with anyio.move_on_after(600):
                 try:

@@ -1,8 +1,11 @@
 """NDJSON progress for ``--json``: one versioned line per fact.
 
-:class:`JsonProgress` writes the tracker's events (``event_record``) and teamlead's own
-events, each once: a ``lead_turn`` per API message, a ``task_ended`` per task (see the
-class). :mod:`teamlead.view` re-exports both names.
+:class:`JsonProgress` writes the run's tracker events (``event_record``) and teamlead's
+own events, each once: a ``lead_turn`` per API message, a ``task_ended`` per task (see the
+class). It reads what the run made of each message (its
+:class:`~teamlead.tracker.StreamParse`), never parsing the stream itself; ``teamlead ask
+--json`` (:mod:`teamlead._cli.running`) and a run's watch feed
+(:mod:`teamlead._run.registered`) both write with it.
 """
 
 from __future__ import annotations
@@ -27,12 +30,12 @@ from .tracker import (
     LeadTurn,
     ResultSeen,
     SessionSeen,
+    StreamParse,
     SubagentTurn,
     TaskEnded,
     TaskProgress,
     TaskStarted,
     TrackedEvent,
-    Tracker,
     WorkflowAgentChanged,
     WorkflowEnded,
     WorkflowPhaseSeen,
@@ -81,9 +84,10 @@ def event_record(event: TrackedEvent) -> dict[str, Any]:
     return {"type": _SNAKE[type(event)], "version": EVENT_VERSION, **data}
 
 
-def first_sighting(event: SessionSeen, tracker: Tracker, shown: set[str]) -> bool:
-    """Whether ``event`` first names the tracked session (then it is marked announced)."""
-    if event.session_id != tracker.session_id or event.session_id in shown:
+def first_sighting(event: SessionSeen, run: StreamParse, shown: set[str]) -> bool:
+    """Whether ``event`` first names the run's session (then it is marked announced)."""
+    tracked = run.tracker.session_id if run.tracker is not None else None
+    if event.session_id != tracked or event.session_id in shown:
         return False
     shown.add(event.session_id)
     return True
@@ -103,7 +107,8 @@ _MID_MESSAGE = (
 
 
 class JsonProgress:
-    """NDJSON on ``stream``: tracker events and teamlead events, each with type and version.
+    """NDJSON on ``stream``: the run's tracker events and teamlead events, each with type
+    and version. ``run`` is the run's parse of the items :meth:`handle` is given.
 
     Each fact is written once (event version 2; version 1 wrote one ``lead_turn`` per
     content block and one ``task_ended`` per CLI report):
@@ -120,9 +125,9 @@ class JsonProgress:
       first), or, when no notification follows, at the next lead message or event.
     """
 
-    def __init__(self, stream: IO[str]) -> None:
+    def __init__(self, stream: IO[str], run: StreamParse) -> None:
         self.stream = stream
-        self.tracker = Tracker()
+        self.run = run
         self._shown: set[str] = set()
         self._turn: dict[str, Any] | None = None  # the lead message being assembled
         self._ended: dict[str, dict[str, Any]] = {}  # task_id -> its held task_ended
@@ -135,14 +140,14 @@ class JsonProgress:
                 self._flush()
             self.stream.write(ndjson_line(to_json()) + "\n")
         else:
-            for event in self.tracker.feed(item):
+            for event in self.run.events_of(item):
                 if in_schema(event):
                     self._event(event)
         self.stream.flush()
 
     def _event(self, event: TrackedEvent) -> None:
         if isinstance(event, SessionSeen):
-            if first_sighting(event, self.tracker, self._shown):
+            if first_sighting(event, self.run, self._shown):
                 self._write(event_record(event))
             return
         if isinstance(event, LeadTurn):

@@ -46,6 +46,7 @@ from ._run.registered import registered
 from ._run.relayed import RelayHookup, relayed, with_relay_events
 from ._run.relayed import relay_for as _relay_for
 from ._run.state import RunState, new_run, prepare_options
+from ._run.stream import RunStream
 from ._run.workflow_permission import allow_workflows
 from .clock import SYSTEM_CLOCK, Clock
 from .control import RunControl
@@ -112,7 +113,7 @@ async def _relayed_run(
     try:
         async with relayed(state.options, state.policy, process=state.process) as hookup:
             state.attach_relay(hookup)
-            run_trace = trace_run(mode, state.options, prompt=prompt, session_id=session_id)
+            run_trace = trace_run(mode, state.options, state, prompt=prompt, session_id=session_id)
             if run_trace is not None:
                 run_trace.attach(hookup.run)
                 state.options = run_trace.cli_options(state.options)
@@ -185,15 +186,68 @@ async def query(
         ...     if isinstance(item, teamlead.Finished):  # doctest: +SKIP
         ...         print(item.status, item.result)
     """
+    stream = query_stream(
+        prompt,
+        options,
+        query_fn=query_fn,
+        policy=policy,
+        clock=clock,
+        control=control,
+        process=process,
+    )
+    async with aclosing(stream) as items:
+        async for item in items:
+            yield item
+
+
+def query_stream(
+    prompt: str,
+    options: ClaudeAgentOptions | None = None,
+    *,
+    query_fn: QueryFn | None = None,
+    policy: Policy | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    control: RunControl | None = None,
+    process: ProcessState | None = None,
+) -> RunStream:
+    """:func:`query`'s run as a :class:`~teamlead._run.stream.RunStream`: the same items,
+    and the run's own parse of them, for teamlead's readers of the stream (the CLI, the
+    experiment runner). Takes :func:`query`'s arguments."""
     fn = _sdk_query(query_fn)
-    state = new_run("query", options, policy or Policy(), clock, control=control, process=process)
 
     def start(run: RunState) -> AsyncGenerator[Any, None]:
         return run_query(run, fn, prompt)
 
-    async with aclosing(registered(state, _relayed_run(state, start, prompt=prompt))) as items:
-        async for item in items:
-            yield item
+    world = (options, policy, clock, control, process)
+    return _query_mode_stream(start, *world, mode="query", prompt=prompt)
+
+
+def _query_mode_stream(
+    start: Callable[[RunState], AsyncGenerator[Any, None]],
+    options: ClaudeAgentOptions | None,
+    policy: Policy | None,
+    clock: Clock,
+    control: RunControl | None,
+    process: ProcessState | None,
+    *,
+    mode: str,
+    prompt: str | None = None,
+    session_id: str | None = None,
+) -> RunStream:
+    """The stream of a ``query``-mode run that ``start`` drives (``mode`` ``query`` or
+    ``resume`` for its spans): its state made when the stream is first read, the relay,
+    telemetry and the registry around it."""
+
+    def make() -> RunState:
+        return new_run(
+            "query", options, policy or Policy(), clock, control=control, process=process
+        )
+
+    def items(state: RunState) -> AsyncGenerator[Any, None]:
+        run = _relayed_run(state, start, mode=mode, prompt=prompt, session_id=session_id)
+        return registered(state, run)
+
+    return RunStream(make, items)
 
 
 class ClientRun:
@@ -320,7 +374,7 @@ async def receive_all(
     items = run_client(state, client)
     hookup = state.relay
     items = with_relay_events(items, hookup) if hookup else items
-    run_trace = trace_run("client", client.options)
+    run_trace = trace_run("client", client.options, state)
     if run_trace is not None:  # telemetry on; the client's CLI started without our TRACEPARENT
         run_trace.attach(hookup.run if hookup else None)
         items = run_trace.observe(items)
@@ -400,13 +454,36 @@ async def resume_session(
         >>> async for item in teamlead.resume_session("3d33...", options):  # doctest: +SKIP
         ...     ...
     """
+    stream = resume_stream(
+        session_id,
+        options,
+        query_fn=query_fn,
+        policy=policy,
+        clock=clock,
+        control=control,
+        process=process,
+    )
+    async with aclosing(stream) as items:
+        async for item in items:
+            yield item
+
+
+def resume_stream(
+    session_id: str,
+    options: ClaudeAgentOptions | None = None,
+    *,
+    query_fn: QueryFn | None = None,
+    policy: Policy | None = None,
+    clock: Clock = SYSTEM_CLOCK,
+    control: RunControl | None = None,
+    process: ProcessState | None = None,
+) -> RunStream:
+    """:func:`resume_session`'s run as a :class:`~teamlead._run.stream.RunStream` (see
+    :func:`query_stream`). Takes :func:`resume_session`'s arguments."""
     fn = _sdk_query(query_fn)
-    state = new_run("query", options, policy or Policy(), clock, control=control, process=process)
 
     def start(run: RunState) -> AsyncGenerator[Any, None]:
         return run_resume(run, fn, session_id)
 
-    run = _relayed_run(state, start, mode="resume", session_id=session_id)
-    async with aclosing(registered(state, run)) as items:
-        async for item in items:
-            yield item
+    world = (options, policy, clock, control, process)
+    return _query_mode_stream(start, *world, mode="resume", session_id=session_id)

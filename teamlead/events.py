@@ -46,7 +46,7 @@ __all__ = [
 ]
 
 #: 2: ``lead_turn`` once per API message and ``task_ended`` once per task (1 repeated
-#: both: see :class:`teamlead.view.JsonProgress`); ``agent_usage`` events;
+#: both: see :class:`teamlead._ndjson.JsonProgress`); ``agent_usage`` events;
 #: ``Finished.tasks`` rows per agent (``workflow_agent`` kind, parent, label, tokens,
 #: requests, tool uses, duration, transcript, result file); reasons
 #: ``token_budget``/``request_budget``. 3: the workflow lines (``workflow_started``,
@@ -559,7 +559,16 @@ class BucketSummary(BaseModel):
 
 
 class RelaySummary(BaseModel):
-    """What the relay did for a run: 429s absorbed and passed on, final limit per bucket."""
+    """What the relay did for a run: 429s absorbed and passed on, final limit per bucket.
+
+    Attributes:
+        requests: the requests seen (a retry is not a new request).
+        absorbed: the 429s and 529s the relay held and retried (the CLI never saw them).
+        passed: the 429s and 529s that went on to the CLI.
+        overloaded: the 529s met, held or passed on (counted in ``absorbed`` or ``passed``).
+        overloaded_held: of those, the ones the relay held through an overload burst.
+        buckets: per bucket, its final limit and what it met.
+    """
 
     model_config = ConfigDict(frozen=True)
 
@@ -567,6 +576,7 @@ class RelaySummary(BaseModel):
     absorbed: int = 0
     passed: int = 0
     overloaded: int = 0
+    overloaded_held: int = 0
     buckets: list[BucketSummary] = Field(default_factory=list)
 
 

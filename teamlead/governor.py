@@ -58,7 +58,7 @@ blocked only by the global cap (``max_total``).
 
 Every change is a :class:`~teamlead.events.ConcurrencyChanged` in :attr:`Governor.journal`
 (the last :data:`JOURNAL_SIZE`), also passed to ``on_change``. What a bucket learnt, and one
-*lease* per slot held, live in an :class:`~teamlead._governor.account.Account`: this process
+*lease* per slot held, live in an :class:`~teamlead._governor.accounts.base.Account`: this process
 alone by default, or shared by every process of the account (an SQLite file per machine,
 Redis across machines; see :func:`teamlead._governor.accounts.open_account`), so several
 processes together stay under one limit. A lease dies with its process, so a crash never
@@ -92,7 +92,8 @@ import anyio
 import anyio.lowlevel
 
 from ._governor import aimd
-from ._governor.account import Account, Bounds, Lease, ProcessAccount, provider_of
+from ._governor.accounts.base import Account, Bounds, Lease, provider_of
+from ._governor.accounts.process import ProcessAccount
 from ._governor.knobs import BucketState, GovernorPolicy, bucket_key, check_seconds
 from ._governor.ratelimit_headers import pace_pause, read_windows
 from ._governor.retry_after import parse_retry_after, retry_after_from_headers

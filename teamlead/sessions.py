@@ -12,7 +12,8 @@ that implement all of it (the optional ``list_sessions``, ``list_session_summari
   one machine.
 
 With a store in the options, a teamlead run (:func:`teamlead.query`,
-:func:`teamlead.resume_session`, ``teamlead ask/resume --session-store URL``):
+:func:`teamlead.resume_session`, ``teamlead ask/resume --session-store URL``, each trial of
+``teamlead experiment run --session-store URL``, on whichever Ray node runs it):
 
 - mirrors eagerly (``session_store_flush="eager"``): a machine that dies loses at most the
   lines of its last tenth of a second;

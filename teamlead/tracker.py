@@ -8,6 +8,10 @@ Agent calls grouped by API message, every ``result``, and which task results a
 *successful* lead turn has already absorbed. The events and the parser live in the private
 :mod:`teamlead._parse`; their names are re-exported here.
 
+A run parses its stream once, into its own tracker. Whatever else reads the stream (the
+CLI's views and focus, the NDJSON writer, OpenTelemetry, the experiment runner) reads that
+parse, as a :class:`StreamParse`, and never builds a tracker of its own.
+
 Example:
     >>> tracker = Tracker()
     >>> for line in open("trace.jsonl"):  # doctest: +SKIP
@@ -17,9 +21,9 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from ._parse import (
     TERMINAL_STATES,
@@ -59,6 +63,7 @@ __all__ = [
     "ResultSeen",
     "SessionSeen",
     "SessionStateSeen",
+    "StreamParse",
     "SubagentToolUse",
     "SubagentTurn",
     "TaskEnded",
@@ -80,6 +85,24 @@ __all__ = [
     "WorkflowStarted",
     "parse_message",
 ]
+
+
+# -- the run's parse, for the stream's other readers ------------------------------------
+class StreamParse(Protocol):
+    """A run's one parse of its stream, for the readers of that stream.
+
+    The run feeds each SDK message to its tracker before it yields the message, so when a
+    reader gets an item, :meth:`events_of` gives what the run made of it and
+    :attr:`tracker` is already past it.
+    """
+
+    @property
+    def tracker(self) -> Tracker | None:
+        """The run's own tracker; ``None`` until the run has started."""
+
+    def events_of(self, item: object) -> Sequence[TrackedEvent]:
+        """The events the run made of ``item``, the item it yielded last (with the workflow
+        changes they made); none for teamlead's own events or an item it did not parse."""
 
 
 # -- state -------------------------------------------------------------------------------

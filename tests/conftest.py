@@ -19,6 +19,7 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 from teamlead.testing import OfflineClaude, Script, ScriptedServer  # noqa: E402
 
 from .isolated import isolated_env  # noqa: E402
+from .polling import poll  # noqa: E402
 
 
 @pytest.fixture
@@ -41,6 +42,29 @@ def _isolated_claude_state(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> N
     for name, value in isolated.items():
         if os.environ.get(name) != value:
             monkeypatch.setenv(name, value)
+
+
+@pytest.fixture(autouse=True)
+def _own_process_state(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """Each test starts with a fresh default :class:`teamlead.ProcessState` (the process's
+    shared spawn cap, relays and live runs), and fails if it leaves a slot held or a run
+    live: a leak would otherwise starve the next test of the worker."""
+    from teamlead._run import process
+
+    monkeypatch.setattr(process, "_default", None)
+    yield
+    state = process._default
+    if state is None or state._spawn_cap is None and state.live_runs == 0:
+        return
+    cap = state._spawn_cap
+
+    def settled() -> bool:
+        return (cap is None or cap.running == cap.waiting == 0) and state.live_runs == 0
+
+    # a run's last clean-up may still be on its way on another thread
+    if not poll(settled, within_s=10):
+        held = "" if cap is None else f"{cap.running} spawn slot(s) held, {cap.waiting} waiting; "
+        pytest.fail(f"the test leaked {held}{state.live_runs} live run(s) in the process state")
 
 
 @pytest.fixture(autouse=True)

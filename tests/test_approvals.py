@@ -29,6 +29,8 @@ from teamlead.events import EVENT_VERSION, PermissionDecided
 from teamlead.testing import FakeClock
 from teamlead.tracker import Tracker
 
+from .parsing import HandFed
+
 pytestmark = pytest.mark.anyio
 
 LABELS = {None: "lead", "a1": "alpha", "b2": "beta"}
@@ -238,7 +240,7 @@ def test_describe_request_names_what_each_tool_wants() -> None:
 
 def test_labels_come_from_the_tracker_when_the_prompt_is_drawn() -> None:
     tracker = Tracker()
-    label_for = labels_from(tracker)
+    label_for = labels_from(HandFed(tracker))
     assert label_for(None) == "lead"
     assert label_for("a83b0000000000000") == "agent a83b00000000"
     started = {
@@ -387,13 +389,13 @@ def test_focus_keys_cycle_the_agents_and_the_live_view_shows_them_escaped() -> N
     from rich.console import Console
 
     from teamlead._cli.controls import Controls
-    from teamlead._focus import Focus
-    from teamlead.view import LiveTeamView
+    from teamlead._cli.focus import Focus
+    from teamlead._cli.team_view import LiveTeamView
 
     from .test_focus import started, sub_text, sub_tool
 
     controls = Controls()
-    controls.focus = Focus(None)
+    controls.focus = Focus(HandFed(), None)
     keymap = KeyMap(None, [Binding(("f", "tab"), "focus", controls.move_focus)])
     for frame in (
         started("a1", "toolu_a", "alpha"),
@@ -409,7 +411,7 @@ def test_focus_keys_cycle_the_agents_and_the_live_view_shows_them_escaped() -> N
     assert "  Bash: make [bold]x[/bold] (running)" in lines
     assert lines[-1] == "  | Reading app.py\x1b[2J now"  # raw here: the view escapes it
     out = StringIO()
-    view = LiveTeamView(Console(file=out, force_terminal=True, width=200))
+    view = LiveTeamView(Console(file=out, force_terminal=True, width=200), HandFed())
     view.footer = controls.footer
     view.refresh()
     view.close()

@@ -23,6 +23,7 @@ from teamlead._run.state import SUBAGENT_MODEL_VAR, RunState, new_run
 from teamlead.policy import Policy, SpawnPolicy, is_model_alias
 from teamlead.testing import FakeClock
 
+from .parsing import HandFed
 from .test_gate import StepClock
 
 pytestmark = pytest.mark.anyio
@@ -404,15 +405,16 @@ async def test_an_amend_from_another_thread_is_applied_on_the_runs_loop() -> Non
 def test_each_amend_is_a_versioned_ndjson_line_and_a_progress_line() -> None:
     import io
 
+    from teamlead._cli.team_view import PlainProgress
+    from teamlead._ndjson import JsonProgress
     from teamlead.events import EVENT_VERSION
-    from teamlead.view import JsonProgress, PlainProgress
 
     control = RunControl()
     state = a_run(control, cap=3)
     control.amend(cap=1, subagent_model="claude-haiku-5-5")
     control.amend(subagent_model=None)
     out, log = io.StringIO(), io.StringIO()
-    ndjson, plain = JsonProgress(out), PlainProgress(log)
+    ndjson, plain = JsonProgress(out, HandFed()), PlainProgress(log, HandFed())
     for event in state.drain_amends():
         ndjson.handle(event)
         plain.handle(event)

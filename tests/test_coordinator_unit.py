@@ -1284,15 +1284,15 @@ async def test_a_client_runs_gate_waits_on_the_injected_clock() -> None:
     # stagger between two admissions is slept on the FakeClock, not for real
     clock = FakeClock()
     policy = fast_policy().model_copy(update={"spawn": SpawnPolicy(stagger_s=30.0)})
-    run = teamlead.ClientRun(ClaudeAgentOptions(), policy, clock=clock)
-    (matcher,) = run.options.hooks["PreToolUse"]
-    (hook,) = matcher.hooks
-    agent = {"tool_input": {"prompt": "go", "description": "d"}}
-    with anyio.fail_after(5):
-        assert await hook(agent, "t1", {}) == {}
-        assert await hook(agent, "t2", {}) == {}
-    assert clock.sleeps == [30.0]
-    env = run.options.env
+    async with teamlead.ClientRun(ClaudeAgentOptions(), policy, clock=clock) as run:
+        (matcher,) = run.options.hooks["PreToolUse"]
+        (hook,) = matcher.hooks
+        agent = {"tool_input": {"prompt": "go", "description": "d"}}
+        with anyio.fail_after(5):
+            assert await hook(agent, "t1", {}) == {}
+            assert await hook(agent, "t2", {}) == {}
+        assert clock.sleeps == [30.0]
+        env = run.options.env
     assert env["CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS"] == "1"
     assert env["CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS"] == str(policy.bg_wait_ceiling_ms)
 

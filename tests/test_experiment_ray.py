@@ -4,7 +4,10 @@ The end-to-end tests drive the ``teamlead`` command in a subprocess against the 
 model server: a two-arm A/B on a local Ray the run starts (no ``RAY_ADDRESS``), whose
 report must match the local backend's; a run connected to a Ray instance these tests own
 (token authentication on), whose worker is killed mid-trial; a run stopped with Ctrl-C
-and resumed. Every Ray process and temp dir is checked gone at the end. The
+and resumed; and, in the cluster tier (marker ``cluster``, left out of the README's test
+command), a run on a two-node cluster of ``ray start`` nodes sharing a Redis for its limits
+and sessions, whose worker node is killed mid-trial (:mod:`tests.ray_cluster`). Every Ray
+process and temp dir is checked gone at the end. The
 shared-limits tests use the store directly on that same owned Ray instance, which the
 tests of :class:`TestOnAnOwnedRay` share (one start-up instead of three).
 """
@@ -29,12 +32,16 @@ import pytest
 from teamlead._cli.progress import report_for
 from teamlead.experiment import TrialKey, load_spec, read_records
 from teamlead.experiment.running.ray_backend import ray_session
-from teamlead.experiment.running.runner import trial_session_id
+from teamlead.experiment.running.runner import trial_order, trial_session_id
+from teamlead.sessions import stored_sessions
 from teamlead.testing import OfflineClaude, ScriptedServer
+from teamlead.testing.recorded import RecordedRequest, peak_requests
 from teamlead.testing.scripts import ProbabilisticFanOut
 
 from .polling import apoll, poll
+from .ray_cluster import RayNode, two_node_cluster
 from .redis_server import REDIS_SERVER, redis_server
+from .session_stores import in_store
 
 ray = pytest.importorskip("ray")
 
@@ -169,8 +176,14 @@ def _ab_parity(tmp_path: Path, *, tasks: int, trials: int, limits: str | None = 
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
         env = _env(claude)
         local = tmp_path / "local"
+        sessions = f"sqlite:///{tmp_path / 'sessions.db'}"  # the local run keeps its sessions
         code, out, err = _finish(
-            _run(env, claude.cwd, "experiment", "run", str(spec), "--out", str(local), "-q")
+            _run(
+                env,
+                claude.cwd,
+                *("experiment", "run", str(spec), "--out", str(local), "-q"),
+                *("--session-store", sessions),
+            )
         )
         assert code == 0, err
         on_ray = tmp_path / "ray"
@@ -189,6 +202,11 @@ def _ab_parity(tmp_path: Path, *, tasks: int, trials: int, limits: str | None = 
     keys = _keys(on_ray)
     assert len(keys) == total and len(set(keys)) == total  # every trial once, none twice
     assert sorted(keys) == sorted(_keys(local))
+    run_id = json.loads((local / "run.json").read_text())["run_id"]
+    stored = {s.session_id: s.status for s in in_store(sessions, stored_sessions)}
+    for key in _keys(local):  # every local trial's session, in the store, with its end
+        status = stored.get(trial_session_id(5, TrialKey(*key), 1, run_id))
+        assert status is not None and status.status == "completed", key
     local_records = {
         (r.variant, r.task, r.trial): r for r in read_records(local / "trials.jsonl").records
     }
@@ -381,6 +399,160 @@ def _kill_worker_of(
         with contextlib.suppress(ProcessLookupError):
             os.kill(victim.pid, signal.SIGKILL)
     return True
+
+
+#: the scripted account's hidden limit on requests in flight, over every node's trials
+HIDDEN_LIMIT = 3
+
+
+def _node_trials(node: RayNode) -> tuple[int, set[str]]:
+    """How many trial tasks run on ``node`` (workers titled ``ray::_trial_task``), and the
+    sessions of the trial CLIs running there."""
+    tasks, sessions = 0, set()
+    for proc in psutil.process_iter(["cmdline"]):
+        args = proc.info["cmdline"] or []
+        session = next((a.split("=", 1)[1] for a in args if a.startswith("--session-id=")), None)
+        task = bool(args) and args[0].startswith("ray::_trial_task")
+        if (session or task) and node.owns(proc):
+            tasks += task
+            sessions |= {session} if session else set()
+    return tasks, sessions
+
+
+def _kill_node_mid_trial(
+    node: RayNode,
+    driver: subprocess.Popen[str],
+    server: ScriptedServer,
+    store_url: str,
+    *,
+    deadline_s: float,
+) -> tuple[set[str], set[str]]:
+    """Once every trial on ``node`` runs its CLI and one of them has had an answer from the
+    model and is in the store, kill the node as a machine dies. Returns the sessions of
+    the trials that ran on it then, and those of them the store held."""
+
+    def started() -> tuple[set[str], set[str]] | None:
+        tasks, running = _node_trials(node)
+        answered = {
+            r.request.session_id
+            for r in server.recorded("lead")
+            if r.finished is not None and r.status == 200
+        }
+        if len(running) != tasks or not running & answered:
+            return None
+        stored = running & {s.session_id for s in in_store(store_url, stored_sessions)}
+        return (running, stored) if stored & answered else None
+
+    found = poll(
+        started, within_s=deadline_s, every_s=0.1, unless=lambda: driver.poll() is not None
+    )
+    if found is None:
+        return set(), set()
+    left = node.kill()
+    assert not left, left
+    return found
+
+
+def _most_accepted_at_once(requests: list[RecordedRequest]) -> int:
+    """The most requests the account was answering (not rejecting) at one time, each from
+    its arrival until it gave its place under the limit back."""
+    return peak_requests(
+        (r.started, r.released or r.finished)
+        for r in requests
+        if r.status == 200 and r.finished is not None
+    )
+
+
+@pytest.mark.cli
+@pytest.mark.slow
+@pytest.mark.cluster
+@pytest.mark.timeout(900)
+@pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
+def test_an_experiment_on_two_ray_nodes_keeps_the_limit_and_survives_losing_one(
+    tmp_path: Path,
+) -> None:
+    """``teamlead experiment run --backend ray --limits redis://… --session-store redis://…``
+    on a cluster of two nodes (``ray start --head``, ``ray start --address``), each its own
+    home, against an account with a hidden limit of 3 requests in flight; the worker node
+    is killed while its trials run.
+
+    Both nodes' relays took their requests' places in the one Redis and learnt the true
+    limit there; the killed node's trials were re-run once, on the head; every trial has
+    one record; every trial's session is in the Redis store with how it ended, and the
+    sessions that died with their node are there too, with no end."""
+    spec_path = _spec(tmp_path, tasks=1, trials=2, name="scale")  # 4 trials, all at once
+    spec = load_spec(spec_path)
+    seed, keys = spec.experiment.seed, trial_order(spec)
+    # Replies of 1 s keep the worker node's trials in flight long enough to kill it.
+    script = ProbabilisticFanOut(marker=MARKER, p_marked=1.0, p_plain=0.0, p_solo=0.0, delay=1.0)
+    out = tmp_path / "out"
+    with (
+        redis_server(tmp_path) as redis,
+        ScriptedServer(script, concurrency_limit=HIDDEN_LIMIT, retry_after=0.5) as server,
+        two_node_cluster(tmp_path / "cluster") as cluster,
+    ):
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "driver")
+        env = {**_env(claude), "RAY_ADDRESS": cluster.address}
+        proc = _run(
+            env,
+            claude.cwd,
+            *("experiment", "run", str(spec_path), "--out", str(out), "-q", "--backend", "ray"),
+            *("--limits", redis.url, "--session-store", redis.url),
+        )
+        try:
+            killed, stored_then = _kill_node_mid_trial(
+                cluster.worker, proc, server, redis.url, deadline_s=300
+            )
+            code, stdout, err = _finish(proc)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+        assert code == 0, err
+        assert killed, f"no trial ever ran on the worker node: {err[-2000:]}"
+        limits = subprocess.run(
+            [sys.executable, "-m", "teamlead", "limits", "--limits", redis.url, "--json"],
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        stored = {s.session_id: s for s in in_store(redis.url, stored_sessions)}
+        requests = server.recorded()
+    # (The cluster checked every process of its nodes gone; the driver started no Ray.)
+    assert "shared limits:" not in err  # the Redis held for the whole run
+    # The records: every trial once, none twice, each completed at its first attempt.
+    records = read_records(out / "trials.jsonl").records
+    assert sorted((r.variant, r.task, r.trial) for r in records) == sorted(map(tuple, keys))
+    assert all(r.status == "completed" and not r.retried for r in records), records
+    assert f"ran {len(keys)} trial(s), skipped 0 finished, 0 failed, 0 retried" in stdout
+    # The killed node's trials: each re-run once by Ray, under a session of its own.
+    run_id = json.loads((out / "run.json").read_text())["run_id"]
+    first = {trial_session_id(seed, k, 1, run_id): k for k in keys}
+    assert killed <= first.keys()
+
+    def rerun(session: str, n: int) -> str:
+        return trial_session_id(seed, first[session], 1, f"{run_id}/rerun-{n}")
+
+    asked = {r.request.session_id for r in requests}
+    assert {s for s in first if rerun(s, 2) in asked} == killed
+    assert not {s for s in first if rerun(s, 3) in asked}
+    # The hidden limit: the account never answered more than 3 at once (it refuses the
+    # 4th), the limit both nodes learnt in the one Redis is the true one, not a lower cut,
+    # and it took at most a 429 per trial to learn it. No 429 reached a CLI: they do not
+    # retry, so a trial would have failed.
+    assert limits.returncode == 0, limits.stderr
+    assert [entry["limit"] for entry in json.loads(limits.stdout)] == [HIDDEN_LIMIT]
+    assert _most_accepted_at_once(requests) == HIDDEN_LIMIT
+    assert 0 < server.stats.rejected <= len(keys)
+    assert not list(tmp_path.glob("**/teamlead/limits.sqlite3"))  # Redis only, on every node
+    # The sessions: each trial's last one in the Redis store, with how it ended; one that
+    # died with its node, in the store as far as it got, with no end (resumable).
+    for session in (set(first) - killed) | {rerun(s, 2) for s in killed}:
+        status = stored[session].status if session in stored else None
+        assert status is not None and status.status == "completed", session
+    for session in stored_then:
+        assert session in stored and stored[session].status is None
 
 
 @dataclass(frozen=True)

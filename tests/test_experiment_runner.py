@@ -175,6 +175,14 @@ def test_experiment_cli_errors_are_one_line_exit_2(tmp_path: Path) -> None:
     assert result.exit_code == 2 and "trials" in result.output
     result = runner.invoke(main, ["experiment", "report", str(tmp_path / "empty")])
     assert result.exit_code == 2 and "no trials.jsonl" in result.output
+    good = tmp_path / "good.toml"
+    good.write_text(_spec(1, 1))
+    args = ["experiment", "run", str(good), "--out", str(tmp_path / "o")]
+    env = {"ANTHROPIC_API_KEY": "sk-test-only-not-real"}
+    result = runner.invoke(main, [*args, "--session-store", "postgres://db/1"], env=env)
+    assert result.exit_code == 2 and len(result.output.strip().splitlines()) == 1
+    assert "a session store is redis://" in result.output
+    assert not (tmp_path / "o").exists()  # refused before anything was written
 
 
 def test_experiment_report_cli_json_and_markdown(tmp_path: Path) -> None:

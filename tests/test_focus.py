@@ -17,13 +17,14 @@ import pytest
 
 import teamlead
 from teamlead._claude.transcript import transcript_tail
-from teamlead._focus import Focus
+from teamlead._cli.focus import Focus
 from teamlead.testing import AgentCall, Reply, ScriptedRequest
 from teamlead.testing.replies import ToolUse
 from teamlead.testing.scripts import finding_text, synthesize
 from teamlead.tracker import SubagentToolUse, parse_message
 
 from .conftest import OfflineFactory
+from .parsing import HandFed
 
 SESSION = "d6b404c3-7aec-40d7-9803-56ebb9cb00ba"
 
@@ -127,7 +128,7 @@ def feed(focus: Focus, *frames: dict[str, Any]) -> None:
 
 # -- the stream ----------------------------------------------------------------------------------
 def test_an_agents_calls_and_lines_come_from_its_own_messages() -> None:
-    focus = Focus()
+    focus = Focus(HandFed())
     feed(
         focus,
         started("a1", "toolu_A", "alpha"),
@@ -154,7 +155,7 @@ def test_an_agents_calls_and_lines_come_from_its_own_messages() -> None:
 
 
 def test_only_the_last_calls_and_lines_are_kept() -> None:
-    focus = Focus(max_calls=2, max_lines=3)
+    focus = Focus(HandFed(), max_calls=2, max_lines=3)
     frames = [started("a1", "toolu_A", "alpha")]
     frames += [sub_tool("toolu_A", f"t{i}", "Bash", {"command": f"step {i}"}) for i in range(6)]
     frames += [result("t0"), result("t5")]  # t0 fell out long ago: its result changes nothing
@@ -167,7 +168,7 @@ def test_only_the_last_calls_and_lines_are_kept() -> None:
 
 
 def test_focus_cycles_through_agent_tasks_and_workflow_agents_in_order() -> None:
-    focus = Focus()
+    focus = Focus(HandFed())
     assert focus.next_agent(None) is None
     feed(
         focus,
@@ -207,7 +208,7 @@ def test_an_agent_seen_only_from_its_end_is_read_from_its_transcript(tmp_path: P
             record_text("All done.\nFINDING[a1]"),
         ],
     )
-    focus = Focus(max_calls=2)
+    focus = Focus(HandFed(), max_calls=2)
     feed(focus, started("a1", "toolu_A", "alpha"), ended("a1", str(path)))
     view = focus.of("a1")
     assert view is not None and view.source == "transcript"
@@ -221,7 +222,7 @@ def test_an_agent_seen_only_from_its_end_is_read_from_its_transcript(tmp_path: P
 def test_a_workflow_agent_is_found_under_the_config_dir(tmp_path: Path) -> None:
     folder = tmp_path / "projects" / "-proj" / SESSION / "subagents" / "workflows" / "wf_1"
     write_transcript(folder / "agent-w2.jsonl", [record_tool("t1", "Read", "x"), record_text("hi")])
-    focus = Focus(tmp_path)
+    focus = Focus(HandFed(), tmp_path)
     feed(focus, *workflow("wf1", [(0, "w2", "wf:two"), (1, "../../etc", "wf:evil")]))
     view = focus.of("w2")
     assert view is not None and view.kind == "workflow_agent" and view.description == "wf:two"
@@ -233,7 +234,7 @@ def test_a_workflow_agent_is_found_under_the_config_dir(tmp_path: Path) -> None:
 def test_a_missing_or_special_transcript_gives_nothing_and_never_blocks(tmp_path: Path) -> None:
     fifo = tmp_path / "agent.fifo"
     os.mkfifo(fifo)
-    focus = Focus(tmp_path)
+    focus = Focus(HandFed(), tmp_path)
     feed(
         focus,
         started("a1", "toolu_A", "alpha"),
@@ -277,7 +278,7 @@ async def test_a_subagents_last_tool_call_is_found_in_the_real_stream(
     offline: OfflineFactory,
 ) -> None:
     _, claude = offline(bash_then_answer)
-    focus = Focus(Path(claude.env["CLAUDE_CONFIG_DIR"]))
+    focus = Focus(HandFed(), Path(claude.env["CLAUDE_CONFIG_DIR"]))
     policy = teamlead.Policy(wait_s=5, deadline_s=120)
     with anyio.fail_after(120):
         async for item in teamlead.query("Investigate.", claude.options(), policy=policy):

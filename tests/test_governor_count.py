@@ -20,9 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from teamlead._governor.account import Account, Bounds, Lease, ProcessAccount
+from teamlead._governor.accounts import Account, ProcessAccount
+from teamlead._governor.accounts.base import Bounds, Lease
+from teamlead._governor.accounts.machine import MachineAccount
 from teamlead._governor.aimd import Limits, Step
-from teamlead._governor.sqlite_account import MachineAccount
 from teamlead.governor import Governor, GovernorPolicy
 from teamlead.testing import FakeClock
 
@@ -54,7 +55,7 @@ def pair(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Pair]:
         return
     if REDIS_SERVER is None:
         pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
-    from teamlead._governor.redis_account import RedisAccount
+    from teamlead._governor.accounts.redis import RedisAccount
 
     with redis_server(tmp_path) as server:
         accounts = [RedisAccount(server.url, clock=clock) for _ in range(2)]
@@ -206,7 +207,7 @@ def _released_rows(account: Account) -> int:
     if isinstance(account, MachineAccount):
         with sqlite3.connect(account.path) as db:
             return int(db.execute("SELECT COUNT(*) FROM released").fetchone()[0])
-    from teamlead._governor.redis_account import RedisAccount
+    from teamlead._governor.accounts.redis import RedisAccount
 
     assert isinstance(account, RedisAccount)
     return int(account._redis.zcard("teamlead:released"))
@@ -237,7 +238,7 @@ def test_what_was_given_back_is_kept_only_while_a_live_lease_may_count_it(
         return
     if REDIS_SERVER is None:
         pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
-    from teamlead._governor.redis_account import RedisAccount
+    from teamlead._governor.accounts.redis import RedisAccount
 
     with redis_server(tmp_path) as server:
         redis = RedisAccount(server.url, clock=clock)

@@ -20,12 +20,11 @@ from typing import Any
 import anyio
 import pytest
 
-from teamlead._governor.account import Account, Bounds, FallbackAccount
-from teamlead._governor.accounts import open_account
-from teamlead._governor.redis_account import RedisAccount
+from teamlead._governor.accounts import Account, FallbackAccount, WarnOnce, open_account
+from teamlead._governor.accounts.base import Bounds
+from teamlead._governor.accounts.machine import MachineAccount
+from teamlead._governor.accounts.redis import RedisAccount
 from teamlead._governor.retry_after import MAX_PAUSE_S
-from teamlead._governor.sqlite_account import MachineAccount
-from teamlead._governor.stored import WarnOnce
 from teamlead.clock import SYSTEM_CLOCK
 from teamlead.governor import Governor, GovernorPolicy, Slot
 from teamlead.testing import FakeClock
@@ -94,8 +93,8 @@ def test_a_dead_machine_s_leases_expire_within_the_lease_time(redis: RedisServer
     code = textwrap.dedent(
         f"""
         import time
-        from teamlead._governor.account import Bounds
-        from teamlead._governor.redis_account import RedisAccount
+        from teamlead._governor.accounts.base import Bounds
+        from teamlead._governor.accounts.redis import RedisAccount
         account = RedisAccount({redis.url!r}, lease_ttl_s=1.0)
         for _ in range(3):
             assert account.take(Bounds({A!r}, limit=3)) is not None

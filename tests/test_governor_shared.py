@@ -23,12 +23,17 @@ import anyio
 import pydantic
 import pytest
 
-from teamlead._governor.account import Bounds, FallbackAccount, ProcessAccount
-from teamlead._governor.accounts import check_limits_spec, open_account
+from teamlead._governor.accounts import (
+    FallbackAccount,
+    ProcessAccount,
+    WarnOnce,
+    check_limits_spec,
+    open_account,
+)
+from teamlead._governor.accounts.base import Bounds
+from teamlead._governor.accounts.machine import MachineAccount, default_path
 from teamlead._governor.aimd import Limits
 from teamlead._governor.retry_after import MAX_PAUSE_S
-from teamlead._governor.sqlite_account import MachineAccount, default_path
-from teamlead._governor.stored import WarnOnce
 from teamlead.clock import SYSTEM_CLOCK, Clock
 from teamlead.errors import UsageError
 from teamlead.governor import Governor, GovernorPolicy, Slot
@@ -121,14 +126,31 @@ async def test_a_cut_learnt_in_one_process_holds_in_the_other(tmp_path: Path) ->
         slot.release()
 
 
+async def test_an_overload_met_in_one_process_pauses_and_cuts_every_process_on_the_account(
+    tmp_path: Path,
+) -> None:
+    db = tmp_path / "limits.sqlite3"
+    clock = FakeClock()
+    first, second = _governor(db, clock, ceiling=8), _governor(db, clock, ceiling=8)
+    slot = await first.acquire(A)
+    slot.overloaded(5.0)  # a 529 with Retry-After: 5 met by the first process
+    slot.release()
+    assert second.state(A).cap < 8  # the cut holds in the other process too
+    assert second.state(A).cooldown_s == pytest.approx(5.0)
+    with pytest.raises(TimeoutError):  # and so does the pause: it backs off as well
+        await second.acquire(A, timeout=1.0)
+    clock.advance(5.0)
+    (await second.acquire(A, timeout=0)).release()
+
+
 def _holder(db: Path, ttl: float = 30.0) -> subprocess.Popen[str]:
     """A child process that takes three leases on ``db``, says so, and waits."""
     code = textwrap.dedent(
         f"""
         import sys, time
         from pathlib import Path
-        from teamlead._governor.account import Bounds
-        from teamlead._governor.sqlite_account import MachineAccount
+        from teamlead._governor.accounts.base import Bounds
+        from teamlead._governor.accounts.machine import MachineAccount
         account = MachineAccount(Path({str(db)!r}), lease_ttl_s={ttl})
         for _ in range(3):
             assert account.take(Bounds({A!r}, limit=3)) is not None
@@ -380,7 +402,8 @@ def test_a_redis_url_with_a_numbered_database_or_none_is_accepted(url: str) -> N
 def test_the_lease_renewer_tries_again_after_a_failed_renewal_and_stops_for_good() -> None:
     import threading
 
-    from teamlead._governor.account import AccountError, LeaseRenewer
+    from teamlead._governor.accounts.base import AccountError
+    from teamlead._governor.accounts.renewer import LeaseRenewer
 
     calls: list[int] = []
     third = threading.Event()

@@ -17,10 +17,12 @@ from rich.console import Console, Group
 
 from teamlead._cli import main
 from teamlead._cli.running import run_session
+from teamlead._cli.team_view import LiveTeamView, PlainProgress
 from teamlead._redact import terminal_safe
 from teamlead.events import Finished, InboxCollected, Resuming, WaitingForTeam
 from teamlead.experiment import TrialRecord, TrialWriter
-from teamlead.view import LiveTeamView, PlainProgress
+
+from .parsing import HandFed
 
 TRACE = Path(__file__).parent / "fixtures" / "traces" / "parallel-agents.query.jsonl"
 CSI_CLEAR = "\x1b[2J"
@@ -52,7 +54,7 @@ def test_terminal_safe_escapes_every_control() -> None:
 
 def test_live_view_renders_markup_as_text() -> None:
     out = io.StringIO()
-    view = LiveTeamView(Console(file=out, force_terminal=True, width=200))
+    view = LiveTeamView(Console(file=out, force_terminal=True, width=200), HandFed())
     for item in _hostile_items():
         view.handle(item)
     view.close()
@@ -70,7 +72,7 @@ class _BrokenView(LiveTeamView):
 
 def test_cursor_restored_when_rendering_fails() -> None:
     out = io.StringIO()
-    view = _BrokenView(Console(file=out, force_terminal=True, width=120))
+    view = _BrokenView(Console(file=out, force_terminal=True, width=120), HandFed())
     with pytest.raises(RuntimeError):
         view.close()
     assert "\x1b[?25l" in out.getvalue()
@@ -79,7 +81,7 @@ def test_cursor_restored_when_rendering_fails() -> None:
 
 def test_plain_lines_escape_controls() -> None:
     out = io.StringIO()
-    progress = PlainProgress(out)
+    progress = PlainProgress(out, HandFed())
     for item in _hostile_items():
         progress.handle(item)
     text = out.getvalue()
@@ -127,7 +129,9 @@ def test_the_answer_on_a_terminal_is_escaped_but_keeps_newlines_and_tabs() -> No
         termios.tcsetattr(tty_fd, termios.TCSANOW, attrs)
         with os.fdopen(tty_fd, "w", encoding="utf-8", closefd=False) as terminal:
             assert terminal.isatty()
-            code = run_session(_answer_items, output="quiet", stdout=terminal, stderr=io.StringIO())
+            code = run_session(
+                _answer_items, HandFed(), output="quiet", stdout=terminal, stderr=io.StringIO()
+            )
         shown = os.read(main_fd, 65536).decode()
     finally:
         os.close(main_fd)
@@ -142,7 +146,9 @@ def test_the_answer_piped_keeps_every_character_for_the_pipeline() -> None:
     read_fd, write_fd = os.pipe()
     with os.fdopen(write_fd, "w", encoding="utf-8") as pipe:
         assert not pipe.isatty()
-        code = run_session(_answer_items, output="quiet", stdout=pipe, stderr=io.StringIO())
+        code = run_session(
+            _answer_items, HandFed(), output="quiet", stdout=pipe, stderr=io.StringIO()
+        )
     with os.fdopen(read_fd, encoding="utf-8", newline="") as reader:
         assert reader.read() == ANSWER + "\n"
     assert code == 0

@@ -27,6 +27,7 @@ from teamlead._claude.transcript import last_assistant_text
 from teamlead._cli import main
 from teamlead._run.collect import Collection
 from teamlead._run.loop import finish
+from teamlead._run.process import ProcessState
 from teamlead._run.state import RunState, new_run
 from teamlead.errors import UsageError
 from teamlead.events import InboxCollected
@@ -213,7 +214,8 @@ def test_team_hijack_unprovable_claims_are_all_refused(tmp_path: Path) -> None:
 def run_state(config_dir: Path, policy: Policy, clock: FakeClock, tracker: Tracker) -> RunState:
     """A query run on ``config_dir`` that has followed ``tracker``."""
     options = ClaudeAgentOptions(env={"CLAUDE_CONFIG_DIR": str(config_dir)})
-    state = new_run("query", options, policy, clock)
+    # the collection and the result alone, not a run: kept out of the process's live runs
+    state = new_run("query", options, policy, clock, process=ProcessState(registry=False))
     state.tracker = tracker
     return state
 

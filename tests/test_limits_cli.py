@@ -29,8 +29,8 @@ from typing import Any, Literal
 import pytest
 from claude_agent_sdk import ResultMessage, query
 
+from teamlead._governor.accounts.machine import MachineAccount
 from teamlead._governor.aimd import Limits
-from teamlead._governor.sqlite_account import MachineAccount
 from teamlead._relay import RELAY_POLICY, start_relay
 from teamlead._relay.shared import account_of
 from teamlead.governor import Governor

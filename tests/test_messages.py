@@ -11,8 +11,8 @@ import io
 
 import pytest
 
+from teamlead._cli.team_view import PlainProgress
 from teamlead.events import FallbackUsed
-from teamlead.view import PlainProgress
 from tests.test_coordinator_unit import (
     Script,
     fan_out,
@@ -24,12 +24,14 @@ from tests.test_coordinator_unit import (
     synthesis_failed,
 )
 
+from .parsing import HandFed
+
 pytestmark = pytest.mark.anyio
 
 
 def _plain_lines(items: list[object]) -> list[str]:
     out = io.StringIO()
-    progress = PlainProgress(out)
+    progress = PlainProgress(out, HandFed())
     for item in items:
         progress.handle(item)
     return [line.split("] ", 1)[1] for line in out.getvalue().splitlines()]

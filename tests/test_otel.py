@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,8 @@ from teamlead.governor import Governor, GovernorPolicy
 from teamlead.testing import FakeClock, Reply, ScriptedServer
 from teamlead.testing.otlp import OtlpReceiver, ReceivedSpan
 from teamlead.testing.wire import sse_events
+
+from .parsing import HandFed
 
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = "claude-opus-5-5"
@@ -251,7 +253,9 @@ def test_the_variables_ask_for_export_only_when_an_exporter_or_endpoint_is_set()
 def test_a_runs_events_become_its_phases_and_its_agents_gate_events(
     exported: Exported, receiver: OtlpReceiver
 ) -> None:
-    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions(model=MODEL))
+    run = RunTrace(
+        exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions(model=MODEL)
+    )
     items: list[Any] = [
         {"type": "system", "subtype": "init", "session_id": "s-9"},
         SpawnQueued(tool_use_id="tu1", description="audit", position=1, running=2, limit=2),
@@ -368,7 +372,11 @@ def test_prompt_and_result_text_only_with_the_content_capture_opt_in(
     monkeypatch.setenv("OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT", "span_only")
     monkeypatch.setenv("ANTHROPIC_API_KEY", KEY)
     run = RunTrace(
-        exported.telemetry, mode="query", options=ClaudeAgentOptions(), prompt=f"use {KEY}"
+        exported.telemetry,
+        HandFed(),
+        mode="query",
+        options=ClaudeAgentOptions(),
+        prompt=f"use {KEY}",
     )
     run.see(Finished(status="completed", result="the answer", session_id="s", resumes=0))
     run.close()
@@ -384,7 +392,7 @@ def test_prompt_and_result_text_only_with_the_content_capture_opt_in(
 def test_a_run_that_breaks_off_ends_its_spans_as_errors(
     exported: Exported, receiver: OtlpReceiver
 ) -> None:
-    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
+    run = RunTrace(exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions())
     run.see(SpawnQueued(tool_use_id="tu1", description="a", position=1, running=1, limit=1))
     run.close("CancelledError")
     exported.flush()
@@ -399,14 +407,17 @@ def test_a_run_that_breaks_off_ends_its_spans_as_errors(
 # -- the relay's chat spans ------------------------------------------------------------------
 
 
-def test_a_relayed_request_is_a_chat_span_with_its_usage_pacing_and_429(
-    exported: Exported, receiver: OtlpReceiver
+def _through_relay(
+    exported: Exported,
+    replies: Iterator[Reply],
+    ask: Callable[[anthropic.AsyncAnthropic], Awaitable[object]],
+    usage: list[tuple[str | None, int | None, int | None]] | None = None,
 ) -> None:
+    """``ask`` the scripted ``replies`` through a relay whose run's requests are chat spans
+    under a ``run`` span (the usage read off each reply goes to ``usage``)."""
     import anyio
 
-    answer = dataclasses.replace(Reply.text("after the pause"), input_tokens=33)
-    replies = iter([Reply.error(429, retry_after=2), answer])
-    usage: list[tuple[str | None, int | None, int | None]] = []
+    read = usage if usage is not None else []
 
     async def main() -> None:
         governor = Governor(GovernorPolicy(ceiling=8), clock=FakeClock())
@@ -420,7 +431,7 @@ def test_a_relayed_request_is_a_chat_span_with_its_usage_pacing_and_429(
                     ChatObserver(
                         exported.telemetry,
                         place=lambda agent, write: write(set_span_in_context(root)),
-                        on_usage=lambda agent, u: usage.append(
+                        on_usage=lambda agent, u: read.append(
                             (agent, u.input_tokens, u.output_tokens)
                         ),
                     )
@@ -428,23 +439,33 @@ def test_a_relayed_request_is_a_chat_span_with_its_usage_pacing_and_429(
                 async with anthropic.AsyncAnthropic(
                     base_url=run.base_url, api_key=KEY, max_retries=0
                 ) as c:
-                    async with c.messages.stream(
-                        model=MODEL,
-                        max_tokens=10,
-                        messages=[{"role": "user", "content": "hi"}],
-                        extra_headers={
-                            "x-claude-code-agent-id": "agent-7",
-                            "X-Claude-Code-Session-Id": "s-2",
-                        },  # fmt: skip
-                    ) as stream:
-                        await stream.get_final_message()
-                    await c.messages.count_tokens(
-                        model=MODEL, messages=[{"role": "user", "content": "hi"}]
-                    )
+                    await ask(c)
                 root.end()
 
     anyio.run(main)
     exported.flush()
+
+
+def test_a_relayed_request_is_a_chat_span_with_its_usage_pacing_and_429(
+    exported: Exported, receiver: OtlpReceiver
+) -> None:
+    answer = dataclasses.replace(Reply.text("after the pause"), input_tokens=33)
+    usage: list[tuple[str | None, int | None, int | None]] = []
+
+    async def ask(c: anthropic.AsyncAnthropic) -> None:
+        async with c.messages.stream(
+            model=MODEL,
+            max_tokens=10,
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={
+                "x-claude-code-agent-id": "agent-7",
+                "X-Claude-Code-Session-Id": "s-2",
+            },  # fmt: skip
+        ) as stream:
+            await stream.get_final_message()
+        await c.messages.count_tokens(model=MODEL, messages=[{"role": "user", "content": "hi"}])
+
+    _through_relay(exported, iter([Reply.error(429, retry_after=2), answer]), ask, usage)
     spans = receiver.spans()
     (chat,) = by_name(spans, f"chat {MODEL}")  # count_tokens is not a model call
     (root,) = by_name(spans, "run")
@@ -479,6 +500,30 @@ def test_a_relayed_request_is_a_chat_span_with_its_usage_pacing_and_429(
     # metric attributes carry no id of an agent, session or request
     ids = {"gen_ai.agent.id", "gen_ai.conversation.id", "gen_ai.response.id"}
     assert all(not ids & p.attributes.keys() for p in points)
+
+
+def test_a_request_held_through_an_overload_is_an_overloaded_event_on_its_chat_span(
+    exported: Exported, receiver: OtlpReceiver
+) -> None:
+    async def ask(c: anthropic.AsyncAnthropic) -> None:
+        await c.messages.create(
+            model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
+        )
+
+    replies = iter([Reply.error(529, retry_after=1), Reply.text("after the burst")])
+    _through_relay(exported, replies, ask)
+    (chat,) = by_name(receiver.spans(), f"chat {MODEL}")
+    assert chat.attributes["teamlead.relay.attempts"] == 2
+    (event,) = chat.events
+    assert event.name == "overloaded"
+    assert event.attributes == {
+        "http.response.status_code": 529,
+        "teamlead.outcome": "absorbed",  # held at the relay: the client never saw it
+        "teamlead.source": "upstream",
+        "teamlead.retry_after_s": 1.0,
+    }
+    limited = [p for p in receiver.points() if p.metric == "teamlead.relay.rate_limited"]
+    assert [(p.attributes["teamlead.outcome"], p.value) for p in limited] == [("absorbed", 1.0)]
 
 
 def sse_bytes(text: str, input_tokens: int = 20) -> bytes:
@@ -563,7 +608,7 @@ def test_an_agent_whose_request_ends_before_the_stream_names_it_is_one_span(
     the task: the call, the task and the requests still make one agent span."""
     from teamlead._otel.chat import Usage
 
-    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
+    run = RunTrace(exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions())
     run.see({"type": "assistant", "session_id": "s", "message": {"id": "m", "content": [
         {"type": "tool_use", "id": "tu1", "name": "Agent",
          "input": {"description": "audit", "prompt": "p"}}]}})  # fmt: skip
@@ -595,7 +640,7 @@ def test_a_request_ending_after_the_run_leaves_no_span_open(
 ) -> None:
     from teamlead._otel.chat import Usage
 
-    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
+    run = RunTrace(exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions())
     run.see(Finished(status="completed", result="ok", session_id="s", resumes=0))
     run.close()
     placed: list[Context] = []
@@ -615,7 +660,7 @@ def test_a_workflows_agent_known_by_its_requests_is_placed_under_its_workflow(
 ) -> None:
     """A workflow agent's requests come long before the run's rows say whose it is: they
     are held, and written under its span, which is made under its workflow's."""
-    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
+    run = RunTrace(exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions())
     run.see({"type": "system", "subtype": "task_started", "task_id": "wf-task",
              "tool_use_id": "tu-wf", "description": "probe", "task_type": "local_workflow",
              "session_id": "s"})  # fmt: skip
@@ -645,7 +690,7 @@ def test_a_workflows_agent_known_by_its_requests_is_placed_under_its_workflow(
 def test_an_agent_past_its_own_timeout_is_marked_timed_out(
     exported: Exported, receiver: OtlpReceiver
 ) -> None:
-    run = RunTrace(exported.telemetry, mode="query", options=ClaudeAgentOptions())
+    run = RunTrace(exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions())
     run.see({"type": "system", "subtype": "task_started", "task_id": "a1", "tool_use_id": "tu1",
              "description": "hung", "session_id": "s"})  # fmt: skip
     row = TaskDisposition(id="a1", kind="task", description="hung", status="timeout",

@@ -19,6 +19,7 @@ import pytest
 from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, SystemMessage
 
 import teamlead
+from teamlead._cli.team_view import LiveTeamView, PlainProgress
 from teamlead._run.relayed import relay_wanted
 from teamlead.events import (
     BucketSummary,
@@ -28,7 +29,8 @@ from teamlead.events import (
     RelaySummary,
 )
 from teamlead.testing import Reply, ScriptedServer
-from teamlead.view import LiveTeamView, PlainProgress
+
+from .parsing import HandFed
 
 pytestmark = pytest.mark.anyio
 
@@ -293,7 +295,7 @@ def _change(previous: int, cap: int, reason: Any = "rate_limited") -> Concurrenc
 
 def test_plain_lines_for_the_relay() -> None:
     out = io.StringIO()
-    view = PlainProgress(out)
+    view = PlainProgress(out, HandFed())
     view.handle(
         RateLimited(model="claude-x", role="subagent", retry_after_s=1.0, outcome="absorbed")
     )
@@ -312,10 +314,29 @@ def test_plain_lines_for_the_relay() -> None:
     ]
 
 
+def test_the_last_line_tells_529s_held_by_the_relay_from_those_passed_on() -> None:
+    out = io.StringIO()
+    summary = RelaySummary(
+        requests=6,
+        absorbed=5,  # 1 429 and 4 529s held
+        passed=2,  # 1 429 and 1 529 past the hold
+        overloaded=5,
+        overloaded_held=4,
+        buckets=[BucketSummary(key="anthropic/claude-x", limit=3, requests=6, rate_limited=2)],
+    )
+    PlainProgress(out).handle(
+        Finished(status="completed", result="r", session_id=None, resumes=0, relay=summary)
+    )
+    assert (
+        "relay: 6 request(s); 429s 1 absorbed, 1 passed on; 4 overloaded (529) held by the "
+        "relay; 1 overloaded (529) passed on;"
+    ) in out.getvalue()
+
+
 def test_live_view_has_a_governor_line() -> None:
     from rich.console import Console
 
-    view = LiveTeamView(Console(file=io.StringIO(), width=120))
+    view = LiveTeamView(Console(file=io.StringIO(), width=120), HandFed())
     try:
         assert view.governor_line() is None
         view.handle(_change(32, 3))
@@ -327,7 +348,15 @@ def test_live_view_has_a_governor_line() -> None:
         view.handle(RateLimited(model="claude-x", role="lead", status=529, outcome="passed"))
         assert view.governor_line() == (  # a 529 is an overload, never counted as a 429
             "governor: anthropic/claude-x limit 3 · 429s absorbed 1, passed on 1 · "
-            "529 overloaded 1, passed on"
+            "529 overloaded 1: held 0, passed on 1"
+        )
+        for _ in range(2):  # requests held through an overload burst are shown as held
+            view.handle(
+                RateLimited(model="claude-x", role="subagent", status=529, outcome="absorbed")
+            )
+        assert view.governor_line() == (
+            "governor: anthropic/claude-x limit 3 · 429s absorbed 1, passed on 1 · "
+            "529 overloaded 3: held 2, passed on 1"
         )
     finally:
         view.close()

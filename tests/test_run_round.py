@@ -14,6 +14,7 @@ import anyio
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions
 
+from teamlead._run.process import ProcessState
 from teamlead._run.round import Round
 from teamlead._run.state import new_run
 from teamlead.clock import SYSTEM_CLOCK, move_on_at
@@ -48,7 +49,10 @@ async def stream(*messages: Any, hang: anyio.Event | None = None) -> AsyncIterat
 
 def make_round(agen: AsyncIterator[Any], clock: FakeClock, **kwargs: Any) -> Round:
     policy = kwargs.pop("policy", Policy(deadline_s=60.0, relay=False))
-    state = new_run("query", ClaudeAgentOptions(), policy, clock)
+    # a round alone, not a run: its state is kept out of the process's live runs
+    state = new_run(
+        "query", ClaudeAgentOptions(), policy, clock, process=ProcessState(registry=False)
+    )
     state.start_clock()
     return Round(state, agen, deadline=clock.monotonic() + policy.deadline_s, **kwargs)
 

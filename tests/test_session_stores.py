@@ -5,9 +5,11 @@ untrusted; the TTL on every Redis key; and :func:`teamlead.open_session_store`'s
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import logging
+import pickle
 import sqlite3
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -103,6 +105,32 @@ async def test_a_retried_batch_is_stored_once(redis: RedisServer, opened: list[A
     await store.append(KEY, batch)
     await store.append(KEY, batch)  # the SDK retried it after a timeout that still landed
     assert await store.load(KEY) == [*batch, {"type": "mode"}]  # no uuid: appended again
+
+
+@pytest.mark.parametrize("kind", ["redis", "sqlite"])
+async def test_a_used_store_travels_to_another_process_as_its_settings(
+    kind: str, tmp_path: Path, opened: list[Any]
+) -> None:
+    """A Ray task gets the run's store pickled: a store that is connected (a client, its
+    loop, a lock) comes back as the same store, unconnected, and connects where it is used."""
+    with contextlib.ExitStack() as stack:
+        store: Any = SQLiteSessionStore(tmp_path / "s.db")
+        if kind == "redis":
+            if REDIS_SERVER is None:
+                pytest.skip("redis-server is not installed")
+            url = stack.enter_context(redis_server(tmp_path)).url
+            store = RedisSessionStore(url, ttl_s=120, namespace="teamlead:session:moved:")
+        opened.append(store)
+        await store.append(KEY, [{"type": "user", "uuid": "u1"}])  # connected now
+        copy = pickle.loads(pickle.dumps(store))
+        opened.append(copy)
+        assert type(copy) is type(store) and repr(copy) == repr(store)
+        if kind == "redis":
+            assert (copy.ttl_s, copy._ns) == (120, "teamlead:session:moved:")
+        await copy.append(KEY, [{"type": "assistant", "uuid": "u2"}])
+        assert [e["uuid"] for e in await store.load(KEY) or []] == ["u1", "u2"]
+        for each in opened:  # while the server still runs
+            await each.aclose()
 
 
 async def _sqlite_corrupted(tmp_path: Path, opened: list[Any]) -> SQLiteSessionStore:

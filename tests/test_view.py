@@ -9,16 +9,20 @@ from typing import Any
 
 from rich.console import Console
 
+from teamlead._cli.team_view import LiveTeamView, PlainProgress
+from teamlead._ndjson import JsonProgress
 from teamlead.events import (
     EVENT_VERSION,
     AgentUsage,
     Finished,
     InboxCollected,
+    RateLimited,
     Resuming,
     SpawnAdmitted,
     WaitingForTeam,
 )
-from teamlead.view import JsonProgress, LiveTeamView, PlainProgress
+
+from .parsing import HandFed
 
 TRACE = Path(__file__).parent / "fixtures" / "traces" / "parallel-agents.query.jsonl"
 
@@ -36,7 +40,7 @@ def _items() -> list[Any]:
 
 def test_live_view_shows_a_row_per_agent_and_teammate() -> None:
     out = io.StringIO()
-    view = LiveTeamView(Console(file=out, force_terminal=True, width=120))
+    view = LiveTeamView(Console(file=out, force_terminal=True, width=120), HandFed())
     for item in _items():
         view.handle(item)
     view.close()
@@ -55,10 +59,10 @@ def test_live_view_shows_a_row_per_agent_and_teammate() -> None:
 def test_live_view_shows_each_agents_tokens_and_a_workflows_agents() -> None:
     workflow = TRACE.parent / "workflows" / "basic.jsonl"
     out = io.StringIO()
-    view = LiveTeamView(Console(file=out, force_terminal=True, width=140))
+    view = LiveTeamView(Console(file=out, force_terminal=True, width=140), HandFed())
     for item in [json.loads(line) for line in TRACE.read_text().splitlines() if line.strip()]:
         view.handle(item)
-    agent = next(iter(view.tracker.tasks))
+    agent = next(iter(view.run.tracker.tasks))
     usage = AgentUsage(
         agent_id=agent, kind="agent", requests=2, input_tokens=1234, output_tokens=56
     )
@@ -75,7 +79,7 @@ def test_live_view_shows_each_agents_tokens_and_a_workflows_agents() -> None:
 
 def test_plain_progress_is_one_line_per_event() -> None:
     out = io.StringIO()
-    progress = PlainProgress(out)
+    progress = PlainProgress(out, HandFed())
     for item in _items():
         progress.handle(item)
     lines = out.getvalue().splitlines()
@@ -88,7 +92,7 @@ def test_plain_progress_is_one_line_per_event() -> None:
 
 def test_json_progress_lines_are_versioned_and_typed() -> None:
     out = io.StringIO()
-    progress = JsonProgress(out)
+    progress = JsonProgress(out, HandFed())
     for item in _items():
         progress.handle(item)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
@@ -100,11 +104,18 @@ def test_json_progress_lines_are_versioned_and_typed() -> None:
 
 def _json_records(items: list[Any]) -> list[dict[str, Any]]:
     out = io.StringIO()
-    progress = JsonProgress(out)
+    progress = JsonProgress(out, HandFed())
     for item in items:
         progress.handle(item)
     progress.close()
     return [json.loads(line) for line in out.getvalue().splitlines()]
+
+
+def test_a_request_held_through_an_overload_is_a_line_of_the_ndjson() -> None:
+    held = RateLimited(model="claude-x", role="subagent", status=529, outcome="absorbed")
+    (record,) = _json_records([held])
+    assert record["type"] == "rate_limited" and record["version"] == EVENT_VERSION
+    assert (record["status"], record["outcome"], record["role"]) == (529, "absorbed", "subagent")
 
 
 def test_json_reports_one_task_ended_per_task_with_both_reports_merged() -> None:

@@ -254,6 +254,7 @@ def test_the_workflow_engines_gate_is_set_from_the_runs_cap(
 ) -> None:
     from claude_agent_sdk import ClaudeAgentOptions
 
+    from teamlead._run.process import ProcessState
     from teamlead._run.state import new_run
     from teamlead.policy import Policy
 
@@ -263,10 +264,15 @@ def test_the_workflow_engines_gate_is_set_from_the_runs_cap(
         monkeypatch.setenv(var, process)
     env = {var: user} if user is not None else {}
     policy = Policy(spawn=SpawnPolicy(max_concurrent_agents=cap))
-    state = new_run("query", ClaudeAgentOptions(env=env), policy, FakeClock())
+    world = ProcessState(registry=False)  # options built, no run started
+    state = new_run("query", ClaudeAgentOptions(env=env), policy, FakeClock(), process=world)
     assert state.options.env[var] == expected
     off = new_run(
-        "query", ClaudeAgentOptions(env=env), Policy(spawn=SpawnPolicy(enabled=False)), FakeClock()
+        "query",
+        ClaudeAgentOptions(env=env),
+        Policy(spawn=SpawnPolicy(enabled=False)),
+        FakeClock(),
+        process=world,
     )
     assert off.options.env.get(var) == user  # no gate: the user's own value, untouched
 

@@ -21,13 +21,16 @@ from typing import Any
 import pytest
 from rich.console import Console
 
+from teamlead._cli.team_view import LiveTeamView, PlainProgress
+from teamlead._ndjson import JsonProgress
 from teamlead._run.agents import RunAgents
 from teamlead._run.resume_prompt import Delivery, escape, render_resume_prompt
 from teamlead.clock import SystemClock
 from teamlead.events import Finished, TaskDisposition
 from teamlead.policy import Policy
 from teamlead.tracker import TaskProgress, ToolResultSeen, Tracker, parse_message
-from teamlead.view import JsonProgress, LiveTeamView, PlainProgress
+
+from .parsing import HandFed
 
 TRACE = Path(__file__).parent / "fixtures" / "traces" / "workflows" / "basic.jsonl"
 LINES = [json.loads(line) for line in TRACE.read_text().splitlines() if line.strip()]
@@ -216,9 +219,9 @@ def test_a_hostile_result_cannot_end_or_forge_a_block_of_the_prompt() -> None:
 
 def test_a_hostile_label_renders_as_text_in_the_live_view_and_plain_lines() -> None:
     screen = io.StringIO()
-    view = LiveTeamView(Console(file=screen, force_terminal=True, width=300))
+    view = LiveTeamView(Console(file=screen, force_terminal=True, width=300), HandFed())
     plain = io.StringIO()
-    lines = PlainProgress(plain)
+    lines = PlainProgress(plain, HandFed())
     for message in hostile_workflow():
         view.handle(message)
         lines.handle(message)
@@ -237,7 +240,7 @@ def test_a_hostile_label_is_one_escaped_json_line_in_the_ndjson_stream() -> None
     tracker = Tracker()
     agents = RunAgents(Policy(), SystemClock())
     out = io.StringIO()
-    progress = JsonProgress(out)
+    progress = JsonProgress(out, HandFed())
     for message in hostile_workflow():
         agents.observe(tracker.feed(message), tracker)
         progress.handle(message)

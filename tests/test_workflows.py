@@ -17,6 +17,8 @@ import teamlead
 from teamlead._claude.notification import ResultCut, parse_notifications
 from teamlead._claude.saved_session import session_notifications
 from teamlead._claude.workflow_journal import find_journal, journal_results, workflow_result
+from teamlead._cli.team_view import LiveTeamView, PlainProgress
+from teamlead._ndjson import JsonProgress
 from teamlead._run.agents import RunAgents
 from teamlead._run.collect import dispositions
 from teamlead._run.ledger import Ledger
@@ -36,7 +38,8 @@ from teamlead.tracker import (
     WorkflowStarted,
     parse_message,
 )
-from teamlead.view import JsonProgress, LiveTeamView, PlainProgress
+
+from .parsing import HandFed
 
 FIXTURE = Path(__file__).parent / "fixtures" / "traces" / "workflows" / "basic.jsonl"
 
@@ -267,7 +270,7 @@ def test_a_tool_result_without_a_well_formed_run_id_launches_nothing() -> None:
 
 def test_the_ndjson_lines_mark_the_workflow_its_phases_and_each_agent_change_once() -> None:
     out = io.StringIO()
-    progress_lines = JsonProgress(out)
+    progress_lines = JsonProgress(out, HandFed())
     for frame in frames():
         progress_lines.handle(frame)
     progress_lines.close()
@@ -518,7 +521,7 @@ def test_the_recorded_stopped_notice_makes_the_run_lost_until_resumed() -> None:
 
 def test_the_live_view_shows_a_workflow_as_phases_and_agents() -> None:
     console = Console(file=io.StringIO(), width=120, force_terminal=False)
-    view = LiveTeamView(console)
+    view = LiveTeamView(console, HandFed())
     try:
         for frame in frames():
             view.handle(frame)
@@ -529,7 +532,7 @@ def test_the_live_view_shows_a_workflow_as_phases_and_agents() -> None:
     assert "phase" in last and "Scan" in last and "3 done" in last and "1 done" in last
     assert all(label in last for label in ("scan:a", "scan:b", "scan:c", "sum"))
     plain = io.StringIO()
-    lines = PlainProgress(plain)
+    lines = PlainProgress(plain, HandFed())
     for frame in frames():
         lines.handle(frame)
     text = plain.getvalue()

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import sys
 from collections.abc import AsyncIterator, Callable
+from contextlib import aclosing
 from typing import TYPE_CHECKING, Any, TypeVar
 
-import anyio
 import click
 
 from .._otel import run_labels
@@ -33,6 +33,7 @@ from .options import (
 if TYPE_CHECKING:
     from claude_agent_sdk import ClaudeAgentOptions
 
+    from .._run.stream import RunStream
     from ..control import RunControl
     from .running import AskSettings
 
@@ -292,7 +293,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 
     PROMPT is the task; `-` reads it from stdin.
     """
-    from ..coordinator import query
+    from ..coordinator import query_stream
     from .running import build_run, check_setup, merged_env
 
     if prompt == "-":
@@ -309,7 +310,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
             options,
             output,
             verbose,
-            lambda opts, control: query(prompt, opts, policy=policy, control=control),
+            lambda opts, control: query_stream(prompt, opts, policy=policy, control=control),
         )
     )
 
@@ -334,7 +335,7 @@ def resume(
     """
     from .._claude.saved_session import find_session_file
     from .._claude.team import claude_config_dir
-    from ..coordinator import resume_session
+    from ..coordinator import resume_stream
     from .running import build_run, check_setup, merged_env
 
     output = output_mode(json_, quiet)
@@ -350,7 +351,7 @@ def resume(
             options,
             output,
             verbose,
-            lambda opts, control: resume_session(session_id, opts, policy=policy, control=control),
+            lambda opts, control: resume_stream(session_id, opts, policy=policy, control=control),
         )
     )
 
@@ -360,12 +361,13 @@ def _at_the_terminal(
     options: ClaudeAgentOptions,
     output: Output,
     verbose: bool,
-    start: Callable[[ClaudeAgentOptions, RunControl], AsyncIterator[Any]],
+    start: Callable[[ClaudeAgentOptions, RunControl], RunStream],
 ) -> int:
     """Run ``start(options, control)`` to its end with the terminal's part: the run's live
     control (keys and a :class:`~teamlead.RunControl`), the approval queue, the live view.
     Returns the exit code."""
     from .._claude.team import claude_config_dir
+    from .._sessions.url import close_store
     from ..control import RunControl
     from .controls import controls_for
     from .running import merged_env, run_session
@@ -379,16 +381,15 @@ def _at_the_terminal(
         config_dir=claude_config_dir(merged_env(options.env)),
     )
     options = controls.options(options)
+    run = start(options, control)  # its state is made when the stream is first read
 
     async def items() -> AsyncIterator[Any]:
         try:
-            async for item in start(options, control):
-                yield item
+            async with aclosing(run):
+                async for item in run:
+                    yield item
         finally:  # the store's connections belong to this event loop: closed in it
-            close = getattr(options.session_store, "aclose", None)
-            if close is not None:
-                with anyio.CancelScope(shield=True), anyio.move_on_after(5):
-                    await close()
+            await close_store(options.session_store)
 
     with run_labels(strategy=settings.strategy):  # the run's span names its strategy
-        return run_session(items, output=output, verbose=verbose, controls=controls)
+        return run_session(items, run, output=output, verbose=verbose, controls=controls)

@@ -7,9 +7,9 @@ terminal (stdin and stderr are ttys) and not ``--json``, requests join an
 terminal, :class:`~teamlead._cli.approvals.NoTerminal` denies them with the reason; in
 other modes nothing asks. :class:`Controls` holds that choice for
 :func:`~teamlead._cli.running.run_session`: it sets the SDK's ``can_use_tool`` on the
-options, connects the queue to the progress output (labels from its tracker, decisions
-into its stream, the prompt and the key hint at the foot of the live view) and reads keys
-for as long as the run goes.
+options, connects the queue to the progress output (labels from the run's tracker,
+decisions into its stream, the prompt and the key hint at the foot of the live view) and
+reads keys for as long as the run goes.
 """
 
 from __future__ import annotations
@@ -24,13 +24,13 @@ from typing import IO, Any
 
 from claude_agent_sdk import CanUseToolShadowedWarning, ClaudeAgentOptions
 
-from .._focus import AgentFocus, Focus
 from .._redact import terminal_safe
 from ..control import RunControl
 from ..errors import AmendRefused
 from ..events import PermissionDecided
-from ..tracker import Tracker
+from ..tracker import StreamParse
 from .approvals import ASKING_MODES, ApprovalQueue, NoTerminal, labels_from
+from .focus import AgentFocus, Focus
 from .keys import Binding, KeyMap, read_keys, terminal_fd
 from .options import Output
 
@@ -62,6 +62,8 @@ class Controls:
         self.stdin = stdin
         self.keymap = KeyMap(approvals, bindings or [])
         self.focus: Focus | None = None  # the agents' last calls and lines, when keys are read
+        self._focus_dir: Path | None = None
+        self._wants_focus = False  # the focus is made at attach, on the run's parse
         self.focused: str | None = None  # the agent in focus (``f``/Tab), if any
         self._focus_cache: tuple[str, float, AgentFocus | None] | None = None
         self._progress: Any = None
@@ -83,11 +85,20 @@ class Controls:
         warnings.filterwarnings("ignore", category=CanUseToolShadowedWarning)
         return dataclasses.replace(options, can_use_tool=callback.can_use_tool)
 
-    def attach(self, progress: Any, tracker: Tracker, stderr: IO[str]) -> None:
-        """Connect to the run's progress output and tracker (before the run starts)."""
+    def follow_agents(self, config_dir: Path | None) -> None:
+        """Focus on one agent at a time (``f``/Tab), finding transcripts under ``config_dir``."""
+        self._wants_focus, self._focus_dir = True, config_dir
+        self.keymap.bindings.append(Binding(("f", "tab"), "focus", self.move_focus))
+        self.keymap.bindings.append(Binding(("F", "backtab"), "back", lambda: self.move_focus(-1)))
+
+    def attach(self, progress: Any, run: StreamParse, stderr: IO[str]) -> None:
+        """Connect to the run's progress output and its parse of the stream (before the run
+        starts): the approvals' labels and the focus read the run's own tracker."""
         self._progress = progress
         self._stderr = stderr
-        label_for = labels_from(tracker)
+        if self._wants_focus:
+            self.focus = Focus(run, self._focus_dir)
+        label_for = labels_from(run)
         for part in (self.approvals, self.no_terminal):
             if part is not None:
                 part.label_for = label_for
@@ -224,11 +235,7 @@ def controls_for(
     if at_terminal and control is not None:
         controls.keymap.bindings.extend(live_bindings(control, controls.say))
     if at_terminal and output != "quiet":  # the focus is shown in the live view only
-        controls.focus = Focus(config_dir)
-        controls.keymap.bindings.append(Binding(("f", "tab"), "focus", controls.move_focus))
-        controls.keymap.bindings.append(
-            Binding(("F", "backtab"), "back", lambda: controls.move_focus(-1))
-        )
+        controls.follow_agents(config_dir)
     return controls
 
 

@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Iterator
+from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -48,7 +49,7 @@ def run_demo(
     is printed side by side. Everything lives in a temporary directory that is removed
     afterwards. Returns the exit code of the teamlead run.
     """
-    from ..coordinator import query
+    from ..coordinator import query_stream
     from ..events import Finished
     from ..policy import LimitsPolicy, Policy
     from ..testing.demo import DEMO_PROMPT
@@ -67,25 +68,28 @@ def run_demo(
                 finally:  # the teammate reports once the lead's stream is over
                     script.stream_ended.set()
 
-            async def items() -> AsyncIterator[Any]:
-                async for item in query(
-                    DEMO_PROMPT,
-                    options,
-                    query_fn=first_stream_marks_end,
-                    # the scripted upstream's limits stay in this process: a demo never
-                    # writes what a real run on the machine would read
-                    policy=Policy(
-                        wait_s=20,
-                        deadline_s=300,
-                        relay=relay,
-                        limits=LimitsPolicy(shared="process"),
-                    ),
-                ):
-                    if isinstance(item, Finished):
-                        finished.append(item)
-                    yield item
+            run = query_stream(
+                DEMO_PROMPT,
+                options,
+                query_fn=first_stream_marks_end,
+                # the scripted upstream's limits stay in this process: a demo never
+                # writes what a real run on the machine would read
+                policy=Policy(
+                    wait_s=20,
+                    deadline_s=300,
+                    relay=relay,
+                    limits=LimitsPolicy(shared="process"),
+                ),
+            )
 
-            code = run_session(items, output=output, verbose=verbose, scripted=True)
+            async def items() -> AsyncIterator[Any]:
+                async with aclosing(run):
+                    async for item in run:
+                        if isinstance(item, Finished):
+                            finished.append(item)
+                        yield item
+
+            code = run_session(items, run, output=output, verbose=verbose, scripted=True)
         if compare and finished and output not in ("json", "quiet"):
             click.echo(
                 "teamlead: now the same script under a bare claude_agent_sdk.query ...", err=True

@@ -15,7 +15,13 @@ import click
 
 from ..errors import SetupError, UsageError
 from .exitcodes import EXIT_PARTIAL, handle_errors
-from .options import limits_from_options, no_relay_option, option, with_limits_options
+from .options import (
+    limits_from_options,
+    no_relay_option,
+    option,
+    session_store_option,
+    with_limits_options,
+)
 
 __all__ = ["experiment", "require_experiment_extra"]
 
@@ -75,6 +81,7 @@ def experiment() -> None:
     help="Keep each trial's workspace for debugging (its path goes into the record).",
 )
 @no_relay_option()
+@session_store_option()
 @with_limits_options
 @handle_errors
 def experiment_run(
@@ -84,12 +91,15 @@ def experiment_run(
     backend: str,
     keep_workspaces: bool,
     no_relay: bool,
+    session_store: str | None,
     **limits: Any,
 ) -> None:
     """Run every task x variant x trial of SPEC as a full coordinator run.
 
     With --backend ray each trial is a Ray task on the cluster at RAY_ADDRESS (or a local
     Ray started for the run); this process still writes trials.jsonl, so runs resume alike.
+    With --session-store every trial's transcripts are kept in that store too, whichever
+    node ran it.
     """
     require_experiment_extra(grader=True)
     from ..experiment import load_spec
@@ -111,6 +121,7 @@ def experiment_run(
         keep_workspaces=keep_workspaces,
         ray=backend == "ray",
         limits=limits_from_options(**limits),
+        session_store=session_store.strip() if session_store and session_store.strip() else None,
     )
     click.echo(
         f"ran {summary.ran} trial(s), skipped {summary.skipped} finished, {summary.failed} failed, "

@@ -13,12 +13,14 @@ import json
 from pathlib import Path
 from typing import Any
 
+from claude_agent_sdk import ClaudeAgentOptions
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
 from .._procs import stop_descendants
 from .._redact import terminal_safe
+from .._sessions.url import close_store
 from ..errors import UsageError
 from ..experiment import (
     ExperimentProgress,
@@ -35,6 +37,7 @@ from ..experiment import (
 from ..experiment.running.outdir import make_out_dir
 from ..experiment.stats.metrics import PRIMARY_METRIC
 from ..policy import LimitsPolicy, Policy
+from ..sessions import open_session_store
 from .exitcodes import EXIT_INTERRUPTED, fail
 from .signals import Interruptible
 
@@ -52,12 +55,17 @@ def run_with_progress(
     keep_workspaces: bool = False,
     ray: bool = False,
     limits: LimitsPolicy | None = None,
+    session_store: str | None = None,
 ) -> RunSummary:
     """Run ``spec`` with a live bar: done/total, in flight, 429s, ETA, concurrency changes.
 
     ``ray`` runs each trial as a Ray task (:mod:`teamlead.experiment.running.ray_backend`);
-    ``limits`` are the relay's ceilings and where its learnt limits are shared.
+    ``limits`` are the relay's ceilings and where its learnt limits are shared;
+    ``session_store`` is the URL of the store every trial's transcripts are kept in too.
     """
+    base = ClaudeAgentOptions()
+    if session_store is not None:
+        base = ClaudeAgentOptions(session_store=open_session_store(session_store))
     make_out_dir(out_dir)
     control = {
         "version": 1,
@@ -122,6 +130,12 @@ def run_with_progress(
             seen_errors = len(p.grader_errors)
 
         policy = Policy(relay=relay, limits=limits or LimitsPolicy())
+        given: dict[str, Any] = {
+            "base_options": base,
+            "policy": policy,
+            "on_progress": update,
+            "keep_workspaces": keep_workspaces,
+        }
         if ray:
             from ..experiment.running.ray_backend import ray_session, run_experiment_ray
 
@@ -130,27 +144,19 @@ def run_with_progress(
             # killing this process's descendants at once would kill a local Ray under it.
             with ray_session():
                 run = Interruptible(
-                    lambda: run_experiment_ray(
-                        spec,
-                        out_dir,
-                        policy=policy,
-                        on_progress=update,
-                        keep_workspaces=keep_workspaces,
-                    ),
-                    stop=lambda: None,
+                    lambda: run_experiment_ray(spec, out_dir, **given), stop=lambda: None
                 ).run()
             if run.interrupted is not None:
                 stop_descendants()  # whatever outlived the Ray shutdown
         else:
-            run = Interruptible(
-                lambda: run_experiment(
-                    spec,
-                    out_dir,
-                    policy=policy,
-                    on_progress=update,
-                    keep_workspaces=keep_workspaces,
-                )
-            ).run()
+
+            async def local() -> RunSummary:
+                try:
+                    return await run_experiment(spec, out_dir, **given)
+                finally:  # the store's connections belong to this event loop
+                    await close_store(base.session_store)
+
+            run = Interruptible(local).run()
     if run.interrupted is not None or run.result is None:  # the CLI tree is stopped by now
         fail(
             f"interrupted; finished trials are kept in {out_dir}: "

@@ -22,6 +22,7 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from .._claude.loopback import ensure_loopback
 from .._gate.prompt_limits import prompt_limits
+from .._ndjson import JsonProgress
 from .._procs import stop_descendants
 from .._redact import redact, terminal_safe
 from .._run.process import default_process_state
@@ -34,13 +35,13 @@ from ..prompts import (
     apply_strategy,
     load_strategy,
 )
-from ..tracker import Tracker
-from ..view import JsonProgress, LiveTeamView, PlainProgress
+from ..tracker import StreamParse
 from .controls import Controls
 from .exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, exit_code_for
 from .keys import cbreak
 from .options import Output
 from .signals import STOP_SIGNALS, defer_stop_signals, first_stop
+from .team_view import LiveTeamView, PlainProgress
 
 __all__ = [
     "AskSettings",
@@ -252,21 +253,28 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
 
 
 def _progress(
-    output: Output, verbose: bool, stderr: IO[str], stdout: IO[str], *, scripted: bool = False
+    output: Output,
+    verbose: bool,
+    stderr: IO[str],
+    stdout: IO[str],
+    run: StreamParse,
+    *,
+    scripted: bool = False,
 ) -> Any:
     if output == "json":
-        return JsonProgress(stdout)
+        return JsonProgress(stdout, run)
     if output == "quiet":
         return None
     if output == "live" or (output == "auto" and stderr.isatty()):
         from rich.console import Console
 
-        return LiveTeamView(Console(file=stderr), verbose=verbose, scripted=scripted)
-    return PlainProgress(stderr, verbose=verbose, scripted=scripted)
+        return LiveTeamView(Console(file=stderr), run, verbose=verbose, scripted=scripted)
+    return PlainProgress(stderr, run, verbose=verbose, scripted=scripted)
 
 
 def run_session(
     items: Callable[[], AsyncIterator[Any]],
+    run: StreamParse,
     *,
     output: Output = "auto",
     verbose: bool = False,
@@ -276,6 +284,10 @@ def run_session(
     controls: Controls | None = None,
 ) -> int:
     """Drive ``items()`` to its :class:`Finished` event with progress output; returns the exit code.
+
+    ``run`` is the parse of the run ``items()`` reads (the
+    :class:`~teamlead._run.stream.RunStream` it iterates): the progress, the focus and the
+    approvals' labels read the run's own tracker and events, never parsing the stream again.
 
     The final answer goes to stdout (or the ``finished`` NDJSON line with ``--json``);
     progress goes to stderr, and on a terminal (not ``quiet``) the run ends there with the
@@ -290,13 +302,9 @@ def run_session(
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
-    progress = _progress(output, verbose, err, out, scripted=scripted)
-    tracker: Tracker | None = getattr(progress, "tracker", None)
-    own_tracker = tracker is None and controls is not None  # -q: labels need a tracker still
-    if own_tracker:
-        tracker = Tracker()
-    if controls is not None and tracker is not None:
-        controls.attach(progress, tracker, err)
+    progress = _progress(output, verbose, err, out, run, scripted=scripted)
+    if controls is not None:
+        controls.attach(progress, run, err)
     state: dict[str, Any] = {
         "finished": None,
         "interrupted": False,
@@ -308,8 +316,6 @@ def run_session(
         async for item in items():
             if progress is not None:
                 progress.handle(item)
-            elif own_tracker and tracker is not None:
-                tracker.feed(item)
             if controls is not None:
                 controls.feed(item)
             session = getattr(item, "session_id", None)

@@ -10,10 +10,11 @@ the modules here hold the parts that need no event loop, so they are tested alon
 * :mod:`.token_budget`: the rate-limit windows as token buckets, and when a request fits.
 * :mod:`.policy`: the knobs (``GovernorPolicy``, static ceilings), the bucket snapshot.
 * :mod:`.store`: where a process alone keeps the learnt limits (a Protocol, in memory).
-* :mod:`.stored`: what a shared account stores, read back as untrusted input.
-* :mod:`.account`: what every process of one account shares (learnt limits and one lease
-  per slot held), this process alone, and the fallback when a shared store fails.
-* :mod:`.sqlite_account`: the account of every process of the user on this machine.
-* :mod:`.redis_account`: the account of every machine, through Redis.
-* :mod:`.accounts`: choosing one from a ``--limits`` value.
+* :mod:`.accounts`: what every process of one account shares (learnt limits and one lease
+  per slot held), one variant per module: ``base`` (the interface), ``process`` (this
+  process alone), ``machine`` (every process of the user on this machine, an SQLite
+  file), ``redis`` (every machine, through Redis), ``namespaced`` (one upstream account's
+  part of a shared store), ``fallback`` (the next one down when a shared store fails),
+  ``renewer`` (the lease renewer) and ``codecs`` (what a shared account stores, read back
+  as untrusted input); ``open_account`` chooses one from a ``--limits`` value.
 """

@@ -6,9 +6,11 @@ lookups and nothing of OpenTelemetry is imported.
 
 The seams, kept narrow on purpose:
 
-- the run: :func:`trace_run` at the start of a run, then ``trace.cli_options(options)``
-  for the CLI's ``TRACEPARENT``, ``trace.attach(relay_run)`` for the relay's ``chat``
-  spans and ``trace.observe(stream)`` around the stream (``teamlead._run.relayed`` and
+- the run: :func:`trace_run` at the start of a run (with the run's parse of its stream,
+  :class:`~teamlead.tracker.StreamParse`, which the spans read its messages from), then
+  ``trace.cli_options(options)`` for the CLI's ``TRACEPARENT``,
+  ``trace.attach(relay_run)`` for the relay's ``chat`` spans and ``trace.observe(stream)``
+  around the stream (``teamlead._run.relayed`` and
   ``teamlead.coordinator.receive_all``);
 - the relay: :class:`.chat.ChatObserver` is its per-run request observer
   (``teamlead._relay.observe``);
@@ -32,6 +34,7 @@ from .context import run_labels
 from .setup import telemetry
 
 if TYPE_CHECKING:
+    from ..tracker import StreamParse
     from .run import RunTrace
 
 __all__ = ["run_labels", "telemetry", "trace_run", "trial_scope"]
@@ -40,6 +43,7 @@ __all__ = ["run_labels", "telemetry", "trace_run", "trial_scope"]
 def trace_run(
     mode: str,
     options: ClaudeAgentOptions,
+    run: StreamParse,
     *,
     prompt: str | None = None,
     session_id: str | None = None,
@@ -49,6 +53,7 @@ def trace_run(
     Args:
         mode: ``query``, ``resume`` or ``client``.
         options: the run's options (model, env).
+        run: the run's parse of its stream (what it made of each message).
         prompt: the user's prompt (kept only under the content-capture opt-in).
         session_id: the session, when known up front (a resume).
     """
@@ -57,7 +62,7 @@ def trace_run(
         return None
     from .run import RunTrace
 
-    return RunTrace(found, mode=mode, options=options, prompt=prompt, session_id=session_id)
+    return RunTrace(found, run, mode=mode, options=options, prompt=prompt, session_id=session_id)
 
 
 @contextmanager

@@ -1,8 +1,8 @@
 """The spans of one run, read off the stream the run already yields.
 
-:class:`RunTrace` watches every item of a run's stream (the SDK's messages, parsed once
-more by :func:`teamlead.tracker.parse_message`, and teamlead's typed events) and turns it
-into spans, without a hook into the coordinator's machinery:
+:class:`RunTrace` watches every item of a run's stream (the SDK's messages, as the run
+parsed them: its :class:`~teamlead.tracker.StreamParse`, and teamlead's typed events) and
+turns it into spans, without a hook into the coordinator's machinery:
 
 - the root ``invoke_agent teamlead`` span (provider ``anthropic``, the session id as
   ``gen_ai.conversation.id``, the strategy, status, reason, resumes and total usage);
@@ -37,7 +37,6 @@ from .._parse import (
     SessionSeen,
     TaskEnded,
     TaskStarted,
-    parse_message,
 )
 from .._redact import secret_scrubber
 from ..events import (
@@ -65,6 +64,7 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span
 
     from .._relay import RelayRun
+    from ..tracker import StreamParse
     from .setup import Telemetry
 
 __all__ = ["RunTrace"]
@@ -77,6 +77,7 @@ class RunTrace:
 
     Args:
         telemetry: where the spans and metrics go.
+        run: the run's parse of its stream: the events of each message it yields.
         mode: ``query``, ``resume`` or ``client`` (which entry point runs).
         options: the run's SDK options (the model, and ``env`` for redaction).
         prompt: the user's prompt; kept only under the content-capture opt-in.
@@ -85,6 +86,7 @@ class RunTrace:
     def __init__(
         self,
         telemetry: Telemetry,
+        run: StreamParse,
         *,
         mode: str,
         options: ClaudeAgentOptions,
@@ -94,6 +96,7 @@ class RunTrace:
         from opentelemetry.trace import SpanKind, set_span_in_context
 
         self._telemetry = telemetry
+        self._run = run
         self._tracer = telemetry.tracer
         self._env = dict(options.env)
         self._capture = c.capture_content({**os.environ, **self._env})
@@ -238,7 +241,7 @@ class RunTrace:
         if handler is not None:
             handler(self, item)
         else:
-            for event in parse_message(item):
+            for event in self._run.events_of(item):
                 self._tracked(event)
 
     def _tracked(self, event: Any) -> None:

@@ -22,11 +22,9 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from .._governor.account import Account
-from .._governor.accounts import open_account
-from .._governor.namespaced import NamespacedAccount
+from .._governor.accounts import Account, WarnOnce, open_account
+from .._governor.accounts.namespaced import NamespacedAccount
 from .._governor.store import LimitStore
-from .._governor.stored import WarnOnce
 from ..governor import Governor, GovernorPolicy
 from ..policy import LimitsPolicy
 from .forward import RelayConfig

@@ -38,6 +38,7 @@ class Tally:
     absorbed: int = 0
     passed: int = 0
     overloaded: int = 0
+    overloaded_held: int = 0
     buckets: dict[str, _BucketCount] = field(default_factory=dict)
 
     def request(self, key: str) -> None:
@@ -49,6 +50,7 @@ class Tally:
         """One 429 or 529 met, absorbed or passed on."""
         if event.status == 529:
             self.overloaded += 1
+            self.overloaded_held += event.outcome == "absorbed"
         else:
             self.buckets.setdefault(key, _BucketCount()).rate_limited += 1
         if event.outcome == "absorbed":
@@ -63,6 +65,7 @@ class Tally:
             absorbed=self.absorbed,
             passed=self.passed,
             overloaded=self.overloaded,
+            overloaded_held=self.overloaded_held,
             buckets=[
                 BucketSummary(
                     key=key, limit=limit_of(key), requests=c.requests, rate_limited=c.rate_limited

@@ -336,7 +336,7 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
                 )
     approvals: list[WaitingApproval] = []
     if state.permissions is not None:
-        label_for = labels_from(tracker)
+        label_for = labels_from(state)
         for asked in state.permissions.waiting:
             approvals.append(
                 WaitingApproval(

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..clock import Clock
-from ..tracker import Tracker
+from ..tracker import StreamParse
 
 __all__ = [
     "LabelFor",
@@ -248,7 +248,7 @@ class PermissionRequests:
         return can_use_tool
 
 
-def labels_from(tracker: Tracker) -> LabelFor:
+def labels_from(run: StreamParse) -> LabelFor:
     """A :data:`LabelFor` that reads the run's tracker when it is asked (so a task seen
     after its request arrived still names it): an Agent-tool subagent's task description,
     a workflow agent's label, else the agent id."""
@@ -256,7 +256,8 @@ def labels_from(tracker: Tracker) -> LabelFor:
     def label_for(agent_id: str | None) -> str:
         if agent_id is None:
             return "lead"
-        tasks = tracker.tasks
+        tracker = run.tracker
+        tasks = tracker.tasks if tracker is not None else {}
         task = tasks.get(agent_id)
         if task is not None and task.description.strip():
             return str(task.description)

@@ -5,10 +5,10 @@ around everything else, the relay included). Before the first item it registers 
 with its process's registry (:attr:`~.process.ProcessState.registry`), starts the run's
 control endpoint (:mod:`.endpoint`) on the run's own loop and writes its entry; each item
 goes to the watch feed as the NDJSON lines of ``ask --json`` (the run's own
-:class:`~teamlead._ndjson.JsonProgress`), and the entry learns the session id once the run
-has one. After the run's
-``Finished`` has gone to the watchers, the endpoint stops and the entry goes, and only then
-is ``Finished`` yielded: a caller that stops reading at ``Finished`` leaves nothing behind.
+:class:`~teamlead._ndjson.JsonProgress`, reading what the run made of each item), and the
+entry learns the session id once the run has one. After the run's ``Finished`` has gone
+to the watchers, the endpoint stops and the entry goes, and only then is ``Finished``
+yielded: a caller that stops reading at ``Finished`` leaves nothing behind.
 
 A run that cannot register (the directory cannot be used, no asyncio loop) goes on
 unregistered, with one warning line; a run of a state made with ``registry=False`` (or
@@ -54,7 +54,7 @@ class _Registered:
         self._steering = steering
         self.registration = registration
         self.endpoint = endpoint
-        self._progress: JsonProgress | None = JsonProgress(cast(IO[str], endpoint.feed))
+        self._progress: JsonProgress | None = JsonProgress(cast(IO[str], endpoint.feed), state)
 
     def saw(self, item: Any) -> None:
         """One item of the run's stream: to the watchers and the steering (the limits over

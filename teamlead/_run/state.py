@@ -11,6 +11,8 @@ return what they found. It owns:
 - the options every round starts from, the policy and the clock;
 - the deadline and the wrap-up point before it, on that clock;
 - the tracker, what was collected and delivered (:class:`Collected`), the ledger;
+- what it made of the message it fed last (:meth:`RunState.events_of`): the run is the
+  :class:`~teamlead.tracker.StreamParse` every other reader of its stream reads;
 - the spawn gate (:class:`~teamlead._gate.feed.GateFeed`) and the relay hookup;
 - every agent of the run (:class:`~.agents.RunAgents`): the relay's agent ledger and the
   per-agent limits it applies;
@@ -194,6 +196,7 @@ class RunState:
         pause: the run's pause: its gate and its share of the relay hold on it.
         store: the run's session store, when its options name one.
         permissions: the permission requests waiting for an answer (``can_use_tool``'s).
+        last_parsed: the message the run fed last, with its events.
     """
 
     mode: Mode
@@ -221,6 +224,7 @@ class RunState:
     pause: Pause = field(default_factory=Pause)
     store: RunStore | None = None
     permissions: PermissionRequests | None = None
+    last_parsed: tuple[object, list[TrackedEvent]] | None = field(default=None, repr=False)
 
     def drain_amends(self) -> list[RunAmended]:
         """The control's events since the last call (applied on the run's loop)."""
@@ -320,9 +324,22 @@ class RunState:
         """Fold one SDK message (typed or raw) into the tracker and the agents' book; returns
         its events (the gate is fed after the message is yielded, see :class:`.round.Round`)."""
         events = self.tracker.feed(message)
+        self.last_parsed = (message, events)
         if self.agents is not None:
             self.agents.observe(events, self.tracker)
         return events
+
+    def events_of(self, item: object) -> list[TrackedEvent]:
+        """What the run made of ``item``, the message it yielded last (see :meth:`feed`); no
+        events for anything else (teamlead's own events, the relay's).
+
+        Every layer over the run's rounds passes each item on at once, so the message a
+        reader of the stream holds is the one the run fed last: the readers (the CLI's
+        views, the NDJSON writer, telemetry, the experiment runner) ask here instead of
+        parsing it again.
+        """
+        parsed = self.last_parsed
+        return list(parsed[1]) if parsed is not None and parsed[0] is item else []
 
     async def open_store(self) -> None:
         """Check the session store answers; one that does not is told in one warning line,

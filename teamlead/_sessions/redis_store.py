@@ -157,6 +157,12 @@ class RedisSessionStore(SessionStore):
     def __repr__(self) -> str:
         return f"RedisSessionStore({without_password(self.url)!r})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A copy in another process (a Ray task's) is the same store with no client yet:
+        it connects there, on first use (a client, its lock and its loop do not travel)."""
+        settings = {"ttl_s": self.ttl_s, "namespace": self._ns, "timeout_s": self._timeout}
+        return (_reopened, (type(self), self.url, settings))
+
     # -- the client ----------------------------------------------------------------------
     def _redis(self) -> Any:
         """The client of the running event loop (made on first use in it)."""
@@ -493,3 +499,10 @@ class RedisSessionStore(SessionStore):
         if status is None:
             self._warn("status", f"session store {self.where}: skipped an unreadable status")
         return status
+
+
+def _reopened(
+    cls: type[RedisSessionStore], url: str, settings: dict[str, Any]
+) -> RedisSessionStore:
+    """The store ``cls(url, **settings)``: how a pickled :class:`RedisSessionStore` comes back."""
+    return cls(url, **settings)

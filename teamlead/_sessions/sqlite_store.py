@@ -102,6 +102,11 @@ class SQLiteSessionStore(SessionStore):
     def __repr__(self) -> str:
         return f"SQLiteSessionStore({str(self.path)!r})"
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """A copy in another process (a Ray task's on this machine) opens the same file
+        there, on first use (a connection and its lock do not travel)."""
+        return (type(self), (self.path,))
+
     # -- the connection ------------------------------------------------------------------
     def _connect(self) -> sqlite3.Connection:
         if self._db is not None:

@@ -27,7 +27,7 @@ from urllib.parse import quote
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry, SessionSummaryEntry
 
 from .._claude.files import loads
-from .._governor.stored import WarnOnce as _WarnOnce
+from .._governor.accounts.codecs import WarnOnce as _WarnOnce
 
 __all__ = [
     "MAX_ENTRY_BYTES",
@@ -51,7 +51,7 @@ MAX_SESSION_BYTES = 256 * 1024 * 1024
 
 class WarnOnce(_WarnOnce):
     """Warnings told at most once per kind (what a store skips is told once, not per read),
-    on the session stores' logger: :class:`teamlead._governor.stored.WarnOnce`.
+    on the session stores' logger: :class:`teamlead._governor.accounts.codecs.WarnOnce`.
 
     Example:
         >>> warn = WarnOnce()

@@ -11,14 +11,18 @@ Accepted, and nothing else:
   :class:`~.sqlite_store.SQLiteSessionStore` on that file.
 
 Opening connects to nothing: the first call does (a run checks the store first, with one
-warning if it does not answer).
+warning if it does not answer). :func:`close_store` closes what a store opened in the
+running event loop, which owns its connections.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import anyio
 
 from .._redact import without_password
 from ..errors import UsageError
@@ -26,10 +30,11 @@ from ..policy import redis_url_problem
 from .redis_store import DEFAULT_TTL_S, RedisSessionStore
 from .sqlite_store import SQLiteSessionStore
 
-__all__ = ["ACCEPTED", "open_store"]
+__all__ = ["ACCEPTED", "close_store", "open_store"]
 
 ACCEPTED = "redis://HOST:PORT/DB, rediss://HOST:PORT/DB or sqlite:///PATH"
 _MAX_TTL_S = 10 * 365 * 24 * 3600.0
+_CLOSE_S = 5.0
 
 
 def open_store(url: str) -> RedisSessionStore | SQLiteSessionStore:
@@ -88,3 +93,12 @@ def _ttl(value: str, shown: str) -> float:
             f"a number from 1 to {_MAX_TTL_S:.0f}; got {value!r}"
         )
     return ttl
+
+
+async def close_store(store: Any) -> None:
+    """Close the connections ``store`` (any session store, or ``None``) opened in the running
+    event loop: shielded, so a cancelled run still closes them, and for at most 5 s."""
+    close = getattr(store, "aclose", None)
+    if close is not None:
+        with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_S):
+            await close()

@@ -49,10 +49,14 @@ def offline_env(
     state_dir: Path,
     base_url: str,
     *,
-    max_retries: int = 0,
+    max_retries: int | None = 0,
     extra: Mapping[str, str] | None = None,
 ) -> dict[str, str]:
-    """The environment that runs the CLI offline with its state under ``state_dir``."""
+    """The environment that runs the CLI offline with its state under ``state_dir``.
+
+    ``max_retries`` is ``CLAUDE_CODE_MAX_RETRIES``; ``None`` leaves it unset, so the CLI
+    retries as it does by default.
+    """
     ensure_loopback(base_url)
     state_dir = Path(state_dir)
     config = state_dir / ".claude"
@@ -69,13 +73,14 @@ def offline_env(
         "DISABLE_AUTOUPDATER": "1",
         "DISABLE_TELEMETRY": "1",
         "DISABLE_ERROR_REPORTING": "1",
-        "CLAUDE_CODE_MAX_RETRIES": str(max_retries),
         # the host the CLI really connects to must be the loopback one: no proxy in
         # between, no Bedrock or Vertex endpoint inherited from the parent's environment
         **dict.fromkeys(_ROUTE_VARS, ""),
         "NO_PROXY": "127.0.0.1,::1",
         "no_proxy": "127.0.0.1,::1",
     }
+    if max_retries is not None:
+        env["CLAUDE_CODE_MAX_RETRIES"] = str(max_retries)
     if hasattr(os, "geteuid") and os.geteuid() == 0:
         env["IS_SANDBOX"] = "1"
     if extra:
@@ -90,7 +95,8 @@ class OfflineClaude:
     Args:
         base_url: the scripted server's URL (loopback only).
         state_dir: where Claude state lives; a fresh temp dir (removed on exit) if omitted.
-        max_retries: ``CLAUDE_CODE_MAX_RETRIES``; 0 makes injected faults fail fast.
+        max_retries: ``CLAUDE_CODE_MAX_RETRIES``; 0 makes injected faults fail fast,
+            ``None`` leaves the CLI its default retries.
         env: extra variables for the CLI.
     """
 
@@ -99,7 +105,7 @@ class OfflineClaude:
         base_url: str,
         *,
         state_dir: Path | None = None,
-        max_retries: int = 0,
+        max_retries: int | None = 0,
         env: Mapping[str, str] | None = None,
     ) -> None:
         ensure_loopback(base_url)

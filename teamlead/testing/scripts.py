@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ..errors import UsageError
-from .replies import AgentCall, Reply, ScriptedRequest, ToolUse
+from .replies import AgentCall, Reply, Role, ScriptedRequest, ToolUse
 
 __all__ = [
     "ANSWER_FILE",
@@ -406,13 +406,21 @@ class OverloadBurst:
     ``seconds`` of the first subagent request gets 529 ``overloaded_error``, as the API
     sends it (``x-should-retry: true``): the field's overload bursts, which last minutes.
 
+    ``begins_on`` is the role whose first request starts the burst (``None``: the first
+    request of any role, for clients that are neither a lead nor a subagent).
+
     Attributes:
         began: when the burst began (``time.monotonic()``), once it has.
         overloaded: the 529s it served.
     """
 
-    def __init__(self, script: Callable[[ScriptedRequest], Reply], seconds: float) -> None:
-        self.script, self.seconds = script, seconds
+    def __init__(
+        self,
+        script: Callable[[ScriptedRequest], Reply],
+        seconds: float,
+        begins_on: Role | None = "subagent",
+    ) -> None:
+        self.script, self.seconds, self.begins_on = script, seconds, begins_on
         self.began: float | None = None
         self.overloaded = 0
         self._lock = threading.Lock()
@@ -420,7 +428,7 @@ class OverloadBurst:
     def __call__(self, req: ScriptedRequest) -> Reply:
         with self._lock:
             now = time.monotonic()
-            if self.began is None and req.role == "subagent":
+            if self.began is None and self.begins_on in (None, req.role):
                 self.began = now
             if self.began is not None and now < self.began + self.seconds:
                 self.overloaded += 1

@@ -17,7 +17,11 @@ rules are synchronous and must not wait on the network; a worker pulls the share
 before its trial and every few seconds during it (:func:`kept_fresh`). Times
 inside the limits are each process's monotonic clock, so they cross the actor as wall
 time. The actor also counts executions of each trial token, so a re-executed task gets a
-fresh CLI session id instead of colliding with the dead one's.
+fresh CLI session id instead of colliding with the dead one's. It lives on the driver's
+node, so a worker node that dies takes none of that with it. (With ``--limits redis://…``
+the relays keep their limits and their requests in flight in that Redis instead.) The
+base options travel to each task, a session store among them as its settings: each task
+opens its own connections to it and closes them after its trial.
 
 Ray is an optional dependency (``pip install -e '.[ray]'`` from the checkout), imported on
 first use.
@@ -44,6 +48,7 @@ import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
 from ..._governor.aimd import Limits
+from ..._sessions.url import close_store
 from ...clock import SYSTEM_CLOCK, Clock
 from ...policy import Policy
 from ...prompts import Strategy
@@ -125,12 +130,18 @@ class RayLimitStore:
 
     @classmethod
     def connect(cls, name: str, *, clock: Clock = SYSTEM_CLOCK) -> RayLimitStore:
-        """The store of the actor ``name`` (created if missing) in the current Ray session."""
-        import ray
+        """The store of the actor ``name`` (created if missing) in the current Ray session.
 
+        A new actor is placed on this process's node: a run's shared limits and run counts
+        then live as long as the driver does, and a worker node that dies takes none of it.
+        """
+        import ray
+        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
         actor = (
             ray.remote(num_cpus=0)(_LimitsActor)
-            .options(name=name, namespace=NAMESPACE, get_if_exists=True)
+            .options(name=name, namespace=NAMESPACE, get_if_exists=True, scheduling_strategy=here)
             .remote()
         )
         return cls(actor, clock=clock)
@@ -219,18 +230,21 @@ def _trial_task(
     out_dir = Path(place.out_dir)
 
     async def trial() -> tuple[TrialRecord, bool, int]:
-        async with kept_fresh(store):
-            return await run_one_trial(
-                key,
-                spec,
-                base,
-                strategies,
-                policy,
-                attempt,
-                workspaces=Workspaces(keep=place.keep_workspaces, exclude=[out_dir]),
-                out_dir=out_dir,
-                run_id=run_id,
-            )
+        try:
+            async with kept_fresh(store):
+                return await run_one_trial(
+                    key,
+                    spec,
+                    base,
+                    strategies,
+                    policy,
+                    attempt,
+                    workspaces=Workspaces(keep=place.keep_workspaces, exclude=[out_dir]),
+                    out_dir=out_dir,
+                    run_id=run_id,
+                )
+        finally:  # this task's copy of the session store: its connections are this loop's
+            await close_store(base.session_store)
 
     record, infra, limited = anyio.run(trial)
     return token, record.model_dump_json(), infra, limited

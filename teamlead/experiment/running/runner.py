@@ -24,6 +24,7 @@ import random
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
@@ -39,12 +40,11 @@ from ..._redact import redact
 from ..._run.relayed import relayed
 from ..._version import __version__
 from ...clock import SYSTEM_CLOCK, Clock
-from ...coordinator import QueryFn, query
+from ...coordinator import QueryFn, query_stream
 from ...errors import UsageError
 from ...events import ConcurrencyChanged, Finished, RateLimited
 from ...policy import TRANSIENT_STATUSES, Policy
 from ...prompts import Strategy, apply_strategy, load_strategy
-from ...tracker import Tracker
 from ..specs.records import TrialKey, TrialRecord, TrialWriter, finished_keys
 from ..specs.spec import ExperimentSpec, TaskSpec, VariantSpec
 from .agent_counts import AgentCounts, agent_counts
@@ -185,41 +185,47 @@ async def _lead_trial(
     if spawn is not None:
         policy = policy.model_copy(update={"spawn": spawn})
     options = _trial_options(base, spec, variant, task, strategy, session_id, cwd, policy)
-    tracker = Tracker()
     finished: Finished | None = None
     error: str | None = None
     started_at = datetime.now(timezone.utc)
     start = time.monotonic()
     relay_429s = 0
     scripted = answered = False  # any message from the scripted server; any message at all
+    run = query_stream(task.prompt, options, query_fn=query_fn, policy=policy)
     try:
-        async for item in query(task.prompt, options, query_fn=query_fn, policy=policy):
-            if isinstance(item, Finished):
-                finished = item
-            elif isinstance(item, RateLimited):
-                relay_429s += item.status == 429
-            elif not isinstance(item, ConcurrencyChanged):  # the runner sees those once
-                message_id = api_message_id(item)
-                if message_id:
-                    scripted = scripted or is_scripted_message(message_id)
-                    answered = True
-                tracker.feed(item)
+        async with aclosing(run):
+            async for item in run:
+                if isinstance(item, Finished):
+                    finished = item
+                elif isinstance(item, RateLimited):
+                    relay_429s += item.status == 429
+                elif not isinstance(item, ConcurrencyChanged):  # the runner sees those once
+                    message_id = api_message_id(item)
+                    if message_id:
+                        scripted = scripted or is_scripted_message(message_id)
+                        answered = True
     except Exception as exc:  # noqa: BLE001 - a broken trial is recorded, never fatal
         error = f"{type(exc).__name__}: {exc}"
     wall = time.monotonic() - start
-    statuses = [r.api_error_status for r in tracker.results if r.api_error_status]
+    # what the run itself tracked of its session (nothing when it never started)
+    tracker = run.tracker
+    results = tracker.results if tracker is not None else []
+    statuses = [r.api_error_status for r in results if r.api_error_status]
     relayed_run = finished is not None and finished.relay is not None
     limited = relay_429s if relayed_run else int(429 in statuses)
     status = finished.status if finished else "failed"
     infra = error is not None or (
         status == "failed" and any(s in TRANSIENT_STATUSES for s in statuses)
     )
-    if status == "failed" and not infra and finished is not None and not tracker.results:
+    if status == "failed" and not infra and finished is not None and not results:
         infra = True  # the CLI never answered at all
-    usage_in = sum(int((r.usage or {}).get("input_tokens", 0) or 0) for r in tracker.results)
-    usage_out = sum(int((r.usage or {}).get("output_tokens", 0) or 0) for r in tracker.results)
-    calls = len(tracker.agent_calls)
-    first = tracker.first_delegation_at  # an Agent call, or a Workflow call starting agents
+    usage_in = sum(int((r.usage or {}).get("input_tokens", 0) or 0) for r in results)
+    usage_out = sum(int((r.usage or {}).get("output_tokens", 0) or 0) for r in results)
+    calls = len(tracker.agent_calls) if tracker is not None else 0
+    # an Agent call, or a Workflow call starting agents
+    first = tracker.first_delegation_at if tracker is not None else None
+    started = tracker.started_at if tracker is not None else 0.0
+    most_calls = tracker.max_parallel_agent_calls if tracker is not None else 0
     agents = agent_counts(finished.tasks) if finished is not None else AgentCounts()
     sdk_version, cli = _sdk_versions()
     record = TrialRecord(
@@ -230,9 +236,9 @@ async def _lead_trial(
         error_class=("infrastructure" if infra else "model") if status == "failed" else None,
         delegated=calls > 0 or agents.workflow_agents > 0,
         agent_calls=calls,
-        max_agent_calls_per_message=tracker.max_parallel_agent_calls,
-        parallel=tracker.max_parallel_agent_calls >= 2 or agents.workflow_agents_at_once >= 2,
-        time_to_first_agent_s=max(0.0, first - tracker.started_at)
+        max_agent_calls_per_message=most_calls,
+        parallel=most_calls >= 2 or agents.workflow_agents_at_once >= 2,
+        time_to_first_agent_s=max(0.0, first - started)
         if first is not None and (calls or agents.workflow_agents)
         else None,
         workflow_agents=agents.workflow_agents,
@@ -241,10 +247,10 @@ async def _lead_trial(
         workflow_agents_cached=agents.workflow_agents_cached,
         agents_at_once=agents.agents_at_once,
         wall_s=wall,
-        turns=sum(r.num_turns or 0 for r in tracker.results),
+        turns=sum(r.num_turns or 0 for r in results),
         input_tokens=usage_in,
         output_tokens=usage_out,
-        cost_usd=finished.cost_usd if finished else tracker.cost_usd,
+        cost_usd=finished.cost_usd if finished else (tracker.cost_usd if tracker else 0.0),
         resumes=finished.resumes if finished else 0,
         final_text=redact((finished.result or "") if finished else (error or ""), base.env),
         prompt_name=strategy.meta.name,

@@ -22,7 +22,7 @@ older teamlead gets the new columns and tables on first use; its processes keep 
 Learnt limits that nobody touched for ``forget_after_s`` read as never seen (the idle
 reset of a process alone). Times are stored as wall-clock seconds.
 
-The file is untrusted input (see :mod:`.stored`): SQLite keeps any type in any column, so
+The file is untrusted input (see :mod:`.codecs`): SQLite keeps any type in any column, so
 every row is read with its type, range and age checked. A row that fails is dropped where
 it is found, with one warning per kind for the process: learnt limits that cannot be read
 read as never seen, a lease whose expiry, process or start cannot be read is void, an
@@ -31,7 +31,7 @@ database, or one that is damaged (truncated, malformed) or whose tables are not
 teamlead's, is moved aside (``limits.sqlite3.corrupt-<UTC time>``) and made afresh, with
 one warning saying where it went: the processes go on sharing. Any other SQLite failure
 (an unwritable directory, a path that is no regular file, a lock held too long) raises
-:class:`~teamlead._governor.account.AccountError`, which the caller turns into one warning
+:class:`~teamlead._governor.accounts.base.AccountError`, which the caller turns into one warning
 and a fallback to this process alone.
 """
 
@@ -52,10 +52,10 @@ from typing import TypeVar
 
 import psutil
 
-from ..clock import SYSTEM_CLOCK, Clock
-from .account import AccountError, Bounds, CountedRule, Lease, LeaseRenewer, Rule
-from .aimd import Limits, Step
-from .stored import (
+from ...clock import SYSTEM_CLOCK, Clock
+from ..aimd import Limits, Step
+from .base import AccountError, Bounds, CountedRule, Lease, Rule
+from .codecs import (
     MAX_AHEAD_S,
     MAX_LEASE_S,
     MAX_SEQ,
@@ -69,6 +69,7 @@ from .stored import (
     stored_limits,
     to_wall,
 )
+from .renewer import LeaseRenewer
 
 __all__ = ["MachineAccount", "default_path"]
 
@@ -169,7 +170,7 @@ class MachineAccount:
         path: the database file (made, with its folder, on first use).
         clock: the governor's clock (rules run on its monotonic time; the file holds wall).
         lease_ttl_s: how long a lease lives without renewal (at most
-            :data:`~.stored.MAX_LEASE_S`: the others would read a longer one as void).
+            :data:`~.codecs.MAX_LEASE_S`: the others would read a longer one as void).
         forget_after_s: learnt limits older than this (and no lease) read as never seen.
         busy_s: the longest wait for another process's transaction.
         warnings: where a bad row found in the file is told, once per kind (default: the

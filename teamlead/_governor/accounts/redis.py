@@ -1,6 +1,6 @@
 """The account shared by every machine: the governor's state in Redis.
 
-:class:`RedisAccount` keeps what :class:`~teamlead._governor.sqlite_account.MachineAccount`
+:class:`RedisAccount` keeps what :class:`~teamlead._governor.accounts.machine.MachineAccount`
 keeps, in one Redis database (``--limits redis://host:port/db``):
 
 * ``teamlead:limits:<key>``: a bucket's learnt limits as JSON (wall-clock times), written
@@ -23,7 +23,7 @@ keeps, in one Redis database (``--limits redis://host:port/db``):
 Every key teamlead writes expires: a bucket's limits ``forget_after_s`` after their last
 change (a limits key found with no expiry, or a longer one, gets that when read), the
 shared keys above a while after the last call that touched them (past the longest a lease
-lives). What the database holds is untrusted input (see :mod:`.stored`): every script first
+lives). What the database holds is untrusted input (see :mod:`.codecs`): every script first
 drops the keys of the wrong type and the void leases (an expiry further ahead than a lease
 can live, no bucket, a sequence number that is no integer) and sets an unreadable counter
 past the numbers in use; learnt limits that cannot be read are dropped and read as never
@@ -31,7 +31,7 @@ seen. Each kind is told in one warning per process, never raised into a request.
 
 Every call is bounded (``timeout_s`` to connect and to answer, no retries), so an
 unreachable or failing Redis costs at most that once: it raises
-:class:`~teamlead._governor.account.AccountError`, and the caller warns in one line and
+:class:`~teamlead._governor.accounts.base.AccountError`, and the caller warns in one line and
 goes on with this machine's store; closing waits a few times ``timeout_s`` at most, so a
 hung Redis never holds the process's exit. ``redis`` (redis-py) is an optional dependency
 (``pip install -e '.[redis]'`` from the checkout), imported when a Redis account is first made.
@@ -47,11 +47,11 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from .._redact import without_password
-from ..clock import SYSTEM_CLOCK, Clock
-from .account import AccountError, Bounds, CountedRule, Lease, LeaseRenewer, Rule, bounded
-from .aimd import Limits, Step
-from .stored import (
+from ..._redact import without_password
+from ...clock import SYSTEM_CLOCK, Clock
+from ..aimd import Limits, Step
+from .base import AccountError, Bounds, CountedRule, Lease, Rule
+from .codecs import (
     MAX_LEASE_S,
     MAX_SEQ,
     StoredLimits,
@@ -63,6 +63,7 @@ from .stored import (
     to_wall,
     updated_of,
 )
+from .renewer import LeaseRenewer, bounded
 
 __all__ = ["RedisAccount"]
 
@@ -332,7 +333,7 @@ class RedisAccount:
         url: ``redis://host:port/db`` (``rediss://`` for TLS; a password in the URL works).
         clock: the governor's clock (rules run on its monotonic time).
         lease_ttl_s: how long a lease lives without renewal (at most
-            :data:`~.stored.MAX_LEASE_S`: the others would read a longer one as void).
+            :data:`~.codecs.MAX_LEASE_S`: the others would read a longer one as void).
         forget_after_s: learnt limits untouched this long are forgotten.
         timeout_s: the longest wait to connect and for each answer.
         warnings: where a bad entry found in Redis is told, once per kind (default: the

@@ -1,10 +1,26 @@
-"""Choosing where the governor's state lives, from a ``--limits`` value.
+"""Where the governor's state lives: the accounts, one variant per module, and choosing one.
 
-``process`` keeps it in this process; ``machine`` (the default) shares it with every
-teamlead process of the user on this machine through an SQLite file; ``redis://host:port/db``
-shares it with every machine using that Redis. A shared account that fails is replaced by
-the next one down (Redis, then the machine's file, then this process), with one warning
-line: the run goes on, and a slot held in the failed one expires there by itself.
+Every account implements :class:`~.base.Account` (the learnt limits per bucket and one
+lease per slot held anywhere on the account; the interface and its parts are in
+:mod:`.base`):
+
+* :class:`~.process.ProcessAccount`: this process alone (``--limits process``); the limits
+  may live in any :class:`~teamlead._governor.store.LimitStore` (e.g. the Ray actor's
+  replica);
+* :class:`~.machine.MachineAccount`: every process of the user on this machine, through an
+  SQLite file in the user's cache directory (``--limits machine``, the default);
+* :class:`~.redis.RedisAccount`: every machine, through Redis (``--limits
+  redis://host:port/db``);
+* :class:`~.namespaced.NamespacedAccount`: one upstream account's part of a shared store;
+* :class:`~.fallback.FallbackAccount`: a shared account that fails is replaced by the next
+  one down (Redis, then the machine's file, then this process), with one warning line:
+  the run goes on, and a slot held in the failed one expires there by itself.
+
+The shared ones keep their leases alive with :class:`~.renewer.LeaseRenewer`, store
+wall-clock times and read back what they stored as untrusted input (:mod:`.codecs`); the
+rules run on the caller's monotonic clock. :func:`open_account` makes the account for a
+``--limits`` value; the machine's and Redis's modules are imported only then (they load
+SQLite and psutil, or redis-py).
 """
 
 from __future__ import annotations
@@ -12,15 +28,26 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .._redact import without_password
-from ..clock import SYSTEM_CLOCK, Clock
-from ..errors import UsageError
-from ..policy import SHARED_LIMITS, redis_url_problem
-from .account import Account, AccountError, FallbackAccount, ProcessAccount, describe
-from .store import LimitStore
-from .stored import WarnOnce
+from ..._redact import without_password
+from ...clock import SYSTEM_CLOCK, Clock
+from ...errors import UsageError
+from ...policy import SHARED_LIMITS, redis_url_problem
+from ..store import LimitStore
+from .base import Account, AccountError
+from .codecs import WarnOnce
+from .fallback import FallbackAccount, describe
+from .process import ProcessAccount
 
-__all__ = ["check_limits_spec", "open_account"]
+__all__ = [
+    "Account",
+    "AccountError",
+    "FallbackAccount",
+    "ProcessAccount",
+    "WarnOnce",
+    "check_limits_spec",
+    "describe",
+    "open_account",
+]
 
 log = logging.getLogger("teamlead.governor")
 
@@ -57,7 +84,8 @@ def open_account(
     forget_after_s: float = 300.0,
     warnings: WarnOnce | None = None,
 ) -> Account:
-    """The account for ``spec`` (see the module docstring), with its fallbacks.
+    """The account for ``spec`` (``process``, ``machine`` or a Redis URL), with its
+    fallbacks (see the module docstring).
 
     Args:
         spec: ``process``, ``machine`` or a ``redis://`` URL.
@@ -82,7 +110,7 @@ def open_account(
         return process()
 
     def machine() -> Account:
-        from .sqlite_account import MachineAccount
+        from .machine import MachineAccount
 
         local = MachineAccount(
             machine_path,
@@ -95,7 +123,7 @@ def open_account(
 
     if spec == "machine":
         return machine()
-    from .redis_account import RedisAccount
+    from .redis import RedisAccount
 
     try:
         remote = RedisAccount(

@@ -34,8 +34,8 @@ import threading
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from .aimd import Limits
-from .retry_after import MAX_PAUSE_S
+from ..aimd import Limits
+from ..retry_after import MAX_PAUSE_S
 
 __all__ = [
     "StoredLimits",

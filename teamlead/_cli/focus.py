@@ -1,12 +1,13 @@
 """Focus on one agent: its last tool calls and its last lines, for a view that cycles
 through the run's agents.
 
-:class:`Focus` follows the same stream :func:`teamlead.query` yields (``feed(item)``). An
-Agent-tool subagent's own messages come in it, marked with the ``parent_tool_use_id`` of
-the Agent call that started it (reference §2): the parser turns them into
-:class:`~teamlead.tracker.SubagentTurn` (its text) and
-:class:`~teamlead.tracker.SubagentToolUse` (each tool call), and a tool result with a
-call's id gives that call its outcome. A workflow agent's messages never come in the stream
+:class:`Focus` follows the same stream :func:`teamlead.query` yields (``feed(item)``), as
+the run parsed it (the run's :class:`~teamlead.tracker.StreamParse`: its tracker lists the
+agents, and the events of each item say what they did). An Agent-tool subagent's own
+messages come in it, marked with the ``parent_tool_use_id`` of the Agent call that started
+it (reference §2): the parser turns them into :class:`~teamlead.tracker.SubagentTurn` (its
+text) and :class:`~teamlead.tracker.SubagentToolUse` (each tool call), and a tool result
+with a call's id gives that call its outcome. A workflow agent's messages never come in the stream
 (reference §10), and an agent may have been seen only from its end, so for an agent the
 stream says nothing about, :meth:`Focus.of` reads the tail of its transcript file (the
 task's ``output_file``, or ``agent-<id>.jsonl`` under the config dir), backwards and
@@ -18,7 +19,7 @@ Rich ``Text``). Memory is bounded: a few calls and lines per agent, at most
 :data:`MAX_AGENTS` agents.
 
 Example:
-    >>> focus = Focus(config_dir)  # doctest: +SKIP
+    >>> focus = Focus(run, config_dir)  # doctest: +SKIP
     >>> for item in stream:  # doctest: +SKIP
     ...     focus.feed(item)
     >>> agent = focus.next_agent(None)  # doctest: +SKIP
@@ -35,21 +36,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from ._claude.transcript import find_subagent_transcript, transcript_tail
-from ._redact import redact
-from .errors import UsageError
-from .tracker import (
+from .._claude.transcript import find_subagent_transcript, transcript_tail
+from .._redact import redact
+from ..errors import UsageError
+from ..tracker import (
+    StreamParse,
     SubagentToolUse,
     SubagentTurn,
     TaskStarted,
     ToolResultSeen,
     TrackedEvent,
-    Tracker,
 )
 
 __all__ = ["MAX_AGENTS", "AgentFocus", "CallOutcome", "Focus", "FocusedCall"]
 
-#: Agents followed at once; later ones are listed from the tracker but not followed.
+#: Agents followed at once; later ones are listed from the run's tracker but not followed.
 MAX_AGENTS = 4096
 _MAX_LINE_CHARS = 300
 
@@ -121,6 +122,8 @@ class Focus:
     """The last tool calls and lines of every agent of a run (see the module docstring).
 
     Args:
+        run: the run's parse of the items :meth:`feed` is given (its tracker names the
+            agents).
         config_dir: the Claude config dir, to find a transcript by agent id (``None``: only
             a task's ``output_file`` is read).
         max_calls: tool calls kept per agent.
@@ -128,12 +131,17 @@ class Focus:
     """
 
     def __init__(
-        self, config_dir: Path | None = None, *, max_calls: int = 5, max_lines: int = 6
+        self,
+        run: StreamParse,
+        config_dir: Path | None = None,
+        *,
+        max_calls: int = 5,
+        max_lines: int = 6,
     ) -> None:
+        self.run = run
         self.config_dir = config_dir
         self.max_calls = max(1, max_calls)
         self.max_lines = max(1, max_lines)
-        self.tracker = Tracker()
         self._trails: dict[str, _Trail] = {}  # by the Agent call's tool_use_id
         self._open: dict[str, _Call] = {}  # calls waiting for their result, by id
         self._agent_of: dict[str, str] = {}  # Agent call's tool_use_id -> agent (task) id
@@ -143,10 +151,10 @@ class Focus:
         """Read one stream item (an SDK message; teamlead's own events are skipped)."""
         if callable(getattr(item, "to_json", None)):
             return  # a teamlead event: nothing an agent did
-        self.feed_events(self.tracker.feed(item))
+        self._follow(self.run.events_of(item))
 
-    def feed_events(self, events: Iterable[TrackedEvent]) -> None:
-        """Apply events already parsed (and applied to :attr:`tracker`) by the caller."""
+    def _follow(self, events: Iterable[TrackedEvent]) -> None:
+        """Apply the events the run made of one item (its tracker has them already)."""
         for event in events:
             if isinstance(event, TaskStarted) and event.tool_use_id:
                 self._agent_of[event.tool_use_id] = event.task_id
@@ -181,7 +189,8 @@ class Focus:
         """Every agent of the run seen so far, in the order they started: Agent-tool tasks,
         each workflow's agents (those that have an id) right after their workflow."""
         out: list[str] = []
-        for task in self.tracker.tasks.values():
+        tracker = self.run.tracker
+        for task in tracker.tasks.values() if tracker is not None else ():
             if task.is_workflow:
                 for index in sorted(task.workflow_agents):
                     agent_id = task.workflow_agents[index].agent_id
@@ -208,7 +217,10 @@ class Focus:
         From the stream when its messages came there, else from the tail of its transcript
         (a bounded read of a local file: at most a few MB, from the end).
         """
-        task = self.tracker.tasks.get(agent_id)
+        tracker = self.run.tracker
+        if tracker is None:
+            return None  # the run has not started: no agent yet
+        task = tracker.tasks.get(agent_id)
         base: tuple[str, str, Any, str]
         if task is not None and not task.is_workflow:
             tool_use_id = task.tool_use_id
@@ -217,7 +229,7 @@ class Focus:
             if trail is not None and (trail.calls or trail.lines):
                 return self._from_trail(base, trail)
             return self._from_transcript(base, task.output_file)
-        for workflow in self.tracker.tasks.values():
+        for workflow in tracker.tasks.values():
             for agent in workflow.workflow_agents.values():
                 if agent.agent_id == agent_id:
                     base = (agent_id, agent.label, "workflow_agent", agent.state)
@@ -230,9 +242,11 @@ class Focus:
 
     def _from_transcript(self, base: tuple[str, str, Any, str], path: str | None) -> AgentFocus:
         found = Path(path) if path else None
-        if found is None and self.config_dir is not None and self.tracker.session_id:
+        tracker = self.run.tracker
+        session_id = tracker.session_id if tracker is not None else None
+        if found is None and self.config_dir is not None and session_id:
             try:
-                found = find_subagent_transcript(self.config_dir, self.tracker.session_id, base[0])
+                found = find_subagent_transcript(self.config_dir, session_id, base[0])
             except UsageError:  # an id that is not a plain id never steers a path
                 found = None
         tail = (

@@ -1,10 +1,13 @@
 """Progress output for the CLI: a live team view on a TTY, plain lines when piped, NDJSON.
 
 All three consume the same stream :func:`teamlead.query` yields (SDK messages and
-teamlead events) through ``handle(item)``; the NDJSON one lives in
-:mod:`teamlead._ndjson`. Names, descriptions and teammate text are hostile: every
-terminal line goes through :func:`~teamlead._redact.terminal_safe` and the live view
-renders it as ``Text``, never as Rich markup.
+teamlead events) through ``handle(item)``, and read what the run made of each message
+from the run itself (its :class:`~teamlead.tracker.StreamParse`: its tracker and the
+events of each item), never parsing it again; the NDJSON one lives in
+:mod:`teamlead._ndjson`, since a run's watch feed writes it too. Names, descriptions and
+teammate text are hostile: every terminal line goes through
+:func:`~teamlead._redact.terminal_safe` and the live view renders it as ``Text``, never as
+Rich markup.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from ._claude.scripted import api_message_id, is_scripted_message
-from ._ndjson import JsonProgress, event_record, first_sighting
-from ._redact import redact, terminal_safe
-from .events import (
+from .._claude.scripted import api_message_id, is_scripted_message
+from .._ndjson import first_sighting
+from .._redact import redact, terminal_safe
+from ..events import (
     AgentUsage,
     ConcurrencyChanged,
     FallbackUsed,
@@ -39,11 +42,12 @@ from .events import (
     SpawnRejected,
     WaitingForTeam,
 )
-from .tracker import (
+from ..tracker import (
     AgentCallSeen,
     LeadTurn,
     ResultSeen,
     SessionSeen,
+    StreamParse,
     TaskEnded,
     TaskStarted,
     TrackedEvent,
@@ -55,7 +59,7 @@ from .tracker import (
     WorkflowStarted,
 )
 
-__all__ = ["JsonProgress", "LiveTeamView", "PlainProgress", "event_record"]
+__all__ = ["LiveTeamView", "PlainProgress"]
 
 
 _SHOWN_AGENTS = 50  # a workflow's agents listed in the live view
@@ -167,14 +171,20 @@ def _describe_spawn(item: Any) -> str | None:
 
 
 def _relay_summary_text(summary: RelaySummary) -> str:
-    """The relay's part of the last line: 429s and 529s apart, and what the limits mean."""
+    """The relay's part of the last line: 429s and 529s apart (a 529 held through an
+    overload burst is the relay's, one passed on the CLI's), and what the limits mean."""
     limited = sum(b.rate_limited for b in summary.buckets)
-    passed_429 = max(0, summary.passed - summary.overloaded)  # a 529 is always passed on
+    held = summary.overloaded_held
+    passed_529 = max(0, summary.overloaded - held)
     parts = [f"relay: {summary.requests} request(s)"]
     if limited:
-        parts.append(f"429s {summary.absorbed} absorbed, {passed_429} passed on")
-    if summary.overloaded:
-        parts.append(f"{summary.overloaded} overloaded (529) passed on")
+        absorbed_429 = max(0, summary.absorbed - held)
+        passed_429 = max(0, summary.passed - passed_529)
+        parts.append(f"429s {absorbed_429} absorbed, {passed_429} passed on")
+    if held:
+        parts.append(f"{held} overloaded (529) held by the relay")
+    if passed_529:
+        parts.append(f"{passed_529} overloaded (529) passed on")
     if not limited and not summary.overloaded:
         parts.append("no 429 or 529")
     limits = ", ".join(f"{b.key} {b.limit}" for b in summary.buckets) or "none"
@@ -197,14 +207,17 @@ def _describe_workflow(
 
 
 class PlainProgress:
-    """One plain line per notable event, for logs and pipes."""
+    """One plain line per notable event, for logs and pipes; ``run`` is the run's parse of
+    the items :meth:`handle` is given."""
 
-    def __init__(self, stream: IO[str], *, verbose: bool = False, scripted: bool = False) -> None:
+    def __init__(
+        self, stream: IO[str], run: StreamParse, *, verbose: bool = False, scripted: bool = False
+    ) -> None:
         self.stream = stream
+        self.run = run
         self.verbose = verbose
         # the model is scripted (told, or seen in its messages): the last line names no cost
         self.scripted = scripted
-        self.tracker = Tracker()
         self.started = time.monotonic()
         self._shown: set[str] = set()
 
@@ -218,28 +231,27 @@ class PlainProgress:
         if text is not None:
             self._line(text)
             return
-        for event in self.tracker.feed(item):
-            line = self._describe_tracked(event)
+        tracker = self.run.tracker
+        for event in self.run.events_of(item):
+            line = self._describe_tracked(event, tracker) if tracker is not None else None
             if line:
                 self._line(line)
 
-    def _describe_tracked(self, event: TrackedEvent) -> str | None:
+    def _describe_tracked(self, event: TrackedEvent, tracker: Tracker) -> str | None:
         if isinstance(event, SessionSeen):
             return (
                 f"session {event.session_id}"
-                if first_sighting(event, self.tracker, self._shown)
+                if first_sighting(event, self.run, self._shown)
                 else None
             )
         if isinstance(event, AgentCallSeen):
-            group = self.tracker.agent_calls_by_message.get(
-                event.message_id or event.tool_use_id, []
-            )
+            group = tracker.agent_calls_by_message.get(event.message_id or event.tool_use_id, [])
             return f"lead delegates {event.description!r} (Agent call {len(group)} of its message)"
         if isinstance(event, TaskStarted):
             label = _task_label(event.task_id, event.description)
             return f"task started: {label} [{event.subagent_type or 'agent'}]"
         if isinstance(event, TaskEnded) and event.source == "task_notification":
-            label = _task_label(event.task_id, self.tracker.tasks[event.task_id].description)
+            label = _task_label(event.task_id, tracker.tasks[event.task_id].description)
             return f"task {event.status}: {label}"
         if isinstance(event, WorkflowStarted | WorkflowPhaseSeen | WorkflowAgentChanged):
             return _describe_workflow(event)
@@ -266,20 +278,25 @@ class PlainProgress:
 
 
 class LiveTeamView:
-    """A live table: the lead's state and one row per subagent or teammate."""
+    """A live table: the lead's state and one row per subagent or teammate (the tasks of
+    the run's own tracker); ``run`` is the run's parse of the items :meth:`handle` is given.
+    """
 
-    def __init__(self, console: Console, *, verbose: bool = False, scripted: bool = False) -> None:
+    def __init__(
+        self, console: Console, run: StreamParse, *, verbose: bool = False, scripted: bool = False
+    ) -> None:
         self.console = console
+        self.run = run
         self.verbose = verbose
         self.scripted = scripted
-        self.tracker = Tracker()
         self.started = time.monotonic()
         self.lead_state = "starting"
         self.teammates: dict[str, str] = {}
         self.queued: dict[str, str] = {}  # tool_use_id -> description, while in the gate
         self.log: list[str] = []
         self.limits: dict[str, int] = {}  # the governor line: bucket -> limit
-        self.absorbed = self.passed = self.overloaded = 0  # 429s; 529s apart
+        self.absorbed = self.passed = 0  # 429s
+        self.overloaded_held = self.overloaded_passed = 0  # 529s, apart
         self.usage: dict[str, AgentUsage] = {}  # agent id -> its usage as the relay counted
         #: the lines at the foot (the approval prompt, the key hint): text and a style
         self.footer: Callable[[], list[tuple[str, str]]] | None = None
@@ -308,7 +325,7 @@ class LiveTeamView:
             elif isinstance(item, SpawnAdmitted | SpawnDenied | SpawnRejected):
                 self.queued.pop(item.tool_use_id, None)
         self._governor(item)
-        for event in self.tracker.feed(item):
+        for event in self.run.events_of(item):
             if isinstance(event, LeadTurn):
                 self.lead_state = (
                     "error" if event.error else ("delegating" if event.tool_names else "writing")
@@ -339,7 +356,10 @@ class LiveTeamView:
             self.limits[item.key] = item.effective
         elif isinstance(item, RateLimited):
             if item.status == 529:
-                self.overloaded += 1
+                if item.outcome == "absorbed":
+                    self.overloaded_held += 1
+                else:
+                    self.overloaded_passed += 1
             elif item.outcome == "absorbed":
                 self.absorbed += 1
             else:
@@ -357,17 +377,23 @@ class LiveTeamView:
     def governor_line(self) -> str | None:
         """``governor: model limit 3 · 429s absorbed 5, passed on 0``, once there is news.
 
-        529s (overloaded) are counted apart: the relay passes them on (the CLI and
-        teamlead's resume retry them), and they lower the limit as 429s do.
+        529s (overloaded) are counted apart, held (the relay holds a request through an
+        overload burst and retries it: every held request is counted here) and passed on
+        (past the hold, the CLI and teamlead's resume retry them); they lower the limit as
+        429s do.
         """
-        if not self.limits and not (self.absorbed or self.passed or self.overloaded):
+        overloaded = self.overloaded_held + self.overloaded_passed
+        if not self.limits and not (self.absorbed or self.passed or overloaded):
             return None
         limits = ", ".join(f"{key} limit {cap}" for key, cap in sorted(self.limits.items()))
         parts = [f"governor: {limits or 'no limit learnt'}"]
         if self.absorbed or self.passed:
             parts.append(f"429s absorbed {self.absorbed}, passed on {self.passed}")
-        if self.overloaded:
-            parts.append(f"529 overloaded {self.overloaded}, passed on")
+        if overloaded:
+            parts.append(
+                f"529 overloaded {overloaded}: held {self.overloaded_held}, "
+                f"passed on {self.overloaded_passed}"
+            )
         return " · ".join(parts)
 
     def __rich__(self) -> Group:
@@ -377,8 +403,10 @@ class LiveTeamView:
         table = Table(title=Text(f"teamlead · lead: {_safe(self.lead_state)}"), expand=False)
         for column in ("who", "description", "status", "elapsed", "tokens", "last tool"):
             table.add_column(column)
-        now = time.monotonic()
-        for task in self.tracker.tasks.values():
+        tracker = self.run.tracker
+        tasks = tracker.tasks.values() if tracker is not None else ()
+        now = tracker.clock.monotonic() if tracker is not None else 0.0  # tasks stamp on it
+        for task in tasks:
             end = task.ended_at or now
             table.add_row(
                 "workflow" if task.is_workflow else "agent",

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 import dataclasses
 
-from .account import Account, Bounds, CountedRule, Lease, Rule
-from .aimd import Limits, Step
+from ..aimd import Limits, Step
+from .base import Account, Bounds, CountedRule, Lease, Rule
+from .fallback import describe
 
 __all__ = ["NamespacedAccount"]
 
@@ -27,7 +28,7 @@ class NamespacedAccount:
     """``inner`` as seen by one account named ``name`` (no ``/`` in it).
 
     Example:
-        >>> from teamlead._governor.account import ProcessAccount
+        >>> from teamlead._governor.accounts.process import ProcessAccount
         >>> store = ProcessAccount()
         >>> real = NamespacedAccount(store, "api#1")
         >>> demo = NamespacedAccount(store, "127.0.0.1:9#2")
@@ -51,8 +52,6 @@ class NamespacedAccount:
 
     def describe(self) -> str:
         """Where the state is, for a warning line (the inner account's place)."""
-        from .account import describe
-
         return describe(self.inner)
 
     def _in(self, key: str) -> str:

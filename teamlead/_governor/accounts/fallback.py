@@ -1,0 +1,115 @@
+"""A shared account that fails is replaced by the next one down, with one warning line.
+
+:class:`FallbackAccount` uses its primary until a call raises
+:class:`~.base.AccountError`, then the fallback it makes on first need; :func:`describe`
+names an account for that warning line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import Any, cast
+
+from ..aimd import Limits, Step
+from .base import Account, AccountError, Bounds, CountedRule, Lease, Rule
+from .process import ProcessAccount
+
+__all__ = ["FallbackAccount", "describe"]
+
+log = logging.getLogger("teamlead.governor")
+
+
+class FallbackAccount:
+    """``primary`` until it fails, then ``fallback``, with one warning line.
+
+    A lease goes back to the account that issued it; one a failed account cannot take back
+    expires there by its time to live. The fallback is made on first need, so a healthy
+    primary costs nothing else.
+    """
+
+    def __init__(self, primary: Account, fallback: Callable[[], Account]) -> None:
+        self._current = primary
+        self._make_fallback: Callable[[], Account] | None = fallback
+        self.failed: str | None = None  # the warning given, once it failed
+
+    @property
+    def shared(self) -> bool:
+        return self._current.shared
+
+    @property
+    def current(self) -> Account:
+        """The account in use now."""
+        return self._current
+
+    def _fail(self, exc: BaseException) -> None:
+        make = self._make_fallback
+        if make is None:  # the fallback itself failed: nothing left to switch to
+            raise exc
+        self._make_fallback = None
+        failed, self._current = self._current, make()
+        reason = str(exc) or type(exc).__name__
+        self.failed = f"shared limits: {reason}; going on with {describe(self._current)}"
+        log.warning("%s", self.failed)
+        try:
+            failed.close()
+        except Exception:  # already broken; its leases expire by their time to live
+            log.debug("closing the failed account failed", exc_info=True)
+
+    def _call(self, call: Callable[[Account], Any]) -> Any:
+        try:
+            return call(self._current)
+        except AccountError as exc:
+            self._fail(exc)
+            return call(self._current)
+
+    def limits(self, key: str) -> Limits | None:
+        result: Limits | None = self._call(lambda a: a.limits(key))
+        return result
+
+    def update(self, key: str, rule: Rule) -> Step:
+        result: Step = self._call(lambda a: a.update(key, rule))
+        return result
+
+    def take(self, bounds: Bounds) -> Lease | None:
+        result: Lease | None = self._call(lambda a: a.take(bounds))
+        return result
+
+    def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
+        result: Step = self._call(lambda a: a.update_rejected(lease, prefix, rule))
+        return result
+
+    def _to_origin(self, lease: Lease, call: Callable[[Account], None]) -> None:
+        """``call`` on the account that issued ``lease``. A failure of the current account
+        switches to the fallback; one of an account that failed already is let be: its
+        leases expire there by themselves, and no rejection counts them any more."""
+        origin = lease.origin
+        target = self._current if origin is self._current else cast(Account, origin)
+        try:
+            call(target)
+        except AccountError as exc:
+            if target is self._current:
+                self._fail(exc)
+
+    def answered(self, lease: Lease) -> None:
+        self._to_origin(lease, lambda a: a.answered(lease))
+
+    def give_back(self, lease: Lease) -> None:
+        self._to_origin(lease, lambda a: a.give_back(lease))
+
+    def in_flight(self, prefix: str) -> int:
+        result: int = self._call(lambda a: a.in_flight(prefix))
+        return result
+
+    def close(self) -> None:
+        self._current.close()
+
+
+def describe(account: Account) -> str:
+    """What ``account`` is, for a warning line."""
+    if isinstance(account, FallbackAccount):
+        account = account.current
+    if isinstance(account, ProcessAccount):
+        return "the limits of this process alone"
+    text = getattr(account, "describe", None)  # the shared accounts say where they are
+    return str(text()) if callable(text) else type(account).__name__

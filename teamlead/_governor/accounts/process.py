@@ -1,0 +1,115 @@
+"""The account as this process alone sees it (``--limits process``).
+
+:class:`ProcessAccount` counts the leases in memory; its learnt limits may live in any
+:class:`~teamlead._governor.store.LimitStore` (e.g. the Ray actor's replica).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..aimd import Limits, Step
+from ..store import LimitStore, MemoryStore
+from .base import Bounds, CountedRule, Lease, Rule
+
+__all__ = ["ProcessAccount"]
+
+
+def _matches(key: str, prefix: str) -> bool:
+    return key == prefix or (prefix.endswith("/") and key.startswith(prefix))
+
+
+class ProcessAccount:
+    """The account as this process alone sees it: leases counted in memory.
+
+    Example:
+        >>> account = ProcessAccount()
+        >>> lease = account.take(Bounds("anthropic/claude-opus-5-5", limit=1))
+        >>> account.take(Bounds("anthropic/claude-opus-5-5", limit=1)) is None
+        True
+        >>> account.give_back(lease); account.in_flight("anthropic/")
+        0
+    """
+
+    shared = False
+
+    def __init__(self, store: LimitStore | None = None) -> None:
+        self._store: LimitStore = store if store is not None else MemoryStore()
+        self._leases: dict[str, _Held] = {}  # token -> its lease
+        self._seq = 0
+        # (sequence, key) of leases given back, not rejected, while a live lease may count them
+        self._released: list[tuple[int, str]] = []
+
+    def limits(self, key: str) -> Limits | None:
+        return self._store.get(key)
+
+    def update(self, key: str, rule: Rule) -> Step:
+        limits, change = rule(self._store.get(key))
+        self._store.put(key, limits)
+        return limits, change
+
+    def take(self, bounds: Bounds) -> Lease | None:
+        if self.in_flight(bounds.key) >= bounds.limit:
+            return None
+        if bounds.provider_limit is not None and (
+            self.in_flight(bounds.provider) >= bounds.provider_limit
+        ):
+            return None
+        if bounds.total_limit is not None and len(self._leases) >= bounds.total_limit:
+            return None
+        self._seq += 1
+        token = str(self._seq)
+        self._leases[token] = _Held(bounds.key, self._seq)
+        return Lease(bounds.key, token, self, self._store.get(bounds.key))
+
+    def give_back(self, lease: Lease) -> None:
+        held = self._leases.pop(lease.token, None)
+        if held is None:
+            return
+        self._seq += 1
+        if not held.rejected:
+            self._released.append((held.answered or self._seq, held.key))
+        oldest = min((h.taken for h in self._leases.values()), default=self._seq)
+        self._released = [r for r in self._released if r[0] > oldest]
+
+    def answered(self, lease: Lease) -> None:
+        held = self._leases.get(lease.token)
+        if held is not None and held.answered is None:
+            self._seq += 1
+            held.answered = self._seq
+
+    def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
+        held = self._leases.get(lease.token)
+        since = self._seq
+        if held is not None:
+            held.rejected = True
+            since = held.taken
+        running = sum(
+            1
+            for h in self._leases.values()
+            if not h.rejected
+            and (h.answered is None or h.answered > since)
+            and _matches(h.key, prefix)
+        )
+        ended = sum(1 for seq, key in self._released if seq > since and _matches(key, prefix))
+        limits, change = rule(self._store.get(lease.key), running + ended)
+        self._store.put(lease.key, limits)
+        return limits, change
+
+    def in_flight(self, prefix: str) -> int:
+        return sum(1 for h in self._leases.values() if _matches(h.key, prefix))
+
+    def close(self) -> None:
+        self._leases.clear()
+        self._released.clear()
+
+
+@dataclass
+class _Held:
+    """A lease of :class:`ProcessAccount`: its key, its sequence number, whether rejected,
+    and the sequence number when its answer was complete."""
+
+    key: str
+    taken: int
+    rejected: bool = False
+    answered: int | None = None

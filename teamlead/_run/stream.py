@@ -1,0 +1,75 @@
+"""A run's stream with the run's own parse of it: :class:`RunStream`.
+
+:func:`teamlead.query` and :func:`teamlead.resume_session` yield a run's items and keep its
+state to themselves. The readers of the stream inside teamlead (the CLI's views, focus and
+approval labels, the experiment runner) need what the run made of each item too, and read
+it here rather than parsing the stream once more: a :class:`RunStream` iterates the same
+items, and is the run's :class:`~teamlead.tracker.StreamParse` (its tracker, and the events
+of the item it yielded last).
+
+The run's state is made when the stream is first read, on the event loop that reads it, as
+the entry points do; until then there is no tracker.
+
+Example:
+    >>> run = RunStream(make_state, items_of)  # doctest: +SKIP
+    >>> progress = JsonProgress(sys.stdout, run)  # doctest: +SKIP
+    >>> async for item in run:  # doctest: +SKIP
+    ...     progress.handle(item)
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+from ..tracker import TrackedEvent, Tracker
+from .state import RunState
+
+__all__ = ["RunStream"]
+
+
+class RunStream:
+    """One run's items, and the run's parse of them (see the module docstring).
+
+    Args:
+        make: makes the run's state (called once, when the stream is first read).
+        items: the run's stream from its state (the entry point's whole stack).
+    """
+
+    def __init__(
+        self,
+        make: Callable[[], RunState],
+        items: Callable[[RunState], AsyncGenerator[Any, None]],
+    ) -> None:
+        self._make = make
+        self._items_of = items
+        self._state: RunState | None = None
+        self._items: AsyncGenerator[Any, None] | None = None
+        self._closed = False
+
+    def __aiter__(self) -> RunStream:
+        return self
+
+    async def __anext__(self) -> Any:
+        if self._items is None:
+            if self._closed:
+                raise StopAsyncIteration
+            self._state = self._make()
+            self._items = self._items_of(self._state)
+        return await self._items.__anext__()
+
+    async def aclose(self) -> None:
+        """Close the run's stream (its CLI is stopped, its slots let go); idempotent."""
+        self._closed = True
+        if self._items is not None:
+            await self._items.aclose()
+
+    @property
+    def tracker(self) -> Tracker | None:
+        """The run's own tracker; ``None`` until the stream is first read."""
+        return self._state.tracker if self._state is not None else None
+
+    def events_of(self, item: object) -> list[TrackedEvent]:
+        """What the run made of ``item``, the item it yielded last
+        (:meth:`~teamlead._run.state.RunState.events_of`)."""
+        return self._state.events_of(item) if self._state is not None else []
