@@ -14,13 +14,10 @@ import asyncio
 import http.client
 import json
 import os
-import select
-import shutil
-import subprocess
-import sys
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
@@ -30,13 +27,13 @@ from teamlead._run.endpoint import Endpoint, WatchFeed
 from teamlead._run.registry import Registry
 from teamlead.errors import ControlError
 
+from .browser import chromium_page, serving_view
+
 if TYPE_CHECKING:
-    from playwright.sync_api import Browser, Page
+    from playwright.sync_api import Page
 
 pytestmark = [pytest.mark.slow]
 
-CHROMIUM = shutil.which("chromium")
-ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>&amp;'
 
 
@@ -56,6 +53,34 @@ class Steering:
             "requests": 9,
             "cap": 3,
             "held": 1 if self.state == "paused" else 0,
+        }
+
+    def detail(self) -> dict[str, Any]:
+        agent = {"id": "a1", "kind": "agent", "label": HOSTILE, "state": "running", "children": []}
+        return {
+            "version": 1,
+            "run": "r",
+            "source": "live",
+            "status": self.state,
+            "started": 1000.0,
+            "now": 1030.0,
+            "tree": {
+                "id": "lead",
+                "kind": "lead",
+                "label": "lead",
+                "state": self.state,
+                "tokens": 10,
+                "requests": 2,
+                "children": [agent],
+            },
+            "queue": [{"tool_use_id": "t", "description": HOSTILE, "waited_s": 2.5}],
+            "approvals": [{"tool": "Bash", "agent": HOSTILE, "what": HOSTILE, "waited_s": 1}],
+            "limits": [
+                {
+                    "key": HOSTILE,
+                    "points": [[1000.0, 8, 8, "start"], [1010.0, 2, 2, "rate_limited"]],
+                }
+            ],
         }
 
     def stop(self, *, now: bool) -> str:
@@ -100,23 +125,10 @@ def served() -> Iterator[Served]:
     endpoint = Endpoint(registration.socket, steering, run=registration.run, feed=WatchFeed())
     asyncio.run_coroutine_threadsafe(endpoint.start(), loop).result(timeout=10)
     registration.write()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "teamlead", "view"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=dict(os.environ),
-    )
     try:
-        ready, _, _ = select.select([proc.stdout], [], [], 60)
-        assert ready and proc.stdout is not None, "teamlead view printed no URL"
-        url = proc.stdout.readline().strip()
-        assert url.startswith("http://127.0.0.1:") and "/?token=" in url, url
-        yield Served(url, steering, registration.run)
+        with serving_view(dict(os.environ)) as url:
+            yield Served(url, steering, registration.run)
     finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
-        assert proc.returncode == 0, err  # a server's end, as `teamlead relay`'s
         asyncio.run_coroutine_threadsafe(endpoint.close(), loop).result(timeout=10)
         loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout=10)
@@ -173,21 +185,8 @@ def test_the_page_refuses_requests_without_the_token_a_foreign_host_or_origin(
 
 @pytest.fixture
 def page(served: Served) -> Iterator[Page]:
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as p:
-        browser: Browser = p.chromium.launch(executable_path=CHROMIUM, args=ARGS)
-        try:
-            page = browser.new_page()
-            dialogs: list[str] = []
-            page.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
-            page.goto(served.url, timeout=30_000)
-            yield page
-            assert dialogs == []
-        finally:
-            browser.close()
+    with chromium_page(served.url) as page:
+        yield page
 
 
 def test_the_page_lists_the_runs_live_and_shows_their_text_as_text(
@@ -226,3 +225,22 @@ def test_the_pages_buttons_pause_and_stop_the_run_and_say_what_it_answered(
     page.locator(f'tr[data-run="{served.run}"] button[data-op="stop_now"]').click()
     page.locator("#said", has_text="stopping run now").wait_for(timeout=30_000)
     assert served.steering.asked == [("pause", None), ("stop", False), ("stop", True)]
+
+
+def test_the_page_shows_the_picked_runs_tree_queue_approvals_and_chart_as_text(
+    served: Served, page: Page, tmp_path: Path
+) -> None:
+    agent = page.locator('#tree li[data-agent="a1"]')
+    agent.wait_for(timeout=30_000)  # the only run is picked by itself
+    assert agent.locator(".label").inner_text() == HOSTILE
+    assert agent.get_attribute("data-state") == "running"
+    assert page.locator("#queue").inner_text().startswith(HOSTILE)
+    assert page.locator("#approvals").inner_text().startswith(f"[{HOSTILE}] Bash: {HOSTILE}")
+    series = page.locator("#chart svg g")
+    assert series.get_attribute("data-key") == HOSTILE
+    assert series.locator("circle").count() == 2
+    assert page.locator("#detail img, #detail script, #chart foreignObject").count() == 0
+    assert page.evaluate("window.pwned") is None
+    shot = tmp_path / "view-detail.png"
+    page.screenshot(path=str(shot), full_page=True)
+    print(f"screenshot: {shot}")

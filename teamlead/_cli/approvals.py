@@ -27,8 +27,6 @@ escape sequence survives) and is shown as plain text, never as Rich markup.
 
 from __future__ import annotations
 
-import json
-import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -42,10 +40,17 @@ from claude_agent_sdk import (
 from claude_agent_sdk.types import PermissionResult
 
 from .._redact import terminal_safe
+from .._run.permissions import (
+    LabelFor,
+    WorkflowMeta,
+    clip,
+    describe_request,
+    labels_from,
+    workflow_meta,
+)
 from .._run.workflow_permission import WORKFLOW_DENIED, WORKFLOW_TOOL
 from ..clock import SYSTEM_CLOCK, Clock, move_on_at
 from ..events import PermissionAnswer, PermissionDecided
-from ..tracker import StreamParse
 
 __all__ = [
     "ASKING_MODES",
@@ -68,156 +73,9 @@ ASKING_MODES = (None, "default", "acceptEdits")
 #: The answer keys: allow, deny, allow this tool for this agent for the rest of the run.
 Key = Literal["y", "n", "a"]
 
-#: Names an asking agent for a prompt line: ``None`` is the lead.
-LabelFor = Callable[[str | None], str]
 
 _LABEL_CHARS = 40
-_WHAT_CHARS = 200
 _DENIED_BY_USER = "The user denied this tool call at the terminal."
-
-# -- what a request wants ------------------------------------------------------------------
-
-#: The input field that says what a tool call wants, by tool.
-_MAIN_FIELD = {
-    "Bash": "command",
-    "Write": "file_path",
-    "Edit": "file_path",
-    "MultiEdit": "file_path",
-    "Read": "file_path",
-    "NotebookEdit": "notebook_path",
-    "WebFetch": "url",
-    "WebSearch": "query",
-    "Grep": "pattern",
-    "Glob": "pattern",
-}
-
-
-@dataclass(frozen=True)
-class WorkflowMeta:
-    """What a workflow script's ``export const meta = {...}`` says about it."""
-
-    name: str | None = None
-    description: str | None = None
-    phases: tuple[str, ...] = ()
-
-
-_META = re.compile(r"export\s+const\s+meta\s*=\s*\{")
-_SCRIPT_CHARS = 200_000  # a script this long is not parsed further
-
-
-def _object_at(text: str, start: int) -> str | None:
-    """The JS object literal whose ``{`` is at ``start`` (strings and comments respected)."""
-    depth = 0
-    quote: str | None = None
-    at = start
-    while at < len(text):
-        char = text[at]
-        if quote is not None:
-            if char == "\\":
-                at += 1
-            elif char == quote:
-                quote = None
-        elif char in "'\"`":
-            quote = char
-        elif text.startswith("//", at):
-            newline = text.find("\n", at)
-            at = len(text) if newline < 0 else newline
-        elif char == "{":
-            depth += 1
-        elif char == "}":
-            depth -= 1
-            if depth == 0:
-                return text[start : at + 1]
-        at += 1
-    return None
-
-
-_STRING = r"""(?:'((?:[^'\\]|\\.)*)'|"((?:[^"\\]|\\.)*)"|`((?:[^`\\]|\\.)*)`)"""
-
-
-def _string_field(obj: str, key: str) -> str | None:
-    match = re.search(rf"""(?:^|[{{,\s])["']?{key}["']?\s*:\s*{_STRING}""", obj, flags=re.S)
-    if match is None:
-        return None
-    return next(group for group in match.groups() if group is not None)
-
-
-def workflow_meta(script: str) -> WorkflowMeta | None:
-    """Name, description and phase titles from a workflow script, read tolerantly.
-
-    The script is never run: the ``meta`` object literal is found by its braces, and its
-    ``name``, ``description`` and ``phases`` (strings, or objects with a ``title``) are read
-    by pattern. Anything missing or malformed is left out; no ``meta`` gives ``None``.
-
-    Example:
-        >>> workflow_meta("export const meta = { name: 'scan', phases: [{ title: 'Scan' }] }")
-        WorkflowMeta(name='scan', description=None, phases=('Scan',))
-    """
-    text = script[:_SCRIPT_CHARS]
-    match = _META.search(text)
-    if match is None:
-        return None
-    obj = _object_at(text, match.end() - 1)
-    if obj is None:
-        return None
-    phases: list[str] = []
-    phase_list = re.search(r"""(?:^|[{,\s])["']?phases["']?\s*:\s*\[""", obj)
-    if phase_list is not None:
-        body = obj[phase_list.end() :]
-        titles = re.finditer(rf"""(?:["']?title["']?\s*:\s*)?{_STRING}""", body)
-        end = body.find("]")
-        for found in titles:
-            if 0 <= end < found.start():
-                break
-            phases.append(next(group for group in found.groups() if group is not None))
-    return WorkflowMeta(
-        name=_string_field(obj, "name"),
-        description=_string_field(obj, "description"),
-        phases=tuple(phases[:20]),
-    )
-
-
-def _clip(text: str, limit: int) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def describe_request(tool: str, tool_input: Mapping[str, Any]) -> str:
-    """What a tool call wants, in one short line of plain (not yet escaped) text.
-
-    A command, a path, a URL; a ``Workflow`` call its script's name, description and
-    phases (or the predefined workflow's name or script path); any other tool its input as
-    compact JSON.
-    """
-    if tool == "Workflow":
-        return _describe_workflow(tool_input)
-    key = _MAIN_FIELD.get(tool)
-    value = tool_input.get(key) if key else None
-    if isinstance(value, str) and value.strip():
-        return _clip(value, _WHAT_CHARS)
-    try:
-        shown = json.dumps(dict(tool_input), ensure_ascii=False, default=str, sort_keys=True)
-    except (TypeError, ValueError):
-        shown = repr(dict(tool_input))
-    return _clip(shown, _WHAT_CHARS)
-
-
-def _describe_workflow(tool_input: Mapping[str, Any]) -> str:
-    script = tool_input.get("script")
-    meta = workflow_meta(script) if isinstance(script, str) else None
-    if meta is None:
-        for key in ("name", "scriptPath"):
-            value = tool_input.get(key)
-            if isinstance(value, str) and value.strip():
-                return _clip(f"{key} {value}", _WHAT_CHARS)
-        return "a script with no meta" if isinstance(script, str) else "no script"
-    parts = [f"workflow {meta.name or '(unnamed)'}"]
-    if meta.description:
-        parts.append(f"“{meta.description}”")
-    if meta.phases:
-        parts.append("phases " + " → ".join(meta.phases))
-    return _clip(" · ".join(parts), _WHAT_CHARS)
-
 
 # -- the queue -----------------------------------------------------------------------------
 
@@ -307,7 +165,7 @@ class ApprovalQueue:
             return None
         place = self._answered_in_burst + 1
         total = self._answered_in_burst + len(self._waiting)
-        label = _clip(self.label_for(front.agent_id), _LABEL_CHARS)
+        label = clip(self.label_for(front.agent_id), _LABEL_CHARS)
         return terminal_safe(f"({place}/{total}) [{label}] {front.tool}: {front.what}")
 
     # the person's answer -------------------------------------------------------------------
@@ -439,28 +297,6 @@ class NoTerminal:
             self._told.add(tool_name)
             self.say(terminal_safe(f"teamlead: denied {tool_name} for [{agent}]: {reason}"))
         return PermissionResultDeny(message=reason)
-
-
-def labels_from(run: StreamParse) -> LabelFor:
-    """A :data:`LabelFor` that reads the run's tracker when it is asked (so a task seen
-    after its request arrived still names it): an Agent-tool subagent's task description,
-    a workflow agent's label, else the agent id."""
-
-    def label_for(agent_id: str | None) -> str:
-        if agent_id is None:
-            return "lead"
-        tracker = run.tracker
-        tasks = tracker.tasks if tracker is not None else {}
-        task = tasks.get(agent_id)
-        if task is not None and task.description.strip():
-            return str(task.description)
-        for parent in tasks.values():
-            for agent in parent.workflow_agents.values():
-                if agent.agent_id == agent_id and agent.label:
-                    return str(agent.label)
-        return f"agent {agent_id[:12]}"
-
-    return label_for
 
 
 def hint_keys(bindings: Sequence[tuple[str, str]]) -> str:

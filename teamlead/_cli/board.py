@@ -1,9 +1,19 @@
 """``teamlead view``: a local web page of this user's runs, updated live, with buttons to
-pause, unpause and stop them.
+pause, unpause and stop them, and each run's agent tree; or one finished run, read from its
+NDJSON log.
 
-The page is what ``teamlead ps`` lists, pushed to the browser as server-sent events
-whenever it changes; its buttons do what ``teamlead pause``, ``unpause``, ``stop`` and
-``stop --now`` do. It is served by uvicorn (the relay's own server) as a plain ASGI app
+The page (:mod:`.board_page`) is what ``teamlead ps`` lists, pushed to the browser as
+server-sent events whenever it changes; its buttons do what ``teamlead pause``,
+``unpause``, ``stop`` and ``stop --now`` do. For the run picked, a second event stream
+carries the run's detail (its control endpoint's ``detail`` answer, see
+:mod:`teamlead._run.detail`): the agent tree (the lead, Agent-tool and nested agents,
+workflows with their phases and agents, each with its state, tokens, requests, last tool
+and duration), the queue and the held requests, the permission requests waiting for an
+answer, and the governor's limit per model over time, which the page draws as an SVG chart.
+``teamlead view run.ndjson`` serves the same page for a finished run from its log
+(:mod:`teamlead._run.runlog`), read-only: no buttons, and the button endpoint refuses.
+
+It is served by uvicorn (the relay's own server) as a plain ASGI app
 (:class:`Board`) on ``127.0.0.1`` only, and every request must prove it comes from the
 page that was opened:
 
@@ -18,8 +28,8 @@ page that was opened:
   ``Content-Security-Policy``), builds every cell with ``textContent`` (a run's command
   holds anything the user typed), and drops the token from the address bar once loaded.
 
-At most 8 event streams are served at once; each reads the registry once a second, in a
-worker thread.
+At most 8 event streams are served at once; each reads the registry (or asks the run)
+once a second, in a worker thread.
 """
 
 from __future__ import annotations
@@ -31,17 +41,20 @@ import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable, Iterator, MutableMapping
-from typing import Any
+from pathlib import Path
+from typing import Any, Literal
 from urllib.parse import parse_qs
 
 import anyio
 import click
 
 from .._run.registry import Registry
+from .._run.runlog import read_log
 from ..errors import ControlError, NoSuchRun, UsageError
+from .board_page import PAGE
 from .exitcodes import handle_errors
 from .options import option
-from .runs import act, ps_rows
+from .runs import act, ps_rows, run_detail
 from .signals import Interruptible
 
 __all__ = ["Board", "view"]
@@ -72,7 +85,11 @@ class Board:
         port: the port it is served on (the only ``Host`` it answers).
         rows: the runs as ``teamlead ps --json`` has them (called in a worker thread).
         act: does one op on a run (``act(run, request)``), returns what the run said.
+        detail: one run's detail (``detail(run)``, the ``detail`` op's JSON; called in a
+            worker thread).
         every_s: how often an event stream reads the runs.
+        mode: ``live``, or ``log`` for one finished run read from its log (read-only: the
+            buttons' endpoint refuses).
     """
 
     def __init__(
@@ -82,14 +99,18 @@ class Board:
         port: int,
         rows: Callable[[], list[dict[str, Any]]],
         act: Callable[[str, dict[str, Any]], str],
+        detail: Callable[[str], dict[str, Any]],
         every_s: float = _EVERY_S,
+        mode: Literal["live", "log"] = "live",
     ) -> None:
         self._token = token
         self._hosts = {f"127.0.0.1:{port}", f"localhost:{port}"}
         self._origins = {f"http://{host}" for host in self._hosts}
         self._rows = rows
         self._act = act
+        self._detail = detail
         self._every_s = every_s
+        self._mode = mode
         self._streams = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -108,7 +129,15 @@ class Board:
         if method == "GET" and path == "/":
             await self._page(send)
         elif method == "GET" and path == "/events":
-            await self._events(receive, send)
+            await self._events(receive, send, self._runs)
+        elif method == "GET" and path == "/detail":
+            run = (query.get("run") or [""])[0]
+            if not 0 < len(run) <= _RUN_CHARS:
+                await _answer(send, 400, "text/plain", b"teamlead view: name one run")
+                return
+            await self._events(receive, send, lambda: self._run_detail(run))
+        elif method == "POST" and path == "/act" and self._mode == "log":
+            await _answer(send, 403, "text/plain", b"teamlead view: a run's log is read-only")
         elif method == "POST" and path == "/act":
             await self._button(headers, receive, send)
         else:
@@ -116,7 +145,7 @@ class Board:
 
     async def _page(self, send: Send) -> None:
         nonce = secrets.token_urlsafe(16)
-        body = _PAGE.replace("{nonce}", nonce).encode()
+        body = PAGE.replace("{nonce}", nonce).replace("{mode}", self._mode).encode()
         policy = (
             f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
             "connect-src 'self'; img-src 'none'; base-uri 'none'; form-action 'none'; "
@@ -125,7 +154,21 @@ class Board:
         page = "text/html; charset=utf-8"
         await _answer(send, 200, page, body, {"content-security-policy": policy})
 
-    async def _events(self, receive: Receive, send: Send) -> None:
+    def _runs(self) -> tuple[str, Any, bool]:
+        return "runs", self._rows(), False
+
+    def _run_detail(self, run: str) -> tuple[str, Any, bool]:
+        """The run's detail event, or the last one (``gone``) when it cannot be asked."""
+        try:
+            return "detail", self._detail(run), False
+        except NoSuchRun as exc:
+            return "gone", {"message": str(exc)}, True
+        except (ControlError, UsageError) as exc:
+            return "trouble", {"message": str(exc)}, False
+
+    async def _events(
+        self, receive: Receive, send: Send, read: Callable[[], tuple[str, Any, bool]]
+    ) -> None:
         if self._streams >= _MAX_STREAMS:
             await _answer(send, 503, "text/plain", b"teamlead view: too many pages open")
             return
@@ -146,19 +189,22 @@ class Board:
                     tg.cancel_scope.cancel()
 
                 tg.start_soon(gone)
-                await self._stream(send)
+                await self._stream(send, read)
+                tg.cancel_scope.cancel()
         finally:
             self._streams -= 1
 
-    async def _stream(self, send: Send) -> None:
+    async def _stream(self, send: Send, read: Callable[[], tuple[str, Any, bool]]) -> None:
+        """Send what ``read`` gives (``(event, data, last)``) whenever it changes, until
+        a ``last`` one."""
         last: str | None = None
         quiet_since = time.monotonic()
         while True:
-            rows = await anyio.to_thread.run_sync(self._rows, abandon_on_cancel=True)
-            data = json.dumps(rows, ensure_ascii=True)  # no raw line breaks in an event
+            name, value, final = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
+            data = json.dumps(value, ensure_ascii=True)  # no raw line breaks in an event
             if data != last:
                 last, quiet_since = data, time.monotonic()
-                chunk = f"event: runs\ndata: {data}\n\n".encode()
+                chunk = f"event: {name}\ndata: {data}\n\n".encode()
             elif time.monotonic() - quiet_since >= _KEEPALIVE_S:
                 quiet_since = time.monotonic()
                 chunk = b": still here\n\n"
@@ -166,6 +212,9 @@ class Board:
                 chunk = b""
             if chunk:
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
+            if final:
+                await send({"type": "http.response.body", "body": b"", "more_body": False})
+                return
             await anyio.sleep(self._every_s)
 
     async def _button(self, headers: dict[str, str], receive: Receive, send: Send) -> None:
@@ -265,6 +314,11 @@ async def _serve(sock: socket.socket, board: Board) -> None:
 
 
 @click.command()
+@click.argument(
+    "log",
+    required=False,
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+)
 @option(
     "--port",
     type=click.IntRange(0, 65535),
@@ -273,107 +327,43 @@ async def _serve(sock: socket.socket, board: Board) -> None:
     help="The loopback port to serve the page on (0: any free one).",
 )
 @handle_errors
-def view(port: int) -> None:
+def view(log: Path | None, port: int) -> None:
     """Serve a live web page of your runs, with pause and stop buttons, until Ctrl-C.
+
+    For a run picked, the page shows its agent tree (state, tokens, requests, last tool,
+    duration of each agent), its queue, held requests and waiting approvals, and the
+    governor's limit per model over time. With LOG (a run's `ask --json` output), it
+    shows that finished run the same way, read-only.
 
     Prints the page's URL first: it carries a random token, and the page answers only
     requests with it, from this machine (127.0.0.1).
     """
+    finished = read_log(log).to_json() if log is not None else None
     sock = _listen(port)
     token = secrets.token_urlsafe(24)
     chosen = sock.getsockname()[1]
     registry = Registry()
-    board = Board(
-        token=token,
-        port=chosen,
-        rows=lambda: ps_rows(registry),
-        act=lambda run, request: act(run, request, registry=registry),
-    )
+    if finished is not None:
+        board = Board(
+            token=token,
+            port=chosen,
+            rows=list,
+            act=_read_only,
+            detail=lambda run: finished,
+            mode="log",
+        )
+    else:
+        board = Board(
+            token=token,
+            port=chosen,
+            rows=lambda: ps_rows(registry),
+            act=lambda run, request: act(run, request, registry=registry),
+            detail=lambda run: run_detail(run, registry=registry),
+        )
     click.echo(f"http://127.0.0.1:{chosen}/?token={token}")
     sys.stdout.flush()
     Interruptible(lambda: _serve(sock, board), stop=lambda: None).run()
 
 
-_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>teamlead runs</title>
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<style nonce="{nonce}">
-body { font: 14px system-ui, sans-serif; margin: 1.5em; color: #222; }
-table { border-collapse: collapse; width: 100%; }
-th, td { text-align: left; padding: .3em .6em; border-bottom: 1px solid #ddd; }
-td.command { font-family: monospace; word-break: break-all; }
-#said { margin: .8em 0; min-height: 1.2em; }
-#said.refused { color: #a00; }
-button { margin-right: .3em; }
-</style></head>
-<body>
-<h1>teamlead runs</h1>
-<p id="live">connecting...</p>
-<p id="said"></p>
-<table><thead><tr><th>run</th><th>session</th><th>pid</th><th>status</th>
-<th>agents r/q/d/f</th><th>tokens</th><th>requests</th><th>cap</th><th>held</th>
-<th>command</th><th></th></tr></thead><tbody id="runs"></tbody></table>
-<script nonce="{nonce}">
-"use strict";
-const token = new URLSearchParams(location.search).get("token") || "";
-history.replaceState(null, "", "/");
-const body = document.getElementById("runs");
-const said = document.getElementById("said");
-const live = document.getElementById("live");
-function text(value) { return value === null || value === undefined ? "-" : String(value); }
-function cell(row, value, kind) {
-  const td = document.createElement("td");
-  td.textContent = text(value);
-  if (kind) td.className = kind;
-  row.appendChild(td);
-}
-async function press(run, op) {
-  said.textContent = "...";
-  said.className = "";
-  try {
-    const answer = await fetch("/act", {
-      method: "POST",
-      headers: {"content-type": "application/json", "x-teamlead-token": token},
-      body: JSON.stringify({run: run, op: op}),
-    });
-    const data = await answer.json();
-    said.textContent = text(data.message);
-    said.className = data.ok ? "" : "refused";
-  } catch (error) {
-    said.textContent = "the page could not reach teamlead view";
-    said.className = "refused";
-  }
-}
-function button(row, label, run, op) {
-  const b = document.createElement("button");
-  b.textContent = label;
-  b.dataset.op = op;
-  b.addEventListener("click", () => press(run, op));
-  row.appendChild(b);
-}
-function show(runs) {
-  body.replaceChildren();
-  for (const r of runs) {
-    const row = document.createElement("tr");
-    row.dataset.run = r.run;
-    const a = r.agents || {};
-    cell(row, r.run); cell(row, (r.session_id || "-").slice(0, 8)); cell(row, r.pid);
-    cell(row, r.status, "status");
-    cell(row, [a.running, a.queued, a.done, a.failed].map(text).join("/"));
-    cell(row, r.tokens); cell(row, r.requests); cell(row, r.cap); cell(row, r.held);
-    cell(row, r.command, "command");
-    const actions = document.createElement("td");
-    if (r.status === "paused") button(actions, "Unpause", r.run, "unpause");
-    else button(actions, "Pause", r.run, "pause");
-    button(actions, "Stop", r.run, "stop");
-    button(actions, "Stop now", r.run, "stop_now");
-    row.appendChild(actions);
-    body.appendChild(row);
-  }
-  live.textContent = runs.length + " run(s), live";
-}
-const events = new EventSource("/events?token=" + encodeURIComponent(token));
-events.addEventListener("runs", (event) => show(JSON.parse(event.data)));
-events.onerror = () => { live.textContent = "reconnecting..."; };
-</script></body></html>
-"""
+def _read_only(run: str, request: dict[str, Any]) -> str:
+    raise UsageError("a run's log is read-only")

@@ -31,7 +31,7 @@ from ..errors import ControlError, NoSuchRun, UsageError
 from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors
 from .options import option
 
-__all__ = ["act", "amend", "pause", "ps", "ps_rows", "stop", "unpause", "watch"]
+__all__ = ["act", "amend", "pause", "ps", "ps_rows", "run_detail", "stop", "unpause", "watch"]
 
 #: A run's status answer may take this long (it answers from its own event loop).
 _STATUS_TIMEOUT_S = 2.0
@@ -201,6 +201,27 @@ def act(ref: str, request: Mapping[str, Any], *, registry: Registry | None = Non
         raise ControlError(f"run {entry.run}: {exc}", code=exc.code) from None
     message = answer.get("message")
     return terminal_safe(message if isinstance(message, str) else "done")
+
+
+def run_detail(ref: str, *, registry: Registry | None = None) -> dict[str, Any]:
+    """The detail of the run ``ref`` names (its endpoint's ``detail`` answer): its agent
+    tree, queue, waiting approvals and limits over time.
+
+    Raises:
+        NoSuchRun: no live run of yours is named so, or it finished meanwhile.
+        ControlError: the run does not answer, or answered no detail.
+    """
+    entry = (registry or Registry()).find(ref)
+    try:
+        answer = call(entry.socket, {"op": "detail"}, ref=entry.run, timeout=_ACT_TIMEOUT_S)
+    except ControlError as exc:
+        if exc.code == "unreachable" and liveness(entry) == "dead":
+            raise _finished(entry, ref) from None
+        raise ControlError(f"run {entry.run}: {exc}", code=exc.code) from None
+    detail = answer.get("detail")
+    if not isinstance(detail, dict):
+        raise ControlError(f"run {entry.run} answered no detail", code="bad_request")
+    return detail
 
 
 @click.command()

@@ -6,10 +6,12 @@ per connection:
 - the client sends one line, a JSON object ``{"version": 1, "op": OP, ...}``, OP one of
   ``status``, ``stop`` (``"now": true`` skips the wrap-up), ``pause``, ``unpause``,
   ``amend`` (``"cap"``: a number or ``null``, ``"subagent_model"``: a name or ``null``; a
-  field left out changes nothing, ``null`` restores the run's starting value) and
-  ``watch``;
+  field left out changes nothing, ``null`` restores the run's starting value),
+  ``detail`` and ``watch``;
 - the run answers one line: ``{"version": 1, "ok": true, ...}`` (for ``status`` the run's
-  status, for the others a ``message`` saying what was done), or
+  status, for ``detail`` its agent tree, queue, waiting approvals and limits over time
+  (:class:`~teamlead._run.detail.RunDetail`'s JSON under ``detail``), for the others a
+  ``message`` saying what was done), or
   ``{"version": 1, "ok": false, "error": CODE, "message": ...}`` (CODE as
   :class:`~teamlead.errors.ControlError`'s ``code``, or ``finished``, ``not_yours``);
 - after a ``watch`` answer come the run's NDJSON lines, those ``teamlead ask --json``
@@ -64,8 +66,8 @@ __all__ = [
 log = logging.getLogger("teamlead.control")
 
 PROTOCOL_VERSION = 1
-Op: TypeAlias = Literal["status", "stop", "pause", "unpause", "amend", "watch"]
-_OPS: tuple[Op, ...] = ("status", "stop", "pause", "unpause", "amend", "watch")
+Op: TypeAlias = Literal["status", "detail", "stop", "pause", "unpause", "amend", "watch"]
+_OPS: tuple[Op, ...] = ("status", "detail", "stop", "pause", "unpause", "amend", "watch")
 #: The longest request line the server reads (bytes, newline included).
 MAX_REQUEST = 4096
 #: The longest answer or event line the client reads (a ``finished`` line with every
@@ -148,6 +150,8 @@ class Steering(Protocol):
     """
 
     def status(self) -> dict[str, Any]: ...
+
+    def detail(self) -> dict[str, Any]: ...
 
     def stop(self, *, now: bool) -> str: ...
 
@@ -349,6 +353,9 @@ class Endpoint:
         try:
             if request.op == "status":
                 return {"version": PROTOCOL_VERSION, "ok": True, **steering.status()}
+            if request.op == "detail":
+                detail = steering.detail()
+                return {"version": PROTOCOL_VERSION, "ok": True, "run": self._run, "detail": detail}
             if request.op == "stop":
                 message = steering.stop(now=request.now)
             elif request.op == "pause":

@@ -154,12 +154,15 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
         for task_id in stop:
             with anyio.move_on_after(5), contextlib.suppress(Exception):
                 await client.stop_task(task_id)
+        # the wrap-up's own round: neither the graceful stop that asked for it nor a budget
+        # cuts it (as a query run's wrap-up round), only the deadline
         return Round(
             state,
             client.receive_messages(),
             settle=True,
             send=lambda: client.query(prompt_text),
             deadline=state.deadline,
+            budget_cut=False,
         )
 
     if _wrap_due(state, first.outcome):

@@ -43,14 +43,23 @@ _CLOSE_TIMEOUT_S = 5.0
 class _Registered:
     """One registered run's entry, endpoint and feed."""
 
-    def __init__(self, state: RunState, registration: Registration, endpoint: Endpoint) -> None:
+    def __init__(
+        self,
+        state: RunState,
+        registration: Registration,
+        endpoint: Endpoint,
+        steering: RunSteering,
+    ) -> None:
         self._state = state
+        self._steering = steering
         self.registration = registration
         self.endpoint = endpoint
         self._progress: JsonProgress | None = JsonProgress(cast(IO[str], endpoint.feed), state)
 
     def saw(self, item: Any) -> None:
-        """One item of the run's stream: to the watchers, and the session id to the entry."""
+        """One item of the run's stream: to the watchers and the steering (the limits over
+        time), and the session id to the entry."""
+        self._steering.saw(item)
         progress = self._progress
         if progress is not None:
             try:
@@ -101,7 +110,7 @@ async def _register(state: RunState) -> _Registered | None:
         if registration is not None:
             registration.remove()
         return None
-    return _Registered(state, registration, endpoint)
+    return _Registered(state, registration, endpoint, steering)
 
 
 async def registered(

@@ -26,6 +26,8 @@ return what they found. It owns:
 - the run's session store (:class:`~teamlead._sessions.run_store.RunStore`), when the options
   name one: the SDK mirrors through its view (eagerly), the run mirrors its workflow
   journals and its status record into it.
+- the permission requests waiting for an answer (:class:`~.permissions.PermissionRequests`):
+  the options' ``can_use_tool`` goes through it, so ``teamlead view`` can list them.
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ from ..policy import Policy
 from ..tracker import TrackedEvent, Tracker
 from .agents import WORKFLOW_CAP_VAR, RunAgents
 from .ledger import Ledger
+from .permissions import PermissionRequests
 from .process import ProcessState, default_process_state
 from .resume_prompt import Delivery
 from .stop import RunStop
@@ -192,6 +195,7 @@ class RunState:
         process: what the run shares with the process's other runs.
         pause: the run's pause: its gate and its share of the relay hold on it.
         store: the run's session store, when its options name one.
+        permissions: the permission requests waiting for an answer (``can_use_tool``'s).
         last_parsed: the message the run fed last, with its events.
     """
 
@@ -219,6 +223,7 @@ class RunState:
     process: ProcessState = field(default_factory=default_process_state)
     pause: Pause = field(default_factory=Pause)
     store: RunStore | None = None
+    permissions: PermissionRequests | None = None
     last_parsed: tuple[object, list[TrackedEvent]] | None = field(default=None, repr=False)
 
     def drain_amends(self) -> list[RunAmended]:
@@ -461,6 +466,11 @@ def new_run(
     prepared = _subagent_model(prepared, policy.spawn.subagent_model)
     if gate is not None:
         gate.subagent_model = _starting_model(prepared, policy)
+    permissions = PermissionRequests(clock)
+    if prepared.can_use_tool is not None:  # the run lists what waits for an answer
+        prepared = dataclasses.replace(
+            prepared, can_use_tool=permissions.wrap(prepared.can_use_tool)
+        )
     mark = uuid.uuid4().hex
     config_dir = claude_config_dir({**os.environ, **dict(prepared.env)})
     store = None
@@ -477,6 +487,7 @@ def new_run(
         config_dir=config_dir,
         mark=mark,
         store=store,
+        permissions=permissions,
         gate=feed,
         tracker=Tracker(clock=clock),
         process=world,

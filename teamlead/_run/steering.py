@@ -5,6 +5,9 @@ own loop; each reads the run's state or asks the part of it that owns what chang
 
 - ``status``: what ``teamlead ps`` shows, read off the tracker, the gate, the agent
   ledger and the pause;
+- ``detail``: what ``teamlead view`` shows of one run (:func:`~.detail.live_detail`): its
+  agent tree, its queue, its waiting approvals and its governor's limits over time, which
+  the steering keeps from the run's stream (:meth:`RunSteering.saw`);
 - ``stop``: a graceful stop asks the run to wrap up as its deadline would
   (:meth:`~.stop.RunStop.wrap_up`: the work cut now, the lead answers once more from what
   finished, ``Finished`` ``partial``/``interrupted``); ``now`` (or a run without a spawn
@@ -26,7 +29,9 @@ from typing import Any
 
 from ..control import UNSET, RunControl, Unset
 from ..errors import AmendRefused, ControlError
+from ..events import ConcurrencyChanged
 from ..tracker import TaskInfo
+from .detail import LimitHistory, live_detail
 from .state import RunState
 
 __all__ = ["STOP_REASON", "RunSteering"]
@@ -50,6 +55,13 @@ class RunSteering:
         self._run = run
         self._command = command
         self._started = started
+        #: the governor's limit per bucket over time, from the run's stream
+        self.limits = LimitHistory()
+
+    def saw(self, item: object) -> None:
+        """One item of the run's stream: a governor's change is kept for ``detail``."""
+        if isinstance(item, ConcurrencyChanged):
+            self.limits.record(item)
 
     # -- status --------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
@@ -84,6 +96,13 @@ class RunSteering:
             "relayed": relayed,
             "deadline_in_s": round(max(0.0, state.deadline - now), 1) if state.deadline else None,
         }
+
+    def detail(self) -> dict[str, Any]:
+        """The run in detail, as ``teamlead view`` shows it (:class:`~.detail.RunDetail`)."""
+        detail = live_detail(self._state, run=self._run, status=self._status(), limits=self.limits)
+        if detail.started is None or self._started < detail.started:
+            detail.started = self._started
+        return detail.to_json()
 
     def _status(self) -> str:
         state = self._state
@@ -133,7 +152,11 @@ class RunSteering:
         if not state.pause.pause():
             raise ControlError(f"run {self._run} is already paused", code="state")
         relayed = state.relay is not None and state.relay.run is not None
-        held = "new requests" if relayed else "nothing at the relay (the run goes direct)"
+        held = (
+            "new requests"
+            if relayed
+            else "nothing at the relay (the run goes direct: its lead's requests go on)"
+        )
         left = state.deadline - state.clock.monotonic() if state.deadline else None
         clock = f"; its deadline keeps running ({left:.0f} s left)" if left is not None else ""
         return (

@@ -1,0 +1,433 @@
+"""One run in detail, for ``teamlead view``: its agent tree, its queue, its waiting
+approvals and its governor's limit per model over time.
+
+:class:`RunDetail` is one shape for two sources, so the page draws both the same way:
+
+- a live run's (:func:`live_detail`), which its control endpoint answers the ``detail`` op
+  with, read on the run's loop off its state: the tracker (every task, each workflow's
+  phases and agents), the relay's agent ledger (each agent's requests, tokens and last
+  tool), the spawn gate's queue, the pause's held requests and the permission requests
+  waiting for an answer;
+- a finished run's, read back from its NDJSON log (:mod:`.runlog`): the rows of its
+  ``finished`` line.
+
+The limits come from the run's :class:`~teamlead.events.ConcurrencyChanged` events, which a
+:class:`LimitHistory` keeps (bounded) as they pass. Every text is the agents' or the user's
+(hostile): it is kept as plain text, secrets redacted and cut short, and the page puts it in
+as text. The tree is bounded too (:data:`MAX_NODES`); what is left out is counted.
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+
+from .._agents.request import LEAD
+from .._redact import redact
+from ..events import ConcurrencyChanged
+from ..tracker import TaskInfo, WorkflowAgent
+from .permissions import labels_from
+
+if TYPE_CHECKING:
+    from .._agents.book import AgentBook
+    from .state import RunState
+
+__all__ = [
+    "DETAIL_VERSION",
+    "MAX_NODES",
+    "AgentNode",
+    "LimitHistory",
+    "NodeKind",
+    "QueuedCall",
+    "RunDetail",
+    "WaitingApproval",
+    "attach",
+    "live_detail",
+    "phase_nodes",
+    "plain",
+    "total",
+]
+
+#: The ``version`` of a detail's JSON.
+DETAIL_VERSION = 1
+#: Nodes a tree holds at most (the lead included); further agents are only counted.
+MAX_NODES = 2000
+_TEXT = 200
+_POINTS = 600  # limit changes kept per bucket (the oldest go first)
+_BUCKETS = 16
+
+#: ``lead``; ``agent`` (an Agent-tool subagent, nested ones under their parent);
+#: ``workflow``, its ``phase`` nodes and their ``workflow_agent`` nodes; ``teammate``;
+#: ``call`` (an Agent call that never became a task: denied, rejected).
+NodeKind: TypeAlias = Literal[
+    "lead", "agent", "workflow", "phase", "workflow_agent", "teammate", "call"
+]
+
+
+def plain(value: str | None, limit: int = _TEXT) -> str | None:
+    """``value`` as one line of plain text, secrets redacted, at most ``limit`` characters."""
+    if value is None:
+        return None
+    text = " ".join(redact(value).split())
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass
+class AgentNode:
+    """One agent of the run's tree (or a workflow's phase, which groups its agents).
+
+    Attributes:
+        id: the agent's id (a task id, a workflow agent's id), unique in the tree.
+        kind: what it is (:data:`NodeKind`).
+        label: its description or label (plain text).
+        state: ``running``, ``queued``, ``done``, ``failed``, or the row's status.
+        tokens: input plus output tokens, when known.
+        requests: requests counted at the relay, when known.
+        last_tool: the tool it called last, when known.
+        duration_s: how long it ran (so far, while it runs).
+        model: the model its requests named, when known.
+        children: the agents it started, a workflow's phases, a phase's agents.
+    """
+
+    id: str
+    kind: NodeKind
+    label: str
+    state: str
+    tokens: int | None = None
+    requests: int | None = None
+    last_tool: str | None = None
+    duration_s: float | None = None
+    model: str | None = None
+    children: list[AgentNode] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "id": self.id,
+            "kind": self.kind,
+            "label": self.label,
+            "state": self.state,
+            "tokens": self.tokens,
+            "requests": self.requests,
+            "last_tool": self.last_tool,
+            "duration_s": None if self.duration_s is None else round(self.duration_s, 1),
+            "model": self.model,
+            "children": [child.to_json() for child in self.children],
+        }
+
+
+@dataclass(frozen=True)
+class QueuedCall:
+    """An Agent call waiting in the spawn gate for a slot."""
+
+    tool_use_id: str
+    description: str
+    waited_s: float
+
+
+@dataclass(frozen=True)
+class WaitingApproval:
+    """A permission request waiting for its answer."""
+
+    tool: str
+    agent: str
+    what: str
+    waited_s: float
+
+
+class LimitHistory:
+    """The governor's limit per bucket (``provider/model``) over time, from the run's
+    :class:`~teamlead.events.ConcurrencyChanged` events: at most 600 changes for each of 16
+    buckets (the oldest go first)."""
+
+    def __init__(self) -> None:
+        self._points: dict[str, collections.deque[tuple[float, int, int, str]]] = {}
+
+    def record(self, event: ConcurrencyChanged) -> None:
+        """Keep one change; a bucket's first also says what it was before (its start)."""
+        points = self._points.get(event.key)
+        if points is None:
+            if len(self._points) >= _BUCKETS:
+                return
+            points = self._points[event.key] = collections.deque(maxlen=_POINTS)
+            if event.previous_cap != event.cap:
+                points.append((event.at, event.previous_cap, event.previous_cap, "start"))
+        points.append((event.at, event.effective, event.cap, event.reason))
+
+    def to_json(self) -> list[dict[str, Any]]:
+        """Each bucket's points, ``[at, effective, cap, reason]``, oldest first."""
+        return [
+            {"key": plain(key, 120), "points": [list(p) for p in points]}
+            for key, points in self._points.items()
+        ]
+
+
+@dataclass
+class RunDetail:
+    """One run in detail (see the module docstring).
+
+    Attributes:
+        run: the run's id.
+        source: ``live`` (asked of the run) or ``log`` (read back from its NDJSON).
+        status: the run's status (``running``, ``paused``, ...; a log's ``finished`` one).
+        lead: the root of the agent tree.
+        queue: the Agent calls waiting in the spawn gate.
+        waiting_for_slot: workflow agents whose first request the relay holds for a slot.
+        held_requests: requests a pause holds.
+        approvals: permission requests waiting for an answer.
+        limits: the governor's limit per bucket over time.
+        omitted: agents left out of the tree (past :data:`MAX_NODES`).
+        now: when this was read (wall clock; the chart's right edge while a run goes).
+        started: when the run started (wall clock), if known.
+        reason: a finished run's reason code.
+    """
+
+    run: str
+    source: Literal["live", "log"]
+    status: str
+    lead: AgentNode
+    queue: list[QueuedCall] = field(default_factory=list)
+    waiting_for_slot: int = 0
+    held_requests: int = 0
+    approvals: list[WaitingApproval] = field(default_factory=list)
+    limits: LimitHistory = field(default_factory=LimitHistory)
+    omitted: int = 0
+    now: float | None = None
+    started: float | None = None
+    reason: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The detail as the endpoint answers it and the page reads it (versioned)."""
+        return {
+            "version": DETAIL_VERSION,
+            "run": self.run,
+            "source": self.source,
+            "status": self.status,
+            "reason": self.reason,
+            "started": self.started,
+            "now": self.now,
+            "tree": self.lead.to_json(),
+            "omitted": self.omitted,
+            "queue": [
+                {"tool_use_id": q.tool_use_id, "description": q.description, "waited_s": q.waited_s}
+                for q in self.queue
+            ],
+            "waiting_for_slot": self.waiting_for_slot,
+            "held_requests": self.held_requests,
+            "approvals": [
+                {"tool": a.tool, "agent": a.agent, "what": a.what, "waited_s": a.waited_s}
+                for a in self.approvals
+            ],
+            "limits": self.limits.to_json(),
+        }
+
+
+class _Budget:
+    """How many more nodes the tree may take."""
+
+    def __init__(self) -> None:
+        self.left = MAX_NODES - 1  # the lead's
+        self.omitted = 0
+
+    def take(self) -> bool:
+        if self.left <= 0:
+            self.omitted += 1
+            return False
+        self.left -= 1
+        return True
+
+
+def attach(
+    nodes: Mapping[str, AgentNode], parents: Mapping[str, str | None], root: AgentNode
+) -> None:
+    """Hang each node of ``nodes`` under its parent's (the root when its parent is not a
+    node of the tree), in their order."""
+    for node_id, node in nodes.items():
+        parent = parents.get(node_id)
+        holder = nodes.get(parent) if parent is not None and parent != node_id else None
+        (holder or root).children.append(node)
+
+
+def phase_nodes(
+    parent_id: str, agents: Iterable[tuple[str | None, AgentNode]], titles: Iterable[str]
+) -> list[AgentNode]:
+    """A workflow's agents grouped under its phases, in phase order (the titles known
+    first, then any other an agent named; agents of no phase under ``(no phase)``)."""
+    groups: dict[str, list[AgentNode]] = {title: [] for title in titles}
+    for phase, node in agents:
+        groups.setdefault(phase or "", []).append(node)
+    out = []
+    for index, (title, members) in enumerate(groups.items()):
+        if not members and not title:
+            continue
+        out.append(
+            AgentNode(
+                id=f"{parent_id}/phase-{index}",
+                kind="phase",
+                label=plain(title) or "(no phase)",
+                state=_phase_state([m.state for m in members]),
+                tokens=total(m.tokens for m in members),
+                requests=total(m.requests for m in members),
+                children=members,
+            )
+        )
+    return out
+
+
+def _phase_state(states: list[str]) -> str:
+    if not states:
+        return "pending"
+    if any(s in ("running", "queued") for s in states):
+        return "running"
+    if all(s in ("done", "completed", "cached") for s in states):
+        return "done"
+    return "failed" if any(s in ("failed", "error", "timeout") for s in states) else states[-1]
+
+
+def total(values: Iterable[int | None]) -> int | None:
+    """The sum of the known values (``None`` when none is known)."""
+    known = [v for v in values if v is not None]
+    return sum(known) if known else None
+
+
+# -- a live run ----------------------------------------------------------------------------
+def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory) -> RunDetail:
+    """The detail of the live run ``state`` (called on the run's loop)."""
+    book = state.agents.book if state.agents is not None else None
+    now = state.clock.monotonic()
+    wall = state.clock.time()
+    tracker = state.tracker
+    lead_requests = lead_tokens = None
+    if book is not None:
+        leads = [c for (_, agent), c in book.entries.items() if agent == LEAD]
+        lead_requests = sum(c.requests for c in leads) if leads else None
+        lead_tokens = total(c.tokens for c in leads)
+    lead = AgentNode(
+        id="lead",
+        kind="lead",
+        label="lead",
+        state=status,
+        tokens=lead_tokens,
+        requests=lead_requests,
+        duration_s=max(0.0, now - tracker.started_at),
+    )
+    budget = _Budget()
+    nodes: dict[str, AgentNode] = {}
+    parents: dict[str, str | None] = {}
+    for task in tracker.tasks.values():
+        if not budget.take():
+            continue
+        nodes[task.task_id] = _task_node(task, book, now, budget)
+        parents[task.task_id] = task.parent_task_id
+    attach(nodes, parents, lead)
+    queue: list[QueuedCall] = []
+    gate = state.gate.gate if state.gate is not None else None
+    if gate is not None:
+        for record in gate.records():
+            if record.status == "queued":
+                waited = wall - record.queued_at if record.queued_at is not None else 0.0
+                queue.append(
+                    QueuedCall(
+                        tool_use_id=record.tool_use_id,
+                        description=plain(record.description) or "",
+                        waited_s=round(max(0.0, waited), 1),
+                    )
+                )
+    approvals: list[WaitingApproval] = []
+    if state.permissions is not None:
+        label_for = labels_from(state)
+        for asked in state.permissions.waiting:
+            approvals.append(
+                WaitingApproval(
+                    tool=plain(asked.tool, 80) or "",
+                    agent=plain(label_for(asked.agent_id), 80) or "",
+                    what=plain(asked.what) or "",
+                    waited_s=round(max(0.0, now - asked.asked_at), 1),
+                )
+            )
+    waiting_for_slot = 0
+    if book is not None:
+        waiting_for_slot = sum(
+            1
+            for count in book.entries.values()
+            if count.kind == "workflow_agent" and count.requests == 0 and count.denied is None
+        )
+    return RunDetail(
+        run=run,
+        source="live",
+        status=status,
+        lead=lead,
+        queue=queue,
+        waiting_for_slot=waiting_for_slot,
+        held_requests=state.pause.held_requests,
+        approvals=approvals,
+        limits=limits,
+        omitted=budget.omitted,
+        now=wall,
+        started=wall - (now - tracker.started_at),
+    )
+
+
+def _task_node(task: TaskInfo, book: AgentBook | None, now: float, budget: _Budget) -> AgentNode:
+    count = book.agent(task.task_id) if book is not None else None
+    ended = task.ended_at if task.ended_at is not None else now
+    state = (
+        "running" if not task.terminal else ("done" if task.status == "completed" else task.status)
+    )
+    node = AgentNode(
+        id=task.task_id,
+        kind="workflow" if task.is_workflow else "agent",
+        label=plain(task.description or task.subagent_type or task.task_id) or task.task_id,
+        state=state,
+        tokens=(
+            count.tokens if count is not None and count.tokens is not None else task.tokens or None
+        ),
+        requests=count.requests if count is not None else None,
+        last_tool=plain((count.last_tool if count is not None else None) or task.last_tool, 80),
+        duration_s=max(0.0, ended - task.started_at),
+        model=plain(count.sent_model, 80) if count is not None else None,
+    )
+    run = task.workflow
+    if run is None:
+        return node
+    node.label = plain(run.name or run.description or task.description) or task.task_id
+    agents: list[tuple[str | None, AgentNode]] = []
+    for index in sorted(run.agents):
+        if not budget.take():
+            continue
+        agent = run.agents[index]
+        agents.append((agent.phase, _workflow_agent_node(task, index, agent, book, task.terminal)))
+    node.children = phase_nodes(task.task_id, agents, run.phases)
+    node.tokens = node.tokens or total(c.tokens for c in node.children)
+    return node
+
+
+def _workflow_agent_node(
+    task: TaskInfo, index: int, agent: WorkflowAgent, book: AgentBook | None, ended: bool
+) -> AgentNode:
+    count = book.agent(agent.agent_id) if book is not None and agent.agent_id else None
+    if agent.state == "done":
+        state = "cached" if agent.cached else "done"
+    elif agent.state == "error":
+        state = "failed"
+    elif ended:
+        state = "lost"
+    elif agent.agent_id is None or (count is not None and count.requests == 0):
+        state = "queued"
+    else:
+        state = "running"
+    tokens = (
+        agent.tokens if agent.tokens is not None else (count.tokens if count is not None else None)
+    )
+    return AgentNode(
+        id=agent.agent_id or f"{task.task_id}#{index}",
+        kind="workflow_agent",
+        label=plain(agent.label) or f"agent {index}",
+        state=state,
+        tokens=tokens,
+        requests=count.requests if count is not None else None,
+        last_tool=plain(count.last_tool, 80) if count is not None else None,
+        duration_s=agent.duration_ms / 1000 if agent.duration_ms is not None else None,
+        model=plain(agent.model or (count.sent_model if count is not None else None), 80),
+    )

@@ -1,0 +1,69 @@
+"""The tests' way to look at ``teamlead view``: the real command serving, and its page in a
+real headless Chromium (the system's, driven by Playwright) that fails the test on any
+console error, page error or dialog."""
+
+from __future__ import annotations
+
+import select
+import shutil
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+import pytest
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
+
+__all__ = ["CHROMIUM", "chromium_page", "serving_view"]
+
+CHROMIUM = shutil.which("chromium")
+_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
+
+
+@contextmanager
+def serving_view(env: dict[str, str], *args: str) -> Iterator[str]:
+    """``teamlead view ARGS`` serving until the block ends (it must end with code 0, as a
+    server's end does): the URL it printed first."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "teamlead", "view", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        ready, _, _ = select.select([proc.stdout], [], [], 60)
+        assert ready and proc.stdout is not None, "teamlead view printed no URL"
+        url = proc.stdout.readline().strip()
+        assert url.startswith("http://127.0.0.1:") and "/?token=" in url, url
+        yield url
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+        assert proc.returncode == 0, err
+
+
+@contextmanager
+def chromium_page(url: str) -> Iterator[Page]:
+    """``url`` open in headless Chromium (skipped without one); no console error, page
+    error or dialog may have come by the block's end."""
+    if CHROMIUM is None:
+        pytest.skip("no chromium on PATH")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, args=_ARGS)
+        try:
+            page = browser.new_page(viewport={"width": 1100, "height": 900})
+            problems: list[str] = []
+            page.on("console", lambda m: problems.append(m.text) if m.type == "error" else None)
+            page.on("pageerror", lambda exc: problems.append(str(exc)))
+            page.on("dialog", lambda dialog: (problems.append(dialog.message), dialog.dismiss()))
+            page.goto(url, timeout=30_000)
+            yield page
+            assert problems == []
+        finally:
+            browser.close()

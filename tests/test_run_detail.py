@@ -1,0 +1,210 @@
+"""One run in detail (``teamlead view``'s run page), without a model: the governor's limits
+kept over time, a finished run read back from its NDJSON log, and the permission requests
+that wait for an answer."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import anyio
+import pytest
+
+from teamlead._run.detail import MAX_NODES, LimitHistory
+from teamlead._run.endpoint import parse_request
+from teamlead._run.permissions import PermissionRequests
+from teamlead._run.runlog import detail_of_log
+from teamlead.errors import UsageError
+from teamlead.events import ConcurrencyChanged
+from teamlead.testing import FakeClock
+
+
+def _change(
+    at: float, cap: int, previous: int, key: str = "anthropic/claude-x"
+) -> ConcurrencyChanged:
+    return ConcurrencyChanged(
+        key=key,
+        reason="rate_limited",
+        cap=cap,
+        previous_cap=previous,
+        effective=cap,
+        epoch=1,
+        at=at,
+    )
+
+
+def test_the_limit_history_starts_each_bucket_where_it_was_and_stays_bounded() -> None:
+    history = LimitHistory()
+    history.record(_change(10.0, 3, 32))
+    history.record(_change(20.0, 4, 3))
+    (bucket,) = history.to_json()
+    assert bucket["points"] == [
+        [10.0, 32, 32, "start"],
+        [10.0, 3, 3, "rate_limited"],
+        [20.0, 4, 4, "rate_limited"],
+    ]
+    for i in range(2000):
+        history.record(_change(30.0 + i, 5, 4))
+    for i in range(40):
+        history.record(_change(1.0, 2, 3, key=f"anthropic/m{i}"))
+    buckets = history.to_json()
+    assert len(buckets) == 16 and len(buckets[0]["points"]) == 600
+
+
+def _line(record: dict[str, Any]) -> str:
+    return json.dumps({"version": 4, **record})
+
+
+def _row(id_: str, kind: str = "task", **fields: Any) -> dict[str, Any]:
+    return {
+        "id": id_,
+        "kind": kind,
+        "description": id_,
+        "status": "completed",
+        "disposition": "included",
+        "source": "summary",
+        **fields,
+    }
+
+
+def test_a_log_is_read_back_as_a_tree_with_nested_agents_and_workflow_phases() -> None:
+    rows = [
+        _row("a1", tokens_in=5, tokens_out=1, requests=2, duration_s=1.5),
+        _row("a2", parent="a1", status="failed", disposition="failed"),
+        _row("wf", description="probe"),
+        _row("w1", "workflow_agent", parent="wf", phase="Scan", label="wf:a"),
+        _row("w2", "workflow_agent", parent="wf", phase="Check", label="check:a"),
+        _row("c1", "call", status="denied", disposition="not_run"),
+    ]
+    lines = [
+        "not json",
+        "[1, 2]",
+        _line(
+            {
+                "type": "agent_usage",
+                "agent_id": "",
+                "kind": "lead",
+                "requests": 3,
+                "input_tokens": 10,
+                "output_tokens": 2,
+            }
+        ),
+        _line(
+            {
+                "type": "agent_usage",
+                "agent_id": "a1",
+                "kind": "agent",
+                "requests": 2,
+                "last_tool": "Grep",
+            }
+        ),
+        _line({"type": "agent_usage", "agent_id": "bad"}),  # malformed: skipped
+        _line(
+            {
+                "type": "concurrency_changed",
+                "key": "anthropic/claude-x",
+                "reason": "rate_limited",
+                "cap": 2,
+                "previous_cap": 8,
+                "effective": 2,
+                "epoch": 1,
+                "at": 5.0,
+            }
+        ),
+        _line({"type": "mystery", "x": 1}),
+        _line(
+            {
+                "type": "finished",
+                "status": "partial",
+                "reason": "work_failed",
+                "result": None,
+                "session_id": "s-1",
+                "resumes": 0,
+                "tasks": rows,
+            }
+        ),
+    ]
+    detail = detail_of_log(lines).to_json()
+    assert (detail["run"], detail["source"], detail["status"]) == ("s-1", "log", "partial")
+    lead = detail["tree"]
+    assert (lead["tokens"], lead["requests"]) == (12, 3)
+    first, workflow, call = lead["children"]
+    assert (first["id"], first["state"], first["tokens"], first["last_tool"]) == (
+        "a1",
+        "done",
+        6,
+        "Grep",
+    )
+    assert [(c["id"], c["state"]) for c in first["children"]] == [("a2", "failed")]
+    assert workflow["kind"] == "workflow"
+    assert [p["label"] for p in workflow["children"]] == ["Scan", "Check"]
+    assert [a["label"] for p in workflow["children"] for a in p["children"]] == ["wf:a", "check:a"]
+    assert (call["kind"], call["state"]) == ("call", "denied")
+    assert detail["limits"][0]["points"][-1] == [5.0, 2, 2, "rate_limited"]
+
+
+def test_a_log_without_a_finished_line_is_refused() -> None:
+    with pytest.raises(UsageError, match="no `finished` line"):
+        detail_of_log([_line({"type": "session", "session_id": "x"})])
+
+
+def test_a_logs_tree_is_bounded_and_counts_what_it_left_out() -> None:
+    rows = [_row(f"a{i}") for i in range(MAX_NODES + 50)]
+    finished = {
+        "type": "finished",
+        "status": "completed",
+        "result": "x",
+        "session_id": None,
+        "resumes": 0,
+        "tasks": rows,
+    }
+    detail = detail_of_log([_line(finished)], name="run")
+    assert len(detail.lead.children) == MAX_NODES - 1 and detail.omitted == 51
+    assert detail.run == "run"
+
+
+def test_a_logs_text_has_its_secrets_redacted(monkeypatch: pytest.MonkeyPatch) -> None:
+    secret = "sk-ant-api03-FAKE-0123456789abcdefXYZ"
+    monkeypatch.setenv("ANTHROPIC_API_KEY", secret)
+    finished = {
+        "type": "finished",
+        "status": "completed",
+        "result": "x",
+        "session_id": "s",
+        "resumes": 0,
+        "tasks": [_row("a1", description=f"use {secret}")],
+    }
+    (child,) = detail_of_log([_line(finished)]).lead.children
+    assert secret not in child.label
+
+
+def test_the_endpoint_takes_the_detail_op() -> None:
+    assert parse_request(b'{"version": 1, "op": "detail"}').op == "detail"
+
+
+@pytest.mark.anyio
+async def test_a_permission_request_is_listed_while_it_waits_for_its_answer() -> None:
+    clock = FakeClock()
+    requests = PermissionRequests(clock)
+    answered = anyio.Event()
+
+    class Context:
+        agent_id = "a83b"
+        tool_use_id = "toolu_1"
+
+    async def ask(tool: str, tool_input: dict[str, Any], context: Any) -> str:
+        await answered.wait()
+        return "allowed"
+
+    callback = requests.wrap(ask)
+    async with anyio.create_task_group() as tg:
+
+        async def asking() -> None:
+            assert await callback("Bash", {"command": "rm -rf build"}, Context()) == "allowed"
+
+        tg.start_soon(asking)
+        await anyio.wait_all_tasks_blocked()
+        (waiting,) = requests.waiting
+        assert (waiting.tool, waiting.agent_id, waiting.what) == ("Bash", "a83b", "rm -rf build")
+        answered.set()
+    assert requests.waiting == [] and requests.count == 0
