@@ -24,9 +24,13 @@ gate off (``SpawnPolicy(enabled=False)``, or a client connected without it) the 
 has no gate: every agent starts at once, and only the subagent model still applies.
 
 Example:
-    >>> admission = Admission(Policy(), SYSTEM_CLOCK, cap=SpawnCap(4))
+    >>> policy = Policy(spawn={"max_concurrent_agents": 3})
+    >>> admission = Admission(policy, SYSTEM_CLOCK, cap=SpawnCap(4))  # 4 for the process
     >>> admission.gated, admission.cap, admission.most
-    (True, 4, 4)
+    (True, 3, 4)
+    >>> admission.amend(cap=4, subagent_model="claude-haiku-5-5")
+    >>> admission.cap, admission.agent_model("agent-1", "claude-opus-5-5")
+    (4, 'claude-haiku-5-5')
 """
 
 from __future__ import annotations
