@@ -10,13 +10,13 @@ the run started with, a value sets it, and an amend that changes nothing is refu
 - **The cap** (agents running at once, every kind) applies to the next admissions, and the
   queue follows it: the run's one admission (:mod:`teamlead._gate.admission`) queues Agent
   calls in the spawn gate's hook and workflow agents' first requests at the relay for slots
-  of the run's one pool. A raise admits queued
-  agents at once, in arrival order; a cut stops no running agent, it holds the next ones
-  until enough have ended. The CLI's own caps are fixed when it starts, so the cap goes no
-  higher than ``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS`` (its rejection point), and the
-  workflow engine, started with the run's starting cap as its
-  ``CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS``, never runs more workflow agents than that;
-  a lowered cap is enforced for them by the relay's hold.
+  of the run's one pool. A raise admits queued agents at once, in arrival order; a cut stops
+  no running agent, it holds the next ones until enough have ended. The CLI's own caps are
+  fixed when it starts, so the cap goes no higher than
+  ``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS`` (its rejection point), and the workflow engine,
+  started with the run's starting cap as its ``CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS``,
+  never runs more workflow agents than that; a lowered cap is enforced for them by the
+  admission at the relay.
 - **The subagent model** applies to agents that have not started; a running agent stays on
   the model it started with. How it reaches them depends on the name (checked on the real
   CLI 2.1.332: the Agent tool's ``model`` input takes only the CLI's aliases):

@@ -299,3 +299,20 @@ async def test_a_held_workflow_agents_timeout_runs_from_its_release_not_its_wait
     assert (first.status_code, held.status_code, again.status_code) == (200, 200, 200)
     assert late.status_code != 200 and "timeout of 10 s" in late.text
     assert book.timed_out == ["w1"]
+
+
+async def test_a_closed_admission_leaves_workflow_agents_their_slots_until_their_work_ends() -> (
+    None
+):
+    admission, gate = admission_with(FakeClock(), spawn_budget=5)
+    assert await admission.admit_workflow_agent("w1") is None
+    assert await admission.admit_workflow_agent("w2") is None
+    admission.budget_reached("token_budget")  # no agent starts from now on...
+    assert gate.running == 2 and gate.spawned == 2  # ...the running ones keep their slots
+    admission.agent_ended("w1")
+    assert gate.running == 1
+    admission.process_ended()  # their CLI exited: they ended with it
+    assert gate.running == 0
+    assert await admission.admit_workflow_agent("w3") is None
+    admission.end()  # the run ends: every slot is let go
+    assert gate.running == 0 and gate.max_workflow_agents == 2

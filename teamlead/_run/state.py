@@ -177,7 +177,7 @@ class RunState:
         admission: who lets the run's agents start (:attr:`Admission.gated`: with the
             spawn gate on).
         relay: the run's relay hookup, or ``None`` when the run goes direct.
-        agents: every agent of the run: the relay's ledger, the cap, timeout and budgets.
+        agents: every agent of the run: the relay's ledger, the timeout and budgets.
         tracker: follows the session.
         collected: what was collected and delivered.
         ledger: the bookkeeping :class:`~teamlead.events.Finished` is made from.
@@ -250,7 +250,7 @@ class RunState:
         )
 
     def attach_relay(self, hookup: RelayHookup) -> None:
-        """Send the run's requests through ``hookup``, from :meth:`relayed` (its options are
+        """Send the run's requests through ``hookup``, from :meth:`open_relay` (its options are
         those with ``ANTHROPIC_BASE_URL`` at the relay, when it is up)."""
         self.relay = hookup
         self.options = hookup.options
