@@ -81,9 +81,9 @@ def relay_in_thread(upstream: str, books: list[AgentBook] | None = None) -> Iter
     async def main() -> None:
         governor = Governor(GovernorPolicy(ceiling=1000))
         async with start_relay(upstream, governor) as relay:
-            run = relay.open_run()
-            run.state.agents = AgentBook(SystemClock())  # a run's ledger, as teamlead's runs
-            books.append(run.state.agents)
+            book = AgentBook(SystemClock())  # a run's ledger, as teamlead's runs
+            run = relay.open_run(agents=book)
+            books.append(book)
             url.append(run.base_url)
             stop.append(asyncio.Event())
             loop_box.append(asyncio.get_running_loop())

@@ -8,14 +8,15 @@ the run started with, a value sets it, and an amend that changes nothing is refu
 :class:`~teamlead.errors.AmendRefused`.
 
 - **The cap** (agents running at once, every kind) applies to the next admissions, and the
-  queue follows it: the spawn gate's queue of Agent calls and the relay's hold of workflow
-  agents' first requests both take slots of the run's one pool. A raise admits queued
-  agents at once, in arrival order; a cut stops no running agent, it holds the next ones
-  until enough have ended. The CLI's own caps are fixed when it starts, so the cap goes no
-  higher than ``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS`` (its rejection point), and the
-  workflow engine, started with the run's starting cap as its
-  ``CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS``, never runs more workflow agents than that;
-  a lowered cap is enforced for them by the relay's hold.
+  queue follows it: the run's one admission (:mod:`teamlead._gate.admission`) queues Agent
+  calls in the spawn gate's hook and workflow agents' first requests at the relay for slots
+  of the run's one pool. A raise admits queued agents at once, in arrival order; a cut stops
+  no running agent, it holds the next ones until enough have ended. The CLI's own caps are
+  fixed when it starts, so the cap goes no higher than
+  ``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS`` (its rejection point), and the workflow engine,
+  started with the run's starting cap as its ``CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS``,
+  never runs more workflow agents than that; a lowered cap is enforced for them by the
+  admission at the relay.
 - **The subagent model** applies to agents that have not started; a running agent stays on
   the model it started with. How it reaches them depends on the name (checked on the real
   CLI 2.1.332: the Agent tool's ``model`` input takes only the CLI's aliases):
@@ -30,9 +31,12 @@ the run started with, a value sets it, and an amend that changes nothing is refu
     of an Agent-tool agent started on the alias. Until such an agent has run, new workflow
     agents stay on the run's starting model; a model id reaches them at once.
 
-Every applied amend is a :class:`~teamlead.events.RunAmended` event in the run's stream
-(and its NDJSON). ``teamlead amend RUN`` amends a run from another process through its
-control endpoint, with the same rules (a run started without a control gets one then).
+The control amends the run's :class:`~teamlead._gate.admission.Admission`, nothing else:
+a run takes the control with :meth:`RunControl.serve` and holds the :class:`ControlLease` it
+returns until it ends. Every applied amend is a :class:`~teamlead.events.RunAmended` event in
+the run's stream (and its NDJSON). ``teamlead amend RUN`` amends a run from another process
+through its control endpoint, with the same rules (a run started without a control gets one
+then).
 The control is safe to call from the run's event loop (a key reader's task) and from any
 other thread: the change is applied on the run's loop.
 
@@ -58,11 +62,9 @@ from .errors import AmendRefused
 from .events import AmendField, RunAmended
 
 if TYPE_CHECKING:
-    from ._agents.book import AgentBook
-    from ._gate.gate import SpawnGate
-    from .clock import Clock
+    from ._gate.admission import Admission
 
-__all__ = ["UNSET", "RunControl", "Unset"]
+__all__ = ["UNSET", "ControlLease", "RunControl", "Unset"]
 
 
 class Unset(enum.Enum):
@@ -79,11 +81,9 @@ _MAX_MODEL = 200
 
 @dataclass
 class _Run:
-    """What a control changes in the run it serves (set by the run state)."""
+    """What a control changes in the run it serves (see :meth:`RunControl.serve`)."""
 
-    gate: SpawnGate | None
-    book: AgentBook | None
-    clock: Clock
+    admission: Admission
     emit: Callable[[RunAmended], None]
     default_cap: int | None
     default_model: str | None
@@ -136,8 +136,7 @@ class RunControl:
     def max_cap(self) -> int | None:
         """The highest cap this run can take (the CLI's own subagent cap, fixed at start)."""
         with self._lock:
-            gate = self._run.gate if self._run is not None else None
-            return gate.most if gate is not None else None
+            return self._run.admission.most if self._run is not None else None
 
     @property
     def subagent_model(self) -> str | None:
@@ -251,13 +250,13 @@ class RunControl:
         return self._cap
 
     def _checked_cap(self, run: _Run, cap: int | None) -> int | None:
-        if run.gate is None:
+        most = run.admission.most
+        if most is None:
             raise AmendRefused(_NO_GATE, field="cap")
         if cap is None:
             return run.default_cap
         if isinstance(cap, bool) or not isinstance(cap, int):
             raise AmendRefused(f"the cap must be a whole number, not {cap!r}", field="cap")
-        most = run.gate.most
         if not 1 <= cap <= most:
             raise AmendRefused(
                 f"the cap must be between 1 and {most} (the CLI's own subagent cap), not {cap}",
@@ -277,46 +276,62 @@ class RunControl:
 
     def _apply_here(self, run: _Run, event: RunAmended) -> None:
         """Put the control's values *now* into the run (so amends racing from two threads
-        end with the gate on the last one), then hand the event to the stream."""
+        end with the run on the last one), then hand the event to the stream."""
         with self._lock:
             if run.ended or self._run is not run:
                 return
             cap, model = self._cap, self._model
-        if run.gate is not None and cap is not None and cap != run.gate.run_limit:
-            run.gate.set_limit(cap)
-        if run.gate is not None:
-            run.gate.subagent_model = model
-        if run.book is not None:
-            # an alias goes through the gate's hook; the CLI runs new agents on the starting
-            # model already; a model id the relay puts in every request of a new agent
-            # the book resolves an alias from what the CLI made of it for an Agent call
-            changed = model is not None and model != run.default_model
-            run.book.pinned_model = model if changed else None
+        run.admission.amend(cap=cap, subagent_model=model)
         run.emit(event)
 
-    # -- the run's side (private) -------------------------------------------------------------
-    def _attach(self, run: _Run) -> None:
-        """A run starts using this control."""
+    # -- the run's side ------------------------------------------------------------------------
+    def serve(self, admission: Admission, *, emit: Callable[[RunAmended], None]) -> ControlLease:
+        """A run starts using this control; teamlead's run calls it (users pass the control
+        as ``control=`` instead).
+
+        Args:
+            admission: the run's admission, which every amend changes.
+            emit: hands each applied amend's event to the run's stream.
+
+        Returns:
+            The run's hold on the control, until :meth:`ControlLease.end`.
+
+        Raises:
+            AmendRefused: the control already serves a run that has not ended.
+        """
+        run = _Run(
+            admission=admission,
+            emit=emit,
+            default_cap=admission.cap,
+            default_model=admission.starting_model,
+        )
         with self._lock:
             if self._run is not None and not self._run.ended:
                 raise AmendRefused("this RunControl already serves a running run; make one per run")
             self._run = run
             self._cap = run.default_cap
             self._model = run.default_model
+        return ControlLease(self._lock, run)
 
-    def _bind_loop(self) -> None:
-        """Called on the run's event loop when it starts: amends from other threads are
-        applied through it."""
+
+class ControlLease:
+    """A run's hold on the :class:`RunControl` that serves it (from :meth:`RunControl.serve`):
+    the run binds it to its event loop, and ends it when the run ends."""
+
+    def __init__(self, lock: threading.RLock, run: _Run) -> None:
+        self._lock = lock
+        self._run = run
+
+    def bind_loop(self) -> None:
+        """Called on the run's event loop: amends from other threads are applied through it."""
         with self._lock:
-            if self._run is not None:
-                self._run.token = anyio.lowlevel.current_token()
-                self._run.thread = threading.get_ident()
+            self._run.token = anyio.lowlevel.current_token()
+            self._run.thread = threading.get_ident()
 
-    def _detach(self) -> None:
+    def end(self) -> None:
         """The run ended: later amends are refused; the values read stay the last ones."""
         with self._lock:
-            if self._run is not None:
-                self._run.ended = True
+            self._run.ended = True
 
 
 _NO_GATE = "this run has no spawn gate (SpawnPolicy(enabled=False)), so its cap cannot change"
@@ -354,6 +369,6 @@ def _unchanged(
 
 def _now(run: _Run) -> float:
     try:
-        return run.clock.time()
+        return run.admission.clock.time()
     except Exception:  # a broken clock must not stop an amend
         return 0.0

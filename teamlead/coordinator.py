@@ -43,7 +43,7 @@ from ._otel import trace_run
 from ._run.loop import Client, QueryFn, run_client, run_query, run_resume
 from ._run.process import ProcessState
 from ._run.registered import registered
-from ._run.relayed import RelayHookup, relayed, with_relay_events
+from ._run.relayed import RelayHookup, with_relay_events
 from ._run.relayed import relay_for as _relay_for
 from ._run.state import RunState, new_run, prepare_options
 from ._run.stream import RunStream
@@ -111,7 +111,7 @@ async def _relayed_run(
     """
     finished: Finished | None = None
     try:
-        async with relayed(state.options, state.policy, process=state.process) as hookup:
+        async with state.open_relay() as hookup:
             state.attach_relay(hookup)
             run_trace = trace_run(mode, state.options, state, prompt=prompt, session_id=session_id)
             if run_trace is not None:
@@ -308,7 +308,7 @@ class ClientRun:
 
     async def __aenter__(self) -> ClientRun:
         """Start the request relay for the client's life (direct when off or failing)."""
-        context = relayed(self._state.options, self._state.policy, process=self._state.process)
+        context = self._state.open_relay()
         self._state.attach_relay(await context.__aenter__())
         self._relay = context
         return self

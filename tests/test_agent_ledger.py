@@ -18,9 +18,11 @@ import httpx2
 import pytest
 
 from teamlead._agents.book import MAX_AGENTS, AgentBook, AgentLimits
+from teamlead._agents.count import WorkflowRefusal
 from teamlead._agents.request import agent_key, is_workflow_agent
 from teamlead._agents.usage import UsageScan
-from teamlead._gate.slots import FifoSlots
+from teamlead._gate.admission import Admission
+from teamlead._gate.slots import SpawnCap
 from teamlead._relay import Relay, start_relay
 from teamlead._run.resume_prompt import Delivery, render_resume_prompt
 from teamlead.clock import SystemClock
@@ -80,8 +82,7 @@ async def relayed_run(
         start_relay(server.base_url, governor) as relay,
         httpx2.AsyncClient(timeout=20) as http,
     ):
-        run = relay.open_run()
-        run.state.agents = book
+        run = relay.open_run(agents=book)
         yield relay, run.base_url + "/v1/messages?beta=true", http
 
 
@@ -132,8 +133,8 @@ async def test_bad_ids_are_attributed_safely_and_never_to_another_run(
         start_relay(server.base_url, governor) as relay,
         httpx2.AsyncClient(timeout=20) as http,
     ):
-        run_a, run_b = relay.open_run(), relay.open_run()
-        run_a.state.agents, run_b.state.agents = mine, other
+        run_a = relay.open_run(agents=mine)
+        relay.open_run(agents=other)  # another run of the same relay, with its own ledger
         url = run_a.base_url + "/v1/messages?beta=true"
         forged = "x" * 500
         for hdrs in (
@@ -253,9 +254,11 @@ async def test_an_agent_past_its_timeout_is_cut_and_refused(server: ScriptedServ
 async def test_a_workflow_agents_first_request_waits_for_a_slot_fifo(
     server: ScriptedServer,
 ) -> None:
-    pool = FifoSlots(1)
-    assert pool.try_take()  # an Agent-tool agent holds the run's only slot
-    book = AgentBook(SystemClock(), pools=lambda: [pool])
+    cap = SpawnCap(1)
+    pool = cap.slots
+    assert pool.try_take()  # another run's agent holds the process's only slot
+    admission = Admission(Policy(), SystemClock(), cap=cap)
+    book = AgentBook(SystemClock(), admission=admission)
     async with relayed_run(server, book) as (_, url, http):
         done: list[str] = []
 
@@ -270,7 +273,7 @@ async def test_a_workflow_agents_first_request_waits_for_a_slot_fifo(
             assert server.recorded() == [] and done == []  # held, not forwarded
             pool.release()  # the Agent-tool agent ended: w1 takes its slot
         assert done == ["w1"] and pool.held == 1  # the slot follows the work, not the request
-        book.agent_ended("w1")  # its workflow entry is done
+        admission.agent_ended("w1")  # its workflow entry is done
         assert pool.held == 0
 
 
@@ -321,11 +324,18 @@ def test_a_version_1_finished_record_still_reads() -> None:
     assert EVENT_VERSION == 4 and Finished.model_validate_json(done.to_json()) == done
 
 
-async def test_a_fault_in_the_ledger_never_breaks_a_request(server: ScriptedServer) -> None:
-    def broken_pools() -> list[FifoSlots]:
+class _BrokenAdmission:
+    """A run's admission that fails on every workflow agent."""
+
+    async def admit_workflow_agent(self, agent_id: str) -> WorkflowRefusal | None:
         raise RuntimeError("the gate is gone")
 
-    book = AgentBook(SystemClock(), pools=broken_pools)
+    def agent_model(self, agent_id: str, sent_model: str | None) -> str | None:
+        return None
+
+
+async def test_a_fault_in_the_ledger_never_breaks_a_request(server: ScriptedServer) -> None:
+    book = AgentBook(SystemClock(), admission=_BrokenAdmission())
     async with relayed_run(server, book) as (_, url, http):
         r = await http.post(url, content=workflow_body(), headers=headers(agent="w1"))
         after = await http.post(url, content=body(), headers=headers(agent="a1"))
@@ -359,20 +369,22 @@ def test_the_last_tool_is_read_from_the_tail_of_a_request_and_never_trusted_as_t
 async def test_a_workflow_agent_takes_its_spawn_unit_before_its_slot_and_gives_it_back_unstarted(
     server: ScriptedServer,
 ) -> None:
-    from teamlead._gate.feed import GateFeed
-    from teamlead._gate.gate import SpawnGate
     from teamlead.policy import SpawnPolicy
 
-    gate = SpawnGate(SpawnPolicy(spawn_budget=1), deadline_s=600)
-    pool = FifoSlots(1)
-    assert pool.try_take()  # an Agent-tool agent holds the only slot
+    cap = SpawnCap(1)
+    pool = cap.slots
+    assert pool.try_take()  # another run's agent holds the process's only slot
     clock = SystemClock()
-    book = AgentBook(clock, pools=lambda: [pool], spawn_units=GateFeed(gate))
+    policy = Policy(spawn=SpawnPolicy(spawn_budget=1), deadline_s=600)
+    admission = Admission(policy, clock, cap=cap)
+    gate = admission.gate
+    assert gate is not None
+    book = AgentBook(clock, admission=admission)
     async with relayed_run(server, book) as (_, url, http):
-        book.hold_until = clock.monotonic()  # the wrap-up point has come: no slot will
+        admission.set_deadline(0)  # the wrap-up point has come: no slot will
         late = await http.post(url, content=workflow_body(), headers=headers(agent="w1"))
         assert late.status_code == 400 and gate.spawned == 0  # its unit is back
-        book.hold_until = None
+        admission.set_deadline(600)
         pool.release()
         first = await http.post(url, content=workflow_body(), headers=headers(agent="w2"))
         assert first.status_code == 200 and gate.spawned == 1

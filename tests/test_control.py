@@ -68,8 +68,8 @@ class Hooks:
     """Agent calls in the gate's hook, in the background; their outputs by name."""
 
     def __init__(self, state: RunState, tg: anyio.abc.TaskGroup) -> None:
-        assert state.gate is not None
-        self.gate = state.gate.gate
+        assert state.admission.gate is not None
+        self.gate = state.admission.gate
         self.tg = tg
         self.out: dict[str, Any] = {}
 
@@ -97,7 +97,7 @@ async def test_a_field_left_out_changes_nothing_none_restores_and_a_value_sets()
     assert event.changed == ["cap", "subagent_model"]
     assert (control.cap, control.subagent_model) == (3, "haiku")
     assert (event.default_cap, event.default_subagent_model) == (3, "haiku")
-    assert state.gate is not None and state.gate.gate.run_limit == 3
+    assert state.admission.cap == 3
     assert [e.changed for e in state.drain_amends()] == [
         ["cap"],
         ["subagent_model"],
@@ -180,7 +180,7 @@ async def test_without_the_spawn_gate_the_cap_cannot_change_but_the_model_can() 
     with pytest.raises(AmendRefused, match="no spawn gate"):
         control.lower_cap()
     control.amend(subagent_model="claude-haiku-5-5")
-    assert state.agents is not None and state.agents.book.pinned_model == "claude-haiku-5-5"
+    assert state.admission.pinned_model == "claude-haiku-5-5"
 
 
 # -- the cap the queue follows ---------------------------------------------------------------
@@ -253,10 +253,10 @@ async def test_the_relay_hold_of_workflow_agents_follows_the_live_cap() -> None:
         await anyio.wait_all_tasks_blocked()
         assert sent == ["w1", "w2"]
         control.lower_cap()
-        book.agent_ended("w1")
+        state.admission.agent_ended("w1")  # its workflow entry is done
         await anyio.wait_all_tasks_blocked()
         assert sent == ["w1", "w2"]  # w2 still runs: the cap of 1 is full
-        book.agent_ended("w2")
+        state.admission.agent_ended("w2")
         await anyio.wait_all_tasks_blocked()
         assert sent == ["w1", "w2", "w3"]
 
@@ -285,20 +285,20 @@ def test_fifo_slots_follow_a_changed_limit() -> None:
 async def test_an_alias_goes_into_later_agent_calls_and_a_model_id_is_pinned_at_the_relay() -> None:
     control = RunControl()
     state = a_run(control, cap=5)
-    assert state.gate is not None and state.agents is not None
-    gate, book = state.gate.gate, state.agents.book
+    admission, gate = state.admission, state.admission.gate
+    assert gate is not None
     assert await gate.hook(agent_input("before"), "before", None) == {}
     control.set_subagent_model("haiku")
     out = await gate.hook(agent_input("after", model="opus"), "after", None)
     updated = out["hookSpecificOutput"]["updatedInput"]
     assert updated == {"description": "after", "prompt": "do after", "model": "haiku"}
     assert "permissionDecision" not in out["hookSpecificOutput"]  # the user's rules still ask
-    assert book.pinned_model == "haiku" and book.aliases == {}  # the CLI's to resolve
+    assert admission.pinned_model == "haiku" and admission.aliases == {}  # the CLI's to resolve
     control.set_subagent_model("claude-haiku-5-5")
     assert await gate.hook(agent_input("id"), "id", None) == {}  # not an Agent input
-    assert book.pinned_model == "claude-haiku-5-5"
+    assert admission.pinned_model == "claude-haiku-5-5"
     control.set_subagent_model(None)
-    assert book.pinned_model is None and gate.subagent_model is None
+    assert admission.pinned_model is None and gate.subagent_model is None
 
 
 async def test_a_pinned_model_reaches_new_agents_only_and_stays_with_each() -> None:
@@ -335,8 +335,8 @@ async def test_a_pinned_model_reaches_new_agents_only_and_stays_with_each() -> N
 async def test_an_alias_pins_workflow_agents_once_an_agent_call_showed_what_it_became() -> None:
     control = RunControl()
     state = a_run(control, cap=5)
-    assert state.gate is not None and state.agents is not None
-    gate, book = state.gate.gate, state.agents.book
+    assert state.admission.gate is not None and state.agents is not None
+    gate, book = state.admission.gate, state.agents.book
     bodies: dict[str, list[bytes | None]] = {}
 
     async def request(agent: str, body: bytes = WORKFLOW_BODY) -> None:
@@ -352,7 +352,7 @@ async def test_an_alias_pins_workflow_agents_once_an_agent_call_showed_what_it_b
     resolved = json.dumps({"model": "claude-haiku-5-5", "messages": []}).encode()
     await request("task-1", resolved)  # the Agent call's agent: its first request...
     gate.task_started("toolu_call", "task-1")  # ...then the stream names its task
-    assert book.aliases == {"haiku": "claude-haiku-5-5"}
+    assert state.admission.aliases == {"haiku": "claude-haiku-5-5"}
     await request("late")
     assert bodies["early"] == [None] and bodies["task-1"] == [None]
     assert json.loads(bodies["late"][0] or b"{}")["model"] == "claude-haiku-5-5"

@@ -19,13 +19,13 @@ import httpx2
 import pytest
 
 from teamlead._agents.book import AgentBook
-from teamlead._gate.feed import GateFeed
+from teamlead._gate.admission import Admission
 from teamlead._gate.gate import SpawnGate
 from teamlead._gate.slots import SpawnCap
 from teamlead._relay import start_relay
 from teamlead.events import SpawnDenied
 from teamlead.governor import Governor, GovernorPolicy
-from teamlead.policy import SpawnPolicy
+from teamlead.policy import Policy, SpawnPolicy
 from teamlead.testing import FakeClock, Reply, ScriptedRequest, ScriptedServer
 
 pytestmark = pytest.mark.anyio
@@ -39,6 +39,17 @@ def gate_with(clock: FakeClock | None = None, **policy: Any) -> tuple[SpawnGate,
         SpawnPolicy(**policy), cap=SpawnCap(20), clock=clock or FakeClock(), on_event=seen.append
     )
     return gate, seen
+
+
+def admission_with(
+    clock: FakeClock, *, deadline_s: float = 1800.0, **policy: Any
+) -> tuple[Admission, SpawnGate]:
+    """A run's admission (and its gate) on ``clock``, as the run builds it."""
+    admission = Admission(
+        Policy(spawn=SpawnPolicy(**policy), deadline_s=deadline_s), clock, cap=SpawnCap(20)
+    )
+    assert admission.gate is not None
+    return admission, admission.gate
 
 
 def workflow_call(agent_id: str | None = None) -> dict[str, Any]:
@@ -88,8 +99,7 @@ async def relayed(
             start_relay(server.base_url, governor) as relay,
             httpx2.AsyncClient(timeout=20) as http,
         ):
-            run = relay.open_run()
-            run.state.agents = book
+            run = relay.open_run(agents=book)
             url = run.base_url + "/v1/messages?beta=true"
 
             async def post(agent: str, text: str) -> httpx2.Response:
@@ -184,9 +194,8 @@ async def test_odd_workflow_hook_input_is_decided_never_raised() -> None:
 
 async def test_workflow_agents_and_agent_calls_share_one_stagger_on_the_clock() -> None:
     clock = FakeClock()
-    gate, _ = gate_with(clock, stagger_s=2.0)
-    feed = GateFeed(gate)
-    book = AgentBook(clock, pools=feed.slot_pools, pace=feed.stagger)
+    admission, gate = admission_with(clock, stagger_s=2.0)
+    book = AgentBook(clock, admission=admission)
     forwarded: list[tuple[str, float]] = []
 
     def script(req: ScriptedRequest) -> Reply:
@@ -212,16 +221,17 @@ async def test_workflow_agents_and_agent_calls_share_one_stagger_on_the_clock() 
     assert starts[3] == 6.0 and clock.sleeps == [2.0, 2.0, 2.0]
     assert gate.running == 4  # w1..w3 hold their slots until their work ends, t1 its own
     for agent in ("w1", "w2", "w3"):
-        book.agent_ended(agent)
+        admission.agent_ended(agent)
     assert gate.running == 1
 
 
 async def test_a_stagger_turn_after_the_wrap_up_refuses_the_agent_and_frees_its_slot() -> None:
     clock = FakeClock()
-    gate, _ = gate_with(clock, stagger_s=30.0, max_concurrent_agents=2)
-    feed = GateFeed(gate)
-    book = AgentBook(clock, pools=feed.slot_pools, pace=feed.stagger)
-    book.hold_until = 10.0  # the wrap-up point comes before a second start's turn
+    # the wrap-up point (at 10 s) comes before a second start's turn
+    admission, gate = admission_with(
+        clock, deadline_s=10, stagger_s=30.0, max_concurrent_agents=2, wrap_up_reserve_s=0
+    )
+    book = AgentBook(clock, admission=admission)
     codes = []
     async with relayed(book, _ok) as post:
         for agent in ("w1", "w2"):
@@ -230,7 +240,7 @@ async def test_a_stagger_turn_after_the_wrap_up_refuses_the_agent_and_frees_its_
             codes.append((r.status_code, r.text))
     assert codes[0][0] == 200
     assert codes[1][0] != 200 and "stagger comes after the run's wrap-up" in codes[1][1]
-    assert gate.running == 1 and book.max_held_running == 1  # w2's slot was given back
+    assert gate.running == 1 and gate.max_workflow_agents == 1  # w2's slot was given back
 
 
 @pytest.mark.parametrize(
@@ -281,11 +291,8 @@ async def test_a_held_workflow_agents_timeout_runs_from_its_release_not_its_wait
     from teamlead._agents.book import AgentLimits
 
     clock = FakeClock()
-    gate, _ = gate_with(clock, stagger_s=30.0)
-    feed = GateFeed(gate)
-    book = AgentBook(
-        clock, AgentLimits(agent_timeout_s=10), pools=feed.slot_pools, pace=feed.stagger
-    )
+    admission, _ = admission_with(clock, stagger_s=30.0)
+    book = AgentBook(clock, AgentLimits(agent_timeout_s=10), admission=admission)
     async with relayed(book, _ok) as post:
         with anyio.fail_after(20):
             first = await post("w0", "w")
@@ -298,3 +305,20 @@ async def test_a_held_workflow_agents_timeout_runs_from_its_release_not_its_wait
     assert (first.status_code, held.status_code, again.status_code) == (200, 200, 200)
     assert late.status_code != 200 and "timeout of 10 s" in late.text
     assert book.timed_out == ["w1"]
+
+
+async def test_a_closed_admission_leaves_workflow_agents_their_slots_until_their_work_ends() -> (
+    None
+):
+    admission, gate = admission_with(FakeClock(), spawn_budget=5)
+    assert await admission.admit_workflow_agent("w1") is None
+    assert await admission.admit_workflow_agent("w2") is None
+    admission.budget_reached("token_budget")  # no agent starts from now on...
+    assert gate.running == 2 and gate.spawned == 2  # ...the running ones keep their slots
+    admission.agent_ended("w1")
+    assert gate.running == 1
+    admission.process_ended()  # their CLI exited: they ended with it
+    assert gate.running == 0
+    assert await admission.admit_workflow_agent("w3") is None
+    admission.end()  # the run ends: every slot is let go
+    assert gate.running == 0 and gate.max_workflow_agents == 2

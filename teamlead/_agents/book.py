@@ -6,27 +6,23 @@ relay can attribute each request, the tokens of its reply (``usage`` in ``messag
 ``message_delta``) and the 429s met on the way to one agent, whichever tool spawned it, and
 apply the run's limits where the spawn gate's hook cannot see an agent:
 
-- **The cap.** A workflow agent fires no hook, so its *first* request waits here, first come
-  first served, for a slot of the same pools the gate takes for Agent calls (the run's limit
-  and the process-wide cap). The slot is held until the run says the agent's work ended (its
-  workflow entry done or in error, its workflow task ended, its CLI exited), never on a timer.
-  Then it waits its turn in the run's stagger (``pace``), shared with the gate's Agent calls.
+- **Admission.** A workflow agent fires no hook, so its *first* request asks the run's
+  admission (:class:`~teamlead._agents.count.AgentAdmission`, the one owner of every agent's
+  admission: :class:`teamlead._gate.admission.Admission`) and waits for its answer: a unit of
+  the spawn budget, a slot of the same pools as an Agent call, its turn in the same stagger.
+  Past the budget it is refused at once and does not start, and so are its later requests;
+  with no slot before the wrap-up point it does not start either. The book holds no slot:
+  the admission frees it when the run says the agent's work ended.
 - **The timeout.** An agent running longer than ``agent_timeout_s`` has its request in flight
   ended and every later one refused with a clear error, so it ends at once.
-- **The model.** An agent (Agent-tool or workflow) whose first request comes after the run's
-  subagent model was changed (:attr:`AgentBook.pinned_model`, set by
-  :class:`teamlead.RunControl`) is pinned to it: every one of its requests goes upstream with
-  that ``model``, so one agent stays on one model and agents already running keep theirs.
-  Only the CLI resolves an alias (``haiku``): the spawn gate gives it to Agent calls, and
-  the book learns what it became from the first request of such an agent
-  (:meth:`AgentBook.learn_alias`); until then an alias pins nobody.
+- **The model.** An agent (Agent-tool or workflow) is pinned, at its first request, to the
+  model the run's admission names for it (:meth:`AgentAdmission.agent_model`, after a
+  :class:`teamlead.RunControl` amend): every one of its requests goes upstream with that
+  ``model``, so one agent stays on one model and agents already running keep theirs.
 - **The budgets.** Tokens and requests are counted from the upstream's own usage. Each
   request is checked and reserved in one synchronous step before it is forwarded, keeping
   room for the wrap-up's own request; once a budget is reached no subagent request goes on
-  and the run is told to wrap up. A workflow agent also takes a unit of the run's spawn
-  budget (``spawn_units``) before its first request waits for a slot, as an Agent call does
-  in the hook (given back if it never gets one): past the budget it is refused at once and
-  does not start, and so are its later requests.
+  and the run is told to wrap up.
 
 One :class:`AgentBook` belongs to one run (the relay's path token tells runs apart, never a
 header): a session id of another run or a forged agent id is counted in *this* run's book
@@ -39,13 +35,12 @@ loop and is not thread-safe.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from ..clock import Clock, move_on_at
-from ..policy import is_model_alias
-from .count import AgentCount, AgentKind, SlotPool, SpawnUnits
+from .count import AgentAdmission, AgentCount, AgentKind
 from .request import (
     LEAD,
     Answer,
@@ -62,13 +57,12 @@ from .request import (
 
 __all__ = [
     "MAX_AGENTS",
+    "AgentAdmission",
     "AgentBook",
     "AgentCount",
     "AgentKind",
     "AgentLimits",
     "ExhaustReason",
-    "SlotPool",
-    "SpawnUnits",
 ]
 
 log = logging.getLogger("teamlead.relay")
@@ -76,7 +70,6 @@ log = logging.getLogger("teamlead.relay")
 #: Entries one run's book keeps; requests of further agent ids count in one overflow entry.
 MAX_AGENTS = 4096
 _OVERFLOW = "?overflow"
-_DEFAULT_HOLD_S = 1800.0
 #: Tokens kept for the wrap-up when no lead request was measured yet.
 _DEFAULT_WRAP_TOKENS = 4000
 
@@ -103,15 +96,11 @@ class AgentBook:
     """One run's agent ledger and the limits the relay applies (see the module docstring).
 
     Args:
-        clock: the run's clock (timeouts and the hold's deadline run on it).
+        clock: the run's clock (timeouts run on it).
         limits: the run's per-agent timeout and budgets.
-        pools: the slot pools a workflow agent's first request takes (the gate's run limit
-            and the process-wide cap), read when needed; ``None``: no cap.
-        pace: ``await pace(until)`` waits a workflow agent's turn in the run's stagger
-            (the gate's :meth:`~teamlead._gate.gate.SpawnGate.stagger`); ``False``: its turn
-            comes after ``until``. ``None``: no stagger.
-        spawn_units: the run's spawn budget a workflow agent takes a unit of before it
-            waits for a slot (:class:`SpawnUnits`). ``None``: no spawn budget.
+        admission: the run's admission, which a workflow agent's first request waits for
+            and which names the model of a new agent (:class:`AgentAdmission`); ``None``:
+            every agent starts at once, on the model it asked for.
         on_usage: told ``(session id, agent id, count)`` after each of an agent's requests.
         on_exhausted: told once when a budget is reached (the run wraps up).
         on_timeout: told ``agent id`` once when an agent passes its timeout.
@@ -122,18 +111,14 @@ class AgentBook:
         clock: Clock,
         limits: AgentLimits | None = None,
         *,
-        pools: Callable[[], Sequence[SlotPool]] | None = None,
-        pace: Callable[[float], Awaitable[bool]] | None = None,
-        spawn_units: SpawnUnits | None = None,
+        admission: AgentAdmission | None = None,
         on_usage: Callable[[str, str, AgentCount], None] | None = None,
         on_exhausted: Callable[[ExhaustReason], None] | None = None,
         on_timeout: Callable[[str], None] | None = None,
     ) -> None:
         self.clock = clock
         self.limits = limits or AgentLimits()
-        self._pools = pools
-        self._pace = pace
-        self._units = spawn_units
+        self._admission = admission
         self.on_usage = on_usage
         self.on_exhausted = on_exhausted
         self.on_timeout = on_timeout
@@ -149,14 +134,6 @@ class AgentBook:
         self.exhausted: ExhaustReason | None = None
         self.wrapping = False
         self.closed = False
-        self.hold_until: float | None = None
-        self.max_held_running = 0
-        self._held_running = 0
-        #: the model new agents are pinned to (``None``: the CLI's own choice)
-        self.pinned_model: str | None = None
-        #: what the CLI resolved each model alias to, as its agents' requests showed
-        self.aliases: dict[str, str] = {}
-        self._alias_wanted: dict[str, str] = {}  # agent id -> the alias it was given
 
     # -- what the run tells the book ----------------------------------------------------------
     def agent_started(self, agent_id: str) -> None:
@@ -168,37 +145,9 @@ class AgentBook:
         elif agent_id not in self._started and len(self._started) < MAX_AGENTS:
             self._started[agent_id] = self.clock.monotonic()
 
-    def learn_alias(self, agent_id: str, alias: str) -> None:
-        """``agent_id`` was started on ``alias``: the model its first request names is what
-        the CLI resolved the alias to (learnt now, or at that request)."""
-        count = self._by_agent.get(agent_id)
-        if count is not None and count.sent_model is not None:
-            self.aliases[alias] = count.sent_model
-        elif len(self._alias_wanted) < MAX_AGENTS:
-            self._alias_wanted[agent_id] = alias
-
-    def _pin(self) -> str | None:
-        """The model a new agent is pinned to: :attr:`pinned_model`, an alias resolved."""
-        pinned = self.pinned_model
-        if pinned is not None and is_model_alias(pinned):
-            return self.aliases.get(pinned)
-        return pinned
-
-    def agent_ended(self, agent_id: str) -> None:
-        """``agent_id``'s work ended (its workflow entry done or in error): free its slot."""
-        count = self._by_agent.get(agent_id)
-        if count is not None:
-            self._free(count)
-
-    def process_ended(self) -> None:
-        """The run's CLI exited: every agent's work ended with it."""
-        for count in self._by_agent.values():
-            self._free(count)
-
     def close(self) -> None:
-        """The run ends: free every slot; later requests are only counted."""
+        """The run ends: later requests are only counted (none waits for admission)."""
         self.closed = True
-        self.process_ended()
 
     def agent(self, agent_id: str, session_id: str | None = None) -> AgentCount | None:
         """The counters of ``agent_id`` in ``session_id`` (default: the first session it
@@ -279,28 +228,19 @@ class AgentBook:
                 refused = self._check(key[1], count, role)
                 if refused is not None:
                     return refused
-                units = self._units
-                denied = units.take_workflow_agent(key[1]) if units is not None else None
-                if denied is not None:
-                    count.denied = denied
-                    return self._denied_refusal(denied)
-                try:
-                    held = await self._hold(count)
-                except BaseException:
-                    if units is not None:
-                        units.give_back_workflow_agent()
-                    raise
-                if held is not None:
-                    if units is not None:  # it never starts: its unit is free again
-                        units.give_back_workflow_agent()
-                    return held
+                if self._admission is not None:
+                    refusal = await self._admission.admit_workflow_agent(key[1])
+                    if refusal is not None and refusal.code == "spawn_budget":
+                        count.denied = refusal.reason
+                        return self._denied_refusal(refusal.reason)
+                    if refusal is not None:
+                        return Refused(refusal.code, refusal.reason)
             if kind != "lead":  # read once it really starts; the same agent keeps its model
                 count.sent_model = model_of(body)
-                alias = self._alias_wanted.pop(key[1], None)
-                if alias is not None and count.sent_model is not None:
-                    self.aliases[alias] = count.sent_model
+                admission = self._admission
+                pinned = admission.agent_model(key[1], count.sent_model) if admission else None
                 known_model = known.model if known is not None and known is not count else None
-                count.model = known_model or self._pin()
+                count.model = known_model or pinned
                 # its timeout runs from when it may run, not from its wait for a slot
                 count.started_at = self.clock.monotonic()
         refused = self._check(key[1], count, role)
@@ -361,54 +301,6 @@ class AgentBook:
         if self._lead_peak:
             return 2 * self._lead_peak
         return min(_DEFAULT_WRAP_TOKENS, (self.limits.token_budget or 0) // 10)
-
-    async def _hold(self, count: AgentCount) -> Refused | None:
-        """A workflow agent's first request: wait, FIFO, for a slot of every pool, then its
-        turn in the run's stagger."""
-        pools = list(self._pools()) if self._pools is not None else []
-        until = self.hold_until
-        if until is None:
-            until = self.clock.monotonic() + _DEFAULT_HOLD_S
-        refused: Refused | None = None
-        try:
-            for pool in pools:
-                if not await pool.take(until, self.clock):
-                    refused = Refused(
-                        "no_slot",
-                        "teamlead: no agent slot came before the run's wrap-up; "
-                        "this agent does not run",
-                    )
-                    break
-                count.slots.append(pool)
-            if refused is None and self._pace is not None and not await self._pace(until):
-                refused = Refused(
-                    "no_slot",
-                    "teamlead: this agent's turn in the run's stagger comes after the run's "
-                    "wrap-up; this agent does not run",
-                )
-        except BaseException:
-            self._give_back(count)
-            raise
-        if refused is not None:
-            self._give_back(count)
-            return refused
-        if pools:
-            self._held_running += 1
-            self.max_held_running = max(self.max_held_running, self._held_running)
-        return None
-
-    def _give_back(self, count: AgentCount) -> None:
-        """The slots a hold took before it failed (it never counted as running)."""
-        slots, count.slots = count.slots, []
-        for pool in reversed(slots):
-            pool.release()
-
-    def _free(self, count: AgentCount) -> None:
-        if count.slots:
-            self._held_running -= 1
-        slots, count.slots = count.slots, []
-        for pool in reversed(slots):
-            pool.release()
 
     def _timeout_at(self, count: AgentCount) -> float | None:
         timeout = self.limits.agent_timeout_s

@@ -1,39 +1,46 @@
 """One agent's counters in a run's ledger (small and fixed, so memory per agent stays
-flat), and the slot pools a held agent takes a slot of."""
+flat), and what the ledger asks the run's admission (:class:`AgentAdmission`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal, Protocol, TypeAlias
 
-from ..clock import Clock
-
-__all__ = ["AgentCount", "AgentKind", "SlotPool", "SpawnUnits"]
+__all__ = ["AgentAdmission", "AgentCount", "AgentKind", "WorkflowRefusal"]
 
 #: ``lead``: no agent header; ``agent``: an Agent-tool subagent (the hook's); ``workflow_agent``:
 #: an agent of a ``Workflow`` script (no hook: the relay holds its first request for a slot).
 AgentKind: TypeAlias = Literal["lead", "agent", "workflow_agent"]
 
 
-class SlotPool(Protocol):
-    """A FIFO slot pool (the spawn gate's :class:`~teamlead._gate.slots.FifoSlots`)."""
+@dataclass(frozen=True)
+class WorkflowRefusal:
+    """Why a workflow agent does not start.
 
-    def try_take(self) -> bool: ...
+    Attributes:
+        code: ``spawn_budget``: the run's spawn budget is spent (every later request of the
+            agent is refused too); ``no_slot``: no slot, or no turn in the stagger, came
+            before the run's wrap-up point.
+        reason: what the agent (and the run's rows) are told.
+    """
 
-    async def take(self, until: float | None, clock: Clock) -> bool: ...
+    code: Literal["spawn_budget", "no_slot"]
+    reason: str
 
-    def release(self) -> None: ...
 
+class AgentAdmission(Protocol):
+    """The run's admission as the relay's ledger asks it: the one owner of every agent's
+    admission, :class:`teamlead._gate.admission.Admission` (this protocol keeps the ledger
+    below it, so the relay can call the ledger without importing the gate)."""
 
-class SpawnUnits(Protocol):
-    """The run's spawn budget, as the relay takes it for workflow agents (the spawn gate's
-    :class:`~teamlead._gate.feed.GateFeed`)."""
-
-    def take_workflow_agent(self, agent_id: str) -> str | None:
-        """Take a unit for ``agent_id``: ``None``, or why the budget keeps it from starting."""
+    async def admit_workflow_agent(self, agent_id: str) -> WorkflowRefusal | None:
+        """A workflow agent's first request (it fires no hook): wait for its slots and its
+        turn as an Agent call does in the hook; ``None`` once it may start."""
         ...
 
-    def give_back_workflow_agent(self) -> None:
-        """Return a unit taken for an agent that did not start after all."""
+    def agent_model(self, agent_id: str, sent_model: str | None) -> str | None:
+        """The model a new agent's requests are pinned to (``None``: the one it sent),
+        told the model its first request named (``sent_model``)."""
         ...
 
 
@@ -59,7 +66,6 @@ class AgentCount:
         "passed",
         "requests",
         "sent_model",
-        "slots",
         "started_at",
         "denied",
         "timed_out",
@@ -80,7 +86,6 @@ class AgentCount:
         self.in_flight = 0
         self.last_total = 0
         self.last_tool: str | None = None  # the tool its latest request shows it called last
-        self.slots: list[SlotPool] = []
         self.timed_out = False
         self.denied: str | None = None  # why the run's spawn budget kept it from starting
         self.model: str | None = None  # the model its requests are pinned to, if any

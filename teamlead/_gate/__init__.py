@@ -1,9 +1,15 @@
-"""The spawn gate, private: queue, budget, stagger and deny Agent calls while a run fans out.
+"""Admission, private: which agents of a run may start, when, and on which model.
 
-The gate is a PreToolUse hook on ``Agent``: the CLI runs an Agent call only once the hook
-returns, so the gate decides there. One concept per module:
+One module owns it: :mod:`.admission`, whose :class:`~teamlead._gate.admission.Admission`
+(one per run) decides for every kind of agent. Agent and Workflow calls are decided in a
+PreToolUse hook (the CLI runs a call only once the hook returns); a workflow agent, which
+fires no hook, at its first request to the relay. One concept per module:
 
-- :mod:`.gate`: :class:`~teamlead._gate.gate.SpawnGate`, the hook and its decisions;
+- :mod:`.admission`: :class:`~teamlead._gate.admission.Admission`, the run's one owner of
+  admission: the gate, the workflow agents' admission, the subagent model; what the run,
+  the relay's ledger and :class:`~teamlead.RunControl` ask and amend;
+- :mod:`.gate`: :class:`~teamlead._gate.gate.SpawnGate`, the hook and its decisions (the
+  pools, the cap, stagger, budget, depth), and the workflow agents' slots;
 - :mod:`.calls`: one Agent call (the live ``Call`` and its frozen ``SpawnRecord``, one set
   of fields) and the ``Finished.tasks`` entries for calls that never ran;
 - :mod:`.slots`: FIFO slots with hand-off, and the process-wide ``SpawnCap``;
@@ -11,8 +17,8 @@ returns, so the gate decides there. One concept per module:
 - :mod:`.reasons`: the deny reasons the model reads;
 - :mod:`.hook`: the hook's deny output and merging the hook into the user's options;
 - :mod:`.stream`: what the SDK stream says about the gate's calls (slots freed);
-- :mod:`.feed`: one gate per run, fed by the run's stream;
 - :mod:`.prompt_limits`: the limits a strategy prompt states, from the ones the gate holds.
 
-Nothing here knows the session: :mod:`teamlead._run` builds the gate into its run state.
+Nothing here knows the session: :mod:`teamlead._run` builds the admission into its run
+state.
 """

@@ -13,18 +13,23 @@ message run concurrently; a hook may await. So the gate decides in the hook:
   while the run is paused (:class:`~teamlead._agents.pause.Pause`);
 * **admit** (return ``{}``: no opinion), after the stagger.
 
-A ``Workflow`` call starts agents that fire no hook (the relay holds their first requests
-for a slot and the stagger instead), so the hook decides only what must hold before the
-script runs: its agents are one level deeper than its caller (a subagent's workflow is
-denied past ``max_depth``), and a spent spawn budget, a closed run or the deadline's
-wrap-up point deny it with the usual reasons. Workflow calls take no slot and no budget
-unit here and are not in :meth:`SpawnGate.records`.
+A ``Workflow`` call starts agents that fire no hook, so the hook decides only what must
+hold before the script runs: its agents are one level deeper than its caller (a subagent's
+workflow is denied past ``max_depth``), and a spent spawn budget, a closed run or the
+deadline's wrap-up point deny it with the usual reasons. Workflow calls take no slot and no
+budget unit here and are not in :meth:`SpawnGate.records`. Each of its agents is admitted
+at the relay instead, when its first request arrives (:meth:`SpawnGate.admit_workflow_agent`,
+asked through the run's :class:`~teamlead._gate.admission.Admission`): a unit of the same
+spawn budget, a slot of the same pools, a turn in the same stagger, held until the run says
+its work ended (:meth:`SpawnGate.workflow_agent_ended`).
 
 A slot is held from admission until the task has really ended: the run's tracker reports
 ``task_started``/``task_ended`` from the stream, and a tool result that shows the agent
 never ran or already finished (CLI rejection, another hook's deny, a foreground agent)
 frees it too (:func:`teamlead._gate.stream.observe` does that from the parsed stream).
-:meth:`SpawnGate.close` denies whatever still waits and frees every slot at the end of a run.
+:meth:`SpawnGate.close` denies whatever still waits and frees every Agent call's slot (no
+agent starts after it); :meth:`SpawnGate.end` also frees the workflow agents' at the end of
+a run. A run makes its gate through its :class:`~teamlead._gate.admission.Admission`.
 
 Budget and per-turn units are checked and taken in one synchronous step (no await in
 between), so concurrent hook calls can never both pass for the last unit; a unit taken by
@@ -48,6 +53,7 @@ import anyio
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 from claude_agent_sdk.types import SyncHookJSONOutput
 
+from .._agents.count import WorkflowRefusal
 from .._agents.pause import Pause
 from ..clock import SYSTEM_CLOCK, Clock
 from ..events import DenyCode, SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
@@ -67,6 +73,7 @@ _WORKFLOW_AGENT = "workflow agent"
 _HOOK_MARGIN_S = 10.0  # hook timeout = longest wait + this: the gate answers before the CLI quits
 _MAX_TEXT = 200
 _MAX_WORKFLOW_DENIALS = 1000
+_WORKFLOW_HOLD_S = 1800.0  # a workflow agent's longest wait for a slot with no deadline
 
 
 class SpawnGate:
@@ -85,6 +92,12 @@ class SpawnGate:
         max_wait_s: longest a call waits in the gate when there is no nearer deadline.
         turn_gap_s: without a message id from :meth:`note_message`, lead calls that arrive
             while another is in the hook, or within this gap after, count as one message.
+        pause: the run's pause (``teamlead pause``): while it is on, a call that got its
+            slots waits for it to be lifted before it is admitted (``None``: never paused).
+        subagent_model: the model every admitted Agent call's agent runs on
+            (``updatedInput.model``, an alias only); ``None`` leaves the call's own.
+        on_model_set: told ``(task id, alias)`` when an agent the gate gave a model alias
+            starts, so the run learns what the CLI resolved the alias to.
     """
 
     def __init__(
@@ -98,6 +111,9 @@ class SpawnGate:
         env: Mapping[str, str] | None = None,
         max_wait_s: float = 1800.0,
         turn_gap_s: float = 1.0,
+        pause: Pause | None = None,
+        subagent_model: str | None = None,
+        on_model_set: Callable[[str, str], None] | None = None,
     ) -> None:
         self.policy = policy or SpawnPolicy()
         self._clock = clock
@@ -118,14 +134,14 @@ class SpawnGate:
         self._closed = False
         self._anon = 0
         #: The model every admitted Agent call's agent runs on (``updatedInput.model``);
-        #: ``None`` leaves the call's own. The run's control changes it mid-run.
-        self.subagent_model: str | None = None
-        #: Told ``(task id, alias)`` when an agent the gate gave a model alias starts, so
-        #: the relay learns what the CLI resolved the alias to (from that agent's requests).
-        self.on_model_set: Callable[[str, str], None] | None = None
-        #: The run's pause (``teamlead pause``): while it is on, a call that got its slots
-        #: waits for it to be lifted before it is admitted (``None``: never paused).
-        self.pause: Pause | None = None
+        #: ``None`` leaves the call's own. The run's admission changes it mid-run.
+        self.subagent_model = subagent_model
+        self._on_model_set = on_model_set
+        self._pause = pause
+        self._held: dict[str, list[tuple[FifoSlots, ...]]] = {}  # workflow agent -> slots
+        self._holding = 0
+        #: The most workflow agents that held slots at once.
+        self.max_workflow_agents = 0
         #: The Workflow calls the gate denied: ``(tool_use_id, code, reason)``, in order.
         self.workflow_denials: list[tuple[str, DenyCode, str]] = []
         #: Faults inside the gate (each denied its call) and in ``on_event``.
@@ -151,12 +167,6 @@ class SpawnGate:
     def run_limit(self) -> int:
         """This run's own limit on agents at once (the live cap), before the shared cap."""
         return self._slots.limit
-
-    @property
-    def slot_pools(self) -> list[FifoSlots]:
-        """The pools one agent takes a slot of, in order: the run's own limit, then the cap
-        shared with the process's other runs."""
-        return [self._slots, self._cap.slots]
 
     @property
     def most(self) -> int:
@@ -190,28 +200,77 @@ class SpawnGate:
         agents started."""
         return self._used
 
-    def take_workflow_agent(self, agent_id: str) -> str | None:
-        """A workflow agent (which fires no hook) is about to start: it takes one unit of
-        the spawn budget, as an Agent call does. Returns ``None``, or when the budget is
-        spent the reason it does not start (and a ``spawn_denied`` event says so)."""
-        budget = self.policy.spawn_budget
-        if budget is None or self._used < budget:
-            self._used += 1
-            return None
-        reason = why.budget(budget)
-        self._emit(
-            SpawnDenied(
-                tool_use_id=agent_id[:_MAX_TEXT],
-                description=_WORKFLOW_AGENT,
-                code="spawn_budget",
-                reason=reason,
-            )
-        )
-        return reason
+    @property
+    def admit_until(self) -> float | None:
+        """The run's wrap-up point (the deadline less its reserve, on the clock's monotonic
+        time): no agent is admitted after it. ``None``: no deadline."""
+        return None if self._deadline is None else self._deadline - self._reserve
 
-    def give_back_workflow_agent(self) -> None:
-        """A workflow agent that took a unit (:meth:`take_workflow_agent`) never started."""
-        self._used = max(0, self._used - 1)
+    # -- workflow agents (no hook: their first request at the relay) ------------------------
+    async def admit_workflow_agent(self, agent_id: str) -> WorkflowRefusal | None:
+        """Admit a workflow agent, whose first request just reached the relay: it takes a
+        unit of the spawn budget, waits first come first served for a slot of every pool
+        (the run's limit, then the process-wide cap) until the wrap-up point, then its turn
+        in the stagger, as an Agent call does in the hook. It holds its slots until
+        :meth:`workflow_agent_ended` (or its CLI exits), never on a timer.
+
+        Returns:
+            ``None`` once it may start; else why it does not (a spent budget is also a
+            ``spawn_denied`` event). A refused or cancelled agent gives back what it took.
+        """
+        budget = self.policy.spawn_budget
+        if budget is not None and self._used >= budget:
+            reason = why.budget(budget)
+            self._emit(
+                SpawnDenied(
+                    tool_use_id=agent_id[:_MAX_TEXT],
+                    description=_WORKFLOW_AGENT,
+                    code="spawn_budget",
+                    reason=reason,
+                )
+            )
+            return WorkflowRefusal("spawn_budget", reason)
+        self._used += 1
+        try:
+            refusal = await self._hold(agent_id)
+        except BaseException:
+            self._used = max(0, self._used - 1)
+            raise
+        if refusal is not None:  # it never starts: its unit is free again
+            self._used = max(0, self._used - 1)
+        return refusal
+
+    async def _hold(self, agent_id: str) -> WorkflowRefusal | None:
+        until = self.admit_until
+        if until is None:
+            until = self._clock.monotonic() + _WORKFLOW_HOLD_S
+        taken: list[FifoSlots] = []
+        refusal: WorkflowRefusal | None = None
+        try:
+            for pool in (self._slots, self._cap.slots):
+                if not await pool.take(until, self._clock):
+                    refusal = WorkflowRefusal("no_slot", why.workflow_no_slot())
+                    break
+                taken.append(pool)
+            if refusal is None and not await self._stagger(until):
+                refusal = WorkflowRefusal("no_slot", why.workflow_late_turn())
+        except BaseException:
+            _give_back(taken)
+            raise
+        if refusal is not None:
+            _give_back(taken)
+            return refusal
+        self._held.setdefault(agent_id, []).append(tuple(taken))
+        self._holding += 1
+        self.max_workflow_agents = max(self.max_workflow_agents, self._holding)
+        return None
+
+    def workflow_agent_ended(self, agent_id: str) -> None:
+        """A workflow agent's work ended (its entry done or in error, its workflow ended):
+        free its slots."""
+        for slots in self._held.pop(agent_id, []):
+            self._holding -= 1
+            _give_back(list(slots))
 
     @property
     def hook_timeout_s(self) -> float:
@@ -248,9 +307,9 @@ class SpawnGate:
         if call is not None and task_id:
             call.task_id = task_id
             self._by_task[task_id] = call
-            if call.model_set is not None and self.on_model_set is not None:
+            if call.model_set is not None and self._on_model_set is not None:
                 try:
-                    self.on_model_set(task_id, call.model_set)
+                    self._on_model_set(task_id, call.model_set)
                 except Exception as exc:  # a listener's fault never breaks the stream
                     self.errors.append(f"on_model_set failed: {type(exc).__name__}: {exc}")
 
@@ -299,18 +358,33 @@ class SpawnGate:
         self.close(reason)
 
     def close(self, reason: str = "the run is ending") -> None:
-        """End of the run: deny every queued call with ``reason`` and free every slot."""
+        """No agent starts from now on: deny every queued call with ``reason`` and free
+        every Agent call's slot (workflow agents keep theirs until :meth:`end`)."""
         self._closed = True
-        self.process_ended(reason)
+        self._end_calls(reason)
+
+    def end(self, reason: str = "the run is ending") -> None:
+        """End of the run: :meth:`close`, and every workflow agent's slots are freed too."""
+        self.close(reason)
+        self._end_workflow_agents()
 
     def process_ended(self, reason: str = "the CLI process ended") -> None:
-        """A CLI process exited: its agents ended with it; the run may resume."""
+        """A CLI process exited: its agents (Agent calls and workflow agents) ended with it;
+        the run may resume."""
+        self._end_calls(reason)
+        self._end_workflow_agents()
+
+    def _end_calls(self, reason: str) -> None:
         for call in list(self._calls.values()):
             if call.waiting is not None:
                 call.close_reason = reason
                 call.waiting.cancel()
             elif call.run_slot or call.cap_slot:
                 self._free(call)
+
+    def _end_workflow_agents(self) -> None:
+        for agent_id in list(self._held):
+            self.workflow_agent_ended(agent_id)
 
     def knows(self, tool_use_id: str) -> bool:
         """Whether ``tool_use_id`` is an Agent call the gate decided on."""
@@ -524,13 +598,13 @@ class SpawnGate:
                 return False
             setattr(call, attr, True)
             call.starved = False
-        if self.pause is not None and not await self.pause.wait(until, self._clock):
+        if self._pause is not None and not await self._pause.wait(until, self._clock):
             return False  # paused past the call's admission point: it keeps its place till then
-        if not await self.stagger(until):
+        if not await self._stagger(until):
             return False
         return self._deadline is None or self._clock.monotonic() < self._deadline - self._reserve
 
-    async def stagger(self, until: float) -> bool:
+    async def _stagger(self, until: float) -> bool:
         """Wait for this start's turn in the run's stagger: each start (an admitted Agent
         call, or a workflow agent's first request at the relay) comes at least
         ``stagger_s`` after the one before. ``False`` (and no turn taken) when that turn
@@ -607,3 +681,9 @@ def _safe_read(read: Callable[[], float]) -> float | None:
         return read()
     except Exception:
         return None
+
+
+def _give_back(slots: list[FifoSlots]) -> None:
+    """Release slots taken in order, the last taken first."""
+    for pool in reversed(slots):
+        pool.release()

@@ -90,3 +90,17 @@ def error(exc: BaseException) -> str:
 def cancelled() -> str:
     """The call was cancelled while it waited (a rejection, not a deny: no next step)."""
     return "the call was cancelled while it waited for an agent slot (hook timeout or run ended)"
+
+
+def workflow_no_slot() -> str:
+    """A workflow agent's first request got no slot before the run's wrap-up point (the
+    relay's refusal: the agent reads it as an API error)."""
+    return "teamlead: no agent slot came before the run's wrap-up; this agent does not run"
+
+
+def workflow_late_turn() -> str:
+    """A workflow agent's turn in the run's stagger comes after the wrap-up point."""
+    return (
+        "teamlead: this agent's turn in the run's stagger comes after the run's wrap-up; "
+        "this agent does not run"
+    )

@@ -33,6 +33,8 @@ import uvicorn
 import yarl
 from aiohttp.helpers import get_env_proxy_for_url
 
+from .._agents.book import AgentBook
+from .._agents.pause import Pause
 from ..errors import RelayError
 from ..events import ConcurrencyChanged, RelaySummary
 from ..governor import Governor, GovernorPolicy
@@ -128,6 +130,8 @@ class Relay:
         deadline_s: float | None = None,
         limits: LimitsPolicy | None = None,
         overload_hold_s: float | None = None,
+        agents: AgentBook | None = None,
+        pause: Pause | None = None,
     ) -> RelayRun:
         """A run of its own: a base URL whose requests are counted (and reported) apart.
 
@@ -136,6 +140,8 @@ class Relay:
         ``limits``: the run's own ceilings on its requests in flight; they bound this run's
         requests only (see :mod:`.run_limits`). ``overload_hold_s``: the longest one of the
         run's requests is held through an overload (``None``: the relay's own bound).
+        ``agents``: the run's agent ledger, which counts and governs each of its requests
+        per agent. ``pause``: the run's pause, which holds its new requests while it is on.
         """
         token = secrets.token_urlsafe(9)
         clock = self.governor.clock
@@ -145,6 +151,8 @@ class Relay:
             deadline=deadline,
             limits=RunLimits(limits, clock) if limits is not None else None,
             overload_hold_s=overload_hold_s,
+            agents=agents,
+            pause=pause,
         )
         self._app.runs[token] = state
         return RelayRun(f"{self.base_url}/run-{token}", self, token, state)

@@ -22,6 +22,8 @@ from urllib.parse import urlsplit
 
 import anyio
 
+from .._agents.book import AgentBook
+from .._agents.pause import Pause
 from .._governor.accounts import Account, WarnOnce, open_account
 from .._governor.accounts.namespaced import NamespacedAccount
 from .._governor.store import LimitStore
@@ -213,6 +215,8 @@ class RelayPool:
         port: int = 0,
         account: str = "",
         overload_hold_s: float | None = None,
+        agents: AgentBook | None = None,
+        pause: Pause | None = None,
     ) -> AbstractAsyncContextManager[RelayRun]:
         """A run on the pool's relay for ``upstream`` and ``account``: started on first
         use, stopped after the last run left.
@@ -223,15 +227,32 @@ class RelayPool:
         the account's state is shared (``limits.shared``). ``port`` is where a relay this
         run starts listens (0: any free port); a relay already serving keeps its own.
         ``overload_hold_s`` is the longest one of the run's requests is held through an
-        overload burst (``None``: the relay's own bound).
+        overload burst (``None``: the relay's own bound). ``agents`` and ``pause`` are the
+        run's agent ledger and pause (see :meth:`Relay.open_run`).
 
         Entering raises :class:`~teamlead.errors.RelayError` when the relay could not
         start: run direct with a one-line warning then.
         """
         limits = limits or LimitsPolicy()
         return _PoolRun(
-            self, upstream, on_event, deadline_s, limits, port, account, overload_hold_s
+            self,
+            upstream,
+            on_event,
+            deadline_s,
+            limits,
+            port,
+            account,
+            overload_hold_s,
+            _RunParts(agents, pause),
         )
+
+
+@dataclass(frozen=True)
+class _RunParts:
+    """What a run brings to its share of the relay: its agent ledger and its pause."""
+
+    agents: AgentBook | None = None
+    pause: Pause | None = None
 
 
 class _PoolRun:
@@ -248,8 +269,10 @@ class _PoolRun:
         port: int,
         account: str,
         overload_hold_s: float | None,
+        parts: _RunParts,
     ) -> None:
         self._pool = pool
+        self._parts = parts
         self._upstream = upstream
         self._port = port
         self._on_event = on_event
@@ -276,6 +299,8 @@ class _PoolRun:
             deadline_s=self._deadline_s,
             limits=self._limits,
             overload_hold_s=self._overload_hold_s,
+            agents=self._parts.agents,
+            pause=self._parts.pause,
         )
         return self._run
 

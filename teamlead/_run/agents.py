@@ -2,29 +2,25 @@
 
 :class:`RunAgents` is the run state's part for every agent, whatever spawned it. It owns
 the run's :class:`~teamlead._agents.book.AgentBook`, which the relay fills and governs (the
-cap for workflow agents, the per-agent timeout, the token and request budgets), and it
-tells the book what the stream says: an Agent-tool task started (its timeout runs from
-then), a workflow agent's entry is done or in error, or its workflow ended (its slot is
-freed). At the end, :meth:`RunAgents.rows` turns ``Finished.tasks`` into one row per agent:
-each task with its usage, and every agent of a workflow after its workflow's row.
+per-agent timeout, the token and request budgets; for admission it asks the run's
+:class:`~teamlead._gate.admission.Admission`), and it tells the book and the admission what
+the stream says: an Agent-tool task started (its timeout runs from then), a workflow
+agent's entry is done or in error, or its workflow ended (its slots are freed). A budget
+reached tells the admission too: no agent starts after it. At the end,
+:meth:`RunAgents.rows` turns ``Finished.tasks`` into one row per agent: each task with its
+usage, and every agent of a workflow after its workflow's row.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
-from collections.abc import Awaitable, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 
 import anyio
 
-from .._agents.book import (
-    AgentBook,
-    AgentCount,
-    AgentLimits,
-    ExhaustReason,
-    SlotPool,
-    SpawnUnits,
-)
+from .._agents.book import AgentBook, AgentCount, AgentLimits, ExhaustReason
+from .._gate.admission import Admission
 from .._redact import redact
 from ..clock import Clock
 from ..events import AgentUsage, Disposition, TaskDisposition, TaskState
@@ -48,22 +44,16 @@ class RunAgents:
         policy: the run's limits (``spawn.agent_timeout_s``, ``token_budget``,
             ``request_budget``).
         clock: the run's clock.
-        pools: the spawn gate's slot pools (see
-            :meth:`~teamlead._gate.feed.GateFeed.slot_pools`): a workflow agent takes a slot
-            of each; ``None`` when the gate is off.
-        pace: waits a workflow agent's turn in the run's stagger (see
-            :meth:`~teamlead._gate.feed.GateFeed.stagger`); ``None`` when the gate is off.
-        spawn_units: the run's spawn budget, which a workflow agent takes a unit of (the
-            gate's :class:`~teamlead._gate.feed.GateFeed`); ``None`` when the gate is off.
+        admission: the run's admission: the book asks it for workflow agents and the model
+            of new agents; it is told when a workflow agent's work ended and when a budget
+            is reached (``None``: agents start as they come, on their own model).
     """
 
     def __init__(
         self,
         policy: Policy,
         clock: Clock,
-        pools: Callable[[], Sequence[SlotPool]] | None = None,
-        pace: Callable[[float], Awaitable[bool]] | None = None,
-        spawn_units: SpawnUnits | None = None,
+        admission: Admission | None = None,
     ) -> None:
         self.policy = policy
         limits = AgentLimits(
@@ -74,20 +64,17 @@ class RunAgents:
         self.book = AgentBook(
             clock,
             limits,
-            pools=pools,
-            pace=pace,
-            spawn_units=spawn_units,
+            admission=admission,
             on_usage=self._usage,
             on_exhausted=self._exhausted,
             on_timeout=self._timed_out,
         )
         self.events: collections.deque[AgentUsage] = collections.deque(maxlen=_MAX_EVENTS)
+        self._admission = admission
         #: set once a budget is reached: the round is cut and the run wraps up
         self.exhausted = anyio.Event()
         #: told the id of an agent that passed its timeout (a client stops its task)
         self.timeout_listeners: list[Callable[[str], None]] = []
-        #: told once a budget is reached (the spawn gate then admits no new Agent call)
-        self.exhaust_listeners: list[Callable[[ExhaustReason], None]] = []
         self._workflow_of: dict[str, str] = {}
         self._session: str | None = None
 
@@ -105,21 +92,14 @@ class RunAgents:
     def exhaust_reason(self) -> ExhaustReason | None:
         return self.book.exhausted
 
-    def set_wrap_point(self, wrap_at: float) -> None:
-        """A held workflow agent waits for a slot at most until the wrap-up point."""
-        self.book.hold_until = wrap_at
-
     def wrapping(self) -> None:
         """The wrap-up starts: its own lead request may spend the room kept for it."""
         self.book.wrapping = True
 
     def _exhausted(self, reason: ExhaustReason) -> None:
         self.exhausted.set()
-        for listener in list(self.exhaust_listeners):
-            try:
-                listener(reason)
-            except Exception:
-                log.exception("a budget listener failed")
+        if self._admission is not None:  # no agent starts once a budget is reached
+            self._admission.budget_reached(reason)
 
     def _timed_out(self, agent_id: str) -> None:
         for listener in list(self.timeout_listeners):
@@ -161,7 +141,7 @@ class RunAgents:
                         continue
                     self._workflow_of[agent.agent_id] = event.task_id
                     if agent.state in ("done", "error"):
-                        book.agent_ended(agent.agent_id)
+                        self._ended(agent.agent_id)
                     else:
                         book.agent_started(agent.agent_id)
             elif isinstance(event, TaskEnded):
@@ -169,11 +149,11 @@ class RunAgents:
                 if task is not None and task.is_workflow:
                     for agent in task.workflow_agents.values():
                         if agent.agent_id is not None:
-                            book.agent_ended(agent.agent_id)
+                            self._ended(agent.agent_id)
 
-    def process_ended(self) -> None:
-        """The run's CLI exited: its agents ended with it."""
-        self.book.process_ended()
+    def _ended(self, agent_id: str) -> None:
+        if self._admission is not None:
+            self._admission.agent_ended(agent_id)
 
     def close(self) -> None:
         self.book.close()

@@ -137,7 +137,7 @@ class Collection:
                     task, task.workflow, lost.get(task.task_id, []), tracker.session_id
                 )
             else:
-                delivery, source = self._task_delivery(task, tracker.session_id)
+                delivery, source = self.task_delivery(task, tracker.session_id)
             yield FallbackUsed(
                 task_id=task.task_id,
                 description=redact(task.description),
@@ -431,7 +431,10 @@ class Collection:
             ),
         )
 
-    def _task_delivery(self, task: TaskInfo, session: str | None) -> tuple[Delivery, TaskSource]:
+    def task_delivery(self, task: TaskInfo, session: str | None) -> tuple[Delivery, TaskSource]:
+        """``task``'s result as a delivery, and where it was read from: its summary when it
+        completed with one, else the last answer in its transcript in ``session``, else whatever
+        summary it has (an empty delivery when there is none)."""
         status = _task_outcome(task)
         text = ""
         source_of: TaskSource = "none"
@@ -526,7 +529,7 @@ def used_deliveries(state: RunState) -> list[Delivery]:
         key = f"task:{task.task_id}"
         if key in known or not task.terminal or not task.absorbed:
             continue
-        delivery, _ = reader._task_delivery(task, tracker.session_id)
+        delivery, _ = reader.task_delivery(task, tracker.session_id)
         if delivery.text:
             out.append(delivery)
     return out

@@ -322,18 +322,16 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
         parents[task.task_id] = task.parent_task_id
     attach(nodes, parents, lead)
     queue: list[QueuedCall] = []
-    gate = state.gate.gate if state.gate is not None else None
-    if gate is not None:
-        for record in gate.records():
-            if record.status == "queued":
-                waited = wall - record.queued_at if record.queued_at is not None else 0.0
-                queue.append(
-                    QueuedCall(
-                        tool_use_id=record.tool_use_id,
-                        description=plain(record.description) or "",
-                        waited_s=round(max(0.0, waited), 1),
-                    )
+    for record in state.admission.records():
+        if record.status == "queued":
+            waited = wall - record.queued_at if record.queued_at is not None else 0.0
+            queue.append(
+                QueuedCall(
+                    tool_use_id=record.tool_use_id,
+                    description=plain(record.description) or "",
+                    waited_s=round(max(0.0, waited), 1),
                 )
+            )
     approvals: list[WaitingApproval] = []
     if state.permissions is not None:
         label_for = labels_from(state)

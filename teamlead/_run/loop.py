@@ -226,7 +226,7 @@ class _QueryRounds:
         # the wrap-up point (the deadline, with the gate off) ends the run's CLI process
         # tree, so closing the stream never waits the SDK's graceful exit past it; with the
         # gate on, a budget reached cuts the round too (the wrap-up follows)
-        gated = self._state.gate is not None
+        gated = self._state.admission.gated
         return Round(self._state, stream, on_cut=self._end_cli, budget_cut=gated)
 
     async def _end_cli(self) -> None:
@@ -241,7 +241,7 @@ def _wrap_due(state: RunState, outcome: RoundOutcome) -> bool:
     exhausted = state.agents is not None and state.agents.exhaust_reason is not None
     cut = outcome.error_kind in ("deadline", "budget", "stopping")
     return (
-        state.gate is not None
+        state.admission.gated
         and (cut or exhausted or state.stop.wrapping)
         and bool(state.tracker.session_id)
         and state.clock.monotonic() < state.deadline
@@ -290,7 +290,7 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             return
         pending = collection.deliveries
         wrap_now = _past_wrap_point(state) or state.stop.wrapping
-        if state.gate is not None and pending and wrap_now:
+        if state.admission.gated and pending and wrap_now:
             async for item in _wrap_up(state, pending, wrap):
                 yield item
             return
@@ -472,7 +472,7 @@ def finish(state: RunState) -> Finished:
         state: the run; its gate, if any, is closed here.
     """
     state.close()
-    records = state.gate.gate.records() if state.gate is not None else []
+    records = state.admission.records()
     tracker = state.tracker
     if tracker.invalid_calls:  # refused by the CLI before any hook ran
         order = {i: c.description for i, c in tracker.agent_calls.items()}
@@ -481,8 +481,8 @@ def finish(state: RunState) -> Finished:
     rows = dispositions(state.tracker, collected)
     if state.agents is not None:
         rows = cut_rows(state.agents.rows(state.tracker, rows), collected)
-    if state.gate is not None:  # the Workflow calls the gate denied: no task, still a row
-        rows = [*rows, *_denied_workflows(state.gate.gate.workflow_denials)]
+    # the Workflow calls the gate denied: no task, still a row
+    rows = [*rows, *_denied_workflows(state.admission.workflow_denials)]
     rows = with_results(state, rows)  # a result the answer did not use still reaches the caller
     return state.ledger.finish(
         state.tracker,

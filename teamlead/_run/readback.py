@@ -23,7 +23,6 @@ import logging
 from typing import Any
 
 from .._claude.saved_session import replay, session_messages
-from .._gate.stream import observe
 from ..tracker import Tracker
 from .outcome import RoundOutcome
 from .round import describe
@@ -97,8 +96,7 @@ def _take(state: RunState, raw: dict[str, Any]) -> None:
         events = state.feed(raw)
     except (ValueError, RecursionError):  # a record whose fields make no sense: skipped
         return
-    if state.gate is not None:
-        observe(state.gate.gate, raw, events)
+    state.admission.observe(raw, events)
 
 
 def _unread_calls(state: RunState, saved: Tracker) -> None:

@@ -31,6 +31,8 @@ from ..policy import Policy
 from .process import ProcessState, default_process_state
 
 if TYPE_CHECKING:
+    from .._agents.book import AgentBook
+    from .._agents.pause import Pause
     from .._relay import RelayRun
 
 __all__ = [
@@ -97,13 +99,17 @@ def relayed(
     *,
     on_event: RelayListener | None = None,
     process: ProcessState | None = None,
+    agents: AgentBook | None = None,
+    pause: Pause | None = None,
 ) -> AbstractAsyncContextManager[RelayHookup]:
     """The run's hookup to its process's relay for the block (direct when off or failing).
 
     The run's relay events are buffered in the hookup, or given to ``on_event`` instead.
-    ``process`` is whose relays the run uses (default: the process's own).
+    ``process`` is whose relays the run uses (default: the process's own). ``agents`` is
+    the run's agent ledger, which counts and governs its requests per agent at the relay,
+    and ``pause`` its pause, which holds its new requests there while it is on.
     """
-    return _Relayed(options, policy, on_event, process or default_process_state())
+    return _Relayed(options, policy, on_event, process or default_process_state(), agents, pause)
 
 
 class _Relayed:
@@ -117,8 +123,12 @@ class _Relayed:
         policy: Policy,
         on_event: RelayListener | None,
         process: ProcessState,
+        agents: AgentBook | None = None,
+        pause: Pause | None = None,
     ) -> None:
         self._options = options
+        self._agents = agents
+        self._pause = pause
         self._policy = policy
         self._on_event = on_event
         self._process = process
@@ -149,6 +159,8 @@ class _Relayed:
             port=self._policy.relay_port,
             account=account_of(applicable.upstream, env),
             overload_hold_s=self._policy.overload_hold_s,
+            agents=self._agents,
+            pause=self._pause,
         )
         try:
             run = await context.__aenter__()

@@ -158,9 +158,9 @@ class Round:
                 for extra in self._relay_events():
                     yield extra
                 yield message
-                if self._state.gate is not None:
-                    for extra in self._state.gate.observe(message, events):
-                        yield extra
+                self._state.admission.observe(message, events)
+                for extra in self._state.admission.drain():
+                    yield extra
                 for amended in self._state.drain_amends():
                     yield amended
                 for denied in workflow_denials(events):
@@ -188,9 +188,8 @@ class Round:
                     await aclose()
         await self._state.sync_journals()  # what the round's CLI journaled last
         self._outcome = self._conclude(self._tracker.results[start:], error, kind, exc_status)
-        if self._state.gate is not None:
-            for extra in self._state.gate.drain():
-                yield extra  # what the gate noted after the last message
+        for extra in self._state.admission.drain():
+            yield extra  # what the gate noted after the last message
         for amended in self._state.drain_amends():
             yield amended
         for extra in self._relay_events():
@@ -236,7 +235,7 @@ class Round:
         budget = on_cut is not None and self._budget_cut and agents is not None
         stop = self._state.stop
         # a graceful stop cuts every round but the wrap-up's own, as the wrap-up point does
-        wrap = self._budget_cut and self._state.gate is not None
+        wrap = self._budget_cut and self._state.admission.gated
         message: Any = None
         failure: Exception | None = None
         async with anyio.create_task_group() as tg:

@@ -13,16 +13,19 @@ return what they found. It owns:
 - the tracker, what was collected and delivered (:class:`Collected`), the ledger;
 - what it made of the message it fed last (:meth:`RunState.events_of`): the run is the
   :class:`~teamlead.tracker.StreamParse` every other reader of its stream reads;
-- the spawn gate (:class:`~teamlead._gate.feed.GateFeed`) and the relay hookup;
+- the run's :class:`~teamlead._gate.admission.Admission`, the one owner of every agent's
+  admission (the spawn gate's hook, workflow agents at the relay, the subagent model),
+  made here with everything it needs, and the relay hookup;
 - every agent of the run (:class:`~.agents.RunAgents`): the relay's agent ledger and the
   per-agent limits it applies;
 - the :class:`~.process.ProcessState` it shares with the process's other runs (their
   relays, governors, spawn cap; a stop of every run reaches it there);
-- the user's :class:`~teamlead.control.RunControl`, if any: it changes the gate's cap and the
-  subagent model while the run goes, and its events wait in :attr:`RunState.amended` for the
-  stream (``teamlead amend`` attaches one to a run started without);
-- the run's :class:`~teamlead._agents.pause.Pause` (``teamlead pause``), which its gate and
-  its share of the relay hold new agents and requests on.
+- the user's :class:`~teamlead.control.RunControl`, if any: it amends the admission (the
+  cap and the subagent model) while the run goes, and its events wait in
+  :attr:`RunState.amended` for the stream (``teamlead amend`` attaches one to a run started
+  without);
+- the run's :class:`~teamlead._agents.pause.Pause` (``teamlead pause``), which its
+  admission and its share of the relay hold new agents and requests on.
 - the run's session store (:class:`~teamlead._sessions.run_store.RunStore`), when the options
   name one: the SDK mirrors through its view (eagerly), the run mirrors its workflow
   journals and its status record into it.
@@ -36,21 +39,22 @@ import collections
 import dataclasses
 import os
 import uuid
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias
 
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
 from .._agents.pause import Pause
 from .._claude.team import Team, claude_config_dir
-from .._gate.feed import GateFeed, new_gate
+from .._gate.admission import Admission
 from .._procs import stop_marked
 from .._redact import redact
 from .._sessions.run_store import RunStore
 from ..clock import Clock
-from ..control import RunControl, _Run
+from ..control import ControlLease, RunControl
 from ..events import RunAmended
 from ..policy import Policy
 from ..tracker import TrackedEvent, Tracker
@@ -58,11 +62,9 @@ from .agents import WORKFLOW_CAP_VAR, RunAgents
 from .ledger import Ledger
 from .permissions import PermissionRequests
 from .process import ProcessState, default_process_state
+from .relayed import RelayHookup, relayed
 from .resume_prompt import Delivery
 from .stop import RunStop
-
-if TYPE_CHECKING:
-    from .relayed import RelayHookup
 
 __all__ = [
     "MAX_MESSAGE_BYTES",
@@ -177,9 +179,10 @@ class RunState:
         clock: the time source of every deadline, wait and backoff.
         config_dir: the Claude config dir holding the team, inbox and transcripts.
         mark: the value of :data:`RUN_MARK_VAR` in this run's CLI environment.
-        gate: the spawn gate's feed, or ``None`` when the gate is off.
+        admission: who lets the run's agents start (:attr:`Admission.gated`: with the
+            spawn gate on).
         relay: the run's relay hookup, or ``None`` when the run goes direct.
-        agents: every agent of the run: the relay's ledger, the cap, timeout and budgets.
+        agents: every agent of the run: the relay's ledger, the timeout and budgets.
         tracker: follows the session.
         collected: what was collected and delivered.
         ledger: the bookkeeping :class:`~teamlead.events.Finished` is made from.
@@ -191,9 +194,10 @@ class RunState:
             with its ``Finished``.
         stderr_tail: the CLI's last stderr lines, quoted when its stream breaks.
         control: the user's live control of the run, if any.
+        lease: the run's hold on :attr:`control`, while it serves the run.
         amended: the control's events not yet in the stream.
         process: what the run shares with the process's other runs.
-        pause: the run's pause: its gate and its share of the relay hold on it.
+        pause: the run's pause: its admission and its share of the relay hold on it.
         store: the run's session store, when its options name one.
         permissions: the permission requests waiting for an answer (``can_use_tool``'s).
         last_parsed: the message the run fed last, with its events.
@@ -205,7 +209,7 @@ class RunState:
     clock: Clock
     config_dir: Path
     mark: str
-    gate: GateFeed | None = None
+    admission: Admission
     relay: RelayHookup | None = None
     agents: RunAgents | None = None
     tracker: Tracker = field(default_factory=Tracker)
@@ -219,6 +223,7 @@ class RunState:
         default_factory=lambda: collections.deque(maxlen=_STDERR_LINES)
     )
     control: RunControl | None = None
+    lease: ControlLease | None = None
     amended: list[RunAmended] = field(default_factory=list)
     process: ProcessState = field(default_factory=default_process_state)
     pause: Pause = field(default_factory=Pause)
@@ -235,43 +240,46 @@ class RunState:
         """Set the run's deadline from now, and the wrap-up point the gate reserves."""
         self.deadline = self.clock.monotonic() + self.policy.deadline_s
         self.wrap_at = self.deadline
-        if self.control is not None:
-            self.control._bind_loop()
-        if self.gate is not None:
-            self.gate.gate.set_deadline(self.policy.deadline_s)
+        if self.lease is not None:
+            self.lease.bind_loop()
+        if self.admission.gated:
+            self.admission.set_deadline(self.policy.deadline_s)
             self.wrap_at -= self.policy.spawn.reserve_for(self.policy.deadline_s)
-        if self.agents is not None:
-            self.agents.set_wrap_point(self.wrap_at)
+
+    def open_relay(self) -> AbstractAsyncContextManager[RelayHookup]:
+        """The run's hookup to its process's relay (see :func:`.relayed.relayed`), opened on
+        :attr:`options`: the relay counts and governs its requests per agent in its agent
+        ledger, and holds them while its pause is on. :meth:`attach_relay` it once entered."""
+        return relayed(
+            self.options,
+            self.policy,
+            process=self.process,
+            agents=self.agents.book if self.agents is not None else None,
+            pause=self.pause,
+        )
 
     def attach_relay(self, hookup: RelayHookup) -> None:
-        """Send the run's requests through ``hookup``, opened on :attr:`options` (its
-        options are those with ``ANTHROPIC_BASE_URL`` at the relay, when it is up)."""
+        """Send the run's requests through ``hookup``, from :meth:`open_relay` (its options are
+        those with ``ANTHROPIC_BASE_URL`` at the relay, when it is up)."""
         self.relay = hookup
         self.options = hookup.options
-        if hookup.run is not None:
-            hookup.run.state.pause = self.pause  # a paused run's requests are held there
-        if hookup.run is not None and self.agents is not None:
-            hookup.run.state.agents = self.agents.book  # the relay counts and governs per agent
 
-    def use_control(self, control: RunControl) -> None:
-        """Let ``control`` change the run's cap and subagent model from now on (its
-        amends become :class:`~teamlead.events.RunAmended` events in the stream).
+    def use_control(self, control: RunControl, *, on_loop: bool = False) -> None:
+        """Let ``control`` amend the run's admission (its cap and subagent model) from now
+        on (its amends become :class:`~teamlead.events.RunAmended` events in the stream).
+
+        Args:
+            control: the control.
+            on_loop: called on the run's event loop once it runs (``teamlead amend`` on a
+                run started without a control): amends are applied through it from now.
 
         Raises:
             AmendRefused: ``control`` already serves a run that has not ended.
         """
-        gate = self.gate.gate if self.gate is not None else None
-        control._attach(
-            _Run(
-                gate=gate,
-                book=self.agents.book if self.agents is not None else None,
-                clock=self.clock,
-                emit=self.amended.append,
-                default_cap=gate.run_limit if gate is not None else None,
-                default_model=_starting_model(self.options, self.policy),
-            )
-        )
+        self.lease = control.serve(self.admission, emit=self.amended.append)
         self.control = control
+        if on_loop:
+            self.lease.bind_loop()
 
     def spill(self, delivery: Delivery) -> str | None:
         """Write ``delivery``'s whole text (secrets redacted) to a file of its own in the
@@ -306,19 +314,16 @@ class RunState:
         have been stopped by then (the stream was closed)."""
         self.stop.done()
         self.pause.end()
-        if self.control is not None:
-            self.control._detach()
-        if self.gate is not None:
-            self.gate.gate.close(reason)
+        if self.lease is not None:
+            self.lease.end()
+        self.admission.end(reason)
         if self.agents is not None:
             self.agents.close()
 
     def stopping(self) -> None:
         """A stop was asked of the run (:attr:`stop`): every call still queued in the gate
         is ``rejected`` now, before its CLI is ended (which would cancel their hooks)."""
-        if self.gate is not None:
-            reason = self.stop.reason or "stopped"
-            self.gate.gate.interrupt(f"the run was stopped ({reason}) while this call waited")
+        self.admission.stopped(self.stop.reason or "stopped")
 
     def feed(self, message: Any) -> list[TrackedEvent]:
         """Fold one SDK message (typed or raw) into the tracker and the agents' book; returns
@@ -368,10 +373,7 @@ class RunState:
 
     def process_ended(self) -> None:
         """A CLI process of the run exited: its agents ended with it."""
-        if self.gate is not None:
-            self.gate.gate.process_ended()
-        if self.agents is not None:
-            self.agents.process_ended()
+        self.admission.process_ended()
 
 
 def prepare_options(
@@ -440,7 +442,7 @@ def new_run(
     control: RunControl | None = None,
     process: ProcessState | None = None,
 ) -> RunState:
-    """A fresh run state: the options prepared, the gate built on ``clock``.
+    """A fresh run state: the options prepared, its admission (the gate) built on ``clock``.
 
     Args:
         mode: ``query`` or ``client``.
@@ -458,14 +460,19 @@ def new_run(
     """
     world = process or default_process_state()
     prepared = prepare_options(options, policy, client=mode == "client")
-    gate = new_gate(policy, clock, prepared.env, world.spawn_cap) if gated else None
-    feed = GateFeed(gate) if gate is not None else None
-    if gate is not None:
-        prepared = gate.apply(prepared)
-    prepared = _workflow_cap(prepared, gate.limit if gate is not None else None)
+    pause = Pause()
+    admission = Admission(
+        policy,
+        clock,
+        cap=world.spawn_cap,
+        env=prepared.env,
+        pause=pause,
+        starting_model=_starting_model(prepared, policy),
+        gated=gated,
+    )
+    prepared = admission.apply(prepared)
+    prepared = _workflow_cap(prepared, admission.limit)
     prepared = _subagent_model(prepared, policy.spawn.subagent_model)
-    if gate is not None:
-        gate.subagent_model = _starting_model(prepared, policy)
     permissions = PermissionRequests(clock)
     if prepared.can_use_tool is not None:  # the run lists what waits for an answer
         prepared = dataclasses.replace(
@@ -488,31 +495,16 @@ def new_run(
         mark=mark,
         store=store,
         permissions=permissions,
-        gate=feed,
+        admission=admission,
         tracker=Tracker(clock=clock),
         process=world,
-        agents=RunAgents(
-            policy,
-            clock,
-            feed.slot_pools if feed is not None else None,
-            feed.stagger if feed is not None else None,
-            feed,
-        ),
+        agents=RunAgents(policy, clock, admission),
+        pause=pause,
+        stop=RunStop(on_request=admission.stopped),
     )
-    if gate is not None and state.agents is not None:
-        spawn_gate = gate
-        gate.on_model_set = state.agents.book.learn_alias  # what the CLI made of an alias
-
-        def no_new_agents(reason: str) -> None:  # a budget reached: no Agent call starts
-            spawn_gate.close(f"the run's {reason.replace('_', ' ')} is reached: no more agents")
-
-        state.agents.exhaust_listeners.append(no_new_agents)
-    if gate is not None:
-        gate.pause = state.pause
     if control is not None:
         state.use_control(control)
     state.ledger.one_process = mode == "client"
-    state.stop.listeners.append(state.stopping)
     world.enter(state.stop)
     user_stderr = prepared.stderr
     tail = state.stderr_tail

@@ -67,7 +67,7 @@ class RunSteering:
     def status(self) -> dict[str, Any]:
         """The run now, as ``teamlead ps`` shows it."""
         state = self._state
-        gate = state.gate.gate if state.gate is not None else None
+        admission = state.admission
         book = state.agents.book if state.agents is not None else None
         now = state.clock.monotonic()
         running, done, failed = _counted(state.tracker.tasks.values())
@@ -82,14 +82,14 @@ class RunSteering:
             "started": self._started,
             "agents": {
                 "running": running,
-                "queued": gate.queued if gate is not None else 0,
+                "queued": admission.queued,
                 "done": done,
                 "failed": failed,
             },
             "tokens": book.tokens if book is not None else None,
             "requests": book.requests if book is not None else None,
-            "cap": gate.run_limit if gate is not None else None,
-            "max_cap": gate.most if gate is not None else None,
+            "cap": admission.cap,
+            "max_cap": admission.most,
             "subagent_model": state.control.subagent_model if state.control else None,
             "held": state.pause.held_requests,
             "paused": state.pause.paused,
@@ -124,7 +124,7 @@ class RunSteering:
         if state.stop.requested:
             raise ControlError(f"run {self._run} is already stopping", code="state")
         state.pause.unpause()  # a paused run's last requests must go out
-        if now or state.gate is None:
+        if now or not state.admission.gated:
             state.stop.request(STOP_REASON)
             why = "" if now else " (it has no spawn gate, so no wrap-up)"
             return (
@@ -181,8 +181,7 @@ class RunSteering:
         control = state.control
         if control is None:  # a run started without one: the registry's own
             control = RunControl()
-            state.use_control(control)
-            control._bind_loop()  # called on the run's loop: applied there at once
+            state.use_control(control, on_loop=True)  # on the run's loop: applied at once
         cap: int | None | Unset = UNSET
         model: str | None | Unset = UNSET
         if "cap" in changes:

@@ -25,13 +25,17 @@ __all__ = ["RunStop"]
 
 
 class RunStop:
-    """Whether a stop was asked of one run, and why; awaitable inside the run's loop."""
+    """Whether a stop was asked of one run, and why; awaitable inside the run's loop.
 
-    def __init__(self) -> None:
+    Args:
+        on_request: told the reason once, at the request (the run's admission rejects its
+            queued calls then, before the run's CLI is ended and their hooks cancelled);
+            an exception from it is ignored.
+    """
+
+    def __init__(self, on_request: Callable[[str], None] | None = None) -> None:
         self.reason: str | None = None
-        #: called once, at the request (the gate rejects its queued calls then, before
-        #: the run's CLI is ended and their hooks cancelled); an exception is ignored
-        self.listeners: list[Callable[[], None]] = []
+        self._on_request = on_request
         self._event: anyio.Event | None = None
         #: called once, when the run has ended (its process forgets it then)
         self.on_done: Callable[[RunStop], None] | None = None
@@ -48,9 +52,9 @@ class RunStop:
         """Ask the run to stop (the first reason is kept)."""
         if self.reason is None:
             self.reason = reason
-            for listener in self.listeners:
+            if self._on_request is not None:
                 with contextlib.suppress(Exception):
-                    listener()
+                    self._on_request(reason)
         if self._event is not None:
             self._event.set()
 

@@ -103,10 +103,10 @@ async def wrap_up(
         carried: deliveries collected but not yet given to the lead.
         wrap_round: the one round that answers, after stopping the tasks still running.
     """
-    assert state.gate is not None
-    state.gate.gate.close("the run is wrapping up: no more agents")
-    for event in state.gate.drain():
-        yield event
+    assert state.admission.gated
+    state.admission.close("the run is wrapping up: no more agents")
+    for gate_event in state.admission.drain():
+        yield gate_event
     clock, ledger, policy = state.clock, state.ledger, state.policy
     stopped = state.tracker.stop_open_tasks(clock.monotonic())
     open_ids = [task.task_id for task in stopped]

@@ -1,0 +1,249 @@
+"""Admission, one owner: every agent of a run is let start (or not) by its :class:`Admission`.
+
+A run starts agents three ways, and one object decides for all of them:
+
+- an ``Agent`` call, in the PreToolUse hook (:class:`~teamlead._gate.gate.SpawnGate`,
+  which the admission builds and merges into the run's options: :meth:`Admission.apply`);
+- a ``Workflow`` call, in the same hook (its depth, the budget, the deadline);
+- a workflow agent, which fires no hook: the relay's ledger
+  (:class:`~teamlead._agents.book.AgentBook`) asks :meth:`Admission.admit_workflow_agent`
+  at its first request, through the :class:`~teamlead._agents.count.AgentAdmission`
+  protocol.
+
+It owns what those decisions share: the run's pool and the process-wide cap
+(:attr:`~teamlead.ProcessState.spawn_cap`, passed in), the stagger, the spawn budget, the
+depth limit and the deadline (all held by its gate), and the subagent model: the alias an
+Agent call is given in the hook, the model the relay pins a new agent to, and what the CLI
+resolved an alias to. :class:`~teamlead.RunControl` amends it (:meth:`Admission.amend`);
+the run tells it what the stream shows (:meth:`Admission.observe`), that a workflow agent's
+work ended, that a budget was reached, that a stop was asked, and that the run ended. Its
+gate's events wait in the admission until the stream yields them (:meth:`Admission.drain`).
+
+Everything it needs is passed when it is made; nothing is wired into it afterwards. With the
+gate off (``SpawnPolicy(enabled=False)``, or a client connected without it) the admission
+has no gate: every agent starts at once, and only the subagent model still applies.
+
+Example:
+    >>> policy = Policy(spawn={"max_concurrent_agents": 3})
+    >>> admission = Admission(policy, SYSTEM_CLOCK, cap=SpawnCap(4))  # 4 for the process
+    >>> admission.gated, admission.cap, admission.most
+    (True, 3, 4)
+    >>> admission.amend(cap=4, subagent_model="claude-haiku-5-5")
+    >>> admission.cap, admission.agent_model("agent-1", "claude-opus-5-5")
+    (4, 'claude-haiku-5-5')
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from claude_agent_sdk import ClaudeAgentOptions
+
+from .._agents.count import WorkflowRefusal
+from .._agents.pause import Pause
+from ..clock import SYSTEM_CLOCK, Clock
+from ..events import DenyCode
+from ..policy import Policy, is_model_alias
+from .calls import GateEvent, SpawnRecord
+from .gate import SpawnGate
+from .slots import SpawnCap
+from .stream import observe
+
+__all__ = ["Admission"]
+
+#: Agents whose first request's model (or wanted alias) the admission remembers.
+_MAX_AGENTS = 4096
+
+
+class Admission:
+    """The one owner of a run's admissions (see the module docstring).
+
+    Args:
+        policy: the run's policy (``spawn`` for the limits, ``deadline_s`` for the deadline).
+        clock: the run's clock: every wait runs on it.
+        cap: the cap on subagents the run shares with its process's other runs.
+        env: the CLI's environment (its own subagent cap is read from it).
+        pause: the run's pause: a call that got its slots waits while it is on.
+        starting_model: the subagent model the run starts with (``None``: the agents' own).
+        gated: build the spawn gate when ``policy.spawn`` is on; ``False`` for a client
+            that connected without it (its hooks were fixed then).
+    """
+
+    def __init__(
+        self,
+        policy: Policy,
+        clock: Clock = SYSTEM_CLOCK,
+        *,
+        cap: SpawnCap,
+        env: Mapping[str, Any] | None = None,
+        pause: Pause | None = None,
+        starting_model: str | None = None,
+        gated: bool = True,
+    ) -> None:
+        self.clock = clock
+        self._events: list[GateEvent] = []
+        #: The subagent model the run started with (what an amend to ``None`` restores).
+        self.starting_model = starting_model
+        #: The model the relay pins new agents to (``None``: the CLI's own choice); set
+        #: only once an amend moved it off the starting model.
+        self.pinned_model: str | None = None
+        #: What the CLI resolved each model alias to, as its agents' first requests showed.
+        self.aliases: dict[str, str] = {}
+        self._alias_wanted: dict[str, str] = {}  # agent id -> the alias the hook gave it
+        self._sent: dict[str, str] = {}  # agent id -> the model its first request named
+        self.gate: SpawnGate | None = None
+        if gated and policy.spawn.enabled:
+            cli_env = {k: v for k, v in (env or {}).items() if isinstance(v, str)}
+            self.gate = SpawnGate(
+                policy.spawn,
+                cap=cap,
+                deadline_s=policy.deadline_s,
+                env=cli_env,
+                clock=clock,
+                on_event=self._events.append,
+                pause=pause,
+                subagent_model=starting_model,
+                on_model_set=self._model_set,
+            )
+
+    # -- what it is ------------------------------------------------------------------------
+    @property
+    def gated(self) -> bool:
+        """Whether the run has a spawn gate (its limits, queue and wrap-up point)."""
+        return self.gate is not None
+
+    @property
+    def cap(self) -> int | None:
+        """The run's own limit on agents at once (the live cap); ``None`` without the gate."""
+        return self.gate.run_limit if self.gate is not None else None
+
+    @property
+    def limit(self) -> int | None:
+        """Agents the run may have running at once (its own limit and the shared cap)."""
+        return self.gate.limit if self.gate is not None else None
+
+    @property
+    def most(self) -> int | None:
+        """The highest cap that means anything (the CLI's own subagent cap and the shared
+        cap); ``None`` without the gate."""
+        return self.gate.most if self.gate is not None else None
+
+    @property
+    def queued(self) -> int:
+        """Agent calls waiting in the gate for a slot."""
+        return self.gate.queued if self.gate is not None else 0
+
+    def records(self) -> list[SpawnRecord]:
+        """The gate's record of every Agent call seen, in arrival order."""
+        return self.gate.records() if self.gate is not None else []
+
+    @property
+    def workflow_denials(self) -> list[tuple[str, DenyCode, str]]:
+        """The Workflow calls the gate denied: ``(tool_use_id, code, reason)``, in order."""
+        return list(self.gate.workflow_denials) if self.gate is not None else []
+
+    def apply(self, options: ClaudeAgentOptions) -> ClaudeAgentOptions:
+        """``options`` with the gate's hook added to the user's own (unchanged without it)."""
+        return self.gate.apply(options) if self.gate is not None else options
+
+    # -- the run's side --------------------------------------------------------------------
+    def set_deadline(self, seconds_from_now: float) -> None:
+        """(Re)set the run's deadline, and the wrap-up point no agent is admitted after."""
+        if self.gate is not None:
+            self.gate.set_deadline(seconds_from_now)
+
+    def observe(self, message: Any, events: Sequence[Any] | None = None) -> None:
+        """What one SDK message (its parsed ``events``, when known) shows of the gate's
+        Agent calls: a task started or ended, a call the CLI rejected. The events it causes
+        wait for :meth:`drain`."""
+        if self.gate is not None:
+            observe(self.gate, message, events)
+
+    def drain(self) -> list[GateEvent]:
+        """The gate's events not yet handed out."""
+        events, self._events[:] = list(self._events), []
+        return events
+
+    def agent_ended(self, agent_id: str) -> None:
+        """A workflow agent's work ended (its entry done or in error, its workflow ended):
+        its slots are free."""
+        if self.gate is not None:
+            self.gate.workflow_agent_ended(agent_id)
+
+    def budget_reached(self, reason: str) -> None:
+        """A run budget (``token_budget``, ``request_budget``) is reached: no agent starts."""
+        if self.gate is not None:
+            self.gate.close(f"the run's {reason.replace('_', ' ')} is reached: no more agents")
+
+    def stopped(self, reason: str) -> None:
+        """A stop was asked of the run: every call still queued is ``rejected`` now, before
+        its CLI is ended (which would cancel their hooks)."""
+        if self.gate is not None:
+            self.gate.interrupt(f"the run was stopped ({reason}) while this call waited")
+
+    def close(self, reason: str) -> None:
+        """No agent starts from now on (the wrap-up): queued calls are denied with
+        ``reason``; running agents go on."""
+        if self.gate is not None:
+            self.gate.close(reason)
+
+    def process_ended(self) -> None:
+        """A CLI process of the run exited: its agents ended with it."""
+        if self.gate is not None:
+            self.gate.process_ended()
+
+    def end(self, reason: str = "the run is ending") -> None:
+        """The run ends: whatever still waits is denied with ``reason``, every slot freed."""
+        if self.gate is not None:
+            self.gate.end(reason)
+
+    # -- what the control changes -------------------------------------------------------------
+    def amend(self, *, cap: int | None, subagent_model: str | None) -> None:
+        """Put the control's values into the run: the cap (``None``: unchanged; a raise
+        admits queued agents at once, a cut stops none) and the model agents that start
+        from now on run on (``None``: their own).
+
+        An alias goes into later Agent calls through the hook; the relay pins a model id
+        (or an alias, once an Agent call's agent showed what the CLI made of it) to every
+        request of each agent whose first request comes later.
+        """
+        gate = self.gate
+        if gate is not None and cap is not None and cap != gate.run_limit:
+            gate.set_limit(cap)
+        if gate is not None:
+            gate.subagent_model = subagent_model
+        # the CLI runs new agents on the starting model already: no pin for it
+        changed = subagent_model is not None and subagent_model != self.starting_model
+        self.pinned_model = subagent_model if changed else None
+
+    # -- what the relay's ledger asks (AgentAdmission) -----------------------------------------
+    async def admit_workflow_agent(self, agent_id: str) -> WorkflowRefusal | None:
+        """A workflow agent's first request: see :meth:`SpawnGate.admit_workflow_agent`
+        (without the gate it starts at once)."""
+        if self.gate is None:
+            return None
+        return await self.gate.admit_workflow_agent(agent_id)
+
+    def agent_model(self, agent_id: str, sent_model: str | None) -> str | None:
+        """The model a new agent is pinned to: :attr:`pinned_model`, an alias resolved
+        (``None`` until an agent showed what it became). ``sent_model`` is the model its
+        first request named: for an agent the hook gave an alias, what the CLI made of it."""
+        if sent_model is not None and len(self._sent) < _MAX_AGENTS:
+            self._sent.setdefault(agent_id, sent_model)
+        alias = self._alias_wanted.pop(agent_id, None)
+        if alias is not None and sent_model is not None:
+            self.aliases[alias] = sent_model
+        pinned = self.pinned_model
+        if pinned is not None and is_model_alias(pinned):
+            return self.aliases.get(pinned)
+        return pinned
+
+    def _model_set(self, agent_id: str, alias: str) -> None:
+        """The hook gave ``agent_id`` the model ``alias``: the model its first request names
+        is what the CLI resolved the alias to (learnt now, or at that request)."""
+        sent = self._sent.get(agent_id)
+        if sent is not None:
+            self.aliases[alias] = sent
+        elif len(self._alias_wanted) < _MAX_AGENTS:
+            self._alias_wanted[agent_id] = alias
