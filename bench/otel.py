@@ -46,6 +46,7 @@ from teamlead._relay import start_relay
 from teamlead.events import Finished, SpawnAdmitted, SpawnQueued
 from teamlead.governor import Governor, GovernorPolicy
 from teamlead.testing.otlp import OtlpReceiver
+from teamlead.tracker import TrackedEvent, Tracker
 
 
 def telemetry_to(endpoint: str) -> tuple[Telemetry, TracerProvider, MeterProvider]:
@@ -195,9 +196,22 @@ def fan_out_items(agents: int) -> list[Any]:
     return items
 
 
-async def _stream(items: list[Any]) -> AsyncGenerator[Any, None]:
-    for item in items:
-        yield item
+class _Parsed:
+    """A run's parse of its stream (:class:`~teamlead.tracker.StreamParse`): each item is
+    fed to the run's tracker once, before it is yielded, as a run does; both sides pay it."""
+
+    def __init__(self) -> None:
+        self.tracker = Tracker()
+        self._last: tuple[object, list[TrackedEvent]] = (None, [])
+
+    def events_of(self, item: object) -> list[TrackedEvent]:
+        return list(self._last[1]) if self._last[0] is item else []
+
+    async def stream(self, items: list[Any]) -> AsyncGenerator[Any, None]:
+        for item in items:
+            events = [] if callable(getattr(item, "to_json", None)) else self.tracker.feed(item)
+            self._last = (item, events)
+            yield item
 
 
 async def _drain(stream: AsyncGenerator[Any, None]) -> None:
@@ -212,11 +226,12 @@ def per_item(telemetry: Telemetry, repeats: int) -> tuple[float, float]:
     observed: list[float] = []
     for _ in range(repeats):
         began = time.perf_counter()
-        asyncio.run(_drain(_stream(items)))
+        asyncio.run(_drain(_Parsed().stream(items)))
         bare.append((time.perf_counter() - began) / len(items))
         began = time.perf_counter()
-        run = RunTrace(telemetry, mode="query", options=ClaudeAgentOptions())
-        asyncio.run(_drain(run.observe(_stream(items))))
+        parsed = _Parsed()
+        run = RunTrace(telemetry, parsed, mode="query", options=ClaudeAgentOptions())
+        asyncio.run(_drain(run.observe(parsed.stream(items))))
         observed.append((time.perf_counter() - began) / len(items))
     return percentile(bare, 50), percentile(observed, 50)
 
