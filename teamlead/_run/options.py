@@ -15,7 +15,7 @@ The rules, in the order they apply (the user's options are never mutated):
    ``client`` ``CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS=1``: the user's own values are kept.
    ``max_buffer_size`` becomes :data:`MAX_MESSAGE_BYTES` unless the user set one.
 2. The admission's hook goes under ``PreToolUse`` after the user's own hooks (once).
-3. ``CLAUDE_CODE_MAX_CONCURRENT_WORKFLOW_AGENTS`` is the admission's limit, or the user's
+3. ``CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS`` is the admission's limit, or the user's
    value (their env, else this process's) when that is lower.
 4. ``CLAUDE_CODE_SUBAGENT_MODEL`` is the policy's subagent model when it names one (over
    the user's); else the user's stays.
