@@ -8,7 +8,7 @@ Both parts run the real bundled Claude Code CLI offline against one scripted ser
    the end of the lead's fan-out reply to that subagent's first request at the model.
    Runs rotate three sides, each with a fresh CLI state directory: bare (no hook), an
    empty PreToolUse hook on Agent that returns ``{}`` at once (what the SDK's hook round
-   trip costs any gate), and gated (``gate.apply(options)``). The target (< 5 ms per
+   trip costs any gate), and gated (the gate's hook in the options). The target (< 5 ms per
    spawn) is judged on the p95 time spent inside the gate's hook on the real CLI: the
    latency the gate itself adds before the CLI may start the agent. The end-to-end medians
    (gated minus empty hook, gated minus bare) are printed beside it; they include the
@@ -47,9 +47,9 @@ from claude_agent_sdk import query as sdk_query
 
 from teamlead._gate.calls import GateEvent
 from teamlead._gate.gate import SpawnGate
-from teamlead._gate.hook import merge_hook
 from teamlead._gate.slots import SpawnCap
 from teamlead._gate.stream import observe
+from teamlead._run.options import merge_hook
 from teamlead.events import SpawnAdmitted
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import OfflineClaude, ScriptedServer, cli_version
@@ -113,7 +113,7 @@ async def run_once(
         if gate is not None:
             if timed:
                 _timed(gate)
-            options = gate.apply(options)
+            options = merge_hook(options, gate.hook_matcher())
         elif empty_hook:
             matcher = HookMatcher(matcher="Agent", hooks=[_empty_hook], timeout=60)
             options = merge_hook(options, matcher)

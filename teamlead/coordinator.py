@@ -116,7 +116,7 @@ async def _relayed_run(
             run_trace = trace_run(mode, state.options, state, prompt=prompt, session_id=session_id)
             if run_trace is not None:
                 run_trace.attach(hookup.run)
-                state.options = run_trace.cli_options(state.options)
+                state.wire(trace_env=run_trace.trace_env())
             items = with_relay_events(start(state), hookup)
             if run_trace is not None:
                 items = run_trace.observe(items)

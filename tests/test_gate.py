@@ -17,9 +17,9 @@ from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 
 from teamlead._gate.calls import GateEvent
 from teamlead._gate.gate import SpawnGate
-from teamlead._gate.hook import merge_hook
 from teamlead._gate.slots import FifoSlots, SpawnCap, cli_subagent_cap
 from teamlead._gate.stream import classify_agent_result, observe
+from teamlead._run.options import merge_hook
 from teamlead.events import EVENT_VERSION, SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import FakeClock
@@ -226,9 +226,12 @@ def test_the_cli_cap_bounds_every_limit(monkeypatch: pytest.MonkeyPatch) -> None
     assert cli_subagent_cap({"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": "7"}) == 7
     assert cli_subagent_cap({"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": "lots"}) == 20
     assert SpawnCap(50).limit == 20
-    gate = SpawnGate(SpawnPolicy(max_concurrent_agents=10), cap=SpawnCap(20))
-    options = gate.apply(ClaudeAgentOptions(env={"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": "4"}))
-    assert gate.limit == 4 and options.hooks
+    gate = SpawnGate(
+        SpawnPolicy(max_concurrent_agents=10),
+        cap=SpawnCap(20),
+        env={"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": "4"},
+    )
+    assert gate.limit == 4
     with pytest.raises(ValueError, match="at least 1"):
         FifoSlots(0)
 
@@ -434,24 +437,21 @@ async def test_an_internal_fault_denies_and_is_recorded() -> None:
 
 
 # -- installing the hook --------------------------------------------------------------------
-async def test_apply_keeps_the_users_hooks_and_is_idempotent() -> None:
+async def test_the_gates_hook_joins_the_users_hooks_once() -> None:
     async def mine(*_: Any) -> Any:
         return {}
 
     user = HookMatcher(matcher="Bash", hooks=[mine])
     options = ClaudeAgentOptions(hooks={"PreToolUse": [user], "Stop": [HookMatcher(hooks=[mine])]})
     gate = SpawnGate(SpawnPolicy(), cap=SpawnCap(20), env={})
-    gated = gate.apply(options)
+    gated = merge_hook(options, gate.hook_matcher())
     assert gated.hooks is not None
     pre = gated.hooks["PreToolUse"]
     assert pre[0] is user and pre[1].matcher == "Agent|Workflow" and pre[1].hooks == [gate.hook]
     assert pre[1].timeout == gate.hook_timeout_s == 1810.0
     assert gated.hooks["Stop"] == options.hooks["Stop"]  # type: ignore[index]
     assert options.hooks["PreToolUse"] == [user]  # type: ignore[index]
-    assert gate.apply(gated) is gated
     assert merge_hook(gated, gate.hook_matcher()) is gated
-    off = SpawnGate(SpawnPolicy(enabled=False), cap=SpawnCap(20))
-    assert off.apply(options) is options
 
 
 # -- the stream ------------------------------------------------------------------------------

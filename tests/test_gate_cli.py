@@ -1,6 +1,6 @@
 """The spawn gate on the real bundled CLI, driven by the scripted model.
 
-Each test runs ``claude_agent_sdk.query`` with ``gate.apply(options)`` and feeds every
+Each test runs ``claude_agent_sdk.query`` with the gate's hook in its options and feeds every
 message to :func:`observe`, as a run's rounds do, for what only the gate's own records
 show (per-message limits, stagger, depth, a shared cap, hook timeouts). The scenarios a
 whole run covers (a 24-call fan-out, a cap of 3, a spawn budget) run once, through
@@ -20,9 +20,9 @@ from claude_agent_sdk import query as sdk_query
 
 from teamlead._gate.calls import GateEvent
 from teamlead._gate.gate import SpawnGate
-from teamlead._gate.hook import merge_hook
 from teamlead._gate.slots import SpawnCap
 from teamlead._gate.stream import observe
+from teamlead._run.options import merge_hook
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.scripts import FanOut, findings_in
@@ -57,6 +57,11 @@ def make_gate(events: list[GateEvent] | None = None, cap: int = 20, **policy: An
     )
 
 
+def with_gate(gate: SpawnGate, options: ClaudeAgentOptions) -> ClaudeAgentOptions:
+    """``options`` with ``gate``'s hook after the user's own, as a run's options have it."""
+    return merge_hook(options, gate.hook_matcher())
+
+
 def lead_seen(server: ScriptedServer) -> set[str]:
     """Every finding label that reached the lead in any request."""
     return {label for r in server.recorded("lead") for label in findings_in(r.request.all_text)}
@@ -79,7 +84,7 @@ async def test_the_per_message_limit_denies_the_rest_of_the_message(
 ) -> None:
     server, claude = offline(FanOut.of(4, delays=0.5))
     gate = make_gate(max_agents_per_turn=2)
-    await run_gated(gate, gate.apply(claude.options()))
+    await run_gated(gate, with_gate(gate, claude.options()))
     assert len(agents_run(server)) == 2
     assert [r.status for r in gate.records()] == ["admitted", "admitted", "denied", "denied"]
     assert len({r.turn for r in gate.records()}) == 1
@@ -90,7 +95,7 @@ async def test_stagger_spaces_the_subagents_first_requests(offline: OfflineFacto
     stagger = 1.0
     server, claude = offline(FanOut.of(4, delays=0.3))
     gate = make_gate(stagger_s=stagger)
-    await run_gated(gate, gate.apply(claude.options()))
+    await run_gated(gate, with_gate(gate, claude.options()))
     starts = sorted(r.started for r in server.recorded("subagent"))
     assert len(starts) == 4
     admitted = sorted(r.admitted_at or 0.0 for r in gate.records())
@@ -122,7 +127,7 @@ def nesting_script(req: ScriptedRequest) -> Reply:
 async def test_a_nested_spawn_is_denied_at_depth_1(offline: OfflineFactory) -> None:
     server, claude = offline(nesting_script)
     gate = make_gate()
-    await run_gated(gate, gate.apply(claude.options()))
+    await run_gated(gate, with_gate(gate, claude.options()))
     parent, child = gate.records()
     assert parent.status == "admitted" and parent.depth == 1
     assert child.status == "denied" and child.code == "depth" and child.depth == 2
@@ -140,7 +145,7 @@ async def test_two_runs_share_one_process_wide_cap(offline: OfflineFactory, tmp_
     gates = [SpawnGate(SpawnPolicy(), cap=cap, deadline_s=120) for _ in range(2)]
     async with anyio.create_task_group() as tg:
         for gate, claude in zip(gates, (claude_a, claude_b), strict=True):
-            tg.start_soon(run_gated, gate, gate.apply(claude.options()))
+            tg.start_soon(run_gated, gate, with_gate(gate, claude.options()))
     subagent_requests = server.recorded("subagent")
     assert len(subagent_requests) == 6
     assert server.max_concurrent("subagent") == 2  # the shared cap, and no fewer

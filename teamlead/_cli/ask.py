@@ -35,6 +35,7 @@ if TYPE_CHECKING:
 
     from .._run.stream import RunStream
     from ..control import RunControl
+    from .controls import Controls
     from .running import AskSettings
 
 __all__ = ["ask", "resume", "run_options"]
@@ -302,17 +303,11 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
         raise UsageError("the prompt is empty")
     output = output_mode(json_, quiet)
     settings = settings_from_options(strategy, **kw)
-    options, policy, _ = build_run(settings)
+    controls, control = _terminal_controls(settings, output)
+    options, policy, _ = build_run(settings, can_use_tool=controls.can_use_tool())
     check_setup(merged_env(options.env))
-    sys.exit(
-        _at_the_terminal(
-            settings,
-            options,
-            output,
-            verbose,
-            lambda opts, control: query_stream(prompt, opts, policy=policy, control=control),
-        )
-    )
+    run = query_stream(prompt, options, policy=policy, control=control)
+    sys.exit(_at_the_terminal(settings, options, controls, run, output, verbose))
 
 
 @click.command()
@@ -340,37 +335,24 @@ def resume(
 
     output = output_mode(json_, quiet)
     settings = settings_from_options(strategy, **kw)
-    options, policy, _ = build_run(settings)
+    controls, control = _terminal_controls(settings, output)
+    options, policy, _ = build_run(settings, can_use_tool=controls.can_use_tool())
     env = merged_env(options.env)
     if options.session_store is None:  # with a store, the run brings a session it lacks here
         find_session_file(claude_config_dir(env), session_id)  # a missing one: usage error
     check_setup(env)
-    sys.exit(
-        _at_the_terminal(
-            settings,
-            options,
-            output,
-            verbose,
-            lambda opts, control: resume_stream(session_id, opts, policy=policy, control=control),
-        )
-    )
+    run = resume_stream(session_id, options, policy=policy, control=control)
+    sys.exit(_at_the_terminal(settings, options, controls, run, output, verbose))
 
 
-def _at_the_terminal(
-    settings: AskSettings,
-    options: ClaudeAgentOptions,
-    output: Output,
-    verbose: bool,
-    start: Callable[[ClaudeAgentOptions, RunControl], RunStream],
-) -> int:
-    """Run ``start(options, control)`` to its end with the terminal's part: the run's live
-    control (keys and a :class:`~teamlead.RunControl`), the approval queue, the live view.
-    Returns the exit code."""
+def _terminal_controls(settings: AskSettings, output: Output) -> tuple[Controls, RunControl]:
+    """The terminal's part of a run, made before its options (which carry its
+    ``can_use_tool``): the run's live control (keys and a :class:`~teamlead.RunControl`),
+    the approval queue or the no-terminal denier, the focus on one agent."""
     from .._claude.team import claude_config_dir
-    from .._sessions.url import close_store
     from ..control import RunControl
     from .controls import controls_for
-    from .running import merged_env, run_session
+    from .running import merged_env
 
     control = RunControl()  # the run's live cap and subagent model
     controls = controls_for(
@@ -378,10 +360,23 @@ def _at_the_terminal(
         output,
         wait_limit_s=settings.deadline_s,
         control=control,
-        config_dir=claude_config_dir(merged_env(options.env)),
+        config_dir=claude_config_dir(merged_env(settings.env)),
     )
-    options = controls.options(options)
-    run = start(options, control)  # its state is made when the stream is first read
+    return controls, control
+
+
+def _at_the_terminal(
+    settings: AskSettings,
+    options: ClaudeAgentOptions,
+    controls: Controls,
+    run: RunStream,
+    output: Output,
+    verbose: bool,
+) -> int:
+    """Run ``run`` (its state is made when the stream is first read) to its end with the
+    terminal's ``controls`` and the live view. Returns the exit code."""
+    from .._sessions.url import close_store
+    from .running import run_session
 
     async def items() -> AsyncIterator[Any]:
         try:

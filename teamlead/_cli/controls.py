@@ -6,15 +6,14 @@ terminal (stdin and stderr are ttys) and not ``--json``, requests join an
 :class:`~teamlead._cli.approvals.ApprovalQueue` answered by key; in those modes without a
 terminal, :class:`~teamlead._cli.approvals.NoTerminal` denies them with the reason; in
 other modes nothing asks. :class:`Controls` holds that choice for
-:func:`~teamlead._cli.running.run_session`: it sets the SDK's ``can_use_tool`` on the
-options, connects the queue to the progress output (labels from the run's tracker,
-decisions into its stream, the prompt and the key hint at the foot of the live view) and
-reads keys for as long as the run goes.
+:func:`~teamlead._cli.running.run_session`: it gives the options their ``can_use_tool``
+(:meth:`Controls.can_use_tool`), connects the queue to the progress output (labels from the
+run's tracker, decisions into its stream, the prompt and the key hint at the foot of the
+live view) and reads keys for as long as the run goes.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 import warnings
@@ -22,7 +21,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from claude_agent_sdk import CanUseToolShadowedWarning, ClaudeAgentOptions
+from claude_agent_sdk import CanUseToolShadowedWarning
+from claude_agent_sdk.types import CanUseTool
 
 from .._redact import terminal_safe
 from ..control import RunControl
@@ -75,15 +75,15 @@ class Controls:
         """Whether keys are read (a person at a terminal answers)."""
         return self.stdin is not None and terminal_fd(self.stdin) is not None
 
-    def options(self, options: ClaudeAgentOptions) -> ClaudeAgentOptions:
-        """``options`` with the ``can_use_tool`` of this run (unchanged when nothing asks)."""
+    def can_use_tool(self) -> CanUseTool | None:
+        """The ``can_use_tool`` of this run, for its options (``None`` when nothing asks)."""
         callback = self.approvals or self.no_terminal
         if callback is None:
-            return options
+            return None
         # an --allowed-tools entry that allows a whole tool means "do not ask me about it":
         # the SDK's warning that it shadows the callback says what the user asked for
         warnings.filterwarnings("ignore", category=CanUseToolShadowedWarning)
-        return dataclasses.replace(options, can_use_tool=callback.can_use_tool)
+        return callback.can_use_tool
 
     def follow_agents(self, config_dir: Path | None) -> None:
         """Focus on one agent at a time (``f``/Tab), finding transcripts under ``config_dir``."""

@@ -8,7 +8,6 @@ returns the exit code.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import sys
 import tempfile
@@ -19,6 +18,7 @@ from typing import IO, Any
 
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
+from claude_agent_sdk.types import CanUseTool
 
 from .._claude.loopback import ensure_loopback
 from .._gate.prompt_limits import prompt_limits
@@ -196,8 +196,11 @@ def find_cli(cli_path: str | None) -> str | None:
         raise SetupError(f"{exc}; or put `claude` on PATH, or pass --cli-path") from None
 
 
-def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strategy]:
-    """SDK options with the strategy appended, and the policy, for ``settings``.
+def build_run(
+    settings: AskSettings, *, can_use_tool: CanUseTool | None = None
+) -> tuple[ClaudeAgentOptions, Policy, Strategy]:
+    """SDK options with the strategy appended, and the policy, for ``settings``; the
+    options ask ``can_use_tool`` (the run's :class:`~.controls.Controls`) for permission.
 
     Raises:
         UsageError: unknown strategy, bad numbers, a cwd that does not exist, a session
@@ -232,20 +235,22 @@ def build_run(settings: AskSettings) -> tuple[ClaudeAgentOptions, Policy, Strate
     except ValueError as exc:
         first = str(exc).splitlines()
         raise UsageError(f"bad limit: {first[1] if len(first) > 1 else first[0]}") from None
+    cli_path = find_cli(settings.cli_path)
+    store = None
+    if settings.session_store is not None:
+        from ..sessions import open_session_store
+
+        store = open_session_store(settings.session_store)
     options = ClaudeAgentOptions(
         model=settings.model,
         cwd=settings.cwd,
         allowed_tools=list(settings.allowed_tools),
         permission_mode=settings.permission_mode,  # type: ignore[arg-type]
         env=dict(settings.env),
-        cli_path=find_cli(settings.cli_path),
+        cli_path=cli_path,
+        can_use_tool=can_use_tool,
+        session_store=store,
     )
-    if settings.session_store is not None:
-        from ..sessions import open_session_store
-
-        options = dataclasses.replace(
-            options, session_store=open_session_store(settings.session_store)
-        )
     if settings.allow_workflows:
         options = allow_workflows(options)
     options = apply_strategy(options, strategy, values=prompt_limits(policy.spawn, options.env))

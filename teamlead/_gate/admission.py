@@ -3,7 +3,8 @@
 A run starts agents three ways, and one object decides for all of them:
 
 - an ``Agent`` call, in the PreToolUse hook (:class:`~teamlead._gate.gate.SpawnGate`,
-  which the admission builds and merges into the run's options: :meth:`Admission.apply`);
+  which the admission builds; its matcher, :meth:`Admission.hook_matcher`, goes into the
+  run's options with the run's other pieces, :func:`teamlead._run.options.build_options`);
 - a ``Workflow`` call, in the same hook (its depth, the budget, the deadline);
 - a workflow agent, which fires no hook: the relay's ledger
   (:class:`~teamlead._agents.book.AgentBook`) asks :meth:`Admission.admit_workflow_agent`
@@ -38,7 +39,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from claude_agent_sdk import ClaudeAgentOptions
+from claude_agent_sdk import HookMatcher
 
 from .._agents.count import WorkflowRefusal
 from .._agents.pause import Pause
@@ -143,9 +144,9 @@ class Admission:
         """The Workflow calls the gate denied: ``(tool_use_id, code, reason)``, in order."""
         return list(self.gate.workflow_denials) if self.gate is not None else []
 
-    def apply(self, options: ClaudeAgentOptions) -> ClaudeAgentOptions:
-        """``options`` with the gate's hook added to the user's own (unchanged without it)."""
-        return self.gate.apply(options) if self.gate is not None else options
+    def hook_matcher(self) -> HookMatcher | None:
+        """The gate's ``PreToolUse`` matcher for the run's options (``None`` without it)."""
+        return self.gate.hook_matcher() if self.gate is not None else None
 
     # -- the run's side --------------------------------------------------------------------
     def set_deadline(self, seconds_from_now: float) -> None:

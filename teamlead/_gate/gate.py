@@ -37,7 +37,7 @@ a call that is then not admitted is given back.
 
 Example:
     >>> gate = SpawnGate(SpawnPolicy(max_concurrent_agents=3, spawn_budget=5), deadline_s=600)
-    >>> options = gate.apply(options)  # doctest: +SKIP
+    >>> options = merge_hook(options, gate.hook_matcher())  # _run.options  # doctest: +SKIP
     >>> async for message in claude_agent_sdk.query(prompt=..., options=options):
     ...     observe(gate, message)  # doctest: +SKIP
     >>> gate.close()
@@ -50,7 +50,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import anyio
-from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
+from claude_agent_sdk import HookMatcher
 from claude_agent_sdk.types import SyncHookJSONOutput
 
 from .._agents.count import WorkflowRefusal
@@ -60,7 +60,7 @@ from ..events import DenyCode, SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRej
 from ..policy import SpawnPolicy, is_model_alias
 from . import reasons as why
 from .calls import Call, GateEvent, SpawnRecord
-from .hook import deny_output, merge_hook, model_output
+from .hook import deny_output, model_output
 from .slots import FifoSlots, SpawnCap, cli_subagent_cap
 from .turns import Turns
 
@@ -87,8 +87,7 @@ class SpawnGate:
         clock: time source for every wait.
         on_event: receives :class:`SpawnQueued`/``Admitted``/``Denied``/``Rejected``; an
             exception from it is recorded in :attr:`errors`, never raised into the hook.
-        env: the CLI's environment (``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS``);
-            :meth:`apply` reads it from the options too.
+        env: the CLI's environment (``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS``).
         max_wait_s: longest a call waits in the gate when there is no nearer deadline.
         turn_gap_s: without a message id from :meth:`note_message`, lead calls that arrive
             while another is in the hook, or within this gap after, count as one message.
@@ -285,16 +284,6 @@ class SpawnGate:
         """``HookMatcher(matcher="Agent|Workflow", ...)`` to add under ``PreToolUse``."""
         timeout = self.hook_timeout_s if timeout_s is None else timeout_s
         return HookMatcher(matcher=HOOK_TOOLS, hooks=[self.hook], timeout=timeout)
-
-    def apply(self, options: ClaudeAgentOptions) -> ClaudeAgentOptions:
-        """``options`` with the gate added to the user's own hooks (a no-op when disabled)."""
-        if not self.policy.enabled:
-            return options
-        env = {k: v for k, v in (options.env or {}).items() if isinstance(v, str)}
-        if env and not self._calls:
-            self._env.update(env)
-            self._slots = FifoSlots(self._run_limit())
-        return merge_hook(options, self.hook_matcher())
 
     # -- what the tracker reports ------------------------------------------------------------
     def note_message(self, message_id: str, tool_use_ids: list[str]) -> None:

@@ -8,7 +8,7 @@ The seams, kept narrow on purpose:
 
 - the run: :func:`trace_run` at the start of a run (with the run's parse of its stream,
   :class:`~teamlead.tracker.StreamParse`, which the spans read its messages from), then
-  ``trace.cli_options(options)`` for the CLI's ``TRACEPARENT``,
+  ``trace.trace_env()`` for the CLI's ``TRACEPARENT``,
   ``trace.attach(relay_run)`` for the relay's ``chat`` spans and ``trace.observe(stream)``
   around the stream (``teamlead._run.relayed`` and
   ``teamlead.coordinator.receive_all``);

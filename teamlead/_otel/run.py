@@ -14,7 +14,7 @@ turns it into spans, without a hook into the coordinator's machinery:
   ``queued``/``admitted``/``denied``/``timed_out``/``rejected`` events;
 - a ``chat {model}`` span per relayed request (:mod:`.chat`), under its agent.
 
-The CLI gets the root span as ``TRACEPARENT`` (:meth:`RunTrace.cli_options`), so Claude
+The CLI gets the root span as ``TRACEPARENT`` (:meth:`RunTrace.trace_env`), so Claude
 Code's own spans (``CLAUDE_CODE_ENABLE_TELEMETRY``) nest under the run. Spans are started
 with explicit parents, never made current: a run is an async generator, and a context
 attached across its ``yield``\\ s would leak into the caller.
@@ -22,7 +22,6 @@ attached across its ``yield``\\ s would leak into the caller.
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import time
 from collections.abc import AsyncGenerator, Callable, Mapping
@@ -139,21 +138,20 @@ class RunTrace:
         self._enter("teamlead.round", {"teamlead.round": 0})
 
     # -- hookups ---------------------------------------------------------------------------
-    def cli_options(self, options: ClaudeAgentOptions) -> ClaudeAgentOptions:
-        """``options`` whose CLI gets this run as its ``TRACEPARENT`` (one the caller set in
-        ``options.env`` is kept)."""
-        if "TRACEPARENT" in options.env:
-            return options
+    def trace_env(self) -> dict[str, str]:
+        """The CLI's ``TRACEPARENT`` (and ``TRACESTATE``) for this run's root span, for the
+        run's options (:func:`teamlead._run.options.build_options`, which keeps one the
+        caller set in ``options.env``); empty when the span has no valid context."""
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
         carrier: dict[str, str] = {}
         TraceContextTextMapPropagator().inject(carrier, context=self._root_context)
         if "traceparent" not in carrier:
-            return options
-        env = {**dict(options.env), "TRACEPARENT": carrier["traceparent"]}
+            return {}
+        env = {"TRACEPARENT": carrier["traceparent"]}
         if "tracestate" in carrier:
             env["TRACESTATE"] = carrier["tracestate"]
-        return dataclasses.replace(options, env=env)
+        return env
 
     def attach(self, relay_run: RelayRun | None) -> None:
         """Have a ``chat`` span made for each of the run's requests through the relay."""

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import Any, Protocol
@@ -27,13 +26,14 @@ from .._procs import stop_marked
 from .._redact import redact
 from ..events import Finished, ResumeFailed, Resuming, TaskDisposition
 from .collect import Collection, absorb, cut_rows, dispositions, with_results
+from .options import RUN_MARK_VAR, round_options
 from .outcome import RoundOutcome
 from .readback import read_back
 from .resume_prompt import Delivery, render_resume_prompt
 from .retry import retry_delay
 from .round import Round
-from .state import RUN_MARK_VAR, RunState
-from .wrapup import WrapFn, no_tools, wrap_up
+from .state import RunState
+from .wrapup import WrapFn, wrap_up
 
 logger = logging.getLogger("teamlead.coordinator")
 
@@ -210,7 +210,7 @@ class _QueryRounds:
     def resume(self, prompt_text: str) -> Round:
         """One resume round: a new CLI process with ``resume=session_id``."""
         state = self._state
-        options = dataclasses.replace(state.options, resume=state.tracker.session_id or "")
+        options = round_options(state.options, state.tracker.session_id or "")
         return self._round(self._query_fn(prompt=prompt_text, options=options))
 
     async def wrap(self, prompt_text: str, stop: list[str]) -> Round:
@@ -218,7 +218,7 @@ class _QueryRounds:
         that ran ``stop`` has ended already). The deadline cuts it, ending its CLI's
         process tree, so closing it never waits the SDK's graceful exit past the deadline."""
         state = self._state
-        options = no_tools(state.options, state.tracker.session_id or "")
+        options = round_options(state.options, state.tracker.session_id or "", tools_off=True)
         stream = self._query_fn(prompt=prompt_text, options=options)
         return Round(state, stream, deadline=state.deadline, on_cut=self._end_cli, budget_cut=False)
 

@@ -2,7 +2,8 @@
 
 :func:`relayed` puts the relay of the run's process (:mod:`teamlead._relay`, the pool of
 its :class:`~teamlead.ProcessState`) in front of a run's CLI, for the run's upstream and
-account: it points the options' ``ANTHROPIC_BASE_URL`` at a run of the shared relay, buffers
+account: it starts a run of the shared relay, whose base URL the run's options then carry
+as ``ANTHROPIC_BASE_URL`` (:func:`~.options.build_options`), buffers
 the relay's events (:class:`~teamlead.events.RateLimited`,
 :class:`~teamlead.events.ConcurrencyChanged`) so the coordinator can yield them in its
 stream, and gives the run's builder its :class:`~teamlead.events.RelaySummary` for ``Finished``.
@@ -16,7 +17,6 @@ own tasks, so they wait in a bounded buffer until the stream yields them.
 from __future__ import annotations
 
 import collections
-import dataclasses
 import logging
 import os
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
@@ -28,6 +28,7 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from ..events import ConcurrencyChanged, RateLimited, RelaySummary
 from ..policy import Policy
+from .options import with_base_url
 from .process import ProcessState, default_process_state
 
 if TYPE_CHECKING:
@@ -65,12 +66,12 @@ class RelayHookup:
     """One run's connection to the relay.
 
     Attributes:
-        options: the options to start the CLI with (``ANTHROPIC_BASE_URL`` at the relay
-            when ``run`` is set, else the caller's options unchanged).
+        base_url: the relay's base URL, for the CLI's ``ANTHROPIC_BASE_URL`` (``None`` when
+            the run goes direct).
         run: the relay run, or ``None`` when the run goes direct.
     """
 
-    options: ClaudeAgentOptions
+    base_url: str | None = None
     run: RelayRun | None = None
     events: collections.deque[RelayEvent] = field(
         default_factory=lambda: collections.deque(maxlen=_MAX_BUFFERED)
@@ -135,7 +136,7 @@ class _Relayed:
         self._run: AbstractAsyncContextManager[RelayRun] | None = None
 
     async def __aenter__(self) -> RelayHookup:
-        hookup = RelayHookup(self._options)
+        hookup = RelayHookup()
         if not relay_wanted(self._policy):
             return hookup
         try:  # imported here: a broken server stack must not break teamlead, only the relay
@@ -169,8 +170,7 @@ class _Relayed:
             log.warning("request relay off, running direct: %s", _one_line(exc))
             return hookup
         self._run = context
-        env = {**dict(self._options.env), "ANTHROPIC_BASE_URL": run.base_url}
-        hookup.options = dataclasses.replace(self._options, env=env)
+        hookup.base_url = run.base_url
         hookup.run = run
         return hookup
 
@@ -200,10 +200,9 @@ async def relay_for(
     process: ProcessState | None = None,
 ) -> AsyncIterator[ClaudeAgentOptions]:
     """Options whose CLI goes through the relay while the block runs (for client users)."""
-    async with relayed(
-        options or ClaudeAgentOptions(), policy or Policy(), process=process
-    ) as hookup:
-        yield hookup.options
+    base = options or ClaudeAgentOptions()
+    async with relayed(base, policy or Policy(), process=process) as hookup:
+        yield with_base_url(base, hookup.base_url)
 
 
 def _one_line(exc: BaseException) -> str:

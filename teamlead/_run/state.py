@@ -8,7 +8,9 @@ return what they found. It owns:
 
 - the mode, said explicitly: ``query`` (each round a new CLI process from the query
   function) or ``client`` (one connected ``ClaudeSDKClient`` for every round);
-- the options every round starts from, the policy and the clock;
+- the options every round starts from, the policy and the clock: the user's options and
+  the run's pieces of them (:class:`~.options.Wiring`), built into the CLI's options by
+  :func:`~.options.build_options`, the one place they are written;
 - the deadline and the wrap-up point before it, on that clock;
 - the tracker, what was collected and delivered (:class:`Collected`), the ledger;
 - what it made of the message it fed last (:meth:`RunState.events_of`): the run is the
@@ -58,8 +60,9 @@ from ..control import ControlLease, RunControl
 from ..events import RunAmended
 from ..policy import Policy
 from ..tracker import TrackedEvent, Tracker
-from .agents import WORKFLOW_CAP_VAR, RunAgents
+from .agents import RunAgents
 from .ledger import Ledger
+from .options import MAX_MESSAGE_BYTES, RUN_MARK_VAR, SUBAGENT_MODEL_VAR, Wiring, build_options
 from .permissions import PermissionRequests
 from .process import ProcessState, default_process_state
 from .relayed import RelayHookup, relayed
@@ -85,15 +88,6 @@ __all__ = [
 Mode: TypeAlias = Literal["query", "client"]
 MemberStatus: TypeAlias = Literal["pending", "reported"]
 
-#: The largest single message the SDK reads from the CLI (its ``max_buffer_size``) unless
-#: the options set one: 64 MiB, where the SDK's default of 1 MiB let one Agent call with a
-#: 1 MB description end the run.
-MAX_MESSAGE_BYTES = 64 * 1024 * 1024
-
-#: The CLI's model for every subagent (workflow agents included), fixed when it starts.
-SUBAGENT_MODEL_VAR = "CLAUDE_CODE_SUBAGENT_MODEL"
-#: Marks a run's CLI processes, so the wrap-up can end exactly their tree.
-RUN_MARK_VAR = "TEAMLEAD_RUN_MARK"
 _STDERR_LINES = 20
 _END_TIMEOUT_S = 10.0  # stopping a run's leftover CLI: SIGTERM, then SIGKILL after 2 s
 
@@ -173,8 +167,12 @@ class RunState:
 
     Attributes:
         mode: ``query`` or ``client``.
-        options: the options every round starts from (the wait ceiling, the run mark,
-            the stderr tail, the gate's hook and the relay's base URL already in them).
+        user_options: the caller's options, as given (never changed).
+        wiring: the run's pieces of its CLI options (the gate's hook, the run mark, the
+            stderr tail, the relay's base URL, the trace context, ...).
+        options: the options every round starts from: :attr:`user_options` with
+            :attr:`wiring`, built by :func:`~.options.build_options` (only :meth:`wire`
+            changes them).
         policy: the run's limits.
         clock: the time source of every deadline, wait and backoff.
         config_dir: the Claude config dir holding the team, inbox and transcripts.
@@ -204,6 +202,8 @@ class RunState:
     """
 
     mode: Mode
+    user_options: ClaudeAgentOptions
+    wiring: Wiring
     options: ClaudeAgentOptions
     policy: Policy
     clock: Clock
@@ -259,10 +259,17 @@ class RunState:
         )
 
     def attach_relay(self, hookup: RelayHookup) -> None:
-        """Send the run's requests through ``hookup``, from :meth:`open_relay` (its options are
-        those with ``ANTHROPIC_BASE_URL`` at the relay, when it is up)."""
+        """Send the run's requests through ``hookup``, from :meth:`open_relay` (the options
+        get ``ANTHROPIC_BASE_URL`` at the relay, when it is up)."""
         self.relay = hookup
-        self.options = hookup.options
+        self.wire(relay_base_url=hookup.base_url)
+
+    def wire(self, **pieces: Any) -> None:
+        """Add ``pieces`` (fields of :class:`~.options.Wiring`) to the run's wiring, and build
+        :attr:`options` again from the user's (a piece known only once the run goes: the
+        relay's base URL, the trace context, a session store given up)."""
+        self.wiring = dataclasses.replace(self.wiring, **pieces)
+        self.options = build_options(self.user_options, self.policy, self.wiring)
 
     def use_control(self, control: RunControl, *, on_loop: bool = False) -> None:
         """Let ``control`` amend the run's admission (its cap and subagent model) from now
@@ -351,7 +358,7 @@ class RunState:
         and the run goes on without it (the SDK mirrors nothing: nothing to fail later)."""
         if self.store is not None and not await self.store.check():
             self.store = None
-            self.options = dataclasses.replace(self.options, session_store=None)
+            self.wire(store_view=None, store_off=True)
 
     async def sync_journals(self) -> None:
         """Mirror the run's workflow journals into the session store (their new lines)."""
@@ -385,43 +392,14 @@ def prepare_options(
     exactly when the CLI is idle rather than guessing from results (queued notification
     turns can follow a result). User-set values of either variable are kept. The SDK's
     largest message becomes :data:`MAX_MESSAGE_BYTES` unless ``max_buffer_size`` is set.
+    (The first rule of :func:`~.options.build_options`, with nothing of a run wired in.)
 
     Args:
         options: the caller's options (default: ``ClaudeAgentOptions()``); never mutated.
         policy: the run's policy (``deadline_s`` sets the wait ceiling).
         client: the options are for a ``ClaudeSDKClient``.
     """
-    options = options or ClaudeAgentOptions()
-    env = dict(options.env)
-    env.setdefault("CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS", str(policy.bg_wait_ceiling_ms))
-    if client:
-        env.setdefault("CLAUDE_CODE_EMIT_SESSION_STATE_EVENTS", "1")
-    buffer = options.max_buffer_size if options.max_buffer_size is not None else MAX_MESSAGE_BYTES
-    return dataclasses.replace(options, env=env, max_buffer_size=buffer)
-
-
-def _workflow_cap(options: ClaudeAgentOptions, cap: int | None) -> ClaudeAgentOptions:
-    """``options`` whose workflow engine runs at most ``cap`` agents at once (its own gate),
-    never more than the user set for it."""
-    if cap is None:
-        return options
-    env = dict(options.env)
-    user = env.get(WORKFLOW_CAP_VAR, os.environ.get(WORKFLOW_CAP_VAR))
-    try:
-        wanted = int(str(user).strip()) if user is not None else None
-    except ValueError:
-        wanted = None
-    value = min(cap, wanted) if wanted is not None and wanted >= 1 else cap
-    env[WORKFLOW_CAP_VAR] = str(value)
-    return dataclasses.replace(options, env=env)
-
-
-def _subagent_model(options: ClaudeAgentOptions, model: str | None) -> ClaudeAgentOptions:
-    """``options`` whose CLI runs every subagent on ``model`` (workflow agents read it only
-    from this variable); a ``None`` model leaves the user's own setting alone."""
-    if model is None:
-        return options
-    return dataclasses.replace(options, env={**dict(options.env), SUBAGENT_MODEL_VAR: model})
+    return build_options(options, policy, Wiring(client=client))
 
 
 def _starting_model(options: ClaudeAgentOptions, policy: Policy) -> str | None:
@@ -442,7 +420,8 @@ def new_run(
     control: RunControl | None = None,
     process: ProcessState | None = None,
 ) -> RunState:
-    """A fresh run state: the options prepared, its admission (the gate) built on ``clock``.
+    """A fresh run state: its admission (the gate) built on ``clock``, and its options
+    built from ``options`` with the run's pieces (:func:`~.options.build_options`).
 
     Args:
         mode: ``query`` or ``client``.
@@ -459,36 +438,44 @@ def new_run(
         AmendRefused: ``control`` already serves a run that has not ended.
     """
     world = process or default_process_state()
-    prepared = prepare_options(options, policy, client=mode == "client")
+    user = options or ClaudeAgentOptions()
     pause = Pause()
     admission = Admission(
         policy,
         clock,
         cap=world.spawn_cap,
-        env=prepared.env,
+        env=user.env,
         pause=pause,
-        starting_model=_starting_model(prepared, policy),
+        starting_model=_starting_model(user, policy),
         gated=gated,
     )
-    prepared = admission.apply(prepared)
-    prepared = _workflow_cap(prepared, admission.limit)
-    prepared = _subagent_model(prepared, policy.spawn.subagent_model)
     permissions = PermissionRequests(clock)
-    if prepared.can_use_tool is not None:  # the run lists what waits for an answer
-        prepared = dataclasses.replace(
-            prepared, can_use_tool=permissions.wrap(prepared.can_use_tool)
-        )
     mark = uuid.uuid4().hex
-    config_dir = claude_config_dir({**os.environ, **dict(prepared.env)})
+    config_dir = claude_config_dir({**os.environ, **dict(user.env)})
     store = None
-    if prepared.session_store is not None:  # mirrored eagerly: a dead machine loses ~0.1 s
-        store = RunStore(prepared.session_store, config_dir=config_dir, cwd=prepared.cwd)
-        prepared = dataclasses.replace(
-            prepared, session_store=store.view, session_store_flush="eager"
-        )
+    if user.session_store is not None:
+        store = RunStore(user.session_store, config_dir=config_dir, cwd=user.cwd)
+    tail: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
+
+    def to_tail(line: str) -> None:  # the CLI's last lines, quoted when its stream breaks
+        if line.strip():
+            tail.append(line.strip())
+
+    wiring = Wiring(
+        client=mode == "client",
+        hook=admission.hook_matcher(),
+        workflow_cap=admission.limit,
+        subagent_model=policy.spawn.subagent_model,
+        permissions=permissions.wrap,  # the run lists what waits for an answer
+        store_view=store.view if store is not None else None,
+        run_mark=mark,
+        stderr=to_tail,
+    )
     state = RunState(
         mode=mode,
-        options=prepared,
+        user_options=user,
+        wiring=wiring,
+        options=build_options(user, policy, wiring),
         policy=policy,
         clock=clock,
         config_dir=config_dir,
@@ -501,20 +488,10 @@ def new_run(
         agents=RunAgents(policy, clock, admission),
         pause=pause,
         stop=RunStop(on_request=admission.stopped),
+        stderr_tail=tail,
     )
     if control is not None:
         state.use_control(control)
     state.ledger.one_process = mode == "client"
     world.enter(state.stop)
-    user_stderr = prepared.stderr
-    tail = state.stderr_tail
-
-    def on_stderr(line: str) -> None:
-        if line.strip():
-            tail.append(line.strip())
-        if user_stderr is not None:
-            user_stderr(line)
-
-    env = {**dict(prepared.env), RUN_MARK_VAR: mark}
-    state.options = dataclasses.replace(prepared, env=env, stderr=on_stderr)
     return state

@@ -12,11 +12,8 @@ wrap-up at once; its stop is recorded as ``interrupted``.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
-
-from claude_agent_sdk import ClaudeAgentOptions
 
 from .._redact import redact
 from ..events import Resuming
@@ -26,7 +23,7 @@ from .resume_prompt import Delivery, render_resume_prompt
 from .round import Round
 from .state import RunState
 
-__all__ = ["WrapFn", "no_tools", "wrap_up", "wrap_up_prompt"]
+__all__ = ["WrapFn", "wrap_up", "wrap_up_prompt"]
 
 #: The wrap-up round for a prompt, after stopping the given task ids.
 WrapFn = Callable[[str, list[str]], Awaitable[Round]]
@@ -86,11 +83,6 @@ def wrap_up_prompt(
         pending, missing, policy, spill=spill, head=_WRAP_DATA_HEAD, actions=False
     )
     return f"{_WRAP_HEAD.format(why=reason)}\n\n{text}", used
-
-
-def no_tools(options: ClaudeAgentOptions, session_id: str) -> ClaudeAgentOptions:
-    """Options for the wrap-up round: the same session, no tools at all."""
-    return dataclasses.replace(options, resume=session_id, tools=[])
 
 
 async def wrap_up(
