@@ -29,13 +29,34 @@ LIMIT = 3
 
 
 class WatchedGovernor(Governor):
-    """Records, for every grant, which lower-priority callers were already queued."""
+    """Records, for every grant, which lower-priority callers were still waiting for one.
+
+    A grant is counted when the governor makes it, not when its caller resumes: a caller
+    granted a slot but not yet resumed is not waiting any more.
+    """
 
     def __init__(self, policy: GovernorPolicy) -> None:
         super().__init__(policy)
-        self.queued: dict[int, int] = {}
-        self.grants: list[tuple[int, int, set[int]]] = []
+        self.waiting: dict[int, int] = {}
+        self.granted: list[Slot] = []  # in the order the governor granted them
+        self.grants: list[tuple[int, int, set[int]]] = []  # (caller, priority, behind)
+        self.arrived: dict[int, int] = {}  # caller: grants made before it asked
+        self._slots: dict[int, Slot] = {}
         self._ids = 0
+
+    def _try_grant(self, *args: Any, **kwargs: Any) -> Slot | None:
+        slot = super()._try_grant(*args, **kwargs)
+        if slot is not None:
+            self.granted.append(slot)
+        return slot
+
+    def index(self, me: int) -> int:
+        """The place of caller ``me``'s grant in the governor's order."""
+        return next(n for n, s in enumerate(self.granted) if s is self._slots[me])
+
+    def served_first(self, me: int, other: int) -> bool:
+        """``me`` was granted before ``other``, or ``other`` before ``me`` even asked."""
+        return self.index(other) > self.index(me) or self.index(other) < self.arrived[me]
 
     async def acquire(
         self,
@@ -47,12 +68,14 @@ class WatchedGovernor(Governor):
     ) -> Slot:
         self._ids += 1
         me = self._ids
-        behind = {other for other, p in self.queued.items() if p < priority}
-        self.queued[me] = priority
+        self.arrived[me] = len(self.granted)
+        behind = {other for other, p in self.waiting.items() if p < priority}
+        self.waiting[me] = priority
         try:
             slot = await super().acquire(key, timeout=timeout, priority=priority, **kwargs)
         finally:
-            del self.queued[me]
+            del self.waiting[me]
+        self._slots[me] = slot
         self.grants.append((me, priority, behind))
         return slot
 
@@ -97,10 +120,9 @@ async def test_a_storm_of_24_subagents_through_the_relay_loses_nothing(tmp_path:
     assert summary.buckets[0].limit == LIMIT
     # the lead was never starved: each of its requests went before every subagent request
     # that was already queued when it arrived
-    order = {me: n for n, (me, _, _) in enumerate(governor.grants)}
     lead_grants = [(me, behind) for me, priority, behind in governor.grants if priority >= 2]
     assert len(lead_grants) >= 2
     assert any(behind for _, behind in lead_grants), "no lead request came during the storm"
     for me, behind in lead_grants:
-        assert all(order[other] > order[me] for other in behind)
+        assert all(governor.served_first(me, other) for other in behind)
     assert all(r.status == 200 for r in server.recorded("lead"))
