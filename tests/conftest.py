@@ -1,13 +1,15 @@
-"""Shared fixtures: isolated Claude state, the scripted server and the real CLI."""
+"""Fixtures of every tier: isolated Claude state and process state, checked after each test.
+
+The real-CLI tier's own (the scripted server, ``teamlead ask``) are in ``tests/cli/conftest.py``.
+"""
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
-import psutil
 import pytest
 
 # The suite starts a few hundred Python processes (``teamlead ask``, benches, examples):
@@ -16,10 +18,13 @@ import pytest
 sys.dont_write_bytecode = False
 os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
-from teamlead.testing import OfflineClaude, Script, ScriptedServer  # noqa: E402
+from teamlead.testing import OfflineClaude  # noqa: E402
 
 from .isolated import isolated_env  # noqa: E402
 from .polling import poll  # noqa: E402
+
+#: the real-CLI tier: every test with the ``cli`` mark lives here
+_CLI_TIER = Path(__file__).resolve().parent / "cli"
 
 
 @pytest.fixture
@@ -72,48 +77,17 @@ def _real_cli_tests_are_marked(
     request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Keep the fast tier fast: a test that sets up the real CLI must carry the ``cli`` mark
-    (``pytest -m "not cli and not slow"`` leaves those out)."""
+    (``pytest -m "not cli and not slow"`` leaves those out), and a test with it lives in the
+    real-CLI tier, ``tests/cli/`` (``tests/test_house.py`` checks the sources for both)."""
     if request.node.get_closest_marker("cli") is not None:
+        if not request.node.path.resolve().is_relative_to(_CLI_TIER):
+            pytest.fail(f"{request.node.nodeid} drives the real CLI: move it into tests/cli/")
         return
 
     def refuse(self: OfflineClaude, *args: object, **kwargs: object) -> None:
         raise AssertionError(f"{request.node.nodeid} drives the real CLI: mark it @pytest.mark.cli")
 
     monkeypatch.setattr(OfflineClaude, "__init__", refuse)
-
-
-OfflineFactory = Callable[..., tuple[ScriptedServer, OfflineClaude]]
-
-
-@pytest.fixture
-def offline(tmp_path: Path) -> Iterator[OfflineFactory]:
-    """Start a scripted server and an isolated CLI home: ``server, claude = offline(script)``."""
-    started: list[ScriptedServer] = []
-
-    def make(script: Script, **server_kwargs: object) -> tuple[ScriptedServer, OfflineClaude]:
-        server = ScriptedServer(script, **server_kwargs).start()  # type: ignore[arg-type]
-        started.append(server)
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / f"claude-{len(started)}")
-        return server, claude
-
-    yield make
-    for server in started:
-        server.stop()
-
-
-def cli_processes(state_dir: Path) -> list[psutil.Process]:
-    """Live processes whose CLAUDE_CONFIG_DIR is under ``state_dir``: the CLI children a
-    test started there (and all they started). Zombies are left out: they have ended."""
-    found = []
-    for proc in psutil.process_iter(["environ"]):
-        try:
-            env = proc.info["environ"] or {}
-            ours = str(state_dir) in env.get("CLAUDE_CONFIG_DIR", "") and proc.pid != os.getpid()
-            if ours and proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except psutil.Error:  # it ended while we looked
-            continue
-    return found
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

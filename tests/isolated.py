@@ -1,4 +1,5 @@
-"""The isolated environment of the tests, and running independent real runs side by side.
+"""The isolated environment of the tests, the ``teamlead`` command, and running
+independent real runs side by side.
 
 :func:`isolated_env` is what tests/conftest.py's autouse fixture gives every test. A
 module-scoped fixture is set up before any test's own fixtures, so before that isolation;
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -18,6 +20,10 @@ import pytest
 
 K = TypeVar("K")
 R = TypeVar("R")
+
+#: ``teamlead`` as the tests start it, the one way they do: the package of this interpreter
+#: (the checkout under test), never whatever ``teamlead`` is first on ``PATH``.
+TEAMLEAD = (sys.executable, "-m", "teamlead")
 
 
 def isolated_env(root: Path) -> dict[str, str]:

@@ -1,10 +1,11 @@
-"""Trial records for the statistics tests: a completed trial whose outcome is ``parallel``."""
+"""Trial records and spec texts for the experiment tests: a completed trial whose outcome
+is ``parallel``, and an A/B spec of the two shipped strategies."""
 
 from __future__ import annotations
 
 from teamlead.experiment.specs.records import TrialRecord
 
-__all__ = ["trial_record"]
+__all__ = ["ab_spec", "trial_record"]
 
 
 def trial_record(
@@ -26,3 +27,32 @@ def trial_record(
     }
     fields.update(kw)
     return TrialRecord.model_validate(fields)
+
+
+def ab_spec(tasks: int, trials: int, *, concurrency: int = 4, extra: str = "") -> str:
+    """The text of an A/B spec: ``baseline`` (the control) against ``delegation`` on
+    ``tasks`` research questions, ``trials`` each, seed 7; ``extra`` goes in its
+    ``[experiment]`` table."""
+    body = [
+        "[experiment]",
+        'name = "ab"',
+        f"trials = {trials}",
+        "seed = 7",
+        f"concurrency = {concurrency}",
+        'control = "baseline"',
+        extra,
+        "[[variants]]",
+        'name = "baseline"',
+        'strategy = "baseline"',
+        "[[variants]]",
+        'name = "delegation"',
+        'strategy = "delegation"',
+    ]
+    for i in range(tasks):
+        body += [
+            "[[tasks]]",
+            f'id = "task-{i}"',
+            f'prompt = "Research question {i}."',
+            'rubric = "mentions parts"',
+        ]
+    return "\n".join(body) + "\n"

@@ -2,7 +2,7 @@
 
 The queue is driven through its real ``can_use_tool`` callback (the SDK's signature) with
 concurrent requests, as the CLI sends them; the terminal parts run on a real pseudo-terminal.
-The same behaviour on the real CLI, in a tmux pane, is in ``test_approvals_cli.py``.
+The same behaviour on the real CLI, in a tmux pane, is in ``tests/cli/test_approvals.py``.
 """
 
 from __future__ import annotations
@@ -353,7 +353,7 @@ def test_live_keys_change_the_cap_and_cycle_the_model_and_say_a_refusal() -> Non
     from teamlead._run.state import new_run
     from teamlead.policy import Policy, SpawnPolicy
 
-    from .test_gate import StepClock
+    from .step_clock import StepClock
 
     control = RunControl()
     said: list[str] = []
@@ -392,7 +392,7 @@ def test_focus_keys_cycle_the_agents_and_the_live_view_shows_them_escaped() -> N
     from teamlead._cli.focus import Focus
     from teamlead._cli.team_view import LiveTeamView
 
-    from .test_focus import started, sub_text, sub_tool
+    from .frames import started, sub_text, sub_tool
 
     controls = Controls()
     controls.focus = Focus(HandFed(), None)

@@ -24,7 +24,7 @@ from teamlead.policy import Policy, SpawnPolicy, is_model_alias
 from teamlead.testing import FakeClock
 
 from .parsing import HandFed
-from .test_gate import StepClock
+from .step_clock import StepClock
 
 pytestmark = pytest.mark.anyio
 

@@ -1,8 +1,8 @@
 """Focus on one agent: its last tool calls and lines, from the stream or its transcript.
 
-The unit tests feed raw stream-json frames (the shapes of the recorded traces) and write
-transcripts as the CLI lays them out; one test runs the real CLI offline (``-m cli``) and
-finds a subagent's last tool call in the stream.
+The tests feed raw stream-json frames (the shapes of the recorded traces, from
+``tests/frames.py``) and write transcripts as the CLI lays them out; the real CLI's stream
+is read in tests/cli/test_focus.py.
 """
 
 from __future__ import annotations
@@ -12,93 +12,12 @@ import os
 from pathlib import Path
 from typing import Any
 
-import anyio
-import pytest
-
-import teamlead
 from teamlead._claude.transcript import transcript_tail
 from teamlead._cli.focus import Focus
-from teamlead.testing import AgentCall, Reply, ScriptedRequest
-from teamlead.testing.replies import ToolUse
-from teamlead.testing.scripts import finding_text, synthesize
 from teamlead.tracker import SubagentToolUse, parse_message
 
-from .conftest import OfflineFactory
+from .frames import SESSION, ended, result, started, sub_text, sub_tool, workflow
 from .parsing import HandFed
-
-SESSION = "d6b404c3-7aec-40d7-9803-56ebb9cb00ba"
-
-
-def started(task_id: str, tool_use_id: str, description: str) -> dict[str, Any]:
-    return {
-        "type": "system",
-        "subtype": "task_started",
-        "task_id": task_id,
-        "tool_use_id": tool_use_id,
-        "description": description,
-        "task_type": "local_agent",
-        "session_id": SESSION,
-    }
-
-
-def sub_tool(parent: str, tool_id: str, name: str, tool_input: dict[str, Any]) -> dict[str, Any]:
-    block = {"type": "tool_use", "id": tool_id, "name": name, "input": tool_input}
-    return {
-        "type": "assistant",
-        "parent_tool_use_id": parent,
-        "message": {"id": f"m-{tool_id}", "content": [block]},
-        "session_id": SESSION,
-    }
-
-
-def sub_text(parent: str, text: str) -> dict[str, Any]:
-    return {
-        "type": "assistant",
-        "parent_tool_use_id": parent,
-        "message": {"id": f"m-{len(text)}", "content": [{"type": "text", "text": text}]},
-        "session_id": SESSION,
-    }
-
-
-def result(tool_id: str, *, error: bool = False) -> dict[str, Any]:
-    block = {"type": "tool_result", "tool_use_id": tool_id, "content": "out", "is_error": error}
-    return {"type": "user", "message": {"content": [block]}, "session_id": SESSION}
-
-
-def ended(task_id: str, output_file: str) -> dict[str, Any]:
-    return {
-        "type": "system",
-        "subtype": "task_notification",
-        "task_id": task_id,
-        "status": "completed",
-        "output_file": output_file,
-        "summary": "done",
-        "session_id": SESSION,
-    }
-
-
-def workflow(task_id: str, agents: list[tuple[int, str | None, str]]) -> list[dict[str, Any]]:
-    snapshot = [
-        {"type": "workflow_agent", "index": i, "label": label, "agentId": agent, "state": "done"}
-        for i, agent, label in agents
-    ]
-    return [
-        {
-            "type": "system",
-            "subtype": "task_started",
-            "task_id": task_id,
-            "description": "scan",
-            "task_type": "local_workflow",
-            "session_id": SESSION,
-        },
-        {
-            "type": "system",
-            "subtype": "task_progress",
-            "task_id": task_id,
-            "workflow_progress": snapshot,
-            "session_id": SESSION,
-        },
-    ]
 
 
 def write_transcript(path: Path, records: list[Any]) -> Path:
@@ -256,39 +175,3 @@ def test_the_transcript_tail_is_read_backwards_within_its_byte_cap(tmp_path: Pat
     assert tail is not None
     assert tail.calls == ()  # the first call is further back than the cap
     assert tail.lines[-1] == "last" and len(tail.lines) == 2
-
-
-# -- on the real CLI ----------------------------------------------------------------------------
-def bash_then_answer(req: ScriptedRequest) -> Reply:
-    if req.role == "subagent" and req.agent is not None:
-        if req.assistant_turns == 0:
-            command = {"command": "echo FOCUS-MARK", "description": "say the mark"}
-            return Reply.tools(ToolUse(name="Bash", input=command))
-        return Reply.text("checked the mark\n" + finding_text(req.agent.description))
-    if req.role != "lead":
-        return Reply.text("ok")
-    if req.assistant_turns == 0:
-        return Reply.tools(AgentCall(description="alpha", prompt="AGENTJOB alpha"))
-    return synthesize(req)
-
-
-@pytest.mark.cli
-@pytest.mark.anyio
-async def test_a_subagents_last_tool_call_is_found_in_the_real_stream(
-    offline: OfflineFactory,
-) -> None:
-    _, claude = offline(bash_then_answer)
-    focus = Focus(HandFed(), Path(claude.env["CLAUDE_CONFIG_DIR"]))
-    policy = teamlead.Policy(wait_s=5, deadline_s=120)
-    with anyio.fail_after(120):
-        async for item in teamlead.query("Investigate.", claude.options(), policy=policy):
-            focus.feed(item)
-    assert isinstance(item, teamlead.Finished) and item.status == "completed", item.reasons
-    agent = focus.next_agent(None)
-    assert agent is not None and focus.agents == [agent]
-    view = focus.of(agent)
-    assert view is not None and view.source == "stream" and view.description == "alpha"
-    assert [(c.name, c.summary, c.outcome) for c in view.calls] == [
-        ("Bash", "echo FOCUS-MARK", "ok")
-    ]
-    assert view.lines[-1] == "FINDING[alpha]: the alpha is done and checked."

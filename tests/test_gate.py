@@ -1,8 +1,9 @@
 """The spawn gate without the CLI: budgets under races, FIFO, stagger, depth, deadline,
 cancellation, odd input, and what it reads from the stream.
 
-Time is virtual: :class:`StepClock` moves only when a test advances it, and a sleeper
-wakes when its time comes, so queue waits and staggers are exact and nothing sleeps.
+Time is virtual: :class:`~tests.step_clock.StepClock` moves only when a test advances it,
+and a sleeper wakes when its time comes, so queue waits and staggers are exact and nothing
+sleeps.
 """
 
 from __future__ import annotations
@@ -26,42 +27,9 @@ from teamlead.testing import FakeClock
 from teamlead.tracker import ToolResultSeen, parse_message
 
 from .polling import settle
+from .step_clock import StepClock
 
 pytestmark = pytest.mark.anyio
-
-
-class StepClock:
-    """Virtual time that moves only in :meth:`advance`; sleepers wake at their time."""
-
-    def __init__(self) -> None:
-        self.now = 0.0
-        self._sleepers: list[tuple[float, anyio.Event]] = []
-
-    def monotonic(self) -> float:
-        return self.now
-
-    def time(self) -> float:
-        return 1_700_000_000.0 + self.now
-
-    async def sleep(self, seconds: float) -> None:
-        wake = anyio.Event()
-        self._sleepers.append((self.now + max(0.0, seconds), wake))
-        await wake.wait()
-
-    async def advance(self, seconds: float) -> None:
-        """Move time in small steps, letting every woken task run at its own time."""
-        target = self.now + seconds
-        while True:
-            await settle()
-            due = [t for t, _ in self._sleepers if t <= target]
-            if not due:
-                break
-            self.now = max(self.now, min(due))
-            for item in [s for s in self._sleepers if s[0] <= self.now]:
-                self._sleepers.remove(item)
-                item[1].set()
-        self.now = target
-        await settle()
 
 
 def agent_input(description: str = "part", **extra: Any) -> dict[str, Any]:

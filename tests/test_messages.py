@@ -13,7 +13,9 @@ import pytest
 
 from teamlead._cli.team_view import PlainProgress
 from teamlead.events import FallbackUsed
-from tests.test_coordinator_unit import (
+
+from .parsing import HandFed
+from .scripted_query import (
     Script,
     fan_out,
     lead,
@@ -23,8 +25,6 @@ from tests.test_coordinator_unit import (
     run,
     synthesis_failed,
 )
-
-from .parsing import HandFed
 
 pytestmark = pytest.mark.anyio
 

@@ -11,7 +11,7 @@ import json
 import logging
 import socket
 import threading
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from functools import partial
@@ -38,35 +38,11 @@ from teamlead.governor import Governor, GovernorPolicy
 from teamlead.testing import FakeClock, Reply, ScriptedRequest, ScriptedServer
 
 from .polling import apoll
+from .relay_upstream import KEY, MODEL, body, fake_governor, http, serve, server_factory
+
+__all__ = ["server_factory"]  # the fixture, imported for this module's tests
 
 pytestmark = pytest.mark.anyio
-
-KEY = "sk-ant-relay-secret-key-0123456789"
-MODEL = "claude-opus-5-5"
-
-
-@pytest.fixture
-def server_factory() -> Iterator[list[ScriptedServer]]:
-    started: list[ScriptedServer] = []
-    yield started
-    for server in started:
-        server.stop()
-
-
-def serve(started: list[ScriptedServer], script: object, **kwargs: object) -> ScriptedServer:
-    server = ScriptedServer(script, **kwargs).start()  # type: ignore[arg-type]
-    started.append(server)
-    return server
-
-
-def fake_governor(ceiling: int = 8, clock: FakeClock | None = None) -> Governor:
-    return Governor(GovernorPolicy(ceiling=ceiling), clock=clock or FakeClock())
-
-
-def body(model: str = MODEL, **extra: object) -> bytes:
-    return json.dumps(
-        {"model": model, "max_tokens": 10, "messages": [{"role": "user", "content": "hi"}], **extra}
-    ).encode()
 
 
 async def wait_until(predicate: Callable[[], bool], what: str) -> None:
@@ -76,12 +52,6 @@ async def wait_until(predicate: Callable[[], bool], what: str) -> None:
 
 def client(base_url: str) -> anthropic.AsyncAnthropic:
     return anthropic.AsyncAnthropic(base_url=base_url, api_key=KEY, max_retries=0)
-
-
-@asynccontextmanager
-async def http() -> AsyncIterator[httpx2.AsyncClient]:
-    async with httpx2.AsyncClient(timeout=10) as h:
-        yield h
 
 
 # -- pass-through ---------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import pytest
 from teamlead._relay import start_relay
 from teamlead.testing import Reply, ScriptedServer
 
-from .test_relay import KEY, body, fake_governor, http, serve, server_factory
+from .relay_upstream import KEY, body, fake_governor, http, serve, server_factory
 
 __all__ = ["server_factory"]  # the fixture, imported for this module's tests
 

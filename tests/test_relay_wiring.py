@@ -1,7 +1,7 @@
 """How runs use the request relay: the switches, the notes, the events in the stream, the view.
 
 Scripted ``query_fn`` generators that send real HTTP through the relay to a scripted
-server stand in for the CLI here (the real CLI is in test_relay_wiring_cli.py), so the
+server stand in for the CLI here (the real CLI is in tests/cli/test_relay_wiring.py), so the
 relay, its governor and its events are the real ones.
 """
 

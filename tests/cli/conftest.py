@@ -1,0 +1,180 @@
+"""The real-CLI tier: the bundled Claude Code CLI against the scripted model server.
+
+Every test here carries the ``cli`` mark (``tests/test_house.py`` checks that no test with
+it lives elsewhere). tests/conftest.py's autouse fixtures apply here as everywhere: each test
+has its own Claude state, cache, temp dir and process state.
+
+What the tier's modules share:
+
+- :func:`offline`: a scripted server and an isolated CLI home, stopped after the test;
+- :data:`TEAMLEAD`, the one way to start the ``teamlead`` command, and :func:`ask` and
+  :func:`start_ask`, the one way to run ``teamlead ask`` on a scripted model;
+- :func:`run`, :func:`run_on_a_client` and :func:`finished`, a run in this process through
+  :func:`teamlead.query` or a ``ClaudeSDKClient``;
+- :func:`cli_processes`, the CLI processes a test started, to check none is left.
+
+The scripts and the readers of what the scripted server saw are in ``scripted.py``.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+
+import teamlead
+from teamlead.clock import SYSTEM_CLOCK, Clock
+from teamlead.events import Finished
+from teamlead.testing import OfflineClaude, Script, ScriptedServer
+
+from ..isolated import TEAMLEAD, run_to_the_end
+
+__all__ = [
+    "TEAMLEAD",
+    "OfflineFactory",
+    "ask",
+    "ask_env",
+    "cli_processes",
+    "finished",
+    "run",
+    "run_on_a_client",
+    "start_ask",
+]
+
+OfflineFactory = Callable[..., tuple[ScriptedServer, OfflineClaude]]
+
+
+@pytest.fixture
+def offline(tmp_path: Path) -> Iterator[OfflineFactory]:
+    """Start a scripted server and an isolated CLI home: ``server, claude = offline(script)``."""
+    started: list[ScriptedServer] = []
+
+    def make(script: Script, **server_kwargs: object) -> tuple[ScriptedServer, OfflineClaude]:
+        server = ScriptedServer(script, **server_kwargs).start()  # type: ignore[arg-type]
+        started.append(server)
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / f"claude-{len(started)}")
+        return server, claude
+
+    yield make
+    for server in started:
+        server.stop()
+
+
+# -- the teamlead command --------------------------------------------------------------------
+def ask_env(
+    claude: OfflineClaude,
+    base: Mapping[str, str] | None = None,
+    extra: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """The environment of a ``teamlead`` command on ``claude``'s scripted model: ``base``
+    (the test's own ``os.environ`` by default, which tests/conftest.py isolates; a
+    module-scoped fixture, set up before that isolation, passes ``isolated_env(root)``),
+    ``claude``'s variables over it, and ``extra`` over those."""
+    return {**(os.environ if base is None else base), **claude.env, **(extra or {})}
+
+
+def ask(
+    claude: OfflineClaude,
+    *args: str,
+    prompt: str = "Investigate.",
+    base: Mapping[str, str] | None = None,
+    extra: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    timeout: float = 150,
+) -> subprocess.CompletedProcess[str]:
+    """``teamlead ask PROMPT ARGS`` as a user runs it, to its end, in ``claude``'s project
+    (or ``cwd``) with :func:`ask_env`'s environment. A run that does not end within
+    ``timeout`` is killed and comes back with code -1 (:func:`~tests.isolated.run_to_the_end`),
+    so that runs side by side fail one by one."""
+    return run_to_the_end(
+        [*TEAMLEAD, "ask", prompt, *args],
+        env=ask_env(claude, base, extra),
+        cwd=cwd or claude.cwd,
+        timeout=timeout,
+    )
+
+
+def start_ask(
+    claude: OfflineClaude,
+    *args: str,
+    prompt: str = "Investigate.",
+    base: Mapping[str, str] | None = None,
+    extra: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    **popen: Any,
+) -> subprocess.Popen[str]:
+    """:func:`ask`, started in the background (for a test that signals or watches it): its
+    output is piped unless ``popen`` says otherwise; the caller ends it (``communicate``)."""
+    streams = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **popen}
+    return subprocess.Popen(
+        [*TEAMLEAD, "ask", prompt, *args],
+        env=ask_env(claude, base, extra),
+        cwd=cwd or claude.cwd,
+        text=True,
+        **streams,
+    )
+
+
+# -- a run in this process -------------------------------------------------------------------
+async def run(
+    options: Any,
+    policy: teamlead.Policy | None = None,
+    limit_s: float = 150,
+    clock: Clock = SYSTEM_CLOCK,
+    *,
+    prompt: str = "Investigate.",
+    **query: Any,
+) -> list[Any]:
+    """Every item of one :func:`teamlead.query` run, within ``limit_s``."""
+    with anyio.fail_after(limit_s):
+        return [
+            item
+            async for item in teamlead.query(prompt, options, policy=policy, clock=clock, **query)
+        ]
+
+
+async def run_on_a_client(
+    options: Any, policy: teamlead.Policy, limit_s: float = 150, clock: Clock = SYSTEM_CLOCK
+) -> list[Any]:
+    """:func:`run`, on a ``ClaudeSDKClient`` read with ``receive_all``."""
+    from claude_agent_sdk import ClaudeSDKClient
+
+    items: list[Any] = []
+    with anyio.fail_after(limit_s):
+        async with (
+            teamlead.ClientRun(options, policy, clock=clock) as client_run,
+            ClaudeSDKClient(options=client_run.options) as client,
+        ):
+            await client.query("Investigate.")
+            async for item in teamlead.receive_all(client, client_run):
+                items.append(item)
+    return items
+
+
+def finished(items: list[Any]) -> Finished:
+    """The run's last item, its :class:`~teamlead.events.Finished`."""
+    done = items[-1]
+    assert isinstance(done, Finished)
+    return done
+
+
+# -- the processes a test started ------------------------------------------------------------
+def cli_processes(state_dir: Path) -> list[psutil.Process]:
+    """Live processes whose CLAUDE_CONFIG_DIR is under ``state_dir``: the CLI children a
+    test started there (and all they started). Zombies are left out: they have ended."""
+    found = []
+    for proc in psutil.process_iter(["environ"]):
+        try:
+            env = proc.info["environ"] or {}
+            ours = str(state_dir) in env.get("CLAUDE_CONFIG_DIR", "") and proc.pid != os.getpid()
+            if ours and proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:  # it ended while we looked
+            continue
+    return found

@@ -1,0 +1,231 @@
+"""On the real CLI: a stop signal leaves no CLI child behind, and no output carries a secret."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from claude_agent_sdk import ClaudeAgentOptions
+
+from teamlead.experiment.running.runner import run_experiment
+from teamlead.experiment.specs.records import read_records
+from teamlead.experiment.specs.spec import parse_spec
+from teamlead.policy import Policy
+from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing.scripts import FanOut
+
+from ..isolated import isolated_env, side_by_side
+from ..polling import poll
+from .conftest import TEAMLEAD, cli_processes
+
+SPEC = """
+[experiment]
+name = "sig"
+trials = 1
+seed = 1
+concurrency = 2
+control = "baseline"
+[[variants]]
+name = "baseline"
+strategy = "baseline"
+[[variants]]
+name = "delegation"
+strategy = "delegation"
+[[tasks]]
+id = "t"
+prompt = "Investigate."
+rubric = "r"
+"""
+
+
+def _stop_and_check(proc: subprocess.Popen[str], sig: signal.Signals, state: Path) -> str:
+    proc.send_signal(sig)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err
+    assert poll(lambda: not cli_processes(state), within_s=5), [
+        p.cmdline() for p in cli_processes(state)
+    ]
+    return err
+
+
+STOP_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
+
+
+@dataclass(frozen=True)
+class StoppedAsk:
+    """One `teamlead ask` stopped by a signal mid fan-out, as :func:`_stopped_ask` saw it."""
+
+    fanned_out: bool  #: both agents reached the model before the deadline
+    returncode: int | None
+    err: str
+    left: list[list[str]]  #: the command lines of CLI processes still there afterwards
+    late: list[str]  #: the roles of requests that came after the signal
+
+
+def _stopped_ask(sig: signal.Signals, root: Path) -> StoppedAsk:
+    state = root / "s"
+    with ScriptedServer(FanOut.of(2, delays=30.0)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=state)
+        proc = subprocess.Popen(
+            [*TEAMLEAD, "ask", "Investigate."],
+            env={**isolated_env(root), **claude.env},
+            cwd=claude.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            fanned_out = bool(poll(lambda: len(server.recorded("subagent")) == 2, within_s=60))
+            signalled = time.monotonic()
+            if fanned_out:
+                proc.send_signal(sig)
+            _, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=10)
+        poll(lambda: not cli_processes(state), within_s=5)
+        left = [p.cmdline() for p in cli_processes(state)]
+        # every CLI process is gone, so no request can still come: none came after the signal
+        late = [str(r.request.role) for r in server.recorded() if r.started > signalled]
+    return StoppedAsk(fanned_out, proc.returncode, err, left, late)
+
+
+@pytest.fixture(scope="module")
+def stopped_asks(tmp_path_factory: pytest.TempPathFactory) -> dict[signal.Signals, StoppedAsk]:
+    """One stopped `ask` per signal, side by side: each its own process, state and model."""
+    return side_by_side(_stopped_ask, STOP_SIGNALS, tmp_path_factory, root_name=lambda s: s.name)
+
+
+@pytest.mark.cli
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("sig", STOP_SIGNALS)
+def test_a_stop_signal_to_ask_leaves_no_cli_child(
+    stopped_asks: dict[signal.Signals, StoppedAsk], sig: signal.Signals
+) -> None:
+    run = stopped_asks[sig]
+    assert run.fanned_out, "no fan-out"
+    assert run.returncode == 130, run.err
+    assert "Traceback" not in run.err
+    assert run.left == []
+    assert run.late == []
+    assert "interrupted; resume with: teamlead resume " in run.err
+
+
+@pytest.mark.cli
+@pytest.mark.timeout(180)
+def test_sigterm_to_experiment_run_leaves_no_cli_child(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.toml"
+    spec.write_text(SPEC)
+    out = tmp_path / "out"
+    with ScriptedServer(FanOut.of(2, delays=30.0)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = subprocess.Popen(
+            [*TEAMLEAD, "experiment", "run", str(spec), "--out", str(out), "-q"],
+            env={**os.environ, **claude.env},
+            cwd=claude.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert poll(lambda: len(server.recorded("subagent")) >= 2, within_s=60), "no trial started"
+        assert cli_processes(tmp_path / "s")
+        err = _stop_and_check(proc, signal.SIGTERM, tmp_path / "s")
+    assert "interrupted; finished trials are kept in" in err
+    # the lock is released: the out dir can be taken again
+    from teamlead.experiment.running.outdir import OutDir
+
+    with OutDir(out):
+        pass
+
+
+SECRET = "sk-ant-offline-test-key"  # the key OfflineClaude gives the CLI
+
+
+MODES = ("plain", "--json")
+
+
+def _asked_for_the_key(mode: str, root: Path) -> subprocess.CompletedProcess[str]:
+    def script(req: ScriptedRequest) -> Reply:
+        return Reply.text(f"Your key is {SECRET}. Done.")
+
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=root / "s")
+        assert claude.env["ANTHROPIC_API_KEY"] == SECRET
+        args = [*TEAMLEAD, "ask", "What is my key?", *([mode] if mode != "plain" else [])]
+        return subprocess.run(
+            args,
+            env={**isolated_env(root), **claude.env},
+            cwd=claude.cwd,
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+
+
+@pytest.fixture(scope="module")
+def key_asks(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> dict[str, subprocess.CompletedProcess[str]]:
+    """One `ask` per output mode, side by side: each its own process, state and model."""
+    return side_by_side(_asked_for_the_key, MODES, tmp_path_factory, root_name=lambda _: "key")
+
+
+@pytest.mark.cli
+@pytest.mark.timeout(180)
+@pytest.mark.parametrize("mode", MODES)
+def test_an_api_key_echoed_by_the_model_is_redacted(
+    key_asks: dict[str, subprocess.CompletedProcess[str]], mode: str
+) -> None:
+    proc = key_asks[mode]
+    assert proc.returncode == 0, proc.stderr
+    assert SECRET not in proc.stdout and SECRET not in proc.stderr
+    assert "Your key is [redacted]" in proc.stdout
+    if mode == "--json":
+        finished = json.loads(proc.stdout.splitlines()[-1])
+        assert finished["type"] == "finished" and "[redacted]" in finished["result"]
+
+
+class _Echoes:
+    """A scripted ``query_fn`` whose answer echoes the key it was given in ``options.env``."""
+
+    async def __call__(self, *, prompt: str, options: ClaudeAgentOptions) -> AsyncIterator[Any]:
+        session = str(options.session_id)
+        yield {"type": "system", "subtype": "init", "session_id": session, "cwd": "/"}
+        yield {
+            "type": "result",
+            "subtype": "success",
+            "is_error": False,
+            "result": f"key {options.env['ANTHROPIC_API_KEY']}",
+            "session_id": session,
+            "num_turns": 1,
+            "total_cost_usd": 0.0,
+            "api_error_status": None,
+        }
+
+
+def test_trials_jsonl_final_text_is_redacted(tmp_path: Path) -> None:
+    secret = "sk-ant-given-to-the-child-only"
+    spec = parse_spec(SPEC)
+    base = ClaudeAgentOptions(env={"ANTHROPIC_API_KEY": secret})
+    summary = anyio.run(
+        lambda: run_experiment(
+            spec, tmp_path / "out", base_options=base, query_fn=_Echoes(), policy=Policy()
+        )
+    )
+    assert summary.ran == 2
+    text = (tmp_path / "out" / "trials.jsonl").read_text()
+    assert secret not in text
+    assert [r.final_text for r in read_records(tmp_path / "out" / "trials.jsonl").records] == [
+        "key [redacted]"
+    ] * 2

@@ -1,0 +1,329 @@
+"""The governor on the real CLI: whatever the upstream's timing, across processes and machines.
+
+Scripted upstreams with a hidden limit of 3 concurrent requests (429 with ``retry-after``
+past it) and ``CLAUDE_CODE_MAX_RETRIES=0``: a 429 that reached the CLI would fail a
+subagent, so every finding arriving proves the relay absorbed them. In each: every finding
+arrives, there are at most as many 429s as agents, and the storm ran at the limit (the
+upstream saw exactly 3 subagent streams at once: the learnt limit was the true one, not a
+lower cut). Wall time against the ideal is measured in ``bench/limits.py``.
+
+And an upstream that limits tokens, not concurrency: the field report's input-token bucket
+(20,000 tokens refilled at 12,000 per second, described on every answer), where the old
+governor lost agents to 429s that all came back on the same ``retry-after`` second.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import json
+import os
+import signal
+import socket
+import sqlite3
+import subprocess
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from claude_agent_sdk import ResultMessage, query
+
+from teamlead._governor.accounts.machine import MachineAccount
+from teamlead._governor.aimd import Limits
+from teamlead._relay import RELAY_POLICY, start_relay
+from teamlead._relay.shared import account_of
+from teamlead.governor import Governor
+from teamlead.testing import OfflineClaude, ScriptedServer, TokenBucket
+from teamlead.testing.scripts import FanOut, findings_in
+
+from ..redis_server import REDIS_SERVER, redis_server
+from .conftest import TEAMLEAD
+
+pytestmark = [pytest.mark.anyio, pytest.mark.cli, pytest.mark.slow]
+
+LIMIT = 3
+#: each subagent's answer time and the upstream's retry-after: short, as the storm's
+#: shape (many at once into a limit of 3) is what the governor learns from, not the seconds
+DELAY = 0.4
+RETRY_AFTER = 0.5
+#: the model the runs ask for (``--model``), so the bucket a test damages is the one used
+MODEL = "claude-opus-5-5"
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _rejected(server: ScriptedServer) -> collections.Counter[str]:
+    return collections.Counter(
+        r.request.agent.description
+        for r in server.recorded("subagent")
+        if r.status == 429 and r.request.agent is not None
+    )
+
+
+def _most_accepted_at_once(server: ScriptedServer) -> int:
+    """The most subagent requests the upstream was answering (not rejecting) at one time,
+    each from its arrival until it gave its place under the limit back (a moment before its
+    last write: a next request may take the place while the last bytes still go out)."""
+    points = []
+    for rec in server.recorded("subagent"):
+        if rec.status == 200 and rec.finished is not None:
+            points += [(rec.started, 1), (rec.released or rec.finished, -1)]
+    best = cur = 0
+    for _, step in sorted(points, key=lambda p: (p[0], p[1])):
+        cur += step
+        best = max(best, cur)
+    return best
+
+
+def _all_findings(agents: int) -> list[str]:
+    return sorted(f"agent-{n}" for n in range(1, agents + 1))
+
+
+@pytest.mark.parametrize(
+    ("headers_after", "lead_counts"),
+    [("answer", False), (1.5, True)],
+    ids=["headers-with-the-answer", "headers-late-and-the-lead-counts"],
+)
+async def test_a_24_agent_storm_learns_the_true_limit_whatever_the_header_timing(
+    tmp_path: Path, headers_after: float | Literal["answer"], lead_counts: bool
+) -> None:
+    agents = 24
+    with ScriptedServer(
+        FanOut.of(agents, delays=DELAY),
+        concurrency_limit=LIMIT,
+        retry_after=RETRY_AFTER,
+        limit_roles=None if lead_counts else {"subagent"},
+        headers_after=headers_after,
+    ) as server:
+        governor = Governor(RELAY_POLICY)
+        async with start_relay(server.base_url, governor) as relay:
+            env = {"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(agents)}
+            claude = OfflineClaude(relay.base_url, state_dir=tmp_path, max_retries=0, env=env)
+            results = [
+                m
+                async for m in query(prompt="Investigate 24 parts.", options=claude.options())
+                if isinstance(m, ResultMessage)
+            ]
+            summary = relay.summary()
+        most_at_once = _most_accepted_at_once(server)
+    assert sorted(findings_in(results[-1].result or "")) == _all_findings(agents)
+    rejected = _rejected(server)
+    assert sum(rejected.values()) <= agents and summary.passed == 0
+    # the limit learnt is the true one (the old estimator cut to 1 here: one at a time)
+    assert summary.buckets[0].limit == LIMIT
+    assert most_at_once == LIMIT
+    assert not [e for e in governor.journal if e.cap < LIMIT]
+
+
+#: the field report's bucket; the CLI's own requests (about 7,000 input tokens a subagent,
+#: 10,000 to 19,000 the lead's turns) draw from it
+FIELD_BUCKET = TokenBucket(capacity=20_000, refill_per_s=12_000, kind="input-tokens")
+#: wall time over the bucket's own minimum allowed here, on a loaded machine; the goal (1.3)
+#: is measured in ``bench/limits.py``
+FIELD_SLACK = 1.6
+
+
+async def test_twelve_agents_against_an_input_token_bucket_finish_near_its_own_minimum(
+    tmp_path: Path,
+) -> None:
+    agents = 12
+    with ScriptedServer(FanOut.of(agents, delays=DELAY), token_bucket=FIELD_BUCKET) as server:
+        governor = Governor(RELAY_POLICY)
+        async with start_relay(server.base_url, governor) as relay:
+            env = {"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(agents)}
+            claude = OfflineClaude(relay.base_url, state_dir=tmp_path, max_retries=0, env=env)
+            results = [
+                m
+                async for m in query(prompt="Investigate 12 parts.", options=claude.options())
+                if isinstance(m, ResultMessage)
+            ]
+            summary = relay.summary()
+        records = server.recorded()
+        drawn = server.drawn()
+    assert sorted(findings_in(results[-1].result or "")) == _all_findings(agents)
+    assert summary.passed == 0
+    refused = collections.Counter(
+        r.request.agent.description if r.request.agent is not None else r.role
+        for r in records
+        if r.status == 429
+    )
+    assert max(refused.values(), default=0) <= 1, refused  # at most one 429 per agent
+    wall = max(r.end for r in records) - min(r.started for r in records)
+    minimum = FIELD_BUCKET.minimum_s(drawn)
+    assert minimum > 5  # the bucket, not the agents' work, sets the pace
+    assert wall <= FIELD_SLACK * minimum, (wall, minimum)
+    assert not [e for e in governor.journal if e.reason == "rate_limited"]  # no concurrency cut
+
+
+def _ask(claude: OfflineClaude, cache: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, **claude.env, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen(
+        [*TEAMLEAD, "ask", "Investigate.", "--json", "--wait", "5", *args],
+        env=env,
+        cwd=claude.cwd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _finished(proc: subprocess.Popen[str], within_s: float = 90) -> dict[str, Any]:
+    """The run's Finished line; within the test's own timeout, so a run that hangs fails
+    with what it printed (a fallback from the shared store says why on stderr)."""
+    try:
+        out, err = proc.communicate(timeout=within_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate(timeout=30)
+        tail = f"stdout ends:\n{out[-3000:]}\nstderr ends:\n{err[-3000:]}"
+        raise AssertionError(f"ask ran past {within_s:g} s; its {tail}") from None
+    assert proc.returncode == 0, err
+    assert "shared limits:" not in err, err  # the shared store held for the whole run
+    finished: dict[str, Any] = json.loads(out.splitlines()[-1])
+    assert finished["type"] == "finished" and finished["status"] == "completed", err
+    return finished
+
+
+def _two_runs_together(
+    tmp_path: Path, *, shared_cache: bool, args: tuple[str, ...] = ()
+) -> tuple[list[dict[str, Any]], ScriptedServer]:
+    agents = 12
+    with ScriptedServer(
+        FanOut.of(agents, delays=DELAY),
+        concurrency_limit=LIMIT,
+        retry_after=RETRY_AFTER,
+        limit_roles={"subagent"},
+        headers_after="answer",
+    ) as server:
+        procs = []
+        for n in (1, 2):
+            claude = OfflineClaude(
+                server.base_url,
+                state_dir=tmp_path / f"machine-{n}",
+                max_retries=0,
+                env={"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(agents)},
+            )
+            cache = tmp_path / ("cache" if shared_cache else f"cache-{n}")
+            procs.append(_ask(claude, cache, *args))
+        try:
+            finished = [_finished(p) for p in procs]
+        finally:
+            for proc in procs:
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.communicate(timeout=30)
+    for done in finished:
+        assert sorted(findings_in(done["result"] or "")) == _all_findings(agents)
+        assert done["relay"]["passed"] == 0
+    return finished, server
+
+
+def test_two_ask_processes_on_one_machine_share_one_limit(tmp_path: Path) -> None:
+    finished, server = _two_runs_together(tmp_path, shared_cache=True)
+    # alone, each process would learn 3 for itself and the pair would keep running 6 at
+    # once into a limit of 3, a 429 per extra request every round; together they stay
+    # under it after the first burst
+    assert sum(_rejected(server).values()) <= 24
+    assert [done["relay"]["buckets"][0]["limit"] for done in finished] == [LIMIT, LIMIT]
+    assert (tmp_path / "cache" / "teamlead" / "limits.sqlite3").is_file()
+
+
+@pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
+def test_two_machines_share_one_limit_through_redis_only(tmp_path: Path) -> None:
+    with redis_server(tmp_path) as redis:
+        finished, server = _two_runs_together(
+            tmp_path, shared_cache=False, args=("--limits", redis.url)
+        )
+    assert sum(_rejected(server).values()) <= 24
+    assert [done["relay"]["buckets"][0]["limit"] for done in finished] == [LIMIT, LIMIT]
+    # nothing went through either machine's own file
+    assert not list(tmp_path.glob("cache-*/teamlead/limits.sqlite3"))
+
+
+async def test_a_bare_cli_through_teamlead_relay_loses_no_subagent(tmp_path: Path) -> None:
+    agents = 12
+    with ScriptedServer(
+        FanOut.of(agents, delays=DELAY),
+        concurrency_limit=LIMIT,
+        retry_after=RETRY_AFTER,
+        limit_roles={"subagent"},
+        headers_after=1.5,
+    ) as server:
+        env = {
+            **os.environ,
+            "XDG_CACHE_HOME": str(tmp_path / "cache"),
+            "PYTHONPATH": str(ROOT),
+        }
+        relay = subprocess.Popen(  # noqa: ASYNC220 - read line by line, as a user's script does
+            [*TEAMLEAD, "relay", "--upstream", server.base_url],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert relay.stdout is not None
+            first = relay.stdout.readline().strip()
+            name, _, base_url = first.partition("=")
+            assert name == "ANTHROPIC_BASE_URL" and base_url.startswith("http://127.0.0.1:")
+            claude = OfflineClaude(
+                base_url,
+                state_dir=tmp_path / "bare",
+                max_retries=0,  # a bare CLI with no retries: the relay alone absorbs 429s
+                env={"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(agents)},
+            )
+            results = [
+                m
+                async for m in query(prompt="Investigate.", options=claude.options())
+                if isinstance(m, ResultMessage)
+            ]
+            relay.send_signal(signal.SIGTERM)
+            _, err = relay.communicate(timeout=30)
+        finally:
+            if relay.poll() is None:
+                relay.kill()
+                relay.communicate(timeout=30)
+    assert sorted(findings_in(results[-1].result or "")) == _all_findings(agents)
+    assert sum(_rejected(server).values()) <= agents
+    assert _most_accepted_at_once(server) == LIMIT
+    assert relay.returncode == 0, err
+    port = int(base_url.split(":")[2].split("/")[0])
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass  # the port is closed
+
+
+def test_a_text_timestamp_in_the_machine_store_costs_one_warning_not_the_run(
+    tmp_path: Path,
+) -> None:
+    """A row another program left with ``updated = 'abc'`` used to crash every run on the
+    machine, for good: the check that would forget the row was the line that raised."""
+    cache = tmp_path / "cache"
+    db = cache / "teamlead" / "limits.sqlite3"
+    agents = 4
+    with ScriptedServer(FanOut.of(agents, delays=DELAY)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "machine", max_retries=0)
+        # the row of this upstream's account, as an earlier run left it, then damaged
+        key = f"{account_of(server.base_url, claude.env)}/anthropic/{MODEL}"
+        past = MachineAccount(db)
+        past.update(key, lambda _: (Limits(cap=3), None))
+        past.close()
+        with contextlib.closing(sqlite3.connect(db)) as other:
+            other.execute("UPDATE limits SET updated = 'abc'")
+            other.commit()
+        proc = _ask(claude, cache, "--model", MODEL)
+        try:
+            out, err = proc.communicate(timeout=90)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "Traceback" not in err, err
+    assert [line for line in err.splitlines() if line.strip()] == [
+        f"teamlead: warning: shared limits: dropped the unreadable learnt limits of {key!r} in {db}"
+    ]
+    finished = json.loads(out.splitlines()[-1])
+    assert finished["type"] == "finished" and finished["status"] == "completed", err
+    assert sorted(findings_in(finished["result"] or "")) == _all_findings(agents)
+    assert finished["relay"]["passed"] == 0  # every request went through the governor
+    with contextlib.closing(sqlite3.connect(db)) as after:
+        assert after.execute("SELECT typeof(updated) FROM limits").fetchall() == [("real",)]
