@@ -21,8 +21,8 @@ import pytest
 K = TypeVar("K")
 R = TypeVar("R")
 
-#: ``teamlead`` as the tests start it, the one way they do: the package of this interpreter
-#: (the checkout under test), never whatever ``teamlead`` is first on ``PATH``.
+#: ``teamlead`` as the tests start it, the one way they do: ``python -m teamlead`` on this
+#: interpreter, never whatever ``teamlead`` is first on ``PATH``.
 TEAMLEAD = (sys.executable, "-m", "teamlead")
 
 

@@ -87,16 +87,19 @@ def ask(
     extra: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     timeout: float = 150,
+    **run: Any,
 ) -> subprocess.CompletedProcess[str]:
     """``teamlead ask PROMPT ARGS`` as a user runs it, to its end, in ``claude``'s project
-    (or ``cwd``) with :func:`ask_env`'s environment. A run that does not end within
-    ``timeout`` is killed and comes back with code -1 (:func:`~tests.isolated.run_to_the_end`),
-    so that runs side by side fail one by one."""
+    (or ``cwd``) with :func:`ask_env`'s environment (``run`` goes to ``subprocess.run``:
+    ``stdin``...). A run that does not end within ``timeout`` is killed and comes back
+    with code -1 (:func:`~tests.isolated.run_to_the_end`), so that runs side by side fail
+    one by one."""
     return run_to_the_end(
         [*TEAMLEAD, "ask", prompt, *args],
         env=ask_env(claude, base, extra),
         cwd=cwd or claude.cwd,
         timeout=timeout,
+        **run,
     )
 
 

@@ -14,9 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
-from claude_agent_sdk import TaskNotificationMessage
 
 import teamlead
 from teamlead.events import EVENT_VERSION, AgentUsage
@@ -195,40 +193,6 @@ async def test_a_token_budget_stops_the_fan_out_and_wraps_up(offline: OfflineFac
     assert "cheap" in findings_in(done.result or "")
     rows = {r.label: r for r in done.tasks if r.kind == "task"}
     assert rows["slow"].status in ("stopped", "killed", "lost")
-
-
-@pytest.mark.slow
-async def test_the_deadline_wrap_up_answer_carries_the_earlier_finished_result(
-    offline: OfflineFactory,
-) -> None:
-    script = Mixed(["fast", "slow"], delay=1.0, hang="slow", wrap_from_last=True)
-    server, claude = offline(script)
-    policy = teamlead.Policy(wait_s=2, deadline_s=14)
-    clock = SkipClock()
-    wrap_at = clock.monotonic() + 14 - policy.spawn.reserve_for(14)
-    items: list[Any] = []
-
-    async def collect() -> None:
-        with anyio.fail_after(90):
-            async for item in teamlead.query(
-                "Investigate.", claude.options(), policy=policy, clock=clock
-            ):
-                items.append(item)
-
-    def fast_ended() -> bool:  # the run has fast's result; slow's request is held open
-        return any(
-            isinstance(i, TaskNotificationMessage) and i.status == "completed" for i in items
-        )
-
-    # the wrap-up point comes once only slow is left, not after the seconds to it
-    await skipping(clock, fast_ended, wrap_at, collect())
-    done = finished(items)
-    assert done.reason == "deadline", done.reasons
-    # the final answer came from the wrap-up prompt alone, and it quotes the quick finding
-    assert done.result is not None and done.result.startswith("FINAL:")
-    assert "fast" in findings_in(done.result)
-    wrap = [r for r in server.recorded() if "tools are disabled" in r.request.last_user_text]
-    assert wrap and "replaces every earlier reply" in wrap[-1].request.last_user_text
 
 
 def test_ask_json_streams_agent_usage_and_rows_per_agent(tmp_path: Path) -> None:

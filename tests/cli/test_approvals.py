@@ -25,7 +25,7 @@ from teamlead.testing.scripts import bash, synthesize
 from tests.polling import poll
 from tests.tmux import Pane, needs_tmux
 
-from .conftest import TEAMLEAD, cli_processes
+from .conftest import TEAMLEAD, ask, cli_processes
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow, needs_tmux, pytest.mark.timeout(240)]
 
@@ -143,16 +143,10 @@ def test_a_piped_run_denies_with_the_one_line_reason(tmp_path: Path) -> None:
     )
     with ScriptedServer(script) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        env = {**os.environ, **claude.env, "TEAMLEAD_AGENT_TIMEOUT": "120"}
-        proc = subprocess.run(
-            [*TEAMLEAD, "ask", "Run the commands.", "--json"],
-            env=env,
-            cwd=claude.cwd,
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=150,
-        )
+        proc = ask(
+            claude, "--json", prompt="Run the commands.",
+            extra={"TEAMLEAD_AGENT_TIMEOUT": "120"}, stdin=subprocess.DEVNULL,
+        )  # fmt: skip
         told = tool_results(server, "alpha")
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stderr.splitlines() if line.startswith("teamlead: denied")]

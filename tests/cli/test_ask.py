@@ -1,19 +1,18 @@
 """``teamlead ask`` and ``teamlead resume`` as a user runs them: real subprocesses on the
 real CLI offline, each against a scripted model of its own (the command's parsing and
-errors, through click's runner, are in tests/test_cli.py)."""
+errors, through click's runner, are in tests/test_cli.py; a stop signal is in
+``test_stop_signals.py``)."""
 
 from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from teamlead.events import EVENT_VERSION
@@ -22,8 +21,7 @@ from teamlead.testing.scripts import FanOut, findings_in
 from teamlead.testing.teammate import create_team
 
 from ..isolated import isolated_env, side_by_side
-from ..polling import poll
-from .conftest import TEAMLEAD, ask, cli_processes
+from .conftest import TEAMLEAD, ask
 
 pytestmark = pytest.mark.cli
 
@@ -201,33 +199,6 @@ def test_ask_partial_exits_3_when_a_teammate_never_reports(asks: dict[str, AskRu
     assert proc.returncode == 3, proc.stderr
     assert "FINDING[agent-1]" in proc.stdout
     assert 'teammate "silent-reviewer" did not report' in proc.stderr
-
-
-def test_ctrl_c_mid_fan_out_stops_every_process_and_prints_the_session(tmp_path: Path) -> None:
-    with ScriptedServer(FanOut.of(3, delays=30.0)) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        env = {**os.environ, **claude.env}
-        proc = subprocess.Popen(
-            [*TEAMLEAD, "ask", "Investigate."],
-            env=env,
-            cwd=claude.cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        assert poll(lambda: len(server.recorded("subagent")) == 3), "the fan-out never started"
-        assert poll(lambda: cli_processes(tmp_path / "s")), "no CLI process appeared"
-        running = cli_processes(tmp_path / "s")
-        proc.send_signal(signal.SIGINT)
-        # communicate's deadline is the promptness check: a hang raises TimeoutExpired
-        out, err = proc.communicate(timeout=20)
-    assert proc.returncode == 130, err
-    assert "interrupted; resume with: teamlead resume " in err
-    assert "Unknown child process" not in err  # the stop reaps nothing asyncio owns
-    # every process teamlead started is stopped and reaped, not merely signalled
-    _gone, alive = psutil.wait_procs(running, timeout=10)
-    assert alive == []
-    assert cli_processes(tmp_path / "s") == []
 
 
 @pytest.mark.parametrize("strategy", ["delegation", "baseline"])

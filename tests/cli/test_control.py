@@ -10,9 +10,6 @@ their prompt (``WFJOB``).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -26,11 +23,9 @@ from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, S
 from teamlead.testing.replies import ToolUse
 from teamlead.testing.scripts import finding_text, findings_in, synthesize, workflow_script
 
-from .conftest import OfflineFactory
+from .conftest import OfflineFactory, ask
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
-
-ASK = [sys.executable, "-m", "teamlead", "ask"]
 
 
 class Waves:
@@ -222,15 +217,8 @@ def test_ask_subagent_model_from_its_variable_reaches_every_kind_of_agent(
     offline: OfflineFactory,
 ) -> None:
     server, claude = offline(Waves([["first"]], ["w1"], delay=0.2))
-    env = {**os.environ, **claude.env, "TEAMLEAD_SUBAGENT_MODEL": "haiku"}
-    proc = subprocess.run(
-        [*ASK, "Investigate.", "--json", "--permission-mode", "bypassPermissions"],
-        env=env,
-        cwd=claude.cwd,
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
+    variable = {"TEAMLEAD_SUBAGENT_MODEL": "haiku"}
+    proc = ask(claude, "--json", "--permission-mode", "bypassPermissions", extra=variable)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1])["status"] == "completed"
     assert set(models_of(server, "AGENTJOB first")) == {"claude-haiku-5-5"}

@@ -35,7 +35,7 @@ from teamlead.testing.scripts import FanOut, findings_in
 
 from ..isolated import isolated_env, run_to_the_end, side_by_side
 from ..polling import poll
-from .conftest import TEAMLEAD, OfflineFactory, cli_processes
+from .conftest import TEAMLEAD, OfflineFactory, ask_env, cli_processes, start_ask
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
@@ -48,25 +48,18 @@ class World:
 
     root: Path
     server: ScriptedServer
+    claude: OfflineClaude
     env: dict[str, str]
-    cwd: Path
     proc: subprocess.Popen[str] | None = None
 
     @classmethod
     def make(cls, root: Path, script: Any) -> World:
         server = ScriptedServer(script).start()
         claude = OfflineClaude(server.base_url, state_dir=root / "s")
-        return cls(root, server, {**isolated_env(root), **claude.env}, claude.cwd)
+        return cls(root, server, claude, ask_env(claude, isolated_env(root)))
 
-    def ask(self, *args: str) -> subprocess.Popen[str]:
-        self.proc = subprocess.Popen(
-            [*TEAMLEAD, "ask", *args, "--json"],
-            env=self.env,
-            cwd=self.cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    def ask(self, prompt: str, *args: str) -> subprocess.Popen[str]:
+        self.proc = start_ask(self.claude, *args, "--json", prompt=prompt, base=self.env)
         return self.proc
 
     def verb(self, *args: str) -> subprocess.CompletedProcess[str]:

@@ -32,7 +32,7 @@ from teamlead.testing.scripts import FanOut, findings_in
 
 from ..isolated import isolated_env, run_to_the_end
 from ..polling import poll
-from .conftest import TEAMLEAD, OfflineFactory, cli_processes
+from .conftest import TEAMLEAD, OfflineFactory, ask_env, cli_processes, start_ask
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
@@ -85,16 +85,8 @@ def test_pausing_a_run_that_goes_direct_holds_its_new_agents_only(tmp_path: Path
     server = ScriptedServer(FanOut.of(3, delays=3.0)).start()
     try:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        env = {**isolated_env(tmp_path), **claude.env}
-        proc = subprocess.Popen(
-            [*TEAMLEAD, "ask", "Investigate.", "--json", "--no-relay"]
-            + ["--max-concurrent-agents", "1"],
-            env=env,
-            cwd=claude.cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        env = ask_env(claude, isolated_env(tmp_path))
+        proc = start_ask(claude, "--json", "--no-relay", "--max-concurrent-agents", "1", base=env)
 
         def ps() -> list[dict[str, Any]]:
             done = run_to_the_end([*TEAMLEAD, "ps", "--json"], timeout=60, env=env)

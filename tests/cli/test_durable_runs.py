@@ -33,7 +33,7 @@ from ..isolated import run_to_the_end
 from ..polling import poll
 from ..redis_server import REDIS_SERVER, RedisServer, redis_server
 from ..session_stores import Machine, finished_line, in_store, machine
-from .conftest import TEAMLEAD, cli_processes
+from .conftest import TEAMLEAD, cli_processes, start_ask
 
 pytestmark = [
     pytest.mark.cli,
@@ -84,15 +84,11 @@ def die_once_journaled(
     """``teamlead ask`` on ``first``, SIGKILLed with all it started once the store's journal
     holds ``results`` results; returns the session id."""
     out = (project.parent / "ask.out").open("w")
-    proc = subprocess.Popen(
-        [*TEAMLEAD, "ask", "Investigate.", *RUN, "--session-store", url, *extra],
-        env=first.env,
-        cwd=project,
-        stdout=out,
-        stderr=subprocess.STDOUT,
-        text=True,
+    proc = start_ask(
+        first.claude, *RUN, "--session-store", url, *extra,
+        base=first.env, cwd=project, stdout=out, stderr=subprocess.STDOUT,
         start_new_session=True,  # its own process group: the machine dies whole
-    )
+    )  # fmt: skip
     try:
         session = poll(
             lambda: journaled_session(url, results),

@@ -3,21 +3,21 @@
 Through :func:`teamlead.query` and ``teamlead ask`` (a real subprocess): the 24-call fan-out
 that the CLI alone would cut at 20, the concurrency cap, the spawn budget (denied calls in
 ``Finished.tasks``), the depth limit on subagents' own Agent calls, the deadline's no-tools
-wrap-up, a CLI rejection that makes the run partial, and Ctrl-C while calls wait in the gate.
+wrap-up, and a CLI rejection that makes the run partial. A stop signal while calls wait in
+the gate is in ``test_stop_signals.py``.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import signal
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
-from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient
+from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, TaskNotificationMessage
 from claude_agent_sdk import query as sdk_query
 
 import teamlead
@@ -34,8 +34,9 @@ from teamlead.testing import (
 from teamlead.testing.scripts import FanOut, findings_in, synthesize
 
 from ..polling import poll
-from .conftest import OfflineFactory, ask, cli_processes, finished, run, start_ask
-from .scripted import agents_run, lead_seen, tool_result_request
+from ..skip_clock import SkipClock, skipping
+from .conftest import OfflineFactory, ask, cli_processes, finished, run
+from .scripted import Mixed, agents_run, lead_seen, tool_result_request
 
 pytestmark = pytest.mark.cli
 
@@ -165,33 +166,44 @@ async def test_max_depth_admits_nested_agent_calls_down_to_it_and_denies_the_nex
     assert "parent" in findings_in(done.result or "")
 
 
-#: The deadline of the wrap-up tests. The gate's default reserve (half of it here, 4 s)
-#: leaves both sides of the wrap point room on a loaded machine: the fan-out and the quick
-#: agent's 0.3 s before it, resuming the CLI and the tool-less wrap-up turn after it. The
-#: slow agent's 40 s is five times the whole deadline.
+#: The deadline of the client's wrap-up test. The gate's default reserve (half of it here,
+#: 4 s) leaves both sides of the wrap point room on a loaded machine: the fan-out and the
+#: quick agent's 0.3 s before it, resuming the CLI and the tool-less wrap-up turn after it.
+#: The slow agent's 40 s is five times the whole deadline.
 _DEADLINE_S = 8.0
-
-
-def wrap_up_script(fan: FanOut) -> Any:
-    """``fan``, plus an answer to the wrap-up turn, which offers no tools (role ``other``)."""
-
-    def script(req: ScriptedRequest) -> Reply:
-        if req.role == "other" and "<teamlead-results" in req.last_user_text:
-            return synthesize(req)
-        return fan(req)
-
-    return script
 
 
 @pytest.mark.anyio
 async def test_the_deadline_stops_the_slow_agent_and_wraps_up_with_the_quick_one(
     offline: OfflineFactory,
 ) -> None:
-    server, claude = offline(wrap_up_script(FanOut.of(2, delays=[0.3, 40.0])))
-    policy = Policy(deadline_s=_DEADLINE_S)
-    items, done = await run_query(claude, policy)
+    # the quick agent answers in 0.3 s, the slow one's request is held open (600 s); the
+    # wrap-up turn answers from what its prompt quotes alone
+    script = Mixed(["agent-1", "agent-2"], delay=0.3, hang="agent-2", wrap_from_last=True)
+    server, claude = offline(script)
+    deadline = 60.0
+    policy = Policy(wait_s=2, deadline_s=deadline)
+    clock = SkipClock()
+    wrap_at = clock.monotonic() + deadline - policy.spawn.reserve_for(deadline)
+    items: list[Any] = []
+
+    async def collect() -> None:
+        with anyio.fail_after(90):
+            async for item in teamlead.query(PROMPT, claude.options(), policy=policy, clock=clock):
+                items.append(item)
+
+    def quick_ended() -> bool:  # the run has agent-1's result; agent-2's request is held open
+        return any(
+            isinstance(i, TaskNotificationMessage) and i.status == "completed" for i in items
+        )
+
+    # the wrap-up point comes once only the slow agent is left, not after the seconds to it
+    await skipping(clock, quick_ended, wrap_at, collect())
+    done = finished(items)
     assert done.status == "partial" and done.reason == "deadline", done.reasons
-    assert findings_in(done.result or "") == ["agent-1"]
+    # the final answer came from the wrap-up prompt alone, and it quotes the quick finding
+    assert done.result is not None and done.result.startswith("FINAL:")
+    assert findings_in(done.result) == ["agent-1"]
     status = {t.description: t.status for t in done.tasks}
     assert status == {"agent-1": "completed", "agent-2": "stopped"}
     wrap = [
@@ -199,8 +211,9 @@ async def test_the_deadline_stops_the_slow_agent_and_wraps_up_with_the_quick_one
     ]
     assert len(wrap) == 1 and wrap[0].tools == ()  # one round, no tools
     assert "agent-2" in wrap[0].last_user_text and "did not finish" in wrap[0].last_user_text
+    assert "replaces every earlier reply" in wrap[0].last_user_text
     # the slow agent was not waited for: the wrap-up point ended the run's CLI tree, whose
-    # subagent request was cut before its 40 s reply
+    # subagent request was cut before its reply
     slow = [
         r
         for r in server.recorded("subagent")
@@ -229,23 +242,6 @@ async def test_a_call_the_cli_rejects_makes_the_run_partial(offline: OfflineFact
     assert len(rejected) == 2 and all(t.disposition == "missing" for t in rejected)
     assert all("Concurrent subagent limit" in (t.reason or "") for t in rejected)
     assert done.status == "partial" and done.reason == "results_missing", done.reasons
-
-
-def test_ctrl_c_while_calls_are_queued_exits_130_with_no_orphans(tmp_path: Path) -> None:
-    with ScriptedServer(FanOut.of(3, delays=30.0)) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        proc = start_ask(claude, "--max-concurrent-agents", "1", "--json")
-        assert poll(lambda: server.recorded("subagent"), within_s=60), "no agent ever started"
-        assert len(server.recorded("subagent")) == 1, "more than one agent started"
-        assert cli_processes(tmp_path / "s"), "no CLI process found while running"
-        proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=30)
-    assert proc.returncode == 130, err
-    assert "spawn_queued" in out  # the other two were waiting in the gate
-    assert "interrupted; resume with: teamlead resume " in err
-    assert poll(lambda: not cli_processes(tmp_path / "s"), within_s=10), cli_processes(
-        tmp_path / "s"
-    )
 
 
 @pytest.mark.anyio

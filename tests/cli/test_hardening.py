@@ -1,4 +1,5 @@
-"""On the real CLI: a stop signal leaves no CLI child behind, and no output carries a secret."""
+"""On the real CLI: a stop signal to ``experiment run`` leaves no CLI child behind, and no
+output carries a secret (a stop signal to ``ask`` is in ``test_stop_signals.py``)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,7 @@ import json
 import os
 import signal
 import subprocess
-import time
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +24,7 @@ from teamlead.testing.scripts import FanOut
 
 from ..isolated import isolated_env, side_by_side
 from ..polling import poll
-from .conftest import TEAMLEAD, cli_processes
+from .conftest import TEAMLEAD, ask, cli_processes
 
 SPEC = """
 [experiment]
@@ -56,70 +55,6 @@ def _stop_and_check(proc: subprocess.Popen[str], sig: signal.Signals, state: Pat
         p.cmdline() for p in cli_processes(state)
     ]
     return err
-
-
-STOP_SIGNALS = (signal.SIGHUP, signal.SIGTERM)
-
-
-@dataclass(frozen=True)
-class StoppedAsk:
-    """One `teamlead ask` stopped by a signal mid fan-out, as :func:`_stopped_ask` saw it."""
-
-    fanned_out: bool  #: both agents reached the model before the deadline
-    returncode: int | None
-    err: str
-    left: list[list[str]]  #: the command lines of CLI processes still there afterwards
-    late: list[str]  #: the roles of requests that came after the signal
-
-
-def _stopped_ask(sig: signal.Signals, root: Path) -> StoppedAsk:
-    state = root / "s"
-    with ScriptedServer(FanOut.of(2, delays=30.0)) as server:
-        claude = OfflineClaude(server.base_url, state_dir=state)
-        proc = subprocess.Popen(
-            [*TEAMLEAD, "ask", "Investigate."],
-            env={**isolated_env(root), **claude.env},
-            cwd=claude.cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            fanned_out = bool(poll(lambda: len(server.recorded("subagent")) == 2, within_s=60))
-            signalled = time.monotonic()
-            if fanned_out:
-                proc.send_signal(sig)
-            _, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate(timeout=10)
-        poll(lambda: not cli_processes(state), within_s=5)
-        left = [p.cmdline() for p in cli_processes(state)]
-        # every CLI process is gone, so no request can still come: none came after the signal
-        late = [str(r.request.role) for r in server.recorded() if r.started > signalled]
-    return StoppedAsk(fanned_out, proc.returncode, err, left, late)
-
-
-@pytest.fixture(scope="module")
-def stopped_asks(tmp_path_factory: pytest.TempPathFactory) -> dict[signal.Signals, StoppedAsk]:
-    """One stopped `ask` per signal, side by side: each its own process, state and model."""
-    return side_by_side(_stopped_ask, STOP_SIGNALS, tmp_path_factory, root_name=lambda s: s.name)
-
-
-@pytest.mark.cli
-@pytest.mark.timeout(180)
-@pytest.mark.parametrize("sig", STOP_SIGNALS)
-def test_a_stop_signal_to_ask_leaves_no_cli_child(
-    stopped_asks: dict[signal.Signals, StoppedAsk], sig: signal.Signals
-) -> None:
-    run = stopped_asks[sig]
-    assert run.fanned_out, "no fan-out"
-    assert run.returncode == 130, run.err
-    assert "Traceback" not in run.err
-    assert run.left == []
-    assert run.late == []
-    assert "interrupted; resume with: teamlead resume " in run.err
 
 
 @pytest.mark.cli
@@ -162,15 +97,8 @@ def _asked_for_the_key(mode: str, root: Path) -> subprocess.CompletedProcess[str
     with ScriptedServer(script) as server:
         claude = OfflineClaude(server.base_url, state_dir=root / "s")
         assert claude.env["ANTHROPIC_API_KEY"] == SECRET
-        args = [*TEAMLEAD, "ask", "What is my key?", *([mode] if mode != "plain" else [])]
-        return subprocess.run(
-            args,
-            env={**isolated_env(root), **claude.env},
-            cwd=claude.cwd,
-            capture_output=True,
-            text=True,
-            timeout=90,
-        )
+        args = [mode] if mode != "plain" else []
+        return ask(claude, *args, prompt="What is my key?", base=isolated_env(root), timeout=90)
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,7 @@ import pytest
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.scripts import FanOut, OverloadBurst, finding_text, findings_in
 
-from .conftest import TEAMLEAD
+from .conftest import TEAMLEAD, ask
 
 pytestmark = [pytest.mark.cli]
 
@@ -54,19 +54,17 @@ class FirstTryOf:
         return self.script(req)
 
 
-def ask(claude: OfflineClaude, cache: Path, *args: str, within_s: float = 120) -> dict[str, Any]:
+def ask_finished(
+    claude: OfflineClaude, cache: Path, *args: str, within_s: float = 120
+) -> dict[str, Any]:
     """``teamlead ask --json`` on ``claude``'s home and the machine store under ``cache``;
     its ``finished`` line, with its wall time and stderr."""
-    env = {**os.environ, **claude.env, "XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}
+    machine = {"XDG_CACHE_HOME": str(cache), "PYTHONPATH": str(ROOT)}
     started = time.monotonic()
-    proc = subprocess.run(
-        [*TEAMLEAD, "ask", "Investigate 3 parts.", "--json", "--wait", "5", *args],
-        env=env,
-        cwd=claude.cwd,
-        capture_output=True,
-        text=True,
-        timeout=within_s,
-    )
+    proc = ask(
+        claude, "--json", "--wait", "5", *args,
+        prompt="Investigate 3 parts.", extra=machine, timeout=within_s,
+    )  # fmt: skip
     lines = proc.stdout.splitlines()
     assert lines, proc.stderr
     finished: dict[str, Any] = json.loads(lines[-1])
@@ -105,9 +103,9 @@ def test_an_absurd_retry_after_is_ignored_and_costs_no_agent_nor_the_next_proces
     cache = tmp_path / "cache"
     poisoned = FirstTryOf(FanOut.of(3, delays=0.3), "agent-1", Reply.error(429, retry_after=1e9))
     with ScriptedServer(poisoned) as server:
-        first = ask(home(server, tmp_path, "one"), cache, "--deadline", "90")
+        first = ask_finished(home(server, tmp_path, "one"), cache, "--deadline", "90")
         pauses = stored_pauses(cache)
-        second = ask(home(server, tmp_path, "two"), cache, "--deadline", "60")
+        second = ask_finished(home(server, tmp_path, "two"), cache, "--deadline", "60")
     assert poisoned.used
     for done in (first, second):
         assert done["status"] == "completed", done["_stderr"]
@@ -129,7 +127,7 @@ def test_a_window_reset_in_2099_pauses_nothing(tmp_path: Path) -> None:
     reply = Reply.text(finding_text("agent-1"), headers=empty_until_2099)
     script = FirstTryOf(FanOut.of(3, delays=0.3), "agent-1", reply)
     with ScriptedServer(script) as server:
-        first = ask(home(server, tmp_path, "one"), cache, "--deadline", "60")
+        first = ask_finished(home(server, tmp_path, "one"), cache, "--deadline", "60")
         pauses = stored_pauses(cache)
     assert first["status"] == "completed", first["_stderr"]
     assert sorted(findings_in(first["result"] or "")) == ALL
@@ -141,7 +139,7 @@ def test_a_subagents_plausible_pause_never_starves_the_leads_synthesis(tmp_path:
     cache = tmp_path / "cache"
     paused = FirstTryOf(FanOut.of(3, delays=0.3), "agent-1", Reply.error(429, retry_after=120))
     with ScriptedServer(paused) as server:
-        done = ask(home(server, tmp_path, "one"), cache, "--deadline", "90", within_s=150)
+        done = ask_finished(home(server, tmp_path, "one"), cache, "--deadline", "90", within_s=150)
         lead = [r for r in server.recorded("lead") if r.status == 200]
     # the 120 s pause is longer than the run may wait: agent-1's 429 went on and, with the
     # CLI's retries off, agent-1 failed; the other two results are in the lead's answer
@@ -162,8 +160,8 @@ def test_what_one_upstream_teaches_never_limits_another(tmp_path: Path) -> None:
         ) as limited,
         ScriptedServer(FanOut.of(6, delays=1.0)) as free,
     ):
-        taught = ask(home(limited, tmp_path, "one"), cache, "--deadline", "90")
-        other = ask(home(free, tmp_path, "two"), cache, "--deadline", "90")
+        taught = ask_finished(home(limited, tmp_path, "one"), cache, "--deadline", "90")
+        other = ask_finished(home(free, tmp_path, "two"), cache, "--deadline", "90")
         free_peak = free.max_concurrent("subagent")
     assert taught["relay"]["buckets"][0]["limit"] == 2
     assert other["status"] == "completed" and sorted(findings_in(other["result"] or "")) == [
@@ -213,7 +211,7 @@ def test_an_overload_burst_longer_than_the_clis_timeouts_costs_no_agent(tmp_path
     burst = OverloadBurst(FanOut.of(4, delays=0.3), seconds=15)
     with ScriptedServer(burst) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "one", env=SHORT_TIMEOUTS)
-        done = ask(claude, tmp_path / "cache", "--deadline", "120", within_s=180)
+        done = ask_finished(claude, tmp_path / "cache", "--deadline", "120", within_s=180)
         jobs = [
             r.request.agent.description
             for r in server.recorded("subagent")
@@ -240,7 +238,7 @@ def test_an_overload_burst_that_outlasts_the_hold_goes_on_and_leaks_nothing(
     burst = OverloadBurst(FanOut.of(2, delays=0.3), seconds=600)
     with ScriptedServer(burst) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "one")
-        done = ask(
+        done = ask_finished(
             claude, tmp_path / "cache", "--deadline", "60", "--overload-hold", "2", within_s=120
         )
     # past the hold the overloads reached the CLI (its retries off): the agents failed,

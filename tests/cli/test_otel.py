@@ -21,22 +21,24 @@ from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServ
 from teamlead.testing.otlp import OtlpReceiver, dead_endpoint, otlp_env
 from teamlead.testing.scripts import FanOut, findings_in, synthesize
 
+from .conftest import ask
+
 pytestmark = pytest.mark.cli
 
 AGENTS = 3
 ROOT = "invoke_agent teamlead"
 
 
-def ask(claude: OfflineClaude, env: dict[str, str], timeout: float = 120) -> Any:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
-    return subprocess.run(
-        [sys.executable, "-m", "teamlead", "ask", "Investigate.", "--json", "--wait", "5"],
-        env={**base, **claude.env, **env},
-        cwd=claude.cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-    )
+def untraced() -> dict[str, str]:
+    """This test's environment with no ``OTEL_`` setting or trace context of its own: a run
+    exports as the variables a test gives it say, and nothing else."""
+    return {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
+
+
+def ask_exporting(claude: OfflineClaude, env: dict[str, str], timeout: float = 120) -> Any:
+    """``teamlead ask --json --wait 5`` on ``claude``'s scripted model, exporting as ``env``
+    says."""
+    return ask(claude, "--json", "--wait", "5", base=untraced(), extra=env, timeout=timeout)
 
 
 def finished(proc: Any, exit_code: int = 0) -> dict[str, Any]:
@@ -56,7 +58,7 @@ def test_a_fan_out_is_one_trace_a_root_and_an_agent_span_per_subagent(tmp_path: 
             OTEL_TRACES_EXPORTER="otlp",
             OTEL_LOGS_EXPORTER="none",
         )
-        done = finished(ask(claude, env))
+        done = finished(ask_exporting(claude, env))
         key = claude.env["ANTHROPIC_API_KEY"]
         spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
         served = server.recorded()
@@ -132,7 +134,7 @@ def test_a_relayed_429_is_an_event_of_its_request(tmp_path: Path) -> None:
             max_retries=0,
             env={"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(AGENTS)},
         )
-        done = finished(ask(claude, receiver.env()))
+        done = finished(ask_exporting(claude, receiver.env()))
         spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
         rejected = sum(1 for r in server.recorded() if r.status == 429)
     assert done["status"] == "completed" and rejected >= 1
@@ -206,14 +208,8 @@ def test_console_exporters_leave_stdout_to_the_ndjson_and_the_answer(tmp_path: P
     for mode in ("--json", "-q"):
         with ScriptedServer(FanOut.of(2, delays=0.2)) as server:
             claude = OfflineClaude(server.base_url, state_dir=tmp_path / mode.strip("-"))
-            base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
-            runs[mode] = subprocess.run(
-                [sys.executable, "-m", "teamlead", "ask", "Investigate.", mode, "--wait", "5"],
-                env={**base, **claude.env, **console},
-                cwd=claude.cwd,
-                capture_output=True,
-                text=True,
-                timeout=120,
+            runs[mode] = ask(
+                claude, mode, "--wait", "5", base=untraced(), extra=console, timeout=120
             )
     as_json, quiet = runs["--json"], runs["-q"]
     assert as_json.returncode == 0 and quiet.returncode == 0, as_json.stderr + quiet.stderr
@@ -231,7 +227,9 @@ def test_a_dead_collector_never_fails_or_holds_the_run(tmp_path: Path) -> None:
     is the stalled collector's test below."""
     with ScriptedServer(FanOut.of(2, delays=0.2)) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        done = finished(ask(claude, otlp_env(dead_endpoint(), OTEL_EXPORTER_OTLP_TIMEOUT="0.5")))
+        done = finished(
+            ask_exporting(claude, otlp_env(dead_endpoint(), OTEL_EXPORTER_OTLP_TIMEOUT="0.5"))
+        )
     assert done["status"] == "completed"
     assert sorted(findings_in(done["result"])) == ["agent-1", "agent-2"]
 
@@ -244,7 +242,7 @@ def test_a_stalled_collector_never_holds_the_run_past_the_exit_flush(tmp_path: P
     with OtlpReceiver(stall=True) as receiver, ScriptedServer(FanOut.of(2, delays=0.2)) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
         env = receiver.env(OTEL_EXPORTER_OTLP_TIMEOUT="60", OTEL_BSP_SCHEDULE_DELAY="50")
-        done = finished(ask(claude, env, timeout=50))
+        done = finished(ask_exporting(claude, env, timeout=50))
         assert receiver.requests >= 1  # export was tried, and it hung
     assert done["status"] == "completed"
 
@@ -335,27 +333,10 @@ def test_a_workflows_agents_appear_by_the_agent_id_of_their_requests(tmp_path: P
     give it its label and its place: under its workflow's span."""
     with OtlpReceiver() as receiver, ScriptedServer(workflow_lead) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "teamlead",
-                "ask",
-                "Run the probe.",
-                "--json",
-                "--allowed-tools",
-                "Workflow",
-            ],  # fmt: skip
-            env={
-                **{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
-                **claude.env,
-                **receiver.env(),
-            },  # fmt: skip
-            cwd=claude.cwd,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = ask(
+            claude, "--json", "--allowed-tools", "Workflow",
+            prompt="Run the probe.", base=untraced(), extra=receiver.env(), timeout=120,
+        )  # fmt: skip
         done = finished(proc)
         spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
         by_agent: dict[str, int] = {}
@@ -446,24 +427,11 @@ SLOW_FAN = FanOut.of(2, delays=[0.3, 40.0])
 def test_the_deadlines_wrap_up_is_a_phase_and_the_stopped_agent_says_so(tmp_path: Path) -> None:
     with OtlpReceiver() as receiver, ScriptedServer(wrap_up_lead) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        base = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "TRACE"))}
-        proc = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "teamlead",
-                "ask",
-                "Investigate.",
-                "--json",
-                "--deadline",
-                "8",  # the wrap-up reserve is half: 4 s on each side of the wrap point
-            ],  # fmt: skip
-            env={**base, **claude.env, **receiver.env()},
-            cwd=claude.cwd,
-            capture_output=True,
-            text=True,
-            timeout=120,
-        )
+        proc = ask(
+            claude, "--json",
+            "--deadline", "8",  # the wrap-up reserve is half: 4 s on each side of the wrap point
+            base=untraced(), extra=receiver.env(), timeout=120,
+        )  # fmt: skip
         done = finished(proc, exit_code=EXIT_PARTIAL)
         spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
     assert (done["status"], done["reason"]) == ("partial", "deadline")

@@ -12,7 +12,6 @@ import json
 import os
 import re
 import socket
-import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +23,7 @@ from teamlead.events import ConcurrencyChanged, Finished, RateLimited
 from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import FanOut, findings_in
 
-from .conftest import TEAMLEAD
+from .conftest import ask
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 
@@ -63,7 +62,7 @@ async def test_query_relays_a_24_agent_storm_by_default(tmp_path: Path) -> None:
         f"agent-{n}" for n in range(1, AGENTS + 1)
     )
     assert done.status == "completed"
-    # at most one 429 per subagent (but for one, see tests/cli/test_relay.py's storm), all
+    # at most one 429 per subagent (but for one, see the storm in test_limits.py), all
     # absorbed, none passed on to the CLI
     rejected = _subagent_429s(server)
     assert sum(rejected.values()) >= 1 and max(rejected.values()) <= 2
@@ -81,18 +80,6 @@ async def test_query_relays_a_24_agent_storm_by_default(tmp_path: Path) -> None:
     assert relay.buckets[0].rate_limited == relay.absorbed
 
 
-def _ask(claude: OfflineClaude, *args: str, extra: dict[str, str] | None = None) -> Any:
-    env = {**os.environ, **claude.env, **(extra or {})}
-    return subprocess.run(
-        [*TEAMLEAD, "ask", *args],
-        env=env,
-        cwd=claude.cwd,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-
-
 def test_ask_json_reports_the_relay_and_never_the_key(tmp_path: Path) -> None:
     agents = 6
     with ScriptedServer(
@@ -103,7 +90,7 @@ def test_ask_json_reports_the_relay_and_never_the_key(tmp_path: Path) -> None:
             state_dir=tmp_path / "s",
             env={"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(agents)},
         )
-        proc = _ask(claude, "Investigate.", "--json", "--wait", "5")
+        proc = ask(claude, "--json", "--wait", "5", timeout=180)
         key = claude.env["ANTHROPIC_API_KEY"]
         seen_keys = {v for r in server.recorded() for k, v in r.headers if k.lower() == "x-api-key"}
     assert proc.returncode == 0, proc.stderr
@@ -131,9 +118,7 @@ def test_no_relay_goes_direct_and_the_cli_meets_the_429s(tmp_path: Path) -> None
             state_dir=tmp_path / "s",
             env={"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(agents)},
         )
-        proc = _ask(
-            claude, "Investigate.", "--json", "--no-relay", "--wait", "2", "--max-resumes", "0"
-        )
+        proc = ask(claude, "--json", "--no-relay", "--wait", "2", "--max-resumes", "0", timeout=180)
         rejected = _subagent_429s(server)
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
     assert lines and lines[-1]["type"] == "finished", proc.stderr
@@ -148,7 +133,7 @@ def test_no_relay_goes_direct_and_the_cli_meets_the_429s(tmp_path: Path) -> None
 def test_teamlead_no_relay_variable_turns_it_off(tmp_path: Path) -> None:
     with ScriptedServer(FanOut.of(1, delays=0.1)) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        proc = _ask(claude, "Investigate.", "--json", extra={"TEAMLEAD_NO_RELAY": "1"})
+        proc = ask(claude, "--json", extra={"TEAMLEAD_NO_RELAY": "1"}, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1])["relay"] is None
 
@@ -164,7 +149,14 @@ def test_an_unreachable_upstream_is_named_as_the_user_set_it_never_by_the_relays
         port = dead.getsockname()[1]
         claude = OfflineClaude(f"http://127.0.0.1:{port}", state_dir=tmp_path / "s")
         wrong = f"http://someone:hunter2@127.0.0.1:{port}/v1"
-        proc = _ask(claude, "x", "--max-resumes", "0", extra={"ANTHROPIC_BASE_URL": wrong})
+        proc = ask(
+            claude,
+            "--max-resumes",
+            "0",
+            prompt="x",
+            extra={"ANTHROPIC_BASE_URL": wrong},
+            timeout=180,
+        )
     assert proc.returncode == 1, proc.stderr
     warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
     assert warnings == [
@@ -187,7 +179,7 @@ def test_a_relay_that_cannot_start_warns_once_and_the_run_goes_direct(tmp_path: 
         shim.mkdir()
         (shim / "uvicorn.py").write_text("raise ImportError('uvicorn is broken here')\n")
         path = os.pathsep.join([str(shim), os.environ.get("PYTHONPATH", "")])
-        proc = _ask(claude, "Investigate.", "--json", extra={"PYTHONPATH": path})
+        proc = ask(claude, "--json", extra={"PYTHONPATH": path}, timeout=180)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout.splitlines()[-1])["relay"] is None
     warnings = [line for line in proc.stderr.splitlines() if "relay" in line]

@@ -1,9 +1,10 @@
 """A run lets go of every slot it holds on every way out, on the real CLI offline.
 
-Closed with ``contextlib.aclosing`` while its agents run, a run gives its slots of its
-process's :class:`~teamlead._gate.slots.SpawnCap` (a :class:`teamlead.ProcessState` of the
-test's own) back, so a fresh run after it
-delegates normally; and a run whose calls a starved cap denied is never ``completed``.
+Closed with ``contextlib.aclosing`` while its agents run, left by an exception of the app
+or abandoned to the garbage collector, a run gives its slots of its process's
+:class:`~teamlead._gate.slots.SpawnCap` (a :class:`teamlead.ProcessState` of the test's
+own) back, so a fresh run after it delegates normally; and a run whose calls a starved cap
+denied is never ``completed``.
 """
 
 from __future__ import annotations
@@ -70,19 +71,20 @@ async def _until(check: Callable[[], bool], within_s: float) -> bool:
 
 @pytest.mark.slow
 @pytest.mark.anyio
-@pytest.mark.parametrize("how", ["aclosing", "exception", "abandoned"])
 async def test_runs_left_while_agents_run_give_back_every_cap_slot_and_the_next_run_delegates(
-    offline: OfflineFactory, how: str
+    offline: OfflineFactory,
 ) -> None:
+    """One process state, a run left each way in turn (each after a run left before it),
+    then a fresh run: every way gives every slot back, and the fresh run delegates."""
     world = teamlead.ProcessState()
     cap = world.spawn_cap
-    for attempt in range(2):
+    for how in ("aclosing", "exception", "abandoned"):
         _, claude = offline(FanOut.of(3, delays=60.0))
         await _leave_while_agents_run(claude, 3, how, world)
         freed = await _until(lambda: cap.running == 0, within_s=20)
-        assert freed, f"run {attempt + 1} left {cap.running} slot(s)"
+        assert freed, f"the run left by {how} left {cap.running} slot(s)"
         state_dir = claude.state_dir
-        assert poll(lambda: not cli_processes(state_dir), within_s=15)  # noqa: B023
+        assert poll(lambda: not cli_processes(state_dir), within_s=15), how  # noqa: B023
     server, claude = offline(FanOut.of(3, delays=0.3))
     items: list[Any] = []
     with anyio.fail_after(90):

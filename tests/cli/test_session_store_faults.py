@@ -30,7 +30,7 @@ from ..isolated import run_to_the_end
 from ..polling import poll
 from ..redis_server import REDIS_SERVER, RedisServer, free_port, redis_server
 from ..session_stores import Machine, finished_line, in_store, machine
-from .conftest import TEAMLEAD, cli_processes
+from .conftest import TEAMLEAD, ask, cli_processes, start_ask
 
 needs_redis = pytest.mark.skipif(REDIS_SERVER is None, reason="redis-server is not installed")
 
@@ -70,13 +70,9 @@ def redis(tmp_path: Path) -> Any:
         yield server
 
 
-def ask(where: Machine, project: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return run_to_the_end(
-        [*TEAMLEAD, "ask", "Investigate.", "--wait", "5", *args],
-        env=where.env,
-        cwd=project,
-        timeout=150,
-    )
+def ask_on(where: Machine, project: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``teamlead ask --wait 5`` on ``where``, in the project both machines share."""
+    return ask(where.claude, "--wait", "5", *args, base=where.env, cwd=project)
 
 
 @pytest.mark.cli
@@ -88,7 +84,7 @@ def test_a_redis_down_at_the_start_costs_one_warning_line_and_the_run_completes(
     project.mkdir()
     with ScriptedServer(FanOut.of(2, delays=0.2)) as server:
         here = machine(tmp_path, "a", server)
-        done = ask(
+        done = ask_on(
             here, project, "--quiet", "--session-store", f"redis://127.0.0.1:{free_port()}/0"
         )
     assert done.returncode == 0, done.stderr
@@ -107,13 +103,8 @@ def test_a_store_that_hangs_mid_run_costs_one_warning_line_and_the_run_completes
     project.mkdir()
     with ScriptedServer(FanOut.of(2, delays=[0.2, 6.0])) as server:
         here = machine(tmp_path, "a", server)
-        proc = subprocess.Popen(
-            [*TEAMLEAD, "ask", "Investigate.", "--quiet", "--session-store", redis.url],
-            env=here.env,
-            cwd=project,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        proc = start_ask(
+            here.claude, "--quiet", "--session-store", redis.url, base=here.env, cwd=project
         )
         try:
 
@@ -144,7 +135,7 @@ def test_a_session_the_store_lacks_resumes_from_the_local_files_or_is_one_usage_
     project.mkdir()
     with ScriptedServer(FanOut.of(2, delays=0.2)) as server:
         first, second = machine(tmp_path, "a", server), machine(tmp_path, "b", server)
-        done = ask(first, project, "--json")  # no store: the session is only here
+        done = ask_on(first, project, "--json")  # no store: the session is only here
         assert done.returncode == 0, done.stderr
         session = finished_line(done.stdout)["session_id"]
         resume = [*TEAMLEAD, "resume", session, "--quiet", "--session-store", redis.url]
@@ -177,7 +168,7 @@ def test_corrupted_entries_in_the_store_are_skipped_with_one_warning_and_nothing
     url = f"sqlite://{tmp_path}/shared/sessions.db"  # a disk both machines mount
     with ScriptedServer(FanOut.of(2, delays=0.2)) as server:
         first, second = machine(tmp_path, "a", server), machine(tmp_path, "b", server)
-        done = ask(first, project, "--json", "--session-store", url)
+        done = ask_on(first, project, "--json", "--session-store", url)
         assert done.returncode == 0, done.stderr
         session = finished_line(done.stdout)["session_id"]
         with sqlite3.connect(tmp_path / "shared" / "sessions.db") as db:
@@ -245,14 +236,11 @@ def test_agents_running_when_a_machine_died_are_missing_and_the_finished_not_ask
     script = FanOut.of(4, delays=[0.2, 0.2, 600, 600])
     with ScriptedServer(script) as server:
         first, second = machine(tmp_path, "a", server), machine(tmp_path, "b", server)
-        proc = subprocess.Popen(
-            [*TEAMLEAD, "ask", "Investigate.", "--json", "--session-store", redis.url],
-            env=first.env,
-            cwd=project,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            start_new_session=True,
-        )
+        proc = start_ask(
+            first.claude, "--json", "--session-store", redis.url,
+            base=first.env, cwd=project,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True,
+        )  # fmt: skip
         try:
             session = poll(lambda: in_store(redis.url, answered), within_s=120)
             assert session, "the store never held two answers"

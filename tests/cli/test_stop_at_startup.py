@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import signal
-import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,7 +34,7 @@ from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 
 from ..isolated import isolated_env, side_by_side
 from ..polling import poll
-from .conftest import TEAMLEAD, cli_processes
+from .conftest import cli_processes, start_ask
 
 pytestmark = [
     pytest.mark.cli,
@@ -99,14 +98,7 @@ def _stopped_start(key: tuple[str, signal.Signals, bool], root: Path) -> Stopped
     point, stop, as_json = key
     with ScriptedServer(lambda request: Reply.text("too late", delay=60)) as server:
         claude = OfflineClaude(server.base_url, state_dir=root / "s")
-        proc = subprocess.Popen(
-            [*TEAMLEAD, "ask", "Investigate.", *(["--json"] if as_json else [])],
-            env={**isolated_env(root), **claude.env},
-            cwd=claude.cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = start_ask(claude, *(["--json"] if as_json else []), base=isolated_env(root))
         try:
             at_point = POINTS[point]
             reached = bool(

@@ -23,7 +23,7 @@ from teamlead.testing.scripts import FanOut, WorkflowFanOut
 
 from ..browser import chromium_page, serving_view
 from ..isolated import isolated_env
-from .conftest import TEAMLEAD, cli_processes
+from .conftest import TEAMLEAD, ask, ask_env, cli_processes, start_ask
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -60,15 +60,8 @@ def test_the_page_follows_a_live_runs_agent_tree_and_draws_its_governors_limit(
     # and the governor cuts its limit (the chart's line)
     server = ScriptedServer(script, concurrency_limit=2, retry_after=0.5).start()
     claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-    env = {**isolated_env(tmp_path), **claude.env}
-    run = subprocess.Popen(
-        [*TEAMLEAD, "ask", "Investigate.", "--json"],
-        env=env,
-        cwd=claude.cwd,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    env = ask_env(claude, isolated_env(tmp_path))
+    run = start_ask(claude, "--json", base=env)
     try:
         with serving_view(env) as url, chromium_page(url) as page:
             # the only run is picked by itself: its tree grows as the agents start
@@ -111,18 +104,11 @@ def test_view_of_a_finished_runs_log_shows_its_workflow_tree_read_only(tmp_path:
     server = ScriptedServer(WorkflowFanOut(["a", "b"], shape="pipeline", delay=0.2)).start()
     try:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        env = {**isolated_env(tmp_path), **claude.env}
-        ask = subprocess.run(
-            [*TEAMLEAD, "ask", "Scan it.", "--json", "--allow-workflows"],
-            env=env,
-            cwd=claude.cwd,
-            capture_output=True,
-            text=True,
-            timeout=300,
-        )
-        assert ask.returncode == 0, ask.stderr
+        env = ask_env(claude, isolated_env(tmp_path))
+        done = ask(claude, "--json", "--allow-workflows", prompt="Scan it.", base=env, timeout=300)
+        assert done.returncode == 0, done.stderr
         log = tmp_path / "run.ndjson"
-        log.write_text(ask.stdout)
+        log.write_text(done.stdout)
         with serving_view(env, str(log)) as url, chromium_page(url) as page:
             workflow = page.locator('#tree li[data-kind="workflow"]')
             workflow.wait_for(timeout=30_000)

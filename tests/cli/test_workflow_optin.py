@@ -9,9 +9,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +17,7 @@ import teamlead
 from teamlead.events import EVENT_VERSION, WorkflowDenied
 from teamlead.testing import OfflineClaude, ScriptedServer
 
-from .conftest import OfflineFactory, finished, run
+from .conftest import OfflineFactory, ask, finished, run
 from .scripted import Mixed
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
@@ -53,17 +50,6 @@ async def test_the_default_mode_denies_a_workflow_unless_the_options_allow_it(
     assert sorted(r.status for r in rows) == ["completed", "completed"]
 
 
-def ask(claude: OfflineClaude, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "teamlead", "ask", "Investigate.", *args],
-        env={**os.environ, **claude.env, **env},
-        cwd=claude.cwd,
-        capture_output=True,
-        text=True,
-        timeout=150,
-    )
-
-
 def test_ask_names_the_flag_once_and_the_flag_lets_the_workflow_run(tmp_path: Path) -> None:
     with ScriptedServer(Mixed([], ["w1", "w2"], delay=0.3)) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "denied")
@@ -82,7 +68,7 @@ def test_ask_names_the_flag_once_and_the_flag_lets_the_workflow_run(tmp_path: Pa
 
     with ScriptedServer(Mixed([], ["w1", "w2"], delay=0.3)) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "allowed")
-        proc = ask(claude, "--wait", "5", TEAMLEAD_ALLOW_WORKFLOWS="1")
+        proc = ask(claude, "--wait", "5", extra={"TEAMLEAD_ALLOW_WORKFLOWS": "1"})
         sent = workflow_agents_sent(server)
     assert proc.returncode == 0, proc.stderr
     assert sent == 2
