@@ -58,7 +58,7 @@ def test_no_module_imports_a_test_module() -> None:
         for line, name in _imported(path.read_text(encoding="utf-8"), _module_name(path))
         if _is_test_module(name)
     ]
-    assert offending == [], "move what they share into a helper module or a conftest"
+    assert not offending, "share through a helper module or a conftest:\n" + "\n".join(offending)
 
 
 def _names_the_cli_mark(tree: ast.AST) -> list[int]:
@@ -83,7 +83,9 @@ def test_every_test_with_the_cli_mark_lives_in_the_cli_tier() -> None:
         if not path.is_relative_to(CLI_TIER) and path.name != "conftest.py"
         for line in _names_the_cli_mark(ast.parse(path.read_text(encoding="utf-8")))
     ]
-    assert outside == [], "a test that drives the real CLI belongs in tests/cli/"
+    assert not outside, "a test that drives the real CLI belongs in tests/cli/:\n" + "\n".join(
+        outside
+    )
 
 
 def test_the_checks_see_what_they_look_for() -> None:

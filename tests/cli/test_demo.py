@@ -112,15 +112,14 @@ def test_json_and_quiet_demos_skip_the_comparison(flag: str) -> None:
     proc = subprocess.run([*TEAMLEAD, "demo", flag], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "bare claude_agent_sdk.query" not in proc.stderr + proc.stdout
-    if flag == "--quiet":
+    if flag == "--quiet":  # stdout is the answer
         assert "FINDING[reviewer]" in proc.stdout
-        return
-    # --json: stdout is the run's NDJSON alone, ending in the one finished line
-    lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    assert all(r["version"] == EVENT_VERSION for r in lines)
-    assert [r["type"] for r in lines].count("finished") == 1
-    assert lines[-1]["type"] == "finished" and lines[-1]["status"] == "completed"
-    assert "reviewer" in findings_in(lines[-1]["result"])
+    else:  # --json: stdout is the run's NDJSON alone, ending in the one finished line
+        lines = [json.loads(line) for line in proc.stdout.splitlines()]
+        assert all(r["version"] == EVENT_VERSION for r in lines)
+        assert [r["type"] for r in lines].count("finished") == 1
+        assert lines[-1]["type"] == "finished" and lines[-1]["status"] == "completed"
+        assert "reviewer" in findings_in(lines[-1]["result"])
 
 
 def test_on_a_terminal_the_comparison_is_a_table_of_two_columns() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -166,11 +166,23 @@ async def test_max_depth_admits_nested_agent_calls_down_to_it_and_denies_the_nex
     assert "parent" in findings_in(done.result or "")
 
 
-#: The deadline of the client's wrap-up test. The gate's default reserve (half of it here,
-#: 4 s) leaves both sides of the wrap point room on a loaded machine: the fan-out and the
-#: quick agent's 0.3 s before it, resuming the CLI and the tool-less wrap-up turn after it.
-#: The slow agent's 40 s is five times the whole deadline.
-_DEADLINE_S = 8.0
+#: The deadline of the wrap-up tests. The run's clock skips to the wrap point once the quick
+#: agent's result is in (:func:`quick_ended`), so the seconds before it are the CLI's own,
+#: however loaded the machine; from there the gate's reserve (half of it) is real time for
+#: resuming the CLI and the tool-less wrap-up turn.
+_DEADLINE_S = 60.0
+
+
+def wrap_point(clock: SkipClock, policy: Policy) -> float:
+    return clock.monotonic() + _DEADLINE_S - policy.spawn.reserve_for(_DEADLINE_S)
+
+
+def quick_ended(items: list[Any]) -> Callable[[], bool]:
+    """Whether the run so far has the quick agent's result (the slow one's request is
+    still open)."""
+    return lambda: any(
+        isinstance(i, TaskNotificationMessage) and i.status == "completed" for i in items
+    )
 
 
 @pytest.mark.anyio
@@ -181,10 +193,8 @@ async def test_the_deadline_stops_the_slow_agent_and_wraps_up_with_the_quick_one
     # wrap-up turn answers from what its prompt quotes alone
     script = Mixed(["agent-1", "agent-2"], delay=0.3, hang="agent-2", wrap_from_last=True)
     server, claude = offline(script)
-    deadline = 60.0
-    policy = Policy(wait_s=2, deadline_s=deadline)
+    policy = Policy(wait_s=2, deadline_s=_DEADLINE_S)
     clock = SkipClock()
-    wrap_at = clock.monotonic() + deadline - policy.spawn.reserve_for(deadline)
     items: list[Any] = []
 
     async def collect() -> None:
@@ -192,13 +202,8 @@ async def test_the_deadline_stops_the_slow_agent_and_wraps_up_with_the_quick_one
             async for item in teamlead.query(PROMPT, claude.options(), policy=policy, clock=clock):
                 items.append(item)
 
-    def quick_ended() -> bool:  # the run has agent-1's result; agent-2's request is held open
-        return any(
-            isinstance(i, TaskNotificationMessage) and i.status == "completed" for i in items
-        )
-
     # the wrap-up point comes once only the slow agent is left, not after the seconds to it
-    await skipping(clock, quick_ended, wrap_at, collect())
+    await skipping(clock, quick_ended(items), wrap_point(clock, policy), collect())
     done = finished(items)
     assert done.status == "partial" and done.reason == "deadline", done.reasons
     # the final answer came from the wrap-up prompt alone, and it quotes the quick finding
@@ -270,15 +275,20 @@ async def test_receive_all_gates_the_clients_agent_calls(offline: OfflineFactory
 async def test_a_clients_wrap_up_stops_the_slow_task_and_answers(offline: OfflineFactory) -> None:
     server, claude = offline(FanOut.of(2, delays=[0.3, 40.0]))
     policy = Policy(deadline_s=_DEADLINE_S)
+    clock = SkipClock()
     items: list[Any] = []
-    with anyio.fail_after(120):
-        async with (
-            teamlead.ClientRun(claude.options(), policy) as run,
-            ClaudeSDKClient(options=run.options) as client,
-        ):
-            await client.query("Investigate every part.")
-            async for item in teamlead.receive_all(client, run):
-                items.append(item)
+
+    async def collect() -> None:
+        with anyio.fail_after(120):
+            async with (
+                teamlead.ClientRun(claude.options(), policy, clock=clock) as run,
+                ClaudeSDKClient(options=run.options) as client,
+            ):
+                await client.query(PROMPT)
+                async for item in teamlead.receive_all(client, run):
+                    items.append(item)
+
+    await skipping(clock, quick_ended(items), wrap_point(clock, policy), collect())
     done = items[-1]
     assert isinstance(done, Finished)
     assert done.status == "partial" and done.reason == "deadline", done.reasons

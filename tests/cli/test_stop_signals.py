@@ -1,12 +1,16 @@
-"""A stop signal ends ``teamlead ask`` at once, mid fan-out: exit 130, no process left.
+"""A stop signal ends ``teamlead ask`` at once: exit 130, and no process left behind.
 
-A real ``teamlead ask`` subprocess on the real CLI offline, two agents running and three
-waiting in the spawn gate (``--max-concurrent-agents 2``), gets SIGINT, SIGTERM or SIGHUP.
-Each way the command exits 130 with the line to resume by, every CLI process it started is
-stopped and reaped, and no request reaches the model after the signal; with ``--json`` its
-last line is still ``finished``, naming every call: the running ones ``stopped``, the queued
-ones ``rejected``. The Ctrl-C a user types at a terminal is the plain run. The four runs
-share nothing and go side by side.
+A real ``teamlead ask`` subprocess on the real CLI offline gets SIGINT, SIGTERM or SIGHUP
+once its agents run. Every way, the command exits 130 with the line to resume by, and every
+CLI process it started is stopped and reaped:
+
+- mid fan-out (three agents running, the plain output a user reads at a terminal): no
+  request reaches the model after the signal;
+- with ``--json``, one agent running and five waiting in the spawn gate
+  (``--max-concurrent-agents 1``): the last line is still ``finished``, naming every call,
+  the running one ``stopped``, the queued ones ``rejected``.
+
+The six runs share nothing and go three side by side.
 """
 
 from __future__ import annotations
@@ -30,24 +34,22 @@ from .conftest import cli_processes, start_ask
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
-_AGENTS = 5
-_CAP = 2  # two agents run when the signal comes, three wait in the gate
-
-#: the runs: a signal, and whether ``--json`` was asked
-STOPS = [("SIGINT", False), ("SIGINT", True), ("SIGTERM", True), ("SIGHUP", True)]
-IDS = [f"{stop}-{'json' if as_json else 'plain'}" for stop, as_json in STOPS]
-JSON_STOPS = [stop for stop, as_json in STOPS if as_json]
+SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+#: a plain run's fan-out: every agent runs when the signal comes
+_FANNED = 3
+#: a ``--json`` run's calls: one runs when the signal comes, the others wait in the gate
+_QUEUED_CALLS = 6
 
 
 @dataclass(frozen=True)
 class StoppedRun:
-    """One ``teamlead ask`` stopped by a signal once its first agents ran."""
+    """One ``teamlead ask`` stopped by a signal once its agents ran."""
 
     started: int  #: the agents that had reached the model when the signal came
     returncode: int | None
     out: str
     err: str
-    left_running: list[int]  #: CLI processes that ran at the signal and were not reaped
+    unreaped: list[int]  #: CLI processes that ran at the signal and were not reaped
     left: list[list[str]]  #: the command lines of CLI processes still there afterwards
     late: list[str]  #: the roles of requests that came after the signal
 
@@ -55,14 +57,18 @@ class StoppedRun:
 def _stopped_run(key: tuple[str, bool], root: Path) -> StoppedRun:
     stop, as_json = key
     state = root / "s"
-    with ScriptedServer(FanOut.of(_AGENTS, delays=60.0)) as server:
+    running_at_once = 1 if as_json else _FANNED
+    script = FanOut.of(_QUEUED_CALLS if as_json else _FANNED, delays=60.0)
+    with ScriptedServer(script) as server:
         claude = OfflineClaude(server.base_url, state_dir=state)
-        args = ["--max-concurrent-agents", str(_CAP), *(["--json"] if as_json else [])]
+        args = ["--max-concurrent-agents", "1", "--json"] if as_json else []
         proc = start_ask(claude, *args, base=isolated_env(root))
         running: list[psutil.Process] = []
         signalled = time.monotonic()
         try:
-            fanned_out = poll(lambda: len(server.recorded("subagent")) == _CAP, within_s=60)
+            fanned_out = poll(
+                lambda: len(server.recorded("subagent")) == running_at_once, within_s=60
+            )
             started = len(server.recorded("subagent"))
             if fanned_out and poll(lambda: cli_processes(state)):
                 running = cli_processes(state)
@@ -84,41 +90,56 @@ def _stopped_run(key: tuple[str, bool], root: Path) -> StoppedRun:
         _, alive = psutil.wait_procs(running, timeout=10)
         poll(lambda: not cli_processes(state), within_s=10)
         left = [p.cmdline() for p in cli_processes(state)]
-        # every CLI process is gone, so no request can still come: none came after the signal
+        # every CLI process is gone, so no request can still come
         late = [str(r.request.role) for r in server.recorded() if r.started > signalled]
     return StoppedRun(started, proc.returncode, out, err, [p.pid for p in alive], left, late)
 
 
+RUNS = [(stop, as_json) for as_json in (False, True) for stop in SIGNALS]
+
+
+def _name(key: tuple[str, bool]) -> str:
+    return f"{key[0]}-{'json' if key[1] else 'plain'}"
+
+
 @pytest.fixture(scope="module")
 def stopped_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, bool], StoppedRun]:
-    """One run per signal (and a plain Ctrl-C), side by side: each its own process, CLI
-    state and scripted model."""
-    return side_by_side(
-        _stopped_run, STOPS, tmp_path_factory, root_name=lambda key: IDS[STOPS.index(key)]
-    )
+    """One run per signal and output, three side by side: each its own process, CLI state
+    and scripted model."""
+    return side_by_side(_stopped_run, RUNS, tmp_path_factory, at_once=3, root_name=_name)
 
 
-@pytest.mark.parametrize("key", STOPS, ids=IDS)
-def test_a_stop_signal_mid_fan_out_exits_130_and_leaves_no_cli_process(
+@pytest.mark.parametrize("key", RUNS, ids=[_name(key) for key in RUNS])
+def test_a_stop_signal_to_ask_exits_130_and_leaves_no_cli_process(
     stopped_runs: dict[tuple[str, bool], StoppedRun], key: tuple[str, bool]
 ) -> None:
     run = stopped_runs[key]
-    # the fan-out was under way, and no more than the cap had started
-    assert run.started == _CAP, f"{run.started} agent(s) had started"
+    _, as_json = key
+    # the agents were running, and no more of them than the cap lets run
+    assert run.started == (1 if as_json else _FANNED), f"{run.started} agent(s) had started"
     assert run.returncode == 130, run.err
     assert "Traceback" not in run.err, run.err
     assert "interrupted; resume with: teamlead resume " in run.err
     assert "Unknown child process" not in run.err  # the stop reaps nothing asyncio owns
-    assert run.left_running == []  # every CLI process that ran at the signal was reaped
+    assert run.unreaped == []  # every CLI process that ran at the signal was reaped
     assert run.left == []
+
+
+@pytest.mark.parametrize("stop", SIGNALS)
+def test_a_stop_signal_mid_fan_out_lets_no_request_reach_the_model(
+    stopped_runs: dict[tuple[str, bool], StoppedRun], stop: str
+) -> None:
+    run = stopped_runs[(stop, False)]
+    assert run.started == _FANNED, "no fan-out"
     assert run.late == []
 
 
-@pytest.mark.parametrize("stop", JSON_STOPS)
+@pytest.mark.parametrize("stop", SIGNALS)
 def test_ask_json_ends_with_finished_naming_every_call_when_stopped_by_a_signal(
     stopped_runs: dict[tuple[str, bool], StoppedRun], stop: str
 ) -> None:
     run = stopped_runs[(stop, True)]
+    assert run.started == 1, "no agent started, or more than the cap"
     assert run.returncode == 130, run.err
     lines = [json.loads(line) for line in run.out.splitlines()]
     assert "spawn_queued" in [r["type"] for r in lines]  # the others waited in the gate
@@ -126,9 +147,9 @@ def test_ask_json_ends_with_finished_naming_every_call_when_stopped_by_a_signal(
     assert done["type"] == "finished", lines[-3:]
     assert done["reason"] == "interrupted" and done["status"] != "completed", done
     tasks = done["tasks"]
-    assert [t["status"] for t in tasks if t["kind"] == "task"] == ["stopped"] * _CAP, tasks
+    assert [t["status"] for t in tasks if t["kind"] == "task"] == ["stopped"], tasks
     queued = [t for t in tasks if t["kind"] == "call"]
-    assert len(queued) == _AGENTS - _CAP, tasks
+    assert len(queued) == _QUEUED_CALLS - 1, tasks
     assert all(t["status"] == "rejected" and t["disposition"] == "missing" for t in queued)
     assert all(stop in (t["reason"] or "") for t in queued), queued
 

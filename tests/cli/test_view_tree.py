@@ -94,7 +94,7 @@ def test_the_page_follows_a_live_runs_agent_tree_and_draws_its_governors_limit(
     finally:
         if run.poll() is None:
             run.kill()
-            run.communicate(timeout=10)
+        run.communicate(timeout=10)  # and its pipes are closed, however the test ended
         for leftover in cli_processes(tmp_path / "s"):
             leftover.kill()
         server.stop()
