@@ -1,8 +1,9 @@
 """The real-CLI tier: the bundled Claude Code CLI against the scripted model server.
 
-Every test here carries the ``cli`` mark (``tests/test_house.py`` checks that no test with
-it lives elsewhere). tests/conftest.py's autouse fixtures apply here as everywhere: each test
-has its own Claude state, cache, temp dir and process state.
+Every test that drives the real CLI lives here, with the ``cli`` mark (``tests/test_house.py``
+checks that no test with it lives elsewhere); a few cheap tests sit beside the real runs
+whose set-up they share. tests/conftest.py's autouse fixtures apply here as everywhere: each
+test has its own Claude state, cache, temp dir and process state.
 
 What the tier's modules share:
 
