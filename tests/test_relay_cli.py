@@ -5,18 +5,17 @@ subagent streams (429 with ``retry-after: 1`` past it). ``CLAUDE_CODE_MAX_RETRIE
 429 that reached the CLI would fail a subagent, so every finding arriving proves the relay
 absorbed them.
 
-The first wave holds its places for 2 s, so the whole storm reaches the upstream while it
-runs, however slowly the CLI sends it on a loaded machine. A storm spread over longer than
-an agent's run lets the upstream take some of it one after another as places free up; the
-relay cannot tell those from requests run at once, so it then learns a limit too high by
-as many and pays one more 429 for each in the next wave.
+The first wave holds its places for 2 s (:class:`~teamlead.testing.scripts.FirstWaveHolds`),
+so the whole storm reaches the upstream while it runs, however slowly the CLI sends it on
+a loaded machine. A storm spread over longer than an agent's run lets the upstream take
+some of it one after another as places free up; the relay cannot tell those from requests
+run at once, so it then learns a limit too high by as many and pays one more 429 for each
+in the next wave.
 """
 
 from __future__ import annotations
 
 import collections
-import threading
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -27,8 +26,8 @@ from teamlead._relay import RELAY_POLICY, start_relay
 from teamlead._relay.stats import RelayEvent
 from teamlead.events import RateLimited
 from teamlead.governor import Governor, GovernorPolicy, Slot
-from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
-from teamlead.testing.scripts import FanOut, findings_in
+from teamlead.testing import OfflineClaude, ScriptedServer
+from teamlead.testing.scripts import FanOut, FirstWaveHolds, findings_in
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 
@@ -88,28 +87,10 @@ class WatchedGovernor(Governor):
         return slot
 
 
-class FirstWaveHolds:
-    """``script``, but the first ``LIMIT`` subagent replies take ``seconds``."""
-
-    def __init__(self, script: FanOut, seconds: float) -> None:
-        self.script, self.seconds = script, seconds
-        self._answered = 0
-        self._lock = threading.Lock()
-
-    def __call__(self, request: ScriptedRequest) -> Reply:
-        reply = self.script(request)
-        if request.role != "subagent":
-            return reply
-        with self._lock:
-            self._answered += 1
-            first = self._answered <= LIMIT
-        return replace(reply, delay=self.seconds) if first else reply
-
-
 async def test_a_storm_of_24_subagents_through_the_relay_loses_nothing(tmp_path: Path) -> None:
     governor = WatchedGovernor(RELAY_POLICY)
     events: list[RelayEvent] = []
-    script = FirstWaveHolds(FanOut.of(AGENTS, delays=0.5), 2.0)  # eight waves of 3
+    script = FirstWaveHolds(FanOut.of(AGENTS, delays=0.5), replies=LIMIT, seconds=2.0)
     with ScriptedServer(
         script, concurrency_limit=LIMIT, retry_after=1, limit_roles={"subagent"}
     ) as server:
