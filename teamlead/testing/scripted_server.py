@@ -354,8 +354,12 @@ class ScriptedServer:
             self.requests.append(record)
         released = not counted
 
-        def release() -> None:  # before the last write: a client's next request never races it
+        def release(status: int | None = None) -> None:
+            # before the last write: a client that has read its answer never races the
+            # status recorded, nor its place under the limit with its next request
             nonlocal released
+            if status is not None:
+                record.status = status
             if not released:
                 released = True
                 with self._lock:
@@ -433,9 +437,14 @@ class ScriptedServer:
             self._stopping.wait(seconds)
 
     def _answer(
-        self, handler: _Handler, request: ScriptedRequest, reply: Reply, release: Callable[[], None]
+        self,
+        handler: _Handler,
+        request: ScriptedRequest,
+        reply: Reply,
+        release: Callable[[int], None],
     ) -> int:
-        """Write ``reply``; ``release`` frees its hidden-limit place just before the last write."""
+        """Write ``reply``; ``release`` records its status and frees its hidden-limit place
+        just before the last write."""
         fault = reply.fault
         # Like the real API, a stream that will succeed (or break only later) is answered
         # 200 at once and its events follow when the "model" has written them.
@@ -458,12 +467,12 @@ class ScriptedServer:
             headers.update(reply.headers)
             if fault.retry_after is not None:
                 headers["retry-after"] = f"{fault.retry_after:g}"
-            release()
+            release(fault.status)
             handler._send_json(fault.status, fault.body(), headers)
             return fault.status
         message_id = new_message_id()
         if not request.stream:
-            release()
+            release(200)
             handler._send_json(
                 200, message_json(reply, request.model, message_id), dict(reply.headers)
             )
@@ -481,6 +490,6 @@ class ScriptedServer:
             handler._write_chunk(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
             if name == "content_block_delta" and data["delta"]["type"] == "text_delta":
                 self._sleep(reply.chunk_delay)
-        release()
+        release(200)
         handler._end_stream()
         return 200
