@@ -5,11 +5,12 @@ approvals and its governor's limit per model over time.
 
 - a live run's (:func:`live_detail`), which its control endpoint answers the ``detail`` op
   with, read on the run's loop off its state: the tracker (every task, each workflow's
-  phases and agents), the relay's agent ledger (each agent's requests, tokens and last
-  tool), the spawn gate's queue, the pause's held requests and the permission requests
-  waiting for an answer;
-- a finished run's, read back from its NDJSON log (:mod:`.runlog`): the rows of its
-  ``finished`` line.
+  phases and agents; the lead's last tool), the relay's agent ledger (each agent's
+  requests, tokens and last tool), the spawn gate's queue, the pause's held requests and
+  the permission requests waiting for an answer;
+- a run's read back from its NDJSON log (:mod:`.runlog`): the rows of its ``finished``
+  line, or, when the log ends before one (the run was killed, or still runs), what its
+  records tell, the run ``unfinished``.
 
 The limits come from the run's :class:`~teamlead.events.ConcurrencyChanged` events, which a
 :class:`LimitHistory` keeps (bounded) as they pass. Every text is the agents' or the user's
@@ -170,7 +171,8 @@ class RunDetail:
     Attributes:
         run: the run's id.
         source: ``live`` (asked of the run) or ``log`` (read back from its NDJSON).
-        status: the run's status (``running``, ``paused``, ...; a log's ``finished`` one).
+        status: the run's status (``running``, ``paused``, ...; a log's ``finished`` one,
+            or ``unfinished`` when the log has no ``finished`` line).
         lead: the root of the agent tree.
         queue: the Agent calls waiting in the spawn gate.
         waiting_for_slot: workflow agents whose first request the relay holds for a slot.
@@ -180,7 +182,7 @@ class RunDetail:
         omitted: agents left out of the tree (past :data:`MAX_NODES`).
         now: when this was read (wall clock; the chart's right edge while a run goes).
         started: when the run started (wall clock), if known.
-        reason: a finished run's reason code.
+        reason: a finished run's reason code; for an ``unfinished`` one, why it shows so.
     """
 
     run: str
@@ -310,6 +312,7 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
         state=status,
         tokens=lead_tokens,
         requests=lead_requests,
+        last_tool=plain(tracker.lead_last_tool, 80),  # the stream's: the book keeps none
         duration_s=max(0.0, now - tracker.started_at),
     )
     budget = _Budget()
