@@ -25,14 +25,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from .._agents.request import LEAD
+from .._metering.request import LEAD
 from .._redact import redact
 from ..events import ConcurrencyChanged
 from ..tracker import TaskInfo, WorkflowAgent
 from .permissions import labels_from
 
 if TYPE_CHECKING:
-    from .._agents.book import AgentBook
+    from .._metering.book import AgentBook
     from .state import RunState
 
 __all__ = [

@@ -26,7 +26,7 @@ return what they found. It owns:
   cap and the subagent model) while the run goes, and its events wait in
   :attr:`RunState.amended` for the stream (``teamlead amend`` attaches one to a run started
   without);
-- the run's :class:`~teamlead._agents.pause.Pause` (``teamlead pause``), which its
+- the run's :class:`~teamlead._metering.pause.Pause` (``teamlead pause``), which its
   admission and its share of the relay hold new agents and requests on.
 - the run's session store (:class:`~teamlead._sessions.run_store.RunStore`), when the options
   name one: the SDK mirrors through its view (eagerly), the run mirrors its workflow
@@ -49,9 +49,9 @@ from typing import Any, Literal, TypeAlias
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._agents.pause import Pause
 from .._claude.team import Team, claude_config_dir
 from .._gate.admission import Admission
+from .._metering.pause import Pause
 from .._procs import stop_marked
 from .._redact import redact
 from .._sessions.run_store import RunStore

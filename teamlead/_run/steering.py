@@ -13,7 +13,7 @@ own loop; each reads the run's state or asks the part of it that owns what chang
   finished, ``Finished`` ``partial``/``interrupted``); ``now`` (or a run without a spawn
   gate, which has no wrap-up) stops it at once (:meth:`~.stop.RunStop.request`). A paused
   run is unpaused first, so its wrap-up can reach the model;
-- ``pause`` and ``unpause``: the run's :class:`~teamlead._agents.pause.Pause`;
+- ``pause`` and ``unpause``: the run's :class:`~teamlead._metering.pause.Pause`;
 - ``amend``: the run's :class:`~teamlead.control.RunControl` (one is attached to a run
   started without one), so an amend from outside is the same as one from code: checked,
   applied on the run's loop, a ``run_amended`` event in its stream.

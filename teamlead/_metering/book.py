@@ -7,7 +7,7 @@ relay can attribute each request, the tokens of its reply (``usage`` in ``messag
 apply the run's limits where the spawn gate's hook cannot see an agent:
 
 - **Admission.** A workflow agent fires no hook, so its *first* request asks the run's
-  admission (:class:`~teamlead._agents.count.AgentAdmission`, the one owner of every agent's
+  admission (:class:`~teamlead._metering.count.AgentAdmission`, the one owner of every agent's
   admission: :class:`teamlead._gate.admission.Admission`) and waits for its answer: a unit of
   the spawn budget, a slot of the same pools as an Agent call, its turn in the same stagger.
   Past the budget it is refused at once and does not start, and so are its later requests;
