@@ -1,4 +1,4 @@
-"""One ``invoke_agent`` span per agent of a run: the book of agents and their spans.
+"""One ``invoke_agent`` span per agent of a run, from its one record under every name.
 
 An agent is known by several names as the run goes: its Agent call's ``tool_use_id`` (the
 lead's message, the spawn gate's events), then its task id (``task_started``, which is
@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer
 
-__all__ = ["AgentBook", "AgentKind", "AgentRecord"]
+__all__ = ["AgentSpans", "AgentKind", "AgentRecord"]
 
 #: ``task``: an Agent-tool subagent; ``workflow``: a Workflow task (its span is
 #: ``invoke_workflow``); ``workflow_agent``: one agent of a workflow; ``teammate``: a team
@@ -62,8 +62,9 @@ class AgentRecord:
     ended: bool = False
 
 
-class AgentBook:
-    """The agents of one run, by every name they go by; see the module docstring.
+class AgentSpans:
+    """The agent spans of one run: a record per agent, by every name it goes by; see the
+    module docstring.
 
     Args:
         tracer: makes the spans.
