@@ -20,7 +20,9 @@ The public API is what this module re-exports in ``__all__``, the names users ca
   :class:`BucketSummary` and the ``Literal`` codes (:data:`Status`, :data:`Disposition`,
   :data:`TaskState`, :data:`FinishReason`, :data:`DenyCode`, :data:`ChangeReason`); every
   error derives from :class:`TeamleadError`.
-- Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate.
+- Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate;
+  the subagents they delegate to are :func:`default_agents` (the roster, rendered into a
+  prompt by :func:`render_roster`).
 - :class:`RunControl` changes a running run's agent cap and subagent model (zcode's
   three-state :meth:`~RunControl.amend`; a no-op is refused with :class:`AmendRefused`, each
   change is a :class:`RunAmended` event; the ``UNSET`` marker and its type are in
@@ -107,6 +109,7 @@ if typing.TYPE_CHECKING:
     from .governor import Governor, GovernorPolicy, bucket_key
     from .policy import InboxWaitPolicy, LimitsPolicy, LockPolicy, Policy, RetryPolicy, SpawnPolicy
     from .prompts import Strategy, apply_strategy, list_strategies, load_strategy
+    from .roster import default_agents, render_roster
     from .sessions import open_session_store
 
 #: Where each public name lives. Importing ``teamlead`` loads none of them (the SDK alone
@@ -186,6 +189,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "list_strategies",
         "load_strategy",
     ),
+    ".roster": ("default_agents", "render_roster"),
     ".sessions": ("open_session_store",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -246,6 +250,7 @@ __all__ = [
     "allow_workflows",
     "apply_strategy",
     "bucket_key",
+    "default_agents",
     "list_strategies",
     "load_strategy",
     "open_session_store",
@@ -253,6 +258,7 @@ __all__ = [
     "query",
     "receive_all",
     "relay_for",
+    "render_roster",
     "resume_session",
 ]
 
