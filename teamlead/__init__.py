@@ -18,8 +18,8 @@ The public API is what this module re-exports in ``__all__``, the names users ca
   union an app can ``match`` on. The events (:class:`Finished` and the others) report
   progress, with every type they carry: :class:`TaskDisposition`, :class:`RelaySummary`,
   :class:`BucketSummary` and the ``Literal`` codes (:data:`Status`, :data:`Disposition`,
-  :data:`TaskState`, :data:`FinishReason`, :data:`DenyCode`, :data:`ChangeReason`); every
-  error derives from :class:`TeamleadError`.
+  :data:`TaskState`, :data:`TaskKind`, :data:`RelayedAgentKind`, :data:`FinishReason`,
+  :data:`DenyCode`, :data:`ChangeReason`); every error derives from :class:`TeamleadError`.
 - Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate;
   the subagents they delegate to are :func:`default_agents` (the roster, rendered into a
   prompt by :func:`render_roster`).
@@ -90,6 +90,7 @@ if typing.TYPE_CHECKING:
         FinishReason,
         InboxCollected,
         RateLimited,
+        RelayedAgentKind,
         RelaySummary,
         ResumeFailed,
         Resuming,
@@ -154,6 +155,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "FinishReason",
         "InboxCollected",
         "RateLimited",
+        "RelayedAgentKind",
         "RelaySummary",
         "ResumeFailed",
         "Resuming",
@@ -222,6 +224,7 @@ __all__ = [
     "QueryFn",
     "StreamItem",
     "RateLimited",
+    "RelayedAgentKind",
     "RelaySummary",
     "ResumeError",
     "ResumeFailed",

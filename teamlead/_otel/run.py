@@ -39,6 +39,7 @@ from .._parse import (
 )
 from .._redact import secret_scrubber
 from ..events import (
+    AgentKind,
     ConcurrencyChanged,
     FallbackUsed,
     Finished,
@@ -53,7 +54,7 @@ from ..events import (
     WaitingForTeam,
 )
 from . import conventions as c
-from .agent_spans import AgentKind, AgentSpans
+from .agent_spans import AgentSpans
 from .chat import ChatObserver, Usage
 from .context import labels, parent_context
 from .gate import GateTrace

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from .._metering.request import LEAD
 from .._redact import redact
-from ..events import ConcurrencyChanged
+from ..events import AgentKind, ConcurrencyChanged
 from ..tracker import TaskInfo, WorkflowAgent
 from .permissions import labels_from
 
@@ -59,12 +59,10 @@ _TEXT = 200
 _POINTS = 600  # limit changes kept per bucket (the oldest go first)
 _BUCKETS = 16
 
-#: ``lead``; ``agent`` (an Agent-tool subagent, nested ones under their parent);
-#: ``workflow``, its ``phase`` nodes and their ``workflow_agent`` nodes; ``teammate``;
-#: ``call`` (an Agent call that never became a task: denied, rejected).
-NodeKind: TypeAlias = Literal[
-    "lead", "agent", "workflow", "phase", "workflow_agent", "teammate", "call"
-]
+#: An agent's node, of its :data:`~teamlead.events.AgentKind` (never ``task``: a task's node
+#: is an ``agent``, nested ones under their parent, or a ``workflow``), or a workflow's
+#: ``phase``, which groups the workflow's ``workflow_agent`` nodes.
+NodeKind: TypeAlias = Literal[AgentKind, "phase"]
 
 
 def plain(value: str | None, limit: int = _TEXT) -> str | None:
