@@ -180,8 +180,6 @@ def _stop_timed_out(state: RunState, client: Client) -> set[asyncio.Task[None]]:
     relay has ended its request and refuses its next ones). Returns the stop tasks, kept
     referenced until they are done."""
     tasks: set[asyncio.Task[None]] = set()
-    if state.agents is None:
-        return tasks
 
     async def stop(task_id: str) -> None:
         with anyio.move_on_after(5), contextlib.suppress(Exception):
@@ -239,7 +237,7 @@ class _QueryRounds:
 def _wrap_due(state: RunState, outcome: RoundOutcome) -> bool:
     """The wrap-up point (or a budget reached) cut a round: wrap up, if the lead can still
     be resumed."""
-    exhausted = state.agents is not None and state.agents.exhaust_reason is not None
+    exhausted = state.agents.exhaust_reason is not None
     cut = outcome.error_kind in ("deadline", "budget", "stopping")
     return (
         state.admission.gated
@@ -394,9 +392,7 @@ def _prompt_for(
     Only what the prompt really holds may be marked absorbed (and its inbox entry
     deleted) after the round, so results over the size cap are carried, not dropped.
     """
-    missing = state.collected.missing_lines()
-    if state.agents is not None:
-        missing += state.agents.missing_lines(state.tracker)
+    missing = state.collected.missing_lines() + state.agents.missing_lines(state.tracker)
     text, used = render_resume_prompt(pending, missing, state.policy, spill=state.spill)
     return text, pending[:used], pending[used:]
 

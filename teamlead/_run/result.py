@@ -40,9 +40,7 @@ def finish(state: RunState) -> Finished:
         order = {i: c.description for i, c in tracker.agent_calls.items()}
         records = with_invalid_calls(records, tracker.invalid_calls, order)
     collected = state.collected
-    rows = dispositions(state.tracker, collected)
-    if state.agents is not None:
-        rows = cut_rows(state.agents.rows(state.tracker, rows), collected)
+    rows = cut_rows(state.agents.rows(tracker, dispositions(tracker, collected)), collected)
     # the Workflow calls the gate denied: no task, still a row
     rows = [*rows, *_denied_workflows(state.admission.workflow_denials)]
     rows = with_results(state, rows)  # a result the answer did not use still reaches the caller
