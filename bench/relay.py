@@ -20,7 +20,7 @@ added milliseconds and the ratio relay / direct. Goals at 1 stream: <= 1 ms adde
 4 streams run through the relay (an upstream in this process here, outside the traced
 files), for a 128 KB and a 1 MB reply; flat means the relay does not buffer a reply, only
 its socket and read buffers (goal: ratio <= 1.5). Last, the ledger's memory per agent:
-the bytes held by the run's agent book (allocations in ``teamlead/_agents``) after one
+the bytes held by the run's agent book (allocations in ``teamlead/_metering``) after one
 request from each of 10 and of 1,000 distinct agents, per agent (goal: flat, ratio <= 1.5).
 
 The hard shape: the same 1-stream figures while strangers hold 300 idle connections and 50
@@ -52,7 +52,7 @@ from urllib.parse import urlsplit
 from _common import percentile, table
 
 if TYPE_CHECKING:  # imported where used: the client processes (``--client``) need none
-    from teamlead._agents.book import AgentBook
+    from teamlead._metering.book import AgentBook
     from teamlead.testing import ScriptedServer
 
 MODEL = "claude-opus-5-5"
@@ -67,7 +67,7 @@ TEXT = "The scheduler keeps four jobs in flight and retries a failed job twice. 
 def relay_in_thread(upstream: str, books: list[AgentBook] | None = None) -> Iterator[str]:
     """Run a relay on its own event loop in a thread; yield the base URL of one run of it,
     whose agent ledger is appended to ``books``."""
-    from teamlead._agents.book import AgentBook
+    from teamlead._metering.book import AgentBook
     from teamlead._relay import start_relay
     from teamlead.clock import SystemClock
     from teamlead.governor import Governor, GovernorPolicy
@@ -285,7 +285,7 @@ def memory_per_stream(upstream: ScriptedServer, relay_url: str, size: int, strea
 
 def memory_per_agent(agents: int) -> float:
     """Bytes the run's agent book holds per agent after one request from each of
-    ``agents`` distinct agents (allocations made in ``teamlead/_agents``)."""
+    ``agents`` distinct agents (allocations made in ``teamlead/_metering``)."""
     from teamlead.testing import Reply, ScriptedServer
 
     books: list[AgentBook] = []
@@ -311,7 +311,7 @@ def memory_per_agent(agents: int) -> float:
 
 def _ledger_bytes() -> int:
     snapshot = tracemalloc.take_snapshot().filter_traces(
-        [tracemalloc.Filter(True, "*/teamlead/_agents/*")]
+        [tracemalloc.Filter(True, "*/teamlead/_metering/*")]
     )
     return sum(stat.size for stat in snapshot.statistics("filename"))
 

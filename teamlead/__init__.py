@@ -18,9 +18,11 @@ The public API is what this module re-exports in ``__all__``, the names users ca
   union an app can ``match`` on. The events (:class:`Finished` and the others) report
   progress, with every type they carry: :class:`TaskDisposition`, :class:`RelaySummary`,
   :class:`BucketSummary` and the ``Literal`` codes (:data:`Status`, :data:`Disposition`,
-  :data:`TaskState`, :data:`FinishReason`, :data:`DenyCode`, :data:`ChangeReason`); every
-  error derives from :class:`TeamleadError`.
-- Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate.
+  :data:`TaskState`, :data:`TaskKind`, :data:`RelayedAgentKind`, :data:`FinishReason`,
+  :data:`DenyCode`, :data:`ChangeReason`); every error derives from :class:`TeamleadError`.
+- Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate;
+  the subagents they delegate to are :func:`default_agents` (the roster, rendered into a
+  prompt by :func:`render_roster`).
 - :class:`RunControl` changes a running run's agent cap and subagent model (zcode's
   three-state :meth:`~RunControl.amend`; a no-op is refused with :class:`AmendRefused`, each
   change is a :class:`RunAmended` event; the ``UNSET`` marker and its type are in
@@ -88,6 +90,7 @@ if typing.TYPE_CHECKING:
         FinishReason,
         InboxCollected,
         RateLimited,
+        RelayedAgentKind,
         RelaySummary,
         ResumeFailed,
         Resuming,
@@ -107,6 +110,7 @@ if typing.TYPE_CHECKING:
     from .governor import Governor, GovernorPolicy, bucket_key
     from .policy import InboxWaitPolicy, LimitsPolicy, LockPolicy, Policy, RetryPolicy, SpawnPolicy
     from .prompts import Strategy, apply_strategy, list_strategies, load_strategy
+    from .roster import default_agents, render_roster
     from .sessions import open_session_store
 
 #: Where each public name lives. Importing ``teamlead`` loads none of them (the SDK alone
@@ -151,6 +155,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "FinishReason",
         "InboxCollected",
         "RateLimited",
+        "RelayedAgentKind",
         "RelaySummary",
         "ResumeFailed",
         "Resuming",
@@ -186,6 +191,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "list_strategies",
         "load_strategy",
     ),
+    ".roster": ("default_agents", "render_roster"),
     ".sessions": ("open_session_store",),
 }
 _MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
@@ -218,6 +224,7 @@ __all__ = [
     "QueryFn",
     "StreamItem",
     "RateLimited",
+    "RelayedAgentKind",
     "RelaySummary",
     "ResumeError",
     "ResumeFailed",
@@ -246,6 +253,7 @@ __all__ = [
     "allow_workflows",
     "apply_strategy",
     "bucket_key",
+    "default_agents",
     "list_strategies",
     "load_strategy",
     "open_session_store",
@@ -253,6 +261,7 @@ __all__ = [
     "query",
     "receive_all",
     "relay_for",
+    "render_roster",
     "resume_session",
 ]
 

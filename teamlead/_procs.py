@@ -16,6 +16,9 @@ import time
 
 import psutil
 
+#: Longest wait for a just-started child's own environment (see :func:`_environ`).
+_SETTLE_S = 0.5
+
 
 def descendants() -> list[psutil.Process]:
     """Every live descendant of this process."""
@@ -39,11 +42,42 @@ def stop_marked(name: str, value: str, grace_s: float = 2.0) -> int:
     """Like :func:`stop_descendants`, for the descendants whose environment has
     ``name=value`` (one run's CLI and all it started: children inherit the variable)."""
     marked = []
-    for proc in descendants():
+    procs = descendants()
+    own = _own_image()
+    for proc in procs:
         with contextlib.suppress(psutil.Error):
-            if proc.environ().get(name) == value:
+            if _environ(proc, own).get(name) == value:
                 marked.append(proc)
     return _stop(marked, grace_s)
+
+
+def _own_image() -> tuple[list[str], dict[str, str]] | None:
+    """This process's command line and environment as ``/proc`` shows them."""
+    try:
+        me = psutil.Process(os.getpid())
+        return me.cmdline(), me.environ()
+    except psutil.Error:
+        return None
+
+
+def _environ(
+    proc: psutil.Process,
+    own: tuple[list[str], dict[str, str]] | None,
+    settle_s: float = _SETTLE_S,
+) -> dict[str, str]:
+    """The environment of ``proc``. A child caught between its fork and its exec still
+    shows ours (its memory is our copy) or none (the exec is replacing it), for a moment
+    after ``Popen`` returned: read again until it shows its own, for at most ``settle_s``
+    (a child that really is a copy of us, never exec'd, keeps ours)."""
+    deadline = time.monotonic() + settle_s
+    pause = 0.001
+    while True:
+        env: dict[str, str] = proc.environ()
+        unsettled = not env or (own is not None and (proc.cmdline(), env) == own)
+        if not unsettled or time.monotonic() >= deadline:
+            return env
+        time.sleep(pause)
+        pause = min(pause * 2, 0.05)
 
 
 def _stop(procs: list[psutil.Process], grace_s: float) -> int:

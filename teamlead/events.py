@@ -18,12 +18,14 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "EVENT_VERSION",
+    "AgentKind",
     "AgentUsage",
     "BucketSummary",
     "ChangeReason",
     "AmendField",
     "ConcurrencyChanged",
     "RateLimited",
+    "RelayedAgentKind",
     "RelaySummary",
     "RunAmended",
     "FallbackUsed",
@@ -96,10 +98,26 @@ FinishReason = Literal[
     "request_budget",
     "interrupted",
 ]
-#: ``task``: an Agent-tool subagent or another background task; ``workflow_agent``: an agent a
-#: ``Workflow`` script started; ``teammate``: a team member; ``call``: an Agent call that never
-#: became a task (denied, rejected).
+#: Every kind of agent a run has, each under one name (the two sets below are parts of it,
+#: for what sees only some kinds):
+#:
+#: - ``lead``: the lead;
+#: - ``agent``: an Agent-tool subagent;
+#: - ``task``: a background task as the stream reports it (an Agent-tool subagent's, a
+#:   ``Workflow`` run's, a shell's);
+#: - ``workflow``: a ``Workflow`` run, the task that starts its script's agents;
+#: - ``workflow_agent``: an agent a ``Workflow`` script started;
+#: - ``teammate``: a team member;
+#: - ``call``: an Agent call that never became a task (denied, rejected).
+AgentKind = Literal["lead", "agent", "task", "workflow", "workflow_agent", "teammate", "call"]
+#: The kind of a row of ``Finished.tasks`` (:data:`AgentKind`'s ``task``, ``workflow_agent``,
+#: ``teammate`` and ``call``): a task, a workflow's agent, a teammate, an Agent call that
+#: never ran.
 TaskKind = Literal["task", "workflow_agent", "teammate", "call"]
+#: An agent as the relay tells it from its requests (``AgentUsage.kind``; :data:`AgentKind`'s
+#: ``lead``, ``agent`` and ``workflow_agent``): the lead's requests carry no agent id, a
+#: workflow's agents have Claude Code's system prompt for them.
+RelayedAgentKind = Literal["lead", "agent", "workflow_agent"]
 
 
 class _Event(BaseModel):
@@ -251,7 +269,7 @@ class AgentUsage(_Event):
 
     Attributes:
         agent_id: the ``x-claude-code-agent-id`` of its requests (``""`` for the lead).
-        kind: ``lead``, ``agent`` (Agent tool) or ``workflow_agent``.
+        kind: see :data:`RelayedAgentKind`.
         requests: requests forwarded so far.
         input_tokens / output_tokens: the upstream's usage so far; ``None`` when no reply
             carried usage (unknown, not zero).
@@ -263,7 +281,7 @@ class AgentUsage(_Event):
 
     type: Literal["agent_usage"] = "agent_usage"
     agent_id: str
-    kind: Literal["lead", "agent", "workflow_agent"]
+    kind: RelayedAgentKind
     requests: int
     input_tokens: int | None = None
     output_tokens: int | None = None

@@ -45,8 +45,8 @@ from claude_agent_sdk.types import SystemPromptPreset
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from ._prompt_text import Segment, name_from_stem, parse_template, split_prompt_file
-from .agents import default_agents, render_roster
 from .errors import UsageError
+from .roster import default_agents, render_roster
 
 if TYPE_CHECKING:
     if sys.version_info >= (3, 11):
@@ -171,7 +171,7 @@ def default_values(
 
     Returns:
         ``{"agent_roster", "max_concurrent_agents", "max_agents_per_turn"}`` as text; the
-        roster lists :func:`teamlead.agents.default_agents`.
+        roster lists :func:`teamlead.default_agents`.
 
     Raises:
         UsageError: a limit is not a positive integer.
@@ -304,7 +304,7 @@ def apply_strategy(
 
     A strategy whose body renders empty (``baseline``) adds no text and no agents, and leaves
     any system prompt that is set as it is, a replacing one included. Otherwise,
-    with ``register_agents``, :func:`teamlead.agents.default_agents` are merged into
+    with ``register_agents``, :func:`teamlead.default_agents` are merged into
     ``options.agents``, the user's definitions winning on a name clash, and ``{agent_roster}``
     lists the agents actually registered unless ``values`` sets it.
 

@@ -212,6 +212,8 @@ class Tracker:
     refused_resumes: dict[str, str] = field(default_factory=dict)
     results: list[ResultSeen] = field(default_factory=list)
     lead_texts: list[str] = field(default_factory=list)
+    #: the tool the lead called last (the last tool of its latest message that called one)
+    lead_last_tool: str | None = None
     #: when the lead first delegated: its first Agent or Workflow call (``clock.monotonic()``)
     first_delegation_at: float | None = None
     #: the clock every stamp is read from (the run's; the system's by default)
@@ -319,6 +321,8 @@ class Tracker:
                 task.last_text = event.text or task.last_text
                 task.tokens += event.tokens or 0
         elif isinstance(event, LeadTurn):
+            if event.tool_names:
+                self.lead_last_tool = event.tool_names[-1]
             if event.error is None:
                 if event.text:
                     self.lead_texts.append(event.text)

@@ -17,12 +17,12 @@ import anyio
 import httpx2
 import pytest
 
-from teamlead._agents.book import MAX_AGENTS, AgentBook, AgentLimits
-from teamlead._agents.count import WorkflowRefusal
-from teamlead._agents.request import agent_key, is_workflow_agent
-from teamlead._agents.usage import UsageScan
 from teamlead._gate.admission import Admission
 from teamlead._gate.slots import SpawnCap
+from teamlead._metering.book import MAX_AGENTS, AgentBook, AgentLimits
+from teamlead._metering.count import WorkflowRefusal
+from teamlead._metering.request import agent_key, is_workflow_agent
+from teamlead._metering.usage import UsageScan
 from teamlead._relay import Relay, start_relay
 from teamlead._run.resume_prompt import Delivery, render_resume_prompt
 from teamlead.clock import SystemClock
@@ -344,7 +344,7 @@ async def test_a_fault_in_the_ledger_never_breaks_a_request(server: ScriptedServ
 
 
 def test_the_last_tool_is_read_from_the_tail_of_a_request_and_never_trusted_as_text() -> None:
-    from teamlead._agents.request import last_tool_of
+    from teamlead._metering.request import last_tool_of
 
     def body(*names: str, pad: int = 0) -> bytes:
         blocks = [

@@ -7,7 +7,7 @@ from dataclasses import asdict
 import pytest
 from claude_agent_sdk import AgentDefinition
 
-from teamlead.agents import default_agents, render_roster
+from teamlead import default_agents, render_roster
 
 WRITING_TOOLS = {"Edit", "Write", "MultiEdit", "NotebookEdit"}
 

@@ -227,7 +227,6 @@ async def test_lowering_the_cap_stops_nobody_and_holds_new_calls_until_under_it(
 async def test_the_relay_hold_of_workflow_agents_follows_the_live_cap() -> None:
     control = RunControl()
     state = a_run(control, cap=1)
-    assert state.agents is not None
     book = state.agents.book
     sent: list[str] = []
 
@@ -304,7 +303,6 @@ async def test_an_alias_goes_into_later_agent_calls_and_a_model_id_is_pinned_at_
 async def test_a_pinned_model_reaches_new_agents_only_and_stays_with_each() -> None:
     control = RunControl()
     state = a_run(control, cap=5)
-    assert state.agents is not None
     book = state.agents.book
     bodies: dict[str, list[bytes | None]] = {}
 
@@ -335,7 +333,7 @@ async def test_a_pinned_model_reaches_new_agents_only_and_stays_with_each() -> N
 async def test_an_alias_pins_workflow_agents_once_an_agent_call_showed_what_it_became() -> None:
     control = RunControl()
     state = a_run(control, cap=5)
-    assert state.admission.gate is not None and state.agents is not None
+    assert state.admission.gate is not None
     gate, book = state.admission.gate, state.agents.book
     bodies: dict[str, list[bytes | None]] = {}
 

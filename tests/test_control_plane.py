@@ -24,9 +24,9 @@ import psutil
 import pytest
 from click.testing import CliRunner
 
-from teamlead._agents.pause import Pause
 from teamlead._cli import main
 from teamlead._cli.commands import COMMANDS
+from teamlead._metering.pause import Pause
 from teamlead._run.endpoint import Endpoint, WatchFeed, call, follow, parse_request
 from teamlead._run.process import ProcessState
 from teamlead._run.registry import Registry, parse_entry, runtime_dir

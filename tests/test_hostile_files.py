@@ -26,8 +26,8 @@ from teamlead._claude.team import find_team, load_team, resolve_team
 from teamlead._claude.transcript import last_assistant_text
 from teamlead._cli import main
 from teamlead._run.collect import Collection
-from teamlead._run.loop import finish
 from teamlead._run.process import ProcessState
+from teamlead._run.result import finish
 from teamlead._run.state import RunState, new_run
 from teamlead.errors import UsageError
 from teamlead.events import InboxCollected

@@ -652,7 +652,7 @@ def test_a_request_ending_after_the_run_leaves_no_span_open(
     (late,) = placed  # written at once, under the run
     assert f"{get_current_span(late).get_span_context().span_id:016x}" == root.span_id
     assert [s.name for s in spans if "a-late" in str(s.attributes)] == []
-    assert run.agents.records == []
+    assert run.spans.records == []
 
 
 def test_a_workflows_agent_known_by_its_requests_is_placed_under_its_workflow(

@@ -19,7 +19,7 @@ import anyio
 import psutil
 import pytest
 
-from teamlead._procs import stop_marked, wait_ended
+from teamlead._procs import _environ, stop_marked, wait_ended
 
 from .polling import poll
 
@@ -78,3 +78,37 @@ async def test_asyncio_reaps_what_the_stop_ended_and_warns_of_nothing(
         await process.aclose()
     assert codes == [-signal.SIGTERM] * 30
     assert not [r for r in caplog.records if "Unknown child process" in r.getMessage()]
+
+
+class _Exec:
+    """A child seen through ``/proc`` as it execs: its parent's image, none, then its own."""
+
+    def __init__(self, *images: tuple[list[str], dict[str, str]]) -> None:
+        self.images = list(images)
+        self.reads = 0
+
+    def _image(self) -> tuple[list[str], dict[str, str]]:
+        return self.images[min(self.reads, len(self.images) - 1)]
+
+    def environ(self) -> dict[str, str]:
+        env = self._image()[1]
+        self.reads += 1
+        return env
+
+    def cmdline(self) -> list[str]:
+        return self.images[min(self.reads - 1, len(self.images) - 1)][0]
+
+
+def test_a_child_caught_between_its_fork_and_its_exec_is_read_again() -> None:
+    ours = (["python", "-m", "pytest"], {"HOME": "/h"})
+    its_own = (["sleep", "30"], {"HOME": "/h", MARK: "m"})
+    child = _Exec(ours, ([], {}), its_own)
+    assert _environ(child, ours, settle_s=5.0) == its_own[1]  # type: ignore[arg-type]
+    assert child.reads == 3
+
+
+def test_a_child_that_stays_a_copy_of_us_is_given_up_on_after_the_settle_time() -> None:
+    ours = (["python", "-m", "pytest"], {"HOME": "/h"})
+    child = _Exec(ours)
+    assert _environ(child, ours, settle_s=0.05) == ours[1]  # type: ignore[arg-type]
+    assert child.reads >= 2

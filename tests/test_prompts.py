@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from claude_agent_sdk import AgentDefinition, ClaudeAgentOptions
 
-from teamlead.agents import default_agents
+from teamlead import default_agents
 from teamlead.errors import UsageError
 from teamlead.prompts import (
     DEFAULT_MAX_AGENTS_PER_TURN,

@@ -1,6 +1,6 @@
 """One run in detail (``teamlead view``'s run page), without a model: the governor's limits
-kept over time, a finished run read back from its NDJSON log, and the permission requests
-that wait for an answer."""
+kept over time, a finished run read back from its NDJSON log (an unfinished one:
+test_unfinished_log.py), and the permission requests that wait for an answer."""
 
 from __future__ import annotations
 
@@ -143,9 +143,9 @@ def test_a_log_is_read_back_as_a_tree_with_nested_agents_and_workflow_phases() -
     assert detail["limits"][0]["points"][-1] == [5.0, 2, 2, "rate_limited"]
 
 
-def test_a_log_without_a_finished_line_is_refused() -> None:
-    with pytest.raises(UsageError, match="no `finished` line"):
-        detail_of_log([_line({"type": "session", "session_id": "x"})])
+def test_a_file_that_is_not_a_runs_log_is_refused() -> None:
+    with pytest.raises(UsageError, match="holds no record of a run"):
+        detail_of_log(["not json", json.dumps({"type": "result", "subtype": "success"})])
 
 
 def test_a_logs_tree_is_bounded_and_counts_what_it_left_out() -> None:

@@ -3,8 +3,9 @@
 Each request draws its input (the body's characters / 4, rounded up) from an
 ``input-tokens`` bucket and 1 from a ``requests`` bucket; what a bucket cannot cover is a
 429 with ``retry-after`` rounded up; every answer says how full each bucket is. The
-refill rates here are slow enough that the milliseconds between two requests change
-nothing a test reads.
+server's buckets refill on a :class:`~teamlead.testing.fake_clock.FakeClock` that
+never moves unless a test moves it, so the time between two requests changes nothing a
+test reads, however slow the machine.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import http.client
 import json
 import math
 import threading
-import time
 from datetime import datetime
 from typing import Any
 
@@ -21,6 +21,7 @@ import pytest
 
 from teamlead.errors import SetupError
 from teamlead.testing import Reply, ScriptedServer, TokenBucket
+from teamlead.testing.fake_clock import FakeClock
 from teamlead.testing.rate_buckets import input_tokens_of
 
 
@@ -60,8 +61,9 @@ def _message_start_usage(data: bytes) -> dict[str, Any]:
 
 def test_an_input_token_bucket_draws_each_request_s_size_and_reports_it_as_usage() -> None:
     bucket = TokenBucket(capacity=1000, refill_per_s=1, kind="input-tokens")
-    with ScriptedServer(lambda req: Reply.text("ok"), token_bucket=bucket) as server:
-        sent = time.time()
+    clock = FakeClock()
+    with ScriptedServer(lambda req: Reply.text("ok"), token_bucket=bucket, clock=clock) as server:
+        sent = clock.time()
         status, headers, data = _post(server, _body(2401))
         (record,) = server.recorded()
     assert status == 200
@@ -77,12 +79,15 @@ def test_an_input_token_bucket_draws_each_request_s_size_and_reports_it_as_usage
 
 def test_a_request_the_bucket_cannot_cover_gets_429_with_the_wait_rounded_up() -> None:
     bucket = TokenBucket(capacity=1000, refill_per_s=100, kind="input-tokens")
-    with ScriptedServer(lambda req: Reply.text("ok"), token_bucket=bucket) as server:
+    clock = FakeClock()
+    with ScriptedServer(lambda req: Reply.text("ok"), token_bucket=bucket, clock=clock) as server:
         first = _post(server, _body(2400))  # 600 drawn, 400 left
         second = _post(server, _body(2400))  # needs 200 more: 2 s at 100/s
         statuses = [r.status for r in server.recorded()]
         drawn = server.drawn()
-    assert first[0] == 200 and second[0] == 429
+        clock.advance(2)  # the wait it was told
+        third = _post(server, _body(2400))
+    assert first[0] == 200 and second[0] == 429 and third[0] == 200
     assert second[1]["retry-after"] == "2"
     assert json.loads(second[2])["error"]["type"] == "rate_limit_error"
     assert statuses == [200, 429] and drawn == 600.0  # a refusal draws nothing
@@ -94,7 +99,8 @@ def test_a_requests_bucket_counts_requests_and_both_kinds_describe_every_answer(
         TokenBucket(capacity=2, refill_per_s=0.25, kind="requests"),
         TokenBucket(capacity=10_000, refill_per_s=100, kind="input-tokens"),
     ]
-    with ScriptedServer(lambda req: Reply.text("ok"), token_bucket=buckets) as server:
+    clock = FakeClock()
+    with ScriptedServer(lambda req: Reply.text("ok"), token_bucket=buckets, clock=clock) as server:
         answers = [_post(server, _body(400, stream=False)) for _ in range(3)]
     assert [a[0] for a in answers] == [200, 200, 429]
     assert answers[2][1]["retry-after"] == "4"  # one request back at 0.25 per second
@@ -107,7 +113,8 @@ def test_a_requests_bucket_counts_requests_and_both_kinds_describe_every_answer(
 
 def test_a_gateway_that_strips_the_headers_still_limits() -> None:
     bucket = TokenBucket(capacity=500, refill_per_s=10, headers=False)
-    with ScriptedServer(lambda req: Reply.text("ok"), token_bucket=bucket) as server:
+    clock = FakeClock()
+    with ScriptedServer(lambda req: Reply.text("ok"), token_bucket=bucket, clock=clock) as server:
         answers = [_post(server, _body(1600)) for _ in range(2)]
     assert [a[0] for a in answers] == [200, 429]
     assert answers[1][1]["retry-after"] == "30"
@@ -116,7 +123,8 @@ def test_a_gateway_that_strips_the_headers_still_limits() -> None:
 
 def test_a_request_larger_than_the_bucket_goes_once_it_is_full_and_leaves_it_in_debt() -> None:
     bucket = TokenBucket(capacity=100, refill_per_s=1000)
-    with ScriptedServer(lambda req: Reply.text("ok"), token_bucket=bucket) as server:
+    clock = FakeClock()
+    with ScriptedServer(lambda req: Reply.text("ok"), token_bucket=bucket, clock=clock) as server:
         big = _post(server, _body(4000))  # 1000 tokens: ten times the bucket
         small = _post(server, _body(40))  # the bucket is 900 in debt: about 0.9 s
     assert big[0] == 200 and _window(big[1], "input-tokens")[1] == 0
@@ -125,7 +133,10 @@ def test_a_request_larger_than_the_bucket_goes_once_it_is_full_and_leaves_it_in_
 
 def test_concurrent_requests_never_draw_more_than_the_bucket_holds() -> None:
     bucket = TokenBucket(capacity=5 * 250, refill_per_s=0.001)
-    with ScriptedServer(lambda req: Reply.text("ok", delay=0.2), token_bucket=bucket) as server:
+    clock = FakeClock()
+    with ScriptedServer(
+        lambda req: Reply.text("ok", delay=0.2), token_bucket=bucket, clock=clock
+    ) as server:
         statuses: list[int] = []
         threads = [
             threading.Thread(target=lambda: statuses.append(_post(server, _body(1000))[0]))

@@ -18,10 +18,10 @@ import anyio
 import httpx2
 import pytest
 
-from teamlead._agents.book import AgentBook
 from teamlead._gate.admission import Admission
 from teamlead._gate.gate import SpawnGate
 from teamlead._gate.slots import SpawnCap
+from teamlead._metering.book import AgentBook
 from teamlead._relay import start_relay
 from teamlead.events import SpawnDenied
 from teamlead.governor import Governor, GovernorPolicy
@@ -288,7 +288,7 @@ def test_the_workflow_engines_gate_is_set_from_the_runs_cap(
 
 
 async def test_a_held_workflow_agents_timeout_runs_from_its_release_not_its_wait() -> None:
-    from teamlead._agents.book import AgentLimits
+    from teamlead._metering.book import AgentLimits
 
     clock = FakeClock()
     admission, _ = admission_with(clock, stagger_s=30.0)

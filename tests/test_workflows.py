@@ -22,6 +22,7 @@ from teamlead._ndjson import JsonProgress
 from teamlead._run.agents import RunAgents
 from teamlead._run.collect import dispositions
 from teamlead._run.ledger import Ledger
+from teamlead._run.result import build_finished
 from teamlead._run.resume_prompt import Delivery, WorkflowResume, render_resume_prompt
 from teamlead._run.state import Collected
 from teamlead.clock import SYSTEM_CLOCK
@@ -463,7 +464,7 @@ def fed(name: str) -> Tracker:
 def finished_for(tracker: Tracker) -> Finished:
     agents = RunAgents(Policy(), SYSTEM_CLOCK)
     rows = agents.rows(tracker, dispositions(tracker, Collected()))
-    return Ledger(last_round_ok=True).finish(tracker, rows, wait_s=5)
+    return build_finished(Ledger(last_round_ok=True), tracker, rows, wait_s=5)
 
 
 def test_the_recorded_fault_loses_one_agent_and_leaves_the_run_partial() -> None:

@@ -1,6 +1,6 @@
 """``teamlead view``: a local web page of this user's runs, updated live, with buttons to
-pause, unpause and stop them, and each run's agent tree; or one finished run, read from its
-NDJSON log.
+pause, unpause and stop them, and each run's agent tree; or one run, read from its NDJSON
+log.
 
 The page (:mod:`.board_page`) is what ``teamlead ps`` lists, pushed to the browser as
 server-sent events whenever it changes; its buttons do what ``teamlead pause``,
@@ -10,8 +10,10 @@ carries the run's detail (its control endpoint's ``detail`` answer, see
 workflows with their phases and agents, each with its state, tokens, requests, last tool
 and duration), the queue and the held requests, the permission requests waiting for an
 answer, and the governor's limit per model over time, which the page draws as an SVG chart.
-``teamlead view run.ndjson`` serves the same page for a finished run from its log
-(:mod:`teamlead._run.runlog`), read-only: no buttons, and the button endpoint refuses.
+``teamlead view run.ndjson`` serves the same page for a run from its log
+(:mod:`teamlead._run.runlog`), read-only: no buttons, and the button endpoint refuses. A log
+without a ``finished`` line (a run killed, or still running) shows what its records hold,
+marked unfinished.
 
 It is served by uvicorn (the relay's own server) as a plain ASGI app
 (:class:`Board`) on ``127.0.0.1`` only, and every request must prove it comes from the
@@ -88,8 +90,8 @@ class Board:
         detail: one run's detail (``detail(run)``, the ``detail`` op's JSON; called in a
             worker thread).
         every_s: how often an event stream reads the runs.
-        mode: ``live``, or ``log`` for one finished run read from its log (read-only: the
-            buttons' endpoint refuses).
+        mode: ``live``, or ``log`` for one run read from its log (read-only: the buttons'
+            endpoint refuses).
     """
 
     def __init__(
@@ -333,23 +335,24 @@ def view(log: Path | None, port: int) -> None:
     For a run picked, the page shows its agent tree (state, tokens, requests, last tool,
     duration of each agent), its queue, held requests and waiting approvals, and the
     governor's limit per model over time. With LOG (a run's `ask --json` output), it
-    shows that finished run the same way, read-only.
+    shows that run the same way, read-only; a log without the `finished` line (the run
+    was killed, or still runs) shows the agents it holds, marked unfinished.
 
     Prints the page's URL first: it carries a random token, and the page answers only
     requests with it, from this machine (127.0.0.1).
     """
-    finished = read_log(log).to_json() if log is not None else None
+    logged = read_log(log).to_json() if log is not None else None
     sock = _listen(port)
     token = secrets.token_urlsafe(24)
     chosen = sock.getsockname()[1]
     registry = Registry()
-    if finished is not None:
+    if logged is not None:
         board = Board(
             token=token,
             port=chosen,
             rows=list,
             act=_read_only,
-            detail=lambda run: finished,
+            detail=lambda run: logged,
             mode="log",
         )
     else:

@@ -5,8 +5,10 @@ library, no CDN, no build step. It builds everything with ``textContent`` and
 ``setAttribute`` (never markup from data): the runs' table from the ``runs`` events, and
 for the run picked (its ``Tree`` button, or the only run), its agent tree, queue, waiting
 approvals and the governor's limit per model over time, an SVG chart it draws itself, from
-the ``detail`` events. ``{nonce}`` and ``{mode}`` (``live``, or ``log`` for a finished run
-read from its NDJSON: no buttons, the one run shown) are filled in by the board.
+the ``detail`` events. ``{nonce}`` and ``{mode}`` (``live``, or ``log`` for a run read
+from its NDJSON: no buttons, the one run shown) are filled in by the board. A log's run
+with no ``finished`` line (status ``unfinished``) is marked so, above its tree and on each
+agent whose end the log does not hold.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ li[data-state="done"] > .node .state, li[data-state="cached"] > .node .state
 li[data-state="failed"] > .node .state, li[data-state="lost"] > .node .state,
 li[data-state="timeout"] > .node .state, li[data-state="stopped"] > .node .state
   { background: #fbdcdc; }
-li[data-state="queued"] > .node .state { background: #fff2c6; }
+li[data-state="queued"] > .node .state, li[data-state="unfinished"] > .node .state
+  { background: #fff2c6; }
+#live.unfinished, #detail-status.unfinished { color: #8a5a00; font-weight: 600; }
 .node .tool { font-family: monospace; }
 #chart svg { border: 1px solid #ddd; background: #fcfcfc; }
 section h3 { margin: 1em 0 .3em; font-size: 105%; }
@@ -222,7 +226,16 @@ function showDetail(d) {
   document.getElementById("detail-title").textContent = "run " + text(d.run);
   const where = d.source === "log" ? "from its log (read-only)" : "live";
   const status = text(d.status) + (d.reason ? " (" + text(d.reason) + ")" : "");
-  document.getElementById("detail-status").textContent = status + ", " + where;
+  const line = document.getElementById("detail-status");
+  line.textContent = status + ", " + where;
+  const unfinished = d.source === "log" && d.status === "unfinished";
+  line.classList.toggle("unfinished", unfinished);
+  if (mode === "log") {
+    live.textContent = unfinished
+      ? "an unfinished run, read from its log: it was stopped before its end or still runs"
+      : "a finished run, read from its log";
+    live.classList.toggle("unfinished", unfinished);
+  }
   const tree = document.getElementById("tree");
   tree.replaceChildren();
   if (d.tree) tree.appendChild(node(d.tree));
@@ -262,7 +275,7 @@ function pick(run) {
 }
 if (mode === "log") {
   document.getElementById("runs-table").hidden = true;
-  live.textContent = "a finished run, read from its log";
+  live.textContent = "a run, read from its log";
   pick("log");
 } else {
   const events = new EventSource("/events?token=" + encodeURIComponent(token));

@@ -39,6 +39,7 @@ from typing import Any, Literal, TypeAlias
 from .._claude.transcript import find_subagent_transcript, transcript_tail
 from .._redact import redact
 from ..errors import UsageError
+from ..events import AgentKind
 from ..tracker import (
     StreamParse,
     SubagentToolUse,
@@ -83,7 +84,8 @@ class AgentFocus:
     Attributes:
         agent_id: its agent id (an Agent-tool task's id, or a workflow agent's id).
         description: its Agent call's description, or its workflow label.
-        kind: ``agent`` (the Agent tool) or ``workflow_agent``.
+        kind: ``agent`` (the Agent tool) or ``workflow_agent`` (a subagent's
+            :data:`~teamlead.events.AgentKind`).
         status: its task's or workflow entry's last state.
         calls: its last tool calls, oldest first.
         lines: its last lines of text, oldest first.
@@ -93,7 +95,7 @@ class AgentFocus:
 
     agent_id: str
     description: str
-    kind: Literal["agent", "workflow_agent"]
+    kind: AgentKind
     status: str
     calls: tuple[FocusedCall, ...]
     lines: tuple[str, ...]

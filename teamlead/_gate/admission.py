@@ -7,8 +7,8 @@ A run starts agents three ways, and one object decides for all of them:
   run's options with the run's other pieces, :func:`teamlead._run.options.build_options`);
 - a ``Workflow`` call, in the same hook (its depth, the budget, the deadline);
 - a workflow agent, which fires no hook: the relay's ledger
-  (:class:`~teamlead._agents.book.AgentBook`) asks :meth:`Admission.admit_workflow_agent`
-  at its first request, through the :class:`~teamlead._agents.count.AgentAdmission`
+  (:class:`~teamlead._metering.book.AgentBook`) asks :meth:`Admission.admit_workflow_agent`
+  at its first request, through the :class:`~teamlead._metering.count.AgentAdmission`
   protocol.
 
 It owns what those decisions share: the run's pool and the process-wide cap
@@ -41,8 +41,8 @@ from typing import Any
 
 from claude_agent_sdk import HookMatcher
 
-from .._agents.count import WorkflowRefusal
-from .._agents.pause import Pause
+from .._metering.count import WorkflowRefusal
+from .._metering.pause import Pause
 from ..clock import SYSTEM_CLOCK, Clock
 from ..events import DenyCode
 from ..policy import Policy, is_model_alias

@@ -10,7 +10,7 @@ message run concurrently; a hook may await. So the gate decides in the hook:
   never raises: it denies and records why);
 * **queue** (await in the hook) while the run's limit or the process-wide
   :class:`~teamlead._gate.slots.SpawnCap` is full, FIFO, bounded by the deadline, and
-  while the run is paused (:class:`~teamlead._agents.pause.Pause`);
+  while the run is paused (:class:`~teamlead._metering.pause.Pause`);
 * **admit** (return ``{}``: no opinion), after the stagger.
 
 A ``Workflow`` call starts agents that fire no hook, so the hook decides only what must
@@ -53,8 +53,8 @@ import anyio
 from claude_agent_sdk import HookMatcher
 from claude_agent_sdk.types import SyncHookJSONOutput
 
-from .._agents.count import WorkflowRefusal
-from .._agents.pause import Pause
+from .._metering.count import WorkflowRefusal
+from .._metering.pause import Pause
 from ..clock import SYSTEM_CLOCK, Clock
 from ..events import DenyCode, SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
 from ..policy import SpawnPolicy, is_model_alias

@@ -8,7 +8,7 @@ the modules here hold the parts that need no event loop, so they are tested alon
 * :mod:`.ratelimit_headers`: the ``anthropic-ratelimit-*`` headers and the pause they ask for.
 * :mod:`.token_estimate`: a request's input tokens, estimated from its body before it goes.
 * :mod:`.token_budget`: the rate-limit windows as token buckets, and when a request fits.
-* :mod:`.policy`: the knobs (``GovernorPolicy``, static ceilings), the bucket snapshot.
+* :mod:`.knobs`: the knobs (``GovernorPolicy``, static ceilings), the bucket snapshot.
 * :mod:`.store`: where a process alone keeps the learnt limits (a Protocol, in memory).
 * :mod:`.accounts`: what every process of one account shares (learnt limits and one lease
   per slot held), one variant per module: ``base`` (the interface), ``process`` (this

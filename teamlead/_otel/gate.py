@@ -10,7 +10,7 @@ an up-down counter: +1 when a call queues, -1 when it leaves the queue however i
 from __future__ import annotations
 
 from ..events import SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
-from .agents import AgentBook, AgentRecord
+from .agent_spans import AgentRecord, AgentSpans
 from .instruments import Instruments
 
 __all__ = ["GateTrace"]
@@ -22,12 +22,12 @@ _TIMED_OUT = frozenset({"wait_limit", "deadline"})
 class GateTrace:
     """The gate events of one run."""
 
-    def __init__(self, agents: AgentBook, instruments: Instruments) -> None:
-        self._agents = agents
+    def __init__(self, spans: AgentSpans, instruments: Instruments) -> None:
+        self._spans = spans
         self._instruments = instruments
 
     def _call(self, tool_use_id: str, description: str) -> AgentRecord:
-        record = self._agents.agent(tool_use_id, "call", name=description)
+        record = self._spans.agent(tool_use_id, "call", name=description)
         record.tool_use_id = tool_use_id
         return record
 
@@ -46,7 +46,7 @@ class GateTrace:
             "teamlead.gate.running": event.running,
             "teamlead.gate.limit": event.limit,
         }
-        self._agents.event(record, "queued", attributes)
+        self._spans.event(record, "queued", attributes)
 
     def admitted(self, event: SpawnAdmitted) -> None:
         record = self._call(event.tool_use_id, event.description)
@@ -56,26 +56,26 @@ class GateTrace:
             "teamlead.gate.running": event.running,
             "teamlead.gate.limit": event.limit,
         }
-        self._agents.event(record, "admitted", attributes)
+        self._spans.event(record, "admitted", attributes)
 
     def denied(self, event: SpawnDenied) -> None:
         record = self._call(event.tool_use_id, event.description)
         self._dequeue(record)
         attributes = {
             "teamlead.gate.code": event.code,
-            "teamlead.gate.reason": self._agents.scrub(event.reason),
+            "teamlead.gate.reason": self._spans.scrub(event.reason),
         }
         name = "timed_out" if event.code in _TIMED_OUT else "denied"
-        self._agents.event(record, name, attributes)
-        self._agents.done(record, "denied")
+        self._spans.event(record, name, attributes)
+        self._spans.done(record, "denied")
 
     def rejected(self, event: SpawnRejected) -> None:
         record = self._call(event.tool_use_id, event.description)
-        reason = self._agents.scrub(event.reason)
-        self._agents.event(record, "rejected", {"teamlead.gate.reason": reason})
-        self._agents.done(record, "rejected")
+        reason = self._spans.scrub(event.reason)
+        self._spans.event(record, "rejected", {"teamlead.gate.reason": reason})
+        self._spans.done(record, "rejected")
 
     def close(self) -> None:
         """The run is over: calls still queued leave the queue."""
-        for record in self._agents.records:
+        for record in self._spans.records:
             self._dequeue(record)

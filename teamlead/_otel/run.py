@@ -10,7 +10,7 @@ turns it into spans, without a hook into the coordinator's machinery:
   ``teamlead.wait_for_team`` (from ``waiting_for_team``; ``inbox_collected`` is its event),
   ``teamlead.fallback`` (the ``fallback_used`` events), ``teamlead.resume`` (each
   ``resuming`` attempt; a ``resume_failed`` marks it failed) and ``teamlead.wrap_up``;
-- an ``invoke_agent {label}`` span per agent (:mod:`.agents`), with the spawn gate's
+- an ``invoke_agent {label}`` span per agent (:mod:`.agent_spans`), with the spawn gate's
   ``queued``/``admitted``/``denied``/``timed_out``/``rejected`` events;
 - a ``chat {model}`` span per relayed request (:mod:`.chat`), under its agent.
 
@@ -39,6 +39,7 @@ from .._parse import (
 )
 from .._redact import secret_scrubber
 from ..events import (
+    AgentKind,
     ConcurrencyChanged,
     FallbackUsed,
     Finished,
@@ -53,7 +54,7 @@ from ..events import (
     WaitingForTeam,
 )
 from . import conventions as c
-from .agents import AgentBook, AgentKind
+from .agent_spans import AgentSpans
 from .chat import ChatObserver, Usage
 from .context import labels, parent_context
 from .gate import GateTrace
@@ -124,10 +125,10 @@ class RunTrace:
             attributes=attributes,
         )
         self._root_context: Context = set_span_in_context(self.root)
-        self.agents = AgentBook(
+        self.spans = AgentSpans(
             self._tracer, self._root_context, lambda: self._session, self._scrub
         )
-        self.gate = GateTrace(self.agents, telemetry.instruments)
+        self.gate = GateTrace(self.spans, telemetry.instruments)
         self._phase: Span | None = None
         self._phase_name = ""
         self._results: list[Usage] = []
@@ -190,14 +191,14 @@ class RunTrace:
         if agent_id is None or self._closed:  # a request still ending after the run: its root
             write(self._root_context)
             return
-        record = self.agents.find(agent_id) or self.agents.agent(agent_id, "agent")
+        record = self.spans.find(agent_id) or self.spans.agent(agent_id, "agent")
         if record.task_id is None:
             record.task_id = agent_id
         if record.kind == "agent" and not self._finished:
             self._unplaced.setdefault(agent_id, []).append(write)
             return
         self._place_held(agent_id)
-        write(self.agents.context(record))
+        write(self.spans.context(record))
 
     def _place_held(self, agent_id: str | None = None) -> None:
         """Write the requests held for ``agent_id`` (every agent's when ``None``) where
@@ -205,8 +206,8 @@ class RunTrace:
         for held_id in [agent_id] if agent_id is not None else list(self._unplaced):
             writes = self._unplaced.pop(held_id, [])
             if writes:
-                record = self.agents.find(held_id) or self.agents.agent(held_id, "agent")
-                context = self.agents.context(record)
+                record = self.spans.find(held_id) or self.spans.agent(held_id, "agent")
+                context = self.spans.context(record)
                 for write in writes:
                     write(context)
 
@@ -226,7 +227,7 @@ class RunTrace:
                 self._model = usage.model
                 self.root.set_attribute(c.REQUEST_MODEL, usage.model)
             return
-        record = self.agents.find(agent_id)
+        record = self.spans.find(agent_id)
         if record is not None:
             record.requests += 1
             record.input_tokens += usage.input_tokens or 0
@@ -248,7 +249,7 @@ class RunTrace:
                 self._session = event.session_id
                 self.root.set_attribute(c.CONVERSATION_ID, event.session_id)
         elif isinstance(event, AgentCallSeen):
-            record = self.agents.agent(event.tool_use_id, "call", name=event.description)
+            record = self.spans.agent(event.tool_use_id, "call", name=event.description)
             record.tool_use_id = event.tool_use_id
             if event.subagent_type:
                 record.attributes["teamlead.subagent_type"] = event.subagent_type
@@ -256,16 +257,16 @@ class RunTrace:
                 record.attributes[c.INPUT_MESSAGES] = c.messages("user", event.prompt, self._scrub)
         elif isinstance(event, TaskStarted):
             kind: AgentKind = "workflow" if event.task_type == "local_workflow" else "task"
-            record = self.agents.agent(
+            record = self.spans.agent(
                 event.task_id, kind, name=event.description, also=(event.tool_use_id,)
             )
             record.task_id = event.task_id
             record.tool_use_id = event.tool_use_id or record.tool_use_id
             if event.subagent_type:
                 record.attributes["teamlead.subagent_type"] = event.subagent_type
-            self.agents.span(record)
+            self.spans.span(record)
         elif isinstance(event, TaskEnded):
-            record = self.agents.agent(event.task_id, "task", also=(event.tool_use_id,))
+            record = self.spans.agent(event.task_id, "task", also=(event.tool_use_id,))
             record.task_id = event.task_id
             for name, value in (event.usage or {}).items():
                 if name in ("total_tokens", "tool_uses", "duration_ms") and isinstance(value, int):
@@ -274,7 +275,7 @@ class RunTrace:
                 record.attributes[c.OUTPUT_MESSAGES] = c.messages(
                     "assistant", event.summary, self._scrub
                 )
-            self.agents.done(record, event.status)
+            self.spans.done(record, event.status)
         elif isinstance(event, ResultSeen):
             usage = Usage()
             usage.take_usage(dict(event.usage or {}))
@@ -367,9 +368,9 @@ class RunTrace:
             self._session = event.session_id
             self.root.set_attribute(c.CONVERSATION_ID, event.session_id)
         for row in event.tasks:
-            record = self.agents.find(row.id)
+            record = self.spans.find(row.id)
             if record is None:  # a teammate, or a call the stream never showed
-                record = self.agents.agent(row.id, row.kind, name=row.description)
+                record = self.spans.agent(row.id, row.kind, name=row.description)
                 record.started_ns = self._started_ns
             elif record.kind == "agent" and row.kind == "workflow_agent":
                 # known so far only by the agent id of its requests: its row names it, and
@@ -378,7 +379,7 @@ class RunTrace:
                 record.parent = record.parent or row.parent
             record.attributes["teamlead.disposition"] = row.disposition
             record.attributes["teamlead.result_source"] = row.source
-            self.agents.done(record, row.status)
+            self.spans.done(record, row.status)
         self._place_held()
         usage = self._relayed or _sum(self._results)
         values: dict[str, Any] = {
@@ -426,7 +427,7 @@ class RunTrace:
         self._closed = True
         self._exit()
         self.gate.close()
-        self.agents.end_all()
+        self.spans.end_all()
         failed = error or (None if self._finished else "no_finished")
         if failed:
             self.root.set_status(Status(StatusCode.ERROR, failed))

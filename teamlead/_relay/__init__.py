@@ -12,9 +12,13 @@ cover it, and the ``usage`` of each answer (:mod:`.usage`) corrects the estimate
 Modules: :mod:`.routing` (what is accepted; model and role of a request), :mod:`.forward`
 (one exchange with the upstream under a slot), :mod:`.app` (the ASGI app: stream back,
 disconnects), :mod:`.protocol` (the client connections' bounds: prefix first, header limits,
-timeouts, a connection cap), :mod:`.stats` (counters, events), :mod:`.server` (uvicorn,
-lifecycle), :mod:`.run_limits` (a run's own ceilings), :mod:`.shared` (the pool of relays
-and governors a process shares between its runs, applicability).
+timeouts, a connection cap), :mod:`.keepalive` (a held streaming request kept alive),
+:mod:`.usage` (a streamed answer's usage), :mod:`.blame` (errors name the user's upstream,
+never the relay), :mod:`.observe` (the seam for observers of its requests: telemetry),
+:mod:`.stats` (counters, events), :mod:`.server` (uvicorn, lifecycle), :mod:`.run_limits`
+(a run's own ceilings), :mod:`.shared` (the pool of relays and governors a process shares
+between its runs, applicability). Each run's requests are counted and governed per agent
+by its ledger in :mod:`teamlead._metering`.
 
 Example:
     >>> applicable = relay_applicable(os.environ)  # doctest: +SKIP

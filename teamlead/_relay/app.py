@@ -35,8 +35,8 @@ import aiohttp
 import anyio
 import yarl
 
-from .._agents.book import AgentBook
-from .._agents.pause import Pause
+from .._metering.book import AgentBook
+from .._metering.pause import Pause
 from ..events import RateLimited
 from ..governor import Governor, bucket_key
 from .blame import shown, unreachable_reason

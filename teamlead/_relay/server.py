@@ -33,8 +33,8 @@ import uvicorn
 import yarl
 from aiohttp.helpers import get_env_proxy_for_url
 
-from .._agents.book import AgentBook
-from .._agents.pause import Pause
+from .._metering.book import AgentBook
+from .._metering.pause import Pause
 from ..errors import RelayError
 from ..events import ConcurrencyChanged, RelaySummary
 from ..governor import Governor, GovernorPolicy

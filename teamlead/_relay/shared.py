@@ -22,11 +22,11 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from .._agents.book import AgentBook
-from .._agents.pause import Pause
 from .._governor.accounts import Account, WarnOnce, open_account
 from .._governor.accounts.namespaced import NamespacedAccount
 from .._governor.store import LimitStore
+from .._metering.book import AgentBook
+from .._metering.pause import Pause
 from ..governor import Governor, GovernorPolicy
 from ..policy import LimitsPolicy
 from .forward import RelayConfig

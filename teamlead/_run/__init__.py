@@ -5,16 +5,32 @@ The public entry points in :mod:`teamlead.coordinator` create a run's
 drives the flow one way:
 
 - :mod:`.state` is the run: mode, options, clock, deadline, tracker, what was collected,
-  ledger, spawn gate and relay hookup;
+  ledger, admission, the run's agents, relay hookup, pause and permission requests;
+- :mod:`.options` builds the run's CLI options, the one place they are written;
+- :mod:`.agents` is the run's agents (:class:`~teamlead._run.agents.RunAgents`): the
+  relay's agent ledger joined with the stream's task events, and ``Finished.tasks``'s
+  row per agent;
 - :mod:`.round` reads one round's messages within the deadline and, when the stream
-  ends, returns the round's :class:`~teamlead._run.outcome.RoundOutcome`;
+  ends, returns the round's :class:`~teamlead._run.outcome.RoundOutcome` (:mod:`.outcome`);
+  :mod:`.readback` reads back from the transcript what a broken stream never showed;
 - :mod:`.retry` decides, as a pure function, whether a failed resume is tried again;
 - :mod:`.collect` waits for the team, reads the inbox and falls back to summaries and
   transcripts, returning deliveries;
 - :mod:`.resume_prompt` quotes the deliveries into the prompt that resumes the lead;
 - :mod:`.wrapup` answers with the finished work when the deadline comes near;
-- :mod:`.ledger` turns the final state into one :class:`~teamlead.events.Finished`;
-- :mod:`.relayed` hooks a run up to the request relay.
+- :mod:`.ledger` records what the run's :class:`~teamlead.events.Finished` will report, and
+  :mod:`.result` builds that one ``Finished`` and its rows, once, at the end;
+- :mod:`.relayed` hooks a run up to the request relay; :mod:`.process` is what a
+  process's runs share; :mod:`.stream` is a run's stream with the run's own parse of it;
+- :mod:`.stop` is a stop asked from outside; :mod:`.workflow_permission` lets the lead run
+  ``Workflow``; :mod:`.permissions` is the permission requests waiting for an answer.
 
-The spawn gate itself is a package of its own, :mod:`teamlead._gate`.
+The runs seen and steered from outside: :mod:`.registry` (the runtime directory's
+entries), :mod:`.registered` (a run in it while it goes), :mod:`.endpoint` (the control
+socket's protocol, both sides), :mod:`.steering` (what each op does to a run),
+:mod:`.detail` (one run's agent tree, queue and limits, for ``teamlead view``) and
+:mod:`.runlog` (a run read back from its NDJSON log, finished or cut short).
+
+Admission (the spawn gate and every other agent's) is a package of its own,
+:mod:`teamlead._gate`, and the relay's per-agent meter another, :mod:`teamlead._metering`.
 """

@@ -1,7 +1,7 @@
 """The run's agents: the relay's agent ledger joined with the stream's task events.
 
 :class:`RunAgents` is the run state's part for every agent, whatever spawned it. It owns
-the run's :class:`~teamlead._agents.book.AgentBook`, which the relay fills and governs (the
+the run's :class:`~teamlead._metering.book.AgentBook`, which the relay fills and governs (the
 per-agent timeout, the token and request budgets; for admission it asks the run's
 :class:`~teamlead._gate.admission.Admission`), and it tells the book and the admission what
 the stream says: an Agent-tool task started (its timeout runs from then), a workflow
@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 
 import anyio
 
-from .._agents.book import AgentBook, AgentCount, AgentLimits, ExhaustReason
 from .._gate.admission import Admission
+from .._metering.book import AgentBook, AgentCount, AgentLimits, ExhaustReason
 from .._redact import redact
 from ..clock import Clock
 from ..events import AgentUsage, Disposition, TaskDisposition, TaskState

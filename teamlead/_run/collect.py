@@ -283,13 +283,11 @@ class Collection:
             parts.append(task.summary)
             source = "summary"
         agents = self._state.agents
-        denied = agents is not None and agents.exhaust_reason is not None
+        denied = agents.exhaust_reason is not None
         limited = {  # stopped by the user's own limits: named, never run again
             a.index: why
             for a in lost
-            if a.agent_id
-            and agents is not None
-            and (why := agents.stopped_by_limits(a.agent_id)) is not None
+            if a.agent_id and (why := agents.stopped_by_limits(a.agent_id)) is not None
         }
         resumable = bool(
             lost and run.run_id and not run.error and not denied and len(limited) < len(lost)
@@ -408,14 +406,12 @@ class Collection:
         if f"task:{task.task_id}" not in collected.absorbed or tracker.later_attempt(run):
             return None  # its results go with the ask (the task's delivery), or it ran again
         agents = self._state.agents
-        if agents is not None and agents.exhaust_reason is not None:
+        if agents.exhaust_reason is not None:
             return None
         limited = {
             a.index: why
             for a in lost
-            if a.agent_id
-            and agents is not None
-            and (why := agents.stopped_by_limits(a.agent_id)) is not None
+            if a.agent_id and (why := agents.stopped_by_limits(a.agent_id)) is not None
         }
         if len(limited) >= len(lost):
             return None  # the user's own limits stopped them: never run again

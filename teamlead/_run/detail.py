@@ -5,11 +5,12 @@ approvals and its governor's limit per model over time.
 
 - a live run's (:func:`live_detail`), which its control endpoint answers the ``detail`` op
   with, read on the run's loop off its state: the tracker (every task, each workflow's
-  phases and agents), the relay's agent ledger (each agent's requests, tokens and last
-  tool), the spawn gate's queue, the pause's held requests and the permission requests
-  waiting for an answer;
-- a finished run's, read back from its NDJSON log (:mod:`.runlog`): the rows of its
-  ``finished`` line.
+  phases and agents; the lead's last tool), the relay's agent ledger (each agent's
+  requests, tokens and last tool), the spawn gate's queue, the pause's held requests and
+  the permission requests waiting for an answer;
+- a run's read back from its NDJSON log (:mod:`.runlog`): the rows of its ``finished``
+  line, or, when the log ends before one (the run was killed, or still runs), what its
+  records tell, the run ``unfinished``.
 
 The limits come from the run's :class:`~teamlead.events.ConcurrencyChanged` events, which a
 :class:`LimitHistory` keeps (bounded) as they pass. Every text is the agents' or the user's
@@ -24,14 +25,14 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from .._agents.request import LEAD
+from .._metering.request import LEAD
 from .._redact import redact
-from ..events import ConcurrencyChanged
+from ..events import AgentKind, ConcurrencyChanged
 from ..tracker import TaskInfo, WorkflowAgent
 from .permissions import labels_from
 
 if TYPE_CHECKING:
-    from .._agents.book import AgentBook
+    from .._metering.book import AgentBook
     from .state import RunState
 
 __all__ = [
@@ -58,12 +59,10 @@ _TEXT = 200
 _POINTS = 600  # limit changes kept per bucket (the oldest go first)
 _BUCKETS = 16
 
-#: ``lead``; ``agent`` (an Agent-tool subagent, nested ones under their parent);
-#: ``workflow``, its ``phase`` nodes and their ``workflow_agent`` nodes; ``teammate``;
-#: ``call`` (an Agent call that never became a task: denied, rejected).
-NodeKind: TypeAlias = Literal[
-    "lead", "agent", "workflow", "phase", "workflow_agent", "teammate", "call"
-]
+#: An agent's node, of its :data:`~teamlead.events.AgentKind` (never ``task``: a task's node
+#: is an ``agent``, nested ones under their parent, or a ``workflow``), or a workflow's
+#: ``phase``, which groups the workflow's ``workflow_agent`` nodes.
+NodeKind: TypeAlias = Literal[AgentKind, "phase"]
 
 
 def plain(value: str | None, limit: int = _TEXT) -> str | None:
@@ -170,7 +169,8 @@ class RunDetail:
     Attributes:
         run: the run's id.
         source: ``live`` (asked of the run) or ``log`` (read back from its NDJSON).
-        status: the run's status (``running``, ``paused``, ...; a log's ``finished`` one).
+        status: the run's status (``running``, ``paused``, ...; a log's ``finished`` one,
+            or ``unfinished`` when the log has no ``finished`` line).
         lead: the root of the agent tree.
         queue: the Agent calls waiting in the spawn gate.
         waiting_for_slot: workflow agents whose first request the relay holds for a slot.
@@ -180,7 +180,7 @@ class RunDetail:
         omitted: agents left out of the tree (past :data:`MAX_NODES`).
         now: when this was read (wall clock; the chart's right edge while a run goes).
         started: when the run started (wall clock), if known.
-        reason: a finished run's reason code.
+        reason: a finished run's reason code; for an ``unfinished`` one, why it shows so.
     """
 
     run: str
@@ -294,15 +294,13 @@ def total(values: Iterable[int | None]) -> int | None:
 # -- a live run ----------------------------------------------------------------------------
 def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory) -> RunDetail:
     """The detail of the live run ``state`` (called on the run's loop)."""
-    book = state.agents.book if state.agents is not None else None
+    book = state.agents.book
     now = state.clock.monotonic()
     wall = state.clock.time()
     tracker = state.tracker
-    lead_requests = lead_tokens = None
-    if book is not None:
-        leads = [c for (_, agent), c in book.entries.items() if agent == LEAD]
-        lead_requests = sum(c.requests for c in leads) if leads else None
-        lead_tokens = total(c.tokens for c in leads)
+    leads = [c for (_, agent), c in book.entries.items() if agent == LEAD]
+    lead_requests = sum(c.requests for c in leads) if leads else None
+    lead_tokens = total(c.tokens for c in leads)
     lead = AgentNode(
         id="lead",
         kind="lead",
@@ -310,6 +308,7 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
         state=status,
         tokens=lead_tokens,
         requests=lead_requests,
+        last_tool=plain(tracker.lead_last_tool, 80),  # the stream's: the book keeps none
         duration_s=max(0.0, now - tracker.started_at),
     )
     budget = _Budget()
@@ -333,24 +332,21 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
                 )
             )
     approvals: list[WaitingApproval] = []
-    if state.permissions is not None:
-        label_for = labels_from(state)
-        for asked in state.permissions.waiting:
-            approvals.append(
-                WaitingApproval(
-                    tool=plain(asked.tool, 80) or "",
-                    agent=plain(label_for(asked.agent_id), 80) or "",
-                    what=plain(asked.what) or "",
-                    waited_s=round(max(0.0, now - asked.asked_at), 1),
-                )
+    label_for = labels_from(state)
+    for asked in state.permissions.waiting:
+        approvals.append(
+            WaitingApproval(
+                tool=plain(asked.tool, 80) or "",
+                agent=plain(label_for(asked.agent_id), 80) or "",
+                what=plain(asked.what) or "",
+                waited_s=round(max(0.0, now - asked.asked_at), 1),
             )
-    waiting_for_slot = 0
-    if book is not None:
-        waiting_for_slot = sum(
-            1
-            for count in book.entries.values()
-            if count.kind == "workflow_agent" and count.requests == 0 and count.denied is None
         )
+    waiting_for_slot = sum(
+        1
+        for count in book.entries.values()
+        if count.kind == "workflow_agent" and count.requests == 0 and count.denied is None
+    )
     return RunDetail(
         run=run,
         source="live",
@@ -367,8 +363,8 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
     )
 
 
-def _task_node(task: TaskInfo, book: AgentBook | None, now: float, budget: _Budget) -> AgentNode:
-    count = book.agent(task.task_id) if book is not None else None
+def _task_node(task: TaskInfo, book: AgentBook, now: float, budget: _Budget) -> AgentNode:
+    count = book.agent(task.task_id)
     ended = task.ended_at if task.ended_at is not None else now
     state = (
         "running" if not task.terminal else ("done" if task.status == "completed" else task.status)
@@ -402,9 +398,9 @@ def _task_node(task: TaskInfo, book: AgentBook | None, now: float, budget: _Budg
 
 
 def _workflow_agent_node(
-    task: TaskInfo, index: int, agent: WorkflowAgent, book: AgentBook | None, ended: bool
+    task: TaskInfo, index: int, agent: WorkflowAgent, book: AgentBook, ended: bool
 ) -> AgentNode:
-    count = book.agent(agent.agent_id) if book is not None and agent.agent_id else None
+    count = book.agent(agent.agent_id) if agent.agent_id else None
     if agent.state == "done":
         state = "cached" if agent.cached else "done"
     elif agent.state == "error":

@@ -4,10 +4,11 @@ A driver runs the first round (:func:`run_query` for a query, :func:`run_client`
 connected ``ClaudeSDKClient``) or rebuilds a finished session (:func:`run_resume`); then
 the resume loop collects what is outstanding, resumes the lead with it, retries transient
 failures (waiting at least the API's Retry-After), and stops when nothing is outstanding or
-the policy says so; :func:`finish` makes the one :class:`~teamlead.events.Finished`. Each
-job it hands off has its own module: :mod:`.round`, :mod:`.collect`, :mod:`.retry`,
-:mod:`.resume_prompt`, :mod:`.wrapup` and :mod:`.ledger`. The run state's mode says which
-kind of round a resume is: a new CLI process (``query``) or the same client (``client``).
+the policy says so; :func:`~.result.finish` makes the one
+:class:`~teamlead.events.Finished`. Each job it hands off has its own module:
+:mod:`.round`, :mod:`.collect`, :mod:`.retry`, :mod:`.resume_prompt`, :mod:`.wrapup`,
+:mod:`.ledger` and :mod:`.result`. The run state's mode says which kind of round a resume
+is: a new CLI process (``query``) or the same client (``client``).
 """
 
 from __future__ import annotations
@@ -15,20 +16,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from typing import Any, Protocol
 
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._gate.calls import with_invalid_calls
 from .._procs import stop_marked
 from .._redact import redact
-from ..events import Finished, ResumeFailed, Resuming, TaskDisposition
-from .collect import Collection, absorb, cut_rows, dispositions, with_results
+from ..events import Finished, ResumeFailed, Resuming
+from .collect import Collection, absorb
 from .options import RUN_MARK_VAR, round_options
 from .outcome import RoundOutcome
 from .readback import read_back
+from .result import finish
 from .resume_prompt import Delivery, render_resume_prompt
 from .retry import retry_delay
 from .round import Round
@@ -37,7 +38,7 @@ from .wrapup import WrapFn, wrap_up
 
 logger = logging.getLogger("teamlead.coordinator")
 
-__all__ = ["Client", "QueryFn", "finish", "interrupted", "run_client", "run_query", "run_resume"]
+__all__ = ["Client", "QueryFn", "interrupted", "run_client", "run_query", "run_resume"]
 
 #: The shape of ``claude_agent_sdk.query``: keyword ``prompt`` and ``options``.
 QueryFn = Callable[..., AsyncIterator[Any]]
@@ -179,8 +180,6 @@ def _stop_timed_out(state: RunState, client: Client) -> set[asyncio.Task[None]]:
     relay has ended its request and refuses its next ones). Returns the stop tasks, kept
     referenced until they are done."""
     tasks: set[asyncio.Task[None]] = set()
-    if state.agents is None:
-        return tasks
 
     async def stop(task_id: str) -> None:
         with anyio.move_on_after(5), contextlib.suppress(Exception):
@@ -238,7 +237,7 @@ class _QueryRounds:
 def _wrap_due(state: RunState, outcome: RoundOutcome) -> bool:
     """The wrap-up point (or a budget reached) cut a round: wrap up, if the lead can still
     be resumed."""
-    exhausted = state.agents is not None and state.agents.exhaust_reason is not None
+    exhausted = state.agents.exhaust_reason is not None
     cut = outcome.error_kind in ("deadline", "budget", "stopping")
     return (
         state.admission.gated
@@ -393,9 +392,7 @@ def _prompt_for(
     Only what the prompt really holds may be marked absorbed (and its inbox entry
     deleted) after the round, so results over the size cap are carried, not dropped.
     """
-    missing = state.collected.missing_lines()
-    if state.agents is not None:
-        missing += state.agents.missing_lines(state.tracker)
+    missing = state.collected.missing_lines() + state.agents.missing_lines(state.tracker)
     text, used = render_resume_prompt(pending, missing, state.policy, spill=state.spill)
     return text, pending[:used], pending[used:]
 
@@ -447,50 +444,3 @@ def interrupted(state: RunState) -> Finished:
         else f"the run was stopped ({reason}); stopped unfinished: {names}",
     )
     return finish(state)
-
-
-def _denied_workflows(denials: Sequence[tuple[str, str, str]]) -> list[TaskDisposition]:
-    """A ``call`` row per Workflow call the spawn gate denied (its agents never started)."""
-    return [
-        TaskDisposition(
-            id=tool_use_id,
-            kind="call",
-            description="Workflow",
-            status="denied",
-            disposition="not_run",
-            source="none",
-            reason=reason,
-        )
-        for tool_use_id, _code, reason in denials
-    ]
-
-
-def finish(state: RunState) -> Finished:
-    """The final :class:`Finished` event for the state reached (the gate is closed).
-
-    Args:
-        state: the run; its gate, if any, is closed here.
-    """
-    state.close()
-    records = state.admission.records()
-    tracker = state.tracker
-    if tracker.invalid_calls:  # refused by the CLI before any hook ran
-        order = {i: c.description for i, c in tracker.agent_calls.items()}
-        records = with_invalid_calls(records, tracker.invalid_calls, order)
-    collected = state.collected
-    rows = dispositions(state.tracker, collected)
-    if state.agents is not None:
-        rows = cut_rows(state.agents.rows(state.tracker, rows), collected)
-    # the Workflow calls the gate denied: no task, still a row
-    rows = [*rows, *_denied_workflows(state.admission.workflow_denials)]
-    rows = with_results(state, rows)  # a result the answer did not use still reaches the caller
-    return state.ledger.finish(
-        state.tracker,
-        rows,
-        unreported=[m.name for m in collected.members.values() if m.status == "pending"],
-        unproven_team=collected.ambiguous_team,
-        wait_s=state.policy.wait_s,
-        calls=records,
-        relay=state.relay.summary() if state.relay is not None else None,
-        in_user_terms=state.relay.in_user_terms if state.relay is not None else None,
-    )

@@ -32,8 +32,8 @@ from .options import with_base_url
 from .process import ProcessState, default_process_state
 
 if TYPE_CHECKING:
-    from .._agents.book import AgentBook
-    from .._agents.pause import Pause
+    from .._metering.book import AgentBook
+    from .._metering.pause import Pause
     from .._relay import RelayRun
 
 __all__ = [

@@ -201,8 +201,7 @@ class Round:
         stop = self._state.stop
         if stop.wrapping:
             return f"stopped: {stop.wrap_reason}", "stopping"
-        agents = self._state.agents
-        reason = agents.exhaust_reason if agents is not None else None
+        reason = self._state.agents.exhaust_reason
         if reason is not None and self._clock.monotonic() < self._deadline:
             return f"the run's {reason.replace('_', ' ')} is reached", "budget"
         return f"deadline of {self._policy.deadline_s:g} s reached", "deadline"
@@ -212,9 +211,7 @@ class Round:
         request's Retry-After is kept for the outcome."""
         if self._state.relay is None:
             return []
-        events: list[Any] = self._state.relay.drain()
-        if self._state.agents is not None:
-            events += self._state.agents.drain()
+        events: list[Any] = [*self._state.relay.drain(), *self._state.agents.drain()]
         for event in events:
             if (
                 isinstance(event, RateLimited)
@@ -231,8 +228,7 @@ class Round:
         A stop asked of the run (:attr:`RunState.stop`) ends the read at once too.
         """
         on_cut = self._on_cut if cut else None
-        agents = self._state.agents
-        budget = on_cut is not None and self._budget_cut and agents is not None
+        budget = on_cut is not None and self._budget_cut
         stop = self._state.stop
         # a graceful stop cuts every round but the wrap-up's own, as the wrap-up point does
         wrap = self._budget_cut and self._state.admission.gated
@@ -287,9 +283,7 @@ class Round:
             await self._state.sync_journals()
 
     async def _budget_reached(self) -> None:
-        agents = self._state.agents
-        assert agents is not None
-        await agents.exhausted.wait()
+        await self._state.agents.exhausted.wait()
         # the relay refuses new agent requests already: a short grace lets the
         # notifications of work that just finished reach the stream
         await self._clock.sleep(_BUDGET_GRACE_S)

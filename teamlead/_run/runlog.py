@@ -1,31 +1,71 @@
-"""A finished run read back from its NDJSON log (``teamlead ask --json``'s output), as a
+"""A run read back from its NDJSON log (``teamlead ask --json``'s output), as a
 :class:`~.detail.RunDetail`: what ``teamlead view run.ndjson`` shows.
 
 The log is the user's file, but its lines are the agents' words: it is read with limits
-(at most :data:`MAX_LOG_BYTES`, each line at most :data:`MAX_LINE_BYTES`), every line a JSON
-object or skipped, and each record the page needs parsed into its event type at this edge
-(``finished``, ``agent_usage``, ``concurrency_changed``, ``session``); unknown types and
-malformed records are skipped, and older versions read as their fields allow. The tree is
-the ``finished`` line's rows: each task under its parent (the lead when none), a workflow's
-agents under its phases, denied and rejected calls and teammates under the lead; the last
-``agent_usage`` of each agent gives its last tool (and the lead's tokens and requests).
+(at most :data:`MAX_LOG_BYTES`, each line at most :data:`MAX_LINE_BYTES`, at most
+:data:`~.detail.MAX_NODES` agents followed), every line a JSON object or skipped, and each
+record the page needs parsed into its event type at this edge (teamlead's events, and the
+tracker's: :mod:`teamlead._ndjson` wrote them); unknown types and malformed records are
+skipped, and older versions read as their fields allow. Every text goes through
+:func:`~.detail.plain`.
+
+One builder makes the tree of either source of its rows (:class:`_Row`), each agent under
+its parent (the lead when none), a workflow's agents under its phases:
+
+- **a finished run's log**: its ``finished`` line's rows are the truth (denied and rejected
+  calls and teammates under the lead); the last ``agent_usage`` of each agent gives its
+  last tool (and the lead's tokens and requests);
+- **a log that ends without a ``finished`` line**, the log of a run that was killed, whose
+  machine was lost, or that still runs: the rows are rebuilt from the records there are
+  (each task's start with its parent, its progress and its end; each workflow's phases and
+  agents; the Agent calls that never became a task and what the spawn gate did with them;
+  each agent's usage). The run's status is :data:`UNFINISHED`, and so is every agent whose
+  end the log does not hold; durations are the ones the records give (the CLI's for a task
+  that ended, a workflow agent's).
+
+The lead's last tool is the last tool of its last message that called one (``lead_turn``).
+A file with no record of a run at all is refused.
 
 Example:
     >>> detail = read_log(Path("run.ndjson"))  # doctest: +SKIP
-    >>> [child.label for child in detail.lead.children]  # doctest: +SKIP
-    ['security', 'tests']
+    >>> detail.status, [child.label for child in detail.lead.children]  # doctest: +SKIP
+    ('unfinished', ['security', 'tests'])
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from ..errors import UsageError
-from ..events import AgentUsage, ConcurrencyChanged, Finished, TaskDisposition
+from ..events import (
+    AgentUsage,
+    ConcurrencyChanged,
+    Finished,
+    SpawnAdmitted,
+    SpawnDenied,
+    SpawnQueued,
+    SpawnRejected,
+    TaskDisposition,
+)
+from ..tracker import (
+    AgentCallSeen,
+    LeadTurn,
+    SessionSeen,
+    SubagentTurn,
+    TaskEnded,
+    TaskProgress,
+    TaskStarted,
+    WorkflowAgentChanged,
+    WorkflowEnded,
+    WorkflowPhaseSeen,
+    WorkflowStarted,
+)
 from .detail import (
     MAX_NODES,
     AgentNode,
@@ -38,25 +78,63 @@ from .detail import (
     total,
 )
 
-__all__ = ["MAX_LINE_BYTES", "MAX_LOG_BYTES", "detail_of_log", "read_log"]
+__all__ = [
+    "MAX_LINE_BYTES",
+    "MAX_LOG_BYTES",
+    "UNFINISHED",
+    "UNFINISHED_REASON",
+    "detail_of_log",
+    "read_log",
+]
 
 #: The largest log read (bytes).
 MAX_LOG_BYTES = 512 * 1024 * 1024
 #: The longest line read (a ``finished`` line with every agent's result can be large).
 MAX_LINE_BYTES = 64 * 1024 * 1024
+#: The status of a run whose log has no ``finished`` line, and the state of each of its
+#: agents whose end the log does not hold.
+UNFINISHED = "unfinished"
+#: Why a run shows :data:`UNFINISHED` (its ``reason``).
+UNFINISHED_REASON = (
+    "the log ends without a `finished` line: the run was stopped before its end or is still running"
+)
 _DONE = frozenset({"completed", "included"})
 _KINDS: dict[str, NodeKind] = {
     "workflow_agent": "workflow_agent",
     "teammate": "teammate",
     "call": "call",
 }
+_ID = 120  # characters of an id kept
+_TOOL = 80
+
+#: The records a log is read for, by ``type``: each is parsed into its event here.
+_PARSERS: dict[str, Callable[[Any], object]] = {
+    "finished": Finished.model_validate,
+    "agent_usage": AgentUsage.model_validate,
+    "concurrency_changed": ConcurrencyChanged.model_validate,
+    "spawn_queued": SpawnQueued.model_validate,
+    "spawn_admitted": SpawnAdmitted.model_validate,
+    "spawn_denied": SpawnDenied.model_validate,
+    "spawn_rejected": SpawnRejected.model_validate,
+    "session": TypeAdapter(SessionSeen).validate_python,
+    "agent_call": TypeAdapter(AgentCallSeen).validate_python,
+    "task_started": TypeAdapter(TaskStarted).validate_python,
+    "task_progress": TypeAdapter(TaskProgress).validate_python,
+    "task_ended": TypeAdapter(TaskEnded).validate_python,
+    "subagent_turn": TypeAdapter(SubagentTurn).validate_python,
+    "lead_turn": TypeAdapter(LeadTurn).validate_python,
+    "workflow_started": TypeAdapter(WorkflowStarted).validate_python,
+    "workflow_phase": TypeAdapter(WorkflowPhaseSeen).validate_python,
+    "workflow_agent": TypeAdapter(WorkflowAgentChanged).validate_python,
+    "workflow_ended": TypeAdapter(WorkflowEnded).validate_python,
+}
 
 
 def read_log(path: Path) -> RunDetail:
-    """The finished run in the NDJSON log at ``path``.
+    """The run in the NDJSON log at ``path``, finished or not.
 
     Raises:
-        UsageError: the file cannot be read, is too large, or holds no ``finished`` line.
+        UsageError: the file cannot be read, is too large, or holds no record of a run.
     """
     try:
         size = path.stat().st_size
@@ -70,16 +148,13 @@ def read_log(path: Path) -> RunDetail:
 
 
 def detail_of_log(lines: Iterable[bytes | str], *, name: str = "log") -> RunDetail:
-    """The finished run in ``lines`` (a run's NDJSON log).
+    """The run in ``lines`` (a run's NDJSON log): its ``finished`` line's, or, when the log
+    ends before one, the :data:`UNFINISHED` run its records tell.
 
     Raises:
-        UsageError: no ``finished`` line.
+        UsageError: no line is a record of a run (not a run's log).
     """
-    finished: Finished | None = None
-    usage: dict[str, AgentUsage] = {}
-    limits = LimitHistory()
-    session: str | None = None
-    first_at: float | None = None
+    log = _Log()
     for raw in lines:
         if len(raw) > MAX_LINE_BYTES:
             continue
@@ -90,54 +165,60 @@ def detail_of_log(lines: Iterable[bytes | str], *, name: str = "log") -> RunDeta
         if not isinstance(record, dict):
             continue
         kind = record.get("type")
-        try:
-            if kind == "finished":
-                finished = Finished.model_validate(record)
-            elif kind == "agent_usage":
-                seen = AgentUsage.model_validate(record)
-                usage[seen.agent_id] = seen
-            elif kind == "concurrency_changed":
-                change = ConcurrencyChanged.model_validate(record)
-                limits.record(change)
-                first_at = change.at if first_at is None else min(first_at, change.at)
-            elif kind == "session" and isinstance(record.get("session_id"), str):
-                session = session or record["session_id"]
-        except ValidationError:
+        parse = _PARSERS.get(kind) if isinstance(kind, str) else None
+        if parse is None:
             continue
-    if finished is None:
+        try:
+            event = parse(record)
+        except (ValidationError, RecursionError):
+            continue
+        log.add(event)
+    if not log.records:
         raise UsageError(
-            "the file holds no `finished` line: it is not the NDJSON log of a finished "
-            "run (`teamlead ask --json` writes one; `teamlead view` shows a live run)"
+            "the file holds no record of a run: it is not a run's NDJSON log "
+            "(`teamlead ask --json` writes one; `teamlead view` shows a live run)"
         )
-    rows = finished.tasks
-    lead_usage = usage.get("")
-    lead = AgentNode(
-        id="lead",
-        kind="lead",
-        label="lead",
-        state=finished.status,
-        tokens=_tokens(lead_usage.input_tokens, lead_usage.output_tokens) if lead_usage else None,
-        requests=lead_usage.requests if lead_usage else None,
-    )
-    started = [r.started_at for r in rows if r.started_at is not None]
-    ended = [r.ended_at for r in rows if r.ended_at is not None]
-    if first_at is not None:
-        started.append(first_at)
-    if started and ended:
-        lead.duration_s = max(ended) - min(started)
+    return log.detail(name)
+
+
+@dataclass(frozen=True)
+class _Row:
+    """One agent of the tree as the log tells it: a row of the ``finished`` line, or one
+    rebuilt from the records (texts as read: :func:`_node` makes them plain)."""
+
+    id: str
+    kind: NodeKind
+    label: str
+    state: str
+    parent: str | None = None
+    phase: str | None = None
+    tokens: int | None = None
+    requests: int | None = None
+    last_tool: str | None = None
+    duration_s: float | None = None
+
+
+def _tree(lead: AgentNode, rows: Iterable[_Row], phases: Mapping[str, Sequence[str]]) -> int:
+    """Hang ``rows`` under ``lead`` (see the module docstring); ``phases`` are a workflow's
+    phase titles in order, by its row's id (else the order its agents came in).
+
+    Returns:
+        how many rows were left out (past :data:`MAX_NODES`).
+    """
     nodes: dict[str, AgentNode] = {}
     parents: dict[str, str | None] = {}
-    workflow_agents: dict[str, list[TaskDisposition]] = {}
-    omitted = 0
+    workflow_agents: dict[str, list[_Row]] = {}
+    taken = omitted = 0
     for row in rows:
-        if len(nodes) + sum(len(v) for v in workflow_agents.values()) >= MAX_NODES - 1:
+        if taken >= MAX_NODES - 1:
             omitted += 1
             continue
+        taken += 1
         if row.kind == "workflow_agent" and row.parent is not None:
             workflow_agents.setdefault(row.parent, []).append(row)
             continue
         node_id = row.id if row.id not in nodes else f"{row.id}#{len(nodes)}"
-        nodes[node_id] = _node(row, usage, node_id)
+        nodes[node_id] = _node(row, node_id)
         parents[node_id] = row.parent
     for parent, agents in workflow_agents.items():
         holder = nodes.get(parent)
@@ -145,45 +226,347 @@ def detail_of_log(lines: Iterable[bytes | str], *, name: str = "log") -> RunDeta
             holder = nodes[parent] = AgentNode(id=parent, kind="workflow", label=parent, state="?")
             parents[parent] = None
         holder.kind = "workflow"
-        members = [(row.phase, _node(row, usage, row.id)) for row in agents]
-        holder.children.extend(phase_nodes(parent, members, _phase_order(agents)))
+        members = [(row.phase, _node(row, row.id)) for row in agents]
+        titles = phases.get(parent) or _phase_order(agents)
+        holder.children.extend(phase_nodes(parent, members, titles))
         if holder.tokens is None:
             holder.tokens = total(node.tokens for _, node in members)
     attach(nodes, parents, lead)
-    return RunDetail(
-        run=plain(finished.session_id or session or name, 80) or name,
-        source="log",
-        status=finished.status,
-        reason=finished.reason,
-        lead=lead,
-        limits=limits,
-        omitted=omitted,
-        now=max(ended) if ended else None,
-        started=min(started) if started else None,
-    )
+    return omitted
 
 
-def _node(row: TaskDisposition, usage: dict[str, AgentUsage], node_id: str) -> AgentNode:
-    seen = usage.get(row.id)
-    kind: NodeKind = _KINDS.get(row.kind, "agent")
+def _node(row: _Row, node_id: str) -> AgentNode:
     return AgentNode(
         id=node_id,
-        kind=kind,
-        label=plain(row.label or row.description or row.id) or row.id,
-        state="done" if row.status in _DONE else row.status,
-        tokens=_tokens(row.tokens_in, row.tokens_out),
+        kind=row.kind,
+        label=plain(row.label) or row.id,
+        state=row.state,
+        tokens=row.tokens,
         requests=row.requests,
-        last_tool=plain(seen.last_tool, 80) if seen is not None else None,
+        last_tool=plain(row.last_tool, _TOOL),
         duration_s=row.duration_s,
     )
 
 
-def _phase_order(rows: list[TaskDisposition]) -> list[str]:
+def _phase_order(rows: list[_Row]) -> list[str]:
     """The phases in the order their agents came."""
     return list(dict.fromkeys(row.phase for row in rows if row.phase))
+
+
+def _ident(value: str) -> str:
+    """An id of the log, as the tree keeps it (plain, cut short)."""
+    return plain(value, _ID) or "?"
 
 
 def _tokens(tokens_in: int | None, tokens_out: int | None) -> int | None:
     return (
         None if tokens_in is None and tokens_out is None else (tokens_in or 0) + (tokens_out or 0)
     )
+
+
+def _usage_tokens(usage: AgentUsage | None) -> int | None:
+    return _tokens(usage.input_tokens, usage.output_tokens) if usage is not None else None
+
+
+def _finished_row(row: TaskDisposition, usage: Mapping[str, AgentUsage]) -> _Row:
+    """A row of the ``finished`` line as the tree shows it."""
+    seen = usage.get(row.id)
+    return _Row(
+        id=_ident(row.id),
+        kind=_KINDS.get(row.kind, "agent"),
+        label=row.label or row.description or row.id,
+        state="done" if row.status in _DONE else row.status,
+        parent=_ident(row.parent) if row.parent is not None else None,
+        phase=row.phase,
+        tokens=_tokens(row.tokens_in, row.tokens_out),
+        requests=row.requests,
+        last_tool=seen.last_tool if seen is not None else None,
+        duration_s=row.duration_s,
+    )
+
+
+# -- what the records of a log say -------------------------------------------------------
+@dataclass
+class _Agent:
+    """A workflow agent, as its ``workflow_agent`` records tell it (the latest wins, ids
+    and phases kept once known)."""
+
+    label: str
+    state: str
+    phase: str | None = None
+    agent_id: str | None = None
+    tokens: int | None = None
+    duration_ms: int | None = None
+    cached: bool = False
+
+
+@dataclass
+class _Task:
+    """A task, as its records tell it."""
+
+    label: str = ""
+    parent: str | None = None
+    workflow: bool = False
+    ended: str | None = None  # the status it ended with (the first end reported counts)
+    duration_s: float | None = None  # the CLI's, at its end
+    cli_tokens: int | None = None  # the CLI's count: progress, subagent turns, its end
+    last_tool: str | None = None
+    phases: dict[int, str] = field(default_factory=dict)
+    agents: dict[int, _Agent] = field(default_factory=dict)
+    workflow_ended: bool = False
+
+
+@dataclass
+class _Call:
+    """A lead's Agent call, and what the spawn gate did with it."""
+
+    label: str
+    state: str = UNFINISHED
+
+
+class _Log:
+    """What a log's records say, folded in the order they came (:meth:`add`), and the run
+    it makes (:meth:`detail`). It follows at most :data:`MAX_NODES` tasks, calls and
+    workflow agents; the rest are counted."""
+
+    def __init__(self) -> None:
+        self.records = 0
+        self.finished: Finished | None = None
+        self.usage: dict[str, AgentUsage] = {}
+        self.limits = LimitHistory()
+        self.session: str | None = None
+        self.first_at: float | None = None
+        self.lead_tool: str | None = None
+        self.tasks: dict[str, _Task] = {}
+        self.calls: dict[str, _Call] = {}
+        self.by_tool_use: dict[str, str] = {}
+        self.followed = 0
+        self.omitted = 0
+
+    def add(self, event: object) -> None:
+        """Fold one record's event in."""
+        self.records += 1
+        if isinstance(event, Finished):
+            self.finished = event
+        elif isinstance(event, AgentUsage):
+            if event.agent_id in self.usage or len(self.usage) <= MAX_NODES:
+                self.usage[event.agent_id] = event
+        elif isinstance(event, ConcurrencyChanged):
+            self.limits.record(event)
+            self.first_at = event.at if self.first_at is None else min(self.first_at, event.at)
+        elif isinstance(event, SessionSeen):
+            self.session = self.session or event.session_id
+        elif isinstance(event, LeadTurn):
+            if event.tool_names:
+                self.lead_tool = event.tool_names[-1]
+        elif isinstance(event, AgentCallSeen):
+            if event.tool_use_id not in self.calls and self._follow(new=True):
+                self.calls[event.tool_use_id] = _Call(plain(event.description) or "")
+        elif isinstance(event, (SpawnQueued, SpawnAdmitted, SpawnDenied, SpawnRejected)):
+            self._spawn(event)
+        elif isinstance(event, (TaskStarted, TaskProgress, TaskEnded, SubagentTurn)):
+            self._task_event(event)
+        else:
+            self._workflow(event)
+
+    def _follow(self, *, new: bool) -> bool:
+        """Whether one more task, call or agent may be followed; one refused is counted
+        when ``new`` (the record that introduces it: each is counted once)."""
+        if self.followed >= MAX_NODES:
+            self.omitted += new
+            return False
+        self.followed += 1
+        return True
+
+    def _task(self, task_id: str, *, new: bool = False) -> _Task | None:
+        task = self.tasks.get(task_id)
+        if task is None and self._follow(new=new):
+            task = self.tasks[task_id] = _Task()
+        return task
+
+    def _spawn(self, event: SpawnQueued | SpawnAdmitted | SpawnDenied | SpawnRejected) -> None:
+        call = self.calls.get(event.tool_use_id)
+        if call is None:
+            return
+        if isinstance(event, SpawnQueued):
+            call.state = "queued"
+        elif isinstance(event, SpawnAdmitted):
+            call.state = UNFINISHED
+        else:
+            call.state = "denied" if isinstance(event, SpawnDenied) else "rejected"
+
+    def _task_event(self, event: TaskStarted | TaskProgress | TaskEnded | SubagentTurn) -> None:
+        if isinstance(event, SubagentTurn):
+            task = self.tasks.get(self.by_tool_use.get(event.parent_tool_use_id, ""))
+            if task is not None:
+                if event.tool_names:
+                    task.last_tool = plain(event.tool_names[-1], _TOOL)
+                if event.tokens:
+                    task.cli_tokens = (task.cli_tokens or 0) + event.tokens
+            return
+        task = self._task(event.task_id, new=isinstance(event, TaskStarted))
+        if task is None:
+            return
+        if isinstance(event, TaskStarted):
+            task.label = plain(event.description or event.subagent_type) or task.label
+            task.parent = event.parent_task_id or task.parent
+            task.workflow = task.workflow or event.task_type == "local_workflow"
+            if event.tool_use_id:
+                self.by_tool_use[event.tool_use_id] = event.task_id
+        elif isinstance(event, TaskProgress):
+            if event.tokens is not None:
+                task.cli_tokens = event.tokens
+            task.last_tool = plain(event.last_tool, _TOOL) or task.last_tool
+        else:
+            task.ended = task.ended or event.status
+            usage = event.usage or {}
+            task.duration_s = _seconds(usage.get("duration_ms")) or task.duration_s
+            if isinstance(usage.get("total_tokens"), int):
+                task.cli_tokens = int(usage["total_tokens"])
+
+    def _workflow(self, event: object) -> None:
+        if isinstance(event, WorkflowStarted):
+            task = self._task(event.task_id, new=True)
+            if task is not None:
+                task.workflow = True
+                task.label = task.label or plain(event.description or event.name) or ""
+        elif isinstance(event, WorkflowPhaseSeen):
+            task = self._task(event.task_id)
+            if task is not None and (event.index in task.phases or len(task.phases) < MAX_NODES):
+                task.workflow = True
+                task.phases[event.index] = plain(event.title) or ""
+        elif isinstance(event, WorkflowAgentChanged):
+            task = self._task(event.task_id)
+            if task is None:
+                return
+            task.workflow = True
+            agent = task.agents.get(event.index)
+            if agent is None:
+                if not self._follow(new=event.previous is None):
+                    return
+                agent = task.agents[event.index] = _Agent(label="", state=event.state)
+            agent.label = plain(event.label) or agent.label
+            agent.state = event.state
+            agent.phase = plain(event.phase) or agent.phase
+            agent.agent_id = event.agent_id or agent.agent_id
+            if event.tokens is not None:
+                agent.tokens = event.tokens
+            if event.duration_ms is not None:
+                agent.duration_ms = event.duration_ms
+            agent.cached = event.cached
+        elif isinstance(event, WorkflowEnded):
+            task = self._task(event.task_id)
+            if task is not None:
+                task.workflow = task.workflow_ended = True
+
+    # -- the run --------------------------------------------------------------------------
+    def detail(self, name: str) -> RunDetail:
+        finished = self.finished
+        status = finished.status if finished is not None else UNFINISHED
+        lead_usage = self.usage.get("")
+        lead = AgentNode(
+            id="lead",
+            kind="lead",
+            label="lead",
+            state=status,
+            tokens=_usage_tokens(lead_usage),
+            requests=lead_usage.requests if lead_usage else None,
+            last_tool=plain(
+                self.lead_tool or (lead_usage.last_tool if lead_usage else None), _TOOL
+            ),
+        )
+        if finished is not None:
+            rows = (_finished_row(row, self.usage) for row in finished.tasks)
+            omitted = _tree(lead, rows, {})
+        else:  # the records carry no wall clock but the governor's changes
+            omitted = _tree(lead, self._rows(), self._phases()) + self.omitted
+        tasks = finished.tasks if finished is not None else []
+        started = [r.started_at for r in tasks if r.started_at is not None]
+        ended = [r.ended_at for r in tasks if r.ended_at is not None]
+        if self.first_at is not None:
+            started.append(self.first_at)
+        if started and ended:
+            lead.duration_s = max(ended) - min(started)
+        session = finished.session_id if finished is not None else None
+        return RunDetail(
+            run=plain(session or self.session or name, 80) or name,
+            source="log",
+            status=status,
+            reason=finished.reason if finished is not None else UNFINISHED_REASON,
+            lead=lead,
+            limits=self.limits,
+            omitted=omitted,
+            now=max(ended) if ended else None,
+            started=min(started) if started else None,
+        )
+
+    def _rows(self) -> Iterable[_Row]:
+        """The rows a ``finished`` line would have carried, as far as the records tell:
+        each task (a workflow's agents after it), then each Agent call that never became a
+        task."""
+        for task_id, task in self.tasks.items():
+            usage = self.usage.get(task_id)
+            tool = None if task.workflow else task.last_tool  # a workflow's: an agent's label
+            tokens = _usage_tokens(usage)
+            if tokens is None and not task.agents:  # a workflow's are its agents' (the tree's)
+                tokens = task.cli_tokens
+            yield _Row(
+                id=_ident(task_id),
+                kind="workflow" if task.workflow else "agent",
+                label=task.label or task_id,
+                state=_ended_state(task.ended) if task.ended is not None else UNFINISHED,
+                parent=_ident(task.parent) if task.parent else None,
+                tokens=tokens,
+                requests=usage.requests if usage is not None else None,
+                last_tool=(usage.last_tool if usage is not None else None) or tool,
+                duration_s=task.duration_s,
+            )
+            over = task.ended is not None or task.workflow_ended
+            for index in sorted(task.agents):
+                yield self._agent_row(task_id, index, task.agents[index], over)
+        for tool_use_id, call in self.calls.items():
+            if tool_use_id not in self.by_tool_use:
+                yield _Row(
+                    id=_ident(tool_use_id),
+                    kind="call",
+                    label=call.label or tool_use_id,
+                    state=call.state,
+                )
+
+    def _agent_row(self, task_id: str, index: int, agent: _Agent, over: bool) -> _Row:
+        usage = self.usage.get(agent.agent_id) if agent.agent_id else None
+        if agent.state == "done":
+            state = "cached" if agent.cached else "done"
+        elif agent.state == "error":
+            state = "failed"
+        else:  # its workflow ended without it, or the log ends before it did
+            state = "lost" if over else UNFINISHED
+        tokens = _usage_tokens(usage)
+        return _Row(
+            id=_ident(agent.agent_id or f"{task_id}#{index}"),
+            kind="workflow_agent",
+            label=agent.label or f"agent {index}",
+            state=state,
+            parent=_ident(task_id),
+            phase=agent.phase,
+            tokens=tokens if tokens is not None else agent.tokens,
+            requests=usage.requests if usage is not None else None,
+            last_tool=usage.last_tool if usage is not None else None,
+            duration_s=_seconds(agent.duration_ms),
+        )
+
+    def _phases(self) -> dict[str, list[str]]:
+        """Each workflow's phase titles, in the script's order."""
+        return {
+            _ident(task_id): [task.phases[i] for i in sorted(task.phases)]
+            for task_id, task in self.tasks.items()
+            if task.phases
+        }
+
+
+def _ended_state(status: str) -> str:
+    return "done" if status == "completed" else status
+
+
+def _seconds(ms: object) -> float | None:
+    return round(ms / 1000, 3) if isinstance(ms, (int, float)) and ms >= 0 else None

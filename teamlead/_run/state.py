@@ -26,7 +26,7 @@ return what they found. It owns:
   cap and the subagent model) while the run goes, and its events wait in
   :attr:`RunState.amended` for the stream (``teamlead amend`` attaches one to a run started
   without);
-- the run's :class:`~teamlead._agents.pause.Pause` (``teamlead pause``), which its
+- the run's :class:`~teamlead._metering.pause.Pause` (``teamlead pause``), which its
   admission and its share of the relay hold new agents and requests on.
 - the run's session store (:class:`~teamlead._sessions.run_store.RunStore`), when the options
   name one: the SDK mirrors through its view (eagerly), the run mirrors its workflow
@@ -49,9 +49,9 @@ from typing import Any, Literal, TypeAlias
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._agents.pause import Pause
 from .._claude.team import Team, claude_config_dir
 from .._gate.admission import Admission
+from .._metering.pause import Pause
 from .._procs import stop_marked
 from .._redact import redact
 from .._sessions.run_store import RunStore
@@ -179,8 +179,10 @@ class RunState:
         mark: the value of :data:`RUN_MARK_VAR` in this run's CLI environment.
         admission: who lets the run's agents start (:attr:`Admission.gated`: with the
             spawn gate on).
-        relay: the run's relay hookup, or ``None`` when the run goes direct.
         agents: every agent of the run: the relay's ledger, the timeout and budgets.
+        permissions: the permission requests waiting for an answer (``can_use_tool``'s).
+        relay: the run's relay hookup once attached (:meth:`attach_relay`; its ``run`` is
+            ``None`` when the run goes direct).
         tracker: follows the session.
         collected: what was collected and delivered.
         ledger: the bookkeeping :class:`~teamlead.events.Finished` is made from.
@@ -197,7 +199,6 @@ class RunState:
         process: what the run shares with the process's other runs.
         pause: the run's pause: its admission and its share of the relay hold on it.
         store: the run's session store, when its options name one.
-        permissions: the permission requests waiting for an answer (``can_use_tool``'s).
         last_parsed: the message the run fed last, with its events.
     """
 
@@ -210,8 +211,9 @@ class RunState:
     config_dir: Path
     mark: str
     admission: Admission
+    agents: RunAgents
+    permissions: PermissionRequests
     relay: RelayHookup | None = None
-    agents: RunAgents | None = None
     tracker: Tracker = field(default_factory=Tracker)
     collected: Collected = field(default_factory=Collected)
     ledger: Ledger = field(default_factory=Ledger)
@@ -228,7 +230,6 @@ class RunState:
     process: ProcessState = field(default_factory=default_process_state)
     pause: Pause = field(default_factory=Pause)
     store: RunStore | None = None
-    permissions: PermissionRequests | None = None
     last_parsed: tuple[object, list[TrackedEvent]] | None = field(default=None, repr=False)
 
     def drain_amends(self) -> list[RunAmended]:
@@ -254,7 +255,7 @@ class RunState:
             self.options,
             self.policy,
             process=self.process,
-            agents=self.agents.book if self.agents is not None else None,
+            agents=self.agents.book,
             pause=self.pause,
         )
 
@@ -324,8 +325,7 @@ class RunState:
         if self.lease is not None:
             self.lease.end()
         self.admission.end(reason)
-        if self.agents is not None:
-            self.agents.close()
+        self.agents.close()
 
     def stopping(self) -> None:
         """A stop was asked of the run (:attr:`stop`): every call still queued in the gate
@@ -337,8 +337,7 @@ class RunState:
         its events (the gate is fed after the message is yielded, see :class:`.round.Round`)."""
         events = self.tracker.feed(message)
         self.last_parsed = (message, events)
-        if self.agents is not None:
-            self.agents.observe(events, self.tracker)
+        self.agents.observe(events, self.tracker)
         return events
 
     def events_of(self, item: object) -> list[TrackedEvent]:

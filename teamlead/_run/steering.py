@@ -13,7 +13,7 @@ own loop; each reads the run's state or asks the part of it that owns what chang
   finished, ``Finished`` ``partial``/``interrupted``); ``now`` (or a run without a spawn
   gate, which has no wrap-up) stops it at once (:meth:`~.stop.RunStop.request`). A paused
   run is unpaused first, so its wrap-up can reach the model;
-- ``pause`` and ``unpause``: the run's :class:`~teamlead._agents.pause.Pause`;
+- ``pause`` and ``unpause``: the run's :class:`~teamlead._metering.pause.Pause`;
 - ``amend``: the run's :class:`~teamlead.control.RunControl` (one is attached to a run
   started without one), so an amend from outside is the same as one from code: checked,
   applied on the run's loop, a ``run_amended`` event in its stream.
@@ -68,7 +68,7 @@ class RunSteering:
         """The run now, as ``teamlead ps`` shows it."""
         state = self._state
         admission = state.admission
-        book = state.agents.book if state.agents is not None else None
+        book = state.agents.book
         now = state.clock.monotonic()
         running, done, failed = _counted(state.tracker.tasks.values())
         relayed = state.relay is not None and state.relay.run is not None
@@ -86,8 +86,8 @@ class RunSteering:
                 "done": done,
                 "failed": failed,
             },
-            "tokens": book.tokens if book is not None else None,
-            "requests": book.requests if book is not None else None,
+            "tokens": book.tokens,
+            "requests": book.requests,
             "cap": admission.cap,
             "max_cap": admission.most,
             "subagent_model": state.control.subagent_model if state.control else None,
@@ -112,7 +112,7 @@ class RunSteering:
             return "wrapping_up"
         if state.pause.paused:
             return "paused"
-        if state.agents is not None and state.agents.book.wrapping:
+        if state.agents.book.wrapping:
             return "wrapping_up"
         return "running"
 

@@ -111,15 +111,14 @@ async def wrap_up(
         yield event
     pending = collection.deliveries
     agents = state.agents
-    why: str = (agents.exhaust_reason if agents is not None else None) or "deadline"
+    why: str = agents.exhaust_reason or "deadline"
     if state.stop.wrapping:
         why = "stopped"
     used_before = [d for d in used_deliveries(state) if d.key not in {p.key for p in pending}]
     quoted = [*used_before, *pending]
     text, used = wrap_up_prompt(quoted, unfinished, policy, why=why, spill=state.spill)
     delivered = [d for d in quoted[:used] if d not in used_before]
-    if agents is not None:
-        agents.wrapping()
+    agents.wrapping()
     ledger.resumes += 1
     yield Resuming(
         session_id=state.tracker.session_id or "",

@@ -5,6 +5,16 @@ script (``FanOut`` is the common one: a lead that fans out N agents and synthesi
 ``OfflineClaude`` runs the real bundled Claude Code CLI against it with all state in a temp
 dir; ``FakeClock`` runs the coordinator's waits in virtual time. Nothing reaches the
 network.
+
+A script is a function from a ``ScriptedRequest`` (with its ``Role``) to a ``Reply``
+(text and ``ToolUse`` blocks, or a ``Fault`` instead; an ``AgentCall`` is the lead
+delegating a subagent); the server records each request (``RecordedRequest``) and its
+counters (``ServerStats``), and a ``TokenBucket`` emulates the API's rate limits. The
+modules behind them: ``scripted_server``, ``replies``, ``scripts`` (ready-made scripts and
+the ``serve-scripted`` scenarios), ``wire`` (the API's SSE events and bodies),
+``recorded``, ``rate_buckets``, ``offline``, ``fake_clock``, ``teammate`` (an external
+teammate posting to the lead's inbox), ``otlp`` (a loopback OTLP receiver) and ``demo``
+(the script of ``teamlead demo``).
 """
 
 from __future__ import annotations

@@ -26,7 +26,8 @@ class RecordedRequest:
     back its place under the emulated account limit (just before its last write, so it may
     come a moment before ``finished``). ``headers`` are the HTTP request headers as received
     (names as the client spelled them). ``drawn`` is what it drew from the server's token
-    buckets, by kind (empty when refused, or with no buckets).
+    buckets, by kind (empty when refused, or with no buckets). ``status`` is recorded just
+    before the answer's last write, so a client that has read its answer reads its status.
     """
 
     request: ScriptedRequest

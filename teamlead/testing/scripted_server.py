@@ -37,6 +37,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 from urllib.parse import urlsplit
 
+from ..clock import Clock, SystemClock
 from ..errors import SetupError
 from .rate_buckets import RateBuckets, TokenBucket, input_tokens_of
 from .recorded import RecordedRequest, ServerStats, peak_agents, peak_requests
@@ -184,6 +185,9 @@ class ScriptedServer:
             concurrency limit, for every role: a request they cannot all cover is answered
             429 with ``retry-after``; one they cover draws from each, and its ``usage``
             reports the ``input_tokens`` drawn.
+        clock: the clock the token buckets refill on (default: the system's); a test
+            that checks an exact refill passes a
+            :class:`~teamlead.testing.fake_clock.FakeClock`.
 
     Raises:
         SetupError: the port is in use, or the host is not loopback.
@@ -201,6 +205,7 @@ class ScriptedServer:
         on_request: Callable[[RecordedRequest], None] | None = None,
         headers_after: float | Literal["answer"] = 0.0,
         token_bucket: TokenBucket | Sequence[TokenBucket] = (),
+        clock: Clock | None = None,
     ) -> None:
         if headers_after != "answer" and not (
             isinstance(headers_after, (int, float)) and headers_after >= 0
@@ -219,7 +224,8 @@ class ScriptedServer:
         self._limited_in_flight = 0
         buckets = (token_bucket,) if isinstance(token_bucket, TokenBucket) else token_bucket
         self.token_buckets: tuple[TokenBucket, ...] = tuple(buckets)
-        self._rate = RateBuckets(self.token_buckets, time.monotonic()) if buckets else None
+        self._clock = clock or SystemClock()
+        self._rate = RateBuckets(self.token_buckets, self._clock.monotonic()) if buckets else None
         self.requests: list[RecordedRequest] = []
         self.stats = ServerStats()
         self._lock = threading.Lock()
@@ -348,8 +354,12 @@ class ScriptedServer:
             self.requests.append(record)
         released = not counted
 
-        def release() -> None:  # before the last write: a client's next request never races it
+        def release(status: int | None = None) -> None:
+            # before the last write: a client that has read its answer never races the
+            # status recorded, nor its place under the limit with its next request
             nonlocal released
+            if status is not None:
+                record.status = status
             if not released:
                 released = True
                 with self._lock:
@@ -358,7 +368,8 @@ class ScriptedServer:
 
         drawn = None
         if self._rate is not None and not over_limit:
-            drawn = self._rate.draw(input_tokens_of(chars), now=time.monotonic(), wall=time.time())
+            now, wall = self._clock.monotonic(), self._clock.time()
+            drawn = self._rate.draw(input_tokens_of(chars), now=now, wall=wall)
             record.drawn = drawn.drawn
         try:
             if over_limit:
@@ -426,9 +437,14 @@ class ScriptedServer:
             self._stopping.wait(seconds)
 
     def _answer(
-        self, handler: _Handler, request: ScriptedRequest, reply: Reply, release: Callable[[], None]
+        self,
+        handler: _Handler,
+        request: ScriptedRequest,
+        reply: Reply,
+        release: Callable[[int], None],
     ) -> int:
-        """Write ``reply``; ``release`` frees its hidden-limit place just before the last write."""
+        """Write ``reply``; ``release`` records its status and frees its hidden-limit place
+        just before the last write."""
         fault = reply.fault
         # Like the real API, a stream that will succeed (or break only later) is answered
         # 200 at once and its events follow when the "model" has written them.
@@ -451,12 +467,12 @@ class ScriptedServer:
             headers.update(reply.headers)
             if fault.retry_after is not None:
                 headers["retry-after"] = f"{fault.retry_after:g}"
-            release()
+            release(fault.status)
             handler._send_json(fault.status, fault.body(), headers)
             return fault.status
         message_id = new_message_id()
         if not request.stream:
-            release()
+            release(200)
             handler._send_json(
                 200, message_json(reply, request.model, message_id), dict(reply.headers)
             )
@@ -474,6 +490,6 @@ class ScriptedServer:
             handler._write_chunk(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
             if name == "content_block_delta" and data["delta"]["type"] == "text_delta":
                 self._sleep(reply.chunk_delay)
-        release()
+        release(200)
         handler._end_stream()
         return 200

@@ -18,7 +18,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Literal
 
 from ..errors import UsageError
@@ -29,6 +29,7 @@ __all__ = [
     "SCENARIOS",
     "SCENARIO_SUMMARIES",
     "FanOut",
+    "FirstWaveHolds",
     "OverloadBurst",
     "ProbabilisticFanOut",
     "StrategyReview",
@@ -399,6 +400,40 @@ def workflow_script(
         body = f"const r = await parallel([{quoted}].map(k => () => ({first})(k)))\n"
     tail = f"throw new Error('{throw}')\n" if throw else "return { r }\n"
     return head + body + tail
+
+
+class FirstWaveHolds:
+    """``script``, but its first ``replies`` subagent answers take ``seconds`` each.
+
+    Against a hidden concurrency limit of ``replies``, the first wave then holds every
+    place while the rest of a storm of Agent calls arrives, however slowly a loaded machine
+    sends it: the upstream judges the whole storm at once, as it would a storm sent in
+    milliseconds. (A storm spread over longer than an agent's run lets the upstream take
+    some of it one after another; no client can tell those from requests run at once.)
+
+    Example:
+        >>> script = FirstWaveHolds(FanOut.of(24, delays=0.5), replies=3, seconds=2.0)
+    """
+
+    def __init__(
+        self, script: Callable[[ScriptedRequest], Reply], *, replies: int, seconds: float
+    ) -> None:
+        if replies < 1 or not seconds >= 0:
+            raise UsageError(
+                f"FirstWaveHolds needs replies >= 1 and seconds >= 0, got {replies}, {seconds}"
+            )
+        self.script, self.replies, self.seconds = script, replies, seconds
+        self._answered = 0
+        self._lock = threading.Lock()
+
+    def __call__(self, request: ScriptedRequest) -> Reply:
+        reply = self.script(request)
+        if request.role != "subagent":
+            return reply
+        with self._lock:
+            self._answered += 1
+            first = self._answered <= self.replies
+        return replace(reply, delay=self.seconds) if first else reply
 
 
 class OverloadBurst:

@@ -21,7 +21,7 @@ import pytest
 import teamlead
 from teamlead.events import ConcurrencyChanged, Finished, RateLimited
 from teamlead.testing import OfflineClaude, ScriptedServer
-from teamlead.testing.scripts import FanOut, findings_in
+from teamlead.testing.scripts import FanOut, FirstWaveHolds, findings_in
 
 from .conftest import ask
 
@@ -40,7 +40,8 @@ def _subagent_429s(server: ScriptedServer) -> collections.Counter[str]:
 
 
 async def test_query_relays_a_24_agent_storm_by_default(tmp_path: Path) -> None:
-    script = FanOut.of(AGENTS, delays=0.5)  # 24 at once against 3: eight waves
+    # 24 at once against 3; the first wave holds the places while the storm arrives
+    script = FirstWaveHolds(FanOut.of(AGENTS, delays=0.5), replies=LIMIT, seconds=2.0)
     with ScriptedServer(
         script, concurrency_limit=LIMIT, retry_after=1, limit_roles={"subagent"}
     ) as server:

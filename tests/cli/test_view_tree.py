@@ -145,13 +145,13 @@ def test_view_of_a_finished_runs_log_shows_its_workflow_tree_read_only(tmp_path:
             )
             connection.close()
         bad = tmp_path / "not-a-log.ndjson"
-        bad.write_text('{"type": "session", "version": 4, "session_id": "x"}\n')
+        bad.write_text('{"hello": "world"}\nnot json\n')
         done = subprocess.run(
             [*TEAMLEAD, "view", str(bad)], env=env, capture_output=True, text=True, timeout=60
         )
         assert done.returncode == 2
         (line,) = done.stderr.strip().splitlines()
-        assert "holds no `finished` line" in line
+        assert "holds no record of a run" in line
     finally:
         for leftover in cli_processes(tmp_path / "s"):
             leftover.kill()

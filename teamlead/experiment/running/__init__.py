@@ -2,7 +2,8 @@
 
 ``runner`` schedules the trials and writes their records; ``trial`` runs one (the
 workspace of ``workspace``, the setup and check commands of ``trial_commands``, the lead
-through the coordinator, the ``grader``); ``outdir`` owns the output folder;
+through the coordinator, the ``grader``, and ``agent_counts``, what its agents did, from
+its ``Finished.tasks`` rows); ``outdir`` owns the output folder;
 ``ray_backend`` and ``ray_cluster`` run trials as Ray tasks. Builds on
 :mod:`teamlead.experiment.specs` only.
 """

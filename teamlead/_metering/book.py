@@ -7,7 +7,7 @@ relay can attribute each request, the tokens of its reply (``usage`` in ``messag
 apply the run's limits where the spawn gate's hook cannot see an agent:
 
 - **Admission.** A workflow agent fires no hook, so its *first* request asks the run's
-  admission (:class:`~teamlead._agents.count.AgentAdmission`, the one owner of every agent's
+  admission (:class:`~teamlead._metering.count.AgentAdmission`, the one owner of every agent's
   admission: :class:`teamlead._gate.admission.Admission`) and waits for its answer: a unit of
   the spawn budget, a slot of the same pools as an Agent call, its turn in the same stagger.
   Past the budget it is refused at once and does not start, and so are its later requests;
@@ -40,7 +40,8 @@ from dataclasses import dataclass
 from typing import Literal, TypeAlias
 
 from ..clock import Clock, move_on_at
-from .count import AgentAdmission, AgentCount, AgentKind
+from ..events import RelayedAgentKind
+from .count import AgentAdmission, AgentCount
 from .request import (
     LEAD,
     Answer,
@@ -60,7 +61,6 @@ __all__ = [
     "AgentAdmission",
     "AgentBook",
     "AgentCount",
-    "AgentKind",
     "AgentLimits",
     "ExhaustReason",
 ]
@@ -129,7 +129,7 @@ class AgentBook:
         self.tokens = 0
         self.unknown_usage = 0
         self._reserved_tokens = 0
-        self._first_peak: dict[AgentKind, int] = {}  # the largest first request, per kind
+        self._first_peak: dict[RelayedAgentKind, int] = {}  # the largest first request, per kind
         self._lead_peak = 0
         self.exhausted: ExhaustReason | None = None
         self.wrapping = False
@@ -215,7 +215,7 @@ class AgentBook:
     async def _enter(self, key: tuple[str, str], body: bytes, role: str) -> Ticket | Refused:
         count = self.entries.get(key)
         if count is None:
-            kind: AgentKind = "lead" if key[1] == LEAD else "agent"
+            kind: RelayedAgentKind = "lead" if key[1] == LEAD else "agent"
             if kind == "agent" and is_workflow_agent(body):
                 kind = "workflow_agent"
             count = self._entry(key, kind)
@@ -350,7 +350,7 @@ class AgentBook:
             text = f"teamlead: the run's request budget ({self.limits.request_budget}) is spent"
         return Refused(reason, text + "; no new agent requests, the run wraps up")
 
-    def _entry(self, key: tuple[str, str], kind: AgentKind) -> AgentCount:
+    def _entry(self, key: tuple[str, str], kind: RelayedAgentKind) -> AgentCount:
         if key not in self.entries and len(self.entries) >= MAX_AGENTS:
             key = (key[0], _OVERFLOW)
         count = self.entries.get(key)

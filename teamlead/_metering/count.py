@@ -4,13 +4,11 @@ flat), and what the ledger asks the run's admission (:class:`AgentAdmission`).""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol, TypeAlias
+from typing import Literal, Protocol
 
-__all__ = ["AgentAdmission", "AgentCount", "AgentKind", "WorkflowRefusal"]
+from ..events import RelayedAgentKind
 
-#: ``lead``: no agent header; ``agent``: an Agent-tool subagent (the hook's); ``workflow_agent``:
-#: an agent of a ``Workflow`` script (no hook: the relay holds its first request for a slot).
-AgentKind: TypeAlias = Literal["lead", "agent", "workflow_agent"]
+__all__ = ["AgentAdmission", "AgentCount", "WorkflowRefusal"]
 
 
 @dataclass(frozen=True)
@@ -72,8 +70,9 @@ class AgentCount:
         "unknown_usage",
     )
 
-    def __init__(self, kind: AgentKind, now: float) -> None:
-        self.kind: AgentKind = kind
+    def __init__(self, kind: RelayedAgentKind, now: float) -> None:
+        # a workflow_agent fires no hook: the relay holds its first request for its admission
+        self.kind: RelayedAgentKind = kind
         self.requests = 0
         self.input_tokens: int | None = None
         self.output_tokens: int | None = None

@@ -1,4 +1,4 @@
-"""One ``invoke_agent`` span per agent of a run: the book of agents and their spans.
+"""One ``invoke_agent`` span per agent of a run, from its one record under every name.
 
 An agent is known by several names as the run goes: its Agent call's ``tool_use_id`` (the
 lead's message, the spawn gate's events), then its task id (``task_started``, which is
@@ -20,28 +20,31 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from .._redact import redact
+from ..events import AgentKind
 from . import conventions as c
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
     from opentelemetry.trace import Span, Tracer
 
-__all__ = ["AgentBook", "AgentKind", "AgentRecord"]
+__all__ = ["AgentRecord", "AgentSpans"]
 
-#: ``task``: an Agent-tool subagent; ``workflow``: a Workflow task (its span is
-#: ``invoke_workflow``); ``workflow_agent``: one agent of a workflow; ``teammate``: a team
-#: member; ``call``: an Agent call that never became a task; ``agent``: an agent seen only by
-#: its requests (its id came in a request header before the stream named it).
-AgentKind = Literal["task", "workflow", "workflow_agent", "teammate", "call", "agent"]
 _FAILED = frozenset({"failed", "killed", "denied", "rejected", "timeout"})
 
 
 @dataclass
 class AgentRecord:
-    """What is known of one agent, and its span once made."""
+    """What is known of one agent, and its span once made.
+
+    Its ``kind`` is never ``lead`` (the run's root span is the lead's): ``task`` (an
+    Agent-tool subagent's task) or ``workflow`` (its span is ``invoke_workflow``) from the
+    stream, ``call`` for an Agent call that is not a task (yet), ``agent`` for one seen only
+    by its requests so far (the relay named it before the stream did), ``workflow_agent``,
+    ``teammate``.
+    """
 
     key: str
     kind: AgentKind
@@ -62,8 +65,9 @@ class AgentRecord:
     ended: bool = False
 
 
-class AgentBook:
-    """The agents of one run, by every name they go by; see the module docstring.
+class AgentSpans:
+    """The agent spans of one run: a record per agent, by every name it goes by; see the
+    module docstring.
 
     Args:
         tracer: makes the spans.
