@@ -169,6 +169,17 @@ def finished(items: list[Any]) -> Finished:
 
 
 # -- the processes a test started ------------------------------------------------------------
+def end_ask(run: subprocess.Popen[str] | None, state_dir: Path) -> None:
+    """However the test ended: kill ``run`` if it still runs, close its pipes, and kill
+    every CLI process it left under ``state_dir``."""
+    if run is not None:
+        if run.poll() is None:
+            run.kill()
+        run.communicate(timeout=10)
+    for leftover in cli_processes(state_dir):
+        leftover.kill()
+
+
 def cli_processes(state_dir: Path) -> list[psutil.Process]:
     """Live processes whose CLAUDE_CONFIG_DIR is under ``state_dir``: the CLI children a
     test started there (and all they started). Zombies are left out: they have ended."""

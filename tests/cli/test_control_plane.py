@@ -35,7 +35,7 @@ from teamlead.testing.scripts import FanOut, findings_in
 
 from ..isolated import isolated_env, run_to_the_end, side_by_side
 from ..polling import poll
-from .conftest import TEAMLEAD, OfflineFactory, ask_env, cli_processes, start_ask
+from .conftest import TEAMLEAD, OfflineFactory, ask_env, cli_processes, end_ask, start_ask
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
@@ -92,11 +92,7 @@ class World:
         return self.proc.returncode, out, err
 
     def close(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.communicate(timeout=10)
-        for leftover in cli_processes(self.root / "s"):
-            leftover.kill()
+        end_ask(self.proc, self.root / "s")
         self.server.stop()
 
 

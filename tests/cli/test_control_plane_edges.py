@@ -32,7 +32,7 @@ from teamlead.testing.scripts import FanOut, findings_in
 
 from ..isolated import isolated_env, run_to_the_end
 from ..polling import poll
-from .conftest import TEAMLEAD, OfflineFactory, ask_env, cli_processes, start_ask
+from .conftest import TEAMLEAD, OfflineFactory, ask_env, end_ask, start_ask
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
@@ -123,11 +123,7 @@ def test_pausing_a_run_that_goes_direct_holds_its_new_agents_only(tmp_path: Path
         assert done["status"] == "completed" and done["relay"] is None
         assert sorted(findings_in(done["result"])) == ["agent-1", "agent-2", "agent-3"]
     finally:
-        if "proc" in locals() and proc.poll() is None:
-            proc.kill()
-            proc.communicate(timeout=10)
-        for leftover in cli_processes(tmp_path / "s"):
-            leftover.kill()
+        end_ask(locals().get("proc"), tmp_path / "s")
         server.stop()
 
 

@@ -23,7 +23,7 @@ from teamlead.testing.scripts import FanOut, WorkflowFanOut
 
 from ..browser import chromium_page, serving_view
 from ..isolated import isolated_env
-from .conftest import TEAMLEAD, ask, ask_env, cli_processes, start_ask
+from .conftest import TEAMLEAD, ask, ask_env, end_ask, start_ask
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -92,11 +92,7 @@ def test_the_page_follows_a_live_runs_agent_tree_and_draws_its_governors_limit(
         assert finished["type"] == "finished" and finished["reason"] == "interrupted"
         assert any(line.startswith('{"type": "concurrency_changed"') for line in out.splitlines())
     finally:
-        if run.poll() is None:
-            run.kill()
-        run.communicate(timeout=10)  # and its pipes are closed, however the test ended
-        for leftover in cli_processes(tmp_path / "s"):
-            leftover.kill()
+        end_ask(run, tmp_path / "s")
         server.stop()
 
 
@@ -153,6 +149,5 @@ def test_view_of_a_finished_runs_log_shows_its_workflow_tree_read_only(tmp_path:
         (line,) = done.stderr.strip().splitlines()
         assert "holds no record of a run" in line
     finally:
-        for leftover in cli_processes(tmp_path / "s"):
-            leftover.kill()
+        end_ask(None, tmp_path / "s")
         server.stop()

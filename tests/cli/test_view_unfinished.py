@@ -25,7 +25,7 @@ from teamlead.testing.scripts import FanOut
 from ..browser import chromium_page, serving_view
 from ..isolated import isolated_env
 from ..polling import poll
-from .conftest import ask_env, cli_processes, start_ask
+from .conftest import ask_env, end_ask, start_ask
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
@@ -133,9 +133,5 @@ def test_view_of_a_killed_runs_log_lists_the_agents_it_saw_marked_unfinished(
                 page.screenshot(path=str(path), full_page=True)
                 print(f"screenshot: {path}")
     finally:
-        if run.poll() is None:
-            run.kill()
-        run.communicate(timeout=10)  # and its pipe is closed, however the test ended
-        for leftover in cli_processes(tmp_path / "s"):
-            leftover.kill()
+        end_ask(run, tmp_path / "s")
         server.stop()
