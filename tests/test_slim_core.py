@@ -164,3 +164,19 @@ def test_the_verbs_people_type_start_without_loading_the_sdk(
     )
     assert run.returncode in (0, 4), run.stderr  # 4: no such run, said in one line
     assert run.stderr.splitlines()[-1] == "LOADED ", run.stderr
+
+
+def test_the_finished_of_a_run_stopped_at_start_up_is_built_without_the_sdk() -> None:
+    # a stop signal may come while the SDK is half-imported: `ask` then writes this one
+    # line and exits, and loading the SDK again there would crash it
+    code = (
+        "import sys\n"
+        "from teamlead._run.result import stopped_before_start\n"
+        "assert stopped_before_start('SIGTERM').reason == 'interrupted'\n"
+        "print(sorted({n.split('.')[0] for n in sys.modules} & {'claude_agent_sdk', 'mcp'}))\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]"

@@ -13,14 +13,16 @@ reason code. Nothing patches a ``Finished`` after it is built.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from .._gate.calls import SpawnRecord, call_dispositions, with_invalid_calls
 from .._redact import redact, redact_opt
 from ..events import Finished, FinishReason, RelaySummary, Status, TaskDisposition
-from ..tracker import Tracker
-from .collect import cut_rows, dispositions, with_results
 from .ledger import Ledger
-from .state import RunState
+
+if TYPE_CHECKING:  # they load the SDK, which a run stopped at start-up must not wait for
+    from ..tracker import Tracker
+    from .state import RunState
 
 __all__ = ["build_finished", "finish", "stopped_before_start"]
 
@@ -33,6 +35,10 @@ def finish(state: RunState) -> Finished:
     Args:
         state: the run; its gate, if any, is closed here.
     """
+    # the rows' readers come with the SDK: imported here, so that stopped_before_start,
+    # which `teamlead ask` may need while the SDK is still half-imported, never loads it
+    from .collect import cut_rows, dispositions, with_results
+
     state.close()
     records = state.admission.records()
     tracker = state.tracker
