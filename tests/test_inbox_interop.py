@@ -11,7 +11,9 @@ Writers append in batches of 10 with a random pause (mean 25 ms) between batches
 processes still contend for the lock the whole time, but on a shared 2-core machine
 message-at-a-time writers at full speed starve *each other* out of proper-lockfile's
 0.65 s retry window, whatever the consumer does (seen: a few writer give-ups per 10,000
-with no pause, none with it).
+with no pause, none with it on a quiet machine, 10 in a CI run beside the real-CLI tests).
+A writer says which messages it gave up on; every other one must arrive exactly once, and
+the give-ups stay under 1% (a consumer slowed by 0.4 s under the lock fails the test).
 
 A second, smaller run starts on the 0-byte inbox a writer leaves between its ``wx`` create
 and its ``[]``: teamlead reads it as empty without a warning and the consumer leaves it
@@ -124,12 +126,21 @@ async def deliver_while_writing(
     return run
 
 
-def assert_all_delivered_once(run: Run, inbox: Path, writers: int, per_writer: int) -> None:
+def assert_all_delivered_once(
+    run: Run, inbox: Path, writers: int, per_writer: int, *, give_ups: int = 0
+) -> None:
+    """Every message a writer wrote delivered once; at most ``give_ups`` messages dropped
+    by writers that ran out of lock retries (theirs to drop, as Claude Code's would)."""
+    dropped: set[str] = set()
     for code, report in run.reports:
-        assert report.get("gave_up") == 0 and report.get("errors") == [], report
-        assert code == 0 and report["written"] == per_writer, report
-    expected = {f"w{i}#{n}" for i in range(writers) for n in range(per_writer)}
-    assert set(run.delivered) == expected  # 0 lost
+        assert report.get("errors") == [], report
+        assert len(report["dropped"]) == report["gave_up"], report
+        assert report["written"] + report["gave_up"] == per_writer, report
+        assert code == (1 if report["gave_up"] else 0), report
+        dropped |= set(report["dropped"])
+    assert len(dropped) <= give_ups, f"writers gave up on {len(dropped)} messages: {run.reports}"
+    expected = {f"w{i}#{n}" for i in range(writers) for n in range(per_writer)} - dropped
+    assert set(run.delivered) == expected  # 0 lost of what was written
     assert run.reappeared == 0 and max(run.delivered.values()) == 1  # 0 duplicated
     assert sum(run.delivered.values()) == writers * per_writer
     assert json.loads(inbox.read_text()) == []
@@ -170,7 +181,11 @@ async def test_node_writers_and_teamlead_consumer_lose_nothing(tmp_path: Path) -
         text_bytes=TEXT_BYTES,
         pause_ms=PAUSE_MS,
     )
-    assert_all_delivered_once(run, inbox, WRITERS, per_writer)
+    # on a loaded machine, writers this busy can starve each other out of proper-lockfile's
+    # retry window now and then, whatever the consumer does (seen: 10 of 10,000 in a CI
+    # run beside the real-CLI tests); a consumer that held the lock or let the inbox grow
+    # would cost far more
+    assert_all_delivered_once(run, inbox, WRITERS, per_writer, give_ups=TOTAL // 100)
     assert run.consumes > 1
 
 

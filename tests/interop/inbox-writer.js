@@ -6,7 +6,8 @@
 //
 // usage: node inbox-writer.js <inbox> <writer-name> <count> [batch] [text-bytes] [pause-ms]
 // pause-ms: mean random pause between appends (a teammate works between two messages)
-// stdout: one JSON line at the end: {"writer", "written", "gave_up", "errors"}
+// stdout: one JSON line at the end: {"writer", "written", "gave_up", "dropped", "errors"}
+// (dropped: the bodies of the messages given up on)
 "use strict";
 
 const crypto = require("crypto");
@@ -80,7 +81,7 @@ async function main() {
   const batch = Number(batchArg || 1);
   const textBytes = Number(bytesArg || 0);
   const pauseMs = Number(pauseArg || 0);
-  const report = { writer, written: 0, gave_up: 0, errors: [] };
+  const report = { writer, written: 0, gave_up: 0, dropped: [], errors: [] };
   for (let seq = 0; seq < count; seq += batch) {
     const entries = [];
     for (let i = seq; i < Math.min(count, seq + batch); i++) entries.push(entry(writer, i, textBytes));
@@ -89,7 +90,10 @@ async function main() {
       await appendBatch(inbox, entries, report);
       report.written += entries.length;
     } catch (err) {
-      if (err.code === "ELOCKED") report.gave_up += entries.length;
+      if (err.code === "ELOCKED") {
+        report.gave_up += entries.length;
+        for (const e of entries) report.dropped.push(e.text.split(" ")[0]);
+      }
       else report.errors.push(`${err.code || "error"}: ${err.message}`);
     }
     if (pauseMs > 0) await sleep(Math.random() * 2 * pauseMs);
