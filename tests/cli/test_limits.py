@@ -25,6 +25,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import json
+import math
 import os
 import signal
 import socket
@@ -41,6 +42,7 @@ from teamlead._governor.aimd import Limits
 from teamlead._relay import RELAY_POLICY, start_relay
 from teamlead._relay.shared import account_of
 from teamlead._relay.stats import RelayEvent
+from teamlead.clock import SystemClock
 from teamlead.events import RateLimited
 from teamlead.governor import Governor, GovernorPolicy, Slot
 from teamlead.testing import OfflineClaude, ScriptedServer, TokenBucket
@@ -88,35 +90,37 @@ def _all_findings(agents: int) -> list[str]:
     return sorted(f"agent-{n}" for n in range(1, agents + 1))
 
 
+class TickingClock(SystemClock):
+    """The system's clock, but no two readings are equal: a slot's ``acquired_at`` then
+    orders the governor's grants as it made them."""
+
+    def __init__(self) -> None:
+        self._last = -math.inf
+
+    def monotonic(self) -> float:
+        self._last = max(super().monotonic(), math.nextafter(self._last, math.inf))
+        return self._last
+
+
 class WatchedGovernor(Governor):
     """Records, for every grant, which lower-priority callers were still waiting for one.
 
-    A grant is counted when the governor makes it, not when its caller resumes: a caller
-    granted a slot but not yet resumed is not waiting any more.
+    A grant is counted when the governor makes it (the slot's ``acquired_at``), not when its
+    caller resumes: a caller granted a slot but not yet resumed is not waiting any more.
     """
 
     def __init__(self, policy: GovernorPolicy) -> None:
-        super().__init__(policy)
+        super().__init__(policy, clock=TickingClock())
         self.waiting: dict[int, int] = {}
-        self.granted: list[Slot] = []  # in the order the governor granted them
         self.grants: list[tuple[int, int, set[int]]] = []  # (caller, priority, behind)
-        self.arrived: dict[int, int] = {}  # caller: grants made before it asked
+        self.arrived: dict[int, float] = {}  # caller: when it asked
         self._slots: dict[int, Slot] = {}
         self._ids = 0
 
-    def _try_grant(self, *args: Any, **kwargs: Any) -> Slot | None:
-        slot = super()._try_grant(*args, **kwargs)
-        if slot is not None:
-            self.granted.append(slot)
-        return slot
-
-    def index(self, me: int) -> int:
-        """The place of caller ``me``'s grant in the governor's order."""
-        return next(n for n, s in enumerate(self.granted) if s is self._slots[me])
-
     def served_first(self, me: int, other: int) -> bool:
         """``me`` was granted before ``other``, or ``other`` before ``me`` even asked."""
-        return self.index(other) > self.index(me) or self.index(other) < self.arrived[me]
+        granted = self._slots[other].acquired_at
+        return granted > self._slots[me].acquired_at or granted < self.arrived[me]
 
     async def acquire(
         self,
@@ -128,7 +132,7 @@ class WatchedGovernor(Governor):
     ) -> Slot:
         self._ids += 1
         me = self._ids
-        self.arrived[me] = len(self.granted)
+        self.arrived[me] = self.clock.monotonic()
         behind = {other for other, p in self.waiting.items() if p < priority}
         self.waiting[me] = priority
         try:
