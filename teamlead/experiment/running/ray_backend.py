@@ -67,6 +67,8 @@ _NO_DEADLINE_S = 3600.0
 _REFRESH_S = 2.0
 """How often a worker pulls the shared limits while its trial runs."""
 _TIMED = ("bad_at", "cooldown_until")
+_ACTOR_START_S = 180.0
+"""How long :meth:`RayLimitStore.connect` waits for a new actor's worker to start."""
 
 
 class _LimitsActor:
@@ -129,13 +131,20 @@ class RayLimitStore:
         self._replica: dict[str, Limits] = {}
 
     @classmethod
-    def connect(cls, name: str, *, clock: Clock = SYSTEM_CLOCK) -> RayLimitStore:
-        """The store of the actor ``name`` (created if missing) in the current Ray session.
+    def connect(
+        cls, name: str, *, clock: Clock = SYSTEM_CLOCK, ready_within_s: float = _ACTOR_START_S
+    ) -> RayLimitStore:
+        """The store of the actor ``name`` (created if missing) in the current Ray session,
+        its replica filled from the actor once it answers.
 
         A new actor is placed on this process's node: a run's shared limits and run counts
         then live as long as the driver does, and a worker node that dies takes none of it.
+        Starting one takes a worker process, slow on a loaded node: ``connect`` waits for
+        it up to ``ready_within_s`` (then :class:`RuntimeError`), so that every later read
+        meets a running actor and ``timeout_s`` bounds the read alone.
         """
         import ray
+        from ray.exceptions import GetTimeoutError
         from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
         here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
@@ -144,7 +153,16 @@ class RayLimitStore:
             .options(name=name, namespace=NAMESPACE, get_if_exists=True, scheduling_strategy=here)
             .remote()
         )
-        return cls(actor, clock=clock)
+        store = cls(actor, clock=clock)
+        try:
+            store._pull(ready_within_s)
+        except GetTimeoutError:
+            raise RuntimeError(
+                f"the Ray actor {name!r} holding the shared limits did not start within "
+                f"{ready_within_s:g} s: is the node overloaded? (RayLimitStore.connect's "
+                f"ready_within_s waits longer)"
+            ) from None
+        return store
 
     @property
     def actor(self) -> Any:
@@ -163,9 +181,12 @@ class RayLimitStore:
 
     def refresh(self) -> None:
         """Replace the local replica with the actor's state (waits at most ``timeout_s``)."""
+        self._pull(self._timeout_s)
+
+    def _pull(self, within_s: float) -> None:
         import ray
 
-        shared = ray.get(self._actor.snapshot.remote(), timeout=self._timeout_s)
+        shared = ray.get(self._actor.snapshot.remote(), timeout=within_s)
         offset = self._offset()
         self._replica = {key: _from_wall(data, offset) for key, data in shared.items()}
 
