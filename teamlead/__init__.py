@@ -18,7 +18,8 @@ The public API is what this module re-exports in ``__all__``, the names users ca
   union an app can ``match`` on. The events (:class:`Finished` and the others) report
   progress, with every type they carry: :class:`TaskDisposition`, :class:`RelaySummary`,
   :class:`BucketSummary` and the ``Literal`` codes (:data:`Status`, :data:`Disposition`,
-  :data:`TaskState`, :data:`TaskKind`, :data:`RelayedAgentKind`, :data:`FinishReason`,
+  :data:`TaskState`, :data:`TaskKind`, :data:`RelayedAgentKind`, :data:`RequestRole`,
+  :data:`FinishReason`,
   :data:`DenyCode`, :data:`ChangeReason`); every error derives from :class:`TeamleadError`.
 - Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate;
   the subagents they delegate to are :func:`default_agents` (the roster, rendered into a
@@ -92,6 +93,7 @@ if typing.TYPE_CHECKING:
         RateLimited,
         RelayedAgentKind,
         RelaySummary,
+        RequestRole,
         ResumeFailed,
         Resuming,
         RunAmended,
@@ -156,6 +158,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "InboxCollected",
         "RateLimited",
         "RelayedAgentKind",
+        "RequestRole",
         "RelaySummary",
         "ResumeFailed",
         "Resuming",
@@ -226,6 +229,7 @@ __all__ = [
     "RateLimited",
     "RelayedAgentKind",
     "RelaySummary",
+    "RequestRole",
     "ResumeError",
     "ResumeFailed",
     "Resuming",

@@ -26,6 +26,7 @@ __all__ = [
     "ConcurrencyChanged",
     "RateLimited",
     "RelayedAgentKind",
+    "RequestRole",
     "RelaySummary",
     "RunAmended",
     "FallbackUsed",
@@ -118,6 +119,10 @@ TaskKind = Literal["task", "workflow_agent", "teammate", "call"]
 #: ``lead``, ``agent`` and ``workflow_agent``): the lead's requests carry no agent id, a
 #: workflow's agents have Claude Code's system prompt for them.
 RelayedAgentKind = Literal["lead", "agent", "workflow_agent"]
+#: Whom a request to the API is for, as the relay tells it from the request alone: the
+#: ``lead`` (it offers tools and names no agent), a ``subagent`` (it names one), or
+#: ``other`` (the CLI's own side requests: titles, summaries).
+RequestRole = Literal["lead", "subagent", "other"]
 
 
 class _Event(BaseModel):
@@ -558,7 +563,7 @@ class RateLimited(_Event):
 
     type: Literal["rate_limited"] = "rate_limited"
     model: str
-    role: Literal["lead", "subagent", "other"]
+    role: RequestRole
     status: int = 429
     retry_after_s: float | None = None
     outcome: Literal["absorbed", "passed"]

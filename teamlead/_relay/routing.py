@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, TypeAlias
 
 from .._governor.token_estimate import InputEstimate, estimate_input
+from ..events import RequestRole
 
 __all__ = ["Refusal", "RequestInfo", "Role", "check_target", "classify", "priority"]
 
-Role = Literal["lead", "subagent", "other"]
+Role: TypeAlias = RequestRole
 
 _SUBAGENT_MARK = "cc_is_subagent=true"
 _DEFAULT_MODEL = "default"

@@ -22,7 +22,9 @@ import re
 import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, TypeAlias
+
+from ..events import RequestRole
 
 __all__ = [
     "AgentCall",
@@ -33,7 +35,8 @@ __all__ = [
     "ToolUse",
 ]
 
-Role = Literal["lead", "subagent", "other"]
+Role: TypeAlias = RequestRole
+"""Whom a scripted request is for (:data:`teamlead.events.RequestRole`)."""
 
 
 @dataclass(frozen=True)
