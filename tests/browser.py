@@ -4,20 +4,23 @@ console error, page error or dialog."""
 
 from __future__ import annotations
 
+import http.client
+import json
 import select
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 import pytest
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
-__all__ = ["CHROMIUM", "chromium_page", "serving_view"]
+__all__ = ["CHROMIUM", "chromium_page", "detail_events", "serving_view"]
 
 CHROMIUM = shutil.which("chromium")
 _ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
@@ -44,6 +47,31 @@ def serving_view(env: dict[str, str], *args: str) -> Iterator[str]:
         proc.terminate()
         _, err = proc.communicate(timeout=30)
         assert proc.returncode == 0, err
+
+
+def detail_events(url: str, run: str = "log") -> Iterator[dict[str, Any]]:
+    """The ``detail`` events ``teamlead view`` serves at ``url`` for ``run``, as its page's
+    stream gets them (each read waits at most 30 s)."""
+    address = urlsplit(url)
+    token = url.split("token=", 1)[1]
+    connection = http.client.HTTPConnection("127.0.0.1", address.port, timeout=30)
+    try:
+        connection.request(
+            "GET",
+            f"/detail?token={token}&run={run}",
+            headers={"host": f"127.0.0.1:{address.port}"},
+        )
+        answer = connection.getresponse()
+        assert answer.status == 200
+        event = None
+        while line := answer.readline():
+            text = line.decode().rstrip("\n")
+            if text.startswith("event: "):
+                event = text.removeprefix("event: ")
+            elif text.startswith("data: ") and event == "detail":
+                yield json.loads(text.removeprefix("data: "))
+    finally:
+        connection.close()
 
 
 @contextmanager

@@ -21,6 +21,9 @@ from teamlead._run.runlog import UNFINISHED, UNFINISHED_REASON, detail_of_log, r
 from teamlead.errors import UsageError
 from teamlead.tracker import LeadTurn, Tracker
 
+from .browser import detail_events, serving_view
+from .isolated import isolated_env
+
 LOGS = Path(__file__).parent / "fixtures" / "logs"
 
 
@@ -338,3 +341,32 @@ def test_the_runs_parse_keeps_the_leads_last_tool() -> None:
     assert tracker.lead_last_tool == "Agent"
     tracker.apply(LeadTurn(message_id="m3", text="", error=None, tool_names=("Workflow",)))
     assert tracker.lead_last_tool == "Workflow"
+
+
+@pytest.mark.slow
+def test_the_page_of_a_log_still_being_written_follows_it_to_its_finished_line(
+    tmp_path: Path,
+) -> None:
+    # the real command serving a log a run is still writing: a line half written is
+    # skipped until whole, each landed line shows, and the finished line ends it
+    lines = _lines("fan-out.ndjson")
+    first = _upto(lines, '"type": "task_ended"')
+    log = tmp_path / "run.ndjson"
+    log.write_bytes(b"".join(first))
+    with serving_view(isolated_env(tmp_path), str(log)) as url:
+        events = detail_events(url)
+        seen = next(events)
+        assert seen == detail_of_log(first).to_json() and seen["status"] == UNFINISHED
+        rest = lines[len(first) : -1]
+        half = len(lines[-1]) // 2
+        with log.open("ab") as out:
+            out.write(b"".join(rest) + lines[-1][:half])
+        # (a read may land mid-write: such a state shows, then the whole one)
+        grown = detail_of_log(lines[:-1]).to_json()
+        assert next(d for d in events if d == grown)["status"] == UNFINISHED
+        done = [[n["state"] for n in d["tree"]["children"]].count("done") for d in (seen, grown)]
+        assert done == [1, 3]
+        with log.open("ab") as out:
+            out.write(lines[-1][half:])
+        whole = read_log(LOGS / "fan-out.ndjson").to_json()
+        assert next(d for d in events if d["status"] != UNFINISHED) == whole

@@ -13,7 +13,7 @@ answer, and the governor's limit per model over time, which the page draws as an
 ``teamlead view run.ndjson`` serves the same page for a run from its log
 (:mod:`teamlead._run.runlog`), read-only: no buttons, and the button endpoint refuses. A log
 without a ``finished`` line (a run killed, or still running) shows what its records hold,
-marked unfinished.
+marked unfinished, and is read again whenever it grows, until its ``finished`` line lands.
 
 It is served by uvicorn (the relay's own server) as a plain ASGI app
 (:class:`Board`) on ``127.0.0.1`` only, and every request must prove it comes from the
@@ -51,7 +51,7 @@ import anyio
 import click
 
 from .._run.registry import Registry
-from .._run.runlog import read_log
+from .._run.runlog import UNFINISHED, read_log
 from ..errors import ControlError, NoSuchRun, UsageError
 from .board_page import PAGE
 from .exitcodes import handle_errors
@@ -336,12 +336,15 @@ def view(log: Path | None, port: int) -> None:
     duration of each agent), its queue, held requests and waiting approvals, and the
     governor's limit per model over time. With LOG (a run's `ask --json` output), it
     shows that run the same way, read-only; a log without the `finished` line (the run
-    was killed, or still runs) shows the agents it holds, marked unfinished.
+    was killed, or still runs) shows the agents it holds, marked unfinished, and the
+    page follows it as it grows.
 
     Prints the page's URL first: it carries a random token, and the page answers only
     requests with it, from this machine (127.0.0.1).
     """
-    logged = read_log(log).to_json() if log is not None else None
+    logged = _FollowedLog(log) if log is not None else None
+    if logged is not None:
+        logged.read()  # a file that is not a run's log fails here, before serving
     sock = _listen(port)
     token = secrets.token_urlsafe(24)
     chosen = sock.getsockname()[1]
@@ -352,7 +355,7 @@ def view(log: Path | None, port: int) -> None:
             port=chosen,
             rows=list,
             act=_read_only,
-            detail=lambda run: logged,
+            detail=lambda run: logged.read(),
             mode="log",
         )
     else:
@@ -366,6 +369,34 @@ def view(log: Path | None, port: int) -> None:
     click.echo(f"http://127.0.0.1:{chosen}/?token={token}")
     sys.stdout.flush()
     Interruptible(lambda: _serve(sock, board), stop=lambda: None).run()
+
+
+class _FollowedLog:
+    """A run's NDJSON log, read again whenever it has grown or changed, until it holds the
+    run's ``finished`` line (a run still writing it is followed line by line; a line half
+    written is skipped until it is whole)."""
+
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self._seen: tuple[int, int] | None = None
+        self._detail: dict[str, Any] = {}
+
+    def read(self) -> dict[str, Any]:
+        """The run as its log tells it now.
+
+        Raises:
+            UsageError: the file cannot be read (any more), or holds no record of a run.
+        """
+        if self._detail.get("status") not in (None, UNFINISHED):
+            return self._detail  # finished: the log is whole
+        try:
+            stat = self._path.stat()
+        except OSError as exc:
+            raise UsageError(f"cannot read {self._path}: {exc.strerror or exc}") from None
+        if (stat.st_size, stat.st_mtime_ns) != self._seen:
+            self._detail = read_log(self._path).to_json()
+            self._seen = (stat.st_size, stat.st_mtime_ns)
+        return self._detail
 
 
 def _read_only(run: str, request: dict[str, Any]) -> str:

@@ -7,11 +7,8 @@ ended and the run marked unfinished, in its JSON and on the page (a real headles
 
 from __future__ import annotations
 
-import http.client
-import json
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import pytest
 
@@ -22,7 +19,7 @@ from teamlead.errors import TeamleadError
 from teamlead.testing import AgentCall, OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import FanOut
 
-from ..browser import chromium_page, serving_view
+from ..browser import chromium_page, detail_events, serving_view
 from ..isolated import isolated_env
 from ..polling import poll
 from .conftest import ask_env, end_ask, start_ask
@@ -51,31 +48,6 @@ def _live_tree() -> dict[str, Any] | None:
     quick, slow = nodes.get("quick"), nodes.get("slow")
     ready = quick is not None and quick["state"] == "done" and slow is not None
     return tree if ready and tree["last_tool"] == "Agent" else None
-
-
-def _served_detail(url: str) -> dict[str, Any]:
-    """The first ``detail`` event ``teamlead view`` serves at ``url`` (its page's stream)."""
-    address = urlsplit(url)
-    token = url.split("token=", 1)[1]
-    connection = http.client.HTTPConnection("127.0.0.1", address.port, timeout=30)
-    try:
-        connection.request(
-            "GET",
-            f"/detail?token={token}&run=log",
-            headers={"host": f"127.0.0.1:{address.port}"},
-        )
-        answer = connection.getresponse()
-        assert answer.status == 200
-        event = None
-        while True:
-            line = answer.readline().decode().rstrip("\n")
-            if line.startswith("event: "):
-                event = line.removeprefix("event: ")
-            elif line.startswith("data: ") and event == "detail":
-                data: dict[str, Any] = json.loads(line.removeprefix("data: "))
-                return data
-    finally:
-        connection.close()
 
 
 def test_view_of_a_killed_runs_log_lists_the_agents_it_saw_marked_unfinished(
@@ -115,7 +87,7 @@ def test_view_of_a_killed_runs_log_lists_the_agents_it_saw_marked_unfinished(
         assert lead["requests"]
 
         with serving_view(env, str(log)) as url:
-            assert _served_detail(url) == detail
+            assert next(detail_events(url)) == detail
             with chromium_page(url) as page:
                 page.locator("#live.unfinished").wait_for(timeout=30_000)
                 assert page.locator("#live").inner_text().startswith("an unfinished run")
