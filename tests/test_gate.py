@@ -552,7 +552,9 @@ async def test_a_call_denied_while_other_runs_hold_the_cap_is_missing_work_not_a
     cap.slots.release()
 
 
-async def test_an_interrupted_gate_rejects_its_queued_calls_with_the_reason() -> None:
+async def test_an_interrupted_gate_rejects_its_queued_calls_and_holds_their_answers() -> None:
+    # a refusal answered at once would make the CLI send the lead one more request of a
+    # stopped run: the run ends the CLI (cancelling the hooks) first; answered 5 s later
     clock = StepClock()
     gate, _ = gate_with(clock, max_concurrent_agents=1)
     async with anyio.create_task_group() as tg:
@@ -562,8 +564,35 @@ async def test_an_interrupted_gate_rejects_its_queued_calls_with_the_reason() ->
         calls.start("t2")
         await settle()
         gate.interrupt("stopped by SIGTERM")
-    assert [r.status for r in gate.records()] == ["admitted", "rejected", "rejected"]
-    assert all("SIGTERM" in (r.reason or "") for r in gate.records()[1:])
+        await settle()
+        calls.start("late")
+        await clock.advance(4.9)
+        assert list(calls.out) == ["t0"]  # the refused calls' hooks are unanswered yet
+        assert gate.running == 0 and gate.queued == 0  # but hold nothing
+        await clock.advance(0.2)
+    assert [r.status for r in gate.records()] == ["admitted", "rejected", "rejected", "denied"]
+    assert all("SIGTERM" in (r.reason or "") for r in gate.records()[1:3])
+    for tool_use_id in ("t1", "t2", "late"):
+        decision = calls.out[tool_use_id]["hookSpecificOutput"]["permissionDecision"]
+        assert decision == "deny", calls.out[tool_use_id]
+    gate.close()
+    assert gate.running == 0 and gate.queued == 0
+
+
+async def test_an_interrupted_gates_held_hook_cancelled_by_its_cli_ending_stays_rejected() -> None:
+    clock = StepClock()
+    gate, seen = gate_with(clock, max_concurrent_agents=1)
+    async with anyio.create_task_group() as tg:
+        calls = Calls(gate, tg)
+        calls.start("t0")
+        calls.start("t1")
+        await settle()
+        gate.interrupt("stopped by SIGTERM")
+        await clock.advance(1.0)
+        tg.cancel_scope.cancel()  # the CLI ended: the SDK cancels its hooks
+    assert list(calls.out) == ["t0"]
+    assert [r.status for r in gate.records()] == ["admitted", "rejected"]
+    assert [type(e).__name__ for e in seen].count("SpawnRejected") == 1
     gate.close()
     assert gate.running == 0 and gate.queued == 0
 

@@ -72,6 +72,10 @@ _WORKFLOW = "Workflow"
 _WORKFLOW_AGENT = "workflow agent"
 _HOOK_MARGIN_S = 10.0  # hook timeout = longest wait + this: the gate answers before the CLI quits
 _MAX_TEXT = 200
+_HELD_AFTER_STOP_S = 5.0
+"""How long a hook the gate refuses after a stop waits before it answers (the run ends its
+CLI, cancelling the hook, well before). Under ``_HOOK_MARGIN_S``: the answer still comes
+before the CLI's hook timeout."""
 _MAX_WORKFLOW_DENIALS = 1000
 _WORKFLOW_HOLD_S = 1800.0  # a workflow agent's longest wait for a slot with no deadline
 
@@ -131,6 +135,7 @@ class SpawnGate:
         self._used = 0
         self._last_start = -math.inf
         self._closed = False
+        self._stopped = False
         self._anon = 0
         #: The model every admitted Agent call's agent runs on (``updatedInput.model``);
         #: ``None`` leaves the call's own. The run's admission changes it mid-run.
@@ -340,7 +345,13 @@ class SpawnGate:
 
     def interrupt(self, reason: str) -> None:
         """The run was stopped from outside: every call still queued is ``rejected`` with
-        ``reason`` (its work is missing), then the gate closes."""
+        ``reason`` (its work is missing), then the gate closes.
+
+        The hooks of the calls it refuses (those queued, and any that comes later) are
+        answered only after :data:`_HELD_AFTER_STOP_S`: the run ends their CLI at once,
+        which cancels them, and a refusal answered before that would make the CLI send the
+        lead one more request, of a run that was stopped."""
+        self._stopped = True
         for call in list(self._calls.values()):
             if call.status == "queued":
                 self.spawn_rejected(call.tool_use_id, reason)
@@ -394,6 +405,8 @@ class SpawnGate:
             if problem is not None:
                 return self._deny(call, "bad_input", problem)
             decided = await self._decide(call)
+            if decided and self._stopped:
+                await self._clock.sleep(_HELD_AFTER_STOP_S)  # its CLI is ended meanwhile
             model = self.subagent_model
             if decided or model is None or not is_model_alias(model):
                 return decided  # a model id is not an Agent input: the relay sets it
@@ -538,7 +551,7 @@ class SpawnGate:
         call.waiting = None
         if scope.cancelled_caught:
             self._undo(call)
-            if call.status == "rejected":  # the CLI already gave up on this call
+            if call.status == "rejected":  # the CLI gave up on this call, or the run stopped
                 return deny_output(call.reason or why.cancelled())
             return self._deny(call, "closed", why.closed(call.close_reason or "the run is ending"))
         if not admitted:

@@ -125,12 +125,14 @@ def test_a_stop_signal_to_ask_exits_130_and_leaves_no_cli_process(
     assert run.left == []
 
 
-@pytest.mark.parametrize("stop", SIGNALS)
+@pytest.mark.parametrize("key", RUNS, ids=[_name(key) for key in RUNS])
 def test_a_stop_signal_mid_fan_out_lets_no_request_reach_the_model(
-    stopped_runs: dict[tuple[str, bool], StoppedRun], stop: str
+    stopped_runs: dict[tuple[str, bool], StoppedRun], key: tuple[str, bool]
 ) -> None:
-    run = stopped_runs[(stop, False)]
-    assert run.started == _FANNED, "no fan-out"
+    # with calls queued in the gate too (the json runs): their refusal is held till the
+    # CLI is ended, or the CLI would take it to the lead in one more request
+    run = stopped_runs[key]
+    assert run.started == (1 if key[1] else _FANNED), "no fan-out"
     assert run.late == []
 
 
