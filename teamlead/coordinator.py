@@ -113,7 +113,14 @@ async def _relayed_run(
     try:
         async with state.open_relay() as hookup:
             state.attach_relay(hookup)
-            run_trace = trace_run(mode, state.options, state, prompt=prompt, session_id=session_id)
+            run_trace = trace_run(
+                mode,
+                state.options,
+                state,
+                source=state.process.telemetry,
+                prompt=prompt,
+                session_id=session_id,
+            )
             if run_trace is not None:
                 run_trace.attach(hookup.run)
                 state.wire(trace_env=run_trace.trace_env())
@@ -374,7 +381,7 @@ async def receive_all(
     items = run_client(state, client)
     hookup = state.relay
     items = with_relay_events(items, hookup) if hookup else items
-    run_trace = trace_run("client", client.options, state)
+    run_trace = trace_run("client", client.options, state, source=state.process.telemetry)
     if run_trace is not None:  # telemetry on; the client's CLI started without our TRACEPARENT
         run_trace.attach(hookup.run if hookup else None)
         items = run_trace.observe(items)

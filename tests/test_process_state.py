@@ -8,6 +8,9 @@ injected clock, a place given back however its holder leaves.
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
 import anyio
 import pytest
 
@@ -123,6 +126,7 @@ def test_two_process_states_share_no_spawn_cap_and_no_live_run() -> None:
     assert one.spawn_cap is not two.spawn_cap
     assert (one.spawn_cap.limit, two.spawn_cap.limit) == (3, 5)
     assert one.relays is not two.relays
+    assert one.telemetry is not two.telemetry and one.telemetry is one.telemetry
     stop = RunStop()
     one.enter(stop)
     assert (one.live_runs, two.live_runs) == (1, 0)
@@ -134,6 +138,19 @@ def test_two_process_states_share_no_spawn_cap_and_no_live_run() -> None:
 
 def test_the_default_process_state_is_made_once() -> None:
     assert default_process_state() is default_process_state()
+
+
+def test_no_module_of_teamlead_rebinds_a_global_but_the_default_state() -> None:
+    # what runs share lives in a ProcessState; a module-level cache rebound with
+    # `global` (as the telemetry providers once were) would be a world of its own
+    package = Path(teamlead.__file__).parent
+    rebinding = sorted(
+        f"{path.relative_to(package)}: global {', '.join(node.names)}"
+        for path in package.rglob("*.py")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Global)
+    )
+    assert rebinding == ["_run/process.py: global _default"]
 
 
 def test_an_account_is_its_upstream_and_credential_and_holds_no_secret() -> None:

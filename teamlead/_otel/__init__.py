@@ -31,13 +31,13 @@ from typing import TYPE_CHECKING
 from claude_agent_sdk import ClaudeAgentOptions
 
 from .context import run_labels
-from .setup import telemetry
+from .setup import TelemetrySource
 
 if TYPE_CHECKING:
     from ..tracker import StreamParse
     from .run import RunTrace
 
-__all__ = ["run_labels", "telemetry", "trace_run", "trial_scope"]
+__all__ = ["TelemetrySource", "run_labels", "trace_run", "trial_scope"]
 
 
 def trace_run(
@@ -45,6 +45,7 @@ def trace_run(
     options: ClaudeAgentOptions,
     run: StreamParse,
     *,
+    source: TelemetrySource,
     prompt: str | None = None,
     session_id: str | None = None,
 ) -> RunTrace | None:
@@ -54,10 +55,11 @@ def trace_run(
         mode: ``query``, ``resume`` or ``client``.
         options: the run's options (model, env).
         run: the run's parse of its stream (what it made of each message).
+        source: the run's process state's telemetry (:attr:`ProcessState.telemetry`).
         prompt: the user's prompt (kept only under the content-capture opt-in).
         session_id: the session, when known up front (a resume).
     """
-    found = telemetry()
+    found = source.get()
     if found is None:
         return None
     from .run import RunTrace
@@ -67,15 +69,23 @@ def trace_run(
 
 @contextmanager
 def trial_scope(
-    *, experiment: str, variant: str, task: str, trial: int, attempt: int, strategy: str
+    source: TelemetrySource,
+    *,
+    experiment: str,
+    variant: str,
+    task: str,
+    trial: int,
+    attempt: int,
+    strategy: str,
 ) -> Iterator[None]:
     """One experiment trial attempt as the root span of its own trace.
 
-    The run inside nests under it (its root span's parent is the current span) and carries
-    the variant, task and trial as ``teamlead.*`` attributes too.
+    ``source`` is the process state's telemetry. The run inside nests under it (its root
+    span's parent is the current span) and carries the variant, task and trial as
+    ``teamlead.*`` attributes too.
     """
     labels = run_labels(variant=variant, task=task, trial=trial, strategy=strategy)
-    found = telemetry()
+    found = source.get()
     if found is None:
         with labels:
             yield

@@ -1,7 +1,7 @@
 """When teamlead exports telemetry, and the tracer and meter it exports with.
 
-:func:`telemetry` decides once per run, cheaply, and imports OpenTelemetry only when the
-answer is yes:
+:meth:`TelemetrySource.get` decides once per run, cheaply, and imports OpenTelemetry only
+when the answer is yes:
 
 1. ``OTEL_SDK_DISABLED=true``: never.
 2. **The app's own providers.** An app that has already set a global tracer provider (it
@@ -46,7 +46,7 @@ if TYPE_CHECKING:
 
     from .instruments import Instruments
 
-__all__ = ["FLUSH_AT_EXIT_S", "Telemetry", "export_wanted", "telemetry"]
+__all__ = ["FLUSH_AT_EXIT_S", "Telemetry", "TelemetrySource", "export_wanted"]
 
 log = logging.getLogger("teamlead.otel")
 
@@ -100,76 +100,80 @@ def _get(environ: Mapping[str, str], name: str) -> str:
     return (environ.get(name) or "").strip()
 
 
-_lock = threading.Lock()
-_own: Telemetry | None = None
-_own_failed = False
-_app: tuple[int, int, Telemetry] | None = None
+class TelemetrySource:
+    """Where the runs of one process state get their :class:`Telemetry`: the app's global
+    providers when it set its own, else the providers teamlead builds from the variables,
+    built once (a :class:`~teamlead.ProcessState` holds one; nothing is kept at module
+    level)."""
 
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._own: Telemetry | None = None
+        self._own_failed = False
+        self._app: tuple[int, int, Telemetry] | None = None
 
-def telemetry(environ: Mapping[str, str] | None = None) -> Telemetry | None:
-    """The telemetry for a run starting now, or ``None`` (then nothing is imported).
+    def get(self, environ: Mapping[str, str] | None = None) -> Telemetry | None:
+        """The telemetry for a run starting now, or ``None`` (then nothing is imported).
 
-    ``environ`` defaults to this process's environment; see the module docstring for the
-    rules. The providers teamlead builds are made once per process.
-    """
-    env = os.environ if environ is None else environ
-    if _get(env, "OTEL_SDK_DISABLED").lower() == "true":
-        return None
-    app = _app_telemetry()
-    if app is not None:
-        return app
-    traces, metrics = export_wanted(env)
-    if not (traces or metrics):
-        return None
-    return _own_telemetry(env, traces, metrics)
+        ``environ`` defaults to this process's environment; see the module docstring for
+        the rules.
+        """
+        env = os.environ if environ is None else environ
+        if _get(env, "OTEL_SDK_DISABLED").lower() == "true":
+            return None
+        app = self._app_telemetry()
+        if app is not None:
+            return app
+        traces, metrics = export_wanted(env)
+        if not (traces or metrics):
+            return None
+        return self._own_telemetry(env, traces, metrics)
 
+    def _app_telemetry(self) -> Telemetry | None:
+        """The app's global providers, when it set a tracer provider of its own."""
+        trace_api = sys.modules.get("opentelemetry.trace")
+        if trace_api is None:
+            return None
+        provider = trace_api.get_tracer_provider()
+        if isinstance(provider, (trace_api.ProxyTracerProvider, trace_api.NoOpTracerProvider)):
+            return None
+        from opentelemetry import metrics as metrics_api
 
-def _app_telemetry() -> Telemetry | None:
-    """The app's global providers, when it set a tracer provider of its own."""
-    global _app
-    trace_api = sys.modules.get("opentelemetry.trace")
-    if trace_api is None:
-        return None
-    provider = trace_api.get_tracer_provider()
-    if isinstance(provider, (trace_api.ProxyTracerProvider, trace_api.NoOpTracerProvider)):
-        return None
-    from opentelemetry import metrics as metrics_api
+        meter_provider = metrics_api.get_meter_provider()
+        cached = self._app
+        if cached is not None and cached[:2] == (id(provider), id(meter_provider)):
+            return cached[2]
+        from .instruments import Instruments
 
-    meter_provider = metrics_api.get_meter_provider()
-    cached = _app
-    if cached is not None and cached[:2] == (id(provider), id(meter_provider)):
-        return cached[2]
-    from .instruments import Instruments
+        meter = meter_provider.get_meter(_SCOPE, __version__)
+        made = Telemetry(
+            tracer=provider.get_tracer(_SCOPE, __version__),
+            meter=meter,
+            instruments=Instruments(meter),
+            own=False,
+        )
+        self._app = (id(provider), id(meter_provider), made)
+        return made
 
-    meter = meter_provider.get_meter(_SCOPE, __version__)
-    made = Telemetry(
-        tracer=provider.get_tracer(_SCOPE, __version__),
-        meter=meter,
-        instruments=Instruments(meter),
-        own=False,
-    )
-    _app = (id(provider), id(meter_provider), made)
-    return made
-
-
-def _own_telemetry(env: Mapping[str, str], traces: bool, metrics: bool) -> Telemetry | None:
-    global _own, _own_failed
-    with _lock:
-        if _own is not None or _own_failed:
-            return _own
-        try:
-            _own = _build(env, traces, metrics)
-        except ImportError as exc:
-            _own_failed = True
-            log.warning(
-                "OpenTelemetry export is asked for (OTEL_*) but not installed (%s): "
-                "pip install -e '.[otel]' in the teamlead checkout",
-                exc.name or exc,
-            )
-        except _Unsupported as exc:
-            _own_failed = True
-            log.warning("OpenTelemetry export off: %s", exc)
-        return _own
+    def _own_telemetry(
+        self, env: Mapping[str, str], traces: bool, metrics: bool
+    ) -> Telemetry | None:
+        with self._lock:
+            if self._own is not None or self._own_failed:
+                return self._own
+            try:
+                self._own = _build(env, traces, metrics)
+            except ImportError as exc:
+                self._own_failed = True
+                log.warning(
+                    "OpenTelemetry export is asked for (OTEL_*) but not installed (%s): "
+                    "pip install -e '.[otel]' in the teamlead checkout",
+                    exc.name or exc,
+                )
+            except _Unsupported as exc:
+                self._own_failed = True
+                log.warning("OpenTelemetry export off: %s", exc)
+            return self._own
 
 
 class _Unsupported(Exception):

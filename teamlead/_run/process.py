@@ -4,7 +4,8 @@ A run is not alone in its process: concurrent runs (an app serving several users
 trials of an experiment) share the request relay of each upstream, the governor of each
 account, the limits store a Ray worker points them at, the cap on subagents running at
 once, the list of live runs a signal stops, and the registry their entries and control
-endpoints are kept in (``teamlead ps``; :mod:`.registry`). All of that lives in one
+endpoints are kept in (``teamlead ps``; :mod:`.registry`), and the telemetry providers
+teamlead builds from the ``OTEL_*`` variables. All of that lives in one
 :class:`ProcessState`, made lazily as the process's default (:func:`default_process_state`)
 and passable explicitly (``teamlead.query(..., process=...)``): a test, or an app that
 wants two worlds in one process, makes its own. Nothing else in teamlead keeps state at
@@ -30,13 +31,15 @@ from .registry import Registry, registry_wanted
 from .stop import RunStop
 
 if TYPE_CHECKING:  # the relay's server stack is imported when a run first uses it: a
+    from .._otel.setup import TelemetrySource
     from .._relay.shared import RelayPool  # broken one must cost the relay only, not a run
 
 __all__ = ["ProcessState", "default_process_state"]
 
 
 class ProcessState:
-    """The relays, governors, limits store, spawn cap and live runs a process's runs share.
+    """The relays, governors, limits store, spawn cap, live runs, registry and telemetry a
+    process's runs share.
 
     Args:
         spawn_limit: the most subagents running at once over every run of this state
@@ -70,6 +73,17 @@ class ProcessState:
         self._runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
         self._registering = registry
         self._registry: Registry | None = None
+        self._telemetry: TelemetrySource | None = None
+
+    @property
+    def telemetry(self) -> TelemetrySource:
+        """Where this state's runs get their tracer and meter (the app's providers, or the
+        ones built from the ``OTEL_*`` variables once), made on first use."""
+        if self._telemetry is None:
+            from .._otel.setup import TelemetrySource
+
+            self._telemetry = TelemetrySource()
+        return self._telemetry
 
     @property
     def relays(self) -> RelayPool:

@@ -37,6 +37,7 @@ from ..._claude.scripted import api_message_id, is_scripted_message
 from ..._gate.prompt_limits import prompt_limits
 from ..._otel import trial_scope
 from ..._redact import redact
+from ..._run.process import default_process_state
 from ..._run.relayed import relayed
 from ..._version import __version__
 from ...clock import SYSTEM_CLOCK, Clock
@@ -292,6 +293,7 @@ async def run_one_trial(
         _lead_trial, key, spec, strategies, query_fn, policy, attempt, run_id=run_id
     )
     scope = trial_scope(  # one trace per trial attempt (when telemetry is on)
+        default_process_state().telemetry,  # the trial's run's: it is given no other
         experiment=spec.experiment.name,
         variant=key.variant,
         task=key.task,
