@@ -34,7 +34,7 @@ import logging
 import os
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -111,6 +111,17 @@ class TelemetrySource:
         self._own: Telemetry | None = None
         self._own_failed = False
         self._app: tuple[int, int, Telemetry] | None = None
+        self._shutdown: Callable[[], None] | None = None
+
+    def close(self) -> None:
+        """Shut down the providers this source built (flushing what they hold, within
+        :data:`FLUSH_AT_EXIT_S` for metrics); the next run builds them again. The app's own
+        providers are the app's to shut down."""
+        with self._lock:
+            shutdown, self._shutdown = self._shutdown, None
+            self._own, self._own_failed = None, False
+        if shutdown is not None:
+            shutdown()
 
     def get(self, environ: Mapping[str, str] | None = None) -> Telemetry | None:
         """The telemetry for a run starting now, or ``None`` (then nothing is imported).
@@ -162,7 +173,7 @@ class TelemetrySource:
             if self._own is not None or self._own_failed:
                 return self._own
             try:
-                self._own = _build(env, traces, metrics)
+                self._own, self._shutdown = _build(env, traces, metrics)
             except ImportError as exc:
                 self._own_failed = True
                 log.warning(
@@ -180,7 +191,10 @@ class _Unsupported(Exception):
     pass
 
 
-def _build(env: Mapping[str, str], traces: bool, metrics: bool) -> Telemetry:
+def _build(
+    env: Mapping[str, str], traces: bool, metrics: bool
+) -> tuple[Telemetry, Callable[[], None]]:
+    """Providers built from the variables, and what shuts them down (also at exit)."""
     from opentelemetry.metrics import NoOpMeterProvider
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
@@ -208,14 +222,17 @@ def _build(env: Mapping[str, str], traces: bool, metrics: bool) -> Telemetry:
         meter_provider = MeterProvider(
             resource=resource, metric_readers=readers, shutdown_on_exit=False
         )
-    _flush_at_exit(tracer_provider if traces else None, meter_provider if metrics else None)
+    shutdown = _flush_at_exit(
+        tracer_provider if traces else None, meter_provider if metrics else None
+    )
     meter = meter_provider.get_meter(_SCOPE, __version__)
-    return Telemetry(
+    made = Telemetry(
         tracer=tracer_provider.get_tracer(_SCOPE, __version__),
         meter=meter,
         instruments=Instruments(meter),
         own=True,
     )
+    return made, shutdown
 
 
 def _names(env: Mapping[str, str], signal: str) -> list[str]:
@@ -285,15 +302,21 @@ def _metric_exporters(env: Mapping[str, str]) -> list[Any]:
     return exporters
 
 
-def _flush_at_exit(tracer_provider: Any, meter_provider: Any) -> None:
-    """At exit, shut the providers down (flushing what they hold) within FLUSH_AT_EXIT_S.
+def _flush_at_exit(tracer_provider: Any, meter_provider: Any) -> Callable[[], None]:
+    """At exit, shut the providers down (flushing what they hold) within FLUSH_AT_EXIT_S;
+    returns the shutdown, for a close before the exit (after which the exit does nothing).
 
     The shutdown runs in a daemon thread, started now (a new thread may not start once the
     interpreter is shutting down) and waiting for the exit: a collector that stalls keeps
     that thread, never the interpreter, past the budget.
     """
 
+    done = threading.Event()
+
     def shutdown() -> None:
+        if done.is_set():
+            return
+        done.set()
         for provider in (tracer_provider, meter_provider):
             if provider is None:
                 continue
@@ -319,3 +342,9 @@ def _flush_at_exit(tracer_provider: Any, meter_provider: Any) -> None:
         worker.join(FLUSH_AT_EXIT_S)
 
     atexit.register(bounded)
+
+    def close() -> None:
+        shutdown()
+        exiting.set()  # the waiting thread ends (its shutdown has nothing left to do)
+
+    return close

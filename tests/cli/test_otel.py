@@ -2,7 +2,9 @@
 
 Each run is a fresh ``teamlead ask --json`` process configured only by the standard
 ``OTEL_*`` variables, exporting with the SDK's OTLP/HTTP exporter to the test bed's
-receiver, which decodes the protobuf that arrived.
+receiver, which decodes the protobuf that arrived. The deadline's wrap-up runs in this
+process instead, on a clock held until its scene is set, with a process state of its own
+(so its providers, built from the same variables, are its own, and closed at its end).
 """
 
 from __future__ import annotations
@@ -14,13 +16,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
-from teamlead._cli.exitcodes import EXIT_PARTIAL
+import teamlead
+from teamlead import Finished, Policy, ProcessState
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, ToolUse
 from teamlead.testing.otlp import OtlpReceiver, dead_endpoint, otlp_env
 from teamlead.testing.scripts import FanOut, findings_in, synthesize
 
+from ..skip_clock import SkipClock, holding
 from .conftest import ask
 
 pytestmark = pytest.mark.cli
@@ -424,17 +429,54 @@ SLOW_FAN = FanOut.of(2, delays=[0.3, 40.0])
 
 
 @pytest.mark.slow
-def test_the_deadlines_wrap_up_is_a_phase_and_the_stopped_agent_says_so(tmp_path: Path) -> None:
+@pytest.mark.anyio
+@pytest.mark.timeout(300)
+async def test_the_deadlines_wrap_up_is_a_phase_and_the_stopped_agent_says_so(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # in this process, on a clock held until agent-1 is done and agent-2 runs: an `ask`
+    # process's clock would spend the deadline on a slow CLI start (agent-1 then stopped
+    # too), this one spends none of it; from the release on it runs in real time
+    for name in [k for k in os.environ if k.startswith(("OTEL_", "TRACE"))]:
+        monkeypatch.delenv(name)
+    clock = SkipClock(held=True)
+    items: list[Any] = []
     with OtlpReceiver() as receiver, ScriptedServer(wrap_up_lead) as server:
+        for name, value in receiver.env().items():
+            monkeypatch.setenv(name, value)
+        world = ProcessState(registry=False)  # its own providers, built from these variables
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        proc = ask(
-            claude, "--json",
-            "--deadline", "8",  # the wrap-up reserve is half: 4 s on each side of the wrap point
-            base=untraced(), extra=receiver.env(), timeout=120,
-        )  # fmt: skip
-        done = finished(proc, exit_code=EXIT_PARTIAL)
+
+        def one_done_one_running() -> bool:
+            told = [
+                r
+                for r in server.recorded("lead")
+                if "FINDING[agent-1]" in r.request.last_user_text and r.finished is not None
+            ]
+            slow = [
+                r
+                for r in server.recorded("subagent")
+                if r.request.agent and r.request.agent.description == "agent-2"
+            ]
+            return bool(told and slow) and all(r.finished is None for r in slow)
+
+        async def collect() -> None:
+            with anyio.fail_after(120):
+                policy = Policy(deadline_s=8)  # the reserve is half: 4 s on each side
+                run = teamlead.query(
+                    "Investigate.", claude.options(), policy=policy, clock=clock, process=world
+                )
+                items.extend([item async for item in run])
+
+        try:
+            _, ready = await holding(clock, one_done_one_running, collect())
+        finally:
+            world.telemetry.close()  # flushed: every span has been sent
+        assert ready, "agent-1 never finished while agent-2 ran"
         spans = receiver.wait_for_spans(lambda got: any(s.name == ROOT for s in got))
-    assert (done["status"], done["reason"]) == ("partial", "deadline")
+    done = items[-1]
+    assert isinstance(done, Finished)
+    assert (done.status, done.reason) == ("partial", "deadline"), done.reasons
     (root,) = [s for s in spans if s.name == ROOT]
     assert (root.attributes["teamlead.status"], root.attributes["teamlead.reason"]) == (
         "partial",
