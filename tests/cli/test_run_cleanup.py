@@ -24,6 +24,7 @@ from teamlead.testing import OfflineClaude
 from teamlead.testing.scripts import FanOut
 
 from ..polling import apoll, poll
+from ..skip_clock import SkipClock, holding
 from .conftest import OfflineFactory, cli_processes
 from .scripted import agents_run
 
@@ -112,12 +113,25 @@ async def test_a_run_whose_calls_a_starved_cap_denied_is_not_completed(
         taken += 1
     policy = Policy(deadline_s=40.0, spawn=SpawnPolicy(wrap_up_reserve_s=36.0))
     items: list[Any] = []
-    try:
+    # the run's clock stands still until both calls wait for the cap: a slow CLI start
+    # would spend the 4 s to the wrap-up point, and the calls be refused for the deadline
+    # before they ever waited on the other runs' slots
+    clock = SkipClock(held=True)
+
+    async def collect() -> None:
         with anyio.fail_after(90):
             async for item in teamlead.query(
-                "Investigate every part.", claude.options(), policy=policy, process=world
+                "Investigate every part.",
+                claude.options(),
+                policy=policy,
+                clock=clock,
+                process=world,
             ):
                 items.append(item)
+
+    try:
+        _, ready = await holding(clock, lambda: cap.waiting == 2, collect())
+        assert ready, "the calls never waited for the cap"
     finally:
         for _ in range(taken):
             cap.slots.release()
