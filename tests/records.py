@@ -29,15 +29,25 @@ def trial_record(
     return TrialRecord.model_validate(fields)
 
 
-def ab_spec(tasks: int, trials: int, *, concurrency: int = 4, extra: str = "") -> str:
+def ab_spec(
+    tasks: int,
+    trials: int,
+    *,
+    concurrency: int = 4,
+    extra: str = "",
+    name: str = "ab",
+    seed: int = 7,
+    prompt: str = "Research question {i}.",
+    rubric: str | None = "mentions parts",
+) -> str:
     """The text of an A/B spec: ``baseline`` (the control) against ``delegation`` on
-    ``tasks`` research questions, ``trials`` each, seed 7; ``extra`` goes in its
-    ``[experiment]`` table."""
+    ``tasks`` tasks (``prompt`` with the task's number, and ``rubric`` unless ``None``),
+    ``trials`` each; ``extra`` goes in its ``[experiment]`` table."""
     body = [
         "[experiment]",
-        'name = "ab"',
+        f'name = "{name}"',
         f"trials = {trials}",
-        "seed = 7",
+        f"seed = {seed}",
         f"concurrency = {concurrency}",
         'control = "baseline"',
         extra,
@@ -49,10 +59,6 @@ def ab_spec(tasks: int, trials: int, *, concurrency: int = 4, extra: str = "") -
         'strategy = "delegation"',
     ]
     for i in range(tasks):
-        body += [
-            "[[tasks]]",
-            f'id = "task-{i}"',
-            f'prompt = "Research question {i}."',
-            'rubric = "mentions parts"',
-        ]
+        body += ["[[tasks]]", f'id = "task-{i}"', f'prompt = "{prompt.format(i=i)}"']
+        body += [f'rubric = "{rubric}"'] if rubric is not None else []
     return "\n".join(body) + "\n"

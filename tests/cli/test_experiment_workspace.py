@@ -32,30 +32,24 @@ from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServ
 from teamlead.testing.scripts import ToolSteps, bash, working_directory, write
 
 from ..polling import poll
+from ..records import ab_spec
 
 MARKER = "# Delegation strategy"  # the delegation prompt's first line; baseline has none
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
 
 
 def _spec(extra: str = "", *, tasks: int = 2, trials: int = 2, concurrency: int = 4) -> str:
-    body = [
-        "[experiment]",
-        'name = "repo"',
-        f"trials = {trials}",
-        "seed = 3",
-        f"concurrency = {concurrency}",
-        'control = "baseline"',
-        extra,
-        "[[variants]]",
-        'name = "baseline"',
-        'strategy = "baseline"',
-        "[[variants]]",
-        'name = "delegation"',
-        'strategy = "delegation"',
-    ]
-    for i in range(tasks):
-        body += ["[[tasks]]", f'id = "task-{i}"', f'prompt = "Fix bug {i}."']
-    return "\n".join(body) + "\n"
+    """An A/B spec of bug fixes in a repository (no rubric: its ``check`` grades)."""
+    return ab_spec(
+        tasks,
+        trials,
+        concurrency=concurrency,
+        extra=extra,
+        name="repo",
+        seed=3,
+        prompt="Fix bug {i}.",
+        rubric=None,
+    )
 
 
 def _processes_in(directory: Path) -> list[str]:
