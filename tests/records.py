@@ -33,22 +33,24 @@ def ab_spec(
     tasks: int,
     trials: int,
     *,
-    concurrency: int = 4,
+    concurrency: int | None = 4,
     extra: str = "",
     name: str = "ab",
     seed: int = 7,
     prompt: str = "Research question {i}.",
     rubric: str | None = "mentions parts",
+    task_id: str = "task-{i}",
 ) -> str:
     """The text of an A/B spec: ``baseline`` (the control) against ``delegation`` on
-    ``tasks`` tasks (``prompt`` with the task's number, and ``rubric`` unless ``None``),
-    ``trials`` each; ``extra`` goes in its ``[experiment]`` table."""
+    ``tasks`` tasks (``task_id`` and ``prompt`` with the task's number, and ``rubric``
+    unless ``None``), ``trials`` each, ``concurrency`` at once (``None``: the spec's
+    default); ``extra`` goes in its ``[experiment]`` table."""
     body = [
         "[experiment]",
         f'name = "{name}"',
         f"trials = {trials}",
         f"seed = {seed}",
-        f"concurrency = {concurrency}",
+        *([f"concurrency = {concurrency}"] if concurrency is not None else []),
         'control = "baseline"',
         extra,
         "[[variants]]",
@@ -59,6 +61,6 @@ def ab_spec(
         'strategy = "delegation"',
     ]
     for i in range(tasks):
-        body += ["[[tasks]]", f'id = "task-{i}"', f'prompt = "{prompt.format(i=i)}"']
+        body += ["[[tasks]]", f'id = "{task_id.format(i=i)}"', f'prompt = "{prompt.format(i=i)}"']
         body += [f'rubric = "{rubric}"'] if rubric is not None else []
     return "\n".join(body) + "\n"

@@ -24,26 +24,12 @@ from teamlead.testing.scripts import FanOut
 
 from ..isolated import isolated_env, side_by_side
 from ..polling import poll
+from ..records import ab_spec
 from .conftest import TEAMLEAD, ask, cli_processes
 
-SPEC = """
-[experiment]
-name = "sig"
-trials = 1
-seed = 1
-concurrency = 2
-control = "baseline"
-[[variants]]
-name = "baseline"
-strategy = "baseline"
-[[variants]]
-name = "delegation"
-strategy = "delegation"
-[[tasks]]
-id = "t"
-prompt = "Investigate."
-rubric = "r"
-"""
+SPEC = ab_spec(
+    1, 1, concurrency=2, name="sig", seed=1, task_id="t", prompt="Investigate.", rubric="r"
+)
 
 
 def _stop_and_check(proc: subprocess.Popen[str], sig: signal.Signals, state: Path) -> str:

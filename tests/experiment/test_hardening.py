@@ -20,23 +20,9 @@ from teamlead.experiment.specs.records import read_records
 from teamlead.experiment.specs.spec import parse_spec
 from teamlead.policy import Policy, SpawnPolicy
 
-SPEC = """
-[experiment]
-name = "ab"
-trials = 2
-seed = 7
-control = "baseline"
-[[variants]]
-name = "baseline"
-strategy = "baseline"
-[[variants]]
-name = "delegation"
-strategy = "delegation"
-[[tasks]]
-id = "t"
-prompt = "Question."
-rubric = "r"
-"""
+from ..records import ab_spec
+
+SPEC = ab_spec(1, 2, concurrency=None, task_id="t", prompt="Question.", rubric="r")
 
 
 class Answers:
