@@ -154,15 +154,7 @@ class TelemetrySource:
         cached = self._app
         if cached is not None and cached[:2] == (id(provider), id(meter_provider)):
             return cached[2]
-        from .instruments import Instruments
-
-        meter = meter_provider.get_meter(_SCOPE, __version__)
-        made = Telemetry(
-            tracer=provider.get_tracer(_SCOPE, __version__),
-            meter=meter,
-            instruments=Instruments(meter),
-            own=False,
-        )
+        made = _telemetry_of(provider, meter_provider, own=False)
         self._app = (id(provider), id(meter_provider), made)
         return made
 
@@ -203,8 +195,6 @@ def _build(
     from opentelemetry.sdk.trace.export import BatchSpanProcessor
     from opentelemetry.trace import NoOpTracerProvider
 
-    from .instruments import Instruments
-
     named = _get(env, "OTEL_SERVICE_NAME") or "service.name=" in _get(
         env, "OTEL_RESOURCE_ATTRIBUTES"
     )
@@ -225,14 +215,19 @@ def _build(
     shutdown = _flush_at_exit(
         tracer_provider if traces else None, meter_provider if metrics else None
     )
+    return _telemetry_of(tracer_provider, meter_provider, own=True), shutdown
+
+
+def _telemetry_of(tracer_provider: Any, meter_provider: Any, *, own: bool) -> Telemetry:
+    from .instruments import Instruments
+
     meter = meter_provider.get_meter(_SCOPE, __version__)
-    made = Telemetry(
+    return Telemetry(
         tracer=tracer_provider.get_tracer(_SCOPE, __version__),
         meter=meter,
         instruments=Instruments(meter),
-        own=True,
+        own=own,
     )
-    return made, shutdown
 
 
 def _names(env: Mapping[str, str], signal: str) -> list[str]:
