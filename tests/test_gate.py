@@ -570,6 +570,12 @@ async def test_an_interrupted_gate_rejects_its_queued_calls_and_holds_their_answ
         gate.interrupt("stopped by SIGTERM")
         await settle()
         calls.start("late")
+        workflow = {"tool_name": "Workflow", "tool_input": {"script": "return 1"}}
+
+        async def late_workflow() -> None:
+            calls.out["workflow"] = await gate.hook(workflow, "workflow", {"signal": None})
+
+        tg.start_soon(late_workflow)
         await clock.advance(4.9)
         assert list(calls.out) == ["t0"]  # the refused calls' hooks are unanswered yet
         assert gate.running == 0 and gate.queued == 0  # but hold nothing
@@ -579,7 +585,8 @@ async def test_an_interrupted_gate_rejects_its_queued_calls_and_holds_their_answ
     assert [r.status for r in gate.records()] == ["admitted", "rejected", "rejected", "denied"]
     assert all("SIGTERM" in (r.reason or "") for r in gate.records()[1:3])
     assert [type(e).__name__ for e in seen].count("SpawnRejected") == 2
-    assert sorted(calls.out) == (["t0"] if cli_ends else ["late", "t0", "t1", "t2"])
+    assert sorted(calls.out) == (["t0"] if cli_ends else ["late", "t0", "t1", "t2", "workflow"])
+    assert [code for _, code, _ in gate.workflow_denials] == ["closed"]
     for tool_use_id in set(calls.out) - {"t0"}:
         decision = calls.out[tool_use_id]["hookSpecificOutput"]["permissionDecision"]
         assert decision == "deny", calls.out[tool_use_id]

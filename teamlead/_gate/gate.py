@@ -347,10 +347,10 @@ class SpawnGate:
         """The run was stopped from outside: every call still queued is ``rejected`` with
         ``reason`` (its work is missing), then the gate closes.
 
-        The hooks of the calls it refuses (those queued, and any that comes later) are
-        answered only after :data:`_HELD_AFTER_STOP_S`: the run ends their CLI at once,
-        which cancels them, and a refusal answered before that would make the CLI send the
-        lead one more request, of a run that was stopped."""
+        The hooks of the calls it refuses (those queued, and any Agent or Workflow call that
+        comes later) are answered only after :data:`_HELD_AFTER_STOP_S`: the run ends their
+        CLI at once, which cancels them, and a refusal answered before that would make the
+        CLI send the lead one more request, of a run that was stopped."""
         self._stopped = True
         for call in list(self._calls.values()):
             if call.status == "queued":
@@ -398,15 +398,16 @@ class SpawnGate:
     async def hook(self, input_data: Any, tool_use_id: Any, context: Any) -> SyncHookJSONOutput:
         """The PreToolUse callback: ``{}`` admits, a deny output refuses. Never raises."""
         if isinstance(input_data, Mapping) and input_data.get("tool_name") == _WORKFLOW:
-            return self._workflow(input_data, tool_use_id)
+            verdict = self._workflow(input_data, tool_use_id)
+            await self._held_if_stopped(verdict)
+            return verdict
         call: Call | None = None
         try:
             call, problem = self._register(input_data, tool_use_id)
             if problem is not None:
                 return self._deny(call, "bad_input", problem)
             decided = await self._decide(call)
-            if decided and self._stopped:
-                await self._clock.sleep(_HELD_AFTER_STOP_S)  # its CLI is ended meanwhile
+            await self._held_if_stopped(decided)
             model = self.subagent_model
             if decided or model is None or not is_model_alias(model):
                 return decided  # a model id is not an Agent input: the relay sets it
@@ -432,6 +433,12 @@ class SpawnGate:
         finally:
             if call is not None and call.depth == 1:
                 self._turns.leave(_safe_read(self._clock.monotonic))
+
+    async def _held_if_stopped(self, verdict: SyncHookJSONOutput) -> None:
+        """A refusal (``verdict`` not ``{}``) of a stopped run waits
+        :data:`_HELD_AFTER_STOP_S` before it is answered: its CLI is ended meanwhile."""
+        if verdict and self._stopped:
+            await self._clock.sleep(_HELD_AFTER_STOP_S)
 
     def _workflow(self, data: Mapping[str, Any], tool_use_id: Any) -> SyncHookJSONOutput:
         """A ``Workflow`` call: denied when its agents would be too deep, the spawn budget
