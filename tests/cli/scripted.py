@@ -8,6 +8,7 @@ the CLI's files.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +25,8 @@ from teamlead.testing.scripts import (
 __all__ = [
     "Mixed",
     "agents_run",
+    "one_done_one_running",
+    "wrap_up_answers",
     "journaled",
     "lead_seen",
     "requests_by_key",
@@ -88,6 +91,34 @@ class Mixed:
                 )
             return Reply.tools(*calls)
         return synthesize(req)
+
+
+def wrap_up_answers(lead: Callable[[ScriptedRequest], Reply]) -> Callable[[ScriptedRequest], Reply]:
+    """``lead``, plus an answer to a deadline's wrap-up turn, which offers no tools (role
+    ``other``)."""
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "other" and "<teamlead-results" in req.last_user_text:
+            return synthesize(req)
+        return lead(req)
+
+    return script
+
+
+def one_done_one_running(server: ScriptedServer, done: str, running: str) -> bool:
+    """Whether agent ``done``'s finding has reached the lead while agent ``running``'s
+    request is still open: the scene a deadline's wrap-up is tested from."""
+    told = [
+        r
+        for r in server.recorded("lead")
+        if f"FINDING[{done}]" in r.request.last_user_text and r.finished is not None
+    ]
+    slow = [
+        r
+        for r in server.recorded("subagent")
+        if r.request.agent and r.request.agent.description == running
+    ]
+    return bool(told and slow) and all(r.finished is None for r in slow)
 
 
 def agents_run(server: ScriptedServer) -> set[str]:

@@ -9,6 +9,7 @@ process instead, on a clock held until its scene is set, with a process state of
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -23,10 +24,11 @@ import teamlead
 from teamlead import Finished, Policy, ProcessState
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer, ToolUse
 from teamlead.testing.otlp import OtlpReceiver, dead_endpoint, otlp_env
-from teamlead.testing.scripts import FanOut, findings_in, synthesize
+from teamlead.testing.scripts import FanOut, findings_in
 
 from ..skip_clock import SkipClock, holding
 from .conftest import ask
+from .scripted import one_done_one_running, wrap_up_answers
 
 pytestmark = pytest.mark.cli
 
@@ -418,13 +420,6 @@ def test_a_client_run_gets_the_same_spans(tmp_path: Path) -> None:
     assert all(a.attributes["gen_ai.usage.input_tokens"] > 0 for a in agents)  # relayed
 
 
-def wrap_up_lead(req: ScriptedRequest) -> Reply:
-    """Two agents (0.3 s and 40 s), and an answer to the deadline's tool-less wrap-up turn."""
-    if req.role == "other" and "<teamlead-results" in req.last_user_text:
-        return synthesize(req)
-    return SLOW_FAN(req)
-
-
 SLOW_FAN = FanOut.of(2, delays=[0.3, 40.0])
 
 
@@ -441,24 +436,11 @@ async def test_the_deadlines_wrap_up_is_a_phase_and_the_stopped_agent_says_so(
         monkeypatch.delenv(name)
     clock = SkipClock(held=True)
     items: list[Any] = []
-    with OtlpReceiver() as receiver, ScriptedServer(wrap_up_lead) as server:
+    with OtlpReceiver() as receiver, ScriptedServer(wrap_up_answers(SLOW_FAN)) as server:
         for name, value in receiver.env().items():
             monkeypatch.setenv(name, value)
         world = ProcessState(registry=False)  # its own providers, built from these variables
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-
-        def one_done_one_running() -> bool:
-            told = [
-                r
-                for r in server.recorded("lead")
-                if "FINDING[agent-1]" in r.request.last_user_text and r.finished is not None
-            ]
-            slow = [
-                r
-                for r in server.recorded("subagent")
-                if r.request.agent and r.request.agent.description == "agent-2"
-            ]
-            return bool(told and slow) and all(r.finished is None for r in slow)
 
         async def collect() -> None:
             with anyio.fail_after(120):
@@ -469,7 +451,8 @@ async def test_the_deadlines_wrap_up_is_a_phase_and_the_stopped_agent_says_so(
                 items.extend([item async for item in run])
 
         try:
-            _, ready = await holding(clock, one_done_one_running, collect())
+            scene = functools.partial(one_done_one_running, server, "agent-1", "agent-2")
+            _, ready = await holding(clock, scene, collect())
         finally:
             world.telemetry.close()  # flushed: every span has been sent
         assert ready, "agent-1 never finished while agent-2 ran"

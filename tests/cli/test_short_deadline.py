@@ -12,6 +12,7 @@ scaled to a turn on this machine, runs in real time.
 
 from __future__ import annotations
 
+import functools
 import time
 from pathlib import Path
 from typing import Any
@@ -22,23 +23,13 @@ import pytest
 import teamlead
 from teamlead.events import Finished
 from teamlead.policy import Policy
-from teamlead.testing import OfflineClaude, RecordedRequest, Reply, ScriptedRequest, ScriptedServer
-from teamlead.testing.scripts import FanOut, findings_in, synthesize
+from teamlead.testing import OfflineClaude, RecordedRequest, Reply, ScriptedServer
+from teamlead.testing.scripts import FanOut, findings_in
 
 from ..skip_clock import SkipClock, holding
+from .scripted import one_done_one_running, wrap_up_answers
 
 pytestmark = pytest.mark.cli
-
-
-def wrap_up_answers(fan: FanOut) -> Any:
-    """``fan``, plus an answer to the wrap-up turn, which offers no tools (role ``other``)."""
-
-    def script(req: ScriptedRequest) -> Reply:
-        if req.role == "other" and "<teamlead-results" in req.last_user_text:
-            return synthesize(req)
-        return fan(req)
-
-    return script
 
 
 async def one_turn_s(claude: OfflineClaude) -> float:
@@ -78,15 +69,6 @@ async def test_a_deadline_of_seconds_leaves_the_wrap_up_turn_time_to_answer(
     with ScriptedServer(wrap_up_answers(FanOut.of(2, delays=[0.2, 60.0]))) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
 
-        def one_done_one_running() -> bool:
-            told = [
-                r
-                for r in server.recorded("lead")
-                if "FINDING[agent-1]" in r.request.last_user_text and r.finished is not None
-            ]
-            slow = [r for r in server.recorded("subagent") if _agent(r) == "agent-2"]
-            return bool(told and slow) and all(r.finished is None for r in slow)
-
         async def collect() -> None:
             with anyio.fail_after(120):
                 policy = Policy(deadline_s=deadline)
@@ -95,7 +77,8 @@ async def test_a_deadline_of_seconds_leaves_the_wrap_up_turn_time_to_answer(
                 ):
                     items.append(item)
 
-        _, ready = await holding(clock, one_done_one_running, collect())
+        scene = functools.partial(one_done_one_running, server, "agent-1", "agent-2")
+        _, ready = await holding(clock, scene, collect())
     assert ready, "agent-1 never finished while agent-2 ran"
     done = items[-1]
     assert isinstance(done, Finished)
@@ -110,7 +93,3 @@ async def test_a_deadline_of_seconds_leaves_the_wrap_up_turn_time_to_answer(
     assert wrap.finished is not None and wrap.error is None and wrap.reply is not None
     assert done.result == wrap.reply.content
     assert findings_in(done.result) == ["agent-1"]
-
-
-def _agent(record: RecordedRequest) -> str | None:
-    return record.request.agent.description if record.request.agent else None
