@@ -40,7 +40,7 @@ from .controls import Controls
 from .exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, exit_code_for
 from .keys import cbreak
 from .options import Output
-from .signals import STOP_SIGNALS, defer_stop_signals, first_stop
+from .signals import defer_stop_signals, receive_stop_signals
 from .team_view import LiveTeamView, PlainProgress
 
 __all__ = [
@@ -333,8 +333,8 @@ def run_session(
         scope.cancel()
 
     async def watch_signals(scope: anyio.CancelScope) -> None:
-        with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
-            received = await first_stop(signals)
+        with receive_stop_signals() as signals:
+            received = await signals.first()
             state["interrupted"] = True
             if controls is not None:  # a prompt on the screen is answered: no
                 controls.close()

@@ -14,19 +14,30 @@ entry point (:mod:`.startup`) exits as an interrupted run does; without it SIGIN
 a ``KeyboardInterrupt`` traceback, and SIGTERM and SIGHUP killed the process (exit 143
 and 129) with nothing on stdout. Once the command's event loop begins
 (:func:`defer_stop_signals`), a stop is only noted until the loop's watcher listens,
-and the watcher acts on it (:func:`first_stop`): the run ends through its own path. A
-command that handles the signals its own way (the scripted server) gives them back with
-:func:`release_stop_signals` first.
+and the watcher acts on it (:func:`receive_stop_signals`): the run ends through its own
+path. A command that handles the signals its own way (the scripted server) gives them back
+with :func:`release_stop_signals` first.
+
+Each signal reaches the watcher once. The C-level handler writes every signal to the
+process's wake-up descriptor as well as running the Python handler, and the event loop's
+receiver sets its own descriptor before it takes each signal over. A stop while the
+receiver opened was therefore both noted here and written to the loop's descriptor: the
+watcher acted on the noted one, then took the copy for a second Ctrl-C and cancelled the
+run before it had printed its end (one ``ask --json`` in forty, under load). So while the
+loop starts, the wake-up descriptor is teamlead's own; a stop that lands while the
+receiver opens is not noted but read from that descriptor, or comes through the receiver.
 
 Only the standard library and anyio load here: the entry point imports this module first.
 """
 
 from __future__ import annotations
 
+import contextlib
 import signal
+import socket
 import sys
 import warnings
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, Generic, TypeVar
@@ -37,9 +48,10 @@ __all__ = [
     "STOP_SIGNALS",
     "Interruptible",
     "StoppedAtStartup",
+    "StopSignals",
     "defer_stop_signals",
-    "first_stop",
     "mute_stop_signals",
+    "receive_stop_signals",
     "release_stop_signals",
     "stop_at_startup",
 ]
@@ -70,11 +82,15 @@ class StoppedAtStartup(SystemExit):
 @dataclass
 class _Startup:
     """The stop signals' state before a command watches for them (process-wide, as the
-    signal handlers are): whether a command's event loop has begun, and the stop that came
-    since (for its watcher)."""
+    signal handlers are): whether a command's event loop has begun, the stop that came
+    since (for its watcher), the wake-up socket pair that holds every signal meanwhile
+    (and the descriptor it replaced), and whether the watcher's receiver is opening."""
 
     deferred: bool = False
     noted: signal.Signals | None = None
+    wakeup: tuple[socket.socket, socket.socket] | None = None
+    previous_fd: int = -1
+    opening: bool = False
 
 
 _STARTUP = _Startup()
@@ -84,34 +100,94 @@ def stop_at_startup() -> None:
     """From now until a command watches for them, each stop signal raises
     :class:`StoppedAtStartup` in the main thread, wherever it is (until
     :func:`defer_stop_signals`)."""
-    _STARTUP.deferred, _STARTUP.noted = False, None
+    _forget_wakeup()
+    _STARTUP.deferred, _STARTUP.noted, _STARTUP.opening = False, None, False
     for stop in STOP_SIGNALS:
         signal.signal(stop, _on_stop)
 
 
 def defer_stop_signals() -> None:
     """Say a command's event loop starts now: a stop signal is then only noted, and the
-    loop's watcher takes it once it listens (:func:`first_stop`). Raised inside the loop,
-    the stop came out grouped by anyio, asyncio logged it with its traceback, and the run
-    ended without its own record. No effect unless :func:`stop_at_startup` ran."""
+    loop's watcher takes it once it listens (:func:`receive_stop_signals`). Raised inside
+    the loop, the stop came out grouped by anyio, asyncio logged it with its traceback,
+    and the run ended without its own record. No effect unless :func:`stop_at_startup`
+    ran (and its handlers are still in place)."""
+    if signal.getsignal(signal.SIGINT) is not _on_stop or _STARTUP.deferred:
+        return
+    reader, writer = socket.socketpair()
+    reader.setblocking(False)
+    writer.setblocking(False)
+    _STARTUP.previous_fd = signal.set_wakeup_fd(writer.fileno(), warn_on_full_buffer=False)
+    _STARTUP.wakeup = (reader, writer)
     _STARTUP.deferred = True
 
 
-async def first_stop(signals: AsyncIterator[int]) -> signal.Signals:
-    """The stop signal a watcher acts on: one noted while its event loop started, else the
-    next one ``signals`` (its open receiver) gets.
+class StopSignals:
+    """The stop signals a command's watcher receives, from :func:`receive_stop_signals`:
+    one that came while its event loop started first (after a checkpoint, so the loop's
+    other tasks have taken their first step, as they would have for a signal received the
+    instant the receiver opened), then each one the receiver gets."""
 
-    A noted one is returned after a checkpoint, so the loop's other tasks have taken their
-    first step (a run has made its state and can be asked to stop), as they would have
-    for a signal received the instant the receiver opened.
-    """
+    def __init__(self, first: signal.Signals | None, receiver: Any) -> None:
+        self._first = first
+        self._receiver = receiver
+
+    def __aiter__(self) -> StopSignals:
+        return self
+
+    async def __anext__(self) -> signal.Signals:
+        if self._first is not None:
+            first, self._first = self._first, None
+            await anyio.lowlevel.checkpoint()
+            return first
+        return signal.Signals(await self._receiver.__anext__())
+
+    async def first(self) -> signal.Signals:
+        """The stop signal the watcher acts on: it waits for one."""
+        return await self.__anext__()
+
+
+@contextlib.contextmanager
+def receive_stop_signals() -> Iterator[StopSignals]:
+    """Listen for the stop signals in the running event loop, with the one that came
+    while it started (see the module docstring: each signal arrives once)."""
+    _STARTUP.opening = True
+    try:
+        with anyio.open_signal_receiver(*STOP_SIGNALS) as receiver:
+            yield StopSignals(_hand_over(), receiver)
+    finally:
+        _STARTUP.opening = False
+
+
+def _hand_over() -> signal.Signals | None:
+    """The stop that came before the receiver took the signals over: the one noted, else
+    the first written to teamlead's wake-up socket (one that landed as the receiver
+    opened); teamlead's socket is closed, as the loop's descriptor holds the rest."""
     noted, _STARTUP.noted = _STARTUP.noted, None
-    if noted is not None:
-        await anyio.lowlevel.checkpoint()
+    if not _STARTUP.deferred:
         return noted
-    async for received in signals:
-        return signal.Signals(received)
-    raise RuntimeError("the signal receiver ended")  # it does not: it waits for ever
+    written = b""
+    if _STARTUP.wakeup is not None:
+        with contextlib.suppress(OSError):
+            written = _STARTUP.wakeup[0].recv(64)
+        for end in _STARTUP.wakeup:
+            end.close()
+        _STARTUP.wakeup, _STARTUP.previous_fd = None, -1
+    _STARTUP.deferred = False
+    if noted is None:  # the first stop among them (another handled signal may be there)
+        noted = next((signal.Signals(b) for b in written if b in STOP_SIGNALS), None)
+    return noted
+
+
+def _forget_wakeup() -> None:
+    """Give the wake-up descriptor back as it was before :func:`defer_stop_signals`."""
+    if _STARTUP.wakeup is None:
+        return
+    with contextlib.suppress(ValueError):
+        signal.set_wakeup_fd(_STARTUP.previous_fd)
+    for end in _STARTUP.wakeup:
+        end.close()
+    _STARTUP.wakeup, _STARTUP.previous_fd = None, -1
 
 
 def release_stop_signals() -> None:
@@ -131,7 +207,8 @@ def mute_stop_signals() -> None:
 def _on_stop(signum: int, frame: FrameType | None) -> None:
     received = signal.Signals(signum)
     if _STARTUP.deferred:
-        _STARTUP.noted = _STARTUP.noted or received
+        if not _STARTUP.opening:  # else it is on a wake-up descriptor, to be read once
+            _STARTUP.noted = _STARTUP.noted or received
         return
     # The stop cuts the start-up wherever it is: objects half made (an event loop being
     # built, coroutines not started yet) complain as they are dropped, which says nothing
@@ -181,7 +258,7 @@ class Interruptible(Generic[_T]):
             tg.cancel_scope.cancel()
 
     async def _watch(self, scope: anyio.CancelScope) -> None:
-        with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
-            self.interrupted = await first_stop(signals)
+        with receive_stop_signals() as signals:
+            self.interrupted = await signals.first()
             await anyio.to_thread.run_sync(self._stop)
             scope.cancel()
