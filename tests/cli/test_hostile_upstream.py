@@ -38,20 +38,35 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 class FirstTryOf:
-    """``script``, but the first request of the subagent ``agent`` gets ``reply``."""
+    """``script``, but the first request of the subagent ``agent`` gets ``reply``; with
+    ``after``, only once those subagents' requests have reached the server (within 30 s),
+    so that the reply's pause meets them in flight whatever the machine's load."""
 
-    def __init__(self, script: Callable[[ScriptedRequest], Reply], agent: str, reply: Reply):
-        self.script, self.agent, self.reply = script, agent, reply
+    def __init__(
+        self,
+        script: Callable[[ScriptedRequest], Reply],
+        agent: str,
+        reply: Reply,
+        *,
+        after: tuple[str, ...] = (),
+    ):
+        self.script, self.agent, self.reply, self.after = script, agent, reply, set(after)
         self.used = False
-        self._lock = threading.Lock()
+        self._seen: set[str] = set()
+        self._changed = threading.Condition()
 
     def __call__(self, req: ScriptedRequest) -> Reply:
-        if req.role == "subagent" and req.agent_description == self.agent:
-            with self._lock:
-                if not self.used:
-                    self.used = True
-                    return self.reply
-        return self.script(req)
+        if req.role != "subagent":
+            return self.script(req)
+        with self._changed:
+            self._seen.add(req.agent_description or "")
+            self._changed.notify_all()
+            if req.agent_description != self.agent or self.used:
+                return self.script(req)
+            self.used = True
+            if not self._changed.wait_for(lambda: self.after <= self._seen, timeout=30):
+                raise AssertionError(f"{sorted(self.after - self._seen)} never reached the server")
+        return self.reply
 
 
 def ask_finished(
@@ -137,7 +152,15 @@ def test_a_window_reset_in_2099_pauses_nothing(tmp_path: Path) -> None:
 
 def test_a_subagents_plausible_pause_never_starves_the_leads_synthesis(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
-    paused = FirstTryOf(FanOut.of(3, delays=0.3), "agent-1", Reply.error(429, retry_after=120))
+    # agent-1's 429 is answered once agent-2's and agent-3's requests are with the upstream:
+    # had one come after it, the pause would rightly answer it a 429 too (the CLI's retries
+    # being off, that agent would fail), and the run would have fewer results to use
+    paused = FirstTryOf(
+        FanOut.of(3, delays=0.3),
+        "agent-1",
+        Reply.error(429, retry_after=120),
+        after=("agent-2", "agent-3"),
+    )
     with ScriptedServer(paused) as server:
         done = ask_finished(home(server, tmp_path, "one"), cache, "--deadline", "90", within_s=150)
         lead = [r for r in server.recorded("lead") if r.status == 200]
@@ -146,6 +169,7 @@ def test_a_subagents_plausible_pause_never_starves_the_leads_synthesis(tmp_path:
     assert done["_wall_s"] < 90, done["_stderr"]
     assert {"agent-2", "agent-3"} <= set(findings_in(done["result"] or ""))
     assert len(lead) >= 2  # the fan-out, and the synthesis the pause did not hold back
+    assert done["relay"]["passed"] == 1  # agent-1's 429 alone went on to the CLI
     assert done["status"] in ("completed", "partial")
     rows = {row["description"]: row for row in done["tasks"] if row.get("description")}
     assert rows["agent-2"]["status"] == rows["agent-3"]["status"] == "completed"
