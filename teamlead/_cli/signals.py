@@ -170,9 +170,7 @@ def _hand_over() -> signal.Signals | None:
     if _STARTUP.wakeup is not None:
         with contextlib.suppress(OSError):
             written = _STARTUP.wakeup[0].recv(64)
-        for end in _STARTUP.wakeup:
-            end.close()
-        _STARTUP.wakeup, _STARTUP.previous_fd = None, -1
+        _close_wakeup()
     _STARTUP.deferred = False
     if noted is None:  # the first stop among them (another handled signal may be there)
         noted = next((signal.Signals(b) for b in written if b in STOP_SIGNALS), None)
@@ -185,7 +183,12 @@ def _forget_wakeup() -> None:
         return
     with contextlib.suppress(ValueError):
         signal.set_wakeup_fd(_STARTUP.previous_fd)
-    for end in _STARTUP.wakeup:
+    _close_wakeup()
+
+
+def _close_wakeup() -> None:
+    """Close teamlead's wake-up socket pair (the descriptor in place stays as it is)."""
+    for end in _STARTUP.wakeup or ():
         end.close()
     _STARTUP.wakeup, _STARTUP.previous_fd = None, -1
 
