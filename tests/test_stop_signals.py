@@ -6,19 +6,31 @@ this process, the entry point's start-up handlers, and asyncio's own receiver. W
 signal lands is set by wrapping the loop's ``add_signal_handler``, so each instant of the
 receiver's opening is hit on purpose, not by luck. After the first signal a marker signal
 follows: the next one the watcher gets must be the marker, not a copy of the first.
+
+A stop raised during the imports that a library turned into its own error (pydantic-core
+does, building a model in Rust), or dropped, still ends the command as a stop: the entry
+point is run for real in a child process, the stop met inside pydantic as CI met it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import json
 import os
 import signal
+import subprocess
+import sys
+import textwrap
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import anyio
 import pytest
 
 from teamlead._cli import signals as stops
+
+from .isolated import isolated_env
 
 _MARK = signal.SIGHUP
 
@@ -105,3 +117,70 @@ def test_without_the_start_up_handlers_the_receiver_is_the_loops_own(startup: No
     assert stops._STARTUP.wakeup is None
     assert signal.set_wakeup_fd(before) == before
     assert _watch(_stop_at(len(stops.STOP_SIGNALS))) == [signal.SIGTERM, _MARK]
+
+
+def test_a_stop_a_library_dropped_is_raised_again_before_the_loop_begins(startup: None) -> None:
+    with contextlib.suppress(stops.StoppedAtStartup):  # a library that drops what it meets
+        signal.raise_signal(signal.SIGTERM)
+    with pytest.raises(stops.StoppedAtStartup) as raised:
+        stops.defer_stop_signals()
+    assert raised.value.received == signal.SIGTERM
+    assert not stops._STARTUP.deferred and stops._STARTUP.wakeup is None
+
+
+#: The entry point, with a ``commands`` module whose loading meets the stop where CI's did:
+#: inside pydantic-core, building a model (a literal's ``repr``, as the SDK's MCP types
+#: have), which turns it into a ``SchemaError`` holding nothing but its text. ``dropped``
+#: swallows that error too and starts its work as a command does.
+_ENTRY = textwrap.dedent(
+    """
+    import signal, sys, types
+    from typing import Literal
+
+    from teamlead._cli import startup
+    from teamlead._cli.signals import Interruptible
+
+    def main():
+        from pydantic import BaseModel
+
+        class Kind(str):
+            def __repr__(self):
+                signal.raise_signal(signal.SIGTERM)
+                return str.__repr__(self)
+
+        try:
+            class Message(BaseModel):
+                kind: Literal[Kind("text")]
+        except Exception as exc:
+            if "StoppedAtStartup" not in str(exc) or exc.__context__ is not None:
+                raise AssertionError(f"not the conversion CI met: {exc!r}") from None
+            if sys.argv[-1] != "dropped":
+                raise
+        async def work():
+            print("the work ran", file=sys.stderr)
+        Interruptible(work).run()
+        sys.exit(0)
+
+    commands = types.ModuleType("teamlead._cli.commands")
+    commands.main = main
+    sys.modules["teamlead._cli.commands"] = commands
+    startup.run()
+    """
+)
+
+
+@pytest.mark.parametrize("fate", ["converted", "dropped"])
+def test_a_stop_a_library_turned_into_its_own_error_ends_the_command_as_a_stop(
+    tmp_path: Path, fate: str
+) -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _ENTRY, "ask", "Fix it.", "--json", "--", fate],
+        env=isolated_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (done.returncode, done.stderr) == (130, "teamlead: interrupted\n"), done.stderr
+    finished = json.loads(done.stdout.splitlines()[-1])
+    assert finished["type"] == "finished" and finished["reason"] == "interrupted", finished
+    assert "SIGTERM" in " ".join(finished["reasons"]), finished

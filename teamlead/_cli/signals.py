@@ -27,6 +27,14 @@ run before it had printed its end (one ``ask --json`` in forty, under load). So 
 loop starts, the wake-up descriptor is teamlead's own; a stop that lands while the
 receiver opens is not noted but read from that descriptor, or comes through the receiver.
 
+A stop raised during the imports can be swallowed on its way out: pydantic-core builds a
+model's serializer in Rust and turns any Python error met on the way, this one too, into
+its own ``SchemaError`` (the signal's name only in its text), so the entry point saw a
+failed import and printed its traceback (exit 1, one CI run in many). Each stop raised is
+therefore also recorded (:func:`stop_raised`): the entry point takes whatever comes out
+after it for the stop's unwinding, and if the start-up went on as if nothing had
+happened, the stop is raised again as the event loop would begin.
+
 Only the standard library and anyio load here: the entry point imports this module first.
 """
 
@@ -54,6 +62,7 @@ __all__ = [
     "receive_stop_signals",
     "release_stop_signals",
     "stop_at_startup",
+    "stop_raised",
 ]
 
 #: Every signal that stops a run (exit 130); SIGHUP only where the platform has it.
@@ -84,10 +93,12 @@ class _Startup:
     """The stop signals' state before a command watches for them (process-wide, as the
     signal handlers are): whether a command's event loop has begun, the stop that came
     since (for its watcher), the wake-up socket pair that holds every signal meanwhile
-    (and the descriptor it replaced), and whether the watcher's receiver is opening."""
+    (and the descriptor it replaced), whether the watcher's receiver is opening, and the
+    first stop raised as :class:`StoppedAtStartup` (whatever became of it)."""
 
     deferred: bool = False
     noted: signal.Signals | None = None
+    raised: signal.Signals | None = None
     wakeup: tuple[socket.socket, socket.socket] | None = None
     previous_fd: int = -1
     opening: bool = False
@@ -102,8 +113,16 @@ def stop_at_startup() -> None:
     :func:`defer_stop_signals`)."""
     _forget_wakeup()
     _STARTUP.deferred, _STARTUP.noted, _STARTUP.opening = False, None, False
+    _STARTUP.raised = None
     for stop in STOP_SIGNALS:
         signal.signal(stop, _on_stop)
+
+
+def stop_raised() -> StoppedAtStartup | None:
+    """The stop raised during the start-up, if one was, as a fresh
+    :class:`StoppedAtStartup`: what the entry point reports when the exception it
+    caught no longer holds it (see the module docstring)."""
+    return None if _STARTUP.raised is None else StoppedAtStartup(_STARTUP.raised)
 
 
 def defer_stop_signals() -> None:
@@ -111,9 +130,17 @@ def defer_stop_signals() -> None:
     loop's watcher takes it once it listens (:func:`receive_stop_signals`). Raised inside
     the loop, the stop came out grouped by anyio, asyncio logged it with its traceback,
     and the run ended without its own record. No effect unless :func:`stop_at_startup`
-    ran (and its handlers are still in place)."""
+    ran (and its handlers are still in place).
+
+    Raises:
+        StoppedAtStartup: a stop raised earlier in the start-up was swallowed on its
+            way (see the module docstring): the command is not to start its work.
+    """
     if signal.getsignal(signal.SIGINT) is not _on_stop or _STARTUP.deferred:
         return
+    swallowed = stop_raised()
+    if swallowed is not None:
+        raise swallowed
     reader, writer = socket.socketpair()
     reader.setblocking(False)
     writer.setblocking(False)
@@ -218,6 +245,7 @@ def _on_stop(signum: int, frame: FrameType | None) -> None:
     # to the user, so the dying process keeps quiet about them.
     sys.unraisablehook = _drop_unraisable
     warnings.simplefilter("ignore")
+    _STARTUP.raised = _STARTUP.raised or received
     raise StoppedAtStartup(received)
 
 

@@ -22,7 +22,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
-from .signals import StoppedAtStartup, mute_stop_signals, release_stop_signals, stop_at_startup
+from .signals import (
+    StoppedAtStartup,
+    mute_stop_signals,
+    release_stop_signals,
+    stop_at_startup,
+    stop_raised,
+)
 
 __all__ = ["run", "wants_ndjson"]
 
@@ -36,9 +42,10 @@ def run() -> None:
     """Run the ``teamlead`` command line in this process; it ends by exiting.
 
     The stop signals are taken first, then the click group is loaded and run. A stop
-    before the command watches for them ends it here (see the module docstring); any
-    other way out (click's own exit, a bug's traceback) gives the signals back to the
-    interpreter's handling first, for the interpreter's shutdown.
+    before the command watches for them ends it here (see the module docstring), whatever
+    it was turned into on its way out (a library that wraps every error it meets, see
+    :mod:`.signals`); any other way out (click's own exit, a bug's traceback) gives the
+    signals back to the interpreter's handling first, for the interpreter's shutdown.
     """
     stop_at_startup()
     try:
@@ -46,7 +53,7 @@ def run() -> None:
 
         main()
     except BaseException as exc:  # the stop is one leaf of whatever it unwound through
-        stopped = _stopped_at_startup(exc)
+        stopped = _stopped_at_startup(exc) or stop_raised()
         if stopped is None:
             release_stop_signals()
             raise
