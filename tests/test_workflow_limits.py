@@ -23,10 +23,14 @@ from teamlead._gate.gate import SpawnGate
 from teamlead._gate.slots import SpawnCap
 from teamlead._metering.book import AgentBook
 from teamlead._relay import start_relay
+from teamlead.clock import Clock
 from teamlead.events import SpawnDenied
 from teamlead.governor import Governor, GovernorPolicy
 from teamlead.policy import Policy, SpawnPolicy
 from teamlead.testing import FakeClock, Reply, ScriptedRequest, ScriptedServer
+
+from .polling import settle
+from .step_clock import StepClock
 
 pytestmark = pytest.mark.anyio
 
@@ -42,7 +46,7 @@ def gate_with(clock: FakeClock | None = None, **policy: Any) -> tuple[SpawnGate,
 
 
 def admission_with(
-    clock: FakeClock, *, deadline_s: float = 1800.0, **policy: Any
+    clock: Clock, *, deadline_s: float = 1800.0, **policy: Any
 ) -> tuple[Admission, SpawnGate]:
     """A run's admission (and its gate) on ``clock``, as the run builds it."""
     admission = Admission(
@@ -319,6 +323,63 @@ async def test_a_closed_admission_leaves_workflow_agents_their_slots_until_their
     assert gate.running == 1
     admission.process_ended()  # their CLI exited: they ended with it
     assert gate.running == 0
-    assert await admission.admit_workflow_agent("w3") is None
+    late = await admission.admit_workflow_agent("w3")  # its first request came after
+    assert late is not None and late.code == "no_slot" and "token budget" in late.reason, late
+    assert gate.running == 0 and gate.spawned == 2
     admission.end()  # the run ends: every slot is let go
     assert gate.running == 0 and gate.max_workflow_agents == 2
+
+
+async def test_a_workflow_agent_waiting_for_a_slot_is_refused_as_the_run_closes() -> None:
+    # the slot the close frees (an Agent call's) goes to no one: no agent starts after it
+    clock = StepClock()
+    admission, gate = admission_with(clock, max_concurrent_agents=1)
+    out: dict[str, Any] = {}
+    async with anyio.create_task_group() as tg:
+        assert await gate.hook(agent_call("t0"), "t0", {"signal": None}) == {}
+
+        async def wait(agent_id: str) -> None:
+            out[agent_id] = await admission.admit_workflow_agent(agent_id)
+
+        tg.start_soon(wait, "w1")
+        await settle()
+        assert gate.running == 1 and not out  # w1 waits for t0's slot
+        admission.close("the deadline's wrap-up began")
+        await settle()
+    assert out["w1"] is not None and "wrap-up began" in out["w1"].reason, out
+    assert gate.running == 0 and gate.spawned == 1 and clock.monotonic() == 0.0
+
+
+@pytest.mark.parametrize("cli_ends", [False, True], ids=["answered-late", "cancelled"])
+async def test_a_stopped_runs_workflow_agents_are_refused_and_held_as_its_hooks_are(
+    cli_ends: bool,
+) -> None:
+    # a refusal answered at once would end the agent's workflow and make the CLI send the
+    # lead one more request, of a run that was stopped: answered only after 5 s, by when
+    # the run has ended its CLI (which ends the request: nothing answered, nothing held)
+    clock = StepClock()
+    admission, gate = admission_with(clock, max_concurrent_agents=1)
+    out: dict[str, Any] = {}
+    async with anyio.create_task_group() as tg:
+
+        async def wait(agent_id: str) -> None:
+            out[agent_id] = await admission.admit_workflow_agent(agent_id)
+
+        tg.start_soon(wait, "w0")
+        tg.start_soon(wait, "queued")
+        await settle()
+        assert list(out) == ["w0"] and out["w0"] is None  # w0 runs, "queued" waits
+        admission.stopped("SIGTERM")
+        await settle()
+        tg.start_soon(wait, "late")  # its first request comes after the stop
+        await clock.advance(4.9)
+        assert list(out) == ["w0"]  # the refusals are not answered yet...
+        assert gate.running == 1 and gate.spawned == 1  # ...and took nothing
+        if cli_ends:
+            tg.cancel_scope.cancel()
+        await clock.advance(0.2)
+    assert sorted(out) == (["w0"] if cli_ends else ["late", "queued", "w0"])
+    for agent_id in set(out) - {"w0"}:
+        assert out[agent_id].code == "no_slot" and "SIGTERM" in out[agent_id].reason
+    admission.end()
+    assert gate.running == 0 and gate.spawned == 1

@@ -21,7 +21,9 @@ budget unit here and are not in :meth:`SpawnGate.records`. Each of its agents is
 at the relay instead, when its first request arrives (:meth:`SpawnGate.admit_workflow_agent`,
 asked through the run's :class:`~teamlead._gate.admission.Admission`): a unit of the same
 spawn budget, a slot of the same pools, a turn in the same stagger, held until the run says
-its work ended (:meth:`SpawnGate.workflow_agent_ended`).
+its work ended (:meth:`SpawnGate.workflow_agent_ended`). Once the gate closes, none starts:
+one still waiting for its slot is refused then (after a stop its refusal is held as a
+hook's is, see :meth:`SpawnGate.interrupt`), and so is one whose first request comes later.
 
 A slot is held from admission until the task has really ended: the run's tracker reports
 ``task_started``/``task_ended`` from the stream, and a tool result that shows the agent
@@ -143,6 +145,8 @@ class SpawnGate:
         self._on_model_set = on_model_set
         self._pause = pause
         self._held: dict[str, list[tuple[FifoSlots, ...]]] = {}  # workflow agent -> slots
+        self._waiting: set[anyio.CancelScope] = set()  # workflow agents waiting for slots
+        self._close_reason = "the run is ending"
         self._holding = 0
         #: The most workflow agents that held slots at once.
         self.max_workflow_agents = 0
@@ -216,12 +220,27 @@ class SpawnGate:
         unit of the spawn budget, waits first come first served for a slot of every pool
         (the run's limit, then the process-wide cap) until the wrap-up point, then its turn
         in the stagger, as an Agent call does in the hook. It holds its slots until
-        :meth:`workflow_agent_ended` (or its CLI exits), never on a timer.
+        :meth:`workflow_agent_ended` (or its CLI exits), never on a timer. A closed gate
+        starts none, and refuses one still waiting as it closes.
 
         Returns:
             ``None`` once it may start; else why it does not (a spent budget is also a
             ``spawn_denied`` event). A refused or cancelled agent gives back what it took.
+            A stopped run's refusal comes only after :data:`_HELD_AFTER_STOP_S` (see
+            :meth:`interrupt`: its CLI is ended meanwhile, which ends the request).
         """
+        refusal = self._admit_workflow_agent_now(agent_id)
+        if refusal is None:
+            refusal = await self._admit_workflow_agent(agent_id)
+        if refusal is not None and self._stopped:
+            await self._clock.sleep(_HELD_AFTER_STOP_S)
+        return refusal
+
+    def _admit_workflow_agent_now(self, agent_id: str) -> WorkflowRefusal | None:
+        """What refuses a workflow agent before it waits: a closed gate (no event: the
+        agent never asked while the run took agents), a spent budget."""
+        if self._closed:
+            return WorkflowRefusal("no_slot", why.workflow_closed(self._close_reason))
         budget = self.policy.spawn_budget
         if budget is not None and self._used >= budget:
             reason = why.budget(budget)
@@ -234,6 +253,9 @@ class SpawnGate:
                 )
             )
             return WorkflowRefusal("spawn_budget", reason)
+        return None
+
+    async def _admit_workflow_agent(self, agent_id: str) -> WorkflowRefusal | None:
         self._used += 1
         try:
             refusal = await self._hold(agent_id)
@@ -250,17 +272,24 @@ class SpawnGate:
             until = self._clock.monotonic() + _WORKFLOW_HOLD_S
         taken: list[FifoSlots] = []
         refusal: WorkflowRefusal | None = None
+        waiting = anyio.CancelScope()  # cancelled as the gate closes
+        self._waiting.add(waiting)
         try:
-            for pool in (self._slots, self._cap.slots):
-                if not await pool.take(until, self._clock):
-                    refusal = WorkflowRefusal("no_slot", why.workflow_no_slot())
-                    break
-                taken.append(pool)
-            if refusal is None and not await self._stagger(until):
-                refusal = WorkflowRefusal("no_slot", why.workflow_late_turn())
+            with waiting:
+                for pool in (self._slots, self._cap.slots):
+                    if not await pool.take(until, self._clock):
+                        refusal = WorkflowRefusal("no_slot", why.workflow_no_slot())
+                        break
+                    taken.append(pool)
+                if refusal is None and not await self._stagger(until):
+                    refusal = WorkflowRefusal("no_slot", why.workflow_late_turn())
         except BaseException:
             _give_back(taken)
             raise
+        finally:
+            self._waiting.discard(waiting)
+        if self._closed:  # it closed while this agent waited (or as its wait ended)
+            refusal = WorkflowRefusal("no_slot", why.workflow_closed(self._close_reason))
         if refusal is not None:
             _give_back(taken)
             return refusal
@@ -358,9 +387,14 @@ class SpawnGate:
         self.close(reason)
 
     def close(self, reason: str = "the run is ending") -> None:
-        """No agent starts from now on: deny every queued call with ``reason`` and free
-        every Agent call's slot (workflow agents keep theirs until :meth:`end`)."""
+        """No agent starts from now on: deny every queued call with ``reason``, refuse
+        every workflow agent still waiting for its slot, and free every Agent call's slot
+        (the running workflow agents keep theirs until :meth:`end`)."""
+        if not self._closed:
+            self._close_reason = reason[:_MAX_TEXT]
         self._closed = True
+        for waiting in list(self._waiting):
+            waiting.cancel()
         self._end_calls(reason)
 
     def end(self, reason: str = "the run is ending") -> None:

@@ -98,6 +98,11 @@ def workflow_no_slot() -> str:
     return "teamlead: no agent slot came before the run's wrap-up; this agent does not run"
 
 
+def workflow_closed(why: str) -> str:
+    """A workflow agent's first request came, or waited, as the run closed (``why``)."""
+    return f"teamlead: {why}; this agent does not run"
+
+
 def workflow_late_turn() -> str:
     """A workflow agent's turn in the run's stagger comes after the wrap-up point."""
     return (
