@@ -133,23 +133,30 @@ async def run(
     clock: Clock = SYSTEM_CLOCK,
     *,
     prompt: str = "Investigate.",
+    into: list[Any] | None = None,
     **query: Any,
 ) -> list[Any]:
-    """Every item of one :func:`teamlead.query` run, within ``limit_s``."""
+    """Every item of one :func:`teamlead.query` run, within ``limit_s``; each is also
+    put in ``into`` as it comes (for a test that watches the run as it goes)."""
+    items = [] if into is None else into
     with anyio.fail_after(limit_s):
-        return [
-            item
-            async for item in teamlead.query(prompt, options, policy=policy, clock=clock, **query)
-        ]
+        async for item in teamlead.query(prompt, options, policy=policy, clock=clock, **query):
+            items.append(item)
+    return items
 
 
 async def run_on_a_client(
-    options: Any, policy: teamlead.Policy, limit_s: float = 150, clock: Clock = SYSTEM_CLOCK
+    options: Any,
+    policy: teamlead.Policy,
+    limit_s: float = 150,
+    clock: Clock = SYSTEM_CLOCK,
+    *,
+    into: list[Any] | None = None,
 ) -> list[Any]:
     """:func:`run`, on a ``ClaudeSDKClient`` read with ``receive_all``."""
     from claude_agent_sdk import ClaudeSDKClient
 
-    items: list[Any] = []
+    items: list[Any] = [] if into is None else into
     with anyio.fail_after(limit_s):
         async with (
             teamlead.ClientRun(options, policy, clock=clock) as client_run,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import stat
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -31,17 +32,32 @@ pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 
 
 def past_the_timeout(
-    server: ScriptedServer, clock: SkipClock, done: str, hung: str, timeout_s: float
+    server: ScriptedServer,
+    clock: SkipClock,
+    done: str,
+    hung: str,
+    timeout_s: float,
+    seen: list[Any],
 ) -> tuple[Callable[[], bool], Callable[[], float]]:
-    """For :func:`skipping`: once ``done``'s reply is out and ``hung``'s request is held
-    open, the clock moves ``timeout_s`` on: past ``hung``'s timeout, not ``done``'s."""
+    """For :func:`skipping`: once ``done``'s requests have ended at the relay and
+    ``hung``'s request is held open, the clock moves ``timeout_s`` on: past ``hung``'s
+    timeout, not ``done``'s.
+
+    Ended at the relay, not only at the server: the server has written its reply while
+    the relay (on a loaded machine) may still be passing it on, and a request still in
+    flight there when the clock moved on timed ``done`` out too. The relay tells each
+    request's end with an ``agent_usage`` item of its agent, which the run yields
+    (``seen``, the run's items so far)."""
 
     def requests_of(name: str) -> list[Any]:
         return [r for r in server.recorded() if f"JOB {name}" in r.request.first_user_text]
 
     def ready() -> bool:
         quick = requests_of(done)
-        return bool(quick and requests_of(hung)) and all(r.finished is not None for r in quick)
+        if not (quick and requests_of(hung)) or any(r.finished is None for r in quick):
+            return False
+        ended = Counter(i.agent_id for i in list(seen) if isinstance(i, AgentUsage))
+        return all(ended[agent] >= n for agent, n in Counter(r.agent_id for r in quick).items())
 
     return ready, lambda: clock.monotonic() + timeout_s
 
@@ -99,10 +115,10 @@ async def test_a_hung_agent_ends_at_its_timeout_and_the_run_goes_on(
 ) -> None:
     server, claude = offline(Mixed(["quick", "stuck"], delay=0.5, hang="stuck"))
     policy = teamlead.Policy(wait_s=5, deadline_s=300, spawn=SpawnPolicy(agent_timeout_s=4))
-    clock = SkipClock()
-    items = run(claude.options(), policy, limit_s=120, clock=clock)  # held open for 600 s
+    clock, seen = SkipClock(), []
+    items = run(claude.options(), policy, limit_s=120, clock=clock, into=seen)  # held 600 s
     done = finished(
-        await skipping(clock, *past_the_timeout(server, clock, "quick", "stuck", 4), items)
+        await skipping(clock, *past_the_timeout(server, clock, "quick", "stuck", 4, seen), items)
     )
     rows = {r.label: r for r in done.tasks if r.kind == "task"}
     assert rows["stuck"].status == "timeout"
@@ -119,12 +135,12 @@ async def test_a_hung_agent_ends_at_its_timeout_and_the_run_goes_on(
 async def test_a_hung_agent_ends_at_its_timeout_on_a_client(offline: OfflineFactory) -> None:
     server, claude = offline(Mixed(["quick", "stuck"], delay=0.5, hang="stuck"))
     policy = teamlead.Policy(wait_s=5, deadline_s=300, spawn=SpawnPolicy(agent_timeout_s=4))
-    clock = SkipClock()
+    clock, seen = SkipClock(), []
     # the stuck request is held open for 600 s
     items = await skipping(
         clock,
-        *past_the_timeout(server, clock, "quick", "stuck", 4),
-        run_on_a_client(claude.options(), policy, 120, clock),
+        *past_the_timeout(server, clock, "quick", "stuck", 4, seen),
+        run_on_a_client(claude.options(), policy, 120, clock, into=seen),
     )
     done = finished(items)
     rows = {r.label: r for r in done.tasks if r.kind == "task"}
@@ -137,9 +153,11 @@ async def test_a_hung_agent_ends_at_its_timeout_on_a_client(offline: OfflineFact
 async def test_a_hung_workflow_agent_ends_at_its_timeout(offline: OfflineFactory) -> None:
     server, claude = offline(Mixed([], ["w1", "w2"], delay=0.5, hang="w2"))
     policy = teamlead.Policy(wait_s=5, deadline_s=300, spawn=SpawnPolicy(agent_timeout_s=4))
-    clock = SkipClock()
-    items = run(claude.options(), policy, limit_s=120, clock=clock)
-    done = finished(await skipping(clock, *past_the_timeout(server, clock, "w1", "w2", 4), items))
+    clock, seen = SkipClock(), []
+    items = run(claude.options(), policy, limit_s=120, clock=clock, into=seen)
+    done = finished(
+        await skipping(clock, *past_the_timeout(server, clock, "w1", "w2", 4, seen), items)
+    )
     rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
     assert rows["wf:w2"].status == "timeout" and rows["wf:w1"].status == "completed"
     assert done.status == "partial"
