@@ -239,8 +239,9 @@ class SpawnGate:
     def _admit_workflow_agent_now(self, agent_id: str) -> WorkflowRefusal | None:
         """What refuses a workflow agent before it waits: a closed gate (no event: the
         agent never asked while the run took agents), a spent budget."""
-        if self._closed:
-            return WorkflowRefusal("no_slot", why.workflow_closed(self._close_reason))
+        closed = self._closed_refusal()
+        if closed is not None:
+            return closed
         budget = self.policy.spawn_budget
         if budget is not None and self._used >= budget:
             reason = why.budget(budget)
@@ -288,8 +289,8 @@ class SpawnGate:
             raise
         finally:
             self._waiting.discard(waiting)
-        if self._closed:  # it closed while this agent waited (or as its wait ended)
-            refusal = WorkflowRefusal("no_slot", why.workflow_closed(self._close_reason))
+        # it closed while this agent waited (or as its wait ended)
+        refusal = self._closed_refusal() or refusal
         if refusal is not None:
             _give_back(taken)
             return refusal
@@ -297,6 +298,12 @@ class SpawnGate:
         self._holding += 1
         self.max_workflow_agents = max(self.max_workflow_agents, self._holding)
         return None
+
+    def _closed_refusal(self) -> WorkflowRefusal | None:
+        """A workflow agent's refusal once the gate has closed (``None`` while open)."""
+        if not self._closed:
+            return None
+        return WorkflowRefusal("no_slot", why.workflow_closed(self._close_reason))
 
     def workflow_agent_ended(self, agent_id: str) -> None:
         """A workflow agent's work ended (its entry done or in error, its workflow ended):
