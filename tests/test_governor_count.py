@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from teamlead._governor import aimd
 from teamlead._governor.accounts import Account, ProcessAccount
 from teamlead._governor.accounts.base import Bounds, Lease
 from teamlead._governor.accounts.machine import MachineAccount
@@ -201,6 +202,58 @@ async def test_a_request_that_ends_while_another_s_429_is_on_its_way_keeps_the_t
     assert journal == [("rate_limited", 4), ("settled", 3)]
     for slot in (a1, a2):
         slot.release()
+
+
+def test_two_rejections_read_at_once_on_two_machines_keep_the_true_limit(
+    tmp_path: Path,
+) -> None:
+    """The upstream runs two requests (a limit of 2) and rejects mine and theirs; mine's
+    429 is counted on one machine while theirs is counted and written on the other. Redis
+    counts in one step and writes in the next: mine was marked rejected as it was counted,
+    so theirs' count left it out (2), yet mine's rule, read again after that cut, settled
+    it one lower (1). A rejection is marked in the step that writes its rule: theirs counts
+    mine (3), and mine settles the cut to 2. (The other accounts count and write in one
+    transaction: no other step can come in between.)"""
+    if REDIS_SERVER is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
+    from teamlead._governor.accounts.redis import RedisAccount
+
+    knobs = GovernorPolicy(ceiling=32)
+
+    def cut(lease: Lease) -> Callable[[Limits | None, int], Step]:
+        def rule(stored: Limits | None, accepted: int) -> Step:
+            epoch = 0 if lease.limits is None else lease.limits.epoch
+            return aimd.rate_limited(
+                stored or aimd.initial(knobs), knobs, slot_epoch=epoch, now=1.0, accepted=accepted
+            )
+
+        return rule
+
+    with redis_server(tmp_path) as server:
+        here, there = (RedisAccount(server.url, clock=FakeClock()) for _ in range(2))
+        try:
+            accepted = [_take(here), _take(there)]
+            mine, theirs = _take(here), _take(there)
+            counted: list[int] = []
+
+            def mine_then_theirs(stored: Limits | None, n: int) -> Step:
+                counted.append(n)
+                if len(counted) == 1:  # between mine's count and write: theirs
+                    there.update_rejected(theirs, "anthropic/", cut(theirs))
+                return cut(mine)(stored, n)
+
+            _, change = here.update_rejected(mine, "anthropic/", mine_then_theirs)
+            assert counted == [3, 2]  # theirs ran as mine was counted; mine read again after
+            assert change is not None and change.reason == "settled"
+            learnt = here.limits(A)
+            assert learnt is not None and learnt.cap == 2
+            # both stay out of every later count, and the leases still run
+            assert _counted(there, _take(there)) == 2
+            for lease in [*accepted, mine]:
+                here.give_back(lease)
+        finally:
+            here.close()
+            there.close()
 
 
 def _released_rows(account: Account) -> int:

@@ -18,7 +18,9 @@ keeps, in one Redis database (``--limits redis://host:port/db``):
   not rejected, by the sequence number they ended at, while a live lease is older): what a
   rejection counts as the requests the upstream may have been running (see
   :meth:`Account.update_rejected`); its cut is written only if the counter did not move
-  since it counted.
+  since it counted, and its lease is marked rejected in that same write (as the other
+  accounts mark and write in one transaction: marked as it was counted, a rejection was
+  left out of another machine's count and then settled that machine's cut one lower).
 
 Every key teamlead writes expires: a bucket's limits ``forget_after_s`` after their last
 change (a limits key found with no expiry, or a longer one, gets that when read), the
@@ -220,22 +222,22 @@ return finish(1)
 """
 )
 
-#: ARGV: token, prefix, forget ms. Marks the lease rejected; returns {the leases of prefix
+#: ARGV: token, prefix, forget ms. Returns {the leases of prefix, the token's own left out,
 #: not rejected whose request ran at any moment since it was taken, the counter now, the
-#: bucket's limits}.
+#: bucket's limits}. The lease is marked rejected by the write of its rule (``_CAS``).
 _REJECT = (
     _PRELUDE
     + """
 local token, prefix = ARGV[1], ARGV[2]
 local since = count(redis.call('GET', KEYS[6]) or '0') or 0
 if redis.call('HEXISTS', KEYS[2], token) == 1 then
-  redis.call('SADD', KEYS[4], token)
   since = count(redis.call('HGET', KEYS[3], token)) or since
 end
 local n = 0
 local all = redis.call('HGETALL', KEYS[2])
 for i = 1, #all, 2 do
-  if matches(all[i + 1], prefix) and redis.call('SISMEMBER', KEYS[4], all[i]) == 0 then
+  if all[i] ~= token and matches(all[i + 1], prefix)
+      and redis.call('SISMEMBER', KEYS[4], all[i]) == 0 then
     local answered = count(redis.call('HGET', KEYS[7], all[i]))
     if answered == nil or answered > since then n = n + 1 end
   end
@@ -304,8 +306,11 @@ end
 return 1
 """
 
-#: KEYS: the limits key, seq. ARGV: the value read ('' when none), the new value, expiry
-#: ms, and the counter read ('' to not check it).
+#: KEYS: the limits key, seq, lease-keys, lease-rejected. ARGV: the value read ('' when
+#: none), the new value, expiry ms, the counter read ('' to not check it), and the token of
+#: the lease whose rejection the value holds ('' for none): marked rejected in the same
+#: step, so no count leaves it out before its rule is written (another machine's cut
+#: then counted it neither as running nor, later, as settled: one below the limit).
 _CAS = """
 local function value_of(k)
   if redis.call('TYPE', k)['ok'] == 'string' then return redis.call('GET', k) end
@@ -313,9 +318,14 @@ local function value_of(k)
 end
 if (value_of(KEYS[1]) or '') ~= ARGV[1] then return 0 end
 if ARGV[4] ~= '' and (value_of(KEYS[2]) or '0') ~= ARGV[4] then return 0 end
+local rejected = ARGV[5] ~= '' and redis.call('TYPE', KEYS[3])['ok'] == 'hash'
+  and redis.call('HEXISTS', KEYS[3], ARGV[5]) == 1
+if rejected and redis.call('TYPE', KEYS[4])['ok'] ~= 'set' then redis.call('DEL', KEYS[4]) end
 redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+if rejected then redis.call('SADD', KEYS[4], ARGV[5]) end
 return 1
 """
+
 
 #: What each kind of entry dropped is, for its one warning.
 _DROPPED = {
@@ -513,31 +523,38 @@ class RedisAccount:
             seen = self._decode(lease.key, str(raw))
             return (seen, int(counted)), seen, "" if seen is None else str(raw), str(seq)
 
-        return self._compare_and_set(lease.key, snapshot, lambda seen: rule(*seen))
+        return self._compare_and_set(
+            lease.key, snapshot, lambda seen: rule(*seen), rejected=lease.token
+        )
 
     def _compare_and_set(
         self,
         key: str,
         snapshot: Callable[[], tuple[_T, Limits | None, str, str]],
         rule: Callable[[_T], Step],
+        *,
+        rejected: str = "",
     ) -> Step:
         """Apply ``rule`` to what ``snapshot`` read (the rule's input, the stored limits
         and their raw value, and the counter when the write must also find no lease taken
         or given back since: else ``''``), and write its result if the store still holds
-        what was read; else read again."""
+        what was read; else read again. ``rejected``: the token of the lease the rule
+        reports the rejection of, marked in the step that writes (so written even when
+        the limits stay as they were)."""
         name = _limits_key(key)
+        cas_keys = [name, self._seq, self._keys[1], self._keys[3]]
         for attempt in range(_CAS_TRIES):
             given, stored, raw, seq = snapshot()
             limits, change = rule(given)
-            if stored is not None and limits == stored and change is None:
+            if not rejected and stored is not None and limits == stored and change is None:
                 return limits, change  # nothing to write
             value = json.dumps(
                 limits_to_json(to_wall(limits, self._offset()), _HOST, self._clock.time())
             )
             if attempt == _CAS_TRIES - 1:  # another machine kept winning: overwrite
                 raw, seq = self._get(key), ""
-            args: list[str | int] = [raw, value, self._forget_ms, seq]
-            done = self._call(lambda a=args: self._cas(keys=[name, self._seq], args=a))  # type: ignore[misc]
+            args: list[str | int] = [raw, value, self._forget_ms, seq, rejected]
+            done = self._call(lambda a=args: self._cas(keys=cas_keys, args=a))  # type: ignore[misc]
             if int(done):
                 return limits, change
         return limits, change
