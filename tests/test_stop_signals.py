@@ -184,3 +184,34 @@ def test_a_stop_a_library_turned_into_its_own_error_ends_the_command_as_a_stop(
     finished = json.loads(done.stdout.splitlines()[-1])
     assert finished["type"] == "finished" and finished["reason"] == "interrupted", finished
     assert "SIGTERM" in " ".join(finished["reasons"]), finished
+
+
+_LOADED_BEFORE_THE_HANDLERS = textwrap.dedent(
+    """
+    import sys
+    before = set(sys.modules)
+    import teamlead._cli.startup
+    print(" ".join(sorted(set(sys.modules) - before)))
+    """
+)
+
+
+def test_the_entry_point_takes_the_signals_before_it_loads_what_opens_descriptors(
+    tmp_path: Path,
+) -> None:
+    """CI's ``looping`` point, met early: importing ``socket`` loads ``selectors``, which
+    opens an epoll descriptor to see that it can, and a stop at that instant met the
+    default action (SIGINT's traceback, SIGHUP's and SIGTERM's death), as the handlers
+    were set only once the signals module had loaded socket, dataclasses and anyio."""
+    done = subprocess.run(
+        [sys.executable, "-c", _LOADED_BEFORE_THE_HANDLERS],
+        env=isolated_env(tmp_path),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded = set(done.stdout.split())
+    assert "teamlead._cli.signals" in loaded
+    heavy = {"socket", "selectors", "select", "anyio", "asyncio", "dataclasses", "inspect"}
+    assert not loaded & heavy, sorted(loaded)

@@ -35,22 +35,27 @@ therefore also recorded (:func:`stop_raised`): the entry point takes whatever co
 after it for the stop's unwinding, and if the start-up went on as if nothing had
 happened, the stop is raised again as the event loop would begin.
 
-Only the standard library and anyio load here: the entry point imports this module first.
+The entry point imports this module first, and it loads nothing Python has not loaded
+already but the signal module: what a command uses later loads when it is used.
 """
 
 from __future__ import annotations
 
+# Only what Python has loaded already, and the signal module: the handlers go in before
+# anything else loads (selectors, imported with socket, opens an epoll descriptor to see if
+# it can, and the default action of a stop then ended the process; anyio takes a tenth of
+# a second). socket, warnings and anyio load where they are used.
 import contextlib
 import signal
-import socket
 import sys
-import warnings
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
-from types import FrameType
-from typing import Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
-import anyio
+if TYPE_CHECKING:
+    import socket
+    from types import FrameType
+
+    import anyio
 
 __all__ = [
     "STOP_SIGNALS",
@@ -88,20 +93,21 @@ class StoppedAtStartup(SystemExit):
         self.received = received
 
 
-@dataclass
 class _Startup:
     """The stop signals' state before a command watches for them (process-wide, as the
     signal handlers are): whether a command's event loop has begun, the stop that came
     since (for its watcher), the wake-up socket pair that holds every signal meanwhile
     (and the descriptor it replaced), whether the watcher's receiver is opening, and the
-    first stop raised as :class:`StoppedAtStartup` (whatever became of it)."""
+    first stop raised as :class:`StoppedAtStartup` (whatever became of it). A plain class:
+    dataclasses loads inspect, a tenth of the start-up before the handlers."""
 
-    deferred: bool = False
-    noted: signal.Signals | None = None
-    raised: signal.Signals | None = None
-    wakeup: tuple[socket.socket, socket.socket] | None = None
-    previous_fd: int = -1
-    opening: bool = False
+    def __init__(self) -> None:
+        self.deferred = False
+        self.noted: signal.Signals | None = None
+        self.raised: signal.Signals | None = None
+        self.wakeup: tuple[socket.socket, socket.socket] | None = None
+        self.previous_fd = -1
+        self.opening = False
 
 
 _STARTUP = _Startup()
@@ -141,6 +147,8 @@ def defer_stop_signals() -> None:
     swallowed = stop_raised()
     if swallowed is not None:
         raise swallowed
+    import socket
+
     reader, writer = socket.socketpair()
     reader.setblocking(False)
     writer.setblocking(False)
@@ -164,6 +172,8 @@ class StopSignals:
 
     async def __anext__(self) -> signal.Signals:
         if self._first is not None:
+            import anyio.lowlevel
+
             first, self._first = self._first, None
             await anyio.lowlevel.checkpoint()
             return first
@@ -178,6 +188,8 @@ class StopSignals:
 def receive_stop_signals() -> Iterator[StopSignals]:
     """Listen for the stop signals in the running event loop, with the one that came
     while it started (see the module docstring: each signal arrives once)."""
+    import anyio
+
     _STARTUP.opening = True
     try:
         with anyio.open_signal_receiver(*STOP_SIGNALS) as receiver:
@@ -243,6 +255,8 @@ def _on_stop(signum: int, frame: FrameType | None) -> None:
     # The stop cuts the start-up wherever it is: objects half made (an event loop being
     # built, coroutines not started yet) complain as they are dropped, which says nothing
     # to the user, so the dying process keeps quiet about them.
+    import warnings  # loaded with the interpreter: nothing is imported here
+
     sys.unraisablehook = _drop_unraisable
     warnings.simplefilter("ignore")
     _STARTUP.raised = _STARTUP.raised or received
@@ -278,11 +292,15 @@ class Interruptible(Generic[_T]):
         self.interrupted: signal.Signals | None = None
 
     def run(self) -> Interruptible[_T]:
+        import anyio
+
         defer_stop_signals()
         anyio.run(self._main)
         return self
 
     async def _main(self) -> None:
+        import anyio
+
         async with anyio.create_task_group() as tg:
             tg.start_soon(self._watch, tg.cancel_scope)
             self.result = await self._work()
@@ -291,5 +309,7 @@ class Interruptible(Generic[_T]):
     async def _watch(self, scope: anyio.CancelScope) -> None:
         with receive_stop_signals() as signals:
             self.interrupted = await signals.first()
+            import anyio.to_thread
+
             await anyio.to_thread.run_sync(self._stop)
             scope.cancel()

@@ -11,8 +11,10 @@ its descriptors), never guessed with a sleep:
   earlier: until the interpreter runs teamlead's first line (a third of that), the
   kernel's default ends the process, which no code can change.
 - ``loading``: six tenths of a second of CPU in, deep in the imports (the SDK's).
-- ``looping``: once its event loop exists (an ``eventpoll`` descriptor): the run is
-  starting, and the signal meets either the start-up's handler or the run's own watcher.
+- ``looping``: once its event loop exists (an ``eventpoll`` descriptor, once the imports
+  are well under way: ``selectors`` opens one for an instant as it loads, to see that it
+  can): the run is starting, and the signal meets either the start-up's handler or the
+  run's own watcher.
 
 Every way, the command exits 130 with no traceback, and with ``--json`` its last line is
 ``finished``, reason ``interrupted``. The model is scripted and never answers in time;
@@ -67,7 +69,10 @@ def loading(pid: int) -> bool:
 
 
 def looping(pid: int) -> bool:
-    """The process has an event loop (its epoll descriptor): the run is starting."""
+    """The process has an event loop (its epoll descriptor, past the imports' first part:
+    not the one ``selectors`` opens for an instant as it loads): the run is starting."""
+    if not loading(pid):
+        return False
     fds = Path(f"/proc/{pid}/fd")
     try:
         links = [str(fd.readlink()) for fd in fds.iterdir()]
