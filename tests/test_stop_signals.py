@@ -51,10 +51,13 @@ def startup() -> Iterator[None]:
         signal.set_wakeup_fd(wakeup)
 
 
-def _watch(opening: Callable[[int], None] | None = None) -> list[signal.Signals]:
+def _watch(
+    opening: Callable[[int], None] | None = None, early: list[bool] | None = None
+) -> list[signal.Signals]:
     """Run a watcher in a new event loop: the first stop it gets, then, after the marker
     is sent, the next. ``opening(n)`` runs before the receiver's ``n``-th signal is taken
-    over (and with ``n`` one past the last, after them all)."""
+    over (and with ``n`` one past the last, after them all). ``early`` gets, for each, whether
+    it came before the receiver opened (``StopSignals.early``)."""
 
     async def main() -> list[signal.Signals]:
         if opening is not None:
@@ -76,8 +79,12 @@ def _watch(opening: Callable[[int], None] | None = None) -> list[signal.Signals]
         got = []
         with anyio.fail_after(10), stops.receive_stop_signals() as received:
             got.append(await received.first())
+            seen = [received.early]
             os.kill(os.getpid(), _MARK)
             got.append(await received.__anext__())
+            seen.append(received.early)
+        if early is not None:
+            early.extend(seen)
         return got
 
     stops.defer_stop_signals()
@@ -96,15 +103,19 @@ def test_a_stop_noted_before_the_loop_listens_arrives_once(startup: None) -> Non
     stops.defer_stop_signals()
     os.kill(os.getpid(), signal.SIGTERM)
     assert stops._STARTUP.noted == signal.SIGTERM
-    assert _watch() == [signal.SIGTERM, _MARK]
+    early: list[bool] = []
+    assert _watch(early=early) == [signal.SIGTERM, _MARK]
+    assert early == [True, False]  # the noted stop came before the command's children ran
 
 
 @pytest.mark.parametrize("instant", range(len(stops.STOP_SIGNALS) + 1))
 def test_a_stop_while_the_receiver_opens_arrives_once(startup: None, instant: int) -> None:
     """Before the receiver sets its wake-up descriptor (read from teamlead's), between two
     signals taken over (the loop's descriptor, with teamlead's handler or the loop's own
-    for it), and after them all."""
-    assert _watch(_stop_at(instant)) == [signal.SIGTERM, _MARK]
+    for it), and after them all: handed over from teamlead's descriptor only before."""
+    early: list[bool] = []
+    assert _watch(_stop_at(instant), early) == [signal.SIGTERM, _MARK]
+    assert early == [instant == 0, False]
 
 
 def test_without_the_start_up_handlers_the_receiver_is_the_loops_own(startup: None) -> None:

@@ -38,7 +38,7 @@ from .._redact import terminal_safe
 from ..errors import SetupError, UsageError
 from .exitcodes import EXIT_INTERRUPTED, handle_errors
 from .options import limits_from_options, option, with_limits_options
-from .signals import STOP_SIGNALS, Interruptible
+from .signals import STOP_SIGNALS, Interruptible, defer_stop_signals, receive_stop_signals
 
 __all__ = ["relay"]
 
@@ -120,11 +120,12 @@ async def _run_cli(argv: Sequence[str], env: dict[str, str]) -> int:
 
             async def watch() -> None:
                 nonlocal stopped
-                with anyio.open_signal_receiver(*STOP_SIGNALS) as signals:
+                with receive_stop_signals() as signals:  # with one noted as the relay started
                     async for received in signals:
-                        if received == signal.SIGINT and _terminal_sent_it():
-                            continue  # the CLI got this Ctrl-C too: it is the CLI's to handle
-                        if received == signal.SIGINT:
+                        # a Ctrl-C as the relay started, before the CLI ran, is a stop
+                        if received == signal.SIGINT and not signals.early:
+                            if _terminal_sent_it():
+                                continue  # the CLI got this Ctrl-C too: the CLI's to handle
                             with contextlib.suppress(ProcessLookupError):
                                 process.send_signal(signal.SIGINT)  # sent to us alone: pass it on
                             continue
@@ -280,6 +281,7 @@ def relay(
         )
     if run_cli:
         argv = [_cli_to_run(), *claude_args]
+        defer_stop_signals()  # a stop from here is noted until the CLI runs, then ends it
         sys.exit(anyio.run(_serve_cli, applicable.upstream, limits, port, argv))
     live = sys.stderr if sys.stderr.isatty() and not quiet else None
     Interruptible(lambda: _serve(applicable.upstream, limits, live, port), stop=lambda: None).run()

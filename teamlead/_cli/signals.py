@@ -6,8 +6,9 @@ the CLI children and everything they started are stopped at once
 how to continue and exits 130. Without this, SIGHUP left the CLI running its agents for
 tens of seconds, and SIGTERM to ``experiment run`` left its CLI children behind.
 
-A command watches for the signals once its work starts (:class:`Interruptible`, or
-:func:`~teamlead._cli.running.run_session` for a run). Before that, while its modules load
+A command watches for the signals once its work starts (:class:`Interruptible`,
+:func:`~teamlead._cli.running.run_session` for a run, ``teamlead relay --`` once its CLI
+runs). Before that, while its modules load
 (the SDK alone takes over a second) and its options are parsed, :func:`stop_at_startup`
 has each signal raise :class:`StoppedAtStartup` wherever the main thread is, and the
 entry point (:mod:`.startup`) exits as an interrupted run does; without it SIGINT printed
@@ -161,11 +162,14 @@ class StopSignals:
     """The stop signals a command's watcher receives, from :func:`receive_stop_signals`:
     one that came while its event loop started first (after a checkpoint, so the loop's
     other tasks have taken their first step, as they would have for a signal received the
-    instant the receiver opened), then each one the receiver gets."""
+    instant the receiver opened), then each one the receiver gets. ``early`` says whether
+    the last one given came before the receiver opened (before the command's children ran,
+    so none of them had it from the terminal)."""
 
     def __init__(self, first: signal.Signals | None, receiver: Any) -> None:
         self._first = first
         self._receiver = receiver
+        self.early = False
 
     def __aiter__(self) -> StopSignals:
         return self
@@ -176,7 +180,9 @@ class StopSignals:
 
             first, self._first = self._first, None
             await anyio.lowlevel.checkpoint()
+            self.early = True
             return first
+        self.early = False
         return signal.Signals(await self._receiver.__anext__())
 
     async def first(self) -> signal.Signals:

@@ -24,6 +24,7 @@ from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServ
 
 from ..polling import poll
 from .conftest import TEAMLEAD, cli_processes
+from .test_stop_at_startup import looping
 
 pytestmark = [pytest.mark.cli]
 
@@ -123,6 +124,40 @@ def test_sigterm_to_relay_stops_the_cli_it_runs_and_exits_130(tmp_path: Path) ->
     assert proc.returncode == EXIT_INTERRUPTED, err
     assert err.strip().splitlines()[-1] == "teamlead: interrupted"
     assert cli_processes(tmp_path / "s") == []
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGHUP])
+def test_a_stop_while_the_relay_starts_ends_it_as_a_stop(
+    tmp_path: Path, stop: signal.Signals
+) -> None:
+    """The signal lands once the command's event loop exists, while the relay starts and
+    before the CLI runs or as it starts: noted, not raised inside the loop (a traceback,
+    and the CLI could be left running), and taken by the watcher once the CLI runs."""
+    with ScriptedServer(lambda req: Reply.text("late", delay=60)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = subprocess.Popen(
+            [*TEAMLEAD, "relay", "--upstream", server.base_url, "--", "-p", "hello"],
+            env=_env(claude, tmp_path),
+            cwd=claude.cwd,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            reached = poll(
+                lambda: looping(proc.pid), every_s=0.002, unless=lambda: proc.poll() is not None
+            )
+            assert reached, "the relay ended before its event loop began"
+            proc.send_signal(stop)
+            out, err = proc.communicate(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate(timeout=30)
+    assert proc.returncode == EXIT_INTERRUPTED, err
+    assert "Traceback" not in err, err
+    assert err.strip().splitlines()[-1] == "teamlead: interrupted", err
+    assert poll(lambda: cli_processes(tmp_path / "s") == [], within_s=10)
 
 
 def test_the_relay_port_is_closed_after_the_cli_exits(tmp_path: Path) -> None:
