@@ -24,7 +24,7 @@ from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServ
 
 from ..polling import poll
 from .conftest import TEAMLEAD, cli_processes
-from .test_stop_at_startup import looping
+from .startup_points import looping
 
 pytestmark = [pytest.mark.cli]
 
