@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -102,26 +103,37 @@ def test_relay_exits_with_the_clis_exit_code(tmp_path: Path) -> None:
     assert "teamlead:" not in proc.stderr  # nothing of teamlead's own went wrong
 
 
-def test_sigterm_to_relay_stops_the_cli_it_runs_and_exits_130(tmp_path: Path) -> None:
+def _stopped_relay(
+    root: Path, stop: signal.Signals, ready: Callable[[subprocess.Popen[str], ScriptedServer], Any]
+) -> tuple[int, str]:
+    """``relay -- -p hello`` to a model that never answers in time, sent ``stop`` once
+    ``ready(process, server)``: its exit code and stderr."""
     with ScriptedServer(lambda req: Reply.text("late", delay=60)) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        claude = OfflineClaude(server.base_url, state_dir=root / "s")
         proc = subprocess.Popen(
             [*TEAMLEAD, "relay", "--upstream", server.base_url, "--", "-p", "hello"],
-            env=_env(claude, tmp_path),
+            env=_env(claude, root),
             cwd=claude.cwd,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         try:
-            assert poll(lambda: server.recorded() != []), "no request reached the model"
-            proc.send_signal(signal.SIGTERM)
-            out, err = proc.communicate(timeout=30)
+            assert ready(proc, server), "the relay ended first"
+            proc.send_signal(stop)
+            _, err = proc.communicate(timeout=30)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.communicate(timeout=30)
-    assert proc.returncode == EXIT_INTERRUPTED, err
+    return proc.returncode, err
+
+
+def test_sigterm_to_relay_stops_the_cli_it_runs_and_exits_130(tmp_path: Path) -> None:
+    code, err = _stopped_relay(
+        tmp_path, signal.SIGTERM, lambda _, server: poll(lambda: server.recorded() != [])
+    )
+    assert code == EXIT_INTERRUPTED, err
     assert err.strip().splitlines()[-1] == "teamlead: interrupted"
     assert cli_processes(tmp_path / "s") == []
 
@@ -133,28 +145,14 @@ def test_a_stop_while_the_relay_starts_ends_it_as_a_stop(
     """The signal lands once the command's event loop exists, while the relay starts and
     before the CLI runs or as it starts: noted, not raised inside the loop (a traceback,
     and the CLI could be left running), and taken by the watcher once the CLI runs."""
-    with ScriptedServer(lambda req: Reply.text("late", delay=60)) as server:
-        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        proc = subprocess.Popen(
-            [*TEAMLEAD, "relay", "--upstream", server.base_url, "--", "-p", "hello"],
-            env=_env(claude, tmp_path),
-            cwd=claude.cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+
+    def started(proc: subprocess.Popen[str], _: ScriptedServer) -> bool:
+        return bool(
+            poll(lambda: looping(proc.pid), every_s=0.002, unless=lambda: proc.poll() is not None)
         )
-        try:
-            reached = poll(
-                lambda: looping(proc.pid), every_s=0.002, unless=lambda: proc.poll() is not None
-            )
-            assert reached, "the relay ended before its event loop began"
-            proc.send_signal(stop)
-            out, err = proc.communicate(timeout=30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.communicate(timeout=30)
-    assert proc.returncode == EXIT_INTERRUPTED, err
+
+    code, err = _stopped_relay(tmp_path, stop, started)
+    assert code == EXIT_INTERRUPTED, err
     assert "Traceback" not in err, err
     assert err.strip().splitlines()[-1] == "teamlead: interrupted", err
     assert poll(lambda: cli_processes(tmp_path / "s") == [], within_s=10)
