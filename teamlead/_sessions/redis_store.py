@@ -170,7 +170,7 @@ class RedisSessionStore(SessionStore):
         if self._client is None or self._loop is not loop:
             import redis.asyncio as aioredis
             from redis.backoff import NoBackoff
-            from redis.retry import Retry
+            from redis.asyncio.retry import Retry  # an asyncio client takes the asyncio retry
 
             try:
                 self._client = aioredis.Redis.from_url(
