@@ -12,8 +12,8 @@ wants two worlds in one process, makes its own. Nothing else in teamlead keeps s
 module level, so two states never see each other's relays, limits or runs.
 
 Example:
-    >>> world = ProcessState(spawn_limit=4, registry=False)
-    >>> world.spawn_cap.limit, world.live_runs, world.registry
+    >>> shared = ProcessState(spawn_limit=4, registry=False)
+    >>> shared.spawn_cap.limit, shared.live_runs, shared.registry
     (4, 0, None)
 """
 

@@ -53,6 +53,7 @@ from .stored import (
     dump_entry,
     encode,
     entry_uuid,
+    log,
     read_entry,
     read_summary,
     subpath_of,
@@ -149,7 +150,7 @@ class RedisSessionStore(SessionStore):
         self._ttl_ms = max(1, round(self.ttl_s * 1000))
         self._ns = namespace
         self._timeout = timeout_s
-        self._warn = warnings if warnings is not None else WarnOnce()
+        self._warn = warnings if warnings is not None else WarnOnce(log)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
         self._append: Any = None
