@@ -48,7 +48,7 @@ from claude_agent_sdk import query as sdk_query
 from teamlead._gate.calls import GateEvent
 from teamlead._gate.gate import SpawnGate
 from teamlead._gate.slots import SpawnCap
-from teamlead._gate.stream import observe
+from teamlead._gate.stream import feed_gate
 from teamlead._run.options import merge_hook
 from teamlead.events import SpawnAdmitted
 from teamlead.policy import SpawnPolicy
@@ -121,7 +121,7 @@ async def run_once(
             with anyio.fail_after(120):
                 async for message in sdk_query(prompt="Fan out.", options=options):
                     if gate is not None:
-                        observe(gate, message)
+                        feed_gate(gate, message)
         finally:
             if gate is not None:
                 gate.close()

@@ -1,6 +1,6 @@
-"""The one place teamlead reads time and sleeps.
+"""The injectable clock: how teamlead's waits, retries and timeouts read time and sleep.
 
-Everything that waits, retries or times out takes a :class:`Clock`. Production uses
+Waits, retries and timeouts that a test must control take a :class:`Clock`. Production uses
 :data:`SYSTEM_CLOCK`; tests pass a :class:`teamlead.testing.FakeClock` (virtual time that
 advances only when something sleeps) or run under freezegun with ``real_asyncio=True``.
 

@@ -19,7 +19,7 @@ from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 from teamlead._gate.calls import GateEvent
 from teamlead._gate.gate import SpawnGate
 from teamlead._gate.slots import FifoSlots, SpawnCap, cli_subagent_cap
-from teamlead._gate.stream import classify_agent_result, observe
+from teamlead._gate.stream import classify_agent_result, feed_gate
 from teamlead._run.options import merge_hook
 from teamlead.events import EVENT_VERSION, SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
 from teamlead.policy import SpawnPolicy
@@ -340,7 +340,7 @@ async def test_a_rejection_seen_while_still_queued_stops_the_wait() -> None:
         calls.start("t1")
         await settle()
         timeout = "PreToolUse hook did not respond before its timeout (1s)"
-        observe(gate, UserMessage(content=[ToolResultBlock("t1", timeout, True)]))
+        feed_gate(gate, UserMessage(content=[ToolResultBlock("t1", timeout, True)]))
         await settle()
         gate.task_ended("t0")
     assert decision(calls.out["t1"]) == "deny"
@@ -458,13 +458,13 @@ def test_classify_agent_result(content: Any, is_error: Any, expected: str) -> No
     assert classify_agent_result(result) == expected
 
 
-async def test_observe_frees_slots_from_the_stream() -> None:
+async def test_the_stream_frees_slots() -> None:
     from claude_agent_sdk import ToolResultBlock, UserMessage
 
     gate, seen = gate_with(max_concurrent_agents=5)
     for tid in ("t0", "t1", "t2"):
         assert decision(await gate.hook(agent_input(), tid, {})) == "allow"
-    observe(
+    feed_gate(
         gate,
         {
             "type": "system",
@@ -474,7 +474,7 @@ async def test_observe_frees_slots_from_the_stream() -> None:
             "description": "t0",
         },
     )
-    observe(
+    feed_gate(
         gate,
         {
             "type": "system",
@@ -486,9 +486,9 @@ async def test_observe_frees_slots_from_the_stream() -> None:
     rejected = ToolResultBlock(
         tool_use_id="t1", is_error=True, content="Concurrent subagent limit reached. Do not retry."
     )
-    observe(gate, UserMessage(content=[rejected]))
-    observe(gate, object())
-    observe(gate, {"type": "system", "subtype": "task_started", "task_id": None})
+    feed_gate(gate, UserMessage(content=[rejected]))
+    feed_gate(gate, object())
+    feed_gate(gate, {"type": "system", "subtype": "task_started", "task_id": None})
     by_id = {r.tool_use_id: r for r in gate.records()}
     assert by_id["t0"].task_id == "k0" and by_id["t0"].ended_at is not None
     assert by_id["t1"].status == "rejected" and "Concurrent subagent limit" in (

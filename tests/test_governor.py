@@ -29,17 +29,13 @@ from teamlead.governor import (
 )
 from teamlead.testing import FakeClock
 
+from .governors import OPUS as B
+from .governors import SONNET as A
+from .governors import recorded_governor
+
 pytestmark = pytest.mark.anyio
 
-A = "anthropic/claude-sonnet-5-5"
-B = "anthropic/claude-opus-5-5"
 C = "openrouter/qwen3-coder"
-
-
-def make(**policy: Any) -> tuple[Governor, FakeClock, list[ConcurrencyChanged]]:
-    clock = FakeClock()
-    seen: list[ConcurrencyChanged] = []
-    return Governor(GovernorPolicy(**policy), clock=clock, on_change=seen.append), clock, seen
 
 
 async def hold(gov: Governor, key: str, n: int) -> list[Slot]:
@@ -142,7 +138,7 @@ def test_retry_after_from_headers_prefers_milliseconds_and_ignores_case() -> Non
 
 
 async def test_starts_at_the_ceiling_and_cuts_a_quarter_down_to_the_floor() -> None:
-    gov, _, _ = make(ceiling=8)
+    gov, _, _ = recorded_governor(ceiling=8)
     assert gov.state(A).cap == 8
     caps = []
     for _ in range(6):
@@ -156,7 +152,7 @@ async def test_starts_at_the_ceiling_and_cuts_a_quarter_down_to_the_floor() -> N
 
 
 async def test_cut_never_goes_below_the_configured_floor() -> None:
-    gov, _, _ = make(ceiling=4, floor=3)
+    gov, _, _ = recorded_governor(ceiling=4, floor=3)
     for _ in range(3):
         async with gov.slot(A) as slot:
             slot.rate_limited()
@@ -164,7 +160,7 @@ async def test_cut_never_goes_below_the_configured_floor() -> None:
 
 
 async def test_rejections_sent_before_the_cut_count_once() -> None:
-    gov, _, _ = make(ceiling=8)
+    gov, _, _ = recorded_governor(ceiling=8)
     burst = await hold(gov, A, 8)
     assert {s.epoch for s in burst} == {0}
     for slot in burst:
@@ -189,7 +185,7 @@ async def cut_once(gov: Governor, key: str = A) -> None:
 
 
 async def test_grows_by_one_after_four_consecutive_successes_while_callers_queue() -> None:
-    gov, _, seen = make(ceiling=8)
+    gov, _, seen = recorded_governor(ceiling=8)
     await cut_once(gov)  # 8 -> 6
     running = await hold(gov, A, 6)
     async with anyio.create_task_group() as tg:
@@ -211,7 +207,7 @@ async def test_grows_by_one_after_four_consecutive_successes_while_callers_queue
 
 
 async def test_no_growth_without_queued_callers_and_growth_once_they_queue() -> None:
-    gov, _, _ = make(ceiling=8)
+    gov, _, _ = recorded_governor(ceiling=8)
     await cut_once(gov)
     running = await hold(gov, A, 6)
     for _ in range(5):
@@ -227,7 +223,7 @@ async def test_no_growth_without_queued_callers_and_growth_once_they_queue() -> 
 
 
 async def test_no_growth_at_the_ceiling() -> None:
-    gov, _, seen = make(ceiling=2)
+    gov, _, seen = recorded_governor(ceiling=2)
     running = await hold(gov, A, 2)
     async with anyio.create_task_group() as tg:
         waiters = Waiters(gov, tg)
@@ -242,7 +238,7 @@ async def test_no_growth_at_the_ceiling() -> None:
 
 
 async def test_growth_needs_successes_of_the_current_epoch() -> None:
-    gov, _, _ = make(ceiling=8)
+    gov, _, _ = recorded_governor(ceiling=8)
     old = await hold(gov, A, 6)  # epoch 0
     old[0].rate_limited()  # cut to 6, epoch 1: the other five are from before the cut
     async with anyio.create_task_group() as tg:
@@ -264,7 +260,7 @@ async def test_growth_needs_successes_of_the_current_epoch() -> None:
 
 
 async def test_a_rate_limit_resets_the_run_of_successes() -> None:
-    gov, _, _ = make(ceiling=8)
+    gov, _, _ = recorded_governor(ceiling=8)
     await cut_once(gov)  # 6, epoch 1
     running = await hold(gov, A, 6)
     async with anyio.create_task_group() as tg:
@@ -305,7 +301,7 @@ async def probe_to_seven(gov: Governor) -> tuple[list[Slot], Slot]:
 
 
 async def test_a_failed_probe_returns_to_last_good_instead_of_cutting() -> None:
-    gov, _, seen = make(ceiling=8)
+    gov, _, seen = recorded_governor(ceiling=8)
     running, probe = await probe_to_seven(gov)
     assert (gov.state(A).cap, gov.state(A).last_good) == (7, 6)
     probe.rate_limited()
@@ -322,7 +318,7 @@ async def test_a_failed_probe_returns_to_last_good_instead_of_cutting() -> None:
 
 
 async def test_a_level_that_failed_is_not_probed_again_before_reprobe_after() -> None:
-    gov, clock, _ = make(ceiling=8, reprobe_after_s=60)
+    gov, clock, _ = recorded_governor(ceiling=8, reprobe_after_s=60)
     running, probe = await probe_to_seven(gov)
     probe.rate_limited()  # back to 6; 7 is remembered as bad
     release_all([*running, probe])
@@ -361,7 +357,7 @@ async def test_each_rejection_of_the_cutting_burst_lowers_the_level_not_to_probe
 ) -> None:
     # 12 sent together; the first rejection cuts to 9 and marks 12 as bad. Each further
     # rejection of that burst lowers the bad level by one (not below cap + 1 = 10).
-    gov, _, _ = make(ceiling=12)
+    gov, _, _ = recorded_governor(ceiling=12)
     burst = await hold(gov, A, 12)
     for slot in burst[:rejected]:
         slot.rate_limited()
@@ -373,7 +369,7 @@ async def test_each_rejection_of_the_cutting_burst_lowers_the_level_not_to_probe
 
 async def test_a_burst_that_found_the_limit_is_not_probed_right_again() -> None:
     # Hidden limit 6: 9 sent together, 3 rejected -> cut to 6, and 7 is not probed.
-    gov, clock, seen = make(ceiling=9)
+    gov, clock, seen = recorded_governor(ceiling=9)
     burst = await hold(gov, A, 9)
     for slot in burst[6:]:
         slot.rate_limited()
@@ -386,7 +382,7 @@ async def test_a_burst_that_found_the_limit_is_not_probed_right_again() -> None:
 
 
 async def test_reprobe_after_zero_is_plain_aimd() -> None:
-    gov, _, _ = make(ceiling=8, reprobe_after_s=0)
+    gov, _, _ = recorded_governor(ceiling=8, reprobe_after_s=0)
     running, probe = await probe_to_seven(gov)
     probe.rate_limited()
     release_all([*running, probe])
@@ -405,7 +401,7 @@ async def test_reprobe_after_zero_is_plain_aimd() -> None:
 
 
 async def test_retry_after_pauses_new_acquisitions_of_that_bucket_only() -> None:
-    gov, clock, seen = make(ceiling=4)
+    gov, clock, seen = recorded_governor(ceiling=4)
     other_running = await gov.acquire(A)
     slot = await gov.acquire(A)
     slot.rate_limited(2.0)
@@ -423,7 +419,7 @@ async def test_retry_after_pauses_new_acquisitions_of_that_bucket_only() -> None
 
 
 async def test_pause_holds_back_callers_already_queued() -> None:
-    gov, clock, _ = make(ceiling=1)
+    gov, clock, _ = recorded_governor(ceiling=1)
     running = await gov.acquire(A)
     async with anyio.create_task_group() as tg:
         waiters = Waiters(gov, tg)
@@ -444,7 +440,7 @@ async def test_pause_holds_back_callers_already_queued() -> None:
 
 
 async def test_a_stale_rejection_still_extends_the_pause_but_does_not_cut() -> None:
-    gov, clock, seen = make(ceiling=4)
+    gov, clock, seen = recorded_governor(ceiling=4)
     first, second = await hold(gov, A, 2)
     first.rate_limited(1.0)
     second.rate_limited(5.0)
@@ -460,7 +456,7 @@ async def test_a_stale_rejection_still_extends_the_pause_but_does_not_cut() -> N
 
 
 async def test_five_idle_minutes_reset_the_bucket_to_the_ceiling() -> None:
-    gov, clock, seen = make(ceiling=8)
+    gov, clock, seen = recorded_governor(ceiling=8)
     late = await gov.acquire(A)
     await cut_once(gov)
     await cut_once(gov)  # 8 -> 6 -> 4
@@ -477,7 +473,7 @@ async def test_five_idle_minutes_reset_the_bucket_to_the_ceiling() -> None:
 
 
 async def test_a_bucket_with_work_running_is_not_idle() -> None:
-    gov, clock, _ = make(ceiling=8)
+    gov, clock, _ = recorded_governor(ceiling=8)
     await cut_once(gov)
     running = await gov.acquire(A)
     clock.advance(1000)
@@ -491,7 +487,7 @@ async def test_a_bucket_with_work_running_is_not_idle() -> None:
 
 
 async def test_waiters_of_one_key_are_served_in_arrival_order() -> None:
-    gov, _, _ = make(ceiling=1)
+    gov, _, _ = recorded_governor(ceiling=1)
     running = await gov.acquire(A)
     async with anyio.create_task_group() as tg:
         waiters = Waiters(gov, tg)
@@ -508,7 +504,7 @@ async def test_waiters_of_one_key_are_served_in_arrival_order() -> None:
 
 
 async def test_a_fresh_caller_does_not_jump_the_queue() -> None:
-    gov, _, _ = make(ceiling=1)
+    gov, _, _ = recorded_governor(ceiling=1)
     running = await gov.acquire(A)
     async with anyio.create_task_group() as tg:
         waiters = Waiters(gov, tg)
@@ -523,7 +519,7 @@ async def test_a_fresh_caller_does_not_jump_the_queue() -> None:
 
 
 async def test_global_cap_hands_a_release_to_the_same_key_first() -> None:
-    gov, _, _ = make(ceiling=4, max_total=2)
+    gov, _, _ = recorded_governor(ceiling=4, max_total=2)
     a1, a2 = await hold(gov, A, 2)
     async with anyio.create_task_group() as tg:
         waiters = Waiters(gov, tg)
@@ -541,7 +537,7 @@ async def test_global_cap_hands_a_release_to_the_same_key_first() -> None:
 
 
 async def test_global_cap_wakes_the_oldest_waiter_of_another_key() -> None:
-    gov, _, _ = make(ceiling=4, max_total=1)
+    gov, _, _ = recorded_governor(ceiling=4, max_total=1)
     a = await gov.acquire(A)
     async with anyio.create_task_group() as tg:
         waiters = Waiters(gov, tg)
@@ -562,7 +558,7 @@ async def test_global_cap_wakes_the_oldest_waiter_of_another_key() -> None:
 
 
 async def test_global_cap_skips_a_waiter_whose_own_bucket_is_full() -> None:
-    gov, _, _ = make(ceiling=1, max_total=2)
+    gov, _, _ = recorded_governor(ceiling=1, max_total=2)
     a = await gov.acquire(A)
     b = await gov.acquire(B)
     async with anyio.create_task_group() as tg:
@@ -580,7 +576,7 @@ async def test_global_cap_skips_a_waiter_whose_own_bucket_is_full() -> None:
 
 
 async def test_effective_limit_is_capped_by_the_global_cap() -> None:
-    gov, _, _ = make(ceiling=8, max_total=3)
+    gov, _, _ = recorded_governor(ceiling=8, max_total=3)
     assert gov.state(A).effective == 3
 
 
@@ -588,7 +584,7 @@ async def test_effective_limit_is_capped_by_the_global_cap() -> None:
 
 
 async def test_a_waiter_cancelled_as_it_is_granted_gives_the_slot_back() -> None:
-    gov, _, _ = make(ceiling=1)
+    gov, _, _ = recorded_governor(ceiling=1)
     running = await gov.acquire(A)
     got: list[Slot] = []
     scope = anyio.CancelScope()
@@ -614,7 +610,7 @@ async def test_a_waiter_cancelled_as_it_is_granted_gives_the_slot_back() -> None
 
 
 async def test_a_cancelled_queued_waiter_is_skipped() -> None:
-    gov, _, _ = make(ceiling=1)
+    gov, _, _ = recorded_governor(ceiling=1)
     running = await gov.acquire(A)
     async with anyio.create_task_group() as tg:
         scope = anyio.CancelScope()
@@ -638,7 +634,7 @@ async def test_a_cancelled_queued_waiter_is_skipped() -> None:
 
 
 async def test_cancelling_the_head_of_a_paused_bucket_passes_the_timer_on() -> None:
-    gov, clock, _ = make(ceiling=2)
+    gov, clock, _ = recorded_governor(ceiling=2)
     running = await gov.acquire(A)
     running.rate_limited(4.0)  # 2 -> 1, paused for 4 s
     running.release()
@@ -661,7 +657,7 @@ async def test_cancelling_the_head_of_a_paused_bucket_passes_the_timer_on() -> N
 
 
 async def test_acquire_timeout_runs_on_the_governor_clock() -> None:
-    gov, clock, _ = make(ceiling=1)
+    gov, clock, _ = recorded_governor(ceiling=1)
     running = await gov.acquire(A)
     with pytest.raises(TimeoutError, match="no concurrency slot for 'anthropic/claude-sonnet-5-5'"):
         await gov.acquire(A, timeout=5)
@@ -686,7 +682,7 @@ async def test_acquire_works_inside_fail_after() -> None:
 
 
 async def test_clear_rejects_every_waiter_with_a_clear_error() -> None:
-    gov, _, _ = make(ceiling=1, max_total=1)
+    gov, _, _ = recorded_governor(ceiling=1, max_total=1)
     running = await gov.acquire(A)
     async with anyio.create_task_group() as tg:
         waiters = Waiters(gov, tg)
@@ -707,7 +703,7 @@ async def test_clear_rejects_every_waiter_with_a_clear_error() -> None:
 
 
 async def test_the_slot_context_releases_on_error() -> None:
-    gov, _, _ = make(ceiling=2)
+    gov, _, _ = recorded_governor(ceiling=2)
     with pytest.raises(RuntimeError):
         async with gov.slot(A) as slot:
             raise RuntimeError("work failed")
@@ -717,7 +713,7 @@ async def test_the_slot_context_releases_on_error() -> None:
 
 
 async def test_rate_limited_rejects_a_negative_retry_after() -> None:
-    gov, _, _ = make()
+    gov, _, _ = recorded_governor()
     async with gov.slot(A) as slot:
         with pytest.raises(UsageError):
             slot.rate_limited(-1.0)
@@ -727,7 +723,7 @@ async def test_rate_limited_rejects_a_negative_retry_after() -> None:
 
 
 async def test_journal_records_every_change_with_its_fields() -> None:
-    gov, clock, seen = make(ceiling=4, max_total=3)
+    gov, clock, seen = recorded_governor(ceiling=4, max_total=3)
     clock.advance(10)
     async with gov.slot(A) as slot:
         slot.rate_limited(1.5)
@@ -772,7 +768,7 @@ async def test_a_failing_callback_is_logged_and_does_not_break_accounting(
 
 async def test_a_seeded_storm_of_callers_leaks_no_slot() -> None:
     rng = random.Random(7)
-    gov, _, _ = make(ceiling=4, max_total=5, reprobe_after_s=0)
+    gov, _, _ = recorded_governor(ceiling=4, max_total=5, reprobe_after_s=0)
     peak = {"total": 0}
     outcomes = {"ok": 0, "cancelled": 0, "timeout": 0}
     waiting_scopes: list[anyio.CancelScope] = []
@@ -826,7 +822,7 @@ async def test_a_pause_another_request_met_does_not_hold_back_a_caller_through_i
     """The lead's lane: a 120 s pause (a subagent's 429) holds ordinary callers back, but a
     caller ``through_pause`` is granted at once while the limit has room; the limit still
     holds it."""
-    gov, clock, _ = make(ceiling=2)
+    gov, clock, _ = recorded_governor(ceiling=2)
     slot = await gov.acquire(A)
     slot.rate_limited(120.0)  # the cut leaves a limit of 1, and a pause of 120 s
     slot.release()

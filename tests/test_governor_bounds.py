@@ -26,9 +26,11 @@ from teamlead.events import ConcurrencyChanged
 from teamlead.governor import JOURNAL_SIZE, Governor, GovernorPolicy
 from teamlead.testing import FakeClock
 
+from .governors import OPUS as A
+
 pytestmark = pytest.mark.anyio
 
-A = "anthropic/claude-opus-5-5"
+
 NOW = datetime(2026, 12, 1, 12, 0, 0, tzinfo=timezone.utc).timestamp()
 
 HOSTILE = [

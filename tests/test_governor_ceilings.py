@@ -26,10 +26,9 @@ from teamlead.governor import Governor, GovernorPolicy
 from teamlead.policy import LimitsPolicy
 from teamlead.testing import FakeClock, Reply, ScriptedServer
 
+from .governors import HAIKU, OPUS
 from .polling import settle
 
-OPUS = "anthropic/claude-opus-5-5"
-HAIKU = "anthropic/claude-haiku-5"
 ROOT = Path(__file__).resolve().parent.parent
 
 

@@ -28,10 +28,10 @@ from teamlead._governor.aimd import Limits, Step
 from teamlead.governor import Governor, GovernorPolicy
 from teamlead.testing import FakeClock
 
+from .governors import HAIKU as B
+from .governors import OPUS as A
 from .redis_server import REDIS_SERVER, redis_server
 
-A = "anthropic/claude-opus-5-5"
-B = "anthropic/claude-haiku-5"
 OTHER = "openai/gpt-7"
 
 #: two accounts of one account kind: the same object for one process

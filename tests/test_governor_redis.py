@@ -20,15 +20,16 @@ from typing import Any
 import anyio
 import pytest
 
-from teamlead._governor.accounts import Account, FallbackAccount, WarnOnce, open_account
+from teamlead._governor.accounts import FallbackAccount, WarnOnce, open_account
 from teamlead._governor.accounts.base import Bounds
 from teamlead._governor.accounts.machine import MachineAccount
 from teamlead._governor.accounts.redis import RedisAccount
 from teamlead._governor.retry_after import MAX_PAUSE_S
-from teamlead.clock import SYSTEM_CLOCK
-from teamlead.governor import Governor, GovernorPolicy, Slot
+from teamlead.governor import Governor, Slot
 from teamlead.testing import FakeClock
 
+from .governors import OPUS as A
+from .governors import close_accounts, governor_on, opened, warned
 from .polling import apoll
 from .redis_server import REDIS_SERVER, RedisServer, free_port, redis_server
 
@@ -38,8 +39,7 @@ if REDIS_SERVER is None:
         allow_module_level=True,
     )
 
-A = "anthropic/claude-opus-5-5"
-pytestmark = pytest.mark.anyio
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures(close_accounts.__name__)]
 
 
 @pytest.fixture
@@ -48,20 +48,8 @@ def redis(tmp_path: Path) -> Iterator[RedisServer]:
         yield server
 
 
-_opened: list[Account] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_accounts() -> Iterator[None]:
-    yield
-    while _opened:
-        _opened.pop().close()
-
-
 def _governor(url: str, ceiling: int) -> Governor:
-    account = RedisAccount(url, lease_ttl_s=30)
-    _opened.append(account)
-    return Governor(GovernorPolicy(ceiling=ceiling), clock=SYSTEM_CLOCK, account=account)
+    return governor_on(RedisAccount(url, lease_ttl_s=30), ceiling)
 
 
 async def test_two_machines_share_the_learnt_limit_and_the_slots(redis: RedisServer) -> None:
@@ -131,8 +119,7 @@ async def test_redis_stopped_mid_run_warns_once_and_the_run_goes_on(
     redis: RedisServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     account = open_account(redis.url, machine_path=tmp_path / "machine.sqlite3")
-    _opened.append(account)
-    governor = Governor(GovernorPolicy(ceiling=4), account=account)
+    governor = governor_on(account, 4)
     with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
         held = [await governor.acquire(A, timeout=1) for _ in range(2)]
         redis.stop()
@@ -144,7 +131,7 @@ async def test_redis_stopped_mid_run_warns_once_and_the_run_goes_on(
             for _ in range(2):
                 async with governor.slot(A, timeout=1):
                     assert governor.state(A).account_in_flight == 1
-    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    warnings = warned(caplog)
     assert len(warnings) == 1, warnings
     assert warnings[0].startswith(f"shared limits: Redis at {redis.url}: ")
     assert warnings[0].endswith(
@@ -161,13 +148,12 @@ async def test_an_unreachable_redis_warns_once_and_never_hangs(
 ) -> None:
     url = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     account = open_account(url, machine_path=tmp_path / "machine.sqlite3")
-    _opened.append(account)
-    governor = Governor(GovernorPolicy(ceiling=2), account=account)
+    governor = governor_on(account, 2)
     with caplog.at_level(logging.WARNING, logger="teamlead.governor"), anyio.fail_after(10):
         for _ in range(3):
             async with governor.slot(A, timeout=1):
                 pass
-    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    warnings = warned(caplog)
     assert len(warnings) == 1 and f"127.0.0.1:{url.split(':')[2]}" in warnings[0]
 
 
@@ -186,14 +172,8 @@ def _client(server: RedisServer) -> Any:
     return redis_py.Redis.from_url(server.url, decode_responses=True)
 
 
-def _warned(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-
-
 def _account(server: RedisServer, clock: FakeClock | None = None) -> RedisAccount:
-    account = RedisAccount(server.url, clock=clock or FakeClock(), warnings=WarnOnce())
-    _opened.append(account)
-    return account
+    return opened(RedisAccount(server.url, clock=clock or FakeClock(), warnings=WarnOnce()))
 
 
 async def test_every_key_teamlead_writes_in_redis_expires(redis: RedisServer) -> None:
@@ -202,8 +182,8 @@ async def test_every_key_teamlead_writes_in_redis_expires(redis: RedisServer) ->
     time to live: ``PTTL`` is -1 for a key that would stay for good."""
     clock = FakeClock()
     here, there = _account(redis, clock), _account(redis, clock)
-    first = Governor(GovernorPolicy(ceiling=8), clock=clock, account=here)
-    second = Governor(GovernorPolicy(ceiling=8), clock=clock, account=there)
+    first = governor_on(here, 8, clock)
+    second = governor_on(there, 8, clock)
     held = await second.acquire(A)  # older than the others: what they give back is kept
     ended, answered, rejected = [await first.acquire(A) for _ in range(3)]
     ended.success()
@@ -242,14 +222,14 @@ async def test_learnt_limits_in_redis_that_cannot_be_read_are_dropped_not_raised
             client.set(f"teamlead:limits:{A}", stored)  # and no expiry
     finally:
         client.close()
-    governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
+    governor = governor_on(account, 4, clock)
     with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
         assert account.limits(A) is None
         for _ in range(3):
             async with governor.slot(A, timeout=1) as slot:
                 slot.success()
     assert governor.state(A).cap == 4
-    warnings = _warned(caplog)
+    warnings = warned(caplog)
     assert len(warnings) == 1, warnings
     assert f"Redis at {redis.url}" in warnings[0] and warnings[0].startswith("shared limits: ")
 
@@ -258,8 +238,7 @@ async def test_a_stored_pause_in_redis_far_in_the_future_is_clamped_and_expires(
     redis: RedisServer,
 ) -> None:
     clock = FakeClock()
-    account = RedisAccount(redis.url, clock=clock, forget_after_s=300, warnings=WarnOnce())
-    _opened.append(account)
+    account = opened(RedisAccount(redis.url, clock=clock, forget_after_s=300, warnings=WarnOnce()))
     client = _client(redis)
     try:
         client.set(f"teamlead:limits:{A}", '{"cap": 2, "cooldown_until": 1e18}')  # forever
@@ -305,13 +284,13 @@ async def test_a_lease_in_redis_that_cannot_be_read_is_void_and_grants_go_on(
                 client.set(name, value)
     finally:
         client.close()
-    governor = Governor(GovernorPolicy(ceiling=1), clock=clock, account=account)
+    governor = governor_on(account, 1, clock)
     with caplog.at_level(logging.WARNING, logger="teamlead.governor"), anyio.fail_after(10):
         for _ in range(3):
             async with governor.slot(A, timeout=1) as slot:
                 assert account.in_flight(A) == 1  # this one only
                 slot.rate_limited(measured=True)
-    assert len(_warned(caplog)) == 1, _warned(caplog)
+    assert len(warned(caplog)) == 1, warned(caplog)
 
 
 async def test_an_unreadable_counter_in_redis_is_set_past_the_numbers_in_use(
@@ -324,7 +303,7 @@ async def test_an_unreadable_counter_in_redis_is_set_past_the_numbers_in_use(
     try:
         highest = max(int(v) for v in client.hvals("teamlead:lease-taken"))
         client.set("teamlead:seq", "abc")
-        governor = Governor(GovernorPolicy(ceiling=8), clock=clock, account=account)
+        governor = governor_on(account, 8, clock)
         with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
             slot = await governor.acquire(A, timeout=1)
             slot.rate_limited(measured=True)  # the three held were running: a cut to 3
@@ -334,7 +313,7 @@ async def test_an_unreadable_counter_in_redis_is_set_past_the_numbers_in_use(
         client.close()
     assert governor.state(A).cap == 3
     assert seq is not None and int(seq) > highest
-    assert len(_warned(caplog)) == 1 and "sequence number" in _warned(caplog)[0]
+    assert len(warned(caplog)) == 1 and "sequence number" in warned(caplog)[0]
     for lease in held:
         assert lease is not None
         account.give_back(lease)
@@ -348,7 +327,7 @@ async def test_an_unreadable_record_of_an_ended_request_in_redis_is_dropped(
     client = _client(redis)
     try:
         client.zadd("teamlead:released", {"no bar in it": 1, f"9|{A}": 1e15})
-        governor = Governor(GovernorPolicy(ceiling=8), clock=clock, account=account)
+        governor = governor_on(account, 8, clock)
         with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
             slot = await governor.acquire(A, timeout=1)
             slot.rate_limited(measured=True)  # nothing else ran: the floor
@@ -357,7 +336,7 @@ async def test_an_unreadable_record_of_an_ended_request_in_redis_is_dropped(
     finally:
         client.close()
     assert governor.state(A).cap == 1 and left == 0
-    assert len(_warned(caplog)) == 1 and "ended request" in _warned(caplog)[0]
+    assert len(warned(caplog)) == 1 and "ended request" in warned(caplog)[0]
 
 
 @pytest.mark.parametrize("given", ["no password", "a wrong password"])
@@ -368,12 +347,11 @@ async def test_a_redis_that_needs_a_password_says_how_to_give_it(
         port = server.port
         url = server.url if given == "no password" else f"redis://:wrong@127.0.0.1:{port}/0"
         account = open_account(url, machine_path=tmp_path / "machine.sqlite3")
-        _opened.append(account)
-        governor = Governor(GovernorPolicy(ceiling=2), account=account)
+        governor = governor_on(account, 2)
         with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
             async with governor.slot(A, timeout=1):
                 pass
-    warnings = _warned(caplog)
+    warnings = warned(caplog)
     assert len(warnings) == 1, warnings
     if given == "no password":
         assert warnings[0].startswith(

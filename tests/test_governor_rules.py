@@ -17,10 +17,11 @@ from teamlead._governor.store import LimitStore, MemoryStore
 from teamlead.governor import Governor, GovernorPolicy, Slot
 from teamlead.testing import FakeClock
 
+from .governors import OPUS as A
+
 P = GovernorPolicy(ceiling=24)
 P32 = GovernorPolicy(ceiling=32)
 L = aimd.Limits
-A = "anthropic/claude-opus-5-5"
 
 
 @pytest.mark.parametrize(

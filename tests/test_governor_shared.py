@@ -16,7 +16,6 @@ import sqlite3
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
@@ -36,31 +35,20 @@ from teamlead._governor.aimd import Limits
 from teamlead._governor.retry_after import MAX_PAUSE_S
 from teamlead.clock import SYSTEM_CLOCK, Clock
 from teamlead.errors import UsageError
-from teamlead.governor import Governor, GovernorPolicy, Slot
+from teamlead.governor import Governor, Slot
 from teamlead.policy import LimitsPolicy
 from teamlead.testing import FakeClock
 
+from .governors import OPUS as A
+from .governors import close_accounts, governor_on, opened, warned
 from .polling import apoll
 
-A = "anthropic/claude-opus-5-5"
-pytestmark = pytest.mark.anyio
-
-
-_opened: list[MachineAccount] = []
-
-
-@pytest.fixture(autouse=True)
-def _close_accounts() -> Iterator[None]:
-    yield
-    while _opened:
-        _opened.pop().close()
+pytestmark = [pytest.mark.anyio, pytest.mark.usefixtures(close_accounts.__name__)]
 
 
 def _governor(path: Path, clock: Clock | None = None, ceiling: int = 8) -> Governor:
     clock = clock or FakeClock()
-    account = MachineAccount(path, clock=clock, lease_ttl_s=30)
-    _opened.append(account)
-    return Governor(GovernorPolicy(ceiling=ceiling), clock=clock, account=account)
+    return governor_on(MachineAccount(path, clock=clock, lease_ttl_s=30), ceiling, clock)
 
 
 async def test_two_processes_on_one_file_share_the_limit_and_the_slots(tmp_path: Path) -> None:
@@ -251,8 +239,7 @@ async def test_a_store_file_that_cannot_be_repaired_warns_once_and_the_run_goes_
     _unrepairable(db, damage)
     try:
         account = open_account("machine", machine_path=db, warnings=WarnOnce())
-        governor = Governor(GovernorPolicy(ceiling=2), account=account)
-        _opened.append(account)  # type: ignore[arg-type]
+        governor = governor_on(account, 2)
         with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
             slots = [await governor.acquire(A, timeout=1) for _ in range(2)]
             slots[0].rate_limited(measured=True)
@@ -262,7 +249,7 @@ async def test_a_store_file_that_cannot_be_repaired_warns_once_and_the_run_goes_
                 pass
     finally:
         folder.chmod(0o700)
-    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    warnings = warned(caplog)
     assert len(warnings) == 1, warnings
     assert str(db) in warnings[0] and "this process alone" in warnings[0]
     assert "\n" not in warnings[0]
@@ -279,14 +266,13 @@ async def test_a_store_file_locked_by_another_process_warns_once_and_the_run_goe
         holder.execute("CREATE TABLE other (x)")
         holder.execute("BEGIN EXCLUSIVE")  # held for the whole run
         account = open_account("machine", machine_path=db, warnings=WarnOnce())
-        governor = Governor(GovernorPolicy(ceiling=2), account=account)
-        _opened.append(account)  # type: ignore[arg-type]
+        governor = governor_on(account, 2)
         with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
             for _ in range(3):
                 async with governor.slot(A, timeout=1):
                     pass
         holder.execute("ROLLBACK")
-    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    warnings = warned(caplog)
     assert len(warnings) == 1, warnings
     assert "database is locked" in warnings[0] and "this process alone" in warnings[0]
     assert isinstance(account, FallbackAccount) and isinstance(account.current, ProcessAccount)
@@ -319,13 +305,12 @@ async def test_a_corrupt_store_file_is_moved_aside_and_the_processes_keep_sharin
     clock = FakeClock(wall_start=1_750_000_000.0)  # 2025-06-15 15:06:40 UTC
     with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
         first = open_account("machine", clock=clock, machine_path=db, warnings=WarnOnce())
-        second = open_account("machine", clock=clock, machine_path=db, warnings=WarnOnce())
-        _opened.extend([first, second])  # type: ignore[list-item]
-        governor = Governor(GovernorPolicy(ceiling=2), clock=clock, account=first)
+        second = opened(open_account("machine", clock=clock, machine_path=db, warnings=WarnOnce()))
+        governor = governor_on(first, 2, clock)
         async with governor.slot(A, timeout=1):
             assert second.in_flight(A) == 1  # the other process sees this one's slot
         assert second.take(Bounds(A, limit=1)) is not None
-    warnings = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    warnings = warned(caplog)
     aside = tmp_path / "limits.sqlite3.corrupt-20250615T150640Z"
     assert len(warnings) == 1, warnings
     assert f"{db} was corrupt" in warnings[0] and f"moved it to {aside}" in warnings[0]
@@ -437,18 +422,13 @@ def _raw(db: Path, sql: str, *args: object) -> list[tuple[object, ...]]:
         return rows
 
 
-def _warned(caplog: pytest.LogCaptureFixture) -> list[str]:
-    return [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
-
-
 async def test_a_row_with_a_text_timestamp_is_dropped_not_raised(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     db = tmp_path / "limits.sqlite3"
     clock = FakeClock()
     account = MachineAccount(db, clock=clock, warnings=WarnOnce())
-    _opened.append(account)
-    governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
+    governor = governor_on(account, 4, clock)
     with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
         slot = await governor.acquire(A, timeout=1)
         slot.rate_limited(measured=True)  # a cut: the file holds A's limits
@@ -461,7 +441,7 @@ async def test_a_row_with_a_text_timestamp_is_dropped_not_raised(
         _raw(db, "UPDATE limits SET updated = 'abc'")  # again: the same kind, told once
         async with governor.slot(A, timeout=1):
             pass
-    warnings = _warned(caplog)
+    warnings = warned(caplog)
     assert len(warnings) == 1, warnings
     assert "dropped the unreadable learnt limits" in warnings[0] and str(db) in warnings[0]
     assert _raw(db, "SELECT COUNT(*) FROM limits WHERE typeof(updated) = 'text'") == [(0,)]
@@ -492,18 +472,17 @@ async def test_learnt_limits_of_the_wrong_type_or_range_read_as_never_seen(
 ) -> None:
     db = tmp_path / "limits.sqlite3"
     clock = FakeClock()
-    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
-    _opened.append(account)
+    account = opened(MachineAccount(db, clock=clock, warnings=WarnOnce()))
     account.in_flight(A)  # makes the file
     _raw(db, "INSERT INTO limits (key, data, updated) VALUES (?, ?, ?)", A, data, clock.time())
-    governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
+    governor = governor_on(account, 4, clock)
     with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
         assert account.limits(A) is None
         for _ in range(3):
             async with governor.slot(A, timeout=1) as slot:
                 slot.success()
     assert governor.state(A).cap == 4  # a fresh bucket, at the ceiling
-    assert len(_warned(caplog)) == 1, _warned(caplog)
+    assert len(warned(caplog)) == 1, warned(caplog)
 
 
 async def test_a_stored_pause_far_in_the_future_is_clamped_to_the_longest_a_header_may_ask(
@@ -511,8 +490,7 @@ async def test_a_stored_pause_far_in_the_future_is_clamped_to_the_longest_a_head
 ) -> None:
     db = tmp_path / "limits.sqlite3"
     clock = FakeClock()
-    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
-    _opened.append(account)
+    account = opened(MachineAccount(db, clock=clock, warnings=WarnOnce()))
     account.in_flight(A)
     data = '{"cap": 2, "cooldown_until": 1e18, "bad_at": 1e18}'
     _raw(db, "INSERT INTO limits (key, data, updated) VALUES (?, ?, ?)", A, data, clock.time())
@@ -520,7 +498,7 @@ async def test_a_stored_pause_far_in_the_future_is_clamped_to_the_longest_a_head
     assert stored is not None and stored.cap == 2
     assert stored.cooldown_until == pytest.approx(clock.monotonic() + MAX_PAUSE_S)
     assert stored.bad_at == pytest.approx(clock.monotonic())
-    governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
+    governor = governor_on(account, 4, clock)
     assert governor.state(A).cooldown_s == pytest.approx(MAX_PAUSE_S)
     clock.advance(301)  # nobody touched it since: forgotten, the pause with it
     assert account.limits(A) is None
@@ -565,17 +543,16 @@ async def test_a_lease_that_cannot_be_read_is_void_and_grants_go_on(
     (Text that SQLite can turn into the column's number, ``'1'``, is stored as a number.)"""
     db = tmp_path / "limits.sqlite3"
     clock = FakeClock()
-    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
-    _opened.append(account)
+    account = opened(MachineAccount(db, clock=clock, warnings=WarnOnce()))
     account.in_flight(A)
     _foreign_lease(db, clock, **fields)
-    governor = Governor(GovernorPolicy(ceiling=1), clock=clock, account=account)
+    governor = governor_on(account, 1, clock)
     with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
         for _ in range(3):
             async with governor.slot(A, timeout=1) as slot:
                 assert account.in_flight(A) == 1  # this one only
                 slot.rate_limited(measured=True)  # counts the account's leases
-    warnings = _warned(caplog)
+    warnings = warned(caplog)
     assert len(warnings) == 1, warnings
     assert "dropped a lease that cannot be read" in warnings[0]
     assert _raw(db, "SELECT COUNT(*) FROM leases") == [(0,)]
@@ -584,8 +561,7 @@ async def test_a_lease_that_cannot_be_read_is_void_and_grants_go_on(
 async def test_a_lease_from_another_host_expires_by_its_own_time(tmp_path: Path) -> None:
     db = tmp_path / "limits.sqlite3"
     clock = FakeClock()
-    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
-    _opened.append(account)
+    account = opened(MachineAccount(db, clock=clock, warnings=WarnOnce()))
     account.in_flight(A)
     _foreign_lease(db, clock, expires=clock.time() + 5)
     assert account.take(Bounds(A, limit=1)) is None  # alive: it holds the slot
@@ -599,12 +575,11 @@ async def test_an_unreadable_sequence_counter_is_set_past_the_numbers_in_use(
 ) -> None:
     db = tmp_path / "limits.sqlite3"
     clock = FakeClock()
-    here = MachineAccount(db, clock=clock, warnings=WarnOnce())
-    _opened.append(here)
+    here = opened(MachineAccount(db, clock=clock, warnings=WarnOnce()))
     held = [here.take(Bounds(A, limit=8)) for _ in range(3)]
     highest = _raw(db, "SELECT MAX(taken) FROM leases")[0][0]
     _raw(db, "UPDATE counter SET seq = 'abc'")
-    first = Governor(GovernorPolicy(ceiling=8), clock=clock, account=here)
+    first = governor_on(here, 8, clock)
     with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
         slot = await first.acquire(A, timeout=1)
         slot.rate_limited(measured=True)  # the three held were running: a cut to 3
@@ -612,7 +587,7 @@ async def test_an_unreadable_sequence_counter_is_set_past_the_numbers_in_use(
     assert first.state(A).cap == 3
     (seq,) = _raw(db, "SELECT seq FROM counter")[0]
     assert isinstance(seq, int) and isinstance(highest, int) and seq > highest
-    assert len(_warned(caplog)) == 1 and "sequence number" in _warned(caplog)[0]
+    assert len(warned(caplog)) == 1 and "sequence number" in warned(caplog)[0]
     for lease in held:
         assert lease is not None
         here.give_back(lease)
@@ -623,15 +598,14 @@ async def test_an_unreadable_record_of_an_ended_request_is_dropped(
 ) -> None:
     db = tmp_path / "limits.sqlite3"
     clock = FakeClock()
-    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
-    _opened.append(account)
+    account = opened(MachineAccount(db, clock=clock, warnings=WarnOnce()))
     account.in_flight(A)
     _raw(db, "INSERT INTO released (key, seq) VALUES (?, 'abc')", A)
-    governor = Governor(GovernorPolicy(ceiling=8), clock=clock, account=account)
+    governor = governor_on(account, 8, clock)
     with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
         slot = await governor.acquire(A, timeout=1)
         slot.rate_limited(measured=True)  # nothing else ran: the floor
         slot.release()
     assert governor.state(A).cap == 1
-    assert len(_warned(caplog)) == 1 and "ended request" in _warned(caplog)[0]
+    assert len(warned(caplog)) == 1 and "ended request" in warned(caplog)[0]
     assert _raw(db, "SELECT COUNT(*) FROM released WHERE typeof(seq) != 'integer'") == [(0,)]

@@ -147,12 +147,18 @@ ENTRY_POINT_REPORTS_SDK = (
 
 
 @pytest.mark.parametrize(
-    "args",
-    [["--help"], ["ps"], ["ps", "--json"], ["stop", "0123456789ab"], ["pause", "0123"]],
+    ("args", "code"),
+    [
+        (["--help"], 0),
+        (["ps"], 0),
+        (["ps", "--json"], 0),
+        (["stop", "0123456789ab"], 4),  # 4: no such run, said in one line
+        (["pause", "0123"], 4),
+    ],
     ids=["help", "ps", "ps-json", "stop", "pause"],
 )
 def test_the_verbs_people_type_start_without_loading_the_sdk(
-    args: list[str], tmp_path: Path
+    args: list[str], code: int, tmp_path: Path
 ) -> None:
     run = subprocess.run(
         [sys.executable, "-c", ENTRY_POINT_REPORTS_SDK, *args],
@@ -162,7 +168,7 @@ def test_the_verbs_people_type_start_without_loading_the_sdk(
         cwd=ROOT,
         env={**os.environ, "TEAMLEAD_RUNTIME_DIR": str(tmp_path / "run")},
     )
-    assert run.returncode in (0, 4), run.stderr  # 4: no such run, said in one line
+    assert run.returncode == code, run.stderr
     assert run.stderr.splitlines()[-1] == "LOADED ", run.stderr
 
 

@@ -3,17 +3,15 @@
 A closed terminal (SIGHUP) or a service manager (SIGTERM) must stop a run as Ctrl-C does:
 the CLI children and everything they started are stopped at once
 (:func:`~teamlead._procs.stop_descendants`), the run is cancelled, and the command prints
-how to continue and exits 130. Without this, SIGHUP left the CLI running its agents for
-tens of seconds, and SIGTERM to ``experiment run`` left its CLI children behind.
+how to continue and exits 130: no CLI child or agent outlives the command.
 
 A command watches for the signals once its work starts (:class:`Interruptible`,
 :func:`~teamlead._cli.running.run_session` for a run, ``teamlead relay --`` once its CLI
 runs). Before that, while its modules load
 (the SDK alone takes over a second) and its options are parsed, :func:`stop_at_startup`
 has each signal raise :class:`StoppedAtStartup` wherever the main thread is, and the
-entry point (:mod:`.startup`) exits as an interrupted run does; without it SIGINT printed
-a ``KeyboardInterrupt`` traceback, and SIGTERM and SIGHUP killed the process (exit 143
-and 129) with nothing on stdout. Once the command's event loop begins
+entry point (:mod:`.startup`) exits as an interrupted run does (no traceback, and the
+end a run would print), whichever signal it was. Once the command's event loop begins
 (:func:`defer_stop_signals`), a stop is only noted until the loop's watcher listens,
 and the watcher acts on it (:func:`receive_stop_signals`): the run ends through its own
 path. A command that handles the signals its own way (the scripted server) gives them back
@@ -21,20 +19,18 @@ with :func:`release_stop_signals` first.
 
 Each signal reaches the watcher once. The C-level handler writes every signal to the
 process's wake-up descriptor as well as running the Python handler, and the event loop's
-receiver sets its own descriptor before it takes each signal over. A stop while the
-receiver opened was therefore both noted here and written to the loop's descriptor: the
-watcher acted on the noted one, then took the copy for a second Ctrl-C and cancelled the
-run before it had printed its end (one ``ask --json`` in forty, under load). So while the
-loop starts, the wake-up descriptor is teamlead's own; a stop that lands while the
+receiver sets its own descriptor before it takes each signal over, so a stop landing
+while the receiver opens could be seen twice: noted here and read again from the loop's
+descriptor, a second Ctrl-C that would cancel the run before it printed its end. So while
+the loop starts, the wake-up descriptor is teamlead's own; a stop that lands while the
 receiver opens is not noted but read from that descriptor, or comes through the receiver.
 
 A stop raised during the imports can be swallowed on its way out: pydantic-core builds a
 model's serializer in Rust and turns any Python error met on the way, this one too, into
-its own ``SchemaError`` (the signal's name only in its text), so the entry point saw a
-failed import and printed its traceback (exit 1, one CI run in many). Each stop raised is
-therefore also recorded (:func:`stop_raised`): the entry point takes whatever comes out
-after it for the stop's unwinding, and if the start-up went on as if nothing had
-happened, the stop is raised again as the event loop would begin.
+its own ``SchemaError`` (the signal's name only in its text), which would read as a failed
+import. Each stop raised is therefore also recorded (:func:`stop_raised`): the entry point
+takes whatever comes out after it for the stop's unwinding, and if the start-up went on as
+if nothing had happened, the stop is raised again as the event loop would begin.
 
 The entry point imports this module first, and it loads nothing Python has not loaded
 already but the signal module: what a command uses later loads when it is used.

@@ -49,7 +49,7 @@ from ..policy import Policy, is_model_alias
 from .calls import GateEvent, SpawnRecord
 from .gate import SpawnGate
 from .slots import SpawnCap
-from .stream import observe
+from .stream import feed_gate
 
 __all__ = ["Admission"]
 
@@ -159,7 +159,7 @@ class Admission:
         Agent calls: a task started or ended, a call the CLI rejected. The events it causes
         wait for :meth:`drain`."""
         if self.gate is not None:
-            observe(self.gate, message, events)
+            feed_gate(self.gate, message, events)
 
     def drain(self) -> list[GateEvent]:
         """The gate's events not yet handed out."""

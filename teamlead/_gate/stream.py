@@ -3,7 +3,7 @@
 The gate holds a slot from admission until the task has really ended. What ends it shows
 up in the stream: a terminal ``task_notification``/``task_updated``, or a tool result that
 shows the agent never ran (the CLI's own cap, a hook timeout, another hook's deny) or ran in
-the foreground and is already done. :func:`observe` takes the parsed events of every
+the foreground and is already done. :func:`feed_gate` takes the parsed events of every
 message of a run (:func:`teamlead.tracker.parse_message`, run once per message by the
 round) and tells the gate; :func:`classify_agent_result` is the pure rule for one Agent
 tool result.
@@ -25,7 +25,7 @@ from ..tracker import (
 )
 from .gate import SpawnGate
 
-__all__ = ["AgentResult", "classify_agent_result", "observe"]
+__all__ = ["AgentResult", "classify_agent_result", "feed_gate"]
 
 #: launched: a background agent started (its task events follow); finished: a foreground
 #: agent's answer; failed: an error result; rejected: the CLI refused to run it;
@@ -55,7 +55,7 @@ def classify_agent_result(result: ToolResultSeen) -> AgentResult:
     return "finished"
 
 
-def observe(gate: SpawnGate, message: Any, events: Sequence[TrackedEvent] | None = None) -> None:
+def feed_gate(gate: SpawnGate, message: Any, events: Sequence[TrackedEvent] | None = None) -> None:
     """Tell ``gate`` what ``message`` (any SDK message or raw dict) means for its slots.
 
     Never raises: a malformed message is skipped (and noted in ``gate.errors``).
@@ -68,12 +68,12 @@ def observe(gate: SpawnGate, message: Any, events: Sequence[TrackedEvent] | None
     """
     try:
         for event in parse_message(message) if events is None else events:
-            _observe(gate, event)
+            _feed_event(gate, event)
     except Exception as exc:
-        gate.errors.append(f"observe skipped a message: {type(exc).__name__}: {exc}")
+        gate.errors.append(f"the gate skipped a message: {type(exc).__name__}: {exc}")
 
 
-def _observe(gate: SpawnGate, event: TrackedEvent) -> None:
+def _feed_event(gate: SpawnGate, event: TrackedEvent) -> None:
     if isinstance(event, AgentCallsSent):
         gate.note_message(event.message_id, list(event.tool_use_ids))
     elif isinstance(event, ToolResultSeen):

@@ -45,7 +45,7 @@ from .count import AgentAdmission, AgentCount
 from .request import (
     LEAD,
     Answer,
-    Exchange,
+    Forward,
     Refused,
     Send,
     Ticket,
@@ -174,7 +174,7 @@ class AgentBook:
         role: str,
         send: Send,
         answer: Answer,
-        exchange: Exchange,
+        exchange: Forward,
     ) -> None:
         """Govern and count one request: refuse it, hold it, or run ``exchange`` on it.
 

@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 __all__ = [
     "LEAD",
     "Answer",
-    "Exchange",
+    "Forward",
     "Refused",
     "Send",
     "Ticket",
@@ -38,7 +38,7 @@ Send = Callable[[Message], Awaitable[None]]
 Answer = Callable[..., Awaitable[None]]
 #: ``exchange(send, on_limited, body)``: forward the request (``body`` instead of its own when
 #: not ``None``) and stream the reply back through ``send``.
-Exchange = Callable[[Send, Callable[[RateLimited], None], "bytes | None"], Awaitable[None]]
+Forward = Callable[[Send, Callable[[RateLimited], None], "bytes | None"], Awaitable[None]]
 RefusalCode: TypeAlias = Literal[
     "timeout", "token_budget", "request_budget", "no_slot", "spawn_budget"
 ]

@@ -9,10 +9,11 @@ when the answer is yes:
    spans in it, and its metrics in its global meter provider. This is read from
    ``sys.modules``, so an app that never imported OpenTelemetry pays nothing.
 3. **The standard variables.** Otherwise teamlead exports only when asked to: an exporter
-   (``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER``: ``otlp`` or ``console``) or an
-   OTLP endpoint (``OTEL_EXPORTER_OTLP_ENDPOINT``, or its ``_TRACES_`` / ``_METRICS_``
-   form) is set. It then builds its own providers (not the global ones: a library does not
-   take those over) from the same variables the SDK reads: the protocol
+   (``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER``: ``otlp``, ``console`` or any
+   exporter installed under the SDK's entry points) or an OTLP endpoint
+   (``OTEL_EXPORTER_OTLP_ENDPOINT``, or its ``_TRACES_`` / ``_METRICS_`` form) is set. It
+   then builds its own providers (not the global ones: a library does not take those
+   over) from the same variables the SDK reads: the protocol
    (``OTEL_EXPORTER_OTLP_PROTOCOL``, ``http/protobuf`` by default, ``grpc`` when that
    exporter is installed), ``OTEL_SERVICE_NAME`` (``teamlead`` by default),
    ``OTEL_RESOURCE_ATTRIBUTES``, the headers, timeouts and batch settings.
@@ -203,11 +204,14 @@ def _build(
     meter_provider: Any = NoOpMeterProvider()
     if traces:
         tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        for exporter in _span_exporters(env):
+        for exporter in _exporters(env, "TRACES"):
             tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
     if metrics:
         readers: list[MetricReader] = [
-            PeriodicExportingMetricReader(exporter) for exporter in _metric_exporters(env)
+            exporter  # a pull exporter (Prometheus) is a reader itself
+            if isinstance(exporter, MetricReader)
+            else PeriodicExportingMetricReader(exporter)
+            for exporter in _exporters(env, "METRICS")
         ]
         meter_provider = MeterProvider(
             resource=resource, metric_readers=readers, shutdown_on_exit=False
@@ -230,70 +234,39 @@ def _telemetry_of(tracer_provider: Any, meter_provider: Any, *, own: bool) -> Te
     )
 
 
-def _names(env: Mapping[str, str], signal: str) -> list[str]:
+#: The SDK's exporter name for ``otlp`` over each protocol (``OTEL_EXPORTER_OTLP_PROTOCOL``).
+_OTLP_BY_PROTOCOL = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
+
+
+def _exporters(env: Mapping[str, str], signal: str) -> list[Any]:
+    """The exporters ``OTEL_<signal>_EXPORTER`` names (``otlp`` by default), each found
+    where the SDK's own configuration finds it: the ``opentelemetry_<signal>_exporter``
+    entry points, so any installed exporter works. ``otlp`` defaults to OTLP/HTTP (the
+    SDK's is gRPC, which the ``otel`` extra does not install)."""
+    from importlib.metadata import entry_points
+
     value = _get(env, f"OTEL_{signal}_EXPORTER").lower() or "otlp"
-    return [name.strip() for name in value.split(",") if name.strip() not in _OFF]
-
-
-def _protocol(env: Mapping[str, str], signal: str) -> str:
-    protocol = _get(env, f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or _get(
-        env, "OTEL_EXPORTER_OTLP_PROTOCOL"
-    )
-    protocol = protocol.lower() or "http/protobuf"
-    if protocol not in ("http/protobuf", "grpc"):
-        raise _Unsupported(
-            f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not supported; use http/protobuf or grpc"
-        )
-    return protocol
-
-
-def _span_exporters(env: Mapping[str, str]) -> list[Any]:
     exporters: list[Any] = []
-    for name in _names(env, "TRACES"):
-        if name == "console":
-            from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
-            exporters.append(ConsoleSpanExporter(out=sys.stderr))  # stdout is the answer's
-        elif name == "otlp":
-            if _protocol(env, "TRACES") == "grpc":
-                from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import (  # type: ignore[import-not-found,unused-ignore]
-                    OTLPSpanExporter as GrpcSpanExporter,
+    for name in (part.strip() for part in value.split(",")):
+        if name in _OFF:
+            continue
+        if name == "otlp":
+            protocol = _get(env, f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or _get(
+                env, "OTEL_EXPORTER_OTLP_PROTOCOL"
+            )
+            protocol = protocol.lower() or "http/protobuf"
+            if protocol not in _OTLP_BY_PROTOCOL:
+                raise _Unsupported(
+                    f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not supported; "
+                    "use http/protobuf or grpc"
                 )
-
-                exporters.append(GrpcSpanExporter())
-            else:
-                from opentelemetry.exporter.otlp.proto.http.trace_exporter import (
-                    OTLPSpanExporter,
-                )
-
-                exporters.append(OTLPSpanExporter())
-        else:
-            raise _Unsupported(f"OTEL_TRACES_EXPORTER={name!r}: teamlead knows otlp and console")
-    return exporters
-
-
-def _metric_exporters(env: Mapping[str, str]) -> list[Any]:
-    exporters: list[Any] = []
-    for name in _names(env, "METRICS"):
-        if name == "console":
-            from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
-
-            exporters.append(ConsoleMetricExporter(out=sys.stderr))  # stdout is the answer's
-        elif name == "otlp":
-            if _protocol(env, "METRICS") == "grpc":
-                from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import (  # type: ignore[import-not-found,unused-ignore]
-                    OTLPMetricExporter as GrpcMetricExporter,
-                )
-
-                exporters.append(GrpcMetricExporter())
-            else:
-                from opentelemetry.exporter.otlp.proto.http.metric_exporter import (
-                    OTLPMetricExporter,
-                )
-
-                exporters.append(OTLPMetricExporter())
-        else:
-            raise _Unsupported(f"OTEL_METRICS_EXPORTER={name!r}: teamlead knows otlp and console")
+            name = _OTLP_BY_PROTOCOL[protocol]
+        found = entry_points(group=f"opentelemetry_{signal.lower()}_exporter", name=name)
+        if not found:
+            raise _Unsupported(f"OTEL_{signal}_EXPORTER: no exporter {name!r} is installed")
+        exporter_class = next(iter(found)).load()
+        # The console exporters write to stderr: stdout is the answer's.
+        exporters.append(exporter_class(out=sys.stderr) if name == "console" else exporter_class())
     return exporters
 
 

@@ -1,4 +1,4 @@
-"""The loopback request relay (issue #10): every API request of a run, paced by the governor.
+"""The loopback request relay: every API request of a run, paced by the governor.
 
 The CLI's ``ANTHROPIC_BASE_URL`` points at a relay in teamlead's own process
 (``127.0.0.1``, an ephemeral port, a random path prefix per process). The relay forwards

@@ -8,12 +8,14 @@ endpoints are kept in (``teamlead ps``; :mod:`.registry`), and the telemetry pro
 teamlead builds from the ``OTEL_*`` variables. All of that lives in one
 :class:`ProcessState`, made lazily as the process's default (:func:`default_process_state`)
 and passable explicitly (``teamlead.query(..., process=...)``): a test, or an app that
-wants two worlds in one process, makes its own. Nothing else in teamlead keeps state at
-module level, so two states never see each other's relays, limits or runs.
+wants two separate sets in one process, makes its own. Two states share no relay,
+governor, spawn cap or live-run list; they meet only where sharing is the point: a limits
+store outside the process (a machine or Redis account), and a registry directory in
+common, where ``teamlead ps`` lists the runs of both.
 
 Example:
-    >>> world = ProcessState(spawn_limit=4, registry=False)
-    >>> world.spawn_cap.limit, world.live_runs, world.registry
+    >>> shared = ProcessState(spawn_limit=4, registry=False)
+    >>> shared.spawn_cap.limit, shared.live_runs, shared.registry
     (4, 0, None)
 """
 

@@ -25,7 +25,7 @@ from typing import Any
 from .._claude.saved_session import replay, session_messages
 from ..tracker import Tracker
 from .outcome import RoundOutcome
-from .round import describe
+from .round import describe_error
 from .state import RunState
 
 __all__ = ["read_back"]
@@ -52,7 +52,7 @@ def read_back(state: RunState, outcome: RoundOutcome) -> None:
     try:
         messages = session_messages(state.config_dir, tracker.session_id)
     except Exception as exc:  # no transcript to read: the error line says what broke
-        logger.warning("could not read the session's transcript back: %s", describe(exc))
+        logger.warning("could not read the session's transcript back: %s", describe_error(exc))
         return
     saved = replay(messages, tracker.session_id, clock=state.clock)
     hidden = {

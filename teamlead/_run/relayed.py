@@ -3,10 +3,11 @@
 :func:`relayed` puts the relay of the run's process (:mod:`teamlead._relay`, the pool of
 its :class:`~teamlead.ProcessState`) in front of a run's CLI, for the run's upstream and
 account: it starts a run of the shared relay, whose base URL the run's options then carry
-as ``ANTHROPIC_BASE_URL`` (:func:`~.options.build_options`), buffers
-the relay's events (:class:`~teamlead.events.RateLimited`,
-:class:`~teamlead.events.ConcurrencyChanged`) so the coordinator can yield them in its
-stream, and gives the run's builder its :class:`~teamlead.events.RelaySummary` for ``Finished``.
+as ``ANTHROPIC_BASE_URL`` (:func:`~.options.build_options`), keeps the relay's events
+(:class:`~teamlead.events.RateLimited`, :class:`~teamlead.events.ConcurrencyChanged`) in
+the hookup for the run's readers to drain (each round, and :func:`with_relay_events` for the
+stream: an event goes to whichever drains first), and gives the run's builder its
+:class:`~teamlead.events.RelaySummary` for ``Finished``.
 
 The relay is skipped when ``Policy(relay=False)`` or ``TEAMLEAD_NO_RELAY`` is set, with a
 one-line note for Bedrock/Vertex and non-HTTP(S) base URLs, and with a one-line warning

@@ -1,6 +1,7 @@
-"""The run's result, one builder: the one :class:`~teamlead.events.Finished` a run ends with.
+"""The run's result: the :class:`~teamlead.events.Finished` a run ends with, built only here.
 
-:func:`finish` runs once, at the end, on what the run recorded: the rows of every task
+A run stopped before its lead started gets :func:`stopped_before_start`. Any other run gets
+:func:`finish`, which runs once, at the end, on what the run recorded: the rows of every task
 and teammate (:func:`~.collect.dispositions`), every agent's usage and each workflow's
 agents (:meth:`~.agents.RunAgents.rows`), the results cut to size (:func:`~.collect.cut_rows`,
 :func:`~.collect.with_results`), the Agent and Workflow calls the admission refused (its

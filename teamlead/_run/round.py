@@ -168,7 +168,7 @@ class Round:
                 if self._settle and self._settled(start, events, state):
                     break
         except Exception as exc:  # the generator's own failure ends the stream; never cancellation
-            error, kind = describe(exc), "raised"
+            error, kind = describe_error(exc), "raised"
             if self._stopped or self._state.stop.requested:  # the stop ended its CLI
                 error, kind = f"stopped: {self._state.stop.reason}", "interrupted"
             elif self._cut:  # the stream broke because the cut ended its CLI
@@ -349,7 +349,7 @@ def session_state(events: list[TrackedEvent]) -> str | None:
     return states[-1] if states else None
 
 
-def describe(exc: BaseException) -> str:
+def describe_error(exc: BaseException) -> str:
     """``Type: first line of the message``, for an error that ended a stream."""
     text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
     return f"{type(exc).__name__}: {text}"

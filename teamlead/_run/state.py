@@ -436,13 +436,13 @@ def new_run(
     Raises:
         AmendRefused: ``control`` already serves a run that has not ended.
     """
-    world = process or default_process_state()
+    shared = process or default_process_state()
     user = options or ClaudeAgentOptions()
     pause = Pause()
     admission = Admission(
         policy,
         clock,
-        cap=world.spawn_cap,
+        cap=shared.spawn_cap,
         env=user.env,
         pause=pause,
         starting_model=_starting_model(user, policy),
@@ -483,7 +483,7 @@ def new_run(
         permissions=permissions,
         admission=admission,
         tracker=Tracker(clock=clock),
-        process=world,
+        process=shared,
         agents=RunAgents(policy, clock, admission),
         pause=pause,
         stop=RunStop(on_request=admission.stopped),
@@ -492,5 +492,5 @@ def new_run(
     if control is not None:
         state.use_control(control)
     state.ledger.one_process = mode == "client"
-    world.enter(state.stop)
+    shared.enter(state.stop)
     return state

@@ -53,6 +53,7 @@ from .stored import (
     dump_entry,
     encode,
     entry_uuid,
+    log,
     read_entry,
     read_summary,
     subpath_of,
@@ -149,7 +150,7 @@ class RedisSessionStore(SessionStore):
         self._ttl_ms = max(1, round(self.ttl_s * 1000))
         self._ns = namespace
         self._timeout = timeout_s
-        self._warn = warnings if warnings is not None else WarnOnce()
+        self._warn = warnings if warnings is not None else WarnOnce(log)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
         self._append: Any = None
@@ -169,8 +170,8 @@ class RedisSessionStore(SessionStore):
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
             import redis.asyncio as aioredis
-            from redis.backoff import NoBackoff
             from redis.asyncio.retry import Retry  # an asyncio client takes the asyncio retry
+            from redis.backoff import NoBackoff
 
             try:
                 self._client = aioredis.Redis.from_url(

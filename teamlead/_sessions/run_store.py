@@ -85,7 +85,7 @@ class RunStore:
         self.project_key = project_key_for_directory(cwd)
         self.timeout_s = timeout_s
         self.failed: str | None = None  #: why the store was given up, once it was
-        self.warn = WarnOnce()
+        self.warn = WarnOnce(log)
         self.view: SessionStore = _View(self)
         self._journals = JournalMirror(self.store, self.config_dir)
 

@@ -48,6 +48,7 @@ from .stored import (
     WarnOnce,
     dump_entry,
     entry_uuid,
+    log,
     read_entry,
     subpath_of,
 )
@@ -94,7 +95,7 @@ class SQLiteSessionStore(SessionStore):
     def __init__(self, path: Path | str, *, warnings: WarnOnce | None = None) -> None:
         self.path = Path(path)
         self.where = f"SQLite at {self.path}"
-        self._warn = warnings if warnings is not None else WarnOnce()
+        self._warn = warnings if warnings is not None else WarnOnce(log)
         self._lock = threading.Lock()
         self._db: sqlite3.Connection | None = None
         self._last_mtime = 0

@@ -12,8 +12,9 @@ of the config dir (:mod:`teamlead._claude.files`):
   ``mtime`` and an object ``data``;
 - a session loads at most :data:`MAX_SESSION_BYTES`: past that, the rest is left unread.
 
-Each store skips a bad value where it finds it and tells it once per kind
-(:class:`WarnOnce`); nothing read back is ever raised into a run.
+Each store skips a bad value where it finds it and tells it once per kind (a
+:class:`WarnOnce` on the ``teamlead.sessions`` logger, :data:`log`); nothing read back is
+ever raised into a run.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from urllib.parse import quote
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry, SessionSummaryEntry
 
 from .._claude.files import loads
-from .._governor.accounts.codecs import WarnOnce as _WarnOnce
+from .._governor.accounts import WarnOnce
 
 __all__ = [
     "MAX_ENTRY_BYTES",
@@ -36,6 +37,7 @@ __all__ = [
     "dump_entry",
     "encode",
     "entry_uuid",
+    "log",
     "read_entry",
     "read_summary",
     "subpath_of",
@@ -47,22 +49,6 @@ log = logging.getLogger("teamlead.sessions")
 MAX_ENTRY_BYTES = 16 * 1024 * 1024
 #: The most of one key (a transcript) read back; the local reader's cap too.
 MAX_SESSION_BYTES = 256 * 1024 * 1024
-
-
-class WarnOnce(_WarnOnce):
-    """Warnings told at most once per kind (what a store skips is told once, not per read),
-    on the session stores' logger: :class:`teamlead._governor.accounts.codecs.WarnOnce`.
-
-    Example:
-        >>> warn = WarnOnce()
-        >>> warn("entry", "session store: skipped an unreadable entry")
-        True
-        >>> warn("entry", "session store: skipped an unreadable entry")
-        False
-    """
-
-    def __init__(self) -> None:
-        super().__init__(log)
 
 
 def encode(part: str) -> str:

@@ -37,8 +37,9 @@ __all__ = [
 
 class Mixed:
     """The lead's first message: Agent calls plus (optionally) one workflow; then it
-    synthesizes. ``hang`` names an agent whose request the server holds open; ``inputs``
-    sets the input tokens an agent's replies report."""
+    synthesizes. ``hang`` names an agent whose request the server holds open; ``delays``
+    sets how long an agent's replies take (``delay`` for the others); ``inputs`` sets the
+    input tokens an agent's replies report."""
 
     def __init__(
         self,
@@ -46,6 +47,7 @@ class Mixed:
         workflow: list[str] | None = None,
         *,
         delay: float = 1.0,
+        delays: dict[str, float] | None = None,
         hang: str | None = None,
         inputs: dict[str, int] | None = None,
         answers: dict[str, str] | None = None,
@@ -54,6 +56,7 @@ class Mixed:
         self.agents = agents
         self.workflow = workflow or []
         self.delay = delay
+        self.delays = delays or {}
         self.hang = hang
         self.inputs = inputs or {}
         self.answers = answers or {}
@@ -63,7 +66,8 @@ class Mixed:
         if name == self.hang:
             return Reply.text(finding_text(name), delay=600)  # held open until cut
         text = self.answers.get(name, finding_text(name))
-        return Reply(content=text, delay=self.delay, input_tokens=self.inputs.get(name, 20))
+        delay = self.delays.get(name, self.delay)
+        return Reply(content=text, delay=delay, input_tokens=self.inputs.get(name, 20))
 
     def __call__(self, req: ScriptedRequest) -> Reply:
         first = req.first_user_text

@@ -113,12 +113,19 @@ def test_pausing_a_run_that_goes_direct_holds_its_new_agents_only(tmp_path: Path
             every_s=0.3,
         )
         assert held is not None and held["agents"]["queued"] == 2 and held["held"] == 0
-        time.sleep(1.0)  # a moment more: still two queued, none started
-        assert len(server.recorded("subagent")) == 1
+        unpausing = time.monotonic()
         unpaused = run_to_the_end([*TEAMLEAD, "unpause", row["run"]], timeout=60, env=env)
         assert unpaused.returncode == 0, unpaused.stderr
         out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
+        # the whole pause long, from before the first agent ended, nothing else started
+        started: dict[str, float] = {}
+        for r in server.recorded("subagent"):
+            if r.request.agent is not None:
+                name = r.request.agent.description
+                started[name] = min(started.get(name, r.started), r.started)
+        assert sorted(started) == ["agent-1", "agent-2", "agent-3"]
+        assert started["agent-1"] < unpausing < min(started["agent-2"], started["agent-3"])
         done = json.loads(out.splitlines()[-1])
         assert done["status"] == "completed" and done["relay"] is None
         assert sorted(findings_in(done["result"])) == ["agent-1", "agent-2", "agent-3"]

@@ -170,9 +170,13 @@ def test_a_subagents_plausible_pause_never_starves_the_leads_synthesis(tmp_path:
     assert {"agent-2", "agent-3"} <= set(findings_in(done["result"] or ""))
     assert len(lead) >= 2  # the fan-out, and the synthesis the pause did not hold back
     assert done["relay"]["passed"] == 1  # agent-1's 429 alone went on to the CLI
-    assert done["status"] in ("completed", "partial")
     rows = {row["description"]: row for row in done["tasks"] if row.get("description")}
-    assert rows["agent-2"]["status"] == rows["agent-3"]["status"] == "completed"
+    assert {name: (row["status"], row["disposition"]) for name, row in rows.items()} == {
+        "agent-1": ("failed", "failed"),
+        "agent-2": ("completed", "included"),
+        "agent-3": ("completed", "included"),
+    }
+    assert (done["status"], done["reason"]) == ("partial", "work_failed")
 
 
 def test_what_one_upstream_teaches_never_limits_another(tmp_path: Path) -> None:
@@ -266,9 +270,13 @@ def test_an_overload_burst_that_outlasts_the_hold_goes_on_and_leaks_nothing(
             claude, tmp_path / "cache", "--deadline", "60", "--overload-hold", "2", within_s=120
         )
     # past the hold the overloads reached the CLI (its retries off): the agents failed,
-    # one line each, the run ended by itself with its finished line
-    assert done["status"] in ("failed", "partial")
+    # one line each, and so did the lead when resumed: the run ended by itself, failed (its
+    # answer, if any, is the acknowledgement of the launch: whether the lead's turn after the
+    # launch beat the burst to the upstream is a race in the CLI)
+    assert (done["status"], done["reason"]) == ("failed", "resume_failed")
     assert done["relay"]["passed"] >= 2 and done["_wall_s"] < 60
-    failed = [row for row in done["tasks"] if row["kind"] == "task"]
-    assert failed and all(row["status"] == "failed" for row in failed)
+    tasks = sorted(
+        (row["description"], row["status"]) for row in done["tasks"] if row["kind"] == "task"
+    )
+    assert tasks == [("agent-1", "failed"), ("agent-2", "failed")]
     assert not [line for line in done["_stderr"].splitlines() if "Traceback" in line]

@@ -19,8 +19,8 @@ keeps, in one Redis database (``--limits redis://host:port/db``):
   rejection counts as the requests the upstream may have been running (see
   :meth:`Account.update_rejected`); its cut is written only if the counter did not move
   since it counted, and its lease is marked rejected in that same write (as the other
-  accounts mark and write in one transaction: marked as it was counted, a rejection was
-  left out of another machine's count and then settled that machine's cut one lower).
+  accounts mark and write in one transaction: marked apart from its count, a rejection
+  could be left out of another machine's count and settle that machine's cut one lower).
 
 Every key teamlead writes expires: a bucket's limits ``forget_after_s`` after their last
 change (a limits key found with no expiry, or a longer one, gets that when read), the
