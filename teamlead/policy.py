@@ -68,9 +68,10 @@ class InboxWaitPolicy(BaseModel):
     caller's deadline, whichever is first). The defaults read it at 0.5, 1.5, 3.5, 7.5 and
     11.5 s: at least 5 tries over at least 10 s.
 
-    The change events come from ``watchfiles``, which watches from a thread; ``step_ms``
-    and ``debounce_ms`` tune it: a change is reported ``step_ms`` to ``2 * step_ms`` after
-    it settles. ``use_events=False`` forces plain polling.
+    On Linux the change events come straight from inotify. Elsewhere ``watchfiles``
+    watches from a thread, and ``step_ms`` and ``debounce_ms`` tune it: a change is
+    reported ``step_ms`` to ``2 * step_ms`` after it settles. ``use_events=False`` forces
+    plain polling.
     """
 
     model_config = ConfigDict(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -257,12 +258,16 @@ async def test_cancelling_the_wait_stops_the_watcher(inbox: Path) -> None:
         async with anyio.create_task_group() as tg:
             tg.start_soon(wait_forever)
             await first_read.wait()
-            while worker_threads_busy() == 0:  # until the watcher's thread is running
+            for _ in range(20):  # let the watcher get to its wait
                 await anyio.lowlevel.checkpoint()
             tg.cancel_scope.cancel()
     assert not finished
     assert worker_threads_busy() == 0
-    # at most, not exactly: the garbage collector may close a socket an earlier test left
+    for thread in threading.enumerate():  # the inotify descriptor closes on its own thread
+        if thread.name == "inotify-close":
+            thread.join(10)
+    # a close handed to the inotify-close thread may still be in flight. At most, not
+    # exactly: the garbage collector may close a socket an earlier test left behind
     assert await apoll(lambda: open_fds() <= fds_before, within_s=10), (open_fds(), fds_before)
 
 

@@ -1,8 +1,8 @@
 """Waiting on an inbox: wake on a file change, poll with backoff, stop at the deadline.
 
 :func:`wait_for_inbox` reads the inbox until a condition on the read holds. It wakes at
-once on a change (``watchfiles`` on the inbox's directory, or on its nearest existing
-ancestor while the inbox does not exist yet) and polls with the backoff of an
+once on a change (inotify on Linux, else ``watchfiles``, on the inbox's directory, or on
+its nearest existing ancestor while the inbox does not exist yet) and polls with the backoff of an
 :class:`~teamlead.policy.InboxWaitPolicy` as a fallback, every delay on the injected clock.
 """
 
@@ -18,6 +18,7 @@ from watchfiles import awatch
 from ...clock import SYSTEM_CLOCK, Clock, wait_event
 from ...policy import InboxWaitPolicy
 from ..team import within
+from ._inotify import open_watch
 from .model import DEFAULT_MAX_INBOX_BYTES, InboxRead, InboxWait
 from .read import confine_root, read_unlogged
 
@@ -45,6 +46,11 @@ class _Wake:
         return fired
 
 
+def _is_dir(path: Path) -> bool:
+    """A cheap stat of a local directory, fine on the loop."""
+    return path.is_dir()
+
+
 def _nearest_existing(directory: Path, root: Path) -> Path | None:
     """``directory`` or its closest existing ancestor inside ``root``."""
     for candidate in (directory, *directory.parents):
@@ -62,44 +68,70 @@ async def _watch(
 ) -> None:
     """Set ``wake`` on every change to the inbox; watch the nearest ancestor while it is missing.
 
-    ``awatch`` builds its watcher before its first suspension, so a wake set just before
-    iterating is seen only once the new watcher is in place: nothing falls between two.
-    Where watching fails, the waiter's backoff polling is all that is left.
+    The watch is in place before the first suspension, so a wake set just before waiting
+    is seen only once the new watch is in place: nothing falls between two. Linux inotify
+    is awaited on the loop itself; elsewhere ``watchfiles`` watches from a thread.
     """
     retarget = False
     while not stop.is_set():
         target = _nearest_existing(path.parent, root)
         if target is None:
             return  # nothing to watch inside the config dir: polling only
+        direct = open_watch(target)
         if retarget:
             wake.set()
         retarget = True
-        changes_iter = awatch(
-            target,
-            watch_filter=None,
-            debounce=policy.debounce_ms,
-            step=policy.step_ms,
-            stop_event=stop,
-            rust_timeout=policy.watcher_timeout_ms,
-            recursive=False,
-            ignore_permission_denied=True,
-        )
+        if direct is None:
+            if not await _watch_thread(path, root, target, policy, stop, wake):
+                return
+            continue
         try:
-            async for changes in changes_iter:
+            while not stop.is_set():
+                names, gone = await direct.changes()
                 if target != path.parent:
                     wake.set()
                     if _nearest_existing(path.parent, root) != target:
                         break
                     continue
-                if any(Path(changed).name == path.name for _, changed in changes):
+                if path.name in names:
                     wake.set()
-                if not target.is_dir():
+                if gone or not _is_dir(target):
                     break
-        except (OSError, RuntimeError) as exc:
-            logger.warning("watching %s failed (%s); polling instead", target, type(exc).__name__)
-            return
         finally:
-            await changes_iter.aclose()
+            direct.close()
+
+
+async def _watch_thread(
+    path: Path, root: Path, target: Path, policy: InboxWaitPolicy, stop: anyio.Event, wake: _Wake
+) -> bool:
+    """Watch ``target`` with ``watchfiles``; False when watching failed (poll instead)."""
+    changes_iter = awatch(
+        target,
+        watch_filter=None,
+        debounce=policy.debounce_ms,
+        step=policy.step_ms,
+        stop_event=stop,
+        rust_timeout=policy.watcher_timeout_ms,
+        recursive=False,
+        ignore_permission_denied=True,
+    )
+    try:
+        async for changes in changes_iter:
+            if target != path.parent:
+                wake.set()
+                if _nearest_existing(path.parent, root) != target:
+                    break
+                continue
+            if any(Path(changed).name == path.name for _, changed in changes):
+                wake.set()
+            if not _is_dir(target):
+                break
+    except (OSError, RuntimeError) as exc:
+        logger.warning("watching %s failed (%s); polling instead", target, type(exc).__name__)
+        return False
+    finally:
+        await changes_iter.aclose()
+    return True
 
 
 async def wait_for_inbox(
