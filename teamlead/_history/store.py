@@ -14,7 +14,8 @@ at most :data:`MAX_RECORD_BYTES`, a file that is not a record is skipped, never 
 
 Example:
     >>> history = History(Path("history"))  # doctest: +SKIP
-    >>> history.add(RunRecord(run="0123456789ab", prompt="hi", status="completed"))  # doctest: +SKIP
+    >>> record = RunRecord(run="0123456789ab", prompt="hi", status="completed")
+    >>> history.add(record)  # doctest: +SKIP
     >>> [r.run for r in history.records()]  # doctest: +SKIP
     ['0123456789ab']
 """
@@ -31,8 +32,8 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from ..errors import AmbiguousRun, NoSuchRun
 from .._private import private_dir, read_small, write_private
+from ..errors import AmbiguousRun, NoSuchRun
 from .folder import history_dir
 from .record import INLINE_RESULT_CHARS, AgentRecord, RunRecord
 

@@ -44,9 +44,7 @@ class Recorder:
         prompt: the prompt it was started with, when known.
     """
 
-    def __init__(
-        self, state: RunState, *, run: str | None, mode: str, prompt: str | None
-    ) -> None:
+    def __init__(self, state: RunState, *, run: str | None, mode: str, prompt: str | None) -> None:
         self._state = state
         self._history = state.process.history
         self._run = run or secrets.token_hex(RUN_ID_CHARS // 2)
