@@ -25,7 +25,7 @@ from ..errors import UsageError
 from .exitcodes import handle_errors
 from .options import option
 
-__all__ = ["PS_VERSION", "past_rows", "run_filter", "show", "shown"]
+__all__ = ["PS_VERSION", "past_detail", "past_rows", "run_filter", "show", "shown"]
 
 #: ``teamlead ps --json``'s objects carry this version.
 PS_VERSION = 1
@@ -34,11 +34,13 @@ _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _FILTER_HELP = "give status=STATUS or since=AGE|DATE (e.g. status=completed, since=2h)"
 
 
-def past_rows(history: History, *, skip: Iterable[str] = ()) -> list[dict[str, Any]]:
-    """Every finished run the history keeps as a ``ps --json`` object, newest first (the
-    runs in ``skip``, still listed as live, left out)."""
+def past_rows(
+    history: History, *, skip: Iterable[str] = (), limit: int | None = None
+) -> list[dict[str, Any]]:
+    """Every finished run the history keeps (the newest ``limit``) as a ``ps --json``
+    object, newest first (the runs in ``skip``, still listed as live, left out)."""
     live = set(skip)
-    return [_row(record) for record in history.records() if record.run not in live]
+    return [_row(record) for record in history.records(limit) if record.run not in live]
 
 
 def _row(record: RunRecord) -> dict[str, Any]:
@@ -135,6 +137,68 @@ def shown(record: RunRecord, history: History) -> dict[str, Any]:
     return data
 
 
+def past_detail(record: RunRecord, history: History) -> dict[str, Any]:
+    """A finished run as ``teamlead view`` draws it: the shape of a live run's detail
+    (its agent tree: each agent under the one that started it, else under the lead) with
+    the run's prompt, answer and reasons, and each agent's prompt and whole result."""
+    data = shown(record, history)
+    lead: dict[str, Any] = _node("lead", "lead", "lead", record.status)
+    nodes = {}
+    for agent in data["agents"]:
+        node = _node(agent["id"], agent.get("kind") or "task", _name(agent), agent["status"])
+        tokens = (agent.get("tokens_in") or 0) + (agent.get("tokens_out") or 0)
+        node.update(
+            tokens=tokens or None,
+            requests=agent.get("requests"),
+            duration_s=agent.get("duration_s"),
+            prompt=agent.get("prompt"),
+            result=agent.get("result"),
+            reason=agent.get("reason"),
+        )
+        nodes[agent["id"]] = node
+    for agent in data["agents"]:
+        parent = nodes.get(agent.get("parent") or "", lead)
+        parent["children"].append(nodes[agent["id"]])
+    return {
+        "version": 1,
+        "run": record.run,
+        "source": "history",
+        "status": record.status,
+        "reason": record.reason,
+        "reasons": data["reasons"],
+        "session_id": record.session_id,
+        "command": record.command,
+        "prompt": record.prompt,
+        "answer": record.result,
+        "started": record.started,
+        "ended": record.ended,
+        "tree": lead,
+        "omitted": 0,
+        "queue": [],
+        "approvals": [],
+        "limits": [],
+    }
+
+
+def _node(node_id: str, kind: str, label: str, state: str) -> dict[str, Any]:
+    return {
+        "id": node_id,
+        "kind": kind,
+        "label": label,
+        "state": state,
+        "tokens": None,
+        "requests": None,
+        "last_tool": None,
+        "duration_s": None,
+        "model": None,
+        "children": [],
+    }
+
+
+def _name(agent: Mapping[str, Any]) -> str:
+    return str(agent.get("label") or agent.get("description") or agent.get("id"))
+
+
 @click.command()
 @click.argument("run")
 @option(
@@ -184,7 +248,7 @@ def _text(data: Mapping[str, Any]) -> str:
     agents = data.get("agents") or []
     lines += ["", f"agents ({len(agents)}):"]
     for agent in agents:
-        name = agent.get("label") or agent.get("description") or agent.get("id")
+        name = _name(agent)
         used = f", {agent['disposition']}" if agent.get("disposition") else ""
         lines.append(f"  [{agent.get('status')}] {name} ({agent.get('kind')}{used})")
         if agent.get("reason"):

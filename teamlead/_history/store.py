@@ -160,9 +160,15 @@ class History:
             total -= sizes[stem]
             count -= 1
 
-    def records(self) -> list[RunRecord]:
-        """Every run kept, newest first; a file that is not a record is skipped."""
-        return [record for _, record in self._records()]
+    def records(self, limit: int | None = None) -> list[RunRecord]:
+        """Every run kept (the newest ``limit`` when given), newest first; a file that is
+        not a record is skipped."""
+        found: list[RunRecord] = []
+        for _, record in self._records():
+            if limit is not None and len(found) >= limit:
+                break
+            found.append(record)
+        return found
 
     def find(self, ref: str) -> RunRecord:
         """The past run ``ref`` names: its run id, its session id, or a unique prefix of
