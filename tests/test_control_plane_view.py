@@ -14,6 +14,7 @@ import asyncio
 import http.client
 import json
 import os
+import stat
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -244,3 +245,18 @@ def test_the_page_shows_the_picked_runs_tree_queue_approvals_and_chart_as_text(
     shot = tmp_path / "view-detail.png"
     page.screenshot(path=str(shot), full_page=True)
     print(f"screenshot: {shot}")
+
+
+def test_an_empty_page_says_how_to_start_a_run_and_its_link_outlives_a_restart() -> None:
+    env = dict(os.environ)
+    with serving_view(env) as url, chromium_page(url) as page:
+        empty = page.locator("#empty")
+        empty.wait_for(state="visible", timeout=30_000)
+        assert 'teamlead ask "your task"' in empty.inner_text()
+        assert page.locator("#live").inner_text() == "0 running, 0 finished"
+    port = str(urlsplit(url).port)
+    with serving_view(env, "--port", port) as again:
+        assert again == url  # the same address and token: the old link still works
+    token = Path(env["TEAMLEAD_RUNTIME_DIR"]) / "view-token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert token.read_text().strip() == url.split("token=", 1)[1]

@@ -148,8 +148,16 @@ ENTRY_POINT_REPORTS_SDK = (
 
 @pytest.mark.parametrize(
     "args",
-    [["--help"], ["ps"], ["ps", "--json"], ["stop", "0123456789ab"], ["pause", "0123"]],
-    ids=["help", "ps", "ps-json", "stop", "pause"],
+    [
+        ["--help"],
+        ["ps"],
+        ["ps", "--json"],
+        ["ps", "--all"],
+        ["show", "0123456789ab"],
+        ["stop", "0123456789ab"],
+        ["pause", "0123"],
+    ],
+    ids=["help", "ps", "ps-json", "ps-all", "show", "stop", "pause"],
 )
 def test_the_verbs_people_type_start_without_loading_the_sdk(
     args: list[str], tmp_path: Path
