@@ -22,7 +22,7 @@ from teamlead.testing.scripts import FanOut
 
 from ..browser import chromium_page, serving_view
 from ..isolated import isolated_env, run_to_the_end
-from .conftest import TEAMLEAD, ask
+from .conftest import TEAMLEAD, OfflineFactory, ask
 
 pytestmark = [pytest.mark.cli]
 
@@ -163,3 +163,12 @@ def test_the_view_shows_the_finished_run_with_its_prompt_and_answer(world: World
         first.locator("summary").first.click()
         shown = first.locator(".result").first.text_content() or ""
         assert shown.startswith("FINDING[")
+
+
+def test_ask_no_history_keeps_nothing(offline: OfflineFactory, tmp_path: Path) -> None:
+    _, claude = offline(FanOut.of(1, delays=0.1))
+    done = ask(claude, "--no-history", "--quiet", stdin=subprocess.DEVNULL)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert not (tmp_path / "history").exists()
+    listed = run_to_the_end([*TEAMLEAD, "ps", "-aq"], timeout=60)
+    assert (listed.returncode, listed.stdout) == (0, "")
