@@ -7,18 +7,20 @@ another user, or its group or others can write to it: :func:`unsafe_dir` says wh
 line, :func:`private_dir` makes it or refuses. Files in it are written mode 0600 through a
 temporary file and a rename (:func:`write_private`: a reader sees the old file or the new
 one), and read back as untrusted data: never through a symlink, only a regular file, at
-most a given size (:func:`read_small`).
+most a given size (:func:`read_small`), a JSON object only (:func:`json_object`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import secrets
 import stat
 from pathlib import Path
+from typing import Any
 
-__all__ = ["private_dir", "read_small", "unsafe_dir", "write_private"]
+__all__ = ["json_object", "private_dir", "read_small", "unsafe_dir", "write_private"]
 
 
 def unsafe_dir(folder: Path) -> str | None:
@@ -98,6 +100,21 @@ def read_small(path: Path, limit: int) -> bytes | None:
         return None
     finally:
         os.close(fd)
+
+
+def json_object(raw: bytes) -> dict[str, Any] | None:
+    """The JSON object ``raw`` holds, or ``None`` when it holds anything else (not JSON,
+    nested too deep, an array...).
+
+    Example:
+        >>> json_object(b'{"run": 1}'), json_object(b"[1]"), json_object(b"{")
+        ({'run': 1}, None, None)
+    """
+    try:
+        data = json.loads(raw)
+    except (ValueError, RecursionError):
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _uid() -> int:

@@ -294,15 +294,7 @@ def settings_from_options(
 )
 @run_options
 @handle_errors
-def ask(
-    prompt: str,
-    strategy: str,
-    json_: bool,
-    quiet: bool,
-    verbose: bool,
-    no_history: bool,
-    **kw: Any,
-) -> None:
+def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **kw: Any) -> None:
     """Ask the lead; wait for its agents and teammates; resume until one answer uses every result.
 
     PROMPT is the task; `-` reads it from stdin.
@@ -316,7 +308,7 @@ def ask(
     if not prompt.strip():
         raise UsageError("the prompt is empty")
     output = output_mode(json_, quiet)
-    default_process_state().keep_history(not no_history)
+    default_process_state().keep_history(not kw.pop("no_history"))
     settings = settings_from_options(strategy, **kw)
     controls, control = _terminal_controls(settings, output)
     options, policy, _ = build_run(settings, can_use_tool=controls.can_use_tool())
@@ -336,13 +328,7 @@ def ask(
 @run_options
 @handle_errors
 def resume(
-    session_id: str,
-    strategy: str,
-    json_: bool,
-    quiet: bool,
-    verbose: bool,
-    no_history: bool,
-    **kw: Any,
+    session_id: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **kw: Any
 ) -> None:
     """Collect the unused results of SESSION_ID and resume its lead.
 
@@ -356,7 +342,7 @@ def resume(
     from .running import build_run, check_setup, merged_env
 
     output = output_mode(json_, quiet)
-    default_process_state().keep_history(not no_history)
+    default_process_state().keep_history(not kw.pop("no_history"))
     settings = settings_from_options(strategy, **kw)
     controls, control = _terminal_controls(settings, output)
     options, policy, _ = build_run(settings, can_use_tool=controls.can_use_tool())

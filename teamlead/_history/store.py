@@ -23,7 +23,6 @@ Example:
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import re
 import time
@@ -32,7 +31,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .._private import private_dir, read_small, write_private
+from .._private import json_object, private_dir, read_small, write_private
 from ..errors import AmbiguousRun, NoSuchRun
 from .folder import history_dir
 from .record import INLINE_RESULT_CHARS, AgentRecord, RunRecord
@@ -220,11 +219,8 @@ class History:
 
 
 def _parse(raw: bytes) -> RunRecord | None:
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(data, dict):
+    data = json_object(raw)
+    if data is None:
         return None
     try:
         return RunRecord.model_validate(data)

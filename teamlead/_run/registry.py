@@ -49,7 +49,7 @@ from typing import Any, Literal, TypeAlias, cast
 
 import psutil
 
-from .._private import read_small, write_private
+from .._private import json_object, read_small, write_private
 from ..errors import AmbiguousRun, ControlError, NoSuchRun
 
 __all__ = [
@@ -225,13 +225,8 @@ def parse_entry(raw: bytes, path: Path) -> RunEntry | None:
         >>> parse_entry(b'{"run": "x"}', Path("x.json")) is None
         True
     """
-    if len(raw) > MAX_ENTRY_BYTES:
-        return None
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(data, dict):
+    data = json_object(raw) if len(raw) <= MAX_ENTRY_BYTES else None
+    if data is None:
         return None
     run, pid, socket = data.get("run"), data.get("pid"), data.get("socket")
     started, pid_started = data.get("started"), data.get("pid_started")
