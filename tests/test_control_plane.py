@@ -503,3 +503,13 @@ def test_ps_quiet_and_json_together_are_refused_in_one_line() -> None:
         2,
         "teamlead: error: --json and --quiet cannot be combined",
     )
+
+
+def test_show_of_a_run_still_running_says_how_to_follow_it() -> None:
+    _entry("aaaaaaaaaaaa")
+    result = _invoke("show", "aaaa")
+    assert (result.exit_code, result.output.strip()) == (
+        4,
+        "teamlead: run aaaaaaaaaaaa is still running: `teamlead watch aaaaaaaaaaaa` follows "
+        "it, and `teamlead show` prints it once it has finished",
+    )

@@ -15,15 +15,17 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .._history import History, RunRecord
 from .._redact import terminal_safe
-from ..errors import UsageError
+from ..errors import NoSuchRun, UsageError
 from .exitcodes import handle_errors
 from .options import option
+
+if TYPE_CHECKING:  # pydantic's models: `teamlead ps` without --all starts without them
+    from .._history import History, RunRecord
 
 __all__ = ["PS_VERSION", "past_detail", "past_rows", "run_filter", "show", "shown"]
 
@@ -214,13 +216,34 @@ def show(run: str, json_: bool) -> None:
     RUN is the run id `teamlead ps --all` shows, the session id, or a unique prefix of
     either. Each agent comes with its prompt and its whole result.
     """
+    from .._history import History
+
     history = History()
-    record = history.find(run)
+    try:
+        record = history.find(run)
+    except NoSuchRun as kept:
+        raise _running(run) or kept from None
     data = shown(record, history)
     if json_:
         click.echo(json.dumps(data, ensure_ascii=False))
         return
     click.echo(_text(data))
+
+
+def _running(ref: str) -> NoSuchRun | None:
+    """What to say when ``ref`` names a run that is still running (``None`` if none)."""
+    from .._run.registry import Registry
+
+    try:
+        entry = Registry().find(ref)
+    except (NoSuchRun, UsageError):
+        return None
+    return NoSuchRun(
+        f"run {entry.run} is still running: `teamlead watch {entry.run}` follows it, and "
+        "`teamlead show` prints it once it has finished",
+        ref=ref,
+        why="running",
+    )
 
 
 def _text(data: Mapping[str, Any]) -> str:

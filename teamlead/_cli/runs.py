@@ -25,7 +25,6 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from .._history import History
 from .._redact import terminal_safe
 from .._run.endpoint import call, follow
 from .._run.registry import Registry, RunEntry, liveness
@@ -82,6 +81,8 @@ def ps(json_: bool, all_: bool, quiet: bool, filters: tuple[str, ...]) -> None:
     keep = run_filter(filters)
     rows = ps_rows(Registry(), dead=all_)
     if all_:
+        from .._history import History  # its records' models load pydantic: only here
+
         rows += past_rows(History(), skip=[row["run"] for row in rows])
         rows.sort(key=lambda row: row["started"], reverse=True)
     rows = [row for row in rows if keep(row)]

@@ -89,6 +89,9 @@ class History:
         self._env = env
         self._max_runs = max_runs
         self._max_bytes = max_bytes
+        #: the records read so far, by folder and file name (``teamlead view`` reads the
+        #: history every second: each record is parsed once)
+        self._parsed: dict[tuple[Path, str], RunRecord] = {}
 
     @property
     def directory(self) -> Path:
@@ -208,13 +211,17 @@ class History:
             names = sorted((p.name for p in folder.iterdir()), reverse=True)
         except OSError:  # no history yet
             return
+        parsed, self._parsed = self._parsed, {}
         for name in names:
             match = _RECORD.fullmatch(name)
             if match is None:
                 continue
-            raw = read_small(folder / name, MAX_RECORD_BYTES)
-            record = _parse(raw) if raw is not None else None
+            record = parsed.get((folder, name))
+            if record is None:
+                raw = read_small(folder / name, MAX_RECORD_BYTES)
+                record = _parse(raw) if raw is not None else None
             if record is not None and record.run == match.group(2):
+                self._parsed[(folder, name)] = record  # a record's file is written once
                 yield folder / name, record
 
 
