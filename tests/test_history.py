@@ -202,3 +202,16 @@ async def test_a_history_that_cannot_be_written_is_one_warning_and_the_run_goes_
     assert said == [
         f"this run is not kept in the run history: {str(blocked)!r} is not a directory (a symlink?)"
     ]
+
+
+def test_the_bounds_come_from_the_environment_and_a_bad_value_keeps_the_default(
+    tmp_path: Path,
+) -> None:
+    env = {"TEAMLEAD_HISTORY_MAX_RUNS": "2", "TEAMLEAD_HISTORY_MAX_MB": "3"}
+    history = History(tmp_path / "h", env=env)
+    assert (history.max_runs, history.max_bytes) == (2, 3 * 1024 * 1024)
+    for n, run in enumerate(RUNS):
+        history.add(_record(run, 1_800_000_000 + 60 * n))
+    assert _names(history) == ["fedcba987654", "0123456789ac"]
+    bad = History(env={"TEAMLEAD_HISTORY_MAX_RUNS": "-1", "TEAMLEAD_HISTORY_MAX_MB": "lots"})
+    assert (bad.max_runs, bad.max_bytes) == (1000, 200 * 1024 * 1024)
