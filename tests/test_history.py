@@ -172,7 +172,7 @@ async def test_a_library_run_is_kept_with_its_prompt_answer_and_agents(tmp_path:
     )
     assert (record.session_id, record.cost_usd, record.mode) == (SESSION, 0.25, "query")
     assert record.label == "arm delegation · task auth · trial 2"
-    assert record.ended >= record.started > 0
+    assert (record.started, record.ended) == (1_700_000_000.0, 1_700_000_000.0)  # its clock's
     (agent,) = record.agents
     assert (agent.id, agent.description, agent.status) == ("t1", "probe", "completed")
     assert agent.result == "T1: the bug is in auth"
@@ -215,3 +215,17 @@ def test_the_bounds_come_from_the_environment_and_a_bad_value_keeps_the_default(
     assert _names(history) == ["fedcba987654", "0123456789ac"]
     bad = History(env={"TEAMLEAD_HISTORY_MAX_RUNS": "-1", "TEAMLEAD_HISTORY_MAX_MB": "lots"})
     assert (bad.max_runs, bad.max_bytes) == (1000, 200 * 1024 * 1024)
+
+
+def test_a_run_of_many_long_agents_stays_one_readable_record(tmp_path: Path) -> None:
+    many = [
+        AgentRecord(id=f"t{n}", status="completed", prompt="p" * 9000, result="r" * 7000)
+        for n in range(2000)
+    ]
+    history = History(tmp_path / "h")
+    path = history.add(_record(RUNS[0], 1_800_000_000, prompt="q" * 2_000_000, agents=many))
+    assert path.stat().st_size < 8 * 1024 * 1024
+    (record,) = history.records()
+    assert [history.result_of(a) for a in record.agents] == ["r" * 7000] * 2000
+    assert len(record.agents[0].prompt or "") < 8100 and len(record.agents[-1].prompt or "") < 400
+    assert record.prompt is not None and record.prompt.endswith("[… 951424 characters cut …]")

@@ -52,11 +52,15 @@ MAX_BYTES_VAR = "TEAMLEAD_HISTORY_MAX_MB"
 DEFAULT_MAX_RUNS = 1000
 DEFAULT_MAX_BYTES = 200 * 1024 * 1024
 #: The largest record file read; a larger one is not a record of ours.
-MAX_RECORD_BYTES = 4 * 1024 * 1024
-#: Results kept inside one record at most (characters); the rest go to files beside it.
-_INLINE_BUDGET = 1024 * 1024
-#: An agent's prompt is kept up to this many characters.
-_PROMPT_CHARS = 20_000
+MAX_RECORD_BYTES = 16 * 1024 * 1024
+#: The agents' prompts and results kept inside one record at most (characters); past it,
+#: results go to files beside it and prompts are cut short.
+_INLINE_BUDGET = 2 * 1024 * 1024
+#: An agent's prompt is kept up to this many characters (this few past the budget).
+_AGENT_PROMPT_CHARS = 8000
+_SHORT_CHARS = 300
+#: The run's prompt and answer are kept up to this many characters each.
+_RUN_TEXT_CHARS = 1024 * 1024
 #: The largest result file read back.
 _MAX_RESULT_BYTES = 64 * 1024 * 1024
 _RECORD = re.compile(r"(\d{8}T\d{6}Z)-([0-9a-f]{12})\.json")
@@ -111,8 +115,9 @@ class History:
         return _bound(self._env, MAX_BYTES_VAR, DEFAULT_MAX_BYTES // 2**20) * 2**20
 
     def add(self, record: RunRecord) -> Path:
-        """Write ``record`` (its long results to files beside it), then prune the oldest
-        runs beyond the bounds; returns the record's file.
+        """Write ``record`` (its long results to files beside it, its texts cut so that
+        it stays well under :data:`MAX_RECORD_BYTES`), then prune the oldest runs beyond
+        the bounds; returns the record's file.
 
         Raises:
             PermissionError: the directory is refused (another user's, open to others).
@@ -123,7 +128,9 @@ class History:
         stem = f"{ended}-{record.run}"
         agents, budget = [], _INLINE_BUDGET
         for index, agent in enumerate(record.agents):
-            update: dict[str, object] = {"prompt": _cut(agent.prompt, _PROMPT_CHARS)}
+            prompt = _cut(agent.prompt, _AGENT_PROMPT_CHARS if budget > 0 else _SHORT_CHARS)
+            budget -= len(prompt or "")
+            update: dict[str, object] = {"prompt": prompt}
             text = agent.result
             if text is not None and (len(text) > INLINE_RESULT_CHARS or len(text) > budget):
                 name = f"{stem}.{index}.txt"
@@ -133,7 +140,13 @@ class History:
                 budget -= len(text)
             agents.append(agent.model_copy(update=update))
         path = folder / f"{stem}.json"
-        kept = record.model_copy(update={"agents": agents, "prompt": record.prompt})
+        kept = record.model_copy(
+            update={
+                "agents": agents,
+                "prompt": _cut(record.prompt, _RUN_TEXT_CHARS),
+                "result": _cut(record.result, _RUN_TEXT_CHARS),
+            }
+        )
         write_private(path, kept.model_dump_json() + "\n")
         self.prune()
         return path

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import secrets
-import time
 
 import anyio
 
@@ -52,14 +51,14 @@ class Recorder:
         self._prompt = prompt
         self._command = command_line()
         self._label = run_label()
-        self._started = time.time()
+        self._started = state.clock.time()
 
     async def keep(self, finished: Finished) -> None:
         """Record the run that ended with ``finished`` (bounded; never raises)."""
         history = self._history
         if history is None:
             return
-        ended = time.time()
+        ended = self._state.clock.time()
         with anyio.CancelScope(shield=True), anyio.move_on_after(_KEEP_TIMEOUT_S) as scope:
             try:
                 await anyio.to_thread.run_sync(
