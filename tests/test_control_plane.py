@@ -27,6 +27,7 @@ from click.testing import CliRunner
 
 from teamlead._cli import main
 from teamlead._cli.commands import COMMANDS
+from teamlead._history import History, RunRecord
 from teamlead._metering.pause import Pause
 from teamlead._run.endpoint import Endpoint, WatchFeed, call, follow, parse_request
 from teamlead._run.process import ProcessState
@@ -513,3 +514,14 @@ def test_show_of_a_run_still_running_says_how_to_follow_it() -> None:
         "teamlead: run aaaaaaaaaaaa is still running: `teamlead watch aaaaaaaaaaaa` follows "
         "it, and `teamlead show` prints it once it has finished",
     )
+
+
+def test_a_verb_on_a_run_the_history_keeps_says_it_finished_and_how_to_see_it() -> None:
+    History().add(RunRecord(run="0123456789ab", status="completed", ended=1_800_000_000.0))
+    for verb in (["stop", "0123"], ["pause", "0123"], ["watch", "0123456789ab"]):
+        result = _invoke(*verb)
+        assert (result.exit_code, result.output.strip()) == (
+            4,
+            "teamlead: run 0123456789ab has already finished: `teamlead show 0123456789ab` "
+            "prints it",
+        )

@@ -204,6 +204,32 @@ def _ago(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h ago"
 
 
+def _live(registry: Registry, ref: str) -> RunEntry:
+    """The live run ``ref`` names (see :meth:`Registry.find`); one that has finished and
+    left the registry is said so, with how to see it, when the run history keeps it.
+
+    Raises:
+        NoSuchRun: no live run of yours is named so.
+        AmbiguousRun: ``ref`` names several.
+    """
+    try:
+        return registry.find(ref)
+    except NoSuchRun as exc:
+        if exc.why != "none":
+            raise
+        from .._history import History  # its records' models load pydantic: only here
+
+        try:
+            record = History().find(ref)
+        except (NoSuchRun, UsageError):
+            raise exc from None
+        raise NoSuchRun(
+            f"run {record.run} has already finished: `teamlead show {record.run}` prints it",
+            ref=ref,
+            why="finished",
+        ) from None
+
+
 def _finished(entry: RunEntry, ref: str) -> NoSuchRun:
     return NoSuchRun(f"run {entry.run} has already finished", ref=ref, why="finished")
 
@@ -217,7 +243,7 @@ def act(ref: str, request: Mapping[str, Any], *, registry: Registry | None = Non
         UsageError: the run refused a value (an amend out of range or changing nothing).
         ControlError: the run refused for its state, or does not answer.
     """
-    entry = (registry or Registry()).find(ref)
+    entry = _live(registry or Registry(), ref)
     try:
         answer = call(entry.socket, request, ref=entry.run, timeout=_ACT_TIMEOUT_S)
     except ControlError as exc:
@@ -238,7 +264,7 @@ def run_detail(ref: str, *, registry: Registry | None = None) -> dict[str, Any]:
         NoSuchRun: no live run of yours is named so, or it finished meanwhile.
         ControlError: the run does not answer, or answered no detail.
     """
-    entry = (registry or Registry()).find(ref)
+    entry = _live(registry or Registry(), ref)
     try:
         answer = call(entry.socket, {"op": "detail"}, ref=entry.run, timeout=_ACT_TIMEOUT_S)
     except ControlError as exc:
@@ -382,7 +408,7 @@ def watch(run: str, json_: bool) -> None:
     `finished` line. Exits with the run's own exit code (0 completed, 1 failed, 3
     partial), 1 if the run went away without a finished line.
     """
-    entry = Registry().find(run)
+    entry = _live(Registry(), run)
     code = EXIT_FAILED
     try:
         for line in follow(entry.socket, ref=entry.run, timeout=_ACT_TIMEOUT_S):
