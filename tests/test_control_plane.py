@@ -440,6 +440,7 @@ def test_ps_asks_every_run_at_once() -> None:
         for one in [*held, *listeners]:
             one.close()
     assert [(r["run"], r["status"]) for r in rows] == [(run, "unreachable") for run in runs]
+    assert [(r["finished"], r["answer"]) for r in rows] == [(False, None)] * 3  # one shape
     assert open_when_the_last_came == [True, True, True]
 
 

@@ -27,10 +27,18 @@ from .options import option
 if TYPE_CHECKING:  # pydantic's models: `teamlead ps` without --all starts without them
     from .._history import History, RunRecord
 
-__all__ = ["PS_VERSION", "past_detail", "past_rows", "run_filter", "show", "shown"]
+__all__ = ["NOT_FINISHED", "PS_VERSION", "past_detail", "past_rows", "run_filter", "show", "shown"]
 
 #: ``teamlead ps --json``'s objects carry this version.
 PS_VERSION = 1
+#: What a finished run's ``ps --json`` object adds, as a run that has not finished has it.
+NOT_FINISHED: dict[str, Any] = {
+    "finished": False,
+    "ended": None,
+    "reason": None,
+    "cost_usd": None,
+    "answer": None,
+}
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
 _FILTER_HELP = "give status=STATUS or since=AGE|DATE (e.g. status=completed, since=2h)"

@@ -30,7 +30,7 @@ from .._run.endpoint import call, follow
 from .._run.registry import Registry, RunEntry, liveness
 from ..errors import ControlError, NoSuchRun, UsageError
 from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors, tell
-from .history import PS_VERSION, past_rows, run_filter
+from .history import NOT_FINISHED, PS_VERSION, past_rows, run_filter
 from .options import option, output_mode
 
 __all__ = ["act", "amend", "pause", "ps", "ps_rows", "run_detail", "stop", "unpause", "watch"]
@@ -139,6 +139,7 @@ def _row(entry: RunEntry, answer: Mapping[str, Any]) -> dict[str, Any]:
         "subagent_model": _text(answer.get("subagent_model")),
         "deadline_in_s": _number(answer.get("deadline_in_s")),
         "socket": entry.socket,
+        **NOT_FINISHED,
     }
 
 
