@@ -265,8 +265,9 @@ def _text(data: Mapping[str, Any]) -> str:
         lines.append(f"label: {data['label']}")
     lines += [
         f"command: {data.get('command') or '-'}",
-        f"started: {_when(data.get('started'))}, took {data['duration_s']:.1f} s, cost "
-        f"${data.get('cost_usd') or 0:.4f}, {data.get('resumes') or 0} resume(s)",
+        f"started: {_when(data.get('started'))}, took {data['duration_s']:.1f} s, "
+        f"{data.get('resumes') or 0} resume(s), cost as the CLI reported it "
+        f"${data.get('cost_usd') or 0:.4f}",
         "",
         "prompt:",
         _indent(data.get("prompt") or "(not known: the client sent it)"),
