@@ -211,12 +211,7 @@ def _name(agent: Mapping[str, Any]) -> str:
 
 @click.command()
 @click.argument("run")
-@option(
-    "--json",
-    "json_",
-    is_flag=True,
-    help="The run's record as one JSON object (prompt, answer, agents with their results).",
-)
+@option("--json", "json_", is_flag=True, help="The run's record as one JSON object.")
 @handle_errors
 def show(run: str, json_: bool) -> None:
     """Show a finished run from the run history: its prompt, answer and agents.
