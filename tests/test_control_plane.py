@@ -526,3 +526,15 @@ def test_a_verb_on_a_run_the_history_keeps_says_it_finished_and_how_to_see_it() 
             "teamlead: run 0123456789ab has already finished: `teamlead show 0123456789ab` "
             "prints it",
         )
+
+
+def test_view_on_a_port_another_server_holds_is_one_line_exit_2() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = _invoke("view", "--port", str(port))
+    assert (result.exit_code, result.output.strip()) == (
+        2,
+        f"teamlead: error: cannot listen on 127.0.0.1:{port}: Address already in use",
+    )

@@ -292,6 +292,10 @@ async def _reply(send: Send, status: int, ok: bool, message: str) -> None:
 # -- the command -------------------------------------------------------------------------
 def _listen(port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # a view served again on its --port while a page of the last one was open: that
+    # page's connections linger (TIME_WAIT), and must not keep the port (a second
+    # listener is still refused)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(("127.0.0.1", port))
         sock.listen(64)
