@@ -279,7 +279,7 @@ def run_detail(ref: str, *, registry: Registry | None = None) -> dict[str, Any]:
 
 
 @click.command()
-@click.argument("runs", nargs=-1, metavar="RUN...")
+@click.argument("runs", nargs=-1, metavar="[RUN]...")
 @option(
     "--now",
     is_flag=True,
