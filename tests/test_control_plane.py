@@ -538,3 +538,17 @@ def test_view_on_a_port_another_server_holds_is_one_line_exit_2() -> None:
         2,
         f"teamlead: error: cannot listen on 127.0.0.1:{port}: Address already in use",
     )
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [
+        ("resume", "(none: a resume of its session, with what its agents had left)"),
+        ("client", "(not known: the client sent it)"),
+    ],
+)
+def test_show_says_why_a_run_has_no_prompt(mode: str, said: str) -> None:
+    History().add(RunRecord(run="0123456789ab", mode=mode, ended=1_800_000_000.0))
+    result = _invoke("show", "0123456789ab")
+    assert result.exit_code == 0, result.output
+    assert result.output.split("prompt:\n", 1)[1].splitlines()[0] == f"  {said}"

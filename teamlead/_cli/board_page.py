@@ -262,8 +262,7 @@ function showDetail(d) {
   document.getElementById("past").hidden = !past;
   document.getElementById("now").hidden = past;
   if (past) {
-    document.getElementById("detail-prompt").textContent =
-      d.prompt || "(not known: the client sent it)";
+    document.getElementById("detail-prompt").textContent = text(d.prompt);
     document.getElementById("detail-answer").textContent = d.answer || "(no answer)";
     const reasons = document.getElementById("detail-reasons");
     reasons.replaceChildren();

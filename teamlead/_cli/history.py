@@ -41,6 +41,11 @@ NOT_FINISHED: dict[str, Any] = {
 }
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+#: What stands for a run's prompt when its record has none, by the run's mode.
+_NO_PROMPT = {
+    "resume": "(none: a resume of its session, with what its agents had left)",
+    "client": "(not known: the client sent it)",
+}
 _FILTER_HELP = "give status=STATUS or since=AGE|DATE (e.g. status=completed, since=2h)"
 
 
@@ -178,7 +183,7 @@ def past_detail(record: RunRecord, history: History) -> dict[str, Any]:
         "reasons": data["reasons"],
         "session_id": record.session_id,
         "command": record.command,
-        "prompt": record.prompt,
+        "prompt": record.prompt or _NO_PROMPT.get(record.mode, "(not known)"),
         "answer": record.result,
         "started": record.started,
         "ended": record.ended,
@@ -265,7 +270,7 @@ def _text(data: Mapping[str, Any]) -> str:
         f"${data.get('cost_usd') or 0:.4f}",
         "",
         "prompt:",
-        _indent(data.get("prompt") or "(not known: the client sent it)"),
+        _indent(data.get("prompt") or _NO_PROMPT.get(str(data.get("mode")), "(not known)")),
         "",
         "answer:",
         _indent(data.get("result") or "(no answer)"),
