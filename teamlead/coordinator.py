@@ -252,7 +252,7 @@ def _query_mode_stream(
 
     def items(state: RunState) -> AsyncGenerator[Any, None]:
         run = _relayed_run(state, start, mode=mode, prompt=prompt, session_id=session_id)
-        return registered(state, run)
+        return registered(state, run, mode=mode, prompt=prompt)
 
     return RunStream(make, items)
 

@@ -96,12 +96,14 @@ class AmbiguousRun(UsageError):
 
 
 class NoSuchRun(TeamleadError):
-    """No live run of this user is named ``ref``.
+    """No live run of this user is named ``ref`` (or, for ``teamlead show``, no finished
+    run the run history keeps).
 
     Attributes:
         ref: the run id, session id or prefix asked for.
         why: ``none`` (nothing is named so), ``finished`` (it ended, or ended while asked),
-            ``not_yours`` (it belongs to another user).
+            ``not_yours`` (it belongs to another user), ``running`` (``show``: it has not
+            finished yet).
 
     Example:
         >>> try:

@@ -29,7 +29,7 @@ TEAMLEAD = (sys.executable, "-m", "teamlead")
 def isolated_env(root: Path) -> dict[str, str]:
     """``os.environ`` as the autouse isolation leaves it, with its own state under ``root``:
     HOME, the Claude config, the cache (the governor's shared limits) and the runtime
-    directory (the registry of live runs, ``teamlead ps``) there, no API
+    directory (the registry of live runs, ``teamlead ps``) and the run history there, no API
     address or key, no TEAMLEAD_/OTEL_ settings and no trace inherited from the shell."""
     home = root / "home"
     (home / ".claude").mkdir(parents=True, exist_ok=True)
@@ -44,6 +44,7 @@ def isolated_env(root: Path) -> dict[str, str]:
         CLAUDE_CONFIG_DIR=str(home / ".claude"),
         XDG_CACHE_HOME=str(root / "cache"),
         TEAMLEAD_RUNTIME_DIR=str(root / "run"),  # the runs this test starts register there
+        TEAMLEAD_HISTORY_DIR=str(root / "history"),  # and are kept there when they finish
     )
     return env
 

@@ -15,6 +15,7 @@ import socket
 import stat
 import subprocess
 import sys
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ from click.testing import CliRunner
 
 from teamlead._cli import main
 from teamlead._cli.commands import COMMANDS
+from teamlead._history import History, RunRecord
 from teamlead._metering.pause import Pause
 from teamlead._run.endpoint import Endpoint, WatchFeed, call, follow, parse_request
 from teamlead._run.process import ProcessState
@@ -404,3 +406,149 @@ def test_no_such_run_carries_what_was_asked() -> None:
     with pytest.raises(NoSuchRun) as err:
         Registry().find("zz")
     assert err.value.ref == "zz" and err.value.why == "none"
+
+
+# -- ps and stop over several runs ------------------------------------------------------------
+def test_ps_asks_every_run_at_once() -> None:
+    # three runs whose endpoints take the connection and never answer: asked one after
+    # another, each run's client gives up (and hangs up) before the next one connects
+    runs = ["aaaaaaaaaaaa", "bbbbbbbbbbbb", "cccccccccccc"]
+    listeners = []
+    for run in runs:
+        _entry(run)
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        listener.bind(str(_dir() / f"{run}.sock"))
+        listener.listen(1)
+        listeners.append(listener)
+    held: list[socket.socket] = []
+    open_when_the_last_came: list[bool] = []
+
+    def take() -> None:
+        for listener in listeners:
+            listener.settimeout(30)
+            conn, _ = listener.accept()
+            held.append(conn)
+        for conn in held:
+            open_when_the_last_came.append(_still_open(conn))
+
+    taker = threading.Thread(target=take)
+    taker.start()
+    try:
+        rows = json.loads(_invoke("ps", "--json").output)
+    finally:
+        taker.join(timeout=60)
+        for one in [*held, *listeners]:
+            one.close()
+    assert [(r["run"], r["status"]) for r in rows] == [(run, "unreachable") for run in runs]
+    assert [(r["finished"], r["answer"]) for r in rows] == [(False, None)] * 3  # one shape
+    assert open_when_the_last_came == [True, True, True]
+
+
+def _still_open(conn: socket.socket) -> bool:
+    """Whether the client of ``conn`` has not hung up (what it sent is read and dropped)."""
+    conn.setblocking(False)
+    while True:
+        try:
+            if conn.recv(4096) == b"":
+                return False
+        except BlockingIOError:
+            return True
+
+
+@pytest.mark.anyio
+async def test_stop_all_stops_every_running_run_and_says_so_for_each() -> None:
+    runs = ["aaaaaaaaaaaa", "bbbbbbbbbbbb"]
+    served = []
+    for run in runs:
+        _entry(run, label=f"experiment e: arm · task · trial {run[0]}")
+        steering = _Steering()
+        endpoint = Endpoint(_dir() / f"{run}.sock", steering, run=run, feed=WatchFeed())
+        await endpoint.start()
+        served.append((endpoint, steering))
+    try:
+        listed = await anyio.to_thread.run_sync(_invoke, "ps")
+        assert "experiment e: arm · task · trial a" in listed.output
+        result = await anyio.to_thread.run_sync(_invoke, "stop", "--all", "--now")
+        assert (result.exit_code, result.output.splitlines()) == (
+            0,
+            ["aaaaaaaaaaaa: stopping", "bbbbbbbbbbbb: stopping"],
+        )
+        assert [s.asked for _, s in served] == [[("stop", True)], [("stop", True)]]
+        result = await anyio.to_thread.run_sync(_invoke, "stop", "0123456789ab", "bbbb")
+        assert result.exit_code == 4
+        assert result.output.splitlines() == [
+            "teamlead: no such run: '0123456789ab' (see `teamlead ps`)",
+            "bbbb: stopping",
+        ]
+        assert served[1][1].asked == [("stop", True), ("stop", False)]
+    finally:
+        for endpoint, _ in served:
+            await endpoint.close()
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "said"),
+    [
+        ([], 2, "teamlead: error: name the runs to stop, or give --all (not both)"),
+        (["--all", "aaaa"], 2, "teamlead: error: name the runs to stop, or give --all (not both)"),
+        (["--all"], 0, "no run is running"),
+    ],
+)
+def test_stop_names_runs_or_all_of_them(args: list[str], code: int, said: str) -> None:
+    result = _invoke("stop", *args)
+    assert (result.exit_code, result.output.strip()) == (code, said)
+
+
+def test_ps_quiet_and_json_together_are_refused_in_one_line() -> None:
+    result = _invoke("ps", "-q", "--json")
+    assert (result.exit_code, result.output.strip()) == (
+        2,
+        "teamlead: error: --json and --quiet cannot be combined",
+    )
+
+
+def test_show_of_a_run_still_running_says_how_to_follow_it() -> None:
+    _entry("aaaaaaaaaaaa")
+    result = _invoke("show", "aaaa")
+    assert (result.exit_code, result.output.strip()) == (
+        4,
+        "teamlead: run aaaaaaaaaaaa is still running: `teamlead watch aaaaaaaaaaaa` follows "
+        "it, and `teamlead show` prints it once it has finished",
+    )
+
+
+def test_a_verb_on_a_run_the_history_keeps_says_it_finished_and_how_to_see_it() -> None:
+    History().add(RunRecord(run="0123456789ab", status="completed", ended=1_800_000_000.0))
+    for verb in (["stop", "0123"], ["pause", "0123"], ["watch", "0123456789ab"]):
+        result = _invoke(*verb)
+        assert (result.exit_code, result.output.strip()) == (
+            4,
+            "teamlead: run 0123456789ab has already finished: `teamlead show 0123456789ab` "
+            "prints it",
+        )
+
+
+def test_view_on_a_port_another_server_holds_is_one_line_exit_2() -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        result = _invoke("view", "--port", str(port))
+    assert (result.exit_code, result.output.strip()) == (
+        2,
+        f"teamlead: error: cannot listen on 127.0.0.1:{port}: Address already in use",
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "said"),
+    [
+        ("resume", "(none: a resume of its session, with what its agents had left)"),
+        ("client", "(not known: the client sent it)"),
+    ],
+)
+def test_show_says_why_a_run_has_no_prompt(mode: str, said: str) -> None:
+    History().add(RunRecord(run="0123456789ab", mode=mode, ended=1_800_000_000.0))
+    result = _invoke("show", "0123456789ab")
+    assert result.exit_code == 0, result.output
+    assert result.output.split("prompt:\n", 1)[1].splitlines()[0] == f"  {said}"

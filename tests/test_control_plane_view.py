@@ -14,6 +14,7 @@ import asyncio
 import http.client
 import json
 import os
+import stat
 import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -244,3 +245,34 @@ def test_the_page_shows_the_picked_runs_tree_queue_approvals_and_chart_as_text(
     shot = tmp_path / "view-detail.png"
     page.screenshot(path=str(shot), full_page=True)
     print(f"screenshot: {shot}")
+
+
+def _get(url: str, path: str) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    """``GET path`` (with ``url``'s token) of the view serving ``url``: the connection,
+    left open, and its answer."""
+    address = urlsplit(url)
+    connection = http.client.HTTPConnection("127.0.0.1", address.port, timeout=30)
+    connection.request("GET", f"{path}?{address.query}", headers={"host": address.netloc})
+    return connection, connection.getresponse()
+
+
+def test_an_empty_page_says_how_to_start_a_run_and_its_link_outlives_a_restart() -> None:
+    env = dict(os.environ)
+    with serving_view(env) as url:
+        with chromium_page(url) as page:
+            empty = page.locator("#empty")
+            empty.wait_for(state="visible", timeout=30_000)
+            assert 'teamlead ask "your task"' in empty.inner_text()
+            assert page.locator("#live").inner_text() == "0 running, 0 finished"
+        held, events = _get(url, "/events")  # a page still open when the view stops
+        assert events.status == 200 and events.readline() == b"event: runs\n"
+    held.close()
+    port = str(urlsplit(url).port)
+    with serving_view(env, "--port", port) as again:
+        assert again == url  # the same address and token: the old link still works
+        connection, answer = _get(url, "/")
+        connection.close()
+        assert answer.status == 200
+    token = Path(env["TEAMLEAD_RUNTIME_DIR"]) / "view-token"
+    assert stat.S_IMODE(token.stat().st_mode) == 0o600
+    assert token.read_text().strip() == url.split("token=", 1)[1]

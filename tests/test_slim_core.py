@@ -152,10 +152,12 @@ ENTRY_POINT_REPORTS_SDK = (
         (["--help"], 0),
         (["ps"], 0),
         (["ps", "--json"], 0),
-        (["stop", "0123456789ab"], 4),  # 4: no such run, said in one line
+        (["ps", "--all"], 0),
+        (["show", "0123456789ab"], 4),  # 4: no such run, said in one line
+        (["stop", "0123456789ab"], 4),
         (["pause", "0123"], 4),
     ],
-    ids=["help", "ps", "ps-json", "stop", "pause"],
+    ids=["help", "ps", "ps-json", "ps-all", "show", "stop", "pause"],
 )
 def test_the_verbs_people_type_start_without_loading_the_sdk(
     args: list[str], code: int, tmp_path: Path

@@ -113,6 +113,11 @@ def run_options(func: _F) -> _F:
         ),
         option("--verbose", "-v", is_flag=True, help="Show the lead's text as it streams."),
         session_store_option(),
+        option(
+            "--no-history",
+            is_flag=True,
+            help="Do not keep this run in the run history (`teamlead ps --all`, `show`).",
+        ),
         *spawn_options(),
         no_relay_option(),
         overload_hold_option(),
@@ -294,6 +299,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 
     PROMPT is the task; `-` reads it from stdin.
     """
+    from .._run.process import default_process_state
     from ..coordinator import query_stream
     from .running import build_run, check_setup, merged_env
 
@@ -302,6 +308,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
     if not prompt.strip():
         raise UsageError("the prompt is empty")
     output = output_mode(json_, quiet)
+    default_process_state().keep_history(not kw.pop("no_history"))
     settings = settings_from_options(strategy, **kw)
     controls, control = _terminal_controls(settings, output)
     options, policy, _ = build_run(settings, can_use_tool=controls.can_use_tool())
@@ -330,10 +337,12 @@ def resume(
     """
     from .._claude.saved_session import find_session_file
     from .._claude.team import claude_config_dir
+    from .._run.process import default_process_state
     from ..coordinator import resume_stream
     from .running import build_run, check_setup, merged_env
 
     output = output_mode(json_, quiet)
+    default_process_state().keep_history(not kw.pop("no_history"))
     settings = settings_from_options(strategy, **kw)
     controls, control = _terminal_controls(settings, output)
     options, policy, _ = build_run(settings, can_use_tool=controls.can_use_tool())

@@ -1,6 +1,7 @@
 """``teamlead view``: a local web page of this user's runs, updated live, with buttons to
-pause, unpause and stop them, and each run's agent tree; or one run, read from its NDJSON
-log.
+pause, unpause and stop them, and each run's agent tree, the finished runs of the run
+history too (:mod:`.history`: a run's prompt, answer, reasons and each agent's prompt and
+result); or one run, read from its NDJSON log.
 
 The page (:mod:`.board_page`) is what ``teamlead ps`` lists, pushed to the browser as
 server-sent events whenever it changes; its buttons do what ``teamlead pause``,
@@ -19,7 +20,9 @@ It is served by uvicorn (the relay's own server) as a plain ASGI app
 (:class:`Board`) on ``127.0.0.1`` only, and every request must prove it comes from the
 page that was opened:
 
-- the URL printed first carries a random token; every request without it (a query
+- the URL printed first carries a random token (kept per user in the runtime directory,
+  mode 0600, so a view served again on the same port keeps its link); every request
+  without it (a query
   parameter for the page and its event stream, a header for the buttons) is refused 403,
   compared in constant time;
 - a request whose ``Host`` is not ``127.0.0.1:PORT`` or ``localhost:PORT`` is refused 403
@@ -38,11 +41,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import re
 import secrets
 import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs
@@ -50,16 +54,19 @@ from urllib.parse import parse_qs
 import anyio
 import click
 
-from .._run.registry import Registry
+from .._history import History
+from .._private import private_dir, read_small, write_private
+from .._run.registry import Registry, runtime_dir
 from .._run.runlog import UNFINISHED, read_log
 from ..errors import ControlError, NoSuchRun, UsageError
 from .board_page import PAGE
 from .exitcodes import handle_errors
+from .history import past_detail, past_rows
 from .options import option
 from .runs import act, ps_rows, run_detail
 from .signals import Interruptible
 
-__all__ = ["Board", "view"]
+__all__ = ["Board", "kept_token", "view"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -77,6 +84,10 @@ _MAX_STREAMS = 8
 _EVERY_S = 1.0
 _KEEPALIVE_S = 15.0
 _RUN_CHARS = 64
+#: Finished runs the page lists at most, the newest.
+_PAST_ROWS = 200
+_TOKEN_FILE = "view-token"
+_TOKEN = re.compile(r"[A-Za-z0-9_-]{32,64}")
 
 
 class Board:
@@ -281,6 +292,10 @@ async def _reply(send: Send, status: int, ok: bool, message: str) -> None:
 # -- the command -------------------------------------------------------------------------
 def _listen(port: int) -> socket.socket:
     sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    # a view served again on its --port while a page of the last one was open: that
+    # page's connections linger (TIME_WAIT), and must not keep the port (a second
+    # listener is still refused)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         sock.bind(("127.0.0.1", port))
         sock.listen(64)
@@ -334,21 +349,25 @@ def view(log: Path | None, port: int) -> None:
 
     For a run picked, the page shows its agent tree (state, tokens, requests, last tool,
     duration of each agent), its queue, held requests and waiting approvals, and the
-    governor's limit per model over time. With LOG (a run's `ask --json` output), it
+    governor's limit per model over time. Finished runs are listed too, from the run
+    history: each with its prompt, answer, reasons and agents (each agent's prompt and
+    result unfold). With LOG (a run's `ask --json` output), it
     shows that run the same way, read-only; a log without the `finished` line (the run
     was killed, or still runs) shows the agents it holds, marked unfinished, and the
     page follows it as it grows.
 
-    Prints the page's URL first: it carries a random token, and the page answers only
-    requests with it, from this machine (127.0.0.1).
+    Prints the page's URL first: it carries a random token, kept for you in the runtime
+    directory (so with the same --port, the link still works after a restart), and the
+    page answers only requests with it, from this machine (127.0.0.1).
     """
     logged = _FollowedLog(log) if log is not None else None
     if logged is not None:
         logged.read()  # a file that is not a run's log fails here, before serving
     sock = _listen(port)
-    token = secrets.token_urlsafe(24)
+    token = kept_token()
     chosen = sock.getsockname()[1]
     registry = Registry()
+    history = History()
     if logged is not None:
         board = Board(
             token=token,
@@ -362,13 +381,48 @@ def view(log: Path | None, port: int) -> None:
         board = Board(
             token=token,
             port=chosen,
-            rows=lambda: ps_rows(registry),
+            rows=lambda: _rows(registry, history),
             act=lambda run, request: act(run, request, registry=registry),
-            detail=lambda run: run_detail(run, registry=registry),
+            detail=lambda run: _detail(run, registry, history),
         )
     click.echo(f"http://127.0.0.1:{chosen}/?token={token}")
     sys.stdout.flush()
     Interruptible(lambda: _serve(sock, board), stop=lambda: None).run()
+
+
+def _rows(registry: Registry, history: History) -> list[dict[str, Any]]:
+    """The live runs, then the newest finished ones the history keeps."""
+    live = ps_rows(registry)
+    return live + past_rows(history, skip=[row["run"] for row in live], limit=_PAST_ROWS)
+
+
+def _detail(run: str, registry: Registry, history: History) -> dict[str, Any]:
+    """A live run's detail, asked of the run; a finished run's, from the history."""
+    try:
+        return run_detail(run, registry=registry)
+    except NoSuchRun as live:
+        try:
+            record = history.find(run)
+        except (NoSuchRun, UsageError):
+            raise live from None
+        return past_detail(record, history)
+
+
+def kept_token(env: Mapping[str, str] | None = None) -> str:
+    """The page's token: kept per user in the runtime directory (``view-token``, mode
+    0600), so the link of a view served again, on the same ``--port``, still works; a new
+    one each start when the directory cannot be used (said in one warning line)."""
+    path = runtime_dir(env) / _TOKEN_FILE
+    raw = read_small(path, 256)
+    token = raw.decode("ascii", "replace").strip() if raw is not None else ""
+    if _TOKEN.fullmatch(token):
+        return token
+    token = secrets.token_urlsafe(24)
+    try:
+        write_private(private_dir(path.parent) / _TOKEN_FILE, token + "\n")
+    except OSError as exc:
+        click.echo(f"teamlead: the page's link will not outlive this view: {exc}", err=True)
+    return token
 
 
 class _FollowedLog:

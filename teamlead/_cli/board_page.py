@@ -5,10 +5,13 @@ library, no CDN, no build step. It builds everything with ``textContent`` and
 ``setAttribute`` (never markup from data): the runs' table from the ``runs`` events, and
 for the run picked (its ``Tree`` button, or the only run), its agent tree, queue, waiting
 approvals and the governor's limit per model over time, an SVG chart it draws itself, from
-the ``detail`` events. ``{nonce}`` and ``{mode}`` (``live``, or ``log`` for a run read
-from its NDJSON: no buttons, the one run shown) are filled in by the board. A log's run
-with no ``finished`` line (status ``unfinished``) is marked so, above its tree and on each
-agent whose end the log does not hold.
+the ``detail`` events; for a finished run of the history (``source`` ``history``: no
+buttons), its prompt, answer and reasons, and each agent's prompt and result in a
+``<details>`` that unfolds. With no run at all it says how to start one. ``{nonce}`` and
+``{mode}`` (``live``, or ``log`` for a run read from its NDJSON: no buttons, the one run
+shown) are filled in by the board. A log's run with no ``finished`` line (status
+``unfinished``) is marked so, above its tree and on each agent whose end the log does not
+hold.
 """
 
 from __future__ import annotations
@@ -45,6 +48,10 @@ li[data-state="queued"] > .node .state, li[data-state="unfinished"] > .node .sta
 .node .tool { font-family: monospace; }
 #chart svg { border: 1px solid #ddd; background: #fcfcfc; }
 section h3 { margin: 1em 0 .3em; font-size: 105%; }
+pre.text { white-space: pre-wrap; word-break: break-word; background: #f6f6f6;
+  padding: .5em; margin: .2em 0; max-height: 30em; overflow: auto; }
+li details { margin: .1em 0 .3em 1em; }
+#empty { color: #555; }
 </style></head>
 <body data-mode="{mode}">
 <h1>teamlead runs</h1>
@@ -53,18 +60,31 @@ section h3 { margin: 1em 0 .3em; font-size: 105%; }
 <table id="runs-table"><thead><tr><th>run</th><th>session</th><th>pid</th><th>status</th>
 <th>agents r/q/d/f</th><th>tokens</th><th>requests</th><th>cap</th><th>held</th>
 <th>command</th><th></th></tr></thead><tbody id="runs"></tbody></table>
+<p id="empty" hidden>No runs yet. Start one with <code>teamlead ask "your task"</code>, or
+try <code>teamlead demo</code> offline: it shows here while it runs, and stays listed from
+the run history once it has finished.</p>
 <section id="detail" hidden>
 <h2 id="detail-title"></h2>
 <p id="detail-status"></p>
+<div id="past" hidden>
+<h3>Prompt</h3>
+<pre id="detail-prompt" class="text"></pre>
+<h3>Answer</h3>
+<pre id="detail-answer" class="text"></pre>
+<h3>Reasons</h3>
+<ul id="detail-reasons"></ul>
+</div>
 <h3>Agents</h3>
 <ul id="tree" class="tree"></ul>
 <p id="omitted"></p>
+<div id="now">
 <h3>Queue and held requests</h3>
 <ul id="queue"></ul>
 <h3>Waiting for approval</h3>
 <ul id="approvals"></ul>
 <h3>Governor limit per model</h3>
 <div id="chart"></div>
+</div>
 </section>
 <script nonce="{nonce}">
 "use strict";
@@ -126,12 +146,15 @@ function show(runs) {
     cell(row, r.command, "command");
     const actions = el("td", "", row);
     button(actions, "Tree", "detail", () => pick(String(r.run)));
+    if (r.finished) continue;  // a run of the history: nothing to steer
     if (r.status === "paused") button(actions, "Unpause", "unpause", () => press(r.run, "unpause"));
     else button(actions, "Pause", "pause", () => press(r.run, "pause"));
     button(actions, "Stop", "stop", () => press(r.run, "stop"));
     button(actions, "Stop now", "stop_now", () => press(r.run, "stop_now"));
   }
-  live.textContent = runs.length + " run(s), live";
+  const running = runs.filter((r) => !r.finished).length;
+  live.textContent = running + " running, " + (runs.length - running) + " finished";
+  document.getElementById("empty").hidden = runs.length > 0;
   if (picked === null && runs.length === 1) pick(String(runs[0].run));
 }
 function duration(seconds) {
@@ -152,6 +175,15 @@ function node(n) {
   span(line, text(n.requests) + " req", "requests");
   span(line, n.last_tool, "tool");
   span(line, duration(n.duration_s), "duration");
+  if (n.prompt || n.result || n.reason) {  // a finished run's agent: what it was asked, said
+    const more = el("details", "", li);
+    el("summary", "", more).textContent = "prompt and result";
+    for (const kind of ["prompt", "result", "reason"]) {
+      if (!n[kind]) continue;
+      el("div", "", more).textContent = kind;
+      el("pre", "text " + kind, more).textContent = text(n[kind]);
+    }
+  }
   const children = Array.isArray(n.children) ? n.children : [];
   if (children.length) {
     const ul = el("ul", "", li);
@@ -224,7 +256,19 @@ function chart(d) {
 function showDetail(d) {
   document.getElementById("detail").hidden = false;
   document.getElementById("detail-title").textContent = "run " + text(d.run);
-  const where = d.source === "log" ? "from its log (read-only)" : "live";
+  const past = d.source === "history";
+  const where = d.source === "log" ? "from its log (read-only)"
+    : past ? "finished, from the run history" : "live";
+  document.getElementById("past").hidden = !past;
+  document.getElementById("now").hidden = past;
+  if (past) {
+    document.getElementById("detail-prompt").textContent = text(d.prompt);
+    document.getElementById("detail-answer").textContent = d.answer || "(no answer)";
+    const reasons = document.getElementById("detail-reasons");
+    reasons.replaceChildren();
+    for (const r of Array.isArray(d.reasons) ? d.reasons : []) item(reasons, text(r));
+    if (!reasons.children.length) item(reasons, "none");
+  }
   const status = text(d.status) + (d.reason ? " (" + text(d.reason) + ")" : "");
   const line = document.getElementById("detail-status");
   line.textContent = status + ", " + where;

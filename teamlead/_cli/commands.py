@@ -51,7 +51,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "limits:limits",
         "Show the limits the governor learnt for each account (no secrets), or clear them.",
     ),
-    "ps": ("runs:ps", "List your running teamlead runs."),
+    "ps": ("runs:ps", "List your running teamlead runs (with --all, the finished ones too)."),
+    "show": (
+        "history:show",
+        "Show a finished run from the run history: its prompt, answer and agents.",
+    ),
     "sessions": ("sessions:sessions", "List the sessions a session store holds, newest first."),
     "relay": (
         "relay:relay",
@@ -62,7 +66,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "demo:serve_scripted",
         "Serve a scripted model on loopback for manual runs of the CLI or an app.",
     ),
-    "stop": ("runs:stop", "Stop a run: it wraps up from the finished work, as at its deadline."),
+    "stop": ("runs:stop", "Stop runs: each wraps up from the finished work, as at its deadline."),
     "unpause": ("runs:unpause", "Let a paused run go on."),
     "view": (
         "board:view",

@@ -40,6 +40,7 @@ __all__ = [
     "exit_code_for",
     "fail",
     "handle_errors",
+    "tell",
 ]
 
 EXIT_COMPLETED = 0
@@ -71,6 +72,17 @@ def fail(message: str, code: int) -> NoReturn:
     """Print ``teamlead: <message>`` on stderr and exit with ``code``."""
     click.echo(f"teamlead: {terminal_safe(message)}", err=True)
     sys.exit(code)
+
+
+def tell(exc: BaseException) -> int:
+    """Print teamlead error ``exc`` as its one line on stderr; returns its exit code (4 no
+    such run, 2 a usage error, else 1). For a command that goes on after one (``stop``
+    of several runs)."""
+    if isinstance(exc, NoSuchRun):
+        click.echo(f"teamlead: {terminal_safe(str(exc))}", err=True)
+        return EXIT_NO_RUN
+    click.echo(f"teamlead: {terminal_safe(f'error: {exc}')}", err=True)
+    return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILED
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
@@ -109,10 +121,7 @@ def handle_errors(func: _F) -> _F:
                 raise  # a stop at start-up is the entry point's to report (.startup)
             if isinstance(known, KeyboardInterrupt):
                 fail("interrupted", EXIT_INTERRUPTED)
-            if isinstance(known, NoSuchRun):
-                fail(str(known), EXIT_NO_RUN)
-            code = EXIT_USAGE if isinstance(known, UsageError) else EXIT_FAILED
-            fail(f"error: {known}", code)
+            sys.exit(tell(known))
 
     return wrapper  # type: ignore[return-value]
 

@@ -19,6 +19,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import click
@@ -28,16 +29,17 @@ from .._redact import terminal_safe
 from .._run.endpoint import call, follow
 from .._run.registry import Registry, RunEntry, liveness
 from ..errors import ControlError, NoSuchRun, UsageError
-from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors
-from .options import option
+from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors, tell
+from .history import NOT_FINISHED, PS_VERSION, past_rows, run_filter
+from .options import option, output_mode
 
 __all__ = ["act", "amend", "pause", "ps", "ps_rows", "run_detail", "stop", "unpause", "watch"]
 
-#: A run's status answer may take this long (it answers from its own event loop).
-_STATUS_TIMEOUT_S = 2.0
+#: A run's status answer may take this long (it answers from its own event loop); the runs
+#: are asked at once, so ``ps`` waits this long at most for all of them.
+_STATUS_TIMEOUT_S = 1.5
+_ASKED_AT_ONCE = 32
 _ACT_TIMEOUT_S = 5.0
-#: ``teamlead ps --json``'s objects carry this version.
-PS_VERSION = 1
 _COLUMNS = ("RUN", "SESSION", "PID", "STATUS", "AGENTS", "TOKENS", "REQS", "CAP", "HELD")
 _TAIL = ("STARTED", "COMMAND")
 _TEXT_CHARS = 160
@@ -49,33 +51,57 @@ _TEXT_CHARS = 160
     "--json",
     "json_",
     is_flag=True,
-    help="One JSON array of objects (run, session_id, pid, status, agents, tokens, ...).",
+    help="One JSON array of objects (run, session_id, pid, status, agents, tokens, ...; a "
+    "finished run's answer too).",
 )
 @option(
     "--all",
+    "-a",
     "all_",
     is_flag=True,
-    help="Also list the entries of runs whose process died without removing them (shown "
-    "once as `dead`, then pruned).",
+    help="Also list the finished runs the run history keeps, and the runs whose process died "
+    "(shown once as `dead`, then pruned); newest first.",
+)
+@option("--quiet", "-q", is_flag=True, help="Only the run ids, one a line.")
+@option(
+    "--filter",
+    "filters",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Only the runs with this status (status=completed) or started since (since=2h, "
+    "since=2026-12-01); repeat to narrow.",
 )
 @handle_errors
-def ps(json_: bool, all_: bool) -> None:
-    """List your running teamlead runs.
+def ps(json_: bool, all_: bool, quiet: bool, filters: tuple[str, ...]) -> None:
+    """List your running teamlead runs (with --all, the finished ones too).
 
     AGENTS is running/queued/done/failed; HELD the requests a paused run holds.
     """
+    output_mode(json_, quiet)  # both: one line, exit 2
+    keep = run_filter(filters)
     rows = ps_rows(Registry(), dead=all_)
+    if all_:
+        from .._history import History  # its records' models load pydantic: only here
+
+        rows += past_rows(History(), skip=[row["run"] for row in rows])
+        rows.sort(key=lambda row: row["started"], reverse=True)
+    rows = [row for row in rows if keep(row)]
     if json_:
         click.echo(json.dumps(rows, ensure_ascii=False))
-        return
-    click.echo(_table(rows, time.time()))
+    elif quiet:
+        for row in rows:
+            click.echo(row["run"])
+    else:
+        click.echo(_table(rows, time.time()))
 
 
 def ps_rows(registry: Registry, *, dead: bool = False) -> list[dict[str, Any]]:
-    """Every live run's ``ps --json`` object, oldest first, each asked for its status;
-    with ``dead``, the entries of dead runs too (pruned as they are listed)."""
+    """Every live run's ``ps --json`` object, oldest first, each asked for its status
+    (all at once, each answer bounded); with ``dead``, the entries of dead runs too (pruned
+    as they are listed)."""
     listing = registry.listing()
-    rows = [_live_row(entry) for entry in listing.live]
+    with ThreadPoolExecutor(max_workers=min(_ASKED_AT_ONCE, len(listing.live) or 1)) as pool:
+        rows = list(pool.map(_live_row, listing.live))
     if dead:
         rows += [_row(entry, {"status": "dead"}) for entry in listing.dead]
     return rows
@@ -103,6 +129,7 @@ def _row(entry: RunEntry, answer: Mapping[str, Any]) -> dict[str, Any]:
         "status": _text(answer.get("status")) or "unknown",
         "mode": entry.mode,
         "command": entry.command,
+        "label": entry.label,
         "started": entry.started,
         "agents": {key: _count(agents.get(key)) for key in ("running", "queued", "done", "failed")},
         "tokens": _count(answer.get("tokens")),
@@ -112,6 +139,7 @@ def _row(entry: RunEntry, answer: Mapping[str, Any]) -> dict[str, Any]:
         "subagent_model": _text(answer.get("subagent_model")),
         "deadline_in_s": _number(answer.get("deadline_in_s")),
         "socket": entry.socket,
+        **NOT_FINISHED,
     }
 
 
@@ -138,7 +166,7 @@ def _table(rows: list[dict[str, Any]], now: float) -> str:
             [
                 row["run"],
                 (row["session_id"] or "-")[:8],
-                str(row["pid"]),
+                str(row["pid"] or "-"),
                 row["status"],
                 counts,
                 _tokens(row["tokens"]),
@@ -146,7 +174,7 @@ def _table(rows: list[dict[str, Any]], now: float) -> str:
                 _cell(row["cap"]),
                 _cell(row["held"]),
                 _ago(now - row["started"]),
-                row["command"],
+                row["label"] or row["command"],
             ]
         )
     cells = [[terminal_safe(str(c)) for c in line] for line in lines]
@@ -177,6 +205,32 @@ def _ago(seconds: float) -> str:
     return f"{seconds / 3600:.1f}h ago"
 
 
+def _live(registry: Registry, ref: str) -> RunEntry:
+    """The live run ``ref`` names (see :meth:`Registry.find`); one that has finished and
+    left the registry is said so, with how to see it, when the run history keeps it.
+
+    Raises:
+        NoSuchRun: no live run of yours is named so.
+        AmbiguousRun: ``ref`` names several.
+    """
+    try:
+        return registry.find(ref)
+    except NoSuchRun as exc:
+        if exc.why != "none":
+            raise
+        from .._history import History  # its records' models load pydantic: only here
+
+        try:
+            record = History().find(ref)
+        except (NoSuchRun, UsageError):
+            raise exc from None
+        raise NoSuchRun(
+            f"run {record.run} has already finished: `teamlead show {record.run}` prints it",
+            ref=ref,
+            why="finished",
+        ) from None
+
+
 def _finished(entry: RunEntry, ref: str) -> NoSuchRun:
     return NoSuchRun(f"run {entry.run} has already finished", ref=ref, why="finished")
 
@@ -190,7 +244,7 @@ def act(ref: str, request: Mapping[str, Any], *, registry: Registry | None = Non
         UsageError: the run refused a value (an amend out of range or changing nothing).
         ControlError: the run refused for its state, or does not answer.
     """
-    entry = (registry or Registry()).find(ref)
+    entry = _live(registry or Registry(), ref)
     try:
         answer = call(entry.socket, request, ref=entry.run, timeout=_ACT_TIMEOUT_S)
     except ControlError as exc:
@@ -211,7 +265,7 @@ def run_detail(ref: str, *, registry: Registry | None = None) -> dict[str, Any]:
         NoSuchRun: no live run of yours is named so, or it finished meanwhile.
         ControlError: the run does not answer, or answered no detail.
     """
-    entry = (registry or Registry()).find(ref)
+    entry = _live(registry or Registry(), ref)
     try:
         answer = call(entry.socket, {"op": "detail"}, ref=entry.run, timeout=_ACT_TIMEOUT_S)
     except ControlError as exc:
@@ -225,23 +279,41 @@ def run_detail(ref: str, *, registry: Registry | None = None) -> dict[str, Any]:
 
 
 @click.command()
-@click.argument("run")
+@click.argument("runs", nargs=-1, metavar="[RUN]...")
 @option(
     "--now",
     is_flag=True,
     help="Skip the wrap-up: stop its agents and end at once (reason interrupted, the "
     "lead writes no last answer).",
 )
+@option("--all", "-a", "all_", is_flag=True, help="Stop every run of yours that is running.")
 @handle_errors
-def stop(run: str, now: bool) -> None:
-    """Stop a run: it wraps up from the finished work, as at its deadline.
+def stop(runs: tuple[str, ...], now: bool, all_: bool) -> None:
+    """Stop runs: each wraps up from the finished work, as at its deadline.
 
     Its agents are stopped, the lead answers once more without tools from what finished,
     and the run ends with its `finished` line (status partial, reason interrupted). A run
-    without the spawn gate has no wrap-up and stops at once. Returns once the run took
-    the request; `teamlead watch RUN` follows it to its end.
+    without the spawn gate has no wrap-up and stops at once. Returns once each run took
+    the request; `teamlead watch RUN` follows one to its end. With several runs, one line
+    each; the exit code is the first refusal's (0 when every run took it).
     """
-    click.echo(act(run, {"op": "stop", "now": now}))
+    if all_ == bool(runs):
+        raise UsageError("name the runs to stop, or give --all (not both)")
+    registry = Registry()
+    refs = [entry.run for entry in registry.listing().live] if all_ else list(runs)
+    if all_ and not refs:
+        click.echo("no run is running")
+        return
+    code = 0
+    for ref in refs:
+        try:
+            said = act(ref, {"op": "stop", "now": now}, registry=registry)
+        except (NoSuchRun, UsageError, ControlError) as exc:
+            told = tell(exc)  # one line; the next run is still stopped
+            code = code or told
+            continue
+        click.echo(f"{terminal_safe(ref)}: {said}" if len(refs) > 1 else said)
+    sys.exit(code)
 
 
 @click.command()
@@ -337,7 +409,7 @@ def watch(run: str, json_: bool) -> None:
     `finished` line. Exits with the run's own exit code (0 completed, 1 failed, 3
     partial), 1 if the run went away without a finished line.
     """
-    entry = Registry().find(run)
+    entry = _live(Registry(), run)
     code = EXIT_FAILED
     try:
         for line in follow(entry.socket, ref=entry.run, timeout=_ACT_TIMEOUT_S):

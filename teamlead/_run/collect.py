@@ -52,7 +52,15 @@ from .resume_prompt import (
 )
 from .state import Collected, CutResult, Member, RunState
 
-__all__ = ["Collection", "absorb", "cut_rows", "dispositions", "used_deliveries", "with_results"]
+__all__ = [
+    "Collection",
+    "absorb",
+    "cut_rows",
+    "dispositions",
+    "row_text",
+    "used_deliveries",
+    "with_results",
+]
 
 logger = logging.getLogger("teamlead.inbox")  # where the inbox reader's warnings go
 
@@ -600,7 +608,7 @@ def with_results(state: RunState, rows: list[TaskDisposition]) -> list[TaskDispo
     out = []
     for row in rows:
         wanted = no_answer or row.disposition != "included"
-        text = _row_text(state, row) if wanted and row.kind in ("task", "teammate") else None
+        text = row_text(state, row) if wanted and row.kind in ("task", "teammate") else None
         if text is None:
             out.append(row)
             continue
@@ -621,7 +629,7 @@ def with_results(state: RunState, rows: list[TaskDisposition]) -> list[TaskDispo
     return out
 
 
-def _row_text(state: RunState, row: TaskDisposition) -> str | None:
+def row_text(state: RunState, row: TaskDisposition) -> str | None:
     """The result of ``row`` as collected (a teammate's reports together), else a finished
     task's from its transcript or summary; ``None`` when there is none."""
     collected, tracker = state.collected, state.tracker

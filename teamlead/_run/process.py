@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING
 
 from .._gate.slots import SpawnCap
 from .._governor.store import LimitStore
+from .._history import History, history_wanted
 from .registry import Registry, registry_wanted
 from .stop import RunStop
 
@@ -55,6 +56,8 @@ class ProcessState:
             else ``$XDG_RUNTIME_DIR/teamlead``, else a folder of the user's in the temp dir).
         registry: ``False``: this state's runs do not register (nobody can see or steer
             them from outside); ``TEAMLEAD_NO_REGISTRY=1`` does the same.
+        history: ``False``: this state's runs are not kept in the run history
+            (:mod:`teamlead._history`); ``TEAMLEAD_NO_HISTORY=1`` does the same.
     """
 
     def __init__(
@@ -65,6 +68,7 @@ class ProcessState:
         env: Mapping[str, str] | None = None,
         runtime_dir: str | os.PathLike[str] | None = None,
         registry: bool = True,
+        history: bool = True,
     ) -> None:
         self._limit_store = limit_store
         self._relays: RelayPool | None = None
@@ -75,6 +79,8 @@ class ProcessState:
         self._runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
         self._registering = registry
         self._registry: Registry | None = None
+        self._keeping = history
+        self._history: History | None = None
         self._telemetry: TelemetrySource | None = None
 
     @property
@@ -115,6 +121,22 @@ class ProcessState:
         if self._registry is None:
             self._registry = Registry(self._runtime_dir, env=self._env)
         return self._registry
+
+    @property
+    def history(self) -> History | None:
+        """The run history this state's runs are kept in when they finish (made on first
+        use), or ``None`` when they are not (``history=False``, :meth:`keep_history`
+        ``(False)`` or ``TEAMLEAD_NO_HISTORY``). Its directory is read at each record."""
+        if not self._keeping or not history_wanted(self._env):
+            return None
+        if self._history is None:
+            self._history = History(env=self._env)
+        return self._history
+
+    def keep_history(self, keep: bool) -> None:
+        """Keep this state's runs in the run history from now on, or not (``teamlead ask
+        --no-history``)."""
+        self._keeping = keep
 
     def use_limit_store(self, store: LimitStore | None) -> None:
         """Keep the learnt limits of governors made from now on in ``store``."""

@@ -6,9 +6,10 @@ with its process's registry (:attr:`~.process.ProcessState.registry`), starts th
 control endpoint (:mod:`.endpoint`) on the run's own loop and writes its entry; each item
 goes to the watch feed as the NDJSON lines of ``ask --json`` (the run's own
 :class:`~teamlead._ndjson.JsonProgress`, reading what the run made of each item), and the
-entry learns the session id once the run has one. After the run's ``Finished`` has gone
-to the watchers, the endpoint stops and the entry goes, and only then is ``Finished``
-yielded: a caller that stops reading at ``Finished`` leaves nothing behind.
+entry learns the session id once the run has one. When the run's ``Finished`` comes, the
+run is kept in the user's run history (:mod:`.recorded`); after it has gone to the
+watchers, the endpoint stops and the entry goes, and only then is ``Finished`` yielded: a
+caller that stops reading at ``Finished`` leaves nothing behind.
 
 A run that cannot register (the directory cannot be used, no asyncio loop) goes on
 unregistered, with one warning line; a run of a state made with ``registry=False`` (or
@@ -29,6 +30,7 @@ from .._ndjson import JsonProgress
 from ..errors import ControlError
 from ..events import Finished
 from .endpoint import Endpoint, WatchFeed
+from .recorded import Recorder
 from .registry import Registration, command_line
 from .state import RunState
 from .steering import RunSteering
@@ -114,26 +116,36 @@ async def _register(state: RunState) -> _Registered | None:
 
 
 async def registered(
-    state: RunState, items: AsyncGenerator[Any, None]
+    state: RunState,
+    items: AsyncGenerator[Any, None],
+    *,
+    mode: str | None = None,
+    prompt: str | None = None,
 ) -> AsyncGenerator[Any, None]:
     """``items``, the run's stream, with the run registered while it goes (see the module
-    docstring); ``Finished`` comes last, once the run has left the registry."""
+    docstring) and kept in the run history when it finishes (:mod:`.recorded`: ``mode``
+    and ``prompt`` describe the run there); ``Finished`` comes last, once the run is in
+    the history and has left the registry."""
     run = await _register(state)
-    if run is None:
-        async with aclosing(items) as stream:
-            async for item in stream:
-                yield item
-        return
+    recorder = Recorder(
+        state,
+        run=run.registration.run if run is not None else None,
+        mode=mode or state.mode,
+        prompt=prompt,
+    )
     finished: Finished | None = None
     try:
         async with aclosing(items) as stream:
             async for item in stream:
-                run.saw(item)
+                if run is not None:
+                    run.saw(item)
                 if isinstance(item, Finished):
                     finished = item
+                    await recorder.keep(item)  # in the history before it leaves the registry
                 else:
                     yield item
     finally:
-        await run.close()
+        if run is not None:
+            await run.close()
     if finished is not None:
         yield finished

@@ -33,6 +33,7 @@ Example:
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import dataclasses
 import json
 import os
@@ -48,6 +49,7 @@ from typing import Any, Literal, TypeAlias, cast
 
 import psutil
 
+from .._private import json_object, read_small, write_private
 from ..errors import AmbiguousRun, ControlError, NoSuchRun
 
 __all__ = [
@@ -60,9 +62,11 @@ __all__ = [
     "Registry",
     "RunEntry",
     "command_line",
+    "labelled",
     "liveness",
     "parse_entry",
     "registry_wanted",
+    "run_label",
     "runtime_dir",
 ]
 
@@ -112,6 +116,26 @@ def _uid() -> int:
     return int(getuid()) if getuid is not None else 0
 
 
+_LABEL: contextvars.ContextVar[str | None] = contextvars.ContextVar("run_label", default=None)
+
+
+@contextlib.contextmanager
+def labelled(label: str) -> Iterator[None]:
+    """Name the runs started inside the block (in this context): ``teamlead ps`` and the
+    history show ``label`` for them (an experiment names each trial by its arm, task and
+    trial), instead of only the command the process was started as."""
+    token = _LABEL.set(label[:_MAX_FIELD])
+    try:
+        yield
+    finally:
+        _LABEL.reset(token)
+
+
+def run_label() -> str | None:
+    """The name :func:`labelled` gives the runs started here, if any."""
+    return _LABEL.get()
+
+
 def command_line(argv: list[str] | None = None) -> str:
     """What the process was started as, for ``teamlead ps``: ``teamlead ask ...`` for the
     command (``python -m teamlead`` too), else the program's name and its arguments; at
@@ -141,6 +165,7 @@ class RunEntry:
         uid: the user the run's process runs as.
         command: what the process was started as (untrusted text: render it escaped).
         mode: ``query`` (``ask``, ``resume``, ``query``) or ``client`` (``receive_all``).
+        label: what the run is, when a program named it (:func:`labelled`).
         started: when the run started (seconds since the epoch).
         socket: the run's control endpoint.
         path: the entry's file.
@@ -157,6 +182,7 @@ class RunEntry:
     uid: int | None = None
     command: str = ""
     mode: str = "query"
+    label: str | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
@@ -171,6 +197,7 @@ class RunEntry:
             "uid": self.uid,
             "command": self.command,
             "mode": self.mode,
+            "label": self.label,
             "started": self.started,
             "socket": self.socket,
         }
@@ -186,7 +213,7 @@ class RunEntry:
 
 _KNOWN = frozenset(
     {"version", "run", "session_id", "pid", "pid_started", "uid", "command", "mode"}
-    | {"started", "socket"}
+    | {"started", "socket", "label"}
 )
 
 
@@ -198,13 +225,8 @@ def parse_entry(raw: bytes, path: Path) -> RunEntry | None:
         >>> parse_entry(b'{"run": "x"}', Path("x.json")) is None
         True
     """
-    if len(raw) > MAX_ENTRY_BYTES:
-        return None
-    try:
-        data = json.loads(raw)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(data, dict):
+    data = json_object(raw) if len(raw) <= MAX_ENTRY_BYTES else None
+    if data is None:
         return None
     run, pid, socket = data.get("run"), data.get("pid"), data.get("socket")
     started, pid_started = data.get("started"), data.get("pid_started")
@@ -220,6 +242,7 @@ def parse_entry(raw: bytes, path: Path) -> RunEntry | None:
     uid = data.get("uid")
     command = data.get("command")
     mode = data.get("mode")
+    label = data.get("label")
     return RunEntry(
         run=run,
         pid=pid,
@@ -231,6 +254,7 @@ def parse_entry(raw: bytes, path: Path) -> RunEntry | None:
         uid=uid if isinstance(uid, int) and not isinstance(uid, bool) else None,
         command=command[:_MAX_COMMAND] if isinstance(command, str) else "",
         mode=mode if mode in ("query", "client") else "query",
+        label=label[:_MAX_FIELD] if isinstance(label, str) else None,
         extra={k: v for k, v in data.items() if k not in _KNOWN},
     )
 
@@ -298,7 +322,7 @@ class Registration:
     def write(self) -> None:
         """Write the entry (atomically: a reader sees the old one or the new one)."""
         if not self._removed:
-            _write_private(self.entry.path, json.dumps(self.entry.to_json()) + "\n")
+            write_private(self.entry.path, json.dumps(self.entry.to_json()) + "\n")
 
     def update(self, *, session_id: str) -> None:
         """The run learnt its session id: the entry names it from now on."""
@@ -365,6 +389,7 @@ class Registry:
             uid=_uid(),
             command=command[:_MAX_COMMAND],
             mode=mode,
+            label=run_label(),
         )
         return Registration(entry)
 
@@ -421,7 +446,7 @@ class Registry:
         except OSError:  # no directory yet: no runs
             return
         for path in names:
-            raw = _read_small(path)
+            raw = read_small(path, MAX_ENTRY_BYTES)
             entry = parse_entry(raw, path) if raw is not None else None
             if entry is not None:
                 yield entry
@@ -493,38 +518,6 @@ def _socket_dir(folder: Path) -> Path:
         f"set {RUNTIME_DIR_VAR} to a shorter one",
         code="directory",
     )
-
-
-def _write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` (mode 0600) through a temporary file and a rename."""
-    temp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        temp.replace(path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            temp.unlink()
-        raise
-
-
-def _read_small(path: Path) -> bytes | None:
-    """The bytes of regular file ``path`` (not followed if a symlink), or ``None`` when it
-    is larger than an entry can be or cannot be read."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0))
-    except OSError:
-        return None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_ENTRY_BYTES:
-            return None
-        return os.read(fd, MAX_ENTRY_BYTES + 1)
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
 
 
 def _prune(entry: RunEntry) -> None:

@@ -85,10 +85,15 @@ def test_the_page_follows_a_live_runs_agent_tree_and_draws_its_governors_limit(
             assert page.evaluate("window.pwned") is None
             assert page.locator("#detail img, #detail script, #tree b").count() == 0
             _shot(page, tmp_path / "view-live.png")
-            # stop it from the page: it wraps up, and the detail says the run went
+            # stop it from the page: it wraps up, and the detail goes on from the run
+            # history, the run finished: its prompt and its reasons
             page.locator('button[data-op="stop"]').first.click()
             page.locator("#said", has_text="stopping run").wait_for(timeout=30_000)
-            page.locator("#detail-status.trouble").wait_for(timeout=90_000)
+            status = page.locator("#detail-status", has_text="from the run history")
+            status.wait_for(timeout=90_000)
+            assert status.inner_text() == "partial (interrupted), finished, from the run history"
+            assert page.locator("#detail-prompt").inner_text() == "Investigate."
+            assert page.locator('#runs button[data-op="stop"]').count() == 0
         out, err = run.communicate(timeout=90)
         assert run.returncode == 3, err  # partial: stopped
         finished = json.loads(out.splitlines()[-1])

@@ -13,6 +13,7 @@ from claude_agent_sdk import ClaudeAgentOptions
 from click.testing import CliRunner
 
 from teamlead._cli import main
+from teamlead._history import History
 from teamlead.errors import UsageError
 from teamlead.experiment.running.outdir import OutDir
 from teamlead.experiment.running.runner import run_experiment
@@ -175,3 +176,16 @@ def test_inbox_show_with_a_bad_team_is_a_usage_error(
         result = CliRunner().invoke(main, ["inbox", "show", "--team", team])
         assert result.exit_code == 2, result.output
         assert len(result.output.strip().splitlines()) == 1
+
+
+def test_each_trials_run_is_kept_in_the_history_named_by_its_arm_and_trial(
+    tmp_path: Path,
+) -> None:
+    _run(tmp_path / "a", Answers())
+    name = parse_spec(SPEC).experiment.name
+    trials = read_records(tmp_path / "a" / "trials.jsonl").records
+    labels = sorted(str(r.label) for r in History().records())
+    assert labels == sorted(
+        f"experiment {name}: {t.variant} · {t.task} · trial {t.trial}" for t in trials
+    )
+    assert len(set(labels)) == 4

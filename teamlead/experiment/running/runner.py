@@ -38,6 +38,7 @@ from ..._gate.prompt_limits import prompt_limits
 from ..._otel import trial_scope
 from ..._redact import redact
 from ..._run.process import default_process_state
+from ..._run.registry import labelled
 from ..._run.relayed import relayed
 from ..._version import __version__
 from ...clock import SYSTEM_CLOCK, Clock
@@ -193,18 +194,20 @@ async def _lead_trial(
     relay_429s = 0
     scripted = answered = False  # any message from the scripted server; any message at all
     run = query_stream(task.prompt, options, query_fn=query_fn, policy=policy)
-    try:
-        async with aclosing(run):
-            async for item in run:
-                if isinstance(item, Finished):
-                    finished = item
-                elif isinstance(item, RateLimited):
-                    relay_429s += item.status == 429
-                elif not isinstance(item, ConcurrencyChanged):  # the runner sees those once
-                    message_id = api_message_id(item)
-                    if message_id:
-                        scripted = scripted or is_scripted_message(message_id)
-                        answered = True
+    name = f"experiment {spec.experiment.name}: {key.variant} · {key.task} · trial {key.trial}"
+    try:  # `teamlead ps` and the run history name the trial's run so
+        with labelled(name):
+            async with aclosing(run):
+                async for item in run:
+                    if isinstance(item, Finished):
+                        finished = item
+                    elif isinstance(item, RateLimited):
+                        relay_429s += item.status == 429
+                    elif not isinstance(item, ConcurrencyChanged):  # the runner sees those once
+                        message_id = api_message_id(item)
+                        if message_id:
+                            scripted = scripted or is_scripted_message(message_id)
+                            answered = True
     except Exception as exc:  # noqa: BLE001 - a broken trial is recorded, never fatal
         error = f"{type(exc).__name__}: {exc}"
     wall = time.monotonic() - start

@@ -1,0 +1,302 @@
+"""``teamlead show`` and the finished runs of ``teamlead ps --all``: the run history read back.
+
+The history (:mod:`teamlead._history`) keeps every finished run's record: its prompt, its
+answer, every agent with its prompt and result, its status and reasons, cost and times.
+:func:`past_rows` turns the records into ``ps --json`` objects (newest first), :func:`shown`
+is one record as ``show --json`` prints it (and ``teamlead view`` draws it: each long
+result read back from its file), and :func:`run_filter` is ``ps --filter``. Every text in
+a record is the user's or the agents' words: printed with its control characters escaped.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import datetime, timezone
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from .._redact import terminal_safe
+from ..errors import NoSuchRun, UsageError
+from .exitcodes import handle_errors
+from .options import option
+
+if TYPE_CHECKING:  # pydantic's models: `teamlead ps` without --all starts without them
+    from .._history import History, RunRecord
+
+__all__ = ["NOT_FINISHED", "PS_VERSION", "past_detail", "past_rows", "run_filter", "show", "shown"]
+
+#: ``teamlead ps --json``'s objects carry this version.
+PS_VERSION = 1
+#: What a finished run's ``ps --json`` object adds, as a run that has not finished has it.
+NOT_FINISHED: dict[str, Any] = {
+    "finished": False,
+    "ended": None,
+    "reason": None,
+    "cost_usd": None,
+    "answer": None,
+}
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+#: What stands for a run's prompt when its record has none, by the run's mode.
+_NO_PROMPT = {
+    "resume": "(none: a resume of its session, with what its agents had left)",
+    "client": "(not known: the client sent it)",
+}
+_FILTER_HELP = "give status=STATUS or since=AGE|DATE (e.g. status=completed, since=2h)"
+
+
+def past_rows(
+    history: History, *, skip: Iterable[str] = (), limit: int | None = None
+) -> list[dict[str, Any]]:
+    """Every finished run the history keeps (the newest ``limit``) as a ``ps --json``
+    object, newest first (the runs in ``skip``, still listed as live, left out)."""
+    live = set(skip)
+    return [_row(record) for record in history.records(limit) if record.run not in live]
+
+
+def _row(record: RunRecord) -> dict[str, Any]:
+    done = sum(a.status in ("completed", "cached") for a in record.agents)
+    failed = sum(a.status not in ("completed", "cached") for a in record.agents)
+    tokens = [(a.tokens_in or 0) + (a.tokens_out or 0) for a in record.agents]
+    requests = [a.requests for a in record.agents if a.requests is not None]
+    return {
+        "version": PS_VERSION,
+        "run": record.run,
+        "session_id": record.session_id,
+        "pid": None,
+        "status": record.status,
+        "mode": record.mode,
+        "command": record.command,
+        "label": record.label,
+        "started": record.started,
+        "agents": {"running": 0, "queued": 0, "done": done, "failed": failed},
+        "tokens": sum(tokens) if any(tokens) else None,
+        "requests": sum(requests) if requests else None,
+        "cap": None,
+        "held": None,
+        "subagent_model": None,
+        "deadline_in_s": None,
+        "socket": None,
+        "finished": True,
+        "ended": record.ended,
+        "reason": record.reason,
+        "cost_usd": record.cost_usd,
+        "answer": record.result,
+    }
+
+
+def run_filter(
+    filters: Iterable[str], *, now: float | None = None
+) -> Callable[[Mapping[str, Any]], bool]:
+    """``ps --filter``: whether a row passes every ``KEY=VALUE`` given (``status=`` its
+    status, one of those given; ``since=`` started at most that long ago, or on or after
+    that date).
+
+    Raises:
+        UsageError: a filter that is not one of those (the message says what to give).
+    """
+    statuses: set[str] = set()
+    since: float | None = None
+    moment = time.time() if now is None else now
+    for text in filters:
+        key, sep, value = text.partition("=")
+        key, value = key.strip().lower(), value.strip()
+        if not sep or not value:
+            raise UsageError(f"--filter {text!r} is not KEY=VALUE: {_FILTER_HELP}")
+        if key == "status":
+            statuses.add(value.lower())
+        elif key == "since":
+            start = _since(value, moment)
+            since = start if since is None else max(since, start)
+        else:
+            raise UsageError(f"--filter {key!r} is not a filter: {_FILTER_HELP}")
+
+    def keep(row: Mapping[str, Any]) -> bool:
+        if statuses and str(row.get("status")) not in statuses:
+            return False
+        started = row.get("started")
+        return since is None or (isinstance(started, (int, float)) and started >= since)
+
+    return keep
+
+
+def _since(value: str, now: float) -> float:
+    """The moment ``since=VALUE`` names: an age (``90s``, ``30m``, ``2h``, ``1d``, ``1w``)
+    before ``now``, or a date or time (ISO 8601, UTC unless it says otherwise)."""
+    match = _DURATION.fullmatch(value.lower())
+    if match:
+        return now - float(match.group(1)) * _UNITS[match.group(2)]
+    try:
+        moment = datetime.fromisoformat(value)
+    except ValueError:
+        raise UsageError(
+            f"--filter since={value!r} is neither an age nor a date: give since=2h, "
+            "since=3d or since=2026-12-01T09:00"
+        ) from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=timezone.utc)
+    return moment.timestamp()
+
+
+def shown(record: RunRecord, history: History) -> dict[str, Any]:
+    """``record`` as ``show --json`` prints it: the record, each agent's whole result in
+    it (a long one read back from its file)."""
+    data = record.model_dump(mode="json")
+    for agent, out in zip(record.agents, data["agents"], strict=True):
+        out["result"] = history.result_of(agent)
+    data["duration_s"] = round(record.duration_s, 3)
+    return data
+
+
+def past_detail(record: RunRecord, history: History) -> dict[str, Any]:
+    """A finished run as ``teamlead view`` draws it: the shape of a live run's detail
+    (its agent tree: each agent under the one that started it, else under the lead) with
+    the run's prompt, answer and reasons, and each agent's prompt and whole result."""
+    data = shown(record, history)
+    lead: dict[str, Any] = _node("lead", "lead", "lead", record.status)
+    nodes = {}
+    for agent in data["agents"]:
+        node = _node(agent["id"], agent.get("kind") or "task", _name(agent), agent["status"])
+        tokens = (agent.get("tokens_in") or 0) + (agent.get("tokens_out") or 0)
+        node.update(
+            tokens=tokens or None,
+            requests=agent.get("requests"),
+            duration_s=agent.get("duration_s"),
+            prompt=agent.get("prompt"),
+            result=agent.get("result"),
+            reason=agent.get("reason"),
+        )
+        nodes[agent["id"]] = node
+    for agent in data["agents"]:
+        parent = nodes.get(agent.get("parent") or "", lead)
+        parent["children"].append(nodes[agent["id"]])
+    return {
+        "version": 1,
+        "run": record.run,
+        "source": "history",
+        "status": record.status,
+        "reason": record.reason,
+        "reasons": data["reasons"],
+        "session_id": record.session_id,
+        "command": record.command,
+        "prompt": record.prompt or _NO_PROMPT.get(record.mode, "(not known)"),
+        "answer": record.result,
+        "started": record.started,
+        "ended": record.ended,
+        "tree": lead,
+        "omitted": 0,
+        "queue": [],
+        "approvals": [],
+        "limits": [],
+    }
+
+
+def _node(node_id: str, kind: str, label: str, state: str) -> dict[str, Any]:
+    return {
+        "id": node_id,
+        "kind": kind,
+        "label": label,
+        "state": state,
+        "tokens": None,
+        "requests": None,
+        "last_tool": None,
+        "duration_s": None,
+        "model": None,
+        "children": [],
+    }
+
+
+def _name(agent: Mapping[str, Any]) -> str:
+    return str(agent.get("label") or agent.get("description") or agent.get("id"))
+
+
+@click.command()
+@click.argument("run")
+@option("--json", "json_", is_flag=True, help="The run's record as one JSON object.")
+@handle_errors
+def show(run: str, json_: bool) -> None:
+    """Show a finished run from the run history: its prompt, answer and agents.
+
+    RUN is the run id `teamlead ps --all` shows, the session id, or a unique prefix of
+    either. Each agent comes with its prompt and its whole result.
+    """
+    from .._history import History
+
+    history = History()
+    try:
+        record = history.find(run)
+    except NoSuchRun as kept:
+        raise _running(run) or kept from None
+    data = shown(record, history)
+    if json_:
+        click.echo(json.dumps(data, ensure_ascii=False))
+        return
+    click.echo(_text(data))
+
+
+def _running(ref: str) -> NoSuchRun | None:
+    """What to say when ``ref`` names a run that is still running (``None`` if none)."""
+    from .._run.registry import Registry
+
+    try:
+        entry = Registry().find(ref)
+    except (NoSuchRun, UsageError):
+        return None
+    return NoSuchRun(
+        f"run {entry.run} is still running: `teamlead watch {entry.run}` follows it, and "
+        "`teamlead show` prints it once it has finished",
+        ref=ref,
+        why="running",
+    )
+
+
+def _text(data: Mapping[str, Any]) -> str:
+    """A shown record as text for people, every text of it escaped."""
+    reason = f" ({data['reason']})" if data.get("reason") else ""
+    lines = [
+        f"run {data['run']}: {data['status']}{reason}",
+        f"session: {data.get('session_id') or '-'}",
+    ]
+    if data.get("label"):
+        lines.append(f"label: {data['label']}")
+    lines += [
+        f"command: {data.get('command') or '-'}",
+        f"started: {_when(data.get('started'))}, took {data['duration_s']:.1f} s, "
+        f"{data.get('resumes') or 0} resume(s), cost as the CLI reported it "
+        f"${data.get('cost_usd') or 0:.4f}",
+        "",
+        "prompt:",
+        _indent(data.get("prompt") or _NO_PROMPT.get(str(data.get("mode")), "(not known)")),
+        "",
+        "answer:",
+        _indent(data.get("result") or "(no answer)"),
+    ]
+    if data.get("reasons"):
+        lines += ["", "reasons:", *(f"  - {line}" for line in data["reasons"])]
+    agents = data.get("agents") or []
+    lines += ["", f"agents ({len(agents)}):"]
+    for agent in agents:
+        name = _name(agent)
+        used = f", {agent['disposition']}" if agent.get("disposition") else ""
+        lines.append(f"  [{agent.get('status')}] {name} ({agent.get('kind')}{used})")
+        if agent.get("reason"):
+            lines.append(f"    reason: {agent['reason']}")
+        if agent.get("prompt"):
+            lines += ["    prompt:", _indent(agent["prompt"], 6)]
+        if agent.get("result"):
+            lines += ["    result:", _indent(agent["result"], 6)]
+    return "\n".join(terminal_safe(line, keep_newlines=True) for line in lines)
+
+
+def _indent(text: str, by: int = 2) -> str:
+    return "\n".join(" " * by + line for line in str(text).splitlines() or [""])
+
+
+def _when(seconds: object) -> str:
+    if not isinstance(seconds, (int, float)) or not seconds:
+        return "-"
+    return datetime.fromtimestamp(float(seconds), timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")

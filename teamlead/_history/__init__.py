@@ -1,0 +1,34 @@
+"""The run history: every finished run kept as a versioned record, for ``teamlead ps
+--all``, ``teamlead show`` and ``teamlead view``.
+
+Where it is and whether it is kept: :mod:`.folder`; a record: :mod:`.record`; the store of
+records within its bounds: :mod:`.store`. Others import from here.
+"""
+
+from __future__ import annotations
+
+from .folder import HISTORY_DIR_VAR, NO_HISTORY_VAR, history_dir, history_wanted
+from .record import INLINE_RESULT_CHARS, RECORD_VERSION, AgentRecord, RunRecord
+from .store import (
+    DEFAULT_MAX_BYTES,
+    DEFAULT_MAX_RUNS,
+    MAX_BYTES_VAR,
+    MAX_RUNS_VAR,
+    History,
+)
+
+__all__ = [
+    "DEFAULT_MAX_BYTES",
+    "DEFAULT_MAX_RUNS",
+    "HISTORY_DIR_VAR",
+    "INLINE_RESULT_CHARS",
+    "MAX_BYTES_VAR",
+    "MAX_RUNS_VAR",
+    "NO_HISTORY_VAR",
+    "RECORD_VERSION",
+    "AgentRecord",
+    "History",
+    "RunRecord",
+    "history_dir",
+    "history_wanted",
+]
