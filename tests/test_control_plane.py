@@ -9,8 +9,10 @@ was asked. The verbs are driven through ``CliRunner``, as a user types them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import select
 import socket
 import stat
 import subprocess
@@ -27,7 +29,15 @@ from click.testing import CliRunner
 from teamlead._cli import main
 from teamlead._cli.commands import COMMANDS
 from teamlead._metering.pause import Pause
-from teamlead._run.endpoint import Endpoint, WatchFeed, call, follow, parse_request
+from teamlead._run.endpoint import (
+    Endpoint,
+    WatchFeed,
+    _checked,
+    _send,
+    call,
+    follow,
+    parse_request,
+)
 from teamlead._run.process import ProcessState
 from teamlead._run.registry import Registry, parse_entry, runtime_dir
 from teamlead.errors import ControlError, NoSuchRun
@@ -358,6 +368,44 @@ async def test_a_silent_client_is_dropped_and_a_crowd_is_told_busy(tmp_path: Pat
         assert ok
         assert (await _raw(path, b'{"op": "status"}\n') or {}).get("ok") is True
     finally:
+        await endpoint.close()
+
+
+@pytest.mark.anyio
+async def test_a_verb_on_a_run_whose_socket_holds_more_than_32_connections_says_busy() -> None:
+    """The crowd's connections send nothing: the run answers the verb ``busy`` at once,
+    before the verb has written its request (so never a broken pipe)."""
+    _entry("aaaaaaaaaaaa")
+    path = _dir() / "aaaaaaaaaaaa.sock"
+    endpoint, steering = await _served(path)
+    crowd = [await asyncio.open_unix_connection(str(path)) for _ in range(40)]
+    try:
+        assert await apoll(lambda: len(endpoint._tasks) == 32, within_s=10)  # the rest: busy
+        for verb in (["pause"], ["stop"], ["amend", "--cap", "2"]) * 3:
+            result = await anyio.to_thread.run_sync(lambda: _invoke(*verb, "aaaa"))
+            assert result.exit_code == 1, result.output
+            assert result.output.strip() == (
+                "teamlead: error: run aaaaaaaaaaaa: the run is busy; try again"
+            )
+        assert steering.asked == []
+        # a verb slower than the run: the busy answer came, and the socket closed, before
+        # it wrote its request; it reads the answer all the same
+        late = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        late.settimeout(10)
+        late.connect(str(path))
+        ready = await anyio.to_thread.run_sync(lambda: select.select([late], [], [], 10)[0])
+        assert ready == [late]
+        # the run closes its end once the answer is written
+        assert await apoll(lambda: len(endpoint._tasks) == 32, within_s=10)
+        await anyio.sleep(0)  # the closing step itself
+        with contextlib.closing(late), pytest.raises(ControlError) as busy:
+            await anyio.to_thread.run_sync(
+                lambda: [_checked(raw, "aaaa") for raw in _send(late, {"op": "pause"})]
+            )
+        assert busy.value.code == "busy"
+    finally:
+        for _, writer in crowd:
+            writer.close()
         await endpoint.close()
 
 

@@ -443,7 +443,12 @@ def _send(sock: socket.socket, request: Mapping[str, Any]) -> Iterator[bytes]:
     if len(line) > MAX_REQUEST:
         raise ControlError("the request is too long", code="bad_request")
     try:
-        sock.sendall(line)
+        try:
+            sock.sendall(line)
+        except (BrokenPipeError, ConnectionResetError):
+            # a run too busy to serve us answers ``busy`` and closes without reading the
+            # request: its answer may be waiting to be read all the same
+            pass
         reader = sock.makefile("rb")
         while True:
             got = reader.readline(MAX_LINE + 1)
