@@ -17,13 +17,16 @@ import socket
 import stat
 import subprocess
 import sys
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import psutil
 import pytest
+from claude_agent_sdk import ClaudeAgentOptions
 from click.testing import CliRunner
 
 from teamlead._cli import main
@@ -40,7 +43,11 @@ from teamlead._run.endpoint import (
 )
 from teamlead._run.process import ProcessState
 from teamlead._run.registry import Registry, parse_entry, runtime_dir
+from teamlead._run.state import new_run
+from teamlead._run.steering import RunSteering
+from teamlead.control import RunControl
 from teamlead.errors import ControlError, NoSuchRun
+from teamlead.policy import Policy, SpawnPolicy
 from teamlead.testing import FakeClock
 
 from .polling import apoll
@@ -232,6 +239,30 @@ def test_ps_escapes_a_hostile_command_and_keeps_it_raw_in_json() -> None:
     assert row["command"] == hostile
 
 
+@pytest.mark.parametrize(
+    ("started", "shown"),
+    [
+        (-1e308, "-"),
+        (1e308, "-"),  # in the future
+        (-1.0, "-"),
+        ("three days", "3d ago"),
+        ("a second ahead", "0s ago"),  # clock skew between two processes' reads
+    ],
+)
+def test_ps_formats_absurd_start_times_sanely(started: float | str, shown: str) -> None:
+    now = time.time()
+    at = {"three days": now - 3 * 86400 - 600, "a second ahead": now + 1}
+    _entry("aaaaaaaaaaaa", started=at.get(str(started), started))
+    _stale_socket(_dir() / "aaaaaaaaaaaa.sock")
+    result = _invoke("ps")
+    assert result.exit_code == 0, result.output
+    head, row = result.output.splitlines()
+    cells = row.split()
+    column = head.split().index("STARTED")
+    assert " ".join(cells[column : column + len(shown.split())]) == shown, row
+    assert len(row) < 200
+
+
 def test_a_state_without_the_registry_registers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
     assert ProcessState(registry=False).registry is None
     monkeypatch.setenv("TEAMLEAD_NO_REGISTRY", "1")
@@ -382,7 +413,7 @@ async def test_a_verb_on_a_run_whose_socket_holds_more_than_32_connections_says_
     try:
         assert await apoll(lambda: len(endpoint._tasks) == 32, within_s=10)  # the rest: busy
         for verb in (["pause"], ["stop"], ["amend", "--cap", "2"]) * 3:
-            result = await anyio.to_thread.run_sync(lambda: _invoke(*verb, "aaaa"))
+            result = await anyio.to_thread.run_sync(_invoke, *verb, "aaaa")
             assert result.exit_code == 1, result.output
             assert result.output.strip() == (
                 "teamlead: error: run aaaaaaaaaaaa: the run is busy; try again"
@@ -397,15 +428,16 @@ async def test_a_verb_on_a_run_whose_socket_holds_more_than_32_connections_says_
         assert ready == [late]
         # the run closes its end once the answer is written
         assert await apoll(lambda: len(endpoint._tasks) == 32, within_s=10)
-        await anyio.sleep(0)  # the closing step itself
+        await anyio.lowlevel.checkpoint()  # the closing step itself
         with contextlib.closing(late), pytest.raises(ControlError) as busy:
             await anyio.to_thread.run_sync(
-                lambda: [_checked(raw, "aaaa") for raw in _send(late, {"op": "pause"})]
+                lambda: [_checked(raw, "aaaa") for raw in _send(late, b'{"op": "pause"}\n')]
             )
         assert busy.value.code == "busy"
     finally:
         for _, writer in crowd:
             writer.close()
+        await asyncio.gather(*(w.wait_closed() for _, w in crowd), return_exceptions=True)
         await endpoint.close()
 
 
@@ -452,3 +484,50 @@ def test_no_such_run_carries_what_was_asked() -> None:
     with pytest.raises(NoSuchRun) as err:
         Registry().find("zz")
     assert err.value.ref == "zz" and err.value.why == "none"
+
+
+_BAD_AMENDS = {
+    "cap zero": ["--cap", "0"],
+    "cap negative": ["--cap", "-1"],
+    "cap over the CLI's": ["--cap", "21"],
+    "cap of 4,200 digits": ["--cap", "9" * 4200],
+    "cap of 5,000 digits": ["--cap", "9" * 5000],
+    "cap no number": ["--cap", "three"],
+    "cap a float": ["--cap", "2.5"],
+    "cap unchanged": ["--cap", "3"],
+    "model empty": ["--subagent-model", ""],
+    "model two words": ["--subagent-model", "two words"],
+    "model escape": ["--subagent-model", "x\x1b[31m"],
+    "model of 201 characters": ["--subagent-model", "m" * 201],
+    "model of 5,000 characters": ["--subagent-model", "m" * 5000],
+    "model unchanged": ["--subagent-model", "default"],
+    "nothing given": [],
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("case", list(_BAD_AMENDS))
+async def test_every_bad_amend_value_is_refused_with_exit_2_and_changes_nothing(
+    case: str, tmp_path: Path
+) -> None:
+    """A real run's steering behind the endpoint: each bad value is one line, exit 2 (as
+    the docs say), wherever it is caught (the command, the endpoint or the run)."""
+    control = RunControl()
+    policy = Policy(spawn=SpawnPolicy(max_concurrent_agents=3), deadline_s=600)
+    state = new_run("query", ClaudeAgentOptions(), policy, FakeClock(), control=control)
+    _entry("aaaaaaaaaaaa")
+    path = _dir() / "aaaaaaaaaaaa.sock"
+    steering = RunSteering(state, run="aaaaaaaaaaaa", command="teamlead ask", started=1.0)
+    endpoint = Endpoint(path, steering, run="aaaaaaaaaaaa", feed=WatchFeed())
+    await endpoint.start()
+    try:
+        args = _BAD_AMENDS[case]
+        result = await anyio.to_thread.run_sync(lambda: _invoke("amend", "aaaa", *args))
+    finally:
+        await endpoint.close()
+        state.close()
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("teamlead: error: ") and len(line) < 300, line
+    assert (control.cap, control.subagent_model) == (3, None)
+    assert state.drain_amends() == []
