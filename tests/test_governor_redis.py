@@ -6,6 +6,7 @@ parallel tests never share state. Two accounts stand for two machines.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import signal
@@ -24,7 +25,7 @@ from teamlead._governor.accounts import Account, FallbackAccount, WarnOnce, open
 from teamlead._governor.accounts.base import Bounds
 from teamlead._governor.accounts.machine import MachineAccount
 from teamlead._governor.accounts.redis import RedisAccount
-from teamlead._governor.retry_after import MAX_PAUSE_S
+from teamlead._governor.retry_after import PLAUSIBLE_PAUSE_S
 from teamlead.clock import SYSTEM_CLOCK
 from teamlead.governor import Governor, GovernorPolicy, Slot
 from teamlead.testing import FakeClock
@@ -268,8 +269,20 @@ async def test_a_stored_pause_in_redis_far_in_the_future_is_clamped_and_expires(
     finally:
         client.close()
     assert stored is not None and stored.cap == 2
-    assert stored.cooldown_until == pytest.approx(clock.monotonic() + MAX_PAUSE_S)
+    assert stored.cooldown_until == pytest.approx(clock.monotonic() + PLAUSIBLE_PAUSE_S)
     assert 0 < left <= 300_000  # forgotten like any idle bucket
+    # a run that writes the bucket keeps its own limits, not the planted pause
+    governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
+    slot = await governor.acquire(A, timeout=1, through_pause=True)
+    slot.success()
+    slot.release()
+    client = _client(redis)
+    try:
+        written = json.loads(client.get(f"teamlead:limits:{A}"))
+    finally:
+        client.close()
+    assert written["cooldown_until"] is None and written["cap"] == 2
+    assert governor.state(A).cooldown_s == 0
 
 
 _BAD_LEASES = {

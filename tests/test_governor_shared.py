@@ -8,6 +8,7 @@ Every test has its own file (``tmp_path``), so parallel tests never share state.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
@@ -33,7 +34,7 @@ from teamlead._governor.accounts import (
 from teamlead._governor.accounts.base import Bounds
 from teamlead._governor.accounts.machine import MachineAccount, default_path
 from teamlead._governor.aimd import Limits
-from teamlead._governor.retry_after import MAX_PAUSE_S
+from teamlead._governor.retry_after import PLAUSIBLE_PAUSE_S
 from teamlead.clock import SYSTEM_CLOCK, Clock
 from teamlead.errors import UsageError
 from teamlead.governor import Governor, GovernorPolicy, Slot
@@ -518,12 +519,66 @@ async def test_a_stored_pause_far_in_the_future_is_clamped_to_the_longest_a_head
     _raw(db, "INSERT INTO limits (key, data, updated) VALUES (?, ?, ?)", A, data, clock.time())
     stored = account.limits(A)
     assert stored is not None and stored.cap == 2
-    assert stored.cooldown_until == pytest.approx(clock.monotonic() + MAX_PAUSE_S)
+    assert stored.cooldown_until == pytest.approx(clock.monotonic() + PLAUSIBLE_PAUSE_S)
     assert stored.bad_at == pytest.approx(clock.monotonic())
     governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
-    assert governor.state(A).cooldown_s == pytest.approx(MAX_PAUSE_S)
+    assert governor.state(A).cooldown_s == pytest.approx(PLAUSIBLE_PAUSE_S)
     clock.advance(301)  # nobody touched it since: forgotten, the pause with it
     assert account.limits(A) is None
+
+
+@pytest.mark.parametrize("written_ago", [0.0, 100.0], ids=["now", "100s-ago"])
+async def test_a_planted_pause_ends_within_the_plausibility_bound_and_is_never_written_back(
+    tmp_path: Path, written_ago: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Read again and again (a run waiting on it), the pause still ends within 180 s of
+    when its row was written; the run that writes the bucket meanwhile stores its own
+    limits, never the planted pause."""
+    db = tmp_path / "limits.sqlite3"
+    clock = FakeClock()
+    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
+    _opened.append(account)
+    account.in_flight(A)
+    data = '{"cap": 2, "cooldown_until": 1e18}'
+    written = clock.time() - written_ago
+    _raw(db, "INSERT INTO limits (key, data, updated) VALUES (?, ?, ?)", A, data, written)
+    governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
+    left = PLAUSIBLE_PAUSE_S - max(0.0, written_ago)
+    with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+        for step in range(3):  # read again and again: it ends at the row's own bound
+            assert governor.state(A).cooldown_s == pytest.approx(left * (1 - step / 4))
+            clock.advance(left / 4)
+        # the lead's own lane goes through the pause: its success writes the bucket
+        slot = await governor.acquire(A, timeout=1, through_pause=True)
+        slot.success()
+        slot.release()
+    (row,) = _raw(db, "SELECT data FROM limits WHERE key = ?", A)
+    assert json.loads(row[0])["cooldown_until"] is None  # not written back as learnt
+    assert governor.state(A).cooldown_s == 0
+    warned = _warned(caplog)
+    assert len(warned) == 1 and "ends further ahead than any upstream asks" in warned[0]
+    assert str(db) in warned[0]
+
+
+@pytest.mark.parametrize("stamped_ahead", [0.0, 500.0], ids=["now", "ahead"])
+async def test_a_planted_pause_nobody_writes_ends_within_the_bound(
+    tmp_path: Path, stamped_ahead: float
+) -> None:
+    """A row stamped ahead of the clock (another host's skew, at most 600 s) is held 180 s
+    past its stamp at most."""
+    db = tmp_path / "limits.sqlite3"
+    clock = FakeClock()
+    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
+    _opened.append(account)
+    account.in_flight(A)
+    data = '{"cap": 2, "cooldown_until": 1e18}'
+    stamp = clock.time() + stamped_ahead
+    _raw(db, "INSERT INTO limits (key, data, updated) VALUES (?, ?, ?)", A, data, stamp)
+    governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
+    waited = clock.monotonic()
+    async with governor.slot(A, timeout=900) as slot:  # waits the pause out, no longer
+        slot.success()
+    assert clock.monotonic() - waited == pytest.approx(stamped_ahead + PLAUSIBLE_PAUSE_S)
 
 
 def _foreign_lease(db: Path, clock: FakeClock, **fields: object) -> None:

@@ -63,8 +63,9 @@ from .codecs import (
     WarnOnce,
     from_wall,
     limits_to_json,
+    not_learnt,
+    read_clamped,
     read_count,
-    read_limits,
     read_time,
     stored_limits,
     to_wall,
@@ -335,14 +336,19 @@ class MachineAccount:
         return self._run(lambda db: self._read(db, key), write=False)
 
     def _read(self, db: sqlite3.Connection, key: str) -> Limits | None:
+        return self._read_marked(db, key)[0]
+
+    def _read_marked(self, db: sqlite3.Connection, key: str) -> tuple[Limits | None, bool]:
+        """``key``'s limits, and whether their pause was clamped (see
+        :func:`~.codecs.read_clamped`: it is not written back)."""
         row = db.execute("SELECT data, updated FROM limits WHERE key = ?", (key,)).fetchone()
         if row is None:
-            return None
+            return None, False
         data, updated = row
         now = self._clock.time()
         written = read_time(updated, latest=now + MAX_AHEAD_S)
-        stored = None if written is None else read_limits(data, now=now)
-        if written is None or stored is None:
+        found = None if written is None else read_clamped(data, now=now, written=written)
+        if written is None or found is None:
             self._warn("limits", f"dropped the unreadable learnt limits of {key!r} in {self.path}")
             # best effort (a writer holding the file only delays it): this exact row, so
             # one another process has just written in its place stays
@@ -351,10 +357,18 @@ class MachineAccount:
                     "DELETE FROM limits WHERE key = ? AND data IS ? AND updated IS ?",
                     (key, data, updated),
                 )
-            return None
+            return None, False
         if now - written >= self._forget and self._count(db, key, now) == 0:
-            return None  # learnt long ago and idle since: start afresh
-        return from_wall(stored, self._offset())
+            return None, False  # learnt long ago and idle since: start afresh
+        stored, clamped = found
+        if clamped:
+            self._warn(
+                "pause",
+                f"the pause of {key!r} in {self.path} ends further ahead than any upstream "
+                f"asks: held {max(0.0, stored.cooldown_until - now):.0f} s at most, and "
+                "not kept",
+            )
+        return from_wall(stored, self._offset()), clamped
 
     def _write(self, db: sqlite3.Connection, key: str, limits: Limits) -> None:
         data = json.dumps(limits_to_json(to_wall(limits, self._offset()), self._host))
@@ -373,7 +387,9 @@ class MachineAccount:
                 return limits, change
 
         def write(db: sqlite3.Connection) -> Step:
-            limits, change = rule(self._read(db, key))
+            read, clamped = self._read_marked(db, key)
+            limits, change = rule(read)
+            limits = not_learnt(limits, read, clamped)
             self._write(db, key, limits)
             return limits, change
 
@@ -399,7 +415,9 @@ class MachineAccount:
             ended = db.execute(
                 f"SELECT COUNT(*) FROM released WHERE seq > ? AND {match}", (since, *args)
             ).fetchone()
-            limits, change = rule(self._read(db, lease.key), int(running[0]) + int(ended[0]))
+            read, clamped = self._read_marked(db, lease.key)
+            limits, change = rule(read, int(running[0]) + int(ended[0]))
+            limits = not_learnt(limits, read, clamped)
             self._write(db, lease.key, limits)
             return limits, change
 
