@@ -13,6 +13,7 @@ import logging
 import os
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import anyio
+import psutil
 import pydantic
 import pytest
 
@@ -32,6 +34,7 @@ from teamlead._governor.accounts import (
     open_account,
 )
 from teamlead._governor.accounts.base import Bounds
+from teamlead._governor.accounts.codecs import MAX_LEASE_S
 from teamlead._governor.accounts.machine import MachineAccount, default_path
 from teamlead._governor.aimd import Limits
 from teamlead._governor.retry_after import PLAUSIBLE_PAUSE_S
@@ -647,6 +650,45 @@ async def test_a_lease_from_another_host_expires_by_its_own_time(tmp_path: Path)
     clock.advance(5)
     lease = account.take(Bounds(A, limit=1))
     assert lease is not None and account.in_flight(A) == 1
+
+
+async def test_planted_leases_of_a_live_process_expire_by_their_own_bound_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """64 leases naming a live process of this host (the test's parent, its true start
+    time) with an expiry 1,100 s ahead: they hold the slots no longer than a lease may
+    live (600 s), and the run is told once, naming the store."""
+    db = tmp_path / "limits.sqlite3"
+    clock = FakeClock()
+    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
+    _opened.append(account)
+    account.in_flight(A)
+    parent = psutil.Process(os.getppid())
+    for n in range(64):
+        _foreign_lease(
+            db,
+            clock,
+            token=f"planted:{n}",
+            host=socket.gethostname(),
+            pid=parent.pid,
+            started=parent.create_time(),
+            expires=clock.time() + 1100,
+        )
+    governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
+    seen = clock.monotonic()
+    with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+        for _ in range(3):  # the run's requests wait for them
+            with pytest.raises(TimeoutError):
+                await governor.acquire(A, timeout=1)
+        clock.advance(seen + MAX_LEASE_S - 1 - clock.monotonic())
+        assert account.take(Bounds(A, limit=4)) is None
+        clock.advance(1)
+        async with governor.slot(A, timeout=1) as slot:
+            slot.success()
+    warned = _warned(caplog)
+    assert len(warned) == 1, warned
+    assert "64 slot(s) of anthropic/* are held by leases in" in warned[0]
+    assert str(db) in warned[0] and "no renewal set so far ahead" in warned[0]
 
 
 async def test_an_unreadable_sequence_counter_is_set_past_the_numbers_in_use(

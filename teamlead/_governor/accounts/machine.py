@@ -454,6 +454,12 @@ class MachineAccount:
                 "released", f"dropped an unreadable record of an ended request from {self.path}"
             )
         db.execute("DELETE FROM leases WHERE expires <= ?", (now,))
+        # this host's clock wrote every expiry of this host: none further ahead than a
+        # lease lives was set by a renewal, so it expires by that bound from when seen
+        db.execute(
+            "UPDATE leases SET expires = ?1 WHERE host = ?2 AND expires > ?1",
+            (now + MAX_LEASE_S, self._host),
+        )
         # no live lease is older than these: no rejection will count them again
         db.execute(
             "DELETE FROM released WHERE seq <= "
@@ -471,6 +477,25 @@ class MachineAccount:
                     "DELETE FROM leases WHERE host = ? AND pid = ? AND started = ?",
                     (self._host, pid, started),
                 )
+
+    def _warn_far(self, db: sqlite3.Connection, bounds: Bounds, now: float) -> None:
+        """Say once when leases of other processes that no renewal put so far ahead (an
+        expiry further than twice a lease's time to live) are among those that fill
+        ``bounds``: a row written by hand, or a holder that is no teamlead, holds the
+        run's slots until they expire."""
+        match, args = _key_matches(bounds.provider)
+        count, latest = db.execute(
+            f"SELECT COUNT(*), MAX(expires) FROM leases WHERE {_LIVE} AND {match} "
+            "AND expires > ? AND NOT (host = ? AND pid = ? AND started = ?)",
+            (*self._live(now), *args, now + 2 * self._ttl, self._host, self._pid, self._me),
+        ).fetchone()
+        if count:
+            self._warn(
+                "far",
+                f"{count} slot(s) of {bounds.provider}* are held by leases in {self.path} "
+                f"that no renewal set so far ahead; requests wait for them to expire (within "
+                f"{float(latest) - now:.0f} s)",
+            )
 
     def _room(self, db: sqlite3.Connection, bounds: Bounds, now: float) -> bool:
         if self._count(db, bounds.key, now) >= bounds.limit:
@@ -494,6 +519,7 @@ class MachineAccount:
             if not self._room(db, bounds, now):
                 self._purge(db, now, force=True)  # a dead holder may be what fills it
                 if not self._room(db, bounds, now):
+                    self._warn_far(db, bounds, now)
                     return None
             limits = self._read(db, bounds.key)
             if limits is None:  # forgotten (or never seen): so it stays once a lease is live
