@@ -165,15 +165,83 @@ def test_a_malformed_entry_is_not_an_entry(raw: bytes) -> None:
     assert parse_entry(raw, Path("aaaaaaaaaaaa.json")) is None
 
 
-def test_hostile_files_in_the_runtime_directory_are_skipped(tmp_path: Path) -> None:
+def _plant(kind: str, path: Path, elsewhere: Path) -> None:
+    """A file no run wrote, of ``kind``, where an entry would be."""
+    if kind == "garbage":
+        path.write_text("{broken")
+    elif kind == "huge":
+        path.write_text('{"run": "' + "a" * 5_000_000 + '"}')
+    elif kind == "deep":
+        path.write_text("[" * 100_000)
+    elif kind == "symlink":
+        elsewhere.write_text("{}")
+        path.symlink_to(elsewhere)
+    elif kind == "fifo":
+        os.mkfifo(path)  # a reader that opened it would wait for a writer for ever
+    elif kind == "directory":
+        path.mkdir()
+
+
+@pytest.mark.parametrize("kind", ["garbage", "huge", "deep", "symlink", "fifo", "directory"])
+def test_hostile_files_in_the_runtime_directory_are_skipped(kind: str, tmp_path: Path) -> None:
     folder = _dir()
-    (folder / "bbbbbbbbbbbb.json").write_text("{broken")
-    (folder / "cccccccccccc.json").symlink_to(tmp_path / "elsewhere.json")
-    (tmp_path / "elsewhere.json").write_text("{}")
-    (folder / "dddddddddddd.json").mkdir()
+    _plant(kind, folder / "bbbbbbbbbbbb.json", tmp_path / "elsewhere.json")
     _entry("eeeeeeeeeeee", extra_field={"kept": True})
     (live,) = Registry().listing().live
     assert live.run == "eeeeeeeeeeee" and live.extra == {"extra_field": {"kept": True}}
+    _stale_socket(folder / "eeeeeeeeeeee.sock")
+    result = _invoke("ps", "--json")
+    assert result.exit_code == 0, result.output
+    assert [row["run"] for row in json.loads(result.output)] == ["eeeeeeeeeeee"]
+
+
+_VERBS = [
+    ["stop"],
+    ["stop", "--now"],
+    ["pause"],
+    ["unpause"],
+    ["amend", "--cap", "2"],
+    ["watch"],
+    ["ps"],
+    ["ps", "--all"],
+]
+
+
+@pytest.mark.parametrize("socket_kind", ["stale socket", "no socket", "regular file"])
+def test_a_forged_entry_naming_an_unrelated_live_process_never_signals_it(
+    socket_kind: str, tmp_path: Path
+) -> None:
+    """An entry names a live process that is no run (its true pid and start time): no
+    verb sends it a signal (a ``sleep`` dies or stops on any), each says in one line that
+    the run does not answer."""
+    sleeper = subprocess.Popen(["sleep", "120"])
+    try:
+        folder = _dir()
+        target = folder / "aaaaaaaaaaaa.sock"
+        if socket_kind == "stale socket":
+            _stale_socket(target)
+        elif socket_kind == "regular file":
+            target.write_text("not a socket")
+        _entry(
+            "aaaaaaaaaaaa",
+            pid=sleeper.pid,
+            pid_started=psutil.Process(sleeper.pid).create_time(),
+            command="teamlead ask forged",
+        )
+        for verb in _VERBS:
+            result = _invoke(*verb, *([] if verb[0] == "ps" else ["aaaa"]))
+            if verb[0] == "ps":
+                assert result.exit_code == 0, result.output
+                assert "unreachable" in result.output, result.output
+            else:
+                assert result.exit_code == 1, (verb, result.output)
+                (line,) = result.output.strip().splitlines()
+                assert "the run does not answer" in line, line
+            assert sleeper.poll() is None, verb  # alive
+            assert psutil.Process(sleeper.pid).status() != psutil.STATUS_STOPPED, verb
+    finally:
+        sleeper.kill()
+        sleeper.wait(timeout=10)
 
 
 def test_a_dead_runs_entry_and_its_socket_are_pruned_once_shown_by_ps_all() -> None:
