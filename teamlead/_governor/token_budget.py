@@ -327,6 +327,11 @@ def observe(
     remaining = float(min(header.remaining, limit))
     full_at = now + max(0.0, full_in)
     spans = window.spans if window is not None else ()
+    known = window.refill if window is not None and not window.learnt else None
+    if remaining <= 0 and known:
+        # ``remaining`` stops at 0, the reset does not: a window a request larger than
+        # it left in debt is full only once the debt is paid too
+        remaining = min(0.0, limit - known * max(0.0, full_in))
     if remaining < limit and full_at - sent_at > 0:
         spans = (*spans, (limit - remaining, full_at - sent_at))[-_SPANS:]
     refill = sum(d for d, _ in spans) / sum(s for _, s in spans) if spans else None
