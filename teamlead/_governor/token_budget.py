@@ -29,7 +29,10 @@ The rules (pure: every function takes ``now``; nothing here sleeps or reads a cl
   (nothing else pending) once the window is full, and leaves it in debt: it never waits
   forever.
 * **Anchoring** (:func:`observe`). A header replaces the model: its level is the
-  upstream's word, and every draw sent before that request is in it.
+  upstream's word, and every draw sent before that request is in it. ``remaining`` stops
+  at 0 but the ``reset`` does not: an empty window full only later than a whole refill
+  takes (at the rate known) is in debt, from a request larger than it, and the debt is
+  paid before the next request goes.
 * **429s.** A 429 whose headers show a window short of the request's charge is the
   budget's, not a concurrency limit's. A 429 without headers, on a window the budget
   knows, lowers the level to agree with its ``retry-after`` (:func:`refused`). A window
