@@ -510,16 +510,25 @@ async def test_learnt_limits_of_the_wrong_type_or_range_read_as_never_seen(
     assert len(_warned(caplog)) == 1, _warned(caplog)
 
 
-async def test_a_stored_pause_far_in_the_future_is_clamped_to_the_longest_a_header_may_ask(
-    tmp_path: Path,
-) -> None:
+def _planted(
+    tmp_path: Path, data: str, written: float | None = None
+) -> tuple[Path, FakeClock, MachineAccount]:
+    """A machine store whose row of ``A`` is ``data``, written at ``written`` (default:
+    now), as something other than teamlead could have written it."""
     db = tmp_path / "limits.sqlite3"
     clock = FakeClock()
     account = MachineAccount(db, clock=clock, warnings=WarnOnce())
     _opened.append(account)
     account.in_flight(A)
-    data = '{"cap": 2, "cooldown_until": 1e18, "bad_at": 1e18}'
-    _raw(db, "INSERT INTO limits (key, data, updated) VALUES (?, ?, ?)", A, data, clock.time())
+    stamp = clock.time() if written is None else written
+    _raw(db, "INSERT INTO limits (key, data, updated) VALUES (?, ?, ?)", A, data, stamp)
+    return db, clock, account
+
+
+async def test_a_stored_pause_far_in_the_future_is_clamped_to_the_longest_a_header_may_ask(
+    tmp_path: Path,
+) -> None:
+    _, clock, account = _planted(tmp_path, '{"cap": 2, "cooldown_until": 1e18, "bad_at": 1e18}')
     stored = account.limits(A)
     assert stored is not None and stored.cap == 2
     assert stored.cooldown_until == pytest.approx(clock.monotonic() + PLAUSIBLE_PAUSE_S)
@@ -537,14 +546,8 @@ async def test_a_planted_pause_ends_within_the_plausibility_bound_and_is_never_w
     """Read again and again (a run waiting on it), the pause still ends within 180 s of
     when its row was written; the run that writes the bucket meanwhile stores its own
     limits, never the planted pause."""
-    db = tmp_path / "limits.sqlite3"
-    clock = FakeClock()
-    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
-    _opened.append(account)
-    account.in_flight(A)
-    data = '{"cap": 2, "cooldown_until": 1e18}'
-    written = clock.time() - written_ago
-    _raw(db, "INSERT INTO limits (key, data, updated) VALUES (?, ?, ?)", A, data, written)
+    written = FakeClock().time() - written_ago
+    db, clock, account = _planted(tmp_path, '{"cap": 2, "cooldown_until": 1e18}', written)
     governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
     left = PLAUSIBLE_PAUSE_S - max(0.0, written_ago)
     with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
@@ -569,14 +572,8 @@ async def test_a_planted_pause_nobody_writes_ends_within_the_bound(
 ) -> None:
     """A row stamped ahead of the clock (another host's skew, at most 600 s) is held 180 s
     past its stamp at most."""
-    db = tmp_path / "limits.sqlite3"
-    clock = FakeClock()
-    account = MachineAccount(db, clock=clock, warnings=WarnOnce())
-    _opened.append(account)
-    account.in_flight(A)
-    data = '{"cap": 2, "cooldown_until": 1e18}'
-    stamp = clock.time() + stamped_ahead
-    _raw(db, "INSERT INTO limits (key, data, updated) VALUES (?, ?, ?)", A, data, stamp)
+    stamp = FakeClock().time() + stamped_ahead
+    _, clock, account = _planted(tmp_path, '{"cap": 2, "cooldown_until": 1e18}', stamp)
     governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
     waited = clock.monotonic()
     async with governor.slot(A, timeout=900) as slot:  # waits the pause out, no longer
