@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -325,6 +326,34 @@ async def test_a_lease_in_redis_that_cannot_be_read_is_void_and_grants_go_on(
                 assert account.in_flight(A) == 1  # this one only
                 slot.rate_limited(measured=True)
     assert len(_warned(caplog)) == 1, _warned(caplog)
+
+
+async def test_leases_in_redis_no_renewal_set_so_far_ahead_are_told_once_when_they_hold_slots(
+    redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """64 leases written by hand, 500 s ahead (under the 600 s a lease may live: they
+    count): the run's requests wait for them, and it is told once, naming the store."""
+    clock = FakeClock()
+    account = _account(redis, clock)
+    client = _client(redis)
+    try:
+        seconds, micros = client.time()
+        ahead = int(seconds) * 1000 + int(micros) // 1000 + 500_000
+        for n in range(64):
+            client.zadd("teamlead:leases", {f"planted:{n}": ahead})
+            client.hset("teamlead:lease-keys", f"planted:{n}", A)
+    finally:
+        client.close()
+    governor = Governor(GovernorPolicy(ceiling=4), clock=clock, account=account)
+    with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+        for _ in range(3):
+            with pytest.raises(TimeoutError):
+                await governor.acquire(A, timeout=2)
+    warned = _warned(caplog)
+    assert len(warned) == 1, warned
+    assert warned[0].startswith("shared limits: 64 slot(s) are held by leases in Redis at ")
+    assert "no renewal set so far ahead" in warned[0]
+    assert re.search(r"\(within (4[6-9]\d|500) s\)$", warned[0]), warned[0]
 
 
 async def test_an_unreadable_counter_in_redis_is_set_past_the_numbers_in_use(

@@ -418,6 +418,8 @@ class RedisAccount:
         ]
         self._me = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
         self._tokens = 0
+        self._far_told = False
+        self._far_checked = -1e18
         self._held: set[str] = set()
         self._lock = threading.Lock()
         # a renewal is one script: its connection, handshake and answer, each bounded
@@ -593,11 +595,40 @@ class RedisAccount:
         ]
         added = self._script(self._take, [*self._keys, _limits_key(bounds.key)], args)
         if not int(added[0]):
+            self._warn_far()
             return None
         with self._lock:
             self._held.add(token)
         self._renewer.start()
         return Lease(bounds.key, token, self, self._decode(bounds.key, str(added[1]))[0])
+
+    def _warn_far(self) -> None:
+        """Say once when leases of others that no renewal put so far ahead (an expiry
+        further than twice a lease's time to live: written by hand, or by a holder that is
+        no teamlead) are held while a grant is refused; they hold the run's slots until
+        they expire. Looked at no more than once a second, and not once told."""
+        now = self._clock.monotonic()
+        if self._far_told or now - self._far_checked < 1.0:
+            return
+        self._far_checked = now
+
+        def far() -> tuple[int, float]:
+            seconds, micros = self._redis.time()
+            ms = int(seconds) * 1000 + int(micros) // 1000
+            found = self._redis.zrangebyscore(
+                self._leases, ms + 2 * self._ttl_ms, "+inf", withscores=True
+            )
+            theirs = [float(at) for token, at in found if str(token) not in self._held]
+            return len(theirs), (max(theirs, default=ms) - ms) / 1000
+
+        count, within = self._call(far)
+        if count:
+            self._far_told = True
+            self._warn(
+                "far",
+                f"{count} slot(s) are held by leases in {self._where} that no renewal set so "
+                f"far ahead; requests wait for them to expire (within {within:.0f} s)",
+            )
 
     def give_back(self, lease: Lease) -> None:
         with self._lock:
