@@ -205,6 +205,7 @@ class MachineAccount:
         self._held: set[str] = set()
         self._tokens = 0
         self._checked = -1e18
+        self._far_told = False  # the leases set far ahead were told of
         self._renewer = LeaseRenewer(
             self.renew, self._ttl / 3, "teamlead-lease-renewer", stop_s=2 * busy_s
         )
@@ -483,6 +484,8 @@ class MachineAccount:
         expiry further than twice a lease's time to live) are among those that fill
         ``bounds``: a row written by hand, or a holder that is no teamlead, holds the
         run's slots until they expire."""
+        if self._far_told:
+            return
         match, args = _key_matches(bounds.provider)
         count, latest = db.execute(
             f"SELECT COUNT(*), MAX(expires) FROM leases WHERE {_LIVE} AND {match} "
@@ -490,6 +493,7 @@ class MachineAccount:
             (*self._live(now), *args, now + 2 * self._ttl, self._host, self._pid, self._me),
         ).fetchone()
         if count:
+            self._far_told = True
             self._warn(
                 "far",
                 f"{count} slot(s) of {bounds.provider}* are held by leases in {self.path} "
