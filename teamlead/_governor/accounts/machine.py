@@ -10,7 +10,10 @@ mistaken for the holder) and expires ``lease_ttl_s`` after its last renewal; a t
 the holding process renews its leases while it holds any. A lease of a dead process on
 this host is dropped at the next grant (checked at most once a second), and any lease
 that was not renewed in time (a hung process, another host on a shared home) expires. So
-a crash never leaks a slot for longer than the lease time.
+a crash never leaks a slot for longer than the lease time. A lease of this host whose
+expiry is further ahead than a lease lives (:data:`~.codecs.MAX_LEASE_S`: this host's clock
+wrote it, so no renewal did) is held to that bound from when it is first seen, and when
+such leases fill a grant's bounds, one warning names the file.
 
 A lease also carries the file's sequence number when it was taken, whether the upstream
 rejected it, and the sequence number when its answer was complete (``answered``); a lease
@@ -480,16 +483,17 @@ class MachineAccount:
                 )
 
     def _warn_far(self, db: sqlite3.Connection, bounds: Bounds, now: float) -> None:
-        """Say once when leases of other processes that no renewal put so far ahead (an
-        expiry further than twice a lease's time to live) are among those that fill
-        ``bounds``: a row written by hand, or a holder that is no teamlead, holds the
-        run's slots until they expire."""
+        """Say once when leases of other processes of this host that no renewal put so far
+        ahead (an expiry further than twice a lease's time to live; this host's clock
+        wrote them, so no skew explains it) are among those that fill ``bounds``: a row
+        written by hand, or naming a live process that is no teamlead, holds the run's
+        slots until it expires."""
         if self._far_told:
             return
         match, args = _key_matches(bounds.provider)
         count, latest = db.execute(
             f"SELECT COUNT(*), MAX(expires) FROM leases WHERE {_LIVE} AND {match} "
-            "AND expires > ? AND NOT (host = ? AND pid = ? AND started = ?)",
+            "AND expires > ? AND host = ? AND NOT (pid = ? AND started = ?)",
             (*self._live(now), *args, now + 2 * self._ttl, self._host, self._pid, self._me),
         ).fetchone()
         if count:
