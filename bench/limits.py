@@ -63,7 +63,8 @@ answer 0.4 s, against the input-token bucket alone, through teamlead's relay
 (``CLAUDE_CODE_MAX_RETRIES=0``) and, beside it, the bare CLI talking to the upstream with
 its default retries; its figures are the same (wall from the first request's arrival
 to the last answer, over ``(drawn - capacity) / refill``; the goal for teamlead is 1.3 x,
-every finding, at most one 429 per agent).
+every finding, at most one 429 per agent and no more 429s in all than agents, the lead's
+included).
 
 Run: ``python bench/limits.py`` (about 13 minutes); ``--quick`` for a smoke run of every
 shape and strategy with 6 agents of 0.05 s, every other time scaled alike (retry-after
@@ -743,6 +744,7 @@ def main(argv: list[str] | None = None) -> int:
         field.findings == field.agents
         and field.wall <= 1.3 * field.minimum
         and field.most_429s <= 1
+        and field.rejected <= field.agents
     ):
         missed.append("the field report on the CLI")
     print(
@@ -763,7 +765,8 @@ def main(argv: list[str] | None = None) -> int:
             ""
             if field is None or bare is None
             else f"; the field report on the CLI {field.wall / field.minimum:.2f} x, "
-            f"{field.findings}/{field.agents} findings (bare CLI {bare.wall / bare.minimum:.2f} x, "
+            f"{field.findings}/{field.agents} findings, {field.rejected} 429s "
+            f"(bare CLI {bare.wall / bare.minimum:.2f} x, "
             f"{bare.findings}/{bare.agents}, {bare.rejected} 429s)"
         )
     )

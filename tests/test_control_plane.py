@@ -9,30 +9,47 @@ was asked. The verbs are driven through ``CliRunner``, as a user types them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
+import select
 import socket
 import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import psutil
 import pytest
+from claude_agent_sdk import ClaudeAgentOptions
 from click.testing import CliRunner
 
 from teamlead._cli import main
 from teamlead._cli.commands import COMMANDS
 from teamlead._history import History, RunRecord
 from teamlead._metering.pause import Pause
-from teamlead._run.endpoint import Endpoint, WatchFeed, call, follow, parse_request
+from teamlead._run.endpoint import (
+    Endpoint,
+    WatchFeed,
+    _checked,
+    _send,
+    call,
+    follow,
+    parse_request,
+)
 from teamlead._run.process import ProcessState
 from teamlead._run.registry import Registry, parse_entry, runtime_dir
+from teamlead._run.state import new_run
+from teamlead._run.steering import RunSteering
+from teamlead.control import RunControl
 from teamlead.errors import ControlError, NoSuchRun
+from teamlead.policy import Policy, SpawnPolicy
 from teamlead.testing import FakeClock
 
 from .polling import apoll
@@ -150,15 +167,83 @@ def test_a_malformed_entry_is_not_an_entry(raw: bytes) -> None:
     assert parse_entry(raw, Path("aaaaaaaaaaaa.json")) is None
 
 
-def test_hostile_files_in_the_runtime_directory_are_skipped(tmp_path: Path) -> None:
+def _plant(kind: str, path: Path, elsewhere: Path) -> None:
+    """A file no run wrote, of ``kind``, where an entry would be."""
+    if kind == "garbage":
+        path.write_text("{broken")
+    elif kind == "huge":
+        path.write_text('{"run": "' + "a" * 5_000_000 + '"}')
+    elif kind == "deep":
+        path.write_text("[" * 100_000)
+    elif kind == "symlink":
+        elsewhere.write_text("{}")
+        path.symlink_to(elsewhere)
+    elif kind == "fifo":
+        os.mkfifo(path)  # a reader that opened it would wait for a writer for ever
+    elif kind == "directory":
+        path.mkdir()
+
+
+@pytest.mark.parametrize("kind", ["garbage", "huge", "deep", "symlink", "fifo", "directory"])
+def test_hostile_files_in_the_runtime_directory_are_skipped(kind: str, tmp_path: Path) -> None:
     folder = _dir()
-    (folder / "bbbbbbbbbbbb.json").write_text("{broken")
-    (folder / "cccccccccccc.json").symlink_to(tmp_path / "elsewhere.json")
-    (tmp_path / "elsewhere.json").write_text("{}")
-    (folder / "dddddddddddd.json").mkdir()
+    _plant(kind, folder / "bbbbbbbbbbbb.json", tmp_path / "elsewhere.json")
     _entry("eeeeeeeeeeee", extra_field={"kept": True})
     (live,) = Registry().listing().live
     assert live.run == "eeeeeeeeeeee" and live.extra == {"extra_field": {"kept": True}}
+    _stale_socket(folder / "eeeeeeeeeeee.sock")
+    result = _invoke("ps", "--json")
+    assert result.exit_code == 0, result.output
+    assert [row["run"] for row in json.loads(result.output)] == ["eeeeeeeeeeee"]
+
+
+_VERBS = [
+    ["stop"],
+    ["stop", "--now"],
+    ["pause"],
+    ["unpause"],
+    ["amend", "--cap", "2"],
+    ["watch"],
+    ["ps"],
+    ["ps", "--all"],
+]
+
+
+@pytest.mark.parametrize("socket_kind", ["stale socket", "no socket", "regular file"])
+def test_a_forged_entry_naming_an_unrelated_live_process_never_signals_it(
+    socket_kind: str, tmp_path: Path
+) -> None:
+    """An entry names a live process that is no run (its true pid and start time): no
+    verb sends it a signal (a ``sleep`` dies or stops on any), each says in one line that
+    the run does not answer."""
+    sleeper = subprocess.Popen(["sleep", "120"])
+    try:
+        folder = _dir()
+        target = folder / "aaaaaaaaaaaa.sock"
+        if socket_kind == "stale socket":
+            _stale_socket(target)
+        elif socket_kind == "regular file":
+            target.write_text("not a socket")
+        _entry(
+            "aaaaaaaaaaaa",
+            pid=sleeper.pid,
+            pid_started=psutil.Process(sleeper.pid).create_time(),
+            command="teamlead ask forged",
+        )
+        for verb in _VERBS:
+            result = _invoke(*verb, *([] if verb[0] == "ps" else ["aaaa"]))
+            if verb[0] == "ps":
+                assert result.exit_code == 0, result.output
+                assert "unreachable" in result.output, result.output
+            else:
+                assert result.exit_code == 1, (verb, result.output)
+                (line,) = result.output.strip().splitlines()
+                assert "the run does not answer" in line, line
+            assert sleeper.poll() is None, verb  # alive
+            assert psutil.Process(sleeper.pid).status() != psutil.STATUS_STOPPED, verb
+    finally:
+        sleeper.kill()
+        sleeper.wait(timeout=10)
 
 
 def test_a_dead_runs_entry_and_its_socket_are_pruned_once_shown_by_ps_all() -> None:
@@ -222,6 +307,30 @@ def test_ps_escapes_a_hostile_command_and_keeps_it_raw_in_json() -> None:
     assert "\\x1b]0;pwned\\x07\\x1b[2J\\u202eevil" in text
     (row,) = json.loads(_invoke("ps", "--json").output)
     assert row["command"] == hostile
+
+
+@pytest.mark.parametrize(
+    ("started", "shown"),
+    [
+        (-1e308, "-"),
+        (1e308, "-"),  # in the future
+        (-1.0, "-"),
+        ("three days", "3d ago"),
+        ("a second ahead", "0s ago"),  # clock skew between two processes' reads
+    ],
+)
+def test_ps_formats_absurd_start_times_sanely(started: float | str, shown: str) -> None:
+    now = time.time()
+    at = {"three days": now - 3 * 86400 - 600, "a second ahead": now + 1}
+    _entry("aaaaaaaaaaaa", started=at.get(str(started), started))
+    _stale_socket(_dir() / "aaaaaaaaaaaa.sock")
+    result = _invoke("ps")
+    assert result.exit_code == 0, result.output
+    head, row = result.output.splitlines()
+    cells = row.split()
+    column = head.split().index("STARTED")
+    assert " ".join(cells[column : column + len(shown.split())]) == shown, row
+    assert len(row) < 200
 
 
 def test_a_state_without_the_registry_registers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -360,6 +469,45 @@ async def test_a_silent_client_is_dropped_and_a_crowd_is_told_busy(tmp_path: Pat
         assert ok
         assert (await _raw(path, b'{"op": "status"}\n') or {}).get("ok") is True
     finally:
+        await endpoint.close()
+
+
+@pytest.mark.anyio
+async def test_a_verb_on_a_run_whose_socket_holds_more_than_32_connections_says_busy() -> None:
+    """The crowd's connections send nothing: the run answers the verb ``busy`` at once,
+    before the verb has written its request (so never a broken pipe)."""
+    _entry("aaaaaaaaaaaa")
+    path = _dir() / "aaaaaaaaaaaa.sock"
+    endpoint, steering = await _served(path)
+    crowd = [await asyncio.open_unix_connection(str(path)) for _ in range(40)]
+    try:
+        assert await apoll(lambda: len(endpoint._tasks) == 32, within_s=10)  # the rest: busy
+        for verb in (["pause"], ["stop"], ["amend", "--cap", "2"]) * 3:
+            result = await anyio.to_thread.run_sync(_invoke, *verb, "aaaa")
+            assert result.exit_code == 1, result.output
+            assert result.output.strip() == (
+                "teamlead: error: run aaaaaaaaaaaa: the run is busy; try again"
+            )
+        assert steering.asked == []
+        # a verb slower than the run: the busy answer came, and the socket closed, before
+        # it wrote its request; it reads the answer all the same
+        late = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        late.settimeout(10)
+        late.connect(str(path))
+        ready = await anyio.to_thread.run_sync(lambda: select.select([late], [], [], 10)[0])
+        assert ready == [late]
+        # the run closes its end once the answer is written
+        assert await apoll(lambda: len(endpoint._tasks) == 32, within_s=10)
+        await anyio.lowlevel.checkpoint()  # the closing step itself
+        with contextlib.closing(late), pytest.raises(ControlError) as busy:
+            await anyio.to_thread.run_sync(
+                lambda: [_checked(raw, "aaaa") for raw in _send(late, b'{"op": "pause"}\n')]
+            )
+        assert busy.value.code == "busy"
+    finally:
+        for _, writer in crowd:
+            writer.close()
+        await asyncio.gather(*(w.wait_closed() for _, w in crowd), return_exceptions=True)
         await endpoint.close()
 
 
@@ -552,3 +700,50 @@ def test_show_says_why_a_run_has_no_prompt(mode: str, said: str) -> None:
     result = _invoke("show", "0123456789ab")
     assert result.exit_code == 0, result.output
     assert result.output.split("prompt:\n", 1)[1].splitlines()[0] == f"  {said}"
+
+
+_BAD_AMENDS = {
+    "cap zero": ["--cap", "0"],
+    "cap negative": ["--cap", "-1"],
+    "cap over the CLI's": ["--cap", "21"],
+    "cap of 4,200 digits": ["--cap", "9" * 4200],
+    "cap of 5,000 digits": ["--cap", "9" * 5000],
+    "cap no number": ["--cap", "three"],
+    "cap a float": ["--cap", "2.5"],
+    "cap unchanged": ["--cap", "3"],
+    "model empty": ["--subagent-model", ""],
+    "model two words": ["--subagent-model", "two words"],
+    "model escape": ["--subagent-model", "x\x1b[31m"],
+    "model of 201 characters": ["--subagent-model", "m" * 201],
+    "model of 5,000 characters": ["--subagent-model", "m" * 5000],
+    "model unchanged": ["--subagent-model", "default"],
+    "nothing given": [],
+}
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("case", list(_BAD_AMENDS))
+async def test_every_bad_amend_value_is_refused_with_exit_2_and_changes_nothing(
+    case: str, tmp_path: Path
+) -> None:
+    """A real run's steering behind the endpoint: each bad value is one line, exit 2 (as
+    the docs say), wherever it is caught (the command, the endpoint or the run)."""
+    control = RunControl()
+    policy = Policy(spawn=SpawnPolicy(max_concurrent_agents=3), deadline_s=600)
+    state = new_run("query", ClaudeAgentOptions(), policy, FakeClock(), control=control)
+    _entry("aaaaaaaaaaaa")
+    path = _dir() / "aaaaaaaaaaaa.sock"
+    steering = RunSteering(state, run="aaaaaaaaaaaa", command="teamlead ask", started=1.0)
+    endpoint = Endpoint(path, steering, run="aaaaaaaaaaaa", feed=WatchFeed())
+    await endpoint.start()
+    try:
+        args = _BAD_AMENDS[case]
+        result = await anyio.to_thread.run_sync(lambda: _invoke("amend", "aaaa", *args))
+    finally:
+        await endpoint.close()
+        state.close()
+    assert result.exit_code == 2, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("teamlead: error: ") and len(line) < 300, line
+    assert (control.cap, control.subagent_model) == (3, None)
+    assert state.drain_amends() == []

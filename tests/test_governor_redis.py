@@ -6,8 +6,10 @@ parallel tests never share state. Two accounts stand for two machines.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -24,7 +26,7 @@ from teamlead._governor.accounts import FallbackAccount, WarnOnce, open_account
 from teamlead._governor.accounts.base import Bounds
 from teamlead._governor.accounts.machine import MachineAccount
 from teamlead._governor.accounts.redis import RedisAccount
-from teamlead._governor.retry_after import MAX_PAUSE_S
+from teamlead._governor.retry_after import PLAUSIBLE_PAUSE_S
 from teamlead.governor import Governor, Slot
 from teamlead.testing import FakeClock
 
@@ -247,8 +249,20 @@ async def test_a_stored_pause_in_redis_far_in_the_future_is_clamped_and_expires(
     finally:
         client.close()
     assert stored is not None and stored.cap == 2
-    assert stored.cooldown_until == pytest.approx(clock.monotonic() + MAX_PAUSE_S)
+    assert stored.cooldown_until == pytest.approx(clock.monotonic() + PLAUSIBLE_PAUSE_S)
     assert 0 < left <= 300_000  # forgotten like any idle bucket
+    # a run that writes the bucket keeps its own limits, not the planted pause
+    governor = governor_on(account, 4, clock)
+    slot = await governor.acquire(A, timeout=1, through_pause=True)
+    slot.success()
+    slot.release()
+    client = _client(redis)
+    try:
+        written = json.loads(client.get(f"teamlead:limits:{A}"))
+    finally:
+        client.close()
+    assert written["cooldown_until"] is None and written["cap"] == 2
+    assert governor.state(A).cooldown_s == 0
 
 
 _BAD_LEASES = {
@@ -291,6 +305,34 @@ async def test_a_lease_in_redis_that_cannot_be_read_is_void_and_grants_go_on(
                 assert account.in_flight(A) == 1  # this one only
                 slot.rate_limited(measured=True)
     assert len(warned(caplog)) == 1, warned(caplog)
+
+
+async def test_leases_in_redis_no_renewal_set_so_far_ahead_are_told_once_when_they_hold_slots(
+    redis: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """64 leases written by hand, 500 s ahead (under the 600 s a lease may live: they
+    count): the run's requests wait for them, and it is told once, naming the store."""
+    clock = FakeClock()
+    account = _account(redis, clock)
+    client = _client(redis)
+    try:
+        seconds, micros = client.time()
+        ahead = int(seconds) * 1000 + int(micros) // 1000 + 500_000
+        for n in range(64):
+            client.zadd("teamlead:leases", {f"planted:{n}": ahead})
+            client.hset("teamlead:lease-keys", f"planted:{n}", A)
+    finally:
+        client.close()
+    governor = governor_on(account, 4, clock)
+    with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+        for _ in range(3):
+            with pytest.raises(TimeoutError):
+                await governor.acquire(A, timeout=2)
+    told = warned(caplog)
+    assert len(told) == 1, told
+    assert told[0].startswith("shared limits: 64 slot(s) are held by leases in Redis at ")
+    assert "no renewal set so far ahead" in told[0]
+    assert re.search(r"\(within (4[6-9]\d|500) s\)$", told[0]), told[0]
 
 
 async def test_an_unreadable_counter_in_redis_is_set_past_the_numbers_in_use(

@@ -8,10 +8,12 @@ Every test has its own file (``tmp_path``), so parallel tests never share state.
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import re
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -19,6 +21,7 @@ import textwrap
 from pathlib import Path
 
 import anyio
+import psutil
 import pydantic
 import pytest
 
@@ -30,9 +33,10 @@ from teamlead._governor.accounts import (
     open_account,
 )
 from teamlead._governor.accounts.base import Bounds
+from teamlead._governor.accounts.codecs import MAX_LEASE_S
 from teamlead._governor.accounts.machine import MachineAccount, default_path
 from teamlead._governor.aimd import Limits
-from teamlead._governor.retry_after import MAX_PAUSE_S
+from teamlead._governor.retry_after import PLAUSIBLE_PAUSE_S
 from teamlead.clock import SYSTEM_CLOCK, Clock
 from teamlead.errors import UsageError
 from teamlead.governor import Governor, Slot
@@ -485,23 +489,74 @@ async def test_learnt_limits_of_the_wrong_type_or_range_read_as_never_seen(
     assert len(warned(caplog)) == 1, warned(caplog)
 
 
-async def test_a_stored_pause_far_in_the_future_is_clamped_to_the_longest_a_header_may_ask(
-    tmp_path: Path,
-) -> None:
+def _planted(
+    tmp_path: Path, data: str, written: float | None = None
+) -> tuple[Path, FakeClock, MachineAccount]:
+    """A machine store whose row of ``A`` is ``data``, written at ``written`` (default:
+    now), as something other than teamlead could have written it."""
     db = tmp_path / "limits.sqlite3"
     clock = FakeClock()
     account = opened(MachineAccount(db, clock=clock, warnings=WarnOnce()))
     account.in_flight(A)
-    data = '{"cap": 2, "cooldown_until": 1e18, "bad_at": 1e18}'
-    _raw(db, "INSERT INTO limits (key, data, updated) VALUES (?, ?, ?)", A, data, clock.time())
+    stamp = clock.time() if written is None else written
+    _raw(db, "INSERT INTO limits (key, data, updated) VALUES (?, ?, ?)", A, data, stamp)
+    return db, clock, account
+
+
+async def test_a_stored_pause_far_in_the_future_is_clamped_to_the_longest_a_header_may_ask(
+    tmp_path: Path,
+) -> None:
+    _, clock, account = _planted(tmp_path, '{"cap": 2, "cooldown_until": 1e18, "bad_at": 1e18}')
     stored = account.limits(A)
     assert stored is not None and stored.cap == 2
-    assert stored.cooldown_until == pytest.approx(clock.monotonic() + MAX_PAUSE_S)
+    assert stored.cooldown_until == pytest.approx(clock.monotonic() + PLAUSIBLE_PAUSE_S)
     assert stored.bad_at == pytest.approx(clock.monotonic())
     governor = governor_on(account, 4, clock)
-    assert governor.state(A).cooldown_s == pytest.approx(MAX_PAUSE_S)
+    assert governor.state(A).cooldown_s == pytest.approx(PLAUSIBLE_PAUSE_S)
     clock.advance(301)  # nobody touched it since: forgotten, the pause with it
     assert account.limits(A) is None
+
+
+@pytest.mark.parametrize("written_ago", [0.0, 100.0], ids=["now", "100s-ago"])
+async def test_a_planted_pause_ends_within_the_plausibility_bound_and_is_never_written_back(
+    tmp_path: Path, written_ago: float, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Read again and again (a run waiting on it), the pause still ends within 180 s of
+    when its row was written; the run that writes the bucket meanwhile stores its own
+    limits, never the planted pause."""
+    written = FakeClock().time() - written_ago
+    db, clock, account = _planted(tmp_path, '{"cap": 2, "cooldown_until": 1e18}', written)
+    governor = governor_on(account, 4, clock)
+    left = PLAUSIBLE_PAUSE_S - max(0.0, written_ago)
+    with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+        for step in range(3):  # read again and again: it ends at the row's own bound
+            assert governor.state(A).cooldown_s == pytest.approx(left * (1 - step / 4))
+            clock.advance(left / 4)
+        # the lead's own lane goes through the pause: its success writes the bucket
+        slot = await governor.acquire(A, timeout=1, through_pause=True)
+        slot.success()
+        slot.release()
+    (row,) = _raw(db, "SELECT data FROM limits WHERE key = ?", A)
+    assert json.loads(row[0])["cooldown_until"] is None  # not written back as learnt
+    assert governor.state(A).cooldown_s == 0
+    told = warned(caplog)
+    assert len(told) == 1 and "ends further ahead than any upstream asks" in told[0]
+    assert str(db) in told[0]
+
+
+@pytest.mark.parametrize("stamped_ahead", [0.0, 500.0], ids=["now", "ahead"])
+async def test_a_planted_pause_nobody_writes_ends_within_the_bound(
+    tmp_path: Path, stamped_ahead: float
+) -> None:
+    """A row stamped ahead of the clock (another host's skew, at most 600 s) is held 180 s
+    past its stamp at most."""
+    stamp = FakeClock().time() + stamped_ahead
+    _, clock, account = _planted(tmp_path, '{"cap": 2, "cooldown_until": 1e18}', stamp)
+    governor = governor_on(account, 4, clock)
+    waited = clock.monotonic()
+    async with governor.slot(A, timeout=900) as slot:  # waits the pause out, no longer
+        slot.success()
+    assert clock.monotonic() - waited == pytest.approx(stamped_ahead + PLAUSIBLE_PAUSE_S)
 
 
 def _foreign_lease(db: Path, clock: FakeClock, **fields: object) -> None:
@@ -568,6 +623,44 @@ async def test_a_lease_from_another_host_expires_by_its_own_time(tmp_path: Path)
     clock.advance(5)
     lease = account.take(Bounds(A, limit=1))
     assert lease is not None and account.in_flight(A) == 1
+
+
+async def test_planted_leases_of_a_live_process_expire_by_their_own_bound_with_one_warning(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """64 leases naming a live process of this host (the test's parent, its true start
+    time) with an expiry 1,100 s ahead: they hold the slots no longer than a lease may
+    live (600 s), and the run is told once, naming the store."""
+    db = tmp_path / "limits.sqlite3"
+    clock = FakeClock()
+    account = opened(MachineAccount(db, clock=clock, warnings=WarnOnce()))
+    account.in_flight(A)
+    parent = psutil.Process(os.getppid())
+    for n in range(64):
+        _foreign_lease(
+            db,
+            clock,
+            token=f"planted:{n}",
+            host=socket.gethostname(),
+            pid=parent.pid,
+            started=parent.create_time(),
+            expires=clock.time() + 1100,
+        )
+    governor = governor_on(account, 4, clock)
+    seen = clock.monotonic()
+    with caplog.at_level(logging.WARNING, logger="teamlead.governor"):
+        for _ in range(3):  # the run's requests wait for them
+            with pytest.raises(TimeoutError):
+                await governor.acquire(A, timeout=1)
+        clock.advance(seen + MAX_LEASE_S - 1 - clock.monotonic())
+        assert account.take(Bounds(A, limit=4)) is None
+        clock.advance(1)
+        async with governor.slot(A, timeout=1) as slot:
+            slot.success()
+    told = warned(caplog)
+    assert len(told) == 1, told
+    assert "64 slot(s) of anthropic/* are held by leases in" in told[0]
+    assert str(db) in told[0] and "no renewal set so far ahead" in told[0]
 
 
 async def test_an_unreadable_sequence_counter_is_set_past_the_numbers_in_use(

@@ -233,6 +233,36 @@ async def test_an_implausible_header_pauses_a_model_no_longer_than_a_backoff(
     assert clock.monotonic() - started <= config.backoff_max_s
 
 
+@pytest.mark.parametrize(
+    ("status", "headers", "said"),
+    [
+        (429, [(b"retry-after", b"1e9")], "wait 1000000000 s after a 429: not a plausible"),
+        (529, [(b"retry-after-ms", b"1e12")], "wait 1000000000 s after a 529: not a plausible"),
+        (200, window_reset_2099(), "its requests window is empty for "),
+    ],
+    ids=["retry-after", "529-millis", "window-reset-2099"],
+)
+async def test_a_faulty_header_is_one_warning_per_run_however_often_it_comes(
+    hostile: list[HostileUpstream],
+    status: int,
+    headers: list[tuple[bytes, bytes]],
+    said: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    server = upstream(hostile, reply(status, headers))  # every answer has it
+    governor = fake_governor()
+    config = RelayConfig(max_retries=0, overload_hold_s=0)  # each reply goes on as it is
+    with caplog.at_level(logging.WARNING, logger="teamlead.relay"):
+        async with start_relay(server.url, governor, config=config) as relay, http() as h:
+            for run in (relay.open_run(deadline_s=300), relay.open_run(deadline_s=300)):
+                for _ in range(4):
+                    answer = await h.post(run.base_url + "/v1/messages", content=BODY)
+                    assert answer.status_code == status
+    warned = [r.getMessage() for r in caplog.records if r.levelno >= logging.WARNING]
+    assert len(warned) == 2, warned  # one per run, not one per answer
+    assert all(said in line and line.endswith(")") for line in warned), warned
+
+
 async def test_an_idle_spell_clears_a_pause_so_the_next_run_is_not_held(
     hostile: list[HostileUpstream],
 ) -> None:

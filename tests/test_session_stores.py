@@ -15,11 +15,14 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 from claude_agent_sdk.testing import run_session_store_conformance
 from claude_agent_sdk.types import SessionKey
+from click.testing import CliRunner
 
 import teamlead
+from teamlead._cli import main
 from teamlead.sessions import (
     DEFAULT_TTL_S,
     RedisSessionStore,
@@ -375,3 +378,24 @@ async def test_the_runs_view_reads_local_first_and_a_failing_store_costs_one_war
         assert await broken.view.load({**KEY, "session_id": "other"}) is None
     assert len(caplog.records) == 1 and "the store went away" in caplog.records[0].getMessage()
     assert broken.failed is not None
+
+
+async def test_the_sessions_table_escapes_control_characters_and_stays_aligned(
+    tmp_path: Path, opened: list[Any]
+) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteSessionStore(path)
+    opened.append(store)
+    ids = ["plain-session", "evil\x1b[2J\x07\u202eid", "tab\there"]
+    for session_id in ids:
+        await store.append({"project_key": "p", "session_id": session_id}, [{"type": "user"}])
+    await store.aclose()
+    args = ["sessions", "--session-store", f"sqlite://{path}"]
+    result = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(main, args))
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert len(lines) == 3 and "\x1b" not in result.output and "\u202e" not in result.output
+    shown = {line.split(" ", 1)[0] for line in lines}
+    assert shown == {"plain-session", "evil\\x1b[2J\\x07\\u202eid", "tab\\x09here"}
+    # the time column starts at the same place on every row
+    assert len({line.index(" 20") for line in lines}) == 1, lines

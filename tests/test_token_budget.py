@@ -194,6 +194,19 @@ def test_a_header_is_the_upstream_s_word_for_every_draw_sent_before_its_request(
     assert older is not None and (older.level, older.ticket) == (5_000.0, 2)
 
 
+def test_an_empty_window_whose_reset_shows_a_debt_is_modelled_in_debt() -> None:
+    """A request larger than the window went: the upstream says ``remaining: 0`` (it stops
+    there) but full only in 26,000 / 12,000 s, so the window is 6,000 in debt, and the
+    next 7,000-token request waits for the debt too (else a 429 at 7,000 / 12,000 s)."""
+    header = _header(0, 26_000 / 12_000)
+    seen = tb.observe(FIELD, header, ticket=1, sent_at=0.0, now=0.0, wall_now=1_000.0)
+    assert seen is not None and seen.level == pytest.approx(-6_000)
+    assert tb.ready_at(seen, 7_000, 0.0) == pytest.approx(13_000 / 12_000)
+    # with no refill rate known yet, the level is what the header says
+    fresh = tb.observe(None, header, ticket=1, sent_at=0.0, now=0.0, wall_now=1_000.0)
+    assert fresh is not None and fresh.level == 0
+
+
 @pytest.mark.parametrize(
     ("header", "known", "kept"),
     [

@@ -43,6 +43,10 @@ _ACT_TIMEOUT_S = 5.0
 _COLUMNS = ("RUN", "SESSION", "PID", "STATUS", "AGENTS", "TOKENS", "REQS", "CAP", "HELD")
 _TAIL = ("STARTED", "COMMAND")
 _TEXT_CHARS = 160
+#: The longest a run shown by ``ps`` can have been running (a year).
+_LONGEST_AGO_S = 365 * 86400.0
+#: The most characters a ``--cap`` value may have.
+_CAP_DIGITS = 12
 
 
 # -- ps ------------------------------------------------------------------------------------
@@ -197,12 +201,18 @@ def _tokens(value: int | None) -> str:
 
 
 def _ago(seconds: float) -> str:
+    """How long ago a run started; ``-`` for a time no run of this machine can have (an
+    entry is anyone's file: ``started: -1e308`` is not a 300-digit number of hours)."""
+    if not -60 < seconds < _LONGEST_AGO_S:  # also nan (a minute ahead is clock skew)
+        return "-"
     seconds = max(0.0, seconds)
     if seconds < 60:
         return f"{seconds:.0f}s ago"
     if seconds < 3600:
         return f"{seconds / 60:.0f}m ago"
-    return f"{seconds / 3600:.1f}h ago"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f}h ago"
+    return f"{seconds / 86400:.0f}d ago"
 
 
 def _live(registry: Registry, ref: str) -> RunEntry:
@@ -241,14 +251,15 @@ def act(ref: str, request: Mapping[str, Any], *, registry: Registry | None = Non
 
     Raises:
         NoSuchRun: no live run of yours is named so, or it finished meanwhile.
-        UsageError: the run refused a value (an amend out of range or changing nothing).
+        UsageError: the run refused a value (an amend out of range or changing nothing), or
+            the request is not one a run takes (a value too long to send).
         ControlError: the run refused for its state, or does not answer.
     """
     entry = _live(registry or Registry(), ref)
     try:
         answer = call(entry.socket, request, ref=entry.run, timeout=_ACT_TIMEOUT_S)
     except ControlError as exc:
-        if exc.code == "refused":
+        if exc.code in ("refused", "bad_request"):  # the values asked for, not the run
             raise UsageError(str(exc)) from None
         if exc.code == "unreachable" and liveness(entry) == "dead":
             raise _finished(entry, ref) from None
@@ -384,12 +395,16 @@ def amend(ctx: click.Context, run: str, cap: str | None, subagent_model: str | N
 
 
 def _cap(text: str) -> int | None:
-    if text.strip() == "default":
+    value = text.strip()
+    if value == "default":
         return None
     try:
-        return int(text.strip())
+        if len(value) > _CAP_DIGITS:  # no run's cap is that large (and int() would be slow)
+            raise ValueError
+        return int(value)
     except ValueError:
-        raise UsageError(f"--cap must be a whole number or `default`, not {text!r}") from None
+        shown = value if len(value) <= 40 else f"{value[:20]}... ({len(value)} characters)"
+        raise UsageError(f"--cap must be a whole number or `default`, not {shown!r}") from None
 
 
 # -- watch -----------------------------------------------------------------------------------

@@ -70,8 +70,12 @@ def _row(item: StoredSession) -> str:
         if status.agents:
             how += f": {status.used} of {status.agents} agents used"
             how += f", {status.lost} lost" if status.lost else ""
-    text = f"{item.session_id:<38} {_modified(item)}  {item.project_key}  {how}"
-    return terminal_safe(text)
+    # each cell escaped before it is padded: a control character in an id is shown as its
+    # escape, and the columns stay aligned on what the terminal shows
+    session_id, project, how = (
+        terminal_safe(text) for text in (item.session_id, item.project_key, how)
+    )
+    return f"{session_id:<38} {_modified(item)}  {project}  {how}"
 
 
 def _json_line(item: StoredSession) -> str:

@@ -34,7 +34,7 @@ from datetime import datetime
 
 from .retry_after import PLAUSIBLE_PAUSE_S, bounded_pause
 
-__all__ = ["WINDOWS", "RateWindow", "pace_pause", "read_windows"]
+__all__ = ["WINDOWS", "RateWindow", "faulty_window", "pace_pause", "read_windows"]
 
 #: The window names, as they appear between ``anthropic-ratelimit-`` and the field.
 WINDOWS: tuple[str, ...] = ("requests", "tokens", "input-tokens", "output-tokens")
@@ -140,3 +140,20 @@ def pace_pause(windows: list[RateWindow], *, now: float, pace_below: float) -> f
         refill = until_reset * (floor_level - window.remaining) / (limit - window.remaining)
         longest = max(longest, refill)
     return bounded_pause(longest)
+
+
+def faulty_window(windows: list[RateWindow], *, now: float) -> RateWindow | None:
+    """The first window that says it is empty until a reset beyond the plausibility bound
+    (a faulty header, ignored by :func:`pace_pause` and the token budget), for the line
+    that says so; ``None`` when there is none.
+
+    Example:
+        >>> faulty_window([RateWindow("requests", 0, reset_at=4e9, limit=50)], now=100.0)
+        RateWindow(name='requests', remaining=0, reset_at=4000000000.0, limit=50)
+        >>> faulty_window([RateWindow("requests", 0, reset_at=130.0)], now=100.0) is None
+        True
+    """
+    for window in windows:
+        if window.remaining <= 0 and window.reset_at - now > PLAUSIBLE_PAUSE_S:
+            return window
+    return None

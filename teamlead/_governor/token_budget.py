@@ -29,7 +29,10 @@ The rules (pure: every function takes ``now``; nothing here sleeps or reads a cl
   (nothing else pending) once the window is full, and leaves it in debt: it never waits
   forever.
 * **Anchoring** (:func:`observe`). A header replaces the model: its level is the
-  upstream's word, and every draw sent before that request is in it.
+  upstream's word, and every draw sent before that request is in it. ``remaining`` stops
+  at 0 but the ``reset`` does not: an empty window full only later than a whole refill
+  takes (at the rate known) is in debt, from a request larger than it, and the debt is
+  paid before the next request goes.
 * **429s.** A 429 whose headers show a window short of the request's charge is the
   budget's, not a concurrency limit's. A 429 without headers, on a window the budget
   knows, lowers the level to agree with its ``retry-after`` (:func:`refused`). A window
@@ -327,6 +330,11 @@ def observe(
     remaining = float(min(header.remaining, limit))
     full_at = now + max(0.0, full_in)
     spans = window.spans if window is not None else ()
+    known = window.refill if window is not None and not window.learnt else None
+    if remaining <= 0 and known:
+        # ``remaining`` stops at 0, the reset does not: a window a request larger than
+        # it left in debt is full only once the debt is paid too
+        remaining = min(0.0, limit - known * max(0.0, full_in))
     if remaining < limit and full_at - sent_at > 0:
         spans = (*spans, (limit - remaining, full_at - sent_at))[-_SPANS:]
     refill = sum(d for d, _ in spans) / sum(s for _, s in spans) if spans else None

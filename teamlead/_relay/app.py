@@ -35,6 +35,7 @@ import aiohttp
 import anyio
 import yarl
 
+from .._governor.accounts.codecs import WarnOnce
 from .._metering.book import AgentBook
 from .._metering.pause import Pause
 from ..events import RateLimited
@@ -100,7 +101,9 @@ class RunShare:
     ask the governor, so they bound this run only. ``overload_hold_s`` is the longest the
     run lets one of its requests be held through an overload (``None``: the relay's).
     ``pause`` is the run's pause: while it is on, each new request of the run is held
-    before anything else (see :meth:`RelayApp._paused`).
+    before anything else (see :meth:`RelayApp._paused`). ``warnings`` tells what the
+    upstream says that cannot be believed (a faulty header) once per kind for the run,
+    not once per answer.
     """
 
     tally: Tally = field(default_factory=Tally)
@@ -111,6 +114,7 @@ class RunShare:
     limits: RunLimits | None = None
     overload_hold_s: float | None = None
     pause: Pause | None = None
+    warnings: WarnOnce = field(default_factory=lambda: WarnOnce(log))
 
 
 class _TooLarge(Exception):
@@ -260,6 +264,7 @@ class RelayApp:
                 arrived,
                 limits=run.limits if run is not None else None,
                 hold_s=run.overload_hold_s if run is not None else None,
+                warn=(run or self.total).warnings,
             )
 
         try:
@@ -357,11 +362,15 @@ class RelayApp:
         *,
         limits: RunLimits | None = None,
         hold_s: float | None = None,
+        warn: WarnOnce | None = None,
     ) -> str | None:
         """Forward one request under its run's own ceilings (``limits``), then the
         governor's slot, and stream its reply back; the error kind, if it failed.
-        ``hold_s``: the longest its run lets it be held through an overload."""
-        forward = self._forward(send, request, key, info, limited, deadline, trace, arrived, hold_s)
+        ``hold_s``: the longest its run lets it be held through an overload; ``warn``:
+        where its run is told of a faulty header."""
+        forward = self._forward(
+            send, request, key, info, limited, deadline, trace, arrived, hold_s, warn
+        )
         if limits is None or not limits.active:
             return await forward
         now = self.governor.clock.monotonic()
@@ -405,6 +414,7 @@ class RelayApp:
         trace: Guarded | None,
         arrived: float,
         hold_s: float | None = None,
+        warn: WarnOnce | None = None,
     ) -> str | None:
         """Forward one request and stream its reply back; the error kind, if it failed.
 
@@ -428,6 +438,7 @@ class RelayApp:
                 rng=self.rng,
                 hold_s=hold_s,
                 on_hold=held.hold if held is not None else None,
+                warn=warn,
             )
 
         try:

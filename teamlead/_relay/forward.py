@@ -21,9 +21,10 @@ streaming client alive meanwhile (``on_hold``, see :mod:`.keepalive`). Past the 
 overload goes on to the client as the upstream gave it; so does one the upstream marks
 ``x-should-retry: false`` (it says no retry will help), at once.
 
-A Retry-After (or a rate-limit window's reset) beyond the plausibility bound
+A Retry-After (or an empty rate-limit window's reset) beyond the plausibility bound
 (:data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S`) is a faulty header: one
-warning line, and the request backs off as for a 429 without one; nothing of it reaches
+warning line per run and kind (``warn``: the run's :class:`WarnOnce`), and the request
+backs off as for a 429 without one; nothing of it reaches
 the governor's pause, so no other request (and no other process) waits on it. The lead's
 first try of each request has its own lane (``through_pause``): a pause that a subagent's
 429 set never holds it back, so the synthesis turn is never starved by another request's
@@ -50,6 +51,8 @@ from typing import Any
 import aiohttp
 import yarl
 
+from .._governor.accounts.codecs import WarnOnce
+from .._governor.ratelimit_headers import faulty_window, read_windows
 from .._governor.retry_after import faulty_retry_after, retry_after_from_headers
 from ..events import RateLimited
 from ..governor import Governor, Slot
@@ -264,6 +267,7 @@ async def open_upstream(
     rng: random.Random | None = None,
     hold_s: float | None = None,
     on_hold: Callable[[], None] | None = None,
+    warn: WarnOnce | None = None,
 ) -> Exchange:
     """Send ``request`` under a governor slot, holding and retrying 429s and overloads;
     see the module.
@@ -276,6 +280,8 @@ async def open_upstream(
             ``config.overload_hold_s``).
         on_hold: called when the request is first held for an overload (the caller keeps
             its client alive from then on).
+        warn: where a faulty header is told, once per kind (the run's; default: this
+            request's own).
 
     Raises:
         NoSlot: no governor slot within ``config.slot_timeout_s`` (or the deadline).
@@ -285,6 +291,7 @@ async def open_upstream(
     """
     attempt = 0
     hold = _Hold(config.overload_hold_s if hold_s is None else hold_s)
+    warn = warn if warn is not None else WarnOnce(log)
     while True:
         wait = _wait_left(governor, config, deadline)
         try:
@@ -312,6 +319,7 @@ async def open_upstream(
                 rng,
                 on_limited,
                 hold,
+                warn,
             )
         except UpstreamDropped:
             held = _overloaded(
@@ -408,13 +416,14 @@ def _report(
     rng: random.Random | None,
     on_limited: Callable[[RateLimited], None],
     hold: _Hold,
+    warn: WarnOnce,
 ) -> bool:
     """Feed the governor what ``response`` says; whether to hold (absorb) and retry it."""
     status = response.status
     headers = response.headers
+    _warn_if_faulty(headers, governor, info, status, warn)
     if status in OVERLOADED:
         retry = retry_after_from_headers(headers, now=governor.clock.time())
-        _warn_if_faulty(headers, governor, info, status)
         final = headers.get("x-should-retry", "").strip().lower() == "false"
         governor.pace(key, headers, slot)
         absorbed = _overloaded(
@@ -437,7 +446,6 @@ def _report(
             governor.pace(key, headers, slot)
         return False
     retry_after = retry_after_from_headers(headers, now=governor.clock.time())
-    _warn_if_faulty(headers, governor, info, status)
     pause = retry_after if retry_after is not None else backoff_s(config, attempt, rng or _RNG)
     absorb = attempt < config.max_retries and pause <= _wait_left(governor, config, deadline)
     event = RateLimited(
@@ -454,16 +462,27 @@ def _report(
     return absorb
 
 
-def _warn_if_faulty(headers: Any, governor: Governor, info: RequestInfo, status: int) -> None:
-    """One warning line for a Retry-After past the plausibility bound (it is ignored)."""
-    faulty = faulty_retry_after(headers, now=governor.clock.time())
+def _warn_if_faulty(
+    headers: Any, governor: Governor, info: RequestInfo, status: int, warn: WarnOnce
+) -> None:
+    """One warning line per kind for a Retry-After, or an empty window's reset, past the
+    plausibility bound (each is ignored)."""
+    now = governor.clock.time()
+    faulty = faulty_retry_after(headers, now=now)
     if faulty is not None:
-        log.warning(
-            "the upstream asked a %s request to wait %.0f s after a %d: not a plausible "
-            "rate-limit pause, ignored (the request backs off instead)",
-            info.role,
-            min(faulty, 1e12),
-            status,
+        warn(
+            "retry-after",
+            f"the upstream asked a {info.role} request to wait {min(faulty, 1e12):.0f} s "
+            f"after a {status}: not a plausible rate-limit pause, ignored (the request "
+            "backs off instead)",
+        )
+    window = faulty_window(read_windows(headers), now=now)
+    if window is not None:
+        warn(
+            "window",
+            f"the upstream said its {window.name} window is empty for "
+            f"{min(window.reset_at - now, 1e12):.0f} s: not a plausible rate-limit window, "
+            "ignored (nothing waits for it)",
         )
 
 

@@ -137,7 +137,10 @@ def parse_request(line: bytes) -> Request:
         if "subagent_model" in data:
             model = data["subagent_model"]
             if model is not None and (not isinstance(model, str) or len(model) > _MAX_MODEL):
-                raise ControlError("`subagent_model` must be a model name", code="bad_request")
+                raise ControlError(
+                    f"the subagent model must be a model name of at most {_MAX_MODEL} characters",
+                    code="bad_request",
+                )
             amend["subagent_model"] = model
     return Request(op=op, now=now, amend=amend)
 
@@ -437,20 +440,33 @@ def _reason(exc: BaseException) -> str:
     return type(exc).__name__
 
 
-def _send(sock: socket.socket, request: Mapping[str, Any]) -> Iterator[bytes]:
-    """Send ``request``; the answer's lines as they come (at most :data:`MAX_LINE` each)."""
+def _request_line(request: Mapping[str, Any]) -> bytes:
+    """``request`` as its line; checked before anything connects.
+
+    Raises:
+        ControlError: longer than the run reads (``code`` ``bad_request``).
+    """
     line = json.dumps({"version": PROTOCOL_VERSION, **request}).encode() + b"\n"
     if len(line) > MAX_REQUEST:
         raise ControlError("the request is too long", code="bad_request")
+    return line
+
+
+def _send(sock: socket.socket, line: bytes) -> Iterator[bytes]:
+    """Send a request ``line``; the answer's lines as they come (at most :data:`MAX_LINE`
+    each)."""
     try:
-        sock.sendall(line)
+        # a run too busy to serve us answers ``busy`` and closes without reading the
+        # request: its answer may be waiting to be read all the same
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(line)
         reader = sock.makefile("rb")
         while True:
             got = reader.readline(MAX_LINE + 1)
             if not got:
                 return
             if len(got) > MAX_LINE:
-                raise ControlError("the run sent a line too long to read", code="bad_request")
+                raise ControlError("the run sent a line too long to read", code="unreachable")
             yield got
     except OSError as exc:
         raise ControlError(
@@ -465,7 +481,7 @@ def _checked(raw: bytes, ref: str) -> dict[str, Any]:
     except (ValueError, RecursionError):
         answer = None
     if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool):
-        raise ControlError("the run's answer is not one of this protocol", code="bad_request")
+        raise ControlError("the run's answer is not one of this protocol", code="unreachable")
     if answer["ok"]:
         return answer
     error, said = answer.get("error"), answer.get("message")
@@ -491,8 +507,9 @@ def call(
         ControlError: the run refused (its ``code``) or does not answer (``unreachable``).
         NoSuchRun: the run has finished meanwhile, or is another user's.
     """
+    line = _request_line(request)
     with contextlib.closing(_connect(path, timeout)) as sock:
-        for raw in _send(sock, request):
+        for raw in _send(sock, line):
             return _checked(raw, ref or path)
     raise ControlError("the run closed its control socket without an answer", code="unreachable")
 
@@ -508,7 +525,7 @@ def follow(path: str, *, ref: str = "", timeout: float = 5.0) -> Iterator[str]:
         NoSuchRun: as :func:`call`.
     """
     with contextlib.closing(_connect(path, timeout)) as sock:
-        lines = _send(sock, {"op": "watch"})
+        lines = _send(sock, _request_line({"op": "watch"}))
         head = next(lines, None)
         if head is None:
             raise ControlError("the run closed its control socket", code="unreachable")

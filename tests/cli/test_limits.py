@@ -49,7 +49,7 @@ from teamlead.testing import OfflineClaude, ScriptedServer, TokenBucket
 from teamlead.testing.scripts import FanOut, FirstWaveHolds, findings_in
 
 from ..redis_server import REDIS_SERVER, redis_server
-from .conftest import TEAMLEAD, start_ask
+from .conftest import TEAMLEAD, ask, start_ask
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli, pytest.mark.slow]
 
@@ -206,11 +206,8 @@ async def test_a_24_agent_storm_learns_the_true_limit_whatever_the_header_timing
 
 
 #: the field report's bucket; the CLI's own requests (about 7,000 input tokens a subagent,
-#: 10,000 to 19,000 the lead's turns) draw from it
+#: 10,000 to 19,000 the lead's turns) draw from it; sized above the largest request
 FIELD_BUCKET = TokenBucket(capacity=20_000, refill_per_s=12_000, kind="input-tokens")
-#: wall time over the bucket's own minimum allowed here, on a loaded machine; the goal (1.3)
-#: is measured in ``bench/limits.py``
-FIELD_SLACK = 1.6
 
 
 async def test_twelve_agents_against_an_input_token_bucket_finish_near_its_own_minimum(
@@ -238,11 +235,46 @@ async def test_twelve_agents_against_an_input_token_bucket_finish_near_its_own_m
         if r.status == 429
     )
     assert max(refused.values(), default=0) <= 1, refused  # at most one 429 per agent
-    wall = max(r.end for r in records) - min(r.started for r in records)
-    minimum = FIELD_BUCKET.minimum_s(drawn)
-    assert minimum > 5  # the bucket, not the agents' work, sets the pace
-    assert wall <= FIELD_SLACK * minimum, (wall, minimum)
+    assert sum(refused.values()) <= agents, refused  # the lead's included
+    # the bucket, not the agents' work, sets the pace (the time it takes against the
+    # bucket's own minimum, 1.3 x at most, is measured in bench/limits.py)
+    assert FIELD_BUCKET.minimum_s(drawn) > 5
+    assert max(r.drawn.get("input-tokens", 0.0) for r in records) <= FIELD_BUCKET.capacity
     assert not [e for e in governor.journal if e.reason == "rate_limited"]  # no concurrency cut
+
+
+def test_teamlead_ask_with_twelve_agents_meets_at_most_one_429_per_agent_on_the_bucket(
+    tmp_path: Path,
+) -> None:
+    """``teamlead ask``'s lead turns grow past the bucket (up to about 23,000 tokens): each
+    leaves the window in debt, which its answer shows only by a reset further away than a
+    full refill (``remaining`` stops at 0). The relay waits the debt out too, so no agent
+    meets more than one 429, nor the lead."""
+    agents = 12
+    with ScriptedServer(FanOut.of(agents, delays=DELAY), token_bucket=FIELD_BUCKET) as server:
+        env = {"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": str(agents)}
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path, max_retries=0, env=env)
+        proc = ask(
+            claude,
+            "--json",
+            "--max-concurrent-agents",
+            str(agents),
+            prompt="Investigate 12 parts.",
+            extra={"PYTHONPATH": str(ROOT)},
+            timeout=300,
+        )
+        records = server.recorded()
+    assert proc.returncode == 0, proc.stderr
+    finished = json.loads(proc.stdout.splitlines()[-1])
+    assert sorted(findings_in(finished["result"] or "")) == _all_findings(agents)
+    refused = collections.Counter(
+        r.request.agent.description if r.request.agent is not None else r.role
+        for r in records
+        if r.status == 429
+    )
+    assert max(refused.values(), default=0) <= 1, refused  # the lead's included
+    assert sum(refused.values()) <= agents, refused
+    assert finished["relay"]["passed"] == 0
 
 
 def _ask(claude: OfflineClaude, cache: Path, *args: str) -> subprocess.Popen[str]:

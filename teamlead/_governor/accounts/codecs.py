@@ -7,9 +7,12 @@ shape. So what a shared account reads back is checked like a header or an inbox 
 
 * the learnt limits (:func:`read_limits`): every field of the JSON of its type and range,
   else the row reads as never seen and is dropped; the times in it are clamped to the
-  bounds of what they came from (a pause to :data:`~.retry_after.MAX_PAUSE_S` from now,
-  as the header that asked for it was; the time of a 429 to now), so no row can hold a
-  bucket paused for longer than any upstream could ask;
+  bounds of what they came from (a pause to
+  :data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S` after the row was written, the
+  bound a live header's pause is held to; the time of a 429 to now), so no row can hold a
+  bucket paused for longer than any upstream could ask. A pause that had to be clamped was
+  asked by no upstream: it is held that long at most and never written back as a run's
+  own (:func:`not_learnt`);
 * a lease lives until its own expiry, which is at most :data:`MAX_LEASE_S` away (plus
   :data:`MAX_AHEAD_S` for the clocks of a shared home's hosts); one whose expiry, process
   or start cannot be read is void, so a foreign row can neither hold a slot for good nor
@@ -35,7 +38,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from ..aimd import Limits
-from ..retry_after import MAX_PAUSE_S
+from ..retry_after import PLAUSIBLE_PAUSE_S
 
 __all__ = [
     "StoredLimits",
@@ -45,6 +48,8 @@ __all__ = [
     "WarnOnce",
     "from_wall",
     "limits_to_json",
+    "not_learnt",
+    "read_clamped",
     "read_count",
     "read_limits",
     "read_time",
@@ -158,7 +163,7 @@ def stored_limits(key: object, text: object, updated: object, *, now: float) -> 
     if not isinstance(key, str) or not key or len(key) > _MAX_TEXT:
         return None
     written = read_time(updated, latest=now + MAX_AHEAD_S)
-    limits = read_limits(text, now=now)
+    limits = read_limits(text, now=now, written=written)
     if written is None or limits is None:
         return None
     host = None
@@ -240,23 +245,46 @@ def read_time(value: object, *, latest: float) -> float | None:
     return seconds if math.isfinite(seconds) and seconds <= latest else None
 
 
-def read_limits(text: object, *, now: float) -> Limits | None:
+def read_limits(text: object, *, now: float, written: float | None = None) -> Limits | None:
     """The learnt limits in a stored JSON text, in wall-clock time; ``None`` when any part
     of it cannot be read (the caller drops it, and the bucket starts afresh).
 
-    A time is clamped where it is read, not written back: the next rule that changes the
-    bucket stores the clamped one, and a bucket nobody changes is forgotten in time.
+    A time is clamped where it is read: a pause to at most
+    :data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S` after the row was written
+    (``written``, or ``now`` when it is unknown or ahead of it), as a live header's is, so
+    however often it is read it ends by then; ``bad_at`` to at most ``now``. A clamped pause
+    is not written back (see :func:`read_clamped`).
 
     Args:
         text: the stored value (anything: it is checked to be a short JSON object).
-        now: wall-clock seconds; ``cooldown_until`` is clamped to at most
-            :data:`~.retry_after.MAX_PAUSE_S` after it, ``bad_at`` to at most it.
+        now: wall-clock seconds.
+        written: when the row was last written (wall-clock seconds), if known.
 
     Example:
         >>> read_limits('{"cap": 3, "cooldown_until": 1e18}', now=100.0).cooldown_until
-        700.0
+        280.0
+        >>> planted = '{"cap": 3, "cooldown_until": 1e18}'
+        >>> read_limits(planted, now=100.0, written=40.0).cooldown_until
+        220.0
         >>> read_limits('{"cap": 3, "successes": "x"}', now=100.0) is None
         True
+    """
+    found = read_clamped(text, now=now, written=written)
+    return None if found is None else found[0]
+
+
+def read_clamped(
+    text: object, *, now: float, written: float | None = None
+) -> tuple[Limits, bool] | None:
+    """:func:`read_limits`, and whether the pause had to be clamped: a pause no upstream
+    asked for (further than :data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S` after
+    the row was written), held until the bound and never written back as learnt.
+
+    Example:
+        >>> read_clamped('{"cap": 3, "cooldown_until": 1e18}', now=100.0)[1]
+        True
+        >>> read_clamped('{"cap": 3, "cooldown_until": 150}', now=100.0)[1]
+        False
     """
     if not isinstance(text, str) or len(text) > _MAX_TEXT:
         return None
@@ -282,9 +310,29 @@ def read_limits(text: object, *, now: float) -> Limits | None:
     bad_at, cooldown_until = _time(data.get("bad_at")), _time(data.get("cooldown_until"))
     if bad_at is None or cooldown_until is None:
         return None
-    return Limits(
+    anchor = now if written is None or not math.isfinite(written) else min(written, now)
+    latest = anchor + PLAUSIBLE_PAUSE_S
+    limits = Limits(
         **values,
         measured=measured,
         bad_at=min(bad_at, now),
-        cooldown_until=min(cooldown_until, now + MAX_PAUSE_S),
+        cooldown_until=min(cooldown_until, latest),
     )
+    return limits, cooldown_until > latest
+
+
+def not_learnt(result: Limits, read: Limits | None, clamped: bool) -> Limits:
+    """What to write of a rule's ``result``, given what it ``read``: a pause clamped on
+    reading (``clamped``: see :func:`read_clamped`) that the rule left as it was is not
+    written back, so no run stores a pause no upstream asked for as its own.
+
+    Example:
+        >>> planted = Limits(cap=3, cooldown_until=280.0)
+        >>> not_learnt(planted, planted, True).cooldown_until
+        -inf
+        >>> not_learnt(planted, planted, False).cooldown_until
+        280.0
+    """
+    if clamped and read is not None and result.cooldown_until == read.cooldown_until:
+        return replace(result, cooldown_until=-math.inf)
+    return result

@@ -10,7 +10,10 @@ mistaken for the holder) and expires ``lease_ttl_s`` after its last renewal; a t
 the holding process renews its leases while it holds any. A lease of a dead process on
 this host is dropped at the next grant (checked at most once a second), and any lease
 that was not renewed in time (a hung process, another host on a shared home) expires. So
-a crash never leaks a slot for longer than the lease time.
+a crash never leaks a slot for longer than the lease time. A lease of this host whose
+expiry is further ahead than a lease lives (:data:`~.codecs.MAX_LEASE_S`: this host's clock
+wrote it, so no renewal did) is held to that bound from when it is first seen, and when
+such leases fill a grant's bounds, one warning names the file.
 
 A lease also carries the file's sequence number when it was taken, whether the upstream
 rejected it, and the sequence number when its answer was complete (``answered``); a lease
@@ -63,8 +66,9 @@ from .codecs import (
     WarnOnce,
     from_wall,
     limits_to_json,
+    not_learnt,
+    read_clamped,
     read_count,
-    read_limits,
     read_time,
     stored_limits,
     to_wall,
@@ -204,6 +208,7 @@ class MachineAccount:
         self._held: set[str] = set()
         self._tokens = 0
         self._checked = -1e18
+        self._far_told = False  # the leases set far ahead were told of
         self._renewer = LeaseRenewer(
             self.renew, self._ttl / 3, "teamlead-lease-renewer", stop_s=2 * busy_s
         )
@@ -335,14 +340,19 @@ class MachineAccount:
         return self._run(lambda db: self._read(db, key), write=False)
 
     def _read(self, db: sqlite3.Connection, key: str) -> Limits | None:
+        return self._read_marked(db, key)[0]
+
+    def _read_marked(self, db: sqlite3.Connection, key: str) -> tuple[Limits | None, bool]:
+        """``key``'s limits, and whether their pause was clamped (see
+        :func:`~.codecs.read_clamped`: it is not written back)."""
         row = db.execute("SELECT data, updated FROM limits WHERE key = ?", (key,)).fetchone()
         if row is None:
-            return None
+            return None, False
         data, updated = row
         now = self._clock.time()
         written = read_time(updated, latest=now + MAX_AHEAD_S)
-        stored = None if written is None else read_limits(data, now=now)
-        if written is None or stored is None:
+        found = None if written is None else read_clamped(data, now=now, written=written)
+        if written is None or found is None:
             self._warn("limits", f"dropped the unreadable learnt limits of {key!r} in {self.path}")
             # best effort (a writer holding the file only delays it): this exact row, so
             # one another process has just written in its place stays
@@ -351,10 +361,18 @@ class MachineAccount:
                     "DELETE FROM limits WHERE key = ? AND data IS ? AND updated IS ?",
                     (key, data, updated),
                 )
-            return None
+            return None, False
         if now - written >= self._forget and self._count(db, key, now) == 0:
-            return None  # learnt long ago and idle since: start afresh
-        return from_wall(stored, self._offset())
+            return None, False  # learnt long ago and idle since: start afresh
+        stored, clamped = found
+        if clamped:
+            self._warn(
+                "pause",
+                f"the pause of {key!r} in {self.path} ends further ahead than any upstream "
+                f"asks: held {max(0.0, stored.cooldown_until - now):.0f} s at most, and "
+                "not kept",
+            )
+        return from_wall(stored, self._offset()), clamped
 
     def _write(self, db: sqlite3.Connection, key: str, limits: Limits) -> None:
         data = json.dumps(limits_to_json(to_wall(limits, self._offset()), self._host))
@@ -373,7 +391,9 @@ class MachineAccount:
                 return limits, change
 
         def write(db: sqlite3.Connection) -> Step:
-            limits, change = rule(self._read(db, key))
+            read, clamped = self._read_marked(db, key)
+            limits, change = rule(read)
+            limits = not_learnt(limits, read, clamped)
             self._write(db, key, limits)
             return limits, change
 
@@ -399,7 +419,9 @@ class MachineAccount:
             ended = db.execute(
                 f"SELECT COUNT(*) FROM released WHERE seq > ? AND {match}", (since, *args)
             ).fetchone()
-            limits, change = rule(self._read(db, lease.key), int(running[0]) + int(ended[0]))
+            read, clamped = self._read_marked(db, lease.key)
+            limits, change = rule(read, int(running[0]) + int(ended[0]))
+            limits = not_learnt(limits, read, clamped)
             self._write(db, lease.key, limits)
             return limits, change
 
@@ -436,6 +458,12 @@ class MachineAccount:
                 "released", f"dropped an unreadable record of an ended request from {self.path}"
             )
         db.execute("DELETE FROM leases WHERE expires <= ?", (now,))
+        # this host's clock wrote every expiry of this host: none further ahead than a
+        # lease lives was set by a renewal, so it expires by that bound from when seen
+        db.execute(
+            "UPDATE leases SET expires = ?1 WHERE host = ?2 AND expires > ?1",
+            (now + MAX_LEASE_S, self._host),
+        )
         # no live lease is older than these: no rejection will count them again
         db.execute(
             "DELETE FROM released WHERE seq <= "
@@ -453,6 +481,29 @@ class MachineAccount:
                     "DELETE FROM leases WHERE host = ? AND pid = ? AND started = ?",
                     (self._host, pid, started),
                 )
+
+    def _warn_far(self, db: sqlite3.Connection, bounds: Bounds, now: float) -> None:
+        """Say once when leases of other processes of this host that no renewal put so far
+        ahead (an expiry further than twice a lease's time to live; this host's clock
+        wrote them, so no skew explains it) are among those that fill ``bounds``: a row
+        written by hand, or naming a live process that is no teamlead, holds the run's
+        slots until it expires."""
+        if self._far_told:
+            return
+        match, args = _key_matches(bounds.provider)
+        count, latest = db.execute(
+            f"SELECT COUNT(*), MAX(expires) FROM leases WHERE {_LIVE} AND {match} "
+            "AND expires > ? AND host = ? AND NOT (pid = ? AND started = ?)",
+            (*self._live(now), *args, now + 2 * self._ttl, self._host, self._pid, self._me),
+        ).fetchone()
+        if count:
+            self._far_told = True
+            self._warn(
+                "far",
+                f"{count} slot(s) of {bounds.provider}* are held by leases in {self.path} "
+                f"that no renewal set so far ahead; requests wait for them to expire (within "
+                f"{float(latest) - now:.0f} s)",
+            )
 
     def _room(self, db: sqlite3.Connection, bounds: Bounds, now: float) -> bool:
         if self._count(db, bounds.key, now) >= bounds.limit:
@@ -476,6 +527,7 @@ class MachineAccount:
             if not self._room(db, bounds, now):
                 self._purge(db, now, force=True)  # a dead holder may be what fills it
                 if not self._room(db, bounds, now):
+                    self._warn_far(db, bounds, now)
                     return None
             limits = self._read(db, bounds.key)
             if limits is None:  # forgotten (or never seen): so it stays once a lease is live

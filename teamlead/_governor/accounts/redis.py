@@ -54,13 +54,16 @@ from ...clock import SYSTEM_CLOCK, Clock
 from ..aimd import Limits, Step
 from .base import AccountError, Bounds, CountedRule, Lease, Rule
 from .codecs import (
+    MAX_AHEAD_S,
     MAX_LEASE_S,
     MAX_SEQ,
     StoredLimits,
     WarnOnce,
     from_wall,
     limits_to_json,
-    read_limits,
+    not_learnt,
+    read_clamped,
+    read_time,
     stored_limits,
     to_wall,
     updated_of,
@@ -415,6 +418,8 @@ class RedisAccount:
         ]
         self._me = f"{socket.gethostname()}:{os.getpid()}:{os.urandom(4).hex()}"
         self._tokens = 0
+        self._far_told = False
+        self._far_checked = -1e18
         self._held: set[str] = set()
         self._lock = threading.Lock()
         # a renewal is one script: its connection, handshake and answer, each bounded
@@ -454,20 +459,32 @@ class RedisAccount:
         (value,) = self._script(self._read, [_limits_key(key)], [self._forget_ms])
         return value if isinstance(value, str) else ""
 
-    def _decode(self, key: str, raw: str) -> Limits | None:
+    def _decode(self, key: str, raw: str) -> tuple[Limits | None, bool]:
+        """``key``'s limits in ``raw``, and whether their pause was clamped (see
+        :func:`~.codecs.read_clamped`: it is not written back)."""
         if not raw:
-            return None
-        stored = read_limits(raw, now=self._clock.time())
-        if stored is None:
+            return None, False
+        now = self._clock.time()
+        written = read_time(updated_of(raw, now), latest=now + MAX_AHEAD_S)
+        found = read_clamped(raw, now=now, written=written)
+        if found is None:
             self._warn(
                 "limits", f"dropped the unreadable learnt limits of {key!r} in {self._where}"
             )
             self._call(lambda: self._drop(keys=[_limits_key(key)], args=[raw]))
-            return None
-        return from_wall(stored, self._offset())
+            return None, False
+        stored, clamped = found
+        if clamped:
+            self._warn(
+                "pause",
+                f"the pause of {key!r} in {self._where} ends further ahead than any upstream "
+                f"asks: held {max(0.0, stored.cooldown_until - now):.0f} s at most, and "
+                "not kept",
+            )
+        return from_wall(stored, self._offset()), clamped
 
     def limits(self, key: str) -> Limits | None:
-        return self._decode(key, self._get(key))
+        return self._decode(key, self._get(key))[0]
 
     def stored(self) -> list[StoredLimits]:
         """Every bucket's learnt limits Redis holds, readable ones only (for
@@ -506,22 +523,23 @@ class RedisAccount:
         return self._call(drop)
 
     def update(self, key: str, rule: Rule) -> Step:
-        def snapshot() -> tuple[Limits | None, Limits | None, str, str]:
+        def snapshot() -> tuple[Limits | None, Limits | None, str, str, bool]:
             raw = self._get(key)
-            seen = self._decode(key, raw)
-            return seen, seen, "" if seen is None else raw, ""
+            seen, clamped = self._decode(key, raw)
+            return seen, seen, "" if seen is None else raw, "", clamped
 
         return self._compare_and_set(key, snapshot, rule)
 
     def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
         keys = [*self._keys, _limits_key(lease.key)]
 
-        def snapshot() -> tuple[tuple[Limits | None, int], Limits | None, str, str]:
+        def snapshot() -> tuple[tuple[Limits | None, int], Limits | None, str, str, bool]:
             counted, seq, raw = self._script(
                 self._reject, keys, [lease.token, prefix, self._forget_ms]
             )
-            seen = self._decode(lease.key, str(raw))
-            return (seen, int(counted)), seen, "" if seen is None else str(raw), str(seq)
+            seen, clamped = self._decode(lease.key, str(raw))
+            given = (seen, int(counted))
+            return given, seen, "" if seen is None else str(raw), str(seq), clamped
 
         return self._compare_and_set(
             lease.key, snapshot, lambda seen: rule(*seen), rejected=lease.token
@@ -530,24 +548,25 @@ class RedisAccount:
     def _compare_and_set(
         self,
         key: str,
-        snapshot: Callable[[], tuple[_T, Limits | None, str, str]],
+        snapshot: Callable[[], tuple[_T, Limits | None, str, str, bool]],
         rule: Callable[[_T], Step],
         *,
         rejected: str = "",
     ) -> Step:
         """Apply ``rule`` to what ``snapshot`` read (the rule's input, the stored limits
-        and their raw value, and the counter when the write must also find no lease taken
-        or given back since: else ``''``), and write its result if the store still holds
-        what was read; else read again. ``rejected``: the token of the lease the rule
-        reports the rejection of, marked in the step that writes (so written even when
-        the limits stay as they were)."""
+        and their raw value, the counter when the write must also find no lease taken
+        or given back since: else ``''``, and whether the pause read was clamped), and
+        write its result if the store still holds what was read; else read again.
+        ``rejected``: the token of the lease the rule reports the rejection of, marked in
+        the step that writes (so written even when the limits stay as they were)."""
         name = _limits_key(key)
         cas_keys = [name, self._seq, self._keys[1], self._keys[3]]
         for attempt in range(_CAS_TRIES):
-            given, stored, raw, seq = snapshot()
+            given, stored, raw, seq, clamped = snapshot()
             limits, change = rule(given)
             if not rejected and stored is not None and limits == stored and change is None:
                 return limits, change  # nothing to write
+            limits = not_learnt(limits, stored, clamped)
             value = json.dumps(
                 limits_to_json(to_wall(limits, self._offset()), _HOST, self._clock.time())
             )
@@ -576,11 +595,40 @@ class RedisAccount:
         ]
         added = self._script(self._take, [*self._keys, _limits_key(bounds.key)], args)
         if not int(added[0]):
+            self._warn_far()
             return None
         with self._lock:
             self._held.add(token)
         self._renewer.start()
-        return Lease(bounds.key, token, self, self._decode(bounds.key, str(added[1])))
+        return Lease(bounds.key, token, self, self._decode(bounds.key, str(added[1]))[0])
+
+    def _warn_far(self) -> None:
+        """Say once when leases of others that no renewal put so far ahead (an expiry
+        further than twice a lease's time to live: written by hand, or by a holder that is
+        no teamlead) are held while a grant is refused; they hold the run's slots until
+        they expire. Looked at no more than once a second, and not once told."""
+        now = self._clock.monotonic()
+        if self._far_told or now - self._far_checked < 1.0:
+            return
+        self._far_checked = now
+
+        def far() -> tuple[int, float]:
+            seconds, micros = self._redis.time()
+            ms = int(seconds) * 1000 + int(micros) // 1000
+            found = self._redis.zrangebyscore(
+                self._leases, ms + 2 * self._ttl_ms, "+inf", withscores=True
+            )
+            theirs = [float(at) for token, at in found if str(token) not in self._held]
+            return len(theirs), (max(theirs, default=ms) - ms) / 1000
+
+        count, within = self._call(far)
+        if count:
+            self._far_told = True
+            self._warn(
+                "far",
+                f"{count} slot(s) are held by leases in {self._where} that no renewal set so "
+                f"far ahead; requests wait for them to expire (within {within:.0f} s)",
+            )
 
     def give_back(self, lease: Lease) -> None:
         with self._lock:
