@@ -220,8 +220,10 @@ def _is_terminal(stream: IO[str]) -> bool:
 
 #: What the CLI (or an app that runs it) needs to talk to the scripted model and nothing
 #: else: a key of any kind, no retries of an injected fault (else a 429 or 529 scenario
-#: backs off for minutes and looks hung), no traffic besides the model requests, and no
-#: proxy between it and the loopback address.
+#: backs off for minutes and looks hung), no traffic besides the model requests, no
+#: proxy between it and the loopback address, and a ``teamlead ask`` whose learnt limits
+#: stay in its process (a scripted model's limits are the script's: written to the
+#: machine's store, they would sit there, under a port soon dead, beside a real account's).
 _OFFLINE_VARS = (
     ("ANTHROPIC_API_KEY", "offline"),
     ("CLAUDE_CODE_MAX_RETRIES", "0"),
@@ -230,6 +232,7 @@ _OFFLINE_VARS = (
     ("DISABLE_TELEMETRY", "1"),
     ("DISABLE_ERROR_REPORTING", "1"),
     ("NO_PROXY", "127.0.0.1,::1"),
+    ("TEAMLEAD_LIMITS", "process"),
 )
 
 
