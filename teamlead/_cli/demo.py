@@ -24,9 +24,9 @@ import anyio
 import click
 
 from .._redact import terminal_safe
-from .exitcodes import handle_errors
+from .exitcodes import EXIT_INTERRUPTED, handle_errors
 from .options import Output, no_relay_option, option, output_mode
-from .signals import release_stop_signals
+from .signals import Interruptible, release_stop_signals
 
 __all__ = [
     "demo",
@@ -46,8 +46,10 @@ def run_demo(
 
     Then, with ``compare`` and progress on stderr (not ``--json`` or ``--quiet``), the same
     script runs once more under a bare ``claude_agent_sdk.query``, and what each returned
-    is printed side by side. Everything lives in a temporary directory that is removed
-    afterwards. Returns the exit code of the teamlead run.
+    is printed side by side; a demo stopped by Ctrl-C (or SIGTERM, SIGHUP) stops there,
+    with no comparison and no resume hint (its session goes with its directory).
+    Everything lives in a temporary directory that is removed afterwards. Returns the exit
+    code of the teamlead run.
     """
     from ..coordinator import query_stream
     from ..events import Finished
@@ -89,13 +91,19 @@ def run_demo(
                             finished.append(item)
                         yield item
 
-            code = run_session(items, run, output=output, verbose=verbose, scripted=True)
-        if compare and finished and output not in ("json", "quiet"):
-            click.echo(
-                "teamlead: now the same script under a bare claude_agent_sdk.query ...", err=True
+            code = run_session(
+                items, run, output=output, verbose=verbose, scripted=True, resumable=False
             )
-            bare = anyio.run(_bare_query, Path(tmp) / "bare")
-            _print_comparison(bare, finished[0])
+        if code == EXIT_INTERRUPTED or not compare or output in ("json", "quiet") or not finished:
+            return code  # a stopped demo stops: no comparison with a run cut short
+        click.echo(
+            "teamlead: now the same script under a bare claude_agent_sdk.query ...", err=True
+        )
+        bare = Interruptible(lambda: _bare_query(Path(tmp) / "bare")).run()
+        if bare.interrupted is not None or bare.result is None:
+            click.echo("teamlead: interrupted; the comparison was not finished", err=True)
+            return EXIT_INTERRUPTED
+        _print_comparison(bare.result, finished[0])
     return code
 
 

@@ -287,6 +287,7 @@ def run_session(
     stderr: IO[str] | None = None,
     scripted: bool = False,
     controls: Controls | None = None,
+    resumable: bool = True,
 ) -> int:
     """Drive ``items()`` to its :class:`Finished` event with progress output; returns the exit code.
 
@@ -298,7 +299,9 @@ def run_session(
     progress goes to stderr, and on a terminal (not ``quiet``) the run ends there with the
     result cards (:mod:`~teamlead._cli.cards`), one row per agent of ``Finished.tasks``.
     SIGINT/SIGTERM/SIGHUP stop the CLI child and all it started at once (SIGTERM, then
-    SIGKILL after 2 s), print the session id to resume, and return 130.
+    SIGKILL after 2 s), print the session id to resume (unless the run is not
+    ``resumable``: the demo's session and scripted model are gone once it returns), and
+    return 130.
     ``scripted`` says the model is scripted (the demo): the progress names no dollar cost,
     as it does once it sees a message of teamlead's scripted model server.
     ``controls`` (the approval queue and the keys, whose ``can_use_tool`` the options of
@@ -380,7 +383,10 @@ def run_session(
         out.flush()
     if state["interrupted"]:
         session = state["session"]
-        hint = f"; resume with: teamlead resume {session}" if session else ""
+        if not resumable:
+            hint = "; nothing to resume (its session and scripted model are gone)"
+        else:
+            hint = f"; resume with: teamlead resume {session}" if session else ""
         err.write(f"teamlead: interrupted{hint}\n")
         err.flush()
         return EXIT_INTERRUPTED

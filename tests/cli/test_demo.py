@@ -8,7 +8,10 @@ from __future__ import annotations
 
 import io
 import json
+import queue
+import signal
 import subprocess
+import threading
 from dataclasses import dataclass
 
 import pytest
@@ -145,3 +148,41 @@ def test_on_a_terminal_the_comparison_is_a_table_of_two_columns() -> None:
     header = next(line for line in screen.splitlines() if "bare claude_agent_sdk.query" in line)
     assert "teamlead.query" in header  # the two apps side by side, one column each
     assert "0 of 4" in screen and "2 of 4: security, reviewer" in screen
+
+
+@pytest.mark.cli
+@pytest.mark.timeout(180)
+def test_ctrl_c_stops_the_demo_with_no_resume_hint_and_no_comparison() -> None:
+    """Ctrl-C while the demo's agents run: the demo ends there (exit 130) with one honest
+    line; no ``teamlead resume`` hint (its session and scripted model are gone with its
+    directory), and no bare run or comparison table after a run cut short."""
+    lines: queue.Queue[str] = queue.Queue()
+    err: list[str] = []
+    with subprocess.Popen(
+        [*TEAMLEAD, "demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stderr], daemon=True)
+        reader.start()
+        try:
+            while True:  # until an agent runs: the demo is well under way
+                line = lines.get(timeout=120)
+                err.append(line)
+                if "task started:" in line:
+                    break
+            proc.send_signal(signal.SIGINT)
+            out = proc.stdout.read()
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        reader.join(timeout=10)
+    while not lines.empty():
+        err.append(lines.get_nowait())
+    stderr = "".join(err)
+    assert proc.returncode == 130, stderr
+    assert stderr.splitlines()[-1] == (
+        "teamlead: interrupted; nothing to resume (its session and scripted model are gone)"
+    )
+    assert "teamlead resume" not in stderr
+    assert "bare claude_agent_sdk.query" not in stderr + out
