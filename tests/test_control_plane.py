@@ -201,14 +201,31 @@ def test_a_verb_on_no_such_run_exits_4_with_one_line(verb: list[str]) -> None:
     args = [*verb, "0123456789ab", *(["--cap", "2"] if verb == ["amend"] else [])]
     result = _invoke(*args)
     assert result.exit_code == 4, result.output
-    assert result.output.strip() == "teamlead: no such run: '0123456789ab' (see `teamlead ps`)"
+    assert (
+        result.output.strip() == "teamlead: error: no such run: '0123456789ab' (see `teamlead ps`)"
+    )
+
+
+def test_ps_says_so_when_no_run_could_register_in_the_runtime_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runtime directory that cannot be made (here: a file stands in its path) is one
+    error line with the fix, not an empty table that looks like no run is going."""
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv(RUNTIME, str(tmp_path / "file" / "runs"))
+    result = _invoke("ps")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"teamlead: error: cannot use the runtime directory '{tmp_path / 'file' / 'runs'}': "
+        "Not a directory; set TEAMLEAD_RUNTIME_DIR to a directory of yours"
+    ]
 
 
 def test_a_finished_runs_entry_says_finished() -> None:
     _entry("aaaaaaaaaaaa", pid=_gone_pid())
     result = _invoke("pause", "aaaaaaaaaaaa")
     assert result.exit_code == 4
-    assert result.output.strip() == "teamlead: run 'aaaaaaaaaaaa' has already finished"
+    assert result.output.strip() == "teamlead: error: run 'aaaaaaaaaaaa' has already finished"
 
 
 def test_ps_escapes_a_hostile_command_and_keeps_it_raw_in_json() -> None:

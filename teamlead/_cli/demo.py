@@ -344,7 +344,7 @@ def serve_scenario(
 @no_relay_option()
 @handle_errors
 def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
-    """Run a real `ask` offline: the bundled CLI against a built-in scripted model.
+    """Run a real `ask` offline, on a built-in scripted model.
 
     Three parallel agents, an inbox teammate, and a failed synthesis that teamlead resumes;
     then the same script under a bare claude_agent_sdk.query, side by side. Needs no API
@@ -376,7 +376,7 @@ def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
 def serve_scripted(
     scenario: str, list_: bool, port: int, concurrency_limit: int | None, log_requests: str
 ) -> None:
-    """Serve a scripted model on loopback for manual runs of the CLI or an app.
+    """Serve a scripted model on loopback, for trials.
 
     It prints the `export` line to paste into the shell that runs the CLI, `teamlead ask`
     or your app; `--list` shows the scenarios.

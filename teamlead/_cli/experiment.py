@@ -55,7 +55,7 @@ def require_experiment_extra(*, grader: bool = False) -> None:
 
 @click.group()
 def experiment() -> None:
-    """Prompt-strategy A/B experiments with honest statistics."""
+    """A/B experiments on strategy prompts, with statistics."""
 
 
 @experiment.command("run")

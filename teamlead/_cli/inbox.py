@@ -69,7 +69,7 @@ def inbox_document(found: Team, read: InboxRead) -> dict[str, Any]:
 
 @click.group()
 def inbox() -> None:
-    """Team-lead inboxes (read-only)."""
+    """Read the team-lead inboxes (read-only)."""
 
 
 @inbox.command("show")

@@ -90,7 +90,7 @@ def _line(row: dict[str, Any], now: float) -> str:
 @click.pass_context
 @handle_errors
 def limits(ctx: click.Context, limits_shared: str, json_: bool) -> None:
-    """Show the limits the governor learnt for each account (no secrets), or clear them.
+    """Show or clear the limits the relay learnt per account.
 
     An entry's key is its account (the upstream's host and a hash of it and the
     credential), then provider/model.

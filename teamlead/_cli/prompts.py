@@ -12,7 +12,7 @@ __all__ = ["prompts"]
 
 @click.group()
 def prompts() -> None:
-    """Delegation strategy prompts."""
+    """List and show the delegation strategy prompts."""
 
 
 @prompts.command("list")

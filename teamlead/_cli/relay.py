@@ -239,21 +239,31 @@ class _RelayCommand(click.Command):
     help="Where requests go [default: ANTHROPIC_BASE_URL, else https://api.anthropic.com].",
 )
 @option(
-    "--relay-port",
-    "port",
+    "--port",
     type=click.IntRange(0, 65535),
     default=0,
     show_default=True,
     help="The loopback port to listen on, for a base URL that stays the same (0: any free one).",
+)
+@option(
+    "--relay-port",
+    type=click.IntRange(0, 65535),
+    hidden=True,
+    help="The old name of --port (still read, with a warning).",
 )
 @option("--quiet", "-q", is_flag=True, help="No live line on the terminal.")
 @with_limits_options
 @click.argument("claude_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- CLAUDE_ARGS...]")
 @handle_errors
 def relay(
-    upstream: str | None, port: int, quiet: bool, claude_args: tuple[str, ...], **kw: Any
+    upstream: str | None,
+    port: int,
+    relay_port: int | None,
+    quiet: bool,
+    claude_args: tuple[str, ...],
+    **kw: Any,
 ) -> None:
-    """Serve the pacing relay for any Claude Code client until Ctrl-C or SIGTERM.
+    """Serve the pacing relay for any Claude Code client.
 
     Prints ANTHROPIC_BASE_URL=http://127.0.0.1:PORT/<prefix> first; point a client at it.
     Requests are paced with teamlead's own runs.
@@ -265,6 +275,9 @@ def relay(
     """
     from .._relay import relay_applicable
 
+    if relay_port is not None:  # the name it had before `view`'s and this one were one
+        click.echo("teamlead: warning: --relay-port is now --port", err=True)
+        port = port or relay_port
     limits = limits_from_options(**kw)
     env = dict(os.environ)
     if upstream is not None:

@@ -64,7 +64,9 @@ def ps(json_: bool, all_: bool) -> None:
 
     AGENTS is running/queued/done/failed; HELD the requests a paused run holds.
     """
-    rows = ps_rows(Registry(), dead=all_)
+    registry = Registry()
+    registry.check()  # a directory no run can register in is said, not listed as empty
+    rows = ps_rows(registry, dead=all_)
     if json_:
         click.echo(json.dumps(rows, ensure_ascii=False))
         return
@@ -234,7 +236,7 @@ def run_detail(ref: str, *, registry: Registry | None = None) -> dict[str, Any]:
 )
 @handle_errors
 def stop(run: str, now: bool) -> None:
-    """Stop a run: it wraps up from the finished work, as at its deadline.
+    """Stop a run: it wraps up from the work finished so far.
 
     Its agents are stopped, the lead answers once more without tools from what finished,
     and the run ends with its `finished` line (status partial, reason interrupted). A run
@@ -331,7 +333,7 @@ def _cap(text: str) -> int | None:
 )
 @handle_errors
 def watch(run: str, json_: bool) -> None:
-    """Follow a run's events live, as `ask --json` writes them.
+    """Follow a run's events live, one line each (or --json).
 
     The recent events come first, then each as it happens, until the run ends with its
     `finished` line. Exits with the run's own exit code (0 completed, 1 failed, 3

@@ -424,7 +424,7 @@ def test_a_run_killed_with_sigkill_is_recognised_and_pruned(seen: dict[str, Any]
     killed: Killed = seen["killed"]
     assert killed.run and killed.entry_existed
     assert killed.stop is not None and killed.stop.returncode == 4
-    assert killed.stop.stderr.strip() == f"teamlead: run '{killed.run}' has already finished"
+    assert killed.stop.stderr.strip() == f"teamlead: error: run '{killed.run}' has already finished"
     assert not killed.entry_left  # its entry and socket are gone
     assert killed.after == []
 

@@ -164,7 +164,7 @@ def test_the_relay_port_is_closed_after_the_cli_exits(tmp_path: Path) -> None:
         port = probe.getsockname()[1]
     with ScriptedServer(lambda req: Reply.text("ok")) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        proc = _relay(server, claude, tmp_path, "-p", "hello", options=("--relay-port", str(port)))
+        proc = _relay(server, claude, tmp_path, "-p", "hello", options=("--port", str(port)))
     assert proc.returncode == 0, proc.stderr
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
         pass
