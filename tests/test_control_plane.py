@@ -421,3 +421,74 @@ def test_no_such_run_carries_what_was_asked() -> None:
     with pytest.raises(NoSuchRun) as err:
         Registry().find("zz")
     assert err.value.ref == "zz" and err.value.why == "none"
+
+
+def test_watch_says_each_record_in_the_words_of_the_progress_lines() -> None:
+    """What ``watch`` prints without ``--json``: the line ``ask``'s progress has for the
+    same fact (the task named from its start, the cost of a scripted model said as what
+    it is), one per record, and never a record dumped raw."""
+    from teamlead._cli.records import RecordLines
+    from teamlead.events import AgentUsage, Finished, SpawnQueued
+
+    records = [
+        {"type": "session", "version": 1, "session_id": "s-1"},
+        {
+            "type": "lead_turn",
+            "version": 1,
+            "message_id": "msg_scripted_1",
+            "text": "Go.",
+            "error": None,
+            "tool_names": ["Agent"],
+        },
+        json.loads(
+            SpawnQueued(
+                tool_use_id="t", description="scan", running=1, limit=1, position=1
+            ).to_json()
+        ),
+        {
+            "type": "task_started",
+            "version": 1,
+            "task_id": "k1",
+            "tool_use_id": "t",
+            "description": "scan",
+            "subagent_type": "explorer",
+        },
+        {"type": "task_progress", "version": 1, "task_id": "k1", "tokens": 5},
+        json.loads(
+            AgentUsage(
+                agent_id="a1b2c3d4e5f6a7b8",
+                kind="agent",
+                requests=3,
+                input_tokens=1000,
+                output_tokens=234,
+                last_tool="Grep",
+            ).to_json()
+        ),
+        {
+            "type": "task_ended",
+            "version": 1,
+            "task_id": "k1",
+            "status": "completed",
+            "source": "task_notification",
+            "summary": "FINDING",
+        },
+        {"type": "agent_usage", "version": 1, "agent_id": 7},
+        json.loads(
+            Finished(
+                status="completed", result="r", session_id="s-1", resumes=1, cost_usd=0.00358
+            ).to_json()
+        ),
+    ]
+    said = RecordLines()
+    assert [said.line(record) for record in records] == [
+        "session s-1",
+        "lead: Go. [Agent]",
+        "queued 'scan': 1 of 1 running, position 1",
+        "task started: scan [explorer]",
+        None,
+        "usage of agent a1b2c3d4e5f6: 3 request(s), 1,234 tokens, last tool Grep",
+        "task completed: scan",
+        "agent_usage: (a record this version cannot read)",
+        "finished: completed after 1 resume(s), $0.0036 list-price estimate for a scripted "
+        "model, nothing charged",
+    ]

@@ -123,9 +123,12 @@ def experiment_run(
         limits=limits_from_options(**limits),
         session_store=session_store.strip() if session_store and session_store.strip() else None,
     )
+    from .team_view import cost_text
+
     click.echo(
         f"ran {summary.ran} trial(s), skipped {summary.skipped} finished, {summary.failed} failed, "
-        f"{summary.retried} retried, {summary.rate_limited} rate-limited, ${summary.cost_usd:.4f}"
+        f"{summary.retried} retried, {summary.rate_limited} rate-limited, "
+        f"{cost_text(summary.cost_usd, scripted=summary.scripted)}"
     )
     if summary.stopped_reason:
         click.echo(f"teamlead: stopped early: {summary.stopped_reason}", err=True)
@@ -143,7 +146,10 @@ def experiment_run(
 )
 @option("--control", help="Control variant (default: the spec's, recorded in the trials).")
 @option(
-    "--seed", type=int, default=0, show_default=True, help="Seed for bootstrap and permutations."
+    "--seed",
+    type=click.IntRange(min=0),
+    help="Seed for bootstrap and permutations [default: the spec's `seed`, recorded in DIR "
+    "by the run; 0 if none is].",
 )
 @option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @option(
@@ -172,7 +178,7 @@ def experiment_report(
     json_: bool,
     out_file: str | None,
     control: str | None,
-    seed: int,
+    seed: int | None,
     no_plots: bool,
     permutations: int,
     mde_simulations: int,

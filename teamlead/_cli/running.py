@@ -302,8 +302,9 @@ def run_session(
     SIGKILL after 2 s), print the session id to resume (unless the run is not
     ``resumable``: the demo's session and scripted model are gone once it returns), and
     return 130.
-    ``scripted`` says the model is scripted (the demo): the progress names no dollar cost,
-    as it does once it sees a message of teamlead's scripted model server.
+    ``scripted`` says the model is scripted (the demo): the progress says its cost is the
+    CLI's list-price estimate, nothing charged, as it does once it sees a message of
+    teamlead's scripted model server.
     ``controls`` (the approval queue and the keys, whose ``can_use_tool`` the options of
     ``items`` carry) show their prompt and hint in the progress, and read keys from the
     terminal in cbreak mode while the run goes; the terminal is restored however it ends.

@@ -19,7 +19,7 @@ import json
 import sys
 import time
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -31,6 +31,9 @@ from ..errors import ControlError, NoSuchRun, UsageError
 from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors
 from .options import option
 
+if TYPE_CHECKING:  # loads the SDK's types: only `watch` in text, once its feed is open
+    from .records import RecordLines
+
 __all__ = ["act", "amend", "pause", "ps", "ps_rows", "run_detail", "stop", "unpause", "watch"]
 
 #: A run's status answer may take this long (it answers from its own event loop).
@@ -40,7 +43,6 @@ _ACT_TIMEOUT_S = 5.0
 PS_VERSION = 1
 _COLUMNS = ("RUN", "SESSION", "PID", "STATUS", "AGENTS", "TOKENS", "REQS", "CAP", "HELD")
 _TAIL = ("STARTED", "COMMAND")
-_TEXT_CHARS = 160
 
 
 # -- ps ------------------------------------------------------------------------------------
@@ -341,13 +343,19 @@ def watch(run: str, json_: bool) -> None:
     """
     entry = Registry().find(run)
     code = EXIT_FAILED
+    said: RecordLines | None = None
     try:
         for line in follow(entry.socket, ref=entry.run, timeout=_ACT_TIMEOUT_S):
             record = _record(line)
             if json_:
                 click.echo(line)
             else:
-                click.echo(terminal_safe(_describe(record)))
+                if said is None:  # it loads the SDK's types (seconds): once the feed is open
+                    from .records import RecordLines
+
+                    said = RecordLines()
+                if (text := said.line(record)) is not None:
+                    click.echo(terminal_safe(text))
             if record.get("type") == "finished":
                 code = EXIT_CODES.get(str(record.get("status")), EXIT_FAILED)
     except ControlError as exc:
@@ -363,31 +371,3 @@ def _record(line: str) -> dict[str, Any]:
     except (ValueError, RecursionError):
         return {}
     return record if isinstance(record, dict) else {}
-
-
-def _describe(record: Mapping[str, Any]) -> str:
-    """One NDJSON record as a line for people."""
-    kind = str(record.get("type") or "?")
-
-    def get(name: str) -> str:
-        value = record.get(name)
-        text = value if isinstance(value, str) else "" if value is None else str(value)
-        return text if len(text) <= _TEXT_CHARS else text[: _TEXT_CHARS - 3] + "..."
-
-    if kind == "finished":
-        return f"finished: {get('status')} ({get('reason')})"
-    if kind == "lead_turn":
-        tools = record.get("tool_names")
-        used = f" [{', '.join(map(str, tools))}]" if isinstance(tools, list) and tools else ""
-        return f"lead: {get('text') or get('error')}{used}".rstrip()
-    if kind in ("task_started", "task_ended", "task_progress"):
-        status = f": {get('status')}" if record.get("status") else ""
-        return f"{kind}: {get('description') or get('task_id')}{status}"
-    if kind.startswith("spawn_") or kind == "agent_call":
-        reason = f": {get('reason')}" if record.get("reason") else ""
-        return f"{kind}: {get('description') or get('tool_use_id')}{reason}"
-    if kind == "session":
-        return f"session {get('session_id')}"
-    detail = {k: v for k, v in record.items() if k not in ("type", "version")}
-    text = json.dumps(detail, ensure_ascii=False, default=str)
-    return f"{kind}: {text if len(text) <= _TEXT_CHARS else text[: _TEXT_CHARS - 3] + '...'}"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -346,8 +347,14 @@ def test_watch_streams_the_runs_events_to_another_process(seen: dict[str, Any]) 
     code, out, err = steered.watch_text
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[-1] == "finished: completed (all_results_used)"
-    assert any(line.startswith("spawn_queued: agent-") for line in lines)
+    # the words of ask's progress lines, one line per event, never a record dumped raw
+    assert re.match(r"finished: completed after \d resume\(s\), \$\d+\.\d{4} ", lines[-1])
+    assert "list-price estimate for a scripted model, nothing charged; relay:" in lines[-1]
+    assert any(re.fullmatch(r"queued 'agent-\d': 1 of 1 running, position \d", x) for x in lines)
+    assert any(re.fullmatch(r"task started: agent-\d \[\w+\]", line) for line in lines)
+    assert any(re.fullmatch(r"task completed: agent-\d", line) for line in lines)
+    assert any(re.fullmatch(r"usage of agent \S+: \d+ request\(s\).*", x) for x in lines)
+    assert not [line for line in lines if "{" in line or line.endswith("...")]
     assert "\x1b" not in out
 
 
