@@ -351,9 +351,10 @@ def test_watch_streams_the_runs_events_to_another_process(seen: dict[str, Any]) 
     assert re.match(r"finished: completed after \d resume\(s\), \$\d+\.\d{4} ", lines[-1])
     assert "list-price estimate for a scripted model, nothing charged; relay:" in lines[-1]
     assert any(re.fullmatch(r"queued 'agent-\d': 1 of 1 running, position \d", x) for x in lines)
-    assert any(re.fullmatch(r"task started: agent-\d \[\w+\]", line) for line in lines)
+    assert any(re.fullmatch(r"task started: agent-\d \[general-purpose\]", x) for x in lines)
     assert any(re.fullmatch(r"task completed: agent-\d", line) for line in lines)
-    assert any(re.fullmatch(r"usage of agent \S+: \d+ request\(s\).*", x) for x in lines)
+    assert any(re.fullmatch(r"usage of agent \w{12}: 1 request\(s\), \d+ tokens", x) for x in lines)
+    assert "lead: [Agent, Agent, Agent, Agent]" in lines  # a lead turn of calls, no text
     assert not [line for line in lines if "{" in line or line.endswith("...")]
     assert "\x1b" not in out
 
