@@ -57,6 +57,13 @@ def test_the_commands_are_listed_by_what_they_are_for_each_on_one_line_that_fits
         assert line.endswith(summary) and len(line) <= 80, line
 
 
+@pytest.mark.parametrize("group", ["experiment", "inbox", "limits", "prompts"])
+def test_a_command_groups_commands_each_fit_one_line_whole(group: str) -> None:
+    result = CliRunner().invoke(main, [group, "--help"], terminal_width=80)
+    listed = result.output.split("Commands:\n")[1].splitlines()
+    assert listed and all(len(line) <= 80 and not line.endswith("...") for line in listed)
+
+
 def test_ask_help_lists_its_options_under_headings_each_once() -> None:
     from teamlead._cli.ask import ask
 

@@ -48,7 +48,10 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "sessions": ("sessions:sessions", "List the sessions a session store holds, newest first."),
     "relay": ("relay:relay", "Serve the pacing relay for any Claude Code client."),
     "resume": ("ask:resume", "Collect a session's unused results and resume its lead."),
-    "serve-scripted": ("demo:serve_scripted", "Serve a scripted model on loopback, for trials."),
+    "serve-scripted": (
+        "demo:serve_scripted",
+        "Serve a scripted model on loopback, to try runs offline.",
+    ),
     "stop": ("runs:stop", "Stop a run: it wraps up from the work finished so far."),
     "unpause": ("runs:unpause", "Let a paused run go on."),
     "view": ("board:view", "Serve a live web page of your runs, to watch and steer them."),

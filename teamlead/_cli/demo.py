@@ -348,7 +348,7 @@ def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
 
     Three parallel agents, an inbox teammate, and a failed synthesis that teamlead resumes;
     then the same script under a bare claude_agent_sdk.query, side by side. Needs no API
-    key and no network.
+    key and no network. Ctrl-C stops it there (nothing to resume: its files go with it).
     """
     sys.exit(run_demo(output_mode(json_, quiet), verbose=verbose, relay=not no_relay))
 
@@ -376,7 +376,7 @@ def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
 def serve_scripted(
     scenario: str, list_: bool, port: int, concurrency_limit: int | None, log_requests: str
 ) -> None:
-    """Serve a scripted model on loopback, for trials.
+    """Serve a scripted model on loopback, to try runs offline.
 
     It prints the `export` line to paste into the shell that runs the CLI, `teamlead ask`
     or your app; `--list` shows the scenarios.

@@ -94,7 +94,7 @@ def experiment_run(
     session_store: str | None,
     **limits: Any,
 ) -> None:
-    """Run every task x variant x trial of SPEC as a full coordinator run.
+    """Run each task x variant x trial of SPEC, a full run each.
 
     With --backend ray each trial is a Ray task on the cluster at RAY_ADDRESS (or a local
     Ray started for the run); this process still writes trials.jsonl, so runs resume alike.
@@ -184,9 +184,10 @@ def experiment_report(
     mde_simulations: int,
     html_file: str | None,
 ) -> None:
-    """Statistics for the trials in DIR: rates, paired comparisons, verdicts, plots.
+    """Statistics for DIR's trials: rates, comparisons, verdicts.
 
-    Writes report.md, report.json and PNG plots into DIR (plots need the plots extra);
+    The rates per variant, paired comparisons with the control, verdicts and plots. Writes
+    report.md, report.json and PNG plots into DIR (plots need the plots extra);
     with --json it writes nothing and prints the JSON, unless --out or --html ask for a file.
     """
     require_experiment_extra()

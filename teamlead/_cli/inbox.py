@@ -78,7 +78,7 @@ def inbox() -> None:
 @option("--json", "json_", is_flag=True, help="One JSON document.")
 @handle_errors
 def inbox_show(session_id: str | None, team: str | None, json_: bool) -> None:
-    """Show a team's config and its team-lead inbox without changing anything."""
+    """Show a team's config and its team-lead inbox (read-only)."""
     from .._claude.inbox import read_inbox
     from .._claude.team import claude_config_dir
 

@@ -120,8 +120,11 @@ def limits(ctx: click.Context, limits_shared: str, json_: bool) -> None:
 @click.pass_obj
 @handle_errors
 def clear(spec: str, key: str | None) -> None:
-    """Drop KEY's learnt limits (a key as listed, or an account: all its entries), or
-    every entry; the next run starts from the relay's own start."""
+    """Drop the learnt limits of KEY, or every entry.
+
+    KEY is a key as listed, or an account (all its entries); without KEY every entry is
+    dropped. The next run starts from the relay's own start.
+    """
     account = _opened(spec)
     if account is None:
         click.echo("teamlead: no learnt limits in the store: nothing to clear")

@@ -266,7 +266,7 @@ def relay(
     """Serve the pacing relay for any Claude Code client.
 
     Prints ANTHROPIC_BASE_URL=http://127.0.0.1:PORT/<prefix> first; point a client at it.
-    Requests are paced with teamlead's own runs.
+    Requests are paced with teamlead's own runs. It serves until Ctrl-C or SIGTERM.
 
     With --, it runs the Claude Code CLI that claude-agent-sdk bundles through the relay,
     with the arguments after it: `teamlead relay --` for an interactive session,
