@@ -383,16 +383,12 @@ def run_session(
         out.write(answer_for(out, fallback).rstrip() + "\n")
         out.flush()
     if state["interrupted"]:
-        session = state["session"]
-        if not resumable:
-            hint = "; nothing to resume (its session and scripted model are gone)"
-        else:
-            hint = f"; resume with: teamlead resume {session}" if session else ""
-        err.write(f"teamlead: interrupted{hint}\n")
+        err.write(f"teamlead: interrupted{_resume_hint(state['session'], resumable)}\n")
         err.flush()
         return EXIT_INTERRUPTED
     if finished is None:
-        err.write("teamlead: the run ended without an outcome\n")
+        hint = _resume_hint(state["session"], resumable)
+        err.write(f"teamlead: error: the run ended without an outcome{hint}\n")
         return EXIT_FAILED
     if output != "json":
         if finished.result:
@@ -404,6 +400,14 @@ def run_session(
             if finished.session_id:
                 err.write(f"teamlead: session {finished.session_id}\n")
     return exit_code_for(finished)
+
+
+def _resume_hint(session: str | None, resumable: bool) -> str:
+    """How to go on with a run cut short: the command that resumes its session, or why
+    there is none."""
+    if not resumable:
+        return "; nothing to resume (its session and scripted model are gone)"
+    return f"; resume with: teamlead resume {session}" if session else ""
 
 
 def answer_for(stream: IO[str], text: str) -> str:
