@@ -88,10 +88,16 @@ def _governor(upstream: str, limits: Any) -> Any:
     )
 
 
-async def _serve_cli(upstream: str, limits: Any, port: int, argv: Sequence[str]) -> int:
+async def _serve_cli(
+    upstream: str, limits: Any, port: int, argv: Sequence[str], setting: str | None
+) -> int:
     """Serve the relay while ``argv`` (the CLI and its arguments) runs through it; returns
-    the exit code teamlead exits with."""
-    from .._relay import RelayConfig, start_relay
+    the exit code teamlead exits with. An upstream the user set (``setting``: where) that
+    cannot be reached ends it before the CLI starts, in one line."""
+    from .._relay import RelayConfig, check_reachable, start_relay
+
+    if setting is not None:
+        await check_reachable(upstream, setting=setting)
 
     governor = _governor(upstream, limits)
     try:
@@ -295,6 +301,13 @@ def relay(
     if run_cli:
         argv = [_cli_to_run(), *claude_args]
         defer_stop_signals()  # a stop from here is noted until the CLI runs, then ends it
-        sys.exit(anyio.run(_serve_cli, applicable.upstream, limits, port, argv))
+        setting = (
+            "--upstream"
+            if upstream is not None
+            else "ANTHROPIC_BASE_URL"
+            if (env.get("ANTHROPIC_BASE_URL") or "").strip()
+            else None
+        )
+        sys.exit(anyio.run(_serve_cli, applicable.upstream, limits, port, argv, setting))
     live = sys.stderr if sys.stderr.isatty() and not quiet else None
     Interruptible(lambda: _serve(applicable.upstream, limits, live, port), stop=lambda: None).run()

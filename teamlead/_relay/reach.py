@@ -41,20 +41,26 @@ class UpstreamUnreachable(SetupError):
         reason: what failed, in words ("connection refused").
     """
 
-    def __init__(self, upstream: str, reason: str) -> None:
-        super().__init__(
-            f"cannot connect to ANTHROPIC_BASE_URL {upstream}: {reason}; set "
-            "ANTHROPIC_BASE_URL to your API's address, or unset it for the Anthropic API"
+    def __init__(self, upstream: str, reason: str, *, setting: str = "ANTHROPIC_BASE_URL"):
+        fix = (
+            f"give {setting} your API's address, or leave it out for the Anthropic API"
+            if setting.startswith("--")
+            else f"set {setting} to your API's address, or unset it for the Anthropic API"
         )
+        super().__init__(f"cannot connect to {setting} {upstream}: {reason}; {fix}")
         self.upstream = upstream
         self.reason = reason
 
 
-async def check_reachable(upstream: str, *, timeout_s: float = REACH_TIMEOUT_S) -> None:
+async def check_reachable(
+    upstream: str, *, setting: str = "ANTHROPIC_BASE_URL", timeout_s: float = REACH_TIMEOUT_S
+) -> None:
     """Open one connection to ``upstream`` and close it; raise when it cannot be opened.
 
     Args:
         upstream: the base URL the relay forwards to, the user's ``ANTHROPIC_BASE_URL``.
+        setting: where the user set it, as the error names it (``--upstream`` for
+            ``teamlead relay``'s flag).
         timeout_s: the longest wait; past it the check gives no verdict.
 
     Raises:
@@ -80,7 +86,9 @@ async def check_reachable(upstream: str, *, timeout_s: float = REACH_TIMEOUT_S) 
     except asyncio.TimeoutError:
         return
     except OSError as exc:  # ssl.SSLError is one too
-        raise UpstreamUnreachable(shown(upstream), unreachable_reason(exc)) from None
+        raise UpstreamUnreachable(
+            shown(upstream), unreachable_reason(exc), setting=setting
+        ) from None
     writer.close()
     with contextlib.suppress(OSError, asyncio.TimeoutError):
         await asyncio.wait_for(writer.wait_closed(), timeout_s)
