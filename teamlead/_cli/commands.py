@@ -11,8 +11,8 @@ them load the SDK, which takes a second or more, while ``teamlead --help`` and t
 people type at a running run (``ps``, ``stop``, ``pause``) start in a fraction of that.
 The group's own help lists each command's one-line summary from :data:`COMMANDS` (which a
 test keeps equal to the command's own) under the headings of :data:`COMMAND_SECTIONS`, and
-a mistyped command is answered with the nearest one. The entry point (:mod:`.startup`) imports this
-module only once it takes the stop signals.
+a mistyped command is answered with the nearest one. The entry point (:mod:`.startup`)
+imports this module only once it takes the stop signals.
 """
 
 from __future__ import annotations
