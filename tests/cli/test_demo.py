@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import queue
 import signal
 import subprocess
 import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -157,7 +159,8 @@ def test_on_a_terminal_the_comparison_is_a_table_of_two_columns() -> None:
 def test_ctrl_c_stops_the_demo_with_no_resume_hint_and_no_comparison() -> None:
     """Ctrl-C while the demo's agents run: the demo ends there (exit 130) with one honest
     line; no ``teamlead resume`` hint (its session and scripted model are gone with its
-    directory), and no bare run or comparison table after a run cut short."""
+    directory), no bare run or comparison table after a run cut short, and nothing written
+    to the machine's store of learnt limits, which real runs read."""
     lines: queue.Queue[str] = queue.Queue()
     err: list[str] = []
     with subprocess.Popen(
@@ -188,3 +191,5 @@ def test_ctrl_c_stops_the_demo_with_no_resume_hint_and_no_comparison() -> None:
     )
     assert "teamlead resume" not in stderr
     assert "bare claude_agent_sdk.query" not in stderr + out
+    # what its relay learnt of the scripted model stayed in its process, cut short or not
+    assert not (Path(os.environ["XDG_CACHE_HOME"]) / "teamlead" / "limits.sqlite3").exists()
