@@ -88,6 +88,10 @@ def test_ask_help_lists_its_options_under_headings_each_once() -> None:
     ("args", "line"),
     [
         (["dmeo"], "no such command 'dmeo' (did you mean 'demo'?); see 'teamlead --help'"),
+        (
+            ["experiment", "rpeort"],
+            "no such command 'rpeort' (did you mean 'report'?); see 'teamlead experiment --help'",
+        ),
         (["xyzzy"], "no such command 'xyzzy'; see 'teamlead --help'"),
         (["ask"], "missing argument 'PROMPT'; see 'teamlead ask --help'"),
         (

@@ -10,14 +10,12 @@ A command's module is imported only when that command runs (:class:`LazyGroup`):
 them load the SDK, which takes a second or more, while ``teamlead --help`` and the verbs
 people type at a running run (``ps``, ``stop``, ``pause``) start in a fraction of that.
 The group's own help lists each command's one-line summary from :data:`COMMANDS` (which a
-test keeps equal to the command's own) under the headings of :data:`COMMAND_SECTIONS`, and
-a mistyped command is answered with the nearest one. The entry point (:mod:`.startup`)
-imports this module only once it takes the stop signals.
+test keeps equal to the command's own) under the headings of :data:`COMMAND_SECTIONS`. The
+entry point (:mod:`.startup`) imports this module only once it takes the stop signals.
 """
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import logging
 from collections.abc import Mapping, Sequence
@@ -127,17 +125,6 @@ class LazyGroup(SafeErrorsGroup):
                 formatter.write_dl(
                     [(name, commands.pop(name).get_short_help_str(limit)) for name in shown]
                 )
-
-    def resolve_command(
-        self, ctx: click.Context, args: list[str]
-    ) -> tuple[str | None, click.Command | None, list[str]]:
-        """click's lookup, with the nearest command named when the word is none."""
-        name = click.utils.make_str(args[0])
-        if self.get_command(ctx, name) is None and not ctx.resilient_parsing:
-            near = difflib.get_close_matches(name, self.list_commands(ctx), n=1, cutoff=0.6)
-            hint = f" (did you mean {near[0]!r}?)" if near else ""
-            raise click.UsageError(f"no such command {name!r}{hint}", ctx)
-        return super().resolve_command(ctx, args)
 
 
 @click.group(

@@ -13,6 +13,7 @@ see 'teamlead CMD --help'`` (click's own is a usage block, a hint and ``Error: .
 
 from __future__ import annotations
 
+import difflib
 import functools
 import re
 import sys
@@ -129,7 +130,8 @@ class SafeErrorsGroup(click.Group):
     :func:`~teamlead._redact.terminal_safe` like every other line teamlead prints, so
     an argument holding an OSC or CSI sequence cannot retitle or clear the terminal.
     They are shown as teamlead's own errors are, in one line that ends with where the
-    usage is (``see 'teamlead ask --help'``); the exit code is click's (2).
+    usage is (``see 'teamlead ask --help'``); the exit code is click's (2). A command
+    that is none of the group's is answered with the nearest one (``did you mean``).
     """
 
     def make_context(
@@ -151,6 +153,17 @@ class SafeErrorsGroup(click.Group):
         except click.ClickException as exc:  # a subcommand's parse error, or a callback's
             _in_house_style(exc)
             raise
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """click's lookup, with the nearest command named when the word is none."""
+        name = click.utils.make_str(args[0])
+        if self.get_command(ctx, name) is None and not ctx.resilient_parsing:
+            near = difflib.get_close_matches(name, self.list_commands(ctx), n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise click.UsageError(f"no such command {name!r}{hint}", ctx)
+        return super().resolve_command(ctx, args)
 
 
 def _in_house_style(exc: click.ClickException) -> None:

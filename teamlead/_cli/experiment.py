@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from ..errors import SetupError, UsageError
-from .exitcodes import EXIT_PARTIAL, handle_errors
+from .exitcodes import EXIT_PARTIAL, SafeErrorsGroup, handle_errors
 from .options import (
     limits_from_options,
     no_relay_option,
@@ -53,7 +53,7 @@ def require_experiment_extra(*, grader: bool = False) -> None:
         )
 
 
-@click.group()
+@click.group(cls=SafeErrorsGroup)
 def experiment() -> None:
     """A/B experiments on strategy prompts, with statistics."""
 

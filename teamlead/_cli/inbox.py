@@ -15,7 +15,7 @@ import click
 
 from .._redact import terminal_safe
 from ..errors import InboxError, UsageError
-from .exitcodes import handle_errors
+from .exitcodes import SafeErrorsGroup, handle_errors
 from .options import option
 
 if TYPE_CHECKING:
@@ -67,7 +67,7 @@ def inbox_document(found: Team, read: InboxRead) -> dict[str, Any]:
     }
 
 
-@click.group()
+@click.group(cls=SafeErrorsGroup)
 def inbox() -> None:
     """Read the team-lead inboxes (read-only)."""
 

@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from .._redact import terminal_safe
-from .exitcodes import handle_errors
+from .exitcodes import SafeErrorsGroup, handle_errors
 from .options import option
 
 __all__ = ["limits"]
@@ -78,7 +78,7 @@ def _line(row: dict[str, Any], now: float) -> str:
     return terminal_safe("  ".join(str(p) for p in parts))
 
 
-@click.group("limits", invoke_without_command=True)
+@click.group("limits", cls=SafeErrorsGroup, invoke_without_command=True)
 @option(
     "--limits",
     "limits_shared",

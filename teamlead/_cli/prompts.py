@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from .exitcodes import handle_errors
+from .exitcodes import SafeErrorsGroup, handle_errors
 from .options import option
 
 __all__ = ["prompts"]
 
 
-@click.group()
+@click.group(cls=SafeErrorsGroup)
 def prompts() -> None:
     """List and show the delegation strategy prompts."""
 
