@@ -436,7 +436,7 @@ def test_watch_says_each_record_in_the_words_of_the_progress_lines() -> None:
             "type": "lead_turn",
             "version": 1,
             "message_id": "msg_scripted_1",
-            "text": "Go.",
+            "text": "Go\n  now.",
             "error": None,
             "tool_names": ["Agent"],
         },
@@ -482,7 +482,7 @@ def test_watch_says_each_record_in_the_words_of_the_progress_lines() -> None:
     said = RecordLines()
     assert [said.line(record) for record in records] == [
         "session s-1",
-        "lead: Go. [Agent]",
+        "lead: Go now. [Agent]",
         "queued 'scan': 1 of 1 running, position 1",
         "task started: scan [explorer]",
         None,

@@ -80,7 +80,7 @@ class RecordLines:
             return task_ended_line(fact, self._names.get(fact.task_id, ""))
         if isinstance(fact, LeadTurn):
             self._scripted = self._scripted or is_scripted_message(fact.message_id)
-            said = (fact.text or fact.error or "").strip()[:160]
+            said = " ".join((fact.text or fact.error or "").split())[:160]  # one line
             used = f"[{', '.join(fact.tool_names)}]" if fact.tool_names else ""
             return (
                 f"lead: {' '.join(part for part in (said, used) if part)}" if said or used else None
