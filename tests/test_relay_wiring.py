@@ -444,7 +444,6 @@ async def test_a_pause_past_the_runs_deadline_reaches_the_cli_at_once() -> None:
     assert [(e.outcome, e.retry_after_s) for e in limited] == [("passed", 60.0)]
 
 
-@pytest.mark.anyio
 async def test_a_run_on_an_upstream_that_refuses_ends_before_its_cli_starts() -> None:
     """The library's entry point says a wrong ``ANTHROPIC_BASE_URL`` as the CLI does: a
     ``SetupError`` naming it, the cause and the fix, raised before the run's CLI (here
