@@ -24,8 +24,9 @@ The public API is what this module re-exports in ``__all__``, the names users ca
 - Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate;
   the subagents they delegate to are :func:`default_agents` (the roster, rendered into a
   prompt by :func:`render_roster`).
-- :class:`RunControl` changes a running run's agent cap and subagent model (zcode's
-  three-state :meth:`~RunControl.amend`; a no-op is refused with :class:`AmendRefused`, each
+- :class:`RunControl` changes a running run's agent cap and subagent model
+  (:meth:`~RunControl.amend`: a field left out keeps its value, ``None`` restores the
+  run's own, a value sets it; a no-op is refused with :class:`AmendRefused`, each
   change is a :class:`RunAmended` event; the ``UNSET`` marker and its type are in
   :mod:`teamlead.control`).
 - :class:`Governor` adapts concurrency to rate limits; :func:`relay_for` keeps the request

@@ -42,7 +42,7 @@ from .tracker import (
     WorkflowStarted,
 )
 
-__all__ = ["JsonProgress", "event_record", "first_sighting", "in_schema"]
+__all__ = ["RECORD_FACTS", "JsonProgress", "event_record", "first_sighting", "in_schema"]
 
 #: The tracker events of the NDJSON schema, by their record ``type`` (the workflow ones are
 #: the tracker's changes: a workflow launched, a phase first seen, an agent's state changed,
@@ -61,6 +61,11 @@ _SNAKE: dict[type[TrackedEvent], str] = {
     WorkflowAgentChanged: "workflow_agent",
     WorkflowEnded: "workflow_ended",
 }
+
+
+#: The same, the other way: the tracker event each record ``type`` is written from (a
+#: reader of the records makes it again from the record's fields).
+RECORD_FACTS: dict[str, type[TrackedEvent]] = {name: fact for fact, name in _SNAKE.items()}
 
 
 def in_schema(event: TrackedEvent) -> bool:

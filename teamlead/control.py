@@ -2,7 +2,7 @@
 
 A :class:`RunControl` is made by the user and passed to :func:`teamlead.query`,
 :func:`teamlead.resume_session` or :class:`teamlead.ClientRun`; while that run goes, it
-reads and changes two of its limits with a three-state amend
+reads and changes two of its limits with one amend of three states per field
 (:meth:`RunControl.amend`): a field left out changes nothing, ``None`` restores the value
 the run started with, a value sets it, and an amend that changes nothing is refused with
 :class:`~teamlead.errors.AmendRefused`.
@@ -157,8 +157,8 @@ class RunControl:
         cap: int | None | Unset = UNSET,
         subagent_model: str | None | Unset = UNSET,
     ) -> RunAmended:
-        """Change the run's live limits: a field left out changes nothing,
-        ``None`` restores the value the run started with, a value sets it.
+        """Change the run's live limits, each field in one of three states: left out, it
+        changes nothing; ``None`` restores the value the run started with; a value sets it.
 
         Args:
             cap: agents running at once, every kind (1 up to :attr:`max_cap`).

@@ -10,7 +10,8 @@
     ├── ControlError              a run's control endpoint refused or failed (``code``), or
     │                             the runtime directory of the runs cannot be used
     ├── SetupError                the environment: CLI missing or not starting, no API setup,
-    │                             a base URL off loopback, a port in use
+    │                             a base URL off loopback, a port in use, an
+    │                             ANTHROPIC_BASE_URL that refuses, does not resolve or fails TLS
     ├── InboxError                a team-lead inbox could not be read or consumed safely
     ├── ResumeError               re-querying the lead failed (``session_id``, ``attempt``)
     ├── BudgetExceeded            a policy limit (cost, rounds, deadline) stopped the work

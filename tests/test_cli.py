@@ -8,6 +8,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -33,6 +34,89 @@ def test_version_and_help() -> None:
     assert (
         result.exit_code == 0 and "--max-resumes" in result.output and "--strategy" in result.output
     )
+
+
+def test_the_commands_are_listed_by_what_they_are_for_each_on_one_line_that_fits() -> None:
+    from teamlead._cli.commands import COMMAND_SECTIONS, COMMANDS
+
+    result = CliRunner().invoke(main, ["--help"], terminal_width=80)
+    assert result.exit_code == 0
+    headings = [line[:-1] for line in result.output.splitlines() if line.endswith(":")]
+    assert headings == [
+        "Options",
+        "Run",
+        "Steer a running run",
+        "Look back",
+        "Experiment",
+        "Set up",
+    ]
+    placed = [name for _, names in COMMAND_SECTIONS for name in names]
+    assert sorted(placed) == sorted(COMMANDS)  # every command under one heading, once
+    for name, (_, summary) in COMMANDS.items():  # whole, on its own line, within 80 columns
+        (line,) = [line for line in result.output.splitlines() if line.split()[:1] == [name]]
+        assert line.endswith(summary) and len(line) <= 80, line
+
+
+@pytest.mark.parametrize("group", ["experiment", "inbox", "limits", "prompts"])
+def test_a_command_groups_commands_each_fit_one_line_whole(group: str) -> None:
+    result = CliRunner().invoke(main, [group, "--help"], terminal_width=80)
+    listed = result.output.split("Commands:\n")[1].splitlines()
+    assert listed and all(len(line) <= 80 and not line.endswith("...") for line in listed)
+
+
+def test_ask_help_lists_its_options_under_headings_each_once() -> None:
+    from teamlead._cli.ask import ask
+
+    text = CliRunner().invoke(main, ["ask", "--help"]).output
+    headings = [line for line in text.splitlines() if line.endswith(":") and line[0] != " "]
+    assert headings == [
+        "Output:",
+        "The lead:",
+        "Time, resumes and cost:",
+        "Agents (the spawn gate):",
+        "Request relay (pacing against the API's limits):",
+        "Other options:",
+    ]
+    flags = [o for p in ask.params if isinstance(p, click.Option) for o in p.opts if "--" in o]
+    for flag in flags:
+        assert len(re.findall(rf"(?<![\w-]){re.escape(flag)}(?![\w-])\s", text)) >= 1, flag
+    other = text.split("Other options:")[1]
+    assert other.split() == ["-h,", "--help", "Show", "this", "message", "and", "exit."]
+
+
+@pytest.mark.parametrize(
+    ("args", "line"),
+    [
+        (["dmeo"], "no such command 'dmeo' (did you mean 'demo'?); see 'teamlead --help'"),
+        (
+            ["experiment", "rpeort"],
+            "no such command 'rpeort' (did you mean 'report'?); see 'teamlead experiment --help'",
+        ),
+        (["xyzzy"], "no such command 'xyzzy'; see 'teamlead --help'"),
+        (["ask"], "missing argument 'PROMPT'; see 'teamlead ask --help'"),
+        (
+            ["ask", "hi", "--verbos"],
+            "no such option '--verbos' (did you mean '--verbose'?); see 'teamlead ask --help'",
+        ),
+        (
+            ["relay", "--port", "x"],
+            "invalid value for '--port': 'x' is not a valid integer range; "
+            "see 'teamlead relay --help'",
+        ),
+    ],
+)
+def test_click_usage_errors_are_one_teamlead_error_line_naming_where_the_usage_is(
+    args: list[str], line: str
+) -> None:
+    result = CliRunner().invoke(main, args)
+    assert result.exit_code == 2
+    assert result.stderr.splitlines() == [f"teamlead: error: {line}"]
+
+
+def test_the_relay_and_the_view_name_their_port_alike() -> None:
+    for command in ("relay", "view"):
+        text = CliRunner().invoke(main, [command, "--help"]).output
+        assert "--port INTEGER RANGE" in text and "--relay-port" not in text, command
 
 
 @pytest.mark.parametrize(
@@ -160,7 +244,7 @@ def test_options_read_teamlead_env_vars() -> None:
     assert "unknown strategy 'not-a-strategy-from-env'" in result.output
     result = _invoke("ask", "hi", env={"TEAMLEAD_MAX_RESUMES": "-4"})
     assert result.exit_code == 2, result.output
-    assert "Invalid value for '--max-resumes': -4 is not in the range" in result.output
+    assert "invalid value for '--max-resumes': -4 is not in the range" in result.output
 
 
 def _commands(command: click.Command, path: str) -> list[tuple[str, click.Command]]:

@@ -1,5 +1,6 @@
-"""The run-control handle without the CLI: zcode's three-state amend, the live cap the gate's
-queue and the relay's hold follow, the subagent model, and calls from another thread.
+"""The run-control handle without the CLI: the amend's three states per field (left out,
+``None``, a value), the live cap the gate's queue and the relay's hold follow, the subagent
+model, and calls from another thread.
 
 The run is a real run state (:func:`teamlead._run.state.new_run`) with its spawn gate and
 agent ledger; Agent calls go through the gate's hook, workflow agents' first requests

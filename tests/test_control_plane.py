@@ -288,14 +288,31 @@ def test_a_verb_on_no_such_run_exits_4_with_one_line(verb: list[str]) -> None:
     args = [*verb, "0123456789ab", *(["--cap", "2"] if verb == ["amend"] else [])]
     result = _invoke(*args)
     assert result.exit_code == 4, result.output
-    assert result.output.strip() == "teamlead: no such run: '0123456789ab' (see `teamlead ps`)"
+    assert (
+        result.output.strip() == "teamlead: error: no such run: '0123456789ab' (see `teamlead ps`)"
+    )
+
+
+def test_ps_says_so_when_no_run_could_register_in_the_runtime_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A runtime directory that cannot be made (here: a file stands in its path) is one
+    error line with the fix, not an empty table that looks like no run is going."""
+    (tmp_path / "file").write_text("")
+    monkeypatch.setenv(RUNTIME, str(tmp_path / "file" / "runs"))
+    result = _invoke("ps")
+    assert result.exit_code == 1
+    assert result.output.splitlines() == [
+        f"teamlead: error: cannot use the runtime directory '{tmp_path / 'file' / 'runs'}': "
+        "Not a directory; set TEAMLEAD_RUNTIME_DIR to a directory of yours"
+    ]
 
 
 def test_a_finished_runs_entry_says_finished() -> None:
     _entry("aaaaaaaaaaaa", pid=_gone_pid())
     result = _invoke("pause", "aaaaaaaaaaaa")
     assert result.exit_code == 4
-    assert result.output.strip() == "teamlead: run 'aaaaaaaaaaaa' has already finished"
+    assert result.output.strip() == "teamlead: error: run 'aaaaaaaaaaaa' has already finished"
 
 
 def test_ps_escapes_a_hostile_command_and_keeps_it_raw_in_json() -> None:
@@ -747,3 +764,74 @@ async def test_every_bad_amend_value_is_refused_with_exit_2_and_changes_nothing(
     assert line.startswith("teamlead: error: ") and len(line) < 300, line
     assert (control.cap, control.subagent_model) == (3, None)
     assert state.drain_amends() == []
+
+
+def test_watch_says_each_record_in_the_words_of_the_progress_lines() -> None:
+    """What ``watch`` prints without ``--json``: the line ``ask``'s progress has for the
+    same fact (the task named from its start, the cost of a scripted model said as what
+    it is), one per record, and never a record dumped raw."""
+    from teamlead._cli.records import RecordLines
+    from teamlead.events import AgentUsage, Finished, SpawnQueued
+
+    records = [
+        {"type": "session", "version": 1, "session_id": "s-1"},
+        {
+            "type": "lead_turn",
+            "version": 1,
+            "message_id": "msg_scripted_1",
+            "text": "Go\n  now.",
+            "error": None,
+            "tool_names": ["Agent"],
+        },
+        json.loads(
+            SpawnQueued(
+                tool_use_id="t", description="scan", running=1, limit=1, position=1
+            ).to_json()
+        ),
+        {
+            "type": "task_started",
+            "version": 1,
+            "task_id": "k1",
+            "tool_use_id": "t",
+            "description": "scan",
+            "subagent_type": "explorer",
+        },
+        {"type": "task_progress", "version": 1, "task_id": "k1", "tokens": 5},
+        json.loads(
+            AgentUsage(
+                agent_id="a1b2c3d4e5f6a7b8",
+                kind="agent",
+                requests=3,
+                input_tokens=1000,
+                output_tokens=234,
+                last_tool="Grep",
+            ).to_json()
+        ),
+        {
+            "type": "task_ended",
+            "version": 1,
+            "task_id": "k1",
+            "status": "completed",
+            "source": "task_notification",
+            "summary": "FINDING",
+        },
+        {"type": "agent_usage", "version": 1, "agent_id": 7},
+        json.loads(
+            Finished(
+                status="completed", result="r", session_id="s-1", resumes=1, cost_usd=0.00358
+            ).to_json()
+        ),
+    ]
+    said = RecordLines()
+    assert [said.line(record) for record in records] == [
+        "session s-1",
+        "lead: Go now. [Agent]",
+        "queued 'scan': 1 of 1 running, position 1",
+        "task started: scan [explorer]",
+        None,
+        "usage of agent a1b2c3d4e5f6: 3 request(s), 1,234 tokens, last tool Grep",
+        "task completed: scan",
+        "agent_usage: (a record this version cannot read)",
+        "finished: completed after 1 resume(s), $0.0036 list-price estimate for a scripted "
+        "model, nothing charged",
+    ]

@@ -162,9 +162,12 @@ def test_the_scripted_server_refuses_a_bad_header_timing() -> None:
 
 
 @pytest.mark.slow  # a fresh interpreter or child process: seconds
+@pytest.mark.parametrize("variable", ["TEAMLEAD_PORT", "TEAMLEAD_RELAY_PORT"])
 def test_teamlead_relay_prints_its_url_first_forwards_and_closes_on_sigterm(
-    tmp_path: Path,
+    tmp_path: Path, variable: str
 ) -> None:
+    """``--port`` (one name with ``view``'s) keeps the relay's port; ``--relay-port``, its
+    old name, is still read, with a one-line warning."""
     with socket.socket() as probe:  # a port free a moment ago: the relay is told to take it
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -173,7 +176,7 @@ def test_teamlead_relay_prints_its_url_first_forwards_and_closes_on_sigterm(
             **os.environ,
             "XDG_CACHE_HOME": str(tmp_path),
             "PYTHONPATH": str(ROOT),
-            "TEAMLEAD_RELAY_PORT": str(port),  # every option also reads its variable
+            variable: str(port),  # every option also reads its variable
         }
         relay = subprocess.Popen(
             [sys.executable, "-m", "teamlead", "relay", "--upstream", server.base_url],
@@ -205,6 +208,10 @@ def test_teamlead_relay_prints_its_url_first_forwards_and_closes_on_sigterm(
                 relay.kill()
                 relay.communicate(timeout=30)
     assert relay.returncode == 0, err
+    renamed = ["teamlead: warning: --relay-port is now --port"]
+    assert [line for line in err.splitlines() if "warning" in line] == (
+        renamed if variable == "TEAMLEAD_RELAY_PORT" else []
+    )
     assert len(server.recorded()) == 1
     assert (tmp_path / "teamlead" / "limits.sqlite3").is_file()  # it shares the store
     with pytest.raises(httpx2.TransportError):

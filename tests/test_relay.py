@@ -26,6 +26,8 @@ from teamlead._relay import (
     RelayConfig,
     RelayError,
     RelayPool,
+    UpstreamUnreachable,
+    check_reachable,
     classify,
     relay_applicable,
     start_relay,
@@ -774,3 +776,34 @@ async def test_a_relay_stopped_with_streams_in_flight_restarts_on_its_port_at_on
         with pytest.raises(RelayError, match="Address already in use"):  # no SO_REUSEPORT
             async with start_relay(server.base_url, fake_governor(), config=config):
                 pass
+
+
+async def test_an_upstream_that_fails_tls_is_named_with_the_cause_before_any_request() -> None:
+    """``https`` to a server that speaks plain HTTP: the start of a run says so in one
+    line (the URL, the TLS failure, the fix), before the CLI sends anything."""
+    import asyncio
+
+    async def plain_http(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        writer.write(b"HTTP/1.1 400 Bad Request\r\ncontent-length: 0\r\n\r\n")
+        writer.close()
+
+    server = await asyncio.start_server(plain_http, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        with pytest.raises(UpstreamUnreachable) as caught:
+            await check_reachable(f"https://key:secret@127.0.0.1:{port}/v1")
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert str(caught.value) == (
+        f"cannot connect to ANTHROPIC_BASE_URL https://127.0.0.1:{port}: the TLS handshake "
+        "failed; set ANTHROPIC_BASE_URL to your API's address, or unset it for the Anthropic API"
+    )
+
+
+async def test_an_upstream_that_answers_passes_the_start_check_whatever_it_answers() -> None:
+    """An upstream that is there passes, whatever it would answer (here a 529 to every
+    request): overloads and rate limits are the relay's to hold, never a reason to stop."""
+    with ScriptedServer(lambda request: Reply.error(529)) as upstream:
+        await check_reachable(upstream.base_url)
+        assert upstream.recorded() == []  # a connection only: no request reached it

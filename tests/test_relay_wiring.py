@@ -442,3 +442,30 @@ async def test_a_pause_past_the_runs_deadline_reaches_the_cli_at_once() -> None:
     assert len(recorded) == 1
     limited = [i for i in items if isinstance(i, RateLimited)]
     assert [(e.outcome, e.retry_after_s) for e in limited] == [("passed", 60.0)]
+
+
+async def test_a_run_on_an_upstream_that_refuses_ends_before_its_cli_starts() -> None:
+    """The library's entry point says a wrong ``ANTHROPIC_BASE_URL`` as the CLI does: a
+    ``SetupError`` naming it, the cause and the fix, raised before the run's CLI (here
+    its ``query_fn``) is started at all."""
+    started: list[Any] = []
+
+    async def query_fn(**kwargs: Any) -> AsyncIterator[Any]:
+        started.append(kwargs)
+        yield ResultMessage(
+            subtype="success", duration_ms=1, duration_api_ms=1, is_error=False,
+            num_turns=1, session_id="s", result="never",
+        )  # fmt: skip
+
+    with socket.socket() as dead:  # bound, never listening: connections are refused
+        dead.bind(("127.0.0.1", 0))
+        port = dead.getsockname()[1]
+        options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}"})
+        with pytest.raises(teamlead.SetupError) as caught:
+            async for _ in teamlead.query("x", options, query_fn=query_fn):
+                pass
+    assert started == []
+    assert str(caught.value) == (
+        f"cannot connect to ANTHROPIC_BASE_URL http://127.0.0.1:{port}: connection refused; "
+        "set ANTHROPIC_BASE_URL to your API's address, or unset it for the Anthropic API"
+    )

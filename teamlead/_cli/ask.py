@@ -18,6 +18,7 @@ from .._otel import run_labels
 from ..errors import UsageError
 from ..policy import MAX_SECONDS
 from .exitcodes import handle_errors
+from .help import RUN_SECTIONS, SectionedCommand
 from .options import (
     FiniteFloatRange,
     Output,
@@ -284,7 +285,7 @@ def settings_from_options(
     )
 
 
-@click.command()
+@click.command(cls=SectionedCommand, sections=RUN_SECTIONS)
 @click.argument("prompt")
 @option(
     "--strategy",
@@ -295,7 +296,7 @@ def settings_from_options(
 @run_options
 @handle_errors
 def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **kw: Any) -> None:
-    """Ask the lead; wait for its agents and teammates; resume until one answer uses every result.
+    """Ask the lead; resume it until its answer uses every result.
 
     PROMPT is the task; `-` reads it from stdin.
     """
@@ -317,7 +318,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
     sys.exit(_at_the_terminal(settings, options, controls, run, output, verbose))
 
 
-@click.command()
+@click.command(cls=SectionedCommand, sections=RUN_SECTIONS)
 @click.argument("session_id")
 @option(
     "--strategy",
@@ -330,7 +331,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 def resume(
     session_id: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **kw: Any
 ) -> None:
-    """Collect the unused results of SESSION_ID and resume its lead.
+    """Collect a session's unused results and resume its lead.
 
     With --session-store, a session that ran on another machine is brought here from the
     store: run it in the directory the session ran in.

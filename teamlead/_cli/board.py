@@ -345,7 +345,7 @@ async def _serve(sock: socket.socket, board: Board) -> None:
 )
 @handle_errors
 def view(log: Path | None, port: int) -> None:
-    """Serve a live web page of your runs, with pause and stop buttons, until Ctrl-C.
+    """Serve a live web page of your runs, to watch and steer them.
 
     For a run picked, the page shows its agent tree (state, tokens, requests, last tool,
     duration of each agent), its queue, held requests and waiting approvals, and the

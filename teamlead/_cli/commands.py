@@ -9,71 +9,63 @@ runs (``ps``, ``stop``, ``pause``, ``unpause``, ``amend``, ``watch``) in :mod:`.
 A command's module is imported only when that command runs (:class:`LazyGroup`): most of
 them load the SDK, which takes a second or more, while ``teamlead --help`` and the verbs
 people type at a running run (``ps``, ``stop``, ``pause``) start in a fraction of that.
-The group's own help lists each command's one-line summary from :data:`COMMANDS`, which a
-test keeps equal to the command's own. The entry point (:mod:`.startup`) imports this
-module only once it takes the stop signals.
+The group's own help lists each command's one-line summary from :data:`COMMANDS` (which a
+test keeps equal to the command's own) under the headings of :data:`COMMAND_SECTIONS`. The
+entry point (:mod:`.startup`) imports this module only once it takes the stop signals.
 """
 
 from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import click
 
 from .._version import __version__
 from .exitcodes import SafeErrorsGroup
 
-__all__ = ["COMMANDS", "LazyGroup", "main"]
+__all__ = ["COMMANDS", "COMMAND_SECTIONS", "LazyGroup", "main"]
 
 #: Each command: where it is (``module:attribute`` under ``teamlead._cli``) and its one-line
-#: summary, as ``teamlead --help`` shows it without loading the command.
+#: summary, as ``teamlead --help`` shows it without loading the command (short enough to
+#: fit an 80-column terminal beside the longest name).
 COMMANDS: dict[str, tuple[str, str]] = {
     "amend": ("runs:amend", "Change a running run's agent cap or subagent model."),
-    "ask": (
-        "ask:ask",
-        "Ask the lead; wait for its agents and teammates; resume until one answer uses every "
-        "result.",
-    ),
-    "demo": (
-        "demo:demo",
-        "Run a real `ask` offline: the bundled CLI against a built-in scripted model.",
-    ),
+    "ask": ("ask:ask", "Ask the lead; resume it until its answer uses every result."),
+    "demo": ("demo:demo", "Run a real `ask` offline, on a built-in scripted model."),
     "experiment": (
         "experiment:experiment",
-        "Prompt-strategy A/B experiments with honest statistics.",
+        "A/B experiments on strategy prompts, with statistics.",
     ),
-    "inbox": ("inbox:inbox", "Team-lead inboxes (read-only)."),
+    "inbox": ("inbox:inbox", "Read the team-lead inboxes (read-only)."),
     "pause": ("runs:pause", "Pause a run: no new agent starts, no new request goes out."),
-    "prompts": ("prompts:prompts", "Delegation strategy prompts."),
-    "limits": (
-        "limits:limits",
-        "Show the limits the governor learnt for each account (no secrets), or clear them.",
-    ),
-    "ps": ("runs:ps", "List your running teamlead runs (with --all, the finished ones too)."),
-    "show": (
-        "history:show",
-        "Show a finished run from the run history: its prompt, answer and agents.",
-    ),
+    "prompts": ("prompts:prompts", "List and show the delegation strategy prompts."),
+    "limits": ("limits:limits", "Show or clear the limits the relay learnt per account."),
+    "ps": ("runs:ps", "List your runs (with --all, the finished ones too)."),
+    "show": ("history:show", "Show a finished run: its prompt, answer and agents."),
     "sessions": ("sessions:sessions", "List the sessions a session store holds, newest first."),
-    "relay": (
-        "relay:relay",
-        "Serve the pacing relay for any Claude Code client until Ctrl-C or SIGTERM.",
-    ),
-    "resume": ("ask:resume", "Collect the unused results of SESSION_ID and resume its lead."),
+    "relay": ("relay:relay", "Serve the pacing relay for any Claude Code client."),
+    "resume": ("ask:resume", "Collect a session's unused results and resume its lead."),
     "serve-scripted": (
         "demo:serve_scripted",
-        "Serve a scripted model on loopback for manual runs of the CLI or an app.",
+        "Serve a scripted model on loopback, to try runs offline.",
     ),
-    "stop": ("runs:stop", "Stop runs: each wraps up from the finished work, as at its deadline."),
+    "stop": ("runs:stop", "Stop runs: each wraps up from the work finished so far."),
     "unpause": ("runs:unpause", "Let a paused run go on."),
-    "view": (
-        "board:view",
-        "Serve a live web page of your runs, with pause and stop buttons, until Ctrl-C.",
-    ),
-    "watch": ("runs:watch", "Follow a run's events live, as `ask --json` writes them."),
+    "view": ("board:view", "Serve a live web page of your runs, to watch and steer them."),
+    "watch": ("runs:watch", "Follow a run's events live, one line each (or --json)."),
 }
+
+#: ``teamlead --help``'s sections: what a person comes to do, and the commands for it.
+#: A command no section names is listed under "Other commands" (a test keeps it empty).
+COMMAND_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Run", ("ask", "resume", "demo")),
+    ("Steer a running run", ("ps", "watch", "view", "pause", "unpause", "amend", "stop")),
+    ("Look back", ("show", "sessions", "inbox")),
+    ("Experiment", ("experiment", "prompts")),
+    ("Set up", ("relay", "limits", "serve-scripted")),
+)
 
 
 class LazyGroup(SafeErrorsGroup):
@@ -82,11 +74,19 @@ class LazyGroup(SafeErrorsGroup):
     Args:
         lazy: each command's ``module:attribute`` (relative to this package) and its
             one-line summary for the group's help.
+        sections: the group's help's headings and the commands under each.
     """
 
-    def __init__(self, *args: object, lazy: Mapping[str, tuple[str, str]], **kwargs: object):
+    def __init__(
+        self,
+        *args: object,
+        lazy: Mapping[str, tuple[str, str]],
+        sections: Sequence[tuple[str, Sequence[str]]] = (),
+        **kwargs: object,
+    ):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self._lazy = dict(lazy)
+        self._sections = tuple((title, tuple(names)) for title, names in sections)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted({*super().list_commands(ctx), *self._lazy})
@@ -109,25 +109,29 @@ class LazyGroup(SafeErrorsGroup):
         return self._lazy[name][1]
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """click's own list of commands, with the summaries of those not loaded yet read
-        from the table: ``--help`` loads no command."""
-        names = self.list_commands(ctx)
-        if not names:
-            return
-        limit = formatter.width - 6 - max(len(name) for name in names)
-        rows = []
-        for name in names:
+        """The commands under :data:`COMMAND_SECTIONS`' headings, each with its one-line
+        summary (those not loaded yet read from the table: ``--help`` loads no command)."""
+        commands: dict[str, click.Command] = {}
+        for name in self.list_commands(ctx):
             command = self.commands.get(name) or click.Command(name, help=self.summary(name))
             if not command.hidden:
-                rows.append((name, command.get_short_help_str(limit)))
-        if rows:
-            with formatter.section("Commands"):
-                formatter.write_dl(rows)
+                commands[name] = command
+        sections = [*self._sections, ("Other commands", tuple(commands))]
+        for title, members in sections:
+            shown = [name for name in members if name in commands]
+            if not shown:
+                continue
+            limit = formatter.width - 6 - max(len(name) for name in shown)
+            with formatter.section(title):
+                formatter.write_dl(
+                    [(name, commands.pop(name).get_short_help_str(limit)) for name in shown]
+                )
 
 
 @click.group(
     cls=LazyGroup,
     lazy=COMMANDS,
+    sections=COMMAND_SECTIONS,
     context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 100},
 )
 @click.version_option(__version__, prog_name="teamlead")

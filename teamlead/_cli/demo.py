@@ -24,9 +24,9 @@ import anyio
 import click
 
 from .._redact import terminal_safe
-from .exitcodes import handle_errors
+from .exitcodes import EXIT_INTERRUPTED, handle_errors
 from .options import Output, no_relay_option, option, output_mode
-from .signals import release_stop_signals
+from .signals import Interruptible, release_stop_signals
 
 __all__ = [
     "demo",
@@ -46,8 +46,10 @@ def run_demo(
 
     Then, with ``compare`` and progress on stderr (not ``--json`` or ``--quiet``), the same
     script runs once more under a bare ``claude_agent_sdk.query``, and what each returned
-    is printed side by side. Everything lives in a temporary directory that is removed
-    afterwards. Returns the exit code of the teamlead run.
+    is printed side by side; a demo stopped by Ctrl-C (or SIGTERM, SIGHUP) stops there,
+    with no comparison and no resume hint (its session goes with its directory).
+    Everything lives in a temporary directory that is removed afterwards. Returns the exit
+    code of the teamlead run.
     """
     from ..coordinator import query_stream
     from ..events import Finished
@@ -89,13 +91,19 @@ def run_demo(
                             finished.append(item)
                         yield item
 
-            code = run_session(items, run, output=output, verbose=verbose, scripted=True)
-        if compare and finished and output not in ("json", "quiet"):
-            click.echo(
-                "teamlead: now the same script under a bare claude_agent_sdk.query ...", err=True
+            code = run_session(
+                items, run, output=output, verbose=verbose, scripted=True, resumable=False
             )
-            bare = anyio.run(_bare_query, Path(tmp) / "bare")
-            _print_comparison(bare, finished[0])
+        if code == EXIT_INTERRUPTED or not compare or output in ("json", "quiet") or not finished:
+            return code  # a stopped demo stops: no comparison with a run cut short
+        click.echo(
+            "teamlead: now the same script under a bare claude_agent_sdk.query ...", err=True
+        )
+        bare = Interruptible(lambda: _bare_query(Path(tmp) / "bare")).run()
+        if bare.interrupted is not None or bare.result is None:
+            click.echo("teamlead: interrupted; the comparison was not finished", err=True)
+            return EXIT_INTERRUPTED
+        _print_comparison(bare.result, finished[0])
     return code
 
 
@@ -220,8 +228,10 @@ def _is_terminal(stream: IO[str]) -> bool:
 
 #: What the CLI (or an app that runs it) needs to talk to the scripted model and nothing
 #: else: a key of any kind, no retries of an injected fault (else a 429 or 529 scenario
-#: backs off for minutes and looks hung), no traffic besides the model requests, and no
-#: proxy between it and the loopback address.
+#: backs off for minutes and looks hung), no traffic besides the model requests, no
+#: proxy between it and the loopback address, and a ``teamlead ask`` whose learnt limits
+#: stay in its process (a scripted model's limits are the script's: written to the
+#: machine's store, they would sit there, under a port soon dead, beside a real account's).
 _OFFLINE_VARS = (
     ("ANTHROPIC_API_KEY", "offline"),
     ("CLAUDE_CODE_MAX_RETRIES", "0"),
@@ -230,6 +240,7 @@ _OFFLINE_VARS = (
     ("DISABLE_TELEMETRY", "1"),
     ("DISABLE_ERROR_REPORTING", "1"),
     ("NO_PROXY", "127.0.0.1,::1"),
+    ("TEAMLEAD_LIMITS", "process"),
 )
 
 
@@ -333,11 +344,11 @@ def serve_scenario(
 @no_relay_option()
 @handle_errors
 def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
-    """Run a real `ask` offline: the bundled CLI against a built-in scripted model.
+    """Run a real `ask` offline, on a built-in scripted model.
 
     Three parallel agents, an inbox teammate, and a failed synthesis that teamlead resumes;
     then the same script under a bare claude_agent_sdk.query, side by side. Needs no API
-    key and no network.
+    key and no network. Ctrl-C stops it there (nothing to resume: its files go with it).
     """
     sys.exit(run_demo(output_mode(json_, quiet), verbose=verbose, relay=not no_relay))
 
@@ -365,7 +376,7 @@ def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
 def serve_scripted(
     scenario: str, list_: bool, port: int, concurrency_limit: int | None, log_requests: str
 ) -> None:
-    """Serve a scripted model on loopback for manual runs of the CLI or an app.
+    """Serve a scripted model on loopback, to try runs offline.
 
     It prints the `export` line to paste into the shell that runs the CLI, `teamlead ask`
     or your app; `--list` shows the scenarios.

@@ -7,12 +7,15 @@ from the command's first instant: see :mod:`.startup`).
 :func:`handle_errors` turns teamlead's errors into one line on stderr and the matching
 code, never a traceback, also when a task group wraps them in an exception group.
 :class:`SafeErrorsGroup` gives click's own usage errors (which quote what was typed) the
-same terminal-safe escaping.
+same terminal-safe escaping and the same one line: ``teamlead: error: <what is wrong>;
+see 'teamlead CMD --help'`` (click's own is a usage block, a hint and ``Error: ...``).
 """
 
 from __future__ import annotations
 
+import difflib
 import functools
+import re
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
@@ -40,6 +43,7 @@ __all__ = [
     "exit_code_for",
     "fail",
     "handle_errors",
+    "one_line",
     "tell",
 ]
 
@@ -78,10 +82,9 @@ def tell(exc: BaseException) -> int:
     """Print teamlead error ``exc`` as its one line on stderr; returns its exit code (4 no
     such run, 2 a usage error, else 1). For a command that goes on after one (``stop``
     of several runs)."""
-    if isinstance(exc, NoSuchRun):
-        click.echo(f"teamlead: {terminal_safe(str(exc))}", err=True)
-        return EXIT_NO_RUN
     click.echo(f"teamlead: {terminal_safe(f'error: {exc}')}", err=True)
+    if isinstance(exc, NoSuchRun):
+        return EXIT_NO_RUN
     return EXIT_USAGE if isinstance(exc, UsageError) else EXIT_FAILED
 
 
@@ -127,13 +130,15 @@ def handle_errors(func: _F) -> _F:
 
 
 class SafeErrorsGroup(click.Group):
-    """A click group whose usage errors print what was typed with control characters escaped.
+    """A click group whose usage errors are one ``teamlead: error: ...`` line, escaped.
 
     Click quotes the offending input in its messages (an unexpected extra argument, an
     unknown option, a bad value); those go through
     :func:`~teamlead._redact.terminal_safe` like every other line teamlead prints, so
     an argument holding an OSC or CSI sequence cannot retitle or clear the terminal.
-    Exit code and wording are click's (2, ``Error: ...``).
+    They are shown as teamlead's own errors are, in one line that ends with where the
+    usage is (``see 'teamlead ask --help'``); the exit code is click's (2). A command
+    that is none of the group's is answered with the nearest one (``did you mean``).
     """
 
     def make_context(
@@ -146,25 +151,58 @@ class SafeErrorsGroup(click.Group):
         try:
             return super().make_context(info_name, args, parent, **extra)
         except click.ClickException as exc:
-            _escape(exc)
+            _in_house_style(exc)
             raise
 
     def invoke(self, ctx: click.Context) -> Any:
         try:
             return super().invoke(ctx)
         except click.ClickException as exc:  # a subcommand's parse error, or a callback's
-            _escape(exc)
+            _in_house_style(exc)
             raise
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        """click's lookup, with the nearest command named when the word is none."""
+        name = click.utils.make_str(args[0])
+        if self.get_command(ctx, name) is None and not ctx.resilient_parsing:
+            near = difflib.get_close_matches(name, self.list_commands(ctx), n=1, cutoff=0.6)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise click.UsageError(f"no such command {name!r}{hint}", ctx)
+        return super().resolve_command(ctx, args)
 
-def _escape(exc: click.ClickException) -> None:
-    """Make ``exc``'s message terminal-safe when it is shown (newlines kept); once only."""
-    if getattr(exc, "_teamlead_escaped", False):
+
+def _in_house_style(exc: click.ClickException) -> None:
+    """Show ``exc`` as one terminal-safe ``teamlead: error:`` line (set once only)."""
+    if getattr(exc, "_teamlead_styled", False):
         return
-    formatted = exc.format_message
+    exc._teamlead_styled = True  # type: ignore[attr-defined]
+    context = exc.ctx if isinstance(exc, click.UsageError) else None
 
-    def format_message() -> str:
-        return terminal_safe(formatted(), keep_newlines=True)
+    def show(file: Any = None) -> None:
+        click.echo(f"teamlead: error: {one_line(exc, context)}", file=file, err=file is None)
 
-    exc.format_message = format_message  # type: ignore[method-assign]
-    exc._teamlead_escaped = True  # type: ignore[attr-defined]
+    exc.show = show  # type: ignore[method-assign]
+
+
+def one_line(exc: click.ClickException, context: click.Context | None = None) -> str:
+    """``exc``'s message as teamlead says an error: one line, lower case first, no final
+    full stop, control characters escaped, and then where the usage is when the error is
+    about usage (``context``, the command it was met in).
+
+    Example:
+        >>> one_line(click.UsageError("Missing argument 'PROMPT'."))
+        "missing argument 'PROMPT'"
+    """
+    text = " ".join(exc.format_message().split()).rstrip(".")
+    text = re.sub(r"\. Did you mean (.+)\?$", r" (did you mean \1?)", text)
+    text = terminal_safe(text[:1].lower() + text[1:])
+    if context is None:
+        return text
+    words = []
+    while context is not None:
+        words.append(context.info_name or "")
+        context = context.parent
+    words[-1] = "teamlead"  # the program, however it was started (python -m teamlead)
+    return f"{text}; see '{' '.join(reversed(words))} --help'"

@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from ..errors import SetupError, UsageError
-from .exitcodes import EXIT_PARTIAL, handle_errors
+from .exitcodes import EXIT_PARTIAL, SafeErrorsGroup, handle_errors
 from .options import (
     limits_from_options,
     no_relay_option,
@@ -53,9 +53,9 @@ def require_experiment_extra(*, grader: bool = False) -> None:
         )
 
 
-@click.group()
+@click.group(cls=SafeErrorsGroup)
 def experiment() -> None:
-    """Prompt-strategy A/B experiments with honest statistics."""
+    """A/B experiments on strategy prompts, with statistics."""
 
 
 @experiment.command("run")
@@ -94,7 +94,7 @@ def experiment_run(
     session_store: str | None,
     **limits: Any,
 ) -> None:
-    """Run every task x variant x trial of SPEC as a full coordinator run.
+    """Run each task x variant x trial of SPEC, a full run each.
 
     With --backend ray each trial is a Ray task on the cluster at RAY_ADDRESS (or a local
     Ray started for the run); this process still writes trials.jsonl, so runs resume alike.
@@ -123,9 +123,12 @@ def experiment_run(
         limits=limits_from_options(**limits),
         session_store=session_store.strip() if session_store and session_store.strip() else None,
     )
+    from .team_view import cost_text
+
     click.echo(
         f"ran {summary.ran} trial(s), skipped {summary.skipped} finished, {summary.failed} failed, "
-        f"{summary.retried} retried, {summary.rate_limited} rate-limited, ${summary.cost_usd:.4f}"
+        f"{summary.retried} retried, {summary.rate_limited} rate-limited, "
+        f"{cost_text(summary.cost_usd, scripted=summary.scripted)}"
     )
     if summary.stopped_reason:
         click.echo(f"teamlead: stopped early: {summary.stopped_reason}", err=True)
@@ -143,7 +146,10 @@ def experiment_run(
 )
 @option("--control", help="Control variant (default: the spec's, recorded in the trials).")
 @option(
-    "--seed", type=int, default=0, show_default=True, help="Seed for bootstrap and permutations."
+    "--seed",
+    type=click.IntRange(min=0),
+    help="Seed for bootstrap and permutations [default: the spec's `seed`, recorded in DIR "
+    "by the run; 0 if none is].",
 )
 @option("--no-plots", is_flag=True, help="Skip the PNG plots.")
 @option(
@@ -172,15 +178,16 @@ def experiment_report(
     json_: bool,
     out_file: str | None,
     control: str | None,
-    seed: int,
+    seed: int | None,
     no_plots: bool,
     permutations: int,
     mde_simulations: int,
     html_file: str | None,
 ) -> None:
-    """Statistics for the trials in DIR: rates, paired comparisons, verdicts, plots.
+    """Statistics for DIR's trials: rates, comparisons, verdicts.
 
-    Writes report.md, report.json and PNG plots into DIR (plots need the plots extra);
+    The rates per variant, paired comparisons with the control, verdicts and plots. Writes
+    report.md, report.json and PNG plots into DIR (plots need the plots extra);
     with --json it writes nothing and prints the JSON, unless --out or --html ask for a file.
     """
     require_experiment_extra()

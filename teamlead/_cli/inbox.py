@@ -15,7 +15,7 @@ import click
 
 from .._redact import terminal_safe
 from ..errors import InboxError, UsageError
-from .exitcodes import handle_errors
+from .exitcodes import SafeErrorsGroup, handle_errors
 from .options import option
 
 if TYPE_CHECKING:
@@ -67,9 +67,9 @@ def inbox_document(found: Team, read: InboxRead) -> dict[str, Any]:
     }
 
 
-@click.group()
+@click.group(cls=SafeErrorsGroup)
 def inbox() -> None:
-    """Team-lead inboxes (read-only)."""
+    """Read the team-lead inboxes (read-only)."""
 
 
 @inbox.command("show")
@@ -78,7 +78,7 @@ def inbox() -> None:
 @option("--json", "json_", is_flag=True, help="One JSON document.")
 @handle_errors
 def inbox_show(session_id: str | None, team: str | None, json_: bool) -> None:
-    """Show a team's config and its team-lead inbox without changing anything."""
+    """Show a team's config and its team-lead inbox (read-only)."""
     from .._claude.inbox import read_inbox
     from .._claude.team import claude_config_dir
 

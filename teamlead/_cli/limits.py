@@ -19,7 +19,7 @@ from typing import Any
 import click
 
 from .._redact import terminal_safe
-from .exitcodes import handle_errors
+from .exitcodes import SafeErrorsGroup, handle_errors
 from .options import option
 
 __all__ = ["limits"]
@@ -78,7 +78,7 @@ def _line(row: dict[str, Any], now: float) -> str:
     return terminal_safe("  ".join(str(p) for p in parts))
 
 
-@click.group("limits", invoke_without_command=True)
+@click.group("limits", cls=SafeErrorsGroup, invoke_without_command=True)
 @option(
     "--limits",
     "limits_shared",
@@ -90,7 +90,7 @@ def _line(row: dict[str, Any], now: float) -> str:
 @click.pass_context
 @handle_errors
 def limits(ctx: click.Context, limits_shared: str, json_: bool) -> None:
-    """Show the limits the governor learnt for each account (no secrets), or clear them.
+    """Show or clear the limits the relay learnt per account.
 
     An entry's key is its account (the upstream's host and a hash of it and the
     credential), then provider/model.
@@ -120,8 +120,11 @@ def limits(ctx: click.Context, limits_shared: str, json_: bool) -> None:
 @click.pass_obj
 @handle_errors
 def clear(spec: str, key: str | None) -> None:
-    """Drop KEY's learnt limits (a key as listed, or an account: all its entries), or
-    every entry; the next run starts from the relay's own start."""
+    """Drop the learnt limits of KEY, or every entry.
+
+    KEY is a key as listed, or an account (all its entries); without KEY every entry is
+    dropped. The next run starts from the relay's own start.
+    """
     account = _opened(spec)
     if account is None:
         click.echo("teamlead: no learnt limits in the store: nothing to clear")

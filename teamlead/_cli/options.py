@@ -116,16 +116,15 @@ def overload_hold_option() -> Callable[[_F], _F]:
     )
 
 
-def session_store_option() -> Callable[[_F], _F]:
+def session_store_option(
+    help: str = "Keep the session's transcripts (and workflow journals) in this store too, so "
+    "another machine can resume it: redis://HOST:PORT/DB, rediss://… or sqlite:///PATH "
+    "[default: the local files only].",
+) -> Callable[[_F], _F]:
     """``--session-store`` (``TEAMLEAD_SESSION_STORE``): where the session's transcripts are
-    kept off the machine (see the README's "Durable runs across machines")."""
-    return option(
-        "--session-store",
-        metavar="URL",
-        help="Keep the session's transcripts (and workflow journals) in this store too, so "
-        "another machine can resume it: redis://HOST:PORT/DB, rediss://… or sqlite:///PATH "
-        "[default: the local files only].",
-    )
+    kept off the machine (see the README's "Durable runs across machines"); ``help`` says
+    what the command does with it."""
+    return option("--session-store", metavar="URL", help=help)
 
 
 def _named_limits(values: tuple[str, ...], flag: str) -> dict[str, int]:

@@ -170,7 +170,7 @@ def report_for(
     out_dir: Path,
     *,
     control: str | None,
-    seed: int,
+    seed: int | None,
     json_: bool,
     plots: bool,
     html: Path | None = None,
@@ -180,7 +180,9 @@ def report_for(
     """Build the report of ``out_dir``; returns (report, text to print, warnings).
 
     ``permutations`` and ``mde_simulations`` size the permutation tests and the simulated
-    minimum detectable effects (see :func:`~teamlead.experiment.build_report`).
+    minimum detectable effects (see :func:`~teamlead.experiment.build_report`). ``seed``
+    ``None`` is the spec's, as the run recorded it in ``out_dir`` (0 when none is), so the
+    report names the seed it really used.
 
     The Markdown form also writes ``report.md``, ``report.json`` and, when matplotlib is
     installed, the PNG plots into ``out_dir`` (without matplotlib they are skipped with a
@@ -214,10 +216,13 @@ def report_for(
             f"(variants: {', '.join(sorted(variants)) or 'none'})"
         )
     primary = meta.get("primary_metric")
+    if seed is None:
+        recorded = meta.get("seed")
+        seed = recorded if isinstance(recorded, int) and not isinstance(recorded, bool) else 0
     report = build_report(
         read.records,
         control=control,
-        seed=seed,
+        seed=max(0, seed),
         n_permutations=permutations,
         mde_simulations=mde_simulations,
         primary=primary if isinstance(primary, str) else PRIMARY_METRIC,

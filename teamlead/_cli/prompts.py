@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import click
 
-from .exitcodes import handle_errors
+from .exitcodes import SafeErrorsGroup, handle_errors
 from .options import option
 
 __all__ = ["prompts"]
 
 
-@click.group()
+@click.group(cls=SafeErrorsGroup)
 def prompts() -> None:
-    """Delegation strategy prompts."""
+    """List and show the delegation strategy prompts."""
 
 
 @prompts.command("list")
@@ -41,7 +41,7 @@ def prompts_list() -> None:
 def prompts_show(
     name: str, max_concurrent_agents: int | None, max_agents_per_turn: int | None
 ) -> None:
-    """Show strategy NAME (or a path) rendered with its placeholders filled."""
+    """Show strategy NAME (or a path), its placeholders filled."""
     from ..prompts import default_values, load_strategy
 
     strategy = load_strategy(name)

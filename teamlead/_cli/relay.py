@@ -88,10 +88,16 @@ def _governor(upstream: str, limits: Any) -> Any:
     )
 
 
-async def _serve_cli(upstream: str, limits: Any, port: int, argv: Sequence[str]) -> int:
+async def _serve_cli(
+    upstream: str, limits: Any, port: int, argv: Sequence[str], setting: str | None
+) -> int:
     """Serve the relay while ``argv`` (the CLI and its arguments) runs through it; returns
-    the exit code teamlead exits with."""
-    from .._relay import RelayConfig, start_relay
+    the exit code teamlead exits with. An upstream the user set (``setting``: where) that
+    cannot be reached ends it before the CLI starts, in one line."""
+    from .._relay import RelayConfig, check_reachable, start_relay
+
+    if setting is not None:
+        await check_reachable(upstream, setting=setting)
 
     governor = _governor(upstream, limits)
     try:
@@ -239,24 +245,34 @@ class _RelayCommand(click.Command):
     help="Where requests go [default: ANTHROPIC_BASE_URL, else https://api.anthropic.com].",
 )
 @option(
-    "--relay-port",
-    "port",
+    "--port",
     type=click.IntRange(0, 65535),
     default=0,
     show_default=True,
     help="The loopback port to listen on, for a base URL that stays the same (0: any free one).",
+)
+@option(
+    "--relay-port",
+    type=click.IntRange(0, 65535),
+    hidden=True,
+    help="The old name of --port (still read, with a warning).",
 )
 @option("--quiet", "-q", is_flag=True, help="No live line on the terminal.")
 @with_limits_options
 @click.argument("claude_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- CLAUDE_ARGS...]")
 @handle_errors
 def relay(
-    upstream: str | None, port: int, quiet: bool, claude_args: tuple[str, ...], **kw: Any
+    upstream: str | None,
+    port: int,
+    relay_port: int | None,
+    quiet: bool,
+    claude_args: tuple[str, ...],
+    **kw: Any,
 ) -> None:
-    """Serve the pacing relay for any Claude Code client until Ctrl-C or SIGTERM.
+    """Serve the pacing relay for any Claude Code client.
 
     Prints ANTHROPIC_BASE_URL=http://127.0.0.1:PORT/<prefix> first; point a client at it.
-    Requests are paced with teamlead's own runs.
+    Requests are paced with teamlead's own runs. It serves until Ctrl-C or SIGTERM.
 
     With --, it runs the Claude Code CLI that claude-agent-sdk bundles through the relay,
     with the arguments after it: `teamlead relay --` for an interactive session,
@@ -265,6 +281,9 @@ def relay(
     """
     from .._relay import relay_applicable
 
+    if relay_port is not None:  # the name it had before `view`'s and this one were one
+        click.echo("teamlead: warning: --relay-port is now --port", err=True)
+        port = port or relay_port
     limits = limits_from_options(**kw)
     env = dict(os.environ)
     if upstream is not None:
@@ -282,6 +301,13 @@ def relay(
     if run_cli:
         argv = [_cli_to_run(), *claude_args]
         defer_stop_signals()  # a stop from here is noted until the CLI runs, then ends it
-        sys.exit(anyio.run(_serve_cli, applicable.upstream, limits, port, argv))
+        setting = (
+            "--upstream"
+            if upstream is not None
+            else "ANTHROPIC_BASE_URL"
+            if (env.get("ANTHROPIC_BASE_URL") or "").strip()
+            else None
+        )
+        sys.exit(anyio.run(_serve_cli, applicable.upstream, limits, port, argv, setting))
     live = sys.stderr if sys.stderr.isatty() and not quiet else None
     Interruptible(lambda: _serve(applicable.upstream, limits, live, port), stop=lambda: None).run()

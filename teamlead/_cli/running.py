@@ -287,6 +287,7 @@ def run_session(
     stderr: IO[str] | None = None,
     scripted: bool = False,
     controls: Controls | None = None,
+    resumable: bool = True,
 ) -> int:
     """Drive ``items()`` to its :class:`Finished` event with progress output; returns the exit code.
 
@@ -298,9 +299,12 @@ def run_session(
     progress goes to stderr, and on a terminal (not ``quiet``) the run ends there with the
     result cards (:mod:`~teamlead._cli.cards`), one row per agent of ``Finished.tasks``.
     SIGINT/SIGTERM/SIGHUP stop the CLI child and all it started at once (SIGTERM, then
-    SIGKILL after 2 s), print the session id to resume, and return 130.
-    ``scripted`` says the model is scripted (the demo): the progress names no dollar cost,
-    as it does once it sees a message of teamlead's scripted model server.
+    SIGKILL after 2 s), print the session id to resume (unless the run is not
+    ``resumable``: the demo's session and scripted model are gone once it returns), and
+    return 130.
+    ``scripted`` says the model is scripted (the demo): the progress says its cost is the
+    CLI's list-price estimate, nothing charged, as it does once it sees a message of
+    teamlead's scripted model server.
     ``controls`` (the approval queue and the keys, whose ``can_use_tool`` the options of
     ``items`` carry) show their prompt and hint in the progress, and read keys from the
     terminal in cbreak mode while the run goes; the terminal is restored however it ends.
@@ -379,13 +383,12 @@ def run_session(
         out.write(answer_for(out, fallback).rstrip() + "\n")
         out.flush()
     if state["interrupted"]:
-        session = state["session"]
-        hint = f"; resume with: teamlead resume {session}" if session else ""
-        err.write(f"teamlead: interrupted{hint}\n")
+        err.write(f"teamlead: interrupted{_resume_hint(state['session'], resumable)}\n")
         err.flush()
         return EXIT_INTERRUPTED
     if finished is None:
-        err.write("teamlead: the run ended without an outcome\n")
+        hint = _resume_hint(state["session"], resumable)
+        err.write(f"teamlead: error: the run ended without an outcome{hint}\n")
         return EXIT_FAILED
     if output != "json":
         if finished.result:
@@ -397,6 +400,14 @@ def run_session(
             if finished.session_id:
                 err.write(f"teamlead: session {finished.session_id}\n")
     return exit_code_for(finished)
+
+
+def _resume_hint(session: str | None, resumable: bool) -> str:
+    """How to go on with a run cut short: the command that resumes its session, or why
+    there is none."""
+    if not resumable:
+        return "; nothing to resume (its session and scripted model are gone)"
+    return f"; resume with: teamlead resume {session}" if session else ""
 
 
 def answer_for(stream: IO[str], text: str) -> str:

@@ -20,7 +20,7 @@ import sys
 import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 from click.core import ParameterSource
@@ -33,6 +33,9 @@ from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors, tell
 from .history import NOT_FINISHED, PS_VERSION, past_rows, run_filter
 from .options import option, output_mode
 
+if TYPE_CHECKING:  # loads the SDK's types: only `watch` in text, once its feed is open
+    from .records import RecordLines
+
 __all__ = ["act", "amend", "pause", "ps", "ps_rows", "run_detail", "stop", "unpause", "watch"]
 
 #: A run's status answer may take this long (it answers from its own event loop); the runs
@@ -42,7 +45,6 @@ _ASKED_AT_ONCE = 32
 _ACT_TIMEOUT_S = 5.0
 _COLUMNS = ("RUN", "SESSION", "PID", "STATUS", "AGENTS", "TOKENS", "REQS", "CAP", "HELD")
 _TAIL = ("STARTED", "COMMAND")
-_TEXT_CHARS = 160
 #: The longest a run shown by ``ps`` can have been running (a year).
 _LONGEST_AGO_S = 365 * 86400.0
 #: The most characters a ``--cap`` value may have.
@@ -83,7 +85,9 @@ def ps(json_: bool, all_: bool, quiet: bool, filters: tuple[str, ...]) -> None:
     """
     output_mode(json_, quiet)  # both: one line, exit 2
     keep = run_filter(filters)
-    rows = ps_rows(Registry(), dead=all_)
+    registry = Registry()
+    registry.check()  # a directory no run can register in is said, not listed as empty
+    rows = ps_rows(registry, dead=all_)
     if all_:
         from .._history import History  # its records' models load pydantic: only here
 
@@ -300,7 +304,7 @@ def run_detail(ref: str, *, registry: Registry | None = None) -> dict[str, Any]:
 @option("--all", "-a", "all_", is_flag=True, help="Stop every run of yours that is running.")
 @handle_errors
 def stop(runs: tuple[str, ...], now: bool, all_: bool) -> None:
-    """Stop runs: each wraps up from the finished work, as at its deadline.
+    """Stop runs: each wraps up from the work finished so far.
 
     Its agents are stopped, the lead answers once more without tools from what finished,
     and the run ends with its `finished` line (status partial, reason interrupted). A run
@@ -418,7 +422,7 @@ def _cap(text: str) -> int | None:
 )
 @handle_errors
 def watch(run: str, json_: bool) -> None:
-    """Follow a run's events live, as `ask --json` writes them.
+    """Follow a run's events live, one line each (or --json).
 
     The recent events come first, then each as it happens, until the run ends with its
     `finished` line. Exits with the run's own exit code (0 completed, 1 failed, 3
@@ -426,13 +430,19 @@ def watch(run: str, json_: bool) -> None:
     """
     entry = _live(Registry(), run)
     code = EXIT_FAILED
+    said: RecordLines | None = None
     try:
         for line in follow(entry.socket, ref=entry.run, timeout=_ACT_TIMEOUT_S):
             record = _record(line)
             if json_:
                 click.echo(line)
             else:
-                click.echo(terminal_safe(_describe(record)))
+                if said is None:  # it loads the SDK's types (seconds): once the feed is open
+                    from .records import RecordLines
+
+                    said = RecordLines()
+                if (text := said.line(record)) is not None:
+                    click.echo(terminal_safe(text))
             if record.get("type") == "finished":
                 code = EXIT_CODES.get(str(record.get("status")), EXIT_FAILED)
     except ControlError as exc:
@@ -448,31 +458,3 @@ def _record(line: str) -> dict[str, Any]:
     except (ValueError, RecursionError):
         return {}
     return record if isinstance(record, dict) else {}
-
-
-def _describe(record: Mapping[str, Any]) -> str:
-    """One NDJSON record as a line for people."""
-    kind = str(record.get("type") or "?")
-
-    def get(name: str) -> str:
-        value = record.get(name)
-        text = value if isinstance(value, str) else "" if value is None else str(value)
-        return text if len(text) <= _TEXT_CHARS else text[: _TEXT_CHARS - 3] + "..."
-
-    if kind == "finished":
-        return f"finished: {get('status')} ({get('reason')})"
-    if kind == "lead_turn":
-        tools = record.get("tool_names")
-        used = f" [{', '.join(map(str, tools))}]" if isinstance(tools, list) and tools else ""
-        return f"lead: {get('text') or get('error')}{used}".rstrip()
-    if kind in ("task_started", "task_ended", "task_progress"):
-        status = f": {get('status')}" if record.get("status") else ""
-        return f"{kind}: {get('description') or get('task_id')}{status}"
-    if kind.startswith("spawn_") or kind == "agent_call":
-        reason = f": {get('reason')}" if record.get("reason") else ""
-        return f"{kind}: {get('description') or get('tool_use_id')}{reason}"
-    if kind == "session":
-        return f"session {get('session_id')}"
-    detail = {k: v for k, v in record.items() if k not in ("type", "version")}
-    text = json.dumps(detail, ensure_ascii=False, default=str)
-    return f"{kind}: {text if len(text) <= _TEXT_CHARS else text[: _TEXT_CHARS - 3] + '...'}"

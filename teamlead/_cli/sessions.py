@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 import click
 
 from .._redact import terminal_safe
-from ..errors import UsageError
 from .exitcodes import handle_errors
 from .options import option, session_store_option
 
@@ -23,7 +22,10 @@ SESSIONS_VERSION = 1
 
 
 @click.command()
-@session_store_option()
+@session_store_option(
+    help="List the sessions this store holds: redis://HOST:PORT/DB, rediss://… or "
+    "sqlite:///PATH [default: this machine's, Claude Code's files in its config dir]."
+)
 @option("--json", "json_", is_flag=True, help="One JSON object per session (NDJSON).")
 @handle_errors
 def sessions(session_store: str | None, json_: bool) -> None:
@@ -32,15 +34,26 @@ def sessions(session_store: str | None, json_: bool) -> None:
     Each row: the session id (for `teamlead resume`), its project (the sanitized directory
     it ran in), when the store last got a line of it, and how its last teamlead run ended:
     its status and how many agents' results the answer used or lost ("-": no run ended,
-    it is running or its machine died).
+    it is running or its machine died, or the store keeps no status: the local files
+    keep none).
     """
+    if session_store and session_store.strip():
+        found, where = _in_store(session_store)
+    else:
+        found, where = _local()
+    for item in found:
+        click.echo(_json_line(item) if json_ else _row(item))
+    if not found and not json_:
+        click.echo(f"no sessions in {where}", err=True)
+
+
+def _in_store(url: str) -> tuple[list[StoredSession], str]:
+    """The sessions the store at ``url`` holds, and where that is (no credentials)."""
     import anyio
 
     from ..sessions import open_session_store, stored_sessions
 
-    if not session_store or not session_store.strip():
-        raise UsageError("teamlead sessions needs --session-store URL (or TEAMLEAD_SESSION_STORE)")
-    store = open_session_store(session_store)
+    store = open_session_store(url)
 
     async def listed() -> list[StoredSession]:
         try:
@@ -49,11 +62,29 @@ def sessions(session_store: str | None, json_: bool) -> None:
             with anyio.CancelScope(shield=True), anyio.move_on_after(5):
                 await store.aclose()
 
-    found = anyio.run(listed)
-    for item in found:
-        click.echo(_json_line(item) if json_ else _row(item))
-    if not found and not json_:
-        click.echo(f"no sessions in {store.where}", err=True)
+    return anyio.run(listed), store.where
+
+
+def _local() -> tuple[list[StoredSession], str]:
+    """The sessions Claude Code keeps on this machine (``CLAUDE_CONFIG_DIR``, else
+    ``~/.claude``), newest first, and where they are."""
+    import os
+    from pathlib import Path
+
+    from claude_agent_sdk import list_sessions, project_key_for_directory
+
+    from ..sessions import StoredSession
+
+    config = os.environ.get("CLAUDE_CONFIG_DIR") or str(Path.home() / ".claude")
+    found = [
+        StoredSession(
+            info.session_id,
+            project_key_for_directory(info.cwd) if info.cwd else "-",
+            info.last_modified,
+        )
+        for info in list_sessions()
+    ]
+    return found, str(Path(config) / "projects")
 
 
 def _modified(item: StoredSession) -> str:

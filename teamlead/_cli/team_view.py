@@ -59,7 +59,14 @@ from ..tracker import (
     WorkflowStarted,
 )
 
-__all__ = ["LiveTeamView", "PlainProgress"]
+__all__ = [
+    "LiveTeamView",
+    "PlainProgress",
+    "cost_text",
+    "describe_event",
+    "describe_tracked",
+    "task_ended_line",
+]
 
 
 _SHOWN_AGENTS = 50  # a workflow's agents listed in the live view
@@ -71,11 +78,12 @@ def _safe(text: str) -> str:
 
 def _scripted(item: Any) -> bool:
     """Whether ``item`` is a message teamlead's scripted model wrote: its run's cost is the
-    CLI's price list applied to made-up tokens, so no dollar figure is shown for it."""
+    CLI's price list applied to made-up tokens, so its figure is said as that estimate."""
     return is_scripted_message(api_message_id(item))
 
 
-def _describe_event(item: Any, *, scripted: bool = False) -> str | None:
+def describe_event(item: Any, *, scripted: bool = False) -> str | None:
+    """The progress line for one of teamlead's events (``None``: the lines show none)."""
     if isinstance(item, WaitingForTeam):
         who = ", ".join(item.pending_members) or "open tasks"
         return f"waiting up to {item.wait_s:g} s for {who}"
@@ -97,13 +105,31 @@ def _describe_event(item: Any, *, scripted: bool = False) -> str | None:
         return f"resume attempt {item.attempt} failed: {item.error}{retry}"
     if isinstance(item, Finished):
         relay = f"; {_relay_summary_text(item.relay)}" if item.relay else ""
-        cost = "a scripted model, so no cost" if scripted else f"${item.cost_usd:.4f}"
+        cost = cost_text(item.cost_usd, scripted=scripted)
         return f"finished: {item.status} after {item.resumes} resume(s), {cost}{relay}"
     if isinstance(item, PermissionDecided):
         return _describe_permission(item)
     if isinstance(item, RunAmended):
         return _describe_amend(item)
     return _describe_spawn(item) or _describe_relay(item)
+
+
+def cost_text(cost_usd: float, *, scripted: bool) -> str:
+    """A run's cost as every line of teamlead says it. A scripted model's is the CLI's
+    list-price estimate for made-up tokens: shown as that, never as money spent.
+
+    Example:
+        >>> cost_text(0.00358, scripted=True)
+        '$0.0036 list-price estimate for a scripted model, nothing charged'
+        >>> cost_text(0.1995, scripted=False)
+        '$0.1995'
+    """
+    figure = f"${cost_usd:.4f}"
+    return (
+        f"{figure} list-price estimate for a scripted model, nothing charged"
+        if scripted
+        else figure
+    )
 
 
 def _describe_amend(item: RunAmended) -> str:
@@ -206,6 +232,34 @@ def _describe_workflow(
     return None
 
 
+def task_ended_line(event: TaskEnded, description: str) -> str:
+    """``task completed: security``: a task's end, as the progress lines say it."""
+    return f"task {event.status}: {_task_label(event.task_id, description)}"
+
+
+def describe_tracked(event: TrackedEvent, *, verbose: bool = False) -> str | None:
+    """The progress line for a tracker event that needs nothing but itself (``None``: the
+    lines show none for it); the plain progress and ``teamlead watch`` both say them so."""
+    if isinstance(event, TaskStarted):
+        label = _task_label(event.task_id, event.description)
+        return f"task started: {label} [{event.subagent_type or 'agent'}]"
+    if isinstance(event, WorkflowStarted | WorkflowPhaseSeen | WorkflowAgentChanged):
+        return _describe_workflow(event)
+    if isinstance(event, WorkflowEnded):
+        lost = f"; lost {', '.join(repr(x) for x in event.lost[:10])}" if event.lost else ""
+        return (
+            f"workflow {event.status}: {event.run_id or event.task_id} "
+            f"({event.done} of {event.agents} agents done, {event.cached} cached{lost})"
+        )
+    if isinstance(event, ResultSeen):
+        state = "error" if not event.ok else "ok"
+        status = f" (API {event.api_error_status})" if event.api_error_status else ""
+        return f"lead turn ended: {state}{status}"
+    if isinstance(event, LeadTurn) and verbose and event.text:
+        return f"lead: {redact(event.text)[:160]}"
+    return None
+
+
 class PlainProgress:
     """One plain line per notable event, for logs and pipes; ``run`` is the run's parse of
     the items :meth:`handle` is given."""
@@ -216,7 +270,8 @@ class PlainProgress:
         self.stream = stream
         self.run = run
         self.verbose = verbose
-        # the model is scripted (told, or seen in its messages): the last line names no cost
+        # the model is scripted (told, or seen in its messages): the last line says its
+        # cost is an estimate, nothing charged
         self.scripted = scripted
         self.started = time.monotonic()
         self._shown: set[str] = set()
@@ -227,7 +282,7 @@ class PlainProgress:
 
     def handle(self, item: Any) -> None:
         self.scripted = self.scripted or _scripted(item)
-        text = _describe_event(item, scripted=self.scripted)
+        text = describe_event(item, scripted=self.scripted)
         if text is not None:
             self._line(text)
             return
@@ -247,27 +302,9 @@ class PlainProgress:
         if isinstance(event, AgentCallSeen):
             group = tracker.agent_calls_by_message.get(event.message_id or event.tool_use_id, [])
             return f"lead delegates {event.description!r} (Agent call {len(group)} of its message)"
-        if isinstance(event, TaskStarted):
-            label = _task_label(event.task_id, event.description)
-            return f"task started: {label} [{event.subagent_type or 'agent'}]"
         if isinstance(event, TaskEnded) and event.source == "task_notification":
-            label = _task_label(event.task_id, tracker.tasks[event.task_id].description)
-            return f"task {event.status}: {label}"
-        if isinstance(event, WorkflowStarted | WorkflowPhaseSeen | WorkflowAgentChanged):
-            return _describe_workflow(event)
-        if isinstance(event, WorkflowEnded):
-            lost = f"; lost {', '.join(repr(x) for x in event.lost[:10])}" if event.lost else ""
-            return (
-                f"workflow {event.status}: {event.run_id or event.task_id} "
-                f"({event.done} of {event.agents} agents done, {event.cached} cached{lost})"
-            )
-        if isinstance(event, ResultSeen):
-            state = "error" if not event.ok else "ok"
-            status = f" (API {event.api_error_status})" if event.api_error_status else ""
-            return f"lead turn ended: {state}{status}"
-        if isinstance(event, LeadTurn) and self.verbose and event.text:
-            return f"lead: {redact(event.text)[:160]}"
-        return None
+            return task_ended_line(event, tracker.tasks[event.task_id].description)
+        return describe_tracked(event, verbose=self.verbose)
 
     def note(self, text: str) -> None:
         """One line of teamlead's own (escaped like every other line)."""
@@ -306,7 +343,7 @@ class LiveTeamView:
 
     def handle(self, item: Any) -> None:
         self.scripted = self.scripted or _scripted(item)
-        text = _describe_event(item, scripted=self.scripted)
+        text = describe_event(item, scripted=self.scripted)
         if text is not None:
             self.log.append(text)
             if isinstance(item, WaitingForTeam):

@@ -14,7 +14,8 @@ Modules: :mod:`.routing` (what is accepted; model and role of a request), :mod:`
 disconnects), :mod:`.protocol` (the client connections' bounds: prefix first, header limits,
 timeouts, a connection cap), :mod:`.keepalive` (a held streaming request kept alive),
 :mod:`.usage` (a streamed answer's usage), :mod:`.blame` (errors name the user's upstream,
-never the relay), :mod:`.observe` (the seam for observers of its requests: telemetry),
+never the relay), :mod:`.reach` (an upstream that cannot be reached ends a run at its
+start), :mod:`.observe` (the seam for observers of its requests: telemetry),
 :mod:`.stats` (counters, events), :mod:`.server` (uvicorn, lifecycle), :mod:`.run_limits`
 (a run's own ceilings), :mod:`.shared` (the pool of relays and governors a process shares
 between its runs, applicability). Each run's requests are counted and governed per agent
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 from ..errors import RelayError
 from .forward import RelayConfig
+from .reach import UpstreamUnreachable, check_reachable
 from .routing import Role, classify
 from .server import RELAY_POLICY, Relay, RelayRun, start_relay
 from .shared import DEFAULT_UPSTREAM, Applicability, RelayPool, relay_applicable
@@ -48,6 +50,8 @@ __all__ = [
     "RelayPool",
     "RelayRun",
     "Role",
+    "UpstreamUnreachable",
+    "check_reachable",
     "classify",
     "relay_applicable",
     "start_relay",

@@ -60,11 +60,11 @@ def unreachable_reason(exc: BaseException) -> str:
     """
     if isinstance(exc, aiohttp.ClientProxyConnectionError):
         return "the proxy (HTTPS_PROXY or HTTP_PROXY) could not be reached"
-    if isinstance(exc, aiohttp.ClientConnectorCertificateError):
+    if isinstance(exc, aiohttp.ClientConnectorCertificateError | ssl.SSLCertVerificationError):
         return "its TLS certificate was not accepted"
     if isinstance(exc, aiohttp.ClientSSLError | ssl.SSLError):
         return "the TLS handshake failed"
-    if isinstance(exc, aiohttp.ClientConnectorDNSError) or isinstance(
+    if isinstance(exc, aiohttp.ClientConnectorDNSError | socket.gaierror) or isinstance(
         getattr(exc, "os_error", None), socket.gaierror
     ):
         return "its host name could not be resolved"

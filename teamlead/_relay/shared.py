@@ -30,6 +30,7 @@ from .._metering.pause import Pause
 from ..governor import Governor, GovernorPolicy
 from ..policy import LimitsPolicy
 from .forward import RelayConfig
+from .reach import check_reachable
 from .server import RELAY_POLICY, Relay, RelayRun, start_relay
 from .stats import RelayListener
 
@@ -231,7 +232,10 @@ class RelayPool:
         run's agent ledger and pause (see :meth:`Relay.open_run`).
 
         Entering raises :class:`~teamlead.errors.RelayError` when the relay could not
-        start: run direct with a one-line warning then.
+        start: run direct with a one-line warning then; and
+        :class:`~.reach.UpstreamUnreachable` (a :class:`~teamlead.errors.SetupError`) when
+        an upstream the user set (not the default API) refuses connections, does not
+        resolve or fails TLS: the run cannot go on, direct or not.
         """
         limits = limits or LimitsPolicy()
         return _PoolRun(
@@ -283,6 +287,9 @@ class _PoolRun:
         self._overload_hold_s = overload_hold_s
 
     async def __aenter__(self) -> RelayRun:
+        if self._upstream != DEFAULT_UPSTREAM:  # the user's ANTHROPIC_BASE_URL
+            # a wrong one ends the run now, in one line, not after the CLI's retries
+            await check_reachable(self._upstream)
         self._share = share = self._pool._share()
         _, shared, account = self._key
         async with share.lock:

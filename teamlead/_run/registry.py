@@ -393,6 +393,28 @@ class Registry:
         )
         return Registration(entry)
 
+    def check(self) -> Path:
+        """The directory, made if missing, once it is checked to be usable: this user's
+        own, private, and writable (else no run can register there, and a listing of it
+        would say nothing of why it is empty).
+
+        Raises:
+            ControlError: it cannot be made or used; the message says how to fix it.
+        """
+        try:
+            folder = _private_dir(self.directory)
+        except ControlError as exc:
+            raise ControlError(
+                f"{exc}; set {RUNTIME_DIR_VAR} to a directory of yours", code=exc.code
+            ) from None
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ControlError(
+                f"cannot write the runtime directory {str(folder)!r}; set {RUNTIME_DIR_VAR} "
+                "to a directory of yours",
+                code="directory",
+            )
+        return folder
+
     def listing(self, *, prune: bool = True) -> Listing:
         """Every entry of the directory, sorted by start: live, dead (pruned when
         ``prune``), and other users'. A missing directory holds no runs; a bad entry is

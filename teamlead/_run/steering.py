@@ -204,7 +204,7 @@ class RunSteering:
 
     def _need_live(self) -> None:
         if self._state.pause.ended:
-            raise ControlError(f"run {self._run} has finished", code="finished")
+            raise ControlError("the run has finished", code="finished")
 
 
 def _counted(tasks: Iterable[TaskInfo]) -> tuple[int, int, int]:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,8 +21,8 @@ from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServ
 from teamlead.testing.scripts import FanOut, findings_in
 from teamlead.testing.teammate import create_team
 
-from ..isolated import isolated_env, side_by_side
-from .conftest import TEAMLEAD, ask
+from ..isolated import isolated_env, run_to_the_end, side_by_side
+from .conftest import TEAMLEAD, OfflineFactory, ask, ask_env
 
 pytestmark = pytest.mark.cli
 
@@ -134,11 +135,18 @@ def test_ask_completed_exits_0_with_the_answer_on_stdout(asks: dict[str, AskRun]
     assert "task completed" in proc.stderr and "finished: completed" in proc.stderr
 
 
-def test_ask_against_the_scripted_model_names_no_dollar_cost(asks: dict[str, AskRun]) -> None:
+def test_ask_against_the_scripted_model_says_its_cost_is_an_estimate_nothing_charged(
+    asks: dict[str, AskRun],
+) -> None:
+    """The figure is the one ``--json`` carries (the CLI's list price for made-up tokens),
+    said as what it is: never "no cost" beside a cost."""
     proc = asks["completed"].proc
     assert proc.returncode == 0, proc.stderr
     (last,) = [line for line in proc.stderr.splitlines() if "finished: completed" in line]
-    assert "a scripted model, so no cost" in last and "$" not in last
+    assert re.search(
+        r", \$\d+\.\d{4} list-price estimate for a scripted model, nothing charged", last
+    )
+    assert "no cost" not in last
 
 
 def test_ask_json_is_versioned_ndjson_ending_in_finished(asks: dict[str, AskRun]) -> None:
@@ -265,3 +273,29 @@ def test_a_cli_that_fails_to_start_is_one_line(asks: dict[str, AskRun]) -> None:
         and lines[0].startswith("teamlead: failed:")
         and "Traceback" not in proc.stderr
     )
+
+
+def test_sessions_lists_the_local_sessions_without_a_store(offline: OfflineFactory) -> None:
+    """``teamlead sessions`` with no ``--session-store`` lists what its help says: the
+    sessions Claude Code keeps on this machine, the run just asked among them (no status:
+    the local files keep none)."""
+    from claude_agent_sdk import project_key_for_directory
+
+    _, claude = offline(FanOut.of(1, delays=0.1))
+    proc = ask(claude, "--json")
+    assert proc.returncode == 0, proc.stderr
+    session = json.loads(proc.stdout.splitlines()[-1])["session_id"]
+    listed = run_to_the_end([*TEAMLEAD, "sessions", "--json"], env=ask_env(claude), timeout=60)
+    assert listed.returncode == 0, listed.stderr
+    (line,) = [json.loads(x) for x in listed.stdout.splitlines()]
+    key = project_key_for_directory(str(claude.cwd))
+    assert line == {
+        "version": 1,
+        "session_id": session,
+        "project_key": key,
+        "last_modified": line["last_modified"],
+        "status": None,
+    }
+    table = run_to_the_end([*TEAMLEAD, "sessions"], env=ask_env(claude), timeout=60)
+    (row,) = table.stdout.splitlines()
+    assert row.startswith(session) and row.split()[-2:] == [key, "-"]

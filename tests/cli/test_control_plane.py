@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import time
@@ -346,8 +347,15 @@ def test_watch_streams_the_runs_events_to_another_process(seen: dict[str, Any]) 
     code, out, err = steered.watch_text
     assert code == 0, err
     lines = out.splitlines()
-    assert lines[-1] == "finished: completed (all_results_used)"
-    assert any(line.startswith("spawn_queued: agent-") for line in lines)
+    # the words of ask's progress lines, one line per event, never a record dumped raw
+    assert re.match(r"finished: completed after \d resume\(s\), \$\d+\.\d{4} ", lines[-1])
+    assert "list-price estimate for a scripted model, nothing charged; relay:" in lines[-1]
+    assert any(re.fullmatch(r"queued 'agent-\d': 1 of 1 running, position \d", x) for x in lines)
+    assert any(re.fullmatch(r"task started: agent-\d \[general-purpose\]", x) for x in lines)
+    assert any(re.fullmatch(r"task completed: agent-\d", line) for line in lines)
+    assert any(re.fullmatch(r"usage of agent \w{12}: 1 request\(s\), \d+ tokens", x) for x in lines)
+    assert "lead: [Agent, Agent, Agent, Agent]" in lines  # a lead turn of calls, no text
+    assert not [line for line in lines if "{" in line or line.endswith("...")]
     assert "\x1b" not in out
 
 
@@ -424,7 +432,7 @@ def test_a_run_killed_with_sigkill_is_recognised_and_pruned(seen: dict[str, Any]
     killed: Killed = seen["killed"]
     assert killed.run and killed.entry_existed
     assert killed.stop is not None and killed.stop.returncode == 4
-    assert killed.stop.stderr.strip() == f"teamlead: run '{killed.run}' has already finished"
+    assert killed.stop.stderr.strip() == f"teamlead: error: run '{killed.run}' has already finished"
     assert not killed.entry_left  # its entry and socket are gone
     assert killed.after == []
 

@@ -1,15 +1,21 @@
 """`teamlead demo` makes its point: a bare `claude_agent_sdk.query` on the same script, beside it.
 
 It also reports the 529s as overloads (not 429s), explains the governor's limits, names
-no dollar cost for a scripted model, and its live rows show each agent's last tool.
+its cost as the estimate it is for a scripted model (nothing charged), and its live rows
+show each agent's last tool.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
+import queue
+import signal
 import subprocess
+import threading
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -84,11 +90,12 @@ def test_the_demo_ends_with_a_bare_query_beside_teamleads_answer(
     assert "answer: 'The agents are working; I will synthesize when they report.'" in bare
     assert ours.startswith("  teamlead.query:              completed after 1 resume(s);")
     assert "findings used 4 of 4: api-surface, security, load-profile, reviewer;" in ours
-    # the 529s are overloads, and a scripted model has no cost
+    # the 529s are overloads, and a scripted model's cost is an estimate, nothing charged
     assert "API 529 (overloaded) for claude-opus-5-5 (lead): passed on to the CLI" in err
     assert "3 overloaded (529) passed on" in err and "429/529" not in err
     assert "requests allowed in flight per model, as learnt: " in err
-    assert "a scripted model, so no cost" in err and "$0." not in err
+    assert "list-price estimate for a scripted model, nothing charged" in err
+    assert "no cost" not in err
 
 
 @pytest.mark.cli
@@ -145,3 +152,44 @@ def test_on_a_terminal_the_comparison_is_a_table_of_two_columns() -> None:
     header = next(line for line in screen.splitlines() if "bare claude_agent_sdk.query" in line)
     assert "teamlead.query" in header  # the two apps side by side, one column each
     assert "0 of 4" in screen and "2 of 4: security, reviewer" in screen
+
+
+@pytest.mark.cli
+@pytest.mark.timeout(180)
+def test_ctrl_c_stops_the_demo_with_no_resume_hint_and_no_comparison() -> None:
+    """Ctrl-C while the demo's agents run: the demo ends there (exit 130) with one honest
+    line; no ``teamlead resume`` hint (its session and scripted model are gone with its
+    directory), no bare run or comparison table after a run cut short, and nothing written
+    to the machine's store of learnt limits, which real runs read."""
+    lines: queue.Queue[str] = queue.Queue()
+    err: list[str] = []
+    with subprocess.Popen(
+        [*TEAMLEAD, "demo"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    ) as proc:
+        assert proc.stdout is not None and proc.stderr is not None
+        reader = threading.Thread(target=lambda: [lines.put(x) for x in proc.stderr], daemon=True)
+        reader.start()
+        try:
+            while True:  # until an agent runs: the demo is well under way
+                line = lines.get(timeout=120)
+                err.append(line)
+                if "task started:" in line:
+                    break
+            proc.send_signal(signal.SIGINT)
+            out = proc.stdout.read()
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+        reader.join(timeout=10)
+    while not lines.empty():
+        err.append(lines.get_nowait())
+    stderr = "".join(err)
+    assert proc.returncode == 130, stderr
+    assert stderr.splitlines()[-1] == (
+        "teamlead: interrupted; nothing to resume (its session and scripted model are gone)"
+    )
+    assert "teamlead resume" not in stderr
+    assert "bare claude_agent_sdk.query" not in stderr + out
+    # what its relay learnt of the scripted model stayed in its process, cut short or not
+    assert not (Path(os.environ["XDG_CACHE_HOME"]) / "teamlead" / "limits.sqlite3").exists()

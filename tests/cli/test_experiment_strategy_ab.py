@@ -42,6 +42,10 @@ def test_the_example_runs_offline_from_the_command_line(tmp_path: Path) -> None:
         )  # fmt: skip
         assert run.returncode == 0, run.stderr
         assert run.stdout.startswith("ran 4 trial(s), skipped 0 finished, 0 failed"), run.stdout
+        # the scripted model's cost is said as what it is, as the report says it
+        assert run.stdout.rstrip().endswith(
+            " list-price estimate for a scripted model, nothing charged"
+        ), run.stdout
         baseline_leads = [
             r.request.system
             for r in server.recorded("lead")
@@ -65,4 +69,6 @@ def test_the_example_runs_offline_from_the_command_line(tmp_path: Path) -> None:
     assert report.returncode == 0, report.stderr
     assert "## Verdicts on the primary metric (passed)" in report.stdout
     assert "- 4 of 4 counted trial(s) graded." in report.stdout
-    assert 'id="scripted"' in page.read_text(encoding="utf-8")
+    html = page.read_text(encoding="utf-8")
+    assert 'id="scripted"' in html
+    assert ", seed 7, " in html  # the spec's own (`seed = 7`), as the run recorded it

@@ -164,7 +164,30 @@ def test_the_relay_port_is_closed_after_the_cli_exits(tmp_path: Path) -> None:
         port = probe.getsockname()[1]
     with ScriptedServer(lambda req: Reply.text("ok")) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        proc = _relay(server, claude, tmp_path, "-p", "hello", options=("--relay-port", str(port)))
+        proc = _relay(server, claude, tmp_path, "-p", "hello", options=("--port", str(port)))
     assert proc.returncode == 0, proc.stderr
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
         pass
+
+
+def test_a_refused_upstream_ends_relay_before_its_cli_starts(tmp_path: Path) -> None:
+    """``teamlead relay --upstream URL -- …`` with nothing listening at URL: one line naming
+    the flag, the URL and the cause, exit 1, and no CLI run waiting out its retries."""
+    with socket.socket() as dead:  # bound, never listening: connections are refused
+        dead.bind(("127.0.0.1", 0))
+        port = dead.getsockname()[1]
+        claude = OfflineClaude(f"http://127.0.0.1:{port}", state_dir=tmp_path / "s")
+        proc = subprocess.run(
+            [*TEAMLEAD, "relay", "--upstream", f"http://127.0.0.1:{port}", "--", "-p", "hi"],
+            env=_env(claude, tmp_path),
+            cwd=claude.cwd,
+            capture_output=True,
+            text=True,
+            timeout=20,
+        )
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.splitlines() == [
+        f"teamlead: error: cannot connect to --upstream http://127.0.0.1:{port}: connection "
+        "refused; give --upstream your API's address, or leave it out for the Anthropic API"
+    ]
+    assert proc.stdout == ""

@@ -10,7 +10,6 @@ from __future__ import annotations
 import collections
 import json
 import os
-import re
 import socket
 from pathlib import Path
 from typing import Any
@@ -139,37 +138,27 @@ def test_teamlead_no_relay_variable_turns_it_off(tmp_path: Path) -> None:
     assert json.loads(proc.stdout.splitlines()[-1])["relay"] is None
 
 
-def test_an_unreachable_upstream_is_named_as_the_user_set_it_never_by_the_relays_port(
+def test_a_refused_upstream_ends_the_run_at_once_in_one_line_naming_it_and_the_fix(
     tmp_path: Path,
 ) -> None:
-    """A wrong ``ANTHROPIC_BASE_URL``: the warning says what failed and where, and the
-    final line names that URL's host and port where the CLI's own text named the relay's
-    random one; the credentials in the URL are never printed."""
+    """A wrong ``ANTHROPIC_BASE_URL`` (nothing listens there) is the user's setting: the
+    run ends before its CLI starts, with one line naming the URL as the user set it (host
+    and port, never the relay's own port, never the credentials in it), that the
+    connection was refused, and the fix; never the CLI's three minutes of retries and its
+    "server-side issue, usually temporary"."""
     with socket.socket() as dead:  # bound, never listening: connections are refused
         dead.bind(("127.0.0.1", 0))
         port = dead.getsockname()[1]
         claude = OfflineClaude(f"http://127.0.0.1:{port}", state_dir=tmp_path / "s")
         wrong = f"http://someone:hunter2@127.0.0.1:{port}/v1"
-        proc = ask(
-            claude,
-            "--max-resumes",
-            "0",
-            prompt="x",
-            extra={"ANTHROPIC_BASE_URL": wrong},
-            timeout=180,
-        )
+        proc = ask(claude, prompt="x", extra={"ANTHROPIC_BASE_URL": wrong}, timeout=20)
     assert proc.returncode == 1, proc.stderr
-    warnings = [line for line in proc.stderr.splitlines() if "warning" in line]
-    assert warnings == [
-        f"teamlead: warning: relay could not reach the upstream http://127.0.0.1:{port}: "
-        "connection refused"
+    assert proc.stderr.splitlines() == [
+        f"teamlead: error: cannot connect to ANTHROPIC_BASE_URL http://127.0.0.1:{port}: "
+        "connection refused; set ANTHROPIC_BASE_URL to your API's address, or unset it for "
+        "the Anthropic API"
     ]
-    (last,) = [line for line in proc.stderr.splitlines() if line.startswith("teamlead: failed:")]
-    assert f"could not reach the upstream http://127.0.0.1:{port} (connection refused)" in last
-    assert f"check your inference gateway (127.0.0.1:{port})" in last
-    named = set(re.findall(r"127\.0\.0\.1:(\d+)", proc.stderr))
-    assert named == {str(port)}  # never the relay's own port
-    assert "hunter2" not in proc.stderr and "someone" not in proc.stderr
+    assert proc.stdout == ""
 
 
 def test_a_relay_that_cannot_start_warns_once_and_the_run_goes_direct(tmp_path: Path) -> None:

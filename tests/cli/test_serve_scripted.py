@@ -21,6 +21,8 @@ pytestmark = pytest.mark.cli
 @pytest.mark.slow  # a server process and a real `teamlead ask` against it
 @pytest.mark.timeout(180)
 def test_the_printed_export_line_is_all_ask_needs(tmp_path: Path) -> None:
+    """The run completes, and what its relay learnt of the scripted model's 429s stays in
+    its process: the machine's store, which real runs read, is never written."""
     server = subprocess.Popen(
         [*TEAMLEAD, "serve-scripted", "--scenario", "rate-limited", "--log", "on"],
         stderr=subprocess.PIPE,
@@ -41,7 +43,10 @@ def test_the_printed_export_line_is_all_ask_needs(tmp_path: Path) -> None:
         (home / ".claude").mkdir(parents=True)
         (tmp_path / "tmp").mkdir()
         env.update(
-            HOME=str(home), CLAUDE_CONFIG_DIR=str(home / ".claude"), TMPDIR=str(tmp_path / "tmp")
+            HOME=str(home),
+            CLAUDE_CONFIG_DIR=str(home / ".claude"),
+            TMPDIR=str(tmp_path / "tmp"),
+            XDG_CACHE_HOME=str(home / ".cache"),  # where the machine's learnt limits live
         )
         if hasattr(os, "geteuid") and os.geteuid() == 0:
             env["IS_SANDBOX"] = "1"
@@ -63,3 +68,4 @@ def test_the_printed_export_line_is_all_ask_needs(tmp_path: Path) -> None:
     assert len(logged) == served and served >= 4
     assert any("-> 429 fault 429" in line for line in logged)
     assert any("lead -> 200 tool_use Agent (2 calls)" in line for line in logged)
+    assert not (home / ".cache" / "teamlead" / "limits.sqlite3").exists()

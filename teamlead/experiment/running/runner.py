@@ -130,6 +130,9 @@ class RunSummary:
     rate_limited: int
     cost_usd: float
     stopped_reason: str | None = None
+    #: some trial was answered by teamlead's scripted model: ``cost_usd`` is then the
+    #: CLI's list-price estimate for made-up tokens, and nothing was charged for those
+    scripted: bool = False
 
 
 @functools.lru_cache(maxsize=1)
@@ -371,12 +374,13 @@ async def run_experiment(
     cap = spec.experiment.concurrency
     spent = 0.0
     stopped: str | None = None
+    scripted = False
     queue = list(todo)
     budget = spec.experiment.max_cost_usd
     env = dict(base.env)
 
     async def worker(writer: TrialWriter) -> None:
-        nonlocal spent, stopped
+        nonlocal spent, stopped, scripted
         while queue and stopped is None:
             key = queue.pop(0)
             variant = spec.variant(key.variant)
@@ -441,6 +445,7 @@ async def run_experiment(
                         f"{key.variant}/{key.task}/{key.trial}: {grade.error}"
                     )
             await anyio.to_thread.run_sync(writer.append, record)
+            scripted = scripted or bool(record.scripted_model)
             spent += record.cost_usd + billed  # a grade that failed may still have cost
             progress.done += 1
             progress.failed += record.status == "failed"
@@ -471,4 +476,5 @@ async def run_experiment(
         rate_limited=progress.rate_limited,
         cost_usd=spent,
         stopped_reason=stopped,
+        scripted=scripted,
     )

@@ -1,0 +1,107 @@
+"""Help a person can scan: a command's options under headed sections.
+
+``teamlead ask --help`` has some thirty options; in one list, the two a new user wants
+(``--json``, ``--quiet``) sit between the permission mode and the session store. A
+:class:`SectionedCommand` lists them under a few headings instead (output, the lead,
+time and cost, agents, the relay), each option once, in the order the sections name
+them; an option no section names is listed under "Other options", so none is ever
+hidden by a section list that fell behind. The group's own list of commands, in
+sections too, is :class:`~teamlead._cli.commands.LazyGroup`'s.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import click
+
+__all__ = ["RUN_SECTIONS", "SectionedCommand"]
+
+#: ``ask`` and ``resume``'s options, by what they are about (parameter names).
+RUN_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("Output", ("json_", "quiet", "verbose")),
+    (
+        "The lead",
+        (
+            "strategy",
+            "model",
+            "cwd",
+            "allowed_tools",
+            "allow_workflows",
+            "permission_mode",
+            "cli_path",
+            "session_store",
+        ),
+    ),
+    (
+        "Time, resumes and cost",
+        (
+            "deadline_s",
+            "wait_s",
+            "max_resumes",
+            "max_cost",
+            "wrap_up_reserve_s",
+            "token_budget",
+            "request_budget",
+        ),
+    ),
+    (
+        "Agents (the spawn gate)",
+        (
+            "max_concurrent_agents",
+            "max_agents_per_turn",
+            "spawn_budget",
+            "stagger_s",
+            "max_depth",
+            "agent_timeout_s",
+            "subagent_model",
+            "no_spawn_gate",
+        ),
+    ),
+    (
+        "Request relay (pacing against the API's limits)",
+        (
+            "no_relay",
+            "overload_hold_s",
+            "limits_shared",
+            "model_limit",
+            "provider_limit",
+            "default_limit",
+            "total_limit",
+        ),
+    ),
+)
+
+
+class SectionedCommand(click.Command):
+    """A click command whose ``--help`` lists its options under headed sections.
+
+    Args:
+        sections: each section's heading and the names of its parameters, in order;
+            options no section names follow under "Other options" (``--help`` among them).
+    """
+
+    def __init__(
+        self, *args: Any, sections: Sequence[tuple[str, Sequence[str]]] = (), **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        self.sections = tuple((title, tuple(names)) for title, names in sections)
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        records = {
+            param.name: record
+            for param in self.get_params(ctx)
+            if isinstance(param, click.Option) and (record := param.get_help_record(ctx))
+        }
+        placed: set[str | None] = set()
+        for title, names in self.sections:
+            rows = [records[name] for name in names if name in records]
+            placed.update(names)
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+        rest = [record for name, record in records.items() if name not in placed]
+        if rest:
+            with formatter.section("Other options"):
+                formatter.write_dl(rest)
