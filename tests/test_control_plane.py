@@ -642,7 +642,7 @@ async def test_stop_all_stops_every_running_run_and_says_so_for_each() -> None:
         result = await anyio.to_thread.run_sync(_invoke, "stop", "0123456789ab", "bbbb")
         assert result.exit_code == 4
         assert result.output.splitlines() == [
-            "teamlead: no such run: '0123456789ab' (see `teamlead ps`)",
+            "teamlead: error: no such run: '0123456789ab' (see `teamlead ps`)",
             "bbbb: stopping",
         ]
         assert served[1][1].asked == [("stop", True), ("stop", False)]
@@ -677,7 +677,7 @@ def test_show_of_a_run_still_running_says_how_to_follow_it() -> None:
     result = _invoke("show", "aaaa")
     assert (result.exit_code, result.output.strip()) == (
         4,
-        "teamlead: run aaaaaaaaaaaa is still running: `teamlead watch aaaaaaaaaaaa` follows "
+        "teamlead: error: run aaaaaaaaaaaa is still running: `teamlead watch aaaaaaaaaaaa` follows "
         "it, and `teamlead show` prints it once it has finished",
     )
 
@@ -688,7 +688,7 @@ def test_a_verb_on_a_run_the_history_keeps_says_it_finished_and_how_to_see_it() 
         result = _invoke(*verb)
         assert (result.exit_code, result.output.strip()) == (
             4,
-            "teamlead: run 0123456789ab has already finished: `teamlead show 0123456789ab` "
+            "teamlead: error: run 0123456789ab has already finished: `teamlead show 0123456789ab` "
             "prints it",
         )
 

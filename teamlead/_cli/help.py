@@ -20,7 +20,7 @@ __all__ = ["RUN_SECTIONS", "SectionedCommand"]
 
 #: ``ask`` and ``resume``'s options, by what they are about (parameter names).
 RUN_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Output", ("json_", "quiet", "verbose")),
+    ("Output", ("json_", "quiet", "verbose", "no_history")),
     (
         "The lead",
         (

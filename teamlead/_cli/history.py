@@ -219,7 +219,7 @@ def _name(agent: Mapping[str, Any]) -> str:
 @option("--json", "json_", is_flag=True, help="The run's record as one JSON object.")
 @handle_errors
 def show(run: str, json_: bool) -> None:
-    """Show a finished run from the run history: its prompt, answer and agents.
+    """Show a finished run: its prompt, answer and agents.
 
     RUN is the run id `teamlead ps --all` shows, the session id, or a unique prefix of
     either. Each agent comes with its prompt and its whole result.

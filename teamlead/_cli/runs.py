@@ -79,7 +79,7 @@ _CAP_DIGITS = 12
 )
 @handle_errors
 def ps(json_: bool, all_: bool, quiet: bool, filters: tuple[str, ...]) -> None:
-    """List your running teamlead runs (with --all, the finished ones too).
+    """List your runs (with --all, the finished ones too).
 
     AGENTS is running/queued/done/failed; HELD the requests a paused run holds.
     """

@@ -363,7 +363,7 @@ def test_a_finished_run_leaves_the_registry(seen: dict[str, Any]) -> None:
     steered: Steered = seen["steered"]
     assert steered.after == []
     assert steered.stop_after is not None and steered.stop_after.returncode == 4
-    assert "no such run" in steered.stop_after.stderr
+    assert "has already finished: `teamlead show" in steered.stop_after.stderr
 
 
 # -- pause -------------------------------------------------------------------------------

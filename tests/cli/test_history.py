@@ -134,7 +134,7 @@ def test_show_of_an_unknown_run_is_one_line(world: World) -> None:
     done = world.verb("show", "0123456789ab")
     assert done.returncode == 4
     assert done.stderr.splitlines() == [
-        "teamlead: no run '0123456789ab' in the history (see `teamlead ps --all`)"
+        "teamlead: error: no run '0123456789ab' in the history (see `teamlead ps --all`)"
     ]
 
 
