@@ -133,6 +133,7 @@ class Bridge:
         self._run: RunStream | None = None
         self._tg: TaskGroup | None = None
         self._requests = 0
+        self._running = False
         self.stopped_by: signal.Signals | None = None
 
     # -- the whole session ---------------------------------------------------------------
@@ -158,7 +159,10 @@ class Bridge:
         return 1 if code is None else (128 - code if code < 0 else code)
 
     async def _next_turn(self) -> bool:
-        """Wait for the app's next user message (a multi-turn app); ``False`` at its end."""
+        """Wait for the app's next user message (a multi-turn app); ``False`` at its end.
+        A user message that came while the last run's CLI took no more input starts it."""
+        self._turns += [m for m in self._pending if _parse(m).get("type") == "user"]
+        self._pending = [m for m in self._pending if _parse(m).get("type") != "user"]
         while not self._turns and self._app_open:
             await self._app_event.wait()
             self._app_event = anyio.Event()
@@ -176,11 +180,14 @@ class Bridge:
             return self._round_messages(None if is_first else prompt, options)
 
         run = query_stream("", user, query_fn=query_fn, policy=self._policy)
-        self._run = run
-        async with contextlib.aclosing(run) as items:
-            async for item in items:
-                if isinstance(item, Finished):
-                    break
+        self._run, self._running = run, True
+        try:
+            async with contextlib.aclosing(run) as items:
+                async for item in items:
+                    if isinstance(item, Finished):
+                        break
+        finally:
+            self._running = False
 
     # -- one round: one CLI process ------------------------------------------------------
     async def _round_messages(
@@ -314,7 +321,7 @@ class Bridge:
             if isinstance(request, dict) and request.get("subtype") == "initialize":
                 self._init = message
         this = self._round
-        if message.get("type") == "user" and (this is None or self._run_done()):
+        if message.get("type") == "user" and not self._running:
             self._turns.append(line)
             self._app_event.set()
             return
@@ -322,9 +329,6 @@ class Bridge:
             self._pending.append(line)
             return
         await self._to_cli(this, line)
-
-    def _run_done(self) -> bool:
-        return self._round is None
 
     async def _to_cli(self, this: _Round, line: bytes) -> None:
         message = _parse(line)

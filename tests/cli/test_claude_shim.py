@@ -1,0 +1,179 @@
+"""``teamlead-claude`` in an SDK app's CLI path: unmodified apps get the answer that used
+every agent's result.
+
+Each app breaks at its first ``result``, as claude-code-action did: on the bare CLI that is
+the lead's dispatch turn (0 of 3 findings); through ``teamlead-claude`` it is the one final
+answer. The Python SDK names the command with ``cli_path``, the official TypeScript SDK
+(``tests/sdk_ts``, installed by ``npm ci --omit=optional``) with
+``pathToClaudeCodeExecutable``. The app's own hooks and ``can_use_tool`` still run, and a
+stop signal stops the command and its CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from claude_agent_sdk import (
+    ClaudeAgentOptions,
+    HookMatcher,
+    PermissionResultAllow,
+    ResultMessage,
+    query,
+)
+
+from teamlead._claude.binary import bundled_cli_path
+from teamlead.testing import Reply, ScriptedRequest
+from teamlead.testing.scripts import FanOut, bash, findings_in
+
+from ..polling import poll
+from .conftest import OfflineFactory, cli_processes
+
+pytestmark = [pytest.mark.cli, pytest.mark.slow]
+
+#: The command as the package installs it, next to this interpreter.
+SHIM = Path(sys.executable).with_name("teamlead-claude")
+SDK_TS = Path(__file__).resolve().parents[1] / "sdk_ts"
+ALL_THREE = ["agent-1", "agent-2", "agent-3"]
+
+
+def _all_ended(state_dir: Path) -> bool:
+    """The command and every CLI it started end soon after the app's last read."""
+    return poll(lambda: not cli_processes(state_dir), within_s=20) is not None
+
+
+def _fan_out() -> FanOut:
+    return FanOut.of(3, delays=[1, 2, 3])
+
+
+async def _first_result(prompt: Any, options: ClaudeAgentOptions) -> str | None:
+    """The app: read until the first ``ResultMessage``, and take its text."""
+    with anyio.fail_after(60):
+        async for message in query(prompt=prompt, options=options):
+            if isinstance(message, ResultMessage):
+                return message.result
+    return None
+
+
+def test_a_python_app_reading_to_its_first_result_gets_every_finding(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(_fan_out())
+    bare = anyio.run(_first_result, "Investigate.", claude.options(cli_path=bundled_cli_path()))
+    assert findings_in(bare or "") == []  # the dispatch turn: 0 of 3
+
+    answer = anyio.run(_first_result, "Investigate.", claude.options(cli_path=SHIM))
+
+    assert sorted(findings_in(answer or "")) == ALL_THREE
+    assert _all_ended(claude.state_dir)
+
+
+def test_the_apps_own_hook_and_permission_callback_are_still_called(
+    offline: OfflineFactory,
+) -> None:
+    fan_out = _fan_out()
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "lead" and not req.tool_uses_sent:  # a tool that asks permission first
+            return Reply.tools(bash("echo checked | tee checked.txt"))
+        return fan_out(req)
+
+    server, claude = offline(script)
+    hooked: list[str] = []
+    asked: list[str] = []
+
+    async def on_agent(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        hooked.append(data["tool_input"]["description"])
+        return {}
+
+    async def can_use_tool(name: str, data: dict[str, Any], context: Any) -> Any:
+        asked.append(name)
+        return PermissionResultAllow()
+
+    async def prompt() -> AsyncIterator[dict[str, Any]]:  # can_use_tool needs a stream
+        yield {"type": "user", "message": {"role": "user", "content": "Investigate."}}
+
+    options = claude.options(
+        cli_path=SHIM,
+        permission_mode="default",
+        can_use_tool=can_use_tool,
+        hooks={"PreToolUse": [HookMatcher(matcher="Agent", hooks=[on_agent])]},
+    )
+    answer = anyio.run(_first_result, prompt(), options)
+
+    assert sorted(findings_in(answer or "")) == ALL_THREE
+    assert sorted(hooked) == ALL_THREE
+    assert asked == ["Bash"]
+    assert (claude.cwd / "checked.txt").read_text() == "checked\n"
+
+
+def test_a_stop_signal_stops_the_command_and_its_cli(offline: OfflineFactory) -> None:
+    server, claude = offline(FanOut.of(3, delays=[30, 30, 30]))
+    shim = subprocess.Popen(
+        [str(SHIM), "--output-format", "stream-json", "--verbose", "--input-format", "stream-json"],
+        env={**os.environ, **claude.env},
+        cwd=claude.cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert shim.stdin is not None and shim.stdout is not None
+        user = {"type": "user", "message": {"role": "user", "content": "Investigate."}}
+        shim.stdin.write(json.dumps(user).encode() + b"\n")
+        shim.stdin.flush()
+        seen: list[dict[str, Any]] = []
+        for line in shim.stdout:  # until the agents run
+            seen.append(json.loads(line))
+            if seen[-1].get("subtype") == "task_started":
+                break
+        shim.send_signal(signal.SIGTERM)
+        rest, _ = shim.communicate(timeout=30)
+    finally:
+        if shim.poll() is None:
+            shim.kill()
+            shim.communicate(timeout=10)
+    assert shim.returncode == 128 + signal.SIGTERM
+    assert b'"type": "result"' not in rest and b'"type":"result"' not in rest
+    assert _all_ended(claude.state_dir)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_a_typescript_app_reading_to_its_first_result_gets_every_finding(
+    offline: OfflineFactory,
+) -> None:
+    if not (SDK_TS / "node_modules" / "@anthropic-ai" / "claude-agent-sdk").is_dir():
+        pytest.skip(
+            "tests/sdk_ts/node_modules is missing: run "
+            "`npm ci --prefix tests/sdk_ts --omit=optional` (as CI does)"
+        )
+    server, claude = offline(_fan_out())
+
+    def app(cli: Path) -> dict[str, Any]:
+        done = subprocess.run(
+            ["node", str(SDK_TS / "first-result.mjs"), str(cli), str(claude.cwd)],
+            env={**os.environ, **claude.env},
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        printed: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return printed
+
+    assert findings_in(app(bundled_cli_path())["result"]) == []
+
+    answer = app(SHIM)
+
+    assert answer["subtype"] == "success"
+    assert sorted(findings_in(answer["result"])) == ALL_THREE
+    assert _all_ended(claude.state_dir)
