@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import os
 import sys
+from pathlib import Path
 
 __all__ = ["main"]
 
@@ -54,5 +55,5 @@ def main() -> None:
         os.execv(setup.cli, [setup.cli, *argv])
     from .bridge import serve
 
-    code = anyio.run(serve, setup.cli, argv, setup.policy, dict(os.environ), os.getcwd())
+    code = anyio.run(serve, setup.cli, argv, setup.policy, dict(os.environ), str(Path.cwd()))
     sys.exit(code)

@@ -401,7 +401,9 @@ class Bridge:
     ) -> None:
         request = message["request"]
         try:
-            output = await callback(request.get("input"), request.get("tool_use_id"), {"signal": None})
+            output = await callback(
+                request.get("input"), request.get("tool_use_id"), {"signal": None}
+            )
             line = _response(message.get("request_id"), result=_for_cli(output or {}))
         except Exception as exc:  # the CLI's own rule for a failed hook applies
             line = _response(message.get("request_id"), error=str(exc) or type(exc).__name__)

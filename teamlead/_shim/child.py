@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from subprocess import PIPE
 
 import anyio
-from anyio.abc import Process
+from anyio.abc import ByteReceiveStream, Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
 from .._run.options import MAX_MESSAGE_BYTES
@@ -124,35 +124,18 @@ class Child:
                 await process.stdin.aclose()
 
     async def lines(self) -> AsyncIterator[bytes]:
-        """Its stdout, line by line (without the newline), until it closes."""
-        process = self._process
-        if process is None or process.stdout is None:
-            return
-        buffered = BufferedByteReceiveStream(process.stdout)
-        while True:
-            try:
-                line = await buffered.receive_until(b"\n", MAX_MESSAGE_BYTES)
-            except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError):
-                return
-            except anyio.DelimiterNotFound:  # a line over the limit: the stream is broken
-                return
-            if line.strip():
-                yield line
+        """Its stdout, line by line (without the newline, blank lines left out), until it
+        closes."""
+        if self._process is not None and self._process.stdout is not None:
+            async for line in _lines_of(self._process.stdout):
+                if line.strip():
+                    yield line
 
     async def pump_stderr(self) -> None:
         """Pass every stderr line on until it closes."""
-        process = self._process
-        if process is None or process.stderr is None:
-            return
-        buffered = BufferedByteReceiveStream(process.stderr)
-        while True:
-            try:
-                line = await buffered.receive_until(b"\n", MAX_MESSAGE_BYTES)
-            except anyio.IncompleteRead:
-                return
-            except (anyio.EndOfStream, anyio.ClosedResourceError, anyio.DelimiterNotFound):
-                return
-            self._on_stderr(line.decode("utf-8", "replace") + "\n")
+        if self._process is not None and self._process.stderr is not None:
+            async for line in _lines_of(self._process.stderr):
+                self._on_stderr(line.decode("utf-8", "replace") + "\n")
 
     def signal(self, signum: signal.Signals) -> None:
         """Send it ``signum`` (a stop signal the app sent us), if it still runs."""
@@ -184,3 +167,15 @@ class Child:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
             await process.wait()
+
+
+async def _lines_of(stream: ByteReceiveStream) -> AsyncIterator[bytes]:
+    """``stream``'s lines until it ends (a line over :data:`MAX_MESSAGE_BYTES` ends it)."""
+    buffered = BufferedByteReceiveStream(stream)
+    while True:
+        try:
+            yield await buffered.receive_until(b"\n", MAX_MESSAGE_BYTES)
+        except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError):
+            return
+        except anyio.DelimiterNotFound:
+            return
