@@ -39,6 +39,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from claude_agent_sdk import ClaudeAgentOptions
 
 from .._run.options import MAX_MESSAGE_BYTES
+from .._run.process import default_process_state
 from .._run.round import settled
 from .._run.stream import RunStream
 from ..coordinator import query_stream
@@ -53,6 +54,7 @@ __all__ = ["Bridge", "serve"]
 _HOST_STATE_VAR = "CLAUDE_CODE_SDK_READS_SESSION_STATE"
 _OWN_PREFIX = "teamlead_"
 _HOLD = ("result",)
+_READ_GRACE_S = 5.0  # from a CLI's exit to the last of its stdout read
 
 
 def _session_state_frame(message: Mapping[str, Any]) -> bool:
@@ -91,6 +93,7 @@ class _Round:
     hooks: dict[str, _OwnHook] = field(default_factory=dict)
     own_requests: set[str] = field(default_factory=set)
     user_messages: int = 0
+    read: anyio.Event = field(default_factory=anyio.Event)
 
 
 class Bridge:
@@ -134,6 +137,8 @@ class Bridge:
         self._tg: TaskGroup | None = None
         self._requests = 0
         self._running = False
+        self._out_closed = False
+        self._process = default_process_state()
         self.stopped_by: signal.Signals | None = None
 
     # -- the whole session ---------------------------------------------------------------
@@ -179,7 +184,7 @@ class Bridge:
             is_first, first[0] = first[0], False
             return self._round_messages(None if is_first else prompt, options)
 
-        run = query_stream("", user, query_fn=query_fn, policy=self._policy)
+        run = query_stream("", user, query_fn=query_fn, policy=self._policy, process=self._process)
         self._run, self._running = run, True
         try:
             async with contextlib.aclosing(run) as items:
@@ -200,8 +205,9 @@ class Bridge:
         tee = options.stderr
 
         def on_stderr(line: str) -> None:
-            self._err.write(line)
-            self._err.flush()
+            with contextlib.suppress(OSError):  # the app's stderr closed: the tail still has it
+                self._err.write(line)
+                self._err.flush()
             if tee is not None:
                 tee(line.rstrip("\n"))
 
@@ -221,6 +227,8 @@ class Bridge:
             if self._round is this:
                 self._round = None
             await child.stop()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_READ_GRACE_S):
+                await this.read.wait()  # its last lines reach the app (and the held result)
             self._held.exit_code = child.returncode
             receive.close()
 
@@ -318,8 +326,13 @@ class Bridge:
         message = _parse(line)
         if message.get("type") == "control_request":
             request = message.get("request")
-            if isinstance(request, dict) and request.get("subtype") == "initialize":
+            subtype = request.get("subtype") if isinstance(request, dict) else None
+            if subtype == "initialize":
                 self._init = message
+            elif subtype == "interrupt" and self._running:
+                # the app ends the turn: its CLI answers with the turn's result, and the run
+                # stops there rather than resuming the lead
+                self._process.stop_every_run("the app interrupted the turn")
         this = self._round
         if message.get("type") == "user" and not self._running:
             self._turns.append(line)
@@ -361,26 +374,33 @@ class Bridge:
         """The CLI's stdout: control lines answered or passed on, messages to the app (a
         result held) and to the run."""
         async with send:
-            async for line in this.child.lines():
-                message = _parse(line)
-                kind = message.get("type")
-                if kind == "control_request":
-                    await self._cli_request(this, message, line)
-                    continue
-                if kind == "control_response":
-                    response = message.get("response")
-                    rid = response.get("request_id") if isinstance(response, dict) else None
-                    if rid not in this.own_requests:
-                        self._write(line)
-                    continue
-                if kind in _HOLD:
-                    self._held.result = line
-                elif _session_state_frame(message):
-                    self._held.state = line
-                else:
+            try:
+                await self._pass_lines(this, send)
+            finally:
+                this.read.set()
+
+    async def _pass_lines(self, this: _Round, send: MemoryObjectSendStream[dict[str, Any]]) -> None:
+        async for line in this.child.lines():
+            message = _parse(line)
+            kind = message.get("type")
+            if kind == "control_request":
+                await self._cli_request(this, message, line)
+                continue
+            if kind == "control_response":
+                response = message.get("response")
+                rid = response.get("request_id") if isinstance(response, dict) else None
+                if rid not in this.own_requests:
                     self._write(line)
-                if message:
-                    await send.send(message)
+                continue
+            if kind in _HOLD:
+                self._held.result = line
+            elif _session_state_frame(message):
+                self._held.state = line
+            else:
+                self._write(line)
+            if message:
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    await send.send(message)  # the round may have ended: the app still reads
 
     async def _cli_request(self, this: _Round, message: dict[str, Any], line: bytes) -> None:
         request = message.get("request")
@@ -410,8 +430,14 @@ class Bridge:
         await this.child.send(line)
 
     def _write(self, line: bytes) -> None:
-        self._out.write(line if line.endswith(b"\n") else line + b"\n")
-        self._out.flush()
+        """One line to the app (dropped once the app stopped reading: it closed the pipe)."""
+        if self._out_closed:
+            return
+        try:
+            self._out.write(line if line.endswith(b"\n") else line + b"\n")
+            self._out.flush()
+        except OSError:  # BrokenPipeError: the app is gone; the run ends on its own bounds
+            self._out_closed = True
 
     # -- stop signals --------------------------------------------------------------------
     async def _watch_signals(self, scope: anyio.CancelScope) -> None:

@@ -77,6 +77,51 @@ def test_a_python_app_reading_to_its_first_result_gets_every_finding(
     assert _all_ended(claude.state_dir)
 
 
+def test_a_failed_synthesis_is_resumed_in_a_new_cli_and_the_app_reads_one_answer(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(FanOut.of(3, delays=[1, 2, 3], synthesis_fault=Reply.error(529)))
+    results: list[str | None] = []
+
+    async def app() -> None:  # every message to the end, not only the first result
+        options = claude.options(cli_path=SHIM)
+        with anyio.fail_after(60):
+            async for message in query(prompt="Investigate.", options=options):
+                if isinstance(message, ResultMessage):
+                    results.append(message.result)
+
+    anyio.run(app)
+
+    assert len(results) == 1
+    assert sorted(findings_in(results[0] or "")) == ALL_THREE
+    resumed = [
+        r for r in server.recorded("lead") if "<teamlead-results" in r.request.last_user_text
+    ]
+    assert len(resumed) == 1  # the lead was resumed once, in a CLI of its own
+    assert _all_ended(claude.state_dir)
+
+
+def test_a_claude_path_pointing_nowhere_is_one_line_and_a_cli_failure(
+    offline: OfflineFactory, tmp_path: Path
+) -> None:
+    server, claude = offline(_fan_out())
+    nowhere = tmp_path / "no-such-claude"
+    said: list[str] = []
+    options = claude.options(
+        cli_path=SHIM, env={**claude.env, "TEAMLEAD_CLAUDE_PATH": str(nowhere)}, stderr=said.append
+    )
+
+    with pytest.raises(Exception) as failed:
+        anyio.run(_first_result, "Investigate.", options)
+
+    assert "exit code 1" in str(failed.value)
+    assert said == [
+        f"teamlead-claude: the Claude Code CLI {str(nowhere)!r} does not exist "
+        "(TEAMLEAD_CLAUDE_PATH)"
+    ]
+    assert server.recorded("lead") == []
+
+
 def test_the_apps_own_hook_and_permission_callback_are_still_called(
     offline: OfflineFactory,
 ) -> None:
