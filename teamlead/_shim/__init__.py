@@ -15,6 +15,8 @@ anything reads the app's input, so the SDK reports the CLI's failure instead of 
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import sys
 from pathlib import Path
@@ -56,4 +58,16 @@ def main() -> None:
     from .bridge import serve
 
     code = anyio.run(serve, setup.cli, argv, setup.policy, dict(os.environ), str(Path.cwd()))
-    sys.exit(code)
+    _exit_now(code)
+
+
+def _exit_now(code: int) -> None:
+    """End the process with ``code`` once the session is over, skipping the interpreter's
+    teardown of its modules: the SDK's module graph takes a second or more to tear down,
+    and the app waits for the CLI's exit. Every child has been reaped by then; the exit
+    handlers (telemetry's flush) run and the streams are flushed first."""
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)

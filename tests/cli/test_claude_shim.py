@@ -25,6 +25,7 @@ import anyio
 import pytest
 from claude_agent_sdk import (
     ClaudeAgentOptions,
+    ClaudeSDKClient,
     HookMatcher,
     PermissionResultAllow,
     ResultMessage,
@@ -159,6 +160,36 @@ def test_the_apps_own_hook_and_permission_callback_are_still_called(
     assert sorted(hooked) == ALL_THREE
     assert asked == ["Bash"]
     assert (claude.cwd / "checked.txt").read_text() == "checked\n"
+
+
+def test_a_client_app_gets_one_answer_per_turn_on_one_session(offline: OfflineFactory) -> None:
+    fan_out = _fan_out()
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "lead" and req.last_user_text.strip() == "And the next step?":
+            return Reply.text("NEXT: fix what the findings show.")
+        return fan_out(req)
+
+    server, claude = offline(script)
+    answers: list[tuple[str, str | None]] = []
+
+    async def app() -> None:  # a multi-turn ClaudeSDKClient app, unchanged
+        with anyio.fail_after(90):
+            async with ClaudeSDKClient(claude.options(cli_path=SHIM)) as client:
+                for prompt in ("Investigate.", "And the next step?"):
+                    await client.query(prompt)
+                    async for message in client.receive_response():
+                        if isinstance(message, ResultMessage):
+                            answers.append((message.session_id, message.result))
+
+    anyio.run(app)
+
+    assert len(answers) == 2
+    (first_session, first), (second_session, second) = answers
+    assert sorted(findings_in(first or "")) == ALL_THREE
+    assert second == "NEXT: fix what the findings show."
+    assert second_session == first_session  # the next turn resumed the same session
+    assert _all_ended(claude.state_dir)
 
 
 def test_a_stop_signal_stops_the_command_and_its_cli(offline: OfflineFactory) -> None:
