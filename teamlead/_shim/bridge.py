@@ -326,10 +326,13 @@ class Bridge:
         message = _parse(line)
         if message.get("type") == "control_request":
             request = message.get("request")
-            subtype = request.get("subtype") if isinstance(request, dict) else None
-            if subtype == "initialize":
+            if _is_initialize(message):
                 self._init = message
-            elif subtype == "interrupt" and self._running:
+            elif (
+                isinstance(request, dict)
+                and request.get("subtype") == "interrupt"
+                and self._running
+            ):
                 # the app ends the turn: its CLI answers with the turn's result, and the run
                 # stops there rather than resuming the lead
                 self._process.stop_every_run("the app interrupted the turn")
@@ -345,7 +348,7 @@ class Bridge:
 
     async def _to_cli(self, this: _Round, line: bytes) -> None:
         message = _parse(line)
-        if message is self._init:
+        if _is_initialize(message):
             line = json.dumps(self._with_own_hooks(this, message)).encode()
         elif message.get("type") == "user":
             if not this.user_messages and self._init is None and this.hooks:
@@ -450,6 +453,15 @@ class Bridge:
                     self._round.child.signal(self.stopped_by)
                 scope.cancel()
                 return
+
+
+def _is_initialize(message: Mapping[str, Any]) -> bool:
+    request = message.get("request")
+    return (
+        message.get("type") == "control_request"
+        and isinstance(request, dict)
+        and request.get("subtype") == "initialize"
+    )
 
 
 def _parse(line: bytes) -> dict[str, Any]:

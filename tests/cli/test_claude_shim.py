@@ -78,6 +78,30 @@ def test_a_python_app_reading_to_its_first_result_gets_every_finding(
     assert _all_ended(claude.state_dir)
 
 
+def test_the_spawn_gate_holds_the_apps_agents_to_the_policy(offline: OfflineFactory) -> None:
+    server, claude = offline(FanOut.of(3, delays=[1, 1, 1]))
+    env = {**claude.env, "TEAMLEAD_MAX_CONCURRENT_AGENTS": "1"}  # the policy, as a variable
+
+    answer = anyio.run(_first_result, "Investigate.", claude.options(cli_path=SHIM, env=env))
+
+    assert sorted(findings_in(answer or "")) == ALL_THREE
+    assert server.max_concurrent_agents() == 1  # the gate let one agent run at a time
+    assert _all_ended(claude.state_dir)
+
+
+def test_the_relay_absorbs_the_429s_the_apps_cli_would_lose(offline: OfflineFactory) -> None:
+    # one subagent stream at a time upstream; the CLI itself does not retry (max_retries 0)
+    server, claude = offline(
+        FanOut.of(3, delays=[1, 1, 1]), concurrency_limit=1, retry_after=1, limit_roles={"subagent"}
+    )
+
+    answer = anyio.run(_first_result, "Investigate.", claude.options(cli_path=SHIM))
+
+    assert sorted(findings_in(answer or "")) == ALL_THREE
+    assert any(r.status == 429 for r in server.recorded("subagent"))
+    assert _all_ended(claude.state_dir)
+
+
 def test_a_failed_synthesis_is_resumed_in_a_new_cli_and_the_app_reads_one_answer(
     offline: OfflineFactory,
 ) -> None:
