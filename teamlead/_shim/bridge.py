@@ -94,6 +94,8 @@ class _Round:
     own_requests: set[str] = field(default_factory=set)
     user_messages: int = 0
     read: anyio.Event = field(default_factory=anyio.Event)
+    interrupted: bool = False
+    asked: set[str] = field(default_factory=set)  # the app's requests it has not answered
 
 
 class Bridge:
@@ -229,6 +231,8 @@ class Bridge:
             await child.stop()
             with anyio.CancelScope(shield=True), anyio.move_on_after(_READ_GRACE_S):
                 await this.read.wait()  # its last lines reach the app (and the held result)
+            for request_id in sorted(this.asked):  # what it never answered, the app is told
+                self._write(_response(request_id, error="the Claude Code CLI has ended"))
             self._held.exit_code = child.returncode
             receive.close()
 
@@ -324,30 +328,36 @@ class Bridge:
 
     async def _from_app(self, line: bytes) -> None:
         message = _parse(line)
-        if message.get("type") == "control_request":
-            request = message.get("request")
-            if _is_initialize(message):
-                self._init = message
-            elif (
-                isinstance(request, dict)
-                and request.get("subtype") == "interrupt"
-                and self._running
-            ):
-                # the app ends the turn: its CLI answers with the turn's result, and the run
-                # stops there rather than resuming the lead
-                self._process.stop_every_run("the app interrupted the turn")
+        if _is_initialize(message):
+            self._init = message
         this = self._round
         if message.get("type") == "user" and not self._running:
             self._turns.append(line)
             self._app_event.set()
-            return
-        if this is None or not this.child.input_open:
+        elif _is_interrupt(message):
+            await self._interrupt(message, line)
+        elif this is None or not this.child.input_open:
             self._pending.append(line)
+        else:
+            await self._to_cli(this, line)
+
+    async def _interrupt(self, message: Mapping[str, Any], line: bytes) -> None:
+        """The app ends its turn: the CLI running it is told, answers, and ends the turn with
+        its result; the run stops at that result rather than resuming the lead. With no CLI
+        to tell, the bridge answers (nothing is left to interrupt) and the run stops now."""
+        this = self._round
+        if this is not None and this.child.input_open:
+            this.interrupted = True
+            await self._to_cli(this, line)
             return
-        await self._to_cli(this, line)
+        self._write(_response(message.get("request_id"), result={}))
+        if self._running:
+            self._process.stop_every_run("the app interrupted the turn")
 
     async def _to_cli(self, this: _Round, line: bytes) -> None:
         message = _parse(line)
+        if _control_subtype(message) is not None:
+            this.asked.add(str(message.get("request_id")))
         if _is_initialize(message):
             line = json.dumps(self._with_own_hooks(this, message)).encode()
         elif message.get("type") == "user":
@@ -393,10 +403,13 @@ class Bridge:
                 response = message.get("response")
                 rid = response.get("request_id") if isinstance(response, dict) else None
                 if rid not in this.own_requests:
+                    this.asked.discard(str(rid))
                     self._write(line)
                 continue
             if kind in _HOLD:
                 self._held.result = line
+                if this.interrupted:  # the interrupted turn's end: the run ends with it
+                    self._process.stop_every_run("the app interrupted the turn")
             elif _session_state_frame(message):
                 self._held.state = line
             else:
@@ -455,13 +468,20 @@ class Bridge:
                 return
 
 
-def _is_initialize(message: Mapping[str, Any]) -> bool:
+def _control_subtype(message: Mapping[str, Any]) -> str | None:
     request = message.get("request")
-    return (
-        message.get("type") == "control_request"
-        and isinstance(request, dict)
-        and request.get("subtype") == "initialize"
-    )
+    if message.get("type") != "control_request" or not isinstance(request, dict):
+        return None
+    subtype = request.get("subtype")
+    return subtype if isinstance(subtype, str) else None
+
+
+def _is_initialize(message: Mapping[str, Any]) -> bool:
+    return _control_subtype(message) == "initialize"
+
+
+def _is_interrupt(message: Mapping[str, Any]) -> bool:
+    return _control_subtype(message) == "interrupt"
 
 
 def _parse(line: bytes) -> dict[str, Any]:

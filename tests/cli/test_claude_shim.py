@@ -29,6 +29,7 @@ from claude_agent_sdk import (
     HookMatcher,
     PermissionResultAllow,
     ResultMessage,
+    TaskStartedMessage,
     query,
 )
 
@@ -213,6 +214,41 @@ def test_a_client_app_gets_one_answer_per_turn_on_one_session(offline: OfflineFa
     assert sorted(findings_in(first or "")) == ALL_THREE
     assert second == "NEXT: fix what the findings show."
     assert second_session == first_session  # the next turn resumed the same session
+    assert _all_ended(claude.state_dir)
+
+
+def test_an_interrupt_ends_the_turn_as_on_the_bare_cli(offline: OfflineFactory) -> None:
+    fan_out = FanOut.of(3, delays=[30, 30, 30])
+
+    def script(req: ScriptedRequest) -> Reply:
+        after_launch = req.role == "lead" and req.tool_uses_sent
+        if after_launch and "<task-notification>" not in req.last_user_text:
+            return Reply.text("Dispatched.", delay=30)  # the turn goes on past the interrupt
+        return fan_out(req)
+
+    server, claude = offline(script)
+
+    async def app(cli: Path) -> list[str]:  # interrupts once its agents run
+        results: list[str] = []
+        with anyio.fail_after(60):
+            async with ClaudeSDKClient(claude.options(cli_path=cli)) as client:
+                await client.query("Investigate.")
+                interrupted = False
+                async for message in client.receive_response():
+                    if isinstance(message, TaskStartedMessage) and not interrupted:
+                        interrupted = True
+                        await client.interrupt()
+                    if isinstance(message, ResultMessage):
+                        results.append(message.subtype)
+        return results
+
+    assert anyio.run(app, bundled_cli_path()) == ["error_during_execution"]
+
+    assert anyio.run(app, SHIM) == ["error_during_execution"]
+    resumed = [
+        r for r in server.recorded("lead") if "<teamlead-results" in r.request.last_user_text
+    ]
+    assert resumed == []  # the run stopped with the turn: the lead was not resumed
     assert _all_ended(claude.state_dir)
 
 
