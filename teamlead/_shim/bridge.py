@@ -54,6 +54,7 @@ __all__ = ["Bridge", "serve"]
 _HOST_STATE_VAR = "CLAUDE_CODE_SDK_READS_SESSION_STATE"
 _OWN_PREFIX = "teamlead_"
 _HOLD = ("result",)
+_IDLE_CHECK_S = 0.5
 _READ_GRACE_S = 5.0  # from a CLI's exit to the last of its stdout read
 
 
@@ -214,7 +215,11 @@ class Bridge:
                 tee(line.rstrip("\n"))
 
         child = Child(argv, {**self._env, **options.env}, on_stderr)
-        await child.start()
+        try:
+            await child.start()
+        except OSError as exc:  # the round fails; the SDK is told why on stderr
+            on_stderr(f"teamlead-claude: cannot start the Claude Code CLI {argv[0]!r}: {exc}\n")
+            raise
         this = _Round(child, hooks=self._own_hooks(options))
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](float("inf"))
         assert self._tg is not None
@@ -246,8 +251,6 @@ class Bridge:
         reports_state = False
         async with receive:
             while True:
-                if not this.user_messages and not self._app_open:
-                    await this.child.end_input()
                 try:
                     message = await self._receive(receive, this)
                 except anyio.EndOfStream:
@@ -264,9 +267,9 @@ class Bridge:
         self, receive: MemoryObjectReceiveStream[dict[str, Any]], this: _Round
     ) -> dict[str, Any]:
         """The next message; while none comes, a CLI given no turn is let go once the app's
-        input ends."""
+        input ends (checked every :data:`_IDLE_CHECK_S`)."""
         while True:
-            with anyio.move_on_after(0.5):
+            with anyio.move_on_after(_IDLE_CHECK_S):
                 return await receive.receive()
             if not this.user_messages and not self._app_open:
                 await this.child.end_input()
@@ -286,7 +289,7 @@ class Bridge:
     def _own_hooks(self, options: ClaudeAgentOptions) -> dict[str, _OwnHook]:
         """The run's own hook callbacks (the spawn gate's), by the id the CLI will call."""
         return {
-            f"{_OWN_PREFIX}hook_{i}_{j}": _OwnHook(event, matcher.matcher, matcher.timeout, hook)
+            f"{_OWN_PREFIX}{event}_{i}_{j}": _OwnHook(event, matcher.matcher, matcher.timeout, hook)
             for event, matchers in (options.hooks or {}).items()
             for i, matcher in enumerate(matchers)
             for j, hook in enumerate(matcher.hooks)
