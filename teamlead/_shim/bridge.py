@@ -132,6 +132,7 @@ class Bridge:
         self._init: dict[str, Any] | None = None
         self._pending: list[bytes] = []  # app lines waiting for the next CLI
         self._turns: list[bytes] = []  # user messages waiting for the next run
+        self._settings: list[dict[str, Any]] = []  # settings the app changed between turns
         self._app_open = True
         self._app_event = anyio.Event()
         self._round: _Round | None = None
@@ -275,14 +276,17 @@ class Bridge:
                 await this.child.end_input()
 
     async def _feed(self, this: _Round, prompt: str | None) -> None:
-        """Start the round's CLI on the app's lines, or on a resume ``prompt``."""
-        if prompt is not None:
-            if self._init is not None:
-                await self._send_own(this, self._init["request"])
-            await this.child.send(_user_line(prompt))
-            this.user_messages += 1
-            return
-        lines, self._pending = self._pending, []
+        """Start the round's CLI on the app's pending lines, or on a resume ``prompt``; a
+        CLI that will not see the app's initialize gets it again (and the settings the app
+        changed between turns), as requests of the bridge's own."""
+        if prompt is None:
+            lines, self._pending = self._pending, []
+        else:
+            lines = [_user_line(prompt)]
+        if self._init is not None and not any(_is_initialize(_parse(line)) for line in lines):
+            await self._send_own(this, self._init["request"])
+        for request in self._settings:
+            await self._send_own(this, request)
         for line in lines:
             await self._to_cli(this, line)
 
@@ -339,6 +343,8 @@ class Bridge:
             self._app_event.set()
         elif _is_interrupt(message):
             await self._interrupt(message, line)
+        elif not self._running and _control_subtype(message) is not None:
+            self._between_turns(message)
         elif this is None or not this.child.input_open:
             self._pending.append(line)
         else:
@@ -356,6 +362,19 @@ class Bridge:
         self._write(_response(message.get("request_id"), result={}))
         if self._running:
             self._process.stop_every_run("the app interrupted the turn")
+
+    def _between_turns(self, message: Mapping[str, Any]) -> None:
+        """A control request while no CLI runs (between the app's turns): a setting
+        (``set_model``, ``set_permission_mode``, ...) is taken and given to every later
+        CLI; anything else is refused at once, rather than left unanswered."""
+        subtype = _control_subtype(message) or ""
+        request_id = message.get("request_id")
+        if subtype.startswith("set_"):
+            self._settings.append(dict(message["request"]))
+            self._write(_response(request_id, result={}))
+        else:
+            error = f"no Claude Code CLI runs between turns to answer {subtype!r}"
+            self._write(_response(request_id, error=error))
 
     async def _to_cli(self, this: _Round, line: bytes) -> None:
         message = _parse(line)

@@ -189,23 +189,36 @@ def test_the_apps_own_hook_and_permission_callback_are_still_called(
 
 def test_a_client_app_gets_one_answer_per_turn_on_one_session(offline: OfflineFactory) -> None:
     fan_out = _fan_out()
+    next_step = "And the next step?"
 
     def script(req: ScriptedRequest) -> Reply:
-        if req.role == "lead" and req.last_user_text.strip() == "And the next step?":
+        ran = any(u.get("name") == "Bash" for u in req.tool_uses_sent)
+        if req.role == "lead" and req.last_user_text.rstrip().endswith(next_step):
+            return Reply.tools(bash("echo planned"))
+        if req.role == "lead" and ran:
             return Reply.text("NEXT: fix what the findings show.")
         return fan_out(req)
 
     server, claude = offline(script)
     answers: list[tuple[str, str | None]] = []
+    hooked: list[str] = []
+
+    async def on_bash(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        hooked.append(data["tool_input"]["command"])
+        return {}
+
+    hooks: Any = {"PreToolUse": [HookMatcher(matcher="Bash", hooks=[on_bash])]}
+    options = claude.options(cli_path=SHIM, hooks=hooks)
 
     async def app() -> None:  # a multi-turn ClaudeSDKClient app, unchanged
         with anyio.fail_after(90):
-            async with ClaudeSDKClient(claude.options(cli_path=SHIM)) as client:
-                for prompt in ("Investigate.", "And the next step?"):
+            async with ClaudeSDKClient(options) as client:
+                for prompt in ("Investigate.", next_step):
                     await client.query(prompt)
                     async for message in client.receive_response():
                         if isinstance(message, ResultMessage):
                             answers.append((message.session_id, message.result))
+                    await client.set_model("claude-haiku-5-5")  # between the turns
 
     anyio.run(app)
 
@@ -214,6 +227,9 @@ def test_a_client_app_gets_one_answer_per_turn_on_one_session(offline: OfflineFa
     assert sorted(findings_in(first or "")) == ALL_THREE
     assert second == "NEXT: fix what the findings show."
     assert second_session == first_session  # the next turn resumed the same session
+    assert hooked == ["echo planned"]  # the app's hook served the next turn's CLI too
+    last_turn = [r.request for r in server.recorded("lead") if r.request.tool_uses_sent]
+    assert last_turn[-1].model == "claude-haiku-5-5"  # the setting reached the next CLI
     assert _all_ended(claude.state_dir)
 
 
