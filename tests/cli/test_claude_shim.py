@@ -268,7 +268,10 @@ def test_an_interrupt_ends_the_turn_as_on_the_bare_cli(offline: OfflineFactory) 
     assert _all_ended(claude.state_dir)
 
 
-def test_a_stop_signal_stops_the_command_and_its_cli(offline: OfflineFactory) -> None:
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_stops_the_command_and_its_cli(
+    offline: OfflineFactory, stop: signal.Signals
+) -> None:
     server, claude = offline(FanOut.of(3, delays=[30, 30, 30]))
     shim = subprocess.Popen(
         [str(SHIM), "--output-format", "stream-json", "--verbose", "--input-format", "stream-json"],
@@ -288,13 +291,13 @@ def test_a_stop_signal_stops_the_command_and_its_cli(offline: OfflineFactory) ->
             seen.append(json.loads(line))
             if seen[-1].get("subtype") == "task_started":
                 break
-        shim.send_signal(signal.SIGTERM)
+        shim.send_signal(stop)
         rest, _ = shim.communicate(timeout=30)
     finally:
         if shim.poll() is None:
             shim.kill()
             shim.communicate(timeout=10)
-    assert shim.returncode == 128 + signal.SIGTERM
+    assert shim.returncode == 128 + stop
     assert b'"type": "result"' not in rest and b'"type":"result"' not in rest
     assert _all_ended(claude.state_dir)
 
