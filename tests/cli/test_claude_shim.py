@@ -37,8 +37,9 @@ from teamlead._claude.binary import bundled_cli_path
 from teamlead.testing import Reply, ScriptedRequest
 from teamlead.testing.scripts import FanOut, bash, findings_in
 
+from ..isolated import run_to_the_end
 from ..polling import poll
-from .conftest import OfflineFactory, cli_processes
+from .conftest import TEAMLEAD, OfflineFactory, cli_processes
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
@@ -273,9 +274,10 @@ def test_a_stop_signal_stops_the_command_and_its_cli(
     offline: OfflineFactory, stop: signal.Signals
 ) -> None:
     server, claude = offline(FanOut.of(3, delays=[30, 30, 30]))
+    env = {**os.environ, **claude.env}
     shim = subprocess.Popen(
         [str(SHIM), "--output-format", "stream-json", "--verbose", "--input-format", "stream-json"],
-        env={**os.environ, **claude.env},
+        env=env,
         cwd=claude.cwd,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -291,6 +293,9 @@ def test_a_stop_signal_stops_the_command_and_its_cli(
             seen.append(json.loads(line))
             if seen[-1].get("subtype") == "task_started":
                 break
+        listed = run_to_the_end([*TEAMLEAD, "ps", "--json"], timeout=60, env=env)
+        runs = [(r["pid"], r["status"]) for r in json.loads(listed.stdout)]
+        assert runs == [(shim.pid, "running")]  # the app's turn is a run teamlead ps lists
         shim.send_signal(stop)
         rest, _ = shim.communicate(timeout=30)
     finally:
