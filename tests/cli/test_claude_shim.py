@@ -29,12 +29,15 @@ from claude_agent_sdk import (
     HookMatcher,
     PermissionResultAllow,
     ResultMessage,
+    StreamEvent,
     TaskStartedMessage,
+    create_sdk_mcp_server,
     query,
+    tool,
 )
 
 from teamlead._claude.binary import bundled_cli_path
-from teamlead.testing import Reply, ScriptedRequest
+from teamlead.testing import Reply, ScriptedRequest, ToolUse
 from teamlead.testing.scripts import FanOut, bash, findings_in
 
 from ..isolated import run_to_the_end
@@ -104,6 +107,33 @@ def test_the_relay_absorbs_the_429s_the_apps_cli_would_lose(offline: OfflineFact
     assert _all_ended(claude.state_dir)
 
 
+def test_the_apps_own_mcp_tool_serves_its_cli(offline: OfflineFactory) -> None:
+    fan_out = _fan_out()
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "lead" and not req.tool_uses_sent:  # the app's in-process tool first
+            return Reply.tools(ToolUse("mcp__facts__lookup", {"key": "scope"}))
+        return fan_out(req)
+
+    server, claude = offline(script)
+    looked_up: list[str] = []
+
+    @tool("lookup", "Look a fact up", {"key": str})
+    async def lookup(args: dict[str, Any]) -> dict[str, Any]:
+        looked_up.append(args["key"])
+        return {"content": [{"type": "text", "text": "FACT: the scope is the auth module"}]}
+
+    facts = create_sdk_mcp_server("facts", tools=[lookup])
+    options = claude.options(cli_path=SHIM, mcp_servers={"facts": facts})
+    answer = anyio.run(_first_result, "Investigate.", options)
+
+    assert sorted(findings_in(answer or "")) == ALL_THREE
+    assert looked_up == ["scope"]
+    lead_saw = [r.request.all_text for r in server.recorded("lead")]
+    assert any("FACT: the scope is the auth module" in text for text in lead_saw)
+    assert _all_ended(claude.state_dir)
+
+
 def test_a_failed_synthesis_is_resumed_in_a_new_cli_and_the_app_reads_one_answer(
     offline: OfflineFactory,
 ) -> None:
@@ -147,6 +177,32 @@ def test_a_claude_path_pointing_nowhere_is_one_line_and_a_cli_failure(
         "(TEAMLEAD_CLAUDE_PATH)"
     ]
     assert server.recorded("lead") == []
+
+
+def test_partial_messages_pass_through_and_spell_the_one_answer(offline: OfflineFactory) -> None:
+    server, claude = offline(_fan_out())
+    options = claude.options(cli_path=SHIM, include_partial_messages=True)
+
+    async def app() -> tuple[str, str | None]:  # the text streamed last, and the result
+        streamed = ""
+        with anyio.fail_after(60):
+            async for message in query(prompt="Investigate.", options=options):
+                if isinstance(message, StreamEvent) and message.parent_tool_use_id is None:
+                    event = message.event
+                    if event.get("type") == "message_start":
+                        streamed = ""
+                    delta = event.get("delta") or {}
+                    if event.get("type") == "content_block_delta" and "text" in delta:
+                        streamed += delta["text"]
+                if isinstance(message, ResultMessage):
+                    return streamed, message.result
+        raise AssertionError("no result")
+
+    streamed, answer = anyio.run(app)
+
+    assert sorted(findings_in(answer or "")) == ALL_THREE
+    assert streamed == answer  # the app saw the answer stream in, as from the bare CLI
+    assert _all_ended(claude.state_dir)
 
 
 def test_the_apps_own_hook_and_permission_callback_are_still_called(
