@@ -20,6 +20,12 @@ own machinery; the bridge only carries lines:
 A CLI is kept running while its work goes on (its input open, so it can ask the app's
 callbacks), and its input is closed once it is idle with no task running
 (:func:`teamlead._run.round.settled`): it then ends its session and the round ends.
+
+An app's interrupt goes to the running CLI, and the run stops at the result that ends the
+interrupted turn. Between the app's turns no CLI runs: the app's next user message starts
+the next run on the same session (every CLI of it gets the app's initialize again), a
+setting the app changes meanwhile is given to every later CLI, and a request nothing can
+answer is refused at once, never left waiting.
 """
 
 from __future__ import annotations
@@ -64,7 +70,8 @@ def _session_state_frame(message: Mapping[str, Any]) -> bool:
 
 @dataclass
 class _Held:
-    """What the app has not been shown yet: the last ``result`` and the last state frame."""
+    """What the app has not been shown yet (the last ``result`` and the last state frame),
+    and the exit code of the last CLI, which becomes the command's."""
 
     result: bytes | None = None
     state: bytes | None = None
