@@ -46,6 +46,7 @@ from .team_view import LiveTeamView, PlainProgress
 __all__ = [
     "AskSettings",
     "answer_for",
+    "build_policy",
     "build_run",
     "check_setup",
     "find_cli",
@@ -196,21 +197,15 @@ def find_cli(cli_path: str | None) -> str | None:
         raise SetupError(f"{exc}; or put `claude` on PATH, or pass --cli-path") from None
 
 
-def build_run(
-    settings: AskSettings, *, can_use_tool: CanUseTool | None = None
-) -> tuple[ClaudeAgentOptions, Policy, Strategy]:
-    """SDK options with the strategy appended, and the policy, for ``settings``; the
-    options ask ``can_use_tool`` (the run's :class:`~.controls.Controls`) for permission.
+def build_policy(settings: AskSettings) -> Policy:
+    """The run's :class:`~teamlead.policy.Policy` for ``settings`` (the ``TEAMLEAD_*``
+    variables' and the options' limits; ``teamlead-claude`` reads its policy here too).
 
     Raises:
-        UsageError: unknown strategy, bad numbers, a cwd that does not exist, a session
-            store URL that is none.
+        UsageError: a limit the policy refuses (its first line says which).
     """
-    if settings.cwd is not None and not Path(settings.cwd).is_dir():
-        raise UsageError(f"--cwd {settings.cwd!r} is not a directory")
-    strategy = load_strategy(settings.strategy)
     try:
-        policy = Policy(
+        return Policy(
             max_resumes=settings.max_resumes,
             wait_s=settings.wait_s,
             deadline_s=settings.deadline_s,
@@ -235,6 +230,22 @@ def build_run(
     except ValueError as exc:
         first = str(exc).splitlines()
         raise UsageError(f"bad limit: {first[1] if len(first) > 1 else first[0]}") from None
+
+
+def build_run(
+    settings: AskSettings, *, can_use_tool: CanUseTool | None = None
+) -> tuple[ClaudeAgentOptions, Policy, Strategy]:
+    """SDK options with the strategy appended, and the policy, for ``settings``; the
+    options ask ``can_use_tool`` (the run's :class:`~.controls.Controls`) for permission.
+
+    Raises:
+        UsageError: unknown strategy, bad numbers, a cwd that does not exist, a session
+            store URL that is none.
+    """
+    if settings.cwd is not None and not Path(settings.cwd).is_dir():
+        raise UsageError(f"--cwd {settings.cwd!r} is not a directory")
+    strategy = load_strategy(settings.strategy)
+    policy = build_policy(settings)
     cli_path = find_cli(settings.cli_path)
     store = None
     if settings.session_store is not None:

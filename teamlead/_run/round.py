@@ -35,6 +35,7 @@ from ..tracker import (
     ResultSeen,
     SessionStateSeen,
     TrackedEvent,
+    Tracker,
     WorkflowAgentChanged,
     WorkflowEnded,
     WorkflowLaunched,
@@ -43,7 +44,7 @@ from .outcome import ErrorKind, RoundOutcome
 from .state import RunState
 from .workflow_permission import workflow_denials
 
-__all__ = ["JOURNAL_POLL_S", "Round"]
+__all__ = ["JOURNAL_POLL_S", "Round", "settled"]
 
 #: How often a waiting read mirrors the open workflows' journals into the session store.
 JOURNAL_POLL_S = 0.25
@@ -165,7 +166,9 @@ class Round:
                     yield amended
                 for denied in workflow_denials(events):
                     yield denied
-                if self._settle and self._settled(start, events, state):
+                if self._settle and settled(
+                    self._tracker, start, events, reports_state=self._cli_state is not None
+                ):
                     break
         except Exception as exc:  # the generator's own failure ends the stream; never cancellation
             error, kind = describe_error(exc), "raised"
@@ -288,21 +291,6 @@ class Round:
         # notifications of work that just finished reach the stream
         await self._clock.sleep(_BUDGET_GRACE_S)
 
-    def _settled(self, start: int, events: list[TrackedEvent], state: str | None) -> bool:
-        """Whether the client's CLI is idle: its turns are over and no task can inject one.
-
-        With session-state events (see :func:`teamlead.prepare_options`), "idle" after a
-        real result is exact. Without them, a real result with no task running is the best
-        sign; a queued notification turn can still follow then.
-        """
-        answered = any(not r.placeholder for r in self._tracker.results[start:])
-        if not answered or self._tracker.open_tasks:
-            return False
-        if self._cli_state is not None:
-            return state == "idle"
-        last = events[-1] if events else None
-        return isinstance(last, ResultSeen) and not last.placeholder
-
     def _conclude(
         self,
         results: list[ResultSeen],
@@ -341,6 +329,31 @@ class Round:
             retry_after=self._retry_after if transient else None,
             cli_state=self._cli_state,
         )
+
+
+def settled(
+    tracker: Tracker, start: int, events: list[TrackedEvent], *, reports_state: bool
+) -> bool:
+    """Whether a CLI that is kept running is idle: its turns are over and no task can inject
+    one (a client's round, or ``teamlead-claude``'s CLI, ends there).
+
+    Args:
+        tracker: the run's tracker, fed the message ``events`` came from.
+        start: how many results the tracker held when the round began.
+        events: what the run made of the message just read.
+        reports_state: the CLI reports its session state (``session_state_changed``).
+
+    With session-state events, "idle" after a real result is exact. Without them, a real
+    result with no task running is the best sign; a queued notification turn can still
+    follow then.
+    """
+    answered = any(not r.placeholder for r in tracker.results[start:])
+    if not answered or tracker.open_tasks:
+        return False
+    if reports_state:
+        return session_state(events) == "idle"
+    last = events[-1] if events else None
+    return isinstance(last, ResultSeen) and not last.placeholder
 
 
 def session_state(events: list[TrackedEvent]) -> str | None:

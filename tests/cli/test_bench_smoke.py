@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
         pytest.param("overload.py", marks=pytest.mark.cli),
         "limits.py",
         "cli_start.py",
+        pytest.param("shim_latency.py", marks=pytest.mark.cli),
     ],
 )
 def test_bench_quick_mode_runs_and_summarizes(script: str, tmp_path: Path) -> None:

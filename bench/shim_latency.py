@@ -1,0 +1,90 @@
+"""Bench: what ``teamlead-claude`` adds to a plain run's latency.
+
+An unmodified Python SDK app (``claude_agent_sdk.query``, read to its first result) runs
+one plain turn (the lead answers at once, no agents) on the scripted model, with
+``cli_path`` at the bundled CLI and at ``teamlead-claude`` (the one next to this
+interpreter), in alternating pairs so load from other processes hits both alike. Figures:
+the app's wall time to its result, p50 per side, and the ratio; target: the shim adds
+<= 5% (its own start-up, the relay, the run's bookkeeping and the CLI's exit before the
+one result).
+
+Run: ``python bench/shim_latency.py [--pairs 8]``; ``--quick`` runs one pair, unjudged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import anyio
+from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _common import percentile, table  # noqa: E402
+
+from teamlead._claude.binary import bundled_cli_path  # noqa: E402
+from teamlead.testing import OfflineClaude, Reply, ScriptedServer  # noqa: E402
+
+SHIM = Path(sys.executable).with_name("teamlead-claude")
+_TARGET = 0.05
+
+
+async def _one(options: ClaudeAgentOptions) -> float:
+    start = time.perf_counter()
+    with anyio.fail_after(60):
+        async for message in query(prompt="Say hello.", options=options):
+            if isinstance(message, ResultMessage):
+                assert message.result == "Hello.", message.result
+                break
+    return time.perf_counter() - start
+
+
+def bench(pairs: int, warm: bool) -> tuple[list[float], list[float]]:
+    """``pairs`` alternating runs of each side (after one warm-up pair)."""
+    bare: list[float] = []
+    shim: list[float] = []
+    with (
+        ScriptedServer(lambda req: Reply.text("Hello.")) as server,
+        OfflineClaude(server.base_url) as claude,
+    ):
+        sides = [
+            (bare, claude.options(cli_path=bundled_cli_path())),
+            (shim, claude.options(cli_path=SHIM)),
+        ]
+        for i in range(pairs + (1 if warm else 0)):
+            order = sides if i % 2 == 0 else sides[::-1]
+            for into, options in order:
+                took = anyio.run(_one, options)
+                if not warm or i > 0:
+                    into.append(took)
+    return bare, shim
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="one pair, no warm-up: a smoke run")
+    parser.add_argument("--pairs", type=int, default=8)
+    args = parser.parse_args()
+    pairs = 1 if args.quick else args.pairs
+    print(f"shim latency bench{' (quick)' if args.quick else ''}: {pairs} alternating pair(s)")
+    bare, shim = bench(pairs, warm=not args.quick)
+    b50, s50 = percentile(bare, 50), percentile(shim, 50)
+    ratio = s50 / b50
+    rows = [
+        ["bare CLI", f"{b50:.2f} s", "1.000"],
+        ["teamlead-claude", f"{s50:.2f} s", f"{ratio:.3f}"],
+    ]
+    print(table(["side", "p50 to the result", "ratio"], rows))
+    met = ratio - 1 <= _TARGET
+    verdict = "not judged (--quick)" if args.quick else ("met" if met else "MISSED")
+    print(
+        f"SUMMARY: teamlead-claude adds {ratio - 1:+.1%} to a plain run "
+        f"(p50 {s50:.2f} s vs bare {b50:.2f} s; target <= {_TARGET:.0%}): {verdict}"
+    )
+    raise SystemExit(0 if met or args.quick else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,555 @@
+"""The bridge between an SDK app and the real CLI: teamlead's run in the middle.
+
+The app's SDK speaks stream-json with ``teamlead-claude`` as it would with the CLI. The
+bridge runs each of the app's turns as a teamlead run (:func:`teamlead.coordinator.query_stream`)
+whose query function starts the real CLI with the app's argv: every round of the run is
+one CLI process, the first fed the app's own input, a resume round (``--resume <session>``)
+fed the app's initialize request again and the resume prompt. So the relay, the spawn
+gate, the wait for background agents and teammates, collection and resume are teamlead's
+own machinery; the bridge only carries lines:
+
+- app -> CLI: every line is passed to the current CLI as it comes (control requests,
+  control responses to the CLI's hooks, permission and MCP requests, user messages);
+  the app's ``initialize`` gets the run's own hooks (the spawn gate) appended, and the
+  bridge answers those hook callbacks itself;
+- CLI -> app: every line is passed on at once (partial messages included), except each
+  ``result`` and session-state frame: those are held, and only the run's last result
+  (and the CLI's last state) reach the app when the run has finished, so the app reads
+  exactly one ``result``, the one that used every result.
+
+A CLI is kept running while its work goes on (its input open, so it can ask the app's
+callbacks), and its input is closed once it is idle with no task running
+(:func:`teamlead._run.round.settled`): it then ends its session and the round ends.
+
+An app's interrupt goes to the running CLI, and the run stops at the result that ends the
+interrupted turn. Between the app's turns no CLI runs: the app's next user message starts
+the next run on the same session (every CLI of it gets the app's initialize again), a
+setting the app changes meanwhile is given to every later CLI, and a request nothing can
+answer is refused at once, never left waiting.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import IO, Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
+from claude_agent_sdk import ClaudeAgentOptions
+
+from .._run.options import MAX_MESSAGE_BYTES
+from .._run.process import default_process_state
+from .._run.round import settled
+from .._run.stream import RunStream
+from ..coordinator import query_stream
+from ..events import Finished
+from ..policy import Policy
+from .child import Child, round_argv
+
+__all__ = ["Bridge", "serve"]
+
+#: Asks the CLI for its session state (for the SDK host, not shown by an SDK), so the
+#: bridge knows exactly when a CLI is idle.
+_HOST_STATE_VAR = "CLAUDE_CODE_SDK_READS_SESSION_STATE"
+_OWN_PREFIX = "teamlead_"
+_HOLD = ("result",)
+_IDLE_CHECK_S = 0.5
+_READ_GRACE_S = 5.0  # from a CLI's exit to the last of its stdout read
+
+
+def _session_state_frame(message: Mapping[str, Any]) -> bool:
+    return message.get("type") == "system" and message.get("subtype") == "session_state_changed"
+
+
+@dataclass
+class _Held:
+    """What the app has not been shown yet (the last ``result`` and the last state frame),
+    and the exit code of the last CLI, which becomes the command's."""
+
+    result: bytes | None = None
+    state: bytes | None = None
+    exit_code: int | None = None
+
+    def take(self) -> list[bytes]:
+        lines = [line for line in (self.result, self.state) if line is not None]
+        self.result = self.state = None
+        return lines
+
+
+@dataclass(frozen=True)
+class _OwnHook:
+    """A hook of the run's own (the spawn gate's): where it goes and its callback."""
+
+    event: str
+    matcher: str | None
+    timeout: float | None
+    callback: Callable[..., Any]
+
+
+@dataclass
+class _Round:
+    """The CLI process of one round, and what the bridge owns of its control protocol."""
+
+    child: Child
+    hooks: dict[str, _OwnHook] = field(default_factory=dict)
+    own_requests: set[str] = field(default_factory=set)
+    user_messages: int = 0
+    read: anyio.Event = field(default_factory=anyio.Event)
+    interrupted: bool = False
+    asked: set[str] = field(default_factory=set)  # the app's requests it has not answered
+
+
+class Bridge:
+    """Carries one app's stream-json session through teamlead's runs (module docstring).
+
+    Args:
+        cli: the real CLI's path.
+        argv: the app's arguments for the CLI (without the program name).
+        policy: each run's policy.
+        env: the CLI's environment (the one the app's SDK gave ``teamlead-claude``).
+        cwd: the app's working directory.
+        out: where the app reads the CLI's stdout lines.
+        err: where the app reads the CLI's stderr.
+    """
+
+    def __init__(
+        self,
+        cli: str,
+        argv: Sequence[str],
+        policy: Policy,
+        env: Mapping[str, str],
+        cwd: str,
+        out: IO[bytes],
+        err: IO[str],
+    ) -> None:
+        self._argv = [cli, *argv]
+        self._policy = policy
+        self._env = {**env}
+        self._env.setdefault(_HOST_STATE_VAR, "1")
+        self._cwd = cwd
+        self._out = out
+        self._err = err
+        self._init: dict[str, Any] | None = None
+        self._pending: list[bytes] = []  # app lines waiting for the next CLI
+        self._turns: list[bytes] = []  # user messages waiting for the next run
+        self._settings: list[dict[str, Any]] = []  # settings the app changed between turns
+        self._app_open = True
+        self._app_event = anyio.Event()
+        self._round: _Round | None = None
+        self._held = _Held()
+        self._run: RunStream | None = None
+        self._tg: TaskGroup | None = None
+        self._requests = 0
+        self._running = False
+        self._out_closed = False
+        self._process = default_process_state()
+        self.stopped_by: signal.Signals | None = None
+
+    # -- the whole session ---------------------------------------------------------------
+    async def serve(self, stdin: asyncio.StreamReader) -> int:
+        """Serve the app until its input ends and its last run has finished; returns the
+        exit code for the app (the last CLI's, or ``128 + signal`` after a stop)."""
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            tg.start_soon(self._read_app, stdin)
+            tg.start_soon(self._watch_signals, tg.cancel_scope)
+            session: str | None = None
+            while True:
+                await self._run_turn(session)
+                session = self._run.tracker.session_id if self._run and self._run.tracker else None
+                for line in self._held.take():
+                    self._write(line)
+                if not await self._next_turn() or session is None:
+                    break
+            tg.cancel_scope.cancel()
+        if self.stopped_by is not None:
+            return 128 + int(self.stopped_by)
+        code = self._held.exit_code
+        return 1 if code is None else (128 - code if code < 0 else code)
+
+    async def _next_turn(self) -> bool:
+        """Wait for the app's next user message (a multi-turn app); ``False`` at its end.
+        A user message that came while the last run's CLI took no more input starts it."""
+        self._turns += [m for m in self._pending if _parse(m).get("type") == "user"]
+        self._pending = [m for m in self._pending if _parse(m).get("type") != "user"]
+        while not self._turns and self._app_open:
+            await self._app_event.wait()
+            self._app_event = anyio.Event()
+        return bool(self._turns)
+
+    async def _run_turn(self, session: str | None) -> None:
+        """One teamlead run: the app's turn, from its user message to one final result."""
+        user = ClaudeAgentOptions(env=dict(self._env), cwd=self._cwd, resume=session)
+        self._pending += self._turns
+        self._turns = []
+        first = [True]
+
+        def query_fn(*, prompt: str, options: ClaudeAgentOptions) -> AsyncGenerator[Any, None]:
+            is_first, first[0] = first[0], False
+            return self._round_messages(None if is_first else prompt, options)
+
+        run = query_stream("", user, query_fn=query_fn, policy=self._policy, process=self._process)
+        self._run, self._running = run, True
+        try:
+            async with contextlib.aclosing(run) as items:
+                async for item in items:
+                    if isinstance(item, Finished):
+                        break
+        finally:
+            self._running = False
+
+    # -- one round: one CLI process ------------------------------------------------------
+    async def _round_messages(
+        self, prompt: str | None, options: ClaudeAgentOptions
+    ) -> AsyncGenerator[Any, None]:
+        """One round's messages for the run, from a CLI started on the run's ``options``:
+        fed the app's pending lines (``prompt`` ``None``), or the app's initialize again
+        and ``prompt`` (a resume round)."""
+        argv = round_argv(self._argv, resume=options.resume, tools_off=options.tools == [])
+        tee = options.stderr
+
+        def on_stderr(line: str) -> None:
+            with contextlib.suppress(OSError):  # the app's stderr closed: the tail still has it
+                self._err.write(line)
+                self._err.flush()
+            if tee is not None:
+                tee(line.rstrip("\n"))
+
+        child = Child(argv, {**self._env, **options.env}, on_stderr)
+        try:
+            await child.start()
+        except OSError as exc:  # the round fails; the SDK is told why on stderr
+            on_stderr(f"teamlead-claude: cannot start the Claude Code CLI {argv[0]!r}: {exc}\n")
+            raise
+        this = _Round(child, hooks=self._own_hooks(options))
+        send, receive = anyio.create_memory_object_stream[dict[str, Any]](float("inf"))
+        assert self._tg is not None
+        self._round = this
+        try:
+            self._tg.start_soon(child.pump_stderr)
+            self._tg.start_soon(self._read_cli, this, send)
+            await self._feed(this, prompt)
+            async for message in self._settling(this, receive):
+                yield message
+        finally:
+            if self._round is this:
+                self._round = None
+            await child.stop()
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_READ_GRACE_S):
+                await this.read.wait()  # its last lines reach the app (and the held result)
+            for request_id in sorted(this.asked):  # what it never answered, the app is told
+                self._write(_response(request_id, error="the Claude Code CLI has ended"))
+            self._held.exit_code = child.returncode
+            receive.close()
+
+    async def _settling(
+        self, this: _Round, receive: MemoryObjectReceiveStream[dict[str, Any]]
+    ) -> AsyncGenerator[Any, None]:
+        """The CLI's messages; its input is closed once it is idle with nothing running
+        (or, when the app gave it no turn, once the app's input has ended)."""
+        run = self._run
+        start = len(run.tracker.results) if run is not None and run.tracker else 0
+        reports_state = False
+        async with receive:
+            while True:
+                try:
+                    message = await self._receive(receive, this)
+                except anyio.EndOfStream:
+                    return
+                yield message
+                if run is None or run.tracker is None:
+                    continue
+                events = run.events_of(message)
+                reports_state = reports_state or _session_state_frame(message)
+                if settled(run.tracker, start, events, reports_state=reports_state):
+                    await this.child.end_input()
+
+    async def _receive(
+        self, receive: MemoryObjectReceiveStream[dict[str, Any]], this: _Round
+    ) -> dict[str, Any]:
+        """The next message; while none comes, a CLI given no turn is let go once the app's
+        input ends (checked every :data:`_IDLE_CHECK_S`)."""
+        while True:
+            with anyio.move_on_after(_IDLE_CHECK_S):
+                return await receive.receive()
+            if not this.user_messages and not self._app_open:
+                await this.child.end_input()
+
+    async def _feed(self, this: _Round, prompt: str | None) -> None:
+        """Start the round's CLI on the app's pending lines, or on a resume ``prompt``; a
+        CLI that will not see the app's initialize gets it again (and the settings the app
+        changed between turns), as requests of the bridge's own."""
+        if prompt is None:
+            lines, self._pending = self._pending, []
+        else:
+            lines = [_user_line(prompt)]
+        if self._init is not None and not any(_is_initialize(_parse(line)) for line in lines):
+            await self._send_own(this, self._init["request"])
+        for request in self._settings:
+            await self._send_own(this, request)
+        for line in lines:
+            await self._to_cli(this, line)
+
+    def _own_hooks(self, options: ClaudeAgentOptions) -> dict[str, _OwnHook]:
+        """The run's own hook callbacks (the spawn gate's), by the id the CLI will call."""
+        return {
+            f"{_OWN_PREFIX}{event}_{i}_{j}": _OwnHook(event, matcher.matcher, matcher.timeout, hook)
+            for event, matchers in (options.hooks or {}).items()
+            for i, matcher in enumerate(matchers)
+            for j, hook in enumerate(matcher.hooks)
+        }
+
+    @staticmethod
+    def _hooks_config(this: _Round, app_hooks: Mapping[str, Any] | None) -> Any:
+        """The app's hooks config with the run's own after the app's (as the SDK would
+        list them: the app's hooks run first)."""
+        merged: dict[str, list[Any]] = {
+            event: list(matchers) for event, matchers in dict(app_hooks or {}).items()
+        }
+        for callback_id, own in this.hooks.items():
+            entry: dict[str, Any] = {"matcher": own.matcher, "hookCallbackIds": [callback_id]}
+            if own.timeout is not None:
+                entry["timeout"] = own.timeout
+            merged.setdefault(own.event, []).append(entry)
+        return merged or None
+
+    # -- app -> CLI ----------------------------------------------------------------------
+    async def _read_app(self, stdin: asyncio.StreamReader) -> None:
+        """Every line of the app's input, to the current CLI (or kept for the next one)."""
+        try:
+            while True:
+                try:
+                    line = await stdin.readuntil(b"\n")
+                except asyncio.IncompleteReadError as end:
+                    line = end.partial
+                    if line.strip():
+                        await self._from_app(line)
+                    return
+                except asyncio.LimitOverrunError:
+                    return
+                if line.strip():
+                    await self._from_app(line)
+        finally:
+            self._app_open = False
+            self._app_event.set()
+
+    async def _from_app(self, line: bytes) -> None:
+        message = _parse(line)
+        if _is_initialize(message):
+            self._init = message
+        this = self._round
+        if message.get("type") == "user" and not self._running:
+            self._turns.append(line)
+            self._app_event.set()
+        elif _is_interrupt(message):
+            await self._interrupt(message, line)
+        elif not self._running and _control_subtype(message) is not None:
+            self._between_turns(message)
+        elif this is None or not this.child.input_open:
+            self._pending.append(line)
+        else:
+            await self._to_cli(this, line)
+
+    async def _interrupt(self, message: Mapping[str, Any], line: bytes) -> None:
+        """The app ends its turn: the CLI running it is told, answers, and ends the turn with
+        its result; the run stops at that result rather than resuming the lead. With no CLI
+        to tell, the bridge answers (nothing is left to interrupt) and the run stops now."""
+        this = self._round
+        if this is not None and this.child.input_open:
+            this.interrupted = True
+            await self._to_cli(this, line)
+            return
+        self._write(_response(message.get("request_id"), result={}))
+        if self._running:
+            self._process.stop_every_run("the app interrupted the turn")
+
+    def _between_turns(self, message: Mapping[str, Any]) -> None:
+        """A control request while no CLI runs (between the app's turns): a setting
+        (``set_model``, ``set_permission_mode``, ...) is taken and given to every later
+        CLI; anything else is refused at once, rather than left unanswered."""
+        subtype = _control_subtype(message) or ""
+        request_id = message.get("request_id")
+        if subtype.startswith("set_"):
+            self._settings.append(dict(message["request"]))
+            self._write(_response(request_id, result={}))
+        else:
+            error = f"no Claude Code CLI runs between turns to answer {subtype!r}"
+            self._write(_response(request_id, error=error))
+
+    async def _to_cli(self, this: _Round, line: bytes) -> None:
+        message = _parse(line)
+        if _control_subtype(message) is not None:
+            this.asked.add(str(message.get("request_id")))
+        if _is_initialize(message):
+            line = json.dumps(self._with_own_hooks(this, message)).encode()
+        elif message.get("type") == "user":
+            if not this.user_messages and self._init is None and this.hooks:
+                await self._send_own(this, {"subtype": "initialize", "hooks": None})
+            this.user_messages += 1
+        await this.child.send(line)
+
+    def _with_own_hooks(self, this: _Round, init: Mapping[str, Any]) -> dict[str, Any]:
+        request = dict(init.get("request") or {})
+        request["hooks"] = self._hooks_config(this, request.get("hooks"))
+        return {**init, "request": request}
+
+    async def _send_own(self, this: _Round, request: Mapping[str, Any]) -> None:
+        """Send the CLI a control request of the bridge's own (its answer is not the app's)."""
+        self._requests += 1
+        request_id = f"{_OWN_PREFIX}req_{self._requests}"
+        this.own_requests.add(request_id)
+        body = dict(request)
+        if body.get("subtype") == "initialize":
+            body["hooks"] = self._hooks_config(this, body.get("hooks"))
+        line = {"type": "control_request", "request_id": request_id, "request": body}
+        await this.child.send(json.dumps(line).encode())
+
+    # -- CLI -> app ----------------------------------------------------------------------
+    async def _read_cli(self, this: _Round, send: MemoryObjectSendStream[dict[str, Any]]) -> None:
+        """The CLI's stdout: control lines answered or passed on, messages to the app (a
+        result held) and to the run."""
+        async with send:
+            try:
+                await self._pass_lines(this, send)
+            finally:
+                this.read.set()
+
+    async def _pass_lines(self, this: _Round, send: MemoryObjectSendStream[dict[str, Any]]) -> None:
+        async for line in this.child.lines():
+            message = _parse(line)
+            kind = message.get("type")
+            if kind == "control_request":
+                await self._cli_request(this, message, line)
+                continue
+            if kind == "control_response":
+                response = message.get("response")
+                rid = response.get("request_id") if isinstance(response, dict) else None
+                if rid not in this.own_requests:
+                    this.asked.discard(str(rid))
+                    self._write(line)
+                continue
+            if kind in _HOLD:
+                self._held.result = line
+                if this.interrupted:  # the interrupted turn's end: the run ends with it
+                    self._process.stop_every_run("the app interrupted the turn")
+            elif _session_state_frame(message):
+                self._held.state = line
+            else:
+                self._write(line)
+            if message:
+                with contextlib.suppress(anyio.BrokenResourceError, anyio.ClosedResourceError):
+                    await send.send(message)  # the round may have ended: the app still reads
+
+    async def _cli_request(self, this: _Round, message: dict[str, Any], line: bytes) -> None:
+        request = message.get("request")
+        request = request if isinstance(request, dict) else {}
+        own = this.hooks.get(str(request.get("callback_id")))
+        if request.get("subtype") == "hook_callback" and own is not None:
+            assert self._tg is not None
+            self._tg.start_soon(self._answer_hook, this, message, own.callback)
+        elif self._app_open:
+            self._write(line)
+        else:  # nobody can answer: the CLI is told so rather than left waiting
+            await this.child.send(
+                _response(message.get("request_id"), error="the app's input has ended")
+            )
+
+    async def _answer_hook(
+        self, this: _Round, message: dict[str, Any], callback: Callable[..., Any]
+    ) -> None:
+        request = message["request"]
+        try:
+            output = await callback(
+                request.get("input"), request.get("tool_use_id"), {"signal": None}
+            )
+            line = _response(message.get("request_id"), result=_for_cli(output or {}))
+        except Exception as exc:  # the CLI's own rule for a failed hook applies
+            line = _response(message.get("request_id"), error=str(exc) or type(exc).__name__)
+        await this.child.send(line)
+
+    def _write(self, line: bytes) -> None:
+        """One line to the app (dropped once the app stopped reading: it closed the pipe)."""
+        if self._out_closed:
+            return
+        try:
+            self._out.write(line if line.endswith(b"\n") else line + b"\n")
+            self._out.flush()
+        except OSError:  # BrokenPipeError: the app is gone; the run ends on its own bounds
+            self._out_closed = True
+
+    # -- stop signals --------------------------------------------------------------------
+    async def _watch_signals(self, scope: anyio.CancelScope) -> None:
+        """A stop signal is passed to the current CLI, and the session ends (its CLI
+        stopped, bounded)."""
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async for signum in signals:
+                self.stopped_by = signal.Signals(signum)
+                if self._round is not None:
+                    self._round.child.signal(self.stopped_by)
+                scope.cancel()
+                return
+
+
+def _control_subtype(message: Mapping[str, Any]) -> str | None:
+    request = message.get("request")
+    if message.get("type") != "control_request" or not isinstance(request, dict):
+        return None
+    subtype = request.get("subtype")
+    return subtype if isinstance(subtype, str) else None
+
+
+def _is_initialize(message: Mapping[str, Any]) -> bool:
+    return _control_subtype(message) == "initialize"
+
+
+def _is_interrupt(message: Mapping[str, Any]) -> bool:
+    return _control_subtype(message) == "interrupt"
+
+
+def _parse(line: bytes) -> dict[str, Any]:
+    try:
+        value = json.loads(line)
+    except ValueError:
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+def _user_line(prompt: str) -> bytes:
+    message = {
+        "type": "user",
+        "message": {"role": "user", "content": prompt},
+        "parent_tool_use_id": None,
+    }
+    return json.dumps(message).encode()
+
+
+def _response(request_id: Any, *, result: Any = None, error: str | None = None) -> bytes:
+    if error is not None:
+        body: dict[str, Any] = {"subtype": "error", "request_id": request_id, "error": error}
+    else:
+        body = {"subtype": "success", "request_id": request_id, "response": result}
+    return json.dumps({"type": "control_response", "response": body}).encode()
+
+
+def _for_cli(output: Mapping[str, Any]) -> dict[str, Any]:
+    """A Python hook's output as the CLI reads it (``async_``/``continue_`` renamed)."""
+    names = {"async_": "async", "continue_": "continue"}
+    return {names.get(k, k): v for k, v in output.items()}
+
+
+async def serve(
+    cli: str, argv: Sequence[str], policy: Policy, env: Mapping[str, str], cwd: str
+) -> int:
+    """Serve the app on this process's stdin and stdout; returns the exit code."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader(limit=MAX_MESSAGE_BYTES)
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
+    bridge = Bridge(cli, argv, policy, env, cwd, sys.stdout.buffer, sys.stderr)
+    return await bridge.serve(reader)

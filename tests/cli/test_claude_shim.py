@@ -1,0 +1,395 @@
+"""``teamlead-claude`` in an SDK app's CLI path: unmodified apps get the answer that used
+every agent's result.
+
+Each app breaks at its first ``result``, as claude-code-action did: on the bare CLI that is
+the lead's dispatch turn (0 of 3 findings); through ``teamlead-claude`` it is the one final
+answer. The Python SDK names the command with ``cli_path``, the official TypeScript SDK
+(``tests/sdk_ts``, installed by ``npm ci --omit=optional``) with
+``pathToClaudeCodeExecutable``. The app's own hooks and ``can_use_tool`` still run, and a
+stop signal stops the command and its CLI.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+from claude_agent_sdk import (
+    ClaudeAgentOptions,
+    ClaudeSDKClient,
+    HookMatcher,
+    PermissionResultAllow,
+    ResultMessage,
+    StreamEvent,
+    TaskStartedMessage,
+    create_sdk_mcp_server,
+    query,
+    tool,
+)
+
+from teamlead._claude.binary import bundled_cli_path
+from teamlead.testing import Reply, ScriptedRequest, ToolUse
+from teamlead.testing.scripts import FanOut, bash, findings_in
+
+from ..isolated import run_to_the_end
+from ..polling import poll
+from .conftest import TEAMLEAD, OfflineFactory, cli_processes
+
+pytestmark = [pytest.mark.cli, pytest.mark.slow]
+
+#: The command as the package installs it, next to this interpreter.
+SHIM = Path(sys.executable).with_name("teamlead-claude")
+SDK_TS = Path(__file__).resolve().parents[1] / "sdk_ts"
+ALL_THREE = ["agent-1", "agent-2", "agent-3"]
+
+
+def _all_ended(state_dir: Path) -> bool:
+    """The command and every CLI it started end soon after the app's last read."""
+    return poll(lambda: not cli_processes(state_dir), within_s=20) is not None
+
+
+def _fan_out() -> FanOut:
+    return FanOut.of(3, delays=[1, 2, 3])
+
+
+async def _first_result(prompt: Any, options: ClaudeAgentOptions) -> str | None:
+    """The app: read until the first ``ResultMessage``, and take its text."""
+    with anyio.fail_after(60):
+        async for message in query(prompt=prompt, options=options):
+            if isinstance(message, ResultMessage):
+                return message.result
+    return None
+
+
+def test_a_python_app_reading_to_its_first_result_gets_every_finding(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(_fan_out())
+    bare = anyio.run(_first_result, "Investigate.", claude.options(cli_path=bundled_cli_path()))
+    assert findings_in(bare or "") == []  # the dispatch turn: 0 of 3
+
+    answer = anyio.run(_first_result, "Investigate.", claude.options(cli_path=SHIM))
+
+    assert sorted(findings_in(answer or "")) == ALL_THREE
+    assert _all_ended(claude.state_dir)
+
+
+def test_the_spawn_gate_holds_the_apps_agents_to_the_policy(offline: OfflineFactory) -> None:
+    server, claude = offline(FanOut.of(3, delays=[1, 1, 1]))
+    env = {**claude.env, "TEAMLEAD_MAX_CONCURRENT_AGENTS": "1"}  # the policy, as a variable
+
+    answer = anyio.run(_first_result, "Investigate.", claude.options(cli_path=SHIM, env=env))
+
+    assert sorted(findings_in(answer or "")) == ALL_THREE
+    assert server.max_concurrent_agents() == 1  # the gate let one agent run at a time
+    assert _all_ended(claude.state_dir)
+
+
+def test_the_relay_absorbs_the_429s_the_apps_cli_would_lose(offline: OfflineFactory) -> None:
+    # one subagent stream at a time upstream; the CLI itself does not retry (max_retries 0)
+    server, claude = offline(
+        FanOut.of(3, delays=[1, 1, 1]), concurrency_limit=1, retry_after=1, limit_roles={"subagent"}
+    )
+
+    answer = anyio.run(_first_result, "Investigate.", claude.options(cli_path=SHIM))
+
+    assert sorted(findings_in(answer or "")) == ALL_THREE
+    assert any(r.status == 429 for r in server.recorded("subagent"))
+    assert _all_ended(claude.state_dir)
+
+
+def test_the_apps_own_mcp_tool_serves_its_cli(offline: OfflineFactory) -> None:
+    fan_out = _fan_out()
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "lead" and not req.tool_uses_sent:  # the app's in-process tool first
+            return Reply.tools(ToolUse("mcp__facts__lookup", {"key": "scope"}))
+        return fan_out(req)
+
+    server, claude = offline(script)
+    looked_up: list[str] = []
+
+    @tool("lookup", "Look a fact up", {"key": str})
+    async def lookup(args: dict[str, Any]) -> dict[str, Any]:
+        looked_up.append(args["key"])
+        return {"content": [{"type": "text", "text": "FACT: the scope is the auth module"}]}
+
+    facts = create_sdk_mcp_server("facts", tools=[lookup])
+    options = claude.options(cli_path=SHIM, mcp_servers={"facts": facts})
+    answer = anyio.run(_first_result, "Investigate.", options)
+
+    assert sorted(findings_in(answer or "")) == ALL_THREE
+    assert looked_up == ["scope"]
+    lead_saw = [r.request.all_text for r in server.recorded("lead")]
+    assert any("FACT: the scope is the auth module" in text for text in lead_saw)
+    assert _all_ended(claude.state_dir)
+
+
+def test_a_failed_synthesis_is_resumed_in_a_new_cli_and_the_app_reads_one_answer(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(FanOut.of(3, delays=[1, 2, 3], synthesis_fault=Reply.error(529)))
+    results: list[str | None] = []
+
+    async def app() -> None:  # every message to the end, not only the first result
+        options = claude.options(cli_path=SHIM)
+        with anyio.fail_after(60):
+            async for message in query(prompt="Investigate.", options=options):
+                if isinstance(message, ResultMessage):
+                    results.append(message.result)
+
+    anyio.run(app)
+
+    assert len(results) == 1
+    assert sorted(findings_in(results[0] or "")) == ALL_THREE
+    resumed = [
+        r for r in server.recorded("lead") if "<teamlead-results" in r.request.last_user_text
+    ]
+    assert len(resumed) == 1  # the lead was resumed once, in a CLI of its own
+    assert _all_ended(claude.state_dir)
+
+
+def test_a_claude_path_pointing_nowhere_is_one_line_and_a_cli_failure(
+    offline: OfflineFactory, tmp_path: Path
+) -> None:
+    server, claude = offline(_fan_out())
+    nowhere = tmp_path / "no-such-claude"
+    said: list[str] = []
+    options = claude.options(
+        cli_path=SHIM, env={**claude.env, "TEAMLEAD_CLAUDE_PATH": str(nowhere)}, stderr=said.append
+    )
+
+    with pytest.raises(Exception) as failed:
+        anyio.run(_first_result, "Investigate.", options)
+
+    assert "exit code 1" in str(failed.value)
+    assert said == [
+        f"teamlead-claude: the Claude Code CLI {str(nowhere)!r} does not exist "
+        "(TEAMLEAD_CLAUDE_PATH)"
+    ]
+    assert server.recorded("lead") == []
+
+
+def test_partial_messages_pass_through_and_spell_the_one_answer(offline: OfflineFactory) -> None:
+    server, claude = offline(_fan_out())
+    options = claude.options(cli_path=SHIM, include_partial_messages=True)
+
+    async def app() -> tuple[str, str | None]:  # the text streamed last, and the result
+        streamed = ""
+        with anyio.fail_after(60):
+            async for message in query(prompt="Investigate.", options=options):
+                if isinstance(message, StreamEvent) and message.parent_tool_use_id is None:
+                    event = message.event
+                    if event.get("type") == "message_start":
+                        streamed = ""
+                    delta = event.get("delta") or {}
+                    if event.get("type") == "content_block_delta" and "text" in delta:
+                        streamed += delta["text"]
+                if isinstance(message, ResultMessage):
+                    return streamed, message.result
+        raise AssertionError("no result")
+
+    streamed, answer = anyio.run(app)
+
+    assert sorted(findings_in(answer or "")) == ALL_THREE
+    assert streamed == answer  # the app saw the answer stream in, as from the bare CLI
+    assert _all_ended(claude.state_dir)
+
+
+def test_the_apps_own_hook_and_permission_callback_are_still_called(
+    offline: OfflineFactory,
+) -> None:
+    fan_out = _fan_out()
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "lead" and not req.tool_uses_sent:  # a tool that asks permission first
+            return Reply.tools(bash("echo checked | tee checked.txt"))
+        return fan_out(req)
+
+    server, claude = offline(script)
+    hooked: list[str] = []
+    asked: list[str] = []
+
+    async def on_agent(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        hooked.append(data["tool_input"]["description"])
+        return {}
+
+    async def can_use_tool(name: str, data: dict[str, Any], context: Any) -> Any:
+        asked.append(name)
+        return PermissionResultAllow()
+
+    async def prompt() -> AsyncIterator[dict[str, Any]]:  # can_use_tool needs a stream
+        yield {"type": "user", "message": {"role": "user", "content": "Investigate."}}
+
+    options = claude.options(
+        cli_path=SHIM,
+        permission_mode="default",
+        can_use_tool=can_use_tool,
+        hooks={"PreToolUse": [HookMatcher(matcher="Agent", hooks=[on_agent])]},
+    )
+    answer = anyio.run(_first_result, prompt(), options)
+
+    assert sorted(findings_in(answer or "")) == ALL_THREE
+    assert sorted(hooked) == ALL_THREE
+    assert asked == ["Bash"]
+    assert (claude.cwd / "checked.txt").read_text() == "checked\n"
+
+
+def test_a_client_app_gets_one_answer_per_turn_on_one_session(offline: OfflineFactory) -> None:
+    fan_out = _fan_out()
+    next_step = "And the next step?"
+
+    def script(req: ScriptedRequest) -> Reply:
+        ran = any(u.get("name") == "Bash" for u in req.tool_uses_sent)
+        if req.role == "lead" and req.last_user_text.rstrip().endswith(next_step):
+            return Reply.tools(bash("echo planned"))
+        if req.role == "lead" and ran:
+            return Reply.text("NEXT: fix what the findings show.")
+        return fan_out(req)
+
+    server, claude = offline(script)
+    answers: list[tuple[str, str | None]] = []
+    hooked: list[str] = []
+
+    async def on_bash(data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
+        hooked.append(data["tool_input"]["command"])
+        return {}
+
+    hooks: Any = {"PreToolUse": [HookMatcher(matcher="Bash", hooks=[on_bash])]}
+    options = claude.options(cli_path=SHIM, hooks=hooks)
+
+    async def app() -> None:  # a multi-turn ClaudeSDKClient app, unchanged
+        with anyio.fail_after(90):
+            async with ClaudeSDKClient(options) as client:
+                for prompt in ("Investigate.", next_step):
+                    await client.query(prompt)
+                    async for message in client.receive_response():
+                        if isinstance(message, ResultMessage):
+                            answers.append((message.session_id, message.result))
+                    await client.set_model("claude-haiku-5-5")  # between the turns
+
+    anyio.run(app)
+
+    assert len(answers) == 2
+    (first_session, first), (second_session, second) = answers
+    assert sorted(findings_in(first or "")) == ALL_THREE
+    assert second == "NEXT: fix what the findings show."
+    assert second_session == first_session  # the next turn resumed the same session
+    assert hooked == ["echo planned"]  # the app's hook served the next turn's CLI too
+    last_turn = [r.request for r in server.recorded("lead") if r.request.tool_uses_sent]
+    assert last_turn[-1].model == "claude-haiku-5-5"  # the setting reached the next CLI
+    assert _all_ended(claude.state_dir)
+
+
+def test_an_interrupt_ends_the_turn_as_on_the_bare_cli(offline: OfflineFactory) -> None:
+    fan_out = FanOut.of(3, delays=[30, 30, 30])
+
+    def script(req: ScriptedRequest) -> Reply:
+        after_launch = req.role == "lead" and req.tool_uses_sent
+        if after_launch and "<task-notification>" not in req.last_user_text:
+            return Reply.text("Dispatched.", delay=30)  # the turn goes on past the interrupt
+        return fan_out(req)
+
+    server, claude = offline(script)
+
+    async def app(cli: Path) -> list[str]:  # interrupts once its agents run
+        results: list[str] = []
+        with anyio.fail_after(60):
+            async with ClaudeSDKClient(claude.options(cli_path=cli)) as client:
+                await client.query("Investigate.")
+                interrupted = False
+                async for message in client.receive_response():
+                    if isinstance(message, TaskStartedMessage) and not interrupted:
+                        interrupted = True
+                        await client.interrupt()
+                    if isinstance(message, ResultMessage):
+                        results.append(message.subtype)
+        return results
+
+    assert anyio.run(app, bundled_cli_path()) == ["error_during_execution"]
+
+    assert anyio.run(app, SHIM) == ["error_during_execution"]
+    resumed = [
+        r for r in server.recorded("lead") if "<teamlead-results" in r.request.last_user_text
+    ]
+    assert resumed == []  # the run stopped with the turn: the lead was not resumed
+    assert _all_ended(claude.state_dir)
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_stops_the_command_and_its_cli(
+    offline: OfflineFactory, stop: signal.Signals
+) -> None:
+    server, claude = offline(FanOut.of(3, delays=[30, 30, 30]))
+    env = {**os.environ, **claude.env}
+    shim = subprocess.Popen(
+        [str(SHIM), "--output-format", "stream-json", "--verbose", "--input-format", "stream-json"],
+        env=env,
+        cwd=claude.cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert shim.stdin is not None and shim.stdout is not None
+        user = {"type": "user", "message": {"role": "user", "content": "Investigate."}}
+        shim.stdin.write(json.dumps(user).encode() + b"\n")
+        shim.stdin.flush()
+        seen: list[dict[str, Any]] = []
+        for line in shim.stdout:  # until the agents run
+            seen.append(json.loads(line))
+            if seen[-1].get("subtype") == "task_started":
+                break
+        listed = run_to_the_end([*TEAMLEAD, "ps", "--json"], timeout=60, env=env)
+        runs = [(r["pid"], r["status"]) for r in json.loads(listed.stdout)]
+        assert runs == [(shim.pid, "running")]  # the app's turn is a run teamlead ps lists
+        shim.send_signal(stop)
+        rest, _ = shim.communicate(timeout=30)
+    finally:
+        if shim.poll() is None:
+            shim.kill()
+            shim.communicate(timeout=10)
+    assert shim.returncode == 128 + stop
+    assert b'"type": "result"' not in rest and b'"type":"result"' not in rest
+    assert _all_ended(claude.state_dir)
+
+
+@pytest.mark.skipif(shutil.which("node") is None, reason="node is not installed")
+def test_a_typescript_app_reading_to_its_first_result_gets_every_finding(
+    offline: OfflineFactory,
+) -> None:
+    if not (SDK_TS / "node_modules" / "@anthropic-ai" / "claude-agent-sdk").is_dir():
+        pytest.skip(
+            "tests/sdk_ts/node_modules is missing: run "
+            "`npm ci --prefix tests/sdk_ts --omit=optional` (as CI does)"
+        )
+    server, claude = offline(_fan_out())
+
+    def app(cli: Path) -> dict[str, Any]:
+        done = subprocess.run(
+            ["node", str(SDK_TS / "first-result.mjs"), str(cli), str(claude.cwd)],
+            env={**os.environ, **claude.env},
+            capture_output=True,
+            text=True,
+            timeout=90,
+        )
+        assert done.returncode == 0, done.stderr[-2000:]
+        printed: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        return printed
+
+    assert findings_in(app(bundled_cli_path())["result"]) == []
+
+    answer = app(SHIM)
+
+    assert answer["subtype"] == "success"
+    assert sorted(findings_in(answer["result"])) == ALL_THREE
+    assert _all_ended(claude.state_dir)
