@@ -55,8 +55,10 @@ def main() -> None:
         sys.exit(_EXIT_FAILED)
     if not _is_stream_session(argv):
         os.execv(setup.cli, [setup.cli, *argv])
+    from .._run.process import default_process_state
     from .bridge import serve
 
+    default_process_state().keep_history(setup.history)
     code = anyio.run(serve, setup.cli, argv, setup.policy, dict(os.environ), str(Path.cwd()))
     _exit_now(code)
 

@@ -29,7 +29,7 @@ __all__ = ["CLAUDE_PATH_VAR", "ShimSetup", "read_setup"]
 #: Names the Claude Code CLI ``teamlead-claude`` runs (default: the bundled one).
 CLAUDE_PATH_VAR = "TEAMLEAD_CLAUDE_PATH"
 # the run options that say what the CLI is asked, not how the run is coordinated
-_NOT_POLICY = ("json_", "quiet", "verbose")
+_NOT_POLICY = ("json_", "quiet", "verbose", "no_history")
 
 
 @dataclass(frozen=True)
@@ -39,10 +39,12 @@ class ShimSetup:
     Attributes:
         cli: the Claude Code CLI's path.
         policy: the run's limits and waits.
+        history: keep the runs in the run history (``TEAMLEAD_NO_HISTORY`` turns it off).
     """
 
     cli: str
     policy: Policy
+    history: bool = True
 
 
 @click.command()
@@ -70,7 +72,8 @@ def read_setup(environ: Mapping[str, str]) -> ShimSetup:
         raise UsageError(exc.format_message()) from None
     kept = {k: v for k, v in params.items() if k not in _NOT_POLICY}
     policy = build_policy(settings_from_options("delegation", **kept))
-    return ShimSetup(cli=_cli_path(environ.get(CLAUDE_PATH_VAR, "").strip()), policy=policy)
+    cli = _cli_path(environ.get(CLAUDE_PATH_VAR, "").strip())
+    return ShimSetup(cli=cli, policy=policy, history=not params["no_history"])
 
 
 def _cli_path(named: str) -> str:
