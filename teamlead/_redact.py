@@ -11,21 +11,44 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE", re.I)
 _MIN_SECRET_LEN = 8
 REDACTED = "[redacted]"
 
 
+def _secrets_in(items: Iterable[tuple[str, str]]) -> set[str]:
+    return {v for n, v in items if _SECRET_NAME.search(n) and len(v) >= _MIN_SECRET_LEN}
+
+
+class _EnvironSecrets:
+    """This process's secret values, looked up again only when its environment changed
+    (every line teamlead emits is redacted: a scan of the environment for each cost more
+    than the rest of a short run's own work)."""
+
+    def __init__(self) -> None:
+        self._seen: dict[Any, Any] | None = None
+        self._values: set[str] = set()
+
+    def values(self) -> set[str]:
+        data = getattr(os.environ, "_data", None)  # CPython's own copy, compared in C
+        if not isinstance(data, dict):
+            return _secrets_in(os.environ.items())
+        if data != self._seen:
+            self._values = _secrets_in(os.environ.items())
+            self._seen = dict(data)
+        return self._values
+
+
+_ENVIRON_SECRETS = _EnvironSecrets()
+
+
 def _secret_values(env: Mapping[str, str] | None = None) -> list[str]:
-    sources = [os.environ.items(), (env or {}).items()]
-    values = {
-        value
-        for items in sources
-        for name, value in items
-        if _SECRET_NAME.search(name) and len(value) >= _MIN_SECRET_LEN
-    }
+    values = _ENVIRON_SECRETS.values()
+    if env:
+        values = values | _secrets_in(env.items())
     # Longest first, so a secret that contains another one is replaced whole.
     return sorted(values, key=len, reverse=True)
 

@@ -18,7 +18,7 @@ from rich.console import Console, Group
 from teamlead._cli import main
 from teamlead._cli.running import run_session
 from teamlead._cli.team_view import LiveTeamView, PlainProgress
-from teamlead._redact import terminal_safe
+from teamlead._redact import redact, terminal_safe
 from teamlead.events import Finished, InboxCollected, Resuming, WaitingForTeam
 from teamlead.experiment import TrialRecord, TrialWriter
 
@@ -42,6 +42,18 @@ def _hostile_items() -> list[Any]:
         Finished(status="completed", result="answer", session_id="s", resumes=1),
     ]
     return items
+
+
+def test_redaction_follows_the_environment_as_it_changes(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the secret values are looked up again only when the environment changed: a key set
+    # after the first redaction is redacted too, and one unset is text again
+    assert redact("sk-late-0123456789") == "sk-late-0123456789"
+    monkeypatch.setenv("LATE_API_KEY", "sk-late-0123456789")
+    assert redact("x sk-late-0123456789 y") == "x [redacted] y"
+    monkeypatch.setenv("LATE_API_KEY", "sk-other-0123456789")
+    assert redact("sk-late-0123456789 sk-other-0123456789") == "sk-late-0123456789 [redacted]"
+    monkeypatch.delenv("LATE_API_KEY")
+    assert redact("sk-other-0123456789") == "sk-other-0123456789"
 
 
 def test_terminal_safe_escapes_every_control() -> None:
