@@ -33,7 +33,7 @@ from teamlead.testing.scripts import FanOut, findings_in
 # -- the app under test ---------------------------------------------------------------------
 async def answer(question: str, options: ClaudeAgentOptions) -> str:
     """A tiny SDK app: ask the lead (who may delegate) and return its final answer."""
-    async for item in teamlead.query(prompt=question, options=options):
+    async for item in teamlead.run(prompt=question, options=options):
         if isinstance(item, teamlead.Finished):
             return item.result or ""
     return ""

@@ -1145,7 +1145,7 @@ async def test_what_the_stream_yields_is_a_union_an_app_can_match_on() -> None:
         [init(), lead("Final"), result("Final")],
     )
     kinds = []
-    async for item in teamlead.query(
+    async for item in teamlead.run(
         "Investigate.", query_fn=script, policy=fast_policy(), clock=FakeClock()
     ):
         match item:

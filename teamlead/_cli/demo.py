@@ -49,7 +49,7 @@ def run_demo(
     is printed side by side. Everything lives in a temporary directory that is removed
     afterwards. Returns the exit code of the teamlead run.
     """
-    from ..coordinator import query_stream
+    from ..coordinator import run_stream
     from ..events import Finished
     from ..policy import LimitsPolicy, Policy
     from ..testing.demo import DEMO_PROMPT
@@ -68,7 +68,7 @@ def run_demo(
                 finally:  # the teammate reports once the lead's stream is over
                     script.stream_ended.set()
 
-            run = query_stream(
+            run = run_stream(
                 DEMO_PROMPT,
                 options,
                 query_fn=first_stream_marks_end,

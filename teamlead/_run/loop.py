@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -24,6 +24,7 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from .._procs import stop_marked
 from .._redact import redact
+from ..errors import UsageError
 from ..events import Finished, ResumeFailed, Resuming
 from .collect import Collection, absorb
 from .options import RUN_MARK_VAR, round_options
@@ -58,13 +59,15 @@ class Client(Protocol):
 
 
 # -- the drivers ---------------------------------------------------------------------------
-async def run_query(state: RunState, query_fn: QueryFn, prompt: str) -> AsyncGenerator[Any, None]:
+async def run_query(
+    state: RunState, query_fn: QueryFn, prompt: str | AsyncIterable[dict[str, Any]]
+) -> AsyncGenerator[Any, None]:
     """Run the first query, then collect and resume until done. Yields messages and events.
 
     Args:
         state: a fresh run in ``query`` mode.
         query_fn: the streaming query generator; every round is one call of it.
-        prompt: the user's prompt.
+        prompt: the user's prompt (a string, or the SDK's async iterable of messages).
     """
     rounds = _QueryRounds(state, query_fn)
     state.start_clock()
@@ -202,7 +205,7 @@ class _QueryRounds:
         self._state = state
         self._query_fn = query_fn
 
-    def first(self, prompt: str) -> Round:
+    def first(self, prompt: str | AsyncIterable[dict[str, Any]]) -> Round:
         """The first round: the user's prompt on the run's options."""
         return self._round(self._query_fn(prompt=prompt, options=self._state.options))
 
@@ -400,8 +403,16 @@ def _prompt_for(
 def _may_resume(state: RunState, pending: list[Delivery]) -> bool:
     ledger, policy = state.ledger, state.policy
     unused = len(pending)
-    if not state.tracker.session_id:
+    session_id = state.tracker.session_id
+    if not session_id:
         ledger.stopped("no_session_id", "no session id was seen, so the lead cannot be resumed")
+        return False
+    if state.wiring.verbatim and not _saved(state, session_id):
+        ledger.stopped(
+            "no_session_id",
+            f"session {session_id} was not saved where its CLI could resume it (no "
+            "transcript under the config dir, no session store), so the lead cannot be resumed",
+        )
         return False
     if ledger.resumes >= policy.max_resumes:
         limit = policy.max_resumes
@@ -419,6 +430,22 @@ def _may_resume(state: RunState, pending: list[Delivery]) -> bool:
         return False
     if state.clock.monotonic() >= state.deadline:
         ledger.stopped("deadline", f"deadline of {policy.deadline_s:g} s reached before resuming")
+        return False
+    return True
+
+
+def _saved(state: RunState, session_id: str) -> bool:
+    """Whether the CLI can resume ``session_id``: its transcript is under the run's config
+    dir, or the options' session store holds it. The drop-in's run, on options teamlead did
+    not make (a custom transport, no persistence), checks this before it resumes: a resume
+    that cannot work would only turn the app's answer into the CLI's error."""
+    from .._claude.saved_session import find_session_file
+
+    if state.user_options.session_store is not None:
+        return True
+    try:
+        find_session_file(state.config_dir, session_id)
+    except UsageError:
         return False
     return True
 

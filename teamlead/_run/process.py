@@ -7,7 +7,7 @@ once, the list of live runs a signal stops, and the registry their entries and c
 endpoints are kept in (``teamlead ps``; :mod:`.registry`), and the telemetry providers
 teamlead builds from the ``OTEL_*`` variables. All of that lives in one
 :class:`ProcessState`, made lazily as the process's default (:func:`default_process_state`)
-and passable explicitly (``teamlead.query(..., process=...)``): a test, or an app that
+and passable explicitly (``teamlead.run(..., process=...)``): a test, or an app that
 wants two worlds in one process, makes its own. Nothing else in teamlead keeps state at
 module level, so two states never see each other's relays, limits or runs.
 

@@ -1,6 +1,6 @@
 """One run, one state: everything a coordinated run knows, in one object passed down.
 
-The entry points (:func:`teamlead.query`, :func:`teamlead.resume_session`,
+The entry points (:func:`teamlead.run`, :func:`teamlead.resume_session`,
 :class:`teamlead.ClientRun` and :func:`teamlead.receive_all`) create a :class:`RunState`
 with :func:`new_run`; the drivers in :mod:`.loop` hand it to each :class:`~.round.Round`,
 to collection (:mod:`.collect`) and to the wrap-up (:mod:`.wrapup`), which read it and
@@ -416,6 +416,7 @@ def new_run(
     clock: Clock,
     *,
     gated: bool = True,
+    verbatim: bool = False,
     control: RunControl | None = None,
     process: ProcessState | None = None,
 ) -> RunState:
@@ -429,6 +430,9 @@ def new_run(
         clock: the run's clock (the gate's waits run on it too).
         gated: build the spawn gate when ``policy.spawn`` is on. ``False`` for a client
             that connected without it (its hooks were fixed then).
+        verbatim: the strict drop-in's run: its CLI gets ``options`` as given (no gate,
+            no stderr tail, no run mark, the user's own session store), and the run keeps
+            no status of its own in the store.
         control: the user's live control of the run (its cap and subagent model).
         process: what the run shares with the process's other runs (default: the
             process's own :class:`~.process.ProcessState`).
@@ -446,13 +450,13 @@ def new_run(
         env=user.env,
         pause=pause,
         starting_model=_starting_model(user, policy),
-        gated=gated,
+        gated=gated and not verbatim,
     )
     permissions = PermissionRequests(clock)
     mark = uuid.uuid4().hex
     config_dir = claude_config_dir({**os.environ, **dict(user.env)})
     store = None
-    if user.session_store is not None:
+    if user.session_store is not None and not verbatim:
         store = RunStore(user.session_store, config_dir=config_dir, cwd=user.cwd)
     tail: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
 
@@ -469,6 +473,7 @@ def new_run(
         store_view=store.view if store is not None else None,
         run_mark=mark,
         stderr=to_tail,
+        verbatim=verbatim,
     )
     state = RunState(
         mode=mode,

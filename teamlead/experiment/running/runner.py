@@ -41,7 +41,7 @@ from ..._run.process import default_process_state
 from ..._run.relayed import relayed
 from ..._version import __version__
 from ...clock import SYSTEM_CLOCK, Clock
-from ...coordinator import QueryFn, query_stream
+from ...coordinator import QueryFn, run_stream
 from ...errors import UsageError
 from ...events import ConcurrencyChanged, Finished, RateLimited
 from ...policy import TRANSIENT_STATUSES, Policy
@@ -192,7 +192,7 @@ async def _lead_trial(
     start = time.monotonic()
     relay_429s = 0
     scripted = answered = False  # any message from the scripted server; any message at all
-    run = query_stream(task.prompt, options, query_fn=query_fn, policy=policy)
+    run = run_stream(task.prompt, options, query_fn=query_fn, policy=policy)
     try:
         async with aclosing(run):
             async for item in run:
