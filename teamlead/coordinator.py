@@ -331,14 +331,18 @@ def _query_mode_stream(
 
 
 class ClientRun:
-    """The state of one ``ClaudeSDKClient`` run, made before the client connects.
+    """The state of one ``ClaudeSDKClient``'s run, made before the client connects, for
+    every turn of the client.
 
     A client's options (its hooks, its environment) are fixed when it connects, so the
     run's state is made first: the options come back with the CLI's background-wait
     ceiling, its session-state events, the spawn gate's hook (on the injected clock) and,
     inside ``async with``, the request relay's base URL. Connect the client with
-    :attr:`options` inside the block, and pass the run to :func:`receive_all`: the gate
-    and the relay's events and summary then reach the stream.
+    :attr:`options` inside the block, and pass the run to :func:`receive_all` after each
+    ``client.query(...)``: every turn is a turn of this one run, so the gate (its slots,
+    its spawn budget, the agents still running), the relay and a ``control`` serve them
+    all, and each turn's stream ends with a :class:`~teamlead.events.Finished` that reports
+    the run so far (every turn's agents).
 
     Args:
         options: the client's options (default ``ClaudeAgentOptions()``); never mutated.
@@ -356,9 +360,10 @@ class ClientRun:
     Example:
         >>> async with teamlead.ClientRun(options, policy) as run:  # doctest: +SKIP
         ...     async with ClaudeSDKClient(run.options) as client:
-        ...         await client.query("Audit the repo")
-        ...         async for item in teamlead.receive_all(client, run):
-        ...             print(item)
+        ...         for prompt in ("Audit the repo", "Now fix what you found"):
+        ...             await client.query(prompt)
+        ...             async for item in teamlead.receive_all(client, run):
+        ...                 print(item)
     """
 
     def __init__(
@@ -373,8 +378,8 @@ class ClientRun:
         self._state = new_run(
             "client", options, policy or Policy(), clock, control=control, process=process
         )
+        self._state.held = True  # each turn's end leaves the run to the next turn
         self._relay: AbstractAsyncContextManager[RelayHookup] | None = None
-        self._used = False
 
     @property
     def options(self) -> ClaudeAgentOptions:
@@ -400,13 +405,8 @@ class ClientRun:
             if context is not None:
                 await context.__aexit__(None, None, None)
         finally:
+            self._state.held = False
             self._state.close("the client's run ended")
-
-    def _take(self) -> RunState:
-        if self._used:
-            raise RuntimeError("a ClientRun drives one receive_all; make a new one per query")
-        self._used = True
-        return self._state
 
 
 async def receive_all(
@@ -427,9 +427,9 @@ async def receive_all(
     Args:
         client: the connected client whose query was sent.
         run: the :class:`ClientRun` the client was connected with: its spawn gate, relay
-            and clock serve this run (its policy and clock win over ``policy`` and
-            ``clock``). Without it the run has no spawn gate and no relay events: the
-            client's hooks were fixed when it connected.
+            and clock serve this turn, as every other turn of the client (its policy and
+            clock win over ``policy`` and ``clock``). Without it the turn has no spawn gate
+            and no relay events: the client's hooks were fixed when it connected.
         policy: limits and waits when there is no ``run``.
         clock: time source when there is no ``run``.
         process: whose live runs it joins when there is no ``run`` (default: the
@@ -446,7 +446,7 @@ async def receive_all(
         ...             print(item)
     """
     if run is not None:
-        state = run._take()
+        state = run._state  # the client's run, for this turn as for the others
     else:
         state = new_run(
             "client", client.options, policy or Policy(), clock, gated=False, process=process
@@ -465,8 +465,8 @@ async def receive_all(
                 if isinstance(item, Finished) and state.store is not None:
                     await state.store.put_status(item)
                 yield item
-    finally:  # however the run ends, it lets go of its slots
-        state.close()
+    finally:  # however the turn ends, the run lets go of its slots (a ClientRun's, held for
+        state.close()  # the client's next turns, when its block ends)
 
 
 def relay_for(

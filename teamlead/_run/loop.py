@@ -70,6 +70,7 @@ async def run_query(
         prompt: the user's prompt (a string, or the SDK's async iterable of messages).
     """
     rounds = _QueryRounds(state, query_fn)
+    state.begin_turn()
     state.start_clock()
     await state.open_store()
     first = rounds.first(prompt)
@@ -109,6 +110,7 @@ async def run_resume(
     from .._claude.saved_session import load_session
 
     rounds = _QueryRounds(state, query_fn)
+    state.begin_turn()
     state.start_clock()
     store = state.store
     await state.open_store()
@@ -124,12 +126,15 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
     """Drive a connected ``ClaudeSDKClient`` whose query was already sent.
 
     Args:
-        state: a fresh run in ``client`` mode.
+        state: a run in ``client`` mode: fresh, or a :class:`~teamlead.ClientRun`'s whose
+            earlier turns ended (this is its next turn, :meth:`RunState.begin_turn`).
         client: the connected client; every round reads its messages.
     """
+    state.begin_turn()
     state.start_clock()
     await state.open_store()
-    stopping = _stop_timed_out(state, client)
+    if state.turns == 1:  # the client's agents, stopped on timeout for the run's life
+        _stop_timed_out(state, client)
     first = Round(state, client.receive_messages(), settle=True)
     async for item in first:
         yield item
@@ -175,12 +180,11 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
         return
     async for item in _resume_loop(state, client_round, wrap=wrap_round):
         yield item
-    del stopping  # the stop tasks were referenced until the run's end
 
 
-def _stop_timed_out(state: RunState, client: Client) -> set[asyncio.Task[None]]:
+def _stop_timed_out(state: RunState, client: Client) -> None:
     """On a client, an Agent-tool task past its timeout is stopped with ``stop_task`` (the
-    relay has ended its request and refuses its next ones). Returns the stop tasks, kept
+    relay has ended its request and refuses its next ones). The stop tasks are kept
     referenced until they are done."""
     tasks: set[asyncio.Task[None]] = set()
 
@@ -195,7 +199,6 @@ def _stop_timed_out(state: RunState, client: Client) -> set[asyncio.Task[None]]:
             task.add_done_callback(tasks.discard)
 
     state.agents.timeout_listeners.append(on_timeout)
-    return tasks
 
 
 class _QueryRounds:

@@ -200,6 +200,10 @@ class RunState:
         pause: the run's pause: its admission and its share of the relay hold on it.
         store: the run's session store, when its options name one.
         last_parsed: the message the run fed last, with its events.
+        turns: the turns the run has driven: a query run has one, a client's run one per
+            :func:`teamlead.receive_all` (:meth:`begin_turn`).
+        held: the run outlives each of its turns (a :class:`~teamlead.ClientRun`'s, for
+            its client's life): :meth:`close` lets go of nothing until it is released.
     """
 
     mode: Mode
@@ -231,6 +235,13 @@ class RunState:
     pause: Pause = field(default_factory=Pause)
     store: RunStore | None = None
     last_parsed: tuple[object, list[TrackedEvent]] | None = field(default=None, repr=False)
+    turns: int = 0
+    held: bool = False
+
+    def begin_turn(self) -> None:
+        """A turn of the run begins: the query, or a client's next one on the same CLI
+        process. The run's state goes on: each turn's ``Finished`` reports the run so far."""
+        self.turns += 1
 
     def drain_amends(self) -> list[RunAmended]:
         """The control's events since the last call (applied on the run's loop)."""
@@ -319,7 +330,10 @@ class RunState:
         """The run ends, whichever way (finished, raised, cancelled, closed early): let go
         of every slot it holds, in the process-wide spawn cap and in the agent ledger, and
         deny what still waits in the gate with ``reason``. Idempotent; its CLI processes
-        have been stopped by then (the stream was closed)."""
+        have been stopped by then (the stream was closed). A :attr:`held` run's turn ends
+        here, not the run: nothing is let go."""
+        if self.held:
+            return
         self.stop.done()
         self.pause.end()
         if self.lease is not None:
