@@ -177,7 +177,7 @@ def _print_comparison(bare: BareOutcome, finished: Any, stream: IO[str] | None =
             short(bare.answer),
         ),
         (
-            "teamlead.query",
+            "teamlead.run",
             f"{finished.status} after {finished.resumes} resume(s)",
             found(finished.result),
             short(finished.result),

@@ -147,3 +147,17 @@ async def test_a_client_run_serves_every_turn_with_one_gate_and_relay(
     # both turns' requests went through the run's one relay
     assert done_second.relay.requests > done_first.relay.requests > 0
     assert [r.getMessage() for r in caplog.records] == []
+
+
+async def test_the_drop_in_leaves_the_clis_stderr_to_the_app(
+    offline: OfflineFactory, capfd: pytest.CaptureFixture[str]
+) -> None:
+    # no stderr callback: the SDK lets the CLI write to the app's own stderr, and so does
+    # the drop-in (teamlead.run reads it, for the run's errors)
+    server, claude = offline(FanOut.of(1, delays=0.1))
+    options = claude.options(ClaudeAgentOptions(extra_args={"debug-to-stderr": None}))
+    capfd.readouterr()
+    messages = await _messages("Investigate one part.", options)
+    assert isinstance(messages[-1], ResultMessage)
+    debug = [line for line in capfd.readouterr().err.splitlines() if " [DEBUG] " in line]
+    assert debug, "the CLI's --debug-to-stderr lines never reached the app's stderr"
