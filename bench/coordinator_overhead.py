@@ -1,9 +1,9 @@
-"""Bench (P3): what ``teamlead.query`` costs on top of bare ``claude_agent_sdk.query``.
+"""Bench (P3): what ``teamlead.run`` costs on top of bare ``claude_agent_sdk.query``.
 
 The workload is a scripted fan-out run by the real bundled Claude Code CLI, offline:
 the lead sends three ``Agent`` calls in one message, the subagents answer after 0.3,
 0.5 and 0.7 s, and the lead synthesizes every finding in the turns the CLI injects after
-each task notification. ``teamlead.query`` wraps ``claude_agent_sdk.query``, so both
+each task notification. ``teamlead.run`` wraps ``claude_agent_sdk.query``, so both
 sides start the same CLI with the same options (teamlead's own environment addition,
 ``CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS``, is set on both), against one scripted server.
 
@@ -79,7 +79,7 @@ async def bare(options: ClaudeAgentOptions) -> None:
 
 async def coordinated(options: ClaudeAgentOptions) -> None:
     done: Finished | None = None
-    async for item in teamlead.query(PROMPT, options):
+    async for item in teamlead.run(PROMPT, options):
         if isinstance(item, Finished):
             done = item
     if done is None or done.status != "completed" or done.resumes:
@@ -201,7 +201,7 @@ def report(results: list[tuple[Run, Run]], quick: bool) -> bool:
     met = overhead <= TARGET
     verdict = "not judged (--quick)" if quick else ("met" if met else "MISSED")
     print(
-        f"SUMMARY: teamlead.query overhead {overhead:+.1%} wall (x{ratio:.3f} bare query, "
+        f"SUMMARY: teamlead.run overhead {overhead:+.1%} wall (x{ratio:.3f} bare query, "
         f"median of {len(results)} pairs{spread}) and x{tl_cpu / bare_cpu:.2f} CPU in this process "
         f"on a 3-agent scripted fan-out; target <= {TARGET:.0%}: {verdict}"
     )

@@ -205,7 +205,7 @@ async def fan_out_part(root: Path, sizes: Sizes) -> tuple[float, float, float]:
 
 
 async def deadline_part(root: Path, sizes: Sizes, *, gate: bool) -> tuple[float, str]:
-    """A quick and a slow agent (1 s and 40 s) under a deadline (10 s), through ``teamlead.query``:
+    """A quick and a slow agent (1 s and 40 s) under a deadline (10 s), through ``teamlead.run``:
     the wall time to ``Finished`` and its status (the gate wraps up; without it the
     deadline cuts the stream and the quick result reaches no answer)."""
     import teamlead
@@ -225,7 +225,7 @@ async def deadline_part(root: Path, sizes: Sizes, *, gate: bool) -> tuple[float,
     with ScriptedServer(script) as server:
         claude = OfflineClaude(server.base_url, state_dir=root / f"deadline-{gate}")
         started = time.monotonic()
-        async for item in teamlead.query("Investigate.", claude.options(), policy=policy):
+        async for item in teamlead.run("Investigate.", claude.options(), policy=policy):
             if isinstance(item, teamlead.Finished):
                 status = item.status
         return time.monotonic() - started, status
@@ -266,9 +266,7 @@ async def main(quick: bool) -> int:
     )
     deadline = sizes.deadline_s
     quick_s, slow_s = sizes.agents_s
-    print(
-        f"3. deadline {deadline:g} s, agents of {quick_s:g} s and {slow_s:g} s, via teamlead.query"
-    )
+    print(f"3. deadline {deadline:g} s, agents of {quick_s:g} s and {slow_s:g} s, via teamlead.run")
     print(
         f"with the gate: {wrapped_status} after {wrapped:.2f} s ({wrapped / deadline:.2f}x the "
         f"deadline); without it: {cut_status} after {cut:.2f} s ({cut / deadline:.2f}x)\n"

@@ -3,9 +3,11 @@
 An SDK app that has the lead delegate to parallel subagents loses work in two common ways:
 the lead's synthesis turn fails (429/529) after the agents have finished, or the stream
 ends while background agents or teammates are still busy. ``teamlead.query`` takes the
-same arguments and yields the same messages; when the stream ends it collects whatever
-was not used yet, resumes the session with it, and ends with one ``teamlead.Finished``
-that says honestly whether every result made it into the answer.
+same arguments, yields the SDK's own messages and raises its exceptions; when the stream
+ends it collects whatever was not used yet and resumes the session with it, so the last
+``ResultMessage`` is the answer that used every result. (``teamlead.run`` is the same run
+with teamlead's own events, ending with a ``Finished`` that says what became of each
+result.)
 
 The only change to an existing app is the import. The ``delegation`` strategy is
 optional: it appends teamlead's delegation guidance to Claude Code's system prompt, so
@@ -15,8 +17,7 @@ Run it in the repository you want reviewed (it only reads files)::
 
     ANTHROPIC_API_KEY=sk-ant-... python examples/drop_in_query.py
 
-Exit code: 0 when every result was used, 3 for a partial answer, 1 when it failed
-(the same codes as ``teamlead ask``).
+Exit code: 0 when the final result is a success, 1 when it is an error.
 """
 
 from __future__ import annotations
@@ -42,46 +43,28 @@ PROMPT = (
     "short report with file references."
 )
 
-#: ``Finished.status`` -> exit code, as ``teamlead ask`` uses them.
-EXIT_CODES = {"completed": 0, "partial": 3, "failed": 1}
-
 
 def app_options() -> ClaudeAgentOptions:
     """The app's own SDK options: read-only tools, plus ``Agent`` so the lead can delegate."""
     return ClaudeAgentOptions(allowed_tools=["Read", "Glob", "Grep", "Agent"], max_turns=40)
 
 
-def describe(item: Any) -> str | None:
-    """One progress line for a message or teamlead event worth showing, else ``None``."""
-    if isinstance(item, TaskStartedMessage):
-        return f"[agent] started: {item.description}"
-    if isinstance(item, TaskNotificationMessage):
-        return f"[agent] {item.status}: {item.summary or item.task_id}"
-    if isinstance(item, ResultMessage):
-        outcome = f"error {item.api_error_status or item.subtype}" if item.is_error else "ok"
-        return f"[lead] turn ended ({outcome})"
-    if isinstance(item, teamlead.WaitingForTeam):
-        waiting = [*item.open_tasks, *item.pending_members]
-        return f"[teamlead] waiting up to {item.wait_s:g} s for: {', '.join(waiting)}"
-    if isinstance(item, teamlead.InboxCollected):
-        return f"[teamlead] {len(item.messages)} message(s) from team {item.team}"
-    if isinstance(item, teamlead.FallbackUsed):
-        return f"[teamlead] recovered {item.description!r} from its {item.source}"
-    if isinstance(item, teamlead.Resuming):
-        return (
-            f"[teamlead] resuming the session (round {item.round}, attempt {item.attempt}) "
-            f"with {len(item.deliveries)} unused result(s)"
+def describe(message: Any) -> str | None:
+    """One progress line for an SDK message worth showing, else ``None``."""
+    if isinstance(message, TaskStartedMessage):
+        return f"[agent] started: {message.description}"
+    if isinstance(message, TaskNotificationMessage):
+        return f"[agent] {message.status}: {message.summary or message.task_id}"
+    if isinstance(message, ResultMessage):
+        outcome = (
+            f"error {message.api_error_status or message.subtype}" if message.is_error else "ok"
         )
-    if isinstance(item, teamlead.ResumeFailed):
-        retry = f"; retrying in {item.retry_in_s:g} s" if item.retry_in_s is not None else ""
-        return f"[teamlead] resume attempt {item.attempt} failed: {item.error}{retry}"
+        return f"[lead] turn ended ({outcome})"
     return None
 
 
-async def main(
-    options: ClaudeAgentOptions | None = None, prompt: str = PROMPT
-) -> teamlead.Finished:
-    """Ask the lead, print progress, and return teamlead's final verdict.
+async def main(options: ClaudeAgentOptions | None = None, prompt: str = PROMPT) -> ResultMessage:
+    """Ask the lead, print progress, and return the final ``ResultMessage``.
 
     Args:
         options: SDK options to start from (default :func:`app_options`); tests pass
@@ -89,30 +72,31 @@ async def main(
         prompt: what to ask.
 
     Returns:
-        The ``Finished`` event: ``result`` is the final answer, ``status`` is
-        ``completed``, ``partial`` or ``failed``, ``reasons`` says what went wrong.
+        The last ``ResultMessage``: the answer that used every agent's result.
+
+    Raises:
+        ClaudeSDKError: as ``claude_agent_sdk.query`` raises it (the CLI is missing, or
+            the final round failed after teamlead retried and resumed what it could).
     """
     strategy = teamlead.load_strategy("delegation")
     options = teamlead.apply_strategy(options or app_options(), strategy)
-    finished: teamlead.Finished | None = None
-    # The same loop an SDK app already has: every SDK message still comes through.
-    async for item in query(prompt=prompt, options=options):
-        line = describe(item)
+    final: ResultMessage | None = None
+    # The same loop an SDK app already has: the SDK's own messages, nothing else.
+    async for message in query(prompt=prompt, options=options):
+        line = describe(message)
         if line:
             print(line, flush=True)
-        if isinstance(item, teamlead.Finished):
-            finished = item
-    if finished is None:  # teamlead.query always ends with exactly one Finished
-        raise RuntimeError("teamlead.query ended without a Finished event")
-    print(f"\nstatus: {finished.status} (resumes: {finished.resumes})")
-    for reason in finished.reasons:
-        print(f"  - {reason}")
-    print(f"\n{finished.result or '(no answer)'}")
-    return finished
+        if isinstance(message, ResultMessage):
+            final = message
+    if final is None:
+        raise RuntimeError("the CLI ended without a result")
+    print(f"\nanswer ({'error' if final.is_error else 'ok'}, ${final.total_cost_usd or 0:.4f}):")
+    print(final.result or "(no answer)")
+    return final
 
 
 if __name__ == "__main__":
     if not os.environ.get("ANTHROPIC_API_KEY"):
         print("drop_in_query: set ANTHROPIC_API_KEY to run this example", file=sys.stderr)
         sys.exit(2)
-    sys.exit(EXIT_CODES[anyio.run(main).status])
+    sys.exit(1 if anyio.run(main).is_error else 0)

@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import anyio
-from claude_agent_sdk import ClaudeAgentOptions
+from claude_agent_sdk import ClaudeAgentOptions, ResultMessage
 
 import teamlead
 from teamlead.testing import OfflineClaude, Reply, ScriptedServer
@@ -32,11 +32,16 @@ from teamlead.testing.scripts import FanOut, findings_in
 
 # -- the app under test ---------------------------------------------------------------------
 async def answer(question: str, options: ClaudeAgentOptions) -> str:
-    """A tiny SDK app: ask the lead (who may delegate) and return its final answer."""
-    async for item in teamlead.query(prompt=question, options=options):
-        if isinstance(item, teamlead.Finished):
-            return item.result or ""
-    return ""
+    """A tiny SDK app: ask the lead (who may delegate) and return its final answer.
+
+    An ordinary ``claude_agent_sdk.query`` app, with ``teamlead.query`` in its place: the
+    last ``ResultMessage`` is the answer that used every agent's result.
+    """
+    last = ""
+    async for message in teamlead.query(prompt=question, options=options):
+        if isinstance(message, ResultMessage):
+            last = message.result or ""
+    return last
 
 
 # -- its test ----------------------------------------------------------------------------------

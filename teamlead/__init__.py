@@ -2,9 +2,12 @@
 
 The public API is what this module re-exports in ``__all__``, the names users call:
 
-- :func:`query` wraps ``claude_agent_sdk.query`` (or any streaming query generator): it
-  waits for background agents and teammates, falls back to summaries and transcripts,
-  and resumes the lead so it ends with one answer that used every result.
+- :func:`query` is the strict drop-in for ``claude_agent_sdk.query`` (its arguments, its
+  messages, its exceptions): it waits for background agents and teammates, falls back to
+  summaries and transcripts, and resumes the lead so the final ``ResultMessage`` is one
+  answer that used every result. :func:`run` is the same run with all of teamlead (the
+  spawn gate, the request relay, live control) and its events, ending with
+  :class:`Finished`; it wraps any streaming query generator.
 - :func:`receive_all` does the same for ``ClaudeSDKClient``, on the :class:`ClientRun`
   made before the client connects (its spawn gate, request relay and clock);
   :func:`resume_session` finishes a stopped session; :func:`prepare_options` sets the
@@ -67,6 +70,7 @@ if typing.TYPE_CHECKING:
         receive_all,
         relay_for,
         resume_session,
+        run,
     )
     from .errors import (
         AmendRefused,
@@ -133,6 +137,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "receive_all",
         "relay_for",
         "resume_session",
+        "run",
     ),
     ".errors": (
         "AmendRefused",
@@ -268,6 +273,7 @@ __all__ = [
     "relay_for",
     "render_roster",
     "resume_session",
+    "run",
 ]
 
 

@@ -1,6 +1,6 @@
 """Live control of a running fan-out: its agent cap and its subagent model.
 
-A :class:`RunControl` is made by the user and passed to :func:`teamlead.query`,
+A :class:`RunControl` is made by the user and passed to :func:`teamlead.run`,
 :func:`teamlead.resume_session` or :class:`teamlead.ClientRun`; while that run goes, it
 reads and changes two of its limits with one amend of three states per field
 (:meth:`RunControl.amend`): a field left out changes nothing, ``None`` restores the value
@@ -42,7 +42,7 @@ other thread: the change is applied on the run's loop.
 
 Example:
     >>> control = teamlead.RunControl()  # doctest: +SKIP
-    >>> async for item in teamlead.query("Audit", opts, control=control):  # doctest: +SKIP
+    >>> async for item in teamlead.run("Audit", opts, control=control):  # doctest: +SKIP
     ...     if too_busy():
     ...         control.amend(cap=2, subagent_model="claude-haiku-5-5")
 """
@@ -95,7 +95,7 @@ class _Run:
 class RunControl:
     """A handle on one run's live limits (see the module docstring).
 
-    Make one, pass it as ``control=`` to :func:`teamlead.query`,
+    Make one, pass it as ``control=`` to :func:`teamlead.run`,
     :func:`teamlead.resume_session` or :class:`teamlead.ClientRun`, and call it while the
     run goes. One control serves one run at a time; it can serve the next one after.
     Reading a value before the run starts (or without the spawn gate, for the cap) gives

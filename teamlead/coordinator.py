@@ -1,6 +1,6 @@
 """The auto-resume coordinator: one final, honest answer that used every result.
 
-:func:`query` wraps any streaming query generator (``claude_agent_sdk.query`` by default).
+:func:`run` wraps any streaming query generator (``claude_agent_sdk.query`` by default).
 It yields every SDK message unchanged while a :class:`~teamlead.tracker.Tracker` follows
 the session. When the stream ends (normally, or with ``ResultError``/``ProcessError``)
 it decides what is still outstanding:
@@ -15,10 +15,15 @@ task summaries and transcripts, and re-queries with ``resume=session_id`` with t
 collected results quoted as data. It loops until nothing is outstanding or the
 :class:`~teamlead.policy.Policy` stops it, and ends with a :class:`Finished` event.
 
+:func:`query` is the strict drop-in for ``claude_agent_sdk.query``: the same run on the
+user's options as given, shown as the SDK shows a query (its messages, the final
+``ResultMessage``, its exceptions; :mod:`teamlead._run.dropin`).
+
 :func:`receive_all` does the same for ``ClaudeSDKClient`` users: it keeps receiving past
 the first result until the background work is absorbed, then resumes on the same client.
 A :class:`ClientRun` holds such a run's state from before the client connects (its spawn
-gate, its request relay, its clock), since a client's options are fixed then.
+gate, its request relay, its clock) for the client's whole life, since a client's
+options are fixed then: every turn's :func:`receive_all` is a round of that one run.
 
 This module holds only the entry points: each creates the run's state
 (:class:`~teamlead._run.state.RunState`) and hands it to a driver. The machinery (rounds,
@@ -26,20 +31,21 @@ collection, retries, the resume prompt, the final ledger) is private, in
 :mod:`teamlead._run`; the spawn gate is in :mod:`teamlead._gate`.
 
 Example:
-    >>> async for item in teamlead.query("Audit the repo", options=opts):  # doctest: +SKIP
+    >>> async for item in teamlead.run("Audit the repo", options=opts):  # doctest: +SKIP
     ...     if isinstance(item, teamlead.Finished):
     ...         print(item.status, item.result)
 """
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager, aclosing
 from typing import Any, TypeAlias
 
-from claude_agent_sdk import ClaudeAgentOptions, Message
+from claude_agent_sdk import ClaudeAgentOptions, Message, Transport
 
 from ._otel import trace_run
+from ._run.dropin import SdkRounds, sdk_view
 from ._run.loop import Client, QueryFn, run_client, run_query, run_resume
 from ._run.process import ProcessState
 from ._run.registered import registered
@@ -51,7 +57,7 @@ from ._run.workflow_permission import allow_workflows
 from .clock import SYSTEM_CLOCK, Clock
 from .control import RunControl
 from .events import Finished, TeamleadEvent
-from .policy import Policy
+from .policy import MAX_SECONDS, Policy
 
 __all__ = [
     "ClientRun",
@@ -64,13 +70,14 @@ __all__ = [
     "receive_all",
     "relay_for",
     "resume_session",
+    "run",
 ]
 
 #: What a run's stream yields: every SDK message as the query function gave it, and
 #: teamlead's own events (:data:`~teamlead.events.TeamleadEvent`), ending with one
 #: :class:`~teamlead.events.Finished`. Match on it::
 #:
-#:     async for item in teamlead.query(prompt, options):
+#:     async for item in teamlead.run(prompt, options):
 #:         match item:
 #:             case AssistantMessage(): ...
 #:             case teamlead.SpawnQueued(position=n): ...
@@ -145,7 +152,66 @@ async def _relayed_run(
 
 
 async def query(
-    prompt: str,
+    *,
+    prompt: str | AsyncIterable[dict[str, Any]],
+    options: ClaudeAgentOptions | None = None,
+    transport: Transport | None = None,
+) -> AsyncIterator[Message]:
+    """The strict drop-in for ``claude_agent_sdk.query``: its arguments, its messages, its
+    exceptions, and an answer that used every delegated result.
+
+    The CLI gets ``options`` as given. When the stream ends with work outstanding
+    (background agents, teammates, unread inbox reports, results the lead never used),
+    teamlead waits for it, collects it and resumes the session with it (a new CLI process
+    on the same session, ``resume=session_id``), as :func:`run` does. The app sees only
+    the SDK's own message types: every round's messages, except the last
+    ``ResultMessage`` of a round teamlead goes on from, which is held back and dropped once
+    the next round brings its own; the last ``ResultMessage`` is the final answer. The
+    spawn gate, the request relay and teamlead's events need options of teamlead's making:
+    they are :func:`run`'s (see docs/library.md, "What differs from the SDK").
+
+    Args:
+        prompt: a string, or an async iterable of the SDK's message dicts.
+        options: the SDK's options (default ``ClaudeAgentOptions()``); teamlead's resume
+            rounds add ``resume`` to them.
+        transport: a custom transport for the first round (a transport is connected once:
+            a resume round starts the CLI ``options`` name, as the SDK does without one).
+
+    Raises:
+        CLINotFoundError, CLIConnectionError, ProcessError, ResultError: as
+            ``claude_agent_sdk.query`` raises them, from the run's last round, after its
+            messages (and after teamlead retried or resumed what it could).
+        OSError: the transport's own, likewise.
+
+    Example:
+        >>> async for message in teamlead.query(prompt="Audit the repo"):  # doctest: +SKIP
+        ...     if isinstance(message, ResultMessage):
+        ...         print(message.result)
+    """
+    rounds = SdkRounds(transport)
+    policy = Policy(relay=False, deadline_s=MAX_SECONDS)
+
+    def start(run: RunState) -> AsyncGenerator[Any, None]:
+        return run_query(run, rounds, prompt)
+
+    stream = _query_mode_stream(
+        start,
+        options,
+        policy,
+        SYSTEM_CLOCK,
+        None,
+        None,
+        mode="query",
+        prompt=prompt if isinstance(prompt, str) else None,
+        verbatim=True,
+    )
+    async with aclosing(sdk_view(stream, rounds)) as messages:
+        async for message in messages:
+            yield message
+
+
+async def run(
+    prompt: str | AsyncIterable[dict[str, Any]],
     options: ClaudeAgentOptions | None = None,
     *,
     query_fn: QueryFn | None = None,
@@ -154,16 +220,19 @@ async def query(
     control: RunControl | None = None,
     process: ProcessState | None = None,
 ) -> AsyncIterator[StreamItem]:
-    """Drop-in for ``claude_agent_sdk.query`` that never loses a delegated result.
+    """A run that never loses a delegated result, with teamlead's own events.
 
-    Yields every SDK message unchanged, plus teamlead events
+    :func:`query` is the strict drop-in; this is the same run with all of teamlead: the
+    spawn gate, the request relay, live control, and its events. Yields every SDK message
+    unchanged, plus teamlead events
     (:class:`~teamlead.events.WaitingForTeam`, :class:`~teamlead.events.InboxCollected`,
     :class:`~teamlead.events.FallbackUsed`, :class:`~teamlead.events.Resuming`,
     :class:`~teamlead.events.ResumeFailed`), and ends with one
     :class:`~teamlead.events.Finished`.
 
     Args:
-        prompt: the user's prompt.
+        prompt: the user's prompt (a string, or an async iterable of messages as the SDK
+            takes it).
         options: SDK options; ``resume`` is set by teamlead for its own rounds.
         query_fn: the generator to wrap (default ``claude_agent_sdk.query``).
         policy: limits and waits (default :class:`~teamlead.policy.Policy()`).
@@ -189,11 +258,11 @@ async def query(
     sums them up (see the docs' "Rate limits", docs/rate-limits.md).
 
     Example:
-        >>> async for item in teamlead.query("Review the auth module", options=opts):
+        >>> async for item in teamlead.run("Review the auth module", options=opts):
         ...     if isinstance(item, teamlead.Finished):  # doctest: +SKIP
         ...         print(item.status, item.result)
     """
-    stream = query_stream(
+    stream = run_stream(
         prompt,
         options,
         query_fn=query_fn,
@@ -207,8 +276,8 @@ async def query(
             yield item
 
 
-def query_stream(
-    prompt: str,
+def run_stream(
+    prompt: str | AsyncIterable[dict[str, Any]],
     options: ClaudeAgentOptions | None = None,
     *,
     query_fn: QueryFn | None = None,
@@ -217,16 +286,17 @@ def query_stream(
     control: RunControl | None = None,
     process: ProcessState | None = None,
 ) -> RunStream:
-    """:func:`query`'s run as a :class:`~teamlead._run.stream.RunStream`: the same items,
+    """:func:`run`'s run as a :class:`~teamlead._run.stream.RunStream`: the same items,
     and the run's own parse of them, for teamlead's readers of the stream (the CLI, the
-    experiment runner). Takes :func:`query`'s arguments."""
+    experiment runner). Takes :func:`run`'s arguments."""
     fn = _sdk_query(query_fn)
 
     def start(run: RunState) -> AsyncGenerator[Any, None]:
         return run_query(run, fn, prompt)
 
     world = (options, policy, clock, control, process)
-    return _query_mode_stream(start, *world, mode="query", prompt=prompt)
+    text = prompt if isinstance(prompt, str) else None
+    return _query_mode_stream(start, *world, mode="query", prompt=text)
 
 
 def _query_mode_stream(
@@ -240,14 +310,17 @@ def _query_mode_stream(
     mode: str,
     prompt: str | None = None,
     session_id: str | None = None,
+    verbatim: bool = False,
 ) -> RunStream:
     """The stream of a ``query``-mode run that ``start`` drives (``mode`` ``query`` or
     ``resume`` for its spans): its state made when the stream is first read, the relay,
-    telemetry and the registry around it."""
+    telemetry and the registry around it (``verbatim``: the drop-in's, with the user's
+    options as given)."""
 
     def make() -> RunState:
+        world = policy or Policy()
         return new_run(
-            "query", options, policy or Policy(), clock, control=control, process=process
+            "query", options, world, clock, verbatim=verbatim, control=control, process=process
         )
 
     def items(state: RunState) -> AsyncGenerator[Any, None]:
@@ -258,14 +331,18 @@ def _query_mode_stream(
 
 
 class ClientRun:
-    """The state of one ``ClaudeSDKClient`` run, made before the client connects.
+    """The state of one ``ClaudeSDKClient``'s run, made before the client connects, for
+    every turn of the client.
 
     A client's options (its hooks, its environment) are fixed when it connects, so the
     run's state is made first: the options come back with the CLI's background-wait
     ceiling, its session-state events, the spawn gate's hook (on the injected clock) and,
     inside ``async with``, the request relay's base URL. Connect the client with
-    :attr:`options` inside the block, and pass the run to :func:`receive_all`: the gate
-    and the relay's events and summary then reach the stream.
+    :attr:`options` inside the block, and pass the run to :func:`receive_all` after each
+    ``client.query(...)``: every turn is a turn of this one run, so the gate (its slots,
+    its spawn budget, the agents still running), the relay and a ``control`` serve them
+    all, and each turn's stream ends with a :class:`~teamlead.events.Finished` that reports
+    the run so far (every turn's agents).
 
     Args:
         options: the client's options (default ``ClaudeAgentOptions()``); never mutated.
@@ -283,9 +360,10 @@ class ClientRun:
     Example:
         >>> async with teamlead.ClientRun(options, policy) as run:  # doctest: +SKIP
         ...     async with ClaudeSDKClient(run.options) as client:
-        ...         await client.query("Audit the repo")
-        ...         async for item in teamlead.receive_all(client, run):
-        ...             print(item)
+        ...         for prompt in ("Audit the repo", "Now fix what you found"):
+        ...             await client.query(prompt)
+        ...             async for item in teamlead.receive_all(client, run):
+        ...                 print(item)
     """
 
     def __init__(
@@ -300,8 +378,8 @@ class ClientRun:
         self._state = new_run(
             "client", options, policy or Policy(), clock, control=control, process=process
         )
+        self._state.held = True  # each turn's end leaves the run to the next turn
         self._relay: AbstractAsyncContextManager[RelayHookup] | None = None
-        self._used = False
 
     @property
     def options(self) -> ClaudeAgentOptions:
@@ -327,13 +405,8 @@ class ClientRun:
             if context is not None:
                 await context.__aexit__(None, None, None)
         finally:
+            self._state.held = False
             self._state.close("the client's run ended")
-
-    def _take(self) -> RunState:
-        if self._used:
-            raise RuntimeError("a ClientRun drives one receive_all; make a new one per query")
-        self._used = True
-        return self._state
 
 
 async def receive_all(
@@ -354,9 +427,9 @@ async def receive_all(
     Args:
         client: the connected client whose query was sent.
         run: the :class:`ClientRun` the client was connected with: its spawn gate, relay
-            and clock serve this run (its policy and clock win over ``policy`` and
-            ``clock``). Without it the run has no spawn gate and no relay events: the
-            client's hooks were fixed when it connected.
+            and clock serve this turn, as every other turn of the client (its policy and
+            clock win over ``policy`` and ``clock``). Without it the turn has no spawn gate
+            and no relay events: the client's hooks were fixed when it connected.
         policy: limits and waits when there is no ``run``.
         clock: time source when there is no ``run``.
         process: whose live runs it joins when there is no ``run`` (default: the
@@ -373,7 +446,7 @@ async def receive_all(
         ...             print(item)
     """
     if run is not None:
-        state = run._take()
+        state = run._state  # the client's run, for this turn as for the others
     else:
         state = new_run(
             "client", client.options, policy or Policy(), clock, gated=False, process=process
@@ -392,8 +465,8 @@ async def receive_all(
                 if isinstance(item, Finished) and state.store is not None:
                     await state.store.put_status(item)
                 yield item
-    finally:  # however the run ends, it lets go of its slots
-        state.close()
+    finally:  # however the turn ends, the run lets go of its slots (a ClientRun's, held for
+        state.close()  # the client's next turns, when its block ends)
 
 
 def relay_for(
@@ -486,7 +559,7 @@ def resume_stream(
     process: ProcessState | None = None,
 ) -> RunStream:
     """:func:`resume_session`'s run as a :class:`~teamlead._run.stream.RunStream` (see
-    :func:`query_stream`). Takes :func:`resume_session`'s arguments."""
+    :func:`run_stream`). Takes :func:`resume_session`'s arguments."""
     fn = _sdk_query(query_fn)
 
     def start(run: RunState) -> AsyncGenerator[Any, None]:

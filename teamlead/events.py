@@ -4,7 +4,7 @@ Each event is a frozen pydantic model with a ``type`` and a ``version``; ``to_js
 gives the NDJSON line ``teamlead ask --json`` prints. Readers accept older versions.
 
 Example:
-    >>> async for item in teamlead.query("..."):  # doctest: +SKIP
+    >>> async for item in teamlead.run("..."):  # doctest: +SKIP
     ...     if isinstance(item, Finished):
     ...         print(item.status, item.result)
 """

@@ -105,7 +105,7 @@ class LockPolicy(BaseModel):
 
 
 class Policy(BaseModel):
-    """Limits and waits for :func:`teamlead.query` and the client helper.
+    """Limits and waits for :func:`teamlead.run` and the client helper.
 
     Attributes:
         max_resumes: re-queries with ``resume=session_id`` at most (default 3).

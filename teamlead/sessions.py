@@ -11,7 +11,7 @@ that implement all of it (the optional ``list_sessions``, ``list_session_summari
 - :class:`SQLiteSessionStore` (``sqlite:///path/to/sessions.db``): one embedded file, for
   one machine.
 
-With a store in the options, a teamlead run (:func:`teamlead.query`,
+With a store in the options, a teamlead run (:func:`teamlead.run`,
 :func:`teamlead.resume_session`, ``teamlead ask/resume --session-store URL``, each trial of
 ``teamlead experiment run --session-store URL``, on whichever Ray node runs it):
 
@@ -34,7 +34,7 @@ under its project key, the sanitized working directory (``project_key_for_direct
 Example:
     >>> store = teamlead.open_session_store("redis://HOST:6379/0")  # doctest: +SKIP
     >>> options = ClaudeAgentOptions(session_store=store)  # doctest: +SKIP
-    >>> async for item in teamlead.query("Audit the repo", options):  # doctest: +SKIP
+    >>> async for item in teamlead.run("Audit the repo", options):  # doctest: +SKIP
     ...     ...
     >>> # on another machine, same directory:
     >>> async for item in teamlead.resume_session(session_id, options):  # doctest: +SKIP

@@ -3,7 +3,7 @@
 :class:`Script` stands in for the CLI at the coordinator's one seam, ``query_fn``: call N
 replays ``rounds[N]``, one list of stream-json messages (the shapes of
 ``tests/fixtures/traces/*.jsonl``, made by the builders here) or steps that raise, hang
-or act. :func:`run` drives :func:`teamlead.query` with it on a
+or act. :func:`run` drives :func:`teamlead.run` with it on a
 :class:`~teamlead.testing.FakeClock`, so no test sleeps for real.
 """
 
@@ -246,7 +246,7 @@ async def run(
 ) -> tuple[list[Any], Finished]:
     items = [
         item
-        async for item in teamlead.query(
+        async for item in teamlead.run(
             "Investigate.",
             options,
             query_fn=script,

@@ -1095,24 +1095,39 @@ async def test_a_client_runs_gate_waits_on_the_injected_clock() -> None:
     assert env["CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS"] == str(policy.bg_wait_ceiling_ms)
 
 
-async def test_receive_all_on_a_client_run_reports_its_gate_and_drives_it_once() -> None:
+async def test_a_client_run_serves_every_turn_of_its_client() -> None:
+    """One ClientRun for the client's life: each receive_all is one turn of it, ending with
+    a Finished of the run so far (the RuntimeError a second turn met is gone)."""
+
+    def second_turn(prompt: str) -> list[Any]:
+        return [
+            *fan_out(("t2", "b")),
+            notified("t2", summary="T2"),
+            lead("Got T2", msg_id="m4"),
+            result("Got T2", origin_task="t2"),
+        ]
+
     client = FakeClient(
         [
             *fan_out(("t1", "a")),
             notified("t1", summary="T1"),
             lead("Got T1", msg_id="m2"),
             result("Got T1", origin_task="t1"),
-        ]
+        ],
+        replies=second_turn,
     )
-    run = teamlead.ClientRun(client.options, fast_policy(), clock=FakeClock())
-    with anyio.fail_after(5):
-        items = [i async for i in teamlead.receive_all(client, run)]
-    done = items[-1]
-    assert isinstance(done, Finished) and done.status == "completed", done.reasons
-    assert [t.source for t in done.tasks] == ["lead"]
-    with pytest.raises(RuntimeError, match="one receive_all"):
-        async for _ in teamlead.receive_all(client, run):
-            pass
+    policy = fast_policy().model_copy(update={"relay": False})
+    async with teamlead.ClientRun(client.options, policy, clock=FakeClock()) as run:
+        with anyio.fail_after(5):
+            first = [i async for i in teamlead.receive_all(client, run)]
+            await client.query("And the other part?")
+            second = [i async for i in teamlead.receive_all(client, run)]
+    for items, tasks, answer in ((first, ["t1"], "Got T1"), (second, ["t1", "t2"], "Got T2")):
+        done = items[-1]
+        assert isinstance(done, Finished) and done.status == "completed", done.reasons
+        assert (done.result, [t.id for t in done.tasks]) == (answer, tasks)
+        assert {t.source for t in done.tasks} == {"lead"}
+    assert client.queries == ["And the other part?"]  # no resume on either turn
 
 
 async def test_row_durations_are_read_on_the_runs_own_clock() -> None:
@@ -1145,7 +1160,7 @@ async def test_what_the_stream_yields_is_a_union_an_app_can_match_on() -> None:
         [init(), lead("Final"), result("Final")],
     )
     kinds = []
-    async for item in teamlead.query(
+    async for item in teamlead.run(
         "Investigate.", query_fn=script, policy=fast_policy(), clock=FakeClock()
     ):
         match item:

@@ -137,7 +137,7 @@ SCRIPTED_RUN = """
     seen = []
 
     async def main():
-        items = [i async for i in teamlead.query("hi", query_fn=query_fn,
+        items = [i async for i in teamlead.run("hi", query_fn=query_fn,
                                                  policy=teamlead.Policy(relay=False))]
         return items[-1]
 """

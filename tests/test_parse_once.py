@@ -26,7 +26,7 @@ from teamlead._cli.approvals import labels_from
 from teamlead._cli.focus import Focus
 from teamlead._cli.team_view import LiveTeamView, PlainProgress
 from teamlead._ndjson import JsonProgress
-from teamlead.coordinator import query_stream
+from teamlead.coordinator import run_stream
 from teamlead.events import Finished
 from teamlead.policy import InboxWaitPolicy, Policy
 from teamlead.testing import FakeClock
@@ -131,7 +131,7 @@ def _policy() -> Policy:
 
 
 async def test_every_reader_of_a_run_reads_the_run_s_own_tracker_and_events() -> None:
-    run = query_stream("Investigate.", query_fn=_scripted, policy=_policy(), clock=FakeClock())
+    run = run_stream("Investigate.", query_fn=_scripted, policy=_policy(), clock=FakeClock())
     ndjson, plain, screen = io.StringIO(), io.StringIO(), io.StringIO()
     readers = [
         JsonProgress(ndjson, run),
@@ -167,7 +167,7 @@ async def test_every_reader_of_a_run_reads_the_run_s_own_tracker_and_events() ->
 
 
 async def test_the_run_gives_its_events_for_the_item_it_yielded_and_none_for_another() -> None:
-    run = query_stream("Investigate.", query_fn=_scripted, policy=_policy(), clock=FakeClock())
+    run = run_stream("Investigate.", query_fn=_scripted, policy=_policy(), clock=FakeClock())
     seen: list[tuple[str, int, int]] = []
     async for item in run:
         if isinstance(item, dict):

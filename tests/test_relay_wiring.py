@@ -95,7 +95,7 @@ async def test_query_relays_by_default_and_yields_the_relays_events() -> None:
     with ScriptedServer(_limited_once()) as server:
         seen: list[ClaudeAgentOptions] = []
         options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
-        items = [i async for i in teamlead.query("q", options, query_fn=_posting_query(seen))]
+        items = [i async for i in teamlead.run("q", options, query_fn=_posting_query(seen))]
         recorded = server.recorded()
     relay_url = seen[0].env["ANTHROPIC_BASE_URL"]
     assert relay_url.startswith("http://127.0.0.1:") and relay_url != server.base_url
@@ -123,9 +123,7 @@ async def test_the_relay_is_off_with_policy_or_variable(
             monkeypatch.setenv("TEAMLEAD_NO_RELAY", "1")
         items = [
             i
-            async for i in teamlead.query(
-                "q", options, query_fn=_posting_query(seen), policy=policy
-            )
+            async for i in teamlead.run("q", options, query_fn=_posting_query(seen), policy=policy)
         ]
     assert seen[0].env["ANTHROPIC_BASE_URL"] == server.base_url  # direct
     assert items[-1].relay is None
@@ -158,9 +156,7 @@ async def test_not_applicable_runs_direct_with_one_note(
             yield message
 
     with caplog.at_level(logging.WARNING, logger="teamlead.relay"):
-        items = [
-            i async for i in teamlead.query("q", ClaudeAgentOptions(env=env), query_fn=query_fn)
-        ]
+        items = [i async for i in teamlead.run("q", ClaudeAgentOptions(env=env), query_fn=query_fn)]
     assert seen[0].env.get("ANTHROPIC_BASE_URL") == env.get("ANTHROPIC_BASE_URL")
     assert items[-1].relay is None
     lines = [r.getMessage() for r in caplog.records if r.name == "teamlead.relay"]
@@ -182,7 +178,7 @@ async def test_a_relay_that_cannot_listen_warns_and_runs_direct(
             with caplog.at_level(logging.WARNING, logger="teamlead.relay"):
                 items = [
                     i
-                    async for i in teamlead.query(
+                    async for i in teamlead.run(
                         "q", options, policy=policy, query_fn=_posting_query(seen)
                     )
                 ]
@@ -205,9 +201,7 @@ async def test_a_run_relay_listens_on_the_port_its_policy_names() -> None:
         policy = teamlead.Policy(relay_port=port)
         items = [
             i
-            async for i in teamlead.query(
-                "q", options, policy=policy, query_fn=_posting_query(seen)
-            )
+            async for i in teamlead.run("q", options, policy=policy, query_fn=_posting_query(seen))
         ]
     assert seen[0].env["ANTHROPIC_BASE_URL"].startswith(f"http://127.0.0.1:{port}/")
     assert items[-1].relay is not None and items[-1].status == "completed"
@@ -436,7 +430,7 @@ async def test_a_pause_past_the_runs_deadline_reaches_the_cli_at_once() -> None:
     with ScriptedServer(lambda req: Reply.error(429, retry_after=60)) as server:
         options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
         policy = teamlead.Policy(deadline_s=20)
-        items = [i async for i in teamlead.query("q", options, query_fn=query_fn, policy=policy)]
+        items = [i async for i in teamlead.run("q", options, query_fn=query_fn, policy=policy)]
         recorded = server.recorded()
     assert statuses == [429]
     assert len(recorded) == 1

@@ -426,7 +426,7 @@ async def test_without_its_output_file_a_cut_result_is_given_from_the_journal_on
 
     items = [
         item
-        async for item in teamlead.query(
+        async for item in teamlead.run(
             "Investigate.", query_fn=query_fn, policy=Policy(relay=False), clock=FakeClock()
         )
     ]

@@ -301,7 +301,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
     PROMPT is the task; `-` reads it from stdin.
     """
     from .._run.process import default_process_state
-    from ..coordinator import query_stream
+    from ..coordinator import run_stream
     from .running import build_run, check_setup, merged_env
 
     if prompt == "-":
@@ -314,7 +314,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
     controls, control = _terminal_controls(settings, output)
     options, policy, _ = build_run(settings, can_use_tool=controls.can_use_tool())
     check_setup(merged_env(options.env))
-    run = query_stream(prompt, options, policy=policy, control=control)
+    run = run_stream(prompt, options, policy=policy, control=control)
     sys.exit(_at_the_terminal(settings, options, controls, run, output, verbose))
 
 

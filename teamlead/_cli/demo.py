@@ -51,7 +51,7 @@ def run_demo(
     Everything lives in a temporary directory that is removed afterwards. Returns the exit
     code of the teamlead run.
     """
-    from ..coordinator import query_stream
+    from ..coordinator import run_stream
     from ..events import Finished
     from ..policy import LimitsPolicy, Policy
     from ..testing.demo import DEMO_PROMPT
@@ -70,7 +70,7 @@ def run_demo(
                 finally:  # the teammate reports once the lead's stream is over
                     script.stream_ended.set()
 
-            run = query_stream(
+            run = run_stream(
                 DEMO_PROMPT,
                 options,
                 query_fn=first_stream_marks_end,
@@ -185,7 +185,7 @@ def _print_comparison(bare: BareOutcome, finished: Any, stream: IO[str] | None =
             short(bare.answer),
         ),
         (
-            "teamlead.query",
+            "teamlead.run",
             f"{finished.status} after {finished.resumes} resume(s)",
             found(finished.result),
             short(finished.result),

@@ -1,7 +1,7 @@
 """Focus on one agent: its last tool calls and its last lines, for a view that cycles
 through the run's agents.
 
-:class:`Focus` follows the same stream :func:`teamlead.query` yields (``feed(item)``), as
+:class:`Focus` follows the same stream :func:`teamlead.run` yields (``feed(item)``), as
 the run parsed it (the run's :class:`~teamlead.tracker.StreamParse`: its tracker lists the
 agents, and the events of each item say what they did). An Agent-tool subagent's own
 messages come in it, marked with the ``parent_tool_use_id`` of the Agent call that started

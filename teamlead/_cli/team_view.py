@@ -1,6 +1,6 @@
 """Progress output for the CLI: a live team view on a TTY, plain lines when piped, NDJSON.
 
-All three consume the same stream :func:`teamlead.query` yields (SDK messages and
+All three consume the same stream :func:`teamlead.run` yields (SDK messages and
 teamlead events) through ``handle(item)``, and read what the run made of each message
 from the run itself (its :class:`~teamlead.tracker.StreamParse`: its tracker and the
 events of each item), never parsing it again; the NDJSON one lives in

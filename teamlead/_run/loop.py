@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
 from typing import Any, Protocol
 
 import anyio
@@ -24,6 +24,7 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from .._procs import stop_marked
 from .._redact import redact
+from ..errors import UsageError
 from ..events import Finished, ResumeFailed, Resuming
 from .collect import Collection, absorb
 from .options import RUN_MARK_VAR, round_options
@@ -58,15 +59,18 @@ class Client(Protocol):
 
 
 # -- the drivers ---------------------------------------------------------------------------
-async def run_query(state: RunState, query_fn: QueryFn, prompt: str) -> AsyncGenerator[Any, None]:
+async def run_query(
+    state: RunState, query_fn: QueryFn, prompt: str | AsyncIterable[dict[str, Any]]
+) -> AsyncGenerator[Any, None]:
     """Run the first query, then collect and resume until done. Yields messages and events.
 
     Args:
         state: a fresh run in ``query`` mode.
         query_fn: the streaming query generator; every round is one call of it.
-        prompt: the user's prompt.
+        prompt: the user's prompt (a string, or the SDK's async iterable of messages).
     """
     rounds = _QueryRounds(state, query_fn)
+    state.begin_turn()
     state.start_clock()
     await state.open_store()
     first = rounds.first(prompt)
@@ -106,6 +110,7 @@ async def run_resume(
     from .._claude.saved_session import load_session
 
     rounds = _QueryRounds(state, query_fn)
+    state.begin_turn()
     state.start_clock()
     store = state.store
     await state.open_store()
@@ -121,12 +126,15 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
     """Drive a connected ``ClaudeSDKClient`` whose query was already sent.
 
     Args:
-        state: a fresh run in ``client`` mode.
+        state: a run in ``client`` mode: fresh, or a :class:`~teamlead.ClientRun`'s whose
+            earlier turns ended (this is its next turn, :meth:`RunState.begin_turn`).
         client: the connected client; every round reads its messages.
     """
+    state.begin_turn()
     state.start_clock()
     await state.open_store()
-    stopping = _stop_timed_out(state, client)
+    if state.turns == 1:  # the client's agents, stopped on timeout for the run's life
+        _stop_timed_out(state, client)
     first = Round(state, client.receive_messages(), settle=True)
     async for item in first:
         yield item
@@ -172,12 +180,11 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
         return
     async for item in _resume_loop(state, client_round, wrap=wrap_round):
         yield item
-    del stopping  # the stop tasks were referenced until the run's end
 
 
-def _stop_timed_out(state: RunState, client: Client) -> set[asyncio.Task[None]]:
+def _stop_timed_out(state: RunState, client: Client) -> None:
     """On a client, an Agent-tool task past its timeout is stopped with ``stop_task`` (the
-    relay has ended its request and refuses its next ones). Returns the stop tasks, kept
+    relay has ended its request and refuses its next ones). The stop tasks are kept
     referenced until they are done."""
     tasks: set[asyncio.Task[None]] = set()
 
@@ -192,7 +199,6 @@ def _stop_timed_out(state: RunState, client: Client) -> set[asyncio.Task[None]]:
             task.add_done_callback(tasks.discard)
 
     state.agents.timeout_listeners.append(on_timeout)
-    return tasks
 
 
 class _QueryRounds:
@@ -202,7 +208,7 @@ class _QueryRounds:
         self._state = state
         self._query_fn = query_fn
 
-    def first(self, prompt: str) -> Round:
+    def first(self, prompt: str | AsyncIterable[dict[str, Any]]) -> Round:
         """The first round: the user's prompt on the run's options."""
         return self._round(self._query_fn(prompt=prompt, options=self._state.options))
 
@@ -400,8 +406,16 @@ def _prompt_for(
 def _may_resume(state: RunState, pending: list[Delivery]) -> bool:
     ledger, policy = state.ledger, state.policy
     unused = len(pending)
-    if not state.tracker.session_id:
+    session_id = state.tracker.session_id
+    if not session_id:
         ledger.stopped("no_session_id", "no session id was seen, so the lead cannot be resumed")
+        return False
+    if state.wiring.verbatim and not _saved(state, session_id):
+        ledger.stopped(
+            "no_session_id",
+            f"session {session_id} was not saved where its CLI could resume it (no "
+            "transcript under the config dir, no session store), so the lead cannot be resumed",
+        )
         return False
     if ledger.resumes >= policy.max_resumes:
         limit = policy.max_resumes
@@ -419,6 +433,22 @@ def _may_resume(state: RunState, pending: list[Delivery]) -> bool:
         return False
     if state.clock.monotonic() >= state.deadline:
         ledger.stopped("deadline", f"deadline of {policy.deadline_s:g} s reached before resuming")
+        return False
+    return True
+
+
+def _saved(state: RunState, session_id: str) -> bool:
+    """Whether the CLI can resume ``session_id``: its transcript is under the run's config
+    dir, or the options' session store holds it. The drop-in's run, on options teamlead did
+    not make (a custom transport, no persistence), checks this before it resumes: a resume
+    that cannot work would only turn the app's answer into the CLI's error."""
+    from .._claude.saved_session import find_session_file
+
+    if state.user_options.session_store is not None:
+        return True
+    try:
+        find_session_file(state.config_dir, session_id)
+    except UsageError:
         return False
     return True
 

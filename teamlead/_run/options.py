@@ -28,6 +28,9 @@ The rules, in the order they apply (the user's options are never mutated):
 9. ``TEAMLEAD_RUN_MARK`` marks the run's CLI processes, and each stderr line goes to the
    run's tail, then to the user's own ``stderr`` callback.
 
+A run of the strict drop-in (:func:`teamlead.query`) wires ``verbatim``: its CLI gets the
+user's options as given, none of the rules above applies (see docs/library.md).
+
 Each round then starts from the run's options, with the session to resume (and, for the
 wrap-up, no tools): :func:`round_options`.
 """
@@ -91,6 +94,8 @@ class Wiring:
         trace_env: the run's trace context (``TRACEPARENT``, ``TRACESTATE``).
         run_mark: the value of :data:`RUN_MARK_VAR` in the run's CLI environment.
         stderr: the run's sink for the CLI's stderr lines (before the user's callback).
+        verbatim: the user's options go to the CLI as given, with no rule applied: the
+            strict drop-in, whose options the SDK (and the user's code) must see unchanged.
     """
 
     client: bool = False
@@ -104,6 +109,7 @@ class Wiring:
     trace_env: Mapping[str, str] = field(default_factory=dict)
     run_mark: str | None = None
     stderr: Callable[[str], None] | None = None
+    verbatim: bool = False
 
 
 def build_options(
@@ -129,6 +135,8 @@ def build_options(
     """
     user = options or ClaudeAgentOptions()
     wired = wiring or Wiring()
+    if wired.verbatim:
+        return user
     env = dict(user.env)
     fields: dict[str, Any] = {}
     env.setdefault(BG_WAIT_CEILING_VAR, str(policy.bg_wait_ceiling_ms))

@@ -7,7 +7,7 @@ once, the list of live runs a signal stops, and the registry their entries and c
 endpoints are kept in (``teamlead ps``; :mod:`.registry`), and the telemetry providers
 teamlead builds from the ``OTEL_*`` variables. All of that lives in one
 :class:`ProcessState`, made lazily as the process's default (:func:`default_process_state`)
-and passable explicitly (``teamlead.query(..., process=...)``): a test, or an app that
+and passable explicitly (``teamlead.run(..., process=...)``): a test, or an app that
 wants two separate sets in one process, makes its own. Two states share no relay,
 governor, spawn cap or live-run list; they meet only where sharing is the point: a limits
 store outside the process (a machine or Redis account), and a registry directory in

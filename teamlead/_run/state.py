@@ -1,6 +1,6 @@
 """One run, one state: everything a coordinated run knows, in one object passed down.
 
-The entry points (:func:`teamlead.query`, :func:`teamlead.resume_session`,
+The entry points (:func:`teamlead.run`, :func:`teamlead.resume_session`,
 :class:`teamlead.ClientRun` and :func:`teamlead.receive_all`) create a :class:`RunState`
 with :func:`new_run`; the drivers in :mod:`.loop` hand it to each :class:`~.round.Round`,
 to collection (:mod:`.collect`) and to the wrap-up (:mod:`.wrapup`), which read it and
@@ -200,6 +200,10 @@ class RunState:
         pause: the run's pause: its admission and its share of the relay hold on it.
         store: the run's session store, when its options name one.
         last_parsed: the message the run fed last, with its events.
+        turns: the turns the run has driven: a query run has one, a client's run one per
+            :func:`teamlead.receive_all` (:meth:`begin_turn`).
+        held: the run outlives each of its turns (a :class:`~teamlead.ClientRun`'s, for
+            its client's life): :meth:`close` lets go of nothing until it is released.
     """
 
     mode: Mode
@@ -231,6 +235,13 @@ class RunState:
     pause: Pause = field(default_factory=Pause)
     store: RunStore | None = None
     last_parsed: tuple[object, list[TrackedEvent]] | None = field(default=None, repr=False)
+    turns: int = 0
+    held: bool = False
+
+    def begin_turn(self) -> None:
+        """A turn of the run begins: the query, or a client's next one on the same CLI
+        process. The run's state goes on: each turn's ``Finished`` reports the run so far."""
+        self.turns += 1
 
     def drain_amends(self) -> list[RunAmended]:
         """The control's events since the last call (applied on the run's loop)."""
@@ -319,7 +330,10 @@ class RunState:
         """The run ends, whichever way (finished, raised, cancelled, closed early): let go
         of every slot it holds, in the process-wide spawn cap and in the agent ledger, and
         deny what still waits in the gate with ``reason``. Idempotent; its CLI processes
-        have been stopped by then (the stream was closed)."""
+        have been stopped by then (the stream was closed). A :attr:`held` run's turn ends
+        here, not the run: nothing is let go."""
+        if self.held:
+            return
         self.stop.done()
         self.pause.end()
         if self.lease is not None:
@@ -416,6 +430,7 @@ def new_run(
     clock: Clock,
     *,
     gated: bool = True,
+    verbatim: bool = False,
     control: RunControl | None = None,
     process: ProcessState | None = None,
 ) -> RunState:
@@ -429,6 +444,9 @@ def new_run(
         clock: the run's clock (the gate's waits run on it too).
         gated: build the spawn gate when ``policy.spawn`` is on. ``False`` for a client
             that connected without it (its hooks were fixed then).
+        verbatim: the strict drop-in's run: its CLI gets ``options`` as given (no gate,
+            no stderr tail, no run mark, the user's own session store), and the run keeps
+            no status of its own in the store.
         control: the user's live control of the run (its cap and subagent model).
         process: what the run shares with the process's other runs (default: the
             process's own :class:`~.process.ProcessState`).
@@ -446,13 +464,13 @@ def new_run(
         env=user.env,
         pause=pause,
         starting_model=_starting_model(user, policy),
-        gated=gated,
+        gated=gated and not verbatim,
     )
     permissions = PermissionRequests(clock)
     mark = uuid.uuid4().hex
     config_dir = claude_config_dir({**os.environ, **dict(user.env)})
     store = None
-    if user.session_store is not None:
+    if user.session_store is not None and not verbatim:
         store = RunStore(user.session_store, config_dir=config_dir, cwd=user.cwd)
     tail: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
 
@@ -469,6 +487,7 @@ def new_run(
         store_view=store.view if store is not None else None,
         run_mark=mark,
         stderr=to_tail,
+        verbatim=verbatim,
     )
     state = RunState(
         mode=mode,

@@ -1,6 +1,6 @@
 """A run's stream with the run's own parse of it: :class:`RunStream`.
 
-:func:`teamlead.query` and :func:`teamlead.resume_session` yield a run's items and keep its
+:func:`teamlead.run` and :func:`teamlead.resume_session` yield a run's items and keep its
 state to themselves. The readers of the stream inside teamlead (the CLI's views, focus and
 approval labels, the experiment runner) need what the run made of each item too, and read
 it here rather than parsing the stream once more: a :class:`RunStream` iterates the same

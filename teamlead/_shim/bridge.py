@@ -1,7 +1,7 @@
 """The bridge between an SDK app and the real CLI: teamlead's run in the middle.
 
 The app's SDK speaks stream-json with ``teamlead-claude`` as it would with the CLI. The
-bridge runs each of the app's turns as a teamlead run (:func:`teamlead.coordinator.query_stream`)
+bridge runs each of the app's turns as a teamlead run (:func:`teamlead.coordinator.run_stream`)
 whose query function starts the real CLI with the app's argv: every round of the run is
 one CLI process, the first fed the app's own input, a resume round (``--resume <session>``)
 fed the app's initialize request again and the resume prompt. So the relay, the spawn
@@ -48,7 +48,7 @@ from .._run.options import MAX_MESSAGE_BYTES
 from .._run.process import default_process_state
 from .._run.round import settled
 from .._run.stream import RunStream
-from ..coordinator import query_stream
+from ..coordinator import run_stream
 from ..events import Finished
 from ..policy import Policy
 from .child import Child, round_argv
@@ -195,7 +195,7 @@ class Bridge:
             is_first, first[0] = first[0], False
             return self._round_messages(None if is_first else prompt, options)
 
-        run = query_stream("", user, query_fn=query_fn, policy=self._policy, process=self._process)
+        run = run_stream("", user, query_fn=query_fn, policy=self._policy, process=self._process)
         self._run, self._running = run, True
         try:
             async with contextlib.aclosing(run) as items:

@@ -1,6 +1,6 @@
 """Virtual time for tests: :class:`FakeClock`, a :class:`~teamlead.clock.Clock` that never waits.
 
-Pass it as ``clock=`` to :func:`teamlead.query`, :func:`teamlead.receive_all`,
+Pass it as ``clock=`` to :func:`teamlead.run`, :func:`teamlead.receive_all`,
 :class:`teamlead.ClientRun` or anything else that takes a clock: sleeps, backoffs and
 deadlines then run in virtual time, while the real CLI and the scripted server run as
 usual.

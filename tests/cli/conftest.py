@@ -11,7 +11,7 @@ What the tier's modules share:
 - :data:`TEAMLEAD`, the one way to start the ``teamlead`` command, and :func:`ask` and
   :func:`start_ask`, the one way to run ``teamlead ask`` on a scripted model;
 - :func:`run`, :func:`run_on_a_client` and :func:`finished`, a run in this process through
-  :func:`teamlead.query` or a ``ClaudeSDKClient``;
+  :func:`teamlead.run` or a ``ClaudeSDKClient``;
 - :func:`cli_processes`, the CLI processes a test started, to check none is left.
 
 The scripts and the readers of what the scripted server saw are in ``scripted.py``.
@@ -136,11 +136,11 @@ async def run(
     into: list[Any] | None = None,
     **query: Any,
 ) -> list[Any]:
-    """Every item of one :func:`teamlead.query` run, within ``limit_s``; each is also
+    """Every item of one :func:`teamlead.run` run, within ``limit_s``; each is also
     put in ``into`` as it comes (for a test that watches the run as it goes)."""
     items = [] if into is None else into
     with anyio.fail_after(limit_s):
-        async for item in teamlead.query(prompt, options, policy=policy, clock=clock, **query):
+        async for item in teamlead.run(prompt, options, policy=policy, clock=clock, **query):
             items.append(item)
     return items
 

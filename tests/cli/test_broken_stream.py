@@ -102,7 +102,7 @@ async def test_agents_launched_after_the_break_point_are_read_back_and_their_res
     )
     items: list[Any] = []
     with anyio.fail_after(120):
-        async for item in teamlead.query("Investigate.", claude.options(), query_fn=query_fn):
+        async for item in teamlead.run("Investigate.", claude.options(), query_fn=query_fn):
             items.append(item)
     done = items[-1]
     assert isinstance(done, Finished)
@@ -143,7 +143,7 @@ async def test_a_workflow_launched_after_the_break_point_is_read_back_and_resume
     with anyio.fail_after(120):
         items = [
             item
-            async for item in teamlead.query(
+            async for item in teamlead.run(
                 "Investigate.", claude.options(), query_fn=query_fn, policy=policy
             )
         ]

@@ -21,7 +21,7 @@ import teamlead
 from teamlead._cli.cards import COLUMNS, cards_table, print_cards, short_path
 from teamlead._cli.running import run_session
 from teamlead._redact import terminal_safe
-from teamlead.coordinator import query_stream
+from teamlead.coordinator import run_stream
 from teamlead.events import Finished, TaskDisposition
 from teamlead.policy import SpawnPolicy
 
@@ -212,7 +212,7 @@ def test_a_run_on_a_terminal_ends_with_the_cards_of_finished_tasks(
     _, claude = offline(script)
     policy = teamlead.Policy(wait_s=5, deadline_s=150, spawn=SpawnPolicy(max_concurrent_agents=4))
 
-    live = query_stream("Investigate.", claude.options(), policy=policy)
+    live = run_stream("Investigate.", claude.options(), policy=policy)
 
     def recorded() -> AsyncIterator[Any]:  # the same run again, for the other outputs
         async def stream() -> AsyncIterator[Any]:

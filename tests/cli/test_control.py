@@ -99,7 +99,7 @@ async def steered(
     """A run whose ``control`` ``steer(items so far)`` changes after each item."""
     items: list[Any] = []
     with anyio.fail_after(150):
-        async for item in teamlead.query(
+        async for item in teamlead.run(
             "Investigate.", claude.options(), policy=policy, control=control
         ):
             items.append(item)
@@ -206,7 +206,7 @@ async def test_subagent_model_at_start_reaches_agent_and_workflow_agents(
     server, claude = offline(Waves([["first"]], ["w1"], delay=0.2))
     policy = teamlead.Policy(wait_s=5, deadline_s=150, spawn=SpawnPolicy(subagent_model="haiku"))
     with anyio.fail_after(150):
-        items = [i async for i in teamlead.query("Investigate.", claude.options(), policy=policy)]
+        items = [i async for i in teamlead.run("Investigate.", claude.options(), policy=policy)]
     done = items[-1]
     assert isinstance(done, Finished) and done.status == "completed", done.reasons
     assert set(models_of(server, "AGENTJOB first")) == {"claude-haiku-5-5"}

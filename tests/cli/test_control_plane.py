@@ -449,7 +449,7 @@ async def test_a_library_run_without_a_control_is_registered_and_amended_from_ou
     status: dict[str, Any] = {}
     answer: dict[str, Any] = {}
     left_at_finished: list[Any] = [None]
-    run = teamlead.query("Investigate.", claude.options(), policy=policy, process=world)
+    run = teamlead.run("Investigate.", claude.options(), policy=policy, process=world)
     with anyio.fail_after(150):
         async for item in run:
             items.append(item)

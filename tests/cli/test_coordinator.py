@@ -36,7 +36,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 async def _run(
     prompt: str, options: ClaudeAgentOptions, **kwargs: Any
 ) -> tuple[list[Any], Finished]:
-    items = [item async for item in teamlead.query(prompt, options, **kwargs)]
+    items = [item async for item in teamlead.run(prompt, options, **kwargs)]
     assert isinstance(items[-1], Finished)
     assert sum(isinstance(i, Finished) for i in items) == 1
     return items, items[-1]
@@ -107,7 +107,7 @@ async def test_external_teammate_reporting_after_the_stream_ended(offline: Offli
     server, claude = offline(script)
     items: list[Any] = []
     reporter = threading.Thread(target=teammate, daemon=True)
-    async for item in teamlead.query("Ask the team.", claude.options(), policy=Policy(wait_s=20)):
+    async for item in teamlead.run("Ask the team.", claude.options(), policy=Policy(wait_s=20)):
         items.append(item)
         if isinstance(item, WaitingForTeam) and not reporter.is_alive():
             # the lead's stream has ended and the coordinator waits: the teammate reports now

@@ -52,9 +52,7 @@ async def test_finished_comes_within_a_second_of_the_deadline_when_the_wrap_up_n
     started = time.monotonic()
     policy = Policy(deadline_s=_WRAP_UP_DEADLINE_S)
     with anyio.fail_after(60):
-        async for item in teamlead.query(
-            "Investigate every part.", claude.options(), policy=policy
-        ):
+        async for item in teamlead.run("Investigate every part.", claude.options(), policy=policy):
             items.append(item)
     elapsed = time.monotonic() - started
     done = items[-1]
@@ -81,7 +79,7 @@ async def test_finished_comes_within_a_second_of_the_deadline_when_the_model_nev
     items: list[Any] = []
     started = time.monotonic()
     with anyio.fail_after(60):
-        async for item in teamlead.query("Investigate.", claude.options(), policy=policy):
+        async for item in teamlead.run("Investigate.", claude.options(), policy=policy):
             items.append(item)
     elapsed = time.monotonic() - started
     done = items[-1]

@@ -88,7 +88,7 @@ def test_the_demo_ends_with_a_bare_query_beside_teamleads_answer(
     assert bare.startswith("  bare claude_agent_sdk.query: raised ResultError (API Error: 529")
     assert "findings used 0 of 4;" in bare
     assert "answer: 'The agents are working; I will synthesize when they report.'" in bare
-    assert ours.startswith("  teamlead.query:              completed after 1 resume(s);")
+    assert ours.startswith("  teamlead.run:                completed after 1 resume(s);")
     assert "findings used 4 of 4: api-surface, security, load-profile, reviewer;" in ours
     # the 529s are overloads, and a scripted model's cost is an estimate, nothing charged
     assert "API 529 (overloaded) for claude-opus-5-5 (lead): passed on to the CLI" in err
@@ -150,7 +150,7 @@ def test_on_a_terminal_the_comparison_is_a_table_of_two_columns() -> None:
     _print_comparison(bare, ours, out)
     screen = out.getvalue()
     header = next(line for line in screen.splitlines() if "bare claude_agent_sdk.query" in line)
-    assert "teamlead.query" in header  # the two apps side by side, one column each
+    assert "teamlead.run" in header  # the two apps side by side, one column each
     assert "0 of 4" in screen and "2 of 4: security, reviewer" in screen
 
 

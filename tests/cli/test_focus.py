@@ -40,7 +40,7 @@ async def test_a_subagents_last_tool_call_is_found_in_the_real_stream(
     focus = Focus(HandFed(), Path(claude.env["CLAUDE_CONFIG_DIR"]))
     policy = teamlead.Policy(wait_s=5, deadline_s=120)
     with anyio.fail_after(120):
-        async for item in teamlead.query("Investigate.", claude.options(), policy=policy):
+        async for item in teamlead.run("Investigate.", claude.options(), policy=policy):
             focus.feed(item)
     assert isinstance(item, teamlead.Finished) and item.status == "completed", item.reasons
     agent = focus.next_agent(None)

@@ -1,6 +1,6 @@
 """The spawn gate wired into teamlead's runs, on the real bundled CLI against the scripted model.
 
-Through :func:`teamlead.query` and ``teamlead ask`` (a real subprocess): the 24-call fan-out
+Through :func:`teamlead.run` and ``teamlead ask`` (a real subprocess): the 24-call fan-out
 that the CLI alone would cut at 20, the concurrency cap, the spawn budget (denied calls in
 ``Finished.tasks``), the depth limit on subagents' own Agent calls, the deadline's no-tools
 wrap-up, and a CLI rejection that makes the run partial. A stop signal while calls wait in
@@ -199,7 +199,7 @@ async def test_the_deadline_stops_the_slow_agent_and_wraps_up_with_the_quick_one
 
     async def collect() -> None:
         with anyio.fail_after(90):
-            async for item in teamlead.query(PROMPT, claude.options(), policy=policy, clock=clock):
+            async for item in teamlead.run(PROMPT, claude.options(), policy=policy, clock=clock):
                 items.append(item)
 
     # the wrap-up point comes once only the slow agent is left, not after the seconds to it

@@ -45,7 +45,7 @@ async def test_a_1mb_agent_description_does_not_kill_the_run_and_every_call_is_a
     server, claude = offline(_fan_out_with_a_huge_description())
     items: list[Any] = []
     with anyio.fail_after(120):
-        async for item in teamlead.query("Investigate every part.", claude.options()):
+        async for item in teamlead.run("Investigate every part.", claude.options()):
             items.append(item)
     done = items[-1]
     assert isinstance(done, Finished)
@@ -72,7 +72,7 @@ async def test_a_message_over_the_buffer_is_recovered_from_with_every_call_accou
     items: list[Any] = []
     try:
         with anyio.fail_after(120):
-            async for item in teamlead.query("Investigate every part.", options):
+            async for item in teamlead.run("Investigate every part.", options):
                 items.append(item)
         done = items[-1]
         assert isinstance(done, Finished)

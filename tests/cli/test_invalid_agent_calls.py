@@ -51,7 +51,7 @@ async def test_agent_calls_the_cli_rejects_as_invalid_are_rejected_tasks_and_mis
     server, claude = offline(_lead_with_invalid_calls)
     items: list[Any] = []
     with anyio.fail_after(120):
-        async for item in teamlead.query("Investigate every part.", claude.options()):
+        async for item in teamlead.run("Investigate every part.", claude.options()):
             items.append(item)
     done = items[-1]
     assert isinstance(done, Finished)

@@ -176,7 +176,7 @@ from teamlead.testing import OfflineClaude
 
 async def main():
     claude = OfflineClaude(sys.argv[1], state_dir=sys.argv[2])
-    items = [i async for i in teamlead.query("Investigate.", claude.options())]
+    items = [i async for i in teamlead.run("Investigate.", claude.options())]
     return items[-1]
 
 done = anyio.run(main)
@@ -445,7 +445,7 @@ async def test_the_deadlines_wrap_up_is_a_phase_and_the_stopped_agent_says_so(
         async def collect() -> None:
             with anyio.fail_after(120):
                 policy = Policy(deadline_s=8)  # the reserve is half: 4 s on each side
-                run = teamlead.query(
+                run = teamlead.run(
                     "Investigate.", claude.options(), policy=policy, clock=clock, process=world
                 )
                 items.extend([item async for item in run])

@@ -4,7 +4,8 @@ only public names.
 Each block is written to a file and run in a fresh interpreter whose environment points
 the bundled CLI at a scripted model (what `teamlead serve-scripted` prints), so the
 blocks that talk to "the API" talk to it. A block that prints a run's outcome must print
-``completed``. A block shown on two pages runs once.
+``completed``; one that prints the drop-in's results must end with the synthesis. A block
+shown on two pages runs once.
 """
 
 from __future__ import annotations
@@ -130,6 +131,9 @@ def test_every_python_block_of_the_docs_runs_as_written(
     assert run.returncode == 0, f"python block {run.block.where}:\n{code}\n{run.stderr}"
     if "print(item.status" in code:
         assert run.stdout.startswith("completed SYNTHESIS of 2 findings"), run.stdout
+        assert run.reached_the_model, "the block never reached the scripted model"
+    if "print(message.result)" in code:  # the drop-in: its last result is the answer
+        assert run.stdout.splitlines()[-1].startswith("SYNTHESIS of 2 findings"), run.stdout
         assert run.reached_the_model, "the block never reached the scripted model"
 
 

@@ -1,4 +1,4 @@
-"""The request relay as teamlead runs it: on by default in ``teamlead.query`` and ``ask``.
+"""The request relay as teamlead runs it: on by default in ``teamlead.run`` and ``ask``.
 
 The real CLI against a scripted model with a hidden limit of 3 concurrent subagent streams
 (429 with ``retry-after: 1`` past it) and ``CLAUDE_CODE_MAX_RETRIES=0``: any 429 reaching the
@@ -48,7 +48,7 @@ async def test_query_relays_a_24_agent_storm_by_default(tmp_path: Path) -> None:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path, max_retries=0, env=env)
         items: list[Any] = [
             item
-            async for item in teamlead.query(
+            async for item in teamlead.run(
                 "Investigate 24 parts.",
                 claude.options(),
                 policy=teamlead.Policy(wait_s=5, deadline_s=240),
@@ -184,7 +184,7 @@ def test_an_app_that_stops_reading_at_finished_leaves_nothing_open(tmp_path: Pat
     import psutil
 
     async def app(options: Any) -> Finished:
-        async for item in teamlead.query("Investigate two parts.", options):
+        async for item in teamlead.run("Investigate two parts.", options):
             if isinstance(item, Finished):
                 return item
         raise AssertionError("no Finished")
@@ -218,9 +218,7 @@ async def test_two_runs_in_one_process_each_keep_their_own_model_limit(tmp_path:
             policy = teamlead.Policy(
                 wait_s=5, deadline_s=240, limits=teamlead.LimitsPolicy(default=ceiling)
             )
-            async for item in teamlead.query(
-                "Investigate 6 parts.", claude.options(), policy=policy
-            ):
+            async for item in teamlead.run("Investigate 6 parts.", claude.options(), policy=policy):
                 if isinstance(item, Finished):
                     done[ceiling] = item
 

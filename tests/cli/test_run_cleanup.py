@@ -41,7 +41,7 @@ async def _leave_while_agents_run(
     """Start a run and leave it once ``agents`` calls are admitted: closed with
     ``aclosing``, left by an exception of the app, or abandoned to the garbage collector."""
     admitted = 0
-    items = teamlead.query(
+    items = teamlead.run(
         "Investigate every part.", claude.options(), policy=Policy(), process=world
     )
     with anyio.fail_after(90):
@@ -89,9 +89,7 @@ async def test_runs_left_while_agents_run_give_back_every_cap_slot_and_the_next_
     server, claude = offline(FanOut.of(3, delays=0.3))
     items: list[Any] = []
     with anyio.fail_after(90):
-        async for item in teamlead.query(
-            "Investigate every part.", claude.options(), process=world
-        ):
+        async for item in teamlead.run("Investigate every part.", claude.options(), process=world):
             items.append(item)
     done = items[-1]
     assert isinstance(done, Finished)
@@ -120,7 +118,7 @@ async def test_a_run_whose_calls_a_starved_cap_denied_is_not_completed(
 
     async def collect() -> None:
         with anyio.fail_after(90):
-            async for item in teamlead.query(
+            async for item in teamlead.run(
                 "Investigate every part.",
                 claude.options(),
                 policy=policy,

@@ -37,7 +37,7 @@ async def one_turn_s(claude: OfflineClaude) -> float:
     does about that much after its point: it ends the CLI, resumes it for one turn."""
     started = time.monotonic()
     with anyio.fail_after(120):
-        items = [i async for i in teamlead.query("Say ok.", claude.options(), policy=Policy())]
+        items = [i async for i in teamlead.run("Say ok.", claude.options(), policy=Policy())]
     took = time.monotonic() - started
     assert isinstance(items[-1], Finished) and items[-1].status == "completed", items[-1]
     return took
@@ -72,7 +72,7 @@ async def test_a_deadline_of_seconds_leaves_the_wrap_up_turn_time_to_answer(
         async def collect() -> None:
             with anyio.fail_after(120):
                 policy = Policy(deadline_s=deadline)
-                async for item in teamlead.query(
+                async for item in teamlead.run(
                     "Investigate.", claude.options(), policy=policy, clock=clock
                 ):
                     items.append(item)

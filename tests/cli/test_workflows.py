@@ -217,7 +217,7 @@ async def _items_until_finished(
     limit_s: float,
     clock: Clock = SYSTEM_CLOCK,
 ) -> list[Any]:
-    """A run through ``teamlead.query`` or a ``ClaudeSDKClient`` with ``receive_all``."""
+    """A run through ``teamlead.run`` or a ``ClaudeSDKClient`` with ``receive_all``."""
     if how == "query":
         return await run(claude.options(), policy, limit_s, clock)
     return await run_on_a_client(claude.options(), policy, limit_s, clock)

@@ -42,7 +42,7 @@ from ..._run.registry import labelled
 from ..._run.relayed import relayed
 from ..._version import __version__
 from ...clock import SYSTEM_CLOCK, Clock
-from ...coordinator import QueryFn, query_stream
+from ...coordinator import QueryFn, run_stream
 from ...errors import UsageError
 from ...events import ConcurrencyChanged, Finished, RateLimited
 from ...policy import TRANSIENT_STATUSES, Policy
@@ -196,7 +196,7 @@ async def _lead_trial(
     start = time.monotonic()
     relay_429s = 0
     scripted = answered = False  # any message from the scripted server; any message at all
-    run = query_stream(task.prompt, options, query_fn=query_fn, policy=policy)
+    run = run_stream(task.prompt, options, query_fn=query_fn, policy=policy)
     name = f"experiment {spec.experiment.name}: {key.variant} · {key.task} · trial {key.trial}"
     try:  # `teamlead ps` and the run history name the trial's run so
         with labelled(name):
