@@ -19,7 +19,7 @@ The public API is what this module re-exports in ``__all__``, the names users ca
   progress, with every type they carry: :class:`TaskDisposition`, :class:`RelaySummary`,
   :class:`BucketSummary` and the ``Literal`` codes (:data:`Status`, :data:`Disposition`,
   :data:`TaskState`, :data:`TaskKind`, :data:`RelayedAgentKind`, :data:`RequestRole`,
-  :data:`FinishReason`,
+  :data:`FinishReason`, :data:`EndKind`,
   :data:`DenyCode`, :data:`ChangeReason`); every error derives from :class:`TeamleadError`.
 - Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate;
   the subagents they delegate to are :func:`default_agents` (the roster, rendered into a
@@ -86,6 +86,7 @@ if typing.TYPE_CHECKING:
         ConcurrencyChanged,
         DenyCode,
         Disposition,
+        EndKind,
         FallbackUsed,
         Finished,
         FinishReason,
@@ -152,6 +153,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ConcurrencyChanged",
         "DenyCode",
         "Disposition",
+        "EndKind",
         "FallbackUsed",
         "Finished",
         "FinishReason",
@@ -212,6 +214,7 @@ __all__ = [
     "ConcurrencyChanged",
     "DenyCode",
     "Disposition",
+    "EndKind",
     "FallbackUsed",
     "FinishReason",
     "Finished",

@@ -109,6 +109,11 @@ class Policy(BaseModel):
 
     Attributes:
         max_resumes: re-queries with ``resume=session_id`` at most (default 3).
+        max_continuations: how often one agent that the CLI stopped at its turn limit
+            (``maxTurns``) before it finished is continued at most, by the lead or on
+            teamlead's ask in a resume prompt (a ``SendMessage`` to its task id), default 3;
+            still unfinished after that, its row is missing and the run ``partial``. The
+            resumes, budgets and deadline still rule.
         deadline_s: the whole run, every round and wait included (default 1800 s). The CLI's
             background-wait ceiling (``CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS``) is set to
             this, so the CLI does not silently stop agents before our deadline.
@@ -155,6 +160,7 @@ class Policy(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     max_resumes: int = Field(default=3, ge=0, le=MAX_RESUMES)
+    max_continuations: int = Field(default=3, ge=0, le=MAX_RESUMES)
     deadline_s: float = Field(default=1800.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     wait_s: float = Field(default=60.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
     max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)

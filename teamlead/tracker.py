@@ -130,6 +130,9 @@ class TaskInfo:
     tool_uses: int | None = None
     last_tool: str | None = None
     last_text: str = ""
+    #: how often it was continued after it ended (a ``SendMessage`` to its id resumed it:
+    #: the CLI starts the same task id again, and it notifies again)
+    continued: int = 0
     #: a ``local_workflow`` task's run: run id, script, phases, agents
     workflow: WorkflowRun | None = None
 
@@ -254,9 +257,16 @@ class Tracker:
                 self.first_delegation_at = now
         elif isinstance(event, TaskStarted):
             task = self.tasks.get(event.task_id) or TaskInfo(event.task_id, started_at=now)
+            if task.terminal and not task.is_workflow:
+                # continued (a SendMessage to its id): its next notification supersedes the
+                # last, so it is running again and nothing of its last end counts as used
+                task.continued += 1
+                task.status, task.ended_at, task.ended_seq = "running", None, None
+                task.absorbed, task.summary = False, None
             task.description = event.description or task.description
-            task.tool_use_id = event.tool_use_id
-            task.prompt = event.prompt
+            # the call that started it (a continuation's task_started names the SendMessage)
+            task.tool_use_id = task.tool_use_id or event.tool_use_id
+            task.prompt = task.prompt or event.prompt
             task.subagent_type = event.subagent_type
             task.run_id = event.run_id
             task.task_type = event.task_type or task.task_type

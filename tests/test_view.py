@@ -96,7 +96,7 @@ def test_json_progress_lines_are_versioned_and_typed() -> None:
     for item in _items():
         progress.handle(item)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert all(r["version"] == EVENT_VERSION == 4 and isinstance(r["type"], str) for r in records)
+    assert all(r["version"] == EVENT_VERSION == 5 and isinstance(r["type"], str) for r in records)
     types = [r["type"] for r in records]
     assert types.count("session") == 1 and types.count("task_started") == 2
     assert types[-1] == "finished"

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
@@ -28,7 +29,7 @@ from .._claude.inbox.model import InboxRead, TeammateMessage
 from .._claude.notification import Notification
 from .._claude.saved_session import session_notifications
 from .._claude.team import Team, resolve_team
-from .._claude.transcript import find_subagent_transcript, last_assistant_text
+from .._claude.transcript import last_assistant_text
 from .._claude.workflow_journal import JournalResult, journal_results, workflow_result
 from .._redact import redact
 from ..events import (
@@ -41,6 +42,7 @@ from ..events import (
     WaitingForTeam,
 )
 from ..tracker import TaskInfo, Tracker, WorkflowAgent, WorkflowRun
+from .ending import AgentEnd, read_end, transcript_paths
 from .resume_prompt import (
     FAILED_STATES,
     Delivery,
@@ -52,7 +54,15 @@ from .resume_prompt import (
 )
 from .state import Collected, CutResult, Member, RunState
 
-__all__ = ["Collection", "absorb", "cut_rows", "dispositions", "used_deliveries", "with_results"]
+__all__ = [
+    "Collection",
+    "absorb",
+    "cut_rows",
+    "dispositions",
+    "judge_ends",
+    "used_deliveries",
+    "with_results",
+]
 
 logger = logging.getLogger("teamlead.inbox")  # where the inbox reader's warnings go
 
@@ -61,6 +71,8 @@ _EVENT_WARNINGS = 20
 _EVENT_CHARS = 200
 _Source: TypeAlias = Literal["lead", "summary", "transcript", "inbox", "none"]
 _MAX_LOST_REASON = 160
+#: a task id the resume prompt may name in a SendMessage call (the CLI's ids are hex)
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class Collection:
@@ -115,8 +127,20 @@ class Collection:
             async for event in self._collect_team(team, tracker, pending, self._deadline):
                 yield event
         lost = dict(self._lost_workflows(tracker))
+        judge_ends(self._state)
         for task in tracker.tasks.values():
             key = f"task:{task.task_id}"
+            ask = self._continue_ask(task, collected.ends[task.task_id][1])
+            if ask is not None:
+                yield FallbackUsed(
+                    task_id=task.task_id,
+                    description=redact(task.description),
+                    source=ask.source if ask.source != "inbox" else "none",
+                    status=_task_outcome(task),
+                    chars=len(ask.text),
+                )
+                pending.append(ask)
+                continue
             if key in collected.absorbed or key in collected.deliveries:
                 continue
             if task.absorbed and task.task_id not in lost:
@@ -137,7 +161,8 @@ class Collection:
                     task, task.workflow, lost.get(task.task_id, []), tracker.session_id
                 )
             else:
-                delivery, source = self.task_delivery(task, tracker.session_id)
+                end = collected.ends[task.task_id][1]
+                delivery, source = self.task_delivery(task, tracker.session_id, end)
             yield FallbackUsed(
                 task_id=task.task_id,
                 description=redact(task.description),
@@ -427,15 +452,38 @@ class Collection:
             ),
         )
 
-    def task_delivery(self, task: TaskInfo, session: str | None) -> tuple[Delivery, TaskSource]:
+    def _continue_ask(self, task: TaskInfo, end: AgentEnd) -> Delivery | None:
+        """The ask to continue ``task``, stopped at its turn limit, with its partial output;
+        ``None`` when it finished, was continued :attr:`~teamlead.policy.Policy.max_continuations`
+        times (by the lead or on teamlead's ask) or its id is not a plain one."""
+        bound = self._policy.max_continuations
+        asked = self._collected.continue_asks.get(task.task_id, 0)
+        if end.kind != "turn_limit" or not task.terminal or task.is_workflow:
+            return None
+        if max(task.continued, asked) >= bound or not _PLAIN_ID.fullmatch(task.task_id):
+            return None
+        self._collected.continue_asks[task.task_id] = asked + 1
+        delivery, _ = self.task_delivery(task, self._state.tracker.session_id, end)
+        delivery.key = f"continue:{task.task_id}:{asked + 1}"
+        delivery.continue_task = task.task_id
+        return delivery
+
+    def task_delivery(
+        self, task: TaskInfo, session: str | None, end: AgentEnd | None = None
+    ) -> tuple[Delivery, TaskSource]:
         """``task``'s result as a delivery, and where it was read from: its summary when it
         completed with one, else the last answer in its transcript in ``session``, else whatever
-        summary it has (an empty delivery when there is none)."""
-        status = _task_outcome(task)
+        summary it has (an empty delivery when there is none). When ``end`` says it did not
+        finish although the CLI reported it completed, the delivery is ``partial``: its last
+        text (from its transcript first), never a complete result."""
+        status: DeliveryStatus = _task_outcome(task)
         text = ""
         source_of: TaskSource = "none"
-        if task.status == "completed" and task.summary and task.summary.strip():
-            text, source_of = task.summary, "summary"
+        partial = end is not None and not end.finished and status == "completed"
+        if partial:
+            status = "partial"  # its own last text first, not the CLI's note of the cut
+        if not partial and task.status == "completed" and (task.summary or "").strip():
+            text, source_of = task.summary or "", "summary"
         else:
             transcript = self._transcript_text(task, session)
             if transcript:
@@ -449,6 +497,7 @@ class Collection:
             status=status,
             text=text,
             source=source_of,
+            cut=end.describe() if partial and end is not None else None,
         )
         return delivery, source_of
 
@@ -459,17 +508,7 @@ class Collection:
 def transcript_text(config_dir: Path, task: TaskInfo, session: str | None) -> str | None:
     """The last answer in ``task``'s transcript (its output file, else its file in the
     session's folder), or ``None`` when neither can be read."""
-    candidates: list[Path] = []
-    if task.output_file:
-        candidates.append(Path(task.output_file))
-    if session:
-        try:
-            found = find_subagent_transcript(config_dir, session, task.task_id)
-        except Exception:  # noqa: BLE001 - a malformed id must not stop the fallback
-            found = None
-        if found is not None:
-            candidates.append(found)
-    for path in candidates:
+    for path in transcript_paths(config_dir, task, session):
         try:
             text = last_assistant_text(path)
         except OSError:
@@ -531,8 +570,20 @@ def used_deliveries(state: RunState) -> list[Delivery]:
     return out
 
 
+def judge_ends(state: RunState) -> None:
+    """Judge how each task's agent ended (:func:`~.ending.read_end`), once per end: a task
+    that ended again since (it was continued) is judged again."""
+    collected, tracker = state.collected, state.tracker
+    for task in tracker.tasks.values():
+        judged = collected.ends.get(task.task_id)
+        if judged is None or judged[0] != task.ended_seq or task.ended_seq is None:
+            end = read_end(state.config_dir, task, tracker.session_id)
+            collected.ends[task.task_id] = (task.ended_seq, end)
+
+
 def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition]:
-    """What became of every task and teammate of the run, for ``Finished.tasks``."""
+    """What became of every task and teammate of the run, for ``Finished.tasks`` (each
+    task's end as :func:`judge_ends` judged it)."""
     out: list[TaskDisposition] = []
     disposition: Disposition
     for task in tracker.tasks.values():
@@ -542,8 +593,12 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
         status = _task_outcome(task)
         source: _Source = delivery.source if delivery else ("lead" if task.absorbed else "none")
         reason: str | None = None
+        judged = collected.ends.get(task.task_id)
+        end = judged[1] if judged is not None else None
         if status in FAILED_STATES:
             disposition = "failed"
+        elif end is not None and not end.finished:
+            disposition, reason = "missing", _unfinished_reason(task, end, collected)
         elif used and (task.absorbed or (delivery is not None and delivery.text)):
             disposition = "included"
         else:
@@ -561,6 +616,7 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
                 source=source,
                 reason=reason,
                 result_file=delivery.full_path if delivery is not None else None,
+                ended=end.kind if end is not None else None,
             )
         )
     for member in collected.members.values():
@@ -589,6 +645,18 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
             )
         )
     return out
+
+
+def _unfinished_reason(task: TaskInfo, end: AgentEnd, collected: Collected) -> str:
+    """Why the row of a task that did not finish is missing: its cut, how often it was
+    continued, and that only its partial output is left."""
+    parts = [end.describe()]
+    if task.continued:
+        parts.append(f"continued {task.continued} time(s)")
+    asks = collected.continue_asks.get(task.task_id, 0)
+    if asks:
+        parts.append(f"the lead was asked {asks} time(s) to continue it")
+    return f"{'; '.join(parts)}: only its PARTIAL output is left, never a complete result"
 
 
 def with_results(state: RunState, rows: list[TaskDisposition]) -> list[TaskDisposition]:

@@ -10,6 +10,7 @@ next round instead of losing them.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ __all__ = [
     "TaskSource",
     "WorkflowResume",
     "build_resume_prompt",
+    "continue_actions",
     "workflow_actions",
     "escape",
     "render_resume_prompt",
@@ -42,9 +44,10 @@ TaskSource: TypeAlias = Literal["summary", "transcript", "none"]
 DeliverySource: TypeAlias = Literal["summary", "transcript", "inbox", "none"]
 #: A delivery's state: a task's terminal state or ``lost`` (it never ended); a teammate's
 #: report ``resolved`` (or the ``completed``/``failed`` state it reported), a plain
-#: message ``message``.
+#: message ``message``; ``partial``: the last text of an agent that did not finish (the CLI
+#: stopped it at a limit), never a complete result.
 TaskOutcome: TypeAlias = Literal["completed", "failed", "stopped", "killed", "lost"]
-DeliveryStatus: TypeAlias = TaskOutcome | Literal["resolved", "message"]
+DeliveryStatus: TypeAlias = TaskOutcome | Literal["resolved", "message", "partial"]
 
 #: Terminal task states that count as a failure.
 FAILED_STATES: frozenset[str] = frozenset({"failed", "stopped", "killed", "lost"})
@@ -111,12 +114,18 @@ class Delivery:
     lead_in: str | None = None
     #: what the prompt quoted of ``text`` (its head and tail when cut), once rendered
     quoted: str | None = None
+    #: a ``partial`` delivery: how its agent was cut (``stopped at its 3-turn limit…``)
+    cut: str | None = None
+    #: the task id the lead is asked to continue (a checked plain id): it stopped at its
+    #: turn limit, and a ``SendMessage`` to it resumes it where it stopped
+    continue_task: str | None = None
 
     @property
     def carries_result(self) -> bool:
-        """Whether this delivery hands the lead a result: text recovered from work that did
-        not fail (a failed or lost agent's delivery only says what is missing)."""
-        return bool(self.text) and self.status not in FAILED_STATES
+        """Whether this delivery hands the lead a result: text recovered from work that
+        finished (a failed or lost agent's delivery only says what is missing, a partial
+        one what it left)."""
+        return bool(self.text) and self.status not in FAILED_STATES and self.status != "partial"
 
     @property
     def asks_only(self) -> bool:
@@ -194,9 +203,11 @@ _PROMPT_TAIL = [
     "is missing or failed, and do not start new agents for work that is already done.",
 ]
 _RESUME_TAIL = (
-    "Once the resumed workflows have finished, write the final answer for the user with "
-    "every result, and say plainly what is still missing or failed. Start no other agents."
+    "Once the work you were asked above to resume or continue has finished, write the final "
+    "answer for the user with every result, and say plainly what is still missing or failed. "
+    "Start no other agents."
 )
+_CONTINUE_MESSAGE = "Continue from where you stopped and finish your task."
 _SAFE_PATH = re.compile(r"[^\x00-\x1f\x7f\"<>]{1,1000}")
 
 
@@ -227,6 +238,26 @@ def workflow_actions(deliveries: list[Delivery]) -> list[str]:
             f'Resume the workflow "{_attr(wf.name)}" (run {wf.run_id}) now: call Workflow with '
             f"{{{how}}}{same}. Its finished agents are replayed from the run's journal "
             "without new requests; the lost ones run again."
+        )
+    return lines
+
+
+def continue_actions(deliveries: list[Delivery]) -> list[str]:
+    """What the lead is asked to do about agents stopped at their turn limit: continue each
+    with ``SendMessage`` to its task id (a deferred tool: loaded with ``ToolSearch``), which
+    resumes it on its own transcript; its result comes in a new task notification."""
+    lines: list[str] = []
+    for d in deliveries:
+        task_id = d.continue_task
+        if not task_id:
+            continue
+        call = json.dumps({"to": task_id, "message": _CONTINUE_MESSAGE, "summary": "continue"})
+        lines.append(
+            f'The agent "{_attr(d.label)}" (task id {task_id}) {_attr(d.cut or "stopped")}: '
+            "its text above is PARTIAL output, not its result. Continue it now: load SendMessage "
+            'with ToolSearch {"query": "select:SendMessage"}, then call SendMessage '
+            f"{call}. It resumes where it stopped, and its result comes in a new task "
+            "notification: wait for it."
         )
     return lines
 
@@ -317,6 +348,9 @@ def render_resume_prompt(
             opening = f"{d.lead_in}\n{opening}"
         closing = "\n</result>"
         own = [f'- {d.kind} "{label}" ended {d.status}'] if d.status in FAILED_STATES else []
+        if d.status == "partial":
+            cut = _attr(d.cut or "did not finish")
+            own.append(f'- {d.kind} "{label}" {cut}: only its PARTIAL output is above')
         own += _workflow_problems(d)
         if d.asks_only:  # no block of its own: its missing lines and its ask
             problems += own
@@ -345,7 +379,11 @@ def render_resume_prompt(
     parts = [*opening_lines, *blocks]
     if problems:
         parts += ["", "Missing or failed:", *problems]
-    todo = workflow_actions(deliveries[:carried]) if actions else []
+    todo = (
+        workflow_actions(deliveries[:carried]) + continue_actions(deliveries[:carried])
+        if actions
+        else []
+    )
     if todo:
         parts += [_PROMPT_TAIL[0], "", *todo, "", _RESUME_TAIL]
     else:
