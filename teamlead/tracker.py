@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -217,6 +218,8 @@ class Tracker:
     lead_texts: list[str] = field(default_factory=list)
     #: the tool the lead called last (the last tool of its latest message that called one)
     lead_last_tool: str | None = None
+    #: the files the lead read with ``Read`` (each ``file_path`` as it wrote it, normalised)
+    lead_reads: set[str] = field(default_factory=set)
     #: when the lead first delegated: its first Agent or Workflow call (``clock.monotonic()``)
     first_delegation_at: float | None = None
     #: the clock every stamp is read from (the run's; the system's by default)
@@ -333,6 +336,7 @@ class Tracker:
         elif isinstance(event, LeadTurn):
             if event.tool_names:
                 self.lead_last_tool = event.tool_names[-1]
+            self.lead_reads.update(os.path.normpath(p) for p in event.read_paths)
             if event.error is None:
                 if event.text:
                     self.lead_texts.append(event.text)
@@ -358,6 +362,10 @@ class Tracker:
                     if task.run_id == event.origin_run_id and task.terminal and task.has_output:
                         task.absorbed = True
         return changes
+
+    def lead_read(self, path: str) -> bool:
+        """Whether the lead read the file ``path`` with ``Read``."""
+        return os.path.normpath(path) in self.lead_reads
 
     def call_seen(self, tool_use_id: str) -> bool:
         """Whether the stream showed what became of the Agent call ``tool_use_id``: its task

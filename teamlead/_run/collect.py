@@ -521,6 +521,10 @@ def transcript_text(config_dir: Path, task: TaskInfo, session: str | None) -> st
 async def absorb(state: RunState, delivered: list[Delivery]) -> list[str]:
     """A successful lead turn used ``delivered``: mark them, consume their inbox entries.
 
+    A delivery the prompt handed over partly by path (it quoted the head and tail, the whole
+    is in ``full_path``) counts as used only when the lead then read that file (a ``Read`` of
+    it in the stream); otherwise it is recorded as never seen (``Collected.unread``).
+
     Args:
         state: the run whose ``collected`` records the absorption.
         delivered: the deliveries the lead turn's prompt carried.
@@ -531,6 +535,11 @@ async def absorb(state: RunState, delivered: list[Delivery]) -> list[str]:
     reasons: list[str] = []
     by_team: dict[Path, list[str]] = {}
     for delivery in delivered:
+        whole = delivery.full_path
+        if whole is not None and not state.tracker.lead_read(whole):
+            state.collected.unread[delivery.key] = whole
+            continue
+        state.collected.unread.pop(delivery.key, None)
         state.collected.absorbed.add(delivery.key)
         if delivery.inbox_key and delivery.team is not None:
             by_team.setdefault(delivery.team.lead_inbox, []).append(delivery.inbox_key)
@@ -595,17 +604,20 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
         reason: str | None = None
         judged = collected.ends.get(task.task_id)
         end = judged[1] if judged is not None else None
+        unread = collected.unread.get(key)
         if status in FAILED_STATES:
             disposition = "failed"
         elif end is not None and not end.finished:
             disposition, reason = "missing", _unfinished_reason(task, end, collected)
+        elif unread is not None and task.task_id not in collected.cuts:
+            disposition, reason = "missing", _unread_reason(unread)
         elif used and (task.absorbed or (delivery is not None and delivery.text)):
             disposition = "included"
         else:
             disposition = "missing"
         cut = collected.cuts.get(task.task_id)
         if cut is not None and disposition == "included":
-            disposition, reason = _cut_disposition(cut, delivery, key in collected.absorbed)
+            disposition, reason = _cut_disposition(cut, delivery, collected, key)
         out.append(
             TaskDisposition(
                 id=task.task_id,
@@ -708,21 +720,33 @@ def _row_text(state: RunState, row: TaskDisposition) -> str | None:
     return text if (text or "").strip() else None
 
 
+def _unread_reason(path: str) -> str:
+    """Why a result handed over partly by path is missing: the lead never read its file."""
+    return (
+        "a resume prompt quoted only its head and tail, and the lead never read the whole "
+        f"in {path}"
+    )
+
+
 def _cut_disposition(
-    cut: CutResult, rest: Delivery | None, delivered: bool
+    cut: CutResult, rest: Delivery | None, collected: Collected, key: str
 ) -> tuple[Disposition, str]:
-    """A cut workflow result's row: included once its rest reached the lead, else missing."""
+    """A cut workflow result's row: included once its rest reached the lead (all of it, or
+    by path with the lead reading the file), else missing."""
     head = (
         f"the CLI cut its result in the lead's notification after {len(cut.shown)} "
         f"characters ({cut.cut} more)"
     )
-    if rest is None or not delivered:
+    unread = collected.unread.get(key)
+    if unread is not None:
+        return "missing", f"{head}; the rest ({cut.rest} characters): {_unread_reason(unread)}"
+    if rest is None or key not in collected.absorbed:
         return "missing", f"{head}; the rest never reached the lead"
     if rest.full_path is not None:
         return "included", (
             f"{head}; the rest ({cut.rest} characters) was delivered in a resume prompt, "
-            f"partly by path only: the prompt quoted the rest's head and tail, and all of it "
-            f"is in {rest.full_path}"
+            f"partly by path only: the prompt quoted the rest's head and tail, and the lead "
+            f"read all of it in {rest.full_path}"
         )
     return "included", f"{head}; the rest ({cut.rest} characters) was delivered in a resume prompt"
 
@@ -752,7 +776,8 @@ def cut_rows(rows: list[TaskDisposition], collected: Collected) -> list[TaskDisp
             out.append(row)  # not in the rest either (the script made its result of it)
             continue
         update: dict[str, object]
-        if key not in collected.absorbed:
+        unread = collected.unread.get(key)
+        if key not in collected.absorbed and unread is None:
             update = {
                 "disposition": "missing",
                 "reason": "the CLI cut its result from the lead's notification and the rest "
@@ -767,13 +792,21 @@ def cut_rows(rows: list[TaskDisposition], collected: Collected) -> list[TaskDisp
                 "reason": "the CLI cut its result from the lead's notification; a resume "
                 "prompt delivered it",
             }
+        elif unread is not None:
+            update = {
+                "disposition": "missing",
+                "result_file": unread,
+                "reason": "the CLI cut its result from the lead's notification; "
+                + _unread_reason(unread),
+            }
         else:
             update = {
                 "disposition": "included",
                 "source": "transcript",
                 "result_file": rest.full_path,
                 "reason": "the CLI cut its result from the lead's notification, and the resume "
-                f"prompt gave it only by path: {rest.full_path or 'its output file'}",
+                f"prompt gave it only by path: {rest.full_path or 'its output file'}, which the "
+                "lead read",
             }
         out.append(row.model_copy(update=update))
     return out

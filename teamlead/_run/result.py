@@ -137,8 +137,8 @@ def build_finished(
             continue  # a thrown workflow's agents: its one error line says it
         if d in thrown:
             reasons.append(f'workflow "{d.description}" failed: {d.reason or "no error given"}')
-        elif d.disposition == "missing" and d.ended not in (None, "finished") and d.reason:
-            reasons.append(f'{d.kind} "{d.description}" {d.reason}')  # it never finished
+        elif d.disposition == "missing" and d.reason:  # it never finished, or went unread
+            reasons.append(f'{d.kind} "{d.description}" ({d.status}): {d.reason}')
         elif d.disposition == "missing":
             reasons.append(f'{d.kind} "{d.description}" ({d.status}): its result was not used')
         elif d.disposition == "failed":

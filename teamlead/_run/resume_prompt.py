@@ -310,6 +310,49 @@ def _workflow_problems(d: Delivery) -> list[str]:
     return [head + "; ".join(" ".join(escape(x, _MAX_LABEL).split()) for x in wf.lost)]
 
 
+_CLOSING = "\n</result>"
+
+
+def _framed(d: Delivery) -> tuple[str, int, list[str]]:
+    """A delivery's opening tag (after its lead-in), the room its frame takes (tags and its
+    lines under "Missing or failed"), and those lines."""
+    label = _attr(d.label)
+    opening = (
+        f'<result source="{_attr(d.kind)}" name="{label}" status="{_attr(d.status)}" '
+        f'via="{_attr(d.source)}">\n'
+    )
+    if d.lead_in:
+        opening = f"{d.lead_in}\n{opening}"
+    own = [f'- {d.kind} "{label}" ended {d.status}'] if d.status in FAILED_STATES else []
+    if d.status == "partial":
+        cut = _attr(d.cut or "did not finish")
+        own.append(f'- {d.kind} "{label}" {cut}: only its PARTIAL output is above')
+    own += _workflow_problems(d)
+    if not d.text and not d.asks_only:
+        own.append(f'- {d.kind} "{label}": no output was recovered')
+    fixed = len(opening) + len(_CLOSING) + 1 + sum(len(line) + 1 for line in own)
+    return opening, fixed, own
+
+
+def _fair_shares(needs: list[int], budget: int) -> list[int]:
+    """Max-min fair shares of ``budget``: each need is met whole while what is left, shared
+    equally among the needs not yet met, covers it; the biggest share the rest equally.
+
+    Example:
+        >>> _fair_shares([21000, 100, 100], 30000)
+        [21000, 100, 100]
+        >>> _fair_shares([50000, 40000, 100], 30000)
+        [14950, 14950, 100]
+    """
+    shares = [0] * len(needs)
+    left = budget
+    order = sorted(range(len(needs)), key=needs.__getitem__)
+    for done, i in enumerate(order):
+        shares[i] = min(needs[i], max(0, left) // (len(needs) - done))
+        left -= shares[i]
+    return shares
+
+
 def render_resume_prompt(
     deliveries: list[Delivery],
     missing: list[str],
@@ -321,12 +364,14 @@ def render_resume_prompt(
 ) -> tuple[str, int]:
     """The resume prompt and how many of ``deliveries`` (a prefix) it carries.
 
-    Each result gets an equal share of the room left under ``max_prompt_chars`` (at most
-    ``max_result_chars``). When there are too many for that, each gets a readable minimum
-    while room lasts and the rest are left out, so the caller can deliver them in the next
-    round instead of losing them. The first delivery is always carried. A result longer
-    than its share keeps its head and tail; ``spill(delivery)`` writes its whole text to a
-    file and returns the path, which the prompt names (and ``delivery.full_path`` keeps).
+    Each result goes whole while all of them fit under ``max_prompt_chars`` (and
+    ``max_result_chars``); otherwise the room is shared fairly: a result that fits its equal
+    share goes whole, the longer ones share the rest equally. When there are too many for
+    that, each gets a readable minimum while room lasts and the rest are left out, so the
+    caller can deliver them in the next round instead of losing them. The first delivery is
+    always carried. A result longer than its share keeps its head and tail;
+    ``spill(delivery)`` writes its whole text to a file and returns the path, which the
+    prompt names (and ``delivery.full_path`` keeps).
     ``head`` replaces the opening lines of the data block. A workflow that lost agents
     is named in the missing lines; with ``actions`` the prompt then asks the lead, after
     the data block, to resume it (see :func:`workflow_actions`).
@@ -338,29 +383,22 @@ def render_resume_prompt(
     blocks: list[str] = []
     problems: list[str] = []
     carried = 0
+    framed = [_framed(d) for d in deliveries]
+    shares = _fair_shares(
+        [
+            0 if d.asks_only else fixed + len(escape(d.text))
+            for d, (_, fixed, _) in zip(deliveries, framed, strict=True)
+        ],
+        budget,
+    )
     for index, d in enumerate(deliveries):
-        label = _attr(d.label)
-        opening = (
-            f'<result source="{_attr(d.kind)}" name="{label}" status="{_attr(d.status)}" '
-            f'via="{_attr(d.source)}">\n'
-        )
-        if d.lead_in:
-            opening = f"{d.lead_in}\n{opening}"
-        closing = "\n</result>"
-        own = [f'- {d.kind} "{label}" ended {d.status}'] if d.status in FAILED_STATES else []
-        if d.status == "partial":
-            cut = _attr(d.cut or "did not finish")
-            own.append(f'- {d.kind} "{label}" {cut}: only its PARTIAL output is above')
-        own += _workflow_problems(d)
+        opening, fixed, own = framed[index]
         if d.asks_only:  # no block of its own: its missing lines and its ask
             problems += own
             budget -= sum(len(line) + 1 for line in own)
             carried += 1
             continue
-        if not d.text:
-            own.append(f'- {d.kind} "{label}": no output was recovered')
-        fixed = len(opening) + len(closing) + 1 + sum(len(line) + 1 for line in own)
-        room = budget // (len(deliveries) - index) - fixed  # a fair share of what is left
+        room = min(shares[index], budget) - fixed  # whole while all fit, else a fair share
         if room < _MIN_SHARE:  # not all fit: give this one a readable share while room lasts
             room = min(_MIN_SHARE, budget - fixed)
         escaped = escape(d.text) if d.text else "(no output was recovered)"
@@ -371,7 +409,7 @@ def render_resume_prompt(
             d.full_path = spill(d)
         body = _quote(d.text, limit, d.full_path) if d.text else escaped
         d.quoted = body if d.text else None
-        blocks.append(opening + body + closing)
+        blocks.append(opening + body + _CLOSING)
         problems += own
         budget -= fixed + len(body)
         carried += 1

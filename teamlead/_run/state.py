@@ -141,6 +141,9 @@ class Collected:
             ``ended_seq``) it was judged at: a task that ends again is judged again.
         continue_asks: how often a resume prompt asked the lead to continue each task
             stopped at a limit, by task id.
+        unread: the deliveries a resume prompt handed over partly by path (it quoted their
+            head and tail) whose file the lead never read, by key, with the path: never
+            counted as used.
     """
 
     deliveries: dict[str, Delivery] = field(default_factory=dict)
@@ -154,6 +157,7 @@ class Collected:
     cuts: dict[str, CutResult] = field(default_factory=dict)
     ends: dict[str, tuple[int | None, AgentEnd]] = field(default_factory=dict)
     continue_asks: dict[str, int] = field(default_factory=dict)
+    unread: dict[str, str] = field(default_factory=dict)
 
     def missing_lines(self) -> list[str]:
         """The teammates the resume prompt names as not reported or failed."""

@@ -122,6 +122,6 @@ def test_an_agent_that_cannot_finish_ends_the_run_partial_with_bounded_tries(
         "stopped at its 3-turn limit before finishing; continued 3 time(s)"
     )
     assert deep.result is not None and "working on step" in deep.result  # kept, as partial
-    assert f'task "deep" {deep.reason}' in done.reasons
+    assert f'task "deep" (completed): {deep.reason}' in done.reasons
     assert tries == 4  # its first run and at most 3 more
     assert done.resumes == 3
