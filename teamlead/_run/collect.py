@@ -595,6 +595,7 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
     task's end as :func:`judge_ends` judged it)."""
     out: list[TaskDisposition] = []
     disposition: Disposition
+    replaced = _replacements(tracker, collected)
     for task in tracker.tasks.values():
         key = f"task:{task.task_id}"
         delivery = collected.deliveries.get(key)
@@ -605,7 +606,14 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
         judged = collected.ends.get(task.task_id)
         end = judged[1] if judged is not None else None
         unread = collected.unread.get(key)
-        if status in FAILED_STATES:
+        by = replaced.get(task.task_id)
+        if by is not None:  # work done again counts once: by the agent that finished it
+            disposition = "not_run"
+            reason = (
+                f"lost ({status}); superseded by task {by.task_id}: the lead delegated its "
+                "work again and that agent finished"
+            )
+        elif status in FAILED_STATES:
             disposition = "failed"
         elif end is not None and not end.finished:
             disposition, reason = "missing", _unfinished_reason(task, end, collected)
@@ -656,6 +664,29 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
                 source="inbox" if keys else "none",
             )
         )
+    return out
+
+
+def _replacements(tracker: Tracker, collected: Collected) -> dict[str, TaskInfo]:
+    """Each lost task (its process or machine went away) whose work the lead delegated again,
+    with the later task that did it and finished: the same description (or the same prompt),
+    one replacement per lost task, in the order they started."""
+    tasks = [t for t in tracker.tasks.values() if not t.is_workflow]
+    taken: set[str] = set()
+    out: dict[str, TaskInfo] = {}
+    for index, task in enumerate(tasks):
+        judged = collected.ends.get(task.task_id)
+        if judged is None or judged[1].kind != "lost":
+            continue
+        for later in tasks[index + 1 :]:
+            done = collected.ends.get(later.task_id)
+            same = (task.description and later.description == task.description) or (
+                task.prompt and later.prompt == task.prompt
+            )
+            if same and later.task_id not in taken and done is not None and done[1].finished:
+                out[task.task_id] = later
+                taken.add(later.task_id)
+                break
     return out
 
 

@@ -10,7 +10,10 @@ within ``Policy.max_continuations``, and never counts a partial text as a comple
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -21,7 +24,19 @@ from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, S
 from teamlead.testing.replies import ToolUse
 from teamlead.testing.scripts import finding_text, findings_in, synthesize
 
-from .conftest import OfflineFactory, ask, finished, run
+from ..isolated import run_to_the_end
+from ..polling import poll
+from .conftest import (
+    TEAMLEAD,
+    OfflineFactory,
+    ask,
+    ask_env,
+    cli_processes,
+    finished,
+    run,
+    start_ask,
+)
+from .scripted import lead_seen
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 
@@ -125,3 +140,68 @@ def test_an_agent_that_cannot_finish_ends_the_run_partial_with_bounded_tries(
     assert f'task "deep" (completed): {deep.reason}' in done.reasons
     assert tries == 4  # its first run and at most 3 more
     assert done.resumes == 3
+
+
+class Redelegates:
+    """A lead that starts agents ``a`` to ``d``, of which ``c`` and ``d`` hang on their first
+    run (their machine dies with them); when a teamlead resume prompt names agents that were
+    lost, it delegates their work again (the same description and prompt), then answers."""
+
+    def __init__(self) -> None:
+        self.hung: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        if req.role == "subagent" and req.agent is not None:
+            name = req.agent.description
+            with self._lock:
+                first = name in ("c", "d") and name not in self.hung
+                self.hung.add(name)
+            return Reply.text(finding_text(name), delay=600 if first else 0.2)
+        if req.role != "lead":
+            return Reply.text("ok")
+        if req.assistant_turns == 0:
+            return Reply.agents(*(AgentCall(n, f"AGENTJOB {n}") for n in "abcd"))
+        lost = (
+            _LOST.findall(req.last_user_text) if "<teamlead-results" in req.last_user_text else []
+        )
+        if lost:
+            return Reply.agents(*(AgentCall(n, f"AGENTJOB {n}") for n in lost))
+        return synthesize(req)
+
+
+_LOST = re.compile(r'- task "(\w)" ended (?:lost|stopped|killed)')
+
+
+def test_lost_agents_whose_work_was_delegated_again_are_superseded(tmp_path: Path) -> None:
+    script = Redelegates()
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        proc = start_ask(claude, "--json", "--wait", "5", start_new_session=True)
+        try:  # the machine dies once the lead has a and b, and c and d hang
+            assert poll(
+                lambda: script.hung >= {"c", "d"} and {"a", "b"} <= lead_seen(server),
+                within_s=120,
+                unless=lambda: proc.poll() is not None,
+            ), proc.communicate(timeout=10)
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10)
+        assert poll(lambda: not cli_processes(claude.state_dir), within_s=10)
+        session = next(claude.config_dir.glob("projects/*/*.jsonl")).stem
+        done = run_to_the_end(
+            [*TEAMLEAD, "resume", session, "--json", "--wait", "5"],
+            env=ask_env(claude),
+            cwd=claude.cwd,
+            timeout=150,
+        )
+    finished_line = Finished.model_validate_json(done.stdout.splitlines()[-1])
+    assert done.returncode == 0, (done.stderr[-2000:], finished_line.reasons)
+    assert finished_line.status == "completed" and finished_line.reason == "all_results_used"
+    assert sorted(findings_in(finished_line.result or "")) == ["a", "b", "c", "d"]
+    rows = [r for r in finished_line.tasks if r.kind == "task"]
+    for name in "cd":
+        lost, again = (r for r in rows if r.description == name)
+        assert (lost.disposition, lost.ended) == ("not_run", "lost")
+        assert lost.reason is not None and f"superseded by task {again.id}" in lost.reason
+        assert (again.disposition, again.ended) == ("included", "finished")
