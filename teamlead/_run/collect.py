@@ -41,8 +41,8 @@ from ..events import (
     TeamleadEvent,
     WaitingForTeam,
 )
-from ..tracker import TaskInfo, Tracker, WorkflowAgent, WorkflowRun
-from .ending import AgentEnd, read_end, transcript_paths
+from ..tracker import TaskEnded, TaskInfo, Tracker, WorkflowAgent, WorkflowRun
+from .ending import AgentEnd, read_end, read_evidence, transcript_paths
 from .resume_prompt import (
     FAILED_STATES,
     Delivery,
@@ -127,6 +127,8 @@ class Collection:
             async for event in self._collect_team(team, tracker, pending, self._deadline):
                 yield event
         lost = dict(self._lost_workflows(tracker))
+        if not self._process_alive:
+            self._ended_unannounced(tracker)
         judge_ends(self._state)
         for task in tracker.tasks.values():
             key = f"task:{task.task_id}"
@@ -247,6 +249,19 @@ class Collection:
                 omitted_messages=len(fresh) - len(shown),
                 omitted_warnings=max(0, len(read.warnings) - _EVENT_WARNINGS),
             )
+
+    def _ended_unannounced(self, tracker: Tracker) -> None:
+        """An agent whose transcript shows it finished (its last message a final text) but
+        whose end the stream never showed, its CLI gone (a notification the CLI dropped:
+        claude-code #86200), ended ``completed``: its end is taken from the transcript, and
+        its result is delivered like any other outstanding result."""
+        for task in tracker.open_tasks:
+            evidence = read_evidence(self._config_dir, task, tracker.session_id)
+            if evidence is None or evidence.final_text is None:
+                continue  # still at work, or nothing to read: lost
+            ended = TaskEnded(task.task_id, "completed", "task_updated")
+            tracker.apply(ended)
+            self._state.agents.observe([ended], tracker)
 
     def _find_team(self, session: str | None) -> Team | None:
         collected = self._collected

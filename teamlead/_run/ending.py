@@ -18,7 +18,7 @@ from .._claude.transcript import TranscriptEnd, find_subagent_transcript, transc
 from ..events import EndKind
 from ..tracker import TaskInfo
 
-__all__ = ["AgentEnd", "judge_end", "read_end", "transcript_paths"]
+__all__ = ["AgentEnd", "judge_end", "read_end", "read_evidence", "transcript_paths"]
 
 
 @dataclass(frozen=True)
@@ -82,13 +82,20 @@ def transcript_paths(config_dir: Path, task: TaskInfo, session: str | None) -> l
     return paths
 
 
+def read_evidence(config_dir: Path, task: TaskInfo, session: str | None) -> TranscriptEnd | None:
+    """How ``task``'s transcript ends, read from the end; ``None`` for a workflow task (its
+    output file is its script's result, not a transcript) or when none can be read."""
+    if task.is_workflow:
+        return None
+    for path in transcript_paths(config_dir, task, session):
+        evidence = transcript_end(path)
+        if evidence is not None:
+            return evidence
+    return None
+
+
 def read_end(config_dir: Path, task: TaskInfo, session: str | None) -> AgentEnd:
-    """:func:`judge_end` on ``task``'s transcript, read from the end (a workflow task's
-    output file is its script's result, not a transcript: its end is its status)."""
-    evidence = None
-    if not task.is_workflow and task.terminal:
-        for path in transcript_paths(config_dir, task, session):
-            evidence = transcript_end(path)
-            if evidence is not None:
-                break
+    """:func:`judge_end` on ``task``'s transcript (a task that never ended is ``lost``
+    without reading it)."""
+    evidence = read_evidence(config_dir, task, session) if task.terminal else None
     return judge_end(task, evidence)

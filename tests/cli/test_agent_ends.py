@@ -14,8 +14,11 @@ import os
 import re
 import signal
 import threading
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
 
 import teamlead
@@ -205,3 +208,61 @@ def test_lost_agents_whose_work_was_delegated_again_are_superseded(tmp_path: Pat
         assert (lost.disposition, lost.ended) == ("not_run", "lost")
         assert lost.reason is not None and f"superseded by task {again.id}" in lost.reason
         assert (again.disposition, again.ended) == ("included", "finished")
+
+
+def waits_for_two(req: ScriptedRequest) -> Reply:
+    """A lead that starts ``alpha`` and ``beta`` and answers every later turn with no
+    finding of its own (its answer comes from teamlead's resume)."""
+    if req.role == "subagent" and req.agent is not None:
+        return Reply.text(finding_text(req.agent.description), delay=0.2)
+    if req.role != "lead":
+        return Reply.text("ok")
+    if req.assistant_turns == 0:
+        return Reply.agents(
+            AgentCall("alpha", "AGENTJOB alpha"), AgentCall("beta", "AGENTJOB beta")
+        )
+    return Reply.text("WAITING for the agents.")
+
+
+async def test_a_finished_agent_whose_notification_never_came_is_delivered(
+    offline: OfflineFactory,
+) -> None:
+    from claude_agent_sdk import ResultMessage, TaskNotificationMessage, TaskUpdatedMessage
+    from claude_agent_sdk import query as real_query
+
+    from ..scripted_query import init, lead, result
+
+    _, claude = offline(waits_for_two)
+    with anyio.fail_after(120):
+        recorded = [m async for m in real_query(prompt="Investigate.", options=claude.options())]
+    beta = next(
+        m.task_id
+        for m in recorded
+        if isinstance(m, TaskNotificationMessage) and "beta" in m.summary
+    )
+    # the real stream, but the CLI never told of beta's end (a notification it dropped)
+    dropped = (TaskNotificationMessage, TaskUpdatedMessage)
+    replayed = [m for m in recorded if not (isinstance(m, dropped) and m.task_id == beta)]
+    assert any(isinstance(m, ResultMessage) for m in replayed)
+    session = next(m.session_id for m in recorded if isinstance(m, ResultMessage))
+    prompts: list[str] = []
+
+    async def query_fn(*, prompt: str, options: Any) -> AsyncIterator[Any]:
+        prompts.append(prompt)
+        if len(prompts) == 1:
+            for message in replayed:
+                yield message
+            return
+        answer = "SYNTHESIS: " + "; ".join(f"FINDING[{x}]" for x in findings_in(prompt))
+        for message in (init(), lead(answer), result(answer)):  # the session goes on
+            yield {**message, "session_id": session}
+
+    policy = teamlead.Policy(relay=False, wait_s=1, deadline_s=60)
+    done = finished(await run(claude.options(), policy, query_fn=query_fn))
+    assert len(prompts) == 2 and finding_text("beta") in prompts[1]
+    assert findings_in(prompts[1]) == ["beta"]  # alpha's notification reached the lead
+    assert done.status == "completed" and done.reason == "all_results_used", done.reasons
+    rows = {r.description: r for r in done.tasks if r.kind == "task"}
+    assert (rows["beta"].status, rows["beta"].ended) == ("completed", "finished")
+    assert (rows["beta"].disposition, rows["beta"].source) == ("included", "transcript")
+    assert findings_in(done.result or "") == ["beta"]
