@@ -239,6 +239,12 @@ def last_assistant_text(
     return None
 
 
+def _synthetic(record: dict[str, Any], message: dict[str, Any]) -> bool:
+    """Whether an assistant record is the CLI's own (an API error it wrote in the agent's
+    place, ``isApiErrorMessage``, model ``<synthetic>``), not a reply of the model."""
+    return record.get("isApiErrorMessage") is True or message.get("model") == "<synthetic>"
+
+
 @dataclass(frozen=True)
 class TranscriptEnd:
     """How a transcript ends: the evidence of how its agent ended.
@@ -271,7 +277,8 @@ def transcript_end(
 
     Read backwards from the end, at most ``max_bytes`` back, as :func:`transcript_tail`. One
     API message is written as several records (one per content block) that share its
-    ``stop_reason``; their texts are joined. ``None`` when the file is missing, unreadable
+    ``stop_reason``; their texts are joined. The CLI's own error lines (an API error it wrote
+    in the agent's place) are not the agent's messages and are passed over. ``None`` when the file is missing, unreadable
     or not a regular file.
 
     Example:
@@ -299,8 +306,8 @@ def transcript_end(
             if not isinstance(record, dict) or record.get("type") != "assistant":
                 continue
             message = record.get("message")
-            if not isinstance(message, dict):
-                continue
+            if not isinstance(message, dict) or _synthetic(record, message):
+                continue  # the CLI's own error line, not the agent's message
             if stop_reason is None:  # the last message
                 message_id = message.get("id")
                 reason = message.get("stop_reason")

@@ -59,12 +59,15 @@ def stepper(project: Path, max_turns: int = 3) -> None:
 
 class Steps:
     """A lead that starts ``deep`` (a ``stepper``, which needs ``steps`` tool calls before it
-    can answer; ``None``: it never can) and ``quick``, ignores the CLI's notice that an agent
-    stopped at its limit, and does what a teamlead resume prompt asks: it loads SendMessage
+    can answer; ``None``: it never can) and ``quick``. It ignores the CLI's notice that an
+    agent stopped at its limit (unless it ``heeds_cli``: then it continues the agent itself,
+    as the notice says), and does what a teamlead resume prompt asks: it loads SendMessage
     and sends the call the prompt names."""
 
-    def __init__(self, steps: int | None) -> None:
+    def __init__(self, steps: int | None, *, heeds_cli: bool = False) -> None:
         self.steps = steps
+        self.heeds_cli = heeds_cli
+        self.calls: list[dict[str, str]] = []  # the SendMessage calls it is about to send
 
     def __call__(self, req: ScriptedRequest) -> Reply:
         if req.role == "subagent" and req.agent is not None:
@@ -82,14 +85,23 @@ class Steps:
                 AgentCall("deep", "AGENTJOB deep", subagent_type="stepper"),
                 AgentCall("quick", "AGENTJOB quick"),
             )
-        asked = _ASKED.search(req.last_user_text)
-        if asked is not None and "select:SendMessage" in req.last_user_text:
-            return Reply.tools(ToolUse(name="ToolSearch", input={"query": "select:SendMessage"}))
-        sent = req.tool_uses_sent
-        if sent and sent[-1]["name"] == "ToolSearch":
-            call = _ASKED.findall(req.all_text)[-1]
-            return Reply.tools(ToolUse(name="SendMessage", input=json.loads(call)))
-        return synthesize(req)
+        text = req.last_user_text
+        asked = _ASKED.search(text)
+        noticed = _NOTICE.search(text) if self.heeds_cli else None
+        if asked is not None and "select:SendMessage" in text:
+            self.calls.append(json.loads(asked.group(1)))
+        elif noticed is not None and "<teamlead-results" not in text:
+            self.calls.append({"to": noticed.group(1), "message": "Continue, please."})
+        else:
+            sent = req.tool_uses_sent
+            if sent and sent[-1]["name"] == "ToolSearch" and self.calls:
+                return Reply.tools(ToolUse(name="SendMessage", input=self.calls.pop()))
+            return synthesize(req)
+        return Reply.tools(ToolUse(name="ToolSearch", input={"query": "select:SendMessage"}))
+
+
+#: the CLI's notice that it stopped an agent at its turn limit, in the lead's notification
+_NOTICE = re.compile(r"<task-id>(\w+)</task-id>(?:(?!</task-notification>).)*?turn limit", re.S)
 
 
 def deep_starts(server: ScriptedServer) -> int:
@@ -119,6 +131,41 @@ async def test_an_agent_stopped_at_its_turn_limit_is_continued_and_its_finding_u
     assert rows["quick"].ended == "finished"
     assert done.resumes == 1  # one ask; the lead continued the agent and it finished
     assert deep_starts(server) == 2
+
+
+async def test_an_agent_its_lead_continued_notifies_again_and_the_last_notice_counts(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(Steps(steps=5, heeds_cli=True))
+    stepper(claude.cwd)
+    done = finished(await run(claude.options(), teamlead.Policy(wait_s=5, deadline_s=150)))
+    assert done.status == "completed" and done.resumes == 0, done.reasons
+    assert sorted(findings_in(done.result or "")) == ["deep", "quick"]
+    deep = next(r for r in done.tasks if r.description == "deep")
+    assert (deep.ended, deep.disposition, deep.reason) == ("finished", "included", None)
+    assert deep_starts(server) == 1  # the lead's own message continued it, not a new start
+
+
+async def test_an_agent_cut_at_its_output_limit_is_told_apart_from_a_failure(
+    offline: OfflineFactory,
+) -> None:
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "subagent" and req.agent is not None:
+            if req.agent.description == "quick":
+                return Reply.text(finding_text("quick"))
+            return Reply(content="the first half of a long answer", stop_reason="max_tokens")
+        if req.role == "lead" and req.assistant_turns == 0:
+            return Reply.agents(
+                AgentCall("long", "AGENTJOB long"), AgentCall("quick", "AGENTJOB quick")
+            )
+        return synthesize(req) if req.role == "lead" else Reply.text("ok")
+
+    _, claude = offline(script)
+    done = finished(await run(claude.options(), teamlead.Policy(wait_s=5, deadline_s=150)))
+    assert done.status == "partial" and done.reason == "work_failed", done.reasons
+    rows = {r.description: r for r in done.tasks if r.kind == "task"}
+    assert (rows["long"].status, rows["long"].ended) == ("failed", "output_limit")
+    assert rows["quick"].ended == "finished" and findings_in(done.result or "") == ["quick"]
 
 
 def test_an_agent_that_cannot_finish_ends_the_run_partial_with_bounded_tries(
