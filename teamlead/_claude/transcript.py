@@ -278,8 +278,8 @@ def transcript_end(
     Read backwards from the end, at most ``max_bytes`` back, as :func:`transcript_tail`. One
     API message is written as several records (one per content block) that share its
     ``stop_reason``; their texts are joined. The CLI's own error lines (an API error it wrote
-    in the agent's place) are not the agent's messages and are passed over. ``None`` when the file is missing, unreadable
-    or not a regular file.
+    in the agent's place) are not the agent's messages and are passed over. ``None`` when the
+    file is missing, unreadable or not a regular file.
 
     Example:
         >>> transcript_end(Path(task.output_file)).stop_reason  # doctest: +SKIP
