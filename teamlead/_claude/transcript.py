@@ -265,13 +265,7 @@ class TranscriptEnd:
         return self.stop_reason == "tool_use"
 
 
-def transcript_end(
-    path: Path,
-    *,
-    max_bytes: int = TAIL_SCAN_BYTES,
-    block_bytes: int = DEFAULT_BLOCK_BYTES,
-    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
-) -> TranscriptEnd | None:
+def transcript_end(path: Path, *, max_bytes: int = TAIL_SCAN_BYTES) -> TranscriptEnd | None:
     """How the transcript at ``path`` ends: its last assistant message's ``stop_reason``, and
     its text when that message ended the turn.
 
@@ -295,7 +289,11 @@ def transcript_end(
     with fh:
         size = os.fstat(fh.fileno()).st_size
         for raw in _lines_backwards(
-            fh, size, block_bytes=block_bytes, max_scan=max_bytes, max_line=max_line_bytes
+            fh,
+            size,
+            block_bytes=DEFAULT_BLOCK_BYTES,
+            max_scan=max_bytes,
+            max_line=DEFAULT_MAX_LINE_BYTES,
         ):
             if not raw or _ASSISTANT_MARK not in raw:
                 continue
