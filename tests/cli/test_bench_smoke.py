@@ -30,6 +30,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
         pytest.param("overload.py", marks=pytest.mark.cli),
         "limits.py",
         "cli_start.py",
+        "agent_ends.py",
     ],
 )
 def test_bench_quick_mode_runs_and_summarizes(script: str, tmp_path: Path) -> None:
