@@ -134,6 +134,8 @@ class TaskInfo:
     #: how often it was continued after it ended (a ``SendMessage`` to its id resumed it:
     #: the CLI starts the same task id again, and it notifies again)
     continued: int = 0
+    #: a ``task_notification`` told of its last end (a second one is a new end)
+    notified: bool = False
     #: a ``local_workflow`` task's run: run id, script, phases, agents
     workflow: WorkflowRun | None = None
 
@@ -265,7 +267,7 @@ class Tracker:
                 # last, so it is running again and nothing of its last end counts as used
                 task.continued += 1
                 task.status, task.ended_at, task.ended_seq = "running", None, None
-                task.absorbed, task.summary = False, None
+                task.absorbed, task.summary, task.notified = False, None, False
             task.description = event.description or task.description
             # the call that started it (a continuation's task_started names the SendMessage)
             task.tool_use_id = task.tool_use_id or event.tool_use_id
@@ -313,15 +315,21 @@ class Tracker:
             run = self._workflow(task) if task.is_workflow else None
             if run is not None and event.workflow_run_id:
                 run.run_id = run.run_id or event.workflow_run_id
-            if not task.terminal:  # clear on whichever comes first; keep the richer fields
+            notice = event.source == "task_notification"
+            # the same task notifying again (continued with no start seen): a new end, which
+            # supersedes the last one, and which no lead turn has used yet
+            again = notice and task.notified and run is None
+            if not task.terminal or again:  # clear on whichever comes first (one end)
                 task.status = event.status
                 task.ended_at = now
                 task.ended_seq = self._seq
+                task.absorbed = task.absorbed and not again
                 if run is not None and not run.ended:
                     changes.append(run.end(event.status, event.error))
+            task.notified = task.notified or notice
             if run is not None:
                 run.output_file = event.output_file or run.output_file
-            task.summary = event.summary or task.summary
+            task.summary = (event.summary or None) if again else event.summary or task.summary
             task.output_file = event.output_file or task.output_file
             task.usage = event.usage or task.usage
             if event.usage and isinstance(event.usage.get("total_tokens"), int):
