@@ -122,8 +122,13 @@ async def test_an_agent_stopped_at_its_turn_limit_is_continued_and_its_finding_u
 ) -> None:
     server, claude = offline(Steps(steps=5))
     stepper(claude.cwd)
-    done = finished(await run(claude.options(), teamlead.Policy(wait_s=5, deadline_s=150)))
+    items = await run(claude.options(), teamlead.Policy(wait_s=5, deadline_s=150))
+    done = finished(items)
     assert done.status == "completed", done.reasons
+    (resuming,) = [i for i in items if isinstance(i, teamlead.Resuming)]
+    assert resuming.reasons == [
+        "0 result(s) not yet used by the lead; 1 agent(s) stopped at a limit to continue"
+    ]
     assert done.reason == "all_results_used"
     assert sorted(findings_in(done.result or "")) == ["deep", "quick"]
     rows = {r.description: r for r in done.tasks if r.kind == "task"}
