@@ -249,7 +249,9 @@ def test_a_transcripts_end_is_its_last_messages_stop_reason_and_final_text(tmp_p
             ended("m2", "end_turn", text("and part two")),  # one message, two records
         ],
     )
-    assert transcript_end(finished) == TranscriptEnd("end_turn", "FINDING: part one\nand part two")
+    end = transcript_end(finished)
+    assert end == TranscriptEnd("end_turn", "FINDING: part one\nand part two")
+    assert end.natural_end and not end.open_tool_call
     stopped = write_jsonl(
         tmp_path / "stopped.jsonl",
         [
@@ -259,7 +261,7 @@ def test_a_transcripts_end_is_its_last_messages_stop_reason_and_final_text(tmp_p
         ],
     )
     end = transcript_end(stopped)
-    assert end == TranscriptEnd("tool_use", None) and end.open_tool_call
+    assert end == TranscriptEnd("tool_use", None) and end.open_tool_call and not end.natural_end
     cut = write_jsonl(
         tmp_path / "cut.jsonl",
         [
@@ -269,6 +271,9 @@ def test_a_transcripts_end_is_its_last_messages_stop_reason_and_final_text(tmp_p
         ],
     )  # fmt: skip
     assert transcript_end(cut) == TranscriptEnd("max_tokens", None)
+    # a final text whose stop the file does not say is no proof of a natural end
+    unsaid = write_jsonl(tmp_path / "unsaid.jsonl", [assistant(text("half of it"))])
+    assert not transcript_end(unsaid).natural_end
     assert transcript_end(write_jsonl(tmp_path / "none.jsonl", [user("AGENTJOB")])) == (
         TranscriptEnd(None, None)
     )

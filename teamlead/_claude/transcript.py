@@ -260,6 +260,12 @@ class TranscriptEnd:
     final_text: str | None
 
     @property
+    def natural_end(self) -> bool:
+        """Whether the agent ended its turn of its own accord with a final text (the API's
+        ``end_turn`` or ``stop_sequence``): proof it finished, with no word of the CLI."""
+        return self.final_text is not None and self.stop_reason in ("end_turn", "stop_sequence")
+
+    @property
     def open_tool_call(self) -> bool:
         """Whether the agent's last message called a tool and no turn of its followed."""
         return self.stop_reason == "tool_use"

@@ -132,20 +132,13 @@ class Collection:
         judge_ends(self._state)
         for task in tracker.tasks.values():
             key = f"task:{task.task_id}"
-            ask = self._continue_ask(task, collected.ends[task.task_id][1])
+            end = collected.ends[task.task_id][1]
+            ask = self._continue_ask(task, end)
             if ask is not None:
-                yield FallbackUsed(
-                    task_id=task.task_id,
-                    description=redact(task.description),
-                    source=ask.source if ask.source != "inbox" else "none",
-                    status=_task_outcome(task),
-                    chars=len(ask.text),
-                )
-                pending.append(ask)
+                delivery, source = ask
+            elif key in collected.absorbed or key in collected.deliveries:
                 continue
-            if key in collected.absorbed or key in collected.deliveries:
-                continue
-            if task.absorbed and task.task_id not in lost:
+            elif task.absorbed and task.task_id not in lost:
                 # the lead was told the task ended; a workflow's result may still have been
                 # cut in that notification, and the rest of it is outstanding
                 rest = (
@@ -163,7 +156,6 @@ class Collection:
                     task, task.workflow, lost.get(task.task_id, []), tracker.session_id
                 )
             else:
-                end = collected.ends[task.task_id][1]
                 delivery, source = self.task_delivery(task, tracker.session_id, end)
             yield FallbackUsed(
                 task_id=task.task_id,
@@ -251,14 +243,15 @@ class Collection:
             )
 
     def _ended_unannounced(self, tracker: Tracker) -> None:
-        """An agent whose transcript shows it finished (its last message a final text) but
+        """An agent whose transcript shows it finished (its last message a final text that
+        ended its turn, :attr:`~teamlead._claude.transcript.TranscriptEnd.natural_end`) but
         whose end the stream never showed, its CLI gone (a notification the CLI dropped:
         claude-code #86200), ended ``completed``: its end is taken from the transcript, and
         its result is delivered like any other outstanding result."""
         for task in tracker.open_tasks:
             evidence = read_evidence(self._config_dir, task, tracker.session_id)
-            if evidence is None or evidence.final_text is None:
-                continue  # still at work, or nothing to read: lost
+            if evidence is None or not evidence.natural_end:
+                continue  # still at work, or nothing to prove it finished: lost
             ended = TaskEnded(task.task_id, "completed", "task_updated")
             tracker.apply(ended)
             self._state.agents.observe([ended], tracker)
@@ -467,7 +460,7 @@ class Collection:
             ),
         )
 
-    def _continue_ask(self, task: TaskInfo, end: AgentEnd) -> Delivery | None:
+    def _continue_ask(self, task: TaskInfo, end: AgentEnd) -> tuple[Delivery, TaskSource] | None:
         """The ask to continue ``task``, stopped at its turn limit, with its partial output;
         ``None`` when it finished, was continued :attr:`~teamlead.policy.Policy.max_continuations`
         times (by the lead or on teamlead's ask) or its id is not a plain one."""
@@ -478,10 +471,10 @@ class Collection:
         if max(task.continued, asked) >= bound or not _PLAIN_ID.fullmatch(task.task_id):
             return None
         self._collected.continue_asks[task.task_id] = asked + 1
-        delivery, _ = self.task_delivery(task, self._state.tracker.session_id, end)
+        delivery, source = self.task_delivery(task, self._state.tracker.session_id, end)
         delivery.key = f"continue:{task.task_id}:{asked + 1}"
         delivery.continue_task = task.task_id
-        return delivery
+        return delivery, source
 
     def task_delivery(
         self, task: TaskInfo, session: str | None, end: AgentEnd | None = None
