@@ -99,6 +99,8 @@ TaskState = Literal[
 #: - ``failed``: the CLI reported it failed;
 #: - ``lost``: it never ended, or was stopped or killed with its process or machine.
 EndKind = Literal["finished", "turn_limit", "output_limit", "no_final_message", "failed", "lost"]
+#: The ends of an agent cut before it finished, which the CLI may still call ``completed``.
+CUT_ENDS: frozenset[str] = frozenset({"turn_limit", "output_limit", "no_final_message"})
 #: Why a run ended as it did; see :class:`Finished`.
 FinishReason = Literal[
     "all_results_used",

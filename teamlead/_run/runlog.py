@@ -44,6 +44,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from ..errors import UsageError
 from ..events import (
+    CUT_ENDS,
     AgentUsage,
     ConcurrencyChanged,
     Finished,
@@ -99,8 +100,6 @@ UNFINISHED_REASON = (
     "the log ends without a `finished` line: the run was stopped before its end or is still running"
 )
 _DONE = frozenset({"completed", "included"})
-#: the ends of an agent cut before it finished (``TaskDisposition.ended``)
-_CUT = frozenset({"turn_limit", "output_limit", "no_final_message"})
 _KINDS: dict[str, NodeKind] = {
     "workflow_agent": "workflow_agent",
     "teammate": "teammate",
@@ -278,7 +277,7 @@ def _finished_row(row: TaskDisposition, usage: Mapping[str, AgentUsage]) -> _Row
         kind=_KINDS.get(row.kind, "agent"),
         label=row.label or row.description or row.id,
         # an agent the CLI called completed that never finished shows how it was cut
-        state=row.ended if row.ended in _CUT else "done" if row.status in _DONE else row.status,
+        state=row.ended if row.ended in CUT_ENDS else "done" if row.status in _DONE else row.status,
         parent=_ident(row.parent) if row.parent is not None else None,
         phase=row.phase,
         tokens=_tokens(row.tokens_in, row.tokens_out),
