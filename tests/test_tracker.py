@@ -20,6 +20,8 @@ from teamlead.tracker import (
     parse_message,
 )
 
+from .scripted_query import lead, notified
+
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 
 
@@ -269,23 +271,6 @@ def test_completed_with_an_empty_summary_is_not_absorbed_by_a_lead_turn() -> Non
     assert [t.task_id for t in tracker.unabsorbed_tasks] == ["e"]
 
 
-def _notice(task_id: str, summary: str) -> dict[str, Any]:
-    return {
-        "type": "system",
-        "subtype": "task_notification",
-        "task_id": task_id,
-        "status": "completed",
-        "summary": summary,
-    }
-
-
-def _lead_says(text: str) -> dict[str, Any]:
-    return {
-        "type": "assistant",
-        "message": {"id": text, "content": [{"type": "text", "text": text}]},
-    }
-
-
 PARTIAL = "NOTE: this agent stopped at its 3-turn limit before finishing.\n\nworking on step 2"
 
 
@@ -294,8 +279,8 @@ def test_a_task_that_notifies_again_is_a_new_end_the_lead_has_not_used(restarted
     tracker = Tracker()
     tracker.feed({"type": "system", "subtype": "task_started", "task_id": "t", "description": "d",
                   "tool_use_id": "tu-agent", "prompt": "AGENTJOB d"})  # fmt: skip
-    tracker.feed(_notice("t", PARTIAL))
-    tracker.feed(_lead_says("noted"))
+    tracker.feed(notified("t", summary=PARTIAL))
+    tracker.feed(lead("noted", msg_id="m1"))
     first = tracker.tasks["t"].ended_seq
     assert tracker.tasks["t"].absorbed and first is not None
     if restarted:  # the lead's SendMessage continued it: the CLI starts the same task id
@@ -310,10 +295,10 @@ def test_a_task_that_notifies_again_is_a_new_end_the_lead_has_not_used(restarted
             1,
         )
         assert (task.tool_use_id, task.prompt) == ("tu-agent", "AGENTJOB d")  # its own call
-    tracker.feed(_notice("t", "FINDING[d]: the real finding"))
+    tracker.feed(notified("t", summary="FINDING[d]: the real finding"))
     task = tracker.tasks["t"]
     assert task.terminal and not task.absorbed  # the latest notice supersedes the partial one
     assert task.summary == "FINDING[d]: the real finding"
     assert task.ended_seq is not None and task.ended_seq > first
-    tracker.feed(_lead_says("FINDING[d] used"))
+    tracker.feed(lead("FINDING[d] used", msg_id="m2"))
     assert tracker.tasks["t"].absorbed
