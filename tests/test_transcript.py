@@ -288,3 +288,15 @@ def test_only_the_clis_own_note_opening_a_result_names_a_turn_limit() -> None:
     assert turn_limit('Agent "deep" stopped at its 12-turn limit (partial result; …)') == 12
     assert turn_limit("FINDING: done. NOTE: this agent stopped at its 3-turn limit") is None
     assert turn_limit(None) is None
+
+
+def test_a_shells_output_file_is_no_evidence_of_how_an_agent_ended(tmp_path: Path) -> None:
+    from teamlead._run.ending import read_end
+    from teamlead.tracker import TaskInfo
+
+    output = tmp_path / "b1.output"
+    output.write_text("build ok\n")
+    shell = TaskInfo("b1", task_type="local_bash", status="completed", output_file=str(output))
+    agent = TaskInfo("a1", task_type="local_agent", status="completed", output_file=str(output))
+    assert read_end(tmp_path, shell, None).kind == "finished"  # the CLI's word stands
+    assert read_end(tmp_path, agent, None).kind == "no_final_message"  # no reply in it

@@ -62,7 +62,7 @@ def judge_end(task: TaskInfo, evidence: TranscriptEnd | None) -> AgentEnd:
         return AgentEnd("turn_limit", turns)
     if task.status == "failed":
         return AgentEnd("failed")
-    if evidence is not None and evidence.final_text is None and not task.is_workflow:
+    if evidence is not None and evidence.final_text is None:
         return AgentEnd("no_final_message")
     return AgentEnd("finished")
 
@@ -83,9 +83,10 @@ def transcript_paths(config_dir: Path, task: TaskInfo, session: str | None) -> l
 
 
 def read_evidence(config_dir: Path, task: TaskInfo, session: str | None) -> TranscriptEnd | None:
-    """How ``task``'s transcript ends, read from the end; ``None`` for a workflow task (its
-    output file is its script's result, not a transcript) or when none can be read."""
-    if task.is_workflow:
+    """How ``task``'s transcript ends, read from the end; ``None`` for a task that is not an
+    agent's (a workflow's output file is its script's result, a shell's its output: neither
+    is a transcript) or when none can be read."""
+    if task.is_workflow or task.task_type not in (None, "local_agent"):
         return None
     for path in transcript_paths(config_dir, task, session):
         evidence = transcript_end(path)
