@@ -40,14 +40,19 @@ class AgentEnd:
 
     def describe(self) -> str:
         """The cut, for a reason line and the resume prompt."""
-        if self.kind == "turn_limit":
-            limit = f"its {self.turns}-turn limit" if self.turns else "its turn limit"
-            return f"stopped at {limit} before finishing"
-        if self.kind == "output_limit":
-            return "was cut at the output token limit before finishing"
-        if self.kind == "no_final_message":
-            return "ended without a final message"
-        return "failed" if self.kind == "failed" else "ended" if self.finished else "was lost"
+        if self.kind == "turn_limit" and self.turns:
+            return f"stopped at its {self.turns}-turn limit before finishing"
+        return _SAID[self.kind]
+
+
+_SAID: dict[EndKind, str] = {
+    "finished": "ended",
+    "turn_limit": "stopped at its turn limit before finishing",
+    "output_limit": "was cut at the output token limit before finishing",
+    "no_final_message": "ended without a final message",
+    "failed": "failed",
+    "lost": "was lost",
+}
 
 
 def judge_end(task: TaskInfo, evidence: TranscriptEnd | None) -> AgentEnd:
