@@ -623,6 +623,8 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
             )
         elif status in FAILED_STATES:
             disposition = "failed"
+            if end is not None and end.kind == "output_limit":  # not any failure: its cut
+                reason = end.describe()
         elif end is not None and not end.finished:
             disposition, reason = "missing", _unfinished_reason(task, end, collected)
         elif unread is not None and task.task_id not in collected.cuts:

@@ -170,6 +170,7 @@ async def test_an_agent_cut_at_its_output_limit_is_told_apart_from_a_failure(
     assert done.status == "partial" and done.reason == "work_failed", done.reasons
     rows = {r.description: r for r in done.tasks if r.kind == "task"}
     assert (rows["long"].status, rows["long"].ended) == ("failed", "output_limit")
+    assert rows["long"].reason == "was cut at the output token limit before finishing"
     assert rows["quick"].ended == "finished" and findings_in(done.result or "") == ["quick"]
 
 
