@@ -13,7 +13,6 @@ import json
 import os
 import re
 import signal
-import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -39,7 +38,7 @@ from .conftest import (
     run,
     start_ask,
 )
-from .scripted import lead_seen
+from .scripted import Redelegates, lead_seen
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli]
 
@@ -196,37 +195,6 @@ def test_an_agent_that_cannot_finish_ends_the_run_partial_with_bounded_tries(
     assert f'task "deep" (completed): {deep.reason}' in done.reasons
     assert tries == 4  # its first run and at most 3 more
     assert done.resumes == 3
-
-
-class Redelegates:
-    """A lead that starts agents ``a`` to ``d``, of which ``c`` and ``d`` hang on their first
-    run (their machine dies with them); when a teamlead resume prompt names agents that were
-    lost, it delegates their work again (the same description and prompt), then answers."""
-
-    def __init__(self) -> None:
-        self.hung: set[str] = set()
-        self._lock = threading.Lock()
-
-    def __call__(self, req: ScriptedRequest) -> Reply:
-        if req.role == "subagent" and req.agent is not None:
-            name = req.agent.description
-            with self._lock:
-                first = name in ("c", "d") and name not in self.hung
-                self.hung.add(name)
-            return Reply.text(finding_text(name), delay=600 if first else 0.2)
-        if req.role != "lead":
-            return Reply.text("ok")
-        if req.assistant_turns == 0:
-            return Reply.agents(*(AgentCall(n, f"AGENTJOB {n}") for n in "abcd"))
-        lost = (
-            _LOST.findall(req.last_user_text) if "<teamlead-results" in req.last_user_text else []
-        )
-        if lost:
-            return Reply.agents(*(AgentCall(n, f"AGENTJOB {n}") for n in lost))
-        return synthesize(req)
-
-
-_LOST = re.compile(r'- task "(\w)" ended (?:lost|stopped|killed)')
 
 
 def test_lost_agents_whose_work_was_delegated_again_are_superseded(tmp_path: Path) -> None:

@@ -34,6 +34,7 @@ from ..polling import poll
 from ..redis_server import REDIS_SERVER, RedisServer, redis_server
 from ..session_stores import Machine, finished_line, in_store, machine
 from .conftest import TEAMLEAD, cli_processes, start_ask
+from .scripted import Redelegates
 
 pytestmark = [
     pytest.mark.cli,
@@ -140,3 +141,63 @@ def test_a_run_whose_machine_died_is_finished_on_another_from_the_redis_store(
     row = next(r for r in rows if r["session_id"] == session)
     assert row["status"]["status"] == "completed" and row["status"]["reason"] == "all_results_used"
     assert row["version"] == 1 and row["last_modified"] > 1e12
+
+
+def stored_with(url: str, *needles: str) -> str | None:
+    """The session whose transcript in the store holds every one of ``needles``, if any."""
+
+    async def check(store: Any) -> str | None:
+        for session in await stored_sessions(store):
+            key = {"project_key": session.project_key, "session_id": session.session_id}
+            text = json.dumps(await store.load(key) or [])
+            if all(n in text for n in needles):
+                return str(session.session_id)
+        return None
+
+    return in_store(url, check)
+
+
+def test_lost_agents_delegated_again_on_another_machine_are_superseded(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    script = Redelegates()
+    project = tmp_path / "project"
+    project.mkdir()
+    with ScriptedServer(script) as server:
+        first, second = machine(tmp_path, "a", server), machine(tmp_path, "b", server)
+        out = (tmp_path / "ask.out").open("w")
+        proc = start_ask(
+            first.claude, *RUN, "--session-store", redis.url,
+            base=first.env, cwd=project, stdout=out, stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        try:  # the machine dies once the store holds the lead's a and b, and c and d hang
+            session = poll(
+                lambda: (
+                    script.hung >= {"c", "d"} and stored_with(redis.url, "FINDING[a]", "FINDING[b]")
+                ),
+                within_s=120,
+                unless=lambda: proc.poll() is not None,
+            )
+            assert session, (tmp_path / "ask.out").read_text()
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+            out.close()
+        assert poll(lambda: not cli_processes(first.claude.state_dir), within_s=10)
+        done = run_to_the_end(
+            [*TEAMLEAD, "resume", session, *RUN, "--session-store", redis.url],
+            env=second.env,
+            cwd=project,
+            timeout=200,
+        )
+    finished = finished_line(done.stdout)
+    assert done.returncode == 0, (done.stderr[-3000:], json.dumps(finished))
+    assert finished["status"] == "completed", finished["reasons"]
+    assert sorted(findings_in(finished["result"] or "")) == ["a", "b", "c", "d"]
+    rows = [r for r in finished["tasks"] if r["kind"] == "task"]
+    for name in "cd":
+        lost, again = (r for r in rows if r["description"] == name)
+        assert (lost["disposition"], lost["ended"]) == ("not_run", "lost")
+        assert f"superseded by task {again['id']}" in lost["reason"]
+        assert (again["disposition"], again["ended"]) == ("included", "finished")
