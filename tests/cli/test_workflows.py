@@ -387,6 +387,29 @@ async def test_the_rest_of_a_cut_workflow_result_given_by_path_counts_only_once_
         assert unseen == by_path
 
 
+@pytest.mark.slow  # 200 workflow agents on the real CLI
+async def test_all_200_findings_of_a_workflow_the_cli_cut_reach_the_answer(
+    offline: OfflineFactory,
+) -> None:
+    keys = [f"k{i:03d}" for i in range(200)]
+    script = WorkflowFanOut(keys, delay=0.0, answer_chars=120)  # about 24,000 characters
+    server, claude = offline(script)
+    claude.env["CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS"] = "16"
+    done = finished(await run(claude.options(), policy(), limit_s=240))
+    notified = next(
+        r.request.last_user_text
+        for r in server.recorded()
+        if "<task-notification>" in r.request.last_user_text
+    )
+    assert "... (truncated " in notified  # the CLI cut it
+    assert done.status == "completed" and done.reason == "all_results_used", done.reasons
+    assert set(findings_in(done.result or "")) == set(keys)  # every finding, none by path
+    workflow = next(r for r in done.tasks if r.kind == "task")
+    assert workflow.result_file is None and "delivered in a resume prompt" in (
+        workflow.reason or ""
+    )
+
+
 async def test_a_cut_workflow_result_whose_rest_never_reached_the_lead_is_missing(
     offline: OfflineFactory,
 ) -> None:
