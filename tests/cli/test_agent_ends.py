@@ -1,10 +1,13 @@
-"""How an agent ended, judged from evidence: an agent the CLI stops at its turn limit.
+"""How an agent ended, judged from evidence, on the real CLI.
 
 A subagent type defined with ``maxTurns`` (``.claude/agents/NAME.md`` in the run's project)
 makes the real CLI stop an agent that still calls tools at its limit: it reports the task
 ``completed``, its result PARTIAL. teamlead judges the end from the transcript and the
 notification's note, asks the lead to continue the agent (``SendMessage`` to its task id),
 within ``Policy.max_continuations``, and never counts a partial text as a complete result.
+An agent cut at its output limit is told apart from a failure; agents lost with their
+machine whose work the lead delegated again are superseded; and an agent that finished
+though its notification never came (a replayed real stream without it) is delivered.
 """
 
 from __future__ import annotations
@@ -104,8 +107,8 @@ _NOTICE = re.compile(r"<task-id>(\w+)</task-id>(?:(?!</task-notification>).)*?tu
 
 
 def deep_starts(server: ScriptedServer) -> int:
-    """How many times ``deep`` started a conversation or was continued: its first request,
-    and each request whose last user text carries a message sent to it."""
+    """How many times ``deep`` started, or was continued on teamlead's ask: its first request,
+    and each request whose last user text carries the message teamlead's prompt names."""
     deep = [
         r.request
         for r in server.recorded("subagent")
@@ -147,7 +150,7 @@ async def test_an_agent_its_lead_continued_notifies_again_and_the_last_notice_co
     assert sorted(findings_in(done.result or "")) == ["deep", "quick"]
     deep = next(r for r in done.tasks if r.description == "deep")
     assert (deep.ended, deep.disposition, deep.reason) == ("finished", "included", None)
-    assert deep_starts(server) == 1  # the lead's own message continued it, not a new start
+    assert deep_starts(server) == 1  # the lead's own message continued it: no ask of teamlead's
 
 
 async def test_an_agent_cut_at_its_output_limit_is_told_apart_from_a_failure(
