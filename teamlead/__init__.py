@@ -22,7 +22,7 @@ The public API is what this module re-exports in ``__all__``, the names users ca
   progress, with every type they carry: :class:`TaskDisposition`, :class:`RelaySummary`,
   :class:`BucketSummary` and the ``Literal`` codes (:data:`Status`, :data:`Disposition`,
   :data:`TaskState`, :data:`TaskKind`, :data:`RelayedAgentKind`, :data:`RequestRole`,
-  :data:`FinishReason`,
+  :data:`FinishReason`, :data:`EndKind`,
   :data:`DenyCode`, :data:`ChangeReason`); every error derives from :class:`TeamleadError`.
 - Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate;
   the subagents they delegate to are :func:`default_agents` (the roster, rendered into a
@@ -91,6 +91,7 @@ if typing.TYPE_CHECKING:
         ConcurrencyChanged,
         DenyCode,
         Disposition,
+        EndKind,
         FallbackUsed,
         Finished,
         FinishReason,
@@ -158,6 +159,7 @@ _EXPORTS: dict[str, tuple[str, ...]] = {
         "ConcurrencyChanged",
         "DenyCode",
         "Disposition",
+        "EndKind",
         "FallbackUsed",
         "Finished",
         "FinishReason",
@@ -218,6 +220,7 @@ __all__ = [
     "ConcurrencyChanged",
     "DenyCode",
     "Disposition",
+    "EndKind",
     "FallbackUsed",
     "FinishReason",
     "Finished",

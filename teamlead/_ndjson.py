@@ -183,6 +183,7 @@ class JsonProgress:
                 turn["text"] = f"{turn['text']}\n{event.text}" if turn["text"] else event.text
             turn["error"] = turn["error"] or event.error
             turn["tool_names"] = [*turn["tool_names"], *event.tool_names]
+            turn["read_paths"] = [*turn["read_paths"], *(redact(p) for p in event.read_paths)]
             return
         self._flush()
         self._turn = {**event_record(event), "agent_calls": []}

@@ -228,6 +228,8 @@ class LeadTurn:
     text: str
     error: str | None
     tool_names: tuple[str, ...] = ()
+    #: the files its ``Read`` calls read (their ``file_path``)
+    read_paths: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -484,7 +486,12 @@ def _assistant_events(
             if _str(t.get("id"))
         ]
         return [SubagentTurn(parent, text, names, tokens or None), *uses, *sent]
-    events: list[TrackedEvent] = [LeadTurn(message_id, text, error, names)]
+    reads = tuple(
+        path
+        for t in tools
+        if t.get("name") == "Read" and (path := _str(_map(t.get("input")).get("file_path")))
+    )
+    events: list[TrackedEvent] = [LeadTurn(message_id, text, error, names, reads)]
     for tool in agent_calls:
         inp = _map(tool.get("input"))
         events.append(

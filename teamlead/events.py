@@ -37,6 +37,7 @@ __all__ = [
     "ResumeFailed",
     "Resuming",
     "DenyCode",
+    "EndKind",
     "SpawnAdmitted",
     "SpawnDenied",
     "SpawnQueued",
@@ -56,8 +57,9 @@ __all__ = [
 #: ``workflow_phase``, ``workflow_agent``, ``workflow_ended``) and a workflow agent's
 #: ``run_id``, ``phase`` and ``cached`` in ``Finished.tasks``. 4: a row's ``result`` (the
 #: text of a result the final answer did not use, or of every result when there is no
-#: answer). Older records still read (the new fields default).
-EVENT_VERSION = 4
+#: answer). 5: a row's ``ended`` (how its agent ended, judged from evidence). Older records
+#: still read (the new fields default).
+EVENT_VERSION = 5
 #: The most characters of a result a ``Finished.tasks`` row carries (head and tail).
 ROW_RESULT_CHARS = 4000
 
@@ -84,6 +86,21 @@ TaskState = Literal[
     "denied",
     "rejected",
 ]
+#: How an agent ended, judged from evidence (its transcript's last assistant message, the
+#: notification's note, the CLI's status) rather than from the CLI's status alone
+#: (``TaskDisposition.ended``):
+#:
+#: - ``finished``: it ended its turn with a final message;
+#: - ``turn_limit``: the CLI stopped it at its subagent type's ``maxTurns`` while it still had
+#:   work to do (the CLI reports it ``completed``, its result PARTIAL);
+#: - ``output_limit``: its last reply was cut at the output token limit (``max_tokens``);
+#: - ``no_final_message``: its transcript ends without a final message (a tool call left
+#:   with no turn after it, or no reply at all);
+#: - ``failed``: the CLI reported it failed;
+#: - ``lost``: it never ended, or was stopped or killed with its process or machine.
+EndKind = Literal["finished", "turn_limit", "output_limit", "no_final_message", "failed", "lost"]
+#: The ends of an agent cut before it finished, which the CLI may still call ``completed``.
+CUT_ENDS: frozenset[str] = frozenset({"turn_limit", "output_limit", "no_final_message"})
 #: Why a run ended as it did; see :class:`Finished`.
 FinishReason = Literal[
     "all_results_used",
@@ -241,6 +258,10 @@ class TaskDisposition(BaseModel):
         run_id: a workflow's ``wf_`` run id (on its task's row and its agents').
         phase: a workflow agent's phase title.
         cached: a workflow agent replayed from its run's journal (no request sent).
+        ended: how a task's agent ended, judged from evidence (see :data:`EndKind`); ``None``
+            on rows that are not tasks. A row whose agent did not end ``finished`` never
+            counts as a complete result used: its ``result`` is its PARTIAL output, and
+            ``reason`` names the cut (and how often it was continued).
     """
 
     model_config = ConfigDict(frozen=True)
@@ -267,6 +288,7 @@ class TaskDisposition(BaseModel):
     run_id: str | None = None
     phase: str | None = None
     cached: bool = False
+    ended: EndKind | None = None
 
 
 class AgentUsage(_Event):
@@ -358,10 +380,11 @@ class Finished(_Event):
             if row.result is None and row.result_file is None:
                 continue
             name = row.label or row.description or row.id
+            state = row.status if row.ended in (None, "finished") else f"{row.ended}: PARTIAL"
             body = row.result or ""
             if row.result_file:
                 body = f"{body}\n\n(the whole result: {row.result_file})".strip()
-            parts.append(f"## {name} ({row.status})\n\n{body}")
+            parts.append(f"## {name} ({state})\n\n{body}")
         if not parts:
             return None
         why = f" ({self.reason})" if self.reason else ""

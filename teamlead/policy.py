@@ -109,6 +109,11 @@ class Policy(BaseModel):
 
     Attributes:
         max_resumes: re-queries with ``resume=session_id`` at most (default 3).
+        max_continuations: how often one agent that the CLI stopped at its turn limit
+            (``maxTurns``) before it finished is continued at most, by the lead or on
+            teamlead's ask in a resume prompt (a ``SendMessage`` to its task id), default 3;
+            still unfinished after that, its row is missing and the run ``partial``. The
+            resumes, budgets and deadline still rule.
         deadline_s: the whole run, every round and wait included (default 1800 s). The CLI's
             background-wait ceiling (``CLAUDE_CODE_PRINT_BG_WAIT_CEILING_MS``) is set to
             this, so the CLI does not silently stop agents before our deadline.
@@ -119,8 +124,12 @@ class Policy(BaseModel):
         inbox: retries and backoff of the inbox wait: at least 5 reads over at least 10 s,
             waking at once on a change.
         resume_retry: backoff for a resume that fails with a transient API error.
-        max_result_chars: each quoted result is cut to this many characters.
-        max_prompt_chars: the whole resume prompt is cut to this many characters.
+        max_result_chars: each quoted result is cut to this many characters (default
+            60000: a result goes into the resume prompt whole while the prompt fits).
+        max_prompt_chars: the whole resume prompt is cut to this many characters (default
+            60000). A result cut to fit keeps its head and tail, and the prompt names the
+            file that holds all of it; it counts as used only if the lead then reads that
+            file.
         consume_inbox: remove delivered entries from the team-lead inbox once a lead turn
             used them (default True), so nothing is delivered twice.
         idle_timeout_s: for the client helper: the longest silence while tasks still run
@@ -155,12 +164,13 @@ class Policy(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     max_resumes: int = Field(default=3, ge=0, le=MAX_RESUMES)
+    max_continuations: int = Field(default=3, ge=0, le=MAX_RESUMES)
     deadline_s: float = Field(default=1800.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
     wait_s: float = Field(default=60.0, ge=0, le=MAX_SECONDS, allow_inf_nan=False)
     max_cost_usd: float | None = Field(default=None, gt=0, allow_inf_nan=False)
     inbox: InboxWaitPolicy = Field(default_factory=InboxWaitPolicy)
     resume_retry: RetryPolicy = Field(default_factory=RetryPolicy)
-    max_result_chars: int = Field(default=4000, ge=200, le=1_000_000)
+    max_result_chars: int = Field(default=60000, ge=200, le=1_000_000)
     max_prompt_chars: int = Field(default=60000, ge=1000, le=10_000_000)
     consume_inbox: bool = True
     idle_timeout_s: float = Field(default=600.0, gt=0, le=MAX_SECONDS, allow_inf_nan=False)

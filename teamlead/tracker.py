@@ -21,6 +21,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -130,6 +131,11 @@ class TaskInfo:
     tool_uses: int | None = None
     last_tool: str | None = None
     last_text: str = ""
+    #: how often it was continued after it ended (a ``SendMessage`` to its id resumed it:
+    #: the CLI starts the same task id again, and it notifies again)
+    continued: int = 0
+    #: a ``task_notification`` told of its last end (a second one is a new end)
+    notified: bool = False
     #: a ``local_workflow`` task's run: run id, script, phases, agents
     workflow: WorkflowRun | None = None
 
@@ -214,6 +220,8 @@ class Tracker:
     lead_texts: list[str] = field(default_factory=list)
     #: the tool the lead called last (the last tool of its latest message that called one)
     lead_last_tool: str | None = None
+    #: the files the lead read with ``Read`` (each ``file_path`` as it wrote it, normalised)
+    lead_reads: set[str] = field(default_factory=set)
     #: when the lead first delegated: its first Agent or Workflow call (``clock.monotonic()``)
     first_delegation_at: float | None = None
     #: the clock every stamp is read from (the run's; the system's by default)
@@ -254,9 +262,16 @@ class Tracker:
                 self.first_delegation_at = now
         elif isinstance(event, TaskStarted):
             task = self.tasks.get(event.task_id) or TaskInfo(event.task_id, started_at=now)
+            if task.terminal and not task.is_workflow:
+                # continued (a SendMessage to its id): its next notification supersedes the
+                # last, so it is running again and nothing of its last end counts as used
+                task.continued += 1
+                task.status, task.ended_at, task.ended_seq = "running", None, None
+                task.absorbed, task.summary, task.notified = False, None, False
             task.description = event.description or task.description
-            task.tool_use_id = event.tool_use_id
-            task.prompt = event.prompt
+            # the call that started it (a continuation's task_started names the SendMessage)
+            task.tool_use_id = task.tool_use_id or event.tool_use_id
+            task.prompt = task.prompt or event.prompt
             task.subagent_type = event.subagent_type
             task.run_id = event.run_id
             task.task_type = event.task_type or task.task_type
@@ -300,15 +315,21 @@ class Tracker:
             run = self._workflow(task) if task.is_workflow else None
             if run is not None and event.workflow_run_id:
                 run.run_id = run.run_id or event.workflow_run_id
-            if not task.terminal:  # clear on whichever comes first; keep the richer fields
+            notice = event.source == "task_notification"
+            # the same task notifying again (continued with no start seen): a new end, which
+            # supersedes the last one, and which no lead turn has used yet
+            again = notice and task.notified and run is None
+            if not task.terminal or again:  # clear on whichever comes first (one end)
                 task.status = event.status
                 task.ended_at = now
                 task.ended_seq = self._seq
+                task.absorbed = task.absorbed and not again
                 if run is not None and not run.ended:
                     changes.append(run.end(event.status, event.error))
+            task.notified = task.notified or notice
             if run is not None:
                 run.output_file = event.output_file or run.output_file
-            task.summary = event.summary or task.summary
+            task.summary = (event.summary or None) if again else event.summary or task.summary
             task.output_file = event.output_file or task.output_file
             task.usage = event.usage or task.usage
             if event.usage and isinstance(event.usage.get("total_tokens"), int):
@@ -323,6 +344,7 @@ class Tracker:
         elif isinstance(event, LeadTurn):
             if event.tool_names:
                 self.lead_last_tool = event.tool_names[-1]
+            self.lead_reads.update(os.path.normpath(p) for p in event.read_paths)
             if event.error is None:
                 if event.text:
                     self.lead_texts.append(event.text)
@@ -348,6 +370,10 @@ class Tracker:
                     if task.run_id == event.origin_run_id and task.terminal and task.has_output:
                         task.absorbed = True
         return changes
+
+    def lead_read(self, path: str) -> bool:
+        """Whether the lead read the file ``path`` with ``Read``."""
+        return os.path.normpath(path) in self.lead_reads
 
     def call_seen(self, tool_use_id: str) -> bool:
         """Whether the stream showed what became of the Agent call ``tool_use_id``: its task

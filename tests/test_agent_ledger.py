@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import stat
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -277,19 +277,51 @@ async def test_a_workflow_agents_first_request_waits_for_a_slot_fifo(
         assert pool.held == 0
 
 
-def test_a_30000_character_result_keeps_its_tail_and_its_file(tmp_path: Path) -> None:
-    text = "x" * 29_950 + " FINDING[the-end] at the very end"
-    delivery = Delivery(
-        key="task:t1", kind="task", label="long", status="completed", text=text, source="summary"
-    )
-
+def _spill_into(tmp_path: Path) -> Callable[[Delivery], str]:
     def spill(d: Delivery) -> str:
         path = tmp_path / "result.txt"
         path.write_text(d.text)
         path.chmod(0o600)
         return str(path)
 
-    prompt, used = render_resume_prompt([delivery], [], Policy(), spill=spill)
+    return spill
+
+
+def test_results_that_fit_the_prompt_go_whole_however_long_each_is(tmp_path: Path) -> None:
+    long = "x" * 29_950 + " FINDING[long] at the very end"
+    deliveries = [
+        Delivery(
+            key="task:t1",
+            kind="task",
+            label="long",
+            status="completed",
+            text=long,
+            source="summary",
+        ),
+        *(
+            Delivery(
+                key=f"task:s{n}",
+                kind="task",
+                label=f"s{n}",
+                status="completed",
+                text=f"FINDING[s{n}] " + "y" * 500,
+                source="summary",
+            )
+            for n in range(20)
+        ),
+    ]
+    prompt, used = render_resume_prompt(deliveries, [], Policy(), spill=_spill_into(tmp_path))
+    assert used == 21 and "characters cut here" not in prompt
+    assert long in prompt and all(d.text in prompt for d in deliveries)
+    assert all(d.full_path is None for d in deliveries)  # nothing handed over by path
+
+
+def test_a_result_over_the_prompt_keeps_its_tail_and_its_file(tmp_path: Path) -> None:
+    text = "x" * 89_950 + " FINDING[the-end] at the very end"
+    delivery = Delivery(
+        key="task:t1", kind="task", label="long", status="completed", text=text, source="summary"
+    )
+    prompt, used = render_resume_prompt([delivery], [], Policy(), spill=_spill_into(tmp_path))
     assert used == 1
     assert "FINDING[the-end] at the very end" in prompt
     assert f"{tmp_path / 'result.txt'} (Read it)" in prompt
@@ -321,7 +353,7 @@ def test_a_version_1_finished_record_still_reads() -> None:
     }
     done = Finished.model_validate(old)
     assert done.version == 1 and done.tasks[0].tokens_in is None
-    assert EVENT_VERSION == 4 and Finished.model_validate_json(done.to_json()) == done
+    assert EVENT_VERSION == 5 and Finished.model_validate_json(done.to_json()) == done
 
 
 class _BrokenAdmission:

@@ -825,7 +825,8 @@ def test_the_prompt_respects_its_total_cap_and_drops_no_result() -> None:
 
 async def test_results_over_the_prompt_cap_wait_for_the_next_round(config_dir: Path) -> None:
     inbox = make_team(config_dir)
-    entries = [plain_message("gamma", f"GAMMA-{n}: " + "z" * 3000) for n in range(12)]
+    # each fits its readable minimum whole; not all twelve fit one prompt
+    entries = [plain_message("gamma", f"GAMMA-{n}: " + "z" * 140) for n in range(12)]
     post_to_inbox(inbox, *entries)
     holder: dict[str, int] = {}
     script = Script(

@@ -59,13 +59,13 @@ def test_public_callables_are_documented(package: types.ModuleType) -> None:
 
 
 def test_the_top_level_surface_stays_small_and_private_helpers_stay_private() -> None:
-    # 68 at most: what users call and what they receive back (the process's shared state,
+    # 69 at most: what users call and what they receive back (the process's shared state,
     # the stream's item union and the subagent roster among them; the strict drop-in `query`
-    # and `run`, the same run with teamlead's events, are two); the names users never
-    # call (the run state, parsing helpers, the test bed, the experiment API, which lives in
+    # and `run`, the same run with teamlead's events, are two; EndKind, how an agent ended,
+    # one); the names users never call (the run state, parsing helpers, the test bed, the experiment API, which lives in
     # teamlead.experiment, the session stores' classes, in teamlead.sessions) are not
     # re-exported.
-    assert len(teamlead.__all__) <= 68
+    assert len(teamlead.__all__) <= 69
     private = ("RunState", "decode_entry", "entry_key", "parse_message", "TrialWriter")
     for name in (*private, "FakeClock", "ScriptedServer"):
         assert not hasattr(teamlead, name), name

@@ -303,6 +303,7 @@ def test_a_runs_events_become_its_phases_and_its_agents_gate_events(
                     status="completed",
                     disposition="included",
                     source="lead",
+                    ended="finished",
                 ),  # fmt: skip
                 TaskDisposition(
                     id="mate",
@@ -351,6 +352,7 @@ def test_a_runs_events_become_its_phases_and_its_agents_gate_events(
     assert audit.attributes["teamlead.agent.status"] == "completed"
     assert audit.attributes["teamlead.agent.total_tokens"] == 40
     assert audit.attributes["teamlead.disposition"] == "included"
+    assert audit.attributes["teamlead.ended"] == "finished"
     slow = by_name(spans, "invoke_agent slow")[0]
     assert slow.event_names() == ["queued", "timed_out"] and slow.error
     extra = by_name(spans, "invoke_agent extra")[0]

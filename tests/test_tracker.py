@@ -20,6 +20,8 @@ from teamlead.tracker import (
     parse_message,
 )
 
+from .scripted_query import lead, notified
+
 TRACES = Path(__file__).parent / "fixtures" / "traces"
 
 
@@ -267,3 +269,36 @@ def test_completed_with_an_empty_summary_is_not_absorbed_by_a_lead_turn() -> Non
         {"type": "assistant", "message": {"id": "m", "content": [{"type": "text", "text": "ok"}]}}
     )
     assert [t.task_id for t in tracker.unabsorbed_tasks] == ["e"]
+
+
+PARTIAL = "NOTE: this agent stopped at its 3-turn limit before finishing.\n\nworking on step 2"
+
+
+@pytest.mark.parametrize("restarted", [True, False], ids=["started-again", "notified-again"])
+def test_a_task_that_notifies_again_is_a_new_end_the_lead_has_not_used(restarted: bool) -> None:
+    tracker = Tracker()
+    tracker.feed({"type": "system", "subtype": "task_started", "task_id": "t", "description": "d",
+                  "tool_use_id": "tu-agent", "prompt": "AGENTJOB d"})  # fmt: skip
+    tracker.feed(notified("t", summary=PARTIAL))
+    tracker.feed(lead("noted", msg_id="m1"))
+    first = tracker.tasks["t"].ended_seq
+    assert tracker.tasks["t"].absorbed and first is not None
+    if restarted:  # the lead's SendMessage continued it: the CLI starts the same task id
+        again = {"type": "system", "subtype": "task_started", "task_id": "t", "description": "d",
+                 "tool_use_id": "tu-send", "prompt": "continue"}  # fmt: skip
+        tracker.feed(again)
+        task = tracker.tasks["t"]
+        assert (task.status, task.absorbed, task.summary, task.continued) == (
+            "running",
+            False,
+            None,
+            1,
+        )
+        assert (task.tool_use_id, task.prompt) == ("tu-agent", "AGENTJOB d")  # its own call
+    tracker.feed(notified("t", summary="FINDING[d]: the real finding"))
+    task = tracker.tasks["t"]
+    assert task.terminal and not task.absorbed  # the latest notice supersedes the partial one
+    assert task.summary == "FINDING[d]: the real finding"
+    assert task.ended_seq is not None and task.ended_seq > first
+    tracker.feed(lead("FINDING[d] used", msg_id="m2"))
+    assert tracker.tasks["t"].absorbed

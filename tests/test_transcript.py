@@ -11,9 +11,11 @@ from typing import Any
 import pytest
 
 from teamlead._claude.transcript import (
+    TranscriptEnd,
     find_subagent_transcript,
     last_assistant_text,
     sanitize_project_path,
+    transcript_end,
 )
 from teamlead.errors import UsageError
 
@@ -226,3 +228,75 @@ def test_find_subagent_transcript_missing(tmp_path: Path) -> None:
 def test_path_like_ids_are_refused(tmp_path: Path, session: str, agent: str) -> None:
     with pytest.raises(UsageError, match="not a plain id"):
         find_subagent_transcript(tmp_path, session, agent)
+
+
+def ended(
+    message_id: str, stop_reason: str, *blocks: dict[str, Any], **extra: Any
+) -> dict[str, Any]:
+    """An assistant record of the API message ``message_id`` that stopped for ``stop_reason``."""
+    record = assistant(*blocks, **extra)
+    record["message"] = {**record["message"], "id": message_id, "stop_reason": stop_reason}
+    return record
+
+
+def test_a_transcripts_end_is_its_last_messages_stop_reason_and_final_text(tmp_path: Path) -> None:
+    finished = write_jsonl(
+        tmp_path / "done.jsonl",
+        [
+            ended("m1", "tool_use", text("looking"), tool_use()),
+            user([{"type": "tool_result", "tool_use_id": "toolu_X", "content": "ok"}]),
+            ended("m2", "end_turn", text("FINDING: part one")),
+            ended("m2", "end_turn", text("and part two")),  # one message, two records
+        ],
+    )
+    end = transcript_end(finished)
+    assert end == TranscriptEnd("end_turn", "FINDING: part one\nand part two")
+    assert end.natural_end and not end.open_tool_call
+    stopped = write_jsonl(
+        tmp_path / "stopped.jsonl",
+        [
+            ended("m1", "tool_use", text("working on step 2")),
+            ended("m1", "tool_use", tool_use()),
+            user([{"type": "tool_result", "tool_use_id": "toolu_X", "content": "step2"}]),
+        ],
+    )
+    end = transcript_end(stopped)
+    assert end == TranscriptEnd("tool_use", None) and end.open_tool_call and not end.natural_end
+    cut = write_jsonl(
+        tmp_path / "cut.jsonl",
+        [
+            ended("m1", "max_tokens", text("the first half")),
+            ended("e1", "stop_sequence", text("API Error: output token maximum"),
+                  isApiErrorMessage=True),  # the CLI's own line, not the agent's
+        ],
+    )  # fmt: skip
+    assert transcript_end(cut) == TranscriptEnd("max_tokens", None)
+    # a final text whose stop the file does not say is no proof of a natural end
+    unsaid = write_jsonl(tmp_path / "unsaid.jsonl", [assistant(text("half of it"))])
+    assert not transcript_end(unsaid).natural_end
+    assert transcript_end(write_jsonl(tmp_path / "none.jsonl", [user("AGENTJOB")])) == (
+        TranscriptEnd(None, None)
+    )
+    assert transcript_end(tmp_path / "missing.jsonl") is None
+
+
+def test_only_the_clis_own_note_opening_a_result_names_a_turn_limit() -> None:
+    from teamlead._claude.notification import turn_limit
+
+    note = "NOTE: this agent stopped at its 3-turn limit before finishing. The text below is"
+    assert turn_limit(note) == 3
+    assert turn_limit('Agent "deep" stopped at its 12-turn limit (partial result; …)') == 12
+    assert turn_limit("FINDING: done. NOTE: this agent stopped at its 3-turn limit") is None
+    assert turn_limit(None) is None
+
+
+def test_a_shells_output_file_is_no_evidence_of_how_an_agent_ended(tmp_path: Path) -> None:
+    from teamlead._run.ending import read_end
+    from teamlead.tracker import TaskInfo
+
+    output = tmp_path / "b1.output"
+    output.write_text("build ok\n")
+    shell = TaskInfo("b1", task_type="local_bash", status="completed", output_file=str(output))
+    agent = TaskInfo("a1", task_type="local_agent", status="completed", output_file=str(output))
+    assert read_end(tmp_path, shell, None).kind == "finished"  # the CLI's word stands
+    assert read_end(tmp_path, agent, None).kind == "no_final_message"  # no reply in it

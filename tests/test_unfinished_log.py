@@ -370,3 +370,18 @@ def test_the_page_of_a_log_still_being_written_follows_it_to_its_finished_line(
             out.write(lines[-1][half:])
         whole = read_log(LOGS / "fan-out.ndjson").to_json()
         assert next(d for d in events if d["status"] != UNFINISHED) == whole
+
+
+def test_a_finished_logs_agent_cut_at_its_turn_limit_shows_the_cut_not_done() -> None:
+    from teamlead.events import Finished, TaskDisposition
+
+    rows = [
+        TaskDisposition(id="t1", kind="task", description="deep", status="completed",
+                        disposition="missing", source="lead", ended="turn_limit"),
+        TaskDisposition(id="t2", kind="task", description="quick", status="completed",
+                        disposition="included", source="lead", ended="finished"),
+    ]  # fmt: skip
+    done = Finished(status="partial", result="x", session_id="s", resumes=3, tasks=rows)
+    detail = detail_of_log([done.to_json().encode()]).to_json()
+    states = [(c["label"], c["state"]) for c in detail["tree"]["children"]]
+    assert states == [("deep", "turn_limit"), ("quick", "done")]

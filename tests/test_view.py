@@ -96,7 +96,7 @@ def test_json_progress_lines_are_versioned_and_typed() -> None:
     for item in _items():
         progress.handle(item)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert all(r["version"] == EVENT_VERSION == 4 and isinstance(r["type"], str) for r in records)
+    assert all(r["version"] == EVENT_VERSION == 5 and isinstance(r["type"], str) for r in records)
     types = [r["type"] for r in records]
     assert types.count("session") == 1 and types.count("task_started") == 2
     assert types[-1] == "finished"
@@ -174,3 +174,20 @@ def test_a_task_ended_with_no_notification_is_written_at_the_next_lead_message()
     records = _json_records([updated, lead])
     assert [r["type"] for r in records] == ["session", "task_ended", "lead_turn"]
     assert records[1]["status"] == "killed" and records[1]["source"] == "task_updated"
+
+
+def test_a_lead_turns_line_names_every_file_its_message_read() -> None:
+    def block(kind: str, **fields: Any) -> dict[str, Any]:
+        content = [{"type": kind, **fields}]
+        return {"type": "assistant", "message": {"id": "msg_r", "content": content}}
+
+    records = _json_records(
+        [
+            block("text", text="Reading both halves"),
+            block("tool_use", name="Read", id="toolu_1", input={"file_path": "/runs/result-a.txt"}),
+            block("tool_use", name="Read", id="toolu_2", input={"file_path": "/runs/result-b.txt"}),
+        ]
+    )
+    (turn,) = [r for r in records if r["type"] == "lead_turn"]
+    assert turn["read_paths"] == ["/runs/result-a.txt", "/runs/result-b.txt"]
+    assert turn["tool_names"] == ["Read", "Read"]

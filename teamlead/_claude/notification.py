@@ -28,7 +28,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-__all__ = ["Notification", "ResultCut", "parse_notifications"]
+__all__ = ["Notification", "ResultCut", "parse_notifications", "turn_limit"]
 
 _NOTIFICATION = re.compile(r"<task-notification>(.*?)</task-notification>", re.DOTALL)
 _TAG = re.compile(r"<([a-z-]+)>(.*?)</\1>", re.DOTALL)
@@ -39,6 +39,12 @@ _RESULT_CLOSE = "</result>"
 _ITEM_START = re.compile(r'[\[,{]"|\n')
 _ITEM_END = frozenset(",]}\n")
 _ITEM_WINDOW = 2000  # an item longer than this is continued where it was cut
+#: the CLI's word that it stopped an agent at its subagent type's ``maxTurns`` (2.1.332): it
+#: opens the result (``NOTE: this agent stopped at its 3-turn limit before finishing. …``)
+#: and the lead's summary (``Agent "…" stopped at its 3-turn limit (partial result; …)``)
+_TURN_LIMIT = re.compile(
+    r'(?:NOTE: this agent|Agent "[^\n]{0,400}") stopped at its (\d{1,6})-turn limit'
+)
 _CUT_NOTE = re.compile(
     r"\n\.\.\. \(truncated (\d{1,12}) chars(?:, full result in ([^\n]{1,4096}))?\)\Z"
 )
@@ -142,3 +148,16 @@ def parse_notifications(text: str) -> list[Notification]:
             )
         )
     return found
+
+
+def turn_limit(text: str | None) -> int | None:
+    """The turn limit the CLI says it stopped an agent at, when ``text`` (a notification's
+    summary or result) opens with its note; ``None`` otherwise (an agent's own words later in
+    the text do not count).
+
+    Example:
+        >>> turn_limit("NOTE: this agent stopped at its 3-turn limit before finishing.")
+        3
+    """
+    found = _TURN_LIMIT.match(text.lstrip()) if text else None
+    return int(found.group(1)) if found else None

@@ -33,9 +33,11 @@ __all__ = [
     "DEFAULT_MAX_SCAN_BYTES",
     "TAIL_SCAN_BYTES",
     "TranscriptCall",
+    "TranscriptEnd",
     "TranscriptTail",
     "find_subagent_transcript",
     "last_assistant_text",
+    "transcript_end",
     "transcript_tail",
     "sanitize_project_path",
 ]
@@ -235,6 +237,94 @@ def last_assistant_text(
             if text is not None:
                 return redact(text)
     return None
+
+
+def _synthetic(record: dict[str, Any], message: dict[str, Any]) -> bool:
+    """Whether an assistant record is the CLI's own (an API error it wrote in the agent's
+    place, ``isApiErrorMessage``, model ``<synthetic>``), not a reply of the model."""
+    return record.get("isApiErrorMessage") is True or message.get("model") == "<synthetic>"
+
+
+@dataclass(frozen=True)
+class TranscriptEnd:
+    """How a transcript ends: the evidence of how its agent ended.
+
+    Attributes:
+        stop_reason: the API's ``stop_reason`` of the last assistant message (``end_turn``,
+            ``tool_use``, ``max_tokens``...); ``None`` when there is no assistant message.
+        final_text: the text of the last assistant message, when it ended its turn with one
+            (a message that called a tool, or was cut at the output limit, is not final).
+    """
+
+    stop_reason: str | None
+    final_text: str | None
+
+    @property
+    def natural_end(self) -> bool:
+        """Whether the agent ended its turn of its own accord with a final text (the API's
+        ``end_turn`` or ``stop_sequence``): proof it finished, with no word of the CLI."""
+        return self.final_text is not None and self.stop_reason in ("end_turn", "stop_sequence")
+
+    @property
+    def open_tool_call(self) -> bool:
+        """Whether the agent's last message called a tool and no turn of its followed."""
+        return self.stop_reason == "tool_use"
+
+
+def transcript_end(path: Path, *, max_bytes: int = TAIL_SCAN_BYTES) -> TranscriptEnd | None:
+    """How the transcript at ``path`` ends: its last assistant message's ``stop_reason``, and
+    its text when that message ended the turn.
+
+    Read backwards from the end, at most ``max_bytes`` back, as :func:`transcript_tail`. One
+    API message is written as several records (one per content block) that share its
+    ``stop_reason``; their texts are joined. The CLI's own error lines (an API error it wrote
+    in the agent's place) are not the agent's messages and are passed over. ``None`` when the
+    file is missing, unreadable or not a regular file.
+
+    Example:
+        >>> transcript_end(Path(task.output_file)).stop_reason  # doctest: +SKIP
+        'tool_use'
+    """
+    try:
+        fh = open_regular(Path(path))
+    except FileProblem:
+        return None
+    message_id: object = None  # the last message's id, which its records share
+    stop_reason: str | None = None
+    texts: list[str] = []
+    with fh:
+        size = os.fstat(fh.fileno()).st_size
+        for raw in _lines_backwards(
+            fh,
+            size,
+            block_bytes=DEFAULT_BLOCK_BYTES,
+            max_scan=max_bytes,
+            max_line=DEFAULT_MAX_LINE_BYTES,
+        ):
+            if not raw or _ASSISTANT_MARK not in raw:
+                continue
+            try:
+                record = loads(raw)
+            except (ValueError, RecursionError):
+                continue
+            if not isinstance(record, dict) or record.get("type") != "assistant":
+                continue
+            message = record.get("message")
+            if not isinstance(message, dict) or _synthetic(record, message):
+                continue  # the CLI's own error line, not the agent's message
+            if stop_reason is None:  # the last message
+                message_id = message.get("id")
+                reason = message.get("stop_reason")
+                stop_reason = reason if isinstance(reason, str) else "unknown"
+            elif message_id is None or message.get("id") != message_id:
+                break  # an earlier message: the last one is read whole
+            text = _assistant_text(record)
+            if text is not None:
+                texts.append(text)
+    if stop_reason is None:
+        return TranscriptEnd(None, None)
+    final = "\n".join(reversed(texts)) if stop_reason not in ("tool_use", "max_tokens") else ""
+    return TranscriptEnd(stop_reason, redact(final) if final.strip() else None)
 
 
 @dataclass(frozen=True)

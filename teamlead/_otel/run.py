@@ -379,6 +379,8 @@ class RunTrace:
                 record.parent = record.parent or row.parent
             record.attributes["teamlead.disposition"] = row.disposition
             record.attributes["teamlead.result_source"] = row.source
+            if row.ended is not None:  # how it ended, judged from evidence
+                record.attributes["teamlead.ended"] = row.ended
             self.spans.done(record, row.status)
         self._place_held()
         usage = self._relayed or _sum(self._results)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
@@ -28,7 +29,7 @@ from .._claude.inbox.model import InboxRead, TeammateMessage
 from .._claude.notification import Notification
 from .._claude.saved_session import session_notifications
 from .._claude.team import Team, resolve_team
-from .._claude.transcript import find_subagent_transcript, last_assistant_text
+from .._claude.transcript import last_assistant_text
 from .._claude.workflow_journal import JournalResult, journal_results, workflow_result
 from .._redact import redact
 from ..events import (
@@ -40,7 +41,8 @@ from ..events import (
     TeamleadEvent,
     WaitingForTeam,
 )
-from ..tracker import TaskInfo, Tracker, WorkflowAgent, WorkflowRun
+from ..tracker import TaskEnded, TaskInfo, Tracker, WorkflowAgent, WorkflowRun
+from .ending import AgentEnd, read_end, read_evidence, transcript_paths
 from .resume_prompt import (
     FAILED_STATES,
     Delivery,
@@ -58,6 +60,7 @@ __all__ = [
     "cut_rows",
     "dispositions",
     "row_text",
+    "judge_ends",
     "used_deliveries",
     "with_results",
 ]
@@ -69,6 +72,8 @@ _EVENT_WARNINGS = 20
 _EVENT_CHARS = 200
 _Source: TypeAlias = Literal["lead", "summary", "transcript", "inbox", "none"]
 _MAX_LOST_REASON = 160
+#: a task id the resume prompt may name in a SendMessage call (the CLI's ids are hex)
+_PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class Collection:
@@ -123,11 +128,18 @@ class Collection:
             async for event in self._collect_team(team, tracker, pending, self._deadline):
                 yield event
         lost = dict(self._lost_workflows(tracker))
+        if not self._process_alive:
+            self._ended_unannounced(tracker)
+        judge_ends(self._state)
         for task in tracker.tasks.values():
             key = f"task:{task.task_id}"
-            if key in collected.absorbed or key in collected.deliveries:
+            end = collected.ends[task.task_id][1]
+            ask = self._continue_ask(task, end)
+            if ask is not None:
+                delivery, source = ask
+            elif key in collected.absorbed or key in collected.deliveries:
                 continue
-            if task.absorbed and task.task_id not in lost:
+            elif task.absorbed and task.task_id not in lost:
                 # the lead was told the task ended; a workflow's result may still have been
                 # cut in that notification, and the rest of it is outstanding
                 rest = (
@@ -145,7 +157,7 @@ class Collection:
                     task, task.workflow, lost.get(task.task_id, []), tracker.session_id
                 )
             else:
-                delivery, source = self.task_delivery(task, tracker.session_id)
+                delivery, source = self.task_delivery(task, tracker.session_id, end)
             yield FallbackUsed(
                 task_id=task.task_id,
                 description=redact(task.description),
@@ -230,6 +242,20 @@ class Collection:
                 omitted_messages=len(fresh) - len(shown),
                 omitted_warnings=max(0, len(read.warnings) - _EVENT_WARNINGS),
             )
+
+    def _ended_unannounced(self, tracker: Tracker) -> None:
+        """An agent whose transcript shows it finished (its last message a final text that
+        ended its turn, :attr:`~teamlead._claude.transcript.TranscriptEnd.natural_end`) but
+        whose end the stream never showed, its CLI gone (a notification the CLI dropped:
+        claude-code #86200), ended ``completed``: its end is taken from the transcript, and
+        its result is delivered like any other outstanding result."""
+        for task in tracker.open_tasks:
+            evidence = read_evidence(self._config_dir, task, tracker.session_id)
+            if evidence is None or not evidence.natural_end:
+                continue  # still at work, or nothing to prove it finished: lost
+            ended = TaskEnded(task.task_id, "completed", "task_updated")
+            tracker.apply(ended)
+            self._state.agents.observe([ended], tracker)
 
     def _find_team(self, session: str | None) -> Team | None:
         collected = self._collected
@@ -435,15 +461,38 @@ class Collection:
             ),
         )
 
-    def task_delivery(self, task: TaskInfo, session: str | None) -> tuple[Delivery, TaskSource]:
+    def _continue_ask(self, task: TaskInfo, end: AgentEnd) -> tuple[Delivery, TaskSource] | None:
+        """The ask to continue ``task``, stopped at its turn limit, with its partial output;
+        ``None`` when it finished, was continued :attr:`~teamlead.policy.Policy.max_continuations`
+        times (by the lead or on teamlead's ask) or its id is not a plain one."""
+        bound = self._policy.max_continuations
+        asked = self._collected.continue_asks.get(task.task_id, 0)
+        if end.kind != "turn_limit" or not task.terminal or task.is_workflow:
+            return None
+        if max(task.continued, asked) >= bound or not _PLAIN_ID.fullmatch(task.task_id):
+            return None
+        self._collected.continue_asks[task.task_id] = asked + 1
+        delivery, source = self.task_delivery(task, self._state.tracker.session_id, end)
+        delivery.key = f"continue:{task.task_id}:{asked + 1}"
+        delivery.continue_task = task.task_id
+        return delivery, source
+
+    def task_delivery(
+        self, task: TaskInfo, session: str | None, end: AgentEnd | None = None
+    ) -> tuple[Delivery, TaskSource]:
         """``task``'s result as a delivery, and where it was read from: its summary when it
         completed with one, else the last answer in its transcript in ``session``, else whatever
-        summary it has (an empty delivery when there is none)."""
-        status = _task_outcome(task)
+        summary it has (an empty delivery when there is none). When ``end`` says it did not
+        finish although the CLI reported it completed, the delivery is ``partial``: its last
+        text (from its transcript first), never a complete result."""
+        status: DeliveryStatus = _task_outcome(task)
         text = ""
         source_of: TaskSource = "none"
-        if task.status == "completed" and task.summary and task.summary.strip():
-            text, source_of = task.summary, "summary"
+        partial = end is not None and not end.finished and status == "completed"
+        if partial:
+            status = "partial"  # its own last text first, not the CLI's note of the cut
+        if not partial and task.status == "completed" and (task.summary or "").strip():
+            text, source_of = task.summary or "", "summary"
         else:
             transcript = self._transcript_text(task, session)
             if transcript:
@@ -457,6 +506,7 @@ class Collection:
             status=status,
             text=text,
             source=source_of,
+            cut=end.describe() if partial and end is not None else None,
         )
         return delivery, source_of
 
@@ -467,17 +517,7 @@ class Collection:
 def transcript_text(config_dir: Path, task: TaskInfo, session: str | None) -> str | None:
     """The last answer in ``task``'s transcript (its output file, else its file in the
     session's folder), or ``None`` when neither can be read."""
-    candidates: list[Path] = []
-    if task.output_file:
-        candidates.append(Path(task.output_file))
-    if session:
-        try:
-            found = find_subagent_transcript(config_dir, session, task.task_id)
-        except Exception:  # noqa: BLE001 - a malformed id must not stop the fallback
-            found = None
-        if found is not None:
-            candidates.append(found)
-    for path in candidates:
+    for path in transcript_paths(config_dir, task, session):
         try:
             text = last_assistant_text(path)
         except OSError:
@@ -490,6 +530,10 @@ def transcript_text(config_dir: Path, task: TaskInfo, session: str | None) -> st
 async def absorb(state: RunState, delivered: list[Delivery]) -> list[str]:
     """A successful lead turn used ``delivered``: mark them, consume their inbox entries.
 
+    A delivery the prompt handed over partly by path (it quoted the head and tail, the whole
+    is in ``full_path``) counts as used only when the lead then read that file (a ``Read`` of
+    it in the stream); otherwise it is recorded as never seen (``Collected.unread``).
+
     Args:
         state: the run whose ``collected`` records the absorption.
         delivered: the deliveries the lead turn's prompt carried.
@@ -500,6 +544,11 @@ async def absorb(state: RunState, delivered: list[Delivery]) -> list[str]:
     reasons: list[str] = []
     by_team: dict[Path, list[str]] = {}
     for delivery in delivered:
+        whole = delivery.full_path
+        if whole is not None and not state.tracker.lead_read(whole):
+            state.collected.unread[delivery.key] = whole
+            continue
+        state.collected.unread.pop(delivery.key, None)
         state.collected.absorbed.add(delivery.key)
         if delivery.inbox_key and delivery.team is not None:
             by_team.setdefault(delivery.team.lead_inbox, []).append(delivery.inbox_key)
@@ -539,10 +588,23 @@ def used_deliveries(state: RunState) -> list[Delivery]:
     return out
 
 
+def judge_ends(state: RunState) -> None:
+    """Judge how each task's agent ended (:func:`~.ending.read_end`), once per end: a task
+    that ended again since (it was continued) is judged again."""
+    collected, tracker = state.collected, state.tracker
+    for task in tracker.tasks.values():
+        judged = collected.ends.get(task.task_id)
+        if judged is None or judged[0] != task.ended_seq or task.ended_seq is None:
+            end = read_end(state.config_dir, task, tracker.session_id)
+            collected.ends[task.task_id] = (task.ended_seq, end)
+
+
 def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition]:
-    """What became of every task and teammate of the run, for ``Finished.tasks``."""
+    """What became of every task and teammate of the run, for ``Finished.tasks`` (each
+    task's end as :func:`judge_ends` judged it)."""
     out: list[TaskDisposition] = []
     disposition: Disposition
+    replaced = _replacements(tracker, collected)
     for task in tracker.tasks.values():
         key = f"task:{task.task_id}"
         delivery = collected.deliveries.get(key)
@@ -550,15 +612,31 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
         status = _task_outcome(task)
         source: _Source = delivery.source if delivery else ("lead" if task.absorbed else "none")
         reason: str | None = None
-        if status in FAILED_STATES:
+        judged = collected.ends.get(task.task_id)
+        end = judged[1] if judged is not None else None
+        unread = collected.unread.get(key)
+        by = replaced.get(task.task_id)
+        if by is not None:  # work done again counts once: by the agent that finished it
+            disposition = "not_run"
+            reason = (
+                f"lost ({status}); superseded by task {by.task_id}: the lead delegated its "
+                "work again and that agent finished"
+            )
+        elif status in FAILED_STATES:
             disposition = "failed"
+            if end is not None and end.kind == "output_limit":  # not any failure: its cut
+                reason = end.describe()
+        elif end is not None and not end.finished:
+            disposition, reason = "missing", _unfinished_reason(task, end, collected)
+        elif unread is not None and task.task_id not in collected.cuts:
+            disposition, reason = "missing", _unread_reason(unread)
         elif used and (task.absorbed or (delivery is not None and delivery.text)):
             disposition = "included"
         else:
             disposition = "missing"
         cut = collected.cuts.get(task.task_id)
         if cut is not None and disposition == "included":
-            disposition, reason = _cut_disposition(cut, delivery, key in collected.absorbed)
+            disposition, reason = _cut_disposition(cut, delivery, collected, key)
         out.append(
             TaskDisposition(
                 id=task.task_id,
@@ -569,6 +647,7 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
                 source=source,
                 reason=reason,
                 result_file=delivery.full_path if delivery is not None else None,
+                ended=end.kind if end is not None else None,
             )
         )
     for member in collected.members.values():
@@ -597,6 +676,41 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
             )
         )
     return out
+
+
+def _replacements(tracker: Tracker, collected: Collected) -> dict[str, TaskInfo]:
+    """Each lost task (its process or machine went away) whose work the lead delegated again,
+    with the later task that did it and finished: the same description (or the same prompt),
+    one replacement per lost task, in the order they started."""
+    tasks = [t for t in tracker.tasks.values() if not t.is_workflow]
+    taken: set[str] = set()
+    out: dict[str, TaskInfo] = {}
+    for index, task in enumerate(tasks):
+        judged = collected.ends.get(task.task_id)
+        if judged is None or judged[1].kind != "lost":
+            continue
+        for later in tasks[index + 1 :]:
+            done = collected.ends.get(later.task_id)
+            same = (task.description and later.description == task.description) or (
+                task.prompt and later.prompt == task.prompt
+            )
+            if same and later.task_id not in taken and done is not None and done[1].finished:
+                out[task.task_id] = later
+                taken.add(later.task_id)
+                break
+    return out
+
+
+def _unfinished_reason(task: TaskInfo, end: AgentEnd, collected: Collected) -> str:
+    """Why the row of a task that did not finish is missing: its cut, how often it was
+    continued, and that only its partial output is left."""
+    parts = [end.describe()]
+    if task.continued:
+        parts.append(f"continued {task.continued} time(s)")
+    asks = collected.continue_asks.get(task.task_id, 0)
+    if asks:
+        parts.append(f"the lead was asked {asks} time(s) to continue it")
+    return f"{'; '.join(parts)}: only its PARTIAL output is left, never a complete result"
 
 
 def with_results(state: RunState, rows: list[TaskDisposition]) -> list[TaskDisposition]:
@@ -648,21 +762,33 @@ def row_text(state: RunState, row: TaskDisposition) -> str | None:
     return text if (text or "").strip() else None
 
 
+def _unread_reason(path: str) -> str:
+    """Why a result handed over partly by path is missing: the lead never read its file."""
+    return (
+        "a resume prompt quoted only its head and tail, and the lead never read the whole "
+        f"in {path}"
+    )
+
+
 def _cut_disposition(
-    cut: CutResult, rest: Delivery | None, delivered: bool
+    cut: CutResult, rest: Delivery | None, collected: Collected, key: str
 ) -> tuple[Disposition, str]:
-    """A cut workflow result's row: included once its rest reached the lead, else missing."""
+    """A cut workflow result's row: included once its rest reached the lead (all of it, or
+    by path with the lead reading the file), else missing."""
     head = (
         f"the CLI cut its result in the lead's notification after {len(cut.shown)} "
         f"characters ({cut.cut} more)"
     )
-    if rest is None or not delivered:
+    unread = collected.unread.get(key)
+    if unread is not None:
+        return "missing", f"{head}; the rest ({cut.rest} characters): {_unread_reason(unread)}"
+    if rest is None or key not in collected.absorbed:
         return "missing", f"{head}; the rest never reached the lead"
     if rest.full_path is not None:
         return "included", (
             f"{head}; the rest ({cut.rest} characters) was delivered in a resume prompt, "
-            f"partly by path only: the prompt quoted the rest's head and tail, and all of it "
-            f"is in {rest.full_path}"
+            f"partly by path only: the prompt quoted the rest's head and tail, and the lead "
+            f"read all of it in {rest.full_path}"
         )
     return "included", f"{head}; the rest ({cut.rest} characters) was delivered in a resume prompt"
 
@@ -692,7 +818,8 @@ def cut_rows(rows: list[TaskDisposition], collected: Collected) -> list[TaskDisp
             out.append(row)  # not in the rest either (the script made its result of it)
             continue
         update: dict[str, object]
-        if key not in collected.absorbed:
+        unread = collected.unread.get(key)
+        if key not in collected.absorbed and unread is None:
             update = {
                 "disposition": "missing",
                 "reason": "the CLI cut its result from the lead's notification and the rest "
@@ -707,13 +834,21 @@ def cut_rows(rows: list[TaskDisposition], collected: Collected) -> list[TaskDisp
                 "reason": "the CLI cut its result from the lead's notification; a resume "
                 "prompt delivered it",
             }
+        elif unread is not None:
+            update = {
+                "disposition": "missing",
+                "result_file": unread,
+                "reason": "the CLI cut its result from the lead's notification; "
+                + _unread_reason(unread),
+            }
         else:
             update = {
                 "disposition": "included",
                 "source": "transcript",
                 "result_file": rest.full_path,
                 "reason": "the CLI cut its result from the lead's notification, and the resume "
-                f"prompt gave it only by path: {rest.full_path or 'its output file'}",
+                f"prompt gave it only by path: {rest.full_path or 'its output file'}, which the "
+                "lead read",
             }
         out.append(row.model_copy(update=update))
     return out

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from .._metering.request import LEAD
 from .._redact import redact
-from ..events import AgentKind, ConcurrencyChanged
+from ..events import CUT_ENDS, AgentKind, ConcurrencyChanged
 from ..tracker import TaskInfo, WorkflowAgent
 from .permissions import labels_from
 
@@ -317,7 +317,12 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
     for task in tracker.tasks.values():
         if not budget.take():
             continue
-        nodes[task.task_id] = _task_node(task, book, now, budget)
+        node = _task_node(task, book, now, budget)
+        judged = state.collected.ends.get(task.task_id)
+        if task.terminal and judged is not None and judged[0] == task.ended_seq:
+            # an agent the CLI called completed that was cut says how
+            node.state = judged[1].kind if judged[1].kind in CUT_ENDS else node.state
+        nodes[task.task_id] = node
         parents[task.task_id] = task.parent_task_id
     attach(nodes, parents, lead)
     queue: list[QueuedCall] = []

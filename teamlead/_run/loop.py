@@ -263,9 +263,11 @@ async def _wrap_up(state: RunState, carried: list[Delivery], wrap: WrapFn) -> As
 def _not_yet_used(delivered: list[Delivery]) -> str:
     """Why the lead is resumed, counting only what hands it a result."""
     results = sum(1 for d in delivered if d.carries_result)
-    rest = len(delivered) - results
+    stopped = sum(1 for d in delivered if d.continue_task)
+    rest = len(delivered) - results - stopped
     failed = f"; {rest} failed or left nothing to deliver" if rest else ""
-    return f"{results} result(s) not yet used by the lead{failed}"
+    to_continue = f"; {stopped} agent(s) stopped at a limit to continue" if stopped else ""
+    return f"{results} result(s) not yet used by the lead{to_continue}{failed}"
 
 
 def _after_first(state: RunState, outcome: RoundOutcome) -> None:

@@ -38,9 +38,10 @@ def finish(state: RunState) -> Finished:
     """
     # the rows' readers come with the SDK: imported here, so that stopped_before_start,
     # which `teamlead ask` may need while the SDK is still half-imported, never loads it
-    from .collect import cut_rows, dispositions, with_results
+    from .collect import cut_rows, dispositions, judge_ends, with_results
 
     state.close()
+    judge_ends(state)
     records = state.admission.records()
     tracker = state.tracker
     if tracker.invalid_calls:  # refused by the CLI before any hook ran
@@ -137,13 +138,19 @@ def build_finished(
             continue  # a thrown workflow's agents: its one error line says it
         if d in thrown:
             reasons.append(f'workflow "{d.description}" failed: {d.reason or "no error given"}')
+        elif d.disposition == "missing" and d.reason:  # it never finished, or went unread
+            reasons.append(f'{d.kind} "{d.description}" ({d.status}): {d.reason}')
         elif d.disposition == "missing":
             reasons.append(f'{d.kind} "{d.description}" ({d.status}): its result was not used')
         elif d.disposition == "failed":
             reasons.append(_failed_reason(d))
     say = in_user_terms or (lambda text: text)
     status: Status
-    carried = [d for d in dispositions if d.result is not None and d.status == "completed"]
+    carried = [
+        d
+        for d in dispositions
+        if d.result is not None and d.status == "completed" and d.ended in (None, "finished")
+    ]
     if thrown:  # a workflow's script threw: the work it stood for did not run
         status = "failed"
     elif final is None and carried:

@@ -10,6 +10,7 @@ next round instead of losing them.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -31,6 +32,7 @@ __all__ = [
     "TaskSource",
     "WorkflowResume",
     "build_resume_prompt",
+    "continue_actions",
     "workflow_actions",
     "escape",
     "render_resume_prompt",
@@ -42,9 +44,10 @@ TaskSource: TypeAlias = Literal["summary", "transcript", "none"]
 DeliverySource: TypeAlias = Literal["summary", "transcript", "inbox", "none"]
 #: A delivery's state: a task's terminal state or ``lost`` (it never ended); a teammate's
 #: report ``resolved`` (or the ``completed``/``failed`` state it reported), a plain
-#: message ``message``.
+#: message ``message``; ``partial``: the last text of an agent that did not finish (the CLI
+#: stopped it at a limit), never a complete result.
 TaskOutcome: TypeAlias = Literal["completed", "failed", "stopped", "killed", "lost"]
-DeliveryStatus: TypeAlias = TaskOutcome | Literal["resolved", "message"]
+DeliveryStatus: TypeAlias = TaskOutcome | Literal["resolved", "message", "partial"]
 
 #: Terminal task states that count as a failure.
 FAILED_STATES: frozenset[str] = frozenset({"failed", "stopped", "killed", "lost"})
@@ -111,12 +114,18 @@ class Delivery:
     lead_in: str | None = None
     #: what the prompt quoted of ``text`` (its head and tail when cut), once rendered
     quoted: str | None = None
+    #: a ``partial`` delivery: how its agent was cut (``stopped at its 3-turn limit…``)
+    cut: str | None = None
+    #: the task id the lead is asked to continue (a checked plain id): it stopped at its
+    #: turn limit, and a ``SendMessage`` to it resumes it where it stopped
+    continue_task: str | None = None
 
     @property
     def carries_result(self) -> bool:
-        """Whether this delivery hands the lead a result: text recovered from work that did
-        not fail (a failed or lost agent's delivery only says what is missing)."""
-        return bool(self.text) and self.status not in FAILED_STATES
+        """Whether this delivery hands the lead a result: text recovered from work that
+        finished (a failed or lost agent's delivery only says what is missing, a partial
+        one what it left)."""
+        return bool(self.text) and self.status not in FAILED_STATES and self.status != "partial"
 
     @property
     def asks_only(self) -> bool:
@@ -194,9 +203,11 @@ _PROMPT_TAIL = [
     "is missing or failed, and do not start new agents for work that is already done.",
 ]
 _RESUME_TAIL = (
-    "Once the resumed workflows have finished, write the final answer for the user with "
-    "every result, and say plainly what is still missing or failed. Start no other agents."
+    "Once the work you were asked above to resume or continue has finished, write the final "
+    "answer for the user with every result, and say plainly what is still missing or failed. "
+    "Start no other agents."
 )
+_CONTINUE_MESSAGE = "Continue from where you stopped and finish your task."
 _SAFE_PATH = re.compile(r"[^\x00-\x1f\x7f\"<>]{1,1000}")
 
 
@@ -227,6 +238,26 @@ def workflow_actions(deliveries: list[Delivery]) -> list[str]:
             f'Resume the workflow "{_attr(wf.name)}" (run {wf.run_id}) now: call Workflow with '
             f"{{{how}}}{same}. Its finished agents are replayed from the run's journal "
             "without new requests; the lost ones run again."
+        )
+    return lines
+
+
+def continue_actions(deliveries: list[Delivery]) -> list[str]:
+    """What the lead is asked to do about agents stopped at their turn limit: continue each
+    with ``SendMessage`` to its task id (a deferred tool: loaded with ``ToolSearch``), which
+    resumes it on its own transcript; its result comes in a new task notification."""
+    lines: list[str] = []
+    for d in deliveries:
+        task_id = d.continue_task
+        if not task_id:
+            continue
+        call = json.dumps({"to": task_id, "message": _CONTINUE_MESSAGE, "summary": "continue"})
+        lines.append(
+            f'The agent "{_attr(d.label)}" (task id {task_id}) {_attr(d.cut or "stopped")}: '
+            "its text above is PARTIAL output, not its result. Continue it now: load SendMessage "
+            'with ToolSearch {"query": "select:SendMessage"}, then call SendMessage '
+            f"{call}. It resumes where it stopped, and its result comes in a new task "
+            "notification: wait for it."
         )
     return lines
 
@@ -279,6 +310,49 @@ def _workflow_problems(d: Delivery) -> list[str]:
     return [head + "; ".join(" ".join(escape(x, _MAX_LABEL).split()) for x in wf.lost)]
 
 
+_CLOSING = "\n</result>"
+
+
+def _framed(d: Delivery) -> tuple[str, int, list[str]]:
+    """A delivery's opening tag (after its lead-in), the room its frame takes (tags and its
+    lines under "Missing or failed"), and those lines."""
+    label = _attr(d.label)
+    opening = (
+        f'<result source="{_attr(d.kind)}" name="{label}" status="{_attr(d.status)}" '
+        f'via="{_attr(d.source)}">\n'
+    )
+    if d.lead_in:
+        opening = f"{d.lead_in}\n{opening}"
+    own = [f'- {d.kind} "{label}" ended {d.status}'] if d.status in FAILED_STATES else []
+    if d.status == "partial":
+        cut = _attr(d.cut or "did not finish")
+        own.append(f'- {d.kind} "{label}" {cut}: only its PARTIAL output is above')
+    own += _workflow_problems(d)
+    if not d.text and not d.asks_only:
+        own.append(f'- {d.kind} "{label}": no output was recovered')
+    fixed = len(opening) + len(_CLOSING) + 1 + sum(len(line) + 1 for line in own)
+    return opening, fixed, own
+
+
+def _fair_shares(needs: list[int], budget: int) -> list[int]:
+    """Max-min fair shares of ``budget``: each need is met whole while what is left, shared
+    equally among the needs not yet met, covers it; the biggest share the rest equally.
+
+    Example:
+        >>> _fair_shares([21000, 100, 100], 30000)
+        [21000, 100, 100]
+        >>> _fair_shares([50000, 40000, 100], 30000)
+        [14950, 14950, 100]
+    """
+    shares = [0] * len(needs)
+    left = budget
+    order = sorted(range(len(needs)), key=needs.__getitem__)
+    for done, i in enumerate(order):
+        shares[i] = min(needs[i], max(0, left) // (len(needs) - done))
+        left -= shares[i]
+    return shares
+
+
 def render_resume_prompt(
     deliveries: list[Delivery],
     missing: list[str],
@@ -290,12 +364,14 @@ def render_resume_prompt(
 ) -> tuple[str, int]:
     """The resume prompt and how many of ``deliveries`` (a prefix) it carries.
 
-    Each result gets an equal share of the room left under ``max_prompt_chars`` (at most
-    ``max_result_chars``). When there are too many for that, each gets a readable minimum
-    while room lasts and the rest are left out, so the caller can deliver them in the next
-    round instead of losing them. The first delivery is always carried. A result longer
-    than its share keeps its head and tail; ``spill(delivery)`` writes its whole text to a
-    file and returns the path, which the prompt names (and ``delivery.full_path`` keeps).
+    Each result goes whole while all of them fit under ``max_prompt_chars`` (and
+    ``max_result_chars``); otherwise the room is shared fairly: a result that fits its equal
+    share goes whole, the longer ones share the rest equally. When there are too many for
+    that, each gets a readable minimum while room lasts and the rest are left out, so the
+    caller can deliver them in the next round instead of losing them. The first delivery is
+    always carried. A result longer than its share keeps its head and tail;
+    ``spill(delivery)`` writes its whole text to a file and returns the path, which the
+    prompt names (and ``delivery.full_path`` keeps).
     ``head`` replaces the opening lines of the data block. A workflow that lost agents
     is named in the missing lines; with ``actions`` the prompt then asks the lead, after
     the data block, to resume it (see :func:`workflow_actions`).
@@ -307,26 +383,22 @@ def render_resume_prompt(
     blocks: list[str] = []
     problems: list[str] = []
     carried = 0
+    framed = [_framed(d) for d in deliveries]
+    shares = _fair_shares(
+        [
+            0 if d.asks_only else fixed + len(escape(d.text))
+            for d, (_, fixed, _) in zip(deliveries, framed, strict=True)
+        ],
+        budget,
+    )
     for index, d in enumerate(deliveries):
-        label = _attr(d.label)
-        opening = (
-            f'<result source="{_attr(d.kind)}" name="{label}" status="{_attr(d.status)}" '
-            f'via="{_attr(d.source)}">\n'
-        )
-        if d.lead_in:
-            opening = f"{d.lead_in}\n{opening}"
-        closing = "\n</result>"
-        own = [f'- {d.kind} "{label}" ended {d.status}'] if d.status in FAILED_STATES else []
-        own += _workflow_problems(d)
+        opening, fixed, own = framed[index]
         if d.asks_only:  # no block of its own: its missing lines and its ask
             problems += own
             budget -= sum(len(line) + 1 for line in own)
             carried += 1
             continue
-        if not d.text:
-            own.append(f'- {d.kind} "{label}": no output was recovered')
-        fixed = len(opening) + len(closing) + 1 + sum(len(line) + 1 for line in own)
-        room = budget // (len(deliveries) - index) - fixed  # a fair share of what is left
+        room = min(shares[index], budget) - fixed  # whole while all fit, else a fair share
         if room < _MIN_SHARE:  # not all fit: give this one a readable share while room lasts
             room = min(_MIN_SHARE, budget - fixed)
         escaped = escape(d.text) if d.text else "(no output was recovered)"
@@ -337,7 +409,7 @@ def render_resume_prompt(
             d.full_path = spill(d)
         body = _quote(d.text, limit, d.full_path) if d.text else escaped
         d.quoted = body if d.text else None
-        blocks.append(opening + body + closing)
+        blocks.append(opening + body + _CLOSING)
         problems += own
         budget -= fixed + len(body)
         carried += 1
@@ -345,7 +417,11 @@ def render_resume_prompt(
     parts = [*opening_lines, *blocks]
     if problems:
         parts += ["", "Missing or failed:", *problems]
-    todo = workflow_actions(deliveries[:carried]) if actions else []
+    todo = (
+        workflow_actions(deliveries[:carried]) + continue_actions(deliveries[:carried])
+        if actions
+        else []
+    )
     if todo:
         parts += [_PROMPT_TAIL[0], "", *todo, "", _RESUME_TAIL]
     else:

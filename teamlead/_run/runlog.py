@@ -44,6 +44,7 @@ from pydantic import TypeAdapter, ValidationError
 
 from ..errors import UsageError
 from ..events import (
+    CUT_ENDS,
     AgentUsage,
     ConcurrencyChanged,
     Finished,
@@ -275,7 +276,8 @@ def _finished_row(row: TaskDisposition, usage: Mapping[str, AgentUsage]) -> _Row
         id=_ident(row.id),
         kind=_KINDS.get(row.kind, "agent"),
         label=row.label or row.description or row.id,
-        state="done" if row.status in _DONE else row.status,
+        # an agent the CLI called completed that never finished shows how it was cut
+        state=row.ended if row.ended in CUT_ENDS else "done" if row.status in _DONE else row.status,
         parent=_ident(row.parent) if row.parent is not None else None,
         phase=row.phase,
         tokens=_tokens(row.tokens_in, row.tokens_out),

@@ -61,6 +61,7 @@ from ..events import RunAmended
 from ..policy import Policy
 from ..tracker import TrackedEvent, Tracker
 from .agents import RunAgents
+from .ending import AgentEnd
 from .ledger import Ledger
 from .options import MAX_MESSAGE_BYTES, RUN_MARK_VAR, SUBAGENT_MODEL_VAR, Wiring, build_options
 from .permissions import PermissionRequests
@@ -136,6 +137,13 @@ class Collected:
         logged: inbox warnings already logged, so each is shown once.
         cuts: the workflow results the CLI cut in the lead's notification, by task id;
             the rest of each is the delivery ``task:<id>``.
+        ends: how each ended task's agent ended, by task id, with the end (the tracker's
+            ``ended_seq``) it was judged at: a task that ends again is judged again.
+        continue_asks: how often a resume prompt asked the lead to continue each task
+            stopped at a limit, by task id.
+        unread: the deliveries a resume prompt handed over partly by path (it quoted their
+            head and tail) whose file the lead never read, by key, with the path: never
+            counted as used.
     """
 
     deliveries: dict[str, Delivery] = field(default_factory=dict)
@@ -147,6 +155,9 @@ class Collected:
     waited_s: float = 0.0
     logged: set[str] = field(default_factory=set)
     cuts: dict[str, CutResult] = field(default_factory=dict)
+    ends: dict[str, tuple[int | None, AgentEnd]] = field(default_factory=dict)
+    continue_asks: dict[str, int] = field(default_factory=dict)
+    unread: dict[str, str] = field(default_factory=dict)
 
     def missing_lines(self) -> list[str]:
         """The teammates the resume prompt names as not reported or failed."""

@@ -1,13 +1,16 @@
 """The real-CLI tier's shared scripts for the scripted model, and readers of what it saw.
 
 :class:`Mixed` is a lead that starts Agent calls and (optionally) one workflow in its first
-message, then synthesizes. The readers say which agents ran, what reached the lead, what
+message, then synthesizes; :class:`Redelegates` one that delegates again the work of agents
+a dead machine lost. The readers say which agents ran, what reached the lead, what
 each agent was sent, and a workflow's requests and journal, from the server's records and
 the CLI's files.
 """
 
 from __future__ import annotations
 
+import re
+import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,6 +27,7 @@ from teamlead.testing.scripts import (
 
 __all__ = [
     "Mixed",
+    "Redelegates",
     "agents_run",
     "one_done_one_running",
     "wrap_up_answers",
@@ -95,6 +99,37 @@ class Mixed:
                 )
             return Reply.tools(*calls)
         return synthesize(req)
+
+
+class Redelegates:
+    """A lead that starts agents ``a`` to ``d``, of which ``c`` and ``d`` hang on their first
+    run (their machine dies with them); when a teamlead resume prompt names agents that were
+    lost, it delegates their work again (the same description and prompt), then answers."""
+
+    def __init__(self) -> None:
+        self.hung: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        if req.role == "subagent" and req.agent is not None:
+            name = req.agent.description
+            with self._lock:
+                first = name in ("c", "d") and name not in self.hung
+                self.hung.add(name)
+            return Reply.text(finding_text(name), delay=600 if first else 0.2)
+        if req.role != "lead":
+            return Reply.text("ok")
+        if req.assistant_turns == 0:
+            return Reply.agents(*(AgentCall(n, f"AGENTJOB {n}") for n in "abcd"))
+        lost = (
+            _LOST.findall(req.last_user_text) if "<teamlead-results" in req.last_user_text else []
+        )
+        if lost:
+            return Reply.agents(*(AgentCall(n, f"AGENTJOB {n}") for n in lost))
+        return synthesize(req)
+
+
+_LOST = re.compile(r'- task "(\w)" ended (?:lost|stopped|killed)')
 
 
 def wrap_up_answers(lead: Callable[[ScriptedRequest], Reply]) -> Callable[[ScriptedRequest], Reply]:

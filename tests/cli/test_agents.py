@@ -163,10 +163,10 @@ async def test_a_hung_workflow_agent_ends_at_its_timeout(offline: OfflineFactory
     assert done.status == "partial"
 
 
-async def test_a_30000_character_result_keeps_its_tail_on_the_real_cli(
+async def test_a_result_over_the_prompt_keeps_its_tail_on_the_real_cli(
     offline: OfflineFactory,
 ) -> None:
-    long = "x" * 30_000 + " " + finding_text("deep") + " THE-END"
+    long = "x" * 90_000 + " " + finding_text("deep") + " THE-END"  # over max_prompt_chars
     script = Mixed(["deep"], delay=0.5, answers={"deep": long})
     failed: list[int] = []
 

@@ -31,6 +31,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
         "limits.py",
         "cli_start.py",
         pytest.param("shim_latency.py", marks=pytest.mark.cli),
+        "agent_ends.py",
     ],
 )
 def test_bench_quick_mode_runs_and_summarizes(script: str, tmp_path: Path) -> None:

@@ -19,7 +19,7 @@ import json
 import os
 import signal
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from ..polling import poll
 from ..redis_server import REDIS_SERVER, RedisServer, redis_server
 from ..session_stores import Machine, finished_line, in_store, machine
 from .conftest import TEAMLEAD, cli_processes, start_ask
+from .scripted import Redelegates
 
 pytestmark = [
     pytest.mark.cli,
@@ -83,6 +84,14 @@ def die_once_journaled(
 ) -> tuple[str, subprocess.Popen[str]]:
     """``teamlead ask`` on ``first``, SIGKILLed with all it started once the store's journal
     holds ``results`` results; returns the session id."""
+    return die_once(first, project, url, lambda: journaled_session(url, results), *extra)
+
+
+def die_once(
+    first: Machine, project: Path, url: str, ready: Callable[[], str | None], *extra: str
+) -> tuple[str, subprocess.Popen[str]]:
+    """``teamlead ask`` on ``first``, SIGKILLed with all it started once ``ready()`` names
+    the session (what the test waits for is in the store); returns the session id."""
     out = (project.parent / "ask.out").open("w")
     proc = start_ask(
         first.claude, *RUN, "--session-store", url, *extra,
@@ -90,20 +99,31 @@ def die_once_journaled(
         start_new_session=True,  # its own process group: the machine dies whole
     )  # fmt: skip
     try:
-        session = poll(
-            lambda: journaled_session(url, results),
-            within_s=120,
-            unless=lambda: proc.poll() is not None,
-        )
-        assert session, (
-            f"the store never held {results} results:\n" + (project.parent / "ask.out").read_text()
-        )
+        session = poll(ready, within_s=120, unless=lambda: proc.poll() is not None)
+        assert session, "the store never held it:\n" + (project.parent / "ask.out").read_text()
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(timeout=10)
         out.close()
     assert poll(lambda: not cli_processes(first.claude.state_dir), within_s=10)
     return session, proc
+
+
+def completed_on(
+    second: Machine, session: str, project: Path, url: str
+) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """``teamlead resume SESSION`` on ``second`` from the store at ``url``, which must end
+    ``completed`` (exit 0); its process and its ``finished`` line."""
+    done = run_to_the_end(
+        [*TEAMLEAD, "resume", session, *RUN, "--session-store", url],
+        env=second.env,
+        cwd=project,
+        timeout=200,
+    )
+    finished = finished_line(done.stdout)
+    assert done.returncode == 0, (done.stderr[-3000:], json.dumps(finished))
+    assert finished["status"] == "completed", finished["reasons"]
+    return done, finished
 
 
 def test_a_run_whose_machine_died_is_finished_on_another_from_the_redis_store(
@@ -117,15 +137,7 @@ def test_a_run_whose_machine_died_is_finished_on_another_from_the_redis_store(
         session, _ = die_once_journaled(first, project, redis.url, 2)
         assert requests_by_key(server) == {"a": 1, "b": 1, "c": 1, "d": 1}
         assert not list(second.claude.config_dir.glob("projects/*/*.jsonl"))  # never here
-        done = run_to_the_end(
-            [*TEAMLEAD, "resume", session, *RUN, "--session-store", redis.url],
-            env=second.env,
-            cwd=project,
-            timeout=200,
-        )
-        finished = finished_line(done.stdout)
-        assert done.returncode == 0, (done.stderr[-3000:], json.dumps(finished))
-        assert finished["status"] == "completed", finished["reasons"]
+        done, finished = completed_on(second, session, project, redis.url)
         assert set(findings_in(finished["result"] or "")) >= set(KEYS)  # 4 of 4
         # the finished agents were replayed from the journal: their job asked nothing again
         assert requests_by_key(server) == {"a": 1, "b": 1, "c": 2, "d": 2}
@@ -140,3 +152,46 @@ def test_a_run_whose_machine_died_is_finished_on_another_from_the_redis_store(
     row = next(r for r in rows if r["session_id"] == session)
     assert row["status"]["status"] == "completed" and row["status"]["reason"] == "all_results_used"
     assert row["version"] == 1 and row["last_modified"] > 1e12
+
+
+def stored_with(url: str, *needles: str) -> str | None:
+    """The session whose transcript in the store holds every one of ``needles``, if any."""
+
+    async def check(store: Any) -> str | None:
+        for session in await stored_sessions(store):
+            key = {"project_key": session.project_key, "session_id": session.session_id}
+            text = json.dumps(await store.load(key) or [])
+            if all(n in text for n in needles):
+                return str(session.session_id)
+        return None
+
+    return in_store(url, check)
+
+
+def test_lost_agents_delegated_again_on_another_machine_are_superseded(
+    tmp_path: Path, redis: RedisServer
+) -> None:
+    script = Redelegates()
+    project = tmp_path / "project"
+    project.mkdir()
+    with ScriptedServer(script) as server:
+        first, second = machine(tmp_path, "a", server), machine(tmp_path, "b", server)
+        # the machine dies once the store holds the lead's a and b, and c and d hang
+        session, _ = die_once(
+            first,
+            project,
+            redis.url,
+            lambda: (
+                stored_with(redis.url, "FINDING[a]", "FINDING[b]")
+                if script.hung >= {"c", "d"}
+                else None
+            ),
+        )
+        _, finished = completed_on(second, session, project, redis.url)
+    assert sorted(findings_in(finished["result"] or "")) == ["a", "b", "c", "d"]
+    rows = [r for r in finished["tasks"] if r["kind"] == "task"]
+    for name in "cd":
+        lost, again = (r for r in rows if r["description"] == name)
+        assert (lost["disposition"], lost["ended"]) == ("not_run", "lost")
+        assert f"superseded by task {again['id']}" in lost["reason"]
+        assert (again["disposition"], again["ended"]) == ("included", "finished")

@@ -10,6 +10,7 @@ agent replayed from the journal sends none).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 from collections import Counter
@@ -22,7 +23,8 @@ import pytest
 
 import teamlead
 from teamlead.clock import SYSTEM_CLOCK, Clock
-from teamlead.testing import OfflineClaude, Reply, ScriptedServer
+from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing.replies import ToolUse
 from teamlead.testing.scripts import WorkflowFanOut, findings_in
 
 from ..polling import poll
@@ -338,26 +340,74 @@ async def test_a_workflow_result_the_cli_cut_in_the_notification_reaches_the_lea
     assert {r.disposition for r in rows.values()} == {"included"}
 
 
-async def test_the_rest_of_a_cut_workflow_result_too_long_for_the_prompt_is_given_by_path(
-    offline: OfflineFactory,
+class Reader(WorkflowFanOut):
+    """As :class:`WorkflowFanOut`, but the lead reads the file a resume prompt hands a
+    result over by (``… the whole result is in PATH (Read it)``) before it answers."""
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        named = _BY_PATH.search(req.last_user_text)
+        if req.role == "lead" and named is not None and "<teamlead-results" in req.last_user_text:
+            return Reply.tools(ToolUse(name="Read", input={"file_path": named.group(1)}))
+        return super().__call__(req)
+
+
+_BY_PATH = re.compile(r"the whole result is in (\S+) \(Read it\)")
+
+
+@pytest.mark.parametrize("reads", [False, True], ids=["unread", "read"])
+async def test_the_rest_of_a_cut_workflow_result_given_by_path_counts_only_once_read(
+    offline: OfflineFactory, reads: bool
 ) -> None:
-    script, server, claude = many_agents(offline)
+    script = (Reader if reads else WorkflowFanOut)(MANY, delay=0.0, answer_chars=250)
+    server, claude = offline(script)
+    claude.env["CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS"] = "8"
     done = finished(await run(claude.options(), policy(max_result_chars=600)))
-    assert done.status == "completed" and done.resumes == 1, done.reasons
+    assert done.resumes == 1, done.reasons
     workflow = next(r for r in done.tasks if r.kind == "task")
-    assert workflow.result_file is not None
-    assert workflow.reason is not None and "partly by path only" in workflow.reason
+    assert workflow.result_file is not None and workflow.reason is not None
     whole = await anyio.Path(workflow.result_file).read_text()
     rows = {r.label.removeprefix("wf:"): r for r in done.tasks if r.kind == "workflow_agent"}
-    by_path = {key for key, r in rows.items() if "only by path" in (r.reason or "")}
+    by_path = {key for key, r in rows.items() if r.result_file == workflow.result_file}
     assert by_path, "the prompt quoted every agent's result"
     sent = whole_results_sent_to_the_lead(server, script)
-    for key in MANY:
-        if key in by_path:  # the row names the file that holds it, and the lead never had it
-            assert rows[key].result_file == workflow.result_file
-            assert script.answer(key) in whole and sent[key] == 0, key
-        else:
-            assert sent[key] == 1 and key in findings_in(done.result or ""), key
+    for key in set(MANY) - by_path:
+        assert sent[key] == 1 and key in findings_in(done.result or ""), key
+    for key in by_path:  # the lead had them only in the file the row names
+        assert script.answer(key) in whole and sent[key] == 0, key
+    if reads:
+        assert done.status == "completed" and done.reason == "all_results_used", done.reasons
+        assert "the lead read all of it" in workflow.reason
+        assert set(findings_in(done.result or "")) == set(MANY)
+        assert {rows[key].disposition for key in by_path} == {"included"}
+    else:  # handed over, never seen: not used, and the run says which
+        assert done.status == "partial" and done.reason == "results_missing", done.reasons
+        assert "the lead never read the whole" in workflow.reason
+        assert {rows[key].disposition for key in by_path} == {"missing"}
+        unseen = {key for key in MANY if any(f"wf:{key}" in r for r in done.reasons)}
+        assert unseen == by_path
+
+
+@pytest.mark.slow  # 200 workflow agents on the real CLI
+async def test_all_200_findings_of_a_workflow_the_cli_cut_reach_the_answer(
+    offline: OfflineFactory,
+) -> None:
+    keys = [f"k{i:03d}" for i in range(200)]
+    script = WorkflowFanOut(keys, delay=0.0, answer_chars=120)  # about 24,000 characters
+    server, claude = offline(script)
+    claude.env["CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS"] = "16"
+    done = finished(await run(claude.options(), policy(), limit_s=240))
+    notified = next(
+        r.request.last_user_text
+        for r in server.recorded()
+        if "<task-notification>" in r.request.last_user_text
+    )
+    assert "... (truncated " in notified  # the CLI cut it
+    assert done.status == "completed" and done.reason == "all_results_used", done.reasons
+    assert set(findings_in(done.result or "")) == set(keys)  # every finding, none by path
+    workflow = next(r for r in done.tasks if r.kind == "task")
+    assert workflow.result_file is None and "delivered in a resume prompt" in (
+        workflow.reason or ""
+    )
 
 
 async def test_a_cut_workflow_result_whose_rest_never_reached_the_lead_is_missing(
