@@ -62,9 +62,9 @@ def test_the_top_level_surface_stays_small_and_private_helpers_stay_private() ->
     # 69 at most: what users call and what they receive back (the process's shared state,
     # the stream's item union and the subagent roster among them; the strict drop-in `query`
     # and `run`, the same run with teamlead's events, are two; EndKind, how an agent ended,
-    # one); the names users never call (the run state, parsing helpers, the test bed, the experiment API, which lives in
-    # teamlead.experiment, the session stores' classes, in teamlead.sessions) are not
-    # re-exported.
+    # one); the names users never call (the run state, parsing helpers, the test bed, the
+    # experiment API, which lives in teamlead.experiment, the session stores' classes, in
+    # teamlead.sessions) are not re-exported.
     assert len(teamlead.__all__) <= 69
     private = ("RunState", "decode_entry", "entry_key", "parse_message", "TrialWriter")
     for name in (*private, "FakeClock", "ScriptedServer"):

@@ -59,8 +59,8 @@ __all__ = [
     "absorb",
     "cut_rows",
     "dispositions",
-    "row_text",
     "judge_ends",
+    "row_text",
     "used_deliveries",
     "with_results",
 ]
