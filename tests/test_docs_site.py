@@ -7,6 +7,7 @@ cards, remote inventories) fails the test instead of needing the network in CI.
 
 from __future__ import annotations
 
+import inspect
 import os
 import re
 import subprocess
@@ -108,3 +109,14 @@ def test_every_page_is_in_the_nav() -> None:
     listed = set(re.findall(r":\s*(\S+\.md)\s*$", config, flags=re.M))
     pages = {page.relative_to(DOCS).as_posix() for page in DOCS.rglob("*.md")}
     assert pages == listed, (sorted(pages - listed), sorted(listed - pages))
+
+
+def test_the_pages_and_the_public_docstrings_name_no_unexplained_source() -> None:
+    # "zcode's three-state amend" meant nothing to a reader: the amend's three states are
+    # said in words (left out, None, a value); an anchor the docs keep is explained where named
+    said = [_flat(page) for page in DOCS.rglob("*.md")]
+    said += [inspect.getdoc(obj) or "" for obj in (teamlead, teamlead.RunControl)]
+    said.append(inspect.getdoc(teamlead.RunControl.amend) or "")
+    assert not [text for text in said if "zcode" in text.lower()]
+    amend = inspect.getdoc(teamlead.RunControl.amend) or ""
+    assert "None" in amend and "left out" in amend
