@@ -3,8 +3,9 @@
 Warnings, decoded teammate messages and transcript text can echo things a teammate read,
 including an API key from its environment. Values of secret-looking environment variables
 (``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ...) are replaced before anything leaves teamlead.
-:func:`terminal_safe` makes text safe to print, :func:`ndjson_line` a JSON record safe to
-write as one line of NDJSON.
+:func:`terminal_safe` makes text safe to print (and :func:`shown_safe` every string of a
+JSON value the web view's page shows), :func:`ndjson_line` a JSON record safe to write as
+one line of NDJSON.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable, Mapping
+from typing import Any
 
 _SECRET_NAME = re.compile(r"KEY|TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|AUTH|COOKIE", re.I)
 _MIN_SECRET_LEN = 8
@@ -79,9 +81,12 @@ def secret_scrubber(env: Mapping[str, str] | None = None) -> Callable[[str], str
     return scrub
 
 
-# C0 and C1 controls, DEL, the bidi overrides that reorder what a terminal shows, and
-# lone surrogates (they cannot be encoded for output).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# C0 and C1 controls, DEL, the bidi controls that reorder what a terminal or a page shows
+# (the embeddings, overrides and isolates, and the marks), and lone surrogates (they cannot
+# be encoded for output).
+_CONTROL = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def _escape_control(match: re.Match[str]) -> str:
@@ -106,6 +111,25 @@ def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
     if keep_newlines:
         return "\n".join(_CONTROL.sub(_escape_control, line) for line in text.split("\n"))
     return _CONTROL.sub(_escape_control, text)
+
+
+def shown_safe(value: Any) -> Any:
+    """A JSON value (dicts, lists, strings, numbers) with every string, keys too, made
+    :func:`terminal_safe`: what the web view sends its page, so a page shows untrusted
+    text by the terminal's one rule (a U+202E in an agent's description cannot reverse the
+    rest of its row).
+
+    Example:
+        >>> shown_safe({"label": "a\\u202eb", "n": [1, "\\x1b"]})
+        {'label': 'a\\\\u202eb', 'n': [1, '\\\\x1b']}
+    """
+    if isinstance(value, str):
+        return terminal_safe(value)
+    if isinstance(value, dict):
+        return {shown_safe(k): shown_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [shown_safe(item) for item in value]
+    return value
 
 
 #: C1 controls (U+0080-U+009F, e.g. U+009B, a CSI on some terminals) and the line and

@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import resource
 import select
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -27,15 +28,25 @@ _ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--
 
 
 @contextmanager
-def serving_view(env: dict[str, str], *args: str) -> Iterator[str]:
+def serving_view(
+    env: dict[str, str], *args: str, open_files: int | None = None, stderr: IO[str] | None = None
+) -> Iterator[str]:
     """``teamlead view ARGS`` serving until the block ends (it must end with code 0, as a
-    server's end does): the URL it printed first."""
+    server's end does): the URL it printed first. ``open_files`` lowers its open-file
+    limit; ``stderr`` takes what it writes there (else it is shown when it fails)."""
+
+    def limited() -> None:
+        if open_files is not None:
+            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, hard))
+
     proc = subprocess.Popen(
         [sys.executable, "-m", "teamlead", "view", *args],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.PIPE if stderr is None else stderr,
         text=True,
         env=env,
+        preexec_fn=limited if open_files is not None else None,
     )
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 60)

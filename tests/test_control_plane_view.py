@@ -35,6 +35,10 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.slow]
 
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>&amp;'
+#: An agent description that would show its row's state, tokens and requests backwards.
+BIDI = "review \u202e\u2066gpj.exe\u2069\u200f\u061c\x1b[2J"
+#: Every bidi control the terminal's rule escapes.
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
 
 @dataclass
@@ -57,6 +61,15 @@ class Steering:
 
     def detail(self) -> dict[str, Any]:
         agent = {"id": "a1", "kind": "agent", "label": HOSTILE, "state": "running", "children": []}
+        reversed_ = {
+            "id": "a2",
+            "kind": "agent",
+            "label": BIDI,
+            "state": "done",
+            "tokens": 4321,
+            "requests": 7,
+            "children": [],
+        }
         return {
             "version": 1,
             "run": "r",
@@ -71,7 +84,7 @@ class Steering:
                 "state": self.state,
                 "tokens": 10,
                 "requests": 2,
-                "children": [agent],
+                "children": [agent, reversed_],
             },
             "queue": [{"tool_use_id": "t", "description": HOSTILE, "waited_s": 2.5}],
             "approvals": [{"tool": "Bash", "agent": HOSTILE, "what": HOSTILE, "waited_s": 1}],
@@ -244,3 +257,16 @@ def test_the_page_shows_the_picked_runs_tree_queue_approvals_and_chart_as_text(
     shot = tmp_path / "view-detail.png"
     page.screenshot(path=str(shot), full_page=True)
     print(f"screenshot: {shot}")
+
+
+def test_the_page_shows_bidi_and_control_characters_escaped_as_the_terminal_does(
+    served: Served, page: Page
+) -> None:
+    agent = page.locator('#tree li[data-agent="a2"]')
+    agent.wait_for(timeout=30_000)
+    escaped = "review \\u202e\\u2066gpj.exe\\u2069\\u200f\\u061c\\x1b[2J"
+    assert agent.locator(".label").first.inner_text() == escaped
+    assert agent.get_attribute("data-state") == "done"
+    shown = page.evaluate("document.body.innerText")
+    assert "4321" in agent.inner_text() and escaped in shown
+    assert not set(BIDI_CONTROLS + "\x1b") & set(shown)

@@ -28,21 +28,28 @@ page that was opened:
   1 KiB;
 - the page runs no code but its own (a nonce'd script under a strict
   ``Content-Security-Policy``), builds every cell with ``textContent`` (a run's command
-  holds anything the user typed), and drops the token from the address bar once loaded.
+  holds anything the user typed), and drops the token from the address bar once loaded;
+- every string the page is sent is first made safe by the terminal's one rule
+  (:func:`~teamlead._redact.shown_safe`): control and bidi characters escaped (a U+202E
+  cannot reverse a row), secrets redacted.
 
 At most 8 event streams are served at once; each reads the registry (or asks the run)
-once a second, in a worker thread.
+once a second, in a worker thread. Anyone on the machine can connect to the port, so the
+connections are held to the relay's bounds (:mod:`teamlead._relay.protocol`): a head must
+come within 10 s, an idle connection is closed after 5 s, and past 64 open connections the
+oldest idle one is closed to make room (one warning), so a flood of silent connections
+never keeps the page from its owner; descriptors running out is one warning too.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import json
+import logging
 import secrets
-import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs
@@ -50,6 +57,8 @@ from urllib.parse import parse_qs
 import anyio
 import click
 
+from .._redact import shown_safe, terminal_safe
+from .._relay import GuardedSocket, RelayConfig, bounded_server, loopback_socket
 from .._run.registry import Registry
 from .._run.runlog import UNFINISHED, read_log
 from ..errors import ControlError, NoSuchRun, UsageError
@@ -60,6 +69,8 @@ from .runs import act, ps_rows, run_detail
 from .signals import Interruptible
 
 __all__ = ["Board", "view"]
+
+log = logging.getLogger("teamlead.view")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -77,6 +88,10 @@ _MAX_STREAMS = 8
 _EVERY_S = 1.0
 _KEEPALIVE_S = 15.0
 _RUN_CHARS = 64
+#: Client connections' bounds, the relay's own rules (:mod:`teamlead._relay.protocol`): a
+#: page needs a few connections (the page, two event streams, a button), so past 64 the
+#: oldest idle one is closed; a head must come within 10 s, an idle connection goes after 5.
+_BOUNDS = RelayConfig(max_connections=64, max_body_bytes=_MAX_BODY)
 
 
 class Board:
@@ -203,7 +218,9 @@ class Board:
         quiet_since = time.monotonic()
         while True:
             name, value, final = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
-            data = json.dumps(value, ensure_ascii=True)  # no raw line breaks in an event
+            # every string as the terminal shows it (controls and bidi escaped, secrets
+            # redacted); ASCII: no raw line breaks in an event
+            data = json.dumps(shown_safe(value), ensure_ascii=True)
             if data != last:
                 last, quiet_since = data, time.monotonic()
                 chunk = f"event: {name}\ndata: {data}\n\n".encode()
@@ -274,45 +291,45 @@ async def _answer(
 
 
 async def _reply(send: Send, status: int, ok: bool, message: str) -> None:
-    body = json.dumps({"ok": ok, "message": message[:2000]}).encode()
+    body = json.dumps({"ok": ok, "message": terminal_safe(message[:2000])}).encode()
     await _answer(send, status, "application/json", body)
 
 
 # -- the command -------------------------------------------------------------------------
-def _listen(port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+def _listen(port: int) -> GuardedSocket:
     try:
-        sock.bind(("127.0.0.1", port))
-        sock.listen(64)
+        return loopback_socket(port)
     except OSError as exc:
-        sock.close()
         raise UsageError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
-    sock.setblocking(False)
-    return sock
 
 
-async def _serve(sock: socket.socket, board: Board) -> None:
-    import uvicorn
-
-    class Quiet(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield  # the command owns its signals (Ctrl-C ends it, exit 130)
-
-    server = Quiet(
-        uvicorn.Config(
-            board,
-            lifespan="off",
-            log_config=None,
-            log_level="critical",
-            access_log=False,
-            proxy_headers=False,
-            server_header=False,
-            date_header=False,
-            timeout_graceful_shutdown=1,
-        )
-    )
+async def _serve(sock: GuardedSocket, board: Board) -> None:
+    """Serve ``board`` with the relay's connection bounds (:data:`_BOUNDS`); descriptors
+    running out anyway (the process's other files) is one warning, not asyncio's traceback
+    per ``accept`` retry."""
+    server = bounded_server(board, sock, config=_BOUNDS, root=b"", name="teamlead view")
+    loop = asyncio.get_running_loop()
+    loop.set_exception_handler(_OutOfFiles(loop.default_exception_handler))
     await server.serve(sockets=[sock])
+
+
+class _OutOfFiles:
+    """The view's loop's exception handler: asyncio's report of an ``accept`` that ran out
+    of descriptors (or memory) becomes one warning for the whole process; asyncio retries
+    the ``accept`` a second later by itself. Anything else goes to ``otherwise``."""
+
+    def __init__(self, otherwise: Callable[[dict[str, Any]], object]) -> None:
+        self._otherwise = otherwise
+        self._warned = False
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if not str(context.get("message", "")).startswith("socket.accept() out of system"):
+            self._otherwise(context)
+        elif not self._warned:
+            self._warned = True
+            error = context.get("exception")
+            why = error.strerror if isinstance(error, OSError) else "out of system resources"
+            log.warning("teamlead view cannot accept connections (%s): retrying", why)
 
 
 @click.command()

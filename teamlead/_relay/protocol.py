@@ -92,7 +92,8 @@ def _open_file_limit() -> int | None:
 
 @dataclass
 class ConnectionGuard:
-    """What every connection of one relay shares: the prefix, the bounds, who is open.
+    """What every connection of one server shares: the prefix (``b""``: any path), the
+    bounds, who is open, and the server's name for its warning.
 
     A connection counts from its ``accept`` until its socket is closed (``starting`` until
     the protocol is made, then in ``open``), so a burst of connections is held to the cap
@@ -101,6 +102,7 @@ class ConnectionGuard:
 
     root: bytes
     config: RelayConfig
+    name: str = "relay"
     cap: int = 0
     open: dict[_RelayProtocol, None] = field(default_factory=dict)
     starting: int = 0
@@ -145,8 +147,9 @@ class ConnectionGuard:
         if not self.saturated:
             self.saturated = True
             log.warning(
-                "relay at its cap of %d client connections (open-file limit %s): closing "
+                "%s at its cap of %d client connections (open-file limit %s): closing "
                 "the oldest idle ones to make room",
+                self.name,
                 self.cap,
                 _open_file_limit() or "none",
             )
@@ -175,7 +178,7 @@ class GuardedSocket(socket.socket):
             return conn, addr
         with contextlib.suppress(OSError):
             conn.setblocking(False)
-            conn.send(_response(503, "the relay is at its connection cap"))
+            conn.send(_response(503, f"the {self.guard.name} is at its connection cap"))
         conn.close()
         raise BlockingIOError  # asyncio's "nothing more to accept now": back next tick
 
@@ -216,7 +219,7 @@ class _RelayProtocol(HttpToolsProtocol):
         if isinstance(transport, asyncio.WriteTransport):
             transport.set_write_buffer_limits(high=_WRITE_BUFFER)
         if not self.guard.made(self):
-            self._answer(503, "the relay is at its connection cap")
+            self._answer(503, f"the {self.guard.name} is at its connection cap")
             return
         self._arm_head_timer(self.guard.config.head_timeout_s)
 

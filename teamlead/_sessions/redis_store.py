@@ -169,8 +169,8 @@ class RedisSessionStore(SessionStore):
         loop = asyncio.get_running_loop()
         if self._client is None or self._loop is not loop:
             import redis.asyncio as aioredis
-            from redis.backoff import NoBackoff
             from redis.asyncio.retry import Retry  # an asyncio client takes the asyncio retry
+            from redis.backoff import NoBackoff
 
             try:
                 self._client = aioredis.Redis.from_url(
