@@ -54,17 +54,26 @@ def redact_opt(text: str | None) -> str | None:
     return None if text is None else redact(text)
 
 
-def without_password(url: str) -> str:
-    """``url`` with its user and password (``scheme://user:password@host``) left out.
+#: A URL's scheme and its user part (``user:password@``), up to the last ``@`` of the word.
+_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^\s]*@")
+
+
+def without_password(text: str) -> str:
+    """``text`` with the user and password of every URL in it (``scheme://user:password@host``)
+    left out.
+
+    The one function for credentials in URLs: a store URL in a warning, and every way a run
+    describes itself (its command line in the registry entry, so ``teamlead ps``, ``ps
+    --json`` and the view's page and events) show a ``--session-store`` or ``--limits``
+    URL through it.
 
     Example:
         >>> without_password("redis://:s3cret@127.0.0.1:6379/0")
         'redis://***@127.0.0.1:6379/0'
+        >>> without_password("teamlead ask --limits=rediss://u:p@h:1/0 hi")
+        'teamlead ask --limits=rediss://***@h:1/0 hi'
     """
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    return f"{scheme}://***@{rest.rpartition('@')[2]}"
+    return _USERINFO.sub(r"\1***@", text)
 
 
 def secret_scrubber(env: Mapping[str, str] | None = None) -> Callable[[str], str]:

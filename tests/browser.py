@@ -21,7 +21,7 @@ import pytest
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
-__all__ = ["CHROMIUM", "chromium_page", "detail_events", "serving_view"]
+__all__ = ["CHROMIUM", "chromium_page", "detail_events", "serving_view", "view_events"]
 
 CHROMIUM = shutil.which("chromium")
 _ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
@@ -63,13 +63,20 @@ def serving_view(
 def detail_events(url: str, run: str = "log") -> Iterator[dict[str, Any]]:
     """The ``detail`` events ``teamlead view`` serves at ``url`` for ``run``, as its page's
     stream gets them (each read waits at most 30 s)."""
+    return view_events(url, f"/detail?run={run}", "detail")
+
+
+def view_events(url: str, target: str, name: str) -> Iterator[Any]:
+    """The ``name`` events of the stream ``teamlead view`` serves at ``url`` + ``target``
+    (``/events?`` for the runs, ``/detail?run=RUN``), as its page gets them (each read
+    waits at most 30 s)."""
     address = urlsplit(url)
     token = url.split("token=", 1)[1]
     connection = http.client.HTTPConnection("127.0.0.1", address.port, timeout=30)
     try:
         connection.request(
             "GET",
-            f"/detail?token={token}&run={run}",
+            f"{target}&token={token}",
             headers={"host": f"127.0.0.1:{address.port}"},
         )
         answer = connection.getresponse()
@@ -79,7 +86,7 @@ def detail_events(url: str, run: str = "log") -> Iterator[dict[str, Any]]:
             text = line.decode().rstrip("\n")
             if text.startswith("event: "):
                 event = text.removeprefix("event: ")
-            elif text.startswith("data: ") and event == "detail":
+            elif text.startswith("data: ") and event == name:
                 yield json.loads(text.removeprefix("data: "))
     finally:
         connection.close()
