@@ -30,6 +30,7 @@ from .._run.registry import Registry, RunEntry, liveness
 from ..errors import ControlError, NoSuchRun, UsageError
 from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors
 from .options import option
+from .output import stdout_lost
 
 __all__ = ["act", "amend", "pause", "ps", "ps_rows", "run_detail", "stop", "unpause", "watch"]
 
@@ -348,6 +349,8 @@ def watch(run: str, json_: bool) -> None:
                 click.echo(terminal_safe(_describe(record)))
             if record.get("type") == "finished":
                 code = EXIT_CODES.get(str(record.get("status")), EXIT_FAILED)
+            if stdout_lost():
+                return  # nothing more can be shown: the entry point says so (exit 74)
     except ControlError as exc:
         if exc.code == "unreachable" and liveness(entry) == "dead":
             raise _finished(entry, run) from None
