@@ -309,23 +309,30 @@ async def _serve(sock: GuardedSocket, board: Board) -> None:
     per ``accept`` retry."""
     server = bounded_server(board, sock, config=_BOUNDS, root=b"", name="teamlead view")
     loop = asyncio.get_running_loop()
-    loop.set_exception_handler(_OutOfFiles(loop.default_exception_handler))
+    guard = sock.guard
+    said = (lambda: guard.saturated) if guard is not None else (lambda: False)
+    loop.set_exception_handler(_OutOfFiles(loop.default_exception_handler, said))
     await server.serve(sockets=[sock])
 
 
 class _OutOfFiles:
     """The view's loop's exception handler: asyncio's report of an ``accept`` that ran out
-    of descriptors (or memory) becomes one warning for the whole process; asyncio retries
-    the ``accept`` a second later by itself. Anything else goes to ``otherwise``."""
+    of descriptors (or memory), with no idle connection left to close, becomes one warning
+    for the whole process, none when the connection guard has just warned (``said``);
+    asyncio retries the ``accept`` a second later by itself. Anything else goes to
+    ``otherwise``."""
 
-    def __init__(self, otherwise: Callable[[dict[str, Any]], object]) -> None:
+    def __init__(
+        self, otherwise: Callable[[dict[str, Any]], object], said: Callable[[], bool]
+    ) -> None:
         self._otherwise = otherwise
+        self._said = said
         self._warned = False
 
     def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         if not str(context.get("message", "")).startswith("socket.accept() out of system"):
             self._otherwise(context)
-        elif not self._warned:
+        elif not (self._warned or self._said()):
             self._warned = True
             error = context.get("exception")
             why = error.strerror if isinstance(error, OSError) else "out of system resources"
