@@ -65,6 +65,7 @@ from ..errors import ControlError, NoSuchRun, UsageError
 from .board_page import PAGE
 from .exitcodes import handle_errors
 from .options import option
+from .output import stdout_lost
 from .runs import act, ps_rows, run_detail
 from .signals import Interruptible
 
@@ -392,6 +393,9 @@ def view(log: Path | None, port: int) -> None:
         )
     click.echo(f"http://127.0.0.1:{chosen}/?token={token}")
     sys.stdout.flush()
+    if stdout_lost():
+        sock.close()
+        return  # no one can open a page whose URL was never shown (the entry point: exit 74)
     Interruptible(lambda: _serve(sock, board), stop=lambda: None).run()
 
 

@@ -66,7 +66,7 @@ def test_commands_whose_stdout_is_full_say_so_in_one_line_and_exit_74(tmp_path: 
         _, err = proc.communicate(timeout=120)
         assert (proc.returncode, err) == (74, f"teamlead: {FULL}\n")
         assert len(server.recorded("subagent")) == 3  # the run went on to its end
-        for args in (["limits"], ["sessions", "--session-store", store]):
+        for args in (["limits"], ["sessions", "--session-store", store], ["view"]):
             shown = _to_full(env, *args)
             assert (shown.returncode, shown.stderr) == (74, f"teamlead: {FULL}\n"), args
     finally:
