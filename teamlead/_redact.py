@@ -103,41 +103,45 @@ def _escape_control(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
+def terminal_safe(
+    text: str, *, keep_newlines: bool = False, scrub: Callable[[str], str] = redact
+) -> str:
     """``text`` made safe to print: secrets redacted, every control character made visible.
 
     This is the one function untrusted text (names, descriptions, teammate text) goes
     through before any terminal output: ESC, CSI and OSC introducers and every other
     C0/C1 control become ``\\x1b``-style escapes, so nothing can move the cursor, set the
     title or clear the screen. The result is plain text; render it with ``rich.text.Text``
-    (never as markup).
+    (never as markup). ``scrub`` redacts the secrets (a :func:`secret_scrubber`, for
+    many strings).
 
     Example:
         >>> terminal_safe("hi\\x1b]0;pwned\\x07")
         'hi\\\\x1b]0;pwned\\\\x07'
     """
-    text = redact(text)
+    text = scrub(text)
     if keep_newlines:
         return "\n".join(_CONTROL.sub(_escape_control, line) for line in text.split("\n"))
     return _CONTROL.sub(_escape_control, text)
 
 
-def shown_safe(value: Any) -> Any:
+def shown_safe(value: Any, scrub: Callable[[str], str] | None = None) -> Any:
     """A JSON value (dicts, lists, strings, numbers) with every string, keys too, made
     :func:`terminal_safe`: what the web view sends its page, so a page shows untrusted
     text by the terminal's one rule (a U+202E in an agent's description cannot reverse the
-    rest of its row).
+    rest of its row). The secrets are looked up once for the whole value.
 
     Example:
         >>> shown_safe({"label": "a\\u202eb", "n": [1, "\\x1b"]})
         {'label': 'a\\\\u202eb', 'n': [1, '\\\\x1b']}
     """
+    scrub = scrub or secret_scrubber()
     if isinstance(value, str):
-        return terminal_safe(value)
+        return terminal_safe(value, scrub=scrub)
     if isinstance(value, dict):
-        return {shown_safe(k): shown_safe(v) for k, v in value.items()}
+        return {shown_safe(k, scrub): shown_safe(v, scrub) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [shown_safe(item) for item in value]
+        return [shown_safe(item, scrub) for item in value]
     return value
 
 
