@@ -62,6 +62,11 @@ class GuardedStream:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._stream, name)
 
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as the standard stream it stands for (as pickle libraries pickle
+        ``sys.stdout``): a copy in another process (a Ray task's) writes to its own."""
+        return getattr, (sys, self.name)
+
     def _lose(self, exc: OSError) -> None:
         self.lost = exc.strerror or str(exc)
         with contextlib.suppress(OSError, ValueError, io.UnsupportedOperation):
