@@ -20,16 +20,26 @@ import stat
 from pathlib import Path
 from typing import Any
 
-__all__ = ["json_object", "private_dir", "read_small", "unsafe_dir", "write_private"]
+__all__ = [
+    "dir_problem",
+    "json_object",
+    "private_dir",
+    "read_small",
+    "unsafe_dir",
+    "write_private",
+]
 
 
-def unsafe_dir(folder: Path) -> str | None:
-    """Why ``folder`` cannot hold this user's private files, or ``None`` when it can: it
-    is not a real directory (a symlink, a file), another user owns it, or its group or
-    others can write to it. A missing folder is ``None`` (it can be made private).
+def dir_problem(folder: Path) -> str | None:
+    """What keeps the existing ``folder`` from holding this user's private files, in a few
+    words (``another user's``, ``shared (mode 1777)``), or ``None`` when nothing does. It is
+    not a real directory (a symlink, a file), another user owns it, or it is shared: its
+    group or others can write to it, or it is sticky like the temp directory. Chmodding a
+    shared one would lock its other users out of their own files, so it is refused, never
+    changed. A missing folder is ``None`` (it can be made private).
 
     Example:
-        >>> unsafe_dir(Path("/nonexistent/folder")) is None
+        >>> dir_problem(Path("/nonexistent/folder")) is None
         True
     """
     try:
@@ -37,14 +47,22 @@ def unsafe_dir(folder: Path) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        return f"{str(folder)!r} cannot be read: {exc.strerror or exc}"
+        return f"unreadable ({exc.strerror or exc})"
+    mode = stat.S_IMODE(info.st_mode)
     if not stat.S_ISDIR(info.st_mode):
-        return f"{str(folder)!r} is not a directory (a symlink?)"
+        return "not a directory (a symlink?)"
     if info.st_uid != _uid():
-        return f"{str(folder)!r} belongs to another user"
-    if stat.S_IMODE(info.st_mode) & 0o022:
-        return f"{str(folder)!r} can be written by other users: chmod 700 it, or remove it"
+        return "another user's"
+    if mode & (stat.S_ISVTX | 0o022):
+        return f"shared (mode {mode:o})"
     return None
+
+
+def unsafe_dir(folder: Path) -> str | None:
+    """Why ``folder`` cannot hold this user's private files, as one line (see
+    :func:`dir_problem`), or ``None`` when it can."""
+    why = dir_problem(folder)
+    return None if why is None else f"{str(folder)!r} is {why}"
 
 
 def private_dir(folder: Path) -> Path:

@@ -3,8 +3,9 @@
 Warnings, decoded teammate messages and transcript text can echo things a teammate read,
 including an API key from its environment. Values of secret-looking environment variables
 (``*KEY*``, ``*TOKEN*``, ``*SECRET*``, ...) are replaced before anything leaves teamlead.
-:func:`terminal_safe` makes text safe to print, :func:`ndjson_line` a JSON record safe to
-write as one line of NDJSON.
+:func:`terminal_safe` makes text safe to print (and :func:`shown_safe` every string of a
+JSON value the web view's page shows), :func:`ndjson_line` a JSON record safe to write as
+one line of NDJSON.
 """
 
 from __future__ import annotations
@@ -75,17 +76,26 @@ def redact_opt(text: str | None) -> str | None:
     return None if text is None else redact(text)
 
 
-def without_password(url: str) -> str:
-    """``url`` with its user and password (``scheme://user:password@host``) left out.
+#: A URL's scheme and its user part (``user:password@``), up to the last ``@`` of the word.
+_USERINFO = re.compile(r"\b([A-Za-z][A-Za-z0-9+.-]*://)[^\s]*@")
+
+
+def without_password(text: str) -> str:
+    """``text`` with the user and password of every URL in it (``scheme://user:password@host``)
+    left out.
+
+    The one function for credentials in URLs: a store URL in a warning, and every way a run
+    describes itself (its command line in the registry entry, so ``teamlead ps``, ``ps
+    --json`` and the view's page and events) show a ``--session-store`` or ``--limits``
+    URL through it.
 
     Example:
         >>> without_password("redis://:s3cret@127.0.0.1:6379/0")
         'redis://***@127.0.0.1:6379/0'
+        >>> without_password("teamlead ask --limits=rediss://u:p@h:1/0 hi")
+        'teamlead ask --limits=rediss://***@h:1/0 hi'
     """
-    scheme, sep, rest = url.partition("://")
-    if not sep or "@" not in rest:
-        return url
-    return f"{scheme}://***@{rest.rpartition('@')[2]}"
+    return _USERINFO.sub(r"\1***@", text)
 
 
 def secret_scrubber(env: Mapping[str, str] | None = None) -> Callable[[str], str]:
@@ -102,9 +112,12 @@ def secret_scrubber(env: Mapping[str, str] | None = None) -> Callable[[str], str
     return scrub
 
 
-# C0 and C1 controls, DEL, the bidi overrides that reorder what a terminal shows, and
-# lone surrogates (they cannot be encoded for output).
-_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
+# C0 and C1 controls, DEL, the bidi controls that reorder what a terminal or a page shows
+# (the embeddings, overrides and isolates, and the marks), and lone surrogates (they cannot
+# be encoded for output).
+_CONTROL = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]"
+)
 
 
 def _escape_control(match: re.Match[str]) -> str:
@@ -112,23 +125,46 @@ def _escape_control(match: re.Match[str]) -> str:
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
 
 
-def terminal_safe(text: str, *, keep_newlines: bool = False) -> str:
+def terminal_safe(
+    text: str, *, keep_newlines: bool = False, scrub: Callable[[str], str] = redact
+) -> str:
     """``text`` made safe to print: secrets redacted, every control character made visible.
 
     This is the one function untrusted text (names, descriptions, teammate text) goes
     through before any terminal output: ESC, CSI and OSC introducers and every other
     C0/C1 control become ``\\x1b``-style escapes, so nothing can move the cursor, set the
     title or clear the screen. The result is plain text; render it with ``rich.text.Text``
-    (never as markup).
+    (never as markup). ``scrub`` redacts the secrets (a :func:`secret_scrubber`, for
+    many strings).
 
     Example:
         >>> terminal_safe("hi\\x1b]0;pwned\\x07")
         'hi\\\\x1b]0;pwned\\\\x07'
     """
-    text = redact(text)
+    text = scrub(text)
     if keep_newlines:
         return "\n".join(_CONTROL.sub(_escape_control, line) for line in text.split("\n"))
     return _CONTROL.sub(_escape_control, text)
+
+
+def shown_safe(value: Any, scrub: Callable[[str], str] | None = None) -> Any:
+    """A JSON value (dicts, lists, strings, numbers) with every string, keys too, made
+    :func:`terminal_safe`: what the web view sends its page, so a page shows untrusted
+    text by the terminal's one rule (a U+202E in an agent's description cannot reverse the
+    rest of its row). The secrets are looked up once for the whole value.
+
+    Example:
+        >>> shown_safe({"label": "a\\u202eb", "n": [1, "\\x1b"]})
+        {'label': 'a\\\\u202eb', 'n': [1, '\\\\x1b']}
+    """
+    scrub = scrub or secret_scrubber()
+    if isinstance(value, str):
+        return terminal_safe(value, scrub=scrub)
+    if isinstance(value, dict):
+        return {shown_safe(k, scrub): shown_safe(v, scrub) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [shown_safe(item, scrub) for item in value]
+    return value
 
 
 #: C1 controls (U+0080-U+009F, e.g. U+009B, a CSI on some terminals) and the line and

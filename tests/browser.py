@@ -6,13 +6,14 @@ from __future__ import annotations
 
 import http.client
 import json
+import resource
 import select
 import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import pytest
@@ -20,22 +21,32 @@ import pytest
 if TYPE_CHECKING:
     from playwright.sync_api import Page
 
-__all__ = ["CHROMIUM", "chromium_page", "detail_events", "serving_view"]
+__all__ = ["CHROMIUM", "chromium_page", "detail_events", "serving_view", "view_events"]
 
 CHROMIUM = shutil.which("chromium")
 _ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"]
 
 
 @contextmanager
-def serving_view(env: dict[str, str], *args: str) -> Iterator[str]:
+def serving_view(
+    env: dict[str, str], *args: str, open_files: int | None = None, stderr: IO[str] | None = None
+) -> Iterator[str]:
     """``teamlead view ARGS`` serving until the block ends (it must end with code 0, as a
-    server's end does): the URL it printed first."""
+    server's end does): the URL it printed first. ``open_files`` lowers its open-file
+    limit; ``stderr`` takes what it writes there (else it is shown when it fails)."""
+
+    def limited() -> None:
+        if open_files is not None:
+            _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+            resource.setrlimit(resource.RLIMIT_NOFILE, (open_files, hard))
+
     proc = subprocess.Popen(
         [sys.executable, "-m", "teamlead", "view", *args],
         stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+        stderr=subprocess.PIPE if stderr is None else stderr,
         text=True,
         env=env,
+        preexec_fn=limited if open_files is not None else None,
     )
     try:
         ready, _, _ = select.select([proc.stdout], [], [], 60)
@@ -52,13 +63,20 @@ def serving_view(env: dict[str, str], *args: str) -> Iterator[str]:
 def detail_events(url: str, run: str = "log") -> Iterator[dict[str, Any]]:
     """The ``detail`` events ``teamlead view`` serves at ``url`` for ``run``, as its page's
     stream gets them (each read waits at most 30 s)."""
+    return view_events(url, f"/detail?run={run}", "detail")
+
+
+def view_events(url: str, target: str, name: str) -> Iterator[Any]:
+    """The ``name`` events of the stream ``teamlead view`` serves at ``url`` + ``target``
+    (``/events?`` for the runs, ``/detail?run=RUN``), as its page gets them (each read
+    waits at most 30 s)."""
     address = urlsplit(url)
     token = url.split("token=", 1)[1]
     connection = http.client.HTTPConnection("127.0.0.1", address.port, timeout=30)
     try:
         connection.request(
             "GET",
-            f"/detail?token={token}&run={run}",
+            f"{target}&token={token}",
             headers={"host": f"127.0.0.1:{address.port}"},
         )
         answer = connection.getresponse()
@@ -68,7 +86,7 @@ def detail_events(url: str, run: str = "log") -> Iterator[dict[str, Any]]:
             text = line.decode().rstrip("\n")
             if text.startswith("event: "):
                 event = text.removeprefix("event: ")
-            elif text.startswith("data: ") and event == "detail":
+            elif text.startswith("data: ") and event == name:
                 yield json.loads(text.removeprefix("data: "))
     finally:
         connection.close()

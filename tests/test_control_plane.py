@@ -17,6 +17,7 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Mapping
@@ -126,17 +127,61 @@ def test_a_run_registers_with_private_modes_and_leaves_no_trace() -> None:
     assert registry.listing().live == [] and list(folder.iterdir()) == []
 
 
-def test_an_open_runtime_directory_is_closed_and_a_symlink_is_refused(tmp_path: Path) -> None:
-    folder = _dir()
-    folder.chmod(0o777)
-    Registry().register(mode="query", command="x")
-    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+@pytest.mark.parametrize(
+    ("mode", "shown"),
+    [
+        pytest.param(0o1777, "1777", id="sticky"),
+        pytest.param(0o777, "777", id="open"),
+        pytest.param(0o770, "770", id="group-writable"),
+    ],
+)
+def test_a_shared_runtime_directory_is_refused_in_one_line_and_left_untouched(
+    tmp_path: Path, mode: int, shown: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(mode)
+    theirs = shared / "someone-elses.json"
+    theirs.write_text("theirs")
+    theirs.chmod(0o644)
+    with pytest.raises(ControlError) as refused:
+        Registry(shared).register(mode="query", command="x")
+    assert str(refused.value) == (
+        f"the runtime directory {str(shared)!r} is shared (mode {shown}), and teamlead "
+        f"changes nothing it did not create: set TEAMLEAD_RUNTIME_DIR to a private one, such "
+        f"as {str(Path(tempfile.gettempdir()) / f'teamlead-{os.getuid()}')!r}"
+    )
+    assert stat.S_IMODE(shared.stat().st_mode) == mode
+    assert [p.name for p in shared.iterdir()] == ["someone-elses.json"]
+    assert stat.S_IMODE(theirs.stat().st_mode) == 0o644 and theirs.read_text() == "theirs"
+
+
+def test_a_runtime_directory_of_another_user_or_a_symlink_is_refused(tmp_path: Path) -> None:
+    theirs = tmp_path / "theirs"
+    theirs.mkdir(mode=0o700)
+    if os.getuid() == 0:  # as root, a directory handed to another user
+        os.chown(theirs, 65534, 65534)
+        with pytest.raises(ControlError, match="is another user's, and teamlead changes"):
+            Registry(theirs).register(mode="query", command="x")
+        assert theirs.stat().st_uid == 65534 and stat.S_IMODE(theirs.stat().st_mode) == 0o700
     real = tmp_path / "real"
     real.mkdir(mode=0o700)
     link = tmp_path / "link"
     link.symlink_to(real)
-    with pytest.raises(ControlError, match="not a directory"):
+    with pytest.raises(ControlError, match="is not a directory"):
         Registry(link).register(mode="query", command="x")
+
+
+def test_an_own_runtime_directory_others_can_only_read_is_used_as_it_is(tmp_path: Path) -> None:
+    folder = tmp_path / "mine"
+    folder.mkdir()
+    folder.chmod(0o755)
+    registration = Registry(folder).register(mode="query", command="x")
+    registration.write()
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o755  # not made by teamlead: unchanged
+    assert stat.S_IMODE(registration.entry.path.stat().st_mode) == 0o600
+    registration.remove()
 
 
 def test_a_too_long_runtime_directory_puts_the_socket_in_a_short_private_folder(

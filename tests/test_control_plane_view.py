@@ -36,6 +36,10 @@ if TYPE_CHECKING:
 pytestmark = [pytest.mark.slow]
 
 HOSTILE = '<img src=x onerror="window.pwned=1"><script>window.pwned=2</script>&amp;'
+#: An agent description that would show its row's state, tokens and requests backwards.
+BIDI = "review \u202e\u2066gpj.exe\u2069\u200f\u061c\x1b[2J"
+#: Every bidi control the terminal's rule escapes.
+BIDI_CONTROLS = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
 
 
 @dataclass
@@ -58,6 +62,15 @@ class Steering:
 
     def detail(self) -> dict[str, Any]:
         agent = {"id": "a1", "kind": "agent", "label": HOSTILE, "state": "running", "children": []}
+        reversed_ = {
+            "id": "a2",
+            "kind": "agent",
+            "label": BIDI,
+            "state": "done",
+            "tokens": 4321,
+            "requests": 7,
+            "children": [],
+        }
         return {
             "version": 1,
             "run": "r",
@@ -72,7 +85,7 @@ class Steering:
                 "state": self.state,
                 "tokens": 10,
                 "requests": 2,
-                "children": [agent],
+                "children": [agent, reversed_],
             },
             "queue": [{"tool_use_id": "t", "description": HOSTILE, "waited_s": 2.5}],
             "approvals": [{"tool": "Bash", "agent": HOSTILE, "what": HOSTILE, "waited_s": 1}],
@@ -276,3 +289,16 @@ def test_an_empty_page_says_how_to_start_a_run_and_its_link_outlives_a_restart()
     token = Path(env["TEAMLEAD_RUNTIME_DIR"]) / "view-token"
     assert stat.S_IMODE(token.stat().st_mode) == 0o600
     assert token.read_text().strip() == url.split("token=", 1)[1]
+
+
+def test_the_page_shows_bidi_and_control_characters_escaped_as_the_terminal_does(
+    served: Served, page: Page
+) -> None:
+    agent = page.locator('#tree li[data-agent="a2"]')
+    agent.wait_for(timeout=30_000)
+    escaped = "review \\u202e\\u2066gpj.exe\\u2069\\u200f\\u061c\\x1b[2J"
+    assert agent.locator(".label").first.inner_text() == escaped
+    assert agent.get_attribute("data-state") == "done"
+    shown = page.evaluate("document.body.innerText")
+    assert "4321" in agent.inner_text() and escaped in shown
+    assert not set(BIDI_CONTROLS + "\x1b") & set(shown)

@@ -64,6 +64,13 @@ def test_terminal_safe_escapes_every_control() -> None:
     assert terminal_safe("a\nb", keep_newlines=True) == "a\nb"
 
 
+def test_terminal_safe_escapes_every_bidi_control() -> None:
+    """The embeddings, overrides, isolates and marks that reorder what a terminal or the
+    view's page shows."""
+    bidi = "\u061c\u200e\u200f\u202a\u202b\u202c\u202d\u202e\u2066\u2067\u2068\u2069"
+    assert terminal_safe(f"a{bidi}b") == "a" + "".join(f"\\u{ord(c):04x}" for c in bidi) + "b"
+
+
 def test_live_view_renders_markup_as_text() -> None:
     out = io.StringIO()
     view = LiveTeamView(Console(file=out, force_terminal=True, width=200), HandFed())

@@ -11,6 +11,7 @@ import json
 import logging
 import pickle
 import sqlite3
+import stat
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
@@ -218,15 +219,46 @@ async def test_an_unreachable_redis_raises_one_session_store_error(opened: list[
     assert "append failed" in str(caught.value) and caught.value.store.startswith("Redis at")
 
 
-async def test_a_file_that_is_no_sqlite_database_raises_a_session_store_error(
-    tmp_path: Path, opened: list[Any]
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        pytest.param(b"this is not a database" * 100, "is not an SQLite database", id="junk"),
+        pytest.param(b"", "is an empty file", id="empty"),
+    ],
+)
+async def test_a_file_that_is_no_sqlite_database_is_refused_and_left_untouched(
+    tmp_path: Path, opened: list[Any], content: bytes, said: str
 ) -> None:
-    path = tmp_path / "junk.db"
-    path.write_bytes(b"this is not a database" * 100)
+    (tmp_path / "store").mkdir()
+    path = tmp_path / "store" / "notes.db"
+    path.write_bytes(content)
+    path.chmod(0o644)
     store = SQLiteSessionStore(path)
     opened.append(store)
-    with pytest.raises(teamlead.SessionStoreError):
-        await store.load(KEY)
+    for attempt in (store.ping(), store.load(KEY), store.append(KEY, [{"type": "user"}])):
+        with pytest.raises(teamlead.SessionStoreError) as refused:
+            await attempt
+        assert str(refused.value) == (
+            f"session store SQLite at {path}: {said}; teamlead leaves it as it is and makes "
+            "its database only where no file is: name a new path"
+        )
+    assert path.read_bytes() == content and stat.S_IMODE(path.stat().st_mode) == 0o644
+    assert [p.name for p in path.parent.iterdir()] == ["notes.db"]  # noqa: ASYNC240 - no -wal, no temp
+
+
+async def test_a_new_database_is_made_private_and_an_existing_one_keeps_its_mode(
+    tmp_path: Path, opened: list[Any]
+) -> None:
+    made = SQLiteSessionStore(tmp_path / "new" / "s.db")
+    opened.append(made)
+    await made.append(KEY, [{"type": "user", "uuid": "u1"}])
+    assert stat.S_IMODE((tmp_path / "new" / "s.db").stat().st_mode) == 0o600
+    await made.aclose()
+    (tmp_path / "new" / "s.db").chmod(0o640)  # the user's choice, on a database of theirs
+    again = SQLiteSessionStore(tmp_path / "new" / "s.db")
+    opened.append(again)
+    assert [e["uuid"] for e in await again.load(KEY) or []] == ["u1"]
+    assert stat.S_IMODE((tmp_path / "new" / "s.db").stat().st_mode) == 0o640
 
 
 @pytest.mark.parametrize(

@@ -31,22 +31,29 @@ page that was opened:
   1 KiB;
 - the page runs no code but its own (a nonce'd script under a strict
   ``Content-Security-Policy``), builds every cell with ``textContent`` (a run's command
-  holds anything the user typed), and drops the token from the address bar once loaded.
+  holds anything the user typed), and drops the token from the address bar once loaded;
+- every string the page is sent is first made safe by the terminal's one rule
+  (:func:`~teamlead._redact.shown_safe`): control and bidi characters escaped (a U+202E
+  cannot reverse a row), secrets redacted.
 
 At most 8 event streams are served at once; each reads the registry (or asks the run)
-once a second, in a worker thread.
+once a second, in a worker thread. Anyone on the machine can connect to the port, so the
+connections are held to the relay's bounds (:mod:`teamlead._relay.protocol`): a head must
+come within 10 s, an idle connection is closed after 5 s, and past 64 open connections the
+oldest idle one is closed to make room (one warning), so a flood of silent connections
+never keeps the page from its owner; descriptors running out is one warning too.
 """
 
 from __future__ import annotations
 
-import contextlib
+import asyncio
 import json
+import logging
 import re
 import secrets
-import socket
 import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, Literal
 from urllib.parse import parse_qs
@@ -56,6 +63,8 @@ import click
 
 from .._history import History
 from .._private import private_dir, read_small, write_private
+from .._redact import shown_safe, terminal_safe
+from .._relay import GuardedSocket, RelayConfig, bounded_server, loopback_socket
 from .._run.registry import Registry, runtime_dir
 from .._run.runlog import UNFINISHED, read_log
 from ..errors import ControlError, NoSuchRun, UsageError
@@ -63,10 +72,13 @@ from .board_page import PAGE
 from .exitcodes import handle_errors
 from .history import past_detail, past_rows
 from .options import option
+from .output import stdout_lost
 from .runs import act, ps_rows, run_detail
 from .signals import Interruptible
 
 __all__ = ["Board", "kept_token", "view"]
+
+log = logging.getLogger("teamlead.view")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -88,6 +100,10 @@ _RUN_CHARS = 64
 _PAST_ROWS = 200
 _TOKEN_FILE = "view-token"
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{32,64}")
+#: Client connections' bounds, the relay's own rules (:mod:`teamlead._relay.protocol`): a
+#: page needs a few connections (the page, two event streams, a button), so past 64 the
+#: oldest idle one is closed; a head must come within 10 s, an idle connection goes after 5.
+_BOUNDS = RelayConfig(max_connections=64, max_body_bytes=_MAX_BODY)
 
 
 class Board:
@@ -214,7 +230,9 @@ class Board:
         quiet_since = time.monotonic()
         while True:
             name, value, final = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
-            data = json.dumps(value, ensure_ascii=True)  # no raw line breaks in an event
+            # every string as the terminal shows it (controls and bidi escaped, secrets
+            # redacted); ASCII: no raw line breaks in an event
+            data = json.dumps(shown_safe(value), ensure_ascii=True)
             if data != last:
                 last, quiet_since = data, time.monotonic()
                 chunk = f"event: {name}\ndata: {data}\n\n".encode()
@@ -285,49 +303,52 @@ async def _answer(
 
 
 async def _reply(send: Send, status: int, ok: bool, message: str) -> None:
-    body = json.dumps({"ok": ok, "message": message[:2000]}).encode()
+    body = json.dumps({"ok": ok, "message": terminal_safe(message[:2000])}).encode()
     await _answer(send, status, "application/json", body)
 
 
 # -- the command -------------------------------------------------------------------------
-def _listen(port: int) -> socket.socket:
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-    # a view served again on its --port while a page of the last one was open: that
-    # page's connections linger (TIME_WAIT), and must not keep the port (a second
-    # listener is still refused)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+def _listen(port: int) -> GuardedSocket:
     try:
-        sock.bind(("127.0.0.1", port))
-        sock.listen(64)
+        return loopback_socket(port)
     except OSError as exc:
-        sock.close()
         raise UsageError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
-    sock.setblocking(False)
-    return sock
 
 
-async def _serve(sock: socket.socket, board: Board) -> None:
-    import uvicorn
-
-    class Quiet(uvicorn.Server):
-        @contextlib.contextmanager
-        def capture_signals(self) -> Iterator[None]:
-            yield  # the command owns its signals (Ctrl-C ends it, exit 130)
-
-    server = Quiet(
-        uvicorn.Config(
-            board,
-            lifespan="off",
-            log_config=None,
-            log_level="critical",
-            access_log=False,
-            proxy_headers=False,
-            server_header=False,
-            date_header=False,
-            timeout_graceful_shutdown=1,
-        )
-    )
+async def _serve(sock: GuardedSocket, board: Board) -> None:
+    """Serve ``board`` with the relay's connection bounds (:data:`_BOUNDS`); descriptors
+    running out anyway (the process's other files) is one warning, not asyncio's traceback
+    per ``accept`` retry."""
+    server = bounded_server(board, sock, config=_BOUNDS, root=b"", name="teamlead view")
+    loop = asyncio.get_running_loop()
+    guard = sock.guard
+    said = (lambda: guard.saturated) if guard is not None else (lambda: False)
+    loop.set_exception_handler(_OutOfFiles(loop.default_exception_handler, said))
     await server.serve(sockets=[sock])
+
+
+class _OutOfFiles:
+    """The view's loop's exception handler: asyncio's report of an ``accept`` that ran out
+    of descriptors (or memory), with no idle connection left to close, becomes one warning
+    for the whole process, none when the connection guard has just warned (``said``);
+    asyncio retries the ``accept`` a second later by itself. Anything else goes to
+    ``otherwise``."""
+
+    def __init__(
+        self, otherwise: Callable[[dict[str, Any]], object], said: Callable[[], bool]
+    ) -> None:
+        self._otherwise = otherwise
+        self._said = said
+        self._warned = False
+
+    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        if not str(context.get("message", "")).startswith("socket.accept() out of system"):
+            self._otherwise(context)
+        elif not (self._warned or self._said()):
+            self._warned = True
+            error = context.get("exception")
+            why = error.strerror if isinstance(error, OSError) else "out of system resources"
+            log.warning("teamlead view cannot accept connections (%s): retrying", why)
 
 
 @click.command()
@@ -387,6 +408,9 @@ def view(log: Path | None, port: int) -> None:
         )
     click.echo(f"http://127.0.0.1:{chosen}/?token={token}")
     sys.stdout.flush()
+    if stdout_lost():
+        sock.close()
+        return  # no one can open a page whose URL was never shown (the entry point: exit 74)
     Interruptible(lambda: _serve(sock, board), stop=lambda: None).run()
 
 

@@ -32,6 +32,7 @@ from ..errors import ControlError, NoSuchRun, UsageError
 from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors, tell
 from .history import NOT_FINISHED, PS_VERSION, past_rows, run_filter
 from .options import option, output_mode
+from .output import stdout_lost
 
 if TYPE_CHECKING:  # loads the SDK's types: only `watch` in text, once its feed is open
     from .records import RecordLines
@@ -445,6 +446,8 @@ def watch(run: str, json_: bool) -> None:
                     click.echo(terminal_safe(text))
             if record.get("type") == "finished":
                 code = EXIT_CODES.get(str(record.get("status")), EXIT_FAILED)
+            if stdout_lost():
+                return  # nothing more can be shown: the entry point says so (exit 74)
     except ControlError as exc:
         if exc.code == "unreachable" and liveness(entry) == "dead":
             raise _finished(entry, run) from None

@@ -11,8 +11,11 @@ watches for the signals, a stop is the run's: it stops the CLI and everything it
 and its own ``finished`` line names every task.
 
 The stop can come before click has parsed the command line, so whether NDJSON was asked
-for is read from the words as click will read them (:func:`wants_ndjson`). Only
-:mod:`.signals` loads with this module.
+for is read from the words as click will read them (:func:`wants_ndjson`).
+
+stdout and stderr are guarded first too (:mod:`.output`): output that cannot be written (a
+closed stream, a full disk, a reader gone) is one line on the stream that still works and
+exit 74, never a traceback. Only :mod:`.signals` and :mod:`.output` load with this module.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import NoReturn
 
+from .output import guard_streams, report_lost
 from .signals import (
     StoppedAtStartup,
     mute_stop_signals,
@@ -48,16 +52,21 @@ def run() -> None:
     signals back to the interpreter's handling first, for the interpreter's shutdown.
     """
     stop_at_startup()
+    guard_streams()
     try:
         from .commands import main
 
         main()
     except BaseException as exc:  # the stop is one leaf of whatever it unwound through
         stopped = _stopped_at_startup(exc) or stop_raised()
-        if stopped is None:
-            release_stop_signals()
-            raise
-        _exit_interrupted(stopped, sys.argv[1:], os.environ)
+        if stopped is not None:
+            _exit_interrupted(stopped, sys.argv[1:], os.environ)
+        if isinstance(exc, SystemExit) and report_lost():
+            _exit_output_lost(exc.code)
+        release_stop_signals()
+        raise
+    if report_lost():
+        _exit_output_lost(0)
 
 
 def wants_ndjson(args: Sequence[str], env: Mapping[str, str]) -> bool:
@@ -82,6 +91,16 @@ def wants_ndjson(args: Sequence[str], env: Mapping[str, str]) -> bool:
     if "--json" in rest:
         return True
     return env.get("TEAMLEAD_JSON", "").strip().lower() in _TRUE
+
+
+def _exit_output_lost(code: object) -> NoReturn:
+    """Exit after the command's output was lost (said in one line already): 74, or the
+    command's own code when it failed on its own (its error line is on stderr)."""
+    from .exitcodes import EXIT_OUTPUT_LOST
+
+    release_stop_signals()
+    own = code if isinstance(code, int) else 0 if code is None else 1
+    raise SystemExit(own or EXIT_OUTPUT_LOST)
 
 
 def _stopped_at_startup(exc: BaseException) -> StoppedAtStartup | None:

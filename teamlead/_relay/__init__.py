@@ -32,14 +32,23 @@ from __future__ import annotations
 
 from ..errors import RelayError
 from .forward import RelayConfig
+from .protocol import GuardedSocket
 from .reach import UpstreamUnreachable, check_reachable
 from .routing import Role, classify
-from .server import RELAY_POLICY, Relay, RelayRun, start_relay
+from .server import (
+    RELAY_POLICY,
+    Relay,
+    RelayRun,
+    bounded_server,
+    loopback_socket,
+    start_relay,
+)
 from .shared import DEFAULT_UPSTREAM, Applicability, RelayPool, relay_applicable
 from .stats import RelayEvent, RelayListener
 
 __all__ = [
     "DEFAULT_UPSTREAM",
+    "GuardedSocket",
     "RELAY_POLICY",
     "Applicability",
     "Relay",
@@ -52,7 +61,9 @@ __all__ = [
     "Role",
     "UpstreamUnreachable",
     "check_reachable",
+    "bounded_server",
     "classify",
+    "loopback_socket",
     "relay_applicable",
     "start_relay",
 ]

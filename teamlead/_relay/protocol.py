@@ -22,6 +22,8 @@ protocol has none of them):
 * **A connection cap** below the process's open-file limit (:func:`connection_cap`): past
   it, the oldest connection with no request running is closed to make room, so a valid
   request always gets in, and one warning line says so (once per episode, no log storm).
+  Should the descriptors run out first anyway (the process's other files took them), the
+  connections held then become the cap, with the same one warning.
 
 The request target is also kept as sent (``raw_path``): uvicorn keeps only the path of an
 absolute URI, so ``http://elsewhere/x`` would look like ``/x``. The write buffer is small,
@@ -32,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import logging
 import socket
 from dataclasses import dataclass, field
@@ -54,6 +57,9 @@ _FD_RESERVE = 64
 #: After a 413, how long the rest of a body is read and dropped before the connection is
 #: closed anyway: a client writing its whole body before it reads gets to the answer.
 _LINGER_S = 5.0
+
+#: ``accept`` errors that mean no descriptor is left (the process's, or the system's).
+_OUT_OF_FILES = (errno.EMFILE, errno.ENFILE)
 
 _REASONS = {
     400: b"Bad Request",
@@ -92,7 +98,8 @@ def _open_file_limit() -> int | None:
 
 @dataclass
 class ConnectionGuard:
-    """What every connection of one relay shares: the prefix, the bounds, who is open.
+    """What every connection of one server shares: the prefix (``b""``: any path), the
+    bounds, who is open, and the server's name for its warning.
 
     A connection counts from its ``accept`` until its socket is closed (``starting`` until
     the protocol is made, then in ``open``), so a burst of connections is held to the cap
@@ -101,6 +108,7 @@ class ConnectionGuard:
 
     root: bytes
     config: RelayConfig
+    name: str = "relay"
     cap: int = 0
     open: dict[_RelayProtocol, None] = field(default_factory=dict)
     starting: int = 0
@@ -129,6 +137,27 @@ class ConnectionGuard:
     def lost(self, protocol: _RelayProtocol) -> None:
         self.open.pop(protocol, None)
 
+    def out_of_files(self) -> bool:
+        """``accept`` found no descriptor left (the process's other files took them): the
+        connections held now are the cap from here on, and room is made as at the cap;
+        whether an idle connection was closed (its descriptor is free on the next tick)."""
+        held = self.starting + len(self.open)
+        self.cap = max(1, min(self.cap, held))
+        if not self.saturated:
+            self.saturated = True
+            log.warning(
+                "%s ran out of open files (limit %s) at %d client connections: closing the "
+                "oldest idle ones to make room",
+                self.name,
+                _open_file_limit() or "none",
+                held,
+            )
+        idle = next((p for p in self.open if p.idle), None)
+        if idle is None:
+            return False
+        idle.drop()
+        return True
+
     def _room(self) -> bool:
         """Room for one more: below the cap, or once the oldest idle connection is closed.
 
@@ -145,8 +174,9 @@ class ConnectionGuard:
         if not self.saturated:
             self.saturated = True
             log.warning(
-                "relay at its cap of %d client connections (open-file limit %s): closing "
+                "%s at its cap of %d client connections (open-file limit %s): closing "
                 "the oldest idle ones to make room",
+                self.name,
                 self.cap,
                 _open_file_limit() or "none",
             )
@@ -164,18 +194,26 @@ class GuardedSocket(socket.socket):
     transports later, so a cap checked only when a connection is made comes too late: the
     descriptors are taken already, and at the open-file limit ``accept`` fails in a storm
     of log lines. Here a connection past the cap (no idle one to close) is answered 503
-    and closed in ``accept`` itself, its descriptor freed at once.
+    and closed in ``accept`` itself, its descriptor freed at once; an ``accept`` that
+    finds no descriptor left closes the oldest idle connection and tries again next tick.
     """
 
     guard: ConnectionGuard | None = None
 
     def accept(self) -> tuple[socket.socket, Any]:
-        conn, addr = super().accept()
+        try:
+            conn, addr = super().accept()
+        except OSError as exc:
+            if exc.errno not in _OUT_OF_FILES or self.guard is None:
+                raise
+            if not self.guard.out_of_files():
+                raise  # nothing to close: asyncio tries again in a second
+            raise BlockingIOError from None  # an idle one closed: accept again next tick
         if self.guard is None or self.guard.accepting():
             return conn, addr
         with contextlib.suppress(OSError):
             conn.setblocking(False)
-            conn.send(_response(503, "the relay is at its connection cap"))
+            conn.send(_response(503, f"the {self.guard.name} is at its connection cap"))
         conn.close()
         raise BlockingIOError  # asyncio's "nothing more to accept now": back next tick
 
@@ -216,7 +254,7 @@ class _RelayProtocol(HttpToolsProtocol):
         if isinstance(transport, asyncio.WriteTransport):
             transport.set_write_buffer_limits(high=_WRITE_BUFFER)
         if not self.guard.made(self):
-            self._answer(503, "the relay is at its connection cap")
+            self._answer(503, f"the {self.guard.name} is at its connection cap")
             return
         self._arm_head_timer(self.guard.config.head_timeout_s)
 

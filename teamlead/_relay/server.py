@@ -23,9 +23,10 @@ import random
 import secrets
 import socket
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
+from typing import Any
 
 import aiohttp
 import anyio
@@ -47,7 +48,14 @@ from .protocol import ConnectionGuard, GuardedSocket, protocol_for
 from .run_limits import RunLimits
 from .stats import RelayListener, notify
 
-__all__ = ["RELAY_POLICY", "Relay", "RelayRun", "start_relay"]
+__all__ = [
+    "RELAY_POLICY",
+    "Relay",
+    "RelayRun",
+    "bounded_server",
+    "loopback_socket",
+    "start_relay",
+]
 
 log = logging.getLogger("teamlead.relay")
 
@@ -213,28 +221,59 @@ class Relay:
             notify(run.listeners, event)
 
 
-def _bind(port: int) -> GuardedSocket:
+def loopback_socket(port: int) -> GuardedSocket:
+    """A listening, non-blocking socket on ``127.0.0.1:port`` (0: any free port) whose
+    ``accept`` a :func:`bounded_server` holds to its connection cap.
+
+    Raises:
+        OSError: the port cannot be bound or listened on.
+    """
     # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY on accepted sockets only when it is
     # explicit; without it Nagle and delayed ACKs cost ~40 ms per keep-alive request.
     sock = GuardedSocket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     try:
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if _REUSE_ADDRESS:
-            # a relay stopped with streams in flight closed them first: their sockets wait
+            # a server stopped with streams in flight closed them first: their sockets wait
             # out TIME-WAIT on the port, and without this a restart on a fixed port failed
             # with "Address already in use" for a minute. Not SO_REUSEPORT: a second live
-            # relay on the same port is still refused.
+            # server on the same port is still refused.
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind(("127.0.0.1", port))
-        # listen here, not in uvicorn: with SO_REUSEADDR two relays can both bind a port
+        # listen here, not in uvicorn: with SO_REUSEADDR two servers can both bind a port
         # that neither listens on yet, and the second learns of it only at listen()
         sock.listen(_BACKLOG)
-    except OSError as exc:
+    except OSError:
         sock.close()
-        where = f"127.0.0.1:{port}" if port else "127.0.0.1"
-        raise RelayError(f"the relay cannot listen on {where}: {exc.strerror}") from None
+        raise
     sock.setblocking(False)
     return sock
+
+
+def bounded_server(
+    app: Callable[..., Any], sock: GuardedSocket, *, config: RelayConfig, root: bytes, name: str
+) -> _QuietServer:
+    """uvicorn serving ``app`` on ``sock`` (from :func:`loopback_socket`) with the client
+    connections' bounds of :mod:`.protocol`: request targets under ``root`` only (``b""``:
+    any path), bounded and timed heads, a connection cap below the open-file limit (one
+    warning naming ``name`` when it is reached). Its signal handlers are not installed:
+    the program owns its signals. Serve it with ``server.serve(sockets=[sock])``."""
+    sock.guard = guard = ConnectionGuard(root=root, config=config, name=name)
+    return _QuietServer(
+        uvicorn.Config(
+            app,
+            lifespan="off",
+            http=protocol_for(guard),
+            timeout_keep_alive=config.idle_timeout_s,  # type: ignore[arg-type]
+            log_config=None,
+            log_level="critical",  # our own logger reports; uvicorn's would echo paths
+            access_log=False,
+            proxy_headers=False,  # no X-Forwarded-* rewriting: the client is local
+            server_header=False,
+            date_header=False,
+            timeout_graceful_shutdown=1,
+        )
+    )
 
 
 def _upstream_session(config: RelayConfig, upstream: str) -> aiohttp.ClientSession:
@@ -309,7 +348,11 @@ class _RunningRelay:
         self._stopped = False
 
     async def __aenter__(self) -> Relay:
-        self._sock = sock = _bind(self._config.port)
+        try:
+            self._sock = sock = loopback_socket(self._config.port)
+        except OSError as exc:
+            where = f"127.0.0.1:{self._config.port}" if self._config.port else "127.0.0.1"
+            raise RelayError(f"the relay cannot listen on {where}: {exc.strerror}") from None
         port = sock.getsockname()[1]
         self._session = _upstream_session(self._config, self._upstream)
         app = RelayApp(
@@ -321,21 +364,9 @@ class _RunningRelay:
             rng=self._rng,
         )
         app.hosts = frozenset({b"127.0.0.1:%d" % port, b"localhost:%d" % port})
-        sock.guard = guard = ConnectionGuard(root=b"/" + app.prefix.encode(), config=self._config)
-        self._server = server = _QuietServer(
-            uvicorn.Config(
-                app,
-                lifespan="off",
-                http=protocol_for(guard),
-                timeout_keep_alive=self._config.idle_timeout_s,  # type: ignore[arg-type]
-                log_config=None,
-                log_level="critical",  # our own logger reports; uvicorn's would echo paths
-                access_log=False,
-                proxy_headers=False,  # no X-Forwarded-* rewriting: the client is the CLI
-                server_header=False,
-                date_header=False,
-                timeout_graceful_shutdown=1,
-            )
+        root = b"/" + app.prefix.encode()
+        self._server = server = bounded_server(
+            app, sock, config=self._config, root=root, name="relay"
         )
         self._task = task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
         try:

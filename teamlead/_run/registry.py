@@ -9,12 +9,18 @@ in the user's runtime directory:
 - else ``$XDG_RUNTIME_DIR/teamlead``;
 - else ``teamlead-<uid>`` in the system's temp directory.
 
-The directory is made mode 0700 and must be this user's own real directory (not a
-symlink, not another user's, not open to others): otherwise the run is not registered, with
-one warning, and goes on. Entries are written mode 0600 and replaced atomically. A run
-removes its entry and socket when it ends; an entry whose process is gone (its pid no
-longer runs, or runs a process that started at another time: the pid was reused) is dead,
-and whoever lists the runs prunes it with its socket file.
+An entry's command line carries no credential: URLs are shown without their user and
+password (:func:`~teamlead._redact.without_password`), secret-looking variables' values
+redacted, when it is written and when it is read.
+
+The directory is made mode 0700 when missing; one that exists must be this user's own real
+directory that no one else can write to (not a symlink, not another user's, not shared like
+a sticky temp directory), and is never changed (:func:`private_dir`): otherwise the run is
+not registered, with one warning naming a private alternative, and goes on. Entries are
+written mode 0600 and replaced atomically. A run removes its entry and socket when it ends;
+an entry whose process is gone (its pid no longer runs, or runs a process that started at
+another time: the pid was reused) is dead, and whoever lists the runs prunes it with its
+socket file.
 
 An entry is read as data from a file anyone with this user's rights could have written:
 at most :data:`MAX_ENTRY_BYTES`, every field type-checked, unknown fields kept; a bad entry
@@ -38,7 +44,6 @@ import dataclasses
 import json
 import os
 import secrets
-import stat
 import sys
 import tempfile
 import time
@@ -49,7 +54,8 @@ from typing import Any, Literal, TypeAlias, cast
 
 import psutil
 
-from .._private import json_object, read_small, write_private
+from .._private import dir_problem, json_object, read_small, write_private
+from .._redact import redact, without_password
 from ..errors import AmbiguousRun, ControlError, NoSuchRun
 
 __all__ = [
@@ -65,6 +71,7 @@ __all__ = [
     "labelled",
     "liveness",
     "parse_entry",
+    "private_dir",
     "registry_wanted",
     "run_label",
     "runtime_dir",
@@ -252,11 +259,19 @@ def parse_entry(raw: bytes, path: Path) -> RunEntry | None:
         path=path,
         session_id=session if isinstance(session, str) and len(session) <= _MAX_FIELD else None,
         uid=uid if isinstance(uid, int) and not isinstance(uid, bool) else None,
-        command=command[:_MAX_COMMAND] if isinstance(command, str) else "",
+        command=_described(command) if isinstance(command, str) else "",
         mode=mode if mode in ("query", "client") else "query",
         label=label[:_MAX_FIELD] if isinstance(label, str) else None,
         extra={k: v for k, v in data.items() if k not in _KNOWN},
     )
+
+
+def _described(command: str) -> str:
+    """A run's command line as the registry keeps and shows it: at most 500 characters,
+    no credential of a URL in it (a ``--session-store redis://:PASSWORD@...``), no value
+    of a secret-looking environment variable. Applied when an entry is written and when
+    one is read (an entry written by another version is shown the same way)."""
+    return redact(without_password(command))[:_MAX_COMMAND]
 
 
 def _is_number(value: object) -> bool:
@@ -375,7 +390,7 @@ class Registry:
         Raises:
             ControlError: the directory cannot be used (``code`` ``directory``).
         """
-        folder = _private_dir(self.directory)
+        folder = private_dir(self.directory)
         run = secrets.token_hex(RUN_ID_CHARS // 2)
         socket = _socket_dir(folder) / f"{run}.sock"
         pid = os.getpid()
@@ -387,7 +402,7 @@ class Registry:
             socket=str(socket),
             path=folder / f"{run}.json",
             uid=_uid(),
-            command=command[:_MAX_COMMAND],
+            command=_described(command),
             mode=mode,
             label=run_label(),
         )
@@ -401,12 +416,7 @@ class Registry:
         Raises:
             ControlError: it cannot be made or used; the message says how to fix it.
         """
-        try:
-            folder = _private_dir(self.directory)
-        except ControlError as exc:
-            raise ControlError(
-                f"{exc}; set {RUNTIME_DIR_VAR} to a directory of yours", code=exc.code
-            ) from None
+        folder = private_dir(self.directory)
         if not os.access(folder, os.W_OK | os.X_OK):
             raise ControlError(
                 f"cannot write the runtime directory {str(folder)!r}; set {RUNTIME_DIR_VAR} "
@@ -484,36 +494,65 @@ def registry_wanted(env: Mapping[str, str] | None = None) -> bool:
     return (env.get(NO_REGISTRY_VAR) or "").strip().lower() not in _TRUE
 
 
-def _private_dir(folder: Path) -> Path:
-    """``folder``, made mode 0700 if missing, checked to be this user's own real directory
-    that nobody else can enter (a directory another user made first in the shared temp
-    dir is refused, never used)."""
+def private_dir(
+    folder: Path,
+    *,
+    what: str = "runtime directory",
+    variable: str = RUNTIME_DIR_VAR,
+    instead: Path | None = None,
+) -> Path:
+    """``folder``, made mode 0700 when missing, else checked to be this user's own real
+    directory that nobody else can write to; teamlead never changes a directory it did not
+    make.
+
+    An existing ``folder`` that is shared (group- or other-writable, or sticky like the
+    temp directory) or belongs to another user, or is not a directory (a symlink), is
+    refused, untouched: chmodding it would lock its other users out of their own files.
+    The refusal is one line naming a private alternative: ``instead``, or by default this
+    user's own runtime directory (``$XDG_RUNTIME_DIR/teamlead``, else ``teamlead-<uid>`` in
+    the temp directory, else ``~/.cache/teamlead/runtime``), whichever is not ``folder``.
+
+    Args:
+        folder: the directory wanted.
+        what: what it is, for the refusal (``runtime directory``, ``history directory``).
+        variable: the environment variable that names it, for the refusal.
+        instead: the private alternative the refusal names.
+
+    Raises:
+        ControlError: ``folder`` cannot be made, or is refused (``code`` ``directory``).
+    """
     try:
-        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        info = os.lstat(folder)
+        folder.mkdir(mode=0o700, parents=True)
+        return folder  # made here: this user's own, mode 0700 (at most)
+    except FileExistsError:
+        pass
     except OSError as exc:
         raise ControlError(
-            f"cannot use the runtime directory {str(folder)!r}: {exc.strerror or exc}",
+            f"cannot use the {what} {str(folder)!r}: {exc.strerror or exc}; set {variable} "
+            "to a directory of yours",
             code="directory",
         ) from None
-    if not stat.S_ISDIR(info.st_mode):
-        raise ControlError(
-            f"the runtime directory {str(folder)!r} is not a directory (a symlink?)",
-            code="directory",
-        )
-    if info.st_uid != _uid():
-        raise ControlError(
-            f"the runtime directory {str(folder)!r} belongs to another user", code="directory"
-        )
-    if stat.S_IMODE(info.st_mode) & 0o077:
-        try:
-            folder.chmod(0o700)
-        except OSError:
-            raise ControlError(
-                f"the runtime directory {str(folder)!r} is open to other users",
-                code="directory",
-            ) from None
-    return folder
+    why = dir_problem(folder)
+    if why is None:
+        return folder
+    alternative = instead or _private_alternative(folder)
+    raise ControlError(
+        f"the {what} {str(folder)!r} is {why}, and teamlead changes nothing it did not "
+        f"create: set {variable} to a private one, such as {str(alternative)!r}",
+        code="directory",
+    )
+
+
+def _private_alternative(folder: Path) -> Path:
+    """This user's own runtime directory that is not ``folder``."""
+    xdg = (os.environ.get("XDG_RUNTIME_DIR") or "").strip()
+    candidates = [
+        *([Path(xdg) / "teamlead"] if xdg and Path(xdg).is_absolute() else []),
+        Path(tempfile.gettempdir()) / f"teamlead-{_uid()}",
+    ]
+    with contextlib.suppress(RuntimeError):  # no home directory to name
+        candidates.append(Path.home() / ".cache" / "teamlead" / "runtime")
+    return next((c for c in candidates if c != folder), candidates[0])
 
 
 def _fits(folder: Path) -> bool:
@@ -534,7 +573,7 @@ def _socket_dir(folder: Path) -> Path:
     for base in (Path(tempfile.gettempdir()), Path("/tmp")):
         short = base / _SOCKET_DIR.format(_uid())
         if _fits(short):
-            return _private_dir(short)
+            return private_dir(short)
     raise ControlError(
         f"the runtime directory {str(folder)!r} is too long a path for a Unix socket: "
         f"set {RUNTIME_DIR_VAR} to a shorter one",

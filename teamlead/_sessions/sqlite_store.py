@@ -15,13 +15,20 @@ The file is opened in WAL mode with a busy timeout, and every call runs in a wor
 thread, so the event loop never waits on the disk. What is read back is untrusted
 (:mod:`.stored`): an unreadable row is skipped with one warning per kind. A file that is
 no SQLite database, or a disk error, raises :class:`~teamlead.errors.SessionStoreError`.
+
+teamlead changes no file it did not make: the database is made (mode 0600) only where no
+file is; an existing file that is not an SQLite database, or is empty, is refused untouched
+(its mode and content unchanged), never converted.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import os
+import secrets
 import sqlite3
+import stat
 import threading
 import time
 from collections.abc import Callable
@@ -78,6 +85,8 @@ CREATE TABLE IF NOT EXISTS teamlead_session_status (
     PRIMARY KEY (project_key, session_id));
 """
 _BUSY_MS = 10_000
+#: The first bytes of every SQLite database file.
+_SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 class SQLiteSessionStore(SessionStore):
@@ -85,7 +94,8 @@ class SQLiteSessionStore(SessionStore):
     docstring for its tables), with every optional method.
 
     Args:
-        path: the database file (made, with its directory, if missing).
+        path: the database file (made, with its directory, if missing; an existing file
+            must be an SQLite database).
 
     Example:
         >>> store = SQLiteSessionStore(Path("~/.cache/teamlead/sessions.db").expanduser())
@@ -112,13 +122,12 @@ class SQLiteSessionStore(SessionStore):
     def _connect(self) -> sqlite3.Connection:
         if self._db is not None:
             return self._db
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if not self._exists():
+            self._create()
         db = sqlite3.connect(
             self.path, timeout=_BUSY_MS / 1000, isolation_level=None, check_same_thread=False
         )
         try:
-            with contextlib.suppress(OSError):  # a file of another owner keeps its mode
-                self.path.chmod(0o600)
             db.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
             db.execute("PRAGMA journal_mode = WAL")
             db.executescript(_SCHEMA)
@@ -128,6 +137,62 @@ class SQLiteSessionStore(SessionStore):
             raise
         self._db = db
         return db
+
+    def _exists(self) -> bool:
+        """Whether the file is there, checked to be an SQLite database without changing
+        it (a file teamlead did not make keeps its mode and content).
+
+        Raises:
+            SessionStoreError: the path names something else: a file that is not an SQLite
+                database, an empty file (never silently made one), not a regular file.
+        """
+        try:
+            with self.path.open("rb") as file:
+                regular = stat.S_ISREG(os.fstat(file.fileno()).st_mode)
+                head = file.read(len(_SQLITE_HEADER)) if regular else b""
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            raise SessionStoreError(
+                f"session store {self.where}: cannot read it: {exc.strerror or exc}",
+                store=self.where,
+            ) from None
+        if head == _SQLITE_HEADER:
+            return True
+        what = (
+            "is not a regular file"
+            if not regular
+            else "is an empty file"
+            if not head
+            else ("is not an SQLite database")
+        )
+        raise SessionStoreError(
+            f"session store {self.where}: {what}; teamlead leaves it as it is and makes its "
+            "database only where no file is: name a new path",
+            store=self.where,
+        )
+
+    def _create(self) -> None:
+        """Make the database (mode 0600) where no file is: built under a temporary name and
+        linked into place, so no other process ever finds it half made (an empty file it
+        would refuse), and a file that appeared meanwhile is never replaced."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        temp = self.path.with_name(f".{self.path.name}.{secrets.token_hex(4)}.tmp")
+        os.close(os.open(temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        try:
+            with contextlib.closing(sqlite3.connect(temp)) as made:
+                made.executescript(_SCHEMA)
+                made.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+            try:
+                os.link(temp, self.path)
+            except FileExistsError:
+                pass  # another process made it first
+            except OSError:  # a file system without hard links: renamed, if still no file
+                if not self.path.exists():
+                    temp.replace(self.path)
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                temp.unlink()
 
     async def _run(self, what: str, work: Callable[[sqlite3.Connection], _T]) -> _T:
         """``work(connection)`` in a worker thread, one at a time; a failure of the file or

@@ -134,6 +134,40 @@ def test_pausing_a_run_that_goes_direct_holds_its_new_agents_only(tmp_path: Path
         server.stop()
 
 
+def test_a_run_in_a_shared_runtime_directory_warns_once_and_changes_nothing_there(
+    tmp_path: Path,
+) -> None:
+    """``TEAMLEAD_RUNTIME_DIR`` naming a sticky directory others write to (as the temp
+    directory is): the run is not registered, says so in one line naming a private one,
+    completes, and the directory and the files of others in it are as they were."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o1777)
+    theirs = shared / "their-notes.txt"
+    theirs.write_text("theirs")
+    theirs.chmod(0o664)
+    with ScriptedServer(FanOut.of(2, delays=0.1)) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        env = {**ask_env(claude, isolated_env(tmp_path)), "TEAMLEAD_RUNTIME_DIR": str(shared)}
+        env.pop("XDG_RUNTIME_DIR", None)
+        temp = Path(env.get("TMPDIR") or tempfile.gettempdir())  # the run's temp directory
+        private = temp / f"teamlead-{os.getuid()}"
+        proc = start_ask(claude, "--quiet", base=env)
+        out, err = proc.communicate(timeout=150)
+    assert proc.returncode == 0, err
+    assert sorted(findings_in(out)) == ["agent-1", "agent-2"]
+    (line,) = [line for line in err.splitlines() if "runtime directory" in line]
+    assert line == (
+        "teamlead: warning: this run cannot be seen or steered from outside (teamlead ps): "
+        f"the runtime directory {str(shared)!r} is shared (mode 1777), and teamlead changes "
+        f"nothing it did not create: set TEAMLEAD_RUNTIME_DIR to a private one, such as "
+        f"{str(private)!r}"
+    )
+    assert shared.stat().st_mode & 0o7777 == 0o1777
+    assert [p.name for p in shared.iterdir()] == ["their-notes.txt"]
+    assert theirs.read_text() == "theirs" and theirs.stat().st_mode & 0o777 == 0o664
+
+
 def _someone_elses_process() -> subprocess.Popen[bytes] | None:
     """A process of another user: started as ``nobody`` when this is root; ``None`` when
     this user cannot start one (the test then uses a process another user runs)."""

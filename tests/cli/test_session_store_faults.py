@@ -94,6 +94,32 @@ def test_a_redis_down_at_the_start_costs_one_warning_line_and_the_run_completes(
 
 
 @pytest.mark.cli
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [
+        pytest.param(b"my notes, not a database\n" * 50, "is not an SQLite database", id="junk"),
+        pytest.param(b"", "is an empty file", id="empty"),
+    ],
+)
+def test_an_sqlite_path_naming_a_file_of_the_user_is_one_warning_and_left_untouched(
+    tmp_path: Path, content: bytes, said: str
+) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    notes = tmp_path / "notes.db"
+    notes.write_bytes(content)
+    notes.chmod(0o644)
+    with ScriptedServer(FanOut.of(2, delays=0.2)) as server:
+        here = machine(tmp_path, "a", server)
+        done = ask_on(here, project, "--quiet", "--session-store", f"sqlite://{notes}")
+    assert done.returncode == 0, done.stderr
+    assert sorted(findings_in(done.stdout)) == ["agent-1", "agent-2"]
+    (line,) = store_lines(done.stderr)
+    assert said in line and "goes on with the local files" in line
+    assert notes.read_bytes() == content and notes.stat().st_mode & 0o777 == 0o644
+
+
+@pytest.mark.cli
 @pytest.mark.slow
 @needs_redis
 def test_a_store_that_hangs_mid_run_costs_one_warning_line_and_the_run_completes(
