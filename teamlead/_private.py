@@ -77,7 +77,7 @@ def private_dir(folder: Path) -> Path:
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         why = unsafe_dir(folder)  # made by someone else between the two looks
     if why is not None:
-        raise PermissionError(why)
+        raise PermissionError(f"{why}, and teamlead changes nothing it did not create")
     return folder
 
 

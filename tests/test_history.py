@@ -128,7 +128,7 @@ def test_a_folder_others_can_write_to_is_refused_in_one_line(tmp_path: Path) -> 
     with pytest.raises(PermissionError) as refused:
         History(open_dir).add(_record(RUNS[0], 1_800_000_000))
     assert str(refused.value) == (
-        f"{str(open_dir)!r} can be written by other users: chmod 700 it, or remove it"
+        f"{str(open_dir)!r} is shared (mode 777), and teamlead changes nothing it did not create"
     )
     link = tmp_path / "link"
     link.symlink_to(tmp_path / "elsewhere", target_is_directory=True)
@@ -147,7 +147,7 @@ def _script() -> Script:
 
 async def _run(process: ProcessState, prompt: str = "Find the bug.") -> teamlead.Finished:
     done = None
-    async for item in teamlead.query(
+    async for item in teamlead.run(
         prompt,
         query_fn=_script(),
         policy=fast_policy(),
@@ -200,7 +200,8 @@ async def test_a_history_that_cannot_be_written_is_one_warning_and_the_run_goes_
     assert done.status == "completed"
     said = [r.getMessage() for r in caplog.records if r.name == "teamlead.history"]
     assert said == [
-        f"this run is not kept in the run history: {str(blocked)!r} is not a directory (a symlink?)"
+        f"this run is not kept in the run history: {str(blocked)!r} is not a directory (a "
+        "symlink?), and teamlead changes nothing it did not create"
     ]
 
 

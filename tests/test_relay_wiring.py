@@ -456,7 +456,7 @@ async def test_a_run_on_an_upstream_that_refuses_ends_before_its_cli_starts() ->
         port = dead.getsockname()[1]
         options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": f"http://127.0.0.1:{port}"})
         with pytest.raises(teamlead.SetupError) as caught:
-            async for _ in teamlead.query("x", options, query_fn=query_fn):
+            async for _ in teamlead.run("x", options, query_fn=query_fn):
                 pass
     assert started == []
     assert str(caught.value) == (

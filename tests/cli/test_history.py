@@ -155,7 +155,8 @@ def test_the_view_shows_the_finished_run_with_its_prompt_and_answer(world: World
         row.locator('button[data-op="detail"]').click()
         prompt = page.locator("#detail-prompt")
         prompt.wait_for(timeout=30_000)
-        assert prompt.text_content() == PROMPT
+        # the page shows control characters escaped, as the terminal does
+        assert prompt.text_content() == "Audit the parsers \\x1b]0;pwned\\x07 please."
         assert page.locator("#detail-answer").text_content() == answer
         agents = page.locator("#tree li[data-kind='task']")
         assert agents.count() == 2

@@ -41,7 +41,8 @@ def _to_full(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str
 
 
 def test_commands_whose_stdout_is_full_say_so_in_one_line_and_exit_74(tmp_path: Path) -> None:
-    server = ScriptedServer(FanOut.of(3, delays=2.0)).start()
+    # agents of 10 s: the run is still live for the four verbs that follow it
+    server = ScriptedServer(FanOut.of(3, delays=10.0)).start()
     proc = None
     try:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
