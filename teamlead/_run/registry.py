@@ -144,9 +144,11 @@ def run_label() -> str | None:
 
 
 def command_line(argv: list[str] | None = None) -> str:
-    """What the process was started as, for ``teamlead ps``: ``teamlead ask ...`` for the
-    command (``python -m teamlead`` too), else the program's name and its arguments; at
-    most 500 characters. Shown as text, escaped: it may hold anything the user typed."""
+    """What the process was started as, for ``teamlead ps`` and the run history:
+    ``teamlead ask ...`` for the command (``python -m teamlead`` too), else the program's
+    name and its arguments; at most 500 characters, with no credential in it (a URL's
+    password, a secret-looking variable's value). Shown as text, escaped: it may hold
+    anything the user typed."""
     words = list(sys.argv if argv is None else argv)
     if not words:
         return "python"
@@ -155,7 +157,7 @@ def command_line(argv: list[str] | None = None) -> str:
         head = "teamlead"
     else:
         head = first.rsplit("/", 1)[-1] or "python"
-    line = " ".join([head, *words[1:]])
+    line = redact(without_password(" ".join([head, *words[1:]])))
     return line if len(line) <= _MAX_COMMAND else line[: _MAX_COMMAND - 3] + "..."
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from teamlead._history import history_dir
 from teamlead._run.registry import runtime_dir
 from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import FanOut
@@ -78,6 +79,12 @@ def test_a_store_password_appears_nowhere_a_run_is_shown(tmp_path: Path) -> None
             assert proc.returncode == 0, err
             assert json.loads(out.splitlines()[-1])["status"] == "completed"
             shown += [out, err]
+            past = run_to_the_end([*TEAMLEAD, "ps", "--all", "--json"], timeout=60, env=env)
+            (kept,) = [r for r in json.loads(past.stdout) if r["run"] == row["run"]]
+            assert f"--session-store={masked}/0" in kept["command"]  # the run history's
+            told = run_to_the_end([*TEAMLEAD, "show", row["run"], "--json"], timeout=60, env=env)
+            shown += [past.stdout, told.stdout]
+            shown += [f.read_text() for f in history_dir(env).rglob("*") if f.is_file()]
         for text in shown:
             assert PASSWORD not in text
     finally:
