@@ -14,11 +14,11 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Iterator
 from contextlib import aclosing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, cast
 
 import anyio
 import click
@@ -64,9 +64,11 @@ def run_demo(
             async def first_stream_marks_end(**kwargs: Any) -> AsyncIterator[Any]:
                 from claude_agent_sdk import query as sdk_query
 
-                try:
-                    async for message in sdk_query(**kwargs):
-                        yield message
+                try:  # closed here, not left to the loop's finaliser (a stop ends the loop)
+                    stream = cast(AsyncGenerator[Any, None], sdk_query(**kwargs))
+                    async with aclosing(stream) as messages:
+                        async for message in messages:
+                            yield message
                 finally:  # the teammate reports once the lead's stream is over
                     script.stream_ended.set()
 

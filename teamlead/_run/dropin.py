@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator
-from typing import Any, TypeGuard, get_args
+from contextlib import aclosing
+from typing import Any, TypeGuard, cast, get_args
 
 from claude_agent_sdk import ClaudeAgentOptions, Message, ResultMessage
 
@@ -60,9 +61,14 @@ class SdkRounds:
         transport, self._transport = self._transport, None
         self.count += 1
         self.raised = None
-        try:
-            async for message in sdk_query(prompt=prompt, options=options, transport=transport):
-                yield message
+        stream = cast(
+            AsyncGenerator[Any, None],
+            sdk_query(prompt=prompt, options=options, transport=transport),
+        )
+        try:  # closed here when the run stops reading, not left to the loop's finaliser
+            async with aclosing(stream) as messages:
+                async for message in messages:
+                    yield message
         except Exception as exc:  # the round's own failure, for the app once the run ends
             self.raised = exc
             raise

@@ -45,7 +45,6 @@ def store_lines(stderr: str) -> list[str]:
     [
         (["ask", "hi", "--session-store", "postgres://db/1"], "rediss://HOST:PORT/DB or sqlite"),
         (["resume", "s1", "--session-store", "redis://127.0.0.1/abc"], "must be a number"),
-        (["sessions"], "needs --session-store URL"),
         (["sessions", "--session-store", "sqlite://host/x.db"], "no host"),
     ],
 )
