@@ -23,7 +23,7 @@ from claude_agent_sdk.types import CanUseTool
 from .._claude.loopback import ensure_loopback
 from .._gate.prompt_limits import prompt_limits
 from .._ndjson import JsonProgress
-from .._procs import stop_descendants
+from .._procs import descendants, stop_descendants
 from .._redact import redact, terminal_safe
 from .._run.process import default_process_state
 from ..coordinator import allow_workflows
@@ -368,6 +368,13 @@ def run_session(
             tg.start_soon(consume, tg.cancel_scope)
             if controls is not None:
                 tg.start_soon(controls.read_keys)
+        if state["interrupted"]:
+            # the stopped CLI tree ends while this loop still runs, so each child's
+            # transport sees its end here: one still running when the loop closes is
+            # closed later on a closed loop ("Event loop is closed" after the last line)
+            with anyio.move_on_after(_STOP_GRACE_S):
+                while descendants():  # noqa: ASYNC110 - a process ending has no event
+                    await anyio.sleep(0.05)
 
     keys_from = controls.stdin if controls is not None and controls.interactive else None
     try:
