@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import select
 import socket
@@ -596,6 +597,31 @@ async def test_a_watcher_gets_the_recent_lines_then_live_ones_until_the_end(
     finally:
         await endpoint.close()
     assert [json.loads(line)["type"] for line in got] == ["session", "lead_turn", "finished"]
+
+
+@pytest.mark.anyio
+async def test_a_watcher_that_hangs_up_is_let_go_without_writes_to_its_closed_socket(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    # a `watch` whose own output failed hangs up at once; the run goes on writing its
+    # feed: its endpoint stops serving that watcher, never asyncio's "socket.send()
+    # raised exception." on the run's stderr for each line after
+    path = tmp_path / "e.sock"
+    endpoint, _ = await _served(path)
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        writer.write(b'{"version": 1, "op": "watch"}\n')
+        await writer.drain()
+        assert json.loads(await asyncio.wait_for(reader.readline(), 10))["ok"] is True
+        writer.close()
+        await writer.wait_closed()
+        with caplog.at_level(logging.WARNING, logger="asyncio"):
+            burst = "".join(f'{{"type": "task_progress", "n": {n}}}\n' for n in range(40))
+            endpoint.feed.write(burst)  # many lines at once, as a busy run's stream brings
+            assert await apoll(lambda: not endpoint._tasks, within_s=10)
+        assert [r.getMessage() for r in caplog.records if r.name == "asyncio"] == []
+    finally:
+        await endpoint.close()
 
 
 def test_a_watcher_that_falls_behind_is_dropped() -> None:

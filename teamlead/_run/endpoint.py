@@ -377,6 +377,8 @@ class Endpoint:
             await self._answer(writer, {"version": PROTOCOL_VERSION, "ok": True, "run": self._run})
             while True:
                 while watcher.lines:
+                    if writer.is_closing():  # the watcher hung up (drain() does not say so)
+                        return
                     writer.write(watcher.lines.popleft().encode("utf-8", "replace") + b"\n")
                     if writer.transport.get_write_buffer_size() > 256 * 1024:
                         await asyncio.wait_for(writer.drain(), _WRITE_TIMEOUT_S)
