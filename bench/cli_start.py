@@ -3,7 +3,7 @@
 
 Every command runs through the console entry point (`python -m teamlead ...`), against a
 runtime directory of the bench's own that holds one live run: the bench serves that run's
-control endpoint itself (the real :class:`~teamlead._run.endpoint.Endpoint`, on an event
+control endpoint itself (the real :class:`~teamlead._control.endpoint.Endpoint`, on an event
 loop in a thread, with a steering that answers at once), so `ps` asks it for its status,
 `pause` and `stop` find it by a prefix and get an answer, as they would from a real run.
 The commands rotate round by round, so load from other processes hits each alike.
@@ -34,8 +34,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import percentile, table  # noqa: E402
 
-from teamlead._run.endpoint import Endpoint, WatchFeed  # noqa: E402
-from teamlead._run.registry import Registry  # noqa: E402
+from teamlead._control.endpoint import Endpoint, WatchFeed  # noqa: E402
+from teamlead._control.registry import Registry  # noqa: E402
 
 TEAMLEAD = [sys.executable, "-m", "teamlead"]
 LIBRARIES = "import click, anyio, psutil, asyncio"

@@ -5,7 +5,7 @@ own events, each once: a ``lead_turn`` per API message, a ``task_ended`` per tas
 class). It reads what the run made of each message (its
 :class:`~teamlead.tracker.StreamParse`), never parsing the stream itself; ``teamlead ask
 --json`` (:mod:`teamlead._cli.running`) and a run's watch feed
-(:mod:`teamlead._run.registered`) both write with it.
+(:mod:`teamlead._control.registered`) both write with it.
 """
 
 from __future__ import annotations

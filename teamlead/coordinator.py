@@ -44,11 +44,11 @@ from typing import Any, TypeAlias
 
 from claude_agent_sdk import ClaudeAgentOptions, Message, Transport
 
+from ._control.registered import registered
 from ._otel import trace_run
 from ._run.dropin import SdkRounds, sdk_view
 from ._run.loop import Client, QueryFn, run_client, run_query, run_resume
 from ._run.process import ProcessState
-from ._run.registered import registered
 from ._run.relayed import RelayHookup, with_relay_events
 from ._run.relayed import relay_for as _relay_for
 from ._run.state import RunState, new_run, prepare_options

@@ -34,9 +34,7 @@ from click.testing import CliRunner
 
 from teamlead._cli import main
 from teamlead._cli.commands import COMMANDS
-from teamlead._history import History, RunRecord
-from teamlead._metering.pause import Pause
-from teamlead._run.endpoint import (
+from teamlead._control.endpoint import (
     Endpoint,
     WatchFeed,
     _checked,
@@ -45,10 +43,12 @@ from teamlead._run.endpoint import (
     follow,
     parse_request,
 )
+from teamlead._control.registry import Registry, parse_entry, process_registry, runtime_dir
+from teamlead._control.steering import RunSteering
+from teamlead._history import History, RunRecord
+from teamlead._metering.pause import Pause
 from teamlead._run.process import ProcessState
-from teamlead._run.registry import Registry, parse_entry, runtime_dir
 from teamlead._run.state import new_run
-from teamlead._run.steering import RunSteering
 from teamlead.control import RunControl
 from teamlead.errors import ControlError, NoSuchRun
 from teamlead.policy import Policy, SpawnPolicy
@@ -397,9 +397,10 @@ def test_ps_formats_absurd_start_times_sanely(started: float | str, shown: str) 
 
 
 def test_a_state_without_the_registry_registers_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert ProcessState(registry=False).registry is None
+    assert process_registry(ProcessState()) is not None
+    assert process_registry(ProcessState(registry=False)) is None
     monkeypatch.setenv("TEAMLEAD_NO_REGISTRY", "1")
-    assert ProcessState().registry is None
+    assert process_registry(ProcessState()) is None
 
 
 def test_the_group_help_shows_each_commands_own_summary_without_loading_it() -> None:

@@ -2,7 +2,7 @@
 real headless Chromium (the system's, driven by Playwright).
 
 The run on the page is one this test serves itself: a registry entry whose control
-endpoint (the real :class:`~teamlead._run.endpoint.Endpoint`, on an event loop in a
+endpoint (the real :class:`~teamlead._control.endpoint.Endpoint`, on an event loop in a
 thread) answers with a steering that records what it was asked and whose status the test
 changes, so the page's live updates and its buttons are checked end to end without a
 model. Its command is hostile markup, which the page must show as text.
@@ -24,8 +24,8 @@ from urllib.parse import urlsplit
 
 import pytest
 
-from teamlead._run.endpoint import Endpoint, WatchFeed
-from teamlead._run.registry import Registry
+from teamlead._control.endpoint import Endpoint, WatchFeed
+from teamlead._control.registry import Registry
 from teamlead.errors import ControlError
 
 from .browser import chromium_page, serving_view

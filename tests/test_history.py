@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 
 import teamlead
+from teamlead._control.registry import labelled
 from teamlead._history import History, RunRecord, history_dir
 from teamlead._history.record import INLINE_RESULT_CHARS, AgentRecord
 from teamlead._private import private_dir, unsafe_dir
 from teamlead._run.process import ProcessState
-from teamlead._run.registry import labelled
 from teamlead.errors import AmbiguousRun, NoSuchRun
 from teamlead.testing import FakeClock
 

@@ -10,10 +10,10 @@ from typing import Any
 import anyio
 import pytest
 
-from teamlead._run.detail import MAX_NODES, LimitHistory
-from teamlead._run.endpoint import parse_request
+from teamlead._control.detail import MAX_NODES, LimitHistory
+from teamlead._control.endpoint import parse_request
+from teamlead._control.runlog import detail_of_log
 from teamlead._run.permissions import PermissionRequests
-from teamlead._run.runlog import detail_of_log
 from teamlead.errors import UsageError
 from teamlead.events import ConcurrencyChanged
 from teamlead.testing import FakeClock

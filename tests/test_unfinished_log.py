@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from teamlead._run.detail import MAX_NODES
-from teamlead._run.runlog import UNFINISHED, UNFINISHED_REASON, detail_of_log, read_log
+from teamlead._control.detail import MAX_NODES
+from teamlead._control.runlog import UNFINISHED, UNFINISHED_REASON, detail_of_log, read_log
 from teamlead.errors import UsageError
 from teamlead.tracker import LeadTurn, Tracker
 

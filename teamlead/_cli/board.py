@@ -7,12 +7,12 @@ The page (:mod:`.board_page`) is what ``teamlead ps`` lists, pushed to the brows
 server-sent events whenever it changes; its buttons do what ``teamlead pause``,
 ``unpause``, ``stop`` and ``stop --now`` do. For the run picked, a second event stream
 carries the run's detail (its control endpoint's ``detail`` answer, see
-:mod:`teamlead._run.detail`): the agent tree (the lead, Agent-tool and nested agents,
+:mod:`teamlead._control.detail`): the agent tree (the lead, Agent-tool and nested agents,
 workflows with their phases and agents, each with its state, tokens, requests, last tool
 and duration), the queue and the held requests, the permission requests waiting for an
 answer, and the governor's limit per model over time, which the page draws as an SVG chart.
 ``teamlead view run.ndjson`` serves the same page for a run from its log
-(:mod:`teamlead._run.runlog`), read-only: no buttons, and the button endpoint refuses. A log
+(:mod:`teamlead._control.runlog`), read-only: no buttons, and the button endpoint refuses. A log
 without a ``finished`` line (a run killed, or still running) shows what its records hold,
 marked unfinished, and is read again whenever it grows, until its ``finished`` line lands.
 
@@ -61,12 +61,12 @@ from urllib.parse import parse_qs
 import anyio
 import click
 
+from .._control.registry import Registry, runtime_dir
+from .._control.runlog import UNFINISHED, read_log
 from .._history import History
 from .._private import private_dir, read_small, write_private
 from .._redact import shown_safe, terminal_safe
 from .._relay import GuardedSocket, RelayConfig, bounded_server, loopback_socket
-from .._run.registry import Registry, runtime_dir
-from .._run.runlog import UNFINISHED, read_log
 from ..errors import ControlError, NoSuchRun, UsageError
 from .board_page import PAGE
 from .exitcodes import handle_errors

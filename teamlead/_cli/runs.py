@@ -2,8 +2,8 @@
 the user's running runs, docker-style.
 
 RUN names one run: its run id (``teamlead ps`` shows it), its session id, or a unique
-prefix of either. Each verb finds the run in the registry (:mod:`teamlead._run.registry`),
-asks its control endpoint (:mod:`teamlead._run.endpoint`) and answers in one line what it
+prefix of either. Each verb finds the run in the registry (:mod:`teamlead._control.registry`),
+asks its control endpoint (:mod:`teamlead._control.endpoint`) and answers in one line what it
 did, or why not, with the README's exit codes: 0 done, 1 refused (already paused, not
 paused, already stopping; or the run does not answer), 2 a usage error (an ambiguous
 prefix, a bad value, an amend that changes nothing), 4 no such run of yours (none is named
@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
+from .._control.endpoint import call, follow
+from .._control.registry import Registry, RunEntry, liveness
 from .._redact import terminal_safe
-from .._run.endpoint import call, follow
-from .._run.registry import Registry, RunEntry, liveness
 from ..errors import ControlError, NoSuchRun, UsageError
 from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors, tell
 from .history import NOT_FINISHED, PS_VERSION, past_rows, run_filter

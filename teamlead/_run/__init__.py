@@ -25,11 +25,8 @@ drives the flow one way:
 - :mod:`.stop` is a stop asked from outside; :mod:`.workflow_permission` lets the lead run
   ``Workflow``; :mod:`.permissions` is the permission requests waiting for an answer.
 
-The runs seen and steered from outside: :mod:`.registry` (the runtime directory's
-entries), :mod:`.registered` (a run in it while it goes), :mod:`.endpoint` (the control
-socket's protocol, both sides), :mod:`.steering` (what each op does to a run),
-:mod:`.detail` (one run's agent tree, queue and limits, for ``teamlead view``) and
-:mod:`.runlog` (a run read back from its NDJSON log, finished or cut short).
+The runs seen and steered from outside (the registry, the control endpoint, steering,
+detail and the run log) are a wing of their own, :mod:`teamlead._control`, above this one.
 
 Admission (the spawn gate and every other agent's) is a package of its own,
 :mod:`teamlead._gate`, and the relay's per-agent meter another, :mod:`teamlead._metering`.

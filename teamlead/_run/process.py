@@ -4,7 +4,7 @@ A run is not alone in its process: concurrent runs (an app serving several users
 trials of an experiment) share the request relay of each upstream, the governor of each
 account, the limits store a Ray worker points them at, the cap on subagents running at
 once, the list of live runs a signal stops, and the registry their entries and control
-endpoints are kept in (``teamlead ps``; :mod:`.registry`), and the telemetry providers
+endpoints are kept in (``teamlead ps``; :mod:`teamlead._control`), and the telemetry providers
 teamlead builds from the ``OTEL_*`` variables. All of that lives in one
 :class:`ProcessState`, made lazily as the process's default (:func:`default_process_state`)
 and passable explicitly (``teamlead.run(..., process=...)``): a test, or an app that
@@ -15,8 +15,8 @@ common, where ``teamlead ps`` lists the runs of both.
 
 Example:
     >>> shared = ProcessState(spawn_limit=4, registry=False)
-    >>> shared.spawn_cap.limit, shared.live_runs, shared.registry
-    (4, 0, None)
+    >>> shared.spawn_cap.limit, shared.live_runs, shared.registers
+    (4, 0, False)
 """
 
 from __future__ import annotations
@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING
 from .._gate.slots import SpawnCap
 from .._governor.store import LimitStore
 from .._history import History, history_wanted
-from .registry import Registry, registry_wanted
 from .stop import RunStop
 
 if TYPE_CHECKING:  # the relay's server stack is imported when a run first uses it: a
@@ -78,7 +77,6 @@ class ProcessState:
         self._runs: weakref.WeakSet[RunStop] = weakref.WeakSet()
         self._runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
         self._registering = registry
-        self._registry: Registry | None = None
         self._keeping = history
         self._history: History | None = None
         self._telemetry: TelemetrySource | None = None
@@ -111,16 +109,21 @@ class ProcessState:
         return self._spawn_cap
 
     @property
-    def registry(self) -> Registry | None:
-        """The registry this state's runs enter (made on first use), or ``None`` when they
-        do not register (``registry=False`` or ``TEAMLEAD_NO_REGISTRY``). Its directory is
-        read at each registration, so the default state of a test process follows each
-        test's environment."""
-        if not self._registering or not registry_wanted(self._env):
-            return None
-        if self._registry is None:
-            self._registry = Registry(self._runtime_dir, env=self._env)
-        return self._registry
+    def registers(self) -> bool:
+        """Whether this state's runs may register (made with ``registry=True``); the
+        registry itself, and ``TEAMLEAD_NO_REGISTRY``, are the control plane's
+        (:func:`teamlead._control.process_registry`)."""
+        return self._registering
+
+    @property
+    def runtime_dir(self) -> Path | None:
+        """Where this state's runs register, when given (else the environment says)."""
+        return self._runtime_dir
+
+    @property
+    def env(self) -> Mapping[str, str] | None:
+        """The environment this state reads its variables from (``None``: the process's)."""
+        return self._env
 
     @property
     def history(self) -> History | None:

@@ -26,9 +26,9 @@ import anyio
 import pytest
 
 import teamlead
-from teamlead._run.endpoint import call
+from teamlead._control.endpoint import call
+from teamlead._control.registry import Registry
 from teamlead._run.process import ProcessState
-from teamlead._run.registry import Registry
 from teamlead.events import Finished, SpawnQueued
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import OfflineClaude, ScriptedServer

@@ -23,9 +23,9 @@ import pytest
 from claude_agent_sdk import ClaudeSDKClient
 
 import teamlead
-from teamlead._run.endpoint import Endpoint, WatchFeed, call
+from teamlead._control.endpoint import Endpoint, WatchFeed, call
+from teamlead._control.registry import Registry
 from teamlead._run.process import ProcessState
-from teamlead._run.registry import Registry
 from teamlead.events import Finished
 from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import FanOut, findings_in

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
+from teamlead._control.registry import runtime_dir
 from teamlead._history import history_dir
-from teamlead._run.registry import runtime_dir
 from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import FanOut
 

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from teamlead._cli.runs import run_detail
-from teamlead._run.registry import Registry
-from teamlead._run.runlog import UNFINISHED, UNFINISHED_REASON, read_log
+from teamlead._control.registry import Registry
+from teamlead._control.runlog import UNFINISHED, UNFINISHED_REASON, read_log
 from teamlead.errors import TeamleadError
 from teamlead.testing import AgentCall, OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import FanOut

@@ -34,11 +34,11 @@ import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
 from ..._claude.scripted import api_message_id, is_scripted_message
+from ..._control.registry import labelled
 from ..._gate.prompt_limits import prompt_limits
 from ..._otel import trial_scope
 from ..._redact import redact
 from ..._run.process import default_process_state
-from ..._run.registry import labelled
 from ..._run.relayed import relayed
 from ..._version import __version__
 from ...clock import SYSTEM_CLOCK, Clock

@@ -10,7 +10,7 @@ per connection:
   ``detail`` and ``watch``;
 - the run answers one line: ``{"version": 1, "ok": true, ...}`` (for ``status`` the run's
   status, for ``detail`` its agent tree, queue, waiting approvals and limits over time
-  (:class:`~teamlead._run.detail.RunDetail`'s JSON under ``detail``), for the others a
+  (:class:`~teamlead._control.detail.RunDetail`'s JSON under ``detail``), for the others a
   ``message`` saying what was done), or
   ``{"version": 1, "ok": false, "error": CODE, "message": ...}`` (CODE as
   :class:`~teamlead.errors.ControlError`'s ``code``, or ``finished``, ``not_yours``);
@@ -146,7 +146,7 @@ def parse_request(line: bytes) -> Request:
 
 
 class Steering(Protocol):
-    """What the endpoint asks of its run (:class:`~teamlead._run.steering.RunSteering`).
+    """What the endpoint asks of its run (:class:`~teamlead._control.steering.RunSteering`).
 
     Each method runs on the run's loop and returns what it did, in one line; one that is
     refused raises :class:`~teamlead.errors.ControlError` with the reason.

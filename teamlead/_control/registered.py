@@ -2,7 +2,7 @@
 
 :func:`registered` wraps a run's whole stream (the coordinator's entry points call it
 around everything else, the relay included). Before the first item it registers the run
-with its process's registry (:attr:`~.process.ProcessState.registry`), starts the run's
+with its process's registry (:func:`~.registry.process_registry`), starts the run's
 control endpoint (:mod:`.endpoint`) on the run's own loop and writes its entry; each item
 goes to the watch feed as the NDJSON lines of ``ask --json`` (the run's own
 :class:`~teamlead._ndjson.JsonProgress`, reading what the run made of each item), and the
@@ -27,12 +27,12 @@ from typing import IO, Any, cast
 import anyio
 
 from .._ndjson import JsonProgress
+from .._run.state import RunState
 from ..errors import ControlError
 from ..events import Finished
 from .endpoint import Endpoint, WatchFeed
 from .recorded import Recorder
-from .registry import Registration, command_line
-from .state import RunState
+from .registry import Registration, command_line, process_registry
 from .steering import RunSteering
 
 __all__ = ["registered"]
@@ -88,7 +88,7 @@ class _Registered:
 
 async def _register(state: RunState) -> _Registered | None:
     """Register ``state``'s run, or ``None`` (not registering, or failed: one warning)."""
-    registry = state.process.registry
+    registry = process_registry(state.process)
     if registry is None:
         return None
     try:

@@ -27,12 +27,12 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from .._run.state import RunState
 from ..control import UNSET, RunControl, Unset
 from ..errors import AmendRefused, ControlError
 from ..events import ConcurrencyChanged
 from ..tracker import TaskInfo
 from .detail import LimitHistory, live_detail
-from .state import RunState
 
 __all__ = ["STOP_REASON", "RunSteering"]
 

@@ -50,13 +50,16 @@ import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 import psutil
 
 from .._private import dir_problem, json_object, read_small, write_private
 from .._redact import redact, without_password
 from ..errors import AmbiguousRun, ControlError, NoSuchRun
+
+if TYPE_CHECKING:
+    from .._run.process import ProcessState
 
 __all__ = [
     "ENTRY_VERSION",
@@ -71,6 +74,7 @@ __all__ = [
     "labelled",
     "liveness",
     "parse_entry",
+    "process_registry",
     "private_dir",
     "registry_wanted",
     "run_label",
@@ -488,6 +492,16 @@ class Registry:
 
 def _order(entry: RunEntry) -> tuple[float, str]:
     return entry.started, entry.run
+
+
+def process_registry(process: ProcessState) -> Registry | None:
+    """The registry ``process``'s runs enter, or ``None`` when they do not register
+    (``ProcessState(registry=False)`` or ``TEAMLEAD_NO_REGISTRY``). Its directory is read at
+    each registration, so the default state of a test process follows each test's
+    environment."""
+    if not process.registers or not registry_wanted(process.env):
+        return None
+    return Registry(process.runtime_dir, env=process.env)
 
 
 def registry_wanted(env: Mapping[str, str] | None = None) -> bool:

@@ -27,13 +27,13 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from .._metering.request import LEAD
 from .._redact import redact
+from .._run.permissions import labels_from
 from ..events import CUT_ENDS, AgentKind, ConcurrencyChanged
 from ..tracker import TaskInfo, WorkflowAgent
-from .permissions import labels_from
 
 if TYPE_CHECKING:
     from .._metering.book import AgentBook
-    from .state import RunState
+    from .._run.state import RunState
 
 __all__ = [
     "DETAIL_VERSION",

@@ -20,9 +20,9 @@ import anyio
 
 from .._history import AgentRecord, History, RunRecord
 from .._redact import redact_opt
+from .._run.state import RunState
 from ..events import Finished, TaskDisposition
 from .registry import RUN_ID_CHARS, command_line, run_label
-from .state import RunState
 
 __all__ = ["Recorder"]
 
@@ -107,7 +107,7 @@ class Recorder:
         )
 
     def _agent(self, row: TaskDisposition) -> AgentRecord:
-        from .collect import row_text  # loads the SDK's readers, as the result's builder does
+        from .._run.collect import row_text  # loads the SDK's readers, as the result's builder does
 
         tracker = self._state.tracker
         task = tracker.tasks.get(row.id)
