@@ -1,5 +1,5 @@
 """``python -m teamlead``: the same command line as the ``teamlead`` script."""
 
-from ._cli.startup import run
+from ._cli import run
 
 run()

@@ -62,7 +62,7 @@ from .errors import AmendRefused
 from .events import AmendField, RunAmended
 
 if TYPE_CHECKING:
-    from ._gate.admission import Admission
+    from ._gate import Admission
 
 __all__ = ["UNSET", "ControlLease", "RunControl", "Unset"]
 

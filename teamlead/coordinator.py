@@ -46,14 +46,24 @@ from claude_agent_sdk import ClaudeAgentOptions, Message, Transport
 
 from ._control.registered import registered
 from ._otel import trace_run
-from ._run.dropin import SdkRounds, sdk_view
-from ._run.loop import Client, QueryFn, run_client, run_query, run_resume
-from ._run.process import ProcessState
-from ._run.relayed import RelayHookup, with_relay_events
-from ._run.relayed import relay_for as _relay_for
-from ._run.state import RunState, new_run, prepare_options
-from ._run.stream import RunStream
-from ._run.workflow_permission import allow_workflows
+from ._run import (
+    Client,
+    ProcessState,
+    QueryFn,
+    RelayHookup,
+    RunState,
+    RunStream,
+    SdkRounds,
+    allow_workflows,
+    new_run,
+    prepare_options,
+    run_client,
+    run_query,
+    run_resume,
+    sdk_view,
+    with_relay_events,
+)
+from ._run import relay_for as _relay_for
 from .clock import SYSTEM_CLOCK, Clock
 from .control import RunControl
 from .events import Finished, TeamleadEvent

@@ -91,15 +91,26 @@ from contextlib import asynccontextmanager
 import anyio
 import anyio.lowlevel
 
-from ._governor import aimd
-from ._governor.accounts.base import Account, Bounds, Lease, provider_of
-from ._governor.accounts.process import ProcessAccount
-from ._governor.knobs import BucketState, GovernorPolicy, bucket_key, check_seconds
-from ._governor.ratelimit_headers import pace_pause, read_windows
-from ._governor.retry_after import parse_retry_after, retry_after_from_headers
-from ._governor.store import LimitStore
-from ._governor.token_budget import Budget, Usage
-from ._governor.token_estimate import InputEstimate
+from ._governor import (
+    Account,
+    Bounds,
+    BucketState,
+    Budget,
+    GovernorPolicy,
+    InputEstimate,
+    Lease,
+    LimitStore,
+    ProcessAccount,
+    Usage,
+    aimd,
+    bucket_key,
+    check_seconds,
+    pace_pause,
+    parse_retry_after,
+    provider_of,
+    read_windows,
+    retry_after_from_headers,
+)
 from .clock import SYSTEM_CLOCK, Clock, wait_event
 from .errors import GovernorCleared, UsageError
 from .events import ChangeReason, ConcurrencyChanged

@@ -47,10 +47,15 @@ import dataclasses
 import typing
 
 from . import errors
-from ._sessions import url as _url
-from ._sessions.redis_store import DEFAULT_TTL_S, RedisSessionStore
-from ._sessions.sqlite_store import SQLiteSessionStore
-from ._sessions.status import SessionStatus
+from ._sessions import (
+    DEFAULT_TTL_S,
+    RedisSessionStore,
+    SessionStatus,
+    SQLiteSessionStore,
+)
+from ._sessions import (
+    open_store as _open_store,
+)
 
 if typing.TYPE_CHECKING:
     from claude_agent_sdk.types import SessionStore
@@ -86,7 +91,7 @@ def open_session_store(url: str) -> RedisSessionStore | SQLiteSessionStore:
         ...
         teamlead.errors.UsageError: a session store is redis://HOST:PORT/DB, ...
     """
-    return _url.open_store(url)
+    return _open_store(url)
 
 
 @dataclasses.dataclass(frozen=True)

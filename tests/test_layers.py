@@ -69,6 +69,34 @@ def test_no_production_module_loads_the_test_bed() -> None:
     assert result.stdout == ""
 
 
+@pytest.mark.slow  # a fresh interpreter imports every module: 1-3 s
+def test_every_front_door_hands_out_each_name_it_lists() -> None:
+    # Every module of the package imported first: a door's name that is also one of its
+    # wing's modules would then be that module, whatever the door imports under it.
+    doors = sorted(f"teamlead.{init.parent.name}" for init in PACKAGE.glob("_*/__init__.py"))
+    script = (
+        "import importlib, sys, types\n"
+        "for name in sys.argv[2:]:\n"
+        "    importlib.import_module(name)\n"
+        "for door in sys.argv[1].split(','):\n"
+        "    package = importlib.import_module(door)\n"
+        "    for export in getattr(package, '__all__', ()):\n"
+        "        if isinstance(getattr(package, export), types.ModuleType):\n"
+        "            print(door, export)\n"
+    )
+    production = [name for name in _modules() if name != "teamlead.__main__"]
+    result = subprocess.run(
+        [sys.executable, "-c", script, ",".join(doors), *production],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "teamlead._run" in doors and "teamlead._control" in doors
+    assert result.stdout == ""
+
+
 def test_every_module_opens_with_a_docstring() -> None:
     import ast
 

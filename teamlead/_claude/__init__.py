@@ -10,3 +10,87 @@ bounded, depth-safe), and ``scripted`` is the mark teamlead's scripted model ser
 on what it writes. These follow Claude Code, not a promise of teamlead's, so nothing here
 is public API.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._door import lazy_exports
+
+if TYPE_CHECKING:
+    from .binary import bundled_cli_path, cli_version
+    from .files import FileProblem, loads, open_regular, read_regular
+    from .inbox import consume_inbox, read_inbox, wait_for_inbox
+    from .inbox.model import InboxRead, TeammateMessage
+    from .loopback import ensure_loopback
+    from .notification import Notification, turn_limit
+    from .saved_session import (
+        find_session_file,
+        load_session,
+        replay,
+        session_messages,
+        session_notifications,
+    )
+    from .scripted import SCRIPTED_MESSAGE_PREFIX, api_message_id, is_scripted_message
+    from .team import (
+        Team,
+        claude_config_dir,
+        find_team,
+        implicit_team_name,
+        load_team,
+        resolve_team,
+        sanitize_team_name,
+        validate_name,
+    )
+    from .transcript import (
+        TranscriptEnd,
+        find_subagent_transcript,
+        last_assistant_text,
+        transcript_end,
+        transcript_tail,
+    )
+    from .workflow_journal import JournalResult, find_journal, journal_results, workflow_result
+
+__all__ = [
+    "FileProblem",
+    "InboxRead",
+    "JournalResult",
+    "Notification",
+    "SCRIPTED_MESSAGE_PREFIX",
+    "Team",
+    "TeammateMessage",
+    "TranscriptEnd",
+    "api_message_id",
+    "bundled_cli_path",
+    "claude_config_dir",
+    "cli_version",
+    "consume_inbox",
+    "ensure_loopback",
+    "find_journal",
+    "find_session_file",
+    "find_subagent_transcript",
+    "find_team",
+    "implicit_team_name",
+    "is_scripted_message",
+    "journal_results",
+    "last_assistant_text",
+    "load_session",
+    "load_team",
+    "loads",
+    "open_regular",
+    "read_inbox",
+    "read_regular",
+    "replay",
+    "resolve_team",
+    "sanitize_team_name",
+    "session_messages",
+    "session_notifications",
+    "transcript_end",
+    "transcript_tail",
+    "turn_limit",
+    "validate_name",
+    "wait_for_inbox",
+    "workflow_result",
+]
+
+__getattr__ = lazy_exports(__name__)

@@ -8,25 +8,29 @@ and exit with a code from :mod:`.exitcodes`: 0 completed, 1 failed, 2 usage erro
 partial, 130 interrupted. Command bodies stay thin: the work is in plain functions
 (:mod:`.running`, :mod:`.progress`, the builders in each command module).
 
-Nothing is imported here: the entry point must load only what it needs before it takes
-the signals.
+Each name here is loaded on first use (:mod:`teamlead._door`): the entry point must load
+only what it needs before it takes the signals.
 """
 
 from __future__ import annotations
 
-import typing
+from typing import TYPE_CHECKING
 
-if typing.TYPE_CHECKING:
+from .._door import lazy_exports
+
+if TYPE_CHECKING:
+    from .ask import run_options, settings_from_options
     from .commands import main
+    from .running import build_policy, find_cli
+    from .startup import run
 
-__all__ = ["main"]
+__all__ = [
+    "build_policy",
+    "find_cli",
+    "main",
+    "run",
+    "run_options",
+    "settings_from_options",
+]
 
-
-def __getattr__(name: str) -> object:
-    """``main``, the click group, loaded on first use (it loads every command and the SDK)."""
-    if name == "main":
-        from .commands import main
-
-        globals()["main"] = main
-        return main
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+__getattr__ = lazy_exports(__name__)

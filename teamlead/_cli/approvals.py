@@ -40,7 +40,9 @@ from claude_agent_sdk import (
 from claude_agent_sdk.types import PermissionResult
 
 from .._redact import terminal_safe
-from .._run.permissions import (
+from .._run import (
+    WORKFLOW_DENIED,
+    WORKFLOW_TOOL,
     LabelFor,
     WorkflowMeta,
     clip,
@@ -48,7 +50,6 @@ from .._run.permissions import (
     labels_from,
     workflow_meta,
 )
-from .._run.workflow_permission import WORKFLOW_DENIED, WORKFLOW_TOOL
 from ..clock import SYSTEM_CLOCK, Clock, move_on_at
 from ..events import PermissionAnswer, PermissionDecided
 

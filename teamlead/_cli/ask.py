@@ -34,7 +34,7 @@ from .options import (
 if TYPE_CHECKING:
     from claude_agent_sdk import ClaudeAgentOptions
 
-    from .._run.stream import RunStream
+    from .._run import RunStream
     from ..control import RunControl
     from .controls import Controls
     from .running import AskSettings
@@ -300,7 +300,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 
     PROMPT is the task; `-` reads it from stdin.
     """
-    from .._run.process import default_process_state
+    from .._run import default_process_state
     from ..coordinator import run_stream
     from .running import build_run, check_setup, merged_env
 
@@ -336,9 +336,8 @@ def resume(
     With --session-store, a session that ran on another machine is brought here from the
     store: run it in the directory the session ran in.
     """
-    from .._claude.saved_session import find_session_file
-    from .._claude.team import claude_config_dir
-    from .._run.process import default_process_state
+    from .._claude import claude_config_dir, find_session_file
+    from .._run import default_process_state
     from ..coordinator import resume_stream
     from .running import build_run, check_setup, merged_env
 
@@ -359,7 +358,7 @@ def _terminal_controls(settings: AskSettings, output: Output) -> tuple[Controls,
     """The terminal's part of a run, made before its options (which carry its
     ``can_use_tool``): the run's live control (keys and a :class:`~teamlead.RunControl`),
     the approval queue or the no-terminal denier, the focus on one agent."""
-    from .._claude.team import claude_config_dir
+    from .._claude import claude_config_dir
     from ..control import RunControl
     from .controls import controls_for
     from .running import merged_env
@@ -385,7 +384,7 @@ def _at_the_terminal(
 ) -> int:
     """Run ``run`` (its state is made when the stream is first read) to its end with the
     terminal's ``controls`` and the live view. Returns the exit code."""
-    from .._sessions.url import close_store
+    from .._sessions import close_store
     from .running import run_session
 
     async def items() -> AsyncIterator[Any]:

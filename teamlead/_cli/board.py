@@ -61,8 +61,7 @@ from urllib.parse import parse_qs
 import anyio
 import click
 
-from .._control.registry import Registry, runtime_dir
-from .._control.runlog import UNFINISHED, read_log
+from .._control import UNFINISHED, Registry, read_log, runtime_dir
 from .._history import History
 from .._private import private_dir, read_small, write_private
 from .._redact import shown_safe, terminal_safe

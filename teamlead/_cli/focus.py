@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-from .._claude.transcript import find_subagent_transcript, transcript_tail
+from .._claude import find_subagent_transcript, transcript_tail
 from .._redact import redact
 from ..errors import UsageError
 from ..events import AgentKind

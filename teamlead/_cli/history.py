@@ -240,7 +240,7 @@ def show(run: str, json_: bool) -> None:
 
 def _running(ref: str) -> NoSuchRun | None:
     """What to say when ``ref`` names a run that is still running (``None`` if none)."""
-    from .._control.registry import Registry
+    from .._control import Registry
 
     try:
         entry = Registry().find(ref)

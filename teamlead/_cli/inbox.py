@@ -19,8 +19,7 @@ from .exitcodes import SafeErrorsGroup, handle_errors
 from .options import option
 
 if TYPE_CHECKING:
-    from .._claude.inbox.model import InboxRead
-    from .._claude.team import Team
+    from .._claude import InboxRead, Team
 
 __all__ = ["find_cli_team", "inbox", "inbox_document"]
 
@@ -33,7 +32,7 @@ def find_cli_team(session_id: str | None, team: str | None, config_dir: Path) ->
     Raises:
         UsageError: neither or both given, a bad team name, or no such team.
     """
-    from .._claude.team import find_team, load_team, sanitize_team_name, validate_name
+    from .._claude import find_team, load_team, sanitize_team_name, validate_name
 
     if bool(session_id) == bool(team):
         raise UsageError("give exactly one of --session ID or --team NAME")
@@ -79,8 +78,7 @@ def inbox() -> None:
 @handle_errors
 def inbox_show(session_id: str | None, team: str | None, json_: bool) -> None:
     """Show a team's config and its team-lead inbox (read-only)."""
-    from .._claude.inbox import read_inbox
-    from .._claude.team import claude_config_dir
+    from .._claude import claude_config_dir, read_inbox
 
     config_dir = claude_config_dir()
     found = find_cli_team(session_id, team, config_dir)

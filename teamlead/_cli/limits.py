@@ -28,8 +28,7 @@ __all__ = ["limits"]
 def _opened(spec: str) -> Any:
     """The shared account of ``spec`` (``machine`` or a Redis URL), or ``None`` when this
     machine has no store file yet."""
-    from .._governor.accounts import check_limits_spec
-    from .._governor.accounts.machine import MachineAccount, default_path
+    from .._governor import MachineAccount, check_limits_spec, default_path
     from ..errors import UsageError
 
     spec = check_limits_spec(spec)
@@ -38,7 +37,7 @@ def _opened(spec: str) -> Any:
     if spec == "machine":
         path = default_path()
         return MachineAccount(path) if path.is_file() else None
-    from .._governor.accounts.redis import RedisAccount
+    from .._governor import RedisAccount
 
     return RedisAccount(spec)
 

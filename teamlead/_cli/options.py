@@ -203,7 +203,7 @@ def limits_from_options(
     Raises:
         UsageError: a malformed ``NAME=N`` or an unknown ``--limits`` value.
     """
-    from .._governor.accounts import check_limits_spec
+    from .._governor import check_limits_spec
     from ..policy import LimitsPolicy
 
     return LimitsPolicy(

@@ -20,7 +20,7 @@ from rich.text import Text
 
 from .._procs import stop_descendants
 from .._redact import terminal_safe
-from .._sessions.url import close_store
+from .._sessions import close_store
 from ..errors import UsageError
 from ..experiment import (
     ExperimentProgress,

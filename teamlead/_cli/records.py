@@ -17,7 +17,7 @@ from typing import Any
 import pydantic
 
 from .. import events
-from .._claude.scripted import is_scripted_message
+from .._claude import is_scripted_message
 from .._ndjson import RECORD_FACTS
 from ..events import AgentUsage
 from ..tracker import AgentCallSeen, LeadTurn, SessionSeen, TaskEnded, TaskStarted

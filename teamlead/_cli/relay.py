@@ -77,8 +77,7 @@ async def _serve(upstream: str, limits: Any, live: IO[str] | None, port: int = 0
 
 
 def _governor(upstream: str, limits: Any) -> Any:
-    from .._relay import RelayPool
-    from .._relay.shared import account_of, governor_policy
+    from .._relay import RelayPool, account_of, governor_policy
 
     # this process serves this relay alone: its ceilings are its governor's own policy
     return RelayPool().governor(
@@ -168,7 +167,7 @@ def _terminal_sent_it() -> bool:
 
 def _cli_to_run() -> str:
     """The bundled Claude Code CLI (else ``claude`` on PATH), as ``ask`` finds it."""
-    from .._claude.binary import bundled_cli_path
+    from .._claude import bundled_cli_path
     from .running import find_cli
 
     return find_cli(None) or str(bundled_cli_path())

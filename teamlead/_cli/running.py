@@ -20,12 +20,12 @@ import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 from claude_agent_sdk.types import CanUseTool
 
-from .._claude.loopback import ensure_loopback
+from .._claude import ensure_loopback
 from .._gate.prompt_limits import prompt_limits
 from .._ndjson import JsonProgress
 from .._procs import descendants, stop_descendants
 from .._redact import redact, terminal_safe
-from .._run.process import default_process_state
+from .._run import default_process_state
 from ..coordinator import allow_workflows
 from ..errors import SetupError, UsageError
 from ..events import Finished, WorkflowDenied
@@ -178,7 +178,7 @@ def find_cli(cli_path: str | None) -> str | None:
     """
     import shutil
 
-    from .._claude.binary import bundled_cli_path
+    from .._claude import bundled_cli_path
 
     if cli_path:
         path = Path(cli_path).expanduser()

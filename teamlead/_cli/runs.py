@@ -25,8 +25,7 @@ from typing import TYPE_CHECKING, Any
 import click
 from click.core import ParameterSource
 
-from .._control.endpoint import call, follow
-from .._control.registry import Registry, RunEntry, liveness
+from .._control import Registry, RunEntry, call, follow, liveness
 from .._redact import terminal_safe
 from ..errors import ControlError, NoSuchRun, UsageError
 from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors, tell

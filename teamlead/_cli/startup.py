@@ -134,7 +134,7 @@ def _exit_interrupted(
     stop_descendants()
     if wants_ndjson(args, env):
         from .._redact import ndjson_line
-        from .._run.result import stopped_before_start
+        from .._run import stopped_before_start
 
         finished = stopped_before_start(stopped.received.name)
         sys.stdout.write(ndjson_line(finished.to_json()) + "\n")

@@ -21,7 +21,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from .._claude.scripted import api_message_id, is_scripted_message
+from .._claude import api_message_id, is_scripted_message
 from .._ndjson import first_sighting
 from .._redact import redact, terminal_safe
 from ..events import (

@@ -16,3 +16,28 @@ concept per module:
 It sits above the run engine (it reads a run's state) and below the coordinator and the
 CLI, which enter it through this module.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._door import lazy_exports
+
+if TYPE_CHECKING:
+    from .endpoint import call, follow
+    from .registry import Registry, RunEntry, labelled, liveness, runtime_dir
+    from .runlog import UNFINISHED, read_log
+
+__all__ = [
+    "Registry",
+    "RunEntry",
+    "UNFINISHED",
+    "call",
+    "follow",
+    "labelled",
+    "liveness",
+    "read_log",
+    "runtime_dir",
+]
+
+__getattr__ = lazy_exports(__name__)

@@ -25,15 +25,15 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
-from .._metering.request import LEAD
+from .._metering import LEAD
 from .._redact import redact
-from .._run.permissions import labels_from
+from .._run import labels_from
 from ..events import CUT_ENDS, AgentKind, ConcurrencyChanged
 from ..tracker import TaskInfo, WorkflowAgent
 
 if TYPE_CHECKING:
-    from .._metering.book import AgentBook
-    from .._run.state import RunState
+    from .._metering import AgentBook
+    from .._run import RunState
 
 __all__ = [
     "DETAIL_VERSION",

@@ -20,7 +20,7 @@ import anyio
 
 from .._history import AgentRecord, History, RunRecord
 from .._redact import redact_opt
-from .._run.state import RunState
+from .._run import RunState
 from ..events import Finished, TaskDisposition
 from .registry import RUN_ID_CHARS, command_line, run_label
 
@@ -107,7 +107,7 @@ class Recorder:
         )
 
     def _agent(self, row: TaskDisposition) -> AgentRecord:
-        from .._run.collect import row_text  # loads the SDK's readers, as the result's builder does
+        from .._run import row_text  # loads the SDK's readers, as the result's builder does
 
         tracker = self._state.tracker
         task = tracker.tasks.get(row.id)

@@ -27,7 +27,7 @@ from typing import IO, Any, cast
 import anyio
 
 from .._ndjson import JsonProgress
-from .._run.state import RunState
+from .._run import RunState
 from ..errors import ControlError
 from ..events import Finished
 from .endpoint import Endpoint, WatchFeed

@@ -59,7 +59,7 @@ from .._redact import redact, without_password
 from ..errors import AmbiguousRun, ControlError, NoSuchRun
 
 if TYPE_CHECKING:
-    from .._run.process import ProcessState
+    from .._run import ProcessState
 
 __all__ = [
     "ENTRY_VERSION",

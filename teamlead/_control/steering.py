@@ -27,7 +27,7 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from .._run.state import RunState
+from .._run import RunState
 from ..control import UNSET, RunControl, Unset
 from ..errors import AmendRefused, ControlError
 from ..events import ConcurrencyChanged

@@ -22,3 +22,24 @@ fires no hook, at its first request to the relay. One concept per module:
 Nothing here knows the session: :mod:`teamlead._run` builds the admission into its run
 state.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._door import lazy_exports
+
+if TYPE_CHECKING:
+    from .admission import Admission
+    from .calls import SpawnRecord, call_dispositions, with_invalid_calls
+    from .slots import SpawnCap
+
+__all__ = [
+    "Admission",
+    "SpawnCap",
+    "SpawnRecord",
+    "call_dispositions",
+    "with_invalid_calls",
+]
+
+__getattr__ = lazy_exports(__name__)

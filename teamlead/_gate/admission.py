@@ -41,8 +41,7 @@ from typing import Any
 
 from claude_agent_sdk import HookMatcher
 
-from .._metering.count import WorkflowRefusal
-from .._metering.pause import Pause
+from .._metering import Pause, WorkflowRefusal
 from ..clock import SYSTEM_CLOCK, Clock
 from ..events import DenyCode
 from ..policy import Policy, is_model_alias

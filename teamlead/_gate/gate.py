@@ -55,8 +55,7 @@ import anyio
 from claude_agent_sdk import HookMatcher
 from claude_agent_sdk.types import SyncHookJSONOutput
 
-from .._metering.count import WorkflowRefusal
-from .._metering.pause import Pause
+from .._metering import Pause, WorkflowRefusal
 from ..clock import SYSTEM_CLOCK, Clock
 from ..events import DenyCode, SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
 from ..policy import SpawnPolicy, is_model_alias

@@ -18,3 +18,57 @@ the modules here hold the parts that need no event loop, so they are tested alon
   ``renewer`` (the lease renewer) and ``codecs`` (what a shared account stores, read back
   as untrusted input); ``open_account`` chooses one from a ``--limits`` value.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._door import lazy_exports
+
+if TYPE_CHECKING:
+    from .accounts import Account, WarnOnce, check_limits_spec, open_account
+    from .accounts.base import Bounds, Lease, provider_of
+    from .accounts.machine import MachineAccount, default_path
+    from .accounts.namespaced import NamespacedAccount
+    from .accounts.process import ProcessAccount
+    from .accounts.redis import RedisAccount
+    from .aimd import Limits
+    from .knobs import BucketState, GovernorPolicy, bucket_key, check_seconds
+    from .ratelimit_headers import faulty_window, pace_pause, read_windows
+    from .retry_after import faulty_retry_after, parse_retry_after, retry_after_from_headers
+    from .store import LimitStore
+    from .token_budget import Budget, Usage
+    from .token_estimate import InputEstimate, estimate_input
+
+__all__ = [
+    "Account",
+    "Bounds",
+    "BucketState",
+    "Budget",
+    "GovernorPolicy",
+    "InputEstimate",
+    "Lease",
+    "LimitStore",
+    "Limits",
+    "MachineAccount",
+    "NamespacedAccount",
+    "ProcessAccount",
+    "RedisAccount",
+    "Usage",
+    "WarnOnce",
+    "bucket_key",
+    "check_limits_spec",
+    "check_seconds",
+    "default_path",
+    "estimate_input",
+    "faulty_retry_after",
+    "faulty_window",
+    "open_account",
+    "pace_pause",
+    "parse_retry_after",
+    "provider_of",
+    "read_windows",
+    "retry_after_from_headers",
+]
+
+__getattr__ = lazy_exports(__name__)

@@ -22,3 +22,27 @@ It sits below both the relay and the run (it imports only the clock and the even
 the relay can call it on its request path and the run can read it, without either
 importing the other.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._door import lazy_exports
+
+if TYPE_CHECKING:
+    from .book import AgentBook, AgentCount, AgentLimits, ExhaustReason
+    from .count import WorkflowRefusal
+    from .pause import Pause
+    from .request import LEAD
+
+__all__ = [
+    "AgentBook",
+    "AgentCount",
+    "AgentLimits",
+    "ExhaustReason",
+    "LEAD",
+    "Pause",
+    "WorkflowRefusal",
+]
+
+__getattr__ = lazy_exports(__name__)

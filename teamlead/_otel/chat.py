@@ -25,7 +25,7 @@ from . import conventions as c
 if TYPE_CHECKING:
     from opentelemetry.context import Context
 
-    from .._relay.routing import RequestInfo
+    from .._relay import RequestInfo
     from .setup import Telemetry
 
 __all__ = ["ChatObserver", "ChatTrace", "Usage", "UsageScanner"]

@@ -30,27 +30,32 @@ Example:
 
 from __future__ import annotations
 
-from ..errors import RelayError
-from .forward import RelayConfig
-from .protocol import GuardedSocket
-from .reach import UpstreamUnreachable, check_reachable
-from .routing import Role, classify
-from .server import (
-    RELAY_POLICY,
-    Relay,
-    RelayRun,
-    bounded_server,
-    loopback_socket,
-    start_relay,
-)
-from .shared import DEFAULT_UPSTREAM, Applicability, RelayPool, relay_applicable
-from .stats import RelayEvent, RelayListener
+from typing import TYPE_CHECKING
+
+from .._door import lazy_exports
+
+if TYPE_CHECKING:
+    from ..errors import RelayError
+    from .forward import RelayConfig
+    from .protocol import GuardedSocket
+    from .reach import UpstreamUnreachable, check_reachable
+    from .routing import RequestInfo, Role, classify
+    from .server import RELAY_POLICY, Relay, RelayRun, bounded_server, loopback_socket, start_relay
+    from .shared import (
+        DEFAULT_UPSTREAM,
+        Applicability,
+        RelayPool,
+        account_of,
+        governor_policy,
+        relay_applicable,
+    )
+    from .stats import RelayEvent, RelayListener
 
 __all__ = [
+    "Applicability",
     "DEFAULT_UPSTREAM",
     "GuardedSocket",
     "RELAY_POLICY",
-    "Applicability",
     "Relay",
     "RelayConfig",
     "RelayError",
@@ -58,12 +63,17 @@ __all__ = [
     "RelayListener",
     "RelayPool",
     "RelayRun",
+    "RequestInfo",
     "Role",
     "UpstreamUnreachable",
-    "check_reachable",
+    "account_of",
     "bounded_server",
+    "check_reachable",
     "classify",
+    "governor_policy",
     "loopback_socket",
     "relay_applicable",
     "start_relay",
 ]
+
+__getattr__ = lazy_exports(__name__)

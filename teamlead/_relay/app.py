@@ -35,9 +35,8 @@ import aiohttp
 import anyio
 import yarl
 
-from .._governor.accounts.codecs import WarnOnce
-from .._metering.book import AgentBook
-from .._metering.pause import Pause
+from .._governor import WarnOnce
+from .._metering import AgentBook, Pause
 from ..events import RateLimited
 from ..governor import Governor, bucket_key
 from .blame import shown, unreachable_reason

@@ -51,9 +51,13 @@ from typing import Any
 import aiohttp
 import yarl
 
-from .._governor.accounts.codecs import WarnOnce
-from .._governor.ratelimit_headers import faulty_window, read_windows
-from .._governor.retry_after import faulty_retry_after, retry_after_from_headers
+from .._governor import (
+    WarnOnce,
+    faulty_retry_after,
+    faulty_window,
+    read_windows,
+    retry_after_from_headers,
+)
 from ..events import RateLimited
 from ..governor import Governor, Slot
 from .blame import unreachable_reason

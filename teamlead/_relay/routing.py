@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, TypeAlias
 
-from .._governor.token_estimate import InputEstimate, estimate_input
+from .._governor import InputEstimate, estimate_input
 from ..events import RequestRole
 
 __all__ = ["Refusal", "RequestInfo", "Role", "check_target", "classify", "priority"]

@@ -34,8 +34,7 @@ import uvicorn
 import yarl
 from aiohttp.helpers import get_env_proxy_for_url
 
-from .._metering.book import AgentBook
-from .._metering.pause import Pause
+from .._metering import AgentBook, Pause
 from ..errors import RelayError
 from ..events import ConcurrencyChanged, RelaySummary
 from ..governor import Governor, GovernorPolicy

@@ -22,11 +22,8 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from .._governor.accounts import Account, WarnOnce, open_account
-from .._governor.accounts.namespaced import NamespacedAccount
-from .._governor.store import LimitStore
-from .._metering.book import AgentBook
-from .._metering.pause import Pause
+from .._governor import Account, LimitStore, NamespacedAccount, WarnOnce, open_account
+from .._metering import AgentBook, Pause
 from ..governor import Governor, GovernorPolicy
 from ..policy import LimitsPolicy
 from .forward import RelayConfig

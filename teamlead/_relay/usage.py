@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from .._governor.token_budget import Usage
+from .._governor import Usage
 
 __all__ = ["MOST_EVENT_BYTES", "UsageReader"]
 

@@ -31,3 +31,64 @@ detail and the run log) are a wing of their own, :mod:`teamlead._control`, above
 Admission (the spawn gate and every other agent's) is a package of its own,
 :mod:`teamlead._gate`, and the relay's per-agent meter another, :mod:`teamlead._metering`.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._door import lazy_exports
+
+if TYPE_CHECKING:
+    from .collect import row_text
+    from .dropin import SdkRounds, sdk_view
+    from .loop import Client, QueryFn, run_client, run_query, run_resume
+    from .options import MAX_MESSAGE_BYTES
+    from .permissions import (
+        LabelFor,
+        WorkflowMeta,
+        clip,
+        describe_request,
+        labels_from,
+        workflow_meta,
+    )
+    from .process import ProcessState, default_process_state
+    from .relayed import RelayHookup, relay_for, with_relay_events
+    from .result import stopped_before_start
+    from .round import settled
+    from .state import RunState, new_run, prepare_options
+    from .stream import RunStream
+    from .workflow_permission import WORKFLOW_DENIED, WORKFLOW_TOOL, allow_workflows
+
+__all__ = [
+    "Client",
+    "LabelFor",
+    "MAX_MESSAGE_BYTES",
+    "ProcessState",
+    "QueryFn",
+    "RelayHookup",
+    "RunState",
+    "RunStream",
+    "SdkRounds",
+    "WORKFLOW_DENIED",
+    "WORKFLOW_TOOL",
+    "WorkflowMeta",
+    "allow_workflows",
+    "clip",
+    "default_process_state",
+    "describe_request",
+    "labels_from",
+    "new_run",
+    "prepare_options",
+    "relay_for",
+    "row_text",
+    "run_client",
+    "run_query",
+    "run_resume",
+    "sdk_view",
+    "settled",
+    "stopped_before_start",
+    "with_relay_events",
+    "workflow_meta",
+]
+
+__getattr__ = lazy_exports(__name__)

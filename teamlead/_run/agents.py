@@ -19,8 +19,8 @@ from collections.abc import Callable, Iterable
 
 import anyio
 
-from .._gate.admission import Admission
-from .._metering.book import AgentBook, AgentCount, AgentLimits, ExhaustReason
+from .._gate import Admission
+from .._metering import AgentBook, AgentCount, AgentLimits, ExhaustReason
 from .._redact import redact
 from ..clock import Clock
 from ..events import AgentUsage, Disposition, TaskDisposition, TaskState

@@ -24,13 +24,21 @@ from typing import Any, Literal, TypeAlias
 
 import anyio
 
-from .._claude.inbox import consume_inbox, read_inbox, wait_for_inbox
-from .._claude.inbox.model import InboxRead, TeammateMessage
-from .._claude.notification import Notification
-from .._claude.saved_session import session_notifications
-from .._claude.team import Team, resolve_team
-from .._claude.transcript import last_assistant_text
-from .._claude.workflow_journal import JournalResult, journal_results, workflow_result
+from .._claude import (
+    InboxRead,
+    JournalResult,
+    Notification,
+    Team,
+    TeammateMessage,
+    consume_inbox,
+    journal_results,
+    last_assistant_text,
+    read_inbox,
+    resolve_team,
+    session_notifications,
+    wait_for_inbox,
+    workflow_result,
+)
 from .._redact import redact
 from ..events import (
     ROW_RESULT_CHARS,

@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from .._claude.notification import turn_limit
-from .._claude.transcript import TranscriptEnd, find_subagent_transcript, transcript_end
+from .._claude import TranscriptEnd, find_subagent_transcript, transcript_end, turn_limit
 from ..events import EndKind
 from ..tracker import TaskInfo
 

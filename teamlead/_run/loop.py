@@ -107,7 +107,7 @@ async def run_resume(
     Raises:
         UsageError: the session does not exist under the config dir (nor in the store).
     """
-    from .._claude.saved_session import load_session
+    from .._claude import load_session
 
     rounds = _QueryRounds(state, query_fn)
     state.begin_turn()
@@ -444,7 +444,7 @@ def _saved(state: RunState, session_id: str) -> bool:
     dir, or the options' session store holds it. The drop-in's run, on options teamlead did
     not make (a custom transport, no persistence), checks this before it resumes: a resume
     that cannot work would only turn the app's answer into the CLI's error."""
-    from .._claude.saved_session import find_session_file
+    from .._claude import find_session_file
 
     if state.user_options.session_store is not None:
         return True

@@ -27,14 +27,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from .._gate.slots import SpawnCap
-from .._governor.store import LimitStore
+from .._gate import SpawnCap
+from .._governor import LimitStore
 from .._history import History, history_wanted
 from .stop import RunStop
 
 if TYPE_CHECKING:  # the relay's server stack is imported when a run first uses it: a
-    from .._otel.setup import TelemetrySource
-    from .._relay.shared import RelayPool  # broken one must cost the relay only, not a run
+    from .._otel import TelemetrySource
+    from .._relay import RelayPool  # broken one must cost the relay only, not a run
 
 __all__ = ["ProcessState", "default_process_state"]
 
@@ -86,7 +86,7 @@ class ProcessState:
         """Where this state's runs get their tracer and meter (the app's providers, or the
         ones built from the ``OTEL_*`` variables once), made on first use."""
         if self._telemetry is None:
-            from .._otel.setup import TelemetrySource
+            from .._otel import TelemetrySource
 
             self._telemetry = TelemetrySource()
         return self._telemetry
@@ -96,7 +96,7 @@ class ProcessState:
         """The relays per upstream and account, and the governors per account (made on
         first use; raises ``ImportError`` when the relay's server stack is broken)."""
         if self._relays is None:
-            from .._relay.shared import RelayPool
+            from .._relay import RelayPool
 
             self._relays = RelayPool(store=self._limit_store)
         return self._relays

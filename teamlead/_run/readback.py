@@ -22,7 +22,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from .._claude.saved_session import replay, session_messages
+from .._claude import replay, session_messages
 from ..tracker import Tracker
 from .outcome import RoundOutcome
 from .round import describe_error

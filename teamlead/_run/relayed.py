@@ -33,8 +33,7 @@ from .options import with_base_url
 from .process import ProcessState, default_process_state
 
 if TYPE_CHECKING:
-    from .._metering.book import AgentBook
-    from .._metering.pause import Pause
+    from .._metering import AgentBook, Pause
     from .._relay import RelayRun
 
 __all__ = [
@@ -141,8 +140,7 @@ class _Relayed:
         if not relay_wanted(self._policy):
             return hookup
         try:  # imported here: a broken server stack must not break teamlead, only the relay
-            from .._relay import RelayError, relay_applicable
-            from .._relay.shared import account_of
+            from .._relay import RelayError, account_of, relay_applicable
 
             pool = self._process.relays
         except ImportError as exc:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from .._gate.calls import SpawnRecord, call_dispositions, with_invalid_calls
+from .._gate import SpawnRecord, call_dispositions, with_invalid_calls
 from .._redact import redact, redact_opt
 from ..events import Finished, FinishReason, RelaySummary, Status, TaskDisposition
 from .ledger import Ledger

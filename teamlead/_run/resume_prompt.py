@@ -20,7 +20,7 @@ from .._redact import redact
 from ..policy import Policy
 
 if TYPE_CHECKING:
-    from .._claude.team import Team
+    from .._claude import Team
 
 __all__ = [
     "FAILED_STATES",

@@ -49,12 +49,12 @@ from typing import Any, Literal, TypeAlias
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._claude.team import Team, claude_config_dir
-from .._gate.admission import Admission
-from .._metering.pause import Pause
+from .._claude import Team, claude_config_dir
+from .._gate import Admission
+from .._metering import Pause
 from .._procs import stop_marked
 from .._redact import redact
-from .._sessions.run_store import RunStore
+from .._sessions import RunStore
 from ..clock import Clock
 from ..control import ControlLease, RunControl
 from ..events import RunAmended

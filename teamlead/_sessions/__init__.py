@@ -18,3 +18,28 @@ two stores and what a run does with one, one concept per module:
 
 Nothing here is public API; :mod:`teamlead.sessions` re-exports what users call.
 """
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .._door import lazy_exports
+
+if TYPE_CHECKING:
+    from .redis_store import DEFAULT_TTL_S, RedisSessionStore
+    from .run_store import RunStore
+    from .sqlite_store import SQLiteSessionStore
+    from .status import SessionStatus
+    from .url import close_store, open_store
+
+__all__ = [
+    "DEFAULT_TTL_S",
+    "RedisSessionStore",
+    "RunStore",
+    "SQLiteSessionStore",
+    "SessionStatus",
+    "close_store",
+    "open_store",
+]
+
+__getattr__ = lazy_exports(__name__)

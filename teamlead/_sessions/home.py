@@ -30,7 +30,7 @@ from typing import Literal
 
 from claude_agent_sdk.types import SessionKey, SessionStore, SessionStoreEntry
 
-from .._claude.files import FileProblem, loads, open_regular
+from .._claude import FileProblem, loads, open_regular
 from .stored import WarnOnce, dump_entry, entry_uuid
 
 __all__ = ["Brought", "bring_home", "implements", "safe_subpath"]

@@ -22,8 +22,7 @@ from pathlib import Path
 
 from claude_agent_sdk.types import SessionKey, SessionStore, SessionStoreEntry
 
-from .._claude.files import FileProblem, read_regular
-from .._claude.workflow_journal import find_journal
+from .._claude import FileProblem, find_journal, read_regular
 from .stored import read_entry
 
 __all__ = ["JournalMirror", "journal_subpath"]

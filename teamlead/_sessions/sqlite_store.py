@@ -46,7 +46,7 @@ from claude_agent_sdk.types import (
     SessionSummaryEntry,
 )
 
-from .._claude.files import loads
+from .._claude import loads
 from ..errors import SessionStoreError
 from .status import SessionStatus, read_status
 from .stored import (

@@ -27,8 +27,8 @@ from urllib.parse import quote
 
 from claude_agent_sdk.types import SessionKey, SessionStoreEntry, SessionSummaryEntry
 
-from .._claude.files import loads
-from .._governor.accounts import WarnOnce
+from .._claude import loads
+from .._governor import WarnOnce
 
 __all__ = [
     "MAX_ENTRY_BYTES",

@@ -55,7 +55,7 @@ def main() -> None:
         sys.exit(_EXIT_FAILED)
     if not _is_stream_session(argv):
         os.execv(setup.cli, [setup.cli, *argv])
-    from .._run.process import default_process_state
+    from .._run import default_process_state
     from .bridge import serve
 
     default_process_state().keep_history(setup.history)

@@ -44,10 +44,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._run.options import MAX_MESSAGE_BYTES
-from .._run.process import default_process_state
-from .._run.round import settled
-from .._run.stream import RunStream
+from .._run import MAX_MESSAGE_BYTES, RunStream, default_process_state, settled
 from ..coordinator import run_stream
 from ..events import Finished
 from ..policy import Policy

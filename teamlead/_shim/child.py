@@ -17,7 +17,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, Process
 from anyio.streams.buffered import BufferedByteReceiveStream
 
-from .._run.options import MAX_MESSAGE_BYTES
+from .._run import MAX_MESSAGE_BYTES
 
 __all__ = ["Child", "round_argv"]
 

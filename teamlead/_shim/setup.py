@@ -18,9 +18,8 @@ from typing import Any
 
 import click
 
-from .._claude.binary import bundled_cli_path
-from .._cli.ask import run_options, settings_from_options
-from .._cli.running import build_policy, find_cli
+from .._claude import bundled_cli_path
+from .._cli import build_policy, find_cli, run_options, settings_from_options
 from ..errors import SetupError, UsageError
 from ..policy import Policy
 

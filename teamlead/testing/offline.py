@@ -25,8 +25,7 @@ from typing import Any
 
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._claude.binary import bundled_cli_path, cli_version
-from .._claude.loopback import ensure_loopback
+from .._claude import bundled_cli_path, cli_version, ensure_loopback
 
 __all__ = ["OfflineClaude", "bundled_cli_path", "cli_version", "ensure_loopback", "offline_env"]
 

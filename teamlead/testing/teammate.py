@@ -21,7 +21,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from .._claude.team import implicit_team_name, sanitize_team_name
+from .._claude import implicit_team_name, sanitize_team_name
 from ..errors import InboxError
 
 __all__ = ["create_team", "idle_notification", "plain_message", "post_to_inbox", "team_inbox"]

@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Iterator
 from typing import Any
 
-from .._claude.scripted import SCRIPTED_MESSAGE_PREFIX
+from .._claude import SCRIPTED_MESSAGE_PREFIX
 from .replies import Reply
 
 __all__ = ["message_json", "new_message_id", "session_from_metadata", "sse_events", "system_text"]

@@ -15,7 +15,7 @@ import re
 from collections.abc import Mapping
 from typing import NamedTuple
 
-from ..._claude.scripted import is_scripted_message
+from ..._claude import is_scripted_message
 from ..._redact import redact
 from ..specs.spec import GraderSpec, TaskSpec
 

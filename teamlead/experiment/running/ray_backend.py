@@ -47,8 +47,8 @@ from typing import Any
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
-from ..._governor.aimd import Limits
-from ..._sessions.url import close_store
+from ..._governor import Limits
+from ..._sessions import close_store
 from ...clock import SYSTEM_CLOCK, Clock
 from ...policy import Policy
 from ...prompts import Strategy
@@ -239,7 +239,7 @@ def _trial_task(
     """
     import ray
 
-    from ..._run.process import default_process_state
+    from ..._run import default_process_state
     from .workspace import Workspaces
 
     runs = int(ray.get(actor.claim.remote(token), timeout=60))

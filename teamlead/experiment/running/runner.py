@@ -33,12 +33,12 @@ from typing import Any
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
-from ..._claude.scripted import api_message_id, is_scripted_message
-from ..._control.registry import labelled
+from ..._claude import api_message_id, is_scripted_message
+from ..._control import labelled
 from ..._gate.prompt_limits import prompt_limits
 from ..._otel import trial_scope
 from ..._redact import redact
-from ..._run.process import default_process_state
+from ..._run import default_process_state
 from ..._run.relayed import relayed
 from ..._version import __version__
 from ...clock import SYSTEM_CLOCK, Clock
@@ -139,7 +139,7 @@ class RunSummary:
 def _sdk_versions() -> tuple[str, str]:
     import claude_agent_sdk
 
-    from ..._claude.binary import cli_version
+    from ..._claude import cli_version
 
     return claude_agent_sdk.__version__, cli_version()
 
