@@ -15,7 +15,6 @@ its module, an exception the contracts list.
 
 from __future__ import annotations
 
-import ast
 import importlib
 import sys
 from collections.abc import Callable
@@ -47,6 +46,8 @@ def lazy_exports(package: str) -> Callable[[str], object]:
 def _checked_imports(package: str, loader: Any) -> dict[str, tuple[str, str]]:
     """Each name ``package``'s ``__init__`` imports under ``if TYPE_CHECKING:``, with the
     (relative) module it comes from and its name there."""
+    import ast  # only once a door is first asked for a name
+
     source = loader.get_source(package) if hasattr(loader, "get_source") else None
     if source is None:
         raise ImportError(f"the source of {package!r}'s door cannot be read")
