@@ -20,7 +20,7 @@ import click
 
 from .._claude.binary import bundled_cli_path
 from .._cli.ask import run_options, settings_from_options
-from .._cli.running import build_policy, find_cli
+from .._cli.settings import build_policy, find_cli
 from ..errors import SetupError, UsageError
 from ..policy import Policy
 
