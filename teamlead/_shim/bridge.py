@@ -171,8 +171,7 @@ class Bridge:
             while True:
                 await self._run_turn(session)
                 session = self._run.tracker.session_id if self._run and self._run.tracker else None
-                for line in self._held.take():
-                    self._write(line)
+                self._show_held()
                 if not await self._next_turn() or session is None:
                     break
             tg.cancel_scope.cancel()
@@ -180,6 +179,11 @@ class Bridge:
             return 128 + int(self.stopped_by)
         code = self._held.exit_code
         return 1 if code is None else (128 - code if code < 0 else code)
+
+    def _show_held(self) -> None:
+        """The held result and state frame, to the app (a run's last)."""
+        for line in self._held.take():
+            self._write(line)
 
     async def _next_turn(self) -> bool:
         """Wait for the app's next user message (a multi-turn app); ``False`` at its end.
@@ -208,6 +212,8 @@ class Bridge:
             async with contextlib.aclosing(run) as items:
                 async for item in items:
                     if isinstance(item, Finished):
+                        if self._round is None:  # every CLI has ended: the app has its
+                            self._show_held()  # answer before the run lets go of its relay
                         break
         finally:
             self._running = False
