@@ -212,8 +212,9 @@ class Bridge:
             async with contextlib.aclosing(run) as items:
                 async for item in items:
                     if isinstance(item, Finished):
-                        if self._round is None:  # every CLI has ended: the app has its
-                            self._show_held()  # answer before the run lets go of its relay
+                        if self._round is None:  # every CLI has ended: the turn is over
+                            self._running = False  # for the app, which has its answer
+                            self._show_held()  # before the run lets go of its relay
                         break
         finally:
             self._running = False
