@@ -14,6 +14,7 @@ Run: ``python bench/shim_latency.py [--pairs 8]``; ``--quick`` runs one pair, un
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import time
 from pathlib import Path
@@ -68,7 +69,12 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=8)
     args = parser.parse_args()
     pairs = 1 if args.quick else args.pairs
-    print(f"shim latency bench{' (quick)' if args.quick else ''}: {pairs} alternating pair(s)")
+    load = os.getloadavg()[0]
+    print(
+        f"shim latency bench{' (quick)' if args.quick else ''}: {pairs} alternating pair(s), "
+        f"load average {load:.1f} on {os.cpu_count()} cores (the shim's start is CPU: "
+        "a loaded machine stretches it, not the bare CLI's wait on the model)"
+    )
     bare, shim = bench(pairs, warm=not args.quick)
     b50, s50 = percentile(bare, 50), percentile(shim, 50)
     ratio = s50 / b50

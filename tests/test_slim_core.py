@@ -188,3 +188,30 @@ def test_the_finished_of_a_run_stopped_at_start_up_is_built_without_the_sdk() ->
     )
     assert run.returncode == 0, run.stderr
     assert run.stdout.strip() == "[]"
+
+
+def test_teamlead_claude_reads_its_setup_without_the_sdk_or_the_terminal_views() -> None:
+    # the shim resolves the real CLI and the policy before it starts the CLI (and a
+    # command line it passes through, like `--version`, needs nothing else): the SDK's
+    # import (about a second) and the terminal views must not be on that path
+    from teamlead._claude.binary import bundled_cli_path
+
+    code = (
+        "import os, sys\n"
+        "from teamlead._shim.setup import read_setup\n"
+        "setup = read_setup(os.environ)\n"
+        "heavy = {'claude_agent_sdk', 'mcp', 'rich'}\n"
+        "print(setup.cli, setup.policy.max_resumes)\n"
+        "print(sorted({n.split('.')[0] for n in sys.modules} & heavy))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if k != "TEAMLEAD_CLAUDE_PATH"}
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        env={**env, "TEAMLEAD_MAX_RESUMES": "2"},
+    )
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.splitlines() == [f"{bundled_cli_path()} 2", "[]"]

@@ -7,6 +7,7 @@ version, so both live here, apart from the offline test bed that also uses them.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from pathlib import Path
 
@@ -16,9 +17,12 @@ __all__ = ["bundled_cli_path", "cli_version"]
 
 
 def _bundled_dir() -> Path:
-    import claude_agent_sdk
-
-    return Path(claude_agent_sdk.__file__).parent / "_bundled"
+    """The SDK's ``_bundled`` folder, found without importing the SDK (its import takes a
+    second: ``teamlead-claude`` looks the CLI up before it starts it)."""
+    spec = importlib.util.find_spec("claude_agent_sdk")
+    if spec is None or spec.origin is None:
+        raise SetupError("claude-agent-sdk is not installed; pip install claude-agent-sdk")
+    return Path(spec.origin).parent / "_bundled"
 
 
 def bundled_cli_path() -> Path:

@@ -21,7 +21,7 @@ from .._door import lazy_exports
 if TYPE_CHECKING:
     from .ask import run_options, settings_from_options
     from .commands import main
-    from .running import build_policy, find_cli
+    from .settings import build_policy, find_cli
     from .startup import run
 
 __all__ = [

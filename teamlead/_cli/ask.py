@@ -1,7 +1,7 @@
 """``teamlead ask`` and ``teamlead resume``: one coordinator run from the command line.
 
 Both share the run options (:func:`run_options`), which map one to one onto
-:class:`~teamlead._cli.running.AskSettings`; the run itself is
+:class:`~teamlead._cli.settings.AskSettings`; the run itself is
 :func:`~teamlead._cli.running.run_session`.
 """
 
@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from .._otel import run_labels
 from ..errors import UsageError
 from ..policy import MAX_SECONDS
 from .exitcodes import handle_errors
@@ -37,7 +36,7 @@ if TYPE_CHECKING:
     from .._run import RunStream
     from ..control import RunControl
     from .controls import Controls
-    from .running import AskSettings
+    from .settings import AskSettings
 
 __all__ = ["ask", "resume", "run_options"]
 
@@ -243,7 +242,7 @@ def settings_from_options(
         UsageError: options that cannot work together (a wrap-up reserve that is not
             shorter than the deadline would end the run as it starts).
     """
-    from .running import AskSettings
+    from .settings import AskSettings
 
     if wrap_up_reserve_s is not None and wrap_up_reserve_s >= deadline_s:
         raise UsageError(
@@ -394,6 +393,8 @@ def _at_the_terminal(
                     yield item
         finally:  # the store's connections belong to this event loop: closed in it
             await close_store(options.session_store)
+
+    from .._otel import run_labels
 
     with run_labels(strategy=settings.strategy):  # the run's span names its strategy
         return run_session(items, run, output=output, verbose=verbose, controls=controls)

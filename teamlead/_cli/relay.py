@@ -168,7 +168,7 @@ def _terminal_sent_it() -> bool:
 def _cli_to_run() -> str:
     """The bundled Claude Code CLI (else ``claude`` on PATH), as ``ask`` finds it."""
     from .._claude import bundled_cli_path
-    from .running import find_cli
+    from .settings import find_cli
 
     return find_cli(None) or str(bundled_cli_path())
 

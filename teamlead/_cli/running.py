@@ -1,9 +1,9 @@
 """What ``teamlead ask``, ``resume`` and ``demo`` do, as typed functions the commands call.
 
-:class:`AskSettings` holds the command-line settings; :func:`build_run` turns them into
-SDK options (with the strategy prompt appended) and a :class:`~teamlead.policy.Policy`;
-:func:`run_session` drives the coordinator with progress output and Ctrl-C handling and
-returns the exit code.
+:class:`AskSettings` (:mod:`.settings`) holds the command-line settings; :func:`build_run`
+turns them into SDK options (with the strategy prompt appended) and a
+:class:`~teamlead.policy.Policy`; :func:`run_session` drives the coordinator with progress
+output and Ctrl-C handling and returns the exit code.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import os
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -29,7 +28,7 @@ from .._run import default_process_state
 from ..coordinator import allow_workflows
 from ..errors import SetupError, UsageError
 from ..events import Finished, WorkflowDenied
-from ..policy import LimitsPolicy, Policy, SpawnPolicy
+from ..policy import Policy
 from ..prompts import (
     Strategy,
     apply_strategy,
@@ -40,6 +39,7 @@ from .controls import Controls
 from .exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, exit_code_for
 from .keys import cbreak
 from .options import Output
+from .settings import AskSettings, build_policy, find_cli
 from .signals import defer_stop_signals, receive_stop_signals
 from .team_view import LiveTeamView, PlainProgress
 
@@ -62,39 +62,6 @@ WORKFLOW_DENIED_LINE = (
     "teamlead: the lead's Workflow call was denied (the permission mode asks for approval); "
     "run again with --allow-workflows (or TEAMLEAD_ALLOW_WORKFLOWS=1) to let workflows run"
 )
-
-
-@dataclass
-class AskSettings:
-    """Settings of one ``teamlead ask`` run (each maps to an option and a TEAMLEAD_* variable)."""
-
-    strategy: str = "delegation"
-    model: str | None = None
-    cwd: str | None = None
-    max_resumes: int = 3
-    wait_s: float = 60.0
-    deadline_s: float = 1800.0
-    max_cost_usd: float | None = None
-    allowed_tools: list[str] = field(default_factory=list)
-    permission_mode: str | None = None
-    allow_workflows: bool = False
-    max_concurrent_agents: int | None = None
-    max_agents_per_turn: int | None = None
-    spawn_budget: int | None = None
-    stagger_s: float = 0.0
-    max_depth: int = 1
-    wrap_up_reserve_s: float | None = None
-    agent_timeout_s: float | None = None
-    subagent_model: str | None = None
-    token_budget: int | None = None
-    request_budget: int | None = None
-    spawn_gate: bool = True
-    cli_path: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
-    relay: bool = True
-    overload_hold_s: float = 300.0
-    limits: LimitsPolicy = field(default_factory=LimitsPolicy)
-    session_store: str | None = None
 
 
 def check_setup(env: Mapping[str, str], *, config_dir: bool = True) -> None:
@@ -166,70 +133,6 @@ def _check_model_access(env: Mapping[str, str]) -> None:
         "no model access configured: set ANTHROPIC_API_KEY (or ANTHROPIC_BASE_URL and "
         "ANTHROPIC_AUTH_TOKEN for a gateway), or try `teamlead demo`, which needs neither"
     )
-
-
-def find_cli(cli_path: str | None) -> str | None:
-    """The Claude Code CLI to run: ``cli_path``, else the bundled one, else ``claude`` on PATH.
-
-    Returns ``None`` for "let the SDK pick the bundled CLI".
-
-    Raises:
-        SetupError: no usable CLI; the message names the cause.
-    """
-    import shutil
-
-    from .._claude import bundled_cli_path
-
-    if cli_path:
-        path = Path(cli_path).expanduser()
-        if not path.is_file():
-            raise SetupError(f"the Claude Code CLI {cli_path!r} does not exist")
-        if not os.access(path, os.X_OK):
-            raise SetupError(f"the Claude Code CLI {cli_path!r} is not executable")
-        return str(path)
-    try:
-        bundled_cli_path()
-        return None
-    except SetupError as exc:
-        on_path = shutil.which("claude")
-        if on_path:
-            return on_path
-        raise SetupError(f"{exc}; or put `claude` on PATH, or pass --cli-path") from None
-
-
-def build_policy(settings: AskSettings) -> Policy:
-    """The run's :class:`~teamlead.policy.Policy` for ``settings`` (the ``TEAMLEAD_*``
-    variables' and the options' limits; ``teamlead-claude`` reads its policy here too).
-
-    Raises:
-        UsageError: a limit the policy refuses (its first line says which).
-    """
-    try:
-        return Policy(
-            max_resumes=settings.max_resumes,
-            wait_s=settings.wait_s,
-            deadline_s=settings.deadline_s,
-            max_cost_usd=settings.max_cost_usd,
-            spawn=SpawnPolicy(
-                enabled=settings.spawn_gate,
-                max_concurrent_agents=settings.max_concurrent_agents,
-                max_agents_per_turn=settings.max_agents_per_turn,
-                spawn_budget=settings.spawn_budget,
-                stagger_s=settings.stagger_s,
-                max_depth=settings.max_depth,
-                wrap_up_reserve_s=settings.wrap_up_reserve_s,
-                agent_timeout_s=settings.agent_timeout_s,
-                subagent_model=settings.subagent_model,
-            ),
-            relay=settings.relay,
-            overload_hold_s=settings.overload_hold_s,
-            limits=settings.limits,
-            token_budget=settings.token_budget,
-            request_budget=settings.request_budget,
-        )
-    except ValueError as exc:
-        first = str(exc).splitlines()
-        raise UsageError(f"bad limit: {first[1] if len(first) > 1 else first[0]}") from None
 
 
 def build_run(

@@ -37,7 +37,7 @@ import signal
 import sys
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import anyio
 from anyio.abc import TaskGroup
@@ -59,6 +59,13 @@ _OWN_PREFIX = "teamlead_"
 _HOLD = ("result",)
 _IDLE_CHECK_S = 0.5
 _READ_GRACE_S = 5.0  # from a CLI's exit to the last of its stdout read
+
+
+class _Line(NamedTuple):
+    """One line of the app's, as it came and parsed once (``{}``: not a JSON object)."""
+
+    raw: bytes
+    message: dict[str, Any]
 
 
 def _session_state_frame(message: Mapping[str, Any]) -> bool:
@@ -134,8 +141,8 @@ class Bridge:
         self._out = out
         self._err = err
         self._init: dict[str, Any] | None = None
-        self._pending: list[bytes] = []  # app lines waiting for the next CLI
-        self._turns: list[bytes] = []  # user messages waiting for the next run
+        self._pending: list[_Line] = []  # app lines waiting for the next CLI
+        self._turns: list[_Line] = []  # user messages waiting for the next run
         self._settings: list[dict[str, Any]] = []  # settings the app changed between turns
         self._app_open = True
         self._app_event = anyio.Event()
@@ -161,8 +168,7 @@ class Bridge:
             while True:
                 await self._run_turn(session)
                 session = self._run.tracker.session_id if self._run and self._run.tracker else None
-                for line in self._held.take():
-                    self._write(line)
+                self._show_held()
                 if not await self._next_turn() or session is None:
                     break
             tg.cancel_scope.cancel()
@@ -171,11 +177,16 @@ class Bridge:
         code = self._held.exit_code
         return 1 if code is None else (128 - code if code < 0 else code)
 
+    def _show_held(self) -> None:
+        """The held result and state frame, to the app (a run's last)."""
+        for line in self._held.take():
+            self._write(line)
+
     async def _next_turn(self) -> bool:
         """Wait for the app's next user message (a multi-turn app); ``False`` at its end.
         A user message that came while the last run's CLI took no more input starts it."""
-        self._turns += [m for m in self._pending if _parse(m).get("type") == "user"]
-        self._pending = [m for m in self._pending if _parse(m).get("type") != "user"]
+        self._turns += [m for m in self._pending if m.message.get("type") == "user"]
+        self._pending = [m for m in self._pending if m.message.get("type") != "user"]
         while not self._turns and self._app_open:
             await self._app_event.wait()
             self._app_event = anyio.Event()
@@ -198,6 +209,9 @@ class Bridge:
             async with contextlib.aclosing(run) as items:
                 async for item in items:
                     if isinstance(item, Finished):
+                        if self._round is None:  # every CLI has ended: the turn is over
+                            self._running = False  # for the app, which has its answer
+                            self._show_held()  # before the run lets go of its relay
                         break
         finally:
             self._running = False
@@ -287,7 +301,7 @@ class Bridge:
             lines, self._pending = self._pending, []
         else:
             lines = [_user_line(prompt)]
-        if self._init is not None and not any(_is_initialize(_parse(line)) for line in lines):
+        if self._init is not None and not any(_is_initialize(line.message) for line in lines):
             await self._send_own(this, self._init["request"])
         for request in self._settings:
             await self._send_own(this, request)
@@ -337,8 +351,9 @@ class Bridge:
             self._app_open = False
             self._app_event.set()
 
-    async def _from_app(self, line: bytes) -> None:
-        message = _parse(line)
+    async def _from_app(self, raw: bytes) -> None:
+        line = _Line(raw, _parse(raw))
+        message = line.message
         if _is_initialize(message):
             self._init = message
         this = self._round
@@ -346,7 +361,7 @@ class Bridge:
             self._turns.append(line)
             self._app_event.set()
         elif _is_interrupt(message):
-            await self._interrupt(message, line)
+            await self._interrupt(line)
         elif not self._running and _control_subtype(message) is not None:
             self._between_turns(message)
         elif this is None or not this.child.input_open:
@@ -354,7 +369,7 @@ class Bridge:
         else:
             await self._to_cli(this, line)
 
-    async def _interrupt(self, message: Mapping[str, Any], line: bytes) -> None:
+    async def _interrupt(self, line: _Line) -> None:
         """The app ends its turn: the CLI running it is told, answers, and ends the turn with
         its result; the run stops at that result rather than resuming the lead. With no CLI
         to tell, the bridge answers (nothing is left to interrupt) and the run stops now."""
@@ -363,7 +378,7 @@ class Bridge:
             this.interrupted = True
             await self._to_cli(this, line)
             return
-        self._write(_response(message.get("request_id"), result={}))
+        self._write(_response(line.message.get("request_id"), result={}))
         if self._running:
             self._process.stop_every_run("the app interrupted the turn")
 
@@ -380,17 +395,17 @@ class Bridge:
             error = f"no Claude Code CLI runs between turns to answer {subtype!r}"
             self._write(_response(request_id, error=error))
 
-    async def _to_cli(self, this: _Round, line: bytes) -> None:
-        message = _parse(line)
+    async def _to_cli(self, this: _Round, line: _Line) -> None:
+        message, raw = line.message, line.raw
         if _control_subtype(message) is not None:
             this.asked.add(str(message.get("request_id")))
         if _is_initialize(message):
-            line = json.dumps(self._with_own_hooks(this, message)).encode()
+            raw = json.dumps(self._with_own_hooks(this, message)).encode()
         elif message.get("type") == "user":
             if not this.user_messages and self._init is None and this.hooks:
                 await self._send_own(this, {"subtype": "initialize", "hooks": None})
             this.user_messages += 1
-        await this.child.send(line)
+        await this.child.send(raw)
 
     def _with_own_hooks(self, this: _Round, init: Mapping[str, Any]) -> dict[str, Any]:
         request = dict(init.get("request") or {})
@@ -518,13 +533,13 @@ def _parse(line: bytes) -> dict[str, Any]:
     return value if isinstance(value, dict) else {}
 
 
-def _user_line(prompt: str) -> bytes:
-    message = {
+def _user_line(prompt: str) -> _Line:
+    message: dict[str, Any] = {
         "type": "user",
         "message": {"role": "user", "content": prompt},
         "parent_tool_use_id": None,
     }
-    return json.dumps(message).encode()
+    return _Line(json.dumps(message).encode(), message)
 
 
 def _response(request_id: Any, *, result: Any = None, error: str | None = None) -> bytes:
