@@ -28,7 +28,8 @@ from teamlead.events import (
     RateLimited,
     RelaySummary,
 )
-from teamlead.testing import Reply, ScriptedServer
+from teamlead.policy import LimitsPolicy
+from teamlead.testing import FakeClock, Reply, ScriptedServer
 
 from .parsing import HandFed
 
@@ -463,3 +464,43 @@ async def test_a_run_on_an_upstream_that_refuses_ends_before_its_cli_starts() ->
         f"cannot connect to ANTHROPIC_BASE_URL http://127.0.0.1:{port}: connection refused; "
         "set ANTHROPIC_BASE_URL to your API's address, or unset it for the Anthropic API"
     )
+
+
+@pytest.mark.parametrize(("spent_s", "held"), [(0.0, True), (75.0, False)])
+async def test_the_relays_deadline_and_holds_run_on_the_runs_clock(
+    spent_s: float, held: bool
+) -> None:
+    """A run on a FakeClock with 100 s to go: its relay holds a 429 whose 30 s Retry-After
+    fits in the time left on that clock, spending virtual time, not real; once the test
+    moved the clock 75 s on, the same 429 no longer fits, and reaches the CLI at once."""
+    clock = FakeClock()
+    seen: list[int] = []
+
+    async def query_fn(*, prompt: str, options: ClaudeAgentOptions) -> AsyncIterator[Any]:
+        clock.advance(spent_s)
+        base = options.env["ANTHROPIC_BASE_URL"]
+        async with httpx.AsyncClient(timeout=30) as client:
+            response = await client.post(
+                f"{base}/v1/messages",
+                json={"model": "claude-unit", "max_tokens": 10, "messages": []},
+            )
+            seen.append(response.status_code)
+        for message in _messages(base):
+            yield message
+
+    replies = iter([Reply.error(429, retry_after=30)])
+    with ScriptedServer(lambda req: next(replies, Reply.text("ok"))) as server:
+        options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
+        limits = LimitsPolicy(shared="process")  # one timer: no shared store polled
+        policy = teamlead.Policy(deadline_s=100, limits=limits)
+        run = teamlead.run("q", options, query_fn=query_fn, policy=policy, clock=clock)
+        items = [i async for i in run]
+        recorded = server.recorded()
+    assert seen == ([200] if held else [429])
+    assert [r.status for r in recorded] == ([429, 200] if held else [429])
+    limited = [i for i in items if isinstance(i, RateLimited)]
+    assert [(e.outcome, e.retry_after_s) for e in limited] == [
+        ("absorbed" if held else "passed", 30.0)
+    ]
+    assert clock.sleeps == ([30.0] if held else [])
+    assert isinstance(items[-1], Finished) and items[-1].status == "completed"
