@@ -38,6 +38,7 @@ from teamlead._relay.keepalive import PING
 from teamlead._relay.stats import RelayEvent
 from teamlead.events import ConcurrencyChanged, RateLimited
 from teamlead.governor import Governor, GovernorPolicy
+from teamlead.policy import LimitsPolicy
 from teamlead.testing import FakeClock, Reply, ScriptedRequest, ScriptedServer
 
 from .polling import apoll, settle
@@ -743,6 +744,41 @@ async def test_a_run_on_a_clock_of_its_own_has_its_relay_and_pause_on_that_clock
             (503, "teamlead relay: the run was paused until its deadline")
         ]
     assert server.recorded() == []
+
+
+async def test_past_the_runs_deadline_on_its_clock_its_ceiling_queues_no_request(
+    server_factory: list[ScriptedServer],
+) -> None:
+    """A run's own ceiling (one request at a time) bounds its queue by the run's deadline on
+    the run's clock: once a FakeClock passed it, a request over the ceiling is the relay's
+    own 429 at once, while the request holding the place still runs."""
+    first_in, go = threading.Event(), threading.Event()
+
+    def script(req: ScriptedRequest) -> Reply:
+        first_in.set()
+        go.wait(10)
+        return Reply.text("ok")
+
+    server = serve(server_factory, script)
+    clock, answers = FakeClock(), []
+    limits = LimitsPolicy(total=1, shared="process")
+    async with (
+        RelayPool().run(server.base_url, deadline_s=20, limits=limits, clock=clock) as run,
+        http() as h,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def post() -> None:
+            answers.append(await h.post(run.base_url + "/v1/messages", content=body()))
+
+        tg.start_soon(post)
+        assert await apoll(first_in.is_set, within_s=10)
+        clock.advance(20)
+        tg.start_soon(post)
+        assert await apoll(lambda: len(answers) == 1, within_s=10)
+        go.set()
+    assert [a.status_code for a in answers] == [429, 200]
+    assert len(server.recorded()) == 1
 
 
 async def test_a_relay_that_cannot_start_is_a_relay_error() -> None:
