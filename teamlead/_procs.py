@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import contextlib
 import os
-import time
 
 import psutil
+
+from .clock import block_until
 
 #: Longest wait for a just-started child's own environment (see :func:`_environ`).
 _SETTLE_S = 0.5
@@ -69,15 +70,15 @@ def _environ(
     shows ours (its memory is our copy) or none (the exec is replacing it), for a moment
     after ``Popen`` returned: read again until it shows its own, for at most ``settle_s``
     (a child that really is a copy of us, never exec'd, keeps ours)."""
-    deadline = time.monotonic() + settle_s
-    pause = 0.001
-    while True:
-        env: dict[str, str] = proc.environ()
-        unsettled = not env or (own is not None and (proc.cmdline(), env) == own)
-        if not unsettled or time.monotonic() >= deadline:
-            return env
-        time.sleep(pause)
-        pause = min(pause * 2, 0.05)
+    env: dict[str, str] = {}
+
+    def settled() -> bool:
+        nonlocal env
+        env = proc.environ()
+        return bool(env) and (own is None or (proc.cmdline(), env) != own)
+
+    block_until(settled, settle_s, first_s=0.001, most_s=0.05)
+    return env
 
 
 def _stop(procs: list[psutil.Process], grace_s: float) -> int:
@@ -98,13 +99,13 @@ def wait_ended(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Pro
     Unlike :func:`psutil.wait_procs`, which reaps a child of ours with ``waitpid`` and so
     takes its exit status from its owner, a child is only watched until it is a zombie.
     """
-    deadline = time.monotonic() + timeout_s
-    pause = 0.005
     alive = [proc for proc in procs if not _ended(proc)]
-    while alive and time.monotonic() < deadline:
-        time.sleep(min(pause, max(0.0, deadline - time.monotonic())))
-        pause = min(pause * 2, 0.1)
-        alive = [proc for proc in alive if not _ended(proc)]
+
+    def ended() -> bool:
+        alive[:] = [proc for proc in alive if not _ended(proc)]
+        return not alive
+
+    block_until(ended, timeout_s, first_s=0.005, most_s=0.1)
     return alive
 
 

@@ -1,8 +1,13 @@
-"""The injectable clock: how teamlead's waits, retries and timeouts read time and sleep.
+"""The clock: the one place teamlead reads time and sleeps.
 
-Waits, retries and timeouts that a test must control take a :class:`Clock`. Production uses
-:data:`SYSTEM_CLOCK`; tests pass a :class:`teamlead.testing.FakeClock` (virtual time that
-advances only when something sleeps) or run under freezegun with ``real_asyncio=True``.
+Waits, retries and timeouts that a test must control take a :class:`Clock`. A run has one:
+its deadline, its gate, its pause and its relay (the relay's governor, deadline and
+ceilings: the process's relays are shared only between runs on the same clock) all read
+it. Production uses :data:`SYSTEM_CLOCK`; tests pass a :class:`teamlead.testing.FakeClock`
+(virtual time that advances only when something sleeps) or run under freezegun with
+``real_asyncio=True``. Where the real time is the point (a timestamp shown to a person or
+an exporter, a terminal's refresh, a child process's end) code reads :data:`SYSTEM_CLOCK`,
+:func:`wall_ns` or :func:`block_until`.
 
 :func:`move_on_at` bounds one await by a deadline read on the injected clock, so a
 fake clock (a :class:`DeadlineClock`) cuts a hung stream as soon as virtual time passes
@@ -13,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import time
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
 import anyio
@@ -22,8 +28,10 @@ __all__ = [
     "Clock",
     "DeadlineClock",
     "SystemClock",
+    "block_until",
     "move_on_at",
     "wait_event",
+    "wall_ns",
 ]
 
 
@@ -61,6 +69,37 @@ class SystemClock:
 
 
 SYSTEM_CLOCK: Clock = SystemClock()
+
+
+def wall_ns() -> int:
+    """Nanoseconds since the epoch on the system clock, for a timestamp an exporter keeps
+    (an OpenTelemetry span's start and end)."""
+    return time.time_ns()
+
+
+def block_until(
+    done: Callable[[], bool], within_s: float, *, first_s: float, most_s: float
+) -> bool:
+    """Ask ``done`` until it says yes or ``within_s`` real seconds passed, sleeping the
+    thread between asks (``first_s``, doubling up to ``most_s``): for code with no event
+    loop to wait on, such as stopping child processes on the way out.
+
+    Returns:
+        Whether ``done`` said yes.
+
+    Example:
+        >>> block_until(lambda: False, 0.01, first_s=0.001, most_s=0.005)
+        False
+    """
+    deadline = time.monotonic() + within_s
+    pause = first_s
+    while not done():
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return False
+        time.sleep(min(pause, left))
+        pause = min(pause * 2, most_s)
+    return True
 
 
 async def wait_event(

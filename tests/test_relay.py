@@ -22,6 +22,7 @@ import httpx2
 import psutil
 import pytest
 
+from teamlead._metering.pause import Pause
 from teamlead._relay import (
     RelayConfig,
     RelayError,
@@ -37,9 +38,10 @@ from teamlead._relay.keepalive import PING
 from teamlead._relay.stats import RelayEvent
 from teamlead.events import ConcurrencyChanged, RateLimited
 from teamlead.governor import Governor, GovernorPolicy
+from teamlead.policy import LimitsPolicy
 from teamlead.testing import FakeClock, Reply, ScriptedRequest, ScriptedServer
 
-from .polling import apoll
+from .polling import apoll, settle
 from .relay_upstream import KEY, MODEL, body, fake_governor, http, serve, server_factory
 
 __all__ = ["server_factory"]  # the fixture, imported for this module's tests
@@ -708,6 +710,75 @@ async def test_concurrent_runs_share_one_relay_and_one_governor(
         port = one.relay.port
     with pytest.raises(OSError):  # stopped when the last run left
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
+
+
+async def test_a_run_on_a_clock_of_its_own_has_its_relay_and_pause_on_that_clock(
+    server_factory: list[ScriptedServer],
+) -> None:
+    """A run on a FakeClock shares no governor with the system clock's runs: its relay's
+    governor reads the run's clock, so its paused request is answered as soon as that
+    clock passes the run's deadline, with no real waiting."""
+    server = serve(server_factory, lambda req: Reply.text("ok"))
+    pool, clock, pause = RelayPool(), FakeClock(), Pause()
+    async with (
+        pool.run(server.base_url) as real,
+        pool.run(server.base_url, deadline_s=20, pause=pause, clock=clock) as run,
+    ):
+        assert run.relay is not real.relay and real.relay.governor is pool.governor()
+        assert run.relay.governor is pool.governor(clock=clock)
+        assert run.relay.governor.clock is clock
+        pause.pause()
+        answers: list[httpx2.Response] = []
+        async with http() as h, anyio.create_task_group() as tg:
+
+            async def post() -> None:
+                answers.append(await h.post(run.base_url + "/v1/messages", content=body()))
+
+            tg.start_soon(post)
+            assert await apoll(lambda: pause.held_requests == 1, within_s=10)
+            clock.advance(19.5)
+            await settle()
+            assert answers == [] and pause.held_requests == 1
+            clock.advance(0.5)  # the run's deadline
+        assert [(a.status_code, a.json()["error"]["message"]) for a in answers] == [
+            (503, "teamlead relay: the run was paused until its deadline")
+        ]
+    assert server.recorded() == []
+
+
+async def test_past_the_runs_deadline_on_its_clock_its_ceiling_queues_no_request(
+    server_factory: list[ScriptedServer],
+) -> None:
+    """A run's own ceiling (one request at a time) bounds its queue by the run's deadline on
+    the run's clock: once a FakeClock passed it, a request over the ceiling is the relay's
+    own 429 at once, while the request holding the place still runs."""
+    first_in, go = threading.Event(), threading.Event()
+
+    def script(req: ScriptedRequest) -> Reply:
+        first_in.set()
+        go.wait(10)
+        return Reply.text("ok")
+
+    server = serve(server_factory, script)
+    clock, answers = FakeClock(), []
+    limits = LimitsPolicy(total=1, shared="process")
+    async with (
+        RelayPool().run(server.base_url, deadline_s=20, limits=limits, clock=clock) as run,
+        http() as h,
+        anyio.create_task_group() as tg,
+    ):
+
+        async def post() -> None:
+            answers.append(await h.post(run.base_url + "/v1/messages", content=body()))
+
+        tg.start_soon(post)
+        assert await apoll(first_in.is_set, within_s=10)
+        clock.advance(20)
+        tg.start_soon(post)
+        assert await apoll(lambda: len(answers) == 1, within_s=10)
+        go.set()
+    assert [a.status_code for a in answers] == [429, 200]
+    assert len(server.recorded()) == 1
 
 
 async def test_a_relay_that_cannot_start_is_a_relay_error() -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import io
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,8 @@ from teamlead.events import (
     RateLimited,
     RelaySummary,
 )
-from teamlead.testing import Reply, ScriptedServer
+from teamlead.policy import LimitsPolicy
+from teamlead.testing import FakeClock, Reply, ScriptedServer
 
 from .parsing import HandFed
 
@@ -73,6 +74,25 @@ def _posting_query(seen: list[ClaudeAgentOptions], posts: int = 1) -> Any:
                     },
                 )
                 assert response.status_code == 200, response.text
+        for message in _messages(base):
+            yield message
+
+    return query_fn
+
+
+def _posting_once(statuses: list[int], before: Callable[[], None] = lambda: None) -> Any:
+    """A query_fn that, after ``before()``, sends one request to the relay as the CLI would
+    and notes the status it got in ``statuses``."""
+
+    async def query_fn(*, prompt: str, options: ClaudeAgentOptions) -> AsyncIterator[Any]:
+        before()
+        base = options.env["ANTHROPIC_BASE_URL"]
+        async with httpx.AsyncClient(timeout=30) as client:
+            response = await client.post(
+                f"{base}/v1/messages",
+                json={"model": "claude-unit", "max_tokens": 10, "messages": []},
+            )
+            statuses.append(response.status_code)
         for message in _messages(base):
             yield message
 
@@ -415,18 +435,7 @@ async def test_experiment_trials_share_one_relay_and_count_each_429_once(tmp_pat
 async def test_a_pause_past_the_runs_deadline_reaches_the_cli_at_once() -> None:
     # the relay knows the run's deadline: a 60 s pause for a 20 s run is not held
     statuses: list[int] = []
-
-    async def query_fn(*, prompt: str, options: ClaudeAgentOptions) -> AsyncIterator[Any]:
-        base = options.env["ANTHROPIC_BASE_URL"]
-        async with httpx.AsyncClient(timeout=30) as client:
-            response = await client.post(
-                f"{base}/v1/messages",
-                json={"model": "claude-unit", "max_tokens": 10, "messages": []},
-            )
-            statuses.append(response.status_code)
-        for message in _messages(base):
-            yield message
-
+    query_fn = _posting_once(statuses)
     with ScriptedServer(lambda req: Reply.error(429, retry_after=60)) as server:
         options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
         policy = teamlead.Policy(deadline_s=20)
@@ -463,3 +472,31 @@ async def test_a_run_on_an_upstream_that_refuses_ends_before_its_cli_starts() ->
         f"cannot connect to ANTHROPIC_BASE_URL http://127.0.0.1:{port}: connection refused; "
         "set ANTHROPIC_BASE_URL to your API's address, or unset it for the Anthropic API"
     )
+
+
+@pytest.mark.parametrize(("spent_s", "held"), [(0.0, True), (75.0, False)])
+async def test_the_relays_deadline_and_holds_run_on_the_runs_clock(
+    spent_s: float, held: bool
+) -> None:
+    """A run on a FakeClock with 100 s to go: its relay holds a 429 whose 30 s Retry-After
+    fits in the time left on that clock, spending virtual time, not real; once the test
+    moved the clock 75 s on, the same 429 no longer fits, and reaches the CLI at once."""
+    clock = FakeClock()
+    seen: list[int] = []
+    query_fn = _posting_once(seen, before=lambda: clock.advance(spent_s))
+    replies = iter([Reply.error(429, retry_after=30)])
+    with ScriptedServer(lambda req: next(replies, Reply.text("ok"))) as server:
+        options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
+        limits = LimitsPolicy(shared="process")  # one timer: no shared store polled
+        policy = teamlead.Policy(deadline_s=100, limits=limits)
+        run = teamlead.run("q", options, query_fn=query_fn, policy=policy, clock=clock)
+        items = [i async for i in run]
+        recorded = server.recorded()
+    assert seen == ([200] if held else [429])
+    assert [r.status for r in recorded] == ([429, 200] if held else [429])
+    limited = [i for i in items if isinstance(i, RateLimited)]
+    assert [(e.outcome, e.retry_after_s) for e in limited] == [
+        ("absorbed" if held else "passed", 30.0)
+    ]
+    assert clock.sleeps == ([30.0] if held else [])
+    assert isinstance(items[-1], Finished) and items[-1].status == "completed"

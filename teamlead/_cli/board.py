@@ -52,7 +52,6 @@ import logging
 import re
 import secrets
 import sys
-import time
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
 from typing import Any, Literal
@@ -66,6 +65,7 @@ from .._history import History
 from .._private import private_dir, read_small, write_private
 from .._redact import shown_safe, terminal_safe
 from .._relay import GuardedSocket, RelayConfig, bounded_server, loopback_socket
+from ..clock import SYSTEM_CLOCK
 from ..errors import ControlError, NoSuchRun, UsageError
 from .board_page import PAGE
 from .exitcodes import handle_errors
@@ -226,17 +226,17 @@ class Board:
         """Send what ``read`` gives (``(event, data, last)``) whenever it changes, until
         a ``last`` one."""
         last: str | None = None
-        quiet_since = time.monotonic()
+        quiet_since = SYSTEM_CLOCK.monotonic()
         while True:
             name, value, final = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
             # every string as the terminal shows it (controls and bidi escaped, secrets
             # redacted); ASCII: no raw line breaks in an event
             data = json.dumps(shown_safe(value), ensure_ascii=True)
             if data != last:
-                last, quiet_since = data, time.monotonic()
+                last, quiet_since = data, SYSTEM_CLOCK.monotonic()
                 chunk = f"event: {name}\ndata: {data}\n\n".encode()
-            elif time.monotonic() - quiet_since >= _KEEPALIVE_S:
-                quiet_since = time.monotonic()
+            elif SYSTEM_CLOCK.monotonic() - quiet_since >= _KEEPALIVE_S:
+                quiet_since = SYSTEM_CLOCK.monotonic()
                 chunk = b": still here\n\n"
             else:
                 chunk = b""
@@ -245,7 +245,7 @@ class Board:
             if final:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
-            await anyio.sleep(self._every_s)
+            await SYSTEM_CLOCK.sleep(self._every_s)
 
     async def _button(self, headers: dict[str, str], receive: Receive, send: Send) -> None:
         if headers.get("origin") not in self._origins:

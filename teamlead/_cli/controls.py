@@ -15,7 +15,6 @@ live view) and reads keys for as long as the run goes.
 from __future__ import annotations
 
 import sys
-import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -25,6 +24,7 @@ from claude_agent_sdk import CanUseToolShadowedWarning
 from claude_agent_sdk.types import CanUseTool
 
 from .._redact import terminal_safe
+from ..clock import SYSTEM_CLOCK
 from ..control import RunControl
 from ..errors import AmendRefused
 from ..events import PermissionDecided
@@ -131,7 +131,7 @@ class Controls:
         """The focused agent's last tool calls and lines (plain text; the view escapes it)."""
         if self.focus is None or self.focused is None:
             return []
-        now = time.monotonic()
+        now = SYSTEM_CLOCK.monotonic()
         cached = self._focus_cache
         if cached is not None and cached[0] == self.focused and now - cached[1] < _FOCUS_TTL_S:
             seen = cached[2]

@@ -24,6 +24,7 @@ import anyio
 import click
 
 from .._redact import terminal_safe
+from ..clock import SYSTEM_CLOCK
 from .exitcodes import EXIT_INTERRUPTED, handle_errors
 from .options import Output, no_relay_option, option, output_mode
 from .signals import Interruptible, release_stop_signals
@@ -299,7 +300,6 @@ def serve_scenario(
     with ``log_requests`` (default: when stderr is a terminal) one line per answered
     request follows. The server is stopped on the way out.
     """
-    import time
 
     from ..testing import ScriptedServer
     from ..testing.scripts import scenario as load_scenario
@@ -311,7 +311,7 @@ def serve_scenario(
     script = load_scenario(scenario)
     if log_requests is None:
         log_requests = sys.stderr.isatty()
-    started = time.monotonic()
+    started = SYSTEM_CLOCK.monotonic()
     lock = threading.Lock()
 
     def log_line(record: Any) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import time
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
 from typing import TYPE_CHECKING, Any
@@ -20,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from .._redact import terminal_safe
+from ..clock import SYSTEM_CLOCK
 from ..errors import NoSuchRun, UsageError
 from .exitcodes import handle_errors
 from .options import option
@@ -101,7 +101,7 @@ def run_filter(
     """
     statuses: set[str] = set()
     since: float | None = None
-    moment = time.time() if now is None else now
+    moment = SYSTEM_CLOCK.time() if now is None else now
     for text in filters:
         key, sep, value = text.partition("=")
         key, value = key.strip().lower(), value.strip()

@@ -19,6 +19,7 @@ from typing import Any
 import click
 
 from .._redact import terminal_safe
+from ..clock import SYSTEM_CLOCK
 from .exitcodes import SafeErrorsGroup, handle_errors
 from .options import option
 
@@ -98,7 +99,7 @@ def limits(ctx: click.Context, limits_shared: str, json_: bool) -> None:
     if ctx.invoked_subcommand is not None:
         return
     account = _opened(limits_shared)
-    now = time.time()
+    now = SYSTEM_CLOCK.time()
     try:
         rows = [_row(e, now) for e in account.stored()] if account is not None else []
     finally:

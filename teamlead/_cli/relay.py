@@ -35,6 +35,7 @@ import click
 
 from .._procs import stop_descendants
 from .._redact import terminal_safe
+from ..clock import SYSTEM_CLOCK
 from ..errors import SetupError, UsageError
 from .exitcodes import EXIT_INTERRUPTED, handle_errors
 from .options import limits_from_options, option, with_limits_options
@@ -187,7 +188,7 @@ async def _relay_until_stopped(
                 width = max(20, _columns() - 1)
                 live.write("\r\x1b[K" + _status(running)[:width])
                 live.flush()
-                await anyio.sleep(_LIVE_EVERY_S)
+                await SYSTEM_CLOCK.sleep(_LIVE_EVERY_S)
         finally:
             if live is not None:
                 live.write("\r\x1b[K")

@@ -25,6 +25,7 @@ from .._ndjson import JsonProgress
 from .._procs import descendants, stop_descendants
 from .._redact import redact, terminal_safe
 from .._run import default_process_state
+from ..clock import SYSTEM_CLOCK
 from ..coordinator import allow_workflows
 from ..errors import SetupError, UsageError
 from ..events import Finished, WorkflowDenied
@@ -277,7 +278,7 @@ def run_session(
             # closed later on a closed loop ("Event loop is closed" after the last line)
             with anyio.move_on_after(_STOP_GRACE_S):
                 while descendants():  # noqa: ASYNC110 - a process ending has no event
-                    await anyio.sleep(0.05)
+                    await SYSTEM_CLOCK.sleep(0.05)
 
     keys_from = controls.stdin if controls is not None and controls.interactive else None
     try:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import sys
-import time
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
@@ -27,6 +26,7 @@ from click.core import ParameterSource
 
 from .._control import Registry, RunEntry, call, follow, liveness
 from .._redact import terminal_safe
+from ..clock import SYSTEM_CLOCK
 from ..errors import ControlError, NoSuchRun, UsageError
 from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors, tell
 from .history import NOT_FINISHED, PS_VERSION, past_rows, run_filter
@@ -100,7 +100,7 @@ def ps(json_: bool, all_: bool, quiet: bool, filters: tuple[str, ...]) -> None:
         for row in rows:
             click.echo(row["run"])
     else:
-        click.echo(_table(rows, time.time()))
+        click.echo(_table(rows, SYSTEM_CLOCK.time()))
 
 
 def ps_rows(registry: Registry, *, dead: bool = False) -> list[dict[str, Any]]:

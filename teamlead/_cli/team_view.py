@@ -12,7 +12,6 @@ Rich markup.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -24,6 +23,7 @@ from rich.text import Text
 from .._claude import api_message_id, is_scripted_message
 from .._ndjson import first_sighting
 from .._redact import redact, terminal_safe
+from ..clock import SYSTEM_CLOCK
 from ..events import (
     AgentUsage,
     ConcurrencyChanged,
@@ -273,11 +273,13 @@ class PlainProgress:
         # the model is scripted (told, or seen in its messages): the last line says its
         # cost is an estimate, nothing charged
         self.scripted = scripted
-        self.started = time.monotonic()
+        self.started = SYSTEM_CLOCK.monotonic()
         self._shown: set[str] = set()
 
     def _line(self, text: str) -> None:
-        self.stream.write(f"[{time.monotonic() - self.started:6.1f}s] {terminal_safe(text)}\n")
+        self.stream.write(
+            f"[{SYSTEM_CLOCK.monotonic() - self.started:6.1f}s] {terminal_safe(text)}\n"
+        )
         self.stream.flush()
 
     def handle(self, item: Any) -> None:
@@ -326,7 +328,7 @@ class LiveTeamView:
         self.run = run
         self.verbose = verbose
         self.scripted = scripted
-        self.started = time.monotonic()
+        self.started = SYSTEM_CLOCK.monotonic()
         self.lead_state = "starting"
         self.teammates: dict[str, str] = {}
         self.queued: dict[str, str] = {}  # tool_use_id -> description, while in the gate

@@ -46,7 +46,6 @@ import os
 import secrets
 import sys
 import tempfile
-import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,6 +55,7 @@ import psutil
 
 from .._private import dir_problem, json_object, read_small, write_private
 from .._redact import redact, without_password
+from ..clock import SYSTEM_CLOCK
 from ..errors import AmbiguousRun, ControlError, NoSuchRun
 
 if TYPE_CHECKING:
@@ -403,8 +403,8 @@ class Registry:
         entry = RunEntry(
             run=run,
             pid=pid,
-            pid_started=_process_started(pid) or time.time(),
-            started=time.time(),
+            pid_started=_process_started(pid) or SYSTEM_CLOCK.time(),
+            started=SYSTEM_CLOCK.time(),
             socket=str(socket),
             path=folder / f"{run}.json",
             uid=_uid(),

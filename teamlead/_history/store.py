@@ -32,6 +32,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from .._private import json_object, private_dir, read_small, write_private
+from ..clock import SYSTEM_CLOCK
 from ..errors import AmbiguousRun, NoSuchRun
 from .folder import history_dir
 from .record import INLINE_RESULT_CHARS, AgentRecord, RunRecord
@@ -124,7 +125,7 @@ class History:
             OSError: it cannot be written (a full disk, no rights).
         """
         folder = private_dir(self.directory)
-        ended = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(record.ended or time.time()))
+        ended = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(record.ended or SYSTEM_CLOCK.time()))
         stem = f"{ended}-{record.run}"
         agents, budget = [], _INLINE_BUDGET
         for index, agent in enumerate(record.agents):

@@ -17,12 +17,12 @@ until then (see ``RunTrace.place_request``), so its span is made under its workf
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._redact import redact
+from ..clock import wall_ns
 from ..events import AgentKind
 from . import conventions as c
 
@@ -49,7 +49,7 @@ class AgentRecord:
     key: str
     kind: AgentKind
     name: str = ""
-    started_ns: int = field(default_factory=time.time_ns)
+    started_ns: int = field(default_factory=wall_ns)
     task_id: str | None = None
     tool_use_id: str | None = None
     parent: str | None = None
@@ -161,12 +161,12 @@ class AgentSpans:
         if record.done_ns is None:
             if status == "timeout":  # its own wall-clock limit stopped it
                 self.event(record, "timed_out", {"teamlead.agent.status": status})
-            record.done_ns = time.time_ns()
+            record.done_ns = wall_ns()
             record.status = status
 
     def event(self, record: AgentRecord, name: str, attributes: Mapping[str, Any]) -> None:
         """An event of the agent, at this moment."""
-        at = time.time_ns()
+        at = wall_ns()
         if record.span is not None and not record.ended:
             record.span.add_event(name, dict(attributes), timestamp=at)
         else:

@@ -14,11 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from ..clock import SYSTEM_CLOCK, wall_ns
 from ..events import RateLimited
 from . import conventions as c
 
@@ -163,8 +163,8 @@ class ChatTrace:
     info: RequestInfo
     session_id: str | None
     agent_id: str | None
-    started_ns: int = field(default_factory=time.time_ns)
-    started: float = field(default_factory=time.monotonic)
+    started_ns: int = field(default_factory=wall_ns)
+    started: float = field(default_factory=SYSTEM_CLOCK.monotonic)
     waited_s: float | None = None
     attempts: int = 1
     status: int | None = None
@@ -173,7 +173,7 @@ class ChatTrace:
     _json: bytearray | None = None
 
     def limited(self, event: RateLimited) -> None:
-        self.limits.append((time.time_ns(), event))
+        self.limits.append((wall_ns(), event))
         outcome = {
             "teamlead.outcome": event.outcome,
             "http.response.status_code": event.status,
@@ -224,7 +224,7 @@ class ChatTrace:
 
         telemetry = self.observer.telemetry
         usage = self._usage()
-        duration = time.monotonic() - self.started
+        duration = SYSTEM_CLOCK.monotonic() - self.started
         model = self.info.model
         failed = error or (
             str(self.status) if self.status is not None and self.status >= 400 else None
@@ -252,7 +252,7 @@ class ChatTrace:
         attributes.update({k: v for k, v in optional.items() if v is not None})
         if usage.stop_reason:
             attributes[c.FINISH_REASONS] = [usage.stop_reason]
-        ended_ns = time.time_ns()
+        ended_ns = wall_ns()
 
         def write(parent: Context) -> None:
             span = telemetry.tracer.start_span(

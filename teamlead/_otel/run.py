@@ -23,7 +23,6 @@ attached across its ``yield``\\ s would leak into the caller.
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import AsyncGenerator, Callable, Mapping
 from contextlib import aclosing
 from typing import TYPE_CHECKING, Any
@@ -38,6 +37,7 @@ from .._parse import (
     TaskStarted,
 )
 from .._redact import secret_scrubber
+from ..clock import SYSTEM_CLOCK, wall_ns
 from ..events import (
     AgentKind,
     ConcurrencyChanged,
@@ -101,8 +101,8 @@ class RunTrace:
         self._env = dict(options.env)
         self._capture = c.capture_content({**os.environ, **self._env})
         self._scrub = secret_scrubber(self._env)  # the secrets looked up once per run
-        self._started = time.monotonic()
-        self._started_ns = time.time_ns()
+        self._started = SYSTEM_CLOCK.monotonic()
+        self._started_ns = wall_ns()
         self._model = options.model
         self._session: str | None = session_id
         attributes: dict[str, Any] = {
@@ -439,7 +439,9 @@ class RunTrace:
             metric[c.REQUEST_MODEL] = self._model
         if failed:
             metric[c.ERROR_TYPE] = failed
-        self._telemetry.instruments.duration.record(time.monotonic() - self._started, metric)
+        self._telemetry.instruments.duration.record(
+            SYSTEM_CLOCK.monotonic() - self._started, metric
+        )
         self.root.end()
 
 

@@ -94,7 +94,8 @@ class RunShare:
     """One run's share of the relay: its counters, listeners, deadline, request observer
     and agent ledger.
 
-    ``deadline`` is when the run ends, on the governor's clock (monotonic seconds): none of
+    ``deadline`` is when the run ends, on the governor's clock, which is the run's
+    (:mod:`.shared` gives each clock its governor), in monotonic seconds: none of
     its requests waits for a slot or holds a 429 past it. ``limits`` are the run's own
     ceilings (``--model-limit`` and kin): its requests take a place under them before they
     ask the governor, so they bound this run only. ``overload_hold_s`` is the longest the

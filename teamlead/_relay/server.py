@@ -35,6 +35,7 @@ import yarl
 from aiohttp.helpers import get_env_proxy_for_url
 
 from .._metering import AgentBook, Pause
+from ..clock import SYSTEM_CLOCK
 from ..errors import RelayError
 from ..events import ConcurrencyChanged, RelaySummary
 from ..governor import Governor, GovernorPolicy
@@ -371,7 +372,7 @@ class _RunningRelay:
         try:
             with anyio.move_on_after(_START_TIMEOUT_S):
                 while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn has a flag only
-                    await asyncio.sleep(0.005)
+                    await SYSTEM_CLOCK.sleep(0.005)
             if not server.started:
                 raise RelayError("the relay did not start within 10 s")
         except BaseException:

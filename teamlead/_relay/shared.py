@@ -8,6 +8,12 @@ the relay, the last one to leave stops it. A run's own ceilings (``--model-limit
 bound that run's requests only (:mod:`.run_limits`); the governor's policy is the
 relay's own, learnt from the upstream. :func:`relay_applicable` says whether a run's
 environment can use a relay at all.
+
+A run's clock is its governor's and its relay's: runs share a governor and a relay only
+when they run on the same :class:`~teamlead.clock.Clock` (every run on the system clock,
+by default), and a run on a clock of its own (a test's ``FakeClock``) gets a governor and
+a relay on that clock. So the relay's deadline, the run's ceilings, the pause and the
+governor's waits all read the run's one clock.
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import anyio
 
 from .._governor import Account, LimitStore, NamespacedAccount, WarnOnce, open_account
 from .._metering import AgentBook, Pause
+from ..clock import SYSTEM_CLOCK, Clock
 from ..governor import Governor, GovernorPolicy
 from ..policy import LimitsPolicy
 from .forward import RelayConfig
@@ -130,8 +137,10 @@ class _LoopShare:
     """What one event loop's runs share (a governor belongs to one loop)."""
 
     lock: anyio.Lock = field(default_factory=anyio.Lock)
-    governors: dict[tuple[str, str], Governor] = field(default_factory=dict)
-    relays: dict[tuple[str, str, str], _Entry] = field(default_factory=dict)
+    #: keyed by where the state is shared, the account and the clock's ``id`` (a governor
+    #: holds its clock, so the ``id`` is not reused while the governor is kept)
+    governors: dict[tuple[str, str, int], Governor] = field(default_factory=dict)
+    relays: dict[tuple[str, str, str, int], _Entry] = field(default_factory=dict)
 
 
 def governor_policy(limits: LimitsPolicy) -> GovernorPolicy:
@@ -182,24 +191,31 @@ class RelayPool:
             share = self._loops[loop] = _LoopShare()
         return share
 
-    def account(self, shared: str, name: str = "") -> Account:
+    def account(self, shared: str, name: str = "", clock: Clock = SYSTEM_CLOCK) -> Account:
         """A new account for a ``--limits`` value (a pool with a store keeps it there),
-        under the account's ``name`` (:func:`account_of`) in a store other accounts share."""
+        under the account's ``name`` (:func:`account_of`) in a store other accounts share,
+        read on ``clock`` (its governor's)."""
         if self.store is not None and not shared.startswith(("redis://", "rediss://")):
             shared = "process"  # a Ray worker: the experiment's store is the shared one
-        account = open_account(shared, store=self.store, warnings=self.warnings)
+        account = open_account(shared, clock=clock, store=self.store, warnings=self.warnings)
         return NamespacedAccount(account, name) if name else account
 
     def governor(
-        self, shared: str = "machine", *, account: str = "", policy: GovernorPolicy | None = None
+        self,
+        shared: str = "machine",
+        *,
+        account: str = "",
+        policy: GovernorPolicy | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> Governor:
-        """The governor of ``account`` (where its state is ``shared``) on the running event
-        loop, made on first use with ``policy`` (default: the relay's own)."""
+        """The governor of ``account`` (where its state is ``shared``) on ``clock`` and the
+        running event loop, made on first use with ``policy`` (default: the relay's own)."""
         share = self._share()
-        governor = share.governors.get((shared, account))
+        key = (shared, account, id(clock))
+        governor = share.governors.get(key)
         if governor is None:
-            governor = share.governors[(shared, account)] = Governor(
-                policy or RELAY_POLICY, account=self.account(shared, account)
+            governor = share.governors[key] = Governor(
+                policy or RELAY_POLICY, clock=clock, account=self.account(shared, account, clock)
             )
         return governor
 
@@ -215,9 +231,10 @@ class RelayPool:
         overload_hold_s: float | None = None,
         agents: AgentBook | None = None,
         pause: Pause | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> AbstractAsyncContextManager[RelayRun]:
-        """A run on the pool's relay for ``upstream`` and ``account``: started on first
-        use, stopped after the last run left.
+        """A run on the pool's relay for ``upstream``, ``account`` and ``clock``: started
+        on first use, stopped after the last run left.
 
         ``deadline_s`` (seconds from now) is when the run ends: none of its requests waits
         or holds a 429 past it (see :meth:`Relay.open_run`). ``limits`` (the run's
@@ -226,7 +243,8 @@ class RelayPool:
         run starts listens (0: any free port); a relay already serving keeps its own.
         ``overload_hold_s`` is the longest one of the run's requests is held through an
         overload burst (``None``: the relay's own bound). ``agents`` and ``pause`` are the
-        run's agent ledger and pause (see :meth:`Relay.open_run`).
+        run's agent ledger and pause (see :meth:`Relay.open_run`). ``clock`` is the run's: its
+        relay's governor reads it, and with it the run's deadline, ceilings and pause.
 
         Entering raises :class:`~teamlead.errors.RelayError` when the relay could not
         start: run direct with a one-line warning then; and
@@ -244,16 +262,18 @@ class RelayPool:
             port,
             account,
             overload_hold_s,
-            _RunParts(agents, pause),
+            _RunParts(agents, pause, clock),
         )
 
 
 @dataclass(frozen=True)
 class _RunParts:
-    """What a run brings to its share of the relay: its agent ledger and its pause."""
+    """What a run brings to its share of the relay: its agent ledger, its pause and its
+    clock."""
 
     agents: AgentBook | None = None
     pause: Pause | None = None
+    clock: Clock = SYSTEM_CLOCK
 
 
 class _PoolRun:
@@ -279,7 +299,7 @@ class _PoolRun:
         self._on_event = on_event
         self._deadline_s = deadline_s
         self._limits = limits
-        self._key = (upstream, limits.shared, account)
+        self._key = (upstream, limits.shared, account, id(parts.clock))
         self._left = False
         self._overload_hold_s = overload_hold_s
 
@@ -288,11 +308,11 @@ class _PoolRun:
             # a wrong one ends the run now, in one line, not after the CLI's retries
             await check_reachable(self._upstream)
         self._share = share = self._pool._share()
-        _, shared, account = self._key
+        _, shared, account, _ = self._key
         async with share.lock:
             entry = share.relays.get(self._key)
             if entry is None:
-                governor = self._pool.governor(shared, account=account)
+                governor = self._pool.governor(shared, account=account, clock=self._parts.clock)
                 context = start_relay(self._upstream, governor, config=RelayConfig(port=self._port))
                 relay = await context.__aenter__()
                 entry = share.relays[self._key] = _Entry(relay, context)

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from claude_agent_sdk import ClaudeAgentOptions
 
+from ..clock import SYSTEM_CLOCK, Clock
 from ..events import ConcurrencyChanged, RateLimited, RelaySummary
 from ..policy import Policy
 from .options import with_base_url
@@ -102,15 +103,18 @@ def relayed(
     process: ProcessState | None = None,
     agents: AgentBook | None = None,
     pause: Pause | None = None,
+    clock: Clock = SYSTEM_CLOCK,
 ) -> AbstractAsyncContextManager[RelayHookup]:
     """The run's hookup to its process's relay for the block (direct when off or failing).
 
     The run's relay events are buffered in the hookup, or given to ``on_event`` instead.
     ``process`` is whose relays the run uses (default: the process's own). ``agents`` is
     the run's agent ledger, which counts and governs its requests per agent at the relay,
-    and ``pause`` its pause, which holds its new requests there while it is on.
+    and ``pause`` its pause, which holds its new requests there while it is on. ``clock``
+    is the run's: the relay's governor, its deadline, ceilings and pause read it.
     """
-    return _Relayed(options, policy, on_event, process or default_process_state(), agents, pause)
+    parts = (agents, pause, clock)
+    return _Relayed(options, policy, on_event, process or default_process_state(), parts)
 
 
 class _Relayed:
@@ -124,12 +128,10 @@ class _Relayed:
         policy: Policy,
         on_event: RelayListener | None,
         process: ProcessState,
-        agents: AgentBook | None = None,
-        pause: Pause | None = None,
+        parts: tuple[AgentBook | None, Pause | None, Clock],
     ) -> None:
         self._options = options
-        self._agents = agents
-        self._pause = pause
+        self._agents, self._pause, self._clock = parts
         self._policy = policy
         self._on_event = on_event
         self._process = process
@@ -161,6 +163,7 @@ class _Relayed:
             overload_hold_s=self._policy.overload_hold_s,
             agents=self._agents,
             pause=self._pause,
+            clock=self._clock,
         )
         try:
             run = await context.__aenter__()

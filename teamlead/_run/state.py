@@ -279,6 +279,7 @@ class RunState:
             process=self.process,
             agents=self.agents.book,
             pause=self.pause,
+            clock=self.clock,
         )
 
     def attach_relay(self, hookup: RelayHookup) -> None:

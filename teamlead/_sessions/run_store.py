@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import logging
 import re
-import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -42,6 +41,7 @@ from claude_agent_sdk.types import (
 )
 
 from .._redact import redact
+from ..clock import SYSTEM_CLOCK
 from ..errors import UsageError
 from .home import Brought, bring_home, implements
 from .journals import JournalMirror
@@ -245,7 +245,7 @@ class RunStore:
             finished,
             session_id=session_id,
             project_key=project,
-            ended_at=int(time.time() * 1000),
+            ended_at=int(SYSTEM_CLOCK.time() * 1000),
         )
         with anyio.CancelScope(shield=True):
             await self.call("writing the session's status", lambda: put(record), None)

@@ -30,7 +30,6 @@ import secrets
 import sqlite3
 import stat
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -47,6 +46,7 @@ from claude_agent_sdk.types import (
 )
 
 from .._claude import loads
+from ..clock import SYSTEM_CLOCK
 from ..errors import SessionStoreError
 from .status import SessionStatus, read_status
 from .stored import (
@@ -239,7 +239,7 @@ class SQLiteSessionStore(SessionStore):
             key,
         ).fetchone()
         last = row[0] if row and isinstance(row[0], int) else 0
-        now = int(time.time() * 1000)
+        now = int(SYSTEM_CLOCK.time() * 1000)
         mtime = max(now, last + 1, self._last_mtime + 1)
         self._last_mtime = mtime
         return mtime
