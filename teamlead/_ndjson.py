@@ -20,10 +20,7 @@ from .events import (
     AgentUsage,
     ConcurrencyChanged,
     RateLimited,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnQueued,
-    SpawnRejected,
+    SpawnDecided,
 )
 from .tracker import (
     AgentCallSeen,
@@ -102,10 +99,7 @@ def first_sighting(event: SessionSeen, run: StreamParse, shown: set[str]) -> boo
 #: close the message (or a task's end) that :class:`JsonProgress` is assembling.
 _MID_MESSAGE = (
     AgentUsage,
-    SpawnQueued,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnRejected,
+    SpawnDecided,
     RateLimited,
     ConcurrencyChanged,
 )

@@ -842,7 +842,7 @@ def test_watch_says_each_record_in_the_words_of_the_progress_lines() -> None:
     same fact (the task named from its start, the cost of a scripted model said as what
     it is), one per record, and never a record dumped raw."""
     from teamlead._cli.records import RecordLines
-    from teamlead.events import AgentUsage, Finished, SpawnQueued
+    from teamlead.events import AgentUsage, Finished, SpawnDecided
 
     records = [
         {"type": "session", "version": 1, "session_id": "s-1"},
@@ -855,8 +855,13 @@ def test_watch_says_each_record_in_the_words_of_the_progress_lines() -> None:
             "tool_names": ["Agent"],
         },
         json.loads(
-            SpawnQueued(
-                tool_use_id="t", description="scan", running=1, limit=1, position=1
+            SpawnDecided(
+                outcome="queued",
+                tool_use_id="t",
+                description="scan",
+                running=1,
+                limit=1,
+                position=1,
             ).to_json()
         ),
         {

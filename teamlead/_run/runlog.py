@@ -37,6 +37,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -48,10 +49,8 @@ from ..events import (
     AgentUsage,
     ConcurrencyChanged,
     Finished,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnQueued,
-    SpawnRejected,
+    SpawnDecided,
+    SpawnOutcome,
     TaskDisposition,
 )
 from ..tracker import (
@@ -108,15 +107,22 @@ _KINDS: dict[str, NodeKind] = {
 _ID = 120  # characters of an id kept
 _TOOL = 80
 
+
+def _spawn_before_6(record: Any, outcome: SpawnOutcome) -> SpawnDecided:
+    """A spawn gate record of event version 5 or before: one ``type`` per outcome."""
+    return SpawnDecided.model_validate({**record, "type": "spawn_decided", "outcome": outcome})
+
+
 #: The records a log is read for, by ``type``: each is parsed into its event here.
 _PARSERS: dict[str, Callable[[Any], object]] = {
     "finished": Finished.model_validate,
     "agent_usage": AgentUsage.model_validate,
     "concurrency_changed": ConcurrencyChanged.model_validate,
-    "spawn_queued": SpawnQueued.model_validate,
-    "spawn_admitted": SpawnAdmitted.model_validate,
-    "spawn_denied": SpawnDenied.model_validate,
-    "spawn_rejected": SpawnRejected.model_validate,
+    "spawn_decided": SpawnDecided.model_validate,
+    "spawn_queued": partial(_spawn_before_6, outcome="queued"),
+    "spawn_admitted": partial(_spawn_before_6, outcome="admitted"),
+    "spawn_denied": partial(_spawn_before_6, outcome="denied"),
+    "spawn_rejected": partial(_spawn_before_6, outcome="rejected"),
     "session": TypeAdapter(SessionSeen).validate_python,
     "agent_call": TypeAdapter(AgentCallSeen).validate_python,
     "task_started": TypeAdapter(TaskStarted).validate_python,
@@ -364,7 +370,7 @@ class _Log:
         elif isinstance(event, AgentCallSeen):
             if event.tool_use_id not in self.calls and self._follow(new=True):
                 self.calls[event.tool_use_id] = _Call(plain(event.description) or "")
-        elif isinstance(event, (SpawnQueued, SpawnAdmitted, SpawnDenied, SpawnRejected)):
+        elif isinstance(event, SpawnDecided):
             self._spawn(event)
         elif isinstance(event, (TaskStarted, TaskProgress, TaskEnded, SubagentTurn)):
             self._task_event(event)
@@ -386,16 +392,10 @@ class _Log:
             task = self.tasks[task_id] = _Task()
         return task
 
-    def _spawn(self, event: SpawnQueued | SpawnAdmitted | SpawnDenied | SpawnRejected) -> None:
+    def _spawn(self, event: SpawnDecided) -> None:
         call = self.calls.get(event.tool_use_id)
-        if call is None:
-            return
-        if isinstance(event, SpawnQueued):
-            call.state = "queued"
-        elif isinstance(event, SpawnAdmitted):
-            call.state = UNFINISHED
-        else:
-            call.state = "denied" if isinstance(event, SpawnDenied) else "rejected"
+        if call is not None:
+            call.state = UNFINISHED if event.outcome == "admitted" else event.outcome
 
     def _task_event(self, event: TaskStarted | TaskProgress | TaskEnded | SubagentTurn) -> None:
         if isinstance(event, SubagentTurn):
