@@ -119,6 +119,7 @@ def fan_out_items(agents: int) -> list[Any]:
     for n in range(agents):
         tool = f"toolu_{n}"
         task = f"a{n:016x}"
+        call: dict[str, Any] = {"tool_use_id": tool, "description": f"agent-{n}"}
         items += [
             {
                 "type": "assistant",
@@ -135,22 +136,8 @@ def fan_out_items(agents: int) -> list[Any]:
                     ],
                 },
             },  # fmt: skip
-            SpawnDecided(
-                outcome="queued",
-                tool_use_id=tool,
-                description=f"agent-{n}",
-                position=1,
-                running=8,
-                limit=8,
-            ),
-            SpawnDecided(
-                outcome="admitted",
-                tool_use_id=tool,
-                description=f"agent-{n}",
-                waited_s=0.1,
-                running=8,
-                limit=8,
-            ),  # fmt: skip
+            SpawnDecided(outcome="queued", position=1, running=8, limit=8, **call),
+            SpawnDecided(outcome="admitted", waited_s=0.1, running=8, limit=8, **call),
             {
                 "type": "system",
                 "subtype": "task_started",

@@ -179,7 +179,7 @@ async def fan_out_part(root: Path, sizes: Sizes) -> tuple[float, float, float]:
     admitted: dict[str, float] = {}
 
     def on_event(event: SpawnDecided) -> None:
-        if isinstance(event, SpawnDecided) and event.outcome == "admitted":
+        if event.outcome == "admitted":
             admitted[event.description] = time.monotonic()
 
     fan_agents, fan_cap = sizes.fan_agents, sizes.fan_cap

@@ -146,11 +146,9 @@ async def test_calls_over_the_limit_queue_fifo_and_a_slot_follows_the_task() -> 
         for i in range(1, 6):
             gate.task_ended(f"t{i}")  # by tool_use id
             await settle()
-    admitted = [
-        e.tool_use_id for e in seen if (isinstance(e, SpawnDecided) and e.outcome == "admitted")
-    ]
+    admitted = [e.tool_use_id for e in seen if e.outcome == "admitted"]
     assert admitted == [f"t{i}" for i in range(6)]
-    queued = [e for e in seen if (isinstance(e, SpawnDecided) and e.outcome == "queued")]
+    queued = [e for e in seen if e.outcome == "queued"]
     assert [q.position for q in queued] == [1, 2, 3, 4]
     gate.task_ended("t0")  # a second terminal event frees nothing twice
     assert gate.running == 0 and gate._cap.running == 0
@@ -165,22 +163,14 @@ async def test_two_runs_share_one_cap_first_come_first_served() -> None:
         cap=cap,
         clock=clock,
         env={},
-        on_event=lambda e: (
-            order.append(e.tool_use_id)
-            if (isinstance(e, SpawnDecided) and e.outcome == "admitted")
-            else None
-        ),
+        on_event=lambda e: order.append(e.tool_use_id) if e.outcome == "admitted" else None,
     )
     gate_b = SpawnGate(
         SpawnPolicy(),
         cap=cap,
         clock=clock,
         env={},
-        on_event=lambda e: (
-            order.append(e.tool_use_id)
-            if (isinstance(e, SpawnDecided) and e.outcome == "admitted")
-            else None
-        ),
+        on_event=lambda e: order.append(e.tool_use_id) if e.outcome == "admitted" else None,
     )
     async with anyio.create_task_group() as tg:
         a, b = Calls(gate_a, tg), Calls(gate_b, tg)
@@ -223,7 +213,7 @@ async def test_stagger_spaces_the_starts_of_a_burst() -> None:
     admitted_at: dict[str, float] = {}
 
     def on(e: SpawnDecided) -> None:
-        if isinstance(e, SpawnDecided) and e.outcome == "admitted":
+        if e.outcome == "admitted":
             admitted_at[e.tool_use_id] = clock.now
 
     gate.on_event = on
@@ -324,7 +314,7 @@ async def test_cancelled_while_queued_frees_everything() -> None:
     record = gate.records()[1]
     assert record.status == "rejected" and "cancelled" in (record.reason or "")
     assert cap.waiting == 0 and gate.spawned == 1 and gate.queued == 0
-    assert any((isinstance(e, SpawnDecided) and e.outcome == "rejected") for e in seen)
+    assert any(e.outcome == "rejected" for e in seen)
     gate.close()
     assert cap.running == 0 and gate.running == 0
 

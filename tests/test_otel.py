@@ -142,6 +142,13 @@ SCRIPTED_RUN = """
 
 
 @pytest.mark.slow  # a fresh interpreter or child process: seconds
+def _gate(outcome: str, tool_use_id: str, description: str, **fields: Any) -> SpawnDecided:
+    """One decision of the spawn gate on the call ``tool_use_id``."""
+    return SpawnDecided.model_validate(
+        {"outcome": outcome, "tool_use_id": tool_use_id, "description": description, **fields}
+    )
+
+
 def test_without_the_variables_no_sdk_or_exporter_is_imported() -> None:
     """The API package may be loaded already (the claude SDK's ``mcp`` imports it); what
     costs, the SDK, an exporter and the protobuf classes, must not be."""
@@ -256,34 +263,11 @@ def test_a_runs_events_become_its_phases_and_its_agents_gate_events(
     )
     items: list[Any] = [
         {"type": "system", "subtype": "init", "session_id": "s-9"},
-        SpawnDecided(
-            outcome="queued", tool_use_id="tu1", description="audit", position=1, running=2, limit=2
-        ),
-        SpawnDecided(
-            outcome="admitted",
-            tool_use_id="tu1",
-            description="audit",
-            waited_s=1.5,
-            running=2,
-            limit=2,
-        ),
-        SpawnDecided(
-            outcome="queued", tool_use_id="tu2", description="slow", position=1, running=2, limit=2
-        ),
-        SpawnDecided(
-            outcome="denied",
-            tool_use_id="tu3",
-            description="extra",
-            code="spawn_budget",
-            reason="cap",
-        ),
-        SpawnDecided(
-            outcome="denied",
-            tool_use_id="tu2",
-            description="slow",
-            code="wait_limit",
-            reason="waited",
-        ),
+        _gate("queued", "tu1", "audit", position=1, running=2, limit=2),
+        _gate("admitted", "tu1", "audit", waited_s=1.5, running=2, limit=2),
+        _gate("queued", "tu2", "slow", position=1, running=2, limit=2),
+        _gate("denied", "tu3", "extra", code="spawn_budget", reason="cap"),
+        _gate("denied", "tu2", "slow", code="wait_limit", reason="waited"),
         {
             "type": "system",
             "subtype": "task_started",

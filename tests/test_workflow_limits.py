@@ -146,7 +146,7 @@ async def test_a_workflow_from_a_subagent_counts_one_level_deeper_than_its_calle
     assert [
         (e.tool_use_id, e.code, e.description)
         for e in seen
-        if (isinstance(e, SpawnDecided) and e.outcome == "denied")
+        if isinstance(e, SpawnDecided) and e.outcome == "denied"
     ] == [("wf-sub", "depth", "Workflow")]
     assert gate.workflow_denials == [("wf-sub", "depth", reason)]
     # a Workflow call is no Agent call: no record, no slot, no budget unit

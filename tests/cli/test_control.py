@@ -125,9 +125,9 @@ async def test_lowering_the_cap_mid_run_caps_the_next_admissions(offline: Offlin
 
     def steer(items: list[Any]) -> None:
         item = items[-1]
-        if (isinstance(item, SpawnDecided) and item.outcome == "queued") and control.cap == 3:
+        if isinstance(item, SpawnDecided) and item.outcome == "queued" and control.cap == 3:
             control.lower_cap(by=2)  # three run, three wait: they now go one by one
-        elif (isinstance(item, SpawnDecided) and item.outcome == "admitted") and control.cap == 1:
+        elif isinstance(item, SpawnDecided) and item.outcome == "admitted" and control.cap == 1:
             admitted_after.append(item)
 
     items, done = await steered(claude, policy, control, steer)

@@ -455,7 +455,7 @@ async def test_a_library_run_without_a_control_is_registered_and_amended_from_ou
             items.append(item)
             if isinstance(item, Finished):
                 left_at_finished[0] = Registry(tmp_path / "rt").listing().live
-            if (isinstance(item, SpawnDecided) and item.outcome == "queued") and not answer:
+            if isinstance(item, SpawnDecided) and item.outcome == "queued" and not answer:
                 (entry,) = Registry(tmp_path / "rt").listing().live
                 assert entry.pid == os.getpid()
                 status.update(await anyio.to_thread.run_sync(call, entry.socket, {"op": "status"}))

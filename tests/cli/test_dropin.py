@@ -128,12 +128,12 @@ async def test_a_client_run_serves_every_turn_with_one_gate_and_relay(
     first, second = turns
     assert [isinstance(t[-1], Finished) for t in turns] == [True, True]
     assert [
-        i.description for i in first if (isinstance(i, SpawnDecided) and i.outcome == "admitted")
+        i.description for i in first if isinstance(i, SpawnDecided) and i.outcome == "admitted"
     ] == ["part-1", "part-2"]
     assert [
-        i.description for i in second if (isinstance(i, SpawnDecided) and i.outcome == "admitted")
+        i.description for i in second if isinstance(i, SpawnDecided) and i.outcome == "admitted"
     ] == ["part-3"]
-    denied = [i for i in second if (isinstance(i, SpawnDecided) and i.outcome == "denied")]
+    denied = [i for i in second if isinstance(i, SpawnDecided) and i.outcome == "denied"]
     assert [(d.description, d.code) for d in denied] == [("part-4", "spawn_budget")]
     done_first, done_second = first[-1], second[-1]
     assert isinstance(done_first, Finished) and isinstance(done_second, Finished)

@@ -181,7 +181,8 @@ async def test_a_spawn_budget_counts_agent_calls_and_workflow_agents_together(
     denials = [
         i
         for i in items
-        if (isinstance(i, SpawnDecided) and i.outcome == "denied")
+        if isinstance(i, SpawnDecided)
+        and i.outcome == "denied"
         and i.description == "workflow agent"
     ]
     assert len(denials) == 2 and all(d.code == "spawn_budget" for d in denials)
@@ -223,7 +224,7 @@ async def test_a_spent_spawn_budget_denies_the_leads_workflow_call(
     denials = [
         i
         for i in items
-        if (isinstance(i, SpawnDecided) and i.outcome == "denied") and i.description == "Workflow"
+        if isinstance(i, SpawnDecided) and i.outcome == "denied" and i.description == "Workflow"
     ]
     assert [d.code for d in denials] == ["spawn_budget"]
     told = [
