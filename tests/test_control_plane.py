@@ -864,6 +864,15 @@ def test_watch_says_each_record_in_the_words_of_the_progress_lines() -> None:
                 position=1,
             ).to_json()
         ),
+        {  # as event version 5 wrote an admission: it reads as a spawn_decided
+            "type": "spawn_admitted",
+            "version": 5,
+            "tool_use_id": "t",
+            "description": "scan",
+            "waited_s": 2.0,
+            "running": 1,
+            "limit": 1,
+        },
         {
             "type": "task_started",
             "version": 1,
@@ -903,6 +912,7 @@ def test_watch_says_each_record_in_the_words_of_the_progress_lines() -> None:
         "session s-1",
         "lead: Go now. [Agent]",
         "queued 'scan': 1 of 1 running, position 1",
+        "admitted 'scan' after 2.0 s queued",
         "task started: scan [explorer]",
         None,
         "usage of agent a1b2c3d4e5f6: 3 request(s), 1,234 tokens, last tool Grep",

@@ -225,7 +225,7 @@ class SpawnGate:
 
         Returns:
             ``None`` once it may start; else why it does not (a spent budget is also a
-            ``spawn_denied`` event). A refused or cancelled agent gives back what it took.
+            denied ``spawn_decided`` event). A refused or cancelled agent gives back what it took.
             A stopped run's refusal comes only after :data:`_HELD_AFTER_STOP_S` (see
             :meth:`interrupt`: its CLI is ended meanwhile, which ends the request).
         """

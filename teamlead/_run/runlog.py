@@ -37,12 +37,12 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from functools import partial
 from pathlib import Path
 from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from .._ndjson import current_record
 from ..errors import UsageError
 from ..events import (
     CUT_ENDS,
@@ -50,7 +50,6 @@ from ..events import (
     ConcurrencyChanged,
     Finished,
     SpawnDecided,
-    SpawnOutcome,
     TaskDisposition,
 )
 from ..tracker import (
@@ -108,21 +107,12 @@ _ID = 120  # characters of an id kept
 _TOOL = 80
 
 
-def _spawn_before_6(record: Any, outcome: SpawnOutcome) -> SpawnDecided:
-    """A spawn gate record of event version 5 or before: one ``type`` per outcome."""
-    return SpawnDecided.model_validate({**record, "type": "spawn_decided", "outcome": outcome})
-
-
 #: The records a log is read for, by ``type``: each is parsed into its event here.
 _PARSERS: dict[str, Callable[[Any], object]] = {
     "finished": Finished.model_validate,
     "agent_usage": AgentUsage.model_validate,
     "concurrency_changed": ConcurrencyChanged.model_validate,
     "spawn_decided": SpawnDecided.model_validate,
-    "spawn_queued": partial(_spawn_before_6, outcome="queued"),
-    "spawn_admitted": partial(_spawn_before_6, outcome="admitted"),
-    "spawn_denied": partial(_spawn_before_6, outcome="denied"),
-    "spawn_rejected": partial(_spawn_before_6, outcome="rejected"),
     "session": TypeAdapter(SessionSeen).validate_python,
     "agent_call": TypeAdapter(AgentCallSeen).validate_python,
     "task_started": TypeAdapter(TaskStarted).validate_python,
@@ -171,6 +161,7 @@ def detail_of_log(lines: Iterable[bytes | str], *, name: str = "log") -> RunDeta
             continue
         if not isinstance(record, dict):
             continue
+        record = current_record(record)
         kind = record.get("type")
         parse = _PARSERS.get(kind) if isinstance(kind, str) else None
         if parse is None:
