@@ -43,7 +43,7 @@ from teamlead._otel.instruments import Instruments
 from teamlead._otel.run import RunTrace
 from teamlead._otel.setup import Telemetry
 from teamlead._relay import start_relay
-from teamlead.events import Finished, SpawnAdmitted, SpawnQueued
+from teamlead.events import Finished, SpawnDecided
 from teamlead.governor import Governor, GovernorPolicy
 from teamlead.testing.otlp import OtlpReceiver
 from teamlead.tracker import TrackedEvent, Tracker
@@ -119,6 +119,7 @@ def fan_out_items(agents: int) -> list[Any]:
     for n in range(agents):
         tool = f"toolu_{n}"
         task = f"a{n:016x}"
+        call: dict[str, Any] = {"tool_use_id": tool, "description": f"agent-{n}"}
         items += [
             {
                 "type": "assistant",
@@ -135,10 +136,8 @@ def fan_out_items(agents: int) -> list[Any]:
                     ],
                 },
             },  # fmt: skip
-            SpawnQueued(tool_use_id=tool, description=f"agent-{n}", position=1, running=8, limit=8),
-            SpawnAdmitted(
-                tool_use_id=tool, description=f"agent-{n}", waited_s=0.1, running=8, limit=8
-            ),  # fmt: skip
+            SpawnDecided(outcome="queued", position=1, running=8, limit=8, **call),
+            SpawnDecided(outcome="admitted", waited_s=0.1, running=8, limit=8, **call),
             {
                 "type": "system",
                 "subtype": "task_started",

@@ -45,12 +45,11 @@ from _common import percentile, table
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 from claude_agent_sdk import query as sdk_query
 
-from teamlead._gate.calls import GateEvent
 from teamlead._gate.gate import SpawnGate
 from teamlead._gate.slots import SpawnCap
 from teamlead._gate.stream import feed_gate
 from teamlead._run.options import merge_hook
-from teamlead.events import SpawnAdmitted
+from teamlead.events import SpawnDecided
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import OfflineClaude, ScriptedServer, cli_version
 from teamlead.testing.scripts import FanOut, findings_in
@@ -179,8 +178,8 @@ async def hook_cpu_us(calls: int = 2000) -> float:
 async def fan_out_part(root: Path, sizes: Sizes) -> tuple[float, float, float]:
     admitted: dict[str, float] = {}
 
-    def on_event(event: GateEvent) -> None:
-        if isinstance(event, SpawnAdmitted):
+    def on_event(event: SpawnDecided) -> None:
+        if event.outcome == "admitted":
             admitted[event.description] = time.monotonic()
 
     fan_agents, fan_cap = sizes.fan_agents, sizes.fan_cap

@@ -34,6 +34,7 @@ from claude_agent_sdk import (
 )
 
 import teamlead
+from teamlead.events import Resuming
 
 PROMPT = (
     "Survey the tests in the current directory. Send one agent to list modules without "
@@ -84,7 +85,7 @@ async def main(
                 error = item.api_error_status or item.subtype
                 outcome = f"error {error}" if item.is_error else "ok"
                 print(f"[lead] turn ended ({outcome})", flush=True)
-            elif isinstance(item, teamlead.Resuming):
+            elif isinstance(item, Resuming):
                 unused = len(item.deliveries)
                 print(f"[teamlead] resuming with {unused} unused result(s)", flush=True)
             elif isinstance(item, teamlead.Finished):

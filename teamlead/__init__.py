@@ -1,6 +1,7 @@
 """teamlead: never lose a subagent's or teammate's result with the Claude Agent SDK.
 
-The public API is what this module re-exports in ``__all__``, the names users call:
+The public API is what this module re-exports (``__all__``), the names users call and what
+they get back most:
 
 - :func:`query` is the strict drop-in for ``claude_agent_sdk.query`` (its arguments, its
   messages, its exceptions): it waits for background agents and teammates, falls back to
@@ -13,27 +14,24 @@ The public API is what this module re-exports in ``__all__``, the names users ca
   :func:`resume_session` finishes a stopped session; :func:`prepare_options` sets the
   options a run needs; :func:`allow_workflows` lets the lead run ``Workflow`` scripts in
   the default permission mode.
-- The policies users construct: :class:`Policy` with its parts :class:`RetryPolicy`,
-  :class:`SpawnPolicy` (the spawn gate's limits), :class:`InboxWaitPolicy` and
-  :class:`LockPolicy`, :class:`GovernorPolicy`, and :class:`LimitsPolicy` (the relay's
-  ceilings and where its learnt limits are shared).
+- :class:`Policy` bounds a run (resumes, deadline, budgets); its parts, the spawn gate's
+  limits among them, are in :mod:`teamlead.policy`.
 - The stream yields :data:`StreamItem` (the SDK's messages and teamlead's events), a
-  union an app can ``match`` on. The events (:class:`Finished` and the others) report
-  progress, with every type they carry: :class:`TaskDisposition`, :class:`RelaySummary`,
-  :class:`BucketSummary` and the ``Literal`` codes (:data:`Status`, :data:`Disposition`,
-  :data:`TaskState`, :data:`TaskKind`, :data:`RelayedAgentKind`, :data:`RequestRole`,
-  :data:`FinishReason`, :data:`EndKind`,
-  :data:`DenyCode`, :data:`ChangeReason`); every error derives from :class:`TeamleadError`.
+  union an app can ``match`` on, ending with :class:`Finished`. The events and every type
+  they carry (the rows, the relay's summary, the ``Literal`` codes) are in
+  :mod:`teamlead.events`; every error derives from :class:`TeamleadError`.
 - Strategy prompts (:func:`load_strategy`, :func:`apply_strategy`) make the lead delegate;
   the subagents they delegate to are :func:`default_agents` (the roster, rendered into a
   prompt by :func:`render_roster`).
 - :class:`RunControl` changes a running run's agent cap and subagent model
   (:meth:`~RunControl.amend`: a field left out keeps its value, ``None`` restores the
   run's own, a value sets it; a no-op is refused with :class:`AmendRefused`, each
-  change is a :class:`RunAmended` event; the ``UNSET`` marker and its type are in
-  :mod:`teamlead.control`).
-- :class:`Governor` adapts concurrency to rate limits; :func:`relay_for` keeps the request
-  relay that paces a ``ClaudeSDKClient``'s API requests up while the client lives.
+  change is a :class:`~teamlead.events.RunAmended` event; the ``UNSET`` marker and its
+  type are in :mod:`teamlead.control`).
+- :class:`Governor` adapts concurrency to rate limits (its knobs,
+  :class:`~teamlead.governor.GovernorPolicy`, are in :mod:`teamlead.governor`);
+  :func:`relay_for` keeps the request relay that paces a ``ClaudeSDKClient``'s API requests
+  up while the client lives.
 - :func:`open_session_store` opens a session store (Redis, SQLite) from a URL, for
   ``ClaudeAgentOptions.session_store``: a run's transcripts kept off the machine, so another
   machine can resume it (:mod:`teamlead.sessions` holds the stores and their listing); a
@@ -42,253 +40,92 @@ The public API is what this module re-exports in ``__all__``, the names users ca
   spawn cap and live runs): one is made as the process's default; pass your own
   (``process=``) to keep runs apart.
 
-Two subpackages hold the rest of the public API: :mod:`teamlead.experiment` (specs, trial
-records, statistics, reports) and :mod:`teamlead.testing` (the real CLI offline against a
-scripted model, and :class:`~teamlead.testing.FakeClock` for virtual time). Everything else
-(the run state, the spawn gate, Claude Code's on-disk formats, the parsing helpers) is
-private and may change without notice.
+Public modules group the rest: :mod:`teamlead.events`, :mod:`teamlead.policy`,
+:mod:`teamlead.governor`, :mod:`teamlead.control`, :mod:`teamlead.sessions`,
+:mod:`teamlead.experiment` (specs, trial records, statistics, reports) and
+:mod:`teamlead.testing` (the real CLI offline against a scripted model, and
+:class:`~teamlead.testing.FakeClock` for virtual time). Everything else (the run state,
+the spawn gate, Claude Code's on-disk formats, the parsing helpers) is private and may
+change without notice.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import typing
 
-from ._version import __version__
+from ._version import __version__ as __version__
 
+# The public names, each imported from where it lives (``X as X`` tells type checkers it is
+# re-exported): this block is their one list, which ``__all__`` is made from. Importing
+# ``teamlead`` loads none of them (the SDK alone takes over a second): a name is imported on
+# first use (``__getattr__`` below reads where from this block), so ``python -m teamlead``
+# takes its stop signals from its first instant (see :mod:`teamlead._cli.startup`).
 if typing.TYPE_CHECKING:
-    from .clock import Clock
-    from .control import RunControl
-    from .coordinator import (
-        ClientRun,
-        ProcessState,
-        QueryFn,
-        StreamItem,
-        allow_workflows,
-        prepare_options,
-        query,
-        receive_all,
-        relay_for,
-        resume_session,
-        run,
-    )
-    from .errors import (
-        AmendRefused,
-        BudgetExceeded,
-        GovernorCleared,
-        InboxError,
-        ResumeError,
-        SessionStoreError,
-        SetupError,
-        TeamleadError,
-        UsageError,
-    )
-    from .events import (
-        AgentUsage,
-        AmendField,
-        BucketSummary,
-        ChangeReason,
-        ConcurrencyChanged,
-        DenyCode,
-        Disposition,
-        EndKind,
-        FallbackUsed,
-        Finished,
-        FinishReason,
-        InboxCollected,
-        RateLimited,
-        RelayedAgentKind,
-        RelaySummary,
-        RequestRole,
-        ResumeFailed,
-        Resuming,
-        RunAmended,
-        SpawnAdmitted,
-        SpawnDenied,
-        SpawnQueued,
-        SpawnRejected,
-        Status,
-        TaskDisposition,
-        TaskKind,
-        TaskState,
-        TeamleadEvent,
-        WaitingForTeam,
-        WorkflowDenied,
-    )
-    from .governor import Governor, GovernorPolicy, bucket_key
-    from .policy import InboxWaitPolicy, LimitsPolicy, LockPolicy, Policy, RetryPolicy, SpawnPolicy
-    from .prompts import Strategy, apply_strategy, list_strategies, load_strategy
-    from .roster import default_agents, render_roster
-    from .sessions import open_session_store
+    from .clock import Clock as Clock
+    from .control import RunControl as RunControl
+    from .coordinator import ClientRun as ClientRun
+    from .coordinator import ProcessState as ProcessState
+    from .coordinator import QueryFn as QueryFn
+    from .coordinator import StreamItem as StreamItem
+    from .coordinator import allow_workflows as allow_workflows
+    from .coordinator import prepare_options as prepare_options
+    from .coordinator import query as query
+    from .coordinator import receive_all as receive_all
+    from .coordinator import relay_for as relay_for
+    from .coordinator import resume_session as resume_session
+    from .coordinator import run as run
+    from .errors import AmendRefused as AmendRefused
+    from .errors import BudgetExceeded as BudgetExceeded
+    from .errors import GovernorCleared as GovernorCleared
+    from .errors import InboxError as InboxError
+    from .errors import ResumeError as ResumeError
+    from .errors import SessionStoreError as SessionStoreError
+    from .errors import SetupError as SetupError
+    from .errors import TeamleadError as TeamleadError
+    from .errors import UsageError as UsageError
+    from .events import Finished as Finished
+    from .governor import Governor as Governor
+    from .policy import Policy as Policy
+    from .prompts import Strategy as Strategy
+    from .prompts import apply_strategy as apply_strategy
+    from .prompts import list_strategies as list_strategies
+    from .prompts import load_strategy as load_strategy
+    from .roster import default_agents as default_agents
+    from .roster import render_roster as render_roster
+    from .sessions import open_session_store as open_session_store
 
-#: Where each public name lives. Importing ``teamlead`` loads none of them (the SDK alone
-#: takes over a second): a name is imported on first use, so ``python -m teamlead`` takes
-#: its stop signals from its first instant (see :mod:`teamlead._cli.startup`).
-_EXPORTS: dict[str, tuple[str, ...]] = {
-    ".clock": ("Clock",),
-    ".control": ("RunControl",),
-    ".coordinator": (
-        "ClientRun",
-        "ProcessState",
-        "QueryFn",
-        "StreamItem",
-        "allow_workflows",
-        "prepare_options",
-        "query",
-        "receive_all",
-        "relay_for",
-        "resume_session",
-        "run",
-    ),
-    ".errors": (
-        "AmendRefused",
-        "BudgetExceeded",
-        "GovernorCleared",
-        "InboxError",
-        "ResumeError",
-        "SessionStoreError",
-        "SetupError",
-        "TeamleadError",
-        "UsageError",
-    ),
-    ".events": (
-        "AgentUsage",
-        "AmendField",
-        "BucketSummary",
-        "ChangeReason",
-        "ConcurrencyChanged",
-        "DenyCode",
-        "Disposition",
-        "EndKind",
-        "FallbackUsed",
-        "Finished",
-        "FinishReason",
-        "InboxCollected",
-        "RateLimited",
-        "RelayedAgentKind",
-        "RequestRole",
-        "RelaySummary",
-        "ResumeFailed",
-        "Resuming",
-        "RunAmended",
-        "SpawnAdmitted",
-        "SpawnDenied",
-        "SpawnQueued",
-        "SpawnRejected",
-        "Status",
-        "TaskDisposition",
-        "TaskKind",
-        "TaskState",
-        "TeamleadEvent",
-        "WaitingForTeam",
-        "WorkflowDenied",
-    ),
-    ".governor": (
-        "Governor",
-        "GovernorPolicy",
-        "bucket_key",
-    ),
-    ".policy": (
-        "InboxWaitPolicy",
-        "LimitsPolicy",
-        "LockPolicy",
-        "Policy",
-        "RetryPolicy",
-        "SpawnPolicy",
-    ),
-    ".prompts": (
-        "Strategy",
-        "apply_strategy",
-        "list_strategies",
-        "load_strategy",
-    ),
-    ".roster": ("default_agents", "render_roster"),
-    ".sessions": ("open_session_store",),
-}
-_MODULE_OF = {name: module for module, names in _EXPORTS.items() for name in names}
 
-__all__ = [
-    "AgentUsage",
-    "AmendField",
-    "AmendRefused",
-    "BucketSummary",
-    "BudgetExceeded",
-    "ChangeReason",
-    "ClientRun",
-    "ProcessState",
-    "Clock",
-    "ConcurrencyChanged",
-    "DenyCode",
-    "Disposition",
-    "EndKind",
-    "FallbackUsed",
-    "FinishReason",
-    "Finished",
-    "Governor",
-    "GovernorCleared",
-    "GovernorPolicy",
-    "InboxCollected",
-    "InboxError",
-    "InboxWaitPolicy",
-    "LimitsPolicy",
-    "LockPolicy",
-    "Policy",
-    "QueryFn",
-    "StreamItem",
-    "RateLimited",
-    "RelayedAgentKind",
-    "RelaySummary",
-    "RequestRole",
-    "ResumeError",
-    "ResumeFailed",
-    "Resuming",
-    "RetryPolicy",
-    "RunAmended",
-    "RunControl",
-    "SessionStoreError",
-    "SetupError",
-    "SpawnAdmitted",
-    "SpawnDenied",
-    "SpawnPolicy",
-    "SpawnQueued",
-    "SpawnRejected",
-    "Status",
-    "Strategy",
-    "TaskDisposition",
-    "TaskKind",
-    "TaskState",
-    "TeamleadError",
-    "TeamleadEvent",
-    "UsageError",
-    "WaitingForTeam",
-    "WorkflowDenied",
-    "__version__",
-    "allow_workflows",
-    "apply_strategy",
-    "bucket_key",
-    "default_agents",
-    "list_strategies",
-    "load_strategy",
-    "open_session_store",
-    "prepare_options",
-    "query",
-    "receive_all",
-    "relay_for",
-    "render_roster",
-    "resume_session",
-    "run",
-]
+@functools.cache
+def _module_of() -> dict[str, str]:
+    """Each public name and the module it lives in, read from the block above once a name
+    is first asked for."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    block = next(node for node in tree.body if isinstance(node, ast.If))
+    return {
+        alias.name: f".{node.module}"
+        for node in block.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
 
 
 def __getattr__(name: str) -> object:
-    """A public name, imported on first use (and kept, so the next use is a plain lookup)."""
-    module = _MODULE_OF.get(name)
-    if module is None:
+    """A public name (or ``__all__``), imported on first use and kept, so the next use is a
+    plain lookup."""
+    if name == "__all__":
+        value: object = ["__version__", *_module_of()]
+    elif name in _module_of():
+        value = getattr(importlib.import_module(_module_of()[name], __name__), name)
+    else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), *__all__})
+    return sorted({*globals(), "__version__", *_module_of()})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from collections.abc import Mapping
 from typing import IO, Any
 
 from ._redact import json_line_safe, ndjson_line, redact
@@ -20,10 +21,7 @@ from .events import (
     AgentUsage,
     ConcurrencyChanged,
     RateLimited,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnQueued,
-    SpawnRejected,
+    SpawnDecided,
 )
 from .tracker import (
     AgentCallSeen,
@@ -42,7 +40,14 @@ from .tracker import (
     WorkflowStarted,
 )
 
-__all__ = ["RECORD_FACTS", "JsonProgress", "event_record", "first_sighting", "in_schema"]
+__all__ = [
+    "RECORD_FACTS",
+    "JsonProgress",
+    "current_record",
+    "event_record",
+    "first_sighting",
+    "in_schema",
+]
 
 #: The tracker events of the NDJSON schema, by their record ``type`` (the workflow ones are
 #: the tracker's changes: a workflow launched, a phase first seen, an agent's state changed,
@@ -66,6 +71,25 @@ _SNAKE: dict[type[TrackedEvent], str] = {
 #: The same, the other way: the tracker event each record ``type`` is written from (a
 #: reader of the records makes it again from the record's fields).
 RECORD_FACTS: dict[str, type[TrackedEvent]] = {name: fact for fact, name in _SNAKE.items()}
+
+
+#: The spawn gate's record types before event version 6, one per outcome; version 6 writes
+#: each as ``spawn_decided`` with that ``outcome``.
+_SPAWN_BEFORE_6: dict[str, str] = {
+    "spawn_queued": "queued",
+    "spawn_admitted": "admitted",
+    "spawn_denied": "denied",
+    "spawn_rejected": "rejected",
+}
+
+
+def current_record(record: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``record`` as this version writes it: a log written by an older version reads as its
+    fact reads now (the fields a later version added default on their own)."""
+    outcome = _SPAWN_BEFORE_6.get(str(record.get("type")))
+    if outcome is None:
+        return record
+    return {**record, "type": "spawn_decided", "outcome": outcome}
 
 
 def in_schema(event: TrackedEvent) -> bool:
@@ -102,10 +126,7 @@ def first_sighting(event: SessionSeen, run: StreamParse, shown: set[str]) -> boo
 #: close the message (or a task's end) that :class:`JsonProgress` is assembling.
 _MID_MESSAGE = (
     AgentUsage,
-    SpawnQueued,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnRejected,
+    SpawnDecided,
     RateLimited,
     ConcurrencyChanged,
 )

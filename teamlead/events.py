@@ -1,7 +1,17 @@
-"""The typed events teamlead adds to the SDK's stream.
+"""The typed events teamlead adds to the SDK's stream, and every type they carry.
 
 Each event is a frozen pydantic model with a ``type`` and a ``version``; ``to_json()``
 gives the NDJSON line ``teamlead ask --json`` prints. Readers accept older versions.
+:data:`TeamleadEvent` is their union (with the SDK's messages, :data:`teamlead.StreamItem`
+is what a run yields): the run's progress (:class:`WaitingForTeam`, :class:`InboxCollected`,
+:class:`FallbackUsed`, :class:`Resuming`, :class:`ResumeFailed`), the spawn gate's
+decisions (:class:`SpawnDecided`), the relay's (:class:`RateLimited`,
+:class:`ConcurrencyChanged`, :class:`AgentUsage`), a live change (:class:`RunAmended`), a
+refused workflow (:class:`WorkflowDenied`) and the last event, :class:`Finished`, with its
+rows (:class:`TaskDisposition`) and the relay's summary (:class:`RelaySummary`,
+:class:`BucketSummary`). The ``Literal`` codes the fields take (:data:`Status`,
+:data:`Disposition`, :data:`TaskState`, :data:`FinishReason`, :data:`SpawnOutcome`,
+:data:`DenyCode`, ...) are here too, for a program to branch on.
 
 Example:
     >>> async for item in teamlead.run("..."):  # doctest: +SKIP
@@ -18,32 +28,35 @@ from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "EVENT_VERSION",
+    "ROW_RESULT_CHARS",
     "AgentKind",
     "AgentUsage",
+    "AmendField",
     "BucketSummary",
     "ChangeReason",
-    "AmendField",
     "ConcurrencyChanged",
-    "RateLimited",
-    "RelayedAgentKind",
-    "RequestRole",
-    "RelaySummary",
-    "RunAmended",
+    "DenyCode",
+    "Disposition",
+    "EndKind",
     "FallbackUsed",
+    "FinishReason",
     "Finished",
     "InboxCollected",
     "PermissionAnswer",
     "PermissionDecided",
+    "RateLimited",
+    "RelaySummary",
+    "RelayedAgentKind",
+    "RequestRole",
     "ResumeFailed",
     "Resuming",
-    "DenyCode",
-    "EndKind",
-    "SpawnAdmitted",
-    "SpawnDenied",
-    "SpawnQueued",
-    "SpawnRejected",
+    "RunAmended",
+    "SpawnDecided",
+    "SpawnOutcome",
+    "Status",
     "TaskDisposition",
     "TaskKind",
+    "TaskState",
     "TeamleadEvent",
     "WaitingForTeam",
     "WorkflowDenied",
@@ -57,9 +70,11 @@ __all__ = [
 #: ``workflow_phase``, ``workflow_agent``, ``workflow_ended``) and a workflow agent's
 #: ``run_id``, ``phase`` and ``cached`` in ``Finished.tasks``. 4: a row's ``result`` (the
 #: text of a result the final answer did not use, or of every result when there is no
-#: answer). 5: a row's ``ended`` (how its agent ended, judged from evidence). Older records
-#: still read (the new fields default).
-EVENT_VERSION = 5
+#: answer). 5: a row's ``ended`` (how its agent ended, judged from evidence). 6: the spawn
+#: gate's four events (``spawn_queued``, ``spawn_admitted``, ``spawn_denied``,
+#: ``spawn_rejected``) are one, ``spawn_decided`` with its ``outcome``. Older records still
+#: read (the new fields default; a log's old spawn lines read as ``spawn_decided``).
+EVENT_VERSION = 6
 #: The most characters of a result a ``Finished.tasks`` row carries (head and tail).
 ROW_RESULT_CHARS = 4000
 
@@ -411,45 +426,41 @@ DenyCode = Literal[
 ]
 
 
-class SpawnQueued(_Event):
-    """An Agent call waits for a slot; ``position`` is 1 for the next in line."""
+#: What the spawn gate decided for an Agent call (:class:`SpawnDecided`): ``queued`` (it
+#: waits for a slot), ``admitted`` (it may start), ``denied`` (the gate refused it: the
+#: user's limits, the deadline, the run ending) or ``rejected`` (the gate let it through or
+#: held it, but it never ran: the CLI refused it, or the run stopped while it waited).
+SpawnOutcome = Literal["queued", "admitted", "denied", "rejected"]
 
-    type: Literal["spawn_queued"] = "spawn_queued"
+
+class SpawnDecided(_Event):
+    """One decision of the spawn gate on an Agent call: ``outcome`` says which.
+
+    A call is ``queued`` at most once, then ends ``admitted``, ``denied`` or
+    ``rejected``; an admitted call can still be ``rejected`` by the CLI afterwards.
+
+    Attributes:
+        tool_use_id: the Agent call's tool_use id.
+        description: the call's ``description`` input.
+        outcome: see :data:`SpawnOutcome`.
+        position: ``queued``: its place in line (1 for the next).
+        running: ``queued`` and ``admitted``: the agents running then.
+        limit: ``queued`` and ``admitted``: how many may run at once.
+        waited_s: ``admitted``: its time in the gate (queue and stagger).
+        code: ``denied``: why, for programs (see :data:`DenyCode`).
+        reason: ``denied`` and ``rejected``: what the model was told.
+    """
+
+    type: Literal["spawn_decided"] = "spawn_decided"
     tool_use_id: str
     description: str
-    position: int
-    running: int
-    limit: int
-
-
-class SpawnAdmitted(_Event):
-    """An Agent call may start; ``waited_s`` is its time in the gate (queue and stagger)."""
-
-    type: Literal["spawn_admitted"] = "spawn_admitted"
-    tool_use_id: str
-    description: str
-    waited_s: float
-    running: int
-    limit: int
-
-
-class SpawnDenied(_Event):
-    """The gate refused an Agent call; ``reason`` is what the model was told."""
-
-    type: Literal["spawn_denied"] = "spawn_denied"
-    tool_use_id: str
-    description: str
-    code: DenyCode
-    reason: str
-
-
-class SpawnRejected(_Event):
-    """An Agent call never ran although the gate did not deny it (the CLI refused it)."""
-
-    type: Literal["spawn_rejected"] = "spawn_rejected"
-    tool_use_id: str
-    description: str
-    reason: str
+    outcome: SpawnOutcome
+    position: int | None = None
+    running: int | None = None
+    limit: int | None = None
+    waited_s: float | None = None
+    code: DenyCode | None = None
+    reason: str | None = None
 
 
 # -- the approval queue of ``teamlead ask`` ------------------------------------------------
@@ -648,10 +659,7 @@ TeamleadEvent: TypeAlias = (
     | FallbackUsed
     | Resuming
     | ResumeFailed
-    | SpawnQueued
-    | SpawnAdmitted
-    | SpawnDenied
-    | SpawnRejected
+    | SpawnDecided
     | Finished
     | RateLimited
     | ConcurrencyChanged

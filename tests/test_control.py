@@ -18,9 +18,10 @@ import pytest
 from claude_agent_sdk import ClaudeAgentOptions
 
 import teamlead
-from teamlead import AmendRefused, RunAmended, RunControl
+from teamlead import AmendRefused, RunControl
 from teamlead._gate.slots import FifoSlots
 from teamlead._run.state import SUBAGENT_MODEL_VAR, RunState, new_run
+from teamlead.events import RunAmended
 from teamlead.policy import Policy, SpawnPolicy, is_model_alias
 from teamlead.testing import FakeClock
 

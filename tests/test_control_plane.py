@@ -843,7 +843,7 @@ def test_watch_says_each_record_in_the_words_of_the_progress_lines() -> None:
     same fact (the task named from its start, the cost of a scripted model said as what
     it is), one per record, and never a record dumped raw."""
     from teamlead._cli.records import RecordLines
-    from teamlead.events import AgentUsage, Finished, SpawnQueued
+    from teamlead.events import AgentUsage, Finished, SpawnDecided
 
     records = [
         {"type": "session", "version": 1, "session_id": "s-1"},
@@ -856,10 +856,24 @@ def test_watch_says_each_record_in_the_words_of_the_progress_lines() -> None:
             "tool_names": ["Agent"],
         },
         json.loads(
-            SpawnQueued(
-                tool_use_id="t", description="scan", running=1, limit=1, position=1
+            SpawnDecided(
+                outcome="queued",
+                tool_use_id="t",
+                description="scan",
+                running=1,
+                limit=1,
+                position=1,
             ).to_json()
         ),
+        {  # as event version 5 wrote an admission: it reads as a spawn_decided
+            "type": "spawn_admitted",
+            "version": 5,
+            "tool_use_id": "t",
+            "description": "scan",
+            "waited_s": 2.0,
+            "running": 1,
+            "limit": 1,
+        },
         {
             "type": "task_started",
             "version": 1,
@@ -899,6 +913,7 @@ def test_watch_says_each_record_in_the_words_of_the_progress_lines() -> None:
         "session s-1",
         "lead: Go now. [Agent]",
         "queued 'scan': 1 of 1 running, position 1",
+        "admitted 'scan' after 2.0 s queued",
         "task started: scan [explorer]",
         None,
         "usage of agent a1b2c3d4e5f6: 3 request(s), 1,234 tokens, last tool Grep",

@@ -17,7 +17,10 @@ from pathlib import Path
 import pytest
 
 import teamlead
+import teamlead.events
 import teamlead.experiment
+import teamlead.governor
+import teamlead.policy
 import teamlead.testing
 from teamlead.events import EVENT_VERSION
 from teamlead.experiment import RECORD_VERSION, REPORT_VERSION
@@ -46,6 +49,9 @@ runpy.run_module("mkdocs", run_name="__main__", alter_sys=True)
 #: The public modules the API pages document, and the page of each.
 API_PAGES = {
     teamlead: "api/teamlead/index.html",
+    teamlead.events: "api/events/index.html",
+    teamlead.policy: "api/policy/index.html",
+    teamlead.governor: "api/governor/index.html",
     teamlead.experiment: "api/experiment/index.html",
     teamlead.testing: "api/testing/index.html",
 }

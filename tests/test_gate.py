@@ -8,6 +8,7 @@ sleeps.
 
 from __future__ import annotations
 
+import json
 import random
 from typing import Any
 
@@ -16,12 +17,11 @@ import pydantic
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 
-from teamlead._gate.calls import GateEvent
 from teamlead._gate.gate import SpawnGate
 from teamlead._gate.slots import FifoSlots, SpawnCap, cli_subagent_cap
 from teamlead._gate.stream import classify_agent_result, feed_gate
 from teamlead._run.options import merge_hook
-from teamlead.events import EVENT_VERSION, SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
+from teamlead.events import EVENT_VERSION, SpawnDecided
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import FakeClock
 from teamlead.tracker import ToolResultSeen, parse_message
@@ -64,8 +64,8 @@ class Calls:
 
 def gate_with(
     clock: Any = None, cap: SpawnCap | None = None, **policy: Any
-) -> tuple[SpawnGate, list[GateEvent]]:
-    seen: list[GateEvent] = []
+) -> tuple[SpawnGate, list[SpawnDecided]]:
+    seen: list[SpawnDecided] = []
     gate = SpawnGate(
         SpawnPolicy(**policy),
         cap=cap or SpawnCap(20),
@@ -122,9 +122,11 @@ async def test_deny_reasons_say_what_to_do_next() -> None:
     out = await gate.hook(agent_input(), "b", {})
     reason = out["hookSpecificOutput"]["permissionDecisionReason"]  # type: ignore[typeddict-item]
     assert "spawn budget of 1 is used up" in reason and "Answer with the results" in reason
-    assert [type(e) for e in seen] == [SpawnAdmitted, SpawnDenied]
-    line = seen[1].to_json()
-    assert '"type": "spawn_denied"' in line and f'"version": {EVENT_VERSION}' in line
+    assert [(e.outcome, e.code) for e in seen] == [("admitted", None), ("denied", "spawn_budget")]
+    assert seen[1].reason == reason
+    line = json.loads(seen[1].to_json())
+    assert line["type"] == "spawn_decided" and line["version"] == EVENT_VERSION
+    assert line["outcome"] == "denied" and line["code"] == "spawn_budget"
 
 
 # -- the queue: FIFO within a run and across runs -------------------------------------------
@@ -144,9 +146,9 @@ async def test_calls_over_the_limit_queue_fifo_and_a_slot_follows_the_task() -> 
         for i in range(1, 6):
             gate.task_ended(f"t{i}")  # by tool_use id
             await settle()
-    admitted = [e.tool_use_id for e in seen if isinstance(e, SpawnAdmitted)]
+    admitted = [e.tool_use_id for e in seen if e.outcome == "admitted"]
     assert admitted == [f"t{i}" for i in range(6)]
-    queued = [e for e in seen if isinstance(e, SpawnQueued)]
+    queued = [e for e in seen if e.outcome == "queued"]
     assert [q.position for q in queued] == [1, 2, 3, 4]
     gate.task_ended("t0")  # a second terminal event frees nothing twice
     assert gate.running == 0 and gate._cap.running == 0
@@ -161,14 +163,14 @@ async def test_two_runs_share_one_cap_first_come_first_served() -> None:
         cap=cap,
         clock=clock,
         env={},
-        on_event=lambda e: order.append(e.tool_use_id) if isinstance(e, SpawnAdmitted) else None,
+        on_event=lambda e: order.append(e.tool_use_id) if e.outcome == "admitted" else None,
     )
     gate_b = SpawnGate(
         SpawnPolicy(),
         cap=cap,
         clock=clock,
         env={},
-        on_event=lambda e: order.append(e.tool_use_id) if isinstance(e, SpawnAdmitted) else None,
+        on_event=lambda e: order.append(e.tool_use_id) if e.outcome == "admitted" else None,
     )
     async with anyio.create_task_group() as tg:
         a, b = Calls(gate_a, tg), Calls(gate_b, tg)
@@ -210,8 +212,8 @@ async def test_stagger_spaces_the_starts_of_a_burst() -> None:
     gate, seen = gate_with(clock, stagger_s=2.0)
     admitted_at: dict[str, float] = {}
 
-    def on(e: GateEvent) -> None:
-        if isinstance(e, SpawnAdmitted):
+    def on(e: SpawnDecided) -> None:
+        if e.outcome == "admitted":
             admitted_at[e.tool_use_id] = clock.now
 
     gate.on_event = on
@@ -312,7 +314,7 @@ async def test_cancelled_while_queued_frees_everything() -> None:
     record = gate.records()[1]
     assert record.status == "rejected" and "cancelled" in (record.reason or "")
     assert cap.waiting == 0 and gate.spawned == 1 and gate.queued == 0
-    assert any(isinstance(e, SpawnRejected) for e in seen)
+    assert any(e.outcome == "rejected" for e in seen)
     gate.close()
     assert cap.running == 0 and gate.running == 0
 
@@ -387,7 +389,7 @@ async def test_an_internal_fault_denies_and_is_recorded() -> None:
         def time(self) -> float:
             raise RuntimeError("clock unplugged")
 
-    def bad_listener(event: GateEvent) -> None:
+    def bad_listener(event: SpawnDecided) -> None:
         raise ValueError("listener broke")
 
     gate = SpawnGate(
@@ -495,7 +497,7 @@ async def test_the_stream_frees_slots() -> None:
         by_id["t1"].reason or ""
     )
     assert by_id["t2"].ended_at is None and gate.running == 1
-    assert isinstance(seen[-1], SpawnRejected)
+    assert seen[-1].outcome == "rejected" and seen[-1].tool_use_id == "t1"
 
 
 async def test_turns_follow_message_ids_when_the_tracker_names_them() -> None:
@@ -584,7 +586,7 @@ async def test_an_interrupted_gate_rejects_its_queued_calls_and_holds_their_answ
         await clock.advance(0.2)
     assert [r.status for r in gate.records()] == ["admitted", "rejected", "rejected", "denied"]
     assert all("SIGTERM" in (r.reason or "") for r in gate.records()[1:3])
-    assert [type(e).__name__ for e in seen].count("SpawnRejected") == 2
+    assert [e.outcome for e in seen].count("rejected") == 2
     assert sorted(calls.out) == (["t0"] if cli_ends else ["late", "t0", "t1", "t2", "workflow"])
     assert [code for _, code, _ in gate.workflow_denials] == ["closed"]
     for tool_use_id in set(calls.out) - {"t0"}:

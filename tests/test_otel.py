@@ -41,9 +41,7 @@ from teamlead.events import (
     InboxCollected,
     ResumeFailed,
     Resuming,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnQueued,
+    SpawnDecided,
     TaskDisposition,
     WaitingForTeam,
 )
@@ -144,6 +142,13 @@ SCRIPTED_RUN = """
 
 
 @pytest.mark.slow  # a fresh interpreter or child process: seconds
+def _gate(outcome: str, tool_use_id: str, description: str, **fields: Any) -> SpawnDecided:
+    """One decision of the spawn gate on the call ``tool_use_id``."""
+    return SpawnDecided.model_validate(
+        {"outcome": outcome, "tool_use_id": tool_use_id, "description": description, **fields}
+    )
+
+
 def test_without_the_variables_no_sdk_or_exporter_is_imported() -> None:
     """The API package may be loaded already (the claude SDK's ``mcp`` imports it); what
     costs, the SDK, an exporter and the protobuf classes, must not be."""
@@ -258,11 +263,11 @@ def test_a_runs_events_become_its_phases_and_its_agents_gate_events(
     )
     items: list[Any] = [
         {"type": "system", "subtype": "init", "session_id": "s-9"},
-        SpawnQueued(tool_use_id="tu1", description="audit", position=1, running=2, limit=2),
-        SpawnAdmitted(tool_use_id="tu1", description="audit", waited_s=1.5, running=2, limit=2),
-        SpawnQueued(tool_use_id="tu2", description="slow", position=1, running=2, limit=2),
-        SpawnDenied(tool_use_id="tu3", description="extra", code="spawn_budget", reason="cap"),
-        SpawnDenied(tool_use_id="tu2", description="slow", code="wait_limit", reason="waited"),
+        _gate("queued", "tu1", "audit", position=1, running=2, limit=2),
+        _gate("admitted", "tu1", "audit", waited_s=1.5, running=2, limit=2),
+        _gate("queued", "tu2", "slow", position=1, running=2, limit=2),
+        _gate("denied", "tu3", "extra", code="spawn_budget", reason="cap"),
+        _gate("denied", "tu2", "slow", code="wait_limit", reason="waited"),
         {
             "type": "system",
             "subtype": "task_started",
@@ -395,7 +400,11 @@ def test_a_run_that_breaks_off_ends_its_spans_as_errors(
     exported: Exported, receiver: OtlpReceiver
 ) -> None:
     run = RunTrace(exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions())
-    run.see(SpawnQueued(tool_use_id="tu1", description="a", position=1, running=1, limit=1))
+    run.see(
+        SpawnDecided(
+            outcome="queued", tool_use_id="tu1", description="a", position=1, running=1, limit=1
+        )
+    )
     run.close("CancelledError")
     exported.flush()
     spans = receiver.spans()
@@ -614,7 +623,16 @@ def test_an_agent_whose_request_ends_before_the_stream_names_it_is_one_span(
     run.see({"type": "assistant", "session_id": "s", "message": {"id": "m", "content": [
         {"type": "tool_use", "id": "tu1", "name": "Agent",
          "input": {"description": "audit", "prompt": "p"}}]}})  # fmt: skip
-    run.see(SpawnAdmitted(tool_use_id="tu1", description="audit", waited_s=0, running=1, limit=2))
+    run.see(
+        SpawnDecided(
+            outcome="admitted",
+            tool_use_id="tu1",
+            description="audit",
+            waited_s=0,
+            running=1,
+            limit=2,
+        )
+    )
     placed: list[Context] = []
     run.place_request("a1", placed.append)  # the relay: a request of agent a1 ended
     assert placed == []  # held: known only by its id, its place in the run is not known yet

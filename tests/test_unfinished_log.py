@@ -132,8 +132,13 @@ def _call(tool_use_id: str, description: str) -> str:
     )
 
 
-def _spawn(kind: str, tool_use_id: str, **fields: Any) -> str:
-    return _line({"type": kind, "tool_use_id": tool_use_id, "description": "d", **fields})
+def _spawn(outcome: str, tool_use_id: str, *, before_6: bool, **fields: Any) -> str:
+    """A spawn gate record: ``spawn_decided``, or (``before_6``) one type per outcome, as
+    event version 5 and before wrote it."""
+    kind = (
+        {"type": f"spawn_{outcome}"} if before_6 else {"type": "spawn_decided", "outcome": outcome}
+    )
+    return _line({**kind, "tool_use_id": tool_use_id, "description": "d", **fields})
 
 
 def _workflow_agent(index: int, state: str, **fields: Any) -> str:
@@ -151,17 +156,20 @@ def _workflow_agent(index: int, state: str, **fields: Any) -> str:
     return _line(record)
 
 
-def test_nested_tasks_calls_and_the_spawn_gates_verdicts_are_rebuilt_from_the_records() -> None:
+@pytest.mark.parametrize("before_6", [False, True], ids=["spawn_decided", "before_version_6"])
+def test_nested_tasks_calls_and_the_spawn_gates_verdicts_are_rebuilt_from_the_records(
+    before_6: bool,
+) -> None:
     lines = [
         _line({"type": "session", "session_id": "s-9"}),
         _call("t1", "security"),
         _call("t2", "denied one"),
         _call("t3", "queued one"),
         _call("t4", "rejected one"),
-        _spawn("spawn_admitted", "t1", waited_s=0, running=1, limit=2),
-        _spawn("spawn_denied", "t2", code="spawn_budget", reason="budget spent"),
-        _spawn("spawn_queued", "t3", position=1, running=2, limit=2),
-        _spawn("spawn_rejected", "t4", reason="the CLI refused it"),
+        _spawn("admitted", "t1", before_6=before_6, waited_s=0, running=1, limit=2),
+        _spawn("denied", "t2", before_6=before_6, code="spawn_budget", reason="budget spent"),
+        _spawn("queued", "t3", before_6=before_6, position=1, running=2, limit=2),
+        _spawn("rejected", "t4", before_6=before_6, reason="the CLI refused it"),
         _started("a1", "t1", description="security"),
         _started("a2", "t9", description="nested", parent_task_id="a1"),
         _line({"type": "task_progress", "task_id": "a2", "tokens": 40, "last_tool": "Read"}),

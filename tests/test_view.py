@@ -18,7 +18,7 @@ from teamlead.events import (
     InboxCollected,
     RateLimited,
     Resuming,
-    SpawnAdmitted,
+    SpawnDecided,
     WaitingForTeam,
 )
 
@@ -96,7 +96,7 @@ def test_json_progress_lines_are_versioned_and_typed() -> None:
     for item in _items():
         progress.handle(item)
     records = [json.loads(line) for line in out.getvalue().splitlines()]
-    assert all(r["version"] == EVENT_VERSION == 5 and isinstance(r["type"], str) for r in records)
+    assert all(r["version"] == EVENT_VERSION == 6 and isinstance(r["type"], str) for r in records)
     types = [r["type"] for r in records]
     assert types.count("session") == 1 and types.count("task_started") == 2
     assert types[-1] == "finished"
@@ -149,8 +149,13 @@ def test_a_spawn_event_mid_message_does_not_split_the_lead_turn() -> None:
         for i, item in enumerate(items)
         if isinstance(item, dict) and "toolu_A" in json.dumps(item)
     )
-    admitted = SpawnAdmitted(
-        tool_use_id="toolu_A", description="probe A", waited_s=0.0, running=1, limit=3
+    admitted = SpawnDecided(
+        outcome="admitted",
+        tool_use_id="toolu_A",
+        description="probe A",
+        waited_s=0.0,
+        running=1,
+        limit=3,
     )
     records = _json_records([*items[: first_call + 1], admitted, *items[first_call + 1 :]])
     turns = [r for r in records if r["type"] == "lead_turn" and r["message_id"] == "msg_17"]

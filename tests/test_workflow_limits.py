@@ -24,7 +24,7 @@ from teamlead._gate.slots import SpawnCap
 from teamlead._metering.book import AgentBook
 from teamlead._relay import start_relay
 from teamlead.clock import Clock
-from teamlead.events import SpawnDenied
+from teamlead.events import SpawnDecided
 from teamlead.governor import Governor, GovernorPolicy
 from teamlead.policy import Policy, SpawnPolicy
 from teamlead.testing import FakeClock, Reply, ScriptedRequest, ScriptedServer
@@ -143,9 +143,11 @@ async def test_a_workflow_from_a_subagent_counts_one_level_deeper_than_its_calle
     gate.task_started("t1", "task-1")
     reason = denied(await gate.hook(workflow_call("task-1"), "wf-sub", {}))
     assert reason is not None and "max depth 1" in reason
-    assert [(e.tool_use_id, e.code, e.description) for e in seen if isinstance(e, SpawnDenied)] == [
-        ("wf-sub", "depth", "Workflow")
-    ]
+    assert [
+        (e.tool_use_id, e.code, e.description)
+        for e in seen
+        if isinstance(e, SpawnDecided) and e.outcome == "denied"
+    ] == [("wf-sub", "depth", "Workflow")]
     assert gate.workflow_denials == [("wf-sub", "depth", reason)]
     # a Workflow call is no Agent call: no record, no slot, no budget unit
     assert [r.tool_use_id for r in gate.records()] == ["t1"]

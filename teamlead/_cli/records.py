@@ -18,7 +18,7 @@ import pydantic
 
 from .. import events
 from .._claude import is_scripted_message
-from .._ndjson import RECORD_FACTS
+from .._ndjson import RECORD_FACTS, current_record
 from ..events import AgentUsage
 from ..tracker import AgentCallSeen, LeadTurn, SessionSeen, TaskEnded, TaskStarted
 from .team_view import describe_event, describe_tracked, task_ended_line
@@ -47,6 +47,7 @@ class RecordLines:
 
     def line(self, record: Mapping[str, Any]) -> str | None:
         """``record`` as a line, or ``None`` for a record the progress shows no line for."""
+        record = current_record(record)
         kind = str(record.get("type") or "")
         event_type = _EVENTS.get(kind)
         if event_type is not None:

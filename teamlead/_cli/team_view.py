@@ -36,10 +36,7 @@ from ..events import (
     ResumeFailed,
     Resuming,
     RunAmended,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnQueued,
-    SpawnRejected,
+    SpawnDecided,
     WaitingForTeam,
 )
 from ..tracker import (
@@ -181,19 +178,20 @@ def _describe_relay(item: Any) -> str | None:
 
 
 def _describe_spawn(item: Any) -> str | None:
-    if isinstance(item, SpawnQueued):
+    if not isinstance(item, SpawnDecided):
+        return None
+    if item.outcome == "queued":
         return (
             f"queued {item.description!r}: {item.running} of {item.limit} running, "
             f"position {item.position}"
         )
-    if isinstance(item, SpawnAdmitted):
-        waited = f" after {item.waited_s:.1f} s queued" if item.waited_s >= 0.05 else ""
-        return f"admitted {item.description!r}{waited}"
-    if isinstance(item, SpawnDenied):
+    if item.outcome == "admitted":
+        waited = item.waited_s or 0.0
+        after = f" after {waited:.1f} s queued" if waited >= 0.05 else ""
+        return f"admitted {item.description!r}{after}"
+    if item.outcome == "denied":
         return f"denied {item.description!r} ({item.code}): {item.reason}"
-    if isinstance(item, SpawnRejected):
-        return f"rejected by the CLI {item.description!r}: {item.reason}"
-    return None
+    return f"rejected by the CLI {item.description!r}: {item.reason}"
 
 
 def _relay_summary_text(summary: RelaySummary) -> str:
@@ -359,9 +357,9 @@ class LiveTeamView:
                 self.lead_state = f"resuming (round {item.round})"
             elif isinstance(item, Finished):
                 self.lead_state = item.status
-            elif isinstance(item, SpawnQueued):
+            elif isinstance(item, SpawnDecided) and item.outcome == "queued":
                 self.queued[item.tool_use_id] = item.description
-            elif isinstance(item, SpawnAdmitted | SpawnDenied | SpawnRejected):
+            elif isinstance(item, SpawnDecided):
                 self.queued.pop(item.tool_use_id, None)
         self._governor(item)
         for event in self.run.events_of(item):

@@ -42,16 +42,14 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
+from .._ndjson import current_record
 from ..errors import UsageError
 from ..events import (
     CUT_ENDS,
     AgentUsage,
     ConcurrencyChanged,
     Finished,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnQueued,
-    SpawnRejected,
+    SpawnDecided,
     TaskDisposition,
 )
 from ..tracker import (
@@ -108,15 +106,13 @@ _KINDS: dict[str, NodeKind] = {
 _ID = 120  # characters of an id kept
 _TOOL = 80
 
+
 #: The records a log is read for, by ``type``: each is parsed into its event here.
 _PARSERS: dict[str, Callable[[Any], object]] = {
     "finished": Finished.model_validate,
     "agent_usage": AgentUsage.model_validate,
     "concurrency_changed": ConcurrencyChanged.model_validate,
-    "spawn_queued": SpawnQueued.model_validate,
-    "spawn_admitted": SpawnAdmitted.model_validate,
-    "spawn_denied": SpawnDenied.model_validate,
-    "spawn_rejected": SpawnRejected.model_validate,
+    "spawn_decided": SpawnDecided.model_validate,
     "session": TypeAdapter(SessionSeen).validate_python,
     "agent_call": TypeAdapter(AgentCallSeen).validate_python,
     "task_started": TypeAdapter(TaskStarted).validate_python,
@@ -165,6 +161,7 @@ def detail_of_log(lines: Iterable[bytes | str], *, name: str = "log") -> RunDeta
             continue
         if not isinstance(record, dict):
             continue
+        record = current_record(record)
         kind = record.get("type")
         parse = _PARSERS.get(kind) if isinstance(kind, str) else None
         if parse is None:
@@ -364,7 +361,7 @@ class _Log:
         elif isinstance(event, AgentCallSeen):
             if event.tool_use_id not in self.calls and self._follow(new=True):
                 self.calls[event.tool_use_id] = _Call(plain(event.description) or "")
-        elif isinstance(event, (SpawnQueued, SpawnAdmitted, SpawnDenied, SpawnRejected)):
+        elif isinstance(event, SpawnDecided):
             self._spawn(event)
         elif isinstance(event, (TaskStarted, TaskProgress, TaskEnded, SubagentTurn)):
             self._task_event(event)
@@ -386,16 +383,10 @@ class _Log:
             task = self.tasks[task_id] = _Task()
         return task
 
-    def _spawn(self, event: SpawnQueued | SpawnAdmitted | SpawnDenied | SpawnRejected) -> None:
+    def _spawn(self, event: SpawnDecided) -> None:
         call = self.calls.get(event.tool_use_id)
-        if call is None:
-            return
-        if isinstance(event, SpawnQueued):
-            call.state = "queued"
-        elif isinstance(event, SpawnAdmitted):
-            call.state = UNFINISHED
-        else:
-            call.state = "denied" if isinstance(event, SpawnDenied) else "rejected"
+        if call is not None:
+            call.state = UNFINISHED if event.outcome == "admitted" else event.outcome
 
     def _task_event(self, event: TaskStarted | TaskProgress | TaskEnded | SubagentTurn) -> None:
         if isinstance(event, SubagentTurn):

@@ -43,9 +43,9 @@ from claude_agent_sdk import HookMatcher
 
 from .._metering import Pause, WorkflowRefusal
 from ..clock import SYSTEM_CLOCK, Clock
-from ..events import DenyCode
+from ..events import DenyCode, SpawnDecided
 from ..policy import Policy, is_model_alias
-from .calls import GateEvent, SpawnRecord
+from .calls import SpawnRecord
 from .gate import SpawnGate
 from .slots import SpawnCap
 from .stream import feed_gate
@@ -82,7 +82,7 @@ class Admission:
         gated: bool = True,
     ) -> None:
         self.clock = clock
-        self._events: list[GateEvent] = []
+        self._events: list[SpawnDecided] = []
         #: The subagent model the run started with (what an amend to ``None`` restores).
         self.starting_model = starting_model
         #: The model the relay pins new agents to (``None``: the CLI's own choice); set
@@ -160,7 +160,7 @@ class Admission:
         if self.gate is not None:
             feed_gate(self.gate, message, events)
 
-    def drain(self) -> list[GateEvent]:
+    def drain(self) -> list[SpawnDecided]:
         """The gate's events not yet handed out."""
         events, self._events[:] = list(self._events), []
         return events

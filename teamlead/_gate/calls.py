@@ -10,7 +10,7 @@ entries for the calls that never became tasks.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Literal, TypeAlias
+from typing import Literal
 
 import anyio
 from pydantic import BaseModel, ConfigDict
@@ -19,30 +19,17 @@ from .._redact import redact
 from ..events import (
     DenyCode,
     Disposition,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnQueued,
-    SpawnRejected,
+    SpawnOutcome,
     TaskDisposition,
 )
 
 __all__ = [
     "Call",
     "CallFields",
-    "GateEvent",
     "SpawnRecord",
-    "SpawnStatus",
     "call_dispositions",
     "with_invalid_calls",
 ]
-
-#: ``queued`` waits in the hook; ``admitted`` was let through (it holds a slot until its
-#: task ends); ``denied`` by the gate; ``rejected`` by the CLI after admission (its own
-#: concurrency cap, a hook timeout) or cancelled while queued.
-SpawnStatus: TypeAlias = Literal["queued", "admitted", "denied", "rejected"]
-
-#: What the gate reports while it decides (the events live in :mod:`teamlead.events`).
-GateEvent: TypeAlias = SpawnQueued | SpawnAdmitted | SpawnDenied | SpawnRejected
 
 
 class CallFields(BaseModel):
@@ -55,7 +42,9 @@ class CallFields(BaseModel):
         depth: 1 for the lead's spawns, 2 for a subagent's, ...
         parent_agent_id: the spawning subagent's task id (``agent_id`` in the hook input).
         turn: the model message the call came in (its id, or the gate's burst key).
-        status: where the call is (:data:`SpawnStatus`).
+        status: where the call is (:data:`~teamlead.events.SpawnOutcome`: ``queued`` waits in
+            the hook; ``admitted`` holds a slot until its task ends; ``rejected`` also when
+            cancelled while queued).
         code: set with ``denied``; ``reason`` with ``denied`` and ``rejected``.
         task_id: the CLI's task id, once ``task_started`` named it.
         queued_at: when the call reached the gate (wall-clock seconds).
@@ -72,7 +61,7 @@ class CallFields(BaseModel):
     depth: int = 1
     parent_agent_id: str | None = None
     turn: str | None = None
-    status: SpawnStatus = "queued"
+    status: SpawnOutcome = "queued"
     code: DenyCode | None = None
     reason: str | None = None
     task_id: str | None = None
@@ -88,7 +77,7 @@ class SpawnRecord(CallFields):
 
     model_config = ConfigDict(frozen=True)
 
-    status: SpawnStatus  # a record always says where its call ended up
+    status: SpawnOutcome  # a record always says where its call ended up
 
 
 _RECORD_FIELDS = frozenset(CallFields.model_fields)

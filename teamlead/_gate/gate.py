@@ -57,10 +57,10 @@ from claude_agent_sdk.types import SyncHookJSONOutput
 
 from .._metering import Pause, WorkflowRefusal
 from ..clock import SYSTEM_CLOCK, Clock
-from ..events import DenyCode, SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
+from ..events import DenyCode, SpawnDecided
 from ..policy import SpawnPolicy, is_model_alias
 from . import reasons as why
-from .calls import Call, GateEvent, SpawnRecord
+from .calls import Call, SpawnRecord
 from .hook import deny_output, model_output
 from .slots import FifoSlots, SpawnCap, cli_subagent_cap
 from .turns import Turns
@@ -90,7 +90,7 @@ class SpawnGate:
             :attr:`~teamlead.ProcessState.spawn_cap`; default: a cap of this gate's own).
         deadline_s: seconds from now until the run's deadline (``None``: no deadline).
         clock: time source for every wait.
-        on_event: receives :class:`SpawnQueued`/``Admitted``/``Denied``/``Rejected``; an
+        on_event: receives each :class:`~teamlead.events.SpawnDecided`; an
             exception from it is recorded in :attr:`errors`, never raised into the hook.
         env: the CLI's environment (``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS``).
         max_wait_s: longest a call waits in the gate when there is no nearer deadline.
@@ -111,7 +111,7 @@ class SpawnGate:
         cap: SpawnCap | None = None,
         deadline_s: float | None = None,
         clock: Clock = SYSTEM_CLOCK,
-        on_event: Callable[[GateEvent], None] | None = None,
+        on_event: Callable[[SpawnDecided], None] | None = None,
         env: Mapping[str, str] | None = None,
         max_wait_s: float = 1800.0,
         turn_gap_s: float = 1.0,
@@ -224,7 +224,7 @@ class SpawnGate:
 
         Returns:
             ``None`` once it may start; else why it does not (a spent budget is also a
-            ``spawn_denied`` event). A refused or cancelled agent gives back what it took.
+            denied ``spawn_decided`` event). A refused or cancelled agent gives back what it took.
             A stopped run's refusal comes only after :data:`_HELD_AFTER_STOP_S` (see
             :meth:`interrupt`: its CLI is ended meanwhile, which ends the request).
         """
@@ -245,9 +245,10 @@ class SpawnGate:
         if budget is not None and self._used >= budget:
             reason = why.budget(budget)
             self._emit(
-                SpawnDenied(
+                SpawnDecided(
                     tool_use_id=agent_id[:_MAX_TEXT],
                     description=_WORKFLOW_AGENT,
+                    outcome="denied",
                     code="spawn_budget",
                     reason=reason,
                 )
@@ -364,8 +365,11 @@ class SpawnGate:
         self._refund(call)
         self._free(call)
         self._emit(
-            SpawnRejected(
-                tool_use_id=call.tool_use_id, description=call.description, reason=call.reason
+            SpawnDecided(
+                tool_use_id=call.tool_use_id,
+                description=call.description,
+                outcome="rejected",
+                reason=call.reason,
             )
         )
 
@@ -463,9 +467,10 @@ class SpawnGate:
                     call.reason = why.cancelled()
                     call.decided_at = _safe_read(self._clock.time)
                     self._emit(
-                        SpawnRejected(
+                        SpawnDecided(
                             tool_use_id=call.tool_use_id,
                             description=call.description,
+                            outcome="rejected",
                             reason=call.reason,
                         )
                     )
@@ -511,8 +516,12 @@ class SpawnGate:
         if len(self.workflow_denials) < _MAX_WORKFLOW_DENIALS:  # a lead that insists
             self.workflow_denials.append((key[:_MAX_TEXT], code, reason))
         self._emit(
-            SpawnDenied(
-                tool_use_id=key[:_MAX_TEXT], description=_WORKFLOW, code=code, reason=reason
+            SpawnDecided(
+                tool_use_id=key[:_MAX_TEXT],
+                description=_WORKFLOW,
+                outcome="denied",
+                code=code,
+                reason=reason,
             )
         )
         return deny_output(reason)
@@ -613,9 +622,10 @@ class SpawnGate:
         call.admitted_at = call.decided_at = self._clock.time()
         waited = max(0.0, call.admitted_at - call.queued_at)
         self._emit(
-            SpawnAdmitted(
+            SpawnDecided(
                 tool_use_id=call.tool_use_id,
                 description=call.description,
+                outcome="admitted",
                 waited_s=round(waited, 4),
                 running=self.running,
                 limit=self.limit,
@@ -635,9 +645,10 @@ class SpawnGate:
             if not told:
                 told = True
                 self._emit(
-                    SpawnQueued(
+                    SpawnDecided(
                         tool_use_id=call.tool_use_id,
                         description=call.description,
+                        outcome="queued",
                         position=slots.waiting + 1,
                         running=self.running,
                         limit=self.limit,
@@ -683,8 +694,12 @@ class SpawnGate:
         call.status, call.code, call.reason = "denied", code, reason
         call.decided_at = self._clock.time()
         self._emit(
-            SpawnDenied(
-                tool_use_id=call.tool_use_id, description=call.description, code=code, reason=reason
+            SpawnDecided(
+                tool_use_id=call.tool_use_id,
+                description=call.description,
+                outcome="denied",
+                code=code,
+                reason=reason,
             )
         )
         return deny_output(reason)
@@ -715,7 +730,7 @@ class SpawnGate:
             self._release(call)
             call.ended_at = self._clock.time()
 
-    def _emit(self, event: GateEvent) -> None:
+    def _emit(self, event: SpawnDecided) -> None:
         if self.on_event is None:
             return
         try:

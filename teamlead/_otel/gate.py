@@ -9,7 +9,7 @@ an up-down counter: +1 when a call queues, -1 when it leaves the queue however i
 
 from __future__ import annotations
 
-from ..events import SpawnAdmitted, SpawnDenied, SpawnQueued, SpawnRejected
+from ..events import SpawnDecided
 from .agent_spans import AgentRecord, AgentSpans
 from .instruments import Instruments
 
@@ -36,46 +36,37 @@ class GateTrace:
             record.queued = False
             self._instruments.gate_queue.add(-1)
 
-    def queued(self, event: SpawnQueued) -> None:
+    def decided(self, event: SpawnDecided) -> None:
+        """One decision of the gate, an event of its call's span."""
         record = self._call(event.tool_use_id, event.description)
-        if not record.queued:
-            record.queued = True
-            self._instruments.gate_queue.add(1)
-        attributes = {
-            "teamlead.gate.position": event.position,
-            "teamlead.gate.running": event.running,
-            "teamlead.gate.limit": event.limit,
-        }
-        self._spans.event(record, "queued", attributes)
-
-    def admitted(self, event: SpawnAdmitted) -> None:
-        record = self._call(event.tool_use_id, event.description)
-        self._dequeue(record)
-        attributes = {
-            "teamlead.gate.waited_s": event.waited_s,
-            "teamlead.gate.running": event.running,
-            "teamlead.gate.limit": event.limit,
-        }
-        self._spans.event(record, "admitted", attributes)
-
-    def denied(self, event: SpawnDenied) -> None:
-        record = self._call(event.tool_use_id, event.description)
-        self._dequeue(record)
-        attributes = {
-            "teamlead.gate.code": event.code,
-            "teamlead.gate.reason": self._spans.scrub(event.reason),
-        }
-        name = "timed_out" if event.code in _TIMED_OUT else "denied"
+        if event.outcome == "queued":
+            if not record.queued:
+                record.queued = True
+                self._instruments.gate_queue.add(1)
+            attributes: dict[str, str | int | float] = _given(
+                position=event.position, running=event.running, limit=event.limit
+            )
+            self._spans.event(record, "queued", attributes)
+            return
+        if event.outcome == "admitted":
+            self._dequeue(record)
+            attributes = _given(waited_s=event.waited_s, running=event.running, limit=event.limit)
+            self._spans.event(record, "admitted", attributes)
+            return
+        if event.outcome == "denied":
+            self._dequeue(record)
+        reason = self._spans.scrub(event.reason or "")
+        attributes = _given(code=event.code, reason=reason)
+        name = "timed_out" if event.code in _TIMED_OUT else event.outcome
         self._spans.event(record, name, attributes)
-        self._spans.done(record, "denied")
-
-    def rejected(self, event: SpawnRejected) -> None:
-        record = self._call(event.tool_use_id, event.description)
-        reason = self._spans.scrub(event.reason)
-        self._spans.event(record, "rejected", {"teamlead.gate.reason": reason})
-        self._spans.done(record, "rejected")
+        self._spans.done(record, event.outcome)
 
     def close(self) -> None:
         """The run is over: calls still queued leave the queue."""
         for record in self._spans.records:
             self._dequeue(record)
+
+
+def _given(**values: str | int | float | None) -> dict[str, str | int | float]:
+    """The span attributes (``teamlead.gate.*``) of the values an event carries."""
+    return {f"teamlead.gate.{key}": value for key, value in values.items() if value is not None}

@@ -47,10 +47,7 @@ from ..events import (
     RateLimited,
     ResumeFailed,
     Resuming,
-    SpawnAdmitted,
-    SpawnDenied,
-    SpawnQueued,
-    SpawnRejected,
+    SpawnDecided,
     WaitingForTeam,
 )
 from . import conventions as c
@@ -453,10 +450,7 @@ def _sum(usages: list[Usage]) -> Usage:
 
 
 _HANDLERS: dict[type, Any] = {
-    SpawnQueued: lambda run, event: run.gate.queued(event),
-    SpawnAdmitted: lambda run, event: run.gate.admitted(event),
-    SpawnDenied: lambda run, event: run.gate.denied(event),
-    SpawnRejected: lambda run, event: run.gate.rejected(event),
+    SpawnDecided: lambda run, event: run.gate.decided(event),
     WaitingForTeam: RunTrace._waiting,
     InboxCollected: RunTrace._inbox,
     FallbackUsed: RunTrace._fallback,

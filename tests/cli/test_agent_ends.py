@@ -24,7 +24,7 @@ import anyio
 import pytest
 
 import teamlead
-from teamlead.events import Finished
+from teamlead.events import Finished, Resuming
 from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.replies import ToolUse
 from teamlead.testing.scripts import finding_text, findings_in, synthesize
@@ -127,7 +127,7 @@ async def test_an_agent_stopped_at_its_turn_limit_is_continued_and_its_finding_u
     items = await run(claude.options(), teamlead.Policy(wait_s=5, deadline_s=150))
     done = finished(items)
     assert done.status == "completed", done.reasons
-    (resuming,) = [i for i in items if isinstance(i, teamlead.Resuming)]
+    (resuming,) = [i for i in items if isinstance(i, Resuming)]
     assert resuming.reasons == [
         "0 result(s) not yet used by the lead; 1 agent(s) stopped at a limit to continue"
     ]

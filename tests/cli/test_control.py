@@ -17,7 +17,7 @@ import anyio
 import pytest
 
 import teamlead
-from teamlead.events import Finished, SpawnAdmitted, SpawnQueued
+from teamlead.events import Finished, RunAmended, SpawnDecided
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.replies import ToolUse
@@ -121,18 +121,18 @@ async def test_lowering_the_cap_mid_run_caps_the_next_admissions(offline: Offlin
     server, claude = offline(Waves([names], delay=1.0))
     control = teamlead.RunControl()
     policy = teamlead.Policy(wait_s=5, deadline_s=150, spawn=SpawnPolicy(max_concurrent_agents=3))
-    admitted_after: list[SpawnAdmitted] = []
+    admitted_after: list[SpawnDecided] = []
 
     def steer(items: list[Any]) -> None:
         item = items[-1]
-        if isinstance(item, SpawnQueued) and control.cap == 3:
+        if isinstance(item, SpawnDecided) and item.outcome == "queued" and control.cap == 3:
             control.lower_cap(by=2)  # three run, three wait: they now go one by one
-        elif isinstance(item, SpawnAdmitted) and control.cap == 1:
+        elif isinstance(item, SpawnDecided) and item.outcome == "admitted" and control.cap == 1:
             admitted_after.append(item)
 
     items, done = await steered(claude, policy, control, steer)
     assert set(findings_in(done.result or "")) == set(names)
-    amended = [i for i in items if isinstance(i, teamlead.RunAmended)]
+    amended = [i for i in items if isinstance(i, RunAmended)]
     assert [(a.previous_cap, a.cap) for a in amended] == [(3, 1)]
     first = [r.request.agent_description for r in server.recorded() if r.role == "subagent"][:3]
     later = [n for n in names if n not in first]
@@ -177,7 +177,7 @@ async def test_a_subagent_model_set_mid_run_reaches_the_next_agents(
     assert set(models_of(server, "AGENTJOB second")) == {"claude-haiku-5-5"}  # the CLI's alias
     for label in ("w1", "w2"):
         assert set(models_of(server, f"WFJOB {label}")) == {"claude-haiku-4-5"}
-    amended = [i for i in items if isinstance(i, teamlead.RunAmended)]
+    amended = [i for i in items if isinstance(i, RunAmended)]
     assert [a.subagent_model for a in amended] == ["haiku", "claude-haiku-4-5"]
 
 

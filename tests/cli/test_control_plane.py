@@ -29,7 +29,7 @@ import teamlead
 from teamlead._control.endpoint import call
 from teamlead._control.registry import Registry
 from teamlead._run.process import ProcessState
-from teamlead.events import Finished, SpawnQueued
+from teamlead.events import Finished, RunAmended, SpawnDecided
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import FanOut, findings_in
@@ -455,7 +455,7 @@ async def test_a_library_run_without_a_control_is_registered_and_amended_from_ou
             items.append(item)
             if isinstance(item, Finished):
                 left_at_finished[0] = Registry(tmp_path / "rt").listing().live
-            if isinstance(item, SpawnQueued) and not answer:
+            if isinstance(item, SpawnDecided) and item.outcome == "queued" and not answer:
                 (entry,) = Registry(tmp_path / "rt").listing().live
                 assert entry.pid == os.getpid()
                 status.update(await anyio.to_thread.run_sync(call, entry.socket, {"op": "status"}))
@@ -463,7 +463,7 @@ async def test_a_library_run_without_a_control_is_registered_and_amended_from_ou
                 answer.update(await anyio.to_thread.run_sync(call, entry.socket, amend))
     assert status["status"] == "running" and status["cap"] == 1
     assert answer["ok"] and answer["message"].endswith("cap 1 -> 2")
-    amended = [i for i in items if isinstance(i, teamlead.RunAmended)]
+    amended = [i for i in items if isinstance(i, RunAmended)]
     assert [(a.previous_cap, a.cap) for a in amended] == [(1, 2)]
     done = items[-1]
     assert isinstance(done, Finished) and done.status == "completed", done.reasons

@@ -24,7 +24,7 @@ from claude_agent_sdk import (
 )
 
 import teamlead
-from teamlead.events import Finished, SpawnAdmitted, SpawnDenied
+from teamlead.events import Finished, SpawnDecided
 from teamlead.policy import Policy, SpawnPolicy
 from teamlead.testing import AgentCall, Reply, ScriptedRequest, ToolUse
 from teamlead.testing.scripts import FanOut, findings_in, subagent_answers, synthesize
@@ -127,9 +127,13 @@ async def test_a_client_run_serves_every_turn_with_one_gate_and_relay(
                 turns.append([i async for i in teamlead.receive_all(client, run)])
     first, second = turns
     assert [isinstance(t[-1], Finished) for t in turns] == [True, True]
-    assert [i.description for i in first if isinstance(i, SpawnAdmitted)] == ["part-1", "part-2"]
-    assert [i.description for i in second if isinstance(i, SpawnAdmitted)] == ["part-3"]
-    denied = [i for i in second if isinstance(i, SpawnDenied)]
+    assert [
+        i.description for i in first if isinstance(i, SpawnDecided) and i.outcome == "admitted"
+    ] == ["part-1", "part-2"]
+    assert [
+        i.description for i in second if isinstance(i, SpawnDecided) and i.outcome == "admitted"
+    ] == ["part-3"]
+    denied = [i for i in second if isinstance(i, SpawnDecided) and i.outcome == "denied"]
     assert [(d.description, d.code) for d in denied] == [("part-4", "spawn_budget")]
     done_first, done_second = first[-1], second[-1]
     assert isinstance(done_first, Finished) and isinstance(done_second, Finished)

@@ -672,9 +672,9 @@ class TestOnAnOwnedRay:
     @pytest.mark.timeout(300)
     async def test_governors_on_two_nodes_share_learnt_limits(self, ray_instance: _Cluster) -> None:
         """A cut learnt by one process's governor is seen by another's, in its own time base."""
-        from teamlead import Governor, GovernorPolicy, bucket_key
         from teamlead._governor.aimd import Limits
         from teamlead.experiment.running.ray_backend import RayLimitStore
+        from teamlead.governor import Governor, GovernorPolicy, bucket_key
         from teamlead.testing import FakeClock
 
         key = bucket_key("anthropic", "claude-opus-5-5")

@@ -18,11 +18,11 @@ import pytest
 from claude_agent_sdk import ClaudeAgentOptions
 from claude_agent_sdk import query as sdk_query
 
-from teamlead._gate.calls import GateEvent
 from teamlead._gate.gate import SpawnGate
 from teamlead._gate.slots import SpawnCap
 from teamlead._gate.stream import feed_gate
 from teamlead._run.options import merge_hook
+from teamlead.events import SpawnDecided
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import AgentCall, OfflineClaude, Reply, ScriptedRequest
 from teamlead.testing.scripts import FanOut
@@ -49,7 +49,7 @@ async def run_gated(
     return messages
 
 
-def make_gate(events: list[GateEvent] | None = None, cap: int = 20, **policy: Any) -> SpawnGate:
+def make_gate(events: list[SpawnDecided] | None = None, cap: int = 20, **policy: Any) -> SpawnGate:
     return SpawnGate(
         SpawnPolicy(**policy),
         cap=SpawnCap(cap),

@@ -21,7 +21,7 @@ from claude_agent_sdk import ClaudeAgentOptions, ClaudeSDKClient, TaskNotificati
 from claude_agent_sdk import query as sdk_query
 
 import teamlead
-from teamlead.events import EVENT_VERSION, Finished, SpawnAdmitted, SpawnDenied, SpawnQueued
+from teamlead.events import EVENT_VERSION, Finished, SpawnDecided
 from teamlead.policy import Policy, SpawnPolicy
 from teamlead.testing import (
     AgentCall,
@@ -43,6 +43,11 @@ pytestmark = pytest.mark.cli
 PROMPT = "Investigate every part."
 
 
+def decided(items: list[Any], outcome: str) -> list[SpawnDecided]:
+    """The spawn gate's decisions of ``outcome`` among a run's items, in order."""
+    return [i for i in items if isinstance(i, SpawnDecided) and i.outcome == outcome]
+
+
 async def run_query(
     claude: OfflineClaude, policy: Policy, query_fn: Any = None
 ) -> tuple[list[Any], Finished]:
@@ -62,9 +67,8 @@ async def test_query_runs_a_fan_out_of_24_never_more_than_20_at_once(
     # never more than the CLI's cap at the server; the exact level is the gate's count (how
     # many of 20 admitted agents a CLI on a loaded machine has started at one moment varies)
     assert server.max_concurrent("subagent") <= 20
-    assert max(i.running for i in items if isinstance(i, SpawnAdmitted)) == 20
-    assert sum(isinstance(i, SpawnQueued) for i in items) == 4
-    assert sum(isinstance(i, SpawnAdmitted) for i in items) == 24
+    assert max(i.running or 0 for i in decided(items, "admitted")) == 20
+    assert len(decided(items, "queued")) == 4 and len(decided(items, "admitted")) == 24
     assert not any("Concurrent subagent limit" in r.request.all_text for r in server.recorded())
     assert len(lead_seen(server)) == 24  # every answer reached the lead
     assert done.status == "completed", done.reasons
@@ -82,12 +86,12 @@ def test_ask_with_a_cap_of_3_keeps_3_in_flight_and_uses_all_8_results(tmp_path: 
     assert len(agents_run(server)) == 8
     assert lead_seen(server) == {f"agent-{i}" for i in range(1, 9)}
     lines = [json.loads(line) for line in proc.stdout.splitlines()]
-    types = [r["type"] for r in lines]
-    assert types.count("spawn_admitted") == 8 and types.count("spawn_queued") == 5
-    assert max(r["running"] for r in lines if r["type"] == "spawn_admitted") == 3
-    queued = next(r for r in lines if r["type"] == "spawn_queued")
-    assert queued["limit"] == 3 and queued["version"] == EVENT_VERSION
-    assert set(queued) >= {"tool_use_id", "description", "position", "running", "limit"}
+    outcomes = [r["outcome"] for r in lines if r["type"] == "spawn_decided"]
+    assert outcomes.count("admitted") == 8 and outcomes.count("queued") == 5
+    assert max(r["running"] for r in lines if r.get("outcome") == "admitted") == 3
+    queued = next(r for r in lines if r.get("outcome") == "queued")
+    assert queued["type"] == "spawn_decided" and queued["version"] == EVENT_VERSION
+    assert queued["limit"] == 3 and queued["position"] >= 1 and queued["running"] == 3
     assert lines[-1]["status"] == "completed"
     assert sorted(findings_in(lines[-1]["result"])) == sorted(f"agent-{i}" for i in range(1, 9))
 
@@ -97,8 +101,8 @@ async def test_a_spawn_budget_of_5_denies_3_and_reports_them(offline: OfflineFac
     server, claude = offline(FanOut.of(8, delays=0.5))
     items, done = await run_query(claude, Policy(spawn=SpawnPolicy(spawn_budget=5)))
     assert len(agents_run(server)) == 5
-    assert sum(isinstance(i, SpawnAdmitted) for i in items) == 5
-    assert [i.code for i in items if isinstance(i, SpawnDenied)] == ["spawn_budget"] * 3
+    assert len(decided(items, "admitted")) == 5
+    assert [i.code for i in decided(items, "denied")] == ["spawn_budget"] * 3
     told = tool_result_request(server)
     assert told.count("PreToolUse:Agent hook error") == 3
     assert told.count("spawn budget of 5 is used up") == 3
@@ -152,8 +156,8 @@ async def test_max_depth_admits_nested_agent_calls_down_to_it_and_denies_the_nex
     # a subagent's workflow is checked at the hook, in test_workflow_limits.py)
     assert all("Agent" in script.tools[name] for name in ran), script.tools
     assert all("Workflow" not in script.tools[name] for name in ran), script.tools
-    assert [i.description for i in items if isinstance(i, SpawnAdmitted)] == ran
-    refused = [(i.description, i.code) for i in items if isinstance(i, SpawnDenied)]
+    assert [i.description for i in decided(items, "admitted")] == ran
+    refused = [(i.description, i.code) for i in decided(items, "denied")]
     assert refused == [(denied, "depth")]
     assert agents_run(server) == set(ran)  # the denied agent never ran
     caller = [r.request for r in server.recorded("subagent") if _agent_of(r) == ran[-1]]
@@ -265,9 +269,9 @@ async def test_receive_all_gates_the_clients_agent_calls(offline: OfflineFactory
     done = items[-1]
     assert isinstance(done, Finished) and done.status == "completed", done
     assert server.max_concurrent("subagent") == 2  # the cap, and no fewer
-    admitted = [i for i in items if isinstance(i, SpawnAdmitted)]
-    assert len(admitted) == 4 and max(i.running for i in admitted) == 2
-    assert sum(isinstance(i, SpawnQueued) for i in items) == 2
+    admitted = decided(items, "admitted")
+    assert len(admitted) == 4 and max(i.running or 0 for i in admitted) == 2
+    assert len(decided(items, "queued")) == 2
     assert sorted(findings_in(done.result or "")) == [f"agent-{i}" for i in range(1, 5)]
 
 

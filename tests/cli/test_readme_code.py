@@ -19,14 +19,25 @@ from pathlib import Path
 import pytest
 
 import teamlead
+import teamlead.events
+import teamlead.governor
+import teamlead.policy
 from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 from teamlead.testing.scripts import FanOut
 
 from ..docs_pages import README, label, prose_files
 from ..isolated import isolated_env, run_to_the_end, side_by_side
 
-#: Public subpackages a block may import from (the rest of teamlead is reached as `teamlead.X`).
-PUBLIC_MODULES = {"teamlead", "teamlead.testing", "teamlead.testing.scripts"}
+#: The public modules whose names a block may import (those listed in each one's
+#: ``__all__``; the rest of teamlead is reached as `teamlead.X`).
+LISTED_MODULES = {
+    "teamlead": teamlead,
+    "teamlead.events": teamlead.events,
+    "teamlead.policy": teamlead.policy,
+    "teamlead.governor": teamlead.governor,
+}
+#: Public subpackages a block may import from.
+PUBLIC_MODULES = {*LISTED_MODULES, "teamlead.testing", "teamlead.testing.scripts"}
 
 
 @dataclass(frozen=True)
@@ -54,8 +65,9 @@ def private_names(code: str) -> list[str]:
         if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("teamlead"):
             if node.module not in PUBLIC_MODULES:
                 bad.append(f"from {node.module} import ...")
-            elif node.module == "teamlead":
-                bad += [a.name for a in node.names if a.name not in teamlead.__all__]
+            elif node.module in LISTED_MODULES:
+                listed = LISTED_MODULES[node.module].__all__
+                bad += [f"{node.module}.{a.name}" for a in node.names if a.name not in listed]
         elif isinstance(node, ast.Import):
             bad += [a.name for a in node.names if a.name.startswith("teamlead.")]
         elif (

@@ -19,6 +19,7 @@ import pytest
 
 import teamlead
 from teamlead.events import ConcurrencyChanged, Finished, RateLimited
+from teamlead.policy import LimitsPolicy
 from teamlead.testing import OfflineClaude, ScriptedServer
 from teamlead.testing.scripts import FanOut, FirstWaveHolds, findings_in
 
@@ -215,9 +216,7 @@ async def test_two_runs_in_one_process_each_keep_their_own_model_limit(tmp_path:
 
         async def run(ceiling: int) -> None:
             claude = OfflineClaude(server.base_url, state_dir=homes[ceiling], max_retries=0)
-            policy = teamlead.Policy(
-                wait_s=5, deadline_s=240, limits=teamlead.LimitsPolicy(default=ceiling)
-            )
+            policy = teamlead.Policy(wait_s=5, deadline_s=240, limits=LimitsPolicy(default=ceiling))
             async for item in teamlead.run("Investigate 6 parts.", claude.options(), policy=policy):
                 if isinstance(item, Finished):
                     done[ceiling] = item

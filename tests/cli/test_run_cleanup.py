@@ -18,7 +18,7 @@ import anyio
 import pytest
 
 import teamlead
-from teamlead.events import Finished, SpawnAdmitted
+from teamlead.events import Finished, SpawnDecided
 from teamlead.policy import Policy, SpawnPolicy
 from teamlead.testing import OfflineClaude
 from teamlead.testing.scripts import FanOut
@@ -47,7 +47,7 @@ async def _leave_while_agents_run(
     with anyio.fail_after(90):
         if how == "abandoned":
             async for item in items:
-                admitted += isinstance(item, SpawnAdmitted)
+                admitted += isinstance(item, SpawnDecided) and item.outcome == "admitted"
                 if admitted == agents:
                     break
             del items  # never closed by the app: the event loop's finaliser closes it
@@ -56,7 +56,7 @@ async def _leave_while_agents_run(
         with contextlib.suppress(_Boom):
             async with contextlib.aclosing(items) as stream:
                 async for item in stream:
-                    admitted += isinstance(item, SpawnAdmitted)
+                    admitted += isinstance(item, SpawnDecided) and item.outcome == "admitted"
                     if admitted == agents:
                         if how == "exception":
                             raise _Boom

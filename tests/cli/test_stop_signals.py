@@ -144,7 +144,7 @@ def test_ask_json_ends_with_finished_naming_every_call_when_stopped_by_a_signal(
     assert run.started == 1, "no agent started, or more than the cap"
     assert run.returncode == 130, run.err
     lines = [json.loads(line) for line in run.out.splitlines()]
-    assert "spawn_queued" in [r["type"] for r in lines]  # the others waited in the gate
+    assert "queued" in [r.get("outcome") for r in lines]  # the others waited in the gate
     done = lines[-1]
     assert done["type"] == "finished", lines[-3:]
     assert done["reason"] == "interrupted" and done["status"] != "completed", done

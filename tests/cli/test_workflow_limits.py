@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 import teamlead
-from teamlead.events import SpawnDenied
+from teamlead.events import SpawnDecided
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import AgentCall, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.replies import ToolUse
@@ -178,7 +178,13 @@ async def test_a_spawn_budget_counts_agent_calls_and_workflow_agents_together(
         assert rows[label].status == "denied", rows[label]
         assert rows[label].disposition == "not_run"
         assert "spawn budget of 3" in (rows[label].reason or "")
-    denials = [i for i in items if isinstance(i, SpawnDenied) and i.description == "workflow agent"]
+    denials = [
+        i
+        for i in items
+        if isinstance(i, SpawnDecided)
+        and i.outcome == "denied"
+        and i.description == "workflow agent"
+    ]
     assert len(denials) == 2 and all(d.code == "spawn_budget" for d in denials)
     # the lead was not asked to resume the workflow for agents the user's budget denied
     leads = [r for r in server.recorded() if r.agent_id is None]
@@ -215,7 +221,11 @@ async def test_a_spent_spawn_budget_denies_the_leads_workflow_call(
     items = await run(claude.options(), policy)
     done = finished(items)
     assert workflow_requests(server) == []  # no workflow agent ever ran
-    denials = [i for i in items if isinstance(i, SpawnDenied) and i.description == "Workflow"]
+    denials = [
+        i
+        for i in items
+        if isinstance(i, SpawnDecided) and i.outcome == "denied" and i.description == "Workflow"
+    ]
     assert [d.code for d in denials] == ["spawn_budget"]
     told = [
         r for r in server.recorded("lead") if "PreToolUse:Workflow hook error" in r.request.all_text
