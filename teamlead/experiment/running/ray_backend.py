@@ -10,9 +10,9 @@ re-executes the task, the driver still awaits exactly one result per (trial key,
 attempt), and it refuses a second submission or a result for a token it did not submit.
 
 Each worker's request relay paces the trial's API requests with a governor whose learnt
-limits live in one named Ray actor (:class:`_LimitsActor`) behind the governor's
-:class:`~teamlead._governor.store.LimitStore` interface (:class:`RayLimitStore`): a 429
-cut on one node is seen by all. The store keeps a local replica, because the governor's
+limits live in one named Ray actor (:class:`_LimitsActor`), through the worker's
+account (:class:`RayAccount`, this process's account whose limits are shared): a 429 cut
+on one node is seen by all. The account keeps a local replica, because the governor's
 rules are synchronous and must not wait on the network; a worker pulls the shared state
 before its trial and every few seconds during it (:func:`kept_fresh`). Times
 inside the limits are each process's monotonic clock, so they cross the actor as wall
@@ -47,7 +47,7 @@ from typing import Any
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
-from ..._governor import Limits
+from ..._governor import Limits, ProcessAccount
 from ..._sessions import close_store
 from ...clock import SYSTEM_CLOCK, Clock
 from ...policy import Policy
@@ -57,7 +57,7 @@ from ..specs.spec import ExperimentSpec
 from .ray_cluster import NAMESPACE, error_line, ray_session
 from .runner import ExperimentProgress, RunSummary, run_experiment, run_one_trial
 
-__all__ = ["RayLimitStore", "kept_fresh", "ray_session", "run_experiment_ray"]
+__all__ = ["RayAccount", "kept_fresh", "ray_session", "run_experiment_ray"]
 
 _TASK_RETRIES = 3
 """Ray re-executions of a trial whose worker or node died (system failures only)."""
@@ -68,7 +68,7 @@ _REFRESH_S = 2.0
 """How often a worker pulls the shared limits while its trial runs."""
 _TIMED = ("bad_at", "cooldown_until")
 _ACTOR_START_S = 180.0
-"""How long :meth:`RayLimitStore.connect` waits for a new actor's worker to start."""
+"""How long :meth:`RayAccount.connect` waits for a new actor's worker to start."""
 
 
 class _LimitsActor:
@@ -112,29 +112,30 @@ def _from_wall(data: Mapping[str, Any], offset: float) -> Limits:
     return Limits(**fields)
 
 
-class RayLimitStore:
-    """A :class:`~teamlead._governor.store.LimitStore` shared through a named Ray actor.
+class RayAccount(ProcessAccount):
+    """This process's account, its learnt limits shared through a named Ray actor.
 
-    ``get`` reads the local replica and ``put`` updates it and sends the change to the
-    actor without waiting; :meth:`refresh` (blocking, call it off the event loop) replaces
-    the replica with the shared state.
+    Leases are counted in this process, as in :class:`ProcessAccount`. The limits are read
+    from a local replica; each write updates it and is sent to the actor without waiting;
+    :meth:`refresh` (blocking, call it off the event loop) replaces the replica with the
+    shared state.
 
     Example:
-        >>> store = RayLimitStore.connect("teamlead-governor/ab")  # doctest: +SKIP
-        >>> Governor(GovernorPolicy(ceiling=4), store=store)  # doctest: +SKIP
+        >>> account = RayAccount.connect("teamlead-governor/ab")  # doctest: +SKIP
+        >>> Governor(GovernorPolicy(ceiling=4), account=account)  # doctest: +SKIP
     """
 
     def __init__(self, actor: Any, *, clock: Clock = SYSTEM_CLOCK, timeout_s: float = 30.0):
+        super().__init__()
         self._actor = actor
         self._clock = clock
         self._timeout_s = timeout_s
-        self._replica: dict[str, Limits] = {}
 
     @classmethod
     def connect(
         cls, name: str, *, clock: Clock = SYSTEM_CLOCK, ready_within_s: float = _ACTOR_START_S
-    ) -> RayLimitStore:
-        """The store of the actor ``name`` (created if missing) in the current Ray session,
+    ) -> RayAccount:
+        """The account of the actor ``name`` (created if missing) in the current Ray session,
         its replica filled from the actor once it answers.
 
         A new actor is placed on this process's node: a run's shared limits and run counts
@@ -153,16 +154,16 @@ class RayLimitStore:
             .options(name=name, namespace=NAMESPACE, get_if_exists=True, scheduling_strategy=here)
             .remote()
         )
-        store = cls(actor, clock=clock)
+        account = cls(actor, clock=clock)
         try:
-            store._pull(ready_within_s)
+            account._pull(ready_within_s)
         except GetTimeoutError:
             raise RuntimeError(
                 f"the Ray actor {name!r} holding the shared limits did not start within "
-                f"{ready_within_s:g} s: is the node overloaded? (RayLimitStore.connect's "
+                f"{ready_within_s:g} s: is the node overloaded? (RayAccount.connect's "
                 f"ready_within_s waits longer)"
             ) from None
-        return store
+        return account
 
     @property
     def actor(self) -> Any:
@@ -172,11 +173,8 @@ class RayLimitStore:
     def _offset(self) -> float:
         return self._clock.time() - self._clock.monotonic()
 
-    def get(self, key: str) -> Limits | None:
-        return self._replica.get(key)
-
-    def put(self, key: str, limits: Limits) -> None:
-        self._replica[key] = limits
+    def _keep(self, key: str, limits: Limits) -> None:
+        super()._keep(key, limits)
         self._actor.put.remote(key, _to_wall(limits, self._offset()))
 
     def refresh(self) -> None:
@@ -188,7 +186,7 @@ class RayLimitStore:
 
         shared = ray.get(self._actor.snapshot.remote(), timeout=within_s)
         offset = self._offset()
-        self._replica = {key: _from_wall(data, offset) for key, data in shared.items()}
+        self._limits = {key: _from_wall(data, offset) for key, data in shared.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,15 +199,15 @@ class _Place:
 
 
 @asynccontextmanager
-async def kept_fresh(store: RayLimitStore, every_s: float = _REFRESH_S) -> AsyncIterator[None]:
-    """Refresh ``store``'s replica every ``every_s`` in the background for the block, so a
-    governor on it sees what other nodes learn while a trial runs."""
+async def kept_fresh(account: RayAccount, every_s: float = _REFRESH_S) -> AsyncIterator[None]:
+    """Refresh ``account``'s replica every ``every_s`` in the background for the block, so
+    a governor on it sees what other nodes learn while a trial runs."""
 
     async def keep() -> None:
         while True:
             await anyio.sleep(every_s)
             with contextlib.suppress(Exception):  # a slow actor: keep the replica, try again
-                await anyio.to_thread.run_sync(store.refresh, abandon_on_cancel=True)
+                await anyio.to_thread.run_sync(account.refresh, abandon_on_cancel=True)
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(keep)
@@ -234,8 +232,8 @@ def _trial_task(
     """One trial attempt on a Ray worker: ``(token, record JSON, infra?, 429s met)``.
 
     The trial's workspace is made here, on the worker's machine, and the worker's request
-    relay keeps its governor's learnt limits in the shared store, so every node paces
-    against the same account limits.
+    relay's governor is on the shared :class:`RayAccount`, so every node paces against the
+    same account limits.
     """
     import ray
 
@@ -245,14 +243,14 @@ def _trial_task(
     runs = int(ray.get(actor.claim.remote(token), timeout=60))
     if runs > 1:  # re-executed after a crash: the dead run's session id may be taken
         run_id = f"{run_id}/rerun-{runs}"
-    store = RayLimitStore(actor)
-    store.refresh()  # start from what the other nodes learnt
-    default_process_state().use_limit_store(store)  # the worker's process: its relay's
+    account = RayAccount(actor)
+    account.refresh()  # start from what the other nodes learnt
+    default_process_state().use_account(account)  # the worker's process: its relay's
     out_dir = Path(place.out_dir)
 
     async def trial() -> tuple[TrialRecord, bool, int]:
         try:
-            async with kept_fresh(store):
+            async with kept_fresh(account):
                 return await run_one_trial(
                     key,
                     spec,
@@ -317,7 +315,7 @@ async def run_experiment_ray(
     from ray.exceptions import RayError
 
     name = f"teamlead-governor/{spec.experiment.name}/{uuid.uuid4().hex[:12]}"
-    store = RayLimitStore.connect(name, clock=clock)
+    account = RayAccount.connect(name, clock=clock)
     remote = ray.remote(
         num_cpus=task_cpus,
         max_retries=_TASK_RETRIES,
@@ -349,7 +347,7 @@ async def run_experiment_ray(
             attempt,
             run_id,
             place,
-            store.actor,
+            account.actor,
         )
         budget = (trial_policy.deadline_s or _NO_DEADLINE_S) * (_TASK_RETRIES + 1) + 60.0
         start = time.monotonic()
@@ -387,4 +385,4 @@ async def run_experiment_ray(
             execute=execute,
         )
     finally:
-        ray.kill(store.actor)
+        ray.kill(account.actor)
