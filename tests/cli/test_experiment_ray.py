@@ -674,7 +674,7 @@ class TestOnAnOwnedRay:
         """A cut learnt by one process's governor is seen by another's, in its own time base."""
         from teamlead import Governor, GovernorPolicy, bucket_key
         from teamlead._governor.aimd import Limits
-        from teamlead.experiment.running.ray_backend import RayAccount
+        from teamlead.experiment.running.ray_account import RayAccount
         from teamlead.testing import FakeClock
 
         key = bucket_key("anthropic", "claude-opus-5-5")
@@ -710,7 +710,7 @@ class TestOnAnOwnedRay:
         """While a trial runs, its worker's replica follows what another node learnt."""
 
         from teamlead._governor.aimd import Limits
-        from teamlead.experiment.running.ray_backend import RayAccount, kept_fresh
+        from teamlead.experiment.running.ray_account import RayAccount, kept_fresh
 
         elsewhere = RayAccount.connect("fresh-test")
         here = RayAccount.connect("fresh-test")
