@@ -143,7 +143,7 @@ class ProcessState:
         self._keeping = keep
 
     def use_account(self, account: Account | None) -> None:
-        """Make the governors from now on on ``account`` (see the ``account`` argument)."""
+        """The governors made from now on use ``account`` (see the ``account`` argument)."""
         self._account = account
         if self._relays is not None:
             self._relays.process_account = account
