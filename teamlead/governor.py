@@ -99,7 +99,6 @@ from ._governor import (
     GovernorPolicy,
     InputEstimate,
     Lease,
-    LimitStore,
     ProcessAccount,
     Usage,
     aimd,
@@ -123,7 +122,6 @@ __all__ = [
     "GovernorCleared",
     "GovernorPolicy",
     "InputEstimate",
-    "LimitStore",
     "Slot",
     "Usage",
     "bucket_key",
@@ -330,10 +328,9 @@ class Governor:
         policy: the knobs; default :class:`GovernorPolicy` ().
         clock: time source for pauses, timeouts and the idle reset.
         on_change: called with every :class:`ConcurrencyChanged`, after the state changed.
-        store: where the learnt limits live when this process is alone on the account
-            (default: in this process); ignored when ``account`` is given.
-        account: the state shared with the account's other processes (learnt limits and
-            in-flight leases); default: this process alone.
+        account: where the learnt limits and the in-flight leases live, shared with the
+            account's other processes (see :func:`teamlead._governor.open_account`);
+            default: this process alone, in memory.
     """
 
     def __init__(
@@ -342,14 +339,13 @@ class Governor:
         *,
         clock: Clock = SYSTEM_CLOCK,
         on_change: Callable[[ConcurrencyChanged], None] | None = None,
-        store: LimitStore | None = None,
         account: Account | None = None,
     ) -> None:
         self.policy = policy or GovernorPolicy()
         self.journal: deque[ConcurrencyChanged] = deque(maxlen=JOURNAL_SIZE)
         self._clock = clock
         self._listeners = [on_change] if on_change is not None else []
-        self._account: Account = account if account is not None else ProcessAccount(store)
+        self._account: Account = account if account is not None else ProcessAccount()
         self._buckets: dict[str, _Bucket] = {}
         self._total = 0
         self._seq = 0

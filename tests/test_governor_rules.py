@@ -1,4 +1,4 @@
-"""The governor's pure parts as tables: AIMD rules, rate-limit headers, the store, priority."""
+"""The governor's pure parts as tables: AIMD rules, rate-limit headers, the account, priority."""
 
 from __future__ import annotations
 
@@ -10,10 +10,9 @@ import anyio
 import pytest
 from freezegun import freeze_time
 
-from teamlead._governor import aimd
+from teamlead._governor import ProcessAccount, aimd
 from teamlead._governor.ratelimit_headers import RateWindow, pace_pause, read_windows
 from teamlead._governor.retry_after import retry_after_from_headers
-from teamlead._governor.store import LimitStore, MemoryStore
 from teamlead.governor import Governor, GovernorPolicy, Slot
 from teamlead.testing import FakeClock
 
@@ -301,15 +300,14 @@ async def test_higher_priority_waiters_are_served_first_then_fifo() -> None:
 
 
 @pytest.mark.anyio
-async def test_a_shared_store_carries_what_was_learnt_to_another_governor() -> None:
-    store = MemoryStore()
-    assert isinstance(store, LimitStore)
-    first = Governor(GovernorPolicy(ceiling=24), clock=FakeClock(), store=store)
+async def test_a_shared_account_carries_what_was_learnt_to_another_governor() -> None:
+    account = ProcessAccount()
+    first = Governor(GovernorPolicy(ceiling=24), clock=FakeClock(), account=account)
     slots: list[Slot] = [await first.acquire(A) for _ in range(4)]
     slots[0].rate_limited(measured=True)  # three others in flight, not rejected
     for slot in slots:
         slot.release()
-    second = Governor(GovernorPolicy(ceiling=24), clock=FakeClock(), store=store)
+    second = Governor(GovernorPolicy(ceiling=24), clock=FakeClock(), account=account)
     assert second.state(A).cap == 3
 
 

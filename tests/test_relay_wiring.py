@@ -20,6 +20,8 @@ from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, SystemMessage
 
 import teamlead
 from teamlead._cli.team_view import LiveTeamView, PlainProgress
+from teamlead._governor import Limits, ProcessAccount
+from teamlead._relay import account_of
 from teamlead._run.relayed import relay_wanted
 from teamlead.events import (
     BucketSummary,
@@ -430,6 +432,38 @@ async def test_experiment_trials_share_one_relay_and_count_each_429_once(tmp_pat
     assert statuses.count(429) == 1 and summary.rate_limited == 1
     # the governor's cut reached the progress view once, though every trial's run heard it
     assert [c.reason for c in progress[-1].changes].count("rate_limited") == 1
+
+
+class _Recording(ProcessAccount):
+    """This process's account, telling each write of a rule's result (key, cap, epoch)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.kept: list[tuple[str, int, int]] = []
+
+    def _keep(self, key: str, limits: Limits) -> None:
+        super()._keep(key, limits)
+        self.kept.append((key, limits.cap, limits.epoch))
+
+
+@pytest.mark.parametrize("shared", ["machine", "process"])
+async def test_a_process_states_account_serves_every_limits_value_but_redis(shared: str) -> None:
+    account = _Recording()
+    process = teamlead.ProcessState(account=account, registry=False, history=False)
+    policy = teamlead.Policy(limits=LimitsPolicy(shared=shared))
+    with ScriptedServer(_limited_once()) as server:
+        options = ClaudeAgentOptions(env={"ANTHROPIC_BASE_URL": server.base_url})
+        items = [
+            i
+            async for i in teamlead.run(
+                "q", options, query_fn=_posting_query([]), policy=policy, process=process
+            )
+        ]
+    assert isinstance(items[-1], Finished) and items[-1].status == "completed"
+    # the relay's governor learnt in the state's account, under the upstream's account name
+    bucket = f"{account_of(server.base_url, options.env)}/anthropic/claude-unit"
+    assert {key for key, _, _ in account.kept} == {bucket}
+    assert account.kept[0] == (bucket, 1, 1)  # the 429's cut: one in flight, epoch 1
 
 
 async def test_a_pause_past_the_runs_deadline_reaches_the_cli_at_once() -> None:

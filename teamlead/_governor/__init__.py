@@ -9,7 +9,6 @@ the modules here hold the parts that need no event loop, so they are tested alon
 * :mod:`.token_estimate`: a request's input tokens, estimated from its body before it goes.
 * :mod:`.token_budget`: the rate-limit windows as token buckets, and when a request fits.
 * :mod:`.knobs`: the knobs (``GovernorPolicy``, static ceilings), the bucket snapshot.
-* :mod:`.store`: where a process alone keeps the learnt limits (a Protocol, in memory).
 * :mod:`.accounts`: what every process of one account shares (learnt limits and one lease
   per slot held), one variant per module: ``base`` (the interface), ``process`` (this
   process alone), ``machine`` (every process of the user on this machine, an SQLite
@@ -36,7 +35,6 @@ if TYPE_CHECKING:
     from .knobs import BucketState, GovernorPolicy, bucket_key, check_seconds
     from .ratelimit_headers import faulty_window, pace_pause, read_windows
     from .retry_after import faulty_retry_after, parse_retry_after, retry_after_from_headers
-    from .store import LimitStore
     from .token_budget import Budget, Usage
     from .token_estimate import InputEstimate, estimate_input
 
@@ -48,7 +46,6 @@ __all__ = [
     "GovernorPolicy",
     "InputEstimate",
     "Lease",
-    "LimitStore",
     "Limits",
     "MachineAccount",
     "NamespacedAccount",

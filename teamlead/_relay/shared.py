@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import anyio
 
-from .._governor import Account, LimitStore, NamespacedAccount, WarnOnce, open_account
+from .._governor import Account, NamespacedAccount, WarnOnce, open_account
 from .._metering import AgentBook, Pause
 from ..clock import SYSTEM_CLOCK, Clock
 from ..governor import Governor, GovernorPolicy
@@ -165,10 +165,12 @@ class RelayPool:
     """The relays and governors of one process, per event loop, made on first use.
 
     Args:
-        store: where a process-alone account keeps its learnt limits. A Ray worker points
-            it at the experiment's shared store, so the relays of every node pace against
-            the limits the others learnt (one account across machines); a Redis ``limits``
-            setting takes precedence (Redis shares the in-flight counts too).
+        account: the account that serves every ``--limits`` value but a Redis URL
+            (``process`` and ``machine`` alike), and Redis's last fallback; ``None``: each
+            value opens its own (:func:`~teamlead._governor.open_account`). A Ray worker
+            passes the experiment's ``RayAccount``, so the relays of every node pace
+            against the limits the others learnt (one account across machines); Redis
+            shares the in-flight counts too, so it keeps precedence.
 
     Example:
         >>> pool = RelayPool()
@@ -176,8 +178,9 @@ class RelayPool:
         ...     env["ANTHROPIC_BASE_URL"] = run.base_url
     """
 
-    def __init__(self, *, store: LimitStore | None = None) -> None:
-        self.store = store
+    def __init__(self, *, account: Account | None = None) -> None:
+        #: the account given (see Args); the relays made from now on use it
+        self.process_account = account
         #: what the pool's shared accounts found wrong in their stores, told once per kind
         self.warnings = WarnOnce()
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopShare] = (
@@ -192,12 +195,14 @@ class RelayPool:
         return share
 
     def account(self, shared: str, name: str = "", clock: Clock = SYSTEM_CLOCK) -> Account:
-        """A new account for a ``--limits`` value (a pool with a store keeps it there),
-        under the account's ``name`` (:func:`account_of`) in a store other accounts share,
-        read on ``clock`` (its governor's)."""
-        if self.store is not None and not shared.startswith(("redis://", "rediss://")):
-            shared = "process"  # a Ray worker: the experiment's store is the shared one
-        account = open_account(shared, clock=clock, store=self.store, warnings=self.warnings)
+        """The account for a ``--limits`` value (the pool's :attr:`process_account` for any
+        but a Redis URL, else a new one read on ``clock``, its governor's), under the
+        account's ``name`` (:func:`account_of`) in a store other accounts share."""
+        given = self.process_account
+        if given is not None and not shared.startswith(("redis://", "rediss://")):
+            account = given
+        else:
+            account = open_account(shared, clock=clock, alone=given, warnings=self.warnings)
         return NamespacedAccount(account, name) if name else account
 
     def governor(

@@ -2,15 +2,15 @@
 
 A run is not alone in its process: concurrent runs (an app serving several users, the
 trials of an experiment) share the request relay of each upstream, the governor of each
-account, the limits store a Ray worker points them at, the cap on subagents running at
+account, the account a Ray worker points them at, the cap on subagents running at
 once, the list of live runs a signal stops, and the registry their entries and control
 endpoints are kept in (``teamlead ps``; :mod:`teamlead._control`), and the telemetry providers
 teamlead builds from the ``OTEL_*`` variables. All of that lives in one
 :class:`ProcessState`, made lazily as the process's default (:func:`default_process_state`)
 and passable explicitly (``teamlead.run(..., process=...)``): a test, or an app that
 wants two separate sets in one process, makes its own. Two states share no relay,
-governor, spawn cap or live-run list; they meet only where sharing is the point: a limits
-store outside the process (a machine or Redis account), and a registry directory in
+governor, spawn cap or live-run list; they meet only where sharing is the point: an
+account outside the process (a machine or Redis account), and a registry directory in
 common, where ``teamlead ps`` lists the runs of both.
 
 Example:
@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .._gate import SpawnCap
-from .._governor import LimitStore
+from .._governor import Account
 from .._history import History, history_wanted
 from .stop import RunStop
 
@@ -40,15 +40,16 @@ __all__ = ["ProcessState", "default_process_state"]
 
 
 class ProcessState:
-    """The relays, governors, limits store, spawn cap, live runs, registry and telemetry a
+    """The relays, governors, account, spawn cap, live runs, registry and telemetry a
     process's runs share.
 
     Args:
         spawn_limit: the most subagents running at once over every run of this state
             (default, and never above: the CLI's own cap,
             ``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS``).
-        limit_store: where the learnt limits of process-alone governors live (a Ray worker
-            passes the experiment's shared store); ``None``: in this process.
+        account: the account of this state's governors for every ``--limits`` value but a
+            Redis URL (a Ray worker passes the experiment's ``RayAccount``; see
+            :class:`~teamlead._relay.RelayPool`); ``None``: each value opens its own.
         env: the environment the CLI's subagent cap, the runtime directory and
             ``TEAMLEAD_NO_REGISTRY`` are read from (default: this process's, read when used).
         runtime_dir: where this state's runs register (default: ``TEAMLEAD_RUNTIME_DIR``,
@@ -63,13 +64,13 @@ class ProcessState:
         self,
         *,
         spawn_limit: int | None = None,
-        limit_store: LimitStore | None = None,
+        account: Account | None = None,
         env: Mapping[str, str] | None = None,
         runtime_dir: str | os.PathLike[str] | None = None,
         registry: bool = True,
         history: bool = True,
     ) -> None:
-        self._limit_store = limit_store
+        self._account = account
         self._relays: RelayPool | None = None
         self._spawn_limit = spawn_limit
         self._env = env
@@ -98,7 +99,7 @@ class ProcessState:
         if self._relays is None:
             from .._relay import RelayPool
 
-            self._relays = RelayPool(store=self._limit_store)
+            self._relays = RelayPool(account=self._account)
         return self._relays
 
     @property
@@ -141,11 +142,11 @@ class ProcessState:
         --no-history``)."""
         self._keeping = keep
 
-    def use_limit_store(self, store: LimitStore | None) -> None:
-        """Keep the learnt limits of governors made from now on in ``store``."""
-        self._limit_store = store
+    def use_account(self, account: Account | None) -> None:
+        """The governors made from now on use ``account`` (see the ``account`` argument)."""
+        self._account = account
         if self._relays is not None:
-            self._relays.store = store
+            self._relays.process_account = account
 
     def enter(self, stop: RunStop) -> None:
         """A run starts: a stop of every run (:meth:`stop_every_run`) reaches it, until it

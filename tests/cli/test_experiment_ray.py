@@ -673,52 +673,52 @@ class TestOnAnOwnedRay:
     async def test_governors_on_two_nodes_share_learnt_limits(self, ray_instance: _Cluster) -> None:
         """A cut learnt by one process's governor is seen by another's, in its own time base."""
         from teamlead._governor.aimd import Limits
-        from teamlead.experiment.running.ray_backend import RayLimitStore
+        from teamlead.experiment.running.ray_account import RayAccount
         from teamlead.governor import Governor, GovernorPolicy, bucket_key
         from teamlead.testing import FakeClock
 
         key = bucket_key("anthropic", "claude-opus-5-5")
         clock_a, clock_b = FakeClock(start=100.0), FakeClock(start=5000.0)  # same wall time
-        store_a = RayLimitStore.connect("share-test", clock=clock_a)
-        store_b = RayLimitStore.connect("share-test", clock=clock_b)
+        account_a = RayAccount.connect("share-test", clock=clock_a)
+        account_b = RayAccount.connect("share-test", clock=clock_b)
         try:
             policy = GovernorPolicy(ceiling=4, max_total=4)
-            node_a = Governor(policy, clock=clock_a, store=store_a)
+            node_a = Governor(policy, clock=clock_a, account=account_a)
             async with node_a.slot(key) as slot:
                 slot.rate_limited(3.0)
             learnt = node_a.state(key)
             assert learnt.cap < 4 and learnt.cooldown_s > 0
-            store_b.refresh()
-            node_b = Governor(policy, clock=clock_b, store=store_b)
+            account_b.refresh()
+            node_b = Governor(policy, clock=clock_b, account=account_b)
             seen = node_b.state(key)
             assert (seen.cap, seen.epoch) == (learnt.cap, learnt.epoch)
             assert seen.cooldown_s == pytest.approx(learnt.cooldown_s)
             # A stale replica's write (an older epoch) does not undo the cut.
-            store_b.put(key, Limits(cap=4, epoch=learnt.epoch - 1))
-            store_a.refresh()
-            limits = store_a.get(key)
+            account_b.update(key, lambda _: (Limits(cap=4, epoch=learnt.epoch - 1), None))
+            account_a.refresh()
+            limits = account_a.limits(key)
         finally:
-            ray.kill(store_a.actor)  # the instance is shared: leave nothing running on it
+            ray.kill(account_a.actor)  # the instance is shared: leave nothing running on it
         assert limits is not None and limits.cap == learnt.cap
 
     @pytest.mark.slow
     @pytest.mark.anyio
     @pytest.mark.timeout(300)
-    async def test_a_worker_store_kept_fresh_sees_a_cut_made_elsewhere(
+    async def test_a_worker_account_kept_fresh_sees_a_cut_made_elsewhere(
         self, ray_instance: _Cluster
     ) -> None:
         """While a trial runs, its worker's replica follows what another node learnt."""
 
         from teamlead._governor.aimd import Limits
-        from teamlead.experiment.running.ray_backend import RayLimitStore, kept_fresh
+        from teamlead.experiment.running.ray_account import RayAccount, kept_fresh
 
-        elsewhere = RayLimitStore.connect("fresh-test")
-        here = RayLimitStore.connect("fresh-test")
+        elsewhere = RayAccount.connect("fresh-test")
+        here = RayAccount.connect("fresh-test")
         try:
             async with kept_fresh(here, every_s=0.05):
-                elsewhere.put("bucket", Limits(cap=2, epoch=3))
-                await apoll(lambda: here.get("bucket") is not None, within_s=60, every_s=0.05)
+                elsewhere.update("bucket", lambda _: (Limits(cap=2, epoch=3), None))
+                await apoll(lambda: here.limits("bucket") is not None, within_s=60, every_s=0.05)
         finally:
             ray.kill(here.actor)  # the instance is shared: leave nothing running on it
-        seen = here.get("bucket")
+        seen = here.limits("bucket")
         assert seen is not None and (seen.cap, seen.epoch) == (2, 3)

@@ -313,7 +313,7 @@ _CHAIN = [
     *("specs.records", "specs.steps", "specs._toml_lines", "specs.spec", "specs.synthetic"),
     *("running.trial_commands", "running.outdir", "running.workspace", "running.trial"),
     *("running.grader", "running.agent_counts", "running.runner", "running.ray_cluster"),
-    *("running.ray_backend",),
+    *("running.ray_account", "running.ray_backend"),
     *("stats.intervals", "stats.estimates", "stats.rates", "stats.power", "stats.verdicts"),
     *("stats.explain",),
     *("stats.metrics", "stats.comparisons"),

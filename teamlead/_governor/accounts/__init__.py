@@ -4,9 +4,9 @@ Every account implements :class:`~.base.Account` (the learnt limits per bucket a
 lease per slot held anywhere on the account; the interface and its parts are in
 :mod:`.base`):
 
-* :class:`~.process.ProcessAccount`: this process alone (``--limits process``); the limits
-  may live in any :class:`~teamlead._governor.store.LimitStore` (e.g. the Ray actor's
-  replica);
+* :class:`~.process.ProcessAccount`: this process alone (``--limits process``), in
+  memory (the experiment's ``RayAccount`` extends it to share the limits through a Ray
+  actor);
 * :class:`~.machine.MachineAccount`: every process of the user on this machine, through an
   SQLite file in the user's cache directory (``--limits machine``, the default);
 * :class:`~.redis.RedisAccount`: every machine, through Redis (``--limits
@@ -32,7 +32,6 @@ from ..._redact import without_password
 from ...clock import SYSTEM_CLOCK, Clock
 from ...errors import UsageError
 from ...policy import SHARED_LIMITS, redis_url_problem
-from ..store import LimitStore
 from .base import Account, AccountError
 from .codecs import WarnOnce
 from .fallback import FallbackAccount, describe
@@ -78,7 +77,7 @@ def open_account(
     spec: str = "machine",
     *,
     clock: Clock = SYSTEM_CLOCK,
-    store: LimitStore | None = None,
+    alone: Account | None = None,
     machine_path: Path | None = None,
     lease_ttl_s: float = 30.0,
     forget_after_s: float = 300.0,
@@ -90,7 +89,8 @@ def open_account(
     Args:
         spec: ``process``, ``machine`` or a ``redis://`` URL.
         clock: the governor's clock.
-        store: where a process-alone account keeps its learnt limits (e.g. a Ray replica).
+        alone: the account ``process`` stands for, also the last fallback (default: a new
+            :class:`ProcessAccount`; a Ray worker passes its ``RayAccount``).
         machine_path: the SQLite file (default: in the user's cache directory).
         lease_ttl_s: how long a shared lease lives without renewal.
         forget_after_s: learnt limits untouched this long are forgotten.
@@ -104,7 +104,7 @@ def open_account(
     told = warnings if warnings is not None else WarnOnce()  # one for the account's fallbacks
 
     def process() -> Account:
-        return ProcessAccount(store)
+        return alone if alone is not None else ProcessAccount()
 
     if spec == "process":
         return process()

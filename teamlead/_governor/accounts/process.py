@@ -1,7 +1,9 @@
 """The account as this process alone sees it (``--limits process``).
 
-:class:`ProcessAccount` counts the leases in memory; its learnt limits may live in any
-:class:`~teamlead._governor.store.LimitStore` (e.g. the Ray actor's replica).
+:class:`ProcessAccount` counts the leases and keeps the learnt limits in memory. A subclass
+may share the limits elsewhere by overriding :meth:`ProcessAccount._keep` (every write goes
+through it) and replacing what :meth:`ProcessAccount.limits` reads (the experiment's Ray
+account pushes each write to a Ray actor and refreshes its replica from it).
 """
 
 from __future__ import annotations
@@ -9,7 +11,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..aimd import Limits, Step
-from ..store import LimitStore, MemoryStore
 from .base import Bounds, CountedRule, Lease, Rule
 
 __all__ = ["ProcessAccount"]
@@ -33,19 +34,23 @@ class ProcessAccount:
 
     shared = False
 
-    def __init__(self, store: LimitStore | None = None) -> None:
-        self._store: LimitStore = store if store is not None else MemoryStore()
+    def __init__(self) -> None:
+        self._limits: dict[str, Limits] = {}
         self._leases: dict[str, _Held] = {}  # token -> its lease
         self._seq = 0
         # (sequence, key) of leases given back, not rejected, while a live lease may count them
         self._released: list[tuple[int, str]] = []
 
     def limits(self, key: str) -> Limits | None:
-        return self._store.get(key)
+        return self._limits.get(key)
+
+    def _keep(self, key: str, limits: Limits) -> None:
+        """Store ``key``'s new limits: every write of a rule's result goes through here."""
+        self._limits[key] = limits
 
     def update(self, key: str, rule: Rule) -> Step:
-        limits, change = rule(self._store.get(key))
-        self._store.put(key, limits)
+        limits, change = rule(self.limits(key))
+        self._keep(key, limits)
         return limits, change
 
     def take(self, bounds: Bounds) -> Lease | None:
@@ -60,7 +65,7 @@ class ProcessAccount:
         self._seq += 1
         token = str(self._seq)
         self._leases[token] = _Held(bounds.key, self._seq)
-        return Lease(bounds.key, token, self, self._store.get(bounds.key))
+        return Lease(bounds.key, token, self, self.limits(bounds.key))
 
     def give_back(self, lease: Lease) -> None:
         held = self._leases.pop(lease.token, None)
@@ -92,8 +97,8 @@ class ProcessAccount:
             and _matches(h.key, prefix)
         )
         ended = sum(1 for seq, key in self._released if seq > since and _matches(key, prefix))
-        limits, change = rule(self._store.get(lease.key), running + ended)
-        self._store.put(lease.key, limits)
+        limits, change = rule(self.limits(lease.key), running + ended)
+        self._keep(lease.key, limits)
         return limits, change
 
     def in_flight(self, prefix: str) -> int:

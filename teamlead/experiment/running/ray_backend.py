@@ -9,16 +9,12 @@ run stays resumable, and a trial is never written twice: when a node dies mid-tr
 re-executes the task, the driver still awaits exactly one result per (trial key,
 attempt), and it refuses a second submission or a result for a token it did not submit.
 
-Each worker's request relay paces the trial's API requests with a governor whose learnt
-limits live in one named Ray actor (:class:`_LimitsActor`) behind the governor's
-:class:`~teamlead._governor.store.LimitStore` interface (:class:`RayLimitStore`): a 429
-cut on one node is seen by all. The store keeps a local replica, because the governor's
-rules are synchronous and must not wait on the network; a worker pulls the shared state
-before its trial and every few seconds during it (:func:`kept_fresh`). Times
-inside the limits are each process's monotonic clock, so they cross the actor as wall
-time. The actor also counts executions of each trial token, so a re-executed task gets a
-fresh CLI session id instead of colliding with the dead one's. It lives on the driver's
-node, so a worker node that dies takes none of that with it. (With ``--limits redis://…``
+Each worker's request relay paces the trial's API requests with a governor on the run's
+:class:`~teamlead.experiment.running.ray_account.RayAccount`, whose learnt limits live in
+one named Ray actor: a 429 cut on one node is seen by all. The actor also counts
+executions of each trial token, so a re-executed task gets a fresh CLI session id instead
+of colliding with the dead one's. It lives on the driver's node, so a worker node that
+dies takes none of that with it. (With ``--limits redis://…``
 the relays keep their limits and their requests in flight in that Redis instead.) The
 base options travel to each task, a session store among them as its settings: each task
 opens its own connections to it and closes them after its trial.
@@ -32,14 +28,11 @@ first use.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import dataclasses
-import math
 import os
 import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Mapping
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -47,148 +40,23 @@ from typing import Any
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
-from ..._governor import Limits
 from ..._sessions import close_store
 from ...clock import SYSTEM_CLOCK, Clock
 from ...policy import Policy
 from ...prompts import Strategy
 from ..specs.records import TrialKey, TrialRecord
 from ..specs.spec import ExperimentSpec
-from .ray_cluster import NAMESPACE, error_line, ray_session
+from .ray_account import RayAccount, kept_fresh
+from .ray_cluster import error_line, ray_session
 from .runner import ExperimentProgress, RunSummary, run_experiment, run_one_trial
 
-__all__ = ["RayLimitStore", "kept_fresh", "ray_session", "run_experiment_ray"]
+__all__ = ["ray_session", "run_experiment_ray"]
 
 _TASK_RETRIES = 3
 """Ray re-executions of a trial whose worker or node died (system failures only)."""
 _FORWARDED_ENV = ("ANTHROPIC_", "CLAUDE_", "DISABLE_")
 """Variables the trials' CLI needs on every node: the API endpoint, key and CLI settings."""
 _NO_DEADLINE_S = 3600.0
-_REFRESH_S = 2.0
-"""How often a worker pulls the shared limits while its trial runs."""
-_TIMED = ("bad_at", "cooldown_until")
-_ACTOR_START_S = 180.0
-"""How long :meth:`RayLimitStore.connect` waits for a new actor's worker to start."""
-
-
-class _LimitsActor:
-    """The shared learnt limits, as wall-clock :class:`Limits` fields, and run counts.
-
-    A write from a process that has not seen the latest epoch (a stale replica) is
-    ignored, so a cut on one node is not undone by another node's late success.
-    """
-
-    def __init__(self) -> None:
-        self._limits: dict[str, dict[str, Any]] = {}
-        self._runs: dict[str, int] = {}
-
-    def put(self, key: str, limits: dict[str, Any]) -> None:
-        current = self._limits.get(key)
-        if current is None or limits["epoch"] >= current["epoch"]:
-            self._limits[key] = limits
-
-    def snapshot(self) -> dict[str, dict[str, Any]]:
-        return dict(self._limits)
-
-    def claim(self, token: str) -> int:
-        """Count one execution of ``token``; returns how many there have been."""
-        self._runs[token] = self._runs.get(token, 0) + 1
-        return self._runs[token]
-
-
-def _to_wall(limits: Limits, offset: float) -> dict[str, Any]:
-    data = dataclasses.asdict(limits)
-    for name in _TIMED:
-        if math.isfinite(data[name]):
-            data[name] += offset
-    return data
-
-
-def _from_wall(data: Mapping[str, Any], offset: float) -> Limits:
-    fields = dict(data)
-    for name in _TIMED:
-        if math.isfinite(fields[name]):
-            fields[name] -= offset
-    return Limits(**fields)
-
-
-class RayLimitStore:
-    """A :class:`~teamlead._governor.store.LimitStore` shared through a named Ray actor.
-
-    ``get`` reads the local replica and ``put`` updates it and sends the change to the
-    actor without waiting; :meth:`refresh` (blocking, call it off the event loop) replaces
-    the replica with the shared state.
-
-    Example:
-        >>> store = RayLimitStore.connect("teamlead-governor/ab")  # doctest: +SKIP
-        >>> Governor(GovernorPolicy(ceiling=4), store=store)  # doctest: +SKIP
-    """
-
-    def __init__(self, actor: Any, *, clock: Clock = SYSTEM_CLOCK, timeout_s: float = 30.0):
-        self._actor = actor
-        self._clock = clock
-        self._timeout_s = timeout_s
-        self._replica: dict[str, Limits] = {}
-
-    @classmethod
-    def connect(
-        cls, name: str, *, clock: Clock = SYSTEM_CLOCK, ready_within_s: float = _ACTOR_START_S
-    ) -> RayLimitStore:
-        """The store of the actor ``name`` (created if missing) in the current Ray session,
-        its replica filled from the actor once it answers.
-
-        A new actor is placed on this process's node: a run's shared limits and run counts
-        then live as long as the driver does, and a worker node that dies takes none of it.
-        Starting one takes a worker process, slow on a loaded node: ``connect`` waits for
-        it up to ``ready_within_s`` (then :class:`RuntimeError`), so that every later read
-        meets a running actor and ``timeout_s`` bounds the read alone.
-        """
-        import ray
-        from ray.exceptions import GetTimeoutError
-        from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
-
-        here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
-        actor = (
-            ray.remote(num_cpus=0)(_LimitsActor)
-            .options(name=name, namespace=NAMESPACE, get_if_exists=True, scheduling_strategy=here)
-            .remote()
-        )
-        store = cls(actor, clock=clock)
-        try:
-            store._pull(ready_within_s)
-        except GetTimeoutError:
-            raise RuntimeError(
-                f"the Ray actor {name!r} holding the shared limits did not start within "
-                f"{ready_within_s:g} s: is the node overloaded? (RayLimitStore.connect's "
-                f"ready_within_s waits longer)"
-            ) from None
-        return store
-
-    @property
-    def actor(self) -> Any:
-        """The actor handle (for :func:`_trial_task`'s run counts)."""
-        return self._actor
-
-    def _offset(self) -> float:
-        return self._clock.time() - self._clock.monotonic()
-
-    def get(self, key: str) -> Limits | None:
-        return self._replica.get(key)
-
-    def put(self, key: str, limits: Limits) -> None:
-        self._replica[key] = limits
-        self._actor.put.remote(key, _to_wall(limits, self._offset()))
-
-    def refresh(self) -> None:
-        """Replace the local replica with the actor's state (waits at most ``timeout_s``)."""
-        self._pull(self._timeout_s)
-
-    def _pull(self, within_s: float) -> None:
-        import ray
-
-        shared = ray.get(self._actor.snapshot.remote(), timeout=within_s)
-        offset = self._offset()
-        self._replica = {key: _from_wall(data, offset) for key, data in shared.items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -198,25 +66,6 @@ class _Place:
 
     out_dir: str
     keep_workspaces: bool = False
-
-
-@asynccontextmanager
-async def kept_fresh(store: RayLimitStore, every_s: float = _REFRESH_S) -> AsyncIterator[None]:
-    """Refresh ``store``'s replica every ``every_s`` in the background for the block, so a
-    governor on it sees what other nodes learn while a trial runs."""
-
-    async def keep() -> None:
-        while True:
-            await anyio.sleep(every_s)
-            with contextlib.suppress(Exception):  # a slow actor: keep the replica, try again
-                await anyio.to_thread.run_sync(store.refresh, abandon_on_cancel=True)
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(keep)
-        try:
-            yield
-        finally:
-            tg.cancel_scope.cancel()
 
 
 def _trial_task(
@@ -234,8 +83,8 @@ def _trial_task(
     """One trial attempt on a Ray worker: ``(token, record JSON, infra?, 429s met)``.
 
     The trial's workspace is made here, on the worker's machine, and the worker's request
-    relay keeps its governor's learnt limits in the shared store, so every node paces
-    against the same account limits.
+    relay's governor is on the shared :class:`RayAccount`, so every node paces against the
+    same account limits.
     """
     import ray
 
@@ -245,14 +94,14 @@ def _trial_task(
     runs = int(ray.get(actor.claim.remote(token), timeout=60))
     if runs > 1:  # re-executed after a crash: the dead run's session id may be taken
         run_id = f"{run_id}/rerun-{runs}"
-    store = RayLimitStore(actor)
-    store.refresh()  # start from what the other nodes learnt
-    default_process_state().use_limit_store(store)  # the worker's process: its relay's
+    account = RayAccount(actor)
+    account.refresh()  # start from what the other nodes learnt
+    default_process_state().use_account(account)  # the worker's process: its relay's
     out_dir = Path(place.out_dir)
 
     async def trial() -> tuple[TrialRecord, bool, int]:
         try:
-            async with kept_fresh(store):
+            async with kept_fresh(account):
                 return await run_one_trial(
                     key,
                     spec,
@@ -317,7 +166,7 @@ async def run_experiment_ray(
     from ray.exceptions import RayError
 
     name = f"teamlead-governor/{spec.experiment.name}/{uuid.uuid4().hex[:12]}"
-    store = RayLimitStore.connect(name, clock=clock)
+    account = RayAccount.connect(name, clock=clock)
     remote = ray.remote(
         num_cpus=task_cpus,
         max_retries=_TASK_RETRIES,
@@ -349,7 +198,7 @@ async def run_experiment_ray(
             attempt,
             run_id,
             place,
-            store.actor,
+            account.actor,
         )
         budget = (trial_policy.deadline_s or _NO_DEADLINE_S) * (_TASK_RETRIES + 1) + 60.0
         start = time.monotonic()
@@ -387,4 +236,4 @@ async def run_experiment_ray(
             execute=execute,
         )
     finally:
-        ray.kill(store.actor)
+        ray.kill(account.actor)
