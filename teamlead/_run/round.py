@@ -133,6 +133,7 @@ class Round:
         kind: ErrorKind | None = None
         exc_status: int | None = None
         self._loop = None if isinstance(self._clock, DeadlineClock) else _asyncio_loop()
+        self._state.cli_gone = ended = False
         self._state.stop.listeners.append(self._on_stop)
         self._state.agents.exhaust_listeners.append(self._on_exhausted)
         try:
@@ -152,6 +153,7 @@ class Round:
                     error, kind = f"stopped: {self._state.stop.reason}", "interrupted"
                     break
                 if message is _END and not self._cut:
+                    ended = True
                     break
                 if self._cut:
                     error, kind = self._cut_error()
@@ -207,6 +209,8 @@ class Round:
                     contextlib.suppress(Exception),
                 ):
                     await aclose()
+                    # its end came and its close returned: the SDK waited for its CLI's exit
+                    self._state.cli_gone = ended
         await self._state.sync_journals()  # what the round's CLI journaled last
         self._outcome = self._conclude(self._tracker.results[start:], error, kind, exc_status)
         for extra in self._state.admission.drain():
@@ -230,9 +234,10 @@ class Round:
     def _relay_events(self) -> list[RateLimited | Any]:
         """The relay's events since the last read (with the agents' usage); a failed lead
         request's Retry-After is kept for the outcome."""
-        if self._state.relay is None:
+        relay, agents = self._state.relay, self._state.agents
+        if relay is None or not (relay.events or agents.events):  # most messages bring none
             return []
-        events: list[Any] = [*self._state.relay.drain(), *self._state.agents.drain()]
+        events: list[Any] = [*relay.drain(), *agents.drain()]
         for event in events:
             if (
                 isinstance(event, RateLimited)
