@@ -112,3 +112,68 @@ async def test_other_clocks_get_the_event_loop_timer() -> None:
     with move_on_at(SYSTEM_CLOCK, SYSTEM_CLOCK.monotonic() - 1.0) as scope:
         await anyio.lowlevel.checkpoint()  # a deadline already passed ends at once
     assert scope.cancelled_caught
+
+
+async def watched(log: list[str], hang: anyio.Event) -> AsyncIterator[Any]:
+    """A stream that yields its init message, then hangs; its end is logged."""
+    try:
+        yield {"type": "system", "subtype": "init", "session_id": SESSION}
+        hang.set()
+        await anyio.sleep_forever()
+    finally:
+        log.append("stream closed")
+
+
+@pytest.mark.parametrize("clock", [FakeClock(), SYSTEM_CLOCK], ids=["fake clock", "system clock"])
+async def test_a_stop_asked_while_a_read_waits_cuts_the_round_before_its_stream_closes(
+    clock: Any,
+) -> None:
+    log: list[str] = []
+    hung = anyio.Event()
+
+    async def on_cut() -> None:
+        log.append("cut")
+
+    this_round = make_round(watched(log, hung), clock, on_cut=on_cut)
+
+    async def stop() -> None:
+        await hung.wait()
+        this_round._state.stop.request("asked by a test")
+
+    with anyio.fail_after(10):  # a guard: a hang here is the bug under test
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop)
+            seen = [m async for m in this_round]
+
+    assert [m["subtype"] for m in seen] == ["init"]
+    assert log == ["cut", "stream closed"]
+    outcome = this_round.outcome
+    assert (outcome.error_kind, outcome.error) == ("interrupted", "stopped: asked by a test")
+    assert this_round._state.stop.listeners == []  # the round no longer listens
+
+
+async def test_the_deadline_on_the_system_clock_cuts_a_waiting_read_through_the_loop_timer() -> (
+    None
+):
+    log: list[str] = []
+    hung = anyio.Event()
+
+    async def on_cut() -> None:
+        log.append("cut")
+
+    policy = Policy(deadline_s=0.05, relay=False)
+    this_round = make_round(watched(log, hung), SYSTEM_CLOCK, on_cut=on_cut, policy=policy)
+    with anyio.fail_after(10):  # a guard: a hang here is the bug under test
+        seen = [m async for m in this_round]
+
+    assert [m["subtype"] for m in seen] == ["init"]
+    assert log == ["cut", "stream closed"]
+    outcome = this_round.outcome
+    assert (outcome.error_kind, outcome.error) == ("deadline", "deadline of 0.05 s reached")
+    assert not this_round._state.cli_gone  # cut, not ended: the end of the run looks for its CLI
+
+
+async def test_a_stream_that_ran_to_its_end_and_closed_marks_its_cli_gone() -> None:
+    this_round = make_round(stream(result("Answer")), FakeClock())
+    _ = [m async for m in this_round]
+    assert this_round.outcome.ok and this_round._state.cli_gone

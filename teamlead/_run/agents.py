@@ -73,6 +73,8 @@ class RunAgents:
         self._admission = admission
         #: set once a budget is reached: the round is cut and the run wraps up
         self.exhausted = anyio.Event()
+        #: told once, when a budget is reached, on the run's loop (a round's read is cut)
+        self.exhaust_listeners: list[Callable[[], None]] = []
         #: told the id of an agent that passed its timeout (a client stops its task)
         self.timeout_listeners: list[Callable[[str], None]] = []
         self._workflow_of: dict[str, str] = {}
@@ -98,6 +100,8 @@ class RunAgents:
 
     def _exhausted(self, reason: ExhaustReason) -> None:
         self.exhausted.set()
+        for listener in list(self.exhaust_listeners):
+            listener()
         if self._admission is not None:  # no agent starts once a budget is reached
             self._admission.budget_reached(reason)
 

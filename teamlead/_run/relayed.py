@@ -189,8 +189,9 @@ async def with_relay_events(
     carries the relay's summary already: its builder reads it from the hookup)."""
     async with aclosing(items):
         async for item in items:
-            for event in hookup.drain():
-                yield event
+            if hookup.events:  # most items bring none: no list to make
+                for event in hookup.drain():
+                    yield event
             yield item
 
 

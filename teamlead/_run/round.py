@@ -22,13 +22,15 @@ that long.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from typing import Any
 
 import anyio
+import anyio.abc
 
-from ..clock import move_on_at
+from ..clock import DeadlineClock, move_on_at
 from ..events import RateLimited
 from ..policy import TRANSIENT_STATUSES
 from ..tracker import (
@@ -102,6 +104,16 @@ class Round:
         self._cli_state = state.cli_state
         self._retry_after: float | None = None
         self._outcome: RoundOutcome | None = None
+        # the pending read, what may cut it, and its timers (see :meth:`_read`)
+        self._loop: asyncio.AbstractEventLoop | None = None  # set once iterated
+        self._reading: anyio.abc.TaskGroup | None = None
+        self._tripped = False
+        self._read_on_cut: Callable[[], Awaitable[None]] | None = None
+        self._read_budget = False
+        self._read_wrap = False
+        self._spawned = False
+        self._alarms: list[asyncio.TimerHandle] = []
+        self._until: tuple[float, asyncio.TimerHandle] | None = None
 
     @property
     def outcome(self) -> RoundOutcome:
@@ -120,6 +132,10 @@ class Round:
         error: str | None = None
         kind: ErrorKind | None = None
         exc_status: int | None = None
+        self._loop = None if isinstance(self._clock, DeadlineClock) else _asyncio_loop()
+        self._state.cli_gone = ended = False
+        self._state.stop.listeners.append(self._on_stop)
+        self._state.agents.exhaust_listeners.append(self._on_exhausted)
         try:
             while True:
                 now = self._clock.monotonic()
@@ -137,6 +153,7 @@ class Round:
                     error, kind = f"stopped: {self._state.stop.reason}", "interrupted"
                     break
                 if message is _END and not self._cut:
+                    ended = True
                     break
                 if self._cut:
                     error, kind = self._cut_error()
@@ -180,6 +197,9 @@ class Round:
                 error += f" (the CLI said: {self._stderr_tail[-1][:300]})"
             exc_status = _status_of(exc)
         finally:
+            self._disarm()
+            self._state.stop.listeners.remove(self._on_stop)
+            self._state.agents.exhaust_listeners.remove(self._on_exhausted)
             aclose = getattr(self._stream, "aclose", None)
             if aclose is not None:
                 # a dead stream may raise on close; there is nothing left to do about it
@@ -189,6 +209,8 @@ class Round:
                     contextlib.suppress(Exception),
                 ):
                     await aclose()
+                    # its end came and its close returned: the SDK waited for its CLI's exit
+                    self._state.cli_gone = ended
         await self._state.sync_journals()  # what the round's CLI journaled last
         self._outcome = self._conclude(self._tracker.results[start:], error, kind, exc_status)
         for extra in self._state.admission.drain():
@@ -212,9 +234,10 @@ class Round:
     def _relay_events(self) -> list[RateLimited | Any]:
         """The relay's events since the last read (with the agents' usage); a failed lead
         request's Retry-After is kept for the outcome."""
-        if self._state.relay is None:
+        relay, agents = self._state.relay, self._state.agents
+        if relay is None or not (relay.events or agents.events):  # most messages bring none
             return []
-        events: list[Any] = [*self._state.relay.drain(), *self._state.agents.drain()]
+        events: list[Any] = [*relay.drain(), *agents.drain()]
         for event in events:
             if (
                 isinstance(event, RateLimited)
@@ -223,73 +246,133 @@ class Round:
                 and event.retry_after_s is not None
             ):
                 self._retry_after = max(self._retry_after or 0.0, event.retry_after_s)
-        return list(events)
+        return events
 
     async def _read(self, until: float, *, cut: bool) -> Any:
         """The next message; ``None`` once ``until`` came first; :data:`_END` at the end.
 
-        A stop asked of the run (:attr:`RunState.stop`) ends the read at once too.
+        A stop asked of the run (:attr:`RunState.stop`) ends the read at once too. The read
+        spawns no task of its own: ``until`` and a budget's grace are event-loop timers
+        (tasks only on a clock with its own timers, or off asyncio), and a stop, a graceful
+        stop or a budget reached are told by their listeners; only what cuts the read
+        starts a task, which runs ``on_cut`` while the read still waits.
         """
-        on_cut = self._on_cut if cut else None
-        budget = on_cut is not None and self._budget_cut
-        stop = self._state.stop
+        self._read_on_cut = self._on_cut if cut else None
+        self._read_budget = self._read_on_cut is not None and self._budget_cut
         # a graceful stop cuts every round but the wrap-up's own, as the wrap-up point does
-        wrap = self._budget_cut and self._state.admission.gated
+        self._read_wrap = self._budget_cut and self._state.admission.gated
         message: Any = None
         failure: Exception | None = None
         async with anyio.create_task_group() as tg:
-
-            async def cutter() -> None:
-                with move_on_at(self._clock, until):
-                    async with anyio.create_task_group() as waits:
-
-                        async def first(wait: Callable[[], Awaitable[None]]) -> None:
-                            await wait()
-                            waits.cancel_scope.cancel()
-
-                        waits.start_soon(first, stop.wait)
-                        if budget:
-                            waits.start_soon(first, self._budget_reached)
-                        if wrap:
-                            waits.start_soon(first, stop.wait_wrap)
-                self._stopped = stop.requested
-                wrapped = wrap and stop.wrapping
-                if on_cut is None and not self._stopped and not wrapped:  # ``until`` came
-                    tg.cancel_scope.cancel()
-                    return
-                self._cut = True
-                if on_cut is not None:
-                    with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
-                        await on_cut()
-                tg.cancel_scope.cancel()
-
-            tg.start_soon(cutter)
-            if self._state.watches_journals:
-                tg.start_soon(self._mirror_journals)
+            self._reading, self._tripped, self._spawned = tg, False, False
             try:
+                self._arm_until(until)
+                if self._read_budget and self._state.agents.exhausted.is_set():
+                    self._alarm(self._clock.monotonic() + _BUDGET_GRACE_S)
+                self._on_stop()
+                if self._state.watches_journals:
+                    self._spawn(self._mirror_journals)
                 message = await self._stream.__anext__()
             except StopAsyncIteration:
                 message = _END
             except Exception as exc:  # re-raised below, outside the task group
                 failure = exc
             finally:
-                if not self._cut:
+                self._reading = None
+                for alarm in self._alarms:
+                    alarm.cancel()
+                self._alarms.clear()
+                if self._spawned and not self._cut:
                     tg.cancel_scope.cancel()
         if failure is not None and not self._cut:
             raise failure
         return _END if failure is not None else message
+
+    def _spawn(self, task: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+        """Start ``task`` in the pending read's group (which is cancelled then, once the
+        read has its message)."""
+        assert self._reading is not None
+        self._spawned = True
+        self._reading.start_soon(task, *args)
+
+    def _arm_until(self, until: float) -> None:
+        """Trip the pending read at ``until``: one event-loop timer, kept from read to read
+        while ``until`` stays the same (the round's deadline)."""
+        if self._loop is None:
+            self._alarm(until)
+            return
+        if self._until is not None:
+            if self._until[0] == until:
+                return
+            self._until[1].cancel()
+        delay = max(0.0, until - self._clock.monotonic())
+        self._until = (until, self._loop.call_later(delay, self._until_came))
+
+    def _until_came(self) -> None:
+        self._until = None  # the next read arms it again (and trips at once)
+        self._trip()
+
+    def _disarm(self) -> None:
+        """The round is over: its ``until`` timer goes."""
+        if self._until is not None:
+            self._until[1].cancel()
+            self._until = None
+
+    def _alarm(self, at: float) -> None:
+        """Trip the pending read once the run's clock reaches ``at``."""
+        if self._loop is None:
+            self._spawn(self._alarm_task, at)
+        else:
+            delay = max(0.0, at - self._clock.monotonic())
+            self._alarms.append(self._loop.call_later(delay, self._trip))
+
+    async def _alarm_task(self, at: float) -> None:
+        with move_on_at(self._clock, at):
+            await anyio.sleep_forever()
+        self._trip()
+
+    def _on_stop(self) -> None:
+        """A stop, or a graceful stop where it cuts this read, trips the pending read."""
+        stop = self._state.stop
+        if stop.requested or (self._read_wrap and stop.wrapping):
+            self._trip()
+
+    def _on_exhausted(self) -> None:
+        """A budget reached cuts the pending read after a grace: the relay refuses new agent
+        requests already, and the notifications of work that just finished reach the
+        stream."""
+        if self._reading is not None and self._read_budget:
+            self._alarm(self._clock.monotonic() + _BUDGET_GRACE_S)
+
+    def _trip(self) -> None:
+        """Something ends the pending read: cut it from a task of its own group."""
+        tg = self._reading
+        if tg is None or self._tripped:
+            return
+        self._tripped = True
+        self._spawn(self._cut_read, tg)
+
+    async def _cut_read(self, tg: anyio.abc.TaskGroup) -> None:
+        """End the pending read: once ``until`` came with nothing to cut, cancel it; else
+        mark the round cut and run ``on_cut`` (shielded) before cancelling it."""
+        stop = self._state.stop
+        self._stopped = stop.requested
+        wrapped = self._read_wrap and stop.wrapping
+        on_cut = self._read_on_cut
+        if on_cut is None and not self._stopped and not wrapped:  # ``until`` came
+            tg.cancel_scope.cancel()
+            return
+        self._cut = True
+        if on_cut is not None:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
+                await on_cut()
+        tg.cancel_scope.cancel()
 
     async def _mirror_journals(self) -> None:
         """While a read waits: mirror the open workflows' journals every so often."""
         while True:
             await self._clock.sleep(JOURNAL_POLL_S)
             await self._state.sync_journals()
-
-    async def _budget_reached(self) -> None:
-        await self._state.agents.exhausted.wait()
-        # the relay refuses new agent requests already: a short grace lets the
-        # notifications of work that just finished reach the stream
-        await self._clock.sleep(_BUDGET_GRACE_S)
 
     def _conclude(
         self,
@@ -360,6 +443,15 @@ def session_state(events: list[TrackedEvent]) -> str | None:
     """The CLI's session state if one of ``events`` reports it (the last one wins)."""
     states = [e.state for e in events if isinstance(e, SessionStateSeen)]
     return states[-1] if states else None
+
+
+def _asyncio_loop() -> asyncio.AbstractEventLoop | None:
+    """The running asyncio event loop, whose timers cost no task; ``None`` off asyncio
+    (trio), where a read's timers are tasks."""
+    try:
+        return asyncio.get_running_loop()
+    except RuntimeError:
+        return None
 
 
 def describe_error(exc: BaseException) -> str:

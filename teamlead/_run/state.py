@@ -215,6 +215,9 @@ class RunState:
             :func:`teamlead.receive_all` (:meth:`begin_turn`).
         held: the run outlives each of its turns (a :class:`~teamlead.ClientRun`'s, for
             its client's life): :meth:`close` lets go of nothing until it is released.
+        cli_gone: the last round's stream ran to its end and closed in time, so its CLI
+            has exited (what it started is no longer the run's to stop): :meth:`end` has
+            nothing to look for.
     """
 
     mode: Mode
@@ -248,6 +251,7 @@ class RunState:
     last_parsed: tuple[object, list[TrackedEvent]] | None = field(default=None, repr=False)
     turns: int = 0
     held: bool = False
+    cli_gone: bool = False
 
     def begin_turn(self) -> None:
         """A turn of the run begins: the query, or a client's next one on the same CLI
@@ -331,9 +335,10 @@ class RunState:
     async def end(self) -> None:
         """The run's stream is closed, whichever way: in ``query`` mode any CLI process of
         the run still alive (its stream was closed from another task, say by the garbage
-        collector, and the SDK could not stop it) is stopped by its mark, then every slot
-        is let go (:meth:`close`). A client's CLI is the client's own: it is left alone."""
-        if self.mode == "query":
+        collector, and the SDK could not stop it) is stopped by its mark, unless the last
+        round's CLI is known to have exited (:attr:`cli_gone`), then every slot is let go
+        (:meth:`close`). A client's CLI is the client's own: it is left alone."""
+        if self.mode == "query" and not self.cli_gone:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT_S):
                 await anyio.to_thread.run_sync(stop_marked, RUN_MARK_VAR, self.mark)
         self.close()

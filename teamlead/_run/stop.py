@@ -42,6 +42,8 @@ class RunStop:
         #: why a graceful stop was asked (the run wraps up), if one was
         self.wrap_reason: str | None = None
         self._wrap_event: anyio.Event | None = None
+        #: told at every request of either kind, on the run's loop (a round's read is cut)
+        self.listeners: list[Callable[[], None]] = []
 
     @property
     def requested(self) -> bool:
@@ -57,6 +59,7 @@ class RunStop:
                     self._on_request(reason)
         if self._event is not None:
             self._event.set()
+        self._tell()
 
     @property
     def wrapping(self) -> bool:
@@ -70,6 +73,11 @@ class RunStop:
             self.wrap_reason = reason
         if self._wrap_event is not None:
             self._wrap_event.set()
+        self._tell()
+
+    def _tell(self) -> None:
+        for listener in list(self.listeners):
+            listener()
 
     async def wait_wrap(self) -> None:
         """Return once a graceful stop is asked."""
