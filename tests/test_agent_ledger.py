@@ -353,7 +353,7 @@ def test_a_version_1_finished_record_still_reads() -> None:
     }
     done = Finished.model_validate(old)
     assert done.version == 1 and done.tasks[0].tokens_in is None
-    assert EVENT_VERSION == 5 and Finished.model_validate_json(done.to_json()) == done
+    assert EVENT_VERSION == 6 and Finished.model_validate_json(done.to_json()) == done
 
 
 class _BrokenAdmission:

@@ -279,7 +279,7 @@ def test_the_ndjson_lines_mark_the_workflow_its_phases_and_each_agent_change_onc
     kinds = [r["type"] for r in records if r["type"].startswith("workflow_")]
     assert kinds.count("workflow_started") == kinds.count("workflow_ended") == 1
     assert kinds.count("workflow_phase") == 2 and kinds.count("workflow_agent") == 8
-    assert all(r["version"] == 5 for r in records)
+    assert all(r["version"] == 6 for r in records)
     snapshots = [r for r in records if r["type"] == "task_progress"]
     assert snapshots and all("workflow_agents" not in r for r in snapshots)
     end = next(r for r in records if r["type"] == "workflow_ended")
