@@ -122,15 +122,15 @@ async def _relayed_run(
             state.attach_relay(hookup)
             run_trace = trace_run(
                 mode,
-                state.options,
-                state,
+                state.ask.options,
+                state.stream,
                 source=state.process.telemetry,
                 prompt=prompt,
                 session_id=session_id,
             )
             if run_trace is not None:
                 run_trace.attach(hookup.run)
-                state.wire(trace_env=run_trace.trace_env())
+                state.ask.wire(trace_env=run_trace.trace_env())
             items = with_relay_events(start(state), hookup)
             if run_trace is not None:
                 items = run_trace.observe(items)
@@ -146,8 +146,8 @@ async def _relayed_run(
     finally:
         state.close()  # also when the relay's hookup failed to open or to close
     if finished is not None:
-        if state.store is not None:  # how the run ended, for `teamlead sessions`
-            await state.store.put_status(finished)
+        if state.ask.store is not None:  # how the run ended, for `teamlead sessions`
+            await state.ask.store.put_status(finished)
         yield finished
 
 
@@ -378,18 +378,18 @@ class ClientRun:
         self._state = new_run(
             "client", options, policy or Policy(), clock, control=control, process=process
         )
-        self._state.held = True  # each turn's end leaves the run to the next turn
+        self._state.ask.held = True  # each turn's end leaves the run to the next turn
         self._relay: AbstractAsyncContextManager[RelayHookup] | None = None
 
     @property
     def options(self) -> ClaudeAgentOptions:
         """The options to connect the client with (through the relay inside the block)."""
-        return self._state.options
+        return self._state.ask.options
 
     @property
     def policy(self) -> Policy:
         """The run's policy."""
-        return self._state.policy
+        return self._state.ask.policy
 
     async def __aenter__(self) -> ClientRun:
         """Start the request relay for the client's life (direct when off or failing)."""
@@ -405,7 +405,7 @@ class ClientRun:
             if context is not None:
                 await context.__aexit__(None, None, None)
         finally:
-            self._state.held = False
+            self._state.ask.held = False
             self._state.close("the client's run ended")
 
 
@@ -454,7 +454,7 @@ async def receive_all(
     items = run_client(state, client)
     hookup = state.relay
     items = with_relay_events(items, hookup) if hookup else items
-    run_trace = trace_run("client", client.options, state, source=state.process.telemetry)
+    run_trace = trace_run("client", client.options, state.stream, source=state.process.telemetry)
     if run_trace is not None:  # telemetry on; the client's CLI started without our TRACEPARENT
         run_trace.attach(hookup.run if hookup else None)
         items = run_trace.observe(items)
@@ -462,8 +462,8 @@ async def receive_all(
     try:
         async with aclosing(items) as stream:
             async for item in stream:
-                if isinstance(item, Finished) and state.store is not None:
-                    await state.store.put_status(item)
+                if isinstance(item, Finished) and state.ask.store is not None:
+                    await state.ask.store.put_status(item)
                 yield item
     finally:  # however the turn ends, the run lets go of its slots (a ClientRun's, held for
         state.close()  # the client's next turns, when its block ends)

@@ -93,13 +93,13 @@ class Round:
         self._cut = False
         self._stopped = False
         self._send = send
-        self._tracker = state.tracker
-        self._policy = state.policy
+        self._tracker = state.stream.tracker
+        self._policy = state.ask.policy
         self._clock = state.clock
-        self._deadline = state.wrap_at if deadline is None else deadline
+        self._deadline = state.deadline.wrap_at if deadline is None else deadline
         self._settle = settle
-        self._stderr_tail = state.stderr_tail
-        self._cli_state = state.cli_state
+        self._stderr_tail = state.stream.stderr_tail
+        self._cli_state = state.stream.cli_state
         self._retry_after: float | None = None
         self._outcome: RoundOutcome | None = None
 
@@ -149,7 +149,7 @@ class Round:
                         kind = "deadline"
                     break
                 events = self._state.feed(message)
-                if self._state.store is not None and any(
+                if self._state.ask.store is not None and any(
                     isinstance(e, _WORKFLOW_EVENTS) for e in events
                 ):
                     await self._state.sync_journals()
@@ -162,7 +162,7 @@ class Round:
                 self._state.admission.observe(message, events)
                 for extra in self._state.admission.drain():
                     yield extra
-                for amended in self._state.drain_amends():
+                for amended in self._state.outside.drain_amends():
                     yield amended
                 for denied in workflow_denials(events):
                     yield denied
@@ -193,7 +193,7 @@ class Round:
         self._outcome = self._conclude(self._tracker.results[start:], error, kind, exc_status)
         for extra in self._state.admission.drain():
             yield extra  # what the gate noted after the last message
-        for amended in self._state.drain_amends():
+        for amended in self._state.outside.drain_amends():
             yield amended
         for extra in self._relay_events():
             yield extra
