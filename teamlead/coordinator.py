@@ -45,11 +45,12 @@ from typing import Any, TypeAlias
 from claude_agent_sdk import ClaudeAgentOptions, Message, Transport
 
 from ._otel import trace_run
+from ._run.bus import with_run_events
 from ._run.dropin import SdkRounds, sdk_view
 from ._run.loop import Client, QueryFn, run_client, run_query, run_resume
 from ._run.process import ProcessState
 from ._run.registered import registered
-from ._run.relayed import RelayHookup, with_relay_events
+from ._run.relayed import RelayHookup
 from ._run.relayed import relay_for as _relay_for
 from ._run.state import RunState, new_run, prepare_options
 from ._run.stream import RunStream
@@ -107,7 +108,8 @@ async def _relayed_run(
     """The stream ``start`` makes from ``state``, with the run hooked up to the relay.
 
     The hookup is attached to the run state (its options then point at the relay) before
-    ``start`` runs, so every round reads the relay's events from the run state. With
+    ``start`` runs, and the relay publishes its events to the run's bus, which the stream
+    yields as they come (:func:`~teamlead._run.bus.with_run_events`). With
     telemetry on (:mod:`teamlead._otel`), the run's spans are made from this stream, the
     CLI gets the run's span as its ``TRACEPARENT`` and the relay makes a ``chat`` span per
     request (``mode``, ``prompt`` and ``session_id`` describe the run for them).
@@ -131,7 +133,7 @@ async def _relayed_run(
             if run_trace is not None:
                 run_trace.attach(hookup.run)
                 state.ask.wire(trace_env=run_trace.trace_env())
-            items = with_relay_events(start(state), hookup)
+            items = with_run_events(start(state), state.events)
             if run_trace is not None:
                 items = run_trace.observe(items)
             try:
@@ -451,9 +453,8 @@ async def receive_all(
         state = new_run(
             "client", client.options, policy or Policy(), clock, gated=False, process=process
         )
-    items = run_client(state, client)
+    items = with_run_events(run_client(state, client), state.events)
     hookup = state.relay
-    items = with_relay_events(items, hookup) if hookup else items
     run_trace = trace_run("client", client.options, state.stream, source=state.process.telemetry)
     if run_trace is not None:  # telemetry on; the client's CLI started without our TRACEPARENT
         run_trace.attach(hookup.run if hookup else None)

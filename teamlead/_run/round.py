@@ -3,7 +3,8 @@
 A :class:`Round` is an async iterator over one stream (a query generator, or a client's
 ``receive_messages()``) of one run (:class:`~.state.RunState`). It feeds every message to
 the run's tracker once, shows the parsed events to the run's spawn gate, and yields the
-message unchanged, followed by the gate's and the relay's events it caused. Each read is
+message unchanged (the events the gate and the relay publish meanwhile reach the stream
+through the run's event bus, :mod:`.bus`). Each read is
 bounded by the run's deadline on the run's clock (and, for a client's never-ending
 stream, by the idle timeout). When iteration ends the stream is closed and
 :attr:`Round.outcome` says whether the lead answered, and if not, why, so nothing but the
@@ -17,7 +18,8 @@ finished.
 
 A lead request the relay saw fail with 429 or 529 and a ``retry-after`` header puts that
 wait on the outcome (:attr:`RoundOutcome.retry_after`), so a resume retry waits at least
-that long.
+that long: the round watches the bus on a subscription of its own, so it sees that event
+however the stream is read.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from ..tracker import (
     WorkflowEnded,
     WorkflowLaunched,
 )
+from .bus import RunEvent
 from .outcome import ErrorKind, RoundOutcome
 from .state import RunState
 from .workflow_permission import workflow_denials
@@ -59,8 +62,8 @@ class Round:
     """Iterate one round's messages; read :attr:`outcome` once iteration has ended.
 
     Args:
-        state: the run: its tracker is fed every message, its gate and relay events are
-            yielded after the message, its policy and clock bound the reads.
+        state: the run: its tracker is fed every message, its bus watched for the lead's
+            Retry-After, its policy and clock bound the reads.
         stream: the messages, from a query generator or a client.
         deadline: when the round is cut (a ``clock.monotonic()`` value); default the
             run's wrap-up point.
@@ -114,8 +117,13 @@ class Round:
         return self._messages()
 
     async def _messages(self) -> AsyncIterator[Any]:
+        watch = self._state.events.subscribe()  # the lead's Retry-After, whoever reads
         if self._send is not None:
-            await self._send()
+            try:
+                await self._send()
+            except BaseException:
+                watch.close()
+                raise
         start = len(self._tracker.results)
         error: str | None = None
         kind: ErrorKind | None = None
@@ -156,14 +164,8 @@ class Round:
                 state = session_state(events)
                 if state is not None:
                     self._cli_state = state
-                for extra in self._relay_events():
-                    yield extra
                 yield message
                 self._state.admission.observe(message, events)
-                for extra in self._state.admission.drain():
-                    yield extra
-                for amended in self._state.outside.drain_amends():
-                    yield amended
                 for denied in workflow_denials(events):
                     yield denied
                 if self._settle and settled(
@@ -180,6 +182,8 @@ class Round:
                 error += f" (the CLI said: {self._stderr_tail[-1][:300]})"
             exc_status = _status_of(exc)
         finally:
+            self._note_retry_after(watch.drain())
+            watch.close()
             aclose = getattr(self._stream, "aclose", None)
             if aclose is not None:
                 # a dead stream may raise on close; there is nothing left to do about it
@@ -191,12 +195,6 @@ class Round:
                     await aclose()
         await self._state.sync_journals()  # what the round's CLI journaled last
         self._outcome = self._conclude(self._tracker.results[start:], error, kind, exc_status)
-        for extra in self._state.admission.drain():
-            yield extra  # what the gate noted after the last message
-        for amended in self._state.outside.drain_amends():
-            yield amended
-        for extra in self._relay_events():
-            yield extra
 
     def _cut_error(self) -> tuple[str, ErrorKind]:
         """Why the wrap-up point cut the round: a graceful stop, the deadline, or a budget
@@ -209,12 +207,8 @@ class Round:
             return f"the run's {reason.replace('_', ' ')} is reached", "budget"
         return f"deadline of {self._policy.deadline_s:g} s reached", "deadline"
 
-    def _relay_events(self) -> list[RateLimited | Any]:
-        """The relay's events since the last read (with the agents' usage); a failed lead
-        request's Retry-After is kept for the outcome."""
-        if self._state.relay is None:
-            return []
-        events: list[Any] = [*self._state.relay.drain(), *self._state.agents.drain()]
+    def _note_retry_after(self, events: list[RunEvent]) -> None:
+        """Keep the longest Retry-After of a failed lead request among ``events``."""
         for event in events:
             if (
                 isinstance(event, RateLimited)
@@ -223,7 +217,6 @@ class Round:
                 and event.retry_after_s is not None
             ):
                 self._retry_after = max(self._retry_after or 0.0, event.retry_after_s)
-        return list(events)
 
     async def _read(self, until: float, *, cut: bool) -> Any:
         """The next message; ``None`` once ``until`` came first; :data:`_END` at the end.

@@ -17,7 +17,10 @@ they need. Its parts:
   admission, and every agent of the run (:class:`~.agents.RunAgents`);
 - :class:`Outside`: what reaches the run from outside while it goes: the permission
   requests waiting for an answer, the pause (``teamlead pause``), the user's
-  :class:`~teamlead.control.RunControl` and its amends waiting for the stream;
+  :class:`~teamlead.control.RunControl`;
+- the run's :class:`~.bus.EventBus`: its producers (the gate, the relay, the agents'
+  metering, the control) publish there, and each consumer (the public stream, a round
+  watching for the lead's Retry-After) subscribes;
 - :class:`Delivered`: what was collected and delivered (:class:`Collected`), the ledger;
 - the relay hookup, the clock, the :class:`Deadline` and the wrap-up point before it,
   the stop asked from outside, and the :class:`~.process.ProcessState` the run shares
@@ -30,6 +33,7 @@ import collections
 import dataclasses
 import os
 import uuid
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -50,6 +54,7 @@ from ..events import RunAmended
 from ..policy import Policy
 from ..tracker import TrackedEvent, Tracker
 from .agents import RunAgents
+from .bus import EventBus
 from .ending import AgentEnd
 from .ledger import Ledger
 from .options import MAX_MESSAGE_BYTES, RUN_MARK_VAR, SUBAGENT_MODEL_VAR, Wiring, build_options
@@ -282,39 +287,38 @@ class Outside:
         pause: the run's pause: its admission and its share of the relay hold on it.
         control: the user's live control of the run, if any.
         lease: the run's hold on :attr:`control`, while it serves the run.
-        amended: the control's events not yet in the stream.
     """
 
     permissions: PermissionRequests
     pause: Pause = field(default_factory=Pause)
     control: RunControl | None = None
     lease: ControlLease | None = None
-    amended: list[RunAmended] = field(default_factory=list)
 
     def use_control(
-        self, control: RunControl, admission: Admission, *, on_loop: bool = False
+        self,
+        control: RunControl,
+        admission: Admission,
+        publish: Callable[[RunAmended], None],
+        *,
+        on_loop: bool = False,
     ) -> None:
         """Let ``control`` amend ``admission`` (its cap and subagent model) from now on (its
-        amends become :class:`~teamlead.events.RunAmended` events in the stream).
+        amends are published as :class:`~teamlead.events.RunAmended` events).
 
         Args:
             control: the control.
             admission: the run's admission.
+            publish: where its amends go (the run's event bus).
             on_loop: called on the run's event loop once it runs (``teamlead amend`` on a
                 run started without a control): amends are applied through it from now.
 
         Raises:
             AmendRefused: ``control`` already serves a run that has not ended.
         """
-        self.lease = control.serve(admission, emit=self.amended.append)
+        self.lease = control.serve(admission, emit=publish)
         self.control = control
         if on_loop:
             self.lease.bind_loop()
-
-    def drain_amends(self) -> list[RunAmended]:
-        """The control's events since the last call (applied on the run's loop)."""
-        events, self.amended[:] = list(self.amended), []
-        return events
 
 
 @dataclass
@@ -356,6 +360,8 @@ class RunState:
             spawn gate on).
         agents: every agent of the run: the relay's ledger, the timeout and budgets.
         outside: what reaches the run from outside (:class:`Outside`).
+        events: the run's event bus: every producer of the run publishes to it, every
+            consumer subscribes (:mod:`.bus`).
         delivered: what it collected and delivered, and its result's ledger.
         relay: the run's relay hookup once attached (:meth:`attach_relay`; its ``run`` is
             ``None`` when the run goes direct).
@@ -371,6 +377,7 @@ class RunState:
     admission: Admission
     agents: RunAgents
     outside: Outside
+    events: EventBus
     clock: Clock
     delivered: Delivered = field(default_factory=Delivered)
     relay: RelayHookup | None = None
@@ -397,6 +404,7 @@ class RunState:
             self.ask.options,
             self.ask.policy,
             process=self.process,
+            on_event=self.events.publish,
             agents=self.agents.book,
             pause=self.outside.pause,
         )
@@ -536,6 +544,7 @@ def new_run(
     shared = process or default_process_state()
     user = options or ClaudeAgentOptions()
     pause = Pause()
+    bus = EventBus()
     admission = Admission(
         policy,
         clock,
@@ -544,6 +553,7 @@ def new_run(
         pause=pause,
         starting_model=_starting_model(user, policy),
         gated=gated and not verbatim,
+        publish=bus.publish,
     )
     permissions = PermissionRequests(clock)
     mark = uuid.uuid4().hex
@@ -582,14 +592,15 @@ def new_run(
         ask=ask,
         stream=Streamed(tracker=Tracker(clock=clock), stderr_tail=tail),
         admission=admission,
-        agents=RunAgents(policy, clock, admission),
+        agents=RunAgents(policy, clock, admission, publish=bus.publish),
         outside=Outside(permissions=permissions, pause=pause),
+        events=bus,
         clock=clock,
         process=shared,
         stop=RunStop(on_request=admission.stopped),
     )
     if control is not None:
-        state.outside.use_control(control, admission)
+        state.outside.use_control(control, admission, bus.publish)
     state.delivered.ledger.one_process = mode == "client"
     shared.enter(state.stop)
     return state

@@ -184,10 +184,8 @@ class RunSteering:
         self._need_live()
         control = state.outside.control
         if control is None:  # a run started without one: the registry's own
-            control = RunControl()
-            state.outside.use_control(
-                control, state.admission, on_loop=True
-            )  # on the run's loop: applied at once
+            control = RunControl()  # used on the run's loop: applied at once
+            state.outside.use_control(control, state.admission, state.events.publish, on_loop=True)
         cap: int | None | Unset = UNSET
         model: str | None | Unset = UNSET
         if "cap" in changes:

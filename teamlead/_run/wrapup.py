@@ -97,8 +97,6 @@ async def wrap_up(
     """
     assert state.admission.gated
     state.admission.close("the run is wrapping up: no more agents")
-    for gate_event in state.admission.drain():
-        yield gate_event
     clock, ledger, policy = state.clock, state.delivered.ledger, state.ask.policy
     stopped = state.stream.tracker.stop_open_tasks(clock.monotonic())
     open_ids = [task.task_id for task in stopped]
