@@ -20,9 +20,9 @@ from teamlead.events import RateLimited, RunAmended
 from teamlead.policy import Policy
 from teamlead.testing import FakeClock
 
-from .test_run_round import SESSION, result
-
 pytestmark = pytest.mark.anyio
+
+SESSION = "d6b404c3-7aec-40d7-9803-56ebb9cb00ba"
 
 LEAD_LIMITED = RateLimited(model="claude-x", role="lead", retry_after_s=7.0, outcome="passed")
 
@@ -54,7 +54,15 @@ async def test_the_round_keeps_the_leads_retry_after_the_stream_read_first() -> 
 
     async def messages() -> AsyncGenerator[Any, None]:
         yield {"type": "system", "subtype": "init", "session_id": SESSION}
-        yield result("API Error: 429 rate limited", is_error=True, status=429)
+        yield {
+            "type": "result",
+            "subtype": "success",
+            "is_error": True,
+            "result": "API Error: 429 rate limited",
+            "session_id": SESSION,
+            "num_turns": 1,
+            "api_error_status": 429,
+        }
 
     this_round = Round(state, messages(), deadline=clock.monotonic() + policy.deadline_s)
 

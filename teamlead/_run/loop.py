@@ -76,7 +76,7 @@ async def run_query(
     first = rounds.first(prompt)
     async for item in first:
         yield item
-    state.process_ended()
+    state.admission.process_ended()
     _after_first(state, first.outcome)
     if state.stop.requested:
         yield interrupted(state)
@@ -326,7 +326,7 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             async for item in this_round:
                 yield item
             if not client:
-                state.process_ended()
+                state.admission.process_ended()
             outcome = this_round.outcome
             state.stream.cli_state = outcome.cli_state
             read_back(state, outcome)

@@ -478,10 +478,6 @@ class RunState:
             t.workflow is not None and not t.terminal for t in self.stream.tracker.tasks.values()
         )
 
-    def process_ended(self) -> None:
-        """A CLI process of the run exited: its agents ended with it."""
-        self.admission.process_ended()
-
 
 def prepare_options(
     options: ClaudeAgentOptions | None, policy: Policy, *, client: bool = False
