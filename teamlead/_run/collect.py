@@ -42,6 +42,7 @@ from ..events import (
     WaitingForTeam,
 )
 from ..tracker import TaskEnded, TaskInfo, Tracker, WorkflowAgent, WorkflowRun
+from .delivered import Collected, CutResult, Member
 from .ending import AgentEnd, read_end, read_evidence, transcript_paths
 from .resume_prompt import (
     FAILED_STATES,
@@ -52,7 +53,7 @@ from .resume_prompt import (
     WorkflowResume,
     escape,
 )
-from .state import Collected, CutResult, Member, RunState
+from .state import RunState
 
 __all__ = [
     "Collection",
