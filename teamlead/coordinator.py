@@ -61,7 +61,7 @@ from ._run import (
     run_query,
     run_resume,
     sdk_view,
-    with_relay_events,
+    with_run_events,
 )
 from ._run import relay_for as _relay_for
 from .clock import SYSTEM_CLOCK, Clock
@@ -117,7 +117,8 @@ async def _relayed_run(
     """The stream ``start`` makes from ``state``, with the run hooked up to the relay.
 
     The hookup is attached to the run state (its options then point at the relay) before
-    ``start`` runs, so every round reads the relay's events from the run state. With
+    ``start`` runs, and the relay publishes its events to the run's bus, which the stream
+    yields as they come (:func:`~teamlead._run.bus.with_run_events`). With
     telemetry on (:mod:`teamlead._otel`), the run's spans are made from this stream, the
     CLI gets the run's span as its ``TRACEPARENT`` and the relay makes a ``chat`` span per
     request (``mode``, ``prompt`` and ``session_id`` describe the run for them).
@@ -132,16 +133,16 @@ async def _relayed_run(
             state.attach_relay(hookup)
             run_trace = trace_run(
                 mode,
-                state.options,
-                state,
+                state.ask.options,
+                state.stream,
                 source=state.process.telemetry,
                 prompt=prompt,
                 session_id=session_id,
             )
             if run_trace is not None:
                 run_trace.attach(hookup.run)
-                state.wire(trace_env=run_trace.trace_env())
-            items = with_relay_events(start(state), hookup)
+                state.ask.wire(trace_env=run_trace.trace_env())
+            items = with_run_events(start(state), state.events)
             if run_trace is not None:
                 items = run_trace.observe(items)
             try:
@@ -156,8 +157,8 @@ async def _relayed_run(
     finally:
         state.close()  # also when the relay's hookup failed to open or to close
     if finished is not None:
-        if state.store is not None:  # how the run ended, for `teamlead sessions`
-            await state.store.put_status(finished)
+        if state.ask.store is not None:  # how the run ended, for `teamlead sessions`
+            await state.ask.store.put_status(finished)
         yield finished
 
 
@@ -388,18 +389,18 @@ class ClientRun:
         self._state = new_run(
             "client", options, policy or Policy(), clock, control=control, process=process
         )
-        self._state.held = True  # each turn's end leaves the run to the next turn
+        self._state.ask.held = True  # each turn's end leaves the run to the next turn
         self._relay: AbstractAsyncContextManager[RelayHookup] | None = None
 
     @property
     def options(self) -> ClaudeAgentOptions:
         """The options to connect the client with (through the relay inside the block)."""
-        return self._state.options
+        return self._state.ask.options
 
     @property
     def policy(self) -> Policy:
         """The run's policy."""
-        return self._state.policy
+        return self._state.ask.policy
 
     async def __aenter__(self) -> ClientRun:
         """Start the request relay for the client's life (direct when off or failing)."""
@@ -415,7 +416,7 @@ class ClientRun:
             if context is not None:
                 await context.__aexit__(None, None, None)
         finally:
-            self._state.held = False
+            self._state.ask.held = False
             self._state.close("the client's run ended")
 
 
@@ -461,10 +462,9 @@ async def receive_all(
         state = new_run(
             "client", client.options, policy or Policy(), clock, gated=False, process=process
         )
-    items = run_client(state, client)
+    items = with_run_events(run_client(state, client), state.events)
     hookup = state.relay
-    items = with_relay_events(items, hookup) if hookup else items
-    run_trace = trace_run("client", client.options, state, source=state.process.telemetry)
+    run_trace = trace_run("client", client.options, state.stream, source=state.process.telemetry)
     if run_trace is not None:  # telemetry on; the client's CLI started without our TRACEPARENT
         run_trace.attach(hookup.run if hookup else None)
         items = run_trace.observe(items)
@@ -472,8 +472,8 @@ async def receive_all(
     try:
         async with aclosing(items) as stream:
             async for item in stream:
-                if isinstance(item, Finished) and state.store is not None:
-                    await state.store.put_status(item)
+                if isinstance(item, Finished) and state.ask.store is not None:
+                    await state.ask.store.put_status(item)
                 yield item
     finally:  # however the turn ends, the run lets go of its slots (a ClientRun's, held for
         state.close()  # the client's next turns, when its block ends)

@@ -58,6 +58,11 @@ def a_run(control: RunControl, *, cap: int | None = 3, **spawn: Any) -> RunState
     return state
 
 
+def amends(state: RunState) -> list[RunAmended]:
+    """The control's events the run's stream has not yet yielded (its bus's public side)."""
+    return [e for e in state.events.stream.drain() if isinstance(e, RunAmended)]
+
+
 def agent_input(name: str, **tool: Any) -> dict[str, Any]:
     return {
         "hook_event_name": "PreToolUse",
@@ -100,7 +105,7 @@ async def test_a_field_left_out_changes_nothing_none_restores_and_a_value_sets()
     assert (control.cap, control.subagent_model) == (3, "haiku")
     assert (event.default_cap, event.default_subagent_model) == (3, "haiku")
     assert state.admission.cap == 3
-    assert [e.changed for e in state.drain_amends()] == [
+    assert [e.changed for e in amends(state)] == [
         ["cap"],
         ["subagent_model"],
         ["cap", "subagent_model"],
@@ -119,7 +124,7 @@ async def test_an_amend_that_changes_nothing_is_refused_and_emits_nothing() -> N
     control.amend(subagent_model="haiku")
     with pytest.raises(AmendRefused, match="subagent model is already haiku"):
         control.set_subagent_model("haiku")
-    assert [e.subagent_model for e in state.drain_amends()] == ["haiku"]
+    assert [e.subagent_model for e in amends(state)] == ["haiku"]
 
 
 async def test_bad_values_are_refused_with_the_field_and_change_nothing() -> None:
@@ -136,7 +141,7 @@ async def test_bad_values_are_refused_with_the_field_and_change_nothing() -> Non
     with pytest.raises(AmendRefused):  # one bad field: the good one is not applied either
         control.amend(cap=4, subagent_model="")
     assert (control.cap, control.subagent_model) == (3, None)
-    assert state.drain_amends() == []
+    assert amends(state) == []
     assert isinstance(AmendRefused("x"), teamlead.UsageError)
 
 
@@ -362,13 +367,13 @@ def test_the_starting_model_is_the_policys_else_the_users_variable() -> None:
     control = RunControl()
     policy = Policy(spawn=SpawnPolicy(subagent_model="haiku"))
     state = new_run("query", ClaudeAgentOptions(), policy, FakeClock(), control=control)
-    assert state.options.env[SUBAGENT_MODEL_VAR] == "haiku"
+    assert state.ask.options.env[SUBAGENT_MODEL_VAR] == "haiku"
     assert control.default_subagent_model == "haiku"
     state.close()
     options = ClaudeAgentOptions(env={SUBAGENT_MODEL_VAR: "claude-sonnet-4-5"})
     state = new_run("query", options, Policy(), FakeClock(), control=control)
     _RUNS.append(state)
-    assert state.options.env[SUBAGENT_MODEL_VAR] == "claude-sonnet-4-5"
+    assert state.ask.options.env[SUBAGENT_MODEL_VAR] == "claude-sonnet-4-5"
     assert control.subagent_model == "claude-sonnet-4-5"
     with pytest.raises(ValueError, match="subagent_model"):
         SpawnPolicy(subagent_model="bad model")
@@ -398,7 +403,7 @@ async def test_an_amend_from_another_thread_is_applied_on_the_runs_loop() -> Non
         await hooks.settle()
         assert list(hooks.out) == ["a", "b"]
     assert isinstance(results[0], RunAmended) and results[0].cap == 2
-    assert [e.cap for e in state.drain_amends()] == [2]
+    assert [e.cap for e in amends(state)] == [2]
 
 
 # -- the record of each amend ----------------------------------------------------------------
@@ -415,7 +420,7 @@ def test_each_amend_is_a_versioned_ndjson_line_and_a_progress_line() -> None:
     control.amend(subagent_model=None)
     out, log = io.StringIO(), io.StringIO()
     ndjson, plain = JsonProgress(out, HandFed()), PlainProgress(log, HandFed())
-    for event in state.drain_amends():
+    for event in amends(state):
         ndjson.handle(event)
         plain.handle(event)
     first, second = (json.loads(line) for line in out.getvalue().splitlines())

@@ -835,7 +835,7 @@ async def test_every_bad_amend_value_is_refused_with_exit_2_and_changes_nothing(
     (line,) = result.output.strip().splitlines()
     assert line.startswith("teamlead: error: ") and len(line) < 300, line
     assert (control.cap, control.subagent_model) == (3, None)
-    assert state.drain_amends() == []
+    assert state.events.stream.drain() == []
 
 
 def test_watch_says_each_record_in_the_words_of_the_progress_lines() -> None:

@@ -216,7 +216,7 @@ def run_state(config_dir: Path, policy: Policy, clock: FakeClock, tracker: Track
     options = ClaudeAgentOptions(env={"CLAUDE_CONFIG_DIR": str(config_dir)})
     # the collection and the result alone, not a run: kept out of the process's live runs
     state = new_run("query", options, policy, clock, process=ProcessState(registry=False))
-    state.tracker = tracker
+    state.stream.tracker = tracker
     return state
 
 
@@ -233,7 +233,7 @@ def finished_status(tmp_path: Path) -> tuple[str, list[str]]:
             pass
 
     anyio.run(drain)
-    state.ledger.last_round_ok = True
+    state.delivered.ledger.last_round_ok = True
     done = finish(state)
     return done.status, done.reasons
 

@@ -272,20 +272,22 @@ def test_a_runs_options_are_the_builders_and_built_again_with_each_piece() -> No
     )
     state = new_run("query", user, policy, FakeClock())
     try:
-        assert state.user_options is user and user.env == {WORKFLOW_CAP_VAR: "9"}
-        again = build_options(user, policy, state.wiring)  # the same, but for new callbacks
-        assert (again.env, again.hooks) == (state.options.env, state.options.hooks)
-        env = state.options.env
+        assert state.ask.user_options is user and user.env == {WORKFLOW_CAP_VAR: "9"}
+        again = build_options(user, policy, state.ask.wiring)  # the same, but for new callbacks
+        assert (again.env, again.hooks) == (state.ask.options.env, state.ask.options.hooks)
+        env = state.ask.options.env
         assert env[WORKFLOW_CAP_VAR] == "3" and env[SUBAGENT_MODEL_VAR] == "haiku"
-        assert env[RUN_MARK_VAR] == state.mark and env[CEILING] == "300000"
-        assert state.options.hooks and state.options.session_store is not STORE
-        assert state.store is not None and state.options.session_store is state.store.view
-        state.wire(relay_base_url="http://127.0.0.1:9", trace_env=TRACE)
-        assert state.options.env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9"
-        assert state.options.env["TRACEPARENT"] == TRACE["TRACEPARENT"]
-        assert state.options.env[RUN_MARK_VAR] == state.mark  # every piece is still in
-        state.wire(store_view=None, store_off=True)
-        assert state.options.session_store is None
+        assert env[RUN_MARK_VAR] == state.ask.mark and env[CEILING] == "300000"
+        assert state.ask.options.hooks and state.ask.options.session_store is not STORE
+        assert (
+            state.ask.store is not None and state.ask.options.session_store is state.ask.store.view
+        )
+        state.ask.wire(relay_base_url="http://127.0.0.1:9", trace_env=TRACE)
+        assert state.ask.options.env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:9"
+        assert state.ask.options.env["TRACEPARENT"] == TRACE["TRACEPARENT"]
+        assert state.ask.options.env[RUN_MARK_VAR] == state.ask.mark  # every piece is still in
+        state.ask.wire(store_view=None, store_off=True)
+        assert state.ask.options.session_store is None
     finally:
         state.close()
 

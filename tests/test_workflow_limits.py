@@ -282,7 +282,7 @@ def test_the_workflow_engines_gate_is_set_from_the_runs_cap(
     policy = Policy(spawn=SpawnPolicy(max_concurrent_agents=cap))
     world = ProcessState(registry=False)  # options built, no run started
     state = new_run("query", ClaudeAgentOptions(env=env), policy, FakeClock(), process=world)
-    assert state.options.env[var] == expected
+    assert state.ask.options.env[var] == expected
     off = new_run(
         "query",
         ClaudeAgentOptions(env=env),
@@ -290,7 +290,7 @@ def test_the_workflow_engines_gate_is_set_from_the_runs_cap(
         FakeClock(),
         process=world,
     )
-    assert off.options.env.get(var) == user  # no gate: the user's own value, untouched
+    assert off.ask.options.env.get(var) == user  # no gate: the user's own value, untouched
 
 
 async def test_a_held_workflow_agents_timeout_runs_from_its_release_not_its_wait() -> None:

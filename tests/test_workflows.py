@@ -21,10 +21,10 @@ from teamlead._cli.team_view import LiveTeamView, PlainProgress
 from teamlead._ndjson import JsonProgress
 from teamlead._run.agents import RunAgents
 from teamlead._run.collect import dispositions
+from teamlead._run.delivered import Collected
 from teamlead._run.ledger import Ledger
 from teamlead._run.result import build_finished
 from teamlead._run.resume_prompt import Delivery, WorkflowResume, render_resume_prompt
-from teamlead._run.state import Collected
 from teamlead.clock import SYSTEM_CLOCK
 from teamlead.events import Finished
 from teamlead.policy import Policy

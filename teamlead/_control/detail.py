@@ -297,7 +297,7 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
     book = state.agents.book
     now = state.clock.monotonic()
     wall = state.clock.time()
-    tracker = state.tracker
+    tracker = state.stream.tracker
     leads = [c for (_, agent), c in book.entries.items() if agent == LEAD]
     lead_requests = sum(c.requests for c in leads) if leads else None
     lead_tokens = total(c.tokens for c in leads)
@@ -318,7 +318,7 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
         if not budget.take():
             continue
         node = _task_node(task, book, now, budget)
-        judged = state.collected.ends.get(task.task_id)
+        judged = state.delivered.collected.ends.get(task.task_id)
         if task.terminal and judged is not None and judged[0] == task.ended_seq:
             # an agent the CLI called completed that was cut says how
             node.state = judged[1].kind if judged[1].kind in CUT_ENDS else node.state
@@ -337,8 +337,8 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
                 )
             )
     approvals: list[WaitingApproval] = []
-    label_for = labels_from(state)
-    for asked in state.permissions.waiting:
+    label_for = labels_from(state.stream)
+    for asked in state.outside.permissions.waiting:
         approvals.append(
             WaitingApproval(
                 tool=plain(asked.tool, 80) or "",
@@ -359,7 +359,7 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
         lead=lead,
         queue=queue,
         waiting_for_slot=waiting_for_slot,
-        held_requests=state.pause.held_requests,
+        held_requests=state.outside.pause.held_requests,
         approvals=approvals,
         limits=limits,
         omitted=budget.omitted,

@@ -76,8 +76,8 @@ class Recorder:
 
     def _record(self, finished: Finished, ended: float) -> RunRecord:
         state = self._state
-        options = state.user_options
-        policy = state.policy
+        options = state.ask.user_options
+        policy = state.ask.policy
         return RunRecord(
             run=self._run,
             label=self._label,
@@ -109,7 +109,7 @@ class Recorder:
     def _agent(self, row: TaskDisposition) -> AgentRecord:
         from .._run import row_text  # loads the SDK's readers, as the result's builder does
 
-        tracker = self._state.tracker
+        tracker = self._state.stream.tracker
         task = tracker.tasks.get(row.id)
         call = tracker.agent_calls.get(row.id)
         prompt = task.prompt if task is not None else (call.prompt if call else None)

@@ -56,7 +56,9 @@ class _Registered:
         self._steering = steering
         self.registration = registration
         self.endpoint = endpoint
-        self._progress: JsonProgress | None = JsonProgress(cast(IO[str], endpoint.feed), state)
+        self._progress: JsonProgress | None = JsonProgress(
+            cast(IO[str], endpoint.feed), state.stream
+        )
 
     def saw(self, item: Any) -> None:
         """One item of the run's stream: to the watchers and the steering (the limits over
@@ -69,7 +71,7 @@ class _Registered:
             except Exception as exc:  # a watcher's feed must never break the run
                 log.warning("the run's watch feed failed and stops: %s", type(exc).__name__)
                 self._progress = None
-        session = self._state.tracker.session_id
+        session = self._state.stream.tracker.session_id
         if session:
             self.registration.update(session_id=session)
 
@@ -99,7 +101,7 @@ async def _register(state: RunState) -> _Registered | None:
     registration: Registration | None = None
     endpoint: Endpoint | None = None
     try:
-        registration = registry.register(mode=state.mode, command=command_line())
+        registration = registry.register(mode=state.ask.mode, command=command_line())
         entry = registration.entry
         steering = RunSteering(state, run=entry.run, command=entry.command, started=entry.started)
         endpoint = Endpoint(registration.socket, steering, run=entry.run, feed=WatchFeed())
@@ -130,7 +132,7 @@ async def registered(
     recorder = Recorder(
         state,
         run=run.registration.run if run is not None else None,
-        mode=mode or state.mode,
+        mode=mode or state.ask.mode,
         prompt=prompt,
     )
     finished: Finished | None = None

@@ -70,14 +70,14 @@ class RunSteering:
         admission = state.admission
         book = state.agents.book
         now = state.clock.monotonic()
-        running, done, failed = _counted(state.tracker.tasks.values())
+        running, done, failed = _counted(state.stream.tracker.tasks.values())
         relayed = state.relay is not None and state.relay.run is not None
         return {
             "run": self._run,
-            "session_id": state.tracker.session_id,
+            "session_id": state.stream.tracker.session_id,
             "pid": os.getpid(),
             "status": self._status(),
-            "mode": state.mode,
+            "mode": state.ask.mode,
             "command": self._command,
             "started": self._started,
             "agents": {
@@ -90,11 +90,15 @@ class RunSteering:
             "requests": book.requests,
             "cap": admission.cap,
             "max_cap": admission.most,
-            "subagent_model": state.control.subagent_model if state.control else None,
-            "held": state.pause.held_requests,
-            "paused": state.pause.paused,
+            "subagent_model": state.outside.control.subagent_model
+            if state.outside.control
+            else None,
+            "held": state.outside.pause.held_requests,
+            "paused": state.outside.pause.paused,
             "relayed": relayed,
-            "deadline_in_s": round(max(0.0, state.deadline - now), 1) if state.deadline else None,
+            "deadline_in_s": round(max(0.0, state.deadline.at - now), 1)
+            if state.deadline.at
+            else None,
         }
 
     def detail(self) -> dict[str, Any]:
@@ -110,7 +114,7 @@ class RunSteering:
             return "stopping"
         if state.stop.wrapping:
             return "wrapping_up"
-        if state.pause.paused:
+        if state.outside.pause.paused:
             return "paused"
         if state.agents.book.wrapping:
             return "wrapping_up"
@@ -123,7 +127,7 @@ class RunSteering:
         self._need_live()
         if state.stop.requested:
             raise ControlError(f"run {self._run} is already stopping", code="state")
-        state.pause.unpause()  # a paused run's last requests must go out
+        state.outside.pause.unpause()  # a paused run's last requests must go out
         if now or not state.admission.gated:
             state.stop.request(STOP_REASON)
             why = "" if now else " (it has no spawn gate, so no wrap-up)"
@@ -149,7 +153,7 @@ class RunSteering:
         self._need_live()
         if state.stop.requested or state.stop.wrapping:
             raise ControlError(f"run {self._run} is stopping; it cannot be paused", code="state")
-        if not state.pause.pause():
+        if not state.outside.pause.pause():
             raise ControlError(f"run {self._run} is already paused", code="state")
         relayed = state.relay is not None and state.relay.run is not None
         held = (
@@ -157,7 +161,7 @@ class RunSteering:
             if relayed
             else "nothing at the relay (the run goes direct: its lead's requests go on)"
         )
-        left = state.deadline - state.clock.monotonic() if state.deadline else None
+        left = state.deadline.at - state.clock.monotonic() if state.deadline.at else None
         clock = f"; its deadline keeps running ({left:.0f} s left)" if left is not None else ""
         return (
             f"paused run {self._run}: no new agent starts and it holds {held}; requests "
@@ -168,8 +172,8 @@ class RunSteering:
         """Let what the pause held go on."""
         state = self._state
         self._need_live()
-        held = state.pause.waiting
-        if not state.pause.unpause():
+        held = state.outside.pause.waiting
+        if not state.outside.pause.unpause():
             raise ControlError(f"run {self._run} is not paused", code="state")
         return f"unpaused run {self._run}: {held} held agent(s) and request(s) go on"
 
@@ -178,10 +182,10 @@ class RunSteering:
         """Amend the run's cap and subagent model (``RunControl.amend``'s three states)."""
         state = self._state
         self._need_live()
-        control = state.control
+        control = state.outside.control
         if control is None:  # a run started without one: the registry's own
-            control = RunControl()
-            state.use_control(control, on_loop=True)  # on the run's loop: applied at once
+            control = RunControl()  # used on the run's loop: applied at once
+            state.outside.use_control(control, state.admission, state.events.publish, on_loop=True)
         cap: int | None | Unset = UNSET
         model: str | None | Unset = UNSET
         if "cap" in changes:
@@ -203,7 +207,7 @@ class RunSteering:
         return f"amended run {self._run}: " + ", ".join(parts)
 
     def _need_live(self) -> None:
-        if self._state.pause.ended:
+        if self._state.outside.pause.ended:
             raise ControlError("the run has finished", code="finished")
 
 

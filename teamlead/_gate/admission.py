@@ -18,7 +18,7 @@ Agent call is given in the hook, the model the relay pins a new agent to, and wh
 resolved an alias to. :class:`~teamlead.RunControl` amends it (:meth:`Admission.amend`);
 the run tells it what the stream shows (:meth:`Admission.observe`), that a workflow agent's
 work ended, that a budget was reached, that a stop was asked, and that the run ended. Its
-gate's events wait in the admission until the stream yields them (:meth:`Admission.drain`).
+gate's events go to the ``publish`` it is made with (the run's event bus).
 
 Everything it needs is passed when it is made; nothing is wired into it afterwards. With the
 gate off (``SpawnPolicy(enabled=False)``, or a client connected without it) the admission
@@ -36,7 +36,7 @@ Example:
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from claude_agent_sdk import HookMatcher
@@ -68,6 +68,7 @@ class Admission:
         starting_model: the subagent model the run starts with (``None``: the agents' own).
         gated: build the spawn gate when ``policy.spawn`` is on; ``False`` for a client
             that connected without it (its hooks were fixed then).
+        publish: where the gate's events go (the run's event bus); ``None``: nowhere.
     """
 
     def __init__(
@@ -80,9 +81,9 @@ class Admission:
         pause: Pause | None = None,
         starting_model: str | None = None,
         gated: bool = True,
+        publish: Callable[[SpawnDecided], None] | None = None,
     ) -> None:
         self.clock = clock
-        self._events: list[SpawnDecided] = []
         #: The subagent model the run started with (what an amend to ``None`` restores).
         self.starting_model = starting_model
         #: The model the relay pins new agents to (``None``: the CLI's own choice); set
@@ -101,7 +102,7 @@ class Admission:
                 deadline_s=policy.deadline_s,
                 env=cli_env,
                 clock=clock,
-                on_event=self._events.append,
+                on_event=publish,
                 pause=pause,
                 subagent_model=starting_model,
                 on_model_set=self._model_set,
@@ -156,14 +157,9 @@ class Admission:
     def observe(self, message: Any, events: Sequence[Any] | None = None) -> None:
         """What one SDK message (its parsed ``events``, when known) shows of the gate's
         Agent calls: a task started or ended, a call the CLI rejected. The events it causes
-        wait for :meth:`drain`."""
+        are published at once."""
         if self.gate is not None:
             feed_gate(self.gate, message, events)
-
-    def drain(self) -> list[SpawnDecided]:
-        """The gate's events not yet handed out."""
-        events, self._events[:] = list(self._events), []
-        return events
 
     def agent_ended(self, agent_id: str) -> None:
         """A workflow agent's work ended (its entry done or in error, its workflow ended):

@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING
 from .._door import lazy_exports
 
 if TYPE_CHECKING:
+    from .bus import with_run_events
     from .collect import row_text
     from .dropin import SdkRounds, sdk_view
     from .loop import Client, QueryFn, run_client, run_query, run_resume
@@ -52,7 +53,7 @@ if TYPE_CHECKING:
         workflow_meta,
     )
     from .process import ProcessState, default_process_state
-    from .relayed import RelayHookup, relay_for, with_relay_events
+    from .relayed import RelayHookup, relay_for
     from .result import stopped_before_start
     from .round import settled
     from .state import RunState, new_run, prepare_options
@@ -87,7 +88,7 @@ __all__ = [
     "sdk_view",
     "settled",
     "stopped_before_start",
-    "with_relay_events",
+    "with_run_events",
     "workflow_meta",
 ]
 

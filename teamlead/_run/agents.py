@@ -13,7 +13,6 @@ usage, and every agent of a workflow after its workflow's row.
 
 from __future__ import annotations
 
-import collections
 import logging
 from collections.abc import Callable, Iterable
 
@@ -33,7 +32,6 @@ log = logging.getLogger("teamlead.coordinator")
 
 #: The workflow engine's own gate; teamlead sets it to the run's cap.
 WORKFLOW_CAP_VAR = "CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS"
-_MAX_EVENTS = 1000
 _FAILED = frozenset({"failed", "stopped", "killed", "lost", "timeout"})
 
 
@@ -47,6 +45,8 @@ class RunAgents:
         admission: the run's admission: the book asks it for workflow agents and the model
             of new agents; it is told when a workflow agent's work ended and when a budget
             is reached (``None``: agents start as they come, on their own model).
+        publish: where each agent's :class:`~teamlead.events.AgentUsage` goes (the run's
+            event bus); ``None``: nowhere.
     """
 
     def __init__(
@@ -54,8 +54,10 @@ class RunAgents:
         policy: Policy,
         clock: Clock,
         admission: Admission | None = None,
+        publish: Callable[[AgentUsage], None] | None = None,
     ) -> None:
         self.policy = policy
+        self._publish = publish
         limits = AgentLimits(
             agent_timeout_s=policy.spawn.agent_timeout_s,
             token_budget=policy.token_budget,
@@ -69,7 +71,6 @@ class RunAgents:
             on_exhausted=self._exhausted,
             on_timeout=self._timed_out,
         )
-        self.events: collections.deque[AgentUsage] = collections.deque(maxlen=_MAX_EVENTS)
         self._admission = admission
         #: set once a budget is reached: the round is cut and the run wraps up
         self.exhausted = anyio.Event()
@@ -113,7 +114,9 @@ class RunAgents:
                 log.exception("an agent-timeout listener failed")
 
     def _usage(self, session_id: str, agent_id: str, count: AgentCount) -> None:
-        self.events.append(
+        if self._publish is None:
+            return
+        self._publish(
             AgentUsage(
                 agent_id=agent_id,
                 kind=count.kind,
@@ -125,12 +128,6 @@ class RunAgents:
                 last_tool=count.last_tool,
             )
         )
-
-    def drain(self) -> list[AgentUsage]:
-        """The usage events since the last call, oldest first."""
-        out = list(self.events)
-        self.events.clear()
-        return out
 
     # -- what the stream says -------------------------------------------------------------
     def observe(self, events: Iterable[TrackedEvent], tracker: Tracker) -> None:

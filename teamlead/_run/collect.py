@@ -50,6 +50,7 @@ from ..events import (
     WaitingForTeam,
 )
 from ..tracker import TaskEnded, TaskInfo, Tracker, WorkflowAgent, WorkflowRun
+from .delivered import Collected, CutResult, Member
 from .ending import AgentEnd, read_end, read_evidence, transcript_paths
 from .resume_prompt import (
     FAILED_STATES,
@@ -60,7 +61,7 @@ from .resume_prompt import (
     WorkflowResume,
     escape,
 )
-from .state import Collected, CutResult, Member, RunState
+from .state import RunState
 
 __all__ = [
     "Collection",
@@ -107,9 +108,9 @@ class Collection:
         process_alive: bool = False,
     ) -> None:
         self._state = state
-        self._collected = state.collected
-        self._config_dir = state.config_dir
-        self._policy = state.policy
+        self._collected = state.delivered.collected
+        self._config_dir = state.ask.config_dir
+        self._policy = state.ask.policy
         self._clock = state.clock
         self._deadline = deadline
         self._process_alive = process_alive
@@ -128,7 +129,7 @@ class Collection:
         return self._collect()
 
     async def _collect(self) -> AsyncIterator[TeamleadEvent]:
-        tracker = self._state.tracker
+        tracker = self._state.stream.tracker
         pending = self._found
         collected = self._collected
         team = self._find_team(tracker.session_id)
@@ -339,7 +340,7 @@ class Collection:
             unfinished
             and run.run_id
             and not denied
-            and self._state.tracker.later_attempt(run) is None
+            and self._state.stream.tracker.later_attempt(run) is None
         ):
             resumable = True  # a run cut short with no agents known (a rebuilt session)
         workflow = None
@@ -351,7 +352,7 @@ class Collection:
                 lost,
                 limited,
                 resumable,
-                self._state.tracker,
+                self._state.stream.tracker,
                 self._config_dir,
             )
         delivery = Delivery(
@@ -439,7 +440,7 @@ class Collection:
         """The ask for a new run of a workflow whose resume the CLI refused, once the lead
         has the results of its finished agents (a prompt delivered them with the ask to
         resume it): a delivery with no result of its own; else ``None``."""
-        run, tracker, collected = task.workflow, self._state.tracker, self._collected
+        run, tracker, collected = task.workflow, self._state.stream.tracker, self._collected
         if run is None or not run.run_id or run.run_id not in tracker.refused_resumes:
             return None
         key = f"fresh:{run.run_id}"
@@ -480,7 +481,7 @@ class Collection:
         if max(task.continued, asked) >= bound or not _PLAIN_ID.fullmatch(task.task_id):
             return None
         self._collected.continue_asks[task.task_id] = asked + 1
-        delivery, source = self.task_delivery(task, self._state.tracker.session_id, end)
+        delivery, source = self.task_delivery(task, self._state.stream.tracker.session_id, end)
         delivery.key = f"continue:{task.task_id}:{asked + 1}"
         delivery.continue_task = task.task_id
         return delivery, source
@@ -553,21 +554,21 @@ async def absorb(state: RunState, delivered: list[Delivery]) -> list[str]:
     by_team: dict[Path, list[str]] = {}
     for delivery in delivered:
         whole = delivery.full_path
-        if whole is not None and not state.tracker.lead_read(whole):
-            state.collected.unread[delivery.key] = whole
+        if whole is not None and not state.stream.tracker.lead_read(whole):
+            state.delivered.collected.unread[delivery.key] = whole
             continue
-        state.collected.unread.pop(delivery.key, None)
-        state.collected.absorbed.add(delivery.key)
+        state.delivered.collected.unread.pop(delivery.key, None)
+        state.delivered.collected.absorbed.add(delivery.key)
         if delivery.inbox_key and delivery.team is not None:
             by_team.setdefault(delivery.team.lead_inbox, []).append(delivery.inbox_key)
-    if not state.policy.consume_inbox:
+    if not state.ask.policy.consume_inbox:
         return reasons
     for path, keys in by_team.items():
         try:
             done = await consume_inbox(
                 path,
                 keys,
-                config_dir=state.config_dir,
+                config_dir=state.ask.config_dir,
                 clock=state.clock,
                 own_pids=_own_pids(),
             )
@@ -582,7 +583,7 @@ async def absorb(state: RunState, delivered: list[Delivery]) -> list[str]:
 def used_deliveries(state: RunState) -> list[Delivery]:
     """Every finished result a lead turn already used, as deliveries again: the deadline's
     wrap-up answer replaces the earlier replies, so it must quote these too."""
-    collected, tracker = state.collected, state.tracker
+    collected, tracker = state.delivered.collected, state.stream.tracker
     out = [d for key, d in collected.deliveries.items() if key in collected.absorbed]
     known = {d.key for d in out}
     reader = Collection(state, deadline=state.clock.monotonic())
@@ -599,11 +600,11 @@ def used_deliveries(state: RunState) -> list[Delivery]:
 def judge_ends(state: RunState) -> None:
     """Judge how each task's agent ended (:func:`~.ending.read_end`), once per end: a task
     that ended again since (it was continued) is judged again."""
-    collected, tracker = state.collected, state.tracker
+    collected, tracker = state.delivered.collected, state.stream.tracker
     for task in tracker.tasks.values():
         judged = collected.ends.get(task.task_id)
         if judged is None or judged[0] != task.ended_seq or task.ended_seq is None:
-            end = read_end(state.config_dir, task, tracker.session_id)
+            end = read_end(state.ask.config_dir, task, tracker.session_id)
             collected.ends[task.task_id] = (task.ended_seq, end)
 
 
@@ -726,7 +727,7 @@ def with_results(state: RunState, rows: list[TaskDisposition]) -> list[TaskDispo
     when the run has no final answer), so none is lost with the lead: from what was
     collected, else from the agent's transcript. A text over :data:`ROW_RESULT_CHARS`
     keeps its head and tail; the whole goes to a file of the run (``result_file``)."""
-    no_answer = state.tracker.last_success is None
+    no_answer = state.stream.tracker.last_success is None
     out = []
     for row in rows:
         wanted = no_answer or row.disposition != "included"
@@ -754,7 +755,7 @@ def with_results(state: RunState, rows: list[TaskDisposition]) -> list[TaskDispo
 def row_text(state: RunState, row: TaskDisposition) -> str | None:
     """The result of ``row`` as collected (a teammate's reports together), else a finished
     task's from its transcript or summary; ``None`` when there is none."""
-    collected, tracker = state.collected, state.tracker
+    collected, tracker = state.delivered.collected, state.stream.tracker
     texts = [
         d.text
         for d in collected.deliveries.values()
@@ -766,7 +767,7 @@ def row_text(state: RunState, row: TaskDisposition) -> str | None:
     task = tracker.tasks.get(row.id) if row.kind == "task" else None
     if task is None or task.status != "completed":
         return None
-    text = transcript_text(state.config_dir, task, tracker.session_id) or task.summary
+    text = transcript_text(state.ask.config_dir, task, tracker.session_id) or task.summary
     return text if (text or "").strip() else None
 
 

@@ -70,13 +70,13 @@ async def run_query(
         prompt: the user's prompt (a string, or the SDK's async iterable of messages).
     """
     rounds = _QueryRounds(state, query_fn)
-    state.begin_turn()
+    state.ask.begin_turn()
     state.start_clock()
-    await state.open_store()
+    await state.ask.open_store()
     first = rounds.first(prompt)
     async for item in first:
         yield item
-    state.process_ended()
+    state.admission.process_ended()
     _after_first(state, first.outcome)
     if state.stop.requested:
         yield interrupted(state)
@@ -110,14 +110,14 @@ async def run_resume(
     from .._claude import load_session
 
     rounds = _QueryRounds(state, query_fn)
-    state.begin_turn()
+    state.ask.begin_turn()
     state.start_clock()
-    store = state.store
-    await state.open_store()
+    store = state.ask.store
+    await state.ask.open_store()
     if store is not None:  # one given up at the start answers at once (and names itself)
         await store.bring_home(session_id)
-    state.tracker = load_session(state.config_dir, session_id, clock=state.clock)
-    state.ledger.last_round_ok = state.tracker.last_success is not None
+    state.stream.tracker = load_session(state.ask.config_dir, session_id, clock=state.clock)
+    state.delivered.ledger.last_round_ok = state.stream.tracker.last_success is not None
     async for item in _resume_loop(state, rounds.resume, wrap=rounds.wrap):
         yield item
 
@@ -130,10 +130,10 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
             earlier turns ended (this is its next turn, :meth:`RunState.begin_turn`).
         client: the connected client; every round reads its messages.
     """
-    state.begin_turn()
+    state.ask.begin_turn()
     state.start_clock()
-    await state.open_store()
-    if state.turns == 1:  # the client's agents, stopped on timeout for the run's life
+    await state.ask.open_store()
+    if state.ask.turns == 1:  # the client's agents, stopped on timeout for the run's life
         _stop_timed_out(state, client)
     first = Round(state, client.receive_messages(), settle=True)
     async for item in first:
@@ -142,7 +142,7 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
     if state.stop.requested:
         yield interrupted(state)
         return
-    if state.cli_state is None:
+    if state.stream.cli_state is None:
         logger.warning(
             "the client's CLI reports no session state, so its idle moment is guessed; "
             "build the client's options with teamlead.ClientRun (or "
@@ -170,7 +170,7 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
             client.receive_messages(),
             settle=True,
             send=lambda: client.query(prompt_text),
-            deadline=state.deadline,
+            deadline=state.deadline.at,
             budget_cut=False,
         )
 
@@ -193,7 +193,7 @@ def _stop_timed_out(state: RunState, client: Client) -> None:
             await client.stop_task(task_id)
 
     def on_timeout(agent_id: str) -> None:
-        if agent_id in state.tracker.tasks:  # a workflow agent has no task of its own
+        if agent_id in state.stream.tracker.tasks:  # a workflow agent has no task of its own
             task = asyncio.get_running_loop().create_task(stop(agent_id))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -210,12 +210,12 @@ class _QueryRounds:
 
     def first(self, prompt: str | AsyncIterable[dict[str, Any]]) -> Round:
         """The first round: the user's prompt on the run's options."""
-        return self._round(self._query_fn(prompt=prompt, options=self._state.options))
+        return self._round(self._query_fn(prompt=prompt, options=self._state.ask.options))
 
     def resume(self, prompt_text: str) -> Round:
         """One resume round: a new CLI process with ``resume=session_id``."""
         state = self._state
-        options = round_options(state.options, state.tracker.session_id or "")
+        options = round_options(state.ask.options, state.stream.tracker.session_id or "")
         return self._round(self._query_fn(prompt=prompt_text, options=options))
 
     async def wrap(self, prompt_text: str, stop: list[str]) -> Round:
@@ -223,9 +223,13 @@ class _QueryRounds:
         that ran ``stop`` has ended already). The deadline cuts it, ending its CLI's
         process tree, so closing it never waits the SDK's graceful exit past the deadline."""
         state = self._state
-        options = round_options(state.options, state.tracker.session_id or "", tools_off=True)
+        options = round_options(
+            state.ask.options, state.stream.tracker.session_id or "", tools_off=True
+        )
         stream = self._query_fn(prompt=prompt_text, options=options)
-        return Round(state, stream, deadline=state.deadline, on_cut=self._end_cli, budget_cut=False)
+        return Round(
+            state, stream, deadline=state.deadline.at, on_cut=self._end_cli, budget_cut=False
+        )
 
     def _round(self, stream: AsyncIterator[Any]) -> Round:
         # the wrap-up point (the deadline, with the gate off) ends the run's CLI process
@@ -236,7 +240,7 @@ class _QueryRounds:
 
     async def _end_cli(self) -> None:
         """The wrap-up point: end this run's CLI process tree (its agents end with it)."""
-        await anyio.to_thread.run_sync(stop_marked, RUN_MARK_VAR, self._state.mark)
+        await anyio.to_thread.run_sync(stop_marked, RUN_MARK_VAR, self._state.ask.mark)
 
 
 # -- the deadline's wrap-up ----------------------------------------------------------------
@@ -248,8 +252,8 @@ def _wrap_due(state: RunState, outcome: RoundOutcome) -> bool:
     return (
         state.admission.gated
         and (cut or exhausted or state.stop.wrapping)
-        and bool(state.tracker.session_id)
-        and state.clock.monotonic() < state.deadline
+        and bool(state.stream.tracker.session_id)
+        and state.clock.monotonic() < state.deadline.at
     )
 
 
@@ -271,8 +275,8 @@ def _not_yet_used(delivered: list[Delivery]) -> str:
 
 
 def _after_first(state: RunState, outcome: RoundOutcome) -> None:
-    state.cli_state = outcome.cli_state
-    state.ledger.after_round(outcome, first=True)
+    state.stream.cli_state = outcome.cli_state
+    state.delivered.ledger.after_round(outcome, first=True)
     read_back(state, outcome)
 
 
@@ -283,12 +287,12 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
     ``round_fn(prompt)`` is one resumed lead turn. A round failing with a transient API
     error is retried with the policy's backoff (at least the API's Retry-After).
     """
-    ledger, tracker = state.ledger, state.tracker
-    client = state.mode == "client"
+    ledger, tracker = state.delivered.ledger, state.stream.tracker
+    client = state.ask.mode == "client"
     carried: list[Delivery] = []
     while True:
         collection = Collection(
-            state, carried=carried, deadline=state.wrap_at, process_alive=client
+            state, carried=carried, deadline=state.deadline.wrap_at, process_alive=client
         )
         async for event in collection:
             yield event
@@ -322,9 +326,9 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             async for item in this_round:
                 yield item
             if not client:
-                state.process_ended()
+                state.admission.process_ended()
             outcome = this_round.outcome
-            state.cli_state = outcome.cli_state
+            state.stream.cli_state = outcome.cli_state
             read_back(state, outcome)
             if state.stop.requested:
                 ledger.after_round(outcome, first=False)
@@ -381,13 +385,13 @@ async def _sleep_unless_stopped(state: RunState, seconds: float) -> None:
 
 def _retry_delay(state: RunState, outcome: RoundOutcome, attempt: int) -> float | None:
     return retry_delay(
-        retry=state.policy.resume_retry,
+        retry=state.ask.policy.resume_retry,
         attempt=attempt,
         transient=outcome.transient,
         now=state.clock.monotonic(),
-        deadline=state.deadline,
-        spent_usd=state.ledger.cost_usd + outcome.cost_usd,
-        max_cost_usd=state.policy.max_cost_usd,
+        deadline=state.deadline.at,
+        spent_usd=state.delivered.ledger.cost_usd + outcome.cost_usd,
+        max_cost_usd=state.ask.policy.max_cost_usd,
         retry_after=outcome.retry_after,
     )
 
@@ -400,19 +404,21 @@ def _prompt_for(
     Only what the prompt really holds may be marked absorbed (and its inbox entry
     deleted) after the round, so results over the size cap are carried, not dropped.
     """
-    missing = state.collected.missing_lines() + state.agents.missing_lines(state.tracker)
-    text, used = render_resume_prompt(pending, missing, state.policy, spill=state.spill)
+    missing = state.delivered.collected.missing_lines() + state.agents.missing_lines(
+        state.stream.tracker
+    )
+    text, used = render_resume_prompt(pending, missing, state.ask.policy, spill=state.spill)
     return text, pending[:used], pending[used:]
 
 
 def _may_resume(state: RunState, pending: list[Delivery]) -> bool:
-    ledger, policy = state.ledger, state.policy
+    ledger, policy = state.delivered.ledger, state.ask.policy
     unused = len(pending)
-    session_id = state.tracker.session_id
+    session_id = state.stream.tracker.session_id
     if not session_id:
         ledger.stopped("no_session_id", "no session id was seen, so the lead cannot be resumed")
         return False
-    if state.wiring.verbatim and not _saved(state, session_id):
+    if state.ask.wiring.verbatim and not _saved(state, session_id):
         ledger.stopped(
             "no_session_id",
             f"session {session_id} was not saved where its CLI could resume it (no "
@@ -433,7 +439,7 @@ def _may_resume(state: RunState, pending: list[Delivery]) -> bool:
             f"with {unused} result(s) unused",
         )
         return False
-    if state.clock.monotonic() >= state.deadline:
+    if state.clock.monotonic() >= state.deadline.at:
         ledger.stopped("deadline", f"deadline of {policy.deadline_s:g} s reached before resuming")
         return False
     return True
@@ -446,18 +452,18 @@ def _saved(state: RunState, session_id: str) -> bool:
     that cannot work would only turn the app's answer into the CLI's error."""
     from .._claude import find_session_file
 
-    if state.user_options.session_store is not None:
+    if state.ask.user_options.session_store is not None:
         return True
     try:
-        find_session_file(state.config_dir, session_id)
+        find_session_file(state.ask.config_dir, session_id)
     except UsageError:
         return False
     return True
 
 
 def _past_wrap_point(state: RunState) -> bool:
-    return state.tracker.session_id is not None and (
-        state.wrap_at <= state.clock.monotonic() < state.deadline
+    return state.stream.tracker.session_id is not None and (
+        state.deadline.wrap_at <= state.clock.monotonic() < state.deadline.at
     )
 
 
@@ -465,14 +471,14 @@ def interrupted(state: RunState) -> Finished:
     """The :class:`Finished` of a run stopped from outside (:attr:`RunState.stop`): its
     running tasks are ``stopped``, the calls still queued in the gate ``rejected``."""
     reason = state.stop.reason or "stopped"
-    stopped = state.tracker.stop_open_tasks(state.clock.monotonic())
+    stopped = state.stream.tracker.stop_open_tasks(state.clock.monotonic())
     state.stopping()
     names = ", ".join(f'"{redact(t.description or t.task_id)}"' for t in stopped) or "none"
-    state.ledger.stopped(
+    state.delivered.ledger.stopped(
         "interrupted",
         f"the run was stopped ({reason}); stopped unfinished: {names}; resume later with "
-        f"`teamlead resume {state.tracker.session_id}`"
-        if state.tracker.session_id
+        f"`teamlead resume {state.stream.tracker.session_id}`"
+        if state.stream.tracker.session_id
         else f"the run was stopped ({reason}); stopped unfinished: {names}",
     )
     return finish(state)

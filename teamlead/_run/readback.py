@@ -46,11 +46,11 @@ def read_back(state: RunState, outcome: RoundOutcome) -> None:
         state: the run; its tracker, agents and gate are told of each launch found.
         outcome: the round's outcome; nothing is read unless its stream raised.
     """
-    tracker = state.tracker
+    tracker = state.stream.tracker
     if outcome.error_kind != "raised" or not tracker.session_id:
         return
     try:
-        messages = session_messages(state.config_dir, tracker.session_id)
+        messages = session_messages(state.ask.config_dir, tracker.session_id)
     except Exception as exc:  # no transcript to read: the error line says what broke
         logger.warning("could not read the session's transcript back: %s", describe_error(exc))
         return
@@ -102,9 +102,9 @@ def _take(state: RunState, raw: dict[str, Any]) -> None:
 def _unread_calls(state: RunState, saved: Tracker) -> None:
     """The lead's Agent calls that the stream never showed, nor their hooks (the message
     over the SDK's buffer held them), and that never launched: ``rejected``, with why."""
-    tracker = state.tracker
+    tracker = state.stream.tracker
     launched = {t.tool_use_id for t in tracker.tasks.values() if t.tool_use_id}
-    limit = state.options.max_buffer_size
+    limit = state.ask.options.max_buffer_size
     reason = (
         f"the call's message was larger than the SDK's buffer of {limit} bytes "
         "(ClaudeAgentOptions.max_buffer_size), so it was never read and did not run"

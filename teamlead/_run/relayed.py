@@ -3,27 +3,24 @@
 :func:`relayed` puts the relay of the run's process (:mod:`teamlead._relay`, the pool of
 its :class:`~teamlead.ProcessState`) in front of a run's CLI, for the run's upstream and
 account: it starts a run of the shared relay, whose base URL the run's options then carry
-as ``ANTHROPIC_BASE_URL`` (:func:`~.options.build_options`), keeps the relay's events
-(:class:`~teamlead.events.RateLimited`, :class:`~teamlead.events.ConcurrencyChanged`) in
-the hookup for the run's readers to drain (each round, and :func:`with_relay_events` for the
-stream: an event goes to whichever drains first), and gives the run's builder its
+as ``ANTHROPIC_BASE_URL`` (:func:`~.options.build_options`), publishes the relay's events
+(:class:`~teamlead.events.RateLimited`, :class:`~teamlead.events.ConcurrencyChanged`) to the
+run's event bus (:mod:`.bus`), and gives the run's builder its
 :class:`~teamlead.events.RelaySummary` for ``Finished``.
 
 The relay is skipped when ``Policy(relay=False)`` or ``TEAMLEAD_NO_RELAY`` is set, with a
 one-line note for Bedrock/Vertex and non-HTTP(S) base URLs, and with a one-line warning
-when it cannot start (the run then goes direct). Relay events are pushed from the relay's
-own tasks, so they wait in a bounded buffer until the stream yields them.
+when it cannot start (the run then goes direct).
 """
 
 from __future__ import annotations
 
-import collections
 import logging
 import os
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping
-from contextlib import AbstractAsyncContextManager, aclosing, asynccontextmanager
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from claude_agent_sdk import ClaudeAgentOptions
 
@@ -42,7 +39,6 @@ __all__ = [
     "relay_for",
     "relay_wanted",
     "relayed",
-    "with_relay_events",
 ]
 
 log = logging.getLogger("teamlead.relay")
@@ -50,8 +46,6 @@ log = logging.getLogger("teamlead.relay")
 RelayEvent = RateLimited | ConcurrencyChanged
 RelayListener = Callable[[RelayEvent], None]
 
-#: Events kept for a run whose stream is not being read (oldest dropped first).
-_MAX_BUFFERED = 1000
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _OFF_VARIABLE = "TEAMLEAD_NO_RELAY"
 
@@ -74,15 +68,6 @@ class RelayHookup:
 
     base_url: str | None = None
     run: RelayRun | None = None
-    events: collections.deque[RelayEvent] = field(
-        default_factory=lambda: collections.deque(maxlen=_MAX_BUFFERED)
-    )
-
-    def drain(self) -> list[RelayEvent]:
-        """The relay events buffered since the last call, oldest first."""
-        out = list(self.events)
-        self.events.clear()
-        return out
 
     def summary(self) -> RelaySummary | None:
         """What the relay did for this run so far (``None`` when the run goes direct), for
@@ -107,7 +92,7 @@ def relayed(
 ) -> AbstractAsyncContextManager[RelayHookup]:
     """The run's hookup to its process's relay for the block (direct when off or failing).
 
-    The run's relay events are buffered in the hookup, or given to ``on_event`` instead.
+    The run's relay events go to ``on_event`` (the run's event bus; ``None``: nowhere).
     ``process`` is whose relays the run uses (default: the process's own). ``agents`` is
     the run's agent ledger, which counts and governs its requests per agent at the relay,
     and ``pause`` its pause, which holds its new requests there while it is on. ``clock``
@@ -155,7 +140,7 @@ class _Relayed:
             return hookup
         context = pool.run(
             applicable.upstream,
-            on_event=self._on_event or hookup.events.append,
+            on_event=self._on_event,
             deadline_s=self._policy.deadline_s,
             limits=self._policy.limits,
             port=self._policy.relay_port,
@@ -180,19 +165,6 @@ class _Relayed:
         context, self._run = self._run, None
         if context is not None:
             await context.__aexit__(None, None, None)
-
-
-async def with_relay_events(
-    items: AsyncGenerator[Any, None], hookup: RelayHookup
-) -> AsyncGenerator[Any, None]:
-    """``items`` with the relay's events yielded as they come (the run's ``Finished``
-    carries the relay's summary already: its builder reads it from the hookup)."""
-    async with aclosing(items):
-        async for item in items:
-            if hookup.events:  # most items bring none: no list to make
-                for event in hookup.drain():
-                    yield event
-            yield item
 
 
 @asynccontextmanager

@@ -43,22 +43,22 @@ def finish(state: RunState) -> Finished:
     state.close()
     judge_ends(state)
     records = state.admission.records()
-    tracker = state.tracker
+    tracker = state.stream.tracker
     if tracker.invalid_calls:  # refused by the CLI before any hook ran
         order = {i: c.description for i, c in tracker.agent_calls.items()}
         records = with_invalid_calls(records, tracker.invalid_calls, order)
-    collected = state.collected
+    collected = state.delivered.collected
     rows = cut_rows(state.agents.rows(tracker, dispositions(tracker, collected)), collected)
     # the Workflow calls the gate denied: no task, still a row
     rows = [*rows, *_denied_workflows(state.admission.workflow_denials)]
     rows = with_results(state, rows)  # a result the answer did not use still reaches the caller
     return build_finished(
-        state.ledger,
-        state.tracker,
+        state.delivered.ledger,
+        state.stream.tracker,
         rows,
         unreported=[m.name for m in collected.members.values() if m.status == "pending"],
         unproven_team=collected.ambiguous_team,
-        wait_s=state.policy.wait_s,
+        wait_s=state.ask.policy.wait_s,
         calls=records,
         relay=state.relay.summary() if state.relay is not None else None,
         in_user_terms=state.relay.in_user_terms if state.relay is not None else None,

@@ -3,7 +3,8 @@
 A :class:`Round` is an async iterator over one stream (a query generator, or a client's
 ``receive_messages()``) of one run (:class:`~.state.RunState`). It feeds every message to
 the run's tracker once, shows the parsed events to the run's spawn gate, and yields the
-message unchanged, followed by the gate's and the relay's events it caused. Each read is
+message unchanged (the events the gate and the relay publish meanwhile reach the stream
+through the run's event bus, :mod:`.bus`). Each read is
 bounded by the run's deadline on the run's clock (and, for a client's never-ending
 stream, by the idle timeout). When iteration ends the stream is closed and
 :attr:`Round.outcome` says whether the lead answered, and if not, why, so nothing but the
@@ -17,7 +18,8 @@ finished.
 
 A lead request the relay saw fail with 429 or 529 and a ``retry-after`` header puts that
 wait on the outcome (:attr:`RoundOutcome.retry_after`), so a resume retry waits at least
-that long.
+that long: the round watches the bus on a subscription of its own, so it sees that event
+however the stream is read.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from ..tracker import (
     WorkflowEnded,
     WorkflowLaunched,
 )
+from .bus import RunEvent
 from .outcome import ErrorKind, RoundOutcome
 from .state import RunState
 from .workflow_permission import workflow_denials
@@ -61,8 +64,8 @@ class Round:
     """Iterate one round's messages; read :attr:`outcome` once iteration has ended.
 
     Args:
-        state: the run: its tracker is fed every message, its gate and relay events are
-            yielded after the message, its policy and clock bound the reads.
+        state: the run: its tracker is fed every message, its bus watched for the lead's
+            Retry-After, its policy and clock bound the reads.
         stream: the messages, from a query generator or a client.
         deadline: when the round is cut (a ``clock.monotonic()`` value); default the
             run's wrap-up point.
@@ -95,13 +98,13 @@ class Round:
         self._cut = False
         self._stopped = False
         self._send = send
-        self._tracker = state.tracker
-        self._policy = state.policy
+        self._tracker = state.stream.tracker
+        self._policy = state.ask.policy
         self._clock = state.clock
-        self._deadline = state.wrap_at if deadline is None else deadline
+        self._deadline = state.deadline.wrap_at if deadline is None else deadline
         self._settle = settle
-        self._stderr_tail = state.stderr_tail
-        self._cli_state = state.cli_state
+        self._stderr_tail = state.stream.stderr_tail
+        self._cli_state = state.stream.cli_state
         self._retry_after: float | None = None
         self._outcome: RoundOutcome | None = None
         # the pending read, what may cut it, and its timers (see :meth:`_read`)
@@ -126,14 +129,19 @@ class Round:
         return self._messages()
 
     async def _messages(self) -> AsyncIterator[Any]:
+        watch = self._state.events.subscribe()  # the lead's Retry-After, whoever reads
         if self._send is not None:
-            await self._send()
+            try:
+                await self._send()
+            except BaseException:
+                watch.close()
+                raise
         start = len(self._tracker.results)
         error: str | None = None
         kind: ErrorKind | None = None
         exc_status: int | None = None
         self._loop = None if isinstance(self._clock, DeadlineClock) else _asyncio_loop()
-        self._state.cli_gone = ended = False
+        self._state.stream.cli_gone = ended = False
         self._state.stop.listeners.append(self._on_stop)
         self._state.agents.exhaust_listeners.append(self._on_exhausted)
         try:
@@ -166,21 +174,15 @@ class Round:
                         kind = "deadline"
                     break
                 events = self._state.feed(message)
-                if self._state.store is not None and any(
+                if self._state.ask.store is not None and any(
                     isinstance(e, _WORKFLOW_EVENTS) for e in events
                 ):
                     await self._state.sync_journals()
                 state = session_state(events)
                 if state is not None:
                     self._cli_state = state
-                for extra in self._relay_events():
-                    yield extra
                 yield message
                 self._state.admission.observe(message, events)
-                for extra in self._state.admission.drain():
-                    yield extra
-                for amended in self._state.drain_amends():
-                    yield amended
                 for denied in workflow_denials(events):
                     yield denied
                 if self._settle and settled(
@@ -200,6 +202,8 @@ class Round:
             self._disarm()
             self._state.stop.listeners.remove(self._on_stop)
             self._state.agents.exhaust_listeners.remove(self._on_exhausted)
+            self._note_retry_after(watch.drain())
+            watch.close()
             aclose = getattr(self._stream, "aclose", None)
             if aclose is not None:
                 # a dead stream may raise on close; there is nothing left to do about it
@@ -210,15 +214,9 @@ class Round:
                 ):
                     await aclose()
                     # its end came and its close returned: the SDK waited for its CLI's exit
-                    self._state.cli_gone = ended
+                    self._state.stream.cli_gone = ended
         await self._state.sync_journals()  # what the round's CLI journaled last
         self._outcome = self._conclude(self._tracker.results[start:], error, kind, exc_status)
-        for extra in self._state.admission.drain():
-            yield extra  # what the gate noted after the last message
-        for amended in self._state.drain_amends():
-            yield amended
-        for extra in self._relay_events():
-            yield extra
 
     def _cut_error(self) -> tuple[str, ErrorKind]:
         """Why the wrap-up point cut the round: a graceful stop, the deadline, or a budget
@@ -231,13 +229,8 @@ class Round:
             return f"the run's {reason.replace('_', ' ')} is reached", "budget"
         return f"deadline of {self._policy.deadline_s:g} s reached", "deadline"
 
-    def _relay_events(self) -> list[RateLimited | Any]:
-        """The relay's events since the last read (with the agents' usage); a failed lead
-        request's Retry-After is kept for the outcome."""
-        relay, agents = self._state.relay, self._state.agents
-        if relay is None or not (relay.events or agents.events):  # most messages bring none
-            return []
-        events: list[Any] = [*relay.drain(), *agents.drain()]
+    def _note_retry_after(self, events: list[RunEvent]) -> None:
+        """Keep the longest Retry-After of a failed lead request among ``events``."""
         for event in events:
             if (
                 isinstance(event, RateLimited)
@@ -246,7 +239,6 @@ class Round:
                 and event.retry_after_s is not None
             ):
                 self._retry_after = max(self._retry_after or 0.0, event.retry_after_s)
-        return events
 
     async def _read(self, until: float, *, cut: bool) -> Any:
         """The next message; ``None`` once ``until`` came first; :data:`_END` at the end.

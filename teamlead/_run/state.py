@@ -1,38 +1,30 @@
-"""One run, one state: everything a coordinated run knows, in one object passed down.
+"""The run context: one coordinated run's parts, each owning its data, in one object.
 
 The entry points (:func:`teamlead.run`, :func:`teamlead.resume_session`,
 :class:`teamlead.ClientRun` and :func:`teamlead.receive_all`) create a :class:`RunState`
 with :func:`new_run`; the drivers in :mod:`.loop` hand it to each :class:`~.round.Round`,
-to collection (:mod:`.collect`) and to the wrap-up (:mod:`.wrapup`), which read it and
-return what they found. It owns:
+to collection (:mod:`.collect`) and to the wrap-up (:mod:`.wrapup`), which ask the part
+they need. Its parts:
 
-- the mode, said explicitly: ``query`` (each round a new CLI process from the query
-  function) or ``client`` (one connected ``ClaudeSDKClient`` for every round);
-- the options every round starts from, the policy and the clock: the user's options and
-  the run's pieces of them (:class:`~.options.Wiring`), built into the CLI's options by
-  :func:`~.options.build_options`, the one place they are written;
-- the deadline and the wrap-up point before it, on that clock;
-- the tracker, what was collected and delivered (:class:`Collected`), the ledger;
-- what it made of the message it fed last (:meth:`RunState.events_of`): the run is the
-  :class:`~teamlead.tracker.StreamParse` every other reader of its stream reads;
+- :class:`Asked`: what the run was asked and with what policy: the mode (``query``, each
+  round a new CLI process, or ``client``, one connected ``ClaudeSDKClient``), the user's
+  options and the run's pieces of them (:class:`~.options.Wiring`), built into the CLI's
+  options by :func:`~.options.build_options`, the session store, the turns;
+- :class:`Streamed`: the tracker and what the run made of the message it fed last (the
+  :class:`~teamlead.tracker.StreamParse` every other reader of its stream reads), the
+  CLI's state and stderr tail;
 - the run's :class:`~teamlead._gate.admission.Admission`, the one owner of every agent's
-  admission (the spawn gate's hook, workflow agents at the relay, the subagent model),
-  made here with everything it needs, and the relay hookup;
-- every agent of the run (:class:`~.agents.RunAgents`): the relay's agent ledger and the
-  per-agent limits it applies;
-- the :class:`~.process.ProcessState` it shares with the process's other runs (their
-  relays, governors, spawn cap; a stop of every run reaches it there);
-- the user's :class:`~teamlead.control.RunControl`, if any: it amends the admission (the
-  cap and the subagent model) while the run goes, and its events wait in
-  :attr:`RunState.amended` for the stream (``teamlead amend`` attaches one to a run started
-  without);
-- the run's :class:`~teamlead._metering.pause.Pause` (``teamlead pause``), which its
-  admission and its share of the relay hold new agents and requests on.
-- the run's session store (:class:`~teamlead._sessions.run_store.RunStore`), when the options
-  name one: the SDK mirrors through its view (eagerly), the run mirrors its workflow
-  journals and its status record into it.
-- the permission requests waiting for an answer (:class:`~.permissions.PermissionRequests`):
-  the options' ``can_use_tool`` goes through it, so ``teamlead view`` can list them.
+  admission, and every agent of the run (:class:`~.agents.RunAgents`);
+- :class:`Outside`: what reaches the run from outside while it goes: the permission
+  requests waiting for an answer, the pause (``teamlead pause``), the user's
+  :class:`~teamlead.control.RunControl`;
+- the run's :class:`~.bus.EventBus`: its producers (the gate, the relay, the agents'
+  metering, the control) publish there, and each consumer (the public stream, a round
+  watching for the lead's Retry-After) subscribes;
+- :class:`~.delivered.Delivered`: what was collected and delivered, and the ledger;
+- the relay hookup, the clock, the :class:`Deadline` and the wrap-up point before it,
+  the stop asked from outside, and the :class:`~.process.ProcessState` the run shares
+  with the process's other runs (their relays, governors, spawn cap).
 """
 
 from __future__ import annotations
@@ -41,6 +33,7 @@ import collections
 import dataclasses
 import os
 import uuid
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +42,7 @@ from typing import Any, Literal, TypeAlias
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._claude import Team, claude_config_dir
+from .._claude import claude_config_dir
 from .._gate import Admission
 from .._metering import Pause
 from .._procs import stop_marked
@@ -61,8 +54,8 @@ from ..events import RunAmended
 from ..policy import Policy
 from ..tracker import TrackedEvent, Tracker
 from .agents import RunAgents
-from .ending import AgentEnd
-from .ledger import Ledger
+from .bus import EventBus
+from .delivered import Delivered
 from .options import MAX_MESSAGE_BYTES, RUN_MARK_VAR, SUBAGENT_MODEL_VAR, Wiring, build_options
 from .permissions import PermissionRequests
 from .process import ProcessState, default_process_state
@@ -74,12 +67,12 @@ __all__ = [
     "MAX_MESSAGE_BYTES",
     "RUN_MARK_VAR",
     "SUBAGENT_MODEL_VAR",
-    "Collected",
-    "CutResult",
-    "Member",
-    "MemberStatus",
+    "Asked",
+    "Deadline",
     "Mode",
+    "Outside",
     "RunState",
+    "Streamed",
     "new_run",
     "prepare_options",
 ]
@@ -87,94 +80,14 @@ __all__ = [
 #: ``query``: every round is a new CLI process started by the query function;
 #: ``client``: every round runs on one connected ``ClaudeSDKClient``.
 Mode: TypeAlias = Literal["query", "client"]
-MemberStatus: TypeAlias = Literal["pending", "reported"]
 
 _STDERR_LINES = 20
 _END_TIMEOUT_S = 10.0  # stopping a run's leftover CLI: SIGTERM, then SIGKILL after 2 s
 
 
 @dataclass
-class Member:
-    """A teammate of the session's team and whether it has reported."""
-
-    name: str
-    status: MemberStatus = "pending"
-    detail: str = ""
-    failed: bool = False
-
-
-@dataclass(frozen=True)
-class CutResult:
-    """A workflow's result the CLI cut in the lead's notification: the lead saw its head.
-
-    Attributes:
-        shown: what the lead was shown of the result.
-        cut: how many characters the CLI's note says it left out.
-        rest: how many characters of the result teamlead delivered in its place.
-        results: each finished agent's result by agent id, as it reads inside the
-            workflow's result (to tell which part of it each one was in).
-    """
-
-    shown: str
-    cut: int
-    rest: int
-    results: dict[str, tuple[str, ...]] = field(default_factory=dict)
-
-
-@dataclass
-class Collected:
-    """What the run has collected and delivered; only :mod:`.collect` changes it.
-
-    Attributes:
-        deliveries: every result collected, by key (``task:<id>``, ``inbox:<key>``).
-        absorbed: the keys of deliveries a successful lead turn used.
-        members: the session's teammates, by name.
-        seen_inbox_keys: inbox entries already turned into deliveries.
-        ambiguous_team: why the session's team is unproven (several teams claim it); such
-            a run never reports ``completed``.
-        team: the session's team, once found.
-        waited_s: the part of ``Policy.wait_s`` (one budget per run) already spent.
-        logged: inbox warnings already logged, so each is shown once.
-        cuts: the workflow results the CLI cut in the lead's notification, by task id;
-            the rest of each is the delivery ``task:<id>``.
-        ends: how each ended task's agent ended, by task id, with the end (the tracker's
-            ``ended_seq``) it was judged at: a task that ends again is judged again.
-        continue_asks: how often a resume prompt asked the lead to continue each task
-            stopped at a limit, by task id.
-        unread: the deliveries a resume prompt handed over partly by path (it quoted their
-            head and tail) whose file the lead never read, by key, with the path: never
-            counted as used.
-    """
-
-    deliveries: dict[str, Delivery] = field(default_factory=dict)
-    absorbed: set[str] = field(default_factory=set)
-    members: dict[str, Member] = field(default_factory=dict)
-    seen_inbox_keys: set[str] = field(default_factory=set)
-    ambiguous_team: str | None = None
-    team: Team | None = None
-    waited_s: float = 0.0
-    logged: set[str] = field(default_factory=set)
-    cuts: dict[str, CutResult] = field(default_factory=dict)
-    ends: dict[str, tuple[int | None, AgentEnd]] = field(default_factory=dict)
-    continue_asks: dict[str, int] = field(default_factory=dict)
-    unread: dict[str, str] = field(default_factory=dict)
-
-    def missing_lines(self) -> list[str]:
-        """The teammates the resume prompt names as not reported or failed."""
-        lines = [
-            f'teammate "{m.name}" has not reported'
-            for m in self.members.values()
-            if m.status == "pending"
-        ]
-        lines += [
-            f'teammate "{m.name}" failed: {m.detail}' for m in self.members.values() if m.failed
-        ]
-        return lines
-
-
-@dataclass
-class RunState:
-    """The state of one coordinated run (see the module docstring).
+class Asked:
+    """What the run was asked and with what policy; only this part changes its options.
 
     Attributes:
         mode: ``query`` or ``client``.
@@ -185,39 +98,14 @@ class RunState:
             :attr:`wiring`, built by :func:`~.options.build_options` (only :meth:`wire`
             changes them).
         policy: the run's limits.
-        clock: the time source of every deadline, wait and backoff.
         config_dir: the Claude config dir holding the team, inbox and transcripts.
         mark: the value of :data:`RUN_MARK_VAR` in this run's CLI environment.
-        admission: who lets the run's agents start (:attr:`Admission.gated`: with the
-            spawn gate on).
-        agents: every agent of the run: the relay's ledger, the timeout and budgets.
-        permissions: the permission requests waiting for an answer (``can_use_tool``'s).
-        relay: the run's relay hookup once attached (:meth:`attach_relay`; its ``run`` is
-            ``None`` when the run goes direct).
-        tracker: follows the session.
-        collected: what was collected and delivered.
-        ledger: the bookkeeping :class:`~teamlead.events.Finished` is made from.
-        deadline: the run's deadline (a ``clock.monotonic()`` value, set by
-            :meth:`start_clock`).
-        wrap_at: the wrap-up point: the deadline less the gate's reserve.
-        cli_state: the CLI's last ``session_state_changed`` state.
-        stop: a stop asked from outside (a signal to the command): the run ends at once,
-            with its ``Finished``.
-        stderr_tail: the CLI's last stderr lines, quoted when its stream breaks.
-        control: the user's live control of the run, if any.
-        lease: the run's hold on :attr:`control`, while it serves the run.
-        amended: the control's events not yet in the stream.
-        process: what the run shares with the process's other runs.
-        pause: the run's pause: its admission and its share of the relay hold on it.
         store: the run's session store, when its options name one.
-        last_parsed: the message the run fed last, with its events.
         turns: the turns the run has driven: a query run has one, a client's run one per
             :func:`teamlead.receive_all` (:meth:`begin_turn`).
         held: the run outlives each of its turns (a :class:`~teamlead.ClientRun`'s, for
-            its client's life): :meth:`close` lets go of nothing until it is released.
-        cli_gone: the last round's stream ran to its end and closed in time, so its CLI
-            has exited (what it started is no longer the run's to stop): :meth:`end` has
-            nothing to look for.
+            its client's life): :meth:`RunState.close` lets go of nothing until it is
+            released.
     """
 
     mode: Mode
@@ -225,72 +113,16 @@ class RunState:
     wiring: Wiring
     options: ClaudeAgentOptions
     policy: Policy
-    clock: Clock
     config_dir: Path
     mark: str
-    admission: Admission
-    agents: RunAgents
-    permissions: PermissionRequests
-    relay: RelayHookup | None = None
-    tracker: Tracker = field(default_factory=Tracker)
-    collected: Collected = field(default_factory=Collected)
-    ledger: Ledger = field(default_factory=Ledger)
-    deadline: float = 0.0
-    wrap_at: float = 0.0
-    cli_state: str | None = None
-    stop: RunStop = field(default_factory=RunStop)
-    stderr_tail: collections.deque[str] = field(
-        default_factory=lambda: collections.deque(maxlen=_STDERR_LINES)
-    )
-    control: RunControl | None = None
-    lease: ControlLease | None = None
-    amended: list[RunAmended] = field(default_factory=list)
-    process: ProcessState = field(default_factory=default_process_state)
-    pause: Pause = field(default_factory=Pause)
     store: RunStore | None = None
-    last_parsed: tuple[object, list[TrackedEvent]] | None = field(default=None, repr=False)
     turns: int = 0
     held: bool = False
-    cli_gone: bool = False
 
     def begin_turn(self) -> None:
         """A turn of the run begins: the query, or a client's next one on the same CLI
         process. The run's state goes on: each turn's ``Finished`` reports the run so far."""
         self.turns += 1
-
-    def drain_amends(self) -> list[RunAmended]:
-        """The control's events since the last call (applied on the run's loop)."""
-        events, self.amended[:] = list(self.amended), []
-        return events
-
-    def start_clock(self) -> None:
-        """Set the run's deadline from now, and the wrap-up point the gate reserves."""
-        self.deadline = self.clock.monotonic() + self.policy.deadline_s
-        self.wrap_at = self.deadline
-        if self.lease is not None:
-            self.lease.bind_loop()
-        if self.admission.gated:
-            self.admission.set_deadline(self.policy.deadline_s)
-            self.wrap_at -= self.policy.spawn.reserve_for(self.policy.deadline_s)
-
-    def open_relay(self) -> AbstractAsyncContextManager[RelayHookup]:
-        """The run's hookup to its process's relay (see :func:`.relayed.relayed`), opened on
-        :attr:`options`: the relay counts and governs its requests per agent in its agent
-        ledger, and holds them while its pause is on. :meth:`attach_relay` it once entered."""
-        return relayed(
-            self.options,
-            self.policy,
-            process=self.process,
-            agents=self.agents.book,
-            pause=self.pause,
-            clock=self.clock,
-        )
-
-    def attach_relay(self, hookup: RelayHookup) -> None:
-        """Send the run's requests through ``hookup``, from :meth:`open_relay` (the options
-        get ``ANTHROPIC_BASE_URL`` at the relay, when it is up)."""
-        self.relay = hookup
-        self.wire(relay_base_url=hookup.base_url)
 
     def wire(self, **pieces: Any) -> None:
         """Add ``pieces`` (fields of :class:`~.options.Wiring`) to the run's wiring, and build
@@ -299,29 +131,19 @@ class RunState:
         self.wiring = dataclasses.replace(self.wiring, **pieces)
         self.options = build_options(self.user_options, self.policy, self.wiring)
 
-    def use_control(self, control: RunControl, *, on_loop: bool = False) -> None:
-        """Let ``control`` amend the run's admission (its cap and subagent model) from now
-        on (its amends become :class:`~teamlead.events.RunAmended` events in the stream).
+    async def open_store(self) -> None:
+        """Check the session store answers; one that does not is told in one warning line,
+        and the run goes on without it (the SDK mirrors nothing: nothing to fail later)."""
+        if self.store is not None and not await self.store.check():
+            self.store = None
+            self.wire(store_view=None, store_off=True)
 
-        Args:
-            control: the control.
-            on_loop: called on the run's event loop once it runs (``teamlead amend`` on a
-                run started without a control): amends are applied through it from now.
-
-        Raises:
-            AmendRefused: ``control`` already serves a run that has not ended.
-        """
-        self.lease = control.serve(self.admission, emit=self.amended.append)
-        self.control = control
-        if on_loop:
-            self.lease.bind_loop()
-
-    def spill(self, delivery: Delivery) -> str | None:
+    def spill(self, delivery: Delivery, session_id: str | None) -> str | None:
         """Write ``delivery``'s whole text (secrets redacted) to a file of its own in the
         run's directory (mode 0600), for a prompt that quotes only its head and tail;
         returns the path, or ``None`` if it could not be written."""
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in delivery.key)[:80]
-        folder = self.config_dir / "teamlead-runs" / (self.tracker.session_id or self.mark)
+        folder = self.config_dir / "teamlead-runs" / (session_id or self.mark)
         path = folder / f"result-{safe}.txt"
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -332,47 +154,37 @@ class RunState:
             return None
         return str(path)
 
-    async def end(self) -> None:
-        """The run's stream is closed, whichever way: in ``query`` mode any CLI process of
-        the run still alive (its stream was closed from another task, say by the garbage
-        collector, and the SDK could not stop it) is stopped by its mark, unless the last
-        round's CLI is known to have exited (:attr:`cli_gone`), then every slot is let go
-        (:meth:`close`). A client's CLI is the client's own: it is left alone."""
-        if self.mode == "query" and not self.cli_gone:
-            with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT_S):
-                await anyio.to_thread.run_sync(stop_marked, RUN_MARK_VAR, self.mark)
-        self.close()
 
-    def close(self, reason: str = "the run is ending") -> None:
-        """The run ends, whichever way (finished, raised, cancelled, closed early): let go
-        of every slot it holds, in the process-wide spawn cap and in the agent ledger, and
-        deny what still waits in the gate with ``reason``. Idempotent; its CLI processes
-        have been stopped by then (the stream was closed). A :attr:`held` run's turn ends
-        here, not the run: nothing is let go."""
-        if self.held:
-            return
-        self.stop.done()
-        self.pause.end()
-        if self.lease is not None:
-            self.lease.end()
-        self.admission.end(reason)
-        self.agents.close()
+@dataclass
+class Streamed:
+    """What the run makes of its CLI's stream; only the run's rounds feed it.
 
-    def stopping(self) -> None:
-        """A stop was asked of the run (:attr:`stop`): every call still queued in the gate
-        is ``rejected`` now, before its CLI is ended (which would cancel their hooks)."""
-        self.admission.stopped(self.stop.reason or "stopped")
+    Attributes:
+        tracker: follows the session.
+        cli_state: the CLI's last ``session_state_changed`` state.
+        stderr_tail: the CLI's last stderr lines, quoted when its stream breaks.
+        last_parsed: the message the run fed last, with its events.
+        cli_gone: the last round's stream ran to its end and closed in time, so its CLI
+            has exited (what it started is no longer the run's to stop): the run's end
+            has nothing to look for.
+    """
+
+    tracker: Tracker = field(default_factory=Tracker)
+    cli_state: str | None = None
+    stderr_tail: collections.deque[str] = field(
+        default_factory=lambda: collections.deque(maxlen=_STDERR_LINES)
+    )
+    last_parsed: tuple[object, list[TrackedEvent]] | None = field(default=None, repr=False)
+    cli_gone: bool = False
 
     def feed(self, message: Any) -> list[TrackedEvent]:
-        """Fold one SDK message (typed or raw) into the tracker and the agents' book; returns
-        its events (the gate is fed after the message is yielded, see :class:`.round.Round`)."""
+        """Fold one SDK message (typed or raw) into the tracker; returns its events."""
         events = self.tracker.feed(message)
         self.last_parsed = (message, events)
-        self.agents.observe(events, self.tracker)
         return events
 
     def events_of(self, item: object) -> list[TrackedEvent]:
-        """What the run made of ``item``, the message it yielded last (see :meth:`feed`); no
+        """What the run made of ``item``, the message it fed last (see :meth:`feed`); no
         events for anything else (teamlead's own events, the relay's).
 
         Every layer over the run's rounds passes each item on at once, so the message a
@@ -383,34 +195,195 @@ class RunState:
         parsed = self.last_parsed
         return list(parsed[1]) if parsed is not None and parsed[0] is item else []
 
-    async def open_store(self) -> None:
-        """Check the session store answers; one that does not is told in one warning line,
-        and the run goes on without it (the SDK mirrors nothing: nothing to fail later)."""
-        if self.store is not None and not await self.store.check():
-            self.store = None
-            self.wire(store_view=None, store_off=True)
+
+@dataclass
+class Outside:
+    """What reaches the run from outside while it goes.
+
+    Attributes:
+        permissions: the permission requests waiting for an answer (``can_use_tool``'s).
+        pause: the run's pause: its admission and its share of the relay hold on it.
+        control: the user's live control of the run, if any.
+        lease: the run's hold on :attr:`control`, while it serves the run.
+    """
+
+    permissions: PermissionRequests
+    pause: Pause = field(default_factory=Pause)
+    control: RunControl | None = None
+    lease: ControlLease | None = None
+
+    def use_control(
+        self,
+        control: RunControl,
+        admission: Admission,
+        publish: Callable[[RunAmended], None],
+        *,
+        on_loop: bool = False,
+    ) -> None:
+        """Let ``control`` amend ``admission`` (its cap and subagent model) from now on (its
+        amends are published as :class:`~teamlead.events.RunAmended` events).
+
+        Args:
+            control: the control.
+            admission: the run's admission.
+            publish: where its amends go (the run's event bus).
+            on_loop: called on the run's event loop once it runs (``teamlead amend`` on a
+                run started without a control): amends are applied through it from now.
+
+        Raises:
+            AmendRefused: ``control`` already serves a run that has not ended.
+        """
+        self.lease = control.serve(admission, emit=publish)
+        self.control = control
+        if on_loop:
+            self.lease.bind_loop()
+
+
+@dataclass
+class Deadline:
+    """The run's deadline and the wrap-up point before it, on the run's clock.
+
+    Attributes:
+        at: the deadline (a ``clock.monotonic()`` value, set by
+            :meth:`RunState.start_clock`).
+        wrap_at: the wrap-up point: the deadline less the gate's reserve.
+    """
+
+    at: float = 0.0
+    wrap_at: float = 0.0
+
+
+@dataclass
+class RunState:
+    """The context of one coordinated run: its parts, each owning its data (see the module
+    docstring); a step asks the part it needs.
+
+    Attributes:
+        ask: what the run was asked and with what policy (:class:`Asked`).
+        stream: what it makes of its CLI's stream (:class:`Streamed`).
+        admission: who lets the run's agents start (:attr:`Admission.gated`: with the
+            spawn gate on).
+        agents: every agent of the run: the relay's ledger, the timeout and budgets.
+        outside: what reaches the run from outside (:class:`Outside`).
+        events: the run's event bus: every producer of the run publishes to it, every
+            consumer subscribes (:mod:`.bus`).
+        delivered: what it collected and delivered, and its result's ledger.
+        relay: the run's relay hookup once attached (:meth:`attach_relay`; its ``run`` is
+            ``None`` when the run goes direct).
+        clock: the time source of every deadline, wait and backoff.
+        deadline: the run's deadline and wrap-up point.
+        stop: a stop asked from outside (a signal to the command): the run ends at once,
+            with its ``Finished``.
+        process: what the run shares with the process's other runs.
+    """
+
+    ask: Asked
+    stream: Streamed
+    admission: Admission
+    agents: RunAgents
+    outside: Outside
+    events: EventBus
+    clock: Clock
+    delivered: Delivered = field(default_factory=Delivered)
+    relay: RelayHookup | None = None
+    deadline: Deadline = field(default_factory=Deadline)
+    stop: RunStop = field(default_factory=RunStop)
+    process: ProcessState = field(default_factory=default_process_state)
+
+    def start_clock(self) -> None:
+        """Set the run's deadline from now, and the wrap-up point the gate reserves."""
+        policy = self.ask.policy
+        self.deadline.at = self.clock.monotonic() + policy.deadline_s
+        self.deadline.wrap_at = self.deadline.at
+        if self.outside.lease is not None:
+            self.outside.lease.bind_loop()
+        if self.admission.gated:
+            self.admission.set_deadline(policy.deadline_s)
+            self.deadline.wrap_at -= policy.spawn.reserve_for(policy.deadline_s)
+
+    def open_relay(self) -> AbstractAsyncContextManager[RelayHookup]:
+        """The run's hookup to its process's relay (see :func:`.relayed.relayed`), opened on
+        its options: the relay counts and governs its requests per agent in its agent
+        ledger, and holds them while its pause is on. :meth:`attach_relay` it once entered."""
+        return relayed(
+            self.ask.options,
+            self.ask.policy,
+            process=self.process,
+            on_event=self.events.publish,
+            agents=self.agents.book,
+            pause=self.outside.pause,
+            clock=self.clock,
+        )
+
+    def attach_relay(self, hookup: RelayHookup) -> None:
+        """Send the run's requests through ``hookup``, from :meth:`open_relay` (the options
+        get ``ANTHROPIC_BASE_URL`` at the relay, when it is up)."""
+        self.relay = hookup
+        self.ask.wire(relay_base_url=hookup.base_url)
+
+    async def end(self) -> None:
+        """The run's stream is closed, whichever way: in ``query`` mode any CLI process of
+        the run still alive (its stream was closed from another task, say by the garbage
+        collector, and the SDK could not stop it) is stopped by its mark, unless the last
+        round's CLI is known to have exited (:attr:`Streamed.cli_gone`), then every slot is
+        let go (:meth:`close`). A client's CLI is the client's own: it is left alone."""
+        if self.ask.mode == "query" and not self.stream.cli_gone:
+            with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT_S):
+                await anyio.to_thread.run_sync(stop_marked, RUN_MARK_VAR, self.ask.mark)
+        self.close()
+
+    def close(self, reason: str = "the run is ending") -> None:
+        """The run ends, whichever way (finished, raised, cancelled, closed early): let go
+        of every slot it holds, in the process-wide spawn cap and in the agent ledger, and
+        deny what still waits in the gate with ``reason``. Idempotent; its CLI processes
+        have been stopped by then (the stream was closed). A held run's turn ends here
+        (:attr:`Asked.held`), not the run: nothing is let go."""
+        if self.ask.held:
+            return
+        self.stop.done()
+        self.outside.pause.end()
+        if self.outside.lease is not None:
+            self.outside.lease.end()
+        self.admission.end(reason)
+        self.agents.close()
+
+    def spill(self, delivery: Delivery) -> str | None:
+        """Write ``delivery``'s whole text to a file of its own in the session's run
+        directory (see :meth:`Asked.spill`); returns the path, or ``None``."""
+        return self.ask.spill(delivery, self.stream.tracker.session_id)
+
+    def stopping(self) -> None:
+        """A stop was asked of the run (:attr:`stop`): every call still queued in the gate
+        is ``rejected`` now, before its CLI is ended (which would cancel their hooks)."""
+        self.admission.stopped(self.stop.reason or "stopped")
+
+    def feed(self, message: Any) -> list[TrackedEvent]:
+        """Fold one SDK message (typed or raw) into the stream's tracker and the agents'
+        book; returns its events (the gate is fed after the message is yielded, see
+        :class:`.round.Round`)."""
+        events = self.stream.feed(message)
+        self.agents.observe(events, self.stream.tracker)
+        return events
 
     async def sync_journals(self) -> None:
         """Mirror the run's workflow journals into the session store (their new lines)."""
-        if self.store is None:
+        store = self.ask.store
+        if store is None:
             return
+        tracker = self.stream.tracker
         runs = [
             t.workflow.run_id
-            for t in self.tracker.tasks.values()
+            for t in tracker.tasks.values()
             if t.workflow is not None and t.workflow.run_id
         ]
-        await self.store.sync_journals(self.tracker.session_id, runs)
+        await store.sync_journals(tracker.session_id, runs)
 
     @property
     def watches_journals(self) -> bool:
         """A workflow of the run is still open and there is a store to mirror it to."""
-        return self.store is not None and any(
-            t.workflow is not None and not t.terminal for t in self.tracker.tasks.values()
+        return self.ask.store is not None and any(
+            t.workflow is not None and not t.terminal for t in self.stream.tracker.tasks.values()
         )
-
-    def process_ended(self) -> None:
-        """A CLI process of the run exited: its agents ended with it."""
-        self.admission.process_ended()
 
 
 def prepare_options(
@@ -474,6 +447,7 @@ def new_run(
     shared = process or default_process_state()
     user = options or ClaudeAgentOptions()
     pause = Pause()
+    bus = EventBus()
     admission = Admission(
         policy,
         clock,
@@ -482,6 +456,7 @@ def new_run(
         pause=pause,
         starting_model=_starting_model(user, policy),
         gated=gated and not verbatim,
+        publish=bus.publish,
     )
     permissions = PermissionRequests(clock)
     mark = uuid.uuid4().hex
@@ -506,27 +481,29 @@ def new_run(
         stderr=to_tail,
         verbatim=verbatim,
     )
-    state = RunState(
+    ask = Asked(
         mode=mode,
         user_options=user,
         wiring=wiring,
         options=build_options(user, policy, wiring),
         policy=policy,
-        clock=clock,
         config_dir=config_dir,
         mark=mark,
         store=store,
-        permissions=permissions,
+    )
+    state = RunState(
+        ask=ask,
+        stream=Streamed(tracker=Tracker(clock=clock), stderr_tail=tail),
         admission=admission,
-        tracker=Tracker(clock=clock),
+        agents=RunAgents(policy, clock, admission, publish=bus.publish),
+        outside=Outside(permissions=permissions, pause=pause),
+        events=bus,
+        clock=clock,
         process=shared,
-        agents=RunAgents(policy, clock, admission),
-        pause=pause,
         stop=RunStop(on_request=admission.stopped),
-        stderr_tail=tail,
     )
     if control is not None:
-        state.use_control(control)
-    state.ledger.one_process = mode == "client"
+        state.outside.use_control(control, admission, bus.publish)
+    state.delivered.ledger.one_process = mode == "client"
     shared.enter(state.stop)
     return state

@@ -67,9 +67,9 @@ class RunStream:
     @property
     def tracker(self) -> Tracker | None:
         """The run's own tracker; ``None`` until the stream is first read."""
-        return self._state.tracker if self._state is not None else None
+        return self._state.stream.tracker if self._state is not None else None
 
     def events_of(self, item: object) -> list[TrackedEvent]:
         """What the run made of ``item``, the item it yielded last
         (:meth:`~teamlead._run.state.RunState.events_of`)."""
-        return self._state.events_of(item) if self._state is not None else []
+        return self._state.stream.events_of(item) if self._state is not None else []

@@ -97,13 +97,11 @@ async def wrap_up(
     """
     assert state.admission.gated
     state.admission.close("the run is wrapping up: no more agents")
-    for gate_event in state.admission.drain():
-        yield gate_event
-    clock, ledger, policy = state.clock, state.ledger, state.policy
-    stopped = state.tracker.stop_open_tasks(clock.monotonic())
+    clock, ledger, policy = state.clock, state.delivered.ledger, state.ask.policy
+    stopped = state.stream.tracker.stop_open_tasks(clock.monotonic())
     open_ids = [task.task_id for task in stopped]
     unfinished = [task.description or task.task_id for task in stopped]
-    left = state.deadline - clock.monotonic()
+    left = state.deadline.at - clock.monotonic()
     collection = Collection(
         state, carried=carried, deadline=clock.monotonic() + _COLLECT_SHARE * left
     )
@@ -121,7 +119,7 @@ async def wrap_up(
     agents.wrapping()
     ledger.resumes += 1
     yield Resuming(
-        session_id=state.tracker.session_id or "",
+        session_id=state.stream.tracker.session_id or "",
         round=ledger.resumes,
         attempt=1,
         deliveries=[d.key for d in delivered],
@@ -137,7 +135,7 @@ async def wrap_up(
     async for item in this_round:
         yield item
     outcome = this_round.outcome
-    state.cli_state = outcome.cli_state
+    state.stream.cli_state = outcome.cli_state
     ledger.after_round(outcome, first=False)
     if outcome.ok:
         ledger.reasons += await absorb(state, delivered)
@@ -148,8 +146,8 @@ async def wrap_up(
             f"the run was stopped ({state.stop.wrap_reason}): wrapped up with the finished "
             f"work; stopped unfinished: {names}"
             + (
-                f"; resume later with `teamlead resume {state.tracker.session_id}`"
-                if state.tracker.session_id and unfinished
+                f"; resume later with `teamlead resume {state.stream.tracker.session_id}`"
+                if state.stream.tracker.session_id and unfinished
                 else ""
             ),
         )
