@@ -166,13 +166,12 @@ async def one_run(shape: str, agents: int, *, bare: bool = False) -> tuple[float
                 async for item in teamlead.run("Investigate.", options, policy=policy):
                     if isinstance(item, Finished):
                         done = item
-        answered, cpu = time.monotonic(), time.process_time() - cpu
+        answered, cpu = time.monotonic(), time.process_time() - cpu  # before the clean-up
     result = done if bare else (done.result if done is not None else None)
     found = len(set(findings_in(result or "")))
     if not bare and (done is None or done.status != "completed"):
-        raise SystemExit(
-            f"FAILED: {shape} x{agents}: {done and done.status} {done and done.reasons}"
-        )
+        why = "no Finished event" if done is None else f"{done.status}: {done.reasons}"
+        raise SystemExit(f"FAILED: {shape} x{agents}: {why}")
     if bare and done is None:
         raise SystemExit(f"FAILED: {shape} x{agents}: the bare run ended without a result")
     if not bare and found != agents:
