@@ -183,7 +183,11 @@ async def measure_shape(shape: str, sizes: list[int], quick: bool) -> list[Sampl
     """Every size of ``shape`` in turn, after a 3-agent warm-up run (imports and first-use
     caches, 1 agent in a quick run)."""
     await one_run(shape, 1 if quick else 3)
-    return [await measure_one(shape, agents, quick) for agents in sizes]
+    samples = []
+    for agents in sizes:
+        samples.append(await measure_one(shape, agents, quick))
+        print(json.dumps(asdict(samples[-1])), flush=True)  # kept if a later size fails
+    return samples
 
 
 async def measure_one(shape: str, agents: int, quick: bool) -> Sample:
@@ -240,8 +244,8 @@ def _samples(shape: str, proc: subprocess.Popen[str], sizes: int) -> list[Sample
         proc.communicate()
         raise SystemExit(f"FAILED: {shape}: no answer within {4 * LIMIT_S * sizes} s") from None
     if proc.returncode != 0:
-        raise SystemExit(f"FAILED: {shape}: {(out + err)[-800:]}")
-    return [Sample(**row) for row in json.loads(out.strip().splitlines()[-1])]
+        raise SystemExit(f"FAILED: {shape}: {out}{err[-800:]}")
+    return [Sample(**json.loads(line)) for line in out.splitlines() if line.startswith("{")]
 
 
 def report(samples: list[Sample], quick: bool) -> bool:
@@ -330,8 +334,7 @@ def main(argv: list[str] | None = None) -> int:
         import anyio
 
         sizes = [int(n) for n in argv[3:]]
-        samples = anyio.run(measure_shape, argv[1], sizes, argv[2] == "1")
-        print(json.dumps([asdict(s) for s in samples]))
+        anyio.run(measure_shape, argv[1], sizes, argv[2] == "1")
         return 0
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 and 5 agents: a smoke run")
