@@ -100,11 +100,15 @@ def in_schema(event: TrackedEvent) -> bool:
 
 def event_record(event: TrackedEvent) -> dict[str, Any]:
     """A tracker event as a versioned JSON-ready dict."""
-    data = dataclasses.asdict(event)
     if isinstance(event, TaskProgress):
-        # a workflow's snapshot is written as its changes (workflow_phase, workflow_agent)
-        data.pop("workflow_agents", None)
-        data.pop("workflow_phases", None)
+        # a workflow's snapshot is written as its changes (workflow_phase, workflow_agent);
+        # it is left out before the copy, which would walk every agent of it on each update
+        data = dataclasses.asdict(
+            dataclasses.replace(event, workflow_agents=None, workflow_phases=None)
+        )
+        del data["workflow_agents"], data["workflow_phases"]
+    else:
+        data = dataclasses.asdict(event)
     for key, value in list(data.items()):
         if isinstance(value, str):
             data[key] = redact(value)

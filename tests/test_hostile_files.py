@@ -20,6 +20,7 @@ import pytest
 from claude_agent_sdk import ClaudeAgentOptions
 from click.testing import CliRunner
 
+from teamlead._claude.files import FileProblem, read_regular
 from teamlead._claude.inbox import consume_inbox, read_inbox
 from teamlead._claude.saved_session import load_session
 from teamlead._claude.team import find_team, load_team, resolve_team
@@ -355,3 +356,25 @@ def test_huge_inbox_is_summarized_in_events(tmp_path: Path) -> None:
     assert len(collected.messages) + collected.omitted_messages == 5_000
     assert len(collected.messages) <= 50 and len(collected.warnings) <= 20
     assert len(collected.model_dump_json()) < 64 * 1024
+
+
+def test_a_small_file_under_a_large_cap_is_read_within_its_own_size(tmp_path: Path) -> None:
+    # a workflow's output file is read under a 64 MB cap: the read must not reserve the cap
+    path = tmp_path / "output.json"
+    path.write_bytes(b'{"result": "' + b"x" * 4000 + b'"}')
+    tracemalloc.start()
+    try:
+        data = read_regular(path, 64 * 1024 * 1024)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert data == path.read_bytes()
+    assert peak < 64 * 1024  # about the file's 4 KB, far from the cap
+
+
+def test_a_file_at_its_cap_is_read_and_one_byte_over_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "state.json"
+    path.write_bytes(b"y" * 3000)
+    assert read_regular(path, 3000) == b"y" * 3000
+    with pytest.raises(FileProblem, match="over the 2999-byte cap"):
+        read_regular(path, 2999)

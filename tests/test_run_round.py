@@ -170,7 +170,7 @@ async def test_the_deadline_on_the_system_clock_cuts_a_waiting_read_through_the_
     assert log == ["cut", "stream closed"]
     outcome = this_round.outcome
     assert (outcome.error_kind, outcome.error) == ("deadline", "deadline of 0.05 s reached")
-    assert not this_round._state.stream.cli_gone  # cut, not ended: the end of the run looks for its CLI
+    assert not this_round._state.stream.cli_gone  # cut: the end looks for its CLI
 
 
 async def test_a_stream_that_ran_to_its_end_and_closed_marks_its_cli_gone() -> None:

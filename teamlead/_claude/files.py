@@ -21,6 +21,9 @@ from typing import Any, BinaryIO, Literal
 
 __all__ = ["FileProblem", "loads", "open_regular", "read_regular"]
 
+#: what :func:`read_regular` reads at a time past the size the file had when opened
+_CHUNK = 1024 * 1024
+
 ProblemKind = Literal["missing", "not_regular", "too_large", "unreadable"]
 
 
@@ -74,7 +77,14 @@ def read_regular(path: Path, max_bytes: int) -> bytes:
             why = f"is {size} bytes, over the {max_bytes}-byte cap"
             raise FileProblem("too_large", f"{path} {why}; left alone")
         try:
-            data = fh.read(max_bytes + 1)
+            # a buffer of the file's size, not of the cap: ``read(n)`` allocates n bytes up
+            # front (64 MB for a workflow's output of a few KB); a file that grew since it
+            # was opened is read on in chunks, up to one byte over the cap
+            data = fh.read(size + 1)
+            while size < len(data) <= max_bytes and (
+                more := fh.read(min(_CHUNK, max_bytes + 1 - len(data)))
+            ):
+                data += more
         except OSError as exc:
             raise FileProblem("unreadable", f"{path} cannot be read: {exc.strerror}") from None
     if len(data) > max_bytes:

@@ -32,6 +32,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
         "cli_start.py",
         pytest.param("shim_latency.py", marks=pytest.mark.cli),
         "agent_ends.py",
+        pytest.param("agents_scale.py", marks=pytest.mark.cli),
     ],
 )
 def test_bench_quick_mode_runs_and_summarizes(script: str, tmp_path: Path) -> None:

@@ -1,0 +1,354 @@
+"""Bench: what teamlead spends per agent, from 10 to 1,000 agents in one run.
+
+Two shapes, each run end to end by the real bundled Claude Code CLI against the scripted
+model server, offline, through ``teamlead.run``: a ``Workflow`` of N agents (the scripted
+``WorkflowFanOut``; the CLI runs 50 at once), and N ``Agent`` calls in the lead's first
+message under teamlead's cap of 50 running agents (``FanOut`` with
+``SpawnPolicy(max_concurrent_agents=50)``: the spawn gate holds the rest). Every agent
+answers at once (no model delay), so the run is as dense as the CLI can make it. Nothing
+is replayed: every agent is a real CLI subagent whose requests go through teamlead's relay.
+
+The scripted server runs in a process of its own (``--serve``), as the API is elsewhere,
+so the calling process holds only the SDK and teamlead (its relay included). Each shape
+runs in a fresh interpreter (``--shape``), its sizes in turn after a 3-agent warm-up run,
+so imports and first-use caches land outside the figures.
+
+Figures, per shape and size:
+
+- CPU per agent: ``time.process_time`` of the calling process over the run (from the
+  ``teamlead.run`` call to its ``Finished`` event), over N. For the workflow, the bare
+  ``claude_agent_sdk.query`` of the same script with the same options runs first in the
+  same interpreter, and its CPU is subtracted (what the SDK itself spends reading the
+  stream; its answer may quote fewer findings, where the CLI cut the workflow's result
+  and only teamlead delivers the rest); the capped fan-out has no bare counterpart (the
+  bare CLI has no cap and ends before its agents do), so its figure is the whole
+  process: an upper bound on teamlead's.
+- peak memory per agent: a second run of the same size under ``tracemalloc``, the peak
+  of traced Python allocations over what was held when it began, over N (allocations of
+  C libraries, such as SQLite's, are not traced).
+- tail: from the end of the last agent's last reply (the server's log; ``time.monotonic``
+  is one clock for the whole machine) to ``teamlead.run``'s ``Finished`` event.
+
+Each is printed as a ratio against the 10-agent run of its shape. Targets: from 10 to
+1,000 agents, CPU and memory per agent grow by at most 1.5x, and at 1,000 agents
+teamlead's CPU stays under 5 ms per agent; a missed target exits 1. The marginal cost
+(what the 100 to 1,000 step adds, per added agent) is printed beside, since a per-agent
+figure at 10 agents carries the run's fixed costs.
+
+Run: ``python bench/agents_scale.py`` (several minutes); ``--quick`` runs 2 and 5
+agents per shape, both shapes at once, after a 1-agent warm-up, without the bare run and
+with memory measured in the same (traced) run as the CPU, and does not judge the targets.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import subprocess
+import sys
+import time
+import tracemalloc
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from typing import Any, Literal
+
+from _common import table
+
+Shape = Literal["workflow", "agents"]
+SHAPES: tuple[Shape, ...] = ("workflow", "agents")
+CAP = 50
+MS_PER_AGENT = 5.0
+GROWTH = 1.5
+LIMIT_S = 900
+
+
+@dataclass
+class Sample:
+    """One size of one shape, as its ``--shape`` process measured it."""
+
+    shape: str
+    agents: int
+    cpu_s: float  # the calling process over the teamlead run
+    bare_cpu_s: float | None  # the bare SDK over the same work, where it has one
+    peak_bytes: int  # tracemalloc peak over the run, above what it began with
+    tail_s: float  # the last agent's last reply -> Finished
+    wall_s: float
+    resumes: int
+
+    @property
+    def teamlead_cpu_s(self) -> float:
+        return self.cpu_s - (self.bare_cpu_s or 0.0)
+
+
+def script_for(shape: str, agents: int) -> Any:
+    from teamlead.testing.scripts import FanOut, WorkflowFanOut
+
+    if shape == "workflow":
+        return WorkflowFanOut([f"k{i:04d}" for i in range(agents)], delay=0.0)
+    return FanOut.of(agents, delays=0.0)
+
+
+def serve(shape: str, agents: int) -> None:
+    """``--serve``: the scripted server in this process; print its URL, then, once stdin
+    closes, the time its last agent request finished."""
+    from teamlead.testing import ScriptedServer
+    from teamlead.testing.scripts import workflow_key
+
+    with ScriptedServer(script_for(shape, agents)) as server:
+        print(server.base_url, flush=True)
+        sys.stdin.read()
+        ends = [
+            r.finished
+            for r in server.recorded()
+            if r.finished and (r.request.role == "subagent" or workflow_key(r.request))
+        ]
+        print(json.dumps({"last_agent_end": max(ends, default=0.0)}), flush=True)
+
+
+@contextmanager
+def server_process(shape: str, agents: int) -> Iterator[tuple[str, list[float]]]:
+    """A ``--serve`` process; yield its base URL and a list that holds, once the block
+    ends, the monotonic time its last agent reply finished."""
+    proc = subprocess.Popen(
+        [sys.executable, __file__, "--serve", shape, str(agents)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    last: list[float] = []
+    try:
+        url = proc.stdout.readline().strip()
+        if not url.startswith("http://"):
+            raise SystemExit("FAILED: the scripted server process did not start")
+        yield url, last
+        proc.stdin.close()
+        last.append(float(json.loads(proc.stdout.readline())["last_agent_end"]))
+    finally:
+        if proc.poll() is None:
+            proc.stdin.close()
+        try:
+            proc.wait(20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+
+
+async def one_run(shape: str, agents: int, *, bare: bool = False) -> tuple[float, float, Any]:
+    """One run of ``agents``; (CPU s, last agent end -> answer s, the Finished event or the
+    bare result text). Checks the run did the whole work."""
+    import anyio
+    from claude_agent_sdk import ResultMessage
+    from claude_agent_sdk import query as sdk_query
+
+    import teamlead
+    from teamlead.events import Finished
+    from teamlead.policy import Policy, SpawnPolicy
+    from teamlead.testing import OfflineClaude
+    from teamlead.testing.scripts import findings_in
+
+    spawn = SpawnPolicy(max_concurrent_agents=CAP) if shape == "agents" else SpawnPolicy()
+    policy = Policy(wait_s=5, deadline_s=LIMIT_S, spawn=spawn)
+    with server_process(shape, agents) as (url, last_end), OfflineClaude(url) as claude:
+        options = claude.options()
+        options.env["CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS"] = str(CAP)
+        done: Any = None
+        cpu = time.process_time()
+        with anyio.fail_after(LIMIT_S):
+            if bare:
+                options = teamlead.prepare_options(options, policy)
+                async for message in sdk_query(prompt="Investigate.", options=options):
+                    if isinstance(message, ResultMessage) and not message.is_error:
+                        done = message.result
+            else:
+                async for item in teamlead.run("Investigate.", options, policy=policy):
+                    if isinstance(item, Finished):
+                        done = item
+        answered, cpu = time.monotonic(), time.process_time() - cpu  # before the clean-up
+    result = done if bare else (done.result if done is not None else None)
+    found = len(set(findings_in(result or "")))
+    if not bare and (done is None or done.status != "completed"):
+        why = "no Finished event" if done is None else f"{done.status}: {done.reasons}"
+        raise SystemExit(f"FAILED: {shape} x{agents}: {why}")
+    if bare and done is None:
+        raise SystemExit(f"FAILED: {shape} x{agents}: the bare run ended without a result")
+    if not bare and found != agents:
+        raise SystemExit(f"FAILED: {shape} x{agents}: {found} findings in the answer")
+    return cpu, answered - last_end[0], done
+
+
+async def measure_shape(shape: str, sizes: list[int], quick: bool) -> list[Sample]:
+    """Every size of ``shape`` in turn, after a 3-agent warm-up run (imports and first-use
+    caches, 1 agent in a quick run)."""
+    await one_run(shape, 1 if quick else 3)
+    samples = []
+    for agents in sizes:
+        samples.append(await measure_one(shape, agents, quick))
+        print(json.dumps(asdict(samples[-1])), flush=True)  # kept if a later size fails
+    return samples
+
+
+async def measure_one(shape: str, agents: int, quick: bool) -> Sample:
+    gc.collect()
+    bare_cpu = None
+    if shape == "workflow" and not quick:
+        bare_cpu, _, _ = await one_run(shape, agents, bare=True)
+    if not quick:
+        wall = time.perf_counter()
+        cpu, tail, done = await one_run(shape, agents)
+        wall = time.perf_counter() - wall
+        gc.collect()
+    tracemalloc.start()
+    began = tracemalloc.get_traced_memory()[0]
+    tracemalloc.reset_peak()
+    traced = time.perf_counter()
+    traced_cpu, traced_tail, traced_done = await one_run(shape, agents)
+    traced = time.perf_counter() - traced
+    peak = tracemalloc.get_traced_memory()[1] - began
+    tracemalloc.stop()
+    if quick:
+        cpu, tail, done, wall = traced_cpu, traced_tail, traced_done, traced
+    return Sample(shape, agents, cpu, bare_cpu, peak, tail, wall, done.resumes)
+
+
+def measure(sizes: list[int], quick: bool) -> list[Sample]:
+    """:func:`measure_shape` of each shape in a fresh interpreter (``--shape``): one after
+    the other, or, in a quick run, both at once (its wall and tail figures then share the
+    machine)."""
+    procs: list[subprocess.Popen[str]] = []
+    samples: list[Sample] = []
+    for shape in SHAPES:
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, __file__, "--shape", shape, str(int(quick)), *map(str, sizes)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        )
+        if not quick:
+            samples += _samples(shape, procs[-1], len(sizes))
+    if quick:
+        for shape, proc in zip(SHAPES, procs, strict=True):
+            samples += _samples(shape, proc, len(sizes))
+    return samples
+
+
+def _samples(shape: str, proc: subprocess.Popen[str], sizes: int) -> list[Sample]:
+    try:
+        out, err = proc.communicate(timeout=4 * LIMIT_S * sizes)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.communicate()
+        raise SystemExit(f"FAILED: {shape}: no answer within {4 * LIMIT_S * sizes} s") from None
+    if proc.returncode != 0:
+        raise SystemExit(f"FAILED: {shape}: {out}{err[-800:]}")
+    return [Sample(**json.loads(line)) for line in out.splitlines() if line.startswith("{")]
+
+
+def report(samples: list[Sample], quick: bool) -> bool:
+    rows = []
+    verdicts = []
+    for shape in SHAPES:
+        runs = [s for s in samples if s.shape == shape]
+        base, big = runs[0], runs[-1]
+
+        def per(s: Sample, attr: str) -> float:
+            value = s.teamlead_cpu_s if attr == "cpu" else float(s.peak_bytes)
+            return value / s.agents
+
+        for s in runs:
+            rows.append(
+                [
+                    f"{shape} x{s.agents}",
+                    f"{s.wall_s:.1f}",
+                    f"{per(s, 'cpu') * 1e3:.2f}",
+                    "-" if s.bare_cpu_s is None else f"{s.bare_cpu_s / s.agents * 1e3:.2f}",
+                    f"x{per(s, 'cpu') / per(base, 'cpu'):.2f}",
+                    f"{per(s, 'mem') / 1024:.1f}",
+                    f"x{per(s, 'mem') / per(base, 'mem'):.2f}",
+                    f"{s.tail_s * 1e3:.0f}",
+                    f"x{s.tail_s / base.tail_s:.2f}",
+                    str(s.resumes),
+                ]
+            )
+        if len(runs) >= 3:
+            mid = runs[-2]
+            step = (big.agents - mid.agents, mid.agents - base.agents)
+            cpu_slope = (
+                (big.teamlead_cpu_s - mid.teamlead_cpu_s) / step[0],
+                (mid.teamlead_cpu_s - base.teamlead_cpu_s) / step[1],
+            )
+            mem_slope = (
+                (big.peak_bytes - mid.peak_bytes) / step[0],
+                (mid.peak_bytes - base.peak_bytes) / step[1],
+            )
+            print(
+                f"{shape}: each agent added from {mid.agents} to {big.agents} costs "
+                f"{cpu_slope[0] * 1e3:.2f} ms CPU and {mem_slope[0] / 1024:.1f} KiB "
+                f"(from {base.agents} to {mid.agents}: {cpu_slope[1] * 1e3:.2f} ms, "
+                f"{mem_slope[1] / 1024:.1f} KiB)"
+            )
+        cpu_growth = per(big, "cpu") / per(base, "cpu")
+        mem_growth = per(big, "mem") / per(base, "mem")
+        ms = per(big, "cpu") * 1e3
+        verdicts.append(
+            (
+                f"{shape}: x{cpu_growth:.2f} CPU and x{mem_growth:.2f} memory per agent "
+                f"from {base.agents} to {big.agents}, {ms:.2f} ms CPU per agent at "
+                f"{big.agents}, tail x{big.tail_s / base.tail_s:.2f}",
+                cpu_growth <= GROWTH and mem_growth <= GROWTH and ms < MS_PER_AGENT,
+            )
+        )
+    headers = [
+        "shape x agents",
+        "wall s",
+        "cpu ms/agent",
+        "bare",
+        "ratio",
+        "peak KiB/agent",
+        "ratio",
+        "tail ms",
+        "ratio",
+        "resumes",
+    ]
+    print(table(headers, rows))
+    met = all(ok for _, ok in verdicts)
+    verdict = "not judged (--quick)" if quick else ("met" if met else "MISSED")
+    print(
+        "SUMMARY: agents scale: "
+        + "; ".join(text for text, _ in verdicts)
+        + f"; targets <= x{GROWTH} per agent and < {MS_PER_AGENT:.0f} ms CPU per agent: {verdict}"
+    )
+    return met or quick
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["--serve"]:
+        serve(argv[1], int(argv[2]))
+        return 0
+    if argv[:1] == ["--shape"]:
+        import anyio
+
+        sizes = [int(n) for n in argv[3:]]
+        anyio.run(measure_shape, argv[1], sizes, argv[2] == "1")
+        return 0
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2 and 5 agents: a smoke run")
+    args = parser.parse_args(argv)
+    sizes = [2, 5] if args.quick else [10, 100, 1000]
+    from teamlead.testing import cli_version
+
+    print(
+        f"agents scale bench{' (quick)' if args.quick else ''}: real CLI {cli_version()}, "
+        f"a workflow and capped Agent calls (cap {CAP}) of {', '.join(map(str, sizes))} agents"
+    )
+    samples = measure(sizes, args.quick)
+    return 0 if report(samples, args.quick) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
