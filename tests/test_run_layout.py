@@ -1,10 +1,12 @@
-"""The run's house rules, read from the source: one small run context, and a run's events
-drained at few sites (each consumer from a subscription of its own to the run's bus)."""
+"""The run's house rules, read from the source: one small run context, a run's events
+drained at few sites (each consumer from a subscription of its own to the run's bus), and
+time read through the one clock."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import re
 from pathlib import Path
 
 from teamlead._run.state import RunState
@@ -44,3 +46,41 @@ def test_a_runs_events_are_drained_at_no_more_than_three_sites() -> None:
     sites = _drain_sites()
     assert len(sites) <= 3, sites
     assert any(site.startswith("teamlead/_run/bus.py") for site in sites), sites
+
+
+#: A direct read of time or a sleep: what the clock (``teamlead/clock.py``) stands for.
+_TIME_READ = re.compile(
+    r"\b(time\.(time|monotonic|perf_counter|sleep|monotonic_ns|time_ns)|asyncio\.sleep"
+    r"|anyio\.sleep|anyio\.current_time|loop\.time|datetime\.now|datetime\.utcnow)\("
+)
+
+
+def _time_reads() -> list[str]:
+    """Every line of the core (``teamlead/`` without the experiment and the test bed) that
+    reads time or sleeps other than through ``clock.py``."""
+    reads: list[str] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        inner = path.relative_to(PACKAGE)
+        if inner.parts[0] in ("experiment", "testing") or inner == Path("clock.py"):
+            continue
+        for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+            if _TIME_READ.search(line):
+                reads.append(f"{path.relative_to(PACKAGE.parent)}:{number}: {line.strip()}")
+    return reads
+
+
+def test_time_is_read_through_the_clock() -> None:
+    reads = _time_reads()
+    assert len(reads) <= 10, "\n".join(reads)
+
+
+def test_the_time_check_sees_each_kind_of_read() -> None:
+    lines = [
+        "start = time.monotonic()",
+        "await asyncio.sleep(1)",
+        "await anyio.sleep(0)",
+        "stamp = datetime.now(timezone.utc)",
+        "x = loop.time()",
+    ]
+    assert all(_TIME_READ.search(line) for line in lines)
+    assert not _TIME_READ.search("deadline = clock.monotonic() + 5")
