@@ -44,7 +44,7 @@ import logging
 import os
 import socket
 import struct
-from collections.abc import Iterator, Mapping
+from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Protocol, TypeAlias
@@ -316,11 +316,15 @@ class Endpoint:
         except Exception as exc:  # the run goes on whatever a client does
             log.warning("the run's control endpoint failed on a request: %s", type(exc).__name__)
         finally:
-            if task is not None:
-                self._tasks.discard(task)
-            writer.close()
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(writer.wait_closed(), _CLOSE_TIMEOUT_S)
+            # the task counts until its socket is really closed: an endpoint closed
+            # meanwhile waits for it, so no socket outlives the loop unclosed
+            try:
+                writer.close()
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(writer.wait_closed(), _CLOSE_TIMEOUT_S)
+            finally:
+                if task is not None:
+                    self._tasks.discard(task)
 
     async def _conversation(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -454,7 +458,7 @@ def _request_line(request: Mapping[str, Any]) -> bytes:
     return line
 
 
-def _send(sock: socket.socket, line: bytes) -> Iterator[bytes]:
+def _send(sock: socket.socket, line: bytes) -> Generator[bytes, None, None]:
     """Send a request ``line``; the answer's lines as they come (at most :data:`MAX_LINE`
     each)."""
     try:
@@ -462,14 +466,16 @@ def _send(sock: socket.socket, line: bytes) -> Iterator[bytes]:
         # request: its answer may be waiting to be read all the same
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(line)
-        reader = sock.makefile("rb")
-        while True:
-            got = reader.readline(MAX_LINE + 1)
-            if not got:
-                return
-            if len(got) > MAX_LINE:
-                raise ControlError("the run sent a line too long to read", code="unreachable")
-            yield got
+        # the reader holds the socket open until it is closed: closed here, even when the
+        # caller stops early (the generator's close), so the socket's own close is real
+        with sock.makefile("rb") as reader:
+            while True:
+                got = reader.readline(MAX_LINE + 1)
+                if not got:
+                    return
+                if len(got) > MAX_LINE:
+                    raise ControlError("the run sent a line too long to read", code="unreachable")
+                yield got
     except OSError as exc:
         raise ControlError(
             f"the run's control socket failed ({_reason(exc)})", code="unreachable"
@@ -510,8 +516,11 @@ def call(
         NoSuchRun: the run has finished meanwhile, or is another user's.
     """
     line = _request_line(request)
-    with contextlib.closing(_connect(path, timeout)) as sock:
-        for raw in _send(sock, line):
+    with (
+        contextlib.closing(_connect(path, timeout)) as sock,
+        contextlib.closing(_send(sock, line)) as answers,
+    ):
+        for raw in answers:
             return _checked(raw, ref or path)
     raise ControlError("the run closed its control socket without an answer", code="unreachable")
 
@@ -526,8 +535,10 @@ def follow(path: str, *, ref: str = "", timeout: float = 5.0) -> Iterator[str]:
         ControlError: as :func:`call`.
         NoSuchRun: as :func:`call`.
     """
-    with contextlib.closing(_connect(path, timeout)) as sock:
-        lines = _send(sock, _request_line({"op": "watch"}))
+    with (
+        contextlib.closing(_connect(path, timeout)) as sock,
+        contextlib.closing(_send(sock, _request_line({"op": "watch"}))) as lines,
+    ):
         head = next(lines, None)
         if head is None:
             raise ControlError("the run closed its control socket", code="unreachable")

@@ -33,10 +33,14 @@ def loading(pid: int) -> bool:
 
 
 def looping(pid: int) -> bool:
-    """The process has an event loop (its epoll descriptor, past the imports' first part:
-    not the one ``selectors`` opens for an instant as it loads): the run is starting."""
-    if not loading(pid):
-        return False
+    """The process has an event loop: an ``eventpoll`` descriptor, once its first line ran,
+    seen in two reads in a row (``selectors`` opens one for an instant as it loads, to see
+    that it can; a loop's stays). Not a CPU threshold: a light command (``relay``) reaches
+    its loop and waits on the model with under half a second of CPU."""
+    return importing(pid) and _has_epoll(pid) and _has_epoll(pid)
+
+
+def _has_epoll(pid: int) -> bool:
     fds = Path(f"/proc/{pid}/fd")
     try:
         links = [str(fd.readlink()) for fd in fds.iterdir()]

@@ -11,7 +11,7 @@ its descriptors), never guessed with a sleep:
   earlier: until the interpreter runs teamlead's first line (a third of that), the
   kernel's default ends the process, which no code can change.
 - ``loading``: six tenths of a second of CPU in, deep in the imports (the SDK's).
-- ``looping``: once its event loop exists (an ``eventpoll`` descriptor, once the imports
+- ``looping``: once its event loop exists (an ``eventpoll`` descriptor that stays, once the imports
   are well under way: ``selectors`` opens one for an instant as it loads, to see that it
   can): the run is starting, and the signal meets either the start-up's handler or the
   run's own watcher.
