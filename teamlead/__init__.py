@@ -51,18 +51,17 @@ change without notice.
 
 from __future__ import annotations
 
-import functools
-import importlib
 import typing
 
-from ._version import __version__ as __version__
+from . import _door
 
 # The public names, each imported from where it lives (``X as X`` tells type checkers it is
-# re-exported): this block is their one list, which ``__all__`` is made from. Importing
-# ``teamlead`` loads none of them (the SDK alone takes over a second): a name is imported on
-# first use (``__getattr__`` below reads where from this block), so ``python -m teamlead``
-# takes its stop signals from its first instant (see :mod:`teamlead._cli.startup`).
+# re-exported): this block is their one list, ``__all__`` among them. Importing ``teamlead``
+# loads none of them (the SDK alone takes over a second): the front door (:mod:`._door`)
+# imports a name on first use, so ``python -m teamlead`` takes its stop signals from its
+# first instant (see :mod:`teamlead._cli.startup`).
 if typing.TYPE_CHECKING:
+    from ._version import __version__ as __version__
     from .clock import Clock as Clock
     from .control import RunControl as RunControl
     from .coordinator import ClientRun as ClientRun
@@ -97,35 +96,8 @@ if typing.TYPE_CHECKING:
     from .sessions import open_session_store as open_session_store
 
 
-@functools.cache
-def _module_of() -> dict[str, str]:
-    """Each public name and the module it lives in, read from the block above once a name
-    is first asked for."""
-    import ast
-    from pathlib import Path
-
-    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
-    block = next(node for node in tree.body if isinstance(node, ast.If))
-    return {
-        alias.name: f".{node.module}"
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-
-
-def __getattr__(name: str) -> object:
-    """A public name (or ``__all__``), imported on first use and kept, so the next use is a
-    plain lookup."""
-    if name == "__all__":
-        value: object = ["__version__", *_module_of()]
-    elif name in _module_of():
-        value = getattr(importlib.import_module(_module_of()[name], __name__), name)
-    else:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    globals()[name] = value
-    return value
+__getattr__ = _door.lazy_exports(__name__)
 
 
 def __dir__() -> list[str]:
-    return sorted({*globals(), "__version__", *_module_of()})
+    return sorted({*globals(), *typing.cast("list[str]", __getattr__("__all__"))})

@@ -6,6 +6,8 @@ Each private package (``teamlead._run``, ``teamlead._claude``, ...) is entered t
 ``__getattr__ = lazy_exports(__name__)`` loads a name's module only when the name is first
 used. Importing one light module of a wing (the registry ``teamlead ps`` reads, the
 ``Finished`` of a run stopped at start-up) so never loads the wing's heavy ones (the SDK).
+``teamlead`` itself is entered the same way; its ``TYPE_CHECKING`` block is also its
+``__all__``, so its public names are written once.
 ``pyproject.toml``'s import contracts keep other packages from reaching past the door.
 
 A name that is also the name of one of the wing's modules cannot go through such a door
@@ -25,7 +27,8 @@ __all__ = ["lazy_exports"]
 
 def lazy_exports(package: str) -> Callable[[str], object]:
     """The module ``__getattr__`` of ``package``'s door: each name the door imports under
-    ``TYPE_CHECKING`` is loaded from that module on first use, then kept on the package."""
+    ``TYPE_CHECKING`` is loaded from that module on first use, then kept on the package; a
+    door without its own ``__all__`` gets those names as its ``__all__``."""
     namespace = sys.modules[package].__dict__
     homes: dict[str, tuple[str, str]] = {}
 
@@ -33,10 +36,12 @@ def lazy_exports(package: str) -> Callable[[str], object]:
         if not homes:
             homes.update(_checked_imports(package, namespace.get("__loader__")))
         home = homes.get(name)
-        if home is None:
+        if name == "__all__":
+            value: object = list(homes)
+        elif home is None:
             raise AttributeError(f"module {package!r} has no attribute {name!r}")
-        module, original = home
-        value = getattr(importlib.import_module(module, package), original)
+        else:
+            value = getattr(importlib.import_module(home[0], package), home[1])
         namespace[name] = value
         return value
 
