@@ -57,13 +57,13 @@ from ._run import (
     allow_workflows,
     new_run,
     prepare_options,
+    relay_for,
     run_client,
     run_query,
     run_resume,
     sdk_view,
     with_run_events,
 )
-from ._run import relay_for as _relay_for
 from .clock import SYSTEM_CLOCK, Clock
 from .control import RunControl
 from .events import Finished, TeamleadEvent
@@ -477,33 +477,6 @@ async def receive_all(
                 yield item
     finally:  # however the turn ends, the run lets go of its slots (a ClientRun's, held for
         state.close()  # the client's next turns, when its block ends)
-
-
-def relay_for(
-    options: ClaudeAgentOptions | None = None,
-    policy: Policy | None = None,
-    *,
-    process: ProcessState | None = None,
-) -> AbstractAsyncContextManager[ClaudeAgentOptions]:
-    """Client options whose CLI goes through the request relay while the block runs.
-
-    The client's CLI lives as long as the user's ``ClaudeSDKClient``, so the relay it talks
-    to must too: open the client inside this block. The options come back with
-    ``ANTHROPIC_BASE_URL`` at the relay of ``process`` (default: the process's own
-    :class:`~teamlead.ProcessState`) for the options' upstream and account (unchanged when
-    the relay is off, not applicable, or failed to start: then with a one-line warning).
-    Leaving the block while the client still runs cuts its connection to the model.
-    :class:`ClientRun` does this and more (the spawn gate, the relay's events in
-    :func:`receive_all`).
-
-    Example:
-        >>> async with teamlead.relay_for(opts) as opts:  # doctest: +SKIP
-        ...     async with ClaudeSDKClient(opts) as client:
-        ...         await client.query("Audit the repo")
-        ...         async for item in teamlead.receive_all(client):
-        ...             print(item)
-    """
-    return _relay_for(options, policy, process=process)
 
 
 async def resume_session(

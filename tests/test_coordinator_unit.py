@@ -35,7 +35,7 @@ from teamlead._run.resume_prompt import (
     Delivery,
     DeliveryKind,
     DeliverySource,
-    build_resume_prompt,
+    render_resume_prompt,
 )
 from teamlead.events import (
     FallbackUsed,
@@ -785,7 +785,7 @@ def delivery(
 
 def test_the_prompt_quotes_results_as_data_and_names_what_failed() -> None:
     policy = Policy(max_result_chars=300)
-    prompt = build_resume_prompt(
+    prompt, _ = render_resume_prompt(
         [
             delivery(
                 "alpha",
@@ -817,7 +817,7 @@ def test_the_prompt_quotes_results_as_data_and_names_what_failed() -> None:
 def test_the_prompt_respects_its_total_cap_and_drops_no_result() -> None:
     policy = Policy(max_result_chars=4000, max_prompt_chars=20000)
     deliveries = [delivery(f"agent-{n}", f"FINDING-{n} " + "y" * 4000) for n in range(12)]
-    prompt = build_resume_prompt(deliveries, [], policy)
+    prompt, _ = render_resume_prompt(deliveries, [], policy)
     assert len(prompt) <= policy.max_prompt_chars
     for n in range(12):  # every result the lead is told about is in the prompt, cut to fit
         assert f"FINDING-{n} " in prompt

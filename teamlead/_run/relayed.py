@@ -169,12 +169,29 @@ class _Relayed:
 
 @asynccontextmanager
 async def relay_for(
-    options: ClaudeAgentOptions | None,
+    options: ClaudeAgentOptions | None = None,
     policy: Policy | None = None,
     *,
     process: ProcessState | None = None,
 ) -> AsyncIterator[ClaudeAgentOptions]:
-    """Options whose CLI goes through the relay while the block runs (for client users)."""
+    """Client options whose CLI goes through the request relay while the block runs.
+
+    The client's CLI lives as long as the user's ``ClaudeSDKClient``, so the relay it talks
+    to must too: open the client inside this block. The options come back with
+    ``ANTHROPIC_BASE_URL`` at the relay of ``process`` (default: the process's own
+    :class:`~teamlead.ProcessState`) for the options' upstream and account (unchanged when
+    the relay is off, not applicable, or failed to start: then with a one-line warning).
+    Leaving the block while the client still runs cuts its connection to the model.
+    :class:`~teamlead.ClientRun` does this and more (the spawn gate, the relay's events in
+    :func:`~teamlead.receive_all`).
+
+    Example:
+        >>> async with teamlead.relay_for(opts) as opts:  # doctest: +SKIP
+        ...     async with ClaudeSDKClient(opts) as client:
+        ...         await client.query("Audit the repo")
+        ...         async for item in teamlead.receive_all(client):
+        ...             print(item)
+    """
     base = options or ClaudeAgentOptions()
     async with relayed(base, policy or Policy(), process=process) as hookup:
         yield with_base_url(base, hookup.base_url)

@@ -31,7 +31,6 @@ __all__ = [
     "TaskOutcome",
     "TaskSource",
     "WorkflowResume",
-    "build_resume_prompt",
     "continue_actions",
     "workflow_actions",
     "escape",
@@ -163,10 +162,6 @@ def escape(text: str, limit: int | None = None, *, full_path: str | None = None)
         note = f"\n[... {cut} characters cut here{where} ...]\n"
         text = text[:head] + note + (text[len(text) - tail :] if tail else "")
     return text
-
-
-def _quote(text: str, limit: int, full_path: str | None = None) -> str:
-    return escape(text, max(0, limit), full_path=full_path)
 
 
 def _attr(value: str) -> str:
@@ -407,7 +402,7 @@ def render_resume_prompt(
         limit = min(policy.max_result_chars, room)
         if d.text and len(escaped) > limit and spill is not None and d.full_path is None:
             d.full_path = spill(d)
-        body = _quote(d.text, limit, d.full_path) if d.text else escaped
+        body = escape(d.text, max(0, limit), full_path=d.full_path) if d.text else escaped
         d.quoted = body if d.text else None
         blocks.append(opening + body + _CLOSING)
         problems += own
@@ -427,17 +422,3 @@ def render_resume_prompt(
     else:
         parts += _PROMPT_TAIL
     return "\n".join(parts), carried
-
-
-def build_resume_prompt(deliveries: list[Delivery], missing: list[str], policy: Policy) -> str:
-    """The prompt that hands collected results back to the lead, quoted as data.
-
-    Results are capped at ``policy.max_result_chars`` each and share
-    ``policy.max_prompt_chars`` in all; the coordinator resumes with only the results the
-    prompt carries and keeps the rest for the next round.
-
-    Example:
-        >>> missing = ['teammate "beta" has not reported']
-        >>> prompt = build_resume_prompt([delivery], missing, Policy())  # doctest: +SKIP
-    """
-    return render_resume_prompt(deliveries, missing, policy)[0]
