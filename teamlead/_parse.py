@@ -400,7 +400,7 @@ def parse_message(message: Any) -> list[TrackedEvent]:
     if isinstance(message, UserMessage):
         return _tool_results(message.content, message.tool_use_result)
     if isinstance(message, ResultMessage):
-        return _with_session(message.session_id, [_result_from_typed(message)])
+        return _with_session(message.session_id, [_result(vars(message))])
     if isinstance(message, SystemMessage):
         data = message.data  # the CLI's raw frame: the typed Task* classes drop fields
         return _from_raw(data) if isinstance(data, Mapping) else []
@@ -429,7 +429,7 @@ def _from_raw(raw: Mapping[str, Any]) -> list[TrackedEvent]:
         event = _parse_system(raw)
         events = [event] if event is not None else []
     elif kind == "result":
-        events = [_result_from_raw(raw)]
+        events = [_result(raw)]
     return _with_session(raw.get("session_id"), events)
 
 
@@ -743,63 +743,26 @@ def _workflow_agents(progress: Any) -> tuple[WorkflowAgent, ...] | None:
     return tuple(agents)
 
 
-def _result_from_raw(raw: Mapping[str, Any]) -> ResultSeen:
-    return _result(
-        is_error=raw.get("is_error"),
-        subtype=raw.get("subtype"),
-        text=raw.get("result"),
-        session_id=raw.get("session_id"),
-        api_error_status=raw.get("api_error_status"),
-        cost=raw.get("total_cost_usd"),
-        usage=raw.get("usage"),
-        num_turns=raw.get("num_turns"),
-        origin=raw.get("origin"),
-        terminal_reason=raw.get("terminal_reason"),
-    )
-
-
-def _result_from_typed(message: ResultMessage) -> ResultSeen:
-    return _result(
-        is_error=message.is_error,
-        subtype=message.subtype,
-        text=message.result,
-        session_id=message.session_id,
-        api_error_status=message.api_error_status,
-        cost=message.total_cost_usd,
-        usage=message.usage,
-        num_turns=message.num_turns,
-        origin=message.origin,
-        terminal_reason=message.terminal_reason,
-    )
-
-
-def _result(
-    *,
-    is_error: Any,
-    subtype: Any,
-    text: Any,
-    session_id: Any,
-    api_error_status: Any,
-    cost: Any,
-    usage: Any,
-    num_turns: Any,
-    origin: Any,
-    terminal_reason: Any,
-) -> ResultSeen:
+def _result(raw: Mapping[str, Any]) -> ResultSeen:
+    """A result message's :class:`ResultSeen`, from its wire fields (the SDK's
+    ``ResultMessage`` has the same names, so a typed one is read through ``vars``)."""
+    origin = raw.get("origin")
+    cost = raw.get("total_cost_usd")
+    usage = raw.get("usage")
     run_id = None
     if isinstance(origin, Mapping) and origin.get("kind") == "task-notification":
         run_id = _str(origin.get("runId")) or _str(origin.get("run_id"))
     return ResultSeen(
-        is_error=bool(is_error),
-        subtype=_str(subtype) or "unknown",
-        text=_str(text),
-        session_id=_str(session_id),
-        api_error_status=_int(api_error_status),
+        is_error=bool(raw.get("is_error")),
+        subtype=_str(raw.get("subtype")) or "unknown",
+        text=_str(raw.get("result")),
+        session_id=_str(raw.get("session_id")),
+        api_error_status=_int(raw.get("api_error_status")),
         cost_usd=float(cost)
         if isinstance(cost, (int, float)) and not isinstance(cost, bool)
         else None,
         usage=usage if isinstance(usage, Mapping) else None,
-        num_turns=_int(num_turns),
+        num_turns=_int(raw.get("num_turns")),
         origin_run_id=run_id,
-        terminal_reason=_str(terminal_reason),
+        terminal_reason=_str(raw.get("terminal_reason")),
     )

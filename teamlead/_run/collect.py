@@ -503,7 +503,7 @@ class Collection:
         if not partial and task.status == "completed" and (task.summary or "").strip():
             text, source_of = task.summary or "", "summary"
         else:
-            transcript = self._transcript_text(task, session)
+            transcript = transcript_text(self._config_dir, task, session)
             if transcript:
                 text, source_of = transcript, "transcript"
             elif task.summary:
@@ -518,9 +518,6 @@ class Collection:
             cut=end.describe() if partial and end is not None else None,
         )
         return delivery, source_of
-
-    def _transcript_text(self, task: TaskInfo, session: str | None) -> str | None:
-        return transcript_text(self._config_dir, task, session)
 
 
 def transcript_text(config_dir: Path, task: TaskInfo, session: str | None) -> str | None:
