@@ -25,6 +25,7 @@ __all__ = [
     "json_object",
     "private_dir",
     "read_small",
+    "uid",
     "unsafe_dir",
     "write_private",
 ]
@@ -51,7 +52,7 @@ def dir_problem(folder: Path) -> str | None:
     mode = stat.S_IMODE(info.st_mode)
     if not stat.S_ISDIR(info.st_mode):
         return "not a directory (a symlink?)"
-    if info.st_uid != _uid():
+    if info.st_uid != uid():
         return "another user's"
     if mode & (stat.S_ISVTX | 0o022):
         return f"shared (mode {mode:o})"
@@ -135,6 +136,7 @@ def json_object(raw: bytes) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def _uid() -> int:
+def uid() -> int:
+    """This process's user id (0 where there are no user ids)."""
     getuid = getattr(os, "getuid", None)
     return int(getuid()) if getuid is not None else 0

@@ -15,7 +15,7 @@ redacted, when it is written and when it is read.
 
 The directory is made mode 0700 when missing; one that exists must be this user's own real
 directory that no one else can write to (not a symlink, not another user's, not shared like
-a sticky temp directory), and is never changed (:func:`private_dir`): otherwise the run is
+a sticky temp directory), and is never changed (:func:`runtime_private`): otherwise the run is
 not registered, with one warning naming a private alternative, and goes on. Entries are
 written mode 0600 and replaced atomically. A run removes its entry and socket when it ends;
 an entry whose process is gone (its pid no longer runs, or runs a process that started at
@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 import psutil
 
-from .._private import dir_problem, json_object, read_small, write_private
+from .._private import dir_problem, json_object, read_small, uid, write_private
 from .._redact import redact, without_password
 from ..clock import SYSTEM_CLOCK
 from ..errors import AmbiguousRun, ControlError, NoSuchRun
@@ -75,8 +75,8 @@ __all__ = [
     "liveness",
     "parse_entry",
     "process_registry",
-    "private_dir",
     "registry_wanted",
+    "runtime_private",
     "run_label",
     "runtime_dir",
 ]
@@ -119,12 +119,7 @@ def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
     xdg = (env.get("XDG_RUNTIME_DIR") or "").strip()
     if xdg and Path(xdg).is_absolute():
         return Path(xdg) / "teamlead"
-    return Path(tempfile.gettempdir()) / f"teamlead-{_uid()}"
-
-
-def _uid() -> int:
-    getuid = getattr(os, "getuid", None)
-    return int(getuid()) if getuid is not None else 0
+    return Path(tempfile.gettempdir()) / f"teamlead-{uid()}"
 
 
 _LABEL: contextvars.ContextVar[str | None] = contextvars.ContextVar("run_label", default=None)
@@ -252,7 +247,7 @@ def parse_entry(raw: bytes, path: Path) -> RunEntry | None:
     if not (_is_number(started) and _is_number(pid_started)):
         return None
     session = data.get("session_id")
-    uid = data.get("uid")
+    owner = data.get("uid")
     command = data.get("command")
     mode = data.get("mode")
     label = data.get("label")
@@ -264,7 +259,7 @@ def parse_entry(raw: bytes, path: Path) -> RunEntry | None:
         socket=socket,
         path=path,
         session_id=session if isinstance(session, str) and len(session) <= _MAX_FIELD else None,
-        uid=uid if isinstance(uid, int) and not isinstance(uid, bool) else None,
+        uid=owner if isinstance(owner, int) and not isinstance(owner, bool) else None,
         command=_described(command) if isinstance(command, str) else "",
         mode=mode if mode in ("query", "client") else "query",
         label=label[:_MAX_FIELD] if isinstance(label, str) else None,
@@ -305,7 +300,7 @@ def liveness(entry: RunEntry) -> Liveness:
         uids = psutil.Process(entry.pid).uids()
     except (psutil.Error, AttributeError, OSError):
         return "live"
-    return "live" if uids.real == _uid() else "not_yours"
+    return "live" if uids.real == uid() else "not_yours"
 
 
 @dataclass(frozen=True)
@@ -396,7 +391,7 @@ class Registry:
         Raises:
             ControlError: the directory cannot be used (``code`` ``directory``).
         """
-        folder = private_dir(self.directory)
+        folder = runtime_private(self.directory)
         run = secrets.token_hex(RUN_ID_CHARS // 2)
         socket = _socket_dir(folder) / f"{run}.sock"
         pid = os.getpid()
@@ -407,7 +402,7 @@ class Registry:
             started=SYSTEM_CLOCK.time(),
             socket=str(socket),
             path=folder / f"{run}.json",
-            uid=_uid(),
+            uid=uid(),
             command=_described(command),
             mode=mode,
             label=run_label(),
@@ -422,7 +417,7 @@ class Registry:
         Raises:
             ControlError: it cannot be made or used; the message says how to fix it.
         """
-        folder = private_dir(self.directory)
+        folder = runtime_private(self.directory)
         if not os.access(folder, os.W_OK | os.X_OK):
             raise ControlError(
                 f"cannot write the runtime directory {str(folder)!r}; set {RUNTIME_DIR_VAR} "
@@ -510,32 +505,16 @@ def registry_wanted(env: Mapping[str, str] | None = None) -> bool:
     return (env.get(NO_REGISTRY_VAR) or "").strip().lower() not in _TRUE
 
 
-def private_dir(
-    folder: Path,
-    *,
-    what: str = "runtime directory",
-    variable: str = RUNTIME_DIR_VAR,
-    instead: Path | None = None,
-) -> Path:
+def runtime_private(folder: Path) -> Path:
     """``folder``, made mode 0700 when missing, else checked to be this user's own real
-    directory that nobody else can write to; teamlead never changes a directory it did not
-    make.
-
-    An existing ``folder`` that is shared (group- or other-writable, or sticky like the
-    temp directory) or belongs to another user, or is not a directory (a symlink), is
-    refused, untouched: chmodding it would lock its other users out of their own files.
-    The refusal is one line naming a private alternative: ``instead``, or by default this
-    user's own runtime directory (``$XDG_RUNTIME_DIR/teamlead``, else ``teamlead-<uid>`` in
-    the temp directory, else ``~/.cache/teamlead/runtime``), whichever is not ``folder``.
-
-    Args:
-        folder: the directory wanted.
-        what: what it is, for the refusal (``runtime directory``, ``history directory``).
-        variable: the environment variable that names it, for the refusal.
-        instead: the private alternative the refusal names.
+    directory that nobody else can write to (:func:`~teamlead._private.dir_problem`);
+    teamlead never changes a directory it did not make.
 
     Raises:
-        ControlError: ``folder`` cannot be made, or is refused (``code`` ``directory``).
+        ControlError: ``folder`` cannot be made, or is refused (``code`` ``directory``); a
+            refusal names a private alternative: this user's own runtime directory
+            (``$XDG_RUNTIME_DIR/teamlead``, else ``teamlead-<uid>`` in the temp directory,
+            else ``~/.cache/teamlead/runtime``), whichever is not ``folder``.
     """
     try:
         folder.mkdir(mode=0o700, parents=True)
@@ -544,17 +523,17 @@ def private_dir(
         pass
     except OSError as exc:
         raise ControlError(
-            f"cannot use the {what} {str(folder)!r}: {exc.strerror or exc}; set {variable} "
-            "to a directory of yours",
+            f"cannot use the runtime directory {str(folder)!r}: {exc.strerror or exc}; set "
+            f"{RUNTIME_DIR_VAR} to a directory of yours",
             code="directory",
         ) from None
     why = dir_problem(folder)
     if why is None:
         return folder
-    alternative = instead or _private_alternative(folder)
     raise ControlError(
-        f"the {what} {str(folder)!r} is {why}, and teamlead changes nothing it did not "
-        f"create: set {variable} to a private one, such as {str(alternative)!r}",
+        f"the runtime directory {str(folder)!r} is {why}, and teamlead changes nothing it did "
+        f"not create: set {RUNTIME_DIR_VAR} to a private one, such as "
+        f"{str(_private_alternative(folder))!r}",
         code="directory",
     )
 
@@ -564,7 +543,7 @@ def _private_alternative(folder: Path) -> Path:
     xdg = (os.environ.get("XDG_RUNTIME_DIR") or "").strip()
     candidates = [
         *([Path(xdg) / "teamlead"] if xdg and Path(xdg).is_absolute() else []),
-        Path(tempfile.gettempdir()) / f"teamlead-{_uid()}",
+        Path(tempfile.gettempdir()) / f"teamlead-{uid()}",
     ]
     with contextlib.suppress(RuntimeError):  # no home directory to name
         candidates.append(Path.home() / ".cache" / "teamlead" / "runtime")
@@ -587,9 +566,9 @@ def _socket_dir(folder: Path) -> Path:
     if _fits(folder):
         return folder
     for base in (Path(tempfile.gettempdir()), Path("/tmp")):
-        short = base / _SOCKET_DIR.format(_uid())
+        short = base / _SOCKET_DIR.format(uid())
         if _fits(short):
-            return private_dir(short)
+            return runtime_private(short)
     raise ControlError(
         f"the runtime directory {str(folder)!r} is too long a path for a Unix socket: "
         f"set {RUNTIME_DIR_VAR} to a shorter one",
@@ -603,7 +582,7 @@ def _prune(entry: RunEntry) -> None:
         entry.path.unlink()
     socket = Path(entry.socket)
     folder = socket.parent
-    ours = folder == entry.path.parent or folder.name == _SOCKET_DIR.format(_uid())
+    ours = folder == entry.path.parent or folder.name == _SOCKET_DIR.format(uid())
     if ours and socket.name == f"{entry.run}.sock":  # never a path of the entry's choosing
         with contextlib.suppress(OSError):
             socket.unlink()
