@@ -305,9 +305,7 @@ class Collection:
     ) -> tuple[Delivery, TaskSource]:
         """A workflow task's delivery: its finished agents' results (from the run's journal,
         else the snapshot's previews) and, when it lost agents, how to resume it."""
-        journaled = (
-            journal_results(self._config_dir, session, run.run_id) if session and run.run_id else {}
-        )
+        journaled = self._journaled(session, run)
         parts: list[str] = []
         source: TaskSource = "none"
         for index in sorted(run.agents):
@@ -325,13 +323,8 @@ class Collection:
         if not parts and task.summary:
             parts.append(task.summary)
             source = "summary"
-        agents = self._state.agents
-        denied = agents.exhaust_reason is not None
-        limited = {  # stopped by the user's own limits: named, never run again
-            a.index: why
-            for a in lost
-            if a.agent_id and (why := agents.stopped_by_limits(a.agent_id)) is not None
-        }
+        denied = self._state.agents.exhaust_reason is not None
+        limited = self._limited(lost)
         resumable = bool(
             lost and run.run_id and not run.error and not denied and len(limited) < len(lost)
         )
@@ -366,6 +359,22 @@ class Collection:
         )
         return delivery, source
 
+    def _journaled(self, session: str | None, run: WorkflowRun) -> dict[str, JournalResult]:
+        """The results ``run``'s journal holds, by agent id (none without its ids)."""
+        if not session or not run.run_id:
+            return {}
+        return journal_results(self._config_dir, session, run.run_id)
+
+    def _limited(self, lost: list[WorkflowAgent]) -> dict[int, str]:
+        """The ``lost`` agents the user's own limits stopped (named, never run again), by
+        index, with why."""
+        agents = self._state.agents
+        return {
+            a.index: why
+            for a in lost
+            if a.agent_id and (why := agents.stopped_by_limits(a.agent_id)) is not None
+        }
+
     def _notification(self, session: str | None, task_id: str) -> Notification | None:
         """The notification the CLI gave the lead for ``task_id``, from the session's
         transcript (read once per collection)."""
@@ -392,9 +401,7 @@ class Collection:
         if note is None or note.cut is None:
             return None
         cut = note.cut
-        journaled = (
-            journal_results(self._config_dir, session, run.run_id) if session and run.run_id else {}
-        )
+        journaled = self._journaled(session, run)
         results = _agent_results(run, journaled)
         path = run.output_file or task.output_file or note.output_file
         whole = workflow_result(Path(path)) if path else None
@@ -448,14 +455,9 @@ class Collection:
             return None  # asked once: a lead that did not start it is left with the loss
         if f"task:{task.task_id}" not in collected.absorbed or tracker.later_attempt(run):
             return None  # its results go with the ask (the task's delivery), or it ran again
-        agents = self._state.agents
-        if agents.exhaust_reason is not None:
+        if self._state.agents.exhaust_reason is not None:
             return None
-        limited = {
-            a.index: why
-            for a in lost
-            if a.agent_id and (why := agents.stopped_by_limits(a.agent_id)) is not None
-        }
+        limited = self._limited(lost)
         if len(limited) >= len(lost):
             return None  # the user's own limits stopped them: never run again
         return Delivery(
