@@ -62,18 +62,9 @@ __all__ = [
     "WorkflowDenied",
 ]
 
-#: 2: ``lead_turn`` once per API message and ``task_ended`` once per task (1 repeated
-#: both: see :class:`teamlead._ndjson.JsonProgress`); ``agent_usage`` events;
-#: ``Finished.tasks`` rows per agent (``workflow_agent`` kind, parent, label, tokens,
-#: requests, tool uses, duration, transcript, result file); reasons
-#: ``token_budget``/``request_budget``. 3: the workflow lines (``workflow_started``,
-#: ``workflow_phase``, ``workflow_agent``, ``workflow_ended``) and a workflow agent's
-#: ``run_id``, ``phase`` and ``cached`` in ``Finished.tasks``. 4: a row's ``result`` (the
-#: text of a result the final answer did not use, or of every result when there is no
-#: answer). 5: a row's ``ended`` (how its agent ended, judged from evidence). 6: the spawn
-#: gate's four events (``spawn_queued``, ``spawn_admitted``, ``spawn_denied``,
-#: ``spawn_rejected``) are one, ``spawn_decided`` with its ``outcome``. Older records still
-#: read (the new fields default; a log's old spawn lines read as ``spawn_decided``).
+#: The version of the events' schema (what each version added: docs/json-schema.md). Older
+#: records still read: the new fields default, a log's old spawn lines read as
+#: ``spawn_decided``.
 EVENT_VERSION = 6
 #: The most characters of a result a ``Finished.tasks`` row carries (head and tail).
 ROW_RESULT_CHARS = 4000
