@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from .._metering import LEAD
 from .._redact import redact
-from .._run import labels_from
+from .._run import clip, labels_from
 from ..events import CUT_ENDS, AgentKind, ConcurrencyChanged
 from ..tracker import TaskInfo, WorkflowAgent
 
@@ -67,10 +67,7 @@ NodeKind: TypeAlias = Literal[AgentKind, "phase"]
 
 def plain(value: str | None, limit: int = _TEXT) -> str | None:
     """``value`` as one line of plain text, secrets redacted, at most ``limit`` characters."""
-    if value is None:
-        return None
-    text = " ".join(redact(value).split())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return None if value is None else clip(redact(value), limit)
 
 
 @dataclass
