@@ -15,15 +15,10 @@ task summaries and transcripts, and re-queries with ``resume=session_id`` with t
 collected results quoted as data. It loops until nothing is outstanding or the
 :class:`~teamlead.policy.Policy` stops it, and ends with a :class:`Finished` event.
 
-:func:`query` is the strict drop-in for ``claude_agent_sdk.query``: the same run on the
-user's options as given, shown as the SDK shows a query (its messages, the final
-``ResultMessage``, its exceptions; :mod:`teamlead._run.dropin`).
-
-:func:`receive_all` does the same for ``ClaudeSDKClient`` users: it keeps receiving past
-the first result until the background work is absorbed, then resumes on the same client.
-A :class:`ClientRun` holds such a run's state from before the client connects (its spawn
-gate, its request relay, its clock) for the client's whole life, since a client's
-options are fixed then: every turn's :func:`receive_all` is a round of that one run.
+:func:`query` is the strict drop-in for ``claude_agent_sdk.query`` (the SDK's own messages
+and exceptions, :mod:`teamlead._run.dropin`); :func:`receive_all` does the same for a
+``ClaudeSDKClient``, each turn a round of the one run a :class:`ClientRun` holds for the
+client's whole life; :func:`resume_session` finishes a stopped session.
 
 This module holds only the entry points: each creates the run's state
 (:class:`~teamlead._run.state.RunState`) and hands it to a driver. The machinery (rounds,
