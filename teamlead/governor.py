@@ -5,51 +5,19 @@ the whole run. The governor keeps one AIMD *bucket* per ``provider/model`` key a
 global cap across all buckets, and hands out *slots*. Each slot stands for one piece of
 work (one request, or one CLI process) and reports how it went.
 
-The rules, per bucket (defaults from :class:`GovernorPolicy`; the pure functions, with
-their details, are in ``teamlead._governor.aimd``):
-
-* **Start** at the bucket's ceiling (its model's static ceiling, else ``ceiling``); the
-  effective limit is ``min(cap, ceiling, max_total)``, and a provider's ceiling bounds the
-  sum of its buckets.
-* **Decrease.** A rate limit cuts ``cap = max(floor, floor(cap * 0.75))``, or, when the
-  slots are the very requests the upstream counts (``Slot.rate_limited(measured=True)``,
-  as the relay reports), straight to the requests the upstream may have been running when
-  it rejected: those in flight at any moment since the rejected one was granted, less the
-  rejected ones and those answered before it (:meth:`Slot.answered`), over the provider's
-  buckets and the whole account (counted by the account in the step that cuts, see
-  ``Account.update_rejected``): never below what the upstream accepted, however late the
-  429 is read. (A request the upstream does not count, e.g. under a limit of another
-  model, is counted all the same: the next round may then try one level too high, once.)
-  Each later 429 of that burst *settles* the cut one lower, and a request of it that
-  streams (:meth:`Slot.streaming`) corrects it up.
-  The limit is then learnt from the burst's own answers, within about one Retry-After,
-  whenever the upstream sends its response headers.
-* **Epochs.** Every cut opens a new epoch; a 429 from a slot of an older epoch was sent
-  before the cut that already counted it, and does not cut again.
-* **Additive increase.** 4 consecutive successes of the current epoch earn ``cap += 1``,
-  only while callers queue on this bucket's cap; the level left becomes ``last_good``.
-  Below the level a measured cut found, each success earns it: a cut that proved too low
-  is undone within a round of requests.
-* **Failed probe returns to last_good** instead of cutting from the probe level.
-* **No immediate re-probe.** A level that drew a 429 is not climbed back to for
-  ``reprobe_after_s`` (60 s); each further rejection of the cutting burst lowers it by one.
-* **Retry-After** pauses new acquisitions of the bucket; running slots are unaffected.
-* **Overload (529)** pauses and cuts once per epoch but marks no level as bad.
-* **Token windows** (:meth:`Governor.pace`, ``teamlead._governor.token_budget``): an
-  upstream's limits may be token buckets (requests, input and output tokens per minute),
-  not concurrency. The ``anthropic-ratelimit-*`` windows its answers describe become the
-  bucket's *token budget*: a slot asked for with the request's ``estimate`` (its input,
-  see ``teamlead._governor.token_estimate``; corrected by the ``usage`` reported with
-  :meth:`Slot.used`) is granted only when every window covers it, what is in flight and
-  not yet answered counted as drawn; the queue is served one by one, so each waiter gets
-  its own time slot at the refill rate. A 429 a window explains is the budget's: no cut,
-  no pause. A request larger than a whole window goes alone once it is full. A window
-  whose limit the headers do not give only pauses new grants once empty, until its reset.
-  The budget is this process's model (not shared through the account): processes that
-  share an account each read the upstream's ``remaining``, which counts them all.
-* **Idle reset.** After 5 idle minutes a bucket returns to the ceiling and forgets, pause too.
-* **Bounded pauses.** No pause is longer than ``MAX_PAUSE_S`` (10 minutes); a caller whose
-  ``timeout`` ends before the pause does gets its ``TimeoutError`` at once.
+A bucket starts at its ceiling (see :class:`GovernorPolicy`). A rate limit cuts it:
+multiplicatively, or, when the slots are the very requests the upstream counts
+(``Slot.rate_limited(measured=True)``, as the relay reports), straight to the requests the
+upstream may have been running, which the account counts; the burst's later 429s settle
+the cut and its streaming requests correct it up. Successes while callers queue grow it
+by one; a level that drew a 429 is not probed again for a while; a Retry-After or a 529
+pauses new grants, never running slots; an idle bucket returns to its ceiling. The rules
+are pure functions in ``teamlead._governor.aimd``; no pause is longer than
+``MAX_PAUSE_S``, and a caller whose ``timeout`` ends first gets its ``TimeoutError`` at
+once. When the upstream's answers describe token windows (``anthropic-ratelimit-*``),
+:meth:`Governor.pace` makes them the bucket's token budget: a slot asked for with the
+request's ``estimate`` is granted only when every window covers it, and a 429 a window
+explains is the budget's (see ``teamlead._governor.token_budget``).
 
 Waiters are served by priority, then FIFO, per key: a caller that must not starve (the
 lead's requests, a retried request) asks with a higher ``priority``. A released slot goes
@@ -58,12 +26,12 @@ blocked only by the global cap (``max_total``).
 
 Every change is a :class:`~teamlead.events.ConcurrencyChanged` in :attr:`Governor.journal`
 (the last :data:`JOURNAL_SIZE`), also passed to ``on_change``. What a bucket learnt, and one
-*lease* per slot held, live in an :class:`~teamlead._governor.accounts.base.Account`: this process
-alone by default, or shared by every process of the account (an SQLite file per machine,
-Redis across machines; see :func:`teamlead._governor.accounts.open_account`), so several
-processes together stay under one limit. A lease dies with its process, so a crash never
-leaks a slot. Release a slot only after the work it stood for has really ended (for a CLI
-process: after it exited). The governor belongs to one event loop and is not thread-safe.
+*lease* per slot held, live in an :class:`~teamlead._governor.accounts.base.Account`: this
+process alone by default, or shared by every process of the account (see
+:func:`teamlead._governor.accounts.open_account`), so several processes together stay
+under one limit; a lease dies with its process. Release a slot only after the work it
+stood for has really ended (for a CLI process: after it exited). The governor belongs to
+one event loop and is not thread-safe.
 
 Example:
     >>> governor = Governor(GovernorPolicy(ceiling=6, max_total=10))
@@ -87,6 +55,7 @@ from bisect import insort
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 
 import anyio
 import anyio.lowlevel
@@ -138,6 +107,7 @@ _Rule = Callable[[aimd.Limits], aimd.Step]
 _SHARED_POLL_S = 0.05
 
 
+@dataclass(eq=False, repr=False, slots=True)
 class Slot:
     """Permission to run one piece of work in a bucket; report its outcome, then release.
 
@@ -146,38 +116,16 @@ class Slot:
     still count). :meth:`release` is idempotent.
     """
 
-    __slots__ = (
-        "_governor",
-        "_lease",
-        "_rejected",
-        "_released",
-        "_streaming",
-        "_answered",
-        "_ticket",
-        "acquired_at",
-        "epoch",
-        "key",
-    )
-
-    def __init__(
-        self,
-        governor: Governor,
-        key: str,
-        epoch: int,
-        acquired_at: float,
-        lease: Lease,
-        ticket: int | None = None,
-    ) -> None:
-        self._governor = governor
-        self._lease = lease
-        self._ticket = ticket
-        self._released = False
-        self._streaming = False
-        self._answered = False
-        self._rejected = False
-        self.key = key
-        self.epoch = epoch
-        self.acquired_at = acquired_at
+    _governor: Governor
+    key: str
+    epoch: int
+    acquired_at: float
+    _lease: Lease
+    _ticket: int | None = None
+    _released: bool = field(default=False, init=False)
+    _streaming: bool = field(default=False, init=False)
+    _answered: bool = field(default=False, init=False)
+    _rejected: bool = field(default=False, init=False)
 
     @property
     def released(self) -> bool:
@@ -251,56 +199,44 @@ class Slot:
         return f"Slot(key={self.key!r}, epoch={self.epoch}, {state})"
 
 
+@dataclass(eq=False, slots=True)
 class _Waiter:
-    """One caller waiting for a slot; woken by ``wake`` once granted, cleared or timed out."""
+    """One caller waiting for a slot; woken by ``wake`` once granted, cleared or timed out.
+    ``order``: higher priority first, then arrival."""
 
-    __slots__ = ("error", "estimate", "key", "order", "slot", "through_pause", "wake")
-
-    def __init__(
-        self,
-        key: str,
-        priority: int,
-        seq: int,
-        through_pause: bool = False,
-        estimate: InputEstimate | None = None,
-    ) -> None:
-        self.key = key
-        self.through_pause = through_pause
-        self.estimate = estimate
-        self.order = (-priority, seq)  # higher priority first, then arrival
-        self.wake = anyio.Event()
-        self.slot: Slot | None = None
-        self.error: BaseException | None = None
+    key: str
+    order: tuple[int, int]
+    through_pause: bool = False
+    estimate: InputEstimate | None = None
+    wake: anyio.Event = field(default_factory=anyio.Event)
+    slot: Slot | None = None
+    error: BaseException | None = None
 
     def __lt__(self, other: _Waiter) -> bool:
         return self.order < other.order
 
 
+@dataclass(eq=False, slots=True)
 class _Bucket:
-    """What stays local to this process: the queue and the slots it holds."""
+    """What stays local to this process: the queue and the slots it holds.
 
-    __slots__ = (
-        "answered",
-        "budget",
-        "in_flight",
-        "key",
-        "last_activity",
-        "proven",
-        "rejected",
-        "streaming",
-        "waiters",
-    )
+    Attributes:
+        proven: the most requests seen streaming at once (the upstream ran them).
+        budget: the token windows (this process's model of them).
+        rejected: held slots that reported a 429 (not accepted by the upstream).
+        answered: held slots whose answer is complete (the upstream is done).
+        waiters: sorted by ``_Waiter.order``.
+    """
 
-    def __init__(self, key: str, now: float) -> None:
-        self.key = key
-        self.in_flight = 0
-        self.streaming = 0
-        self.proven = 0  # the most requests seen streaming at once: the upstream ran them
-        self.budget = Budget()  # the token windows (this process's model of them)
-        self.rejected = 0  # held slots that reported a 429 (not accepted by the upstream)
-        self.answered = 0  # held slots whose answer is complete (the upstream is done)
-        self.waiters: list[_Waiter] = []  # sorted by _Waiter.order
-        self.last_activity = now
+    key: str
+    last_activity: float
+    in_flight: int = 0
+    streaming: int = 0
+    proven: int = 0
+    budget: Budget = field(default_factory=Budget)
+    rejected: int = 0
+    answered: int = 0
+    waiters: list[_Waiter] = field(default_factory=list)
 
     def enqueue(self, waiter: _Waiter) -> None:
         """Queue ``waiter`` by priority then arrival; a displaced head hands over its timer."""
@@ -367,18 +303,7 @@ class Governor:
     ) -> AsyncIterator[Slot]:
         """Hold a slot of ``key`` for the block; it is released when the block exits.
 
-        Args:
-            key: the bucket, ``provider/model`` (see :func:`bucket_key`).
-            timeout: most seconds to wait for the slot (governor's clock); ``None`` waits
-                until cancelled, e.g. by an enclosing ``anyio.fail_after``.
-            priority: waiters with a higher priority are served first (then FIFO).
-            estimate: the request's estimated input, for the token windows (see
-                :meth:`acquire`).
-
-        Raises:
-            TimeoutError: no slot within ``timeout``.
-            GovernorCleared: :meth:`clear` ran while waiting.
-            UsageError: empty key or negative timeout.
+        The arguments and errors are :meth:`acquire`'s.
         """
         acquired = await self.acquire(key, timeout=timeout, priority=priority, estimate=estimate)
         try:
@@ -430,7 +355,7 @@ class Governor:
                 return granted
         deadline = None if timeout is None else self._clock.monotonic() + timeout
         self._seq += 1
-        waiter = _Waiter(key, priority, self._seq, through_pause, estimate)
+        waiter = _Waiter(key, (-priority, self._seq), through_pause, estimate)
         bucket.enqueue(waiter)
         try:
             return await self._wait_for_grant(bucket, waiter, deadline, timeout)
@@ -564,13 +489,9 @@ class Governor:
                 left = deadline - now
                 sleep_for = left if sleep_for is None else min(sleep_for, left)
             waiter.wake = anyio.Event()
-            await self._wait(waiter.wake, sleep_for)
+            await wait_event(waiter.wake, sleep_for, self._clock)
             if waiter.slot is None and waiter.error is None:
                 self._dispatch(bucket.key)
-
-    async def _wait(self, event: anyio.Event, seconds: float | None) -> None:
-        """Wait for ``event``, or at most ``seconds`` on the governor's clock."""
-        await wait_event(event, seconds, self._clock)
 
     def _forget(self, bucket: _Bucket, waiter: _Waiter) -> None:
         if bucket.remove(waiter):
