@@ -361,16 +361,31 @@ class LimitsPolicy(BaseModel):
                     raise ValueError(
                         f"a {kind} ceiling needs a name and 1..10000 requests, got {name!r}={value}"
                     )
-        shared = self.shared.strip()
-        if shared not in SHARED_LIMITS and not shared.startswith(("redis://", "rediss://")):
-            raise ValueError(
-                f"limits must be 'machine', 'process' or a redis://host:port/db URL, "
-                f"got {self.shared!r}"
-            )
-        problem = None if shared in SHARED_LIMITS else redis_url_problem(shared)
-        if problem is not None:
-            raise ValueError(f"limits: {problem}")  # not the URL: it may hold a password
+        try:
+            check_shared(self.shared)
+        except ValueError as exc:
+            raise ValueError(f"limits: {exc}") from None
         return self
+
+
+def check_shared(spec: str) -> str:
+    """``spec`` stripped if it is one of :data:`SHARED_LIMITS` or a Redis URL whose port and
+    database are numbers (see :func:`redis_url_problem`); else a ``ValueError`` saying what
+    is accepted, without the URL (it may hold a password).
+
+    Example:
+        >>> check_shared(" machine ")
+        'machine'
+    """
+    text = spec.strip()
+    if text in SHARED_LIMITS:
+        return text
+    if not text.startswith(("redis://", "rediss://")):
+        raise ValueError(f"must be 'machine', 'process' or redis://host:port/db, got {spec!r}")
+    problem = redis_url_problem(text)
+    if problem is not None:
+        raise ValueError(problem)
+    return text
 
 
 Policy.model_rebuild()

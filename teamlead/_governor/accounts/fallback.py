@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TypeVar, cast
 
 from ..aimd import Limits, Step
 from .base import Account, AccountError, Bounds, CountedRule, Lease, Rule
@@ -18,6 +18,7 @@ from .process import ProcessAccount
 __all__ = ["FallbackAccount", "describe"]
 
 log = logging.getLogger("teamlead.governor")
+_T = TypeVar("_T")
 
 
 class FallbackAccount:
@@ -56,7 +57,7 @@ class FallbackAccount:
         except Exception:  # already broken; its leases expire by their time to live
             log.debug("closing the failed account failed", exc_info=True)
 
-    def _call(self, call: Callable[[Account], Any]) -> Any:
+    def _call(self, call: Callable[[Account], _T]) -> _T:
         try:
             return call(self._current)
         except AccountError as exc:
@@ -64,20 +65,16 @@ class FallbackAccount:
             return call(self._current)
 
     def limits(self, key: str) -> Limits | None:
-        result: Limits | None = self._call(lambda a: a.limits(key))
-        return result
+        return self._call(lambda a: a.limits(key))
 
     def update(self, key: str, rule: Rule) -> Step:
-        result: Step = self._call(lambda a: a.update(key, rule))
-        return result
+        return self._call(lambda a: a.update(key, rule))
 
     def take(self, bounds: Bounds) -> Lease | None:
-        result: Lease | None = self._call(lambda a: a.take(bounds))
-        return result
+        return self._call(lambda a: a.take(bounds))
 
     def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
-        result: Step = self._call(lambda a: a.update_rejected(lease, prefix, rule))
-        return result
+        return self._call(lambda a: a.update_rejected(lease, prefix, rule))
 
     def _to_origin(self, lease: Lease, call: Callable[[Account], None]) -> None:
         """``call`` on the account that issued ``lease``. A failure of the current account
@@ -98,8 +95,7 @@ class FallbackAccount:
         self._to_origin(lease, lambda a: a.give_back(lease))
 
     def in_flight(self, prefix: str) -> int:
-        result: int = self._call(lambda a: a.in_flight(prefix))
-        return result
+        return self._call(lambda a: a.in_flight(prefix))
 
     def close(self) -> None:
         self._current.close()
