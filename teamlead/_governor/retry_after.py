@@ -1,22 +1,13 @@
 """``Retry-After`` parsing: seconds or an HTTP date, and the ``retry-after-ms`` variant.
 
-Kept apart from the governor because the relay, the experiment runner and the resume retry
-all read the same header, and none of them needs the governor to do it.
-
-A pause read from outside must be plausible to be honoured. Whatever the header says
-(``1e9`` seconds, a date in 2099, a 20-digit year, ``nan``), parsing never raises; a value
+The relay, the experiment runner and the resume retry all read the header; none of them
+needs the governor to do it. Parsing never raises, whatever the header says. A pause
 beyond :data:`PLAUSIBLE_PAUSE_S` (3 minutes) is a *faulty* header, read as no Retry-After
-at all: the request that met it backs off as for a 429 without one, and the value is
-neither applied to other requests nor stored for other processes.
-
-Why 3 minutes: Anthropic's limits are token buckets (requests, input and output tokens per
-minute) replenished continuously, so an empty bucket is full again within 60 s, and a
-request the bucket can cover is admitted well before; 529 overloads carry short pauses.
-Three times the bucket's minute leaves room for enforcement over shorter intervals and
-for clock skew between the upstream's date and ours. A longer value cannot describe a
-per-minute bucket: it is a broken header or proxy, or a long-window limit (a spend cap)
-that no pause inside one run could wait out. :data:`MAX_PAUSE_S` (10 minutes) remains the
-longest pause any caller of the governor can ask for directly.
+at all: Anthropic's limits are per-minute token buckets, full again within 60 s, so a
+longer value is a broken header or proxy, or a limit (a spend cap) no pause inside one run
+could wait out; the margin covers enforcement over shorter intervals and clock skew.
+:data:`MAX_PAUSE_S` (10 minutes) is the longest pause any caller of the governor can ask
+for directly.
 """
 
 from __future__ import annotations
