@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+from typing import Annotated
 from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -320,6 +321,11 @@ def redis_url_problem(url: str) -> str | None:
     return None
 
 
+#: A model's or provider's name (not blank) and its ceiling, in requests.
+_Name = Annotated[str, Field(pattern=r"\S")]
+_Ceiling = Annotated[int, Field(ge=1, le=10_000)]
+
+
 class LimitsPolicy(BaseModel):
     """Static ceilings on the relay's requests in flight, and who shares the learnt limits.
 
@@ -347,20 +353,14 @@ class LimitsPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    models: dict[str, int] = Field(default_factory=dict)
-    providers: dict[str, int] = Field(default_factory=dict)
+    models: dict[_Name, _Ceiling] = Field(default_factory=dict)
+    providers: dict[_Name, _Ceiling] = Field(default_factory=dict)
     default: int | None = Field(default=None, ge=1, le=10_000)
     total: int | None = Field(default=None, ge=1, le=100_000)
     shared: str = "machine"
 
     @model_validator(mode="after")
     def _check(self) -> LimitsPolicy:
-        for kind, table in (("model", self.models), ("provider", self.providers)):
-            for name, value in table.items():
-                if not name.strip() or not 1 <= value <= 10_000:
-                    raise ValueError(
-                        f"a {kind} ceiling needs a name and 1..10000 requests, got {name!r}={value}"
-                    )
         try:
             check_shared(self.shared)
         except ValueError as exc:
