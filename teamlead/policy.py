@@ -201,8 +201,7 @@ class Policy(BaseModel):
 
 
 #: The wrap-up reserve's floor: one turn, the CLI resuming the session and the model
-#: answering with no tools (a few seconds against the API). A reserve under it cut the
-#: wrap-up turn itself, and a short deadline ended ``failed``.
+#: answering with no tools (a few seconds against the API).
 WRAP_UP_TURN_S = 10.0
 
 

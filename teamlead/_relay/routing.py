@@ -1,13 +1,11 @@
 """What the relay accepts, and what it reads from a request to pace it.
 
-The relay serves one purpose: the CLI's Messages API requests to the fixed upstream. So a
-request is refused unless it is a plain origin-form request (no absolute URI, no
+A request is refused unless it is a plain origin-form request (no absolute URI, no
 ``CONNECT``) for this relay's ``Host``, under its secret path prefix. What survives is
-classified from its JSON body: the model (the governor's bucket) and the role, because the
-lead's requests must not starve behind its subagents. Claude Code marks a subagent's
-request in the first system block (``x-anthropic-billing-header: …; cc_is_subagent=true;``);
-a request without that mark that offers tools is the lead's, anything else is ``other``
-(titles, summaries), paced like the lead.
+classified from its JSON body: the model (the governor's bucket) and the role, so the
+lead's requests do not starve behind its subagents. Claude Code marks a subagent's request
+in the first system block (``cc_is_subagent=true``); an unmarked one that offers tools is
+the lead's, anything else ``other`` (titles, summaries), paced like the lead.
 """
 
 from __future__ import annotations

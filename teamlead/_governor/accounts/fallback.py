@@ -1,9 +1,4 @@
-"""A shared account that fails is replaced by the next one down, with one warning line.
-
-:class:`FallbackAccount` uses its primary until a call raises
-:class:`~.base.AccountError`, then the fallback it makes on first need; :func:`describe`
-names an account for that warning line.
-"""
+"""A shared account that fails is replaced by the next one down, with one warning line."""
 
 from __future__ import annotations
 

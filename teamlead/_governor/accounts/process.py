@@ -1,9 +1,8 @@
-"""The account as this process alone sees it (``--limits process``).
+"""The account as this process alone sees it (``--limits process``), in memory.
 
-:class:`ProcessAccount` counts the leases and keeps the learnt limits in memory. A subclass
-may share the limits elsewhere by overriding :meth:`ProcessAccount._keep` (every write goes
-through it) and replacing what :meth:`ProcessAccount.limits` reads (the experiment's Ray
-account pushes each write to a Ray actor and refreshes its replica from it).
+A subclass may share the limits elsewhere by overriding :meth:`ProcessAccount._keep` (every
+write goes through it) and what :meth:`ProcessAccount.limits` reads (the experiment's Ray
+account).
 """
 
 from __future__ import annotations
