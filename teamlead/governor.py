@@ -279,19 +279,16 @@ class Governor:
     ) -> None:
         self.policy = policy or GovernorPolicy()
         self.journal: deque[ConcurrencyChanged] = deque(maxlen=JOURNAL_SIZE)
-        self._clock = clock
+        #: The clock the governor reads: pauses, timeouts and a slot's ``acquired_at``.
+        self.clock = clock
         self._listeners = [on_change] if on_change is not None else []
-        self._account: Account = account if account is not None else ProcessAccount()
+        #: Where the learnt limits and the leases live.
+        self.account: Account = account if account is not None else ProcessAccount()
         self._buckets: dict[str, _Bucket] = {}
         self._total = 0
         self._seq = 0
 
     # -- public API -----------------------------------------------------------------------
-    @property
-    def clock(self) -> Clock:
-        """The clock the governor reads: pauses, timeouts and a slot's ``acquired_at``."""
-        return self._clock
-
     @asynccontextmanager
     async def slot(
         self,
@@ -353,7 +350,7 @@ class Governor:
             granted = self._try_grant(bucket, through_pause, estimate)
             if granted is not None:
                 return granted
-        deadline = None if timeout is None else self._clock.monotonic() + timeout
+        deadline = None if timeout is None else self.clock.monotonic() + timeout
         self._seq += 1
         waiter = _Waiter(key, (-priority, self._seq), through_pause, estimate)
         bucket.enqueue(waiter)
@@ -377,14 +374,14 @@ class Governor:
         """
         windows = read_windows(headers)
         bucket = self._bucket(key)
-        now = self._clock.monotonic()
+        now = self.clock.monotonic()
         ticket = slot._ticket if slot is not None and slot.key == key else None
-        kept = bucket.budget.observe(ticket, windows, now=now, wall_now=self._clock.time())
+        kept = bucket.budget.observe(ticket, windows, now=now, wall_now=self.clock.time())
         if kept:
             self._budget_changed(bucket)
         pause = pace_pause(
             [w for w in windows if w.name not in kept],
-            now=self._clock.time(),
+            now=self.clock.time(),
             pace_below=self.policy.pace_below,
         )
         if pause > 0:
@@ -426,9 +423,9 @@ class Governor:
             waiting=len(bucket.waiters),
             epoch=limits.epoch,
             last_good=limits.last_good,
-            cooldown_s=max(0.0, limits.cooldown_until - self._clock.monotonic()),
+            cooldown_s=max(0.0, limits.cooldown_until - self.clock.monotonic()),
             streaming=bucket.streaming,
-            account_in_flight=self._account.in_flight(key),
+            account_in_flight=self.account.in_flight(key),
         )
 
     @property
@@ -440,11 +437,6 @@ class Governor:
     def keys(self) -> list[str]:
         """The buckets seen so far."""
         return list(self._buckets)
-
-    @property
-    def account(self) -> Account:
-        """Where the learnt limits and the leases live."""
-        return self._account
 
     # -- waiting --------------------------------------------------------------------------
     async def _wait_for_grant(
@@ -458,7 +450,7 @@ class Governor:
                 # cleanup gives the slot back instead of returning it to a dead caller.
                 await anyio.lowlevel.checkpoint_if_cancelled()
                 return waiter.slot
-            now = self._clock.monotonic()
+            now = self.clock.monotonic()
             if deadline is not None and now >= deadline:
                 limits = self._limits(bucket.key)
                 raise TimeoutError(
@@ -483,13 +475,13 @@ class Governor:
                 ready = self._ready_at(bucket, waiter.estimate, now, waiter.through_pause)
                 if now < ready < math.inf:
                     sleep_for = max(sleep_for or 0.0, ready - now)
-                if self._account.shared:
+                if self.account.shared:
                     sleep_for = min(sleep_for or _SHARED_POLL_S, _SHARED_POLL_S)
             if deadline is not None:
                 left = deadline - now
                 sleep_for = left if sleep_for is None else min(sleep_for, left)
             waiter.wake = anyio.Event()
-            await wait_event(waiter.wake, sleep_for, self._clock)
+            await wait_event(waiter.wake, sleep_for, self.clock)
             if waiter.slot is None and waiter.error is None:
                 self._dispatch(bucket.key)
 
@@ -502,11 +494,11 @@ class Governor:
         return aimd.KeyKnobs.of(self.policy, self.policy.ceiling_for(key))
 
     def _limits(self, key: str) -> aimd.Limits:
-        limits = self._account.limits(key)
+        limits = self.account.limits(key)
         return limits if limits is not None else aimd.initial(self._knobs(key))
 
     def _bucket(self, key: str) -> _Bucket:
-        now = self._clock.monotonic()
+        now = self.clock.monotonic()
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = _Bucket(key, now)
@@ -514,7 +506,7 @@ class Governor:
             bucket.in_flight == 0
             and not bucket.waiters
             and now - bucket.last_activity >= self.policy.idle_reset_s
-            and self._account.in_flight(key) == 0  # idle here, and nowhere else busy
+            and self.account.in_flight(key) == 0  # idle here, and nowhere else busy
         ):
             bucket.last_activity = now
             knobs = self._knobs(key)
@@ -527,7 +519,7 @@ class Governor:
     def _apply(self, bucket: _Bucket, rule: _Rule) -> None:
         """Apply a rule to the stored limits atomically (see :meth:`_commit`)."""
         self._commit(
-            bucket, lambda step: self._account.update(bucket.key, lambda got: step(got, rule))
+            bucket, lambda step: self.account.update(bucket.key, lambda got: step(got, rule))
         )
 
     def _apply_rejected(
@@ -538,7 +530,7 @@ class Governor:
         ``Account.update_rejected``)."""
         self._commit(
             bucket,
-            lambda step: self._account.update_rejected(
+            lambda step: self.account.update_rejected(
                 lease, provider, lambda got, accepted: step(got, rule_for(accepted))
             ),
         )
@@ -604,7 +596,7 @@ class Governor:
         whether paused or not) and its token windows cover a request of ``estimate``;
         ``limits`` when already read."""
         limits = limits if limits is not None else self._limits(bucket.key)
-        now = self._clock.monotonic()
+        now = self.clock.monotonic()
         return (
             bucket.in_flight < self._effective(bucket.key, limits)
             and (through_pause or limits.cooldown_until <= now)
@@ -624,7 +616,7 @@ class Governor:
         room = self._bucket_room(bucket, through_pause, limits, estimate)
         if not (room and self._global_room()):
             return None
-        lease = self._account.take(
+        lease = self.account.take(
             Bounds(
                 bucket.key,
                 limit=self._effective(bucket.key, limits),
@@ -637,7 +629,7 @@ class Governor:
         # The epoch of the limits read in the step that took the lease: another process may
         # have cut since the read above, without counting this slot.
         limits = lease.limits if lease.limits is not None else aimd.initial(self._knobs(bucket.key))
-        now = self._clock.monotonic()
+        now = self.clock.monotonic()
         bucket.in_flight += 1
         bucket.last_activity = now
         self._total += 1
@@ -690,9 +682,9 @@ class Governor:
             bucket.streaming -= 1
         if slot._rejected:
             bucket.rejected -= 1
-        bucket.last_activity = self._clock.monotonic()
+        bucket.last_activity = self.clock.monotonic()
         self._total -= 1
-        self._account.give_back(slot._lease)
+        self.account.give_back(slot._lease)
         if slot._ticket is not None:
             bucket.budget.release(slot._ticket, bucket.last_activity)
         if bucket.budget.windows:
@@ -710,7 +702,7 @@ class Governor:
     # -- outcomes -------------------------------------------------------------------------
     def _touch(self, key: str) -> tuple[_Bucket, float]:
         bucket = self._buckets[key]
-        now = self._clock.monotonic()
+        now = self.clock.monotonic()
         bucket.last_activity = now
         return bucket, now
 
@@ -720,8 +712,8 @@ class Governor:
         # Growing helps only callers held back by this bucket's own cap (not by the global
         # cap, nor by a pause).
         in_flight = bucket.in_flight
-        if self._account.shared:
-            in_flight = max(in_flight, self._account.in_flight(slot.key))
+        if self.account.shared:
+            in_flight = max(in_flight, self.account.in_flight(slot.key))
 
         def rule(limits: aimd.Limits) -> aimd.Step:
             queued = (
@@ -735,7 +727,7 @@ class Governor:
 
     def _on_answered(self, slot: Slot) -> None:
         self._buckets[slot.key].answered += 1
-        self._account.answered(slot._lease)
+        self.account.answered(slot._lease)
 
     def _on_streaming(self, slot: Slot) -> None:
         bucket, now = self._touch(slot.key)
@@ -765,10 +757,10 @@ class Governor:
             return False
         others = bucket.in_flight - bucket.rejected - bucket.answered - 1
         held_here = 1 + bucket.rejected + bucket.answered
-        alone = others <= 0 and self._account.in_flight(provider_of(slot.key)) <= held_here
+        alone = others <= 0 and self.account.in_flight(provider_of(slot.key)) <= held_here
         return bucket.budget.refused(
             slot._ticket,
-            now=self._clock.monotonic(),
+            now=self.clock.monotonic(),
             retry_after=retry_after,
             learn_window=alone or others + 2 <= bucket.proven,
         )
@@ -837,7 +829,7 @@ class Governor:
             effective=self._effective(bucket.key, limits),
             epoch=limits.epoch,
             retry_after_s=change.retry_after,
-            at=self._clock.time(),
+            at=self.clock.time(),
         )
         self.journal.append(event)
         for listener in list(self._listeners):
