@@ -13,12 +13,11 @@ the header is faulty and the window skipped. Nothing here raises on a bad value.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from .retry_after import PLAUSIBLE_PAUSE_S, bounded_pause
+from .retry_after import PLAUSIBLE_PAUSE_S, bounded_pause, header_number
 
 __all__ = ["WINDOWS", "RateWindow", "faulty_window", "pace_pause", "read_windows"]
 
@@ -43,16 +42,6 @@ class RateWindow:
     remaining: float
     reset_at: float
     limit: float | None = None
-
-
-def _number(value: str | None) -> float | None:
-    if value is None or len(value) > 64:
-        return None
-    try:
-        number = float(value.strip())
-    except ValueError:
-        return None
-    return number if math.isfinite(number) and number >= 0 else None
 
 
 def _rfc3339(value: str | None) -> float | None:
@@ -86,11 +75,11 @@ def read_windows(headers: Mapping[str, str]) -> list[RateWindow]:
         return []
     windows = []
     for name in WINDOWS:
-        remaining = _number(lowered.get(f"{_PREFIX}{name}-remaining"))
+        remaining = header_number(lowered.get(f"{_PREFIX}{name}-remaining"))
         reset_at = _rfc3339(lowered.get(f"{_PREFIX}{name}-reset"))
         if remaining is None or reset_at is None:
             continue
-        limit = _number(lowered.get(f"{_PREFIX}{name}-limit"))
+        limit = header_number(lowered.get(f"{_PREFIX}{name}-limit"))
         windows.append(RateWindow(name, remaining, reset_at, limit if limit else None))
     return windows
 

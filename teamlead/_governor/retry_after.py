@@ -23,6 +23,7 @@ __all__ = [
     "PLAUSIBLE_PAUSE_S",
     "bounded_pause",
     "faulty_retry_after",
+    "header_number",
     "parse_retry_after",
     "retry_after_from_headers",
 ]
@@ -46,21 +47,31 @@ def bounded_pause(seconds: float) -> float:
     return min(seconds, MAX_PAUSE_S)
 
 
+def header_number(value: str | None) -> float | None:
+    """A header's value as a finite number of at least 0, else ``None``; never raises.
+
+    Example:
+        >>> header_number(" 1.5 "), header_number("nan"), header_number("-1")
+        (1.5, None, None)
+    """
+    if value is None or len(value) > 64:  # an HTTP date is 29 characters
+        return None
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
 def _seconds(value: str | None, now: float | None) -> float | None:
     """The unbounded seconds of a header value, or ``None``; never raises."""
-    if value is None:
+    if value is None or len(value) > 64:
         return None
-    text = value.strip()
-    if not text or len(text) > 64:  # an HTTP date is 29 characters
-        return None
+    seconds = header_number(value)
+    if seconds is not None:
+        return seconds
     try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        return seconds if math.isfinite(seconds) and seconds >= 0 else None
-    try:
-        when = parsedate_to_datetime(text)
+        when = parsedate_to_datetime(value.strip())
         if when.tzinfo is None:  # an HTTP date is always GMT
             return None
         stamp = when.timestamp()
@@ -93,15 +104,9 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 def _header_seconds(headers: Mapping[str, str], now: float | None) -> float | None:
     """The unbounded pause the headers ask for: ``retry-after-ms``, else ``retry-after``."""
     lowered = {str(k).lower(): str(v) for k, v in headers.items()}
-    millis = lowered.get("retry-after-ms")
+    millis = header_number(lowered.get("retry-after-ms"))
     if millis is not None:
-        text = millis.strip()
-        try:
-            value = float(text) if len(text) <= 64 else math.nan
-        except ValueError:
-            value = math.nan
-        if math.isfinite(value) and value >= 0:
-            return value / 1000.0
+        return millis / 1000.0
     return _seconds(lowered.get("retry-after"), now)
 
 
