@@ -490,8 +490,13 @@ class Governor:
             self._dispatch(bucket.key)
 
     # -- state ----------------------------------------------------------------------------
-    def _knobs(self, key: str) -> aimd.KeyKnobs:
-        return aimd.KeyKnobs.of(self.policy, self.policy.ceiling_for(key))
+    def _knobs(self, key: str) -> GovernorPolicy:
+        """The policy with ``key``'s own ceiling (its floor never above it)."""
+        ceiling = self.policy.ceiling_for(key)
+        if ceiling == self.policy.ceiling:
+            return self.policy
+        floor = min(self.policy.floor, ceiling)
+        return self.policy.model_copy(update={"ceiling": ceiling, "floor": floor})
 
     def _limits(self, key: str) -> aimd.Limits:
         limits = self.account.limits(key)

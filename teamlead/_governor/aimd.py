@@ -46,7 +46,6 @@ from .retry_after import bounded_pause
 
 __all__ = [
     "Change",
-    "KeyKnobs",
     "Knobs",
     "Limits",
     "Step",
@@ -61,7 +60,8 @@ __all__ = [
 
 
 class Knobs(Protocol):
-    """The policy fields the rules read (``GovernorPolicy`` has them all)."""
+    """The policy fields the rules read: a ``GovernorPolicy``, with the bucket's own
+    ceiling."""
 
     @property
     def ceiling(self) -> int: ...
@@ -73,28 +73,6 @@ class Knobs(Protocol):
     def successes_to_grow(self) -> int: ...
     @property
     def reprobe_after_s(self) -> float: ...
-
-
-@dataclass(frozen=True)
-class KeyKnobs:
-    """The knobs for one bucket: the policy's, with that bucket's own ceiling."""
-
-    ceiling: int
-    floor: int
-    decrease: float
-    successes_to_grow: int
-    reprobe_after_s: float
-
-    @classmethod
-    def of(cls, knobs: Knobs, ceiling: int) -> KeyKnobs:
-        """``knobs`` with ``ceiling`` (the floor never above it)."""
-        return cls(
-            ceiling=ceiling,
-            floor=min(knobs.floor, ceiling),
-            decrease=knobs.decrease,
-            successes_to_grow=knobs.successes_to_grow,
-            reprobe_after_s=knobs.reprobe_after_s,
-        )
 
 
 @dataclass(frozen=True)
