@@ -29,21 +29,12 @@ if TYPE_CHECKING:
     from .forward import RelayConfig
     from .protocol import GuardedSocket
     from .reach import UpstreamUnreachable, check_reachable
-    from .routing import RequestInfo, Role, classify
+    from .routing import RequestInfo, classify
     from .server import RELAY_POLICY, Relay, RelayRun, bounded_server, loopback_socket, start_relay
-    from .shared import (
-        DEFAULT_UPSTREAM,
-        Applicability,
-        RelayPool,
-        account_of,
-        governor_policy,
-        relay_applicable,
-    )
+    from .shared import RelayPool, account_of, governor_policy, relay_applicable
     from .stats import RelayEvent, RelayListener
 
 __all__ = [
-    "Applicability",
-    "DEFAULT_UPSTREAM",
     "GuardedSocket",
     "RELAY_POLICY",
     "Relay",
@@ -54,7 +45,6 @@ __all__ = [
     "RelayPool",
     "RelayRun",
     "RequestInfo",
-    "Role",
     "UpstreamUnreachable",
     "account_of",
     "bounded_server",

@@ -13,14 +13,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any
 
 from .._governor import InputEstimate, estimate_input
 from ..events import RequestRole
 
-__all__ = ["Refusal", "RequestInfo", "Role", "check_target", "classify", "priority"]
-
-Role: TypeAlias = RequestRole
+__all__ = ["Refusal", "RequestInfo", "check_target", "classify", "priority"]
 
 _SUBAGENT_MARK = "cc_is_subagent=true"
 _DEFAULT_MODEL = "default"
@@ -41,7 +39,7 @@ class RequestInfo:
     JSON object), and whether it asks for an event stream."""
 
     model: str
-    role: Role
+    role: RequestRole
     estimate: InputEstimate | None = field(default=None, compare=False, repr=False)
     streaming: bool = False
 
@@ -106,7 +104,7 @@ def classify(body: bytes) -> RequestInfo:
     return RequestInfo(model, "lead" if data.get("tools") else "other", estimate, streaming)
 
 
-def priority(role: Role, attempt: int) -> int:
+def priority(role: RequestRole, attempt: int) -> int:
     """The governor priority: the lead (and side requests) before subagents, retries first.
 
     Example:
