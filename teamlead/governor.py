@@ -528,15 +528,17 @@ class Governor:
         )
 
     def _apply_rejected(
-        self, bucket: _Bucket, lease: Lease, provider: str, rule_for: Callable[[int], _Rule]
+        self, bucket: _Bucket, slot: Slot, rule_for: Callable[[int], _Rule]
     ) -> None:
-        """Mark ``lease`` rejected and apply ``rule_for(accepted)`` atomically, ``accepted``
-        being what the account counts over ``provider`` in the same step (see
+        """Mark ``slot``'s lease rejected and apply ``rule_for(accepted)`` atomically,
+        ``accepted`` being what the account counts over its provider in the same step (see
         ``Account.update_rejected``)."""
         self._commit(
             bucket,
             lambda step: self.account.update_rejected(
-                lease, provider, lambda got, accepted: step(got, rule_for(accepted))
+                slot._lease,
+                provider_of(slot.key),
+                lambda got, accepted: step(got, rule_for(accepted)),
             ),
         )
 
@@ -773,16 +775,16 @@ class Governor:
     def _on_rate_limited(self, slot: Slot, retry_after: float | None, measured: bool) -> None:
         bucket, now = self._touch(slot.key)
         knobs = self._knobs(slot.key)
-        if self._window_refused(bucket, slot, retry_after):
+        explained = self._window_refused(bucket, slot, retry_after)
+        if measured and not slot._rejected and not slot._released:
+            slot._rejected = True
+            bucket.rejected += 1
+        if explained:
             # the token budget paces the retry (its own time slot at the refill rate): no
             # concurrency cut, no pause for the whole bucket; the lease is marked refused,
             # so a later measured cut does not count it as accepted
             if measured and not slot._released:
-                slot._rejected = True
-                bucket.rejected += 1
-                self._apply_rejected(
-                    bucket, slot._lease, provider_of(slot.key), lambda _: lambda lim: (lim, None)
-                )
+                self._apply_rejected(bucket, slot, lambda _: lambda lim: (lim, None))
             self._budget_changed(bucket)
             return
 
@@ -799,9 +801,6 @@ class Governor:
         if not measured:
             self._apply(bucket, rule(None))
             return
-        if not slot._rejected and not slot._released:
-            slot._rejected = True
-            bucket.rejected += 1
         # The upstream counts every request of the provider on the account: the account
         # counts those it may have been running (see Account.update_rejected). This
         # process's own count stands when the account lost sight of its slots (a shared
@@ -809,9 +808,7 @@ class Governor:
         provider = provider_of(slot.key)
         mine = [b for b in self._buckets.values() if b.key.startswith(provider)]
         own = sum(b.in_flight - b.rejected - b.answered for b in mine)
-        self._apply_rejected(
-            bucket, slot._lease, provider, lambda counted: rule(max(0, counted, own))
-        )
+        self._apply_rejected(bucket, slot, lambda counted: rule(max(0, counted, own)))
 
     def _on_overloaded(self, slot: Slot, retry_after: float | None) -> None:
         bucket, now = self._touch(slot.key)
