@@ -470,37 +470,33 @@ class RedisAccount:
     def limits(self, key: str) -> Limits | None:
         return self._decode(key, self._get(key))[0]
 
+    def _stored_keys(self) -> list[str]:
+        """The bucket keys whose learnt limits Redis holds, sorted."""
+        prefix = _limits_key("")
+        names = self._redis.scan_iter(match=prefix + "*", count=500)
+        return sorted(str(name)[len(prefix) :] for name in names)
+
     def stored(self) -> list[StoredLimits]:
         """Every bucket's learnt limits Redis holds, readable ones only (for
         ``teamlead limits``)."""
         now = self._clock.time()
-        prefix = _limits_key("")
 
         def read() -> list[StoredLimits]:
-            out = []
-            for name in sorted(self._redis.scan_iter(match=prefix + "*", count=500)):
-                text = self._redis.get(name)
-                entry = stored_limits(
-                    str(name)[len(prefix) :], text, updated_of(text, now), now=now
-                )
-                if entry is not None:
-                    out.append(entry)
-            return out
+            texts = [(key, self._redis.get(_limits_key(key))) for key in self._stored_keys()]
+            found = [stored_limits(k, t, updated_of(t, now), now=now) for k, t in texts]
+            return [entry for entry in found if entry is not None]
 
         return self._call(read)
 
     def forget(self, key: str | None = None) -> int:
         """Drop the learnt limits (pauses included) of ``key`` (a stored key, or an account's
         every bucket), all of them when ``None``; leases are left alone. Returns how many."""
-        prefix = _limits_key("")
 
         def drop() -> int:
             names = [
-                name
-                for name in self._redis.scan_iter(match=prefix + "*", count=500)
-                if key is None
-                or str(name)[len(prefix) :] == key
-                or str(name)[len(prefix) :].startswith(key + "/")
+                _limits_key(name)
+                for name in self._stored_keys()
+                if key is None or name == key or name.startswith(key + "/")
             ]
             return int(self._redis.delete(*names)) if names else 0
 
