@@ -515,10 +515,7 @@ class Governor:
         ):
             bucket.last_activity = now
             knobs = self._knobs(key)
-            self._apply(
-                bucket,
-                lambda limits: aimd.idle_reset(limits or aimd.initial(knobs), knobs, now=now),
-            )
+            self._apply(bucket, lambda limits: aimd.idle_reset(limits, knobs, now=now))
         return bucket
 
     def _apply(self, bucket: _Bucket, rule: _Rule) -> None:
