@@ -60,8 +60,6 @@ def open_account(
     clock: Clock = SYSTEM_CLOCK,
     alone: Account | None = None,
     machine_path: Path | None = None,
-    lease_ttl_s: float = 30.0,
-    forget_after_s: float = 300.0,
     warnings: WarnOnce | None = None,
 ) -> Account:
     """The account for ``spec`` (``process``, ``machine`` or a Redis URL), with its
@@ -73,8 +71,6 @@ def open_account(
         alone: the account ``process`` stands for, also the last fallback (default: a new
             :class:`ProcessAccount`; a Ray worker passes its ``RayAccount``).
         machine_path: the SQLite file (default: in the user's cache directory).
-        lease_ttl_s: how long a shared lease lives without renewal.
-        forget_after_s: learnt limits untouched this long are forgotten.
         warnings: where a bad entry found in a shared store is told, once per kind
             (default: one of the account's own).
 
@@ -93,13 +89,7 @@ def open_account(
     def machine() -> Account:
         from .machine import MachineAccount
 
-        local = MachineAccount(
-            machine_path,
-            clock=clock,
-            lease_ttl_s=lease_ttl_s,
-            forget_after_s=forget_after_s,
-            warnings=told,
-        )
+        local = MachineAccount(machine_path, clock=clock, warnings=told)
         return FallbackAccount(local, process)
 
     if spec == "machine":
@@ -107,13 +97,7 @@ def open_account(
     from .redis import RedisAccount
 
     try:
-        remote = RedisAccount(
-            spec,
-            clock=clock,
-            lease_ttl_s=lease_ttl_s,
-            forget_after_s=forget_after_s,
-            warnings=told,
-        )
+        remote = RedisAccount(spec, clock=clock, warnings=told)
     except AccountError as exc:
         fallback = machine()
         log.warning(
