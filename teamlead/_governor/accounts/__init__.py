@@ -21,7 +21,7 @@ from ...errors import UsageError
 from ...policy import check_shared
 from .base import Account, AccountError
 from .codecs import WarnOnce
-from .fallback import FallbackAccount, describe
+from .fallback import FallbackAccount
 from .process import ProcessAccount
 
 __all__ = [
@@ -31,7 +31,6 @@ __all__ = [
     "ProcessAccount",
     "WarnOnce",
     "check_limits_spec",
-    "describe",
     "open_account",
 ]
 
@@ -103,7 +102,7 @@ def open_account(
         log.warning(
             "the shared limits (Redis) cannot be used: %s; going on with %s",
             exc,
-            describe(fallback),
+            fallback.describe(),
         )
         return fallback
     return FallbackAccount(remote, machine)

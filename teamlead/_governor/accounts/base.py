@@ -97,6 +97,10 @@ class Account(Protocol):
         """Whether other processes hold leases too (waiters then re-check now and then)."""
         ...
 
+    def describe(self) -> str:
+        """Where the state is, for a warning line (no password in it)."""
+        ...
+
     def limits(self, key: str) -> Limits | None:
         """The learnt limits of ``key`` (``None``: never seen, or forgotten)."""
         ...

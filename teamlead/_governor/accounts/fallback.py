@@ -8,9 +8,8 @@ from typing import TypeVar, cast
 
 from ..aimd import Limits, Step
 from .base import Account, AccountError, Bounds, CountedRule, Lease, Rule
-from .process import ProcessAccount
 
-__all__ = ["FallbackAccount", "describe"]
+__all__ = ["FallbackAccount"]
 
 log = logging.getLogger("teamlead.governor")
 _T = TypeVar("_T")
@@ -38,6 +37,9 @@ class FallbackAccount:
         """The account in use now."""
         return self._current
 
+    def describe(self) -> str:
+        return self._current.describe()
+
     def _fail(self, exc: BaseException) -> None:
         make = self._make_fallback
         if make is None:  # the fallback itself failed: nothing left to switch to
@@ -45,7 +47,7 @@ class FallbackAccount:
         self._make_fallback = None
         failed, self._current = self._current, make()
         reason = str(exc) or type(exc).__name__
-        self.failed = f"shared limits: {reason}; going on with {describe(self._current)}"
+        self.failed = f"shared limits: {reason}; going on with {self._current.describe()}"
         log.warning("%s", self.failed)
         try:
             failed.close()
@@ -94,13 +96,3 @@ class FallbackAccount:
 
     def close(self) -> None:
         self._current.close()
-
-
-def describe(account: Account) -> str:
-    """What ``account`` is, for a warning line."""
-    if isinstance(account, FallbackAccount):
-        account = account.current
-    if isinstance(account, ProcessAccount):
-        return "the limits of this process alone"
-    text = getattr(account, "describe", None)  # the shared accounts say where they are
-    return str(text()) if callable(text) else type(account).__name__

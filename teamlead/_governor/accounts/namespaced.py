@@ -15,7 +15,6 @@ import dataclasses
 
 from ..aimd import Limits, Step
 from .base import Account, Bounds, CountedRule, Lease, Rule
-from .fallback import describe
 
 __all__ = ["NamespacedAccount"]
 
@@ -47,8 +46,7 @@ class NamespacedAccount:
         return self.inner.shared
 
     def describe(self) -> str:
-        """Where the state is, for a warning line (the inner account's place)."""
-        return describe(self.inner)
+        return self.inner.describe()
 
     def _in(self, key: str) -> str:
         return self._prefix + key

@@ -40,6 +40,9 @@ class ProcessAccount:
         # (sequence, key) of leases given back, not rejected, while a live lease may count them
         self._released: list[tuple[int, str]] = []
 
+    def describe(self) -> str:
+        return "the limits of this process alone"
+
     def limits(self, key: str) -> Limits | None:
         return self._limits.get(key)
 
