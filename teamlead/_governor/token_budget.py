@@ -18,7 +18,7 @@ account each read the upstream's ``remaining``, which counts them all.
   counted as drawn, keeps ``headroom`` of its limit after its own; the governor serves its
   queue one at a time, so waiters get successive slots at the refill rate. A request larger
   than the whole limit goes alone once the window is full.
-* **Anchoring** (:func:`observe`). A header replaces the model: its level is the
+* **Anchoring** (:func:`anchor`). A header replaces the model: its level is the
   upstream's word; the refill rate is measured from the headers.
 * **429s** (:meth:`Budget.refused`). A 429 a window explains is the budget's, not a
   concurrency limit's; a window no header describes may be learnt from 429s
@@ -49,11 +49,11 @@ __all__ = [
     "Draw",
     "Usage",
     "Window",
+    "anchor",
     "draw",
     "fold",
     "learn",
     "level_at",
-    "observe",
     "ready_at",
     "refill_of",
     "refused",
@@ -254,7 +254,7 @@ def fold(window: Window) -> Window:
     return replace(window, level=level, at=at, ticket=ticket, draws=tuple(draws))
 
 
-def observe(
+def anchor(
     window: Window | None,
     header: RateWindow,
     *,
@@ -275,7 +275,7 @@ def observe(
 
     Example:
         >>> h = RateWindow("input-tokens", remaining=8000, reset_at=1001.0, limit=20000)
-        >>> w = observe(None, h, ticket=3, sent_at=0.0, now=0.0, wall_now=1000.0)
+        >>> w = anchor(None, h, ticket=3, sent_at=0.0, now=0.0, wall_now=1000.0)
         >>> w.level, w.refill
         (8000.0, 12000.0)
     """
@@ -521,7 +521,7 @@ class Budget:
             if header.name not in WINDOWS:
                 continue
             before = self.windows.get(header.name)
-            after = observe(
+            after = anchor(
                 before,
                 header,
                 ticket=ticket if held is not None else None,
