@@ -41,7 +41,7 @@ __all__ = [
     "read_time",
     "stored_limits",
     "to_wall",
-    "updated_of",
+    "field_of",
 ]
 
 log = logging.getLogger("teamlead.governor")
@@ -152,14 +152,8 @@ def stored_limits(key: object, text: object, updated: object, *, now: float) -> 
     found = read_clamped(text, now=now, written=written)
     if written is None or found is None:
         return None
-    host = None
-    try:
-        data = json.loads(text) if isinstance(text, str) else None
-    except (ValueError, RecursionError):
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("host"), str):
-        host = data["host"][:255]
-    return StoredLimits(key, found[0], written, host)
+    host = field_of(text, "host", None)
+    return StoredLimits(key, found[0], written, host[:255] if isinstance(host, str) else None)
 
 
 def from_wall(limits: Limits, offset: float) -> Limits:
@@ -183,14 +177,19 @@ def limits_to_json(
     return out
 
 
-def updated_of(text: object, default: float) -> object:
-    """The ``updated`` time a stored JSON text carries (checked by its reader), else
-    ``default``."""
+def field_of(text: object, name: str, default: object) -> object:
+    """Field ``name`` of a stored JSON object text (unchecked: its reader checks it), else
+    ``default``; :func:`read_time` reads ``updated``, the time it was written.
+
+    Example:
+        >>> field_of('{"cap": 3, "updated": 12.5}', "updated", 0.0), field_of("x", "host", None)
+        (12.5, None)
+    """
     try:
         data = json.loads(text) if isinstance(text, str) else None
     except (ValueError, RecursionError):
         return default
-    return data.get("updated", default) if isinstance(data, dict) else default
+    return data.get(name, default) if isinstance(data, dict) else default
 
 
 def _time(value: object) -> float | None:

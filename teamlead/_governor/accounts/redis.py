@@ -46,6 +46,7 @@ from .codecs import (
     MAX_SEQ,
     StoredLimits,
     WarnOnce,
+    field_of,
     from_wall,
     limits_to_json,
     not_learnt,
@@ -53,7 +54,6 @@ from .codecs import (
     read_time,
     stored_limits,
     to_wall,
-    updated_of,
 )
 from .renewer import LeaseRenewer, bounded
 
@@ -449,7 +449,7 @@ class RedisAccount:
         if not raw:
             return None, False
         now = self._clock.time()
-        written = read_time(updated_of(raw, now), latest=now + MAX_AHEAD_S)
+        written = read_time(field_of(raw, "updated", now), latest=now + MAX_AHEAD_S)
         found = read_clamped(raw, now=now, written=written)
         if found is None:
             self._warn(
@@ -483,7 +483,7 @@ class RedisAccount:
 
         def read() -> list[StoredLimits]:
             texts = [(key, self._redis.get(_limits_key(key))) for key in self._stored_keys()]
-            found = [stored_limits(k, t, updated_of(t, now), now=now) for k, t in texts]
+            found = [stored_limits(k, t, field_of(t, "updated", now), now=now) for k, t in texts]
             return [entry for entry in found if entry is not None]
 
         return self._call(read)
