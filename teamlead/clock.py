@@ -8,10 +8,6 @@ it. Production uses :data:`SYSTEM_CLOCK`; tests pass a :class:`teamlead.testing.
 ``real_asyncio=True``. Where the real time is the point (a timestamp shown to a person or
 an exporter, a terminal's refresh, a child process's end) code reads :data:`SYSTEM_CLOCK`,
 :func:`wall_ns` or :func:`block_until`.
-
-:func:`move_on_at` bounds one await by a deadline read on the injected clock, so a
-fake clock (a :class:`DeadlineClock`) cuts a hung stream as soon as virtual time passes
-the deadline, with no real waiting.
 """
 
 from __future__ import annotations
@@ -151,9 +147,8 @@ def move_on_at(
     """A cancel scope that ends its block once ``clock.monotonic()`` reaches ``deadline``.
 
     A :class:`DeadlineClock` (such as :class:`teamlead.testing.FakeClock`) runs the timer
-    on its own time.
-    Any other clock gets anyio's event-loop timer for the seconds left, which is the real
-    clock's timer.
+    on its own time, so a hung stream is cut as soon as virtual time passes the deadline;
+    any other clock gets anyio's event-loop timer for the seconds left.
 
     Example:
         >>> with move_on_at(clock, clock.monotonic() + 5) as scope:  # doctest: +SKIP

@@ -5,51 +5,19 @@ the whole run. The governor keeps one AIMD *bucket* per ``provider/model`` key a
 global cap across all buckets, and hands out *slots*. Each slot stands for one piece of
 work (one request, or one CLI process) and reports how it went.
 
-The rules, per bucket (defaults from :class:`GovernorPolicy`; the pure functions, with
-their details, are in ``teamlead._governor.aimd``):
-
-* **Start** at the bucket's ceiling (its model's static ceiling, else ``ceiling``); the
-  effective limit is ``min(cap, ceiling, max_total)``, and a provider's ceiling bounds the
-  sum of its buckets.
-* **Decrease.** A rate limit cuts ``cap = max(floor, floor(cap * 0.75))``, or, when the
-  slots are the very requests the upstream counts (``Slot.rate_limited(measured=True)``,
-  as the relay reports), straight to the requests the upstream may have been running when
-  it rejected: those in flight at any moment since the rejected one was granted, less the
-  rejected ones and those answered before it (:meth:`Slot.answered`), over the provider's
-  buckets and the whole account (counted by the account in the step that cuts, see
-  ``Account.update_rejected``): never below what the upstream accepted, however late the
-  429 is read. (A request the upstream does not count, e.g. under a limit of another
-  model, is counted all the same: the next round may then try one level too high, once.)
-  Each later 429 of that burst *settles* the cut one lower, and a request of it that
-  streams (:meth:`Slot.streaming`) corrects it up.
-  The limit is then learnt from the burst's own answers, within about one Retry-After,
-  whenever the upstream sends its response headers.
-* **Epochs.** Every cut opens a new epoch; a 429 from a slot of an older epoch was sent
-  before the cut that already counted it, and does not cut again.
-* **Additive increase.** 4 consecutive successes of the current epoch earn ``cap += 1``,
-  only while callers queue on this bucket's cap; the level left becomes ``last_good``.
-  Below the level a measured cut found, each success earns it: a cut that proved too low
-  is undone within a round of requests.
-* **Failed probe returns to last_good** instead of cutting from the probe level.
-* **No immediate re-probe.** A level that drew a 429 is not climbed back to for
-  ``reprobe_after_s`` (60 s); each further rejection of the cutting burst lowers it by one.
-* **Retry-After** pauses new acquisitions of the bucket; running slots are unaffected.
-* **Overload (529)** pauses and cuts once per epoch but marks no level as bad.
-* **Token windows** (:meth:`Governor.pace`, ``teamlead._governor.token_budget``): an
-  upstream's limits may be token buckets (requests, input and output tokens per minute),
-  not concurrency. The ``anthropic-ratelimit-*`` windows its answers describe become the
-  bucket's *token budget*: a slot asked for with the request's ``estimate`` (its input,
-  see ``teamlead._governor.token_estimate``; corrected by the ``usage`` reported with
-  :meth:`Slot.used`) is granted only when every window covers it, what is in flight and
-  not yet answered counted as drawn; the queue is served one by one, so each waiter gets
-  its own time slot at the refill rate. A 429 a window explains is the budget's: no cut,
-  no pause. A request larger than a whole window goes alone once it is full. A window
-  whose limit the headers do not give only pauses new grants once empty, until its reset.
-  The budget is this process's model (not shared through the account): processes that
-  share an account each read the upstream's ``remaining``, which counts them all.
-* **Idle reset.** After 5 idle minutes a bucket returns to the ceiling and forgets, pause too.
-* **Bounded pauses.** No pause is longer than ``MAX_PAUSE_S`` (10 minutes); a caller whose
-  ``timeout`` ends before the pause does gets its ``TimeoutError`` at once.
+A bucket starts at its ceiling (see :class:`GovernorPolicy`). A rate limit cuts it:
+multiplicatively, or, when the slots are the very requests the upstream counts
+(``Slot.rate_limited(measured=True)``, as the relay reports), straight to the requests the
+upstream may have been running, which the account counts; the burst's later 429s settle
+the cut and its streaming requests correct it up. Successes while callers queue grow it
+by one; a level that drew a 429 is not probed again for a while; a Retry-After or a 529
+pauses new grants, never running slots; an idle bucket returns to its ceiling. The rules
+are pure functions in ``teamlead._governor.aimd``; no pause is longer than
+``MAX_PAUSE_S``, and a caller whose ``timeout`` ends first gets its ``TimeoutError`` at
+once. When the upstream's answers describe token windows (``anthropic-ratelimit-*``),
+:meth:`Governor.pace` makes them the bucket's token budget: a slot asked for with the
+request's ``estimate`` is granted only when every window covers it, and a 429 a window
+explains is the budget's (see ``teamlead._governor.token_budget``).
 
 Waiters are served by priority, then FIFO, per key: a caller that must not starve (the
 lead's requests, a retried request) asks with a higher ``priority``. A released slot goes
@@ -58,12 +26,12 @@ blocked only by the global cap (``max_total``).
 
 Every change is a :class:`~teamlead.events.ConcurrencyChanged` in :attr:`Governor.journal`
 (the last :data:`JOURNAL_SIZE`), also passed to ``on_change``. What a bucket learnt, and one
-*lease* per slot held, live in an :class:`~teamlead._governor.accounts.base.Account`: this process
-alone by default, or shared by every process of the account (an SQLite file per machine,
-Redis across machines; see :func:`teamlead._governor.accounts.open_account`), so several
-processes together stay under one limit. A lease dies with its process, so a crash never
-leaks a slot. Release a slot only after the work it stood for has really ended (for a CLI
-process: after it exited). The governor belongs to one event loop and is not thread-safe.
+*lease* per slot held, live in an :class:`~teamlead._governor.accounts.base.Account`: this
+process alone by default, or shared by every process of the account (see
+:func:`teamlead._governor.accounts.open_account`), so several processes together stay
+under one limit; a lease dies with its process. Release a slot only after the work it
+stood for has really ended (for a CLI process: after it exited). The governor belongs to
+one event loop and is not thread-safe.
 
 Example:
     >>> governor = Governor(GovernorPolicy(ceiling=6, max_total=10))
@@ -87,6 +55,7 @@ from bisect import insort
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
 
 import anyio
 import anyio.lowlevel
@@ -138,6 +107,7 @@ _Rule = Callable[[aimd.Limits], aimd.Step]
 _SHARED_POLL_S = 0.05
 
 
+@dataclass(eq=False, repr=False, slots=True)
 class Slot:
     """Permission to run one piece of work in a bucket; report its outcome, then release.
 
@@ -146,38 +116,16 @@ class Slot:
     still count). :meth:`release` is idempotent.
     """
 
-    __slots__ = (
-        "_governor",
-        "_lease",
-        "_rejected",
-        "_released",
-        "_streaming",
-        "_answered",
-        "_ticket",
-        "acquired_at",
-        "epoch",
-        "key",
-    )
-
-    def __init__(
-        self,
-        governor: Governor,
-        key: str,
-        epoch: int,
-        acquired_at: float,
-        lease: Lease,
-        ticket: int | None = None,
-    ) -> None:
-        self._governor = governor
-        self._lease = lease
-        self._ticket = ticket
-        self._released = False
-        self._streaming = False
-        self._answered = False
-        self._rejected = False
-        self.key = key
-        self.epoch = epoch
-        self.acquired_at = acquired_at
+    _governor: Governor
+    key: str
+    epoch: int
+    acquired_at: float
+    _lease: Lease
+    _ticket: int | None = None
+    _released: bool = field(default=False, init=False)
+    _streaming: bool = field(default=False, init=False)
+    _answered: bool = field(default=False, init=False)
+    _rejected: bool = field(default=False, init=False)
 
     @property
     def released(self) -> bool:
@@ -251,56 +199,44 @@ class Slot:
         return f"Slot(key={self.key!r}, epoch={self.epoch}, {state})"
 
 
+@dataclass(eq=False, slots=True)
 class _Waiter:
-    """One caller waiting for a slot; woken by ``wake`` once granted, cleared or timed out."""
+    """One caller waiting for a slot; woken by ``wake`` once granted, cleared or timed out.
+    ``order``: higher priority first, then arrival."""
 
-    __slots__ = ("error", "estimate", "key", "order", "slot", "through_pause", "wake")
-
-    def __init__(
-        self,
-        key: str,
-        priority: int,
-        seq: int,
-        through_pause: bool = False,
-        estimate: InputEstimate | None = None,
-    ) -> None:
-        self.key = key
-        self.through_pause = through_pause
-        self.estimate = estimate
-        self.order = (-priority, seq)  # higher priority first, then arrival
-        self.wake = anyio.Event()
-        self.slot: Slot | None = None
-        self.error: BaseException | None = None
+    key: str
+    order: tuple[int, int]
+    through_pause: bool = False
+    estimate: InputEstimate | None = None
+    wake: anyio.Event = field(default_factory=anyio.Event)
+    slot: Slot | None = None
+    error: BaseException | None = None
 
     def __lt__(self, other: _Waiter) -> bool:
         return self.order < other.order
 
 
+@dataclass(eq=False, slots=True)
 class _Bucket:
-    """What stays local to this process: the queue and the slots it holds."""
+    """What stays local to this process: the queue and the slots it holds.
 
-    __slots__ = (
-        "answered",
-        "budget",
-        "in_flight",
-        "key",
-        "last_activity",
-        "proven",
-        "rejected",
-        "streaming",
-        "waiters",
-    )
+    Attributes:
+        proven: the most requests seen streaming at once (the upstream ran them).
+        budget: the token windows (this process's model of them).
+        rejected: held slots that reported a 429 (not accepted by the upstream).
+        answered: held slots whose answer is complete (the upstream is done).
+        waiters: sorted by ``_Waiter.order``.
+    """
 
-    def __init__(self, key: str, now: float) -> None:
-        self.key = key
-        self.in_flight = 0
-        self.streaming = 0
-        self.proven = 0  # the most requests seen streaming at once: the upstream ran them
-        self.budget = Budget()  # the token windows (this process's model of them)
-        self.rejected = 0  # held slots that reported a 429 (not accepted by the upstream)
-        self.answered = 0  # held slots whose answer is complete (the upstream is done)
-        self.waiters: list[_Waiter] = []  # sorted by _Waiter.order
-        self.last_activity = now
+    key: str
+    last_activity: float
+    in_flight: int = 0
+    streaming: int = 0
+    proven: int = 0
+    budget: Budget = field(default_factory=Budget)
+    rejected: int = 0
+    answered: int = 0
+    waiters: list[_Waiter] = field(default_factory=list)
 
     def enqueue(self, waiter: _Waiter) -> None:
         """Queue ``waiter`` by priority then arrival; a displaced head hands over its timer."""
@@ -343,19 +279,16 @@ class Governor:
     ) -> None:
         self.policy = policy or GovernorPolicy()
         self.journal: deque[ConcurrencyChanged] = deque(maxlen=JOURNAL_SIZE)
-        self._clock = clock
+        #: The clock the governor reads: pauses, timeouts and a slot's ``acquired_at``.
+        self.clock = clock
         self._listeners = [on_change] if on_change is not None else []
-        self._account: Account = account if account is not None else ProcessAccount()
+        #: Where the learnt limits and the leases live.
+        self.account: Account = account if account is not None else ProcessAccount()
         self._buckets: dict[str, _Bucket] = {}
         self._total = 0
         self._seq = 0
 
     # -- public API -----------------------------------------------------------------------
-    @property
-    def clock(self) -> Clock:
-        """The clock the governor reads: pauses, timeouts and a slot's ``acquired_at``."""
-        return self._clock
-
     @asynccontextmanager
     async def slot(
         self,
@@ -367,18 +300,7 @@ class Governor:
     ) -> AsyncIterator[Slot]:
         """Hold a slot of ``key`` for the block; it is released when the block exits.
 
-        Args:
-            key: the bucket, ``provider/model`` (see :func:`bucket_key`).
-            timeout: most seconds to wait for the slot (governor's clock); ``None`` waits
-                until cancelled, e.g. by an enclosing ``anyio.fail_after``.
-            priority: waiters with a higher priority are served first (then FIFO).
-            estimate: the request's estimated input, for the token windows (see
-                :meth:`acquire`).
-
-        Raises:
-            TimeoutError: no slot within ``timeout``.
-            GovernorCleared: :meth:`clear` ran while waiting.
-            UsageError: empty key or negative timeout.
+        The arguments and errors are :meth:`acquire`'s.
         """
         acquired = await self.acquire(key, timeout=timeout, priority=priority, estimate=estimate)
         try:
@@ -428,9 +350,9 @@ class Governor:
             granted = self._try_grant(bucket, through_pause, estimate)
             if granted is not None:
                 return granted
-        deadline = None if timeout is None else self._clock.monotonic() + timeout
+        deadline = None if timeout is None else self.clock.monotonic() + timeout
         self._seq += 1
-        waiter = _Waiter(key, priority, self._seq, through_pause, estimate)
+        waiter = _Waiter(key, (-priority, self._seq), through_pause, estimate)
         bucket.enqueue(waiter)
         try:
             return await self._wait_for_grant(bucket, waiter, deadline, timeout)
@@ -452,14 +374,14 @@ class Governor:
         """
         windows = read_windows(headers)
         bucket = self._bucket(key)
-        now = self._clock.monotonic()
+        now = self.clock.monotonic()
         ticket = slot._ticket if slot is not None and slot.key == key else None
-        kept = bucket.budget.observe(ticket, windows, now=now, wall_now=self._clock.time())
+        kept = bucket.budget.observe(ticket, windows, now=now, wall_now=self.clock.time())
         if kept:
             self._budget_changed(bucket)
         pause = pace_pause(
             [w for w in windows if w.name not in kept],
-            now=self._clock.time(),
+            now=self.clock.time(),
             pace_below=self.policy.pace_below,
         )
         if pause > 0:
@@ -501,9 +423,9 @@ class Governor:
             waiting=len(bucket.waiters),
             epoch=limits.epoch,
             last_good=limits.last_good,
-            cooldown_s=max(0.0, limits.cooldown_until - self._clock.monotonic()),
+            cooldown_s=max(0.0, limits.cooldown_until - self.clock.monotonic()),
             streaming=bucket.streaming,
-            account_in_flight=self._account.in_flight(key),
+            account_in_flight=self.account.in_flight(key),
         )
 
     @property
@@ -515,11 +437,6 @@ class Governor:
     def keys(self) -> list[str]:
         """The buckets seen so far."""
         return list(self._buckets)
-
-    @property
-    def account(self) -> Account:
-        """Where the learnt limits and the leases live."""
-        return self._account
 
     # -- waiting --------------------------------------------------------------------------
     async def _wait_for_grant(
@@ -533,7 +450,7 @@ class Governor:
                 # cleanup gives the slot back instead of returning it to a dead caller.
                 await anyio.lowlevel.checkpoint_if_cancelled()
                 return waiter.slot
-            now = self._clock.monotonic()
+            now = self.clock.monotonic()
             if deadline is not None and now >= deadline:
                 limits = self._limits(bucket.key)
                 raise TimeoutError(
@@ -558,34 +475,35 @@ class Governor:
                 ready = self._ready_at(bucket, waiter.estimate, now, waiter.through_pause)
                 if now < ready < math.inf:
                     sleep_for = max(sleep_for or 0.0, ready - now)
-                if self._account.shared:
+                if self.account.shared:
                     sleep_for = min(sleep_for or _SHARED_POLL_S, _SHARED_POLL_S)
             if deadline is not None:
                 left = deadline - now
                 sleep_for = left if sleep_for is None else min(sleep_for, left)
             waiter.wake = anyio.Event()
-            await self._wait(waiter.wake, sleep_for)
+            await wait_event(waiter.wake, sleep_for, self.clock)
             if waiter.slot is None and waiter.error is None:
                 self._dispatch(bucket.key)
-
-    async def _wait(self, event: anyio.Event, seconds: float | None) -> None:
-        """Wait for ``event``, or at most ``seconds`` on the governor's clock."""
-        await wait_event(event, seconds, self._clock)
 
     def _forget(self, bucket: _Bucket, waiter: _Waiter) -> None:
         if bucket.remove(waiter):
             self._dispatch(bucket.key)
 
     # -- state ----------------------------------------------------------------------------
-    def _knobs(self, key: str) -> aimd.KeyKnobs:
-        return aimd.KeyKnobs.of(self.policy, self.policy.ceiling_for(key))
+    def _knobs(self, key: str) -> GovernorPolicy:
+        """The policy with ``key``'s own ceiling (its floor never above it)."""
+        ceiling = self.policy.ceiling_for(key)
+        if ceiling == self.policy.ceiling:
+            return self.policy
+        floor = min(self.policy.floor, ceiling)
+        return self.policy.model_copy(update={"ceiling": ceiling, "floor": floor})
 
     def _limits(self, key: str) -> aimd.Limits:
-        limits = self._account.limits(key)
+        limits = self.account.limits(key)
         return limits if limits is not None else aimd.initial(self._knobs(key))
 
     def _bucket(self, key: str) -> _Bucket:
-        now = self._clock.monotonic()
+        now = self.clock.monotonic()
         bucket = self._buckets.get(key)
         if bucket is None:
             bucket = self._buckets[key] = _Bucket(key, now)
@@ -593,32 +511,31 @@ class Governor:
             bucket.in_flight == 0
             and not bucket.waiters
             and now - bucket.last_activity >= self.policy.idle_reset_s
-            and self._account.in_flight(key) == 0  # idle here, and nowhere else busy
+            and self.account.in_flight(key) == 0  # idle here, and nowhere else busy
         ):
             bucket.last_activity = now
             knobs = self._knobs(key)
-            self._apply(
-                bucket,
-                lambda limits: aimd.idle_reset(limits or aimd.initial(knobs), knobs, now=now),
-            )
+            self._apply(bucket, lambda limits: aimd.idle_reset(limits, knobs, now=now))
         return bucket
 
     def _apply(self, bucket: _Bucket, rule: _Rule) -> None:
         """Apply a rule to the stored limits atomically (see :meth:`_commit`)."""
         self._commit(
-            bucket, lambda step: self._account.update(bucket.key, lambda got: step(got, rule))
+            bucket, lambda step: self.account.update(bucket.key, lambda got: step(got, rule))
         )
 
     def _apply_rejected(
-        self, bucket: _Bucket, lease: Lease, provider: str, rule_for: Callable[[int], _Rule]
+        self, bucket: _Bucket, slot: Slot, rule_for: Callable[[int], _Rule]
     ) -> None:
-        """Mark ``lease`` rejected and apply ``rule_for(accepted)`` atomically, ``accepted``
-        being what the account counts over ``provider`` in the same step (see
+        """Mark ``slot``'s lease rejected and apply ``rule_for(accepted)`` atomically,
+        ``accepted`` being what the account counts over its provider in the same step (see
         ``Account.update_rejected``)."""
         self._commit(
             bucket,
-            lambda step: self._account.update_rejected(
-                lease, provider, lambda got, accepted: step(got, rule_for(accepted))
+            lambda step: self.account.update_rejected(
+                slot._lease,
+                provider_of(slot.key),
+                lambda got, accepted: step(got, rule_for(accepted)),
             ),
         )
 
@@ -683,7 +600,7 @@ class Governor:
         whether paused or not) and its token windows cover a request of ``estimate``;
         ``limits`` when already read."""
         limits = limits if limits is not None else self._limits(bucket.key)
-        now = self._clock.monotonic()
+        now = self.clock.monotonic()
         return (
             bucket.in_flight < self._effective(bucket.key, limits)
             and (through_pause or limits.cooldown_until <= now)
@@ -703,7 +620,7 @@ class Governor:
         room = self._bucket_room(bucket, through_pause, limits, estimate)
         if not (room and self._global_room()):
             return None
-        lease = self._account.take(
+        lease = self.account.take(
             Bounds(
                 bucket.key,
                 limit=self._effective(bucket.key, limits),
@@ -716,7 +633,7 @@ class Governor:
         # The epoch of the limits read in the step that took the lease: another process may
         # have cut since the read above, without counting this slot.
         limits = lease.limits if lease.limits is not None else aimd.initial(self._knobs(bucket.key))
-        now = self._clock.monotonic()
+        now = self.clock.monotonic()
         bucket.in_flight += 1
         bucket.last_activity = now
         self._total += 1
@@ -769,9 +686,9 @@ class Governor:
             bucket.streaming -= 1
         if slot._rejected:
             bucket.rejected -= 1
-        bucket.last_activity = self._clock.monotonic()
+        bucket.last_activity = self.clock.monotonic()
         self._total -= 1
-        self._account.give_back(slot._lease)
+        self.account.give_back(slot._lease)
         if slot._ticket is not None:
             bucket.budget.release(slot._ticket, bucket.last_activity)
         if bucket.budget.windows:
@@ -789,7 +706,7 @@ class Governor:
     # -- outcomes -------------------------------------------------------------------------
     def _touch(self, key: str) -> tuple[_Bucket, float]:
         bucket = self._buckets[key]
-        now = self._clock.monotonic()
+        now = self.clock.monotonic()
         bucket.last_activity = now
         return bucket, now
 
@@ -799,8 +716,8 @@ class Governor:
         # Growing helps only callers held back by this bucket's own cap (not by the global
         # cap, nor by a pause).
         in_flight = bucket.in_flight
-        if self._account.shared:
-            in_flight = max(in_flight, self._account.in_flight(slot.key))
+        if self.account.shared:
+            in_flight = max(in_flight, self.account.in_flight(slot.key))
 
         def rule(limits: aimd.Limits) -> aimd.Step:
             queued = (
@@ -814,7 +731,7 @@ class Governor:
 
     def _on_answered(self, slot: Slot) -> None:
         self._buckets[slot.key].answered += 1
-        self._account.answered(slot._lease)
+        self.account.answered(slot._lease)
 
     def _on_streaming(self, slot: Slot) -> None:
         bucket, now = self._touch(slot.key)
@@ -844,10 +761,10 @@ class Governor:
             return False
         others = bucket.in_flight - bucket.rejected - bucket.answered - 1
         held_here = 1 + bucket.rejected + bucket.answered
-        alone = others <= 0 and self._account.in_flight(provider_of(slot.key)) <= held_here
+        alone = others <= 0 and self.account.in_flight(provider_of(slot.key)) <= held_here
         return bucket.budget.refused(
             slot._ticket,
-            now=self._clock.monotonic(),
+            now=self.clock.monotonic(),
             retry_after=retry_after,
             learn_window=alone or others + 2 <= bucket.proven,
         )
@@ -855,16 +772,16 @@ class Governor:
     def _on_rate_limited(self, slot: Slot, retry_after: float | None, measured: bool) -> None:
         bucket, now = self._touch(slot.key)
         knobs = self._knobs(slot.key)
-        if self._window_refused(bucket, slot, retry_after):
+        explained = self._window_refused(bucket, slot, retry_after)
+        if measured and not slot._rejected and not slot._released:
+            slot._rejected = True
+            bucket.rejected += 1
+        if explained:
             # the token budget paces the retry (its own time slot at the refill rate): no
             # concurrency cut, no pause for the whole bucket; the lease is marked refused,
             # so a later measured cut does not count it as accepted
             if measured and not slot._released:
-                slot._rejected = True
-                bucket.rejected += 1
-                self._apply_rejected(
-                    bucket, slot._lease, provider_of(slot.key), lambda _: lambda lim: (lim, None)
-                )
+                self._apply_rejected(bucket, slot, lambda _: lambda lim: (lim, None))
             self._budget_changed(bucket)
             return
 
@@ -881,9 +798,6 @@ class Governor:
         if not measured:
             self._apply(bucket, rule(None))
             return
-        if not slot._rejected and not slot._released:
-            slot._rejected = True
-            bucket.rejected += 1
         # The upstream counts every request of the provider on the account: the account
         # counts those it may have been running (see Account.update_rejected). This
         # process's own count stands when the account lost sight of its slots (a shared
@@ -891,9 +805,7 @@ class Governor:
         provider = provider_of(slot.key)
         mine = [b for b in self._buckets.values() if b.key.startswith(provider)]
         own = sum(b.in_flight - b.rejected - b.answered for b in mine)
-        self._apply_rejected(
-            bucket, slot._lease, provider, lambda counted: rule(max(0, counted, own))
-        )
+        self._apply_rejected(bucket, slot, lambda counted: rule(max(0, counted, own)))
 
     def _on_overloaded(self, slot: Slot, retry_after: float | None) -> None:
         bucket, now = self._touch(slot.key)
@@ -916,7 +828,7 @@ class Governor:
             effective=self._effective(bucket.key, limits),
             epoch=limits.epoch,
             retry_after_s=change.retry_after,
-            at=self._clock.time(),
+            at=self.clock.time(),
         )
         self.journal.append(event)
         for listener in list(self._listeners):

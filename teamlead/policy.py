@@ -12,6 +12,7 @@ Example:
 
 from __future__ import annotations
 
+from typing import Annotated
 from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -200,8 +201,7 @@ class Policy(BaseModel):
 
 
 #: The wrap-up reserve's floor: one turn, the CLI resuming the session and the model
-#: answering with no tools (a few seconds against the API). A reserve under it cut the
-#: wrap-up turn itself, and a short deadline ended ``failed``.
+#: answering with no tools (a few seconds against the API).
 WRAP_UP_TURN_S = 10.0
 
 
@@ -320,6 +320,11 @@ def redis_url_problem(url: str) -> str | None:
     return None
 
 
+#: A model's or provider's name (not blank) and its ceiling, in requests.
+_Name = Annotated[str, Field(pattern=r"\S")]
+_Ceiling = Annotated[int, Field(ge=1, le=10_000)]
+
+
 class LimitsPolicy(BaseModel):
     """Static ceilings on the relay's requests in flight, and who shares the learnt limits.
 
@@ -347,30 +352,39 @@ class LimitsPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    models: dict[str, int] = Field(default_factory=dict)
-    providers: dict[str, int] = Field(default_factory=dict)
+    models: dict[_Name, _Ceiling] = Field(default_factory=dict)
+    providers: dict[_Name, _Ceiling] = Field(default_factory=dict)
     default: int | None = Field(default=None, ge=1, le=10_000)
     total: int | None = Field(default=None, ge=1, le=100_000)
     shared: str = "machine"
 
     @model_validator(mode="after")
     def _check(self) -> LimitsPolicy:
-        for kind, table in (("model", self.models), ("provider", self.providers)):
-            for name, value in table.items():
-                if not name.strip() or not 1 <= value <= 10_000:
-                    raise ValueError(
-                        f"a {kind} ceiling needs a name and 1..10000 requests, got {name!r}={value}"
-                    )
-        shared = self.shared.strip()
-        if shared not in SHARED_LIMITS and not shared.startswith(("redis://", "rediss://")):
-            raise ValueError(
-                f"limits must be 'machine', 'process' or a redis://host:port/db URL, "
-                f"got {self.shared!r}"
-            )
-        problem = None if shared in SHARED_LIMITS else redis_url_problem(shared)
-        if problem is not None:
-            raise ValueError(f"limits: {problem}")  # not the URL: it may hold a password
+        try:
+            check_shared(self.shared)
+        except ValueError as exc:
+            raise ValueError(f"limits: {exc}") from None
         return self
+
+
+def check_shared(spec: str) -> str:
+    """``spec`` stripped if it is one of :data:`SHARED_LIMITS` or a Redis URL whose port and
+    database are numbers (see :func:`redis_url_problem`); else a ``ValueError`` saying what
+    is accepted, without the URL (it may hold a password).
+
+    Example:
+        >>> check_shared(" machine ")
+        'machine'
+    """
+    text = spec.strip()
+    if text in SHARED_LIMITS:
+        return text
+    if not text.startswith(("redis://", "rediss://")):
+        raise ValueError(f"must be 'machine', 'process' or redis://host:port/db, got {spec!r}")
+    problem = redis_url_problem(text)
+    if problem is not None:
+        raise ValueError(problem)
+    return text
 
 
 Policy.model_rebuild()

@@ -25,7 +25,9 @@ import pytest
 from teamlead._governor.accounts import FallbackAccount, WarnOnce, open_account
 from teamlead._governor.accounts.base import Bounds
 from teamlead._governor.accounts.machine import MachineAccount
+from teamlead._governor.accounts.namespaced import NamespacedAccount
 from teamlead._governor.accounts.redis import RedisAccount
+from teamlead._governor.aimd import Limits, Step
 from teamlead._governor.retry_after import PLAUSIBLE_PAUSE_S
 from teamlead.governor import Governor, Slot
 from teamlead.testing import FakeClock
@@ -419,3 +421,27 @@ def test_closing_an_account_whose_redis_hangs_waits_a_bounded_time(redis: RedisS
     finally:
         redis.resume()
     assert took < 4 * 0.2 + 4 * 0.2 + 1.0  # the renewer's wait and the close's, with room
+
+
+def test_teamlead_limits_lists_and_clears_what_redis_holds_per_account(
+    redis: RedisServer,
+) -> None:
+    store = opened(RedisAccount(redis.url))
+    for name, cap in (("api#1", 3), ("api#2", 5)):
+
+        def learnt(_: Limits | None, cap: int = cap) -> Step:
+            return Limits(cap=cap), None
+
+        for bucket in ("anthropic/opus", "anthropic/haiku"):
+            NamespacedAccount(store, name).update(bucket, learnt)
+    listed = [(entry.account, entry.bucket, entry.limits.cap) for entry in store.stored()]
+    assert listed == [
+        ("api#1", "anthropic/haiku", 3),
+        ("api#1", "anthropic/opus", 3),
+        ("api#2", "anthropic/haiku", 5),
+        ("api#2", "anthropic/opus", 5),
+    ]
+    assert store.forget("api#1") == 2  # an account: all its buckets
+    assert store.forget("api#2/anthropic/opus") == 1  # one stored key
+    assert [entry.key for entry in store.stored()] == ["api#2/anthropic/haiku"]
+    assert store.forget() == 1 and store.stored() == []

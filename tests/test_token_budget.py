@@ -160,7 +160,13 @@ def test_pending_draws_count_as_drawn_and_the_level_never_refills_past_the_limit
 def test_waiters_get_successive_slots_at_the_refill_rate(
     window: tb.Window, amounts: list[float], times: list[float]
 ) -> None:
-    assert tb.schedule(window, amounts, 0.0) == pytest.approx(times)
+    # the governor's queue: each waiter sent at its time, drawn before the next one's
+    now, got = 0.0, []
+    for n, amount in enumerate(amounts, start=1):
+        now = tb.ready_at(window, amount, now)
+        got.append(now)
+        window = tb.fold(tb.resolve(tb.draw(window, -n, amount, now), -n, charged=True))
+    assert got == pytest.approx(times)
 
 
 def test_a_request_larger_than_the_window_goes_alone_once_the_window_is_full() -> None:
@@ -185,12 +191,12 @@ def test_a_header_is_the_upstream_s_word_for_every_draw_sent_before_its_request(
     for ticket in (1, 2, 3):
         w = tb.draw(w, ticket, 6_000, 0.0)
     header = _header(5_000, 15_000 / 12_000)
-    seen = tb.observe(w, header, ticket=2, sent_at=0.0, now=0.1, wall_now=1_000.0)
+    seen = tb.anchor(w, header, ticket=2, sent_at=0.0, now=0.1, wall_now=1_000.0)
     assert seen is not None
     assert (seen.level, seen.ticket, [d.ticket for d in seen.draws]) == (5_000.0, 2, [3])
     assert seen.refill == pytest.approx(12_000 / (1 + 0.1 / 1.25), rel=0.01)
     # an answer to an earlier request, read later, says nothing newer about the level
-    older = tb.observe(seen, _header(14_000, 0.5), ticket=1, sent_at=0.0, now=0.2, wall_now=1e3)
+    older = tb.anchor(seen, _header(14_000, 0.5), ticket=1, sent_at=0.0, now=0.2, wall_now=1e3)
     assert older is not None and (older.level, older.ticket) == (5_000.0, 2)
 
 
@@ -199,11 +205,11 @@ def test_an_empty_window_whose_reset_shows_a_debt_is_modelled_in_debt() -> None:
     there) but full only in 26,000 / 12,000 s, so the window is 6,000 in debt, and the
     next 7,000-token request waits for the debt too (else a 429 at 7,000 / 12,000 s)."""
     header = _header(0, 26_000 / 12_000)
-    seen = tb.observe(FIELD, header, ticket=1, sent_at=0.0, now=0.0, wall_now=1_000.0)
+    seen = tb.anchor(FIELD, header, ticket=1, sent_at=0.0, now=0.0, wall_now=1_000.0)
     assert seen is not None and seen.level == pytest.approx(-6_000)
     assert tb.ready_at(seen, 7_000, 0.0) == pytest.approx(13_000 / 12_000)
     # with no refill rate known yet, the level is what the header says
-    fresh = tb.observe(None, header, ticket=1, sent_at=0.0, now=0.0, wall_now=1_000.0)
+    fresh = tb.anchor(None, header, ticket=1, sent_at=0.0, now=0.0, wall_now=1_000.0)
     assert fresh is not None and fresh.level == 0
 
 
@@ -218,7 +224,7 @@ def test_an_empty_window_whose_reset_shows_a_debt_is_modelled_in_debt() -> None:
 def test_a_header_the_budget_cannot_use_changes_nothing(
     header: RateWindow, known: tb.Window | None, kept: tb.Window | None
 ) -> None:
-    assert tb.observe(known, header, ticket=1, sent_at=0.0, now=0.0, wall_now=1_000.0) == kept
+    assert tb.anchor(known, header, ticket=1, sent_at=0.0, now=0.0, wall_now=1_000.0) == kept
 
 
 def test_the_refill_rate_averages_out_a_reset_rounded_to_the_second() -> None:
@@ -227,7 +233,7 @@ def test_the_refill_rate_averages_out_a_reset_rounded_to_the_second() -> None:
     for n, deficit in enumerate([6_000, 18_000, 9_000, 15_000]):
         true_full_in = deficit / 12_000
         header = _header(20_000 - deficit, math.ceil(true_full_in))
-        w = tb.observe(w, header, ticket=n + 1, sent_at=0.0, now=0.0, wall_now=1_000.0)
+        w = tb.anchor(w, header, ticket=n + 1, sent_at=0.0, now=0.0, wall_now=1_000.0)
     assert w is not None and w.refill is not None
     assert 8_000 < w.refill < 12_000  # one rounded 0.5 s -> 1 s alone would say 6,000
 

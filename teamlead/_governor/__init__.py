@@ -10,12 +10,8 @@ the modules here hold the parts that need no event loop, so they are tested alon
 * :mod:`.token_budget`: the rate-limit windows as token buckets, and when a request fits.
 * :mod:`.knobs`: the knobs (``GovernorPolicy``, static ceilings), the bucket snapshot.
 * :mod:`.accounts`: what every process of one account shares (learnt limits and one lease
-  per slot held), one variant per module: ``base`` (the interface), ``process`` (this
-  process alone), ``machine`` (every process of the user on this machine, an SQLite
-  file), ``redis`` (every machine, through Redis), ``namespaced`` (one upstream account's
-  part of a shared store), ``fallback`` (the next one down when a shared store fails),
-  ``renewer`` (the lease renewer) and ``codecs`` (what a shared account stores, read back
-  as untrusted input); ``open_account`` chooses one from a ``--limits`` value.
+  per slot held), one variant per module; ``open_account`` chooses one from a ``--limits``
+  value.
 """
 
 from __future__ import annotations

@@ -1,38 +1,29 @@
 """The AIMD rules of one bucket, as pure synchronous functions over a frozen :class:`Limits`.
 
-Each rule takes the bucket's learnt :class:`Limits`, the knobs and what happened, and returns
-the new limits plus the :class:`Change` to journal (or ``None``). No clock, no event loop,
-no queue: the governor applies a rule, stores the result and then grants what it can. So
-the rules are tested as tables (``tests/test_governor.py``), and a shared store can hold
-:class:`Limits` for several processes.
-
-The rules (the governor's module docstring tells the story):
+Each rule takes the bucket's learnt :class:`Limits`, the knobs and what happened, and
+returns the new limits plus the :class:`Change` to journal (or ``None``). No clock, no
+event loop, no queue: the rules are tested as tables, and a shared store can hold
+:class:`Limits` for several processes. Times are the governor clock's monotonic seconds.
 
 * :func:`rate_limited`: a Retry-After pauses the bucket; a 429 of the current epoch cuts
-  ``cap`` (back to ``last_good`` after a failed probe; else, when ``accepted`` is known, to
-  the requests the upstream may have been running when it rejected, an upper bound the
-  account counts; else to
-  ``floor(cap * decrease)``), opens a new epoch and remembers the level that drew it. A
-  stale 429 (a request of the cutting burst, sent before the cut) cuts no further, except
-  that after a measured cut it *settles* it: one more rejection of that burst means the
-  upstream accepted one request fewer than counted, so ``cap`` goes down by one (reason
-  ``settled``). So the limit is learnt from the burst's answers, whenever their response
-  headers come: at once, seconds later, or only with the whole answer.
-* :func:`started`: a request of the cutting burst streams: the upstream accepts at least the
-  requests streaming now, so a cut below that is corrected up (reason ``accepted``).
-* :func:`overloaded`: a 529 pauses (Retry-After) and cuts multiplicatively, but does not mark
-  a level as bad: overload is the provider's state, not the account's limit.
-* :func:`success`: successes of the current epoch earn ``cap + 1`` while callers queue on
-  the cap, except towards a level that drew a 429 less than ``reprobe_after_s`` ago. Below
-  the level a measured cut found (``cap + 1 < bad_level``), every success earns ``cap + 1``:
-  a level that was never really tried is not banned, and a cut that proved too low (e.g.
-  by an overload) is undone within a round of requests.
-* :func:`paced`: a pause asked for by the rate-limit headers (see ``ratelimit_headers``).
+  ``cap`` (back to ``last_good`` after a failed probe; else to the requests the upstream
+  may have been running, when the account counted them; else to ``floor(cap *
+  decrease)``), opens a new epoch and remembers the level that drew it. A 429 of the
+  cutting burst, sent before the cut, *settles* a measured cut one lower (the upstream
+  accepted one request fewer than counted), so the limit is learnt from the burst's
+  answers whenever they come.
+* :func:`started`: a request of the cutting burst streams: a cut below the requests
+  streaming now is corrected up.
+* :func:`overloaded`: a 529 pauses and cuts multiplicatively, marking no level bad:
+  overload is the provider's state, not the account's limit.
+* :func:`success`: successes of the current epoch earn ``cap + 1`` while callers queue,
+  except towards a level that drew a 429 less than ``reprobe_after_s`` ago; below the
+  level a measured cut found, each success earns it, so a cut that proved too low is
+  undone within a round of requests.
+* :func:`paced`: a pause asked for by the rate-limit headers.
 * :func:`idle_reset`: back to the ceiling, forgetting what was learnt, the pause included.
 
-Every pause is at most :data:`~teamlead._governor.retry_after.MAX_PAUSE_S`, whoever asks.
-
-Times are the governor clock's monotonic seconds.
+No pause is longer than :data:`~teamlead._governor.retry_after.MAX_PAUSE_S`.
 """
 
 from __future__ import annotations
@@ -46,7 +37,6 @@ from .retry_after import bounded_pause
 
 __all__ = [
     "Change",
-    "KeyKnobs",
     "Knobs",
     "Limits",
     "Step",
@@ -61,7 +51,8 @@ __all__ = [
 
 
 class Knobs(Protocol):
-    """The policy fields the rules read (``GovernorPolicy`` has them all)."""
+    """The policy fields the rules read: a ``GovernorPolicy``, with the bucket's own
+    ceiling."""
 
     @property
     def ceiling(self) -> int: ...
@@ -73,28 +64,6 @@ class Knobs(Protocol):
     def successes_to_grow(self) -> int: ...
     @property
     def reprobe_after_s(self) -> float: ...
-
-
-@dataclass(frozen=True)
-class KeyKnobs:
-    """The knobs for one bucket: the policy's, with that bucket's own ceiling."""
-
-    ceiling: int
-    floor: int
-    decrease: float
-    successes_to_grow: int
-    reprobe_after_s: float
-
-    @classmethod
-    def of(cls, knobs: Knobs, ceiling: int) -> KeyKnobs:
-        """``knobs`` with ``ceiling`` (the floor never above it)."""
-        return cls(
-            ceiling=ceiling,
-            floor=min(knobs.floor, ceiling),
-            decrease=knobs.decrease,
-            successes_to_grow=knobs.successes_to_grow,
-            reprobe_after_s=knobs.reprobe_after_s,
-        )
 
 
 @dataclass(frozen=True)

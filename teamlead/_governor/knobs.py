@@ -9,8 +9,16 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ModelWrapValidatorHandler,
+    ValidationError,
+    model_validator,
+)
 
 from ..errors import UsageError
 
@@ -48,49 +56,36 @@ class GovernorPolicy(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    ceiling: int = 8
-    model_ceilings: dict[str, int] = Field(default_factory=dict)
-    provider_ceilings: dict[str, int] = Field(default_factory=dict)
-    floor: int = 1
-    decrease: float = 0.75
-    successes_to_grow: int = 4
-    idle_reset_s: float = 300.0
-    max_total: int | None = None
-    reprobe_after_s: float = 60.0
-    pace_below: float = 0.05
+    ceiling: int = Field(default=8, ge=1)
+    model_ceilings: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
+    provider_ceilings: dict[str, Annotated[int, Field(ge=1)]] = Field(default_factory=dict)
+    floor: int = Field(default=1, ge=1)
+    decrease: float = Field(default=0.75, gt=0, lt=1)
+    successes_to_grow: int = Field(default=4, ge=1)
+    idle_reset_s: float = Field(default=300.0, gt=0)
+    max_total: int | None = Field(default=None, ge=1)
+    reprobe_after_s: float = Field(default=60.0, ge=0)
+    pace_below: float = Field(default=0.05, ge=0, lt=1)
 
-    @model_validator(mode="after")
-    def _check(self) -> GovernorPolicy:
-        if self.ceiling < 1:
-            raise UsageError(f"governor ceiling must be at least 1, got {self.ceiling}")
-        for kind, table in (("model", self.model_ceilings), ("provider", self.provider_ceilings)):
-            for name, value in table.items():
-                if not name or value < 1:
-                    raise UsageError(
-                        f"a {kind} ceiling needs a name and at least 1, got {name!r}={value}"
-                    )
-        if not 1 <= self.floor <= self.ceiling:
+    @model_validator(mode="wrap")
+    @classmethod
+    def _usage_error(
+        cls, data: Any, handler: ModelWrapValidatorHandler[GovernorPolicy]
+    ) -> GovernorPolicy:
+        """A bad value is the user's to fix: one :class:`UsageError` line, naming it."""
+        try:
+            policy = handler(data)
+        except ValidationError as exc:
+            error = exc.errors()[0]
+            where = ".".join(str(part) for part in error["loc"])
+            raise UsageError(f"governor {where}: {error['msg']}") from None
+        if policy.floor > policy.ceiling:
             raise UsageError(
-                f"governor floor must be between 1 and the ceiling ({self.ceiling}), "
-                f"got {self.floor}"
+                f"governor floor ({policy.floor}) is above the ceiling ({policy.ceiling})"
             )
-        if not 0.0 < self.decrease < 1.0:
-            raise UsageError(f"governor decrease must be between 0 and 1, got {self.decrease}")
-        if self.successes_to_grow < 1:
-            raise UsageError(
-                f"governor successes_to_grow must be at least 1, got {self.successes_to_grow}"
-            )
-        if not self.idle_reset_s > 0:
-            raise UsageError(f"governor idle_reset_s must be positive, got {self.idle_reset_s}")
-        if self.max_total is not None and self.max_total < 1:
-            raise UsageError(f"governor max_total must be at least 1, got {self.max_total}")
-        if not self.reprobe_after_s >= 0:
-            raise UsageError(
-                f"governor reprobe_after_s must be zero or more, got {self.reprobe_after_s}"
-            )
-        if not 0.0 <= self.pace_below < 1.0:
-            raise UsageError(f"governor pace_below must be in [0, 1), got {self.pace_below}")
-        return self
+        if "" in policy.model_ceilings or "" in policy.provider_ceilings:
+            raise UsageError("a governor ceiling needs a model or provider name")
+        return policy
 
     def ceiling_for(self, key: str) -> int:
         """The most ``key``'s bucket may grow to: its model's ceiling (by name, else the

@@ -1,38 +1,23 @@
 """Pacing ahead of 429s from the ``anthropic-ratelimit-*`` response headers.
 
-The Messages API reports, on every response, how much of each rate-limit window is left.
-The headers read here (all optional; a window is used only when ``remaining`` and ``reset``
-are both present and valid):
-
-====================================================  =====================================
-``anthropic-ratelimit-requests-{limit,remaining,reset}``       requests per minute
-``anthropic-ratelimit-tokens-{limit,remaining,reset}``         tokens (input + output)
-``anthropic-ratelimit-input-tokens-{limit,remaining,reset}``   input tokens per minute
-``anthropic-ratelimit-output-tokens-{limit,remaining,reset}``  output tokens per minute
-====================================================  =====================================
-
-``reset`` is an RFC 3339 time at which the window is *fully* replenished; windows refill
-continuously. A window that gives its ``limit`` is the governor's token budget's to model
-(:mod:`.token_budget`: each request waits until the window covers it); the governor applies
-:func:`pace_pause` to the others. The rule: when a window's ``remaining`` falls below
-``pace_below`` of its ``limit``, pause new requests until it has refilled back to that
-level, i.e. ``(reset - now) * (pace_below * limit - remaining) / (limit - remaining)``; when
-``remaining`` is 0 (or the limit is unknown and nothing remains), pause until ``reset``.
-The longest pause over the windows wins. A window whose reset is further away than
-:data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S` cannot be a per-minute bucket: the
-header is faulty and the window is skipped (a reset in 2099 pauses nothing, and is not
-stored). Requests already running are never stopped. Nothing here raises on a bad value:
-the window is skipped.
+The Messages API reports, on every response, how much of each rate-limit window
+(:data:`WINDOWS`: requests, tokens, input and output tokens per minute) is left:
+``anthropic-ratelimit-<window>-{limit,remaining,reset}``, ``reset`` being the RFC 3339
+time the window is *fully* replenished (windows refill continuously). A window is read
+only when ``remaining`` and ``reset`` are both present and valid. One that gives its
+``limit`` is the token budget's to model (:mod:`.token_budget`); the governor applies
+:func:`pace_pause` to the others. A window whose reset is further away than
+:data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S` cannot be a per-minute bucket:
+the header is faulty and the window skipped. Nothing here raises on a bad value.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime
 
-from .retry_after import PLAUSIBLE_PAUSE_S, bounded_pause
+from .retry_after import PLAUSIBLE_PAUSE_S, bounded_pause, header_number
 
 __all__ = ["WINDOWS", "RateWindow", "faulty_window", "pace_pause", "read_windows"]
 
@@ -57,16 +42,6 @@ class RateWindow:
     remaining: float
     reset_at: float
     limit: float | None = None
-
-
-def _number(value: str | None) -> float | None:
-    if value is None or len(value) > 64:
-        return None
-    try:
-        number = float(value.strip())
-    except ValueError:
-        return None
-    return number if math.isfinite(number) and number >= 0 else None
 
 
 def _rfc3339(value: str | None) -> float | None:
@@ -100,11 +75,11 @@ def read_windows(headers: Mapping[str, str]) -> list[RateWindow]:
         return []
     windows = []
     for name in WINDOWS:
-        remaining = _number(lowered.get(f"{_PREFIX}{name}-remaining"))
+        remaining = header_number(lowered.get(f"{_PREFIX}{name}-remaining"))
         reset_at = _rfc3339(lowered.get(f"{_PREFIX}{name}-reset"))
         if remaining is None or reset_at is None:
             continue
-        limit = _number(lowered.get(f"{_PREFIX}{name}-limit"))
+        limit = header_number(lowered.get(f"{_PREFIX}{name}-limit"))
         windows.append(RateWindow(name, remaining, reset_at, limit if limit else None))
     return windows
 
@@ -112,8 +87,10 @@ def read_windows(headers: Mapping[str, str]) -> list[RateWindow]:
 def pace_pause(windows: list[RateWindow], *, now: float, pace_below: float) -> float:
     """Seconds to hold new requests so no window runs dry; 0 when there is room.
 
-    ``now`` is wall-clock seconds, like ``reset_at``. ``pace_below`` 0 disables pacing
-    except for an empty window.
+    A window under ``pace_below`` of its limit holds them until it refilled back to that
+    level (``(reset - now) * (pace_below * limit - remaining) / (limit - remaining)``), an
+    empty one until its reset; the longest over the windows wins. ``now`` is wall-clock
+    seconds, like ``reset_at``. Requests already running are never stopped.
 
     Example:
         >>> pace_pause([RateWindow("requests", 0, reset_at=110.0, limit=50)],

@@ -1,22 +1,13 @@
 """``Retry-After`` parsing: seconds or an HTTP date, and the ``retry-after-ms`` variant.
 
-Kept apart from the governor because the relay, the experiment runner and the resume retry
-all read the same header, and none of them needs the governor to do it.
-
-A pause read from outside must be plausible to be honoured. Whatever the header says
-(``1e9`` seconds, a date in 2099, a 20-digit year, ``nan``), parsing never raises; a value
+The relay, the experiment runner and the resume retry all read the header; none of them
+needs the governor to do it. Parsing never raises, whatever the header says. A pause
 beyond :data:`PLAUSIBLE_PAUSE_S` (3 minutes) is a *faulty* header, read as no Retry-After
-at all: the request that met it backs off as for a 429 without one, and the value is
-neither applied to other requests nor stored for other processes.
-
-Why 3 minutes: Anthropic's limits are token buckets (requests, input and output tokens per
-minute) replenished continuously, so an empty bucket is full again within 60 s, and a
-request the bucket can cover is admitted well before; 529 overloads carry short pauses.
-Three times the bucket's minute leaves room for enforcement over shorter intervals and
-for clock skew between the upstream's date and ours. A longer value cannot describe a
-per-minute bucket: it is a broken header or proxy, or a long-window limit (a spend cap)
-that no pause inside one run could wait out. :data:`MAX_PAUSE_S` (10 minutes) remains the
-longest pause any caller of the governor can ask for directly.
+at all: Anthropic's limits are per-minute token buckets, full again within 60 s, so a
+longer value is a broken header or proxy, or a limit (a spend cap) no pause inside one run
+could wait out; the margin covers enforcement over shorter intervals and clock skew.
+:data:`MAX_PAUSE_S` (10 minutes) is the longest pause any caller of the governor can ask
+for directly.
 """
 
 from __future__ import annotations
@@ -32,6 +23,7 @@ __all__ = [
     "PLAUSIBLE_PAUSE_S",
     "bounded_pause",
     "faulty_retry_after",
+    "header_number",
     "parse_retry_after",
     "retry_after_from_headers",
 ]
@@ -55,21 +47,31 @@ def bounded_pause(seconds: float) -> float:
     return min(seconds, MAX_PAUSE_S)
 
 
+def header_number(value: str | None) -> float | None:
+    """A header's value as a finite number of at least 0, else ``None``; never raises.
+
+    Example:
+        >>> header_number(" 1.5 "), header_number("nan"), header_number("-1")
+        (1.5, None, None)
+    """
+    if value is None or len(value) > 64:  # an HTTP date is 29 characters
+        return None
+    try:
+        number = float(value.strip())
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and number >= 0 else None
+
+
 def _seconds(value: str | None, now: float | None) -> float | None:
     """The unbounded seconds of a header value, or ``None``; never raises."""
-    if value is None:
+    if value is None or len(value) > 64:
         return None
-    text = value.strip()
-    if not text or len(text) > 64:  # an HTTP date is 29 characters
-        return None
+    seconds = header_number(value)
+    if seconds is not None:
+        return seconds
     try:
-        seconds = float(text)
-    except ValueError:
-        pass
-    else:
-        return seconds if math.isfinite(seconds) and seconds >= 0 else None
-    try:
-        when = parsedate_to_datetime(text)
+        when = parsedate_to_datetime(value.strip())
         if when.tzinfo is None:  # an HTTP date is always GMT
             return None
         stamp = when.timestamp()
@@ -102,15 +104,9 @@ def parse_retry_after(value: str | None, *, now: float | None = None) -> float |
 def _header_seconds(headers: Mapping[str, str], now: float | None) -> float | None:
     """The unbounded pause the headers ask for: ``retry-after-ms``, else ``retry-after``."""
     lowered = {str(k).lower(): str(v) for k, v in headers.items()}
-    millis = lowered.get("retry-after-ms")
+    millis = header_number(lowered.get("retry-after-ms"))
     if millis is not None:
-        text = millis.strip()
-        try:
-            value = float(text) if len(text) <= 64 else math.nan
-        except ValueError:
-            value = math.nan
-        if math.isfinite(value) and value >= 0:
-            return value / 1000.0
+        return millis / 1000.0
     return _seconds(lowered.get("retry-after"), now)
 
 

@@ -1,49 +1,32 @@
 """Token budgets: admit a request only when the upstream's rate-limit windows can cover it.
 
-Anthropic's limits (requests, input tokens and output tokens per minute) are token
-buckets, replenished continuously up to their limit and possibly enforced over intervals
-shorter than a minute. Every answer may say how full each one is
+Anthropic's limits (requests, input and output tokens per minute) are token buckets,
+replenished continuously up to their limit. Every answer may say how full each one is
 (``anthropic-ratelimit-<window>-{limit,remaining,reset}``, read by
 :mod:`.ratelimit_headers`). A concurrency limit does not describe such an upstream: twelve
 agents whose requests the bucket cannot all cover at once all retry on the same
 ``retry-after`` second and are refused again. So the governor keeps, per bucket, a
-:class:`Budget`: a model of each window, and the charge of each request before it goes.
+:class:`Budget`: a model of each window (:class:`Window`), and the charge of each request
+(:class:`Charge`) before it goes. It is this process's model: processes that share an
+account each read the upstream's ``remaining``, which counts them all.
 
-The rules (pure: every function takes ``now``; nothing here sleeps or reads a clock):
-
-* **Charge.** A request draws 1 from ``requests``, its estimated input from
-  ``input-tokens`` (:mod:`.token_estimate`: characters / 4, times a ratio learnt from the
-  ``usage`` the upstream reports; a prefix the upstream reported reading from its cache is
-  left out, as the API does not count cached reads), the mean output seen so far from
+* **Charge.** A request draws 1 from ``requests``, its estimated input
+  (:mod:`.token_estimate`, times a ratio learnt from the reported ``usage``, less a prefix
+  the upstream reported caching) from ``input-tokens``, the mean output seen from
   ``output-tokens``, and both from ``tokens``.
-* **Window model** (:class:`Window`). The level a header gave (``remaining``, as of when
-  it was read), the refill rate (``(limit - remaining) / (reset - sent)``,
-  summed over the last observations so a coarse ``reset`` averages out; until one is seen,
-  ``limit / 60``), and the draws granted since: pending ones (sent, not yet answered) count
-  as drawn. :func:`level_at` replays them, refilling in between and never above the limit.
-* **Admission** (:func:`ready_at`). A request goes when every window, after its draw,
-  keeps ``headroom`` of its limit; else at the time the refill covers it. The governor
-  serves its queue one request at a time, each draw counted before the next one's time is
-  computed, so waiters get successive slots at the refill rate (:func:`schedule`) instead
-  of one shared ``retry-after`` second. A request larger than the whole limit goes alone
-  (nothing else pending) once the window is full, and leaves it in debt: it never waits
-  forever.
-* **Anchoring** (:func:`observe`). A header replaces the model: its level is the
-  upstream's word, and every draw sent before that request is in it. ``remaining`` stops
-  at 0 but the ``reset`` does not: an empty window full only later than a whole refill
-  takes (at the rate known) is in debt, from a request larger than it, and the debt is
-  paid before the next request goes.
-* **429s.** A 429 whose headers show a window short of the request's charge is the
-  budget's, not a concurrency limit's. A 429 without headers, on a window the budget
-  knows, lowers the level to agree with its ``retry-after`` (:func:`refused`). A window
-  never described by a header is *learnt* (:func:`learn`), when the governor finds a 429
-  that a concurrency limit cannot explain: the limit from the draws the upstream took
-  before refusing, the refill from what it took between two refusals (each at an empty
-  window), growing by :data:`GROWTH` for every limit's worth taken without a refusal.
+* **Admission** (:func:`ready_at`). A request goes when every window, its pending draws
+  counted as drawn, keeps ``headroom`` of its limit after its own; the governor serves its
+  queue one at a time, so waiters get successive slots at the refill rate. A request larger
+  than the whole limit goes alone once the window is full.
+* **Anchoring** (:func:`anchor`). A header replaces the model: its level is the
+  upstream's word; the refill rate is measured from the headers.
+* **429s** (:meth:`Budget.refused`). A 429 a window explains is the budget's, not a
+  concurrency limit's; a window no header describes may be learnt from 429s
+  (:func:`learn`).
 
-Times are the governor clock's monotonic seconds; a header's ``reset`` (wall-clock) is
-turned into them when read. A ``reset`` further than
-:data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S` away is a faulty header, skipped.
+The functions are pure: each takes ``now`` (the governor clock's monotonic seconds; a
+header's wall-clock ``reset`` is turned into them when read, and one further than
+:data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S` away is faulty, skipped).
 """
 
 from __future__ import annotations
@@ -52,7 +35,6 @@ import math
 from collections import deque
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Literal
 
 from .ratelimit_headers import WINDOWS, RateWindow
 from .retry_after import PLAUSIBLE_PAUSE_S
@@ -67,20 +49,16 @@ __all__ = [
     "Draw",
     "Usage",
     "Window",
-    "WindowName",
+    "anchor",
     "draw",
     "fold",
     "learn",
     "level_at",
-    "observe",
     "ready_at",
     "refill_of",
     "refused",
     "resolve",
-    "schedule",
 ]
-
-WindowName = Literal["requests", "tokens", "input-tokens", "output-tokens"]
 
 #: What a window is taken to refill over, until a header shows its rate (per minute).
 DEFAULT_WINDOW_S = 60.0
@@ -247,26 +225,6 @@ def ready_at(window: Window, amount: float, now: float, *, headroom: float = 0.0
     return now + (need - level) / refill_of(window)
 
 
-def schedule(
-    window: Window, amounts: Sequence[float], now: float, *, headroom: float = 0.0
-) -> list[float]:
-    """When each of ``amounts`` (a queue, in order) goes if each is sent at its time and
-    drawn before the next one's time is computed: the governor's queue, in one call.
-
-    Example:
-        >>> empty = Window("input-tokens", limit=20000, refill=12000, level=0.0, at=0.0)
-        >>> [round(t, 2) for t in schedule(empty, [6000] * 4, 0.0)]
-        [0.5, 1.0, 1.5, 2.0]
-    """
-    times = []
-    for n, amount in enumerate(amounts, start=1):
-        at = ready_at(window, amount, now, headroom=headroom)
-        times.append(at)
-        now = at
-        window = fold(resolve(draw(window, -n, amount, at), -n, charged=True))
-    return times
-
-
 def draw(window: Window, ticket: int, amount: float, now: float) -> Window:
     """``window`` with a pending draw of ``amount`` sent at ``now``."""
     return replace(window, draws=(*window.draws, Draw(ticket, now, amount)))
@@ -296,7 +254,7 @@ def fold(window: Window) -> Window:
     return replace(window, level=level, at=at, ticket=ticket, draws=tuple(draws))
 
 
-def observe(
+def anchor(
     window: Window | None,
     header: RateWindow,
     *,
@@ -317,7 +275,7 @@ def observe(
 
     Example:
         >>> h = RateWindow("input-tokens", remaining=8000, reset_at=1001.0, limit=20000)
-        >>> w = observe(None, h, ticket=3, sent_at=0.0, now=0.0, wall_now=1000.0)
+        >>> w = anchor(None, h, ticket=3, sent_at=0.0, now=0.0, wall_now=1000.0)
         >>> w.level, w.refill
         (8000.0, 12000.0)
     """
@@ -563,7 +521,7 @@ class Budget:
             if header.name not in WINDOWS:
                 continue
             before = self.windows.get(header.name)
-            after = observe(
+            after = anchor(
                 before,
                 header,
                 ticket=ticket if held is not None else None,
@@ -580,13 +538,12 @@ class Budget:
     def accepted(self, ticket: int, now: float) -> None:
         """The upstream took ``ticket``'s request (it streams): a window its answer did not
         describe counts the draw as taken."""
-        held = self._tickets.get(ticket)
-        if held is None or held.resolved:
+        held = self._settle(ticket, charged=True)
+        if held is None:
             return
-        held.resolved = True
         self._taken.append((held.sent_at, held.charge.input_tokens))
         for name, w in self.windows.items():
-            self.windows[name] = _took(fold(resolve(w, ticket, charged=True)), held.charge.of(name))
+            self.windows[name] = _took(w, held.charge.of(name))
         self._forget_old(now)
 
     def refused(
@@ -610,8 +567,7 @@ class Budget:
         seen = held.seen or ()
         held.resolved = True
         charge = held.charge
-        for name, w in self.windows.items():
-            self.windows[name] = fold(resolve(w, ticket, charged=False))
+        self._resolve(ticket, charged=False)
         described = {h.name for h in seen if h.name in self.windows}
         if any(h.remaining < charge.of(h.name) for h in seen if h.name in self.windows):
             return True
@@ -654,12 +610,20 @@ class Budget:
 
     def dropped(self, ticket: int) -> None:
         """The upstream refused ``ticket``'s request without counting it (a 529)."""
+        self._settle(ticket, charged=False)
+
+    def _settle(self, ticket: int, *, charged: bool) -> _Ticket | None:
+        """Resolve ``ticket``'s draw once: its ticket, or ``None`` when unknown or resolved."""
         held = self._tickets.get(ticket)
         if held is None or held.resolved:
-            return
+            return None
         held.resolved = True
+        self._resolve(ticket, charged=charged)
+        return held
+
+    def _resolve(self, ticket: int, *, charged: bool) -> None:
         for name, w in self.windows.items():
-            self.windows[name] = fold(resolve(w, ticket, charged=False))
+            self.windows[name] = fold(resolve(w, ticket, charged=charged))
 
     def used(self, ticket: int, usage: Usage, now: float) -> None:
         """The usage the upstream reported for ``ticket``: learn the ratio of the estimate,
@@ -703,8 +667,7 @@ class Budget:
         if held is None:
             return
         if not held.resolved:
-            for name, w in self.windows.items():
-                self.windows[name] = fold(resolve(w, ticket, charged=True))
+            self._resolve(ticket, charged=True)
         self._forget_old(now)
 
     def _forget_old(self, now: float) -> None:

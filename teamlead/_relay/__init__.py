@@ -4,22 +4,12 @@ The CLI's ``ANTHROPIC_BASE_URL`` points at a relay in teamlead's own process
 (``127.0.0.1``, an ephemeral port, a random path prefix per process). The relay forwards
 each request untouched to the user's upstream, but first takes a slot from the
 :class:`~teamlead.governor.Governor` (a bucket per model; the lead's requests before its
-subagents'), holds 429s and retries them once the Retry-After has passed, feeds 529s to the
-governor as overload, and paces ahead of 429s from the ``anthropic-ratelimit-*`` headers:
-each request's estimated input (:func:`.routing.classify`) waits until the token windows
-cover it, and the ``usage`` of each answer (:mod:`.usage`) corrects the estimates.
-
-Modules: :mod:`.routing` (what is accepted; model and role of a request), :mod:`.forward`
-(one exchange with the upstream under a slot), :mod:`.app` (the ASGI app: stream back,
-disconnects), :mod:`.protocol` (the client connections' bounds: prefix first, header limits,
-timeouts, a connection cap), :mod:`.keepalive` (a held streaming request kept alive),
-:mod:`.usage` (a streamed answer's usage), :mod:`.blame` (errors name the user's upstream,
-never the relay), :mod:`.reach` (an upstream that cannot be reached ends a run at its
-start), :mod:`.observe` (the seam for observers of its requests: telemetry),
-:mod:`.stats` (counters, events), :mod:`.server` (uvicorn, lifecycle), :mod:`.run_limits`
-(a run's own ceilings), :mod:`.shared` (the pool of relays and governors a process shares
-between its runs, applicability). Each run's requests are counted and governed per agent
-by its ledger in :mod:`teamlead._metering`.
+subagents'), holds 429s and 529s and retries them, and paces ahead of 429s from the
+``anthropic-ratelimit-*`` headers and each answer's ``usage``. One concern per module:
+what is accepted (``routing``), one exchange (``forward``), the ASGI app (``app``), the
+connections' bounds (``protocol``), the server (``server``), the pool a process shares
+between its runs (``shared``), a run's ceilings (``run_limits``), and the helpers named
+after what they do.
 
 Example:
     >>> applicable = relay_applicable(os.environ)  # doctest: +SKIP
@@ -39,21 +29,12 @@ if TYPE_CHECKING:
     from .forward import RelayConfig
     from .protocol import GuardedSocket
     from .reach import UpstreamUnreachable, check_reachable
-    from .routing import RequestInfo, Role, classify
+    from .routing import RequestInfo, classify
     from .server import RELAY_POLICY, Relay, RelayRun, bounded_server, loopback_socket, start_relay
-    from .shared import (
-        DEFAULT_UPSTREAM,
-        Applicability,
-        RelayPool,
-        account_of,
-        governor_policy,
-        relay_applicable,
-    )
+    from .shared import RelayPool, account_of, governor_policy, relay_applicable
     from .stats import RelayEvent, RelayListener
 
 __all__ = [
-    "Applicability",
-    "DEFAULT_UPSTREAM",
     "GuardedSocket",
     "RELAY_POLICY",
     "Relay",
@@ -64,7 +45,6 @@ __all__ = [
     "RelayPool",
     "RelayRun",
     "RequestInfo",
-    "Role",
     "UpstreamUnreachable",
     "account_of",
     "bounded_server",

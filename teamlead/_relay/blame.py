@@ -1,12 +1,10 @@
 """Errors name the upstream the user set, never the relay in front of it.
 
-The CLI only knows the relay: its ``ANTHROPIC_BASE_URL`` is ``http://127.0.0.1:PORT/...``,
-a port drawn at random, so its own error text ("check your inference gateway
-(127.0.0.1:53037)") points at an address the user never set. And aiohttp's exception
-names (``ClientConnectorError``) say nothing about what failed. Here both are put in the
-user's terms: :func:`shown` is the upstream as the user gave it, without credentials;
-:func:`unreachable_reason` says what failed ("connection refused"); :func:`in_user_terms`
-replaces the relay's address in a text with the upstream's.
+The CLI only knows the relay (``http://127.0.0.1:PORT/...``, a random port), so its own
+error text points at an address the user never set, and aiohttp's exception names say
+nothing about what failed. :func:`shown` is the upstream as the user gave it, without
+credentials; :func:`unreachable_reason` says what failed ("connection refused");
+:func:`in_user_terms` replaces the relay's address in a text with the upstream's.
 """
 
 from __future__ import annotations

@@ -1,18 +1,12 @@
 """Keeping a held streaming request alive: the response's head at once, then ``ping`` events.
 
-While the relay holds a request through an overload burst (529s for minutes), the client
-sees nothing unless the relay speaks: a client with a first-byte or idle timeout would give
-up and retry on its own, or fail the agent. So once a streaming request is held, the relay
-answers as the Messages API does when it is slow: the head of a ``200`` event stream at
-once, then an ``event: ping`` every few seconds, the same event the API itself sends. When
-the upstream finally answers, its event stream follows the pings (its own head is not
-sent again); when it finally fails, the failure goes in-band as the API's own ``error``
-event (``overloaded_error``, or the upstream's error as it gave it), which clients read as
-the API error it is.
-
-:class:`HeldSend` is an ASGI ``send`` that does this, and is transparent to everything
-that writes through it: a response head written after the pings began is folded in (a
-success's is dropped; an error's turns its JSON body into the ``error`` event).
+While the relay holds a request through an overload burst, a client with a first-byte or
+idle timeout would give up. So once a streaming request is held, the relay answers as the
+Messages API does when it is slow: the head of a ``200`` event stream at once, then an
+``event: ping`` every few seconds. The upstream's event stream follows the pings when it
+answers (its own head not sent again); a failure goes in-band as the API's own ``error``
+event. :class:`HeldSend` is an ASGI ``send`` that does this, transparent to everything
+that writes through it.
 """
 
 from __future__ import annotations
@@ -80,7 +74,6 @@ class HeldSend:
         self._passed = False  # a head went out as written: no pings any more
         self._error_status: int | None = None
         self._error_body = bytearray()
-        self.pings = 0
 
     def hold(self) -> None:
         """The request is being held: start the head and the pings (idempotent)."""
@@ -105,7 +98,6 @@ class HeldSend:
                     )
                     self.head_sent = True
                 await self._send({"type": "http.response.body", "body": PING, "more_body": True})
-                self.pings += 1
             await wait_event(self._done, self._every, SYSTEM_CLOCK)
 
     async def __call__(self, message: Message) -> None:

@@ -1,15 +1,11 @@
-"""The relay's one seam for observers of its requests (telemetry): what it tells them.
+"""The relay's one seam for observers of its requests (telemetry).
 
-A run's :class:`~teamlead._relay.RelayRun` may carry a :class:`RequestObserver`
-(:meth:`RelayRun.observe_requests`). For each request of that run the relay asks it for a
-:class:`RequestTrace` and then reports to the trace, in order: every 429/529 met
-(:meth:`~RequestTrace.limited`), the exchange opened upstream (:meth:`~RequestTrace.opened`,
-with the time spent waiting for governor slots), the response's status and headers and each
-body chunk sent back (:meth:`~RequestTrace.response`, :meth:`~RequestTrace.chunk`), and the
-end (:meth:`~RequestTrace.end`, always, also when the request failed or was cut). The relay
-never passes the request's headers beyond the two ids that name its sender (the API key
-stays in the relay), and an observer that raises is logged and dropped for that request,
-never allowed to break it.
+A run's :class:`~teamlead._relay.RelayRun` may carry a :class:`RequestObserver`. For each
+request of that run the relay asks it for a :class:`RequestTrace` and reports to it, in
+order, the methods below; :meth:`~RequestTrace.end` always comes. The relay never passes
+the request's headers beyond the two ids that name its sender (the API key stays in the
+relay), and an observer that raises is logged and dropped for that request, never allowed
+to break it.
 """
 
 from __future__ import annotations

@@ -1,17 +1,13 @@
 """Whether the upstream can be reached at all, asked once as a run starts.
 
 A wrong ``ANTHROPIC_BASE_URL`` (nothing listening, a host name that does not resolve, a
-TLS certificate that is not accepted) is the user's setting, not a server's trouble. Were
-it met only by the run's first request, the CLI would retry the relay's 502 about ten
-times over three minutes and then call it "a server-side issue, usually temporary". So a
-run on the relay first opens one connection to its upstream (TCP, and TLS for
-``https``), closed at once: a refusal, a DNS failure or a TLS error ends the run before
-its CLI starts, as :class:`UpstreamUnreachable`, one line naming the upstream (no
-credentials, no path), what failed, and the fix. Anything slower than the bound (a
-silent network) is left to the requests themselves, and so is an upstream behind a proxy
-(``HTTPS_PROXY``): only the proxy knows the way. Overloads and rate limits are answers,
-so they never show here: they stay the relay's to hold. The default API is not checked:
-a run whose requests never leave the process (a scripted ``query_fn``) keeps it.
+TLS certificate that is not accepted) is the user's setting, not a server's trouble; met
+by the run's first request, the CLI would retry the relay's 502 for minutes and call it
+temporary. So a run on the relay first opens one connection to its upstream (TCP, and TLS
+for ``https``) and closes it: a failure ends the run before its CLI starts, as
+:class:`UpstreamUnreachable`, one line naming the upstream (no credentials), what failed,
+and the fix. A slow network, an upstream behind a proxy (only the proxy knows the way) and
+the default API are left to the requests themselves.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """What the relay accepts, and what it reads from a request to pace it.
 
-The relay serves one purpose: the CLI's Messages API requests to the fixed upstream. So a
-request is refused unless it is a plain origin-form request (no absolute URI, no
+A request is refused unless it is a plain origin-form request (no absolute URI, no
 ``CONNECT``) for this relay's ``Host``, under its secret path prefix. What survives is
-classified from its JSON body: the model (the governor's bucket) and the role, because the
-lead's requests must not starve behind its subagents. Claude Code marks a subagent's
-request in the first system block (``x-anthropic-billing-header: …; cc_is_subagent=true;``);
-a request without that mark that offers tools is the lead's, anything else is ``other``
-(titles, summaries), paced like the lead.
+classified from its JSON body: the model (the governor's bucket) and the role, so the
+lead's requests do not starve behind its subagents. Claude Code marks a subagent's request
+in the first system block (``cc_is_subagent=true``); an unmarked one that offers tools is
+the lead's, anything else ``other`` (titles, summaries), paced like the lead.
 """
 
 from __future__ import annotations
@@ -15,14 +13,12 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, TypeAlias
+from typing import Any
 
 from .._governor import InputEstimate, estimate_input
 from ..events import RequestRole
 
-__all__ = ["Refusal", "RequestInfo", "Role", "check_target", "classify", "priority"]
-
-Role: TypeAlias = RequestRole
+__all__ = ["Refusal", "RequestInfo", "check_target", "classify", "priority"]
 
 _SUBAGENT_MARK = "cc_is_subagent=true"
 _DEFAULT_MODEL = "default"
@@ -43,7 +39,7 @@ class RequestInfo:
     JSON object), and whether it asks for an event stream."""
 
     model: str
-    role: Role
+    role: RequestRole
     estimate: InputEstimate | None = field(default=None, compare=False, repr=False)
     streaming: bool = False
 
@@ -108,7 +104,7 @@ def classify(body: bytes) -> RequestInfo:
     return RequestInfo(model, "lead" if data.get("tools") else "other", estimate, streaming)
 
 
-def priority(role: Role, attempt: int) -> int:
+def priority(role: RequestRole, attempt: int) -> int:
     """The governor priority: the lead (and side requests) before subagents, retries first.
 
     Example:

@@ -1,11 +1,9 @@
-"""The relay's counters and event fan-out: per relay and per run.
+"""The relay's counters and event fan-out, per relay and per run.
 
-A :class:`Tally` counts requests and the 429s/529s met, per bucket; the relay keeps one for
-its whole life and one per :class:`~teamlead._relay.RelayRun`, so a run's ``Finished`` can
-carry what happened to *its* requests although the relay and the governor are shared.
-Listeners get :class:`~teamlead.events.RateLimited` and
-:class:`~teamlead.events.ConcurrencyChanged` events; a failing listener is logged, never
-allowed to break a request.
+The relay keeps a :class:`Tally` for its whole life and one per
+:class:`~teamlead._relay.RelayRun`, so a run's ``Finished`` carries what happened to *its*
+requests although the relay and the governor are shared. A failing listener is logged,
+never allowed to break a request.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """The ``usage`` of a streamed answer, read from its SSE events as they pass through.
 
-The governor's token budget corrects its estimate of a request's input with what the
-upstream counted, and learns the output size of an answer: ``message_start`` carries
-``message.usage`` (``input_tokens``, ``cache_creation_input_tokens``,
-``cache_read_input_tokens``), ``message_delta`` the final ``usage.output_tokens``.
-:class:`UsageReader` finds those two events in the body chunks, whatever their
-boundaries, and reads nothing else. The body is the upstream's, so it is read with limits:
-an event larger than :data:`MOST_EVENT_BYTES` is skipped unread, a number that is not a
-plain count is left out, and a reader that has seen ``message_delta`` reads no further.
-A JSON (not streamed) answer is not read: the CLI always streams, and reading one would
-mean holding its whole body.
+The token budget corrects its estimate of a request's input with what the upstream
+counted (``message_start``'s ``message.usage``) and learns the output size
+(``message_delta``'s ``usage.output_tokens``). :class:`UsageReader` finds those two events
+in the body chunks, whatever their boundaries, and reads nothing else. The body is the
+upstream's, so it is read with limits: an event larger than :data:`MOST_EVENT_BYTES` is
+skipped unread, a number that is not a plain count is left out. A JSON (not streamed)
+answer is not read: the CLI always streams.
 """
 
 from __future__ import annotations

@@ -1,26 +1,13 @@
 """Where the governor's state lives: the accounts, one variant per module, and choosing one.
 
-Every account implements :class:`~.base.Account` (the learnt limits per bucket and one
-lease per slot held anywhere on the account; the interface and its parts are in
-:mod:`.base`):
-
-* :class:`~.process.ProcessAccount`: this process alone (``--limits process``), in
-  memory (the experiment's ``RayAccount`` extends it to share the limits through a Ray
-  actor);
-* :class:`~.machine.MachineAccount`: every process of the user on this machine, through an
-  SQLite file in the user's cache directory (``--limits machine``, the default);
-* :class:`~.redis.RedisAccount`: every machine, through Redis (``--limits
-  redis://host:port/db``);
-* :class:`~.namespaced.NamespacedAccount`: one upstream account's part of a shared store;
-* :class:`~.fallback.FallbackAccount`: a shared account that fails is replaced by the next
-  one down (Redis, then the machine's file, then this process), with one warning line:
-  the run goes on, and a slot held in the failed one expires there by itself.
-
-The shared ones keep their leases alive with :class:`~.renewer.LeaseRenewer`, store
-wall-clock times and read back what they stored as untrusted input (:mod:`.codecs`); the
-rules run on the caller's monotonic clock. :func:`open_account` makes the account for a
-``--limits`` value; the machine's and Redis's modules are imported only then (they load
-SQLite and psutil, or redis-py).
+Every account implements :class:`~.base.Account`: :class:`~.process.ProcessAccount` (this
+process alone, ``--limits process``), :class:`~.machine.MachineAccount` (every process of
+the user on this machine, an SQLite file; the default), :class:`~.redis.RedisAccount`
+(every machine, ``--limits redis://host:port/db``), :class:`~.namespaced.NamespacedAccount`
+(one upstream account's part of a shared store) and :class:`~.fallback.FallbackAccount` (a
+shared account that fails is replaced by the next one down, with one warning line).
+:func:`open_account` makes the account for a ``--limits`` value; the machine's and
+Redis's modules are imported only then (they load SQLite and psutil, or redis-py).
 """
 
 from __future__ import annotations
@@ -31,10 +18,10 @@ from pathlib import Path
 from ..._redact import without_password
 from ...clock import SYSTEM_CLOCK, Clock
 from ...errors import UsageError
-from ...policy import SHARED_LIMITS, redis_url_problem
+from ...policy import check_shared
 from .base import Account, AccountError
 from .codecs import WarnOnce
-from .fallback import FallbackAccount, describe
+from .fallback import FallbackAccount
 from .process import ProcessAccount
 
 __all__ = [
@@ -44,7 +31,6 @@ __all__ = [
     "ProcessAccount",
     "WarnOnce",
     "check_limits_spec",
-    "describe",
     "open_account",
 ]
 
@@ -53,24 +39,18 @@ log = logging.getLogger("teamlead.governor")
 
 def check_limits_spec(spec: str) -> str:
     """``spec`` stripped, or a :class:`~teamlead.errors.UsageError` saying what is accepted
-    (a Redis URL whose database or port is no number is refused: see
-    :func:`~teamlead.policy.redis_url_problem`).
+    (see :func:`~teamlead.policy.check_shared`).
 
     Example:
         >>> check_limits_spec(" redis://127.0.0.1:6379/0 ")
         'redis://127.0.0.1:6379/0'
     """
-    text = spec.strip()
-    if text in SHARED_LIMITS:
-        return text
-    if not text.startswith(("redis://", "rediss://")):
-        raise UsageError(
-            f"--limits must be 'machine', 'process' or redis://host:port/db, got {spec!r}"
-        )
-    problem = redis_url_problem(text)
-    if problem is not None:
-        raise UsageError(f"--limits {without_password(text)}: {problem}")
-    return text
+    try:
+        return check_shared(spec)
+    except ValueError as exc:
+        text = spec.strip()
+        url = f" {without_password(text)}:" if text.startswith(("redis://", "rediss://")) else ""
+        raise UsageError(f"--limits{url} {exc}") from None
 
 
 def open_account(
@@ -79,8 +59,6 @@ def open_account(
     clock: Clock = SYSTEM_CLOCK,
     alone: Account | None = None,
     machine_path: Path | None = None,
-    lease_ttl_s: float = 30.0,
-    forget_after_s: float = 300.0,
     warnings: WarnOnce | None = None,
 ) -> Account:
     """The account for ``spec`` (``process``, ``machine`` or a Redis URL), with its
@@ -92,8 +70,6 @@ def open_account(
         alone: the account ``process`` stands for, also the last fallback (default: a new
             :class:`ProcessAccount`; a Ray worker passes its ``RayAccount``).
         machine_path: the SQLite file (default: in the user's cache directory).
-        lease_ttl_s: how long a shared lease lives without renewal.
-        forget_after_s: learnt limits untouched this long are forgotten.
         warnings: where a bad entry found in a shared store is told, once per kind
             (default: one of the account's own).
 
@@ -112,13 +88,7 @@ def open_account(
     def machine() -> Account:
         from .machine import MachineAccount
 
-        local = MachineAccount(
-            machine_path,
-            clock=clock,
-            lease_ttl_s=lease_ttl_s,
-            forget_after_s=forget_after_s,
-            warnings=told,
-        )
+        local = MachineAccount(machine_path, clock=clock, warnings=told)
         return FallbackAccount(local, process)
 
     if spec == "machine":
@@ -126,19 +96,13 @@ def open_account(
     from .redis import RedisAccount
 
     try:
-        remote = RedisAccount(
-            spec,
-            clock=clock,
-            lease_ttl_s=lease_ttl_s,
-            forget_after_s=forget_after_s,
-            warnings=told,
-        )
+        remote = RedisAccount(spec, clock=clock, warnings=told)
     except AccountError as exc:
         fallback = machine()
         log.warning(
             "the shared limits (Redis) cannot be used: %s; going on with %s",
             exc,
-            describe(fallback),
+            fallback.describe(),
         )
         return fallback
     return FallbackAccount(remote, machine)

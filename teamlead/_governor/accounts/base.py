@@ -7,22 +7,13 @@ so a slot is granted only while the whole account is under the limit. A lease di
 process (or after its time to live), so a crash never leaks a slot.
 
 A lease is stamped, in the step that takes it, with the bucket's limits (so with the epoch
-its slot belongs to) and with the account's sequence number; giving one back moves the
-sequence on. A 429 is reported with :meth:`Account.update_rejected`: in one atomic step the
-lease is marked rejected, and the rule is given the leases the upstream may have been
-running when it rejected: every lease of the provider not rejected whose request was still
-running at any moment since the rejected one was taken. A request runs until its lease is
-given back, or until :meth:`Account.answered` marked its answer complete (its last event
-came; the lease stays held until the body's last byte, but the upstream counts it no
-more). So a request that ended, in another process, while this one's 429 was on its way
-is not lost from the count; the lead's answer whose last bytes are still being read as
-its agents' requests go out is not counted; and a lease taken by another process while the
-rule runs is either counted or belongs to the next epoch. The count is an upper bound of
-what the upstream accepted, so a measured cut never lands below the true limit; the late
-rejections of the burst then settle it down to it.
-
-The accounts that implement it are the package's other modules (see
-:mod:`teamlead._governor.accounts`).
+its slot belongs to) and with the account's sequence number. A 429 is reported with
+:meth:`Account.update_rejected`, which counts in the same atomic step the leases the
+upstream may have been running: every lease of the provider, not rejected, whose request
+ran at any moment since the rejected one was taken (until given back, or marked answered
+by :meth:`Account.answered`), in any process. That count is an upper bound of what the
+upstream accepted, so a measured cut never lands below the true limit; the burst's late
+rejections then settle it. The variants are the package's other modules.
 """
 
 from __future__ import annotations
@@ -104,6 +95,10 @@ class Account(Protocol):
     @property
     def shared(self) -> bool:
         """Whether other processes hold leases too (waiters then re-check now and then)."""
+        ...
+
+    def describe(self) -> str:
+        """Where the state is, for a warning line (no password in it)."""
         ...
 
     def limits(self, key: str) -> Limits | None:

@@ -3,26 +3,13 @@
 The machine's SQLite file and a Redis database are written by every teamlead process of
 the account, by older and newer teamleads, and by anything else that can open them: a
 row may hold text where a time belongs, a number far out of range, or JSON of another
-shape. So what a shared account reads back is checked like a header or an inbox file:
-
-* the learnt limits (:func:`read_limits`): every field of the JSON of its type and range,
-  else the row reads as never seen and is dropped; the times in it are clamped to the
-  bounds of what they came from (a pause to
-  :data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S` after the row was written, the
-  bound a live header's pause is held to; the time of a 429 to now), so no row can hold a
-  bucket paused for longer than any upstream could ask. A pause that had to be clamped was
-  asked by no upstream: it is held that long at most and never written back as a run's
-  own (:func:`not_learnt`);
-* a lease lives until its own expiry, which is at most :data:`MAX_LEASE_S` away (plus
-  :data:`MAX_AHEAD_S` for the clocks of a shared home's hosts); one whose expiry, process
-  or start cannot be read is void, so a foreign row can neither hold a slot for good nor
-  crash a request;
-* any other time (when a row was last written) is a finite number at most
-  :data:`MAX_AHEAD_S` ahead (:func:`read_time`), and every sequence number or count an
-  integer in range.
-
-Each account drops a bad entry where it finds it and tells it once per process per kind
-(:class:`WarnOnce`), never per request, and never raises it into a request.
+shape. So what a shared account reads back is checked like a header: the learnt limits
+(:func:`read_clamped`: every field of its type and range, its times clamped so no row
+can pause a bucket longer than any upstream could ask), a lease's expiry (at most
+:data:`MAX_LEASE_S` away, plus :data:`MAX_AHEAD_S` for the clocks of a shared home's
+hosts), any other time (:func:`read_time`) and every count (:func:`read_count`). An
+account drops a bad entry where it finds it and tells it once per process per kind
+(:class:`WarnOnce`), never raising it into a request.
 
 Times in ``Limits`` are the reading process's monotonic clock; a shared account stores
 wall-clock times and translates (:func:`to_wall`, :func:`from_wall`).
@@ -51,11 +38,10 @@ __all__ = [
     "not_learnt",
     "read_clamped",
     "read_count",
-    "read_limits",
     "read_time",
     "stored_limits",
     "to_wall",
-    "updated_of",
+    "field_of",
 ]
 
 log = logging.getLogger("teamlead.governor")
@@ -163,17 +149,11 @@ def stored_limits(key: object, text: object, updated: object, *, now: float) -> 
     if not isinstance(key, str) or not key or len(key) > _MAX_TEXT:
         return None
     written = read_time(updated, latest=now + MAX_AHEAD_S)
-    limits = read_limits(text, now=now, written=written)
-    if written is None or limits is None:
+    found = read_clamped(text, now=now, written=written)
+    if written is None or found is None:
         return None
-    host = None
-    try:
-        data = json.loads(text) if isinstance(text, str) else None
-    except (ValueError, RecursionError):
-        data = None
-    if isinstance(data, dict) and isinstance(data.get("host"), str):
-        host = data["host"][:255]
-    return StoredLimits(key, limits, written, host)
+    host = field_of(text, "host", None)
+    return StoredLimits(key, found[0], written, host[:255] if isinstance(host, str) else None)
 
 
 def from_wall(limits: Limits, offset: float) -> Limits:
@@ -197,14 +177,19 @@ def limits_to_json(
     return out
 
 
-def updated_of(text: object, default: float) -> object:
-    """The ``updated`` time a stored JSON text carries (checked by its reader), else
-    ``default``."""
+def field_of(text: object, name: str, default: object) -> object:
+    """Field ``name`` of a stored JSON object text (unchecked: its reader checks it), else
+    ``default``; :func:`read_time` reads ``updated``, the time it was written.
+
+    Example:
+        >>> field_of('{"cap": 3, "updated": 12.5}', "updated", 0.0), field_of("x", "host", None)
+        (12.5, None)
+    """
     try:
         data = json.loads(text) if isinstance(text, str) else None
     except (ValueError, RecursionError):
         return default
-    return data.get("updated", default) if isinstance(data, dict) else default
+    return data.get(name, default) if isinstance(data, dict) else default
 
 
 def _time(value: object) -> float | None:
@@ -245,15 +230,19 @@ def read_time(value: object, *, latest: float) -> float | None:
     return seconds if math.isfinite(seconds) and seconds <= latest else None
 
 
-def read_limits(text: object, *, now: float, written: float | None = None) -> Limits | None:
-    """The learnt limits in a stored JSON text, in wall-clock time; ``None`` when any part
-    of it cannot be read (the caller drops it, and the bucket starts afresh).
+def read_clamped(
+    text: object, *, now: float, written: float | None = None
+) -> tuple[Limits, bool] | None:
+    """The learnt limits in a stored JSON text, in wall-clock time, and whether their pause
+    had to be clamped; ``None`` when any part of it cannot be read (the caller drops it,
+    and the bucket starts afresh).
 
     A time is clamped where it is read: a pause to at most
     :data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S` after the row was written
     (``written``, or ``now`` when it is unknown or ahead of it), as a live header's is, so
     however often it is read it ends by then; ``bad_at`` to at most ``now``. A clamped pause
-    is not written back (see :func:`read_clamped`).
+    was asked by no upstream: it is held until the bound and never written back as learnt
+    (see :func:`not_learnt`).
 
     Args:
         text: the stored value (anything: it is checked to be a short JSON object).
@@ -261,30 +250,15 @@ def read_limits(text: object, *, now: float, written: float | None = None) -> Li
         written: when the row was last written (wall-clock seconds), if known.
 
     Example:
-        >>> read_limits('{"cap": 3, "cooldown_until": 1e18}', now=100.0).cooldown_until
-        280.0
         >>> planted = '{"cap": 3, "cooldown_until": 1e18}'
-        >>> read_limits(planted, now=100.0, written=40.0).cooldown_until
+        >>> read_clamped(planted, now=100.0)
+        (Limits(cap=3, ... cooldown_until=280.0, measured=False), True)
+        >>> read_clamped(planted, now=100.0, written=40.0)[0].cooldown_until
         220.0
-        >>> read_limits('{"cap": 3, "successes": "x"}', now=100.0) is None
-        True
-    """
-    found = read_clamped(text, now=now, written=written)
-    return None if found is None else found[0]
-
-
-def read_clamped(
-    text: object, *, now: float, written: float | None = None
-) -> tuple[Limits, bool] | None:
-    """:func:`read_limits`, and whether the pause had to be clamped: a pause no upstream
-    asked for (further than :data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S` after
-    the row was written), held until the bound and never written back as learnt.
-
-    Example:
-        >>> read_clamped('{"cap": 3, "cooldown_until": 1e18}', now=100.0)[1]
-        True
         >>> read_clamped('{"cap": 3, "cooldown_until": 150}', now=100.0)[1]
         False
+        >>> read_clamped('{"cap": 3, "successes": "x"}', now=100.0) is None
+        True
     """
     if not isinstance(text, str) or len(text) > _MAX_TEXT:
         return None

@@ -1,23 +1,18 @@
-"""A shared account that fails is replaced by the next one down, with one warning line.
-
-:class:`FallbackAccount` uses its primary until a call raises
-:class:`~.base.AccountError`, then the fallback it makes on first need; :func:`describe`
-names an account for that warning line.
-"""
+"""A shared account that fails is replaced by the next one down, with one warning line."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TypeVar, cast
 
 from ..aimd import Limits, Step
 from .base import Account, AccountError, Bounds, CountedRule, Lease, Rule
-from .process import ProcessAccount
 
-__all__ = ["FallbackAccount", "describe"]
+__all__ = ["FallbackAccount"]
 
 log = logging.getLogger("teamlead.governor")
+_T = TypeVar("_T")
 
 
 class FallbackAccount:
@@ -42,6 +37,9 @@ class FallbackAccount:
         """The account in use now."""
         return self._current
 
+    def describe(self) -> str:
+        return self._current.describe()
+
     def _fail(self, exc: BaseException) -> None:
         make = self._make_fallback
         if make is None:  # the fallback itself failed: nothing left to switch to
@@ -49,14 +47,14 @@ class FallbackAccount:
         self._make_fallback = None
         failed, self._current = self._current, make()
         reason = str(exc) or type(exc).__name__
-        self.failed = f"shared limits: {reason}; going on with {describe(self._current)}"
+        self.failed = f"shared limits: {reason}; going on with {self._current.describe()}"
         log.warning("%s", self.failed)
         try:
             failed.close()
         except Exception:  # already broken; its leases expire by their time to live
             log.debug("closing the failed account failed", exc_info=True)
 
-    def _call(self, call: Callable[[Account], Any]) -> Any:
+    def _call(self, call: Callable[[Account], _T]) -> _T:
         try:
             return call(self._current)
         except AccountError as exc:
@@ -64,20 +62,16 @@ class FallbackAccount:
             return call(self._current)
 
     def limits(self, key: str) -> Limits | None:
-        result: Limits | None = self._call(lambda a: a.limits(key))
-        return result
+        return self._call(lambda a: a.limits(key))
 
     def update(self, key: str, rule: Rule) -> Step:
-        result: Step = self._call(lambda a: a.update(key, rule))
-        return result
+        return self._call(lambda a: a.update(key, rule))
 
     def take(self, bounds: Bounds) -> Lease | None:
-        result: Lease | None = self._call(lambda a: a.take(bounds))
-        return result
+        return self._call(lambda a: a.take(bounds))
 
     def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
-        result: Step = self._call(lambda a: a.update_rejected(lease, prefix, rule))
-        return result
+        return self._call(lambda a: a.update_rejected(lease, prefix, rule))
 
     def _to_origin(self, lease: Lease, call: Callable[[Account], None]) -> None:
         """``call`` on the account that issued ``lease``. A failure of the current account
@@ -98,18 +92,7 @@ class FallbackAccount:
         self._to_origin(lease, lambda a: a.give_back(lease))
 
     def in_flight(self, prefix: str) -> int:
-        result: int = self._call(lambda a: a.in_flight(prefix))
-        return result
+        return self._call(lambda a: a.in_flight(prefix))
 
     def close(self) -> None:
         self._current.close()
-
-
-def describe(account: Account) -> str:
-    """What ``account`` is, for a warning line."""
-    if isinstance(account, FallbackAccount):
-        account = account.current
-    if isinstance(account, ProcessAccount):
-        return "the limits of this process alone"
-    text = getattr(account, "describe", None)  # the shared accounts say where they are
-    return str(text()) if callable(text) else type(account).__name__

@@ -1,16 +1,12 @@
 """One account's part of a shared store: every key it writes is under the account's name.
 
 The machine's SQLite file and a Redis hold the limits of every account their processes
-use: the real API under one key, a gateway, another key, the scripted model of a test or
-of ``teamlead demo`` on a loopback port. What one account learns must never limit
-another, so :class:`NamespacedAccount` stores each bucket ``provider/model`` of account
-``A`` as ``A/provider/model`` (``A`` is :func:`~teamlead._relay.shared.account_of`'s key:
-the upstream's host and a one-way hash of it and the credential, no secret). The governor
-above it sees its own keys unchanged.
-
-An account's buckets all belong to one provider (one upstream), so the account's total
-and its provider's sum are the same set of leases: both are counted over ``A/``, never
-over the other accounts of the store.
+use (the real API, a gateway, the scripted model of a test on a loopback port). What one
+account learns must never limit another, so :class:`NamespacedAccount` stores each bucket
+``provider/model`` of account ``A`` as ``A/provider/model`` (``A`` is
+:func:`~teamlead._relay.shared.account_of`'s key, no secret); the governor above it sees
+its own keys. An account's buckets all belong to one provider, so its total and its
+provider's sum are both counted over ``A/``.
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ import dataclasses
 
 from ..aimd import Limits, Step
 from .base import Account, Bounds, CountedRule, Lease, Rule
-from .fallback import describe
 
 __all__ = ["NamespacedAccount"]
 
@@ -51,8 +46,7 @@ class NamespacedAccount:
         return self.inner.shared
 
     def describe(self) -> str:
-        """Where the state is, for a warning line (the inner account's place)."""
-        return describe(self.inner)
+        return self.inner.describe()
 
     def _in(self, key: str) -> str:
         return self._prefix + key

@@ -1,9 +1,8 @@
-"""The account as this process alone sees it (``--limits process``).
+"""The account as this process alone sees it (``--limits process``), in memory.
 
-:class:`ProcessAccount` counts the leases and keeps the learnt limits in memory. A subclass
-may share the limits elsewhere by overriding :meth:`ProcessAccount._keep` (every write goes
-through it) and replacing what :meth:`ProcessAccount.limits` reads (the experiment's Ray
-account pushes each write to a Ray actor and refreshes its replica from it).
+A subclass may share the limits elsewhere by overriding :meth:`ProcessAccount._keep` (every
+write goes through it) and what :meth:`ProcessAccount.limits` reads (the experiment's Ray
+account).
 """
 
 from __future__ import annotations
@@ -40,6 +39,9 @@ class ProcessAccount:
         self._seq = 0
         # (sequence, key) of leases given back, not rejected, while a live lease may count them
         self._released: list[tuple[int, str]] = []
+
+    def describe(self) -> str:
+        return "the limits of this process alone"
 
     def limits(self, key: str) -> Limits | None:
         return self._limits.get(key)

@@ -1,42 +1,29 @@
 """The account shared by every machine: the governor's state in Redis.
 
 :class:`RedisAccount` keeps what :class:`~teamlead._governor.accounts.machine.MachineAccount`
-keeps, in one Redis database (``--limits redis://host:port/db``):
+keeps, in one Redis database (``--limits redis://host:port/db``), every step one Lua
+script, so it is atomic across machines:
 
 * ``teamlead:limits:<key>``: a bucket's learnt limits as JSON (wall-clock times), written
-  by compare-and-set (a Lua script), so two machines never lose each other's cut; it
-  expires ``forget_after_s`` after its last change, as an idle bucket is forgotten;
-* ``teamlead:leases`` (a sorted set, token by expiry in the *server's* milliseconds, so
-  the machines' clocks need not agree) and ``teamlead:lease-keys`` (token to bucket key):
-  one lease per slot held anywhere. A Lua script drops the expired leases, counts the rest
-  against the bounds and adds one, in one atomic step. A thread renews the leases of this
-  process; a machine that dies stops renewing, and its leases expire after ``lease_ttl_s``;
-* ``teamlead:seq`` (a counter moved on by every lease taken, answered or given back),
-  ``teamlead:lease-taken`` and ``teamlead:lease-answered`` (token to the counter when it
-  was taken, and when its answer was complete), ``teamlead:lease-rejected`` (the tokens the
-  upstream rejected) and ``teamlead:released`` (``seq|key`` of leases given back that were
-  not rejected, by the sequence number they ended at, while a live lease is older): what a
-  rejection counts as the requests the upstream may have been running (see
-  :meth:`Account.update_rejected`); its cut is written only if the counter did not move
-  since it counted, and its lease is marked rejected in that same write (as the other
-  accounts mark and write in one transaction: marked apart from its count, a rejection
-  could be left out of another machine's count and settle that machine's cut one lower).
+  by compare-and-set; it expires ``forget_after_s`` after its last change;
+* ``teamlead:leases`` (token by expiry in the *server's* milliseconds, so the machines'
+  clocks need not agree) and ``teamlead:lease-keys`` (token to bucket key): one lease per
+  slot held anywhere, renewed by a thread of its process, expired ``lease_ttl_s`` after a
+  machine stops renewing;
+* ``teamlead:seq`` (moved on by every lease taken, answered or given back),
+  ``teamlead:lease-taken`` and ``teamlead:lease-answered`` (token to the counter then),
+  ``teamlead:lease-rejected`` and ``teamlead:released`` (``seq|key`` of leases given back,
+  not rejected, while a live lease is older): what a rejection counts (see
+  :meth:`Account.update_rejected`). Its cut is written only if the counter did not move
+  since it counted, and marks its lease rejected in that same write.
 
-Every key teamlead writes expires: a bucket's limits ``forget_after_s`` after their last
-change (a limits key found with no expiry, or a longer one, gets that when read), the
-shared keys above a while after the last call that touched them (past the longest a lease
-lives). What the database holds is untrusted input (see :mod:`.codecs`): every script first
-drops the keys of the wrong type and the void leases (an expiry further ahead than a lease
-can live, no bucket, a sequence number that is no integer) and sets an unreadable counter
-past the numbers in use; learnt limits that cannot be read are dropped and read as never
-seen. Each kind is told in one warning per process, never raised into a request.
-
-Every call is bounded (``timeout_s`` to connect and to answer, no retries), so an
-unreachable or failing Redis costs at most that once: it raises
-:class:`~teamlead._governor.accounts.base.AccountError`, and the caller warns in one line and
-goes on with this machine's store; closing waits a few times ``timeout_s`` at most, so a
-hung Redis never holds the process's exit. ``redis`` (redis-py) is an optional dependency
-(``pip install -e '.[redis]'`` from the checkout), imported when a Redis account is first made.
+Every key expires (the shared ones past the longest a lease lives). What the database holds
+is untrusted input (see :mod:`.codecs`): every script first drops the keys of the wrong
+type and the void leases, and sets an unreadable counter past the numbers in use; each kind
+is told in one warning per process. Every call is bounded (``timeout_s``, no retries): a
+failing Redis raises :class:`~teamlead._governor.accounts.base.AccountError` and the
+caller goes on with this machine's store. ``redis`` (redis-py) is an optional dependency
+(``pip install -e '.[redis]'``), imported when a Redis account is first made.
 """
 
 from __future__ import annotations
@@ -59,6 +46,7 @@ from .codecs import (
     MAX_SEQ,
     StoredLimits,
     WarnOnce,
+    field_of,
     from_wall,
     limits_to_json,
     not_learnt,
@@ -66,7 +54,6 @@ from .codecs import (
     read_time,
     stored_limits,
     to_wall,
-    updated_of,
 )
 from .renewer import LeaseRenewer, bounded
 
@@ -109,12 +96,9 @@ end
 """
 
 #: Every lease script gets the same KEYS: leases, lease-keys, lease-taken, lease-rejected,
-#: released, seq, lease-answered, and the bucket's limits key (when the script needs one).
-#: It drops the keys of another type, the expired leases and the void ones (an expiry
-#: further ahead than a lease can live, no bucket, or a sequence number that is no integer),
-#: sets an unreadable counter past the numbers the leases hold (a record of an ended
-#: request past it is then dropped), and ends with ``finish(...)``: the
-#: shared keys' expiry moved on, and the kinds dropped before the script's own values.
+#: released, seq, lease-answered, and the bucket's limits key (when it needs one). It drops
+#: the bad entries first (see the module), and ends with ``finish(...)``: the shared keys'
+#: expiry moved on, and the kinds dropped before the script's own values.
 _PRELUDE = (
     _COMMON
     + f"""
@@ -465,7 +449,7 @@ class RedisAccount:
         if not raw:
             return None, False
         now = self._clock.time()
-        written = read_time(updated_of(raw, now), latest=now + MAX_AHEAD_S)
+        written = read_time(field_of(raw, "updated", now), latest=now + MAX_AHEAD_S)
         found = read_clamped(raw, now=now, written=written)
         if found is None:
             self._warn(
@@ -486,37 +470,33 @@ class RedisAccount:
     def limits(self, key: str) -> Limits | None:
         return self._decode(key, self._get(key))[0]
 
+    def _stored_keys(self) -> list[str]:
+        """The bucket keys whose learnt limits Redis holds, sorted."""
+        prefix = _limits_key("")
+        names = self._redis.scan_iter(match=prefix + "*", count=500)
+        return sorted(str(name)[len(prefix) :] for name in names)
+
     def stored(self) -> list[StoredLimits]:
         """Every bucket's learnt limits Redis holds, readable ones only (for
         ``teamlead limits``)."""
         now = self._clock.time()
-        prefix = _limits_key("")
 
         def read() -> list[StoredLimits]:
-            out = []
-            for name in sorted(self._redis.scan_iter(match=prefix + "*", count=500)):
-                text = self._redis.get(name)
-                entry = stored_limits(
-                    str(name)[len(prefix) :], text, updated_of(text, now), now=now
-                )
-                if entry is not None:
-                    out.append(entry)
-            return out
+            texts = [(key, self._redis.get(_limits_key(key))) for key in self._stored_keys()]
+            found = [stored_limits(k, t, field_of(t, "updated", now), now=now) for k, t in texts]
+            return [entry for entry in found if entry is not None]
 
         return self._call(read)
 
     def forget(self, key: str | None = None) -> int:
         """Drop the learnt limits (pauses included) of ``key`` (a stored key, or an account's
         every bucket), all of them when ``None``; leases are left alone. Returns how many."""
-        prefix = _limits_key("")
 
         def drop() -> int:
             names = [
-                name
-                for name in self._redis.scan_iter(match=prefix + "*", count=500)
-                if key is None
-                or str(name)[len(prefix) :] == key
-                or str(name)[len(prefix) :].startswith(key + "/")
+                _limits_key(name)
+                for name in self._stored_keys()
+                if key is None or name == key or name.startswith(key + "/")
             ]
             return int(self._redis.delete(*names)) if names else 0
 

@@ -1,8 +1,5 @@
-"""What a shared account runs beside its requests: the lease renewer and bounded cleanup.
-
-:class:`LeaseRenewer` is the thread that keeps this process's leases alive in a shared
-store; :func:`bounded` runs a best-effort cleanup call with a bound on its wait, so a hung
-store never holds the process's exit.
+"""What a shared account runs beside its requests: the lease renewer and bounded cleanup,
+so a hung store never holds the process's exit.
 """
 
 from __future__ import annotations
