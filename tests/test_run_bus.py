@@ -41,6 +41,14 @@ def test_each_subscriber_gets_every_event_until_it_leaves() -> None:
     assert [e.cap for e in bus.stream.drain() if isinstance(e, RunAmended)] == [3]
 
 
+def test_a_subscription_nobody_read_for_a_while_keeps_every_event() -> None:
+    """A thousand agents' decisions in one gap of the lead's stream: none is dropped."""
+    bus = EventBus()
+    for cap in range(1500):
+        bus.publish(RunAmended(changed=["cap"], cap=cap, at=float(cap)))
+    assert [e.cap for e in bus.stream.drain() if isinstance(e, RunAmended)] == list(range(1500))
+
+
 async def test_the_round_keeps_the_leads_retry_after_the_stream_read_first() -> None:
     """The relay publishes the lead's 429 while the stream's reader holds a message; the
     public stream yields it before the next message, and the round's outcome still waits

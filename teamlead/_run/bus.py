@@ -31,17 +31,19 @@ __all__ = ["EventBus", "RunEvent", "Subscription", "with_run_events"]
 #: concurrency changes, the agents' usage and the control's amends.
 RunEvent: TypeAlias = SpawnDecided | RateLimited | ConcurrencyChanged | AgentUsage | RunAmended
 
-#: Events a subscription keeps while nobody reads it (oldest dropped first).
-_MAX_BUFFERED = 1000
-
 
 class Subscription:
     """One consumer's view of the bus: every event published since it subscribed, until
-    it is closed."""
+    it is closed.
+
+    Nothing is dropped: a subscription keeps every event until it is drained. Its
+    consumers drain it at each message of the run's stream and close it with the run,
+    so what it holds is bounded by what one stream gap publishes (a few events per agent).
+    """
 
     def __init__(self, bus: EventBus) -> None:
         self._bus = bus
-        self._events: collections.deque[RunEvent] = collections.deque(maxlen=_MAX_BUFFERED)
+        self._events: collections.deque[RunEvent] = collections.deque()
 
     def put(self, event: RunEvent) -> None:
         """Keep ``event`` for the next :meth:`drain` (the bus calls this)."""
