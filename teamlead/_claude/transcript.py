@@ -104,12 +104,17 @@ def find_subagent_transcript(
 
 
 def _lines_backwards(
-    fh: BinaryIO, size: int, *, block_bytes: int, max_scan: int, max_line: int
+    fh: BinaryIO,
+    *,
+    max_scan: int,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    max_line: int = DEFAULT_MAX_LINE_BYTES,
 ) -> Iterator[bytes | None]:
     """Yield the file's lines from last to first; ``None`` marks a line over ``max_line``.
 
     Holds at most one block plus one line (capped at ``max_line``) in memory.
     """
+    size = os.fstat(fh.fileno()).st_size
     stop = max(0, size - max_scan)
     pos = size
     pieces: list[bytes] = []  # the end of the current line, last piece first
@@ -209,16 +214,13 @@ def last_assistant_text(
             logger.warning("transcript %s is missing or not a regular file", path)
         return None
     with fh:
-        info = os.fstat(fh.fileno())
-        if info.st_size > max_bytes:
+        size = os.fstat(fh.fileno()).st_size
+        if size > max_bytes:
             logger.warning(
-                "transcript %s is %d bytes; only the last %d are searched",
-                path,
-                info.st_size,
-                max_bytes,
+                "transcript %s is %d bytes; only the last %d are searched", path, size, max_bytes
             )
         lines = _lines_backwards(
-            fh, info.st_size, block_bytes=block_bytes, max_scan=max_bytes, max_line=max_line_bytes
+            fh, block_bytes=block_bytes, max_scan=max_bytes, max_line=max_line_bytes
         )
         for line in lines:
             if line is None:
@@ -293,14 +295,7 @@ def transcript_end(path: Path, *, max_bytes: int = TAIL_SCAN_BYTES) -> Transcrip
     stop_reason: str | None = None
     texts: list[str] = []
     with fh:
-        size = os.fstat(fh.fileno()).st_size
-        for raw in _lines_backwards(
-            fh,
-            size,
-            block_bytes=DEFAULT_BLOCK_BYTES,
-            max_scan=max_bytes,
-            max_line=DEFAULT_MAX_LINE_BYTES,
-        ):
+        for raw in _lines_backwards(fh, max_scan=max_bytes):
             if not raw or _ASSISTANT_MARK not in raw:
                 continue
             try:
@@ -373,9 +368,8 @@ def transcript_tail(
     lines: list[str] = []
     results: dict[str, bool] = {}  # tool_use_id -> is_error, from user records
     with fh:
-        size = os.fstat(fh.fileno()).st_size
         for raw in _lines_backwards(
-            fh, size, block_bytes=block_bytes, max_scan=max_bytes, max_line=max_line_bytes
+            fh, block_bytes=block_bytes, max_scan=max_bytes, max_line=max_line_bytes
         ):
             if len(calls) >= max_calls and len(lines) >= max_lines:
                 break
