@@ -57,6 +57,7 @@ from .stored import (
     read_entry,
     read_summary,
     subpath_of,
+    tell_unreadable,
 )
 
 __all__ = ["DEFAULT_TTL_S", "NAMESPACE", "RedisSessionStore"]
@@ -336,30 +337,24 @@ class RedisSessionStore(SessionStore):
             return None
         out: list[SessionStoreEntry] = []
         size = bad = 0
+        cut = False
         for start in range(0, int(count), _PAGE):
             page = await self._call("load", client.lrange(name, start, start + _PAGE - 1), key=name)
             if page is _WRONG:
                 break
             for raw in page:
                 size += len(raw)
-                if size > MAX_SESSION_BYTES:
-                    self._warn(
-                        "too-large",
-                        f"session store {self.where}: a transcript over 256 MiB was read "
-                        "only up to that",
-                    )
-                    return out
+                cut = size > MAX_SESSION_BYTES
+                if cut:
+                    break
                 entry = read_entry(raw)
                 if entry is None:
                     bad += 1
                 else:
                     out.append(entry)
-        if bad:
-            self._warn(
-                "entry",
-                f"session store {self.where}: skipped {bad} unreadable entr"
-                f"{'y' if bad == 1 else 'ies'} (not a transcript line)",
-            )
+            if cut:
+                break
+        tell_unreadable(self._warn, self.where, bad, cut=cut)
         return out or None
 
     async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
@@ -496,10 +491,7 @@ class RedisSessionStore(SessionStore):
         raw = await self._call("status", self._redis().get(name), key=name)
         if raw is None or raw is _WRONG:
             return None
-        status = read_status(raw)
-        if status is None:
-            self._warn("status", f"session store {self.where}: skipped an unreadable status")
-        return status
+        return read_status(raw, self._warn, self.where)
 
 
 def _reopened(

@@ -110,18 +110,21 @@ class RunStore:
                 why,
             )
 
-    async def call(self, what: str, work: Callable[[], Awaitable[_T]], default: _T) -> _T:
+    async def call(
+        self, what: str, work: Callable[[], Awaitable[_T]], default: _T, *, at_start: bool = False
+    ) -> _T:
         """``await work()`` within ``timeout_s``; on any failure the store is given up (one
-        warning) and ``default`` returned. Once given up, ``default`` at once."""
+        warning, the start's when ``at_start``) and ``default`` returned. Once given up,
+        ``default`` at once."""
         if self.failed is not None:
             return default
         try:
             with anyio.fail_after(self.timeout_s):
                 return await work()
         except TimeoutError:
-            self.give_up(f"{what} took over {self.timeout_s:g} s")
+            self.give_up(f"{what} took over {self.timeout_s:g} s", at_start=at_start)
         except Exception as exc:  # noqa: BLE001 - a failing store must never end the run
-            self.give_up(redact(str(exc) or type(exc).__name__)[:300])
+            self.give_up(redact(str(exc) or type(exc).__name__)[:300], at_start=at_start)
         return default
 
     async def check(self) -> bool:
@@ -130,15 +133,12 @@ class RunStore:
         ping = getattr(self.store, "ping", None)
         if ping is None:
             return True
-        try:
-            with anyio.fail_after(self.timeout_s):
-                await ping()
+
+        async def answered() -> bool:
+            await ping()
             return True
-        except TimeoutError:
-            self.give_up(f"no answer in {self.timeout_s:g} s", at_start=True)
-        except Exception as exc:  # noqa: BLE001 - told in one line, the run goes on
-            self.give_up(redact(str(exc) or type(exc).__name__)[:300], at_start=True)
-        return False
+
+        return await self.call("a ping", answered, False, at_start=True)
 
     # -- the session on this machine -----------------------------------------------------
     def local_transcript(self, session_id: str) -> Path | None:
