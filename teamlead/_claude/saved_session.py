@@ -87,11 +87,10 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
         return [{"type": "assistant", "message": message, "error": error, "session_id": session_id}]
     out: list[dict[str, Any]] = []
     result = record.get("toolUseResult")
+    content = message.get("content")
+    first = content[0] if isinstance(content, list) and content else None
+    tool_use_id = first.get("tool_use_id") if isinstance(first, dict) else None
     if isinstance(result, dict) and isinstance(result.get("agentId"), str):
-        content = message.get("content")
-        tool_use_id = None
-        if isinstance(content, list) and content and isinstance(content[0], dict):
-            tool_use_id = content[0].get("tool_use_id")
         out.append(
             {
                 "type": "system",
@@ -102,23 +101,19 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
                 "prompt": result.get("prompt"),
             }
         )
-    content = message.get("content")
-    if result is None or isinstance(result, str):  # a tool's error: a refused resume, say
-        refused = [
+    if (result is None or isinstance(result, str)) and isinstance(content, list):
+        refused = [  # a tool's error: a refused resume, say
             b
-            for b in content or []
+            for b in content
             if isinstance(b, dict)
             and b.get("type") == "tool_result"
             and b.get("is_error")
             and any(word in str(b.get("content")) for word in _REFUSED_RESUME)
         ]
-        if isinstance(content, list) and refused:
+        if refused:
             out.append({"type": "user", "message": {**message, "content": refused}})
     if isinstance(result, dict) and result.get("taskType") == "local_workflow":
         # a launched workflow: its task, and the tool result with its wf_ run id and script
-        content = message.get("content")
-        first = content[0] if isinstance(content, list) and content else None
-        tool_use_id = first.get("tool_use_id") if isinstance(first, dict) else None
         if isinstance(result.get("taskId"), str):
             out.append(
                 {
@@ -132,7 +127,6 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
                 }
             )
         out.append({"type": "user", "message": message, "tool_use_result": result})
-    content = message.get("content")
     texts = (
         [content]
         if isinstance(content, str)
