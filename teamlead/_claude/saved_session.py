@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import UsageError
 from ..tracker import Tracker
-from .files import FileProblem, loads, open_regular
+from .files import FileProblem, is_session_id, loads, open_regular
 from .notification import Notification, parse_notifications
 
 __all__ = [
@@ -34,7 +33,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_SAFE_SESSION = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _MAX_TRANSCRIPT_BYTES = 256 * 1024 * 1024
 #: words of the CLI's refusal to resume a workflow run (the tracker reads which call it was)
 _REFUSED_RESUME = ("resumeFromRunId", "journal")
@@ -46,7 +44,7 @@ def find_session_file(config_dir: Path, session_id: str) -> Path:
     Raises:
         UsageError: the id is malformed, or no such session exists.
     """
-    if not _SAFE_SESSION.fullmatch(session_id):
+    if not is_session_id(session_id):
         raise UsageError(
             f"{session_id!r} is not a session id (expected letters, digits and dashes)"
         )

@@ -26,7 +26,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from .._redact import redact
 from ..errors import InboxError
-from .files import FileProblem, loads, open_regular, read_regular
+from .files import FileProblem, is_session_id, loads, open_regular, read_regular
 
 __all__ = [
     "LEAD_AGENT_NAME",
@@ -349,7 +349,7 @@ _MAX_TRANSCRIPT_SCAN = 64 * 1024 * 1024
 
 def _named_by_transcript(root: Path, session_id: str, claimants: list[Team]) -> Team | None:
     """The one claimant whose name the lead's own transcript gives as ``team_name``."""
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", session_id):
+    if not is_session_id(session_id):
         return None
     named: set[str] = set()
     for path in sorted((root / "projects").glob(f"*/{session_id}.jsonl"))[:1]:

@@ -25,7 +25,7 @@ from typing import Any, BinaryIO, Literal
 from .._parse import tool_summary
 from .._redact import redact
 from ..errors import UsageError
-from .files import FileProblem, loads, open_regular
+from .files import FileProblem, is_plain_id, loads, open_regular
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
@@ -55,7 +55,6 @@ TAIL_SCAN_BYTES = 4 * 1024 * 1024
 """How far back :func:`transcript_tail` reads: a focus view wants the last few moves only."""
 _MAX_LINE_CHARS = 300
 
-_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _ASSISTANT_MARK = b'"assistant"'
 
 
@@ -70,7 +69,7 @@ def sanitize_project_path(cwd: str) -> str:
 
 
 def _check_id(value: str, what: str) -> str:
-    if not _SAFE_ID.fullmatch(value) or ".." in value:
+    if not is_plain_id(value):
         raise UsageError(f"refused {what} {redact(value)!r}: not a plain id")
     return value
 

@@ -24,7 +24,6 @@ end (:meth:`~RunStore.put_status`).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -40,6 +39,7 @@ from claude_agent_sdk.types import (
     SessionSummaryEntry,
 )
 
+from .._claude import is_session_id
 from .._redact import redact
 from ..clock import SYSTEM_CLOCK
 from ..errors import UsageError
@@ -56,7 +56,6 @@ __all__ = ["RunStore"]
 log = logging.getLogger("teamlead.sessions")
 
 _T = TypeVar("_T")
-_SAFE_SESSION = re.compile(r"[A-Za-z0-9_-]{1,128}")
 #: What one store call may take before the store counts as failed.
 STORE_TIMEOUT_S = 10.0
 
@@ -143,7 +142,7 @@ class RunStore:
     # -- the session on this machine -----------------------------------------------------
     def local_transcript(self, session_id: str) -> Path | None:
         """The session's transcript on this machine, if there is one."""
-        if not _SAFE_SESSION.fullmatch(session_id):
+        if not is_session_id(session_id):
             return None
         for path in sorted((self.config_dir / "projects").glob(f"*/{session_id}.jsonl")):
             if path.is_file():
@@ -159,7 +158,7 @@ class RunStore:
                 message says which store, and under which project key it was looked for).
         """
         local = self.local_transcript(session_id)
-        if not _SAFE_SESSION.fullmatch(session_id):
+        if not is_session_id(session_id):
             return None  # the session reader refuses it with its own message
         brought = await self.call(
             "bringing the session home",
