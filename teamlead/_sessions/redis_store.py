@@ -231,32 +231,18 @@ class RedisSessionStore(SessionStore):
         await self._call("ping", self._redis().ping())
 
     # -- keys ----------------------------------------------------------------------------
-    def _session(self, project_key: str, session_id: str) -> str:
-        return f"{encode(project_key)}:{encode(session_id)}"
+    def _key(self, kind: str, *parts: str) -> str:
+        """``<namespace><kind>:<part>:…``, each part %-encoded (see the module docstring)."""
+        return self._ns + ":".join([kind, *(encode(part) for part in parts)])
 
-    def _entries(self, key: SessionKey) -> str:
-        tail = self._session(key["project_key"], key["session_id"])
+    def _entries(self, key: SessionKey, kind: str = "entries") -> str:
         subpath = subpath_of(key)
-        return f"{self._ns}entries:{tail}" + (f":{encode(subpath)}" if subpath else "")
+        return self._key(
+            kind, key["project_key"], key["session_id"], *([subpath] if subpath else [])
+        )
 
     def _uuids(self, key: SessionKey) -> str:
-        return self._ns + "uuids:" + self._entries(key)[len(self._ns) + len("entries:") :]
-
-    def _subkeys(self, project_key: str, session_id: str) -> str:
-        return f"{self._ns}subkeys:{self._session(project_key, session_id)}"
-
-    def _index(self, project_key: str) -> str:
-        return f"{self._ns}index:{encode(project_key)}"
-
-    def _summary(self, project_key: str, session_id: str) -> str:
-        return f"{self._ns}summary:{self._session(project_key, session_id)}"
-
-    def _status(self, project_key: str, session_id: str) -> str:
-        return f"{self._ns}status:{self._session(project_key, session_id)}"
-
-    @property
-    def _projects(self) -> str:
-        return f"{self._ns}projects"
+        return self._entries(key, "uuids")
 
     # -- the protocol --------------------------------------------------------------------
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
@@ -275,9 +261,9 @@ class RedisSessionStore(SessionStore):
         keys = [
             self._entries(key),
             self._uuids(key),
-            self._subkeys(pk, sid),
-            self._index(pk),
-            self._projects,
+            self._key("subkeys", pk, sid),
+            self._key("index", pk),
+            self._key("projects"),
         ]
         mtime, dropped = await self._call("append", self._append(keys=keys, args=args))
         if dropped:
@@ -295,7 +281,7 @@ class RedisSessionStore(SessionStore):
         """Fold ``entries`` into the session's summary by compare-and-set."""
         import redis
 
-        name = self._summary(key["project_key"], key["session_id"])
+        name = self._key("summary", key["project_key"], key["session_id"])
 
         async def fold() -> None:
             async with client.pipeline(transaction=True) as pipe:
@@ -360,7 +346,7 @@ class RedisSessionStore(SessionStore):
     async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
         """The project's sessions (main transcripts) with their last write, epoch ms."""
         client = self._redis()
-        index = self._index(project_key)
+        index = self._key("index", project_key)
         pairs = await self._members(index)
         if not pairs:
             return []
@@ -399,7 +385,7 @@ class RedisSessionStore(SessionStore):
             return []
         async with self._redis().pipeline(transaction=False) as pipe:
             for item in listed:
-                pipe.get(self._summary(project_key, item["session_id"]))
+                pipe.get(self._key("summary", project_key, item["session_id"]))
             raws = await self._call("list_session_summaries", pipe.execute(raise_on_error=False))
         out: list[SessionSummaryEntry] = []
         bad = 0
@@ -425,7 +411,7 @@ class RedisSessionStore(SessionStore):
         """
         client = self._redis()
         pk, sid, subpath = key["project_key"], key["session_id"], subpath_of(key)
-        subkeys = self._subkeys(pk, sid)
+        subkeys = self._key("subkeys", pk, sid)
         if subpath:
             async with client.pipeline(transaction=True) as pipe:
                 pipe.delete(self._entries(key), self._uuids(key))
@@ -437,18 +423,18 @@ class RedisSessionStore(SessionStore):
         for sub in subs:
             sub_key: SessionKey = {"project_key": pk, "session_id": sid, "subpath": sub}
             names += [self._entries(sub_key), self._uuids(sub_key)]
-        names += [self._summary(pk, sid), self._status(pk, sid)]
-        index = self._index(pk)
+        names += [self._key("summary", pk, sid), self._key("status", pk, sid)]
+        index = self._key("index", pk)
         async with client.pipeline(transaction=True) as pipe:
             pipe.delete(*names)
             pipe.zrem(index, sid)
             await self._call("delete", pipe.execute(raise_on_error=False))
         left = await self._call("delete", client.zcard(index), key=index)
         if left is _WRONG or not left:
-            await self._call("delete", client.zrem(self._projects, pk))
+            await self._call("delete", client.zrem(self._key("projects"), pk))
 
     async def _subpaths(self, project_key: str, session_id: str) -> list[str]:
-        name = self._subkeys(project_key, session_id)
+        name = self._key("subkeys", project_key, session_id)
         found = await self._call("list_subkeys", self._redis().smembers(name), key=name)
         if found is _WRONG:
             return []
@@ -465,13 +451,15 @@ class RedisSessionStore(SessionStore):
         )
         gone = [s for s, ok in zip(subs, exists, strict=True) if not ok]
         if gone:  # expired behind the set
-            await self._call("list_subkeys", self._redis().srem(self._subkeys(pk, sid), *gone))
+            await self._call(
+                "list_subkeys", self._redis().srem(self._key("subkeys", pk, sid), *gone)
+            )
         return [s for s, ok in zip(subs, exists, strict=True) if ok]
 
     # -- teamlead's own ------------------------------------------------------------------
     async def list_project_keys(self) -> list[str]:
         """Every project key with a session in the store, most recently written first."""
-        pairs = await self._members(self._projects)
+        pairs = await self._members(self._key("projects"))
         return [p for p, _ in sorted(pairs, key=lambda pair: -pair[1])]
 
     async def put_status(self, status: SessionStatus) -> None:
@@ -480,14 +468,14 @@ class RedisSessionStore(SessionStore):
         Raises:
             SessionStoreError: the store could not be reached or failed.
         """
-        name = self._status(status.project_key, status.session_id)
+        name = self._key("status", status.project_key, status.session_id)
         await self._call(
             "status", self._redis().set(name, status.model_dump_json(), px=self._ttl_ms)
         )
 
     async def get_status(self, project_key: str, session_id: str) -> SessionStatus | None:
         """The session's status record, or ``None`` (none, or unreadable: one warning)."""
-        name = self._status(project_key, session_id)
+        name = self._key("status", project_key, session_id)
         raw = await self._call("status", self._redis().get(name), key=name)
         if raw is None or raw is _WRONG:
             return None
