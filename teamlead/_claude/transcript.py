@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +38,6 @@ __all__ = [
     "last_assistant_text",
     "transcript_end",
     "transcript_tail",
-    "sanitize_project_path",
 ]
 
 logger = logging.getLogger(__name__)
@@ -58,30 +56,15 @@ _MAX_LINE_CHARS = 300
 _ASSISTANT_MARK = b'"assistant"'
 
 
-def sanitize_project_path(cwd: str) -> str:
-    """The project directory name Claude Code derives from a working directory.
-
-    Example:
-        >>> sanitize_project_path("/home/user/project")
-        '-home-user-project'
-    """
-    return re.sub(r"[^a-zA-Z0-9]", "-", cwd)
-
-
 def _check_id(value: str, what: str) -> str:
     if not is_plain_id(value):
         raise UsageError(f"refused {what} {redact(value)!r}: not a plain id")
     return value
 
 
-def find_subagent_transcript(
-    config_dir: Path, session_id: str, agent_id: str, *, cwd: str | None = None
-) -> Path | None:
-    """Locate ``projects/<sanitized cwd>/<session>/subagents/agent-<id>.jsonl`` (a workflow
-    agent's is one level further, under ``subagents/workflows/<run>/``).
-
-    With ``cwd`` the direct path is tried first; otherwise (or when it is missing, e.g.
-    for a cwd long enough that Claude Code shortened its name) every project is searched.
+def find_subagent_transcript(config_dir: Path, session_id: str, agent_id: str) -> Path | None:
+    """Locate ``projects/<project>/<session>/subagents/agent-<id>.jsonl`` (a workflow agent's
+    is one level further, under ``subagents/workflows/<run>/``) in whichever project holds it.
 
     Raises:
         UsageError: ``session_id`` or ``agent_id`` is not a plain id (it would steer the path).
@@ -90,10 +73,6 @@ def find_subagent_transcript(
     _check_id(agent_id, "agent id")
     projects = Path(config_dir) / "projects"
     tail = Path(session_id) / "subagents" / f"agent-{agent_id}.jsonl"
-    if cwd is not None:
-        direct = projects / sanitize_project_path(cwd) / tail
-        if direct.is_file():
-            return direct
     # The ids were checked above: they hold no glob metacharacters.
     matches = sorted(projects.glob(f"*/{tail.as_posix()}"))
     if not matches:  # a workflow agent's: subagents/workflows/<run>/agent-<id>.jsonl
