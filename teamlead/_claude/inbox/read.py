@@ -54,7 +54,6 @@ _LISTED_SKIPS = 10
 _NO_VALUE = re.compile(rb"[ \t\n\r]*")  # JSON's whitespace; matching stops at the first value byte
 _REQUIRED = ("from", "text", "timestamp")
 _OPTIONAL_STR = ("type", "color", "summary", "msg_id", "lead_sig")
-_KNOWN = frozenset({*_REQUIRED, *_OPTIONAL_STR, "read", "from_plugin", "msgV", "sender"})
 
 
 def _well_formed(raw: Any) -> bool:
