@@ -147,8 +147,8 @@ async def wait_for_inbox(
 ) -> InboxWait:
     """Wait until ``until(read)`` holds for a read of the inbox, or the wait runs out.
 
-    Wakes at once when the file changes (``watchfiles`` on the inbox's directory, or on
-    its nearest existing ancestor inside the config dir while it does not exist) and
+    Wakes at once when the file changes (a watch on the inbox's directory, or on its
+    nearest existing ancestor inside the config dir while it does not exist) and
     polls with backoff as a fallback. The wait is bounded by the policy and by
     ``deadline``. It is cancel-safe: the watcher is stopped through its stop event, so no
     thread is left waiting on the file system.
