@@ -34,6 +34,7 @@ __all__ = [
     "TeamConfig",
     "TeamMember",
     "claude_config_dir",
+    "first_error",
     "find_team",
     "implicit_team_name",
     "inbox_path",
@@ -183,7 +184,7 @@ class TeamConfig(BaseModel):
             try:
                 kept.append(TeamMember.model_validate(raw))
             except ValidationError as exc:
-                logger.warning("team config: skipped member %d: %s", index, _first_error(exc))
+                logger.warning("team config: skipped member %d: %s", index, first_error(exc))
         return tuple(kept)
 
     @property
@@ -233,7 +234,8 @@ class Team:
         return _inbox_in(self.dir, agent, self.config_dir)
 
 
-def _first_error(exc: ValidationError) -> str:
+def first_error(exc: ValidationError) -> str:
+    """The first problem pydantic found, as ``<field path>: <message>``, redacted."""
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err.get("loc", ())) or "entry"
     return redact(f"{where}: {err.get('msg', 'invalid')}")
@@ -259,7 +261,7 @@ def load_team(team_dir: Path, config_dir: Path) -> Team | None:
         return None
     except (ValueError, RecursionError) as exc:
         if isinstance(exc, ValidationError):
-            reason = _first_error(exc)
+            reason = first_error(exc)
         elif isinstance(exc, RecursionError):
             reason = "nested too deeply"
         else:
