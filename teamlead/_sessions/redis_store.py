@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from claude_agent_sdk import fold_session_summary
@@ -350,17 +351,10 @@ class RedisSessionStore(SessionStore):
         pairs = await self._members(index)
         if not pairs:
             return []
-        exists = await self._exists(
-            [self._entries({"project_key": project_key, "session_id": s}) for s, _ in pairs]
-        )
-        gone = [s for (s, _), ok in zip(pairs, exists, strict=True) if not ok]
-        if gone:  # expired or deleted behind the index: drop them from it
-            await self._call("list_sessions", client.zrem(index, *gone))
-        return [
-            {"session_id": s, "mtime": int(score)}
-            for (s, score), ok in zip(pairs, exists, strict=True)
-            if ok
-        ]
+        sessions = [s for s, _ in pairs]
+        keys = [self._entries({"project_key": project_key, "session_id": s}) for s in sessions]
+        live = await self._live(sessions, keys, lambda *gone: client.zrem(index, *gone))
+        return [{"session_id": s, "mtime": int(score)} for s, score in pairs if s in live]
 
     async def _members(self, name: str) -> list[tuple[str, float]]:
         """A sorted set's members and scores (a key of another type reads as empty)."""
@@ -371,12 +365,19 @@ class RedisSessionStore(SessionStore):
             return []
         return [(str(m), float(s)) for m, s in pairs]
 
-    async def _exists(self, names: list[str]) -> list[bool]:
+    async def _live(
+        self, members: list[str], keys: list[str], drop: Callable[..., Awaitable[Any]]
+    ) -> set[str]:
+        """The members whose entries (``keys``, in order) still exist; the others expired or
+        were deleted behind the index or set that lists them, and are dropped from it."""
         async with self._redis().pipeline(transaction=False) as pipe:
-            for name in names:
+            for name in keys:
                 pipe.exists(name)
             found = await self._call("exists", pipe.execute())
-        return [bool(n) for n in found]
+        gone = [m for m, n in zip(members, found, strict=True) if not n]
+        if gone:
+            await self._call("list", drop(*gone))
+        return {m for m, n in zip(members, found, strict=True) if n}
 
     async def list_session_summaries(self, project_key: str) -> list[SessionSummaryEntry]:
         """The SDK's summaries of the project's sessions (unreadable ones skipped)."""
@@ -446,15 +447,10 @@ class RedisSessionStore(SessionStore):
         subs = await self._subpaths(pk, sid)
         if not subs:
             return []
-        exists = await self._exists(
-            [self._entries({"project_key": pk, "session_id": sid, "subpath": s}) for s in subs]
-        )
-        gone = [s for s, ok in zip(subs, exists, strict=True) if not ok]
-        if gone:  # expired behind the set
-            await self._call(
-                "list_subkeys", self._redis().srem(self._key("subkeys", pk, sid), *gone)
-            )
-        return [s for s, ok in zip(subs, exists, strict=True) if ok]
+        keys = [self._entries({"project_key": pk, "session_id": sid, "subpath": s}) for s in subs]
+        subkeys = self._key("subkeys", pk, sid)
+        live = await self._live(subs, keys, lambda *gone: self._redis().srem(subkeys, *gone))
+        return [s for s in subs if s in live]
 
     # -- teamlead's own ------------------------------------------------------------------
     async def list_project_keys(self) -> list[str]:
