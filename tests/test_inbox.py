@@ -17,6 +17,7 @@ import pytest
 from teamlead._claude.inbox import consume_inbox, read_inbox
 from teamlead._claude.inbox.model import (
     DEFAULT_MAX_INBOX_BYTES,
+    EntryFields,
     InboxEntry,
     decode_entry,
     entry_key,
@@ -172,11 +173,13 @@ def test_non_string_frame_fields_are_kept_as_json() -> None:
 
 
 def test_key_is_msg_id_else_from_timestamp_text() -> None:
-    plain = InboxEntry.model_validate(entry("alpha", "hi", ts="T"))
+    plain = EntryFields.of(InboxEntry.model_validate(entry("alpha", "hi", ts="T")))
     assert plain.key == entry_key("alpha", "T", "hi")
     assert plain.key == "sha256:" + hashlib.sha256(b"alpha|T|hi").hexdigest()
     assert entry_key("alpha", "T", "hi!") != plain.key
-    assert InboxEntry.model_validate(entry("alpha", "hi", msg_id="u-1")).key == "u-1"
+    assert (
+        EntryFields.of(InboxEntry.model_validate(entry("alpha", "hi", msg_id="u-1"))).key == "u-1"
+    )
 
 
 # -- reading -------------------------------------------------------------------------------

@@ -111,6 +111,28 @@ async def test_a_retried_batch_is_stored_once(redis: RedisServer, opened: list[A
     assert await store.load(KEY) == [*batch, {"type": "mode"}]  # no uuid: appended again
 
 
+@needs_redis
+async def test_sessions_and_subkeys_expired_behind_their_index_are_dropped_from_it(
+    redis: RedisServer, opened: list[Any]
+) -> None:
+    import redis as redis_py
+
+    store = RedisSessionStore(redis.url, ttl_s=120, namespace="teamlead:session:gone:")
+    opened.append(store)
+    other: SessionKey = {"project_key": "proj", "session_id": "other"}
+    second: SessionKey = {**KEY, "subpath": "subagents/agent-2"}
+    for key in (KEY, other, SUB, second):
+        await store.append(key, [{"type": "user", "uuid": f"u-{key.get('subpath', '')}"}])
+    with redis_py.Redis.from_url(redis.url) as client:  # as if they expired
+        client.delete("teamlead:session:gone:entries:proj:other")
+        client.delete("teamlead:session:gone:entries:proj:sess:subagents%2Fagent-2")
+        assert [s["session_id"] for s in await store.list_sessions("proj")] == ["sess"]
+        assert await store.list_subkeys(KEY) == ["subagents/agent-1"]
+        assert client.zrange("teamlead:session:gone:index:proj", 0, -1) == [b"sess"]
+        subkeys = client.smembers("teamlead:session:gone:subkeys:proj:sess")
+        assert subkeys == {b"subagents/agent-1"}
+
+
 @pytest.mark.parametrize("kind", ["redis", "sqlite"])
 async def test_a_used_store_travels_to_another_process_as_its_settings(
     kind: str, tmp_path: Path, opened: list[Any]

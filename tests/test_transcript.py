@@ -14,7 +14,6 @@ from teamlead._claude.transcript import (
     TranscriptEnd,
     find_subagent_transcript,
     last_assistant_text,
-    sanitize_project_path,
     transcript_end,
 )
 from teamlead.errors import UsageError
@@ -189,11 +188,6 @@ def test_secret_env_values_are_redacted(
 # -- locating ------------------------------------------------------------------------------
 
 
-def test_sanitize_project_path() -> None:
-    assert sanitize_project_path("/home/user/project") == "-home-user-project"
-    assert sanitize_project_path("/tmp/a b/c.d") == "-tmp-a-b-c-d"
-
-
 def make_transcript(config_dir: Path, project: str) -> Path:
     path = config_dir / "projects" / project / SESSION / "subagents" / f"agent-{AGENT}.jsonl"
     path.parent.mkdir(parents=True)
@@ -201,17 +195,9 @@ def make_transcript(config_dir: Path, project: str) -> Path:
     return path
 
 
-def test_find_subagent_transcript_by_cwd(tmp_path: Path) -> None:
-    make_transcript(tmp_path, "-aaa-decoy")  # same session id elsewhere would be found by glob
-    expected = make_transcript(tmp_path, "-home-user-project")
-    found = find_subagent_transcript(tmp_path, SESSION, AGENT, cwd="/home/user/project")
-    assert found == expected
-
-
-def test_find_subagent_transcript_without_cwd(tmp_path: Path) -> None:
+def test_find_subagent_transcript_in_any_project(tmp_path: Path) -> None:
     expected = make_transcript(tmp_path, "-some-long-shortened-name-1234")
     assert find_subagent_transcript(tmp_path, SESSION, AGENT) == expected
-    assert find_subagent_transcript(tmp_path, SESSION, AGENT, cwd="/not/it") == expected
     found = find_subagent_transcript(tmp_path, SESSION, AGENT)
     assert found is not None and last_assistant_text(found) == "located"
 

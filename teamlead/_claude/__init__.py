@@ -19,7 +19,7 @@ from .._door import lazy_exports
 
 if TYPE_CHECKING:
     from .binary import bundled_cli_path, cli_version
-    from .files import FileProblem, loads, open_regular, read_regular
+    from .files import FileProblem, is_session_id, loads, open_regular, read_regular
     from .inbox import consume_inbox, read_inbox, wait_for_inbox
     from .inbox.model import InboxRead, TeammateMessage
     from .loopback import ensure_loopback
@@ -71,6 +71,7 @@ __all__ = [
     "find_subagent_transcript",
     "find_team",
     "implicit_team_name",
+    "is_session_id",
     "is_scripted_message",
     "journal_results",
     "last_assistant_text",

@@ -15,12 +15,15 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import stat
 from pathlib import Path
 from typing import Any, BinaryIO, Literal
 
-__all__ = ["FileProblem", "loads", "open_regular", "read_regular"]
+__all__ = ["FileProblem", "is_plain_id", "is_session_id", "loads", "open_regular", "read_regular"]
 
+_PLAIN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
+_SESSION_ID = re.compile(r"[A-Za-z0-9_-]{1,128}")
 #: what :func:`read_regular` reads at a time past the size the file had when opened
 _CHUNK = 1024 * 1024
 
@@ -90,6 +93,16 @@ def read_regular(path: Path, max_bytes: int) -> bytes:
     if len(data) > max_bytes:
         raise FileProblem("too_large", f"{path} grew over the {max_bytes}-byte cap; left alone")
     return data
+
+
+def is_plain_id(value: str) -> bool:
+    """Whether an agent or run id (from the stream, a file) is plain: safe in a path or a glob."""
+    return bool(_PLAIN_ID.fullmatch(value)) and ".." not in value
+
+
+def is_session_id(value: str) -> bool:
+    """Whether ``value`` has a session id's shape (letters, digits, ``_`` and ``-``)."""
+    return bool(_SESSION_ID.fullmatch(value))
 
 
 def loads(data: bytes | str) -> Any:

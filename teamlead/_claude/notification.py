@@ -34,7 +34,6 @@ _NOTIFICATION = re.compile(r"<task-notification>(.*?)</task-notification>", re.D
 _TAG = re.compile(r"<([a-z-]+)>(.*?)</\1>", re.DOTALL)
 _RESULT_OPEN = "<result>"
 _RESULT_CLOSE = "</result>"
-#: the CLI's note in place of the part of a result it cut (2.1.332)
 #: where an item of a result begins: a JSON string after ``[``, ``,`` or ``{``, or a line
 _ITEM_START = re.compile(r'[\[,{]"|\n')
 _ITEM_END = frozenset(",]}\n")
@@ -45,6 +44,7 @@ _ITEM_WINDOW = 2000  # an item longer than this is continued where it was cut
 _TURN_LIMIT = re.compile(
     r'(?:NOTE: this agent|Agent "[^\n]{0,400}") stopped at its (\d{1,6})-turn limit'
 )
+#: the CLI's note in place of the part of a result it cut (2.1.332)
 _CUT_NOTE = re.compile(
     r"\n\.\.\. \(truncated (\d{1,12}) chars(?:, full result in ([^\n]{1,4096}))?\)\Z"
 )

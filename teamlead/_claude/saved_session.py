@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,7 +20,7 @@ from typing import Any
 from ..clock import SYSTEM_CLOCK, Clock
 from ..errors import UsageError
 from ..tracker import Tracker
-from .files import FileProblem, loads, open_regular
+from .files import FileProblem, is_session_id, loads, open_regular
 from .notification import Notification, parse_notifications
 
 __all__ = [
@@ -34,7 +33,6 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-_SAFE_SESSION = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 _MAX_TRANSCRIPT_BYTES = 256 * 1024 * 1024
 #: words of the CLI's refusal to resume a workflow run (the tracker reads which call it was)
 _REFUSED_RESUME = ("resumeFromRunId", "journal")
@@ -46,7 +44,7 @@ def find_session_file(config_dir: Path, session_id: str) -> Path:
     Raises:
         UsageError: the id is malformed, or no such session exists.
     """
-    if not _SAFE_SESSION.fullmatch(session_id):
+    if not is_session_id(session_id):
         raise UsageError(
             f"{session_id!r} is not a session id (expected letters, digits and dashes)"
         )
@@ -87,11 +85,10 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
         return [{"type": "assistant", "message": message, "error": error, "session_id": session_id}]
     out: list[dict[str, Any]] = []
     result = record.get("toolUseResult")
+    content = message.get("content")
+    first = content[0] if isinstance(content, list) and content else None
+    tool_use_id = first.get("tool_use_id") if isinstance(first, dict) else None
     if isinstance(result, dict) and isinstance(result.get("agentId"), str):
-        content = message.get("content")
-        tool_use_id = None
-        if isinstance(content, list) and content and isinstance(content[0], dict):
-            tool_use_id = content[0].get("tool_use_id")
         out.append(
             {
                 "type": "system",
@@ -102,23 +99,19 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
                 "prompt": result.get("prompt"),
             }
         )
-    content = message.get("content")
-    if result is None or isinstance(result, str):  # a tool's error: a refused resume, say
-        refused = [
+    if (result is None or isinstance(result, str)) and isinstance(content, list):
+        refused = [  # a tool's error: a refused resume, say
             b
-            for b in content or []
+            for b in content
             if isinstance(b, dict)
             and b.get("type") == "tool_result"
             and b.get("is_error")
             and any(word in str(b.get("content")) for word in _REFUSED_RESUME)
         ]
-        if isinstance(content, list) and refused:
+        if refused:
             out.append({"type": "user", "message": {**message, "content": refused}})
     if isinstance(result, dict) and result.get("taskType") == "local_workflow":
         # a launched workflow: its task, and the tool result with its wf_ run id and script
-        content = message.get("content")
-        first = content[0] if isinstance(content, list) and content else None
-        tool_use_id = first.get("tool_use_id") if isinstance(first, dict) else None
         if isinstance(result.get("taskId"), str):
             out.append(
                 {
@@ -132,7 +125,6 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
                 }
             )
         out.append({"type": "user", "message": message, "tool_use_result": result})
-    content = message.get("content")
     texts = (
         [content]
         if isinstance(content, str)

@@ -20,13 +20,13 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from .._redact import redact
 from ..errors import InboxError
-from .files import FileProblem, loads, open_regular, read_regular
+from .files import FileProblem, is_session_id, loads, open_regular, read_regular
 
 __all__ = [
     "LEAD_AGENT_NAME",
@@ -34,6 +34,7 @@ __all__ = [
     "TeamConfig",
     "TeamMember",
     "claude_config_dir",
+    "first_error",
     "find_team",
     "implicit_team_name",
     "inbox_path",
@@ -126,12 +127,28 @@ def inbox_path(config_dir: Path, team: str, agent: str = LEAD_AGENT_NAME) -> Pat
         InboxError: a name looks like a path, or the result leaves the config dir.
     """
     validate_name(team, what="team")
+    return _inbox_in(config_dir / "teams" / sanitize_team_name(team), agent, config_dir)
+
+
+def _inbox_in(team_dir: Path, agent: str, config_dir: Path) -> Path:
+    """``agent``'s inbox in ``team_dir``, refused when it resolves outside ``config_dir``."""
     validate_name(agent, what="agent")
-    path = config_dir / "teams" / sanitize_team_name(team) / "inboxes"
-    path = path / f"{sanitize_agent_name(agent)}.json"
+    path = team_dir / "inboxes" / f"{sanitize_agent_name(agent)}.json"
     if not within(path, config_dir):
         raise InboxError("refused inbox: it resolves outside the config dir", path=str(path))
     return path
+
+
+def _checked_name(what: str) -> AfterValidator:
+    """A pydantic check that refuses a ``what`` name read from disk that could steer a path."""
+
+    def check(value: str) -> str:
+        try:
+            return validate_name(value, what=what)
+        except InboxError as exc:
+            raise ValueError(str(exc)) from None
+
+    return AfterValidator(check)
 
 
 class TeamMember(BaseModel):
@@ -139,17 +156,9 @@ class TeamMember(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
 
-    name: str
+    name: Annotated[str, _checked_name("agent")]
     agent_id: str | None = Field(default=None, alias="agentId")
     agent_type: str | None = Field(default=None, alias="agentType")
-
-    @field_validator("name")
-    @classmethod
-    def _safe_name(cls, value: str) -> str:
-        try:
-            return validate_name(value, what="agent")
-        except InboxError as exc:
-            raise ValueError(str(exc)) from None
 
 
 class TeamConfig(BaseModel):
@@ -157,19 +166,11 @@ class TeamConfig(BaseModel):
 
     model_config = ConfigDict(extra="allow", frozen=True, populate_by_name=True)
 
-    name: str
+    name: Annotated[str, _checked_name("team")]
     lead_agent_id: str | None = Field(default=None, alias="leadAgentId")
     lead_session_id: str | None = Field(default=None, alias="leadSessionId")
     lead_process: Any = Field(default=None, alias="leadProcess")
     members: tuple[TeamMember, ...] = ()
-
-    @field_validator("name")
-    @classmethod
-    def _safe_name(cls, value: str) -> str:
-        try:
-            return validate_name(value, what="team")
-        except InboxError as exc:
-            raise ValueError(str(exc)) from None
 
     @field_validator("members", mode="before")
     @classmethod
@@ -183,7 +184,7 @@ class TeamConfig(BaseModel):
             try:
                 kept.append(TeamMember.model_validate(raw))
             except ValidationError as exc:
-                logger.warning("team config: skipped member %d: %s", index, _first_error(exc))
+                logger.warning("team config: skipped member %d: %s", index, first_error(exc))
         return tuple(kept)
 
     @property
@@ -230,14 +231,11 @@ class Team:
 
     def inbox(self, agent: str) -> Path:
         """The inbox of ``agent`` in this team, confined to the config dir."""
-        validate_name(agent, what="agent")
-        path = self.dir / "inboxes" / f"{sanitize_agent_name(agent)}.json"
-        if not within(path, self.config_dir):
-            raise InboxError("refused inbox: it resolves outside the config dir", path=str(path))
-        return path
+        return _inbox_in(self.dir, agent, self.config_dir)
 
 
-def _first_error(exc: ValidationError) -> str:
+def first_error(exc: ValidationError) -> str:
+    """The first problem pydantic found, as ``<field path>: <message>``, redacted."""
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err.get("loc", ())) or "entry"
     return redact(f"{where}: {err.get('msg', 'invalid')}")
@@ -263,7 +261,7 @@ def load_team(team_dir: Path, config_dir: Path) -> Team | None:
         return None
     except (ValueError, RecursionError) as exc:
         if isinstance(exc, ValidationError):
-            reason = _first_error(exc)
+            reason = first_error(exc)
         elif isinstance(exc, RecursionError):
             reason = "nested too deeply"
         else:
@@ -353,7 +351,7 @@ _MAX_TRANSCRIPT_SCAN = 64 * 1024 * 1024
 
 def _named_by_transcript(root: Path, session_id: str, claimants: list[Team]) -> Team | None:
     """The one claimant whose name the lead's own transcript gives as ``team_name``."""
-    if not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", session_id):
+    if not is_session_id(session_id):
         return None
     named: set[str] = set()
     for path in sorted((root / "projects").glob(f"*/{session_id}.jsonl"))[:1]:

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,7 @@ from typing import Any, BinaryIO, Literal
 from .._parse import tool_summary
 from .._redact import redact
 from ..errors import UsageError
-from .files import FileProblem, loads, open_regular
+from .files import FileProblem, is_plain_id, loads, open_regular
 
 __all__ = [
     "DEFAULT_BLOCK_BYTES",
@@ -39,7 +38,6 @@ __all__ = [
     "last_assistant_text",
     "transcript_end",
     "transcript_tail",
-    "sanitize_project_path",
 ]
 
 logger = logging.getLogger(__name__)
@@ -55,34 +53,18 @@ TAIL_SCAN_BYTES = 4 * 1024 * 1024
 """How far back :func:`transcript_tail` reads: a focus view wants the last few moves only."""
 _MAX_LINE_CHARS = 300
 
-_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _ASSISTANT_MARK = b'"assistant"'
 
 
-def sanitize_project_path(cwd: str) -> str:
-    """The project directory name Claude Code derives from a working directory.
-
-    Example:
-        >>> sanitize_project_path("/home/user/project")
-        '-home-user-project'
-    """
-    return re.sub(r"[^a-zA-Z0-9]", "-", cwd)
-
-
 def _check_id(value: str, what: str) -> str:
-    if not _SAFE_ID.fullmatch(value) or ".." in value:
+    if not is_plain_id(value):
         raise UsageError(f"refused {what} {redact(value)!r}: not a plain id")
     return value
 
 
-def find_subagent_transcript(
-    config_dir: Path, session_id: str, agent_id: str, *, cwd: str | None = None
-) -> Path | None:
-    """Locate ``projects/<sanitized cwd>/<session>/subagents/agent-<id>.jsonl`` (a workflow
-    agent's is one level further, under ``subagents/workflows/<run>/``).
-
-    With ``cwd`` the direct path is tried first; otherwise (or when it is missing, e.g.
-    for a cwd long enough that Claude Code shortened its name) every project is searched.
+def find_subagent_transcript(config_dir: Path, session_id: str, agent_id: str) -> Path | None:
+    """Locate ``projects/<project>/<session>/subagents/agent-<id>.jsonl`` (a workflow agent's
+    is one level further, under ``subagents/workflows/<run>/``) in whichever project holds it.
 
     Raises:
         UsageError: ``session_id`` or ``agent_id`` is not a plain id (it would steer the path).
@@ -91,10 +73,6 @@ def find_subagent_transcript(
     _check_id(agent_id, "agent id")
     projects = Path(config_dir) / "projects"
     tail = Path(session_id) / "subagents" / f"agent-{agent_id}.jsonl"
-    if cwd is not None:
-        direct = projects / sanitize_project_path(cwd) / tail
-        if direct.is_file():
-            return direct
     # The ids were checked above: they hold no glob metacharacters.
     matches = sorted(projects.glob(f"*/{tail.as_posix()}"))
     if not matches:  # a workflow agent's: subagents/workflows/<run>/agent-<id>.jsonl
@@ -104,12 +82,17 @@ def find_subagent_transcript(
 
 
 def _lines_backwards(
-    fh: BinaryIO, size: int, *, block_bytes: int, max_scan: int, max_line: int
+    fh: BinaryIO,
+    *,
+    max_scan: int,
+    block_bytes: int = DEFAULT_BLOCK_BYTES,
+    max_line: int = DEFAULT_MAX_LINE_BYTES,
 ) -> Iterator[bytes | None]:
     """Yield the file's lines from last to first; ``None`` marks a line over ``max_line``.
 
     Holds at most one block plus one line (capped at ``max_line``) in memory.
     """
+    size = os.fstat(fh.fileno()).st_size
     stop = max(0, size - max_scan)
     pos = size
     pieces: list[bytes] = []  # the end of the current line, last piece first
@@ -209,16 +192,13 @@ def last_assistant_text(
             logger.warning("transcript %s is missing or not a regular file", path)
         return None
     with fh:
-        info = os.fstat(fh.fileno())
-        if info.st_size > max_bytes:
+        size = os.fstat(fh.fileno()).st_size
+        if size > max_bytes:
             logger.warning(
-                "transcript %s is %d bytes; only the last %d are searched",
-                path,
-                info.st_size,
-                max_bytes,
+                "transcript %s is %d bytes; only the last %d are searched", path, size, max_bytes
             )
         lines = _lines_backwards(
-            fh, info.st_size, block_bytes=block_bytes, max_scan=max_bytes, max_line=max_line_bytes
+            fh, block_bytes=block_bytes, max_scan=max_bytes, max_line=max_line_bytes
         )
         for line in lines:
             if line is None:
@@ -293,14 +273,7 @@ def transcript_end(path: Path, *, max_bytes: int = TAIL_SCAN_BYTES) -> Transcrip
     stop_reason: str | None = None
     texts: list[str] = []
     with fh:
-        size = os.fstat(fh.fileno()).st_size
-        for raw in _lines_backwards(
-            fh,
-            size,
-            block_bytes=DEFAULT_BLOCK_BYTES,
-            max_scan=max_bytes,
-            max_line=DEFAULT_MAX_LINE_BYTES,
-        ):
+        for raw in _lines_backwards(fh, max_scan=max_bytes):
             if not raw or _ASSISTANT_MARK not in raw:
                 continue
             try:
@@ -373,9 +346,8 @@ def transcript_tail(
     lines: list[str] = []
     results: dict[str, bool] = {}  # tool_use_id -> is_error, from user records
     with fh:
-        size = os.fstat(fh.fileno()).st_size
         for raw in _lines_backwards(
-            fh, size, block_bytes=block_bytes, max_scan=max_bytes, max_line=max_line_bytes
+            fh, block_bytes=block_bytes, max_scan=max_bytes, max_line=max_line_bytes
         ):
             if len(calls) >= max_calls and len(lines) >= max_lines:
                 break

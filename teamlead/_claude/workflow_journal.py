@@ -24,16 +24,14 @@ Example:
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .files import FileProblem, loads, read_regular
+from .files import FileProblem, is_plain_id, loads, read_regular
 
 __all__ = ["JournalResult", "find_journal", "journal_results", "workflow_result"]
 
-_SAFE_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")
 _MAX_BYTES = 32 * 1024 * 1024
 _MAX_TEXT = 100_000  # of one agent's result
 _MAX_OUTPUT_BYTES = 64 * 1024 * 1024
@@ -47,14 +45,10 @@ class JournalResult:
     text: str
 
 
-def _plain(value: str) -> bool:
-    return bool(_SAFE_ID.fullmatch(value)) and ".." not in value
-
-
 def find_journal(config_dir: Path, session_id: str, run_id: str) -> Path | None:
     """The journal of run ``run_id`` in ``session_id``, or ``None`` (not there, or an id
     that is not a plain id and so would steer the path)."""
-    if not (_plain(session_id) and _plain(run_id)):
+    if not (is_plain_id(session_id) and is_plain_id(run_id)):
         return None
     tail = f"{session_id}/subagents/workflows/{run_id}/journal.jsonl"
     matches = sorted((Path(config_dir) / "projects").glob(f"*/{tail}"))

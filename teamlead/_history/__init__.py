@@ -7,24 +7,12 @@ records within its bounds: :mod:`.store`. Others import from here.
 
 from __future__ import annotations
 
-from .folder import HISTORY_DIR_VAR, NO_HISTORY_VAR, history_dir, history_wanted
+from .folder import history_dir, history_wanted
 from .record import INLINE_RESULT_CHARS, RECORD_VERSION, AgentRecord, RunRecord
-from .store import (
-    DEFAULT_MAX_BYTES,
-    DEFAULT_MAX_RUNS,
-    MAX_BYTES_VAR,
-    MAX_RUNS_VAR,
-    History,
-)
+from .store import History
 
 __all__ = [
-    "DEFAULT_MAX_BYTES",
-    "DEFAULT_MAX_RUNS",
-    "HISTORY_DIR_VAR",
     "INLINE_RESULT_CHARS",
-    "MAX_BYTES_VAR",
-    "MAX_RUNS_VAR",
-    "NO_HISTORY_VAR",
     "RECORD_VERSION",
     "AgentRecord",
     "History",

@@ -26,7 +26,7 @@ import contextlib
 import os
 import re
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -179,11 +179,26 @@ class History:
     def records(self, limit: int | None = None) -> list[RunRecord]:
         """Every run kept (the newest ``limit`` when given), newest first; a file that is
         not a record is skipped."""
+        folder = self.directory
+        try:
+            names = sorted((p.name for p in folder.iterdir()), reverse=True)
+        except OSError:  # no history yet
+            return []
+        parsed, self._parsed = self._parsed, {}
         found: list[RunRecord] = []
-        for _, record in self._records():
+        for name in names:
             if limit is not None and len(found) >= limit:
                 break
-            found.append(record)
+            match = _RECORD.fullmatch(name)
+            if match is None:
+                continue
+            record = parsed.get((folder, name))
+            if record is None:
+                raw = read_small(folder / name, MAX_RECORD_BYTES)
+                record = _parse(raw) if raw is not None else None
+            if record is not None and record.run == match.group(2):
+                self._parsed[(folder, name)] = record  # a record's file is written once
+                found.append(record)
         return found
 
     def find(self, ref: str) -> RunRecord:
@@ -218,25 +233,6 @@ class History:
             return None
         raw = read_small(self.directory / agent.result_ref, _MAX_RESULT_BYTES)
         return None if raw is None else raw.decode("utf-8", "replace")
-
-    def _records(self) -> Iterator[tuple[Path, RunRecord]]:
-        folder = self.directory
-        try:
-            names = sorted((p.name for p in folder.iterdir()), reverse=True)
-        except OSError:  # no history yet
-            return
-        parsed, self._parsed = self._parsed, {}
-        for name in names:
-            match = _RECORD.fullmatch(name)
-            if match is None:
-                continue
-            record = parsed.get((folder, name))
-            if record is None:
-                raw = read_small(folder / name, MAX_RECORD_BYTES)
-                record = _parse(raw) if raw is not None else None
-            if record is not None and record.run == match.group(2):
-                self._parsed[(folder, name)] = record  # a record's file is written once
-                yield folder / name, record
 
 
 def _parse(raw: bytes) -> RunRecord | None:

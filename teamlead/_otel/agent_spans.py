@@ -187,7 +187,7 @@ class AgentSpans:
         from opentelemetry.trace import SpanKind
 
         parent = self.find(record.parent) if record.parent else None
-        operation = "invoke_workflow" if record.kind == "workflow" else c.INVOKE_AGENT
+        operation = span_operation(record)
         attributes: dict[str, Any] = {
             c.OPERATION: operation,
             c.PROVIDER_NAME: c.PROVIDER,
@@ -198,7 +198,7 @@ class AgentSpans:
         if conversation:
             attributes[c.CONVERSATION_ID] = conversation
         span = self._tracer.start_span(
-            _span_name(operation, record, self.scrub),
+            f"{operation} {self.scrub(record.name)}" if record.name else operation,
             context=self.context(parent) if parent is not None else self._root,
             kind=SpanKind.INTERNAL,
             attributes=attributes,
@@ -248,8 +248,5 @@ class AgentSpans:
 
 
 def span_operation(record: AgentRecord) -> str:
+    """The span's GenAI operation: ``invoke_workflow`` for a workflow, else ``invoke_agent``."""
     return "invoke_workflow" if record.kind == "workflow" else c.INVOKE_AGENT
-
-
-def _span_name(operation: str, record: AgentRecord, scrub: Callable[[str], str]) -> str:
-    return f"{operation} {scrub(record.name)}" if record.name else operation

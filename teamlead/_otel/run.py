@@ -44,7 +44,6 @@ from ..events import (
     FallbackUsed,
     Finished,
     InboxCollected,
-    RateLimited,
     ResumeFailed,
     Resuming,
     SpawnDecided,
@@ -353,9 +352,6 @@ class RunTrace:
             },
         )
 
-    def _limited(self, event: RateLimited) -> None:
-        pass  # on the request's chat span, where the relay reported it
-
     def _on_finished(self, event: Finished) -> None:
         from opentelemetry.trace import Status, StatusCode
 
@@ -457,6 +453,5 @@ _HANDLERS: dict[type, Any] = {
     Resuming: RunTrace._resuming,
     ResumeFailed: RunTrace._resume_failed,
     ConcurrencyChanged: RunTrace._changed,
-    RateLimited: RunTrace._limited,
     Finished: RunTrace._on_finished,
 }

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -31,6 +30,7 @@ from typing import Literal
 from claude_agent_sdk.types import SessionKey, SessionStore, SessionStoreEntry
 
 from .._claude import FileProblem, loads, open_regular
+from .._private import write_private
 from .stored import WarnOnce, dump_entry, entry_uuid
 
 __all__ = ["Brought", "bring_home", "implements", "safe_subpath"]
@@ -103,14 +103,7 @@ def _local_uuids(path: Path) -> set[str] | None:
 def _write(path: Path, text: str) -> None:
     """``text`` as ``path``, whole: a temp file beside it renamed over it (mode 0600)."""
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as out:
-            out.write(text)
-        Path(tmp).replace(path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_private(path, text)
 
 
 def _jsonl(entries: list[SessionStoreEntry]) -> str:

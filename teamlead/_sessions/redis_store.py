@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from claude_agent_sdk import fold_session_summary
@@ -57,6 +58,7 @@ from .stored import (
     read_entry,
     read_summary,
     subpath_of,
+    tell_unreadable,
 )
 
 __all__ = ["DEFAULT_TTL_S", "NAMESPACE", "RedisSessionStore"]
@@ -230,32 +232,18 @@ class RedisSessionStore(SessionStore):
         await self._call("ping", self._redis().ping())
 
     # -- keys ----------------------------------------------------------------------------
-    def _session(self, project_key: str, session_id: str) -> str:
-        return f"{encode(project_key)}:{encode(session_id)}"
+    def _key(self, kind: str, *parts: str) -> str:
+        """``<namespace><kind>:<part>:…``, each part %-encoded (see the module docstring)."""
+        return self._ns + ":".join([kind, *(encode(part) for part in parts)])
 
-    def _entries(self, key: SessionKey) -> str:
-        tail = self._session(key["project_key"], key["session_id"])
+    def _entries(self, key: SessionKey, kind: str = "entries") -> str:
         subpath = subpath_of(key)
-        return f"{self._ns}entries:{tail}" + (f":{encode(subpath)}" if subpath else "")
+        return self._key(
+            kind, key["project_key"], key["session_id"], *([subpath] if subpath else [])
+        )
 
     def _uuids(self, key: SessionKey) -> str:
-        return self._ns + "uuids:" + self._entries(key)[len(self._ns) + len("entries:") :]
-
-    def _subkeys(self, project_key: str, session_id: str) -> str:
-        return f"{self._ns}subkeys:{self._session(project_key, session_id)}"
-
-    def _index(self, project_key: str) -> str:
-        return f"{self._ns}index:{encode(project_key)}"
-
-    def _summary(self, project_key: str, session_id: str) -> str:
-        return f"{self._ns}summary:{self._session(project_key, session_id)}"
-
-    def _status(self, project_key: str, session_id: str) -> str:
-        return f"{self._ns}status:{self._session(project_key, session_id)}"
-
-    @property
-    def _projects(self) -> str:
-        return f"{self._ns}projects"
+        return self._entries(key, "uuids")
 
     # -- the protocol --------------------------------------------------------------------
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
@@ -274,9 +262,9 @@ class RedisSessionStore(SessionStore):
         keys = [
             self._entries(key),
             self._uuids(key),
-            self._subkeys(pk, sid),
-            self._index(pk),
-            self._projects,
+            self._key("subkeys", pk, sid),
+            self._key("index", pk),
+            self._key("projects"),
         ]
         mtime, dropped = await self._call("append", self._append(keys=keys, args=args))
         if dropped:
@@ -294,7 +282,7 @@ class RedisSessionStore(SessionStore):
         """Fold ``entries`` into the session's summary by compare-and-set."""
         import redis
 
-        name = self._summary(key["project_key"], key["session_id"])
+        name = self._key("summary", key["project_key"], key["session_id"])
 
         async def fold() -> None:
             async with client.pipeline(transaction=True) as pipe:
@@ -336,50 +324,37 @@ class RedisSessionStore(SessionStore):
             return None
         out: list[SessionStoreEntry] = []
         size = bad = 0
+        cut = False
         for start in range(0, int(count), _PAGE):
             page = await self._call("load", client.lrange(name, start, start + _PAGE - 1), key=name)
             if page is _WRONG:
                 break
             for raw in page:
                 size += len(raw)
-                if size > MAX_SESSION_BYTES:
-                    self._warn(
-                        "too-large",
-                        f"session store {self.where}: a transcript over 256 MiB was read "
-                        "only up to that",
-                    )
-                    return out
+                cut = size > MAX_SESSION_BYTES
+                if cut:
+                    break
                 entry = read_entry(raw)
                 if entry is None:
                     bad += 1
                 else:
                     out.append(entry)
-        if bad:
-            self._warn(
-                "entry",
-                f"session store {self.where}: skipped {bad} unreadable entr"
-                f"{'y' if bad == 1 else 'ies'} (not a transcript line)",
-            )
+            if cut:
+                break
+        tell_unreadable(self._warn, self.where, bad, cut=cut)
         return out or None
 
     async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
         """The project's sessions (main transcripts) with their last write, epoch ms."""
         client = self._redis()
-        index = self._index(project_key)
+        index = self._key("index", project_key)
         pairs = await self._members(index)
         if not pairs:
             return []
-        exists = await self._exists(
-            [self._entries({"project_key": project_key, "session_id": s}) for s, _ in pairs]
-        )
-        gone = [s for (s, _), ok in zip(pairs, exists, strict=True) if not ok]
-        if gone:  # expired or deleted behind the index: drop them from it
-            await self._call("list_sessions", client.zrem(index, *gone))
-        return [
-            {"session_id": s, "mtime": int(score)}
-            for (s, score), ok in zip(pairs, exists, strict=True)
-            if ok
-        ]
+        sessions = [s for s, _ in pairs]
+        keys = [self._entries({"project_key": project_key, "session_id": s}) for s in sessions]
+        live = await self._live(sessions, keys, lambda *gone: client.zrem(index, *gone))
+        return [{"session_id": s, "mtime": int(score)} for s, score in pairs if s in live]
 
     async def _members(self, name: str) -> list[tuple[str, float]]:
         """A sorted set's members and scores (a key of another type reads as empty)."""
@@ -390,12 +365,19 @@ class RedisSessionStore(SessionStore):
             return []
         return [(str(m), float(s)) for m, s in pairs]
 
-    async def _exists(self, names: list[str]) -> list[bool]:
+    async def _live(
+        self, members: list[str], keys: list[str], drop: Callable[..., Awaitable[Any]]
+    ) -> set[str]:
+        """The members whose entries (``keys``, in order) still exist; the others expired or
+        were deleted behind the index or set that lists them, and are dropped from it."""
         async with self._redis().pipeline(transaction=False) as pipe:
-            for name in names:
+            for name in keys:
                 pipe.exists(name)
             found = await self._call("exists", pipe.execute())
-        return [bool(n) for n in found]
+        gone = [m for m, n in zip(members, found, strict=True) if not n]
+        if gone:
+            await self._call("list", drop(*gone))
+        return {m for m, n in zip(members, found, strict=True) if n}
 
     async def list_session_summaries(self, project_key: str) -> list[SessionSummaryEntry]:
         """The SDK's summaries of the project's sessions (unreadable ones skipped)."""
@@ -404,7 +386,7 @@ class RedisSessionStore(SessionStore):
             return []
         async with self._redis().pipeline(transaction=False) as pipe:
             for item in listed:
-                pipe.get(self._summary(project_key, item["session_id"]))
+                pipe.get(self._key("summary", project_key, item["session_id"]))
             raws = await self._call("list_session_summaries", pipe.execute(raise_on_error=False))
         out: list[SessionSummaryEntry] = []
         bad = 0
@@ -430,7 +412,7 @@ class RedisSessionStore(SessionStore):
         """
         client = self._redis()
         pk, sid, subpath = key["project_key"], key["session_id"], subpath_of(key)
-        subkeys = self._subkeys(pk, sid)
+        subkeys = self._key("subkeys", pk, sid)
         if subpath:
             async with client.pipeline(transaction=True) as pipe:
                 pipe.delete(self._entries(key), self._uuids(key))
@@ -442,18 +424,18 @@ class RedisSessionStore(SessionStore):
         for sub in subs:
             sub_key: SessionKey = {"project_key": pk, "session_id": sid, "subpath": sub}
             names += [self._entries(sub_key), self._uuids(sub_key)]
-        names += [self._summary(pk, sid), self._status(pk, sid)]
-        index = self._index(pk)
+        names += [self._key("summary", pk, sid), self._key("status", pk, sid)]
+        index = self._key("index", pk)
         async with client.pipeline(transaction=True) as pipe:
             pipe.delete(*names)
             pipe.zrem(index, sid)
             await self._call("delete", pipe.execute(raise_on_error=False))
         left = await self._call("delete", client.zcard(index), key=index)
         if left is _WRONG or not left:
-            await self._call("delete", client.zrem(self._projects, pk))
+            await self._call("delete", client.zrem(self._key("projects"), pk))
 
     async def _subpaths(self, project_key: str, session_id: str) -> list[str]:
-        name = self._subkeys(project_key, session_id)
+        name = self._key("subkeys", project_key, session_id)
         found = await self._call("list_subkeys", self._redis().smembers(name), key=name)
         if found is _WRONG:
             return []
@@ -465,18 +447,15 @@ class RedisSessionStore(SessionStore):
         subs = await self._subpaths(pk, sid)
         if not subs:
             return []
-        exists = await self._exists(
-            [self._entries({"project_key": pk, "session_id": sid, "subpath": s}) for s in subs]
-        )
-        gone = [s for s, ok in zip(subs, exists, strict=True) if not ok]
-        if gone:  # expired behind the set
-            await self._call("list_subkeys", self._redis().srem(self._subkeys(pk, sid), *gone))
-        return [s for s, ok in zip(subs, exists, strict=True) if ok]
+        keys = [self._entries({"project_key": pk, "session_id": sid, "subpath": s}) for s in subs]
+        subkeys = self._key("subkeys", pk, sid)
+        live = await self._live(subs, keys, lambda *gone: self._redis().srem(subkeys, *gone))
+        return [s for s in subs if s in live]
 
     # -- teamlead's own ------------------------------------------------------------------
     async def list_project_keys(self) -> list[str]:
         """Every project key with a session in the store, most recently written first."""
-        pairs = await self._members(self._projects)
+        pairs = await self._members(self._key("projects"))
         return [p for p, _ in sorted(pairs, key=lambda pair: -pair[1])]
 
     async def put_status(self, status: SessionStatus) -> None:
@@ -485,21 +464,18 @@ class RedisSessionStore(SessionStore):
         Raises:
             SessionStoreError: the store could not be reached or failed.
         """
-        name = self._status(status.project_key, status.session_id)
+        name = self._key("status", status.project_key, status.session_id)
         await self._call(
             "status", self._redis().set(name, status.model_dump_json(), px=self._ttl_ms)
         )
 
     async def get_status(self, project_key: str, session_id: str) -> SessionStatus | None:
         """The session's status record, or ``None`` (none, or unreadable: one warning)."""
-        name = self._status(project_key, session_id)
+        name = self._key("status", project_key, session_id)
         raw = await self._call("status", self._redis().get(name), key=name)
         if raw is None or raw is _WRONG:
             return None
-        status = read_status(raw)
-        if status is None:
-            self._warn("status", f"session store {self.where}: skipped an unreadable status")
-        return status
+        return read_status(raw, self._warn, self.where)
 
 
 def _reopened(

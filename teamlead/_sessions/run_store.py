@@ -24,7 +24,6 @@ end (:meth:`~RunStore.put_status`).
 from __future__ import annotations
 
 import logging
-import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -40,6 +39,7 @@ from claude_agent_sdk.types import (
     SessionSummaryEntry,
 )
 
+from .._claude import is_session_id
 from .._redact import redact
 from ..clock import SYSTEM_CLOCK
 from ..errors import UsageError
@@ -56,7 +56,6 @@ __all__ = ["RunStore"]
 log = logging.getLogger("teamlead.sessions")
 
 _T = TypeVar("_T")
-_SAFE_SESSION = re.compile(r"[A-Za-z0-9_-]{1,128}")
 #: What one store call may take before the store counts as failed.
 STORE_TIMEOUT_S = 10.0
 
@@ -110,18 +109,21 @@ class RunStore:
                 why,
             )
 
-    async def call(self, what: str, work: Callable[[], Awaitable[_T]], default: _T) -> _T:
+    async def call(
+        self, what: str, work: Callable[[], Awaitable[_T]], default: _T, *, at_start: bool = False
+    ) -> _T:
         """``await work()`` within ``timeout_s``; on any failure the store is given up (one
-        warning) and ``default`` returned. Once given up, ``default`` at once."""
+        warning, the start's when ``at_start``) and ``default`` returned. Once given up,
+        ``default`` at once."""
         if self.failed is not None:
             return default
         try:
             with anyio.fail_after(self.timeout_s):
                 return await work()
         except TimeoutError:
-            self.give_up(f"{what} took over {self.timeout_s:g} s")
+            self.give_up(f"{what} took over {self.timeout_s:g} s", at_start=at_start)
         except Exception as exc:  # noqa: BLE001 - a failing store must never end the run
-            self.give_up(redact(str(exc) or type(exc).__name__)[:300])
+            self.give_up(redact(str(exc) or type(exc).__name__)[:300], at_start=at_start)
         return default
 
     async def check(self) -> bool:
@@ -130,20 +132,17 @@ class RunStore:
         ping = getattr(self.store, "ping", None)
         if ping is None:
             return True
-        try:
-            with anyio.fail_after(self.timeout_s):
-                await ping()
+
+        async def answered() -> bool:
+            await ping()
             return True
-        except TimeoutError:
-            self.give_up(f"no answer in {self.timeout_s:g} s", at_start=True)
-        except Exception as exc:  # noqa: BLE001 - told in one line, the run goes on
-            self.give_up(redact(str(exc) or type(exc).__name__)[:300], at_start=True)
-        return False
+
+        return await self.call("a ping", answered, False, at_start=True)
 
     # -- the session on this machine -----------------------------------------------------
     def local_transcript(self, session_id: str) -> Path | None:
         """The session's transcript on this machine, if there is one."""
-        if not _SAFE_SESSION.fullmatch(session_id):
+        if not is_session_id(session_id):
             return None
         for path in sorted((self.config_dir / "projects").glob(f"*/{session_id}.jsonl")):
             if path.is_file():
@@ -159,7 +158,7 @@ class RunStore:
                 message says which store, and under which project key it was looked for).
         """
         local = self.local_transcript(session_id)
-        if not _SAFE_SESSION.fullmatch(session_id):
+        if not is_session_id(session_id):
             return None  # the session reader refuses it with its own message
         brought = await self.call(
             "bringing the session home",

@@ -45,19 +45,19 @@ from claude_agent_sdk.types import (
     SessionSummaryEntry,
 )
 
-from .._claude import loads
 from ..clock import SYSTEM_CLOCK
 from ..errors import SessionStoreError
 from .status import SessionStatus, read_status
 from .stored import (
-    MAX_ENTRY_BYTES,
     MAX_SESSION_BYTES,
     WarnOnce,
     dump_entry,
     entry_uuid,
     log,
     read_entry,
+    read_summary,
     subpath_of,
+    tell_unreadable,
 )
 
 __all__ = ["SQLiteSessionStore"]
@@ -288,7 +288,7 @@ class SQLiteSessionStore(SessionStore):
             "WHERE project_key = ? AND session_id = ?",
             (pk, sid),
         ).fetchone()
-        prev = _summary_row(row, sid)
+        prev = read_summary(_text(row[1]), sid, mtime=row[0]) if row else None
         folded = fold_session_summary(prev, key, entries)
         folded["mtime"] = max(mtime, prev["mtime"] if prev else 0)
         db.execute(
@@ -316,8 +316,8 @@ class SQLiteSessionStore(SessionStore):
                 (pk, sid, subpath),
             )
             for (body,) in rows:
-                text = body if isinstance(body, (str, bytes)) else None
-                size += len(text) if text is not None else 0
+                text = _text(body)
+                size += len(text or "")
                 if size > MAX_SESSION_BYTES:
                     return out, bad, True
                 entry = read_entry(text)
@@ -328,17 +328,7 @@ class SQLiteSessionStore(SessionStore):
             return out, bad, False
 
         entries, bad, cut = await self._run("load", work)
-        if bad:
-            self._warn(
-                "entry",
-                f"session store {self.where}: skipped {bad} unreadable entr"
-                f"{'y' if bad == 1 else 'ies'} (not a transcript line)",
-            )
-        if cut:
-            self._warn(
-                "too-large",
-                f"session store {self.where}: a transcript over 256 MiB was read only up to that",
-            )
+        tell_unreadable(self._warn, self.where, bad, cut=cut)
         return entries or None
 
     async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
@@ -370,7 +360,9 @@ class SQLiteSessionStore(SessionStore):
             out: list[SessionSummaryEntry] = []
             bad = 0
             for sid, mtime, data in rows:
-                summary = _summary_row((mtime, data), sid) if isinstance(sid, str) else None
+                summary = (
+                    read_summary(_text(data), sid, mtime=mtime) if isinstance(sid, str) else None
+                )
                 if summary is None:
                     bad += 1
                 else:
@@ -463,27 +455,9 @@ class SQLiteSessionStore(SessionStore):
                 (project_key, session_id),
             ).fetchone(),
         )
-        if row is None:
-            return None
-        status = read_status(row[0] if isinstance(row[0], (str, bytes)) else None)
-        if status is None:
-            self._warn("status", f"session store {self.where}: skipped an unreadable status")
-        return status
+        return None if row is None else read_status(row[0], self._warn, self.where)
 
 
-def _summary_row(row: Any, session_id: str) -> SessionSummaryEntry | None:
-    """A summary from its ``(mtime, data)`` row, or ``None`` when the row is not one."""
-    if row is None:
-        return None
-    mtime, data = row
-    if isinstance(mtime, bool) or not isinstance(mtime, int):
-        return None
-    if not isinstance(data, str) or len(data) > MAX_ENTRY_BYTES:
-        return None
-    try:
-        value = loads(data)
-    except ValueError:
-        return None
-    if not isinstance(value, dict):
-        return None
-    return {"session_id": session_id, "mtime": mtime, "data": value}
+def _text(value: object) -> str | None:
+    """A column's value as stored text, ``None`` when it is none (SQLite columns are untyped)."""
+    return value if isinstance(value, str) else None

@@ -14,7 +14,7 @@ no record at all.
 Example:
     >>> record = SessionStatus(session_id="s", project_key="p", status="partial",
     ...                        reason="max_resumes", agents=4, used=2, lost=2, ended_at=1)
-    >>> read_status(record.model_dump_json()).used
+    >>> read_status(record.model_dump_json(), WarnOnce(), "a store").used
     2
 """
 
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from .._version import __version__
-from .stored import MAX_ENTRY_BYTES
+from .stored import MAX_ENTRY_BYTES, WarnOnce
 
 if TYPE_CHECKING:
     from ..events import Finished
@@ -65,14 +65,19 @@ class SessionStatus(BaseModel):
     teamlead: str = __version__
 
 
-def read_status(raw: str | bytes | None) -> SessionStatus | None:
-    """A stored status record, or ``None`` when it is not one (or over the size cap)."""
-    if raw is None or len(raw) > MAX_ENTRY_BYTES:
-        return None
-    try:
-        return SessionStatus.model_validate_json(raw)
-    except (ValidationError, ValueError, RecursionError):
-        return None
+def read_status(raw: object, warn: WarnOnce, where: str) -> SessionStatus | None:
+    """A stored status record, or ``None`` when it is not one (or over the size cap): then
+    one warning says so."""
+    if not isinstance(raw, (str, bytes)) or len(raw) > MAX_ENTRY_BYTES:
+        status = None
+    else:
+        try:
+            status = SessionStatus.model_validate_json(raw)
+        except (ValidationError, ValueError, RecursionError):
+            status = None
+    if status is None:
+        warn("status", f"session store {where}: skipped an unreadable status")
+    return status
 
 
 def status_of(

@@ -41,6 +41,7 @@ __all__ = [
     "read_entry",
     "read_summary",
     "subpath_of",
+    "tell_unreadable",
 ]
 
 log = logging.getLogger("teamlead.sessions")
@@ -105,8 +106,11 @@ def read_entry(raw: str | bytes | None) -> SessionStoreEntry | None:
     return cast(SessionStoreEntry, value)
 
 
-def read_summary(raw: str | bytes | None, session_id: str) -> SessionSummaryEntry | None:
-    """A stored summary of ``session_id``, or ``None`` when it is not one.
+def read_summary(
+    raw: str | bytes | None, session_id: str, *, mtime: object = None
+) -> SessionSummaryEntry | None:
+    """A stored summary of ``session_id``, or ``None`` when it is not one. With ``mtime``,
+    ``raw`` is the summary's ``data`` alone (a store that keeps the mtime beside it).
 
     Example:
         >>> read_summary('{"session_id": "s", "mtime": 1700000000000, "data": {}}', "s")
@@ -120,6 +124,8 @@ def read_summary(raw: str | bytes | None, session_id: str) -> SessionSummaryEntr
         value: Any = loads(raw)
     except ValueError:
         return None
+    if mtime is not None:
+        value = {"session_id": session_id, "mtime": mtime, "data": value}
     if not isinstance(value, dict) or value.get("session_id") != session_id:
         return None
     mtime = value.get("mtime")
@@ -128,3 +134,18 @@ def read_summary(raw: str | bytes | None, session_id: str) -> SessionSummaryEntr
     if not isinstance(value.get("data"), dict):
         return None
     return {"session_id": session_id, "mtime": int(mtime), "data": value["data"]}
+
+
+def tell_unreadable(warn: WarnOnce, where: str, bad: int, *, cut: bool = False) -> None:
+    """Tell, once per kind, that a load skipped ``bad`` entries or stopped at the size cap."""
+    if bad:
+        noun = "entry" if bad == 1 else "entries"
+        warn(
+            "entry",
+            f"session store {where}: skipped {bad} unreadable {noun} (not a transcript line)",
+        )
+    if cut:
+        warn(
+            "too-large",
+            f"session store {where}: a transcript over 256 MiB was read only up to that",
+        )

@@ -10,8 +10,9 @@ writers' lock protocol):
   unknown fields kept) and decodes each entry into a :class:`TeammateMessage`. A 0-byte
   (or whitespace-only) file is an empty inbox, not a broken one: writers create it with
   ``wx`` before writing ``[]``. Truncated JSON is ``invalid``, with a warning.
-- :func:`wait_for_inbox` waits, event-driven through ``watchfiles`` with a polling
-  fallback, until a condition on the inbox holds or the wait runs out.
+- :func:`wait_for_inbox` waits, woken by change events (inotify on Linux, else
+  ``watchfiles``) with a polling fallback, until a condition on the inbox holds or the
+  wait runs out.
 - :func:`consume_inbox` removes delivered entries under the writers' lock, the way Claude
   Code's own reader does, so the inbox does not grow without bound.
 

@@ -19,12 +19,14 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from ..._redact import redact
 from ...clock import SYSTEM_CLOCK, Clock
 from ...errors import InboxError
 from ...policy import LockPolicy
 from ..team import load_team, within
-from .lock import pid_alive, with_lock
+from .lock import with_lock
 from .model import DEFAULT_MAX_INBOX_BYTES, ConsumeResult
 from .read import confine_root, load_array, scan_entry
 
@@ -40,7 +42,7 @@ def _lead_refusal(path: Path, root: Path, own_pids: Collection[int]) -> str | No
         return None
     team = load_team(team_dir, root)
     pid = None if team is None else team.config.lead_pid
-    if pid is None or pid == os.getpid() or pid in own_pids or not pid_alive(pid):
+    if pid is None or pid == os.getpid() or pid in own_pids or not psutil.pid_exists(pid):
         return None
     return f"lead process {pid} is alive and reads its own inbox; not consuming"
 

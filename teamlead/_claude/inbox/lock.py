@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
@@ -21,7 +20,7 @@ from ...clock import SYSTEM_CLOCK, Clock
 from ...errors import InboxError
 from ...policy import LockPolicy
 
-__all__ = ["lock_path", "pid_alive", "with_lock"]
+__all__ = ["lock_path", "with_lock"]
 
 logger = logging.getLogger(__name__)
 
@@ -106,16 +105,3 @@ async def with_lock(
             )
         await clock.sleep(delay)
         delay = min(delay * policy.backoff, policy.max_delay_s)
-
-
-def pid_alive(pid: int) -> bool:
-    """True when a process with ``pid`` exists (it may belong to another user)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True

@@ -65,7 +65,9 @@ _TERMINATING_FRAMES = frozenset({"teammate_terminated", "shutdown_approved"})
 
 
 def entry_key(sender: str, timestamp: str, text: str) -> str:
-    """The key of an entry without ``msg_id``: a digest of ``from|timestamp|text``."""
+    """The key of an entry without ``msg_id``: a SHA-256 digest of ``from|timestamp|text``,
+    the same identity without carrying message content (or a secret in it) into logs and
+    records."""
     # surrogatepass: a lone surrogate from a hostile entry must hash, not crash
     data = f"{sender}|{timestamp}|{text}".encode("utf-8", errors="surrogatepass")
     digest = hashlib.sha256(data).hexdigest()
@@ -92,15 +94,6 @@ class InboxEntry(BaseModel):
     msgV: int | None = None
     msg_id: str | None = None
     lead_sig: str | None = None
-
-    @property
-    def key(self) -> str:
-        """The dedupe key: ``msg_id`` when present, else ``from|timestamp|text``.
-
-        The fallback is stored as a SHA-256 digest of that string: the same identity,
-        without carrying message content (or a secret in it) into logs and records.
-        """
-        return self.msg_id or entry_key(self.sender, self.timestamp, self.text)
 
 
 class TeammateMessage(BaseModel):
@@ -183,7 +176,7 @@ class EntryFields(NamedTuple):
 
     @property
     def key(self) -> str:
-        """As :attr:`InboxEntry.key`."""
+        """The dedupe key: ``msg_id`` when present, else :func:`entry_key`."""
         return self.msg_id or entry_key(self.sender, self.timestamp, self.text)
 
     @classmethod

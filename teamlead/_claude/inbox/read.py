@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from ..._redact import redact, secret_scrubber
 from ..files import FileProblem, ProblemKind, loads, read_regular
-from ..team import within
+from ..team import first_error, within
 from .model import (
     DEFAULT_MAX_INBOX_BYTES,
     EntryFields,
@@ -54,7 +54,6 @@ _LISTED_SKIPS = 10
 _NO_VALUE = re.compile(rb"[ \t\n\r]*")  # JSON's whitespace; matching stops at the first value byte
 _REQUIRED = ("from", "text", "timestamp")
 _OPTIONAL_STR = ("type", "color", "summary", "msg_id", "lead_sig")
-_KNOWN = frozenset({*_REQUIRED, *_OPTIONAL_STR, "read", "from_plugin", "msgV", "sender"})
 
 
 def _well_formed(raw: Any) -> bool:
@@ -153,9 +152,7 @@ def parse_inbox_entry(raw: Any) -> InboxEntry | str:
     except RecursionError:
         return "entry: nested too deeply"
     except ValidationError as exc:
-        err = exc.errors()[0]
-        where = ".".join(str(p) for p in err.get("loc", ())) or "entry"
-        return f"{where}: {err.get('msg', 'invalid')}"
+        return first_error(exc)
 
 
 def read_unlogged(path: Path, config_dir: Path | None, max_bytes: int) -> InboxRead:

@@ -9,7 +9,7 @@ its nearest existing ancestor while the inbox does not exist yet) and polls with
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 
 import anyio
@@ -18,7 +18,7 @@ from watchfiles import awatch
 from ...clock import SYSTEM_CLOCK, Clock, wait_event
 from ...policy import InboxWaitPolicy
 from ..team import within
-from ._inotify import open_watch
+from ._inotify import DirWatch, open_watch
 from .model import DEFAULT_MAX_INBOX_BYTES, InboxRead, InboxWait
 from .read import confine_root, read_unlogged
 
@@ -70,7 +70,8 @@ async def _watch(
 
     The watch is in place before the first suspension, so a wake set just before waiting
     is seen only once the new watch is in place: nothing falls between two. Linux inotify
-    is awaited on the loop itself; elsewhere ``watchfiles`` watches from a thread.
+    is awaited on the loop itself (a change is seen as the kernel queues it, an idle wait
+    costs nothing); elsewhere ``watchfiles`` watches from a thread.
     """
     retarget = False
     while not stop.is_set():
@@ -81,13 +82,13 @@ async def _watch(
         if retarget:
             wake.set()
         retarget = True
-        if direct is None:
-            if not await _watch_thread(path, root, target, policy, stop, wake):
-                return
-            continue
+        batches = (
+            _inotify_batches(direct)
+            if direct is not None
+            else _watchfiles_batches(target, policy, stop)
+        )
         try:
-            while not stop.is_set():
-                names, gone = await direct.changes()
+            async for names, gone in batches:
                 if target != path.parent:
                     wake.set()
                     if _nearest_existing(path.parent, root) != target:
@@ -97,14 +98,25 @@ async def _watch(
                     wake.set()
                 if gone or not _is_dir(target):
                     break
+        except (OSError, RuntimeError) as exc:
+            logger.warning("watching %s failed (%s); polling instead", target, type(exc).__name__)
+            return
         finally:
-            direct.close()
+            await batches.aclose()
+            if direct is not None:
+                direct.close()
 
 
-async def _watch_thread(
-    path: Path, root: Path, target: Path, policy: InboxWaitPolicy, stop: anyio.Event, wake: _Wake
-) -> bool:
-    """Watch ``target`` with ``watchfiles``; False when watching failed (poll instead)."""
+async def _inotify_batches(watch: DirWatch) -> AsyncGenerator[tuple[set[str], bool], None]:
+    """The directory's changes from inotify: the names changed, and whether it went away."""
+    while True:
+        yield await watch.changes()
+
+
+async def _watchfiles_batches(
+    target: Path, policy: InboxWaitPolicy, stop: anyio.Event
+) -> AsyncGenerator[tuple[set[str], bool], None]:
+    """The same from ``watchfiles``, which ends when ``stop`` is set."""
     changes_iter = awatch(
         target,
         watch_filter=None,
@@ -117,21 +129,9 @@ async def _watch_thread(
     )
     try:
         async for changes in changes_iter:
-            if target != path.parent:
-                wake.set()
-                if _nearest_existing(path.parent, root) != target:
-                    break
-                continue
-            if any(Path(changed).name == path.name for _, changed in changes):
-                wake.set()
-            if not _is_dir(target):
-                break
-    except (OSError, RuntimeError) as exc:
-        logger.warning("watching %s failed (%s); polling instead", target, type(exc).__name__)
-        return False
+            yield {Path(changed).name for _, changed in changes}, False
     finally:
         await changes_iter.aclose()
-    return True
 
 
 async def wait_for_inbox(
@@ -147,8 +147,8 @@ async def wait_for_inbox(
 ) -> InboxWait:
     """Wait until ``until(read)`` holds for a read of the inbox, or the wait runs out.
 
-    Wakes at once when the file changes (``watchfiles`` on the inbox's directory, or on
-    its nearest existing ancestor inside the config dir while it does not exist) and
+    Wakes at once when the file changes (a watch on the inbox's directory, or on its
+    nearest existing ancestor inside the config dir while it does not exist) and
     polls with backoff as a fallback. The wait is bounded by the policy and by
     ``deadline``. It is cancel-safe: the watcher is stopped through its stop event, so no
     thread is left waiting on the file system.
