@@ -45,8 +45,8 @@ from teamlead._control.endpoint import (
 )
 from teamlead._control.registry import Registry, parse_entry, process_registry, runtime_dir
 from teamlead._control.steering import RunSteering
+from teamlead._gate.pause import Pause
 from teamlead._history import History, RunRecord
-from teamlead._metering.pause import Pause
 from teamlead._run.process import ProcessState
 from teamlead._run.state import new_run
 from teamlead.control import RunControl

@@ -10,7 +10,7 @@ message run concurrently; a hook may await. So the gate decides in the hook:
   never raises: it denies and records why);
 * **queue** (await in the hook) while the run's limit or the process-wide
   :class:`~teamlead._gate.slots.SpawnCap` is full, FIFO, bounded by the deadline, and
-  while the run is paused (:class:`~teamlead._metering.pause.Pause`);
+  while the run is paused (:class:`~teamlead._gate.pause.Pause`);
 * **admit** (return ``{}``: no opinion), after the stagger.
 
 A ``Workflow`` call starts agents that fire no hook, so the hook decides only what must
@@ -55,13 +55,14 @@ import anyio
 from claude_agent_sdk import HookMatcher
 from claude_agent_sdk.types import SyncHookJSONOutput
 
-from .._metering import Pause, WorkflowRefusal
 from ..clock import SYSTEM_CLOCK, Clock
 from ..events import DenyCode, SpawnDecided
 from ..policy import SpawnPolicy, is_model_alias
 from . import reasons as why
 from .calls import Call, SpawnRecord
 from .hook import deny_output, model_output
+from .pause import Pause
+from .reasons import WorkflowRefusal
 from .slots import FifoSlots, SpawnCap, cli_subagent_cap
 from .turns import Turns
 

@@ -16,10 +16,11 @@ timeouts, a connection cap), :mod:`.keepalive` (a held streaming request kept al
 :mod:`.usage` (a streamed answer's usage), :mod:`.blame` (errors name the user's upstream,
 never the relay), :mod:`.reach` (an upstream that cannot be reached ends a run at its
 start), :mod:`.observe` (the seam for observers of its requests: telemetry),
-:mod:`.stats` (counters, events), :mod:`.server` (uvicorn, lifecycle), :mod:`.run_limits`
-(a run's own ceilings), :mod:`.shared` (the pool of relays and governors a process shares
-between its runs, applicability). Each run's requests are counted and governed per agent
-by its ledger in :mod:`teamlead._metering`.
+:mod:`.stats` (counters, events), :mod:`.server` (uvicorn, lifecycle), :mod:`.shared` (the
+pool of relays and governors a process shares between its runs, applicability). Each run's
+requests are counted per agent by its ledger in :mod:`teamlead._metering` and admitted by
+its admission (:mod:`teamlead._gate`: the pause, the run's own ceilings, the timeout and
+budgets).
 
 Example:
     >>> applicable = relay_applicable(os.environ)  # doctest: +SKIP

@@ -14,10 +14,10 @@ they need. Its parts:
   :class:`~teamlead.tracker.StreamParse` every other reader of its stream reads), the
   CLI's state and stderr tail;
 - the run's :class:`~teamlead._gate.admission.Admission`, the one owner of every agent's
-  admission, and every agent of the run (:class:`~.agents.RunAgents`);
+  and request's admission (its pool and cap, the pause, the timeout and budgets), and
+  every agent of the run (:class:`~.agents.RunAgents`);
 - :class:`Outside`: what reaches the run from outside while it goes: the permission
-  requests waiting for an answer, the pause (``teamlead pause``), the user's
-  :class:`~teamlead.control.RunControl`;
+  requests waiting for an answer, the user's :class:`~teamlead.control.RunControl`;
 - the run's :class:`~.bus.EventBus`: its producers (the gate, the relay, the agents'
   metering, the control) publish there, and each consumer (the public stream, a round
   watching for the lead's Retry-After) subscribes;
@@ -44,7 +44,6 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from .._claude import claude_config_dir
 from .._gate import Admission
-from .._metering import Pause
 from .._procs import stop_marked
 from .._redact import redact
 from .._sessions import RunStore
@@ -202,13 +201,11 @@ class Outside:
 
     Attributes:
         permissions: the permission requests waiting for an answer (``can_use_tool``'s).
-        pause: the run's pause: its admission and its share of the relay hold on it.
         control: the user's live control of the run, if any.
         lease: the run's hold on :attr:`control`, while it serves the run.
     """
 
     permissions: PermissionRequests
-    pause: Pause = field(default_factory=Pause)
     control: RunControl | None = None
     lease: ControlLease | None = None
 
@@ -311,7 +308,7 @@ class RunState:
             process=self.process,
             on_event=self.events.publish,
             agents=self.agents.book,
-            pause=self.outside.pause,
+            pause=self.admission.pause,
             clock=self.clock,
         )
 
@@ -341,7 +338,6 @@ class RunState:
         if self.ask.held:
             return
         self.stop.done()
-        self.outside.pause.end()
         if self.outside.lease is not None:
             self.outside.lease.end()
         self.admission.end(reason)
@@ -446,14 +442,12 @@ def new_run(
     """
     shared = process or default_process_state()
     user = options or ClaudeAgentOptions()
-    pause = Pause()
     bus = EventBus()
     admission = Admission(
         policy,
         clock,
         cap=shared.spawn_cap,
         env=user.env,
-        pause=pause,
         starting_model=_starting_model(user, policy),
         gated=gated and not verbatim,
         publish=bus.publish,
@@ -496,7 +490,7 @@ def new_run(
         stream=Streamed(tracker=Tracker(clock=clock), stderr_tail=tail),
         admission=admission,
         agents=RunAgents(policy, clock, admission, publish=bus.publish),
-        outside=Outside(permissions=permissions, pause=pause),
+        outside=Outside(permissions=permissions),
         events=bus,
         clock=clock,
         process=shared,
