@@ -185,7 +185,7 @@ class RunSteering:
         control = state.outside.control
         if control is None:  # a run started without one: the registry's own
             control = RunControl()  # used on the run's loop: applied at once
-            state.outside.use_control(control, state.admission, state.events.publish, on_loop=True)
+            state.outside.use_control(control, state.admission, on_loop=True)
         cap: int | None | Unset = UNSET
         model: str | None | Unset = UNSET
         if "cap" in changes:

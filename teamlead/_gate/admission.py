@@ -23,8 +23,8 @@ ceilings on its requests in flight, which the relay holds for each run, are
 :class:`~teamlead._gate.limits.RunLimits`, in this package too.
 :class:`~teamlead.RunControl` amends it (:meth:`Admission.amend`); the run tells it what the
 stream shows (:meth:`Admission.observe`), that a workflow agent's work ended, that a stop
-was asked, and that the run ended. Its gate's events go to the ``publish`` it is made with
-(the run's event bus).
+was asked, and that the run ended. Its gate's events and each amend go to the ``publish``
+it is made with (the run's event bus).
 
 Everything it needs is passed when it is made; nothing is wired into it afterwards (a
 client run hands it the client whose timed-out tasks it stops, :meth:`Admission.stop_with`).
@@ -53,7 +53,7 @@ import anyio
 from claude_agent_sdk import HookMatcher
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..events import DenyCode, RelayedAgentKind, SpawnDecided
+from ..events import DenyCode, RelayedAgentKind, RunAmended, SpawnDecided
 from ..policy import Policy, is_model_alias
 from .calls import SpawnRecord
 from .gate import SpawnGate
@@ -90,7 +90,8 @@ class Admission:
         starting_model: the subagent model the run starts with (``None``: the agents' own).
         gated: build the spawn gate when ``policy.spawn`` is on; ``False`` for a client
             that connected without it (its hooks were fixed then).
-        publish: where the gate's events go (the run's event bus); ``None``: nowhere.
+        publish: where the gate's events and the amends go (the run's event bus);
+            ``None``: nowhere.
     """
 
     def __init__(
@@ -102,9 +103,10 @@ class Admission:
         env: Mapping[str, Any] | None = None,
         starting_model: str | None = None,
         gated: bool = True,
-        publish: Callable[[SpawnDecided], None] | None = None,
+        publish: Callable[[SpawnDecided | RunAmended], None] | None = None,
     ) -> None:
         self.clock = clock
+        self._publish = publish
         #: The run's pause (``teamlead pause``): the gate holds the Agent calls it would
         #: admit, the relay the run's new requests, while it is on.
         self.pause = Pause()
@@ -264,10 +266,13 @@ class Admission:
             self.gate.end(reason)
 
     # -- what the control changes -------------------------------------------------------------
-    def amend(self, *, cap: int | None, subagent_model: str | None) -> None:
+    def amend(
+        self, *, cap: int | None, subagent_model: str | None, event: RunAmended | None = None
+    ) -> None:
         """Put the control's values into the run: the cap (``None``: unchanged; a raise
         admits queued agents at once, a cut stops none) and the model agents that start
-        from now on run on (``None``: their own).
+        from now on run on (``None``: their own); ``event``, the control's account of the
+        amend, is published once they apply.
 
         An alias goes into later Agent calls through the hook; the relay pins a model id
         (or an alias, once an Agent call's agent showed what the CLI made of it) to every
@@ -281,6 +286,8 @@ class Admission:
         # the CLI runs new agents on the starting model already: no pin for it
         changed = subagent_model is not None and subagent_model != self.starting_model
         self.pinned_model = subagent_model if changed else None
+        if event is not None and self._publish is not None:
+            self._publish(event)
 
     # -- what the relay's ledger asks ---------------------------------------------------------
     async def admit_workflow_agent(self, agent_id: str) -> WorkflowRefusal | None:

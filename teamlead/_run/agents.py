@@ -59,15 +59,6 @@ class RunAgents:
 
     # -- limits -------------------------------------------------------------------------
     @property
-    def governed(self) -> bool:
-        """Whether any per-agent limit or budget is set (the ledger counts regardless)."""
-        limits = self.book.limits
-        return any(
-            v is not None
-            for v in (limits.agent_timeout_s, limits.token_budget, limits.request_budget)
-        )
-
-    @property
     def exhaust_reason(self) -> ExhaustReason | None:
         return self.book.exhausted
 

@@ -33,7 +33,6 @@ import collections
 import dataclasses
 import os
 import uuid
-from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,7 +48,6 @@ from .._redact import redact
 from .._sessions import RunStore
 from ..clock import Clock
 from ..control import ControlLease, RunControl
-from ..events import RunAmended
 from ..policy import Policy
 from ..tracker import TrackedEvent, Tracker
 from .agents import RunAgents
@@ -210,12 +208,7 @@ class Outside:
     lease: ControlLease | None = None
 
     def use_control(
-        self,
-        control: RunControl,
-        admission: Admission,
-        publish: Callable[[RunAmended], None],
-        *,
-        on_loop: bool = False,
+        self, control: RunControl, admission: Admission, *, on_loop: bool = False
     ) -> None:
         """Let ``control`` amend ``admission`` (its cap and subagent model) from now on (its
         amends are published as :class:`~teamlead.events.RunAmended` events).
@@ -223,14 +216,13 @@ class Outside:
         Args:
             control: the control.
             admission: the run's admission.
-            publish: where its amends go (the run's event bus).
             on_loop: called on the run's event loop once it runs (``teamlead amend`` on a
                 run started without a control): amends are applied through it from now.
 
         Raises:
             AmendRefused: ``control`` already serves a run that has not ended.
         """
-        self.lease = control.serve(admission, emit=publish)
+        self.lease = control.serve(admission)
         self.control = control
         if on_loop:
             self.lease.bind_loop()
@@ -497,7 +489,7 @@ def new_run(
         stop=RunStop(on_request=admission.stopped),
     )
     if control is not None:
-        state.outside.use_control(control, admission, bus.publish)
+        state.outside.use_control(control, admission)
     state.delivered.ledger.one_process = mode == "client"
     shared.enter(state.stop)
     return state
