@@ -381,13 +381,8 @@ class AgentBook:
                     last_tool=count.last_tool,
                 )
             )
-        limits = self.limits
-        tokens, requests = limits.token_budget, limits.request_budget
-        if (
-            self.exhausted is None
-            and tokens is not None
-            and self.tokens >= tokens - self._wrap_tokens()
-        ):
-            self._exhaust("token_budget")
-        if self.exhausted is None and requests is not None and self.requests >= requests - 1:
+        tokens, requests = self.limits.token_budget, self.limits.request_budget
+        if tokens is not None and self.tokens >= tokens - self._wrap_tokens():
+            self._exhaust("token_budget")  # only the first budget reached counts
+        if requests is not None and self.requests >= requests - 1:
             self._exhaust("request_budget")
