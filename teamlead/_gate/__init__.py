@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 from .._door import lazy_exports
 
 if TYPE_CHECKING:
-    from .admission import Admission, TaskStopper
+    from .admission import Admission
     from .calls import SpawnRecord, call_dispositions, with_invalid_calls
     from .limits import AgentLimits, ExhaustReason, NoPlace, RunLimits
     from .pause import Pause
@@ -52,7 +52,6 @@ __all__ = [
     "RunLimits",
     "SpawnCap",
     "SpawnRecord",
-    "TaskStopper",
     "WorkflowRefusal",
     "call_dispositions",
     "with_invalid_calls",
