@@ -432,6 +432,14 @@ async def test_a_pause_holds_until_lifted_or_the_callers_limit() -> None:
     assert not pause.pause() and not pause.paused
 
 
+def test_a_runs_pause_is_its_admissions_and_the_runs_end_lifts_it_for_good() -> None:
+    state = new_run("query", ClaudeAgentOptions(), Policy(), FakeClock(), process=ProcessState())
+    pause = state.admission.pause
+    assert pause.pause() and pause.paused  # what `teamlead pause` turns on
+    state.close()
+    assert pause.ended and not pause.paused and not pause.pause()
+
+
 async def _wait_into(pause: Pause, clock: FakeClock, until: float | None, out: list[bool]) -> None:
     out.append(await pause.wait(until, clock, request=True))
 
