@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import enum
 import threading
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final
 
@@ -84,7 +83,6 @@ class _Run:
     """What a control changes in the run it serves (see :meth:`RunControl.serve`)."""
 
     admission: Admission
-    emit: Callable[[RunAmended], None]
     default_cap: int | None
     default_model: str | None
     token: anyio.lowlevel.EventLoopToken | None = None
@@ -276,22 +274,21 @@ class RunControl:
 
     def _apply_here(self, run: _Run, event: RunAmended) -> None:
         """Put the control's values *now* into the run (so amends racing from two threads
-        end with the run on the last one), then hand the event to the stream."""
+        end with the run on the last one), with the event its admission publishes."""
         with self._lock:
             if run.ended or self._run is not run:
                 return
             cap, model = self._cap, self._model
-        run.admission.amend(cap=cap, subagent_model=model)
-        run.emit(event)
+        run.admission.amend(cap=cap, subagent_model=model, event=event)
 
     # -- the run's side ------------------------------------------------------------------------
-    def serve(self, admission: Admission, *, emit: Callable[[RunAmended], None]) -> ControlLease:
+    def serve(self, admission: Admission) -> ControlLease:
         """A run starts using this control; teamlead's run calls it (users pass the control
         as ``control=`` instead).
 
         Args:
-            admission: the run's admission, which every amend changes.
-            emit: hands each applied amend's event to the run's stream.
+            admission: the run's admission, which every amend changes (and which publishes
+                each applied amend's event to the run's stream).
 
         Returns:
             The run's hold on the control, until :meth:`ControlLease.end`.
@@ -301,7 +298,6 @@ class RunControl:
         """
         run = _Run(
             admission=admission,
-            emit=emit,
             default_cap=admission.cap,
             default_model=admission.starting_model,
         )

@@ -18,9 +18,9 @@ import httpx2
 import pytest
 
 from teamlead._gate.admission import Admission
+from teamlead._gate.reasons import WorkflowRefusal
 from teamlead._gate.slots import SpawnCap
-from teamlead._metering.book import MAX_AGENTS, AgentBook, AgentLimits
-from teamlead._metering.count import WorkflowRefusal
+from teamlead._metering.book import MAX_AGENTS, AgentBook
 from teamlead._metering.request import agent_key, is_workflow_agent
 from teamlead._metering.usage import UsageScan
 from teamlead._relay import Relay, start_relay
@@ -184,15 +184,18 @@ async def test_the_book_stays_bounded_under_a_flood_of_forged_agent_ids() -> Non
 async def test_a_request_budget_refuses_subagents_but_keeps_the_wrap_ups_request(
     server: ScriptedServer,
 ) -> None:
-    told: list[str] = []
-    book = AgentBook(SystemClock(), AgentLimits(request_budget=4), on_exhausted=told.append)
+    admission = Admission(Policy(request_budget=4), SystemClock(), cap=SpawnCap())
+    book = AgentBook(SystemClock(), admission)
     async with relayed_run(server, book) as (_, url, http):
         statuses = [
             (await http.post(url, content=body(), headers=headers(agent=a))).status_code
             for a in ("a1", "a2", "a3", "a4")
         ]
         # three forwarded: the fourth is the room kept for the wrap-up
-        assert statuses == [200, 200, 200, 400] and told == ["request_budget"]
+        assert statuses == [200, 200, 200, 400]
+        assert admission.exhaust_reason == "request_budget" and admission.exhausted.is_set()
+        late = await admission.admit_workflow_agent("w9")  # no agent starts now
+        assert late is not None and "request budget is reached" in late.reason
         refused = await http.post(url, content=body(), headers=headers(agent="a5"))
         assert "request budget (4) is spent" in refused.json()["error"]["message"]
         assert refused.headers["x-should-retry"] == "false"
@@ -205,7 +208,9 @@ async def test_a_request_budget_refuses_subagents_but_keeps_the_wrap_ups_request
 async def test_a_token_budget_is_checked_before_each_request_from_the_upstreams_usage(
     server: ScriptedServer,
 ) -> None:
-    book = AgentBook(SystemClock(), AgentLimits(token_budget=400))
+    book = AgentBook(
+        SystemClock(), Admission(Policy(token_budget=400), SystemClock(), cap=SpawnCap())
+    )
     async with relayed_run(server, book) as (_, url, http):
         codes = []
         for agent in ("a1", "a2", "a3", "a4", "a5"):
@@ -220,8 +225,16 @@ async def test_a_token_budget_is_checked_before_each_request_from_the_upstreams_
 
 async def test_an_agent_past_its_timeout_is_cut_and_refused(server: ScriptedServer) -> None:
     clock = FakeClock()
-    timed_out: list[str] = []
-    book = AgentBook(clock, AgentLimits(agent_timeout_s=30), on_timeout=timed_out.append)
+    policy = Policy(spawn={"agent_timeout_s": 30})
+    admission = Admission(policy, clock, cap=SpawnCap())
+    stopped: list[str] = []
+
+    class Client:  # a client run's: the admission stops the agent's task through it
+        async def stop_task(self, task_id: str) -> None:
+            stopped.append(task_id)
+
+    admission.stop_with(Client())
+    book = AgentBook(clock, admission)
     async with relayed_run(server, book) as (_, url, http):
         async with anyio.create_task_group() as tg:
             result: dict[str, int] = {}
@@ -246,7 +259,7 @@ async def test_an_agent_past_its_timeout_is_cut_and_refused(server: ScriptedServ
         assert result == {"cut": 1}
         again = await http.post(url, content=body(), headers=headers(agent="h1"))
         other = await http.post(url, content=body(), headers=headers(agent="ok"))
-    assert timed_out == ["h1"]
+    assert stopped == ["h1"] and book.timed_out == ["h1"]
     assert again.status_code == 400 and "timeout of 30 s" in again.json()["error"]["message"]
     assert other.status_code == 200  # the others go on
 
@@ -258,7 +271,7 @@ async def test_a_workflow_agents_first_request_waits_for_a_slot_fifo(
     pool = cap.slots
     assert pool.try_take()  # another run's agent holds the process's only slot
     admission = Admission(Policy(), SystemClock(), cap=cap)
-    book = AgentBook(SystemClock(), admission=admission)
+    book = AgentBook(SystemClock(), admission)
     async with relayed_run(server, book) as (_, url, http):
         done: list[str] = []
 
@@ -356,18 +369,15 @@ def test_a_version_1_finished_record_still_reads() -> None:
     assert EVENT_VERSION == 6 and Finished.model_validate_json(done.to_json()) == done
 
 
-class _BrokenAdmission:
+class _BrokenAdmission(Admission):
     """A run's admission that fails on every workflow agent."""
 
     async def admit_workflow_agent(self, agent_id: str) -> WorkflowRefusal | None:
         raise RuntimeError("the gate is gone")
 
-    def agent_model(self, agent_id: str, sent_model: str | None) -> str | None:
-        return None
-
 
 async def test_a_fault_in_the_ledger_never_breaks_a_request(server: ScriptedServer) -> None:
-    book = AgentBook(SystemClock(), admission=_BrokenAdmission())
+    book = AgentBook(SystemClock(), _BrokenAdmission(Policy(), SystemClock(), cap=SpawnCap()))
     async with relayed_run(server, book) as (_, url, http):
         r = await http.post(url, content=workflow_body(), headers=headers(agent="w1"))
         after = await http.post(url, content=body(), headers=headers(agent="a1"))
@@ -411,7 +421,7 @@ async def test_a_workflow_agent_takes_its_spawn_unit_before_its_slot_and_gives_i
     admission = Admission(policy, clock, cap=cap)
     gate = admission.gate
     assert gate is not None
-    book = AgentBook(clock, admission=admission)
+    book = AgentBook(clock, admission)
     async with relayed_run(server, book) as (_, url, http):
         admission.set_deadline(0)  # the wrap-up point has come: no slot will
         late = await http.post(url, content=workflow_body(), headers=headers(agent="w1"))

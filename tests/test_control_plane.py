@@ -45,8 +45,8 @@ from teamlead._control.endpoint import (
 )
 from teamlead._control.registry import Registry, parse_entry, process_registry, runtime_dir
 from teamlead._control.steering import RunSteering
+from teamlead._gate.pause import Pause
 from teamlead._history import History, RunRecord
-from teamlead._metering.pause import Pause
 from teamlead._run.process import ProcessState
 from teamlead._run.state import new_run
 from teamlead.control import RunControl
@@ -430,6 +430,14 @@ async def test_a_pause_holds_until_lifted_or_the_callers_limit() -> None:
     assert results == [False, True] and pause.held_requests == 0 and pause.waiting == 0
     pause.end()
     assert not pause.pause() and not pause.paused
+
+
+def test_a_runs_pause_is_its_admissions_and_the_runs_end_lifts_it_for_good() -> None:
+    state = new_run("query", ClaudeAgentOptions(), Policy(), FakeClock(), process=ProcessState())
+    pause = state.admission.pause
+    assert pause.pause() and pause.paused  # what `teamlead pause` turns on
+    state.close()
+    assert pause.ended and not pause.paused and not pause.pause()
 
 
 async def _wait_into(pause: Pause, clock: FakeClock, until: float | None, out: list[bool]) -> None:

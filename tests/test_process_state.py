@@ -1,7 +1,7 @@
 """What a process's runs share lives in one object, and a run's own ceilings stay its own.
 
 :class:`teamlead.ProcessState` holds the relays, governors, spawn cap and live runs;
-two states share none of them. :class:`~teamlead._relay.run_limits.RunLimits` holds one
+two states share none of them. :class:`~teamlead._gate.limits.RunLimits` holds one
 run's ceilings on its requests in flight: first come first served, bounded waits on the
 injected clock, a place given back however its holder leaves.
 """
@@ -15,7 +15,7 @@ import anyio
 import pytest
 
 import teamlead
-from teamlead._relay.run_limits import NoPlace, RunLimits
+from teamlead._gate.limits import NoPlace, RunLimits
 from teamlead._relay.shared import account_of
 from teamlead._run.process import default_process_state
 from teamlead._run.stop import RunStop

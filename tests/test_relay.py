@@ -22,7 +22,7 @@ import httpx2
 import psutil
 import pytest
 
-from teamlead._metering.pause import Pause
+from teamlead._gate.pause import Pause
 from teamlead._relay import (
     RelayConfig,
     RelayError,

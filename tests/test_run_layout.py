@@ -1,11 +1,12 @@
 """The run's house rules, read from the source: one small run context, a run's events
-drained at few sites (each consumer from a subscription of its own to the run's bus), and
-time read through the one clock."""
+drained at few sites (each consumer from a subscription of its own to the run's bus), time
+read through the one clock, and one owner of admission."""
 
 from __future__ import annotations
 
 import ast
 import dataclasses
+import inspect
 import re
 from pathlib import Path
 
@@ -84,3 +85,52 @@ def test_the_time_check_sees_each_kind_of_read() -> None:
     ]
     assert all(_TIME_READ.search(line) for line in lines)
     assert not _TIME_READ.search("deadline = clock.monotonic() + 5")
+
+
+#: What decides whether an agent or a request of a run may start or go on: the admission,
+#: its hook, the process-wide cap and its slots, the pause, the relay's ceilings, the
+#: timeout and budgets, and why a workflow agent is refused.
+_ADMISSION_CLASSES = {
+    "Admission",
+    "SpawnGate",
+    "SpawnCap",
+    "FifoSlots",
+    "Pause",
+    "RunLimits",
+    "AgentLimits",
+    "WorkflowRefusal",
+}
+
+
+def _classes(names: set[str]) -> list[str]:
+    """Where each class of ``names`` is defined in the core, as ``path:Name``, plus every
+    ``Protocol`` class of the relay's ledger (``_metering``)."""
+    found: list[str] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        inner = path.relative_to(PACKAGE)
+        if inner.parts[0] in ("experiment", "testing"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            protocol = any(ast.unparse(base).endswith("Protocol") for base in node.bases)
+            if node.name in names or (protocol and inner.parts[0] == "_metering"):
+                found.append(f"{inner.as_posix()}:{node.name}")
+    return found
+
+
+def test_admission_has_one_owning_package() -> None:
+    found = _classes(_ADMISSION_CLASSES)
+    assert sorted(f.rpartition(":")[2] for f in found) == sorted(_ADMISSION_CLASSES), found
+    assert all(f.startswith("_gate/") for f in found), found  # no ledger protocol either
+
+
+def test_the_admission_and_the_ledger_are_wired_with_no_callback_but_the_bus() -> None:
+    from teamlead._gate import Admission
+    from teamlead._metering import AgentBook
+    from teamlead._run.agents import RunAgents
+
+    for made in (Admission, AgentBook, RunAgents):
+        params = inspect.signature(made.__init__).parameters.values()
+        callbacks = [p.name for p in params if "Callable" in str(p.annotation)]
+        assert callbacks in ([], ["publish"]), (made.__name__, callbacks)

@@ -201,7 +201,7 @@ async def test_odd_workflow_hook_input_is_decided_never_raised() -> None:
 async def test_workflow_agents_and_agent_calls_share_one_stagger_on_the_clock() -> None:
     clock = FakeClock()
     admission, gate = admission_with(clock, stagger_s=2.0)
-    book = AgentBook(clock, admission=admission)
+    book = AgentBook(clock, admission)
     forwarded: list[tuple[str, float]] = []
 
     def script(req: ScriptedRequest) -> Reply:
@@ -237,7 +237,7 @@ async def test_a_stagger_turn_after_the_wrap_up_refuses_the_agent_and_frees_its_
     admission, gate = admission_with(
         clock, deadline_s=10, stagger_s=30.0, max_concurrent_agents=2, wrap_up_reserve_s=0
     )
-    book = AgentBook(clock, admission=admission)
+    book = AgentBook(clock, admission)
     codes = []
     async with relayed(book, _ok) as post:
         for agent in ("w1", "w2"):
@@ -294,11 +294,9 @@ def test_the_workflow_engines_gate_is_set_from_the_runs_cap(
 
 
 async def test_a_held_workflow_agents_timeout_runs_from_its_release_not_its_wait() -> None:
-    from teamlead._metering.book import AgentLimits
-
     clock = FakeClock()
-    admission, _ = admission_with(clock, stagger_s=30.0)
-    book = AgentBook(clock, AgentLimits(agent_timeout_s=10), admission=admission)
+    admission, _ = admission_with(clock, stagger_s=30.0, agent_timeout_s=10)
+    book = AgentBook(clock, admission)
     async with relayed(book, _ok) as post:
         with anyio.fail_after(20):
             first = await post("w0", "w")

@@ -356,7 +356,7 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
         lead=lead,
         queue=queue,
         waiting_for_slot=waiting_for_slot,
-        held_requests=state.outside.pause.held_requests,
+        held_requests=state.admission.pause.held_requests,
         approvals=approvals,
         limits=limits,
         omitted=budget.omitted,

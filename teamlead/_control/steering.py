@@ -13,7 +13,7 @@ own loop; each reads the run's state or asks the part of it that owns what chang
   finished, ``Finished`` ``partial``/``interrupted``); ``now`` (or a run without a spawn
   gate, which has no wrap-up) stops it at once (:meth:`~.stop.RunStop.request`). A paused
   run is unpaused first, so its wrap-up can reach the model;
-- ``pause`` and ``unpause``: the run's :class:`~teamlead._metering.pause.Pause`;
+- ``pause`` and ``unpause``: the run's :class:`~teamlead._gate.pause.Pause`;
 - ``amend``: the run's :class:`~teamlead.control.RunControl` (one is attached to a run
   started without one), so an amend from outside is the same as one from code: checked,
   applied on the run's loop, a ``run_amended`` event in its stream.
@@ -93,8 +93,8 @@ class RunSteering:
             "subagent_model": state.outside.control.subagent_model
             if state.outside.control
             else None,
-            "held": state.outside.pause.held_requests,
-            "paused": state.outside.pause.paused,
+            "held": state.admission.pause.held_requests,
+            "paused": state.admission.pause.paused,
             "relayed": relayed,
             "deadline_in_s": round(max(0.0, state.deadline.at - now), 1)
             if state.deadline.at
@@ -114,7 +114,7 @@ class RunSteering:
             return "stopping"
         if state.stop.wrapping:
             return "wrapping_up"
-        if state.outside.pause.paused:
+        if state.admission.pause.paused:
             return "paused"
         if state.agents.book.wrapping:
             return "wrapping_up"
@@ -127,7 +127,7 @@ class RunSteering:
         self._need_live()
         if state.stop.requested:
             raise ControlError(f"run {self._run} is already stopping", code="state")
-        state.outside.pause.unpause()  # a paused run's last requests must go out
+        state.admission.pause.unpause()  # a paused run's last requests must go out
         if now or not state.admission.gated:
             state.stop.request(STOP_REASON)
             why = "" if now else " (it has no spawn gate, so no wrap-up)"
@@ -153,7 +153,7 @@ class RunSteering:
         self._need_live()
         if state.stop.requested or state.stop.wrapping:
             raise ControlError(f"run {self._run} is stopping; it cannot be paused", code="state")
-        if not state.outside.pause.pause():
+        if not state.admission.pause.pause():
             raise ControlError(f"run {self._run} is already paused", code="state")
         relayed = state.relay is not None and state.relay.run is not None
         held = (
@@ -172,8 +172,8 @@ class RunSteering:
         """Let what the pause held go on."""
         state = self._state
         self._need_live()
-        held = state.outside.pause.waiting
-        if not state.outside.pause.unpause():
+        held = state.admission.pause.waiting
+        if not state.admission.pause.unpause():
             raise ControlError(f"run {self._run} is not paused", code="state")
         return f"unpaused run {self._run}: {held} held agent(s) and request(s) go on"
 
@@ -185,7 +185,7 @@ class RunSteering:
         control = state.outside.control
         if control is None:  # a run started without one: the registry's own
             control = RunControl()  # used on the run's loop: applied at once
-            state.outside.use_control(control, state.admission, state.events.publish, on_loop=True)
+            state.outside.use_control(control, state.admission, on_loop=True)
         cap: int | None | Unset = UNSET
         model: str | None | Unset = UNSET
         if "cap" in changes:
@@ -207,7 +207,7 @@ class RunSteering:
         return f"amended run {self._run}: " + ", ".join(parts)
 
     def _need_live(self) -> None:
-        if self._state.outside.pause.ended:
+        if self._state.admission.pause.ended:
             raise ControlError("the run has finished", code="finished")
 
 

@@ -1,26 +1,32 @@
-"""Admission, private: which agents of a run may start, when, and on which model.
+"""Admission, private: which agents and requests of a run may start or go on, when, and on
+which model.
 
 One module owns it: :mod:`.admission`, whose :class:`~teamlead._gate.admission.Admission`
-(one per run) decides for every kind of agent. Agent and Workflow calls are decided in a
-PreToolUse hook (the CLI runs a call only once the hook returns); a workflow agent, which
-fires no hook, at its first request to the relay. One concept per module:
+(one per run) decides for every kind of agent and holds what every decision reads. Agent
+and Workflow calls are decided in a PreToolUse hook (the CLI runs a call only once the hook
+returns); a workflow agent, which fires no hook, at its first request to the relay; every
+request at the relay by the run's ledger, which asks the admission. One concept per module:
 
 - :mod:`.admission`: :class:`~teamlead._gate.admission.Admission`, the run's one owner of
-  admission: the gate, the workflow agents' admission, the subagent model; what the run,
-  the relay's ledger and :class:`~teamlead.RunControl` ask and amend;
+  admission: the gate, the workflow agents' admission, the pause, the timeout and budgets,
+  the subagent model; what the hook, the relay's ledger and :class:`~teamlead.RunControl`
+  ask and amend;
 - :mod:`.gate`: :class:`~teamlead._gate.gate.SpawnGate`, the hook and its decisions (the
   pools, the cap, stagger, budget, depth), and the workflow agents' slots;
+- :mod:`.pause`: the run's pause (``teamlead pause``), which the gate and the relay hold on;
+- :mod:`.limits`: the run's limits at the relay: its own ceilings on its requests in
+  flight, the per-agent timeout and the budgets;
 - :mod:`.calls`: one Agent call (the live ``Call`` and its frozen ``SpawnRecord``, one set
   of fields) and the ``Finished.tasks`` entries for calls that never ran;
 - :mod:`.slots`: FIFO slots with hand-off, and the process-wide ``SpawnCap``;
 - :mod:`.turns`: which model message a call came in (the per-message limit);
-- :mod:`.reasons`: the deny reasons the model reads;
+- :mod:`.reasons`: the deny reasons the model reads, and why a workflow agent is refused;
 - :mod:`.hook`: the hook's deny output and merging the hook into the user's options;
 - :mod:`.stream`: what the SDK stream says about the gate's calls (slots freed);
 - :mod:`.prompt_limits`: the limits a strategy prompt states, from the ones the gate holds.
 
-Nothing here knows the session: :mod:`teamlead._run` builds the admission into its run
-state.
+Nothing here knows the session or the relay: :mod:`teamlead._run` builds the admission into
+its run state, and the relay's ledger (:mod:`teamlead._metering`) asks it.
 """
 
 from __future__ import annotations
@@ -32,12 +38,21 @@ from .._door import lazy_exports
 if TYPE_CHECKING:
     from .admission import Admission
     from .calls import SpawnRecord, call_dispositions, with_invalid_calls
+    from .limits import AgentLimits, ExhaustReason, NoPlace, RunLimits
+    from .pause import Pause
+    from .reasons import WorkflowRefusal
     from .slots import SpawnCap
 
 __all__ = [
     "Admission",
+    "AgentLimits",
+    "ExhaustReason",
+    "NoPlace",
+    "Pause",
+    "RunLimits",
     "SpawnCap",
     "SpawnRecord",
+    "WorkflowRefusal",
     "call_dispositions",
     "with_invalid_calls",
 ]

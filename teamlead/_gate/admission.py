@@ -1,4 +1,5 @@
-"""Admission, one owner: every agent of a run is let start (or not) by its :class:`Admission`.
+"""Admission, one owner: every agent and request of a run is let start or go on (or not) by
+its :class:`Admission`.
 
 A run starts agents three ways, and one object decides for all of them:
 
@@ -8,21 +9,28 @@ A run starts agents three ways, and one object decides for all of them:
 - a ``Workflow`` call, in the same hook (its depth, the budget, the deadline);
 - a workflow agent, which fires no hook: the relay's ledger
   (:class:`~teamlead._metering.book.AgentBook`) asks :meth:`Admission.admit_workflow_agent`
-  at its first request, through the :class:`~teamlead._metering.count.AgentAdmission`
-  protocol.
+  at its first request.
 
 It owns what those decisions share: the run's pool and the process-wide cap
 (:attr:`~teamlead.ProcessState.spawn_cap`, passed in), the stagger, the spawn budget, the
-depth limit and the deadline (all held by its gate), and the subagent model: the alias an
-Agent call is given in the hook, the model the relay pins a new agent to, and what the CLI
-resolved an alias to. :class:`~teamlead.RunControl` amends it (:meth:`Admission.amend`);
-the run tells it what the stream shows (:meth:`Admission.observe`), that a workflow agent's
-work ended, that a budget was reached, that a stop was asked, and that the run ended. Its
-gate's events go to the ``publish`` it is made with (the run's event bus).
+depth limit and the deadline (all held by its gate), the run's :attr:`~Admission.pause`
+(which the gate and the relay hold on), the limits the relay's ledger applies to each
+request (:attr:`~Admission.limits`: the per-agent timeout, the token and request budgets;
+:meth:`~Admission.budget_reached` and :meth:`~Admission.agent_timed_out` are what the
+ledger tells it), and the subagent model: the alias an Agent call is given in the hook, the
+model the relay pins a new agent to, and what the CLI resolved an alias to. The run's own
+ceilings on its requests in flight, which the relay holds for each run, are
+:class:`~teamlead._gate.limits.RunLimits`, in this package too.
+:class:`~teamlead.RunControl` amends it (:meth:`Admission.amend`); the run tells it what the
+stream shows (:meth:`Admission.observe`), that a workflow agent's work ended, that a stop
+was asked, and that the run ended. Its gate's events and each amend go to the ``publish``
+it is made with (the run's event bus).
 
-Everything it needs is passed when it is made; nothing is wired into it afterwards. With the
-gate off (``SpawnPolicy(enabled=False)``, or a client connected without it) the admission
-has no gate: every agent starts at once, and only the subagent model still applies.
+Everything it needs is passed when it is made; nothing is wired into it afterwards (a
+client run hands it the client whose timed-out tasks it stops, :meth:`Admission.stop_with`).
+With the gate off (``SpawnPolicy(enabled=False)``, or a client connected without it) the
+admission has no gate: every agent starts at once, and only the subagent model, the pause,
+the timeout and the budgets still apply.
 
 Example:
     >>> policy = Policy(spawn={"max_concurrent_agents": 3})
@@ -36,24 +44,39 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
+import anyio
 from claude_agent_sdk import HookMatcher
 
-from .._metering import Pause, WorkflowRefusal
 from ..clock import SYSTEM_CLOCK, Clock
-from ..events import DenyCode, SpawnDecided
+from ..events import DenyCode, RelayedAgentKind, RunAmended, SpawnDecided
 from ..policy import Policy, is_model_alias
 from .calls import SpawnRecord
 from .gate import SpawnGate
+from .limits import AgentLimits, ExhaustReason
+from .pause import Pause
+from .reasons import WorkflowRefusal
 from .slots import SpawnCap
 from .stream import feed_gate
 
-__all__ = ["Admission"]
+__all__ = ["Admission", "TaskStopper"]
 
 #: Agents whose first request's model (or wanted alias) the admission remembers.
 _MAX_AGENTS = 4096
+#: How long stopping one timed-out task of a client may take.
+_STOP_TASK_S = 5
+
+
+class TaskStopper(Protocol):
+    """A connected client, as far as the admission stops its tasks."""
+
+    async def stop_task(self, task_id: str) -> None:
+        """Stop the background task ``task_id``."""
+        ...
 
 
 class Admission:
@@ -64,11 +87,11 @@ class Admission:
         clock: the run's clock: every wait runs on it.
         cap: the cap on subagents the run shares with its process's other runs.
         env: the CLI's environment (its own subagent cap is read from it).
-        pause: the run's pause: a call that got its slots waits while it is on.
         starting_model: the subagent model the run starts with (``None``: the agents' own).
         gated: build the spawn gate when ``policy.spawn`` is on; ``False`` for a client
             that connected without it (its hooks were fixed then).
-        publish: where the gate's events go (the run's event bus); ``None``: nowhere.
+        publish: where the gate's events and the amends go (the run's event bus);
+            ``None``: nowhere.
     """
 
     def __init__(
@@ -78,12 +101,29 @@ class Admission:
         *,
         cap: SpawnCap,
         env: Mapping[str, Any] | None = None,
-        pause: Pause | None = None,
         starting_model: str | None = None,
         gated: bool = True,
-        publish: Callable[[SpawnDecided], None] | None = None,
+        publish: Callable[[SpawnDecided | RunAmended], None] | None = None,
     ) -> None:
         self.clock = clock
+        self._publish = publish
+        #: The run's pause (``teamlead pause``): the gate holds the Agent calls it would
+        #: admit, the relay the run's new requests, while it is on.
+        self.pause = Pause()
+        #: What the relay's ledger applies to each request: the timeout and the budgets.
+        self.limits = AgentLimits(
+            agent_timeout_s=policy.spawn.agent_timeout_s,
+            token_budget=policy.token_budget,
+            request_budget=policy.request_budget,
+        )
+        #: The budget reached, once one is: no agent starts and no agent request goes on.
+        self.exhaust_reason: ExhaustReason | None = None
+        #: Set once a budget is reached: the round is cut and the run wraps up.
+        self.exhausted = anyio.Event()
+        #: Told once, when a budget is reached, on the run's loop (a round's read is cut).
+        self.exhaust_listeners: list[Callable[[], None]] = []
+        self._client: TaskStopper | None = None
+        self._stopping: set[asyncio.Task[None]] = set()
         #: The subagent model the run started with (what an amend to ``None`` restores).
         self.starting_model = starting_model
         #: The model the relay pins new agents to (``None``: the CLI's own choice); set
@@ -103,7 +143,7 @@ class Admission:
                 env=cli_env,
                 clock=clock,
                 on_event=publish,
-                pause=pause,
+                pause=self.pause,
                 subagent_model=starting_model,
                 on_model_set=self._model_set,
             )
@@ -167,10 +207,39 @@ class Admission:
         if self.gate is not None:
             self.gate.workflow_agent_ended(agent_id)
 
-    def budget_reached(self, reason: str) -> None:
-        """A run budget (``token_budget``, ``request_budget``) is reached: no agent starts."""
+    # -- what the relay's ledger tells it -----------------------------------------------------
+    def budget_reached(self, reason: ExhaustReason) -> None:
+        """A run budget (``token_budget``, ``request_budget``) is reached: no agent starts
+        and no agent request goes on; the round is cut (:attr:`exhausted`) and the run
+        wraps up. Only the first call counts."""
+        if self.exhaust_reason is not None:
+            return
+        self.exhaust_reason = reason
+        self.exhausted.set()
+        for listener in list(self.exhaust_listeners):
+            listener()
         if self.gate is not None:
             self.gate.close(f"the run's {reason.replace('_', ' ')} is reached: no more agents")
+
+    def stop_with(self, client: TaskStopper) -> None:
+        """A client run: an Agent-tool task past its timeout is stopped with the client's
+        ``stop_task`` too (the relay has ended its request and refuses its next ones)."""
+        self._client = client
+
+    def agent_timed_out(self, agent_id: str, kind: RelayedAgentKind) -> None:
+        """``agent_id`` ran past its timeout: on a client run its task is stopped (a
+        workflow agent has no task of its own). The stop is kept referenced until done."""
+        client = self._client
+        if client is None or kind != "agent":
+            return
+
+        async def stop() -> None:
+            with anyio.move_on_after(_STOP_TASK_S), contextlib.suppress(Exception):
+                await client.stop_task(agent_id)
+
+        task = asyncio.get_running_loop().create_task(stop())
+        self._stopping.add(task)
+        task.add_done_callback(self._stopping.discard)
 
     def stopped(self, reason: str) -> None:
         """A stop was asked of the run: every call still queued is ``rejected`` now, before
@@ -190,15 +259,20 @@ class Admission:
             self.gate.process_ended()
 
     def end(self, reason: str = "the run is ending") -> None:
-        """The run ends: whatever still waits is denied with ``reason``, every slot freed."""
+        """The run ends: whatever still waits is denied with ``reason``, every slot freed,
+        and the pause lifted for good."""
+        self.pause.end()
         if self.gate is not None:
             self.gate.end(reason)
 
     # -- what the control changes -------------------------------------------------------------
-    def amend(self, *, cap: int | None, subagent_model: str | None) -> None:
+    def amend(
+        self, *, cap: int | None, subagent_model: str | None, event: RunAmended | None = None
+    ) -> None:
         """Put the control's values into the run: the cap (``None``: unchanged; a raise
         admits queued agents at once, a cut stops none) and the model agents that start
-        from now on run on (``None``: their own).
+        from now on run on (``None``: their own); ``event``, the control's account of the
+        amend, is published once they apply.
 
         An alias goes into later Agent calls through the hook; the relay pins a model id
         (or an alias, once an Agent call's agent showed what the CLI made of it) to every
@@ -212,8 +286,10 @@ class Admission:
         # the CLI runs new agents on the starting model already: no pin for it
         changed = subagent_model is not None and subagent_model != self.starting_model
         self.pinned_model = subagent_model if changed else None
+        if event is not None and self._publish is not None:
+            self._publish(event)
 
-    # -- what the relay's ledger asks (AgentAdmission) -----------------------------------------
+    # -- what the relay's ledger asks ---------------------------------------------------------
     async def admit_workflow_agent(self, agent_id: str) -> WorkflowRefusal | None:
         """A workflow agent's first request: see :meth:`SpawnGate.admit_workflow_agent`
         (without the gate it starts at once)."""

@@ -10,7 +10,7 @@ message run concurrently; a hook may await. So the gate decides in the hook:
   never raises: it denies and records why);
 * **queue** (await in the hook) while the run's limit or the process-wide
   :class:`~teamlead._gate.slots.SpawnCap` is full, FIFO, bounded by the deadline, and
-  while the run is paused (:class:`~teamlead._metering.pause.Pause`);
+  while the run is paused (:class:`~teamlead._gate.pause.Pause`);
 * **admit** (return ``{}``: no opinion), after the stagger.
 
 A ``Workflow`` call starts agents that fire no hook, so the hook decides only what must
@@ -55,13 +55,14 @@ import anyio
 from claude_agent_sdk import HookMatcher
 from claude_agent_sdk.types import SyncHookJSONOutput
 
-from .._metering import Pause, WorkflowRefusal
 from ..clock import SYSTEM_CLOCK, Clock
-from ..events import DenyCode, SpawnDecided
+from ..events import DenyCode, SpawnDecided, SpawnOutcome
 from ..policy import SpawnPolicy, is_model_alias
 from . import reasons as why
 from .calls import Call, SpawnRecord
 from .hook import deny_output, model_output
+from .pause import Pause
+from .reasons import WorkflowRefusal
 from .slots import FifoSlots, SpawnCap, cli_subagent_cap
 from .turns import Turns
 
@@ -245,13 +246,7 @@ class SpawnGate:
         if budget is not None and self._used >= budget:
             reason = why.budget(budget)
             self._emit(
-                SpawnDecided(
-                    tool_use_id=agent_id[:_MAX_TEXT],
-                    description=_WORKFLOW_AGENT,
-                    outcome="denied",
-                    code="spawn_budget",
-                    reason=reason,
-                )
+                agent_id[:_MAX_TEXT], _WORKFLOW_AGENT, "denied", code="spawn_budget", reason=reason
             )
             return WorkflowRefusal("spawn_budget", reason)
         return None
@@ -364,14 +359,7 @@ class SpawnGate:
             call.waiting.cancel()
         self._refund(call)
         self._free(call)
-        self._emit(
-            SpawnDecided(
-                tool_use_id=call.tool_use_id,
-                description=call.description,
-                outcome="rejected",
-                reason=call.reason,
-            )
-        )
+        self._emit(call.tool_use_id, call.description, "rejected", reason=call.reason)
 
     def denied_elsewhere(self, tool_use_id: str, reason: str) -> None:
         """Another PreToolUse hook denied a call the gate had admitted."""
@@ -466,14 +454,7 @@ class SpawnGate:
                     call.status = "rejected"
                     call.reason = why.cancelled()
                     call.decided_at = _safe_read(self._clock.time)
-                    self._emit(
-                        SpawnDecided(
-                            tool_use_id=call.tool_use_id,
-                            description=call.description,
-                            outcome="rejected",
-                            reason=call.reason,
-                        )
-                    )
+                    self._emit(call.tool_use_id, call.description, "rejected", reason=call.reason)
             raise
         finally:
             if call is not None and call.depth == 1:
@@ -515,15 +496,7 @@ class SpawnGate:
             key, code, reason = "workflow", "error", why.error(exc)
         if len(self.workflow_denials) < _MAX_WORKFLOW_DENIALS:  # a lead that insists
             self.workflow_denials.append((key[:_MAX_TEXT], code, reason))
-        self._emit(
-            SpawnDecided(
-                tool_use_id=key[:_MAX_TEXT],
-                description=_WORKFLOW,
-                outcome="denied",
-                code=code,
-                reason=reason,
-            )
-        )
+        self._emit(key[:_MAX_TEXT], _WORKFLOW, "denied", code=code, reason=reason)
         return deny_output(reason)
 
     def _fault(self, call: Call | None, exc: Exception) -> SyncHookJSONOutput:
@@ -622,14 +595,12 @@ class SpawnGate:
         call.admitted_at = call.decided_at = self._clock.time()
         waited = max(0.0, call.admitted_at - call.queued_at)
         self._emit(
-            SpawnDecided(
-                tool_use_id=call.tool_use_id,
-                description=call.description,
-                outcome="admitted",
-                waited_s=round(waited, 4),
-                running=self.running,
-                limit=self.limit,
-            )
+            call.tool_use_id,
+            call.description,
+            "admitted",
+            waited_s=round(waited, 4),
+            running=self.running,
+            limit=self.limit,
         )
         return {}
 
@@ -645,14 +616,12 @@ class SpawnGate:
             if not told:
                 told = True
                 self._emit(
-                    SpawnDecided(
-                        tool_use_id=call.tool_use_id,
-                        description=call.description,
-                        outcome="queued",
-                        position=slots.waiting + 1,
-                        running=self.running,
-                        limit=self.limit,
-                    )
+                    call.tool_use_id,
+                    call.description,
+                    "queued",
+                    position=slots.waiting + 1,
+                    running=self.running,
+                    limit=self.limit,
                 )
             if not await slots.take(until, self._clock):
                 return False
@@ -693,15 +662,7 @@ class SpawnGate:
             call.starved = False
         call.status, call.code, call.reason = "denied", code, reason
         call.decided_at = self._clock.time()
-        self._emit(
-            SpawnDecided(
-                tool_use_id=call.tool_use_id,
-                description=call.description,
-                outcome="denied",
-                code=code,
-                reason=reason,
-            )
-        )
+        self._emit(call.tool_use_id, call.description, "denied", code=code, reason=reason)
         return deny_output(reason)
 
     def _refund(self, call: Call) -> None:
@@ -730,9 +691,15 @@ class SpawnGate:
             self._release(call)
             call.ended_at = self._clock.time()
 
-    def _emit(self, event: SpawnDecided) -> None:
+    def _emit(
+        self, tool_use_id: str, description: str, outcome: SpawnOutcome, **fields: Any
+    ) -> None:
+        """Tell ``on_event`` the :class:`~teamlead.events.SpawnDecided` of one call."""
         if self.on_event is None:
             return
+        event = SpawnDecided(
+            tool_use_id=tool_use_id, description=description, outcome=outcome, **fields
+        )
         try:
             self.on_event(event)
         except Exception as exc:

@@ -6,6 +6,24 @@ short, plain, and end with the next step.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Literal
+
+
+@dataclass(frozen=True)
+class WorkflowRefusal:
+    """Why a workflow agent does not start.
+
+    Attributes:
+        code: ``spawn_budget``: the run's spawn budget is spent (every later request of the
+            agent is refused too); ``no_slot``: no slot, or no turn in the stagger, came
+            before the run's wrap-up point.
+        reason: what the agent (and the run's rows) are told.
+    """
+
+    code: Literal["spawn_budget", "no_slot"]
+    reason: str
+
 
 def budget(limit: int) -> str:
     """The spawn budget is used up."""

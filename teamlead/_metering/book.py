@@ -4,25 +4,30 @@ Claude Code sends ``X-Claude-Code-Session-Id`` on every request and ``x-claude-c
 on every subagent's (Agent-tool and workflow agents alike; the lead's carry none). So the
 relay can attribute each request, the tokens of its reply (``usage`` in ``message_start`` and
 ``message_delta``) and the 429s met on the way to one agent, whichever tool spawned it, and
-apply the run's limits where the spawn gate's hook cannot see an agent:
+apply the run's limits where the spawn gate's hook cannot see an agent. The limits and
+the decisions on them are the run's admission's (:class:`teamlead._gate.Admission`, the one
+owner of every agent's and request's admission); the book counts, asks it and tells it:
 
 - **Admission.** A workflow agent fires no hook, so its *first* request asks the run's
-  admission (:class:`~teamlead._metering.count.AgentAdmission`, the one owner of every agent's
-  admission: :class:`teamlead._gate.admission.Admission`) and waits for its answer: a unit of
+  admission and waits for its answer: a unit of
   the spawn budget, a slot of the same pools as an Agent call, its turn in the same stagger.
   Past the budget it is refused at once and does not start, and so are its later requests;
   with no slot before the wrap-up point it does not start either. The book holds no slot:
   the admission frees it when the run says the agent's work ended.
 - **The timeout.** An agent running longer than ``agent_timeout_s`` has its request in flight
-  ended and every later one refused with a clear error, so it ends at once.
+  ended and every later one refused with a clear error, so it ends at once; the admission
+  is told (on a client run it stops the agent's task).
 - **The model.** An agent (Agent-tool or workflow) is pinned, at its first request, to the
-  model the run's admission names for it (:meth:`AgentAdmission.agent_model`, after a
+  model the run's admission names for it (:meth:`~teamlead._gate.Admission.agent_model`, after a
   :class:`teamlead.RunControl` amend): every one of its requests goes upstream with that
   ``model``, so one agent stays on one model and agents already running keep theirs.
 - **The budgets.** Tokens and requests are counted from the upstream's own usage. Each
   request is checked and reserved in one synchronous step before it is forwarded, keeping
   room for the wrap-up's own request; once a budget is reached no subagent request goes on
-  and the run is told to wrap up.
+  and the admission is told (:meth:`~teamlead._gate.Admission.budget_reached`: the run
+  wraps up).
+- **Usage.** Each agent's :class:`~teamlead.events.AgentUsage` is published after each of
+  its requests (to the run's event bus).
 
 One :class:`AgentBook` belongs to one run (the relay's path token tells runs apart, never a
 header): a session id of another run or a forged agent id is counted in *this* run's book
@@ -36,12 +41,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from typing import Literal, TypeAlias
+from typing import TYPE_CHECKING
 
+from .._gate import AgentLimits, ExhaustReason
 from ..clock import Clock, move_on_at
-from ..events import RelayedAgentKind
-from .count import AgentAdmission, AgentCount
+from ..events import AgentUsage, RelayedAgentKind
+from .count import AgentCount
+
+if TYPE_CHECKING:
+    from .._gate import Admission
 from .request import (
     LEAD,
     Answer,
@@ -56,14 +64,7 @@ from .request import (
     with_model,
 )
 
-__all__ = [
-    "MAX_AGENTS",
-    "AgentAdmission",
-    "AgentBook",
-    "AgentCount",
-    "AgentLimits",
-    "ExhaustReason",
-]
+__all__ = ["MAX_AGENTS", "AgentBook", "AgentCount"]
 
 log = logging.getLogger("teamlead.relay")
 
@@ -80,48 +81,30 @@ def _ignore(event: object) -> None:
     """A 429 of a request the ledger could not count."""
 
 
-ExhaustReason: TypeAlias = Literal["token_budget", "request_budget"]
-
-
-@dataclass(frozen=True)
-class AgentLimits:
-    """The run's limits the relay applies per agent and per run (``None``: no limit)."""
-
-    agent_timeout_s: float | None = None
-    token_budget: int | None = None
-    request_budget: int | None = None
-
-
 class AgentBook:
     """One run's agent ledger and the limits the relay applies (see the module docstring).
 
     Args:
         clock: the run's clock (timeouts run on it).
-        limits: the run's per-agent timeout and budgets.
-        admission: the run's admission, which a workflow agent's first request waits for
-            and which names the model of a new agent (:class:`AgentAdmission`); ``None``:
-            every agent starts at once, on the model it asked for.
-        on_usage: told ``(session id, agent id, count)`` after each of an agent's requests.
-        on_exhausted: told once when a budget is reached (the run wraps up).
-        on_timeout: told ``agent id`` once when an agent passes its timeout.
+        admission: the run's admission: its limits (the per-agent timeout, the budgets) are
+            applied, a workflow agent's first request waits for it, it names the model of
+            a new agent and is told a budget reached and an agent timed out; ``None``: no
+            limit, every agent starts at once, on the model it asked for.
+        publish: where each agent's :class:`~teamlead.events.AgentUsage` goes after each of
+            its requests (the run's event bus); ``None``: nowhere.
     """
 
     def __init__(
         self,
         clock: Clock,
-        limits: AgentLimits | None = None,
+        admission: Admission | None = None,
         *,
-        admission: AgentAdmission | None = None,
-        on_usage: Callable[[str, str, AgentCount], None] | None = None,
-        on_exhausted: Callable[[ExhaustReason], None] | None = None,
-        on_timeout: Callable[[str], None] | None = None,
+        publish: Callable[[AgentUsage], None] | None = None,
     ) -> None:
         self.clock = clock
-        self.limits = limits or AgentLimits()
+        self.limits = admission.limits if admission is not None else AgentLimits()
         self._admission = admission
-        self.on_usage = on_usage
-        self.on_exhausted = on_exhausted
-        self.on_timeout = on_timeout
+        self._publish = publish
         self.entries: dict[tuple[str, str], AgentCount] = {}
         self._by_agent: dict[str, AgentCount] = {}
         self._started: dict[str, float] = {}  # agents the stream saw start before a request
@@ -131,7 +114,6 @@ class AgentBook:
         self._reserved_tokens = 0
         self._first_peak: dict[RelayedAgentKind, int] = {}  # the largest first request, per kind
         self._lead_peak = 0
-        self.exhausted: ExhaustReason | None = None
         self.wrapping = False
         self.closed = False
 
@@ -155,6 +137,11 @@ class AgentBook:
         if session_id is not None:
             return self.entries.get((session_id, agent_id))
         return self._by_agent.get(agent_id)
+
+    @property
+    def exhausted(self) -> ExhaustReason | None:
+        """The run budget reached, if one is (the admission's)."""
+        return self._admission.exhaust_reason if self._admission is not None else None
 
     @property
     def timed_out(self) -> list[str]:
@@ -314,11 +301,11 @@ class AgentBook:
             for other in self.entries.values():  # the same agent in another session key
                 if other is not count and self._by_agent.get(agent_id) is other:
                     other.timed_out = True
-            if self.on_timeout is not None:
+            if self._admission is not None:
                 try:
-                    self.on_timeout(agent_id)
+                    self._admission.agent_timed_out(agent_id, count.kind)
                 except Exception:
-                    log.exception("the agent-timeout listener failed")
+                    log.exception("the admission failed on an agent's timeout")
         return self._timeout_refusal(agent_id)
 
     @staticmethod
@@ -334,13 +321,11 @@ class AgentBook:
         )
 
     def _exhaust(self, reason: ExhaustReason) -> Refused:
-        if self.exhausted is None:
-            self.exhausted = reason
-            if self.on_exhausted is not None:
-                try:
-                    self.on_exhausted(reason)
-                except Exception:
-                    log.exception("the budget listener failed")
+        if self.exhausted is None and self._admission is not None:
+            try:
+                self._admission.budget_reached(reason)
+            except Exception:
+                log.exception("the admission failed on a budget reached")
         return self._refusal(reason)
 
     def _refusal(self, reason: ExhaustReason) -> Refused:
@@ -383,18 +368,21 @@ class AgentBook:
         elif ok:
             count.unknown_usage += 1
             self.unknown_usage += 1
-        if self.on_usage is not None:
-            try:
-                self.on_usage(ticket.key[0], ticket.key[1], count)
-            except Exception:
-                log.exception("the agent-usage listener failed")
-        limits = self.limits
-        tokens, requests = limits.token_budget, limits.request_budget
-        if (
-            self.exhausted is None
-            and tokens is not None
-            and self.tokens >= tokens - self._wrap_tokens()
-        ):
-            self._exhaust("token_budget")
-        if self.exhausted is None and requests is not None and self.requests >= requests - 1:
+        if self._publish is not None:
+            self._publish(
+                AgentUsage(
+                    agent_id=ticket.key[1],
+                    kind=count.kind,
+                    requests=count.requests,
+                    input_tokens=count.input_tokens,
+                    output_tokens=count.output_tokens,
+                    unknown_usage=count.unknown_usage,
+                    rate_limited=count.absorbed + count.passed,
+                    last_tool=count.last_tool,
+                )
+            )
+        tokens, requests = self.limits.token_budget, self.limits.request_budget
+        if tokens is not None and self.tokens >= tokens - self._wrap_tokens():
+            self._exhaust("token_budget")  # only the first budget reached counts
+        if requests is not None and self.requests >= requests - 1:
             self._exhaust("request_budget")

@@ -1,45 +1,10 @@
-"""One agent's counters in a run's ledger (small and fixed, so memory per agent stays
-flat), and what the ledger asks the run's admission (:class:`AgentAdmission`)."""
+"""One agent's counters in a run's ledger: small and fixed, so memory per agent stays flat."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal, Protocol
-
 from ..events import RelayedAgentKind
 
-__all__ = ["AgentAdmission", "AgentCount", "WorkflowRefusal"]
-
-
-@dataclass(frozen=True)
-class WorkflowRefusal:
-    """Why a workflow agent does not start.
-
-    Attributes:
-        code: ``spawn_budget``: the run's spawn budget is spent (every later request of the
-            agent is refused too); ``no_slot``: no slot, or no turn in the stagger, came
-            before the run's wrap-up point.
-        reason: what the agent (and the run's rows) are told.
-    """
-
-    code: Literal["spawn_budget", "no_slot"]
-    reason: str
-
-
-class AgentAdmission(Protocol):
-    """The run's admission as the relay's ledger asks it: the one owner of every agent's
-    admission, :class:`teamlead._gate.admission.Admission` (this protocol keeps the ledger
-    below it, so the relay can call the ledger without importing the gate)."""
-
-    async def admit_workflow_agent(self, agent_id: str) -> WorkflowRefusal | None:
-        """A workflow agent's first request (it fires no hook): wait for its slots and its
-        turn as an Agent call does in the hook; ``None`` once it may start."""
-        ...
-
-    def agent_model(self, agent_id: str, sent_model: str | None) -> str | None:
-        """The model a new agent's requests are pinned to (``None``: the one it sent),
-        told the model its first request named (``sent_model``)."""
-        ...
+__all__ = ["AgentCount"]
 
 
 class AgentCount:

@@ -8,8 +8,10 @@ subagents'), holds 429s and 529s and retries them, and paces ahead of 429s from 
 ``anthropic-ratelimit-*`` headers and each answer's ``usage``. One concern per module:
 what is accepted (``routing``), one exchange (``forward``), the ASGI app (``app``), the
 connections' bounds (``protocol``), the server (``server``), the pool a process shares
-between its runs (``shared``), a run's ceilings (``run_limits``), and the helpers named
-after what they do.
+between its runs (``shared``), and the helpers named after what they do. Each run's
+requests are counted per agent by its ledger in :mod:`teamlead._metering` and admitted by
+its admission (:mod:`teamlead._gate`: the pause, the run's own ceilings, the timeout and
+budgets).
 
 Example:
     >>> applicable = relay_applicable(os.environ)  # doctest: +SKIP

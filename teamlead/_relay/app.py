@@ -35,8 +35,9 @@ import aiohttp
 import anyio
 import yarl
 
+from .._gate import NoPlace, Pause, RunLimits
 from .._governor import WarnOnce
-from .._metering import AgentBook, Pause
+from .._metering import AgentBook
 from ..events import RateLimited
 from ..governor import Governor, bucket_key
 from .blame import shown, unreachable_reason
@@ -54,7 +55,6 @@ from .forward import (
 from .keepalive import HeldSend
 from .observe import Guarded, RequestObserver, trace_request
 from .routing import Refusal, RequestInfo, check_target, classify
-from .run_limits import NoPlace, RunLimits
 from .stats import RelayListener, Tally, notify
 from .usage import UsageReader
 

@@ -34,7 +34,8 @@ import uvicorn
 import yarl
 from aiohttp.helpers import get_env_proxy_for_url
 
-from .._metering import AgentBook, Pause
+from .._gate import Pause, RunLimits
+from .._metering import AgentBook
 from ..clock import SYSTEM_CLOCK
 from ..errors import RelayError
 from ..events import ConcurrencyChanged, RelaySummary
@@ -45,7 +46,6 @@ from .blame import in_user_terms
 from .forward import RelayConfig
 from .observe import RequestObserver
 from .protocol import ConnectionGuard, GuardedSocket, protocol_for
-from .run_limits import RunLimits
 from .stats import RelayListener, notify
 
 __all__ = [
@@ -174,8 +174,8 @@ class Relay:
         ``deadline_s``: seconds from now until the run ends; none of its requests waits for
         a slot, or holds a 429, past that (the 429 goes on to the run at once instead).
         ``limits``: the run's own ceilings on its requests in flight; they bound this run's
-        requests only (see :mod:`.run_limits`). ``overload_hold_s``: the longest one of the
-        run's requests is held through an overload (``None``: the relay's own bound).
+        requests only (see :mod:`teamlead._gate.limits`). ``overload_hold_s``: the longest
+        one of the run's requests is held through an overload (``None``: the relay's own bound).
         ``agents``: the run's agent ledger, which counts and governs each of its requests
         per agent. ``pause``: the run's pause, which holds its new requests while it is on.
         """

@@ -5,7 +5,7 @@ A :class:`RelayPool` holds them (one per process by default, owned by the proces
 governor per account and event loop paces every request of every run on that account;
 one relay per upstream and account forwards them. The first :meth:`RelayPool.run` starts
 the relay, the last one to leave stops it. A run's own ceilings (``--model-limit`` …)
-bound that run's requests only (:mod:`.run_limits`); the governor's policy is the
+bound that run's requests only (:mod:`teamlead._gate.limits`); the governor's policy is the
 relay's own, learnt from the upstream. :func:`relay_applicable` says whether a run's
 environment can use a relay at all.
 
@@ -28,8 +28,9 @@ from urllib.parse import urlsplit
 
 import anyio
 
+from .._gate import Pause
 from .._governor import Account, NamespacedAccount, WarnOnce, open_account
-from .._metering import AgentBook, Pause
+from .._metering import AgentBook
 from ..clock import SYSTEM_CLOCK, Clock
 from ..governor import Governor, GovernorPolicy
 from ..policy import LimitsPolicy

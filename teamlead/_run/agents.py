@@ -1,25 +1,22 @@
 """The run's agents: the relay's agent ledger joined with the stream's task events.
 
 :class:`RunAgents` is the run state's part for every agent, whatever spawned it. It owns
-the run's :class:`~teamlead._metering.book.AgentBook`, which the relay fills and governs (the
-per-agent timeout, the token and request budgets; for admission it asks the run's
-:class:`~teamlead._gate.admission.Admission`), and it tells the book and the admission what
-the stream says: an Agent-tool task started (its timeout runs from then), a workflow
-agent's entry is done or in error, or its workflow ended (its slots are freed). A budget
-reached tells the admission too: no agent starts after it. At the end,
+the run's :class:`~teamlead._metering.book.AgentBook`, which the relay fills and which
+applies the run's :class:`~teamlead._gate.admission.Admission` to each request (the
+per-agent timeout, the token and request budgets, the workflow agents' admission), and it
+tells the book and the admission what the stream says: an Agent-tool task started (its
+timeout runs from then), a workflow agent's entry is done or in error, or its workflow
+ended (its slots are freed). At the end,
 :meth:`RunAgents.rows` turns ``Finished.tasks`` into one row per agent: each task with its
 usage, and every agent of a workflow after its workflow's row.
 """
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterable
 
-import anyio
-
-from .._gate import Admission
-from .._metering import AgentBook, AgentCount, AgentLimits, ExhaustReason
+from .._gate import Admission, ExhaustReason
+from .._metering import AgentBook
 from .._redact import redact
 from ..clock import Clock
 from ..events import AgentUsage, Disposition, TaskDisposition, TaskState
@@ -27,8 +24,6 @@ from ..policy import Policy
 from ..tracker import TaskEnded, TaskInfo, TaskProgress, TaskStarted, TrackedEvent, Tracker
 
 __all__ = ["WORKFLOW_CAP_VAR", "RunAgents"]
-
-log = logging.getLogger("teamlead.coordinator")
 
 #: The workflow engine's own gate; teamlead sets it to the run's cap.
 WORKFLOW_CAP_VAR = "CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS"
@@ -39,12 +34,12 @@ class RunAgents:
     """Every agent of one run: the ledger, its limits, and what the stream said of them.
 
     Args:
-        policy: the run's limits (``spawn.agent_timeout_s``, ``token_budget``,
-            ``request_budget``).
+        policy: the run's policy (``spawn.agent_timeout_s`` names the timeout in rows).
         clock: the run's clock.
-        admission: the run's admission: the book asks it for workflow agents and the model
-            of new agents; it is told when a workflow agent's work ended and when a budget
-            is reached (``None``: agents start as they come, on their own model).
+        admission: the run's admission, whose limits the book applies: it is asked for
+            workflow agents and the model of new agents, and told when a workflow agent's
+            work ended, an agent timed out and a budget was reached (``None``: no limit,
+            agents start as they come, on their own model).
         publish: where each agent's :class:`~teamlead.events.AgentUsage` goes (the run's
             event bus); ``None``: nowhere.
     """
@@ -57,40 +52,12 @@ class RunAgents:
         publish: Callable[[AgentUsage], None] | None = None,
     ) -> None:
         self.policy = policy
-        self._publish = publish
-        limits = AgentLimits(
-            agent_timeout_s=policy.spawn.agent_timeout_s,
-            token_budget=policy.token_budget,
-            request_budget=policy.request_budget,
-        )
-        self.book = AgentBook(
-            clock,
-            limits,
-            admission=admission,
-            on_usage=self._usage,
-            on_exhausted=self._exhausted,
-            on_timeout=self._timed_out,
-        )
+        self.book = AgentBook(clock, admission, publish=publish)
         self._admission = admission
-        #: set once a budget is reached: the round is cut and the run wraps up
-        self.exhausted = anyio.Event()
-        #: told once, when a budget is reached, on the run's loop (a round's read is cut)
-        self.exhaust_listeners: list[Callable[[], None]] = []
-        #: told the id of an agent that passed its timeout (a client stops its task)
-        self.timeout_listeners: list[Callable[[str], None]] = []
         self._workflow_of: dict[str, str] = {}
         self._session: str | None = None
 
     # -- limits -------------------------------------------------------------------------
-    @property
-    def governed(self) -> bool:
-        """Whether any per-agent limit or budget is set (the ledger counts regardless)."""
-        limits = self.book.limits
-        return any(
-            v is not None
-            for v in (limits.agent_timeout_s, limits.token_budget, limits.request_budget)
-        )
-
     @property
     def exhaust_reason(self) -> ExhaustReason | None:
         return self.book.exhausted
@@ -98,36 +65,6 @@ class RunAgents:
     def wrapping(self) -> None:
         """The wrap-up starts: its own lead request may spend the room kept for it."""
         self.book.wrapping = True
-
-    def _exhausted(self, reason: ExhaustReason) -> None:
-        self.exhausted.set()
-        for listener in list(self.exhaust_listeners):
-            listener()
-        if self._admission is not None:  # no agent starts once a budget is reached
-            self._admission.budget_reached(reason)
-
-    def _timed_out(self, agent_id: str) -> None:
-        for listener in list(self.timeout_listeners):
-            try:
-                listener(agent_id)
-            except Exception:
-                log.exception("an agent-timeout listener failed")
-
-    def _usage(self, session_id: str, agent_id: str, count: AgentCount) -> None:
-        if self._publish is None:
-            return
-        self._publish(
-            AgentUsage(
-                agent_id=agent_id,
-                kind=count.kind,
-                requests=count.requests,
-                input_tokens=count.input_tokens,
-                output_tokens=count.output_tokens,
-                unknown_usage=count.unknown_usage,
-                rate_limited=count.absorbed + count.passed,
-                last_tool=count.last_tool,
-            )
-        )
 
     # -- what the stream says -------------------------------------------------------------
     def observe(self, events: Iterable[TrackedEvent], tracker: Tracker) -> None:

@@ -13,7 +13,6 @@ is: a new CLI process (``query``) or the same client (``client``).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
@@ -134,7 +133,7 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
     state.start_clock()
     await state.ask.open_store()
     if state.ask.turns == 1:  # the client's agents, stopped on timeout for the run's life
-        _stop_timed_out(state, client)
+        state.admission.stop_with(client)
     first = Round(state, client.receive_messages(), settle=True)
     async for item in first:
         yield item
@@ -180,25 +179,6 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
         return
     async for item in _resume_loop(state, client_round, wrap=wrap_round):
         yield item
-
-
-def _stop_timed_out(state: RunState, client: Client) -> None:
-    """On a client, an Agent-tool task past its timeout is stopped with ``stop_task`` (the
-    relay has ended its request and refuses its next ones). The stop tasks are kept
-    referenced until they are done."""
-    tasks: set[asyncio.Task[None]] = set()
-
-    async def stop(task_id: str) -> None:
-        with anyio.move_on_after(5), contextlib.suppress(Exception):
-            await client.stop_task(task_id)
-
-    def on_timeout(agent_id: str) -> None:
-        if agent_id in state.stream.tracker.tasks:  # a workflow agent has no task of its own
-            task = asyncio.get_running_loop().create_task(stop(agent_id))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-
-    state.agents.timeout_listeners.append(on_timeout)
 
 
 class _QueryRounds:

@@ -31,7 +31,8 @@ from .options import with_base_url
 from .process import ProcessState, default_process_state
 
 if TYPE_CHECKING:
-    from .._metering import AgentBook, Pause
+    from .._gate import Pause
+    from .._metering import AgentBook
     from .._relay import RelayRun
 
 __all__ = [

@@ -143,7 +143,7 @@ class Round:
         self._loop = None if isinstance(self._clock, DeadlineClock) else _asyncio_loop()
         self._state.stream.cli_gone = ended = False
         self._state.stop.listeners.append(self._on_stop)
-        self._state.agents.exhaust_listeners.append(self._on_exhausted)
+        self._state.admission.exhaust_listeners.append(self._on_exhausted)
         try:
             while True:
                 now = self._clock.monotonic()
@@ -201,7 +201,7 @@ class Round:
         finally:
             self._disarm()
             self._state.stop.listeners.remove(self._on_stop)
-            self._state.agents.exhaust_listeners.remove(self._on_exhausted)
+            self._state.admission.exhaust_listeners.remove(self._on_exhausted)
             self._note_retry_after(watch.drain())
             watch.close()
             aclose = getattr(self._stream, "aclose", None)
@@ -259,7 +259,7 @@ class Round:
             self._reading, self._tripped, self._spawned = tg, False, False
             try:
                 self._arm_until(until)
-                if self._read_budget and self._state.agents.exhausted.is_set():
+                if self._read_budget and self._state.admission.exhausted.is_set():
                     self._alarm(self._clock.monotonic() + _BUDGET_GRACE_S)
                 self._on_stop()
                 if self._state.watches_journals:

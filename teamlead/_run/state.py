@@ -14,10 +14,10 @@ they need. Its parts:
   :class:`~teamlead.tracker.StreamParse` every other reader of its stream reads), the
   CLI's state and stderr tail;
 - the run's :class:`~teamlead._gate.admission.Admission`, the one owner of every agent's
-  admission, and every agent of the run (:class:`~.agents.RunAgents`);
+  and request's admission (its pool and cap, the pause, the timeout and budgets), and
+  every agent of the run (:class:`~.agents.RunAgents`);
 - :class:`Outside`: what reaches the run from outside while it goes: the permission
-  requests waiting for an answer, the pause (``teamlead pause``), the user's
-  :class:`~teamlead.control.RunControl`;
+  requests waiting for an answer, the user's :class:`~teamlead.control.RunControl`;
 - the run's :class:`~.bus.EventBus`: its producers (the gate, the relay, the agents'
   metering, the control) publish there, and each consumer (the public stream, a round
   watching for the lead's Retry-After) subscribes;
@@ -33,7 +33,6 @@ import collections
 import dataclasses
 import os
 import uuid
-from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,13 +43,11 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from .._claude import claude_config_dir
 from .._gate import Admission
-from .._metering import Pause
 from .._procs import stop_marked
 from .._redact import redact
 from .._sessions import RunStore
 from ..clock import Clock
 from ..control import ControlLease, RunControl
-from ..events import RunAmended
 from ..policy import Policy
 from ..tracker import TrackedEvent, Tracker
 from .agents import RunAgents
@@ -202,23 +199,16 @@ class Outside:
 
     Attributes:
         permissions: the permission requests waiting for an answer (``can_use_tool``'s).
-        pause: the run's pause: its admission and its share of the relay hold on it.
         control: the user's live control of the run, if any.
         lease: the run's hold on :attr:`control`, while it serves the run.
     """
 
     permissions: PermissionRequests
-    pause: Pause = field(default_factory=Pause)
     control: RunControl | None = None
     lease: ControlLease | None = None
 
     def use_control(
-        self,
-        control: RunControl,
-        admission: Admission,
-        publish: Callable[[RunAmended], None],
-        *,
-        on_loop: bool = False,
+        self, control: RunControl, admission: Admission, *, on_loop: bool = False
     ) -> None:
         """Let ``control`` amend ``admission`` (its cap and subagent model) from now on (its
         amends are published as :class:`~teamlead.events.RunAmended` events).
@@ -226,14 +216,13 @@ class Outside:
         Args:
             control: the control.
             admission: the run's admission.
-            publish: where its amends go (the run's event bus).
             on_loop: called on the run's event loop once it runs (``teamlead amend`` on a
                 run started without a control): amends are applied through it from now.
 
         Raises:
             AmendRefused: ``control`` already serves a run that has not ended.
         """
-        self.lease = control.serve(admission, emit=publish)
+        self.lease = control.serve(admission)
         self.control = control
         if on_loop:
             self.lease.bind_loop()
@@ -311,7 +300,7 @@ class RunState:
             process=self.process,
             on_event=self.events.publish,
             agents=self.agents.book,
-            pause=self.outside.pause,
+            pause=self.admission.pause,
             clock=self.clock,
         )
 
@@ -341,7 +330,6 @@ class RunState:
         if self.ask.held:
             return
         self.stop.done()
-        self.outside.pause.end()
         if self.outside.lease is not None:
             self.outside.lease.end()
         self.admission.end(reason)
@@ -446,14 +434,12 @@ def new_run(
     """
     shared = process or default_process_state()
     user = options or ClaudeAgentOptions()
-    pause = Pause()
     bus = EventBus()
     admission = Admission(
         policy,
         clock,
         cap=shared.spawn_cap,
         env=user.env,
-        pause=pause,
         starting_model=_starting_model(user, policy),
         gated=gated and not verbatim,
         publish=bus.publish,
@@ -496,14 +482,14 @@ def new_run(
         stream=Streamed(tracker=Tracker(clock=clock), stderr_tail=tail),
         admission=admission,
         agents=RunAgents(policy, clock, admission, publish=bus.publish),
-        outside=Outside(permissions=permissions, pause=pause),
+        outside=Outside(permissions=permissions),
         events=bus,
         clock=clock,
         process=shared,
         stop=RunStop(on_request=admission.stopped),
     )
     if control is not None:
-        state.outside.use_control(control, admission, bus.publish)
+        state.outside.use_control(control, admission)
     state.delivered.ledger.one_process = mode == "client"
     shared.enter(state.stop)
     return state

@@ -1,4 +1,5 @@
-"""One run's own static ceilings on its requests in flight (``--model-limit`` and kin).
+"""The run's limits at the relay: its ceilings on requests in flight (:class:`RunLimits`),
+and the per-agent timeout and run budgets its ledger applies (:class:`AgentLimits`).
 
 The process's governor paces every request of every run against what the account allows
 (learnt from the upstream, shared with the account's other processes). A run's
@@ -23,14 +24,29 @@ import math
 from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from fnmatch import fnmatchcase
+from typing import Literal, TypeAlias
 
 import anyio
 
 from ..clock import SYSTEM_CLOCK, Clock, move_on_at
 from ..policy import LimitsPolicy
 
-__all__ = ["NoPlace", "RunLimits"]
+__all__ = ["AgentLimits", "ExhaustReason", "NoPlace", "RunLimits"]
+
+#: A run budget that can be reached.
+ExhaustReason: TypeAlias = Literal["token_budget", "request_budget"]
+
+
+@dataclass(frozen=True)
+class AgentLimits:
+    """The limits the relay's ledger applies per agent and per run (``None``: no limit):
+    an agent's timeout, and the run's token and request budgets."""
+
+    agent_timeout_s: float | None = None
+    token_budget: int | None = None
+    request_budget: int | None = None
 
 
 class NoPlace(Exception):
