@@ -204,39 +204,9 @@ def spawn_options() -> list[Callable[[_F], _F]]:
     ]
 
 
-def settings_from_options(
-    strategy: str,
-    model: str | None,
-    cwd: str | None,
-    max_resumes: int,
-    wait_s: float,
-    deadline_s: float,
-    max_cost: float | None,
-    allowed_tools: str | None,
-    permission_mode: str | None,
-    cli_path: str | None,
-    allow_workflows: bool = False,
-    max_concurrent_agents: int | None = None,
-    max_agents_per_turn: int | None = None,
-    spawn_budget: int | None = None,
-    stagger_s: float = 0.0,
-    max_depth: int = 1,
-    wrap_up_reserve_s: float | None = None,
-    agent_timeout_s: float | None = None,
-    subagent_model: str | None = None,
-    token_budget: int | None = None,
-    request_budget: int | None = None,
-    no_spawn_gate: bool = False,
-    no_relay: bool = False,
-    overload_hold_s: float = 300.0,
-    limits_shared: str = "machine",
-    model_limit: tuple[str, ...] = (),
-    provider_limit: tuple[str, ...] = (),
-    default_limit: int | None = None,
-    total_limit: int | None = None,
-    session_store: str | None = None,
-) -> AskSettings:
-    """The :class:`AskSettings` for the parsed run options.
+def settings_from_options(strategy: str, **options: Any) -> AskSettings:
+    """The :class:`AskSettings` for the parsed :func:`run_options` (each by its parameter
+    name; one left out keeps the setting's default).
 
     Raises:
         UsageError: options that cannot work together (a wrap-up reserve that is not
@@ -244,44 +214,34 @@ def settings_from_options(
     """
     from .settings import AskSettings
 
-    if wrap_up_reserve_s is not None and wrap_up_reserve_s >= deadline_s:
+    given = dict(options)
+    limits = {name: given.pop(name) for name in _LIMITS_OPTIONS if name in given}
+    reserve, deadline = given.get("wrap_up_reserve_s"), given.get("deadline_s", 1800.0)
+    if reserve is not None and reserve >= deadline:
         raise UsageError(
-            f"--wrap-up-reserve {wrap_up_reserve_s:g} is not shorter than --deadline "
-            f"{deadline_s:g}, so the run would wrap up as it starts: give a reserve under the "
+            f"--wrap-up-reserve {reserve:g} is not shorter than --deadline "
+            f"{deadline:g}, so the run would wrap up as it starts: give a reserve under the "
             "deadline, or leave --wrap-up-reserve out for its default (20 % of the deadline, "
             "at most 30 s)"
         )
-
+    tools = given.pop("allowed_tools", None) or ""
+    model = given.pop("subagent_model", None)
+    store = (given.pop("session_store", None) or "").strip()
     return AskSettings(
         strategy=strategy,
-        model=model,
-        cwd=cwd,
-        max_resumes=max_resumes,
-        wait_s=wait_s,
-        deadline_s=deadline_s,
-        max_cost_usd=max_cost,
-        allowed_tools=[t.strip() for t in (allowed_tools or "").split(",") if t.strip()],
-        permission_mode=permission_mode,
-        allow_workflows=allow_workflows,
-        cli_path=cli_path,
-        max_concurrent_agents=max_concurrent_agents,
-        max_agents_per_turn=max_agents_per_turn,
-        spawn_budget=spawn_budget,
-        stagger_s=stagger_s,
-        max_depth=max_depth,
-        wrap_up_reserve_s=wrap_up_reserve_s,
-        agent_timeout_s=agent_timeout_s,
-        subagent_model=subagent_model.strip() if subagent_model else None,
-        token_budget=token_budget,
-        request_budget=request_budget,
-        spawn_gate=not no_spawn_gate,
-        relay=not no_relay,
-        overload_hold_s=overload_hold_s,
-        limits=limits_from_options(
-            limits_shared, model_limit, provider_limit, default_limit, total_limit
-        ),
-        session_store=session_store.strip() if session_store and session_store.strip() else None,
+        max_cost_usd=given.pop("max_cost", None),
+        allowed_tools=[t.strip() for t in tools.split(",") if t.strip()],
+        subagent_model=model.strip() if model else None,
+        spawn_gate=not given.pop("no_spawn_gate", False),
+        relay=not given.pop("no_relay", False),
+        limits=limits_from_options(**limits),
+        session_store=store or None,
+        **given,
     )
+
+
+#: The parameters of :func:`~.options.limits_options`.
+_LIMITS_OPTIONS = ("limits_shared", "model_limit", "provider_limit", "default_limit", "total_limit")
 
 
 @click.command(cls=SectionedCommand, sections=RUN_SECTIONS)

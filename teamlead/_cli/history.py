@@ -27,17 +27,19 @@ from .options import option
 if TYPE_CHECKING:  # pydantic's models: `teamlead ps` without --all starts without them
     from .._history import History, RunRecord
 
-__all__ = ["NOT_FINISHED", "PS_VERSION", "past_detail", "past_rows", "run_filter", "show", "shown"]
+__all__ = ["PS_VERSION", "past_detail", "past_rows", "ps_row", "run_filter", "show", "shown"]
 
 #: ``teamlead ps --json``'s objects carry this version.
 PS_VERSION = 1
-#: What a finished run's ``ps --json`` object adds, as a run that has not finished has it.
-NOT_FINISHED: dict[str, Any] = {
+#: A ``teamlead ps --json`` object with every key and nothing known (a live run that has
+#: not finished).
+_BLANK_ROW: dict[str, Any] = {
+    "version": PS_VERSION,
+    **dict.fromkeys(("run", "session_id", "pid", "status", "mode", "command", "label")),
+    **dict.fromkeys(("started", "agents", "tokens", "requests", "cap", "held")),
+    **dict.fromkeys(("subagent_model", "deadline_in_s", "socket")),
     "finished": False,
-    "ended": None,
-    "reason": None,
-    "cost_usd": None,
-    "answer": None,
+    **dict.fromkeys(("ended", "reason", "cost_usd", "answer")),
 }
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
@@ -58,35 +60,33 @@ def past_rows(
     return [_row(record) for record in history.records(limit) if record.run not in live]
 
 
+def ps_row(**fields: Any) -> dict[str, Any]:
+    """A ``teamlead ps --json`` object: ``fields``, every other key ``None`` (not finished)."""
+    return _BLANK_ROW | fields
+
+
 def _row(record: RunRecord) -> dict[str, Any]:
     done = sum(a.status in ("completed", "cached") for a in record.agents)
     failed = sum(a.status not in ("completed", "cached") for a in record.agents)
     tokens = [(a.tokens_in or 0) + (a.tokens_out or 0) for a in record.agents]
     requests = [a.requests for a in record.agents if a.requests is not None]
-    return {
-        "version": PS_VERSION,
-        "run": record.run,
-        "session_id": record.session_id,
-        "pid": None,
-        "status": record.status,
-        "mode": record.mode,
-        "command": record.command,
-        "label": record.label,
-        "started": record.started,
-        "agents": {"running": 0, "queued": 0, "done": done, "failed": failed},
-        "tokens": sum(tokens) if any(tokens) else None,
-        "requests": sum(requests) if requests else None,
-        "cap": None,
-        "held": None,
-        "subagent_model": None,
-        "deadline_in_s": None,
-        "socket": None,
-        "finished": True,
-        "ended": record.ended,
-        "reason": record.reason,
-        "cost_usd": record.cost_usd,
-        "answer": record.result,
-    }
+    return ps_row(
+        run=record.run,
+        session_id=record.session_id,
+        status=record.status,
+        mode=record.mode,
+        command=record.command,
+        label=record.label,
+        started=record.started,
+        agents={"running": 0, "queued": 0, "done": done, "failed": failed},
+        tokens=sum(tokens) if any(tokens) else None,
+        requests=sum(requests) if requests else None,
+        finished=True,
+        ended=record.ended,
+        reason=record.reason,
+        cost_usd=record.cost_usd,
+        answer=record.result,
+    )
 
 
 def run_filter(

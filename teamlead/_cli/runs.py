@@ -29,7 +29,7 @@ from .._redact import terminal_safe
 from ..clock import SYSTEM_CLOCK
 from ..errors import ControlError, NoSuchRun, UsageError
 from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors, tell
-from .history import NOT_FINISHED, PS_VERSION, past_rows, run_filter
+from .history import past_rows, ps_row, run_filter
 from .options import option, output_mode
 from .output import stdout_lost
 
@@ -129,26 +129,24 @@ def _row(entry: RunEntry, answer: Mapping[str, Any]) -> dict[str, Any]:
     """One run's ``ps`` object: the entry's facts, the run's own answer (type-checked)."""
     said = answer.get("agents")
     agents: Mapping[str, Any] = said if isinstance(said, Mapping) else {}
-    return {
-        "version": PS_VERSION,
-        "run": entry.run,
-        "session_id": _text(answer.get("session_id")) or entry.session_id,
-        "pid": entry.pid,
-        "status": _text(answer.get("status")) or "unknown",
-        "mode": entry.mode,
-        "command": entry.command,
-        "label": entry.label,
-        "started": entry.started,
-        "agents": {key: _count(agents.get(key)) for key in ("running", "queued", "done", "failed")},
-        "tokens": _count(answer.get("tokens")),
-        "requests": _count(answer.get("requests")),
-        "cap": _count(answer.get("cap")),
-        "held": _count(answer.get("held")),
-        "subagent_model": _text(answer.get("subagent_model")),
-        "deadline_in_s": _number(answer.get("deadline_in_s")),
-        "socket": entry.socket,
-        **NOT_FINISHED,
-    }
+    return ps_row(
+        run=entry.run,
+        session_id=_text(answer.get("session_id")) or entry.session_id,
+        pid=entry.pid,
+        status=_text(answer.get("status")) or "unknown",
+        mode=entry.mode,
+        command=entry.command,
+        label=entry.label,
+        started=entry.started,
+        agents={key: _count(agents.get(key)) for key in ("running", "queued", "done", "failed")},
+        tokens=_count(answer.get("tokens")),
+        requests=_count(answer.get("requests")),
+        cap=_count(answer.get("cap")),
+        held=_count(answer.get("held")),
+        subagent_model=_text(answer.get("subagent_model")),
+        deadline_in_s=_number(answer.get("deadline_in_s")),
+        socket=entry.socket,
+    )
 
 
 def _text(value: object) -> str | None:
