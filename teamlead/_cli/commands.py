@@ -104,16 +104,12 @@ class LazyGroup(SafeErrorsGroup):
             raise TypeError(f"{module}:{attribute} is not a click command")
         return command
 
-    def summary(self, name: str) -> str:
-        """Command ``name``'s one-line summary as the table has it."""
-        return self._lazy[name][1]
-
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The commands under :data:`COMMAND_SECTIONS`' headings, each with its one-line
         summary (those not loaded yet read from the table: ``--help`` loads no command)."""
         commands: dict[str, click.Command] = {}
         for name in self.list_commands(ctx):
-            command = self.commands.get(name) or click.Command(name, help=self.summary(name))
+            command = self.commands.get(name) or click.Command(name, help=self._lazy[name][1])
             if not command.hidden:
                 commands[name] = command
         sections = [*self._sections, ("Other commands", tuple(commands))]

@@ -27,7 +27,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import IO, Any
 
 import anyio
@@ -66,26 +66,40 @@ def _status(relay: Any) -> str:
 _CLI_STOP_S = 10.0
 
 
-async def _serve(upstream: str, limits: Any, live: IO[str] | None, port: int = 0) -> None:
-    from .._relay import RelayConfig, start_relay
+@contextlib.asynccontextmanager
+async def _relay(upstream: str, limits: Any, port: int) -> AsyncIterator[Any]:
+    """The relay to ``upstream`` on ``port``, running for the block, on a governor of its
+    own (this process serves this relay alone: its ceilings are its governor's policy)."""
+    from .._relay import RelayConfig, RelayPool, account_of, governor_policy, start_relay
 
-    governor = _governor(upstream, limits)
+    governor = RelayPool().governor(
+        limits.shared, account=account_of(upstream, os.environ), policy=governor_policy(limits)
+    )
     try:
-        config = RelayConfig(port=port)
-        await _relay_until_stopped(start_relay, upstream, governor, live, config)
+        async with start_relay(upstream, governor, config=RelayConfig(port=port)) as running:
+            yield running
     finally:
         governor.account.close()  # gives back nothing: every request has ended
 
 
-def _governor(upstream: str, limits: Any) -> Any:
-    from .._relay import RelayPool, account_of, governor_policy
-
-    # this process serves this relay alone: its ceilings are its governor's own policy
-    return RelayPool().governor(
-        limits.shared,
-        account=account_of(upstream, os.environ),
-        policy=governor_policy(limits),
-    )
+async def _serve(upstream: str, limits: Any, live: IO[str] | None, port: int) -> None:
+    """Serve until cancelled: the base URL on stdout, the live line on ``live``."""
+    async with _relay(upstream, limits, port) as running:
+        click.echo(f"ANTHROPIC_BASE_URL={running.base_url}")
+        sys.stdout.flush()
+        try:
+            if live is None:
+                await anyio.sleep_forever()
+            while True:
+                assert live is not None
+                width = max(20, _columns() - 1)
+                live.write("\r\x1b[K" + _status(running)[:width])
+                live.flush()
+                await SYSTEM_CLOCK.sleep(_LIVE_EVERY_S)
+        finally:
+            if live is not None:
+                live.write("\r\x1b[K")
+                live.flush()
 
 
 async def _serve_cli(
@@ -94,18 +108,12 @@ async def _serve_cli(
     """Serve the relay while ``argv`` (the CLI and its arguments) runs through it; returns
     the exit code teamlead exits with. An upstream the user set (``setting``: where) that
     cannot be reached ends it before the CLI starts, in one line."""
-    from .._relay import RelayConfig, check_reachable, start_relay
+    from .._relay import check_reachable
 
     if setting is not None:
         await check_reachable(upstream, setting=setting)
-
-    governor = _governor(upstream, limits)
-    try:
-        async with start_relay(upstream, governor, config=RelayConfig(port=port)) as running:
-            env = {**os.environ, "ANTHROPIC_BASE_URL": running.base_url}
-            return await _run_cli(argv, env)
-    finally:
-        governor.account.close()
+    async with _relay(upstream, limits, port) as running:
+        return await _run_cli(argv, {**os.environ, "ANTHROPIC_BASE_URL": running.base_url})
 
 
 async def _run_cli(argv: Sequence[str], env: dict[str, str]) -> int:
@@ -172,27 +180,6 @@ def _cli_to_run() -> str:
     from .settings import find_cli
 
     return find_cli(None) or str(bundled_cli_path())
-
-
-async def _relay_until_stopped(
-    start_relay: Any, upstream: str, governor: Any, live: IO[str] | None, config: Any
-) -> None:
-    async with start_relay(upstream, governor, config=config) as running:
-        click.echo(f"ANTHROPIC_BASE_URL={running.base_url}")
-        sys.stdout.flush()
-        try:
-            if live is None:
-                await anyio.sleep_forever()
-            while True:
-                assert live is not None
-                width = max(20, _columns() - 1)
-                live.write("\r\x1b[K" + _status(running)[:width])
-                live.flush()
-                await SYSTEM_CLOCK.sleep(_LIVE_EVERY_S)
-        finally:
-            if live is not None:
-                live.write("\r\x1b[K")
-                live.flush()
 
 
 def _check_upstream(url: str | None, flag: str | None) -> None:

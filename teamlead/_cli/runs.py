@@ -257,16 +257,7 @@ def act(ref: str, request: Mapping[str, Any], *, registry: Registry | None = Non
             the request is not one a run takes (a value too long to send).
         ControlError: the run refused for its state, or does not answer.
     """
-    entry = _live(registry or Registry(), ref)
-    try:
-        answer = call(entry.socket, request, ref=entry.run, timeout=_ACT_TIMEOUT_S)
-    except ControlError as exc:
-        if exc.code in ("refused", "bad_request"):  # the values asked for, not the run
-            raise UsageError(str(exc)) from None
-        if exc.code == "unreachable" and liveness(entry) == "dead":
-            raise _finished(entry, ref) from None
-        raise ControlError(f"run {entry.run}: {exc}", code=exc.code) from None
-    message = answer.get("message")
+    message = _ask(ref, request, registry).get("message")
     return terminal_safe(message if isinstance(message, str) else "done")
 
 
@@ -278,17 +269,23 @@ def run_detail(ref: str, *, registry: Registry | None = None) -> dict[str, Any]:
         NoSuchRun: no live run of yours is named so, or it finished meanwhile.
         ControlError: the run does not answer, or answered no detail.
     """
+    detail = _ask(ref, {"op": "detail"}, registry).get("detail")
+    if not isinstance(detail, dict):
+        raise ControlError(f"run {ref} answered no detail", code="bad_request")
+    return detail
+
+
+def _ask(ref: str, request: Mapping[str, Any], registry: Registry | None) -> dict[str, Any]:
+    """The answer of the live run ``ref`` names to ``request`` (errors as :func:`act`'s)."""
     entry = _live(registry or Registry(), ref)
     try:
-        answer = call(entry.socket, {"op": "detail"}, ref=entry.run, timeout=_ACT_TIMEOUT_S)
+        return call(entry.socket, request, ref=entry.run, timeout=_ACT_TIMEOUT_S)
     except ControlError as exc:
+        if exc.code in ("refused", "bad_request"):  # the values asked for, not the run
+            raise UsageError(str(exc)) from None
         if exc.code == "unreachable" and liveness(entry) == "dead":
             raise _finished(entry, ref) from None
         raise ControlError(f"run {entry.run}: {exc}", code=exc.code) from None
-    detail = answer.get("detail")
-    if not isinstance(detail, dict):
-        raise ControlError(f"run {entry.run} answered no detail", code="bad_request")
-    return detail
 
 
 @click.command()
