@@ -28,6 +28,7 @@ from .options import (
     output_mode,
     overload_hold_option,
     session_store_option,
+    stacked,
 )
 
 if TYPE_CHECKING:
@@ -47,7 +48,7 @@ _PERMISSION_MODES = ["default", "acceptEdits", "plan", "bypassPermissions", "don
 
 def run_options(func: _F) -> _F:
     """The options every coordinator run takes (model, limits, output, CLI path)."""
-    options = [
+    return stacked(
         option("--model", help="Model for the lead (SDK `model`)."),
         option("--cwd", type=click.Path(file_okay=False), help="Working directory."),
         option(
@@ -122,10 +123,7 @@ def run_options(func: _F) -> _F:
         no_relay_option(),
         overload_hold_option(),
         *limits_options(),
-    ]
-    for decorate in reversed(options):
-        func = decorate(func)
-    return func
+    )(func)
 
 
 def spawn_options() -> list[Callable[[_F], _F]]:

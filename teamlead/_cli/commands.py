@@ -1,10 +1,7 @@
 """The ``teamlead`` click group: every command, one module per group of them, loaded lazily.
 
-``ask``/``resume`` live in :mod:`.ask`, ``demo``/``serve-scripted`` in :mod:`.demo` (the
-only modules that load the offline test bed, and only when run), ``inbox``, ``prompts``,
-``experiment``, ``relay`` and ``sessions`` in modules of those names, and the verbs on running
-runs (``ps``, ``stop``, ``pause``, ``unpause``, ``amend``, ``watch``) in :mod:`.runs`, and
-``view``, the web page of them, in :mod:`.board`.
+Where each command lives (``module:attribute``) is in :data:`COMMANDS`: only
+:mod:`.demo` loads the offline test bed, and only when its commands run.
 
 A command's module is imported only when that command runs (:class:`LazyGroup`): most of
 them load the SDK, which takes a second or more, while ``teamlead --help`` and the verbs

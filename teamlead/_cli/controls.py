@@ -24,12 +24,13 @@ from claude_agent_sdk import CanUseToolShadowedWarning
 from claude_agent_sdk.types import CanUseTool
 
 from .._redact import terminal_safe
+from .._run import labels_from
 from ..clock import SYSTEM_CLOCK
 from ..control import RunControl
 from ..errors import AmendRefused
 from ..events import PermissionDecided
 from ..tracker import StreamParse
-from .approvals import ASKING_MODES, ApprovalQueue, NoTerminal, labels_from
+from .approvals import ASKING_MODES, ApprovalQueue, NoTerminal
 from .focus import AgentFocus, Focus
 from .keys import Binding, KeyMap, read_keys, terminal_fd
 from .options import Output

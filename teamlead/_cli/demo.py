@@ -26,7 +26,7 @@ import click
 from .._redact import terminal_safe
 from ..clock import SYSTEM_CLOCK
 from .exitcodes import EXIT_INTERRUPTED, handle_errors
-from .options import Output, no_relay_option, option, output_mode
+from .options import Output, no_relay_option, option, output_mode, port_option
 from .output import is_terminal
 from .signals import Interruptible, release_stop_signals
 
@@ -352,13 +352,7 @@ def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
 @click.command("serve-scripted")
 @option("--scenario", default="fan-out", show_default=True, help="Named scripted model.")
 @option("--list", "list_", is_flag=True, help="List the scenarios, one line each, and exit.")
-@option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=0,
-    show_default=True,
-    help="Port; 0 picks a free one.",
-)
+@port_option("Port; 0 picks a free one.")
 @option("--concurrency-limit", type=click.IntRange(min=1), help="Emulate a hidden 429 limit.")
 @option(
     "--log",

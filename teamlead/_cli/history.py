@@ -157,12 +157,15 @@ def past_detail(record: RunRecord, history: History) -> dict[str, Any]:
     (its agent tree: each agent under the one that started it, else under the lead) with
     the run's prompt, answer and reasons, and each agent's prompt and whole result."""
     data = shown(record, history)
-    lead: dict[str, Any] = _node("lead", "lead", "lead", record.status)
+    lead = _node(id="lead", kind="lead", label="lead", state=record.status)
     nodes = {}
     for agent in data["agents"]:
-        node = _node(agent["id"], agent.get("kind") or "task", _name(agent), agent["status"])
         tokens = (agent.get("tokens_in") or 0) + (agent.get("tokens_out") or 0)
-        node.update(
+        nodes[agent["id"]] = _node(
+            id=agent["id"],
+            kind=agent.get("kind") or "task",
+            label=_name(agent),
+            state=agent["status"],
             tokens=tokens or None,
             requests=agent.get("requests"),
             duration_s=agent.get("duration_s"),
@@ -170,7 +173,6 @@ def past_detail(record: RunRecord, history: History) -> dict[str, Any]:
             result=agent.get("result"),
             reason=agent.get("reason"),
         )
-        nodes[agent["id"]] = node
     for agent in data["agents"]:
         parent = nodes.get(agent.get("parent") or "", lead)
         parent["children"].append(nodes[agent["id"]])
@@ -195,19 +197,11 @@ def past_detail(record: RunRecord, history: History) -> dict[str, Any]:
     }
 
 
-def _node(node_id: str, kind: str, label: str, state: str) -> dict[str, Any]:
-    return {
-        "id": node_id,
-        "kind": kind,
-        "label": label,
-        "state": state,
-        "tokens": None,
-        "requests": None,
-        "last_tool": None,
-        "duration_s": None,
-        "model": None,
-        "children": [],
-    }
+def _node(**fields: Any) -> dict[str, Any]:
+    """One agent of a finished run's tree, in the shape of a live run's (what the history
+    does not keep is ``None``)."""
+    blank = dict.fromkeys(("tokens", "requests", "last_tool", "duration_s", "model"))
+    return {**blank, **fields, "children": []}
 
 
 def _name(agent: Mapping[str, Any]) -> str:

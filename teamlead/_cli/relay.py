@@ -1,24 +1,13 @@
-"""``teamlead relay``: the pacing request relay for any Claude Code client.
+"""``teamlead relay``: the pacing request relay for any Claude Code client (its ``--help``
+says how it is used).
 
-An interactive ``claude`` session, a TypeScript SDK app or any other tool on the same key
-points its ``ANTHROPIC_BASE_URL`` at this relay and is paced by the same governor as
-teamlead's own runs: the relay shares the learnt limits and the requests in flight with
-them (``--limits``, this machine by default), holds 429s and retries them once the
-Retry-After has passed.
-
-The first line on stdout is ``ANTHROPIC_BASE_URL=http://127.0.0.1:PORT/<prefix>`` (the
-random prefix keeps other local programs out), so ``eval`` or a script can read it. The
-relay serves until Ctrl-C, SIGTERM or SIGHUP, then closes its port and exits 0. On a
-terminal, stderr shows one live line: requests, 429s held and passed on, and per model
-the limit, the requests running here and on the whole account, and those waiting.
-
-``teamlead relay -- ARGS...`` runs the Claude Code CLI that claude-agent-sdk bundles (a pip
-install puts no ``claude`` on PATH) with ``ARGS`` and its ``ANTHROPIC_BASE_URL`` at the
-relay, on this terminal (stdin, stdout and stderr are the CLI's: no URL line, no live
-line). The relay stops when the CLI exits, and teamlead exits with the CLI's exit code.
-Ctrl-C at the terminal reaches the CLI itself, which decides what it means (an
-interactive session cancels a turn); SIGTERM or SIGHUP to teamlead stops the CLI and all
-it started, and teamlead exits 130.
+A client on the same key is paced by the same governor as teamlead's own runs: the relay
+shares the learnt limits and the requests in flight with them (``--limits``). The URL's
+random prefix keeps other local programs out. On a terminal, stderr shows one live line:
+requests, 429s held and passed on, and per model the limit, the requests running here and
+on the whole account, and those waiting. With ``--``, the CLI runs on this terminal: a
+Ctrl-C at the terminal is the CLI's to handle (an interactive session cancels a turn);
+SIGTERM or SIGHUP to teamlead stops the CLI and all it started, and teamlead exits 130.
 """
 
 from __future__ import annotations
@@ -38,7 +27,7 @@ from .._redact import terminal_safe
 from ..clock import SYSTEM_CLOCK
 from ..errors import SetupError, UsageError
 from .exitcodes import EXIT_INTERRUPTED, handle_errors
-from .options import limits_from_options, option, with_limits_options
+from .options import limits_from_options, option, port_option, with_limits_options
 from .signals import STOP_SIGNALS, Interruptible, defer_stop_signals, receive_stop_signals
 
 __all__ = ["relay"]
@@ -231,12 +220,8 @@ class _RelayCommand(click.Command):
     "--upstream",
     help="Where requests go [default: ANTHROPIC_BASE_URL, else https://api.anthropic.com].",
 )
-@option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=0,
-    show_default=True,
-    help="The loopback port to listen on, for a base URL that stays the same (0: any free one).",
+@port_option(
+    "The loopback port to listen on, for a base URL that stays the same (0: any free one)."
 )
 @option(
     "--relay-port",
