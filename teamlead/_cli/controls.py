@@ -105,7 +105,7 @@ class Controls:
                 part.label_for = label_for
                 part.on_decision = self._decided
         if self.no_terminal is not None:
-            self.no_terminal.say = self._say
+            self.no_terminal.say = self.say
         if self.approvals is not None:
             self.approvals.on_change = self._changed
         if hasattr(progress, "footer"):
@@ -182,9 +182,6 @@ class Controls:
 
     def say(self, line: str) -> None:
         """One line of teamlead's own: in the view's log, else on stderr."""
-        self._say(line)
-
-    def _say(self, line: str) -> None:
         note: Callable[[str], None] | None = getattr(self._progress, "note", None)
         if note is not None:
             note(line)
