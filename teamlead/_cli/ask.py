@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -32,16 +33,15 @@ from .options import (
 )
 
 if TYPE_CHECKING:
-    from claude_agent_sdk import ClaudeAgentOptions
 
     from .._run import RunStream
-    from ..control import RunControl
-    from .controls import Controls
     from .settings import AskSettings
 
 __all__ = ["ask", "resume", "run_options"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: Begins the run (a new one, or a resume) with its options, policy and live control.
+_Start = Callable[..., "RunStream"]
 
 _PERMISSION_MODES = ["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto"]
 
@@ -257,22 +257,14 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 
     PROMPT is the task; `-` reads it from stdin.
     """
-    from .._run import default_process_state
     from ..coordinator import run_stream
-    from .running import build_run, check_setup, merged_env
 
     if prompt == "-":
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise UsageError("the prompt is empty")
     output = output_mode(json_, quiet)
-    default_process_state().keep_history(not kw.pop("no_history"))
-    settings = settings_from_options(strategy, **kw)
-    controls, control = _terminal_controls(settings, output)
-    options, policy, _ = build_run(settings, can_use_tool=controls.can_use_tool())
-    check_setup(merged_env(options.env))
-    run = run_stream(prompt, options, policy=policy, control=control)
-    sys.exit(_at_the_terminal(settings, options, controls, run, output, verbose))
+    _run_at_the_terminal(partial(run_stream, prompt), strategy, output, verbose, kw)
 
 
 @click.command(cls=SectionedCommand, sections=RUN_SECTIONS)
@@ -293,33 +285,40 @@ def resume(
     With --session-store, a session that ran on another machine is brought here from the
     store: run it in the directory the session ran in.
     """
-    from .._claude import claude_config_dir, find_session_file
-    from .._run import default_process_state
     from ..coordinator import resume_stream
-    from .running import build_run, check_setup, merged_env
 
+    start = partial(resume_stream, session_id)
     output = output_mode(json_, quiet)
-    default_process_state().keep_history(not kw.pop("no_history"))
-    settings = settings_from_options(strategy, **kw)
-    controls, control = _terminal_controls(settings, output)
-    options, policy, _ = build_run(settings, can_use_tool=controls.can_use_tool())
-    env = merged_env(options.env)
-    if options.session_store is None:  # with a store, the run brings a session it lacks here
-        find_session_file(claude_config_dir(env), session_id)  # a missing one: usage error
-    check_setup(env)
-    run = resume_stream(session_id, options, policy=policy, control=control)
-    sys.exit(_at_the_terminal(settings, options, controls, run, output, verbose))
+    _run_at_the_terminal(start, strategy, output, verbose, kw, resumes=session_id)
 
 
-def _terminal_controls(settings: AskSettings, output: Output) -> tuple[Controls, RunControl]:
-    """The terminal's part of a run, made before its options (which carry its
-    ``can_use_tool``): the run's live control (keys and a :class:`~teamlead.RunControl`),
-    the approval queue or the no-terminal denier, the focus on one agent."""
-    from .._claude import claude_config_dir
+def _run_at_the_terminal(
+    start: _Start,
+    strategy: str,
+    output: Output,
+    verbose: bool,
+    kw: dict[str, Any],
+    *,
+    resumes: str | None = None,
+) -> NoReturn:
+    """Run what ``start`` begins to its end with the terminal's controls and the live view,
+    and exit with its code; ``resumes`` is the session a resume continues (found here, a
+    missing one a usage error, unless a session store brings it).
+
+    The terminal's part is made before the options, which carry its ``can_use_tool``: the
+    run's live control (keys and a :class:`~teamlead.RunControl`), the approval queue or
+    the no-terminal denier, the focus on one agent.
+    """
+    from .._claude import claude_config_dir, find_session_file
+    from .._otel import run_labels
+    from .._run import default_process_state
+    from .._sessions import close_store
     from ..control import RunControl
     from .controls import controls_for
-    from .running import merged_env
+    from .running import build_run, check_setup, merged_env, run_session
 
+    default_process_state().keep_history(not kw.pop("no_history"))
+    settings = settings_from_options(strategy, **kw)
     control = RunControl()  # the run's live cap and subagent model
     controls = controls_for(
         settings.permission_mode,
@@ -328,21 +327,12 @@ def _terminal_controls(settings: AskSettings, output: Output) -> tuple[Controls,
         control=control,
         config_dir=claude_config_dir(merged_env(settings.env)),
     )
-    return controls, control
-
-
-def _at_the_terminal(
-    settings: AskSettings,
-    options: ClaudeAgentOptions,
-    controls: Controls,
-    run: RunStream,
-    output: Output,
-    verbose: bool,
-) -> int:
-    """Run ``run`` (its state is made when the stream is first read) to its end with the
-    terminal's ``controls`` and the live view. Returns the exit code."""
-    from .._sessions import close_store
-    from .running import run_session
+    options, policy, _ = build_run(settings, can_use_tool=controls.can_use_tool())
+    env = merged_env(options.env)
+    if resumes is not None and options.session_store is None:
+        find_session_file(claude_config_dir(env), resumes)
+    check_setup(env)
+    run = start(options, policy=policy, control=control)
 
     async def items() -> AsyncIterator[Any]:
         try:
@@ -352,7 +342,5 @@ def _at_the_terminal(
         finally:  # the store's connections belong to this event loop: closed in it
             await close_store(options.session_store)
 
-    from .._otel import run_labels
-
     with run_labels(strategy=settings.strategy):  # the run's span names its strategy
-        return run_session(items, run, output=output, verbose=verbose, controls=controls)
+        sys.exit(run_session(items, run, output=output, verbose=verbose, controls=controls))
