@@ -33,7 +33,6 @@ from .options import (
 )
 
 if TYPE_CHECKING:
-
     from .._run import RunStream
     from .settings import AskSettings
 

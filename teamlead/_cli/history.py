@@ -1,11 +1,8 @@
-"""``teamlead show`` and the finished runs of ``teamlead ps --all``: the run history read back.
+"""``teamlead show`` and the finished runs of ``teamlead ps --all``: the run history
+(:mod:`teamlead._history`) read back, for ``ps``, ``show`` and ``teamlead view``.
 
-The history (:mod:`teamlead._history`) keeps every finished run's record: its prompt, its
-answer, every agent with its prompt and result, its status and reasons, cost and times.
-:func:`past_rows` turns the records into ``ps --json`` objects (newest first), :func:`shown`
-is one record as ``show --json`` prints it (and ``teamlead view`` draws it: each long
-result read back from its file), and :func:`run_filter` is ``ps --filter``. Every text in
-a record is the user's or the agents' words: printed with its control characters escaped.
+Every text in a record is the user's or the agents' words: printed with its control
+characters escaped.
 """
 
 from __future__ import annotations
