@@ -147,7 +147,7 @@ class Board:
         if method == "GET" and path == "/":
             await self._page(send)
         elif method == "GET" and path == "/events":
-            await self._events(receive, send, self._runs)
+            await self._events(receive, send, lambda: ("runs", self._rows(), False))
         elif method == "GET" and path == "/detail":
             run = (query.get("run") or [""])[0]
             if not 0 < len(run) <= _RUN_CHARS:
@@ -171,9 +171,6 @@ class Board:
         )
         page = "text/html; charset=utf-8"
         await _answer(send, 200, page, body, {"content-security-policy": policy})
-
-    def _runs(self) -> tuple[str, Any, bool]:
-        return "runs", self._rows(), False
 
     def _run_detail(self, run: str) -> tuple[str, Any, bool]:
         """The run's detail event, or the last one (``gone``) when it cannot be asked."""
@@ -297,13 +294,6 @@ async def _reply(send: Send, status: int, ok: bool, message: str) -> None:
 
 
 # -- the command -------------------------------------------------------------------------
-def _listen(port: int) -> GuardedSocket:
-    try:
-        return loopback_socket(port)
-    except OSError as exc:
-        raise UsageError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
-
-
 async def _serve(sock: GuardedSocket, board: Board) -> None:
     """Serve ``board`` with the relay's connection bounds (:data:`_BOUNDS`); descriptors
     running out anyway (the process's other files) is one warning, not asyncio's traceback
@@ -367,7 +357,10 @@ def view(log: Path | None, port: int) -> None:
     logged = _FollowedLog(log) if log is not None else None
     if logged is not None:
         logged.read()  # a file that is not a run's log fails here, before serving
-    sock = _listen(port)
+    try:
+        sock = loopback_socket(port)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
     token = kept_token()
     chosen = sock.getsockname()[1]
     registry = Registry()
