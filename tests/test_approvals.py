@@ -15,16 +15,10 @@ import anyio
 import pytest
 from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny, ToolPermissionContext
 
-from teamlead._cli.approvals import (
-    ApprovalQueue,
-    NoTerminal,
-    WorkflowMeta,
-    describe_request,
-    labels_from,
-    workflow_meta,
-)
+from teamlead._cli.approvals import ApprovalQueue, NoTerminal
 from teamlead._cli.controls import controls_for
 from teamlead._cli.keys import Binding, KeyMap, cbreak, decode_keys, read_keys
+from teamlead._run import WorkflowMeta, describe_request, labels_from, workflow_meta
 from teamlead.events import EVENT_VERSION, PermissionDecided
 from teamlead.testing import FakeClock
 from teamlead.tracker import Tracker

@@ -22,10 +22,10 @@ import pytest
 from claude_agent_sdk import ClaudeAgentOptions
 from rich.console import Console
 
-from teamlead._cli.approvals import labels_from
 from teamlead._cli.focus import Focus
 from teamlead._cli.team_view import LiveTeamView, PlainProgress
 from teamlead._ndjson import JsonProgress
+from teamlead._run import labels_from
 from teamlead.coordinator import run_stream
 from teamlead.events import Finished
 from teamlead.policy import InboxWaitPolicy, Policy

@@ -27,7 +27,7 @@ escape sequence survives) and is shown as plain text, never as Rich markup.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -40,33 +40,11 @@ from claude_agent_sdk import (
 from claude_agent_sdk.types import PermissionResult
 
 from .._redact import terminal_safe
-from .._run import (
-    WORKFLOW_DENIED,
-    WORKFLOW_TOOL,
-    LabelFor,
-    WorkflowMeta,
-    clip,
-    describe_request,
-    labels_from,
-    workflow_meta,
-)
+from .._run import WORKFLOW_DENIED, WORKFLOW_TOOL, LabelFor, clip, describe_request
 from ..clock import SYSTEM_CLOCK, Clock, move_on_at
 from ..events import PermissionAnswer, PermissionDecided
 
-__all__ = [
-    "ASKING_MODES",
-    "ApprovalQueue",
-    "Key",
-    "LabelFor",
-    "NoTerminal",
-    "Pending",
-    "WorkflowMeta",
-    "describe_request",
-    "hint_keys",
-    "labels_from",
-    "no_terminal_reason",
-    "workflow_meta",
-]
+__all__ = ["ASKING_MODES", "ApprovalQueue", "Key", "NoTerminal", "Pending", "no_terminal_reason"]
 
 #: The permission modes in which Claude Code asks before tools that change things.
 ASKING_MODES = (None, "default", "acceptEdits")
@@ -298,8 +276,3 @@ class NoTerminal:
             self._told.add(tool_name)
             self.say(terminal_safe(f"teamlead: denied {tool_name} for [{agent}]: {reason}"))
         return PermissionResultDeny(message=reason)
-
-
-def hint_keys(bindings: Sequence[tuple[str, str]]) -> str:
-    """``y allow · n deny`` from ``(key, what)`` pairs."""
-    return " · ".join(f"{key} {what}" for key, what in bindings)

@@ -10,7 +10,8 @@ from __future__ import annotations
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
-from typing import TYPE_CHECKING, Any, TypeVar
+from functools import partial
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
 
@@ -28,26 +29,25 @@ from .options import (
     output_mode,
     overload_hold_option,
     session_store_option,
+    stacked,
 )
 
 if TYPE_CHECKING:
-    from claude_agent_sdk import ClaudeAgentOptions
-
     from .._run import RunStream
-    from ..control import RunControl
-    from .controls import Controls
     from .settings import AskSettings
 
 __all__ = ["ask", "resume", "run_options"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: Begins the run (a new one, or a resume) with its options, policy and live control.
+_Start = Callable[..., "RunStream"]
 
 _PERMISSION_MODES = ["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto"]
 
 
 def run_options(func: _F) -> _F:
     """The options every coordinator run takes (model, limits, output, CLI path)."""
-    options = [
+    return stacked(
         option("--model", help="Model for the lead (SDK `model`)."),
         option("--cwd", type=click.Path(file_okay=False), help="Working directory."),
         option(
@@ -122,10 +122,7 @@ def run_options(func: _F) -> _F:
         no_relay_option(),
         overload_hold_option(),
         *limits_options(),
-    ]
-    for decorate in reversed(options):
-        func = decorate(func)
-    return func
+    )(func)
 
 
 def spawn_options() -> list[Callable[[_F], _F]]:
@@ -204,39 +201,9 @@ def spawn_options() -> list[Callable[[_F], _F]]:
     ]
 
 
-def settings_from_options(
-    strategy: str,
-    model: str | None,
-    cwd: str | None,
-    max_resumes: int,
-    wait_s: float,
-    deadline_s: float,
-    max_cost: float | None,
-    allowed_tools: str | None,
-    permission_mode: str | None,
-    cli_path: str | None,
-    allow_workflows: bool = False,
-    max_concurrent_agents: int | None = None,
-    max_agents_per_turn: int | None = None,
-    spawn_budget: int | None = None,
-    stagger_s: float = 0.0,
-    max_depth: int = 1,
-    wrap_up_reserve_s: float | None = None,
-    agent_timeout_s: float | None = None,
-    subagent_model: str | None = None,
-    token_budget: int | None = None,
-    request_budget: int | None = None,
-    no_spawn_gate: bool = False,
-    no_relay: bool = False,
-    overload_hold_s: float = 300.0,
-    limits_shared: str = "machine",
-    model_limit: tuple[str, ...] = (),
-    provider_limit: tuple[str, ...] = (),
-    default_limit: int | None = None,
-    total_limit: int | None = None,
-    session_store: str | None = None,
-) -> AskSettings:
-    """The :class:`AskSettings` for the parsed run options.
+def settings_from_options(strategy: str, **options: Any) -> AskSettings:
+    """The :class:`AskSettings` for the parsed :func:`run_options` (each by its parameter
+    name; one left out keeps the setting's default).
 
     Raises:
         UsageError: options that cannot work together (a wrap-up reserve that is not
@@ -244,44 +211,34 @@ def settings_from_options(
     """
     from .settings import AskSettings
 
-    if wrap_up_reserve_s is not None and wrap_up_reserve_s >= deadline_s:
+    given = dict(options)
+    limits = {name: given.pop(name) for name in _LIMITS_OPTIONS if name in given}
+    reserve, deadline = given.get("wrap_up_reserve_s"), given.get("deadline_s", 1800.0)
+    if reserve is not None and reserve >= deadline:
         raise UsageError(
-            f"--wrap-up-reserve {wrap_up_reserve_s:g} is not shorter than --deadline "
-            f"{deadline_s:g}, so the run would wrap up as it starts: give a reserve under the "
+            f"--wrap-up-reserve {reserve:g} is not shorter than --deadline "
+            f"{deadline:g}, so the run would wrap up as it starts: give a reserve under the "
             "deadline, or leave --wrap-up-reserve out for its default (20 % of the deadline, "
             "at most 30 s)"
         )
-
+    tools = given.pop("allowed_tools", None) or ""
+    model = given.pop("subagent_model", None)
+    store = (given.pop("session_store", None) or "").strip()
     return AskSettings(
         strategy=strategy,
-        model=model,
-        cwd=cwd,
-        max_resumes=max_resumes,
-        wait_s=wait_s,
-        deadline_s=deadline_s,
-        max_cost_usd=max_cost,
-        allowed_tools=[t.strip() for t in (allowed_tools or "").split(",") if t.strip()],
-        permission_mode=permission_mode,
-        allow_workflows=allow_workflows,
-        cli_path=cli_path,
-        max_concurrent_agents=max_concurrent_agents,
-        max_agents_per_turn=max_agents_per_turn,
-        spawn_budget=spawn_budget,
-        stagger_s=stagger_s,
-        max_depth=max_depth,
-        wrap_up_reserve_s=wrap_up_reserve_s,
-        agent_timeout_s=agent_timeout_s,
-        subagent_model=subagent_model.strip() if subagent_model else None,
-        token_budget=token_budget,
-        request_budget=request_budget,
-        spawn_gate=not no_spawn_gate,
-        relay=not no_relay,
-        overload_hold_s=overload_hold_s,
-        limits=limits_from_options(
-            limits_shared, model_limit, provider_limit, default_limit, total_limit
-        ),
-        session_store=session_store.strip() if session_store and session_store.strip() else None,
+        max_cost_usd=given.pop("max_cost", None),
+        allowed_tools=[t.strip() for t in tools.split(",") if t.strip()],
+        subagent_model=model.strip() if model else None,
+        spawn_gate=not given.pop("no_spawn_gate", False),
+        relay=not given.pop("no_relay", False),
+        limits=limits_from_options(**limits),
+        session_store=store or None,
+        **given,
     )
+
+
+#: The parameters of :func:`~.options.limits_options`.
+_LIMITS_OPTIONS = ("limits_shared", "model_limit", "provider_limit", "default_limit", "total_limit")
 
 
 @click.command(cls=SectionedCommand, sections=RUN_SECTIONS)
@@ -299,22 +256,14 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 
     PROMPT is the task; `-` reads it from stdin.
     """
-    from .._run import default_process_state
     from ..coordinator import run_stream
-    from .running import build_run, check_setup, merged_env
 
     if prompt == "-":
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise UsageError("the prompt is empty")
     output = output_mode(json_, quiet)
-    default_process_state().keep_history(not kw.pop("no_history"))
-    settings = settings_from_options(strategy, **kw)
-    controls, control = _terminal_controls(settings, output)
-    options, policy, _ = build_run(settings, can_use_tool=controls.can_use_tool())
-    check_setup(merged_env(options.env))
-    run = run_stream(prompt, options, policy=policy, control=control)
-    sys.exit(_at_the_terminal(settings, options, controls, run, output, verbose))
+    _run_at_the_terminal(partial(run_stream, prompt), strategy, output, verbose, kw)
 
 
 @click.command(cls=SectionedCommand, sections=RUN_SECTIONS)
@@ -335,33 +284,40 @@ def resume(
     With --session-store, a session that ran on another machine is brought here from the
     store: run it in the directory the session ran in.
     """
-    from .._claude import claude_config_dir, find_session_file
-    from .._run import default_process_state
     from ..coordinator import resume_stream
-    from .running import build_run, check_setup, merged_env
 
+    start = partial(resume_stream, session_id)
     output = output_mode(json_, quiet)
-    default_process_state().keep_history(not kw.pop("no_history"))
-    settings = settings_from_options(strategy, **kw)
-    controls, control = _terminal_controls(settings, output)
-    options, policy, _ = build_run(settings, can_use_tool=controls.can_use_tool())
-    env = merged_env(options.env)
-    if options.session_store is None:  # with a store, the run brings a session it lacks here
-        find_session_file(claude_config_dir(env), session_id)  # a missing one: usage error
-    check_setup(env)
-    run = resume_stream(session_id, options, policy=policy, control=control)
-    sys.exit(_at_the_terminal(settings, options, controls, run, output, verbose))
+    _run_at_the_terminal(start, strategy, output, verbose, kw, resumes=session_id)
 
 
-def _terminal_controls(settings: AskSettings, output: Output) -> tuple[Controls, RunControl]:
-    """The terminal's part of a run, made before its options (which carry its
-    ``can_use_tool``): the run's live control (keys and a :class:`~teamlead.RunControl`),
-    the approval queue or the no-terminal denier, the focus on one agent."""
-    from .._claude import claude_config_dir
+def _run_at_the_terminal(
+    start: _Start,
+    strategy: str,
+    output: Output,
+    verbose: bool,
+    kw: dict[str, Any],
+    *,
+    resumes: str | None = None,
+) -> NoReturn:
+    """Run what ``start`` begins to its end with the terminal's controls and the live view,
+    and exit with its code; ``resumes`` is the session a resume continues (found here, a
+    missing one a usage error, unless a session store brings it).
+
+    The terminal's part is made before the options, which carry its ``can_use_tool``: the
+    run's live control (keys and a :class:`~teamlead.RunControl`), the approval queue or
+    the no-terminal denier, the focus on one agent.
+    """
+    from .._claude import claude_config_dir, find_session_file
+    from .._otel import run_labels
+    from .._run import default_process_state
+    from .._sessions import close_store
     from ..control import RunControl
     from .controls import controls_for
-    from .running import merged_env
+    from .running import build_run, check_setup, merged_env, run_session
 
+    default_process_state().keep_history(not kw.pop("no_history"))
+    settings = settings_from_options(strategy, **kw)
     control = RunControl()  # the run's live cap and subagent model
     controls = controls_for(
         settings.permission_mode,
@@ -370,21 +326,12 @@ def _terminal_controls(settings: AskSettings, output: Output) -> tuple[Controls,
         control=control,
         config_dir=claude_config_dir(merged_env(settings.env)),
     )
-    return controls, control
-
-
-def _at_the_terminal(
-    settings: AskSettings,
-    options: ClaudeAgentOptions,
-    controls: Controls,
-    run: RunStream,
-    output: Output,
-    verbose: bool,
-) -> int:
-    """Run ``run`` (its state is made when the stream is first read) to its end with the
-    terminal's ``controls`` and the live view. Returns the exit code."""
-    from .._sessions import close_store
-    from .running import run_session
+    options, policy, _ = build_run(settings, can_use_tool=controls.can_use_tool())
+    env = merged_env(options.env)
+    if resumes is not None and options.session_store is None:
+        find_session_file(claude_config_dir(env), resumes)
+    check_setup(env)
+    run = start(options, policy=policy, control=control)
 
     async def items() -> AsyncIterator[Any]:
         try:
@@ -394,7 +341,5 @@ def _at_the_terminal(
         finally:  # the store's connections belong to this event loop: closed in it
             await close_store(options.session_store)
 
-    from .._otel import run_labels
-
     with run_labels(strategy=settings.strategy):  # the run's span names its strategy
-        return run_session(items, run, output=output, verbose=verbose, controls=controls)
+        sys.exit(run_session(items, run, output=output, verbose=verbose, controls=controls))

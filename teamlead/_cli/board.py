@@ -1,30 +1,20 @@
 """``teamlead view``: a local web page of this user's runs, updated live, with buttons to
-pause, unpause and stop them, and each run's agent tree, the finished runs of the run
-history too (:mod:`.history`: a run's prompt, answer, reasons and each agent's prompt and
-result); or one run, read from its NDJSON log.
+steer them (what it shows is in the command's ``--help``).
 
-The page (:mod:`.board_page`) is what ``teamlead ps`` lists, pushed to the browser as
-server-sent events whenever it changes; its buttons do what ``teamlead pause``,
-``unpause``, ``stop`` and ``stop --now`` do. For the run picked, a second event stream
-carries the run's detail (its control endpoint's ``detail`` answer, see
-:mod:`teamlead._control.detail`): the agent tree (the lead, Agent-tool and nested agents,
-workflows with their phases and agents, each with its state, tokens, requests, last tool
-and duration), the queue and the held requests, the permission requests waiting for an
-answer, and the governor's limit per model over time, which the page draws as an SVG chart.
-``teamlead view run.ndjson`` serves the same page for a run from its log
-(:mod:`teamlead._control.runlog`), read-only: no buttons, and the button endpoint refuses. A log
-without a ``finished`` line (a run killed, or still running) shows what its records hold,
-marked unfinished, and is read again whenever it grows, until its ``finished`` line lands.
+The page (:mod:`.board_page`) gets what ``teamlead ps`` lists (with the run history's
+finished runs, :mod:`.history`) as server-sent events whenever it changes; its buttons do
+what ``teamlead pause``, ``unpause``, ``stop`` and ``stop --now`` do. For the run picked, a
+second event stream carries the run's detail (:mod:`teamlead._control.detail`). ``teamlead
+view run.ndjson`` serves one run from its log (:mod:`teamlead._control.runlog`), read-only
+(the button endpoint refuses), read again whenever it grows until its ``finished`` line.
 
 It is served by uvicorn (the relay's own server) as a plain ASGI app
 (:class:`Board`) on ``127.0.0.1`` only, and every request must prove it comes from the
 page that was opened:
 
-- the URL printed first carries a random token (kept per user in the runtime directory,
-  mode 0600, so a view served again on the same port keeps its link); every request
-  without it (a query
-  parameter for the page and its event stream, a header for the buttons) is refused 403,
-  compared in constant time;
+- the URL printed first carries a random token (:func:`kept_token`); every request
+  without it (a query parameter for the page and its event stream, a header for the
+  buttons) is refused 403, compared in constant time;
 - a request whose ``Host`` is not ``127.0.0.1:PORT`` or ``localhost:PORT`` is refused 403
   (a page of another site that rebinds its name to this address cannot talk to it);
 - a button's request must be a ``POST`` of JSON from the page's own ``Origin``, at most
@@ -70,7 +60,7 @@ from ..errors import ControlError, NoSuchRun, UsageError
 from .board_page import PAGE
 from .exitcodes import handle_errors
 from .history import past_detail, past_rows
-from .options import option
+from .options import port_option
 from .output import stdout_lost
 from .runs import act, ps_rows, run_detail
 from .signals import Interruptible
@@ -157,7 +147,7 @@ class Board:
         if method == "GET" and path == "/":
             await self._page(send)
         elif method == "GET" and path == "/events":
-            await self._events(receive, send, self._runs)
+            await self._events(receive, send, lambda: ("runs", self._rows(), False))
         elif method == "GET" and path == "/detail":
             run = (query.get("run") or [""])[0]
             if not 0 < len(run) <= _RUN_CHARS:
@@ -181,9 +171,6 @@ class Board:
         )
         page = "text/html; charset=utf-8"
         await _answer(send, 200, page, body, {"content-security-policy": policy})
-
-    def _runs(self) -> tuple[str, Any, bool]:
-        return "runs", self._rows(), False
 
     def _run_detail(self, run: str) -> tuple[str, Any, bool]:
         """The run's detail event, or the last one (``gone``) when it cannot be asked."""
@@ -307,13 +294,6 @@ async def _reply(send: Send, status: int, ok: bool, message: str) -> None:
 
 
 # -- the command -------------------------------------------------------------------------
-def _listen(port: int) -> GuardedSocket:
-    try:
-        return loopback_socket(port)
-    except OSError as exc:
-        raise UsageError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
-
-
 async def _serve(sock: GuardedSocket, board: Board) -> None:
     """Serve ``board`` with the relay's connection bounds (:data:`_BOUNDS`); descriptors
     running out anyway (the process's other files) is one warning, not asyncio's traceback
@@ -356,13 +336,7 @@ class _OutOfFiles:
     required=False,
     type=click.Path(exists=True, dir_okay=False, path_type=Path),
 )
-@option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=0,
-    show_default=True,
-    help="The loopback port to serve the page on (0: any free one).",
-)
+@port_option("The loopback port to serve the page on (0: any free one).")
 @handle_errors
 def view(log: Path | None, port: int) -> None:
     """Serve a live web page of your runs, to watch and steer them.
@@ -383,7 +357,10 @@ def view(log: Path | None, port: int) -> None:
     logged = _FollowedLog(log) if log is not None else None
     if logged is not None:
         logged.read()  # a file that is not a run's log fails here, before serving
-    sock = _listen(port)
+    try:
+        sock = loopback_socket(port)
+    except OSError as exc:
+        raise UsageError(f"cannot listen on 127.0.0.1:{port}: {exc.strerror}") from None
     token = kept_token()
     chosen = sock.getsockname()[1]
     registry = Registry()

@@ -4,11 +4,7 @@
 :attr:`Finished.tasks <teamlead.events.Finished.tasks>`: every agent, task, workflow agent
 (under its workflow), teammate and Agent call that never ran, with its status, tokens in
 and out, tool uses, duration and result path. ``-q`` leaves it out and ``--json`` never
-prints it (the same data is in the ``finished`` line). A path is shown short, ``…/`` and
-its last two parts (``…/tasks/a83b….output``): the whole temp path of each file would wrap
-a row over several lines, and the ``finished`` line has it in full. The title counts
-every row by what it is (agents, workflows, calls that never ran), so it adds up to the
-rows below it.
+prints it (the same data is in the ``finished`` line, paths in full).
 
 Every text in a row came from an agent or the CLI and is hostile: it goes through
 :func:`~teamlead._redact.terminal_safe` (secrets redacted, every control character, ESC,
@@ -54,7 +50,8 @@ def _seconds(value: float | None) -> str:
 
 
 def short_path(path: str | None) -> str | None:
-    """``path`` as a cell shows it: ``…/`` and its last two parts.
+    """``path`` as a cell shows it: ``…/`` and its last two parts (the whole temp path of
+    each file would wrap a row over several lines).
 
     Example:
         >>> short_path("/tmp/claude-0/-tmp-project/3beab1c7/tasks/a6220ac4.output")

@@ -1,10 +1,7 @@
 """The ``teamlead`` click group: every command, one module per group of them, loaded lazily.
 
-``ask``/``resume`` live in :mod:`.ask`, ``demo``/``serve-scripted`` in :mod:`.demo` (the
-only modules that load the offline test bed, and only when run), ``inbox``, ``prompts``,
-``experiment``, ``relay`` and ``sessions`` in modules of those names, and the verbs on running
-runs (``ps``, ``stop``, ``pause``, ``unpause``, ``amend``, ``watch``) in :mod:`.runs`, and
-``view``, the web page of them, in :mod:`.board`.
+Where each command lives (``module:attribute``) is in :data:`COMMANDS`: only
+:mod:`.demo` loads the offline test bed, and only when its commands run.
 
 A command's module is imported only when that command runs (:class:`LazyGroup`): most of
 them load the SDK, which takes a second or more, while ``teamlead --help`` and the verbs
@@ -104,16 +101,12 @@ class LazyGroup(SafeErrorsGroup):
             raise TypeError(f"{module}:{attribute} is not a click command")
         return command
 
-    def summary(self, name: str) -> str:
-        """Command ``name``'s one-line summary as the table has it."""
-        return self._lazy[name][1]
-
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         """The commands under :data:`COMMAND_SECTIONS`' headings, each with its one-line
         summary (those not loaded yet read from the table: ``--help`` loads no command)."""
         commands: dict[str, click.Command] = {}
         for name in self.list_commands(ctx):
-            command = self.commands.get(name) or click.Command(name, help=self.summary(name))
+            command = self.commands.get(name) or click.Command(name, help=self._lazy[name][1])
             if not command.hidden:
                 commands[name] = command
         sections = [*self._sections, ("Other commands", tuple(commands))]

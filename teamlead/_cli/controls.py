@@ -24,12 +24,13 @@ from claude_agent_sdk import CanUseToolShadowedWarning
 from claude_agent_sdk.types import CanUseTool
 
 from .._redact import terminal_safe
+from .._run import labels_from
 from ..clock import SYSTEM_CLOCK
 from ..control import RunControl
 from ..errors import AmendRefused
 from ..events import PermissionDecided
 from ..tracker import StreamParse
-from .approvals import ASKING_MODES, ApprovalQueue, NoTerminal, labels_from
+from .approvals import ASKING_MODES, ApprovalQueue, NoTerminal
 from .focus import AgentFocus, Focus
 from .keys import Binding, KeyMap, read_keys, terminal_fd
 from .options import Output
@@ -104,7 +105,7 @@ class Controls:
                 part.label_for = label_for
                 part.on_decision = self._decided
         if self.no_terminal is not None:
-            self.no_terminal.say = self._say
+            self.no_terminal.say = self.say
         if self.approvals is not None:
             self.approvals.on_change = self._changed
         if hasattr(progress, "footer"):
@@ -181,9 +182,6 @@ class Controls:
 
     def say(self, line: str) -> None:
         """One line of teamlead's own: in the view's log, else on stderr."""
-        self._say(line)
-
-    def _say(self, line: str) -> None:
         note: Callable[[str], None] | None = getattr(self._progress, "note", None)
         if note is not None:
             note(line)

@@ -26,7 +26,8 @@ import click
 from .._redact import terminal_safe
 from ..clock import SYSTEM_CLOCK
 from .exitcodes import EXIT_INTERRUPTED, handle_errors
-from .options import Output, no_relay_option, option, output_mode
+from .options import Output, no_relay_option, option, output_mode, port_option
+from .output import is_terminal
 from .signals import Interruptible, release_stop_signals
 
 __all__ = [
@@ -198,7 +199,7 @@ def _print_comparison(bare: BareOutcome, finished: Any, stream: IO[str] | None =
         "The bare app stops at the 529 on the synthesis turn and never reads the teammate's "
         "inbox; teamlead collects every result and resumes the lead."
     )
-    if _is_terminal(out):
+    if is_terminal(out):
         from rich.console import Console
         from rich.table import Table
         from rich.text import Text
@@ -220,13 +221,6 @@ def _print_comparison(bare: BareOutcome, finished: Any, stream: IO[str] | None =
         out.write(terminal_safe(line) + "\n")
     out.write(moral + "\n")
     out.flush()
-
-
-def _is_terminal(stream: IO[str]) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 #: What the CLI (or an app that runs it) needs to talk to the scripted model and nothing
@@ -358,13 +352,7 @@ def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
 @click.command("serve-scripted")
 @option("--scenario", default="fan-out", show_default=True, help="Named scripted model.")
 @option("--list", "list_", is_flag=True, help="List the scenarios, one line each, and exit.")
-@option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=0,
-    show_default=True,
-    help="Port; 0 picks a free one.",
-)
+@port_option("Port; 0 picks a free one.")
 @option("--concurrency-limit", type=click.IntRange(min=1), help="Emulate a hidden 429 limit.")
 @option(
     "--log",

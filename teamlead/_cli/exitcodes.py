@@ -1,10 +1,5 @@
 """The process exit codes of every ``teamlead`` command, defined once, and the error mapping.
 
-0 completed, 1 failed, 2 usage error, 3 partial (or an experiment stopped early), 4 no
-such run (``stop``, ``pause`` and the other verbs on a run named no live run of the
-user's), 74 output lost (stdout or stderr could not be written, see :mod:`.output`), 130
-interrupted (SIGINT, and SIGTERM or SIGHUP too: every stop signal exits 130,
-from the command's first instant: see :mod:`.startup`).
 :func:`handle_errors` turns teamlead's errors into one line on stderr and the matching
 code, never a traceback, also when a task group wraps them in an exception group.
 :class:`SafeErrorsGroup` gives click's own usage errors (which quote what was typed) the
@@ -52,12 +47,15 @@ __all__ = [
 EXIT_COMPLETED = 0
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+#: A run that ended partial, or an experiment stopped early.
 EXIT_PARTIAL = 3
 #: ``stop``, ``pause`` and the other verbs on a run: no live run of the user's is named so.
 EXIT_NO_RUN = 4
 #: The command's output could not be written (stdout or stderr closed, full, or a reader
 #: gone): said in one line on the stream that still works (see :mod:`.output`).
 EXIT_OUTPUT_LOST = 74
+#: A stop signal (SIGINT, SIGTERM or SIGHUP alike), from the command's first instant
+#: (see :mod:`.startup`).
 EXIT_INTERRUPTED = 130
 
 #: ``Finished.status`` -> process exit code.

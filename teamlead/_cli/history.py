@@ -1,11 +1,8 @@
-"""``teamlead show`` and the finished runs of ``teamlead ps --all``: the run history read back.
+"""``teamlead show`` and the finished runs of ``teamlead ps --all``: the run history
+(:mod:`teamlead._history`) read back, for ``ps``, ``show`` and ``teamlead view``.
 
-The history (:mod:`teamlead._history`) keeps every finished run's record: its prompt, its
-answer, every agent with its prompt and result, its status and reasons, cost and times.
-:func:`past_rows` turns the records into ``ps --json`` objects (newest first), :func:`shown`
-is one record as ``show --json`` prints it (and ``teamlead view`` draws it: each long
-result read back from its file), and :func:`run_filter` is ``ps --filter``. Every text in
-a record is the user's or the agents' words: printed with its control characters escaped.
+Every text in a record is the user's or the agents' words: printed with its control
+characters escaped.
 """
 
 from __future__ import annotations
@@ -27,17 +24,19 @@ from .options import option
 if TYPE_CHECKING:  # pydantic's models: `teamlead ps` without --all starts without them
     from .._history import History, RunRecord
 
-__all__ = ["NOT_FINISHED", "PS_VERSION", "past_detail", "past_rows", "run_filter", "show", "shown"]
+__all__ = ["PS_VERSION", "past_detail", "past_rows", "ps_row", "run_filter", "show", "shown"]
 
 #: ``teamlead ps --json``'s objects carry this version.
 PS_VERSION = 1
-#: What a finished run's ``ps --json`` object adds, as a run that has not finished has it.
-NOT_FINISHED: dict[str, Any] = {
+#: A ``teamlead ps --json`` object with every key and nothing known (a live run that has
+#: not finished).
+_BLANK_ROW: dict[str, Any] = {
+    "version": PS_VERSION,
+    **dict.fromkeys(("run", "session_id", "pid", "status", "mode", "command", "label")),
+    **dict.fromkeys(("started", "agents", "tokens", "requests", "cap", "held")),
+    **dict.fromkeys(("subagent_model", "deadline_in_s", "socket")),
     "finished": False,
-    "ended": None,
-    "reason": None,
-    "cost_usd": None,
-    "answer": None,
+    **dict.fromkeys(("ended", "reason", "cost_usd", "answer")),
 }
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
@@ -58,35 +57,33 @@ def past_rows(
     return [_row(record) for record in history.records(limit) if record.run not in live]
 
 
+def ps_row(**fields: Any) -> dict[str, Any]:
+    """A ``teamlead ps --json`` object: ``fields``, every other key ``None`` (not finished)."""
+    return _BLANK_ROW | fields
+
+
 def _row(record: RunRecord) -> dict[str, Any]:
     done = sum(a.status in ("completed", "cached") for a in record.agents)
     failed = sum(a.status not in ("completed", "cached") for a in record.agents)
     tokens = [(a.tokens_in or 0) + (a.tokens_out or 0) for a in record.agents]
     requests = [a.requests for a in record.agents if a.requests is not None]
-    return {
-        "version": PS_VERSION,
-        "run": record.run,
-        "session_id": record.session_id,
-        "pid": None,
-        "status": record.status,
-        "mode": record.mode,
-        "command": record.command,
-        "label": record.label,
-        "started": record.started,
-        "agents": {"running": 0, "queued": 0, "done": done, "failed": failed},
-        "tokens": sum(tokens) if any(tokens) else None,
-        "requests": sum(requests) if requests else None,
-        "cap": None,
-        "held": None,
-        "subagent_model": None,
-        "deadline_in_s": None,
-        "socket": None,
-        "finished": True,
-        "ended": record.ended,
-        "reason": record.reason,
-        "cost_usd": record.cost_usd,
-        "answer": record.result,
-    }
+    return ps_row(
+        run=record.run,
+        session_id=record.session_id,
+        status=record.status,
+        mode=record.mode,
+        command=record.command,
+        label=record.label,
+        started=record.started,
+        agents={"running": 0, "queued": 0, "done": done, "failed": failed},
+        tokens=sum(tokens) if any(tokens) else None,
+        requests=sum(requests) if requests else None,
+        finished=True,
+        ended=record.ended,
+        reason=record.reason,
+        cost_usd=record.cost_usd,
+        answer=record.result,
+    )
 
 
 def run_filter(
@@ -157,12 +154,15 @@ def past_detail(record: RunRecord, history: History) -> dict[str, Any]:
     (its agent tree: each agent under the one that started it, else under the lead) with
     the run's prompt, answer and reasons, and each agent's prompt and whole result."""
     data = shown(record, history)
-    lead: dict[str, Any] = _node("lead", "lead", "lead", record.status)
+    lead = _node(id="lead", kind="lead", label="lead", state=record.status)
     nodes = {}
     for agent in data["agents"]:
-        node = _node(agent["id"], agent.get("kind") or "task", _name(agent), agent["status"])
         tokens = (agent.get("tokens_in") or 0) + (agent.get("tokens_out") or 0)
-        node.update(
+        nodes[agent["id"]] = _node(
+            id=agent["id"],
+            kind=agent.get("kind") or "task",
+            label=_name(agent),
+            state=agent["status"],
             tokens=tokens or None,
             requests=agent.get("requests"),
             duration_s=agent.get("duration_s"),
@@ -170,7 +170,6 @@ def past_detail(record: RunRecord, history: History) -> dict[str, Any]:
             result=agent.get("result"),
             reason=agent.get("reason"),
         )
-        nodes[agent["id"]] = node
     for agent in data["agents"]:
         parent = nodes.get(agent.get("parent") or "", lead)
         parent["children"].append(nodes[agent["id"]])
@@ -195,19 +194,11 @@ def past_detail(record: RunRecord, history: History) -> dict[str, Any]:
     }
 
 
-def _node(node_id: str, kind: str, label: str, state: str) -> dict[str, Any]:
-    return {
-        "id": node_id,
-        "kind": kind,
-        "label": label,
-        "state": state,
-        "tokens": None,
-        "requests": None,
-        "last_tool": None,
-        "duration_s": None,
-        "model": None,
-        "children": [],
-    }
+def _node(**fields: Any) -> dict[str, Any]:
+    """One agent of a finished run's tree, in the shape of a live run's (what the history
+    does not keep is ``None``)."""
+    blank = dict.fromkeys(("tokens", "requests", "last_tool", "duration_s", "model"))
+    return {**blank, **fields, "children": []}
 
 
 def _name(agent: Mapping[str, Any]) -> str:

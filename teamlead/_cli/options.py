@@ -30,6 +30,8 @@ __all__ = [
     "no_relay_option",
     "overload_hold_option",
     "option",
+    "port_option",
+    "stacked",
     "session_store_option",
     "output_mode",
 ]
@@ -184,11 +186,26 @@ def limits_options() -> list[Callable[[_F], _F]]:
     ]
 
 
+def stacked(*decorators: Callable[[_F], _F]) -> Callable[[_F], _F]:
+    """One decorator that applies ``decorators`` as if written one above the other (the
+    options then list in this order)."""
+
+    def decorate(func: _F) -> _F:
+        for one in reversed(decorators):
+            func = one(func)
+        return func
+
+    return decorate
+
+
 def with_limits_options(func: _F) -> _F:
     """Decorate a command with :func:`limits_options` (they arrive as keyword arguments)."""
-    for decorate in reversed(limits_options()):
-        func = decorate(func)
-    return func
+    return stacked(*limits_options())(func)
+
+
+def port_option(help: str) -> Callable[[_F], _F]:
+    """``--port`` (``TEAMLEAD_PORT``): the loopback port to listen on, 0 for any free one."""
+    return option("--port", type=click.IntRange(0, 65535), default=0, show_default=True, help=help)
 
 
 def limits_from_options(

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["GuardedStream", "guard_streams", "report_lost", "stdout_lost"]
+__all__ = ["GuardedStream", "guard_streams", "is_terminal", "report_lost", "stdout_lost"]
 
 
 class GuardedStream:
@@ -96,6 +96,14 @@ def guard_streams() -> None:
         sys.stdout = _guarded(sys.stdout, 1, "stdout")
     if not isinstance(sys.stderr, GuardedStream):
         sys.stderr = _guarded(sys.stderr, 2, "stderr")
+
+
+def is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is a terminal (``False`` for one with no ``isatty``, or closed)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):
+        return False
 
 
 def stdout_lost() -> bool:

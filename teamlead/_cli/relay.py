@@ -1,24 +1,13 @@
-"""``teamlead relay``: the pacing request relay for any Claude Code client.
+"""``teamlead relay``: the pacing request relay for any Claude Code client (its ``--help``
+says how it is used).
 
-An interactive ``claude`` session, a TypeScript SDK app or any other tool on the same key
-points its ``ANTHROPIC_BASE_URL`` at this relay and is paced by the same governor as
-teamlead's own runs: the relay shares the learnt limits and the requests in flight with
-them (``--limits``, this machine by default), holds 429s and retries them once the
-Retry-After has passed.
-
-The first line on stdout is ``ANTHROPIC_BASE_URL=http://127.0.0.1:PORT/<prefix>`` (the
-random prefix keeps other local programs out), so ``eval`` or a script can read it. The
-relay serves until Ctrl-C, SIGTERM or SIGHUP, then closes its port and exits 0. On a
-terminal, stderr shows one live line: requests, 429s held and passed on, and per model
-the limit, the requests running here and on the whole account, and those waiting.
-
-``teamlead relay -- ARGS...`` runs the Claude Code CLI that claude-agent-sdk bundles (a pip
-install puts no ``claude`` on PATH) with ``ARGS`` and its ``ANTHROPIC_BASE_URL`` at the
-relay, on this terminal (stdin, stdout and stderr are the CLI's: no URL line, no live
-line). The relay stops when the CLI exits, and teamlead exits with the CLI's exit code.
-Ctrl-C at the terminal reaches the CLI itself, which decides what it means (an
-interactive session cancels a turn); SIGTERM or SIGHUP to teamlead stops the CLI and all
-it started, and teamlead exits 130.
+A client on the same key is paced by the same governor as teamlead's own runs: the relay
+shares the learnt limits and the requests in flight with them (``--limits``). The URL's
+random prefix keeps other local programs out. On a terminal, stderr shows one live line:
+requests, 429s held and passed on, and per model the limit, the requests running here and
+on the whole account, and those waiting. With ``--``, the CLI runs on this terminal: a
+Ctrl-C at the terminal is the CLI's to handle (an interactive session cancels a turn);
+SIGTERM or SIGHUP to teamlead stops the CLI and all it started, and teamlead exits 130.
 """
 
 from __future__ import annotations
@@ -27,7 +16,7 @@ import contextlib
 import os
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import IO, Any
 
 import anyio
@@ -38,7 +27,7 @@ from .._redact import terminal_safe
 from ..clock import SYSTEM_CLOCK
 from ..errors import SetupError, UsageError
 from .exitcodes import EXIT_INTERRUPTED, handle_errors
-from .options import limits_from_options, option, with_limits_options
+from .options import limits_from_options, option, port_option, with_limits_options
 from .signals import STOP_SIGNALS, Interruptible, defer_stop_signals, receive_stop_signals
 
 __all__ = ["relay"]
@@ -66,26 +55,40 @@ def _status(relay: Any) -> str:
 _CLI_STOP_S = 10.0
 
 
-async def _serve(upstream: str, limits: Any, live: IO[str] | None, port: int = 0) -> None:
-    from .._relay import RelayConfig, start_relay
+@contextlib.asynccontextmanager
+async def _relay(upstream: str, limits: Any, port: int) -> AsyncIterator[Any]:
+    """The relay to ``upstream`` on ``port``, running for the block, on a governor of its
+    own (this process serves this relay alone: its ceilings are its governor's policy)."""
+    from .._relay import RelayConfig, RelayPool, account_of, governor_policy, start_relay
 
-    governor = _governor(upstream, limits)
+    governor = RelayPool().governor(
+        limits.shared, account=account_of(upstream, os.environ), policy=governor_policy(limits)
+    )
     try:
-        config = RelayConfig(port=port)
-        await _relay_until_stopped(start_relay, upstream, governor, live, config)
+        async with start_relay(upstream, governor, config=RelayConfig(port=port)) as running:
+            yield running
     finally:
         governor.account.close()  # gives back nothing: every request has ended
 
 
-def _governor(upstream: str, limits: Any) -> Any:
-    from .._relay import RelayPool, account_of, governor_policy
-
-    # this process serves this relay alone: its ceilings are its governor's own policy
-    return RelayPool().governor(
-        limits.shared,
-        account=account_of(upstream, os.environ),
-        policy=governor_policy(limits),
-    )
+async def _serve(upstream: str, limits: Any, live: IO[str] | None, port: int) -> None:
+    """Serve until cancelled: the base URL on stdout, the live line on ``live``."""
+    async with _relay(upstream, limits, port) as running:
+        click.echo(f"ANTHROPIC_BASE_URL={running.base_url}")
+        sys.stdout.flush()
+        try:
+            if live is None:
+                await anyio.sleep_forever()
+            while True:
+                assert live is not None
+                width = max(20, _columns() - 1)
+                live.write("\r\x1b[K" + _status(running)[:width])
+                live.flush()
+                await SYSTEM_CLOCK.sleep(_LIVE_EVERY_S)
+        finally:
+            if live is not None:
+                live.write("\r\x1b[K")
+                live.flush()
 
 
 async def _serve_cli(
@@ -94,18 +97,12 @@ async def _serve_cli(
     """Serve the relay while ``argv`` (the CLI and its arguments) runs through it; returns
     the exit code teamlead exits with. An upstream the user set (``setting``: where) that
     cannot be reached ends it before the CLI starts, in one line."""
-    from .._relay import RelayConfig, check_reachable, start_relay
+    from .._relay import check_reachable
 
     if setting is not None:
         await check_reachable(upstream, setting=setting)
-
-    governor = _governor(upstream, limits)
-    try:
-        async with start_relay(upstream, governor, config=RelayConfig(port=port)) as running:
-            env = {**os.environ, "ANTHROPIC_BASE_URL": running.base_url}
-            return await _run_cli(argv, env)
-    finally:
-        governor.account.close()
+    async with _relay(upstream, limits, port) as running:
+        return await _run_cli(argv, {**os.environ, "ANTHROPIC_BASE_URL": running.base_url})
 
 
 async def _run_cli(argv: Sequence[str], env: dict[str, str]) -> int:
@@ -174,27 +171,6 @@ def _cli_to_run() -> str:
     return find_cli(None) or str(bundled_cli_path())
 
 
-async def _relay_until_stopped(
-    start_relay: Any, upstream: str, governor: Any, live: IO[str] | None, config: Any
-) -> None:
-    async with start_relay(upstream, governor, config=config) as running:
-        click.echo(f"ANTHROPIC_BASE_URL={running.base_url}")
-        sys.stdout.flush()
-        try:
-            if live is None:
-                await anyio.sleep_forever()
-            while True:
-                assert live is not None
-                width = max(20, _columns() - 1)
-                live.write("\r\x1b[K" + _status(running)[:width])
-                live.flush()
-                await SYSTEM_CLOCK.sleep(_LIVE_EVERY_S)
-        finally:
-            if live is not None:
-                live.write("\r\x1b[K")
-                live.flush()
-
-
 def _check_upstream(url: str | None, flag: str | None) -> None:
     """Refuse an upstream that is not ``http(s)://host``, naming where it came from: the
     ``--upstream`` the user typed, else ``ANTHROPIC_BASE_URL``.
@@ -244,12 +220,8 @@ class _RelayCommand(click.Command):
     "--upstream",
     help="Where requests go [default: ANTHROPIC_BASE_URL, else https://api.anthropic.com].",
 )
-@option(
-    "--port",
-    type=click.IntRange(0, 65535),
-    default=0,
-    show_default=True,
-    help="The loopback port to listen on, for a base URL that stays the same (0: any free one).",
+@port_option(
+    "The loopback port to listen on, for a base URL that stays the same (0: any free one)."
 )
 @option(
     "--relay-port",

@@ -40,6 +40,7 @@ from .controls import Controls
 from .exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, exit_code_for
 from .keys import cbreak
 from .options import Output
+from .output import is_terminal
 from .settings import AskSettings, build_policy, find_cli
 from .signals import defer_stop_signals, receive_stop_signals
 from .team_view import LiveTeamView, PlainProgress
@@ -294,7 +295,7 @@ def run_session(
         err.write(WORKFLOW_DENIED_LINE + "\n")
         err.flush()
     finished: Finished | None = state["finished"]
-    if finished is not None and output in ("auto", "live") and _is_terminal(err):
+    if finished is not None and output in ("auto", "live") and is_terminal(err):
         from rich.console import Console
 
         from .cards import print_cards
@@ -340,17 +341,10 @@ def answer_for(stream: IO[str], text: str) -> str:
     cannot move the cursor, set the title or clear the screen. Piped or redirected, the
     answer keeps its characters as they are, for the next program in the pipeline.
     """
-    if not _is_terminal(stream):
+    if not is_terminal(stream):
         return redact(text)
     parts = redact(text).split("\t")
     return "\t".join(terminal_safe(part, keep_newlines=True) for part in parts)
-
-
-def _is_terminal(stream: IO[str]) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):  # no isatty, or a closed stream
-        return False
 
 
 def merged_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:

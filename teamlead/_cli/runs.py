@@ -29,7 +29,7 @@ from .._redact import terminal_safe
 from ..clock import SYSTEM_CLOCK
 from ..errors import ControlError, NoSuchRun, UsageError
 from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors, tell
-from .history import NOT_FINISHED, PS_VERSION, past_rows, run_filter
+from .history import past_rows, ps_row, run_filter
 from .options import option, output_mode
 from .output import stdout_lost
 
@@ -129,26 +129,24 @@ def _row(entry: RunEntry, answer: Mapping[str, Any]) -> dict[str, Any]:
     """One run's ``ps`` object: the entry's facts, the run's own answer (type-checked)."""
     said = answer.get("agents")
     agents: Mapping[str, Any] = said if isinstance(said, Mapping) else {}
-    return {
-        "version": PS_VERSION,
-        "run": entry.run,
-        "session_id": _text(answer.get("session_id")) or entry.session_id,
-        "pid": entry.pid,
-        "status": _text(answer.get("status")) or "unknown",
-        "mode": entry.mode,
-        "command": entry.command,
-        "label": entry.label,
-        "started": entry.started,
-        "agents": {key: _count(agents.get(key)) for key in ("running", "queued", "done", "failed")},
-        "tokens": _count(answer.get("tokens")),
-        "requests": _count(answer.get("requests")),
-        "cap": _count(answer.get("cap")),
-        "held": _count(answer.get("held")),
-        "subagent_model": _text(answer.get("subagent_model")),
-        "deadline_in_s": _number(answer.get("deadline_in_s")),
-        "socket": entry.socket,
-        **NOT_FINISHED,
-    }
+    return ps_row(
+        run=entry.run,
+        session_id=_text(answer.get("session_id")) or entry.session_id,
+        pid=entry.pid,
+        status=_text(answer.get("status")) or "unknown",
+        mode=entry.mode,
+        command=entry.command,
+        label=entry.label,
+        started=entry.started,
+        agents={key: _count(agents.get(key)) for key in ("running", "queued", "done", "failed")},
+        tokens=_count(answer.get("tokens")),
+        requests=_count(answer.get("requests")),
+        cap=_count(answer.get("cap")),
+        held=_count(answer.get("held")),
+        subagent_model=_text(answer.get("subagent_model")),
+        deadline_in_s=_number(answer.get("deadline_in_s")),
+        socket=entry.socket,
+    )
 
 
 def _text(value: object) -> str | None:
@@ -259,16 +257,7 @@ def act(ref: str, request: Mapping[str, Any], *, registry: Registry | None = Non
             the request is not one a run takes (a value too long to send).
         ControlError: the run refused for its state, or does not answer.
     """
-    entry = _live(registry or Registry(), ref)
-    try:
-        answer = call(entry.socket, request, ref=entry.run, timeout=_ACT_TIMEOUT_S)
-    except ControlError as exc:
-        if exc.code in ("refused", "bad_request"):  # the values asked for, not the run
-            raise UsageError(str(exc)) from None
-        if exc.code == "unreachable" and liveness(entry) == "dead":
-            raise _finished(entry, ref) from None
-        raise ControlError(f"run {entry.run}: {exc}", code=exc.code) from None
-    message = answer.get("message")
+    message = _ask(ref, request, registry).get("message")
     return terminal_safe(message if isinstance(message, str) else "done")
 
 
@@ -280,17 +269,23 @@ def run_detail(ref: str, *, registry: Registry | None = None) -> dict[str, Any]:
         NoSuchRun: no live run of yours is named so, or it finished meanwhile.
         ControlError: the run does not answer, or answered no detail.
     """
+    detail = _ask(ref, {"op": "detail"}, registry).get("detail")
+    if not isinstance(detail, dict):
+        raise ControlError(f"run {ref} answered no detail", code="bad_request")
+    return detail
+
+
+def _ask(ref: str, request: Mapping[str, Any], registry: Registry | None) -> dict[str, Any]:
+    """The answer of the live run ``ref`` names to ``request`` (errors as :func:`act`'s)."""
     entry = _live(registry or Registry(), ref)
     try:
-        answer = call(entry.socket, {"op": "detail"}, ref=entry.run, timeout=_ACT_TIMEOUT_S)
+        return call(entry.socket, request, ref=entry.run, timeout=_ACT_TIMEOUT_S)
     except ControlError as exc:
+        if exc.code in ("refused", "bad_request"):  # the values asked for, not the run
+            raise UsageError(str(exc)) from None
         if exc.code == "unreachable" and liveness(entry) == "dead":
             raise _finished(entry, ref) from None
         raise ControlError(f"run {entry.run}: {exc}", code=exc.code) from None
-    detail = answer.get("detail")
-    if not isinstance(detail, dict):
-        raise ControlError(f"run {entry.run} answered no detail", code="bad_request")
-    return detail
 
 
 @click.command()

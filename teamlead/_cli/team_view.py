@@ -69,10 +69,6 @@ __all__ = [
 _SHOWN_AGENTS = 50  # a workflow's agents listed in the live view
 
 
-def _safe(text: str) -> str:
-    return terminal_safe(text)
-
-
 def _scripted(item: Any) -> bool:
     """Whether ``item`` is a message teamlead's scripted model wrote: its run's cost is the
     CLI's price list applied to made-up tokens, so its figure is said as that estimate."""
@@ -437,7 +433,9 @@ class LiveTeamView:
         return self._render()
 
     def _render(self) -> Group:
-        table = Table(title=Text(f"teamlead · lead: {_safe(self.lead_state)}"), expand=False)
+        table = Table(
+            title=Text(f"teamlead · lead: {terminal_safe(self.lead_state)}"), expand=False
+        )
         for column in ("who", "description", "status", "elapsed", "tokens", "last tool"):
             table.add_column(column)
         tracker = self.run.tracker
@@ -447,23 +445,26 @@ class LiveTeamView:
             end = task.ended_at or now
             table.add_row(
                 "workflow" if task.is_workflow else "agent",
-                Text(_safe(_task_label(task.task_id, task.description)[:40])),
-                Text(_safe(task.status)),
+                Text(terminal_safe(_task_label(task.task_id, task.description)[:40])),
+                Text(terminal_safe(task.status)),
                 f"{end - task.started_at:5.1f}s",
                 self._tokens(task.task_id, task.tokens),
-                Text(_safe(task.last_tool or "")),
+                Text(terminal_safe(task.last_tool or "")),
             )
             if task.workflow is not None:
                 self._workflow_rows(table, task.workflow)
         for description in self.queued.values():
-            table.add_row("agent", Text(_safe(description)[:40]), "queued", "", "", "")
+            table.add_row("agent", Text(terminal_safe(description)[:40]), "queued", "", "", "")
         for name, state in self.teammates.items():
-            table.add_row("teammate", Text(_safe(name)), Text(_safe(state)), "", "", "")
-        recent = [Text(_safe(line), style="dim") for line in self.log[-6:]]
+            table.add_row(
+                "teammate", Text(terminal_safe(name)), Text(terminal_safe(state)), "", "", ""
+            )
+        recent = [Text(terminal_safe(line), style="dim") for line in self.log[-6:]]
         governor = self.governor_line()
-        head = [Text(_safe(governor), style="yellow")] if governor else []
+        head = [Text(terminal_safe(governor), style="yellow")] if governor else []
         foot = [
-            Text(_safe(text), style=style) for text, style in (self.footer() if self.footer else [])
+            Text(terminal_safe(text), style=style)
+            for text, style in (self.footer() if self.footer else [])
         ]
         return Group(table, *head, *recent, *foot)
 
@@ -473,7 +474,11 @@ class LiveTeamView:
         requests) and tool calls."""
         for title, states in run.phase_counts():
             counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
-            table.add_row("  phase", Text(_safe(title[:40] or "(no phase)")), Text(_safe(counts)))
+            table.add_row(
+                "  phase",
+                Text(terminal_safe(title[:40] or "(no phase)")),
+                Text(terminal_safe(counts)),
+            )
         for index in sorted(run.agents)[:_SHOWN_AGENTS]:
             agent = run.agents[index]
             seconds = f"{agent.duration_ms / 1000:5.1f}s" if agent.duration_ms else ""
@@ -483,11 +488,11 @@ class LiveTeamView:
                 tools = f"{usage.last_tool} · {tools}" if tools else usage.last_tool
             table.add_row(
                 "  wf agent",
-                Text(_safe(agent.label[:40])),
-                Text(_safe(agent.state + (" (cached)" if agent.cached else ""))),
+                Text(terminal_safe(agent.label[:40])),
+                Text(terminal_safe(agent.state + (" (cached)" if agent.cached else ""))),
                 seconds,
                 self._tokens(agent.agent_id, agent.tokens),
-                Text(_safe(tools)),
+                Text(terminal_safe(tools)),
             )
         if len(run.agents) > _SHOWN_AGENTS:
             table.add_row("  wf agent", f"... and {len(run.agents) - _SHOWN_AGENTS} more")
