@@ -20,9 +20,9 @@ import pytest
 from teamlead._gate.admission import Admission
 from teamlead._gate.reasons import WorkflowRefusal
 from teamlead._gate.slots import SpawnCap
+from teamlead._governor import UsageScan
 from teamlead._metering.book import MAX_AGENTS, AgentBook
 from teamlead._metering.request import agent_key, is_workflow_agent
-from teamlead._metering.usage import UsageScan
 from teamlead._relay import Relay, start_relay
 from teamlead._run.resume_prompt import Delivery, render_resume_prompt
 from teamlead.clock import SystemClock
@@ -166,7 +166,7 @@ def test_usage_is_read_across_chunk_boundaries_and_malformed_lines_are_skipped()
     scan = UsageScan()
     for chunk in (start[:30], start[30:], rest, b"data: {not json message_delta\n", delta):
         scan.feed(chunk)
-    assert (scan.input_tokens, scan.output_tokens) == (8, 9)
+    assert (scan.usage.prompt_tokens, scan.usage.output_tokens) == (8, 9)
     empty = UsageScan()
     empty.feed(b'data: {"type":"message_delta","usage":"nonsense"}\n')
     assert not empty.seen

@@ -30,7 +30,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import get_current_span
 
-from teamlead._otel.chat import ChatObserver, UsageScanner
+from teamlead._governor import UsageScan
+from teamlead._otel.chat import ChatObserver
 from teamlead._otel.instruments import Instruments
 from teamlead._otel.run import RunTrace
 from teamlead._otel.setup import Telemetry, export_wanted
@@ -442,7 +443,7 @@ def _through_relay(
                     ChatObserver(
                         exported.telemetry,
                         place=lambda agent, write: write(set_span_in_context(root)),
-                        on_usage=lambda agent, u: read.append(
+                        on_usage=lambda agent, u, model: read.append(
                             (agent, u.input_tokens, u.output_tokens)
                         ),
                     )
@@ -548,21 +549,20 @@ def sse_bytes(text: str, input_tokens: int = 20) -> bytes:
 def test_the_usage_is_read_from_a_stream_cut_anywhere() -> None:
     stream = sse_bytes("x" * 300, input_tokens=41)
     for size in (1, 2, 7, 64, len(stream)):
-        scanner = UsageScanner()
+        scan = UsageScan()
         for start in range(0, len(stream), size):
-            scanner.feed(stream[start : start + size])
-        usage = scanner.usage
-        assert (usage.input_tokens, usage.model, usage.response_id) == (41, MODEL, "msg_1")
-        assert usage.output_tokens == Reply.text("x" * 300).resolved_output_tokens
-        assert usage.stop_reason == "end_turn"
+            scan.feed(stream[start : start + size])
+        assert (scan.usage.input_tokens, scan.model, scan.response_id) == (41, MODEL, "msg_1")
+        assert scan.usage.output_tokens == Reply.text("x" * 300).resolved_output_tokens
+        assert scan.stop_reason == "end_turn"
 
 
 def test_a_huge_text_line_is_skipped_not_kept() -> None:
-    scanner = UsageScanner()
-    scanner.feed(b"data: " + b"y" * (200 * 1024))
-    scanner.feed(b'z"message_delta"\n')  # the end of the huge line: not a usage line
-    scanner.feed(b'data: {"type": "message_delta", "usage": {"output_tokens": 3}}\n')
-    assert scanner.usage.output_tokens == 3
+    scan = UsageScan()
+    scan.feed(b"data: " + b"y" * (200 * 1024))
+    scan.feed(b'z"message_delta"\n')  # the end of the huge line: not a usage line
+    scan.feed(b'data: {"type": "message_delta", "usage": {"output_tokens": 3}}\n')
+    assert scan.usage.output_tokens == 3
 
 
 class _Broken:
@@ -617,7 +617,7 @@ def test_an_agent_whose_request_ends_before_the_stream_names_it_is_one_span(
 ) -> None:
     """The relay can report an agent's request (by its agent id) before the stream shows
     the task: the call, the task and the requests still make one agent span."""
-    from teamlead._otel.chat import Usage
+    from teamlead._governor import Usage
 
     run = RunTrace(exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions())
     run.see({"type": "assistant", "session_id": "s", "message": {"id": "m", "content": [
@@ -658,7 +658,7 @@ def test_an_agent_whose_request_ends_before_the_stream_names_it_is_one_span(
 def test_a_request_ending_after_the_run_leaves_no_span_open(
     exported: Exported, receiver: OtlpReceiver
 ) -> None:
-    from teamlead._otel.chat import Usage
+    from teamlead._governor import Usage
 
     run = RunTrace(exported.telemetry, HandFed(), mode="query", options=ClaudeAgentOptions())
     run.see(Finished(status="completed", result="ok", session_id="s", resumes=0))

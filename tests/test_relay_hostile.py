@@ -26,7 +26,9 @@ import httpx2
 import psutil
 import pytest
 
+from teamlead._governor import Usage, UsageScan
 from teamlead._governor.retry_after import MAX_PAUSE_S
+from teamlead._governor.usage import MOST_EVENT_BYTES
 from teamlead._relay import Relay, RelayConfig, start_relay
 from teamlead._relay.forward import backoff_s
 from teamlead.events import RateLimited
@@ -701,3 +703,25 @@ async def test_a_body_declared_over_the_limit_is_answered_413_at_once_and_closed
     assert b"connection: close\r\n" in answer.lower()
     assert rest == b""
     assert server.heads == []
+
+
+def test_a_replys_usage_is_read_within_limits() -> None:
+    """The usage is the upstream's word: a count that is not a plain int in range is left
+    out, an event larger than the limit is skipped unread (whole or cut across chunks), and
+    lines ended by CRLF are read."""
+    scan = UsageScan()
+    odd = {"input_tokens": True, "cache_read_input_tokens": 10**9, "output_tokens": 2.0}
+    start = {
+        "type": "message_start",
+        "message": {"usage": odd | {"cache_creation_input_tokens": -1}},
+    }
+    assert scan.feed(b"data: " + json.dumps(start).encode() + b"\r\n\r\n") == []
+    assert not scan.seen
+    huge = {"type": "message_delta", "usage": {"output_tokens": 5}, "pad": "x" * MOST_EVENT_BYTES}
+    line = b"data: " + json.dumps(huge).encode() + b"\n"
+    assert scan.feed(line) == []  # whole in one chunk
+    assert [scan.feed(line[:40_000]), scan.feed(line[40_000:])] == [[], []]  # cut in two
+    delta = b'data: {"type":"message_delta","usage":{"input_tokens":3,"output_tokens":9}}\r\n'
+    assert scan.feed(delta[:20]) == []
+    assert scan.feed(delta[20:]) == [Usage(input_tokens=3, output_tokens=9)]
+    assert (scan.usage, scan.seen) == (Usage(input_tokens=3, output_tokens=9), True)

@@ -8,6 +8,7 @@ the modules here hold the parts that need no event loop, so they are tested alon
 * :mod:`.ratelimit_headers`: the ``anthropic-ratelimit-*`` headers and the pause they ask for.
 * :mod:`.token_estimate`: a request's input tokens, estimated from its body before it goes.
 * :mod:`.token_budget`: the rate-limit windows as token buckets, and when a request fits.
+* :mod:`.usage`: what a reply counted (``usage``), read from its SSE events as they pass.
 * :mod:`.knobs`: the knobs (``GovernorPolicy``, static ceilings), the bucket snapshot.
 * :mod:`.accounts`: what every process of one account shares (learnt limits and one lease
   per slot held), one variant per module; ``open_account`` chooses one from a ``--limits``
@@ -31,8 +32,9 @@ if TYPE_CHECKING:
     from .knobs import BucketState, GovernorPolicy, bucket_key, check_seconds
     from .ratelimit_headers import faulty_window, pace_pause, read_windows
     from .retry_after import faulty_retry_after, parse_retry_after, retry_after_from_headers
-    from .token_budget import Budget, Usage
+    from .token_budget import Budget
     from .token_estimate import InputEstimate, estimate_input
+    from .usage import Usage, UsageScan
 
 __all__ = [
     "Account",
@@ -48,6 +50,7 @@ __all__ = [
     "ProcessAccount",
     "RedisAccount",
     "Usage",
+    "UsageScan",
     "WarnOnce",
     "bucket_key",
     "check_limits_spec",

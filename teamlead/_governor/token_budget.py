@@ -39,6 +39,7 @@ from dataclasses import dataclass, field, replace
 from .ratelimit_headers import WINDOWS, RateWindow
 from .retry_after import PLAUSIBLE_PAUSE_S
 from .token_estimate import InputEstimate
+from .usage import Usage
 
 __all__ = [
     "CACHE_TTL_S",
@@ -47,7 +48,6 @@ __all__ = [
     "Budget",
     "Charge",
     "Draw",
-    "Usage",
     "Window",
     "anchor",
     "draw",
@@ -100,36 +100,6 @@ class Charge:
         if name == "output-tokens":
             return max(1.0, self.output_tokens)
         return self.input_tokens + self.output_tokens
-
-
-@dataclass(frozen=True)
-class Usage:
-    """What the upstream counted for one request (``usage`` in its answer); ``None``: not
-    reported (``message_start`` has the input, ``message_delta`` the output)."""
-
-    input_tokens: int | None = None
-    cache_creation_input_tokens: int | None = None
-    cache_read_input_tokens: int | None = None
-    output_tokens: int | None = None
-
-    @property
-    def prompt_tokens(self) -> int | None:
-        """The whole prompt: fresh input, cache writes and cache reads."""
-        parts = (
-            self.input_tokens,
-            self.cache_creation_input_tokens,
-            self.cache_read_input_tokens,
-        )
-        if all(p is None for p in parts):
-            return None
-        return sum(p or 0 for p in parts)
-
-    @property
-    def counted_input(self) -> int | None:
-        """What the input-token window counts: all but the cache reads."""
-        if self.input_tokens is None and self.cache_creation_input_tokens is None:
-            return None
-        return (self.input_tokens or 0) + (self.cache_creation_input_tokens or 0)
 
 
 @dataclass(frozen=True)

@@ -44,6 +44,7 @@ from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING
 
 from .._gate import AgentLimits, ExhaustReason
+from .._governor import UsageScan
 from ..clock import Clock, move_on_at
 from ..events import AgentUsage, RelayedAgentKind
 from .count import AgentCount
@@ -162,6 +163,7 @@ class AgentBook:
         send: Send,
         answer: Answer,
         exchange: Forward,
+        scan: UsageScan | None = None,
     ) -> None:
         """Govern and count one request: refuse it, hold it, or run ``exchange`` on it.
 
@@ -173,6 +175,8 @@ class AgentBook:
             answer: ``answer(send, status, kind, message, extra)`` writes a refusal.
             exchange: ``exchange(send, on_limited, body)`` forwards the request (with
                 ``body`` instead of its own when not ``None``) and streams back.
+            scan: reads the reply's usage as the relay streams it back (the ticket's own,
+                fed by no one, when ``None``).
         """
         try:
             entered = await self._enter(agent_key(headers), body, role)
@@ -184,6 +188,7 @@ class AgentBook:
             await answer(send, entered.status, entered.kind, entered.message, _NO_RETRY)
             return
         ticket = entered
+        ticket.scan = scan or ticket.scan
         try:
             until = self._timeout_at(ticket.count)
             if until is None:  # no timeout: no timer on the hot path
@@ -350,14 +355,14 @@ class AgentBook:
         count.in_flight -= 1
         self._reserved_tokens -= ticket.reserve
         count.last_at = self.clock.time()
-        scan = ticket.scan
+        usage = ticket.scan.usage
         ok = ticket.status is not None and 200 <= ticket.status < 300
-        if scan.seen:
-            if scan.input_tokens is not None:
-                count.input_tokens = (count.input_tokens or 0) + scan.input_tokens
-            if scan.output_tokens is not None:
-                count.output_tokens = (count.output_tokens or 0) + scan.output_tokens
-            total = (scan.input_tokens or 0) + (scan.output_tokens or 0)
+        if ticket.scan.seen:
+            if usage.prompt_tokens is not None:
+                count.input_tokens = (count.input_tokens or 0) + usage.prompt_tokens
+            if usage.output_tokens is not None:
+                count.output_tokens = (count.output_tokens or 0) + usage.output_tokens
+            total = (usage.prompt_tokens or 0) + (usage.output_tokens or 0)
             if count.requests == 1:
                 peak = self._first_peak.get(count.kind, 0)
                 self._first_peak[count.kind] = max(peak, total)

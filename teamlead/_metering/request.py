@@ -13,8 +13,8 @@ from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from .._governor import UsageScan
 from ..events import RateLimited
-from .usage import UsageScan
 
 if TYPE_CHECKING:
     from .count import AgentCount
@@ -159,8 +159,8 @@ def with_model(body: bytes, model: str | None) -> bytes | None:
 
 
 class Ticket:
-    """One request under way: its reservation, its reply's usage (read as it streams), its
-    429s; :meth:`close` hands it back to its book."""
+    """One request under way: its reservation, its reply's usage (read as it streams, by the
+    relay), its 429s; :meth:`close` hands it back to its book."""
 
     def __init__(
         self,
@@ -182,15 +182,8 @@ class Ticket:
         self.closed = False
 
     def watch(self, send: Send) -> Send:
-        scan = self.scan
-
         async def watched(message: Message) -> None:
-            kind = message.get("type")
-            if kind == "http.response.body":
-                body = message.get("body")
-                if body:
-                    scan.feed(body)
-            elif kind == "http.response.start":
+            if message.get("type") == "http.response.start":
                 self.status = int(message.get("status") or 0)
             await send(message)
 

@@ -2,12 +2,12 @@
 
 :class:`ChatObserver` is the relay's request observer for one run (see
 :mod:`teamlead._relay.observe`). Each Messages API request gets a :class:`ChatTrace`: it
-reads the usage out of the reply the relay streams back (``message_start`` gives the input
-and cache tokens and the model, ``message_delta`` the output tokens and stop reason; a JSON
-reply gives them at once), counts the governor wait and the 429/529s, and at the end writes
-one ``chat {model}`` span (kind CLIENT) under the agent whose request it was, plus the
-conventions' token and duration metrics. Nothing of the request or reply text is kept; a
-compressed reply's usage is unknown, not zero.
+takes the usage the relay read out of the reply it streamed back (``message_start`` gives
+the input and cache tokens and the model, ``message_delta`` the output tokens and stop
+reason; a JSON reply, read here, gives them at once), counts the governor wait and the
+429/529s, and at the end writes one ``chat {model}`` span (kind CLIENT) under the agent
+whose request it was, plus the conventions' token and duration metrics. Nothing of the
+request or reply text is kept; a compressed reply's usage is unknown, not zero.
 """
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from .._governor import Usage, UsageScan
 from ..clock import SYSTEM_CLOCK, wall_ns
 from ..events import RateLimited
 from . import conventions as c
@@ -28,109 +29,19 @@ if TYPE_CHECKING:
     from .._relay import RequestInfo
     from .setup import Telemetry
 
-__all__ = ["ChatObserver", "ChatTrace", "Usage", "UsageScanner"]
+__all__ = ["ChatObserver", "ChatTrace"]
 
-#: Longest SSE line kept while waiting for its end (``message_*`` lines are small; a long
-#: text delta is skipped, not buffered).
-_MAX_LINE = 64 * 1024
 #: Largest JSON (non-streamed) reply read for its usage.
 _MAX_JSON = 1024 * 1024
 _MESSAGES_PATHS = ("/v1/messages",)
-
-
-@dataclass
-class Usage:
-    """Token counts from one reply; ``None`` where the reply did not say."""
-
-    input_tokens: int | None = None
-    output_tokens: int | None = None
-    cache_read: int | None = None
-    cache_creation: int | None = None
-    model: str | None = None
-    response_id: str | None = None
-    stop_reason: str | None = None
-
-    def take_message(self, message: Any) -> None:
-        """Fields of a ``message`` object (``message_start``'s, or a JSON reply)."""
-        if not isinstance(message, dict):
-            return
-        self.model = _str(message.get("model")) or self.model
-        self.response_id = _str(message.get("id")) or self.response_id
-        self.stop_reason = _str(message.get("stop_reason")) or self.stop_reason
-        self.take_usage(message.get("usage"))
-
-    def take_usage(self, usage: Any) -> None:
-        if not isinstance(usage, dict):
-            return
-        self.input_tokens = _int(usage.get("input_tokens"), self.input_tokens)
-        self.output_tokens = _int(usage.get("output_tokens"), self.output_tokens)
-        self.cache_read = _int(usage.get("cache_read_input_tokens"), self.cache_read)
-        self.cache_creation = _int(usage.get("cache_creation_input_tokens"), self.cache_creation)
-
-
-def _int(value: Any, default: int | None) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def _str(value: Any) -> str | None:
-    return value if isinstance(value, str) and value else None
-
-
-class UsageScanner:
-    """Reads :class:`Usage` out of an SSE stream fed in arbitrary chunks.
-
-    Example:
-        >>> scan = UsageScanner()
-        >>> scan.feed(b'event: message_start\\ndata: {"type": "message_start", "message": ')
-        >>> scan.feed(b'{"model": "m", "usage": {"input_tokens": 12, "output_tokens": 1}}}\\n\\n')
-        >>> scan.feed(b'data: {"type": "message_delta", "usage": {"output_tokens": 7}}\\n')
-        >>> scan.usage.input_tokens, scan.usage.output_tokens, scan.usage.model
-        (12, 7, 'm')
-    """
-
-    def __init__(self) -> None:
-        self.usage = Usage()
-        self._tail = b""
-        self._skipping = False
-
-    def feed(self, data: bytes) -> None:
-        lines = data.split(b"\n")
-        lines[0] = self._tail + lines[0]
-        self._tail = lines.pop()
-        for line in lines:
-            if self._skipping:
-                self._skipping = False  # the end of the line being skipped
-                continue
-            self._line(line)
-        if len(self._tail) > _MAX_LINE:
-            self._tail, self._skipping = b"", True
-
-    def _line(self, line: bytes) -> None:
-        if not line.startswith(b"data:") or (
-            b'"message_start"' not in line and b'"message_delta"' not in line
-        ):
-            return
-        try:
-            event = json.loads(line[5:])
-        except ValueError:
-            return
-        if not isinstance(event, dict):
-            return
-        if event.get("type") == "message_start":
-            self.usage.take_message(event.get("message"))
-        elif event.get("type") == "message_delta":
-            self.usage.take_usage(event.get("usage"))
-            delta = event.get("delta")
-            if isinstance(delta, dict):
-                self.usage.stop_reason = _str(delta.get("stop_reason")) or self.usage.stop_reason
 
 
 #: Places one finished request's span: calls the writer with the parent context of the
 #: agent id's requests (``None``: the lead), now, or once the agent's place in the run is
 #: known (a workflow's agent is named by its requests long before its workflow claims it).
 PlaceFn = Callable[[str | None, Callable[["Context"], None]], None]
-#: Told each finished request's agent id and usage (the run sums them per agent).
-UsageSink = Callable[[str | None, Usage], None]
+#: Told each finished request's agent id, usage and model (the run sums them per agent).
+UsageSink = Callable[[str | None, Usage, str | None], None]
 
 
 @dataclass
@@ -169,7 +80,7 @@ class ChatTrace:
     attempts: int = 1
     status: int | None = None
     limits: list[tuple[int, RateLimited]] = field(default_factory=list)
-    _scanner: UsageScanner | None = None
+    _streamed: bool = False
     _json: bytearray | None = None
 
     def limited(self, event: RateLimited) -> None:
@@ -197,33 +108,27 @@ class ChatTrace:
         if encoding not in (b"", b"identity"):
             return  # compressed: the usage stays unknown
         if kind.startswith(b"text/event-stream"):
-            self._scanner = UsageScanner()
+            self._streamed = True
         elif kind.startswith(b"application/json"):
             self._json = bytearray()
 
     def chunk(self, data: bytes) -> None:
-        if self._scanner is not None:
-            self._scanner.feed(data)
-        elif self._json is not None:
+        if self._json is not None:
             if len(self._json) + len(data) > _MAX_JSON:
                 self._json = None
             else:
                 self._json += data
 
-    def _usage(self) -> Usage:
-        if self._scanner is not None:
-            return self._scanner.usage
-        usage = Usage()
-        if self._json:
-            with contextlib.suppress(ValueError):
-                usage.take_message(json.loads(bytes(self._json)))
-        return usage
-
-    def end(self, error: str | None) -> None:
+    def end(self, error: str | None, scan: UsageScan) -> None:
         from opentelemetry.trace import SpanKind, Status, StatusCode
 
+        if not self._streamed:  # the relay read a stream; a JSON reply is read here
+            scan = UsageScan()
+            if self._json:
+                with contextlib.suppress(ValueError):
+                    scan.message(json.loads(bytes(self._json)))
         telemetry = self.observer.telemetry
-        usage = self._usage()
+        usage = scan.usage
         duration = SYSTEM_CLOCK.monotonic() - self.started
         model = self.info.model
         failed = error or (
@@ -239,19 +144,19 @@ class ChatTrace:
         optional: dict[str, Any] = {
             c.CONVERSATION_ID: self.session_id,
             c.AGENT_ID: self.agent_id,
-            c.RESPONSE_MODEL: usage.model,
-            c.RESPONSE_ID: usage.response_id,
+            c.RESPONSE_MODEL: scan.model,
+            c.RESPONSE_ID: scan.response_id,
             c.INPUT_TOKENS: usage.input_tokens,
             c.OUTPUT_TOKENS: usage.output_tokens,
-            c.CACHE_READ_TOKENS: usage.cache_read,
-            c.CACHE_CREATION_TOKENS: usage.cache_creation,
+            c.CACHE_READ_TOKENS: usage.cache_read_input_tokens,
+            c.CACHE_CREATION_TOKENS: usage.cache_creation_input_tokens,
             "teamlead.relay.wait_s": self.waited_s,
             "http.response.status_code": self.status,
             c.ERROR_TYPE: failed,
         }
         attributes.update({k: v for k, v in optional.items() if v is not None})
-        if usage.stop_reason:
-            attributes[c.FINISH_REASONS] = [usage.stop_reason]
+        if scan.stop_reason:
+            attributes[c.FINISH_REASONS] = [scan.stop_reason]
         ended_ns = wall_ns()
 
         def write(parent: Context) -> None:
@@ -282,12 +187,12 @@ class ChatTrace:
             c.PROVIDER_NAME: c.PROVIDER,
             c.REQUEST_MODEL: model,
         }
-        if usage.model:
-            metric[c.RESPONSE_MODEL] = usage.model
+        if scan.model:
+            metric[c.RESPONSE_MODEL] = scan.model
         for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):
             if count is not None:
                 telemetry.instruments.token_usage.record(count, {**metric, c.TOKEN_TYPE: kind})
         if failed:
             metric[c.ERROR_TYPE] = failed
         telemetry.instruments.duration.record(duration, metric)
-        self.observer.on_usage(self.agent_id, usage)
+        self.observer.on_usage(self.agent_id, usage, scan.model)

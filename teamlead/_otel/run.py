@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 from claude_agent_sdk import ClaudeAgentOptions
 
+from .._governor import Usage
 from .._parse import (
     AgentCallSeen,
     ResultSeen,
@@ -51,7 +52,7 @@ from ..events import (
 )
 from . import conventions as c
 from .agent_spans import AgentSpans
-from .chat import ChatObserver, Usage
+from .chat import ChatObserver
 from .context import labels, parent_context
 from .gate import GateTrace
 
@@ -207,21 +208,17 @@ class RunTrace:
                 for write in writes:
                     write(context)
 
-    def add_usage(self, agent_id: str | None, usage: Usage) -> None:
-        """One finished request's usage: to the run's total and its agent's."""
+    def add_usage(self, agent_id: str | None, usage: Usage, model: str | None = None) -> None:
+        """One finished request's usage (and the model that answered it): to the run's
+        total and its agent's."""
         if self._closed:
             return  # the run's spans are written already
         if self._relayed is not None:
-            self._relayed.input_tokens = (self._relayed.input_tokens or 0) + (
-                usage.input_tokens or 0
-            )
-            self._relayed.output_tokens = (self._relayed.output_tokens or 0) + (
-                usage.output_tokens or 0
-            )
+            self._relayed = _sum([self._relayed, usage])
         if agent_id is None:
-            if self._model is None and usage.model:
-                self._model = usage.model
-                self.root.set_attribute(c.REQUEST_MODEL, usage.model)
+            if self._model is None and model:
+                self._model = model
+                self.root.set_attribute(c.REQUEST_MODEL, model)
             return
         record = self.spans.find(agent_id)
         if record is not None:
@@ -273,9 +270,7 @@ class RunTrace:
                 )
             self.spans.done(record, event.status)
         elif isinstance(event, ResultSeen):
-            usage = Usage()
-            usage.take_usage(dict(event.usage or {}))
-            self._results.append(usage)
+            self._results.append(Usage.of(event.usage) or Usage())
             if event.ok is False and self._phase is not None:
                 self._phase.add_event(
                     "lead_error", {"teamlead.error": self._scrub(event.text or event.subtype)[:300]}

@@ -36,7 +36,7 @@ import anyio
 import yarl
 
 from .._gate import NoPlace, Pause, RunLimits
-from .._governor import WarnOnce
+from .._governor import UsageScan, WarnOnce
 from .._metering import AgentBook
 from ..events import RateLimited
 from ..governor import Governor, bucket_key
@@ -56,7 +56,6 @@ from .keepalive import HeldSend
 from .observe import Guarded, RequestObserver, trace_request
 from .routing import Refusal, RequestInfo, check_target, classify
 from .stats import RelayListener, Tally, notify
-from .usage import UsageReader
 
 __all__ = ["RelayApp", "RunShare"]
 
@@ -233,6 +232,7 @@ class RelayApp:
         request = UpstreamRequest(scope["method"], yarl.URL(url, encoded=True), headers, body)
 
         trace = trace_request(run.observer if run else None, path, info, scope["headers"])
+        scan = UsageScan()  # the reply's usage, for its trace, its agent's count and the budget
         arrived = self.governor.clock.monotonic() if trace is not None else 0.0
 
         def limited(event: RateLimited) -> None:
@@ -262,6 +262,7 @@ class RelayApp:
                 deadline,
                 trace,
                 arrived,
+                scan=scan,
                 limits=run.limits if run is not None else None,
                 hold_s=run.overload_hold_s if run is not None else None,
                 warn=(run or self.total).warnings,
@@ -279,14 +280,14 @@ class RelayApp:
                     send = lifted
                 if run is not None and run.agents is not None:  # counted and governed per agent
                     await run.agents.relay(
-                        scope["headers"], body, info.role, send, self._answer, exchange
+                        scope["headers"], body, info.role, send, self._answer, exchange, scan
                     )
                 else:
                     await exchange(send, _ignore)
                 tg.cancel_scope.cancel()
         finally:
             if trace is not None:
-                trace.end(error)
+                trace.end(error, scan)
 
     async def _paused(
         self, pause: Pause, send: Send, info: RequestInfo, deadline: float | None
@@ -360,6 +361,7 @@ class RelayApp:
         trace: Guarded | None = None,
         arrived: float = 0.0,
         *,
+        scan: UsageScan,
         limits: RunLimits | None = None,
         hold_s: float | None = None,
         warn: WarnOnce | None = None,
@@ -367,9 +369,9 @@ class RelayApp:
         """Forward one request under its run's own ceilings (``limits``), then the
         governor's slot, and stream its reply back; the error kind, if it failed.
         ``hold_s``: the longest its run lets it be held through an overload; ``warn``:
-        where its run is told of a faulty header."""
+        where its run is told of a faulty header; ``scan``: reads its reply's usage."""
         forward = self._forward(
-            send, request, key, info, limited, deadline, trace, arrived, hold_s, warn
+            send, request, key, info, limited, deadline, trace, arrived, scan, hold_s, warn
         )
         if limits is None or not limits.active:
             return await forward
@@ -413,6 +415,7 @@ class RelayApp:
         deadline: float | None,
         trace: Guarded | None,
         arrived: float,
+        scan: UsageScan,
         hold_s: float | None = None,
         warn: WarnOnce | None = None,
     ) -> str | None:
@@ -472,7 +475,7 @@ class RelayApp:
             trace.opened(max(0.0, exchange.slot.acquired_at - arrived), exchange.attempts)
         complete = False
         try:
-            await self._stream_back(send, exchange)
+            await self._stream_back(send, exchange, scan)
             complete = True
         finally:
             if complete:
@@ -482,18 +485,17 @@ class RelayApp:
             exchange.slot.release()
         return None
 
-    async def _stream_back(self, send: Send, exchange: Exchange) -> None:
+    async def _stream_back(self, send: Send, exchange: Exchange, scan: UsageScan) -> None:
         response = exchange.response
         headers = [(k, v) for k, v in response.raw_headers if k.lower() not in _HOP_BY_HOP]
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         streamed = response.headers.get("content-type", "").startswith("text/event-stream")
         end = AnswerEnd() if 200 <= response.status < 300 and streamed else None
-        usage = UsageReader() if end is not None else None  # the token budget learns from it
         try:
             async for chunk in response.content.iter_any():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
-                if usage is not None and not usage.done:
-                    for counted in usage.feed(chunk):
+                for counted in scan.feed(chunk) if streamed else ():
+                    if end is not None:  # the token budget learns from an answer's usage
                         exchange.slot.used(counted)
                 if end is not None and end.feed(chunk):
                     end = None

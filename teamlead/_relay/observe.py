@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
+from .._governor import UsageScan
 from ..events import RateLimited
 from .routing import RequestInfo
 
@@ -36,8 +37,9 @@ class RequestTrace(Protocol):
     def chunk(self, data: bytes) -> None:
         """One chunk of the body sent back, as sent."""
 
-    def end(self, error: str | None) -> None:
-        """The request is over: ``error`` says why when it did not complete."""
+    def end(self, error: str | None, scan: UsageScan) -> None:
+        """The request is over: ``error`` says why when it did not complete; ``scan`` holds
+        what the relay read of a streamed reply (its usage, model, id, stop reason)."""
 
 
 class RequestObserver(Protocol):
@@ -103,8 +105,8 @@ class Guarded:
     def chunk(self, data: bytes) -> None:
         self._call("chunk", data)
 
-    def end(self, error: str | None) -> None:
-        self._call("end", error)
+    def end(self, error: str | None, scan: UsageScan) -> None:
+        self._call("end", error, scan)
 
 
 def trace_request(
