@@ -98,23 +98,44 @@ def in_schema(event: TrackedEvent) -> bool:
     return type(event) in _SNAKE
 
 
+#: The fields each record type writes, by the event's class: a workflow's snapshot
+#: (``TaskProgress``'s agents and phases) is written as its changes (``workflow_phase``,
+#: ``workflow_agent``), never whole.
+_FIELDS: dict[type[TrackedEvent], tuple[str, ...]] = {
+    fact: tuple(
+        f.name
+        for f in dataclasses.fields(fact)
+        if not (fact is TaskProgress and f.name in ("workflow_agents", "workflow_phases"))
+    )
+    for fact in _SNAKE
+}
+
+
 def event_record(event: TrackedEvent) -> dict[str, Any]:
-    """A tracker event as a versioned JSON-ready dict."""
-    if isinstance(event, TaskProgress):
-        # a workflow's snapshot is written as its changes (workflow_phase, workflow_agent);
-        # it is left out before the copy, which would walk every agent of it on each update
-        data = dataclasses.asdict(
-            dataclasses.replace(event, workflow_agents=None, workflow_phases=None)
-        )
-        del data["workflow_agents"], data["workflow_phases"]
-    else:
-        data = dataclasses.asdict(event)
-    for key, value in list(data.items()):
+    """A tracker event as a versioned JSON-ready dict.
+
+    The event's fields are read one level deep (a frozen event's values are not copied:
+    the record is written, never changed in place); strings are redacted, sequences become
+    lists, and a dataclass inside is made a dict.
+    """
+    data: dict[str, Any] = {"type": _SNAKE[type(event)], "version": EVENT_VERSION}
+    for name in _FIELDS[type(event)]:
+        value = getattr(event, name)
         if isinstance(value, str):
-            data[key] = redact(value)
+            value = redact(value)
         elif isinstance(value, (tuple, list)):
-            data[key] = [redact(v) if isinstance(v, str) else v for v in value]
-    return {"type": _SNAKE[type(event)], "version": EVENT_VERSION, **data}
+            value = [redact(v) if isinstance(v, str) else _plain(v) for v in value]
+        else:
+            value = _plain(value)
+        data[name] = value
+    return data
+
+
+def _plain(value: Any) -> Any:
+    """``value`` as JSON-ready data: a dataclass as its dict, anything else as it is."""
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return dataclasses.asdict(value)
+    return value
 
 
 def first_sighting(event: SessionSeen, run: StreamParse, shown: set[str]) -> bool:
