@@ -206,6 +206,8 @@ class MachineAccount:
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
         self._held: set[str] = set()
+        # key -> (data, updated, read at, written, limits): see _parse
+        self._parsed: dict[str, tuple[object, object, float, float, tuple[Limits, bool]]] = {}
         self._tokens = 0
         self._checked = -1e18
         self._far_told = False  # the leases set far ahead were told of
@@ -350,8 +352,7 @@ class MachineAccount:
             return None, False
         data, updated = row
         now = self._clock.time()
-        written = read_time(updated, latest=now + MAX_AHEAD_S)
-        found = None if written is None else read_clamped(data, now=now, written=written)
+        written, found = self._parse(key, data, updated, now)
         if written is None or found is None:
             self._warn("limits", f"dropped the unreadable learnt limits of {key!r} in {self.path}")
             # best effort (a writer holding the file only delays it): this exact row, so
@@ -373,6 +374,25 @@ class MachineAccount:
                 "not kept",
             )
         return from_wall(stored, self._offset()), clamped
+
+    def _parse(
+        self, key: str, data: object, updated: object, now: float
+    ) -> tuple[float | None, tuple[Limits, bool] | None]:
+        """A row's write time and limits as read at ``now`` (see :func:`read_clamped`).
+
+        A request reads its bucket's row several times, mostly unchanged: the last parse
+        of each key is kept while reading it again gives the same at any later time (it
+        was written before ``now``, its ``bad_at`` is past), so an unchanged row is not
+        parsed again.
+        """
+        kept = self._parsed.get(key)
+        if kept is not None and kept[0] == data and kept[1] == updated and now >= kept[2]:
+            return kept[3], kept[4]
+        written = read_time(updated, latest=now + MAX_AHEAD_S)
+        found = None if written is None else read_clamped(data, now=now, written=written)
+        if found is not None and written is not None and written <= now and found[0].bad_at < now:
+            self._parsed[key] = (data, updated, now, written, found)
+        return written, found
 
     def _write(self, db: sqlite3.Connection, key: str, limits: Limits) -> None:
         data = json.dumps(limits_to_json(to_wall(limits, self._offset()), self._host))
