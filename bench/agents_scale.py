@@ -164,10 +164,22 @@ class Run:
     done: Any
 
 
+def _slot_hook(slots: Any) -> Any:
+    """A PreToolUse hook on Agent calls that waits for one of ``slots`` (the bare run's
+    loop gives one back at each task notification)."""
+    from claude_agent_sdk import HookMatcher
+
+    async def hold(_input: Any, _tool_use_id: str | None, _context: Any) -> Any:
+        await slots.acquire()
+        return {}
+
+    return HookMatcher(matcher="Agent", hooks=[hold], timeout=LIMIT_S)
+
+
 async def one_run(shape: str, agents: int, *, bare: bool = False) -> Run:
     """One run of ``agents``. Checks the run did the whole work."""
     import anyio
-    from claude_agent_sdk import ResultMessage
+    from claude_agent_sdk import ResultMessage, TaskNotificationMessage
     from claude_agent_sdk import query as sdk_query
 
     import teamlead
@@ -182,14 +194,18 @@ async def one_run(shape: str, agents: int, *, bare: bool = False) -> Run:
     with server_process(shape, agents) as (url, seen), OfflineClaude(url) as claude:
         options = claude.options()
         options.env["CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS"] = str(CAP)
-        # the bare CLI refuses Agent calls over its cap: bare, every agent runs at once
-        options.env[CLI_CAP_VAR] = str(max(agents, CAP) if bare else CAP)
+        options.env[CLI_CAP_VAR] = str(CAP)
         done: Any = None
         cpu = time.process_time()
         with anyio.fail_after(LIMIT_S):
             if bare:
                 options = teamlead.prepare_options(options, policy)
+                slots = anyio.Semaphore(CAP)
+                if shape == "agents":  # the smallest cap an app could write itself
+                    options.hooks = {"PreToolUse": [_slot_hook(slots)]}
                 async for message in sdk_query(prompt="Investigate.", options=options):
+                    if isinstance(message, TaskNotificationMessage) and shape == "agents":
+                        slots.release()
                     if isinstance(message, ResultMessage) and not message.is_error:
                         done = message.result
                         found.update(findings_in(done or ""))
