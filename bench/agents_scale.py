@@ -21,19 +21,20 @@ Figures, per shape and size:
   CLI's output, parses its JSON and builds its message objects). To take that out, the
   bare ``claude_agent_sdk.query`` of the same script with the same options runs first in
   the same interpreter, against a scripted server of its own, and its CPU (the SDK's
-  reading of that stream, the CLI's start and end included) is subtracted: teamlead's own
+  reading of its stream, the CLI's start and end included) is subtracted: teamlead's own
   CPU per agent is the teamlead run's minus the bare run's, over N. The bare run has to
-  do the same work at the model: the bare CLI has no queue (over its cap of concurrent
-  subagents, ``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS``, it refuses an Agent call), so for
-  the capped fan-out the bare CLI's cap is raised to N (all agents run at once; the
-  teamlead run's CLI cap is the bench's cap of 50, which teamlead's gate keeps); each
-  run's model requests (lead and agents) are counted at its server and printed, and a
+  carry the same stream. The bare CLI has no queue (over its cap of concurrent
+  subagents it refuses an Agent call), and uncapped its messages that list the running
+  tasks grow with N (1.6 MB of them at 100 agents at once), so the bare fan-out is capped
+  as an app would cap it itself: a PreToolUse hook on Agent that waits on a semaphore of
+  50, given back at each task notification. That hook's round trips through the SDK are
+  thus subtracted too, as any hook-based cap pays them; what teamlead's gate decides in
+  its hook, its relay and its bookkeeping stay in teamlead's figure. Each run's model
+  requests (lead and agents) are counted at its server and printed side by side, and a
   bare fan-out whose answers quote fewer than N findings fails the bench. For the
   workflow, the bare answer may quote fewer findings (the CLI cuts the workflow's result
   and only teamlead delivers the rest), so its stream may be a little shorter than the
-  teamlead run's: the subtraction then leaves a little of the SDK's cost in teamlead's
-  figure. What is not subtracted stays teamlead's: its spawn gate's hook round trips
-  (the SDK's side of them included) and the relay all its requests go through.
+  teamlead run's: a little of the SDK's cost then stays in teamlead's figure.
 - peak memory per agent: a second run of the same size under ``tracemalloc``, the peak
   of traced Python allocations over what was held when it began, over N (allocations of
   C libraries, such as SQLite's, are not traced).
