@@ -98,26 +98,20 @@ def in_schema(event: TrackedEvent) -> bool:
     return type(event) in _SNAKE
 
 
-#: The fields each record type writes, by the event's class: a workflow's snapshot
-#: (``TaskProgress``'s agents and phases) is written as its changes (``workflow_phase``,
-#: ``workflow_agent``), never whole.
-_FIELDS: dict[type[TrackedEvent], tuple[str, ...]] = {
+#: The fields each record writes (a workflow's snapshot is written as its changes).
+_FIELDS = {
     fact: tuple(
         f.name
         for f in dataclasses.fields(fact)
-        if not (fact is TaskProgress and f.name in ("workflow_agents", "workflow_phases"))
+        if f.name not in ("workflow_agents", "workflow_phases")
     )
     for fact in _SNAKE
 }
 
 
 def event_record(event: TrackedEvent) -> dict[str, Any]:
-    """A tracker event as a versioned JSON-ready dict.
-
-    The event's fields are read one level deep (a frozen event's values are not copied:
-    the record is written, never changed in place); strings are redacted, sequences become
-    lists, and a dataclass inside is made a dict.
-    """
+    """A tracker event as a versioned JSON-ready dict: its fields one level deep (a frozen
+    event's values are written, never changed), strings redacted, sequences as lists."""
     data: dict[str, Any] = {"type": _SNAKE[type(event)], "version": EVENT_VERSION}
     for name in _FIELDS[type(event)]:
         value = getattr(event, name)
@@ -125,17 +119,14 @@ def event_record(event: TrackedEvent) -> dict[str, Any]:
             value = redact(value)
         elif isinstance(value, (tuple, list)):
             value = [redact(v) if isinstance(v, str) else _plain(v) for v in value]
-        else:
-            value = _plain(value)
-        data[name] = value
+        data[name] = _plain(value)
     return data
 
 
 def _plain(value: Any) -> Any:
-    """``value`` as JSON-ready data: a dataclass as its dict, anything else as it is."""
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return dataclasses.asdict(value)
-    return value
+    """A dataclass as its dict, anything else as it is."""
+    is_instance = dataclasses.is_dataclass(value) and not isinstance(value, type)
+    return dataclasses.asdict(value) if is_instance else value
 
 
 def first_sighting(event: SessionSeen, run: StreamParse, shown: set[str]) -> bool:
@@ -149,12 +140,7 @@ def first_sighting(event: SessionSeen, run: StreamParse, shown: set[str]) -> boo
 
 #: teamlead events that can come while the lead's message still streams: they do not
 #: close the message (or a task's end) that :class:`JsonProgress` is assembling.
-_MID_MESSAGE = (
-    AgentUsage,
-    SpawnDecided,
-    RateLimited,
-    ConcurrencyChanged,
-)
+_MID_MESSAGE = (AgentUsage, SpawnDecided, RateLimited, ConcurrencyChanged)
 
 
 class JsonProgress:

@@ -26,8 +26,7 @@ dict where one is expected counts as nothing.
 
 Fingerprints use Python's ``hash`` over the prefix's units: stable within one process
 (which is all the budget needs), never stored, never compared across processes. A unit's
-measure is remembered by its value (a few hundred units, none large), so the tools and
-blocks every request repeats are not encoded again for each one.
+measure is remembered by its value, so the tools every request repeats are encoded once.
 """
 
 from __future__ import annotations
@@ -54,10 +53,8 @@ CHARS_PER_TOKEN = 4.0
 WALK_MOST_BYTES = 4 * 1024 * 1024
 #: Nesting walked at most; deeper values count as the characters of their strings, unread.
 MOST_DEPTH = 64
-#: Units remembered with their measure, at most, and the largest remembered (as
-#: ``marshal`` bytes): the tools and system blocks every request repeats, and recent history.
-_REMEMBERED = 512
-_REMEMBER_MOST_BYTES = 32 * 1024
+#: Units whose measure is remembered, at most, and the largest (as ``marshal`` bytes).
+_REMEMBERED, _REMEMBER_MOST_BYTES = 512, 32 * 1024
 #: A unit as compact JSON, unescaped: what its characters are counted on.
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
@@ -109,17 +106,14 @@ class _Walk:
 
 
 def _measure(value: Any) -> tuple[int, int]:
-    """A unit's characters as compact JSON and its digest, remembered by its value: each
-    request repeats the tools, the system blocks and its history's earlier blocks of the
-    requests before it, and a unit's ``marshal`` bytes (format 2: no references, so equal
-    values give equal bytes) are several times quicker to make than its JSON."""
+    """A unit's characters as compact JSON and its digest, remembered by its value (its
+    ``marshal`` bytes, format 2: equal values give equal bytes, five times quicker than
+    its JSON)."""
     try:
         key = marshal.dumps(value, 2)
     except (ValueError, TypeError):  # not plain data (cannot come from a parsed body)
         return _encode(value)
-    if len(key) > _REMEMBER_MOST_BYTES:
-        return _encode(value)
-    return _remembered(key)
+    return _encode(value) if len(key) > _REMEMBER_MOST_BYTES else _remembered(key)
 
 
 @functools.lru_cache(maxsize=_REMEMBERED)

@@ -206,7 +206,6 @@ class MachineAccount:
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
         self._held: set[str] = set()
-        # key -> (data, updated, read at, written, limits): see _parse
         self._parsed: dict[str, tuple[object, object, float, float, tuple[Limits, bool]]] = {}
         self._tokens = 0
         self._checked = -1e18
@@ -339,10 +338,7 @@ class MachineAccount:
 
     # -- limits ---------------------------------------------------------------------------
     def limits(self, key: str) -> Limits | None:
-        return self._run(lambda db: self._read(db, key), write=False)
-
-    def _read(self, db: sqlite3.Connection, key: str) -> Limits | None:
-        return self._read_marked(db, key)[0]
+        return self._run(lambda db: self._read_marked(db, key)[0], write=False)
 
     def _read_marked(self, db: sqlite3.Connection, key: str) -> tuple[Limits | None, bool]:
         """``key``'s limits, and whether their pause was clamped (see
@@ -378,13 +374,8 @@ class MachineAccount:
     def _parse(
         self, key: str, data: object, updated: object, now: float
     ) -> tuple[float | None, tuple[Limits, bool] | None]:
-        """A row's write time and limits as read at ``now`` (see :func:`read_clamped`).
-
-        A request reads its bucket's row several times, mostly unchanged: the last parse
-        of each key is kept while reading it again gives the same at any later time (it
-        was written before ``now``, its ``bad_at`` is past), so an unchanged row is not
-        parsed again.
-        """
+        """A row's write time and limits read at ``now`` (:func:`read_clamped`); a key's last
+        parse is kept while it reads the same later (written before, ``bad_at`` past)."""
         kept = self._parsed.get(key)
         if kept is not None and kept[0] == data and kept[1] == updated and now >= kept[2]:
             return kept[3], kept[4]
@@ -549,7 +540,7 @@ class MachineAccount:
                 if not self._room(db, bounds, now):
                     self._warn_far(db, bounds, now)
                     return None
-            limits = self._read(db, bounds.key)
+            limits = self._read_marked(db, bounds.key)[0]
             if limits is None:  # forgotten (or never seen): so it stays once a lease is live
                 db.execute("DELETE FROM limits WHERE key = ?", (bounds.key,))
             self._tokens += 1
