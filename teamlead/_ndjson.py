@@ -98,23 +98,35 @@ def in_schema(event: TrackedEvent) -> bool:
     return type(event) in _SNAKE
 
 
+#: The fields each record writes (a workflow's snapshot is written as its changes).
+_FIELDS = {
+    fact: tuple(
+        f.name
+        for f in dataclasses.fields(fact)
+        if f.name not in ("workflow_agents", "workflow_phases")
+    )
+    for fact in _SNAKE
+}
+
+
 def event_record(event: TrackedEvent) -> dict[str, Any]:
-    """A tracker event as a versioned JSON-ready dict."""
-    if isinstance(event, TaskProgress):
-        # a workflow's snapshot is written as its changes (workflow_phase, workflow_agent);
-        # it is left out before the copy, which would walk every agent of it on each update
-        data = dataclasses.asdict(
-            dataclasses.replace(event, workflow_agents=None, workflow_phases=None)
-        )
-        del data["workflow_agents"], data["workflow_phases"]
-    else:
-        data = dataclasses.asdict(event)
-    for key, value in list(data.items()):
+    """A tracker event as a versioned JSON-ready dict: its fields one level deep (a frozen
+    event's values are written, never changed), strings redacted, sequences as lists."""
+    data: dict[str, Any] = {"type": _SNAKE[type(event)], "version": EVENT_VERSION}
+    for name in _FIELDS[type(event)]:
+        value = getattr(event, name)
         if isinstance(value, str):
-            data[key] = redact(value)
+            value = redact(value)
         elif isinstance(value, (tuple, list)):
-            data[key] = [redact(v) if isinstance(v, str) else v for v in value]
-    return {"type": _SNAKE[type(event)], "version": EVENT_VERSION, **data}
+            value = [redact(v) if isinstance(v, str) else _plain(v) for v in value]
+        data[name] = _plain(value)
+    return data
+
+
+def _plain(value: Any) -> Any:
+    """A dataclass as its dict, anything else as it is."""
+    is_instance = dataclasses.is_dataclass(value) and not isinstance(value, type)
+    return dataclasses.asdict(value) if is_instance else value
 
 
 def first_sighting(event: SessionSeen, run: StreamParse, shown: set[str]) -> bool:
@@ -128,12 +140,7 @@ def first_sighting(event: SessionSeen, run: StreamParse, shown: set[str]) -> boo
 
 #: teamlead events that can come while the lead's message still streams: they do not
 #: close the message (or a task's end) that :class:`JsonProgress` is assembling.
-_MID_MESSAGE = (
-    AgentUsage,
-    SpawnDecided,
-    RateLimited,
-    ConcurrencyChanged,
-)
+_MID_MESSAGE = (AgentUsage, SpawnDecided, RateLimited, ConcurrencyChanged)
 
 
 class JsonProgress:

@@ -25,12 +25,15 @@ stops at :data:`MOST_DEPTH`. Nothing here raises on an odd body: what is not a l
 dict where one is expected counts as nothing.
 
 Fingerprints use Python's ``hash`` over the prefix's units: stable within one process
-(which is all the budget needs), never stored, never compared across processes.
+(which is all the budget needs), never stored, never compared across processes. A unit's
+measure is remembered by its value, so the tools every request repeats are encoded once.
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import marshal
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -50,6 +53,8 @@ CHARS_PER_TOKEN = 4.0
 WALK_MOST_BYTES = 4 * 1024 * 1024
 #: Nesting walked at most; deeper values count as the characters of their strings, unread.
 MOST_DEPTH = 64
+#: Units whose measure is remembered, at most, and the largest (as ``marshal`` bytes).
+_REMEMBERED, _REMEMBER_MOST_BYTES = 512, 32 * 1024
 #: A unit as compact JSON, unescaped: what its characters are counted on.
 _COMPACT = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"))
 
@@ -93,16 +98,36 @@ class _Walk:
     def unit(self, value: Any) -> None:
         """Count one unit (a tool, a system block, a content block); a ``cache_control``
         on it ends a cacheable prefix."""
-        try:
-            text = _COMPACT.encode(value)
-        except (ValueError, TypeError, RecursionError):
-            chars, fingerprint = _size(value, self.fingerprint)
-        else:
-            chars, fingerprint = len(text), hash((self.fingerprint, text))
+        chars, digest = _measure(value)
         self.chars += chars + 1  # the comma or bracket around it
-        self.fingerprint = fingerprint
+        self.fingerprint = hash((self.fingerprint, digest))
         if isinstance(value, dict) and "cache_control" in value:
             self.prefixes.append(CachedPrefix(self.chars / CHARS_PER_TOKEN, self.fingerprint))
+
+
+def _measure(value: Any) -> tuple[int, int]:
+    """A unit's characters as compact JSON and its digest, remembered by its value (its
+    ``marshal`` bytes, format 2: equal values give equal bytes, five times quicker than
+    its JSON)."""
+    try:
+        key = marshal.dumps(value, 2)
+    except (ValueError, TypeError):  # not plain data (cannot come from a parsed body)
+        return _encode(value)
+    return _encode(value) if len(key) > _REMEMBER_MOST_BYTES else _remembered(key)
+
+
+@functools.lru_cache(maxsize=_REMEMBERED)
+def _remembered(key: bytes) -> tuple[int, int]:
+    return _encode(marshal.loads(key))
+
+
+def _encode(value: Any) -> tuple[int, int]:
+    """:func:`_measure` without the memory: the C encoder, else a bounded walk."""
+    try:
+        text = _COMPACT.encode(value)
+    except (ValueError, TypeError, RecursionError):
+        return _size(value, 0)
+    return len(text), hash(text)
 
 
 def _size(value: Any, fingerprint: int) -> tuple[int, int]:

@@ -207,6 +207,21 @@ class _Hold:
 
 
 @dataclass
+class _Ask:
+    """One request under way in :func:`open_upstream`: what its answers are judged by."""
+
+    governor: Governor
+    key: str
+    info: RequestInfo
+    config: RelayConfig
+    deadline: float | None
+    rng: random.Random
+    on_limited: Callable[[RateLimited], None]
+    hold: _Hold
+    warn: WarnOnce
+
+
+@dataclass
 class Exchange:
     """A request under way: its slot (held) and the upstream response (open)."""
 
@@ -296,6 +311,7 @@ async def open_upstream(
     attempt = 0
     hold = _Hold(config.overload_hold_s if hold_s is None else hold_s)
     warn = warn if warn is not None else WarnOnce(log)
+    ask = _Ask(governor, key, info, config, deadline, rng or _RNG, on_limited, hold, warn)
     while True:
         wait = _wait_left(governor, config, deadline)
         try:
@@ -311,34 +327,9 @@ async def open_upstream(
         response: aiohttp.ClientResponse | None = None
         try:
             response = await _send(session, request)
-            absorb = _report(
-                governor,
-                slot,
-                response,
-                key,
-                info,
-                config,
-                attempt,
-                deadline,
-                rng,
-                on_limited,
-                hold,
-                warn,
-            )
+            absorb = _report(ask, slot, response, attempt)
         except UpstreamDropped:
-            held = _overloaded(
-                governor,
-                slot,
-                None,
-                DROPPED_STATUS,
-                None,
-                info,
-                config,
-                deadline,
-                rng,
-                on_limited,
-                hold,
-            )
+            held = _overloaded(ask, slot, DROPPED_STATUS, None, hold)
             slot.release()
             if not held:
                 raise
@@ -408,50 +399,26 @@ def _wait_left(governor: Governor, config: RelayConfig, deadline: float | None) 
     return max(0.0, min(config.slot_timeout_s, deadline - governor.clock.monotonic()))
 
 
-def _report(
-    governor: Governor,
-    slot: Slot,
-    response: aiohttp.ClientResponse,
-    key: str,
-    info: RequestInfo,
-    config: RelayConfig,
-    attempt: int,
-    deadline: float | None,
-    rng: random.Random | None,
-    on_limited: Callable[[RateLimited], None],
-    hold: _Hold,
-    warn: WarnOnce,
-) -> bool:
+def _report(ask: _Ask, slot: Slot, response: aiohttp.ClientResponse, attempt: int) -> bool:
     """Feed the governor what ``response`` says; whether to hold (absorb) and retry it."""
+    governor, key, info, config = ask.governor, ask.key, ask.info, ask.config
     status = response.status
     headers = response.headers
-    _warn_if_faulty(headers, governor, info, status, warn)
+    _warn_if_faulty(headers, governor, info, status, ask.warn)
     if status in OVERLOADED:
         retry = retry_after_from_headers(headers, now=governor.clock.time())
         final = headers.get("x-should-retry", "").strip().lower() == "false"
         governor.pace(key, headers, slot)
-        absorbed = _overloaded(
-            governor,
-            slot,
-            response,
-            status,
-            retry,
-            info,
-            config,
-            deadline,
-            rng,
-            on_limited,
-            _Hold(0.0) if final else hold,  # the upstream says no retry will help
-        )
-        return absorbed
+        # the upstream says no retry will help: no hold
+        return _overloaded(ask, slot, status, retry, _Hold(0.0) if final else ask.hold)
     if status != 429:
         if 200 <= status < 300:
             slot.streaming()
             governor.pace(key, headers, slot)
         return False
     retry_after = retry_after_from_headers(headers, now=governor.clock.time())
-    pause = retry_after if retry_after is not None else backoff_s(config, attempt, rng or _RNG)
-    absorb = attempt < config.max_retries and pause <= _wait_left(governor, config, deadline)
+    pause = retry_after if retry_after is not None else backoff_s(config, attempt, ask.rng)
+    absorb = attempt < config.max_retries and pause <= _wait_left(governor, config, ask.deadline)
     event = RateLimited(
         model=info.model,
         role=info.role,
@@ -462,7 +429,7 @@ def _report(
     governor.pace(key, headers, slot)  # first: a 429 a token window explains is the budget's
     # a backoff only paces our own retry; a 429 passed on leaves that to the client
     slot.rate_limited(pause if absorb else retry_after, measured=True)
-    on_limited(event)
+    ask.on_limited(event)
     return absorb
 
 
@@ -490,35 +457,24 @@ def _warn_if_faulty(
         )
 
 
-def _overloaded(
-    governor: Governor,
-    slot: Slot,
-    response: aiohttp.ClientResponse | None,
-    status: int,
-    retry_after: float | None,
-    info: RequestInfo,
-    config: RelayConfig,
-    deadline: float | None,
-    rng: random.Random | None,
-    on_limited: Callable[[RateLimited], None],
-    hold: _Hold,
-) -> bool:
-    """An overload met (``status``; ``response`` is ``None`` for a dropped connection):
-    feed the governor, and whether to hold the request and retry it (see the module)."""
+def _overloaded(ask: _Ask, slot: Slot, status: int, retry_after: float | None, hold: _Hold) -> bool:
+    """An overload met (``status``; :data:`DROPPED_STATUS` for a dropped connection): feed
+    the governor, and whether to hold the request and retry it (see the module)."""
+    governor, config = ask.governor, ask.config
     now = governor.clock.monotonic()
     pause = retry_after
     if pause is None:  # a burst's end is met within one short wait: it is not overshot long
-        pause = backoff_s(config, hold.tries, rng or _RNG, config.overload_backoff_max_s)
-    absorb = hold.allows(now, pause) and pause <= _wait_left(governor, config, deadline)
+        pause = backoff_s(config, hold.tries, ask.rng, config.overload_backoff_max_s)
+    absorb = hold.allows(now, pause) and pause <= _wait_left(governor, config, ask.deadline)
     if absorb:
         if hold.started_at is None:
             hold.started_at = now
         hold.tries += 1
     slot.overloaded(pause if absorb else retry_after)
-    on_limited(
+    ask.on_limited(
         RateLimited(
-            model=info.model,
-            role=info.role,
+            model=ask.info.model,
+            role=ask.info.role,
             status=status,
             retry_after_s=retry_after,
             outcome="absorbed" if absorb else "passed",

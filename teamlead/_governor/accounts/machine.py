@@ -206,6 +206,7 @@ class MachineAccount:
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
         self._held: set[str] = set()
+        self._parsed: dict[str, tuple[object, object, float, float, tuple[Limits, bool]]] = {}
         self._tokens = 0
         self._checked = -1e18
         self._far_told = False  # the leases set far ahead were told of
@@ -337,10 +338,7 @@ class MachineAccount:
 
     # -- limits ---------------------------------------------------------------------------
     def limits(self, key: str) -> Limits | None:
-        return self._run(lambda db: self._read(db, key), write=False)
-
-    def _read(self, db: sqlite3.Connection, key: str) -> Limits | None:
-        return self._read_marked(db, key)[0]
+        return self._run(lambda db: self._read_marked(db, key)[0], write=False)
 
     def _read_marked(self, db: sqlite3.Connection, key: str) -> tuple[Limits | None, bool]:
         """``key``'s limits, and whether their pause was clamped (see
@@ -350,8 +348,7 @@ class MachineAccount:
             return None, False
         data, updated = row
         now = self._clock.time()
-        written = read_time(updated, latest=now + MAX_AHEAD_S)
-        found = None if written is None else read_clamped(data, now=now, written=written)
+        written, found = self._parse(key, data, updated, now)
         if written is None or found is None:
             self._warn("limits", f"dropped the unreadable learnt limits of {key!r} in {self.path}")
             # best effort (a writer holding the file only delays it): this exact row, so
@@ -373,6 +370,20 @@ class MachineAccount:
                 "not kept",
             )
         return from_wall(stored, self._offset()), clamped
+
+    def _parse(
+        self, key: str, data: object, updated: object, now: float
+    ) -> tuple[float | None, tuple[Limits, bool] | None]:
+        """A row's write time and limits read at ``now`` (:func:`read_clamped`); a key's last
+        parse is kept while it reads the same later (written before, ``bad_at`` past)."""
+        kept = self._parsed.get(key)
+        if kept is not None and kept[0] == data and kept[1] == updated and now >= kept[2]:
+            return kept[3], kept[4]
+        written = read_time(updated, latest=now + MAX_AHEAD_S)
+        found = None if written is None else read_clamped(data, now=now, written=written)
+        if found is not None and written is not None and written <= now and found[0].bad_at < now:
+            self._parsed[key] = (data, updated, now, written, found)
+        return written, found
 
     def _write(self, db: sqlite3.Connection, key: str, limits: Limits) -> None:
         data = json.dumps(limits_to_json(to_wall(limits, self._offset()), self._host))
@@ -529,7 +540,7 @@ class MachineAccount:
                 if not self._room(db, bounds, now):
                     self._warn_far(db, bounds, now)
                     return None
-            limits = self._read(db, bounds.key)
+            limits = self._read_marked(db, bounds.key)[0]
             if limits is None:  # forgotten (or never seen): so it stays once a lease is live
                 db.execute("DELETE FROM limits WHERE key = ?", (bounds.key,))
             self._tokens += 1
