@@ -130,7 +130,7 @@ def _steered(root: Path) -> Steered:
     """Four agents under a cap of one; ps lists it, two watchers follow it from other
     processes, and ``amend --cap 3`` raises the cap while three wait."""
     seen = Steered()
-    world = World.make(root, FanOut.of(4, delays=2.0))
+    world = World.make(root, FanOut.of(4, delays=5.0))  # room for ps, ps and amend, loaded
     try:
         world.ask(HOSTILE, "--max-concurrent-agents", "1")
         seen.listed = world.listed(lambda r: _agents(r)[:2] == (1, 3))
