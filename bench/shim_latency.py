@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import threading
 import time
 from contextlib import aclosing
 from pathlib import Path
@@ -24,6 +25,7 @@ import anyio
 from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+import anyio.lowlevel
 from _common import percentile, table  # noqa: E402
 
 from teamlead._claude import bundled_cli_path  # noqa: E402
@@ -49,6 +51,16 @@ async def _one(options: ClaudeAgentOptions) -> float:
     return took
 
 
+async def _exits_delivered(within_s: float = 10.0) -> None:
+    """Every child this process started has exited and the event loop was told (asyncio's
+    watcher threads, ``asyncio-waitpid-N``, end then), so the loop closes with no child left to
+    report: the last CLI's exit otherwise comes to a closed loop, with its noise."""
+    for watcher in threading.enumerate():
+        if watcher.name.startswith("asyncio-waitpid-"):
+            await anyio.to_thread.run_sync(watcher.join, within_s)
+    await anyio.lowlevel.checkpoint()  # the exits' callbacks run
+
+
 def bench(pairs: int, warm: bool) -> tuple[list[float], list[float]]:
     """``pairs`` alternating runs of each side (after one warm-up pair)."""
     bare: list[float] = []
@@ -71,7 +83,7 @@ def bench(pairs: int, warm: bool) -> tuple[list[float], list[float]]:
                     took = await _one(options)
                     if not warm or i > 0:
                         into.append(took)
-            await anyio.sleep(0.5)  # the last CLIs' exits reach the watcher before the loop ends
+            await _exits_delivered()
 
         anyio.run(every_pair)
     return bare, shim
