@@ -149,7 +149,7 @@ async def test_a_stop_asked_while_a_read_waits_cuts_the_round_before_its_stream_
     assert log == ["cut", "stream closed"]
     outcome = this_round.outcome
     assert (outcome.error_kind, outcome.error) == ("interrupted", "stopped: asked by a test")
-    assert this_round._state.stop.listeners == []  # the round no longer listens
+    assert not this_round._state.stop.listened  # the round no longer listens
 
 
 async def test_the_deadline_on_the_system_clock_cuts_a_waiting_read_through_the_loop_timer() -> (

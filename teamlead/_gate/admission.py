@@ -120,8 +120,7 @@ class Admission:
         self.exhaust_reason: ExhaustReason | None = None
         #: Set once a budget is reached: the round is cut and the run wraps up.
         self.exhausted = anyio.Event()
-        #: Told once, when a budget is reached, on the run's loop (a round's read is cut).
-        self.exhaust_listeners: list[Callable[[], None]] = []
+        self._exhaust_listeners: list[Callable[[], None]] = []
         self._client: TaskStopper | None = None
         self._stopping: set[asyncio.Task[None]] = set()
         #: The subagent model the run started with (what an amend to ``None`` restores).
@@ -208,6 +207,13 @@ class Admission:
             self.gate.workflow_agent_ended(agent_id)
 
     # -- what the relay's ledger tells it -----------------------------------------------------
+    def on_exhausted(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` once, when a budget is reached, on the run's loop (a round's
+        read is cut); returns the call that unsubscribes."""
+        listeners = self._exhaust_listeners
+        listeners.append(listener)
+        return lambda: listeners.remove(listener) if listener in listeners else None
+
     def budget_reached(self, reason: ExhaustReason) -> None:
         """A run budget (``token_budget``, ``request_budget``) is reached: no agent starts
         and no agent request goes on; the round is cut (:attr:`exhausted`) and the run
@@ -216,7 +222,7 @@ class Admission:
             return
         self.exhaust_reason = reason
         self.exhausted.set()
-        for listener in list(self.exhaust_listeners):
+        for listener in list(self._exhaust_listeners):
             listener()
         if self.gate is not None:
             self.gate.close(f"the run's {reason.replace('_', ' ')} is reached: no more agents")

@@ -142,8 +142,10 @@ class Round:
         exc_status: int | None = None
         self._loop = None if isinstance(self._clock, DeadlineClock) else _asyncio_loop()
         self._state.stream.cli_gone = ended = False
-        self._state.stop.listeners.append(self._on_stop)
-        self._state.admission.exhaust_listeners.append(self._on_exhausted)
+        unsubscribe = (
+            self._state.stop.subscribe(self._on_stop),
+            self._state.admission.on_exhausted(self._on_exhausted),
+        )
         try:
             while True:
                 now = self._clock.monotonic()
@@ -200,8 +202,8 @@ class Round:
             exc_status = _status_of(exc)
         finally:
             self._disarm()
-            self._state.stop.listeners.remove(self._on_stop)
-            self._state.admission.exhaust_listeners.remove(self._on_exhausted)
+            for leave in unsubscribe:
+                leave()
             self._note_retry_after(watch.drain())
             watch.close()
             aclose = getattr(self._stream, "aclose", None)

@@ -42,8 +42,7 @@ class RunStop:
         #: why a graceful stop was asked (the run wraps up), if one was
         self.wrap_reason: str | None = None
         self._wrap_event: anyio.Event | None = None
-        #: told at every request of either kind, on the run's loop (a round's read is cut)
-        self.listeners: list[Callable[[], None]] = []
+        self._listeners: list[Callable[[], None]] = []
 
     @property
     def requested(self) -> bool:
@@ -75,8 +74,19 @@ class RunStop:
             self._wrap_event.set()
         self._tell()
 
+    def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
+        """Call ``listener`` at every request of either kind, on the run's loop (a round's
+        read is cut); returns the call that unsubscribes."""
+        self._listeners.append(listener)
+        return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    @property
+    def listened(self) -> bool:
+        """Someone is subscribed."""
+        return bool(self._listeners)
+
     def _tell(self) -> None:
-        for listener in list(self.listeners):
+        for listener in list(self._listeners):
             listener()
 
     async def wait_wrap(self) -> None:
