@@ -47,9 +47,9 @@ from .forward import (
     Exchange,
     NoSlot,
     RelayConfig,
+    UpstreamLost,
     UpstreamRequest,
     UpstreamTimeout,
-    UpstreamUnreachable,
     open_upstream,
 )
 from .keepalive import HeldSend
@@ -454,7 +454,7 @@ class RelayApp:
             message = f"teamlead relay: the upstream {self.shown_upstream} timed out"
             await self._answer(send, 504, "api_error", message)
             return "upstream_timeout"
-        except UpstreamUnreachable as exc:
+        except UpstreamLost as exc:
             self._unreachable(exc.reason)
             message = (
                 f"teamlead relay: could not reach the upstream {self.shown_upstream} ({exc.reason})"

@@ -69,10 +69,10 @@ __all__ = [
     "Exchange",
     "NoSlot",
     "RelayConfig",
-    "UpstreamRequest",
     "UpstreamDropped",
+    "UpstreamLost",
+    "UpstreamRequest",
     "UpstreamTimeout",
-    "UpstreamUnreachable",
     "backoff_s",
     "open_upstream",
 ]
@@ -145,8 +145,9 @@ class UpstreamTimeout(Exception):
     """The upstream did not connect, or went silent, within its timeout."""
 
 
-class UpstreamUnreachable(Exception):
-    """The upstream could not be reached, or broke the connection.
+class UpstreamLost(Exception):
+    """The upstream could not be reached, or broke the connection, during an exchange (the
+    start's check raises :class:`~.reach.UpstreamUnreachable`, a setup error, instead).
 
     Attributes:
         reason: what failed, in words ("connection refused"), for the one line that
@@ -158,7 +159,7 @@ class UpstreamUnreachable(Exception):
         self.reason = reason
 
 
-class UpstreamDropped(UpstreamUnreachable):
+class UpstreamDropped(UpstreamLost):
     """The upstream accepted the connection, then dropped it before its reply's head (an
     overloaded server, a reset): held like an overload."""
 
@@ -247,10 +248,10 @@ async def _send(session: aiohttp.ClientSession, request: UpstreamRequest) -> aio
         raise UpstreamTimeout from None
     except (aiohttp.ServerDisconnectedError, aiohttp.ClientOSError) as exc:
         if isinstance(exc, aiohttp.ClientConnectorError):  # never connected: not an overload
-            raise UpstreamUnreachable(unreachable_reason(exc)) from None
+            raise UpstreamLost(unreachable_reason(exc)) from None
         raise UpstreamDropped(unreachable_reason(exc)) from None
     except aiohttp.ClientError as exc:
-        raise UpstreamUnreachable(unreachable_reason(exc)) from None
+        raise UpstreamLost(unreachable_reason(exc)) from None
 
 
 def backoff_s(
@@ -305,7 +306,7 @@ async def open_upstream(
     Raises:
         NoSlot: no governor slot within ``config.slot_timeout_s`` (or the deadline).
         UpstreamTimeout: the upstream did not connect or answer in time.
-        UpstreamUnreachable: the upstream could not be reached (or dropped the
+        UpstreamLost: the upstream could not be reached (or dropped the
             connection past the hold).
     """
     attempt = 0

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from claude_agent_sdk import ClaudeAgentOptions
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..events import ConcurrencyChanged, RateLimited, RelaySummary
+from ..events import RelaySummary
 from ..policy import Policy
 from .options import with_base_url
 from .process import ProcessState, default_process_state
@@ -33,7 +33,7 @@ from .process import ProcessState, default_process_state
 if TYPE_CHECKING:
     from .._gate import Pause
     from .._metering import AgentBook
-    from .._relay import RelayRun
+    from .._relay import RelayListener, RelayRun
 
 __all__ = [
     "RelayHookup",
@@ -43,9 +43,6 @@ __all__ = [
 ]
 
 log = logging.getLogger("teamlead.relay")
-
-RelayEvent = RateLimited | ConcurrencyChanged
-RelayListener = Callable[[RelayEvent], None]
 
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _OFF_VARIABLE = "TEAMLEAD_NO_RELAY"
