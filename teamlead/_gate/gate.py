@@ -562,7 +562,7 @@ class SpawnGate:
         if budget is not None and self._used >= budget:
             return self._deny(call, "spawn_budget", why.budget(budget))
         if per_turn is not None and self._turns.count(call.turn) >= per_turn:
-            return self._deny(call, "turn_limit", why.turn_limit(per_turn))
+            return self._deny(call, "turn_limit", why.per_message(per_turn))
         self._used += 1
         self._turns.take(call.turn)
         call.budget = True

@@ -33,7 +33,7 @@ def budget(limit: int) -> str:
     )
 
 
-def turn_limit(limit: int) -> str:
+def per_message(limit: int) -> str:
     """This message reached the per-message limit."""
     return (
         f"at most {limit} agents may be started from one message and this message reached it; "
