@@ -213,18 +213,10 @@ def settings_from_options(strategy: str, **options: Any) -> AskSettings:
 
     given = dict(options)
     limits = {name: given.pop(name) for name in _LIMITS_OPTIONS if name in given}
-    reserve, deadline = given.get("wrap_up_reserve_s"), given.get("deadline_s", 1800.0)
-    if reserve is not None and reserve >= deadline:
-        raise UsageError(
-            f"--wrap-up-reserve {reserve:g} is not shorter than --deadline "
-            f"{deadline:g}, so the run would wrap up as it starts: give a reserve under the "
-            "deadline, or leave --wrap-up-reserve out for its default (20 % of the deadline, "
-            "at most 30 s)"
-        )
     tools = given.pop("allowed_tools", None) or ""
     model = given.pop("subagent_model", None)
     store = (given.pop("session_store", None) or "").strip()
-    return AskSettings(
+    settings = AskSettings(
         strategy=strategy,
         max_cost_usd=given.pop("max_cost", None),
         allowed_tools=[t.strip() for t in tools.split(",") if t.strip()],
@@ -235,6 +227,15 @@ def settings_from_options(strategy: str, **options: Any) -> AskSettings:
         session_store=store or None,
         **given,
     )
+    reserve, deadline = settings.wrap_up_reserve_s, settings.deadline_s
+    if reserve is not None and reserve >= deadline:
+        raise UsageError(
+            f"--wrap-up-reserve {reserve:g} is not shorter than --deadline "
+            f"{deadline:g}, so the run would wrap up as it starts: give a reserve under the "
+            "deadline, or leave --wrap-up-reserve out for its default (20 % of the deadline, "
+            "at most 30 s)"
+        )
+    return settings
 
 
 #: The parameters of :func:`~.options.limits_options`.
