@@ -58,7 +58,14 @@ def past_rows(
 
 
 def ps_row(**fields: Any) -> dict[str, Any]:
-    """A ``teamlead ps --json`` object: ``fields``, every other key ``None`` (not finished)."""
+    """A ``teamlead ps --json`` object: ``fields``, every other key ``None`` (not finished).
+
+    Raises:
+        TypeError: a field the ``ps --json`` schema does not have.
+    """
+    unknown = fields.keys() - _BLANK_ROW.keys()
+    if unknown:
+        raise TypeError(f"ps rows have no field {', '.join(sorted(unknown))}")
     return _BLANK_ROW | fields
 
 
