@@ -58,6 +58,10 @@ _WORKFLOW_EVENTS = (WorkflowAgentChanged, WorkflowEnded, WorkflowLaunched)
 _CLOSE_TIMEOUT_S = 20.0  # a guard on tearing down the CLI process, not a policy deadline
 _END: Any = object()  # the stream ended
 _BUDGET_GRACE_S = 2.0  # from a budget reached to the cut
+#: From the cut's end of the CLI to cancelling a read its end has not ended: the SDK's own
+#: clean-up can be interrupted by a cancellation inside its generator (leaving its CLI's
+#: pipes open), so the read is left to see the end of the stream first.
+_CUT_READ_GRACE_S = 5.0
 
 
 class Round:
@@ -276,7 +280,7 @@ class Round:
                 for alarm in self._alarms:
                     alarm.cancel()
                 self._alarms.clear()
-                if self._spawned and not self._cut:
+                if self._spawned:  # its timers, and a cut's wait for the read to end
                     tg.cancel_scope.cancel()
         if failure is not None and not self._cut:
             raise failure
@@ -348,7 +352,8 @@ class Round:
 
     async def _cut_read(self, tg: anyio.abc.TaskGroup) -> None:
         """End the pending read: once ``until`` came with nothing to cut, cancel it; else
-        mark the round cut and run ``on_cut`` (shielded) before cancelling it."""
+        mark the round cut and run ``on_cut`` (shielded), whose end of the CLI ends the read;
+        a read still waiting :data:`_CUT_READ_GRACE_S` later is cancelled."""
         stop = self._state.stop
         self._stopped = stop.requested
         wrapped = self._read_wrap and stop.wrapping
@@ -360,6 +365,8 @@ class Round:
         if on_cut is not None:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
                 await on_cut()
+            # the CLI has ended: its stream ends the read (which then cancels this task)
+            await anyio.sleep(_CUT_READ_GRACE_S)
         tg.cancel_scope.cancel()
 
     async def _mirror_journals(self) -> None:
