@@ -131,8 +131,9 @@ async def test_a_stop_asked_while_a_read_waits_cuts_the_round_before_its_stream_
     log: list[str] = []
     hung = anyio.Event()
 
-    async def on_cut() -> None:
+    async def on_cut() -> bool:
         log.append("cut")
+        return False  # it ended no process: the read is cancelled
 
     this_round = make_round(watched(log, hung), clock, on_cut=on_cut)
 
@@ -152,14 +153,54 @@ async def test_a_stop_asked_while_a_read_waits_cuts_the_round_before_its_stream_
     assert not this_round._state.stop.listened  # the round no longer listens
 
 
+async def test_a_cut_that_ended_the_streams_process_lets_the_read_see_the_stream_end() -> None:
+    # the SDK's generator is left to end with its CLI: a cancellation inside it can
+    # interrupt its own clean-up
+    log: list[str] = []
+    hung, ended = anyio.Event(), anyio.Event()
+
+    async def process_stream() -> AsyncIterator[Any]:
+        try:
+            yield {"type": "system", "subtype": "init", "session_id": SESSION}
+            hung.set()
+            await ended.wait()
+            for _ in range(3):  # the CLI's end reaches its stream a moment after the cut
+                await anyio.lowlevel.checkpoint()
+            log.append("stream ended")
+        except anyio.get_cancelled_exc_class():
+            log.append("read cancelled")
+            raise
+
+    async def on_cut() -> bool:
+        log.append("cut")
+        ended.set()  # as the end of a CLI's process tree ends its stream
+        return True
+
+    this_round = make_round(process_stream(), FakeClock(), on_cut=on_cut)
+
+    async def stop() -> None:
+        await hung.wait()
+        this_round._state.stop.request("asked by a test")
+
+    with anyio.fail_after(10):  # a guard: a hang here is the bug under test
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop)
+            seen = [m async for m in this_round]
+
+    assert [m["subtype"] for m in seen] == ["init"]
+    assert log == ["cut", "stream ended"]
+    assert this_round.outcome.error_kind == "interrupted"
+
+
 async def test_the_deadline_on_the_system_clock_cuts_a_waiting_read_through_the_loop_timer() -> (
     None
 ):
     log: list[str] = []
     hung = anyio.Event()
 
-    async def on_cut() -> None:
+    async def on_cut() -> bool:
         log.append("cut")
+        return False  # it ended no process: the read is cancelled
 
     policy = Policy(deadline_s=0.05, relay=False)
     this_round = make_round(watched(log, hung), SYSTEM_CLOCK, on_cut=on_cut, policy=policy)

@@ -218,9 +218,10 @@ class _QueryRounds:
         gated = self._state.admission.gated
         return Round(self._state, stream, on_cut=self._end_cli, budget_cut=gated)
 
-    async def _end_cli(self) -> None:
-        """The wrap-up point: end this run's CLI process tree (its agents end with it)."""
-        await anyio.to_thread.run_sync(stop_marked, RUN_MARK_VAR, self._state.ask.mark)
+    async def _end_cli(self) -> bool:
+        """The wrap-up point: end this run's CLI process tree (its agents end with it);
+        whether it had a process to end."""
+        return await anyio.to_thread.run_sync(stop_marked, RUN_MARK_VAR, self._state.ask.mark) > 0
 
 
 # -- the deadline's wrap-up ----------------------------------------------------------------

@@ -58,9 +58,9 @@ _WORKFLOW_EVENTS = (WorkflowAgentChanged, WorkflowEnded, WorkflowLaunched)
 _CLOSE_TIMEOUT_S = 20.0  # a guard on tearing down the CLI process, not a policy deadline
 _END: Any = object()  # the stream ended
 _BUDGET_GRACE_S = 2.0  # from a budget reached to the cut
-#: From the cut's end of the CLI to cancelling a read its end has not ended: the SDK's own
-#: clean-up can be interrupted by a cancellation inside its generator (leaving its CLI's
-#: pipes open), so the read is left to see the end of the stream first.
+#: From the cut's end of the CLI to cancelling a read that its end has not ended: a
+#: cancellation inside the SDK's generator can interrupt the SDK's own clean-up (leaving its
+#: CLI's pipes and its message stream open), so the read is left to see the stream end.
 _CUT_READ_GRACE_S = 5.0
 
 
@@ -80,6 +80,8 @@ class Round:
         on_cut: awaited when ``deadline`` comes while a read waits, before the stream is
             closed (the spawn gate's wrap-up ends the CLI's process tree there, so closing
             does not wait for the CLI's graceful exit); the round then ends ``deadline``.
+            It returns whether it ended the stream's process: the read is then left to
+            see the stream's end (for at most :data:`_CUT_READ_GRACE_S`), else cancelled.
         budget_cut: a budget reached cuts the round too (not the wrap-up round, which
             a budget may have started: only its deadline cuts it).
     """
@@ -92,7 +94,7 @@ class Round:
         deadline: float | None = None,
         settle: bool = False,
         send: Callable[[], Awaitable[None]] | None = None,
-        on_cut: Callable[[], Awaitable[None]] | None = None,
+        on_cut: Callable[[], Awaitable[bool]] | None = None,
         budget_cut: bool = True,
     ) -> None:
         self._state = state
@@ -115,7 +117,7 @@ class Round:
         self._loop: asyncio.AbstractEventLoop | None = None  # set once iterated
         self._reading: anyio.abc.TaskGroup | None = None
         self._tripped = False
-        self._read_on_cut: Callable[[], Awaitable[None]] | None = None
+        self._read_on_cut: Callable[[], Awaitable[bool]] | None = None
         self._read_budget = False
         self._read_wrap = False
         self._spawned = False
@@ -352,8 +354,9 @@ class Round:
 
     async def _cut_read(self, tg: anyio.abc.TaskGroup) -> None:
         """End the pending read: once ``until`` came with nothing to cut, cancel it; else
-        mark the round cut and run ``on_cut`` (shielded), whose end of the CLI ends the read;
-        a read still waiting :data:`_CUT_READ_GRACE_S` later is cancelled."""
+        mark the round cut and run ``on_cut`` (shielded), then cancel the read, unless
+        ``on_cut`` ended the stream's process: its end then ends the read (which cancels
+        this task), and only a read still waiting :data:`_CUT_READ_GRACE_S` later is."""
         stop = self._state.stop
         self._stopped = stop.requested
         wrapped = self._read_wrap and stop.wrapping
@@ -362,10 +365,11 @@ class Round:
             tg.cancel_scope.cancel()
             return
         self._cut = True
+        ended = False
         if on_cut is not None:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
-                await on_cut()
-            # the CLI has ended: its stream ends the read (which then cancels this task)
+                ended = await on_cut()
+        if ended:
             await anyio.sleep(_CUT_READ_GRACE_S)
         tg.cancel_scope.cancel()
 
