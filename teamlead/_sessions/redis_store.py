@@ -49,16 +49,15 @@ from .._redact import without_password
 from ..errors import SessionStoreError, SetupError
 from .status import SessionStatus, read_status
 from .stored import (
-    MAX_SESSION_BYTES,
+    EntryReader,
     WarnOnce,
     dump_entry,
     encode,
     entry_uuid,
     log,
-    read_entry,
     read_summary,
+    readable_summaries,
     subpath_of,
-    tell_unreadable,
 )
 
 __all__ = ["DEFAULT_TTL_S", "NAMESPACE", "RedisSessionStore"]
@@ -322,27 +321,12 @@ class RedisSessionStore(SessionStore):
         count = await self._call("load", client.llen(name), key=name)
         if count is _WRONG or not count:
             return None
-        out: list[SessionStoreEntry] = []
-        size = bad = 0
-        cut = False
+        reader = EntryReader()
         for start in range(0, int(count), _PAGE):
             page = await self._call("load", client.lrange(name, start, start + _PAGE - 1), key=name)
-            if page is _WRONG:
+            if page is _WRONG or not all(reader.add(raw) for raw in page):
                 break
-            for raw in page:
-                size += len(raw)
-                cut = size > MAX_SESSION_BYTES
-                if cut:
-                    break
-                entry = read_entry(raw)
-                if entry is None:
-                    bad += 1
-                else:
-                    out.append(entry)
-            if cut:
-                break
-        tell_unreadable(self._warn, self.where, bad, cut=cut)
-        return out or None
+        return reader.result(self._warn, self.where)
 
     async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
         """The project's sessions (main transcripts) with their last write, epoch ms."""
@@ -388,21 +372,12 @@ class RedisSessionStore(SessionStore):
             for item in listed:
                 pipe.get(self._key("summary", project_key, item["session_id"]))
             raws = await self._call("list_session_summaries", pipe.execute(raise_on_error=False))
-        out: list[SessionSummaryEntry] = []
-        bad = 0
-        for item, raw in zip(listed, raws, strict=True):
-            if raw is None:
-                continue
-            summary = read_summary(raw if isinstance(raw, str) else None, item["session_id"])
-            if summary is None:
-                bad += 1
-            else:
-                out.append(summary)
-        if bad:
-            self._warn(
-                "summary", f"session store {self.where}: skipped {bad} unreadable summary(ies)"
-            )
-        return out
+        found = [
+            read_summary(raw if isinstance(raw, str) else None, item["session_id"])
+            for item, raw in zip(listed, raws, strict=True)
+            if raw is not None
+        ]
+        return readable_summaries(found, self._warn, self.where)
 
     async def delete(self, key: SessionKey) -> None:
         """Delete ``key``; a main transcript's delete takes its subkeys, summary and status.
