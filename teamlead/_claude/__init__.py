@@ -18,80 +18,45 @@ from typing import TYPE_CHECKING
 from .._door import lazy_exports
 
 if TYPE_CHECKING:
-    from .binary import bundled_cli_path, cli_version
-    from .files import FileProblem, is_session_id, loads, open_regular, read_regular
-    from .inbox import consume_inbox, read_inbox, wait_for_inbox
-    from .inbox.model import InboxRead, TeammateMessage
-    from .loopback import ensure_loopback
-    from .notification import Notification, turn_limit
-    from .saved_session import (
-        find_session_file,
-        load_session,
-        replay,
-        session_messages,
-        session_notifications,
-    )
-    from .scripted import SCRIPTED_MESSAGE_PREFIX, api_message_id, is_scripted_message
-    from .team import (
-        Team,
-        claude_config_dir,
-        find_team,
-        implicit_team_name,
-        load_team,
-        resolve_team,
-        sanitize_team_name,
-        validate_name,
-    )
-    from .transcript import (
-        TranscriptEnd,
-        find_subagent_transcript,
-        last_assistant_text,
-        transcript_end,
-        transcript_tail,
-    )
-    from .workflow_journal import JournalResult, find_journal, journal_results, workflow_result
-
-__all__ = [
-    "FileProblem",
-    "InboxRead",
-    "JournalResult",
-    "Notification",
-    "SCRIPTED_MESSAGE_PREFIX",
-    "Team",
-    "TeammateMessage",
-    "TranscriptEnd",
-    "api_message_id",
-    "bundled_cli_path",
-    "claude_config_dir",
-    "cli_version",
-    "consume_inbox",
-    "ensure_loopback",
-    "find_journal",
-    "find_session_file",
-    "find_subagent_transcript",
-    "find_team",
-    "implicit_team_name",
-    "is_session_id",
-    "is_scripted_message",
-    "journal_results",
-    "last_assistant_text",
-    "load_session",
-    "load_team",
-    "loads",
-    "open_regular",
-    "read_inbox",
-    "read_regular",
-    "replay",
-    "resolve_team",
-    "sanitize_team_name",
-    "session_messages",
-    "session_notifications",
-    "transcript_end",
-    "transcript_tail",
-    "turn_limit",
-    "validate_name",
-    "wait_for_inbox",
-    "workflow_result",
-]
+    from .binary import bundled_cli_path as bundled_cli_path
+    from .binary import cli_version as cli_version
+    from .files import FileProblem as FileProblem
+    from .files import is_session_id as is_session_id
+    from .files import loads as loads
+    from .files import open_regular as open_regular
+    from .files import read_regular as read_regular
+    from .inbox import consume_inbox as consume_inbox
+    from .inbox import read_inbox as read_inbox
+    from .inbox import wait_for_inbox as wait_for_inbox
+    from .inbox.model import InboxRead as InboxRead
+    from .inbox.model import TeammateMessage as TeammateMessage
+    from .loopback import ensure_loopback as ensure_loopback
+    from .notification import Notification as Notification
+    from .notification import turn_limit as turn_limit
+    from .saved_session import find_session_file as find_session_file
+    from .saved_session import load_session as load_session
+    from .saved_session import replay as replay
+    from .saved_session import session_messages as session_messages
+    from .saved_session import session_notifications as session_notifications
+    from .scripted import SCRIPTED_MESSAGE_PREFIX as SCRIPTED_MESSAGE_PREFIX
+    from .scripted import api_message_id as api_message_id
+    from .scripted import is_scripted_message as is_scripted_message
+    from .team import Team as Team
+    from .team import claude_config_dir as claude_config_dir
+    from .team import find_team as find_team
+    from .team import implicit_team_name as implicit_team_name
+    from .team import load_team as load_team
+    from .team import resolve_team as resolve_team
+    from .team import sanitize_team_name as sanitize_team_name
+    from .team import validate_name as validate_name
+    from .transcript import TranscriptEnd as TranscriptEnd
+    from .transcript import find_subagent_transcript as find_subagent_transcript
+    from .transcript import last_assistant_text as last_assistant_text
+    from .transcript import transcript_end as transcript_end
+    from .transcript import transcript_tail as transcript_tail
+    from .workflow_journal import JournalResult as JournalResult
+    from .workflow_journal import find_journal as find_journal
+    from .workflow_journal import journal_results as journal_results
+    from .workflow_journal import workflow_result as workflow_result
 
 __getattr__ = lazy_exports(__name__)

@@ -88,13 +88,12 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
     content = message.get("content")
     first = content[0] if isinstance(content, list) and content else None
     tool_use_id = first.get("tool_use_id") if isinstance(first, dict) else None
+    started = {"type": "system", "subtype": "task_started", "tool_use_id": tool_use_id}
     if isinstance(result, dict) and isinstance(result.get("agentId"), str):
         out.append(
             {
-                "type": "system",
-                "subtype": "task_started",
+                **started,
                 "task_id": result["agentId"],
-                "tool_use_id": tool_use_id,
                 "description": result.get("description") or "",
                 "prompt": result.get("prompt"),
             }
@@ -115,10 +114,8 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
         if isinstance(result.get("taskId"), str):
             out.append(
                 {
-                    "type": "system",
-                    "subtype": "task_started",
+                    **started,
                     "task_id": result["taskId"],
-                    "tool_use_id": tool_use_id,
                     "task_type": "local_workflow",
                     "workflow_name": result.get("workflowName"),
                     "description": result.get("summary") or "",

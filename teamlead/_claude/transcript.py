@@ -324,8 +324,6 @@ def transcript_tail(
     max_calls: int = 5,
     max_lines: int = 6,
     max_bytes: int = TAIL_SCAN_BYTES,
-    block_bytes: int = DEFAULT_BLOCK_BYTES,
-    max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> TranscriptTail | None:
     """The last ``max_calls`` tool calls and ``max_lines`` lines of text of a transcript.
 
@@ -346,9 +344,7 @@ def transcript_tail(
     lines: list[str] = []
     results: dict[str, bool] = {}  # tool_use_id -> is_error, from user records
     with fh:
-        for raw in _lines_backwards(
-            fh, block_bytes=block_bytes, max_scan=max_bytes, max_line=max_line_bytes
-        ):
+        for raw in _lines_backwards(fh, max_scan=max_bytes):
             if len(calls) >= max_calls and len(lines) >= max_lines:
                 break
             if not raw:

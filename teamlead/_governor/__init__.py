@@ -22,49 +22,33 @@ from typing import TYPE_CHECKING
 from .._door import lazy_exports
 
 if TYPE_CHECKING:
-    from .accounts import Account, WarnOnce, check_limits_spec, open_account
-    from .accounts.base import Bounds, Lease, provider_of
-    from .accounts.machine import MachineAccount, default_path
-    from .accounts.namespaced import NamespacedAccount
-    from .accounts.process import ProcessAccount
-    from .accounts.redis import RedisAccount
-    from .aimd import Limits
-    from .knobs import BucketState, GovernorPolicy, bucket_key, check_seconds
-    from .ratelimit_headers import faulty_window, pace_pause, read_windows
-    from .retry_after import faulty_retry_after, parse_retry_after, retry_after_from_headers
-    from .token_budget import Budget
-    from .token_estimate import InputEstimate, estimate_input
-    from .usage import Usage, UsageScan
-
-__all__ = [
-    "Account",
-    "Bounds",
-    "BucketState",
-    "Budget",
-    "GovernorPolicy",
-    "InputEstimate",
-    "Lease",
-    "Limits",
-    "MachineAccount",
-    "NamespacedAccount",
-    "ProcessAccount",
-    "RedisAccount",
-    "Usage",
-    "UsageScan",
-    "WarnOnce",
-    "bucket_key",
-    "check_limits_spec",
-    "check_seconds",
-    "default_path",
-    "estimate_input",
-    "faulty_retry_after",
-    "faulty_window",
-    "open_account",
-    "pace_pause",
-    "parse_retry_after",
-    "provider_of",
-    "read_windows",
-    "retry_after_from_headers",
-]
+    from .accounts import Account as Account
+    from .accounts import WarnOnce as WarnOnce
+    from .accounts import check_limits_spec as check_limits_spec
+    from .accounts import open_account as open_account
+    from .accounts.base import Bounds as Bounds
+    from .accounts.base import Lease as Lease
+    from .accounts.base import provider_of as provider_of
+    from .accounts.machine import MachineAccount as MachineAccount
+    from .accounts.machine import default_path as default_path
+    from .accounts.namespaced import NamespacedAccount as NamespacedAccount
+    from .accounts.process import ProcessAccount as ProcessAccount
+    from .accounts.redis import RedisAccount as RedisAccount
+    from .aimd import Limits as Limits
+    from .knobs import BucketState as BucketState
+    from .knobs import GovernorPolicy as GovernorPolicy
+    from .knobs import bucket_key as bucket_key
+    from .knobs import check_seconds as check_seconds
+    from .ratelimit_headers import faulty_window as faulty_window
+    from .ratelimit_headers import pace_pause as pace_pause
+    from .ratelimit_headers import read_windows as read_windows
+    from .retry_after import faulty_retry_after as faulty_retry_after
+    from .retry_after import parse_retry_after as parse_retry_after
+    from .retry_after import retry_after_from_headers as retry_after_from_headers
+    from .token_budget import Budget as Budget
+    from .token_estimate import InputEstimate as InputEstimate
+    from .token_estimate import estimate_input as estimate_input
+    from .usage import Usage as Usage
+    from .usage import UsageScan as UsageScan
 
 __getattr__ = lazy_exports(__name__)

@@ -30,14 +30,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Protocol
 
 from ..events import ChangeReason
+from .knobs import GovernorPolicy
 from .retry_after import bounded_pause
 
 __all__ = [
     "Change",
-    "Knobs",
     "Limits",
     "Step",
     "idle_reset",
@@ -48,22 +47,6 @@ __all__ = [
     "started",
     "success",
 ]
-
-
-class Knobs(Protocol):
-    """The policy fields the rules read: a ``GovernorPolicy``, with the bucket's own
-    ceiling."""
-
-    @property
-    def ceiling(self) -> int: ...
-    @property
-    def floor(self) -> int: ...
-    @property
-    def decrease(self) -> float: ...
-    @property
-    def successes_to_grow(self) -> int: ...
-    @property
-    def reprobe_after_s(self) -> float: ...
 
 
 @dataclass(frozen=True)
@@ -107,12 +90,12 @@ class Change:
 Step = tuple[Limits, "Change | None"]
 
 
-def initial(knobs: Knobs) -> Limits:
+def initial(knobs: GovernorPolicy) -> Limits:
     """A fresh bucket: at the ceiling, knowing nothing."""
     return Limits(cap=knobs.ceiling)
 
 
-def idle_reset(limits: Limits, knobs: Knobs, *, now: float | None = None) -> Step:
+def idle_reset(limits: Limits, knobs: GovernorPolicy, *, now: float | None = None) -> Step:
     """Back to the ceiling after an idle spell; a new epoch if anything was forgotten.
 
     The pause is forgotten too: a bucket nobody asked for during the idle spell starts
@@ -143,7 +126,9 @@ def _pause(limits: Limits, now: float, seconds: float | None) -> tuple[Limits, b
     return replace(limits, cooldown_until=now + seconds), True
 
 
-def success(limits: Limits, knobs: Knobs, *, slot_epoch: int, now: float, queued: bool) -> Step:
+def success(
+    limits: Limits, knobs: GovernorPolicy, *, slot_epoch: int, now: float, queued: bool
+) -> Step:
     """A request went through. ``queued``: callers wait on this bucket's own cap."""
     if slot_epoch != limits.epoch:
         return limits, None  # from before the last cut: says nothing about the new level
@@ -164,7 +149,7 @@ def success(limits: Limits, knobs: Knobs, *, slot_epoch: int, now: float, queued
 
 def rate_limited(
     limits: Limits,
-    knobs: Knobs,
+    knobs: GovernorPolicy,
     *,
     slot_epoch: int,
     now: float,
@@ -219,7 +204,7 @@ def rate_limited(
     return limits, Change(reason, previous, retry_after if paused else None)
 
 
-def started(limits: Limits, knobs: Knobs, *, slot_epoch: int, streaming: int) -> Step:
+def started(limits: Limits, knobs: GovernorPolicy, *, slot_epoch: int, streaming: int) -> Step:
     """A request of ``slot_epoch`` began streaming; ``streaming`` run successfully now.
 
     Only a request of the burst that drew the last cut corrects that cut: the cut was
@@ -238,7 +223,7 @@ def started(limits: Limits, knobs: Knobs, *, slot_epoch: int, streaming: int) ->
 
 def overloaded(
     limits: Limits,
-    knobs: Knobs,
+    knobs: GovernorPolicy,
     *,
     slot_epoch: int,
     now: float,

@@ -27,35 +27,24 @@ from typing import TYPE_CHECKING
 from .._door import lazy_exports
 
 if TYPE_CHECKING:
-    from ..errors import RelayError
-    from .forward import RelayConfig
-    from .protocol import GuardedSocket
-    from .reach import UpstreamUnreachable, check_reachable
-    from .routing import RequestInfo, classify
-    from .server import RELAY_POLICY, Relay, RelayRun, bounded_server, loopback_socket, start_relay
-    from .shared import RelayPool, account_of, governor_policy, relay_applicable
-    from .stats import RelayEvent, RelayListener
-
-__all__ = [
-    "GuardedSocket",
-    "RELAY_POLICY",
-    "Relay",
-    "RelayConfig",
-    "RelayError",
-    "RelayEvent",
-    "RelayListener",
-    "RelayPool",
-    "RelayRun",
-    "RequestInfo",
-    "UpstreamUnreachable",
-    "account_of",
-    "bounded_server",
-    "check_reachable",
-    "classify",
-    "governor_policy",
-    "loopback_socket",
-    "relay_applicable",
-    "start_relay",
-]
+    from ..errors import RelayError as RelayError
+    from .forward import RelayConfig as RelayConfig
+    from .protocol import GuardedSocket as GuardedSocket
+    from .reach import UpstreamUnreachable as UpstreamUnreachable
+    from .reach import check_reachable as check_reachable
+    from .routing import RequestInfo as RequestInfo
+    from .routing import classify as classify
+    from .server import RELAY_POLICY as RELAY_POLICY
+    from .server import Relay as Relay
+    from .server import RelayRun as RelayRun
+    from .server import bounded_server as bounded_server
+    from .server import loopback_socket as loopback_socket
+    from .server import start_relay as start_relay
+    from .shared import RelayPool as RelayPool
+    from .shared import account_of as account_of
+    from .shared import governor_policy as governor_policy
+    from .shared import relay_applicable as relay_applicable
+    from .stats import RelayEvent as RelayEvent
+    from .stats import RelayListener as RelayListener
 
 __getattr__ = lazy_exports(__name__)

@@ -25,7 +25,7 @@ import socket
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import AbstractAsyncContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -326,26 +326,19 @@ def start_relay(
     )
 
 
+@dataclass(eq=False)
 class _RunningRelay:
     """:func:`start_relay`'s context. A class, not a generator: a run abandoned mid-stream
     is finalised by the event loop's async-generator hook, which would also close a
     generator-based context on its own, a second time and from another task."""
 
-    def __init__(
-        self,
-        upstream: str,
-        governor: Governor,
-        config: RelayConfig,
-        on_event: RelayListener | None,
-        rng: random.Random | None = None,
-    ) -> None:
-        self._upstream = upstream
-        self._governor = governor
-        self._config = config
-        self._on_event = on_event
-        self._rng = rng
-        self._relay: Relay | None = None
-        self._stopped = False
+    _upstream: str
+    _governor: Governor
+    _config: RelayConfig
+    _on_event: RelayListener | None
+    _rng: random.Random | None = None
+    _relay: Relay | None = field(default=None, init=False)
+    _stopped: bool = field(default=False, init=False)
 
     async def __aenter__(self) -> Relay:
         try:

@@ -26,20 +26,12 @@ from typing import TYPE_CHECKING
 from .._door import lazy_exports
 
 if TYPE_CHECKING:
-    from .redis_store import DEFAULT_TTL_S, RedisSessionStore
-    from .run_store import RunStore
-    from .sqlite_store import SQLiteSessionStore
-    from .status import SessionStatus
-    from .url import close_store, open_store
-
-__all__ = [
-    "DEFAULT_TTL_S",
-    "RedisSessionStore",
-    "RunStore",
-    "SQLiteSessionStore",
-    "SessionStatus",
-    "close_store",
-    "open_store",
-]
+    from .redis_store import DEFAULT_TTL_S as DEFAULT_TTL_S
+    from .redis_store import RedisSessionStore as RedisSessionStore
+    from .run_store import RunStore as RunStore
+    from .sqlite_store import SQLiteSessionStore as SQLiteSessionStore
+    from .status import SessionStatus as SessionStatus
+    from .url import close_store as close_store
+    from .url import open_store as open_store
 
 __getattr__ = lazy_exports(__name__)

@@ -31,6 +31,7 @@ extra.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -49,16 +50,15 @@ from .._redact import without_password
 from ..errors import SessionStoreError, SetupError
 from .status import SessionStatus, read_status
 from .stored import (
-    MAX_SESSION_BYTES,
+    EntryReader,
     WarnOnce,
     dump_entry,
     encode,
     entry_uuid,
     log,
-    read_entry,
     read_summary,
+    readable_summaries,
     subpath_of,
-    tell_unreadable,
 )
 
 __all__ = ["DEFAULT_TTL_S", "NAMESPACE", "RedisSessionStore"]
@@ -70,7 +70,6 @@ DEFAULT_TTL_S = 30 * 24 * 3600.0
 NAMESPACE = "teamlead:session:"
 _PAGE = 1000  # entries read per LRANGE
 _CAS_TRIES = 16
-_WRONG: Any = object()  # what a read of a key of the wrong type gives
 
 #: KEYS: entries list, uuid set, subkeys set, project index, projects.
 #: ARGV: ttl ms, session id, project key, subpath ("" for the main transcript), then one
@@ -163,8 +162,10 @@ class RedisSessionStore(SessionStore):
     def __reduce__(self) -> tuple[Any, ...]:
         """A copy in another process (a Ray task's) is the same store with no client yet:
         it connects there, on first use (a client, its lock and its loop do not travel)."""
-        settings = {"ttl_s": self.ttl_s, "namespace": self._ns, "timeout_s": self._timeout}
-        return (_reopened, (type(self), self.url, settings))
+        again = functools.partial(
+            type(self), self.url, ttl_s=self.ttl_s, namespace=self._ns, timeout_s=self._timeout
+        )
+        return (again, ())
 
     # -- the client ----------------------------------------------------------------------
     def _redis(self) -> Any:
@@ -193,10 +194,12 @@ class RedisSessionStore(SessionStore):
             self._loop = loop
         return self._client
 
-    async def _call(self, what: str, coro: Any, *, key: str | None = None) -> Any:
+    async def _call(
+        self, what: str, coro: Any, *, key: str | None = None, missing: Any = None
+    ) -> Any:
         """Await one call, its failure as :class:`SessionStoreError`; with ``key``, a key of
         the wrong type there (written by something else) is told once and reads as
-        :data:`_WRONG`."""
+        ``missing`` (what the call gives for a key that is not there)."""
         import redis
 
         try:
@@ -207,7 +210,7 @@ class RedisSessionStore(SessionStore):
                     "wrong-type",
                     f"session store {self.where}: a key of the wrong type ({key}) reads as missing",
                 )
-                return _WRONG
+                return missing
             raise SessionStoreError(
                 f"session store {self.where}: {what} failed: {exc}", store=self.where
             ) from None
@@ -319,30 +322,17 @@ class RedisSessionStore(SessionStore):
         """
         client = self._redis()
         name = self._entries(key)
-        count = await self._call("load", client.llen(name), key=name)
-        if count is _WRONG or not count:
+        count = await self._call("load", client.llen(name), key=name, missing=0)
+        if not count:
             return None
-        out: list[SessionStoreEntry] = []
-        size = bad = 0
-        cut = False
+        reader = EntryReader()
         for start in range(0, int(count), _PAGE):
-            page = await self._call("load", client.lrange(name, start, start + _PAGE - 1), key=name)
-            if page is _WRONG:
+            page = await self._call(
+                "load", client.lrange(name, start, start + _PAGE - 1), key=name, missing=[]
+            )
+            if not page or not all(reader.add(raw) for raw in page):
                 break
-            for raw in page:
-                size += len(raw)
-                cut = size > MAX_SESSION_BYTES
-                if cut:
-                    break
-                entry = read_entry(raw)
-                if entry is None:
-                    bad += 1
-                else:
-                    out.append(entry)
-            if cut:
-                break
-        tell_unreadable(self._warn, self.where, bad, cut=cut)
-        return out or None
+        return reader.result(self._warn, self.where)
 
     async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
         """The project's sessions (main transcripts) with their last write, epoch ms."""
@@ -359,10 +349,8 @@ class RedisSessionStore(SessionStore):
     async def _members(self, name: str) -> list[tuple[str, float]]:
         """A sorted set's members and scores (a key of another type reads as empty)."""
         pairs = await self._call(
-            "list", self._redis().zrange(name, 0, -1, withscores=True), key=name
+            "list", self._redis().zrange(name, 0, -1, withscores=True), key=name, missing=[]
         )
-        if pairs is _WRONG:
-            return []
         return [(str(m), float(s)) for m, s in pairs]
 
     async def _live(
@@ -388,21 +376,12 @@ class RedisSessionStore(SessionStore):
             for item in listed:
                 pipe.get(self._key("summary", project_key, item["session_id"]))
             raws = await self._call("list_session_summaries", pipe.execute(raise_on_error=False))
-        out: list[SessionSummaryEntry] = []
-        bad = 0
-        for item, raw in zip(listed, raws, strict=True):
-            if raw is None:
-                continue
-            summary = read_summary(raw if isinstance(raw, str) else None, item["session_id"])
-            if summary is None:
-                bad += 1
-            else:
-                out.append(summary)
-        if bad:
-            self._warn(
-                "summary", f"session store {self.where}: skipped {bad} unreadable summary(ies)"
-            )
-        return out
+        found = [
+            read_summary(raw if isinstance(raw, str) else None, item["session_id"])
+            for item, raw in zip(listed, raws, strict=True)
+            if raw is not None
+        ]
+        return readable_summaries(found, self._warn, self.where)
 
     async def delete(self, key: SessionKey) -> None:
         """Delete ``key``; a main transcript's delete takes its subkeys, summary and status.
@@ -430,15 +409,15 @@ class RedisSessionStore(SessionStore):
             pipe.delete(*names)
             pipe.zrem(index, sid)
             await self._call("delete", pipe.execute(raise_on_error=False))
-        left = await self._call("delete", client.zcard(index), key=index)
-        if left is _WRONG or not left:
+        left = await self._call("delete", client.zcard(index), key=index, missing=0)
+        if not left:
             await self._call("delete", client.zrem(self._key("projects"), pk))
 
     async def _subpaths(self, project_key: str, session_id: str) -> list[str]:
         name = self._key("subkeys", project_key, session_id)
-        found = await self._call("list_subkeys", self._redis().smembers(name), key=name)
-        if found is _WRONG:
-            return []
+        found = await self._call(
+            "list_subkeys", self._redis().smembers(name), key=name, missing=set()
+        )
         return sorted(str(s) for s in found if isinstance(s, str) and s)
 
     async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
@@ -473,13 +452,6 @@ class RedisSessionStore(SessionStore):
         """The session's status record, or ``None`` (none, or unreadable: one warning)."""
         name = self._key("status", project_key, session_id)
         raw = await self._call("status", self._redis().get(name), key=name)
-        if raw is None or raw is _WRONG:
+        if raw is None:
             return None
         return read_status(raw, self._warn, self.where)
-
-
-def _reopened(
-    cls: type[RedisSessionStore], url: str, settings: dict[str, Any]
-) -> RedisSessionStore:
-    """The store ``cls(url, **settings)``: how a pickled :class:`RedisSessionStore` comes back."""
-    return cls(url, **settings)

@@ -94,20 +94,13 @@ class RunStore:
         if self.failed is not None:
             return
         self.failed = why
-        if at_start:
-            log.warning(
-                "session store %s cannot be reached (%s): the run goes on with the local "
-                "files only",
-                self.where,
-                why,
-            )
-        else:
-            log.warning(
-                "session store %s failed (%s): the run goes on with the local files; the "
-                "store keeps this session only up to here",
-                self.where,
-                why,
-            )
+        what = (
+            "cannot be reached (%s): the run goes on with the local files only"
+            if at_start
+            else "failed (%s): the run goes on with the local files; the store keeps this "
+            "session only up to here"
+        )
+        log.warning("session store %s " + what, self.where, why)
 
     async def call(
         self, what: str, work: Callable[[], Awaitable[_T]], default: _T, *, at_start: bool = False

@@ -49,15 +49,14 @@ from ..clock import SYSTEM_CLOCK
 from ..errors import SessionStoreError
 from .status import SessionStatus, read_status
 from .stored import (
-    MAX_SESSION_BYTES,
+    EntryReader,
     WarnOnce,
     dump_entry,
     entry_uuid,
     log,
-    read_entry,
     read_summary,
+    readable_summaries,
     subpath_of,
-    tell_unreadable,
 )
 
 __all__ = ["SQLiteSessionStore"]
@@ -307,29 +306,19 @@ class SQLiteSessionStore(SessionStore):
         """
         pk, sid, subpath = key["project_key"], key["session_id"], subpath_of(key)
 
-        def work(db: sqlite3.Connection) -> tuple[list[SessionStoreEntry], int, bool]:
-            out: list[SessionStoreEntry] = []
-            bad = size = 0
+        def work(db: sqlite3.Connection) -> EntryReader:
+            reader = EntryReader()
             rows = db.execute(
                 "SELECT body FROM teamlead_session_entries "
                 "WHERE project_key = ? AND session_id = ? AND subpath = ? ORDER BY seq",
                 (pk, sid, subpath),
             )
             for (body,) in rows:
-                text = _text(body)
-                size += len(text or "")
-                if size > MAX_SESSION_BYTES:
-                    return out, bad, True
-                entry = read_entry(text)
-                if entry is None:
-                    bad += 1
-                else:
-                    out.append(entry)
-            return out, bad, False
+                if not reader.add(_text(body)):
+                    break
+            return reader
 
-        entries, bad, cut = await self._run("load", work)
-        tell_unreadable(self._warn, self.where, bad, cut=cut)
-        return entries or None
+        return (await self._run("load", work)).result(self._warn, self.where)
 
     async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
         """The project's sessions (main transcripts) with their last write, epoch ms."""
@@ -351,30 +340,19 @@ class SQLiteSessionStore(SessionStore):
     async def list_session_summaries(self, project_key: str) -> list[SessionSummaryEntry]:
         """The SDK's summaries of the project's sessions (unreadable ones skipped)."""
 
-        def work(db: sqlite3.Connection) -> tuple[list[SessionSummaryEntry], int]:
+        def work(db: sqlite3.Connection) -> list[SessionSummaryEntry | None]:
             rows = db.execute(
                 "SELECT session_id, mtime, data FROM teamlead_session_summaries "
                 "WHERE project_key = ?",
                 (project_key,),
             ).fetchall()
-            out: list[SessionSummaryEntry] = []
-            bad = 0
-            for sid, mtime, data in rows:
-                summary = (
-                    read_summary(_text(data), sid, mtime=mtime) if isinstance(sid, str) else None
-                )
-                if summary is None:
-                    bad += 1
-                else:
-                    out.append(summary)
-            return out, bad
+            return [
+                read_summary(_text(data), sid, mtime=mtime) if isinstance(sid, str) else None
+                for sid, mtime, data in rows
+            ]
 
-        out, bad = await self._run("list_session_summaries", work)
-        if bad:
-            self._warn(
-                "summary", f"session store {self.where}: skipped {bad} unreadable summary(ies)"
-            )
-        return out
+        found = await self._run("list_session_summaries", work)
+        return readable_summaries(found, self._warn, self.where)
 
     async def delete(self, key: SessionKey) -> None:
         """Delete ``key``; a main transcript's delete takes its subkeys, summary and status.

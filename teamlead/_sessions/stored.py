@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+from collections.abc import Iterable
 from typing import Any, cast
 from urllib.parse import quote
 
@@ -33,6 +34,7 @@ from .._governor import WarnOnce
 __all__ = [
     "MAX_ENTRY_BYTES",
     "MAX_SESSION_BYTES",
+    "EntryReader",
     "WarnOnce",
     "dump_entry",
     "encode",
@@ -40,8 +42,8 @@ __all__ = [
     "log",
     "read_entry",
     "read_summary",
+    "readable_summaries",
     "subpath_of",
-    "tell_unreadable",
 ]
 
 log = logging.getLogger("teamlead.sessions")
@@ -136,16 +138,55 @@ def read_summary(
     return {"session_id": session_id, "mtime": int(mtime), "data": value["data"]}
 
 
-def tell_unreadable(warn: WarnOnce, where: str, bad: int, *, cut: bool = False) -> None:
-    """Tell, once per kind, that a load skipped ``bad`` entries or stopped at the size cap."""
-    if bad:
-        noun = "entry" if bad == 1 else "entries"
-        warn(
-            "entry",
-            f"session store {where}: skipped {bad} unreadable {noun} (not a transcript line)",
-        )
-    if cut:
-        warn(
-            "too-large",
-            f"session store {where}: a transcript over 256 MiB was read only up to that",
-        )
+class EntryReader:
+    """One key's entries read back in append order: an unreadable one is skipped and
+    counted, and no more than :data:`MAX_SESSION_BYTES` is read."""
+
+    def __init__(self) -> None:
+        self.entries: list[SessionStoreEntry] = []
+        self.bad = 0
+        self.size = 0
+        self.cut = False
+
+    def add(self, raw: str | None) -> bool:
+        """Read the next stored entry; ``False`` once the size cap is passed (read no more)."""
+        self.size += len(raw or "")
+        self.cut = self.size > MAX_SESSION_BYTES
+        if self.cut:
+            return False
+        entry = read_entry(raw)
+        if entry is None:
+            self.bad += 1
+        else:
+            self.entries.append(entry)
+        return True
+
+    def result(self, warn: WarnOnce, where: str) -> list[SessionStoreEntry] | None:
+        """The entries (``None`` when none), after telling, once per kind, that some were
+        skipped or the size cap stopped the read."""
+        if self.bad:
+            noun = "entry" if self.bad == 1 else "entries"
+            warn(
+                "entry",
+                f"session store {where}: skipped {self.bad} unreadable {noun} "
+                "(not a transcript line)",
+            )
+        if self.cut:
+            warn(
+                "too-large",
+                f"session store {where}: a transcript over 256 MiB was read only up to that",
+            )
+        return self.entries or None
+
+
+def readable_summaries(
+    found: Iterable[SessionSummaryEntry | None], warn: WarnOnce, where: str
+) -> list[SessionSummaryEntry]:
+    """The summaries of ``found`` that could be read (``None``: one that could not, skipped
+    and told once)."""
+    listed = list(found)
+    kept = [summary for summary in listed if summary is not None]
+    if len(kept) < len(listed):
+        skipped = len(listed) - len(kept)
+        warn("summary", f"session store {where}: skipped {skipped} unreadable summary(ies)")
+    return kept
