@@ -197,17 +197,13 @@ async def query(
     rounds = SdkRounds(transport)
     policy = Policy(relay=False, deadline_s=MAX_SECONDS)
 
-    def start(run: RunState) -> AsyncGenerator[Any, None]:
-        return run_query(run, rounds, prompt)
-
     stream = _query_mode_stream(
-        start,
+        lambda run: run_query(run, rounds, prompt),
         options,
         policy,
         SYSTEM_CLOCK,
         None,
         None,
-        mode="query",
         prompt=prompt if isinstance(prompt, str) else None,
         verbatim=True,
     )
@@ -296,13 +292,9 @@ def run_stream(
     and the run's own parse of them, for teamlead's readers of the stream (the CLI, the
     experiment runner). Takes :func:`run`'s arguments."""
     fn = _sdk_query(query_fn)
-
-    def start(run: RunState) -> AsyncGenerator[Any, None]:
-        return run_query(run, fn, prompt)
-
-    world = (options, policy, clock, control, process)
     text = prompt if isinstance(prompt, str) else None
-    return _query_mode_stream(start, *world, mode="query", prompt=text)
+    world = (options, policy, clock, control, process)
+    return _query_mode_stream(lambda run: run_query(run, fn, prompt), *world, prompt=text)
 
 
 def _query_mode_stream(
@@ -313,7 +305,7 @@ def _query_mode_stream(
     control: RunControl | None,
     process: ProcessState | None,
     *,
-    mode: str,
+    mode: str = "query",
     prompt: str | None = None,
     session_id: str | None = None,
     verbatim: bool = False,
@@ -539,9 +531,7 @@ def resume_stream(
     """:func:`resume_session`'s run as a :class:`~teamlead._run.stream.RunStream` (see
     :func:`run_stream`). Takes :func:`resume_session`'s arguments."""
     fn = _sdk_query(query_fn)
-
-    def start(run: RunState) -> AsyncGenerator[Any, None]:
-        return run_resume(run, fn, session_id)
-
     world = (options, policy, clock, control, process)
-    return _query_mode_stream(start, *world, mode="resume", session_id=session_id)
+    return _query_mode_stream(
+        lambda run: run_resume(run, fn, session_id), *world, mode="resume", session_id=session_id
+    )

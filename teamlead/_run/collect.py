@@ -136,7 +136,8 @@ class Collection:
         if team is not None:
             async for event in self._collect_team(team, tracker, pending, self._deadline):
                 yield event
-        lost = dict(self._lost_workflows(tracker))
+        exited = not self._process_alive
+        lost = {run.task_id: agents for run, agents in tracker.lost_workflow_agents(exited=exited)}
         if not self._process_alive:
             self._ended_unannounced(tracker)
         judge_ends(self._state)
@@ -166,7 +167,7 @@ class Collection:
                     task, task.workflow, lost.get(task.task_id, []), tracker.session_id
                 )
             else:
-                delivery, source = self.task_delivery(task, tracker.session_id, end)
+                delivery, source = task_delivery(self._config_dir, task, tracker.session_id, end)
             yield FallbackUsed(
                 task_id=task.task_id,
                 description=redact(task.description),
@@ -291,14 +292,6 @@ class Collection:
         if message.completed_status == "failed" or message.idle_reason == "failed":
             member.failed = True
             member.detail = message.failure_reason or "reported a failure"
-
-    def _lost_workflows(self, tracker: Tracker) -> list[tuple[str, list[WorkflowAgent]]]:
-        """The workflow tasks whose run lost agents, by task id: an attempt that ended (or
-        whose CLI exited) with agents in error or unfinished, and no later resume of it."""
-        exited = not self._process_alive
-        return [
-            (run.task_id, agents) for run, agents in tracker.lost_workflow_agents(exited=exited)
-        ]
 
     def _workflow_delivery(
         self, task: TaskInfo, run: WorkflowRun, lost: list[WorkflowAgent], session: str | None
@@ -483,43 +476,45 @@ class Collection:
         if max(task.continued, asked) >= bound or not _PLAIN_ID.fullmatch(task.task_id):
             return None
         self._collected.continue_asks[task.task_id] = asked + 1
-        delivery, source = self.task_delivery(task, self._state.stream.tracker.session_id, end)
+        session = self._state.stream.tracker.session_id
+        delivery, source = task_delivery(self._config_dir, task, session, end)
         delivery.key = f"continue:{task.task_id}:{asked + 1}"
         delivery.continue_task = task.task_id
         return delivery, source
 
-    def task_delivery(
-        self, task: TaskInfo, session: str | None, end: AgentEnd | None = None
-    ) -> tuple[Delivery, TaskSource]:
-        """``task``'s result as a delivery, and where it was read from: its summary when it
-        completed with one, else the last answer in its transcript in ``session``, else whatever
-        summary it has (an empty delivery when there is none). When ``end`` says it did not
-        finish although the CLI reported it completed, the delivery is ``partial``: its last
-        text (from its transcript first), never a complete result."""
-        status: DeliveryStatus = _task_outcome(task)
-        text = ""
-        source_of: TaskSource = "none"
-        partial = end is not None and not end.finished and status == "completed"
-        if partial:
-            status = "partial"  # its own last text first, not the CLI's note of the cut
-        if not partial and task.status == "completed" and (task.summary or "").strip():
-            text, source_of = task.summary or "", "summary"
-        else:
-            transcript = transcript_text(self._config_dir, task, session)
-            if transcript:
-                text, source_of = transcript, "transcript"
-            elif task.summary:
-                text, source_of = task.summary, "summary"
-        delivery = Delivery(
-            key=f"task:{task.task_id}",
-            kind="task",
-            label=task.description or task.task_id,
-            status=status,
-            text=text,
-            source=source_of,
-            cut=end.describe() if partial and end is not None else None,
-        )
-        return delivery, source_of
+
+def task_delivery(
+    config_dir: Path, task: TaskInfo, session: str | None, end: AgentEnd | None = None
+) -> tuple[Delivery, TaskSource]:
+    """``task``'s result as a delivery, and where it was read from: its summary when it
+    completed with one, else the last answer in its transcript in ``session``, else whatever
+    summary it has (an empty delivery when there is none). When ``end`` says it did not
+    finish although the CLI reported it completed, the delivery is ``partial``: its last
+    text (from its transcript first), never a complete result."""
+    status: DeliveryStatus = _task_outcome(task)
+    text = ""
+    source_of: TaskSource = "none"
+    partial = end is not None and not end.finished and status == "completed"
+    if partial:
+        status = "partial"  # its own last text first, not the CLI's note of the cut
+    if not partial and task.status == "completed" and (task.summary or "").strip():
+        text, source_of = task.summary or "", "summary"
+    else:
+        transcript = transcript_text(config_dir, task, session)
+        if transcript:
+            text, source_of = transcript, "transcript"
+        elif task.summary:
+            text, source_of = task.summary, "summary"
+    delivery = Delivery(
+        key=f"task:{task.task_id}",
+        kind="task",
+        label=task.description or task.task_id,
+        status=status,
+        text=text,
+        source=source_of,
+        cut=end.describe() if partial and end is not None else None,
+    )
+    return delivery, source_of
 
 
 def transcript_text(config_dir: Path, task: TaskInfo, session: str | None) -> str | None:
@@ -585,12 +580,11 @@ def used_deliveries(state: RunState) -> list[Delivery]:
     collected, tracker = state.delivered.collected, state.stream.tracker
     out = [d for key, d in collected.deliveries.items() if key in collected.absorbed]
     known = {d.key for d in out}
-    reader = Collection(state, deadline=state.clock.monotonic())
     for task in tracker.tasks.values():
         key = f"task:{task.task_id}"
         if key in known or not task.terminal or not task.absorbed:
             continue
-        delivery, _ = reader.task_delivery(task, tracker.session_id)
+        delivery, _ = task_delivery(state.ask.config_dir, task, tracker.session_id)
         if delivery.text:
             out.append(delivery)
     return out
