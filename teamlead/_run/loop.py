@@ -445,7 +445,9 @@ def interrupted(state: RunState) -> Finished:
     running tasks are ``stopped``, the calls still queued in the gate ``rejected``."""
     reason = state.stop.reason or "stopped"
     stopped = state.stream.tracker.stop_open_tasks(state.clock.monotonic())
-    state.stopping()
+    # every call still queued in the gate is rejected now, before its CLI is ended (which
+    # would cancel their hooks)
+    state.admission.stopped(reason)
     names = ", ".join(f'"{redact(t.description or t.task_id)}"' for t in stopped) or "none"
     state.delivered.ledger.stopped(
         "interrupted",
