@@ -81,6 +81,8 @@ _EVENT_WARNINGS = 20
 _EVENT_CHARS = 200
 _Source: TypeAlias = Literal["lead", "summary", "transcript", "inbox", "none"]
 _MAX_LOST_REASON = 160
+#: the states a teammate may report that the resume prompt knows
+_REPORTED: dict[str, DeliveryStatus] = {"failed": "failed", "completed": "completed"}
 #: a task id the resume prompt may name in a SendMessage call (the CLI's ids are hex)
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -962,14 +964,7 @@ def _inbox_delivery(message: TeammateMessage, team: Team) -> Delivery:
     if message.kind == "idle":
         text = message.result or message.summary or ""
         # the teammate's own word: only a state the prompt knows passes
-        reported = message.completed_status
-        status = (
-            "failed"
-            if reported == "failed"
-            else "completed"
-            if reported == "completed"
-            else "resolved"
-        )
+        status = _REPORTED.get(message.completed_status or "", "resolved")
     else:
         text, status = message.text, "message"
     return Delivery(

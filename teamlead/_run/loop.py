@@ -314,7 +314,16 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
                 return
             if outcome.ok:
                 break
-            retry = _retry_delay(state, outcome, attempt)
+            retry = retry_delay(
+                retry=state.ask.policy.resume_retry,
+                attempt=attempt,
+                transient=outcome.transient,
+                now=state.clock.monotonic(),
+                deadline=state.deadline.at,
+                spent_usd=ledger.cost_usd + outcome.cost_usd,
+                max_cost_usd=state.ask.policy.max_cost_usd,
+                retry_after=outcome.retry_after,
+            )
             yield ResumeFailed(
                 session_id=session,
                 round=round_no,
@@ -354,19 +363,6 @@ async def _sleep_unless_stopped(state: RunState, seconds: float) -> None:
         tg.start_soon(stop)
         await state.clock.sleep(seconds)
         tg.cancel_scope.cancel()
-
-
-def _retry_delay(state: RunState, outcome: RoundOutcome, attempt: int) -> float | None:
-    return retry_delay(
-        retry=state.ask.policy.resume_retry,
-        attempt=attempt,
-        transient=outcome.transient,
-        now=state.clock.monotonic(),
-        deadline=state.deadline.at,
-        spent_usd=state.delivered.ledger.cost_usd + outcome.cost_usd,
-        max_cost_usd=state.ask.policy.max_cost_usd,
-        retry_after=outcome.retry_after,
-    )
 
 
 def _prompt_for(
