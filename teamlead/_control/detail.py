@@ -322,28 +322,27 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
             node.state = judged[1].kind if judged[1].kind in CUT_ENDS else node.state
         nodes[task.task_id] = node
     attach(nodes, lead)
-    queue: list[QueuedCall] = []
-    for record in state.admission.records():
-        if record.status == "queued":
-            waited = wall - record.queued_at if record.queued_at is not None else 0.0
-            queue.append(
-                QueuedCall(
-                    tool_use_id=record.tool_use_id,
-                    description=plain(record.description) or "",
-                    waited_s=round(max(0.0, waited), 1),
-                )
-            )
-    approvals: list[WaitingApproval] = []
-    label_for = labels_from(state.stream)
-    for asked in state.outside.permissions.waiting:
-        approvals.append(
-            WaitingApproval(
-                tool=plain(asked.tool, 80) or "",
-                agent=plain(label_for(asked.agent_id), 80) or "",
-                what=plain(asked.what) or "",
-                waited_s=round(max(0.0, now - asked.asked_at), 1),
-            )
+    queue = [
+        QueuedCall(
+            tool_use_id=record.tool_use_id,
+            description=plain(record.description) or "",
+            waited_s=0.0
+            if record.queued_at is None
+            else round(max(0.0, wall - record.queued_at), 1),
         )
+        for record in state.admission.records()
+        if record.status == "queued"
+    ]
+    label_for = labels_from(state.stream)
+    approvals = [
+        WaitingApproval(
+            tool=plain(asked.tool, 80) or "",
+            agent=plain(label_for(asked.agent_id), 80) or "",
+            what=plain(asked.what) or "",
+            waited_s=round(max(0.0, now - asked.asked_at), 1),
+        )
+        for asked in state.outside.permissions.waiting
+    ]
     waiting_for_slot = sum(
         1
         for count in book.entries.values()

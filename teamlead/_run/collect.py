@@ -333,16 +333,7 @@ class Collection:
             resumable = True  # a run cut short with no agents known (a rebuilt session)
         workflow = None
         if (lost or unfinished) and run.run_id:
-            workflow = _resume_of(
-                run,
-                run.run_id,
-                task,
-                lost,
-                limited,
-                resumable,
-                self._state.stream.tracker,
-                self._config_dir,
-            )
+            workflow = self._resume_of(run, run.run_id, task, lost, limited, resumable)
         delivery = Delivery(
             key=f"task:{task.task_id}",
             kind="workflow",
@@ -462,9 +453,34 @@ class Collection:
             status="lost",
             text="",
             source="none",
-            workflow=_resume_of(
-                run, run.run_id, task, lost, limited, True, tracker, self._config_dir
-            ),
+            workflow=self._resume_of(run, run.run_id, task, lost, limited, True),
+        )
+
+    def _resume_of(
+        self,
+        run: WorkflowRun,
+        run_id: str,
+        task: TaskInfo,
+        lost: list[WorkflowAgent],
+        limited: dict[int, str],
+        resumable: bool,
+    ) -> WorkflowResume:
+        """What the resume prompt says of a workflow that lost agents, and asks of the lead: to
+        resume it, or (the CLI refused to resume it) to run the agents that did not finish
+        anew, naming those that finished."""
+        refused = self._state.stream.tracker.refused_resumes.get(run_id)
+        again = [a for a in lost if a.index not in limited]
+        done = [run.agents[i].label for i in sorted(run.agents) if run.agents[i].state == "done"]
+        return WorkflowResume(
+            run_id=run_id,
+            name=run.name or run.description or task.task_id,
+            script_path=_script_here(run.script_path, self._config_dir),
+            lost=tuple(_lost_line(a, limited.get(a.index)) for a in lost)
+            or ("the run did not finish",),
+            resumable=resumable,
+            refused=refused,
+            unfinished=tuple(a.label for a in again) if refused is not None else (),
+            done=tuple(done) if refused is not None else (),
         )
 
     def _continue_ask(self, task: TaskInfo, end: AgentEnd) -> tuple[Delivery, TaskSource] | None:
@@ -894,36 +910,6 @@ def _message_summary(message: TeammateMessage) -> dict[str, Any]:
         "status": message.completed_status,
         "is_result": message.is_result,
     }
-
-
-def _resume_of(
-    run: WorkflowRun,
-    run_id: str,
-    task: TaskInfo,
-    lost: list[WorkflowAgent],
-    limited: dict[int, str],
-    resumable: bool,
-    tracker: Tracker,
-    config_dir: Path,
-) -> WorkflowResume:
-    """What the resume prompt says of a workflow that lost agents, and asks of the lead: to
-    resume it, or (the CLI refused to resume it) to run the agents that did not finish
-    anew, naming those that finished."""
-    refused = tracker.refused_resumes.get(run_id)
-    again = [a for a in lost if a.index not in limited]
-    return WorkflowResume(
-        run_id=run_id,
-        name=run.name or run.description or task.task_id,
-        script_path=_script_here(run.script_path, config_dir),
-        lost=tuple(_lost_line(a, limited.get(a.index)) for a in lost)
-        or ("the run did not finish",),
-        resumable=resumable,
-        refused=refused,
-        unfinished=tuple(a.label for a in again) if refused is not None else (),
-        done=tuple(run.agents[i].label for i in sorted(run.agents) if run.agents[i].state == "done")
-        if refused is not None
-        else (),
-    )
 
 
 def _script_here(path: str | None, config_dir: Path) -> str | None:
