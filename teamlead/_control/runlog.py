@@ -213,34 +213,6 @@ def _tree(lead: AgentNode, rows: Iterable[AgentNode], phases: Mapping[str, Seque
     return omitted
 
 
-def _row(
-    id: str,
-    kind: NodeKind,
-    label: str,
-    state: str,
-    *,
-    parent: str | None = None,
-    phase: str | None = None,
-    tokens: int | None = None,
-    requests: int | None = None,
-    last_tool: str | None = None,
-    duration_s: float | None = None,
-) -> AgentNode:
-    """One agent of the tree as the log tells it (texts as read: made plain here)."""
-    return AgentNode(
-        id=id,
-        kind=kind,
-        label=plain(label) or id,
-        state=state,
-        tokens=tokens,
-        requests=requests,
-        last_tool=plain(last_tool, _TOOL),
-        duration_s=duration_s,
-        parent=parent,
-        phase=phase,
-    )
-
-
 def _phase_order(rows: list[AgentNode]) -> list[str]:
     """The phases in the order their agents came."""
     return list(dict.fromkeys(row.phase for row in rows if row.phase))
@@ -264,17 +236,18 @@ def _usage_tokens(usage: AgentUsage | None) -> int | None:
 def _finished_row(row: TaskDisposition, usage: Mapping[str, AgentUsage]) -> AgentNode:
     """A row of the ``finished`` line as the tree shows it."""
     seen = usage.get(row.id)
-    return _row(
-        _ident(row.id),
-        _KINDS.get(row.kind, "agent"),
-        row.label or row.description or row.id,
+    node_id = _ident(row.id)
+    return AgentNode(
+        id=node_id,
+        kind=_KINDS.get(row.kind, "agent"),
+        label=plain(row.label or row.description or row.id) or node_id,
         # an agent the CLI called completed that never finished shows how it was cut
-        row.ended if row.ended in CUT_ENDS else "done" if row.status in _DONE else row.status,
+        state=row.ended if row.ended in CUT_ENDS else "done" if row.status in _DONE else row.status,
         parent=_ident(row.parent) if row.parent is not None else None,
         phase=row.phase,
         tokens=_tokens(row.tokens_in, row.tokens_out),
         requests=row.requests,
-        last_tool=seen.last_tool if seen is not None else None,
+        last_tool=plain(seen.last_tool, _TOOL) if seen is not None else None,
         duration_s=row.duration_s,
     )
 
@@ -498,15 +471,16 @@ class _Log:
             tokens = _usage_tokens(usage)
             if tokens is None and not task.agents:  # a workflow's are its agents' (the tree's)
                 tokens = task.cli_tokens
-            yield _row(
-                _ident(task_id),
-                "workflow" if task.workflow else "agent",
-                task.label or task_id,
-                _ended_state(task.ended) if task.ended is not None else UNFINISHED,
+            node_id = _ident(task_id)
+            yield AgentNode(
+                id=node_id,
+                kind="workflow" if task.workflow else "agent",
+                label=plain(task.label or task_id) or node_id,
+                state=_ended_state(task.ended) if task.ended is not None else UNFINISHED,
                 parent=_ident(task.parent) if task.parent else None,
                 tokens=tokens,
                 requests=usage.requests if usage is not None else None,
-                last_tool=(usage.last_tool if usage is not None else None) or tool,
+                last_tool=plain((usage.last_tool if usage is not None else None) or tool, _TOOL),
                 duration_s=task.duration_s,
             )
             over = task.ended is not None or task.workflow_ended
@@ -514,7 +488,9 @@ class _Log:
                 yield self._agent_row(task_id, index, task.agents[index], over)
         for tool_use_id, call in self.calls.items():
             if tool_use_id not in self.by_tool_use:
-                yield _row(_ident(tool_use_id), "call", call.label or tool_use_id, call.state)
+                node_id = _ident(tool_use_id)
+                label = plain(call.label or tool_use_id) or node_id
+                yield AgentNode(id=node_id, kind="call", label=label, state=call.state)
 
     def _agent_row(self, task_id: str, index: int, agent: _Agent, over: bool) -> AgentNode:
         usage = self.usage.get(agent.agent_id) if agent.agent_id else None
@@ -525,16 +501,17 @@ class _Log:
         else:  # its workflow ended without it, or the log ends before it did
             state = "lost" if over else UNFINISHED
         tokens = _usage_tokens(usage)
-        return _row(
-            _ident(agent.agent_id or f"{task_id}#{index}"),
-            "workflow_agent",
-            agent.label or f"agent {index}",
-            state,
+        node_id = _ident(agent.agent_id or f"{task_id}#{index}")
+        return AgentNode(
+            id=node_id,
+            kind="workflow_agent",
+            label=plain(agent.label or f"agent {index}") or node_id,
+            state=state,
             parent=_ident(task_id),
             phase=agent.phase,
             tokens=tokens if tokens is not None else agent.tokens,
             requests=usage.requests if usage is not None else None,
-            last_tool=usage.last_tool if usage is not None else None,
+            last_tool=plain(usage.last_tool, _TOOL) if usage is not None else None,
             duration_s=_seconds(agent.duration_ms),
         )
 
