@@ -22,8 +22,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-import anyio
-
 from .._claude import (
     InboxRead,
     JournalResult,
@@ -214,13 +212,7 @@ class Collection:
             )
             wait_started = self._clock.monotonic()
             result = None
-            async with anyio.create_task_group() as waits:
-
-                async def on_stop() -> None:  # a stop asked of the run ends the wait
-                    await self._state.stop.wait_any()
-                    waits.cancel_scope.cancel()
-
-                waits.start_soon(on_stop)
+            async with self._state.stop.cancels():
                 result = await wait_for_inbox(
                     team.lead_inbox,
                     until=self._members_reported,
@@ -230,7 +222,6 @@ class Collection:
                     config_dir=self._config_dir,
                     logged=self._collected.logged,
                 )
-                waits.cancel_scope.cancel()
             self._collected.waited_s += self._clock.monotonic() - wait_started
             if result is not None:
                 read, satisfied = result.read, result.satisfied

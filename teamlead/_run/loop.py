@@ -335,7 +335,8 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             if retry is None:
                 break
             ledger.add_cost(outcome)
-            await _sleep_unless_stopped(state, retry)
+            async with state.stop.cancels():
+                await state.clock.sleep(retry)
             if state.stop.requested:
                 yield interrupted(state)
                 return
@@ -350,19 +351,6 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             break
         ledger.reasons += await absorb(state, delivered)
     yield finish(state)
-
-
-async def _sleep_unless_stopped(state: RunState, seconds: float) -> None:
-    """``clock.sleep(seconds)``, ended early by a stop asked of the run."""
-    async with anyio.create_task_group() as tg:
-
-        async def stop() -> None:
-            await state.stop.wait_any()
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(stop)
-        await state.clock.sleep(seconds)
-        tg.cancel_scope.cancel()
 
 
 def _prompt_for(

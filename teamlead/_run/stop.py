@@ -17,7 +17,8 @@ tools; the ``Finished`` that follows is ``partial`` with reason ``interrupted`` 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import anyio
 
@@ -86,14 +87,24 @@ class RunStop:
         for listener in list(self._listeners):
             listener()
 
-    async def wait_any(self) -> None:
-        """Return once a stop of either kind is asked: a wait for the run's work (a
-        teammate's report, a retry's backoff) ends then."""
+    @asynccontextmanager
+    async def cancels(self) -> AsyncIterator[None]:
+        """Run the block until it ends or a stop of either kind is asked, which cancels it:
+        a wait for the run's work (a teammate's report, a retry's backoff) ends then."""
         if self._event is None:  # made in the run's event loop, on first use
             self._event = anyio.Event()
             if self.requested or self.wrapping:
                 self._event.set()
-        await self._event.wait()
+        stopped = self._event
+        async with anyio.create_task_group() as waits:
+
+            async def on_stop() -> None:
+                await stopped.wait()
+                waits.cancel_scope.cancel()
+
+            waits.start_soon(on_stop)
+            yield
+            waits.cancel_scope.cancel()
 
     def done(self) -> None:
         """The run has ended: it no longer listens; idempotent."""
