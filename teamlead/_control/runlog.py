@@ -205,17 +205,13 @@ def _tree(lead: AgentNode, rows: Iterable[AgentNode], phases: Mapping[str, Seque
         if holder is None:  # its workflow's row is missing: a workflow of its own
             holder = nodes[parent] = AgentNode(id=parent, kind="workflow", label=parent, state="?")
         holder.kind = "workflow"
-        titles = phases.get(parent) or _phase_order(agents)
+        # the phases in the script's order, else in the order their agents came
+        titles = phases.get(parent) or list(dict.fromkeys(n.phase for n in agents if n.phase))
         holder.children.extend(phase_nodes(parent, agents, titles))
         if holder.tokens is None:
             holder.tokens = total(node.tokens for node in agents)
     attach(nodes, lead)
     return omitted
-
-
-def _phase_order(rows: list[AgentNode]) -> list[str]:
-    """The phases in the order their agents came."""
-    return list(dict.fromkeys(row.phase for row in rows if row.phase))
 
 
 def _ident(value: str) -> str:

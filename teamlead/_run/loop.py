@@ -273,7 +273,11 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             yield interrupted(state)
             return
         pending = collection.deliveries
-        wrap_now = _past_wrap_point(state) or state.stop.wrapping
+        now = state.clock.monotonic()
+        past_wrap_point = tracker.session_id is not None and (
+            state.deadline.wrap_at <= now < state.deadline.at
+        )
+        wrap_now = past_wrap_point or state.stop.wrapping
         if state.admission.gated and pending and wrap_now:
             async for item in _wrap_up(state, pending, wrap):
                 yield item
@@ -416,12 +420,6 @@ def _saved(state: RunState, session_id: str) -> bool:
     except UsageError:
         return False
     return True
-
-
-def _past_wrap_point(state: RunState) -> bool:
-    return state.stream.tracker.session_id is not None and (
-        state.deadline.wrap_at <= state.clock.monotonic() < state.deadline.at
-    )
 
 
 def interrupted(state: RunState) -> Finished:
