@@ -34,7 +34,7 @@ Example:
 from __future__ import annotations
 
 from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager, aclosing
+from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
 from typing import Any, TypeAlias
 
 from claude_agent_sdk import ClaudeAgentOptions, Message, Transport
@@ -111,21 +111,25 @@ async def _relayed_run(
 ) -> AsyncGenerator[Any, None]:
     """The stream ``start`` makes from ``state``, with the run hooked up to the relay.
 
-    The hookup is attached to the run state (its options then point at the relay) before
-    ``start`` runs, and the relay publishes its events to the run's bus, which the stream
-    yields as they come (:func:`~teamlead._run.bus.with_run_events`). With
-    telemetry on (:mod:`teamlead._otel`), the run's spans are made from this stream, the
-    CLI gets the run's span as its ``TRACEPARENT`` and the relay makes a ``chat`` span per
-    request (``mode``, ``prompt`` and ``session_id`` describe the run for them).
+    A ``query``-mode run opens its hookup here and attaches it to the run state (its
+    options then point at the relay) before ``start`` runs; a ``client`` run's CLI is
+    already connected, through the hookup its :class:`ClientRun` holds, if any. The relay
+    publishes its events to the run's bus, which the stream yields as they come
+    (:func:`~teamlead._run.bus.with_run_events`). With telemetry on (:mod:`teamlead._otel`),
+    the run's spans are made from this stream, a query run's CLI gets the run's span as its
+    ``TRACEPARENT`` and the relay makes a ``chat`` span per request (``mode``, ``prompt``
+    and ``session_id`` describe the run for them).
     ``Finished`` comes last and only after the run has let go of everything: the stream
     has ended and the run has left the relay (stopping it when it was the last run). An
     app that stops reading at ``Finished`` (``return`` inside ``async for``) then leaves
     nothing for the event loop's generator finaliser, which may run too late to finish.
     """
     finished: Finished | None = None
+    client = mode == "client"
     try:
-        async with state.open_relay() as hookup:
-            state.attach_relay(hookup)
+        async with nullcontext(state.relay) if client else state.open_relay() as hookup:
+            if hookup is not None and not client:
+                state.attach_relay(hookup)
             run_trace = trace_run(
                 mode,
                 state.ask.options,
@@ -135,8 +139,9 @@ async def _relayed_run(
                 session_id=session_id,
             )
             if run_trace is not None:
-                run_trace.attach(hookup.run)
-                state.ask.wire(trace_env=run_trace.trace_env())
+                run_trace.attach(hookup.run if hookup is not None else None)
+                if not client:
+                    state.ask.wire(trace_env=run_trace.trace_env())
             items = with_run_events(start(state), state.events)
             if run_trace is not None:
                 items = run_trace.observe(items)
@@ -147,10 +152,10 @@ async def _relayed_run(
                             finished = item
                         else:
                             yield item
-            finally:  # the stream is closed: its CLI is stopped, then its slots freed
+            finally:  # the stream is closed: a query run's CLI is stopped, then its slots freed
                 await state.end()
-    finally:
-        state.close()  # also when the relay's hookup failed to open or to close
+    finally:  # also when the relay's hookup failed to open or to close; a ClientRun's run
+        state.close()  # is held for the client's next turns, until its block ends
     if finished is not None:
         if state.ask.store is not None:  # how the run ended, for `teamlead sessions`
             await state.ask.store.put_status(finished)
@@ -197,17 +202,13 @@ async def query(
     rounds = SdkRounds(transport)
     policy = Policy(relay=False, deadline_s=MAX_SECONDS)
 
-    def start(run: RunState) -> AsyncGenerator[Any, None]:
-        return run_query(run, rounds, prompt)
-
     stream = _query_mode_stream(
-        start,
+        lambda run: run_query(run, rounds, prompt),
         options,
         policy,
         SYSTEM_CLOCK,
         None,
         None,
-        mode="query",
         prompt=prompt if isinstance(prompt, str) else None,
         verbatim=True,
     )
@@ -296,13 +297,9 @@ def run_stream(
     and the run's own parse of them, for teamlead's readers of the stream (the CLI, the
     experiment runner). Takes :func:`run`'s arguments."""
     fn = _sdk_query(query_fn)
-
-    def start(run: RunState) -> AsyncGenerator[Any, None]:
-        return run_query(run, fn, prompt)
-
-    world = (options, policy, clock, control, process)
     text = prompt if isinstance(prompt, str) else None
-    return _query_mode_stream(start, *world, mode="query", prompt=text)
+    world = (options, policy, clock, control, process)
+    return _query_mode_stream(lambda run: run_query(run, fn, prompt), *world, prompt=text)
 
 
 def _query_mode_stream(
@@ -313,7 +310,7 @@ def _query_mode_stream(
     control: RunControl | None,
     process: ProcessState | None,
     *,
-    mode: str,
+    mode: str = "query",
     prompt: str | None = None,
     session_id: str | None = None,
     verbatim: bool = False,
@@ -457,21 +454,10 @@ async def receive_all(
         state = new_run(
             "client", client.options, policy or Policy(), clock, gated=False, process=process
         )
-    items = with_run_events(run_client(state, client), state.events)
-    hookup = state.relay
-    run_trace = trace_run("client", client.options, state.stream, source=state.process.telemetry)
-    if run_trace is not None:  # telemetry on; the client's CLI started without our TRACEPARENT
-        run_trace.attach(hookup.run if hookup else None)
-        items = run_trace.observe(items)
-    items = registered(state, items)  # seen and steered from outside (teamlead ps)
-    try:
-        async with aclosing(items) as stream:
-            async for item in stream:
-                if isinstance(item, Finished) and state.ask.store is not None:
-                    await state.ask.store.put_status(item)
-                yield item
-    finally:  # however the turn ends, the run lets go of its slots (a ClientRun's, held for
-        state.close()  # the client's next turns, when its block ends)
+    items = _relayed_run(state, lambda run: run_client(run, client), mode="client")
+    async with aclosing(registered(state, items)) as stream:  # seen from outside (teamlead ps)
+        async for item in stream:
+            yield item
 
 
 async def resume_session(
@@ -539,9 +525,7 @@ def resume_stream(
     """:func:`resume_session`'s run as a :class:`~teamlead._run.stream.RunStream` (see
     :func:`run_stream`). Takes :func:`resume_session`'s arguments."""
     fn = _sdk_query(query_fn)
-
-    def start(run: RunState) -> AsyncGenerator[Any, None]:
-        return run_resume(run, fn, session_id)
-
     world = (options, policy, clock, control, process)
-    return _query_mode_stream(start, *world, mode="resume", session_id=session_id)
+    return _query_mode_stream(
+        lambda run: run_resume(run, fn, session_id), *world, mode="resume", session_id=session_id
+    )

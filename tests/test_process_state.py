@@ -136,6 +136,37 @@ def test_two_process_states_share_no_spawn_cap_and_no_live_run() -> None:
     assert one.live_runs == 0
 
 
+@pytest.mark.parametrize("wraps", [False, True], ids=["stop", "graceful stop"])
+async def test_a_stop_of_either_kind_cancels_the_wait_it_guards(wraps: bool) -> None:
+    stop = RunStop()
+    ended: list[str] = []
+
+    async def wait_for_work() -> None:
+        async with stop.cancels():
+            await anyio.sleep_forever()
+        ended.append("cancelled")
+
+    with anyio.fail_after(10):  # a bound, never reached when the stop cancels the wait
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(wait_for_work)
+            await anyio.wait_all_tasks_blocked()
+            assert ended == []
+            if wraps:
+                stop.wrap_up("teamlead stop")
+            else:
+                stop.request("SIGTERM")
+    assert ended == ["cancelled"]
+    async with stop.cancels():  # a stop asked before the wait cancels it at once
+        await anyio.sleep_forever()
+
+
+async def test_a_wait_no_stop_reaches_runs_to_its_end() -> None:
+    clock = FakeClock()
+    async with RunStop().cancels():
+        await clock.sleep(5)
+    assert clock.monotonic() == 5
+
+
 def test_the_default_process_state_is_made_once() -> None:
     assert default_process_state() is default_process_state()
 

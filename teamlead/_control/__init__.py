@@ -23,21 +23,17 @@ from typing import TYPE_CHECKING
 
 from .._door import lazy_exports
 
+# Each name other wings use, imported from where it lives (``X as X`` re-exports it): this
+# block is the door's one list of them, its ``__all__`` too (:mod:`teamlead._door`).
 if TYPE_CHECKING:
-    from .endpoint import call, follow
-    from .registry import Registry, RunEntry, labelled, liveness, runtime_dir
-    from .runlog import UNFINISHED, read_log
-
-__all__ = [
-    "Registry",
-    "RunEntry",
-    "UNFINISHED",
-    "call",
-    "follow",
-    "labelled",
-    "liveness",
-    "read_log",
-    "runtime_dir",
-]
+    from .endpoint import call as call
+    from .endpoint import follow as follow
+    from .registry import Registry as Registry
+    from .registry import RunEntry as RunEntry
+    from .registry import labelled as labelled
+    from .registry import liveness as liveness
+    from .registry import runtime_dir as runtime_dir
+    from .runlog import UNFINISHED as UNFINISHED
+    from .runlog import read_log as read_log
 
 __getattr__ = lazy_exports(__name__)

@@ -85,6 +85,8 @@ class AgentNode:
         duration_s: how long it ran (so far, while it runs).
         model: the model its requests named, when known.
         children: the agents it started, a workflow's phases, a phase's agents.
+        parent: the id of the node it hangs under until the tree is built (:func:`attach`).
+        phase: a workflow agent's phase title, until :func:`phase_nodes` groups it.
     """
 
     id: str
@@ -97,6 +99,8 @@ class AgentNode:
     duration_s: float | None = None
     model: str | None = None
     children: list[AgentNode] = field(default_factory=list)
+    parent: str | None = None
+    phase: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -235,25 +239,23 @@ class _Budget:
         return True
 
 
-def attach(
-    nodes: Mapping[str, AgentNode], parents: Mapping[str, str | None], root: AgentNode
-) -> None:
-    """Hang each node of ``nodes`` under its parent's (the root when its parent is not a
-    node of the tree), in their order."""
+def attach(nodes: Mapping[str, AgentNode], root: AgentNode) -> None:
+    """Hang each node of ``nodes`` (by id) under its parent's (the root when its parent is
+    not a node of the tree), in their order."""
     for node_id, node in nodes.items():
-        parent = parents.get(node_id)
+        parent = node.parent
         holder = nodes.get(parent) if parent is not None and parent != node_id else None
         (holder or root).children.append(node)
 
 
 def phase_nodes(
-    parent_id: str, agents: Iterable[tuple[str | None, AgentNode]], titles: Iterable[str]
+    parent_id: str, agents: Iterable[AgentNode], titles: Iterable[str]
 ) -> list[AgentNode]:
-    """A workflow's agents grouped under its phases, in phase order (the titles known
+    """A workflow's agents grouped under their phases, in phase order (the titles known
     first, then any other an agent named; agents of no phase under ``(no phase)``)."""
     groups: dict[str, list[AgentNode]] = {title: [] for title in titles}
-    for phase, node in agents:
-        groups.setdefault(phase or "", []).append(node)
+    for node in agents:
+        groups.setdefault(node.phase or "", []).append(node)
     out = []
     for index, (title, members) in enumerate(groups.items()):
         if not members and not title:
@@ -310,7 +312,6 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
     )
     budget = _Budget()
     nodes: dict[str, AgentNode] = {}
-    parents: dict[str, str | None] = {}
     for task in tracker.tasks.values():
         if not budget.take():
             continue
@@ -320,30 +321,28 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
             # an agent the CLI called completed that was cut says how
             node.state = judged[1].kind if judged[1].kind in CUT_ENDS else node.state
         nodes[task.task_id] = node
-        parents[task.task_id] = task.parent_task_id
-    attach(nodes, parents, lead)
-    queue: list[QueuedCall] = []
-    for record in state.admission.records():
-        if record.status == "queued":
-            waited = wall - record.queued_at if record.queued_at is not None else 0.0
-            queue.append(
-                QueuedCall(
-                    tool_use_id=record.tool_use_id,
-                    description=plain(record.description) or "",
-                    waited_s=round(max(0.0, waited), 1),
-                )
-            )
-    approvals: list[WaitingApproval] = []
-    label_for = labels_from(state.stream)
-    for asked in state.outside.permissions.waiting:
-        approvals.append(
-            WaitingApproval(
-                tool=plain(asked.tool, 80) or "",
-                agent=plain(label_for(asked.agent_id), 80) or "",
-                what=plain(asked.what) or "",
-                waited_s=round(max(0.0, now - asked.asked_at), 1),
-            )
+    attach(nodes, lead)
+    queue = [
+        QueuedCall(
+            tool_use_id=record.tool_use_id,
+            description=plain(record.description) or "",
+            waited_s=0.0
+            if record.queued_at is None
+            else round(max(0.0, wall - record.queued_at), 1),
         )
+        for record in state.admission.records()
+        if record.status == "queued"
+    ]
+    label_for = labels_from(state.stream)
+    approvals = [
+        WaitingApproval(
+            tool=plain(asked.tool, 80) or "",
+            agent=plain(label_for(asked.agent_id), 80) or "",
+            what=plain(asked.what) or "",
+            waited_s=round(max(0.0, now - asked.asked_at), 1),
+        )
+        for asked in state.outside.permissions.waiting
+    ]
     waiting_for_slot = sum(
         1
         for count in book.entries.values()
@@ -383,17 +382,17 @@ def _task_node(task: TaskInfo, book: AgentBook, now: float, budget: _Budget) -> 
         last_tool=plain((count.last_tool if count is not None else None) or task.last_tool, 80),
         duration_s=max(0.0, ended - task.started_at),
         model=plain(count.sent_model, 80) if count is not None else None,
+        parent=task.parent_task_id,
     )
     run = task.workflow
     if run is None:
         return node
     node.label = plain(run.name or run.description or task.description) or task.task_id
-    agents: list[tuple[str | None, AgentNode]] = []
-    for index in sorted(run.agents):
-        if not budget.take():
-            continue
-        agent = run.agents[index]
-        agents.append((agent.phase, _workflow_agent_node(task, index, agent, book, task.terminal)))
+    agents = [
+        _workflow_agent_node(task, index, run.agents[index], book, task.terminal)
+        for index in sorted(run.agents)
+        if budget.take()
+    ]
     node.children = phase_nodes(task.task_id, agents, run.phases)
     node.tokens = node.tokens or total(c.tokens for c in node.children)
     return node
@@ -426,4 +425,5 @@ def _workflow_agent_node(
         last_tool=plain(count.last_tool, 80) if count is not None else None,
         duration_s=agent.duration_ms / 1000 if agent.duration_ms is not None else None,
         model=plain(agent.model or (count.sent_model if count is not None else None), 80),
+        phase=agent.phase,
     )

@@ -18,7 +18,7 @@ import secrets
 
 import anyio
 
-from .._history import AgentRecord, History, RunRecord
+from .._history import AgentRecord, RunRecord
 from .._redact import redact_opt
 from .._run import RunState
 from ..events import Finished, TaskDisposition
@@ -62,7 +62,7 @@ class Recorder:
         with anyio.CancelScope(shield=True), anyio.move_on_after(_KEEP_TIMEOUT_S) as scope:
             try:
                 await anyio.to_thread.run_sync(
-                    self._write, history, finished, ended, abandon_on_cancel=True
+                    lambda: history.add(self._record(finished, ended)), abandon_on_cancel=True
                 )
             except OSError as exc:  # PermissionError too: a directory refused
                 log.warning("this run is not kept in the run history: %s", _why(exc))
@@ -70,9 +70,6 @@ class Recorder:
                 log.warning("this run is not kept in the run history: %s", type(exc).__name__)
         if scope.cancelled_caught:
             log.warning("this run is not kept in the run history: writing it took too long")
-
-    def _write(self, history: History, finished: Finished, ended: float) -> None:
-        history.add(self._record(finished, ended))
 
     def _record(self, finished: Finished, ended: float) -> RunRecord:
         state = self._state

@@ -317,8 +317,7 @@ class Registration:
     """One run's place in the registry: its entry while the run goes, removed at its end.
 
     Made by :meth:`Registry.register`; the run's side keeps it and calls :meth:`update`
-    when it learns its session id, and :meth:`remove` (or leaves the ``with`` block) when
-    it ends.
+    when it learns its session id, and :meth:`remove` when it ends.
     """
 
     def __init__(self, entry: RunEntry) -> None:
@@ -353,12 +352,6 @@ class Registration:
         for path in (self.entry.path, self.socket):
             with contextlib.suppress(OSError):
                 path.unlink()
-
-    def __enter__(self) -> RunEntry:
-        return self.entry
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.remove()
 
 
 class Registry:

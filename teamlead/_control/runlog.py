@@ -9,8 +9,8 @@ tracker's: :mod:`teamlead._ndjson` wrote them); unknown types and malformed reco
 skipped, and older versions read as their fields allow. Every text goes through
 :func:`~.detail.plain`.
 
-One builder makes the tree of either source of its rows (:class:`_Row`), each agent under
-its parent (the lead when none), a workflow's agents under its phases:
+One builder makes the tree of either source of its rows (each a :class:`~.detail.AgentNode`),
+each agent under its parent (the lead when none), a workflow's agents under its phases:
 
 - **a finished run's log**: its ``finished`` line's rows are the truth (denied and rejected
   calls and teammates under the lead); the last ``agent_usage`` of each agent gives its
@@ -179,24 +179,7 @@ def detail_of_log(lines: Iterable[bytes | str], *, name: str = "log") -> RunDeta
     return log.detail(name)
 
 
-@dataclass(frozen=True)
-class _Row:
-    """One agent of the tree as the log tells it: a row of the ``finished`` line, or one
-    rebuilt from the records (texts as read: :func:`_node` makes them plain)."""
-
-    id: str
-    kind: NodeKind
-    label: str
-    state: str
-    parent: str | None = None
-    phase: str | None = None
-    tokens: int | None = None
-    requests: int | None = None
-    last_tool: str | None = None
-    duration_s: float | None = None
-
-
-def _tree(lead: AgentNode, rows: Iterable[_Row], phases: Mapping[str, Sequence[str]]) -> int:
+def _tree(lead: AgentNode, rows: Iterable[AgentNode], phases: Mapping[str, Sequence[str]]) -> int:
     """Hang ``rows`` under ``lead`` (see the module docstring); ``phases`` are a workflow's
     phase titles in order, by its row's id (else the order its agents came in).
 
@@ -204,8 +187,7 @@ def _tree(lead: AgentNode, rows: Iterable[_Row], phases: Mapping[str, Sequence[s
         how many rows were left out (past :data:`MAX_NODES`).
     """
     nodes: dict[str, AgentNode] = {}
-    parents: dict[str, str | None] = {}
-    workflow_agents: dict[str, list[_Row]] = {}
+    workflow_agents: dict[str, list[AgentNode]] = {}
     taken = omitted = 0
     for row in rows:
         if taken >= MAX_NODES - 1:
@@ -215,40 +197,21 @@ def _tree(lead: AgentNode, rows: Iterable[_Row], phases: Mapping[str, Sequence[s
         if row.kind == "workflow_agent" and row.parent is not None:
             workflow_agents.setdefault(row.parent, []).append(row)
             continue
-        node_id = row.id if row.id not in nodes else f"{row.id}#{len(nodes)}"
-        nodes[node_id] = _node(row, node_id)
-        parents[node_id] = row.parent
+        if row.id in nodes:
+            row.id = f"{row.id}#{len(nodes)}"
+        nodes[row.id] = row
     for parent, agents in workflow_agents.items():
         holder = nodes.get(parent)
         if holder is None:  # its workflow's row is missing: a workflow of its own
             holder = nodes[parent] = AgentNode(id=parent, kind="workflow", label=parent, state="?")
-            parents[parent] = None
         holder.kind = "workflow"
-        members = [(row.phase, _node(row, row.id)) for row in agents]
-        titles = phases.get(parent) or _phase_order(agents)
-        holder.children.extend(phase_nodes(parent, members, titles))
+        # the phases in the script's order, else in the order their agents came
+        titles = phases.get(parent) or list(dict.fromkeys(n.phase for n in agents if n.phase))
+        holder.children.extend(phase_nodes(parent, agents, titles))
         if holder.tokens is None:
-            holder.tokens = total(node.tokens for _, node in members)
-    attach(nodes, parents, lead)
+            holder.tokens = total(node.tokens for node in agents)
+    attach(nodes, lead)
     return omitted
-
-
-def _node(row: _Row, node_id: str) -> AgentNode:
-    return AgentNode(
-        id=node_id,
-        kind=row.kind,
-        label=plain(row.label) or row.id,
-        state=row.state,
-        tokens=row.tokens,
-        requests=row.requests,
-        last_tool=plain(row.last_tool, _TOOL),
-        duration_s=row.duration_s,
-    )
-
-
-def _phase_order(rows: list[_Row]) -> list[str]:
-    """The phases in the order their agents came."""
-    return list(dict.fromkeys(row.phase for row in rows if row.phase))
 
 
 def _ident(value: str) -> str:
@@ -266,20 +229,21 @@ def _usage_tokens(usage: AgentUsage | None) -> int | None:
     return _tokens(usage.input_tokens, usage.output_tokens) if usage is not None else None
 
 
-def _finished_row(row: TaskDisposition, usage: Mapping[str, AgentUsage]) -> _Row:
+def _finished_row(row: TaskDisposition, usage: Mapping[str, AgentUsage]) -> AgentNode:
     """A row of the ``finished`` line as the tree shows it."""
     seen = usage.get(row.id)
-    return _Row(
-        id=_ident(row.id),
+    node_id = _ident(row.id)
+    return AgentNode(
+        id=node_id,
         kind=_KINDS.get(row.kind, "agent"),
-        label=row.label or row.description or row.id,
+        label=plain(row.label or row.description or row.id) or node_id,
         # an agent the CLI called completed that never finished shows how it was cut
         state=row.ended if row.ended in CUT_ENDS else "done" if row.status in _DONE else row.status,
         parent=_ident(row.parent) if row.parent is not None else None,
         phase=row.phase,
         tokens=_tokens(row.tokens_in, row.tokens_out),
         requests=row.requests,
-        last_tool=seen.last_tool if seen is not None else None,
+        last_tool=plain(seen.last_tool, _TOOL) if seen is not None else None,
         duration_s=row.duration_s,
     )
 
@@ -493,7 +457,7 @@ class _Log:
             started=min(started) if started else None,
         )
 
-    def _rows(self) -> Iterable[_Row]:
+    def _rows(self) -> Iterable[AgentNode]:
         """The rows a ``finished`` line would have carried, as far as the records tell:
         each task (a workflow's agents after it), then each Agent call that never became a
         task."""
@@ -503,15 +467,16 @@ class _Log:
             tokens = _usage_tokens(usage)
             if tokens is None and not task.agents:  # a workflow's are its agents' (the tree's)
                 tokens = task.cli_tokens
-            yield _Row(
-                id=_ident(task_id),
+            node_id = _ident(task_id)
+            yield AgentNode(
+                id=node_id,
                 kind="workflow" if task.workflow else "agent",
-                label=task.label or task_id,
+                label=plain(task.label or task_id) or node_id,
                 state=_ended_state(task.ended) if task.ended is not None else UNFINISHED,
                 parent=_ident(task.parent) if task.parent else None,
                 tokens=tokens,
                 requests=usage.requests if usage is not None else None,
-                last_tool=(usage.last_tool if usage is not None else None) or tool,
+                last_tool=plain((usage.last_tool if usage is not None else None) or tool, _TOOL),
                 duration_s=task.duration_s,
             )
             over = task.ended is not None or task.workflow_ended
@@ -519,14 +484,11 @@ class _Log:
                 yield self._agent_row(task_id, index, task.agents[index], over)
         for tool_use_id, call in self.calls.items():
             if tool_use_id not in self.by_tool_use:
-                yield _Row(
-                    id=_ident(tool_use_id),
-                    kind="call",
-                    label=call.label or tool_use_id,
-                    state=call.state,
-                )
+                node_id = _ident(tool_use_id)
+                label = plain(call.label or tool_use_id) or node_id
+                yield AgentNode(id=node_id, kind="call", label=label, state=call.state)
 
-    def _agent_row(self, task_id: str, index: int, agent: _Agent, over: bool) -> _Row:
+    def _agent_row(self, task_id: str, index: int, agent: _Agent, over: bool) -> AgentNode:
         usage = self.usage.get(agent.agent_id) if agent.agent_id else None
         if agent.state == "done":
             state = "cached" if agent.cached else "done"
@@ -535,16 +497,17 @@ class _Log:
         else:  # its workflow ended without it, or the log ends before it did
             state = "lost" if over else UNFINISHED
         tokens = _usage_tokens(usage)
-        return _Row(
-            id=_ident(agent.agent_id or f"{task_id}#{index}"),
+        node_id = _ident(agent.agent_id or f"{task_id}#{index}")
+        return AgentNode(
+            id=node_id,
             kind="workflow_agent",
-            label=agent.label or f"agent {index}",
+            label=plain(agent.label or f"agent {index}") or node_id,
             state=state,
             parent=_ident(task_id),
             phase=agent.phase,
             tokens=tokens if tokens is not None else agent.tokens,
             requests=usage.requests if usage is not None else None,
-            last_tool=usage.last_tool if usage is not None else None,
+            last_tool=plain(usage.last_tool, _TOOL) if usage is not None else None,
             duration_s=_seconds(agent.duration_ms),
         )
 

@@ -38,58 +38,37 @@ from typing import TYPE_CHECKING
 
 from .._door import lazy_exports
 
+# Each name other wings use, imported from where it lives (``X as X`` re-exports it): this
+# block is the door's one list of them, its ``__all__`` too (:mod:`teamlead._door`).
 if TYPE_CHECKING:
-    from .bus import with_run_events
-    from .collect import row_text
-    from .dropin import SdkRounds, sdk_view
-    from .loop import Client, QueryFn, run_client, run_query, run_resume
-    from .options import MAX_MESSAGE_BYTES
-    from .permissions import (
-        LabelFor,
-        WorkflowMeta,
-        clip,
-        describe_request,
-        labels_from,
-        workflow_meta,
-    )
-    from .process import ProcessState, default_process_state
-    from .relayed import RelayHookup, relay_for
-    from .result import stopped_before_start
-    from .round import settled
-    from .state import RunState, new_run, prepare_options
-    from .stream import RunStream
-    from .workflow_permission import WORKFLOW_DENIED, WORKFLOW_TOOL, allow_workflows
-
-__all__ = [
-    "Client",
-    "LabelFor",
-    "MAX_MESSAGE_BYTES",
-    "ProcessState",
-    "QueryFn",
-    "RelayHookup",
-    "RunState",
-    "RunStream",
-    "SdkRounds",
-    "WORKFLOW_DENIED",
-    "WORKFLOW_TOOL",
-    "WorkflowMeta",
-    "allow_workflows",
-    "clip",
-    "default_process_state",
-    "describe_request",
-    "labels_from",
-    "new_run",
-    "prepare_options",
-    "relay_for",
-    "row_text",
-    "run_client",
-    "run_query",
-    "run_resume",
-    "sdk_view",
-    "settled",
-    "stopped_before_start",
-    "with_run_events",
-    "workflow_meta",
-]
+    from .bus import with_run_events as with_run_events
+    from .collect import row_text as row_text
+    from .dropin import SdkRounds as SdkRounds
+    from .dropin import sdk_view as sdk_view
+    from .loop import Client as Client
+    from .loop import QueryFn as QueryFn
+    from .loop import run_client as run_client
+    from .loop import run_query as run_query
+    from .loop import run_resume as run_resume
+    from .options import MAX_MESSAGE_BYTES as MAX_MESSAGE_BYTES
+    from .permissions import LabelFor as LabelFor
+    from .permissions import WorkflowMeta as WorkflowMeta
+    from .permissions import clip as clip
+    from .permissions import describe_request as describe_request
+    from .permissions import labels_from as labels_from
+    from .permissions import workflow_meta as workflow_meta
+    from .process import ProcessState as ProcessState
+    from .process import default_process_state as default_process_state
+    from .relayed import RelayHookup as RelayHookup
+    from .relayed import relay_for as relay_for
+    from .result import stopped_before_start as stopped_before_start
+    from .round import settled as settled
+    from .state import RunState as RunState
+    from .state import new_run as new_run
+    from .state import prepare_options as prepare_options
+    from .stream import RunStream as RunStream
+    from .workflow_permission import WORKFLOW_DENIED as WORKFLOW_DENIED
+    from .workflow_permission import WORKFLOW_TOOL as WORKFLOW_TOOL
+    from .workflow_permission import allow_workflows as allow_workflows
 
 __getattr__ = lazy_exports(__name__)

@@ -259,45 +259,31 @@ class RunAgents:
                 disposition = "not_run"
                 reason = f"{reason + '; ' if reason else ''}run again by task {later.task_id}"
             # a replayed agent sent no request: the journal's copy is not new usage
-            fields = (
+            usage = (
                 {"requests": 0}
                 if agent.cached
                 else self._usage_fields(agent.agent_id, self._session)
             )
-            rows.append(
-                TaskDisposition(
-                    id=agent.agent_id or f"{task.task_id}#{index}",
-                    kind="workflow_agent",
-                    description=redact(agent.label),
-                    status=status,
-                    disposition=disposition,
-                    source=parent.source,
-                    reason=reason,
-                    parent=task.task_id,
-                    label=redact(agent.label),
-                    tokens_in=_int_or_none(fields.get("tokens_in")),
-                    tokens_out=_int_or_none(fields.get("tokens_out")),
-                    requests=_int_or_none(fields.get("requests")),
-                    started_at=_float_or_none(fields.get("started_at")),
-                    ended_at=_float_or_none(fields.get("ended_at")),
-                    tool_uses=agent.tool_calls,
-                    duration_s=round(agent.duration_ms / 1000, 3)
-                    if agent.duration_ms is not None
-                    else None,
-                    run_id=run.run_id if run is not None else None,
-                    phase=redact(agent.phase) if agent.phase else None,
-                    cached=agent.cached,
-                )
+            row = TaskDisposition(
+                id=agent.agent_id or f"{task.task_id}#{index}",
+                kind="workflow_agent",
+                description=redact(agent.label),
+                status=status,
+                disposition=disposition,
+                source=parent.source,
+                reason=reason,
+                parent=task.task_id,
+                label=redact(agent.label),
+                tool_uses=agent.tool_calls,
+                duration_s=round(agent.duration_ms / 1000, 3)
+                if agent.duration_ms is not None
+                else None,
+                run_id=run.run_id if run is not None else None,
+                phase=redact(agent.phase) if agent.phase else None,
+                cached=agent.cached,
             )
+            rows.append(row.model_copy(update=usage))
         return rows
-
-
-def _int_or_none(value: object) -> int | None:
-    return value if isinstance(value, int) else None
-
-
-def _float_or_none(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) else None
 
 
 def _agent_status(

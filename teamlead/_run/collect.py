@@ -22,8 +22,6 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any, Literal, TypeAlias
 
-import anyio
-
 from .._claude import (
     InboxRead,
     JournalResult,
@@ -81,6 +79,8 @@ _EVENT_WARNINGS = 20
 _EVENT_CHARS = 200
 _Source: TypeAlias = Literal["lead", "summary", "transcript", "inbox", "none"]
 _MAX_LOST_REASON = 160
+#: the states a teammate may report that the resume prompt knows
+_REPORTED: dict[str, DeliveryStatus] = {"failed": "failed", "completed": "completed"}
 #: a task id the resume prompt may name in a SendMessage call (the CLI's ids are hex)
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
@@ -136,7 +136,8 @@ class Collection:
         if team is not None:
             async for event in self._collect_team(team, tracker, pending, self._deadline):
                 yield event
-        lost = dict(self._lost_workflows(tracker))
+        exited = not self._process_alive
+        lost = {run.task_id: agents for run, agents in tracker.lost_workflow_agents(exited=exited)}
         if not self._process_alive:
             self._ended_unannounced(tracker)
         judge_ends(self._state)
@@ -166,7 +167,7 @@ class Collection:
                     task, task.workflow, lost.get(task.task_id, []), tracker.session_id
                 )
             else:
-                delivery, source = self.task_delivery(task, tracker.session_id, end)
+                delivery, source = task_delivery(self._config_dir, task, tracker.session_id, end)
             yield FallbackUsed(
                 task_id=task.task_id,
                 description=redact(task.description),
@@ -211,13 +212,7 @@ class Collection:
             )
             wait_started = self._clock.monotonic()
             result = None
-            async with anyio.create_task_group() as waits:
-
-                async def on_stop() -> None:  # a stop asked of the run ends the wait
-                    await self._state.stop.wait_any()
-                    waits.cancel_scope.cancel()
-
-                waits.start_soon(on_stop)
+            async with self._state.stop.cancels():
                 result = await wait_for_inbox(
                     team.lead_inbox,
                     until=self._members_reported,
@@ -227,7 +222,6 @@ class Collection:
                     config_dir=self._config_dir,
                     logged=self._collected.logged,
                 )
-                waits.cancel_scope.cancel()
             self._collected.waited_s += self._clock.monotonic() - wait_started
             if result is not None:
                 read, satisfied = result.read, result.satisfied
@@ -292,14 +286,6 @@ class Collection:
             member.failed = True
             member.detail = message.failure_reason or "reported a failure"
 
-    def _lost_workflows(self, tracker: Tracker) -> list[tuple[str, list[WorkflowAgent]]]:
-        """The workflow tasks whose run lost agents, by task id: an attempt that ended (or
-        whose CLI exited) with agents in error or unfinished, and no later resume of it."""
-        exited = not self._process_alive
-        return [
-            (run.task_id, agents) for run, agents in tracker.lost_workflow_agents(exited=exited)
-        ]
-
     def _workflow_delivery(
         self, task: TaskInfo, run: WorkflowRun, lost: list[WorkflowAgent], session: str | None
     ) -> tuple[Delivery, TaskSource]:
@@ -338,16 +324,7 @@ class Collection:
             resumable = True  # a run cut short with no agents known (a rebuilt session)
         workflow = None
         if (lost or unfinished) and run.run_id:
-            workflow = _resume_of(
-                run,
-                run.run_id,
-                task,
-                lost,
-                limited,
-                resumable,
-                self._state.stream.tracker,
-                self._config_dir,
-            )
+            workflow = self._resume_of(run, run.run_id, task, lost, limited, resumable)
         delivery = Delivery(
             key=f"task:{task.task_id}",
             kind="workflow",
@@ -467,9 +444,34 @@ class Collection:
             status="lost",
             text="",
             source="none",
-            workflow=_resume_of(
-                run, run.run_id, task, lost, limited, True, tracker, self._config_dir
-            ),
+            workflow=self._resume_of(run, run.run_id, task, lost, limited, True),
+        )
+
+    def _resume_of(
+        self,
+        run: WorkflowRun,
+        run_id: str,
+        task: TaskInfo,
+        lost: list[WorkflowAgent],
+        limited: dict[int, str],
+        resumable: bool,
+    ) -> WorkflowResume:
+        """What the resume prompt says of a workflow that lost agents, and asks of the lead: to
+        resume it, or (the CLI refused to resume it) to run the agents that did not finish
+        anew, naming those that finished."""
+        refused = self._state.stream.tracker.refused_resumes.get(run_id)
+        again = [a for a in lost if a.index not in limited]
+        done = [run.agents[i].label for i in sorted(run.agents) if run.agents[i].state == "done"]
+        return WorkflowResume(
+            run_id=run_id,
+            name=run.name or run.description or task.task_id,
+            script_path=_script_here(run.script_path, self._config_dir),
+            lost=tuple(_lost_line(a, limited.get(a.index)) for a in lost)
+            or ("the run did not finish",),
+            resumable=resumable,
+            refused=refused,
+            unfinished=tuple(a.label for a in again) if refused is not None else (),
+            done=tuple(done) if refused is not None else (),
         )
 
     def _continue_ask(self, task: TaskInfo, end: AgentEnd) -> tuple[Delivery, TaskSource] | None:
@@ -483,43 +485,45 @@ class Collection:
         if max(task.continued, asked) >= bound or not _PLAIN_ID.fullmatch(task.task_id):
             return None
         self._collected.continue_asks[task.task_id] = asked + 1
-        delivery, source = self.task_delivery(task, self._state.stream.tracker.session_id, end)
+        session = self._state.stream.tracker.session_id
+        delivery, source = task_delivery(self._config_dir, task, session, end)
         delivery.key = f"continue:{task.task_id}:{asked + 1}"
         delivery.continue_task = task.task_id
         return delivery, source
 
-    def task_delivery(
-        self, task: TaskInfo, session: str | None, end: AgentEnd | None = None
-    ) -> tuple[Delivery, TaskSource]:
-        """``task``'s result as a delivery, and where it was read from: its summary when it
-        completed with one, else the last answer in its transcript in ``session``, else whatever
-        summary it has (an empty delivery when there is none). When ``end`` says it did not
-        finish although the CLI reported it completed, the delivery is ``partial``: its last
-        text (from its transcript first), never a complete result."""
-        status: DeliveryStatus = _task_outcome(task)
-        text = ""
-        source_of: TaskSource = "none"
-        partial = end is not None and not end.finished and status == "completed"
-        if partial:
-            status = "partial"  # its own last text first, not the CLI's note of the cut
-        if not partial and task.status == "completed" and (task.summary or "").strip():
-            text, source_of = task.summary or "", "summary"
-        else:
-            transcript = transcript_text(self._config_dir, task, session)
-            if transcript:
-                text, source_of = transcript, "transcript"
-            elif task.summary:
-                text, source_of = task.summary, "summary"
-        delivery = Delivery(
-            key=f"task:{task.task_id}",
-            kind="task",
-            label=task.description or task.task_id,
-            status=status,
-            text=text,
-            source=source_of,
-            cut=end.describe() if partial and end is not None else None,
-        )
-        return delivery, source_of
+
+def task_delivery(
+    config_dir: Path, task: TaskInfo, session: str | None, end: AgentEnd | None = None
+) -> tuple[Delivery, TaskSource]:
+    """``task``'s result as a delivery, and where it was read from: its summary when it
+    completed with one, else the last answer in its transcript in ``session``, else whatever
+    summary it has (an empty delivery when there is none). When ``end`` says it did not
+    finish although the CLI reported it completed, the delivery is ``partial``: its last
+    text (from its transcript first), never a complete result."""
+    status: DeliveryStatus = _task_outcome(task)
+    text = ""
+    source_of: TaskSource = "none"
+    partial = end is not None and not end.finished and status == "completed"
+    if partial:
+        status = "partial"  # its own last text first, not the CLI's note of the cut
+    if not partial and task.status == "completed" and (task.summary or "").strip():
+        text, source_of = task.summary or "", "summary"
+    else:
+        transcript = transcript_text(config_dir, task, session)
+        if transcript:
+            text, source_of = transcript, "transcript"
+        elif task.summary:
+            text, source_of = task.summary, "summary"
+    delivery = Delivery(
+        key=f"task:{task.task_id}",
+        kind="task",
+        label=task.description or task.task_id,
+        status=status,
+        text=text,
+        source=source_of,
+        cut=end.describe() if partial and end is not None else None,
+    )
+    return delivery, source_of
 
 
 def transcript_text(config_dir: Path, task: TaskInfo, session: str | None) -> str | None:
@@ -585,12 +589,11 @@ def used_deliveries(state: RunState) -> list[Delivery]:
     collected, tracker = state.delivered.collected, state.stream.tracker
     out = [d for key, d in collected.deliveries.items() if key in collected.absorbed]
     known = {d.key for d in out}
-    reader = Collection(state, deadline=state.clock.monotonic())
     for task in tracker.tasks.values():
         key = f"task:{task.task_id}"
         if key in known or not task.terminal or not task.absorbed:
             continue
-        delivery, _ = reader.task_delivery(task, tracker.session_id)
+        delivery, _ = task_delivery(state.ask.config_dir, task, tracker.session_id)
         if delivery.text:
             out.append(delivery)
     return out
@@ -900,36 +903,6 @@ def _message_summary(message: TeammateMessage) -> dict[str, Any]:
     }
 
 
-def _resume_of(
-    run: WorkflowRun,
-    run_id: str,
-    task: TaskInfo,
-    lost: list[WorkflowAgent],
-    limited: dict[int, str],
-    resumable: bool,
-    tracker: Tracker,
-    config_dir: Path,
-) -> WorkflowResume:
-    """What the resume prompt says of a workflow that lost agents, and asks of the lead: to
-    resume it, or (the CLI refused to resume it) to run the agents that did not finish
-    anew, naming those that finished."""
-    refused = tracker.refused_resumes.get(run_id)
-    again = [a for a in lost if a.index not in limited]
-    return WorkflowResume(
-        run_id=run_id,
-        name=run.name or run.description or task.task_id,
-        script_path=_script_here(run.script_path, config_dir),
-        lost=tuple(_lost_line(a, limited.get(a.index)) for a in lost)
-        or ("the run did not finish",),
-        resumable=resumable,
-        refused=refused,
-        unfinished=tuple(a.label for a in again) if refused is not None else (),
-        done=tuple(run.agents[i].label for i in sorted(run.agents) if run.agents[i].state == "done")
-        if refused is not None
-        else (),
-    )
-
-
 def _script_here(path: str | None, config_dir: Path) -> str | None:
     """``path`` when the script is a file under this machine's config dir (where the CLI
     wrote it, and reads it back from), else ``None``: a session brought from its store ran
@@ -968,14 +941,7 @@ def _inbox_delivery(message: TeammateMessage, team: Team) -> Delivery:
     if message.kind == "idle":
         text = message.result or message.summary or ""
         # the teammate's own word: only a state the prompt knows passes
-        reported = message.completed_status
-        status = (
-            "failed"
-            if reported == "failed"
-            else "completed"
-            if reported == "completed"
-            else "resolved"
-        )
+        status = _REPORTED.get(message.completed_status or "", "resolved")
     else:
         text, status = message.text, "message"
     return Delivery(

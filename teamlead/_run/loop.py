@@ -69,22 +69,8 @@ async def run_query(
         prompt: the user's prompt (a string, or the SDK's async iterable of messages).
     """
     rounds = _QueryRounds(state, query_fn)
-    state.ask.begin_turn()
-    state.start_clock()
-    await state.ask.open_store()
-    first = rounds.first(prompt)
-    async for item in first:
-        yield item
-    state.admission.process_ended()
-    _after_first(state, first.outcome)
-    if state.stop.requested:
-        yield interrupted(state)
-        return
-    if _wrap_due(state, first.outcome):
-        async for item in _wrap_up(state, [], rounds.wrap):
-            yield item
-        return
-    async for item in _resume_loop(state, rounds.resume, wrap=rounds.wrap):
+    await _begin(state)
+    async for item in _drive(state, rounds.first(prompt), rounds.resume, rounds.wrap):
         yield item
 
 
@@ -109,15 +95,12 @@ async def run_resume(
     from .._claude import load_session
 
     rounds = _QueryRounds(state, query_fn)
-    state.ask.begin_turn()
-    state.start_clock()
-    store = state.ask.store
-    await state.ask.open_store()
-    if store is not None:  # one given up at the start answers at once (and names itself)
-        await store.bring_home(session_id)
+    await _begin(state)
+    if state.ask.store is not None:  # one given up at the start answers at once
+        await state.ask.store.bring_home(session_id)
     state.stream.tracker = load_session(state.ask.config_dir, session_id, clock=state.clock)
     state.delivered.ledger.last_round_ok = state.stream.tracker.last_success is not None
-    async for item in _resume_loop(state, rounds.resume, wrap=rounds.wrap):
+    async for item in _drive(state, None, rounds.resume, rounds.wrap):
         yield item
 
 
@@ -129,32 +112,14 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
             earlier turns ended (this is its next turn, :meth:`RunState.begin_turn`).
         client: the connected client; every round reads its messages.
     """
-    state.ask.begin_turn()
-    state.start_clock()
-    await state.ask.open_store()
+    await _begin(state)
     if state.ask.turns == 1:  # the client's agents, stopped on timeout for the run's life
         state.admission.stop_with(client)
-    first = Round(state, client.receive_messages(), settle=True)
-    async for item in first:
-        yield item
-    _after_first(state, first.outcome)
-    if state.stop.requested:
-        yield interrupted(state)
-        return
-    if state.stream.cli_state is None:
-        logger.warning(
-            "the client's CLI reports no session state, so its idle moment is guessed; "
-            "build the client's options with teamlead.ClientRun (or "
-            "teamlead.prepare_options(..., client=True))"
-        )
 
     def client_round(prompt_text: str) -> Round:
         # the same session, on the same CLI process: send, then read until settled
         return Round(
-            state,
-            client.receive_messages(),
-            settle=True,
-            send=lambda: client.query(prompt_text),
+            state, client.receive_messages(), settle=True, send=lambda: client.query(prompt_text)
         )
 
     async def wrap_round(prompt_text: str, stop: list[str]) -> Round:
@@ -173,11 +138,45 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
             budget_cut=False,
         )
 
-    if _wrap_due(state, first.outcome):
-        async for item in _wrap_up(state, [], wrap_round):
+    first = Round(state, client.receive_messages(), settle=True)
+    async for item in _drive(state, first, client_round, wrap_round):
+        yield item
+
+
+async def _begin(state: RunState) -> None:
+    """A turn of the run begins: its clock starts, its session store opens."""
+    state.ask.begin_turn()
+    state.start_clock()
+    await state.ask.open_store()
+
+
+async def _drive(
+    state: RunState, first: Round | None, resume: RoundFn, wrap: WrapFn
+) -> AsyncIterator[Any]:
+    """The first round (none for a rebuilt session), then the wrap-up when it was cut at
+    the wrap-up point, else the resume loop."""
+    if first is not None:
+        async for item in first:
             yield item
-        return
-    async for item in _resume_loop(state, client_round, wrap=wrap_round):
+        if state.ask.mode != "client":
+            state.admission.process_ended()
+        state.stream.cli_state = first.outcome.cli_state
+        state.delivered.ledger.after_round(first.outcome, first=True)
+        read_back(state, first.outcome)
+        if state.stop.requested:
+            yield interrupted(state)
+            return
+        if state.ask.mode == "client" and state.stream.cli_state is None:
+            logger.warning(
+                "the client's CLI reports no session state, so its idle moment is guessed; "
+                "build the client's options with teamlead.ClientRun (or "
+                "teamlead.prepare_options(..., client=True))"
+            )
+        if _wrap_due(state, first.outcome):
+            async for item in _wrap_up(state, [], wrap):
+                yield item
+            return
+    async for item in _resume_loop(state, resume, wrap=wrap):
         yield item
 
 
@@ -255,12 +254,6 @@ def _not_yet_used(delivered: list[Delivery]) -> str:
     return f"{results} result(s) not yet used by the lead{to_continue}{failed}"
 
 
-def _after_first(state: RunState, outcome: RoundOutcome) -> None:
-    state.stream.cli_state = outcome.cli_state
-    state.delivered.ledger.after_round(outcome, first=True)
-    read_back(state, outcome)
-
-
 # -- the resume loop -----------------------------------------------------------------------
 async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> AsyncIterator[Any]:
     """Collect, then resume with what was collected, until nothing is outstanding.
@@ -281,7 +274,11 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             yield interrupted(state)
             return
         pending = collection.deliveries
-        wrap_now = _past_wrap_point(state) or state.stop.wrapping
+        now = state.clock.monotonic()
+        past_wrap_point = tracker.session_id is not None and (
+            state.deadline.wrap_at <= now < state.deadline.at
+        )
+        wrap_now = past_wrap_point or state.stop.wrapping
         if state.admission.gated and pending and wrap_now:
             async for item in _wrap_up(state, pending, wrap):
                 yield item
@@ -322,7 +319,16 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
                 return
             if outcome.ok:
                 break
-            retry = _retry_delay(state, outcome, attempt)
+            retry = retry_delay(
+                retry=state.ask.policy.resume_retry,
+                attempt=attempt,
+                transient=outcome.transient,
+                now=state.clock.monotonic(),
+                deadline=state.deadline.at,
+                spent_usd=ledger.cost_usd + outcome.cost_usd,
+                max_cost_usd=state.ask.policy.max_cost_usd,
+                retry_after=outcome.retry_after,
+            )
             yield ResumeFailed(
                 session_id=session,
                 round=round_no,
@@ -334,7 +340,8 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             if retry is None:
                 break
             ledger.add_cost(outcome)
-            await _sleep_unless_stopped(state, retry)
+            async with state.stop.cancels():
+                await state.clock.sleep(retry)
             if state.stop.requested:
                 yield interrupted(state)
                 return
@@ -349,32 +356,6 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             break
         ledger.reasons += await absorb(state, delivered)
     yield finish(state)
-
-
-async def _sleep_unless_stopped(state: RunState, seconds: float) -> None:
-    """``clock.sleep(seconds)``, ended early by a stop asked of the run."""
-    async with anyio.create_task_group() as tg:
-
-        async def stop() -> None:
-            await state.stop.wait_any()
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(stop)
-        await state.clock.sleep(seconds)
-        tg.cancel_scope.cancel()
-
-
-def _retry_delay(state: RunState, outcome: RoundOutcome, attempt: int) -> float | None:
-    return retry_delay(
-        retry=state.ask.policy.resume_retry,
-        attempt=attempt,
-        transient=outcome.transient,
-        now=state.clock.monotonic(),
-        deadline=state.deadline.at,
-        spent_usd=state.delivered.ledger.cost_usd + outcome.cost_usd,
-        max_cost_usd=state.ask.policy.max_cost_usd,
-        retry_after=outcome.retry_after,
-    )
 
 
 def _prompt_for(
@@ -442,18 +423,14 @@ def _saved(state: RunState, session_id: str) -> bool:
     return True
 
 
-def _past_wrap_point(state: RunState) -> bool:
-    return state.stream.tracker.session_id is not None and (
-        state.deadline.wrap_at <= state.clock.monotonic() < state.deadline.at
-    )
-
-
 def interrupted(state: RunState) -> Finished:
     """The :class:`Finished` of a run stopped from outside (:attr:`RunState.stop`): its
     running tasks are ``stopped``, the calls still queued in the gate ``rejected``."""
     reason = state.stop.reason or "stopped"
     stopped = state.stream.tracker.stop_open_tasks(state.clock.monotonic())
-    state.stopping()
+    # every call still queued in the gate is rejected now, before its CLI is ended (which
+    # would cancel their hooks)
+    state.admission.stopped(reason)
     names = ", ".join(f'"{redact(t.description or t.task_id)}"' for t in stopped) or "none"
     state.delivered.ledger.stopped(
         "interrupted",

@@ -58,6 +58,14 @@ class ProcessState:
             them from outside); ``TEAMLEAD_NO_REGISTRY=1`` does the same.
         history: ``False``: this state's runs are not kept in the run history
             (:mod:`teamlead._history`); ``TEAMLEAD_NO_HISTORY=1`` does the same.
+
+    Attributes:
+        registers: whether this state's runs may register (``registry``); the registry
+            itself, and ``TEAMLEAD_NO_REGISTRY``, are the control plane's
+            (:func:`teamlead._control.process_registry`).
+        runtime_dir: where this state's runs register, when given (else the environment
+            says).
+        env: the environment this state reads its variables from (``None``: the process's).
     """
 
     def __init__(
@@ -73,11 +81,11 @@ class ProcessState:
         self._account = account
         self._relays: RelayPool | None = None
         self._spawn_limit = spawn_limit
-        self._env = env
+        self.env = env
         self._spawn_cap: SpawnCap | None = None
         self._runs: weakref.WeakSet[RunStop] = weakref.WeakSet()
-        self._runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
-        self._registering = registry
+        self.runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
+        self.registers = registry
         self._keeping = history
         self._history: History | None = None
         self._telemetry: TelemetrySource | None = None
@@ -106,35 +114,18 @@ class ProcessState:
     def spawn_cap(self) -> SpawnCap:
         """The cap on subagents every run of this state shares, made on first use."""
         if self._spawn_cap is None:
-            self._spawn_cap = SpawnCap(self._spawn_limit, env=self._env)
+            self._spawn_cap = SpawnCap(self._spawn_limit, env=self.env)
         return self._spawn_cap
-
-    @property
-    def registers(self) -> bool:
-        """Whether this state's runs may register (made with ``registry=True``); the
-        registry itself, and ``TEAMLEAD_NO_REGISTRY``, are the control plane's
-        (:func:`teamlead._control.process_registry`)."""
-        return self._registering
-
-    @property
-    def runtime_dir(self) -> Path | None:
-        """Where this state's runs register, when given (else the environment says)."""
-        return self._runtime_dir
-
-    @property
-    def env(self) -> Mapping[str, str] | None:
-        """The environment this state reads its variables from (``None``: the process's)."""
-        return self._env
 
     @property
     def history(self) -> History | None:
         """The run history this state's runs are kept in when they finish (made on first
         use), or ``None`` when they are not (``history=False``, :meth:`keep_history`
         ``(False)`` or ``TEAMLEAD_NO_HISTORY``). Its directory is read at each record."""
-        if not self._keeping or not history_wanted(self._env):
+        if not self._keeping or not history_wanted(self.env):
             return None
         if self._history is None:
-            self._history = History(env=self._env)
+            self._history = History(env=self.env)
         return self._history
 
     def keep_history(self, keep: bool) -> None:

@@ -78,16 +78,7 @@ class RelayHookup:
         return text if self.run is None else self.run.in_user_terms(text)
 
 
-def relayed(
-    options: ClaudeAgentOptions,
-    policy: Policy,
-    *,
-    on_event: RelayListener | None = None,
-    process: ProcessState | None = None,
-    agents: AgentBook | None = None,
-    pause: Pause | None = None,
-    clock: Clock = SYSTEM_CLOCK,
-) -> AbstractAsyncContextManager[RelayHookup]:
+class relayed:
     """The run's hookup to its process's relay for the block (direct when off or failing).
 
     The run's relay events go to ``on_event`` (the run's event bus; ``None``: nowhere).
@@ -95,29 +86,30 @@ def relayed(
     the run's agent ledger, which counts and governs its requests per agent at the relay,
     and ``pause`` its pause, which holds its new requests there while it is on. ``clock``
     is the run's: the relay's governor, its deadline, ceilings and pause read it.
+
+    A class (named as :class:`contextlib.aclosing` is), not a generator-based context: a run
+    abandoned mid-stream is finalised by the event loop's async-generator hook, which would
+    also close a generator-based context on its own, a second time and from another task.
     """
-    parts = (agents, pause, clock)
-    return _Relayed(options, policy, on_event, process or default_process_state(), parts)
-
-
-class _Relayed:
-    """:func:`relayed`'s context. A class, not a generator: a run abandoned mid-stream is
-    finalised by the event loop's async-generator hook, which would also close a
-    generator-based context on its own, a second time and from another task."""
 
     def __init__(
         self,
         options: ClaudeAgentOptions,
         policy: Policy,
-        on_event: RelayListener | None,
-        process: ProcessState,
-        parts: tuple[AgentBook | None, Pause | None, Clock],
+        *,
+        on_event: RelayListener | None = None,
+        process: ProcessState | None = None,
+        agents: AgentBook | None = None,
+        pause: Pause | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self._options = options
-        self._agents, self._pause, self._clock = parts
         self._policy = policy
         self._on_event = on_event
-        self._process = process
+        self._process = process or default_process_state()
+        self._agents = agents
+        self._pause = pause
+        self._clock = clock
         self._run: AbstractAsyncContextManager[RelayRun] | None = None
 
     async def __aenter__(self) -> RelayHookup:

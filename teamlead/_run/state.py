@@ -135,22 +135,6 @@ class Asked:
             self.store = None
             self.wire(store_view=None, store_off=True)
 
-    def spill(self, delivery: Delivery, session_id: str | None) -> str | None:
-        """Write ``delivery``'s whole text (secrets redacted) to a file of its own in the
-        run's directory (mode 0600), for a prompt that quotes only its head and tail;
-        returns the path, or ``None`` if it could not be written."""
-        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in delivery.key)[:80]
-        folder = self.config_dir / "teamlead-runs" / (session_id or self.mark)
-        path = folder / f"result-{safe}.txt"
-        try:
-            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(redact(delivery.text))
-        except OSError:
-            return None
-        return str(path)
-
 
 @dataclass
 class Streamed:
@@ -336,14 +320,24 @@ class RunState:
         self.agents.close()
 
     def spill(self, delivery: Delivery) -> str | None:
-        """Write ``delivery``'s whole text to a file of its own in the session's run
-        directory (see :meth:`Asked.spill`); returns the path, or ``None``."""
-        return self.ask.spill(delivery, self.stream.tracker.session_id)
-
-    def stopping(self) -> None:
-        """A stop was asked of the run (:attr:`stop`): every call still queued in the gate
-        is ``rejected`` now, before its CLI is ended (which would cancel their hooks)."""
-        self.admission.stopped(self.stop.reason or "stopped")
+        """Write ``delivery``'s whole text (secrets redacted) to a file of its own in the
+        session's run directory (mode 0600), for a prompt that quotes only its head and
+        tail; returns the path, or ``None`` if it could not be written."""
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in delivery.key)[:80]
+        folder = (
+            self.ask.config_dir
+            / "teamlead-runs"
+            / (self.stream.tracker.session_id or self.ask.mark)
+        )
+        path = folder / f"result-{safe}.txt"
+        try:
+            folder.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                out.write(redact(delivery.text))
+        except OSError:
+            return None
+        return str(path)
 
     def feed(self, message: Any) -> list[TrackedEvent]:
         """Fold one SDK message (typed or raw) into the stream's tracker and the agents'

@@ -17,7 +17,8 @@ tools; the ``Finished`` that follows is ``partial`` with reason ``interrupted`` 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 
 import anyio
 
@@ -36,12 +37,11 @@ class RunStop:
     def __init__(self, on_request: Callable[[str], None] | None = None) -> None:
         self.reason: str | None = None
         self._on_request = on_request
-        self._event: anyio.Event | None = None
+        self._event: anyio.Event | None = None  # set at a request of either kind
         #: called once, when the run has ended (its process forgets it then)
         self.on_done: Callable[[RunStop], None] | None = None
         #: why a graceful stop was asked (the run wraps up), if one was
         self.wrap_reason: str | None = None
-        self._wrap_event: anyio.Event | None = None
         self._listeners: list[Callable[[], None]] = []
 
     @property
@@ -56,8 +56,6 @@ class RunStop:
             if self._on_request is not None:
                 with contextlib.suppress(Exception):
                     self._on_request(reason)
-        if self._event is not None:
-            self._event.set()
         self._tell()
 
     @property
@@ -70,8 +68,6 @@ class RunStop:
         finished, let the lead answer once without tools (the first reason is kept)."""
         if self.wrap_reason is None:
             self.wrap_reason = reason
-        if self._wrap_event is not None:
-            self._wrap_event.set()
         self._tell()
 
     def subscribe(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -86,36 +82,29 @@ class RunStop:
         return bool(self._listeners)
 
     def _tell(self) -> None:
+        if self._event is not None:
+            self._event.set()
         for listener in list(self._listeners):
             listener()
 
-    async def wait_wrap(self) -> None:
-        """Return once a graceful stop is asked."""
-        if self._wrap_event is None:  # made in the run's event loop, on first use
-            self._wrap_event = anyio.Event()
-            if self.wrap_reason is not None:
-                self._wrap_event.set()
-        await self._wrap_event.wait()
-
-    async def wait_any(self) -> None:
-        """Return once a stop of either kind is asked: a wait for the run's work (a
-        teammate's report, a retry's backoff) ends then."""
-        async with anyio.create_task_group() as waits:
-
-            async def first(wait: Callable[[], Awaitable[None]]) -> None:
-                await wait()
-                waits.cancel_scope.cancel()
-
-            waits.start_soon(first, self.wait)
-            waits.start_soon(first, self.wait_wrap)
-
-    async def wait(self) -> None:
-        """Return once a stop is asked."""
+    @asynccontextmanager
+    async def cancels(self) -> AsyncIterator[None]:
+        """Run the block until it ends or a stop of either kind is asked, which cancels it:
+        a wait for the run's work (a teammate's report, a retry's backoff) ends then."""
         if self._event is None:  # made in the run's event loop, on first use
             self._event = anyio.Event()
-            if self.reason is not None:
+            if self.requested or self.wrapping:
                 self._event.set()
-        await self._event.wait()
+        stopped = self._event
+        async with anyio.create_task_group() as waits:
+
+            async def on_stop() -> None:
+                await stopped.wait()
+                waits.cancel_scope.cancel()
+
+            waits.start_soon(on_stop)
+            yield
+            waits.cancel_scope.cancel()
 
     def done(self) -> None:
         """The run has ended: it no longer listens; idempotent."""

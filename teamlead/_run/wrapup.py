@@ -19,6 +19,7 @@ from .._redact import redact
 from ..events import Resuming
 from ..policy import Policy
 from .collect import Collection, absorb, used_deliveries
+from .ledger import StopReason
 from .resume_prompt import Delivery, render_resume_prompt
 from .round import Round
 from .state import RunState
@@ -140,27 +141,17 @@ async def wrap_up(
     if outcome.ok:
         ledger.reasons += await absorb(state, delivered)
     names = ", ".join(f'"{redact(n)}"' for n in unfinished) or "none"
+    session = state.stream.tracker.session_id
+    code: StopReason
     if why == "stopped":
-        ledger.stopped(
-            "interrupted",
-            f"the run was stopped ({state.stop.wrap_reason}): wrapped up with the finished "
-            f"work; stopped unfinished: {names}"
-            + (
-                f"; resume later with `teamlead resume {state.stream.tracker.session_id}`"
-                if state.stream.tracker.session_id and unfinished
-                else ""
-            ),
-        )
+        code, what = "interrupted", f"the run was stopped ({state.stop.wrap_reason})"
     elif why == "deadline":
-        ledger.stopped(
-            "deadline",
-            f"the deadline of {policy.deadline_s:g} s came near: wrapped up with the "
-            f"finished work; stopped unfinished: {names}",
-        )
+        code, what = "deadline", f"the deadline of {policy.deadline_s:g} s came near"
     else:
-        limit = policy.token_budget if why == "token_budget" else policy.request_budget
-        ledger.stopped(
-            "token_budget" if why == "token_budget" else "request_budget",
-            f"the run's {why.replace('_', ' ')} ({limit}) was reached: wrapped up with the "
-            f"finished work; stopped unfinished: {names}",
-        )
+        code = "token_budget" if why == "token_budget" else "request_budget"
+        limit = policy.token_budget if code == "token_budget" else policy.request_budget
+        what = f"the run's {why.replace('_', ' ')} ({limit}) was reached"
+    detail = f"{what}: wrapped up with the finished work; stopped unfinished: {names}"
+    if code == "interrupted" and session and unfinished:
+        detail += f"; resume later with `teamlead resume {session}`"
+    ledger.stopped(code, detail)
