@@ -27,7 +27,6 @@ from .options import (
     no_relay_option,
     option,
     output_mode,
-    overload_hold_option,
     session_store_option,
     stacked,
 )
@@ -120,7 +119,16 @@ def run_options(func: _F) -> _F:
         ),
         *spawn_options(),
         no_relay_option(),
-        overload_hold_option(),
+        option(
+            "--overload-hold",
+            "overload_hold_s",
+            type=click.FloatRange(0, 86_400),
+            default=300.0,
+            show_default=True,
+            help="Seconds the relay holds one request through an overload burst (529s, 503s, "
+            "a dropped connection), retrying it with backoff while the CLI waits; 0 passes "
+            "overloads on at once.",
+        ),
         *limits_options(),
     )(func)
 

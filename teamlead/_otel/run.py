@@ -142,14 +142,9 @@ class RunTrace:
         caller set in ``options.env``); empty when the span has no valid context."""
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        carrier: dict[str, str] = {}
+        carrier: dict[str, str] = {}  # traceparent, and tracestate when it has entries
         TraceContextTextMapPropagator().inject(carrier, context=self._root_context)
-        if "traceparent" not in carrier:
-            return {}
-        env = {"TRACEPARENT": carrier["traceparent"]}
-        if "tracestate" in carrier:
-            env["TRACESTATE"] = carrier["tracestate"]
-        return env
+        return {name.upper(): value for name, value in carrier.items()}
 
     def attach(self, relay_run: RelayRun | None) -> None:
         """Have a ``chat`` span made for each of the run's requests through the relay."""
