@@ -301,7 +301,8 @@ class Bridge:
             lines, self._pending = self._pending, []
         else:
             lines = [_user_line(prompt)]
-        if self._init is not None and not any(_is_initialize(line.message) for line in lines):
+        initializes = any(_control_subtype(line.message) == "initialize" for line in lines)
+        if self._init is not None and not initializes:
             await self._send_own(this, self._init["request"])
         for request in self._settings:
             await self._send_own(this, request)
@@ -354,15 +355,16 @@ class Bridge:
     async def _from_app(self, raw: bytes) -> None:
         line = _Line(raw, _parse(raw))
         message = line.message
-        if _is_initialize(message):
+        subtype = _control_subtype(message)
+        if subtype == "initialize":
             self._init = message
         this = self._round
         if message.get("type") == "user" and not self._running:
             self._turns.append(line)
             self._app_event.set()
-        elif _is_interrupt(message):
+        elif subtype == "interrupt":
             await self._interrupt(line)
-        elif not self._running and _control_subtype(message) is not None:
+        elif not self._running and subtype is not None:
             self._between_turns(message)
         elif this is None or not this.child.input_open:
             self._pending.append(line)
@@ -397,20 +399,18 @@ class Bridge:
 
     async def _to_cli(self, this: _Round, line: _Line) -> None:
         message, raw = line.message, line.raw
-        if _control_subtype(message) is not None:
+        subtype = _control_subtype(message)
+        if subtype is not None:
             this.asked.add(str(message.get("request_id")))
-        if _is_initialize(message):
-            raw = json.dumps(self._with_own_hooks(this, message)).encode()
+        if subtype == "initialize":
+            request = dict(message.get("request") or {})
+            request["hooks"] = self._hooks_config(this, request.get("hooks"))
+            raw = json.dumps({**message, "request": request}).encode()
         elif message.get("type") == "user":
             if not this.user_messages and self._init is None and this.hooks:
                 await self._send_own(this, {"subtype": "initialize", "hooks": None})
             this.user_messages += 1
         await this.child.send(raw)
-
-    def _with_own_hooks(self, this: _Round, init: Mapping[str, Any]) -> dict[str, Any]:
-        request = dict(init.get("request") or {})
-        request["hooks"] = self._hooks_config(this, request.get("hooks"))
-        return {**init, "request": request}
 
     async def _send_own(self, this: _Round, request: Mapping[str, Any]) -> None:
         """Send the CLI a control request of the bridge's own (its answer is not the app's)."""
@@ -515,14 +515,6 @@ def _control_subtype(message: Mapping[str, Any]) -> str | None:
         return None
     subtype = request.get("subtype")
     return subtype if isinstance(subtype, str) else None
-
-
-def _is_initialize(message: Mapping[str, Any]) -> bool:
-    return _control_subtype(message) == "initialize"
-
-
-def _is_interrupt(message: Mapping[str, Any]) -> bool:
-    return _control_subtype(message) == "interrupt"
 
 
 def _parse(line: bytes) -> dict[str, Any]:
