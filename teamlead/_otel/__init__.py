@@ -18,8 +18,8 @@ The seams, kept narrow on purpose:
 
 Modules: :mod:`.setup` (on or off; the providers), :mod:`.conventions` (names, privacy),
 :mod:`.instruments` (metrics), :mod:`.context` (parent and labels), :mod:`.run` (the
-run's spans), :mod:`.agent_spans` (one span per agent), :mod:`.gate` (the spawn gate's
-events), :mod:`.chat` (one span per request).
+run's spans, the spawn gate's events among them), :mod:`.agent_spans` (one span per
+agent), :mod:`.chat` (one span per request).
 """
 
 from __future__ import annotations
