@@ -45,16 +45,7 @@ from .settings import AskSettings, build_policy, find_cli
 from .signals import defer_stop_signals, receive_stop_signals
 from .team_view import LiveTeamView, PlainProgress
 
-__all__ = [
-    "AskSettings",
-    "answer_for",
-    "build_policy",
-    "build_run",
-    "check_setup",
-    "find_cli",
-    "merged_env",
-    "run_session",
-]
+__all__ = ["answer_for", "build_run", "check_setup", "merged_env", "run_session"]
 
 
 #: After a stop signal, how long the run may take to end with its ``Finished``.

@@ -265,7 +265,6 @@ def _exporters(env: Mapping[str, str], signal: str) -> list[Any]:
         if not found:
             raise _Unsupported(f"OTEL_{signal}_EXPORTER: no exporter {name!r} is installed")
         exporter_class = next(iter(found)).load()
-        # The console exporters write to stderr: stdout is the answer's.
         exporters.append(exporter_class(out=sys.stderr) if name == "console" else exporter_class())
     return exporters
 

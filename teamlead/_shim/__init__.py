@@ -29,12 +29,9 @@ _EXIT_USAGE = 2
 
 def _is_stream_session(argv: list[str]) -> bool:
     """Whether ``argv`` asks for a stream-json session (the SDKs' way to run the CLI)."""
-    for i, arg in enumerate(argv):
-        if arg == "--input-format" and i + 1 < len(argv) and argv[i + 1] == "stream-json":
-            return True
-        if arg == "--input-format=stream-json":
-            return True
-    return False
+    pairs = zip(argv, argv[1:], strict=False)
+    spaced = any(pair == ("--input-format", "stream-json") for pair in pairs)
+    return spaced or "--input-format=stream-json" in argv
 
 
 def main() -> None:
