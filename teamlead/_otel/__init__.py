@@ -16,9 +16,9 @@ The seams, kept narrow on purpose:
   (``teamlead._relay.observe``);
 - an experiment: :func:`trial_scope` around one trial attempt (one trace per trial).
 
-Modules: :mod:`.setup` (on or off; the providers), :mod:`.conventions` (names, privacy),
-:mod:`.instruments` (metrics), :mod:`.context` (parent and labels), :mod:`.run` (the
-run's spans, the spawn gate's events among them), :mod:`.agent_spans` (one span per
+Modules: :mod:`.setup` (on or off; the providers and the metric instruments),
+:mod:`.conventions` (names, privacy), :mod:`.context` (parent and labels), :mod:`.run`
+(the run's spans, the spawn gate's events among them), :mod:`.agent_spans` (one span per
 agent), :mod:`.chat` (one span per request).
 """
 
