@@ -37,7 +37,7 @@ from ..prompts import (
 )
 from ..tracker import StreamParse
 from .controls import Controls
-from .exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, exit_code_for
+from .exitcodes import EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED
 from .keys import cbreak
 from .options import Output
 from .output import is_terminal
@@ -313,7 +313,7 @@ def run_session(
             err.write(terminal_safe(f"teamlead: {finished.status}: {reasons}") + "\n")
             if finished.session_id:
                 err.write(f"teamlead: session {finished.session_id}\n")
-    return exit_code_for(finished)
+    return EXIT_CODES[finished.status]
 
 
 def _resume_hint(session: str | None, resumable: bool) -> str:

@@ -245,7 +245,7 @@ def release_stop_signals() -> None:
 def mute_stop_signals() -> None:
     """From now on a stop signal changes nothing: the command is ending already."""
     for stop in STOP_SIGNALS:
-        signal.signal(stop, _ending_already)
+        signal.signal(stop, signal.SIG_IGN)
 
 
 def _on_stop(signum: int, frame: FrameType | None) -> None:
@@ -267,10 +267,6 @@ def _on_stop(signum: int, frame: FrameType | None) -> None:
 
 def _drop_unraisable(unraisable: Any) -> None:
     """An error in a finaliser while a stop unwinds the start-up: dropped (see above)."""
-
-
-def _ending_already(signum: int, frame: FrameType | None) -> None:
-    """A stop signal while the command ends after the first one: nothing more to do."""
 
 
 class Interruptible(Generic[_T]):

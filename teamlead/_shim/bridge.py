@@ -56,7 +56,6 @@ __all__ = ["Bridge", "serve"]
 #: bridge knows exactly when a CLI is idle.
 _HOST_STATE_VAR = "CLAUDE_CODE_SDK_READS_SESSION_STATE"
 _OWN_PREFIX = "teamlead_"
-_HOLD = ("result",)
 _IDLE_CHECK_S = 0.5
 _READ_GRACE_S = 5.0  # from a CLI's exit to the last of its stdout read
 
@@ -447,7 +446,7 @@ class Bridge:
                     this.asked.discard(str(rid))
                     self._write(line)
                 continue
-            if kind in _HOLD:
+            if kind == "result":
                 self._held.result = line
                 if this.interrupted:  # the interrupted turn's end: the run ends with it
                     self._process.stop_every_run("the app interrupted the turn")
