@@ -55,9 +55,9 @@ from ..events import (
     WaitingForTeam,
 )
 from . import conventions as c
+from . import labels, parent_context
 from .agent_spans import AgentRecord, AgentSpans
 from .chat import ChatObserver
-from .context import labels, parent_context
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
