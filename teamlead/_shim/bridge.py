@@ -335,14 +335,12 @@ class Bridge:
     async def _read_app(self, stdin: asyncio.StreamReader) -> None:
         """Every line of the app's input, to the current CLI (or kept for the next one)."""
         try:
-            while True:
+            line = b"\n"
+            while line.endswith(b"\n"):  # a line without one is the last, at the end
                 try:
                     line = await stdin.readuntil(b"\n")
                 except asyncio.IncompleteReadError as end:
                     line = end.partial
-                    if line.strip():
-                        await self._from_app(line)
-                    return
                 except asyncio.LimitOverrunError:
                     return
                 if line.strip():
