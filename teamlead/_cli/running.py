@@ -41,7 +41,7 @@ from .exitcodes import EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED
 from .keys import cbreak
 from .options import Output
 from .output import is_terminal
-from .settings import AskSettings, build_policy, find_cli
+from .settings import AskSettings, find_cli
 from .signals import defer_stop_signals, receive_stop_signals
 from .team_view import LiveTeamView, PlainProgress
 
@@ -141,7 +141,7 @@ def build_run(
     if settings.cwd is not None and not Path(settings.cwd).is_dir():
         raise UsageError(f"--cwd {settings.cwd!r} is not a directory")
     strategy = load_strategy(settings.strategy)
-    policy = build_policy(settings)
+    policy = settings.policy
     cli_path = find_cli(settings.cli_path)
     store = None
     if settings.session_store is not None:

@@ -36,7 +36,7 @@ from typing import Any
 import click
 
 from .._claude import bundled_cli_path
-from .._cli import build_policy, find_cli, run_options, settings_from_options
+from .._cli import find_cli, run_options, settings_from_options
 from ..errors import SetupError, UsageError
 from ..policy import Policy
 
@@ -97,7 +97,7 @@ def read_setup(environ: Mapping[str, str]) -> ShimSetup:
     except click.ClickException as exc:
         raise UsageError(exc.format_message()) from None
     kept = {k: v for k, v in params.items() if k not in _NOT_POLICY}
-    policy = build_policy(settings_from_options("delegation", **kept))
+    policy = settings_from_options("delegation", **kept).policy
     cli = _cli_path(environ.get(CLAUDE_PATH_VAR, "").strip())
     return ShimSetup(cli=cli, policy=policy, history=not params["no_history"])
 
