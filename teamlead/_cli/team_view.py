@@ -319,11 +319,9 @@ class LiveTeamView:
     def __init__(
         self, console: Console, run: StreamParse, *, verbose: bool = False, scripted: bool = False
     ) -> None:
-        self.console = console
         self.run = run
         self.verbose = verbose
         self.scripted = scripted
-        self.started = SYSTEM_CLOCK.monotonic()
         self.lead_state = "starting"
         self.teammates: dict[str, str] = {}
         self.queued: dict[str, str] = {}  # tool_use_id -> description, while in the gate
