@@ -25,6 +25,7 @@ import click
 from click.core import ParameterSource
 
 from .._control import Registry, RunEntry, call, follow, liveness
+from .._private import json_object
 from .._redact import terminal_safe
 from ..clock import SYSTEM_CLOCK
 from ..errors import ControlError, NoSuchRun, UsageError
@@ -411,7 +412,7 @@ def watch(run: str, json_: bool) -> None:
     said: RecordLines | None = None
     try:
         for line in follow(entry.socket, ref=entry.run, timeout=_ACT_TIMEOUT_S):
-            record = _record(line)
+            record = json_object(line.encode()) or {}
             if json_:
                 click.echo(line)
             else:
@@ -430,11 +431,3 @@ def watch(run: str, json_: bool) -> None:
             raise _finished(entry, run) from None
         raise
     sys.exit(code)
-
-
-def _record(line: str) -> dict[str, Any]:
-    try:
-        record = json.loads(line)
-    except (ValueError, RecursionError):
-        return {}
-    return record if isinstance(record, dict) else {}

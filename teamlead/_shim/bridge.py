@@ -44,6 +44,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from claude_agent_sdk import ClaudeAgentOptions
 
+from .._private import json_object
 from .._run import MAX_MESSAGE_BYTES, RunStream, default_process_state, settled
 from ..coordinator import run_stream
 from ..events import Finished
@@ -350,7 +351,7 @@ class Bridge:
             self._app_event.set()
 
     async def _from_app(self, raw: bytes) -> None:
-        line = _Line(raw, _parse(raw))
+        line = _Line(raw, json_object(raw) or {})
         message = line.message
         subtype = _control_subtype(message)
         if subtype == "initialize":
@@ -432,7 +433,7 @@ class Bridge:
 
     async def _pass_lines(self, this: _Round, send: MemoryObjectSendStream[dict[str, Any]]) -> None:
         async for line in this.child.lines():
-            message = _parse(line)
+            message = json_object(line) or {}
             kind = message.get("type")
             if kind == "control_request":
                 await self._cli_request(this, message, line)
@@ -512,14 +513,6 @@ def _control_subtype(message: Mapping[str, Any]) -> str | None:
         return None
     subtype = request.get("subtype")
     return subtype if isinstance(subtype, str) else None
-
-
-def _parse(line: bytes) -> dict[str, Any]:
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _user_line(prompt: str) -> _Line:
