@@ -1,9 +1,9 @@
 """What ``teamlead ask``, ``resume`` and ``demo`` do, as typed functions the commands call.
 
-:class:`AskSettings` (:mod:`.settings`) holds the command-line settings; :func:`build_run`
-turns them into SDK options (with the strategy prompt appended) and a
-:class:`~teamlead.policy.Policy`; :func:`run_session` drives the coordinator with progress
-output and Ctrl-C handling and returns the exit code.
+:class:`AskSettings` (:mod:`.settings`) holds the command-line settings and the run's
+:class:`~teamlead.policy.Policy`; :func:`build_run` turns them into SDK options (with the
+strategy prompt appended); :func:`run_session` drives the coordinator with progress output
+and Ctrl-C handling and returns the exit code.
 """
 
 from __future__ import annotations
@@ -135,8 +135,8 @@ def build_run(
     options ask ``can_use_tool`` (the run's :class:`~.controls.Controls`) for permission.
 
     Raises:
-        UsageError: unknown strategy, bad numbers, a cwd that does not exist, a session
-            store URL that is none.
+        UsageError: unknown strategy, a cwd that does not exist, a session store URL that
+            is none.
     """
     if settings.cwd is not None and not Path(settings.cwd).is_dir():
         raise UsageError(f"--cwd {settings.cwd!r} is not a directory")

@@ -1,4 +1,4 @@
-"""A run's settings and what they resolve to before anything runs: the CLI and the policy.
+"""A run's settings (its policy among them) and the CLI it runs, found before anything runs.
 
 ``teamlead ask`` and ``teamlead-claude`` both read these, and ``teamlead-claude`` does so
 before it starts the real CLI, so this module loads neither the Agent SDK nor the terminal
