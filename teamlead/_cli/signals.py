@@ -259,14 +259,10 @@ def _on_stop(signum: int, frame: FrameType | None) -> None:
     # to the user, so the dying process keeps quiet about them.
     import warnings  # loaded with the interpreter: nothing is imported here
 
-    sys.unraisablehook = _drop_unraisable
+    sys.unraisablehook = lambda unraisable: None
     warnings.simplefilter("ignore")
     _STARTUP.raised = _STARTUP.raised or received
     raise StoppedAtStartup(received)
-
-
-def _drop_unraisable(unraisable: Any) -> None:
-    """An error in a finaliser while a stop unwinds the start-up: dropped (see above)."""
 
 
 class Interruptible(Generic[_T]):
