@@ -39,9 +39,8 @@ from opentelemetry.trace import set_span_in_context
 from relay import measure, upstream_process
 
 from teamlead._otel.chat import ChatObserver
-from teamlead._otel.instruments import Instruments
 from teamlead._otel.run import RunTrace
-from teamlead._otel.setup import Telemetry
+from teamlead._otel.setup import Instruments, Telemetry
 from teamlead._relay import start_relay
 from teamlead.events import Finished, SpawnDecided
 from teamlead.governor import Governor, GovernorPolicy

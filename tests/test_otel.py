@@ -32,9 +32,8 @@ from opentelemetry.trace import get_current_span
 
 from teamlead._governor import UsageScan
 from teamlead._otel.chat import ChatObserver
-from teamlead._otel.instruments import Instruments
 from teamlead._otel.run import RunTrace
-from teamlead._otel.setup import Telemetry, export_wanted
+from teamlead._otel.setup import Instruments, Telemetry, export_wanted
 from teamlead._relay import start_relay
 from teamlead.events import (
     FallbackUsed,

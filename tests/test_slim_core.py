@@ -198,7 +198,7 @@ def test_teamlead_claude_reads_its_setup_without_the_sdk_or_the_terminal_views()
 
     code = (
         "import os, sys\n"
-        "from teamlead._shim.setup import read_setup\n"
+        "from teamlead._shim import read_setup\n"
         "setup = read_setup(os.environ)\n"
         "heavy = {'claude_agent_sdk', 'mcp', 'rich'}\n"
         "print(setup.cli, setup.policy.max_resumes)\n"

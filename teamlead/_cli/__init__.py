@@ -21,11 +21,10 @@ from .._door import lazy_exports
 if TYPE_CHECKING:
     from .ask import run_options, settings_from_options
     from .commands import main
-    from .settings import build_policy, find_cli
+    from .settings import find_cli
     from .startup import run
 
 __all__ = [
-    "build_policy",
     "find_cli",
     "main",
     "run",

@@ -211,9 +211,7 @@ class ApprovalQueue:
                 message=None if allow else message,
             )
         )
-        if allow:
-            return PermissionResultAllow()
-        return PermissionResultDeny(message=message)
+        return PermissionResultAllow() if allow else PermissionResultDeny(message=message)
 
 
 _RUN_ENDED = "The run is ending; the tool call was not approved."

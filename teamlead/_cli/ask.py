@@ -27,7 +27,6 @@ from .options import (
     no_relay_option,
     option,
     output_mode,
-    overload_hold_option,
     session_store_option,
     stacked,
 )
@@ -120,7 +119,16 @@ def run_options(func: _F) -> _F:
         ),
         *spawn_options(),
         no_relay_option(),
-        overload_hold_option(),
+        option(
+            "--overload-hold",
+            "overload_hold_s",
+            type=click.FloatRange(0, 86_400),
+            default=300.0,
+            show_default=True,
+            help="Seconds the relay holds one request through an overload burst (529s, 503s, "
+            "a dropped connection), retrying it with backoff while the CLI waits; 0 passes "
+            "overloads on at once.",
+        ),
         *limits_options(),
     )(func)
 
@@ -202,32 +210,25 @@ def spawn_options() -> list[Callable[[_F], _F]]:
 
 
 def settings_from_options(strategy: str, **options: Any) -> AskSettings:
-    """The :class:`AskSettings` for the parsed :func:`run_options` (each by its parameter
-    name; one left out keeps the setting's default).
+    """The :class:`AskSettings` and its policy for the parsed :func:`run_options` (each by
+    its parameter name; one left out keeps the default of its setting or policy field).
 
     Raises:
         UsageError: options that cannot work together (a wrap-up reserve that is not
-            shorter than the deadline would end the run as it starts).
+            shorter than the deadline would end the run as it starts), or a limit the
+            policy refuses (its first line says which).
     """
+    from ..policy import Policy, SpawnPolicy
     from .settings import AskSettings
 
     given = dict(options)
     limits = {name: given.pop(name) for name in _LIMITS_OPTIONS if name in given}
-    tools = given.pop("allowed_tools", None) or ""
-    model = given.pop("subagent_model", None)
-    store = (given.pop("session_store", None) or "").strip()
-    settings = AskSettings(
-        strategy=strategy,
-        max_cost_usd=given.pop("max_cost", None),
-        allowed_tools=[t.strip() for t in tools.split(",") if t.strip()],
-        subagent_model=model.strip() if model else None,
-        spawn_gate=not given.pop("no_spawn_gate", False),
-        relay=not given.pop("no_relay", False),
-        limits=limits_from_options(**limits),
-        session_store=store or None,
-        **given,
-    )
-    reserve, deadline = settings.wrap_up_reserve_s, settings.deadline_s
+    model = (given.pop("subagent_model", None) or "").strip()
+    # the options named as a field of the spawn policy or the run's policy are its values
+    spawn = {name: given.pop(name) for name in list(given) if name in SpawnPolicy.model_fields}
+    run = {name: given.pop(name) for name in list(given) if name in Policy.model_fields}
+    reserve = spawn.get("wrap_up_reserve_s")
+    deadline = run.get("deadline_s", Policy.model_fields["deadline_s"].default)
     if reserve is not None and reserve >= deadline:
         raise UsageError(
             f"--wrap-up-reserve {reserve:g} is not shorter than --deadline "
@@ -235,7 +236,30 @@ def settings_from_options(strategy: str, **options: Any) -> AskSettings:
             "deadline, or leave --wrap-up-reserve out for its default (20 % of the deadline, "
             "at most 30 s)"
         )
-    return settings
+    try:
+        policy = Policy(
+            **run,
+            max_cost_usd=given.pop("max_cost", None),
+            spawn=SpawnPolicy(
+                enabled=not given.pop("no_spawn_gate", False),
+                subagent_model=model or None,
+                **spawn,
+            ),
+            relay=not given.pop("no_relay", False),
+            limits=limits_from_options(**limits),
+        )
+    except ValueError as exc:
+        first = str(exc).splitlines()
+        raise UsageError(f"bad limit: {first[1] if len(first) > 1 else first[0]}") from None
+    tools = given.pop("allowed_tools", None) or ""
+    store = (given.pop("session_store", None) or "").strip()
+    return AskSettings(
+        strategy=strategy,
+        allowed_tools=[t.strip() for t in tools.split(",") if t.strip()],
+        session_store=store or None,
+        policy=policy,
+        **given,
+    )
 
 
 #: The parameters of :func:`~.options.limits_options`.
@@ -323,7 +347,7 @@ def _run_at_the_terminal(
     controls = controls_for(
         settings.permission_mode,
         output,
-        wait_limit_s=settings.deadline_s,
+        wait_limit_s=settings.policy.deadline_s,
         control=control,
         config_dir=claude_config_dir(merged_env(settings.env)),
     )

@@ -52,7 +52,7 @@ import click
 
 from .._control import UNFINISHED, Registry, read_log, runtime_dir
 from .._history import History
-from .._private import private_dir, read_small, write_private
+from .._private import json_object, private_dir, read_small, write_private
 from .._redact import shown_safe, terminal_safe
 from .._relay import GuardedSocket, RelayConfig, bounded_server, loopback_socket
 from ..clock import SYSTEM_CLOCK
@@ -252,12 +252,8 @@ class Board:
                 return
             if not message.get("more_body"):
                 break
-        try:
-            data = json.loads(body)
-        except (ValueError, RecursionError):
-            data = None
-        run = data.get("run") if isinstance(data, dict) else None
-        op = data.get("op") if isinstance(data, dict) else None
+        data = json_object(body) or {}
+        run, op = data.get("run"), data.get("op")
         if not isinstance(run, str) or not 0 < len(run) <= _RUN_CHARS or op not in _OPS:
             await _reply(send, 400, False, "a button names a run and one of: " + ", ".join(_OPS))
             return

@@ -252,25 +252,17 @@ def live_bindings(control: RunControl, say: Callable[[str], None]) -> list[Bindi
         except AmendRefused as exc:
             say(f"not changed: {exc}")
 
-    def models() -> list[str | None]:
-        default = control.default_subagent_model
-        return [None, *(m for m in MODEL_CYCLE if m != default)]
-
     def next_model() -> None:
-        cycle = models()
-        now = control.subagent_model
-        at = cycle.index(now) if now in cycle and now != control.default_subagent_model else 0
+        default, now = control.default_subagent_model, control.subagent_model
+        cycle = [None, *(m for m in MODEL_CYCLE if m != default)]
+        at = cycle.index(now) if now in cycle and now != default else 0
         attempt(lambda: control.set_subagent_model(cycle[(at + 1) % len(cycle)]))
 
     def cap_hint() -> str:
         return f"cap up ({control.cap})" if control.cap is not None else "cap up"
 
-    def model_hint() -> str:
-        now = control.subagent_model
-        return f"model ({now or 'their own'})"
-
     return [
         Binding(("+",), cap_hint, lambda: attempt(control.raise_cap)),
         Binding(("-",), "down", lambda: attempt(control.lower_cap)),
-        Binding(("m",), model_hint, next_model),
+        Binding(("m",), lambda: f"model ({control.subagent_model or 'their own'})", next_model),
     ]

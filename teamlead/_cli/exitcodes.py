@@ -14,7 +14,7 @@ import functools
 import re
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import click
 
@@ -24,8 +24,6 @@ from .signals import StoppedAtStartup
 
 if sys.version_info < (3, 11):  # pragma: no cover - the backport anyio installs there
     from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
-if TYPE_CHECKING:  # the events load pydantic: `teamlead ps` and `--help` must start fast
-    from ..events import Finished
 
 __all__ = [
     "EXIT_CODES",
@@ -37,7 +35,6 @@ __all__ = [
     "EXIT_PARTIAL",
     "EXIT_USAGE",
     "SafeErrorsGroup",
-    "exit_code_for",
     "fail",
     "handle_errors",
     "one_line",
@@ -66,13 +63,6 @@ EXIT_CODES: dict[str, int] = {
 }
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-
-
-def exit_code_for(finished: Finished | None) -> int:
-    """The process exit code for a run's outcome (no outcome at all counts as failed)."""
-    if finished is None:
-        return EXIT_FAILED
-    return EXIT_CODES[finished.status]
 
 
 def fail(message: str, code: int) -> NoReturn:

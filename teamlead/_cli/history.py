@@ -24,7 +24,7 @@ from .options import option
 if TYPE_CHECKING:  # pydantic's models: `teamlead ps` without --all starts without them
     from .._history import History, RunRecord
 
-__all__ = ["PS_VERSION", "past_detail", "past_rows", "ps_row", "run_filter", "show", "shown"]
+__all__ = ["PS_VERSION", "ago", "past_detail", "past_rows", "ps_row", "run_filter", "show", "shown"]
 
 #: ``teamlead ps --json``'s objects carry this version.
 PS_VERSION = 1
@@ -45,6 +45,8 @@ _NO_PROMPT = {
     "resume": "(none: a resume of its session, with what its agents had left)",
     "client": "(not known: the client sent it)",
 }
+#: The longest ago :func:`ago` says (a year): no run or limit of this machine is older.
+_LONGEST_AGO_S = 365 * 86400.0
 _FILTER_HELP = "give status=STATUS or since=AGE|DATE (e.g. status=completed, since=2h)"
 
 
@@ -144,6 +146,22 @@ def _since(value: str, now: float) -> float:
     if moment.tzinfo is None:
         moment = moment.replace(tzinfo=timezone.utc)
     return moment.timestamp()
+
+
+def ago(seconds: float) -> str:
+    """``seconds`` (since a run started, a limit was learnt) as ``ps`` says it; ``-`` for a
+    time nothing of this machine can have (an entry is anyone's file: ``started: -1e308``
+    is not a 300-digit number of hours)."""
+    if not -60 < seconds < _LONGEST_AGO_S:  # also nan (a minute ahead is clock skew)
+        return "-"
+    seconds = max(0.0, seconds)
+    if seconds < 60:
+        return f"{seconds:.0f}s ago"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f}m ago"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f}h ago"
+    return f"{seconds / 86400:.0f}d ago"
 
 
 def shown(record: RunRecord, history: History) -> dict[str, Any]:

@@ -108,10 +108,6 @@ class Binding:
     hint: str | Callable[[], str]
     action: Callable[[], None]
 
-    def hint_text(self) -> str:
-        """The hint's words now."""
-        return self.hint() if callable(self.hint) else self.hint
-
 
 class KeyMap:
     """Dispatch keys: ``y``/``n``/``a`` answer the approval prompt in front (and do nothing
@@ -146,7 +142,9 @@ class KeyMap:
     def hint(self) -> str:
         """The one-line hint for what the keys do now: the answers while a prompt is in
         front, else the live-control keys."""
-        pairs = tuple(("/".join(b.keys), b.hint_text()) for b in self.bindings)
+        pairs = tuple(
+            ("/".join(b.keys), b.hint() if callable(b.hint) else b.hint) for b in self.bindings
+        )
         if self.approvals is not None and self.approvals.front is not None:
             pairs = APPROVAL_KEYS  # the other keys still act; the line stays one line
         return "keys: " + " · ".join(f"{key} {what}" for key, what in pairs) if pairs else ""

@@ -21,6 +21,7 @@ import click
 from .._redact import terminal_safe
 from ..clock import SYSTEM_CLOCK
 from .exitcodes import SafeErrorsGroup, handle_errors
+from .history import ago
 from .options import option
 
 __all__ = ["limits"]
@@ -41,14 +42,6 @@ def _opened(spec: str) -> Any:
     from .._governor import RedisAccount
 
     return RedisAccount(spec)
-
-
-def _ago(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s ago"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min ago"
-    return f"{seconds / 3600:.1f} h ago"
 
 
 def _row(entry: Any, now: float) -> dict[str, Any]:
@@ -74,7 +67,7 @@ def _line(row: dict[str, Any], now: float) -> str:
         until = time.strftime("%H:%M:%S", time.localtime(row["paused_until"]))
         parts.append(f"paused {row['paused_until'] - now:.0f} s more (until {until})")
     where = f" on {row['host']}" if row["host"] else ""
-    parts.append(f"learnt {_ago(max(0.0, now - row['updated']))}{where}")
+    parts.append(f"learnt {ago(now - row['updated'])}{where}")
     return terminal_safe("  ".join(str(p) for p in parts))
 
 

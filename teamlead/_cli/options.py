@@ -28,7 +28,6 @@ __all__ = [
     "limits_options",
     "with_limits_options",
     "no_relay_option",
-    "overload_hold_option",
     "option",
     "port_option",
     "stacked",
@@ -100,21 +99,6 @@ def no_relay_option() -> Callable[[_F], _F]:
         "--no-relay",
         is_flag=True,
         help="Send API requests direct instead of through the pacing request relay.",
-    )
-
-
-def overload_hold_option() -> Callable[[_F], _F]:
-    """``--overload-hold`` (``TEAMLEAD_OVERLOAD_HOLD``): how long the relay holds a request
-    through an overload burst."""
-    return option(
-        "--overload-hold",
-        "overload_hold_s",
-        type=click.FloatRange(0, 86_400),
-        default=300.0,
-        show_default=True,
-        help="Seconds the relay holds one request through an overload burst (529s, 503s, a "
-        "dropped connection), retrying it with backoff while the CLI waits; 0 passes "
-        "overloads on at once.",
     )
 
 

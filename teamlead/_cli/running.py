@@ -1,9 +1,9 @@
 """What ``teamlead ask``, ``resume`` and ``demo`` do, as typed functions the commands call.
 
-:class:`AskSettings` (:mod:`.settings`) holds the command-line settings; :func:`build_run`
-turns them into SDK options (with the strategy prompt appended) and a
-:class:`~teamlead.policy.Policy`; :func:`run_session` drives the coordinator with progress
-output and Ctrl-C handling and returns the exit code.
+:class:`AskSettings` (:mod:`.settings`) holds the command-line settings and the run's
+:class:`~teamlead.policy.Policy`; :func:`build_run` turns them into SDK options (with the
+strategy prompt appended); :func:`run_session` drives the coordinator with progress output
+and Ctrl-C handling and returns the exit code.
 """
 
 from __future__ import annotations
@@ -37,24 +37,15 @@ from ..prompts import (
 )
 from ..tracker import StreamParse
 from .controls import Controls
-from .exitcodes import EXIT_FAILED, EXIT_INTERRUPTED, exit_code_for
+from .exitcodes import EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED
 from .keys import cbreak
 from .options import Output
 from .output import is_terminal
-from .settings import AskSettings, build_policy, find_cli
+from .settings import AskSettings, find_cli
 from .signals import defer_stop_signals, receive_stop_signals
 from .team_view import LiveTeamView, PlainProgress
 
-__all__ = [
-    "AskSettings",
-    "answer_for",
-    "build_policy",
-    "build_run",
-    "check_setup",
-    "find_cli",
-    "merged_env",
-    "run_session",
-]
+__all__ = ["answer_for", "build_run", "check_setup", "merged_env", "run_session"]
 
 
 #: After a stop signal, how long the run may take to end with its ``Finished``.
@@ -144,13 +135,13 @@ def build_run(
     options ask ``can_use_tool`` (the run's :class:`~.controls.Controls`) for permission.
 
     Raises:
-        UsageError: unknown strategy, bad numbers, a cwd that does not exist, a session
-            store URL that is none.
+        UsageError: unknown strategy, a cwd that does not exist, a session store URL that
+            is none.
     """
     if settings.cwd is not None and not Path(settings.cwd).is_dir():
         raise UsageError(f"--cwd {settings.cwd!r} is not a directory")
     strategy = load_strategy(settings.strategy)
-    policy = build_policy(settings)
+    policy = settings.policy
     cli_path = find_cli(settings.cli_path)
     store = None
     if settings.session_store is not None:
@@ -322,7 +313,7 @@ def run_session(
             err.write(terminal_safe(f"teamlead: {finished.status}: {reasons}") + "\n")
             if finished.session_id:
                 err.write(f"teamlead: session {finished.session_id}\n")
-    return exit_code_for(finished)
+    return EXIT_CODES[finished.status]
 
 
 def _resume_hint(session: str | None, resumable: bool) -> str:

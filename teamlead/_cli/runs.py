@@ -25,11 +25,12 @@ import click
 from click.core import ParameterSource
 
 from .._control import Registry, RunEntry, call, follow, liveness
+from .._private import json_object
 from .._redact import terminal_safe
 from ..clock import SYSTEM_CLOCK
 from ..errors import ControlError, NoSuchRun, UsageError
 from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors, tell
-from .history import past_rows, ps_row, run_filter
+from .history import ago, past_rows, ps_row, run_filter
 from .options import option, output_mode
 from .output import stdout_lost
 
@@ -45,8 +46,6 @@ _ASKED_AT_ONCE = 32
 _ACT_TIMEOUT_S = 5.0
 _COLUMNS = ("RUN", "SESSION", "PID", "STATUS", "AGENTS", "TOKENS", "REQS", "CAP", "HELD")
 _TAIL = ("STARTED", "COMMAND")
-#: The longest a run shown by ``ps`` can have been running (a year).
-_LONGEST_AGO_S = 365 * 86400.0
 #: The most characters a ``--cap`` value may have.
 _CAP_DIGITS = 12
 
@@ -179,7 +178,7 @@ def _table(rows: list[dict[str, Any]], now: float) -> str:
                 _cell(row["requests"]),
                 _cell(row["cap"]),
                 _cell(row["held"]),
-                _ago(now - row["started"]),
+                ago(now - row["started"]),
                 row["label"] or row["command"],
             ]
         )
@@ -200,21 +199,6 @@ def _tokens(value: int | None) -> str:
     if value is None:
         return "-"
     return f"{value / 1000:.1f}k" if value >= 10_000 else str(value)
-
-
-def _ago(seconds: float) -> str:
-    """How long ago a run started; ``-`` for a time no run of this machine can have (an
-    entry is anyone's file: ``started: -1e308`` is not a 300-digit number of hours)."""
-    if not -60 < seconds < _LONGEST_AGO_S:  # also nan (a minute ahead is clock skew)
-        return "-"
-    seconds = max(0.0, seconds)
-    if seconds < 60:
-        return f"{seconds:.0f}s ago"
-    if seconds < 3600:
-        return f"{seconds / 60:.0f}m ago"
-    if seconds < 2 * 86400:
-        return f"{seconds / 3600:.1f}h ago"
-    return f"{seconds / 86400:.0f}d ago"
 
 
 def _live(registry: Registry, ref: str) -> RunEntry:
@@ -428,7 +412,7 @@ def watch(run: str, json_: bool) -> None:
     said: RecordLines | None = None
     try:
         for line in follow(entry.socket, ref=entry.run, timeout=_ACT_TIMEOUT_S):
-            record = _record(line)
+            record = json_object(line.encode()) or {}
             if json_:
                 click.echo(line)
             else:
@@ -447,11 +431,3 @@ def watch(run: str, json_: bool) -> None:
             raise _finished(entry, run) from None
         raise
     sys.exit(code)
-
-
-def _record(line: str) -> dict[str, Any]:
-    try:
-        record = json.loads(line)
-    except (ValueError, RecursionError):
-        return {}
-    return record if isinstance(record, dict) else {}

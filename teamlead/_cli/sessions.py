@@ -87,11 +87,6 @@ def _local() -> tuple[list[StoredSession], str]:
     return found, str(Path(config) / "projects")
 
 
-def _modified(item: StoredSession) -> str:
-    moment = datetime.fromtimestamp(item.last_modified / 1000, tz=timezone.utc)
-    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S")
-
-
 def _row(item: StoredSession) -> str:
     status = item.status
     if status is None:
@@ -106,7 +101,8 @@ def _row(item: StoredSession) -> str:
     session_id, project, how = (
         terminal_safe(text) for text in (item.session_id, item.project_key, how)
     )
-    return f"{session_id:<38} {_modified(item)}  {project}  {how}"
+    moment = datetime.fromtimestamp(item.last_modified / 1000, tz=timezone.utc)
+    return f"{session_id:<38} {moment.astimezone():%Y-%m-%d %H:%M:%S}  {project}  {how}"
 
 
 def _json_line(item: StoredSession) -> str:

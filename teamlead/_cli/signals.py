@@ -245,7 +245,7 @@ def release_stop_signals() -> None:
 def mute_stop_signals() -> None:
     """From now on a stop signal changes nothing: the command is ending already."""
     for stop in STOP_SIGNALS:
-        signal.signal(stop, _ending_already)
+        signal.signal(stop, signal.SIG_IGN)
 
 
 def _on_stop(signum: int, frame: FrameType | None) -> None:
@@ -259,18 +259,10 @@ def _on_stop(signum: int, frame: FrameType | None) -> None:
     # to the user, so the dying process keeps quiet about them.
     import warnings  # loaded with the interpreter: nothing is imported here
 
-    sys.unraisablehook = _drop_unraisable
+    sys.unraisablehook = lambda unraisable: None
     warnings.simplefilter("ignore")
     _STARTUP.raised = _STARTUP.raised or received
     raise StoppedAtStartup(received)
-
-
-def _drop_unraisable(unraisable: Any) -> None:
-    """An error in a finaliser while a stop unwinds the start-up: dropped (see above)."""
-
-
-def _ending_already(signum: int, frame: FrameType | None) -> None:
-    """A stop signal while the command ends after the first one: nothing more to do."""
 
 
 class Interruptible(Generic[_T]):

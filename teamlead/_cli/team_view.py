@@ -12,6 +12,7 @@ Rich markup.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Callable
 from typing import IO, Any
 
@@ -318,18 +319,15 @@ class LiveTeamView:
     def __init__(
         self, console: Console, run: StreamParse, *, verbose: bool = False, scripted: bool = False
     ) -> None:
-        self.console = console
         self.run = run
         self.verbose = verbose
         self.scripted = scripted
-        self.started = SYSTEM_CLOCK.monotonic()
         self.lead_state = "starting"
         self.teammates: dict[str, str] = {}
         self.queued: dict[str, str] = {}  # tool_use_id -> description, while in the gate
         self.log: list[str] = []
         self.limits: dict[str, int] = {}  # the governor line: bucket -> limit
-        self.absorbed = self.passed = 0  # 429s
-        self.overloaded_held = self.overloaded_passed = 0  # 529s, apart
+        self.limited: Counter[tuple[bool, str]] = Counter()  # (a 529?, its outcome) -> count
         self.usage: dict[str, AgentUsage] = {}  # agent id -> its usage as the relay counted
         #: the lines at the foot (the approval prompt, the key hint): text and a style
         self.footer: Callable[[], list[tuple[str, str]]] | None = None
@@ -388,15 +386,7 @@ class LiveTeamView:
         elif isinstance(item, ConcurrencyChanged):
             self.limits[item.key] = item.effective
         elif isinstance(item, RateLimited):
-            if item.status == 529:
-                if item.outcome == "absorbed":
-                    self.overloaded_held += 1
-                else:
-                    self.overloaded_passed += 1
-            elif item.outcome == "absorbed":
-                self.absorbed += 1
-            else:
-                self.passed += 1
+            self.limited[item.status == 529, item.outcome] += 1
 
     def _tokens(self, agent_id: str | None, reported: int | None) -> str:
         """``in/out`` tokens as the relay counted them, else what the CLI reported."""
@@ -415,18 +405,16 @@ class LiveTeamView:
         (past the hold, the CLI and teamlead's resume retry them); they lower the limit as
         429s do.
         """
-        overloaded = self.overloaded_held + self.overloaded_passed
-        if not self.limits and not (self.absorbed or self.passed or overloaded):
+        if not self.limits and not self.limited:
             return None
+        absorbed, passed = self.limited[False, "absorbed"], self.limited[False, "passed"]
+        held, passed_529 = self.limited[True, "absorbed"], self.limited[True, "passed"]
         limits = ", ".join(f"{key} limit {cap}" for key, cap in sorted(self.limits.items()))
         parts = [f"governor: {limits or 'no limit learnt'}"]
-        if self.absorbed or self.passed:
-            parts.append(f"429s absorbed {self.absorbed}, passed on {self.passed}")
-        if overloaded:
-            parts.append(
-                f"529 overloaded {overloaded}: held {self.overloaded_held}, "
-                f"passed on {self.overloaded_passed}"
-            )
+        if absorbed or passed:
+            parts.append(f"429s absorbed {absorbed}, passed on {passed}")
+        if held or passed_529:
+            parts.append(f"529 overloaded {held + passed_529}: held {held}, passed on {passed_529}")
         return " · ".join(parts)
 
     def __rich__(self) -> Group:

@@ -1,15 +1,14 @@
 """The run history: every finished run kept as a versioned record, for ``teamlead ps
 --all``, ``teamlead show`` and ``teamlead view``.
 
-Where it is and whether it is kept: :mod:`.folder`; a record: :mod:`.record`; the store of
-records within its bounds: :mod:`.store`. Others import from here.
+A record: :mod:`.record`; the store of records within its bounds, where it is and whether
+it is kept: :mod:`.store`. Others import from here.
 """
 
 from __future__ import annotations
 
-from .folder import history_dir, history_wanted
 from .record import INLINE_RESULT_CHARS, RECORD_VERSION, AgentRecord, RunRecord
-from .store import History
+from .store import History, history_dir, history_wanted
 
 __all__ = [
     "INLINE_RESULT_CHARS",

@@ -12,6 +12,11 @@ else 1000 runs and 200 MB.
 A record is read as data from a file anyone with this user's rights could have written:
 at most :data:`MAX_RECORD_BYTES`, a file that is not a record is skipped, never fatal.
 
+The history directory (:func:`history_dir`) is ``TEAMLEAD_HISTORY_DIR`` when set (each
+test world has its own), else ``$XDG_DATA_HOME/teamlead/history`` when ``XDG_DATA_HOME``
+is an absolute path, else ``~/.local/share/teamlead/history``. ``TEAMLEAD_NO_HISTORY=1``
+(``true``, ``yes``, ``on``) keeps no history.
+
 Example:
     >>> history = History(Path("history"))  # doctest: +SKIP
     >>> record = RunRecord(run="0123456789ab", prompt="hi", status="completed")
@@ -34,17 +39,26 @@ from pydantic import ValidationError
 from .._private import json_object, private_dir, read_small, write_private
 from ..clock import SYSTEM_CLOCK
 from ..errors import AmbiguousRun, NoSuchRun
-from .folder import history_dir
 from .record import INLINE_RESULT_CHARS, AgentRecord, RunRecord
 
 __all__ = [
     "DEFAULT_MAX_BYTES",
     "DEFAULT_MAX_RUNS",
+    "HISTORY_DIR_VAR",
     "MAX_BYTES_VAR",
     "MAX_RECORD_BYTES",
     "MAX_RUNS_VAR",
+    "NO_HISTORY_VAR",
     "History",
+    "history_dir",
+    "history_wanted",
 ]
+
+#: Where the history is kept, when set.
+HISTORY_DIR_VAR = "TEAMLEAD_HISTORY_DIR"
+#: ``1`` (``true``, ``yes``, ``on``): no run is recorded.
+NO_HISTORY_VAR = "TEAMLEAD_NO_HISTORY"
+_TRUE = frozenset({"1", "true", "yes", "on"})
 
 #: How many runs the history keeps, when set (else :data:`DEFAULT_MAX_RUNS`).
 MAX_RUNS_VAR = "TEAMLEAD_HISTORY_MAX_RUNS"
@@ -72,7 +86,7 @@ class History:
     """This user's run history (see the module docstring).
 
     Args:
-        root: the directory; default :func:`~.folder.history_dir` of ``env``, read at
+        root: the directory; default :func:`history_dir` of ``env``, read at
             each use (so a test's environment decides where its runs are recorded).
         env: the environment the directory and the bounds are read from (default: this
             process's).
@@ -233,6 +247,35 @@ class History:
             return None
         raw = read_small(self.directory / agent.result_ref, _MAX_RESULT_BYTES)
         return None if raw is None else raw.decode("utf-8", "replace")
+
+
+def history_dir(env: Mapping[str, str] | None = None) -> Path:
+    """The directory this user's run history is kept in (see the module docstring); not made.
+
+    Example:
+        >>> history_dir({"TEAMLEAD_HISTORY_DIR": "/tmp/h"})
+        PosixPath('/tmp/h')
+        >>> history_dir({"XDG_DATA_HOME": "/d", "HOME": "/home/u"})
+        PosixPath('/d/teamlead/history')
+        >>> history_dir({"HOME": "/home/u"})
+        PosixPath('/home/u/.local/share/teamlead/history')
+    """
+    env = os.environ if env is None else env
+    own = (env.get(HISTORY_DIR_VAR) or "").strip()
+    if own:
+        return Path(own).expanduser()
+    data = (env.get("XDG_DATA_HOME") or "").strip()
+    if data and Path(data).is_absolute():
+        return Path(data) / "teamlead" / "history"
+    home = (env.get("HOME") or "").strip()
+    base = Path(home) if home else Path.home()
+    return base / ".local" / "share" / "teamlead" / "history"
+
+
+def history_wanted(env: Mapping[str, str] | None = None) -> bool:
+    """Whether runs are recorded (they are unless ``TEAMLEAD_NO_HISTORY`` is set)."""
+    env = os.environ if env is None else env
+    return (env.get(NO_HISTORY_VAR) or "").strip().lower() not in _TRUE
 
 
 def _parse(raw: bytes) -> RunRecord | None:

@@ -16,28 +16,84 @@ The seams, kept narrow on purpose:
   (``teamlead._relay.observe``);
 - an experiment: :func:`trial_scope` around one trial attempt (one trace per trial).
 
-Modules: :mod:`.setup` (on or off; the providers), :mod:`.conventions` (names, privacy),
-:mod:`.instruments` (metrics), :mod:`.context` (parent and labels), :mod:`.run` (the
-run's spans), :mod:`.agent_spans` (one span per agent), :mod:`.gate` (the spawn gate's
-events), :mod:`.chat` (one span per request).
+A run's root span hangs under :func:`parent_context`: the caller's current span (an app's
+own span, an experiment's trial span), else the ``TRACEPARENT`` this process was started
+with (teamlead run under a traced CI job or another agent), else nothing: a new trace.
+:func:`run_labels` sets ``teamlead.*`` attributes (the strategy, a trial's keys) on every
+run started in the block, through a context variable, so no signature down the call chain
+changes for them.
+
+Modules: :mod:`.setup` (on or off; the providers and the metric instruments),
+:mod:`.conventions` (names, privacy), :mod:`.run`
+(the run's spans, the spawn gate's events among them), :mod:`.agent_spans` (one span per
+agent), :mod:`.chat` (one span per request).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextvars
+import os
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .context import run_labels
 from .setup import TelemetrySource
 
 if TYPE_CHECKING:
+    from opentelemetry.context import Context
+
     from ..tracker import StreamParse
     from .run import RunTrace
 
-__all__ = ["TelemetrySource", "run_labels", "trace_run", "trial_scope"]
+__all__ = ["TelemetrySource", "labels", "parent_context", "run_labels", "trace_run", "trial_scope"]
+
+#: Attributes every run started in this context carries (the strategy, a trial's keys).
+_labels: contextvars.ContextVar[Mapping[str, str | int] | None] = contextvars.ContextVar(
+    "teamlead_otel_labels", default=None
+)
+
+
+@contextmanager
+def run_labels(**values: str | int | None) -> Iterator[None]:
+    """Runs started inside the block carry ``teamlead.<name>`` attributes (``None`` skipped).
+
+    Example:
+        >>> with run_labels(strategy="parallel"):
+        ...     labels()
+        {'strategy': 'parallel'}
+    """
+    merged = {**labels(), **{k: v for k, v in values.items() if v is not None}}
+    token = _labels.set(merged)
+    try:
+        yield
+    finally:
+        _labels.reset(token)
+
+
+def labels() -> Mapping[str, str | int]:
+    """The labels of the current context."""
+    return _labels.get() or {}
+
+
+def parent_context() -> Context | None:
+    """The caller's current span, else a ``TRACEPARENT`` this process was started with."""
+    from opentelemetry import context as context_api
+    from opentelemetry.trace import get_current_span
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    current = context_api.get_current()
+    if get_current_span(current).get_span_context().is_valid:
+        return current
+    carrier = {
+        name.lower(): os.environ[name]
+        for name in ("TRACEPARENT", "TRACESTATE")
+        if name in os.environ
+    }
+    if "traceparent" in carrier:
+        return TraceContextTextMapPropagator().extract(carrier)
+    return None
 
 
 def trace_run(

@@ -61,17 +61,6 @@ ERROR_TYPE = "error.type"
 INVOKE_AGENT = "invoke_agent"
 CHAT = "chat"
 
-# -- metrics ----------------------------------------------------------------------------
-TOKEN_USAGE = "gen_ai.client.token.usage"
-OPERATION_DURATION = "gen_ai.client.operation.duration"
-GOVERNOR_LIMIT = "teamlead.governor.limit"
-GATE_QUEUED = "teamlead.gate.queue.length"
-RATE_LIMITED = "teamlead.relay.rate_limited"
-#: The conventions' bucket boundaries for the two histograms.
-TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
-DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
-                    40.96, 81.92, 163.84, 327.68, 655.36)  # fmt: skip
-
 
 def capture_content(environ: Mapping[str, str] | None = None) -> bool:
     """Whether prompt and result text may go into spans (the conventions' opt-in).

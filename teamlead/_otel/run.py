@@ -11,7 +11,11 @@ turns it into spans, without a hook into the coordinator's machinery:
   ``teamlead.fallback`` (the ``fallback_used`` events), ``teamlead.resume`` (each
   ``resuming`` attempt; a ``resume_failed`` marks it failed) and ``teamlead.wrap_up``;
 - an ``invoke_agent {label}`` span per agent (:mod:`.agent_spans`), with the spawn gate's
-  ``queued``/``admitted``/``denied``/``timed_out``/``rejected`` events;
+  decisions on its Agent call as events: ``queued``, ``admitted``, ``denied``,
+  ``timed_out`` (a call that waited past the gate's limit or the deadline) and
+  ``rejected`` (one the CLI refused); a denied or rejected call's span ends there, and the
+  process-wide queue length (an up-down counter) goes +1 when a call queues, -1 when it
+  leaves the queue however it leaves;
 - a ``chat {model}`` span per relayed request (:mod:`.chat`), under its agent.
 
 The CLI gets the root span as ``TRACEPARENT`` (:meth:`RunTrace.trace_env`), so Claude
@@ -51,10 +55,9 @@ from ..events import (
     WaitingForTeam,
 )
 from . import conventions as c
-from .agent_spans import AgentSpans
+from . import labels, parent_context
+from .agent_spans import AgentRecord, AgentSpans
 from .chat import ChatObserver
-from .context import labels, parent_context
-from .gate import GateTrace
 
 if TYPE_CHECKING:
     from opentelemetry.context import Context
@@ -67,6 +70,8 @@ if TYPE_CHECKING:
 __all__ = ["RunTrace"]
 
 _AGENT_NAME = "teamlead"
+#: Deny codes that mean the call waited too long, rather than a limit saying no.
+_TIMED_OUT = frozenset({"wait_limit", "deadline"})
 
 
 class RunTrace:
@@ -125,7 +130,6 @@ class RunTrace:
         self.spans = AgentSpans(
             self._tracer, self._root_context, lambda: self._session, self._scrub
         )
-        self.gate = GateTrace(self.spans, telemetry.instruments)
         self._phase: Span | None = None
         self._phase_name = ""
         self._results: list[Usage] = []
@@ -142,14 +146,9 @@ class RunTrace:
         caller set in ``options.env``); empty when the span has no valid context."""
         from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-        carrier: dict[str, str] = {}
+        carrier: dict[str, str] = {}  # traceparent, and tracestate when it has entries
         TraceContextTextMapPropagator().inject(carrier, context=self._root_context)
-        if "traceparent" not in carrier:
-            return {}
-        env = {"TRACEPARENT": carrier["traceparent"]}
-        if "tracestate" in carrier:
-            env["TRACESTATE"] = carrier["tracestate"]
-        return env
+        return {name.upper(): value for name, value in carrier.items()}
 
     def attach(self, relay_run: RelayRun | None) -> None:
         """Have a ``chat`` span made for each of the run's requests through the relay."""
@@ -275,6 +274,31 @@ class RunTrace:
                 self._phase.add_event(
                     "lead_error", {"teamlead.error": self._scrub(event.text or event.subtype)[:300]}
                 )
+
+    def _spawn_decided(self, event: SpawnDecided) -> None:
+        record = self.spans.agent(event.tool_use_id, "call", name=event.description)
+        record.tool_use_id = event.tool_use_id
+        if event.outcome == "queued":
+            if not record.queued:
+                record.queued = True
+                self._telemetry.instruments.gate_queue.add(1)
+            attributes = _gate(position=event.position, running=event.running, limit=event.limit)
+            self.spans.event(record, "queued", attributes)
+            return
+        self._dequeue(record)
+        if event.outcome == "admitted":
+            attributes = _gate(waited_s=event.waited_s, running=event.running, limit=event.limit)
+            self.spans.event(record, "admitted", attributes)
+            return
+        attributes = _gate(code=event.code, reason=self.spans.scrub(event.reason or ""))
+        name = "timed_out" if event.code in _TIMED_OUT else event.outcome
+        self.spans.event(record, name, attributes)
+        self.spans.done(record, event.outcome)
+
+    def _dequeue(self, record: AgentRecord) -> None:
+        if record.queued:
+            record.queued = False
+            self._telemetry.instruments.gate_queue.add(-1)
 
     def _waiting(self, event: WaitingForTeam) -> None:
         attributes: dict[str, Any] = {
@@ -416,7 +440,8 @@ class RunTrace:
         self._place_held()  # no Finished came: where they are known to belong by now
         self._closed = True
         self._exit()
-        self.gate.close()
+        for record in self.spans.records:  # calls still queued leave the queue
+            self._dequeue(record)
         self.spans.end_all()
         failed = error or (None if self._finished else "no_finished")
         if failed:
@@ -433,6 +458,11 @@ class RunTrace:
         self.root.end()
 
 
+def _gate(**values: str | int | float | None) -> dict[str, str | int | float]:
+    """The span attributes (``teamlead.gate.*``) of the values a gate event carries."""
+    return {f"teamlead.gate.{key}": value for key, value in values.items() if value is not None}
+
+
 def _sum(usages: list[Usage]) -> Usage:
     return Usage(
         input_tokens=sum(u.input_tokens or 0 for u in usages),
@@ -441,7 +471,7 @@ def _sum(usages: list[Usage]) -> Usage:
 
 
 _HANDLERS: dict[type, Any] = {
-    SpawnDecided: lambda run, event: run.gate.decided(event),
+    SpawnDecided: RunTrace._spawn_decided,
     WaitingForTeam: RunTrace._waiting,
     InboxCollected: RunTrace._inbox,
     FallbackUsed: RunTrace._fallback,

@@ -45,9 +45,7 @@ if TYPE_CHECKING:
     from opentelemetry.metrics import Meter
     from opentelemetry.trace import Tracer
 
-    from .instruments import Instruments
-
-__all__ = ["FLUSH_AT_EXIT_S", "Telemetry", "TelemetrySource", "export_wanted"]
+__all__ = ["FLUSH_AT_EXIT_S", "Instruments", "Telemetry", "TelemetrySource", "export_wanted"]
 
 log = logging.getLogger("teamlead.otel")
 
@@ -56,6 +54,58 @@ FLUSH_AT_EXIT_S = 3.0
 _SCOPE = "teamlead"
 _SERVICE = "teamlead"
 _OFF = frozenset({"", "none"})
+#: The GenAI conventions' bucket boundaries for the two histograms.
+_TOKEN_BUCKETS = (1, 4, 16, 64, 256, 1024, 4096, 16384, 65536, 262144, 1048576, 4194304)
+_DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12, 10.24, 20.48,
+                     40.96, 81.92, 163.84, 327.68, 655.36)  # fmt: skip
+
+
+class Instruments:
+    """teamlead's metric instruments, made once per meter: the GenAI conventions' two
+    histograms and three of its own. Their attributes are low-cardinality by construction:
+    no id of a run, agent or request.
+
+    - ``gen_ai.client.token.usage`` (histogram, ``{token}``): per relayed request, one point
+      for input and one for output tokens (``gen_ai.token.type``), as the upstream reported.
+    - ``gen_ai.client.operation.duration`` (histogram, ``s``): per relayed request
+      (``chat``) and per run (``invoke_agent``), with ``error.type`` when it failed.
+    - ``teamlead.governor.limit`` (gauge, ``{request}``): each bucket's effective limit, on
+      every change (``teamlead.bucket`` = ``provider/model``).
+    - ``teamlead.gate.queue.length`` (up-down counter, ``{call}``): Agent calls waiting in
+      the spawn gates of the process.
+    - ``teamlead.relay.rate_limited`` (counter, ``{response}``): 429s and 529s met, by
+      ``teamlead.outcome`` (``absorbed`` / ``passed``), ``http.response.status_code`` and
+      ``teamlead.source``.
+    """
+
+    def __init__(self, meter: Meter) -> None:
+        self.token_usage = meter.create_histogram(
+            "gen_ai.client.token.usage",
+            unit="{token}",
+            description="Number of input and output tokens used",
+            explicit_bucket_boundaries_advisory=list(_TOKEN_BUCKETS),
+        )
+        self.duration = meter.create_histogram(
+            "gen_ai.client.operation.duration",
+            unit="s",
+            description="GenAI operation duration",
+            explicit_bucket_boundaries_advisory=list(_DURATION_BUCKETS),
+        )
+        self.governor_limit = meter.create_gauge(
+            "teamlead.governor.limit",
+            unit="{request}",
+            description="The relay governor's effective concurrency limit per bucket",
+        )
+        self.gate_queue = meter.create_up_down_counter(
+            "teamlead.gate.queue.length",
+            unit="{call}",
+            description="Agent calls waiting in the spawn gate",
+        )
+        self.rate_limited = meter.create_counter(
+            "teamlead.relay.rate_limited",
+            unit="{response}",
+            description="429 and 529 responses the relay met, absorbed or passed on",
+        )
 
 
 @dataclass
@@ -223,8 +273,6 @@ def _build(
 
 
 def _telemetry_of(tracer_provider: Any, meter_provider: Any, *, own: bool) -> Telemetry:
-    from .instruments import Instruments
-
     meter = meter_provider.get_meter(_SCOPE, __version__)
     return Telemetry(
         tracer=tracer_provider.get_tracer(_SCOPE, __version__),
@@ -265,7 +313,6 @@ def _exporters(env: Mapping[str, str], signal: str) -> list[Any]:
         if not found:
             raise _Unsupported(f"OTEL_{signal}_EXPORTER: no exporter {name!r} is installed")
         exporter_class = next(iter(found)).load()
-        # The console exporters write to stderr: stdout is the answer's.
         exporters.append(exporter_class(out=sys.stderr) if name == "console" else exporter_class())
     return exporters
 

@@ -5,9 +5,18 @@ Both Agent SDKs let an app name the CLI they run (``cli_path`` in Python,
 CLI's argv and speaks its stream-json protocol to the app, runs the real CLI (the one
 ``claude_agent_sdk`` bundles, or ``TEAMLEAD_CLAUDE_PATH``) and puts teamlead's run in
 between (:mod:`.bridge`): the app's code is unchanged, and its first ``result`` is the one
-answer that used every agent's result. The policy comes from the ``TEAMLEAD_*`` variables
-(:mod:`.setup`). A command line that is not a stream-json session (``--version``, a
-``-p`` run with text output) runs the real CLI as it is.
+answer that used every agent's result. A command line that is not a stream-json session
+(``--version``, a ``-p`` run with text output) runs the real CLI as it is.
+
+What it runs with comes from the environment the app's SDK started it with
+(:func:`read_setup`), read the way the ``teamlead`` command reads it, so one
+``TEAMLEAD_*`` variable means the same in both: the policy from the run options'
+variables (``TEAMLEAD_DEADLINE``, ``TEAMLEAD_MAX_RESUMES``, ``TEAMLEAD_NO_RELAY``, ...,
+see :func:`teamlead._cli.ask.run_options`), the CLI from ``TEAMLEAD_CLAUDE_PATH``
+(default: the one ``claude_agent_sdk`` bundles, else ``claude`` on ``PATH``). What the CLI
+itself is told (model, tools, permission mode, prompts) is the app's, in its argv: those
+variables of ``teamlead ask`` are not read here. Reading them loads neither the SDK nor
+the terminal views.
 
 Bad configuration is one line on stderr and exit code 2 (a bad value) or 1 (no CLI), before
 anything reads the app's input, so the SDK reports the CLI's failure instead of waiting.
@@ -19,9 +28,24 @@ import atexit
 import contextlib
 import os
 import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-__all__ = ["main"]
+import click
+
+from .._claude import bundled_cli_path
+from .._cli import find_cli, run_options, settings_from_options
+from ..errors import SetupError, UsageError
+from ..policy import Policy
+
+__all__ = ["CLAUDE_PATH_VAR", "ShimSetup", "main", "read_setup"]
+
+#: Names the Claude Code CLI ``teamlead-claude`` runs (default: the bundled one).
+CLAUDE_PATH_VAR = "TEAMLEAD_CLAUDE_PATH"
+# the run options that say what the CLI is asked, not how the run is coordinated
+_NOT_POLICY = ("json_", "quiet", "verbose", "no_history")
 
 _EXIT_FAILED = 1
 _EXIT_USAGE = 2
@@ -29,20 +53,68 @@ _EXIT_USAGE = 2
 
 def _is_stream_session(argv: list[str]) -> bool:
     """Whether ``argv`` asks for a stream-json session (the SDKs' way to run the CLI)."""
-    for i, arg in enumerate(argv):
-        if arg == "--input-format" and i + 1 < len(argv) and argv[i + 1] == "stream-json":
-            return True
-        if arg == "--input-format=stream-json":
-            return True
-    return False
+    pairs = zip(argv, argv[1:], strict=False)
+    spaced = any(pair == ("--input-format", "stream-json") for pair in pairs)
+    return spaced or "--input-format=stream-json" in argv
+
+
+@dataclass(frozen=True)
+class ShimSetup:
+    """The real CLI to run and the policy of each run.
+
+    Attributes:
+        cli: the Claude Code CLI's path.
+        policy: the run's limits and waits.
+        history: keep the runs in the run history (``TEAMLEAD_NO_HISTORY`` turns it off).
+    """
+
+    cli: str
+    policy: Policy
+    history: bool = True
+
+
+@click.command()
+@run_options
+def _run_variables(**params: Any) -> None:
+    """The ``teamlead ask`` run options, parsed from their variables alone."""
+
+
+def read_setup(environ: Mapping[str, str]) -> ShimSetup:
+    """The setup ``environ`` describes.
+
+    Raises:
+        UsageError: a ``TEAMLEAD_*`` variable holds a value its option refuses.
+        SetupError: ``TEAMLEAD_CLAUDE_PATH`` names no executable file, or there is no CLI.
+    """
+    try:
+        params = _run_variables.make_context(
+            "teamlead-claude", [], default_map=None, resilient_parsing=False
+        ).params
+    except click.BadParameter as exc:
+        source = exc.param.envvar if exc.param is not None else None
+        where = f"{source}: " if isinstance(source, str) else ""
+        raise UsageError(f"{where}{exc.format_message()}") from None
+    except click.ClickException as exc:
+        raise UsageError(exc.format_message()) from None
+    kept = {k: v for k, v in params.items() if k not in _NOT_POLICY}
+    policy = settings_from_options("delegation", **kept).policy
+    cli = _cli_path(environ.get(CLAUDE_PATH_VAR, "").strip())
+    return ShimSetup(cli=cli, policy=policy, history=not params["no_history"])
+
+
+def _cli_path(named: str) -> str:
+    """The CLI ``named`` (``TEAMLEAD_CLAUDE_PATH``), else the bundled one, else ``claude``
+    on ``PATH``."""
+    try:
+        found = find_cli(named or None)
+    except SetupError as exc:
+        raise SetupError(f"{exc} ({CLAUDE_PATH_VAR})" if named else str(exc)) from None
+    return found if found is not None else str(bundled_cli_path())
 
 
 def main() -> None:
     """Run ``teamlead-claude`` with this process's argv, stdin and stdout; exits."""
     import anyio
-
-    from ..errors import SetupError, UsageError
-    from .setup import read_setup
 
     argv = sys.argv[1:]
     try:

@@ -44,6 +44,7 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from claude_agent_sdk import ClaudeAgentOptions
 
+from .._private import json_object
 from .._run import MAX_MESSAGE_BYTES, RunStream, default_process_state, settled
 from ..coordinator import run_stream
 from ..events import Finished
@@ -56,7 +57,6 @@ __all__ = ["Bridge", "serve"]
 #: bridge knows exactly when a CLI is idle.
 _HOST_STATE_VAR = "CLAUDE_CODE_SDK_READS_SESSION_STATE"
 _OWN_PREFIX = "teamlead_"
-_HOLD = ("result",)
 _IDLE_CHECK_S = 0.5
 _READ_GRACE_S = 5.0  # from a CLI's exit to the last of its stdout read
 
@@ -301,7 +301,8 @@ class Bridge:
             lines, self._pending = self._pending, []
         else:
             lines = [_user_line(prompt)]
-        if self._init is not None and not any(_is_initialize(line.message) for line in lines):
+        initializes = any(_control_subtype(line.message) == "initialize" for line in lines)
+        if self._init is not None and not initializes:
             await self._send_own(this, self._init["request"])
         for request in self._settings:
             await self._send_own(this, request)
@@ -335,14 +336,12 @@ class Bridge:
     async def _read_app(self, stdin: asyncio.StreamReader) -> None:
         """Every line of the app's input, to the current CLI (or kept for the next one)."""
         try:
-            while True:
+            line = b"\n"
+            while line.endswith(b"\n"):  # a line without one is the last, at the end
                 try:
                     line = await stdin.readuntil(b"\n")
                 except asyncio.IncompleteReadError as end:
                     line = end.partial
-                    if line.strip():
-                        await self._from_app(line)
-                    return
                 except asyncio.LimitOverrunError:
                     return
                 if line.strip():
@@ -352,17 +351,18 @@ class Bridge:
             self._app_event.set()
 
     async def _from_app(self, raw: bytes) -> None:
-        line = _Line(raw, _parse(raw))
+        line = _Line(raw, json_object(raw) or {})
         message = line.message
-        if _is_initialize(message):
+        subtype = _control_subtype(message)
+        if subtype == "initialize":
             self._init = message
         this = self._round
         if message.get("type") == "user" and not self._running:
             self._turns.append(line)
             self._app_event.set()
-        elif _is_interrupt(message):
+        elif subtype == "interrupt":
             await self._interrupt(line)
-        elif not self._running and _control_subtype(message) is not None:
+        elif not self._running and subtype is not None:
             self._between_turns(message)
         elif this is None or not this.child.input_open:
             self._pending.append(line)
@@ -397,20 +397,18 @@ class Bridge:
 
     async def _to_cli(self, this: _Round, line: _Line) -> None:
         message, raw = line.message, line.raw
-        if _control_subtype(message) is not None:
+        subtype = _control_subtype(message)
+        if subtype is not None:
             this.asked.add(str(message.get("request_id")))
-        if _is_initialize(message):
-            raw = json.dumps(self._with_own_hooks(this, message)).encode()
+        if subtype == "initialize":
+            request = dict(message.get("request") or {})
+            request["hooks"] = self._hooks_config(this, request.get("hooks"))
+            raw = json.dumps({**message, "request": request}).encode()
         elif message.get("type") == "user":
             if not this.user_messages and self._init is None and this.hooks:
                 await self._send_own(this, {"subtype": "initialize", "hooks": None})
             this.user_messages += 1
         await this.child.send(raw)
-
-    def _with_own_hooks(self, this: _Round, init: Mapping[str, Any]) -> dict[str, Any]:
-        request = dict(init.get("request") or {})
-        request["hooks"] = self._hooks_config(this, request.get("hooks"))
-        return {**init, "request": request}
 
     async def _send_own(self, this: _Round, request: Mapping[str, Any]) -> None:
         """Send the CLI a control request of the bridge's own (its answer is not the app's)."""
@@ -435,7 +433,7 @@ class Bridge:
 
     async def _pass_lines(self, this: _Round, send: MemoryObjectSendStream[dict[str, Any]]) -> None:
         async for line in this.child.lines():
-            message = _parse(line)
+            message = json_object(line) or {}
             kind = message.get("type")
             if kind == "control_request":
                 await self._cli_request(this, message, line)
@@ -447,7 +445,7 @@ class Bridge:
                     this.asked.discard(str(rid))
                     self._write(line)
                 continue
-            if kind in _HOLD:
+            if kind == "result":
                 self._held.result = line
                 if this.interrupted:  # the interrupted turn's end: the run ends with it
                     self._process.stop_every_run("the app interrupted the turn")
@@ -515,22 +513,6 @@ def _control_subtype(message: Mapping[str, Any]) -> str | None:
         return None
     subtype = request.get("subtype")
     return subtype if isinstance(subtype, str) else None
-
-
-def _is_initialize(message: Mapping[str, Any]) -> bool:
-    return _control_subtype(message) == "initialize"
-
-
-def _is_interrupt(message: Mapping[str, Any]) -> bool:
-    return _control_subtype(message) == "interrupt"
-
-
-def _parse(line: bytes) -> dict[str, Any]:
-    try:
-        value = json.loads(line)
-    except ValueError:
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 def _user_line(prompt: str) -> _Line:

@@ -144,11 +144,6 @@ class Child:
             with contextlib.suppress(ProcessLookupError):
                 process.send_signal(signum)
 
-    async def wait(self) -> int:
-        """Its exit code, once it has ended."""
-        assert self._process is not None
-        return await self._process.wait()
-
     async def stop(self) -> None:
         """End it, bounded, however it stands: input closed, then SIGTERM, then SIGKILL;
         always reaped. Shielded: it runs to its end inside a cancelled scope too."""
@@ -175,7 +170,10 @@ async def _lines_of(stream: ByteReceiveStream) -> AsyncIterator[bytes]:
     while True:
         try:
             yield await buffered.receive_until(b"\n", MAX_MESSAGE_BYTES)
-        except (anyio.IncompleteRead, anyio.EndOfStream, anyio.ClosedResourceError):
-            return
-        except anyio.DelimiterNotFound:
+        except (
+            anyio.IncompleteRead,
+            anyio.EndOfStream,
+            anyio.ClosedResourceError,
+            anyio.DelimiterNotFound,
+        ):
             return
