@@ -124,6 +124,21 @@ async def watched(log: list[str], hang: anyio.Event) -> AsyncIterator[Any]:
         log.append("stream closed")
 
 
+async def stopped_once(this_round: Round, hung: anyio.Event) -> list[Any]:
+    """Read ``this_round`` through, asking its run to stop once ``hung`` is set."""
+
+    async def stop() -> None:
+        await hung.wait()
+        this_round._state.stop.request("asked by a test")
+
+    seen: list[Any] = []
+    with anyio.fail_after(10):  # a guard: a hang here is the bug under test
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(stop)
+            seen = [m async for m in this_round]
+    return seen
+
+
 @pytest.mark.parametrize("clock", [FakeClock(), SYSTEM_CLOCK], ids=["fake clock", "system clock"])
 async def test_a_stop_asked_while_a_read_waits_cuts_the_round_before_its_stream_closes(
     clock: Any,
@@ -136,15 +151,7 @@ async def test_a_stop_asked_while_a_read_waits_cuts_the_round_before_its_stream_
         return False  # it ended no process: the read is cancelled
 
     this_round = make_round(watched(log, hung), clock, on_cut=on_cut)
-
-    async def stop() -> None:
-        await hung.wait()
-        this_round._state.stop.request("asked by a test")
-
-    with anyio.fail_after(10):  # a guard: a hang here is the bug under test
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(stop)
-            seen = [m async for m in this_round]
+    seen = await stopped_once(this_round, hung)
 
     assert [m["subtype"] for m in seen] == ["init"]
     assert log == ["cut", "stream closed"]
@@ -177,15 +184,7 @@ async def test_a_cut_that_ended_the_streams_process_lets_the_read_see_the_stream
         return True
 
     this_round = make_round(process_stream(), FakeClock(), on_cut=on_cut)
-
-    async def stop() -> None:
-        await hung.wait()
-        this_round._state.stop.request("asked by a test")
-
-    with anyio.fail_after(10):  # a guard: a hang here is the bug under test
-        async with anyio.create_task_group() as tg:
-            tg.start_soon(stop)
-            seen = [m async for m in this_round]
+    seen = await stopped_once(this_round, hung)
 
     assert [m["subtype"] for m in seen] == ["init"]
     assert log == ["cut", "stream ended"]
