@@ -17,6 +17,7 @@ import json
 import os
 import secrets
 import stat
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +135,24 @@ def json_object(raw: bytes) -> dict[str, Any] | None:
     except (ValueError, RecursionError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def named_dir(env: Mapping[str, str] | None, own: str, xdg: str, under: str) -> Path | None:
+    """The folder ``env`` names for teamlead: the variable ``own`` names it outright, else it
+    is ``under`` in the absolute base the XDG variable ``xdg`` names; ``None`` if neither.
+
+    Example:
+        >>> named_dir({"XDG_DATA_HOME": "/d"}, "OWN", "XDG_DATA_HOME", "teamlead/history")
+        PosixPath('/d/teamlead/history')
+        >>> named_dir({"XDG_DATA_HOME": "relative"}, "OWN", "XDG_DATA_HOME", "x") is None
+        True
+    """
+    env = os.environ if env is None else env
+    named = (env.get(own) or "").strip()
+    if named:
+        return Path(named).expanduser()
+    base = (env.get(xdg) or "").strip()
+    return Path(base) / under if base and Path(base).is_absolute() else None
 
 
 def uid() -> int:

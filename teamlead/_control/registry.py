@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 
 import psutil
 
-from .._private import dir_problem, json_object, read_small, uid, write_private
+from .._private import dir_problem, json_object, named_dir, read_small, uid, write_private
 from .._redact import redact, without_password
 from ..clock import SYSTEM_CLOCK
 from ..errors import AmbiguousRun, ControlError, NoSuchRun
@@ -112,14 +112,8 @@ def runtime_dir(env: Mapping[str, str] | None = None) -> Path:
         >>> runtime_dir({"XDG_RUNTIME_DIR": "/run/user/1000"})
         PosixPath('/run/user/1000/teamlead')
     """
-    env = os.environ if env is None else env
-    own = (env.get(RUNTIME_DIR_VAR) or "").strip()
-    if own:
-        return Path(own).expanduser()
-    xdg = (env.get("XDG_RUNTIME_DIR") or "").strip()
-    if xdg and Path(xdg).is_absolute():
-        return Path(xdg) / "teamlead"
-    return Path(tempfile.gettempdir()) / f"teamlead-{uid()}"
+    named = named_dir(env, RUNTIME_DIR_VAR, "XDG_RUNTIME_DIR", "teamlead")
+    return named or Path(tempfile.gettempdir()) / f"teamlead-{uid()}"
 
 
 _LABEL: contextvars.ContextVar[str | None] = contextvars.ContextVar("run_label", default=None)

@@ -36,7 +36,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .._private import json_object, private_dir, read_small, write_private
+from .._private import json_object, named_dir, private_dir, read_small, write_private
 from ..clock import SYSTEM_CLOCK
 from ..errors import AmbiguousRun, NoSuchRun
 from .record import INLINE_RESULT_CHARS, AgentRecord, RunRecord
@@ -261,15 +261,11 @@ def history_dir(env: Mapping[str, str] | None = None) -> Path:
         PosixPath('/home/u/.local/share/teamlead/history')
     """
     env = os.environ if env is None else env
-    own = (env.get(HISTORY_DIR_VAR) or "").strip()
-    if own:
-        return Path(own).expanduser()
-    data = (env.get("XDG_DATA_HOME") or "").strip()
-    if data and Path(data).is_absolute():
-        return Path(data) / "teamlead" / "history"
+    named = named_dir(env, HISTORY_DIR_VAR, "XDG_DATA_HOME", "teamlead/history")
+    if named is not None:
+        return named
     home = (env.get("HOME") or "").strip()
-    base = Path(home) if home else Path.home()
-    return base / ".local" / "share" / "teamlead" / "history"
+    return (Path(home) if home else Path.home()) / ".local" / "share" / "teamlead" / "history"
 
 
 def history_wanted(env: Mapping[str, str] | None = None) -> bool:
