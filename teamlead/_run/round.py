@@ -113,7 +113,7 @@ class Round:
         self._outcome: RoundOutcome | None = None
         # the pending read, what may cut it, and its timers (see :meth:`_read`)
         self._loop: asyncio.AbstractEventLoop | None = None  # set once iterated
-        self._reading: anyio.abc.TaskGroup | None = None
+        self._reading: anyio.abc.TaskGroup | _LoopTasks | None = None
         self._tripped = False
         self._read_on_cut: Callable[[], Awaitable[None]] | None = None
         self._read_budget = False
@@ -253,7 +253,9 @@ class Round:
         spawns no task of its own: ``until`` and a budget's grace are event-loop timers
         (tasks only on a clock with its own timers, or off asyncio), and a stop, a graceful
         stop or a budget reached are told by their listeners; only what cuts the read
-        starts a task, which runs ``on_cut`` while the read still waits.
+        starts a task, which runs ``on_cut`` while the read still waits. So on asyncio, with
+        no journal to mirror, the read's group is :class:`_LoopTasks`, which costs nothing
+        when nothing cuts it.
         """
         self._read_on_cut = self._on_cut if cut else None
         self._read_budget = self._read_on_cut is not None and self._budget_cut
@@ -261,7 +263,12 @@ class Round:
         self._read_wrap = self._budget_cut and self._state.admission.gated
         message: Any = None
         failure: Exception | None = None
-        async with anyio.create_task_group() as tg:
+        group = (
+            anyio.create_task_group()
+            if self._loop is None or self._state.watches_journals
+            else _LoopTasks(self._loop)
+        )
+        async with group as tg:
             self._reading, self._tripped, self._spawned = tg, False, False
             try:
                 self._arm_until(until)
@@ -350,7 +357,7 @@ class Round:
         self._tripped = True
         self._spawn(self._cut_read, tg)
 
-    async def _cut_read(self, tg: anyio.abc.TaskGroup) -> None:
+    async def _cut_read(self, tg: anyio.abc.TaskGroup | _LoopTasks) -> None:
         """End the pending read: once ``until`` came with nothing to cut, cancel it; else
         mark the round cut and run ``on_cut`` (shielded), whose end of the CLI ends the read;
         a read still waiting :data:`_CUT_READ_GRACE_S` later is cancelled."""
@@ -413,6 +420,43 @@ class Round:
             retry_after=self._retry_after if transient else None,
             cli_state=self._cli_state,
         )
+
+
+class _LoopTasks:
+    """The part of a task group a read uses, on asyncio's own tasks: anyio's group takes an
+    event-loop round at its end even when it started nothing, once per message read; this
+    one takes none then. Each task runs in a cancel scope of its own, cancelled at the
+    group's end (as a group's children are, once the read cancels its group) and awaited
+    there, shielded."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.cancel_scope = anyio.CancelScope()
+        self._tasks: list[tuple[anyio.CancelScope, asyncio.Task[None]]] = []
+
+    async def __aenter__(self) -> _LoopTasks:
+        self.cancel_scope.__enter__()
+        return self
+
+    def start_soon(self, task: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+        scope = anyio.CancelScope()
+
+        async def scoped() -> None:
+            with scope:
+                await task(*args)
+
+        self._tasks.append((scope, self._loop.create_task(scoped())))
+
+    async def __aexit__(self, *exc: Any) -> bool:
+        try:
+            if self._tasks:  # nothing started: nothing to wait for, no event-loop round
+                with anyio.CancelScope(shield=True):
+                    for scope, started in self._tasks:
+                        scope.cancel()
+                        await started
+        finally:
+            absorbed = self.cancel_scope.__exit__(*exc)
+        return bool(absorbed)
 
 
 def settled(
