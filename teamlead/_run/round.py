@@ -443,7 +443,11 @@ class _LoopTasks:
 
         async def scoped() -> None:
             with scope:
-                await task(*args)
+                try:
+                    await task(*args)
+                except Exception:  # as in a task group, its failure ends the read
+                    self.cancel_scope.cancel()
+                    raise
 
         self._tasks.append((scope, self._loop.create_task(scoped())))
 
