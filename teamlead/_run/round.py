@@ -253,9 +253,8 @@ class Round:
         spawns no task of its own: ``until`` and a budget's grace are event-loop timers
         (tasks only on a clock with its own timers, or off asyncio), and a stop, a graceful
         stop or a budget reached are told by their listeners; only what cuts the read
-        starts a task, which runs ``on_cut`` while the read still waits. So on asyncio, with
-        no journal to mirror, the read's group is :class:`_LoopTasks`, which costs nothing
-        when nothing cuts it.
+        starts a task, which runs ``on_cut`` while the read still waits (on asyncio, with no
+        journal to mirror, in a :class:`_LoopTasks`: free when nothing cuts the read).
         """
         self._read_on_cut = self._on_cut if cut else None
         self._read_budget = self._read_on_cut is not None and self._budget_cut
@@ -266,7 +265,7 @@ class Round:
         group = (
             anyio.create_task_group()
             if self._loop is None or self._state.watches_journals
-            else _LoopTasks(self._loop)
+            else _LoopTasks()
         )
         async with group as tg:
             self._reading, self._tripped, self._spawned = tg, False, False
@@ -429,8 +428,7 @@ class _LoopTasks:
     group's end (as a group's children are, once the read cancels its group) and awaited
     there, shielded."""
 
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
+    def __init__(self) -> None:
         self.cancel_scope = anyio.CancelScope()
         self._tasks: list[tuple[anyio.CancelScope, asyncio.Task[None]]] = []
 
@@ -449,7 +447,7 @@ class _LoopTasks:
                     self.cancel_scope.cancel()
                     raise
 
-        self._tasks.append((scope, self._loop.create_task(scoped())))
+        self._tasks.append((scope, asyncio.create_task(scoped())))
 
     async def __aexit__(self, *exc: Any) -> bool:
         try:
