@@ -15,7 +15,7 @@ import json
 from collections.abc import Mapping
 from typing import IO, Any
 
-from ._redact import json_line_safe, ndjson_line, redact
+from ._redact import json_line_safe, ndjson_line, redact, secret_scrubber
 from .events import (
     EVENT_VERSION,
     AgentUsage,
@@ -113,13 +113,15 @@ def event_record(event: TrackedEvent) -> dict[str, Any]:
     """A tracker event as a versioned JSON-ready dict: its fields one level deep (a frozen
     event's values are written, never changed), strings redacted, sequences as lists."""
     data: dict[str, Any] = {"type": _SNAKE[type(event)], "version": EVENT_VERSION}
+    scrub = secret_scrubber()  # the secrets looked up once for the record's strings
     for name in _FIELDS[type(event)]:
         value = getattr(event, name)
         if isinstance(value, str):
-            value = redact(value)
+            data[name] = scrub(value)
         elif isinstance(value, (tuple, list)):
-            value = [redact(v) if isinstance(v, str) else _plain(v) for v in value]
-        data[name] = _plain(value)
+            data[name] = [scrub(v) if isinstance(v, str) else _plain(v) for v in value]
+        else:
+            data[name] = _plain(value)
     return data
 
 

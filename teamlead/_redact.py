@@ -20,8 +20,11 @@ _MIN_SECRET_LEN = 8
 REDACTED = "[redacted]"
 
 
-def _secrets_in(items: Iterable[tuple[str, str]]) -> set[str]:
-    return {v for n, v in items if _SECRET_NAME.search(n) and len(v) >= _MIN_SECRET_LEN}
+def _secrets_in(items: Iterable[tuple[str, str]]) -> list[str]:
+    """The secret-looking values of ``items``, longest first: a secret that contains another
+    one is replaced whole."""
+    found = {v for n, v in items if _SECRET_NAME.search(n) and len(v) >= _MIN_SECRET_LEN}
+    return sorted(found, key=len, reverse=True)
 
 
 class _EnvironSecrets:
@@ -31,9 +34,9 @@ class _EnvironSecrets:
 
     def __init__(self) -> None:
         self._seen: dict[Any, Any] | None = None
-        self._values: set[str] = set()
+        self._values: list[str] = []
 
-    def values(self) -> set[str]:
+    def values(self) -> list[str]:
         data = getattr(os.environ, "_data", None)  # CPython's own copy, compared in C
         if not isinstance(data, dict):
             return _secrets_in(os.environ.items())
@@ -47,11 +50,10 @@ _ENVIRON_SECRETS = _EnvironSecrets()
 
 
 def _secret_values(env: Mapping[str, str] | None = None) -> list[str]:
-    values = _ENVIRON_SECRETS.values()
+    values = _ENVIRON_SECRETS.values()  # sorted once per change of the environment
     if env:
-        values = values | _secrets_in(env.items())
-    # Longest first, so a secret that contains another one is replaced whole.
-    return sorted(values, key=len, reverse=True)
+        return sorted({*values, *_secrets_in(env.items())}, key=len, reverse=True)
+    return values
 
 
 def redact(text: str, env: Mapping[str, str] | None = None) -> str:

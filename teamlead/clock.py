@@ -120,6 +120,10 @@ async def wait_event(
     if seconds is None or event.is_set():
         await event.wait()  # a checkpoint even when already set
         return True
+    if type(clock) is SystemClock:  # its sleep is the event loop's timer: a scope's, no task
+        with anyio.move_on_after(seconds):
+            await event.wait()
+        return event.is_set()
     async with anyio.create_task_group() as tg:
 
         async def _timer() -> None:

@@ -213,6 +213,26 @@ async def test_the_deadline_on_the_system_clock_cuts_a_waiting_read_through_the_
     assert not this_round._state.stream.cli_gone  # cut: the end looks for its CLI
 
 
+async def test_a_cut_whose_wrap_up_fails_ends_the_waiting_read_at_once() -> None:
+    log: list[str] = []
+    hung = anyio.Event()
+
+    async def on_cut() -> None:
+        log.append("cut")
+        raise OSError("the wrap-up could not end the CLI")
+
+    policy = Policy(deadline_s=0.05, relay=False)
+    this_round = make_round(watched(log, hung), SYSTEM_CLOCK, on_cut=on_cut, policy=policy)
+    with anyio.move_on_after(10) as guard:  # a read left waiting on its hung stream is the bug
+        seen = [m async for m in this_round]
+
+    assert not guard.cancel_called  # (its failure may end the read once the guard cancels it)
+    assert [m["subtype"] for m in seen] == ["init"]
+    assert log == ["cut", "stream closed"]
+    outcome = this_round.outcome
+    assert (outcome.error_kind, outcome.error) == ("deadline", "deadline of 0.05 s reached")
+
+
 async def test_a_stream_that_ran_to_its_end_and_closed_marks_its_cli_gone() -> None:
     this_round = make_round(stream(result("Answer")), FakeClock())
     _ = [m async for m in this_round]

@@ -117,8 +117,9 @@ class UsageScan:
         if _WANTED[0] not in lines and _WANTED[1] not in lines:
             return []  # most chunks: text deltas, scanned in C and let go
         found = []
-        for line in lines.split(b"\n"):
-            if line.startswith(b"data:") and len(line) <= MOST_EVENT_BYTES:
+        for line in lines.split(b"\n"):  # only the lines that can hold one are parsed
+            wanted = _WANTED[0] in line or _WANTED[1] in line
+            if wanted and line.startswith(b"data:") and len(line) <= MOST_EVENT_BYTES:
                 usage = self._event(line[5:])
                 if usage is not None:
                     found.append(usage)

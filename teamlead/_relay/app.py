@@ -428,7 +428,7 @@ class RelayApp:
         if held is not None:
             send = held
 
-        async def exchange_opened() -> Exchange:
+        async def exchange_opened(on_hold: Callable[[], None] | None = None) -> Exchange:
             return await open_upstream(
                 self.session,
                 request,
@@ -440,7 +440,7 @@ class RelayApp:
                 deadline=deadline,
                 rng=self.rng,
                 hold_s=hold_s,
-                on_hold=held.hold if held is not None else None,
+                on_hold=on_hold,
                 warn=warn,
             )
 
@@ -527,15 +527,26 @@ class RelayApp:
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def _kept_alive(held: HeldSend, opened: Callable[[], Awaitable[Exchange]]) -> Exchange:
-    """``opened()`` with ``held``'s keep-alive beside it (pings once the request is held);
-    its failure is raised as it is, not in a group."""
+async def _kept_alive(
+    held: HeldSend, opened: Callable[[Callable[[], None]], Awaitable[Exchange]]
+) -> Exchange:
+    """``opened(hold)`` with ``held``'s keep-alive beside it once ``hold()`` is called (the
+    pings of a held request; no task for one never held); its failure is raised as it is,
+    not in a group."""
     result: list[Exchange] = []
     failure: list[Exception] = []
+    started = False
     async with anyio.create_task_group() as tg:
-        tg.start_soon(held.keep_alive)
+
+        def hold() -> None:
+            nonlocal started
+            if not started:
+                started = True
+                tg.start_soon(held.keep_alive)
+            held.hold()
+
         try:
-            result.append(await opened())
+            result.append(await opened(hold))
         except Exception as exc:  # noqa: BLE001 - raised below, outside the task group
             failure.append(exc)
         finally:

@@ -67,7 +67,7 @@ class HeldSend:
     def __init__(self, send: Send, every_s: float) -> None:
         self._send = send
         self._every = every_s
-        self._lock = anyio.Lock()
+        self._lock = anyio.Lock(fast_acquire=True)  # no event-loop round per write when free
         self._hold = anyio.Event()
         self._done = anyio.Event()
         self.head_sent = False  # the pings' head went out: later heads are folded in

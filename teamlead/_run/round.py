@@ -115,7 +115,7 @@ class Round:
         self._outcome: RoundOutcome | None = None
         # the pending read, what may cut it, and its timers (see :meth:`_read`)
         self._loop: asyncio.AbstractEventLoop | None = None  # set once iterated
-        self._reading: anyio.abc.TaskGroup | None = None
+        self._reading: anyio.abc.TaskGroup | _LoopTasks | None = None
         self._tripped = False
         self._read_on_cut: Callable[[], Awaitable[bool]] | None = None
         self._read_budget = False
@@ -255,7 +255,8 @@ class Round:
         spawns no task of its own: ``until`` and a budget's grace are event-loop timers
         (tasks only on a clock with its own timers, or off asyncio), and a stop, a graceful
         stop or a budget reached are told by their listeners; only what cuts the read
-        starts a task, which runs ``on_cut`` while the read still waits.
+        starts a task, which runs ``on_cut`` while the read still waits (on asyncio, with no
+        journal to mirror, in a :class:`_LoopTasks`: free when nothing cuts the read).
         """
         self._read_on_cut = self._on_cut if cut else None
         self._read_budget = self._read_on_cut is not None and self._budget_cut
@@ -263,7 +264,12 @@ class Round:
         self._read_wrap = self._budget_cut and self._state.admission.gated
         message: Any = None
         failure: Exception | None = None
-        async with anyio.create_task_group() as tg:
+        group = (
+            anyio.create_task_group()
+            if self._loop is None or self._state.watches_journals
+            else _LoopTasks()
+        )
+        async with group as tg:
             self._reading, self._tripped, self._spawned = tg, False, False
             try:
                 self._arm_until(until)
@@ -352,7 +358,7 @@ class Round:
         self._tripped = True
         self._spawn(self._cut_read, tg)
 
-    async def _cut_read(self, tg: anyio.abc.TaskGroup) -> None:
+    async def _cut_read(self, tg: anyio.abc.TaskGroup | _LoopTasks) -> None:
         """End the pending read: once ``until`` came with nothing to cut, cancel it; else
         mark the round cut and run ``on_cut`` (shielded), then cancel the read, unless
         ``on_cut`` ended the stream's process: its end then ends the read (which cancels
@@ -417,6 +423,46 @@ class Round:
             retry_after=self._retry_after if transient else None,
             cli_state=self._cli_state,
         )
+
+
+class _LoopTasks:
+    """The part of a task group a read uses, on asyncio's own tasks: anyio's group takes an
+    event-loop round at its end even when it started nothing, once per message read; this
+    one takes none then. Each task runs in a cancel scope of its own, cancelled at the
+    group's end (as a group's children are, once the read cancels its group) and awaited
+    there, shielded."""
+
+    def __init__(self) -> None:
+        self.cancel_scope = anyio.CancelScope()
+        self._tasks: list[tuple[anyio.CancelScope, asyncio.Task[None]]] = []
+
+    async def __aenter__(self) -> _LoopTasks:
+        self.cancel_scope.__enter__()
+        return self
+
+    def start_soon(self, task: Callable[..., Coroutine[Any, Any, None]], *args: Any) -> None:
+        scope = anyio.CancelScope()
+
+        async def scoped() -> None:
+            with scope:
+                try:
+                    await task(*args)
+                except Exception:  # as in a task group, its failure ends the read
+                    self.cancel_scope.cancel()
+                    raise
+
+        self._tasks.append((scope, asyncio.create_task(scoped())))
+
+    async def __aexit__(self, *exc: Any) -> bool:
+        try:
+            if self._tasks:  # nothing started: nothing to wait for, no event-loop round
+                with anyio.CancelScope(shield=True):
+                    for scope, started in self._tasks:
+                        scope.cancel()
+                        await started
+        finally:
+            absorbed = self.cancel_scope.__exit__(*exc)
+        return bool(absorbed)
 
 
 def settled(
