@@ -138,7 +138,7 @@ class Collection:
                 yield event
         exited = not self._process_alive
         lost = {run.task_id: agents for run, agents in tracker.lost_workflow_agents(exited=exited)}
-        if not self._process_alive:
+        if exited:
             self._ended_unannounced(tracker)
         judge_ends(self._state)
         for task in tracker.tasks.values():
