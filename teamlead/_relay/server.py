@@ -364,8 +364,10 @@ class _RunningRelay:
         self._task = task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
         try:
             with anyio.move_on_after(_START_TIMEOUT_S):
+                delay = 0.0  # uvicorn starts in a loop turn or two: look at once, then back off
                 while not server.started and not task.done():  # noqa: ASYNC110 - uvicorn has a flag only
-                    await SYSTEM_CLOCK.sleep(0.005)
+                    await SYSTEM_CLOCK.sleep(delay)
+                    delay = min(max(delay * 2, 0.0002), 0.005)
             if not server.started:
                 raise RelayError("the relay did not start within 10 s")
         except BaseException:

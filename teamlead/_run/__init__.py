@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from .relayed import RelayHookup as RelayHookup
     from .relayed import relay_for as relay_for
     from .result import stopped_before_start as stopped_before_start
+    from .round import answered_alone as answered_alone
     from .round import settled as settled
     from .state import RunState as RunState
     from .state import new_run as new_run

@@ -49,7 +49,7 @@ from .outcome import ErrorKind, RoundOutcome
 from .state import RunState
 from .workflow_permission import workflow_denials
 
-__all__ = ["JOURNAL_POLL_S", "Round", "settled"]
+__all__ = ["JOURNAL_POLL_S", "Round", "answered_alone", "settled"]
 
 #: How often a waiting read mirrors the open workflows' journals into the session store.
 JOURNAL_POLL_S = 0.25
@@ -488,6 +488,22 @@ def settled(
         return session_state(events) == "idle"
     last = events[-1] if events else None
     return isinstance(last, ResultSeen) and not last.placeholder
+
+
+def answered_alone(tracker: Tracker, start: int) -> bool:
+    """Whether the lead answered the run's first turn by itself: a successful result with
+    text since result ``start``, and no agent, task or workflow ever started or refused.
+    Nothing is outstanding then and nothing can be delivered later, so that result is the
+    run's answer and its reader may have it before the CLI has even exited."""
+    delegated = tracker.tasks or tracker.agent_calls or tracker.invalid_calls
+    last = tracker.results[-1] if len(tracker.results) > start else None
+    return (
+        not delegated
+        and tracker.first_delegation_at is None
+        and last is not None
+        and last.ok
+        and bool((last.text or "").strip())
+    )
 
 
 def session_state(events: list[TrackedEvent]) -> str | None:

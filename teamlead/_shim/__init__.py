@@ -40,7 +40,15 @@ from .._cli import find_cli, run_options, settings_from_options
 from ..errors import SetupError, UsageError
 from ..policy import Policy
 
-__all__ = ["CLAUDE_PATH_VAR", "ShimSetup", "main", "read_setup"]
+__all__ = [
+    "CLAUDE_PATH_VAR",
+    "ShimSetup",
+    "finish",
+    "is_stream_session",
+    "main",
+    "read_setup",
+    "session",
+]
 
 #: Names the Claude Code CLI ``teamlead-claude`` runs (default: the bundled one).
 CLAUDE_PATH_VAR = "TEAMLEAD_CLAUDE_PATH"
@@ -49,9 +57,11 @@ _NOT_POLICY = ("json_", "quiet", "verbose", "no_history")
 
 _EXIT_FAILED = 1
 _EXIT_USAGE = 2
+# each set of TEAMLEAD_* variables parsed once: their policy and whether to keep history
+_PARSED: dict[frozenset[tuple[str, str]], tuple[Policy, bool]] = {}
 
 
-def _is_stream_session(argv: list[str]) -> bool:
+def is_stream_session(argv: list[str]) -> bool:
     """Whether ``argv`` asks for a stream-json session (the SDKs' way to run the CLI)."""
     pairs = zip(argv, argv[1:], strict=False)
     spaced = any(pair == ("--input-format", "stream-json") for pair in pairs)
@@ -86,6 +96,16 @@ def read_setup(environ: Mapping[str, str]) -> ShimSetup:
         UsageError: a ``TEAMLEAD_*`` variable holds a value its option refuses.
         SetupError: ``TEAMLEAD_CLAUDE_PATH`` names no executable file, or there is no CLI.
     """
+    variables = frozenset((k, v) for k, v in os.environ.items() if k.startswith("TEAMLEAD_"))
+    if variables not in _PARSED:  # a warm process has parsed its own already (.warm)
+        _PARSED[variables] = _policy()
+    policy, history = _PARSED[variables]
+    cli = _cli_path(environ.get(CLAUDE_PATH_VAR, "").strip())
+    return ShimSetup(cli=cli, policy=policy, history=history)
+
+
+def _policy() -> tuple[Policy, bool]:
+    """The policy the ``TEAMLEAD_*`` variables describe, and whether to keep history."""
     try:
         params = _run_variables.make_context(
             "teamlead-claude", [], default_map=None, resilient_parsing=False
@@ -97,9 +117,7 @@ def read_setup(environ: Mapping[str, str]) -> ShimSetup:
     except click.ClickException as exc:
         raise UsageError(exc.format_message()) from None
     kept = {k: v for k, v in params.items() if k not in _NOT_POLICY}
-    policy = settings_from_options("delegation", **kept).policy
-    cli = _cli_path(environ.get(CLAUDE_PATH_VAR, "").strip())
-    return ShimSetup(cli=cli, policy=policy, history=not params["no_history"])
+    return settings_from_options("delegation", **kept).policy, not params["no_history"]
 
 
 def _cli_path(named: str) -> str:
@@ -114,34 +132,40 @@ def _cli_path(named: str) -> str:
 
 def main() -> None:
     """Run ``teamlead-claude`` with this process's argv, stdin and stdout; exits."""
+    code = session(sys.argv[1:])
+    finish()
+    os._exit(code)
+
+
+def session(argv: list[str]) -> int:
+    """Run one ``teamlead-claude`` command (``argv`` without the program name) on this
+    process's environment and standard streams; returns its exit code. A command line that
+    is not a stream-json session becomes the real CLI (``exec``)."""
     import anyio
 
-    argv = sys.argv[1:]
     try:
         setup = read_setup(os.environ)
     except UsageError as exc:
         print(f"teamlead-claude: {exc}", file=sys.stderr)
-        sys.exit(_EXIT_USAGE)
+        return _EXIT_USAGE
     except SetupError as exc:
         print(f"teamlead-claude: {exc}", file=sys.stderr)
-        sys.exit(_EXIT_FAILED)
-    if not _is_stream_session(argv):
+        return _EXIT_FAILED
+    if not is_stream_session(argv):
         os.execv(setup.cli, [setup.cli, *argv])
     from .._run import default_process_state
     from .bridge import serve
 
     default_process_state().keep_history(setup.history)
-    code = anyio.run(serve, setup.cli, argv, setup.policy, dict(os.environ), str(Path.cwd()))
-    _exit_now(code)
+    return anyio.run(serve, setup.cli, argv, setup.policy, dict(os.environ), str(Path.cwd()))
 
 
-def _exit_now(code: int) -> None:
-    """End the process with ``code`` once the session is over, skipping the interpreter's
-    teardown of its modules: the SDK's module graph takes a second or more to tear down,
-    and the app waits for the CLI's exit. Every child has been reaped by then; the exit
-    handlers (telemetry's flush) run and the streams are flushed first."""
+def finish() -> None:
+    """Make ready to end the process once the session is over, without the interpreter's
+    teardown of its modules (``os._exit``): the SDK's module graph takes a second or more
+    to tear down, and the app waits for the CLI's exit. Every child has been reaped by
+    then; the exit handlers (telemetry's flush) run and the streams are flushed here."""
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    os._exit(code)

@@ -15,7 +15,9 @@ own machinery; the bridge only carries lines:
 - CLI -> app: every line is passed on at once (partial messages included), except each
   ``result`` and session-state frame: those are held, and only the run's last result
   (and the CLI's last state) reach the app when the run has finished, so the app reads
-  exactly one ``result``, the one that used every result.
+  exactly one ``result``, the one that used every result. A first turn the lead answered
+  by itself (:func:`teamlead._run.answered_alone`) is the run's answer already: its result
+  reaches the app as the CLI writes it, without waiting for the CLI's exit.
 
 A CLI is kept running while its work goes on (its input open, so it can ask the app's
 callbacks), and its input is closed once it is idle with no task running
@@ -45,7 +47,13 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from claude_agent_sdk import ClaudeAgentOptions
 
 from .._private import json_object
-from .._run import MAX_MESSAGE_BYTES, RunStream, default_process_state, settled
+from .._run import (
+    MAX_MESSAGE_BYTES,
+    RunStream,
+    answered_alone,
+    default_process_state,
+    settled,
+)
 from ..coordinator import run_stream
 from ..events import Finished
 from ..policy import Policy
@@ -102,6 +110,7 @@ class _Round:
     """The CLI process of one round, and what the bridge owns of its control protocol."""
 
     child: Child
+    first: bool = False  # the run's first round (the app's own turn)
     hooks: dict[str, _OwnHook] = field(default_factory=dict)
     own_requests: set[str] = field(default_factory=set)
     user_messages: int = 0
@@ -239,7 +248,7 @@ class Bridge:
         except OSError as exc:  # the round fails; the SDK is told why on stderr
             on_stderr(f"teamlead-claude: cannot start the Claude Code CLI {argv[0]!r}: {exc}\n")
             raise
-        this = _Round(child, hooks=self._own_hooks(options))
+        this = _Round(child, first=prompt is None, hooks=self._own_hooks(options))
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](float("inf"))
         assert self._tg is not None
         self._round = this
@@ -278,6 +287,9 @@ class Bridge:
                 if run is None or run.tracker is None:
                     continue
                 events = run.events_of(message)
+                if this.first and self._held.result and answered_alone(run.tracker, start):
+                    self._write(self._held.result)  # the run's answer: nothing can follow it
+                    self._held.result = None
                 reports_state = reports_state or _session_state_frame(message)
                 if settled(run.tracker, start, events, reports_state=reports_state):
                     await this.child.end_input()

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import psutil
 import pytest
 from claude_agent_sdk import (
     ClaudeAgentOptions,
@@ -42,7 +43,7 @@ from teamlead.testing.scripts import FanOut, bash, findings_in
 
 from ..isolated import run_to_the_end
 from ..polling import poll
-from .conftest import TEAMLEAD, OfflineFactory, cli_processes
+from .conftest import TEAMLEAD, OfflineFactory, cli_processes, warm_processes
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
@@ -325,12 +326,13 @@ def test_an_interrupt_ends_the_turn_as_on_the_bare_cli(offline: OfflineFactory) 
     assert _all_ended(claude.state_dir)
 
 
+@pytest.mark.parametrize("warm", ["300", "0"], ids=["warm", "cold"])
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_stops_the_command_and_its_cli(
-    offline: OfflineFactory, stop: signal.Signals
+    offline: OfflineFactory, stop: signal.Signals, warm: str
 ) -> None:
     server, claude = offline(FanOut.of(3, delays=[30, 30, 30]))
-    env = {**os.environ, **claude.env}
+    env = {**os.environ, **claude.env, "TEAMLEAD_CLAUDE_WARM": warm}
     shim = subprocess.Popen(
         [str(SHIM), "--output-format", "stream-json", "--verbose", "--input-format", "stream-json"],
         env=env,
@@ -350,8 +352,14 @@ def test_a_stop_signal_stops_the_command_and_its_cli(
             if seen[-1].get("subtype") == "task_started":
                 break
         listed = run_to_the_end([*TEAMLEAD, "ps", "--json"], timeout=60, env=env)
-        runs = [(r["pid"], r["status"]) for r in json.loads(listed.stdout)]
-        assert runs == [(shim.pid, "running")]  # the app's turn is a run teamlead ps lists
+        # the app's turn is a run teamlead ps lists: the command's own, or the one of the
+        # warm process's worker that took the command's session
+        ((pid, status),) = [(r["pid"], r["status"]) for r in json.loads(listed.stdout)]
+        assert status == "running"
+        if warm == "0":
+            assert pid == shim.pid
+        else:
+            assert psutil.Process(pid).ppid() in {p.pid for p in warm_processes()}
         shim.send_signal(stop)
         rest, _ = shim.communicate(timeout=30)
     finally:

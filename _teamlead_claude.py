@@ -1,0 +1,222 @@
+"""The ``teamlead-claude`` command: a launcher that hands the session to a warm teamlead.
+
+An SDK app starts ``teamlead-claude`` for every query, and loading teamlead with the Agent
+SDK and the relay costs a second of CPU, more than the whole of a short query on the bare
+CLI. So this module (outside the ``teamlead`` package, whose import would load it) uses only
+the interpreter's built-in modules: for a stream-json session it asks a warm teamlead
+process (``teamlead._shim.warm``) to run the session on this process's standard streams,
+starting that process first if none serves this user, interpreter and code; it passes on
+the stop signals it gets and exits with the session's exit code. Anything else (another
+command line, ``TEAMLEAD_CLAUDE_WARM=0``, a platform without abstract Unix sockets, a warm
+process that cannot be reached or started) runs in this process, cold, as
+``teamlead._shim.main``: the same session either way.
+
+``TEAMLEAD_CLAUDE_WARM``: the seconds a warm process waits for the next session before it
+ends (default 300; 0 turns the warm process off).
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+try:
+    from _socket import AF_UNIX, SCM_RIGHTS, SOCK_STREAM, SOL_SOCKET
+    from _socket import socket as Socket
+except ImportError:  # no Unix sockets (Windows): always cold
+    pass
+
+WARM_VAR = "TEAMLEAD_CLAUDE_WARM"
+_IDLE_S = 300.0
+_START_S = 3.0  # a started warm process listens in this
+_READY_S = 60.0  # ... and has loaded teamlead in this
+
+
+def main() -> None:
+    """Run ``teamlead-claude``: warm when it can, else here."""
+    argv = sys.argv[1:]
+    idle = _idle_s(os.environ.get(WARM_VAR, ""))
+    if idle is None:
+        sys.stderr.write(
+            f"teamlead-claude: {WARM_VAR}: {os.environ[WARM_VAR]!r} is not a number of "
+            "seconds (0 turns the warm process off)\n"
+        )
+        sys.stderr.flush()
+        os._exit(2)
+    if idle and sys.platform == "linux" and _is_stream_session(argv):
+        code = _warm(argv, idle)
+        if code is not None:
+            os._exit(code)
+    from teamlead._shim import main as cold
+
+    cold()
+
+
+def _idle_s(value: str) -> float | None:
+    """The warm process's idle time ``TEAMLEAD_CLAUDE_WARM`` asks for (0: off); ``None``
+    for a value that is not a number of seconds."""
+    try:
+        idle = float(value) if value.strip() else _IDLE_S
+    except ValueError:
+        return None
+    return idle if 0 <= idle < float("inf") else None
+
+
+def _is_stream_session(argv: list[str]) -> bool:
+    if "--input-format=stream-json" in argv:
+        return True
+    pairs = zip(argv, argv[1:])  # noqa: B905 (one shorter, on purpose)
+    return ("--input-format", "stream-json") in pairs
+
+
+def _warm(argv: list[str], idle: float) -> int | None:
+    """The session's exit code, run by a warm process; ``None`` if none could take it
+    (nothing of the session was read then)."""
+    name = _name(idle)
+    conn = _connect(name, 0.0)
+    if conn is None:
+        _start(name, idle)
+        conn = _connect(name, _START_S)
+        if conn is None:
+            return None
+    try:
+        conn.settimeout(_READY_S)
+        _send(conn, argv)
+        if not _line(conn).startswith(b"pid "):
+            return None
+        conn.sendall(b"g")
+        conn.settimeout(None)
+    except OSError:
+        return None
+    return _wait(conn)
+
+
+def _wait(conn: Socket) -> int:
+    """Pass the stop signals on until the session's ``exit N``."""
+    import _signal  # type: ignore[import-not-found]
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            conn.send(bytes([signum]))
+        except OSError:
+            pass
+
+    for signum in (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP):
+        _signal.signal(signum, forward)
+    try:
+        last = _line(conn)
+    except OSError:
+        last = b""
+    if last.startswith(b"exit "):
+        return int(last[5:])
+    sys.stderr.write("teamlead-claude: the warm teamlead process running it ended early\n")
+    return 1
+
+
+def _line(conn: Socket) -> bytes:
+    """One ``\\n``-ended line from ``conn`` (what came before its end, at its end)."""
+    got = b""
+    while not got.endswith(b"\n"):
+        more = conn.recv(1)
+        if not more:
+            break
+        got += more
+    return got.strip()
+
+
+def _connect(name: str, within: float) -> Socket | None:
+    """A connection to the warm process ``name``, tried for ``within`` seconds."""
+    import time
+
+    give_up = time.monotonic() + within
+    while True:
+        conn = Socket(AF_UNIX, SOCK_STREAM)
+        try:
+            conn.connect("\0" + name)
+            return conn
+        except OSError:
+            conn.close()
+        if time.monotonic() >= give_up:
+            return None
+        time.sleep(0.01)
+
+
+def _send(conn: Socket, argv: list[str]) -> None:
+    """The request: this process's directory, umask, argv and environment, and its three
+    standard streams."""
+    umask = os.umask(0o022)
+    os.umask(umask)
+    env = [k + b"=" + v for k, v in os.environb.items()]
+    fields = [b"tlc1", os.fsencode(os.getcwd()), b"%o" % umask, b"%d" % len(argv)]
+    payload = b"\0".join([*fields, *map(os.fsencode, argv), *env])
+    data = len(payload).to_bytes(4, "big") + payload
+    fds = b"".join(fd.to_bytes(4, sys.byteorder, signed=True) for fd in (0, 1, 2))
+    sent = conn.sendmsg([data], [(SOL_SOCKET, SCM_RIGHTS, fds)])
+    conn.sendall(data[sent:])
+
+
+def _start(name: str, idle: float) -> None:
+    """Start the warm process, detached (its own session, no terminal, no streams of ours)."""
+    # -c, not -m, and the working directory left off the module path at once: a module in
+    # the app's directory is never loaded in its place
+    code = (
+        "import sys; sys.path[:] = filter(None, sys.path); "
+        "from teamlead._shim import warm; warm.main()"
+    )
+    command = [sys.executable, "-c", code, name, repr(idle)]
+    null = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDWR, 0)]
+    dup = [(os.POSIX_SPAWN_DUP2, 0, 1), (os.POSIX_SPAWN_DUP2, 0, 2)]
+    # its environment is only what shapes what it loads: each session brings its own
+    kept = ("PATH", "PYTHON", "LC_", "LANG")
+    env = {k: v for k, v in os.environ.items() if k.startswith(kept)}
+    try:
+        os.posix_spawn(sys.executable, command, env, file_actions=null + dup, setsid=True)
+    except OSError:
+        pass
+
+
+def _name(idle: float) -> str:
+    """The warm process's socket name: whose it is, what it loaded (the interpreter, its
+    module path, the installed packages and teamlead's code, the variables that shape
+    them) and its idle time."""
+    try:
+        from _sha2 import sha256  # type: ignore[import-not-found]
+    except ImportError:
+        try:
+            from _sha256 import sha256  # type: ignore[import-not-found]
+        except ImportError:
+            from hashlib import sha256
+    digest = sha256()
+    here = os.path.dirname(os.path.abspath(__file__))
+    try:
+        namespace = os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        namespace = ""
+    for part in (repr(idle), sys.executable, namespace, *sys.path):
+        digest.update(os.fsencode(part) + b"\0")
+    for key in sorted(k for k in os.environ if k.startswith(("PYTHON", "LC_", "LANG"))):
+        digest.update(os.fsencode(f"{key}={os.environ[key]}\0"))
+    for folder in sys.path:  # an install or removal changes its folder
+        try:
+            digest.update(b"%d\0" % os.stat(folder or ".").st_mtime_ns)
+        except OSError:
+            pass
+    stack = [os.path.join(here, "teamlead")]
+    while stack:  # teamlead's own code, for a checkout installed in place
+        try:
+            entries = sorted(os.scandir(stack.pop()), key=lambda entry: entry.name)
+        except OSError:
+            continue
+        for entry in entries:
+            if entry.is_dir(follow_symlinks=False) and entry.name != "__pycache__":
+                stack.append(entry.path)
+            elif entry.name.endswith(".py"):
+                stat = entry.stat()
+                digest.update(
+                    b"%s %d %d\0" % (os.fsencode(entry.path), stat.st_mtime_ns, stat.st_size)
+                )
+    return f"teamlead-claude/{os.getuid()}/{digest.hexdigest()[:32]}"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,288 @@
+"""The warm ``teamlead-claude``: a process with teamlead loaded that serves the next sessions.
+
+Loading teamlead, the Agent SDK and the relay takes a second of CPU; the bare CLI answers a
+short query in under half of one. So the ``teamlead-claude`` an app starts is a launcher
+that loads nothing of them (``_teamlead_claude``, outside this package): for a stream-json
+session it asks a warm process (:func:`serve_warm`) over a Unix socket to run it, and only
+runs it itself when no warm process can.
+
+The warm process is started by the first launcher that finds none, runs detached, and ends
+after ``idle_s`` seconds without a session. Its socket (in Linux's abstract namespace) is
+named after what it loaded: the user, the interpreter and its module path, the code of
+teamlead and of the installed packages, and the mount namespace; it serves only its own
+user's processes (the peer's credentials are checked). For each session it forks a worker,
+which takes the launcher's standard streams, argv, environment (the whole of it), working
+directory and umask, and runs the session exactly as ``teamlead-claude`` run cold would
+(:func:`teamlead._shim.session`). The launcher passes on the stop signals it gets; if the
+launcher is gone, the worker stops as on ``SIGTERM``. The worker's exit code becomes the
+launcher's.
+
+The protocol, one connection a session: the launcher sends a length-prefixed request (its
+three standard streams attached) ``tlc1 NUL cwd NUL umask NUL argc NUL argv... NUL
+env...``; the worker answers ``pid N`` once it holds the streams, and touches them only
+after the launcher's ``g`` (a launcher that gave up meanwhile runs the session itself);
+then the launcher sends a byte per stop signal, and the worker's last line is ``exit N``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+
+__all__ = ["Request", "main", "serve_warm"]
+
+_REQUEST_S = 5.0  # a connected launcher sends its request and its go in this
+_MAX_REQUEST = 4 << 20
+_REAP_TICK_S = 1.0
+_MAGIC = b"tlc1"
+# what a session loads beyond the doors: modules the relay and the event loop import late
+_LATE_IMPORTS = (
+    "anyio",
+    "anyio._backends._asyncio",
+    "uvicorn.lifespan.off",
+    "uvicorn.protocols.http.httptools_impl",
+    "uvicorn.protocols.websockets.auto",
+    "netrc",
+    "sqlite3",
+)
+
+
+class Request:
+    """One launcher's session: what the worker runs, and the streams it runs on.
+
+    Attributes:
+        cwd: the launcher's working directory.
+        umask: its umask.
+        argv: its arguments (without the program name).
+        env: its whole environment.
+        fds: its standard input, output and error, received.
+    """
+
+    def __init__(self, payload: bytes, fds: Sequence[int]) -> None:
+        fields = payload.split(b"\0")
+        if len(fields) < 4 or fields[0] != _MAGIC or len(fds) != 3:
+            raise ValueError("not a teamlead-claude request")
+        argc = int(fields[3])
+        self.cwd = os.fsdecode(fields[1])
+        self.umask = int(fields[2], 8)
+        self.argv = [os.fsdecode(a) for a in fields[4 : 4 + argc]]
+        pairs = (item.partition(b"=") for item in fields[4 + argc :] if item)
+        self.env = {os.fsdecode(k): os.fsdecode(v) for k, _, v in pairs}
+        self.fds = list(fds)
+
+
+def serve_warm(name: str, idle_s: float) -> None:
+    """Listen on abstract socket ``name``, load teamlead, and serve sessions until ``idle_s``
+    seconds pass without one. Returns at once if another process serves ``name``.
+
+    A worker is forked before its session comes (it waits in ``accept``), so a session
+    never waits for a fork; once it has one, the next worker is forked.
+    """
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        listener.bind("\0" + name)
+    except OSError:  # another launcher started it first
+        return
+    listener.listen(64)
+    os.chdir("/")  # a warm process holds no directory of anyone's
+    try:
+        _load()
+        usable = threading.active_count() == 1  # a thread would not survive the forks
+    except Exception:  # a broken install: the launchers run cold and show why
+        usable = False
+    if not usable:  # keep the name, so the launchers do not start another, and refuse
+        _refuse(listener, idle_s)
+        return
+    while True:
+        taken, tell = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(taken)
+            _worker(listener, tell)
+        os.close(tell)
+        ready = _taken(taken, idle_s)
+        os.close(taken)
+        if not ready:  # idle: the waiting worker ends with the warm process
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return
+
+
+def _taken(taken: int, idle_s: float) -> bool:
+    """Whether the waiting worker took a session (``taken`` became readable) within
+    ``idle_s`` seconds; the workers that end meanwhile are collected every second."""
+    give_up = time.monotonic() + idle_s
+    while True:
+        left = give_up - time.monotonic()
+        ready = select.select([taken], [], [], max(0.0, min(_REAP_TICK_S, left)))[0]
+        _reap()
+        if ready or left <= _REAP_TICK_S:
+            return bool(ready)
+
+
+def _refuse(listener: socket.socket, idle_s: float) -> None:
+    """Close every connection (its launcher runs its session itself) until ``idle_s``
+    seconds pass without one."""
+    listener.settimeout(idle_s)
+    with contextlib.suppress(OSError):
+        while True:
+            listener.accept()[0].close()
+
+
+def _load() -> None:
+    """Load every module a session uses, so a worker starts with nothing left to import."""
+    import importlib
+    import pkgutil
+
+    import teamlead
+
+    for wing in pkgutil.iter_modules(teamlead.__path__, "teamlead."):
+        if wing.ispkg and not wing.name.endswith((".experiment", ".testing")):
+            importlib.import_module(wing.name)
+    done: set[str] = set()
+    while todo := sorted(m for m in sys.modules if m.startswith("teamlead") and m not in done):
+        for name in todo:  # every name a loaded door names (and the doors those load)
+            done.add(name)
+            module = sys.modules[name]
+            for attr in getattr(module, "__all__", ()):
+                getattr(module, attr, None)
+    from . import read_setup
+
+    with contextlib.suppress(Exception):  # the policy of this environment's variables
+        read_setup(os.environ)
+    for name in _LATE_IMPORTS:
+        with contextlib.suppress(ImportError):
+            module = importlib.import_module(name)
+            for attr in getattr(module, "__all__", ()):  # a lazy module's names
+                getattr(module, attr, None)
+
+
+def _same_user(conn: socket.socket) -> bool:
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    _pid, uid, _gid = struct.unpack("3i", creds)
+    return bool(uid == os.getuid())
+
+
+def _reap() -> None:
+    """Collect the workers that have ended."""
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:
+            pass
+
+
+def _worker(listener: socket.socket, tell: int) -> None:
+    """Wait for one launcher (``tell`` the warm process when it comes) and run its session
+    in this process; never returns. A worker whose warm process has ended ends too."""
+    code = 0
+    try:
+        conn = _accept(listener)
+        os.write(tell, b"1")
+        os.close(tell)
+        listener.close()
+        if not _same_user(conn):
+            os._exit(0)
+        conn.settimeout(_REQUEST_S)
+        request = _receive(conn)
+        conn.sendall(b"pid %d\n" % os.getpid())
+        if conn.recv(1) != b"g":  # the launcher gave up and runs it itself
+            os._exit(0)
+        conn.settimeout(None)
+    except (OSError, ValueError):
+        os._exit(0)
+    try:
+        code = _run(request, conn)
+    finally:
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):  # the app sees its streams end before the launcher's exit
+            os.dup2(null, fd)
+        with contextlib.suppress(OSError):
+            conn.sendall(b"exit %d\n" % code)
+        os._exit(code)
+
+
+def _accept(listener: socket.socket) -> socket.socket:
+    """The next launcher's connection; ends this process once its parent has ended."""
+    parent = os.getppid()
+    listener.settimeout(_REAP_TICK_S)
+    while True:
+        try:
+            return listener.accept()[0]
+        except TimeoutError:
+            if os.getppid() != parent:
+                os._exit(0)
+
+
+def _receive(conn: socket.socket) -> Request:
+    """The launcher's request, with its standard streams."""
+    size = struct.calcsize("3i")
+    data, ancillary, _flags, _addr = conn.recvmsg(1 << 16, socket.CMSG_SPACE(size))
+    fds: list[int] = []
+    for level, kind, body in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds += struct.unpack(f"{len(body) // 4}i", body[: len(body) - len(body) % 4])
+    try:
+        while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
+            if len(data) >= 4 and int.from_bytes(data[:4], "big") > _MAX_REQUEST:
+                raise ValueError("not a teamlead-claude request: too large")
+            more = conn.recv(1 << 16)
+            if not more:
+                raise ValueError("not a teamlead-claude request: cut short")
+            data += more
+        return Request(data[4 : 4 + int.from_bytes(data[:4], "big")], fds)
+    except BaseException:
+        for fd in fds:  # streams received with a request refused are closed
+            os.close(fd)
+        raise
+
+
+def _run(request: Request, conn: socket.socket) -> int:
+    """Become the launcher's ``teamlead-claude`` and run its session."""
+    from . import finish, session
+
+    for target, fd in enumerate(request.fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    os.environ.clear()
+    os.environ.update(request.env)
+    tempfile.tempdir = None  # found again, from this environment
+    os.umask(request.umask)
+    sys.argv = ["teamlead-claude", *request.argv]
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    try:
+        os.chdir(request.cwd)
+    except OSError as exc:
+        print(f"teamlead-claude: cannot enter {request.cwd!r}: {exc.strerror}", file=sys.stderr)
+        return 1
+    threading.Thread(target=_relay_signals, args=(conn,), daemon=True).start()
+    code = session(request.argv)
+    finish()
+    return code
+
+
+def _relay_signals(conn: socket.socket) -> None:
+    """The launcher's stop signals, to this process; its end (killed) stops it as SIGTERM."""
+    while True:
+        try:
+            got = conn.recv(16)
+        except OSError:
+            got = b""
+        for signum in got or bytes([signal.SIGTERM]):
+            os.kill(os.getpid(), signum)
+        if not got:
+            return
+
+
+def main() -> None:
+    """``teamlead-claude``'s warm process: ``serve_warm(name, idle_s)`` from its argv."""
+    serve_warm(sys.argv[1], float(sys.argv[2]))

@@ -1,0 +1,177 @@
+"""The warm ``teamlead-claude``: the launcher an SDK app starts hands its session to a warm
+teamlead process, which runs each session in a worker of its own, on the app's own
+streams, argv, environment and working directory.
+
+Every test of ``test_claude_shim.py`` runs warm too (the default); these check what only
+the warm path has: one warm process serving apps of separate worlds, its idle end, a
+launcher killed mid-session, a bad request on its socket, and the bad setting.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import psutil
+import pytest
+from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
+
+from teamlead.testing import Reply, ScriptedRequest
+from teamlead.testing.scripts import FanOut
+
+from ..polling import poll
+from .conftest import OfflineFactory, cli_processes, warm_processes
+
+pytestmark = [pytest.mark.cli, pytest.mark.slow]
+
+SHIM = Path(sys.executable).with_name("teamlead-claude")
+_STREAM_JSON = ["--output-format", "stream-json", "--verbose", "--input-format", "stream-json"]
+
+
+async def _result(options: ClaudeAgentOptions) -> ResultMessage:
+    """The app: its first ``ResultMessage`` (its stream left to the event loop's end, as
+    most apps leave it)."""
+    with anyio.fail_after(60):
+        async for message in query(prompt="Say who you are.", options=options):
+            if isinstance(message, ResultMessage):
+                return message
+    raise AssertionError("the app got no result")
+
+
+def _answer(text: str) -> Any:
+    def script(request: ScriptedRequest) -> Reply:
+        return Reply.text(text)
+
+    return script
+
+
+def _serving(idle: str) -> list[psutil.Process]:
+    """The warm processes (not their workers) started with idle time ``idle``."""
+    warm = warm_processes()
+    pids = {proc.pid for proc in warm}
+    return [
+        proc for proc in warm if proc.ppid() not in pids and proc.cmdline()[-1] == repr(float(idle))
+    ]
+
+
+def test_apps_of_two_worlds_are_served_by_one_warm_process_each_in_its_own(
+    offline: OfflineFactory, tmp_path: Path
+) -> None:
+    worlds = []
+    for name in ("a", "b"):
+        _, claude = offline(_answer(f"I am {name}."))
+        history = tmp_path / f"history-{name}"
+        env = {**claude.env, "TEAMLEAD_HISTORY_DIR": str(history), "TEAMLEAD_CLAUDE_WARM": "120"}
+        worlds.append((name, claude, history, claude.options(cli_path=SHIM, env=env)))
+
+    results = {name: anyio.run(_result, options) for name, _, _, options in worlds}
+    serving = _serving("120")
+
+    assert {name: r.result for name, r in results.items()} == {"a": "I am a.", "b": "I am b."}
+    assert len(serving) == 1  # one warm process served both
+    for name, claude, history, _ in worlds:
+        session = results[name].session_id
+        # the CLI ran on this world's Claude state, teamlead kept the run in this world's
+        # history: each session's environment, not the warm process's, decided both
+        assert list(claude.config_dir.glob(f"projects/*/{session}.jsonl"))
+        assert poll(lambda c=claude: not cli_processes(c.state_dir), within_s=20) is not None
+        kept = [json.loads(p.read_text()) for p in history.glob("*.json")]  # kept at the end
+        assert [k.get("session_id") for k in kept] == [session]
+
+
+def test_the_warm_process_ends_after_its_idle_time(offline: OfflineFactory) -> None:
+    _, claude = offline(_answer("Done."))
+    env = {**claude.env, "TEAMLEAD_CLAUDE_WARM": "1.5"}
+
+    assert anyio.run(_result, claude.options(cli_path=SHIM, env=env)).result == "Done."
+    assert _serving("1.5")  # it serves the next session for 1.5 s
+
+    assert poll(lambda: not _serving("1.5"), within_s=20) is not None
+    # and the worker it had waiting ends with it
+    assert poll(lambda: not _serving_or_waiting("1.5"), within_s=10) is not None
+
+
+def _serving_or_waiting(idle: str) -> list[psutil.Process]:
+    return [p for p in warm_processes() if p.cmdline()[-1] == repr(float(idle))]
+
+
+def test_a_launcher_killed_mid_session_stops_the_session_and_its_cli(
+    offline: OfflineFactory,
+) -> None:
+    _, claude = offline(FanOut.of(3, delays=[30, 30, 30]))
+    launcher = subprocess.Popen(
+        [str(SHIM), *_STREAM_JSON],
+        env={**os.environ, **claude.env},
+        cwd=claude.cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert launcher.stdin is not None and launcher.stdout is not None
+        user = {"type": "user", "message": {"role": "user", "content": "Investigate."}}
+        launcher.stdin.write(json.dumps(user).encode() + b"\n")
+        launcher.stdin.flush()
+        for line in launcher.stdout:  # until the agents run
+            if json.loads(line).get("subtype") == "task_started":
+                break
+        assert cli_processes(claude.state_dir)
+        launcher.send_signal(signal.SIGKILL)  # the app's CLI, gone without a word
+        launcher.wait(timeout=10)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+        launcher.communicate(timeout=10)
+    # the worker saw its launcher go, stopped the run as on SIGTERM: no CLI is left
+    assert poll(lambda: not cli_processes(claude.state_dir), within_s=30) is not None
+
+
+def test_a_bad_request_on_the_socket_leaves_the_warm_process_serving(
+    offline: OfflineFactory,
+) -> None:
+    _, claude = offline(_answer("Still here."))
+    env = {**claude.env, "TEAMLEAD_CLAUDE_WARM": "60"}
+    assert anyio.run(_result, claude.options(cli_path=SHIM, env=env)).result == "Still here."
+    (warm,) = _serving("60")
+    name = warm.cmdline()[-2]
+
+    for junk in (b"", b"GET / HTTP/1.1\r\n\r\n", b"\xff" * 70_000):
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bad:
+            bad.connect("\0" + name)
+            bad.sendall(junk)
+            bad.shutdown(socket.SHUT_WR)
+            bad.settimeout(10)
+            try:  # refused: the connection is closed (reset, if some was left unread)
+                said = bad.recv(100)
+            except ConnectionResetError:
+                said = b""
+            assert said == b""  # and nothing was said
+
+    assert anyio.run(_result, claude.options(cli_path=SHIM, env=env)).result == "Still here."
+    assert [p.pid for p in _serving("60")] == [warm.pid]
+
+
+@pytest.mark.parametrize("value", ["soon", "-5"])
+def test_a_bad_warm_setting_is_one_line_and_a_usage_failure(
+    offline: OfflineFactory, value: str
+) -> None:
+    _, claude = offline(_answer("unused"))
+    done = subprocess.run(
+        [str(SHIM), *_STREAM_JSON],
+        env={**os.environ, **claude.env, "TEAMLEAD_CLAUDE_WARM": value},
+        input=b"",
+        capture_output=True,
+        timeout=60,
+    )
+    assert done.returncode == 2
+    assert done.stderr.decode().splitlines() == [
+        f"teamlead-claude: TEAMLEAD_CLAUDE_WARM: {value!r} is not a number of seconds "
+        "(0 turns the warm process off)"
+    ]
