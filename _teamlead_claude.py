@@ -21,7 +21,7 @@ import os
 import sys
 
 try:
-    from _socket import AF_UNIX, SCM_RIGHTS, SOCK_STREAM, SOL_SOCKET
+    from _socket import AF_UNIX, SCM_RIGHTS, SO_PEERCRED, SOCK_STREAM, SOL_SOCKET
     from _socket import socket as Socket
 except ImportError:  # no Unix sockets (Windows): always cold
     pass
@@ -73,10 +73,10 @@ def _warm(argv: list[str], idle: float) -> int | None:
     """The session's exit code, run by a warm process; ``None`` if none could take it
     (nothing of the session was read then)."""
     name = _name(idle)
-    conn = _connect(name, 0.0)
+    conn = _connect(name, 0.0, None)
     if conn is None:
-        _start(name, idle)
-        conn = _connect(name, _START_S)
+        started = _start(name, idle)
+        conn = _connect(name, _START_S, started) if started is not None else None
         if conn is None:
             return None
     try:
@@ -124,8 +124,9 @@ def _line(conn: Socket) -> bytes:
     return got.strip()
 
 
-def _connect(name: str, within: float) -> Socket | None:
-    """A connection to the warm process ``name``, tried for ``within`` seconds."""
+def _connect(name: str, within: float, started: int | None) -> Socket | None:
+    """A connection to this user's warm process ``name``, tried for ``within`` seconds
+    (not past the end of the one this launcher ``started``, if it did)."""
     import time
 
     give_up = time.monotonic() + within
@@ -133,12 +134,20 @@ def _connect(name: str, within: float) -> Socket | None:
         conn = Socket(AF_UNIX, SOCK_STREAM)
         try:
             conn.connect("\0" + name)
-            return conn
+            if _peer_uid(conn) == os.getuid():  # not a name another user took first
+                return conn
         except OSError:
-            conn.close()
-        if time.monotonic() >= give_up:
+            pass
+        conn.close()
+        if time.monotonic() >= give_up or (started and os.waitpid(started, os.WNOHANG)[0]):
             return None
         time.sleep(0.01)
+
+
+def _peer_uid(conn: Socket) -> int:
+    """The user of the process at the other end of ``conn``."""
+    creds = conn.getsockopt(SOL_SOCKET, SO_PEERCRED, 12)  # struct ucred: pid, uid, gid
+    return int.from_bytes(creds[4:8], sys.byteorder)
 
 
 def _send(conn: Socket, argv: list[str]) -> None:
@@ -155,8 +164,9 @@ def _send(conn: Socket, argv: list[str]) -> None:
     conn.sendall(data[sent:])
 
 
-def _start(name: str, idle: float) -> None:
-    """Start the warm process, detached (its own session, no terminal, no streams of ours)."""
+def _start(name: str, idle: float) -> int | None:
+    """Start the warm process, detached (its own session, no terminal, no streams of
+    ours); its pid, or ``None`` if it cannot be started."""
     # -c, not -m, and the working directory left off the module path at once: a module in
     # the app's directory is never loaded in its place
     code = (
@@ -170,9 +180,9 @@ def _start(name: str, idle: float) -> None:
     kept = ("PATH", "PYTHON", "LC_", "LANG")
     env = {k: v for k, v in os.environ.items() if k.startswith(kept)}
     try:
-        os.posix_spawn(sys.executable, command, env, file_actions=null + dup, setsid=True)
+        return os.posix_spawn(sys.executable, command, env, file_actions=null + dup, setsid=True)
     except OSError:
-        pass
+        return None
 
 
 def _name(idle: float) -> str:

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import os
 import socket
+import subprocess
 from pathlib import Path
 
 import pytest
 
 import _teamlead_claude as launcher
-from teamlead._shim.warm import Request, _receive
+from teamlead._shim.warm import Request, _receive, _same_user
 
 
 def test_the_request_carries_argv_environment_directory_umask_and_the_three_streams(
@@ -85,3 +86,86 @@ def test_the_warm_process_is_named_after_what_it_loaded_and_its_idle_time(
 )
 def test_the_idle_setting_is_a_number_of_seconds(value: str, idle: float | None) -> None:
     assert launcher._idle_s(value) == idle
+
+
+def test_the_launcher_connects_to_its_own_users_warm_process() -> None:
+    name = f"teamlead-claude-test/{os.getpid()}/mine"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind("\0" + name)
+        server.listen(1)
+        conn = launcher._connect(name, 0.0, None)
+        assert conn is not None
+        conn.close()
+    assert launcher._connect(name, 0.0, None) is None  # nobody listens there now
+
+
+#: an interpreter another user may run (this one may live in a home only its user enters)
+_SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+@pytest.mark.skipif(
+    os.getuid() != 0 or not _SYSTEM_PYTHON.exists(),
+    reason="needs another user: run as root, with /usr/bin/python3, to check",
+)
+def test_the_launcher_refuses_a_warm_name_another_user_took_first() -> None:
+    # an abstract socket's name is anyone's to take: one taken by another user must not
+    # get the session's environment (its credentials) or its streams
+    name = f"teamlead-claude-test/{os.getpid()}/squatted"
+    squatter = subprocess.Popen(
+        [str(_SYSTEM_PYTHON), "-c", _SQUAT, name],
+        user=65534,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert squatter.stdout is not None
+        assert squatter.stdout.readline().strip() == "listening"
+        assert launcher._connect(name, 0.0, None) is None
+    finally:
+        squatter.kill()
+        squatter.communicate(timeout=10)
+
+
+_SQUAT = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind("\\0" + sys.argv[1])
+s.listen(8)
+print("listening", flush=True)
+while True:
+    s.accept()
+"""
+
+
+@pytest.mark.skipif(
+    os.getuid() != 0 or not _SYSTEM_PYTHON.exists(),
+    reason="needs another user: run as root, with /usr/bin/python3, to check",
+)
+def test_the_warm_process_serves_only_its_own_user() -> None:
+    name = f"teamlead-claude-test/{os.getpid()}/served"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind("\0" + name)
+        server.listen(2)
+        server.settimeout(30)
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as own:
+            own.connect("\0" + name)
+            mine, _ = server.accept()
+            with mine:
+                assert _same_user(mine)
+        stranger = subprocess.Popen(
+            [str(_SYSTEM_PYTHON), "-c", _KNOCK, name], user=65534, stdin=subprocess.PIPE
+        )
+        try:
+            theirs, _ = server.accept()
+            with theirs:
+                assert not _same_user(theirs)
+        finally:
+            stranger.communicate(b"", timeout=10)
+
+
+_KNOCK = """
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect("\\0" + sys.argv[1])
+sys.stdin.read()
+"""
