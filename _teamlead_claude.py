@@ -44,9 +44,18 @@ def main() -> None:
         sys.stderr.flush()
         os._exit(2)
     if idle and sys.platform == "linux" and _is_stream_session(argv):
+        import _signal  # type: ignore[import-not-found]
+
+        def quiet(signum: int, _frame: object) -> None:  # nothing of the session ran yet
+            os._exit(128 + signum)
+
+        stops = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP)
+        before = {signum: _signal.signal(signum, quiet) for signum in stops}
         code = _warm(argv, idle)
         if code is not None:
             os._exit(code)
+        for signum, handler in before.items():  # as a fresh interpreter has them
+            _signal.signal(signum, handler)
     from teamlead._shim import main as cold
 
     cold()
@@ -93,7 +102,7 @@ def _warm(argv: list[str], idle: float) -> int | None:
 
 def _wait(conn: Socket) -> int:
     """Pass the stop signals on until the session's ``exit N``."""
-    import _signal  # type: ignore[import-not-found]
+    import _signal
 
     def forward(signum: int, _frame: object) -> None:
         try:

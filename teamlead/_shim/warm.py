@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from collections.abc import Sequence
 
 __all__ = ["Request", "main", "serve_warm"]
@@ -183,7 +184,6 @@ def _reap() -> None:
 def _worker(listener: socket.socket, tell: int) -> None:
     """Wait for one launcher (``tell`` the warm process when it comes) and run its session
     in this process; never returns. A worker whose warm process has ended ends too."""
-    code = 0
     try:
         conn = _accept(listener)
         os.write(tell, b"1")
@@ -199,8 +199,13 @@ def _worker(listener: socket.socket, tell: int) -> None:
         conn.settimeout(None)
     except (OSError, ValueError):
         os._exit(0)
+    code = 1
     try:
         code = _run(request, conn)
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # shown as the command run cold would show it; exit 1
+        traceback.print_exc()
     finally:
         null = os.open(os.devnull, os.O_RDWR)
         for fd in (0, 1, 2):  # the app sees its streams end before the launcher's exit

@@ -175,3 +175,29 @@ def test_a_bad_warm_setting_is_one_line_and_a_usage_failure(
         f"teamlead-claude: TEAMLEAD_CLAUDE_WARM: {value!r} is not a number of seconds "
         "(0 turns the warm process off)"
     ]
+
+
+def test_a_stop_before_the_warm_process_took_the_session_is_a_quiet_exit(
+    offline: OfflineFactory,
+) -> None:
+    _, claude = offline(_answer("unused"))
+    idle = "7.25"  # a warm process of its own: this launcher starts it, and waits for it
+    launcher = subprocess.Popen(
+        [str(SHIM), *_STREAM_JSON],
+        env={**os.environ, **claude.env, "TEAMLEAD_CLAUDE_WARM": idle},
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    try:
+        # the warm process it started is loading teamlead (about a second): the launcher
+        # waits for it, with nothing of the session read yet
+        assert poll(lambda: _serving_or_waiting(idle), within_s=20) is not None
+        launcher.send_signal(signal.SIGINT)
+        out, err = launcher.communicate(timeout=20)
+    finally:
+        if launcher.poll() is None:
+            launcher.kill()
+            launcher.communicate(timeout=10)
+    assert (launcher.returncode, out, err) == (128 + signal.SIGINT, b"", b"")
+    assert not cli_processes(claude.state_dir)
