@@ -20,6 +20,7 @@ The scripts and the readers of what the scripted server saw are in ``scripted.py
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import subprocess
 from collections.abc import Callable, Iterator, Mapping
@@ -43,6 +44,7 @@ __all__ = [
     "ask",
     "ask_env",
     "cli_processes",
+    "shim_with_agents_running",
     "warm_processes",
     "finished",
     "run",
@@ -234,3 +236,30 @@ def _no_warm_process_outlives_the_suite() -> Iterator[None]:
         with contextlib.suppress(psutil.Error):  # worker waiting for the next ends with it
             if proc.ppid() not in pids:
                 proc.kill()
+
+
+def shim_with_agents_running(
+    shim: Path, env: Mapping[str, str], cwd: Path
+) -> subprocess.Popen[bytes]:
+    """``teamlead-claude`` started as an SDK app starts it (stream-json both ways, its
+    stderr discarded), given one user message, and read until its agents run; the caller
+    ends it (``communicate``)."""
+    args = ["--output-format", "stream-json", "--verbose", "--input-format", "stream-json"]
+    process = subprocess.Popen(
+        [str(shim), *args],
+        env=dict(env),
+        cwd=cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert process.stdin is not None and process.stdout is not None
+    user = {"type": "user", "message": {"role": "user", "content": "Investigate."}}
+    process.stdin.write(json.dumps(user).encode() + b"\n")
+    process.stdin.flush()
+    for line in process.stdout:
+        if json.loads(line).get("subtype") == "task_started":
+            return process
+    process.kill()
+    process.communicate(timeout=10)
+    raise AssertionError("the command ended before any agent ran")

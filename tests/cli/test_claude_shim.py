@@ -43,7 +43,13 @@ from teamlead.testing.scripts import FanOut, bash, findings_in
 
 from ..isolated import run_to_the_end
 from ..polling import poll
-from .conftest import TEAMLEAD, OfflineFactory, cli_processes, warm_processes
+from .conftest import (
+    TEAMLEAD,
+    OfflineFactory,
+    cli_processes,
+    shim_with_agents_running,
+    warm_processes,
+)
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
@@ -333,24 +339,8 @@ def test_a_stop_signal_stops_the_command_and_its_cli(
 ) -> None:
     server, claude = offline(FanOut.of(3, delays=[30, 30, 30]))
     env = {**os.environ, **claude.env, "TEAMLEAD_CLAUDE_WARM": warm}
-    shim = subprocess.Popen(
-        [str(SHIM), "--output-format", "stream-json", "--verbose", "--input-format", "stream-json"],
-        env=env,
-        cwd=claude.cwd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    shim = shim_with_agents_running(SHIM, env, claude.cwd)
     try:
-        assert shim.stdin is not None and shim.stdout is not None
-        user = {"type": "user", "message": {"role": "user", "content": "Investigate."}}
-        shim.stdin.write(json.dumps(user).encode() + b"\n")
-        shim.stdin.flush()
-        seen: list[dict[str, Any]] = []
-        for line in shim.stdout:  # until the agents run
-            seen.append(json.loads(line))
-            if seen[-1].get("subtype") == "task_started":
-                break
         listed = run_to_the_end([*TEAMLEAD, "ps", "--json"], timeout=60, env=env)
         # the app's turn is a run teamlead ps lists: the command's own, or the one of the
         # warm process's worker that took the command's session

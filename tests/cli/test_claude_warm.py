@@ -27,7 +27,7 @@ from teamlead.testing import Reply, ScriptedRequest
 from teamlead.testing.scripts import FanOut
 
 from ..polling import poll
-from .conftest import OfflineFactory, cli_processes, warm_processes
+from .conftest import OfflineFactory, cli_processes, shim_with_agents_running, warm_processes
 
 pytestmark = [pytest.mark.cli, pytest.mark.slow]
 
@@ -106,22 +106,8 @@ def test_a_launcher_killed_mid_session_stops_the_session_and_its_cli(
     offline: OfflineFactory,
 ) -> None:
     _, claude = offline(FanOut.of(3, delays=[30, 30, 30]))
-    launcher = subprocess.Popen(
-        [str(SHIM), *_STREAM_JSON],
-        env={**os.environ, **claude.env},
-        cwd=claude.cwd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    launcher = shim_with_agents_running(SHIM, {**os.environ, **claude.env}, claude.cwd)
     try:
-        assert launcher.stdin is not None and launcher.stdout is not None
-        user = {"type": "user", "message": {"role": "user", "content": "Investigate."}}
-        launcher.stdin.write(json.dumps(user).encode() + b"\n")
-        launcher.stdin.flush()
-        for line in launcher.stdout:  # until the agents run
-            if json.loads(line).get("subtype") == "task_started":
-                break
         assert cli_processes(claude.state_dir)
         launcher.send_signal(signal.SIGKILL)  # the app's CLI, gone without a word
         launcher.wait(timeout=10)
