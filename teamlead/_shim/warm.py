@@ -35,7 +35,6 @@ import struct
 import sys
 import tempfile
 import threading
-import time
 import traceback
 from collections.abc import Sequence
 
@@ -122,12 +121,13 @@ def serve_warm(name: str, idle_s: float) -> None:
 def _taken(taken: int, idle_s: float) -> bool:
     """Whether the waiting worker took a session (``taken`` became readable) within
     ``idle_s`` seconds; the workers that end meanwhile are collected every second."""
-    give_up = time.monotonic() + idle_s
+    left = idle_s
     while True:
-        left = give_up - time.monotonic()
-        ready = select.select([taken], [], [], max(0.0, min(_REAP_TICK_S, left)))[0]
+        wait = min(_REAP_TICK_S, left)
+        ready = select.select([taken], [], [], wait)[0]  # early only when ready
         _reap()
-        if ready or left <= _REAP_TICK_S:
+        left -= wait
+        if ready or left <= 0:
             return bool(ready)
 
 
