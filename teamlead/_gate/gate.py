@@ -471,12 +471,8 @@ class SpawnGate:
         is spent, the run is closing or the wrap-up point has come; else no opinion (the
         CLI's permission check still applies). Never raises."""
         try:
-            key = tool_use_id if isinstance(tool_use_id, str) and tool_use_id else None
-            if key is None and isinstance(data.get("tool_use_id"), str):
-                key = data["tool_use_id"]
+            key, parent, depth = self._identity(data, tool_use_id)  # depth: its agents'
             key = key or "workflow"
-            parent = data.get("agent_id") if isinstance(data.get("agent_id"), str) else None
-            depth = 1 if not parent else self._depth_of(parent) + 1  # its agents' depth
             policy, budget = self.policy, self.policy.spawn_budget
             now = self._clock.monotonic()
             code: DenyCode | None = None
@@ -512,22 +508,27 @@ class SpawnGate:
                 call.status, call.code, call.reason = "denied", "error", reason
         return deny_output(reason)
 
+    def _identity(self, data: Mapping[str, Any], tool_use_id: Any) -> tuple[str, str | None, int]:
+        """A hook call's tool_use id (``""`` when it has none), the spawning agent's id (a
+        subagent's), and the depth of the agents it starts."""
+        key = tool_use_id if isinstance(tool_use_id, str) else ""
+        if not key and isinstance(data.get("tool_use_id"), str):
+            key = data["tool_use_id"]
+        parent = data.get("agent_id") if isinstance(data.get("agent_id"), str) else None
+        depth = 1 if not parent else self._depth_of(parent) + 1
+        return key, parent, depth
+
     def _register(self, input_data: Any, tool_use_id: Any) -> tuple[Call, str | None]:
         data: Mapping[str, Any] = input_data if isinstance(input_data, Mapping) else {}
         tool_input = data.get("tool_input")
         tool_input = tool_input if isinstance(tool_input, Mapping) else {}
-        raw_id = tool_use_id if isinstance(tool_use_id, str) and tool_use_id else None
-        raw_id = raw_id or (
-            data.get("tool_use_id") if isinstance(data.get("tool_use_id"), str) else None
-        )
+        raw_id, parent, depth = self._identity(data, tool_use_id)
         if not raw_id:
             self._anon += 1
             raw_id = f"unknown-{self._anon}"
         key = raw_id
         while key in self._calls:
             key = f"{raw_id}#{len(self._calls)}"
-        parent = data.get("agent_id") if isinstance(data.get("agent_id"), str) else None
-        depth = 1 if not parent else self._depth_of(parent) + 1
         description = tool_input.get("description")
         kind = tool_input.get("subagent_type")
         call = Call(
@@ -566,7 +567,7 @@ class SpawnGate:
         self._used += 1
         self._turns.take(call.turn)
         call.budget = True
-        admit_until = None if self._deadline is None else self._deadline - self._reserve
+        admit_until = self.admit_until
         if admit_until is not None and now >= admit_until:
             return self._refuse_late(call, now)
         until = (

@@ -29,7 +29,7 @@ import random
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import aiohttp
 import anyio
@@ -44,6 +44,7 @@ from .blame import shown, unreachable_reason
 from .forward import (
     UPSTREAM_ERRORS,
     AnswerEnd,
+    Ask,
     Exchange,
     NoSlot,
     RelayConfig,
@@ -65,6 +66,7 @@ Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
+_T = TypeVar("_T")
 
 _HOP_BY_HOP = frozenset(
     {
@@ -253,20 +255,19 @@ class RelayApp:
             nonlocal error
             error = "interrupted"  # cut mid-stream, or the client went away
             sent = request if new_body is None else dataclasses.replace(request, body=new_body)
-            error = await self._exchange(
-                out,
-                sent,
+            ask = Ask(
+                self.governor,
                 key,
                 info,
+                self.config,
                 _both(limited, on_limited),
                 deadline,
-                trace,
-                arrived,
-                scan=scan,
-                limits=run.limits if run is not None else None,
                 hold_s=run.overload_hold_s if run is not None else None,
                 warn=(run or self.total).warnings,
+                rng=self.rng,
             )
+            limits = run.limits if run is not None else None
+            error = await self._exchange(out, sent, ask, trace, arrived, scan, limits)
 
         try:
             async with anyio.create_task_group() as tg:
@@ -306,15 +307,12 @@ class RelayApp:
                 return send
         else:
             held = HeldSend(send, self.config.ping_every_s)
-            lifted = False
-            async with anyio.create_task_group() as tg:
-                tg.start_soon(held.keep_alive)
-                held.hold()
-                try:
-                    lifted = await pause.wait(deadline, clock, request=True)
-                finally:
-                    held.stop()  # the pings end; what comes next goes out through it
-            if lifted:
+
+            async def lifted(hold: Callable[[], None]) -> bool:
+                hold()
+                return await pause.wait(deadline, clock, request=True)
+
+            if await _kept_alive(held, lifted):
                 return held
             send = held
         message = "teamlead relay: the run was paused until its deadline"
@@ -354,54 +352,42 @@ class RelayApp:
         self,
         send: Send,
         request: UpstreamRequest,
-        key: str,
-        info: RequestInfo,
-        limited: Callable[[RateLimited], None],
-        deadline: float | None,
-        trace: Guarded | None = None,
-        arrived: float = 0.0,
-        *,
+        ask: Ask,
+        trace: Guarded | None,
+        arrived: float,
         scan: UsageScan,
-        limits: RunLimits | None = None,
-        hold_s: float | None = None,
-        warn: WarnOnce | None = None,
+        limits: RunLimits | None,
     ) -> str | None:
         """Forward one request under its run's own ceilings (``limits``), then the
         governor's slot, and stream its reply back; the error kind, if it failed.
-        ``hold_s``: the longest its run lets it be held through an overload; ``warn``:
-        where its run is told of a faulty header; ``scan``: reads its reply's usage."""
-        forward = self._forward(
-            send, request, key, info, limited, deadline, trace, arrived, scan, hold_s, warn
-        )
+        ``scan`` reads its reply's usage."""
+        forward = self._forward(send, request, ask, trace, arrived, scan)
         if limits is None or not limits.active:
             return await forward
-        now = self.governor.clock.monotonic()
-        wait_until = now + self.config.slot_timeout_s
+        wait_until = self.governor.clock.monotonic() + self.config.slot_timeout_s
         try:
             async with limits.hold(
-                key, wait_until if deadline is None else min(deadline, wait_until)
+                ask.key, wait_until if ask.deadline is None else min(ask.deadline, wait_until)
             ):
                 return await forward
         except NoPlace:
             forward.close()
-            return await self._no_slot(send, key, info, limited)
+            return await self._no_slot(send, ask)
 
-    async def _no_slot(
-        self, send: Send, key: str, info: RequestInfo, limited: Callable[[RateLimited], None]
-    ) -> str:
+    async def _no_slot(self, send: Send, ask: Ask) -> str:
         """The relay's own 429: no slot came in time. A paused bucket says how long; else a
         short wait (the queue is full)."""
-        wait = max(_NO_SLOT_RETRY_AFTER_S, math.ceil(self.governor.state(key).cooldown_s))
-        limited(
+        wait = max(_NO_SLOT_RETRY_AFTER_S, math.ceil(self.governor.state(ask.key).cooldown_s))
+        ask.on_limited(
             RateLimited(
-                model=info.model,
-                role=info.role,
+                model=ask.info.model,
+                role=ask.info.role,
                 retry_after_s=wait,
                 outcome="passed",
                 source="relay",
             )
         )
-        message = f"teamlead relay: no slot for {info.model} in time"
+        message = f"teamlead relay: no slot for {ask.info.model} in time"
         await self._answer(send, 429, "rate_limit_error", message, {b"retry-after": b"%d" % wait})
         return "no_slot"
 
@@ -409,47 +395,29 @@ class RelayApp:
         self,
         send: Send,
         request: UpstreamRequest,
-        key: str,
-        info: RequestInfo,
-        limited: Callable[[RateLimited], None],
-        deadline: float | None,
+        ask: Ask,
         trace: Guarded | None,
         arrived: float,
         scan: UsageScan,
-        hold_s: float | None = None,
-        warn: WarnOnce | None = None,
     ) -> str | None:
         """Forward one request and stream its reply back; the error kind, if it failed.
 
         A streaming request held through an overload is kept alive meanwhile (its head at
         once, then pings: :class:`~.keepalive.HeldSend`); whatever is written after that
         goes through it."""
-        held = HeldSend(send, self.config.ping_every_s) if info.streaming else None
+        held = HeldSend(send, self.config.ping_every_s) if ask.info.streaming else None
         if held is not None:
             send = held
 
         async def exchange_opened(on_hold: Callable[[], None] | None = None) -> Exchange:
-            return await open_upstream(
-                self.session,
-                request,
-                governor=self.governor,
-                key=key,
-                info=info,
-                config=self.config,
-                on_limited=limited,
-                deadline=deadline,
-                rng=self.rng,
-                hold_s=hold_s,
-                on_hold=on_hold,
-                warn=warn,
-            )
+            return await open_upstream(self.session, request, ask, on_hold)
 
         try:
             exchange = await (
                 exchange_opened() if held is None else _kept_alive(held, exchange_opened)
             )
         except NoSlot:
-            return await self._no_slot(send, key, info, limited)
+            return await self._no_slot(send, ask)
         except UpstreamTimeout:
             message = f"teamlead relay: the upstream {self.shown_upstream} timed out"
             await self._answer(send, 504, "api_error", message)
@@ -527,13 +495,11 @@ class RelayApp:
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def _kept_alive(
-    held: HeldSend, opened: Callable[[Callable[[], None]], Awaitable[Exchange]]
-) -> Exchange:
+async def _kept_alive(held: HeldSend, opened: Callable[[Callable[[], None]], Awaitable[_T]]) -> _T:
     """``opened(hold)`` with ``held``'s keep-alive beside it once ``hold()`` is called (the
-    pings of a held request; no task for one never held); its failure is raised as it is,
-    not in a group."""
-    result: list[Exchange] = []
+    pings of a held request; no task for one never held), until it returns; its failure is
+    raised as it is, not in a group."""
+    result: list[_T] = []
     failure: list[Exception] = []
     started = False
     async with anyio.create_task_group() as tg:

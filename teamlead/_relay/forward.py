@@ -45,7 +45,7 @@ import io
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
@@ -66,6 +66,7 @@ from .routing import RequestInfo, priority
 __all__ = [
     "OVERLOADED",
     "AnswerEnd",
+    "Ask",
     "Exchange",
     "NoSlot",
     "RelayConfig",
@@ -208,18 +209,32 @@ class _Hold:
 
 
 @dataclass
-class _Ask:
-    """One request under way in :func:`open_upstream`: what its answers are judged by."""
+class Ask:
+    """One request to send: what :func:`open_upstream` paces it and judges its answers by.
+
+    Attributes:
+        governor: the governor whose slots pace it.
+        key: its bucket, ``provider/model``.
+        info: what the relay read of its body.
+        config: the relay's bounds.
+        on_limited: told of every 429 and overload it meets.
+        deadline: when its run ends (the governor clock's monotonic seconds): no wait goes
+            past it.
+        hold_s: the longest it is held through overloads (``None``:
+            ``config.overload_hold_s``).
+        warn: where a faulty header is told, once per kind (its run's).
+        rng: the backoff's jitter (``None``: one ``random.Random`` for the process).
+    """
 
     governor: Governor
     key: str
     info: RequestInfo
     config: RelayConfig
-    deadline: float | None
-    rng: random.Random
     on_limited: Callable[[RateLimited], None]
-    hold: _Hold
-    warn: WarnOnce
+    deadline: float | None = None
+    hold_s: float | None = None
+    warn: WarnOnce = field(default_factory=lambda: WarnOnce(log))
+    rng: random.Random | None = None
 
 
 @dataclass
@@ -277,31 +292,12 @@ def backoff_s(
 async def open_upstream(
     session: aiohttp.ClientSession,
     request: UpstreamRequest,
-    *,
-    governor: Governor,
-    key: str,
-    info: RequestInfo,
-    config: RelayConfig,
-    on_limited: Callable[[RateLimited], None],
-    deadline: float | None = None,
-    rng: random.Random | None = None,
-    hold_s: float | None = None,
+    ask: Ask,
     on_hold: Callable[[], None] | None = None,
-    warn: WarnOnce | None = None,
 ) -> Exchange:
     """Send ``request`` under a governor slot, holding and retrying 429s and overloads;
-    see the module.
-
-    Args:
-        deadline: when the request's run ends (the governor clock's monotonic seconds):
-            no wait goes past it.
-        rng: the backoff's jitter (default: one ``random.Random`` for the process).
-        hold_s: the longest this request is held through overloads (default:
-            ``config.overload_hold_s``).
-        on_hold: called when the request is first held for an overload (the caller keeps
-            its client alive from then on).
-        warn: where a faulty header is told, once per kind (the run's; default: this
-            request's own).
+    see the module. ``on_hold`` is called when the request is first held for an overload
+    (the caller keeps its client alive from then on).
 
     Raises:
         NoSlot: no governor slot within ``config.slot_timeout_s`` (or the deadline).
@@ -309,16 +305,14 @@ async def open_upstream(
         UpstreamLost: the upstream could not be reached (or dropped the
             connection past the hold).
     """
+    governor, info = ask.governor, ask.info
     attempt = 0
-    hold = _Hold(config.overload_hold_s if hold_s is None else hold_s)
-    warn = warn if warn is not None else WarnOnce(log)
-    ask = _Ask(governor, key, info, config, deadline, rng or _RNG, on_limited, hold, warn)
+    hold = _Hold(ask.config.overload_hold_s if ask.hold_s is None else ask.hold_s)
     while True:
-        wait = _wait_left(governor, config, deadline)
         try:
             slot = await governor.acquire(
-                key,
-                timeout=wait,
+                ask.key,
+                timeout=_wait_left(ask),
                 priority=priority(info.role, attempt),
                 through_pause=info.role == "lead" and attempt == 0,
                 estimate=info.estimate,
@@ -328,7 +322,7 @@ async def open_upstream(
         response: aiohttp.ClientResponse | None = None
         try:
             response = await _send(session, request)
-            absorb = _report(ask, slot, response, attempt)
+            absorb = _report(ask, slot, response, attempt, hold)
         except UpstreamDropped:
             held = _overloaded(ask, slot, DROPPED_STATUS, None, hold)
             slot.release()
@@ -393,33 +387,36 @@ class AnswerEnd:
         return False
 
 
-def _wait_left(governor: Governor, config: RelayConfig, deadline: float | None) -> float:
+def _wait_left(ask: Ask) -> float:
     """How long this request may still wait: the slot timeout, or less near the deadline."""
-    if deadline is None:
-        return config.slot_timeout_s
-    return max(0.0, min(config.slot_timeout_s, deadline - governor.clock.monotonic()))
+    most = ask.config.slot_timeout_s
+    if ask.deadline is None:
+        return most
+    return max(0.0, min(most, ask.deadline - ask.governor.clock.monotonic()))
 
 
-def _report(ask: _Ask, slot: Slot, response: aiohttp.ClientResponse, attempt: int) -> bool:
+def _report(
+    ask: Ask, slot: Slot, response: aiohttp.ClientResponse, attempt: int, hold: _Hold
+) -> bool:
     """Feed the governor what ``response`` says; whether to hold (absorb) and retry it."""
     governor, key, info, config = ask.governor, ask.key, ask.info, ask.config
     status = response.status
     headers = response.headers
-    _warn_if_faulty(headers, governor, info, status, ask.warn)
+    _warn_if_faulty(ask, headers, status)
     if status in OVERLOADED:
         retry = retry_after_from_headers(headers, now=governor.clock.time())
         final = headers.get("x-should-retry", "").strip().lower() == "false"
         governor.pace(key, headers, slot)
         # the upstream says no retry will help: no hold
-        return _overloaded(ask, slot, status, retry, _Hold(0.0) if final else ask.hold)
+        return _overloaded(ask, slot, status, retry, _Hold(0.0) if final else hold)
     if status != 429:
         if 200 <= status < 300:
             slot.streaming()
             governor.pace(key, headers, slot)
         return False
     retry_after = retry_after_from_headers(headers, now=governor.clock.time())
-    pause = retry_after if retry_after is not None else backoff_s(config, attempt, ask.rng)
-    absorb = attempt < config.max_retries and pause <= _wait_left(governor, config, ask.deadline)
+    pause = retry_after if retry_after is not None else backoff_s(config, attempt, ask.rng or _RNG)
+    absorb = attempt < config.max_retries and pause <= _wait_left(ask)
     event = RateLimited(
         model=info.model,
         role=info.role,
@@ -434,17 +431,15 @@ def _report(ask: _Ask, slot: Slot, response: aiohttp.ClientResponse, attempt: in
     return absorb
 
 
-def _warn_if_faulty(
-    headers: Any, governor: Governor, info: RequestInfo, status: int, warn: WarnOnce
-) -> None:
+def _warn_if_faulty(ask: Ask, headers: Any, status: int) -> None:
     """One warning line per kind for a Retry-After, or an empty window's reset, past the
     plausibility bound (each is ignored)."""
-    now = governor.clock.time()
+    now, warn = ask.governor.clock.time(), ask.warn
     faulty = faulty_retry_after(headers, now=now)
     if faulty is not None:
         warn(
             "retry-after",
-            f"the upstream asked a {info.role} request to wait {min(faulty, 1e12):.0f} s "
+            f"the upstream asked a {ask.info.role} request to wait {min(faulty, 1e12):.0f} s "
             f"after a {status}: not a plausible rate-limit pause, ignored (the request "
             "backs off instead)",
         )
@@ -458,15 +453,15 @@ def _warn_if_faulty(
         )
 
 
-def _overloaded(ask: _Ask, slot: Slot, status: int, retry_after: float | None, hold: _Hold) -> bool:
+def _overloaded(ask: Ask, slot: Slot, status: int, retry_after: float | None, hold: _Hold) -> bool:
     """An overload met (``status``; :data:`DROPPED_STATUS` for a dropped connection): feed
     the governor, and whether to hold the request and retry it (see the module)."""
     governor, config = ask.governor, ask.config
     now = governor.clock.monotonic()
     pause = retry_after
     if pause is None:  # a burst's end is met within one short wait: it is not overshot long
-        pause = backoff_s(config, hold.tries, ask.rng, config.overload_backoff_max_s)
-    absorb = hold.allows(now, pause) and pause <= _wait_left(governor, config, ask.deadline)
+        pause = backoff_s(config, hold.tries, ask.rng or _RNG, config.overload_backoff_max_s)
+    absorb = hold.allows(now, pause) and pause <= _wait_left(ask)
     if absorb:
         if hold.started_at is None:
             hold.started_at = now

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -259,55 +259,42 @@ class RelayPool:
         resolve or fails TLS: the run cannot go on, direct or not.
         """
         limits = limits or LimitsPolicy()
-        return _PoolRun(
-            self,
-            upstream,
-            on_event,
-            deadline_s,
-            limits,
-            port,
-            account,
-            overload_hold_s,
-            _RunParts(agents, pause, clock),
-        )
 
+        def open_run(relay: Relay) -> RelayRun:
+            return relay.open_run(
+                on_event,
+                deadline_s=deadline_s,
+                limits=limits,
+                overload_hold_s=overload_hold_s,
+                agents=agents,
+                pause=pause,
+            )
 
-@dataclass(frozen=True)
-class _RunParts:
-    """What a run brings to its share of the relay: its agent ledger, its pause and its
-    clock."""
-
-    agents: AgentBook | None = None
-    pause: Pause | None = None
-    clock: Clock = SYSTEM_CLOCK
+        key = (upstream, limits.shared, account, id(clock))
+        return _PoolRun(self, key, port, clock, open_run)
 
 
 class _PoolRun:
     """:meth:`RelayPool.run`'s context; a class for the reason given in
-    :class:`~teamlead._relay.server._RunningRelay`."""
+    :class:`~teamlead._relay.server._RunningRelay`. ``key`` names the relay it shares
+    (upstream, where the limits are shared, account, clock); ``open_run`` opens the run's
+    share of it."""
 
     def __init__(
         self,
         pool: RelayPool,
-        upstream: str,
-        on_event: RelayListener | None,
-        deadline_s: float | None,
-        limits: LimitsPolicy,
+        key: tuple[str, str, str, int],
         port: int,
-        account: str,
-        overload_hold_s: float | None,
-        parts: _RunParts,
+        clock: Clock,
+        open_run: Callable[[Relay], RelayRun],
     ) -> None:
         self._pool = pool
-        self._parts = parts
-        self._upstream = upstream
+        self._key = key
+        self._upstream = key[0]
         self._port = port
-        self._on_event = on_event
-        self._deadline_s = deadline_s
-        self._limits = limits
-        self._key = (upstream, limits.shared, account, id(parts.clock))
+        self._clock = clock
+        self._open_run = open_run
         self._left = False
-        self._overload_hold_s = overload_hold_s
 
     async def __aenter__(self) -> RelayRun:
         if self._upstream != DEFAULT_UPSTREAM:  # the user's ANTHROPIC_BASE_URL
@@ -318,20 +305,13 @@ class _PoolRun:
         async with share.lock:
             entry = share.relays.get(self._key)
             if entry is None:
-                governor = self._pool.governor(shared, account=account, clock=self._parts.clock)
+                governor = self._pool.governor(shared, account=account, clock=self._clock)
                 context = start_relay(self._upstream, governor, config=RelayConfig(port=self._port))
                 relay = await context.__aenter__()
                 entry = share.relays[self._key] = _Entry(relay, context)
             entry.refs += 1
         self._entry = entry
-        self._run = entry.relay.open_run(
-            self._on_event,
-            deadline_s=self._deadline_s,
-            limits=self._limits,
-            overload_hold_s=self._overload_hold_s,
-            agents=self._parts.agents,
-            pause=self._parts.pause,
-        )
+        self._run = self._open_run(entry.relay)
         return self._run
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -12,7 +12,7 @@ account drops a bad entry where it finds it and tells it once per process per ki
 (:class:`WarnOnce`), never raising it into a request.
 
 Times in ``Limits`` are the reading process's monotonic clock; a shared account stores
-wall-clock times and translates (:func:`to_wall`, :func:`from_wall`).
+wall-clock times and translates (:func:`dump_limits`, :func:`from_wall`).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from ...clock import Clock
 from ..aimd import Limits
 from ..retry_after import PLAUSIBLE_PAUSE_S
 
@@ -33,14 +34,14 @@ __all__ = [
     "MAX_LEASE_S",
     "MAX_SEQ",
     "WarnOnce",
+    "clamped_note",
+    "dump_limits",
     "from_wall",
-    "limits_to_json",
     "not_learnt",
     "read_clamped",
     "read_count",
     "read_time",
     "stored_limits",
-    "to_wall",
     "field_of",
 ]
 
@@ -104,13 +105,17 @@ class WarnOnce:
         return True
 
 
-def to_wall(limits: Limits, offset: float) -> Limits:
-    """``limits`` with its times moved by ``offset`` (wall minus monotonic)."""
+def _moved(limits: Limits, offset: float) -> Limits:
+    """``limits`` with its times moved by ``offset``."""
     return replace(
         limits,
         bad_at=limits.bad_at + offset,
         cooldown_until=limits.cooldown_until + offset,
     )
+
+
+def _wall_offset(clock: Clock) -> float:
+    return clock.time() - clock.monotonic()
 
 
 @dataclass(frozen=True)
@@ -156,25 +161,33 @@ def stored_limits(key: object, text: object, updated: object, *, now: float) -> 
     return StoredLimits(key, found[0], written, host[:255] if isinstance(host, str) else None)
 
 
-def from_wall(limits: Limits, offset: float) -> Limits:
-    """The inverse of :func:`to_wall`."""
-    return to_wall(limits, -offset)
+def from_wall(limits: Limits, clock: Clock) -> Limits:
+    """Stored ``limits`` (wall-clock times) on ``clock``'s monotonic time."""
+    return _moved(limits, -_wall_offset(clock))
 
 
-def limits_to_json(
-    limits: Limits, host: str | None = None, updated: float | None = None
-) -> dict[str, Any]:
-    """A JSON-safe dict (``-inf`` times as ``None``), with the writing ``host`` and the
-    time it was ``updated`` when given (readers ignore what they do not know)."""
+def dump_limits(limits: Limits, clock: Clock, host: str, updated: float | None = None) -> str:
+    """``limits`` as a shared store keeps them: JSON with wall-clock times (``-inf`` as
+    ``null``), the writing ``host`` and the time it was ``updated`` when given (readers
+    ignore what they do not know)."""
+    wall = _moved(limits, _wall_offset(clock))
     out: dict[str, Any] = {}
     for name in _FIELDS:
-        value = getattr(limits, name)
+        value = getattr(wall, name)
         out[name] = None if isinstance(value, float) and not math.isfinite(value) else value
-    if host is not None:
-        out["host"] = host
+    out["host"] = host
     if updated is not None:
         out["updated"] = updated
-    return out
+    return json.dumps(out)
+
+
+def clamped_note(key: str, where: str, limits: Limits, now: float) -> str:
+    """The warning for ``key``'s pause read clamped (see :func:`read_clamped`); ``now`` is
+    wall-clock seconds, as the stored ``limits``' times are."""
+    return (
+        f"the pause of {key!r} in {where} ends further ahead than any upstream asks: held "
+        f"{max(0.0, limits.cooldown_until - now):.0f} s at most, and not kept"
+    )
 
 
 def field_of(text: object, name: str, default: object) -> object:

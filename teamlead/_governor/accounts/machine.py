@@ -41,7 +41,6 @@ and a fallback to this process alone.
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import socket
 import sqlite3
@@ -64,14 +63,14 @@ from .codecs import (
     MAX_SEQ,
     StoredLimits,
     WarnOnce,
+    clamped_note,
+    dump_limits,
     from_wall,
-    limits_to_json,
     not_learnt,
     read_clamped,
     read_count,
     read_time,
     stored_limits,
-    to_wall,
 )
 from .renewer import LeaseRenewer
 
@@ -328,9 +327,6 @@ class MachineAccount:
             dest = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
         return dest
 
-    def _offset(self) -> float:
-        return self._clock.time() - self._clock.monotonic()
-
     @staticmethod
     def _live(now: float) -> tuple[float, float]:
         """The arguments of :data:`_LIVE`: now, and the latest expiry to be believed."""
@@ -363,13 +359,8 @@ class MachineAccount:
             return None, False  # learnt long ago and idle since: start afresh
         stored, clamped = found
         if clamped:
-            self._warn(
-                "pause",
-                f"the pause of {key!r} in {self.path} ends further ahead than any upstream "
-                f"asks: held {max(0.0, stored.cooldown_until - now):.0f} s at most, and "
-                "not kept",
-            )
-        return from_wall(stored, self._offset()), clamped
+            self._warn("pause", clamped_note(key, str(self.path), stored, now))
+        return from_wall(stored, self._clock), clamped
 
     def _parse(
         self, key: str, data: object, updated: object, now: float
@@ -386,7 +377,7 @@ class MachineAccount:
         return written, found
 
     def _write(self, db: sqlite3.Connection, key: str, limits: Limits) -> None:
-        data = json.dumps(limits_to_json(to_wall(limits, self._offset()), self._host))
+        data = dump_limits(limits, self._clock, self._host)
         db.execute(
             "INSERT OR REPLACE INTO limits (key, data, updated) VALUES (?, ?, ?)",
             (key, data, self._clock.time()),

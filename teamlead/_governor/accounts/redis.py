@@ -28,7 +28,6 @@ caller goes on with this machine's store. ``redis`` (redis-py) is an optional de
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 import threading
@@ -46,14 +45,14 @@ from .codecs import (
     MAX_SEQ,
     StoredLimits,
     WarnOnce,
+    clamped_note,
+    dump_limits,
     field_of,
     from_wall,
-    limits_to_json,
     not_learnt,
     read_clamped,
     read_time,
     stored_limits,
-    to_wall,
 )
 from .renewer import LeaseRenewer, bounded
 
@@ -435,9 +434,6 @@ class RedisAccount:
     def _warn(self, kind: str, message: str) -> None:
         self._warnings(f"redis:{kind}", f"shared limits: {message}")
 
-    def _offset(self) -> float:
-        return self._clock.time() - self._clock.monotonic()
-
     # -- limits ---------------------------------------------------------------------------
     def _get(self, key: str) -> str:
         (value,) = self._script(self._read, [_limits_key(key)], [self._forget_ms])
@@ -459,13 +455,8 @@ class RedisAccount:
             return None, False
         stored, clamped = found
         if clamped:
-            self._warn(
-                "pause",
-                f"the pause of {key!r} in {self._where} ends further ahead than any upstream "
-                f"asks: held {max(0.0, stored.cooldown_until - now):.0f} s at most, and "
-                "not kept",
-            )
-        return from_wall(stored, self._offset()), clamped
+            self._warn("pause", clamped_note(key, self._where, stored, now))
+        return from_wall(stored, self._clock), clamped
 
     def limits(self, key: str) -> Limits | None:
         return self._decode(key, self._get(key))[0]
@@ -547,9 +538,7 @@ class RedisAccount:
             if not rejected and stored is not None and limits == stored and change is None:
                 return limits, change  # nothing to write
             limits = not_learnt(limits, stored, clamped)
-            value = json.dumps(
-                limits_to_json(to_wall(limits, self._offset()), _HOST, self._clock.time())
-            )
+            value = dump_limits(limits, self._clock, _HOST, self._clock.time())
             if attempt == _CAS_TRIES - 1:  # another machine kept winning: overwrite
                 raw, seq = self._get(key), ""
             args: list[str | int] = [raw, value, self._forget_ms, seq, rejected]
