@@ -46,7 +46,6 @@ __all__ = [
     "current_record",
     "event_record",
     "first_sighting",
-    "in_schema",
 ]
 
 #: The tracker events of the NDJSON schema, by their record ``type`` (the workflow ones are
@@ -90,12 +89,6 @@ def current_record(record: Mapping[str, Any]) -> Mapping[str, Any]:
     if outcome is None:
         return record
     return {**record, "type": "spawn_decided", "outcome": outcome}
-
-
-def in_schema(event: TrackedEvent) -> bool:
-    """Whether ``event`` is one of the NDJSON schema's tracker records (the parser also
-    makes events only teamlead itself reads: tool results, session states, ...)."""
-    return type(event) in _SNAKE
 
 
 #: The fields each record writes (a workflow's snapshot is written as its changes).
@@ -149,8 +142,7 @@ class JsonProgress:
     """NDJSON on ``stream``: the run's tracker events and teamlead events, each with type
     and version. ``run`` is the run's parse of the items :meth:`handle` is given.
 
-    Each fact is written once (event version 2; version 1 wrote one ``lead_turn`` per
-    content block and one ``task_ended`` per CLI report):
+    Each fact is written once:
 
     - ``lead_turn``: one line per API message. The CLI streams a message block by block,
       each block as an ``assistant`` message with the same ``message.id``, so the line is
@@ -180,7 +172,7 @@ class JsonProgress:
             self.stream.write(ndjson_line(to_json()) + "\n")
         else:
             for event in self.run.events_of(item):
-                if in_schema(event):
+                if type(event) in _SNAKE:  # the parser's other events are teamlead's own
                     self._event(event)
         self.stream.flush()
 
@@ -211,7 +203,7 @@ class JsonProgress:
         if (
             turn is not None
             and event.message_id is not None
-            and turn["message_id"] == (event.message_id)
+            and turn["message_id"] == event.message_id
         ):
             if event.text:
                 turn["text"] = f"{turn['text']}\n{event.text}" if turn["text"] else event.text

@@ -1,11 +1,9 @@
 """Stop the CLI processes this process started, and everything they started.
 
 The processes are ended here but never reaped: our own children belong to whoever
-started them (asyncio's child watcher for the SDK's CLI, a ``Popen``), and that owner
-reaps them and reads their exit status. A reap here raced asyncio's watcher, which then
-logged ``Unknown child process pid …, will report returncode 255`` above the live view on
-Ctrl-C. A child counts as ended once it is a zombie; the others (grandchildren) once they
-are gone.
+started them (asyncio's child watcher for the SDK's CLI, a ``Popen``), which reaps them
+and reads their exit status; a reap here would race it. A child counts as ended once it is
+a zombie; the others (grandchildren) once they are gone.
 """
 
 from __future__ import annotations
@@ -24,14 +22,13 @@ _SETTLE_S = 0.5
 def descendants() -> list[psutil.Process]:
     """Every live descendant of this process."""
     try:
-        children: list[psutil.Process] = psutil.Process(os.getpid()).children(recursive=True)
-        return children
+        return list(psutil.Process(os.getpid()).children(recursive=True))
     except psutil.Error:
         return []
 
 
 def stop_descendants(grace_s: float = 2.0) -> int:
-    """SIGTERM every descendant, SIGKILL what is left after ``grace_s``, reap; returns the count.
+    """SIGTERM every descendant, SIGKILL what is left after ``grace_s``; returns the count.
 
     The whole tree is collected first, so grandchildren (a subagent's shell) are not
     orphaned when their parent dies.
@@ -43,9 +40,8 @@ def stop_marked(name: str, value: str, grace_s: float = 2.0) -> int:
     """Like :func:`stop_descendants`, for the descendants whose environment has
     ``name=value`` (one run's CLI and all it started: children inherit the variable)."""
     marked = []
-    procs = descendants()
     own = _own_image()
-    for proc in procs:
+    for proc in descendants():
         with contextlib.suppress(psutil.Error):
             if _environ(proc, own).get(name) == value:
                 marked.append(proc)

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import collections
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from .._metering import LEAD
@@ -210,16 +210,10 @@ class RunDetail:
             "now": self.now,
             "tree": self.lead.to_json(),
             "omitted": self.omitted,
-            "queue": [
-                {"tool_use_id": q.tool_use_id, "description": q.description, "waited_s": q.waited_s}
-                for q in self.queue
-            ],
+            "queue": [asdict(q) for q in self.queue],
             "waiting_for_slot": self.waiting_for_slot,
             "held_requests": self.held_requests,
-            "approvals": [
-                {"tool": a.tool, "agent": a.agent, "what": a.what, "waited_s": a.waited_s}
-                for a in self.approvals
-            ],
+            "approvals": [asdict(a) for a in self.approvals],
             "limits": self.limits.to_json(),
         }
 

@@ -42,7 +42,7 @@ from typing import Any
 
 from pydantic import TypeAdapter, ValidationError
 
-from .._ndjson import current_record
+from .._ndjson import RECORD_FACTS, current_record
 from ..errors import UsageError
 from ..events import (
     CUT_ENDS,
@@ -113,17 +113,11 @@ _PARSERS: dict[str, Callable[[Any], object]] = {
     "agent_usage": AgentUsage.model_validate,
     "concurrency_changed": ConcurrencyChanged.model_validate,
     "spawn_decided": SpawnDecided.model_validate,
-    "session": TypeAdapter(SessionSeen).validate_python,
-    "agent_call": TypeAdapter(AgentCallSeen).validate_python,
-    "task_started": TypeAdapter(TaskStarted).validate_python,
-    "task_progress": TypeAdapter(TaskProgress).validate_python,
-    "task_ended": TypeAdapter(TaskEnded).validate_python,
-    "subagent_turn": TypeAdapter(SubagentTurn).validate_python,
-    "lead_turn": TypeAdapter(LeadTurn).validate_python,
-    "workflow_started": TypeAdapter(WorkflowStarted).validate_python,
-    "workflow_phase": TypeAdapter(WorkflowPhaseSeen).validate_python,
-    "workflow_agent": TypeAdapter(WorkflowAgentChanged).validate_python,
-    "workflow_ended": TypeAdapter(WorkflowEnded).validate_python,
+    **{
+        kind: TypeAdapter(fact).validate_python
+        for kind, fact in RECORD_FACTS.items()
+        if kind != "result"  # the lead's results make no row
+    },
 }
 
 

@@ -196,11 +196,7 @@ class RunAgents:
         if task.workflow is not None:
             update["run_id"] = task.workflow.run_id
             if task.workflow.error:  # the script threw: its error, on one line
-                first = (
-                    task.workflow.error.strip().splitlines()[0]
-                    if task.workflow.error.strip()
-                    else ""
-                )
+                first = (task.workflow.error.strip().splitlines() or [""])[0]
                 update["reason"] = redact(" ".join(first.split())[:300]) or "the script failed"
         if self.timed_out(task.task_id):
             update["status"] = "timeout"

@@ -383,13 +383,14 @@ class Collection:
         path = run.output_file or task.output_file or note.output_file
         whole = workflow_result(Path(path)) if path else None
         rest = cut.rest(whole) if whole is not None else None
-        shown = len(cut.shown)
+        head = (
+            f"The CLI's notification of this workflow showed you only the first "
+            f"{len(cut.shown)} characters of its result and cut the other {cut.chars}. "
+        )
         if rest is not None:
             text = rest[1]
-            lead_in = (
-                f"The CLI's notification of this workflow showed you only the first {shown} "
-                f"characters of its result and cut the other {cut.chars}. Here is the rest, "
-                "from its output file, beginning with the item the cut fell in:"
+            lead_in = head + (
+                "Here is the rest, from its output file, beginning with the item the cut fell in:"
             )
         else:
             unseen = [
@@ -399,10 +400,9 @@ class Collection:
                 and not _seen_in(results.get(agent_id, ()), cut.shown)
             ]
             text = "\n".join(unseen)
-            lead_in = (
-                f"The CLI's notification of this workflow showed you only the first {shown} "
-                f"characters of its result and cut the other {cut.chars}. Here are the results "
-                "of its finished agents that it did not show, from the run's journal:"
+            lead_in = head + (
+                "Here are the results of its finished agents that it did not show, from the "
+                "run's journal:"
             )
         self._collected.cuts[task.task_id] = CutResult(
             shown=cut.shown, cut=cut.chars, rest=len(text), results=results

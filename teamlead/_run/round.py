@@ -394,9 +394,7 @@ class Round:
     ) -> RoundOutcome:
         real = [r for r in results if not r.placeholder]
         last = real[-1] if real else None
-        ok = last is not None and last.ok
-        if ok and kind == "deadline":
-            ok = False
+        ok = last is not None and last.ok and kind != "deadline"
         if not ok and error is None:
             kind = "result"
             error = (
