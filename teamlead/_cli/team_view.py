@@ -271,7 +271,8 @@ class PlainProgress:
         self.started = SYSTEM_CLOCK.monotonic()
         self._shown: set[str] = set()
 
-    def _line(self, text: str) -> None:
+    def note(self, text: str) -> None:
+        """One line, teamlead's own or an event's, escaped and stamped with the time."""
         self.stream.write(
             f"[{SYSTEM_CLOCK.monotonic() - self.started:6.1f}s] {terminal_safe(text)}\n"
         )
@@ -281,13 +282,13 @@ class PlainProgress:
         self.scripted = self.scripted or _scripted(item)
         text = describe_event(item, scripted=self.scripted)
         if text is not None:
-            self._line(text)
+            self.note(text)
             return
         tracker = self.run.tracker
         for event in self.run.events_of(item):
             line = self._describe_tracked(event, tracker) if tracker is not None else None
             if line:
-                self._line(line)
+                self.note(line)
 
     def _describe_tracked(self, event: TrackedEvent, tracker: Tracker) -> str | None:
         if isinstance(event, SessionSeen):
@@ -302,10 +303,6 @@ class PlainProgress:
         if isinstance(event, TaskEnded) and event.source == "task_notification":
             return task_ended_line(event, tracker.tasks[event.task_id].description)
         return describe_tracked(event, verbose=self.verbose)
-
-    def note(self, text: str) -> None:
-        """One line of teamlead's own (escaped like every other line)."""
-        self._line(text)
 
     def close(self) -> None:
         pass
