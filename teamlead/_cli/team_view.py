@@ -70,12 +70,6 @@ __all__ = [
 _SHOWN_AGENTS = 50  # a workflow's agents listed in the live view
 
 
-def _scripted(item: Any) -> bool:
-    """Whether ``item`` is a message teamlead's scripted model wrote: its run's cost is the
-    CLI's price list applied to made-up tokens, so its figure is said as that estimate."""
-    return is_scripted_message(api_message_id(item))
-
-
 def describe_event(item: Any, *, scripted: bool = False) -> str | None:
     """The progress line for one of teamlead's events (``None``: the lines show none)."""
     if isinstance(item, WaitingForTeam):
@@ -279,7 +273,7 @@ class PlainProgress:
         self.stream.flush()
 
     def handle(self, item: Any) -> None:
-        self.scripted = self.scripted or _scripted(item)
+        self.scripted = self.scripted or is_scripted_message(api_message_id(item))
         text = describe_event(item, scripted=self.scripted)
         if text is not None:
             self.note(text)
@@ -333,7 +327,7 @@ class LiveTeamView:
         self._live.start()
 
     def handle(self, item: Any) -> None:
-        self.scripted = self.scripted or _scripted(item)
+        self.scripted = self.scripted or is_scripted_message(api_message_id(item))
         text = describe_event(item, scripted=self.scripted)
         if text is not None:
             self.log.append(text)
@@ -415,9 +409,6 @@ class LiveTeamView:
         return " · ".join(parts)
 
     def __rich__(self) -> Group:
-        return self._render()
-
-    def _render(self) -> Group:
         table = Table(
             title=Text(f"teamlead · lead: {terminal_safe(self.lead_state)}"), expand=False
         )
