@@ -78,7 +78,7 @@ def _watch(
             loop.add_signal_handler = add_signal_handler  # type: ignore[method-assign]
         got = []
         with anyio.fail_after(10), stops.receive_stop_signals() as received:
-            got.append(await received.first())
+            got.append(await anext(received))
             seen = [received.early]
             os.kill(os.getpid(), _MARK)
             got.append(await received.__anext__())

@@ -244,7 +244,7 @@ def run_session(
 
     async def watch_signals(scope: anyio.CancelScope) -> None:
         with receive_stop_signals() as signals:
-            received = await signals.first()
+            received = await anext(signals)
             state["interrupted"] = True
             if controls is not None:  # a prompt on the screen is answered: no
                 controls.close()

@@ -181,10 +181,6 @@ class StopSignals:
         self.early = False
         return signal.Signals(await self._receiver.__anext__())
 
-    async def first(self) -> signal.Signals:
-        """The stop signal the watcher acts on: it waits for one."""
-        return await self.__anext__()
-
 
 @contextlib.contextmanager
 def receive_stop_signals() -> Iterator[StopSignals]:
@@ -288,7 +284,7 @@ def run_interruptible(
     async def watch(scope: anyio.CancelScope) -> None:
         nonlocal interrupted
         with receive_stop_signals() as signals:
-            interrupted = await signals.first()
+            interrupted = await anext(signals)
             await anyio.to_thread.run_sync(stop)
             scope.cancel()
 
