@@ -85,7 +85,7 @@ def test_live_view_renders_markup_as_text() -> None:
 
 
 class _BrokenView(LiveTeamView):
-    def _render(self) -> Group:
+    def __rich__(self) -> Group:
         raise RuntimeError("render failed")
 
 

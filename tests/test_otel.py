@@ -77,12 +77,9 @@ class Exported:
             export_interval_millis=3_600_000,
         )
         self.metrics = MeterProvider(metric_readers=[reader])
-        meter = self.metrics.get_meter("teamlead")
         self.telemetry = Telemetry(
             tracer=self.traces.get_tracer("teamlead"),
-            meter=meter,
-            instruments=Instruments(meter),
-            own=True,
+            instruments=Instruments(self.metrics.get_meter("teamlead")),
         )
 
     def flush(self) -> None:

@@ -78,7 +78,7 @@ def _watch(
             loop.add_signal_handler = add_signal_handler  # type: ignore[method-assign]
         got = []
         with anyio.fail_after(10), stops.receive_stop_signals() as received:
-            got.append(await received.first())
+            got.append(await anext(received))
             seen = [received.early]
             os.kill(os.getpid(), _MARK)
             got.append(await received.__anext__())
@@ -149,7 +149,7 @@ _ENTRY = textwrap.dedent(
     from typing import Literal
 
     from teamlead._cli import startup
-    from teamlead._cli.signals import Interruptible
+    from teamlead._cli.signals import run_interruptible
 
     def main():
         from pydantic import BaseModel
@@ -169,7 +169,7 @@ _ENTRY = textwrap.dedent(
                 raise
         async def work():
             print("the work ran", file=sys.stderr)
-        Interruptible(work).run()
+        run_interruptible(work)
         sys.exit(0)
 
     commands = types.ModuleType("teamlead._cli.commands")

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
     from .team import resolve_team as resolve_team
     from .team import sanitize_team_name as sanitize_team_name
     from .team import validate_name as validate_name
+    from .transcript import TranscriptCall as TranscriptCall
     from .transcript import TranscriptEnd as TranscriptEnd
     from .transcript import find_subagent_transcript as find_subagent_transcript
     from .transcript import last_assistant_text as last_assistant_text

@@ -27,7 +27,7 @@ escape sequence survives) and is shown as plain text, never as Rich markup.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -64,7 +64,6 @@ class Pending:
     """One request waiting for its answer."""
 
     tool: str
-    tool_input: Mapping[str, Any]
     agent_id: str | None
     tool_use_id: str | None
     what: str
@@ -103,7 +102,6 @@ class ApprovalQueue:
         """The ``can_use_tool`` callback: wait in line for the person's answer."""
         request = Pending(
             tool=tool_name,
-            tool_input=tool_input,
             agent_id=context.agent_id or None,
             tool_use_id=context.tool_use_id,
             what=describe_request(tool_name, tool_input),
@@ -155,29 +153,22 @@ class ApprovalQueue:
             return False
         if key == "a":
             self._always.add((front.agent_id, front.tool))
-        self._resolve(front, allow=key != "n", by="user", always=key == "a")
+        self._resolve(front, self._decide(front, allow=key != "n", by="user", always=key == "a"))
         if key == "a":  # the same agent's waiting requests for this tool need no answer now
             for other in [p for p in self._waiting if (p.agent_id, p.tool) in self._always]:
-                self._resolve(other, allow=True, by="rule")
+                self._resolve(other, self._decide(other, allow=True, by="rule"))
         return True
 
     def close(self) -> None:
         """The run ends: deny what still waits, and every later request."""
         self._closed = True
         for request in list(self._waiting):
-            self._resolve(request, allow=False, by="run_ended", message=_RUN_ENDED)
+            ended = self._decide(request, allow=False, by="run_ended", message=_RUN_ENDED)
+            self._resolve(request, ended)
 
     # -- internals ---------------------------------------------------------------------------
-    def _resolve(
-        self,
-        request: Pending,
-        *,
-        allow: bool,
-        by: PermissionAnswer,
-        always: bool = False,
-        message: str = _DENIED_BY_USER,
-    ) -> None:
-        request.result = self._decide(request, allow=allow, by=by, always=always, message=message)
+    def _resolve(self, request: Pending, result: PermissionResult) -> None:
+        request.result = result
         self._answered_in_burst += 1
         self._remove(request)
         request.answered.set()

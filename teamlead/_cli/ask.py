@@ -11,6 +11,7 @@ import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import aclosing
 from functools import partial
+from inspect import signature
 from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
 import click
@@ -117,7 +118,7 @@ def run_options(func: _F) -> _F:
             is_flag=True,
             help="Do not keep this run in the run history (`teamlead ps --all`, `show`).",
         ),
-        *spawn_options(),
+        spawn_options,
         no_relay_option(),
         option(
             "--overload-hold",
@@ -129,13 +130,13 @@ def run_options(func: _F) -> _F:
             "a dropped connection), retrying it with backoff while the CLI waits; 0 passes "
             "overloads on at once.",
         ),
-        *limits_options(),
+        limits_options,
     )(func)
 
 
-def spawn_options() -> list[Callable[[_F], _F]]:
+def spawn_options(func: _F) -> _F:
     """The spawn gate's options (see the docs' "Runtime control", docs/runtime-control.md)."""
-    return [
+    return stacked(
         option(
             "--max-concurrent-agents",
             type=click.IntRange(1, 1000),
@@ -206,7 +207,7 @@ def spawn_options() -> list[Callable[[_F], _F]]:
             is_flag=True,
             help="Do not queue, budget or stop the lead's Agent calls.",
         ),
-    ]
+    )(func)
 
 
 def settings_from_options(strategy: str, **options: Any) -> AskSettings:
@@ -222,7 +223,7 @@ def settings_from_options(strategy: str, **options: Any) -> AskSettings:
     from .settings import AskSettings
 
     given = dict(options)
-    limits = {name: given.pop(name) for name in _LIMITS_OPTIONS if name in given}
+    limits = {k: given.pop(k) for k in signature(limits_from_options).parameters if k in given}
     model = (given.pop("subagent_model", None) or "").strip()
     # the options named as a field of the spawn policy or the run's policy are its values
     spawn = {name: given.pop(name) for name in list(given) if name in SpawnPolicy.model_fields}
@@ -260,10 +261,6 @@ def settings_from_options(strategy: str, **options: Any) -> AskSettings:
         policy=policy,
         **given,
     )
-
-
-#: The parameters of :func:`~.options.limits_options`.
-_LIMITS_OPTIONS = ("limits_shared", "model_limit", "provider_limit", "default_limit", "total_limit")
 
 
 @click.command(cls=SectionedCommand, sections=RUN_SECTIONS)

@@ -63,7 +63,7 @@ from .history import past_detail, past_rows
 from .options import port_option
 from .output import stdout_lost
 from .runs import act, ps_rows, run_detail
-from .signals import Interruptible
+from .signals import run_interruptible
 
 __all__ = ["Board", "kept_token", "view"]
 
@@ -291,39 +291,28 @@ async def _reply(send: Send, status: int, ok: bool, message: str) -> None:
 
 # -- the command -------------------------------------------------------------------------
 async def _serve(sock: GuardedSocket, board: Board) -> None:
-    """Serve ``board`` with the relay's connection bounds (:data:`_BOUNDS`); descriptors
-    running out anyway (the process's other files) is one warning, not asyncio's traceback
-    per ``accept`` retry."""
+    """Serve ``board`` with the relay's connection bounds (:data:`_BOUNDS`).
+
+    Descriptors (or memory) running out at an ``accept``, with no idle connection left to
+    close, is one warning for the whole process (none when the connection guard has just
+    warned), not asyncio's traceback per retry; asyncio retries the ``accept`` by itself.
+    """
     server = bounded_server(board, sock, config=_BOUNDS, root=b"", name="teamlead view")
     loop = asyncio.get_running_loop()
-    guard = sock.guard
-    said = (lambda: guard.saturated) if guard is not None else (lambda: False)
-    loop.set_exception_handler(_OutOfFiles(loop.default_exception_handler, said))
-    await server.serve(sockets=[sock])
+    warned = False
 
-
-class _OutOfFiles:
-    """The view's loop's exception handler: asyncio's report of an ``accept`` that ran out
-    of descriptors (or memory), with no idle connection left to close, becomes one warning
-    for the whole process, none when the connection guard has just warned (``said``);
-    asyncio retries the ``accept`` a second later by itself. Anything else goes to
-    ``otherwise``."""
-
-    def __init__(
-        self, otherwise: Callable[[dict[str, Any]], object], said: Callable[[], bool]
-    ) -> None:
-        self._otherwise = otherwise
-        self._said = said
-        self._warned = False
-
-    def __call__(self, loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+    def handle(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        nonlocal warned
         if not str(context.get("message", "")).startswith("socket.accept() out of system"):
-            self._otherwise(context)
-        elif not (self._warned or self._said()):
-            self._warned = True
+            loop.default_exception_handler(context)
+        elif not (warned or (sock.guard is not None and sock.guard.saturated)):
+            warned = True
             error = context.get("exception")
             why = error.strerror if isinstance(error, OSError) else "out of system resources"
             log.warning("teamlead view cannot accept connections (%s): retrying", why)
+
+    loop.set_exception_handler(handle)
+    await server.serve(sockets=[sock])
 
 
 @click.command()
@@ -383,7 +372,7 @@ def view(log: Path | None, port: int) -> None:
     if stdout_lost():
         sock.close()
         return  # no one can open a page whose URL was never shown (the entry point: exit 74)
-    Interruptible(lambda: _serve(sock, board), stop=lambda: None).run()
+    run_interruptible(lambda: _serve(sock, board), stop=lambda: None)
 
 
 def _rows(registry: Registry, history: History) -> list[dict[str, Any]]:

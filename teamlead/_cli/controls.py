@@ -47,7 +47,6 @@ class Controls:
         approvals: the queue when a person can answer.
         no_terminal: the denier when nobody can.
         stdin: the terminal keys are read from (``None``: no keys are read).
-        bindings: the live-control keys.
     """
 
     def __init__(
@@ -56,12 +55,11 @@ class Controls:
         approvals: ApprovalQueue | None = None,
         no_terminal: NoTerminal | None = None,
         stdin: IO[str] | None = None,
-        bindings: list[Binding] | None = None,
     ) -> None:
         self.approvals = approvals
         self.no_terminal = no_terminal
         self.stdin = stdin
-        self.keymap = KeyMap(approvals, bindings or [])
+        self.keymap = KeyMap(approvals)
         self.focus: Focus | None = None  # the agents' last calls and lines, when keys are read
         self._focus_dir: Path | None = None
         self._wants_focus = False  # the focus is made at attach, on the run's parse
@@ -223,13 +221,12 @@ def controls_for(
     at_terminal = (
         output != "json" and terminal_fd(stdin) is not None and terminal_fd(stderr) is not None
     )
-    controls = Controls(stdin=stdin if at_terminal else None)
-    if permission_mode in ASKING_MODES:
-        if at_terminal:
-            controls.approvals = ApprovalQueue(wait_limit_s=wait_limit_s)
-            controls.keymap.approvals = controls.approvals
-        else:
-            controls.no_terminal = NoTerminal()
+    asks = permission_mode in ASKING_MODES
+    controls = Controls(
+        approvals=ApprovalQueue(wait_limit_s=wait_limit_s) if asks and at_terminal else None,
+        no_terminal=NoTerminal() if asks and not at_terminal else None,
+        stdin=stdin if at_terminal else None,
+    )
     if at_terminal and control is not None:
         controls.keymap.bindings.extend(live_bindings(control, controls.say))
     if at_terminal and output != "quiet":  # the focus is shown in the live view only

@@ -28,7 +28,7 @@ from ..clock import SYSTEM_CLOCK
 from .exitcodes import EXIT_INTERRUPTED, handle_errors
 from .options import Output, no_relay_option, option, output_mode, port_option
 from .output import is_terminal
-from .signals import Interruptible, release_stop_signals
+from .signals import release_stop_signals, run_interruptible
 
 __all__ = [
     "demo",
@@ -103,11 +103,11 @@ def run_demo(
         click.echo(
             "teamlead: now the same script under a bare claude_agent_sdk.query ...", err=True
         )
-        bare = Interruptible(lambda: _bare_query(Path(tmp) / "bare")).run()
-        if bare.interrupted is not None or bare.result is None:
+        bare, stopped = run_interruptible(lambda: _bare_query(Path(tmp) / "bare"))
+        if stopped is not None or bare is None:
             click.echo("teamlead: interrupted; the comparison was not finished", err=True)
             return EXIT_INTERRUPTED
-        _print_comparison(bare.result, finished[0])
+        _print_comparison(bare, finished[0])
     return code
 
 

@@ -17,10 +17,10 @@ from ..errors import SetupError, UsageError
 from .exitcodes import EXIT_PARTIAL, SafeErrorsGroup, handle_errors
 from .options import (
     limits_from_options,
+    limits_options,
     no_relay_option,
     option,
     session_store_option,
-    with_limits_options,
 )
 
 __all__ = ["experiment", "require_experiment_extra"]
@@ -82,7 +82,7 @@ def experiment() -> None:
 )
 @no_relay_option()
 @session_store_option()
-@with_limits_options
+@limits_options
 @handle_errors
 def experiment_run(
     spec_path: str,

@@ -34,9 +34,9 @@ import collections
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal
 
-from .._claude import find_subagent_transcript, transcript_tail
+from .._claude import TranscriptCall, find_subagent_transcript, transcript_tail
 from .._redact import redact
 from ..errors import UsageError
 from ..events import AgentKind
@@ -49,32 +49,11 @@ from ..tracker import (
     TrackedEvent,
 )
 
-__all__ = ["MAX_AGENTS", "AgentFocus", "CallOutcome", "Focus", "FocusedCall"]
+__all__ = ["MAX_AGENTS", "AgentFocus", "Focus"]
 
 #: Agents followed at once; later ones are listed from the run's tracker but not followed.
 MAX_AGENTS = 4096
 _MAX_LINE_CHARS = 300
-
-#: How a tool call ended: still ``running`` (no result seen yet), ``ok`` or ``error``.
-CallOutcome: TypeAlias = Literal["running", "ok", "error"]
-
-
-@dataclass(frozen=True)
-class FocusedCall:
-    """One of an agent's last tool calls.
-
-    Attributes:
-        tool_use_id: the call's id.
-        name: the tool (``Bash``, ``Read``, ...).
-        summary: what it works on: the command, path or pattern, else its input as JSON
-            (at most 200 characters; raw text, escape it before printing).
-        outcome: ``running`` until its result is seen, then ``ok`` or ``error``.
-    """
-
-    tool_use_id: str
-    name: str
-    summary: str
-    outcome: CallOutcome
 
 
 @dataclass(frozen=True)
@@ -87,7 +66,9 @@ class AgentFocus:
         kind: ``agent`` (the Agent tool) or ``workflow_agent`` (a subagent's
             :data:`~teamlead.events.AgentKind`).
         status: its task's or workflow entry's last state.
-        calls: its last tool calls, oldest first.
+        calls: its last tool calls, oldest first (a summary of what each works on: the
+            command, path or pattern, at most 200 characters of raw text; its outcome
+            ``running`` until its result is seen, then ``ok`` or ``error``).
         lines: its last lines of text, oldest first.
         source: ``stream`` (its own messages), ``transcript`` (its transcript file), or
             ``none`` (nothing known yet).
@@ -97,19 +78,19 @@ class AgentFocus:
     description: str
     kind: AgentKind
     status: str
-    calls: tuple[FocusedCall, ...]
+    calls: tuple[TranscriptCall, ...]
     lines: tuple[str, ...]
     source: Literal["stream", "transcript", "none"]
 
 
+@dataclass(slots=True)
 class _Call:
-    __slots__ = ("name", "outcome", "summary", "tool_use_id")
+    """A call as it is followed: its outcome changes when its result comes."""
 
-    def __init__(self, tool_use_id: str, name: str, summary: str) -> None:
-        self.tool_use_id = tool_use_id
-        self.name = name
-        self.summary = summary
-        self.outcome: CallOutcome = "running"
+    tool_use_id: str
+    name: str
+    summary: str
+    outcome: Literal["running", "ok", "error"] = "running"
 
 
 class _Trail:
@@ -239,7 +220,9 @@ class Focus:
         return None
 
     def _from_trail(self, base: tuple[str, str, Any, str], trail: _Trail) -> AgentFocus:
-        calls = tuple(FocusedCall(c.tool_use_id, c.name, c.summary, c.outcome) for c in trail.calls)
+        calls = tuple(
+            TranscriptCall(c.tool_use_id, c.name, c.summary, c.outcome) for c in trail.calls
+        )
         return AgentFocus(*base, calls=calls, lines=tuple(trail.lines), source="stream")
 
     def _from_transcript(self, base: tuple[str, str, Any, str], path: str | None) -> AgentFocus:
@@ -258,5 +241,4 @@ class Focus:
         )
         if tail is None or not (tail.calls or tail.lines):
             return AgentFocus(*base, calls=(), lines=(), source="none")
-        calls = tuple(FocusedCall(c.tool_use_id, c.name, c.summary, c.outcome) for c in tail.calls)
-        return AgentFocus(*base, calls=calls, lines=tail.lines, source="transcript")
+        return AgentFocus(*base, calls=tail.calls, lines=tail.lines, source="transcript")

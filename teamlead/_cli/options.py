@@ -26,7 +26,6 @@ __all__ = [
     "envvar_for",
     "limits_from_options",
     "limits_options",
-    "with_limits_options",
     "no_relay_option",
     "option",
     "port_option",
@@ -128,12 +127,13 @@ def _named_limits(values: tuple[str, ...], flag: str) -> dict[str, int]:
     return table
 
 
-def limits_options() -> list[Callable[[_F], _F]]:
-    """The relay's static ceilings and where its learnt limits are shared (``--limits``).
+def limits_options(func: _F) -> _F:
+    """The relay's static ceilings and where its learnt limits are shared (``--limits``),
+    arriving as keyword arguments.
 
     Unset ceilings mean no static limit: the relay learns the account's limit by itself.
     """
-    return [
+    return stacked(
         option(
             "--limits",
             "limits_shared",
@@ -167,7 +167,7 @@ def limits_options() -> list[Callable[[_F], _F]]:
             type=click.IntRange(1, 100_000),
             help="Most requests in flight in all [default: no limit].",
         ),
-    ]
+    )(func)
 
 
 def stacked(*decorators: Callable[[_F], _F]) -> Callable[[_F], _F]:
@@ -180,11 +180,6 @@ def stacked(*decorators: Callable[[_F], _F]) -> Callable[[_F], _F]:
         return func
 
     return decorate
-
-
-def with_limits_options(func: _F) -> _F:
-    """Decorate a command with :func:`limits_options` (they arrive as keyword arguments)."""
-    return stacked(*limits_options())(func)
 
 
 def port_option(help: str) -> Callable[[_F], _F]:

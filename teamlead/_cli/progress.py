@@ -39,7 +39,7 @@ from ..experiment.stats.metrics import PRIMARY_METRIC
 from ..policy import LimitsPolicy, Policy
 from ..sessions import open_session_store
 from .exitcodes import EXIT_INTERRUPTED, fail
-from .signals import Interruptible
+from .signals import run_interruptible
 
 __all__ = ["report_for", "run_with_progress"]
 
@@ -143,10 +143,10 @@ def run_with_progress(
             # killed by Ray) as the run unwinds, and a local Ray is shut down after it;
             # killing this process's descendants at once would kill a local Ray under it.
             with ray_session():
-                run = Interruptible(
+                result, stopped = run_interruptible(
                     lambda: run_experiment_ray(spec, out_dir, **given), stop=lambda: None
-                ).run()
-            if run.interrupted is not None:
+                )
+            if stopped is not None:
                 stop_descendants()  # whatever outlived the Ray shutdown
         else:
 
@@ -156,14 +156,14 @@ def run_with_progress(
                 finally:  # the store's connections belong to this event loop
                     await close_store(base.session_store)
 
-            run = Interruptible(local).run()
-    if run.interrupted is not None or run.result is None:  # the CLI tree is stopped by now
+            result, stopped = run_interruptible(local)
+    if stopped is not None or result is None:  # the CLI tree is stopped by now
         fail(
             f"interrupted; finished trials are kept in {out_dir}: "
             "run the same command again to continue",
             EXIT_INTERRUPTED,
         )
-    return run.result
+    return result
 
 
 def report_for(

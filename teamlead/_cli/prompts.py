@@ -38,22 +38,12 @@ def prompts_list() -> None:
     help="Fill the per-turn spawn limit with this.",
 )
 @handle_errors
-def prompts_show(
-    name: str, max_concurrent_agents: int | None, max_agents_per_turn: int | None
-) -> None:
+def prompts_show(name: str, **limits: int | None) -> None:
     """Show strategy NAME (or a path), its placeholders filled."""
     from ..prompts import default_values, load_strategy
 
     strategy = load_strategy(name)
-    kwargs = {
-        k: v
-        for k, v in {
-            "max_concurrent_agents": max_concurrent_agents,
-            "max_agents_per_turn": max_agents_per_turn,
-        }.items()
-        if v
-    }
-    text = strategy.render(default_values(**kwargs))
+    text = strategy.render(default_values(**{k: v for k, v in limits.items() if v}))
     meta = strategy.meta
     click.echo(
         f"# {meta.name} v{meta.version or '-'}: {meta.description or '(plain prompt file)'}\n"

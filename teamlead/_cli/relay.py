@@ -27,8 +27,8 @@ from .._redact import terminal_safe
 from ..clock import SYSTEM_CLOCK
 from ..errors import SetupError, UsageError
 from .exitcodes import EXIT_INTERRUPTED, handle_errors
-from .options import limits_from_options, option, port_option, with_limits_options
-from .signals import STOP_SIGNALS, Interruptible, defer_stop_signals, receive_stop_signals
+from .options import limits_from_options, limits_options, option, port_option
+from .signals import STOP_SIGNALS, defer_stop_signals, receive_stop_signals, run_interruptible
 
 __all__ = ["relay"]
 
@@ -230,7 +230,7 @@ class _RelayCommand(click.Command):
     help="The old name of --port (still read, with a warning).",
 )
 @option("--quiet", "-q", is_flag=True, help="No live line on the terminal.")
-@with_limits_options
+@limits_options
 @click.argument("claude_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- CLAUDE_ARGS...]")
 @handle_errors
 def relay(
@@ -282,4 +282,4 @@ def relay(
         )
         sys.exit(anyio.run(_serve_cli, applicable.upstream, limits, port, argv, setting))
     live = sys.stderr if sys.stderr.isatty() and not quiet else None
-    Interruptible(lambda: _serve(applicable.upstream, limits, live, port), stop=lambda: None).run()
+    run_interruptible(lambda: _serve(applicable.upstream, limits, live, port), stop=lambda: None)

@@ -68,20 +68,21 @@ def check_setup(env: Mapping[str, str], *, config_dir: bool = True) -> None:
         SetupError: no API key, token or login is configured; the config dir cannot be
             written.
     """
-    _check_model_access(env)
+    configured = (env.get("CLAUDE_CONFIG_DIR") or "").strip()
+    home = Path(env.get("HOME") or "~").expanduser()
+    config = Path(configured).expanduser() if configured else home / ".claude"
+    _check_model_access(env, config)
     if config_dir:
-        _check_config_dir(env)
+        _check_config_dir(config, configured)
 
 
-def _check_config_dir(env: Mapping[str, str]) -> None:
-    """The CLI keeps each session's transcript in its config dir. In one it cannot write,
+def _check_config_dir(config: Path, configured: str) -> None:
+    """The CLI keeps each session's transcript in its config dir (``config``; the
+    ``CLAUDE_CONFIG_DIR`` it came from, if any: ``configured``). In one it cannot write,
     the first turn still runs, but no resume finds the conversation ("No conversation
     found") and the run ends suggesting a ``teamlead resume`` that cannot work either: so
     it is refused before anything runs. The CLI makes the dir when it is missing, so
     this does too."""
-    configured = (env.get("CLAUDE_CONFIG_DIR") or "").strip()
-    home = Path(env.get("HOME") or "~").expanduser()
-    config = Path(configured).expanduser() if configured else home / ".claude"
     try:
         config.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=config):
@@ -103,8 +104,9 @@ def _check_config_dir(env: Mapping[str, str]) -> None:
         ) from None
 
 
-def _check_model_access(env: Mapping[str, str]) -> None:
-    """Fail unless an API key, token, login or a loopback gateway is configured."""
+def _check_model_access(env: Mapping[str, str], config: Path) -> None:
+    """Fail unless an API key, token, login (in the config dir ``config``) or a loopback
+    gateway is configured."""
     if env.get("ANTHROPIC_BASE_URL", "").strip():
         try:
             ensure_loopback(env["ANTHROPIC_BASE_URL"])
@@ -117,9 +119,6 @@ def _check_model_access(env: Mapping[str, str]) -> None:
     for flag in ("CLAUDE_CODE_USE_BEDROCK", "CLAUDE_CODE_USE_VERTEX"):
         if env.get(flag, "").strip() in ("1", "true"):
             return
-    config = Path(
-        env.get("CLAUDE_CONFIG_DIR") or Path(env.get("HOME", "~")).expanduser() / ".claude"
-    )
     if (config / ".credentials.json").exists():
         return
     raise SetupError(
@@ -245,7 +244,7 @@ def run_session(
 
     async def watch_signals(scope: anyio.CancelScope) -> None:
         with receive_stop_signals() as signals:
-            received = await signals.first()
+            received = await anext(signals)
             state["interrupted"] = True
             if controls is not None:  # a prompt on the screen is answered: no
                 controls.close()

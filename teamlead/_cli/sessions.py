@@ -68,14 +68,11 @@ def _in_store(url: str) -> tuple[list[StoredSession], str]:
 def _local() -> tuple[list[StoredSession], str]:
     """The sessions Claude Code keeps on this machine (``CLAUDE_CONFIG_DIR``, else
     ``~/.claude``), newest first, and where they are."""
-    import os
-    from pathlib import Path
-
     from claude_agent_sdk import list_sessions, project_key_for_directory
 
+    from .._claude import claude_config_dir
     from ..sessions import StoredSession
 
-    config = os.environ.get("CLAUDE_CONFIG_DIR") or str(Path.home() / ".claude")
     found = [
         StoredSession(
             info.session_id,
@@ -84,7 +81,7 @@ def _local() -> tuple[list[StoredSession], str]:
         )
         for info in list_sessions()
     ]
-    return found, str(Path(config) / "projects")
+    return found, str(claude_config_dir() / "projects")
 
 
 def _row(item: StoredSession) -> str:

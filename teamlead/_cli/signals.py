@@ -5,7 +5,7 @@ the CLI children and everything they started are stopped at once
 (:func:`~teamlead._procs.stop_descendants`), the run is cancelled, and the command prints
 how to continue and exits 130: no CLI child or agent outlives the command.
 
-A command watches for the signals once its work starts (:class:`Interruptible`,
+A command watches for the signals once its work starts (:func:`run_interruptible`,
 :func:`~teamlead._cli.running.run_session` for a run, ``teamlead relay --`` once its CLI
 runs). Before that, while its modules load
 (the SDK alone takes over a second) and its options are parsed, :func:`stop_at_startup`
@@ -46,7 +46,7 @@ import contextlib
 import signal
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 if TYPE_CHECKING:
     import socket
@@ -56,13 +56,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "STOP_SIGNALS",
-    "Interruptible",
     "StoppedAtStartup",
     "StopSignals",
     "defer_stop_signals",
     "mute_stop_signals",
     "receive_stop_signals",
     "release_stop_signals",
+    "run_interruptible",
     "stop_at_startup",
     "stop_raised",
 ]
@@ -181,10 +181,6 @@ class StopSignals:
         self.early = False
         return signal.Signals(await self._receiver.__anext__())
 
-    async def first(self) -> signal.Signals:
-        """The stop signal the watcher acts on: it waits for one."""
-        return await self.__anext__()
-
 
 @contextlib.contextmanager
 def receive_stop_signals() -> Iterator[StopSignals]:
@@ -265,45 +261,40 @@ def _on_stop(signum: int, frame: FrameType | None) -> None:
     raise StoppedAtStartup(received)
 
 
-class Interruptible(Generic[_T]):
-    """Run ``work()`` under :func:`anyio.run` until it returns or a stop signal arrives.
+def run_interruptible(
+    work: Callable[[], Awaitable[_T]], *, stop: Callable[[], object] | None = None
+) -> tuple[_T | None, signal.Signals | None]:
+    """Run ``work()`` under :func:`anyio.run` until it returns or a stop signal arrives:
+    what it returned (``None`` when stopped) and the signal that stopped it (``None`` when
+    none did).
 
-    ``result`` holds what ``work`` returned; ``interrupted`` is the signal that stopped it.
     ``stop`` runs (in a thread) before the work is cancelled: by default it stops every
     descendant process; a Ray run stops its trials through Ray instead.
     """
+    import anyio
+    import anyio.to_thread
 
-    def __init__(
-        self, work: Callable[[], Awaitable[_T]], *, stop: Callable[[], object] | None = None
-    ) -> None:
-        if stop is None:
-            from .._procs import stop_descendants  # psutil: not before the work starts
+    if stop is None:
+        from .._procs import stop_descendants  # psutil: not before the work starts
 
-            stop = stop_descendants
-        self._work = work
-        self._stop = stop
-        self.result: _T | None = None
-        self.interrupted: signal.Signals | None = None
+        stop = stop_descendants
+    result: _T | None = None
+    interrupted: signal.Signals | None = None
 
-    def run(self) -> Interruptible[_T]:
-        import anyio
+    async def watch(scope: anyio.CancelScope) -> None:
+        nonlocal interrupted
+        with receive_stop_signals() as signals:
+            interrupted = await anext(signals)
+            await anyio.to_thread.run_sync(stop)
+            scope.cancel()
 
-        defer_stop_signals()
-        anyio.run(self._main)
-        return self
-
-    async def _main(self) -> None:
-        import anyio
-
+    async def main() -> None:
+        nonlocal result
         async with anyio.create_task_group() as tg:
-            tg.start_soon(self._watch, tg.cancel_scope)
-            self.result = await self._work()
+            tg.start_soon(watch, tg.cancel_scope)
+            result = await work()
             tg.cancel_scope.cancel()
 
-    async def _watch(self, scope: anyio.CancelScope) -> None:
-        with receive_stop_signals() as signals:
-            self.interrupted = await signals.first()
-            import anyio.to_thread
-
-            await anyio.to_thread.run_sync(self._stop)
-            scope.cancel()
+    defer_stop_signals()
+    anyio.run(main)
+    return result, interrupted

@@ -70,12 +70,6 @@ __all__ = [
 _SHOWN_AGENTS = 50  # a workflow's agents listed in the live view
 
 
-def _scripted(item: Any) -> bool:
-    """Whether ``item`` is a message teamlead's scripted model wrote: its run's cost is the
-    CLI's price list applied to made-up tokens, so its figure is said as that estimate."""
-    return is_scripted_message(api_message_id(item))
-
-
 def describe_event(item: Any, *, scripted: bool = False) -> str | None:
     """The progress line for one of teamlead's events (``None``: the lines show none)."""
     if isinstance(item, WaitingForTeam):
@@ -271,23 +265,24 @@ class PlainProgress:
         self.started = SYSTEM_CLOCK.monotonic()
         self._shown: set[str] = set()
 
-    def _line(self, text: str) -> None:
+    def note(self, text: str) -> None:
+        """One line, teamlead's own or an event's, escaped and stamped with the time."""
         self.stream.write(
             f"[{SYSTEM_CLOCK.monotonic() - self.started:6.1f}s] {terminal_safe(text)}\n"
         )
         self.stream.flush()
 
     def handle(self, item: Any) -> None:
-        self.scripted = self.scripted or _scripted(item)
+        self.scripted = self.scripted or is_scripted_message(api_message_id(item))
         text = describe_event(item, scripted=self.scripted)
         if text is not None:
-            self._line(text)
+            self.note(text)
             return
         tracker = self.run.tracker
         for event in self.run.events_of(item):
             line = self._describe_tracked(event, tracker) if tracker is not None else None
             if line:
-                self._line(line)
+                self.note(line)
 
     def _describe_tracked(self, event: TrackedEvent, tracker: Tracker) -> str | None:
         if isinstance(event, SessionSeen):
@@ -302,10 +297,6 @@ class PlainProgress:
         if isinstance(event, TaskEnded) and event.source == "task_notification":
             return task_ended_line(event, tracker.tasks[event.task_id].description)
         return describe_tracked(event, verbose=self.verbose)
-
-    def note(self, text: str) -> None:
-        """One line of teamlead's own (escaped like every other line)."""
-        self._line(text)
 
     def close(self) -> None:
         pass
@@ -336,7 +327,7 @@ class LiveTeamView:
         self._live.start()
 
     def handle(self, item: Any) -> None:
-        self.scripted = self.scripted or _scripted(item)
+        self.scripted = self.scripted or is_scripted_message(api_message_id(item))
         text = describe_event(item, scripted=self.scripted)
         if text is not None:
             self.log.append(text)
@@ -418,9 +409,6 @@ class LiveTeamView:
         return " · ".join(parts)
 
     def __rich__(self) -> Group:
-        return self._render()
-
-    def _render(self) -> Group:
         table = Table(
             title=Text(f"teamlead · lead: {terminal_safe(self.lead_state)}"), expand=False
         )

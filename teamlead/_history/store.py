@@ -41,18 +41,7 @@ from ..clock import SYSTEM_CLOCK
 from ..errors import AmbiguousRun, NoSuchRun
 from .record import INLINE_RESULT_CHARS, AgentRecord, RunRecord
 
-__all__ = [
-    "DEFAULT_MAX_BYTES",
-    "DEFAULT_MAX_RUNS",
-    "HISTORY_DIR_VAR",
-    "MAX_BYTES_VAR",
-    "MAX_RECORD_BYTES",
-    "MAX_RUNS_VAR",
-    "NO_HISTORY_VAR",
-    "History",
-    "history_dir",
-    "history_wanted",
-]
+__all__ = ["History", "history_dir", "history_wanted"]
 
 #: Where the history is kept, when set.
 HISTORY_DIR_VAR = "TEAMLEAD_HISTORY_DIR"

@@ -6,12 +6,11 @@ lookups and nothing of OpenTelemetry is imported.
 
 The seams, kept narrow on purpose:
 
-- the run: :func:`trace_run` at the start of a run (with the run's parse of its stream,
-  :class:`~teamlead.tracker.StreamParse`, which the spans read its messages from), then
-  ``trace.trace_env()`` for the CLI's ``TRACEPARENT``,
+- the run (:mod:`teamlead.coordinator`): :func:`trace_run` at the start of a run (with
+  the run's parse of its stream, :class:`~teamlead.tracker.StreamParse`, which the spans
+  read its messages from), then ``trace.trace_env()`` for the CLI's ``TRACEPARENT``,
   ``trace.attach(relay_run)`` for the relay's ``chat`` spans and ``trace.observe(stream)``
-  around the stream (``teamlead._run.relayed`` and
-  ``teamlead.coordinator.receive_all``);
+  around the stream;
 - the relay: :class:`.chat.ChatObserver` is its per-run request observer
   (``teamlead._relay.observe``);
 - an experiment: :func:`trial_scope` around one trial attempt (one trace per trial).

@@ -114,15 +114,11 @@ class Telemetry:
 
     Attributes:
         tracer: teamlead's tracer.
-        meter: teamlead's meter.
-        instruments: the metric instruments made on ``meter``.
-        own: whether teamlead built the providers (from the variables) rather than the app.
+        instruments: the metric instruments made on teamlead's meter.
     """
 
     tracer: Tracer
-    meter: Meter
     instruments: Instruments
-    own: bool
 
 
 def export_wanted(environ: Mapping[str, str]) -> tuple[bool, bool]:
@@ -205,7 +201,7 @@ class TelemetrySource:
         cached = self._app
         if cached is not None and cached[:2] == (id(provider), id(meter_provider)):
             return cached[2]
-        made = _telemetry_of(provider, meter_provider, own=False)
+        made = _telemetry_of(provider, meter_provider)
         self._app = (id(provider), id(meter_provider), made)
         return made
 
@@ -269,16 +265,13 @@ def _build(
     shutdown = _flush_at_exit(
         tracer_provider if traces else None, meter_provider if metrics else None
     )
-    return _telemetry_of(tracer_provider, meter_provider, own=True), shutdown
+    return _telemetry_of(tracer_provider, meter_provider), shutdown
 
 
-def _telemetry_of(tracer_provider: Any, meter_provider: Any, *, own: bool) -> Telemetry:
-    meter = meter_provider.get_meter(_SCOPE, __version__)
+def _telemetry_of(tracer_provider: Any, meter_provider: Any) -> Telemetry:
     return Telemetry(
         tracer=tracer_provider.get_tracer(_SCOPE, __version__),
-        meter=meter,
-        instruments=Instruments(meter),
-        own=own,
+        instruments=Instruments(meter_provider.get_meter(_SCOPE, __version__)),
     )
 
 
