@@ -58,7 +58,7 @@ def telemetry_to(endpoint: str) -> tuple[Telemetry, TracerProvider, MeterProvide
     )
     metrics = MeterProvider(metric_readers=[reader])
     meter = metrics.get_meter("teamlead")
-    made = Telemetry(traces.get_tracer("teamlead"), meter, Instruments(meter), own=True)
+    made = Telemetry(traces.get_tracer("teamlead"), Instruments(meter))
     return made, traces, metrics
 
 
