@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from collections.abc import Iterator
 
 import anthropic
@@ -238,3 +239,18 @@ def test_a_client_that_resets_its_connection_is_not_reported_as_an_error(
         sock.close()
         assert _ask(_client(server)).content[0].text == "hi"  # type: ignore[union-attr]
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_request_ends_before_its_client_can_have_read_its_whole_answer() -> None:
+    # the server's record of when a request ended must not come after the client has its
+    # answer: the client's next request would otherwise count as overlapping it, and a
+    # ceiling of one request held exactly would read as two in flight
+    read_at: list[float] = []
+    with ScriptedServer(lambda req: Reply.text("Done.")) as server:
+        client = _client(server)
+        for _ in range(20):
+            _ask(client)
+            read_at.append(time.monotonic())
+        records = server.recorded()
+    assert [r.end <= t for r, t in zip(records, read_at, strict=True)] == [True] * 20
+    assert server.max_concurrent() == 1

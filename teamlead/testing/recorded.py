@@ -22,9 +22,9 @@ class RecordedRequest:
     """One request as the server saw and answered it.
 
     ``started``/``finished`` are ``time.monotonic()`` readings, so overlapping intervals
-    prove that two streams were in flight at once. ``released`` is when the request gave
-    back its place under the emulated account limit (just before its last write, so it may
-    come a moment before ``finished``). ``headers`` are the HTTP request headers as received
+    prove that two streams were in flight at once. ``released`` is when its answer's last
+    write began (it gave back its place under the emulated account limit then), a moment
+    before ``finished``. ``headers`` are the HTTP request headers as received
     (names as the client spelled them). ``drawn`` is what it drew from the server's token
     buckets, by kind (empty when refused, or with no buckets). ``status`` is recorded just
     before the answer's last write, so a client that has read its answer reads its status.
@@ -50,7 +50,11 @@ class RecordedRequest:
 
     @property
     def end(self) -> float:
-        return self.finished if self.finished is not None else float("inf")
+        """When the request ended as its client can know it: its answer's last write began
+        (the handler's own end comes later, and a client that has read its answer may
+        already have sent the next request by then)."""
+        end = self.released if self.released is not None else self.finished
+        return end if end is not None else float("inf")
 
     def overlaps(self, other: RecordedRequest) -> bool:
         return self.started < other.end and other.started < self.end

@@ -360,11 +360,12 @@ class ScriptedServer:
             nonlocal released
             if status is not None:
                 record.status = status
+            if record.released is None:  # the client cannot have the whole answer before
+                record.released = time.monotonic()
             if not released:
                 released = True
                 with self._lock:
                     self._limited_in_flight -= 1
-                    record.released = time.monotonic()
 
         drawn = None
         if self._rate is not None and not over_limit:
