@@ -187,3 +187,26 @@ def test_a_stop_before_the_warm_process_took_the_session_is_a_quiet_exit(
             launcher.communicate(timeout=10)
     assert (launcher.returncode, out, err) == (128 + signal.SIGINT, b"", b"")
     assert not cli_processes(claude.state_dir)
+
+
+def test_a_warm_process_that_cannot_load_keeps_its_name_and_the_sessions_run_cold(
+    offline: OfflineFactory, tmp_path: Path
+) -> None:
+    # a broken install: the relay's server stack does not import (only the warm process
+    # loads it before a session; the cold command finds out when its run starts)
+    broken = tmp_path / "broken" / "uvicorn"
+    broken.mkdir(parents=True)
+    (broken / "__init__.py").write_text('raise ImportError("uvicorn is broken here")\n')
+    _, claude = offline(_answer("Answered cold."))
+    said: list[str] = []
+    env = {**claude.env, "TEAMLEAD_CLAUDE_WARM": "9.5", "PYTHONPATH": str(broken.parent)}
+    options = claude.options(cli_path=SHIM, env=env, stderr=said.append)
+
+    answers = [anyio.run(_result, options).result for _ in range(2)]
+
+    assert answers == ["Answered cold.", "Answered cold."]
+    # each session ran cold and said why its relay is off, in its own words
+    assert said == ["request relay off, running direct: uvicorn is broken here"] * 2
+    # the first launcher started one warm process, which refuses sessions but keeps its
+    # name: the second launcher did not start another
+    assert len(_serving_or_waiting("9.5")) == 1
