@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from teamlead.testing import AgentCall, Reply, ScriptedRequest, ScriptedServer
+from teamlead.testing.recorded import RecordedRequest, peak_requests
 from teamlead.testing.replies import ToolUse
 from teamlead.testing.scripts import (
     finding_text,
@@ -33,6 +34,7 @@ __all__ = [
     "wrap_up_answers",
     "journaled",
     "lead_seen",
+    "most_accepted_at_once",
     "requests_by_key",
     "sent_usage",
     "tool_result_request",
@@ -190,6 +192,16 @@ def sent_usage(server: ScriptedServer) -> dict[str, tuple[int, int]]:
             out + rec.reply.resolved_output_tokens,
         )
     return totals
+
+
+def most_accepted_at_once(requests: list[RecordedRequest]) -> int:
+    """The most of ``requests`` the upstream was answering (not rejecting) at one time, each
+    from its arrival until its end (:attr:`~teamlead.testing.recorded.RecordedRequest.end`:
+    its place under the limit is given back as its last write begins, and a next request may
+    take it while the last bytes still go out)."""
+    return peak_requests(
+        (r.started, r.end) for r in requests if r.status == 200 and r.finished is not None
+    )
 
 
 def requests_by_key(server: ScriptedServer) -> dict[str, list[int | None]]:

@@ -35,13 +35,13 @@ from teamlead.experiment.running.ray_backend import ray_session
 from teamlead.experiment.running.runner import trial_order, trial_session_id
 from teamlead.sessions import stored_sessions
 from teamlead.testing import OfflineClaude, ScriptedServer
-from teamlead.testing.recorded import RecordedRequest, peak_requests
 from teamlead.testing.scripts import ProbabilisticFanOut
 
 from ..polling import apoll, poll
 from ..ray_cluster import RayNode, two_node_cluster
 from ..redis_server import REDIS_SERVER, redis_server
 from ..session_stores import in_store
+from .scripted import most_accepted_at_once
 
 ray = pytest.importorskip("ray")
 
@@ -453,16 +453,6 @@ def _kill_node_mid_trial(
     return found
 
 
-def _most_accepted_at_once(requests: list[RecordedRequest]) -> int:
-    """The most requests the account was answering (not rejecting) at one time, each from
-    its arrival until it gave its place under the limit back."""
-    return peak_requests(
-        (r.started, r.released or r.finished)
-        for r in requests
-        if r.status == 200 and r.finished is not None
-    )
-
-
 @pytest.mark.cli
 @pytest.mark.slow
 @pytest.mark.cluster
@@ -543,7 +533,7 @@ def test_an_experiment_on_two_ray_nodes_keeps_the_limit_and_survives_losing_one(
     # retry, so a trial would have failed.
     assert limits.returncode == 0, limits.stderr
     assert [entry["limit"] for entry in json.loads(limits.stdout)] == [HIDDEN_LIMIT]
-    assert _most_accepted_at_once(requests) == HIDDEN_LIMIT
+    assert most_accepted_at_once(requests) == HIDDEN_LIMIT
     assert 0 < server.stats.rejected <= len(keys)
     assert not list(tmp_path.glob("**/teamlead/limits.sqlite3"))  # Redis only, on every node
     # The sessions: each trial's last one in the Redis store, with how it ended; one that

@@ -50,6 +50,7 @@ from teamlead.testing.scripts import FanOut, FirstWaveHolds, findings_in
 
 from ..redis_server import REDIS_SERVER, redis_server
 from .conftest import TEAMLEAD, ask, start_ask
+from .scripted import most_accepted_at_once
 
 pytestmark = [pytest.mark.anyio, pytest.mark.cli, pytest.mark.slow]
 
@@ -69,21 +70,6 @@ def _rejected(server: ScriptedServer) -> collections.Counter[str]:
         for r in server.recorded("subagent")
         if r.status == 429 and r.request.agent is not None
     )
-
-
-def _most_accepted_at_once(server: ScriptedServer) -> int:
-    """The most subagent requests the upstream was answering (not rejecting) at one time,
-    each from its arrival until it gave its place under the limit back (a moment before its
-    last write: a next request may take the place while the last bytes still go out)."""
-    points = []
-    for rec in server.recorded("subagent"):
-        if rec.status == 200 and rec.finished is not None:
-            points += [(rec.started, 1), (rec.released or rec.finished, -1)]
-    best = cur = 0
-    for _, step in sorted(points, key=lambda p: (p[0], p[1])):
-        cur += step
-        best = max(best, cur)
-    return best
 
 
 def _all_findings(agents: int) -> list[str]:
@@ -174,7 +160,7 @@ async def test_a_24_agent_storm_learns_the_true_limit_whatever_the_header_timing
                 if isinstance(m, ResultMessage)
             ]
             summary = relay.summary()
-        most_at_once = _most_accepted_at_once(server)
+        most_at_once = most_accepted_at_once(server.recorded("subagent"))
     # every subagent's finding reached the lead's final answer
     assert sorted(findings_in(results[-1].result or "")) == _all_findings(agents)
     rejected = _rejected(server)
@@ -400,7 +386,7 @@ async def test_a_bare_cli_through_teamlead_relay_loses_no_subagent(tmp_path: Pat
                 relay.communicate(timeout=30)
     assert sorted(findings_in(results[-1].result or "")) == _all_findings(agents)
     assert sum(_rejected(server).values()) <= agents
-    assert _most_accepted_at_once(server) == LIMIT
+    assert most_accepted_at_once(server.recorded("subagent")) == LIMIT
     assert relay.returncode == 0, err
     port = int(base_url.split(":")[2].split("/")[0])
     with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
