@@ -44,7 +44,6 @@ __all__ = [
     "CLAUDE_PATH_VAR",
     "ShimSetup",
     "finish",
-    "is_stream_session",
     "main",
     "read_setup",
     "session",
@@ -61,7 +60,7 @@ _EXIT_USAGE = 2
 _PARSED: dict[frozenset[tuple[str, str]], tuple[Policy, bool]] = {}
 
 
-def is_stream_session(argv: list[str]) -> bool:
+def _is_stream_session(argv: list[str]) -> bool:
     """Whether ``argv`` asks for a stream-json session (the SDKs' way to run the CLI)."""
     pairs = zip(argv, argv[1:], strict=False)
     spaced = any(pair == ("--input-format", "stream-json") for pair in pairs)
@@ -151,7 +150,7 @@ def session(argv: list[str]) -> int:
     except SetupError as exc:
         print(f"teamlead-claude: {exc}", file=sys.stderr)
         return _EXIT_FAILED
-    if not is_stream_session(argv):
+    if not _is_stream_session(argv):
         os.execv(setup.cli, [setup.cli, *argv])
     from .._run import default_process_state
     from .bridge import serve
