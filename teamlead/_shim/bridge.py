@@ -290,6 +290,7 @@ class Bridge:
                 if this.first and self._held.result and answered_alone(run.tracker, start):
                     self._write(self._held.result)  # the run's answer: nothing can follow it
                     self._held.result = None
+                    self._running = False  # for the app, whose turn is over (as at the end)
                 reports_state = reports_state or _session_state_frame(message)
                 if settled(run.tracker, start, events, reports_state=reports_state):
                     await this.child.end_input()

@@ -332,6 +332,38 @@ def test_an_interrupt_ends_the_turn_as_on_the_bare_cli(offline: OfflineFactory) 
     assert _all_ended(claude.state_dir)
 
 
+def test_a_setting_sent_as_soon_as_a_plain_answer_comes_is_taken(offline: OfflineFactory) -> None:
+    # the lead answers at once, so the app has its result while the run still ends (its
+    # CLI exiting): the turn is over for the app, and so is it for a setting it sends now
+    def script(req: ScriptedRequest) -> Reply:
+        return Reply.text("Second answer." if "Second." in req.last_user_text else "First answer.")
+
+    server, claude = offline(script)
+    answers: list[str | None] = []
+
+    async def app() -> None:
+        with anyio.fail_after(90):
+            async with ClaudeSDKClient(claude.options(cli_path=SHIM)) as client:
+                for prompt in ("First.", "Second."):
+                    await client.query(prompt)
+                    async for message in client.receive_response():
+                        if isinstance(message, ResultMessage):
+                            answers.append(message.result)
+                    with anyio.fail_after(10):  # answered, not left for a CLI that is ending
+                        await client.set_model("claude-haiku-5-5")
+
+    anyio.run(app)
+
+    assert answers == ["First answer.", "Second answer."]
+    turns = [
+        r.request.model
+        for r in server.recorded()
+        if any(p in r.request.last_user_text for p in ("First.", "Second."))
+    ]
+    assert turns == ["claude-opus-5-5", "claude-haiku-5-5"]  # the setting reached the next CLI
+    assert _all_ended(claude.state_dir)
+
+
 @pytest.mark.parametrize("warm", ["300", "0"], ids=["warm", "cold"])
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_stops_the_command_and_its_cli(
