@@ -20,7 +20,7 @@ os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
 
 from teamlead.testing import OfflineClaude  # noqa: E402
 
-from .isolated import isolated_env  # noqa: E402
+from .isolated import end_warm_processes, isolated_env  # noqa: E402
 from .polling import poll  # noqa: E402
 
 #: the real-CLI tier: every test with the ``cli`` mark lives here
@@ -94,3 +94,12 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Run the ``slow`` tests first (a stable sort, order kept otherwise): with ``-n 2`` the
     longest ones then overlap the many short ones instead of ending the run on one worker."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """The ``teamlead-claude`` tests' sessions run in warm processes the first ones start
+    (each ends by itself once idle): the run ends them at its end, once, after every
+    worker (the only process that is not an xdist worker), so no test loses the warm
+    process it watches to a worker that finished first."""
+    if not hasattr(session.config, "workerinput"):
+        end_warm_processes()

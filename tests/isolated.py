@@ -8,6 +8,7 @@ a fixture that starts a process there passes it this environment instead.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, TypeVar
 
+import psutil
 import pytest
 
 K = TypeVar("K")
@@ -76,3 +78,34 @@ def run_to_the_end(
         return subprocess.run(args, capture_output=True, text=True, timeout=timeout, **kwargs)
     except subprocess.TimeoutExpired as exc:
         return subprocess.CompletedProcess(args, -1, "", f"no end within {exc.timeout} s")
+
+
+#: what the command line of ``teamlead-claude``'s warm process (and its forks) holds
+_WARM_MARK = "from teamlead._shim import warm"
+
+
+def warm_processes() -> list[psutil.Process]:
+    """This user's warm ``teamlead-claude`` processes and their workers (one process
+    per session, and the one waiting for the next): their command line is the warm one.
+    Each one's ``info`` holds its ``cmdline`` and ``ppid`` as they were when found."""
+    found = []
+    for proc in psutil.process_iter(["cmdline", "uids", "ppid"]):
+        try:
+            warm = any(_WARM_MARK in word for word in proc.info["cmdline"] or [])
+            mine = proc.info["uids"].real == os.getuid()
+            if warm and mine and proc.status() != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def end_warm_processes() -> None:
+    """End the warm processes (not their workers: a session ends as it would, and the
+    worker waiting for the next ends with its warm process)."""
+    warm = warm_processes()
+    pids = {proc.pid for proc in warm}
+    for proc in warm:
+        with contextlib.suppress(psutil.Error):
+            if proc.info["ppid"] not in pids:
+                proc.kill()

@@ -19,7 +19,6 @@ The scripts and the readers of what the scripted server saw are in ``scripted.py
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import subprocess
@@ -36,7 +35,7 @@ from teamlead.clock import SYSTEM_CLOCK, Clock
 from teamlead.events import Finished
 from teamlead.testing import OfflineClaude, Script, ScriptedServer
 
-from ..isolated import TEAMLEAD, run_to_the_end
+from ..isolated import TEAMLEAD, run_to_the_end, warm_processes
 
 __all__ = [
     "TEAMLEAD",
@@ -204,38 +203,6 @@ def cli_processes(state_dir: Path) -> list[psutil.Process]:
         except psutil.Error:  # it ended while we looked
             continue
     return found
-
-
-#: what the command line of ``teamlead-claude``'s warm process (and its forks) holds
-_WARM_MARK = "from teamlead._shim import warm"
-
-
-def warm_processes() -> list[psutil.Process]:
-    """This user's warm ``teamlead-claude`` processes and their workers (one process
-    per session, and the one waiting for the next): their command line is the warm one."""
-    found = []
-    for proc in psutil.process_iter(["cmdline", "uids"]):
-        try:
-            warm = any(_WARM_MARK in word for word in proc.info["cmdline"] or [])
-            mine = proc.info["uids"].real == os.getuid()
-            if warm and mine and proc.status() != psutil.STATUS_ZOMBIE:
-                found.append(proc)
-        except psutil.Error:
-            continue
-    return found
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _no_warm_process_outlives_the_suite() -> Iterator[None]:
-    """The sessions of the ``teamlead-claude`` tests run in a warm process the first one
-    starts (it ends by itself after five idle minutes); the suite ends it at its end."""
-    yield
-    warm = warm_processes()
-    pids = {proc.pid for proc in warm}
-    for proc in warm:  # the warm process itself: its sessions end as they would, and the
-        with contextlib.suppress(psutil.Error):  # worker waiting for the next ends with it
-            if proc.ppid() not in pids:
-                proc.kill()
 
 
 def shim_with_agents_running(

@@ -55,10 +55,13 @@ def _answer(text: str) -> Any:
 def _serving(idle: str) -> list[psutil.Process]:
     """The warm processes (not their workers) started with idle time ``idle``."""
     warm = warm_processes()
-    pids = {proc.pid for proc in warm}
-    return [
-        proc for proc in warm if proc.ppid() not in pids and proc.cmdline()[-1] == repr(float(idle))
-    ]
+    pids = {p.pid for p in warm}
+    return [p for p in warm if p.info["ppid"] not in pids and _idles(p, idle)]
+
+
+def _idles(process: psutil.Process, idle: str) -> bool:
+    """Whether ``process`` (one of :func:`warm_processes`) was started with ``idle``."""
+    return bool(process.info["cmdline"][-1] == repr(float(idle)))
 
 
 def test_apps_of_two_worlds_are_served_by_one_warm_process_each_in_its_own(
@@ -99,7 +102,9 @@ def test_the_warm_process_ends_after_its_idle_time(offline: OfflineFactory) -> N
 
 
 def _serving_or_waiting(idle: str) -> list[psutil.Process]:
-    return [p for p in warm_processes() if p.cmdline()[-1] == repr(float(idle))]
+    """The warm processes started with idle time ``idle``, and their workers (as found:
+    one that ends meanwhile is still listed)."""
+    return [p for p in warm_processes() if _idles(p, idle)]
 
 
 def test_a_launcher_killed_mid_session_stops_the_session_and_its_cli(
@@ -126,7 +131,7 @@ def test_a_bad_request_on_the_socket_leaves_the_warm_process_serving(
     env = {**claude.env, "TEAMLEAD_CLAUDE_WARM": "60"}
     assert anyio.run(_result, claude.options(cli_path=SHIM, env=env)).result == "Still here."
     (warm,) = _serving("60")
-    name = warm.cmdline()[-2]
+    name = warm.info["cmdline"][-2]
 
     for junk in (b"", b"GET / HTTP/1.1\r\n\r\n", b"\xff" * 70_000):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bad:
