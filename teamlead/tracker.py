@@ -169,6 +169,8 @@ _RESUME_REFUSED = ("resumeFromRunId", "journal")
 #: the tool result of an Agent call whose agent runs in the background (its task events follow)
 LAUNCH_NOTICE = "Async agent launched"
 _MAX_REASON = 300
+#: how a resumed CLI's summary ends for an agent it has no completion record of (2.1.332)
+_ORPHAN_NOTICE = "didn't finish before the previous session ended"
 
 
 def _refuses_resume(result: ToolResultSeen) -> bool:
@@ -310,6 +312,10 @@ class Tracker:
                 changes += run.snapshot(event.workflow_agents, event.workflow_phases)
         elif isinstance(event, TaskEnded):
             task = self._task(event.task_id, now)
+            if task.status == "completed" and _ORPHAN_NOTICE in (event.summary or ""):
+                # a resumed CLI's report of an agent it found no completion record of in the
+                # session it resumed: this run saw that agent end, which stands
+                return changes
             if event.workflow_run_id and task.workflow is None:
                 task.task_type = task.task_type or "local_workflow"  # a stopped notice
             run = self._workflow(task) if task.is_workflow else None

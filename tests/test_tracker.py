@@ -274,6 +274,26 @@ def test_completed_with_an_empty_summary_is_not_absorbed_by_a_lead_turn() -> Non
 PARTIAL = "NOTE: this agent stopped at its 3-turn limit before finishing.\n\nworking on step 2"
 
 
+def test_a_resumed_clis_report_of_an_agent_it_has_no_record_of_leaves_the_end_this_run_saw() -> (
+    None
+):
+    tracker = Tracker()
+    tracker.feed({"type": "system", "subtype": "task_started", "task_id": "t", "description": "d",
+                  "tool_use_id": "tu-agent", "prompt": "AGENTJOB d"})  # fmt: skip
+    tracker.feed(notified("t", summary="FINDING[d]"))
+    first = tracker.tasks["t"].ended_seq
+    # the wrap-up ended the CLI before the lead took the notification; the resumed CLI says
+    orphan = 'Background agent "d" didn\'t finish before the previous session ended'
+    tracker.feed(notified("t", status="stopped", summary=orphan))
+    task = tracker.tasks["t"]
+    assert (task.status, task.summary, task.ended_seq) == ("completed", "FINDING[d]", first)
+    # an agent this run never saw end is stopped, as the CLI says
+    tracker.feed({"type": "system", "subtype": "task_started", "task_id": "u", "description": "e",
+                  "tool_use_id": "tu-other", "prompt": "AGENTJOB e"})  # fmt: skip
+    tracker.feed(notified("u", status="stopped", summary=orphan.replace('"d"', '"e"')))
+    assert tracker.tasks["u"].status == "stopped"
+
+
 @pytest.mark.parametrize("restarted", [True, False], ids=["started-again", "notified-again"])
 def test_a_task_that_notifies_again_is_a_new_end_the_lead_has_not_used(restarted: bool) -> None:
     tracker = Tracker()

@@ -441,6 +441,54 @@ async def test_without_its_output_file_a_cut_result_is_given_from_the_journal_on
     assert "a resume prompt delivered it" in (rows["wf:c"].reason or "")
 
 
+@pytest.mark.anyio
+async def test_an_agent_its_journal_holds_finished_though_the_last_snapshot_shows_it_working() -> (
+    None
+):
+    session = "5e55a0c3-0000-4000-8000-00000000j0de"
+    config = Path(os.environ["CLAUDE_CONFIG_DIR"])  # isolated per test by tests/conftest.py
+    journal = config / "projects" / "-proj" / session / "subagents" / "workflows" / "wf_j-1"
+    journal.mkdir(parents=True)
+    (journal / "journal.jsonl").write_text(
+        "".join(
+            json.dumps({"type": "result", "agentId": f"x{k}", "result": f"FINDING[{k}] done"})
+            + "\n"
+            for k in "ab"
+        )
+    )
+    stale = [agent(1, "wf:a", "progress", agentId="xa"), agent(2, "wf:b", "done", agentId="xb")]
+    messages = [
+        {"type": "system", "subtype": "init", "session_id": session},
+        started("w1", "tu1"),
+        launched("w1", "tu1", "wf_j-1"),
+        progress("w1", *stale),  # the stream's last snapshot: a still at work
+        ended("w1"),
+        {"type": "result", "subtype": "success", "is_error": False, "result": "ok",
+         "session_id": session, "num_turns": 1},
+    ]  # fmt: skip
+    second = [{**messages[-1], "result": "a and b"}]
+    prompts: list[str] = []
+
+    async def query_fn(*, prompt: str, options: Any) -> AsyncIterator[Any]:
+        prompts.append(prompt)
+        for message in messages if len(prompts) == 1 else second:
+            yield message
+
+    items = [
+        item
+        async for item in teamlead.run(
+            "Investigate.", query_fn=query_fn, policy=Policy(relay=False), clock=FakeClock()
+        )
+    ]
+    done = items[-1]
+    assert isinstance(done, Finished) and done.status == "completed", done.reasons
+    (asked,) = prompts[1:]  # both results, from the journal; nothing to run again
+    assert "[wf:a] FINDING[a] done\n[wf:b] FINDING[b] done\n</result>" in asked, asked
+    assert "resumeFromRunId" not in asked and "did not finish" not in asked, asked
+    rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
+    assert (rows["wf:a"].status, rows["wf:b"].status) == ("completed", "completed"), rows
+
+
 def test_a_workflows_output_file_gives_its_result_as_the_cli_quotes_it(tmp_path: Path) -> None:
     out = tmp_path / "w1.output"
     out.write_text(json.dumps({"summary": "s", "result": {"r": ["é", 1]}, "logs": []}, indent=2))

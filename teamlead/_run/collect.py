@@ -15,6 +15,7 @@ module changes.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import re
@@ -137,6 +138,7 @@ class Collection:
             async for event in self._collect_team(team, tracker, pending, self._deadline):
                 yield event
         exited = not self._process_alive
+        self._journaled_ends(tracker)
         lost = {run.task_id: agents for run, agents in tracker.lost_workflow_agents(exited=exited)}
         if exited:
             self._ended_unannounced(tracker)
@@ -260,6 +262,17 @@ class Collection:
             tracker.apply(ended)
             self._state.agents.observe([ended], tracker)
 
+    def _journaled_ends(self, tracker: Tracker) -> None:
+        """A workflow agent whose result its run's journal holds finished, though the last
+        snapshot the stream gave still shows it at work: it is ``done`` from now on."""
+        for run in tracker.workflow_runs:
+            if all(agent.state == "done" for agent in run.agents.values()):
+                continue
+            journaled = self._journaled(tracker.session_id, run)
+            for index, agent in run.agents.items():
+                if agent.state != "done" and agent.agent_id in journaled:
+                    run.agents[index] = dataclasses.replace(agent, state="done")
+
     def _find_team(self, session: str | None) -> Team | None:
         collected = self._collected
         if collected.team is not None or collected.ambiguous_team is not None or not session:
@@ -296,15 +309,17 @@ class Collection:
         source: TaskSource = "none"
         for index in sorted(run.agents):
             agent = run.agents[index]
-            if agent.state != "done":
+            found = journaled.pop(agent.agent_id or "", None)
+            if agent.state != "done" and found is None:
                 continue
-            found = journaled.get(agent.agent_id or "")
             text = found.text if found is not None else agent.result_preview
             if text:
                 source = "transcript" if found is not None else "summary"
                 parts.append(f"[{agent.label}] {text}")
-        if not run.agents and journaled:  # a rebuilt session knows no agents: its journal does
-            parts += [f"[{r.label or agent_id}] {r.text}" for agent_id, r in journaled.items()]
+        # the journal is the truth: an agent it holds finished, though the last snapshot the
+        # stream gave (or a rebuilt session, which has none) does not say so yet
+        parts += [f"[{r.label or agent_id}] {r.text}" for agent_id, r in journaled.items()]
+        if journaled:
             source = "transcript"
         if not parts and task.summary:
             parts.append(task.summary)

@@ -45,7 +45,8 @@ class Mixed:
     """The lead's first message: Agent calls plus (optionally) one workflow; then it
     synthesizes. ``hang`` names an agent whose request the server holds open; ``delays``
     sets how long an agent's replies take (``delay`` for the others); ``inputs`` sets the
-    input tokens an agent's replies report."""
+    input tokens an agent's replies report; ``held_lead`` holds the lead's turns after its
+    first (those that take the agents' notifications) open, but the wrap-up's."""
 
     def __init__(
         self,
@@ -58,8 +59,10 @@ class Mixed:
         inputs: dict[str, int] | None = None,
         answers: dict[str, str] | None = None,
         wrap_from_last: bool = False,
+        held_lead: bool = False,
     ) -> None:
         self.agents = agents
+        self.held_lead = held_lead
         self.workflow = workflow or []
         self.delay = delay
         self.delays = delays or {}
@@ -100,6 +103,8 @@ class Mixed:
                     )
                 )
             return Reply.tools(*calls)
+        if self.held_lead:
+            return Reply.text("held", delay=600)
         return synthesize(req)
 
 

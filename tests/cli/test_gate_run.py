@@ -232,6 +232,41 @@ async def test_the_deadline_stops_the_slow_agent_and_wraps_up_with_the_quick_one
     assert poll(lambda: not cli_processes(claude.state_dir), within_s=10)
 
 
+@pytest.mark.anyio
+async def test_an_agent_ended_before_the_wrap_up_stays_completed_when_the_resumed_cli_says_not(
+    offline: OfflineFactory,
+) -> None:
+    # the lead's turn that takes the quick agent's notification is held: the CLI the wrap-up
+    # ends has no record of that agent's end, and the wrap-up's resumed CLI reports it
+    # "stopped": "didn't finish before the previous session ended"
+    script = Mixed(["agent-1", "agent-2"], delay=0.3, hang="agent-2", wrap_from_last=True,
+                   held_lead=True)  # fmt: skip
+    server, claude = offline(script)
+    policy = Policy(wait_s=2, deadline_s=_DEADLINE_S)
+    clock = SkipClock()
+    items: list[Any] = []
+
+    async def collect() -> None:
+        with anyio.fail_after(90):
+            async for item in teamlead.run(PROMPT, claude.options(), policy=policy, clock=clock):
+                items.append(item)
+
+    await skipping(clock, quick_ended(items), wrap_point(clock, policy), collect())
+    done = finished(items)
+    orphaned = [
+        i.task_id
+        for i in items
+        if isinstance(i, TaskNotificationMessage) and "previous session ended" in i.summary
+    ]
+    quick = next(t for t in done.tasks if t.description == "agent-1")
+    assert quick.id in orphaned  # the resumed CLI's word, which the run did not take
+    assert {t.description: t.status for t in done.tasks} == {
+        "agent-1": "completed",
+        "agent-2": "stopped",
+    }
+    assert findings_in(done.result or "") == ["agent-1"], done.result
+
+
 def _agent_of(record: RecordedRequest) -> str | None:
     return record.request.agent.description if record.request.agent else None
 
