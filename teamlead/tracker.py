@@ -312,7 +312,7 @@ class Tracker:
                 changes += run.snapshot(event.workflow_agents, event.workflow_phases)
         elif isinstance(event, TaskEnded):
             task = self._task(event.task_id, now)
-            if task.status == "completed" and _ORPHAN_NOTICE in (event.summary or ""):
+            if task.terminal and _ORPHAN_NOTICE in (event.summary or ""):
                 # a resumed CLI's report of an agent it found no completion record of in the
                 # session it resumed: this run saw that agent end, which stands
                 return changes
