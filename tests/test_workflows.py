@@ -386,6 +386,29 @@ def test_the_sessions_notifications_are_the_turns_the_cli_wrote_not_quotes_of_th
     assert set(found) == {"w1"} and found["w1"].cut is not None
 
 
+async def run_two_rounds(
+    first: list[dict[str, Any]], second: list[dict[str, Any]]
+) -> tuple[Finished, list[str]]:
+    """A run whose first round streams ``first`` and every later one ``second``; its
+    ``Finished`` (completed) and the prompts of the rounds after the first."""
+    prompts: list[str] = []
+
+    async def query_fn(*, prompt: str, options: Any) -> AsyncIterator[Any]:
+        prompts.append(prompt)
+        for message in first if len(prompts) == 1 else second:
+            yield message
+
+    items = [
+        item
+        async for item in teamlead.run(
+            "Investigate.", query_fn=query_fn, policy=Policy(relay=False), clock=FakeClock()
+        )
+    ]
+    done = items[-1]
+    assert isinstance(done, Finished) and done.status == "completed", done.reasons
+    return done, prompts[1:]
+
+
 @pytest.mark.anyio
 async def test_without_its_output_file_a_cut_result_is_given_from_the_journal_once() -> None:
     session = "5e55a0c3-0000-4000-8000-00000000c0de"
@@ -416,23 +439,7 @@ async def test_without_its_output_file_a_cut_result_is_given_from_the_journal_on
         {"type": "result", "subtype": "success", "is_error": False, "result": "ok",
          "session_id": session, "num_turns": 1},
     ]  # fmt: skip
-    second = [first[-2], {**first[-1], "result": "all three"}]
-    prompts: list[str] = []
-
-    async def query_fn(*, prompt: str, options: Any) -> AsyncIterator[Any]:
-        prompts.append(prompt)
-        for message in first if len(prompts) == 1 else second:
-            yield message
-
-    items = [
-        item
-        async for item in teamlead.run(
-            "Investigate.", query_fn=query_fn, policy=Policy(relay=False), clock=FakeClock()
-        )
-    ]
-    done = items[-1]
-    assert isinstance(done, Finished) and done.status == "completed", done.reasons
-    (asked,) = prompts[1:]
+    done, (asked,) = await run_two_rounds(first, [first[-2], {**first[-1], "result": "all 3"}])
     assert "[wf:b] FINDING[b] done\n[wf:c] FINDING[c] done" in asked
     assert "FINDING[a]" not in asked  # the notification showed it whole
     assert "from the run's journal" in asked
@@ -466,23 +473,8 @@ async def test_an_agent_its_journal_holds_finished_though_the_last_snapshot_show
         {"type": "result", "subtype": "success", "is_error": False, "result": "ok",
          "session_id": session, "num_turns": 1},
     ]  # fmt: skip
-    second = [{**messages[-1], "result": "a and b"}]
-    prompts: list[str] = []
-
-    async def query_fn(*, prompt: str, options: Any) -> AsyncIterator[Any]:
-        prompts.append(prompt)
-        for message in messages if len(prompts) == 1 else second:
-            yield message
-
-    items = [
-        item
-        async for item in teamlead.run(
-            "Investigate.", query_fn=query_fn, policy=Policy(relay=False), clock=FakeClock()
-        )
-    ]
-    done = items[-1]
-    assert isinstance(done, Finished) and done.status == "completed", done.reasons
-    (asked,) = prompts[1:]  # both results, from the journal; nothing to run again
+    # both results, from the journal; nothing to run again
+    done, (asked,) = await run_two_rounds(messages, [{**messages[-1], "result": "a and b"}])
     assert "[wf:a] FINDING[a] done\n[wf:b] FINDING[b] done\n</result>" in asked, asked
     assert "resumeFromRunId" not in asked and "did not finish" not in asked, asked
     rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}

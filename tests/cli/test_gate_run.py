@@ -189,14 +189,9 @@ def quick_ended(items: list[Any]) -> Callable[[], bool]:
     )
 
 
-@pytest.mark.anyio
-async def test_the_deadline_stops_the_slow_agent_and_wraps_up_with_the_quick_one(
-    offline: OfflineFactory,
-) -> None:
-    # the quick agent answers in 0.3 s, the slow one's request is held open (600 s); the
-    # wrap-up turn answers from what its prompt quotes alone
-    script = Mixed(["agent-1", "agent-2"], delay=0.3, hang="agent-2", wrap_from_last=True)
-    server, claude = offline(script)
+async def wrapped_up(claude: OfflineClaude) -> list[Any]:
+    """A run on ``claude`` whose deadline's wrap-up point comes once only the slow agent is
+    left (not after the seconds to it); every item of the run."""
     policy = Policy(wait_s=2, deadline_s=_DEADLINE_S)
     clock = SkipClock()
     items: list[Any] = []
@@ -206,9 +201,20 @@ async def test_the_deadline_stops_the_slow_agent_and_wraps_up_with_the_quick_one
             async for item in teamlead.run(PROMPT, claude.options(), policy=policy, clock=clock):
                 items.append(item)
 
-    # the wrap-up point comes once only the slow agent is left, not after the seconds to it
     await skipping(clock, quick_ended(items), wrap_point(clock, policy), collect())
-    done = finished(items)
+    return items
+
+
+@pytest.mark.anyio
+async def test_the_deadline_stops_the_slow_agent_and_wraps_up_with_the_quick_one(
+    offline: OfflineFactory,
+) -> None:
+    # the quick agent answers in 0.3 s, the slow one's request is held open (600 s); the
+    # wrap-up turn answers from what its prompt quotes alone
+    server, claude = offline(
+        Mixed(["agent-1", "agent-2"], delay=0.3, hang="agent-2", wrap_from_last=True)
+    )
+    done = finished(await wrapped_up(claude))
     assert done.status == "partial" and done.reason == "deadline", done.reasons
     # the final answer came from the wrap-up prompt alone, and it quotes the quick finding
     assert done.result is not None and done.result.startswith("FINAL:")
@@ -241,17 +247,8 @@ async def test_an_agent_ended_before_the_wrap_up_stays_completed_when_the_resume
     # "stopped": "didn't finish before the previous session ended"
     script = Mixed(["agent-1", "agent-2"], delay=0.3, hang="agent-2", wrap_from_last=True,
                    held_lead=True)  # fmt: skip
-    server, claude = offline(script)
-    policy = Policy(wait_s=2, deadline_s=_DEADLINE_S)
-    clock = SkipClock()
-    items: list[Any] = []
-
-    async def collect() -> None:
-        with anyio.fail_after(90):
-            async for item in teamlead.run(PROMPT, claude.options(), policy=policy, clock=clock):
-                items.append(item)
-
-    await skipping(clock, quick_ended(items), wrap_point(clock, policy), collect())
+    _, claude = offline(script)
+    items = await wrapped_up(claude)
     done = finished(items)
     orphaned = [
         i.task_id
