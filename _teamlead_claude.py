@@ -28,7 +28,7 @@ except ImportError:  # no Unix sockets (Windows): always cold
 
 WARM_VAR = "TEAMLEAD_CLAUDE_WARM"
 _IDLE_S = 300.0
-_START_S = 3.0  # a started warm process listens in this
+_START_S = 3.0  # a started warm process listens in this (before it loads teamlead)
 _READY_S = 60.0  # ... and has loaded teamlead in this
 
 
@@ -177,10 +177,14 @@ def _start(name: str, idle: float) -> int | None:
     """Start the warm process, detached (its own session, no terminal, no streams of
     ours); its pid, or ``None`` if it cannot be started."""
     # -c, not -m, and the working directory left off the module path at once: a module in
-    # the app's directory is never loaded in its place
+    # the app's directory is never loaded in its place. Its name is taken before teamlead
+    # loads (a second of CPU, more on a loaded machine): this launcher connects at once
+    # and waits for the load; a name taken already ends it at once.
     code = (
-        "import sys; sys.path[:] = filter(None, sys.path); "
-        "from teamlead._shim import warm; warm.main()"
+        "import socket, sys; sys.path[:] = filter(None, sys.path); "
+        "s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM); "
+        "s.bind('\\0' + sys.argv[1]); s.listen(64); "
+        "from teamlead._shim import warm; warm.main(s)"
     )
     command = [sys.executable, "-c", code, name, repr(idle)]
     null = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDWR, 0)]

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 import _teamlead_claude as launcher
-from teamlead._shim.warm import Request, _receive, _same_user
+from teamlead._shim.warm import Request, _launcher, _receive
 
 
 def test_the_request_carries_argv_environment_directory_umask_and_the_three_streams(
@@ -151,14 +151,14 @@ def test_the_warm_process_serves_only_its_own_user() -> None:
             own.connect("\0" + name)
             mine, _ = server.accept()
             with mine:
-                assert _same_user(mine)
+                assert _launcher(mine) == os.getpid()
         stranger = subprocess.Popen(
             [str(_SYSTEM_PYTHON), "-c", _KNOCK, name], user=65534, stdin=subprocess.PIPE
         )
         try:
             theirs, _ = server.accept()
             with theirs:
-                assert not _same_user(theirs)
+                assert _launcher(theirs) is None
         finally:
             stranger.communicate(b"", timeout=10)
 

@@ -12,10 +12,10 @@ named after what it loaded: the user, the interpreter and its module path, the c
 teamlead and of the installed packages, and the mount namespace; it serves only its own
 user's processes (the peer's credentials are checked). For each session it forks a worker,
 which takes the launcher's standard streams, argv, environment (the whole of it), working
-directory and umask, and runs the session exactly as ``teamlead-claude`` run cold would
-(:func:`teamlead._shim.session`). The launcher passes on the stop signals it gets; if the
-launcher is gone, the worker stops as on ``SIGTERM``. The worker's exit code becomes the
-launcher's.
+directory, umask and resource limits, and runs the session exactly as ``teamlead-claude``
+run cold would (:func:`teamlead._shim.session`). The launcher passes on the stop signals it
+gets; if the launcher is gone, the worker stops as on ``SIGTERM``. The worker's exit code
+becomes the launcher's.
 
 The protocol, one connection a session: the launcher sends a length-prefixed request (its
 three standard streams attached) ``tlc1 NUL cwd NUL umask NUL argc NUL argv... NUL
@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import resource
 import select
 import signal
 import socket
@@ -80,19 +81,15 @@ class Request:
         self.fds = list(fds)
 
 
-def serve_warm(name: str, idle_s: float) -> None:
-    """Listen on abstract socket ``name``, load teamlead, and serve sessions until ``idle_s``
-    seconds pass without one. Returns at once if another process serves ``name``.
+def serve_warm(listener: socket.socket, idle_s: float) -> None:
+    """Load teamlead and serve sessions on ``listener`` until ``idle_s`` seconds pass
+    without one. ``listener`` listens on the warm process's name already (bound before
+    anything was loaded, so the launcher that started it connects at once and waits for
+    the load, however loaded the machine).
 
     A worker is forked before its session comes (it waits in ``accept``), so a session
     never waits for a fork; once it has one, the next worker is forked.
     """
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        listener.bind("\0" + name)
-    except OSError:  # another launcher started it first
-        return
-    listener.listen(64)
     os.chdir("/")  # a warm process holds no directory of anyone's
     try:
         _load()
@@ -168,10 +165,26 @@ def _load() -> None:
                 getattr(module, attr, None)
 
 
-def _same_user(conn: socket.socket) -> bool:
+def _launcher(conn: socket.socket) -> int | None:
+    """The pid of the process at the other end of ``conn`` if it is this user's, else
+    ``None``."""
     creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    _pid, uid, _gid = struct.unpack("3i", creds)
-    return bool(uid == os.getuid())
+    pid, uid, _gid = struct.unpack("3i", creds)
+    return int(pid) if uid == os.getuid() else None
+
+
+def _limits_of(pid: int) -> bool:
+    """Take process ``pid``'s resource limits (the launcher's ``ulimit`` values, which the
+    session's processes would have had cold); ``False`` if one cannot be taken (a hard
+    limit above this process's): the launcher then runs its session itself."""
+    for name in dir(resource):
+        if name.startswith("RLIMIT_"):
+            kind = getattr(resource, name)
+            try:
+                resource.setrlimit(kind, resource.prlimit(pid, kind))
+            except (OSError, ValueError):
+                return False
+    return True
 
 
 def _reap() -> None:
@@ -189,10 +202,13 @@ def _worker(listener: socket.socket, tell: int) -> None:
         os.write(tell, b"1")
         os.close(tell)
         listener.close()
-        if not _same_user(conn):
+        launcher = _launcher(conn)
+        if launcher is None:
             os._exit(0)
         conn.settimeout(_REQUEST_S)
         request = _receive(conn)
+        if not _limits_of(launcher):  # closed before "pid": the launcher runs it cold
+            os._exit(0)
         conn.sendall(b"pid %d\n" % os.getpid())
         if conn.recv(1) != b"g":  # the launcher gave up and runs it itself
             os._exit(0)
@@ -288,6 +304,6 @@ def _relay_signals(conn: socket.socket) -> None:
             return
 
 
-def main() -> None:
-    """``teamlead-claude``'s warm process: ``serve_warm(name, idle_s)`` from its argv."""
-    serve_warm(sys.argv[1], float(sys.argv[2]))
+def main(listener: socket.socket) -> None:
+    """``teamlead-claude``'s warm process on ``listener``, its idle time from its argv."""
+    serve_warm(listener, float(sys.argv[2]))

@@ -3,28 +3,31 @@ teamlead process, which runs each session in a worker of its own, on the app's o
 streams, argv, environment and working directory.
 
 Every test of ``test_claude_shim.py`` runs warm too (the default); these check what only
-the warm path has: one warm process serving apps of separate worlds, its idle end, a
-launcher killed mid-session, a bad request on its socket, and the bad setting.
+the warm path has: one warm process serving apps of separate worlds, the app's resource
+limits, its idle end, a launcher killed mid-session, a bad request on its socket, and the
+bad setting.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
 import signal
 import socket
 import subprocess
 import sys
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import anyio
 import psutil
 import pytest
-from claude_agent_sdk import ClaudeAgentOptions, ResultMessage, query
+from claude_agent_sdk import ClaudeAgentOptions, PermissionResultAllow, ResultMessage, query
 
 from teamlead.testing import Reply, ScriptedRequest
-from teamlead.testing.scripts import FanOut
+from teamlead.testing.scripts import FanOut, bash
 
 from ..polling import poll
 from .conftest import OfflineFactory, cli_processes, shim_with_agents_running, warm_processes
@@ -99,6 +102,77 @@ def test_the_warm_process_ends_after_its_idle_time(offline: OfflineFactory) -> N
     assert poll(lambda: not _serving("1.5"), within_s=20) is not None
     # and the worker it had waiting ends with it
     assert poll(lambda: not _serving_or_waiting("1.5"), within_s=10) is not None
+
+
+#: the session's POSIX message queue limit (a limit node leaves as it is; it raises the
+#: open-file one), and the command lines of its shell's ancestors
+_LIMITS_AND_ANCESTORS = (
+    "{ ulimit -Sq; p=$$; while [ \"$p\" -gt 1 ]; do tr '\\0' ' ' < /proc/$p/cmdline; echo; "
+    "p=$(awk '/^PPid/ {print $2}' /proc/$p/status); done; } > limits.txt"
+)
+
+
+def _looks(req: ScriptedRequest) -> Reply:
+    """A lead that runs :data:`_LIMITS_AND_ANCESTORS`, then answers."""
+    if req.role == "lead" and not req.tool_uses_sent:
+        return Reply.tools(bash(_LIMITS_AND_ANCESTORS))
+    return Reply.text("Seen.")
+
+
+def _limits_seen(claude: Any, idle: str, cli: Path = SHIM) -> tuple[int, str]:
+    """An app session on :func:`_looks`: the message queue limit its lead's shell had (in
+    bytes), and that shell's ancestors."""
+
+    async def allow(name: str, data: dict[str, Any], context: Any) -> Any:
+        return PermissionResultAllow()
+
+    async def prompt() -> AsyncIterator[dict[str, Any]]:  # can_use_tool needs a stream
+        yield {"type": "user", "message": {"role": "user", "content": "Look."}}
+
+    async def app() -> None:
+        env = {**claude.env, "TEAMLEAD_CLAUDE_WARM": idle}
+        options = claude.options(
+            cli_path=cli, env=env, permission_mode="default", can_use_tool=allow
+        )
+        with anyio.fail_after(60):
+            async for message in query(prompt=prompt(), options=options):
+                if isinstance(message, ResultMessage):
+                    return
+
+    anyio.run(app)
+    limit, _, ancestors = (claude.cwd / "limits.txt").read_text().partition("\n")
+    return int(limit), ancestors
+
+
+def test_a_warm_session_has_the_apps_resource_limits(offline: OfflineFactory) -> None:
+    _, claude = offline(_looks)
+    soft, hard = resource.getrlimit(resource.RLIMIT_MSGQUEUE)
+    before, ancestors = _limits_seen(claude, "122")  # the warm process starts with these
+    assert before == soft and "warm.main(s)" in ancestors, ancestors
+    lower = soft // 2
+    resource.setrlimit(resource.RLIMIT_MSGQUEUE, (lower, hard))  # the app's ulimit -Sq
+    try:
+        after, ancestors = _limits_seen(claude, "122")
+    finally:
+        resource.setrlimit(resource.RLIMIT_MSGQUEUE, (soft, hard))
+    assert "warm.main(s)" in ancestors, ancestors  # run warm, by the same warm process
+    assert after == lower  # with the app's limit, not the warm process's
+    assert len(_serving("122")) == 1
+
+
+def test_a_session_whose_limits_the_warm_process_cannot_take_runs_cold(
+    offline: OfflineFactory, tmp_path: Path
+) -> None:
+    _, claude = offline(_looks)
+    soft, _ = resource.getrlimit(resource.RLIMIT_MSGQUEUE)
+    lowered = tmp_path / "lowered-teamlead-claude"  # an app whose hard limit is lower
+    lowered.write_text(f'#!/bin/bash\nulimit -q {soft // 2}\nexec "{SHIM}" "$@"\n')
+    lowered.chmod(0o755)
+    before, ancestors = _limits_seen(claude, "124", lowered)  # it starts the warm process
+    assert before == soft // 2 and "warm.main(s)" in ancestors, ancestors
+    after, ancestors = _limits_seen(claude, "124")  # an app whose hard limit is above it
+    assert after == soft and "warm.main(s)" not in ancestors, ancestors  # cold, as it asks
+    assert len(_serving("124")) == 1  # the warm process serves on
 
 
 def _serving_or_waiting(idle: str) -> list[psutil.Process]:
