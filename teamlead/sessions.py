@@ -52,9 +52,7 @@ from ._sessions import (
     RedisSessionStore,
     SessionStatus,
     SQLiteSessionStore,
-)
-from ._sessions import (
-    open_store as _open_store,
+    open_session_store,
 )
 
 if typing.TYPE_CHECKING:
@@ -69,29 +67,6 @@ __all__ = [
     "open_session_store",
     "stored_sessions",
 ]
-
-
-def open_session_store(url: str) -> RedisSessionStore | SQLiteSessionStore:
-    """The session store ``url`` names; it connects on first use.
-
-    Args:
-        url: ``redis://[:password@]host[:port]/db`` (``db`` a number; ``?ttl=SECONDS``
-            sets the keys' life, default 30 days), ``rediss://…`` (TLS), or
-            ``sqlite:///absolute/path.db`` / ``sqlite:relative/path.db``.
-
-    Raises:
-        UsageError: any other URL, a Redis database that is no number, a bad ``ttl``.
-        SetupError: a Redis URL without redis-py (the ``redis`` extra).
-
-    Example:
-        >>> open_session_store("sqlite:///tmp/sessions.db")
-        SQLiteSessionStore('/tmp/sessions.db')
-        >>> open_session_store("postgres://db/1")  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        teamlead.errors.UsageError: a session store is redis://HOST:PORT/DB, ...
-    """
-    return _open_store(url)
 
 
 @dataclasses.dataclass(frozen=True)

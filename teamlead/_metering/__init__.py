@@ -12,12 +12,10 @@ with the stream's task events. One concept per module:
   budgets, the workflow agents' admission, the subagent model) to each request;
 - :mod:`.count`: one agent's counters;
 - :mod:`.request`: one request at the relay: whose it is (its session and agent ids, read
-  as untrusted) and its ticket;
-- :mod:`.usage`: reading ``usage`` out of a streamed reply.
+  as untrusted) and its ticket.
 
-It sits below the relay and the run and above the admission (it imports only the
-admission, the clock and the events), so the relay can call it on its request path and the
-run can read it.
+It sits below the relay and the run and above the admission and the governor's usage
+reader, so the relay can call it on its request path and the run can read it.
 """
 
 from __future__ import annotations

@@ -345,7 +345,8 @@ class AgentBook:
             key = (key[0], _OVERFLOW)
         count = self.entries.get(key)
         if count is None:
-            count = self.entries[key] = AgentCount(kind, self.clock.time())
+            now = self.clock.time()
+            count = self.entries[key] = AgentCount(kind, now, now)
             if key[1] != LEAD and key[1] not in self._by_agent:
                 self._by_agent[key[1]] = count
         return count

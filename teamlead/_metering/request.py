@@ -1,8 +1,6 @@
-"""One request at the relay: whose it is (session and agent ids), and its ticket.
-
-The ids come from Claude Code's headers; a value that is not a plausible id is counted as
-``?invalid``, so a hostile header can neither grow a book's keys nor pose as another agent.
-A workflow agent is told apart by Claude Code's system prompt for them (2.1.332).
+"""One request at the relay: whose it is (session and agent ids, from Claude Code's
+headers, see :func:`agent_key`), and its ticket. A workflow agent is told apart by Claude
+Code's system prompt for them (2.1.332).
 """
 
 from __future__ import annotations

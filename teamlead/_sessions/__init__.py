@@ -9,7 +9,7 @@ two stores and what a run does with one, one concept per module:
   every machine (``teamlead:session:`` keys, each with a TTL);
 - ``sqlite_store``: :class:`~.sqlite_store.SQLiteSessionStore`, one embedded SQLite file;
 - ``status``: the small status record teamlead writes into its stores when a run ends;
-- ``url``: :func:`~.url.open_store`, a store from a ``redis://``/``rediss://``/``sqlite:``
+- ``url``: :func:`~.url.open_session_store`, a store from a ``redis://``/``rediss://``/``sqlite:``
   URL;
 - ``home``: bringing a session from a store to this machine's Claude config dir;
 - ``journals``: mirroring workflow journals (which the CLI does not mirror) into the store;
@@ -32,6 +32,6 @@ if TYPE_CHECKING:
     from .sqlite_store import SQLiteSessionStore as SQLiteSessionStore
     from .status import SessionStatus as SessionStatus
     from .url import close_store as close_store
-    from .url import open_store as open_store
+    from .url import open_session_store as open_session_store
 
 __getattr__ = lazy_exports(__name__)

@@ -1,4 +1,4 @@
-"""A session store from a URL: :func:`open_store`.
+"""A session store from a URL: :func:`open_session_store`.
 
 Accepted, and nothing else:
 
@@ -30,25 +30,34 @@ from ..policy import redis_url_problem
 from .redis_store import DEFAULT_TTL_S, RedisSessionStore
 from .sqlite_store import SQLiteSessionStore
 
-__all__ = ["ACCEPTED", "close_store", "open_store"]
+__all__ = ["ACCEPTED", "close_store", "open_session_store"]
 
 ACCEPTED = "redis://HOST:PORT/DB, rediss://HOST:PORT/DB or sqlite:///PATH"
 _MAX_TTL_S = 10 * 365 * 24 * 3600.0
 _CLOSE_S = 5.0
 
 
-def open_store(url: str) -> RedisSessionStore | SQLiteSessionStore:
-    """The store ``url`` names (see the module docstring).
+def open_session_store(url: str) -> RedisSessionStore | SQLiteSessionStore:
+    """The session store ``url`` names (see the module docstring); it connects on first use.
+
+    Args:
+        url: ``redis://[:password@]host[:port]/db`` (``db`` a number; ``?ttl=SECONDS``
+            sets the keys' life, default 30 days), ``rediss://…`` (TLS), or
+            ``sqlite:///absolute/path.db`` / ``sqlite:relative/path.db``.
 
     Raises:
         UsageError: anything but the URLs accepted, a Redis database that is no number, a
             ``ttl`` that is no positive number of seconds, or an SQLite URL without a path.
-        SetupError: a Redis URL without redis-py installed.
+        SetupError: a Redis URL without redis-py (the ``redis`` extra).
 
     Example:
-        >>> open_store("sqlite:///tmp/sessions.db")
+        >>> open_session_store("sqlite:///tmp/sessions.db")
         SQLiteSessionStore('/tmp/sessions.db')
-        >>> open_store("redis://127.0.0.1:6379/x")  # doctest: +ELLIPSIS
+        >>> open_session_store("postgres://db/1")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        teamlead.errors.UsageError: a session store is redis://HOST:PORT/DB, ...
+        >>> open_session_store("redis://127.0.0.1:6379/x")  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
         teamlead.errors.UsageError: session store ...: the Redis database must be a number, ...
