@@ -1,28 +1,18 @@
 """The approval queue of ``teamlead ask``: every tool permission request of a run, in order.
 
-Claude Code asks the SDK's ``can_use_tool`` callback before a tool that needs approval runs,
-for the lead, its Agent-tool subagents and workflow agents alike, with the asking agent's
-``agent_id`` in the context (none for the lead). A single approval slot lets a second
-request replace the first while the person reads it, so they approve one agent's command
-believing it is another's. Here every request joins one FIFO queue and only the one in front
-is shown and answered:
+Claude Code asks the SDK's ``can_use_tool`` before a tool that needs approval runs, for
+the lead and every agent (the asking agent's ``agent_id`` in the context). With a single
+slot, a second request could replace the first while the person reads it; here every
+request joins one FIFO queue and only the front one is shown and answered::
 
     (1/2) [security] Bash: rm -rf build && make
 
-``k/n``: the front's place among the requests of this burst (those answered since the queue
-was last empty, plus those waiting). ``y`` allows it, ``n`` denies it, ``a`` allows it and
-this tool for this agent for the rest of the run (also the requests of that kind already
-waiting). Each answer resolves exactly the request it was given for, so it reaches the
-agent that asked and no other. Every decision becomes a
-:class:`~teamlead.events.PermissionDecided` event.
-
-:class:`NoTerminal` stands in when nobody can answer (piped, ``--json``): it denies each
-request at once with a reason naming the flags that allow it, and says so in one line per
-tool.
-
-Names, descriptions and tool inputs come from agents and are hostile: every piece of a
-prompt line goes through :func:`~teamlead._redact.terminal_safe` (no control character or
-escape sequence survives) and is shown as plain text, never as Rich markup.
+``y`` allows it, ``n`` denies it, ``a`` allows this tool for this agent for the rest of
+the run (the waiting requests of that kind too). Each answer resolves exactly the request
+it was given for, and becomes a :class:`~teamlead.events.PermissionDecided` event.
+:class:`NoTerminal` stands in when nobody can answer (piped, ``--json``): it denies at once
+with a reason naming the flags that allow the tool. Agents' names and tool inputs are
+hostile: every prompt line goes through :func:`~teamlead._redact.terminal_safe`.
 """
 
 from __future__ import annotations

@@ -1,37 +1,21 @@
 """``teamlead view``: a local web page of this user's runs, updated live, with buttons to
 steer them (what it shows is in the command's ``--help``).
 
-The page (:mod:`.board_page`) gets what ``teamlead ps`` lists (with the run history's
-finished runs, :mod:`.history`) as server-sent events whenever it changes; its buttons do
-what ``teamlead pause``, ``unpause``, ``stop`` and ``stop --now`` do. For the run picked, a
-second event stream carries the run's detail (:mod:`teamlead._control.detail`). ``teamlead
-view run.ndjson`` serves one run from its log (:mod:`teamlead._control.runlog`), read-only
-(the button endpoint refuses), read again whenever it grows until its ``finished`` line.
+The page (:mod:`.board_page`) gets the rows of ``teamlead ps --all`` as server-sent events
+whenever they change, and for the run picked a second stream with its detail; its buttons
+do what ``pause``, ``unpause``, ``stop`` and ``stop --now`` do. With a run's NDJSON log it
+serves that run alone, read-only, followed as the log grows.
 
-It is served by uvicorn (the relay's own server) as a plain ASGI app
-(:class:`Board`) on ``127.0.0.1`` only, and every request must prove it comes from the
-page that was opened:
-
-- the URL printed first carries a random token (:func:`kept_token`); every request
-  without it (a query parameter for the page and its event stream, a header for the
-  buttons) is refused 403, compared in constant time;
-- a request whose ``Host`` is not ``127.0.0.1:PORT`` or ``localhost:PORT`` is refused 403
-  (a page of another site that rebinds its name to this address cannot talk to it);
-- a button's request must be a ``POST`` of JSON from the page's own ``Origin``, at most
-  1 KiB;
-- the page runs no code but its own (a nonce'd script under a strict
-  ``Content-Security-Policy``), builds every cell with ``textContent`` (a run's command
-  holds anything the user typed), and drops the token from the address bar once loaded;
-- every string the page is sent is first made safe by the terminal's one rule
-  (:func:`~teamlead._redact.shown_safe`): control and bidi characters escaped (a U+202E
-  cannot reverse a row), secrets redacted.
-
-At most 8 event streams are served at once; each reads the registry (or asks the run)
-once a second, in a worker thread. Anyone on the machine can connect to the port, so the
-connections are held to the relay's bounds (:mod:`teamlead._relay.protocol`): a head must
-come within 10 s, an idle connection is closed after 5 s, and past 64 open connections the
-oldest idle one is closed to make room (one warning), so a flood of silent connections
-never keeps the page from its owner; descriptors running out is one warning too.
+:class:`Board` is a plain ASGI app, served by the relay's uvicorn on ``127.0.0.1`` only.
+Every request must prove it comes from the page that was opened: the random token of the
+printed URL (:func:`kept_token`, compared in constant time), a ``Host`` of
+``127.0.0.1:PORT`` or ``localhost:PORT`` (no DNS rebinding), and for a button a ``POST``
+of JSON from the page's own ``Origin``, at most 1 KiB. The page runs only its own
+nonce'd script under a strict ``Content-Security-Policy`` and builds every cell with
+``textContent``; every string it is sent is first made safe as the terminal's are
+(:func:`~teamlead._redact.shown_safe`). At most 8 event streams are served at once, and
+the connections are held to the relay's bounds (:mod:`teamlead._relay.protocol`), so a
+flood of silent connections never keeps the page from its owner.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The person's side of one ``teamlead ask`` run: the approval queue, the keys, the hint.
 
-:func:`controls_for` decides once, before the run, whether anybody can answer a permission
-request: in permission modes ``default`` and ``acceptEdits`` (the ones that ask), on a
-terminal (stdin and stderr are ttys) and not ``--json``, requests join an
-:class:`~teamlead._cli.approvals.ApprovalQueue` answered by key; in those modes without a
-terminal, :class:`~teamlead._cli.approvals.NoTerminal` denies them with the reason; in
-other modes nothing asks. :class:`Controls` holds that choice for
-:func:`~teamlead._cli.running.run_session`: it gives the options their ``can_use_tool``
-(:meth:`Controls.can_use_tool`), connects the queue to the progress output (labels from the
-run's tracker, decisions into its stream, the prompt and the key hint at the foot of the
-live view) and reads keys for as long as the run goes.
+:func:`controls_for` decides once, before the run, who answers a permission request: in
+the modes that ask (``default``, ``acceptEdits``), at a terminal and not ``--json``, an
+:class:`~.approvals.ApprovalQueue` answered by key; in those modes without a terminal,
+:class:`~.approvals.NoTerminal`; in other modes nothing asks. :class:`Controls` holds that
+choice for :func:`~teamlead._cli.running.run_session` and connects it to the progress
+output (the prompt and key hint at the foot of the live view).
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """Help a person can scan: a command's options under headed sections.
 
-``teamlead ask --help`` has some thirty options; in one list, the two a new user wants
-(``--json``, ``--quiet``) sit between the permission mode and the session store. A
-:class:`SectionedCommand` lists them under a few headings instead (output, the lead,
-time and cost, agents, the relay), each option once, in the order the sections name
-them; an option no section names is listed under "Other options", so none is ever
-hidden by a section list that fell behind. The group's own list of commands, in
-sections too, is :class:`~teamlead._cli.commands.LazyGroup`'s.
+``teamlead ask --help`` has some thirty options; :class:`SectionedCommand` lists them under
+a few headings (output, the lead, time and cost, agents, the relay), each once; an option
+no section names goes under "Other options", so none is ever hidden.
 """
 
 from __future__ import annotations
