@@ -54,21 +54,10 @@ _DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
 
 
 class Instruments:
-    """teamlead's metric instruments, made once per meter: the GenAI conventions' two
-    histograms and three of its own. Their attributes are low-cardinality by construction:
-    no id of a run, agent or request.
-
-    - ``gen_ai.client.token.usage`` (histogram, ``{token}``): per relayed request, one point
-      for input and one for output tokens (``gen_ai.token.type``), as the upstream reported.
-    - ``gen_ai.client.operation.duration`` (histogram, ``s``): per relayed request
-      (``chat``) and per run (``invoke_agent``), with ``error.type`` when it failed.
-    - ``teamlead.governor.limit`` (gauge, ``{request}``): each bucket's effective limit, on
-      every change (``teamlead.bucket`` = ``provider/model``).
-    - ``teamlead.gate.queue.length`` (up-down counter, ``{call}``): Agent calls waiting in
-      the spawn gates of the process.
-    - ``teamlead.relay.rate_limited`` (counter, ``{response}``): 429s and 529s met, by
-      ``teamlead.outcome`` (``absorbed`` / ``passed``), ``http.response.status_code`` and
-      ``teamlead.source``.
+    """teamlead's metric instruments, made once per meter: the GenAI conventions' token
+    and duration histograms, and teamlead's governor limit, spawn-gate queue length and
+    429/529 count (each described in docs/opentelemetry.md). Their attributes are
+    low-cardinality by construction: no id of a run, agent or request.
     """
 
     def __init__(self, meter: Meter) -> None:
