@@ -37,7 +37,7 @@ _FOCUS_TTL_S = 1.0
 
 
 class Controls:
-    """The approval queue (or the no-terminal denier) and the key map of one run.
+    """The approval queue and the key map of one run.
 
     Args:
         approvals: the queue of permission requests, when any are asked.
@@ -200,10 +200,10 @@ def controls_for(
     control: RunControl | None = None,
     config_dir: Path | None = None,
 ) -> Controls:
-    """The controls of a run: an approval queue when a person at a terminal can answer,
-    the no-terminal denier when nobody can, nothing in a mode that never asks; and, at a
-    terminal, the live-control keys of ``control`` and the focus on one agent (whose
-    transcripts are found under ``config_dir``)."""
+    """The controls of a run: an approval queue in a mode that asks (answered at a terminal,
+    else denying at once), none in a mode that never asks; and, at a terminal, the
+    live-control keys of ``control`` and the focus on one agent (whose transcripts are
+    found under ``config_dir``)."""
     stdin = sys.stdin if stdin is None else stdin
     stderr = sys.stderr if stderr is None else stderr
     at_terminal = (
