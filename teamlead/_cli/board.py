@@ -28,7 +28,7 @@ import secrets
 import sys
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import parse_qs
 
 import anyio
@@ -86,12 +86,12 @@ class Board:
         token: the secret every request must carry.
         port: the port it is served on (the only ``Host`` it answers).
         rows: the runs as ``teamlead ps --json`` has them (called in a worker thread).
-        act: does one op on a run (``act(run, request)``), returns what the run said.
         detail: one run's detail (``detail(run)``, the ``detail`` op's JSON; called in a
             worker thread).
+        act: does one op on a run (``act(run, request)``), returns what the run said;
+            ``None`` for one run read from its log (read-only: the buttons' endpoint
+            refuses).
         every_s: how often an event stream reads the runs.
-        mode: ``live``, or ``log`` for one run read from its log (read-only: the buttons'
-            endpoint refuses).
     """
 
     def __init__(
@@ -100,10 +100,9 @@ class Board:
         token: str,
         port: int,
         rows: Callable[[], list[dict[str, Any]]],
-        act: Callable[[str, dict[str, Any]], str],
         detail: Callable[[str], dict[str, Any]],
+        act: Callable[[str, dict[str, Any]], str] | None = None,
         every_s: float = _EVERY_S,
-        mode: Literal["live", "log"] = "live",
     ) -> None:
         self._token = token
         self._hosts = {f"127.0.0.1:{port}", f"localhost:{port}"}
@@ -112,7 +111,7 @@ class Board:
         self._act = act
         self._detail = detail
         self._every_s = every_s
-        self._mode = mode
+        self._mode = "live" if act is not None else "log"
         self._streams = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -138,8 +137,6 @@ class Board:
                 await _answer(send, 400, "text/plain", b"teamlead view: name one run")
                 return
             await self._events(receive, send, lambda: self._run_detail(run))
-        elif method == "POST" and path == "/act" and self._mode == "log":
-            await _answer(send, 403, "text/plain", b"teamlead view: a run's log is read-only")
         elif method == "POST" and path == "/act":
             await self._button(headers, receive, send)
         else:
@@ -219,6 +216,9 @@ class Board:
             await SYSTEM_CLOCK.sleep(self._every_s)
 
     async def _button(self, headers: dict[str, str], receive: Receive, send: Send) -> None:
+        if self._act is None:
+            await _answer(send, 403, "text/plain", b"teamlead view: a run's log is read-only")
+            return
         if headers.get("origin") not in self._origins:
             await _answer(send, 403, "text/plain", b"teamlead view: not from the page")
             return
@@ -335,14 +335,7 @@ def view(log: Path | None, port: int) -> None:
     registry = Registry()
     history = History()
     if logged is not None:
-        board = Board(
-            token=token,
-            port=chosen,
-            rows=list,
-            act=_read_only,
-            detail=lambda run: logged.read(),
-            mode="log",
-        )
+        board = Board(token=token, port=chosen, rows=list, detail=lambda run: logged.read())
     else:
         board = Board(
             token=token,
@@ -420,7 +413,3 @@ class _FollowedLog:
             self._detail = read_log(self._path).to_json()
             self._seen = (stat.st_size, stat.st_mtime_ns)
         return self._detail
-
-
-def _read_only(run: str, request: dict[str, Any]) -> str:
-    raise UsageError("a run's log is read-only")
