@@ -15,7 +15,7 @@ import anyio
 import pytest
 from claude_agent_sdk import PermissionResultAllow, PermissionResultDeny, ToolPermissionContext
 
-from teamlead._cli.approvals import ApprovalQueue, NoTerminal
+from teamlead._cli.approvals import ApprovalQueue
 from teamlead._cli.controls import controls_for
 from teamlead._cli.keys import Binding, KeyMap, cbreak, decode_keys, read_keys
 from teamlead._run import WorkflowMeta, describe_request, labels_from, workflow_meta
@@ -190,7 +190,9 @@ async def test_hostile_text_in_a_prompt_is_escaped_not_interpreted() -> None:
 async def test_no_terminal_denies_with_the_flags_and_says_it_once_per_tool() -> None:
     events: list[PermissionDecided] = []
     said: list[str] = []
-    denier = NoTerminal(label_for=LABELS.__getitem__, on_decision=events.append, say=said.append)
+    denier = ApprovalQueue(
+        label_for=LABELS.__getitem__, on_decision=events.append, at_terminal=False, say=said.append
+    )
     for agent in ("a1", "b2"):
         result = await denier.can_use_tool("Bash", bash("tee f.txt"), ctx(agent))
         assert isinstance(result, PermissionResultDeny)
@@ -325,14 +327,16 @@ def test_controls_ask_only_in_asking_modes_and_only_at_a_terminal() -> None:
     try:
         with os.fdopen(os.dup(follower), "r") as tty:
             at_terminal = controls_for("default", "auto", stdin=tty, stderr=tty)
-            assert at_terminal.approvals is not None and at_terminal.interactive
-            json_run = controls_for("acceptEdits", "json", stdin=tty, stderr=tty)
-            assert json_run.approvals is None and json_run.no_terminal is not None
+            assert at_terminal.approvals is not None and at_terminal.approvals.at_terminal
+            assert at_terminal.interactive
+            json_run = controls_for("acceptEdits", "json", stdin=tty, stderr=tty).approvals
+            assert json_run is not None and not json_run.at_terminal
             bypass = controls_for("bypassPermissions", "auto", stdin=tty, stderr=tty)
-            assert bypass.approvals is None and bypass.no_terminal is None
+            assert bypass.approvals is None
             read, write = os.pipe()
             with os.fdopen(read, "r") as piped:
-                assert controls_for(None, "auto", stdin=piped, stderr=tty).no_terminal is not None
+                piped_run = controls_for(None, "auto", stdin=piped, stderr=tty).approvals
+                assert piped_run is not None and not piped_run.at_terminal
             os.close(write)
     finally:
         os.close(leader)

@@ -1,15 +1,10 @@
 """The ``teamlead`` command line: the click group and its commands, one module per group.
 
 :func:`~.startup.run` is the entry point (the ``teamlead`` script and ``python -m
-teamlead``): it takes the stop signals from its first instruction, then loads the click
-group of :mod:`.commands` (``main``, also importable from here, for ``CliRunner``).
-Every option also reads ``TEAMLEAD_<NAME>`` (see :mod:`.options`); errors print one line
-and exit with a code from :mod:`.exitcodes`: 0 completed, 1 failed, 2 usage error, 3
-partial, 130 interrupted. Command bodies stay thin: the work is in plain functions
-(:mod:`.running`, :mod:`.progress`, the builders in each command module).
-
-Each name here is loaded on first use (:mod:`teamlead._door`): the entry point must load
-only what it needs before it takes the signals.
+teamlead``); :mod:`.commands` holds the click group (``main``). Every option also reads
+``TEAMLEAD_<NAME>`` (:mod:`.options`); errors are one line and an exit code from
+:mod:`.exitcodes`. Each name here is loaded on first use (:mod:`teamlead._door`): the entry
+point loads only what it needs before it takes the signals.
 """
 
 from __future__ import annotations

@@ -1,28 +1,18 @@
 """The approval queue of ``teamlead ask``: every tool permission request of a run, in order.
 
-Claude Code asks the SDK's ``can_use_tool`` callback before a tool that needs approval runs,
-for the lead, its Agent-tool subagents and workflow agents alike, with the asking agent's
-``agent_id`` in the context (none for the lead). A single approval slot lets a second
-request replace the first while the person reads it, so they approve one agent's command
-believing it is another's. Here every request joins one FIFO queue and only the one in front
-is shown and answered:
+Claude Code asks the SDK's ``can_use_tool`` before a tool that needs approval runs, for
+the lead and every agent (the asking agent's ``agent_id`` in the context). With a single
+slot, a second request could replace the first while the person reads it; here every
+request joins one FIFO queue and only the front one is shown and answered::
 
     (1/2) [security] Bash: rm -rf build && make
 
-``k/n``: the front's place among the requests of this burst (those answered since the queue
-was last empty, plus those waiting). ``y`` allows it, ``n`` denies it, ``a`` allows it and
-this tool for this agent for the rest of the run (also the requests of that kind already
-waiting). Each answer resolves exactly the request it was given for, so it reaches the
-agent that asked and no other. Every decision becomes a
-:class:`~teamlead.events.PermissionDecided` event.
-
-:class:`NoTerminal` stands in when nobody can answer (piped, ``--json``): it denies each
-request at once with a reason naming the flags that allow it, and says so in one line per
-tool.
-
-Names, descriptions and tool inputs come from agents and are hostile: every piece of a
-prompt line goes through :func:`~teamlead._redact.terminal_safe` (no control character or
-escape sequence survives) and is shown as plain text, never as Rich markup.
+``y`` allows it, ``n`` denies it, ``a`` allows this tool for this agent for the rest of
+the run (the waiting requests of that kind too). Each answer resolves exactly the request
+it was given for, and becomes a :class:`~teamlead.events.PermissionDecided` event. When
+nobody can answer (piped, ``--json``), the queue denies each request at once with a reason
+naming the flags that allow the tool. Agents' names and tool inputs are
+hostile: every prompt line goes through :func:`~teamlead._redact.terminal_safe`.
 """
 
 from __future__ import annotations
@@ -44,7 +34,7 @@ from .._run import WORKFLOW_DENIED, WORKFLOW_TOOL, LabelFor, clip, describe_requ
 from ..clock import SYSTEM_CLOCK, Clock, move_on_at
 from ..events import PermissionAnswer, PermissionDecided
 
-__all__ = ["ASKING_MODES", "ApprovalQueue", "Key", "NoTerminal", "Pending", "no_terminal_reason"]
+__all__ = ["ASKING_MODES", "ApprovalQueue", "Key", "Pending", "no_terminal_reason"]
 
 #: The permission modes in which Claude Code asks before tools that change things.
 ASKING_MODES = (None, "default", "acceptEdits")
@@ -83,6 +73,9 @@ class ApprovalQueue:
         wait_limit_s: how long a request may wait for its answer; then it is denied (the
             run's deadline bounds it anyway).
         clock: the time source of the wait limit and ``waited_s`` (tests inject a fake).
+        at_terminal: whether a person can answer; else each request is denied at once
+            (:func:`no_terminal_reason`) and ``say`` gets one line for each tool.
+        say: gets the line that says a tool was denied for want of a terminal.
     """
 
     label_for: LabelFor = lambda agent_id: "lead" if agent_id is None else agent_id
@@ -90,6 +83,9 @@ class ApprovalQueue:
     on_change: Callable[[], None] = lambda: None
     wait_limit_s: float = 1800.0
     clock: Clock = SYSTEM_CLOCK
+    at_terminal: bool = True
+    say: Callable[[str], None] = lambda line: None
+    _told: set[str] = field(default_factory=set, init=False)
     _waiting: list[Pending] = field(default_factory=list, init=False)
     _answered_in_burst: int = field(default=0, init=False)
     _always: set[tuple[str | None, str]] = field(default_factory=set, init=False)
@@ -109,6 +105,8 @@ class ApprovalQueue:
         )
         if (request.agent_id, tool_name) in self._always:
             return self._decide(request, allow=True, by="rule")
+        if not self.at_terminal:
+            return self._no_terminal(request)
         if self._closed:
             return self._decide(request, allow=False, by="run_ended", message=_RUN_ENDED)
         self._waiting.append(request)
@@ -167,6 +165,17 @@ class ApprovalQueue:
             self._resolve(request, ended)
 
     # -- internals ---------------------------------------------------------------------------
+    def _no_terminal(self, request: Pending) -> PermissionResult:
+        """Deny ``request`` with the flags that allow it; the first denial of a tool is said."""
+        reason = no_terminal_reason(request.tool)
+        result = self._decide(request, allow=False, by="no_terminal", message=reason)
+        if request.tool not in self._told and request.tool != WORKFLOW_TOOL:
+            # a Workflow denial is said once by the run itself (its workflow_denied line)
+            self._told.add(request.tool)
+            agent = self.label_for(request.agent_id)
+            self.say(terminal_safe(f"teamlead: denied {request.tool} for [{agent}]: {reason}"))
+        return result
+
     def _resolve(self, request: Pending, result: PermissionResult) -> None:
         request.result = result
         self._answered_in_burst += 1
@@ -225,43 +234,3 @@ def no_terminal_reason(tool: str) -> str:
         f"teamlead with --allowed-tools '{tool}' (or a pattern such as 'Bash(npm test:*)'), "
         "or with --permission-mode acceptEdits (edits) or bypassPermissions (everything)"
     )
-
-
-@dataclass
-class NoTerminal:
-    """The ``can_use_tool`` of a run nobody can answer: deny at once, say it once per tool.
-
-    Args:
-        label_for: names the asking agent (``None`` is the lead).
-        on_decision: gets each decision's event.
-        say: gets the one line per tool (the first denial of each tool).
-    """
-
-    label_for: LabelFor = lambda agent_id: "lead" if agent_id is None else agent_id
-    on_decision: Callable[[PermissionDecided], None] = lambda event: None
-    say: Callable[[str], None] = lambda line: None
-    _told: set[str] = field(default_factory=set, init=False)
-
-    async def can_use_tool(
-        self, tool_name: str, tool_input: dict[str, Any], context: ToolPermissionContext
-    ) -> PermissionResult:
-        """Deny ``tool_name`` with the reason; the first denial of a tool is said in a line."""
-        reason = no_terminal_reason(tool_name)
-        agent = self.label_for(context.agent_id or None)
-        self.on_decision(
-            PermissionDecided(
-                tool=tool_name,
-                agent_id=context.agent_id or None,
-                agent=agent,
-                tool_use_id=context.tool_use_id,
-                what=describe_request(tool_name, tool_input),
-                decision="deny",
-                by="no_terminal",
-                message=reason,
-            )
-        )
-        if tool_name not in self._told and tool_name != WORKFLOW_TOOL:
-            # a Workflow denial is said once by the run itself (its workflow_denied line)
-            self._told.add(tool_name)
-            self.say(terminal_safe(f"teamlead: denied {tool_name} for [{agent}]: {reason}"))
-        return PermissionResultDeny(message=reason)

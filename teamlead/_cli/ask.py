@@ -327,8 +327,8 @@ def _run_at_the_terminal(
     missing one a usage error, unless a session store brings it).
 
     The terminal's part is made before the options, which carry its ``can_use_tool``: the
-    run's live control (keys and a :class:`~teamlead.RunControl`), the approval queue or
-    the no-terminal denier, the focus on one agent.
+    run's live control (keys and a :class:`~teamlead.RunControl`), the approval queue, the
+    focus on one agent.
     """
     from .._claude import claude_config_dir, find_session_file
     from .._otel import run_labels

@@ -1,37 +1,21 @@
 """``teamlead view``: a local web page of this user's runs, updated live, with buttons to
 steer them (what it shows is in the command's ``--help``).
 
-The page (:mod:`.board_page`) gets what ``teamlead ps`` lists (with the run history's
-finished runs, :mod:`.history`) as server-sent events whenever it changes; its buttons do
-what ``teamlead pause``, ``unpause``, ``stop`` and ``stop --now`` do. For the run picked, a
-second event stream carries the run's detail (:mod:`teamlead._control.detail`). ``teamlead
-view run.ndjson`` serves one run from its log (:mod:`teamlead._control.runlog`), read-only
-(the button endpoint refuses), read again whenever it grows until its ``finished`` line.
+The page (:mod:`.board_page`) gets the rows of ``teamlead ps --all`` as server-sent events
+whenever they change, and for the run picked a second stream with its detail; its buttons
+do what ``pause``, ``unpause``, ``stop`` and ``stop --now`` do. With a run's NDJSON log it
+serves that run alone, read-only, followed as the log grows.
 
-It is served by uvicorn (the relay's own server) as a plain ASGI app
-(:class:`Board`) on ``127.0.0.1`` only, and every request must prove it comes from the
-page that was opened:
-
-- the URL printed first carries a random token (:func:`kept_token`); every request
-  without it (a query parameter for the page and its event stream, a header for the
-  buttons) is refused 403, compared in constant time;
-- a request whose ``Host`` is not ``127.0.0.1:PORT`` or ``localhost:PORT`` is refused 403
-  (a page of another site that rebinds its name to this address cannot talk to it);
-- a button's request must be a ``POST`` of JSON from the page's own ``Origin``, at most
-  1 KiB;
-- the page runs no code but its own (a nonce'd script under a strict
-  ``Content-Security-Policy``), builds every cell with ``textContent`` (a run's command
-  holds anything the user typed), and drops the token from the address bar once loaded;
-- every string the page is sent is first made safe by the terminal's one rule
-  (:func:`~teamlead._redact.shown_safe`): control and bidi characters escaped (a U+202E
-  cannot reverse a row), secrets redacted.
-
-At most 8 event streams are served at once; each reads the registry (or asks the run)
-once a second, in a worker thread. Anyone on the machine can connect to the port, so the
-connections are held to the relay's bounds (:mod:`teamlead._relay.protocol`): a head must
-come within 10 s, an idle connection is closed after 5 s, and past 64 open connections the
-oldest idle one is closed to make room (one warning), so a flood of silent connections
-never keeps the page from its owner; descriptors running out is one warning too.
+:class:`Board` is a plain ASGI app, served by the relay's uvicorn on ``127.0.0.1`` only.
+Every request must prove it comes from the page that was opened: the random token of the
+printed URL (:func:`kept_token`, compared in constant time), a ``Host`` of
+``127.0.0.1:PORT`` or ``localhost:PORT`` (no DNS rebinding), and for a button a ``POST``
+of JSON from the page's own ``Origin``, at most 1 KiB. The page runs only its own
+nonce'd script under a strict ``Content-Security-Policy`` and builds every cell with
+``textContent``; every string it is sent is first made safe as the terminal's are
+(:func:`~teamlead._redact.shown_safe`). At most 8 event streams are served at once, and
+the connections are held to the relay's bounds (:mod:`teamlead._relay.protocol`), so a
+flood of silent connections never keeps the page from its owner.
 """
 
 from __future__ import annotations
@@ -44,7 +28,7 @@ import secrets
 import sys
 from collections.abc import Awaitable, Callable, Mapping, MutableMapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 from urllib.parse import parse_qs
 
 import anyio
@@ -102,12 +86,12 @@ class Board:
         token: the secret every request must carry.
         port: the port it is served on (the only ``Host`` it answers).
         rows: the runs as ``teamlead ps --json`` has them (called in a worker thread).
-        act: does one op on a run (``act(run, request)``), returns what the run said.
         detail: one run's detail (``detail(run)``, the ``detail`` op's JSON; called in a
             worker thread).
+        act: does one op on a run (``act(run, request)``), returns what the run said;
+            ``None`` for one run read from its log (read-only: the buttons' endpoint
+            refuses).
         every_s: how often an event stream reads the runs.
-        mode: ``live``, or ``log`` for one run read from its log (read-only: the buttons'
-            endpoint refuses).
     """
 
     def __init__(
@@ -116,10 +100,9 @@ class Board:
         token: str,
         port: int,
         rows: Callable[[], list[dict[str, Any]]],
-        act: Callable[[str, dict[str, Any]], str],
         detail: Callable[[str], dict[str, Any]],
+        act: Callable[[str, dict[str, Any]], str] | None = None,
         every_s: float = _EVERY_S,
-        mode: Literal["live", "log"] = "live",
     ) -> None:
         self._token = token
         self._hosts = {f"127.0.0.1:{port}", f"localhost:{port}"}
@@ -128,7 +111,7 @@ class Board:
         self._act = act
         self._detail = detail
         self._every_s = every_s
-        self._mode = mode
+        self._mode = "live" if act is not None else "log"
         self._streams = 0
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -154,8 +137,6 @@ class Board:
                 await _answer(send, 400, "text/plain", b"teamlead view: name one run")
                 return
             await self._events(receive, send, lambda: self._run_detail(run))
-        elif method == "POST" and path == "/act" and self._mode == "log":
-            await _answer(send, 403, "text/plain", b"teamlead view: a run's log is read-only")
         elif method == "POST" and path == "/act":
             await self._button(headers, receive, send)
         else:
@@ -235,6 +216,9 @@ class Board:
             await SYSTEM_CLOCK.sleep(self._every_s)
 
     async def _button(self, headers: dict[str, str], receive: Receive, send: Send) -> None:
+        if self._act is None:
+            await _answer(send, 403, "text/plain", b"teamlead view: a run's log is read-only")
+            return
         if headers.get("origin") not in self._origins:
             await _answer(send, 403, "text/plain", b"teamlead view: not from the page")
             return
@@ -351,14 +335,7 @@ def view(log: Path | None, port: int) -> None:
     registry = Registry()
     history = History()
     if logged is not None:
-        board = Board(
-            token=token,
-            port=chosen,
-            rows=list,
-            act=_read_only,
-            detail=lambda run: logged.read(),
-            mode="log",
-        )
+        board = Board(token=token, port=chosen, rows=list, detail=lambda run: logged.read())
     else:
         board = Board(
             token=token,
@@ -436,7 +413,3 @@ class _FollowedLog:
             self._detail = read_log(self._path).to_json()
             self._seen = (stat.st_size, stat.st_mtime_ns)
         return self._detail
-
-
-def _read_only(run: str, request: dict[str, Any]) -> str:
-    raise UsageError("a run's log is read-only")

@@ -2,16 +2,10 @@
 
 The page runs only this script (nonce'd, under the board's Content-Security-Policy): no
 library, no CDN, no build step. It builds everything with ``textContent`` and
-``setAttribute`` (never markup from data): the runs' table from the ``runs`` events, and
-for the run picked (its ``Tree`` button, or the only run), its agent tree, queue, waiting
-approvals and the governor's limit per model over time, an SVG chart it draws itself, from
-the ``detail`` events; for a finished run of the history (``source`` ``history``: no
-buttons), its prompt, answer and reasons, and each agent's prompt and result in a
-``<details>`` that unfolds. With no run at all it says how to start one. ``{nonce}`` and
-``{mode}`` (``live``, or ``log`` for a run read from its NDJSON: no buttons, the one run
-shown) are filled in by the board. A log's run with no ``finished`` line (status
-``unfinished``) is marked so, above its tree and on each agent whose end the log does not
-hold.
+``setAttribute``, never markup from data: the runs' table from the ``runs`` events, and
+the picked run's agent tree, queue, approvals and limits chart from its ``detail`` events.
+The board fills in ``{nonce}`` and ``{mode}`` (``live``, or ``log``: a run read from its
+NDJSON, no buttons).
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """The result cards: one table row per agent at the end of a run on a terminal.
 
-``teamlead ask`` (and ``resume``) on a terminal end with this table on stderr, made from
-:attr:`Finished.tasks <teamlead.events.Finished.tasks>`: every agent, task, workflow agent
-(under its workflow), teammate and Agent call that never ran, with its status, tokens in
-and out, tool uses, duration and result path. ``-q`` leaves it out and ``--json`` never
-prints it (the same data is in the ``finished`` line, paths in full).
-
-Every text in a row came from an agent or the CLI and is hostile: it goes through
-:func:`~teamlead._redact.terminal_safe` (secrets redacted, every control character, ESC,
-CSI, OSC and bidi override made visible as ``\\x1b``-style text, newlines too, so a row
-stays one line) and is rendered as a Rich ``Text``, which Rich never reads as markup.
+``teamlead ask`` and ``resume`` on a terminal end with this table on stderr, made from
+:attr:`Finished.tasks <teamlead.events.Finished.tasks>`. Every text in a row came from an
+agent or the CLI and is hostile: it goes through :func:`~teamlead._redact.terminal_safe`
+(so a row stays one inert line) and is rendered as a Rich ``Text``, never as markup.
 """
 
 from __future__ import annotations

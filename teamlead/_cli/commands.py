@@ -1,14 +1,9 @@
 """The ``teamlead`` click group: every command, one module per group of them, loaded lazily.
 
-Where each command lives (``module:attribute``) is in :data:`COMMANDS`: only
-:mod:`.demo` loads the offline test bed, and only when its commands run.
-
-A command's module is imported only when that command runs (:class:`LazyGroup`): most of
-them load the SDK, which takes a second or more, while ``teamlead --help`` and the verbs
-people type at a running run (``ps``, ``stop``, ``pause``) start in a fraction of that.
-The group's own help lists each command's one-line summary from :data:`COMMANDS` (which a
-test keeps equal to the command's own) under the headings of :data:`COMMAND_SECTIONS`. The
-entry point (:mod:`.startup`) imports this module only once it takes the stop signals.
+A command's module is imported only when that command runs (:class:`LazyGroup`, the table
+:data:`COMMANDS`): most load the SDK, which takes a second or more, while ``teamlead
+--help`` and the verbs typed at a running run (``ps``, ``stop``, ``pause``) start in a
+fraction of that. Only :mod:`.demo` loads the offline test bed, and only when it runs.
 """
 
 from __future__ import annotations

@@ -1,15 +1,11 @@
 """The person's side of one ``teamlead ask`` run: the approval queue, the keys, the hint.
 
-:func:`controls_for` decides once, before the run, whether anybody can answer a permission
-request: in permission modes ``default`` and ``acceptEdits`` (the ones that ask), on a
-terminal (stdin and stderr are ttys) and not ``--json``, requests join an
-:class:`~teamlead._cli.approvals.ApprovalQueue` answered by key; in those modes without a
-terminal, :class:`~teamlead._cli.approvals.NoTerminal` denies them with the reason; in
-other modes nothing asks. :class:`Controls` holds that choice for
-:func:`~teamlead._cli.running.run_session`: it gives the options their ``can_use_tool``
-(:meth:`Controls.can_use_tool`), connects the queue to the progress output (labels from the
-run's tracker, decisions into its stream, the prompt and the key hint at the foot of the
-live view) and reads keys for as long as the run goes.
+:func:`controls_for` decides once, before the run, who answers a permission request: in
+the modes that ask (``default``, ``acceptEdits``), an :class:`~.approvals.ApprovalQueue`,
+answered by key at a terminal (not ``--json``), else denying at once; in other modes
+nothing asks. :class:`Controls` holds that
+choice for :func:`~teamlead._cli.running.run_session` and connects it to the progress
+output (the prompt and key hint at the foot of the live view).
 """
 
 from __future__ import annotations
@@ -30,7 +26,7 @@ from ..control import RunControl
 from ..errors import AmendRefused
 from ..events import PermissionDecided
 from ..tracker import StreamParse
-from .approvals import ASKING_MODES, ApprovalQueue, NoTerminal
+from .approvals import ASKING_MODES, ApprovalQueue
 from .focus import AgentFocus, Focus
 from .keys import Binding, KeyMap, read_keys, terminal_fd
 from .options import Output
@@ -41,11 +37,10 @@ _FOCUS_TTL_S = 1.0
 
 
 class Controls:
-    """The approval queue (or the no-terminal denier) and the key map of one run.
+    """The approval queue and the key map of one run.
 
     Args:
-        approvals: the queue when a person can answer.
-        no_terminal: the denier when nobody can.
+        approvals: the queue of permission requests, when any are asked.
         stdin: the terminal keys are read from (``None``: no keys are read).
     """
 
@@ -53,11 +48,9 @@ class Controls:
         self,
         *,
         approvals: ApprovalQueue | None = None,
-        no_terminal: NoTerminal | None = None,
         stdin: IO[str] | None = None,
     ) -> None:
         self.approvals = approvals
-        self.no_terminal = no_terminal
         self.stdin = stdin
         self.keymap = KeyMap(approvals)
         self.focus: Focus | None = None  # the agents' last calls and lines, when keys are read
@@ -76,13 +69,12 @@ class Controls:
 
     def can_use_tool(self) -> CanUseTool | None:
         """The ``can_use_tool`` of this run, for its options (``None`` when nothing asks)."""
-        callback = self.approvals or self.no_terminal
-        if callback is None:
+        if self.approvals is None:
             return None
         # an --allowed-tools entry that allows a whole tool means "do not ask me about it":
         # the SDK's warning that it shadows the callback says what the user asked for
         warnings.filterwarnings("ignore", category=CanUseToolShadowedWarning)
-        return callback.can_use_tool
+        return self.approvals.can_use_tool
 
     def follow_agents(self, config_dir: Path | None) -> None:
         """Focus on one agent at a time (``f``/Tab), finding transcripts under ``config_dir``."""
@@ -97,15 +89,11 @@ class Controls:
         self._stderr = stderr
         if self._wants_focus:
             self.focus = Focus(run, self._focus_dir)
-        label_for = labels_from(run)
-        for part in (self.approvals, self.no_terminal):
-            if part is not None:
-                part.label_for = label_for
-                part.on_decision = self._decided
-        if self.no_terminal is not None:
-            self.no_terminal.say = self.say
         if self.approvals is not None:
+            self.approvals.label_for = labels_from(run)
+            self.approvals.on_decision = self._decided
             self.approvals.on_change = self._changed
+            self.approvals.say = self.say
         if hasattr(progress, "footer"):
             progress.footer = self.footer
 
@@ -212,19 +200,18 @@ def controls_for(
     control: RunControl | None = None,
     config_dir: Path | None = None,
 ) -> Controls:
-    """The controls of a run: an approval queue when a person at a terminal can answer,
-    the no-terminal denier when nobody can, nothing in a mode that never asks; and, at a
-    terminal, the live-control keys of ``control`` and the focus on one agent (whose
-    transcripts are found under ``config_dir``)."""
+    """The controls of a run: an approval queue in a mode that asks (answered at a terminal,
+    else denying at once), none in a mode that never asks; and, at a terminal, the
+    live-control keys of ``control`` and the focus on one agent (whose transcripts are
+    found under ``config_dir``)."""
     stdin = sys.stdin if stdin is None else stdin
     stderr = sys.stderr if stderr is None else stderr
     at_terminal = (
         output != "json" and terminal_fd(stdin) is not None and terminal_fd(stderr) is not None
     )
-    asks = permission_mode in ASKING_MODES
+    queue = ApprovalQueue(wait_limit_s=wait_limit_s, at_terminal=at_terminal)
     controls = Controls(
-        approvals=ApprovalQueue(wait_limit_s=wait_limit_s) if asks and at_terminal else None,
-        no_terminal=NoTerminal() if asks and not at_terminal else None,
+        approvals=queue if permission_mode in ASKING_MODES else None,
         stdin=stdin if at_terminal else None,
     )
     if at_terminal and control is not None:

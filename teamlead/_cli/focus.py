@@ -1,31 +1,15 @@
-"""Focus on one agent: its last tool calls and its last lines, for a view that cycles
-through the run's agents.
+"""Focus on one agent: its last tool calls and lines, for a view that cycles through agents.
 
-:class:`Focus` follows the same stream :func:`teamlead.run` yields (``feed(item)``), as
-the run parsed it (the run's :class:`~teamlead.tracker.StreamParse`: its tracker lists the
-agents, and the events of each item say what they did). An Agent-tool subagent's own
-messages come in it, marked with the ``parent_tool_use_id`` of the Agent call that started
-it (reference §2): the parser turns them into :class:`~teamlead.tracker.SubagentTurn` (its
-text) and :class:`~teamlead.tracker.SubagentToolUse` (each tool call), and a tool result
-with a call's id gives that call its outcome. A workflow agent's messages never come in the stream
-(reference §10), and an agent may have been seen only from its end, so for an agent the
-stream says nothing about, :meth:`Focus.of` reads the tail of its transcript file (the
-task's ``output_file``, or ``agent-<id>.jsonl`` under the config dir), backwards and
+:class:`Focus` follows the stream :func:`teamlead.run` yields (``feed(item)``) as the run
+parsed it: an Agent-tool subagent's own messages come in it (reference §2), turned into
+:class:`~teamlead.tracker.SubagentTurn` and :class:`~teamlead.tracker.SubagentToolUse`
+events. A workflow agent's messages never do (reference §10), so for an agent the stream
+says nothing about, :meth:`Focus.of` reads the tail of its transcript file, backwards and
 bounded (:func:`~teamlead._claude.transcript.transcript_tail`).
 
-It is pure data: nothing here prints. The text is kept raw (secrets redacted, lines cut
-to 300 characters); a view must escape it (:func:`~teamlead._redact.terminal_safe`, then
-Rich ``Text``). Memory is bounded: a few calls and lines per agent, at most
-:data:`MAX_AGENTS` agents.
-
-Example:
-    >>> focus = Focus(run, config_dir)  # doctest: +SKIP
-    >>> for item in stream:  # doctest: +SKIP
-    ...     focus.feed(item)
-    >>> agent = focus.next_agent(None)  # doctest: +SKIP
-    >>> view = focus.of(agent)  # doctest: +SKIP
-    >>> [c.name for c in view.calls], view.lines[-1:]  # doctest: +SKIP
-    (['Read', 'Bash'], ('The bug is in app.py',))
+Nothing here prints: the text is kept raw (secrets redacted, lines cut to 300
+characters), for a view to escape. Memory is bounded: a few calls and lines per agent, at
+most :data:`MAX_AGENTS` agents.
 """
 
 from __future__ import annotations

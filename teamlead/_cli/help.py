@@ -1,12 +1,8 @@
 """Help a person can scan: a command's options under headed sections.
 
-``teamlead ask --help`` has some thirty options; in one list, the two a new user wants
-(``--json``, ``--quiet``) sit between the permission mode and the session store. A
-:class:`SectionedCommand` lists them under a few headings instead (output, the lead,
-time and cost, agents, the relay), each option once, in the order the sections name
-them; an option no section names is listed under "Other options", so none is ever
-hidden by a section list that fell behind. The group's own list of commands, in
-sections too, is :class:`~teamlead._cli.commands.LazyGroup`'s.
+``teamlead ask --help`` has some thirty options; :class:`SectionedCommand` lists them under
+a few headings (output, the lead, time and cost, agents, the relay), each once; an option
+no section names goes under "Other options", so none is ever hidden.
 """
 
 from __future__ import annotations
@@ -18,59 +14,32 @@ import click
 
 __all__ = ["RUN_SECTIONS", "SectionedCommand"]
 
-#: ``ask`` and ``resume``'s options, by what they are about (parameter names).
-RUN_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("Output", ("json_", "quiet", "verbose", "no_history")),
-    (
-        "The lead",
+#: ``ask`` and ``resume``'s options, by what they are about: a heading, and the parameter
+#: names under it in order.
+RUN_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = tuple(
+    (title, tuple(names.split()))
+    for title, names in (
+        ("Output", "json_ quiet verbose no_history"),
         (
-            "strategy",
-            "model",
-            "cwd",
-            "allowed_tools",
-            "allow_workflows",
-            "permission_mode",
-            "cli_path",
+            "The lead",
+            "strategy model cwd allowed_tools allow_workflows permission_mode cli_path "
             "session_store",
         ),
-    ),
-    (
-        "Time, resumes and cost",
         (
-            "deadline_s",
-            "wait_s",
-            "max_resumes",
-            "max_cost",
-            "wrap_up_reserve_s",
-            "token_budget",
-            "request_budget",
+            "Time, resumes and cost",
+            "deadline_s wait_s max_resumes max_cost wrap_up_reserve_s token_budget request_budget",
         ),
-    ),
-    (
-        "Agents (the spawn gate)",
         (
-            "max_concurrent_agents",
-            "max_agents_per_turn",
-            "spawn_budget",
-            "stagger_s",
-            "max_depth",
-            "agent_timeout_s",
-            "subagent_model",
-            "no_spawn_gate",
+            "Agents (the spawn gate)",
+            "max_concurrent_agents max_agents_per_turn spawn_budget stagger_s max_depth "
+            "agent_timeout_s subagent_model no_spawn_gate",
         ),
-    ),
-    (
-        "Request relay (pacing against the API's limits)",
         (
-            "no_relay",
-            "overload_hold_s",
-            "limits_shared",
-            "model_limit",
-            "provider_limit",
-            "default_limit",
+            "Request relay (pacing against the API's limits)",
+            "no_relay overload_hold_s limits_shared model_limit provider_limit default_limit "
             "total_limit",
         ),
-    ),
+    )
 )
 
 

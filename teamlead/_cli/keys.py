@@ -1,12 +1,10 @@
 """Single keys from the terminal while a run goes: approval answers and live control.
 
-:func:`cbreak` puts the terminal in cbreak mode for the run (each key arrives at once and
-is not echoed; Ctrl-C still sends SIGINT, so a stop stays a stop) and restores the saved
-state on every way out: a normal end, Ctrl-C, an exception. Not a terminal: no reader.
-:func:`read_keys` reads the keys in the run's event loop and hands each to a
-:class:`KeyMap`, which dispatches it: while an approval prompt is in front, ``y``/``n``/``a``
-answer it and nothing else; otherwise the live-control bindings act. Keys without a
-binding, and escape sequences (arrows, function keys), are ignored.
+:func:`cbreak` puts the terminal in cbreak mode for the run (keys arrive at once, unechoed;
+Ctrl-C still sends SIGINT) and restores it however the run ends. :func:`read_keys` hands
+each key to a :class:`KeyMap`: while an approval prompt is in front, ``y``/``n``/``a``
+answer it; otherwise the live-control bindings act. Other keys and escape sequences are
+ignored.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """``teamlead limits``: what the shared store of learnt limits holds, and clearing it.
 
-The governor of every teamlead process learns each account's limits (a cap per model, a
-pause after a 429 or an overload) and keeps them in a store the account's processes share:
-this machine's file by default, or a Redis (``--limits redis://…``). Each entry is under
-its account: the upstream's host and a one-way hash of the upstream and credential, never
-the credential. ``teamlead limits`` lists them (the limit, the last good level, a pause and
-until when, when and on which machine it was learnt); ``teamlead limits clear [KEY]`` drops
-one entry, one account's entries, or all of them, so the next run starts from the relay's
-own start. Leases of running processes are never touched.
+Every teamlead process's governor keeps each account's learnt limits (a cap per model, a
+pause after a 429 or an overload) in a store the account's processes share: this machine's
+file, or a Redis. An account is its upstream's host and a one-way hash of the upstream and
+credential, never the credential. Clearing never touches running processes' leases.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """The command's stdout and stderr, guarded: a stream that cannot be written is lost, never
 a traceback.
 
-A command's output can go where nothing can be written: a closed stream (``>&-``), a full
-disk (``> /dev/full``), a pipe whose reader has gone. :func:`guard_streams` puts a
-:class:`GuardedStream` in front of each of ``sys.stdout`` and ``sys.stderr`` before the
-command loads: the first write or flush that fails marks the stream lost, points its file
-descriptor at the null device (so the interpreter's own flush at exit fails no more), and
-drops everything written to it after. Nothing raises: a run goes on to its end (its session
-and history written as always) and only its output is gone. The entry point then says so in
-one line on whichever stream still works (:func:`report_lost`; on none when both are lost)
-and exits 74, the code docs/exit-codes.md gives it. Loads nothing but the standard library.
+:func:`guard_streams` puts a :class:`GuardedStream` in front of ``sys.stdout`` and
+``sys.stderr`` before the command loads. The first write or flush that fails (a closed
+stream, a full disk, a reader gone) marks the stream lost, points its descriptor at the
+null device and drops what is written after: the run goes on to its end, only its output
+is gone. The entry point then says so in one line on the stream that still works
+(:func:`report_lost`) and exits 74. Loads nothing but the standard library.
 """
 
 from __future__ import annotations

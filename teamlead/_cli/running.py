@@ -77,12 +77,9 @@ def check_setup(env: Mapping[str, str], *, config_dir: bool = True) -> None:
 
 
 def _check_config_dir(config: Path, configured: str) -> None:
-    """The CLI keeps each session's transcript in its config dir (``config``; the
-    ``CLAUDE_CONFIG_DIR`` it came from, if any: ``configured``). In one it cannot write,
-    the first turn still runs, but no resume finds the conversation ("No conversation
-    found") and the run ends suggesting a ``teamlead resume`` that cannot work either: so
-    it is refused before anything runs. The CLI makes the dir when it is missing, so
-    this does too."""
+    """Refuse a config dir the CLI cannot write (``config``; ``configured`` the
+    ``CLAUDE_CONFIG_DIR`` it came from, if any): the session's transcript is kept there,
+    so no resume could find the conversation. Made when missing, as the CLI does."""
     try:
         config.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=config):
@@ -197,23 +194,16 @@ def run_session(
 ) -> int:
     """Drive ``items()`` to its :class:`Finished` event with progress output; returns the exit code.
 
-    ``run`` is the parse of the run ``items()`` reads (the
-    :class:`~teamlead._run.stream.RunStream` it iterates): the progress, the focus and the
-    approvals' labels read the run's own tracker and events, never parsing the stream again.
-
-    The final answer goes to stdout (or the ``finished`` NDJSON line with ``--json``);
-    progress goes to stderr, and on a terminal (not ``quiet``) the run ends there with the
-    result cards (:mod:`~teamlead._cli.cards`), one row per agent of ``Finished.tasks``.
-    SIGINT/SIGTERM/SIGHUP stop the CLI child and all it started at once (SIGTERM, then
-    SIGKILL after 2 s), print the session id to resume (unless the run is not
-    ``resumable``: the demo's session and scripted model are gone once it returns), and
-    return 130.
-    ``scripted`` says the model is scripted (the demo): the progress says its cost is the
-    CLI's list-price estimate, nothing charged, as it does once it sees a message of
-    teamlead's scripted model server.
-    ``controls`` (the approval queue and the keys, whose ``can_use_tool`` the options of
-    ``items`` carry) show their prompt and hint in the progress, and read keys from the
-    terminal in cbreak mode while the run goes; the terminal is restored however it ends.
+    ``run`` is the parse of the run ``items()`` reads: the progress, the focus and the
+    approvals' labels read its tracker and events, never parsing the stream again. The
+    answer goes to stdout (with ``--json``, the ``finished`` line); progress to stderr,
+    ending on a terminal with the result cards (:mod:`~teamlead._cli.cards`). A stop signal
+    stops the run and the CLI tree, prints how to resume (unless not ``resumable``: the
+    demo's session is gone once it returns) and returns 130. ``scripted`` says the model is
+    scripted, so its cost is shown as an estimate. ``controls`` (the approvals and keys,
+    whose ``can_use_tool`` the options carry) show their prompt and hint in the progress
+    and read keys in cbreak mode while the run goes; the terminal is restored however it
+    ends.
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr

@@ -1,16 +1,11 @@
 """``teamlead ps``, ``stop``, ``pause``, ``unpause``, ``amend`` and ``watch``: the verbs on
 the user's running runs, docker-style.
 
-RUN names one run: its run id (``teamlead ps`` shows it), its session id, or a unique
-prefix of either. Each verb finds the run in the registry (:mod:`teamlead._control.registry`),
-asks its control endpoint (:mod:`teamlead._control.endpoint`) and answers in one line what it
-did, or why not, with the README's exit codes: 0 done, 1 refused (already paused, not
-paused, already stopping; or the run does not answer), 2 a usage error (an ambiguous
-prefix, a bad value, an amend that changes nothing), 4 no such run of yours (none is named
-so, it has finished, or it is another user's). What a run says is printed as text with its
-control characters escaped.
-
-Nothing here loads the SDK (a test keeps it so, and ``bench/cli_start.py`` measures it).
+RUN names one run: its run id, its session id, or a unique prefix of either. Each verb
+finds the run in the registry (:mod:`teamlead._control`), asks its control endpoint and
+says in one line what it did or why not, with the exit codes 0 done, 1 refused or no
+answer, 2 a usage error, 4 no such run of yours. What a run says is printed escaped.
+Nothing here loads the SDK (a test keeps it so).
 """
 
 from __future__ import annotations

@@ -1,39 +1,26 @@
 """Stop signals for the commands: SIGINT, SIGTERM and SIGHUP alike, from the first instant.
 
-A closed terminal (SIGHUP) or a service manager (SIGTERM) must stop a run as Ctrl-C does:
-the CLI children and everything they started are stopped at once
-(:func:`~teamlead._procs.stop_descendants`), the run is cancelled, and the command prints
-how to continue and exits 130: no CLI child or agent outlives the command.
+A closed terminal (SIGHUP) or a service manager (SIGTERM) stops a run as Ctrl-C does: the
+CLI children and all they started are stopped (:func:`~teamlead._procs.stop_descendants`),
+the run is cancelled, and the command says how to continue and exits 130.
 
-A command watches for the signals once its work starts (:func:`run_interruptible`,
-:func:`~teamlead._cli.running.run_session` for a run, ``teamlead relay --`` once its CLI
-runs). Before that, while its modules load
-(the SDK alone takes over a second) and its options are parsed, :func:`stop_at_startup`
-has each signal raise :class:`StoppedAtStartup` wherever the main thread is, and the
-entry point (:mod:`.startup`) exits as an interrupted run does (no traceback, and the
-end a run would print), whichever signal it was. Once the command's event loop begins
-(:func:`defer_stop_signals`), a stop is only noted until the loop's watcher listens,
-and the watcher acts on it (:func:`receive_stop_signals`): the run ends through its own
-path. A command that handles the signals its own way (the scripted server) gives them back
-with :func:`release_stop_signals` first.
+Three stages. While the command's modules load and its options are parsed,
+:func:`stop_at_startup` has each signal raise :class:`StoppedAtStartup` wherever the main
+thread is, and the entry point (:mod:`.startup`) ends as an interrupted run does. Once the
+command's event loop begins (:func:`defer_stop_signals`), a stop is only noted; the loop's
+watcher (:func:`receive_stop_signals`, :func:`run_interruptible`) then acts on it and the
+run ends through its own path. A command that handles the signals itself (the scripted
+server) gives them back with :func:`release_stop_signals`.
 
-Each signal reaches the watcher once. The C-level handler writes every signal to the
-process's wake-up descriptor as well as running the Python handler, and the event loop's
-receiver sets its own descriptor before it takes each signal over, so a stop landing
-while the receiver opens could be seen twice: noted here and read again from the loop's
-descriptor, a second Ctrl-C that would cancel the run before it printed its end. So while
-the loop starts, the wake-up descriptor is teamlead's own; a stop that lands while the
-receiver opens is not noted but read from that descriptor, or comes through the receiver.
+Each signal reaches the watcher once: the C-level handler writes every signal to the
+wake-up descriptor too, so while the loop's receiver opens, that descriptor is teamlead's
+own, and a stop landing then is read from it rather than also noted (read twice, it would
+be a second Ctrl-C that cancels the run before it prints its end).
 
-A stop raised during the imports can be swallowed on its way out: pydantic-core builds a
-model's serializer in Rust and turns any Python error met on the way, this one too, into
-its own ``SchemaError`` (the signal's name only in its text), which would read as a failed
-import. Each stop raised is therefore also recorded (:func:`stop_raised`): the entry point
-takes whatever comes out after it for the stop's unwinding, and if the start-up went on as
-if nothing had happened, the stop is raised again as the event loop would begin.
-
-The entry point imports this module first, and it loads nothing Python has not loaded
-already but the signal module: what a command uses later loads when it is used.
+A library may wrap the stop raised during the imports in an error of its own
+(pydantic-core turns any Python error in a serializer build into a ``SchemaError``), so
+each stop raised is also recorded (:func:`stop_raised`) and raised again as the event loop
+would begin. This module loads nothing but what Python has loaded already and ``signal``.
 """
 
 from __future__ import annotations

@@ -1,21 +1,15 @@
 """The ``teamlead`` entry point: stop signals taken from its first instruction.
 
-The command's modules take about two seconds to load (the SDK alone over one), and a
-command watches for stop signals only once its work starts. :func:`run` takes SIGINT,
-SIGTERM and SIGHUP before it loads anything else (:func:`~.signals.stop_at_startup`), so
-a stop in between ends the command as an interrupted run ends: ``teamlead: interrupted``
-on stderr, exit 130 (every stop signal alike, as docs/exit-codes.md says), no
-traceback, and for ``ask --json`` and ``resume --json`` the ``finished`` line the NDJSON
-promises (``reason: interrupted``), written as the run's own writer writes it. Once a run
-watches for the signals, a stop is the run's: it stops the CLI and everything it started,
-and its own ``finished`` line names every task.
+:func:`run` takes SIGINT, SIGTERM and SIGHUP before it loads anything else
+(:func:`~.signals.stop_at_startup`): the command's modules take seconds to load, and a stop
+meanwhile must end the command as an interrupted run ends (``teamlead: interrupted``, exit
+130, no traceback, and for ``ask --json`` / ``resume --json`` the ``finished`` line the
+NDJSON promises). Since the stop can come before click parsed the command line, whether
+NDJSON was asked for is read from the words as click will read them (:func:`wants_ndjson`).
 
-The stop can come before click has parsed the command line, so whether NDJSON was asked
-for is read from the words as click will read them (:func:`wants_ndjson`).
-
-stdout and stderr are guarded first too (:mod:`.output`): output that cannot be written (a
-closed stream, a full disk, a reader gone) is one line on the stream that still works and
-exit 74, never a traceback. Only :mod:`.signals` and :mod:`.output` load with this module.
+stdout and stderr are guarded first too (:mod:`.output`): output that cannot be written is
+one line on the stream that still works and exit 74. Only :mod:`.signals` and
+:mod:`.output` load with this module.
 """
 
 from __future__ import annotations

@@ -1,13 +1,10 @@
-"""Progress output for the CLI: a live team view on a TTY, plain lines when piped, NDJSON.
+"""Progress output for the CLI: a live team view on a TTY, plain lines when piped.
 
-All three consume the same stream :func:`teamlead.run` yields (SDK messages and
-teamlead events) through ``handle(item)``, and read what the run made of each message
-from the run itself (its :class:`~teamlead.tracker.StreamParse`: its tracker and the
-events of each item), never parsing it again; the NDJSON one lives in
-:mod:`teamlead._ndjson`, since a run's watch feed writes it too. Names, descriptions and
-teammate text are hostile: every terminal line goes through
-:func:`~teamlead._redact.terminal_safe` and the live view renders it as ``Text``, never as
-Rich markup.
+Both consume the stream :func:`teamlead.run` yields through ``handle(item)`` and read what
+the run made of each message from its :class:`~teamlead.tracker.StreamParse`, never
+parsing it again (the NDJSON output is :mod:`teamlead._ndjson`'s). Names, descriptions and
+teammate text are hostile: every line goes through :func:`~teamlead._redact.terminal_safe`
+and the live view renders it as ``Text``, never as Rich markup.
 """
 
 from __future__ import annotations

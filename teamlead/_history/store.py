@@ -1,28 +1,11 @@
 """The run history: one record file per finished run, kept within a count and a size.
 
-:class:`History` writes a run's :class:`~.record.RunRecord` when the run ends and reads the
-records back, newest first. Each record is ``<ended>-<run>.json`` (its end time in UTC, so
-the names sort by age), written through a temporary file and a rename, mode 0600, in the
-private directory :func:`~teamlead._private.private_dir` makes; an agent's long result is a file of
-its own beside it, ``<ended>-<run>.<n>.txt``. After each record is added, the oldest go
-until at most ``max_runs`` remain and they fill at most ``max_bytes`` (the newest is always
-kept). The bounds default to ``TEAMLEAD_HISTORY_MAX_RUNS`` and ``TEAMLEAD_HISTORY_MAX_MB``,
-else 1000 runs and 200 MB.
-
-A record is read as data from a file anyone with this user's rights could have written:
-at most :data:`MAX_RECORD_BYTES`, a file that is not a record is skipped, never fatal.
-
-The history directory (:func:`history_dir`) is ``TEAMLEAD_HISTORY_DIR`` when set (each
-test world has its own), else ``$XDG_DATA_HOME/teamlead/history`` when ``XDG_DATA_HOME``
-is an absolute path, else ``~/.local/share/teamlead/history``. ``TEAMLEAD_NO_HISTORY=1``
-(``true``, ``yes``, ``on``) keeps no history.
-
-Example:
-    >>> history = History(Path("history"))  # doctest: +SKIP
-    >>> record = RunRecord(run="0123456789ab", prompt="hi", status="completed")
-    >>> history.add(record)  # doctest: +SKIP
-    >>> [r.run for r in history.records()]  # doctest: +SKIP
-    ['0123456789ab']
+Each record is ``<ended>-<run>.json`` (its end time in UTC, so the names sort by age),
+mode 0600 in a private directory (:func:`~teamlead._private.private_dir`); an agent's long
+result is a file of its own beside it, ``<ended>-<run>.<n>.txt``. After each record is
+added the oldest go, until at most ``max_runs`` remain within ``max_bytes`` (the newest
+always stays). A record is read as data anyone with this user's rights could have
+written: at most :data:`MAX_RECORD_BYTES`, and a file that is not a record is skipped.
 """
 
 from __future__ import annotations
@@ -239,7 +222,9 @@ class History:
 
 
 def history_dir(env: Mapping[str, str] | None = None) -> Path:
-    """The directory this user's run history is kept in (see the module docstring); not made.
+    """The directory this user's run history is kept in (not made): ``TEAMLEAD_HISTORY_DIR``
+    when set, else ``teamlead/history`` under ``XDG_DATA_HOME`` when that is an absolute
+    path, else ``~/.local/share/teamlead/history``.
 
     Example:
         >>> history_dir({"TEAMLEAD_HISTORY_DIR": "/tmp/h"})

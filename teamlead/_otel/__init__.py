@@ -1,31 +1,15 @@
 """OpenTelemetry for teamlead: every run, agent and request as GenAI-convention spans.
 
-Off unless asked for (see :mod:`.setup`): with neither the ``otel`` extra's variables nor
-an app's own tracer provider, :func:`trace_run` returns ``None`` after a few dictionary
-lookups and nothing of OpenTelemetry is imported.
+Off unless asked for (:mod:`.setup`): then :func:`trace_run` returns ``None`` after a few
+dictionary lookups and nothing of OpenTelemetry is imported. The seams: the coordinator
+calls :func:`trace_run` at the start of a run (the spans read the run's
+:class:`~teamlead.tracker.StreamParse`); the relay's per-run request observer is
+:class:`.chat.ChatObserver`; an experiment wraps each trial attempt in :func:`trial_scope`.
 
-The seams, kept narrow on purpose:
-
-- the run (:mod:`teamlead.coordinator`): :func:`trace_run` at the start of a run (with
-  the run's parse of its stream, :class:`~teamlead.tracker.StreamParse`, which the spans
-  read its messages from), then ``trace.trace_env()`` for the CLI's ``TRACEPARENT``,
-  ``trace.attach(relay_run)`` for the relay's ``chat`` spans and ``trace.observe(stream)``
-  around the stream;
-- the relay: :class:`.chat.ChatObserver` is its per-run request observer
-  (``teamlead._relay.observe``);
-- an experiment: :func:`trial_scope` around one trial attempt (one trace per trial).
-
-A run's root span hangs under :func:`parent_context`: the caller's current span (an app's
-own span, an experiment's trial span), else the ``TRACEPARENT`` this process was started
-with (teamlead run under a traced CI job or another agent), else nothing: a new trace.
-:func:`run_labels` sets ``teamlead.*`` attributes (the strategy, a trial's keys) on every
-run started in the block, through a context variable, so no signature down the call chain
-changes for them.
-
-Modules: :mod:`.setup` (on or off; the providers and the metric instruments),
-:mod:`.conventions` (names, privacy), :mod:`.run`
-(the run's spans, the spawn gate's events among them), :mod:`.agent_spans` (one span per
-agent), :mod:`.chat` (one span per request).
+A run's root span hangs under :func:`parent_context`: the caller's current span, else the
+``TRACEPARENT`` this process was started with, else nothing (a new trace).
+:func:`run_labels` sets ``teamlead.*`` attributes on every run started in the block,
+through a context variable, so no signature down the call chain changes for them.
 """
 
 from __future__ import annotations

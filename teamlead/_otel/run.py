@@ -1,27 +1,15 @@
 """The spans of one run, read off the stream the run already yields.
 
-:class:`RunTrace` watches every item of a run's stream (the SDK's messages, as the run
-parsed them: its :class:`~teamlead.tracker.StreamParse`, and teamlead's typed events) and
-turns it into spans, without a hook into the coordinator's machinery:
+:class:`RunTrace` turns every item of a run's stream (the SDK's messages as the run parsed
+them, its :class:`~teamlead.tracker.StreamParse`, and teamlead's typed events) into the
+trace docs/opentelemetry.md draws, without a hook into the coordinator: the root
+``invoke_agent teamlead`` span, one phase span at a time under it (``teamlead.round``,
+``teamlead.wait_for_team``, ``teamlead.fallback``, ``teamlead.resume``,
+``teamlead.wrap_up``), a span per agent with the spawn gate's decisions as its events
+(:mod:`.agent_spans`), and a ``chat`` span per relayed request (:mod:`.chat`).
 
-- the root ``invoke_agent teamlead`` span (provider ``anthropic``, the session id as
-  ``gen_ai.conversation.id``, the strategy, status, reason, resumes and total usage);
-- one phase span at a time under it: ``teamlead.round`` (the first query), then
-  ``teamlead.wait_for_team`` (from ``waiting_for_team``; ``inbox_collected`` is its event),
-  ``teamlead.fallback`` (the ``fallback_used`` events), ``teamlead.resume`` (each
-  ``resuming`` attempt; a ``resume_failed`` marks it failed) and ``teamlead.wrap_up``;
-- an ``invoke_agent {label}`` span per agent (:mod:`.agent_spans`), with the spawn gate's
-  decisions on its Agent call as events: ``queued``, ``admitted``, ``denied``,
-  ``timed_out`` (a call that waited past the gate's limit or the deadline) and
-  ``rejected`` (one the CLI refused); a denied or rejected call's span ends there, and the
-  process-wide queue length (an up-down counter) goes +1 when a call queues, -1 when it
-  leaves the queue however it leaves;
-- a ``chat {model}`` span per relayed request (:mod:`.chat`), under its agent.
-
-The CLI gets the root span as ``TRACEPARENT`` (:meth:`RunTrace.trace_env`), so Claude
-Code's own spans (``CLAUDE_CODE_ENABLE_TELEMETRY``) nest under the run. Spans are started
-with explicit parents, never made current: a run is an async generator, and a context
-attached across its ``yield``\\ s would leak into the caller.
+Spans are started with explicit parents, never made current: a run is an async
+generator, and a context attached across its ``yield``\\ s would leak into the caller.
 """
 
 from __future__ import annotations

@@ -4,28 +4,21 @@
 when the answer is yes:
 
 1. ``OTEL_SDK_DISABLED=true``: never.
-2. **The app's own providers.** An app that has already set a global tracer provider (it
-   imported ``opentelemetry`` and called ``trace.set_tracer_provider``) gets teamlead's
-   spans in it, and its metrics in its global meter provider. This is read from
-   ``sys.modules``, so an app that never imported OpenTelemetry pays nothing.
-3. **The standard variables.** Otherwise teamlead exports only when asked to: an exporter
-   (``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER``: ``otlp``, ``console`` or any
-   exporter installed under the SDK's entry points) or an OTLP endpoint
+2. **The app's own providers.** An app that has set a global tracer provider gets
+   teamlead's spans in it, and its metrics in its global meter provider (read from
+   ``sys.modules``: an app that never imported OpenTelemetry pays nothing).
+3. **The standard variables.** Otherwise teamlead exports only when an exporter
+   (``OTEL_TRACES_EXPORTER`` / ``OTEL_METRICS_EXPORTER``) or an OTLP endpoint
    (``OTEL_EXPORTER_OTLP_ENDPOINT``, or its ``_TRACES_`` / ``_METRICS_`` form) is set. It
-   then builds its own providers (not the global ones: a library does not take those
-   over) from the same variables the SDK reads: the protocol
-   (``OTEL_EXPORTER_OTLP_PROTOCOL``, ``http/protobuf`` by default, ``grpc`` when that
-   exporter is installed), ``OTEL_SERVICE_NAME`` (``teamlead`` by default),
-   ``OTEL_RESOURCE_ATTRIBUTES``, the headers, timeouts and batch settings.
+   then builds providers of its own (a library does not take over the global ones), with
+   the exporters, resource, batching and timeouts the SDK's own configuration reads from
+   the same variables (:func:`_exporters`).
 
-Export never holds a run back: spans leave in the batch processor's background thread,
-metrics in the periodic reader's, each request bounded by the exporter's timeout. At exit
-what is buffered gets one bounded flush (:data:`FLUSH_AT_EXIT_S`); a collector that is down
-or stalls loses those spans, never the run's time. When the variables ask for export but
-the ``otel`` extra is missing, one warning line says how to install it.
-
-The ``console`` exporters write to stderr, not the SDK's default stdout: stdout is the
-user's (the answer, or with ``--json`` nothing but NDJSON), whatever exporters are set.
+Export never holds a run back: spans and metrics leave in the SDK's background threads,
+and at exit what is buffered gets one bounded flush (:data:`FLUSH_AT_EXIT_S`). When the
+variables ask for export but the ``otel`` extra is missing, one warning line says how to
+install it. The ``console`` exporters write to stderr: stdout is the user's answer (or,
+with ``--json``, nothing but NDJSON).
 """
 
 from __future__ import annotations
@@ -37,7 +30,7 @@ import sys
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from .._version import __version__
 
@@ -61,21 +54,10 @@ _DURATION_BUCKETS = (0.01, 0.02, 0.04, 0.08, 0.16, 0.32, 0.64, 1.28, 2.56, 5.12,
 
 
 class Instruments:
-    """teamlead's metric instruments, made once per meter: the GenAI conventions' two
-    histograms and three of its own. Their attributes are low-cardinality by construction:
-    no id of a run, agent or request.
-
-    - ``gen_ai.client.token.usage`` (histogram, ``{token}``): per relayed request, one point
-      for input and one for output tokens (``gen_ai.token.type``), as the upstream reported.
-    - ``gen_ai.client.operation.duration`` (histogram, ``s``): per relayed request
-      (``chat``) and per run (``invoke_agent``), with ``error.type`` when it failed.
-    - ``teamlead.governor.limit`` (gauge, ``{request}``): each bucket's effective limit, on
-      every change (``teamlead.bucket`` = ``provider/model``).
-    - ``teamlead.gate.queue.length`` (up-down counter, ``{call}``): Agent calls waiting in
-      the spawn gates of the process.
-    - ``teamlead.relay.rate_limited`` (counter, ``{response}``): 429s and 529s met, by
-      ``teamlead.outcome`` (``absorbed`` / ``passed``), ``http.response.status_code`` and
-      ``teamlead.source``.
+    """teamlead's metric instruments, made once per meter: the GenAI conventions' token
+    and duration histograms, and teamlead's governor limit, spawn-gate queue length and
+    429/529 count (each described in docs/opentelemetry.md). Their attributes are
+    low-cardinality by construction: no id of a run, agent or request.
     """
 
     def __init__(self, meter: Meter) -> None:
@@ -170,13 +152,10 @@ class TelemetrySource:
         if shutdown is not None:
             shutdown()
 
-    def get(self, environ: Mapping[str, str] | None = None) -> Telemetry | None:
-        """The telemetry for a run starting now, or ``None`` (then nothing is imported).
-
-        ``environ`` defaults to this process's environment; see the module docstring for
-        the rules.
-        """
-        env = os.environ if environ is None else environ
+    def get(self) -> Telemetry | None:
+        """The telemetry for a run starting now, or ``None`` (then nothing is imported);
+        see the module docstring for the rules."""
+        env = os.environ
         if _get(env, "OTEL_SDK_DISABLED").lower() == "true":
             return None
         app = self._app_telemetry()
@@ -220,14 +199,10 @@ class TelemetrySource:
                     "pip install -e '.[otel]' in the teamlead checkout",
                     exc.name or exc,
                 )
-            except _Unsupported as exc:
+            except RuntimeError as exc:  # the SDK's: an unknown exporter or protocol
                 self._own_failed = True
                 log.warning("OpenTelemetry export off: %s", exc)
             return self._own
-
-
-class _Unsupported(Exception):
-    pass
 
 
 def _build(
@@ -250,14 +225,14 @@ def _build(
     meter_provider: Any = NoOpMeterProvider()
     if traces:
         tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
-        for exporter in _exporters(env, "TRACES"):
+        for exporter in _exporters(env, "traces"):
             tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
     if metrics:
         readers: list[MetricReader] = [
             exporter  # a pull exporter (Prometheus) is a reader itself
             if isinstance(exporter, MetricReader)
             else PeriodicExportingMetricReader(exporter)
-            for exporter in _exporters(env, "METRICS")
+            for exporter in _exporters(env, "metrics")
         ]
         meter_provider = MeterProvider(
             resource=resource, metric_readers=readers, shutdown_on_exit=False
@@ -275,39 +250,30 @@ def _telemetry_of(tracer_provider: Any, meter_provider: Any) -> Telemetry:
     )
 
 
-#: The SDK's exporter name for ``otlp`` over each protocol (``OTEL_EXPORTER_OTLP_PROTOCOL``).
-_OTLP_BY_PROTOCOL = {"http/protobuf": "otlp_proto_http", "grpc": "otlp_proto_grpc"}
+def _exporters(env: Mapping[str, str], kind: Literal["traces", "metrics"]) -> list[Any]:
+    """The exporters ``OTEL_<KIND>_EXPORTER`` names (``otlp`` by default), chosen and
+    loaded as the SDK's own configuration does: ``otlp`` by the protocol variables, each
+    name from the exporter entry points (so any installed exporter works). With no protocol
+    set, ``otlp`` is OTLP/HTTP: the SDK's default, gRPC, is not in the ``otel`` extra."""
+    from opentelemetry.sdk._configuration import _get_exporter_entry_point, _import_exporters
 
-
-def _exporters(env: Mapping[str, str], signal: str) -> list[Any]:
-    """The exporters ``OTEL_<signal>_EXPORTER`` names (``otlp`` by default), each found
-    where the SDK's own configuration finds it: the ``opentelemetry_<signal>_exporter``
-    entry points, so any installed exporter works. ``otlp`` defaults to OTLP/HTTP (the
-    SDK's is gRPC, which the ``otel`` extra does not install)."""
-    from importlib.metadata import entry_points
-
+    signal = kind.upper()
+    protocol = _get(env, f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or _get(
+        env, "OTEL_EXPORTER_OTLP_PROTOCOL"
+    )
     value = _get(env, f"OTEL_{signal}_EXPORTER").lower() or "otlp"
-    exporters: list[Any] = []
-    for name in (part.strip() for part in value.split(",")):
-        if name in _OFF:
-            continue
-        if name == "otlp":
-            protocol = _get(env, f"OTEL_EXPORTER_OTLP_{signal}_PROTOCOL") or _get(
-                env, "OTEL_EXPORTER_OTLP_PROTOCOL"
-            )
-            protocol = protocol.lower() or "http/protobuf"
-            if protocol not in _OTLP_BY_PROTOCOL:
-                raise _Unsupported(
-                    f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r} is not supported; "
-                    "use http/protobuf or grpc"
-                )
-            name = _OTLP_BY_PROTOCOL[protocol]
-        found = entry_points(group=f"opentelemetry_{signal.lower()}_exporter", name=name)
-        if not found:
-            raise _Unsupported(f"OTEL_{signal}_EXPORTER: no exporter {name!r} is installed")
-        exporter_class = next(iter(found)).load()
-        exporters.append(exporter_class(out=sys.stderr) if name == "console" else exporter_class())
-    return exporters
+    names = [
+        "otlp_proto_http"
+        if name == "otlp" and not protocol
+        else _get_exporter_entry_point(name, kind)
+        for name in (part.strip() for part in value.split(","))
+        if name not in _OFF
+    ]
+    traces, metrics, _ = _import_exporters(
+        *((names, [], []) if kind == "traces" else ([], names, []))
+    )
+    classes: dict[str, Any] = traces if kind == "traces" else metrics
+    return [cls(out=sys.stderr) if name == "console" else cls() for name, cls in classes.items()]
 
 
 def _flush_at_exit(tracer_provider: Any, meter_provider: Any) -> Callable[[], None]:
