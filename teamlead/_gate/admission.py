@@ -61,7 +61,6 @@ from .limits import AgentLimits, ExhaustReason
 from .pause import Pause
 from .reasons import WorkflowRefusal
 from .slots import SpawnCap
-from .stream import feed_gate
 
 __all__ = ["Admission", "TaskStopper"]
 
@@ -198,7 +197,7 @@ class Admission:
         Agent calls: a task started or ended, a call the CLI rejected. The events it causes
         are published at once."""
         if self.gate is not None:
-            feed_gate(self.gate, message, events)
+            self.gate.observe(message, events)
 
     def agent_ended(self, agent_id: str) -> None:
         """A workflow agent's work ended (its entry done or in error, its workflow ended):

@@ -28,7 +28,7 @@ hook's is, see :meth:`SpawnGate.interrupt`), and so is one whose first request c
 A slot is held from admission until the task has really ended: the run's tracker reports
 ``task_started``/``task_ended`` from the stream, and a tool result that shows the agent
 never ran or already finished (CLI rejection, another hook's deny, a foreground agent)
-frees it too (:func:`teamlead._gate.stream.observe` does that from the parsed stream).
+frees it too (:meth:`SpawnGate.observe` reads that from the parsed stream).
 :meth:`SpawnGate.close` denies whatever still waits and frees every Agent call's slot (no
 agent starts after it); :meth:`SpawnGate.end` also frees the workflow agents' at the end of
 a run. A run makes its gate through its :class:`~teamlead._gate.admission.Admission`.
@@ -48,8 +48,8 @@ Example:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 import anyio
 from claude_agent_sdk import HookMatcher
@@ -58,15 +58,23 @@ from claude_agent_sdk.types import SyncHookJSONOutput
 from ..clock import SYSTEM_CLOCK, Clock
 from ..events import DenyCode, SpawnDecided, SpawnOutcome
 from ..policy import SpawnPolicy, is_model_alias
+from ..tracker import (
+    LAUNCH_NOTICE,
+    AgentCallsSent,
+    TaskEnded,
+    TaskStarted,
+    ToolResultSeen,
+    TrackedEvent,
+    parse_message,
+)
 from . import reasons as why
 from .calls import Call, SpawnRecord
-from .hook import deny_output, model_output
 from .pause import Pause
 from .reasons import WorkflowRefusal
 from .slots import FifoSlots, SpawnCap, cli_subagent_cap
 from .turns import Turns
 
-__all__ = ["HOOK_TOOLS", "SpawnGate"]
+__all__ = ["HOOK_TOOLS", "AgentResult", "SpawnGate", "classify_agent_result"]
 
 #: The tools the gate's hook decides on: ``Agent`` calls, and ``Workflow`` calls (their agents).
 HOOK_TOOLS = "Agent|Workflow"
@@ -80,6 +88,15 @@ CLI, cancelling the hook, well before). Under ``_HOOK_MARGIN_S``: the answer sti
 before the CLI's hook timeout."""
 _MAX_WORKFLOW_DENIALS = 1000
 _WORKFLOW_HOLD_S = 1800.0  # a workflow agent's longest wait for a slot with no deadline
+
+#: launched: a background agent started (its task events follow); finished: a foreground
+#: agent's answer; failed: an error result; rejected: the CLI refused to run it;
+#: denied: a PreToolUse hook (this gate or another) denied it.
+AgentResult = Literal["launched", "finished", "failed", "rejected", "denied"]
+
+_CLI_LIMIT = "Concurrent subagent limit reached"
+_HOOK_TIMEOUT = "PreToolUse hook did not respond before its timeout"
+_HOOK_DENY = "PreToolUse:Agent hook error"
 
 
 class SpawnGate:
@@ -321,7 +338,42 @@ class SpawnGate:
         timeout = self.hook_timeout_s if timeout_s is None else timeout_s
         return HookMatcher(matcher=HOOK_TOOLS, hooks=[self.hook], timeout=timeout)
 
-    # -- what the tracker reports ------------------------------------------------------------
+    # -- what the stream shows ---------------------------------------------------------------
+    def observe(self, message: Any, events: Sequence[TrackedEvent] | None = None) -> None:
+        """What ``message`` (any SDK message or raw dict) means for the gate's slots: a task
+        started or ended, or an Agent tool result that shows the agent never ran or already
+        finished. Never raises: a malformed message is skipped (and noted in :attr:`errors`).
+
+        Args:
+            message: one SDK message, typed or raw.
+            events: the message's parsed events, when the caller has them already (a round
+                parses each message once, for the tracker and the gate alike).
+        """
+        try:
+            for event in parse_message(message) if events is None else events:
+                self._observe(event)
+        except Exception as exc:
+            self.errors.append(f"the gate skipped a message: {type(exc).__name__}: {exc}")
+
+    def _observe(self, event: TrackedEvent) -> None:
+        if isinstance(event, AgentCallsSent):
+            self.note_message(event.message_id, list(event.tool_use_ids))
+        elif isinstance(event, ToolResultSeen) and event.tool_use_id in self._calls:
+            outcome = classify_agent_result(event)
+            if outcome == "rejected":
+                self.spawn_rejected(event.tool_use_id, event.text.strip())
+            elif outcome == "denied":
+                self.denied_elsewhere(event.tool_use_id, event.text.strip())
+            elif outcome in ("finished", "failed"):
+                self.task_ended(event.tool_use_id)
+        elif isinstance(event, TaskStarted):
+            if event.tool_use_id:
+                self.task_started(event.tool_use_id, event.task_id)
+        elif isinstance(event, TaskEnded):
+            self.task_ended(event.task_id)
+            if event.tool_use_id:
+                self.task_ended(event.tool_use_id)
+
     def note_message(self, message_id: str, tool_use_ids: list[str]) -> None:
         """The tool_use ids of one model message, so the per-turn limit counts exactly."""
         self._turns.note(message_id, tool_use_ids)
@@ -418,10 +470,6 @@ class SpawnGate:
         for agent_id in list(self._held):
             self.workflow_agent_ended(agent_id)
 
-    def knows(self, tool_use_id: str) -> bool:
-        """Whether ``tool_use_id`` is an Agent call the gate decided on."""
-        return tool_use_id in self._calls
-
     def records(self) -> list[SpawnRecord]:
         """A snapshot of every Agent call seen, in arrival order."""
         return [call.snapshot() for call in self._calls.values()]
@@ -444,7 +492,7 @@ class SpawnGate:
             if decided or model is None or not is_model_alias(model):
                 return decided  # a model id is not an Agent input: the relay sets it
             call.model_set = model
-            return model_output(input_data["tool_input"], model)
+            return _model_output(input_data["tool_input"], model)
         except Exception as exc:  # the gate must answer: deny and say why
             return self._fault(call, exc)
         except BaseException:
@@ -493,7 +541,7 @@ class SpawnGate:
         if len(self.workflow_denials) < _MAX_WORKFLOW_DENIALS:  # a lead that insists
             self.workflow_denials.append((key[:_MAX_TEXT], code, reason))
         self._emit(key[:_MAX_TEXT], _WORKFLOW, "denied", code=code, reason=reason)
-        return deny_output(reason)
+        return _deny_output(reason)
 
     def _fault(self, call: Call | None, exc: Exception) -> SyncHookJSONOutput:
         """A fault inside the gate: the call is denied, its units and slots given back."""
@@ -506,7 +554,7 @@ class SpawnGate:
             except Exception as again:  # even the deny path failed: answer anyway
                 self.errors.append(f"{type(again).__name__}: {again}")
                 call.status, call.code, call.reason = "denied", "error", reason
-        return deny_output(reason)
+        return _deny_output(reason)
 
     def _identity(self, data: Mapping[str, Any], tool_use_id: Any) -> tuple[str, str | None, int]:
         """A hook call's tool_use id (``""`` when it has none), the spawning agent's id (a
@@ -582,7 +630,7 @@ class SpawnGate:
         if scope.cancelled_caught:
             self._undo(call)
             if call.status == "rejected":  # the CLI gave up on this call, or the run stopped
-                return deny_output(call.reason or why.cancelled())
+                return _deny_output(call.reason or why.cancelled())
             return self._deny(call, "closed", why.closed(call.close_reason or "the run is ending"))
         if not admitted:
             self._undo(call)
@@ -664,7 +712,7 @@ class SpawnGate:
         call.status, call.code, call.reason = "denied", code, reason
         call.decided_at = self._clock.time()
         self._emit(call.tool_use_id, call.description, "denied", code=code, reason=reason)
-        return deny_output(reason)
+        return _deny_output(reason)
 
     def _refund(self, call: Call) -> None:
         if call.budget:
@@ -719,3 +767,46 @@ def _give_back(slots: list[FifoSlots]) -> None:
     """Release slots taken in order, the last taken first."""
     for pool in reversed(slots):
         pool.release()
+
+
+def classify_agent_result(result: ToolResultSeen) -> AgentResult:
+    """What an Agent call's tool result says about the agent.
+
+    Example:
+        >>> classify_agent_result(ToolResultSeen("t", "Concurrent subagent limit reached. "
+        ...     "You can run 20 subagents at once.", is_error=True))
+        'rejected'
+    """
+    text = result.text
+    if result.is_error:  # the CLI's refusals are error results: an answer may quote one
+        if _CLI_LIMIT in text or _HOOK_TIMEOUT in text:
+            return "rejected"
+        return "denied" if _HOOK_DENY in text else "failed"
+    if LAUNCH_NOTICE in text:
+        return "launched"
+    return "finished"
+
+
+def _deny_output(reason: str) -> SyncHookJSONOutput:
+    """The hook output that refuses a tool call, with ``reason`` for the model."""
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": reason,
+        }
+    }
+
+
+def _model_output(tool_input: Mapping[str, Any], model: str) -> SyncHookJSONOutput:
+    """The hook output that lets an Agent call run, its agent on ``model``.
+
+    The CLI honours ``updatedInput`` with no permission decision (the call still goes
+    through the user's permission rules): the whole input comes back, ``model`` replaced.
+    """
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "updatedInput": {**tool_input, "model": model},
+        }
+    }
