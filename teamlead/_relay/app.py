@@ -195,7 +195,6 @@ class RelayApp:
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         target = check_target(
-            scope["method"],
             scope.get("raw_path") or scope["path"].encode("latin-1"),
             scope["headers"],
             prefix=self.prefix,
