@@ -8,12 +8,11 @@ returns); a workflow agent, which fires no hook, at its first request to the rel
 request at the relay by the run's ledger, which asks the admission. One concept per module:
 
 - :mod:`.admission`: :class:`~teamlead._gate.admission.Admission`, the run's one owner of
-  admission: the gate, the workflow agents' admission, the pause, the timeout and budgets,
-  the subagent model; what the hook, the relay's ledger and :class:`~teamlead.RunControl`
-  ask and amend;
-- :mod:`.gate`: :class:`~teamlead._gate.gate.SpawnGate`, the hook, its outputs and its
-  decisions (the pools, the cap, stagger, budget, depth), the workflow agents' slots, and
-  what the SDK stream says of its calls (slots freed);
+  admission: its spawn gate, with the pause, the timeout and budgets and the subagent
+  model; what the hook, the relay's ledger and :class:`~teamlead.RunControl` ask and amend;
+- :mod:`.gate`: :class:`~teamlead._gate.gate.SpawnGate`, the gate an admission is: the
+  hook, its outputs and its decisions (the pools, the cap, stagger, budget, depth), the
+  workflow agents' slots, and what the SDK stream says of its calls (slots freed);
 - :mod:`.pause`: the run's pause (``teamlead pause``), which the gate and the relay hold on;
 - :mod:`.limits`: the run's limits at the relay: its own ceilings on its requests in
   flight, the per-agent timeout and the budgets;

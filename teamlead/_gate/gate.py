@@ -21,7 +21,7 @@ budget unit here and are not in :meth:`SpawnGate.records`. Each of its agents is
 at the relay instead, when its first request arrives (:meth:`SpawnGate.admit_workflow_agent`,
 asked through the run's :class:`~teamlead._gate.admission.Admission`): a unit of the same
 spawn budget, a slot of the same pools, a turn in the same stagger, held until the run says
-its work ended (:meth:`SpawnGate.workflow_agent_ended`). Once the gate closes, none starts:
+its work ended (:meth:`SpawnGate.agent_ended`). Once the gate closes, none starts:
 one still waiting for its slot is refused then (after a stop its refusal is held as a
 hook's is, see :meth:`SpawnGate.interrupt`), and so is one whose first request comes later.
 
@@ -41,7 +41,7 @@ Example:
     >>> gate = SpawnGate(SpawnPolicy(max_concurrent_agents=3, spawn_budget=5), deadline_s=600)
     >>> options = merge_hook(options, gate.hook_matcher())  # _run.options  # doctest: +SKIP
     >>> async for message in claude_agent_sdk.query(prompt=..., options=options):
-    ...     observe(gate, message)  # doctest: +SKIP
+    ...     gate.observe(message)  # doctest: +SKIP
     >>> gate.close()
 """
 
@@ -118,8 +118,8 @@ class SpawnGate:
             slots waits for it to be lifted before it is admitted (``None``: never paused).
         subagent_model: the model every admitted Agent call's agent runs on
             (``updatedInput.model``, an alias only); ``None`` leaves the call's own.
-        on_model_set: told ``(task id, alias)`` when an agent the gate gave a model alias
-            starts, so the run learns what the CLI resolved the alias to.
+        gated: ``False``: the run has no gate (no hook, no limits): every workflow agent
+            starts at once, and the limits read ``None``.
     """
 
     def __init__(
@@ -135,8 +135,10 @@ class SpawnGate:
         turn_gap_s: float = 1.0,
         pause: Pause | None = None,
         subagent_model: str | None = None,
-        on_model_set: Callable[[str, str], None] | None = None,
+        gated: bool = True,
     ) -> None:
+        #: Whether the run has a spawn gate (its hook, limits, queue and wrap-up point).
+        self.gated = gated
         self.policy = policy or SpawnPolicy()
         self._clock = clock
         self._cap = cap if cap is not None else SpawnCap()
@@ -159,7 +161,6 @@ class SpawnGate:
         #: The model every admitted Agent call's agent runs on (``updatedInput.model``);
         #: ``None`` leaves the call's own. The run's admission changes it mid-run.
         self.subagent_model = subagent_model
-        self._on_model_set = on_model_set
         self._pause = pause
         self._held: dict[str, list[tuple[FifoSlots, ...]]] = {}  # workflow agent -> slots
         self._waiting: set[anyio.CancelScope] = set()  # workflow agents waiting for slots
@@ -184,20 +185,26 @@ class SpawnGate:
         self._reserve = self.policy.reserve_for(seconds_from_now)
 
     @property
-    def limit(self) -> int:
-        """Agents this run may have running at once (its own limit and the shared cap)."""
+    def limit(self) -> int | None:
+        """Agents this run may have running at once (its own limit and the shared cap);
+        ``None`` without the gate."""
+        return self._limit if self.gated else None
+
+    @property
+    def _limit(self) -> int:
         return min(self._slots.limit, self._cap.limit)
 
     @property
-    def run_limit(self) -> int:
-        """This run's own limit on agents at once (the live cap), before the shared cap."""
-        return self._slots.limit
+    def cap(self) -> int | None:
+        """This run's own limit on agents at once (the live cap), before the shared cap;
+        ``None`` without the gate."""
+        return self._slots.limit if self.gated else None
 
     @property
-    def most(self) -> int:
-        """The highest run limit that means anything: the CLI's own subagent cap (which
-        rejects past it) and the process-wide cap."""
-        return min(cli_subagent_cap(self._env), self._cap.limit)
+    def most(self) -> int | None:
+        """The highest cap that means anything: the CLI's own subagent cap (which rejects
+        past it) and the process-wide cap; ``None`` without the gate."""
+        return min(cli_subagent_cap(self._env), self._cap.limit) if self.gated else None
 
     def set_limit(self, limit: int) -> None:
         """Change the run's limit now (the live cap): a raise admits queued calls and held
@@ -237,15 +244,18 @@ class SpawnGate:
         unit of the spawn budget, waits first come first served for a slot of every pool
         (the run's limit, then the process-wide cap) until the wrap-up point, then its turn
         in the stagger, as an Agent call does in the hook. It holds its slots until
-        :meth:`workflow_agent_ended` (or its CLI exits), never on a timer. A closed gate
+        :meth:`agent_ended` (or its CLI exits), never on a timer. A closed gate
         starts none, and refuses one still waiting as it closes.
 
         Returns:
-            ``None`` once it may start; else why it does not (a spent budget is also a
-            denied ``spawn_decided`` event). A refused or cancelled agent gives back what it took.
-            A stopped run's refusal comes only after :data:`_HELD_AFTER_STOP_S` (see
-            :meth:`interrupt`: its CLI is ended meanwhile, which ends the request).
+            ``None`` once it may start (at once without the gate); else why it does not (a
+            spent budget is also a denied ``spawn_decided`` event). A refused or cancelled
+            agent gives back what it took. A stopped run's refusal comes only after
+            :data:`_HELD_AFTER_STOP_S` (see :meth:`interrupt`: its CLI is ended meanwhile,
+            which ends the request).
         """
+        if not self.gated:
+            return None
         refusal = self._admit_workflow_agent_now(agent_id)
         if refusal is None:
             refusal = await self._admit_workflow_agent(agent_id)
@@ -317,7 +327,7 @@ class SpawnGate:
             return None
         return WorkflowRefusal("no_slot", why.workflow_closed(self._close_reason))
 
-    def workflow_agent_ended(self, agent_id: str) -> None:
+    def agent_ended(self, agent_id: str) -> None:
         """A workflow agent's work ended (its entry done or in error, its workflow ended):
         free its slots."""
         for slots in self._held.pop(agent_id, []):
@@ -333,8 +343,11 @@ class SpawnGate:
             bound = min(bound, max(0.0, left))
         return bound + _HOOK_MARGIN_S
 
-    def hook_matcher(self, *, timeout_s: float | None = None) -> HookMatcher:
-        """``HookMatcher(matcher="Agent|Workflow", ...)`` to add under ``PreToolUse``."""
+    def hook_matcher(self, *, timeout_s: float | None = None) -> HookMatcher | None:
+        """``HookMatcher(matcher="Agent|Workflow", ...)`` to add under ``PreToolUse`` (``None``
+        without the gate)."""
+        if not self.gated:
+            return None
         timeout = self.hook_timeout_s if timeout_s is None else timeout_s
         return HookMatcher(matcher=HOOK_TOOLS, hooks=[self.hook], timeout=timeout)
 
@@ -349,6 +362,8 @@ class SpawnGate:
             events: the message's parsed events, when the caller has them already (a round
                 parses each message once, for the tracker and the gate alike).
         """
+        if not self.gated:
+            return
         try:
             for event in parse_message(message) if events is None else events:
                 self._observe(event)
@@ -384,11 +399,12 @@ class SpawnGate:
         if call is not None and task_id:
             call.task_id = task_id
             self._by_task[task_id] = call
-            if call.model_set is not None and self._on_model_set is not None:
-                try:
-                    self._on_model_set(task_id, call.model_set)
-                except Exception as exc:  # a listener's fault never breaks the stream
-                    self.errors.append(f"on_model_set failed: {type(exc).__name__}: {exc}")
+            if call.model_set is not None:
+                self._model_set(task_id, call.model_set)
+
+    def _model_set(self, agent_id: str, alias: str) -> None:
+        """The hook gave ``agent_id`` the model ``alias`` and its agent started (the run's
+        :class:`~teamlead._gate.admission.Admission` learns what the CLI resolved it to)."""
 
     def task_ended(self, task_or_tool_use_id: str) -> None:
         """A task reached a terminal state (completed, failed, stopped, killed): free its slot."""
@@ -468,7 +484,7 @@ class SpawnGate:
 
     def _end_workflow_agents(self) -> None:
         for agent_id in list(self._held):
-            self.workflow_agent_ended(agent_id)
+            self.agent_ended(agent_id)
 
     def records(self) -> list[SpawnRecord]:
         """A snapshot of every Agent call seen, in arrival order."""
@@ -638,8 +654,8 @@ class SpawnGate:
             if admit_until is not None and now >= admit_until:
                 return self._refuse_late(call, now)
             if call.depth > 1:
-                return self._deny(call, "wait_limit", why.nested_busy(self.limit))
-            return self._deny(call, "wait_limit", why.wait_limit(self._max_wait_s, self.limit))
+                return self._deny(call, "wait_limit", why.nested_busy(self._limit))
+            return self._deny(call, "wait_limit", why.wait_limit(self._max_wait_s, self._limit))
         call.status = "admitted"
         call.admitted_at = call.decided_at = self._clock.time()
         waited = max(0.0, call.admitted_at - call.queued_at)
@@ -649,7 +665,7 @@ class SpawnGate:
             "admitted",
             waited_s=round(waited, 4),
             running=self.running,
-            limit=self.limit,
+            limit=self._limit,
         )
         return {}
 
@@ -670,7 +686,7 @@ class SpawnGate:
                     "queued",
                     position=slots.waiting + 1,
                     running=self.running,
-                    limit=self.limit,
+                    limit=self._limit,
                 )
             if not await slots.take(until, self._clock):
                 return False
