@@ -134,10 +134,6 @@ def _unwritable(response: aiohttp.ClientResponse) -> str | None:
     return None
 
 
-def _error_body(status: int, kind: str, message: str) -> bytes:
-    return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
-
-
 class RelayApp:
     """The ASGI callable; one per relay. See the module docstring."""
 
@@ -487,7 +483,7 @@ class RelayApp:
         message: str,
         extra: dict[bytes, bytes] | None = None,
     ) -> None:
-        body = _error_body(status, kind, message)
+        body = json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
         headers.extend((extra or {}).items())
         await send({"type": "http.response.start", "status": status, "headers": headers})

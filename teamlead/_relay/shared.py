@@ -242,15 +242,12 @@ class RelayPool:
         """A run on the pool's relay for ``upstream``, ``account`` and ``clock``: started
         on first use, stopped after the last run left.
 
-        ``deadline_s`` (seconds from now) is when the run ends: none of its requests waits
-        or holds a 429 past it (see :meth:`Relay.open_run`). ``limits`` (the run's
-        :class:`~teamlead.policy.LimitsPolicy`) are the run's own ceilings, and say where
-        the account's state is shared (``limits.shared``). ``port`` is where a relay this
-        run starts listens (0: any free port); a relay already serving keeps its own.
-        ``overload_hold_s`` is the longest one of the run's requests is held through an
-        overload burst (``None``: the relay's own bound). ``agents`` and ``pause`` are the
-        run's agent ledger and pause (see :meth:`Relay.open_run`). ``clock`` is the run's: its
-        relay's governor reads it, and with it the run's deadline, ceilings and pause.
+        ``on_event``, ``deadline_s``, ``limits``, ``overload_hold_s``, ``agents`` and
+        ``pause`` are the run's, as :meth:`Relay.open_run` takes them; ``limits.shared``
+        also says where the account's state is shared. ``port`` is where a relay this run
+        starts listens (0: any free port); a relay already serving keeps its own. ``clock``
+        is the run's: its relay's governor reads it, and with it the run's deadline,
+        ceilings and pause.
 
         Entering raises :class:`~teamlead.errors.RelayError` when the relay could not
         start: run direct with a one-line warning then; and
