@@ -268,7 +268,7 @@ async def test_a_workflow_agents_first_request_waits_for_a_slot_fifo(
     server: ScriptedServer,
 ) -> None:
     cap = SpawnCap(1)
-    pool = cap.slots
+    pool = cap
     assert pool.try_take()  # another run's agent holds the process's only slot
     admission = Admission(Policy(), SystemClock(), cap=cap)
     book = AgentBook(SystemClock(), admission)
@@ -414,7 +414,7 @@ async def test_a_workflow_agent_takes_its_spawn_unit_before_its_slot_and_gives_i
     from teamlead.policy import SpawnPolicy
 
     cap = SpawnCap(1)
-    pool = cap.slots
+    pool = cap
     assert pool.try_take()  # another run's agent holds the process's only slot
     clock = SystemClock()
     policy = Policy(spawn=SpawnPolicy(spawn_budget=1), deadline_s=600)

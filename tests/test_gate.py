@@ -528,7 +528,7 @@ async def test_a_call_denied_while_other_runs_hold_the_cap_is_missing_work_not_a
 
     clock = StepClock()
     cap = SpawnCap(1)
-    assert cap.slots.try_take()  # another run of the process holds the only slot
+    assert cap.try_take()  # another run of the process holds the only slot
     gate = SpawnGate(SpawnPolicy(), cap=cap, clock=clock, max_wait_s=30, env={})
     # the run's own limit full is the user's choice: a decline, not missing work
     own = SpawnGate(
@@ -548,7 +548,7 @@ async def test_a_call_denied_while_other_runs_hold_the_cap_is_missing_work_not_a
     declined = own.records()[1]
     assert declined.status == "denied" and not declined.starved
     assert [r.disposition for r in call_dispositions(own.records())[0]] == ["not_run"]
-    cap.slots.release()
+    cap.release()
 
 
 @pytest.mark.parametrize("cli_ends", [False, True], ids=["answered-late", "cancelled"])

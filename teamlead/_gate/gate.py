@@ -299,7 +299,7 @@ class SpawnGate:
         self._waiting.add(waiting)
         try:
             with waiting:
-                for pool in (self._slots, self._cap.slots):
+                for pool in (self._slots, self._cap):
                     if not await pool.take(until, self._clock):
                         refusal = WorkflowRefusal("no_slot", why.workflow_no_slot())
                         break
@@ -671,11 +671,11 @@ class SpawnGate:
 
     async def _wait_for_slots(self, call: Call, until: float) -> bool:
         told = False
-        for slots, attr in ((self._slots, "run_slot"), (self._cap.slots, "cap_slot")):
+        for slots, attr in ((self._slots, "run_slot"), (self._cap, "cap_slot")):
             if slots.try_take():
                 setattr(call, attr, True)
                 continue
-            call.starved = slots is self._cap.slots  # other runs hold the process's slots
+            call.starved = slots is self._cap  # other runs hold the process's slots
             if call.depth > 1:  # its parent holds a slot and waits for it: never queue
                 return False
             if not told:
@@ -746,7 +746,7 @@ class SpawnGate:
     def _release(self, call: Call) -> None:
         if call.cap_slot:
             call.cap_slot = False
-            self._cap.slots.release()
+            self._cap.release()
         if call.run_slot:
             call.run_slot = False
             self._slots.release()

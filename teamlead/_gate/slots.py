@@ -9,7 +9,7 @@ takes nothing from a holder, it only keeps the next ones waiting until enough we
 Waits run on the injected clock (:func:`teamlead.clock.wait_event`) and are bounded by
 ``until``.
 
-:class:`SpawnCap` is one :class:`FifoSlots` shared by every run in the process: experiment
+:class:`SpawnCap` is the :class:`FifoSlots` shared by every run in the process: experiment
 trials run many leads at once, and each CLI enforces its cap of concurrent subagents by
 *rejecting* calls, so the sum must stay under it. Like the governor it belongs to one event
 loop and is not thread-safe.
@@ -150,7 +150,7 @@ class FifoSlots:
             self._queue.remove(waiter)
 
 
-class SpawnCap:
+class SpawnCap(FifoSlots):
     """The cap on subagents running at once across every run that shares it (a process's
     runs share their :class:`~teamlead.ProcessState`'s).
 
@@ -167,19 +167,9 @@ class SpawnCap:
         cli = cli_subagent_cap(env)
         if limit is not None and limit < 1:
             raise ValueError(f"a spawn cap must be at least 1, not {limit}")
-        self.slots = FifoSlots(min(limit, cli) if limit is not None else cli)
-
-    @property
-    def limit(self) -> int:
-        """Subagents that may run at once in this process."""
-        return self.slots.limit
+        super().__init__(min(limit, cli) if limit is not None else cli)
 
     @property
     def running(self) -> int:
-        """Slots held now."""
-        return self.slots.held
-
-    @property
-    def waiting(self) -> int:
-        """Calls waiting for a slot."""
-        return self.slots.waiting
+        """Slots held now: subagents running in this process."""
+        return self.held
