@@ -19,9 +19,9 @@ workflow is denied past ``max_depth``), and a spent spawn budget, a closed run o
 deadline's wrap-up point deny it with the usual reasons. Workflow calls take no slot and no
 budget unit here and are not in :meth:`SpawnGate.records`. Each of its agents is admitted
 at the relay instead, when its first request arrives (:meth:`SpawnGate.admit_workflow_agent`,
-asked through the run's :class:`~teamlead._gate.admission.Admission`): a unit of the same
-spawn budget, a slot of the same pools, a turn in the same stagger, held until the run says
-its work ended (:meth:`SpawnGate.agent_ended`). Once the gate closes, none starts:
+which the relay's ledger asks): a unit of the same spawn budget, a slot of the same pools,
+a turn in the same stagger, held until the run says its work ended
+(:meth:`SpawnGate.agent_ended`). Once the gate closes, none starts:
 one still waiting for its slot is refused then (after a stop its refusal is held as a
 hook's is, see :meth:`SpawnGate.interrupt`), and so is one whose first request comes later.
 
@@ -31,7 +31,7 @@ never ran or already finished (CLI rejection, another hook's deny, a foreground 
 frees it too (:meth:`SpawnGate.observe` reads that from the parsed stream).
 :meth:`SpawnGate.close` denies whatever still waits and frees every Agent call's slot (no
 agent starts after it); :meth:`SpawnGate.end` also frees the workflow agents' at the end of
-a run. A run makes its gate through its :class:`~teamlead._gate.admission.Admission`.
+a run. A run's gate is its :class:`~teamlead._gate.admission.Admission`.
 
 Budget and per-turn units are checked and taken in one synchronous step (no await in
 between), so concurrent hook calls can never both pass for the last unit; a unit taken by
