@@ -53,7 +53,7 @@ from .forward import (
     UpstreamTimeout,
     open_upstream,
 )
-from .keepalive import HeldSend
+from .keepalive import HeldSend, Message, Send
 from .observe import Guarded, RequestObserver, trace_request
 from .routing import Refusal, RequestInfo, check_target, classify
 from .stats import RelayListener, Tally, notify
@@ -63,9 +63,7 @@ __all__ = ["RelayApp", "RunShare"]
 log = logging.getLogger("teamlead.relay")
 
 Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 _T = TypeVar("_T")
 
 _HOP_BY_HOP = frozenset(
