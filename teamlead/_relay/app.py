@@ -91,18 +91,13 @@ _NO_SLOT_RETRY_AFTER_S = 5
 @dataclass
 class RunShare:
     """One run's share of the relay: its counters, listeners, deadline, request observer
-    and agent ledger.
+    and agent ledger, and the terms :meth:`~teamlead._relay.server.Relay.open_run` gives it.
 
     ``deadline`` is when the run ends, on the governor's clock, which is the run's
-    (:mod:`.shared` gives each clock its governor), in monotonic seconds: none of
-    its requests waits for a slot or holds a 429 past it. ``limits`` are the run's own
-    ceilings (``--model-limit`` and kin): its requests take a place under them before they
-    ask the governor, so they bound this run only. ``overload_hold_s`` is the longest the
-    run lets one of its requests be held through an overload (``None``: the relay's).
-    ``pause`` is the run's pause: while it is on, each new request of the run is held
-    before anything else (see :meth:`RelayApp._paused`). ``warnings`` tells what the
-    upstream says that cannot be believed (a faulty header) once per kind for the run,
-    not once per answer.
+    (:mod:`.shared` gives each clock its governor), in monotonic seconds. ``limits``' places
+    are taken before the governor is asked, so they bound this run only. ``warnings``
+    tells what the upstream says that cannot be believed (a faulty header) once per kind
+    for the run, not once per answer.
     """
 
     tally: Tally = field(default_factory=Tally)
