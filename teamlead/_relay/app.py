@@ -43,7 +43,6 @@ from ..governor import Governor, bucket_key
 from .blame import shown, unreachable_reason
 from .forward import (
     UPSTREAM_ERRORS,
-    AnswerEnd,
     Ask,
     Exchange,
     NoSlot,
@@ -446,15 +445,15 @@ class RelayApp:
         headers = [(k, v) for k, v in response.raw_headers if k.lower() not in _HOP_BY_HOP]
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         streamed = response.headers.get("content-type", "").startswith("text/event-stream")
-        end = AnswerEnd() if 200 <= response.status < 300 and streamed else None
+        answering = 200 <= response.status < 300 and streamed
         try:
             async for chunk in response.content.iter_any():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 for counted in scan.feed(chunk) if streamed else ():
-                    if end is not None:  # the token budget learns from an answer's usage
+                    if answering:  # the token budget learns from an answer's usage
                         exchange.slot.used(counted)
-                if end is not None and end.feed(chunk):
-                    end = None
+                if answering and scan.ended:
+                    answering = False
                     exchange.slot.answered()  # the upstream counts it no more
         except UPSTREAM_ERRORS as exc:
             # Started already: cut the stream so the client sees it incomplete, not ended.
