@@ -47,7 +47,6 @@ from claude_agent_sdk import query as sdk_query
 
 from teamlead._gate.gate import SpawnGate
 from teamlead._gate.slots import SpawnCap
-from teamlead._gate.stream import feed_gate
 from teamlead._run.options import merge_hook
 from teamlead.events import SpawnDecided
 from teamlead.policy import SpawnPolicy
@@ -120,7 +119,7 @@ async def run_once(
             with anyio.fail_after(120):
                 async for message in sdk_query(prompt="Fan out.", options=options):
                     if gate is not None:
-                        feed_gate(gate, message)
+                        gate.observe(message)
         finally:
             if gate is not None:
                 gate.close()

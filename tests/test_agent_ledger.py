@@ -268,7 +268,7 @@ async def test_a_workflow_agents_first_request_waits_for_a_slot_fifo(
     server: ScriptedServer,
 ) -> None:
     cap = SpawnCap(1)
-    pool = cap.slots
+    pool = cap
     assert pool.try_take()  # another run's agent holds the process's only slot
     admission = Admission(Policy(), SystemClock(), cap=cap)
     book = AgentBook(SystemClock(), admission)
@@ -414,13 +414,12 @@ async def test_a_workflow_agent_takes_its_spawn_unit_before_its_slot_and_gives_i
     from teamlead.policy import SpawnPolicy
 
     cap = SpawnCap(1)
-    pool = cap.slots
+    pool = cap
     assert pool.try_take()  # another run's agent holds the process's only slot
     clock = SystemClock()
     policy = Policy(spawn=SpawnPolicy(spawn_budget=1), deadline_s=600)
-    admission = Admission(policy, clock, cap=cap)
-    gate = admission.gate
-    assert gate is not None
+    gate = admission = Admission(policy, clock, cap=cap)
+    assert gate.gated
     book = AgentBook(clock, admission)
     async with relayed_run(server, book) as (_, url, http):
         admission.set_deadline(0)  # the wrap-up point has come: no slot will

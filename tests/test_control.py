@@ -75,8 +75,8 @@ class Hooks:
     """Agent calls in the gate's hook, in the background; their outputs by name."""
 
     def __init__(self, state: RunState, tg: anyio.abc.TaskGroup) -> None:
-        assert state.admission.gate is not None
-        self.gate = state.admission.gate
+        assert state.admission.gated
+        self.gate = state.admission
         self.tg = tg
         self.out: dict[str, Any] = {}
 
@@ -291,8 +291,8 @@ def test_fifo_slots_follow_a_changed_limit() -> None:
 async def test_an_alias_goes_into_later_agent_calls_and_a_model_id_is_pinned_at_the_relay() -> None:
     control = RunControl()
     state = a_run(control, cap=5)
-    admission, gate = state.admission, state.admission.gate
-    assert gate is not None
+    admission = gate = state.admission
+    assert gate.gated
     assert await gate.hook(agent_input("before"), "before", None) == {}
     control.set_subagent_model("haiku")
     out = await gate.hook(agent_input("after", model="opus"), "after", None)
@@ -340,8 +340,8 @@ async def test_a_pinned_model_reaches_new_agents_only_and_stays_with_each() -> N
 async def test_an_alias_pins_workflow_agents_once_an_agent_call_showed_what_it_became() -> None:
     control = RunControl()
     state = a_run(control, cap=5)
-    assert state.admission.gate is not None
-    gate, book = state.admission.gate, state.agents.book
+    assert state.admission.gated
+    gate, book = state.admission, state.agents.book
     bodies: dict[str, list[bytes | None]] = {}
 
     async def request(agent: str, body: bytes = WORKFLOW_BODY) -> None:

@@ -17,9 +17,8 @@ import pydantic
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 
-from teamlead._gate.gate import SpawnGate
+from teamlead._gate.gate import SpawnGate, classify_agent_result
 from teamlead._gate.slots import FifoSlots, SpawnCap, cli_subagent_cap
-from teamlead._gate.stream import classify_agent_result, feed_gate
 from teamlead._run.options import merge_hook
 from teamlead.events import EVENT_VERSION, SpawnDecided
 from teamlead.policy import SpawnPolicy
@@ -342,7 +341,7 @@ async def test_a_rejection_seen_while_still_queued_stops_the_wait() -> None:
         calls.start("t1")
         await settle()
         timeout = "PreToolUse hook did not respond before its timeout (1s)"
-        feed_gate(gate, UserMessage(content=[ToolResultBlock("t1", timeout, True)]))
+        gate.observe(UserMessage(content=[ToolResultBlock("t1", timeout, True)]))
         await settle()
         gate.task_ended("t0")
     assert decision(calls.out["t1"]) == "deny"
@@ -466,8 +465,7 @@ async def test_the_stream_frees_slots() -> None:
     gate, seen = gate_with(max_concurrent_agents=5)
     for tid in ("t0", "t1", "t2"):
         assert decision(await gate.hook(agent_input(), tid, {})) == "allow"
-    feed_gate(
-        gate,
+    gate.observe(
         {
             "type": "system",
             "subtype": "task_started",
@@ -476,8 +474,7 @@ async def test_the_stream_frees_slots() -> None:
             "description": "t0",
         },
     )
-    feed_gate(
-        gate,
+    gate.observe(
         {
             "type": "system",
             "subtype": "task_updated",
@@ -488,9 +485,9 @@ async def test_the_stream_frees_slots() -> None:
     rejected = ToolResultBlock(
         tool_use_id="t1", is_error=True, content="Concurrent subagent limit reached. Do not retry."
     )
-    feed_gate(gate, UserMessage(content=[rejected]))
-    feed_gate(gate, object())
-    feed_gate(gate, {"type": "system", "subtype": "task_started", "task_id": None})
+    gate.observe(UserMessage(content=[rejected]))
+    gate.observe(object())
+    gate.observe({"type": "system", "subtype": "task_started", "task_id": None})
     by_id = {r.tool_use_id: r for r in gate.records()}
     assert by_id["t0"].task_id == "k0" and by_id["t0"].ended_at is not None
     assert by_id["t1"].status == "rejected" and "Concurrent subagent limit" in (
@@ -531,7 +528,7 @@ async def test_a_call_denied_while_other_runs_hold_the_cap_is_missing_work_not_a
 
     clock = StepClock()
     cap = SpawnCap(1)
-    assert cap.slots.try_take()  # another run of the process holds the only slot
+    assert cap.try_take()  # another run of the process holds the only slot
     gate = SpawnGate(SpawnPolicy(), cap=cap, clock=clock, max_wait_s=30, env={})
     # the run's own limit full is the user's choice: a decline, not missing work
     own = SpawnGate(
@@ -551,7 +548,7 @@ async def test_a_call_denied_while_other_runs_hold_the_cap_is_missing_work_not_a
     declined = own.records()[1]
     assert declined.status == "denied" and not declined.starved
     assert [r.disposition for r in call_dispositions(own.records())[0]] == ["not_run"]
-    cap.slots.release()
+    cap.release()
 
 
 @pytest.mark.parametrize("cli_ends", [False, True], ids=["answered-late", "cancelled"])

@@ -41,7 +41,7 @@ SESSION = "5b1e0c7a-0d2f-4c55-9a8e-2f1f3c3b9d10"
 MAKES_TRACKERS = {"_run/state.py", "_claude/saved_session.py"}
 #: the modules that may call the parser: the tracker's ``feed``, and the spawn gate when a
 #: caller hands it a message without the run's events (a round always hands them)
-PARSES = {"tracker.py", "_gate/stream.py"}
+PARSES = {"tracker.py", "_gate/gate.py"}
 
 
 def _calls(name: str) -> set[str]:

@@ -45,15 +45,13 @@ def gate_with(clock: FakeClock | None = None, **policy: Any) -> tuple[SpawnGate,
     return gate, seen
 
 
-def admission_with(
-    clock: Clock, *, deadline_s: float = 1800.0, **policy: Any
-) -> tuple[Admission, SpawnGate]:
-    """A run's admission (and its gate) on ``clock``, as the run builds it."""
+def admission_with(clock: Clock, *, deadline_s: float = 1800.0, **policy: Any) -> Admission:
+    """A run's admission (its spawn gate) on ``clock``, as the run builds it."""
     admission = Admission(
         Policy(spawn=SpawnPolicy(**policy), deadline_s=deadline_s), clock, cap=SpawnCap(20)
     )
-    assert admission.gate is not None
-    return admission, admission.gate
+    assert admission.gated
+    return admission
 
 
 def workflow_call(agent_id: str | None = None) -> dict[str, Any]:
@@ -200,7 +198,7 @@ async def test_odd_workflow_hook_input_is_decided_never_raised() -> None:
 
 async def test_workflow_agents_and_agent_calls_share_one_stagger_on_the_clock() -> None:
     clock = FakeClock()
-    admission, gate = admission_with(clock, stagger_s=2.0)
+    admission = gate = admission_with(clock, stagger_s=2.0)
     book = AgentBook(clock, admission)
     forwarded: list[tuple[str, float]] = []
 
@@ -234,7 +232,7 @@ async def test_workflow_agents_and_agent_calls_share_one_stagger_on_the_clock() 
 async def test_a_stagger_turn_after_the_wrap_up_refuses_the_agent_and_frees_its_slot() -> None:
     clock = FakeClock()
     # the wrap-up point (at 10 s) comes before a second start's turn
-    admission, gate = admission_with(
+    admission = gate = admission_with(
         clock, deadline_s=10, stagger_s=30.0, max_concurrent_agents=2, wrap_up_reserve_s=0
     )
     book = AgentBook(clock, admission)
@@ -295,7 +293,7 @@ def test_the_workflow_engines_gate_is_set_from_the_runs_cap(
 
 async def test_a_held_workflow_agents_timeout_runs_from_its_release_not_its_wait() -> None:
     clock = FakeClock()
-    admission, _ = admission_with(clock, stagger_s=30.0, agent_timeout_s=10)
+    admission = admission_with(clock, stagger_s=30.0, agent_timeout_s=10)
     book = AgentBook(clock, admission)
     async with relayed(book, _ok) as post:
         with anyio.fail_after(20):
@@ -314,7 +312,7 @@ async def test_a_held_workflow_agents_timeout_runs_from_its_release_not_its_wait
 async def test_a_closed_admission_leaves_workflow_agents_their_slots_until_their_work_ends() -> (
     None
 ):
-    admission, gate = admission_with(FakeClock(), spawn_budget=5)
+    admission = gate = admission_with(FakeClock(), spawn_budget=5)
     assert await admission.admit_workflow_agent("w1") is None
     assert await admission.admit_workflow_agent("w2") is None
     admission.budget_reached("token_budget")  # no agent starts from now on...
@@ -333,7 +331,7 @@ async def test_a_closed_admission_leaves_workflow_agents_their_slots_until_their
 async def test_a_workflow_agent_waiting_for_a_slot_is_refused_as_the_run_closes() -> None:
     # the slot the close frees (an Agent call's) goes to no one: no agent starts after it
     clock = StepClock()
-    admission, gate = admission_with(clock, max_concurrent_agents=1)
+    admission = gate = admission_with(clock, max_concurrent_agents=1)
     out: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
         assert await gate.hook(agent_call("t0"), "t0", {"signal": None}) == {}
@@ -358,7 +356,7 @@ async def test_a_stopped_runs_workflow_agents_are_refused_and_held_as_its_hooks_
     # lead one more request, of a run that was stopped: answered only after 5 s, by when
     # the run has ended its CLI (which ends the request: nothing answered, nothing held)
     clock = StepClock()
-    admission, gate = admission_with(clock, max_concurrent_agents=1)
+    admission = gate = admission_with(clock, max_concurrent_agents=1)
     out: dict[str, Any] = {}
     async with anyio.create_task_group() as tg:
 

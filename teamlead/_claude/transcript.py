@@ -133,6 +133,22 @@ def _lines_backwards(
         yield finish()
 
 
+def _records(lines: Iterator[bytes | None], mark: bytes = b"") -> Iterator[dict[str, Any] | str]:
+    """The JSON objects among ``lines`` (a line without ``mark`` is not parsed); a line
+    skipped is named by why: ``"overlong"`` or ``"malformed"``."""
+    for line in lines:
+        if line is None:
+            yield "overlong"
+        elif line and mark in line:
+            try:
+                record = loads(line)
+            except (ValueError, RecursionError):
+                yield "malformed"
+                continue
+            if isinstance(record, dict):
+                yield record
+
+
 def _assistant_text(record: Any) -> str | None:
     if not isinstance(record, dict) or record.get("type") != "assistant":
         return None
@@ -200,21 +216,14 @@ def last_assistant_text(
         lines = _lines_backwards(
             fh, block_bytes=block_bytes, max_scan=max_bytes, max_line=max_line_bytes
         )
-        for line in lines:
-            if line is None:
+        for record in _records(lines, _ASSISTANT_MARK):
+            if record == "overlong":
                 logger.warning(
                     "transcript %s: skipped a record over %d bytes", path, max_line_bytes
                 )
-                continue
-            if _ASSISTANT_MARK not in line:
-                continue  # cheap filter: only assistant records are parsed
-            try:
-                record = loads(line)
-                text = _assistant_text(record)
-            except (ValueError, RecursionError):
+            elif isinstance(record, str):
                 logger.warning("transcript %s: skipped a malformed line", path)
-                continue
-            if text is not None:
+            elif (text := _assistant_text(record)) is not None:
                 return redact(text)
     return None
 
@@ -273,14 +282,8 @@ def transcript_end(path: Path, *, max_bytes: int = TAIL_SCAN_BYTES) -> Transcrip
     stop_reason: str | None = None
     texts: list[str] = []
     with fh:
-        for raw in _lines_backwards(fh, max_scan=max_bytes):
-            if not raw or _ASSISTANT_MARK not in raw:
-                continue
-            try:
-                record = loads(raw)
-            except (ValueError, RecursionError):
-                continue
-            if not isinstance(record, dict) or record.get("type") != "assistant":
+        for record in _records(_lines_backwards(fh, max_scan=max_bytes), _ASSISTANT_MARK):
+            if isinstance(record, str) or record.get("type") != "assistant":
                 continue
             message = record.get("message")
             if not isinstance(message, dict) or _synthetic(record, message):
@@ -344,16 +347,12 @@ def transcript_tail(
     lines: list[str] = []
     results: dict[str, bool] = {}  # tool_use_id -> is_error, from user records
     with fh:
-        for raw in _lines_backwards(fh, max_scan=max_bytes):
+        for record in _records(_lines_backwards(fh, max_scan=max_bytes)):
             if len(calls) >= max_calls and len(lines) >= max_lines:
                 break
-            if not raw:
+            if isinstance(record, str):
                 continue
-            try:
-                record = loads(raw)
-            except ValueError:
-                continue
-            message = record.get("message") if isinstance(record, dict) else None
+            message = record.get("message")
             content = message.get("content") if isinstance(message, dict) else None
             if not isinstance(content, list):
                 continue

@@ -8,11 +8,11 @@ returns); a workflow agent, which fires no hook, at its first request to the rel
 request at the relay by the run's ledger, which asks the admission. One concept per module:
 
 - :mod:`.admission`: :class:`~teamlead._gate.admission.Admission`, the run's one owner of
-  admission: the gate, the workflow agents' admission, the pause, the timeout and budgets,
-  the subagent model; what the hook, the relay's ledger and :class:`~teamlead.RunControl`
-  ask and amend;
-- :mod:`.gate`: :class:`~teamlead._gate.gate.SpawnGate`, the hook and its decisions (the
-  pools, the cap, stagger, budget, depth), and the workflow agents' slots;
+  admission: its spawn gate, with the pause, the timeout and budgets and the subagent
+  model; what the hook, the relay's ledger and :class:`~teamlead.RunControl` ask and amend;
+- :mod:`.gate`: :class:`~teamlead._gate.gate.SpawnGate`, the gate an admission is: the
+  hook, its outputs and its decisions (the pools, the cap, stagger, budget, depth), the
+  workflow agents' slots, and what the SDK stream says of its calls (slots freed);
 - :mod:`.pause`: the run's pause (``teamlead pause``), which the gate and the relay hold on;
 - :mod:`.limits`: the run's limits at the relay: its own ceilings on its requests in
   flight, the per-agent timeout and the budgets;
@@ -21,8 +21,6 @@ request at the relay by the run's ledger, which asks the admission. One concept 
 - :mod:`.slots`: FIFO slots with hand-off, and the process-wide ``SpawnCap``;
 - :mod:`.turns`: which model message a call came in (the per-message limit);
 - :mod:`.reasons`: the deny reasons the model reads, and why a workflow agent is refused;
-- :mod:`.hook`: the hook's deny output and merging the hook into the user's options;
-- :mod:`.stream`: what the SDK stream says about the gate's calls (slots freed);
 - :mod:`.prompt_limits`: the limits a strategy prompt states, from the ones the gate holds.
 
 Nothing here knows the session or the relay: :mod:`teamlead._run` builds the admission into

@@ -3,9 +3,10 @@ its :class:`Admission`.
 
 A run starts agents three ways, and one object decides for all of them:
 
-- an ``Agent`` call, in the PreToolUse hook (:class:`~teamlead._gate.gate.SpawnGate`,
-  which the admission builds; its matcher, :meth:`Admission.hook_matcher`, goes into the
-  run's options with the run's other pieces, :func:`teamlead._run.options.build_options`);
+- an ``Agent`` call, in the PreToolUse hook (the admission is the run's
+  :class:`~teamlead._gate.gate.SpawnGate`; its matcher, :meth:`Admission.hook_matcher`,
+  goes into the run's options with the run's other pieces,
+  :func:`teamlead._run.options.build_options`);
 - a ``Workflow`` call, in the same hook (its depth, the budget, the deadline);
 - a workflow agent, which fires no hook: the relay's ledger
   (:class:`~teamlead._metering.book.AgentBook`) asks :meth:`Admission.admit_workflow_agent`
@@ -13,7 +14,7 @@ A run starts agents three ways, and one object decides for all of them:
 
 It owns what those decisions share: the run's pool and the process-wide cap
 (:attr:`~teamlead.ProcessState.spawn_cap`, passed in), the stagger, the spawn budget, the
-depth limit and the deadline (all held by its gate), the run's :attr:`~Admission.pause`
+depth limit and the deadline (the gate's part), the run's :attr:`~Admission.pause`
 (which the gate and the relay hold on), the limits the relay's ledger applies to each
 request (:attr:`~Admission.limits`: the per-agent timeout, the token and request budgets;
 :meth:`~Admission.budget_reached` and :meth:`~Admission.agent_timed_out` are what the
@@ -29,8 +30,8 @@ it is made with (the run's event bus).
 Everything it needs is passed when it is made; nothing is wired into it afterwards (a
 client run hands it the client whose timed-out tasks it stops, :meth:`Admission.stop_with`).
 With the gate off (``SpawnPolicy(enabled=False)``, or a client connected without it) the
-admission has no gate: every agent starts at once, and only the subagent model, the pause,
-the timeout and the budgets still apply.
+admission is not :attr:`~SpawnGate.gated`: every agent starts at once, and only the
+subagent model, the pause, the timeout and the budgets still apply.
 
 Example:
     >>> policy = Policy(spawn={"max_concurrent_agents": 3})
@@ -46,22 +47,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
 import anyio
-from claude_agent_sdk import HookMatcher
 
 from ..clock import SYSTEM_CLOCK, Clock
-from ..events import DenyCode, RelayedAgentKind, RunAmended, SpawnDecided
+from ..events import RelayedAgentKind, RunAmended, SpawnDecided
 from ..policy import Policy, is_model_alias
-from .calls import SpawnRecord
 from .gate import SpawnGate
 from .limits import AgentLimits, ExhaustReason
 from .pause import Pause
-from .reasons import WorkflowRefusal
 from .slots import SpawnCap
-from .stream import feed_gate
 
 __all__ = ["Admission", "TaskStopper"]
 
@@ -79,8 +76,9 @@ class TaskStopper(Protocol):
         ...
 
 
-class Admission:
-    """The one owner of a run's admissions (see the module docstring).
+class Admission(SpawnGate):
+    """The one owner of a run's admissions (see the module docstring): the run's spawn gate,
+    and what else decides whether its agents and requests go on.
 
     Args:
         policy: the run's policy (``spawn`` for the limits, ``deadline_s`` for the deadline).
@@ -110,6 +108,17 @@ class Admission:
         #: The run's pause (``teamlead pause``): the gate holds the Agent calls it would
         #: admit, the relay the run's new requests, while it is on.
         self.pause = Pause()
+        super().__init__(
+            policy.spawn,
+            cap=cap,
+            deadline_s=policy.deadline_s,
+            env={k: v for k, v in (env or {}).items() if isinstance(v, str)},
+            clock=clock,
+            on_event=publish,
+            pause=self.pause,
+            subagent_model=starting_model,
+            gated=gated and policy.spawn.enabled,
+        )
         #: What the relay's ledger applies to each request: the timeout and the budgets.
         self.limits = AgentLimits(
             agent_timeout_s=policy.spawn.agent_timeout_s,
@@ -132,79 +141,6 @@ class Admission:
         self.aliases: dict[str, str] = {}
         self._alias_wanted: dict[str, str] = {}  # agent id -> the alias the hook gave it
         self._sent: dict[str, str] = {}  # agent id -> the model its first request named
-        self.gate: SpawnGate | None = None
-        if gated and policy.spawn.enabled:
-            cli_env = {k: v for k, v in (env or {}).items() if isinstance(v, str)}
-            self.gate = SpawnGate(
-                policy.spawn,
-                cap=cap,
-                deadline_s=policy.deadline_s,
-                env=cli_env,
-                clock=clock,
-                on_event=publish,
-                pause=self.pause,
-                subagent_model=starting_model,
-                on_model_set=self._model_set,
-            )
-
-    # -- what it is ------------------------------------------------------------------------
-    @property
-    def gated(self) -> bool:
-        """Whether the run has a spawn gate (its limits, queue and wrap-up point)."""
-        return self.gate is not None
-
-    @property
-    def cap(self) -> int | None:
-        """The run's own limit on agents at once (the live cap); ``None`` without the gate."""
-        return self.gate.run_limit if self.gate is not None else None
-
-    @property
-    def limit(self) -> int | None:
-        """Agents the run may have running at once (its own limit and the shared cap)."""
-        return self.gate.limit if self.gate is not None else None
-
-    @property
-    def most(self) -> int | None:
-        """The highest cap that means anything (the CLI's own subagent cap and the shared
-        cap); ``None`` without the gate."""
-        return self.gate.most if self.gate is not None else None
-
-    @property
-    def queued(self) -> int:
-        """Agent calls waiting in the gate for a slot."""
-        return self.gate.queued if self.gate is not None else 0
-
-    def records(self) -> list[SpawnRecord]:
-        """The gate's record of every Agent call seen, in arrival order."""
-        return self.gate.records() if self.gate is not None else []
-
-    @property
-    def workflow_denials(self) -> list[tuple[str, DenyCode, str]]:
-        """The Workflow calls the gate denied: ``(tool_use_id, code, reason)``, in order."""
-        return list(self.gate.workflow_denials) if self.gate is not None else []
-
-    def hook_matcher(self) -> HookMatcher | None:
-        """The gate's ``PreToolUse`` matcher for the run's options (``None`` without it)."""
-        return self.gate.hook_matcher() if self.gate is not None else None
-
-    # -- the run's side --------------------------------------------------------------------
-    def set_deadline(self, seconds_from_now: float) -> None:
-        """(Re)set the run's deadline, and the wrap-up point no agent is admitted after."""
-        if self.gate is not None:
-            self.gate.set_deadline(seconds_from_now)
-
-    def observe(self, message: Any, events: Sequence[Any] | None = None) -> None:
-        """What one SDK message (its parsed ``events``, when known) shows of the gate's
-        Agent calls: a task started or ended, a call the CLI rejected. The events it causes
-        are published at once."""
-        if self.gate is not None:
-            feed_gate(self.gate, message, events)
-
-    def agent_ended(self, agent_id: str) -> None:
-        """A workflow agent's work ended (its entry done or in error, its workflow ended):
-        its slots are free."""
-        if self.gate is not None:
-            self.gate.workflow_agent_ended(agent_id)
 
     # -- what the relay's ledger tells it -----------------------------------------------------
     def on_exhausted(self, listener: Callable[[], None]) -> Callable[[], None]:
@@ -224,8 +160,7 @@ class Admission:
         self.exhausted.set()
         for listener in list(self._exhaust_listeners):
             listener()
-        if self.gate is not None:
-            self.gate.close(f"the run's {reason.replace('_', ' ')} is reached: no more agents")
+        self.close(f"the run's {reason.replace('_', ' ')} is reached: no more agents")
 
     def stop_with(self, client: TaskStopper) -> None:
         """A client run: an Agent-tool task past its timeout is stopped with the client's
@@ -250,26 +185,13 @@ class Admission:
     def stopped(self, reason: str) -> None:
         """A stop was asked of the run: every call still queued is ``rejected`` now, before
         its CLI is ended (which would cancel their hooks)."""
-        if self.gate is not None:
-            self.gate.interrupt(f"the run was stopped ({reason}) while this call waited")
-
-    def close(self, reason: str) -> None:
-        """No agent starts from now on (the wrap-up): queued calls are denied with
-        ``reason``; running agents go on."""
-        if self.gate is not None:
-            self.gate.close(reason)
-
-    def process_ended(self) -> None:
-        """A CLI process of the run exited: its agents ended with it."""
-        if self.gate is not None:
-            self.gate.process_ended()
+        self.interrupt(f"the run was stopped ({reason}) while this call waited")
 
     def end(self, reason: str = "the run is ending") -> None:
         """The run ends: whatever still waits is denied with ``reason``, every slot freed,
         and the pause lifted for good."""
         self.pause.end()
-        if self.gate is not None:
-            self.gate.end(reason)
+        super().end(reason)
 
     # -- what the control changes -------------------------------------------------------------
     def amend(
@@ -284,11 +206,9 @@ class Admission:
         (or an alias, once an Agent call's agent showed what the CLI made of it) to every
         request of each agent whose first request comes later.
         """
-        gate = self.gate
-        if gate is not None and cap is not None and cap != gate.run_limit:
-            gate.set_limit(cap)
-        if gate is not None:
-            gate.subagent_model = subagent_model
+        if self.gated and cap is not None and cap != self.cap:
+            self.set_limit(cap)
+        self.subagent_model = subagent_model
         # the CLI runs new agents on the starting model already: no pin for it
         changed = subagent_model is not None and subagent_model != self.starting_model
         self.pinned_model = subagent_model if changed else None
@@ -296,13 +216,6 @@ class Admission:
             self._publish(event)
 
     # -- what the relay's ledger asks ---------------------------------------------------------
-    async def admit_workflow_agent(self, agent_id: str) -> WorkflowRefusal | None:
-        """A workflow agent's first request: see :meth:`SpawnGate.admit_workflow_agent`
-        (without the gate it starts at once)."""
-        if self.gate is None:
-            return None
-        return await self.gate.admit_workflow_agent(agent_id)
-
     def agent_model(self, agent_id: str, sent_model: str | None) -> str | None:
         """The model a new agent is pinned to: :attr:`pinned_model`, an alias resolved
         (``None`` until an agent showed what it became). ``sent_model`` is the model its

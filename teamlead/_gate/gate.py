@@ -19,19 +19,19 @@ workflow is denied past ``max_depth``), and a spent spawn budget, a closed run o
 deadline's wrap-up point deny it with the usual reasons. Workflow calls take no slot and no
 budget unit here and are not in :meth:`SpawnGate.records`. Each of its agents is admitted
 at the relay instead, when its first request arrives (:meth:`SpawnGate.admit_workflow_agent`,
-asked through the run's :class:`~teamlead._gate.admission.Admission`): a unit of the same
-spawn budget, a slot of the same pools, a turn in the same stagger, held until the run says
-its work ended (:meth:`SpawnGate.workflow_agent_ended`). Once the gate closes, none starts:
+which the relay's ledger asks): a unit of the same spawn budget, a slot of the same pools,
+a turn in the same stagger, held until the run says its work ended
+(:meth:`SpawnGate.agent_ended`). Once the gate closes, none starts:
 one still waiting for its slot is refused then (after a stop its refusal is held as a
 hook's is, see :meth:`SpawnGate.interrupt`), and so is one whose first request comes later.
 
 A slot is held from admission until the task has really ended: the run's tracker reports
 ``task_started``/``task_ended`` from the stream, and a tool result that shows the agent
 never ran or already finished (CLI rejection, another hook's deny, a foreground agent)
-frees it too (:func:`teamlead._gate.stream.observe` does that from the parsed stream).
+frees it too (:meth:`SpawnGate.observe` reads that from the parsed stream).
 :meth:`SpawnGate.close` denies whatever still waits and frees every Agent call's slot (no
 agent starts after it); :meth:`SpawnGate.end` also frees the workflow agents' at the end of
-a run. A run makes its gate through its :class:`~teamlead._gate.admission.Admission`.
+a run. A run's gate is its :class:`~teamlead._gate.admission.Admission`.
 
 Budget and per-turn units are checked and taken in one synchronous step (no await in
 between), so concurrent hook calls can never both pass for the last unit; a unit taken by
@@ -41,15 +41,15 @@ Example:
     >>> gate = SpawnGate(SpawnPolicy(max_concurrent_agents=3, spawn_budget=5), deadline_s=600)
     >>> options = merge_hook(options, gate.hook_matcher())  # _run.options  # doctest: +SKIP
     >>> async for message in claude_agent_sdk.query(prompt=..., options=options):
-    ...     observe(gate, message)  # doctest: +SKIP
+    ...     gate.observe(message)  # doctest: +SKIP
     >>> gate.close()
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
 
 import anyio
 from claude_agent_sdk import HookMatcher
@@ -58,15 +58,23 @@ from claude_agent_sdk.types import SyncHookJSONOutput
 from ..clock import SYSTEM_CLOCK, Clock
 from ..events import DenyCode, SpawnDecided, SpawnOutcome
 from ..policy import SpawnPolicy, is_model_alias
+from ..tracker import (
+    LAUNCH_NOTICE,
+    AgentCallsSent,
+    TaskEnded,
+    TaskStarted,
+    ToolResultSeen,
+    TrackedEvent,
+    parse_message,
+)
 from . import reasons as why
 from .calls import Call, SpawnRecord
-from .hook import deny_output, model_output
 from .pause import Pause
 from .reasons import WorkflowRefusal
 from .slots import FifoSlots, SpawnCap, cli_subagent_cap
 from .turns import Turns
 
-__all__ = ["HOOK_TOOLS", "SpawnGate"]
+__all__ = ["HOOK_TOOLS", "AgentResult", "SpawnGate", "classify_agent_result"]
 
 #: The tools the gate's hook decides on: ``Agent`` calls, and ``Workflow`` calls (their agents).
 HOOK_TOOLS = "Agent|Workflow"
@@ -80,6 +88,15 @@ CLI, cancelling the hook, well before). Under ``_HOOK_MARGIN_S``: the answer sti
 before the CLI's hook timeout."""
 _MAX_WORKFLOW_DENIALS = 1000
 _WORKFLOW_HOLD_S = 1800.0  # a workflow agent's longest wait for a slot with no deadline
+
+#: launched: a background agent started (its task events follow); finished: a foreground
+#: agent's answer; failed: an error result; rejected: the CLI refused to run it;
+#: denied: a PreToolUse hook (this gate or another) denied it.
+AgentResult = Literal["launched", "finished", "failed", "rejected", "denied"]
+
+_CLI_LIMIT = "Concurrent subagent limit reached"
+_HOOK_TIMEOUT = "PreToolUse hook did not respond before its timeout"
+_HOOK_DENY = "PreToolUse:Agent hook error"
 
 
 class SpawnGate:
@@ -101,8 +118,8 @@ class SpawnGate:
             slots waits for it to be lifted before it is admitted (``None``: never paused).
         subagent_model: the model every admitted Agent call's agent runs on
             (``updatedInput.model``, an alias only); ``None`` leaves the call's own.
-        on_model_set: told ``(task id, alias)`` when an agent the gate gave a model alias
-            starts, so the run learns what the CLI resolved the alias to.
+        gated: ``False``: the run has no gate (no hook, no limits): every workflow agent
+            starts at once, and the limits read ``None``.
     """
 
     def __init__(
@@ -118,8 +135,10 @@ class SpawnGate:
         turn_gap_s: float = 1.0,
         pause: Pause | None = None,
         subagent_model: str | None = None,
-        on_model_set: Callable[[str, str], None] | None = None,
+        gated: bool = True,
     ) -> None:
+        #: Whether the run has a spawn gate (its hook, limits, queue and wrap-up point).
+        self.gated = gated
         self.policy = policy or SpawnPolicy()
         self._clock = clock
         self._cap = cap if cap is not None else SpawnCap()
@@ -142,7 +161,6 @@ class SpawnGate:
         #: The model every admitted Agent call's agent runs on (``updatedInput.model``);
         #: ``None`` leaves the call's own. The run's admission changes it mid-run.
         self.subagent_model = subagent_model
-        self._on_model_set = on_model_set
         self._pause = pause
         self._held: dict[str, list[tuple[FifoSlots, ...]]] = {}  # workflow agent -> slots
         self._waiting: set[anyio.CancelScope] = set()  # workflow agents waiting for slots
@@ -167,20 +185,26 @@ class SpawnGate:
         self._reserve = self.policy.reserve_for(seconds_from_now)
 
     @property
-    def limit(self) -> int:
-        """Agents this run may have running at once (its own limit and the shared cap)."""
+    def limit(self) -> int | None:
+        """Agents this run may have running at once (its own limit and the shared cap);
+        ``None`` without the gate."""
+        return self._limit if self.gated else None
+
+    @property
+    def _limit(self) -> int:
         return min(self._slots.limit, self._cap.limit)
 
     @property
-    def run_limit(self) -> int:
-        """This run's own limit on agents at once (the live cap), before the shared cap."""
-        return self._slots.limit
+    def cap(self) -> int | None:
+        """This run's own limit on agents at once (the live cap), before the shared cap;
+        ``None`` without the gate."""
+        return self._slots.limit if self.gated else None
 
     @property
-    def most(self) -> int:
-        """The highest run limit that means anything: the CLI's own subagent cap (which
-        rejects past it) and the process-wide cap."""
-        return min(cli_subagent_cap(self._env), self._cap.limit)
+    def most(self) -> int | None:
+        """The highest cap that means anything: the CLI's own subagent cap (which rejects
+        past it) and the process-wide cap; ``None`` without the gate."""
+        return min(cli_subagent_cap(self._env), self._cap.limit) if self.gated else None
 
     def set_limit(self, limit: int) -> None:
         """Change the run's limit now (the live cap): a raise admits queued calls and held
@@ -220,15 +244,18 @@ class SpawnGate:
         unit of the spawn budget, waits first come first served for a slot of every pool
         (the run's limit, then the process-wide cap) until the wrap-up point, then its turn
         in the stagger, as an Agent call does in the hook. It holds its slots until
-        :meth:`workflow_agent_ended` (or its CLI exits), never on a timer. A closed gate
+        :meth:`agent_ended` (or its CLI exits), never on a timer. A closed gate
         starts none, and refuses one still waiting as it closes.
 
         Returns:
-            ``None`` once it may start; else why it does not (a spent budget is also a
-            denied ``spawn_decided`` event). A refused or cancelled agent gives back what it took.
-            A stopped run's refusal comes only after :data:`_HELD_AFTER_STOP_S` (see
-            :meth:`interrupt`: its CLI is ended meanwhile, which ends the request).
+            ``None`` once it may start (at once without the gate); else why it does not (a
+            spent budget is also a denied ``spawn_decided`` event). A refused or cancelled
+            agent gives back what it took. A stopped run's refusal comes only after
+            :data:`_HELD_AFTER_STOP_S` (see :meth:`interrupt`: its CLI is ended meanwhile,
+            which ends the request).
         """
+        if not self.gated:
+            return None
         refusal = self._admit_workflow_agent_now(agent_id)
         if refusal is None:
             refusal = await self._admit_workflow_agent(agent_id)
@@ -272,7 +299,7 @@ class SpawnGate:
         self._waiting.add(waiting)
         try:
             with waiting:
-                for pool in (self._slots, self._cap.slots):
+                for pool in (self._slots, self._cap):
                     if not await pool.take(until, self._clock):
                         refusal = WorkflowRefusal("no_slot", why.workflow_no_slot())
                         break
@@ -300,7 +327,7 @@ class SpawnGate:
             return None
         return WorkflowRefusal("no_slot", why.workflow_closed(self._close_reason))
 
-    def workflow_agent_ended(self, agent_id: str) -> None:
+    def agent_ended(self, agent_id: str) -> None:
         """A workflow agent's work ended (its entry done or in error, its workflow ended):
         free its slots."""
         for slots in self._held.pop(agent_id, []):
@@ -316,12 +343,52 @@ class SpawnGate:
             bound = min(bound, max(0.0, left))
         return bound + _HOOK_MARGIN_S
 
-    def hook_matcher(self, *, timeout_s: float | None = None) -> HookMatcher:
-        """``HookMatcher(matcher="Agent|Workflow", ...)`` to add under ``PreToolUse``."""
+    def hook_matcher(self, *, timeout_s: float | None = None) -> HookMatcher | None:
+        """``HookMatcher(matcher="Agent|Workflow", ...)`` to add under ``PreToolUse`` (``None``
+        without the gate)."""
+        if not self.gated:
+            return None
         timeout = self.hook_timeout_s if timeout_s is None else timeout_s
         return HookMatcher(matcher=HOOK_TOOLS, hooks=[self.hook], timeout=timeout)
 
-    # -- what the tracker reports ------------------------------------------------------------
+    # -- what the stream shows ---------------------------------------------------------------
+    def observe(self, message: Any, events: Sequence[TrackedEvent] | None = None) -> None:
+        """What ``message`` (any SDK message or raw dict) means for the gate's slots: a task
+        started or ended, or an Agent tool result that shows the agent never ran or already
+        finished. Never raises: a malformed message is skipped (and noted in :attr:`errors`).
+
+        Args:
+            message: one SDK message, typed or raw.
+            events: the message's parsed events, when the caller has them already (a round
+                parses each message once, for the tracker and the gate alike).
+        """
+        if not self.gated:
+            return
+        try:
+            for event in parse_message(message) if events is None else events:
+                self._observe(event)
+        except Exception as exc:
+            self.errors.append(f"the gate skipped a message: {type(exc).__name__}: {exc}")
+
+    def _observe(self, event: TrackedEvent) -> None:
+        if isinstance(event, AgentCallsSent):
+            self.note_message(event.message_id, list(event.tool_use_ids))
+        elif isinstance(event, ToolResultSeen) and event.tool_use_id in self._calls:
+            outcome = classify_agent_result(event)
+            if outcome == "rejected":
+                self.spawn_rejected(event.tool_use_id, event.text.strip())
+            elif outcome == "denied":
+                self.denied_elsewhere(event.tool_use_id, event.text.strip())
+            elif outcome in ("finished", "failed"):
+                self.task_ended(event.tool_use_id)
+        elif isinstance(event, TaskStarted):
+            if event.tool_use_id:
+                self.task_started(event.tool_use_id, event.task_id)
+        elif isinstance(event, TaskEnded):
+            self.task_ended(event.task_id)
+            if event.tool_use_id:
+                self.task_ended(event.tool_use_id)
+
     def note_message(self, message_id: str, tool_use_ids: list[str]) -> None:
         """The tool_use ids of one model message, so the per-turn limit counts exactly."""
         self._turns.note(message_id, tool_use_ids)
@@ -332,11 +399,12 @@ class SpawnGate:
         if call is not None and task_id:
             call.task_id = task_id
             self._by_task[task_id] = call
-            if call.model_set is not None and self._on_model_set is not None:
-                try:
-                    self._on_model_set(task_id, call.model_set)
-                except Exception as exc:  # a listener's fault never breaks the stream
-                    self.errors.append(f"on_model_set failed: {type(exc).__name__}: {exc}")
+            if call.model_set is not None:
+                self._model_set(task_id, call.model_set)
+
+    def _model_set(self, agent_id: str, alias: str) -> None:
+        """The hook gave ``agent_id`` the model ``alias`` and its agent started (the run's
+        :class:`~teamlead._gate.admission.Admission` learns what the CLI resolved it to)."""
 
     def task_ended(self, task_or_tool_use_id: str) -> None:
         """A task reached a terminal state (completed, failed, stopped, killed): free its slot."""
@@ -416,11 +484,7 @@ class SpawnGate:
 
     def _end_workflow_agents(self) -> None:
         for agent_id in list(self._held):
-            self.workflow_agent_ended(agent_id)
-
-    def knows(self, tool_use_id: str) -> bool:
-        """Whether ``tool_use_id`` is an Agent call the gate decided on."""
-        return tool_use_id in self._calls
+            self.agent_ended(agent_id)
 
     def records(self) -> list[SpawnRecord]:
         """A snapshot of every Agent call seen, in arrival order."""
@@ -444,7 +508,7 @@ class SpawnGate:
             if decided or model is None or not is_model_alias(model):
                 return decided  # a model id is not an Agent input: the relay sets it
             call.model_set = model
-            return model_output(input_data["tool_input"], model)
+            return _model_output(input_data["tool_input"], model)
         except Exception as exc:  # the gate must answer: deny and say why
             return self._fault(call, exc)
         except BaseException:
@@ -493,7 +557,7 @@ class SpawnGate:
         if len(self.workflow_denials) < _MAX_WORKFLOW_DENIALS:  # a lead that insists
             self.workflow_denials.append((key[:_MAX_TEXT], code, reason))
         self._emit(key[:_MAX_TEXT], _WORKFLOW, "denied", code=code, reason=reason)
-        return deny_output(reason)
+        return _deny_output(reason)
 
     def _fault(self, call: Call | None, exc: Exception) -> SyncHookJSONOutput:
         """A fault inside the gate: the call is denied, its units and slots given back."""
@@ -506,7 +570,7 @@ class SpawnGate:
             except Exception as again:  # even the deny path failed: answer anyway
                 self.errors.append(f"{type(again).__name__}: {again}")
                 call.status, call.code, call.reason = "denied", "error", reason
-        return deny_output(reason)
+        return _deny_output(reason)
 
     def _identity(self, data: Mapping[str, Any], tool_use_id: Any) -> tuple[str, str | None, int]:
         """A hook call's tool_use id (``""`` when it has none), the spawning agent's id (a
@@ -582,7 +646,7 @@ class SpawnGate:
         if scope.cancelled_caught:
             self._undo(call)
             if call.status == "rejected":  # the CLI gave up on this call, or the run stopped
-                return deny_output(call.reason or why.cancelled())
+                return _deny_output(call.reason or why.cancelled())
             return self._deny(call, "closed", why.closed(call.close_reason or "the run is ending"))
         if not admitted:
             self._undo(call)
@@ -590,8 +654,8 @@ class SpawnGate:
             if admit_until is not None and now >= admit_until:
                 return self._refuse_late(call, now)
             if call.depth > 1:
-                return self._deny(call, "wait_limit", why.nested_busy(self.limit))
-            return self._deny(call, "wait_limit", why.wait_limit(self._max_wait_s, self.limit))
+                return self._deny(call, "wait_limit", why.nested_busy(self._limit))
+            return self._deny(call, "wait_limit", why.wait_limit(self._max_wait_s, self._limit))
         call.status = "admitted"
         call.admitted_at = call.decided_at = self._clock.time()
         waited = max(0.0, call.admitted_at - call.queued_at)
@@ -601,17 +665,17 @@ class SpawnGate:
             "admitted",
             waited_s=round(waited, 4),
             running=self.running,
-            limit=self.limit,
+            limit=self._limit,
         )
         return {}
 
     async def _wait_for_slots(self, call: Call, until: float) -> bool:
         told = False
-        for slots, attr in ((self._slots, "run_slot"), (self._cap.slots, "cap_slot")):
+        for slots, attr in ((self._slots, "run_slot"), (self._cap, "cap_slot")):
             if slots.try_take():
                 setattr(call, attr, True)
                 continue
-            call.starved = slots is self._cap.slots  # other runs hold the process's slots
+            call.starved = slots is self._cap  # other runs hold the process's slots
             if call.depth > 1:  # its parent holds a slot and waits for it: never queue
                 return False
             if not told:
@@ -622,7 +686,7 @@ class SpawnGate:
                     "queued",
                     position=slots.waiting + 1,
                     running=self.running,
-                    limit=self.limit,
+                    limit=self._limit,
                 )
             if not await slots.take(until, self._clock):
                 return False
@@ -664,7 +728,7 @@ class SpawnGate:
         call.status, call.code, call.reason = "denied", code, reason
         call.decided_at = self._clock.time()
         self._emit(call.tool_use_id, call.description, "denied", code=code, reason=reason)
-        return deny_output(reason)
+        return _deny_output(reason)
 
     def _refund(self, call: Call) -> None:
         if call.budget:
@@ -682,7 +746,7 @@ class SpawnGate:
     def _release(self, call: Call) -> None:
         if call.cap_slot:
             call.cap_slot = False
-            self._cap.slots.release()
+            self._cap.release()
         if call.run_slot:
             call.run_slot = False
             self._slots.release()
@@ -719,3 +783,46 @@ def _give_back(slots: list[FifoSlots]) -> None:
     """Release slots taken in order, the last taken first."""
     for pool in reversed(slots):
         pool.release()
+
+
+def classify_agent_result(result: ToolResultSeen) -> AgentResult:
+    """What an Agent call's tool result says about the agent.
+
+    Example:
+        >>> classify_agent_result(ToolResultSeen("t", "Concurrent subagent limit reached. "
+        ...     "You can run 20 subagents at once.", is_error=True))
+        'rejected'
+    """
+    text = result.text
+    if result.is_error:  # the CLI's refusals are error results: an answer may quote one
+        if _CLI_LIMIT in text or _HOOK_TIMEOUT in text:
+            return "rejected"
+        return "denied" if _HOOK_DENY in text else "failed"
+    if LAUNCH_NOTICE in text:
+        return "launched"
+    return "finished"
+
+
+def _deny_output(reason: str) -> SyncHookJSONOutput:
+    """The hook output that refuses a tool call, with ``reason`` for the model."""
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "permissionDecision": "deny",
+            "permissionDecisionReason": reason,
+        }
+    }
+
+
+def _model_output(tool_input: Mapping[str, Any], model: str) -> SyncHookJSONOutput:
+    """The hook output that lets an Agent call run, its agent on ``model``.
+
+    The CLI honours ``updatedInput`` with no permission decision (the call still goes
+    through the user's permission rules): the whole input comes back, ``model`` replaced.
+    """
+    return {
+        "hookSpecificOutput": {
+            "hookEventName": "PreToolUse",
+            "updatedInput": {**tool_input, "model": model},
+        }
+    }

@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from fnmatch import fnmatchcase
 from typing import Literal, TypeAlias
 
-import anyio
-
 from ..clock import SYSTEM_CLOCK, Clock, move_on_at
 from ..policy import LimitsPolicy
+from .slots import Waiter
 
 __all__ = ["AgentLimits", "ExhaustReason", "NoPlace", "RunLimits"]
 
@@ -53,15 +52,6 @@ class NoPlace(Exception):
     """No place under the run's own ceilings came in time."""
 
 
-class _Waiter:
-    __slots__ = ("granted", "key", "wake")
-
-    def __init__(self, key: str) -> None:
-        self.key = key
-        self.wake = anyio.Event()
-        self.granted = False
-
-
 class RunLimits:
     """The ceilings of one run's requests in flight: per model, per provider, in all.
 
@@ -76,7 +66,7 @@ class RunLimits:
         self._held: Counter[str] = Counter()
         self._providers: Counter[str] = Counter()
         self._total = 0
-        self._queue: list[_Waiter] = []
+        self._queue: list[Waiter] = []
 
     @property
     def active(self) -> bool:
@@ -119,7 +109,7 @@ class RunLimits:
         if not self.active:
             yield
             return
-        waiter = _Waiter(key)
+        waiter = Waiter(key)
         if self._fits(key):  # places are handed on at release: none is free to an earlier one
             self._take(waiter)
         else:
@@ -156,13 +146,13 @@ class RunLimits:
             and (total is None or self._total < total)
         )
 
-    def _take(self, waiter: _Waiter) -> None:
+    def _take(self, waiter: Waiter) -> None:
         waiter.granted = True
         self._held[waiter.key] += 1
         self._providers[waiter.key.partition("/")[0]] += 1
         self._total += 1
 
-    def _give_back(self, waiter: _Waiter) -> None:
+    def _give_back(self, waiter: Waiter) -> None:
         if not waiter.granted:
             return
         waiter.granted = False
@@ -171,7 +161,7 @@ class RunLimits:
         self._total -= 1
         self._serve()
 
-    def _abandon(self, waiter: _Waiter) -> None:
+    def _abandon(self, waiter: Waiter) -> None:
         """A waiter leaves (timed out or cancelled): off the queue, or its place back if it
         was granted at the very moment it left."""
         if waiter in self._queue:

@@ -9,7 +9,7 @@ takes nothing from a holder, it only keeps the next ones waiting until enough we
 Waits run on the injected clock (:func:`teamlead.clock.wait_event`) and are bounded by
 ``until``.
 
-:class:`SpawnCap` is one :class:`FifoSlots` shared by every run in the process: experiment
+:class:`SpawnCap` is the :class:`FifoSlots` shared by every run in the process: experiment
 trials run many leads at once, and each CLI enforces its cap of concurrent subagents by
 *rejecting* calls, so the sum must stay under it. Like the governor it belongs to one event
 loop and is not thread-safe.
@@ -26,7 +26,7 @@ import anyio
 
 from ..clock import Clock, wait_event
 
-__all__ = ["CLI_DEFAULT_CAP", "CLI_CAP_VAR", "FifoSlots", "SpawnCap", "cli_subagent_cap"]
+__all__ = ["CLI_DEFAULT_CAP", "CLI_CAP_VAR", "FifoSlots", "SpawnCap", "Waiter", "cli_subagent_cap"]
 
 CLI_CAP_VAR = "CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS"
 CLI_DEFAULT_CAP = 20
@@ -50,10 +50,14 @@ def cli_subagent_cap(env: Mapping[str, str] | None = None) -> int:
     return CLI_DEFAULT_CAP
 
 
-class _Waiter:
-    __slots__ = ("granted", "wake")
+class Waiter:
+    """One waiter in a first-come-first-served line: woken once granted (of ``key``, for a
+    line of several keys)."""
 
-    def __init__(self) -> None:
+    __slots__ = ("granted", "key", "wake")
+
+    def __init__(self, key: str = "") -> None:
+        self.key = key
         self.granted = False
         self.wake = anyio.Event()
 
@@ -72,7 +76,7 @@ class FifoSlots:
             raise ValueError(f"a slot limit must be at least 1, not {limit}")
         self.limit = limit
         self.held = 0
-        self._queue: deque[_Waiter] = deque()
+        self._queue: deque[Waiter] = deque()
 
     @property
     def waiting(self) -> int:
@@ -93,7 +97,7 @@ class FifoSlots:
         """
         if self.try_take():
             return True
-        waiter = _Waiter()
+        waiter = Waiter()
         self._queue.append(waiter)
         try:
             seconds = None if until is None else max(0.0, until - clock.monotonic())
@@ -145,12 +149,12 @@ class FifoSlots:
         waiter.granted = True
         waiter.wake.set()
 
-    def _drop(self, waiter: _Waiter) -> None:
+    def _drop(self, waiter: Waiter) -> None:
         with contextlib.suppress(ValueError):
             self._queue.remove(waiter)
 
 
-class SpawnCap:
+class SpawnCap(FifoSlots):
     """The cap on subagents running at once across every run that shares it (a process's
     runs share their :class:`~teamlead.ProcessState`'s).
 
@@ -167,19 +171,9 @@ class SpawnCap:
         cli = cli_subagent_cap(env)
         if limit is not None and limit < 1:
             raise ValueError(f"a spawn cap must be at least 1, not {limit}")
-        self.slots = FifoSlots(min(limit, cli) if limit is not None else cli)
-
-    @property
-    def limit(self) -> int:
-        """Subagents that may run at once in this process."""
-        return self.slots.limit
+        super().__init__(min(limit, cli) if limit is not None else cli)
 
     @property
     def running(self) -> int:
-        """Slots held now."""
-        return self.slots.held
-
-    @property
-    def waiting(self) -> int:
-        """Calls waiting for a slot."""
-        return self.slots.waiting
+        """Slots held now: subagents running in this process."""
+        return self.held

@@ -22,6 +22,7 @@ __all__ = ["MOST_EVENT_BYTES", "Usage", "UsageScan"]
 MOST_EVENT_BYTES = 64 * 1024
 _MOST_COUNT = 10**9
 _WANTED = (b'"message_start"', b'"message_delta"')
+_STOP = b"event: message_stop"
 
 
 @dataclass(frozen=True)
@@ -75,7 +76,7 @@ def _text(value: Any) -> str | None:
 class UsageScan:
     """Feed it a reply's body chunks, whatever their boundaries; it returns each event's
     counts as the event completes, and keeps the reply's latest counts (:attr:`usage`),
-    model, id and stop reason.
+    model, id and stop reason, and whether the answer has ended (:attr:`ended`).
 
     Example:
         >>> scan = UsageScan()
@@ -97,6 +98,11 @@ class UsageScan:
         self.model: str | None = None
         self.response_id: str | None = None
         self.stop_reason: str | None = None
+        #: A complete ``message_stop`` event went by (its blank line too): the upstream has
+        #: finished the request. Only a line of the stream counts (text is JSON inside
+        #: ``data:`` lines, where a line break is escaped), whatever the chunk boundaries.
+        self.ended = False
+        self._stopping = False  # inside the message_stop event
 
     @property
     def seen(self) -> bool:
@@ -114,6 +120,13 @@ class UsageScan:
         if self._skipping:  # its first line ends the line being skipped
             lines, self._skipping = lines.partition(b"\n")[2], False
         self._hold(data[end + 1 :])
+        if not self.ended and (self._stopping or _STOP in lines):
+            for line in lines.split(b"\n"):
+                if line.rstrip(b"\r") == _STOP:
+                    self._stopping = True
+                elif self._stopping and not line.rstrip(b"\r"):
+                    self.ended = True
+                    break
         if _WANTED[0] not in lines and _WANTED[1] not in lines:
             return []  # most chunks: text deltas, scanned in C and let go
         found = []

@@ -43,7 +43,6 @@ from ..governor import Governor, bucket_key
 from .blame import shown, unreachable_reason
 from .forward import (
     UPSTREAM_ERRORS,
-    AnswerEnd,
     Ask,
     Exchange,
     NoSlot,
@@ -53,7 +52,7 @@ from .forward import (
     UpstreamTimeout,
     open_upstream,
 )
-from .keepalive import HeldSend
+from .keepalive import HeldSend, Message, Send
 from .observe import Guarded, RequestObserver, trace_request
 from .routing import Refusal, RequestInfo, check_target, classify
 from .stats import RelayListener, Tally, notify
@@ -63,9 +62,7 @@ __all__ = ["RelayApp", "RunShare"]
 log = logging.getLogger("teamlead.relay")
 
 Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
 _T = TypeVar("_T")
 
 _HOP_BY_HOP = frozenset(
@@ -93,18 +90,13 @@ _NO_SLOT_RETRY_AFTER_S = 5
 @dataclass
 class RunShare:
     """One run's share of the relay: its counters, listeners, deadline, request observer
-    and agent ledger.
+    and agent ledger, and the terms :meth:`~teamlead._relay.server.Relay.open_run` gives it.
 
     ``deadline`` is when the run ends, on the governor's clock, which is the run's
-    (:mod:`.shared` gives each clock its governor), in monotonic seconds: none of
-    its requests waits for a slot or holds a 429 past it. ``limits`` are the run's own
-    ceilings (``--model-limit`` and kin): its requests take a place under them before they
-    ask the governor, so they bound this run only. ``overload_hold_s`` is the longest the
-    run lets one of its requests be held through an overload (``None``: the relay's).
-    ``pause`` is the run's pause: while it is on, each new request of the run is held
-    before anything else (see :meth:`RelayApp._paused`). ``warnings`` tells what the
-    upstream says that cannot be believed (a faulty header) once per kind for the run,
-    not once per answer.
+    (:mod:`.shared` gives each clock its governor), in monotonic seconds. ``limits``' places
+    are taken before the governor is asked, so they bound this run only. ``warnings``
+    tells what the upstream says that cannot be believed (a faulty header) once per kind
+    for the run, not once per answer.
     """
 
     tally: Tally = field(default_factory=Tally)
@@ -132,10 +124,6 @@ def _unwritable(response: aiohttp.ClientResponse) -> str | None:
     if _BAD_VALUE.search(b"\t".join(value for _, value in headers)):
         return "a control character in a header"
     return None
-
-
-def _error_body(status: int, kind: str, message: str) -> bytes:
-    return json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
 
 
 class RelayApp:
@@ -195,7 +183,6 @@ class RelayApp:
 
     async def _serve(self, scope: Scope, receive: Receive, send: Send) -> None:
         target = check_target(
-            scope["method"],
             scope.get("raw_path") or scope["path"].encode("latin-1"),
             scope["headers"],
             prefix=self.prefix,
@@ -458,15 +445,15 @@ class RelayApp:
         headers = [(k, v) for k, v in response.raw_headers if k.lower() not in _HOP_BY_HOP]
         await send({"type": "http.response.start", "status": response.status, "headers": headers})
         streamed = response.headers.get("content-type", "").startswith("text/event-stream")
-        end = AnswerEnd() if 200 <= response.status < 300 and streamed else None
+        answering = 200 <= response.status < 300 and streamed
         try:
             async for chunk in response.content.iter_any():
                 await send({"type": "http.response.body", "body": chunk, "more_body": True})
                 for counted in scan.feed(chunk) if streamed else ():
-                    if end is not None:  # the token budget learns from an answer's usage
+                    if answering:  # the token budget learns from an answer's usage
                         exchange.slot.used(counted)
-                if end is not None and end.feed(chunk):
-                    end = None
+                if answering and scan.ended:
+                    answering = False
                     exchange.slot.answered()  # the upstream counts it no more
         except UPSTREAM_ERRORS as exc:
             # Started already: cut the stream so the client sees it incomplete, not ended.
@@ -488,7 +475,7 @@ class RelayApp:
         message: str,
         extra: dict[bytes, bytes] | None = None,
     ) -> None:
-        body = _error_body(status, kind, message)
+        body = json.dumps({"type": "error", "error": {"type": kind, "message": message}}).encode()
         headers = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
         headers.extend((extra or {}).items())
         await send({"type": "http.response.start", "status": status, "headers": headers})

@@ -32,10 +32,10 @@ pause.
 
 Whatever the upstream answers, the slot is the caller's on return and given back here on
 any exception: a header that cannot be read never leaks it. The caller reports a streamed
-answer's slot answered (:meth:`~teamlead.governor.Slot.answered`) as soon as
-:class:`AnswerEnd` finds its ``message_stop`` event, complete: the upstream has finished the
-request then, so a 429 met by a request sent after it does not count it, though the slot
-is held until the body's last byte.
+answer's slot answered (:meth:`~teamlead.governor.Slot.answered`) as soon as the reply's
+:class:`~teamlead._governor.UsageScan` saw its ``message_stop`` event, complete: the
+upstream has finished the request then, so a 429 met by a request sent after it does not
+count it, though the slot is held until the body's last byte.
 """
 
 from __future__ import annotations
@@ -65,7 +65,6 @@ from .routing import RequestInfo, priority
 
 __all__ = [
     "OVERLOADED",
-    "AnswerEnd",
     "Ask",
     "Exchange",
     "NoSlot",
@@ -344,47 +343,6 @@ async def open_upstream(
             slot.release()
             response.close()  # the error's body is not needed; its connection is not reused
         attempt += 1
-
-
-class AnswerEnd:
-    """Finds the end of a streamed answer in its body chunks: a complete ``message_stop``
-    event (up to its blank line), whatever the chunk boundaries.
-
-    Only a line of the stream itself counts: an answer's text is JSON inside ``data:``
-    lines, where a line break is always escaped, so no text can end an answer early.
-
-    Example:
-        >>> end = AnswerEnd()
-        >>> end.feed(b'data: {"text": "\\\\nevent: message_stop\\\\n\\\\n"}\\n\\n')
-        False
-        >>> end.feed(b"event: message_st"), end.feed(b"op\\ndata: {}\\n"), end.feed(b"\\n")
-        (False, False, True)
-    """
-
-    _MARK = b"\nevent: message_stop"
-    _MOST = 4096  # the event is far smaller; past this, it is not the end
-
-    def __init__(self) -> None:
-        self._held = b"\n"  # the stream's start is a line's start
-        self.found = False
-
-    def feed(self, chunk: bytes) -> bool:
-        """Whether the answer is complete once ``chunk`` (the next bytes) has gone by."""
-        if self.found:
-            return True
-        data = self._held + chunk
-        start = 0
-        while (at := data.find(self._MARK, start)) >= 0:
-            after = data[at + len(self._MARK) :]
-            if not after or (after[:1] in (b"\n", b"\r") and len(after) <= self._MOST):
-                if b"\n\n" in after or b"\r\n\r\n" in after:
-                    self.found = True
-                    return True
-                self._held = data[at:]  # the event has begun: wait for its blank line
-                return False
-            start = at + 1  # "event: message_stopped", or far too long: not the end
-        self._held = data[-(len(self._MARK) - 1) :]
-        return False
 
 
 def _wait_left(ask: Ask) -> float:

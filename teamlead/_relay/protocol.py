@@ -25,9 +25,7 @@ protocol has none of them):
   Should the descriptors run out first anyway (the process's other files took them), the
   connections held then become the cap, with the same one warning.
 
-The request target is also kept as sent (``raw_path``): uvicorn keeps only the path of an
-absolute URI, so ``http://elsewhere/x`` would look like ``/x``. The write buffer is small,
-so a slow client holds little of a reply.
+The write buffer is small, so a slow client holds little of a reply.
 """
 
 from __future__ import annotations
@@ -143,20 +141,10 @@ class ConnectionGuard:
         whether an idle connection was closed (its descriptor is free on the next tick)."""
         held = self.starting + len(self.open)
         self.cap = max(1, min(self.cap, held))
-        if not self.saturated:
-            self.saturated = True
-            log.warning(
-                "%s ran out of open files (limit %s) at %d client connections: closing the "
-                "oldest idle ones to make room",
-                self.name,
-                _open_file_limit() or "none",
-                held,
-            )
-        idle = next((p for p in self.open if p.idle), None)
-        if idle is None:
-            return False
-        idle.drop()
-        return True
+        limit = _open_file_limit() or "none"
+        return self._close_idle(
+            f"ran out of open files (limit {limit}) at {held} client connections"
+        )
 
     def _room(self) -> bool:
         """Room for one more: below the cap, or once the oldest idle connection is closed.
@@ -171,15 +159,17 @@ class ConnectionGuard:
             if self.saturated and held < self.cap * 3 // 4:
                 self.saturated = False
             return True
+        limit = _open_file_limit() or "none"
+        return self._close_idle(
+            f"at its cap of {self.cap} client connections (open-file limit {limit})"
+        )
+
+    def _close_idle(self, state: str) -> bool:
+        """Close the oldest idle connection to make room, warning once per episode that the
+        server is in ``state``; whether one was closed."""
         if not self.saturated:
             self.saturated = True
-            log.warning(
-                "%s at its cap of %d client connections (open-file limit %s): closing "
-                "the oldest idle ones to make room",
-                self.name,
-                self.cap,
-                _open_file_limit() or "none",
-            )
+            log.warning("%s %s: closing the oldest idle ones to make room", self.name, state)
         idle = next((p for p in self.open if p.idle), None)
         if idle is None:
             return False
@@ -336,10 +326,7 @@ class _RelayProtocol(HttpToolsProtocol):
         self._cancel_head_timer()
         if self._declared_length > self.guard.config.max_body_bytes:
             self._stop(_Refused(413, "request body too large"))
-        target = self.url
         super().on_headers_complete()
-        if not target.startswith(b"/"):
-            self.scope["raw_path"] = target
 
     def on_message_complete(self) -> None:
         super().on_message_complete()

@@ -45,7 +45,6 @@ class RequestInfo:
 
 
 def check_target(
-    method: str,
     raw_path: bytes,
     headers: Iterable[tuple[bytes, bytes]],
     *,
@@ -55,12 +54,10 @@ def check_target(
     """The path under the prefix (with its leading ``/``), or why the request is refused.
 
     ``hosts`` are the ``Host`` values this relay answers to (``127.0.0.1:PORT`` and
-    ``localhost:PORT``); anything else may be a DNS-rebinding page and is refused.
+    ``localhost:PORT``); anything else may be a DNS-rebinding page and is refused. The
+    connection refused a ``CONNECT`` and a target that is not a path already
+    (:mod:`.protocol`); a target that only begins the prefix is refused here.
     """
-    if method.upper() == "CONNECT":
-        return Refusal(405, "CONNECT is not relayed")
-    if not raw_path.startswith(b"/"):
-        return Refusal(400, "only origin-form request targets are relayed")
     host = [value for name, value in headers if name.lower() == b"host"]
     if len(host) != 1 or host[0].lower() not in hosts:
         return Refusal(421, "request for another host")

@@ -107,29 +107,28 @@ class _QuietServer(uvicorn.Server):
             await server.wait_closed()
 
 
-@dataclass
-class RelayRun:
-    """One run's view of a relay: point the CLI's ``ANTHROPIC_BASE_URL`` at ``base_url``."""
+@dataclass(kw_only=True)
+class RelayRun(RunShare):
+    """One run's share of a relay: point the CLI's ``ANTHROPIC_BASE_URL`` at ``base_url``."""
 
     base_url: str
     relay: Relay
     token: str
-    state: RunShare
 
     def summary(self) -> RelaySummary:
         """This run's requests, 429s absorbed and passed on, and each bucket's limit now
         (the governor's, or the run's own ceiling where that is lower)."""
-        return self.state.tally.summary(self.limit_of)
+        return self.tally.summary(self.limit_of)
 
     def limit_of(self, key: str) -> int:
         """The most requests of ``key`` this run may have in flight now."""
         limit = self.relay.limit_of(key)
-        own = self.state.limits.limit_of(key) if self.state.limits is not None else None
+        own = self.limits.limit_of(key) if self.limits is not None else None
         return limit if own is None else min(limit, own)
 
     def observe_requests(self, observer: RequestObserver | None) -> None:
         """Show each of this run's requests to ``observer`` (see :mod:`.observe`)."""
-        self.state.observer = observer
+        self.observer = observer
 
     def close(self) -> None:
         """Stop counting for this run (requests still arriving count for the relay only)."""
@@ -182,16 +181,18 @@ class Relay:
         token = secrets.token_urlsafe(9)
         clock = self.governor.clock
         deadline = None if deadline_s is None else clock.monotonic() + deadline_s
-        state = RunShare(
+        run = self._app.runs[token] = RelayRun(
             listeners=[on_event] if on_event else [],
             deadline=deadline,
             limits=RunLimits(limits, clock) if limits is not None else None,
             overload_hold_s=overload_hold_s,
             agents=agents,
             pause=pause,
+            base_url=f"{self.base_url}/run-{token}",
+            relay=self,
+            token=token,
         )
-        self._app.runs[token] = state
-        return RelayRun(f"{self.base_url}/run-{token}", self, token, state)
+        return run
 
     def in_user_terms(self, text: str) -> str:
         """``text`` with this relay's address replaced by its upstream's (no credentials):

@@ -242,15 +242,12 @@ class RelayPool:
         """A run on the pool's relay for ``upstream``, ``account`` and ``clock``: started
         on first use, stopped after the last run left.
 
-        ``deadline_s`` (seconds from now) is when the run ends: none of its requests waits
-        or holds a 429 past it (see :meth:`Relay.open_run`). ``limits`` (the run's
-        :class:`~teamlead.policy.LimitsPolicy`) are the run's own ceilings, and say where
-        the account's state is shared (``limits.shared``). ``port`` is where a relay this
-        run starts listens (0: any free port); a relay already serving keeps its own.
-        ``overload_hold_s`` is the longest one of the run's requests is held through an
-        overload burst (``None``: the relay's own bound). ``agents`` and ``pause`` are the
-        run's agent ledger and pause (see :meth:`Relay.open_run`). ``clock`` is the run's: its
-        relay's governor reads it, and with it the run's deadline, ceilings and pause.
+        ``on_event``, ``deadline_s``, ``limits``, ``overload_hold_s``, ``agents`` and
+        ``pause`` are the run's, as :meth:`Relay.open_run` takes them; ``limits.shared``
+        also says where the account's state is shared. ``port`` is where a relay this run
+        starts listens (0: any free port); a relay already serving keeps its own. ``clock``
+        is the run's: its relay's governor reads it, and with it the run's deadline,
+        ceilings and pause.
 
         Entering raises :class:`~teamlead.errors.RelayError` when the relay could not
         start: run direct with a one-line warning then; and
@@ -274,39 +271,31 @@ class RelayPool:
         return _PoolRun(self, key, port, clock, open_run)
 
 
+@dataclass(eq=False)
 class _PoolRun:
     """:meth:`RelayPool.run`'s context; a class for the reason given in
     :class:`~teamlead._relay.server._RunningRelay`. ``key`` names the relay it shares
     (upstream, where the limits are shared, account, clock); ``open_run`` opens the run's
     share of it."""
 
-    def __init__(
-        self,
-        pool: RelayPool,
-        key: tuple[str, str, str, int],
-        port: int,
-        clock: Clock,
-        open_run: Callable[[Relay], RelayRun],
-    ) -> None:
-        self._pool = pool
-        self._key = key
-        self._upstream = key[0]
-        self._port = port
-        self._clock = clock
-        self._open_run = open_run
-        self._left = False
+    _pool: RelayPool
+    _key: tuple[str, str, str, int]
+    _port: int
+    _clock: Clock
+    _open_run: Callable[[Relay], RelayRun]
+    _left: bool = field(default=False, init=False)
 
     async def __aenter__(self) -> RelayRun:
-        if self._upstream != DEFAULT_UPSTREAM:  # the user's ANTHROPIC_BASE_URL
+        upstream, shared, account, _ = self._key
+        if upstream != DEFAULT_UPSTREAM:  # the user's ANTHROPIC_BASE_URL
             # a wrong one ends the run now, in one line, not after the CLI's retries
-            await check_reachable(self._upstream)
+            await check_reachable(upstream)
         self._share = share = self._pool._share()
-        _, shared, account, _ = self._key
         async with share.lock:
             entry = share.relays.get(self._key)
             if entry is None:
                 governor = self._pool.governor(shared, account=account, clock=self._clock)
-                context = start_relay(self._upstream, governor, config=RelayConfig(port=self._port))
+                context = start_relay(upstream, governor, config=RelayConfig(port=self._port))
                 relay = await context.__aenter__()
                 entry = share.relays[self._key] = _Entry(relay, context)
             entry.refs += 1

@@ -1,7 +1,7 @@
 """The spawn gate on the real bundled CLI, driven by the scripted model.
 
 Each test runs ``claude_agent_sdk.query`` with the gate's hook in its options and feeds every
-message to :func:`feed_gate`, as a run's rounds do, for what only the gate's own records
+message to :meth:`SpawnGate.observe`, as a run's rounds do, for what only the gate's own records
 show (per-message limits, stagger, depth, a shared cap, hook timeouts). The scenarios a
 whole run covers (a 24-call fan-out, a cap of 3, a spawn budget) run once, through
 teamlead's entry points, in ``tests/cli/test_gate_run.py``. What the model saw and when is read from
@@ -20,7 +20,6 @@ from claude_agent_sdk import query as sdk_query
 
 from teamlead._gate.gate import SpawnGate
 from teamlead._gate.slots import SpawnCap
-from teamlead._gate.stream import feed_gate
 from teamlead._run.options import merge_hook
 from teamlead.events import SpawnDecided
 from teamlead.policy import SpawnPolicy
@@ -41,7 +40,7 @@ async def run_gated(
     try:
         with anyio.fail_after(100):
             async for message in sdk_query(prompt=prompt, options=options):
-                feed_gate(gate, message)
+                gate.observe(message)
                 messages.append(message)
     finally:
         gate.close()

@@ -38,7 +38,8 @@ __all__ = [
 ]
 
 DEFAULT_MAX_INBOX_BYTES = 8 * 1024 * 1024
-"""Inboxes larger than this are left alone with a warning instead of being parsed."""
+"""Inboxes larger than this are left alone with a warning instead of being parsed (a
+healthy inbox holds a handful of entries of a few KiB: 8 MiB is thousands of reports)."""
 
 MessageKind = Literal[
     "idle",

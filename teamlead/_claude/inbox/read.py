@@ -6,7 +6,7 @@ ones kept. A 0-byte (or whitespace-only) file is an empty inbox, as a writer lea
 moment between creating it and writing ``[]``. A missing, truncated, non-array or oversized
 file, or one that resolves outside the config dir, gives a status and one warning line
 (none for a missing file), never an exception. The wait and the consumer re-use the pieces
-(:func:`load_array`, :func:`parse_inbox_entry`, :func:`read_unlogged`), so all three agree.
+(:func:`load_array`, :func:`scan_entry`, :func:`read_unlogged`), so all three agree.
 """
 
 from __future__ import annotations
@@ -36,7 +36,6 @@ from .model import (
 __all__ = [
     "confine_root",
     "load_array",
-    "parse_inbox_entry",
     "read_inbox",
     "scan_entry",
     "read_unlogged",
@@ -141,14 +140,8 @@ def scan_entry(raw: Any) -> EntryFields | str:
             get("read") is True,
             get("summary"),
         )
-    entry = parse_inbox_entry(raw)
-    return entry if isinstance(entry, str) else EntryFields.of(entry)
-
-
-def parse_inbox_entry(raw: Any) -> InboxEntry | str:
-    """The entry, or a one-line reason it fails the schema."""
     try:
-        return InboxEntry.model_validate(raw)
+        return EntryFields.of(InboxEntry.model_validate(raw))
     except RecursionError:
         return "entry: nested too deeply"
     except ValidationError as exc:
