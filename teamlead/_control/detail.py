@@ -1,21 +1,12 @@
 """One run in detail, for ``teamlead view``: its agent tree, its queue, its waiting
 approvals and its governor's limit per model over time.
 
-:class:`RunDetail` is one shape for two sources, so the page draws both the same way:
-
-- a live run's (:func:`live_detail`), which its control endpoint answers the ``detail`` op
-  with, read on the run's loop off its state: the tracker (every task, each workflow's
-  phases and agents; the lead's last tool), the relay's agent ledger (each agent's
-  requests, tokens and last tool), the spawn gate's queue, the pause's held requests and
-  the permission requests waiting for an answer;
-- a run's read back from its NDJSON log (:mod:`.runlog`): the rows of its ``finished``
-  line, or, when the log ends before one (the run was killed, or still runs), what its
-  records tell, the run ``unfinished``.
-
-The limits come from the run's :class:`~teamlead.events.ConcurrencyChanged` events, which a
-:class:`LimitHistory` keeps (bounded) as they pass. Every text is the agents' or the user's
-(hostile): it is kept as plain text, secrets redacted and cut short, and the page puts it in
-as text. The tree is bounded too (:data:`MAX_NODES`); what is left out is counted.
+:class:`RunDetail` is one shape for two sources, drawn the same way: a live run's
+(:func:`live_detail`, read on the run's loop off its state, the ``detail`` op's answer) and
+a run's read back from its NDJSON log (:mod:`.runlog`). The limits come from the run's
+:class:`~teamlead.events.ConcurrencyChanged` events, kept bounded by a
+:class:`LimitHistory`. Every text is the agents' or the user's: plain, secrets redacted,
+cut short; the tree holds at most :data:`MAX_NODES`, the rest counted.
 """
 
 from __future__ import annotations

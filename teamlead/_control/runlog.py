@@ -1,30 +1,17 @@
 """A run read back from its NDJSON log (``teamlead ask --json``'s output), as a
 :class:`~.detail.RunDetail`: what ``teamlead view run.ndjson`` shows.
 
-The log is the user's file, but its lines are the agents' words: it is read with limits
-(at most :data:`MAX_LOG_BYTES`, each line at most :data:`MAX_LINE_BYTES`, at most
-:data:`~.detail.MAX_NODES` agents followed), every line a JSON object or skipped, and each
-record the page needs parsed into its event type at this edge (teamlead's events, and the
-tracker's: :mod:`teamlead._ndjson` wrote them); unknown types and malformed records are
-skipped, and older versions read as their fields allow. Every text goes through
-:func:`~.detail.plain`.
+The log's lines are the agents' words, so it is read with limits (:data:`MAX_LOG_BYTES`,
+:data:`MAX_LINE_BYTES` a line, :data:`~.detail.MAX_NODES` agents); each record is parsed
+into its event type at this edge, unknown types and malformed records skipped, older
+versions read as their fields allow, every text through :func:`~.detail.plain`.
 
-One builder makes the tree of either source of its rows (each a :class:`~.detail.AgentNode`),
-each agent under its parent (the lead when none), a workflow's agents under its phases:
-
-- **a finished run's log**: its ``finished`` line's rows are the truth (denied and rejected
-  calls and teammates under the lead); the last ``agent_usage`` of each agent gives its
-  last tool (and the lead's tokens and requests);
-- **a log that ends without a ``finished`` line**, the log of a run that was killed, whose
-  machine was lost, or that still runs: the rows are rebuilt from the records there are
-  (each task's start with its parent, its progress and its end; each workflow's phases and
-  agents; the Agent calls that never became a task and what the spawn gate did with them;
-  each agent's usage). The run's status is :data:`UNFINISHED`, and so is every agent whose
-  end the log does not hold; durations are the ones the records give (the CLI's for a task
-  that ended, a workflow agent's).
-
-The lead's last tool is the last tool of its last message that called one (``lead_turn``).
-A file with no record of a run at all is refused.
+A finished run's rows are its ``finished`` line's (each agent's last ``agent_usage`` adds
+its last tool). A log with no ``finished`` line (the run was killed, lost its machine, or
+still runs) is rebuilt from its records: each task with its parent, progress and end, each
+workflow's phases and agents, the Agent calls that never became a task and what the gate
+did with them; the run, and every agent whose end the log lacks, is :data:`UNFINISHED`.
+A file with no record of a run is refused.
 
 Example:
     >>> detail = read_log(Path("run.ndjson"))  # doctest: +SKIP

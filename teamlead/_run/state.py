@@ -1,30 +1,8 @@
 """The run context: one coordinated run's parts, each owning its data, in one object.
 
-The entry points (:func:`teamlead.run`, :func:`teamlead.resume_session`,
-:class:`teamlead.ClientRun` and :func:`teamlead.receive_all`) create a :class:`RunState`
-with :func:`new_run`; the drivers in :mod:`.loop` hand it to each :class:`~.round.Round`,
-to collection (:mod:`.collect`) and to the wrap-up (:mod:`.wrapup`), which ask the part
-they need. Its parts:
-
-- :class:`Asked`: what the run was asked and with what policy: the mode (``query``, each
-  round a new CLI process, or ``client``, one connected ``ClaudeSDKClient``), the user's
-  options and the run's pieces of them (:class:`~.options.Wiring`), built into the CLI's
-  options by :func:`~.options.build_options`, the session store, the turns;
-- :class:`Streamed`: the tracker and what the run made of the message it fed last (the
-  :class:`~teamlead.tracker.StreamParse` every other reader of its stream reads), the
-  CLI's state and stderr tail;
-- the run's :class:`~teamlead._gate.admission.Admission`, the one owner of every agent's
-  and request's admission (its pool and cap, the pause, the timeout and budgets), and
-  every agent of the run (:class:`~.agents.RunAgents`);
-- :class:`Outside`: what reaches the run from outside while it goes: the permission
-  requests waiting for an answer, the user's :class:`~teamlead.control.RunControl`;
-- the run's :class:`~.bus.EventBus`: its producers (the gate, the relay, the agents'
-  metering, the control) publish there, and each consumer (the public stream, a round
-  watching for the lead's Retry-After) subscribes;
-- :class:`~.delivered.Delivered`: what was collected and delivered, and the ledger;
-- the relay hookup, the clock, the :class:`Deadline` and the wrap-up point before it,
-  the stop asked from outside, and the :class:`~.process.ProcessState` the run shares
-  with the process's other runs (their relays, governors, spawn cap).
+The entry points create a :class:`RunState` with :func:`new_run`; the drivers in
+:mod:`.loop` hand it to each round, to collection and to the wrap-up, which ask the part
+they need (the parts are listed on :class:`RunState`).
 """
 
 from __future__ import annotations
