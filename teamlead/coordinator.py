@@ -341,9 +341,7 @@ class ClientRun:
         clock: time source of the run's deadline, waits and the gate (tests inject a fake).
         control: a :class:`~teamlead.control.RunControl` for the run's live cap and
             subagent model (it serves the run from here until it ends).
-        process: what the run shares with the process's other runs (relays, governors,
-            the spawn cap; a signal's stop): default the process's own
-            :class:`~teamlead.ProcessState`. Pass one of your own to keep runs apart.
+        process: as for :func:`run`.
 
     Raises:
         AmendRefused: ``control`` already serves another run that has not ended.
@@ -470,13 +468,7 @@ async def resume_session(
     Args:
         session_id: the session to finish.
         options: SDK options for the resumed rounds.
-        query_fn: the generator to wrap (default ``claude_agent_sdk.query``).
-        policy: limits and waits (default :class:`~teamlead.policy.Policy()`).
-        clock: time source (tests inject a fake).
-        control: a :class:`~teamlead.control.RunControl` for the live cap and subagent model.
-        process: what the run shares with the process's other runs (relays, governors,
-            the spawn cap; a signal's stop): default the process's own
-            :class:`~teamlead.ProcessState`. Pass one of your own to keep runs apart.
+        query_fn, policy, clock, control, process: as for :func:`run`.
 
     Raises:
         UsageError: the session does not exist under the config dir, nor in the store.

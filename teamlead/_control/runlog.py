@@ -47,6 +47,7 @@ from ..tracker import (
     TaskEnded,
     TaskProgress,
     TaskStarted,
+    Tracker,
     WorkflowAgentChanged,
     WorkflowEnded,
     WorkflowPhaseSeen,
@@ -245,32 +246,20 @@ class _Agent:
 
 
 @dataclass
-class _Task:
-    """A task, as its records tell it."""
+class _Workflow:
+    """A workflow task's phases and agents, as its records tell them."""
 
     label: str = ""
-    parent: str | None = None
-    workflow: bool = False
-    ended: str | None = None  # the status it ended with (the first end reported counts)
-    duration_s: float | None = None  # the CLI's, at its end
-    cli_tokens: int | None = None  # the CLI's count: progress, subagent turns, its end
-    last_tool: str | None = None
     phases: dict[int, str] = field(default_factory=dict)
     agents: dict[int, _Agent] = field(default_factory=dict)
-    workflow_ended: bool = False
-
-
-@dataclass
-class _Call:
-    """A lead's Agent call, and what the spawn gate did with it."""
-
-    label: str
-    state: str = UNFINISHED
+    ended: bool = False
 
 
 class _Log:
     """What a log's records say, folded in the order they came (:meth:`add`), and the run
-    it makes (:meth:`detail`). It follows at most :data:`MAX_NODES` tasks, calls and
+    it makes (:meth:`detail`). Its tasks, calls and session are folded by a
+    :class:`~teamlead.tracker.Tracker`, as a live run's are; a workflow's agents come as
+    the changes the tracker made. It follows at most :data:`MAX_NODES` tasks, calls and
     workflow agents; the rest are counted."""
 
     def __init__(self) -> None:
@@ -278,18 +267,18 @@ class _Log:
         self.finished: Finished | None = None
         self.usage: dict[str, AgentUsage] = {}
         self.limits = LimitHistory()
-        self.session: str | None = None
         self.first_at: float | None = None
         self.lead_tool: str | None = None
-        self.tasks: dict[str, _Task] = {}
-        self.calls: dict[str, _Call] = {}
-        self.by_tool_use: dict[str, str] = {}
+        self.tracker = Tracker()
+        self.spawned: dict[str, str] = {}  # an Agent call's state, by its tool_use id
+        self.workflows: dict[str, _Workflow] = {}
         self.followed = 0
         self.omitted = 0
 
     def add(self, event: object) -> None:
         """Fold one record's event in."""
         self.records += 1
+        tracker = self.tracker
         if isinstance(event, Finished):
             self.finished = event
         elif isinstance(event, AgentUsage):
@@ -298,18 +287,22 @@ class _Log:
         elif isinstance(event, ConcurrencyChanged):
             self.limits.record(event)
             self.first_at = event.at if self.first_at is None else min(self.first_at, event.at)
-        elif isinstance(event, SessionSeen):
-            self.session = self.session or event.session_id
         elif isinstance(event, LeadTurn):
             if event.tool_names:
                 self.lead_tool = event.tool_names[-1]
         elif isinstance(event, AgentCallSeen):
-            if event.tool_use_id not in self.calls and self._follow(new=True):
-                self.calls[event.tool_use_id] = _Call(plain(event.description) or "")
+            if event.tool_use_id not in tracker.agent_calls and self._follow(new=True):
+                tracker.apply(event)
         elif isinstance(event, SpawnDecided):
-            self._spawn(event)
-        elif isinstance(event, (TaskStarted, TaskProgress, TaskEnded, SubagentTurn)):
-            self._task_event(event)
+            if event.tool_use_id in tracker.agent_calls:
+                admitted = event.outcome == "admitted"
+                self.spawned[event.tool_use_id] = UNFINISHED if admitted else event.outcome
+        elif isinstance(event, (TaskStarted, TaskProgress, TaskEnded)):
+            new = isinstance(event, TaskStarted)
+            if event.task_id in tracker.tasks or self._follow(new=new):
+                tracker.apply(event)
+        elif isinstance(event, (SessionSeen, SubagentTurn)):
+            tracker.apply(event)
         else:
             self._workflow(event)
 
@@ -322,67 +315,32 @@ class _Log:
         self.followed += 1
         return True
 
-    def _task(self, task_id: str, *, new: bool = False) -> _Task | None:
-        task = self.tasks.get(task_id)
-        if task is None and self._follow(new=new):
-            task = self.tasks[task_id] = _Task()
-        return task
-
-    def _spawn(self, event: SpawnDecided) -> None:
-        call = self.calls.get(event.tool_use_id)
-        if call is not None:
-            call.state = UNFINISHED if event.outcome == "admitted" else event.outcome
-
-    def _task_event(self, event: TaskStarted | TaskProgress | TaskEnded | SubagentTurn) -> None:
-        if isinstance(event, SubagentTurn):
-            task = self.tasks.get(self.by_tool_use.get(event.parent_tool_use_id, ""))
-            if task is not None:
-                if event.tool_names:
-                    task.last_tool = plain(event.tool_names[-1], _TOOL)
-                if event.tokens:
-                    task.cli_tokens = (task.cli_tokens or 0) + event.tokens
-            return
-        task = self._task(event.task_id, new=isinstance(event, TaskStarted))
-        if task is None:
-            return
-        if isinstance(event, TaskStarted):
-            task.label = plain(event.description or event.subagent_type) or task.label
-            task.parent = event.parent_task_id or task.parent
-            task.workflow = task.workflow or event.task_type == "local_workflow"
-            if event.tool_use_id:
-                self.by_tool_use[event.tool_use_id] = event.task_id
-        elif isinstance(event, TaskProgress):
-            if event.tokens is not None:
-                task.cli_tokens = event.tokens
-            task.last_tool = plain(event.last_tool, _TOOL) or task.last_tool
-        else:
-            task.ended = task.ended or event.status
-            usage = event.usage or {}
-            task.duration_s = _seconds(usage.get("duration_ms")) or task.duration_s
-            if isinstance(usage.get("total_tokens"), int):
-                task.cli_tokens = int(usage["total_tokens"])
+    def _flow(self, task_id: str, *, new: bool = False) -> _Workflow | None:
+        """Workflow task ``task_id``'s record, the task made on first sight."""
+        if task_id not in self.tracker.tasks:
+            if not self._follow(new=new):
+                return None
+            self.tracker.apply(TaskStarted(task_id, None, "", task_type="local_workflow"))
+        return self.workflows.setdefault(task_id, _Workflow())
 
     def _workflow(self, event: object) -> None:
         if isinstance(event, WorkflowStarted):
-            task = self._task(event.task_id, new=True)
-            if task is not None:
-                task.workflow = True
-                task.label = task.label or plain(event.description or event.name) or ""
+            flow = self._flow(event.task_id, new=True)
+            if flow is not None:
+                flow.label = flow.label or plain(event.description or event.name) or ""
         elif isinstance(event, WorkflowPhaseSeen):
-            task = self._task(event.task_id)
-            if task is not None and (event.index in task.phases or len(task.phases) < MAX_NODES):
-                task.workflow = True
-                task.phases[event.index] = plain(event.title) or ""
+            flow = self._flow(event.task_id)
+            if flow is not None and (event.index in flow.phases or len(flow.phases) < MAX_NODES):
+                flow.phases[event.index] = plain(event.title) or ""
         elif isinstance(event, WorkflowAgentChanged):
-            task = self._task(event.task_id)
-            if task is None:
+            flow = self._flow(event.task_id)
+            if flow is None:
                 return
-            task.workflow = True
-            agent = task.agents.get(event.index)
+            agent = flow.agents.get(event.index)
             if agent is None:
                 if not self._follow(new=event.previous is None):
                     return
-                agent = task.agents[event.index] = _Agent(label="", state=event.state)
+                agent = flow.agents[event.index] = _Agent(label="", state=event.state)
             agent.label = plain(event.label) or agent.label
             agent.state = event.state
             agent.phase = plain(event.phase) or agent.phase
@@ -393,9 +351,9 @@ class _Log:
                 agent.duration_ms = event.duration_ms
             agent.cached = event.cached
         elif isinstance(event, WorkflowEnded):
-            task = self._task(event.task_id)
-            if task is not None:
-                task.workflow = task.workflow_ended = True
+            flow = self._flow(event.task_id)
+            if flow is not None:
+                flow.ended = True
 
     # -- the run --------------------------------------------------------------------------
     def detail(self, name: str) -> RunDetail:
@@ -427,7 +385,7 @@ class _Log:
             lead.duration_s = max(ended) - min(started)
         session = finished.session_id if finished is not None else None
         return RunDetail(
-            run=plain(session or self.session or name, 80) or name,
+            run=plain(session or self.tracker.session_id or name, 80) or name,
             source="log",
             status=status,
             reason=finished.reason if finished is not None else UNFINISHED_REASON,
@@ -442,32 +400,37 @@ class _Log:
         """The rows a ``finished`` line would have carried, as far as the records tell:
         each task (a workflow's agents after it), then each Agent call that never became a
         task."""
-        for task_id, task in self.tasks.items():
+        for task_id, task in self.tracker.tasks.items():
+            flow = self.workflows.get(task_id)
+            workflow = task.is_workflow or flow is not None
             usage = self.usage.get(task_id)
-            tool = None if task.workflow else task.last_tool  # a workflow's: an agent's label
+            tool = None if workflow else task.last_tool  # a workflow's: an agent's label
             tokens = _usage_tokens(usage)
-            if tokens is None and not task.agents:  # a workflow's are its agents' (the tree's)
-                tokens = task.cli_tokens
+            if tokens is None and not (flow and flow.agents):  # a workflow's: its agents'
+                tokens = task.tokens or None
             node_id = _ident(task_id)
+            label = task.description or task.subagent_type or (flow.label if flow else "")
             yield AgentNode(
                 id=node_id,
-                kind="workflow" if task.workflow else "agent",
-                label=plain(task.label or task_id) or node_id,
-                state=_ended_state(task.ended) if task.ended is not None else UNFINISHED,
-                parent=_ident(task.parent) if task.parent else None,
+                kind="workflow" if workflow else "agent",
+                label=plain(label or task_id) or node_id,
+                state=_ended_state(task.status) if task.terminal else UNFINISHED,
+                parent=_ident(task.parent_task_id) if task.parent_task_id else None,
                 tokens=tokens,
                 requests=usage.requests if usage is not None else None,
                 last_tool=plain((usage.last_tool if usage is not None else None) or tool, _TOOL),
-                duration_s=task.duration_s,
+                duration_s=_seconds((task.usage or {}).get("duration_ms")),
             )
-            over = task.ended is not None or task.workflow_ended
-            for index in sorted(task.agents):
-                yield self._agent_row(task_id, index, task.agents[index], over)
-        for tool_use_id, call in self.calls.items():
-            if tool_use_id not in self.by_tool_use:
+            if flow is not None:
+                over = task.terminal or flow.ended
+                for index in sorted(flow.agents):
+                    yield self._agent_row(task_id, index, flow.agents[index], over)
+        for tool_use_id, call in self.tracker.agent_calls.items():
+            if not self.tracker.call_seen(tool_use_id):
                 node_id = _ident(tool_use_id)
-                label = plain(call.label or tool_use_id) or node_id
-                yield AgentNode(id=node_id, kind="call", label=label, state=call.state)
+                label = plain(call.description or tool_use_id) or node_id
+                state = self.spawned.get(tool_use_id, UNFINISHED)
+                yield AgentNode(id=node_id, kind="call", label=label, state=state)
 
     def _agent_row(self, task_id: str, index: int, agent: _Agent, over: bool) -> AgentNode:
         usage = self.usage.get(agent.agent_id) if agent.agent_id else None
@@ -495,9 +458,9 @@ class _Log:
     def _phases(self) -> dict[str, list[str]]:
         """Each workflow's phase titles, in the script's order."""
         return {
-            _ident(task_id): [task.phases[i] for i in sorted(task.phases)]
-            for task_id, task in self.tasks.items()
-            if task.phases
+            _ident(task_id): [flow.phases[i] for i in sorted(flow.phases)]
+            for task_id, flow in self.workflows.items()
+            if flow.phases
         }
 
 
