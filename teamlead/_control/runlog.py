@@ -21,9 +21,9 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,6 +48,7 @@ from ..tracker import (
     TaskProgress,
     TaskStarted,
     Tracker,
+    WorkflowAgent,
     WorkflowAgentChanged,
     WorkflowEnded,
     WorkflowPhaseSeen,
@@ -92,6 +93,16 @@ _KINDS: dict[str, NodeKind] = {
     "call": "call",
 }
 _ID = 120  # characters of an id kept
+#: what a workflow agent's record leaves out once known: kept from its earlier ones
+_KEPT = ("agent_id", "phase", "tokens", "duration_ms")
+_WORKFLOW = "local_workflow"  # a workflow task's ``task_type``
+_WORKFLOW_RECORDS = (WorkflowStarted, WorkflowPhaseSeen, WorkflowAgentChanged, WorkflowEnded)
+#: the fields a workflow agent's record tells of it
+_AGENT_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(WorkflowAgent)
+    if f.name in {g.name for g in dataclasses.fields(WorkflowAgentChanged)}
+)
 _TOOL = 80
 
 
@@ -231,35 +242,11 @@ def _finished_row(row: TaskDisposition, usage: Mapping[str, AgentUsage]) -> Agen
 
 
 # -- what the records of a log say -------------------------------------------------------
-@dataclass
-class _Agent:
-    """A workflow agent, as its ``workflow_agent`` records tell it (the latest wins, ids
-    and phases kept once known)."""
-
-    label: str
-    state: str
-    phase: str | None = None
-    agent_id: str | None = None
-    tokens: int | None = None
-    duration_ms: int | None = None
-    cached: bool = False
-
-
-@dataclass
-class _Workflow:
-    """A workflow task's phases and agents, as its records tell them."""
-
-    label: str = ""
-    phases: dict[int, str] = field(default_factory=dict)
-    agents: dict[int, _Agent] = field(default_factory=dict)
-    ended: bool = False
-
-
 class _Log:
     """What a log's records say, folded in the order they came (:meth:`add`), and the run
-    it makes (:meth:`detail`). Its tasks, calls and session are folded by a
-    :class:`~teamlead.tracker.Tracker`, as a live run's are; a workflow's agents come as
-    the changes the tracker made. It follows at most :data:`MAX_NODES` tasks, calls and
+    it makes (:meth:`detail`). Its records are folded by a
+    :class:`~teamlead.tracker.Tracker`, as a live run's are (a workflow's changes as the
+    snapshots they came from). It follows at most :data:`MAX_NODES` tasks, calls and
     workflow agents; the rest are counted."""
 
     def __init__(self) -> None:
@@ -271,7 +258,7 @@ class _Log:
         self.lead_tool: str | None = None
         self.tracker = Tracker()
         self.spawned: dict[str, str] = {}  # an Agent call's state, by its tool_use id
-        self.workflows: dict[str, _Workflow] = {}
+        self.workflows_ended: set[str] = set()
         self.followed = 0
         self.omitted = 0
 
@@ -315,45 +302,30 @@ class _Log:
         self.followed += 1
         return True
 
-    def _flow(self, task_id: str, *, new: bool = False) -> _Workflow | None:
-        """Workflow task ``task_id``'s record, the task made on first sight."""
-        if task_id not in self.tracker.tasks:
-            if not self._follow(new=new):
-                return None
-            self.tracker.apply(TaskStarted(task_id, None, "", task_type="local_workflow"))
-        return self.workflows.setdefault(task_id, _Workflow())
-
     def _workflow(self, event: object) -> None:
-        if isinstance(event, WorkflowStarted):
-            flow = self._flow(event.task_id, new=True)
-            if flow is not None:
-                flow.label = flow.label or plain(event.description or event.name) or ""
-        elif isinstance(event, WorkflowPhaseSeen):
-            flow = self._flow(event.task_id)
-            if flow is not None and (event.index in flow.phases or len(flow.phases) < MAX_NODES):
-                flow.phases[event.index] = plain(event.title) or ""
-        elif isinstance(event, WorkflowAgentChanged):
-            flow = self._flow(event.task_id)
-            if flow is None:
+        if not isinstance(event, _WORKFLOW_RECORDS):
+            return
+        if event.task_id not in self.tracker.tasks:  # a workflow made on first sight
+            started = event if isinstance(event, WorkflowStarted) else None
+            if not self._follow(new=started is not None):
                 return
-            agent = flow.agents.get(event.index)
-            if agent is None:
-                if not self._follow(new=event.previous is None):
-                    return
-                agent = flow.agents[event.index] = _Agent(label="", state=event.state)
-            agent.label = plain(event.label) or agent.label
-            agent.state = event.state
-            agent.phase = plain(event.phase) or agent.phase
-            agent.agent_id = event.agent_id or agent.agent_id
-            if event.tokens is not None:
-                agent.tokens = event.tokens
-            if event.duration_ms is not None:
-                agent.duration_ms = event.duration_ms
-            agent.cached = event.cached
+            text, name = (started.description, started.name) if started else ("", None)
+            self.tracker.apply(
+                TaskStarted(event.task_id, None, text, task_type=_WORKFLOW, workflow_name=name)
+            )
+        task = self.tracker.tasks[event.task_id]
+        if isinstance(event, WorkflowPhaseSeen) and 0 < event.index <= MAX_NODES:
+            titles = ("",) * (event.index - 1) + (event.title,)  # a snapshot's, up to it
+            self.tracker.apply(
+                TaskProgress(task.task_id, workflow_agents=(), workflow_phases=titles)
+            )
+        elif isinstance(event, WorkflowAgentChanged):
+            before = task.workflow.agents.get(event.index) if task.workflow else None
+            if before is not None or self._follow(new=event.previous is None):
+                agents = (_agent_of(event, before),)
+                self.tracker.apply(TaskProgress(task.task_id, workflow_agents=agents))
         elif isinstance(event, WorkflowEnded):
-            flow = self._flow(event.task_id)
-            if flow is not None:
-                flow.ended = True
+            self.workflows_ended.add(task.task_id)
 
     # -- the run --------------------------------------------------------------------------
     def detail(self, name: str) -> RunDetail:
@@ -401,18 +373,17 @@ class _Log:
         each task (a workflow's agents after it), then each Agent call that never became a
         task."""
         for task_id, task in self.tracker.tasks.items():
-            flow = self.workflows.get(task_id)
-            workflow = task.is_workflow or flow is not None
+            run = task.workflow
             usage = self.usage.get(task_id)
-            tool = None if workflow else task.last_tool  # a workflow's: an agent's label
+            tool = None if task.is_workflow else task.last_tool  # a workflow's: an agent's
             tokens = _usage_tokens(usage)
-            if tokens is None and not (flow and flow.agents):  # a workflow's: its agents'
+            if tokens is None and not (run and run.agents):  # a workflow's: its agents'
                 tokens = task.tokens or None
             node_id = _ident(task_id)
-            label = task.description or task.subagent_type or (flow.label if flow else "")
+            label = task.description or task.subagent_type or (run.name if run else None)
             yield AgentNode(
                 id=node_id,
-                kind="workflow" if workflow else "agent",
+                kind="workflow" if task.is_workflow else "agent",
                 label=plain(label or task_id) or node_id,
                 state=_ended_state(task.status) if task.terminal else UNFINISHED,
                 parent=_ident(task.parent_task_id) if task.parent_task_id else None,
@@ -421,10 +392,10 @@ class _Log:
                 last_tool=plain((usage.last_tool if usage is not None else None) or tool, _TOOL),
                 duration_s=_seconds((task.usage or {}).get("duration_ms")),
             )
-            if flow is not None:
-                over = task.terminal or flow.ended
-                for index in sorted(flow.agents):
-                    yield self._agent_row(task_id, index, flow.agents[index], over)
+            if run is not None:
+                over = task.terminal or task_id in self.workflows_ended
+                for index in sorted(run.agents):
+                    yield self._agent_row(task_id, index, run.agents[index], over)
         for tool_use_id, call in self.tracker.agent_calls.items():
             if not self.tracker.call_seen(tool_use_id):
                 node_id = _ident(tool_use_id)
@@ -432,7 +403,7 @@ class _Log:
                 state = self.spawned.get(tool_use_id, UNFINISHED)
                 yield AgentNode(id=node_id, kind="call", label=label, state=state)
 
-    def _agent_row(self, task_id: str, index: int, agent: _Agent, over: bool) -> AgentNode:
+    def _agent_row(self, task_id: str, index: int, agent: WorkflowAgent, over: bool) -> AgentNode:
         usage = self.usage.get(agent.agent_id) if agent.agent_id else None
         if agent.state == "done":
             state = "cached" if agent.cached else "done"
@@ -448,7 +419,7 @@ class _Log:
             label=plain(agent.label or f"agent {index}") or node_id,
             state=state,
             parent=_ident(task_id),
-            phase=agent.phase,
+            phase=plain(agent.phase),
             tokens=tokens if tokens is not None else agent.tokens,
             requests=usage.requests if usage is not None else None,
             last_tool=plain(usage.last_tool, _TOOL) if usage is not None else None,
@@ -458,10 +429,19 @@ class _Log:
     def _phases(self) -> dict[str, list[str]]:
         """Each workflow's phase titles, in the script's order."""
         return {
-            _ident(task_id): [flow.phases[i] for i in sorted(flow.phases)]
-            for task_id, flow in self.workflows.items()
-            if flow.phases
+            _ident(task_id): [plain(title) or "" for title in task.workflow.phases]
+            for task_id, task in self.tracker.tasks.items()
+            if task.workflow is not None and task.workflow.phases
         }
+
+
+def _agent_of(event: WorkflowAgentChanged, before: WorkflowAgent | None) -> WorkflowAgent:
+    """The workflow agent ``event`` tells, with what ``before`` told of it and ``event``
+    leaves out (:data:`_KEPT`)."""
+    said = {name: getattr(event, name) for name in _AGENT_FIELDS}
+    if before is not None:
+        said.update({name: getattr(before, name) for name in _KEPT if said[name] is None})
+    return WorkflowAgent(**said)
 
 
 def _ended_state(status: str) -> str:
