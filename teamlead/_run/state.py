@@ -21,6 +21,7 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from .._claude import claude_config_dir
 from .._gate import Admission
+from .._private import write_private
 from .._procs import stop_marked
 from .._redact import redact
 from .._sessions import RunStore
@@ -302,17 +303,12 @@ class RunState:
         session's run directory (mode 0600), for a prompt that quotes only its head and
         tail; returns the path, or ``None`` if it could not be written."""
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in delivery.key)[:80]
-        folder = (
-            self.ask.config_dir
-            / "teamlead-runs"
-            / (self.stream.tracker.session_id or self.ask.mark)
-        )
+        session = self.stream.tracker.session_id or self.ask.mark
+        folder = self.ask.config_dir / "teamlead-runs" / session
         path = folder / f"result-{safe}.txt"
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(redact(delivery.text))
+            write_private(path, redact(delivery.text))
         except OSError:
             return None
         return str(path)
