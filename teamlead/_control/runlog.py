@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,10 +60,8 @@ from .detail import (
     LimitHistory,
     NodeKind,
     RunDetail,
-    attach,
-    phase_nodes,
+    build_tree,
     plain,
-    total,
 )
 
 __all__ = [
@@ -170,41 +168,6 @@ def detail_of_log(lines: Iterable[bytes | str], *, name: str = "log") -> RunDeta
             "(`teamlead ask --json` writes one; `teamlead view` shows a live run)"
         )
     return log.detail(name)
-
-
-def _tree(lead: AgentNode, rows: Iterable[AgentNode], phases: Mapping[str, Sequence[str]]) -> int:
-    """Hang ``rows`` under ``lead`` (see the module docstring); ``phases`` are a workflow's
-    phase titles in order, by its row's id (else the order its agents came in).
-
-    Returns:
-        how many rows were left out (past :data:`MAX_NODES`).
-    """
-    nodes: dict[str, AgentNode] = {}
-    workflow_agents: dict[str, list[AgentNode]] = {}
-    taken = omitted = 0
-    for row in rows:
-        if taken >= MAX_NODES - 1:
-            omitted += 1
-            continue
-        taken += 1
-        if row.kind == "workflow_agent" and row.parent is not None:
-            workflow_agents.setdefault(row.parent, []).append(row)
-            continue
-        if row.id in nodes:
-            row.id = f"{row.id}#{len(nodes)}"
-        nodes[row.id] = row
-    for parent, agents in workflow_agents.items():
-        holder = nodes.get(parent)
-        if holder is None:  # its workflow's row is missing: a workflow of its own
-            holder = nodes[parent] = AgentNode(id=parent, kind="workflow", label=parent, state="?")
-        holder.kind = "workflow"
-        # the phases in the script's order, else in the order their agents came
-        titles = phases.get(parent) or list(dict.fromkeys(n.phase for n in agents if n.phase))
-        holder.children.extend(phase_nodes(parent, agents, titles))
-        if holder.tokens is None:
-            holder.tokens = total(node.tokens for node in agents)
-    attach(nodes, lead)
-    return omitted
 
 
 def _ident(value: str) -> str:
@@ -345,9 +308,9 @@ class _Log:
         )
         if finished is not None:
             rows = (_finished_row(row, self.usage) for row in finished.tasks)
-            omitted = _tree(lead, rows, {})
+            omitted = build_tree(lead, rows, {})
         else:  # the records carry no wall clock but the governor's changes
-            omitted = _tree(lead, self._rows(), self._phases()) + self.omitted
+            omitted = build_tree(lead, self._rows(), self._phases()) + self.omitted
         tasks = finished.tasks if finished is not None else []
         started = [r.started_at for r in tasks if r.started_at is not None]
         ended = [r.ended_at for r in tasks if r.ended_at is not None]
