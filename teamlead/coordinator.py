@@ -468,7 +468,11 @@ async def resume_session(
     Args:
         session_id: the session to finish.
         options: SDK options for the resumed rounds.
-        query_fn, policy, clock, control, process: as for :func:`run`.
+        query_fn: as for :func:`run`.
+        policy: as for :func:`run`.
+        clock: as for :func:`run`.
+        control: as for :func:`run`.
+        process: as for :func:`run`.
 
     Raises:
         UsageError: the session does not exist under the config dir, nor in the store.
