@@ -145,13 +145,8 @@ class Streamed:
 
     def events_of(self, item: object) -> list[TrackedEvent]:
         """What the run made of ``item``, the message it fed last (see :meth:`feed`); no
-        events for anything else (teamlead's own events, the relay's).
-
-        Every layer over the run's rounds passes each item on at once, so the message a
-        reader of the stream holds is the one the run fed last: the readers (the CLI's
-        views, the NDJSON writer, telemetry, the experiment runner) ask here instead of
-        parsing it again.
-        """
+        events for anything else. Every layer over the rounds passes each item on at once,
+        so a reader of the stream asks here instead of parsing it again."""
         parsed = self.last_parsed
         return list(parsed[1]) if parsed is not None and parsed[0] is item else []
 

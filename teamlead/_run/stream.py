@@ -67,5 +67,5 @@ class RunStream:
 
     def events_of(self, item: object) -> list[TrackedEvent]:
         """What the run made of ``item``, the item it yielded last
-        (:meth:`~teamlead._run.state.RunState.events_of`)."""
+        (:meth:`~teamlead._run.state.Streamed.events_of`)."""
         return self._state.stream.events_of(item) if self._state is not None else []
