@@ -207,7 +207,7 @@ class Collection:
             )
             wait_started = self._clock.monotonic()
             result = None
-            async with self._state.stop.cancels():
+            with self._state.stop.cancels():
                 result = await wait_for_inbox(
                     team.lead_inbox,
                     until=self._members_reported,

@@ -337,7 +337,7 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             if retry is None:
                 break
             ledger.add_cost(outcome)
-            async with state.stop.cancels():
+            with state.stop.cancels():
                 await state.clock.sleep(retry)
             if state.stop.requested:
                 yield interrupted(state)
