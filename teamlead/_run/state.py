@@ -137,6 +137,11 @@ class Streamed:
     last_parsed: tuple[object, list[TrackedEvent]] | None = field(default=None, repr=False)
     cli_gone: bool = False
 
+    def heard(self, line: str) -> None:
+        """One stderr line of the CLI: kept in :attr:`stderr_tail` unless it is blank."""
+        if line.strip():
+            self.stderr_tail.append(line.strip())
+
     def feed(self, message: Any) -> list[TrackedEvent]:
         """Fold one SDK message (typed or raw) into the tracker; returns its events."""
         events = self.tracker.feed(message)
@@ -413,12 +418,7 @@ def new_run(
     store = None
     if user.session_store is not None and not verbatim:
         store = RunStore(user.session_store, config_dir=config_dir, cwd=user.cwd)
-    tail: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
-
-    def to_tail(line: str) -> None:  # the CLI's last lines, quoted when its stream breaks
-        if line.strip():
-            tail.append(line.strip())
-
+    stream = Streamed(tracker=Tracker(clock=clock))
     wiring = Wiring(
         client=mode == "client",
         hook=admission.hook_matcher(),
@@ -427,7 +427,7 @@ def new_run(
         permissions=permissions.wrap,  # the run lists what waits for an answer
         store_view=store.view if store is not None else None,
         run_mark=mark,
-        stderr=to_tail,
+        stderr=stream.heard,
         verbatim=verbatim,
     )
     ask = Asked(
@@ -442,7 +442,7 @@ def new_run(
     )
     state = RunState(
         ask=ask,
-        stream=Streamed(tracker=Tracker(clock=clock), stderr_tail=tail),
+        stream=stream,
         admission=admission,
         agents=RunAgents(policy, clock, admission, publish=bus.publish),
         outside=Outside(permissions=permissions),
