@@ -78,8 +78,18 @@ _RUN_ID = re.compile(r"\b(wf_[A-Za-z0-9][A-Za-z0-9_-]{0,99})")
 _RUN_ID_LINE = re.compile(r"^Run ID: (wf_[A-Za-z0-9][A-Za-z0-9_-]{0,99})\s*$", re.MULTILINE)
 _MAX_TOOL_RESULT = 4000  # of a tool result's text: enough to classify an Agent call's result
 _MAX_TOOL_SUMMARY = 200
-#: The inputs that say what a tool call works on, in the order they are looked for.
-_SUMMARY_KEYS = ("command", "file_path", "path", "pattern", "url", "query", "description")
+#: The inputs that say what a tool call works on, in the order they are looked for (a
+#: ``Grep``'s pattern before the path it searches).
+_SUMMARY_KEYS = (
+    "command",
+    "file_path",
+    "notebook_path",
+    "pattern",
+    "path",
+    "url",
+    "query",
+    "description",
+)
 
 
 # -- events ------------------------------------------------------------------------------

@@ -5,40 +5,16 @@ A :class:`RunControl` is made by the user and passed to :func:`teamlead.run`,
 reads and changes two of its limits with one amend of three states per field
 (:meth:`RunControl.amend`): a field left out changes nothing, ``None`` restores the value
 the run started with, a value sets it, and an amend that changes nothing is refused with
-:class:`~teamlead.errors.AmendRefused`.
+:class:`~teamlead.errors.AmendRefused`. The cap applies to the next admissions (never
+above the CLI's own subagent cap, fixed when it starts), the subagent model to agents that
+have not started; how each reaches the CLI, the workflow engine and the relay is in
+docs/runtime-control.md.
 
-- **The cap** (agents running at once, every kind) applies to the next admissions, and the
-  queue follows it: the run's one admission (:mod:`teamlead._gate.admission`) queues Agent
-  calls in the spawn gate's hook and workflow agents' first requests at the relay for slots
-  of the run's one pool. A raise admits queued agents at once, in arrival order; a cut stops
-  no running agent, it holds the next ones until enough have ended. The CLI's own caps are
-  fixed when it starts, so the cap goes no higher than
-  ``CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS`` (its rejection point), and the workflow engine,
-  started with the run's starting cap as its ``CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS``,
-  never runs more workflow agents than that; a lowered cap is enforced for them by the
-  admission at the relay.
-- **The subagent model** applies to agents that have not started; a running agent stays on
-  the model it started with. How it reaches them depends on the name (checked on the real
-  CLI 2.1.332: the Agent tool's ``model`` input takes only the CLI's aliases):
-
-  - an alias (``haiku``, ``sonnet``, ``opus``) goes into every later Agent call through the
-    spawn gate's ``updatedInput.model`` (it wins over ``CLAUDE_CODE_SUBAGENT_MODEL``);
-  - a model id (``claude-haiku-5-5``, a provider's id) is put by the relay into every
-    request of each agent, Agent-tool or workflow, whose first request comes after the
-    amend, so one agent stays on one model;
-  - a workflow agent fires no hook, so a mid-run alias reaches it through the relay too,
-    as the model id the CLI resolved it to: the relay learns that from the first request
-    of an Agent-tool agent started on the alias. Until such an agent has run, new workflow
-    agents stay on the run's starting model; a model id reaches them at once.
-
-The control amends the run's :class:`~teamlead._gate.admission.Admission`, nothing else:
-a run takes the control with :meth:`RunControl.serve` and holds the :class:`ControlLease` it
-returns until it ends. Every applied amend is a :class:`~teamlead.events.RunAmended` event in
-the run's stream (and its NDJSON). ``teamlead amend RUN`` amends a run from another process
-through its control endpoint, with the same rules (a run started without a control gets one
-then).
-The control is safe to call from the run's event loop (a key reader's task) and from any
-other thread: the change is applied on the run's loop.
+The control amends the run's :class:`~teamlead._gate.admission.Admission`, nothing else: a
+run takes it with :meth:`RunControl.serve` and holds the :class:`ControlLease` until it
+ends. Every applied amend is a :class:`~teamlead.events.RunAmended` event in the run's
+stream. The control may be called from the run's event loop or from any other thread: the
+change is applied on the run's loop.
 
 Example:
     >>> control = teamlead.RunControl()  # doctest: +SKIP

@@ -1,29 +1,17 @@
 """The auto-resume coordinator: one final, honest answer that used every result.
 
-:func:`run` wraps any streaming query generator (``claude_agent_sdk.query`` by default).
-It yields every SDK message unchanged while a :class:`~teamlead.tracker.Tracker` follows
-the session. When the stream ends (normally, or with ``ResultError``/``ProcessError``)
-it decides what is still outstanding:
+:func:`run` wraps any streaming query generator (``claude_agent_sdk.query`` by default),
+yields every SDK message unchanged and, when the stream ends with work outstanding (a task
+not ended, a result no successful lead turn came after, a teammate that has not reported,
+unread inbox entries), waits for it, falls back to summaries and transcripts, and resumes
+the session with the results quoted as data, until nothing is outstanding or the
+:class:`~teamlead.policy.Policy` stops it; it ends with a :class:`Finished` event.
+:func:`query` is the strict drop-in for ``claude_agent_sdk.query``; :func:`receive_all`
+does the same for a ``ClaudeSDKClient`` (each turn a round of the one run a
+:class:`ClientRun` holds); :func:`resume_session` finishes a stopped session.
 
-- a started task that is not terminal;
-- a terminal task whose result no successful lead turn came after;
-- a teammate of the session's team that has not reported;
-- unread entries in the team-lead inbox.
-
-It waits for teammates on the inbox (event-driven, with polling retries), falls back to
-task summaries and transcripts, and re-queries with ``resume=session_id`` with the
-collected results quoted as data. It loops until nothing is outstanding or the
-:class:`~teamlead.policy.Policy` stops it, and ends with a :class:`Finished` event.
-
-:func:`query` is the strict drop-in for ``claude_agent_sdk.query`` (the SDK's own messages
-and exceptions, :mod:`teamlead._run.dropin`); :func:`receive_all` does the same for a
-``ClaudeSDKClient``, each turn a round of the one run a :class:`ClientRun` holds for the
-client's whole life; :func:`resume_session` finishes a stopped session.
-
-This module holds only the entry points: each creates the run's state
-(:class:`~teamlead._run.state.RunState`) and hands it to a driver. The machinery (rounds,
-collection, retries, the resume prompt, the final ledger) is private, in
-:mod:`teamlead._run`; the spawn gate is in :mod:`teamlead._gate`.
+This module holds only the entry points: each creates the run's state and hands it to a
+driver; the machinery is private, in :mod:`teamlead._run`.
 
 Example:
     >>> async for item in teamlead.run("Audit the repo", options=opts):  # doctest: +SKIP
@@ -353,9 +341,7 @@ class ClientRun:
         clock: time source of the run's deadline, waits and the gate (tests inject a fake).
         control: a :class:`~teamlead.control.RunControl` for the run's live cap and
             subagent model (it serves the run from here until it ends).
-        process: what the run shares with the process's other runs (relays, governors,
-            the spawn cap; a signal's stop): default the process's own
-            :class:`~teamlead.ProcessState`. Pass one of your own to keep runs apart.
+        process: as for :func:`run`.
 
     Raises:
         AmendRefused: ``control`` already serves another run that has not ended.
@@ -482,13 +468,11 @@ async def resume_session(
     Args:
         session_id: the session to finish.
         options: SDK options for the resumed rounds.
-        query_fn: the generator to wrap (default ``claude_agent_sdk.query``).
-        policy: limits and waits (default :class:`~teamlead.policy.Policy()`).
-        clock: time source (tests inject a fake).
-        control: a :class:`~teamlead.control.RunControl` for the live cap and subagent model.
-        process: what the run shares with the process's other runs (relays, governors,
-            the spawn cap; a signal's stop): default the process's own
-            :class:`~teamlead.ProcessState`. Pass one of your own to keep runs apart.
+        query_fn: as for :func:`run`.
+        policy: as for :func:`run`.
+        clock: as for :func:`run`.
+        control: as for :func:`run`.
+        process: as for :func:`run`.
 
     Raises:
         UsageError: the session does not exist under the config dir, nor in the store.

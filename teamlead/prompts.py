@@ -18,14 +18,8 @@ characters than ``a-z0-9._-`` turned into ``-``), which is what a trial's proven
 records with the file's hash and path. The body may use
 ``{placeholder}`` names, filled by :meth:`Strategy.render`; write ``{{`` and ``}}`` for literal
 braces. Any other brace is an error when the file is loaded, not when it is used.
-
-The shipped strategies live in the wheel as ``teamlead/prompts/*.md`` (the repository's
-``prompts/`` directory, force-included at build time); a source checkout reads that directory
-directly.
-
-Applying a strategy only ever *appends* to Claude Code's system prompt, so the control arm
-(``baseline``, whose body is empty) and every treatment arm share the same base prompt and differ
-only by the appended text.
+Applying a strategy only ever *appends* to Claude Code's system prompt
+(:func:`apply_strategy`), so every arm of an experiment shares one base prompt.
 """
 
 from __future__ import annotations

@@ -1,16 +1,12 @@
 """Turn the SDK's message stream into typed events, and keep the state of the work.
 
-:func:`parse_message` is the one parser: it accepts typed ``claude_agent_sdk`` messages
-and raw dicts (the CLI's stream-json lines, as in recorded traces), skips unknown types
-and returns typed events. :class:`Tracker` folds those events into what the
-coordinator needs to know: the session id, every started task and its terminal state,
-Agent calls grouped by API message, every ``result``, and which task results a
-*successful* lead turn has already absorbed. The events and the parser live in the private
-:mod:`teamlead._parse`; their names are re-exported here.
-
-A run parses its stream once, into its own tracker. Whatever else reads the stream (the
-CLI's views and focus, the NDJSON writer, OpenTelemetry, the experiment runner) reads that
-parse, as a :class:`StreamParse`, and never builds a tracker of its own.
+:func:`parse_message` (in the private :mod:`teamlead._parse`, its names re-exported here)
+is the one parser; :class:`Tracker` folds its events into what the coordinator needs: the
+session id, every task and its terminal state, Agent calls grouped by API message, every
+``result``, and which task results a *successful* lead turn has absorbed. A run parses its
+stream once, into its own tracker; every other reader of the stream (the CLI's views, the
+NDJSON writer, OpenTelemetry, the experiment runner) reads that parse as a
+:class:`StreamParse`.
 
 Example:
     >>> tracker = Tracker()

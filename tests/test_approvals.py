@@ -230,7 +230,7 @@ def test_workflow_meta_reads_name_description_and_phases() -> None:
 def test_describe_request_names_what_each_tool_wants() -> None:
     assert describe_request("Bash", bash("make\n  test")) == "make test"
     assert describe_request("Write", {"file_path": "/a/b", "content": "x"}) == "/a/b"
-    assert describe_request("Mystery", {"b": 1, "a": "x"}) == '{"a": "x", "b": 1}'
+    assert describe_request("Mystery", {"b": 1, "a": "x"}) == '{"b": 1, "a": "x"}'
     assert len(describe_request("Bash", bash("x" * 5000))) == 200
 
 

@@ -4,9 +4,10 @@ The NDJSON writer, the team view, focus, the approvals' labels, telemetry and th
 experiment runner are each handed the run's :class:`~teamlead.tracker.StreamParse` (its
 tracker, and the events of the item it yielded last) and never build a tracker of their
 own. The first test holds the production code to that: only the run's state (and a saved
-session read back, which becomes a run's tracker) may make a ``Tracker``, and only the
-tracker parses a message (the spawn gate takes the run's events). The others drive a whole
-run on a scripted ``query_fn`` and check what its readers made of the run's own parse.
+session read back, which becomes a run's tracker, and a run's log read back) may make a
+``Tracker``, and only the tracker parses a message (the spawn gate takes the run's events).
+The others drive a whole run on a scripted ``query_fn`` and check what its readers made of
+the run's own parse.
 """
 
 from __future__ import annotations
@@ -36,9 +37,10 @@ pytestmark = pytest.mark.anyio
 PACKAGE = Path(__file__).parent.parent / "teamlead"
 SESSION = "5b1e0c7a-0d2f-4c55-9a8e-2f1f3c3b9d10"
 
-#: the modules that may make a ``Tracker``: the run's state makes the run's own, and a saved
-#: session read back from its transcript becomes the tracker of the run that resumes it
-MAKES_TRACKERS = {"_run/state.py", "_claude/saved_session.py"}
+#: the modules that may make a ``Tracker``: the run's state makes the run's own, a saved
+#: session read back from its transcript becomes the tracker of the run that resumes it, and
+#: a run's NDJSON log is folded by one (``teamlead view run.ndjson``: no stream to share)
+MAKES_TRACKERS = {"_run/state.py", "_claude/saved_session.py", "_control/runlog.py"}
 #: the modules that may call the parser: the tracker's ``feed``, and the spawn gate when a
 #: caller hands it a message without the run's events (a round always hands them)
 PARSES = {"tracker.py", "_gate/gate.py"}

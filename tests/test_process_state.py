@@ -142,7 +142,7 @@ async def test_a_stop_of_either_kind_cancels_the_wait_it_guards(wraps: bool) -> 
     ended: list[str] = []
 
     async def wait_for_work() -> None:
-        async with stop.cancels():
+        with stop.cancels():
             await anyio.sleep_forever()
         ended.append("cancelled")
 
@@ -156,13 +156,13 @@ async def test_a_stop_of_either_kind_cancels_the_wait_it_guards(wraps: bool) -> 
             else:
                 stop.request("SIGTERM")
     assert ended == ["cancelled"]
-    async with stop.cancels():  # a stop asked before the wait cancels it at once
+    with stop.cancels():  # a stop asked before the wait cancels it at once
         await anyio.sleep_forever()
 
 
 async def test_a_wait_no_stop_reaches_runs_to_its_end() -> None:
     clock = FakeClock()
-    async with RunStop().cancels():
+    with RunStop().cancels():
         await clock.sleep(5)
     assert clock.monotonic() == 5
 

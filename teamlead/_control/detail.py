@@ -1,27 +1,18 @@
 """One run in detail, for ``teamlead view``: its agent tree, its queue, its waiting
 approvals and its governor's limit per model over time.
 
-:class:`RunDetail` is one shape for two sources, so the page draws both the same way:
-
-- a live run's (:func:`live_detail`), which its control endpoint answers the ``detail`` op
-  with, read on the run's loop off its state: the tracker (every task, each workflow's
-  phases and agents; the lead's last tool), the relay's agent ledger (each agent's
-  requests, tokens and last tool), the spawn gate's queue, the pause's held requests and
-  the permission requests waiting for an answer;
-- a run's read back from its NDJSON log (:mod:`.runlog`): the rows of its ``finished``
-  line, or, when the log ends before one (the run was killed, or still runs), what its
-  records tell, the run ``unfinished``.
-
-The limits come from the run's :class:`~teamlead.events.ConcurrencyChanged` events, which a
-:class:`LimitHistory` keeps (bounded) as they pass. Every text is the agents' or the user's
-(hostile): it is kept as plain text, secrets redacted and cut short, and the page puts it in
-as text. The tree is bounded too (:data:`MAX_NODES`); what is left out is counted.
+:class:`RunDetail` is one shape for two sources, drawn the same way: a live run's
+(:func:`live_detail`, read on the run's loop off its state, the ``detail`` op's answer) and
+a run's read back from its NDJSON log (:mod:`.runlog`). The limits come from the run's
+:class:`~teamlead.events.ConcurrencyChanged` events, kept bounded by a
+:class:`LimitHistory`. Every text is the agents' or the user's: plain, secrets redacted,
+cut short; the tree holds at most :data:`MAX_NODES`, the rest counted.
 """
 
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
@@ -44,11 +35,9 @@ __all__ = [
     "QueuedCall",
     "RunDetail",
     "WaitingApproval",
-    "attach",
+    "build_tree",
     "live_detail",
-    "phase_nodes",
     "plain",
-    "total",
 ]
 
 #: The ``version`` of a detail's JSON.
@@ -85,8 +74,8 @@ class AgentNode:
         duration_s: how long it ran (so far, while it runs).
         model: the model its requests named, when known.
         children: the agents it started, a workflow's phases, a phase's agents.
-        parent: the id of the node it hangs under until the tree is built (:func:`attach`).
-        phase: a workflow agent's phase title, until :func:`phase_nodes` groups it.
+        parent: the id of the node it hangs under until the tree is built (:func:`build_tree`).
+        phase: a workflow agent's phase title, until the tree groups it under its phase.
     """
 
     id: str
@@ -218,22 +207,48 @@ class RunDetail:
         }
 
 
-class _Budget:
-    """How many more nodes the tree may take."""
+def build_tree(
+    lead: AgentNode, rows: Iterable[AgentNode], phases: Mapping[str, Sequence[str]]
+) -> int:
+    """Hang ``rows`` under ``lead``: each under its parent's row (the lead's when it has
+    none in the tree), a workflow's agents under its phases; ``phases`` are a workflow's
+    phase titles in order, by its row's id (else the order its agents came in).
 
-    def __init__(self) -> None:
-        self.left = MAX_NODES - 1  # the lead's
-        self.omitted = 0
+    Returns:
+        how many rows were left out (past :data:`MAX_NODES`).
+    """
+    nodes: dict[str, AgentNode] = {}
+    workflow_agents: dict[str, list[AgentNode]] = {}
+    taken = omitted = 0
+    for row in rows:
+        if taken >= MAX_NODES - 1:
+            omitted += 1
+            continue
+        taken += 1
+        if row.kind == "workflow_agent" and row.parent is not None:
+            workflow_agents.setdefault(row.parent, []).append(row)
+            continue
+        if row.id in nodes:
+            row.id = f"{row.id}#{len(nodes)}"
+        nodes[row.id] = row
+    for parent in dict.fromkeys([*workflow_agents, *phases]):
+        agents = workflow_agents.get(parent, [])
+        holder = nodes.get(parent)
+        if holder is None and not agents:
+            continue
+        if holder is None:  # its workflow's row is missing: a workflow of its own
+            holder = nodes[parent] = AgentNode(id=parent, kind="workflow", label=parent, state="?")
+        holder.kind = "workflow"
+        # the phases in the script's order, else in the order their agents came
+        titles = phases.get(parent) or list(dict.fromkeys(n.phase for n in agents if n.phase))
+        holder.children.extend(_phase_nodes(parent, agents, titles))
+        if holder.tokens is None:
+            holder.tokens = _total(node.tokens for node in agents)
+    _attach(nodes, lead)
+    return omitted
 
-    def take(self) -> bool:
-        if self.left <= 0:
-            self.omitted += 1
-            return False
-        self.left -= 1
-        return True
 
-
-def attach(nodes: Mapping[str, AgentNode], root: AgentNode) -> None:
+def _attach(nodes: Mapping[str, AgentNode], root: AgentNode) -> None:
     """Hang each node of ``nodes`` (by id) under its parent's (the root when its parent is
     not a node of the tree), in their order."""
     for node_id, node in nodes.items():
@@ -242,7 +257,7 @@ def attach(nodes: Mapping[str, AgentNode], root: AgentNode) -> None:
         (holder or root).children.append(node)
 
 
-def phase_nodes(
+def _phase_nodes(
     parent_id: str, agents: Iterable[AgentNode], titles: Iterable[str]
 ) -> list[AgentNode]:
     """A workflow's agents grouped under their phases, in phase order (the titles known
@@ -260,8 +275,8 @@ def phase_nodes(
                 kind="phase",
                 label=plain(title) or "(no phase)",
                 state=_phase_state([m.state for m in members]),
-                tokens=total(m.tokens for m in members),
-                requests=total(m.requests for m in members),
+                tokens=_total(m.tokens for m in members),
+                requests=_total(m.requests for m in members),
                 children=members,
             )
         )
@@ -278,7 +293,7 @@ def _phase_state(states: list[str]) -> str:
     return "failed" if any(s in ("failed", "error", "timeout") for s in states) else states[-1]
 
 
-def total(values: Iterable[int | None]) -> int | None:
+def _total(values: Iterable[int | None]) -> int | None:
     """The sum of the known values (``None`` when none is known)."""
     known = [v for v in values if v is not None]
     return sum(known) if known else None
@@ -293,7 +308,7 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
     tracker = state.stream.tracker
     leads = [c for (_, agent), c in book.entries.items() if agent == LEAD]
     lead_requests = sum(c.requests for c in leads) if leads else None
-    lead_tokens = total(c.tokens for c in leads)
+    lead_tokens = _total(c.tokens for c in leads)
     lead = AgentNode(
         id="lead",
         kind="lead",
@@ -304,18 +319,8 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
         last_tool=plain(tracker.lead_last_tool, 80),  # the stream's: the book keeps none
         duration_s=max(0.0, now - tracker.started_at),
     )
-    budget = _Budget()
-    nodes: dict[str, AgentNode] = {}
-    for task in tracker.tasks.values():
-        if not budget.take():
-            continue
-        node = _task_node(task, book, now, budget)
-        judged = state.delivered.collected.ends.get(task.task_id)
-        if task.terminal and judged is not None and judged[0] == task.ended_seq:
-            # an agent the CLI called completed that was cut says how
-            node.state = judged[1].kind if judged[1].kind in CUT_ENDS else node.state
-        nodes[task.task_id] = node
-    attach(nodes, lead)
+    phases = {t.task_id: t.workflow.phases for t in tracker.tasks.values() if t.workflow}
+    omitted = build_tree(lead, _task_rows(state, now), phases)
     queue = [
         QueuedCall(
             tool_use_id=record.tool_use_id,
@@ -352,22 +357,40 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
         held_requests=state.admission.pause.held_requests,
         approvals=approvals,
         limits=limits,
-        omitted=budget.omitted,
+        omitted=omitted,
         now=wall,
         started=wall - (now - tracker.started_at),
     )
 
 
-def _task_node(task: TaskInfo, book: AgentBook, now: float, budget: _Budget) -> AgentNode:
+def _task_rows(state: RunState, now: float) -> Iterator[AgentNode]:
+    """A node per task of the live run, each workflow's agents after it (:func:`build_tree`
+    hangs them)."""
+    book = state.agents.book
+    for task in state.stream.tracker.tasks.values():
+        node = _task_node(task, book, now)
+        judged = state.delivered.collected.ends.get(task.task_id)
+        if task.terminal and judged is not None and judged[0] == task.ended_seq:
+            # an agent the CLI called completed that was cut says how
+            node.state = judged[1].kind if judged[1].kind in CUT_ENDS else node.state
+        yield node
+        for index, agent in sorted(task.workflow_agents.items()):
+            yield _workflow_agent_node(task, index, agent, book, task.terminal)
+
+
+def _task_node(task: TaskInfo, book: AgentBook, now: float) -> AgentNode:
     count = book.agent(task.task_id)
     ended = task.ended_at if task.ended_at is not None else now
     state = (
         "running" if not task.terminal else ("done" if task.status == "completed" else task.status)
     )
-    node = AgentNode(
+    run = task.workflow
+    label = (run.name or run.description or task.description) if run else None
+    return AgentNode(
         id=task.task_id,
         kind="workflow" if task.is_workflow else "agent",
-        label=plain(task.description or task.subagent_type or task.task_id) or task.task_id,
+        label=plain(label or task.description or task.subagent_type or task.task_id)
+        or task.task_id,
         state=state,
         tokens=(
             count.tokens if count is not None and count.tokens is not None else task.tokens or None
@@ -378,18 +401,6 @@ def _task_node(task: TaskInfo, book: AgentBook, now: float, budget: _Budget) -> 
         model=plain(count.sent_model, 80) if count is not None else None,
         parent=task.parent_task_id,
     )
-    run = task.workflow
-    if run is None:
-        return node
-    node.label = plain(run.name or run.description or task.description) or task.task_id
-    agents = [
-        _workflow_agent_node(task, index, run.agents[index], book, task.terminal)
-        for index in sorted(run.agents)
-        if budget.take()
-    ]
-    node.children = phase_nodes(task.task_id, agents, run.phases)
-    node.tokens = node.tokens or total(c.tokens for c in node.children)
-    return node
 
 
 def _workflow_agent_node(
@@ -419,5 +430,6 @@ def _workflow_agent_node(
         last_tool=plain(count.last_tool, 80) if count is not None else None,
         duration_s=agent.duration_ms / 1000 if agent.duration_ms is not None else None,
         model=plain(agent.model or (count.sent_model if count is not None else None), 80),
+        parent=task.task_id,
         phase=agent.phase,
     )

@@ -1,19 +1,10 @@
 """A run in the registry while it goes: its entry, its control endpoint, its watch feed.
 
-:func:`registered` wraps a run's whole stream (the coordinator's entry points call it
-around everything else, the relay included). Before the first item it registers the run
-with its process's registry (:func:`~.registry.process_registry`), starts the run's
-control endpoint (:mod:`.endpoint`) on the run's own loop and writes its entry; each item
-goes to the watch feed as the NDJSON lines of ``ask --json`` (the run's own
-:class:`~teamlead._ndjson.JsonProgress`, reading what the run made of each item), and the
-entry learns the session id once the run has one. When the run's ``Finished`` comes, the
-run is kept in the user's run history (:mod:`.recorded`); after it has gone to the
-watchers, the endpoint stops and the entry goes, and only then is ``Finished`` yielded: a
-caller that stops reading at ``Finished`` leaves nothing behind.
-
-A run that cannot register (the directory cannot be used, no asyncio loop) goes on
-unregistered, with one warning line; a run of a state made with ``registry=False`` (or
-under ``TEAMLEAD_NO_REGISTRY=1``) does not try.
+:func:`registered` wraps a run's whole stream: before the first item it registers the run
+(:func:`~.registry.process_registry`), starts its control endpoint on the run's own loop and
+writes its entry; each item goes to the watch feed as ``ask --json``'s NDJSON lines, and the
+entry learns the session id. A run that cannot register goes on unregistered, with one
+warning line; one whose process state or environment says not to does not try.
 """
 
 from __future__ import annotations

@@ -1,31 +1,18 @@
 """Every run of this user, findable: the registry of live runs in a per-user directory.
 
-Each run (``teamlead ask`` and ``resume``, the library's ``query``, ``resume_session`` and
-``receive_all``) registers itself while it goes: an entry ``<run>.json`` and its control
-endpoint, a Unix socket ``<run>.sock`` (the protocol is :mod:`.endpoint`'s), side by side
-in the user's runtime directory:
+Each run registers itself while it goes: an entry ``<run>.json`` and its control endpoint,
+a Unix socket ``<run>.sock`` (:mod:`.endpoint`), side by side in the user's runtime
+directory (:func:`runtime_dir`: ``TEAMLEAD_RUNTIME_DIR``, else
+``$XDG_RUNTIME_DIR/teamlead``, else ``teamlead-<uid>`` in the temp directory).
 
-- ``TEAMLEAD_RUNTIME_DIR`` when set (each test world has its own);
-- else ``$XDG_RUNTIME_DIR/teamlead``;
-- else ``teamlead-<uid>`` in the system's temp directory.
-
-An entry's command line carries no credential: URLs are shown without their user and
-password (:func:`~teamlead._redact.without_password`), secret-looking variables' values
-redacted, when it is written and when it is read.
-
-The directory is made mode 0700 when missing; one that exists must be this user's own real
-directory that no one else can write to (not a symlink, not another user's, not shared like
-a sticky temp directory), and is never changed (:func:`runtime_private`): otherwise the run is
-not registered, with one warning naming a private alternative, and goes on. Entries are
-written mode 0600 and replaced atomically. A run removes its entry and socket when it ends;
-an entry whose process is gone (its pid no longer runs, or runs a process that started at
-another time: the pid was reused) is dead, and whoever lists the runs prunes it with its
-socket file.
-
-An entry is read as data from a file anyone with this user's rights could have written:
-at most :data:`MAX_ENTRY_BYTES`, every field type-checked, unknown fields kept; a bad entry
-is skipped, never fatal. Nothing here loads the SDK: ``teamlead ps`` and the other verbs
-read the registry in a fraction of a second.
+The directory is made mode 0700 when missing; one that exists must be this user's own
+private, real directory and is never changed (:func:`runtime_private`), else the run goes
+on unregistered with one warning naming a private alternative. Entries are written mode
+0600, atomically, with no credential in their command line. A run removes its entry and
+socket when it ends; an entry whose pid no longer runs the process that wrote it is dead,
+and whoever lists the runs prunes it. An entry is read as untrusted data: at most
+:data:`MAX_ENTRY_BYTES`, every field type-checked, unknown fields kept, a bad entry
+skipped. Nothing here loads the SDK, so ``teamlead ps`` is fast.
 
 Example:
     >>> registry = Registry(runtime_dir())  # doctest: +SKIP

@@ -1,30 +1,17 @@
 """A run read back from its NDJSON log (``teamlead ask --json``'s output), as a
 :class:`~.detail.RunDetail`: what ``teamlead view run.ndjson`` shows.
 
-The log is the user's file, but its lines are the agents' words: it is read with limits
-(at most :data:`MAX_LOG_BYTES`, each line at most :data:`MAX_LINE_BYTES`, at most
-:data:`~.detail.MAX_NODES` agents followed), every line a JSON object or skipped, and each
-record the page needs parsed into its event type at this edge (teamlead's events, and the
-tracker's: :mod:`teamlead._ndjson` wrote them); unknown types and malformed records are
-skipped, and older versions read as their fields allow. Every text goes through
-:func:`~.detail.plain`.
+The log's lines are the agents' words, so it is read with limits (:data:`MAX_LOG_BYTES`,
+:data:`MAX_LINE_BYTES` a line, :data:`~.detail.MAX_NODES` agents); each record is parsed
+into its event type at this edge, unknown types and malformed records skipped, older
+versions read as their fields allow, every text through :func:`~.detail.plain`.
 
-One builder makes the tree of either source of its rows (each a :class:`~.detail.AgentNode`),
-each agent under its parent (the lead when none), a workflow's agents under its phases:
-
-- **a finished run's log**: its ``finished`` line's rows are the truth (denied and rejected
-  calls and teammates under the lead); the last ``agent_usage`` of each agent gives its
-  last tool (and the lead's tokens and requests);
-- **a log that ends without a ``finished`` line**, the log of a run that was killed, whose
-  machine was lost, or that still runs: the rows are rebuilt from the records there are
-  (each task's start with its parent, its progress and its end; each workflow's phases and
-  agents; the Agent calls that never became a task and what the spawn gate did with them;
-  each agent's usage). The run's status is :data:`UNFINISHED`, and so is every agent whose
-  end the log does not hold; durations are the ones the records give (the CLI's for a task
-  that ended, a workflow agent's).
-
-The lead's last tool is the last tool of its last message that called one (``lead_turn``).
-A file with no record of a run at all is refused.
+A finished run's rows are its ``finished`` line's (each agent's last ``agent_usage`` adds
+its last tool). A log with no ``finished`` line (the run was killed, lost its machine, or
+still runs) is rebuilt from its records: each task with its parent, progress and end, each
+workflow's phases and agents, the Agent calls that never became a task and what the gate
+did with them; the run, and every agent whose end the log lacks, is :data:`UNFINISHED`.
+A file with no record of a run is refused.
 
 Example:
     >>> detail = read_log(Path("run.ndjson"))  # doctest: +SKIP
@@ -34,9 +21,9 @@ Example:
 
 from __future__ import annotations
 
+import dataclasses
 import json
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +47,8 @@ from ..tracker import (
     TaskEnded,
     TaskProgress,
     TaskStarted,
+    Tracker,
+    WorkflowAgent,
     WorkflowAgentChanged,
     WorkflowEnded,
     WorkflowPhaseSeen,
@@ -71,10 +60,8 @@ from .detail import (
     LimitHistory,
     NodeKind,
     RunDetail,
-    attach,
-    phase_nodes,
+    build_tree,
     plain,
-    total,
 )
 
 __all__ = [
@@ -104,6 +91,16 @@ _KINDS: dict[str, NodeKind] = {
     "call": "call",
 }
 _ID = 120  # characters of an id kept
+#: what a workflow agent's record leaves out once known: kept from its earlier ones
+_KEPT = ("agent_id", "phase", "tokens", "duration_ms")
+_WORKFLOW = "local_workflow"  # a workflow task's ``task_type``
+_WORKFLOW_RECORDS = (WorkflowStarted, WorkflowPhaseSeen, WorkflowAgentChanged, WorkflowEnded)
+#: the fields a workflow agent's record tells of it
+_AGENT_FIELDS = tuple(
+    f.name
+    for f in dataclasses.fields(WorkflowAgent)
+    if f.name in {g.name for g in dataclasses.fields(WorkflowAgentChanged)}
+)
 _TOOL = 80
 
 
@@ -173,41 +170,6 @@ def detail_of_log(lines: Iterable[bytes | str], *, name: str = "log") -> RunDeta
     return log.detail(name)
 
 
-def _tree(lead: AgentNode, rows: Iterable[AgentNode], phases: Mapping[str, Sequence[str]]) -> int:
-    """Hang ``rows`` under ``lead`` (see the module docstring); ``phases`` are a workflow's
-    phase titles in order, by its row's id (else the order its agents came in).
-
-    Returns:
-        how many rows were left out (past :data:`MAX_NODES`).
-    """
-    nodes: dict[str, AgentNode] = {}
-    workflow_agents: dict[str, list[AgentNode]] = {}
-    taken = omitted = 0
-    for row in rows:
-        if taken >= MAX_NODES - 1:
-            omitted += 1
-            continue
-        taken += 1
-        if row.kind == "workflow_agent" and row.parent is not None:
-            workflow_agents.setdefault(row.parent, []).append(row)
-            continue
-        if row.id in nodes:
-            row.id = f"{row.id}#{len(nodes)}"
-        nodes[row.id] = row
-    for parent, agents in workflow_agents.items():
-        holder = nodes.get(parent)
-        if holder is None:  # its workflow's row is missing: a workflow of its own
-            holder = nodes[parent] = AgentNode(id=parent, kind="workflow", label=parent, state="?")
-        holder.kind = "workflow"
-        # the phases in the script's order, else in the order their agents came
-        titles = phases.get(parent) or list(dict.fromkeys(n.phase for n in agents if n.phase))
-        holder.children.extend(phase_nodes(parent, agents, titles))
-        if holder.tokens is None:
-            holder.tokens = total(node.tokens for node in agents)
-    attach(nodes, lead)
-    return omitted
-
-
 def _ident(value: str) -> str:
     """An id of the log, as the tree keeps it (plain, cut short)."""
     return plain(value, _ID) or "?"
@@ -243,47 +205,11 @@ def _finished_row(row: TaskDisposition, usage: Mapping[str, AgentUsage]) -> Agen
 
 
 # -- what the records of a log say -------------------------------------------------------
-@dataclass
-class _Agent:
-    """A workflow agent, as its ``workflow_agent`` records tell it (the latest wins, ids
-    and phases kept once known)."""
-
-    label: str
-    state: str
-    phase: str | None = None
-    agent_id: str | None = None
-    tokens: int | None = None
-    duration_ms: int | None = None
-    cached: bool = False
-
-
-@dataclass
-class _Task:
-    """A task, as its records tell it."""
-
-    label: str = ""
-    parent: str | None = None
-    workflow: bool = False
-    ended: str | None = None  # the status it ended with (the first end reported counts)
-    duration_s: float | None = None  # the CLI's, at its end
-    cli_tokens: int | None = None  # the CLI's count: progress, subagent turns, its end
-    last_tool: str | None = None
-    phases: dict[int, str] = field(default_factory=dict)
-    agents: dict[int, _Agent] = field(default_factory=dict)
-    workflow_ended: bool = False
-
-
-@dataclass
-class _Call:
-    """A lead's Agent call, and what the spawn gate did with it."""
-
-    label: str
-    state: str = UNFINISHED
-
-
 class _Log:
     """What a log's records say, folded in the order they came (:meth:`add`), and the run
-    it makes (:meth:`detail`). It follows at most :data:`MAX_NODES` tasks, calls and
+    it makes (:meth:`detail`). Its records are folded by a
+    :class:`~teamlead.tracker.Tracker`, as a live run's are (a workflow's changes as the
+    snapshots they came from). It follows at most :data:`MAX_NODES` tasks, calls and
     workflow agents; the rest are counted."""
 
     def __init__(self) -> None:
@@ -291,18 +217,18 @@ class _Log:
         self.finished: Finished | None = None
         self.usage: dict[str, AgentUsage] = {}
         self.limits = LimitHistory()
-        self.session: str | None = None
         self.first_at: float | None = None
         self.lead_tool: str | None = None
-        self.tasks: dict[str, _Task] = {}
-        self.calls: dict[str, _Call] = {}
-        self.by_tool_use: dict[str, str] = {}
+        self.tracker = Tracker()
+        self.spawned: dict[str, str] = {}  # an Agent call's state, by its tool_use id
+        self.workflows_ended: set[str] = set()
         self.followed = 0
         self.omitted = 0
 
     def add(self, event: object) -> None:
         """Fold one record's event in."""
         self.records += 1
+        tracker = self.tracker
         if isinstance(event, Finished):
             self.finished = event
         elif isinstance(event, AgentUsage):
@@ -311,18 +237,22 @@ class _Log:
         elif isinstance(event, ConcurrencyChanged):
             self.limits.record(event)
             self.first_at = event.at if self.first_at is None else min(self.first_at, event.at)
-        elif isinstance(event, SessionSeen):
-            self.session = self.session or event.session_id
         elif isinstance(event, LeadTurn):
             if event.tool_names:
                 self.lead_tool = event.tool_names[-1]
         elif isinstance(event, AgentCallSeen):
-            if event.tool_use_id not in self.calls and self._follow(new=True):
-                self.calls[event.tool_use_id] = _Call(plain(event.description) or "")
+            if event.tool_use_id not in tracker.agent_calls and self._follow(new=True):
+                tracker.apply(event)
         elif isinstance(event, SpawnDecided):
-            self._spawn(event)
-        elif isinstance(event, (TaskStarted, TaskProgress, TaskEnded, SubagentTurn)):
-            self._task_event(event)
+            if event.tool_use_id in tracker.agent_calls:
+                admitted = event.outcome == "admitted"
+                self.spawned[event.tool_use_id] = UNFINISHED if admitted else event.outcome
+        elif isinstance(event, (TaskStarted, TaskProgress, TaskEnded)):
+            new = isinstance(event, TaskStarted)
+            if event.task_id in tracker.tasks or self._follow(new=new):
+                tracker.apply(event)
+        elif isinstance(event, (SessionSeen, SubagentTurn)):
+            tracker.apply(event)
         else:
             self._workflow(event)
 
@@ -335,80 +265,30 @@ class _Log:
         self.followed += 1
         return True
 
-    def _task(self, task_id: str, *, new: bool = False) -> _Task | None:
-        task = self.tasks.get(task_id)
-        if task is None and self._follow(new=new):
-            task = self.tasks[task_id] = _Task()
-        return task
-
-    def _spawn(self, event: SpawnDecided) -> None:
-        call = self.calls.get(event.tool_use_id)
-        if call is not None:
-            call.state = UNFINISHED if event.outcome == "admitted" else event.outcome
-
-    def _task_event(self, event: TaskStarted | TaskProgress | TaskEnded | SubagentTurn) -> None:
-        if isinstance(event, SubagentTurn):
-            task = self.tasks.get(self.by_tool_use.get(event.parent_tool_use_id, ""))
-            if task is not None:
-                if event.tool_names:
-                    task.last_tool = plain(event.tool_names[-1], _TOOL)
-                if event.tokens:
-                    task.cli_tokens = (task.cli_tokens or 0) + event.tokens
-            return
-        task = self._task(event.task_id, new=isinstance(event, TaskStarted))
-        if task is None:
-            return
-        if isinstance(event, TaskStarted):
-            task.label = plain(event.description or event.subagent_type) or task.label
-            task.parent = event.parent_task_id or task.parent
-            task.workflow = task.workflow or event.task_type == "local_workflow"
-            if event.tool_use_id:
-                self.by_tool_use[event.tool_use_id] = event.task_id
-        elif isinstance(event, TaskProgress):
-            if event.tokens is not None:
-                task.cli_tokens = event.tokens
-            task.last_tool = plain(event.last_tool, _TOOL) or task.last_tool
-        else:
-            task.ended = task.ended or event.status
-            usage = event.usage or {}
-            task.duration_s = _seconds(usage.get("duration_ms")) or task.duration_s
-            if isinstance(usage.get("total_tokens"), int):
-                task.cli_tokens = int(usage["total_tokens"])
-
     def _workflow(self, event: object) -> None:
-        if isinstance(event, WorkflowStarted):
-            task = self._task(event.task_id, new=True)
-            if task is not None:
-                task.workflow = True
-                task.label = task.label or plain(event.description or event.name) or ""
-        elif isinstance(event, WorkflowPhaseSeen):
-            task = self._task(event.task_id)
-            if task is not None and (event.index in task.phases or len(task.phases) < MAX_NODES):
-                task.workflow = True
-                task.phases[event.index] = plain(event.title) or ""
-        elif isinstance(event, WorkflowAgentChanged):
-            task = self._task(event.task_id)
-            if task is None:
+        if not isinstance(event, _WORKFLOW_RECORDS):
+            return
+        if event.task_id not in self.tracker.tasks:  # a workflow made on first sight
+            started = event if isinstance(event, WorkflowStarted) else None
+            if not self._follow(new=started is not None):
                 return
-            task.workflow = True
-            agent = task.agents.get(event.index)
-            if agent is None:
-                if not self._follow(new=event.previous is None):
-                    return
-                agent = task.agents[event.index] = _Agent(label="", state=event.state)
-            agent.label = plain(event.label) or agent.label
-            agent.state = event.state
-            agent.phase = plain(event.phase) or agent.phase
-            agent.agent_id = event.agent_id or agent.agent_id
-            if event.tokens is not None:
-                agent.tokens = event.tokens
-            if event.duration_ms is not None:
-                agent.duration_ms = event.duration_ms
-            agent.cached = event.cached
+            text, name = (started.description, started.name) if started else ("", None)
+            self.tracker.apply(
+                TaskStarted(event.task_id, None, text, task_type=_WORKFLOW, workflow_name=name)
+            )
+        task = self.tracker.tasks[event.task_id]
+        if isinstance(event, WorkflowPhaseSeen) and 0 < event.index <= MAX_NODES:
+            titles = ("",) * (event.index - 1) + (event.title,)  # a snapshot's, up to it
+            self.tracker.apply(
+                TaskProgress(task.task_id, workflow_agents=(), workflow_phases=titles)
+            )
+        elif isinstance(event, WorkflowAgentChanged):
+            before = task.workflow.agents.get(event.index) if task.workflow else None
+            if before is not None or self._follow(new=event.previous is None):
+                agents = (_agent_of(event, before),)
+                self.tracker.apply(TaskProgress(task.task_id, workflow_agents=agents))
         elif isinstance(event, WorkflowEnded):
-            task = self._task(event.task_id)
-            if task is not None:
-                task.workflow = task.workflow_ended = True
+            self.workflows_ended.add(task.task_id)
 
     # -- the run --------------------------------------------------------------------------
     def detail(self, name: str) -> RunDetail:
@@ -428,9 +308,9 @@ class _Log:
         )
         if finished is not None:
             rows = (_finished_row(row, self.usage) for row in finished.tasks)
-            omitted = _tree(lead, rows, {})
+            omitted = build_tree(lead, rows, {})
         else:  # the records carry no wall clock but the governor's changes
-            omitted = _tree(lead, self._rows(), self._phases()) + self.omitted
+            omitted = build_tree(lead, self._rows(), self._phases()) + self.omitted
         tasks = finished.tasks if finished is not None else []
         started = [r.started_at for r in tasks if r.started_at is not None]
         ended = [r.ended_at for r in tasks if r.ended_at is not None]
@@ -440,7 +320,7 @@ class _Log:
             lead.duration_s = max(ended) - min(started)
         session = finished.session_id if finished is not None else None
         return RunDetail(
-            run=plain(session or self.session or name, 80) or name,
+            run=plain(session or self.tracker.session_id or name, 80) or name,
             source="log",
             status=status,
             reason=finished.reason if finished is not None else UNFINISHED_REASON,
@@ -455,34 +335,38 @@ class _Log:
         """The rows a ``finished`` line would have carried, as far as the records tell:
         each task (a workflow's agents after it), then each Agent call that never became a
         task."""
-        for task_id, task in self.tasks.items():
+        for task_id, task in self.tracker.tasks.items():
+            run = task.workflow
             usage = self.usage.get(task_id)
-            tool = None if task.workflow else task.last_tool  # a workflow's: an agent's label
+            tool = None if task.is_workflow else task.last_tool  # a workflow's: an agent's
             tokens = _usage_tokens(usage)
-            if tokens is None and not task.agents:  # a workflow's are its agents' (the tree's)
-                tokens = task.cli_tokens
+            if tokens is None and not (run and run.agents):  # a workflow's: its agents'
+                tokens = task.tokens or None
             node_id = _ident(task_id)
+            label = task.description or task.subagent_type or (run.name if run else None)
             yield AgentNode(
                 id=node_id,
-                kind="workflow" if task.workflow else "agent",
-                label=plain(task.label or task_id) or node_id,
-                state=_ended_state(task.ended) if task.ended is not None else UNFINISHED,
-                parent=_ident(task.parent) if task.parent else None,
+                kind="workflow" if task.is_workflow else "agent",
+                label=plain(label or task_id) or node_id,
+                state=_ended_state(task.status) if task.terminal else UNFINISHED,
+                parent=_ident(task.parent_task_id) if task.parent_task_id else None,
                 tokens=tokens,
                 requests=usage.requests if usage is not None else None,
                 last_tool=plain((usage.last_tool if usage is not None else None) or tool, _TOOL),
-                duration_s=task.duration_s,
+                duration_s=_seconds((task.usage or {}).get("duration_ms")),
             )
-            over = task.ended is not None or task.workflow_ended
-            for index in sorted(task.agents):
-                yield self._agent_row(task_id, index, task.agents[index], over)
-        for tool_use_id, call in self.calls.items():
-            if tool_use_id not in self.by_tool_use:
+            if run is not None:
+                over = task.terminal or task_id in self.workflows_ended
+                for index in sorted(run.agents):
+                    yield self._agent_row(task_id, index, run.agents[index], over)
+        for tool_use_id, call in self.tracker.agent_calls.items():
+            if not self.tracker.call_seen(tool_use_id):
                 node_id = _ident(tool_use_id)
-                label = plain(call.label or tool_use_id) or node_id
-                yield AgentNode(id=node_id, kind="call", label=label, state=call.state)
+                label = plain(call.description or tool_use_id) or node_id
+                state = self.spawned.get(tool_use_id, UNFINISHED)
+                yield AgentNode(id=node_id, kind="call", label=label, state=state)
 
-    def _agent_row(self, task_id: str, index: int, agent: _Agent, over: bool) -> AgentNode:
+    def _agent_row(self, task_id: str, index: int, agent: WorkflowAgent, over: bool) -> AgentNode:
         usage = self.usage.get(agent.agent_id) if agent.agent_id else None
         if agent.state == "done":
             state = "cached" if agent.cached else "done"
@@ -498,7 +382,7 @@ class _Log:
             label=plain(agent.label or f"agent {index}") or node_id,
             state=state,
             parent=_ident(task_id),
-            phase=agent.phase,
+            phase=plain(agent.phase),
             tokens=tokens if tokens is not None else agent.tokens,
             requests=usage.requests if usage is not None else None,
             last_tool=plain(usage.last_tool, _TOOL) if usage is not None else None,
@@ -508,10 +392,19 @@ class _Log:
     def _phases(self) -> dict[str, list[str]]:
         """Each workflow's phase titles, in the script's order."""
         return {
-            _ident(task_id): [task.phases[i] for i in sorted(task.phases)]
-            for task_id, task in self.tasks.items()
-            if task.phases
+            _ident(task_id): [plain(title) or "" for title in task.workflow.phases]
+            for task_id, task in self.tracker.tasks.items()
+            if task.workflow is not None and task.workflow.phases
         }
+
+
+def _agent_of(event: WorkflowAgentChanged, before: WorkflowAgent | None) -> WorkflowAgent:
+    """The workflow agent ``event`` tells, with what ``before`` told of it and ``event``
+    leaves out (:data:`_KEPT`)."""
+    said = {name: getattr(event, name) for name in _AGENT_FIELDS}
+    if before is not None:
+        said.update({name: getattr(before, name) for name in _KEPT if said[name] is None})
+    return WorkflowAgent(**said)
 
 
 def _ended_state(status: str) -> str:

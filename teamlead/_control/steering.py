@@ -1,24 +1,14 @@
 """What the control endpoint's ops do to one run: :class:`RunSteering` over its state.
 
 The endpoint (:mod:`.endpoint`) parses a request and calls one method here, on the run's
-own loop; each reads the run's state or asks the part of it that owns what changes:
-
-- ``status``: what ``teamlead ps`` shows, read off the tracker, the gate, the agent
-  ledger and the pause;
-- ``detail``: what ``teamlead view`` shows of one run (:func:`~.detail.live_detail`): its
-  agent tree, its queue, its waiting approvals and its governor's limits over time, which
-  the steering keeps from the run's stream (:meth:`RunSteering.saw`);
-- ``stop``: a graceful stop asks the run to wrap up as its deadline would
-  (:meth:`~.stop.RunStop.wrap_up`: the work cut now, the lead answers once more from what
-  finished, ``Finished`` ``partial``/``interrupted``); ``now`` (or a run without a spawn
-  gate, which has no wrap-up) stops it at once (:meth:`~.stop.RunStop.request`). A paused
-  run is unpaused first, so its wrap-up can reach the model;
-- ``pause`` and ``unpause``: the run's :class:`~teamlead._gate.pause.Pause`;
-- ``amend``: the run's :class:`~teamlead.control.RunControl` (one is attached to a run
-  started without one), so an amend from outside is the same as one from code: checked,
-  applied on the run's loop, a ``run_amended`` event in its stream.
-
-A refusal is a :class:`~teamlead.errors.ControlError` whose message says why in one line.
+own loop; each reads the run's state or asks the part that owns what changes: ``status``
+(``teamlead ps``), ``detail`` (``teamlead view``, :func:`~.detail.live_detail`), ``stop``
+(a graceful stop wraps up as the deadline would, :meth:`~teamlead._run.stop.RunStop.wrap_up`;
+``now``, or a run without a spawn gate, stops at once; a paused run is unpaused first, so
+its wrap-up can reach the model), ``pause``/``unpause`` (the run's pause) and ``amend``
+(the run's :class:`~teamlead.control.RunControl`, one attached when it has none, so an
+amend from outside is one from code). A refusal is a
+:class:`~teamlead.errors.ControlError` saying why in one line.
 """
 
 from __future__ import annotations

@@ -1,35 +1,9 @@
-"""The coordinator's machinery, private: one run state, one job per module.
+"""The coordinator's machinery, private: one run context, one job per module.
 
-The public entry points in :mod:`teamlead.coordinator` create a run's
-:class:`~teamlead._run.state.RunState` and hand it to a driver of :mod:`.loop`, which
-drives the flow one way:
-
-- :mod:`.state` is the run: mode, options, clock, deadline, tracker, what was collected,
-  ledger, admission, the run's agents, relay hookup, pause and permission requests;
-- :mod:`.options` builds the run's CLI options, the one place they are written;
-- :mod:`.agents` is the run's agents (:class:`~teamlead._run.agents.RunAgents`): the
-  relay's agent ledger joined with the stream's task events, and ``Finished.tasks``'s
-  row per agent;
-- :mod:`.round` reads one round's messages within the deadline and, when the stream
-  ends, returns the round's :class:`~teamlead._run.outcome.RoundOutcome` (:mod:`.outcome`);
-  :mod:`.readback` reads back from the transcript what a broken stream never showed;
-- :mod:`.retry` decides, as a pure function, whether a failed resume is tried again;
-- :mod:`.collect` waits for the team, reads the inbox and falls back to summaries and
-  transcripts, returning deliveries;
-- :mod:`.resume_prompt` quotes the deliveries into the prompt that resumes the lead;
-- :mod:`.wrapup` answers with the finished work when the deadline comes near;
-- :mod:`.ledger` records what the run's :class:`~teamlead.events.Finished` will report, and
-  :mod:`.result` builds that one ``Finished`` and its rows, once, at the end;
-- :mod:`.relayed` hooks a run up to the request relay; :mod:`.process` is what a
-  process's runs share; :mod:`.stream` is a run's stream with the run's own parse of it;
-- :mod:`.stop` is a stop asked from outside; :mod:`.workflow_permission` lets the lead run
-  ``Workflow``; :mod:`.permissions` is the permission requests waiting for an answer.
-
-The runs seen and steered from outside (the registry, the control endpoint, steering,
-detail and the run log) are a wing of their own, :mod:`teamlead._control`, above this one.
-
-Admission (the spawn gate and every other agent's) is a package of its own,
-:mod:`teamlead._gate`, and the relay's per-agent meter another, :mod:`teamlead._metering`.
+:mod:`teamlead.coordinator` creates a run's :class:`~teamlead._run.state.RunState` and
+hands it to a driver of :mod:`.loop`; docs/layout.md names each module's job. The
+outside-control plane (:mod:`teamlead._control`), admission (:mod:`teamlead._gate`) and
+the relay's meter (:mod:`teamlead._metering`) are wings of their own.
 """
 
 from __future__ import annotations

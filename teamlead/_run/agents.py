@@ -219,25 +219,18 @@ class RunAgents:
                 status = "timeout"
             elif denied is not None:
                 status = "denied"
-            # a lost agent's result is missing work (a resume of its run may recover it);
-            # one stopped at the user's own timeout failed; one the spawn budget kept from
-            # starting did not run
-            disposition: Disposition = (
-                "not_run"
-                if status == "denied"
-                else "failed"
-                if status == "timeout"
-                else "missing"
-                if status in _FAILED
-                else parent.disposition
-            )
-            if (
-                disposition in ("not_run", "failed")
-                and status not in _FAILED
-                and status != "denied"
-            ):
-                # it finished: a resume of its run replays it, else its workflow's result
-                # never came
+            # one the spawn budget kept from starting did not run; one stopped at the user's
+            # own timeout failed; a lost one's result is missing work (a resume of its run
+            # may recover it); one that finished in a workflow that did not is included when
+            # a resume of its run replays it, else its workflow's result never came
+            disposition: Disposition = parent.disposition
+            if status == "denied":
+                disposition = "not_run"
+            elif status == "timeout":
+                disposition = "failed"
+            elif status in _FAILED:
+                disposition = "missing"
+            elif disposition in ("not_run", "failed"):
                 disposition = "included" if later is not None else "missing"
             reason = redact(agent.error) if agent.error else None
             if denied is not None:

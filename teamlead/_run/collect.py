@@ -1,16 +1,11 @@
 """Collection: wait for the team, read the lead's inbox, fall back for tasks -> deliveries.
 
-After each round the session runs a :class:`Collection` on the run state: it finds the
-session's team, waits (one ``wait_s`` budget for the whole run) for members that have not
-reported, turns fresh inbox entries into deliveries, and recovers every unused task result
-from its summary or transcript. It yields its events and, once iteration has ended, says
-what it found (:attr:`Collection.deliveries`), as a :class:`~.round.Round` says its
-outcome. Once a lead turn used a delivery, :func:`absorb` marks it and consumes its inbox
-entry, so nothing is delivered twice; :func:`dispositions` says, at the end, what became
-of every task and teammate.
-
-What was collected lives in the run state's :class:`~.state.Collected`, which only this
-module changes.
+After each round a :class:`Collection` finds the session's team, waits (one ``wait_s``
+budget for the whole run) for members that have not reported, turns fresh inbox entries
+into deliveries and recovers every unused task result from its summary or transcript;
+:func:`absorb` marks what a lead turn used (and consumes its inbox entry), so nothing is
+delivered twice; :func:`dispositions` says at the end what became of every task and
+teammate. Only this module changes the run's :class:`~.delivered.Collected`.
 """
 
 from __future__ import annotations
@@ -214,7 +209,7 @@ class Collection:
             )
             wait_started = self._clock.monotonic()
             result = None
-            async with self._state.stop.cancels():
+            with self._state.stop.cancels():
                 result = await wait_for_inbox(
                     team.lead_inbox,
                     until=self._members_reported,

@@ -1,19 +1,11 @@
 """The strict drop-in's view of a run: the SDK's own messages and exceptions, nothing else.
 
-:func:`teamlead.query` drives the same run as :func:`teamlead.run` (rounds, collection,
-resumes), with the user's options as given, through :class:`SdkRounds`, and shows the app
-what ``claude_agent_sdk.query`` would have shown it had the lead used every result
-(:func:`sdk_view`):
-
-- only the SDK's message types: teamlead's events (``Finished`` included) are left out;
-- every message of a round as the SDK yields it, except a round's last ``ResultMessage``
-  when teamlead goes on with another round (a resume, the wrap-up): that result is held
-  back, and dropped once the next round brings a result of its own. The app's last
-  ``ResultMessage`` is the run's final answer; after a resume its ``total_cost_usd`` is
-  the whole run's (every round's CLI process counted once);
-- the exception the last round's SDK call raised (``CLINotFoundError``, ``ProcessError``,
-  ``ResultError``, a transport's ``OSError``), raised after that round's result, as the
-  SDK raises it: teamlead retried and resumed what it could first.
+:func:`teamlead.query` drives the same run as :func:`teamlead.run`, with the user's options
+as given, through :class:`SdkRounds`, and shows the app what ``claude_agent_sdk.query``
+would have shown it had the lead used every result (:func:`sdk_view`): only the SDK's
+message types, a round's last ``ResultMessage`` held back while teamlead goes on from it,
+and the last round's exception after its messages (docs/library.md, "What differs from
+the SDK").
 """
 
 from __future__ import annotations

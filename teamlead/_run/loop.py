@@ -1,14 +1,11 @@
 """The run's drivers and its collect-and-resume loop, on one :class:`~.state.RunState`.
 
-A driver runs the first round (:func:`run_query` for a query, :func:`run_client` for a
-connected ``ClaudeSDKClient``) or rebuilds a finished session (:func:`run_resume`); then
-the resume loop collects what is outstanding, resumes the lead with it, retries transient
-failures (waiting at least the API's Retry-After), and stops when nothing is outstanding or
-the policy says so; :func:`~.result.finish` makes the one
-:class:`~teamlead.events.Finished`. Each job it hands off has its own module:
-:mod:`.round`, :mod:`.collect`, :mod:`.retry`, :mod:`.resume_prompt`, :mod:`.wrapup`,
-:mod:`.ledger` and :mod:`.result`. The run state's mode says which kind of round a resume
-is: a new CLI process (``query``) or the same client (``client``).
+A driver runs the first round (:func:`run_query`, :func:`run_client`) or rebuilds a
+finished session (:func:`run_resume`); then the resume loop collects what is outstanding,
+resumes the lead with it, retries transient failures (at least the API's Retry-After), and
+stops when nothing is outstanding or the policy says so, ending with the one
+:class:`~teamlead.events.Finished` (:func:`~.result.finish`). A resume round is a new CLI
+process in ``query`` mode, the same client in ``client`` mode.
 """
 
 from __future__ import annotations
@@ -340,7 +337,7 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
             if retry is None:
                 break
             ledger.add_cost(outcome)
-            async with state.stop.cancels():
+            with state.stop.cancels():
                 await state.clock.sleep(retry)
             if state.stop.requested:
                 yield interrupted(state)

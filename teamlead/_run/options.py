@@ -1,13 +1,10 @@
 """The CLI options of a run: one pure builder, the only place a run's options are written.
 
-A run starts its CLI from the user's options with teamlead's rules applied. Each rule's
-input is computed by the layer that owns it (the admission's PreToolUse hook and workflow
-cap, the permission list's ``can_use_tool`` wrapper, the session store's view, the relay's
-base URL, the trace context, the run mark and the stderr tail); the run hands them over in
-one :class:`Wiring`, and :func:`build_options` turns the user's options, the policy and the
-wiring into the CLI's options. Nobody else copies the options with a field changed: a piece
-known only later (the relay's URL when the relay is up, the trace context at the start)
-makes the run build its options again from the user's, with the new wiring.
+Each layer computes its rule's input (the admission's hook and workflow cap, the permission
+list's wrapper, the store's view, the relay's URL, the trace context, the run mark, the
+stderr tail) and the run hands them over in one :class:`Wiring`; :func:`build_options`
+turns the user's options, the policy and the wiring into the CLI's. A piece known only
+later makes the run build its options again from the user's, with the new wiring.
 
 The rules, in the order they apply (the user's options are never mutated):
 

@@ -13,12 +13,12 @@ escapes it (a terminal with :func:`~teamlead._redact.terminal_safe`, a page as t
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .._parse import tool_summary
 from ..clock import Clock
 from ..tracker import StreamParse
 
@@ -39,20 +39,6 @@ LabelFor = Callable[[str | None], str]
 _WHAT_CHARS = 200
 #: Requests listed as waiting at once (more are counted, not listed).
 MAX_WAITING = 200
-
-#: The input field that says what a tool call wants, by tool.
-_MAIN_FIELD = {
-    "Bash": "command",
-    "Write": "file_path",
-    "Edit": "file_path",
-    "MultiEdit": "file_path",
-    "Read": "file_path",
-    "NotebookEdit": "notebook_path",
-    "WebFetch": "url",
-    "WebSearch": "query",
-    "Grep": "pattern",
-    "Glob": "pattern",
-}
 
 
 @dataclass(frozen=True)
@@ -149,21 +135,13 @@ def clip(text: str, limit: int) -> str:
 def describe_request(tool: str, tool_input: Mapping[str, Any]) -> str:
     """What a tool call wants, in one short line of plain (not yet escaped) text.
 
-    A command, a path, a URL; a ``Workflow`` call its script's name, description and
-    phases (or the predefined workflow's name or script path); any other tool its input as
-    compact JSON.
+    A ``Workflow`` call its script's name, description and phases (or the predefined
+    workflow's name or script path); any other call what it works on, as a subagent's tool
+    call shows it (:func:`~teamlead._parse.tool_summary`).
     """
     if tool == "Workflow":
         return _describe_workflow(tool_input)
-    key = _MAIN_FIELD.get(tool)
-    value = tool_input.get(key) if key else None
-    if isinstance(value, str) and value.strip():
-        return clip(value, _WHAT_CHARS)
-    try:
-        shown = json.dumps(dict(tool_input), ensure_ascii=False, default=str, sort_keys=True)
-    except (TypeError, ValueError):
-        shown = repr(dict(tool_input))
-    return clip(shown, _WHAT_CHARS)
+    return clip(tool_summary(tool_input), _WHAT_CHARS)
 
 
 def _describe_workflow(tool_input: Mapping[str, Any]) -> str:

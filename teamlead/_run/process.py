@@ -1,17 +1,11 @@
 """What the runs of one process share, in one object: :class:`ProcessState`.
 
-A run is not alone in its process: concurrent runs (an app serving several users, the
-trials of an experiment) share the request relay of each upstream, the governor of each
-account, the account a Ray worker points them at, the cap on subagents running at
-once, the list of live runs a signal stops, and the registry their entries and control
-endpoints are kept in (``teamlead ps``; :mod:`teamlead._control`), and the telemetry providers
-teamlead builds from the ``OTEL_*`` variables. All of that lives in one
-:class:`ProcessState`, made lazily as the process's default (:func:`default_process_state`)
-and passable explicitly (``teamlead.run(..., process=...)``): a test, or an app that
-wants two separate sets in one process, makes its own. Two states share no relay,
-governor, spawn cap or live-run list; they meet only where sharing is the point: an
-account outside the process (a machine or Redis account), and a registry directory in
-common, where ``teamlead ps`` lists the runs of both.
+Concurrent runs in one process (an app serving several users, an experiment's trials)
+share the relays, governors, account, spawn cap, live runs, registry and telemetry
+providers. The process's default state is made lazily (:func:`default_process_state`);
+a test, or an app that wants two separate sets, passes its own (``process=``). Two states
+meet only where sharing is the point: an account outside the process (machine, Redis) and
+a registry directory in common.
 
 Example:
     >>> shared = ProcessState(spawn_limit=4, registry=False)

@@ -1,20 +1,11 @@
 """Reading back, from the session's transcript, what a broken stream never showed.
 
-When the SDK's reader fails in the middle of a round (a message over its
-``max_buffer_size``, a torn line), the round ends and its CLI with it. What the CLI had
-done by then still happened, though the stream never showed it:
-
-- an agent or workflow it launched ran, and wrote its own transcript or journal;
-- an Agent call it read but whose hook was never answered did not run.
-
-The session's transcript (:mod:`teamlead._claude.saved_session`) holds both: the
-``toolUseResult`` that names each launched agent and workflow run, and every Agent call
-the lead made.
-:func:`read_back` feeds the launches the stream missed to the run (its tracker, its
-agents, its gate) the way a round does, so the collection waits for those agents and reads
-what they left (a workflow that the broken round's CLI took down with it is resumed from
-its journal, as after a crash); after an oversized message, the calls the stream never
-showed and that never launched are accounted for as rejected, with the reason.
+When the SDK's reader fails mid-round (a message over its ``max_buffer_size``, a torn
+line), the round and its CLI end, but what the CLI had done still happened: agents and
+workflows it launched ran, and Agent calls whose hook was never answered did not.
+:func:`read_back` feeds the launches the transcript shows and the stream missed to the run,
+as a round does, so collection waits for them and reads what they left; after an
+oversized message, the calls that never launched are accounted for as rejected.
 """
 
 from __future__ import annotations

@@ -1,16 +1,10 @@
 """The request relay around one coordinated run: on by default, off with one switch.
 
-:func:`relayed` puts the relay of the run's process (:mod:`teamlead._relay`, the pool of
-its :class:`~teamlead.ProcessState`) in front of a run's CLI, for the run's upstream and
-account: it starts a run of the shared relay, whose base URL the run's options then carry
-as ``ANTHROPIC_BASE_URL`` (:func:`~.options.build_options`), publishes the relay's events
-(:class:`~teamlead.events.RateLimited`, :class:`~teamlead.events.ConcurrencyChanged`) to the
-run's event bus (:mod:`.bus`), and gives the run's builder its
-:class:`~teamlead.events.RelaySummary` for ``Finished``.
-
-The relay is skipped when ``Policy(relay=False)`` or ``TEAMLEAD_NO_RELAY`` is set, with a
-one-line note for Bedrock/Vertex and non-HTTP(S) base URLs, and with a one-line warning
-when it cannot start (the run then goes direct).
+:func:`relayed` puts the relay of the run's process in front of a run's CLI (the options
+then carry its base URL), publishes the relay's events to the run's event bus and gives the
+run its :class:`~teamlead.events.RelaySummary`. The relay is skipped, with one line saying
+why, when it is turned off, does not apply (Bedrock, Vertex, a non-HTTP base URL) or cannot
+start: the run then goes direct (docs/rate-limits.md).
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
 """The run's result: the :class:`~teamlead.events.Finished` a run ends with, built only here.
 
-A run stopped before its lead started gets :func:`stopped_before_start`. Any other run gets
-:func:`finish`, which runs once, at the end, on what the run recorded: the rows of every task
-and teammate (:func:`~.collect.dispositions`), every agent's usage and each workflow's
-agents (:meth:`~.agents.RunAgents.rows`), the results cut to size (:func:`~.collect.cut_rows`,
-:func:`~.collect.with_results`), the Agent and Workflow calls the admission refused (its
-records, and a ``call`` row per denied Workflow call), the relay's summary; then
-:func:`build_finished` decides from the ledger (:class:`~.ledger.Ledger`: resumes, cost,
-the first stream error, why it stopped resuming) the status, the reasons and the one
-reason code. Nothing patches a ``Finished`` after it is built.
+A run stopped before its lead started gets :func:`stopped_before_start`; any other run
+gets :func:`finish`, once, at the end, from what the run recorded (its rows, the agents'
+usage, what the admission refused, the relay's summary); :func:`build_finished` decides
+from the :class:`~.ledger.Ledger` the status, the reasons and the one reason code.
+Nothing patches a ``Finished`` after it is built.
 """
 
 from __future__ import annotations

@@ -1,25 +1,12 @@
 """One round: a lead turn's messages read within the deadline, then the round's outcome.
 
-A :class:`Round` is an async iterator over one stream (a query generator, or a client's
-``receive_messages()``) of one run (:class:`~.state.RunState`). It feeds every message to
-the run's tracker once, shows the parsed events to the run's spawn gate, and yields the
-message unchanged (the events the gate and the relay publish meanwhile reach the stream
-through the run's event bus, :mod:`.bus`). Each read is
-bounded by the run's deadline on the run's clock (and, for a client's never-ending
-stream, by the idle timeout). When iteration ends the stream is closed and
-:attr:`Round.outcome` says whether the lead answered, and if not, why, so nothing but the
-SDK's own messages and teamlead's events travels in the stream.
-
-With a session store, a workflow's journal is mirrored into it as the round goes: after
-each message that moved a workflow on, every :data:`JOURNAL_POLL_S` while a read waits and
-a workflow is open (the CLI may write a result line after the progress it announced), and
-once when the round ends; so a machine that dies leaves the store every agent that
-finished.
-
-A lead request the relay saw fail with 429 or 529 and a ``retry-after`` header puts that
-wait on the outcome (:attr:`RoundOutcome.retry_after`), so a resume retry waits at least
-that long: the round watches the bus on a subscription of its own, so it sees that event
-however the stream is read.
+Each message is fed to the run once, shown to the spawn gate and yielded unchanged; each
+read is bounded by the run's deadline (and a client's stream by the idle timeout). With a
+session store, the open workflows' journals are mirrored into it as the round goes (after
+each message that moved a workflow, every :data:`JOURNAL_POLL_S` while a read waits, and at
+the end), so a machine that dies leaves the store every agent that finished. The round
+watches the run's bus on its own subscription for the lead's 429/529 ``retry-after``, which
+a resume retry then waits at least (:attr:`RoundOutcome.retry_after`).
 """
 
 from __future__ import annotations

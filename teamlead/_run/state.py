@@ -1,30 +1,8 @@
 """The run context: one coordinated run's parts, each owning its data, in one object.
 
-The entry points (:func:`teamlead.run`, :func:`teamlead.resume_session`,
-:class:`teamlead.ClientRun` and :func:`teamlead.receive_all`) create a :class:`RunState`
-with :func:`new_run`; the drivers in :mod:`.loop` hand it to each :class:`~.round.Round`,
-to collection (:mod:`.collect`) and to the wrap-up (:mod:`.wrapup`), which ask the part
-they need. Its parts:
-
-- :class:`Asked`: what the run was asked and with what policy: the mode (``query``, each
-  round a new CLI process, or ``client``, one connected ``ClaudeSDKClient``), the user's
-  options and the run's pieces of them (:class:`~.options.Wiring`), built into the CLI's
-  options by :func:`~.options.build_options`, the session store, the turns;
-- :class:`Streamed`: the tracker and what the run made of the message it fed last (the
-  :class:`~teamlead.tracker.StreamParse` every other reader of its stream reads), the
-  CLI's state and stderr tail;
-- the run's :class:`~teamlead._gate.admission.Admission`, the one owner of every agent's
-  and request's admission (its pool and cap, the pause, the timeout and budgets), and
-  every agent of the run (:class:`~.agents.RunAgents`);
-- :class:`Outside`: what reaches the run from outside while it goes: the permission
-  requests waiting for an answer, the user's :class:`~teamlead.control.RunControl`;
-- the run's :class:`~.bus.EventBus`: its producers (the gate, the relay, the agents'
-  metering, the control) publish there, and each consumer (the public stream, a round
-  watching for the lead's Retry-After) subscribes;
-- :class:`~.delivered.Delivered`: what was collected and delivered, and the ledger;
-- the relay hookup, the clock, the :class:`Deadline` and the wrap-up point before it,
-  the stop asked from outside, and the :class:`~.process.ProcessState` the run shares
-  with the process's other runs (their relays, governors, spawn cap).
+The entry points create a :class:`RunState` with :func:`new_run`; the drivers in
+:mod:`.loop` hand it to each round, to collection and to the wrap-up, which ask the part
+they need (the parts are listed on :class:`RunState`).
 """
 
 from __future__ import annotations
@@ -43,6 +21,7 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from .._claude import claude_config_dir
 from .._gate import Admission
+from .._private import write_private
 from .._procs import stop_marked
 from .._redact import redact
 from .._sessions import RunStore
@@ -158,6 +137,11 @@ class Streamed:
     last_parsed: tuple[object, list[TrackedEvent]] | None = field(default=None, repr=False)
     cli_gone: bool = False
 
+    def heard(self, line: str) -> None:
+        """One stderr line of the CLI: kept in :attr:`stderr_tail` unless it is blank."""
+        if line.strip():
+            self.stderr_tail.append(line.strip())
+
     def feed(self, message: Any) -> list[TrackedEvent]:
         """Fold one SDK message (typed or raw) into the tracker; returns its events."""
         events = self.tracker.feed(message)
@@ -166,13 +150,8 @@ class Streamed:
 
     def events_of(self, item: object) -> list[TrackedEvent]:
         """What the run made of ``item``, the message it fed last (see :meth:`feed`); no
-        events for anything else (teamlead's own events, the relay's).
-
-        Every layer over the run's rounds passes each item on at once, so the message a
-        reader of the stream holds is the one the run fed last: the readers (the CLI's
-        views, the NDJSON writer, telemetry, the experiment runner) ask here instead of
-        parsing it again.
-        """
+        events for anything else. Every layer over the rounds passes each item on at once,
+        so a reader of the stream asks here instead of parsing it again."""
         parsed = self.last_parsed
         return list(parsed[1]) if parsed is not None and parsed[0] is item else []
 
@@ -324,17 +303,12 @@ class RunState:
         session's run directory (mode 0600), for a prompt that quotes only its head and
         tail; returns the path, or ``None`` if it could not be written."""
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in delivery.key)[:80]
-        folder = (
-            self.ask.config_dir
-            / "teamlead-runs"
-            / (self.stream.tracker.session_id or self.ask.mark)
-        )
+        session = self.stream.tracker.session_id or self.ask.mark
+        folder = self.ask.config_dir / "teamlead-runs" / session
         path = folder / f"result-{safe}.txt"
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                out.write(redact(delivery.text))
+            write_private(path, redact(delivery.text))
         except OSError:
             return None
         return str(path)
@@ -444,12 +418,7 @@ def new_run(
     store = None
     if user.session_store is not None and not verbatim:
         store = RunStore(user.session_store, config_dir=config_dir, cwd=user.cwd)
-    tail: collections.deque[str] = collections.deque(maxlen=_STDERR_LINES)
-
-    def to_tail(line: str) -> None:  # the CLI's last lines, quoted when its stream breaks
-        if line.strip():
-            tail.append(line.strip())
-
+    stream = Streamed(tracker=Tracker(clock=clock))
     wiring = Wiring(
         client=mode == "client",
         hook=admission.hook_matcher(),
@@ -458,7 +427,7 @@ def new_run(
         permissions=permissions.wrap,  # the run lists what waits for an answer
         store_view=store.view if store is not None else None,
         run_mark=mark,
-        stderr=to_tail,
+        stderr=stream.heard,
         verbatim=verbatim,
     )
     ask = Asked(
@@ -473,7 +442,7 @@ def new_run(
     )
     state = RunState(
         ask=ask,
-        stream=Streamed(tracker=Tracker(clock=clock), stderr_tail=tail),
+        stream=stream,
         admission=admission,
         agents=RunAgents(policy, clock, admission, publish=bus.publish),
         outside=Outside(permissions=permissions),

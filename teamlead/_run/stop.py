@@ -17,8 +17,7 @@ tools; the ``Finished`` that follows is ``partial`` with reason ``interrupted`` 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable, Iterator
 
 import anyio
 
@@ -37,7 +36,6 @@ class RunStop:
     def __init__(self, on_request: Callable[[str], None] | None = None) -> None:
         self.reason: str | None = None
         self._on_request = on_request
-        self._event: anyio.Event | None = None  # set at a request of either kind
         #: called once, when the run has ended (its process forgets it then)
         self.on_done: Callable[[RunStop], None] | None = None
         #: why a graceful stop was asked (the run wraps up), if one was
@@ -82,29 +80,21 @@ class RunStop:
         return bool(self._listeners)
 
     def _tell(self) -> None:
-        if self._event is not None:
-            self._event.set()
         for listener in list(self._listeners):
             listener()
 
-    @asynccontextmanager
-    async def cancels(self) -> AsyncIterator[None]:
+    @contextlib.contextmanager
+    def cancels(self) -> Iterator[None]:
         """Run the block until it ends or a stop of either kind is asked, which cancels it:
         a wait for the run's work (a teammate's report, a retry's backoff) ends then."""
-        if self._event is None:  # made in the run's event loop, on first use
-            self._event = anyio.Event()
+        with anyio.CancelScope() as scope:
             if self.requested or self.wrapping:
-                self._event.set()
-        stopped = self._event
-        async with anyio.create_task_group() as waits:
-
-            async def on_stop() -> None:
-                await stopped.wait()
-                waits.cancel_scope.cancel()
-
-            waits.start_soon(on_stop)
-            yield
-            waits.cancel_scope.cancel()
+                scope.cancel()
+            leave = self.subscribe(scope.cancel)
+            try:
+                yield
+            finally:
+                leave()
 
     def done(self) -> None:
         """The run has ended: it no longer listens; idempotent."""

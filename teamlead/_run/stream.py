@@ -1,14 +1,10 @@
 """A run's stream with the run's own parse of it: :class:`RunStream`.
 
-:func:`teamlead.run` and :func:`teamlead.resume_session` yield a run's items and keep its
-state to themselves. The readers of the stream inside teamlead (the CLI's views, focus and
-approval labels, the experiment runner) need what the run made of each item too, and read
-it here rather than parsing the stream once more: a :class:`RunStream` iterates the same
-items, and is the run's :class:`~teamlead.tracker.StreamParse` (its tracker, and the events
-of the item it yielded last).
-
-The run's state is made when the stream is first read, on the event loop that reads it, as
-the entry points do; until then there is no tracker.
+teamlead's own readers of a run's stream (the CLI's views, the experiment runner) need what
+the run made of each item too: a :class:`RunStream` iterates the same items as
+:func:`teamlead.run` and is the run's :class:`~teamlead.tracker.StreamParse`, so nothing
+parses the stream again. The run's state is made when the stream is first read, on the
+event loop that reads it.
 
 Example:
     >>> run = RunStream(make_state, items_of)  # doctest: +SKIP
@@ -71,5 +67,5 @@ class RunStream:
 
     def events_of(self, item: object) -> list[TrackedEvent]:
         """What the run made of ``item``, the item it yielded last
-        (:meth:`~teamlead._run.state.RunState.events_of`)."""
+        (:meth:`~teamlead._run.state.Streamed.events_of`)."""
         return self._state.stream.events_of(item) if self._state is not None else []

@@ -1,13 +1,11 @@
-"""The deadline's wrap-up (Pi's rule): at the reserve, stop what still runs, then answer.
+"""The deadline's wrap-up: at the reserve, stop what still runs, then answer.
 
-When the spawn gate's wrap-up point cuts a round, the session calls :func:`wrap_up`: the
-gate closes (queued calls are denied), the tasks still running are marked stopped (the
-round already ended the CLI's process tree, or ``wrap_round`` stops them on a live
-client), what finished is collected, and one round resumes the lead with no tools,
-quoting every collected result and naming what did not finish. The ledger records the
-stop as ``deadline``, so the run ends ``partial`` with an answer from the finished work.
-A graceful stop (``teamlead stop``, :meth:`~.stop.RunStop.wrap_up`) starts the same
-wrap-up at once; its stop is recorded as ``interrupted``.
+When the spawn gate's wrap-up point cuts a round, :func:`wrap_up` closes the gate (queued
+calls are denied), marks the tasks still running stopped, collects what finished, and runs
+one round that resumes the lead with no tools, quoting every collected result and naming
+what did not finish: the run ends ``partial`` (``deadline``) with an answer from the
+finished work. A graceful stop (``teamlead stop``) starts the same wrap-up at once
+(``interrupted``).
 """
 
 from __future__ import annotations
