@@ -199,7 +199,9 @@ class TelemetrySource:
                     "pip install -e '.[otel]' in the teamlead checkout",
                     exc.name or exc,
                 )
-            except RuntimeError as exc:  # the SDK's: an unknown exporter or protocol
+            except Exception as exc:  # noqa: BLE001 - telemetry never stops the run
+                # RuntimeError is the SDK's for an unknown exporter or protocol; anything
+                # else would be an SDK whose configuration helpers (private) have changed
                 self._own_failed = True
                 log.warning("OpenTelemetry export off: %s", exc)
             return self._own
