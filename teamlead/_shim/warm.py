@@ -27,6 +27,7 @@ then the launcher sends a byte per stop signal, and the worker's last line is ``
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import resource
 import select
@@ -44,6 +45,7 @@ __all__ = ["Request", "main", "serve_warm"]
 _REQUEST_S = 5.0  # a connected launcher sends its request and its go in this
 _MAX_REQUEST = 4 << 20
 _REAP_TICK_S = 1.0
+_PR_SET_PDEATHSIG = 1
 _MAGIC = b"tlc1"
 # what a session loads beyond the doors: modules the relay and the event loop import late
 _LATE_IMPORTS = (
@@ -101,10 +103,11 @@ def serve_warm(listener: socket.socket, idle_s: float) -> None:
         return
     while True:
         taken, tell = os.pipe()
+        warm = os.getpid()
         pid = os.fork()
         if pid == 0:
             os.close(taken)
-            _worker(listener, tell)
+            _worker(listener, tell, warm)
         os.close(tell)
         ready = _taken(taken, idle_s)
         os.close(taken)
@@ -194,11 +197,12 @@ def _reap() -> None:
             pass
 
 
-def _worker(listener: socket.socket, tell: int) -> None:
-    """Wait for one launcher (``tell`` the warm process when it comes) and run its session
-    in this process; never returns. A worker whose warm process has ended ends too."""
+def _worker(listener: socket.socket, tell: int, warm: int) -> None:
+    """Wait for one launcher (``tell`` the warm process, pid ``warm``, when it comes) and
+    run its session in this process; never returns. A worker still waiting ends with its
+    warm process."""
     try:
-        conn = _accept(listener)
+        conn = _accept(listener, warm)
         os.write(tell, b"1")
         os.close(tell)
         listener.close()
@@ -231,16 +235,22 @@ def _worker(listener: socket.socket, tell: int) -> None:
         os._exit(code)
 
 
-def _accept(listener: socket.socket) -> socket.socket:
-    """The next launcher's connection; ends this process once its parent has ended."""
-    parent = os.getppid()
-    listener.settimeout(_REAP_TICK_S)
-    while True:
-        try:
-            return listener.accept()[0]
-        except TimeoutError:
-            if os.getppid() != parent:
-                os._exit(0)
+def _accept(listener: socket.socket, warm: int) -> socket.socket:
+    """The next launcher's connection. While it waits, this process ends with the warm
+    process ``warm``, its parent (a worker left waiting would hold the name and turn the
+    next launcher away); once it has a session, the session goes on whatever becomes of
+    the warm process."""
+    _ends_with_parent(signal.SIGKILL)
+    if os.getppid() != warm:  # it ended before that
+        os._exit(0)
+    conn = listener.accept()[0]
+    _ends_with_parent(0)
+    return conn
+
+
+def _ends_with_parent(signum: int) -> None:
+    """The signal this process gets when its parent ends (0: none), as ``prctl`` sets it."""
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0)
 
 
 def _receive(conn: socket.socket) -> Request:

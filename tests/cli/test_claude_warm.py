@@ -4,8 +4,8 @@ streams, argv, environment and working directory.
 
 Every test of ``test_claude_shim.py`` runs warm too (the default); these check what only
 the warm path has: one warm process serving apps of separate worlds, the app's resource
-limits, its idle end, a launcher killed mid-session, a bad request on its socket, and the
-bad setting.
+limits, its idle end, a launcher killed mid-session, the warm process killed from outside,
+a bad request on its socket, and the bad setting.
 """
 
 from __future__ import annotations
@@ -173,6 +173,22 @@ def test_a_session_whose_limits_the_warm_process_cannot_take_runs_cold(
     after, ancestors = _limits_seen(claude, "124")  # an app whose hard limit is above it
     assert after == soft and "warm.main(s)" not in ancestors, ancestors  # cold, as it asks
     assert len(_serving("124")) == 1  # the warm process serves on
+
+
+def test_a_session_right_after_the_warm_process_was_killed_runs_warm_again(
+    offline: OfflineFactory,
+) -> None:
+    _, claude = offline(_looks)
+    _, ancestors = _limits_seen(claude, "126")
+    assert "warm.main(s)" in ancestors, ancestors
+    (warm,) = _serving("126")
+    warm.kill()  # from outside, while its worker waits for the next session
+    # the waiting worker ended with it, so the name is free: the next launcher starts a
+    # new warm process instead of reaching that worker and running cold
+    _, ancestors = _limits_seen(claude, "126")
+    assert "warm.main(s)" in ancestors, ancestors
+    (again,) = _serving("126")
+    assert again.pid != warm.pid
 
 
 def _serving_or_waiting(idle: str) -> list[psutil.Process]:
