@@ -113,6 +113,7 @@ class Collection:
         self._found: list[Delivery] = list(carried or [])
         self._done = False
         self._notified: dict[str, Notification] | None = None
+        self._journals: dict[str, dict[str, JournalResult]] = {}
 
     @property
     def deliveries(self) -> list[Delivery]:
@@ -133,7 +134,7 @@ class Collection:
             async for event in self._collect_team(team, tracker, pending, self._deadline):
                 yield event
         exited = not self._process_alive
-        self._journaled_ends(tracker)
+        self._journaled_ends(tracker, exited=exited)
         lost = {run.task_id: agents for run, agents in tracker.lost_workflow_agents(exited=exited)}
         if exited:
             self._ended_unannounced(tracker)
@@ -257,11 +258,13 @@ class Collection:
             tracker.apply(ended)
             self._state.agents.observe([ended], tracker)
 
-    def _journaled_ends(self, tracker: Tracker) -> None:
-        """A workflow agent whose result its run's journal holds finished, though the last
-        snapshot the stream gave still shows it at work: it is ``done`` from now on."""
+    def _journaled_ends(self, tracker: Tracker, *, exited: bool) -> None:
+        """A workflow agent of an attempt that ended (or whose CLI ``exited``) whose result
+        its run's journal holds finished, though the last snapshot the stream gave still
+        shows it at work: it is ``done`` from now on. An attempt still running is left to
+        its snapshots (its lost agents and its delivery wait for its end)."""
         for run in tracker.workflow_runs:
-            if all(agent.state == "done" for agent in run.agents.values()):
+            if not (run.ended or exited) or all(a.state == "done" for a in run.agents.values()):
                 continue
             journaled = self._journaled(tracker.session_id, run)
             for index, agent in run.agents.items():
@@ -299,7 +302,7 @@ class Collection:
     ) -> tuple[Delivery, TaskSource]:
         """A workflow task's delivery: its finished agents' results (from the run's journal,
         else the snapshot's previews) and, when it lost agents, how to resume it."""
-        journaled = self._journaled(session, run)
+        journaled = dict(self._journaled(session, run))  # what is left once each is placed
         parts: list[str] = []
         source: TaskSource = "none"
         for index in sorted(run.agents):
@@ -347,10 +350,13 @@ class Collection:
         return delivery, source
 
     def _journaled(self, session: str | None, run: WorkflowRun) -> dict[str, JournalResult]:
-        """The results ``run``'s journal holds, by agent id (none without its ids)."""
+        """The results ``run``'s journal holds, by agent id (none without its ids), read
+        once per collection."""
         if not session or not run.run_id:
             return {}
-        return journal_results(self._config_dir, session, run.run_id)
+        if run.run_id not in self._journals:
+            self._journals[run.run_id] = journal_results(self._config_dir, session, run.run_id)
+        return self._journals[run.run_id]
 
     def _limited(self, lost: list[WorkflowAgent]) -> dict[int, str]:
         """The ``lost`` agents the user's own limits stopped (named, never run again), by
