@@ -26,7 +26,7 @@ import psutil
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions, PermissionResultAllow, ResultMessage, query
 
-from teamlead.testing import Reply, ScriptedRequest
+from teamlead.testing import OfflineClaude, Reply, ScriptedRequest
 from teamlead.testing.scripts import FanOut, bash
 
 from ..polling import poll
@@ -119,7 +119,7 @@ def _looks(req: ScriptedRequest) -> Reply:
     return Reply.text("Seen.")
 
 
-def _limits_seen(claude: Any, idle: str, cli: Path = SHIM) -> tuple[int, str]:
+def _limits_seen(claude: OfflineClaude, idle: str, cli: Path = SHIM) -> tuple[int, str]:
     """An app session on :func:`_looks`: the message queue limit its lead's shell had (in
     bytes), and that shell's ancestors."""
 
