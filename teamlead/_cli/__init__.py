@@ -16,11 +16,13 @@ from .._door import lazy_exports
 if TYPE_CHECKING:
     from .ask import run_options, settings_from_options
     from .commands import main
+    from .exitcodes import known_error
     from .settings import find_cli
     from .startup import run
 
 __all__ = [
     "find_cli",
+    "known_error",
     "main",
     "run",
     "run_options",

@@ -88,7 +88,7 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _known(exc: BaseException) -> BaseException | None:
+def known_error(exc: BaseException) -> BaseException | None:
     """The one error to report for ``exc``: a stop at start-up or an interrupt first, then
     a usage error, then any teamlead error; ``None`` when a group holds something else as
     well (a real bug)."""
@@ -112,7 +112,7 @@ def handle_errors(func: _F) -> _F:
         try:
             return func(*args, **kwargs)
         except (TeamleadError, KeyboardInterrupt, BaseExceptionGroup) as exc:
-            known = _known(exc)
+            known = known_error(exc)
             if known is None or isinstance(known, StoppedAtStartup):
                 raise  # a stop at start-up is the entry point's to report (.startup)
             if isinstance(known, KeyboardInterrupt):

@@ -35,9 +35,12 @@ from typing import Any
 
 import click
 
+if sys.version_info < (3, 11):
+    from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
+
 from .._claude import bundled_cli_path
-from .._cli import find_cli, run_options, settings_from_options
-from ..errors import SetupError, UsageError
+from .._cli import find_cli, known_error, run_options, settings_from_options
+from ..errors import SetupError, TeamleadError, UsageError
 from ..policy import Policy
 
 __all__ = [
@@ -156,7 +159,14 @@ def session(argv: list[str]) -> int:
     from .bridge import serve
 
     default_process_state().keep_history(setup.history)
-    return anyio.run(serve, setup.cli, argv, setup.policy, dict(os.environ), str(Path.cwd()))
+    try:
+        return anyio.run(serve, setup.cli, argv, setup.policy, dict(os.environ), str(Path.cwd()))
+    except (TeamleadError, BaseExceptionGroup) as exc:  # a run that cannot go on: one line
+        known = known_error(exc)
+        if not isinstance(known, TeamleadError):
+            raise
+        print(f"teamlead-claude: {known}", file=sys.stderr)
+        return _EXIT_USAGE if isinstance(known, UsageError) else _EXIT_FAILED
 
 
 def finish() -> None:
