@@ -52,6 +52,7 @@ __all__ = [
     "RELAY_POLICY",
     "Relay",
     "RelayRun",
+    "Reserved",
     "bounded_server",
     "loopback_socket",
     "start_relay",
@@ -140,6 +141,33 @@ class RelayRun(RunShare):
         return self.relay.in_user_terms(text)
 
 
+@dataclass(frozen=True)
+class Reserved:
+    """A relay's address drawn before it starts (its listening socket and path prefix) and
+    its first run's token: a CLI told :attr:`base_url` can start before the run is made
+    (``teamlead-claude``), its requests waiting in the socket's backlog until the relay
+    serves."""
+
+    sock: GuardedSocket
+    prefix: str
+    token: str
+
+    @classmethod
+    def draw(cls) -> Reserved:
+        """A free loopback port, listened on, and the random prefix and token.
+
+        Raises:
+            OSError: no loopback socket.
+        """
+        return cls(loopback_socket(0), secrets.token_urlsafe(18), secrets.token_urlsafe(9))
+
+    @property
+    def base_url(self) -> str:
+        """The run's base URL, as :meth:`Relay.open_run` will give it."""
+        port = self.sock.getsockname()[1]
+        return f"http://127.0.0.1:{port}/{self.prefix}/run-{self.token}"
+
+
 class Relay:
     """A running relay. Get one from :func:`start_relay` (or a run from
     :class:`~teamlead._relay.shared.RelayPool`).
@@ -167,6 +195,7 @@ class Relay:
         overload_hold_s: float | None = None,
         agents: AgentBook | None = None,
         pause: Pause | None = None,
+        token: str | None = None,
     ) -> RelayRun:
         """A run of its own: a base URL whose requests are counted (and reported) apart.
 
@@ -177,8 +206,9 @@ class Relay:
         one of the run's requests is held through an overload (``None``: the relay's own bound).
         ``agents``: the run's agent ledger, which counts and governs each of its requests
         per agent. ``pause``: the run's pause, which holds its new requests while it is on.
+        ``token``: the run's part of the URL, drawn ahead (:class:`Reserved`); default: new.
         """
-        token = secrets.token_urlsafe(9)
+        token = token or secrets.token_urlsafe(9)
         clock = self.governor.clock
         deadline = None if deadline_s is None else clock.monotonic() + deadline_s
         run = self._app.runs[token] = RelayRun(
@@ -311,19 +341,26 @@ def start_relay(
     config: RelayConfig | None = None,
     on_event: RelayListener | None = None,
     rng: random.Random | None = None,
+    reserved: Reserved | None = None,
 ) -> AbstractAsyncContextManager[Relay]:
     """Run a relay in front of ``upstream`` for the block.
 
     Entering raises :class:`~teamlead.errors.RelayError` when it could not start (no
     loopback socket, uvicorn failed): run direct then. ``rng`` jitters the backoff after
     a 429 without a usable Retry-After (default: one ``random.Random`` for the process).
+    ``reserved``: the socket and prefix to serve on (drawn ahead), instead of new ones.
 
     Example:
         >>> async with start_relay("https://api.anthropic.com") as relay:  # doctest: +SKIP
         ...     env = {"ANTHROPIC_BASE_URL": relay.base_url}
     """
     return _RunningRelay(
-        upstream, governor or Governor(RELAY_POLICY), config or RelayConfig(), on_event, rng
+        upstream,
+        governor or Governor(RELAY_POLICY),
+        config or RelayConfig(),
+        on_event,
+        rng,
+        reserved,
     )
 
 
@@ -338,12 +375,14 @@ class _RunningRelay:
     _config: RelayConfig
     _on_event: RelayListener | None
     _rng: random.Random | None = None
+    _reserved: Reserved | None = None
     _relay: Relay | None = field(default=None, init=False)
     _stopped: bool = field(default=False, init=False)
 
     async def __aenter__(self) -> Relay:
+        reserved = self._reserved
         try:
-            self._sock = sock = loopback_socket(self._config.port)
+            self._sock = sock = reserved.sock if reserved else loopback_socket(self._config.port)
         except OSError as exc:
             where = f"127.0.0.1:{self._config.port}" if self._config.port else "127.0.0.1"
             raise RelayError(f"the relay cannot listen on {where}: {exc.strerror}") from None
@@ -354,7 +393,7 @@ class _RunningRelay:
             session=self._session,
             governor=self._governor,
             config=self._config,
-            prefix=secrets.token_urlsafe(18),
+            prefix=reserved.prefix if reserved else secrets.token_urlsafe(18),
             rng=self._rng,
         )
         app.hosts = frozenset({b"127.0.0.1:%d" % port, b"localhost:%d" % port})

@@ -36,7 +36,7 @@ from ..governor import Governor, GovernorPolicy
 from ..policy import LimitsPolicy
 from .forward import RelayConfig
 from .reach import check_reachable
-from .server import RELAY_POLICY, Relay, RelayRun, start_relay
+from .server import RELAY_POLICY, Relay, RelayRun, Reserved, start_relay
 from .stats import RelayListener
 
 __all__ = [
@@ -187,6 +187,26 @@ class RelayPool:
         self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopShare] = (
             weakref.WeakKeyDictionary()
         )
+        self._reserved: Reserved | None = None
+
+    def reserve(self) -> str:
+        """Draw the address of the next relay this pool starts (a listened loopback socket
+        and its prefix) and of its first run; returns that run's base URL, so a CLI can be
+        started on it before the run is made. Taken by the next run that starts a relay on
+        any port (else :meth:`release` closes it).
+
+        Raises:
+            OSError: no loopback socket.
+        """
+        self.release()
+        self._reserved = Reserved.draw()
+        return self._reserved.base_url
+
+    def release(self) -> None:
+        """Give up the address :meth:`reserve` drew, if no run took it."""
+        reserved, self._reserved = self._reserved, None
+        if reserved is not None:
+            reserved.sock.close()
 
     def _share(self) -> _LoopShare:
         loop = asyncio.get_running_loop()
@@ -257,7 +277,7 @@ class RelayPool:
         """
         limits = limits or LimitsPolicy()
 
-        def open_run(relay: Relay) -> RelayRun:
+        def open_run(relay: Relay, token: str | None) -> RelayRun:
             return relay.open_run(
                 on_event,
                 deadline_s=deadline_s,
@@ -265,6 +285,7 @@ class RelayPool:
                 overload_hold_s=overload_hold_s,
                 agents=agents,
                 pause=pause,
+                token=token,
             )
 
         key = (upstream, limits.shared, account, id(clock))
@@ -282,7 +303,7 @@ class _PoolRun:
     _key: tuple[str, str, str, int]
     _port: int
     _clock: Clock
-    _open_run: Callable[[Relay], RelayRun]
+    _open_run: Callable[[Relay, str | None], RelayRun]
     _left: bool = field(default=False, init=False)
 
     async def __aenter__(self) -> RelayRun:
@@ -291,16 +312,26 @@ class _PoolRun:
             # a wrong one ends the run now, in one line, not after the CLI's retries
             await check_reachable(upstream)
         self._share = share = self._pool._share()
-        async with share.lock:
-            entry = share.relays.get(self._key)
-            if entry is None:
-                governor = self._pool.governor(shared, account=account, clock=self._clock)
-                context = start_relay(upstream, governor, config=RelayConfig(port=self._port))
-                relay = await context.__aenter__()
-                entry = share.relays[self._key] = _Entry(relay, context)
-            entry.refs += 1
+        reserved, self._pool._reserved = self._pool._reserved, None
+        token = None
+        try:
+            async with share.lock:
+                entry = share.relays.get(self._key)
+                if entry is None:
+                    governor = self._pool.governor(shared, account=account, clock=self._clock)
+                    taken = reserved if not self._port else None
+                    if taken is not None:  # the relay owns its socket from here
+                        token, reserved = taken.token, None
+                    config = RelayConfig(port=self._port)
+                    context = start_relay(upstream, governor, config=config, reserved=taken)
+                    relay = await context.__aenter__()
+                    entry = share.relays[self._key] = _Entry(relay, context)
+                entry.refs += 1
+        finally:  # not taken: a relay serves already, or on its own port
+            if reserved is not None:
+                reserved.sock.close()
         self._entry = entry
-        self._run = self._open_run(entry.relay)
+        self._run = self._open_run(entry.relay, token)
         return self._run
 
     async def __aexit__(self, *exc_info: object) -> None:

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from .process import default_process_state as default_process_state
     from .relayed import RelayHookup as RelayHookup
     from .relayed import relay_for as relay_for
+    from .relayed import relay_wanted as relay_wanted
     from .result import stopped_before_start as stopped_before_start
     from .round import answered_alone as answered_alone
     from .round import settled as settled

@@ -107,6 +107,11 @@ class Asked:
         self.wiring = dataclasses.replace(self.wiring, **pieces)
         self.options = build_options(self.user_options, self.policy, self.wiring)
 
+    def options_with(self, **pieces: Any) -> ClaudeAgentOptions:
+        """The options :meth:`wire` would make with ``pieces``, the run's left as they are."""
+        wiring = dataclasses.replace(self.wiring, **pieces)
+        return build_options(self.user_options, self.policy, wiring)
+
     async def open_store(self) -> None:
         """Check the session store answers; one that does not is told in one warning line,
         and the run goes on without it (the SDK mirrors nothing: nothing to fail later)."""

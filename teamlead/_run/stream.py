@@ -50,9 +50,15 @@ class RunStream:
         if self._items is None:
             if self._closed:
                 raise StopAsyncIteration
-            self._state = self._make()
-            self._items = self._items_of(self._state)
+            self._items = self._items_of(self.made())
         return await self._items.__anext__()
+
+    def made(self) -> RunState:
+        """The run's state, made now if the stream was not read yet: its options can be
+        read before the run starts (``teamlead-claude`` starts its first CLI on them)."""
+        if self._state is None:
+            self._state = self._make()
+        return self._state
 
     async def aclose(self) -> None:
         """Close the run's stream (its CLI is stopped, its slots let go); idempotent."""

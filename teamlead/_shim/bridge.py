@@ -19,6 +19,10 @@ own machinery; the bridge only carries lines:
   by itself (:func:`teamlead._run.answered_alone`) is the run's answer already: its result
   reaches the app as the CLI writes it, without waiting for the CLI's exit.
 
+The session's first CLI is started before its run is set up (the run's relay and
+registration then overlap the CLI's own start), on the relay address drawn ahead for the
+run; the first round takes it when it is the CLI the round would start.
+
 A CLI is kept running while its work goes on (its input open, so it can ask the app's
 callbacks), and its input is closed once it is idle with no task running
 (:func:`teamlead._run.round.settled`): it then ends its session and the round ends.
@@ -35,10 +39,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import shutil
 import signal
 import sys
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from subprocess import PIPE
 from typing import IO, Any, NamedTuple
 
 import anyio
@@ -49,9 +55,11 @@ from claude_agent_sdk import ClaudeAgentOptions
 from .._private import json_object
 from .._run import (
     MAX_MESSAGE_BYTES,
+    ProcessState,
     RunStream,
     answered_alone,
     default_process_state,
+    relay_wanted,
     settled,
 )
 from ..coordinator import run_stream
@@ -59,7 +67,7 @@ from ..events import Finished
 from ..policy import Policy
 from .child import Child, round_argv
 
-__all__ = ["Bridge", "serve"]
+__all__ = ["Bridge", "rehearse", "serve"]
 
 #: Asks the CLI for its session state (for the SDK host, not shown by an SDK), so the
 #: bridge knows exactly when a CLI is idle.
@@ -156,6 +164,7 @@ class Bridge:
         self._app_open = True
         self._app_event = anyio.Event()
         self._round: _Round | None = None
+        self._early: Child | None = None  # the first run's CLI, started before the run
         self._held = _Held()
         self._run: RunStream | None = None
         self._tg: TaskGroup | None = None
@@ -213,8 +222,11 @@ class Bridge:
             return self._round_messages(None if is_first else prompt, options)
 
         run = run_stream("", user, query_fn=query_fn, policy=self._policy, process=self._process)
+        early = self._run is None  # the session's first run
         self._run, self._running = run, True
         try:
+            if early:
+                await self._start_early(run)
             async with contextlib.aclosing(run) as items:
                 async for item in items:
                     if isinstance(item, Finished):
@@ -224,6 +236,56 @@ class Bridge:
                         break
         finally:
             self._running = False
+            if self._early is not None:  # the run ended before its first round
+                await self._drop_early()
+
+    async def _start_early(self, run: RunStream) -> None:
+        """Start the first run's CLI now, before the run is set up (its relay, its
+        registration: 10 to 20 ms, which then overlap the CLI's own start), on the relay
+        address drawn ahead for the run (:meth:`~teamlead._relay.RelayPool.reserve`) and
+        the run's options. The first round takes it if its command line and environment
+        are those it would start (:meth:`_take_early`); else it is stopped. Not tried
+        without the relay, or with telemetry on (the CLI's trace context comes from the
+        started run)."""
+        if not relay_wanted(self._policy, self._env) or any(
+            name.startswith("OTEL_") for name in self._env
+        ):
+            return
+        ask = run.made().ask
+        try:
+            base_url = self._process.relays.reserve()
+        except (OSError, ImportError):  # the run finds out, and says why
+            return
+        options = ask.options_with(relay_base_url=base_url)
+        child = Child(self._argv, {**self._env, **options.env})
+        try:
+            await child.start()
+        except OSError:  # the first round fails as it would have, and says why
+            self._process.relays.release()
+            return
+        self._early = child
+
+    def _take_early(self, argv: list[str], env: Mapping[str, str]) -> Child | None:
+        """The CLI :meth:`_start_early` started, if it runs ``argv`` on ``env``; one that
+        does not is stopped."""
+        early, self._early = self._early, None
+        if early is None:
+            return None
+        self._process.relays.release()  # the run's relay took the address, or never will
+        if early.argv == argv and early.env == env:
+            return early
+        assert self._tg is not None
+        self._early = early
+        self._tg.start_soon(self._drop_early)
+        return None
+
+    async def _drop_early(self) -> None:
+        """Stop the CLI started early that no round took (bounded, reaped)."""
+        early, self._early = self._early, None
+        if early is not None:
+            self._process.relays.release()
+            early.signal(signal.SIGTERM)
+            await early.stop()
 
     # -- one round: one CLI process ------------------------------------------------------
     async def _round_messages(
@@ -242,12 +304,16 @@ class Bridge:
             if tee is not None:
                 tee(line.rstrip("\n"))
 
-        child = Child(argv, {**self._env, **options.env}, on_stderr)
-        try:
-            await child.start()
-        except OSError as exc:  # the round fails; the SDK is told why on stderr
-            on_stderr(f"teamlead-claude: cannot start the Claude Code CLI {argv[0]!r}: {exc}\n")
-            raise
+        env = {**self._env, **options.env}
+        child = self._take_early(argv, env) if prompt is None else None
+        if child is None:
+            child = Child(argv, env)
+            try:
+                await child.start()
+            except OSError as exc:  # the round fails; the SDK is told why on stderr
+                on_stderr(f"teamlead-claude: cannot start the Claude Code CLI {argv[0]!r}: {exc}\n")
+                raise
+        child.on_stderr = on_stderr
         this = _Round(child, first=prompt is None, hooks=self._own_hooks(options))
         send, receive = anyio.create_memory_object_stream[dict[str, Any]](float("inf"))
         assert self._tg is not None
@@ -560,3 +626,29 @@ async def serve(
     await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin.buffer)
     bridge = Bridge(cli, argv, policy, env, cwd, sys.stdout.buffer, sys.stderr)
     return await bridge.serve(reader)
+
+
+def rehearse() -> None:
+    """Go once through what a session does before its CLI starts, with nothing to serve: an
+    event loop, a run's state and options on a relay address drawn and given up, a process
+    started (``true``). A warm worker does this while it waits for its session
+    (:mod:`.warm`): the first time each of them runs in a forked process it copies the
+    pages it writes and sets itself up, about 4 ms the session would wait for."""
+
+    async def no_rounds(**_options: Any) -> AsyncGenerator[Any, None]:
+        yield None  # never read
+
+    async def start() -> None:
+        process = ProcessState(registry=False, history=False)
+        run = run_stream("", query_fn=no_rounds, process=process)
+        try:
+            run.made().ask.options_with(relay_base_url=process.relays.reserve())
+        finally:
+            process.relays.release()
+        true = shutil.which("true")
+        if true is not None:
+            child = await anyio.open_process([true], stdin=PIPE, stdout=PIPE, stderr=PIPE)
+            async with child:
+                await child.wait()
+
+    anyio.run(start)

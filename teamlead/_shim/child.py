@@ -66,15 +66,19 @@ class Child:
     Args:
         argv: the command line.
         env: its whole environment.
-        on_stderr: each stderr line (decoded, newline kept), as it comes.
+        on_stderr: each stderr line (decoded, newline kept), as :meth:`pump_stderr` reads
+            it (it can be set until then).
     """
 
     def __init__(
-        self, argv: list[str], env: Mapping[str, str], on_stderr: Callable[[str], None]
+        self,
+        argv: list[str],
+        env: Mapping[str, str],
+        on_stderr: Callable[[str], None] | None = None,
     ) -> None:
-        self._argv = argv
-        self._env = dict(env)
-        self._on_stderr = on_stderr
+        self.argv = argv
+        self.env = dict(env)
+        self.on_stderr = on_stderr
         self._process: Process | None = None
         self._input_open = False
         self._write_lock = anyio.Lock()
@@ -86,7 +90,7 @@ class Child:
             OSError: it cannot be started.
         """
         self._process = await anyio.open_process(
-            self._argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, env=self._env
+            self.argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, env=self.env
         )
         self._input_open = True
 
@@ -135,7 +139,8 @@ class Child:
         """Pass every stderr line on until it closes."""
         if self._process is not None and self._process.stderr is not None:
             async for line in _lines_of(self._process.stderr):
-                self._on_stderr(line.decode("utf-8", "replace") + "\n")
+                if self.on_stderr is not None:
+                    self.on_stderr(line.decode("utf-8", "replace") + "\n")
 
     def signal(self, signum: signal.Signals) -> None:
         """Send it ``signum`` (a stop signal the app sent us), if it still runs."""

@@ -13,9 +13,11 @@ teamlead and of the installed packages, and the mount namespace; it serves only 
 user's processes (the peer's credentials are checked). For each session it forks a worker,
 which takes the launcher's standard streams, argv, environment (the whole of it), working
 directory, umask and resource limits, and runs the session exactly as ``teamlead-claude``
-run cold would (:func:`teamlead._shim.session`). The launcher passes on the stop signals it
-gets; if the launcher is gone, the worker stops as on ``SIGTERM``. The worker's exit code
-becomes the launcher's.
+run cold would (:func:`teamlead._shim.session`). While it waits, a worker goes once through
+a session's start with nothing to serve (:func:`.bridge.rehearse`), so the pages a session
+writes are its own already and each piece has set itself up. The launcher passes on the
+stop signals it gets; if the launcher is gone, the worker stops as on ``SIGTERM``. The
+worker's exit code becomes the launcher's.
 
 The protocol, one connection a session: the launcher sends a length-prefixed request (its
 three standard streams attached) ``tlc1 NUL cwd NUL umask NUL argc NUL argv... NUL
@@ -51,6 +53,7 @@ _MAGIC = b"tlc1"
 _LATE_IMPORTS = (
     "anyio",
     "anyio._backends._asyncio",
+    "anyio._core._subprocesses",
     "uvicorn.lifespan.off",
     "uvicorn.protocols.http.httptools_impl",
     "uvicorn.protocols.websockets.auto",
@@ -201,6 +204,10 @@ def _worker(listener: socket.socket, tell: int, warm: int) -> None:
     """Wait for one launcher (``tell`` the warm process, pid ``warm``, when it comes) and
     run its session in this process; never returns. A worker still waiting ends with its
     warm process."""
+    with contextlib.suppress(Exception):  # the session's start, rehearsed: faster then
+        from .bridge import rehearse
+
+        rehearse()
     try:
         conn = _accept(listener, warm)
         os.write(tell, b"1")
@@ -214,6 +221,7 @@ def _worker(listener: socket.socket, tell: int, warm: int) -> None:
         if not _limits_of(launcher):  # closed before "pid": the launcher runs it cold
             os._exit(0)
         conn.sendall(b"pid %d\n" % os.getpid())
+        entered = _enter(request)  # while the launcher answers: nothing of it is touched
         if conn.recv(1) != b"g":  # the launcher gave up and runs it itself
             os._exit(0)
         conn.settimeout(None)
@@ -221,7 +229,7 @@ def _worker(listener: socket.socket, tell: int, warm: int) -> None:
         os._exit(0)
     code = 1
     try:
-        code = _run(request, conn)
+        code = _run(request, conn, entered)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # shown as the command run cold would show it; exit 1
@@ -276,13 +284,11 @@ def _receive(conn: socket.socket) -> Request:
         raise
 
 
-def _run(request: Request, conn: socket.socket) -> int:
-    """Become the launcher's ``teamlead-claude`` and run its session."""
-    from . import finish, session
+def _enter(request: Request) -> str | None:
+    """Take the launcher's environment, umask, argv and working directory (and the policy
+    its variables describe); what kept this process from its directory, if anything."""
+    from . import read_setup
 
-    for target, fd in enumerate(request.fds):
-        os.dup2(fd, target)
-        os.close(fd)
     os.environ.clear()
     os.environ.update(request.env)
     tempfile.tempdir = None  # found again, from this environment
@@ -290,10 +296,25 @@ def _run(request: Request, conn: socket.socket) -> int:
     sys.argv = ["teamlead-claude", *request.argv]
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    with contextlib.suppress(Exception):  # parsed now, told by the session
+        read_setup(os.environ)
     try:
         os.chdir(request.cwd)
     except OSError as exc:
-        print(f"teamlead-claude: cannot enter {request.cwd!r}: {exc.strerror}", file=sys.stderr)
+        return f"teamlead-claude: cannot enter {request.cwd!r}: {exc.strerror}"
+    return None
+
+
+def _run(request: Request, conn: socket.socket, entered: str | None) -> int:
+    """Become the launcher's ``teamlead-claude`` (:func:`_enter` took its environment) and
+    run its session."""
+    from . import finish, session
+
+    for target, fd in enumerate(request.fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    if entered is not None:
+        print(entered, file=sys.stderr)
         return 1
     threading.Thread(target=_relay_signals, args=(conn,), daemon=True).start()
     code = session(request.argv)

@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import AsyncIterator
@@ -184,6 +186,64 @@ def test_a_claude_path_pointing_nowhere_is_one_line_and_a_cli_failure(
         "(TEAMLEAD_CLAUDE_PATH)"
     ]
     assert server.recorded("lead") == []
+
+
+def _noting_cli(tmp_path: Path) -> tuple[Path, Path]:
+    """A Claude Code CLI that notes each start (its pid and ``ANTHROPIC_BASE_URL``) in a
+    file, then runs as the bundled one; the command and the file."""
+    starts = tmp_path / "starts"
+    cli = tmp_path / "claude"
+    cli.write_text(
+        "#!/bin/sh\n"
+        f'echo "$$ $ANTHROPIC_BASE_URL" >> {shlex.quote(str(starts))}\n'
+        f'exec {shlex.quote(str(bundled_cli_path()))} "$@"\n'
+    )
+    cli.chmod(0o755)
+    return cli, starts
+
+
+def test_the_cli_started_before_the_run_is_set_up_is_the_one_that_answers(
+    offline: OfflineFactory, tmp_path: Path
+) -> None:
+    # the first CLI starts on the relay address drawn ahead for the run, while the run sets
+    # itself up; the first round takes it: no second CLI, and its requests are the run's
+    server, claude = offline(lambda request: Reply.text("Hello."))
+    cli, starts = _noting_cli(tmp_path)
+    env = {**claude.env, "TEAMLEAD_CLAUDE_PATH": str(cli)}
+
+    assert (
+        anyio.run(_first_result, "Say hello.", claude.options(cli_path=SHIM, env=env)) == "Hello."
+    )
+
+    [start] = starts.read_text().splitlines()
+    _pid, base_url = start.split()
+    assert base_url.startswith("http://127.0.0.1:") and "/run-" in base_url  # the relay's
+    assert len(server.recorded("lead")) == 1
+    assert _all_ended(claude.state_dir)
+
+
+def test_a_cli_started_for_a_run_that_cannot_start_is_stopped(
+    offline: OfflineFactory, tmp_path: Path
+) -> None:
+    # the upstream refuses connections: the run ends in one line before its first round,
+    # and the CLI started for it meanwhile is stopped and reaped, not left running
+    _, claude = offline(lambda request: Reply.text("Hello."))
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    cli, starts = _noting_cli(tmp_path)
+    said: list[str] = []
+    env = {**claude.env, "TEAMLEAD_CLAUDE_PATH": str(cli), "ANTHROPIC_BASE_URL": nowhere}
+    options = claude.options(cli_path=SHIM, env=env, stderr=said.append)
+
+    with pytest.raises(Exception, match="exit code 1"):
+        anyio.run(_first_result, "Say hello.", options)
+
+    assert len(said) == 1 and "connection refused" in said[0], said
+    [start] = starts.read_text().splitlines()  # started before the run found out
+    pid = int(start.split()[0])
+    assert not psutil.pid_exists(pid)  # reaped before the command exited
+    assert _all_ended(claude.state_dir)
 
 
 def test_partial_messages_pass_through_and_spell_the_one_answer(offline: OfflineFactory) -> None:
