@@ -1,10 +1,10 @@
 """``teamlead view``: a local web page of this user's runs, updated live, with buttons to
 steer them (what it shows is in the command's ``--help``).
 
-The page (:mod:`.board_page`) gets the rows of ``teamlead ps --all`` as server-sent events
-whenever they change, and for the run picked a second stream with its detail; its buttons
-do what ``pause``, ``unpause``, ``stop`` and ``stop --now`` do. With a run's NDJSON log it
-serves that run alone, read-only, followed as the log grows.
+The page (``board.html``, beside this module) gets the rows of ``teamlead ps --all`` as
+server-sent events whenever they change, and for the run picked a second stream with its
+detail; its buttons do what ``pause``, ``unpause``, ``stop`` and ``stop --now`` do. With
+a run's NDJSON log it serves that run alone, read-only, followed as the log grows.
 
 :class:`Board` is a plain ASGI app, served by the relay's uvicorn on ``127.0.0.1`` only.
 Every request must prove it comes from the page that was opened: the random token of the
@@ -21,6 +21,7 @@ flood of silent connections never keeps the page from its owner.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import re
@@ -41,7 +42,6 @@ from .._redact import shown_safe, terminal_safe
 from .._relay import GuardedSocket, RelayConfig, bounded_server, loopback_socket
 from ..clock import SYSTEM_CLOCK
 from ..errors import ControlError, NoSuchRun, UsageError
-from .board_page import PAGE
 from .exitcodes import handle_errors
 from .history import past_detail, past_rows
 from .options import port_option
@@ -52,6 +52,7 @@ from .signals import run_interruptible
 __all__ = ["Board", "kept_token", "view"]
 
 log = logging.getLogger("teamlead.view")
+_PAGE_FILE = Path(__file__).with_name("board.html")
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -144,7 +145,7 @@ class Board:
 
     async def _page(self, send: Send) -> None:
         nonce = secrets.token_urlsafe(16)
-        body = PAGE.replace("{nonce}", nonce).replace("{mode}", self._mode).encode()
+        body = _page_text().replace("{nonce}", nonce).replace("{mode}", self._mode).encode()
         policy = (
             f"default-src 'none'; script-src 'nonce-{nonce}'; style-src 'nonce-{nonce}'; "
             "connect-src 'self'; img-src 'none'; base-uri 'none'; form-action 'none'; "
@@ -413,3 +414,10 @@ class _FollowedLog:
             self._detail = read_log(self._path).to_json()
             self._seen = (stat.st_size, stat.st_mtime_ns)
         return self._detail
+
+
+@functools.cache
+def _page_text() -> str:
+    """The page, read once (:data:`_PAGE_FILE`: HTML, style and script, with ``{nonce}``
+    and ``{mode}`` to fill in)."""
+    return _PAGE_FILE.read_text(encoding="utf-8")

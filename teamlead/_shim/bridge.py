@@ -75,6 +75,7 @@ _HOST_STATE_VAR = "CLAUDE_CODE_SDK_READS_SESSION_STATE"
 _OWN_PREFIX = "teamlead_"
 _IDLE_CHECK_S = 0.5
 _READ_GRACE_S = 5.0  # from a CLI's exit to the last of its stdout read
+_REHEARSAL_S = 5.0
 
 
 class _Line(NamedTuple):
@@ -651,4 +652,8 @@ def rehearse() -> None:
             async with child:
                 await child.wait()
 
-    anyio.run(start)
+    async def bounded() -> None:
+        with anyio.move_on_after(_REHEARSAL_S):
+            await start()
+
+    anyio.run(bounded)
