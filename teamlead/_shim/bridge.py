@@ -39,12 +39,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import shutil
 import signal
 import sys
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from subprocess import PIPE
 from typing import IO, Any, NamedTuple
 
 import anyio
@@ -75,7 +73,6 @@ _HOST_STATE_VAR = "CLAUDE_CODE_SDK_READS_SESSION_STATE"
 _OWN_PREFIX = "teamlead_"
 _IDLE_CHECK_S = 0.5
 _READ_GRACE_S = 5.0  # from a CLI's exit to the last of its stdout read
-_REHEARSAL_S = 5.0
 
 
 class _Line(NamedTuple):
@@ -631,10 +628,10 @@ async def serve(
 
 def rehearse() -> None:
     """Go once through what a session does before its CLI starts, with nothing to serve: an
-    event loop, a run's state and options on a relay address drawn and given up, a process
-    started (``true``). A warm worker does this while it waits for its session
-    (:mod:`.warm`): the first time each of them runs in a forked process it copies the
-    pages it writes and sets itself up, about 4 ms the session would wait for."""
+    event loop, a run's state and options on a relay address drawn and given up. A warm
+    worker does this while it waits for its session (:mod:`.warm`): the first time each of
+    them runs in a forked process it copies the pages it writes and sets itself up, about
+    3 ms the session would wait for."""
 
     async def no_rounds(**_options: Any) -> AsyncGenerator[Any, None]:
         yield None  # never read
@@ -646,14 +643,5 @@ def rehearse() -> None:
             run.made().ask.options_with(relay_base_url=process.relays.reserve())
         finally:
             process.relays.release()
-        true = shutil.which("true")
-        if true is not None:
-            child = await anyio.open_process([true], stdin=PIPE, stdout=PIPE, stderr=PIPE)
-            async with child:
-                await child.wait()
 
-    async def bounded() -> None:
-        with anyio.move_on_after(_REHEARSAL_S):
-            await start()
-
-    anyio.run(bounded)
+    anyio.run(start)
