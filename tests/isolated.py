@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
@@ -32,7 +33,8 @@ def isolated_env(root: Path) -> dict[str, str]:
     """``os.environ`` as the autouse isolation leaves it, with its own state under ``root``:
     HOME, the Claude config, the cache (the governor's shared limits) and the runtime
     directory (the registry of live runs, ``teamlead ps``) and the run history there, no API
-    address or key, no TEAMLEAD_/OTEL_ settings and no trace inherited from the shell."""
+    address or key, no TEAMLEAD_/OTEL_ settings and no trace inherited from the shell;
+    ``teamlead-claude``'s warm processes of this test run's own (:func:`warm_idle`)."""
     home = root / "home"
     (home / ".claude").mkdir(parents=True, exist_ok=True)
     env = {
@@ -47,6 +49,7 @@ def isolated_env(root: Path) -> dict[str, str]:
         XDG_CACHE_HOME=str(root / "cache"),
         TEAMLEAD_RUNTIME_DIR=str(root / "run"),  # the runs this test starts register there
         TEAMLEAD_HISTORY_DIR=str(root / "history"),  # and are kept there when they finish
+        TEAMLEAD_CLAUDE_WARM=warm_idle(300),  # warm processes of this test run's own
     )
     return env
 
@@ -82,16 +85,33 @@ def run_to_the_end(
 
 #: what the command line of ``teamlead-claude``'s warm process (and its forks) holds
 _WARM_MARK = "from teamlead._shim import warm"
+#: This test run's tag: six digits (the last not 0), the same in every xdist worker (they
+#: inherit the variable), added to the idle time of each warm ``teamlead-claude`` process
+#: the run starts (:func:`warm_idle`). Its warm processes are then its own (their name
+#: and command line differ), apart from the developer's and another test run's, and only
+#: those are found and ended.
+_TAG = os.environ.setdefault(
+    "TL_TESTS_WARM_TAG", f"{random.randrange(10**5):05d}{random.randrange(1, 10)}"
+)
+
+
+def warm_idle(seconds: float) -> str:
+    """``TEAMLEAD_CLAUDE_WARM`` for ``seconds`` of idle time (and under a millionth of a
+    second more), tagged as this test run's: the value a warm process's command line then
+    holds."""
+    return repr(float(f"{seconds:.4f}{_TAG}"))
 
 
 def warm_processes() -> list[psutil.Process]:
-    """This user's warm ``teamlead-claude`` processes and their workers (one process
-    per session, and the one waiting for the next): their command line is the warm one.
-    Each one's ``info`` holds its ``cmdline`` and ``ppid`` as they were when found."""
+    """This test run's warm ``teamlead-claude`` processes and their workers (one process
+    per session, and the one waiting for the next): their command line is the warm one,
+    with an idle time of :func:`warm_idle`'s. Each one's ``info`` holds its ``cmdline`` and
+    ``ppid`` as they were when found."""
     found = []
     for proc in psutil.process_iter(["cmdline", "uids", "ppid"]):
         try:
-            warm = any(_WARM_MARK in word for word in proc.info["cmdline"] or [])
+            cmdline = proc.info["cmdline"] or []
+            warm = any(_WARM_MARK in word for word in cmdline) and cmdline[-1].endswith(_TAG)
             mine = proc.info["uids"].real == os.getuid()
             if warm and mine and proc.status() != psutil.STATUS_ZOMBIE:
                 found.append(proc)
@@ -101,8 +121,8 @@ def warm_processes() -> list[psutil.Process]:
 
 
 def end_warm_processes() -> None:
-    """End the warm processes (not their workers: a session ends as it would, and the
-    worker waiting for the next ends with its warm process)."""
+    """End this test run's warm processes (not their workers: a session ends as it would,
+    and the worker waiting for the next ends with its warm process)."""
     warm = warm_processes()
     pids = {proc.pid for proc in warm}
     for proc in warm:

@@ -43,7 +43,7 @@ from teamlead._claude.binary import bundled_cli_path
 from teamlead.testing import Reply, ScriptedRequest, ToolUse
 from teamlead.testing.scripts import FanOut, bash, findings_in
 
-from ..isolated import run_to_the_end
+from ..isolated import run_to_the_end, warm_idle
 from ..polling import poll
 from .conftest import (
     TEAMLEAD,
@@ -424,7 +424,7 @@ def test_a_setting_sent_as_soon_as_a_plain_answer_comes_is_taken(offline: Offlin
     assert _all_ended(claude.state_dir)
 
 
-@pytest.mark.parametrize("warm", ["300", "0"], ids=["warm", "cold"])
+@pytest.mark.parametrize("warm", [warm_idle(300), "0"], ids=["warm", "cold"])
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
 def test_a_stop_signal_stops_the_command_and_its_cli(
     offline: OfflineFactory, stop: signal.Signals, warm: str

@@ -29,6 +29,7 @@ from claude_agent_sdk import ClaudeAgentOptions, PermissionResultAllow, ResultMe
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest
 from teamlead.testing.scripts import FanOut, bash
 
+from ..isolated import warm_idle
 from ..polling import poll
 from .conftest import OfflineFactory, cli_processes, shim_with_agents_running, warm_processes
 
@@ -74,11 +75,15 @@ def test_apps_of_two_worlds_are_served_by_one_warm_process_each_in_its_own(
     for name in ("a", "b"):
         _, claude = offline(_answer(f"I am {name}."))
         history = tmp_path / f"history-{name}"
-        env = {**claude.env, "TEAMLEAD_HISTORY_DIR": str(history), "TEAMLEAD_CLAUDE_WARM": "120"}
+        env = {
+            **claude.env,
+            "TEAMLEAD_HISTORY_DIR": str(history),
+            "TEAMLEAD_CLAUDE_WARM": warm_idle(120),
+        }
         worlds.append((name, claude, history, claude.options(cli_path=SHIM, env=env)))
 
     results = {name: anyio.run(_result, options) for name, _, _, options in worlds}
-    serving = _serving("120")
+    serving = _serving(warm_idle(120))
 
     assert {name: r.result for name, r in results.items()} == {"a": "I am a.", "b": "I am b."}
     assert len(serving) == 1  # one warm process served both
@@ -94,14 +99,14 @@ def test_apps_of_two_worlds_are_served_by_one_warm_process_each_in_its_own(
 
 def test_the_warm_process_ends_after_its_idle_time(offline: OfflineFactory) -> None:
     _, claude = offline(_answer("Done."))
-    env = {**claude.env, "TEAMLEAD_CLAUDE_WARM": "1.5"}
+    env = {**claude.env, "TEAMLEAD_CLAUDE_WARM": warm_idle(1.5)}
 
     assert anyio.run(_result, claude.options(cli_path=SHIM, env=env)).result == "Done."
-    assert _serving("1.5")  # it serves the next session for 1.5 s
+    assert _serving(warm_idle(1.5))  # it serves the next session for 1.5 s
 
-    assert poll(lambda: not _serving("1.5"), within_s=20) is not None
+    assert poll(lambda: not _serving(warm_idle(1.5)), within_s=20) is not None
     # and the worker it had waiting ends with it
-    assert poll(lambda: not _serving_or_waiting("1.5"), within_s=10) is not None
+    assert poll(lambda: not _serving_or_waiting(warm_idle(1.5)), within_s=10) is not None
 
 
 #: the session's POSIX message queue limit (a limit node leaves as it is; it raises the
@@ -147,17 +152,17 @@ def _limits_seen(claude: OfflineClaude, idle: str, cli: Path = SHIM) -> tuple[in
 def test_a_warm_session_has_the_apps_resource_limits(offline: OfflineFactory) -> None:
     _, claude = offline(_looks)
     soft, hard = resource.getrlimit(resource.RLIMIT_MSGQUEUE)
-    before, ancestors = _limits_seen(claude, "122")  # the warm process starts with these
+    before, ancestors = _limits_seen(claude, warm_idle(122))  # the warm process starts with these
     assert before == soft and "warm.main(s)" in ancestors, ancestors
     lower = soft // 2
     resource.setrlimit(resource.RLIMIT_MSGQUEUE, (lower, hard))  # the app's ulimit -Sq
     try:
-        after, ancestors = _limits_seen(claude, "122")
+        after, ancestors = _limits_seen(claude, warm_idle(122))
     finally:
         resource.setrlimit(resource.RLIMIT_MSGQUEUE, (soft, hard))
     assert "warm.main(s)" in ancestors, ancestors  # run warm, by the same warm process
     assert after == lower  # with the app's limit, not the warm process's
-    assert len(_serving("122")) == 1
+    assert len(_serving(warm_idle(122))) == 1
 
 
 def test_a_session_whose_limits_the_warm_process_cannot_take_runs_cold(
@@ -168,26 +173,26 @@ def test_a_session_whose_limits_the_warm_process_cannot_take_runs_cold(
     lowered = tmp_path / "lowered-teamlead-claude"  # an app whose hard limit is lower
     lowered.write_text(f'#!/bin/bash\nulimit -q {soft // 2}\nexec "{SHIM}" "$@"\n')
     lowered.chmod(0o755)
-    before, ancestors = _limits_seen(claude, "124", lowered)  # it starts the warm process
+    before, ancestors = _limits_seen(claude, warm_idle(124), lowered)  # it starts the warm process
     assert before == soft // 2 and "warm.main(s)" in ancestors, ancestors
-    after, ancestors = _limits_seen(claude, "124")  # an app whose hard limit is above it
+    after, ancestors = _limits_seen(claude, warm_idle(124))  # an app whose hard limit is above it
     assert after == soft and "warm.main(s)" not in ancestors, ancestors  # cold, as it asks
-    assert len(_serving("124")) == 1  # the warm process serves on
+    assert len(_serving(warm_idle(124))) == 1  # the warm process serves on
 
 
 def test_a_session_right_after_the_warm_process_was_killed_runs_warm_again(
     offline: OfflineFactory,
 ) -> None:
     _, claude = offline(_looks)
-    _, ancestors = _limits_seen(claude, "126")
+    _, ancestors = _limits_seen(claude, warm_idle(126))
     assert "warm.main(s)" in ancestors, ancestors
-    (warm,) = _serving("126")
+    (warm,) = _serving(warm_idle(126))
     warm.kill()  # from outside, while its worker waits for the next session
     # the waiting worker ended with it, so the name is free: the next launcher starts a
     # new warm process instead of reaching that worker and running cold
-    _, ancestors = _limits_seen(claude, "126")
+    _, ancestors = _limits_seen(claude, warm_idle(126))
     assert "warm.main(s)" in ancestors, ancestors
-    (again,) = _serving("126")
+    (again,) = _serving(warm_idle(126))
     assert again.pid != warm.pid
 
 
@@ -218,9 +223,9 @@ def test_a_bad_request_on_the_socket_leaves_the_warm_process_serving(
     offline: OfflineFactory,
 ) -> None:
     _, claude = offline(_answer("Still here."))
-    env = {**claude.env, "TEAMLEAD_CLAUDE_WARM": "60"}
+    env = {**claude.env, "TEAMLEAD_CLAUDE_WARM": warm_idle(60)}
     assert anyio.run(_result, claude.options(cli_path=SHIM, env=env)).result == "Still here."
-    (warm,) = _serving("60")
+    (warm,) = _serving(warm_idle(60))
     name = warm.info["cmdline"][-2]
 
     for junk in (b"", b"GET / HTTP/1.1\r\n\r\n", b"\xff" * 70_000):
@@ -236,7 +241,7 @@ def test_a_bad_request_on_the_socket_leaves_the_warm_process_serving(
             assert said == b""  # and nothing was said
 
     assert anyio.run(_result, claude.options(cli_path=SHIM, env=env)).result == "Still here."
-    assert [p.pid for p in _serving("60")] == [warm.pid]
+    assert [p.pid for p in _serving(warm_idle(60))] == [warm.pid]
 
 
 @pytest.mark.parametrize("value", ["soon", "-5"])
@@ -262,7 +267,7 @@ def test_a_stop_before_the_warm_process_took_the_session_is_a_quiet_exit(
     offline: OfflineFactory,
 ) -> None:
     _, claude = offline(_answer("unused"))
-    idle = "7.25"  # a warm process of its own: this launcher starts it, and waits for it
+    idle = warm_idle(7.25)  # a warm process of its own: this launcher starts it, and waits for it
     launcher = subprocess.Popen(
         [str(SHIM), *_STREAM_JSON],
         env={**os.environ, **claude.env, "TEAMLEAD_CLAUDE_WARM": idle},
@@ -294,7 +299,7 @@ def test_a_warm_process_that_cannot_load_keeps_its_name_and_the_sessions_run_col
     (broken / "__init__.py").write_text('raise ImportError("uvicorn is broken here")\n')
     _, claude = offline(_answer("Answered cold."))
     said: list[str] = []
-    env = {**claude.env, "TEAMLEAD_CLAUDE_WARM": "9.5", "PYTHONPATH": str(broken.parent)}
+    env = {**claude.env, "TEAMLEAD_CLAUDE_WARM": warm_idle(9.5), "PYTHONPATH": str(broken.parent)}
     options = claude.options(cli_path=SHIM, env=env, stderr=said.append)
 
     answers = [anyio.run(_result, options).result for _ in range(2)]
@@ -304,4 +309,4 @@ def test_a_warm_process_that_cannot_load_keeps_its_name_and_the_sessions_run_col
     assert said == ["request relay off, running direct: uvicorn is broken here"] * 2
     # the first launcher started one warm process, which refuses sessions but keeps its
     # name: the second launcher did not start another
-    assert len(_serving_or_waiting("9.5")) == 1
+    assert len(_serving_or_waiting(warm_idle(9.5))) == 1
