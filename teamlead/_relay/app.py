@@ -57,7 +57,7 @@ from .observe import Guarded, RequestObserver, trace_request
 from .routing import Refusal, RequestInfo, check_target, classify
 from .stats import RelayListener, Tally, notify
 
-__all__ = ["RelayApp", "RunShare"]
+__all__ = ["RUN_MARK", "RelayApp", "RunShare"]
 
 log = logging.getLogger("teamlead.relay")
 
@@ -82,7 +82,8 @@ _NOT_FORWARDED = _HOP_BY_HOP | {b"host", b"content-length", b"expect"}
 #: What the server refuses to write in a response header (uvicorn's own checks).
 _BAD_NAME = re.compile(b'[\x00-\x1f\x7f()<>@,;:\\[\\]={} \t\\\\"]')
 _BAD_VALUE = re.compile(b"[\x00-\x08\x0a-\x1f\x7f]")
-_RUN_MARK = "/run-"
+#: What a run's part of a relay URL starts with: ``<prefix>/run-<token>/...``.
+RUN_MARK = "/run-"
 #: The Retry-After of the relay's own 429, sent when no governor slot came in time.
 _NO_SLOT_RETRY_AFTER_S = 5
 
@@ -307,10 +308,10 @@ class RelayApp:
         return None
 
     def _split_run(self, path: str) -> tuple[RunShare | None, str]:
-        if not path.startswith(_RUN_MARK):
+        if not path.startswith(RUN_MARK):
             return None, path
         token, _, rest = path[1:].partition("/")
-        return self.runs.get(token[len(_RUN_MARK) - 1 :]), "/" + rest
+        return self.runs.get(token[len(RUN_MARK) - 1 :]), "/" + rest
 
     async def _read_body(self, receive: Receive) -> bytes | None:
         chunks: list[bytes] = []

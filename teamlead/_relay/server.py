@@ -41,7 +41,7 @@ from ..errors import RelayError
 from ..events import ConcurrencyChanged, RelaySummary
 from ..governor import Governor, GovernorPolicy
 from ..policy import LimitsPolicy
-from .app import RelayApp, RunShare
+from .app import RUN_MARK, RelayApp, RunShare
 from .blame import in_user_terms
 from .forward import RelayConfig
 from .observe import RequestObserver
@@ -164,8 +164,17 @@ class Reserved:
     @property
     def base_url(self) -> str:
         """The run's base URL, as :meth:`Relay.open_run` will give it."""
-        port = self.sock.getsockname()[1]
-        return f"http://127.0.0.1:{port}/{self.prefix}/run-{self.token}"
+        return _run_url(_relay_url(self.sock.getsockname()[1], self.prefix), self.token)
+
+
+def _relay_url(port: int, prefix: str) -> str:
+    """A relay's base URL: its loopback port and its random path prefix."""
+    return f"http://127.0.0.1:{port}/{prefix}"
+
+
+def _run_url(relay_url: str, token: str) -> str:
+    """The base URL of the relay's run ``token`` (what :class:`~.app.RelayApp` routes)."""
+    return f"{relay_url}{RUN_MARK}{token}"
 
 
 class Relay:
@@ -181,7 +190,7 @@ class Relay:
     def __init__(self, app: RelayApp, port: int) -> None:
         self._app = app
         self.port = port
-        self.base_url = f"http://127.0.0.1:{port}/{app.prefix}"
+        self.base_url = _relay_url(port, app.prefix)
         self.upstream = app.upstream
         self.governor = app.governor
         self._unsubscribe = app.governor.subscribe(self._changed)
@@ -218,7 +227,7 @@ class Relay:
             overload_hold_s=overload_hold_s,
             agents=agents,
             pause=pause,
-            base_url=f"{self.base_url}/run-{token}",
+            base_url=_run_url(self.base_url, token),
             relay=self,
             token=token,
         )

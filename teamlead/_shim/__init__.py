@@ -35,9 +35,6 @@ from typing import Any
 
 import click
 
-if sys.version_info < (3, 11):
-    from exceptiongroup import BaseExceptionGroup  # type: ignore[import-not-found,unused-ignore]
-
 from .._claude import bundled_cli_path
 from .._cli import find_cli, known_error, run_options, settings_from_options
 from ..errors import SetupError, TeamleadError, UsageError
@@ -161,7 +158,7 @@ def session(argv: list[str]) -> int:
     default_process_state().keep_history(setup.history)
     try:
         return anyio.run(serve, setup.cli, argv, setup.policy, dict(os.environ), str(Path.cwd()))
-    except (TeamleadError, BaseExceptionGroup) as exc:  # a run that cannot go on: one line
+    except Exception as exc:  # a run that cannot go on (inside its task group too): one line
         known = known_error(exc)
         if not isinstance(known, TeamleadError):
             raise

@@ -234,8 +234,10 @@ class Bridge:
                         break
         finally:
             self._running = False
-            if self._early is not None:  # the run ended before its first round
-                await self._drop_early()
+            untaken, self._early = self._early, None
+            if untaken is not None:  # the run ended before its first round
+                self._process.relays.release()
+                await self._drop_early(untaken)
 
     async def _start_early(self, run: RunStream) -> None:
         """Start the first run's CLI now, before the run is set up (its relay, its
@@ -273,17 +275,14 @@ class Bridge:
         if early.argv == argv and early.env == env:
             return early
         assert self._tg is not None
-        self._early = early
-        self._tg.start_soon(self._drop_early)
+        self._tg.start_soon(self._drop_early, early)
         return None
 
-    async def _drop_early(self) -> None:
-        """Stop the CLI started early that no round took (bounded, reaped)."""
-        early, self._early = self._early, None
-        if early is not None:
-            self._process.relays.release()
-            early.signal(signal.SIGTERM)
-            await early.stop()
+    @staticmethod
+    async def _drop_early(early: Child) -> None:
+        """Stop a CLI started early that no round took (bounded, reaped)."""
+        early.signal(signal.SIGTERM)
+        await early.stop()
 
     # -- one round: one CLI process ------------------------------------------------------
     async def _round_messages(
