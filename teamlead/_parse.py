@@ -137,8 +137,6 @@ class TaskStarted:
     workflow_name: str | None = None
 
 
-#: A workflow agent's state in a ``workflow_progress`` snapshot (unknown states are kept).
-WorkflowAgentState: TypeAlias = str
 _MAX_WORKFLOW_AGENTS = 1000  # the engine's own hard cap of agent() calls per run
 _MAX_FIELD = 500
 
@@ -154,7 +152,7 @@ class WorkflowAgent:
 
     index: int
     label: str
-    state: WorkflowAgentState
+    state: str
     agent_id: str | None = None
     phase: str | None = None
     phase_index: int | None = None

@@ -1,13 +1,10 @@
 """Live control of a running fan-out: its agent cap and its subagent model.
 
-A :class:`RunControl` is made by the user and passed to :func:`teamlead.run`,
-:func:`teamlead.resume_session` or :class:`teamlead.ClientRun`; while that run goes, it
-reads and changes two of its limits with one amend of three states per field
-(:meth:`RunControl.amend`): a field left out changes nothing, ``None`` restores the value
-the run started with, a value sets it, and an amend that changes nothing is refused with
-:class:`~teamlead.errors.AmendRefused`. The cap applies to the next admissions (never
-above the CLI's own subagent cap, fixed when it starts), the subagent model to agents that
-have not started; how each reaches the CLI, the workflow engine and the relay is in
+A :class:`RunControl` passed to :func:`teamlead.run`, :func:`teamlead.resume_session` or
+:class:`teamlead.ClientRun` reads and changes those two limits while the run goes
+(:meth:`RunControl.amend`). The cap applies to the next admissions (never above the CLI's
+own subagent cap, fixed when it starts), the subagent model to agents that have not
+started; how each reaches the CLI, the workflow engine and the relay is in
 docs/runtime-control.md.
 
 The control amends the run's :class:`~teamlead._gate.admission.Admission`, nothing else: a
@@ -54,18 +51,6 @@ UNSET: Final = Unset.UNSET
 _MAX_MODEL = 200
 
 
-@dataclass
-class _Run:
-    """What a control changes in the run it serves (see :meth:`RunControl.serve`)."""
-
-    admission: Admission
-    default_cap: int | None
-    default_model: str | None
-    token: anyio.lowlevel.EventLoopToken | None = None
-    thread: int | None = None
-    ended: bool = False
-
-
 class RunControl:
     """A handle on one run's live limits (see the module docstring).
 
@@ -83,7 +68,7 @@ class RunControl:
 
     def __init__(self) -> None:
         self._lock = threading.RLock()
-        self._run: _Run | None = None
+        self._run: ControlLease | None = None
         self._cap: int | None = None
         self._model: str | None = None
 
@@ -223,7 +208,7 @@ class RunControl:
             raise AmendRefused(_NO_GATE, field="cap")
         return self._cap
 
-    def _checked_cap(self, run: _Run, cap: int | None) -> int | None:
+    def _checked_cap(self, run: ControlLease, cap: int | None) -> int | None:
         most = run.admission.most
         if most is None:
             raise AmendRefused(_NO_GATE, field="cap")
@@ -238,7 +223,7 @@ class RunControl:
             )
         return cap
 
-    def _apply(self, run: _Run, event: RunAmended) -> None:
+    def _apply(self, run: ControlLease, event: RunAmended) -> None:
         """Apply ``event`` on the run's loop: at once when called there, else through it."""
         if run.token is None or run.thread == threading.get_ident():
             self._apply_here(run, event)
@@ -248,7 +233,7 @@ class RunControl:
             except RuntimeError:  # the run's loop is gone: the run ended meanwhile
                 raise AmendRefused("the run ended before the amend could apply") from None
 
-    def _apply_here(self, run: _Run, event: RunAmended) -> None:
+    def _apply_here(self, run: ControlLease, event: RunAmended) -> None:
         """Put the control's values *now* into the run (so amends racing from two threads
         end with the run on the last one), with the event its admission publishes."""
         with self._lock:
@@ -272,7 +257,8 @@ class RunControl:
         Raises:
             AmendRefused: the control already serves a run that has not ended.
         """
-        run = _Run(
+        run = ControlLease(
+            self._lock,
             admission=admission,
             default_cap=admission.cap,
             default_model=admission.starting_model,
@@ -283,33 +269,39 @@ class RunControl:
             self._run = run
             self._cap = run.default_cap
             self._model = run.default_model
-        return ControlLease(self._lock, run)
+        return run
 
 
+@dataclass(eq=False)
 class ControlLease:
     """A run's hold on the :class:`RunControl` that serves it (from :meth:`RunControl.serve`):
-    the run binds it to its event loop, and ends it when the run ends."""
+    what the control changes in the run; the run binds it to its event loop, and ends it
+    when the run ends."""
 
-    def __init__(self, lock: threading.RLock, run: _Run) -> None:
-        self._lock = lock
-        self._run = run
+    lock: threading.RLock
+    admission: Admission
+    default_cap: int | None
+    default_model: str | None
+    token: anyio.lowlevel.EventLoopToken | None = None
+    thread: int | None = None
+    ended: bool = False
 
     def bind_loop(self) -> None:
         """Called on the run's event loop: amends from other threads are applied through it."""
-        with self._lock:
-            self._run.token = anyio.lowlevel.current_token()
-            self._run.thread = threading.get_ident()
+        with self.lock:
+            self.token = anyio.lowlevel.current_token()
+            self.thread = threading.get_ident()
 
     def end(self) -> None:
         """The run ended: later amends are refused; the values read stay the last ones."""
-        with self._lock:
-            self._run.ended = True
+        with self.lock:
+            self.ended = True
 
 
 _NO_GATE = "this run has no spawn gate (SpawnPolicy(enabled=False)), so its cap cannot change"
 
 
-def _checked_model(run: _Run, model: str | None) -> str | None:
+def _checked_model(run: ControlLease, model: str | None) -> str | None:
     if model is None:
         return run.default_model
     if not isinstance(model, str) or not model.strip():
@@ -339,7 +331,7 @@ def _unchanged(
     return " and ".join(parts) + ": the amend changes nothing and was refused"
 
 
-def _now(run: _Run) -> float:
+def _now(run: ControlLease) -> float:
     try:
         return run.admission.clock.time()
     except Exception:  # a broken clock must not stop an amend

@@ -1,17 +1,9 @@
-"""The auto-resume coordinator: one final, honest answer that used every result.
+"""The auto-resume coordinator's entry points: one final, honest answer that used every result.
 
-:func:`run` wraps any streaming query generator (``claude_agent_sdk.query`` by default),
-yields every SDK message unchanged and, when the stream ends with work outstanding (a task
-not ended, a result no successful lead turn came after, a teammate that has not reported,
-unread inbox entries), waits for it, falls back to summaries and transcripts, and resumes
-the session with the results quoted as data, until nothing is outstanding or the
-:class:`~teamlead.policy.Policy` stops it; it ends with a :class:`Finished` event.
-:func:`query` is the strict drop-in for ``claude_agent_sdk.query``; :func:`receive_all`
-does the same for a ``ClaudeSDKClient`` (each turn a round of the one run a
-:class:`ClientRun` holds); :func:`resume_session` finishes a stopped session.
-
-This module holds only the entry points: each creates the run's state and hands it to a
-driver; the machinery is private, in :mod:`teamlead._run`.
+:func:`run` (with teamlead's events), :func:`query` (the strict drop-in for
+``claude_agent_sdk.query``), :func:`receive_all` on a :class:`ClientRun` (for a
+``ClaudeSDKClient``) and :func:`resume_session` each create the run's state and hand it to
+a driver; the machinery is private, in :mod:`teamlead._run`.
 
 Example:
     >>> async for item in teamlead.run("Audit the repo", options=opts):  # doctest: +SKIP
@@ -25,6 +17,7 @@ from collections.abc import AsyncGenerator, AsyncIterable, AsyncIterator, Callab
 from contextlib import AbstractAsyncContextManager, aclosing, nullcontext
 from typing import Any, TypeAlias
 
+import claude_agent_sdk
 from claude_agent_sdk import ClaudeAgentOptions, Message, Transport
 
 from ._control.registered import registered
@@ -81,12 +74,8 @@ StreamItem: TypeAlias = Message | TeamleadEvent
 
 
 def _sdk_query(query_fn: QueryFn | None) -> QueryFn:
-    """``query_fn``, by default ``claude_agent_sdk.query``."""
-    if query_fn is not None:
-        return query_fn
-    from claude_agent_sdk import query as sdk_query
-
-    return sdk_query
+    """``query_fn``, by default ``claude_agent_sdk.query`` (looked up now, not at import)."""
+    return query_fn or claude_agent_sdk.query
 
 
 async def _relayed_run(
@@ -99,18 +88,14 @@ async def _relayed_run(
 ) -> AsyncGenerator[Any, None]:
     """The stream ``start`` makes from ``state``, with the run hooked up to the relay.
 
-    A ``query``-mode run opens its hookup here and attaches it to the run state (its
-    options then point at the relay) before ``start`` runs; a ``client`` run's CLI is
-    already connected, through the hookup its :class:`ClientRun` holds, if any. The relay
-    publishes its events to the run's bus, which the stream yields as they come
-    (:func:`~teamlead._run.bus.with_run_events`). With telemetry on (:mod:`teamlead._otel`),
-    the run's spans are made from this stream, a query run's CLI gets the run's span as its
-    ``TRACEPARENT`` and the relay makes a ``chat`` span per request (``mode``, ``prompt``
-    and ``session_id`` describe the run for them).
-    ``Finished`` comes last and only after the run has let go of everything: the stream
-    has ended and the run has left the relay (stopping it when it was the last run). An
-    app that stops reading at ``Finished`` (``return`` inside ``async for``) then leaves
-    nothing for the event loop's generator finaliser, which may run too late to finish.
+    A ``query``-mode run opens its hookup here, before ``start`` runs (its options then
+    point at the relay); a ``client`` run's CLI is already connected, through its
+    :class:`ClientRun`'s hookup, if any. The run's events come in the stream as they are
+    published (:func:`~teamlead._run.bus.with_run_events`); with telemetry on, its spans
+    are made from this stream (``mode``, ``prompt`` and ``session_id`` describe the run).
+    ``Finished`` comes last, once the run has let go of everything (its stream ended, it
+    left the relay): an app that stops reading at ``Finished`` leaves nothing to the event
+    loop's generator finaliser, which may run too late to finish it.
     """
     finished: Finished | None = None
     client = mode == "client"

@@ -5,19 +5,16 @@ the whole run. The governor keeps one AIMD *bucket* per ``provider/model`` key a
 global cap across all buckets, and hands out *slots*. Each slot stands for one piece of
 work (one request, or one CLI process) and reports how it went.
 
-A bucket starts at its ceiling (see :class:`GovernorPolicy`). A rate limit cuts it:
-multiplicatively, or, when the slots are the very requests the upstream counts
-(``Slot.rate_limited(measured=True)``, as the relay reports), straight to the requests the
-upstream may have been running, which the account counts; the burst's later 429s settle
-the cut and its streaming requests correct it up. Successes while callers queue grow it
-by one; a level that drew a 429 is not probed again for a while; a Retry-After or a 529
-pauses new grants, never running slots; an idle bucket returns to its ceiling. The rules
-are pure functions in ``teamlead._governor.aimd``; no pause is longer than
-``MAX_PAUSE_S``, and a caller whose ``timeout`` ends first gets its ``TimeoutError`` at
-once. When the upstream's answers describe token windows (``anthropic-ratelimit-*``),
-:meth:`Governor.pace` makes them the bucket's token budget: a slot asked for with the
-request's ``estimate`` is granted only when every window covers it, and a 429 a window
-explains is the budget's (see ``teamlead._governor.token_budget``).
+A bucket starts at its ceiling (see :class:`GovernorPolicy`). A rate limit cuts it
+(multiplicatively, or to the requests the upstream was running: see
+:meth:`Slot.rate_limited`); successes while callers queue grow it by one, but not soon
+again to a level that drew a 429; a Retry-After or a 529 pauses new grants (never running
+slots, never longer than ``MAX_PAUSE_S``); an idle bucket returns to its ceiling. The rules
+are pure functions in ``teamlead._governor.aimd``. A caller whose ``timeout`` ends first
+gets its ``TimeoutError`` at once. When the upstream's answers describe token windows
+(``anthropic-ratelimit-*``), :meth:`Governor.pace` makes them the bucket's token budget: a
+slot asked for with the request's ``estimate`` is granted only when every window covers
+it, and a 429 a window explains is the budget's (see ``teamlead._governor.token_budget``).
 
 Waiters are served by priority, then FIFO, per key: a caller that must not starve (the
 lead's requests, a retried request) asks with a higher ``priority``. A released slot goes
@@ -212,9 +209,6 @@ class _Waiter:
     slot: Slot | None = None
     error: BaseException | None = None
 
-    def __lt__(self, other: _Waiter) -> bool:
-        return self.order < other.order
-
 
 @dataclass(eq=False, slots=True)
 class _Bucket:
@@ -241,7 +235,7 @@ class _Bucket:
     def enqueue(self, waiter: _Waiter) -> None:
         """Queue ``waiter`` by priority then arrival; a displaced head hands over its timer."""
         was_head = self.waiters[0] if self.waiters else None
-        insort(self.waiters, waiter)
+        insort(self.waiters, waiter, key=lambda w: w.order)
         if was_head is not None and self.waiters[0] is not was_head:
             was_head.wake.set()
 
@@ -359,8 +353,8 @@ class Governor:
         except BaseException:
             if waiter.slot is not None:
                 waiter.slot.release()  # granted as we were cancelled: give it back
-            else:
-                self._forget(bucket, waiter)
+            elif bucket.remove(waiter):
+                self._dispatch(key)
             raise
 
     def pace(self, key: str, headers: Mapping[str, str], slot: Slot | None = None) -> float:
@@ -485,10 +479,6 @@ class Governor:
             if waiter.slot is None and waiter.error is None:
                 self._dispatch(bucket.key)
 
-    def _forget(self, bucket: _Bucket, waiter: _Waiter) -> None:
-        if bucket.remove(waiter):
-            self._dispatch(bucket.key)
-
     # -- state ----------------------------------------------------------------------------
     def _knobs(self, key: str) -> GovernorPolicy:
         """The policy with ``key``'s own ceiling (its floor never above it)."""
@@ -519,42 +509,32 @@ class Governor:
         return bucket
 
     def _apply(self, bucket: _Bucket, rule: _Rule) -> None:
-        """Apply a rule to the stored limits atomically (see :meth:`_commit`)."""
-        self._commit(
-            bucket, lambda step: self.account.update(bucket.key, lambda got: step(got, rule))
-        )
-
-    def _apply_rejected(
-        self, bucket: _Bucket, slot: Slot, rule_for: Callable[[int], _Rule]
-    ) -> None:
-        """Mark ``slot``'s lease rejected and apply ``rule_for(accepted)`` atomically,
-        ``accepted`` being what the account counts over its provider in the same step (see
-        ``Account.update_rejected``)."""
-        self._commit(
-            bucket,
-            lambda step: self.account.update_rejected(
-                slot._lease,
-                provider_of(slot.key),
-                lambda got, accepted: step(got, rule_for(accepted)),
-            ),
-        )
+        """Apply ``rule`` to the stored limits atomically (see :meth:`_commit`)."""
+        self._commit(bucket, lambda _: rule)
 
     def _commit(
-        self,
-        bucket: _Bucket,
-        update: Callable[[Callable[[aimd.Limits | None, _Rule], aimd.Step]], aimd.Step],
+        self, bucket: _Bucket, rule_for: Callable[[int], _Rule], rejected: Slot | None = None
     ) -> None:
-        """Run ``update`` with the step that applies a rule to the stored limits (a fresh
-        bucket's when none), then wake the head on a new pause and journal the change."""
+        """Apply ``rule_for(accepted)`` to the stored limits (a fresh bucket's when none)
+        atomically, then wake the head on a new pause and journal the change.
+
+        ``rejected``: the slot whose lease is marked rejected in the same step, ``accepted``
+        being what the account counts over its provider (see ``Account.update_rejected``);
+        ``None``: a plain update (``accepted`` is 0).
+        """
         knobs = self._knobs(bucket.key)
         before: list[float] = []
 
-        def step(stored: aimd.Limits | None, rule: _Rule) -> aimd.Step:
+        def step(stored: aimd.Limits | None, accepted: int = 0) -> aimd.Step:
             limits = stored if stored is not None else aimd.initial(knobs)
             before.append(limits.cooldown_until)
-            return rule(limits)
+            return rule_for(accepted)(limits)
 
-        limits, change = update(step)
+        if rejected is None:
+            limits, change = self.account.update(bucket.key, step)
+        else:
+            lease, provider = rejected._lease, provider_of(rejected.key)
+            limits, change = self.account.update_rejected(lease, provider, step)
         if before and limits.cooldown_until > before[-1] and bucket.waiters:
             bucket.waiters[0].wake.set()  # the head starts the pause timer
         if change is not None:
@@ -589,24 +569,6 @@ class Governor:
             charge, now, headroom=self.policy.pace_below, learnt=not through_pause
         )
 
-    def _bucket_room(
-        self,
-        bucket: _Bucket,
-        through_pause: bool = False,
-        limits: aimd.Limits | None = None,
-        estimate: InputEstimate | None = None,
-    ) -> bool:
-        """Whether ``bucket`` is under its limit here, not paused (``through_pause``:
-        whether paused or not) and its token windows cover a request of ``estimate``;
-        ``limits`` when already read."""
-        limits = limits if limits is not None else self._limits(bucket.key)
-        now = self.clock.monotonic()
-        return (
-            bucket.in_flight < self._effective(bucket.key, limits)
-            and (through_pause or limits.cooldown_until <= now)
-            and self._ready_at(bucket, estimate, now, through_pause) <= now
-        )
-
     def _try_grant(
         self,
         bucket: _Bucket,
@@ -617,7 +579,12 @@ class Governor:
         bucket is not paused, unless ``through_pause``, and its token windows cover
         ``estimate``), else None."""
         limits = self._limits(bucket.key)
-        room = self._bucket_room(bucket, through_pause, limits, estimate)
+        now = self.clock.monotonic()
+        room = (
+            bucket.in_flight < self._effective(bucket.key, limits)
+            and (through_pause or limits.cooldown_until <= now)
+            and self._ready_at(bucket, estimate, now, through_pause) <= now
+        )
         if not (room and self._global_room()):
             return None
         lease = self.account.take(
@@ -642,28 +609,16 @@ class Governor:
 
     def _dispatch(self, preferred: str) -> None:
         """Grant what can be granted: ``preferred``'s queue first, then the best heads."""
-        bucket = self._buckets[preferred]
-        while bucket.waiters:
-            head = bucket.waiters[0]
-            granted = self._try_grant(bucket, head.through_pause, head.estimate)
-            if granted is None:
-                break
-            self._hand_to(bucket.waiters.pop(0), granted)
         refused: set[str] = set()
         while self._global_room():
-            heads = [
-                b
-                for b in self._buckets.values()
-                if b.waiters
-                and b.key not in refused
-                and self._bucket_room(b, b.waiters[0].through_pause, estimate=b.waiters[0].estimate)
-            ]
+            heads = [b for b in self._buckets.values() if b.waiters and b.key not in refused]
             if not heads:
                 return
-            best = min(heads, key=lambda b: b.waiters[0].order)
-            granted = self._try_grant(best, best.waiters[0].through_pause, best.waiters[0].estimate)
+            best = min(heads, key=lambda b: (b.key != preferred, b.waiters[0].order))
+            head = best.waiters[0]
+            granted = self._try_grant(best, head.through_pause, head.estimate)
             if granted is None:
-                refused.add(best.key)  # the account is full for it: its head polls
+                refused.add(best.key)  # no room for it (a full account: its head polls)
                 continue
             self._hand_to(best.waiters.pop(0), granted)
 
@@ -781,7 +736,7 @@ class Governor:
             # concurrency cut, no pause for the whole bucket; the lease is marked refused,
             # so a later measured cut does not count it as accepted
             if measured and not slot._released:
-                self._apply_rejected(bucket, slot, lambda _: lambda lim: (lim, None))
+                self._commit(bucket, lambda _: lambda lim: (lim, None), rejected=slot)
             self._budget_changed(bucket)
             return
 
@@ -805,7 +760,7 @@ class Governor:
         provider = provider_of(slot.key)
         mine = [b for b in self._buckets.values() if b.key.startswith(provider)]
         own = sum(b.in_flight - b.rejected - b.answered for b in mine)
-        self._apply_rejected(bucket, slot, lambda counted: rule(max(0, counted, own)))
+        self._commit(bucket, lambda counted: rule(max(0, counted, own)), rejected=slot)
 
     def _on_overloaded(self, slot: Slot, retry_after: float | None) -> None:
         bucket, now = self._touch(slot.key)

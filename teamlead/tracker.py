@@ -251,15 +251,15 @@ class Tracker:
         run: WorkflowRun | None
         self._seq += 1
         now = self.clock.monotonic()
+        if isinstance(event, AgentCallSeen | WorkflowCallSeen) and self.first_delegation_at is None:
+            self.first_delegation_at = now
         if isinstance(event, SessionSeen):
             if self.session_id is None:
                 self.session_id = event.session_id
         elif isinstance(event, AgentCallSeen):
             self.agent_calls.setdefault(event.tool_use_id, event)
-            if self.first_delegation_at is None:
-                self.first_delegation_at = now
         elif isinstance(event, TaskStarted):
-            task = self.tasks.get(event.task_id) or TaskInfo(event.task_id, started_at=now)
+            task = self._task(event.task_id, now)
             if task.terminal and not task.is_workflow:
                 # continued (a SendMessage to its id): its next notification supersedes the
                 # last, so it is running again and nothing of its last end counts as used
@@ -274,7 +274,6 @@ class Tracker:
             task.run_id = event.run_id
             task.task_type = event.task_type or task.task_type
             task.parent_task_id = event.parent_task_id or task.parent_task_id
-            self.tasks[event.task_id] = task
             if event.tool_use_id:
                 self._by_tool_use[event.tool_use_id] = event.task_id
             if event.task_type == "local_workflow":
@@ -286,8 +285,6 @@ class Tracker:
                     changes += self._launched(launched)
         elif isinstance(event, WorkflowCallSeen):
             self._workflow_calls.setdefault(event.tool_use_id, event)
-            if self.first_delegation_at is None:
-                self.first_delegation_at = now
         elif isinstance(event, WorkflowLaunched):
             self._launches[event.tool_use_id] = event
             changes += self._launched(event)

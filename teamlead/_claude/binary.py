@@ -2,7 +2,7 @@
 
 The SDK wheel ships the CLI as ``_bundled/claude`` next to a ``claude.version`` stamp.
 ``teamlead ask`` runs it when no other CLI is given, and experiment records carry its
-version, so both live here, apart from the offline test bed that also uses them.
+version.
 """
 
 from __future__ import annotations

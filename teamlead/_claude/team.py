@@ -5,11 +5,6 @@ lead session and the members, and ``inboxes/<agent>.json`` files. This module fi
 team of a lead session and turns its ``config.json`` into a :class:`TeamConfig`. Names read
 from disk are validated and every path is confined to the config dir, because a teammate
 (or anything else able to write there) controls those files.
-
-Example:
-    >>> team = find_team("d6b404c3-7aec-40d7-9803-56ebb9cb00ba")  # doctest: +SKIP
-    >>> team.lead_inbox                                             # doctest: +SKIP
-    PosixPath('/home/me/.claude/teams/session-d6b404c3/inboxes/team-lead.json')
 """
 
 from __future__ import annotations
@@ -259,11 +254,9 @@ def load_team(team_dir: Path, config_dir: Path) -> Team | None:
         if problem.kind != "missing":
             logger.warning("team config %s; ignored", problem.message)
         return None
-    except (ValueError, RecursionError) as exc:
+    except ValueError as exc:  # not UTF-8, not JSON (or nested too deeply), not a config
         if isinstance(exc, ValidationError):
             reason = first_error(exc)
-        elif isinstance(exc, RecursionError):
-            reason = "nested too deeply"
         else:
             reason = str(exc) if "nested" in str(exc) else type(exc).__name__
         logger.warning("team config %s is invalid (%s); ignored", config_path, reason)

@@ -6,10 +6,6 @@ stopped before it reported, the answer may still be in its transcript:
 notification's ``output_file`` is a symlink to it. Transcripts grow large, so they are
 read backwards in fixed-size blocks: memory stays flat whatever the file size, and
 scanning stops at a byte cap.
-
-Example:
-    >>> last_assistant_text(notification.output_file)          # doctest: +SKIP
-    'finding for SUBTASK-B: ok'
 """
 
 from __future__ import annotations
@@ -345,7 +341,7 @@ def transcript_tail(
         return None
     calls: list[TranscriptCall] = []
     lines: list[str] = []
-    results: dict[str, bool] = {}  # tool_use_id -> is_error, from user records
+    results: dict[str, Literal["ok", "error"]] = {}  # by tool_use_id, from user records
     with fh:
         for record in _records(_lines_backwards(fh, max_scan=max_bytes)):
             if len(calls) >= max_calls and len(lines) >= max_lines:
@@ -362,20 +358,15 @@ def transcript_tail(
                     continue
                 if kind == "user" and block.get("type") == "tool_result":
                     if isinstance(block.get("tool_use_id"), str):
-                        results[block["tool_use_id"]] = bool(block.get("is_error"))
+                        results[block["tool_use_id"]] = "error" if block.get("is_error") else "ok"
                 elif kind == "assistant" and block.get("type") == "tool_use":
                     if len(calls) < max_calls and isinstance(block.get("id"), str):
-                        error = results.get(block["id"])
-                        outcome: Literal["running", "ok", "error"] = (
-                            "running" if error is None else ("error" if error else "ok")
-                        )
-                        name = block.get("name")
                         calls.append(
                             TranscriptCall(
                                 block["id"],
-                                redact(str(name))[:_MAX_LINE_CHARS],
+                                redact(str(block.get("name")))[:_MAX_LINE_CHARS],
                                 redact(tool_summary(block.get("input"))),
-                                outcome,
+                                results.get(block["id"], "running"),
                             )
                         )
                 elif kind == "assistant" and block.get("type") == "text":

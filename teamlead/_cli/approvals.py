@@ -1,18 +1,17 @@
 """The approval queue of ``teamlead ask``: every tool permission request of a run, in order.
 
 Claude Code asks the SDK's ``can_use_tool`` before a tool that needs approval runs, for
-the lead and every agent (the asking agent's ``agent_id`` in the context). With a single
-slot, a second request could replace the first while the person reads it; here every
-request joins one FIFO queue and only the front one is shown and answered::
+the lead and every agent (the asking agent's ``agent_id`` in the context). Every request
+joins one FIFO queue, and only the front one is shown and answered::
 
     (1/2) [security] Bash: rm -rf build && make
 
 ``y`` allows it, ``n`` denies it, ``a`` allows this tool for this agent for the rest of
-the run (the waiting requests of that kind too). Each answer resolves exactly the request
-it was given for, and becomes a :class:`~teamlead.events.PermissionDecided` event. When
-nobody can answer (piped, ``--json``), the queue denies each request at once with a reason
-naming the flags that allow the tool. Agents' names and tool inputs are
-hostile: every prompt line goes through :func:`~teamlead._redact.terminal_safe`.
+the run (the waiting requests of that kind too); each answer becomes a
+:class:`~teamlead.events.PermissionDecided` event. When nobody can answer (piped,
+``--json``), each request is denied at once with a reason naming the flags that allow the
+tool. Agents' names and tool inputs are hostile: every prompt line goes through
+:func:`~teamlead._redact.terminal_safe`.
 """
 
 from __future__ import annotations

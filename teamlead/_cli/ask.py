@@ -22,7 +22,6 @@ from .exitcodes import handle_errors
 from .help import RUN_SECTIONS, SectionedCommand
 from .options import (
     FiniteFloatRange,
-    Output,
     limits_from_options,
     limits_options,
     no_relay_option,
@@ -39,8 +38,6 @@ if TYPE_CHECKING:
 __all__ = ["ask", "resume", "run_options"]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
-#: Begins the run (a new one, or a resume) with its options, policy and live control.
-_Start = Callable[..., "RunStream"]
 
 _PERMISSION_MODES = ["default", "acceptEdits", "plan", "bypassPermissions", "dontAsk", "auto"]
 
@@ -119,7 +116,7 @@ def run_options(func: _F) -> _F:
             help="Do not keep this run in the run history (`teamlead ps --all`, `show`).",
         ),
         spawn_options,
-        no_relay_option(),
+        no_relay_option,
         option(
             "--overload-hold",
             "overload_hold_s",
@@ -284,8 +281,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise UsageError("the prompt is empty")
-    output = output_mode(json_, quiet)
-    _run_at_the_terminal(partial(run_stream, prompt), strategy, output, verbose, kw)
+    _run_at_the_terminal(partial(run_stream, prompt), strategy, json_, quiet, verbose, kw)
 
 
 @click.command(cls=SectionedCommand, sections=RUN_SECTIONS)
@@ -309,26 +305,26 @@ def resume(
     from ..coordinator import resume_stream
 
     start = partial(resume_stream, session_id)
-    output = output_mode(json_, quiet)
-    _run_at_the_terminal(start, strategy, output, verbose, kw, resumes=session_id)
+    _run_at_the_terminal(start, strategy, json_, quiet, verbose, kw, resumes=session_id)
 
 
 def _run_at_the_terminal(
-    start: _Start,
+    start: Callable[..., RunStream],
     strategy: str,
-    output: Output,
+    json_: bool,
+    quiet: bool,
     verbose: bool,
     kw: dict[str, Any],
     *,
     resumes: str | None = None,
 ) -> NoReturn:
-    """Run what ``start`` begins to its end with the terminal's controls and the live view,
-    and exit with its code; ``resumes`` is the session a resume continues (found here, a
-    missing one a usage error, unless a session store brings it).
+    """Run what ``start`` begins (with the options, policy and live control) to its end
+    with the terminal's controls and the live view, and exit with its code; ``resumes``
+    is the session a resume continues (a missing one is a usage error, unless a session
+    store brings it).
 
-    The terminal's part is made before the options, which carry its ``can_use_tool``: the
-    run's live control (keys and a :class:`~teamlead.RunControl`), the approval queue, the
-    focus on one agent.
+    The terminal's part (live control keys, the approval queue, the focus on one agent) is
+    made first: the options carry its ``can_use_tool``.
     """
     from .._claude import claude_config_dir, find_session_file
     from .._otel import run_labels
@@ -338,6 +334,7 @@ def _run_at_the_terminal(
     from .controls import controls_for
     from .running import build_run, check_setup, merged_env, run_session
 
+    output = output_mode(json_, quiet)
     default_process_state().keep_history(not kw.pop("no_history"))
     settings = settings_from_options(strategy, **kw)
     control = RunControl()  # the run's live cap and subagent model
@@ -346,14 +343,14 @@ def _run_at_the_terminal(
         output,
         wait_limit_s=settings.policy.deadline_s,
         control=control,
-        config_dir=claude_config_dir(merged_env(settings.env)),
+        config_dir=claude_config_dir(merged_env()),
     )
-    options, policy, _ = build_run(settings, can_use_tool=controls.can_use_tool())
+    options = build_run(settings, can_use_tool=controls.can_use_tool())
     env = merged_env(options.env)
     if resumes is not None and options.session_store is None:
         find_session_file(claude_config_dir(env), resumes)
     check_setup(env)
-    run = start(options, policy=policy, control=control)
+    run = start(options, policy=settings.policy, control=control)
 
     async def items() -> AsyncIterator[Any]:
         try:

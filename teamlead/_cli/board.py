@@ -3,19 +3,16 @@ steer them (what it shows is in the command's ``--help``).
 
 The page (``board.html``, beside this module) gets the rows of ``teamlead ps --all`` as
 server-sent events whenever they change, and for the run picked a second stream with its
-detail; its buttons do what ``pause``, ``unpause``, ``stop`` and ``stop --now`` do. With
-a run's NDJSON log it serves that run alone, read-only, followed as the log grows.
+detail; its buttons do what ``pause``, ``unpause``, ``stop`` and ``stop --now`` do.
 
 :class:`Board` is a plain ASGI app, served by the relay's uvicorn on ``127.0.0.1`` only.
-Every request must prove it comes from the page that was opened: the random token of the
-printed URL (:func:`kept_token`, compared in constant time), a ``Host`` of
-``127.0.0.1:PORT`` or ``localhost:PORT`` (no DNS rebinding), and for a button a ``POST``
-of JSON from the page's own ``Origin``, at most 1 KiB. The page runs only its own
-nonce'd script under a strict ``Content-Security-Policy`` and builds every cell with
-``textContent``; every string it is sent is first made safe as the terminal's are
-(:func:`~teamlead._redact.shown_safe`). At most 8 event streams are served at once, and
-the connections are held to the relay's bounds (:mod:`teamlead._relay.protocol`), so a
-flood of silent connections never keeps the page from its owner.
+Every request must carry the printed URL's random token (:func:`kept_token`) and a
+``Host`` of ``127.0.0.1:PORT`` or ``localhost:PORT`` (no DNS rebinding); a button is a
+``POST`` of at most 1 KiB of JSON from the page's own ``Origin``. The page runs only its
+own nonce'd script under a strict ``Content-Security-Policy``, and every string it is sent
+is made safe as the terminal's are (:func:`~teamlead._redact.shown_safe`). Event streams
+and connections are bounded (:mod:`teamlead._relay.protocol`), so a flood of silent
+connections never keeps the page from its owner.
 """
 
 from __future__ import annotations
@@ -27,7 +24,7 @@ import logging
 import re
 import secrets
 import sys
-from collections.abc import Awaitable, Callable, Mapping, MutableMapping
+from collections.abc import Awaitable, Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
@@ -74,9 +71,8 @@ _RUN_CHARS = 64
 _PAST_ROWS = 200
 _TOKEN_FILE = "view-token"
 _TOKEN = re.compile(r"[A-Za-z0-9_-]{32,64}")
-#: Client connections' bounds, the relay's own rules (:mod:`teamlead._relay.protocol`): a
-#: page needs a few connections (the page, two event streams, a button), so past 64 the
-#: oldest idle one is closed; a head must come within 10 s, an idle connection goes after 5.
+#: Client connections' bounds, the relay's own rules: a page needs a few connections (the
+#: page, two event streams, a button), so past 64 the oldest idle one is closed.
 _BOUNDS = RelayConfig(max_connections=64, max_body_bytes=_MAX_BODY)
 
 
@@ -278,9 +274,8 @@ async def _reply(send: Send, status: int, ok: bool, message: str) -> None:
 async def _serve(sock: GuardedSocket, board: Board) -> None:
     """Serve ``board`` with the relay's connection bounds (:data:`_BOUNDS`).
 
-    Descriptors (or memory) running out at an ``accept``, with no idle connection left to
-    close, is one warning for the whole process (none when the connection guard has just
-    warned), not asyncio's traceback per retry; asyncio retries the ``accept`` by itself.
+    Descriptors (or memory) running out at an ``accept`` is one warning for the process
+    (none when the connection guard has warned), not a traceback per retry.
     """
     server = bounded_server(board, sock, config=_BOUNDS, root=b"", name="teamlead view")
     loop = asyncio.get_running_loop()
@@ -371,11 +366,11 @@ def _detail(run: str, registry: Registry, history: History) -> dict[str, Any]:
         return past_detail(record, history)
 
 
-def kept_token(env: Mapping[str, str] | None = None) -> str:
+def kept_token() -> str:
     """The page's token: kept per user in the runtime directory (``view-token``, mode
     0600), so the link of a view served again, on the same ``--port``, still works; a new
     one each start when the directory cannot be used (said in one warning line)."""
-    path = runtime_dir(env) / _TOKEN_FILE
+    path = runtime_dir() / _TOKEN_FILE
     raw = read_small(path, 256)
     token = raw.decode("ascii", "replace").strip() if raw is not None else ""
     if _TOKEN.fullmatch(token):
@@ -389,9 +384,8 @@ def kept_token(env: Mapping[str, str] | None = None) -> str:
 
 
 class _FollowedLog:
-    """A run's NDJSON log, read again whenever it has grown or changed, until it holds the
-    run's ``finished`` line (a run still writing it is followed line by line; a line half
-    written is skipped until it is whole)."""
+    """A run's NDJSON log, read again whenever it has changed, until it holds the run's
+    ``finished`` line."""
 
     def __init__(self, path: Path) -> None:
         self._path = path
@@ -418,6 +412,5 @@ class _FollowedLog:
 
 @functools.cache
 def _page_text() -> str:
-    """The page, read once (:data:`_PAGE_FILE`: HTML, style and script, with ``{nonce}``
-    and ``{mode}`` to fill in)."""
+    """The page (HTML, style and script, with ``{nonce}`` and ``{mode}`` to fill in)."""
     return _PAGE_FILE.read_text(encoding="utf-8")

@@ -16,6 +16,7 @@ import click
 
 from .._version import __version__
 from .exitcodes import SafeErrorsGroup
+from .help import headed
 
 __all__ = ["COMMANDS", "COMMAND_SECTIONS", "LazyGroup", "main"]
 
@@ -91,9 +92,8 @@ class LazyGroup(SafeErrorsGroup):
     def load(self, name: str) -> click.Command:
         """Import command ``name``'s module and return the command."""
         module, _, attribute = self._lazy[name][0].partition(":")
-        command = getattr(importlib.import_module(f"{__package__}.{module}"), attribute)
-        if not isinstance(command, click.Command):  # pragma: no cover - a wrong table entry
-            raise TypeError(f"{module}:{attribute} is not a click command")
+        loaded = importlib.import_module(f"{__package__}.{module}")
+        command: click.Command = getattr(loaded, attribute)
         return command
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -104,15 +104,11 @@ class LazyGroup(SafeErrorsGroup):
             command = self.commands.get(name) or click.Command(name, help=self._lazy[name][1])
             if not command.hidden:
                 commands[name] = command
-        sections = [*self._sections, ("Other commands", tuple(commands))]
-        for title, members in sections:
-            shown = [name for name in members if name in commands]
-            if not shown:
-                continue
-            limit = formatter.width - 6 - max(len(name) for name in shown)
+        for title, names in headed(self._sections, commands, "Other commands"):
+            limit = formatter.width - 6 - max(len(name) for name in names)
             with formatter.section(title):
                 formatter.write_dl(
-                    [(name, commands.pop(name).get_short_help_str(limit)) for name in shown]
+                    [(name, commands[name].get_short_help_str(limit)) for name in names]
                 )
 
 

@@ -3,9 +3,9 @@
 :func:`controls_for` decides once, before the run, who answers a permission request: in
 the modes that ask (``default``, ``acceptEdits``), an :class:`~.approvals.ApprovalQueue`,
 answered by key at a terminal (not ``--json``), else denying at once; in other modes
-nothing asks. :class:`Controls` holds that
-choice for :func:`~teamlead._cli.running.run_session` and connects it to the progress
-output (the prompt and key hint at the foot of the live view).
+nothing asks. :class:`Controls` holds that choice for
+:func:`~teamlead._cli.running.run_session` and shows the prompt and key hint at the foot
+of the live view.
 """
 
 from __future__ import annotations
@@ -151,10 +151,9 @@ class Controls:
 
     async def read_keys(self) -> None:
         """Read and dispatch keys until the run ends (returns at once without a terminal)."""
-        fd = terminal_fd(self.stdin) if self.interactive else None
-        if fd is None:
-            return
-        await read_keys(fd, self.keymap, on_key=self._changed)
+        fd = terminal_fd(self.stdin)
+        if fd is not None:
+            await read_keys(fd, self.keymap, on_key=self._changed)
 
     def close(self) -> None:
         """The run ends or is stopped: what still waits for an answer is denied."""

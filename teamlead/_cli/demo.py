@@ -1,9 +1,7 @@
 """``teamlead demo`` and ``teamlead serve-scripted``: runs against the offline test bed.
 
-These are the only production modules allowed to use :mod:`teamlead.testing`, and they
-import it inside the functions below, so no other command loads the scripted server.
-:func:`run_demo` and :func:`serve_scenario` hold the wiring; the click commands only
-parse options and pass them on.
+The only production module allowed to use :mod:`teamlead.testing`, imported inside the
+functions, so no other command loads the scripted server.
 """
 
 from __future__ import annotations
@@ -47,11 +45,9 @@ def run_demo(
     """Run the delegation demo offline: the bundled CLI against the built-in scripted model.
 
     Then, with ``compare`` and progress on stderr (not ``--json`` or ``--quiet``), the same
-    script runs once more under a bare ``claude_agent_sdk.query``, and what each returned
-    is printed side by side; a demo stopped by Ctrl-C (or SIGTERM, SIGHUP) stops there,
-    with no comparison and no resume hint (its session goes with its directory).
-    Everything lives in a temporary directory that is removed afterwards. Returns the exit
-    code of the teamlead run.
+    script runs under a bare ``claude_agent_sdk.query``, and both outcomes are printed side
+    by side; a stopped demo stops there. Everything lives in a temporary directory.
+    Returns the exit code of the teamlead run.
     """
     from ..coordinator import run_stream
     from ..events import Finished
@@ -224,11 +220,9 @@ def _print_comparison(bare: BareOutcome, finished: Any, stream: IO[str] | None =
 
 
 #: What the CLI (or an app that runs it) needs to talk to the scripted model and nothing
-#: else: a key of any kind, no retries of an injected fault (else a 429 or 529 scenario
-#: backs off for minutes and looks hung), no traffic besides the model requests, no
-#: proxy between it and the loopback address, and a ``teamlead ask`` whose learnt limits
-#: stay in its process (a scripted model's limits are the script's: written to the
-#: machine's store, they would sit there, under a port soon dead, beside a real account's).
+#: else: a key of any kind, no retries of an injected fault (a 429 scenario would look
+#: hung), no other traffic, no proxy before loopback, and a ``teamlead ask`` whose learnt
+#: limits (the script's, not an account's) stay in its process.
 _OFFLINE_VARS = (
     ("ANTHROPIC_API_KEY", "offline"),
     ("CLAUDE_CODE_MAX_RETRIES", "0"),
@@ -290,11 +284,9 @@ def serve_scenario(
 ) -> None:
     """Serve the named scripted model on loopback until SIGTERM or Ctrl-C.
 
-    The address and an ``export`` line with every variable the CLI needs go to stderr;
-    with ``log_requests`` (default: when stderr is a terminal) one line per answered
-    request follows. The server is stopped on the way out.
+    The address and the ``export`` line go to stderr; with ``log_requests`` (default: when
+    stderr is a terminal) one line per answered request follows.
     """
-
     from ..testing import ScriptedServer
     from ..testing.scripts import scenario as load_scenario
 
@@ -337,7 +329,7 @@ def serve_scenario(
 @option("--json", "json_", is_flag=True, help="NDJSON events on stdout.")
 @option("--quiet", "-q", is_flag=True, help="Only the final answer.")
 @option("--verbose", "-v", is_flag=True, help="Show the lead's text.")
-@no_relay_option()
+@no_relay_option
 @handle_errors
 def demo(json_: bool, quiet: bool, verbose: bool, no_relay: bool) -> None:
     """Run a real `ask` offline, on a built-in scripted model.

@@ -2,9 +2,8 @@
 
 :func:`handle_errors` turns teamlead's errors into one line on stderr and the matching
 code, never a traceback, also when a task group wraps them in an exception group.
-:class:`SafeErrorsGroup` gives click's own usage errors (which quote what was typed) the
-same terminal-safe escaping and the same one line: ``teamlead: error: <what is wrong>;
-see 'teamlead CMD --help'`` (click's own is a usage block, a hint and ``Error: ...``).
+:class:`SafeErrorsGroup` says click's own usage errors the same way, escaped:
+``teamlead: error: <what is wrong>; see 'teamlead CMD --help'``.
 """
 
 from __future__ import annotations
@@ -125,13 +124,10 @@ def handle_errors(func: _F) -> _F:
 class SafeErrorsGroup(click.Group):
     """A click group whose usage errors are one ``teamlead: error: ...`` line, escaped.
 
-    Click quotes the offending input in its messages (an unexpected extra argument, an
-    unknown option, a bad value); those go through
-    :func:`~teamlead._redact.terminal_safe` like every other line teamlead prints, so
-    an argument holding an OSC or CSI sequence cannot retitle or clear the terminal.
-    They are shown as teamlead's own errors are, in one line that ends with where the
-    usage is (``see 'teamlead ask --help'``); the exit code is click's (2). A command
-    that is none of the group's is answered with the nearest one (``did you mean``).
+    Click quotes the offending input in its messages, so they go through
+    :func:`~teamlead._redact.terminal_safe` like every other line teamlead prints; the
+    line ends with where the usage is (``see 'teamlead ask --help'``), the exit code is
+    click's (2). An unknown command is answered with the nearest one (``did you mean``).
     """
 
     def make_context(

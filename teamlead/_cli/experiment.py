@@ -80,7 +80,7 @@ def experiment() -> None:
     is_flag=True,
     help="Keep each trial's workspace for debugging (its path goes into the record).",
 )
-@no_relay_option()
+@no_relay_option
 @session_store_option()
 @limits_options
 @handle_errors
@@ -121,7 +121,7 @@ def experiment_run(
         keep_workspaces=keep_workspaces,
         ray=backend == "ray",
         limits=limits_from_options(**limits),
-        session_store=session_store.strip() if session_store and session_store.strip() else None,
+        session_store=(session_store or "").strip() or None,
     )
     from .team_view import cost_text
 

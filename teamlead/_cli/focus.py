@@ -1,15 +1,14 @@
 """Focus on one agent: its last tool calls and lines, for a view that cycles through agents.
 
-:class:`Focus` follows the stream :func:`teamlead.run` yields (``feed(item)``) as the run
-parsed it: an Agent-tool subagent's own messages come in it (reference §2), turned into
-:class:`~teamlead.tracker.SubagentTurn` and :class:`~teamlead.tracker.SubagentToolUse`
-events. A workflow agent's messages never do (reference §10), so for an agent the stream
-says nothing about, :meth:`Focus.of` reads the tail of its transcript file, backwards and
-bounded (:func:`~teamlead._claude.transcript.transcript_tail`).
+:class:`Focus` follows the run's parse of the stream (``feed(item)``): an Agent-tool
+subagent's own messages come in it (reference §2) as
+:class:`~teamlead.tracker.SubagentTurn` and :class:`~teamlead.tracker.SubagentToolUse`. A
+workflow agent's never do (reference §10), so for those :meth:`Focus.of` reads the tail of
+the transcript file (:func:`~teamlead._claude.transcript.transcript_tail`, bounded).
 
-Nothing here prints: the text is kept raw (secrets redacted, lines cut to 300
-characters), for a view to escape. Memory is bounded: a few calls and lines per agent, at
-most :data:`MAX_AGENTS` agents.
+Nothing here prints: text is kept raw (secrets redacted, lines cut to 300 characters) for
+a view to escape. Memory is bounded: a few calls and lines per agent, at most
+:data:`MAX_AGENTS` agents.
 """
 
 from __future__ import annotations
@@ -50,8 +49,7 @@ class AgentFocus:
         kind: ``agent`` (the Agent tool) or ``workflow_agent`` (a subagent's
             :data:`~teamlead.events.AgentKind`).
         status: its task's or workflow entry's last state.
-        calls: its last tool calls, oldest first (a summary of what each works on: the
-            command, path or pattern, at most 200 characters of raw text; its outcome
+        calls: its last tool calls, oldest first (what each works on, and its outcome:
             ``running`` until its result is seen, then ``ok`` or ``error``).
         lines: its last lines of text, oldest first.
         source: ``stream`` (its own messages), ``transcript`` (its transcript file), or

@@ -2,17 +2,18 @@
 
 ``teamlead ask --help`` has some thirty options; :class:`SectionedCommand` lists them under
 a few headings (output, the lead, time and cost, agents, the relay), each once; an option
-no section names goes under "Other options", so none is ever hidden.
+no section names goes under "Other options", so none is ever hidden. :func:`headed` places
+``teamlead --help``'s commands the same way.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import click
 
-__all__ = ["RUN_SECTIONS", "SectionedCommand"]
+__all__ = ["RUN_SECTIONS", "SectionedCommand", "headed"]
 
 #: ``ask`` and ``resume``'s options, by what they are about: a heading, and the parameter
 #: names under it in order.
@@ -63,14 +64,21 @@ class SectionedCommand(click.Command):
             for param in self.get_params(ctx)
             if isinstance(param, click.Option) and (record := param.get_help_record(ctx))
         }
-        placed: set[str | None] = set()
-        for title, names in self.sections:
-            rows = [records[name] for name in names if name in records]
-            placed.update(names)
-            if rows:
-                with formatter.section(title):
-                    formatter.write_dl(rows)
-        rest = [record for name, record in records.items() if name not in placed]
-        if rest:
-            with formatter.section("Other options"):
-                formatter.write_dl(rest)
+        for title, names in headed(self.sections, records, "Other options"):
+            with formatter.section(title):
+                formatter.write_dl([records[name] for name in names])
+
+
+def headed(
+    sections: Sequence[tuple[str, Sequence[str]]], names: Iterable[str | None], other: str
+) -> list[tuple[str, list[str]]]:
+    """``names`` under the headings of ``sections``, in each section's order, those no
+    section names under ``other``; a heading with none of them is left out."""
+    left = [name for name in names if name is not None]
+    found = []
+    for title, members in sections:
+        shown = [name for name in members if name in left]
+        left = [name for name in left if name not in shown]
+        found.append((title, shown))
+    found.append((other, left))
+    return [(title, shown) for title, shown in found if shown]

@@ -20,10 +20,8 @@ if TYPE_CHECKING:  # the policy loads pydantic: the commands that need it import
     from ..policy import LimitsPolicy
 
 __all__ = [
-    "ENV_PREFIX",
     "FiniteFloatRange",
     "Output",
-    "envvar_for",
     "limits_from_options",
     "limits_options",
     "no_relay_option",
@@ -33,8 +31,6 @@ __all__ = [
     "session_store_option",
     "output_mode",
 ]
-
-ENV_PREFIX = "TEAMLEAD_"
 
 #: Where a run's progress goes: a live view, plain lines, NDJSON, or only the answer.
 Output = Literal["auto", "live", "plain", "json", "quiet"]
@@ -62,23 +58,17 @@ class FiniteFloatRange(click.FloatRange):
         return rv
 
 
-def envvar_for(flag: str) -> str:
-    """``--max-resumes`` -> ``TEAMLEAD_MAX_RESUMES``."""
-    return ENV_PREFIX + flag.lstrip("-").upper().replace("-", "_")
-
-
 def option(*param_decls: str, **attrs: Any) -> Callable[[_F], _F]:
     """``click.option`` whose value may also come from ``TEAMLEAD_<NAME>``.
 
-    ``<NAME>`` is the first long flag in ``param_decls``; passing ``envvar`` is an error,
-    so the naming cannot drift.
+    ``<NAME>`` is the first long flag in ``param_decls``; passing ``envvar`` is an error
+    (a second value for it), so the naming cannot drift.
     """
-    if "envvar" in attrs:
-        raise TypeError("option() derives envvar from the long flag; do not pass it")
     long_flags = [d for d in param_decls if d.startswith("--")]
     if not long_flags:
         raise TypeError(f"option {param_decls!r} needs a --long flag to name its variable")
-    return click.option(*param_decls, envvar=envvar_for(long_flags[0]), **attrs)
+    envvar = "TEAMLEAD_" + long_flags[0].lstrip("-").upper().replace("-", "_")
+    return click.option(*param_decls, envvar=envvar, **attrs)
 
 
 def output_mode(json_: bool, quiet: bool) -> Output:
@@ -92,13 +82,12 @@ def output_mode(json_: bool, quiet: bool) -> Output:
     return "json" if json_ else ("quiet" if quiet else "auto")
 
 
-def no_relay_option() -> Callable[[_F], _F]:
-    """``--no-relay`` (``TEAMLEAD_NO_RELAY``): send API requests direct, not through the relay."""
-    return option(
-        "--no-relay",
-        is_flag=True,
-        help="Send API requests direct instead of through the pacing request relay.",
-    )
+#: ``--no-relay`` (``TEAMLEAD_NO_RELAY``): send API requests direct, not through the relay.
+no_relay_option = option(
+    "--no-relay",
+    is_flag=True,
+    help="Send API requests direct instead of through the pacing request relay.",
+)
 
 
 def session_store_option(

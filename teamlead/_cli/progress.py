@@ -63,9 +63,8 @@ def run_with_progress(
     ``limits`` are the relay's ceilings and where its learnt limits are shared;
     ``session_store`` is the URL of the store every trial's transcripts are kept in too.
     """
-    base = ClaudeAgentOptions()
-    if session_store is not None:
-        base = ClaudeAgentOptions(session_store=open_session_store(session_store))
+    store = open_session_store(session_store) if session_store is not None else None
+    base = ClaudeAgentOptions(session_store=store)
     make_out_dir(out_dir)
     control = {
         "version": 1,
@@ -139,9 +138,8 @@ def run_with_progress(
         if ray:
             from ..experiment.running.ray_backend import ray_session, run_experiment_ray
 
-            # On a stop signal the in-flight Ray tasks are cancelled (their workers and CLIs
-            # killed by Ray) as the run unwinds, and a local Ray is shut down after it;
-            # killing this process's descendants at once would kill a local Ray under it.
+            # on a stop, Ray cancels the trials as the run unwinds: stopping this process's
+            # descendants at once would kill a local Ray under it
             with ray_session():
                 result, stopped = run_interruptible(
                     lambda: run_experiment_ray(spec, out_dir, **given), stop=lambda: None

@@ -1,11 +1,9 @@
 """A run's NDJSON records (``ask --json``, a run's watch feed) as lines for people.
 
-``teamlead watch RUN`` without ``--json`` prints one line per record, in the words the
-progress lines of ``ask`` use for the same fact (:mod:`.team_view`): each record is read
-back into the event or tracker fact it was written from, and said by the same function.
-A record read back is untrusted: one this version cannot read as its type is named by its
-type and left at that, never dumped raw; every line goes through
-:func:`~teamlead._redact.terminal_safe` at the caller.
+``teamlead watch RUN`` without ``--json`` prints one line per record: each is read back
+into the event or tracker fact it was written from and said as ``ask``'s progress says it
+(:mod:`.team_view`). A record is untrusted: one this version cannot read is named by its
+type, never dumped raw; the caller escapes every line.
 """
 
 from __future__ import annotations

@@ -7,6 +7,7 @@ markers; a test fails when the page is stale.
 from __future__ import annotations
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import click
@@ -18,15 +19,19 @@ START = (
 END = "<!-- cli-reference:end -->"
 
 
-def _walk(command: click.Command, path: list[str]) -> list[tuple[list[str], click.Command]]:
-    found = [(path, command)]
+def _walk(
+    command: click.Command, path: list[str], parent: click.Context | None = None
+) -> Iterator[tuple[list[str], click.Command, click.Context]]:
+    """``command`` and every command under it (the group loads them lazily), each with its
+    context at the page's fixed width."""
+    settings = {**command.context_settings, "terminal_width": 100, "max_content_width": 100}
+    context = click.Context(command, info_name=path[-1], parent=parent, **settings)
+    yield path, command, context
     if isinstance(command, click.Group):
-        context = click.Context(command, info_name=path[-1])
-        for name in sorted(command.list_commands(context)):  # the group loads them lazily
+        for name in sorted(command.list_commands(context)):
             sub = command.get_command(context, name)
             if sub is not None:
-                found += _walk(sub, [*path, name])
-    return found
+                yield from _walk(sub, [*path, name], context)
 
 
 def render() -> str:
@@ -37,22 +42,9 @@ def render() -> str:
     from .commands import main
 
     parts = [START, ""]
-    commands = {tuple(path): command for path, command in _walk(main, ["teamlead"])}
-    for path, command in commands.items():
-        parent: click.Context | None = None
-        for depth in range(1, len(path) + 1):
-            cmd = commands[path[:depth]]
-            settings = {**cmd.context_settings, "terminal_width": 100, "max_content_width": 100}
-            parent = click.Context(cmd, info_name=path[depth - 1], parent=parent, **settings)
-        assert parent is not None
-        parts += [
-            f"## `{' '.join(path)}`",
-            "",
-            "```text",
-            command.get_help(parent).rstrip(),
-            "```",
-            "",
-        ]
+    for path, command, context in _walk(main, ["teamlead"]):
+        help_text = command.get_help(context).rstrip()
+        parts += [f"## `{' '.join(path)}`", "", "```text", help_text, "```", ""]
     parts.append(END)
     return "\n".join(parts)
 

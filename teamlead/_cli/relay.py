@@ -76,19 +76,17 @@ async def _serve(upstream: str, limits: Any, live: IO[str] | None, port: int) ->
     async with _relay(upstream, limits, port) as running:
         click.echo(f"ANTHROPIC_BASE_URL={running.base_url}")
         sys.stdout.flush()
+        if live is None:
+            return await anyio.sleep_forever()
         try:
-            if live is None:
-                await anyio.sleep_forever()
             while True:
-                assert live is not None
                 width = max(20, _columns() - 1)
                 live.write("\r\x1b[K" + _status(running)[:width])
                 live.flush()
                 await SYSTEM_CLOCK.sleep(_LIVE_EVERY_S)
         finally:
-            if live is not None:
-                live.write("\r\x1b[K")
-                live.flush()
+            live.write("\r\x1b[K")
+            live.flush()
 
 
 async def _serve_cli(
@@ -171,9 +169,9 @@ def _cli_to_run() -> str:
     return find_cli(None) or str(bundled_cli_path())
 
 
-def _check_upstream(url: str | None, flag: str | None) -> None:
-    """Refuse an upstream that is not ``http(s)://host``, naming where it came from: the
-    ``--upstream`` the user typed, else ``ANTHROPIC_BASE_URL``.
+def _check_upstream(url: str | None, where: str) -> None:
+    """Refuse an upstream that is not ``http(s)://host``, naming ``where`` it came from
+    (``--upstream`` or ``ANTHROPIC_BASE_URL``).
 
     Raises:
         UsageError: the upstream is no http(s) URL.
@@ -188,7 +186,6 @@ def _check_upstream(url: str | None, flag: str | None) -> None:
     except ValueError:
         ok = False
     if not ok:
-        where = flag or "ANTHROPIC_BASE_URL"
         raise UsageError(
             f"{where} {url!r} is not an http(s) URL: give http(s)://host[:port], "
             "e.g. https://api.anthropic.com"
@@ -260,7 +257,8 @@ def relay(
     env = dict(os.environ)
     if upstream is not None:
         env["ANTHROPIC_BASE_URL"] = upstream
-    _check_upstream(env.get("ANTHROPIC_BASE_URL"), "--upstream" if upstream is not None else None)
+    source = "--upstream" if upstream is not None else "ANTHROPIC_BASE_URL"
+    _check_upstream(env.get("ANTHROPIC_BASE_URL"), source)
     applicable = relay_applicable(env)
     if not applicable.ok:
         raise UsageError(applicable.note or "the relay does not apply to this upstream")
@@ -273,13 +271,8 @@ def relay(
     if run_cli:
         argv = [_cli_to_run(), *claude_args]
         defer_stop_signals()  # a stop from here is noted until the CLI runs, then ends it
-        setting = (
-            "--upstream"
-            if upstream is not None
-            else "ANTHROPIC_BASE_URL"
-            if (env.get("ANTHROPIC_BASE_URL") or "").strip()
-            else None
-        )
+        given = upstream is not None or (env.get("ANTHROPIC_BASE_URL") or "").strip()
+        setting = source if given else None
         sys.exit(anyio.run(_serve_cli, applicable.upstream, limits, port, argv, setting))
     live = sys.stderr if sys.stderr.isatty() and not quiet else None
     run_interruptible(lambda: _serve(applicable.upstream, limits, live, port), stop=lambda: None)

@@ -1,9 +1,8 @@
 """What ``teamlead ask``, ``resume`` and ``demo`` do, as typed functions the commands call.
 
-:class:`AskSettings` (:mod:`.settings`) holds the command-line settings and the run's
-:class:`~teamlead.policy.Policy`; :func:`build_run` turns them into SDK options (with the
-strategy prompt appended); :func:`run_session` drives the coordinator with progress output
-and Ctrl-C handling and returns the exit code.
+:func:`build_run` turns an :class:`~.settings.AskSettings` into SDK options (with the
+strategy prompt appended); :func:`run_session` drives the run with progress
+output and stop handling and returns the exit code.
 """
 
 from __future__ import annotations
@@ -29,12 +28,7 @@ from ..clock import SYSTEM_CLOCK
 from ..coordinator import allow_workflows
 from ..errors import SetupError, UsageError
 from ..events import Finished, WorkflowDenied
-from ..policy import Policy
-from ..prompts import (
-    Strategy,
-    apply_strategy,
-    load_strategy,
-)
+from ..prompts import apply_strategy, load_strategy
 from ..tracker import StreamParse
 from .controls import Controls
 from .exitcodes import EXIT_CODES, EXIT_FAILED, EXIT_INTERRUPTED
@@ -59,10 +53,8 @@ WORKFLOW_DENIED_LINE = (
 
 def check_setup(env: Mapping[str, str], *, config_dir: bool = True) -> None:
     """Fail with one clear line when the CLI has no way to reach a model, or (with
-    ``config_dir``) cannot write its config dir.
-
-    ``config_dir=False`` is for runs that give the CLI a config dir of their own
-    (``experiment run``: one per trial).
+    ``config_dir``; not for runs that give each CLI a config dir of its own) cannot write
+    its config dir.
 
     Raises:
         SetupError: no API key, token or login is configured; the config dir cannot be
@@ -77,9 +69,9 @@ def check_setup(env: Mapping[str, str], *, config_dir: bool = True) -> None:
 
 
 def _check_config_dir(config: Path, configured: str) -> None:
-    """Refuse a config dir the CLI cannot write (``config``; ``configured`` the
-    ``CLAUDE_CONFIG_DIR`` it came from, if any): the session's transcript is kept there,
-    so no resume could find the conversation. Made when missing, as the CLI does."""
+    """Refuse a config dir the CLI cannot write (``configured``: the ``CLAUDE_CONFIG_DIR``
+    it came from, if any): no resume could find the session's transcript. Made when
+    missing, as the CLI does."""
     try:
         config.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryFile(dir=config):
@@ -126,9 +118,9 @@ def _check_model_access(env: Mapping[str, str], config: Path) -> None:
 
 def build_run(
     settings: AskSettings, *, can_use_tool: CanUseTool | None = None
-) -> tuple[ClaudeAgentOptions, Policy, Strategy]:
-    """SDK options with the strategy appended, and the policy, for ``settings``; the
-    options ask ``can_use_tool`` (the run's :class:`~.controls.Controls`) for permission.
+) -> ClaudeAgentOptions:
+    """SDK options with the strategy appended for ``settings``; the options ask
+    ``can_use_tool`` (the run's :class:`~.controls.Controls`) for permission.
 
     Raises:
         UsageError: unknown strategy, a cwd that does not exist, a session store URL that
@@ -137,7 +129,6 @@ def build_run(
     if settings.cwd is not None and not Path(settings.cwd).is_dir():
         raise UsageError(f"--cwd {settings.cwd!r} is not a directory")
     strategy = load_strategy(settings.strategy)
-    policy = settings.policy
     cli_path = find_cli(settings.cli_path)
     store = None
     if settings.session_store is not None:
@@ -149,15 +140,14 @@ def build_run(
         cwd=settings.cwd,
         allowed_tools=list(settings.allowed_tools),
         permission_mode=settings.permission_mode,  # type: ignore[arg-type]
-        env=dict(settings.env),
         cli_path=cli_path,
         can_use_tool=can_use_tool,
         session_store=store,
     )
     if settings.allow_workflows:
         options = allow_workflows(options)
-    options = apply_strategy(options, strategy, values=prompt_limits(policy.spawn, options.env))
-    return options, policy, strategy
+    values = prompt_limits(settings.policy.spawn, options.env)
+    return apply_strategy(options, strategy, values=values)
 
 
 def _progress(
@@ -194,16 +184,13 @@ def run_session(
 ) -> int:
     """Drive ``items()`` to its :class:`Finished` event with progress output; returns the exit code.
 
-    ``run`` is the parse of the run ``items()`` reads: the progress, the focus and the
-    approvals' labels read its tracker and events, never parsing the stream again. The
-    answer goes to stdout (with ``--json``, the ``finished`` line); progress to stderr,
-    ending on a terminal with the result cards (:mod:`~teamlead._cli.cards`). A stop signal
-    stops the run and the CLI tree, prints how to resume (unless not ``resumable``: the
-    demo's session is gone once it returns) and returns 130. ``scripted`` says the model is
-    scripted, so its cost is shown as an estimate. ``controls`` (the approvals and keys,
-    whose ``can_use_tool`` the options carry) show their prompt and hint in the progress
-    and read keys in cbreak mode while the run goes; the terminal is restored however it
-    ends.
+    ``run`` is the parse of the run ``items()`` reads (the progress, the focus and the
+    approvals' labels read its tracker). The answer goes to stdout (with ``--json``, the
+    ``finished`` line); progress to stderr, ending on a terminal with the result cards. A
+    stop signal stops the run and the CLI tree, prints how to resume (if ``resumable``)
+    and returns 130. ``scripted`` shows the cost as an estimate. ``controls`` (the
+    approvals and keys the options ask) show their prompt and hint in the progress and
+    read keys in cbreak mode while the run goes.
     """
     out = stdout or sys.stdout
     err = stderr or sys.stderr
@@ -254,9 +241,8 @@ def run_session(
             if controls is not None:
                 tg.start_soon(controls.read_keys)
         if state["interrupted"]:
-            # the stopped CLI tree ends while this loop still runs, so each child's
-            # transport sees its end here: one still running when the loop closes is
-            # closed later on a closed loop ("Event loop is closed" after the last line)
+            # the stopped CLI tree ends while this loop runs, so each child's transport
+            # sees its end here, not on a closed loop
             with anyio.move_on_after(_STOP_GRACE_S):
                 while descendants():  # noqa: ASYNC110 - a process ending has no event
                     await SYSTEM_CLOCK.sleep(0.05)
@@ -314,13 +300,9 @@ def _resume_hint(session: str | None, resumable: bool) -> str:
 
 
 def answer_for(stream: IO[str], text: str) -> str:
-    """The final answer as it is written to ``stream``: secrets redacted always.
-
-    On a terminal, every control character but newline and tab is escaped as well (with
-    :func:`~teamlead._redact.terminal_safe`), so an answer that quotes CSI or OSC sequences
-    cannot move the cursor, set the title or clear the screen. Piped or redirected, the
-    answer keeps its characters as they are, for the next program in the pipeline.
-    """
+    """The final answer as it is written to ``stream``: secrets redacted always; on a
+    terminal, every control character but newline and tab escaped too (piped, the answer
+    keeps its characters, for the next program)."""
     if not is_terminal(stream):
         return redact(text)
     parts = redact(text).split("\t")

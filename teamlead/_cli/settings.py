@@ -30,7 +30,6 @@ class AskSettings:
     permission_mode: str | None = None
     allow_workflows: bool = False
     cli_path: str | None = None
-    env: dict[str, str] = field(default_factory=dict)
     session_store: str | None = None
     policy: Policy = field(default_factory=Policy)
 

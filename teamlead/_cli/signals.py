@@ -1,34 +1,30 @@
 """Stop signals for the commands: SIGINT, SIGTERM and SIGHUP alike, from the first instant.
 
-A closed terminal (SIGHUP) or a service manager (SIGTERM) stops a run as Ctrl-C does: the
-CLI children and all they started are stopped (:func:`~teamlead._procs.stop_descendants`),
-the run is cancelled, and the command says how to continue and exits 130.
+Each stops a run as Ctrl-C does: the CLI tree is stopped
+(:func:`~teamlead._procs.stop_descendants`), the run is cancelled, and the command says how
+to continue and exits 130.
 
-Three stages. While the command's modules load and its options are parsed,
-:func:`stop_at_startup` has each signal raise :class:`StoppedAtStartup` wherever the main
-thread is, and the entry point (:mod:`.startup`) ends as an interrupted run does. Once the
-command's event loop begins (:func:`defer_stop_signals`), a stop is only noted; the loop's
-watcher (:func:`receive_stop_signals`, :func:`run_interruptible`) then acts on it and the
-run ends through its own path. A command that handles the signals itself (the scripted
-server) gives them back with :func:`release_stop_signals`.
+Three stages. While the command loads and parses its options, :func:`stop_at_startup` has
+each signal raise :class:`StoppedAtStartup` wherever the main thread is, and the entry
+point (:mod:`.startup`) ends as an interrupted run does. Once the command's event loop
+begins (:func:`defer_stop_signals`), a stop is only noted, for the loop's watcher
+(:func:`receive_stop_signals`, :func:`run_interruptible`) to act on. A command that
+handles the signals itself gives them back with :func:`release_stop_signals`.
 
-Each signal reaches the watcher once: the C-level handler writes every signal to the
-wake-up descriptor too, so while the loop's receiver opens, that descriptor is teamlead's
-own, and a stop landing then is read from it rather than also noted (read twice, it would
-be a second Ctrl-C that cancels the run before it prints its end).
+Each signal reaches the watcher once: while the loop's receiver opens, the wake-up
+descriptor (which the C-level handler writes every signal to) is teamlead's own, and a
+stop landing then is read from it, not also noted (a second one would cancel the run
+before it prints its end).
 
 A library may wrap the stop raised during the imports in an error of its own
-(pydantic-core turns any Python error in a serializer build into a ``SchemaError``), so
-each stop raised is also recorded (:func:`stop_raised`) and raised again as the event loop
-would begin. This module loads nothing but what Python has loaded already and ``signal``.
+(pydantic-core makes it a ``SchemaError``), so each stop raised is also recorded
+(:func:`stop_raised`) and raised again as the event loop would begin.
 """
 
 from __future__ import annotations
 
-# Only what Python has loaded already, and the signal module: the handlers go in before
-# anything else loads (selectors, imported with socket, opens an epoll descriptor to see if
-# it can, and the default action of a stop then ended the process; anyio takes a tenth of
-# a second). socket, warnings and anyio load where they are used.
+# Only the signal module and what Python has loaded already: the handlers go in before
+# anything else loads. socket, warnings and anyio load where they are used.
 import contextlib
 import signal
 import sys
@@ -65,10 +61,8 @@ _T = TypeVar("_T")
 class StoppedAtStartup(SystemExit):
     """A stop signal came before the command watched for it; ``received`` is the signal.
 
-    A ``SystemExit``, as the process is to end: click lets it through (a
-    ``KeyboardInterrupt`` it answers ``Aborted!``, exit 1), no ``except Exception``
-    swallows it, and asyncio would re-raise it from any callback (a plain
-    ``BaseException`` it logs and drops, and the process went on). The entry point
+    A ``SystemExit``, as the process is to end: click lets it through, no ``except
+    Exception`` swallows it, and asyncio re-raises it from any callback. The entry point
     catches it and exits 130 (:mod:`.startup`).
     """
 
@@ -78,20 +72,17 @@ class StoppedAtStartup(SystemExit):
 
 
 class _Startup:
-    """The stop signals' state before a command watches for them (process-wide, as the
-    signal handlers are): whether a command's event loop has begun, the stop that came
-    since (for its watcher), the wake-up socket pair that holds every signal meanwhile
-    (and the descriptor it replaced), whether the watcher's receiver is opening, and the
-    first stop raised as :class:`StoppedAtStartup` (whatever became of it). A plain class:
-    dataclasses loads inspect, a tenth of the start-up before the handlers."""
+    """The stop signals' state before a command watches for them, process-wide as the
+    handlers are (a plain class: dataclasses loads inspect, slow before the handlers)."""
 
     def __init__(self) -> None:
-        self.deferred = False
-        self.noted: signal.Signals | None = None
-        self.raised: signal.Signals | None = None
+        self.deferred = False  # a command's event loop has begun
+        self.noted: signal.Signals | None = None  # the stop since then, for its watcher
+        self.raised: signal.Signals | None = None  # the first raised as StoppedAtStartup
+        # the wake-up socket pair that holds every signal meanwhile, and the fd it replaced
         self.wakeup: tuple[socket.socket, socket.socket] | None = None
         self.previous_fd = -1
-        self.opening = False
+        self.opening = False  # the watcher's receiver is opening
 
 
 _STARTUP = _Startup()
@@ -117,10 +108,9 @@ def stop_raised() -> StoppedAtStartup | None:
 
 def defer_stop_signals() -> None:
     """Say a command's event loop starts now: a stop signal is then only noted, and the
-    loop's watcher takes it once it listens (:func:`receive_stop_signals`). Raised inside
-    the loop, the stop came out grouped by anyio, asyncio logged it with its traceback,
-    and the run ended without its own record. No effect unless :func:`stop_at_startup`
-    ran (and its handlers are still in place).
+    loop's watcher takes it once it listens (:func:`receive_stop_signals`), so the run
+    ends through its own path. No effect unless :func:`stop_at_startup`'s handlers are in
+    place.
 
     Raises:
         StoppedAtStartup: a stop raised earlier in the start-up was swallowed on its
@@ -144,10 +134,9 @@ def defer_stop_signals() -> None:
 class StopSignals:
     """The stop signals a command's watcher receives, from :func:`receive_stop_signals`:
     one that came while its event loop started first (after a checkpoint, so the loop's
-    other tasks have taken their first step, as they would have for a signal received the
-    instant the receiver opened), then each one the receiver gets. ``early`` says whether
-    the last one given came before the receiver opened (before the command's children ran,
-    so none of them had it from the terminal)."""
+    other tasks have taken their first step), then each one the receiver gets. ``early``
+    says whether the last one given came before the receiver opened (so no child of the
+    command had it from the terminal)."""
 
     def __init__(self, first: signal.Signals | None, receiver: Any) -> None:
         self._first = first
@@ -237,9 +226,7 @@ def _on_stop(signum: int, frame: FrameType | None) -> None:
         if not _STARTUP.opening:  # else it is on a wake-up descriptor, to be read once
             _STARTUP.noted = _STARTUP.noted or received
         return
-    # The stop cuts the start-up wherever it is: objects half made (an event loop being
-    # built, coroutines not started yet) complain as they are dropped, which says nothing
-    # to the user, so the dying process keeps quiet about them.
+    # objects the stop leaves half made complain as they are dropped: nothing to the user
     import warnings  # loaded with the interpreter: nothing is imported here
 
     sys.unraisablehook = lambda unraisable: None

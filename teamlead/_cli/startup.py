@@ -1,15 +1,12 @@
 """The ``teamlead`` entry point: stop signals taken from its first instruction.
 
 :func:`run` takes SIGINT, SIGTERM and SIGHUP before it loads anything else
-(:func:`~.signals.stop_at_startup`): the command's modules take seconds to load, and a stop
-meanwhile must end the command as an interrupted run ends (``teamlead: interrupted``, exit
-130, no traceback, and for ``ask --json`` / ``resume --json`` the ``finished`` line the
-NDJSON promises). Since the stop can come before click parsed the command line, whether
-NDJSON was asked for is read from the words as click will read them (:func:`wants_ndjson`).
-
-stdout and stderr are guarded first too (:mod:`.output`): output that cannot be written is
-one line on the stream that still works and exit 74. Only :mod:`.signals` and
-:mod:`.output` load with this module.
+(:func:`~.signals.stop_at_startup`): a stop while the command loads ends it as an
+interrupted run ends (``teamlead: interrupted``, exit 130, no traceback, and for ``ask
+--json`` / ``resume --json`` the ``finished`` line), with whether NDJSON was asked for
+read from the words before click parses them (:func:`wants_ndjson`). stdout and stderr are
+guarded first too (:mod:`.output`): output that cannot be written exits 74. Only
+:mod:`.signals` and :mod:`.output` load with this module.
 """
 
 from __future__ import annotations
@@ -39,11 +36,9 @@ _TRUE = ("1", "true", "t", "yes", "y", "on")
 def run() -> None:
     """Run the ``teamlead`` command line in this process; it ends by exiting.
 
-    The stop signals are taken first, then the click group is loaded and run. A stop
-    before the command watches for them ends it here (see the module docstring), whatever
-    it was turned into on its way out (a library that wraps every error it meets, see
-    :mod:`.signals`); any other way out (click's own exit, a bug's traceback) gives the
-    signals back to the interpreter's handling first, for the interpreter's shutdown.
+    A stop before the command watches for the signals ends it here, whatever it was
+    wrapped in on its way out; any other way out gives the signals back to the
+    interpreter first, for its shutdown.
     """
     stop_at_startup()
     guard_streams()
@@ -113,13 +108,12 @@ def _stopped_at_startup(exc: BaseException) -> StoppedAtStartup | None:
 def _exit_interrupted(
     stopped: StoppedAtStartup, args: Sequence[str], env: Mapping[str, str]
 ) -> NoReturn:
-    """End as an interrupted run ends (see the module docstring); the record is built
-    without the SDK, in a fifth of a second.
+    """End as an interrupted run ends (see the module docstring), the record built
+    without the SDK.
 
     The process ends at once once its lines are out (``os._exit``): what the interpreter
-    would tear down now is what the stop cut in half, and a worker thread it would wait
-    for may never end. Nothing of the run had started (a command starts its work only
-    once it watches for the signals); any child process is stopped all the same.
+    would tear down is what the stop cut in half, and a worker thread it would wait for
+    may never end. Any child process is stopped all the same.
     """
     mute_stop_signals()
     from .._procs import stop_descendants

@@ -256,9 +256,7 @@ class PlainProgress:
         self.stream = stream
         self.run = run
         self.verbose = verbose
-        # the model is scripted (told, or seen in its messages): the last line says its
-        # cost is an estimate, nothing charged
-        self.scripted = scripted
+        self.scripted = scripted  # told, or seen in its messages: the cost is an estimate
         self.started = SYSTEM_CLOCK.monotonic()
         self._shown: set[str] = set()
 
@@ -386,13 +384,8 @@ class LiveTeamView:
         return str(reported or "")
 
     def governor_line(self) -> str | None:
-        """``governor: model limit 3 · 429s absorbed 5, passed on 0``, once there is news.
-
-        529s (overloaded) are counted apart, held (the relay holds a request through an
-        overload burst and retries it: every held request is counted here) and passed on
-        (past the hold, the CLI and teamlead's resume retry them); they lower the limit as
-        429s do.
-        """
+        """``governor: model limit 3 · 429s absorbed 5, passed on 0``, once there is news;
+        529s (overloaded) counted apart, held by the relay or passed on."""
         if not self.limits and not self.limited:
             return None
         absorbed, passed = self.limited[False, "absorbed"], self.limited[False, "passed"]
@@ -442,9 +435,8 @@ class LiveTeamView:
         return Group(table, *head, *recent, *foot)
 
     def _workflow_rows(self, table: Table, run: WorkflowRun) -> None:
-        """A workflow as a group: each phase with its agents counted by state, then its
-        agents (the first 50) with state, tokens and their last tool (as the relay saw their
-        requests) and tool calls."""
+        """A workflow's rows: each phase with its agents counted by state, then its first
+        agents with state, tokens, last tool and tool calls."""
         for title, states in run.phase_counts():
             counts = ", ".join(f"{n} {state}" for state, n in sorted(states.items()))
             table.add_row(

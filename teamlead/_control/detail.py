@@ -35,9 +35,12 @@ __all__ = [
     "QueuedCall",
     "RunDetail",
     "WaitingApproval",
+    "agent_state",
     "build_tree",
     "live_detail",
     "plain",
+    "task_state",
+    "total",
 ]
 
 #: The ``version`` of a detail's JSON.
@@ -92,18 +95,12 @@ class AgentNode:
     phase: str | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {
-            "id": self.id,
-            "kind": self.kind,
-            "label": self.label,
-            "state": self.state,
-            "tokens": self.tokens,
-            "requests": self.requests,
-            "last_tool": self.last_tool,
-            "duration_s": None if self.duration_s is None else round(self.duration_s, 1),
-            "model": self.model,
-            "children": [child.to_json() for child in self.children],
-        }
+        """The node and its children, without what only builds the tree (``parent``,
+        ``phase``)."""
+        data = {k: v for k, v in vars(self).items() if k not in ("parent", "phase")}
+        data["duration_s"] = None if self.duration_s is None else round(self.duration_s, 1)
+        data["children"] = [child.to_json() for child in self.children]
+        return data
 
 
 @dataclass(frozen=True)
@@ -243,7 +240,7 @@ def build_tree(
         titles = phases.get(parent) or list(dict.fromkeys(n.phase for n in agents if n.phase))
         holder.children.extend(_phase_nodes(parent, agents, titles))
         if holder.tokens is None:
-            holder.tokens = _total(node.tokens for node in agents)
+            holder.tokens = total(node.tokens for node in agents)
     _attach(nodes, lead)
     return omitted
 
@@ -275,8 +272,8 @@ def _phase_nodes(
                 kind="phase",
                 label=plain(title) or "(no phase)",
                 state=_phase_state([m.state for m in members]),
-                tokens=_total(m.tokens for m in members),
-                requests=_total(m.requests for m in members),
+                tokens=total(m.tokens for m in members),
+                requests=total(m.requests for m in members),
                 children=members,
             )
         )
@@ -293,7 +290,22 @@ def _phase_state(states: list[str]) -> str:
     return "failed" if any(s in ("failed", "error", "timeout") for s in states) else states[-1]
 
 
-def _total(values: Iterable[int | None]) -> int | None:
+def task_state(task: TaskInfo, unended: str) -> str:
+    """A task's state in the tree: ``done`` or how it ended, else ``unended``."""
+    if not task.terminal:
+        return unended
+    return "done" if task.status == "completed" else task.status
+
+
+def agent_state(agent: WorkflowAgent, unended: str) -> str:
+    """A workflow agent's state in the tree: ``cached``, ``done`` or ``failed``, else
+    ``unended``."""
+    if agent.state == "done":
+        return "cached" if agent.cached else "done"
+    return "failed" if agent.state == "error" else unended
+
+
+def total(values: Iterable[int | None]) -> int | None:
     """The sum of the known values (``None`` when none is known)."""
     known = [v for v in values if v is not None]
     return sum(known) if known else None
@@ -307,15 +319,13 @@ def live_detail(state: RunState, *, run: str, status: str, limits: LimitHistory)
     wall = state.clock.time()
     tracker = state.stream.tracker
     leads = [c for (_, agent), c in book.entries.items() if agent == LEAD]
-    lead_requests = sum(c.requests for c in leads) if leads else None
-    lead_tokens = _total(c.tokens for c in leads)
     lead = AgentNode(
         id="lead",
         kind="lead",
         label="lead",
         state=status,
-        tokens=lead_tokens,
-        requests=lead_requests,
+        tokens=total(c.tokens for c in leads),
+        requests=total(c.requests for c in leads),
         last_tool=plain(tracker.lead_last_tool, 80),  # the stream's: the book keeps none
         duration_s=max(0.0, now - tracker.started_at),
     )
@@ -381,9 +391,7 @@ def _task_rows(state: RunState, now: float) -> Iterator[AgentNode]:
 def _task_node(task: TaskInfo, book: AgentBook, now: float) -> AgentNode:
     count = book.agent(task.task_id)
     ended = task.ended_at if task.ended_at is not None else now
-    state = (
-        "running" if not task.terminal else ("done" if task.status == "completed" else task.status)
-    )
+    state = task_state(task, "running")
     run = task.workflow
     label = (run.name or run.description or task.description) if run else None
     return AgentNode(
@@ -407,16 +415,12 @@ def _workflow_agent_node(
     task: TaskInfo, index: int, agent: WorkflowAgent, book: AgentBook, ended: bool
 ) -> AgentNode:
     count = book.agent(agent.agent_id) if agent.agent_id else None
-    if agent.state == "done":
-        state = "cached" if agent.cached else "done"
-    elif agent.state == "error":
-        state = "failed"
-    elif ended:
-        state = "lost"
+    if ended:
+        state = agent_state(agent, "lost")
     elif agent.agent_id is None or (count is not None and count.requests == 0):
-        state = "queued"
+        state = agent_state(agent, "queued")
     else:
-        state = "running"
+        state = agent_state(agent, "running")
     tokens = (
         agent.tokens if agent.tokens is not None else (count.tokens if count is not None else None)
     )

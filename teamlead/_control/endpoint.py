@@ -270,7 +270,6 @@ class Endpoint:
         self._server: asyncio.AbstractServer | None = None
         self._tasks: set[asyncio.Task[Any]] = set()
         self._closing = False
-        self._uid = os.getuid() if hasattr(os, "getuid") else None
 
     async def start(self) -> None:
         """Listen (mode 0600: the directory's 0700 already keeps others out).
@@ -329,31 +328,27 @@ class Endpoint:
     async def _conversation(
         self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        if self._closing:
-            await self._answer(writer, _refusal("finished", "the run has finished"))
-            return
-        if len(self._tasks) > self._max_connections:
-            await self._answer(writer, _refusal("busy", "the run is busy; try again"))
-            return
-        if not self._peer_allowed(writer):
-            await self._answer(writer, _refusal("not_yours", "this run belongs to another user"))
-            return
         try:
-            line = await asyncio.wait_for(reader.readline(), self._read_timeout_s)
-        except (ValueError, asyncio.LimitOverrunError):  # longer than MAX_REQUEST
-            await self._answer(writer, _refusal("bad_request", "the request is too long"))
-            return
-        if not line.endswith(b"\n"):
-            return  # the client went away (or never finished its line)
-        try:
+            if self._closing:
+                raise ControlError("the run has finished", code="finished")
+            if len(self._tasks) > self._max_connections:
+                raise ControlError("the run is busy; try again", code="busy")
+            if not self._peer_allowed(writer):
+                raise ControlError("this run belongs to another user", code="not_yours")
+            try:
+                line = await asyncio.wait_for(reader.readline(), self._read_timeout_s)
+            except (ValueError, asyncio.LimitOverrunError):  # longer than MAX_REQUEST
+                raise ControlError("the request is too long", code="bad_request") from None
+            if not line.endswith(b"\n"):
+                return  # the client went away (or never finished its line)
             request = parse_request(line)
         except ControlError as exc:
             await self._answer(writer, _refusal(exc.code, str(exc)))
             return
         if request.op == "watch":
             await self._watch(writer)
-            return
-        await self._answer(writer, self._act(request))
+        else:
+            await self._answer(writer, self._act(request))
 
     def _act(self, request: Request) -> dict[str, Any]:
         steering = self._steering
@@ -361,8 +356,7 @@ class Endpoint:
             if request.op == "status":
                 return {"version": PROTOCOL_VERSION, "ok": True, **steering.status()}
             if request.op == "detail":
-                detail = steering.detail()
-                return {"version": PROTOCOL_VERSION, "ok": True, "run": self._run, "detail": detail}
+                return {**self._ok(), "detail": steering.detail()}
             if request.op == "stop":
                 message = steering.stop(now=request.now)
             elif request.op == "pause":
@@ -373,12 +367,15 @@ class Endpoint:
                 message = steering.amend(request.amend)
         except ControlError as exc:
             return _refusal(exc.code, str(exc))
-        return {"version": PROTOCOL_VERSION, "ok": True, "run": self._run, "message": message}
+        return {**self._ok(), "message": message}
+
+    def _ok(self) -> dict[str, Any]:
+        return {"version": PROTOCOL_VERSION, "ok": True, "run": self._run}
 
     async def _watch(self, writer: asyncio.StreamWriter) -> None:
         watcher = self.feed.subscribe()
         try:
-            await self._answer(writer, {"version": PROTOCOL_VERSION, "ok": True, "run": self._run})
+            await self._answer(writer, self._ok())
             while True:
                 while watcher.lines:
                     if writer.is_closing():  # the watcher hung up (drain() does not say so)
@@ -405,14 +402,14 @@ class Endpoint:
         """The peer is this user (or the system cannot say: the modes keep others out)."""
         option = getattr(socket, "SO_PEERCRED", None)
         sock = writer.get_extra_info("socket")
-        if option is None or sock is None or self._uid is None:
+        if option is None or sock is None:
             return True
         try:
             raw = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
             _pid, uid, _gid = struct.unpack("3i", raw)
         except (OSError, struct.error):
             return False
-        return bool(uid == self._uid)
+        return bool(uid == os.getuid())
 
 
 def _refusal(code: str, message: str) -> dict[str, Any]:
@@ -439,7 +436,7 @@ def _connect(path: str, timeout: float) -> socket.socket:
 
 
 def _reason(exc: BaseException) -> str:
-    if isinstance(exc, (socket.timeout, TimeoutError)):
+    if isinstance(exc, TimeoutError):
         return "no answer in time"
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror.lower()

@@ -137,8 +137,7 @@ def command_line(argv: list[str] | None = None) -> str:
         head = "teamlead"
     else:
         head = first.rsplit("/", 1)[-1] or "python"
-    line = redact(without_password(" ".join([head, *words[1:]])))
-    return line if len(line) <= _MAX_COMMAND else line[: _MAX_COMMAND - 3] + "..."
+    return _described(" ".join([head, *words[1:]]))
 
 
 @dataclass(frozen=True)
@@ -175,21 +174,10 @@ class RunEntry:
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        """The entry as it is written (versioned; unknown fields carried along)."""
-        return {
-            **dict(self.extra),
-            "version": ENTRY_VERSION,
-            "run": self.run,
-            "session_id": self.session_id,
-            "pid": self.pid,
-            "pid_started": self.pid_started,
-            "uid": self.uid,
-            "command": self.command,
-            "mode": self.mode,
-            "label": self.label,
-            "started": self.started,
-            "socket": self.socket,
-        }
+        """The entry as it is written: versioned, every field but ``path`` and ``extra``,
+        and the unknown fields carried along."""
+        written = {name: getattr(self, name) for name in _KNOWN if name != "version"}
+        return {**dict(self.extra), "version": ENTRY_VERSION, **written}
 
     def matches(self, ref: str) -> bool:
         """Whether ``ref`` is this run's id or session id, or a prefix of one."""
@@ -200,9 +188,10 @@ class RunEntry:
         )
 
 
-_KNOWN = frozenset(
-    {"version", "run", "session_id", "pid", "pid_started", "uid", "command", "mode"}
-    | {"started", "socket", "label"}
+#: The fields an entry's file holds (the rest are kept as its ``extra``).
+_KNOWN = (
+    "version",
+    *(f.name for f in dataclasses.fields(RunEntry) if f.name not in ("path", "extra")),
 )
 
 
@@ -253,7 +242,8 @@ def _described(command: str) -> str:
     no credential of a URL in it (a ``--session-store redis://:PASSWORD@...``), no value
     of a secret-looking environment variable. Applied when an entry is written and when
     one is read (an entry written by another version is shown the same way)."""
-    return redact(without_password(command))[:_MAX_COMMAND]
+    line = redact(without_password(command))
+    return line if len(line) <= _MAX_COMMAND else line[: _MAX_COMMAND - 3] + "..."
 
 
 def _is_number(value: object) -> bool:
@@ -400,10 +390,9 @@ class Registry:
             )
         return folder
 
-    def listing(self, *, prune: bool = True) -> Listing:
-        """Every entry of the directory, sorted by start: live, dead (pruned when
-        ``prune``), and other users'. A missing directory holds no runs; a bad entry is
-        skipped."""
+    def listing(self) -> Listing:
+        """Every entry of the directory, sorted by start: live, dead (pruned as found), and
+        other users'. A missing directory holds no runs; a bad entry is skipped."""
         live: list[RunEntry] = []
         dead: list[RunEntry] = []
         others: list[RunEntry] = []
@@ -415,8 +404,7 @@ class Registry:
                 others.append(entry)
             else:
                 dead.append(entry)
-                if prune:
-                    _prune(entry)
+                _prune(entry)
         return Listing(
             sorted(live, key=_order), sorted(dead, key=_order), sorted(others, key=_order)
         )

@@ -60,8 +60,11 @@ from .detail import (
     LimitHistory,
     NodeKind,
     RunDetail,
+    agent_state,
     build_tree,
     plain,
+    task_state,
+    total,
 )
 
 __all__ = [
@@ -175,14 +178,8 @@ def _ident(value: str) -> str:
     return plain(value, _ID) or "?"
 
 
-def _tokens(tokens_in: int | None, tokens_out: int | None) -> int | None:
-    return (
-        None if tokens_in is None and tokens_out is None else (tokens_in or 0) + (tokens_out or 0)
-    )
-
-
 def _usage_tokens(usage: AgentUsage | None) -> int | None:
-    return _tokens(usage.input_tokens, usage.output_tokens) if usage is not None else None
+    return total((usage.input_tokens, usage.output_tokens)) if usage is not None else None
 
 
 def _finished_row(row: TaskDisposition, usage: Mapping[str, AgentUsage]) -> AgentNode:
@@ -197,7 +194,7 @@ def _finished_row(row: TaskDisposition, usage: Mapping[str, AgentUsage]) -> Agen
         state=row.ended if row.ended in CUT_ENDS else "done" if row.status in _DONE else row.status,
         parent=_ident(row.parent) if row.parent is not None else None,
         phase=row.phase,
-        tokens=_tokens(row.tokens_in, row.tokens_out),
+        tokens=total((row.tokens_in, row.tokens_out)),
         requests=row.requests,
         last_tool=plain(seen.last_tool, _TOOL) if seen is not None else None,
         duration_s=row.duration_s,
@@ -348,7 +345,7 @@ class _Log:
                 id=node_id,
                 kind="workflow" if task.is_workflow else "agent",
                 label=plain(label or task_id) or node_id,
-                state=_ended_state(task.status) if task.terminal else UNFINISHED,
+                state=task_state(task, UNFINISHED),
                 parent=_ident(task.parent_task_id) if task.parent_task_id else None,
                 tokens=tokens,
                 requests=usage.requests if usage is not None else None,
@@ -368,12 +365,8 @@ class _Log:
 
     def _agent_row(self, task_id: str, index: int, agent: WorkflowAgent, over: bool) -> AgentNode:
         usage = self.usage.get(agent.agent_id) if agent.agent_id else None
-        if agent.state == "done":
-            state = "cached" if agent.cached else "done"
-        elif agent.state == "error":
-            state = "failed"
-        else:  # its workflow ended without it, or the log ends before it did
-            state = "lost" if over else UNFINISHED
+        # lost: its workflow ended without it; unfinished: the log ends before it did
+        state = agent_state(agent, "lost" if over else UNFINISHED)
         tokens = _usage_tokens(usage)
         node_id = _ident(agent.agent_id or f"{task_id}#{index}")
         return AgentNode(
@@ -405,10 +398,6 @@ def _agent_of(event: WorkflowAgentChanged, before: WorkflowAgent | None) -> Work
     if before is not None:
         said.update({name: getattr(before, name) for name in _KEPT if said[name] is None})
     return WorkflowAgent(**said)
-
-
-def _ended_state(status: str) -> str:
-    return "done" if status == "completed" else status
 
 
 def _seconds(ms: object) -> float | None:

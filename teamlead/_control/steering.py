@@ -53,7 +53,6 @@ class RunSteering:
         if isinstance(item, ConcurrencyChanged):
             self.limits.record(item)
 
-    # -- status --------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:
         """The run now, as ``teamlead ps`` shows it."""
         state = self._state
@@ -83,8 +82,8 @@ class RunSteering:
             "subagent_model": state.outside.control.subagent_model
             if state.outside.control
             else None,
-            "held": state.admission.pause.held_requests,
-            "paused": state.admission.pause.paused,
+            "held": admission.pause.held_requests,
+            "paused": admission.pause.paused,
             "relayed": relayed,
             "deadline_in_s": round(max(0.0, state.deadline.at - now), 1)
             if state.deadline.at
@@ -110,7 +109,6 @@ class RunSteering:
             return "wrapping_up"
         return "running"
 
-    # -- stop ------------------------------------------------------------------------------
     def stop(self, *, now: bool) -> str:
         """Stop the run: gracefully (a wrap-up from what finished), or ``now``."""
         state = self._state
@@ -136,7 +134,6 @@ class RunSteering:
             "finished work, then it ends with its finished line (partial, interrupted)"
         )
 
-    # -- pause -----------------------------------------------------------------------------
     def pause(self) -> str:
         """Hold every new agent and request of the run."""
         state = self._state
@@ -167,7 +164,6 @@ class RunSteering:
             raise ControlError(f"run {self._run} is not paused", code="state")
         return f"unpaused run {self._run}: {held} held agent(s) and request(s) go on"
 
-    # -- amend -----------------------------------------------------------------------------
     def amend(self, changes: Mapping[str, int | str | None]) -> str:
         """Amend the run's cap and subagent model (``RunControl.amend``'s three states)."""
         state = self._state

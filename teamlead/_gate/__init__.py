@@ -1,18 +1,14 @@
 """Admission, private: which agents and requests of a run may start or go on, when, and on
 which model.
 
-One module owns it: :mod:`.admission`, whose :class:`~teamlead._gate.admission.Admission`
-(one per run) decides for every kind of agent and holds what every decision reads. Agent
-and Workflow calls are decided in a PreToolUse hook (the CLI runs a call only once the hook
-returns); a workflow agent, which fires no hook, at its first request to the relay; every
-request at the relay by the run's ledger, which asks the admission. One concept per module:
+One concept per module:
 
-- :mod:`.admission`: :class:`~teamlead._gate.admission.Admission`, the run's one owner of
-  admission: its spawn gate, with the pause, the timeout and budgets and the subagent
-  model; what the hook, the relay's ledger and :class:`~teamlead.RunControl` ask and amend;
+- :mod:`.admission`: :class:`~teamlead._gate.admission.Admission`, one per run, the one
+  owner of admission: its spawn gate, with the pause, the timeout and budgets and the
+  subagent model; what the hook, the relay's ledger and :class:`~teamlead.RunControl` ask;
 - :mod:`.gate`: :class:`~teamlead._gate.gate.SpawnGate`, the gate an admission is: the
-  hook, its outputs and its decisions (the pools, the cap, stagger, budget, depth), the
-  workflow agents' slots, and what the SDK stream says of its calls (slots freed);
+  PreToolUse hook on Agent and Workflow calls and its decisions (the pools, the cap,
+  stagger, budget, depth), the workflow agents' slots, and what the stream says of calls;
 - :mod:`.pause`: the run's pause (``teamlead pause``), which the gate and the relay hold on;
 - :mod:`.limits`: the run's limits at the relay: its own ceilings on its requests in
   flight, the per-agent timeout and the budgets;
@@ -38,7 +34,6 @@ if TYPE_CHECKING:
     from .calls import SpawnRecord, call_dispositions, with_invalid_calls
     from .limits import AgentLimits, ExhaustReason, NoPlace, RunLimits
     from .pause import Pause
-    from .reasons import WorkflowRefusal
     from .slots import SpawnCap
 
 __all__ = [
@@ -50,7 +45,6 @@ __all__ = [
     "RunLimits",
     "SpawnCap",
     "SpawnRecord",
-    "WorkflowRefusal",
     "call_dispositions",
     "with_invalid_calls",
 ]

@@ -1,34 +1,22 @@
 """Admission, one owner: every agent and request of a run is let start or go on (or not) by
 its :class:`Admission`.
 
-A run starts agents three ways, and one object decides for all of them:
+A run starts agents three ways, and one object decides for all of them: an ``Agent`` call
+and a ``Workflow`` call in the PreToolUse hook (the admission is the run's
+:class:`~teamlead._gate.gate.SpawnGate`; :meth:`Admission.hook_matcher` goes into the run's
+options), and a workflow agent, which fires no hook, at its first request, when the relay's
+ledger (:class:`~teamlead._metering.book.AgentBook`) asks
+:meth:`Admission.admit_workflow_agent`.
 
-- an ``Agent`` call, in the PreToolUse hook (the admission is the run's
-  :class:`~teamlead._gate.gate.SpawnGate`; its matcher, :meth:`Admission.hook_matcher`,
-  goes into the run's options with the run's other pieces,
-  :func:`teamlead._run.options.build_options`);
-- a ``Workflow`` call, in the same hook (its depth, the budget, the deadline);
-- a workflow agent, which fires no hook: the relay's ledger
-  (:class:`~teamlead._metering.book.AgentBook`) asks :meth:`Admission.admit_workflow_agent`
-  at its first request.
+It owns what those decisions share: the gate's part (the run's pool and the process-wide
+cap, the stagger, the spawn budget, the depth limit, the deadline), the run's
+:attr:`~Admission.pause`, the limits the ledger applies to each request
+(:attr:`~Admission.limits`) and the subagent model. :class:`~teamlead.RunControl` amends it
+(:meth:`Admission.amend`); the ledger tells it a budget reached or an agent timed out; the
+run tells it what the stream shows, that a workflow agent's work ended, that a stop was
+asked and that the run ended. Everything it needs is passed when it is made (a client run
+also hands it the client whose timed-out tasks it stops, :meth:`Admission.stop_with`).
 
-It owns what those decisions share: the run's pool and the process-wide cap
-(:attr:`~teamlead.ProcessState.spawn_cap`, passed in), the stagger, the spawn budget, the
-depth limit and the deadline (the gate's part), the run's :attr:`~Admission.pause`
-(which the gate and the relay hold on), the limits the relay's ledger applies to each
-request (:attr:`~Admission.limits`: the per-agent timeout, the token and request budgets;
-:meth:`~Admission.budget_reached` and :meth:`~Admission.agent_timed_out` are what the
-ledger tells it), and the subagent model: the alias an Agent call is given in the hook, the
-model the relay pins a new agent to, and what the CLI resolved an alias to. The run's own
-ceilings on its requests in flight, which the relay holds for each run, are
-:class:`~teamlead._gate.limits.RunLimits`, in this package too.
-:class:`~teamlead.RunControl` amends it (:meth:`Admission.amend`); the run tells it what the
-stream shows (:meth:`Admission.observe`), that a workflow agent's work ended, that a stop
-was asked, and that the run ended. Its gate's events and each amend go to the ``publish``
-it is made with (the run's event bus).
-
-Everything it needs is passed when it is made; nothing is wired into it afterwards (a
-client run hands it the client whose timed-out tasks it stops, :meth:`Admission.stop_with`).
 With the gate off (``SpawnPolicy(enabled=False)``, or a client connected without it) the
 admission is not :attr:`~SpawnGate.gated`: every agent starts at once, and only the
 subagent model, the pause, the timeout and the budgets still apply.

@@ -13,25 +13,17 @@ message run concurrently; a hook may await. So the gate decides in the hook:
   while the run is paused (:class:`~teamlead._gate.pause.Pause`);
 * **admit** (return ``{}``: no opinion), after the stagger.
 
-A ``Workflow`` call starts agents that fire no hook, so the hook decides only what must
-hold before the script runs: its agents are one level deeper than its caller (a subagent's
-workflow is denied past ``max_depth``), and a spent spawn budget, a closed run or the
-deadline's wrap-up point deny it with the usual reasons. Workflow calls take no slot and no
-budget unit here and are not in :meth:`SpawnGate.records`. Each of its agents is admitted
-at the relay instead, when its first request arrives (:meth:`SpawnGate.admit_workflow_agent`,
-which the relay's ledger asks): a unit of the same spawn budget, a slot of the same pools,
-a turn in the same stagger, held until the run says its work ended
-(:meth:`SpawnGate.agent_ended`). Once the gate closes, none starts:
-one still waiting for its slot is refused then (after a stop its refusal is held as a
-hook's is, see :meth:`SpawnGate.interrupt`), and so is one whose first request comes later.
+A ``Workflow`` call's hook decides only what must hold before the script runs (depth,
+budget, a closed run, the wrap-up point); it takes no slot or budget unit and is not in
+:meth:`SpawnGate.records`. Each of its agents is admitted at the relay, when its first
+request arrives (:meth:`SpawnGate.admit_workflow_agent`).
 
 A slot is held from admission until the task has really ended: the run's tracker reports
 ``task_started``/``task_ended`` from the stream, and a tool result that shows the agent
 never ran or already finished (CLI rejection, another hook's deny, a foreground agent)
-frees it too (:meth:`SpawnGate.observe` reads that from the parsed stream).
-:meth:`SpawnGate.close` denies whatever still waits and frees every Agent call's slot (no
-agent starts after it); :meth:`SpawnGate.end` also frees the workflow agents' at the end of
-a run. A run's gate is its :class:`~teamlead._gate.admission.Admission`.
+frees it too (:meth:`SpawnGate.observe`). :meth:`SpawnGate.close` denies whatever still
+waits and frees every Agent call's slot; :meth:`SpawnGate.end` also frees the workflow
+agents'.
 
 Budget and per-turn units are checked and taken in one synchronous step (no await in
 between), so concurrent hook calls can never both pass for the last unit; a unit taken by
@@ -82,10 +74,9 @@ _WORKFLOW = "Workflow"
 _WORKFLOW_AGENT = "workflow agent"
 _HOOK_MARGIN_S = 10.0  # hook timeout = longest wait + this: the gate answers before the CLI quits
 _MAX_TEXT = 200
+#: How long a refusal after a stop waits before it is answered (see :meth:`SpawnGate.interrupt`);
+#: under ``_HOOK_MARGIN_S``, so it still comes before the CLI's hook timeout.
 _HELD_AFTER_STOP_S = 5.0
-"""How long a hook the gate refuses after a stop waits before it answers (the run ends its
-CLI, cancelling the hook, well before). Under ``_HOOK_MARGIN_S``: the answer still comes
-before the CLI's hook timeout."""
 _MAX_WORKFLOW_DENIALS = 1000
 _WORKFLOW_HOLD_S = 1800.0  # a workflow agent's longest wait for a slot with no deadline
 
@@ -145,7 +136,8 @@ class SpawnGate:
         self.on_event = on_event
         self._max_wait_s = max(0.0, max_wait_s)
         self._env: dict[str, str] = dict(env or {})
-        self._slots = FifoSlots(self._run_limit())
+        cli = cli_subagent_cap(self._env)  # the run's own limit is never above the CLI's
+        self._slots = FifoSlots(min(self.policy.max_concurrent_agents or cli, cli))
         self._deadline: float | None = None
         self._reserve = 0.0
         if deadline_s is not None:
@@ -162,10 +154,10 @@ class SpawnGate:
         #: ``None`` leaves the call's own. The run's admission changes it mid-run.
         self.subagent_model = subagent_model
         self._pause = pause
-        self._held: dict[str, list[tuple[FifoSlots, ...]]] = {}  # workflow agent -> slots
+        #: workflow agent -> how many holds (a slot of each pool) it has
+        self._held: dict[str, int] = {}
         self._waiting: set[anyio.CancelScope] = set()  # workflow agents waiting for slots
         self._close_reason = "the run is ending"
-        self._holding = 0
         #: The most workflow agents that held slots at once.
         self.max_workflow_agents = 0
         #: The Workflow calls the gate denied: ``(tool_use_id, code, reason)``, in order.
@@ -174,11 +166,6 @@ class SpawnGate:
         self.errors: list[str] = []
 
     # -- configuration ---------------------------------------------------------------------
-    def _run_limit(self) -> int:
-        cli = cli_subagent_cap(self._env)
-        wanted = self.policy.max_concurrent_agents
-        return min(wanted, cli) if wanted is not None else cli
-
     def set_deadline(self, seconds_from_now: float) -> None:
         """(Re)set the run's deadline; the wrap-up reserve follows from the policy."""
         self._deadline = self._clock.monotonic() + max(0.0, seconds_from_now)
@@ -250,43 +237,29 @@ class SpawnGate:
         Returns:
             ``None`` once it may start (at once without the gate); else why it does not (a
             spent budget is also a denied ``spawn_decided`` event). A refused or cancelled
-            agent gives back what it took. A stopped run's refusal comes only after
-            :data:`_HELD_AFTER_STOP_S` (see :meth:`interrupt`: its CLI is ended meanwhile,
-            which ends the request).
+            agent gives back what it took. A stopped run's refusal is held as a hook's is
+            (see :meth:`interrupt`).
         """
         if not self.gated:
             return None
-        refusal = self._admit_workflow_agent_now(agent_id)
-        if refusal is None:
-            refusal = await self._admit_workflow_agent(agent_id)
-        if refusal is not None and self._stopped:
-            await self._clock.sleep(_HELD_AFTER_STOP_S)
-        return refusal
-
-    def _admit_workflow_agent_now(self, agent_id: str) -> WorkflowRefusal | None:
-        """What refuses a workflow agent before it waits: a closed gate (no event: the
-        agent never asked while the run took agents), a spent budget."""
-        closed = self._closed_refusal()
-        if closed is not None:
-            return closed
         budget = self.policy.spawn_budget
-        if budget is not None and self._used >= budget:
+        refusal = self._closed_refusal()  # no event: it never asked while the run took agents
+        if refusal is None and budget is not None and self._used >= budget:
             reason = why.budget(budget)
             self._emit(
                 agent_id[:_MAX_TEXT], _WORKFLOW_AGENT, "denied", code="spawn_budget", reason=reason
             )
-            return WorkflowRefusal("spawn_budget", reason)
-        return None
-
-    async def _admit_workflow_agent(self, agent_id: str) -> WorkflowRefusal | None:
-        self._used += 1
-        try:
-            refusal = await self._hold(agent_id)
-        except BaseException:
-            self._used = max(0, self._used - 1)
-            raise
-        if refusal is not None:  # it never starts: its unit is free again
-            self._used = max(0, self._used - 1)
+            refusal = WorkflowRefusal("spawn_budget", reason)
+        elif refusal is None:
+            self._used += 1
+            started = False
+            try:
+                refusal = await self._hold(agent_id)
+                started = refusal is None
+            finally:
+                if not started:  # it never starts: its unit is free again
+                    self._used = max(0, self._used - 1)
+        await self._held_if_stopped(refusal)
         return refusal
 
     async def _hold(self, agent_id: str) -> WorkflowRefusal | None:
@@ -301,11 +274,11 @@ class SpawnGate:
             with waiting:
                 for pool in (self._slots, self._cap):
                     if not await pool.take(until, self._clock):
-                        refusal = WorkflowRefusal("no_slot", why.workflow_no_slot())
+                        refusal = WorkflowRefusal("no_slot", why.WORKFLOW_NO_SLOT)
                         break
                     taken.append(pool)
                 if refusal is None and not await self._stagger(until):
-                    refusal = WorkflowRefusal("no_slot", why.workflow_late_turn())
+                    refusal = WorkflowRefusal("no_slot", why.WORKFLOW_LATE_TURN)
         except BaseException:
             _give_back(taken)
             raise
@@ -316,9 +289,8 @@ class SpawnGate:
         if refusal is not None:
             _give_back(taken)
             return refusal
-        self._held.setdefault(agent_id, []).append(tuple(taken))
-        self._holding += 1
-        self.max_workflow_agents = max(self.max_workflow_agents, self._holding)
+        self._held[agent_id] = self._held.get(agent_id, 0) + 1
+        self.max_workflow_agents = max(self.max_workflow_agents, sum(self._held.values()))
         return None
 
     def _closed_refusal(self) -> WorkflowRefusal | None:
@@ -330,9 +302,8 @@ class SpawnGate:
     def agent_ended(self, agent_id: str) -> None:
         """A workflow agent's work ended (its entry done or in error, its workflow ended):
         free its slots."""
-        for slots in self._held.pop(agent_id, []):
-            self._holding -= 1
-            _give_back(list(slots))
+        for _ in range(self._held.pop(agent_id, 0)):
+            _give_back([self._slots, self._cap])
 
     @property
     def hook_timeout_s(self) -> float:
@@ -516,7 +487,7 @@ class SpawnGate:
                 self._undo(call)
                 if call.status == "queued":
                     call.status = "rejected"
-                    call.reason = why.cancelled()
+                    call.reason = why.CANCELLED
                     call.decided_at = _safe_read(self._clock.time)
                     self._emit(call.tool_use_id, call.description, "rejected", reason=call.reason)
             raise
@@ -524,9 +495,8 @@ class SpawnGate:
             if call is not None and call.depth == 1:
                 self._turns.leave(_safe_read(self._clock.monotonic))
 
-    async def _held_if_stopped(self, verdict: SyncHookJSONOutput) -> None:
-        """A refusal (``verdict`` not ``{}``) of a stopped run waits
-        :data:`_HELD_AFTER_STOP_S` before it is answered: its CLI is ended meanwhile."""
+    async def _held_if_stopped(self, verdict: object) -> None:
+        """A refusal (``verdict`` not empty) of a stopped run waits :data:`_HELD_AFTER_STOP_S`."""
         if verdict and self._stopped:
             await self._clock.sleep(_HELD_AFTER_STOP_S)
 
@@ -606,7 +576,7 @@ class SpawnGate:
         if depth == 1:
             self._turns.enter()
         if not isinstance(input_data, Mapping) or not isinstance(tool_input.get("prompt"), str):
-            return call, why.bad_input()
+            return call, why.BAD_INPUT
         return call, None
 
     def _depth_of(self, agent_id: str) -> int:
@@ -634,11 +604,7 @@ class SpawnGate:
         admit_until = self.admit_until
         if admit_until is not None and now >= admit_until:
             return self._refuse_late(call, now)
-        until = (
-            now + self._max_wait_s
-            if admit_until is None
-            else min(admit_until, now + self._max_wait_s)
-        )
+        until = min(now + self._max_wait_s, math.inf if admit_until is None else admit_until)
         with anyio.CancelScope() as scope:
             call.waiting = scope
             admitted = await self._wait_for_slots(call, until)
@@ -646,7 +612,7 @@ class SpawnGate:
         if scope.cancelled_caught:
             self._undo(call)
             if call.status == "rejected":  # the CLI gave up on this call, or the run stopped
-                return _deny_output(call.reason or why.cancelled())
+                return _deny_output(call.reason or why.CANCELLED)
             return self._deny(call, "closed", why.closed(call.close_reason or "the run is ending"))
         if not admitted:
             self._undo(call)

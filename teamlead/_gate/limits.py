@@ -111,7 +111,7 @@ class RunLimits:
             return
         waiter = Waiter(key)
         if self._fits(key):  # places are handed on at release: none is free to an earlier one
-            self._take(waiter)
+            self._count(waiter, True)
         else:
             self._queue.append(waiter)
             try:
@@ -146,20 +146,18 @@ class RunLimits:
             and (total is None or self._total < total)
         )
 
-    def _take(self, waiter: Waiter) -> None:
-        waiter.granted = True
-        self._held[waiter.key] += 1
-        self._providers[waiter.key.partition("/")[0]] += 1
-        self._total += 1
+    def _count(self, waiter: Waiter, granted: bool) -> None:
+        """Count ``waiter``'s place in (``granted``) or out."""
+        waiter.granted = granted
+        step = 1 if granted else -1
+        self._held[waiter.key] += step
+        self._providers[waiter.key.partition("/")[0]] += step
+        self._total += step
 
     def _give_back(self, waiter: Waiter) -> None:
-        if not waiter.granted:
-            return
-        waiter.granted = False
-        self._held[waiter.key] -= 1
-        self._providers[waiter.key.partition("/")[0]] -= 1
-        self._total -= 1
-        self._serve()
+        if waiter.granted:
+            self._count(waiter, False)
+            self._serve()
 
     def _abandon(self, waiter: Waiter) -> None:
         """A waiter leaves (timed out or cancelled): off the queue, or its place back if it
@@ -167,12 +165,11 @@ class RunLimits:
         if waiter in self._queue:
             self._queue.remove(waiter)
         self._give_back(waiter)
-        self._serve()
 
     def _serve(self) -> None:
         """Grant, in arrival order, every queued waiter whose key now has room."""
         for waiter in list(self._queue):
             if self._fits(waiter.key):
                 self._queue.remove(waiter)
-                self._take(waiter)
+                self._count(waiter, True)
                 waiter.wake.set()

@@ -30,21 +30,13 @@ def prompt_limits(spawn: SpawnPolicy, env: Mapping[str, str]) -> dict[str, str]:
         >>> prompt_limits(SpawnPolicy(), {"CLAUDE_CODE_MAX_CONCURRENT_SUBAGENTS": "2"})
         {'max_concurrent_agents': '2', 'max_agents_per_turn': '2'}
     """
-    enforced = cli_subagent_cap(env)
-    if spawn.enabled and spawn.max_concurrent_agents is not None:
-        enforced = min(enforced, spawn.max_concurrent_agents)
-    per_turn = enforced
-    if spawn.enabled and spawn.spawn_budget is not None:
-        per_turn = min(per_turn, max(1, spawn.spawn_budget))
-    concurrent = (
-        enforced
-        if spawn.enabled and spawn.max_concurrent_agents is not None
-        else min(DEFAULT_MAX_CONCURRENT_AGENTS, enforced)
-    )
-    if spawn.enabled and spawn.max_agents_per_turn is not None:
-        per_turn = min(per_turn, spawn.max_agents_per_turn)
-    else:
-        per_turn = min(per_turn, DEFAULT_MAX_AGENTS_PER_TURN)
+    user = spawn if spawn.enabled else SpawnPolicy()  # a gate that is off sets no limit
+    cli = cli_subagent_cap(env)
+    concurrent = min(cli, user.max_concurrent_agents or DEFAULT_MAX_CONCURRENT_AGENTS)
+    enforced = min(cli, user.max_concurrent_agents or cli)
+    per_turn = min(enforced, user.max_agents_per_turn or DEFAULT_MAX_AGENTS_PER_TURN)
+    if user.spawn_budget is not None:
+        per_turn = min(per_turn, max(1, user.spawn_budget))
     values = default_values(max_concurrent_agents=concurrent, max_agents_per_turn=per_turn)
     values.pop("agent_roster")
     return values

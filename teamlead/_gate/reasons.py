@@ -25,6 +25,23 @@ class WorkflowRefusal:
     reason: str
 
 
+#: The call had no usable input.
+BAD_INPUT = (
+    "the Agent call had no usable input (a prompt string is required); "
+    "the agent was not started. Send the call again with a prompt."
+)
+#: The call was cancelled while it waited (a rejection, not a deny: no next step).
+CANCELLED = "the call was cancelled while it waited for an agent slot (hook timeout or run ended)"
+#: A workflow agent's first request got no slot before the run's wrap-up point (the relay's
+#: refusal: the agent reads it as an API error).
+WORKFLOW_NO_SLOT = "teamlead: no agent slot came before the run's wrap-up; this agent does not run"
+#: A workflow agent's turn in the run's stagger comes after the wrap-up point.
+WORKFLOW_LATE_TURN = (
+    "teamlead: this agent's turn in the run's stagger comes after the run's wrap-up; "
+    "this agent does not run"
+)
+
+
 def budget(limit: int) -> str:
     """The spawn budget is used up."""
     return (
@@ -88,14 +105,6 @@ def closed(why: str) -> str:
     return f"{why}; no more agents start. Answer with the results you have."
 
 
-def bad_input() -> str:
-    """The call had no usable input."""
-    return (
-        "the Agent call had no usable input (a prompt string is required); "
-        "the agent was not started. Send the call again with a prompt."
-    )
-
-
 def error(exc: BaseException) -> str:
     """A fault inside the gate."""
     text = str(exc).replace("\n", " ")[:160]
@@ -105,25 +114,6 @@ def error(exc: BaseException) -> str:
     )
 
 
-def cancelled() -> str:
-    """The call was cancelled while it waited (a rejection, not a deny: no next step)."""
-    return "the call was cancelled while it waited for an agent slot (hook timeout or run ended)"
-
-
-def workflow_no_slot() -> str:
-    """A workflow agent's first request got no slot before the run's wrap-up point (the
-    relay's refusal: the agent reads it as an API error)."""
-    return "teamlead: no agent slot came before the run's wrap-up; this agent does not run"
-
-
 def workflow_closed(why: str) -> str:
     """A workflow agent's first request came, or waited, as the run closed (``why``)."""
     return f"teamlead: {why}; this agent does not run"
-
-
-def workflow_late_turn() -> str:
-    """A workflow agent's turn in the run's stagger comes after the wrap-up point."""
-    return (
-        "teamlead: this agent's turn in the run's stagger comes after the run's wrap-up; "
-        "this agent does not run"
-    )

@@ -2,12 +2,8 @@
 
 :class:`FifoSlots` is the one queueing primitive of the spawn gate: ``limit`` slots, waiters
 served strictly in arrival order, a released slot handed straight to the oldest waiter (so
-a newcomer can never overtake the queue), and a waiter cancelled at the moment it was
-granted gives the slot back. The limit can change while slots are held
-(:meth:`FifoSlots.set_limit`, the run's live cap): a raise grants waiters at once, a cut
-takes nothing from a holder, it only keeps the next ones waiting until enough were released.
-Waits run on the injected clock (:func:`teamlead.clock.wait_event`) and are bounded by
-``until``.
+a newcomer can never overtake the queue). Waits run on the injected clock
+(:func:`teamlead.clock.wait_event`) and are bounded by ``until``.
 
 :class:`SpawnCap` is the :class:`FifoSlots` shared by every run in the process: experiment
 trials run many leads at once, and each CLI enforces its cap of concurrent subagents by
@@ -72,11 +68,9 @@ class FifoSlots:
     """
 
     def __init__(self, limit: int) -> None:
-        if limit < 1:
-            raise ValueError(f"a slot limit must be at least 1, not {limit}")
-        self.limit = limit
         self.held = 0
         self._queue: deque[Waiter] = deque()
+        self.set_limit(limit)
 
     @property
     def waiting(self) -> int:

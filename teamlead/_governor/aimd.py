@@ -5,25 +5,10 @@ returns the new limits plus the :class:`Change` to journal (or ``None``). No clo
 event loop, no queue: the rules are tested as tables, and a shared store can hold
 :class:`Limits` for several processes. Times are the governor clock's monotonic seconds.
 
-* :func:`rate_limited`: a Retry-After pauses the bucket; a 429 of the current epoch cuts
-  ``cap`` (back to ``last_good`` after a failed probe; else to the requests the upstream
-  may have been running, when the account counted them; else to ``floor(cap *
-  decrease)``), opens a new epoch and remembers the level that drew it. A 429 of the
-  cutting burst, sent before the cut, *settles* a measured cut one lower (the upstream
-  accepted one request fewer than counted), so the limit is learnt from the burst's
-  answers whenever they come.
-* :func:`started`: a request of the cutting burst streams: a cut below the requests
-  streaming now is corrected up.
-* :func:`overloaded`: a 529 pauses and cuts multiplicatively, marking no level bad:
-  overload is the provider's state, not the account's limit.
-* :func:`success`: successes of the current epoch earn ``cap + 1`` while callers queue,
-  except towards a level that drew a 429 less than ``reprobe_after_s`` ago; below the
-  level a measured cut found, each success earns it, so a cut that proved too low is
-  undone within a round of requests.
-* :func:`paced`: a pause asked for by the rate-limit headers.
-* :func:`idle_reset`: back to the ceiling, forgetting what was learnt, the pause included.
-
-No pause is longer than :data:`~teamlead._governor.retry_after.MAX_PAUSE_S`.
+The rules: :func:`rate_limited` (a 429), :func:`started` (a request streams),
+:func:`overloaded` (a 529), :func:`success`, :func:`paced` (the rate-limit headers ask for
+a pause) and :func:`idle_reset`. No pause is longer than
+:data:`~teamlead._governor.retry_after.MAX_PAUSE_S`.
 """
 
 from __future__ import annotations
@@ -129,7 +114,13 @@ def _pause(limits: Limits, now: float, seconds: float | None) -> tuple[Limits, b
 def success(
     limits: Limits, knobs: GovernorPolicy, *, slot_epoch: int, now: float, queued: bool
 ) -> Step:
-    """A request went through. ``queued``: callers wait on this bucket's own cap."""
+    """A request went through. ``queued``: callers wait on this bucket's own cap.
+
+    Successes of the current epoch earn ``cap + 1`` while callers queue, except towards a
+    level that drew a 429 less than ``reprobe_after_s`` ago; below the level a measured cut
+    found, each success earns it, so a cut that proved too low is undone within a round of
+    requests.
+    """
     if slot_epoch != limits.epoch:
         return limits, None  # from before the last cut: says nothing about the new level
     limits = replace(limits, successes=limits.successes + 1)
@@ -156,16 +147,22 @@ def rate_limited(
     retry_after: float | None = None,
     accepted: int | None = None,
 ) -> Step:
-    """A 429. ``accepted``: the requests the upstream may have been running when it
-    rejected (this one not counted; never fewer than it really ran, so the cut never lands
-    below the limit); ``None`` when the caller cannot count them (the cut is then
-    multiplicative)."""
+    """A 429: a Retry-After pauses the bucket; a 429 of the current epoch cuts ``cap`` (back
+    to ``last_good`` after a failed probe; else to ``accepted``; else to ``floor(cap *
+    decrease)``), opens a new epoch and remembers the level that drew it.
+
+    ``accepted``: the requests the upstream may have been running when it rejected (this
+    one not counted; never fewer than it really ran, so the cut never lands below the
+    limit); ``None`` when the caller cannot count them.
+
+    A 429 of the cutting burst, sent before the cut (which counted it as accepted), *settles*
+    a measured cut one lower: the upstream took one fewer, so the limit is learnt from the
+    burst's answers whenever they come. After a multiplicative cut only the level not to
+    probe goes down.
+    """
     limits, paused = _pause(limits, now, retry_after)
     pause_only = Change("retry_after", limits.cap, retry_after) if paused else None
     if slot_epoch != limits.epoch:
-        # Sent before the last cut, which already counted this request as accepted: the
-        # upstream took one fewer. After a measured cut that settles the cap; else only the
-        # level not to probe goes down.
         if slot_epoch != limits.cut_epoch:
             return limits, pause_only
         previous = limits.cap
@@ -183,17 +180,13 @@ def rate_limited(
     if bad is None or not remembered or drew < bad:
         bad = drew
     limits = replace(limits, successes=0, bad_level=bad, bad_at=now, measured=accepted is not None)
-    probing = limits.last_good is not None and previous > limits.last_good
     if accepted is None:
         target = max(knobs.floor, math.floor(previous * knobs.decrease))
     else:
         target = max(knobs.floor, min(previous - 1, accepted))
-    if (
-        probing
-        and limits.last_good is not None
-        and (accepted is None or target >= limits.last_good)
-    ):
-        limits = replace(limits, cap=limits.last_good)
+    last_good = limits.last_good  # above it, the cut level was a probe that failed
+    if last_good is not None and previous > last_good and (accepted is None or target >= last_good):
+        limits = replace(limits, cap=last_good)
         reason: ChangeReason = "probe_failed"
     else:
         limits = replace(limits, cap=target, last_good=None)  # the limit moved
@@ -229,7 +222,8 @@ def overloaded(
     now: float,
     retry_after: float | None = None,
 ) -> Step:
-    """A 529: pause for its Retry-After and cut once per epoch; no level is marked bad."""
+    """A 529: pause for its Retry-After and cut once per epoch; no level is marked bad
+    (overload is the provider's state, not the account's limit)."""
     limits, paused = _pause(limits, now, retry_after)
     pause_only = Change("retry_after", limits.cap, retry_after) if paused else None
     if slot_epoch != limits.epoch:

@@ -71,8 +71,6 @@ def read_windows(headers: Mapping[str, str]) -> list[RateWindow]:
     lowered = {
         key: str(v) for k, v in headers.items() if (key := str(k).lower()).startswith(_PREFIX)
     }
-    if not lowered:
-        return []
     windows = []
     for name in WINDOWS:
         remaining = header_number(lowered.get(f"{_PREFIX}{name}-remaining"))

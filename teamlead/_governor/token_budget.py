@@ -268,12 +268,12 @@ def anchor(
     refill = sum(d for d, _ in spans) / sum(s for _, s in spans) if spans else None
     if refill is None and window is not None and not window.learnt:
         refill = window.refill
-    anchor = ticket if ticket is not None else (window.ticket if window is not None else 0)
+    heard = ticket if ticket is not None else (window.ticket if window is not None else 0)
     if window is not None and ticket is not None and ticket < window.ticket:
         return replace(window, limit=limit, refill=refill, spans=spans, learnt=False)
     if window is None:
         return Window(
-            header.name, limit, refill, level=remaining, at=now, ticket=anchor, heard=anchor
+            header.name, limit, refill, level=remaining, at=now, ticket=heard, heard=heard
         )
     if ticket is None:
         # an answer the budget did not send: its level is as of now, and the pending draws
@@ -287,8 +287,8 @@ def anchor(
         refill=refill,
         level=remaining,
         at=now,
-        ticket=max(anchor, window.ticket) if ticket is None else ticket,
-        heard=max(anchor, window.ticket) if ticket is None else ticket,
+        ticket=heard,
+        heard=heard,
         draws=draws,
         spans=spans,
         learnt=False,

@@ -7,12 +7,11 @@ it is kept: :mod:`.store`. Others import from here.
 
 from __future__ import annotations
 
-from .record import INLINE_RESULT_CHARS, RECORD_VERSION, AgentRecord, RunRecord
+from .record import INLINE_RESULT_CHARS, AgentRecord, RunRecord
 from .store import History, history_dir, history_wanted
 
 __all__ = [
     "INLINE_RESULT_CHARS",
-    "RECORD_VERSION",
     "AgentRecord",
     "History",
     "RunRecord",

@@ -2,14 +2,11 @@
 (private).
 
 The relay attributes each request to one run (its path token) and one agent (the
-``x-claude-code-agent-id`` header Claude Code sends for Agent-tool and workflow agents
-alike); the run's agents (:class:`teamlead._run.agents.RunAgents`) join what is counted here
-with the stream's task events. One concept per module:
+``x-claude-code-agent-id`` header); the run's agents (:class:`teamlead._run.agents.RunAgents`)
+join what is counted here with the stream's task events. One concept per module:
 
-- :mod:`.book`: :class:`~teamlead._metering.book.AgentBook`, one run's agent ledger
-  (requests, tokens, 429s, times per agent), which applies the run's admission
-  (:class:`teamlead._gate.Admission`: the per-agent timeout, the token and request
-  budgets, the workflow agents' admission, the subagent model) to each request;
+- :mod:`.book`: :class:`~teamlead._metering.book.AgentBook`, one run's agent ledger, which
+  applies the run's admission (:class:`teamlead._gate.Admission`) to each request;
 - :mod:`.count`: one agent's counters;
 - :mod:`.request`: one request at the relay: whose it is (its session and agent ids, read
   as untrusted) and its ticket.

@@ -2,39 +2,33 @@
 
 Claude Code sends ``X-Claude-Code-Session-Id`` on every request and ``x-claude-code-agent-id``
 on every subagent's (Agent-tool and workflow agents alike; the lead's carry none). So the
-relay can attribute each request, the tokens of its reply (``usage`` in ``message_start`` and
-``message_delta``) and the 429s met on the way to one agent, whichever tool spawned it, and
-apply the run's limits where the spawn gate's hook cannot see an agent. The limits and
-the decisions on them are the run's admission's (:class:`teamlead._gate.Admission`, the one
-owner of every agent's and request's admission); the book counts, asks it and tells it:
+relay can attribute each request, the tokens of its reply and the 429s met on the way to
+one agent, whichever tool spawned it, and apply the run's limits where the spawn gate's hook
+cannot see an agent. The decisions are the run's admission's
+(:class:`teamlead._gate.Admission`); the book counts, asks it and tells it:
 
-- **Admission.** A workflow agent fires no hook, so its *first* request asks the run's
-  admission and waits for its answer: a unit of
-  the spawn budget, a slot of the same pools as an Agent call, its turn in the same stagger.
-  Past the budget it is refused at once and does not start, and so are its later requests;
-  with no slot before the wrap-up point it does not start either. The book holds no slot:
-  the admission frees it when the run says the agent's work ended.
+- **Admission.** A workflow agent fires no hook, so its *first* request waits for the
+  admission's answer (:meth:`~teamlead._gate.Admission.admit_workflow_agent`); refused, it
+  does not start, and past the spawn budget its later requests are refused too. The book
+  holds no slot: the admission frees it when the run says the agent's work ended.
 - **The timeout.** An agent running longer than ``agent_timeout_s`` has its request in flight
   ended and every later one refused with a clear error, so it ends at once; the admission
   is told (on a client run it stops the agent's task).
-- **The model.** An agent (Agent-tool or workflow) is pinned, at its first request, to the
-  model the run's admission names for it (:meth:`~teamlead._gate.Admission.agent_model`, after a
-  :class:`teamlead.RunControl` amend): every one of its requests goes upstream with that
-  ``model``, so one agent stays on one model and agents already running keep theirs.
+- **The model.** An agent is pinned, at its first request, to the model the admission names
+  for it (:meth:`~teamlead._gate.Admission.agent_model`): every one of its requests goes
+  upstream with that ``model``, so agents already running keep theirs after an amend.
 - **The budgets.** Tokens and requests are counted from the upstream's own usage. Each
   request is checked and reserved in one synchronous step before it is forwarded, keeping
   room for the wrap-up's own request; once a budget is reached no subagent request goes on
-  and the admission is told (:meth:`~teamlead._gate.Admission.budget_reached`: the run
-  wraps up).
+  and the admission is told (:meth:`~teamlead._gate.Admission.budget_reached`).
 - **Usage.** Each agent's :class:`~teamlead.events.AgentUsage` is published after each of
-  its requests (to the run's event bus).
+  its requests.
 
 One :class:`AgentBook` belongs to one run (the relay's path token tells runs apart, never a
 header): a session id of another run or a forged agent id is counted in *this* run's book
 under its own key, and an agent id that is not a plausible id is counted as invalid. The book
-holds at most :data:`MAX_AGENTS` entries (later ids fold into one overflow entry), each a
-small fixed record, so memory per agent stays flat. Like the governor it belongs to one event
-loop and is not thread-safe.
+holds at most :data:`MAX_AGENTS` entries (later ids fold into one overflow entry), so memory
+per agent stays flat. Like the governor it belongs to one event loop and is not thread-safe.
 """
 
 from __future__ import annotations
@@ -75,11 +69,9 @@ _OVERFLOW = "?overflow"
 #: Tokens kept for the wrap-up when no lead request was measured yet.
 _DEFAULT_WRAP_TOKENS = 4000
 
+#: How a refused request is answered: a 400 of this type, which the CLI does not retry.
+_REFUSED = "invalid_request_error"
 _NO_RETRY = {b"x-should-retry": b"false"}
-
-
-def _ignore(event: object) -> None:
-    """A 429 of a request the ledger could not count."""
 
 
 class AgentBook:
@@ -182,10 +174,10 @@ class AgentBook:
             entered = await self._enter(agent_key(headers), body, role)
         except Exception:  # a fault in the ledger must never break a request: forward it
             log.exception("the agent ledger failed on a request; forwarding it uncounted")
-            await exchange(send, _ignore, None)
+            await exchange(send, None, None)
             return
         if isinstance(entered, Refused):
-            await answer(send, entered.status, entered.kind, entered.message, _NO_RETRY)
+            await answer(send, 400, _REFUSED, entered.message, _NO_RETRY)
             return
         ticket = entered
         ticket.scan = scan or ticket.scan
@@ -199,10 +191,10 @@ class AgentBook:
             if scope.cancelled_caught:
                 refusal = self._time_out(ticket.key[1], ticket.count)
                 if ticket.status is None:
-                    await answer(send, refusal.status, refusal.kind, refusal.message, _NO_RETRY)
+                    await answer(send, 400, _REFUSED, refusal.message, _NO_RETRY)
                 # else: the stream is cut short; the CLI's retry is refused
         finally:
-            ticket.close()
+            self._settle(ticket)
 
     async def _enter(self, key: tuple[str, str], body: bytes, role: str) -> Ticket | Refused:
         count = self.entries.get(key)
@@ -226,7 +218,7 @@ class AgentBook:
                         count.denied = refusal.reason
                         return self._denied_refusal(refusal.reason)
                     if refusal is not None:
-                        return Refused(refusal.code, refusal.reason)
+                        return Refused(refusal.reason)
             if kind != "lead":  # read once it really starts; the same agent keeps its model
                 count.sent_model = model_of(body)
                 admission = self._admission
@@ -243,12 +235,11 @@ class AgentBook:
         if count.requests == 0:  # its first request goes on now (after any hold)
             count.first_at = self.clock.time()
         count.requests += 1
-        count.in_flight += 1
         count.last_at = self.clock.time()
         if count.kind != "lead":
             count.last_tool = last_tool_of(body) or count.last_tool
         self.requests += 1
-        return Ticket(self._closed, key, count, reserve, body=with_model(body, count.model))
+        return Ticket(key, count, reserve, body=with_model(body, count.model))
 
     def _check(self, agent_id: str, count: AgentCount, role: str) -> Refused | None:
         """The timeout and the budgets, checked in one synchronous step with the reservation
@@ -315,12 +306,11 @@ class AgentBook:
 
     @staticmethod
     def _denied_refusal(reason: str) -> Refused:
-        return Refused("spawn_budget", f"teamlead: this agent does not start: {reason}")
+        return Refused(f"teamlead: this agent does not start: {reason}")
 
     def _timeout_refusal(self, agent_id: str) -> Refused:
         seconds = self.limits.agent_timeout_s or 0
         return Refused(
-            "timeout",
             f"teamlead: agent {agent_id} ran past its timeout of {seconds:g} s and was "
             "stopped: go on with the other agents",
         )
@@ -338,7 +328,7 @@ class AgentBook:
             text = f"teamlead: the run's token budget ({self.limits.token_budget}) is spent"
         else:
             text = f"teamlead: the run's request budget ({self.limits.request_budget}) is spent"
-        return Refused(reason, text + "; no new agent requests, the run wraps up")
+        return Refused(text + "; no new agent requests, the run wraps up")
 
     def _entry(self, key: tuple[str, str], kind: RelayedAgentKind) -> AgentCount:
         if key not in self.entries and len(self.entries) >= MAX_AGENTS:
@@ -351,9 +341,9 @@ class AgentBook:
                 self._by_agent[key[1]] = count
         return count
 
-    def _closed(self, ticket: Ticket) -> None:
+    def _settle(self, ticket: Ticket) -> None:
+        """``ticket``'s request ended: count its usage, publish it, check the budgets."""
         count = ticket.count
-        count.in_flight -= 1
         self._reserved_tokens -= ticket.reserve
         count.last_at = self.clock.time()
         usage = ticket.scan.usage

@@ -29,7 +29,6 @@ class AgentCount:
     absorbed: int = 0
     passed: int = 0
     started_at: float | None = None  # monotonic, for the timeout
-    in_flight: int = 0
     last_total: int = 0
     last_tool: str | None = None  # the tool its latest request shows it called last
     timed_out: bool = False

@@ -8,8 +8,8 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, TypeAlias
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from .._governor import UsageScan
 from ..events import RateLimited
@@ -35,11 +35,9 @@ Message = MutableMapping[str, Any]
 Send = Callable[[Message], Awaitable[None]]
 Answer = Callable[..., Awaitable[None]]
 #: ``exchange(send, on_limited, body)``: forward the request (``body`` instead of its own when
-#: not ``None``) and stream the reply back through ``send``.
-Forward = Callable[[Send, Callable[[RateLimited], None], "bytes | None"], Awaitable[None]]
-RefusalCode: TypeAlias = Literal[
-    "timeout", "token_budget", "request_budget", "no_slot", "spawn_budget"
-]
+#: not ``None``; ``on_limited`` also told of its 429s, when not ``None``) and stream the reply
+#: back through ``send``.
+Forward = Callable[[Send, "Callable[[RateLimited], None] | None", "bytes | None"], Awaitable[None]]
 
 #: The agent id of the lead: its requests carry none.
 LEAD = ""
@@ -53,15 +51,10 @@ _WORKFLOW_MARK = "spawned by a workflow orchestration script"
 
 @dataclass(frozen=True)
 class Refused:
-    """A request the relay answers itself instead of forwarding: why, in one line."""
+    """A request the relay answers itself (a 400 ``invalid_request_error``) instead of
+    forwarding: why, in one line."""
 
-    code: RefusalCode
     message: str
-    status: int = 400
-
-    @property
-    def kind(self) -> str:
-        return "invalid_request_error"
 
 
 def agent_key(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str, str]:
@@ -156,28 +149,18 @@ def with_model(body: bytes, model: str | None) -> bytes | None:
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
 
 
+@dataclass(eq=False)
 class Ticket:
     """One request under way: its reservation, its reply's usage (read as it streams, by the
-    relay), its 429s; :meth:`close` hands it back to its book."""
+    relay), its 429s and its status; its book settles it when the request ends."""
 
-    def __init__(
-        self,
-        on_close: Callable[[Ticket], None],
-        key: tuple[str, str],
-        count: AgentCount,
-        reserve: int,
-        *,
-        body: bytes | None = None,
-    ) -> None:
-        self.on_close = on_close
-        #: the body to forward instead of the request's own (its model pinned), if any
-        self.body = body
-        self.key = key
-        self.count = count
-        self.reserve = reserve
-        self.scan = UsageScan()
-        self.status: int | None = None
-        self.closed = False
+    key: tuple[str, str]
+    count: AgentCount
+    reserve: int
+    #: the body to forward instead of the request's own (its model pinned), if any
+    body: bytes | None = None
+    scan: UsageScan = field(default_factory=UsageScan)
+    status: int | None = None
 
     def watch(self, send: Send) -> Send:
         async def watched(message: Message) -> None:
@@ -192,9 +175,3 @@ class Ticket:
             self.count.absorbed += 1
         else:
             self.count.passed += 1
-
-    def close(self) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.on_close(self)

@@ -21,7 +21,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._redact import redact
 from ..clock import wall_ns
 from ..events import AgentKind
 from . import conventions as c
@@ -81,7 +80,7 @@ class AgentSpans:
         tracer: Tracer,
         root: Context,
         conversation: Callable[[], str | None],
-        scrub: Callable[[str], str] = redact,
+        scrub: Callable[[str], str],
     ):
         self._tracer = tracer
         self.scrub = scrub

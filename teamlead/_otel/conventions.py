@@ -20,7 +20,6 @@ Privacy:
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable, Mapping
 
 from .._redact import redact
@@ -62,7 +61,7 @@ INVOKE_AGENT = "invoke_agent"
 CHAT = "chat"
 
 
-def capture_content(environ: Mapping[str, str] | None = None) -> bool:
+def capture_content(environ: Mapping[str, str]) -> bool:
     """Whether prompt and result text may go into spans (the conventions' opt-in).
 
     Example:
@@ -71,8 +70,7 @@ def capture_content(environ: Mapping[str, str] | None = None) -> bool:
         >>> capture_content({})
         False
     """
-    env = os.environ if environ is None else environ
-    return (env.get(CAPTURE_VARIABLE) or "").strip().lower() in _CAPTURE_ON
+    return (environ.get(CAPTURE_VARIABLE) or "").strip().lower() in _CAPTURE_ON
 
 
 def messages(role: str, text: str, scrub: Callable[[str], str] = redact) -> str:

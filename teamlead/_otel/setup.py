@@ -138,7 +138,7 @@ class TelemetrySource:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._own: Telemetry | None = None
-        self._own_failed = False
+        self._built = False  # tried, whether or not it worked
         self._app: tuple[int, int, Telemetry] | None = None
         self._shutdown: Callable[[], None] | None = None
 
@@ -148,7 +148,7 @@ class TelemetrySource:
         providers are the app's to shut down."""
         with self._lock:
             shutdown, self._shutdown = self._shutdown, None
-            self._own, self._own_failed = None, False
+            self._own, self._built = None, False
         if shutdown is not None:
             shutdown()
 
@@ -188,12 +188,12 @@ class TelemetrySource:
         self, env: Mapping[str, str], traces: bool, metrics: bool
     ) -> Telemetry | None:
         with self._lock:
-            if self._own is not None or self._own_failed:
+            if self._built:
                 return self._own
+            self._built = True
             try:
                 self._own, self._shutdown = _build(env, traces, metrics)
             except ImportError as exc:
-                self._own_failed = True
                 log.warning(
                     "OpenTelemetry export is asked for (OTEL_*) but not installed (%s): "
                     "pip install -e '.[otel]' in the teamlead checkout",
@@ -202,7 +202,6 @@ class TelemetrySource:
             except Exception as exc:  # noqa: BLE001 - telemetry never stops the run
                 # RuntimeError is the SDK's for an unknown exporter or protocol; anything
                 # else would be an SDK whose configuration helpers (private) have changed
-                self._own_failed = True
                 log.warning("OpenTelemetry export off: %s", exc)
             return self._own
 
@@ -225,10 +224,12 @@ def _build(
     resource = Resource.create({} if named else {"service.name": _SERVICE})
     tracer_provider: Any = NoOpTracerProvider()
     meter_provider: Any = NoOpMeterProvider()
+    shutdowns: list[Callable[[], object]] = []
     if traces:
         tracer_provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         for exporter in _exporters(env, "traces"):
             tracer_provider.add_span_processor(BatchSpanProcessor(exporter))
+        shutdowns.append(tracer_provider.shutdown)
     if metrics:
         readers: list[MetricReader] = [
             exporter  # a pull exporter (Prometheus) is a reader itself
@@ -239,10 +240,8 @@ def _build(
         meter_provider = MeterProvider(
             resource=resource, metric_readers=readers, shutdown_on_exit=False
         )
-    shutdown = _flush_at_exit(
-        tracer_provider if traces else None, meter_provider if metrics else None
-    )
-    return _telemetry_of(tracer_provider, meter_provider), shutdown
+        shutdowns.append(lambda: meter_provider.shutdown(timeout_millis=FLUSH_AT_EXIT_S * 1000))
+    return _telemetry_of(tracer_provider, meter_provider), _flush_at_exit(shutdowns)
 
 
 def _telemetry_of(tracer_provider: Any, meter_provider: Any) -> Telemetry:
@@ -278,39 +277,25 @@ def _exporters(env: Mapping[str, str], kind: Literal["traces", "metrics"]) -> li
     return [cls(out=sys.stderr) if name == "console" else cls() for name, cls in classes.items()]
 
 
-def _flush_at_exit(tracer_provider: Any, meter_provider: Any) -> Callable[[], None]:
-    """At exit, shut the providers down (flushing what they hold) within FLUSH_AT_EXIT_S;
-    returns the shutdown, for a close before the exit (after which the exit does nothing).
+def _flush_at_exit(shutdowns: list[Callable[[], object]]) -> Callable[[], None]:
+    """Run ``shutdowns`` (the providers', flushing what they hold) once: at exit, within
+    FLUSH_AT_EXIT_S, or earlier through the returned close (which waits for them).
 
-    The shutdown runs in a daemon thread, started now (a new thread may not start once the
-    interpreter is shutting down) and waiting for the exit: a collector that stalls keeps
-    that thread, never the interpreter, past the budget.
+    They run in a daemon thread, started now (a new thread may not start once the
+    interpreter is shutting down) and waiting for the exit or the close: a collector that
+    stalls keeps that thread, never the interpreter, past the budget.
     """
-
-    done = threading.Event()
+    exiting = threading.Event()
 
     def shutdown() -> None:
-        if done.is_set():
-            return
-        done.set()
-        for provider in (tracer_provider, meter_provider):
-            if provider is None:
-                continue
+        exiting.wait()
+        for provider_shutdown in shutdowns:
             try:
-                if provider is meter_provider:
-                    provider.shutdown(timeout_millis=FLUSH_AT_EXIT_S * 1000)
-                else:
-                    provider.shutdown()
+                provider_shutdown()
             except Exception:  # noqa: BLE001 - telemetry must never fail the exit
                 log.debug("telemetry shutdown failed", exc_info=True)
 
-    exiting = threading.Event()
-
-    def at_exit() -> None:
-        exiting.wait()
-        shutdown()
-
-    worker = threading.Thread(target=at_exit, name="teamlead-otel-exit", daemon=True)
+    worker = threading.Thread(target=shutdown, name="teamlead-otel-exit", daemon=True)
     worker.start()
 
     def bounded() -> None:
@@ -320,7 +305,7 @@ def _flush_at_exit(tracer_provider: Any, meter_provider: Any) -> Callable[[], No
     atexit.register(bounded)
 
     def close() -> None:
-        shutdown()
-        exiting.set()  # the waiting thread ends (its shutdown has nothing left to do)
+        exiting.set()
+        worker.join()
 
     return close

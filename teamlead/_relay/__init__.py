@@ -44,7 +44,6 @@ if TYPE_CHECKING:
     from .shared import account_of as account_of
     from .shared import governor_policy as governor_policy
     from .shared import relay_applicable as relay_applicable
-    from .stats import RelayEvent as RelayEvent
     from .stats import RelayListener as RelayListener
 
 __getattr__ = lazy_exports(__name__)

@@ -2,26 +2,24 @@
 
 Headers and body bytes pass through untouched, except the hop-by-hop headers HTTP itself
 owns (``connection``, ``transfer-encoding`` …), ``host`` (the upstream's), ``content-length``
-(recomputed from the same bytes) and ``expect`` (a ``100-continue`` is answered here, by
-the server, when the body is first read: forwarded, it would hold the request until the
-read timeout). The response body is forwarded as it
-arrives (no decoding, no buffering: what the upstream sent while the last write was out goes
-on as one write), so SSE events reach the CLI when the upstream sends them. A slow client
-slows the upstream read (the server's write waits, and aiohttp's bounded read buffer pauses
-the upstream socket), so memory per stream stays flat. A client that goes away mid-stream
-cancels the upstream request and frees its governor slot. A reply this server could not
-write (a control character in a header, a status out of range) is a 502 with one warning
-line, and anything else that goes wrong is one warning line too: nothing fails silently.
-A new request of a paused run (``teamlead pause``) is held before anything else until the
-pause is lifted, a streaming one with its head and ``ping`` events meanwhile; requests
-already streaming go on.
-Nothing here logs a header, a body or the path prefix: the API key and the prefix are
-secrets.
+(recomputed from the same bytes) and ``expect`` (the server answers a ``100-continue`` when
+the body is first read: forwarded, it would hold the request until the read timeout). The
+response body is forwarded as it arrives (no decoding, no buffering), so SSE events reach
+the CLI when the upstream sends them. A slow client slows the upstream read (aiohttp's
+bounded read buffer pauses the upstream socket), so memory per stream stays flat. A client
+that goes away mid-stream cancels the upstream request and frees its governor slot. A reply
+this server could not write (a control character in a header, a status out of range) is a
+502 with one warning line, and anything else that goes wrong is one warning line too:
+nothing fails silently. A new request of a paused run (``teamlead pause``) is held before
+anything else until the pause is lifted, a streaming one with its head and ``ping`` events
+meanwhile; requests already streaming go on. Nothing here logs a header, a body or the path
+prefix: the API key and the prefix are secrets.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import math
@@ -238,7 +236,9 @@ class RelayApp:
         error: str | None = "refused"  # the agent ledger refused it (timeout, budget)
 
         async def exchange(
-            out: Send, on_limited: Callable[[RateLimited], None], new_body: bytes | None = None
+            out: Send,
+            on_limited: Callable[[RateLimited], None] | None,
+            new_body: bytes | None = None,
         ) -> None:
             nonlocal error
             error = "interrupted"  # cut mid-stream, or the client went away
@@ -248,14 +248,14 @@ class RelayApp:
                 key,
                 info,
                 self.config,
-                _both(limited, on_limited),
+                limited if on_limited is None else _both(limited, on_limited),
                 deadline,
                 hold_s=run.overload_hold_s if run is not None else None,
                 warn=(run or self.total).warnings,
                 rng=self.rng,
             )
             limits = run.limits if run is not None else None
-            error = await self._exchange(out, sent, ask, trace, arrived, scan, limits)
+            error = await self._forward(out, sent, ask, trace, arrived, scan, limits)
 
         try:
             async with anyio.create_task_group() as tg:
@@ -272,7 +272,7 @@ class RelayApp:
                         scope["headers"], body, info.role, send, self._answer, exchange, scan
                     )
                 else:
-                    await exchange(send, _ignore)
+                    await exchange(send, None)
                 tg.cancel_scope.cancel()
         finally:
             if trace is not None:
@@ -336,32 +336,6 @@ class RelayApp:
                 scope.cancel()
                 return
 
-    async def _exchange(
-        self,
-        send: Send,
-        request: UpstreamRequest,
-        ask: Ask,
-        trace: Guarded | None,
-        arrived: float,
-        scan: UsageScan,
-        limits: RunLimits | None,
-    ) -> str | None:
-        """Forward one request under its run's own ceilings (``limits``), then the
-        governor's slot, and stream its reply back; the error kind, if it failed.
-        ``scan`` reads its reply's usage."""
-        forward = self._forward(send, request, ask, trace, arrived, scan)
-        if limits is None or not limits.active:
-            return await forward
-        wait_until = self.governor.clock.monotonic() + self.config.slot_timeout_s
-        try:
-            async with limits.hold(
-                ask.key, wait_until if ask.deadline is None else min(ask.deadline, wait_until)
-            ):
-                return await forward
-        except NoPlace:
-            forward.close()
-            return await self._no_slot(send, ask)
-
     async def _no_slot(self, send: Send, ask: Ask) -> str:
         """The relay's own 429: no slot came in time. A paused bucket says how long; else a
         short wait (the queue is full)."""
@@ -387,23 +361,31 @@ class RelayApp:
         trace: Guarded | None,
         arrived: float,
         scan: UsageScan,
+        limits: RunLimits | None,
     ) -> str | None:
-        """Forward one request and stream its reply back; the error kind, if it failed.
+        """Forward one request under its run's own ceilings (``limits``), then the
+        governor's slot, and stream its reply back; the error kind, if it failed.
+        ``scan`` reads its reply's usage.
 
         A streaming request held through an overload is kept alive meanwhile (its head at
         once, then pings: :class:`~.keepalive.HeldSend`); whatever is written after that
         goes through it."""
+        if limits is not None and limits.active:
+            wait_until = self.governor.clock.monotonic() + self.config.slot_timeout_s
+            if ask.deadline is not None:
+                wait_until = min(ask.deadline, wait_until)
+            try:
+                async with limits.hold(ask.key, wait_until):
+                    return await self._forward(send, request, ask, trace, arrived, scan, None)
+            except NoPlace:
+                return await self._no_slot(send, ask)
         held = HeldSend(send, self.config.ping_every_s) if ask.info.streaming else None
         if held is not None:
             send = held
 
-        async def exchange_opened(on_hold: Callable[[], None] | None = None) -> Exchange:
-            return await open_upstream(self.session, request, ask, on_hold)
-
+        opened = functools.partial(open_upstream, self.session, request, ask)
         try:
-            exchange = await (
-                exchange_opened() if held is None else _kept_alive(held, exchange_opened)
-            )
+            exchange = await (opened() if held is None else _kept_alive(held, opened))
         except NoSlot:
             return await self._no_slot(send, ask)
         except UpstreamTimeout:
@@ -484,7 +466,7 @@ class RelayApp:
 
 
 async def _kept_alive(held: HeldSend, opened: Callable[[Callable[[], None]], Awaitable[_T]]) -> _T:
-    """``opened(hold)`` with ``held``'s keep-alive beside it once ``hold()`` is called (the
+    """``opened(hold)`` with ``held``'s keep-alive beside it from the first ``hold()`` (the
     pings of a held request; no task for one never held), until it returns; its failure is
     raised as it is, not in a group."""
     result: list[_T] = []
@@ -497,7 +479,6 @@ async def _kept_alive(held: HeldSend, opened: Callable[[Callable[[], None]], Awa
             if not started:
                 started = True
                 tg.start_soon(held.keep_alive)
-            held.hold()
 
         try:
             result.append(await opened(hold))
@@ -533,10 +514,6 @@ def _both(
         second(event)
 
     return both
-
-
-def _ignore(event: RateLimited) -> None:
-    """No second listener for a request's rate limits."""
 
 
 class _StreamCut(Exception):

@@ -40,12 +40,6 @@ def shown(upstream: str) -> str:
     return "the upstream"
 
 
-def _host_port(upstream: str) -> str:
-    """The upstream's ``host[:port]``, as the CLI's own messages name a host."""
-    origin = shown(upstream)
-    return origin.split("://", 1)[1] if "://" in origin else origin
-
-
 def unreachable_reason(exc: BaseException) -> str:
     """What failed, in words, for an aiohttp error that reached no answer.
 
@@ -70,14 +64,11 @@ def unreachable_reason(exc: BaseException) -> str:
         return "the upstream closed the connection before answering"
     code = getattr(exc, "errno", None)
     if isinstance(code, int) and code in errno.errorcode:
-        return _lower_first(os.strerror(code))
+        text = os.strerror(code)
+        return text[:1].lower() + text[1:]
     if isinstance(exc, aiohttp.ClientPayloadError):
         return "the upstream's reply broke off"
     return type(exc).__name__
-
-
-def _lower_first(text: str) -> str:
-    return text[:1].lower() + text[1:]
 
 
 def in_user_terms(text: str, *, relay_port: int, upstream: str) -> str:
@@ -96,5 +87,7 @@ def in_user_terms(text: str, *, relay_port: int, upstream: str) -> str:
     if not text or relay_port <= 0:
         return text
     address = rf"127\.0\.0\.1:{relay_port}(?![0-9])"
-    text = re.sub(rf"https?://{address}[^\s)\"']*", shown(upstream), text)
-    return re.sub(address, _host_port(upstream), text)
+    origin = shown(upstream)
+    text = re.sub(rf"https?://{address}[^\s)\"']*", origin, text)
+    # the bare address: the upstream's host[:port], as the CLI's own messages name a host
+    return re.sub(address, origin.partition("://")[2] or origin, text)

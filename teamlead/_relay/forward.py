@@ -2,40 +2,35 @@
 
 :func:`open_upstream` takes a governor slot (bucket per model, priority by role), sends the
 request and returns the slot with the upstream response still open, headers read, body not
-yet: the caller streams it and releases the slot when the stream ends. A 429 is held here:
-the governor is fed (Retry-After, as a measured 429: the governor counts the requests the
-upstream may have been running), the slot is given back, and the request waits for
-a new slot with a higher priority, which the governor grants once the pause has passed. A
-429 without a usable Retry-After pauses the bucket for a jittered exponential backoff
-instead (:func:`backoff_s`), so it is never retried at once. Past ``max_retries``, or when
-the pause is longer than the request can wait (the slot timeout, or what is left of its
-run's deadline), the 429 goes on to the client at once.
+yet: the caller streams it and releases the slot when the stream ends. Whatever the
+upstream answers, the slot is the caller's on return, and given back here on any exception.
 
-An overload (529, 503, or the upstream dropping the connection mid-exchange) is held too:
-the governor is fed an overload (a pause of the bucket for a jittered exponential backoff,
-shared through the account's store, so every process of the account backs off together;
-a cut once per epoch), the slot is given back, and the request is retried once the pause
-has passed, for at most ``overload_hold_s`` from its first overload (and never past its
-run's deadline). The CLI does not see the burst while the hold lasts; the caller keeps a
-streaming client alive meanwhile (``on_hold``, see :mod:`.keepalive`). Past the bound the
-overload goes on to the client as the upstream gave it; so does one the upstream marks
-``x-should-retry: false`` (it says no retry will help), at once.
+A 429 is held here: the governor is fed its Retry-After, the slot is given back, and the
+request waits for a new slot with a higher priority, which the governor grants once the
+pause has passed. A 429 without a usable Retry-After pauses the bucket for a jittered
+exponential backoff instead (:func:`backoff_s`). Past ``max_retries``, or when the pause is
+longer than the request can wait (the slot timeout, or what is left of its run's
+deadline), the 429 goes on to the client at once.
 
-A Retry-After (or an empty rate-limit window's reset) beyond the plausibility bound
-(:data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S`) is a faulty header: one
-warning line per run and kind (``warn``: the run's :class:`WarnOnce`), and the request
-backs off as for a 429 without one; nothing of it reaches
-the governor's pause, so no other request (and no other process) waits on it. The lead's
-first try of each request has its own lane (``through_pause``): a pause that a subagent's
-429 set never holds it back, so the synthesis turn is never starved by another request's
-pause.
+An overload (529, 503, or the upstream dropping the connection before its reply's head) is
+held too: the governor pauses the bucket for a jittered backoff (every process of the
+account with it), and the request is retried once the pause has passed, for at most
+``overload_hold_s`` from its first overload (never past its run's deadline); the caller
+keeps a streaming client alive meanwhile (``on_hold``, see :mod:`.keepalive`). Past the
+bound, or at once when the upstream marks it ``x-should-retry: false``, the overload goes
+on to the client as the upstream gave it.
 
-Whatever the upstream answers, the slot is the caller's on return and given back here on
-any exception: a header that cannot be read never leaks it. The caller reports a streamed
-answer's slot answered (:meth:`~teamlead.governor.Slot.answered`) as soon as the reply's
-:class:`~teamlead._governor.UsageScan` saw its ``message_stop`` event, complete: the
-upstream has finished the request then, so a 429 met by a request sent after it does not
-count it, though the slot is held until the body's last byte.
+A Retry-After (or an empty rate-limit window's reset) beyond
+:data:`~teamlead._governor.retry_after.PLAUSIBLE_PAUSE_S` is a faulty header: one warning
+per run and kind (``warn``), and the request backs off as for a 429 without one; the
+governor's pause never sees it. The lead's first try of each request has its own lane
+(``through_pause``), so a pause that a subagent's 429 set never starves the synthesis turn.
+
+The caller reports a streamed answer's slot answered
+(:meth:`~teamlead.governor.Slot.answered`) once the reply's
+:class:`~teamlead._governor.UsageScan` saw its ``message_stop``: the upstream has finished
+the request, so a 429 met by a later request does not count it, though the slot is held
+until the body's last byte.
 """
 
 from __future__ import annotations
@@ -274,9 +269,8 @@ def backoff_s(
     """The pause after the ``attempt``-th (from 0) 429 that had no usable Retry-After.
 
     Exponential (``backoff_base_s * 2**attempt``), bounded by ``backoff_max_s`` (or
-    ``most``), and
-    jittered to between half and all of that, so requests cut by one burst do not all
-    come back at the same instant.
+    ``most``), and jittered to between half and all of that, so requests cut by one burst
+    do not all come back at the same instant.
 
     Example:
         >>> rng = random.Random(1)

@@ -60,34 +60,27 @@ class HeldSend:
 
     Args:
         send: the server's ``send``.
-        every_s: seconds between pings once the hold began, on the system's clock: the
-            pings keep a real client's timer alive, whatever clock paces the hold.
+        every_s: seconds between pings, on the system's clock: the pings keep a real
+            client's timer alive, whatever clock paces the hold.
     """
 
     def __init__(self, send: Send, every_s: float) -> None:
         self._send = send
         self._every = every_s
         self._lock = anyio.Lock(fast_acquire=True)  # no event-loop round per write when free
-        self._hold = anyio.Event()
         self._done = anyio.Event()
         self.head_sent = False  # the pings' head went out: later heads are folded in
         self._passed = False  # a head went out as written: no pings any more
         self._error_status: int | None = None
         self._error_body = bytearray()
 
-    def hold(self) -> None:
-        """The request is being held: start the head and the pings (idempotent)."""
-        self._hold.set()
-
     def stop(self) -> None:
         """The hold is over: no more pings (the reply, or its failure, comes next)."""
         self._done.set()
-        self._hold.set()  # wakes a keep-alive that never began
 
     async def keep_alive(self) -> None:
-        """Run beside the exchange: once :meth:`hold` is called, send the head, then a ping
+        """Run beside the exchange once the request is held: send the head, then a ping
         every ``every_s``, until :meth:`stop`. A ping being written is never cut."""
-        await self._hold.wait()
         while not self._done.is_set():
             async with self._lock:
                 if self._passed or self._done.is_set():

@@ -12,18 +12,15 @@ protocol has none of them):
 * **Timed heads.** A connection has ``head_timeout_s`` to send a complete head after it
   opens, and as long as ``idle_timeout_s`` and ``head_timeout_s`` after a reply (a slow
   sender is answered 408; an idle one just closed), so slowloris connections do not pile
-  up. An idle keep-alive connection is closed after ``idle_timeout_s``.
+  up.
 * **Bodies bounded on their word.** A request whose ``Content-Length`` is over
   ``max_body_bytes`` is answered 413 as soon as its head is complete, before any of the body
-  is read (else a declared 100 GB met the body timeout a minute later, as a 408). The
-  connection is then closed gracefully: the 413 goes out and the relay's side is shut,
-  and what the client still sends is read and dropped for up to a few seconds, so the
-  client reads the 413 instead of a reset.
+  is read; the relay's side is then shut and what the client still sends is read and
+  dropped for a few seconds, so the client reads the 413 instead of a reset.
 * **A connection cap** below the process's open-file limit (:func:`connection_cap`): past
   it, the oldest connection with no request running is closed to make room, so a valid
-  request always gets in, and one warning line says so (once per episode, no log storm).
-  Should the descriptors run out first anyway (the process's other files took them), the
-  connections held then become the cap, with the same one warning.
+  request always gets in, and one warning line says so (once per episode). Should the
+  descriptors run out first anyway, the connections held then become the cap.
 
 The write buffer is small, so a slow client holds little of a reply.
 """
@@ -36,6 +33,7 @@ import errno
 import logging
 import socket
 from dataclasses import dataclass, field
+from http import HTTPStatus
 from typing import Any, ClassVar
 
 import httptools
@@ -58,16 +56,6 @@ _LINGER_S = 5.0
 
 #: ``accept`` errors that mean no descriptor is left (the process's, or the system's).
 _OUT_OF_FILES = (errno.EMFILE, errno.ENFILE)
-
-_REASONS = {
-    400: b"Bad Request",
-    404: b"Not Found",
-    405: b"Method Not Allowed",
-    408: b"Request Timeout",
-    413: b"Content Too Large",
-    431: b"Request Header Fields Too Large",
-    503: b"Service Unavailable",
-}
 
 
 def connection_cap(wanted: int, open_file_limit: int | None) -> int:
@@ -107,14 +95,13 @@ class ConnectionGuard:
     root: bytes
     config: RelayConfig
     name: str = "relay"
-    cap: int = 0
+    cap: int = field(init=False)
     open: dict[_RelayProtocol, None] = field(default_factory=dict)
     starting: int = 0
     saturated: bool = False
 
     def __post_init__(self) -> None:
-        if not self.cap:
-            self.cap = connection_cap(self.config.max_connections, _open_file_limit())
+        self.cap = connection_cap(self.config.max_connections, _open_file_limit())
 
     def accepting(self) -> bool:
         """Whether a connection being accepted may stay (room made if need be)."""
@@ -212,15 +199,14 @@ def _response(status: int, reason: str) -> bytes:
     body = reason.encode()
     return b"HTTP/1.1 %d %s\r\ncontent-type: text/plain; charset=utf-8\r\n" % (
         status,
-        _REASONS.get(status, b""),
+        HTTPStatus(status).phrase.encode(),
     ) + b"content-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body)
 
 
+@dataclass(eq=False)
 class _Refused(Exception):
-    def __init__(self, status: int, reason: str) -> None:
-        super().__init__(reason)
-        self.status = status
-        self.reason = reason
+    status: int
+    reason: str
 
 
 class _RelayProtocol(HttpToolsProtocol):

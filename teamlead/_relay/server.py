@@ -1,16 +1,13 @@
-"""Running the relay: uvicorn on a loopback socket in this process, and the shared instance.
+"""Running the relay: uvicorn on a loopback socket in this process.
 
 :func:`start_relay` binds ``127.0.0.1`` on an ephemeral port, draws a random path prefix,
 and serves :class:`~teamlead._relay.app.RelayApp` with uvicorn as a task of the running
 event loop (uvicorn's signal handlers are not installed: Ctrl-C stays the program's). The
-HTTP parsing is httptools' (llhttp, in C) and the upstream client is one
-``aiohttp.ClientSession`` with pooled connections: both parse in C, which keeps what the
-relay adds per streamed reply under a millisecond (``bench/relay.py``).
-
-What runs use is :meth:`~teamlead._relay.shared.RelayPool.run`: one relay per upstream and
-account, one governor per account and event loop, started by the first run and stopped
-when the last one leaves. Each run gets its own :class:`RelayRun`: a base URL under the
-relay's prefix, its own counters, events and ceilings, over the shared governor.
+HTTP parsing (httptools) and the upstream client (one pooled ``aiohttp.ClientSession``)
+both parse in C, which keeps what the relay adds per streamed reply under a millisecond.
+Each run on a relay (:meth:`Relay.open_run`, made by
+:meth:`~teamlead._relay.shared.RelayPool.run`) gets its own :class:`RelayRun`: a base URL
+under the relay's prefix, its own counters, events and ceilings, over the shared governor.
 """
 
 from __future__ import annotations
@@ -138,7 +135,7 @@ class RelayRun(RunShare):
     def in_user_terms(self, text: str) -> str:
         """``text`` (an error the CLI wrote) naming the upstream where it named the relay,
         the only gateway the CLI knows of (see :func:`.blame.in_user_terms`)."""
-        return self.relay.in_user_terms(text)
+        return in_user_terms(text, relay_port=self.relay.port, upstream=self.relay.upstream)
 
 
 @dataclass(frozen=True)
@@ -232,11 +229,6 @@ class Relay:
             token=token,
         )
         return run
-
-    def in_user_terms(self, text: str) -> str:
-        """``text`` with this relay's address replaced by its upstream's (no credentials):
-        an error about "the gateway" then points at what the user set."""
-        return in_user_terms(text, relay_port=self.port, upstream=self.upstream)
 
     def subscribe(self, listener: RelayListener) -> None:
         """Also send every event of the relay (all runs) to ``listener``."""

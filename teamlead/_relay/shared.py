@@ -5,15 +5,12 @@ A :class:`RelayPool` holds them (one per process by default, owned by the proces
 governor per account and event loop paces every request of every run on that account;
 one relay per upstream and account forwards them. The first :meth:`RelayPool.run` starts
 the relay, the last one to leave stops it. A run's own ceilings (``--model-limit`` …)
-bound that run's requests only (:mod:`teamlead._gate.limits`); the governor's policy is the
-relay's own, learnt from the upstream. :func:`relay_applicable` says whether a run's
-environment can use a relay at all.
+bound that run's requests only (:mod:`teamlead._gate.limits`). :func:`relay_applicable`
+says whether a run's environment can use a relay at all.
 
-A run's clock is its governor's and its relay's: runs share a governor and a relay only
-when they run on the same :class:`~teamlead.clock.Clock` (every run on the system clock,
-by default), and a run on a clock of its own (a test's ``FakeClock``) gets a governor and
-a relay on that clock. So the relay's deadline, the run's ceilings, the pause and the
-governor's waits all read the run's one clock.
+Runs share a governor and a relay only when they run on the same
+:class:`~teamlead.clock.Clock` (every run on the system clock, by default), so the relay's
+deadline, the run's ceilings, the pause and the governor's waits all read the run's clock.
 """
 
 from __future__ import annotations
@@ -106,9 +103,7 @@ def account_of(upstream: str, env: Mapping[str, str]) -> str:
     (``ANTHROPIC_API_KEY``, else ``ANTHROPIC_AUTH_TOKEN``, else ``CLAUDE_CODE_OAUTH_TOKEN``;
     with none, the login Claude Code keeps, one per user: the upstream alone then, whatever
     the config dir, so an experiment's trials in homes of their own are one account). What
-    one account
-    learns (limits, pauses) is stored under its key and never limits another: another
-    upstream, a scripted one on loopback, or another key.
+    one account learns (limits, pauses) is stored under its key and never limits another.
 
     Example:
         >>> a = account_of("https://api.anthropic.com", {"ANTHROPIC_API_KEY": "sk-1"})
@@ -215,17 +210,6 @@ class RelayPool:
             share = self._loops[loop] = _LoopShare()
         return share
 
-    def account(self, shared: str, name: str = "", clock: Clock = SYSTEM_CLOCK) -> Account:
-        """The account for a ``--limits`` value (the pool's :attr:`process_account` for any
-        but a Redis URL, else a new one read on ``clock``, its governor's), under the
-        account's ``name`` (:func:`account_of`) in a store other accounts share."""
-        given = self.process_account
-        if given is not None and not shared.startswith(("redis://", "rediss://")):
-            account = given
-        else:
-            account = open_account(shared, clock=clock, alone=given, warnings=self.warnings)
-        return NamespacedAccount(account, name) if name else account
-
     def governor(
         self,
         shared: str = "machine",
@@ -234,14 +218,22 @@ class RelayPool:
         policy: GovernorPolicy | None = None,
         clock: Clock = SYSTEM_CLOCK,
     ) -> Governor:
-        """The governor of ``account`` (where its state is ``shared``) on ``clock`` and the
-        running event loop, made on first use with ``policy`` (default: the relay's own)."""
+        """The governor of ``account`` (:func:`account_of`; where its state is ``shared``) on
+        ``clock`` and the running event loop, made on first use with ``policy`` (default:
+        the relay's own). Its store is the pool's :attr:`process_account` for any ``shared``
+        but a Redis URL, else a new one read on ``clock``."""
         share = self._share()
         key = (shared, account, id(clock))
         governor = share.governors.get(key)
         if governor is None:
+            given = self.process_account
+            if given is not None and not shared.startswith(("redis://", "rediss://")):
+                store = given
+            else:
+                store = open_account(shared, clock=clock, alone=given, warnings=self.warnings)
+            named = NamespacedAccount(store, account) if account else store
             governor = share.governors[key] = Governor(
-                policy or RELAY_POLICY, clock=clock, account=self.account(shared, account, clock)
+                policy or RELAY_POLICY, clock=clock, account=named
             )
         return governor
 

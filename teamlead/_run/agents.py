@@ -1,14 +1,9 @@
 """The run's agents: the relay's agent ledger joined with the stream's task events.
 
-:class:`RunAgents` is the run state's part for every agent, whatever spawned it. It owns
-the run's :class:`~teamlead._metering.book.AgentBook`, which the relay fills and which
-applies the run's :class:`~teamlead._gate.admission.Admission` to each request (the
-per-agent timeout, the token and request budgets, the workflow agents' admission), and it
-tells the book and the admission what the stream says: an Agent-tool task started (its
-timeout runs from then), a workflow agent's entry is done or in error, or its workflow
-ended (its slots are freed). At the end,
-:meth:`RunAgents.rows` turns ``Finished.tasks`` into one row per agent: each task with its
-usage, and every agent of a workflow after its workflow's row.
+:class:`RunAgents` owns the run's :class:`~teamlead._metering.book.AgentBook`, which the
+relay fills and which applies the run's admission to each request (the per-agent timeout,
+the budgets, the workflow agents' admission); it tells the book and the admission what the
+stream says of the agents, and at the end makes ``Finished.tasks`` one row per agent.
 """
 
 from __future__ import annotations
@@ -36,9 +31,7 @@ class RunAgents:
     Args:
         policy: the run's policy (``spawn.agent_timeout_s`` names the timeout in rows).
         clock: the run's clock.
-        admission: the run's admission, whose limits the book applies: it is asked for
-            workflow agents and the model of new agents, and told when a workflow agent's
-            work ended, an agent timed out and a budget was reached (``None``: no limit,
+        admission: the run's admission, whose limits the book applies (``None``: no limit,
             agents start as they come, on their own model).
         publish: where each agent's :class:`~teamlead.events.AgentUsage` goes (the run's
             event bus); ``None``: nowhere.
@@ -138,14 +131,14 @@ class RunAgents:
                 out.append(row)
                 continue
             row = self._task_row(row, task)
-            later = tracker.later_attempt(task.workflow) if task.workflow is not None else None
-            if later is not None and row.disposition in ("failed", "missing"):
+            run = task.workflow
+            later = tracker.later_attempt(run) if run is not None else None
+            if run is not None and later is not None and row.disposition in ("failed", "missing"):
                 # a resume of its run (the same wf_ id), or the fresh run of a run the CLI
                 # refused to resume, took its work over: its rows say how
-                run_id = task.workflow.run_id if task.workflow is not None else None
                 reason = f"resumed by task {later.task_id}"
-                if run_id is not None and later.fresh_of == run_id:
-                    refused = tracker.refused_resumes.get(run_id, "")
+                if run.run_id is not None and later.fresh_of == run.run_id:
+                    refused = tracker.refused_resumes.get(run.run_id, "")
                     reason = (
                         f"run afresh by task {later.task_id} (run {later.run_id}): the CLI "
                         f"refused to resume it: {redact(refused)}"
@@ -156,12 +149,12 @@ class RunAgents:
                 out += self._workflow_rows(row, task, tracker)
         return out
 
-    def _usage_fields(self, agent_id: str | None, session_id: str | None) -> dict[str, object]:
+    def _usage_fields(self, agent_id: str | None) -> dict[str, object]:
         if not agent_id:
             return {}
         # the run's own session first; a session the tracker did not see (a forked resume)
         # still came on this run's relay path, so the agent's first session is this run's
-        count = self.book.agent(agent_id, session_id) or self.book.agent(agent_id)
+        count = self.book.agent(agent_id, self._session) or self.book.agent(agent_id)
         if count is None:
             return {}
         fields: dict[str, object] = {
@@ -177,7 +170,7 @@ class RunAgents:
     def _task_row(self, row: TaskDisposition, task: TaskInfo) -> TaskDisposition:
         update: dict[str, object] = {"label": row.label or row.description}
         if not task.is_workflow:
-            update.update(self._usage_fields(task.task_id, self._session))
+            update.update(self._usage_fields(task.task_id))
         if task.parent_task_id:
             update["parent"] = task.parent_task_id
         usage = task.usage or {}
@@ -211,6 +204,7 @@ class RunAgents:
         rows: list[TaskDisposition] = []
         run = task.workflow
         later = tracker.later_attempt(run) if run is not None else None
+        fresh = later is not None and run is not None and later.fresh_of == run.run_id
         for index in sorted(task.workflow_agents):
             agent = task.workflow_agents[index]
             status: TaskState = _agent_status(agent.state, agent.cached, task, agent.error)
@@ -232,27 +226,16 @@ class RunAgents:
                 disposition = "missing"
             elif disposition in ("not_run", "failed"):
                 disposition = "included" if later is not None else "missing"
-            reason = redact(agent.error) if agent.error else None
-            if denied is not None:
-                reason = denied
-            fresh = later is not None and run is not None and later.fresh_of == run.run_id
-            again = (  # a fresh run has its own order: the same agent has the same label
-                None
-                if later is None
-                else later.agent_labelled(agent.label)
-                if fresh
-                else later.agents.get(index)
-            )
-            if status in _FAILED and later is not None and again is not None:
-                # a resume of the run (the same wf_ id) ran it again: its row says how that went
-                disposition = "not_run"
-                reason = f"{reason + '; ' if reason else ''}run again by task {later.task_id}"
+            reason = denied if denied is not None else redact(agent.error) if agent.error else None
+            if status in _FAILED and later is not None:
+                # a later attempt ran it again (a fresh run has its own order: the same agent
+                # has the same label): its row says how that went
+                again = later.agent_labelled(agent.label) if fresh else later.agents.get(index)
+                if again is not None:
+                    disposition = "not_run"
+                    reason = f"{reason + '; ' if reason else ''}run again by task {later.task_id}"
             # a replayed agent sent no request: the journal's copy is not new usage
-            usage = (
-                {"requests": 0}
-                if agent.cached
-                else self._usage_fields(agent.agent_id, self._session)
-            )
+            usage = {"requests": 0} if agent.cached else self._usage_fields(agent.agent_id)
             row = TaskDisposition(
                 id=agent.agent_id or f"{task.task_id}#{index}",
                 kind="workflow_agent",

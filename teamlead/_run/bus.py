@@ -1,12 +1,10 @@
 """One run's event bus: every producer publishes to it, every consumer subscribes.
 
-The run's producers are handed :meth:`EventBus.publish` when they are made (the spawn
-gate through the admission, the relay, the agents' metering, the user's control), and
-publish their typed events (:data:`RunEvent`) from wherever they run on the run's event
-loop. Each consumer takes a :class:`Subscription` of its own and gets every event published
-after it subscribed, whoever else reads: the run's public stream is one subscriber
-(:func:`with_run_events`), a round that needs the lead's Retry-After another, so neither
-can take an event from the other.
+The run's producers (the admission, the relay, the agents' metering, the user's control)
+are handed :meth:`EventBus.publish` when they are made. Each consumer has a
+:class:`Subscription` of its own, with every event published since it subscribed: the
+run's public stream (:func:`with_run_events`) and a round watching for the lead's
+Retry-After never take an event from each other.
 
 Example:
     >>> bus = EventBus()
@@ -33,13 +31,9 @@ RunEvent: TypeAlias = SpawnDecided | RateLimited | ConcurrencyChanged | AgentUsa
 
 
 class Subscription:
-    """One consumer's view of the bus: every event published since it subscribed, until
-    it is closed.
-
-    Nothing is dropped: a subscription keeps every event until it is drained. Its
-    consumers drain it at each message of the run's stream and close it with the run,
-    so what it holds is bounded by what one stream gap publishes (a few events per agent).
-    """
+    """One consumer's view of the bus: every event published since it subscribed, kept
+    until drained (its consumers drain it at each message of the run's stream, so it holds
+    what one stream gap publishes, a few events per agent), until it is closed."""
 
     def __init__(self, bus: EventBus) -> None:
         self._bus = bus

@@ -16,7 +16,7 @@ import logging
 import re
 from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, TypeAlias, cast
 
 from .._claude import (
     InboxRead,
@@ -82,18 +82,11 @@ _PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class Collection:
-    """Wait for outstanding work and collect what was not delivered yet.
-
-    Iterate it for its events; then :attr:`deliveries` holds what it found.
-
-    Args:
-        state: the run; its tracker says what ran, its ``collected`` is updated.
-        deadline: the latest the collection may wait until (``clock.monotonic()``).
-        carried: deliveries collected earlier that did not fit a resume prompt; they
-            come first.
-        process_alive: a client's CLI still runs: tasks still running are left to the
-            CLI instead of being recovered as lost.
-    """
+    """Wait for outstanding work, until ``deadline`` at the latest, and collect what was not
+    delivered yet; iterate it for its events, then :attr:`deliveries` holds what it found,
+    after the deliveries ``carried`` from an earlier prompt they did not fit. With
+    ``process_alive`` (a client's CLI still runs), tasks still running are left to the CLI
+    instead of being recovered as lost."""
 
     def __init__(
         self,
@@ -131,7 +124,7 @@ class Collection:
         collected = self._collected
         team = self._find_team(tracker.session_id)
         if team is not None:
-            async for event in self._collect_team(team, tracker, pending, self._deadline):
+            async for event in self._collect_team(team):
                 yield event
         exited = not self._process_alive
         self._journaled_ends(tracker, exited=exited)
@@ -140,36 +133,14 @@ class Collection:
             self._ended_unannounced(tracker)
         judge_ends(self._state)
         for task in tracker.tasks.values():
-            key = f"task:{task.task_id}"
             end = collected.ends[task.task_id][1]
-            ask = self._continue_ask(task, end)
-            if ask is not None:
-                delivery, source = ask
-            elif key in collected.absorbed or key in collected.deliveries:
+            delivery = self._continue_ask(task, end) or self._outstanding(task, lost, end)
+            if delivery is None:
                 continue
-            elif task.absorbed and task.task_id not in lost:
-                # the lead was told the task ended; a workflow's result may still have been
-                # cut in that notification, and the rest of it is outstanding
-                rest = (
-                    self._rest_of_cut(task, task.workflow, tracker.session_id)
-                    if task.workflow is not None
-                    else None
-                )
-                if rest is None:
-                    continue
-                delivery, source = rest
-            elif not task.terminal and self._process_alive:
-                continue
-            elif task.workflow is not None:
-                delivery, source = self._workflow_delivery(
-                    task, task.workflow, lost.get(task.task_id, []), tracker.session_id
-                )
-            else:
-                delivery, source = task_delivery(self._config_dir, task, tracker.session_id, end)
             yield FallbackUsed(
                 task_id=task.task_id,
                 description=redact(task.description),
-                source=source,
+                source=cast(TaskSource, delivery.source),  # never an inbox's
                 status=_task_outcome(task),
                 chars=len(delivery.text),
             )
@@ -182,9 +153,28 @@ class Collection:
             collected.deliveries.setdefault(delivery.key, delivery)
         self._done = True
 
-    async def _collect_team(
-        self, team: Team, tracker: Tracker, pending: list[Delivery], deadline: float
-    ) -> AsyncIterator[TeamleadEvent]:
+    def _outstanding(
+        self, task: TaskInfo, lost: dict[str, list[WorkflowAgent]], end: AgentEnd
+    ) -> Delivery | None:
+        """What of ``task`` no lead turn used yet (``lost``: the workflow agents lost, by task
+        id), if anything is left to deliver."""
+        key, session = f"task:{task.task_id}", self._state.stream.tracker.session_id
+        if key in self._collected.absorbed or key in self._collected.deliveries:
+            return None
+        if task.absorbed and task.task_id not in lost:
+            # the lead was told the task ended; a workflow's result may still have been cut
+            # in that notification, and the rest of it is outstanding
+            run = task.workflow
+            return self._rest_of_cut(task, run, session) if run is not None else None
+        if not task.terminal and self._process_alive:
+            return None
+        if task.workflow is not None:
+            agents = lost.get(task.task_id, [])
+            return self._workflow_delivery(task, task.workflow, agents, session)
+        return task_delivery(self._config_dir, task, session, end)
+
+    async def _collect_team(self, team: Team) -> AsyncIterator[TeamleadEvent]:
+        tracker = self._state.stream.tracker
         for teammate in team.config.teammates:
             self._collected.members.setdefault(teammate.name, Member(teammate.name))
         read = read_inbox(team.lead_inbox, config_dir=self._config_dir, log=False)
@@ -200,7 +190,7 @@ class Collection:
         if waiting:
             # wait_s is one budget for the whole run, not per round
             budget = self._policy.wait_s - self._collected.waited_s
-            wait_s = max(0.0, min(budget, deadline - self._clock.monotonic()))
+            wait_s = max(0.0, min(budget, self._deadline - self._clock.monotonic()))
             yield WaitingForTeam(
                 session_id=tracker.session_id,
                 open_tasks=[t.task_id for t in tracker.open_tasks],
@@ -209,7 +199,7 @@ class Collection:
                 wait_s=wait_s,
             )
             wait_started = self._clock.monotonic()
-            result = None
+            satisfied = False  # unless the wait ends before a stop cancels it
             with self._state.stop.cancels():
                 result = await wait_for_inbox(
                     team.lead_inbox,
@@ -220,11 +210,8 @@ class Collection:
                     config_dir=self._config_dir,
                     logged=self._collected.logged,
                 )
-            self._collected.waited_s += self._clock.monotonic() - wait_started
-            if result is not None:
                 read, satisfied = result.read, result.satisfied
-            else:
-                satisfied = False
+            self._collected.waited_s += self._clock.monotonic() - wait_started
         fresh = [
             m for m in read.messages if m.key not in self._collected.seen_inbox_keys and not m.read
         ]
@@ -232,7 +219,7 @@ class Collection:
             self._collected.seen_inbox_keys.add(message.key)
             self._note_member(message)
             if message.is_result:
-                pending.append(_inbox_delivery(message, team))
+                self._found.append(_inbox_delivery(message, team))
         if fresh or read.warnings:
             shown = fresh[:_EVENT_MESSAGES]  # one NDJSON line stays small, however big the inbox
             yield InboxCollected(
@@ -299,7 +286,7 @@ class Collection:
 
     def _workflow_delivery(
         self, task: TaskInfo, run: WorkflowRun, lost: list[WorkflowAgent], session: str | None
-    ) -> tuple[Delivery, TaskSource]:
+    ) -> Delivery:
         """A workflow task's delivery: its finished agents' results (from the run's journal,
         else the snapshot's previews) and, when it lost agents, how to resume it."""
         journaled = dict(self._journaled(session, run))  # what is left once each is placed
@@ -338,7 +325,7 @@ class Collection:
         workflow = None
         if (lost or unfinished) and run.run_id:
             workflow = self._resume_of(run, run.run_id, task, lost, limited, resumable)
-        delivery = Delivery(
+        return Delivery(
             key=f"task:{task.task_id}",
             kind="workflow",
             label=run.description or run.name or task.task_id,
@@ -347,7 +334,6 @@ class Collection:
             source=source,
             workflow=workflow,
         )
-        return delivery, source
 
     def _journaled(self, session: str | None, run: WorkflowRun) -> dict[str, JournalResult]:
         """The results ``run``'s journal holds, by agent id (none without its ids), read
@@ -382,7 +368,7 @@ class Collection:
 
     def _rest_of_cut(
         self, task: TaskInfo, run: WorkflowRun, session: str | None
-    ) -> tuple[Delivery, TaskSource] | None:
+    ) -> Delivery | None:
         """The rest of a workflow result the CLI cut in the lead's notification, as a
         delivery; ``None`` when the lead was shown all of it (or nothing is left to give).
 
@@ -425,7 +411,7 @@ class Collection:
         )
         if not text:
             return None
-        delivery = Delivery(
+        return Delivery(
             key=f"task:{task.task_id}",
             kind="workflow",
             label=run.description or run.name or task.task_id,
@@ -434,7 +420,6 @@ class Collection:
             source="transcript",
             lead_in=lead_in,
         )
-        return delivery, "transcript"
 
     def _fresh_run(self, task: TaskInfo, lost: list[WorkflowAgent]) -> Delivery | None:
         """The ask for a new run of a workflow whose resume the CLI refused, once the lead
@@ -490,7 +475,7 @@ class Collection:
             done=tuple(done) if refused is not None else (),
         )
 
-    def _continue_ask(self, task: TaskInfo, end: AgentEnd) -> tuple[Delivery, TaskSource] | None:
+    def _continue_ask(self, task: TaskInfo, end: AgentEnd) -> Delivery | None:
         """The ask to continue ``task``, stopped at its turn limit, with its partial output;
         ``None`` when it finished, was continued :attr:`~teamlead.policy.Policy.max_continuations`
         times (by the lead or on teamlead's ask) or its id is not a plain one."""
@@ -502,44 +487,43 @@ class Collection:
             return None
         self._collected.continue_asks[task.task_id] = asked + 1
         session = self._state.stream.tracker.session_id
-        delivery, source = task_delivery(self._config_dir, task, session, end)
+        delivery = task_delivery(self._config_dir, task, session, end)
         delivery.key = f"continue:{task.task_id}:{asked + 1}"
         delivery.continue_task = task.task_id
-        return delivery, source
+        return delivery
 
 
 def task_delivery(
     config_dir: Path, task: TaskInfo, session: str | None, end: AgentEnd | None = None
-) -> tuple[Delivery, TaskSource]:
-    """``task``'s result as a delivery, and where it was read from: its summary when it
+) -> Delivery:
+    """``task``'s result as a delivery: its summary when it
     completed with one, else the last answer in its transcript in ``session``, else whatever
     summary it has (an empty delivery when there is none). When ``end`` says it did not
     finish although the CLI reported it completed, the delivery is ``partial``: its last
     text (from its transcript first), never a complete result."""
     status: DeliveryStatus = _task_outcome(task)
     text = ""
-    source_of: TaskSource = "none"
+    source: TaskSource = "none"
     partial = end is not None and not end.finished and status == "completed"
     if partial:
         status = "partial"  # its own last text first, not the CLI's note of the cut
     if not partial and task.status == "completed" and (task.summary or "").strip():
-        text, source_of = task.summary or "", "summary"
+        text, source = task.summary or "", "summary"
     else:
         transcript = transcript_text(config_dir, task, session)
         if transcript:
-            text, source_of = transcript, "transcript"
+            text, source = transcript, "transcript"
         elif task.summary:
-            text, source_of = task.summary, "summary"
-    delivery = Delivery(
+            text, source = task.summary, "summary"
+    return Delivery(
         key=f"task:{task.task_id}",
         kind="task",
         label=task.description or task.task_id,
         status=status,
         text=text,
-        source=source_of,
+        source=source,
         cut=end.describe() if partial and end is not None else None,
     )
-    return delivery, source_of
 
 
 def transcript_text(config_dir: Path, task: TaskInfo, session: str | None) -> str | None:
@@ -556,18 +540,12 @@ def transcript_text(config_dir: Path, task: TaskInfo, session: str | None) -> st
 
 
 async def absorb(state: RunState, delivered: list[Delivery]) -> list[str]:
-    """A successful lead turn used ``delivered``: mark them, consume their inbox entries.
+    """A successful lead turn used ``delivered``: mark them, consume their inbox entries;
+    returns the ledger's reasons for entries that could not be consumed.
 
     A delivery the prompt handed over partly by path (it quoted the head and tail, the whole
     is in ``full_path``) counts as used only when the lead then read that file (a ``Read`` of
     it in the stream); otherwise it is recorded as never seen (``Collected.unread``).
-
-    Args:
-        state: the run whose ``collected`` records the absorption.
-        delivered: the deliveries the lead turn's prompt carried.
-
-    Returns:
-        reasons for the ledger: inbox entries that could not be consumed.
     """
     reasons: list[str] = []
     by_team: dict[Path, list[str]] = {}
@@ -609,7 +587,7 @@ def used_deliveries(state: RunState) -> list[Delivery]:
         key = f"task:{task.task_id}"
         if key in known or not task.terminal or not task.absorbed:
             continue
-        delivery, _ = task_delivery(state.ask.config_dir, task, tracker.session_id)
+        delivery = task_delivery(state.ask.config_dir, task, tracker.session_id)
         if delivery.text:
             out.append(delivery)
     return out

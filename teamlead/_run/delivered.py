@@ -1,11 +1,5 @@
-"""What a run collected and delivered, and the bookkeeping of its result: the run
-context's :class:`Delivered` part.
-
-:class:`Collected` is what collection (:mod:`.collect`) found and handed to the lead: the
-deliveries by key, the team and its members, the inbox entries seen, the workflow results
-the CLI cut; the :class:`~.ledger.Ledger` is what :class:`~teamlead.events.Finished` is
-made from (:mod:`.result`).
-"""
+"""The run context's :class:`Delivered` part: what collection (:mod:`.collect`) found and
+handed to the lead, and the :class:`~.ledger.Ledger` its ``Finished`` is made from."""
 
 from __future__ import annotations
 

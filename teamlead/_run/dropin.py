@@ -35,9 +35,6 @@ class SdkRounds:
     The user's ``transport`` carries the first round (a transport is connected once);
     every later round starts the CLI its options name, as the SDK does without one. What
     the latest round raised is kept in :attr:`raised`, for the app.
-
-    Args:
-        transport: the user's transport for the first round, if any.
     """
 
     def __init__(self, transport: Any = None) -> None:
@@ -67,12 +64,8 @@ class SdkRounds:
 
 
 async def sdk_view(items: AsyncIterator[Any], rounds: SdkRounds) -> AsyncGenerator[Message, None]:
-    """The run's ``items`` as the SDK's ``query`` shows them (see the module docstring).
-
-    Args:
-        items: the run's stream (SDK messages and teamlead's events, ending with
-            ``Finished``); driven by ``rounds``.
-        rounds: the run's ``query_fn``.
+    """The run's ``items`` (driven by ``rounds``, its ``query_fn``) as the SDK's ``query``
+    shows them (see the module docstring).
 
     Raises:
         Exception: what the last round's SDK call raised, after that round's messages.

@@ -1,11 +1,11 @@
 """How an agent ended, judged from evidence rather than from the CLI's status alone.
 
 The CLI reports an agent it stopped at its subagent type's ``maxTurns`` as ``completed``
-(Claude Code 2.1.332: its result opens with a note that the text is PARTIAL), and field
-reports tell of agents cut by their budget reported completed too. So a task's end is
-judged from what it left: the notification's note, and its transcript's last assistant
-message (its ``stop_reason``, a tool call with no turn after it, a final text). Only a
-``finished`` end counts as a complete result; see :data:`teamlead.events.EndKind`.
+(its result opens with a note that the text is PARTIAL), and agents cut short otherwise can
+be reported completed too. So a task's end is judged from what it left: the notification's
+note, and its transcript's last assistant message (its ``stop_reason``, a tool call with no
+turn after it, a final text). Only a ``finished`` end counts as a complete result (see
+:data:`teamlead.events.EndKind`).
 """
 
 from __future__ import annotations

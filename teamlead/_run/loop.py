@@ -18,12 +18,11 @@ from typing import Any, Protocol
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._procs import stop_marked
 from .._redact import redact
 from ..errors import UsageError
 from ..events import Finished, ResumeFailed, Resuming
 from .collect import Collection, absorb
-from .options import RUN_MARK_VAR, round_options
+from .options import round_options
 from .outcome import RoundOutcome
 from .readback import read_back
 from .result import finish
@@ -58,13 +57,8 @@ class Client(Protocol):
 async def run_query(
     state: RunState, query_fn: QueryFn, prompt: str | AsyncIterable[dict[str, Any]]
 ) -> AsyncGenerator[Any, None]:
-    """Run the first query, then collect and resume until done. Yields messages and events.
-
-    Args:
-        state: a fresh run in ``query`` mode.
-        query_fn: the streaming query generator; every round is one call of it.
-        prompt: the user's prompt (a string, or the SDK's async iterable of messages).
-    """
+    """Run the user's ``prompt`` on a fresh ``query``-mode run, then collect and resume
+    until done (each round one call of ``query_fn``). Yields messages and events."""
     rounds = _QueryRounds(state, query_fn)
     await _begin(state)
     async for item in _drive(state, rounds.first(prompt), rounds.resume, rounds.wrap):
@@ -74,17 +68,10 @@ async def run_query(
 async def run_resume(
     state: RunState, query_fn: QueryFn, session_id: str
 ) -> AsyncGenerator[Any, None]:
-    """Collect and resume a session that ended earlier with work outstanding.
-
-    The session's state is rebuilt from its transcript (see
-    :func:`teamlead._claude.saved_session.load_session`), then the usual collect-and-resume
-    loop runs. With a session store, the session is first brought from the store to this
-    machine where it lacks the session or is behind (:mod:`teamlead._sessions.home`).
-
-    Args:
-        state: a fresh run in ``query`` mode.
-        query_fn: the streaming query generator; every round is one call of it.
-        session_id: the session to finish.
+    """Collect and resume a session that ended earlier with work outstanding, on a fresh
+    ``query``-mode run: its state is rebuilt from its transcript (brought from the session
+    store first where this machine lacks it or is behind), then the loop runs as after a
+    first round.
 
     Raises:
         UsageError: the session does not exist under the config dir (nor in the store).
@@ -102,21 +89,23 @@ async def run_resume(
 
 
 async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, None]:
-    """Drive a connected ``ClaudeSDKClient`` whose query was already sent.
-
-    Args:
-        state: a run in ``client`` mode: fresh, or a :class:`~teamlead.ClientRun`'s whose
-            earlier turns ended (this is its next turn, :meth:`RunState.begin_turn`).
-        client: the connected client; every round reads its messages.
-    """
+    """Drive a connected ``ClaudeSDKClient`` whose query was already sent, on a ``client``
+    run: fresh, or a :class:`~teamlead.ClientRun`'s whose earlier turns ended."""
     await _begin(state)
     if state.ask.turns == 1:  # the client's agents, stopped on timeout for the run's life
         state.admission.stop_with(client)
 
-    def client_round(prompt_text: str) -> Round:
-        # the same session, on the same CLI process: send, then read until settled
+    def client_round(prompt_text: str, deadline: float | None = None) -> Round:
+        # the same session, on the same CLI process: send, then read until settled; the
+        # wrap-up's own round (a ``deadline``) is cut by that deadline alone, as a query
+        # run's: neither the graceful stop that asked for it nor a budget cuts it
         return Round(
-            state, client.receive_messages(), settle=True, send=lambda: client.query(prompt_text)
+            state,
+            client.receive_messages(),
+            settle=True,
+            send=lambda: client.query(prompt_text),
+            deadline=deadline,
+            budget_cut=deadline is None,
         )
 
     async def wrap_round(prompt_text: str, stop: list[str]) -> Round:
@@ -124,16 +113,7 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
         for task_id in stop:
             with anyio.move_on_after(5), contextlib.suppress(Exception):
                 await client.stop_task(task_id)
-        # the wrap-up's own round: neither the graceful stop that asked for it nor a budget
-        # cuts it (as a query run's wrap-up round), only the deadline
-        return Round(
-            state,
-            client.receive_messages(),
-            settle=True,
-            send=lambda: client.query(prompt_text),
-            deadline=state.deadline.at,
-            budget_cut=False,
-        )
+        return client_round(prompt_text, state.deadline.at)
 
     first = Round(state, client.receive_messages(), settle=True)
     async for item in _drive(state, first, client_round, wrap_round):
@@ -142,7 +122,7 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
 
 async def _begin(state: RunState) -> None:
     """A turn of the run begins: its clock starts, its session store opens."""
-    state.ask.begin_turn()
+    state.ask.turns += 1
     state.start_clock()
     await state.ask.open_store()
 
@@ -178,7 +158,9 @@ async def _drive(
 
 
 class _QueryRounds:
-    """The rounds of a ``query`` run: each a new CLI process from ``query_fn``."""
+    """The rounds of a ``query`` run: each a new CLI process from ``query_fn``. The wrap-up
+    point (the deadline, with the gate off) ends the run's CLI process tree, so closing a
+    round's stream never waits the SDK's graceful exit past it."""
 
     def __init__(self, state: RunState, query_fn: QueryFn) -> None:
         self._state = state
@@ -186,38 +168,33 @@ class _QueryRounds:
 
     def first(self, prompt: str | AsyncIterable[dict[str, Any]]) -> Round:
         """The first round: the user's prompt on the run's options."""
-        return self._round(self._query_fn(prompt=prompt, options=self._state.ask.options))
+        return self._round(prompt, self._state.ask.options)
 
     def resume(self, prompt_text: str) -> Round:
         """One resume round: a new CLI process with ``resume=session_id``."""
         state = self._state
         options = round_options(state.ask.options, state.stream.tracker.session_id or "")
-        return self._round(self._query_fn(prompt=prompt_text, options=options))
+        return self._round(prompt_text, options)
 
     async def wrap(self, prompt_text: str, stop: list[str]) -> Round:
         """The wrap-up round: a new CLI process on the session, with no tools (the one
-        that ran ``stop`` has ended already). The deadline cuts it, ending its CLI's
-        process tree, so closing it never waits the SDK's graceful exit past the deadline."""
+        that ran ``stop`` has ended already), cut by the deadline alone."""
         state = self._state
-        options = round_options(
-            state.ask.options, state.stream.tracker.session_id or "", tools_off=True
-        )
-        stream = self._query_fn(prompt=prompt_text, options=options)
-        return Round(
-            state, stream, deadline=state.deadline.at, on_cut=self._end_cli, budget_cut=False
-        )
+        session = state.stream.tracker.session_id or ""
+        options = round_options(state.ask.options, session, tools_off=True)
+        return self._round(prompt_text, options, deadline=state.deadline.at)
 
-    def _round(self, stream: AsyncIterator[Any]) -> Round:
-        # the wrap-up point (the deadline, with the gate off) ends the run's CLI process
-        # tree, so closing the stream never waits the SDK's graceful exit past it; with the
-        # gate on, a budget reached cuts the round too (the wrap-up follows)
-        gated = self._state.admission.gated
-        return Round(self._state, stream, on_cut=self._end_cli, budget_cut=gated)
-
-    async def _end_cli(self) -> bool:
-        """The wrap-up point: end this run's CLI process tree (its agents end with it);
-        whether it had a process to end."""
-        return await anyio.to_thread.run_sync(stop_marked, RUN_MARK_VAR, self._state.ask.mark) > 0
+    def _round(
+        self,
+        prompt: str | AsyncIterable[dict[str, Any]],
+        options: ClaudeAgentOptions,
+        deadline: float | None = None,
+    ) -> Round:
+        # with the gate on, a budget reached cuts a round but the wrap-up (which follows)
+        state = self._state
+        stream = self._query_fn(prompt=prompt, options=options)
+        budget_cut = deadline is None and state.admission.gated
+        return Round(state, stream, deadline=deadline, on_cut=state.end_cli, budget_cut=budget_cut)
 
 
 # -- the deadline's wrap-up ----------------------------------------------------------------
@@ -429,11 +406,8 @@ def interrupted(state: RunState) -> Finished:
     # would cancel their hooks)
     state.admission.stopped(reason)
     names = ", ".join(f'"{redact(t.description or t.task_id)}"' for t in stopped) or "none"
-    state.delivered.ledger.stopped(
-        "interrupted",
-        f"the run was stopped ({reason}); stopped unfinished: {names}; resume later with "
-        f"`teamlead resume {state.stream.tracker.session_id}`"
-        if state.stream.tracker.session_id
-        else f"the run was stopped ({reason}); stopped unfinished: {names}",
-    )
+    text = f"the run was stopped ({reason}); stopped unfinished: {names}"
+    if state.stream.tracker.session_id:
+        text += f"; resume later with `teamlead resume {state.stream.tracker.session_id}`"
+    state.delivered.ledger.stopped("interrupted", text)
     return finish(state)

@@ -77,22 +77,9 @@ _BASE_URL_VAR = "ANTHROPIC_BASE_URL"
 
 @dataclass(frozen=True)
 class Wiring:
-    """What the run's layers hand :func:`build_options`; each field's default changes nothing.
-
-    Attributes:
-        client: the options are for a ``ClaudeSDKClient`` (it reports its session state).
-        hook: the admission's ``PreToolUse`` matcher (the spawn gate's), if it has one.
-        workflow_cap: the admission's limit on agents at once, for the workflow engine.
-        subagent_model: the policy's subagent model, over the user's variable.
-        permissions: wraps the user's ``can_use_tool`` (the run lists what waits on it).
-        store_view: the run's view of the user's session store, which the SDK mirrors to.
-        store_off: the run gave the session store up: the SDK mirrors nothing.
-        relay_base_url: the relay's base URL, when the run goes through it.
-        trace_env: the run's trace context (``TRACEPARENT``, ``TRACESTATE``).
-        run_mark: the value of :data:`RUN_MARK_VAR` in the run's CLI environment.
-        stderr: the run's sink for the CLI's stderr lines (before the user's callback).
-        verbatim: the user's options go to the CLI as given, with no rule applied: the
-            strict drop-in, whose options the SDK (and the user's code) must see unchanged.
+    """What the run's layers hand :func:`build_options`, one field per rule of the module
+    docstring (``client``: the options are for a ``ClaudeSDKClient``; ``verbatim``: the
+    strict drop-in's, given to the CLI as they are); each field's default changes nothing.
     """
 
     client: bool = False

@@ -1,8 +1,5 @@
-"""How one round ended: the :class:`RoundOutcome` a :class:`~.round.Round` returns.
-
-The ledger records outcomes and the retry rule reads them, so they live apart from the
-round that makes them.
-"""
+"""How one round ended: the :class:`RoundOutcome` a :class:`~.round.Round` returns, apart
+from the round, so that the ledger, which records it, does not load the SDK."""
 
 from __future__ import annotations
 

@@ -1,11 +1,9 @@
 """A run's permission requests: what each one wants, and those waiting for an answer.
 
-Claude Code asks the SDK's ``can_use_tool`` callback before a tool that needs approval runs
-(the lead's, an Agent-tool subagent's or a workflow agent's). :func:`describe_request` says
-in one short line what a request wants (a command, a path, a workflow's name and phases);
-:class:`PermissionRequests` stands between the run's options and the callback the user gave
-(the CLI's approval queue, an app's own), so the run knows which requests wait for an answer
-now: ``teamlead view`` shows them. It never answers one itself.
+Claude Code asks the SDK's ``can_use_tool`` callback before a tool that needs approval runs.
+:func:`describe_request` says in one short line what a request wants; :class:`PermissionRequests`
+wraps the callback the user gave (the CLI's approval queue, an app's own) so the run knows
+which requests wait for an answer now (``teamlead view`` shows them), never answering one.
 
 Everything here is hostile text from agents: it is kept as plain text, cut short; a view
 escapes it (a terminal with :func:`~teamlead._redact.terminal_safe`, a page as text nodes).
@@ -163,15 +161,8 @@ def _describe_workflow(tool_input: Mapping[str, Any]) -> str:
 
 @dataclass(frozen=True)
 class WaitingRequest:
-    """One permission request waiting for its answer.
-
-    Attributes:
-        tool: the tool asked for.
-        agent_id: the asking agent (``None``: the lead).
-        tool_use_id: the tool call's id, if the CLI gave one.
-        what: what it wants, one short line (:func:`describe_request`).
-        asked_at: when it was asked (the run's ``clock.monotonic()``).
-    """
+    """One permission request waiting for its answer: ``agent_id`` ``None`` is the lead's,
+    ``what`` is :func:`describe_request`'s line, ``asked_at`` the run's ``clock.monotonic()``."""
 
     tool: str
     agent_id: str | None

@@ -1,11 +1,9 @@
 """What the runs of one process share, in one object: :class:`ProcessState`.
 
-Concurrent runs in one process (an app serving several users, an experiment's trials)
-share the relays, governors, account, spawn cap, live runs, registry and telemetry
-providers. The process's default state is made lazily (:func:`default_process_state`);
-a test, or an app that wants two separate sets, passes its own (``process=``). Two states
-meet only where sharing is the point: an account outside the process (machine, Redis) and
-a registry directory in common.
+The process's default state is made on first use (:func:`default_process_state`); a test,
+or an app that wants two separate sets, passes its own (``process=``). Two states meet only
+where sharing is the point: an account outside the process (machine, Redis) and a registry
+directory in common.
 
 Example:
     >>> shared = ProcessState(spawn_limit=4, registry=False)

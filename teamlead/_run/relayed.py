@@ -107,21 +107,20 @@ class relayed:
         self._run: AbstractAsyncContextManager[RelayRun] | None = None
 
     async def __aenter__(self) -> RelayHookup:
-        hookup = RelayHookup()
         if not relay_wanted(self._policy):
-            return hookup
+            return RelayHookup()
         try:  # imported here: a broken server stack must not break teamlead, only the relay
             from .._relay import RelayError, account_of, relay_applicable
 
             pool = self._process.relays
         except ImportError as exc:
             log.warning("request relay off, running direct: %s", _one_line(exc))
-            return hookup
+            return RelayHookup()
         env = {**os.environ, **dict(self._options.env)}
         applicable = relay_applicable(env)
         if not applicable.ok:
             log.warning("%s", applicable.note)
-            return hookup
+            return RelayHookup()
         context = pool.run(
             applicable.upstream,
             on_event=self._on_event,
@@ -139,11 +138,9 @@ class relayed:
         except (RelayError, RuntimeError, OSError) as exc:
             # RuntimeError: no asyncio loop (the relay runs on asyncio only)
             log.warning("request relay off, running direct: %s", _one_line(exc))
-            return hookup
+            return RelayHookup()
         self._run = context
-        hookup.base_url = run.base_url
-        hookup.run = run
-        return hookup
+        return RelayHookup(run.base_url, run)
 
     async def __aexit__(self, *exc_info: object) -> None:
         context, self._run = self._run, None

@@ -27,11 +27,8 @@ _MAX_NAMED = 20  # lost workflow agents named in one reason line
 
 
 def finish(state: RunState) -> Finished:
-    """The final :class:`Finished` event for the state reached (the gate is closed).
-
-    Args:
-        state: the run; its gate, if any, is closed here.
-    """
+    """The final :class:`Finished` event for the state reached; the run's gate, if any, is
+    closed here."""
     # the rows' readers come with the SDK: imported here, so that stopped_before_start,
     # which `teamlead ask` may need while the SDK is still half-imported, never loads it
     from .collect import cut_rows, dispositions, judge_ends, with_results
@@ -215,16 +212,13 @@ def stopped_before_start(stop: str) -> Finished:
         >>> stopped_before_start("SIGTERM").reason
         'interrupted'
     """
-    ledger = Ledger()
-    ledger.stopped("interrupted", f"the run was stopped ({stop}) before it started; nothing ran")
-    status: Status = "failed"
     return Finished(
-        status=status,
+        status="failed",
         result=None,
         session_id=None,
         resumes=0,
-        reasons=[redact(r) for r in ledger.reasons],
-        reason=_reason(ledger, status, []),
+        reasons=[redact(f"the run was stopped ({stop}) before it started; nothing ran")],
+        reason="interrupted",
     )
 
 

@@ -176,7 +176,7 @@ def _missing_lines(missing: list[str], room: int) -> list[str]:
     for index, line in enumerate(missing):
         text = "- " + " ".join(escape(line, _MAX_MISSING_LINE).split())
         rest = len(missing) - index
-        if len(text) + 1 > room - 40 and rest > 0:  # keep room for the "more" note
+        if len(text) + 1 > room - 40:  # keep room for the "more" note
             lines.append(f"- ... and {rest} more not reported or failed")
             break
         lines.append(text)
@@ -224,11 +224,9 @@ def workflow_actions(deliveries: list[Delivery]) -> list[str]:
         if wf.refused is not None:
             lines.append(_fresh_run(wf, path))
             continue
-        args: dict[str, str] = {"resumeFromRunId": wf.run_id}
-        if path:
-            args = {"scriptPath": path, **args}
-        how = ", ".join(f'"{k}": "{v}"' for k, v in args.items())
-        same = "" if "scriptPath" in args else " and the same script"
+        how = f'"scriptPath": "{path}", ' if path else ""
+        how += f'"resumeFromRunId": "{wf.run_id}"'
+        same = "" if path else " and the same script"
         lines.append(
             f'Resume the workflow "{_attr(wf.name)}" (run {wf.run_id}) now: call Workflow with '
             f"{{{how}}}{same}. Its finished agents are replayed from the run's journal "
@@ -297,14 +295,6 @@ def _labels(labels: tuple[str, ...]) -> str:
     return ", ".join(out) or "none"
 
 
-def _workflow_problems(d: Delivery) -> list[str]:
-    wf = d.workflow
-    if wf is None or not wf.lost:
-        return []
-    head = f'- workflow "{_attr(wf.name)}" (run {wf.run_id}) lost {len(wf.lost)} agent(s): '
-    return [head + "; ".join(" ".join(escape(x, _MAX_LABEL).split()) for x in wf.lost)]
-
-
 _CLOSING = "\n</result>"
 
 
@@ -322,7 +312,12 @@ def _framed(d: Delivery) -> tuple[str, int, list[str]]:
     if d.status == "partial":
         cut = _attr(d.cut or "did not finish")
         own.append(f'- {d.kind} "{label}" {cut}: only its PARTIAL output is above')
-    own += _workflow_problems(d)
+    wf = d.workflow
+    if wf is not None and wf.lost:
+        lost = "; ".join(" ".join(escape(x, _MAX_LABEL).split()) for x in wf.lost)
+        own.append(
+            f'- workflow "{_attr(wf.name)}" (run {wf.run_id}) lost {len(wf.lost)} agent(s): {lost}'
+        )
     if not d.text and not d.asks_only:
         own.append(f'- {d.kind} "{label}": no output was recovered')
     fixed = len(opening) + len(_CLOSING) + 1 + sum(len(line) + 1 for line in own)

@@ -1,9 +1,5 @@
-"""Whether a failed resume attempt is tried again, and after how long: a pure function.
-
-The decision reads only its arguments (no clock, no I/O), so every rule is table-tested
-(tests/test_run_retry.py). A retry happens only for a transient API error, within the
-policy's attempts, when the attempt that failed plus the ones before still leave room
-under the cost budget, and when the backoff ends before the run's deadline.
+"""Whether a failed resume attempt is tried again, and after how long: a pure function of
+its arguments (no clock, no I/O), so every rule is table-tested (tests/test_run_retry.py).
 """
 
 from __future__ import annotations

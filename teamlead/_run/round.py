@@ -162,11 +162,9 @@ class Round:
                     error, kind = self._cut_error()
                     break
                 if message is None:
+                    error, kind = f"deadline of {self._policy.deadline_s:g} s reached", "deadline"
                     if idle:
                         error, kind = f"no message for {self._policy.idle_timeout_s:g} s", "idle"
-                    else:
-                        error = f"deadline of {self._policy.deadline_s:g} s reached"
-                        kind = "deadline"
                     break
                 events = self._state.feed(message)
                 if self._state.ask.store is not None and any(
@@ -381,24 +379,18 @@ class Round:
     ) -> RoundOutcome:
         real = [r for r in results if not r.placeholder]
         last = real[-1] if real else None
-        ok = last is not None and last.ok and kind != "deadline"
-        if not ok and error is None:
-            kind = "result"
-            error = (
-                f"API error {last.api_error_status}: {last.text}"
-                if last is not None and last.api_error_status
-                else (
-                    last.text
-                    if last is not None and last.text
-                    else "the stream ended without a result"
-                )
-            )
-        if error is not None and self._state.relay is not None:
+        if last is not None and last.ok and kind != "deadline":
+            return RoundOutcome(ok=True, results=results, cli_state=self._cli_state)
+        if error is None:  # the lead's own error result, or none at all
+            kind, error = "result", "the stream ended without a result"
+            if last is not None and last.api_error_status:
+                error = f"API error {last.api_error_status}: {last.text}"
+            elif last is not None and last.text:
+                error = last.text
+        if self._state.relay is not None:
             error = self._state.relay.in_user_terms(error)  # the upstream, not the relay
         status = last.api_error_status if last is not None and not last.ok else exc_status
-        transient = status in TRANSIENT_STATUSES if status is not None else False
-        if ok:
-            return RoundOutcome(ok=True, results=results, cli_state=self._cli_state)
+        transient = status in TRANSIENT_STATUSES
         return RoundOutcome(
             ok=False,
             results=results,
@@ -454,17 +446,13 @@ def settled(
     tracker: Tracker, start: int, events: list[TrackedEvent], *, reports_state: bool
 ) -> bool:
     """Whether a CLI that is kept running is idle: its turns are over and no task can inject
-    one (a client's round, or ``teamlead-claude``'s CLI, ends there).
+    one (a client's round, or ``teamlead-claude``'s CLI, ends there). ``start`` is how many
+    results ``tracker`` held when the round began, ``events`` what the run made of the
+    message just read.
 
-    Args:
-        tracker: the run's tracker, fed the message ``events`` came from.
-        start: how many results the tracker held when the round began.
-        events: what the run made of the message just read.
-        reports_state: the CLI reports its session state (``session_state_changed``).
-
-    With session-state events, "idle" after a real result is exact. Without them, a real
-    result with no task running is the best sign; a queued notification turn can still
-    follow then.
+    A CLI that reports its session state (``reports_state``) is idle exactly after a real
+    result; without that, a real result with no task running is the best sign (a queued
+    notification turn can still follow).
     """
     answered = any(not r.placeholder for r in tracker.results[start:])
     if not answered or tracker.open_tasks:

@@ -77,8 +77,9 @@ class Asked:
         config_dir: the Claude config dir holding the team, inbox and transcripts.
         mark: the value of :data:`RUN_MARK_VAR` in this run's CLI environment.
         store: the run's session store, when its options name one.
-        turns: the turns the run has driven: a query run has one, a client's run one per
-            :func:`teamlead.receive_all` (:meth:`begin_turn`).
+        turns: the turns the run has begun: a query run has one, a client's run one per
+            :func:`teamlead.receive_all` (the run's state goes on: each turn's ``Finished``
+            reports the run so far).
         held: the run outlives each of its turns (a :class:`~teamlead.ClientRun`'s, for
             its client's life): :meth:`RunState.close` lets go of nothing until it is
             released.
@@ -94,11 +95,6 @@ class Asked:
     store: RunStore | None = None
     turns: int = 0
     held: bool = False
-
-    def begin_turn(self) -> None:
-        """A turn of the run begins: the query, or a client's next one on the same CLI
-        process. The run's state goes on: each turn's ``Finished`` reports the run so far."""
-        self.turns += 1
 
     def wire(self, **pieces: Any) -> None:
         """Add ``pieces`` (fields of :class:`~.options.Wiring`) to the run's wiring, and build
@@ -178,14 +174,10 @@ class Outside:
     def use_control(
         self, control: RunControl, admission: Admission, *, on_loop: bool = False
     ) -> None:
-        """Let ``control`` amend ``admission`` (its cap and subagent model) from now on (its
-        amends are published as :class:`~teamlead.events.RunAmended` events).
-
-        Args:
-            control: the control.
-            admission: the run's admission.
-            on_loop: called on the run's event loop once it runs (``teamlead amend`` on a
-                run started without a control): amends are applied through it from now.
+        """Let ``control`` amend ``admission`` (its cap and subagent model) from now on, each
+        amend published as a :class:`~teamlead.events.RunAmended` event; ``on_loop``: called
+        on the run's running event loop (``teamlead amend`` on a run started without a
+        control), which its amends are applied through from now.
 
         Raises:
             AmendRefused: ``control`` already serves a run that has not ended.
@@ -286,8 +278,13 @@ class RunState:
         let go (:meth:`close`). A client's CLI is the client's own: it is left alone."""
         if self.ask.mode == "query" and not self.stream.cli_gone:
             with anyio.CancelScope(shield=True), anyio.move_on_after(_END_TIMEOUT_S):
-                await anyio.to_thread.run_sync(stop_marked, RUN_MARK_VAR, self.ask.mark)
+                await self.end_cli()
         self.close()
+
+    async def end_cli(self) -> bool:
+        """End the run's CLI process tree (by its mark; its agents end with it): whether it
+        had a process to end."""
+        return await anyio.to_thread.run_sync(stop_marked, RUN_MARK_VAR, self.ask.mark) > 0
 
     def close(self, reason: str = "the run is ending") -> None:
         """The run ends, whichever way (finished, raised, cancelled, closed early): let go
@@ -385,14 +382,11 @@ def new_run(
     control: RunControl | None = None,
     process: ProcessState | None = None,
 ) -> RunState:
-    """A fresh run state: its admission (the gate) built on ``clock``, and its options
-    built from ``options`` with the run's pieces (:func:`~.options.build_options`).
+    """A fresh run state in ``mode`` (``query`` or ``client``): its admission (the gate)
+    built on ``clock``, and its options built from the caller's ``options`` (never mutated)
+    with the run's pieces (:func:`~.options.build_options`).
 
     Args:
-        mode: ``query`` or ``client``.
-        options: the caller's options; never mutated.
-        policy: the run's limits.
-        clock: the run's clock (the gate's waits run on it too).
         gated: build the spawn gate when ``policy.spawn`` is on. ``False`` for a client
             that connected without it (its hooks were fixed then).
         verbatim: the strict drop-in's run: its CLI gets ``options`` as given (no gate,

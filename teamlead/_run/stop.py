@@ -1,17 +1,14 @@
 """A stop asked of a run from outside: the ``teamlead`` command's SIGINT, SIGTERM, SIGHUP.
 
 Cancelling a run loses its account: nothing can be yielded once its generator is
-cancelled, so ``--json`` would end without ``finished``. A stop is asked instead: every
-live run's :class:`RunStop` is set (:meth:`~teamlead.ProcessState.stop_every_run`:
-the process's state keeps its live runs), the round that reads cuts its
-stream at once (ending the run's CLI tree), and the run ends with a
-:class:`~teamlead.events.Finished` whose reason is ``interrupted``: the tasks still running
-are ``stopped``, the calls still queued in the gate ``rejected``.
+cancelled, so ``--json`` would end without ``finished``. A stop is asked instead
+(:meth:`~teamlead.ProcessState.stop_every_run` sets every live run's :class:`RunStop`): the
+round that reads cuts its stream at once (ending the run's CLI tree), and the run ends with
+a :class:`~teamlead.events.Finished` whose reason is ``interrupted``.
 
 A graceful stop (``teamlead stop RUN``, :meth:`RunStop.wrap_up`) ends the run the way its
-deadline does instead: the round that reads is cut at once (ending its CLI tree, as the
-wrap-up point does), what finished is collected, and the lead answers once more without
-tools; the ``Finished`` that follows is ``partial`` with reason ``interrupted`` too.
+deadline does instead: the round is cut, what finished is collected, and the lead answers
+once more without tools (``partial``, reason ``interrupted`` too).
 """
 
 from __future__ import annotations
@@ -25,12 +22,11 @@ __all__ = ["RunStop"]
 
 
 class RunStop:
-    """Whether a stop was asked of one run, and why; awaitable inside the run's loop.
+    """Whether a stop was asked of one run, and why; its listeners are told at once.
 
-    Args:
-        on_request: told the reason once, at the request (the run's admission rejects its
-            queued calls then, before the run's CLI is ended and their hooks cancelled);
-            an exception from it is ignored.
+    ``on_request`` is told the reason once, at the request (the run's admission rejects its
+    queued calls then, before the run's CLI is ended and their hooks cancelled); an
+    exception from it is ignored.
     """
 
     def __init__(self, on_request: Callable[[str], None] | None = None) -> None:

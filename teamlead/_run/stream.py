@@ -3,8 +3,7 @@
 teamlead's own readers of a run's stream (the CLI's views, the experiment runner) need what
 the run made of each item too: a :class:`RunStream` iterates the same items as
 :func:`teamlead.run` and is the run's :class:`~teamlead.tracker.StreamParse`, so nothing
-parses the stream again. The run's state is made when the stream is first read, on the
-event loop that reads it.
+parses the stream again.
 
 Example:
     >>> run = RunStream(make_state, items_of)  # doctest: +SKIP
@@ -25,12 +24,9 @@ __all__ = ["RunStream"]
 
 
 class RunStream:
-    """One run's items, and the run's parse of them (see the module docstring).
-
-    Args:
-        make: makes the run's state (called once, when the stream is first read).
-        items: the run's stream from its state (the entry point's whole stack).
-    """
+    """One run's items, and the run's parse of them: ``items`` makes the run's stream (the
+    entry point's whole stack) from its state, which ``make`` makes once, when the stream is
+    first read (on the event loop that reads it) or :meth:`made`."""
 
     def __init__(
         self,

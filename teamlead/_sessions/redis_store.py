@@ -245,9 +245,6 @@ class RedisSessionStore(SessionStore):
             kind, key["project_key"], key["session_id"], *([subpath] if subpath else [])
         )
 
-    def _uuids(self, key: SessionKey) -> str:
-        return self._entries(key, "uuids")
-
     # -- the protocol --------------------------------------------------------------------
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
         """Append ``entries`` (an entry whose uuid is stored already is skipped).
@@ -264,7 +261,7 @@ class RedisSessionStore(SessionStore):
             args += [entry_uuid(entry), dump_entry(entry)]
         keys = [
             self._entries(key),
-            self._uuids(key),
+            self._entries(key, "uuids"),
             self._key("subkeys", pk, sid),
             self._key("index", pk),
             self._key("projects"),
@@ -394,15 +391,15 @@ class RedisSessionStore(SessionStore):
         subkeys = self._key("subkeys", pk, sid)
         if subpath:
             async with client.pipeline(transaction=True) as pipe:
-                pipe.delete(self._entries(key), self._uuids(key))
+                pipe.delete(self._entries(key), self._entries(key, "uuids"))
                 pipe.srem(subkeys, subpath)
                 await self._call("delete", pipe.execute(raise_on_error=False))
             return
         subs = await self._subpaths(pk, sid)
-        names = [self._entries(key), self._uuids(key), subkeys]
+        names = [self._entries(key), self._entries(key, "uuids"), subkeys]
         for sub in subs:
             sub_key: SessionKey = {"project_key": pk, "session_id": sid, "subpath": sub}
-            names += [self._entries(sub_key), self._uuids(sub_key)]
+            names += [self._entries(sub_key), self._entries(sub_key, "uuids")]
         names += [self._key("summary", pk, sid), self._key("status", pk, sid)]
         index = self._key("index", pk)
         async with client.pipeline(transaction=True) as pipe:

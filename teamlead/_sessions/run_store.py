@@ -14,11 +14,9 @@ SDK gets :attr:`RunStore.view` in its place, a store that:
   what it holds stays a consistent beginning of the session, and every read answers
   empty. The run goes on with the local files.
 
-The run itself asks the RunStore to :meth:`~RunStore.check` the store when it starts (one
-warning if it does not answer, and the run goes on without it), to bring a session home
-(:meth:`~RunStore.bring_home`, for ``teamlead resume`` on another machine), to mirror the
-workflow journals (:meth:`~RunStore.sync_journals`) and to write the status record at the
-end (:meth:`~RunStore.put_status`).
+The run also calls the RunStore itself, through the same bounded calls: :meth:`~RunStore.check`
+at its start, :meth:`~RunStore.bring_home`, :meth:`~RunStore.sync_journals` and
+:meth:`~RunStore.put_status`.
 """
 
 from __future__ import annotations

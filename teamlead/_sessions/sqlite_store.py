@@ -123,11 +123,10 @@ class SQLiteSessionStore(SessionStore):
             return self._db
         if not self._exists():
             self._create()
-        db = sqlite3.connect(
+        db = sqlite3.connect(  # the timeout is SQLite's busy timeout
             self.path, timeout=_BUSY_MS / 1000, isolation_level=None, check_same_thread=False
         )
         try:
-            db.execute(f"PRAGMA busy_timeout = {_BUSY_MS}")
             db.execute("PRAGMA journal_mode = WAL")
             db.executescript(_SCHEMA)
             db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
@@ -257,7 +256,7 @@ class SQLiteSessionStore(SessionStore):
 
         def work(db: sqlite3.Connection) -> None:
             db.execute("BEGIN IMMEDIATE")
-            try:
+            with db:  # commits, or rolls back on any exception
                 db.executemany(
                     "INSERT OR IGNORE INTO teamlead_session_entries "
                     "(project_key, session_id, subpath, uuid, body) VALUES (?, ?, ?, ?, ?)",
@@ -271,10 +270,6 @@ class SQLiteSessionStore(SessionStore):
                 )
                 if not subpath:
                     self._fold(db, key, entries, mtime)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
 
         await self._run("append", work)
 
@@ -363,22 +358,18 @@ class SQLiteSessionStore(SessionStore):
         pk, sid, subpath = key["project_key"], key["session_id"], subpath_of(key)
 
         def work(db: sqlite3.Connection) -> None:
+            scope = "project_key = ? AND session_id = ?"
+            args: tuple[str, ...] = (pk, sid)
+            tables = ["teamlead_session_entries", "teamlead_session_keys"]
+            if subpath:
+                scope += " AND subpath = ?"
+                args = (pk, sid, subpath)
+            else:
+                tables += ["teamlead_session_summaries", "teamlead_session_status"]
             db.execute("BEGIN IMMEDIATE")
-            try:
-                scope = "project_key = ? AND session_id = ?"
-                args: tuple[str, ...] = (pk, sid)
-                if subpath:
-                    scope += " AND subpath = ?"
-                    args = (pk, sid, subpath)
-                for table in ("teamlead_session_entries", "teamlead_session_keys"):
+            with db:  # commits, or rolls back on any exception
+                for table in tables:
                     db.execute(f"DELETE FROM {table} WHERE {scope}", args)
-                if not subpath:
-                    for table in ("teamlead_session_summaries", "teamlead_session_status"):
-                        db.execute(f"DELETE FROM {table} WHERE {scope}", args)
-                db.execute("COMMIT")
-            except BaseException:
-                db.execute("ROLLBACK")
-                raise
 
         await self._run("delete", work)
 

@@ -87,6 +87,16 @@ def entry_uuid(entry: SessionStoreEntry) -> str:
     return value if isinstance(value, str) and value else ""
 
 
+def _decoded(raw: str | bytes | None) -> Any:
+    """The JSON value stored, or ``None`` for none, one over :data:`MAX_ENTRY_BYTES` or no JSON."""
+    if raw is None or len(raw) > MAX_ENTRY_BYTES:
+        return None
+    try:
+        return loads(raw)
+    except ValueError:
+        return None
+
+
 def read_entry(raw: str | bytes | None) -> SessionStoreEntry | None:
     """A stored entry, or ``None`` when it is no JSON object with a string ``type`` or is
     over :data:`MAX_ENTRY_BYTES`.
@@ -97,12 +107,7 @@ def read_entry(raw: str | bytes | None) -> SessionStoreEntry | None:
         >>> read_entry('[1, 2]') is None, read_entry('{"type": 3}') is None
         (True, True)
     """
-    if raw is None or len(raw) > MAX_ENTRY_BYTES:
-        return None
-    try:
-        value = loads(raw)
-    except ValueError:
-        return None
+    value = _decoded(raw)
     if not isinstance(value, dict) or not isinstance(value.get("type"), str):
         return None
     return cast(SessionStoreEntry, value)
@@ -120,12 +125,7 @@ def read_summary(
         >>> read_summary('{"session_id": "other", "mtime": 1, "data": {}}', "s") is None
         True
     """
-    if raw is None or len(raw) > MAX_ENTRY_BYTES:
-        return None
-    try:
-        value: Any = loads(raw)
-    except ValueError:
-        return None
+    value = _decoded(raw)
     if mtime is not None:
         value = {"session_id": session_id, "mtime": mtime, "data": value}
     if not isinstance(value, dict) or value.get("session_id") != session_id:

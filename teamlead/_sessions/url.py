@@ -1,18 +1,10 @@
 """A session store from a URL: :func:`open_session_store`.
 
-Accepted, and nothing else:
-
-- ``redis://[:password@]host[:port]/db`` and ``rediss://…`` (TLS): a
-  :class:`~.redis_store.RedisSessionStore`; ``db`` must be a number (redis-py would read
-  any other as database 0, sharing it with whatever else uses that one, and nothing would
-  say so). ``?ttl=SECONDS`` sets how long a key lives after its last write (default 30
-  days); other query parameters go to redis-py.
-- ``sqlite:///absolute/path.db`` or ``sqlite:relative/path.db``: a
-  :class:`~.sqlite_store.SQLiteSessionStore` on that file.
-
-Opening connects to nothing: the first call does (a run checks the store first, with one
-warning if it does not answer). :func:`close_store` closes what a store opened in the
-running event loop, which owns its connections.
+A Redis URL's database must be a number: redis-py would read any other as database 0,
+sharing it with whatever else uses that one, and nothing would say so. Opening connects to
+nothing: the first call does (a run checks the store first, with one warning if it does
+not answer). :func:`close_store` closes what a store opened in the running event loop,
+which owns its connections.
 """
 
 from __future__ import annotations
@@ -38,11 +30,12 @@ _CLOSE_S = 5.0
 
 
 def open_session_store(url: str) -> RedisSessionStore | SQLiteSessionStore:
-    """The session store ``url`` names (see the module docstring); it connects on first use.
+    """The session store ``url`` names (no other URL is accepted); it connects on first use.
 
     Args:
         url: ``redis://[:password@]host[:port]/db`` (``db`` a number; ``?ttl=SECONDS``
-            sets the keys' life, default 30 days), ``rediss://…`` (TLS), or
+            sets the keys' life after their last write, default 30 days; other query
+            parameters go to redis-py), ``rediss://…`` (TLS), or
             ``sqlite:///absolute/path.db`` / ``sqlite:relative/path.db``.
 
     Raises:

@@ -95,11 +95,6 @@ class _Held:
     state: bytes | None = None
     exit_code: int | None = None
 
-    def take(self) -> list[bytes]:
-        lines = [line for line in (self.result, self.state) if line is not None]
-        self.result = self.state = None
-        return lines
-
 
 @dataclass(frozen=True)
 class _OwnHook:
@@ -195,8 +190,11 @@ class Bridge:
 
     def _show_held(self) -> None:
         """The held result and state frame, to the app (a run's last)."""
-        for line in self._held.take():
-            self._write(line)
+        held = self._held
+        for line in (held.result, held.state):
+            if line is not None:
+                self._write(line)
+        held.result = held.state = None
 
     async def _next_turn(self) -> bool:
         """Wait for the app's next user message (a multi-turn app); ``False`` at its end.
@@ -240,13 +238,12 @@ class Bridge:
                 await self._drop_early(untaken)
 
     async def _start_early(self, run: RunStream) -> None:
-        """Start the first run's CLI now, before the run is set up (its relay, its
-        registration: 10 to 20 ms, which then overlap the CLI's own start), on the relay
-        address drawn ahead for the run (:meth:`~teamlead._relay.RelayPool.reserve`) and
-        the run's options. The first round takes it if its command line and environment
-        are those it would start (:meth:`_take_early`); else it is stopped. Not tried
-        without the relay, or with telemetry on (the CLI's trace context comes from the
-        started run)."""
+        """Start the first run's CLI now, so that the run's setup (its relay, its
+        registration) overlaps the CLI's own start: on the relay address drawn ahead for
+        the run (:meth:`~teamlead._relay.RelayPool.reserve`) and the run's options. The
+        first round takes it if it would start that very CLI (:meth:`_take_early`); else
+        it is stopped. Not tried without the relay, or with telemetry on (the CLI's trace
+        context comes from the started run)."""
         if not relay_wanted(self._policy, self._env) or any(
             name.startswith("OTEL_") for name in self._env
         ):
@@ -628,9 +625,9 @@ async def serve(
 def rehearse() -> None:
     """Go once through what a session does before its CLI starts, with nothing to serve: an
     event loop, a run's state and options on a relay address drawn and given up. A warm
-    worker does this while it waits for its session (:mod:`.warm`): the first time each of
-    them runs in a forked process it copies the pages it writes and sets itself up, about
-    3 ms the session would wait for."""
+    worker does this while it waits for its session (:mod:`.warm`), so the session does
+    not wait for each piece's first run in a forked process (its pages copied, itself set
+    up)."""
 
     async def no_rounds(**_options: Any) -> AsyncGenerator[Any, None]:
         yield None  # never read

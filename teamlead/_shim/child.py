@@ -80,7 +80,8 @@ class Child:
         self.env = dict(env)
         self.on_stderr = on_stderr
         self._process: Process | None = None
-        self._input_open = False
+        #: whether its stdin still takes lines
+        self.input_open = False
         self._write_lock = anyio.Lock()
 
     async def start(self) -> None:
@@ -92,37 +93,32 @@ class Child:
         self._process = await anyio.open_process(
             self.argv, stdin=PIPE, stdout=PIPE, stderr=PIPE, env=self.env
         )
-        self._input_open = True
+        self.input_open = True
 
     @property
     def returncode(self) -> int | None:
         """Its exit code once it has ended (negative: the signal that ended it)."""
         return self._process.returncode if self._process is not None else None
 
-    @property
-    def input_open(self) -> bool:
-        """Whether its stdin still takes lines."""
-        return self._input_open
-
     async def send(self, line: bytes) -> bool:
         """Write one line to its stdin; ``False`` if the input is closed (or broke)."""
         process = self._process
-        if process is None or process.stdin is None or not self._input_open:
+        if process is None or process.stdin is None or not self.input_open:
             return False
         async with self._write_lock:
             try:
                 await process.stdin.send(line if line.endswith(b"\n") else line + b"\n")
             except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError):
-                self._input_open = False
+                self.input_open = False
                 return False
         return True
 
     async def end_input(self) -> None:
         """Close its stdin: the CLI ends its session once its turn and its agents are done."""
         process = self._process
-        if process is None or process.stdin is None or not self._input_open:
+        if process is None or process.stdin is None or not self.input_open:
             return
-        self._input_open = False
+        self.input_open = False
         async with self._write_lock:
             with contextlib.suppress(Exception):
                 await process.stdin.aclose()
@@ -157,15 +153,12 @@ class Child:
             return
         with anyio.CancelScope(shield=True):
             await self.end_input()
-            for grace, then in ((_EXIT_GRACE_S, process.terminate), (_TERM_GRACE_S, None)):
+            for grace, then in ((_EXIT_GRACE_S, process.terminate), (_TERM_GRACE_S, process.kill)):
                 with anyio.move_on_after(grace):
                     await process.wait()
                     return
-                if then is not None:
-                    with contextlib.suppress(ProcessLookupError):
-                        then()
-            with contextlib.suppress(ProcessLookupError):
-                process.kill()
+                with contextlib.suppress(ProcessLookupError):
+                    then()
             await process.wait()
 
 

@@ -3,7 +3,7 @@
 Loading teamlead, the Agent SDK and the relay takes a second of CPU; the bare CLI answers a
 short query in under half of one. So the ``teamlead-claude`` an app starts is a launcher
 that loads nothing of them (``_teamlead_claude``, outside this package): for a stream-json
-session it asks a warm process (:func:`serve_warm`) over a Unix socket to run it, and only
+session it asks a warm process (:func:`main`) over a Unix socket to run it, and only
 runs it itself when no warm process can.
 
 The warm process is started by the first launcher that finds none, runs detached, and ends
@@ -42,7 +42,7 @@ import threading
 import traceback
 from collections.abc import Sequence
 
-__all__ = ["Request", "main", "serve_warm"]
+__all__ = ["Request", "main"]
 
 _REQUEST_S = 5.0  # a connected launcher sends its request and its go in this
 _MAX_REQUEST = 4 << 20
@@ -86,15 +86,16 @@ class Request:
         self.fds = list(fds)
 
 
-def serve_warm(listener: socket.socket, idle_s: float) -> None:
-    """Load teamlead and serve sessions on ``listener`` until ``idle_s`` seconds pass
-    without one. ``listener`` listens on the warm process's name already (bound before
-    anything was loaded, so the launcher that started it connects at once and waits for
-    the load, however loaded the machine).
+def main(listener: socket.socket) -> None:
+    """Load teamlead and serve sessions on ``listener`` until ``idle_s`` seconds (the
+    process's second argument) pass without one. ``listener`` listens on the warm
+    process's name already (bound before anything was loaded, so the launcher that
+    started it connects at once and waits for the load, however loaded the machine).
 
     A worker is forked before its session comes (it waits in ``accept``), so a session
     never waits for a fork; once it has one, the next worker is forked.
     """
+    idle_s = float(sys.argv[2])
     os.chdir("/")  # a warm process holds no directory of anyone's
     try:
         _load()
@@ -263,12 +264,7 @@ def _ends_with_parent(signum: int) -> None:
 
 def _receive(conn: socket.socket) -> Request:
     """The launcher's request, with its standard streams."""
-    size = struct.calcsize("3i")
-    data, ancillary, _flags, _addr = conn.recvmsg(1 << 16, socket.CMSG_SPACE(size))
-    fds: list[int] = []
-    for level, kind, body in ancillary:
-        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-            fds += struct.unpack(f"{len(body) // 4}i", body[: len(body) - len(body) % 4])
+    data, fds, _flags, _addr = socket.recv_fds(conn, 1 << 16, 3)
     try:
         while len(data) < 4 or len(data) < 4 + int.from_bytes(data[:4], "big"):
             if len(data) >= 4 and int.from_bytes(data[:4], "big") > _MAX_REQUEST:
@@ -333,8 +329,3 @@ def _relay_signals(conn: socket.socket) -> None:
             os.kill(os.getpid(), signum)
         if not got:
             return
-
-
-def main(listener: socket.socket) -> None:
-    """``teamlead-claude``'s warm process on ``listener``, its idle time from its argv."""
-    serve_warm(listener, float(sys.argv[2]))

@@ -3,10 +3,7 @@
 Teammates report to the lead by appending to ``<config>/teams/<team>/inboxes/team-lead.json``
 (a JSON array). An interactive lead polls that file; a lead driven through the SDK never
 does, so results pile up unseen. This package is the missing reader, one module per job:
-``model`` (the entry and message types), ``read`` (:func:`read_inbox`: tolerant, bounded),
-``wait`` (:func:`wait_for_inbox`: woken by change events, polling as a fallback),
-``consume`` (:func:`consume_inbox`: delivered entries removed under the writers' lock, as
-Claude Code's own reader does) and ``lock`` (the writers' lock protocol).
+``model``, ``read``, ``wait``, ``consume`` and ``lock`` (the writers' lock protocol).
 
 Example:
     >>> team = find_team(session_id)                                  # doctest: +SKIP

@@ -1,10 +1,9 @@
 """A directory watch straight on Linux inotify, awaited on the event loop: no thread, no tick.
 
-``watchfiles`` runs its watcher in a thread that wakes every ``step`` ms to look for
-changes and for its stop event: a 10 ms step cost 0.70 % of a core while idle (4.3x a
-500 ms poller) and still added one to two steps of latency. Here the inotify descriptor
-is awaited with :func:`anyio.wait_readable`, so an idle wait costs nothing and a change
-is seen as soon as the kernel queues it. :func:`open_watch` returns ``None`` where
+``watchfiles`` watches from a thread that wakes every ``step`` ms, which costs CPU while
+idle and adds a step or two of latency (``bench/inbox_latency.py``). Here the inotify
+descriptor is awaited with :func:`anyio.wait_readable`: an idle wait costs nothing and a
+change is seen as soon as the kernel queues it. :func:`open_watch` returns ``None`` where
 inotify is unavailable (not Linux, no libc); the caller then uses ``watchfiles``.
 """
 
@@ -66,13 +65,16 @@ _LIBC = _libc()
 
 
 class DirWatch:
-    """Changes to the entries of one directory, read from an inotify descriptor."""
+    """Changes to the entries of one directory, read from an inotify descriptor: an async
+    iterator of batches, each the names changed and whether the directory went away."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
 
-    async def changes(self) -> tuple[set[str], bool]:
-        """Wait for the next batch: the names changed, and whether the directory went away."""
+    def __aiter__(self) -> DirWatch:
+        return self
+
+    async def __anext__(self) -> tuple[set[str], bool]:
         while True:
             await anyio.wait_readable(self._fd)
             try:
@@ -81,7 +83,7 @@ class DirWatch:
                 continue
             return _parse(data)
 
-    def close(self) -> None:
+    async def aclose(self) -> None:
         """Stop watching; safe to call twice.
 
         Closing an inotify descriptor waits for the kernel to retire its watches (an
@@ -113,7 +115,7 @@ def open_watch(directory: Path) -> DirWatch | None:
     """Watch ``directory`` through inotify, or ``None`` where that is not possible.
 
     The watch is in place when this returns: a change made afterwards is queued even
-    before the first :meth:`DirWatch.changes`.
+    before the first batch is awaited.
     """
     if _LIBC is None:
         return None

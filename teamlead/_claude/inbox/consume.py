@@ -1,11 +1,9 @@
 """Consuming an inbox: remove delivered entries under the writers' lock.
 
 Claude Code's own reader empties the lead's inbox as it delivers; a lead driven through
-the SDK never does, so :func:`consume_inbox` does it for teamlead with the same protocol:
-lock, re-read, write a temp file, fsync, replace. Entries that arrived meanwhile stay,
-and nothing is removed while a live interactive lead reads its own inbox. With nothing to
-remove nothing is written: a 0-byte inbox (a writer created it and is about to write
-``[]``) reads as empty and is left exactly as it is, as Claude Code's reader leaves it.
+the SDK never does, so :func:`consume_inbox` does it for teamlead with the same protocol.
+With nothing to remove nothing is written (see :func:`~.read.load_array` for the 0-byte
+inbox a writer is about to fill).
 """
 
 from __future__ import annotations

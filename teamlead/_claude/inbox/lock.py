@@ -20,16 +20,11 @@ from ...clock import SYSTEM_CLOCK, Clock
 from ...errors import InboxError
 from ...policy import LockPolicy
 
-__all__ = ["lock_path", "with_lock"]
+__all__ = ["with_lock"]
 
 logger = logging.getLogger(__name__)
 
 T = TypeVar("T")
-
-
-def lock_path(path: Path) -> Path:
-    """The lock directory of ``path``: ``<path>.lock``."""
-    return path.with_name(path.name + ".lock")
 
 
 def _remove_if_stale(lock: Path, policy: LockPolicy, clock: Clock) -> bool:
@@ -75,7 +70,7 @@ async def with_lock(
         InboxError: the lock stayed busy past the budget, or could not be made at all.
     """
     policy = LockPolicy() if policy is None else policy
-    lock = lock_path(path)
+    lock = path.with_name(path.name + ".lock")
     start = clock.monotonic()
     delay = policy.first_delay_s
     attempts = 0

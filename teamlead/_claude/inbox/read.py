@@ -2,11 +2,9 @@
 
 :func:`read_inbox` parses ``<config>/teams/<team>/inboxes/<agent>.json`` the way Claude
 Code's own reader does: entries that fail the schema are skipped with a warning, the valid
-ones kept. A 0-byte (or whitespace-only) file is an empty inbox, as a writer leaves it for a
-moment between creating it and writing ``[]``. A missing, truncated, non-array or oversized
-file, or one that resolves outside the config dir, gives a status and one warning line
-(none for a missing file), never an exception. The wait and the consumer re-use the pieces
-(:func:`load_array`, :func:`scan_entry`, :func:`read_unlogged`), so all three agree.
+ones kept; a file that is no readable array gives a status and one warning line, never an
+exception. The wait and the consumer re-use the pieces (:func:`load_array`,
+:func:`scan_entry`, :func:`read_unlogged`), so all three agree.
 """
 
 from __future__ import annotations

@@ -1,10 +1,4 @@
-"""Waiting on an inbox: wake on a file change, poll with backoff, stop at the deadline.
-
-:func:`wait_for_inbox` reads the inbox until a condition on the read holds. It wakes at
-once on a change (inotify on Linux, else ``watchfiles``, on the inbox's directory, or on
-its nearest existing ancestor while the inbox does not exist yet) and polls with the backoff of an
-:class:`~teamlead.policy.InboxWaitPolicy` as a fallback, every delay on the injected clock.
-"""
+"""Waiting on an inbox: wake on a file change, poll with backoff, stop at the deadline."""
 
 from __future__ import annotations
 
@@ -46,11 +40,6 @@ class _Wake:
         return fired
 
 
-def _is_dir(path: Path) -> bool:
-    """A cheap stat of a local directory, fine on the loop."""
-    return path.is_dir()
-
-
 def _nearest_existing(directory: Path, root: Path) -> Path | None:
     """``directory`` or its closest existing ancestor inside ``root``."""
     for candidate in (directory, *directory.parents):
@@ -82,10 +71,8 @@ async def _watch(
         if retarget:
             wake.set()
         retarget = True
-        batches = (
-            _inotify_batches(direct)
-            if direct is not None
-            else _watchfiles_batches(target, policy, stop)
+        batches: DirWatch | AsyncGenerator[tuple[set[str], bool], None] = (
+            direct if direct is not None else _watchfiles_batches(target, policy, stop)
         )
         try:
             async for names, gone in batches:
@@ -96,27 +83,20 @@ async def _watch(
                     continue
                 if path.name in names:
                     wake.set()
-                if gone or not _is_dir(target):
+                if gone or not target.is_dir():
                     break
         except (OSError, RuntimeError) as exc:
             logger.warning("watching %s failed (%s); polling instead", target, type(exc).__name__)
             return
         finally:
             await batches.aclose()
-            if direct is not None:
-                direct.close()
-
-
-async def _inotify_batches(watch: DirWatch) -> AsyncGenerator[tuple[set[str], bool], None]:
-    """The directory's changes from inotify: the names changed, and whether it went away."""
-    while True:
-        yield await watch.changes()
 
 
 async def _watchfiles_batches(
     target: Path, policy: InboxWaitPolicy, stop: anyio.Event
 ) -> AsyncGenerator[tuple[set[str], bool], None]:
-    """The same from ``watchfiles``, which ends when ``stop`` is set."""
+    """The directory's changes from ``watchfiles`` (as :class:`DirWatch` gives them), which
+    ends when ``stop`` is set."""
     changes_iter = awatch(
         target,
         watch_filter=None,
@@ -148,10 +128,10 @@ async def wait_for_inbox(
     """Wait until ``until(read)`` holds for a read of the inbox, or the wait runs out.
 
     Wakes at once when the file changes (a watch on the inbox's directory, or on its
-    nearest existing ancestor inside the config dir while it does not exist) and
-    polls with backoff as a fallback. The wait is bounded by the policy and by
-    ``deadline``. It is cancel-safe: the watcher is stopped through its stop event, so no
-    thread is left waiting on the file system.
+    nearest existing ancestor inside the config dir while it does not exist) and polls
+    with the policy's backoff as a fallback, every delay on ``clock``. The wait is bounded
+    by the policy and by ``deadline``. It is cancel-safe: the watcher is stopped through
+    its stop event, so no thread is left waiting on the file system.
 
     Args:
         path: the inbox file; it need not exist yet.

@@ -7,13 +7,8 @@ so a slot is granted only while the whole account is under the limit. A lease di
 process (or after its time to live), so a crash never leaks a slot.
 
 A lease is stamped, in the step that takes it, with the bucket's limits (so with the epoch
-its slot belongs to) and with the account's sequence number. A 429 is reported with
-:meth:`Account.update_rejected`, which counts in the same atomic step the leases the
-upstream may have been running: every lease of the provider, not rejected, whose request
-ran at any moment since the rejected one was taken (until given back, or marked answered
-by :meth:`Account.answered`), in any process. That count is an upper bound of what the
-upstream accepted, so a measured cut never lands below the true limit; the burst's late
-rejections then settle it. The variants are the package's other modules.
+its slot belongs to) and with the account's sequence number, which
+:meth:`Account.update_rejected` counts by. The variants are the package's other modules.
 """
 
 from __future__ import annotations
@@ -120,9 +115,12 @@ class Account(Protocol):
     def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
         """Mark ``lease`` rejected and apply ``rule`` to its key's limits, atomically.
 
-        ``rule`` is also given the leases of the keys matching ``prefix``, not marked
-        rejected, whose request ran at any moment since ``lease`` was taken (``lease``
-        itself not counted); for a lease this account does not know, those running now.
+        ``rule`` is also given the leases of the keys matching ``prefix``, in any process,
+        not marked rejected, whose request ran at any moment since ``lease`` was taken (until
+        given back, or marked :meth:`answered`; ``lease`` itself not counted); for a lease
+        this account does not know, those running now. That count is an upper bound of what
+        the upstream accepted, so a measured cut never lands below the true limit; the
+        burst's late rejections then settle it.
         """
         ...
 

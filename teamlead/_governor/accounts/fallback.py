@@ -26,7 +26,6 @@ class FallbackAccount:
     def __init__(self, primary: Account, fallback: Callable[[], Account]) -> None:
         self._current = primary
         self._make_fallback: Callable[[], Account] | None = fallback
-        self.failed: str | None = None  # the warning given, once it failed
 
     @property
     def shared(self) -> bool:
@@ -47,8 +46,7 @@ class FallbackAccount:
         self._make_fallback = None
         failed, self._current = self._current, make()
         reason = str(exc) or type(exc).__name__
-        self.failed = f"shared limits: {reason}; going on with {self._current.describe()}"
-        log.warning("%s", self.failed)
+        log.warning("shared limits: %s; going on with %s", reason, self._current.describe())
         try:
             failed.close()
         except Exception:  # already broken; its leases expire by their time to live

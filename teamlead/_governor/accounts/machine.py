@@ -6,36 +6,23 @@
 limit and never lose each other's cut. No server is needed.
 
 A lease names its process (host, pid and the process's start time, so a reused pid is not
-mistaken for the holder) and expires ``lease_ttl_s`` after its last renewal; a thread of
-the holding process renews its leases while it holds any. A lease of a dead process on
-this host is dropped at the next grant (checked at most once a second), and any lease
-that was not renewed in time (a hung process, another host on a shared home) expires. So
-a crash never leaks a slot for longer than the lease time. A lease of this host whose
-expiry is further ahead than a lease lives (:data:`~.codecs.MAX_LEASE_S`: this host's clock
-wrote it, so no renewal did) is held to that bound from when it is first seen, and when
-such leases fill a grant's bounds, one warning names the file.
-
-A lease also carries the file's sequence number when it was taken, whether the upstream
-rejected it, and the sequence number when its answer was complete (``answered``); a lease
-given back that was not rejected stays in ``released`` (its key and the sequence number it
-ended at) while a live lease is older, so a rejection counts the requests that ended while
-its 429 was on its way (see :meth:`Account.update_rejected`). A file of an
-older teamlead gets the new columns and tables on first use; its processes keep working.
-
-Learnt limits that nobody touched for ``forget_after_s`` read as never seen (the idle
-reset of a process alone). Times are stored as wall-clock seconds.
+mistaken for the holder) and expires ``lease_ttl_s`` after its last renewal by a thread of
+that process; a lease of a dead process on this host is dropped at the next grant. So a
+crash never leaks a slot for longer than the lease time. A lease also carries the sequence
+numbers a rejection counts by (see :meth:`Account.update_rejected`), and one given back
+that was not rejected stays in ``released`` while a live lease is older. A file of an older
+teamlead gets the new columns and tables on first use. Learnt limits that nobody touched
+for ``forget_after_s`` read as never seen (the idle reset of a process alone). Times are
+stored as wall-clock seconds.
 
 The file is untrusted input (see :mod:`.codecs`): SQLite keeps any type in any column, so
-every row is read with its type, range and age checked. A row that fails is dropped where
-it is found, with one warning per kind for the process: learnt limits that cannot be read
-read as never seen, a lease whose expiry, process or start cannot be read is void, an
-unreadable sequence counter is set past every number in use. A file that is not an SQLite
-database, or one that is damaged (truncated, malformed) or whose tables are not
-teamlead's, is moved aside (``limits.sqlite3.corrupt-<UTC time>``) and made afresh, with
-one warning saying where it went: the processes go on sharing. Any other SQLite failure
-(an unwritable directory, a path that is no regular file, a lock held too long) raises
-:class:`~teamlead._governor.accounts.base.AccountError`, which the caller turns into one warning
-and a fallback to this process alone.
+every row is read with its type, range and age checked, and one that fails is dropped where
+it is found, with one warning per kind for the process. A file that is not an SQLite
+database, or one that is damaged or whose tables are not teamlead's, is moved aside
+(``limits.sqlite3.corrupt-<UTC time>``) and made afresh, with one warning saying where it
+went. Any other SQLite failure (an unwritable directory, a lock held too long) raises
+:class:`~teamlead._governor.accounts.base.AccountError`, which the caller turns into one
+warning and a fallback to this process alone.
 """
 
 from __future__ import annotations
@@ -158,12 +145,10 @@ def default_path(environ: dict[str, str] | None = None) -> Path:
 def _started(pid: int) -> float | None:
     try:
         return float(psutil.Process(pid).create_time())
-    except psutil.NoSuchProcess:
+    except (psutil.NoSuchProcess, ValueError, OverflowError):  # gone, or no pid at all
         return None
     except psutil.Error:  # not ours to inspect: assume it is alive
         return -1.0
-    except (ValueError, OverflowError):  # no pid a process can have
-        return None
 
 
 class MachineAccount:
@@ -229,9 +214,7 @@ class MachineAccount:
                 str(self.path), timeout=self._busy, isolation_level=None, check_same_thread=False
             )
             try:
-                # checked before anything is written: a file moved aside stays as found
-                _check_pages(db)
-                _check_tables(db)
+                _check(db)  # before anything is written: a file moved aside stays as found
                 db.execute("PRAGMA journal_mode=WAL")
                 # a cache: losing the last changes to a power cut is fine, a wait per
                 # commit for the disk is not
@@ -261,16 +244,7 @@ class MachineAccount:
                     raise AccountError("the machine's limits store was closed")
                 try:
                     db = self._connect()
-                    if not write:
-                        return body(db)
-                    db.execute("BEGIN IMMEDIATE")
-                    try:
-                        result = body(db)
-                        db.execute("COMMIT")
-                    except BaseException:
-                        _rollback(db)
-                        raise
-                    return result
+                    return _transaction(db, body) if write else body(db)
                 except (sqlite3.Error, OSError, _Unfit) as exc:
                     if retry or not _corrupt(exc):
                         raise AccountError(f"{self.path}: {_reason(exc)}") from None
@@ -376,12 +350,17 @@ class MachineAccount:
             self._parsed[key] = (data, updated, now, written, found)
         return written, found
 
-    def _write(self, db: sqlite3.Connection, key: str, limits: Limits) -> None:
-        data = dump_limits(limits, self._clock, self._host)
+    def _store(self, db: sqlite3.Connection, key: str, rule: Rule) -> Step:
+        """Apply ``rule`` to ``key``'s limits and write its result (inside the caller's
+        transaction)."""
+        read, clamped = self._read_marked(db, key)
+        limits, change = rule(read)
+        limits = not_learnt(limits, read, clamped)
         db.execute(
             "INSERT OR REPLACE INTO limits (key, data, updated) VALUES (?, ?, ?)",
-            (key, data, self._clock.time()),
+            (key, dump_limits(limits, self._clock, self._host), self._clock.time()),
         )
+        return limits, change
 
     def update(self, key: str, rule: Rule) -> Step:
         # Most reports change nothing (a stream that starts, a success at the ceiling): a
@@ -392,14 +371,7 @@ class MachineAccount:
             if limits == seen and change is None:
                 return limits, change
 
-        def write(db: sqlite3.Connection) -> Step:
-            read, clamped = self._read_marked(db, key)
-            limits, change = rule(read)
-            limits = not_learnt(limits, read, clamped)
-            self._write(db, key, limits)
-            return limits, change
-
-        return self._run(write, write=True)
+        return self._run(lambda db: self._store(db, key, rule), write=True)
 
     def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
         def write(db: sqlite3.Connection) -> Step:
@@ -421,11 +393,8 @@ class MachineAccount:
             ended = db.execute(
                 f"SELECT COUNT(*) FROM released WHERE seq > ? AND {match}", (since, *args)
             ).fetchone()
-            read, clamped = self._read_marked(db, lease.key)
-            limits, change = rule(read, int(running[0]) + int(ended[0]))
-            limits = not_learnt(limits, read, clamped)
-            self._write(db, lease.key, limits)
-            return limits, change
+            counted = int(running[0]) + int(ended[0])
+            return self._store(db, lease.key, lambda read: rule(read, counted))
 
         return self._run(write, write=True)
 
@@ -684,36 +653,44 @@ def _key_matches(prefix: str) -> tuple[str, tuple[object, ...]]:
     return "key = ?", (prefix,)
 
 
+def _transaction(db: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T]) -> _T:
+    """``body`` in one ``BEGIN IMMEDIATE`` transaction, rolled back if it raises."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        result = body(db)
+        db.execute("COMMIT")
+    except BaseException:
+        # an error here means no transaction is open (it failed to begin, or already ended)
+        with contextlib.suppress(sqlite3.Error):
+            db.execute("ROLLBACK")
+        raise
+    return result
+
+
 def _add_lease_columns(db: sqlite3.Connection) -> None:
     """Give a file made by an older teamlead the lease columns it lacks (once, atomically:
     two processes may open it together)."""
-    have = {row[1] for row in db.execute("PRAGMA table_info(leases)")}
-    if have >= _LEASE_COLUMNS.keys():
-        return
-    db.execute("BEGIN IMMEDIATE")
-    try:
+
+    def add(db: sqlite3.Connection) -> None:
         have = {row[1] for row in db.execute("PRAGMA table_info(leases)")}
         for name, kind in _LEASE_COLUMNS.items():
             if name not in have:
                 db.execute(f"ALTER TABLE leases ADD COLUMN {name} {kind}")
-        db.execute("COMMIT")
-    except BaseException:
-        _rollback(db)
-        raise
+
+    have = {row[1] for row in db.execute("PRAGMA table_info(leases)")}
+    if not have >= _LEASE_COLUMNS.keys():
+        _transaction(db, add)
 
 
-def _check_pages(db: sqlite3.Connection) -> None:
+def _check(db: sqlite3.Connection) -> None:
     """Raise :class:`_Unfit` when SQLite's quick check finds the file damaged (a truncated
-    file opens, and fails only at the page it lacks)."""
+    file opens, and fails only at the page it lacks), or a table lacks a column teamlead has
+    always used (a missing table is made, a missing later column added, by
+    :meth:`MachineAccount._connect`)."""
     found = db.execute("PRAGMA quick_check(1)").fetchone()
     if found is None or found[0] != "ok":
         detail = "" if found is None else str(found[0]).splitlines()[0]
         raise _Unfit(f"database disk image is malformed ({detail[:120]})")
-
-
-def _check_tables(db: sqlite3.Connection) -> None:
-    """Raise :class:`_Unfit` when a table lacks a column teamlead has always used (a
-    missing table is made, a missing later column added, by :meth:`MachineAccount._connect`)."""
     for table, columns in _COLUMNS.items():
         have = {row[1] for row in db.execute(f"PRAGMA table_info({table})")}
         if have and not columns <= have:
@@ -725,16 +702,10 @@ def _damage(path: Path) -> str | None:
     """What is wrong with the database at ``path`` (``None``: nothing), found without
     writing to it."""
     try:
-        db = sqlite3.connect(str(path), timeout=0.1)
-    except sqlite3.Error as exc:
-        return _reason(exc) if _corrupt(exc) else None
-    try:
-        _check_pages(db)
-        _check_tables(db)
+        with contextlib.closing(sqlite3.connect(str(path), timeout=0.1)) as db:
+            _check(db)
     except (sqlite3.Error, _Unfit) as exc:
         return _reason(exc) if _corrupt(exc) else None
-    finally:
-        db.close()
     return None
 
 
@@ -754,9 +725,3 @@ def _corrupt(exc: BaseException) -> bool:
 def _reason(exc: BaseException) -> str:
     text = str(exc) or type(exc).__name__
     return text.splitlines()[0]
-
-
-def _rollback(db: sqlite3.Connection) -> None:
-    # an error here means no transaction is open (it failed to begin, or already ended)
-    with contextlib.suppress(sqlite3.Error):
-        db.execute("ROLLBACK")

@@ -99,9 +99,7 @@ class ProcessAccount:
             and _matches(h.key, prefix)
         )
         ended = sum(1 for seq, key in self._released if seq > since and _matches(key, prefix))
-        limits, change = rule(self.limits(lease.key), running + ended)
-        self._keep(lease.key, limits)
-        return limits, change
+        return self.update(lease.key, lambda got: rule(got, running + ended))
 
     def in_flight(self, prefix: str) -> int:
         return sum(1 for h in self._leases.values() if _matches(h.key, prefix))

@@ -494,47 +494,39 @@ class RedisAccount:
         return self._call(drop)
 
     def update(self, key: str, rule: Rule) -> Step:
-        def snapshot() -> tuple[Limits | None, Limits | None, str, str, bool]:
-            raw = self._get(key)
-            seen, clamped = self._decode(key, raw)
-            return seen, seen, "" if seen is None else raw, "", clamped
-
-        return self._compare_and_set(key, snapshot, rule)
+        return self._compare_and_set(key, lambda: (0, self._get(key), ""), lambda got, _: rule(got))
 
     def update_rejected(self, lease: Lease, prefix: str, rule: CountedRule) -> Step:
         keys = [*self._keys, _limits_key(lease.key)]
 
-        def snapshot() -> tuple[tuple[Limits | None, int], Limits | None, str, str, bool]:
+        def snapshot() -> tuple[int, str, str]:
             counted, seq, raw = self._script(
                 self._reject, keys, [lease.token, prefix, self._forget_ms]
             )
-            seen, clamped = self._decode(lease.key, str(raw))
-            given = (seen, int(counted))
-            return given, seen, "" if seen is None else str(raw), str(seq), clamped
+            return int(counted), str(raw), str(seq)
 
-        return self._compare_and_set(
-            lease.key, snapshot, lambda seen: rule(*seen), rejected=lease.token
-        )
+        return self._compare_and_set(lease.key, snapshot, rule, rejected=lease.token)
 
     def _compare_and_set(
         self,
         key: str,
-        snapshot: Callable[[], tuple[_T, Limits | None, str, str, bool]],
-        rule: Callable[[_T], Step],
+        snapshot: Callable[[], tuple[int, str, str]],
+        rule: CountedRule,
         *,
         rejected: str = "",
     ) -> Step:
-        """Apply ``rule`` to what ``snapshot`` read (the rule's input, the stored limits
-        and their raw value, the counter when the write must also find no lease taken
-        or given back since: else ``''``, and whether the pause read was clamped), and
-        write its result if the store still holds what was read; else read again.
-        ``rejected``: the token of the lease the rule reports the rejection of, marked in
-        the step that writes (so written even when the limits stay as they were)."""
-        name = _limits_key(key)
-        cas_keys = [name, self._seq, self._keys[1], self._keys[3]]
+        """Apply ``rule`` to what ``snapshot`` read (the count the rule is given, the raw
+        stored limits, and the counter when the write must also find no lease taken or
+        given back since: else ``''``), and write its result if the store still holds what
+        was read; else read again. ``rejected``: the token of the lease the rule reports the
+        rejection of, marked in the step that writes (so written even when the limits stay
+        as they were)."""
+        cas_keys = [_limits_key(key), self._seq, self._keys[1], self._keys[3]]
         for attempt in range(_CAS_TRIES):
-            given, stored, raw, seq, clamped = snapshot()
-            limits, change = rule(given)
+            counted, raw, seq = snapshot()
+            stored, clamped = self._decode(key, raw)
+            raw = raw if stored is not None else ""  # an unreadable value was dropped
+            limits, change = rule(stored, counted)
             if not rejected and stored is not None and limits == stored and change is None:
                 return limits, change  # nothing to write
             limits = not_learnt(limits, stored, clamped)
