@@ -30,6 +30,7 @@ WARM_VAR = "TEAMLEAD_CLAUDE_WARM"
 _IDLE_S = 300.0
 _START_S = 3.0  # a started warm process listens in this (before it loads teamlead)
 _READY_S = 60.0  # ... and has loaded teamlead in this
+_INSTALLED = ("site-packages", "dist-packages")  # the folders an install puts this file in
 
 
 def main() -> None:
@@ -224,8 +225,10 @@ def _name(idle: float) -> str:
             digest.update(b"%d\0" % os.stat(folder or ".").st_mtime_ns)
         except OSError:
             pass
-    stack = [os.path.join(here, "teamlead")]
-    while stack:  # teamlead's own code, for a checkout installed in place
+    # teamlead's own code, for a checkout installed in place (an install's code changes
+    # with its folder, stated above)
+    stack = [] if os.path.basename(here) in _INSTALLED else [os.path.join(here, "teamlead")]
+    while stack:
         try:
             entries = sorted(os.scandir(stack.pop()), key=lambda entry: entry.name)
         except OSError:

@@ -46,6 +46,7 @@ Example:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 from bisect import insort
@@ -59,6 +60,7 @@ import anyio.lowlevel
 
 from ._governor import (
     Account,
+    AccountError,
     Bounds,
     BucketState,
     Budget,
@@ -390,6 +392,13 @@ class Governor:
         """Also call ``listener`` with every change; returns the call that unsubscribes."""
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
+
+    def open_account(self) -> None:
+        """Open the account's store (a machine's file, a Redis connection) now, not at the
+        first request: the relay does this while its CLI starts. A store that fails is left
+        for that request to report."""
+        with contextlib.suppress(AccountError):
+            self.account.in_flight("")
 
     def clear(self) -> None:
         """Reject every waiter with :class:`GovernorCleared`.

@@ -23,6 +23,7 @@ from .._door import lazy_exports
 
 if TYPE_CHECKING:
     from .accounts import Account as Account
+    from .accounts import AccountError as AccountError
     from .accounts import WarnOnce as WarnOnce
     from .accounts import check_limits_spec as check_limits_spec
     from .accounts import open_account as open_account

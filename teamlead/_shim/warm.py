@@ -47,6 +47,9 @@ __all__ = ["Request", "main"]
 _REQUEST_S = 5.0  # a connected launcher sends its request and its go in this
 _MAX_REQUEST = 4 << 20
 _REAP_TICK_S = 1.0
+# a worker forked as a session starts rehearses this much later (the session's CLI starts
+# meanwhile, on the same cores), or at once when a launcher is waiting
+_SETTLE_S = 0.5
 _PR_SET_PDEATHSIG = 1
 _MAGIC = b"tlc1"
 # what a session loads beyond the doors: modules the relay and the event loop import late
@@ -105,14 +108,16 @@ def main(listener: socket.socket) -> None:
     if not usable:  # keep the name, so the launchers do not start another, and refuse
         _refuse(listener, idle_s)
         return
+    settle = 0.0  # the first worker has no session beside it
     while True:
         taken, tell = os.pipe()
         warm = os.getpid()
         pid = os.fork()
         if pid == 0:
             os.close(taken)
-            _worker(listener, tell, warm)
+            _worker(listener, tell, warm, settle)
         os.close(tell)
+        settle = _SETTLE_S
         ready = _taken(taken, idle_s)
         os.close(taken)
         if not ready:  # idle: the waiting worker ends with the warm process
@@ -201,16 +206,22 @@ def _reap() -> None:
             pass
 
 
-def _worker(listener: socket.socket, tell: int, warm: int) -> None:
+def _worker(listener: socket.socket, tell: int, warm: int, settle: float) -> None:
     """Wait for one launcher (``tell`` the warm process, pid ``warm``, when it comes) and
     run its session in this process; never returns. A worker still waiting ends with its
-    warm process."""
-    with contextlib.suppress(Exception):  # the session's start, rehearsed: faster then
-        from .bridge import rehearse
+    warm process (a worker left waiting would hold the name and turn the next launcher
+    away). It rehearses its session's start after ``settle`` seconds, unless a launcher
+    comes first."""
+    _ends_with_parent(signal.SIGKILL)
+    if os.getppid() != warm:  # it ended before that
+        os._exit(0)
+    if not select.select([listener], [], [], settle)[0]:
+        with contextlib.suppress(Exception):  # the session's start, rehearsed: faster then
+            from .bridge import rehearse
 
-        rehearse()
+            rehearse()
     try:
-        conn = _accept(listener, warm)
+        conn = _accept(listener)
         os.write(tell, b"1")
         os.close(tell)
         listener.close()
@@ -244,14 +255,9 @@ def _worker(listener: socket.socket, tell: int, warm: int) -> None:
         os._exit(code)
 
 
-def _accept(listener: socket.socket, warm: int) -> socket.socket:
-    """The next launcher's connection. While it waits, this process ends with the warm
-    process ``warm``, its parent (a worker left waiting would hold the name and turn the
-    next launcher away); once it has a session, the session goes on whatever becomes of
-    the warm process."""
-    _ends_with_parent(signal.SIGKILL)
-    if os.getppid() != warm:  # it ended before that
-        os._exit(0)
+def _accept(listener: socket.socket) -> socket.socket:
+    """The next launcher's connection; from then on, the session goes on whatever becomes
+    of the warm process."""
     conn = listener.accept()[0]
     _ends_with_parent(0)
     return conn
