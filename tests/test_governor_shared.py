@@ -26,6 +26,7 @@ import pydantic
 import pytest
 
 from teamlead._governor.accounts import (
+    AccountError,
     FallbackAccount,
     ProcessAccount,
     WarnOnce,
@@ -37,11 +38,12 @@ from teamlead._governor.accounts.codecs import MAX_LEASE_S
 from teamlead._governor.accounts.machine import MachineAccount, default_path
 from teamlead._governor.aimd import Limits
 from teamlead._governor.retry_after import PLAUSIBLE_PAUSE_S
+from teamlead._relay import start_relay
 from teamlead.clock import SYSTEM_CLOCK, Clock
 from teamlead.errors import UsageError
 from teamlead.governor import Governor, Slot
 from teamlead.policy import LimitsPolicy
-from teamlead.testing import FakeClock
+from teamlead.testing import FakeClock, Reply, ScriptedServer
 
 from .governors import OPUS as A
 from .governors import close_accounts, governor_on, opened, warned
@@ -702,3 +704,21 @@ async def test_an_unreadable_record_of_an_ended_request_is_dropped(
     assert governor.state(A).cap == 1
     assert len(warned(caplog)) == 1 and "ended request" in warned(caplog)[0]
     assert _raw(db, "SELECT COUNT(*) FROM released WHERE typeof(seq) != 'integer'") == [(0,)]
+
+
+async def test_a_relay_opens_its_account_store_while_no_request_has_come(tmp_path: Path) -> None:
+    path = tmp_path / "limits.sqlite3"
+    with ScriptedServer(lambda _request: Reply.text("hi")) as server:
+        async with start_relay(server.base_url, _governor(path)):
+            # the first request would wait for the file: it is opened while the CLI starts
+            assert await apoll(path.exists, within_s=5)
+
+
+def test_opening_a_store_that_fails_is_left_for_the_first_request_to_report(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "not-a-folder").write_text("x")
+    governor = _governor(tmp_path / "not-a-folder" / "limits.sqlite3")
+    governor.open_account()  # no error here: nothing asked for the store yet
+    with pytest.raises(AccountError, match="not-a-folder"):
+        governor.account.in_flight("")
