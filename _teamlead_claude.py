@@ -83,22 +83,33 @@ def _warm(argv: list[str], idle: float) -> int | None:
     """The session's exit code, run by a warm process; ``None`` if none could take it
     (nothing of the session was read then)."""
     name = _name(idle)
-    conn = _connect(name, 0.0, None)
-    if conn is None:
-        started = _start(name, idle)
-        conn = _connect(name, _START_S, started) if started is not None else None
+    for _try in range(2):  # again once if the process behind the name ended as it was asked
+        conn = _connect(name, 0.0, None)
         if conn is None:
+            started = _start(name, idle)
+            conn = _connect(name, _START_S, started) if started is not None else None
+            if conn is None:
+                return None
+        try:
+            conn.settimeout(_READY_S)
+            _send(conn, argv)
+            answer = _line(conn)
+        except TimeoutError:
             return None
-    try:
-        conn.settimeout(_READY_S)
-        _send(conn, argv)
-        if not _line(conn).startswith(b"pid "):
+        except OSError:
+            answer = b""
+        if not answer:  # it ended before it held the streams: nothing of them was read
+            conn.close()
+            continue
+        if not answer.startswith(b"pid "):
             return None
-        conn.sendall(b"g")
-        conn.settimeout(None)
-    except OSError:
-        return None
-    return _wait(conn)
+        try:
+            conn.sendall(b"g")
+            conn.settimeout(None)
+        except OSError:
+            return None
+        return _wait(conn)
+    return None
 
 
 def _wait(conn: Socket) -> int:

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import gc
 import os
 import resource
 import select
@@ -103,6 +104,7 @@ def main(listener: socket.socket) -> None:
     try:
         _load()
         usable = threading.active_count() == 1  # a thread would not survive the forks
+        gc.freeze()  # the collector of a worker never walks (and so copies) what is loaded
     except Exception:  # a broken install: the launchers run cold and show why
         usable = False
     if not usable:  # keep the name, so the launchers do not start another, and refuse
