@@ -393,7 +393,7 @@ class Governor:
         self._listeners.append(listener)
         return lambda: self._listeners.remove(listener) if listener in self._listeners else None
 
-    def open_account(self) -> None:
+    def connect_account(self) -> None:
         """Open the account's store (a machine's file, a Redis connection) now, not at the
         first request: the relay does this while its CLI starts. A store that fails is left
         for that request to report."""

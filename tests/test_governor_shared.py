@@ -719,6 +719,6 @@ def test_opening_a_store_that_fails_is_left_for_the_first_request_to_report(
 ) -> None:
     (tmp_path / "not-a-folder").write_text("x")
     governor = _governor(tmp_path / "not-a-folder" / "limits.sqlite3")
-    governor.open_account()  # no error here: nothing asked for the store yet
+    governor.connect_account()  # no error here: nothing asked for the store yet
     with pytest.raises(AccountError, match="not-a-folder"):
         governor.account.in_flight("")

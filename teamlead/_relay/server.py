@@ -415,7 +415,7 @@ class _RunningRelay:
             await self._stop()
             raise
         # the first request would wait for the store: open it while the CLI starts
-        asyncio.get_running_loop().call_soon(self._governor.open_account)
+        asyncio.get_running_loop().call_soon(self._governor.connect_account)
         relay = self._relay = Relay(app, port)
         if self._on_event is not None:
             relay.subscribe(self._on_event)
