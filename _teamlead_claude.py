@@ -101,7 +101,7 @@ def _warm(argv: list[str], idle: float) -> int | None:
         if not answer:  # it ended before it held the streams: nothing of them was read
             conn.close()
             continue
-        if not answer.startswith(b"pid "):
+        if not answer.startswith(b"pid "):  # "cold": it will not run this session
             return None
         try:
             conn.sendall(b"g")

@@ -22,8 +22,10 @@ worker's exit code becomes the launcher's.
 The protocol, one connection a session: the launcher sends a length-prefixed request (its
 three standard streams attached) ``tlc1 NUL cwd NUL umask NUL argc NUL argv... NUL
 env...``; the worker answers ``pid N`` once it holds the streams, and touches them only
-after the launcher's ``g`` (a launcher that gave up meanwhile runs the session itself);
-then the launcher sends a byte per stop signal, and the worker's last line is ``exit N``.
+after the launcher's ``g`` (a launcher that gave up meanwhile runs the session itself), or
+``cold`` when it will not run the session (the launcher runs it then; one that gets no
+answer, its warm process ending, asks once more); then the launcher sends a byte per stop
+signal, and the worker's last line is ``exit N``.
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ _REAP_TICK_S = 1.0
 _SETTLE_S = 0.5
 _PR_SET_PDEATHSIG = 1
 _MAGIC = b"tlc1"
+_COLD = b"cold\n"  # the answer of a worker that will not run the session
 # what a session loads beyond the doors: modules the relay and the event loop import late
 _LATE_IMPORTS = (
     "anyio",
@@ -143,12 +146,15 @@ def _taken(taken: int, idle_s: float) -> bool:
 
 
 def _refuse(listener: socket.socket, idle_s: float) -> None:
-    """Close every connection (its launcher runs its session itself) until ``idle_s``
-    seconds pass without one."""
+    """Answer every connection ``cold`` (its launcher runs its session itself) until
+    ``idle_s`` seconds pass without one."""
     listener.settimeout(idle_s)
     with contextlib.suppress(OSError):
         while True:
-            listener.accept()[0].close()
+            conn = listener.accept()[0]
+            with contextlib.suppress(OSError):
+                conn.sendall(_COLD)
+            conn.close()
 
 
 def _load() -> None:
@@ -232,7 +238,8 @@ def _worker(listener: socket.socket, tell: int, warm: int, settle: float) -> Non
             os._exit(0)
         conn.settimeout(_REQUEST_S)
         request = _receive(conn)
-        if not _limits_of(launcher):  # closed before "pid": the launcher runs it cold
+        if not _limits_of(launcher):  # the launcher runs it cold
+            conn.sendall(_COLD)
             os._exit(0)
         conn.sendall(b"pid %d\n" % os.getpid())
         entered = _enter(request)  # while the launcher answers: nothing of it is touched
