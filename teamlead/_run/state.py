@@ -78,8 +78,7 @@ class Asked:
         mark: the value of :data:`RUN_MARK_VAR` in this run's CLI environment.
         store: the run's session store, when its options name one.
         turns: the turns the run has begun: a query run has one, a client's run one per
-            :func:`teamlead.receive_all` (the run's state goes on: each turn's ``Finished``
-            reports the run so far).
+            :func:`teamlead.receive_all` (:meth:`begin_turn`).
         held: the run outlives each of its turns (a :class:`~teamlead.ClientRun`'s, for
             its client's life): :meth:`RunState.close` lets go of nothing until it is
             released.
@@ -95,6 +94,11 @@ class Asked:
     store: RunStore | None = None
     turns: int = 0
     held: bool = False
+
+    def begin_turn(self) -> None:
+        """A turn of the run begins: the query, or a client's next one on the same CLI
+        process. The run's state goes on: each turn's ``Finished`` reports the run so far."""
+        self.turns += 1
 
     def wire(self, **pieces: Any) -> None:
         """Add ``pieces`` (fields of :class:`~.options.Wiring`) to the run's wiring, and build
