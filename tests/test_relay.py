@@ -6,9 +6,12 @@ a Retry-After run on a FakeClock, so no test waits out a pause for real.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import http.client as http_client
 import json
 import logging
+import re
 import socket
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -582,6 +585,41 @@ async def test_an_unreachable_upstream_is_a_502() -> None:
         async with start_relay(f"http://127.0.0.1:{port}", fake_governor()) as relay, http() as h:
             r = await h.post(relay.base_url + "/v1/messages", content=body())
     assert r.status_code == 502
+
+
+async def test_the_upstream_connection_is_opened_ahead_and_the_first_request_takes_it() -> None:
+    # the relay starts while the CLI does (hundreds of ms before its first request): the
+    # upstream's handshakes are done by then, not in front of that request
+    accepted = anyio.Event()
+    carried: list[list[bytes]] = []  # per connection, the request lines it carried
+
+    async def upstream(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        lines: list[bytes] = []
+        carried.append(lines)
+        accepted.set()
+        reply = json.dumps({"type": "message", "content": []}).encode()
+        with contextlib.suppress(asyncio.IncompleteReadError, ConnectionError):
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                lines.append(head.split(b"\r\n", 1)[0])
+                length = re.search(rb"(?i)\r\ncontent-length: *(\d+)", head)
+                await reader.readexactly(int(length.group(1)) if length else 0)
+                writer.write(
+                    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n"
+                    b"content-length: %d\r\n\r\n%s" % (len(reply), reply)
+                )
+                await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(upstream, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server, start_relay(f"http://127.0.0.1:{port}", fake_governor()) as relay:
+        with anyio.fail_after(10):
+            await accepted.wait()  # before any request was sent
+        async with http() as h:
+            r = await h.post(relay.base_url + "/v1/messages", content=body())
+    assert r.status_code == 200
+    assert carried == [[b"POST /v1/messages HTTP/1.1"]]
 
 
 # -- security ---------------------------------------------------------------------------------

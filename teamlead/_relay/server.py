@@ -308,7 +308,10 @@ def bounded_server(
     )
 
 
-def _upstream_session(config: RelayConfig, upstream: str) -> aiohttp.ClientSession:
+_Proxy = tuple[yarl.URL | None, aiohttp.BasicAuth | None]
+
+
+def _upstream_session(config: RelayConfig, proxy: _Proxy) -> aiohttp.ClientSession:
     """The upstream client: pooled, no cookies, no redirects, bytes as they come.
 
     No header is added that the CLI did not send (``skip_auto_headers``; no ``~/.netrc``
@@ -318,10 +321,6 @@ def _upstream_session(config: RelayConfig, upstream: str) -> aiohttp.ClientSessi
     timeout = aiohttp.ClientTimeout(
         total=None, sock_connect=config.connect_timeout_s, sock_read=config.read_timeout_s
     )
-    try:
-        proxy, proxy_auth = get_env_proxy_for_url(yarl.URL(upstream))
-    except LookupError:
-        proxy, proxy_auth = None, None
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=0, enable_cleanup_closed=False),
         timeout=timeout,
@@ -330,9 +329,40 @@ def _upstream_session(config: RelayConfig, upstream: str) -> aiohttp.ClientSessi
         cookie_jar=aiohttp.DummyCookieJar(),
         skip_auto_headers=("User-Agent", "Accept", "Accept-Encoding", "Content-Type"),
         # trust_env would also read ~/.netrc for the upstream on every request (in a thread)
-        proxy=proxy,
-        proxy_auth=proxy_auth,
+        proxy=proxy[0],
+        proxy_auth=proxy[1],
     )
+
+
+def _proxy_for(upstream: str) -> _Proxy:
+    """The environment's proxy for ``upstream`` (``HTTPS_PROXY``/``HTTP_PROXY``,
+    ``NO_PROXY``), and its credentials."""
+    try:
+        return get_env_proxy_for_url(yarl.URL(upstream))
+    except LookupError:
+        return None, None
+
+
+async def _connect_ahead(session: aiohttp.ClientSession, upstream: str, proxy: _Proxy) -> None:
+    """Open a connection to the upstream (its TCP, TLS and proxy handshakes) and leave it
+    in the session's pool, while the CLI starts: its first request then does not wait for
+    them. Best effort: a failure here is the first request's to meet, and to report."""
+    connector = session.connector
+    assert connector is not None  # made with one (:func:`_upstream_session`)
+    try:
+        request = aiohttp.ClientRequest(
+            "GET",
+            yarl.URL(upstream),
+            loop=asyncio.get_running_loop(),
+            proxy=proxy[0],
+            proxy_auth=proxy[1],
+            session=session,
+        )
+        connection = await connector.connect(request, [], session.timeout)
+    except Exception as exc:  # noqa: BLE001 - the first request reports what is wrong
+        log.debug("could not connect to the upstream ahead: %s", type(exc).__name__)
+        return
+    connection.release()
 
 
 def start_relay(
@@ -379,6 +409,7 @@ class _RunningRelay:
     _reserved: Reserved | None = None
     _relay: Relay | None = field(default=None, init=False)
     _stopped: bool = field(default=False, init=False)
+    _ahead: asyncio.Task[None] | None = field(default=None, init=False)
 
     async def __aenter__(self) -> Relay:
         reserved = self._reserved
@@ -388,7 +419,8 @@ class _RunningRelay:
             where = f"127.0.0.1:{self._config.port}" if self._config.port else "127.0.0.1"
             raise RelayError(f"the relay cannot listen on {where}: {exc.strerror}") from None
         port = sock.getsockname()[1]
-        self._session = _upstream_session(self._config, self._upstream)
+        proxy = _proxy_for(self._upstream)
+        self._session = _upstream_session(self._config, proxy)
         app = RelayApp(
             upstream=self._upstream,
             session=self._session,
@@ -414,8 +446,11 @@ class _RunningRelay:
         except BaseException:
             await self._stop()
             raise
-        # the first request would wait for the store: open it while the CLI starts
-        asyncio.get_running_loop().call_soon(self._governor.connect_account)
+        # the first request would wait for the store and the upstream's handshakes: both
+        # are done while the CLI starts
+        loop = asyncio.get_running_loop()
+        loop.call_soon(self._governor.connect_account)
+        self._ahead = loop.create_task(_connect_ahead(self._session, self._upstream, proxy))
         relay = self._relay = Relay(app, port)
         if self._on_event is not None:
             relay.subscribe(self._on_event)
@@ -445,9 +480,12 @@ class _RunningRelay:
                 task.cancel()
             elif not task.cancelled() and task.exception() is not None:
                 log.warning("the relay stopped with an error: %s", type(task.exception()).__name__)
-            # force_exit does not wait for the requests still streaming: end them here, so
-            # none uses the upstream session after it is closed
+            # force_exit does not wait for the requests still streaming: end them here (and
+            # a connection still being opened ahead), so none uses the upstream session
+            # after it is closed
             requests = {t for t in server.server_state.tasks if not t.done()}
+            if self._ahead is not None and not self._ahead.done():
+                requests.add(self._ahead)
             for request in requests:
                 request.cancel()
             if requests:

@@ -56,10 +56,13 @@ _SETTLE_S = 0.5
 _PR_SET_PDEATHSIG = 1
 _MAGIC = b"tlc1"
 _COLD = b"cold\n"  # the answer of a worker that will not run the session
-# what a session loads beyond the doors: modules the relay and the event loop import late
+# what a session loads beyond the doors: the bridge (which a command that is not a
+# session never loads), and modules the relay and the event loop import late
 _LATE_IMPORTS = (
+    "teamlead._shim.bridge",
     "anyio",
     "anyio._backends._asyncio",
+    "anyio._core._signals",
     "anyio._core._subprocesses",
     "uvicorn.lifespan.off",
     "uvicorn.protocols.http.httptools_impl",

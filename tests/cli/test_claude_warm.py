@@ -109,6 +109,34 @@ def test_the_warm_process_ends_after_its_idle_time(offline: OfflineFactory) -> N
     assert poll(lambda: not _serving_or_waiting(warm_idle(1.5)), within_s=10) is not None
 
 
+def test_a_warm_session_imports_nothing_its_warm_process_did_not_load(
+    offline: OfflineFactory, tmp_path: Path
+) -> None:
+    # a CLI path that loads what a warm process loads, runs the app's session as a worker
+    # runs it, and writes down every module the session imported (each one an import paid
+    # by every warm session, in a forked worker)
+    _, claude = offline(_answer("Loaded."))
+    imported = tmp_path / "imported.json"
+    as_warm = tmp_path / "as-warm-teamlead-claude"
+    as_warm.write_text(
+        f"#!{sys.executable}\n"
+        "import json, os, sys\n"
+        "from teamlead._shim import finish, session, warm\n"
+        "warm._load()\n"
+        "before = set(sys.modules)\n"
+        "code = session(sys.argv[1:])\n"
+        f"with open({str(imported)!r}, 'w') as out:\n"
+        "    json.dump(sorted(set(sys.modules) - before), out)\n"
+        "finish()\n"
+        "os._exit(code)\n"
+    )
+    as_warm.chmod(0o755)
+
+    assert anyio.run(_result, claude.options(cli_path=as_warm)).result == "Loaded."
+    assert poll(imported.exists, within_s=20) is not None
+    assert json.loads(imported.read_text()) == []
+
+
 #: the session's POSIX message queue limit (a limit node leaves as it is; it raises the
 #: open-file one), and the command lines of its shell's ancestors
 _LIMITS_AND_ANCESTORS = (
