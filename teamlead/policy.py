@@ -111,7 +111,8 @@ class Policy(BaseModel):
     Attributes:
         max_resumes: re-queries with ``resume=session_id`` at most (default 3).
         max_continuations: how often one agent that the CLI stopped at its turn limit
-            (``maxTurns``) before it finished is continued at most, by the lead or on
+            (``maxTurns``) before it finished, or that was lost with its CLI process (still
+            running when the process ended), is continued at most, by the lead or on
             teamlead's ask in a resume prompt (a ``SendMessage`` to its task id), default 3;
             still unfinished after that, its row is missing and the run ``partial``. The
             resumes, budgets and deadline still rule.

@@ -501,6 +501,9 @@ async def test_an_open_task_is_lost_and_recovered_from_its_transcript(config_dir
     assert 'name="slow probe" status="lost" via="transcript"' in prompt
     assert "T1-PARTIAL: half of the answer" in prompt and "T2 done" not in prompt
     assert '- task "slow probe" ended lost' in prompt
+    # lost with its CLI, not stopped: the lead is asked to continue it in the next CLI
+    assert "was lost with its CLI process before finishing" in prompt
+    assert 'call SendMessage {"to": "t1", ' in prompt
     rows = {t.id: t for t in done.tasks}
     assert (rows["t1"].status, rows["t1"].disposition, rows["t1"].source) == (
         "stopped",

@@ -79,6 +79,8 @@ _MAX_LOST_REASON = 160
 _REPORTED: dict[str, DeliveryStatus] = {"failed": "failed", "completed": "completed"}
 #: a task id the resume prompt may name in a SendMessage call (the CLI's ids are hex)
 _PLAIN_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+#: how an agent still running when its CLI process ended was cut, as the prompt says it
+_LOST_WITH_ITS_CLI = "was lost with its CLI process before finishing"
 
 
 class Collection:
@@ -476,12 +478,16 @@ class Collection:
         )
 
     def _continue_ask(self, task: TaskInfo, end: AgentEnd) -> Delivery | None:
-        """The ask to continue ``task``, stopped at its turn limit, with its partial output;
-        ``None`` when it finished, was continued :attr:`~teamlead.policy.Policy.max_continuations`
-        times (by the lead or on teamlead's ask) or its id is not a plain one."""
+        """The ask to continue ``task`` (a ``SendMessage`` to its id resumes it on its own
+        transcript, in the next CLI process too), with its partial output: an agent stopped
+        at its turn limit, or one lost with its CLI (still running when that process
+        ended: never one the lead or the run stopped). ``None`` for any other end, or
+        when it was continued :attr:`~teamlead.policy.Policy.max_continuations` times (by
+        the lead or on teamlead's ask) or its id is not a plain one."""
         bound = self._policy.max_continuations
         asked = self._collected.continue_asks.get(task.task_id, 0)
-        if end.kind != "turn_limit" or not task.terminal or task.is_workflow:
+        lost = end.kind == "lost" and not task.terminal and not self._process_alive
+        if not (end.kind == "turn_limit" and task.terminal or lost) or task.is_workflow:
             return None
         if max(task.continued, asked) >= bound or not _PLAIN_ID.fullmatch(task.task_id):
             return None
@@ -490,6 +496,8 @@ class Collection:
         delivery = task_delivery(self._config_dir, task, session, end)
         delivery.key = f"continue:{task.task_id}:{asked + 1}"
         delivery.continue_task = task.task_id
+        if lost:
+            delivery.cut = _LOST_WITH_ITS_CLI
         return delivery
 
 
@@ -612,13 +620,17 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
     replaced = _replacements(tracker, collected)
     for task in tracker.tasks.values():
         key = f"task:{task.task_id}"
+        judged = collected.ends.get(task.task_id)
+        end = judged[1] if judged is not None else None
         delivery = collected.deliveries.get(key)
+        asks = collected.continue_asks.get(task.task_id)
+        if delivery is None and asks and not (end is not None and end.finished):
+            # never finished: what the last ask to continue it quoted of what it left
+            delivery = collected.deliveries.get(f"continue:{task.task_id}:{asks}")
         used = task.absorbed or key in collected.absorbed
         status = _task_outcome(task)
         source: _Source = delivery.source if delivery else ("lead" if task.absorbed else "none")
         reason: str | None = None
-        judged = collected.ends.get(task.task_id)
-        end = judged[1] if judged is not None else None
         unread = collected.unread.get(key)
         by = replaced.get(task.task_id)
         if by is not None:  # work done again counts once: by the agent that finished it

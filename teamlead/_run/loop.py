@@ -221,10 +221,13 @@ async def _wrap_up(state: RunState, carried: list[Delivery], wrap: WrapFn) -> As
 def _not_yet_used(delivered: list[Delivery]) -> str:
     """Why the lead is resumed, counting only what hands it a result."""
     results = sum(1 for d in delivered if d.carries_result)
-    stopped = sum(1 for d in delivered if d.continue_task)
-    rest = len(delivered) - results - stopped
+    stopped = sum(1 for d in delivered if d.continue_task and d.status == "partial")
+    lost = sum(1 for d in delivered if d.continue_task and d.status != "partial")
+    rest = len(delivered) - results - stopped - lost
     failed = f"; {rest} failed or left nothing to deliver" if rest else ""
     to_continue = f"; {stopped} agent(s) stopped at a limit to continue" if stopped else ""
+    if lost:
+        to_continue += f"; {lost} agent(s) lost with their CLI to continue"
     return f"{results} result(s) not yet used by the lead{to_continue}{failed}"
 
 

@@ -4,7 +4,8 @@ A subagent type defined with ``maxTurns`` (``.claude/agents/NAME.md`` in the run
 makes the real CLI stop an agent that still calls tools at its limit: it reports the task
 ``completed``, its result PARTIAL. teamlead judges the end from the transcript and the
 notification's note, asks the lead to continue the agent (``SendMessage`` to its task id),
-within ``Policy.max_continuations``, and never counts a partial text as a complete result.
+within ``Policy.max_continuations``, and never counts a partial text as a complete result;
+an agent lost with its CLI (killed mid-work) is continued the same way in the next CLI.
 An agent cut at its output limit is told apart from a failure; agents lost with their
 machine whose work the lead delegated again are superseded; and an agent that finished
 though its notification never came (a replayed real stream without it) is delivered.
@@ -16,6 +17,7 @@ import json
 import os
 import re
 import signal
+import threading
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -88,16 +90,16 @@ class Steps:
                 AgentCall("quick", "AGENTJOB quick"),
             )
         text = req.last_user_text
-        asked = _ASKED.search(text)
+        asked = _ASKED.findall(text) if "select:SendMessage" in text else []
         noticed = _NOTICE.search(text) if self.heeds_cli else None
-        if asked is not None and "select:SendMessage" in text:
-            self.calls.append(json.loads(asked.group(1)))
+        if asked:
+            self.calls += [json.loads(call) for call in asked]
         elif noticed is not None and "<teamlead-results" not in text:
             self.calls.append({"to": noticed.group(1), "message": "Continue, please."})
         else:
             sent = req.tool_uses_sent
-            if sent and sent[-1]["name"] == "ToolSearch" and self.calls:
-                return Reply.tools(ToolUse(name="SendMessage", input=self.calls.pop()))
+            if sent and sent[-1]["name"] in ("ToolSearch", "SendMessage") and self.calls:
+                return Reply.tools(ToolUse(name="SendMessage", input=self.calls.pop(0)))
             return synthesize(req)
         return Reply.tools(ToolUse(name="ToolSearch", input={"query": "select:SendMessage"}))
 
@@ -232,6 +234,58 @@ def test_lost_agents_whose_work_was_delegated_again_are_superseded(tmp_path: Pat
         assert (lost.disposition, lost.ended) == ("not_run", "lost")
         assert lost.reason is not None and f"superseded by task {again.id}" in lost.reason
         assert (again.disposition, again.ended) == ("included", "finished")
+
+
+class LostWithItsCli(Steps):
+    """A lead that starts ``deep`` and ``quick``, whose requests hang until their CLI is
+    killed (``deep`` after two tool steps, ``quick`` at once): :attr:`hung` is set once
+    both hang. Continued (a ``SendMessage`` to the task id, in the next CLI process), each
+    answers. The lead does what a teamlead resume prompt asks."""
+
+    def __init__(self) -> None:
+        super().__init__(steps=2)
+        self.hung = threading.Event()
+        self._hanging: set[str] = set()
+        self._lock = threading.Lock()
+
+    def __call__(self, req: ScriptedRequest) -> Reply:
+        name = req.agent.description if req.role == "subagent" and req.agent else None
+        ready = name == "quick" or (name == "deep" and len(req.tool_uses_sent) >= 2)
+        with self._lock:
+            hang = ready and not self.hung.is_set() and name not in self._hanging
+            if hang:
+                self._hanging.add(str(name))
+                if self._hanging == {"deep", "quick"}:
+                    self.hung.set()
+        return Reply.text("never sent", delay=600) if hang else super().__call__(req)
+
+
+async def test_an_agent_lost_with_its_cli_is_continued_in_the_next_one_and_its_finding_used(
+    offline: OfflineFactory,
+) -> None:
+    server, claude = offline(LostWithItsCli())
+    stepper(claude.cwd, max_turns=20)  # a limit it never meets
+    script = server.script
+
+    async def kill_the_cli_once_both_hang() -> None:
+        await anyio.to_thread.run_sync(script.hung.wait, 60)
+        for process in cli_processes(claude.state_dir):  # the CLI dies, its agents with it
+            process.kill()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(kill_the_cli_once_both_hang)
+        items = await run(claude.options(), teamlead.Policy(wait_s=5, deadline_s=150))
+    done = finished(items)
+    assert done.status == "completed" and done.reason == "all_results_used", done.reasons
+    assert sorted(findings_in(done.result or "")) == ["deep", "quick"]
+    rows = {r.description: r for r in done.tasks if r.kind == "task"}
+    for name in ("deep", "quick"):
+        assert (rows[name].ended, rows[name].disposition) == ("finished", "included")
+    assert deep_starts(server) == 2  # its first start, and once continued: not run again
+    (resuming,) = [i for i in items if isinstance(i, Resuming)]
+    assert resuming.reasons == [
+        "0 result(s) not yet used by the lead; 2 agent(s) lost with their CLI to continue"
+    ]
 
 
 def waits_for_two(req: ScriptedRequest) -> Reply:
