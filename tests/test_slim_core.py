@@ -199,7 +199,7 @@ def test_teamlead_claude_reads_its_setup_without_the_sdk_or_the_terminal_views()
     code = (
         "import os, sys\n"
         "from teamlead._shim import read_setup\n"
-        "setup = read_setup(os.environ)\n"
+        "setup = read_setup()\n"
         "heavy = {'claude_agent_sdk', 'mcp', 'rich'}\n"
         "print(setup.cli, setup.policy.max_resumes)\n"
         "print(sorted({n.split('.')[0] for n in sys.modules} & heavy))\n"

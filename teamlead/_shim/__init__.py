@@ -28,7 +28,6 @@ import atexit
 import contextlib
 import os
 import sys
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,8 +87,9 @@ def _run_variables(**params: Any) -> None:
     """The ``teamlead ask`` run options, parsed from their variables alone."""
 
 
-def read_setup(environ: Mapping[str, str]) -> ShimSetup:
-    """The setup ``environ`` describes.
+def read_setup() -> ShimSetup:
+    """The setup this process's environment describes (its ``TEAMLEAD_*`` variables are
+    read as options, the way click reads an option's variable: from ``os.environ``).
 
     Raises:
         UsageError: a ``TEAMLEAD_*`` variable holds a value its option refuses.
@@ -99,7 +99,7 @@ def read_setup(environ: Mapping[str, str]) -> ShimSetup:
     if variables not in _PARSED:  # a warm process has parsed its own already (.warm)
         _PARSED[variables] = _policy()
     policy, history = _PARSED[variables]
-    cli = _cli_path(environ.get(CLAUDE_PATH_VAR, "").strip())
+    cli = _cli_path(os.environ.get(CLAUDE_PATH_VAR, "").strip())
     return ShimSetup(cli=cli, policy=policy, history=history)
 
 
@@ -143,7 +143,7 @@ def session(argv: list[str]) -> int:
     import anyio
 
     try:
-        setup = read_setup(os.environ)
+        setup = read_setup()
     except UsageError as exc:
         print(f"teamlead-claude: {exc}", file=sys.stderr)
         return _EXIT_USAGE

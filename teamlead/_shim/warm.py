@@ -180,7 +180,7 @@ def _load() -> None:
     from . import read_setup
 
     with contextlib.suppress(Exception):  # the policy of this environment's variables
-        read_setup(os.environ)
+        read_setup()
     for name in _LATE_IMPORTS:
         with contextlib.suppress(ImportError):
             module = importlib.import_module(name)
@@ -311,7 +311,7 @@ def _enter(request: Request) -> str | None:
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with contextlib.suppress(Exception):  # parsed now, told by the session
-        read_setup(os.environ)
+        read_setup()
     try:
         os.chdir(request.cwd)
     except OSError as exc:
