@@ -5,7 +5,8 @@ makes the real CLI stop an agent that still calls tools at its limit: it reports
 ``completed``, its result PARTIAL. teamlead judges the end from the transcript and the
 notification's note, asks the lead to continue the agent (``SendMessage`` to its task id),
 within ``Policy.max_continuations``, and never counts a partial text as a complete result;
-an agent lost with its CLI (killed mid-work) is continued the same way in the next CLI.
+an agent lost with its CLI (killed mid-work, or with its machine: ``teamlead resume``) is
+continued the same way in the next CLI.
 An agent cut at its output limit is told apart from a failure; agents lost with their
 machine whose work the lead delegated again are superseded; and an agent that finished
 though its notification never came (a replayed real stream without it) is delivered.
@@ -286,6 +287,35 @@ async def test_an_agent_lost_with_its_cli_is_continued_in_the_next_one_and_its_f
     assert resuming.reasons == [
         "0 result(s) not yet used by the lead; 2 agent(s) lost with their CLI to continue"
     ]
+
+
+def test_agents_lost_with_their_machine_are_continued_by_teamlead_resume(tmp_path: Path) -> None:
+    script = LostWithItsCli()
+    with ScriptedServer(script) as server:
+        claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
+        stepper(claude.cwd, max_turns=20)  # a limit it never meets
+        proc = start_ask(claude, "--json", "--wait", "5", start_new_session=True)
+        try:  # the machine dies (teamlead and its CLI) while both agents work
+            assert poll(script.hung.is_set, within_s=120, unless=lambda: proc.poll() is not None), (
+                proc.communicate(timeout=10)
+            )
+        finally:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate(timeout=10)
+        assert poll(lambda: not cli_processes(claude.state_dir), within_s=10)
+        session = next(claude.config_dir.glob("projects/*/*.jsonl")).stem
+        done = run_to_the_end(
+            [*TEAMLEAD, "resume", session, "--json", "--wait", "5"],
+            env=ask_env(claude),
+            cwd=claude.cwd,
+            timeout=150,
+        )
+        starts = deep_starts(server)
+    finished_line = Finished.model_validate_json(done.stdout.splitlines()[-1])
+    assert done.returncode == 0, (done.stderr[-2000:], finished_line.reasons)
+    assert finished_line.status == "completed" and finished_line.reason == "all_results_used"
+    assert sorted(findings_in(finished_line.result or "")) == ["deep", "quick"]
+    assert starts == 2  # its first start, and once continued: not run again
 
 
 def waits_for_two(req: ScriptedRequest) -> Reply:
