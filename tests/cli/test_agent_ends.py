@@ -19,7 +19,7 @@ import os
 import re
 import signal
 import threading
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -203,30 +203,39 @@ def test_an_agent_that_cannot_finish_ends_the_run_partial_with_bounded_tries(
     assert done.resumes == 3
 
 
+def machine_dies_then_resume(claude: OfflineClaude, dies_when: Callable[[], bool]) -> Finished:
+    """``teamlead ask`` on ``claude``, killed with its CLI (the machine dies) once
+    ``dies_when()``; then ``teamlead resume`` of its session, run to its end (exit 0):
+    its ``Finished``."""
+    proc = start_ask(claude, "--json", "--wait", "5", start_new_session=True)
+    try:
+        assert poll(dies_when, within_s=120, unless=lambda: proc.poll() is not None), (
+            proc.communicate(timeout=10)
+        )
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate(timeout=10)
+    assert poll(lambda: not cli_processes(claude.state_dir), within_s=10)
+    session = next(claude.config_dir.glob("projects/*/*.jsonl")).stem
+    done = run_to_the_end(
+        [*TEAMLEAD, "resume", session, "--json", "--wait", "5"],
+        env=ask_env(claude),
+        cwd=claude.cwd,
+        timeout=150,
+    )
+    finished_line = Finished.model_validate_json(done.stdout.splitlines()[-1])
+    assert done.returncode == 0, (done.stderr[-2000:], finished_line.reasons)
+    return finished_line
+
+
 def test_lost_agents_whose_work_was_delegated_again_are_superseded(tmp_path: Path) -> None:
     script = Redelegates()
     with ScriptedServer(script) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
-        proc = start_ask(claude, "--json", "--wait", "5", start_new_session=True)
-        try:  # the machine dies once the lead has a and b, and c and d hang
-            assert poll(
-                lambda: script.hung >= {"c", "d"} and {"a", "b"} <= lead_seen(server),
-                within_s=120,
-                unless=lambda: proc.poll() is not None,
-            ), proc.communicate(timeout=10)
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=10)
-        assert poll(lambda: not cli_processes(claude.state_dir), within_s=10)
-        session = next(claude.config_dir.glob("projects/*/*.jsonl")).stem
-        done = run_to_the_end(
-            [*TEAMLEAD, "resume", session, "--json", "--wait", "5"],
-            env=ask_env(claude),
-            cwd=claude.cwd,
-            timeout=150,
+        # the machine dies once the lead has a and b, and c and d hang
+        finished_line = machine_dies_then_resume(
+            claude, lambda: script.hung >= {"c", "d"} and {"a", "b"} <= lead_seen(server)
         )
-    finished_line = Finished.model_validate_json(done.stdout.splitlines()[-1])
-    assert done.returncode == 0, (done.stderr[-2000:], finished_line.reasons)
     assert finished_line.status == "completed" and finished_line.reason == "all_results_used"
     assert sorted(findings_in(finished_line.result or "")) == ["a", "b", "c", "d"]
     rows = [r for r in finished_line.tasks if r.kind == "task"]
@@ -294,25 +303,9 @@ def test_agents_lost_with_their_machine_are_continued_by_teamlead_resume(tmp_pat
     with ScriptedServer(script) as server:
         claude = OfflineClaude(server.base_url, state_dir=tmp_path / "s")
         stepper(claude.cwd, max_turns=20)  # a limit it never meets
-        proc = start_ask(claude, "--json", "--wait", "5", start_new_session=True)
-        try:  # the machine dies (teamlead and its CLI) while both agents work
-            assert poll(script.hung.is_set, within_s=120, unless=lambda: proc.poll() is not None), (
-                proc.communicate(timeout=10)
-            )
-        finally:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.communicate(timeout=10)
-        assert poll(lambda: not cli_processes(claude.state_dir), within_s=10)
-        session = next(claude.config_dir.glob("projects/*/*.jsonl")).stem
-        done = run_to_the_end(
-            [*TEAMLEAD, "resume", session, "--json", "--wait", "5"],
-            env=ask_env(claude),
-            cwd=claude.cwd,
-            timeout=150,
-        )
+        # the machine dies (teamlead and its CLI) while both agents work
+        finished_line = machine_dies_then_resume(claude, script.hung.is_set)
         starts = deep_starts(server)
-    finished_line = Finished.model_validate_json(done.stdout.splitlines()[-1])
-    assert done.returncode == 0, (done.stderr[-2000:], finished_line.reasons)
     assert finished_line.status == "completed" and finished_line.reason == "all_results_used"
     assert sorted(findings_in(finished_line.result or "")) == ["deep", "quick"]
     assert starts == 2  # its first start, and once continued: not run again
