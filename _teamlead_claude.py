@@ -30,6 +30,7 @@ WARM_VAR = "TEAMLEAD_CLAUDE_WARM"
 _IDLE_S = 300.0
 _START_S = 3.0  # a started warm process listens in this (before it loads teamlead)
 _READY_S = 60.0  # ... and has loaded teamlead in this
+_TRIES = 3  # connections to a warm process a session tries before it runs cold
 _INSTALLED = ("site-packages", "dist-packages")  # the folders an install puts this file in
 
 
@@ -83,13 +84,17 @@ def _warm(argv: list[str], idle: float) -> int | None:
     """The session's exit code, run by a warm process; ``None`` if none could take it
     (nothing of the session was read then)."""
     name = _name(idle)
-    for _try in range(2):  # again once if the process behind the name ended as it was asked
+    # again if the process behind the name ended as it was asked, or if the one started
+    # found the name still taken (by a warm process, or its worker, that is ending)
+    for _try in range(_TRIES):
         conn = _connect(name, 0.0, None)
         if conn is None:
             started = _start(name, idle)
-            conn = _connect(name, _START_S, started) if started is not None else None
-            if conn is None:
+            if started is None:
                 return None
+            conn = _connect(name, _START_S, started)
+            if conn is None:
+                continue
         try:
             conn.settimeout(_READY_S)
             _send(conn, argv)
