@@ -16,13 +16,17 @@ import asyncio
 import contextlib
 import ssl
 
+import aiohttp
 import yarl
 from aiohttp.helpers import get_env_proxy_for_url
 
 from ..errors import SetupError
 from .blame import shown, unreachable_reason
 
-__all__ = ["UpstreamUnreachable", "check_reachable"]
+__all__ = ["Proxy", "UpstreamUnreachable", "check_reachable", "proxy_for"]
+
+#: A proxy's URL and its credentials (``None``, ``None``: no proxy).
+Proxy = tuple[yarl.URL | None, aiohttp.BasicAuth | None]
 
 #: The longest the start of a run waits on the check (a slower network is not a verdict).
 REACH_TIMEOUT_S = 5.0
@@ -67,11 +71,8 @@ async def check_reachable(
     host, scheme = url.host, url.scheme
     if not host or scheme not in _DEFAULT_PORTS:
         return
-    try:
-        if get_env_proxy_for_url(url)[0] is not None:
-            return  # only the proxy knows the way
-    except LookupError:
-        pass
+    if proxy_for(upstream)[0] is not None:
+        return  # only the proxy knows the way
     port = url.port or _DEFAULT_PORTS[scheme]
     tls = ssl.create_default_context() if scheme == "https" else None
     try:
@@ -88,3 +89,12 @@ async def check_reachable(
     writer.close()
     with contextlib.suppress(OSError, asyncio.TimeoutError):
         await asyncio.wait_for(writer.wait_closed(), timeout_s)
+
+
+def proxy_for(upstream: str) -> Proxy:
+    """The environment's proxy for ``upstream`` (``HTTPS_PROXY``/``HTTP_PROXY``,
+    ``NO_PROXY``), and its credentials."""
+    try:
+        return get_env_proxy_for_url(yarl.URL(upstream))
+    except LookupError:
+        return None, None

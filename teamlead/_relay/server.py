@@ -29,7 +29,6 @@ import aiohttp
 import anyio
 import uvicorn
 import yarl
-from aiohttp.helpers import get_env_proxy_for_url
 
 from .._gate import Pause, RunLimits
 from .._metering import AgentBook
@@ -43,6 +42,7 @@ from .blame import in_user_terms
 from .forward import RelayConfig
 from .observe import RequestObserver
 from .protocol import ConnectionGuard, GuardedSocket, protocol_for
+from .reach import Proxy, proxy_for
 from .stats import RelayListener, notify
 
 __all__ = [
@@ -308,10 +308,7 @@ def bounded_server(
     )
 
 
-_Proxy = tuple[yarl.URL | None, aiohttp.BasicAuth | None]
-
-
-def _upstream_session(config: RelayConfig, proxy: _Proxy) -> aiohttp.ClientSession:
+def _upstream_session(config: RelayConfig, proxy: Proxy) -> aiohttp.ClientSession:
     """The upstream client: pooled, no cookies, no redirects, bytes as they come.
 
     No header is added that the CLI did not send (``skip_auto_headers``; no ``~/.netrc``
@@ -334,16 +331,7 @@ def _upstream_session(config: RelayConfig, proxy: _Proxy) -> aiohttp.ClientSessi
     )
 
 
-def _proxy_for(upstream: str) -> _Proxy:
-    """The environment's proxy for ``upstream`` (``HTTPS_PROXY``/``HTTP_PROXY``,
-    ``NO_PROXY``), and its credentials."""
-    try:
-        return get_env_proxy_for_url(yarl.URL(upstream))
-    except LookupError:
-        return None, None
-
-
-async def _connect_ahead(session: aiohttp.ClientSession, upstream: str, proxy: _Proxy) -> None:
+async def _connect_ahead(session: aiohttp.ClientSession, upstream: str, proxy: Proxy) -> None:
     """Open a connection to the upstream (its TCP, TLS and proxy handshakes) and leave it
     in the session's pool, while the CLI starts: its first request then does not wait for
     them. Best effort: a failure here is the first request's to meet, and to report."""
@@ -419,7 +407,7 @@ class _RunningRelay:
             where = f"127.0.0.1:{self._config.port}" if self._config.port else "127.0.0.1"
             raise RelayError(f"the relay cannot listen on {where}: {exc.strerror}") from None
         port = sock.getsockname()[1]
-        proxy = _proxy_for(self._upstream)
+        proxy = proxy_for(self._upstream)
         self._session = _upstream_session(self._config, proxy)
         app = RelayApp(
             upstream=self._upstream,
