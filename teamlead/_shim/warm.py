@@ -45,13 +45,16 @@ import threading
 import traceback
 from collections.abc import Sequence
 
+from ..clock import SYSTEM_CLOCK
+
 __all__ = ["Request", "main"]
 
 _REQUEST_S = 5.0  # a connected launcher sends its request and its go in this
 _MAX_REQUEST = 4 << 20
 _REAP_TICK_S = 1.0
-# a worker forked as a session starts rehearses this much later (the session's CLI starts
-# meanwhile, on the same cores), or at once when a launcher is waiting
+_WORKERS = 2  # workers waiting for a session at once
+# a worker that took a session is replaced this much later (the session's CLI starts
+# meanwhile, on the same cores)
 _SETTLE_S = 0.5
 _PR_SET_PDEATHSIG = 1
 _MAGIC = b"tlc1"
@@ -102,8 +105,12 @@ def main(listener: socket.socket) -> None:
     process's name already (bound before anything was loaded, so the launcher that
     started it connects at once and waits for the load, however loaded the machine).
 
-    A worker is forked before its session comes (it waits in ``accept``), so a session
-    never waits for a fork; once it has one, the next worker is forked.
+    Workers are forked before their sessions come (each waits in ``accept``, its start
+    rehearsed), :data:`_WORKERS` at once, so a session right after another still finds
+    one ready. One that took a session is replaced once that session's CLI has started
+    (:data:`_SETTLE_S` later): a fork (page tables copied) and a rehearsal beside a
+    session's start would slow it. With none waiting, one is forked for a launcher that
+    comes meanwhile.
     """
     idle_s = float(sys.argv[2])
     os.chdir("/")  # a warm process holds no directory of anyone's
@@ -116,36 +123,41 @@ def main(listener: socket.socket) -> None:
     if not usable:  # keep the name, so the launchers do not start another, and refuse
         _refuse(listener, idle_s)
         return
-    settle = 0.0  # the first worker has no session beside it
+    clock, warm = SYSTEM_CLOCK, os.getpid()
+    waiting: dict[int, int] = {}  # a waiting worker's pipe (read once it is taken): its pid
+    now = clock.monotonic()
+    due = [now + i * _SETTLE_S for i in range(_WORKERS)]  # when the others are forked
+    idle_at, launcher = now + idle_s, False
     while True:
-        taken, tell = os.pipe()
-        warm = os.getpid()
-        pid = os.fork()
-        if pid == 0:
-            os.close(taken)
-            _worker(listener, tell, warm, settle)
-        os.close(tell)
-        settle = _SETTLE_S
-        ready = _taken(taken, idle_s)
-        os.close(taken)
-        if not ready:  # idle: the waiting worker ends with the warm process
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGKILL)
-            os.waitpid(pid, 0)
+        now = clock.monotonic()
+        if now >= idle_at:  # idle: the waiting workers end with the warm process
+            for pid in waiting.values():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
             return
-
-
-def _taken(taken: int, idle_s: float) -> bool:
-    """Whether the waiting worker took a session (``taken`` became readable) within
-    ``idle_s`` seconds; the workers that end meanwhile are collected every second."""
-    left = idle_s
-    while True:
-        wait = min(_REAP_TICK_S, left)
-        ready = select.select([taken], [], [], wait)[0]  # early only when ready
+        if due and (now >= due[0] or launcher):  # due, or a launcher waits for none
+            del due[0]
+            taken, tell = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                for fd in (taken, *waiting):
+                    os.close(fd)
+                _worker(listener, tell, warm)
+            os.close(tell)
+            waiting[taken], launcher = pid, False
+            continue
+        until = min(idle_at, due[0]) if due else idle_at
+        watched: list[int | socket.socket] = [*waiting] if waiting else [listener]
+        ready = select.select(watched, [], [], min(_REAP_TICK_S, max(0.0, until - now)))[0]
         _reap()
-        left -= wait
-        if ready or left <= 0:
-            return bool(ready)
+        launcher = listener in ready
+        for fired in ready:  # a session (or the worker ended: its pipe closed)
+            if isinstance(fired, int):
+                os.close(fired)
+                del waiting[fired]
+                due.append(clock.monotonic() + _SETTLE_S)
+                idle_at = clock.monotonic() + idle_s
 
 
 def _refuse(listener: socket.socket, idle_s: float) -> None:
@@ -217,16 +229,15 @@ def _reap() -> None:
             pass
 
 
-def _worker(listener: socket.socket, tell: int, warm: int, settle: float) -> None:
+def _worker(listener: socket.socket, tell: int, warm: int) -> None:
     """Wait for one launcher (``tell`` the warm process, pid ``warm``, when it comes) and
     run its session in this process; never returns. A worker still waiting ends with its
     warm process (a worker left waiting would hold the name and turn the next launcher
-    away). It rehearses its session's start after ``settle`` seconds, unless a launcher
-    comes first."""
+    away). It rehearses its session's start first, unless a launcher is waiting."""
     _ends_with_parent(signal.SIGKILL)
     if os.getppid() != warm:  # it ended before that
         os._exit(0)
-    if not select.select([listener], [], [], settle)[0]:
+    if not select.select([listener], [], [], 0)[0]:
         with contextlib.suppress(Exception):  # the session's start, rehearsed: faster then
             from .bridge import rehearse
 

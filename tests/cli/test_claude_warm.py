@@ -109,6 +109,31 @@ def test_the_warm_process_ends_after_its_idle_time(offline: OfflineFactory) -> N
     assert poll(lambda: not _serving_or_waiting(warm_idle(1.5)), within_s=10) is not None
 
 
+def test_two_workers_wait_for_the_next_sessions_and_one_that_ends_is_replaced(
+    offline: OfflineFactory,
+) -> None:
+    _, claude = offline(_looks)
+    _, ancestors = _limits_seen(claude, warm_idle(128))
+    assert "warm.main(s)" in ancestors, ancestors
+    (warm,) = _serving(warm_idle(128))
+
+    def waiting() -> list[int] | None:
+        """The warm process's workers, once the one that served a session has ended and
+        two wait (each replaced half a second after it took its session)."""
+        pids = sorted(child.pid for child in warm.children() if child.status() != "zombie")
+        return pids if len(pids) == 2 else None
+
+    first = poll(waiting, within_s=20)
+    assert first is not None, [child.pid for child in warm.children()]
+    ended, kept = first
+    os.kill(ended, signal.SIGKILL)  # a waiting worker, ended from outside
+    again = poll(lambda: (pids := waiting()) and ended not in pids and pids, within_s=20)
+    assert again is not None and kept in again  # replaced; the other one waits on
+    _, ancestors = _limits_seen(claude, warm_idle(128))
+    assert "warm.main(s)" in ancestors, ancestors  # the next session runs warm
+    assert _serving(warm_idle(128)) == [warm]  # in the same warm process
+
+
 def test_a_warm_session_imports_nothing_its_warm_process_did_not_load(
     offline: OfflineFactory, tmp_path: Path
 ) -> None:
