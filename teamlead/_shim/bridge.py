@@ -39,6 +39,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import signal
 import sys
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
@@ -624,10 +625,10 @@ async def serve(
 
 def rehearse() -> None:
     """Go once through what a session does before its CLI starts, with nothing to serve: an
-    event loop, a run's state and options on a relay address drawn and given up. A warm
-    worker does this while it waits for its session (:mod:`.warm`), so the session does
-    not wait for each piece's first run in a forked process (its pages copied, itself set
-    up)."""
+    event loop, a run's state and options on a relay address drawn and given up, a child
+    process started (``true``) and reaped. A warm worker does this while it waits for its
+    session (:mod:`.warm`), so the session does not wait for each piece's first run in a
+    forked process (its pages copied, itself set up)."""
 
     async def no_rounds(**_options: Any) -> AsyncGenerator[Any, None]:
         yield None  # never read
@@ -639,5 +640,9 @@ def rehearse() -> None:
             run.made().ask.options_with(relay_base_url=process.relays.reserve())
         finally:
             process.relays.release()
+        child = Child(["true"], {"PATH": os.defpath})  # a CLI's start, on a command that ends
+        with contextlib.suppress(OSError):
+            await child.start()
+        await child.stop()
 
     anyio.run(start)

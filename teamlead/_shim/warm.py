@@ -34,6 +34,7 @@ import contextlib
 import ctypes
 import gc
 import os
+import queue
 import resource
 import select
 import signal
@@ -43,7 +44,7 @@ import sys
 import tempfile
 import threading
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from ..clock import SYSTEM_CLOCK
 
@@ -242,6 +243,9 @@ def _worker(listener: socket.socket, tell: int, warm: int) -> None:
             from .bridge import rehearse
 
             rehearse()
+    # the thread that relays the launcher's stop signals, started now, not on its way
+    relay: queue.SimpleQueue[socket.socket] = queue.SimpleQueue()
+    threading.Thread(target=lambda: _relay_signals(relay.get()), daemon=True).start()
     try:
         conn = _accept(listener)
         os.write(tell, b"1")
@@ -264,7 +268,7 @@ def _worker(listener: socket.socket, tell: int, warm: int) -> None:
         os._exit(0)
     code = 1
     try:
-        code = _run(request, conn, entered)
+        code = _run(request, conn, entered, relay.put)
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # shown as the command run cold would show it; exit 1
@@ -330,9 +334,14 @@ def _enter(request: Request) -> str | None:
     return None
 
 
-def _run(request: Request, conn: socket.socket, entered: str | None) -> int:
+def _run(
+    request: Request,
+    conn: socket.socket,
+    entered: str | None,
+    relay_signals: Callable[[socket.socket], None],
+) -> int:
     """Become the launcher's ``teamlead-claude`` (:func:`_enter` took its environment) and
-    run its session."""
+    run its session, the launcher's stop signals relayed from ``conn`` once it runs."""
     from . import finish, session
 
     for target, fd in enumerate(request.fds):
@@ -341,7 +350,7 @@ def _run(request: Request, conn: socket.socket, entered: str | None) -> int:
     if entered is not None:
         print(entered, file=sys.stderr)
         return 1
-    threading.Thread(target=_relay_signals, args=(conn,), daemon=True).start()
+    relay_signals(conn)
     code = session(request.argv)
     finish()
     return code
