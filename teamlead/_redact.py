@@ -97,7 +97,7 @@ def without_password(text: str) -> str:
         >>> without_password("teamlead ask --limits=rediss://u:p@h:1/0 hi")
         'teamlead ask --limits=rediss://***@h:1/0 hi'
     """
-    return _USERINFO.sub(r"\1***@", text)
+    return _USERINFO.sub(r"\1***@", text) if "://" in text else text
 
 
 def secret_scrubber(env: Mapping[str, str] | None = None) -> Callable[[str], str]:

@@ -52,6 +52,7 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from claude_agent_sdk import ClaudeAgentOptions
 
 from .._private import json_object
+from .._relay import classify
 from .._run import (
     MAX_MESSAGE_BYTES,
     ProcessState,
@@ -67,6 +68,17 @@ from ..policy import Policy
 from .child import Child, round_argv
 
 __all__ = ["Bridge", "rehearse", "serve"]
+
+# a small request of the CLI's shape (tools, a cached system prompt, a user message)
+_REHEARSED_REQUEST = json.dumps(
+    {
+        "model": "claude-rehearsal",
+        "stream": True,
+        "tools": [{"name": "Agent", "input_schema": {"type": "object"}}],
+        "system": [{"type": "text", "text": "-", "cache_control": {"type": "ephemeral"}}],
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "-"}]}],
+    }
+).encode()
 
 #: Asks the CLI for its session state (for the SDK host, not shown by an SDK), so the
 #: bridge knows exactly when a CLI is idle.
@@ -626,7 +638,8 @@ async def serve(
 def rehearse() -> None:
     """Go once through what a session does before its CLI starts, with nothing to serve: an
     event loop, a run's state and options on a relay address drawn and given up, a child
-    process started (``true``) and reaped. A warm worker does this while it waits for its
+    process started (``true``) and reaped, a request read as the relay reads one (its
+    model, role and estimated size). A warm worker does this while it waits for its
     session (:mod:`.warm`), so the session does not wait for each piece's first run in a
     forked process (its pages copied, itself set up)."""
 
@@ -644,5 +657,6 @@ def rehearse() -> None:
         with contextlib.suppress(OSError):
             await child.start()
         await child.stop()
+        classify(_REHEARSED_REQUEST)  # the relay's reading of a request
 
     anyio.run(start)
