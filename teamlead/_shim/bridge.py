@@ -70,15 +70,10 @@ from .child import Child, round_argv
 __all__ = ["Bridge", "rehearse", "serve"]
 
 # a small request of the CLI's shape (tools, a cached system prompt, a user message)
-_REHEARSED_REQUEST = json.dumps(
-    {
-        "model": "claude-rehearsal",
-        "stream": True,
-        "tools": [{"name": "Agent", "input_schema": {"type": "object"}}],
-        "system": [{"type": "text", "text": "-", "cache_control": {"type": "ephemeral"}}],
-        "messages": [{"role": "user", "content": [{"type": "text", "text": "-"}]}],
-    }
-).encode()
+_REHEARSED_REQUEST = (
+    b'{"model":"-","stream":true,"tools":[{"name":"Agent"}],"system":[{"type":"text",'
+    b'"text":"-","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"-"}]}'
+)
 
 #: Asks the CLI for its session state (for the SDK host, not shown by an SDK), so the
 #: bridge knows exactly when a CLI is idle.

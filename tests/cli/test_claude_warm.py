@@ -112,10 +112,7 @@ def test_the_warm_process_ends_after_its_idle_time(offline: OfflineFactory) -> N
 def test_two_workers_wait_for_the_next_sessions_and_one_that_ends_is_replaced(
     offline: OfflineFactory,
 ) -> None:
-    _, claude = offline(_looks)
-    _, ancestors = _limits_seen(claude, warm_idle(128))
-    assert "warm.main(s)" in ancestors, ancestors
-    (warm,) = _serving(warm_idle(128))
+    claude, warm = _served_warm(offline, warm_idle(128))
 
     def waiting() -> list[int] | None:
         """The warm process's workers, once the one that served a session has ended and
@@ -202,6 +199,16 @@ def _limits_seen(claude: OfflineClaude, idle: str, cli: Path = SHIM) -> tuple[in
     return int(limit), ancestors
 
 
+def _served_warm(offline: OfflineFactory, idle: str) -> tuple[OfflineClaude, psutil.Process]:
+    """An app's session on :func:`_looks`, checked to have run warm, and the warm process
+    (started with ``idle``) that ran it."""
+    _, claude = offline(_looks)
+    _, ancestors = _limits_seen(claude, idle)
+    assert "warm.main(s)" in ancestors, ancestors
+    (warm,) = _serving(idle)
+    return claude, warm
+
+
 def test_a_warm_session_has_the_apps_resource_limits(offline: OfflineFactory) -> None:
     _, claude = offline(_looks)
     soft, hard = resource.getrlimit(resource.RLIMIT_MSGQUEUE)
@@ -236,10 +243,7 @@ def test_a_session_whose_limits_the_warm_process_cannot_take_runs_cold(
 def test_a_session_right_after_the_warm_process_was_killed_runs_warm_again(
     offline: OfflineFactory,
 ) -> None:
-    _, claude = offline(_looks)
-    _, ancestors = _limits_seen(claude, warm_idle(126))
-    assert "warm.main(s)" in ancestors, ancestors
-    (warm,) = _serving(warm_idle(126))
+    claude, warm = _served_warm(offline, warm_idle(126))
     warm.kill()  # from outside, while its worker waits for the next session
     # the waiting worker ended with it, so the name is free: the next launcher starts a
     # new warm process instead of reaching that worker and running cold
