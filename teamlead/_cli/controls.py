@@ -79,8 +79,10 @@ class Controls:
     def follow_agents(self, config_dir: Path | None) -> None:
         """Focus on one agent at a time (``f``/Tab), finding transcripts under ``config_dir``."""
         self._wants_focus, self._focus_dir = True, config_dir
-        self.keymap.bindings.append(Binding(("f", "tab"), "focus", self.move_focus))
-        self.keymap.bindings.append(Binding(("F", "backtab"), "back", lambda: self.move_focus(-1)))
+        self.keymap.bind(
+            Binding(("f", "tab"), "focus", self.move_focus),
+            Binding(("F", "backtab"), "back", lambda: self.move_focus(-1)),
+        )
 
     def attach(self, progress: Any, run: StreamParse, stderr: IO[str]) -> None:
         """Connect to the run's progress output and its parse of the stream (before the run

@@ -119,11 +119,20 @@ class KeyMap:
     def __init__(
         self, approvals: ApprovalQueue | None = None, bindings: Sequence[Binding] = ()
     ) -> None:
+        self.approvals = approvals
+        self.bindings: list[Binding] = []
+        self.bind(*bindings)
+
+    def bind(self, *bindings: Binding) -> None:
+        """Add live-control keys.
+
+        Raises:
+            ValueError: one of them is ``y``, ``n`` or ``a``, which answer approval prompts.
+        """
         taken = [key for b in bindings for key in b.keys if key in ("y", "n", "a")]
         if taken:
             raise ValueError(f"the keys {taken} answer approval prompts; bind others")
-        self.approvals = approvals
-        self.bindings = list(bindings)
+        self.bindings += bindings
 
     def press(self, key: str) -> bool:
         """Act on ``key``; ``False`` when it means nothing now."""

@@ -112,7 +112,8 @@ class AgentBook:
 
     # -- what the run tells the book ----------------------------------------------------------
     def agent_started(self, agent_id: str) -> None:
-        """The stream says ``agent_id`` started (its timeout runs from now)."""
+        """The stream says ``agent_id`` started: its start until its first request is
+        admitted, when its timeout starts again (a wait for a slot is not counted)."""
         count = self._by_agent.get(agent_id)
         if count is not None:
             if count.started_at is None:

@@ -148,9 +148,9 @@ class RunStore:
             UsageError: the session is neither on this machine nor in the store (the
                 message says which store, and under which project key it was looked for).
         """
-        local = self.local_transcript(session_id)
         if not is_session_id(session_id):
             return None  # the session reader refuses it with its own message
+        local = self.local_transcript(session_id)
         brought = await self.call(
             "bringing the session home",
             lambda: bring_home(
