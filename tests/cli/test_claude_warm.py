@@ -117,7 +117,7 @@ def test_two_workers_wait_for_the_next_sessions_and_one_that_ends_is_replaced(
     def waiting() -> list[int] | None:
         """The warm process's workers, once the one that served a session has ended and
         two wait (each replaced half a second after it took its session)."""
-        pids = sorted(child.pid for child in warm.children() if child.status() != "zombie")
+        pids = sorted(child.pid for child in warm.children() if _running(child))
         return pids if len(pids) == 2 else None
 
     first = poll(waiting, within_s=20)
@@ -197,6 +197,14 @@ def _limits_seen(claude: OfflineClaude, idle: str, cli: Path = SHIM) -> tuple[in
     anyio.run(app)
     limit, _, ancestors = (claude.cwd / "limits.txt").read_text().partition("\n")
     return int(limit), ancestors
+
+
+def _running(process: psutil.Process) -> bool:
+    """Whether ``process`` runs (not ended, nor ended and not yet collected)."""
+    try:
+        return bool(process.status() != psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return False
 
 
 def _served_warm(offline: OfflineFactory, idle: str) -> tuple[OfflineClaude, psutil.Process]:
