@@ -494,7 +494,7 @@ class Collection:
         self._collected.continue_asks[task.task_id] = asked + 1
         session = self._state.stream.tracker.session_id
         delivery = task_delivery(self._config_dir, task, session, end)
-        delivery.key = f"continue:{task.task_id}:{asked + 1}"
+        delivery.key = _continue_key(task.task_id, asked + 1)
         delivery.continue_task = task.task_id
         if lost:
             delivery.cut = _LOST_WITH_ITS_CLI
@@ -612,6 +612,11 @@ def judge_ends(state: RunState) -> None:
             collected.ends[task.task_id] = (task.ended_seq, end)
 
 
+def _continue_key(task_id: str, ask: int) -> str:
+    """The delivery key of the ``ask``-th ask to continue task ``task_id``."""
+    return f"continue:{task_id}:{ask}"
+
+
 def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition]:
     """What became of every task and teammate of the run, for ``Finished.tasks`` (each
     task's end as :func:`judge_ends` judged it)."""
@@ -626,7 +631,7 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
         asks = collected.continue_asks.get(task.task_id)
         if delivery is None and asks and not (end is not None and end.finished):
             # never finished: what the last ask to continue it quoted of what it left
-            delivery = collected.deliveries.get(f"continue:{task.task_id}:{asks}")
+            delivery = collected.deliveries.get(_continue_key(task.task_id, asks))
         used = task.absorbed or key in collected.absorbed
         status = _task_outcome(task)
         source: _Source = delivery.source if delivery else ("lead" if task.absorbed else "none")

@@ -152,13 +152,13 @@ def main(listener: socket.socket) -> None:
         watched: list[int | socket.socket] = [*waiting] if waiting else [listener]
         ready = select.select(watched, [], [], min(_REAP_TICK_S, max(0.0, until - now)))[0]
         _reap()
-        launcher = listener in ready
+        launcher, now = listener in ready, clock.monotonic()
         for fired in ready:  # a session (or the worker ended: its pipe closed)
             if isinstance(fired, int):
                 os.close(fired)
                 del waiting[fired]
-                due.append(clock.monotonic() + _SETTLE_S)
-                idle_at = clock.monotonic() + idle_s
+                due.append(now + _SETTLE_S)
+                idle_at = now + idle_s
 
 
 def _refuse(listener: socket.socket, idle_s: float) -> None:
