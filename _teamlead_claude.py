@@ -1,4 +1,4 @@
-"""The ``teamlead-claude`` command: a launcher that hands the session to a warm teamlead.
+"""The launcher of ``teamlead-claude`` in Python: it hands the session to a warm teamlead.
 
 An SDK app starts ``teamlead-claude`` for every query, and loading teamlead with the Agent
 SDK and the relay costs a second of CPU, more than the whole of a short query on the bare
@@ -10,6 +10,11 @@ the stop signals it gets and exits with the session's exit code. Anything else (
 command line, ``TEAMLEAD_CLAUDE_WARM=0``, a platform without abstract Unix sockets, a warm
 process that cannot be reached or started) runs in this process, cold, as
 ``teamlead._shim.main``: the same session either way.
+
+It is installed as ``teamlead-claude-py``. ``teamlead-claude`` is the same launcher compiled
+(``_teamlead_claude.c``), which hands a session over without an interpreter's start on the
+card this one leaves it (:func:`_card`), and runs this one in its place for all else; where
+it could not be compiled, ``teamlead-claude`` is this one too (``hatch_build.py``).
 
 ``TEAMLEAD_CLAUDE_WARM``: the seconds a warm process waits for the next session before it
 ends (default 300; 0 turns the warm process off).
@@ -27,6 +32,10 @@ except ImportError:  # no Unix sockets (Windows): always cold
     pass
 
 WARM_VAR = "TEAMLEAD_CLAUDE_WARM"
+# set by the compiled launcher (``_teamlead_claude.c``) that runs this one in its place:
+# ``card:PATH`` (leave it the warm process's name there) or ``cold``
+HANDOFF_VAR = "TEAMLEAD_CLAUDE_LAUNCHER"
+_CARD_MAGIC = b"tlcc1"
 _IDLE_S = 300.0
 _START_S = 3.0  # a started warm process listens in this (before it loads teamlead)
 _READY_S = 60.0  # ... and has loaded teamlead in this
@@ -36,6 +45,7 @@ _INSTALLED = ("site-packages", "dist-packages")  # the folders an install puts t
 
 def main() -> None:
     """Run ``teamlead-claude``: warm when it can, else here."""
+    handoff = os.environ.pop(HANDOFF_VAR, "")  # not the session's
     argv = sys.argv[1:]
     idle = _idle_s(os.environ.get(WARM_VAR, ""))
     if idle is None:
@@ -45,7 +55,8 @@ def main() -> None:
         )
         sys.stderr.flush()
         os._exit(2)
-    if idle and sys.platform == "linux" and _is_stream_session(argv):
+    warm = handoff != "cold" and sys.platform == "linux"
+    if idle and warm and _is_stream_session(argv):
         import _signal  # type: ignore[import-not-found]
 
         def quiet(signum: int, _frame: object) -> None:  # nothing of the session ran yet
@@ -53,7 +64,7 @@ def main() -> None:
 
         stops = (_signal.SIGINT, _signal.SIGTERM, _signal.SIGHUP)
         before = {signum: _signal.signal(signum, quiet) for signum in stops}
-        code = _warm(argv, idle)
+        code = _warm(argv, idle, handoff[5:] if handoff.startswith("card:") else "")
         if code is not None:
             os._exit(code)
         for signum, handler in before.items():  # as a fresh interpreter has them
@@ -80,10 +91,14 @@ def _is_stream_session(argv: list[str]) -> bool:
     return ("--input-format", "stream-json") in pairs
 
 
-def _warm(argv: list[str], idle: float) -> int | None:
+def _warm(argv: list[str], idle: float, card: str) -> int | None:
     """The session's exit code, run by a warm process; ``None`` if none could take it
-    (nothing of the session was read then)."""
-    name = _name(idle)
+    (nothing of the session was read then). The warm process's name is left on ``card``
+    for the compiled launcher, if it asked."""
+    seen: list[tuple[str, int, int]] | None = [] if card else None
+    name = _name(idle, seen)
+    if seen is not None:
+        _card(card, name, seen)
     # again if the process behind the name ended as it was asked, or if the one started
     # found the name still taken (by a warm process, or its worker, that is ending)
     for _try in range(_TRIES):
@@ -215,10 +230,11 @@ def _start(name: str, idle: float) -> int | None:
         return None
 
 
-def _name(idle: float) -> str:
+def _name(idle: float, seen: list[tuple[str, int, int]] | None = None) -> str:
     """The warm process's socket name: whose it is, what it loaded (the interpreter, its
     module path, the installed packages and teamlead's code, the variables that shape
-    them) and its idle time."""
+    them) and its idle time. Each file and folder it reads is added to ``seen``, if given
+    (with the module path's ``.pth`` files, which make the module path)."""
     try:
         from _sha2 import sha256  # type: ignore[import-not-found]
     except ImportError:
@@ -238,15 +254,27 @@ def _name(idle: float) -> str:
         digest.update(os.fsencode(f"{key}={os.environ[key]}\0"))
     for folder in sys.path:  # an install or removal changes its folder
         try:
-            digest.update(b"%d\0" % os.stat(folder or ".").st_mtime_ns)
+            digest.update(b"%d\0" % _stat(folder or ".", seen).st_mtime_ns)
         except OSError:
             pass
+        try:
+            pths = (
+                [f for f in os.listdir(folder or ".") if f.endswith(".pth")]
+                if seen is not None
+                else []
+            )
+        except OSError:
+            pths = []
+        for pth in pths:
+            _stat(os.path.join(folder or ".", pth), seen)
     # teamlead's own code, for a checkout installed in place (an install's code changes
     # with its folder, stated above)
     stack = [] if os.path.basename(here) in _INSTALLED else [os.path.join(here, "teamlead")]
     while stack:
+        folder = stack.pop()
         try:
-            entries = sorted(os.scandir(stack.pop()), key=lambda entry: entry.name)
+            entries = sorted(os.scandir(folder), key=lambda entry: entry.name)
+            _stat(folder, seen)  # an added or removed file changes it
         except OSError:
             continue
         for entry in entries:
@@ -257,7 +285,59 @@ def _name(idle: float) -> str:
                 digest.update(
                     b"%s %d %d\0" % (os.fsencode(entry.path), stat.st_mtime_ns, stat.st_size)
                 )
+                if seen is not None:
+                    seen.append((os.path.abspath(entry.path), stat.st_mtime_ns, stat.st_size))
     return f"teamlead-claude/{os.getuid()}/{digest.hexdigest()[:32]}"
+
+
+def _stat(path: str, seen: list[tuple[str, int, int]] | None) -> os.stat_result:
+    """``os.stat(path)``, added to ``seen`` (if given) as found, or as missing."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        if seen is not None:
+            seen.append((os.path.abspath(path), -1, -1))
+        raise
+    if seen is not None:
+        seen.append((os.path.abspath(path), stat.st_mtime_ns, stat.st_size))
+    return stat
+
+
+def _card(path: str, name: str, seen: list[tuple[str, int, int]]) -> None:
+    """Leave the compiled launcher the warm process's ``name`` at ``path``, with what it
+    can check that the name still holds: the mount namespace, the variables the name was
+    made from, and each file and folder read for it. Only in a folder of this user's that no
+    one else can write; a card that cannot be left is not (that launcher asks again)."""
+    folder = os.path.dirname(path)
+    try:
+        os.makedirs(folder, 0o700, exist_ok=True)
+        stat = os.lstat(folder)
+        if stat.st_uid != os.getuid() or stat.st_mode & 0o7077 or not os.path.isdir(folder):
+            return
+        namespace = os.readlink("/proc/self/ns/mnt")
+    except OSError:
+        return
+    kinds = (b"PYTHON", b"LC_", b"LANG")
+    pairs = [
+        k + b"=" + v
+        for k, v in os.environb.items()
+        if k.startswith(kinds) or k == b"TEAMLEAD_CLAUDE_WARM"
+    ]
+    fields = [_CARD_MAGIC, name.encode(), os.fsencode(namespace), b"%d" % len(pairs), *pairs]
+    fields.append(b"%d" % len(seen))
+    for file, mtime_ns, size in seen:
+        fields += [os.fsencode(file), b"%d" % mtime_ns, b"%d" % size]
+    temporary = f"{path}.{os.getpid()}"
+    try:
+        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with open(fd, "wb") as out:
+            out.write(b"\0".join(fields) + b"\0")
+        os.replace(temporary, path)
+    except OSError:
+        try:
+            os.unlink(temporary)
+        except OSError:
+            pass
 
 
 if __name__ == "__main__":

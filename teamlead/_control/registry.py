@@ -262,6 +262,18 @@ def _process_started(pid: int) -> float | None:
         return None
 
 
+def started_here() -> float | None:
+    """When this process started: read once per process (a forked one reads its own)."""
+    pid = os.getpid()
+    if pid not in _STARTED:
+        _STARTED.clear()
+        _STARTED[pid] = _process_started(pid)
+    return _STARTED[pid]
+
+
+_STARTED: dict[int, float | None] = {}
+
+
 def liveness(entry: RunEntry) -> Liveness:
     """Whether ``entry``'s run still runs: its pid runs the process that started then."""
     started = _process_started(entry.pid)
@@ -362,7 +374,7 @@ class Registry:
         entry = RunEntry(
             run=run,
             pid=pid,
-            pid_started=_process_started(pid) or SYSTEM_CLOCK.time(),
+            pid_started=started_here() or SYSTEM_CLOCK.time(),
             started=SYSTEM_CLOCK.time(),
             socket=str(socket),
             path=folder / f"{run}.json",

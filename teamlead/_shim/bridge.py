@@ -45,12 +45,14 @@ import sys
 from collections.abc import AsyncGenerator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import IO, Any, NamedTuple
+from urllib.request import proxy_bypass_environment  # type: ignore[attr-defined]
 
 import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from claude_agent_sdk import ClaudeAgentOptions
 
+from .._control import started_here
 from .._private import json_object
 from .._relay import classify
 from .._run import (
@@ -634,7 +636,8 @@ def rehearse() -> None:
     """Go once through what a session does before its CLI starts, with nothing to serve: an
     event loop, a run's state and options on a relay address drawn and given up, a child
     process started (``true``) and reaped, a request read as the relay reads one (its
-    model, role and estimated size). A warm worker does this while it waits for its
+    model, role and estimated size), a host checked against a ``NO_PROXY``, the worker's
+    start read for its runs' registration. A warm worker does this while it waits for its
     session (:mod:`.warm`), so the session does not wait for each piece's first run in a
     forked process (its pages copied, itself set up)."""
 
@@ -653,5 +656,8 @@ def rehearse() -> None:
             await child.start()
         await child.stop()
         classify(_REHEARSED_REQUEST)  # the relay's reading of a request
+        # the proxy lookup's parser of a NO_PROXY host, compiled once per process
+        proxy_bypass_environment("localhost:1", {"no": "example.invalid"})
+        started_here()
 
     anyio.run(start)

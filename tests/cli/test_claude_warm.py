@@ -131,6 +131,29 @@ def test_two_workers_wait_for_the_next_sessions_and_one_that_ends_is_replaced(
     assert _serving(warm_idle(128)) == [warm]  # in the same warm process
 
 
+@pytest.mark.skipif(
+    SHIM.read_bytes()[:4] != b"\x7fELF",
+    reason="teamlead-claude was installed in Python (no C compiler at its install)",
+)
+def test_the_next_session_is_handed_over_by_the_compiled_launcher_on_the_first_ones_card(
+    offline: OfflineFactory, tmp_path: Path
+) -> None:
+    _, claude = offline(_answer("Done."))
+    runtime = tmp_path / "runtime"
+    runtime.mkdir(mode=0o700)
+    env = {**claude.env, "TEAMLEAD_CLAUDE_WARM": warm_idle(130), "XDG_RUNTIME_DIR": str(runtime)}
+    options = claude.options(cli_path=SHIM, env=env)
+
+    assert anyio.run(_result, options).result == "Done."  # the launcher in Python ran it
+    (card,) = (runtime / f"teamlead-claude-{os.getuid()}").iterdir()  # and left its card
+    left = card.stat()
+    assert anyio.run(_result, options).result == "Done."
+    again = card.stat()
+    # read, not left again: the launcher in Python did not run
+    assert (again.st_ino, again.st_mtime_ns) == (left.st_ino, left.st_mtime_ns)
+    assert len(_serving(warm_idle(130))) == 1  # both ran in one warm process
+
+
 def test_a_warm_session_imports_nothing_its_warm_process_did_not_load(
     offline: OfflineFactory, tmp_path: Path
 ) -> None:
