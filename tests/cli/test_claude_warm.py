@@ -275,9 +275,11 @@ def test_a_session_right_after_the_warm_process_was_killed_runs_warm_again(
     offline: OfflineFactory,
 ) -> None:
     claude, warm = _served_warm(offline, warm_idle(126))
-    warm.kill()  # from outside, while its worker waits for the next session
-    # the waiting worker ended with it, so the name is free: the next launcher starts a
-    # new warm process instead of reaching that worker and running cold
+    warm.kill()  # from outside, while its workers wait for the next session
+    # the waiting workers end with it (a launcher quick enough still reaches one that has
+    # not ended yet, which runs its session), so the name is free: the next launcher
+    # starts a new warm process instead of reaching a worker and running cold
+    assert poll(lambda: not _serving_or_waiting(warm_idle(126)), within_s=20) is not None
     _, ancestors = _limits_seen(claude, warm_idle(126))
     assert "warm.main(s)" in ancestors, ancestors
     (again,) = _serving(warm_idle(126))
