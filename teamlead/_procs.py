@@ -1,4 +1,5 @@
-"""Stop the CLI processes this process started, and everything they started.
+"""Stop the CLI processes this process started, and everything they started; when this
+process started.
 
 The processes are ended here but never reaped: our own children belong to whoever
 started them (asyncio's child watcher for the SDK's CLI, a ``Popen``), which reaps them
@@ -17,6 +18,23 @@ from .clock import block_until
 
 #: Longest wait for a just-started child's own environment (see :func:`_environ`).
 _SETTLE_S = 0.5
+
+
+def started_here() -> float | None:
+    """When this process started (wall clock, as psutil reads it), ``None`` if unreadable:
+    read once per process (a forked one reads its own)."""
+    pid = os.getpid()
+    if pid not in _STARTED:
+        try:
+            started = float(psutil.Process(pid).create_time())
+        except (psutil.Error, OSError, ValueError):
+            return None
+        _STARTED.clear()
+        _STARTED[pid] = started
+    return _STARTED[pid]
+
+
+_STARTED: dict[int, float] = {}
 
 
 def descendants() -> list[psutil.Process]:

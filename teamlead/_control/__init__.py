@@ -22,7 +22,6 @@ if TYPE_CHECKING:
     from .registry import labelled as labelled
     from .registry import liveness as liveness
     from .registry import runtime_dir as runtime_dir
-    from .registry import started_here as started_here
     from .runlog import UNFINISHED as UNFINISHED
     from .runlog import read_log as read_log
 

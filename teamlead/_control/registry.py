@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 import psutil
 
 from .._private import dir_problem, json_object, named_dir, read_small, uid, write_private
+from .._procs import started_here
 from .._redact import redact, without_password
 from ..clock import SYSTEM_CLOCK
 from ..errors import AmbiguousRun, ControlError, NoSuchRun
@@ -260,18 +261,6 @@ def _process_started(pid: int) -> float | None:
         return float(psutil.Process(pid).create_time())
     except (psutil.Error, OSError, ValueError):
         return None
-
-
-def started_here() -> float | None:
-    """When this process started: read once per process (a forked one reads its own)."""
-    pid = os.getpid()
-    if pid not in _STARTED:
-        _STARTED.clear()
-        _STARTED[pid] = _process_started(pid)
-    return _STARTED[pid]
-
-
-_STARTED: dict[int, float | None] = {}
 
 
 def liveness(entry: RunEntry) -> Liveness:

@@ -52,8 +52,8 @@ from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._control import started_here
 from .._private import json_object
+from .._procs import started_here
 from .._relay import classify
 from .._run import (
     MAX_MESSAGE_BYTES,

@@ -41,6 +41,7 @@ from typing import TypeVar
 
 import psutil
 
+from ..._procs import started_here
 from ...clock import SYSTEM_CLOCK, Clock
 from ..aimd import Limits, Step
 from .base import AccountError, Bounds, CountedRule, Lease, Rule
@@ -185,7 +186,7 @@ class MachineAccount:
         self._warnings = warnings if warnings is not None else WarnOnce()
         self._host = socket.gethostname()
         self._pid = os.getpid()
-        self._me = _started(self._pid) or 0.0
+        self._me = started_here() or 0.0
         self._nonce = os.urandom(4).hex()  # two accounts of one process never collide
         self._lock = threading.RLock()
         self._db: sqlite3.Connection | None = None
