@@ -5,6 +5,7 @@ in ``tests/cli/test_claude_warm.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -132,6 +133,20 @@ def _leave_card(
     assert card.exists()
 
 
+def _card_reading(binary: Path, env: dict[str, str], served: _Warm, *files: Path) -> Path:
+    """The card naming ``served``, made from ``files``: each written empty and read, or
+    read as missing (``missing`` in its name)."""
+    card = _card_path(binary, env)
+    seen: list[tuple[str, int, int]] = []
+    for file in files:
+        if "missing" not in file.name:
+            file.write_text("")
+        with contextlib.suppress(OSError):  # a missing one is read as missing
+            launcher._stat(str(file), seen)
+    _leave_card(card, served.name, env, seen)
+    return card
+
+
 def _serve_exit(code: int) -> Callable[[socket.socket, Request], None]:
     def serve(conn: socket.socket, _request: Request) -> None:
         conn.sendall(b"pid %d\n" % os.getpid())
@@ -168,15 +183,8 @@ def test_anything_but_a_warm_session_is_the_launcher_in_pythons(
 def test_a_card_that_holds_hands_the_session_to_the_warm_process_and_returns_its_exit(
     binary: Path, env: dict[str, str], warm: Callable[..., _Warm], tmp_path: Path
 ) -> None:
-    card = _card_path(binary, env)
     served = warm(_serve_exit(7))
-    code = tmp_path / "module.py"
-    code.write_text("")
-    seen: list[tuple[str, int, int]] = []
-    launcher._stat(str(code), seen)
-    with pytest.raises(OSError):
-        launcher._stat(str(tmp_path / "missing"), seen)  # read as missing: still missing
-    _leave_card(card, served.name, env, seen)
+    _card_reading(binary, env, served, tmp_path / "module.py", tmp_path / "missing")
     (tmp_path / "work").mkdir()
     done = subprocess.run(
         [str(binary), *_STREAM, "--model", "two words"],
@@ -203,13 +211,9 @@ def test_a_card_that_holds_hands_the_session_to_the_warm_process_and_returns_its
 def test_a_card_that_no_longer_holds_is_left_to_the_launcher_in_python(
     binary: Path, env: dict[str, str], warm: Callable[..., _Warm], tmp_path: Path, change: str
 ) -> None:
-    card = _card_path(binary, env)
     served = warm(_serve_exit(0))
     code = tmp_path / "module.py"
-    code.write_text("")
-    seen: list[tuple[str, int, int]] = []
-    launcher._stat(str(code), seen)
-    _leave_card(card, served.name, env, seen)
+    card = _card_reading(binary, env, served, code)
     if change == "a file read changed":
         code.write_text("changed = True\n")
     elif change == "a variable added":
