@@ -226,6 +226,7 @@ class MachineAccount:
                 db.close()
                 raise
             self._db = db
+            self._renewer.start()  # now, not on the first lease's way (it renews none yet)
         return self._db
 
     def _disconnect(self) -> None:
@@ -522,10 +523,7 @@ class MachineAccount:
             self._held.add(token)
             return Lease(bounds.key, token, self, limits)
 
-        lease = self._run(write, write=True)
-        if lease is not None:
-            self._renewer.start()
-        return lease
+        return self._run(write, write=True)
 
     def give_back(self, lease: Lease) -> None:
         if lease.token not in self._held:
