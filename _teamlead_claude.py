@@ -257,16 +257,16 @@ def _name(idle: float, seen: list[tuple[str, int, int]] | None = None) -> str:
             digest.update(b"%d\0" % _stat(folder or ".", seen).st_mtime_ns)
         except OSError:
             pass
-        try:
-            pths = (
-                [f for f in os.listdir(folder or ".") if f.endswith(".pth")]
-                if seen is not None
-                else []
-            )
-        except OSError:
-            pths = []
-        for pth in pths:
-            _stat(os.path.join(folder or ".", pth), seen)
+        if seen is not None:  # the .pth files there make the module path
+            try:
+                pths = [f for f in os.listdir(folder or ".") if f.endswith(".pth")]
+            except OSError:
+                pths = []
+            for pth in pths:
+                try:
+                    _stat(os.path.join(folder or ".", pth), seen)
+                except OSError:  # gone meanwhile: read as missing
+                    pass
     # teamlead's own code, for a checkout installed in place (an install's code changes
     # with its folder, stated above)
     stack = [] if os.path.basename(here) in _INSTALLED else [os.path.join(here, "teamlead")]
