@@ -354,7 +354,7 @@ int main(int argc, char **argv) {
     if (!card_folder(folder, sizeof folder) ||
         snprintf(card_path, sizeof card_path, "%s/%016llx", folder,
                  (unsigned long long)fnv1a(self)) >= (int)sizeof card_path)
-        card_path[0] = '\0', python("");
+        python("");
     size_t size = 0;
     char *card = read_card(&size);
     const char *name = card ? name_from_card(card, size) : NULL;

@@ -41,6 +41,7 @@ _START_S = 3.0  # a started warm process listens in this (before it loads teamle
 _READY_S = 60.0  # ... and has loaded teamlead in this
 _TRIES = 3  # connections to a warm process a session tries before it runs cold
 _INSTALLED = ("site-packages", "dist-packages")  # the folders an install puts this file in
+_SHAPING = ("PYTHON", "LC_", "LANG")  # the variables that shape what an interpreter loads
 
 
 def main() -> None:
@@ -222,7 +223,7 @@ def _start(name: str, idle: float) -> int | None:
     null = [(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDWR, 0)]
     dup = [(os.POSIX_SPAWN_DUP2, 0, 1), (os.POSIX_SPAWN_DUP2, 0, 2)]
     # its environment is only what shapes what it loads: each session brings its own
-    kept = ("PATH", "PYTHON", "LC_", "LANG")
+    kept = ("PATH", *_SHAPING)
     env = {k: v for k, v in os.environ.items() if k.startswith(kept)}
     try:
         return os.posix_spawn(sys.executable, command, env, file_actions=null + dup, setsid=True)
@@ -250,7 +251,7 @@ def _name(idle: float, seen: list[tuple[str, int, int]] | None = None) -> str:
         namespace = ""
     for part in (repr(idle), sys.executable, namespace, *sys.path):
         digest.update(os.fsencode(part) + b"\0")
-    for key in sorted(k for k in os.environ if k.startswith(("PYTHON", "LC_", "LANG"))):
+    for key in sorted(k for k in os.environ if k.startswith(_SHAPING)):
         digest.update(os.fsencode(f"{key}={os.environ[key]}\0"))
     for folder in sys.path:  # an install or removal changes its folder
         try:
@@ -317,12 +318,8 @@ def _card(path: str, name: str, seen: list[tuple[str, int, int]]) -> None:
         namespace = os.readlink("/proc/self/ns/mnt")
     except OSError:
         return
-    kinds = (b"PYTHON", b"LC_", b"LANG")
-    pairs = [
-        k + b"=" + v
-        for k, v in os.environb.items()
-        if k.startswith(kinds) or k == b"TEAMLEAD_CLAUDE_WARM"
-    ]
+    kinds, warm = tuple(map(os.fsencode, _SHAPING)), os.fsencode(WARM_VAR)
+    pairs = [k + b"=" + v for k, v in os.environb.items() if k.startswith(kinds) or k == warm]
     fields = [_CARD_MAGIC, name.encode(), os.fsencode(namespace), b"%d" % len(pairs), *pairs]
     fields.append(b"%d" % len(seen))
     for file, mtime_ns, size in seen:

@@ -20,17 +20,25 @@ from .clock import block_until
 _SETTLE_S = 0.5
 
 
+def started(pid: int) -> float | None:
+    """When process ``pid`` started (wall clock, as psutil reads it), or ``None`` when no
+    such process runs (or it cannot be read)."""
+    try:
+        return float(psutil.Process(pid).create_time())
+    except (psutil.Error, OSError, ValueError):
+        return None
+
+
 def started_here() -> float | None:
-    """When this process started (wall clock, as psutil reads it), ``None`` if unreadable:
-    read once per process (a forked one reads its own)."""
+    """:func:`started` for this process, read once per process (a forked one reads its
+    own)."""
     pid = os.getpid()
     if pid not in _STARTED:
-        try:
-            started = float(psutil.Process(pid).create_time())
-        except (psutil.Error, OSError, ValueError):
+        when = started(pid)
+        if when is None:
             return None
         _STARTED.clear()
-        _STARTED[pid] = started
+        _STARTED[pid] = when
     return _STARTED[pid]
 
 

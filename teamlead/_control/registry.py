@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 import psutil
 
 from .._private import dir_problem, json_object, named_dir, read_small, uid, write_private
+from .._procs import started as process_started
 from .._procs import started_here
 from .._redact import redact, without_password
 from ..clock import SYSTEM_CLOCK
@@ -255,17 +256,9 @@ def _is_run_id(text: str) -> bool:
     return len(text) == RUN_ID_CHARS and all(c in "0123456789abcdef" for c in text)
 
 
-def _process_started(pid: int) -> float | None:
-    """When process ``pid`` started, or ``None`` when no such process runs."""
-    try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.Error, OSError, ValueError):
-        return None
-
-
 def liveness(entry: RunEntry) -> Liveness:
     """Whether ``entry``'s run still runs: its pid runs the process that started then."""
-    started = _process_started(entry.pid)
+    started = process_started(entry.pid)
     if started is None or abs(started - entry.pid_started) > _START_TOLERANCE_S:
         return "dead"
     try:
