@@ -32,7 +32,6 @@ from teamlead._relay import (
     RelayError,
     RelayPool,
     UpstreamUnreachable,
-    check_reachable,
     classify,
     relay_applicable,
     start_relay,
@@ -587,9 +586,13 @@ async def test_an_unreachable_upstream_is_a_502() -> None:
     assert r.status_code == 502
 
 
-async def test_the_upstream_connection_is_opened_ahead_and_the_first_request_takes_it() -> None:
+@pytest.mark.parametrize("check", [None, "ANTHROPIC_BASE_URL"])
+async def test_the_upstream_connection_is_opened_ahead_and_the_first_request_takes_it(
+    check: str | None,
+) -> None:
     # the relay starts while the CLI does (hundreds of ms before its first request): the
-    # upstream's handshakes are done by then, not in front of that request
+    # upstream's handshakes are done by then, not in front of that request; an upstream
+    # the user set is checked on that same connection
     accepted = anyio.Event()
     carried: list[list[bytes]] = []  # per connection, the request lines it carried
 
@@ -613,7 +616,8 @@ async def test_the_upstream_connection_is_opened_ahead_and_the_first_request_tak
 
     server = await asyncio.start_server(upstream, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
-    async with server, start_relay(f"http://127.0.0.1:{port}", fake_governor()) as relay:
+    relayed = start_relay(f"http://127.0.0.1:{port}", fake_governor(), check=check)
+    async with server, relayed as relay:
         with anyio.fail_after(10):
             await accepted.wait()  # before any request was sent
         async with http() as h:
@@ -904,7 +908,9 @@ async def test_an_upstream_that_fails_tls_is_named_with_the_cause_before_any_req
     port = server.sockets[0].getsockname()[1]
     try:
         with pytest.raises(UpstreamUnreachable) as caught:
-            await check_reachable(f"https://key:secret@127.0.0.1:{port}/v1")
+            upstream = f"https://key:secret@127.0.0.1:{port}/v1"
+            async with start_relay(upstream, fake_governor(), check="ANTHROPIC_BASE_URL"):
+                pass
     finally:
         server.close()
         await server.wait_closed()
@@ -918,5 +924,5 @@ async def test_an_upstream_that_answers_passes_the_start_check_whatever_it_answe
     """An upstream that is there passes, whatever it would answer (here a 529 to every
     request): overloads and rate limits are the relay's to hold, never a reason to stop."""
     with ScriptedServer(lambda request: Reply.error(529)) as upstream:
-        await check_reachable(upstream.base_url)
-        assert upstream.recorded() == []  # a connection only: no request reached it
+        async with start_relay(upstream.base_url, fake_governor(), check="ANTHROPIC_BASE_URL"):
+            assert upstream.recorded() == []  # a connection only: no request reached it

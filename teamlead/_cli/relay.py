@@ -56,16 +56,20 @@ _CLI_STOP_S = 10.0
 
 
 @contextlib.asynccontextmanager
-async def _relay(upstream: str, limits: Any, port: int) -> AsyncIterator[Any]:
+async def _relay(
+    upstream: str, limits: Any, port: int, check: str | None = None
+) -> AsyncIterator[Any]:
     """The relay to ``upstream`` on ``port``, running for the block, on a governor of its
-    own (this process serves this relay alone: its ceilings are its governor's policy)."""
+    own (this process serves this relay alone: its ceilings are its governor's policy);
+    ``check``: where the user set ``upstream``, to stop at once if it cannot be reached."""
     from .._relay import RelayConfig, RelayPool, account_of, governor_policy, start_relay
 
     governor = RelayPool().governor(
         limits.shared, account=account_of(upstream, os.environ), policy=governor_policy(limits)
     )
     try:
-        async with start_relay(upstream, governor, config=RelayConfig(port=port)) as running:
+        config = RelayConfig(port=port)
+        async with start_relay(upstream, governor, config=config, check=check) as running:
             yield running
     finally:
         governor.account.close()  # gives back nothing: every request has ended
@@ -95,11 +99,7 @@ async def _serve_cli(
     """Serve the relay while ``argv`` (the CLI and its arguments) runs through it; returns
     the exit code teamlead exits with. An upstream the user set (``setting``: where) that
     cannot be reached ends it before the CLI starts, in one line."""
-    from .._relay import check_reachable
-
-    if setting is not None:
-        await check_reachable(upstream, setting=setting)
-    async with _relay(upstream, limits, port) as running:
+    async with _relay(upstream, limits, port, check=setting) as running:
         return await _run_cli(argv, {**os.environ, "ANTHROPIC_BASE_URL": running.base_url})
 
 

@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from .forward import RelayConfig as RelayConfig
     from .protocol import GuardedSocket as GuardedSocket
     from .reach import UpstreamUnreachable as UpstreamUnreachable
-    from .reach import check_reachable as check_reachable
     from .routing import RequestInfo as RequestInfo
     from .routing import classify as classify
     from .server import RELAY_POLICY as RELAY_POLICY

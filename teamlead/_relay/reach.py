@@ -1,20 +1,22 @@
-"""Whether the upstream can be reached at all, asked once as a run starts.
+"""The relay's first connection to its upstream: opened while the CLI starts, and the
+check that the upstream can be reached at all.
 
 A wrong ``ANTHROPIC_BASE_URL`` (nothing listening, a host name that does not resolve, a
 TLS certificate that is not accepted) is the user's setting, not a server's trouble; met
 by the run's first request, the CLI would retry the relay's 502 for minutes and call it
-temporary. So a run on the relay first opens one connection to its upstream (TCP, and TLS
-for ``https``) and closes it: a failure ends the run before its CLI starts, as
-:class:`UpstreamUnreachable`, one line naming the upstream (no credentials), what failed,
-and the fix. A slow network, an upstream behind a proxy (only the proxy knows the way) and
-the default API are left to the requests themselves.
+temporary. So a relay in front of an upstream the user set opens its first connection
+(TCP, and TLS for ``https``) before it serves: a failure ends the run before its CLI
+sends anything, as :class:`UpstreamUnreachable`, one line naming the upstream (no
+credentials), what failed, and the fix. The connection stays in the relay's pool, for the
+CLI's first request. A slow network, an upstream behind a proxy (only the proxy knows the
+way) and the default API are left to the requests themselves.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import ssl
+import logging
+import os
 
 import aiohttp
 import yarl
@@ -23,7 +25,9 @@ from aiohttp.helpers import get_env_proxy_for_url
 from ..errors import SetupError
 from .blame import shown, unreachable_reason
 
-__all__ = ["Proxy", "UpstreamUnreachable", "check_reachable", "proxy_for"]
+log = logging.getLogger("teamlead.relay")
+
+__all__ = ["Proxy", "UpstreamUnreachable", "connect_ahead", "proxy_for"]
 
 #: A proxy's URL and its credentials (``None``, ``None``: no proxy).
 Proxy = tuple[yarl.URL | None, aiohttp.BasicAuth | None]
@@ -52,48 +56,63 @@ class UpstreamUnreachable(SetupError):
         self.reason = reason
 
 
-async def check_reachable(
-    upstream: str, *, setting: str = "ANTHROPIC_BASE_URL", timeout_s: float = REACH_TIMEOUT_S
+async def connect_ahead(
+    session: aiohttp.ClientSession,
+    upstream: str,
+    proxy: Proxy,
+    *,
+    check: str | None = None,
+    timeout_s: float = REACH_TIMEOUT_S,
 ) -> None:
-    """Open one connection to ``upstream`` and close it; raise when it cannot be opened.
+    """Open a connection to ``upstream`` (its TCP, TLS and proxy handshakes) and leave it in
+    ``session``'s pool, so the first request does not wait for them.
 
     Args:
-        upstream: the base URL the relay forwards to, the user's ``ANTHROPIC_BASE_URL``.
-        setting: where the user set it, as the error names it (``--upstream`` for
-            ``teamlead relay``'s flag).
+        session: the relay's upstream client, made with ``proxy``.
+        upstream: the base URL the relay forwards to.
+        proxy: the environment's proxy for it (:func:`proxy_for`).
+        check: where the user set ``upstream``, as the error names it
+            (``ANTHROPIC_BASE_URL``, or ``--upstream`` for ``teamlead relay``'s flag):
+            a connection that cannot be opened raises. ``None``: best effort, a failure is
+            the first request's to meet, and to report.
         timeout_s: the longest wait; past it the check gives no verdict.
 
     Raises:
-        UpstreamUnreachable: the connection was refused, the host name did not resolve,
-            or the TLS handshake failed.
+        UpstreamUnreachable: (with ``check``) the connection was refused, the host name did
+            not resolve, or the TLS handshake failed.
     """
     url = yarl.URL(upstream)
-    host, scheme = url.host, url.scheme
-    if not host or scheme not in _DEFAULT_PORTS:
-        return
-    if proxy_for(upstream)[0] is not None:
-        return  # only the proxy knows the way
-    port = url.port or _DEFAULT_PORTS[scheme]
-    tls = ssl.create_default_context() if scheme == "https" else None
+    checked = check if proxy[0] is None and url.scheme in _DEFAULT_PORTS else None
+    connector = session.connector
+    assert connector is not None  # made with one (``server._upstream_session``)
     try:
-        _, writer = await asyncio.wait_for(
-            asyncio.open_connection(host, port, ssl=tls, server_hostname=host if tls else None),
-            timeout_s,
+        request = aiohttp.ClientRequest(
+            "GET",
+            url,
+            loop=asyncio.get_running_loop(),
+            proxy=proxy[0],
+            proxy_auth=proxy[1],
+            session=session,
         )
-    except asyncio.TimeoutError:
+        connection = await asyncio.wait_for(
+            connector.connect(request, [], session.timeout), timeout_s
+        )
+    except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
         return
-    except OSError as exc:  # ssl.SSLError is one too
-        raise UpstreamUnreachable(
-            shown(upstream), unreachable_reason(exc), setting=setting
-        ) from None
-    writer.close()
-    with contextlib.suppress(OSError, asyncio.TimeoutError):
-        await asyncio.wait_for(writer.wait_closed(), timeout_s)
+    except Exception as exc:  # noqa: BLE001 - unchecked, the first request reports it
+        if checked is not None and isinstance(exc, OSError):  # aiohttp's errors are ones too
+            reason = unreachable_reason(exc)
+            raise UpstreamUnreachable(shown(upstream), reason, setting=checked) from None
+        log.debug("could not connect to the upstream ahead: %s", type(exc).__name__)
+        return
+    connection.release()
 
 
 def proxy_for(upstream: str) -> Proxy:
     """The environment's proxy for ``upstream`` (``HTTPS_PROXY``/``HTTP_PROXY``,
     ``NO_PROXY``), and its credentials."""
+    if not any(name[-6:].lower() == "_proxy" for name in os.environ):
+        return None, None  # the common case, without reading every variable twice
     try:
         return get_env_proxy_for_url(yarl.URL(upstream))
     except LookupError:

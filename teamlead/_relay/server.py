@@ -28,7 +28,6 @@ from typing import Any
 import aiohttp
 import anyio
 import uvicorn
-import yarl
 
 from .._gate import Pause, RunLimits
 from .._metering import AgentBook
@@ -42,7 +41,7 @@ from .blame import in_user_terms
 from .forward import RelayConfig
 from .observe import RequestObserver
 from .protocol import ConnectionGuard, GuardedSocket, protocol_for
-from .reach import Proxy, proxy_for
+from .reach import Proxy, connect_ahead, proxy_for
 from .stats import RelayListener, notify
 
 __all__ = [
@@ -331,28 +330,6 @@ def _upstream_session(config: RelayConfig, proxy: Proxy) -> aiohttp.ClientSessio
     )
 
 
-async def _connect_ahead(session: aiohttp.ClientSession, upstream: str, proxy: Proxy) -> None:
-    """Open a connection to the upstream (its TCP, TLS and proxy handshakes) and leave it
-    in the session's pool, while the CLI starts: its first request then does not wait for
-    them. Best effort: a failure here is the first request's to meet, and to report."""
-    connector = session.connector
-    assert connector is not None  # made with one (:func:`_upstream_session`)
-    try:
-        request = aiohttp.ClientRequest(
-            "GET",
-            yarl.URL(upstream),
-            loop=asyncio.get_running_loop(),
-            proxy=proxy[0],
-            proxy_auth=proxy[1],
-            session=session,
-        )
-        connection = await connector.connect(request, [], session.timeout)
-    except Exception as exc:  # noqa: BLE001 - the first request reports what is wrong
-        log.debug("could not connect to the upstream ahead: %s", type(exc).__name__)
-        return
-    connection.release()
-
-
 def start_relay(
     upstream: str = "https://api.anthropic.com",
     governor: Governor | None = None,
@@ -361,6 +338,7 @@ def start_relay(
     on_event: RelayListener | None = None,
     rng: random.Random | None = None,
     reserved: Reserved | None = None,
+    check: str | None = None,
 ) -> AbstractAsyncContextManager[Relay]:
     """Run a relay in front of ``upstream`` for the block.
 
@@ -368,6 +346,9 @@ def start_relay(
     loopback socket, uvicorn failed): run direct then. ``rng`` jitters the backoff after
     a 429 without a usable Retry-After (default: one ``random.Random`` for the process).
     ``reserved``: the socket and prefix to serve on (drawn ahead), instead of new ones.
+    ``check``: where the user set ``upstream`` (``ANTHROPIC_BASE_URL``): entering then
+    raises :class:`~teamlead._relay.UpstreamUnreachable` when it cannot be connected to
+    (:func:`~teamlead._relay.reach.connect_ahead`).
 
     Example:
         >>> async with start_relay("https://api.anthropic.com") as relay:  # doctest: +SKIP
@@ -380,6 +361,7 @@ def start_relay(
         on_event,
         rng,
         reserved,
+        check,
     )
 
 
@@ -395,6 +377,7 @@ class _RunningRelay:
     _on_event: RelayListener | None
     _rng: random.Random | None = None
     _reserved: Reserved | None = None
+    _check: str | None = None
     _relay: Relay | None = field(default=None, init=False)
     _stopped: bool = field(default=False, init=False)
     _ahead: asyncio.Task[None] | None = field(default=None, init=False)
@@ -422,7 +405,13 @@ class _RunningRelay:
         self._server = server = bounded_server(
             app, sock, config=self._config, root=root, name="relay"
         )
-        self._task = task = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+        loop = asyncio.get_running_loop()
+        self._task = task = loop.create_task(server.serve(sockets=[sock]))
+        # the first request would wait for the upstream's handshakes (and the store's, just
+        # below): they are done while the CLI starts, or before, for an upstream to check
+        self._ahead = ahead = loop.create_task(
+            connect_ahead(self._session, self._upstream, proxy, check=self._check)
+        )
         try:
             with anyio.move_on_after(_START_TIMEOUT_S):
                 delay = 0.0  # uvicorn starts in a loop turn or two: look at once, then back off
@@ -431,14 +420,12 @@ class _RunningRelay:
                     delay = min(max(delay * 2, 0.0002), 0.005)
             if not server.started:
                 raise RelayError("the relay did not start within 10 s")
+            if self._check is not None:  # a wrong setting ends the run before its CLI asks
+                await ahead
         except BaseException:
             await self._stop()
             raise
-        # the first request would wait for the store and the upstream's handshakes: both
-        # are done while the CLI starts
-        loop = asyncio.get_running_loop()
         loop.call_soon(self._governor.connect_account)
-        self._ahead = loop.create_task(_connect_ahead(self._session, self._upstream, proxy))
         relay = self._relay = Relay(app, port)
         if self._on_event is not None:
             relay.subscribe(self._on_event)

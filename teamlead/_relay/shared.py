@@ -32,7 +32,6 @@ from ..clock import SYSTEM_CLOCK, Clock
 from ..governor import Governor, GovernorPolicy
 from ..policy import LimitsPolicy
 from .forward import RelayConfig
-from .reach import check_reachable
 from .server import RELAY_POLICY, Relay, RelayRun, Reserved, start_relay
 from .stats import RelayListener
 
@@ -300,9 +299,6 @@ class _PoolRun:
 
     async def __aenter__(self) -> RelayRun:
         upstream, shared, account, _ = self._key
-        if upstream != DEFAULT_UPSTREAM:  # the user's ANTHROPIC_BASE_URL
-            # a wrong one ends the run now, in one line, not after the CLI's retries
-            await check_reachable(upstream)
         self._share = share = self._pool._share()
         reserved, self._pool._reserved = self._pool._reserved, None
         token = None
@@ -315,7 +311,12 @@ class _PoolRun:
                     if taken is not None:  # the relay owns its socket from here
                         token, reserved = taken.token, None
                     config = RelayConfig(port=self._port)
-                    context = start_relay(upstream, governor, config=config, reserved=taken)
+                    # the user's ANTHROPIC_BASE_URL: a wrong one ends the run now, in one
+                    # line, not after the CLI's retries
+                    check = "ANTHROPIC_BASE_URL" if upstream != DEFAULT_UPSTREAM else None
+                    context = start_relay(
+                        upstream, governor, config=config, reserved=taken, check=check
+                    )
                     relay = await context.__aenter__()
                     entry = share.relays[self._key] = _Entry(relay, context)
                 entry.refs += 1
