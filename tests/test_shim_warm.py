@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 import _teamlead_claude as launcher
+from teamlead._shim import bridge
 from teamlead._shim.warm import Request, _launcher, _receive
 
 
@@ -54,6 +55,29 @@ def test_the_request_carries_argv_environment_directory_umask_and_the_three_stre
 def test_a_request_that_is_not_a_launchers_is_refused(payload: bytes, fds: list[int]) -> None:
     with pytest.raises(ValueError):
         Request(payload, fds)
+
+
+def test_the_rehearsal_goes_through_a_relay_of_its_own_and_leaves_no_file(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A waiting worker's rehearsal starts a relay and sends a request through it (to an
+    upstream of its own, which answers), and writes nothing a real run would read."""
+    world = tmp_path / "world"
+    world.mkdir()
+    for name in ("HOME", "TMPDIR", "XDG_STATE_HOME", "XDG_CACHE_HOME", "XDG_RUNTIME_DIR"):
+        monkeypatch.setenv(name, str(world))
+    monkeypatch.setattr("tempfile.tempdir", None)
+    statuses: list[int] = []
+    through = bridge._through_relay
+
+    async def recorded(body: bytes) -> int:
+        statuses.append(await through(body))
+        return statuses[-1]
+
+    monkeypatch.setattr(bridge, "_through_relay", recorded)
+    bridge.rehearse()
+    assert statuses == [200]
+    assert list(world.iterdir()) == []
 
 
 def test_the_warm_process_is_named_after_what_it_loaded_and_its_idle_time(

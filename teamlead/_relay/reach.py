@@ -35,6 +35,9 @@ Proxy = tuple[yarl.URL | None, aiohttp.BasicAuth | None]
 #: The longest the start of a run waits on the check (a slower network is not a verdict).
 REACH_TIMEOUT_S = 5.0
 _DEFAULT_PORTS = {"http": 80, "https": 443}
+#: The variables (in any case) that can name a proxy for the upstream (``NO_PROXY`` only
+#: exempts hosts from one).
+_PROXY_VARIABLES = frozenset({"http_proxy", "https_proxy", "ws_proxy", "wss_proxy"})
 
 
 class UpstreamUnreachable(SetupError):
@@ -111,7 +114,7 @@ async def connect_ahead(
 def proxy_for(upstream: str) -> Proxy:
     """The environment's proxy for ``upstream`` (``HTTPS_PROXY``/``HTTP_PROXY``,
     ``NO_PROXY``), and its credentials."""
-    if not any(name[-6:].lower() == "_proxy" for name in os.environ):
+    if not any(name.lower() in _PROXY_VARIABLES for name in os.environ):
         return None, None  # the common case, without reading every variable twice
     try:
         return get_env_proxy_for_url(yarl.URL(upstream))

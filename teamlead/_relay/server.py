@@ -70,6 +70,11 @@ _BACKLOG = 2048
 _READ_BUFFER = 16 * 1024
 
 
+# our own logger reports; uvicorn's would echo paths
+for _name in ("uvicorn.error", "uvicorn.access", "uvicorn.asgi"):
+    logging.getLogger(_name).setLevel(logging.CRITICAL)
+
+
 class _QuietServer(uvicorn.Server):
     """uvicorn's server as the relay runs it: the host program owns the signals, and a stop
     is taken at once. (uvicorn looks at its exit flag every 0.1 s, then sleeps 0.1 s more
@@ -297,7 +302,7 @@ def bounded_server(
             http=protocol_for(guard),
             timeout_keep_alive=config.idle_timeout_s,  # type: ignore[arg-type]
             log_config=None,
-            log_level="critical",  # our own logger reports; uvicorn's would echo paths
+            log_level=None,  # set once, below: set per server, it clears every logger's cache
             access_log=False,
             proxy_headers=False,  # no X-Forwarded-* rewriting: the client is local
             server_header=False,

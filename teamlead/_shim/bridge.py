@@ -54,7 +54,6 @@ from claude_agent_sdk import ClaudeAgentOptions
 
 from .._private import json_object
 from .._procs import started_here
-from .._relay import classify
 from .._run import (
     MAX_MESSAGE_BYTES,
     ProcessState,
@@ -76,6 +75,10 @@ _REHEARSED_REQUEST = (
     b'{"model":"-","stream":true,"tools":[{"name":"Agent"}],"system":[{"type":"text",'
     b'"text":"-","cache_control":{"type":"ephemeral"}}],"messages":[{"role":"user","content":"-"}]}'
 )
+_REHEARSED_ANSWER = (
+    b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: 2\r\n\r\n{}"
+)
+_REHEARSAL_S = 5.0
 
 #: Asks the CLI for its session state (for the SDK host, not shown by an SDK), so the
 #: bridge knows exactly when a CLI is idle.
@@ -632,11 +635,40 @@ async def serve(
     return await bridge.serve(reader)
 
 
+async def _through_relay(body: bytes) -> int:
+    """``body`` sent through a relay of its own to an upstream on this loop that answers
+    at once (the relay's start, and its reading, forwarding and answering of a request);
+    the relay's status."""
+    import aiohttp  # here: a session whose relay cannot load runs direct, and says why
+
+    from .._relay import start_relay
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError):
+            head = (await reader.readuntil(b"\r\n\r\n")).lower()
+            length = head.partition(b"content-length:")[2].split(b"\r\n", 1)[0]
+            await reader.readexactly(int(length or 0))
+            writer.write(_REHEARSED_ANSWER)
+            await writer.drain()
+        writer.close()
+
+    upstream = await asyncio.start_server(answer, "127.0.0.1", 0)
+    port = upstream.sockets[0].getsockname()[1]
+    async with (
+        upstream,
+        start_relay(f"http://127.0.0.1:{port}") as relay,
+        aiohttp.ClientSession() as client,
+        client.post(relay.base_url + "/v1/messages", data=body) as answered,
+    ):
+        await answered.read()
+        return answered.status
+
+
 def rehearse() -> None:
     """Go once through what a session does before its CLI starts, with nothing to serve: an
     event loop, a run's state and options on a relay address drawn and given up, a child
-    process started (``true``) and reaped, a request read as the relay reads one (its
-    model, role and estimated size), a host checked against a ``NO_PROXY``, the worker's
+    process started (``true``) and reaped, a relay started and a request through it (to
+    an upstream of its own), a host checked against a ``NO_PROXY``, the worker's
     start read for its runs' registration. A warm worker does this while it waits for its
     session (:mod:`.warm`), so the session does not wait for each piece's first run in a
     forked process (its pages copied, itself set up)."""
@@ -655,7 +687,8 @@ def rehearse() -> None:
         with contextlib.suppress(OSError):
             await child.start()
         await child.stop()
-        classify(_REHEARSED_REQUEST)  # the relay's reading of a request
+        with anyio.fail_after(_REHEARSAL_S):
+            await _through_relay(_REHEARSED_REQUEST)
         # the proxy lookup's parser of a NO_PROXY host, compiled once per process
         proxy_bypass_environment("localhost:1", {"no": "example.invalid"})
         started_here()
