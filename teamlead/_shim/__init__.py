@@ -28,6 +28,7 @@ import atexit
 import contextlib
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,6 +45,7 @@ __all__ = [
     "ShimSetup",
     "finish",
     "main",
+    "read_policy",
     "read_setup",
     "session",
 ]
@@ -95,12 +97,23 @@ def read_setup() -> ShimSetup:
         UsageError: a ``TEAMLEAD_*`` variable holds a value its option refuses.
         SetupError: ``TEAMLEAD_CLAUDE_PATH`` names no executable file, or there is no CLI.
     """
-    variables = frozenset((k, v) for k, v in os.environ.items() if k.startswith("TEAMLEAD_"))
-    if variables not in _PARSED:  # a warm process has parsed its own already (.warm)
-        _PARSED[variables] = _policy()
-    policy, history = _PARSED[variables]
+    policy, history = read_policy(os.environ)
     cli = _cli_path(os.environ.get(CLAUDE_PATH_VAR, "").strip())
     return ShimSetup(cli=cli, policy=policy, history=history)
+
+
+def read_policy(env: Mapping[str, str]) -> tuple[Policy, bool]:
+    """The policy of :func:`read_setup`, and whether to keep history; ``env`` is this
+    process's environment (``os.environ``, or a plain copy of it: quicker to read). Parsed
+    once per set of ``TEAMLEAD_*`` variables (a warm process has parsed its own already).
+
+    Raises:
+        UsageError: a ``TEAMLEAD_*`` variable holds a value its option refuses.
+    """
+    variables = frozenset((k, v) for k, v in env.items() if k.startswith("TEAMLEAD_"))
+    if variables not in _PARSED:
+        _PARSED[variables] = _policy()
+    return _PARSED[variables]
 
 
 def _policy() -> tuple[Policy, bool]:

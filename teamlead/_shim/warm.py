@@ -316,17 +316,19 @@ def _receive(conn: socket.socket) -> Request:
 def _enter(request: Request) -> str | None:
     """Take the launcher's environment, umask, argv and working directory (and the policy
     its variables describe); what kept this process from its directory, if anything."""
-    from . import read_setup
+    from . import read_policy
 
-    os.environ.clear()
-    os.environ.update(request.env)
+    now = dict(os.environ)  # set only what differs: each change is a putenv
+    for name in now.keys() - request.env.keys():
+        del os.environ[name]
+    os.environ.update((k, v) for k, v in request.env.items() if now.get(k) != v)
     tempfile.tempdir = None  # found again, from this environment
     os.umask(request.umask)
     sys.argv = ["teamlead-claude", *request.argv]
     signal.signal(signal.SIGINT, signal.default_int_handler)  # as a fresh interpreter has
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     with contextlib.suppress(Exception):  # parsed now, told by the session
-        read_setup()
+        read_policy(request.env)
     try:
         os.chdir(request.cwd)
     except OSError as exc:
