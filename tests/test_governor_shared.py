@@ -168,6 +168,49 @@ def _end(child: subprocess.Popen[str]) -> None:
 
 
 @pytest.mark.slow  # a fresh interpreter or child process: seconds
+def test_processes_that_make_the_store_file_together_all_share_it(tmp_path: Path) -> None:
+    """Three processes open a store file nobody made yet, at once, fifteen times: SQLite
+    refuses some at once as the new file turns to WAL (it does not wait where waiting could
+    deadlock), and each tries again; none falls back to limits of its own (before, two
+    ``teamlead ask`` started together lost the shared limits about one time in three)."""
+    code = textwrap.dedent(
+        f"""
+        import multiprocessing
+        from pathlib import Path
+        from teamlead._governor.accounts.machine import MachineAccount
+
+        def open_at_once(path, barrier, answers):
+            account = MachineAccount(Path(path))
+            barrier.wait()
+            try:
+                account.in_flight("x")
+                answers.put("shared")
+            except Exception as exc:
+                answers.put(str(exc))
+            finally:
+                account.close()
+
+        fork = multiprocessing.get_context("fork")  # this interpreter has one thread
+        for n in range(15):
+            barrier, answers = fork.Barrier(3), fork.Queue()
+            args = (str(Path({str(tmp_path)!r}) / f"limits-{{n}}.sqlite3"), barrier, answers)
+            children = [fork.Process(target=open_at_once, args=args) for _ in range(3)]
+            for child in children:
+                child.start()
+            print(*sorted(answers.get(timeout=30) for _ in children), sep="\\n")
+            for child in children:
+                child.join(timeout=30)
+        """
+    )
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == ["shared"] * 45
+
+
+@pytest.mark.slow  # a fresh interpreter or child process: seconds
 def test_a_process_killed_while_holding_leases_gives_its_slots_back(tmp_path: Path) -> None:
     db = tmp_path / "limits.sqlite3"
     child = _holder(db)

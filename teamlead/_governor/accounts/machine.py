@@ -42,7 +42,7 @@ from typing import TypeVar
 import psutil
 
 from ..._procs import started_here
-from ...clock import SYSTEM_CLOCK, Clock
+from ...clock import SYSTEM_CLOCK, Clock, block_until
 from ..aimd import Limits, Step
 from .base import AccountError, Bounds, CountedRule, Lease, Rule
 from .codecs import (
@@ -66,16 +66,17 @@ __all__ = ["MachineAccount", "default_path"]
 
 _T = TypeVar("_T")
 
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS limits (
-    key TEXT PRIMARY KEY, data TEXT NOT NULL, updated REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS leases (
-    token TEXT PRIMARY KEY, key TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,
-    started REAL NOT NULL, expires REAL NOT NULL);
-CREATE TABLE IF NOT EXISTS released (key TEXT NOT NULL, seq INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS released_by_seq ON released (seq);
-CREATE TABLE IF NOT EXISTS counter (id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL);
-"""
+_SCHEMA = (
+    "CREATE TABLE IF NOT EXISTS limits ("
+    " key TEXT PRIMARY KEY, data TEXT NOT NULL, updated REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS leases ("
+    " token TEXT PRIMARY KEY, key TEXT NOT NULL, host TEXT NOT NULL, pid INTEGER NOT NULL,"
+    " started REAL NOT NULL, expires REAL NOT NULL)",
+    "CREATE TABLE IF NOT EXISTS released (key TEXT NOT NULL, seq INTEGER NOT NULL)",
+    "CREATE INDEX IF NOT EXISTS released_by_seq ON released (seq)",
+    "CREATE TABLE IF NOT EXISTS counter ("
+    " id INTEGER PRIMARY KEY CHECK (id = 1), seq INTEGER NOT NULL)",
+)
 #: The columns a lease gained after the first release (a file made then has to get them).
 _LEASE_COLUMNS = {
     "taken": "INTEGER NOT NULL DEFAULT 0",
@@ -120,6 +121,7 @@ SELECT MAX(n) FROM (
 """
 #: SQLite's result codes for a file that is no database, or a damaged one.
 _CORRUPT_CODES = (11, 26)  # SQLITE_CORRUPT, SQLITE_NOTADB
+_BUSY = 5  # SQLITE_BUSY
 
 
 class _Unfit(Exception):
@@ -216,12 +218,11 @@ class MachineAccount:
             )
             try:
                 _check(db)  # before anything is written: a file moved aside stays as found
-                db.execute("PRAGMA journal_mode=WAL")
+                _to_wal(db, self._busy)
                 # a cache: losing the last changes to a power cut is fine, a wait per
                 # commit for the disk is not
                 db.execute("PRAGMA synchronous=OFF")
-                db.executescript(_SCHEMA)
-                _add_lease_columns(db)
+                _transaction(db, _make_tables)  # under the write lock: two may make them
             except BaseException:
                 db.close()
                 raise
@@ -666,19 +667,35 @@ def _transaction(db: sqlite3.Connection, body: Callable[[sqlite3.Connection], _T
     return result
 
 
-def _add_lease_columns(db: sqlite3.Connection) -> None:
-    """Give a file made by an older teamlead the lease columns it lacks (once, atomically:
-    two processes may open it together)."""
+def _to_wal(db: sqlite3.Connection, busy_s: float) -> None:
+    """Put the file in WAL mode (once per file). Processes that make the file together are
+    refused at once, not after a wait (SQLite does not wait where waiting could deadlock):
+    each tries again, for ``busy_s``."""
 
-    def add(db: sqlite3.Connection) -> None:
-        have = {row[1] for row in db.execute("PRAGMA table_info(leases)")}
-        for name, kind in _LEASE_COLUMNS.items():
-            if name not in have:
-                db.execute(f"ALTER TABLE leases ADD COLUMN {name} {kind}")
+    refused: list[sqlite3.OperationalError] = []
 
+    def switched() -> bool:
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+        except sqlite3.OperationalError as exc:
+            if (getattr(exc, "sqlite_errorcode", 0) & 0xFF) != _BUSY and "locked" not in str(exc):
+                raise
+            refused.append(exc)
+            return False
+        return True
+
+    if not block_until(switched, busy_s, first_s=0.002, most_s=0.05):
+        raise refused[-1]
+
+
+def _make_tables(db: sqlite3.Connection) -> None:
+    """The tables, and the lease columns a file made by an older teamlead lacks."""
+    for statement in _SCHEMA:
+        db.execute(statement)
     have = {row[1] for row in db.execute("PRAGMA table_info(leases)")}
-    if not have >= _LEASE_COLUMNS.keys():
-        _transaction(db, add)
+    for name, kind in _LEASE_COLUMNS.items():
+        if name not in have:
+            db.execute(f"ALTER TABLE leases ADD COLUMN {name} {kind}")
 
 
 def _check(db: sqlite3.Connection) -> None:
