@@ -255,14 +255,19 @@ class Bridge:
         registration) overlaps the CLI's own start: on the relay address drawn ahead for
         the run (:meth:`~teamlead._relay.RelayPool.reserve`) and the run's options. The
         first round takes it if it would start that very CLI (:meth:`_take_early`); else
-        it is stopped. Not tried without the relay, or with telemetry on (the CLI's trace
-        context comes from the started run)."""
+        it is stopped. Not tried without the relay (turned off, or not for this upstream:
+        Bedrock's and Vertex's requests are signed for their own hosts), or with telemetry
+        on (the CLI's trace context comes from the started run)."""
         if not relay_wanted(self._policy, self._env) or any(
             name.startswith("OTEL_") for name in self._env
         ):
             return
         ask = run.made().ask
         try:
+            from .._relay import relay_applicable
+
+            if not relay_applicable(self._env).ok:
+                return
             base_url = self._process.relays.reserve()
         except (OSError, ImportError):  # the run finds out, and says why
             return

@@ -11,6 +11,7 @@ stop signal stops the command and its CLI.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shlex
@@ -243,6 +244,35 @@ def test_a_cli_started_for_a_run_that_cannot_start_is_stopped(
     [start] = starts.read_text().splitlines()  # started before the run found out
     pid = int(start.split()[0])
     assert not psutil.pid_exists(pid)  # reaped before the command exited
+    assert _all_ended(claude.state_dir)
+
+
+def test_no_cli_is_started_ahead_for_a_run_the_relay_does_not_serve(
+    offline: OfflineFactory, tmp_path: Path
+) -> None:
+    # Bedrock's requests are signed for its own host, so the run goes direct: a CLI started
+    # ahead on the relay's address could never be the run's, and none is
+    _, claude = offline(lambda request: Reply.text("Hello."))
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
+    cli, starts = _noting_cli(tmp_path)
+    said: list[str] = []
+    bedrock = {
+        "CLAUDE_CODE_USE_BEDROCK": "1",
+        "CLAUDE_CODE_SKIP_BEDROCK_AUTH": "1",
+        "ANTHROPIC_BEDROCK_BASE_URL": nowhere,  # refused: the CLI fails at once
+        "CLAUDE_CODE_MAX_RETRIES": "0",
+    }
+    env = {**claude.env, **bedrock, "TEAMLEAD_CLAUDE_PATH": str(cli)}
+    options = claude.options(cli_path=SHIM, env=env, stderr=said.append)
+
+    with contextlib.suppress(Exception):  # the CLI cannot reach its Bedrock: its failure
+        anyio.run(_first_result, "Say hello.", options)
+
+    assert "request relay off: Bedrock (CLAUDE_CODE_USE_BEDROCK) is not relayed" in said
+    runs = starts.read_text().splitlines()
+    assert runs and not any("/run-" in line for line in runs), runs  # none on the relay
     assert _all_ended(claude.state_dir)
 
 
