@@ -302,7 +302,7 @@ def bounded_server(
             http=protocol_for(guard),
             timeout_keep_alive=config.idle_timeout_s,  # type: ignore[arg-type]
             log_config=None,
-            log_level=None,  # set once, below: set per server, it clears every logger's cache
+            log_level=None,  # set once, at import: set per server, it clears every logger's cache
             access_log=False,
             proxy_headers=False,  # no X-Forwarded-* rewriting: the client is local
             server_header=False,
