@@ -41,7 +41,7 @@ from claude_agent_sdk import (
 )
 
 from teamlead._claude.binary import bundled_cli_path
-from teamlead.testing import Reply, ScriptedRequest, ToolUse
+from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ToolUse
 from teamlead.testing.scripts import FanOut, bash, findings_in
 
 from ..isolated import run_to_the_end, warm_idle
@@ -189,6 +189,26 @@ def test_a_claude_path_pointing_nowhere_is_one_line_and_a_cli_failure(
     assert server.recorded("lead") == []
 
 
+def _noted_session(
+    offline: OfflineFactory, tmp_path: Path, **env: str
+) -> tuple[OfflineClaude, ClaudeAgentOptions, Path, list[str]]:
+    """The offline CLI's set-up, and an app's options for a session through the shim on a
+    CLI that notes its starts (:func:`_noting_cli`) with ``env`` added; the file of
+    starts, and what the app's stderr callback is given."""
+    _, claude = offline(lambda request: Reply.text("Hello."))
+    cli, starts = _noting_cli(tmp_path)
+    said: list[str] = []
+    env = {**claude.env, **env, "TEAMLEAD_CLAUDE_PATH": str(cli)}
+    return claude, claude.options(cli_path=SHIM, env=env, stderr=said.append), starts, said
+
+
+def _refusing_url() -> str:
+    """An ``http`` URL on this machine where nothing listens: connections are refused."""
+    with socket.socket() as closed:
+        closed.bind(("127.0.0.1", 0))
+        return f"http://127.0.0.1:{closed.getsockname()[1]}"
+
+
 def _noting_cli(tmp_path: Path) -> tuple[Path, Path]:
     """A Claude Code CLI that notes each start (its pid and ``ANTHROPIC_BASE_URL``) in a
     file, then runs as the bundled one; the command and the file."""
@@ -228,14 +248,9 @@ def test_a_cli_started_for_a_run_that_cannot_start_is_stopped(
 ) -> None:
     # the upstream refuses connections: the run ends in one line before its first round,
     # and the CLI started for it meanwhile is stopped and reaped, not left running
-    _, claude = offline(lambda request: Reply.text("Hello."))
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
-    cli, starts = _noting_cli(tmp_path)
-    said: list[str] = []
-    env = {**claude.env, "TEAMLEAD_CLAUDE_PATH": str(cli), "ANTHROPIC_BASE_URL": nowhere}
-    options = claude.options(cli_path=SHIM, env=env, stderr=said.append)
+    claude, options, starts, said = _noted_session(
+        offline, tmp_path, ANTHROPIC_BASE_URL=_refusing_url()
+    )
 
     with pytest.raises(Exception, match="exit code 1"):
         anyio.run(_first_result, "Say hello.", options)
@@ -252,20 +267,14 @@ def test_no_cli_is_started_ahead_for_a_run_the_relay_does_not_serve(
 ) -> None:
     # Bedrock's requests are signed for its own host, so the run goes direct: a CLI started
     # ahead on the relay's address could never be the run's, and none is
-    _, claude = offline(lambda request: Reply.text("Hello."))
-    with socket.socket() as closed:
-        closed.bind(("127.0.0.1", 0))
-        nowhere = f"http://127.0.0.1:{closed.getsockname()[1]}"
-    cli, starts = _noting_cli(tmp_path)
-    said: list[str] = []
-    bedrock = {
-        "CLAUDE_CODE_USE_BEDROCK": "1",
-        "CLAUDE_CODE_SKIP_BEDROCK_AUTH": "1",
-        "ANTHROPIC_BEDROCK_BASE_URL": nowhere,  # refused: the CLI fails at once
-        "CLAUDE_CODE_MAX_RETRIES": "0",
-    }
-    env = {**claude.env, **bedrock, "TEAMLEAD_CLAUDE_PATH": str(cli)}
-    options = claude.options(cli_path=SHIM, env=env, stderr=said.append)
+    claude, options, starts, said = _noted_session(
+        offline,
+        tmp_path,
+        CLAUDE_CODE_USE_BEDROCK="1",
+        CLAUDE_CODE_SKIP_BEDROCK_AUTH="1",
+        ANTHROPIC_BEDROCK_BASE_URL=_refusing_url(),  # refused: the CLI fails at once
+        CLAUDE_CODE_MAX_RETRIES="0",
+    )
 
     with contextlib.suppress(Exception):  # the CLI cannot reach its Bedrock: its failure
         anyio.run(_first_result, "Say hello.", options)
