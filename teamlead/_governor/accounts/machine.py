@@ -222,7 +222,8 @@ class MachineAccount:
                 # a cache: losing the last changes to a power cut is fine, a wait per
                 # commit for the disk is not
                 db.execute("PRAGMA synchronous=OFF")
-                _transaction(db, _make_tables)  # under the write lock: two may make them
+                if not _made(db):  # made under the write lock: two may make them at once
+                    _transaction(db, _make_tables)
             except BaseException:
                 db.close()
                 raise
@@ -686,6 +687,14 @@ def _to_wal(db: sqlite3.Connection, busy_s: float) -> None:
 
     if not block_until(switched, busy_s, first_s=0.002, most_s=0.05):
         raise refused[-1]
+
+
+def _made(db: sqlite3.Connection) -> bool:
+    """Whether the file has every table, the index and the lease columns (read without a
+    lock: a file made already is not written to on each start)."""
+    names = {row[0] for row in db.execute("SELECT name FROM sqlite_master")}
+    have = {row[1] for row in db.execute("PRAGMA table_info(leases)")}
+    return names >= {*_COLUMNS, "released_by_seq"} and have >= _LEASE_COLUMNS.keys()
 
 
 def _make_tables(db: sqlite3.Connection) -> None:
