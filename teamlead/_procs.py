@@ -20,13 +20,15 @@ from .clock import block_until
 _SETTLE_S = 0.5
 
 
-def started(pid: int) -> float | None:
+def started(pid: int, *, unreadable: float | None = None) -> float | None:
     """When process ``pid`` started (wall clock, as psutil reads it), or ``None`` when no
-    such process runs (or it cannot be read)."""
+    such process runs; ``unreadable`` when one runs but cannot be read (another user's)."""
     try:
         return float(psutil.Process(pid).create_time())
-    except (psutil.Error, OSError, ValueError):
+    except (psutil.NoSuchProcess, ValueError, OverflowError):  # gone, or no pid at all
         return None
+    except (psutil.Error, OSError):
+        return unreadable
 
 
 def started_here() -> float | None:

@@ -39,8 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-import psutil
-
+from ..._procs import started as process_started
 from ..._procs import started_here
 from ...clock import SYSTEM_CLOCK, Clock, block_until
 from ..aimd import Limits, Step
@@ -143,15 +142,6 @@ def default_path(environ: dict[str, str] | None = None) -> Path:
     else:
         base = Path(env.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return base / "teamlead" / "limits.sqlite3"
-
-
-def _started(pid: int) -> float | None:
-    try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.NoSuchProcess, ValueError, OverflowError):  # gone, or no pid at all
-        return None
-    except psutil.Error:  # not ours to inspect: assume it is alive
-        return -1.0
 
 
 class MachineAccount:
@@ -450,7 +440,7 @@ class MachineAccount:
             (self._host, self._pid),
         ).fetchall()
         for pid, started in rows:
-            actual = _started(pid)
+            actual = process_started(pid, unreadable=-1.0)  # not ours to inspect: taken as alive
             if actual is None or (actual >= 0 and abs(actual - started) > 1.0):
                 db.execute(
                     "DELETE FROM leases WHERE host = ? AND pid = ? AND started = ?",
