@@ -669,19 +669,20 @@ async def _through_relay(body: bytes) -> int:
         return answered.status
 
 
-def rehearse() -> None:
+def rehearse() -> int:
     """Go once through what a session does before its CLI starts, with nothing to serve: an
     event loop, a run's state and options on a relay address drawn and given up, a child
     process started (``true``) and reaped, a relay started and a request through it (to
     an upstream of its own), a host checked against a ``NO_PROXY``, the worker's
     start read for its runs' registration. A warm worker does this while it waits for its
     session (:mod:`.warm`), so the session does not wait for each piece's first run in a
-    forked process (its pages copied, itself set up)."""
+    forked process (its pages copied, itself set up). Returns the relay's status for the
+    request (200: the whole way was taken)."""
 
     async def no_rounds(**_options: Any) -> AsyncGenerator[Any, None]:
         yield None  # never read
 
-    async def start() -> None:
+    async def start() -> int:
         process = ProcessState(registry=False, history=False)
         run = run_stream("", query_fn=no_rounds, process=process)
         try:
@@ -693,9 +694,10 @@ def rehearse() -> None:
             await child.start()
         await child.stop()
         with anyio.fail_after(_REHEARSAL_S):
-            await _through_relay(_REHEARSED_REQUEST)
+            status = await _through_relay(_REHEARSED_REQUEST)
         # the proxy lookup's parser of a NO_PROXY host, compiled once per process
         proxy_bypass_environment("localhost:1", {"no": "example.invalid"})
         started_here()
+        return status
 
-    anyio.run(start)
+    return anyio.run(start)
