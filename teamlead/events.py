@@ -508,7 +508,7 @@ measured cut lowered by one more rejection of its burst (settled), a 529
 (overloaded) cut, or a pause from the ``anthropic-ratelimit-*`` headers (cap unchanged)."""
 
 
-class ConcurrencyChanged(BaseModel):
+class ConcurrencyChanged(_Event):
     """One change of a bucket's limit, for the journal and the progress view.
 
     Attributes:
@@ -525,7 +525,6 @@ class ConcurrencyChanged(BaseModel):
     model_config = ConfigDict(frozen=True, extra="allow")
 
     type: Literal["concurrency_changed"] = "concurrency_changed"
-    version: int = EVENT_VERSION
     key: str
     reason: ChangeReason
     cap: int
@@ -534,10 +533,6 @@ class ConcurrencyChanged(BaseModel):
     epoch: int
     retry_after_s: float | None = None
     at: float
-
-    def to_json(self) -> str:
-        """One NDJSON line, like the other teamlead events."""
-        return json.dumps(self.model_dump(mode="json"), ensure_ascii=False)
 
 
 #: A field of a run that :meth:`teamlead.RunControl.amend` can change while it runs.
