@@ -67,10 +67,7 @@ def redact(text: str, env: Mapping[str, str] | None = None) -> str:
         >>> redact("key=sk-ant-0123456789", {"ANTHROPIC_API_KEY": "sk-ant-0123456789"})
         'key=[redacted]'
     """
-    for value in _secret_values(env):
-        if value in text:
-            text = text.replace(value, REDACTED)
-    return text
+    return secret_scrubber(env)(text)
 
 
 def redact_opt(text: str | None) -> str | None:
