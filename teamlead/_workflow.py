@@ -25,7 +25,7 @@ Example:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 
 from ._parse import (
     WorkflowAgent,
@@ -39,6 +39,11 @@ from ._parse import (
 __all__ = ["WorkflowRun"]
 
 _MAX_PHASES = 1000
+#: What a :class:`WorkflowAgentChanged` copies of the agent it reports (every field the
+#: two share).
+_CHANGED_FIELDS = tuple(
+    f.name for f in fields(WorkflowAgentChanged) if f.name in WorkflowAgent.__dataclass_fields__
+)
 
 
 # -- the run -------------------------------------------------------------------------------
@@ -112,18 +117,8 @@ class WorkflowRun:
                 WorkflowAgentChanged(
                     task_id=self.task_id,
                     run_id=self.run_id,
-                    index=agent.index,
-                    label=agent.label,
-                    state=agent.state,
                     previous=before.state if before is not None else None,
-                    phase=agent.phase,
-                    agent_id=agent.agent_id,
-                    model=agent.model,
-                    tokens=agent.tokens,
-                    tool_calls=agent.tool_calls,
-                    duration_ms=agent.duration_ms,
-                    error=agent.error,
-                    cached=agent.cached,
+                    **{name: getattr(agent, name) for name in _CHANGED_FIELDS},
                 )
             )
         return changes
