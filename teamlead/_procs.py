@@ -35,13 +35,10 @@ def started_here() -> float | None:
     """:func:`started` for this process, read once per process (a forked one reads its
     own)."""
     pid = os.getpid()
-    if pid not in _STARTED:
-        when = started(pid)
-        if when is None:
-            return None
+    if pid not in _STARTED and (when := started(pid)) is not None:
         _STARTED.clear()
         _STARTED[pid] = when
-    return _STARTED[pid]
+    return _STARTED.get(pid)
 
 
 _STARTED: dict[int, float] = {}
