@@ -26,19 +26,19 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import stat
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from claude_agent_sdk import AgentDefinition, ClaudeAgentOptions
 from claude_agent_sdk.types import SystemPromptPreset
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from ._prompt_text import Segment, name_from_stem, parse_template, split_prompt_file
 from .errors import UsageError
 from .roster import default_agents, render_roster
 
@@ -98,10 +98,10 @@ class Strategy:
     body_template: str
     source: str
     sha256: str
-    _segments: tuple[Segment, ...] = field(init=False, repr=False, compare=False)
+    _segments: tuple[_Segment, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_segments", parse_template(self.body_template, self.source))
+        object.__setattr__(self, "_segments", _parse_template(self.body_template, self.source))
 
     @property
     def name(self) -> str:
@@ -398,9 +398,9 @@ def _load_shipped() -> dict[str, Strategy]:
 
 
 def _parse_strategy(raw: bytes, source: str, *, stem: str | None = None) -> Strategy:
-    fields, body = split_prompt_file(raw, source, stem=stem)
+    fields, body = _split_prompt_file(raw, source, stem=stem)
     if fields is None:  # a plain body: the whole file is the prompt, named after the file
-        fields = {"name": name_from_stem(stem, source)}
+        fields = {"name": _name_from_stem(stem, source)}
     try:
         meta = StrategyMeta.model_validate(fields)
     except ValidationError as exc:
@@ -415,3 +415,104 @@ def _parse_strategy(raw: bytes, source: str, *, stem: str | None = None) -> Stra
         source=source,
         sha256=hashlib.sha256(raw).hexdigest(),
     )
+
+
+# -- the file's syntax: front matter lines, plain bodies and the body template -----------
+_Segment: TypeAlias = "str | tuple[str]"
+"""Literal text, or ``(placeholder name,)``."""
+
+_PLACEHOLDER_NAME = r"[A-Za-z_][A-Za-z0-9_]*"
+_TOKEN = re.compile(r"\{\{|\}\}|\{(" + _PLACEHOLDER_NAME + r")\}|[{}]")
+_FRONT_MATTER_LINE = re.compile(r"^([A-Za-z_][A-Za-z0-9_-]*)\s*:\s*(.*)$")
+_FENCE = "---"
+
+
+def _name_from_stem(stem: str | None, source: str) -> str:
+    """A strategy name from a file stem: lower-cased, other characters than ``a-z0-9._-``
+    turned into ``-``."""
+    name = re.sub(r"[^a-z0-9._-]+", "-", (stem or "").lower()).lstrip("._-")
+    if not name:
+        raise UsageError(
+            f"prompt file {source}: give it a 'name:' in front matter (its file name "
+            "yields no usable name)"
+        )
+    return name
+
+
+def _split_prompt_file(
+    raw: bytes, source: str, *, stem: str | None = None
+) -> tuple[dict[str, str] | None, str]:
+    """``(front matter fields, body)`` of a strategy file; fields ``None`` for a plain body.
+
+    ``stem`` (the file's stem) allows a plain body and a missing ``name:``; shipped
+    resources pass none, so they must have front matter.
+    """
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise UsageError(f"prompt file {source} is not UTF-8 text: {exc.reason}") from None
+    lines = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    if not lines or lines[0].rstrip() != _FENCE:
+        if stem is None:
+            raise UsageError(
+                f"prompt file {source} has no front matter: it must start with a '---' line"
+            )
+        _name_from_stem(stem, source)  # a plain body needs a usable file name
+        return None, "\n".join(lines).strip("\n")
+    try:
+        end = next(i for i in range(1, len(lines)) if lines[i].rstrip() == _FENCE)
+    except StopIteration:
+        raise UsageError(
+            f"prompt file {source}: front matter is not closed by a '---' line"
+        ) from None
+
+    fields: dict[str, str] = {}
+    for number in range(1, end):
+        line = lines[number].strip()
+        if not line or line.startswith("#"):
+            continue
+        match = _FRONT_MATTER_LINE.match(line)
+        if match is None:
+            raise UsageError(
+                f"prompt file {source} line {number + 1}: front matter lines must be "
+                f"'key: value', got {line!r}"
+            )
+        key = match.group(1).lower().replace("-", "_")
+        if key in fields:
+            raise UsageError(f"prompt file {source} line {number + 1}: duplicate key {key!r}")
+        fields[key] = _unquote(match.group(2).strip())
+    if "name" not in fields and stem is not None:
+        fields["name"] = _name_from_stem(stem, source)
+    return fields, "\n".join(lines[end + 1 :]).strip("\n")
+
+
+def _unquote(value: str) -> str:
+    if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
+        return value[1:-1]
+    return value
+
+
+def _parse_template(template: str, source: str) -> tuple[_Segment, ...]:
+    """Split a body into literal text and placeholders, rejecting stray braces up front."""
+    segments: list[_Segment] = []
+    literal: list[str] = []
+    position = 0
+    for match in _TOKEN.finditer(template):
+        literal.append(template[position : match.start()])
+        position = match.end()
+        token = match.group(0)
+        if token in ("{{", "}}"):
+            literal.append(token[0])
+        elif match.group(1) is not None:
+            segments.append("".join(literal))
+            literal = []
+            segments.append((match.group(1),))
+        else:
+            line = template.count("\n", 0, match.start()) + 1
+            raise UsageError(
+                f"prompt file {source}: stray {token!r} on body line {line}; write {{{{ or }}}} "
+                "for a literal brace, or {name} for a placeholder"
+            )
+    literal.append(template[position:])
+    segments.append("".join(literal))
+    return tuple(seg for seg in segments if seg != "")
