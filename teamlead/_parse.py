@@ -584,11 +584,7 @@ def _tool_results(content: Any, tool_use_result: Any = None) -> list[TrackedEven
         if isinstance(block, ToolResultBlock):
             tool_use_id, body, is_error = block.tool_use_id, block.content, block.is_error
         elif isinstance(block, Mapping) and block.get("type", "tool_result") == "tool_result":
-            tool_use_id, body, is_error = (
-                block.get("tool_use_id"),
-                block.get("content"),
-                block.get("is_error"),
-            )
+            tool_use_id, body, is_error = map(block.get, ("tool_use_id", "content", "is_error"))
         else:
             continue
         if isinstance(tool_use_id, str) and tool_use_id:
@@ -742,9 +738,9 @@ def _workflow_agents(progress: Any) -> tuple[WorkflowAgent, ...] | None:
                 tool_calls=_int(entry.get("toolCalls")),
                 duration_ms=_int(entry.get("durationMs")),
                 result_preview=_short(entry.get("resultPreview")),
-                error=_short(error)
-                if isinstance(error, str)
-                else (_short(json.dumps(error)) if error is not None else None),
+                error=_short(
+                    error if error is None or isinstance(error, str) else json.dumps(error)
+                ),
                 cached=entry.get("cached") is True,
             )
         )
