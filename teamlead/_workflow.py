@@ -90,14 +90,7 @@ class WorkflowRun:
     def started(self) -> WorkflowStarted:
         """The :class:`WorkflowStarted` record of this attempt (marks it announced)."""
         self.announced = True
-        return WorkflowStarted(
-            task_id=self.task_id,
-            run_id=self.run_id,
-            name=self.name,
-            description=self.description,
-            script_path=self.script_path,
-            resume_from=self.resume_from,
-        )
+        return WorkflowStarted(**{f.name: getattr(self, f.name) for f in fields(WorkflowStarted)})
 
     def snapshot(
         self, agents: tuple[WorkflowAgent, ...], phases: tuple[str, ...] | None
