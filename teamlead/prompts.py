@@ -399,8 +399,6 @@ def _load_shipped() -> dict[str, Strategy]:
 
 def _parse_strategy(raw: bytes, source: str, *, stem: str | None = None) -> Strategy:
     fields, body = _split_prompt_file(raw, source, stem=stem)
-    if fields is None:  # a plain body: the whole file is the prompt, named after the file
-        fields = {"name": _name_from_stem(stem, source)}
     try:
         meta = StrategyMeta.model_validate(fields)
     except ValidationError as exc:
@@ -441,8 +439,9 @@ def _name_from_stem(stem: str | None, source: str) -> str:
 
 def _split_prompt_file(
     raw: bytes, source: str, *, stem: str | None = None
-) -> tuple[dict[str, str] | None, str]:
-    """``(front matter fields, body)`` of a strategy file; fields ``None`` for a plain body.
+) -> tuple[dict[str, str], str]:
+    """``(front matter fields, body)`` of a strategy file; a plain body (the whole file is
+    the prompt) has only a ``name``, from the file's stem.
 
     ``stem`` (the file's stem) allows a plain body and a missing ``name:``; shipped
     resources pass none, so they must have front matter.
@@ -457,14 +456,10 @@ def _split_prompt_file(
             raise UsageError(
                 f"prompt file {source} has no front matter: it must start with a '---' line"
             )
-        _name_from_stem(stem, source)  # a plain body needs a usable file name
-        return None, "\n".join(lines).strip("\n")
-    try:
-        end = next(i for i in range(1, len(lines)) if lines[i].rstrip() == _FENCE)
-    except StopIteration:
-        raise UsageError(
-            f"prompt file {source}: front matter is not closed by a '---' line"
-        ) from None
+        return {"name": _name_from_stem(stem, source)}, "\n".join(lines).strip("\n")
+    end = next((i for i in range(1, len(lines)) if lines[i].rstrip() == _FENCE), None)
+    if end is None:
+        raise UsageError(f"prompt file {source}: front matter is not closed by a '---' line")
 
     fields: dict[str, str] = {}
     for number in range(1, end):
