@@ -112,16 +112,10 @@ def event_record(event: TrackedEvent) -> dict[str, Any]:
         if isinstance(value, str):
             data[name] = scrub(value)
         elif isinstance(value, (tuple, list)):
-            data[name] = [scrub(v) if isinstance(v, str) else _plain(v) for v in value]
+            data[name] = [scrub(v) if isinstance(v, str) else v for v in value]
         else:
-            data[name] = _plain(value)
+            data[name] = value
     return data
-
-
-def _plain(value: Any) -> Any:
-    """A dataclass as its dict, anything else as it is."""
-    is_instance = dataclasses.is_dataclass(value) and not isinstance(value, type)
-    return dataclasses.asdict(value) if is_instance else value
 
 
 def first_sighting(event: SessionSeen, run: StreamParse, shown: set[str]) -> bool:
