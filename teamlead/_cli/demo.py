@@ -176,20 +176,11 @@ def _print_comparison(bare: BareOutcome, finished: Any, stream: IO[str] | None =
         return first if len(first) <= 70 else first[:69] + "…"
 
     bare_end = f"raised {bare.error}" if bare.error else "ended"
-    apps = [
-        (
-            "bare claude_agent_sdk.query",
-            f"{bare_end} after {bare.results} result(s)",
-            found(bare.answer),
-            short(bare.answer),
-        ),
-        (
-            "teamlead.run",
-            f"{finished.status} after {finished.resumes} resume(s)",
-            found(finished.result),
-            short(finished.result),
-        ),
-    ]
+    ends = {
+        "bare claude_agent_sdk.query": (f"{bare_end} after {bare.results} result(s)", bare.answer),
+        "teamlead.run": (f"{finished.status} after {finished.resumes} resume(s)", finished.result),
+    }
+    apps = [(name, end, found(answer), short(answer)) for name, (end, answer) in ends.items()]
     moral = (
         "The bare app stops at the 529 on the synthesis turn and never reads the teammate's "
         "inbox; teamlead collects every result and resumes the lead."
