@@ -115,25 +115,7 @@ def run_options(func: _F) -> _F:
             is_flag=True,
             help="Do not keep this run in the run history (`teamlead ps --all`, `show`).",
         ),
-        spawn_options,
-        no_relay_option,
-        option(
-            "--overload-hold",
-            "overload_hold_s",
-            type=click.FloatRange(0, 86_400),
-            default=300.0,
-            show_default=True,
-            help="Seconds the relay holds one request through an overload burst (529s, 503s, "
-            "a dropped connection), retrying it with backoff while the CLI waits; 0 passes "
-            "overloads on at once.",
-        ),
-        limits_options,
-    )(func)
-
-
-def spawn_options(func: _F) -> _F:
-    """The spawn gate's options (see the docs' "Runtime control", docs/runtime-control.md)."""
-    return stacked(
+        # the spawn gate's (see the docs' "Runtime control", docs/runtime-control.md)
         option(
             "--max-concurrent-agents",
             type=click.IntRange(1, 1000),
@@ -204,6 +186,18 @@ def spawn_options(func: _F) -> _F:
             is_flag=True,
             help="Do not queue, budget or stop the lead's Agent calls.",
         ),
+        no_relay_option,
+        option(
+            "--overload-hold",
+            "overload_hold_s",
+            type=click.FloatRange(0, 86_400),
+            default=300.0,
+            show_default=True,
+            help="Seconds the relay holds one request through an overload burst (529s, 503s, "
+            "a dropped connection), retrying it with backoff while the CLI waits; 0 passes "
+            "overloads on at once.",
+        ),
+        limits_options,
     )(func)
 
 
@@ -270,7 +264,7 @@ def settings_from_options(strategy: str, **options: Any) -> AskSettings:
 )
 @run_options
 @handle_errors
-def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **kw: Any) -> None:
+def ask(prompt: str, **kw: Any) -> None:
     """Ask the lead; resume it until its answer uses every result.
 
     PROMPT is the task; `-` reads it from stdin.
@@ -281,7 +275,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
         prompt = sys.stdin.read()
     if not prompt.strip():
         raise UsageError("the prompt is empty")
-    _run_at_the_terminal(partial(run_stream, prompt), strategy, json_, quiet, verbose, kw)
+    _run_at_the_terminal(partial(run_stream, prompt), kw)
 
 
 @click.command(cls=SectionedCommand, sections=RUN_SECTIONS)
@@ -294,9 +288,7 @@ def ask(prompt: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **k
 )
 @run_options
 @handle_errors
-def resume(
-    session_id: str, strategy: str, json_: bool, quiet: bool, verbose: bool, **kw: Any
-) -> None:
+def resume(session_id: str, **kw: Any) -> None:
     """Collect a session's unused results and resume its lead.
 
     With --session-store, a session that ran on another machine is brought here from the
@@ -304,19 +296,11 @@ def resume(
     """
     from ..coordinator import resume_stream
 
-    start = partial(resume_stream, session_id)
-    _run_at_the_terminal(start, strategy, json_, quiet, verbose, kw, resumes=session_id)
+    _run_at_the_terminal(partial(resume_stream, session_id), kw, resumes=session_id)
 
 
 def _run_at_the_terminal(
-    start: Callable[..., RunStream],
-    strategy: str,
-    json_: bool,
-    quiet: bool,
-    verbose: bool,
-    kw: dict[str, Any],
-    *,
-    resumes: str | None = None,
+    start: Callable[..., RunStream], kw: dict[str, Any], *, resumes: str | None = None
 ) -> NoReturn:
     """Run what ``start`` begins (with the options, policy and live control) to its end
     with the terminal's controls and the live view, and exit with its code; ``resumes``
@@ -334,9 +318,10 @@ def _run_at_the_terminal(
     from .controls import controls_for
     from .running import build_run, check_setup, merged_env, run_session
 
-    output = output_mode(json_, quiet)
+    output = output_mode(kw.pop("json_"), kw.pop("quiet"))
+    verbose = kw.pop("verbose")
     default_process_state().keep_history(not kw.pop("no_history"))
-    settings = settings_from_options(strategy, **kw)
+    settings = settings_from_options(**kw)
     control = RunControl()  # the run's live cap and subagent model
     controls = controls_for(
         settings.permission_mode,

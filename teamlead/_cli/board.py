@@ -64,6 +64,7 @@ _OPS: dict[str, dict[str, Any]] = {
 }
 _MAX_BODY = 1024
 _MAX_STREAMS = 8
+#: How often an event stream reads the runs.
 _EVERY_S = 1.0
 _KEEPALIVE_S = 15.0
 _RUN_CHARS = 64
@@ -88,7 +89,6 @@ class Board:
         act: does one op on a run (``act(run, request)``), returns what the run said;
             ``None`` for one run read from its log (read-only: the buttons' endpoint
             refuses).
-        every_s: how often an event stream reads the runs.
     """
 
     def __init__(
@@ -99,7 +99,6 @@ class Board:
         rows: Callable[[], list[dict[str, Any]]],
         detail: Callable[[str], dict[str, Any]],
         act: Callable[[str, dict[str, Any]], str] | None = None,
-        every_s: float = _EVERY_S,
     ) -> None:
         self._token = token
         self._hosts = {f"127.0.0.1:{port}", f"localhost:{port}"}
@@ -107,7 +106,6 @@ class Board:
         self._rows = rows
         self._act = act
         self._detail = detail
-        self._every_s = every_s
         self._mode = "live" if act is not None else "log"
         self._streams = 0
 
@@ -210,7 +208,7 @@ class Board:
             if final:
                 await send({"type": "http.response.body", "body": b"", "more_body": False})
                 return
-            await SYSTEM_CLOCK.sleep(self._every_s)
+            await SYSTEM_CLOCK.sleep(_EVERY_S)
 
     async def _button(self, headers: dict[str, str], receive: Receive, send: Send) -> None:
         if self._act is None:

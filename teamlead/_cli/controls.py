@@ -24,7 +24,6 @@ from .._run import labels_from
 from ..clock import SYSTEM_CLOCK
 from ..control import RunControl
 from ..errors import AmendRefused
-from ..events import PermissionDecided
 from ..tracker import StreamParse
 from .approvals import ASKING_MODES, ApprovalQueue
 from .focus import AgentFocus, Focus
@@ -93,7 +92,8 @@ class Controls:
             self.focus = Focus(run, self._focus_dir)
         if self.approvals is not None:
             self.approvals.label_for = labels_from(run)
-            self.approvals.on_decision = self._decided
+            if progress is not None:
+                self.approvals.on_decision = progress.handle
             self.approvals.on_change = self._changed
             self.approvals.say = self.say
         if hasattr(progress, "footer"):
@@ -163,10 +163,6 @@ class Controls:
             self.approvals.close()
 
     # -- internals ---------------------------------------------------------------------------
-    def _decided(self, event: PermissionDecided) -> None:
-        if self._progress is not None:
-            self._progress.handle(event)
-
     def say(self, line: str) -> None:
         """One line of teamlead's own: in the view's log, else on stderr."""
         note: Callable[[str], None] | None = getattr(self._progress, "note", None)

@@ -34,7 +34,6 @@ __all__ = [
     "request_line",
     "run_demo",
     "scenario_list",
-    "serve_scenario",
     "serve_scripted",
 ]
 
@@ -177,20 +176,11 @@ def _print_comparison(bare: BareOutcome, finished: Any, stream: IO[str] | None =
         return first if len(first) <= 70 else first[:69] + "…"
 
     bare_end = f"raised {bare.error}" if bare.error else "ended"
-    apps = [
-        (
-            "bare claude_agent_sdk.query",
-            f"{bare_end} after {bare.results} result(s)",
-            found(bare.answer),
-            short(bare.answer),
-        ),
-        (
-            "teamlead.run",
-            f"{finished.status} after {finished.resumes} resume(s)",
-            found(finished.result),
-            short(finished.result),
-        ),
-    ]
+    ends = {
+        "bare claude_agent_sdk.query": (f"{bare_end} after {bare.results} result(s)", bare.answer),
+        "teamlead.run": (f"{finished.status} after {finished.resumes} resume(s)", finished.result),
+    }
+    apps = [(name, end, found(answer), short(answer)) for name, (end, answer) in ends.items()]
     moral = (
         "The bare app stops at the 529 on the synthesis turn and never reads the teammate's "
         "inbox; teamlead collects every result and resumes the lead."
@@ -275,56 +265,6 @@ def request_line(record: Any, started: float) -> str:
     )
 
 
-def serve_scenario(
-    scenario: str,
-    port: int = 0,
-    concurrency_limit: int | None = None,
-    *,
-    log_requests: bool | None = None,
-) -> None:
-    """Serve the named scripted model on loopback until SIGTERM or Ctrl-C.
-
-    The address and the ``export`` line go to stderr; with ``log_requests`` (default: when
-    stderr is a terminal) one line per answered request follows.
-    """
-    from ..testing import ScriptedServer
-    from ..testing.scripts import scenario as load_scenario
-
-    # the server's own stop: SIGTERM ends the wait, Ctrl-C is a KeyboardInterrupt
-    stop = threading.Event()
-    release_stop_signals()
-    signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    script = load_scenario(scenario)
-    if log_requests is None:
-        log_requests = sys.stderr.isatty()
-    started = SYSTEM_CLOCK.monotonic()
-    lock = threading.Lock()
-
-    def log_line(record: Any) -> None:
-        line = terminal_safe(request_line(record, started))
-        with lock:
-            click.echo(line, err=True)
-
-    server = ScriptedServer(
-        script,
-        port=port,
-        concurrency_limit=concurrency_limit,
-        on_request=log_line if log_requests else None,
-    )
-    server.start()
-    click.echo(f"serving scenario {scenario!r} at {server.base_url}", err=True)
-    click.echo("point the CLI, `teamlead ask` or your app at it from another shell:", err=True)
-    click.echo(offline_exports(server.base_url), err=True)
-    try:
-        while not stop.wait(0.5):
-            pass
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.stop()
-        click.echo(f"stopped after {server.stats.requests} requests", err=True)
-
-
 @click.command()
 @option("--json", "json_", is_flag=True, help="NDJSON events on stdout.")
 @option("--quiet", "-q", is_flag=True, help="Only the final answer.")
@@ -363,8 +303,42 @@ def serve_scripted(
     It prints the `export` line to paste into the shell that runs the CLI, `teamlead ask`
     or your app; `--list` shows the scenarios.
     """
+    from ..testing import ScriptedServer
+    from ..testing.scripts import scenario as load_scenario
+
     if list_:
         click.echo(scenario_list())
         return
-    log = None if log_requests == "auto" else log_requests == "on"
-    serve_scenario(scenario, port, concurrency_limit, log_requests=log)
+    # it serves until SIGTERM or Ctrl-C: SIGTERM ends the wait, Ctrl-C is a
+    # KeyboardInterrupt; one line per answered request follows the export line, with --log
+    stop = threading.Event()
+    release_stop_signals()
+    signal.signal(signal.SIGTERM, lambda *_: stop.set())
+    script = load_scenario(scenario)
+    started = SYSTEM_CLOCK.monotonic()
+    lock = threading.Lock()
+
+    def log_line(record: Any) -> None:
+        line = terminal_safe(request_line(record, started))
+        with lock:
+            click.echo(line, err=True)
+
+    logged = sys.stderr.isatty() if log_requests == "auto" else log_requests == "on"
+    server = ScriptedServer(
+        script,
+        port=port,
+        concurrency_limit=concurrency_limit,
+        on_request=log_line if logged else None,
+    )
+    server.start()
+    click.echo(f"serving scenario {scenario!r} at {server.base_url}", err=True)
+    click.echo("point the CLI, `teamlead ask` or your app at it from another shell:", err=True)
+    click.echo(offline_exports(server.base_url), err=True)
+    try:
+        while not stop.wait(0.5):
+            pass
+    except KeyboardInterrupt:
+        pass
+    finally:
+        server.stop()
+        click.echo(f"stopped after {server.stats.requests} requests", err=True)

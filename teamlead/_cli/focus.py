@@ -14,7 +14,6 @@ a view to escape. Memory is bounded: a few calls and lines per agent, at most
 from __future__ import annotations
 
 import collections
-from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -29,7 +28,6 @@ from ..tracker import (
     SubagentTurn,
     TaskStarted,
     ToolResultSeen,
-    TrackedEvent,
 )
 
 __all__ = ["MAX_AGENTS", "AgentFocus", "Focus"]
@@ -116,11 +114,7 @@ class Focus:
         """Read one stream item (an SDK message; teamlead's own events are skipped)."""
         if callable(getattr(item, "to_json", None)):
             return  # a teamlead event: nothing an agent did
-        self._follow(self.run.events_of(item))
-
-    def _follow(self, events: Iterable[TrackedEvent]) -> None:
-        """Apply the events the run made of one item (its tracker has them already)."""
-        for event in events:
+        for event in self.run.events_of(item):  # its tracker has them already
             if isinstance(event, TaskStarted) and event.tool_use_id:
                 self._agent_of[event.tool_use_id] = event.task_id
             elif isinstance(event, SubagentTurn):

@@ -95,9 +95,7 @@ def _row(record: RunRecord) -> dict[str, Any]:
     )
 
 
-def run_filter(
-    filters: Iterable[str], *, now: float | None = None
-) -> Callable[[Mapping[str, Any]], bool]:
+def run_filter(filters: Iterable[str]) -> Callable[[Mapping[str, Any]], bool]:
     """``ps --filter``: whether a row passes every ``KEY=VALUE`` given (``status=`` its
     status, one of those given; ``since=`` started at most that long ago, or on or after
     that date).
@@ -107,7 +105,7 @@ def run_filter(
     """
     statuses: set[str] = set()
     since: float | None = None
-    moment = SYSTEM_CLOCK.time() if now is None else now
+    now = SYSTEM_CLOCK.time()
     for text in filters:
         key, sep, value = text.partition("=")
         key, value = key.strip().lower(), value.strip()
@@ -116,7 +114,7 @@ def run_filter(
         if key == "status":
             statuses.add(value.lower())
         elif key == "since":
-            start = _since(value, moment)
+            start = _since(value, now)
             since = start if since is None else max(since, start)
         else:
             raise UsageError(f"--filter {key!r} is not a filter: {_FILTER_HELP}")

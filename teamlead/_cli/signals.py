@@ -92,7 +92,10 @@ def stop_at_startup() -> None:
     """From now until a command watches for them, each stop signal raises
     :class:`StoppedAtStartup` in the main thread, wherever it is (until
     :func:`defer_stop_signals`)."""
-    _forget_wakeup()
+    if _STARTUP.wakeup is not None:  # the wake-up descriptor as before defer_stop_signals
+        with contextlib.suppress(ValueError):
+            signal.set_wakeup_fd(_STARTUP.previous_fd)
+        _close_wakeup()
     _STARTUP.deferred, _STARTUP.noted, _STARTUP.opening = False, None, False
     _STARTUP.raised = None
     for stop in STOP_SIGNALS:
@@ -188,15 +191,6 @@ def _hand_over() -> signal.Signals | None:
     if noted is None:  # the first stop among them (another handled signal may be there)
         noted = next((signal.Signals(b) for b in written if b in STOP_SIGNALS), None)
     return noted
-
-
-def _forget_wakeup() -> None:
-    """Give the wake-up descriptor back as it was before :func:`defer_stop_signals`."""
-    if _STARTUP.wakeup is None:
-        return
-    with contextlib.suppress(ValueError):
-        signal.set_wakeup_fd(_STARTUP.previous_fd)
-    _close_wakeup()
 
 
 def _close_wakeup() -> None:
