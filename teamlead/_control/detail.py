@@ -241,17 +241,10 @@ def build_tree(
         holder.children.extend(_phase_nodes(parent, agents, titles))
         if holder.tokens is None:
             holder.tokens = total(node.tokens for node in agents)
-    _attach(nodes, lead)
-    return omitted
-
-
-def _attach(nodes: Mapping[str, AgentNode], root: AgentNode) -> None:
-    """Hang each node of ``nodes`` (by id) under its parent's (the root when its parent is
-    not a node of the tree), in their order."""
     for node_id, node in nodes.items():
-        parent = node.parent
-        holder = nodes.get(parent) if parent is not None and parent != node_id else None
-        (holder or root).children.append(node)
+        up = nodes.get(node.parent) if node.parent not in (None, node_id) else None
+        (up or lead).children.append(node)
+    return omitted
 
 
 def _phase_nodes(

@@ -47,16 +47,18 @@ import struct
 from collections.abc import Generator, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeAlias
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 from ..errors import ControlError, NoSuchRun
+
+if TYPE_CHECKING:
+    from .steering import RunSteering
 
 __all__ = [
     "PROTOCOL_VERSION",
     "Endpoint",
     "Op",
     "Request",
-    "Steering",
     "WatchFeed",
     "call",
     "follow",
@@ -145,36 +147,14 @@ def parse_request(line: bytes) -> Request:
     return Request(op=op, now=now, amend=amend)
 
 
-class Steering(Protocol):
-    """What the endpoint asks of its run (:class:`~teamlead._control.steering.RunSteering`).
-
-    Each method runs on the run's loop and returns what it did, in one line; one that is
-    refused raises :class:`~teamlead.errors.ControlError` with the reason.
-    """
-
-    def status(self) -> dict[str, Any]: ...
-
-    def detail(self) -> dict[str, Any]: ...
-
-    def stop(self, *, now: bool) -> str: ...
-
-    def pause(self) -> str: ...
-
-    def unpause(self) -> str: ...
-
-    def amend(self, changes: Mapping[str, int | str | None]) -> str: ...
-
-
+@dataclass(eq=False)
 class _Watcher:
     """One watch connection's lines not yet written."""
 
-    __slots__ = ("dropped", "ended", "lines", "wake")
-
-    def __init__(self, lines: list[str]) -> None:
-        self.lines: collections.deque[str] = collections.deque(lines)
-        self.wake = asyncio.Event()
-        self.ended = False
-        self.dropped = False
+    lines: collections.deque[str]
+    ended: bool
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    dropped: bool = False
 
 
 class WatchFeed:
@@ -220,10 +200,8 @@ class WatchFeed:
 
     def subscribe(self) -> _Watcher:
         """A new watcher, starting with the recent lines."""
-        watcher = _Watcher(list(self._recent))
-        if self._ended:
-            watcher.ended = True
-        else:
+        watcher = _Watcher(collections.deque(self._recent), ended=self._ended)
+        if not self._ended:
             self._watchers.add(watcher)
         return watcher
 
@@ -254,7 +232,7 @@ class Endpoint:
     def __init__(
         self,
         path: Path,
-        steering: Steering,
+        steering: RunSteering,
         *,
         run: str,
         feed: WatchFeed,

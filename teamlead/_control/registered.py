@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator
 from contextlib import aclosing
+from dataclasses import dataclass
 from typing import IO, Any, cast
 
 import anyio
@@ -33,36 +34,28 @@ log = logging.getLogger("teamlead.control")
 _CLOSE_TIMEOUT_S = 5.0
 
 
+@dataclass
 class _Registered:
     """One registered run's entry, endpoint and feed."""
 
-    def __init__(
-        self,
-        state: RunState,
-        registration: Registration,
-        endpoint: Endpoint,
-        steering: RunSteering,
-    ) -> None:
-        self._state = state
-        self._steering = steering
-        self.registration = registration
-        self.endpoint = endpoint
-        self._progress: JsonProgress | None = JsonProgress(
-            cast(IO[str], endpoint.feed), state.stream
-        )
+    state: RunState
+    registration: Registration
+    endpoint: Endpoint
+    steering: RunSteering
+    progress: JsonProgress | None
 
     def saw(self, item: Any) -> None:
         """One item of the run's stream: to the watchers and the steering (the limits over
         time), and the session id to the entry."""
-        self._steering.saw(item)
-        progress = self._progress
+        self.steering.saw(item)
+        progress = self.progress
         if progress is not None:
             try:
                 progress.handle(item)
             except Exception as exc:  # a watcher's feed must never break the run
                 log.warning("the run's watch feed failed and stops: %s", type(exc).__name__)
-                self._progress = None
-        session = self._state.stream.tracker.session_id
+                self.progress = None
+        session = self.state.stream.tracker.session_id
         if session:
             self.registration.update(session_id=session)
 
@@ -70,9 +63,9 @@ class _Registered:
         """The run ended: the watchers get the last lines, then the endpoint and the entry
         go. Shielded and bounded."""
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
-            if self._progress is not None:
+            if self.progress is not None:
                 try:
-                    self._progress.close()
+                    self.progress.close()
                 except Exception:
                     log.debug("the run's watch feed failed at its end", exc_info=True)
             await self.endpoint.close()
@@ -105,7 +98,8 @@ async def _register(state: RunState) -> _Registered | None:
         if registration is not None:
             registration.remove()
         return None
-    return _Registered(state, registration, endpoint, steering)
+    progress = JsonProgress(cast(IO[str], endpoint.feed), state.stream)
+    return _Registered(state, registration, endpoint, steering, progress)
 
 
 async def registered(

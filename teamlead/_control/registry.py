@@ -64,7 +64,6 @@ __all__ = [
     "liveness",
     "parse_entry",
     "process_registry",
-    "registry_wanted",
     "runtime_private",
     "run_label",
     "runtime_dir",
@@ -387,21 +386,13 @@ class Registry:
     def listing(self) -> Listing:
         """Every entry of the directory, sorted by start: live, dead (pruned as found), and
         other users'. A missing directory holds no runs; a bad entry is skipped."""
-        live: list[RunEntry] = []
-        dead: list[RunEntry] = []
-        others: list[RunEntry] = []
-        for entry in self._entries():
+        found: dict[Liveness, list[RunEntry]] = {"live": [], "dead": [], "not_yours": []}
+        for entry in sorted(self._entries(), key=lambda e: (e.started, e.run)):
             state = liveness(entry)
-            if state == "live":
-                live.append(entry)
-            elif state == "not_yours":
-                others.append(entry)
-            else:
-                dead.append(entry)
+            found[state].append(entry)
+            if state == "dead":
                 _prune(entry)
-        return Listing(
-            sorted(live, key=_order), sorted(dead, key=_order), sorted(others, key=_order)
-        )
+        return Listing(**found)
 
     def find(self, ref: str) -> RunEntry:
         """The live run ``ref`` names: its run id, its session id, or a unique prefix of
@@ -441,24 +432,15 @@ class Registry:
                 yield entry
 
 
-def _order(entry: RunEntry) -> tuple[float, str]:
-    return entry.started, entry.run
-
-
 def process_registry(process: ProcessState) -> Registry | None:
     """The registry ``process``'s runs enter, or ``None`` when they do not register
     (``ProcessState(registry=False)`` or ``TEAMLEAD_NO_REGISTRY``). Its directory is read at
     each registration, so the default state of a test process follows each test's
     environment."""
-    if not process.registers or not registry_wanted(process.env):
+    env = os.environ if process.env is None else process.env
+    if not process.registers or (env.get(NO_REGISTRY_VAR) or "").strip().lower() in _TRUE:
         return None
     return Registry(process.runtime_dir, env=process.env)
-
-
-def registry_wanted(env: Mapping[str, str] | None = None) -> bool:
-    """Whether runs register (they do unless ``TEAMLEAD_NO_REGISTRY`` is set)."""
-    env = os.environ if env is None else env
-    return (env.get(NO_REGISTRY_VAR) or "").strip().lower() not in _TRUE
 
 
 def runtime_private(folder: Path) -> Path:

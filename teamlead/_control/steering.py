@@ -22,7 +22,7 @@ from ..control import UNSET, RunControl, Unset
 from ..errors import AmendRefused, ControlError
 from ..events import ConcurrencyChanged
 from ..tracker import TaskInfo
-from .detail import LimitHistory, live_detail
+from .detail import LimitHistory, agent_state, live_detail, task_state
 
 __all__ = ["STOP_REASON", "RunSteering"]
 
@@ -198,24 +198,16 @@ class RunSteering:
 
 
 def _counted(tasks: Iterable[TaskInfo]) -> tuple[int, int, int]:
-    """Running, done and failed agents: Agent-tool tasks, and each workflow's agents."""
-    running = done = failed = 0
+    """Running, done and failed agents: Agent-tool tasks, and each workflow's agents (one
+    whose workflow ended before it did failed), in the states the tree shows them in."""
+    states: list[str] = []
     for task in tasks:
-        if task.workflow is not None and task.workflow.agents:
-            for agent in task.workflow.agents.values():
-                if agent.state == "done":
-                    done += 1
-                elif agent.state == "error":
-                    failed += 1
-                elif not task.terminal:
-                    running += 1
-                else:
-                    failed += 1  # its workflow ended before it did
-            continue
-        if not task.terminal:
-            running += 1
-        elif task.status == "completed":
-            done += 1
+        agents = task.workflow.agents.values() if task.workflow is not None else ()
+        if agents:
+            unended = "failed" if task.terminal else "running"
+            states += [agent_state(agent, unended) for agent in agents]
         else:
-            failed += 1
-    return running, done, failed
+            states.append(task_state(task, "running"))
+    running = states.count("running")
+    done = states.count("done") + states.count("cached")
+    return running, done, len(states) - running - done

@@ -253,38 +253,34 @@ class _View(SessionStore):
     def _has(self, method: str) -> bool:
         return implements(self._run.store, method)
 
+    async def _forward(self, method: str, default: _T, *args: Any) -> _T:
+        """The user's store's ``method(*args)``, bounded (:meth:`RunStore.call`)."""
+        call = getattr(self._run.store, method)
+        return await self._run.call(method, lambda: call(*args), default)
+
     async def append(self, key: SessionKey, entries: list[SessionStoreEntry]) -> None:
-        await self._run.call("append", lambda: self._run.store.append(key, entries), None)
+        await self._forward("append", None, key, entries)
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:
         if not key.get("subpath") and self._run.local_transcript(key["session_id"]) is not None:
             return None  # this machine has the session: the CLI resumes its local files
-        return await self._run.call("load", lambda: self._run.store.load(key), None)
+        return await self._forward("load", None, key)
 
     async def list_sessions(self, project_key: str) -> list[SessionStoreListEntry]:
         if not self._has("list_sessions"):
             raise NotImplementedError
-        return await self._run.call(
-            "list_sessions", lambda: self._run.store.list_sessions(project_key), []
-        )
+        return await self._forward("list_sessions", [], project_key)
 
     async def list_session_summaries(self, project_key: str) -> list[SessionSummaryEntry]:
         if not self._has("list_session_summaries"):
             raise NotImplementedError
-        return await self._run.call(
-            "list_session_summaries",
-            lambda: self._run.store.list_session_summaries(project_key),
-            [],
-        )
+        return await self._forward("list_session_summaries", [], project_key)
 
     async def delete(self, key: SessionKey) -> None:
         if self._has("delete"):
-            await self._run.call("delete", lambda: self._run.store.delete(key), None)
+            await self._forward("delete", None, key)
 
     async def list_subkeys(self, key: SessionListSubkeysKey) -> list[str]:
         if not self._has("list_subkeys"):
             return []
-        found: Any = await self._run.call(
-            "list_subkeys", lambda: self._run.store.list_subkeys(key), []
-        )
-        return list(found)
+        return list(await self._forward("list_subkeys", [], key))

@@ -62,7 +62,6 @@ from .stored import (
 __all__ = ["SQLiteSessionStore"]
 
 _T = TypeVar("_T")
-_SCHEMA_VERSION = 1
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS teamlead_session_keys (
     project_key TEXT NOT NULL, session_id TEXT NOT NULL, subpath TEXT NOT NULL,
@@ -82,6 +81,7 @@ CREATE TABLE IF NOT EXISTS teamlead_session_summaries (
 CREATE TABLE IF NOT EXISTS teamlead_session_status (
     project_key TEXT NOT NULL, session_id TEXT NOT NULL, body TEXT NOT NULL,
     PRIMARY KEY (project_key, session_id));
+PRAGMA user_version = 1;
 """
 _BUSY_MS = 10_000
 #: The first bytes of every SQLite database file.
@@ -129,7 +129,6 @@ class SQLiteSessionStore(SessionStore):
         try:
             db.execute("PRAGMA journal_mode = WAL")
             db.executescript(_SCHEMA)
-            db.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
         except BaseException:
             db.close()
             raise
@@ -180,7 +179,6 @@ class SQLiteSessionStore(SessionStore):
         try:
             with contextlib.closing(sqlite3.connect(temp)) as made:
                 made.executescript(_SCHEMA)
-                made.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
             try:
                 os.link(temp, self.path)
             except FileExistsError:

@@ -64,15 +64,10 @@ def open_session_store(url: str) -> RedisSessionStore | SQLiteSessionStore:
             raise UsageError(f"session store {shown}: {problem}")
         parts = urlsplit(text)
         query = parse_qsl(parts.query, keep_blank_values=True)
-        ttl_s = DEFAULT_TTL_S
-        rest = []
-        for name, value in query:
-            if name == "ttl":
-                ttl_s = _ttl(value, shown)
-            else:
-                rest.append((name, value))
+        ttls = [_ttl(value, shown) for name, value in query if name == "ttl"]
+        rest = [(name, value) for name, value in query if name != "ttl"]
         bare = urlunsplit(parts._replace(query=urlencode(rest)))
-        return RedisSessionStore(bare, ttl_s=ttl_s)
+        return RedisSessionStore(bare, ttl_s=ttls[-1] if ttls else DEFAULT_TTL_S)
     if scheme == "sqlite":
         parts = urlsplit(text)
         if parts.netloc or parts.query or parts.fragment or parts.path in ("", "/"):
