@@ -248,7 +248,7 @@ class RelayApp:
                 key,
                 info,
                 self.config,
-                limited if on_limited is None else _both(limited, on_limited),
+                (limited,) if on_limited is None else (limited, on_limited),
                 deadline,
                 hold_s=run.overload_hold_s if run is not None else None,
                 warn=(run or self.total).warnings,
@@ -340,15 +340,7 @@ class RelayApp:
         """The relay's own 429: no slot came in time. A paused bucket says how long; else a
         short wait (the queue is full)."""
         wait = max(_NO_SLOT_RETRY_AFTER_S, math.ceil(self.governor.state(ask.key).cooldown_s))
-        ask.on_limited(
-            RateLimited(
-                model=ask.info.model,
-                role=ask.info.role,
-                retry_after_s=wait,
-                outcome="passed",
-                source="relay",
-            )
-        )
+        ask.limited(False, wait, source="relay")
         message = f"teamlead relay: no slot for {ask.info.model} in time"
         await self._answer(send, 429, "rate_limit_error", message, {b"retry-after": b"%d" % wait})
         return "no_slot"
@@ -504,16 +496,6 @@ def _traced_send(send: Send, trace: Guarded) -> Send:
         await send(message)
 
     return traced
-
-
-def _both(
-    first: Callable[[RateLimited], None], second: Callable[[RateLimited], None]
-) -> Callable[[RateLimited], None]:
-    def both(event: RateLimited) -> None:
-        first(event)
-        second(event)
-
-    return both
 
 
 class _StreamCut(Exception):
