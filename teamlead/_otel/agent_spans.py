@@ -198,7 +198,7 @@ class AgentSpans:
             attributes[c.CONVERSATION_ID] = conversation
         span = self._tracer.start_span(
             f"{operation} {self.scrub(record.name)}" if record.name else operation,
-            context=self.context(parent) if parent is not None else self._root,
+            context=self.context(parent),
             kind=SpanKind.INTERNAL,
             attributes=attributes,
             start_time=record.started_ns,
