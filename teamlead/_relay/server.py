@@ -39,7 +39,6 @@ from ..policy import LimitsPolicy
 from .app import RUN_MARK, RelayApp, RunShare
 from .blame import in_user_terms
 from .forward import RelayConfig
-from .observe import RequestObserver
 from .protocol import ConnectionGuard, GuardedSocket, protocol_for
 from .reach import Proxy, connect_ahead, proxy_for
 from .stats import RelayListener, notify
@@ -127,10 +126,6 @@ class RelayRun(RunShare):
         limit = self.relay.limit_of(key)
         own = self.limits.limit_of(key) if self.limits is not None else None
         return limit if own is None else min(limit, own)
-
-    def observe_requests(self, observer: RequestObserver | None) -> None:
-        """Show each of this run's requests to ``observer`` (see :mod:`.observe`)."""
-        self.observer = observer
 
     def close(self) -> None:
         """Stop counting for this run (requests still arriving count for the relay only)."""
