@@ -208,6 +208,7 @@ class RelayApp:
         info = classify(body)
         key = bucket_key(self.config.provider, info.model)
         states = [self.total] if run is None else [self.total, run]
+        share = run or self.total  # outside a run: the relay's own terms (none)
         for state in states:
             state.tally.request(key)
         query = scope.get("query_string") or b""
@@ -219,7 +220,7 @@ class RelayApp:
         ]
         request = UpstreamRequest(scope["method"], yarl.URL(url, encoded=True), headers, body)
 
-        trace = trace_request(run.observer if run else None, path, info, scope["headers"])
+        trace = trace_request(share.observer, path, info, scope["headers"])
         scan = UsageScan()  # the reply's usage, for its trace, its agent's count and the budget
         arrived = self.governor.clock.monotonic() if trace is not None else 0.0
 
@@ -230,7 +231,6 @@ class RelayApp:
             if trace is not None:
                 trace.limited(event)
 
-        deadline = None if run is None else run.deadline
         if trace is not None:
             send = _traced_send(send, trace)
         error: str | None = "refused"  # the agent ledger refused it (timeout, budget)
@@ -249,26 +249,25 @@ class RelayApp:
                 info,
                 self.config,
                 (limited,) if on_limited is None else (limited, on_limited),
-                deadline,
-                hold_s=run.overload_hold_s if run is not None else None,
-                warn=(run or self.total).warnings,
+                share.deadline,
+                hold_s=share.overload_hold_s,
+                warn=share.warnings,
                 rng=self.rng,
             )
-            limits = run.limits if run is not None else None
-            error = await self._forward(out, sent, ask, trace, arrived, scan, limits)
+            error = await self._forward(out, sent, ask, trace, arrived, scan, share.limits)
 
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
-                if run is not None and run.pause is not None and run.pause.paused:
-                    lifted = await self._paused(run.pause, send, info, deadline)
+                if share.pause is not None and share.pause.paused:
+                    lifted = await self._paused(share.pause, send, info, share.deadline)
                     if lifted is None:
                         error = "paused"
                         tg.cancel_scope.cancel()
                         return
                     send = lifted
-                if run is not None and run.agents is not None:  # counted and governed per agent
-                    await run.agents.relay(
+                if share.agents is not None:  # counted and governed per agent
+                    await share.agents.relay(
                         scope["headers"], body, info.role, send, self._answer, exchange, scan
                     )
                 else:
