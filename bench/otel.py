@@ -90,10 +90,8 @@ def relay_with_two_runs(upstream: str, telemetry: Telemetry) -> Iterator[tuple[s
             plain, traced = relay.open_run(), relay.open_run()
             root = telemetry.tracer.start_span("bench run")
             context = set_span_in_context(root)
-            traced.observe_requests(
-                ChatObserver(
-                    telemetry, place=lambda agent, write: write(context), on_usage=lambda a, u: None
-                )
+            traced.observer = ChatObserver(
+                telemetry, place=lambda agent, write: write(context), on_usage=lambda a, u: None
             )
             box.update(urls=(plain.base_url, traced.base_url), stop=asyncio.Event())
             box["loop"] = asyncio.get_running_loop()

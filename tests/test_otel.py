@@ -435,14 +435,12 @@ def _through_relay(
                 root = exported.telemetry.tracer.start_span("run")
                 from opentelemetry.trace import set_span_in_context
 
-                run.observe_requests(
-                    ChatObserver(
-                        exported.telemetry,
-                        place=lambda agent, write: write(set_span_in_context(root)),
-                        on_usage=lambda agent, u, model: read.append(
-                            (agent, u.input_tokens, u.output_tokens)
-                        ),
-                    )
+                run.observer = ChatObserver(
+                    exported.telemetry,
+                    place=lambda agent, write: write(set_span_in_context(root)),
+                    on_usage=lambda agent, u, model: read.append(
+                        (agent, u.input_tokens, u.output_tokens)
+                    ),
                 )
                 async with anthropic.AsyncAnthropic(
                     base_url=run.base_url, api_key=KEY, max_retries=0
@@ -591,7 +589,7 @@ def test_a_failing_request_observer_never_breaks_the_request(
         with ScriptedServer(lambda req: Reply.text("still fine")) as server:
             async with start_relay(server.base_url, governor) as relay:
                 run = relay.open_run()
-                run.observe_requests(_Broken(fail_at))
+                run.observer = _Broken(fail_at)
                 async with (
                     anthropic.AsyncAnthropic(
                         base_url=run.base_url, api_key=KEY, max_retries=0

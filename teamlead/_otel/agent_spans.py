@@ -99,26 +99,20 @@ class AgentSpans:
         kind: AgentKind,
         *,
         name: str | None = None,
-        parent: str | None = None,
         also: tuple[str | None, ...] = (),
     ) -> AgentRecord:
-        """The record for ``key`` (made when new), also known by the names in ``also``.
-
-        ``parent`` names the agent whose child this is (a workflow's task for its agents);
-        ``None`` is the run itself.
-        """
+        """The record for ``key`` (made when new), also known by the names in ``also``."""
         known = [self._by_name[n] for n in (key, *also) if n and n in self._by_name]
         record = known[0] if known else None
         for other in known[1:]:
             if record is not None and other is not record:
                 record = self._merge(other, into=record)
         if record is None:
-            record = AgentRecord(key=key, kind=kind, parent=parent)
+            record = AgentRecord(key=key, kind=kind)
             self.records.append(record)
         elif record.kind in ("call", "agent") and kind not in ("call", "agent"):
             record.kind = kind
         record.name = name or record.name
-        record.parent = parent or record.parent
         for alias in (key, *also):
             if alias:
                 self._by_name.setdefault(alias, record)
@@ -198,7 +192,7 @@ class AgentSpans:
             attributes[c.CONVERSATION_ID] = conversation
         span = self._tracer.start_span(
             f"{operation} {self.scrub(record.name)}" if record.name else operation,
-            context=self.context(parent) if parent is not None else self._root,
+            context=self.context(parent),
             kind=SpanKind.INTERNAL,
             attributes=attributes,
             start_time=record.started_ns,

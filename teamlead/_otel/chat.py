@@ -79,19 +79,24 @@ class ChatTrace:
     waited_s: float | None = None
     attempts: int = 1
     status: int | None = None
-    limits: list[tuple[int, RateLimited]] = field(default_factory=list)
+    #: each 429 or overload met, as its span event: when, its name and attributes
+    limits: list[tuple[int, str, dict[str, Any]]] = field(default_factory=list)
     _streamed: bool = False
     _json: bytearray | None = None
 
     def limited(self, event: RateLimited) -> None:
-        self.limits.append((wall_ns(), event))
-        outcome = {
-            "teamlead.outcome": event.outcome,
+        outcome: dict[str, Any] = {
             "http.response.status_code": event.status,
+            "teamlead.outcome": event.outcome,
             "teamlead.source": event.source,
-            c.REQUEST_MODEL: event.model,
         }
-        self.observer.telemetry.instruments.rate_limited.add(1, outcome)
+        self.observer.telemetry.instruments.rate_limited.add(
+            1, {**outcome, c.REQUEST_MODEL: event.model}
+        )
+        if event.retry_after_s is not None:
+            outcome["teamlead.retry_after_s"] = event.retry_after_s
+        name = "overloaded" if event.status == 529 else "rate_limited"
+        self.limits.append((wall_ns(), name, outcome))
 
     def opened(self, waited_s: float, attempts: int) -> None:
         self.waited_s, self.attempts = waited_s, attempts
@@ -134,10 +139,13 @@ class ChatTrace:
         failed = error or (
             str(self.status) if self.status is not None and self.status >= 400 else None
         )
-        attributes: dict[str, Any] = {
+        metric: dict[str, Any] = {
             c.OPERATION: c.CHAT,
             c.PROVIDER_NAME: c.PROVIDER,
             c.REQUEST_MODEL: model,
+        }
+        attributes: dict[str, Any] = {
+            **metric,
             "teamlead.role": self.info.role,
             "teamlead.relay.attempts": self.attempts,
         }
@@ -167,26 +175,13 @@ class ChatTrace:
                 attributes=attributes,
                 start_time=self.started_ns,
             )
-            for at, event in self.limits:
-                limit_attributes: dict[str, Any] = {
-                    "http.response.status_code": event.status,
-                    "teamlead.outcome": event.outcome,
-                    "teamlead.source": event.source,
-                }
-                if event.retry_after_s is not None:
-                    limit_attributes["teamlead.retry_after_s"] = event.retry_after_s
-                name = "overloaded" if event.status == 529 else "rate_limited"
+            for at, name, limit_attributes in self.limits:
                 span.add_event(name, limit_attributes, timestamp=at)
             if failed:
                 span.set_status(Status(StatusCode.ERROR, failed))
             span.end(end_time=ended_ns)
 
         self.observer.place(self.agent_id, write)
-        metric: dict[str, Any] = {
-            c.OPERATION: c.CHAT,
-            c.PROVIDER_NAME: c.PROVIDER,
-            c.REQUEST_MODEL: model,
-        }
         if scan.model:
             metric[c.RESPONSE_MODEL] = scan.model
         for kind, count in (("input", usage.input_tokens), ("output", usage.output_tokens)):

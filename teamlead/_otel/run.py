@@ -143,8 +143,8 @@ class RunTrace:
         if relay_run is None:
             return
         self._relayed = Usage(input_tokens=0, output_tokens=0)
-        relay_run.observe_requests(
-            ChatObserver(self._telemetry, place=self.place_request, on_usage=self.add_usage)
+        relay_run.observer = ChatObserver(
+            self._telemetry, place=self.place_request, on_usage=self.add_usage
         )
 
     async def observe(self, items: AsyncGenerator[Any, None]) -> AsyncGenerator[Any, None]:

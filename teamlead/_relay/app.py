@@ -208,6 +208,7 @@ class RelayApp:
         info = classify(body)
         key = bucket_key(self.config.provider, info.model)
         states = [self.total] if run is None else [self.total, run]
+        share = run or self.total  # outside a run: the relay's own terms (none)
         for state in states:
             state.tally.request(key)
         query = scope.get("query_string") or b""
@@ -219,7 +220,7 @@ class RelayApp:
         ]
         request = UpstreamRequest(scope["method"], yarl.URL(url, encoded=True), headers, body)
 
-        trace = trace_request(run.observer if run else None, path, info, scope["headers"])
+        trace = trace_request(share.observer, path, info, scope["headers"])
         scan = UsageScan()  # the reply's usage, for its trace, its agent's count and the budget
         arrived = self.governor.clock.monotonic() if trace is not None else 0.0
 
@@ -230,7 +231,6 @@ class RelayApp:
             if trace is not None:
                 trace.limited(event)
 
-        deadline = None if run is None else run.deadline
         if trace is not None:
             send = _traced_send(send, trace)
         error: str | None = "refused"  # the agent ledger refused it (timeout, budget)
@@ -248,27 +248,26 @@ class RelayApp:
                 key,
                 info,
                 self.config,
-                limited if on_limited is None else _both(limited, on_limited),
-                deadline,
-                hold_s=run.overload_hold_s if run is not None else None,
-                warn=(run or self.total).warnings,
+                (limited,) if on_limited is None else (limited, on_limited),
+                share.deadline,
+                hold_s=share.overload_hold_s,
+                warn=share.warnings,
                 rng=self.rng,
             )
-            limits = run.limits if run is not None else None
-            error = await self._forward(out, sent, ask, trace, arrived, scan, limits)
+            error = await self._forward(out, sent, ask, trace, arrived, scan, share.limits)
 
         try:
             async with anyio.create_task_group() as tg:
                 tg.start_soon(self._watch_disconnect, receive, tg.cancel_scope)
-                if run is not None and run.pause is not None and run.pause.paused:
-                    lifted = await self._paused(run.pause, send, info, deadline)
+                if share.pause is not None and share.pause.paused:
+                    lifted = await self._paused(share.pause, send, info, share.deadline)
                     if lifted is None:
                         error = "paused"
                         tg.cancel_scope.cancel()
                         return
                     send = lifted
-                if run is not None and run.agents is not None:  # counted and governed per agent
-                    await run.agents.relay(
+                if share.agents is not None:  # counted and governed per agent
+                    await share.agents.relay(
                         scope["headers"], body, info.role, send, self._answer, exchange, scan
                     )
                 else:
@@ -340,15 +339,7 @@ class RelayApp:
         """The relay's own 429: no slot came in time. A paused bucket says how long; else a
         short wait (the queue is full)."""
         wait = max(_NO_SLOT_RETRY_AFTER_S, math.ceil(self.governor.state(ask.key).cooldown_s))
-        ask.on_limited(
-            RateLimited(
-                model=ask.info.model,
-                role=ask.info.role,
-                retry_after_s=wait,
-                outcome="passed",
-                source="relay",
-            )
-        )
+        ask.limited(False, wait, source="relay")
         message = f"teamlead relay: no slot for {ask.info.model} in time"
         await self._answer(send, 429, "rate_limit_error", message, {b"retry-after": b"%d" % wait})
         return "no_slot"
@@ -504,16 +495,6 @@ def _traced_send(send: Send, trace: Guarded) -> Send:
         await send(message)
 
     return traced
-
-
-def _both(
-    first: Callable[[RateLimited], None], second: Callable[[RateLimited], None]
-) -> Callable[[RateLimited], None]:
-    def both(event: RateLimited) -> None:
-        first(event)
-        second(event)
-
-    return both
 
 
 class _StreamCut(Exception):

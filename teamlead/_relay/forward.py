@@ -41,7 +41,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import aiohttp
 import yarl
@@ -211,7 +211,7 @@ class Ask:
         key: its bucket, ``provider/model``.
         info: what the relay read of its body.
         config: the relay's bounds.
-        on_limited: told of every 429 and overload it meets.
+        on_limited: each told of every 429 and overload it meets.
         deadline: when its run ends (the governor clock's monotonic seconds): no wait goes
             past it.
         hold_s: the longest it is held through overloads (``None``:
@@ -224,11 +224,30 @@ class Ask:
     key: str
     info: RequestInfo
     config: RelayConfig
-    on_limited: Callable[[RateLimited], None]
+    on_limited: tuple[Callable[[RateLimited], None], ...]
     deadline: float | None = None
     hold_s: float | None = None
     warn: WarnOnce = field(default_factory=lambda: WarnOnce(log))
     rng: random.Random | None = None
+
+    def limited(
+        self,
+        absorbed: bool,
+        retry_after_s: float | None,
+        status: int = 429,
+        source: Literal["upstream", "relay"] = "upstream",
+    ) -> None:
+        """Tell :attr:`on_limited` of a 429 or overload this request met."""
+        event = RateLimited(
+            model=self.info.model,
+            role=self.info.role,
+            status=status,
+            retry_after_s=retry_after_s,
+            outcome="absorbed" if absorbed else "passed",
+            source=source,
+        )
+        for tell in self.on_limited:
+            tell(event)
 
 
 @dataclass
@@ -351,7 +370,7 @@ def _report(
     ask: Ask, slot: Slot, response: aiohttp.ClientResponse, attempt: int, hold: _Hold
 ) -> bool:
     """Feed the governor what ``response`` says; whether to hold (absorb) and retry it."""
-    governor, key, info, config = ask.governor, ask.key, ask.info, ask.config
+    governor, key, config = ask.governor, ask.key, ask.config
     status = response.status
     headers = response.headers
     _warn_if_faulty(ask, headers, status)
@@ -369,17 +388,10 @@ def _report(
     retry_after = retry_after_from_headers(headers, now=governor.clock.time())
     pause = retry_after if retry_after is not None else backoff_s(config, attempt, ask.rng or _RNG)
     absorb = attempt < config.max_retries and pause <= _wait_left(ask)
-    event = RateLimited(
-        model=info.model,
-        role=info.role,
-        status=status,
-        retry_after_s=retry_after,
-        outcome="absorbed" if absorb else "passed",
-    )
     governor.pace(key, headers, slot)  # first: a 429 a token window explains is the budget's
     # a backoff only paces our own retry; a 429 passed on leaves that to the client
     slot.rate_limited(pause if absorb else retry_after, measured=True)
-    ask.on_limited(event)
+    ask.limited(absorb, retry_after)
     return absorb
 
 
@@ -419,13 +431,5 @@ def _overloaded(ask: Ask, slot: Slot, status: int, retry_after: float | None, ho
             hold.started_at = now
         hold.tries += 1
     slot.overloaded(pause if absorb else retry_after)
-    ask.on_limited(
-        RateLimited(
-            model=ask.info.model,
-            role=ask.info.role,
-            status=status,
-            retry_after_s=retry_after,
-            outcome="absorbed" if absorb else "passed",
-        )
-    )
+    ask.limited(absorb, retry_after, status)
     return absorb

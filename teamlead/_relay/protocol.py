@@ -216,13 +216,17 @@ class _RelayProtocol(HttpToolsProtocol):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._refusal: _Refused | None = None
+        self._lingering = False
+        self._next_head()
+
+    def _next_head(self) -> None:
+        """Count the next request's head from nothing."""
         self._in_head = True
         self._head_bytes = 0
         self._header_count = 0
-        self._head_timer: asyncio.TimerHandle | None = None
-        self._refusal: _Refused | None = None
         self._declared_length = 0
-        self._lingering = False
 
     # -- connection ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -316,10 +320,7 @@ class _RelayProtocol(HttpToolsProtocol):
 
     def on_message_complete(self) -> None:
         super().on_message_complete()
-        self._in_head = True
-        self._head_bytes = 0
-        self._header_count = 0
-        self._declared_length = 0
+        self._next_head()
 
     def on_response_complete(self) -> None:
         super().on_response_complete()

@@ -65,7 +65,6 @@ async def connect_ahead(
     proxy: Proxy,
     *,
     check: str | None = None,
-    timeout_s: float = REACH_TIMEOUT_S,
 ) -> None:
     """Open a connection to ``upstream`` (its TCP, TLS and proxy handshakes) and leave it in
     ``session``'s pool, so the first request does not wait for them.
@@ -78,7 +77,6 @@ async def connect_ahead(
             (``ANTHROPIC_BASE_URL``, or ``--upstream`` for ``teamlead relay``'s flag):
             a connection that cannot be opened raises. ``None``: best effort, a failure is
             the first request's to meet, and to report.
-        timeout_s: the longest wait; past it the check gives no verdict.
 
     Raises:
         UpstreamUnreachable: (with ``check``) the connection was refused, the host name did
@@ -98,7 +96,7 @@ async def connect_ahead(
             session=session,
         )
         connection = await asyncio.wait_for(
-            connector.connect(request, [], session.timeout), timeout_s
+            connector.connect(request, [], session.timeout), REACH_TIMEOUT_S
         )
     except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
         return

@@ -39,7 +39,6 @@ from ..policy import LimitsPolicy
 from .app import RUN_MARK, RelayApp, RunShare
 from .blame import in_user_terms
 from .forward import RelayConfig
-from .observe import RequestObserver
 from .protocol import ConnectionGuard, GuardedSocket, protocol_for
 from .reach import Proxy, connect_ahead, proxy_for
 from .stats import RelayListener, notify
@@ -128,13 +127,9 @@ class RelayRun(RunShare):
         own = self.limits.limit_of(key) if self.limits is not None else None
         return limit if own is None else min(limit, own)
 
-    def observe_requests(self, observer: RequestObserver | None) -> None:
-        """Show each of this run's requests to ``observer`` (see :mod:`.observe`)."""
-        self.observer = observer
-
     def close(self) -> None:
         """Stop counting for this run (requests still arriving count for the relay only)."""
-        self.relay.close_run(self.token)
+        self.relay._app.runs.pop(self.token, None)
 
     def in_user_terms(self, text: str) -> str:
         """``text`` (an error the CLI wrote) naming the upstream where it named the relay,
@@ -234,10 +229,6 @@ class Relay:
         )
         return run
 
-    def subscribe(self, listener: RelayListener) -> None:
-        """Also send every event of the relay (all runs) to ``listener``."""
-        self._app.total.listeners.append(listener)
-
     def summary(self) -> RelaySummary:
         """All requests since the relay started."""
         return self._app.total.tally.summary(self.limit_of)
@@ -245,11 +236,6 @@ class Relay:
     def limit_of(self, key: str) -> int:
         """The governor's limit of ``key`` now (every run's requests together)."""
         return self.governor.state(key).effective
-
-    def close_run(self, token: str) -> None:
-        """Stop counting for the run ``token`` (requests still arriving count for the relay
-        only)."""
-        self._app.runs.pop(token, None)
 
     def _changed(self, event: ConcurrencyChanged) -> None:
         notify(self._app.total.listeners, event)
@@ -431,9 +417,9 @@ class _RunningRelay:
             await self._stop()
             raise
         loop.call_soon(self._governor.connect_account)
+        if self._on_event is not None:  # every event of the relay (all runs)
+            app.total.listeners.append(self._on_event)
         relay = self._relay = Relay(app, port)
-        if self._on_event is not None:
-            relay.subscribe(self._on_event)
         log.debug("relay listening on 127.0.0.1:%d", port)
         return relay
 
