@@ -170,17 +170,6 @@ class Admission(SpawnGate):
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
 
-    def stopped(self, reason: str) -> None:
-        """A stop was asked of the run: every call still queued is ``rejected`` now, before
-        its CLI is ended (which would cancel their hooks)."""
-        self.interrupt(f"the run was stopped ({reason}) while this call waited")
-
-    def end(self, reason: str = "the run is ending") -> None:
-        """The run ends: whatever still waits is denied with ``reason``, every slot freed,
-        and the pause lifted for good."""
-        self.pause.end()
-        super().end(reason)
-
     # -- what the control changes -------------------------------------------------------------
     def amend(
         self, *, cap: int | None, subagent_model: str | None, event: RunAmended | None = None
