@@ -597,10 +597,10 @@ class SpawnGate:
         budget, per_turn = policy.spawn_budget, policy.max_agents_per_turn
         if budget is not None and self._used >= budget:
             return self._deny(call, "spawn_budget", why.budget(budget))
-        if per_turn is not None and self._turns.count(call.turn) >= per_turn:
+        if per_turn is not None and self._turns.counts[call.turn] >= per_turn:
             return self._deny(call, "turn_limit", why.per_message(per_turn))
         self._used += 1
-        self._turns.take(call.turn)
+        self._turns.counts[call.turn] += 1
         call.budget = True
         admit_until = self.admit_until
         if admit_until is not None and now >= admit_until:
@@ -702,7 +702,7 @@ class SpawnGate:
             call.budget = False
             self._used -= 1
             if call.turn is not None:
-                self._turns.give_back(call.turn)
+                self._turns.counts[call.turn] -= 1
 
     def _undo(self, call: Call) -> None:
         """The call will not run: give back its units and slots."""
