@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 
@@ -14,11 +13,9 @@ from ...policy import InboxWaitPolicy
 from ..team import within
 from ._inotify import DirWatch, open_watch
 from .model import DEFAULT_MAX_INBOX_BYTES, InboxRead, InboxWait
-from .read import confine_root, read_unlogged
+from .read import confine_root, logger, read_unlogged
 
 __all__ = ["wait_for_inbox"]
-
-logger = logging.getLogger("teamlead.inbox")  # the name users configure; stable across moves
 
 
 class _Wake:
