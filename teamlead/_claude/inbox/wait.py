@@ -11,7 +11,7 @@ from watchfiles import awatch
 from ...clock import SYSTEM_CLOCK, Clock, wait_event
 from ...policy import InboxWaitPolicy
 from ..team import within
-from ._inotify import DirWatch, open_watch
+from ._inotify import open_watch
 from .model import DEFAULT_MAX_INBOX_BYTES, InboxRead, InboxWait
 from .read import confine_root, logger, read_unlogged
 
@@ -68,9 +68,7 @@ async def _watch(
         if retarget:
             wake.set()
         retarget = True
-        batches: DirWatch | AsyncGenerator[tuple[set[str], bool], None] = (
-            direct if direct is not None else _watchfiles_batches(target, policy, stop)
-        )
+        batches = direct if direct is not None else _watchfiles_batches(target, policy, stop)
         try:
             async for names, gone in batches:
                 if target != path.parent:
@@ -92,8 +90,8 @@ async def _watch(
 async def _watchfiles_batches(
     target: Path, policy: InboxWaitPolicy, stop: anyio.Event
 ) -> AsyncGenerator[tuple[set[str], bool], None]:
-    """The directory's changes from ``watchfiles`` (as :class:`DirWatch` gives them), which
-    ends when ``stop`` is set."""
+    """The directory's changes from ``watchfiles``, in inotify's batches (the names changed,
+    whether the directory went away); they end when ``stop`` is set."""
     changes_iter = awatch(
         target,
         watch_filter=None,
