@@ -115,8 +115,6 @@ class Admission(SpawnGate):
         )
         #: The budget reached, once one is: no agent starts and no agent request goes on.
         self.exhaust_reason: ExhaustReason | None = None
-        #: Set once a budget is reached: the round is cut and the run wraps up.
-        self.exhausted = anyio.Event()
         self._exhaust_listeners: list[Callable[[], None]] = []
         self._client: TaskStopper | None = None
         self._stopping: set[asyncio.Task[None]] = set()
@@ -140,12 +138,11 @@ class Admission(SpawnGate):
 
     def budget_reached(self, reason: ExhaustReason) -> None:
         """A run budget (``token_budget``, ``request_budget``) is reached: no agent starts
-        and no agent request goes on; the round is cut (:attr:`exhausted`) and the run
+        and no agent request goes on; the round is cut (:meth:`on_exhausted`) and the run
         wraps up. Only the first call counts."""
         if self.exhaust_reason is not None:
             return
         self.exhaust_reason = reason
-        self.exhausted.set()
         for listener in list(self._exhaust_listeners):
             listener()
         self.close(f"the run's {reason.replace('_', ' ')} is reached: no more agents")
