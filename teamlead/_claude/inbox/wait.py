@@ -64,11 +64,10 @@ async def _watch(
         target = _nearest_existing(path.parent, root)
         if target is None:
             return  # nothing to watch inside the config dir: polling only
-        direct = open_watch(target)
+        batches = open_watch(target) or _watchfiles_batches(target, policy, stop)
         if retarget:
             wake.set()
         retarget = True
-        batches = direct if direct is not None else _watchfiles_batches(target, policy, stop)
         try:
             async for names, gone in batches:
                 if target != path.parent:
