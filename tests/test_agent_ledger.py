@@ -233,7 +233,7 @@ async def test_an_agent_past_its_timeout_is_cut_and_refused(server: ScriptedServ
         async def stop_task(self, task_id: str) -> None:
             stopped.append(task_id)
 
-    admission.stop_with(Client())
+    admission.stop_with(Client().stop_task)
     book = AgentBook(clock, admission)
     async with relayed_run(server, book) as (_, url, http):
         async with anyio.create_task_group() as tg:
