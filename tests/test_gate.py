@@ -566,7 +566,7 @@ async def test_an_interrupted_gate_rejects_its_queued_calls_and_holds_their_answ
         calls.start("t1")
         calls.start("t2")
         await settle()
-        gate.interrupt("stopped by SIGTERM")
+        gate.stopped("SIGTERM")
         await settle()
         calls.start("late")
         workflow = {"tool_name": "Workflow", "tool_input": {"script": "return 1"}}

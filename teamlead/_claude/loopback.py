@@ -19,7 +19,7 @@ import re
 
 from ..errors import SetupError
 
-__all__ = ["ensure_loopback", "is_loopback", "loopback_problem"]
+__all__ = ["ensure_loopback", "loopback_problem"]
 
 # scheme://host[:port][/path|?query|#fragment], host a dotted IPv4 or a bracketed IPv6
 _URL = re.compile(
@@ -30,7 +30,14 @@ _URL = re.compile(
 
 
 def loopback_problem(base_url: str) -> str | None:
-    """Why ``base_url`` is not a strict loopback URL, or ``None`` when it is one."""
+    """Why ``base_url`` is not a strict loopback URL, or ``None`` when it is one.
+
+    Example:
+        >>> loopback_problem("http://127.0.0.1:8080"), loopback_problem("https://example.com")
+        (None, 'it is not http(s)://<literal loopback address>[:port][/path] (no user@)')
+        >>> loopback_problem("http://192.0.2.2:1\\\\@127.0.0.1:2")
+        'it contains a backslash, whitespace or a control character'
+    """
     if "\\" in base_url or any(c.isspace() or not c.isprintable() for c in base_url):
         return "it contains a backslash, whitespace or a control character"
     match = _URL.fullmatch(base_url)
@@ -46,18 +53,6 @@ def loopback_problem(base_url: str) -> str | None:
     if match["port"] is not None and not 0 < int(match["port"]) < 65536:
         return f"port {match['port']} is out of range"
     return None
-
-
-def is_loopback(base_url: str) -> bool:
-    """True when ``base_url`` is ``http(s)://`` to a literal loopback address, nothing odd.
-
-    Example:
-        >>> is_loopback("http://127.0.0.1:8080"), is_loopback("https://example.com")
-        (True, False)
-        >>> is_loopback("http://192.0.2.2:1\\\\@127.0.0.1:2")
-        False
-    """
-    return loopback_problem(base_url) is None
 
 
 def ensure_loopback(base_url: str) -> None:

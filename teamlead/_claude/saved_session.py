@@ -57,22 +57,6 @@ def find_session_file(config_dir: Path, session_id: str) -> Path:
     return matches[0]
 
 
-def _notifications(text: str) -> list[dict[str, Any]]:
-    """Every ``<task-notification>`` block in an injected turn, as task_notification messages."""
-    return [
-        {
-            "type": "system",
-            "subtype": "task_notification",
-            "task_id": note.task_id,
-            "tool_use_id": note.tool_use_id,
-            "status": note.status,
-            "summary": note.result or note.summary,
-            "output_file": note.output_file,
-        }
-        for note in parse_notifications(text)
-    ]
-
-
 def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
     """The stream-json messages a transcript record stands for."""
     if record.get("isSidechain") or record.get("type") not in ("user", "assistant"):
@@ -131,9 +115,20 @@ def _records(record: dict[str, Any], session_id: str) -> list[dict[str, Any]]:
             if isinstance(b, dict) and b.get("type") == "text"
         ]
     )
-    for text in texts:
+    for text in texts:  # every <task-notification> block, as a task_notification message
         if isinstance(text, str):
-            out.extend(_notifications(text))
+            out.extend(
+                {
+                    "type": "system",
+                    "subtype": "task_notification",
+                    "task_id": note.task_id,
+                    "tool_use_id": note.tool_use_id,
+                    "status": note.status,
+                    "summary": note.result or note.summary,
+                    "output_file": note.output_file,
+                }
+                for note in parse_notifications(text)
+            )
     return out
 
 

@@ -52,12 +52,6 @@ _MAX_LINE_CHARS = 300
 _ASSISTANT_MARK = b'"assistant"'
 
 
-def _check_id(value: str, what: str) -> str:
-    if not is_plain_id(value):
-        raise UsageError(f"refused {what} {redact(value)!r}: not a plain id")
-    return value
-
-
 def find_subagent_transcript(config_dir: Path, session_id: str, agent_id: str) -> Path | None:
     """Locate ``projects/<project>/<session>/subagents/agent-<id>.jsonl`` (a workflow agent's
     is one level further, under ``subagents/workflows/<run>/``) in whichever project holds it.
@@ -65,16 +59,17 @@ def find_subagent_transcript(config_dir: Path, session_id: str, agent_id: str) -
     Raises:
         UsageError: ``session_id`` or ``agent_id`` is not a plain id (it would steer the path).
     """
-    _check_id(session_id, "session id")
-    _check_id(agent_id, "agent id")
-    projects = Path(config_dir) / "projects"
-    tail = Path(session_id) / "subagents" / f"agent-{agent_id}.jsonl"
+    for value, what in ((session_id, "session id"), (agent_id, "agent id")):
+        if not is_plain_id(value):
+            raise UsageError(f"refused {what} {redact(value)!r}: not a plain id")
     # The ids were checked above: they hold no glob metacharacters.
-    matches = sorted(projects.glob(f"*/{tail.as_posix()}"))
-    if not matches:  # a workflow agent's: subagents/workflows/<run>/agent-<id>.jsonl
-        nested = Path(session_id) / "subagents" / "workflows" / "*" / f"agent-{agent_id}.jsonl"
-        matches = sorted(projects.glob(f"*/{nested.as_posix()}"))
-    return matches[0] if matches else None
+    for folder in ("subagents", "subagents/workflows/*"):
+        matches = sorted(
+            Path(config_dir).glob(f"projects/*/{session_id}/{folder}/agent-{agent_id}.jsonl")
+        )
+        if matches:
+            return matches[0]
+    return None
 
 
 def _lines_backwards(

@@ -84,19 +84,18 @@ def journal_results(config_dir: Path, session_id: str, run_id: str) -> dict[str,
             labels[agent_id] = label
         elif record.get("type") == "result":
             result = record.get("result")
-            text = result if isinstance(result, str) else _json_text(result)
+            text = result if isinstance(result, str) or result is None else _json_text(result)
             if text:
                 results[agent_id] = text[:_MAX_TEXT]
     return {a: JournalResult(labels.get(a), text) for a, text in results.items()}
 
 
-def _json_text(value: object) -> str:
-    if value is None:
-        return ""
+def _json_text(value: object, separators: tuple[str, str] | None = None) -> str | None:
+    """``value`` as JSON text (``json.dumps``'s ``separators``); ``None`` when it has none."""
     try:
-        return json.dumps(value, ensure_ascii=False)
-    except (TypeError, ValueError):
-        return ""
+        return json.dumps(value, ensure_ascii=False, separators=separators)
+    except (TypeError, ValueError, RecursionError):
+        return None
 
 
 def workflow_result(output_file: Path) -> str | None:
@@ -114,9 +113,4 @@ def workflow_result(output_file: Path) -> str | None:
     if not isinstance(record, Mapping) or record.get("result") is None:
         return None
     result = record["result"]
-    if isinstance(result, str):
-        return result
-    try:
-        return json.dumps(result, ensure_ascii=False, separators=(",", ":"))
-    except (TypeError, ValueError, RecursionError):
-        return None
+    return result if isinstance(result, str) else _json_text(result, (",", ":"))

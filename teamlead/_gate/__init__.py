@@ -30,23 +30,15 @@ from typing import TYPE_CHECKING
 from .._door import lazy_exports
 
 if TYPE_CHECKING:
-    from .admission import Admission
-    from .calls import SpawnRecord, call_dispositions, with_invalid_calls
-    from .limits import AgentLimits, ExhaustReason, NoPlace, RunLimits
-    from .pause import Pause
-    from .slots import SpawnCap
-
-__all__ = [
-    "Admission",
-    "AgentLimits",
-    "ExhaustReason",
-    "NoPlace",
-    "Pause",
-    "RunLimits",
-    "SpawnCap",
-    "SpawnRecord",
-    "call_dispositions",
-    "with_invalid_calls",
-]
+    from .admission import Admission as Admission
+    from .calls import SpawnRecord as SpawnRecord
+    from .calls import call_dispositions as call_dispositions
+    from .calls import with_invalid_calls as with_invalid_calls
+    from .limits import AgentLimits as AgentLimits
+    from .limits import ExhaustReason as ExhaustReason
+    from .limits import NoPlace as NoPlace
+    from .limits import RunLimits as RunLimits
+    from .pause import Pause as Pause
+    from .slots import SpawnCap as SpawnCap
 
 __getattr__ = lazy_exports(__name__)

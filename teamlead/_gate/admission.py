@@ -15,7 +15,7 @@ cap, the stagger, the spawn budget, the depth limit, the deadline), the run's
 (:meth:`Admission.amend`); the ledger tells it a budget reached or an agent timed out; the
 run tells it what the stream shows, that a workflow agent's work ended, that a stop was
 asked and that the run ended. Everything it needs is passed when it is made (a client run
-also hands it the client whose timed-out tasks it stops, :meth:`Admission.stop_with`).
+also hands it how to stop its client's timed-out tasks, :meth:`Admission.stop_with`).
 
 With the gate off (``SpawnPolicy(enabled=False)``, or a client connected without it) the
 admission is not :attr:`~SpawnGate.gated`: every agent starts at once, and only the
@@ -35,8 +35,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable, Mapping
-from typing import Any, Protocol
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
 
 import anyio
 
@@ -48,20 +48,12 @@ from .limits import AgentLimits, ExhaustReason
 from .pause import Pause
 from .slots import SpawnCap
 
-__all__ = ["Admission", "TaskStopper"]
+__all__ = ["Admission"]
 
 #: Agents whose first request's model (or wanted alias) the admission remembers.
 _MAX_AGENTS = 4096
 #: How long stopping one timed-out task of a client may take.
 _STOP_TASK_S = 5
-
-
-class TaskStopper(Protocol):
-    """A connected client, as far as the admission stops its tasks."""
-
-    async def stop_task(self, task_id: str) -> None:
-        """Stop the background task ``task_id``."""
-        ...
 
 
 class Admission(SpawnGate):
@@ -115,10 +107,8 @@ class Admission(SpawnGate):
         )
         #: The budget reached, once one is: no agent starts and no agent request goes on.
         self.exhaust_reason: ExhaustReason | None = None
-        #: Set once a budget is reached: the round is cut and the run wraps up.
-        self.exhausted = anyio.Event()
         self._exhaust_listeners: list[Callable[[], None]] = []
-        self._client: TaskStopper | None = None
+        self._stop_task: Callable[[str], Awaitable[None]] | None = None
         self._stopping: set[asyncio.Task[None]] = set()
         #: The subagent model the run started with (what an amend to ``None`` restores).
         self.starting_model = starting_model
@@ -140,46 +130,35 @@ class Admission(SpawnGate):
 
     def budget_reached(self, reason: ExhaustReason) -> None:
         """A run budget (``token_budget``, ``request_budget``) is reached: no agent starts
-        and no agent request goes on; the round is cut (:attr:`exhausted`) and the run
+        and no agent request goes on; the round is cut (:meth:`on_exhausted`) and the run
         wraps up. Only the first call counts."""
         if self.exhaust_reason is not None:
             return
         self.exhaust_reason = reason
-        self.exhausted.set()
         for listener in list(self._exhaust_listeners):
             listener()
         self.close(f"the run's {reason.replace('_', ' ')} is reached: no more agents")
 
-    def stop_with(self, client: TaskStopper) -> None:
-        """A client run: an Agent-tool task past its timeout is stopped with the client's
-        ``stop_task`` too (the relay has ended its request and refuses its next ones)."""
-        self._client = client
+    def stop_with(self, stop_task: Callable[[str], Awaitable[None]]) -> None:
+        """A client run: an Agent-tool task past its timeout is stopped with
+        ``stop_task(task_id)``, the client's, too (the relay has ended its request and
+        refuses its next ones)."""
+        self._stop_task = stop_task
 
     def agent_timed_out(self, agent_id: str, kind: RelayedAgentKind) -> None:
         """``agent_id`` ran past its timeout: on a client run its task is stopped (a
         workflow agent has no task of its own). The stop is kept referenced until done."""
-        client = self._client
-        if client is None or kind != "agent":
+        stop_task = self._stop_task
+        if stop_task is None or kind != "agent":
             return
 
         async def stop() -> None:
             with anyio.move_on_after(_STOP_TASK_S), contextlib.suppress(Exception):
-                await client.stop_task(agent_id)
+                await stop_task(agent_id)
 
         task = asyncio.get_running_loop().create_task(stop())
         self._stopping.add(task)
         task.add_done_callback(self._stopping.discard)
-
-    def stopped(self, reason: str) -> None:
-        """A stop was asked of the run: every call still queued is ``rejected`` now, before
-        its CLI is ended (which would cancel their hooks)."""
-        self.interrupt(f"the run was stopped ({reason}) while this call waited")
-
-    def end(self, reason: str = "the run is ending") -> None:
-        """The run ends: whatever still waits is denied with ``reason``, every slot freed,
-        and the pause lifted for good."""
-        self.pause.end()
-        super().end(reason)
 
     # -- what the control changes -------------------------------------------------------------
     def amend(

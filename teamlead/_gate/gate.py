@@ -74,7 +74,7 @@ _WORKFLOW = "Workflow"
 _WORKFLOW_AGENT = "workflow agent"
 _HOOK_MARGIN_S = 10.0  # hook timeout = longest wait + this: the gate answers before the CLI quits
 _MAX_TEXT = 200
-#: How long a refusal after a stop waits before it is answered (see :meth:`SpawnGate.interrupt`);
+#: How long a refusal after a stop waits before it is answered (see :meth:`SpawnGate.stopped`);
 #: under ``_HOOK_MARGIN_S``, so it still comes before the CLI's hook timeout.
 _HELD_AFTER_STOP_S = 5.0
 _MAX_WORKFLOW_DENIALS = 1000
@@ -238,7 +238,7 @@ class SpawnGate:
             ``None`` once it may start (at once without the gate); else why it does not (a
             spent budget is also a denied ``spawn_decided`` event). A refused or cancelled
             agent gives back what it took. A stopped run's refusal is held as a hook's is
-            (see :meth:`interrupt`).
+            (see :meth:`stopped`).
         """
         if not self.gated:
             return None
@@ -348,8 +348,13 @@ class SpawnGate:
             outcome = classify_agent_result(event)
             if outcome == "rejected":
                 self.spawn_rejected(event.tool_use_id, event.text.strip())
-            elif outcome == "denied":
-                self.denied_elsewhere(event.tool_use_id, event.text.strip())
+            elif outcome == "denied":  # another PreToolUse hook denied a call admitted here
+                call = self._calls[event.tool_use_id]
+                if call.status == "admitted":
+                    call.status, call.code = "denied", "other_hook"
+                    call.reason = event.text.strip()[:_MAX_TEXT]
+                    self._refund(call)
+                    self._free(call)
             elif outcome in ("finished", "failed"):
                 self.task_ended(event.tool_use_id)
         elif isinstance(event, TaskStarted):
@@ -400,24 +405,17 @@ class SpawnGate:
         self._free(call)
         self._emit(call.tool_use_id, call.description, "rejected", reason=call.reason)
 
-    def denied_elsewhere(self, tool_use_id: str, reason: str) -> None:
-        """Another PreToolUse hook denied a call the gate had admitted."""
-        call = self._calls.get(tool_use_id)
-        if call is None or call.status != "admitted":
-            return
-        call.status, call.code, call.reason = "denied", "other_hook", reason[:_MAX_TEXT]
-        self._refund(call)
-        self._free(call)
-
-    def interrupt(self, reason: str) -> None:
-        """The run was stopped from outside: every call still queued is ``rejected`` with
-        ``reason`` (its work is missing), then the gate closes.
+    def stopped(self, reason: str) -> None:
+        """A stop was asked of the run (``reason``): every call still queued is ``rejected``
+        now, before its CLI is ended (which would cancel their hooks), and its work is
+        missing; then the gate closes.
 
         The hooks of the calls it refuses (those queued, and any Agent or Workflow call that
         comes later) are answered only after :data:`_HELD_AFTER_STOP_S`: the run ends their
         CLI at once, which cancels them, and a refusal answered before that would make the
         CLI send the lead one more request, of a run that was stopped."""
         self._stopped = True
+        reason = f"the run was stopped ({reason}) while this call waited"
         for call in list(self._calls.values()):
             if call.status == "queued":
                 self.spawn_rejected(call.tool_use_id, reason)
@@ -435,7 +433,10 @@ class SpawnGate:
         self._end_calls(reason)
 
     def end(self, reason: str = "the run is ending") -> None:
-        """End of the run: :meth:`close`, and every workflow agent's slots are freed too."""
+        """End of the run: :meth:`close`, every workflow agent's slots are freed too, and the
+        pause lifted for good."""
+        if self._pause is not None:
+            self._pause.end()
         self.close(reason)
         self._end_workflow_agents()
 
@@ -596,10 +597,10 @@ class SpawnGate:
         budget, per_turn = policy.spawn_budget, policy.max_agents_per_turn
         if budget is not None and self._used >= budget:
             return self._deny(call, "spawn_budget", why.budget(budget))
-        if per_turn is not None and self._turns.count(call.turn) >= per_turn:
+        if per_turn is not None and self._turns.counts[call.turn] >= per_turn:
             return self._deny(call, "turn_limit", why.per_message(per_turn))
         self._used += 1
-        self._turns.take(call.turn)
+        self._turns.counts[call.turn] += 1
         call.budget = True
         admit_until = self.admit_until
         if admit_until is not None and now >= admit_until:
@@ -701,7 +702,7 @@ class SpawnGate:
             call.budget = False
             self._used -= 1
             if call.turn is not None:
-                self._turns.give_back(call.turn)
+                self._turns.counts[call.turn] -= 1
 
     def _undo(self, call: Call) -> None:
         """The call will not run: give back its units and slots."""

@@ -79,16 +79,7 @@ class RunLimits:
     def limit_of(self, key: str) -> int | None:
         """The most requests of bucket ``key`` (``provider/model``) this run may have in
         flight, from its model, provider and total ceilings (``None``: no ceiling)."""
-        provider, _, model = key.partition("/")
-        ceilings = [
-            c
-            for c in (
-                self._model_ceiling(model),
-                self.limits.providers.get(provider),
-                self.limits.total,
-            )
-            if c is not None
-        ]
+        ceilings = [c for c in self._ceilings(key) if c is not None]
         return min(ceilings) if ceilings else None
 
     def in_flight(self, key: str | None = None) -> int:
@@ -128,6 +119,11 @@ class RunLimits:
         finally:
             self._give_back(waiter)
 
+    def _ceilings(self, key: str) -> tuple[int | None, int | None, int | None]:
+        """The ceilings on bucket ``key``'s requests: of its model, of its provider, in all."""
+        provider, _, model = key.partition("/")
+        return self._model_ceiling(model), self.limits.providers.get(provider), self.limits.total
+
     def _model_ceiling(self, model: str) -> int | None:
         models = self.limits.models
         if model in models:
@@ -136,15 +132,8 @@ class RunLimits:
         return min(matching) if matching else self.limits.default
 
     def _fits(self, key: str) -> bool:
-        provider, _, model = key.partition("/")
-        model_ceiling = self._model_ceiling(model)
-        provider_ceiling = self.limits.providers.get(provider)
-        total = self.limits.total
-        return (
-            (model_ceiling is None or self._held[key] < model_ceiling)
-            and (provider_ceiling is None or self._providers[provider] < provider_ceiling)
-            and (total is None or self._total < total)
-        )
+        held = (self._held[key], self._providers[key.partition("/")[0]], self._total)
+        return all(c is None or n < c for n, c in zip(held, self._ceilings(key), strict=True))
 
     def _count(self, waiter: Waiter, granted: bool) -> None:
         """Count ``waiter``'s place in (``granted``) or out."""

@@ -12,6 +12,7 @@ Spawns by a subagent count per spawning agent.
 from __future__ import annotations
 
 import math
+from collections import Counter
 
 __all__ = ["Turns"]
 
@@ -27,7 +28,8 @@ class Turns:
     def __init__(self, gap_s: float) -> None:
         self._gap_s = max(0.0, gap_s)
         self._message_of: dict[str, str] = {}
-        self._counts: dict[str, int] = {}
+        #: Calls admitted (or being admitted) from each turn; one that will not run is taken off.
+        self.counts: Counter[str] = Counter()
         self._burst = 0
         self._burst_message: str | None = None
         self._pending = 0
@@ -70,15 +72,3 @@ class Turns:
             self._burst += 1
             self._burst_message = None
         return self._burst_message or f"burst-{self._burst}"
-
-    def count(self, turn: str) -> int:
-        """Calls admitted (or being admitted) from ``turn``."""
-        return self._counts.get(turn, 0)
-
-    def take(self, turn: str) -> None:
-        """Count one more call for ``turn``."""
-        self._counts[turn] = self._counts.get(turn, 0) + 1
-
-    def give_back(self, turn: str) -> None:
-        """A call counted for ``turn`` will not run."""
-        self._counts[turn] = max(0, self._counts.get(turn, 1) - 1)

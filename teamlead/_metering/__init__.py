@@ -22,9 +22,8 @@ from typing import TYPE_CHECKING
 from .._door import lazy_exports
 
 if TYPE_CHECKING:
-    from .book import AgentBook, AgentCount
-    from .request import LEAD
-
-__all__ = ["AgentBook", "AgentCount", "LEAD"]
+    from .book import AgentBook as AgentBook
+    from .book import AgentCount as AgentCount
+    from .request import LEAD as LEAD
 
 __getattr__ = lazy_exports(__name__)

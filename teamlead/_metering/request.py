@@ -80,15 +80,20 @@ def agent_key(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str, str]:
     return session_id, agent_id
 
 
+def _object(body: bytes) -> dict[str, Any] | None:
+    """The request body's JSON object; ``None`` when it is not one."""
+    try:
+        data = json.loads(body)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def is_workflow_agent(body: bytes) -> bool:
     """Whether a request body is a workflow agent's (Claude Code's workflow system prompt)."""
     if _WORKFLOW_MARK.encode() not in body:
         return False
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return False
-    system = data.get("system") if isinstance(data, dict) else None
+    system = (_object(body) or {}).get("system")
     blocks = system if isinstance(system, list) else [system]
     return any(
         _WORKFLOW_MARK in (b.get("text", "") if isinstance(b, dict) else str(b or ""))
@@ -98,11 +103,7 @@ def is_workflow_agent(body: bytes) -> bool:
 
 def model_of(body: bytes) -> str | None:
     """The ``model`` a request body names, if it is a JSON object that names one."""
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    model = data.get("model") if isinstance(data, dict) else None
+    model = (_object(body) or {}).get("model")
     return model[:200] if isinstance(model, str) and model else None
 
 
@@ -139,11 +140,8 @@ def with_model(body: bytes, model: str | None) -> bytes | None:
     as it came, never half-rewritten)."""
     if model is None:
         return None
-    try:
-        data = json.loads(body)
-    except ValueError:
-        return None
-    if not isinstance(data, dict) or data.get("model") == model:
+    data = _object(body)
+    if data is None or data.get("model") == model:
         return None
     data["model"] = model
     return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()

@@ -93,7 +93,7 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
     run: fresh, or a :class:`~teamlead.ClientRun`'s whose earlier turns ended."""
     await _begin(state)
     if state.ask.turns == 1:  # the client's agents, stopped on timeout for the run's life
-        state.admission.stop_with(client)
+        state.admission.stop_with(lambda task_id: client.stop_task(task_id))
 
     def client_round(prompt_text: str, deadline: float | None = None) -> Round:
         # the same session, on the same CLI process: send, then read until settled; the

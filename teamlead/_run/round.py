@@ -258,7 +258,7 @@ class Round:
             self._reading, self._tripped, self._spawned = tg, False, False
             try:
                 self._arm_until(until)
-                if self._read_budget and self._state.admission.exhausted.is_set():
+                if self._read_budget and self._state.admission.exhaust_reason is not None:
                     self._alarm(self._clock.monotonic() + _BUDGET_GRACE_S)
                 self._on_stop()
                 if self._state.watches_journals:

@@ -16,11 +16,12 @@ import os
 import struct
 import sys
 import threading
+from collections.abc import AsyncGenerator
 from pathlib import Path
 
 import anyio
 
-__all__ = ["DirWatch", "open_watch"]
+__all__ = ["open_watch"]
 
 _IN_MODIFY = 0x002
 _IN_ATTRIB = 0x004
@@ -64,36 +65,25 @@ def _libc() -> ctypes.CDLL | None:
 _LIBC = _libc()
 
 
-class DirWatch:
-    """Changes to the entries of one directory, read from an inotify descriptor: an async
-    iterator of batches, each the names changed and whether the directory went away."""
+async def _batches(fd: int) -> AsyncGenerator[tuple[set[str], bool], None]:
+    """Changes to the entries of one directory, read from an inotify descriptor: batches,
+    each the names changed and whether the directory went away. Closing it stops watching.
 
-    def __init__(self, fd: int) -> None:
-        self._fd = fd
-
-    def __aiter__(self) -> DirWatch:
-        return self
-
-    async def __anext__(self) -> tuple[set[str], bool]:
+    Closing an inotify descriptor waits for the kernel to retire its watches (an RCU grace
+    period, 5 to 15 ms), so the close runs on a short-lived thread: the wait that used the
+    watch returns at once instead of paying that on every call.
+    """
+    try:
         while True:
-            await anyio.wait_readable(self._fd)
+            await anyio.wait_readable(fd)
             try:
-                data = os.read(self._fd, 64 * 1024)
+                data = os.read(fd, 64 * 1024)
             except BlockingIOError:
                 continue
-            return _parse(data)
-
-    async def aclose(self) -> None:
-        """Stop watching; safe to call twice.
-
-        Closing an inotify descriptor waits for the kernel to retire its watches (an
-        RCU grace period, 5 to 15 ms), so the close runs on a short-lived thread: the
-        wait that used the watch returns at once instead of paying that on every call.
-        """
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            anyio.notify_closing(fd)
-            threading.Thread(target=os.close, args=(fd,), name="inotify-close", daemon=True).start()
+            yield _parse(data)
+    finally:
+        anyio.notify_closing(fd)
+        threading.Thread(target=os.close, args=(fd,), name="inotify-close", daemon=True).start()
 
 
 def _parse(data: bytes) -> tuple[set[str], bool]:
@@ -111,7 +101,7 @@ def _parse(data: bytes) -> tuple[set[str], bool]:
     return names, gone
 
 
-def open_watch(directory: Path) -> DirWatch | None:
+def open_watch(directory: Path) -> AsyncGenerator[tuple[set[str], bool], None] | None:
     """Watch ``directory`` through inotify, or ``None`` where that is not possible.
 
     The watch is in place when this returns: a change made afterwards is queued even
@@ -126,4 +116,4 @@ def open_watch(directory: Path) -> DirWatch | None:
         with contextlib.suppress(OSError):
             os.close(fd)
         return None
-    return DirWatch(fd)
+    return _batches(fd)

@@ -9,7 +9,6 @@ inbox a writer is about to fill).
 from __future__ import annotations
 
 import json
-import logging
 import os
 import re
 import secrets
@@ -26,11 +25,9 @@ from ...policy import LockPolicy
 from ..team import load_team, within
 from .lock import with_lock
 from .model import DEFAULT_MAX_INBOX_BYTES, ConsumeResult
-from .read import confine_root, load_array, scan_entry
+from .read import confine_root, load_array, logger, scan_entry
 
 __all__ = ["consume_inbox"]
-
-logger = logging.getLogger("teamlead.inbox")  # the name users configure; stable across moves
 
 
 def _lead_refusal(path: Path, root: Path, own_pids: Collection[int]) -> str | None:

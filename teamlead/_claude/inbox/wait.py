@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import logging
 from collections.abc import AsyncGenerator, Callable
 from pathlib import Path
 
@@ -12,13 +11,11 @@ from watchfiles import awatch
 from ...clock import SYSTEM_CLOCK, Clock, wait_event
 from ...policy import InboxWaitPolicy
 from ..team import within
-from ._inotify import DirWatch, open_watch
+from ._inotify import open_watch
 from .model import DEFAULT_MAX_INBOX_BYTES, InboxRead, InboxWait
-from .read import confine_root, read_unlogged
+from .read import confine_root, logger, read_unlogged
 
 __all__ = ["wait_for_inbox"]
-
-logger = logging.getLogger("teamlead.inbox")  # the name users configure; stable across moves
 
 
 class _Wake:
@@ -67,13 +64,10 @@ async def _watch(
         target = _nearest_existing(path.parent, root)
         if target is None:
             return  # nothing to watch inside the config dir: polling only
-        direct = open_watch(target)
+        batches = open_watch(target) or _watchfiles_batches(target, policy, stop)
         if retarget:
             wake.set()
         retarget = True
-        batches: DirWatch | AsyncGenerator[tuple[set[str], bool], None] = (
-            direct if direct is not None else _watchfiles_batches(target, policy, stop)
-        )
         try:
             async for names, gone in batches:
                 if target != path.parent:
@@ -95,8 +89,8 @@ async def _watch(
 async def _watchfiles_batches(
     target: Path, policy: InboxWaitPolicy, stop: anyio.Event
 ) -> AsyncGenerator[tuple[set[str], bool], None]:
-    """The directory's changes from ``watchfiles`` (as :class:`DirWatch` gives them), which
-    ends when ``stop`` is set."""
+    """The directory's changes from ``watchfiles``, in inotify's batches (the names changed,
+    whether the directory went away); they end when ``stop`` is set."""
     changes_iter = awatch(
         target,
         watch_filter=None,
