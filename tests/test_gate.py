@@ -115,6 +115,15 @@ async def test_budget_and_turn_limit_race_with_a_queue() -> None:
         assert codes == {"turn_limit"}
 
 
+async def test_a_repeated_tool_use_id_gets_a_key_of_its_own_whatever_ids_came_before() -> None:
+    gate, _ = gate_with()
+    with anyio.fail_after(5):
+        for tid in ("a", "a#2", "a", "a"):
+            assert decision(await gate.hook(agent_input(), tid, {})) == "allow"
+    keys = [r.tool_use_id for r in gate.records()]
+    assert keys == ["a", "a#2", "a#3", "a#4"]
+
+
 async def test_deny_reasons_say_what_to_do_next() -> None:
     gate, seen = gate_with(spawn_budget=1)
     assert decision(await gate.hook(agent_input(), "a", {})) == "allow"

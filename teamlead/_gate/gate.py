@@ -561,9 +561,10 @@ class SpawnGate:
         if not raw_id:
             self._anon += 1
             raw_id = f"unknown-{self._anon}"
-        key = raw_id
-        while key in self._calls:
-            key = f"{raw_id}#{len(self._calls)}"
+        key, seen = raw_id, len(self._calls)
+        while key in self._calls:  # a repeated id (an id like "a#2" may be taken already)
+            seen += 1
+            key = f"{raw_id}#{seen}"
         description = tool_input.get("description")
         kind = tool_input.get("subagent_type")
         call = Call(
