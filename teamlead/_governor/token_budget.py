@@ -265,37 +265,21 @@ def anchor(
         remaining = min(0.0, limit - known * max(0.0, full_in))
     if remaining < limit and full_at - sent_at > 0:
         spans = (*spans, (limit - remaining, full_at - sent_at))[-_SPANS:]
-    refill = sum(d for d, _ in spans) / sum(s for _, s in spans) if spans else None
-    if refill is None and window is not None and not window.learnt:
-        refill = window.refill
-    heard = ticket if ticket is not None else (window.ticket if window is not None else 0)
+    refill = sum(d for d, _ in spans) / sum(s for _, s in spans) if spans else known
     if window is not None and ticket is not None and ticket < window.ticket:
         return replace(window, limit=limit, refill=refill, spans=spans, learnt=False)
+    heard = ticket if ticket is not None else (window.ticket if window is not None else 0)
+    fresh = Window(header.name, limit, refill, level=remaining, at=now, ticket=heard, heard=heard)
     if window is None:
-        return Window(
-            header.name, limit, refill, level=remaining, at=now, ticket=heard, heard=heard
-        )
+        return fresh
     if ticket is None:
         # an answer the budget did not send: its level is as of now, and the pending draws
         # may be in it or not; counting them again errs on the safe side
         draws = tuple(d for d in window.draws if d.pending)
     else:
         draws = tuple(d for d in window.draws if d.ticket > ticket)
-    return replace(
-        window,
-        limit=limit,
-        refill=refill,
-        level=remaining,
-        at=now,
-        ticket=heard,
-        heard=heard,
-        draws=draws,
-        spans=spans,
-        learnt=False,
-        refused_at=None,
-        taken=0.0,
-        clean=0.0,
-    )
+    # the model's draws and spans are kept; what was learnt from 429s gives way to the header
+    return replace(fresh, draws=draws, spans=spans)
 
 
 def refused(window: Window, amount: float, now: float, retry_after: float | None) -> Window:

@@ -245,10 +245,8 @@ def read_time(value: object, *, latest: float) -> float | None:
         >>> read_time(12.5, latest=100.0), read_time("abc", latest=100.0)
         (12.5, None)
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    seconds = float(value)
-    return seconds if math.isfinite(seconds) and seconds <= latest else None
+    seconds = _time(value)
+    return seconds if seconds is not None and math.isfinite(seconds) and seconds <= latest else None
 
 
 def read_clamped(
