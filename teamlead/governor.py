@@ -622,17 +622,14 @@ class Governor:
             if granted is None:
                 refused.add(best.key)  # no room for it (a full account: its head polls)
                 continue
-            self._hand_to(best.waiters.pop(0), granted)
-
-    def _hand_to(self, waiter: _Waiter, slot: Slot) -> None:
-        waiter.slot = slot
-        waiter.wake.set()
-        # The head kept the bucket's timer (a pause, or re-checking a shared account): the
-        # next in line takes it over. Else, with the account full of other processes'
-        # slots, nothing here would look again when they give theirs back.
-        queue = self._buckets[slot.key].waiters
-        if queue:
-            queue[0].wake.set()
+            best.waiters.pop(0)
+            head.slot = granted
+            head.wake.set()
+            # The head kept the bucket's timer (a pause, or re-checking a shared account):
+            # the next in line takes it over. Else, with the account full of other
+            # processes' slots, nothing here would look again when they give theirs back.
+            if best.waiters:
+                best.waiters[0].wake.set()
 
     def _release(self, slot: Slot) -> None:
         bucket = self._buckets[slot.key]
