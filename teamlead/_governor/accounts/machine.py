@@ -193,7 +193,6 @@ class MachineAccount:
         self._closed = False
 
     def describe(self) -> str:
-        """Where the state is, for a warning line."""
         return f"the limits shared on this machine ({self.path})"
 
     def _warn(self, kind: str, message: str) -> None:
