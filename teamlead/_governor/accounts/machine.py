@@ -462,19 +462,11 @@ class MachineAccount:
             )
 
     def _room(self, db: sqlite3.Connection, bounds: Bounds, now: float) -> bool:
-        if self._count(db, bounds.key, now) >= bounds.limit:
-            return False
-        if bounds.provider_limit is not None and (
-            self._count(db, bounds.provider, now) >= bounds.provider_limit
-        ):
-            return False
-        if bounds.total_limit is not None:
-            total = db.execute(
-                f"SELECT COUNT(*) FROM leases WHERE {_LIVE}", self._live(now)
-            ).fetchone()
-            if int(total[0]) >= bounds.total_limit:
-                return False
-        return True
+        def total() -> int:
+            row = db.execute(f"SELECT COUNT(*) FROM leases WHERE {_LIVE}", self._live(now))
+            return int(row.fetchone()[0])
+
+        return bounds.admit(lambda prefix: self._count(db, prefix, now), total)
 
     def take(self, bounds: Bounds) -> Lease | None:
         def write(db: sqlite3.Connection) -> Lease | None:
