@@ -454,17 +454,16 @@ class Governor:
                 await anyio.lowlevel.checkpoint_if_cancelled()
                 return waiter.slot
             now = self.clock.monotonic()
+            limits = self._limits(bucket.key)
             if deadline is not None and now >= deadline:
-                limits = self._limits(bucket.key)
                 raise TimeoutError(
                     f"no concurrency slot for {bucket.key!r} within {asked:g}s "
                     f"(limit {self._effective(bucket.key, limits)}, "
                     f"{bucket.in_flight} running, {len(bucket.waiters)} waiting, "
                     f"{self._total} running in total)"
                 )
-            cooldown_until = self._limits(bucket.key).cooldown_until
-            if waiter.through_pause:
-                cooldown_until = now  # its own lane: only the concurrency limit holds it
+            # its own lane: only the concurrency limit holds it
+            cooldown_until = now if waiter.through_pause else limits.cooldown_until
             if deadline is not None and cooldown_until > deadline:
                 raise TimeoutError(f"{bucket.key!r} is paused longer than {asked:g}s allowed")
             # Only the head of a bucket keeps a timer (a pause, or re-checking a shared
@@ -561,11 +560,7 @@ class Governor:
         return self.policy.max_total is None or self._total < self.policy.max_total
 
     def _ready_at(
-        self,
-        bucket: _Bucket,
-        estimate: InputEstimate | None,
-        now: float,
-        through_pause: bool = False,
+        self, bucket: _Bucket, estimate: InputEstimate | None, now: float, through_pause: bool
     ) -> float:
         """When ``bucket``'s token windows cover a request of ``estimate``; a caller
         ``through_pause`` is not held by a window learnt without headers (a guess, like a
@@ -579,18 +574,16 @@ class Governor:
         )
 
     def _try_grant(
-        self,
-        bucket: _Bucket,
-        through_pause: bool = False,
-        estimate: InputEstimate | None = None,
+        self, bucket: _Bucket, through_pause: bool, estimate: InputEstimate | None
     ) -> Slot | None:
         """A slot of ``bucket`` if this process and the whole account have room (and the
         bucket is not paused, unless ``through_pause``, and its token windows cover
         ``estimate``), else None."""
         limits = self._limits(bucket.key)
+        limit = self._effective(bucket.key, limits)
         now = self.clock.monotonic()
         room = (
-            bucket.in_flight < self._effective(bucket.key, limits)
+            bucket.in_flight < limit
             and (through_pause or limits.cooldown_until <= now)
             and self._ready_at(bucket, estimate, now, through_pause) <= now
         )
@@ -599,7 +592,7 @@ class Governor:
         lease = self.account.take(
             Bounds(
                 bucket.key,
-                limit=self._effective(bucket.key, limits),
+                limit=limit,
                 provider_limit=self.policy.provider_ceiling(bucket.key),
                 total_limit=self.policy.max_total,
             )
@@ -629,17 +622,14 @@ class Governor:
             if granted is None:
                 refused.add(best.key)  # no room for it (a full account: its head polls)
                 continue
-            self._hand_to(best.waiters.pop(0), granted)
-
-    def _hand_to(self, waiter: _Waiter, slot: Slot) -> None:
-        waiter.slot = slot
-        waiter.wake.set()
-        # The head kept the bucket's timer (a pause, or re-checking a shared account): the
-        # next in line takes it over. Else, with the account full of other processes'
-        # slots, nothing here would look again when they give theirs back.
-        queue = self._buckets[slot.key].waiters
-        if queue:
-            queue[0].wake.set()
+            best.waiters.pop(0)
+            head.slot = granted
+            head.wake.set()
+            # The head kept the bucket's timer (a pause, or re-checking a shared account):
+            # the next in line takes it over. Else, with the account full of other
+            # processes' slots, nothing here would look again when they give theirs back.
+            if best.waiters:
+                best.waiters[0].wake.set()
 
     def _release(self, slot: Slot) -> None:
         bucket = self._buckets[slot.key]

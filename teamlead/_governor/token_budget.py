@@ -265,37 +265,21 @@ def anchor(
         remaining = min(0.0, limit - known * max(0.0, full_in))
     if remaining < limit and full_at - sent_at > 0:
         spans = (*spans, (limit - remaining, full_at - sent_at))[-_SPANS:]
-    refill = sum(d for d, _ in spans) / sum(s for _, s in spans) if spans else None
-    if refill is None and window is not None and not window.learnt:
-        refill = window.refill
-    heard = ticket if ticket is not None else (window.ticket if window is not None else 0)
+    refill = sum(d for d, _ in spans) / sum(s for _, s in spans) if spans else known
     if window is not None and ticket is not None and ticket < window.ticket:
         return replace(window, limit=limit, refill=refill, spans=spans, learnt=False)
+    heard = ticket if ticket is not None else (window.ticket if window is not None else 0)
+    fresh = Window(header.name, limit, refill, level=remaining, at=now, ticket=heard, heard=heard)
     if window is None:
-        return Window(
-            header.name, limit, refill, level=remaining, at=now, ticket=heard, heard=heard
-        )
+        return fresh
     if ticket is None:
         # an answer the budget did not send: its level is as of now, and the pending draws
         # may be in it or not; counting them again errs on the safe side
         draws = tuple(d for d in window.draws if d.pending)
     else:
         draws = tuple(d for d in window.draws if d.ticket > ticket)
-    return replace(
-        window,
-        limit=limit,
-        refill=refill,
-        level=remaining,
-        at=now,
-        ticket=heard,
-        heard=heard,
-        draws=draws,
-        spans=spans,
-        learnt=False,
-        refused_at=None,
-        taken=0.0,
-        clean=0.0,
-    )
+    # the model's draws and spans are kept; what was learnt from 429s gives way to the header
+    return replace(fresh, draws=draws, spans=spans)
 
 
 def refused(window: Window, amount: float, now: float, retry_after: float | None) -> Window:
@@ -329,7 +313,6 @@ def refused(window: Window, amount: float, now: float, retry_after: float | None
 
 def learn(
     window: Window | None,
-    name: str,
     *,
     taken: Iterable[tuple[float, float]],
     amount: float,
@@ -337,7 +320,8 @@ def learn(
     retry_after: float | None,
     since: float | None = None,
 ) -> Window:
-    """A window no header describes, learnt from 429s a concurrency limit cannot explain.
+    """An input-token window no header describes, learnt from 429s a concurrency limit
+    cannot explain.
 
     ``taken``: the draws the upstream took lately, ``(sent at, amount)``; ``since``: when
     the previous such refusal came (a fresh window is learnt from the second). Both
@@ -349,12 +333,10 @@ def learn(
 
     Example:
         >>> taken = [(0.0, 8000.0), (0.1, 8000.0), (0.6, 4000.0)]
-        >>> first = learn(None, "input-tokens", taken=taken, amount=8000.0, now=1.2,
-        ...               retry_after=1.0, since=0.2)
+        >>> first = learn(None, taken=taken, amount=8000.0, now=1.2, retry_after=1.0, since=0.2)
         >>> first.limit, first.refill, first.level
         (20000.0, 4000.0, 0.0)
-        >>> later = learn(first, "input-tokens", taken=[], amount=8000.0, now=3.2,
-        ...               retry_after=1.0)
+        >>> later = learn(first, taken=[], amount=8000.0, now=3.2, retry_after=1.0)
         >>> later.refill  # nothing taken in between, and the model promised 8000: lowered
         3200.0
     """
@@ -365,7 +347,7 @@ def learn(
         if since is not None and now - since >= _MIN_SPAN_S:
             between = sum(a for at, a in listed if since < at <= now)
             guess = between / (now - since) if between > 0 else guess
-        fresh = Window(name, limit, guess, level=0.0, at=now, learnt=True)
+        fresh = Window("input-tokens", limit, guess, level=0.0, at=now, learnt=True)
         return replace(refused(fresh, amount, now, retry_after), refused_at=now)
     refill = window.refill
     if window.refused_at is not None and now - window.refused_at >= _MIN_SPAN_S and window.taken:
@@ -542,16 +524,20 @@ class Budget:
         if any(h.remaining < charge.of(h.name) for h in seen if h.name in self.windows):
             return True
         learnt = self.windows.get("input-tokens")
-        if learnt is not None and learnt.learnt and "input-tokens" not in described:
+
+        def learn_input(window: Window | None, since: float | None = None) -> bool:
             self.windows["input-tokens"] = learn(
-                learnt,
-                "input-tokens",
+                window,
                 taken=self._taken,
                 amount=charge.input_tokens,
                 now=now,
                 retry_after=retry_after,
+                since=since,
             )
             return True
+
+        if learnt is not None and learnt.learnt and "input-tokens" not in described:
+            return learn_input(learnt)
         short = [
             name
             for name, w in self.windows.items()
@@ -566,16 +552,7 @@ class Budget:
             suspect, self._suspect = self._suspect, now
             if suspect is None or now - suspect > DEFAULT_WINDOW_S:
                 return False
-            self.windows["input-tokens"] = learn(
-                None,
-                "input-tokens",
-                taken=self._taken,
-                amount=charge.input_tokens,
-                now=now,
-                retry_after=retry_after,
-                since=suspect,
-            )
-            return True
+            return learn_input(None, since=suspect)
         return False
 
     def dropped(self, ticket: int) -> None:

@@ -79,11 +79,6 @@ class InputEstimate:
     tokens: float
     prefixes: tuple[CachedPrefix, ...] = ()
 
-    @classmethod
-    def of_size(cls, size: int) -> InputEstimate:
-        """The estimate of a body known only by its size in bytes (or characters)."""
-        return cls(tokens=max(0, size) / CHARS_PER_TOKEN)
-
 
 class _Walk:
     """The running count and fingerprint of the prompt, unit by unit."""
@@ -178,7 +173,7 @@ def estimate_input(body: Mapping[str, Any], *, size: int | None = None) -> Input
         (218, [113])
     """
     if size is not None and size > WALK_MOST_BYTES:
-        return InputEstimate.of_size(size)
+        return InputEstimate(size / CHARS_PER_TOKEN)  # known only by its size
     walk = _Walk()
     tools = body.get("tools")
     if isinstance(tools, list):

@@ -60,6 +60,15 @@ class Bounds:
         """The key's provider prefix, ``provider/``."""
         return provider_of(self.key)
 
+    def admit(self, count: Callable[[str], int], total: Callable[[], int]) -> bool:
+        """Whether one more lease stays within the bounds, given the live leases of a key or
+        prefix (``count``) and of all keys (``total``, asked only when there is a total)."""
+        if count(self.key) >= self.limit:
+            return False
+        if self.provider_limit is not None and count(self.provider) >= self.provider_limit:
+            return False
+        return self.total_limit is None or total() < self.total_limit
+
 
 def provider_of(key: str) -> str:
     """The provider prefix of a ``provider/model`` bucket key, ``provider/``."""

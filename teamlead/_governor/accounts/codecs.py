@@ -198,11 +198,19 @@ def field_of(text: object, name: str, default: object) -> object:
         >>> field_of('{"cap": 3, "updated": 12.5}', "updated", 0.0), field_of("x", "host", None)
         (12.5, None)
     """
+    data = _object(text)
+    return default if data is None else data.get(name, default)
+
+
+def _object(text: object) -> dict[str, Any] | None:
+    """The JSON object in a stored text (at most ``_MAX_TEXT`` long), else ``None``."""
+    if not isinstance(text, str) or len(text) > _MAX_TEXT:
+        return None
     try:
-        data = json.loads(text) if isinstance(text, str) else None
+        data = json.loads(text)
     except (ValueError, RecursionError):
-        return default
-    return data.get(name, default) if isinstance(data, dict) else default
+        return None
+    return data if isinstance(data, dict) else None
 
 
 def _time(value: object) -> float | None:
@@ -237,10 +245,8 @@ def read_time(value: object, *, latest: float) -> float | None:
         >>> read_time(12.5, latest=100.0), read_time("abc", latest=100.0)
         (12.5, None)
     """
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    seconds = float(value)
-    return seconds if math.isfinite(seconds) and seconds <= latest else None
+    seconds = _time(value)
+    return seconds if seconds is not None and math.isfinite(seconds) and seconds <= latest else None
 
 
 def read_clamped(
@@ -273,13 +279,8 @@ def read_clamped(
         >>> read_clamped('{"cap": 3, "successes": "x"}', now=100.0) is None
         True
     """
-    if not isinstance(text, str) or len(text) > _MAX_TEXT:
-        return None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    if not isinstance(data, dict):
+    data = _object(text)
+    if data is None:
         return None
     values: dict[str, Any] = {}
     for name, (low, high, optional) in _COUNTS.items():

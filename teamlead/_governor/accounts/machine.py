@@ -193,7 +193,6 @@ class MachineAccount:
         self._closed = False
 
     def describe(self) -> str:
-        """Where the state is, for a warning line."""
         return f"the limits shared on this machine ({self.path})"
 
     def _warn(self, kind: str, message: str) -> None:
@@ -220,12 +219,6 @@ class MachineAccount:
             self._db = db
             self._renewer.start()  # now, not on the first lease's way (it renews none yet)
         return self._db
-
-    def _disconnect(self) -> None:
-        db, self._db = self._db, None
-        if db is not None:
-            with contextlib.suppress(sqlite3.Error):
-                db.close()
 
     def _run(self, body: Callable[[sqlite3.Connection], _T], *, write: bool) -> _T:
         """``body`` on the file: in one ``BEGIN IMMEDIATE`` transaction when ``write``,
@@ -256,8 +249,10 @@ class MachineAccount:
             AccountError: it is no regular file (a symlink, a FIFO: not ours to move), or
                 it cannot be moved (a read-only folder).
         """
-        self._disconnect()
-        path = self.path
+        db, self._db, path = self._db, None, self.path
+        if db is not None:
+            with contextlib.suppress(sqlite3.Error):
+                db.close()
         try:
             found = path.lstat()
         except FileNotFoundError:
@@ -268,7 +263,12 @@ class MachineAccount:
             raise AccountError(f"{path}: {reason}")
         if _damage(path) is None:
             return  # another process has made it afresh meanwhile
-        dest = self._aside_name()
+        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock.time()))
+        dest = path.with_name(f"{path.name}.corrupt-{stamp}")
+        n = 1
+        while dest.exists():
+            n += 1
+            dest = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
         try:
             now = path.lstat()
             if (now.st_dev, now.st_ino) != (found.st_dev, found.st_ino):
@@ -285,15 +285,6 @@ class MachineAccount:
         self._warn(
             "corrupt", f"{path} was corrupt ({reason}); moved it to {dest}, and a fresh one is used"
         )
-
-    def _aside_name(self) -> Path:
-        stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(self._clock.time()))
-        dest = self.path.with_name(f"{self.path.name}.corrupt-{stamp}")
-        n = 1
-        while dest.exists():
-            n += 1
-            dest = self.path.with_name(f"{self.path.name}.corrupt-{stamp}-{n}")
-        return dest
 
     @staticmethod
     def _live(now: float) -> tuple[float, float]:
@@ -471,19 +462,11 @@ class MachineAccount:
             )
 
     def _room(self, db: sqlite3.Connection, bounds: Bounds, now: float) -> bool:
-        if self._count(db, bounds.key, now) >= bounds.limit:
-            return False
-        if bounds.provider_limit is not None and (
-            self._count(db, bounds.provider, now) >= bounds.provider_limit
-        ):
-            return False
-        if bounds.total_limit is not None:
-            total = db.execute(
-                f"SELECT COUNT(*) FROM leases WHERE {_LIVE}", self._live(now)
-            ).fetchone()
-            if int(total[0]) >= bounds.total_limit:
-                return False
-        return True
+        def total() -> int:
+            row = db.execute(f"SELECT COUNT(*) FROM leases WHERE {_LIVE}", self._live(now))
+            return int(row.fetchone()[0])
+
+        return bounds.admit(lambda prefix: self._count(db, prefix, now), total)
 
     def take(self, bounds: Bounds) -> Lease | None:
         def write(db: sqlite3.Connection) -> Lease | None:

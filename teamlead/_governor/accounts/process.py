@@ -56,13 +56,7 @@ class ProcessAccount:
         return limits, change
 
     def take(self, bounds: Bounds) -> Lease | None:
-        if self.in_flight(bounds.key) >= bounds.limit:
-            return None
-        if bounds.provider_limit is not None and (
-            self.in_flight(bounds.provider) >= bounds.provider_limit
-        ):
-            return None
-        if bounds.total_limit is not None and len(self._leases) >= bounds.total_limit:
+        if not bounds.admit(self.in_flight, lambda: len(self._leases)):
             return None
         self._seq += 1
         token = str(self._seq)

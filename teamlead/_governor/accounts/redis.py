@@ -411,7 +411,6 @@ class RedisAccount:
         )
 
     def describe(self) -> str:
-        """Where the state is, for a warning line (the URL without its password)."""
         return f"the limits shared in Redis ({without_password(self.url)})"
 
     def _call(self, call: Callable[[], _T]) -> _T:
