@@ -568,6 +568,8 @@ async def absorb(state: RunState, delivered: list[Delivery]) -> list[str]:
             by_team.setdefault(delivery.team.lead_inbox, []).append(delivery.inbox_key)
     if not state.ask.policy.consume_inbox:
         return reasons
+    from .._procs import descendants
+
     for path, keys in by_team.items():
         try:
             done = await consume_inbox(
@@ -575,7 +577,8 @@ async def absorb(state: RunState, delivered: list[Delivery]) -> list[str]:
                 keys,
                 config_dir=state.ask.config_dir,
                 clock=state.clock,
-                own_pids=_own_pids(),
+                # our CLI children: a lead process recorded by them is us, not a rival reader
+                own_pids=[p.pid for p in descendants()],
             )
         except Exception as exc:  # noqa: BLE001 - the results were used; report, do not fail
             reasons.append(f"could not consume delivered inbox entries: {redact(str(exc))}")
@@ -894,13 +897,6 @@ def _agent_results(
 
 def _seen_in(needles: tuple[str, ...], text: str) -> bool:
     return bool(text) and any(n and n in text for n in needles)
-
-
-def _own_pids() -> list[int]:
-    """Our CLI children: a lead process recorded by them is us, not a rival reader."""
-    from .._procs import descendants
-
-    return [p.pid for p in descendants()]
 
 
 def _message_summary(message: TeammateMessage) -> dict[str, Any]:
