@@ -73,11 +73,6 @@ __all__ = [
 StreamItem: TypeAlias = Message | TeamleadEvent
 
 
-def _sdk_query(query_fn: QueryFn | None) -> QueryFn:
-    """``query_fn``, by default ``claude_agent_sdk.query`` (looked up now, not at import)."""
-    return query_fn or claude_agent_sdk.query
-
-
 async def _relayed_run(
     state: RunState,
     start: Callable[[RunState], AsyncGenerator[Any, None]],
@@ -269,7 +264,7 @@ def run_stream(
     """:func:`run`'s run as a :class:`~teamlead._run.stream.RunStream`: the same items,
     and the run's own parse of them, for teamlead's readers of the stream (the CLI, the
     experiment runner). Takes :func:`run`'s arguments."""
-    fn = _sdk_query(query_fn)
+    fn = query_fn or claude_agent_sdk.query  # looked up now, not at import
     text = prompt if isinstance(prompt, str) else None
     world = (options, policy, clock, control, process)
     return _query_mode_stream(lambda run: run_query(run, fn, prompt), *world, prompt=text)
@@ -493,7 +488,7 @@ def resume_stream(
 ) -> RunStream:
     """:func:`resume_session`'s run as a :class:`~teamlead._run.stream.RunStream` (see
     :func:`run_stream`). Takes :func:`resume_session`'s arguments."""
-    fn = _sdk_query(query_fn)
+    fn = query_fn or claude_agent_sdk.query  # looked up now, not at import
     world = (options, policy, clock, control, process)
     return _query_mode_stream(
         lambda run: run_resume(run, fn, session_id), *world, mode="resume", session_id=session_id

@@ -123,7 +123,7 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
 
 async def _begin(state: RunState) -> None:
     """A turn of the run begins: its clock starts, its session store opens."""
-    state.ask.begin_turn()
+    state.ask.turns += 1
     state.start_clock()
     await state.ask.open_store()
 

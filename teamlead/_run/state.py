@@ -78,7 +78,8 @@ class Asked:
         mark: the value of :data:`RUN_MARK_VAR` in this run's CLI environment.
         store: the run's session store, when its options name one.
         turns: the turns the run has begun: a query run has one, a client's run one per
-            :func:`teamlead.receive_all` (:meth:`begin_turn`).
+            :func:`teamlead.receive_all` (the same CLI process; the run's state goes on,
+            and each turn's ``Finished`` reports the run so far).
         held: the run outlives each of its turns (a :class:`~teamlead.ClientRun`'s, for
             its client's life): :meth:`RunState.close` lets go of nothing until it is
             released.
@@ -94,11 +95,6 @@ class Asked:
     store: RunStore | None = None
     turns: int = 0
     held: bool = False
-
-    def begin_turn(self) -> None:
-        """A turn of the run begins: the query, or a client's next one on the same CLI
-        process. The run's state goes on: each turn's ``Finished`` reports the run so far."""
-        self.turns += 1
 
     def wire(self, **pieces: Any) -> None:
         """Add ``pieces`` (fields of :class:`~.options.Wiring`) to the run's wiring, and build
@@ -128,7 +124,7 @@ class Streamed:
         tracker: follows the session.
         cli_state: the CLI's last ``session_state_changed`` state.
         stderr_tail: the CLI's last stderr lines, quoted when its stream breaks.
-        last_parsed: the message the run fed last, with its events.
+        last_parsed: the message the run fed last (:meth:`RunState.feed`), with its events.
         cli_gone: the last round's stream ran to its end and closed in time, so its CLI
             has exited (what it started is no longer the run's to stop): the run's end
             has nothing to look for.
@@ -146,12 +142,6 @@ class Streamed:
         """One stderr line of the CLI: kept in :attr:`stderr_tail` unless it is blank."""
         if line.strip():
             self.stderr_tail.append(line.strip())
-
-    def feed(self, message: Any) -> list[TrackedEvent]:
-        """Fold one SDK message (typed or raw) into the tracker; returns its events."""
-        events = self.tracker.feed(message)
-        self.last_parsed = (message, events)
-        return events
 
     def events_of(self, item: object) -> list[TrackedEvent]:
         """What the run made of ``item``, the message it fed last (see :meth:`feed`); no
@@ -323,7 +313,8 @@ class RunState:
         """Fold one SDK message (typed or raw) into the stream's tracker and the agents'
         book; returns its events (the gate is fed after the message is yielded, see
         :class:`.round.Round`)."""
-        events = self.stream.feed(message)
+        events = self.stream.tracker.feed(message)
+        self.stream.last_parsed = (message, events)
         self.agents.observe(events, self.stream.tracker)
         return events
 
