@@ -168,15 +168,10 @@ async def query(
         ...         print(message.result)
     """
     rounds = SdkRounds(transport)
-    policy = Policy(relay=False, deadline_s=MAX_SECONDS)
-
     stream = _query_mode_stream(
         lambda run: run_query(run, rounds, prompt),
         options,
-        policy,
-        SYSTEM_CLOCK,
-        None,
-        None,
+        Policy(relay=False, deadline_s=MAX_SECONDS),
         prompt=prompt if isinstance(prompt, str) else None,
         verbatim=True,
     )
@@ -274,9 +269,9 @@ def _query_mode_stream(
     start: Callable[[RunState], AsyncGenerator[Any, None]],
     options: ClaudeAgentOptions | None,
     policy: Policy | None,
-    clock: Clock,
-    control: RunControl | None,
-    process: ProcessState | None,
+    clock: Clock = SYSTEM_CLOCK,
+    control: RunControl | None = None,
+    process: ProcessState | None = None,
     *,
     mode: str = "query",
     prompt: str | None = None,
