@@ -745,15 +745,7 @@ def with_results(state: RunState, rows: list[TaskDisposition]) -> list[TaskDispo
             continue
         full = row.result_file
         if len(text) > ROW_RESULT_CHARS:
-            whole = Delivery(
-                key=f"{row.kind}:{row.id}",
-                kind="teammate" if row.kind == "teammate" else "task",
-                label=row.description,
-                status="completed",
-                text=text,
-                source="transcript",
-            )
-            full = full or state.spill(whole)
+            full = full or state.spill(f"{row.kind}:{row.id}", text)
             keep = ROW_RESULT_CHARS // 2
             text = f"{text[:keep]}\n[… {len(text) - 2 * keep} characters cut …]\n{text[-keep:]}"
         out.append(row.model_copy(update={"result": redact(text), "result_file": full}))

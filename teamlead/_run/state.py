@@ -36,7 +36,6 @@ from .options import MAX_MESSAGE_BYTES, RUN_MARK_VAR, SUBAGENT_MODEL_VAR, Wiring
 from .permissions import PermissionRequests
 from .process import ProcessState, default_process_state
 from .relayed import RelayHookup, relayed
-from .resume_prompt import Delivery
 from .stop import RunStop
 
 __all__ = [
@@ -294,17 +293,17 @@ class RunState:
         self.admission.end(reason)
         self.agents.close()
 
-    def spill(self, delivery: Delivery) -> str | None:
-        """Write ``delivery``'s whole text (secrets redacted) to a file of its own in the
-        session's run directory (mode 0600), for a prompt that quotes only its head and
-        tail; returns the path, or ``None`` if it could not be written."""
-        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in delivery.key)[:80]
+    def spill(self, key: str, text: str) -> str | None:
+        """Write the whole ``text`` of the result ``key`` (secrets redacted) to a file of its
+        own in the session's run directory (mode 0600), for a prompt that quotes only its
+        head and tail; returns the path, or ``None`` if it could not be written."""
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in key)[:80]
         session = self.stream.tracker.session_id or self.ask.mark
         folder = self.ask.config_dir / "teamlead-runs" / session
         path = folder / f"result-{safe}.txt"
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            write_private(path, redact(delivery.text))
+            write_private(path, redact(text))
         except OSError:
             return None
         return str(path)
