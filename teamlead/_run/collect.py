@@ -826,38 +826,30 @@ def cut_rows(rows: list[TaskDisposition], collected: Collected) -> list[TaskDisp
         if rest is None or not _seen_in(needles, rest.text):
             out.append(row)  # not in the rest either (the script made its result of it)
             continue
+        head = "the CLI cut its result from the lead's notification"
         update: dict[str, object]
         unread = collected.unread.get(key)
         if key not in collected.absorbed and unread is None:
             update = {
                 "disposition": "missing",
-                "reason": "the CLI cut its result from the lead's notification and the rest "
-                "never reached the lead",
+                "reason": f"{head} and the rest never reached the lead",
             }
         elif _seen_in(needles, rest.quoted or "") or _seen_in(
             tuple(escape(n) for n in needles), rest.quoted or ""
         ):
-            update = {
-                "disposition": "included",
-                "source": "transcript",
-                "reason": "the CLI cut its result from the lead's notification; a resume "
-                "prompt delivered it",
-            }
+            reason = f"{head}; a resume prompt delivered it"
+            update = {"disposition": "included", "source": "transcript", "reason": reason}
         elif unread is not None:
-            update = {
-                "disposition": "missing",
-                "result_file": unread,
-                "reason": "the CLI cut its result from the lead's notification; "
-                + _unread_reason(unread),
-            }
+            reason = f"{head}; {_unread_reason(unread)}"
+            update = {"disposition": "missing", "result_file": unread, "reason": reason}
         else:
+            path = rest.full_path
             update = {
                 "disposition": "included",
                 "source": "transcript",
-                "result_file": rest.full_path,
-                "reason": "the CLI cut its result from the lead's notification, and the resume "
-                f"prompt gave it only by path: {rest.full_path or 'its output file'}, which the "
-                "lead read",
+                "result_file": path,
+                "reason": f"{head}, and the resume prompt gave it only by path: "
+                f"{path or 'its output file'}, which the lead read",
             }
         out.append(row.model_copy(update=update))
     return out
