@@ -143,7 +143,7 @@ class Streamed:
             self.stderr_tail.append(line.strip())
 
     def events_of(self, item: object) -> list[TrackedEvent]:
-        """What the run made of ``item``, the message it fed last (see :meth:`feed`); no
+        """What the run made of ``item``, the message it fed last (see :meth:`RunState.feed`); no
         events for anything else. Every layer over the rounds passes each item on at once,
         so a reader of the stream asks here instead of parsing it again."""
         parsed = self.last_parsed
