@@ -73,11 +73,6 @@ __all__ = [
 StreamItem: TypeAlias = Message | TeamleadEvent
 
 
-def _sdk_query(query_fn: QueryFn | None) -> QueryFn:
-    """``query_fn``, by default ``claude_agent_sdk.query`` (looked up now, not at import)."""
-    return query_fn or claude_agent_sdk.query
-
-
 async def _relayed_run(
     state: RunState,
     start: Callable[[RunState], AsyncGenerator[Any, None]],
@@ -173,15 +168,10 @@ async def query(
         ...         print(message.result)
     """
     rounds = SdkRounds(transport)
-    policy = Policy(relay=False, deadline_s=MAX_SECONDS)
-
     stream = _query_mode_stream(
         lambda run: run_query(run, rounds, prompt),
         options,
-        policy,
-        SYSTEM_CLOCK,
-        None,
-        None,
+        Policy(relay=False, deadline_s=MAX_SECONDS),
         prompt=prompt if isinstance(prompt, str) else None,
         verbatim=True,
     )
@@ -269,7 +259,7 @@ def run_stream(
     """:func:`run`'s run as a :class:`~teamlead._run.stream.RunStream`: the same items,
     and the run's own parse of them, for teamlead's readers of the stream (the CLI, the
     experiment runner). Takes :func:`run`'s arguments."""
-    fn = _sdk_query(query_fn)
+    fn = query_fn or claude_agent_sdk.query  # looked up now, not at import
     text = prompt if isinstance(prompt, str) else None
     world = (options, policy, clock, control, process)
     return _query_mode_stream(lambda run: run_query(run, fn, prompt), *world, prompt=text)
@@ -279,9 +269,9 @@ def _query_mode_stream(
     start: Callable[[RunState], AsyncGenerator[Any, None]],
     options: ClaudeAgentOptions | None,
     policy: Policy | None,
-    clock: Clock,
-    control: RunControl | None,
-    process: ProcessState | None,
+    clock: Clock = SYSTEM_CLOCK,
+    control: RunControl | None = None,
+    process: ProcessState | None = None,
     *,
     mode: str = "query",
     prompt: str | None = None,
@@ -493,7 +483,7 @@ def resume_stream(
 ) -> RunStream:
     """:func:`resume_session`'s run as a :class:`~teamlead._run.stream.RunStream` (see
     :func:`run_stream`). Takes :func:`resume_session`'s arguments."""
-    fn = _sdk_query(query_fn)
+    fn = query_fn or claude_agent_sdk.query  # looked up now, not at import
     world = (options, policy, clock, control, process)
     return _query_mode_stream(
         lambda run: run_resume(run, fn, session_id), *world, mode="resume", session_id=session_id

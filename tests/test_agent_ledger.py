@@ -290,10 +290,10 @@ async def test_a_workflow_agents_first_request_waits_for_a_slot_fifo(
         assert pool.held == 0
 
 
-def _spill_into(tmp_path: Path) -> Callable[[Delivery], str]:
-    def spill(d: Delivery) -> str:
+def _spill_into(tmp_path: Path) -> Callable[[str, str], str]:
+    def spill(key: str, text: str) -> str:
         path = tmp_path / "result.txt"
-        path.write_text(d.text)
+        path.write_text(text)
         path.chmod(0o600)
         return str(path)
 

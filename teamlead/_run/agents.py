@@ -17,12 +17,13 @@ from ..clock import Clock
 from ..events import AgentUsage, Disposition, TaskDisposition, TaskState
 from ..policy import Policy
 from ..tracker import TaskEnded, TaskInfo, TaskProgress, TaskStarted, TrackedEvent, Tracker
+from .resume_prompt import FAILED_STATES
 
 __all__ = ["WORKFLOW_CAP_VAR", "RunAgents"]
 
 #: The workflow engine's own gate; teamlead sets it to the run's cap.
 WORKFLOW_CAP_VAR = "CLAUDE_CODE_WORKFLOW_MAX_CONCURRENT_AGENTS"
-_FAILED = frozenset({"failed", "stopped", "killed", "lost", "timeout"})
+_FAILED = FAILED_STATES | {"timeout"}
 
 
 class RunAgents:

@@ -99,6 +99,7 @@ class Collection:
         process_alive: bool = False,
     ) -> None:
         self._state = state
+        self._tracker = state.stream.tracker
         self._collected = state.delivered.collected
         self._config_dir = state.ask.config_dir
         self._policy = state.ask.policy
@@ -121,18 +122,16 @@ class Collection:
         return self._collect()
 
     async def _collect(self) -> AsyncIterator[TeamleadEvent]:
-        tracker = self._state.stream.tracker
-        pending = self._found
-        collected = self._collected
-        team = self._find_team(tracker.session_id)
+        tracker, pending, collected = self._tracker, self._found, self._collected
+        team = self._find_team()
         if team is not None:
             async for event in self._collect_team(team):
                 yield event
         exited = not self._process_alive
-        self._journaled_ends(tracker, exited=exited)
+        self._journaled_ends(exited=exited)
         lost = {run.task_id: agents for run, agents in tracker.lost_workflow_agents(exited=exited)}
         if exited:
-            self._ended_unannounced(tracker)
+            self._ended_unannounced()
         judge_ends(self._state)
         for task in tracker.tasks.values():
             end = collected.ends[task.task_id][1]
@@ -160,23 +159,23 @@ class Collection:
     ) -> Delivery | None:
         """What of ``task`` no lead turn used yet (``lost``: the workflow agents lost, by task
         id), if anything is left to deliver."""
-        key, session = f"task:{task.task_id}", self._state.stream.tracker.session_id
+        key = f"task:{task.task_id}"
         if key in self._collected.absorbed or key in self._collected.deliveries:
             return None
         if task.absorbed and task.task_id not in lost:
             # the lead was told the task ended; a workflow's result may still have been cut
             # in that notification, and the rest of it is outstanding
             run = task.workflow
-            return self._rest_of_cut(task, run, session) if run is not None else None
+            return self._rest_of_cut(task, run) if run is not None else None
         if not task.terminal and self._process_alive:
             return None
         if task.workflow is not None:
             agents = lost.get(task.task_id, [])
-            return self._workflow_delivery(task, task.workflow, agents, session)
-        return task_delivery(self._config_dir, task, session, end)
+            return self._workflow_delivery(task, task.workflow, agents)
+        return task_delivery(self._config_dir, task, self._tracker.session_id, end)
 
     async def _collect_team(self, team: Team) -> AsyncIterator[TeamleadEvent]:
-        tracker = self._state.stream.tracker
+        tracker = self._tracker
         for teammate in team.config.teammates:
             self._collected.members.setdefault(teammate.name, Member(teammate.name))
         read = read_inbox(team.lead_inbox, config_dir=self._config_dir, log=False)
@@ -233,12 +232,13 @@ class Collection:
                 omitted_warnings=max(0, len(read.warnings) - _EVENT_WARNINGS),
             )
 
-    def _ended_unannounced(self, tracker: Tracker) -> None:
+    def _ended_unannounced(self) -> None:
         """An agent whose transcript shows it finished (its last message a final text that
         ended its turn, :attr:`~teamlead._claude.transcript.TranscriptEnd.natural_end`) but
         whose end the stream never showed, its CLI gone (a notification the CLI dropped:
         claude-code #86200), ended ``completed``: its end is taken from the transcript, and
         its result is delivered like any other outstanding result."""
+        tracker = self._tracker
         for task in tracker.open_tasks:
             evidence = read_evidence(self._config_dir, task, tracker.session_id)
             if evidence is None or not evidence.natural_end:
@@ -247,21 +247,21 @@ class Collection:
             tracker.apply(ended)
             self._state.agents.observe([ended], tracker)
 
-    def _journaled_ends(self, tracker: Tracker, *, exited: bool) -> None:
+    def _journaled_ends(self, *, exited: bool) -> None:
         """A workflow agent of an attempt that ended (or whose CLI ``exited``) whose result
         its run's journal holds finished, though the last snapshot the stream gave still
         shows it at work: it is ``done`` from now on. An attempt still running is left to
         its snapshots (its lost agents and its delivery wait for its end)."""
-        for run in tracker.workflow_runs:
+        for run in self._tracker.workflow_runs:
             if not (run.ended or exited) or all(a.state == "done" for a in run.agents.values()):
                 continue
-            journaled = self._journaled(tracker.session_id, run)
+            journaled = self._journaled(run)
             for index, agent in run.agents.items():
                 if agent.state != "done" and agent.agent_id in journaled:
                     run.agents[index] = dataclasses.replace(agent, state="done")
 
-    def _find_team(self, session: str | None) -> Team | None:
-        collected = self._collected
+    def _find_team(self) -> Team | None:
+        collected, session = self._collected, self._tracker.session_id
         if collected.team is not None or collected.ambiguous_team is not None or not session:
             return collected.team
         found = resolve_team(session, config_dir=self._config_dir)
@@ -287,11 +287,11 @@ class Collection:
             member.detail = message.failure_reason or "reported a failure"
 
     def _workflow_delivery(
-        self, task: TaskInfo, run: WorkflowRun, lost: list[WorkflowAgent], session: str | None
+        self, task: TaskInfo, run: WorkflowRun, lost: list[WorkflowAgent]
     ) -> Delivery:
         """A workflow task's delivery: its finished agents' results (from the run's journal,
         else the snapshot's previews) and, when it lost agents, how to resume it."""
-        journaled = dict(self._journaled(session, run))  # what is left once each is placed
+        journaled = dict(self._journaled(run))  # what is left once each is placed
         parts: list[str] = []
         source: TaskSource = "none"
         for index in sorted(run.agents):
@@ -317,12 +317,7 @@ class Collection:
             lost and run.run_id and not run.error and not denied and len(limited) < len(lost)
         )
         unfinished = task.status != "completed" and not run.error and not lost
-        if (
-            unfinished
-            and run.run_id
-            and not denied
-            and self._state.stream.tracker.later_attempt(run) is None
-        ):
+        if unfinished and run.run_id and not denied and self._tracker.later_attempt(run) is None:
             resumable = True  # a run cut short with no agents known (a rebuilt session)
         workflow = None
         if (lost or unfinished) and run.run_id:
@@ -337,9 +332,10 @@ class Collection:
             workflow=workflow,
         )
 
-    def _journaled(self, session: str | None, run: WorkflowRun) -> dict[str, JournalResult]:
+    def _journaled(self, run: WorkflowRun) -> dict[str, JournalResult]:
         """The results ``run``'s journal holds, by agent id (none without its ids), read
         once per collection."""
+        session = self._tracker.session_id
         if not session or not run.run_id:
             return {}
         if run.run_id not in self._journals:
@@ -356,9 +352,10 @@ class Collection:
             if a.agent_id and (why := agents.stopped_by_limits(a.agent_id)) is not None
         }
 
-    def _notification(self, session: str | None, task_id: str) -> Notification | None:
+    def _notification(self, task_id: str) -> Notification | None:
         """The notification the CLI gave the lead for ``task_id``, from the session's
         transcript (read once per collection)."""
+        session = self._tracker.session_id
         if self._notified is None:
             self._notified = {}
             if session:
@@ -368,9 +365,7 @@ class Collection:
                     logger.debug("no notifications read back: %s", exc)
         return self._notified.get(task_id)
 
-    def _rest_of_cut(
-        self, task: TaskInfo, run: WorkflowRun, session: str | None
-    ) -> Delivery | None:
+    def _rest_of_cut(self, task: TaskInfo, run: WorkflowRun) -> Delivery | None:
         """The rest of a workflow result the CLI cut in the lead's notification, as a
         delivery; ``None`` when the lead was shown all of it (or nothing is left to give).
 
@@ -378,11 +373,11 @@ class Collection:
         the item the cut fell in; without that file, the finished agents' results the lead
         was not shown come from the run's journal.
         """
-        note = self._notification(session, task.task_id)
+        note = self._notification(task.task_id)
         if note is None or note.cut is None:
             return None
         cut = note.cut
-        journaled = self._journaled(session, run)
+        journaled = self._journaled(run)
         results = _agent_results(run, journaled)
         path = run.output_file or task.output_file or note.output_file
         whole = workflow_result(Path(path)) if path else None
@@ -427,7 +422,7 @@ class Collection:
         """The ask for a new run of a workflow whose resume the CLI refused, once the lead
         has the results of its finished agents (a prompt delivered them with the ask to
         resume it): a delivery with no result of its own; else ``None``."""
-        run, tracker, collected = task.workflow, self._state.stream.tracker, self._collected
+        run, tracker, collected = task.workflow, self._tracker, self._collected
         if run is None or not run.run_id or run.run_id not in tracker.refused_resumes:
             return None
         key = f"fresh:{run.run_id}"
@@ -462,7 +457,7 @@ class Collection:
         """What the resume prompt says of a workflow that lost agents, and asks of the lead: to
         resume it, or (the CLI refused to resume it) to run the agents that did not finish
         anew, naming those that finished."""
-        refused = self._state.stream.tracker.refused_resumes.get(run_id)
+        refused = self._tracker.refused_resumes.get(run_id)
         again = [a for a in lost if a.index not in limited]
         done = [run.agents[i].label for i in sorted(run.agents) if run.agents[i].state == "done"]
         return WorkflowResume(
@@ -492,8 +487,7 @@ class Collection:
         if max(task.continued, asked) >= bound or not _PLAIN_ID.fullmatch(task.task_id):
             return None
         self._collected.continue_asks[task.task_id] = asked + 1
-        session = self._state.stream.tracker.session_id
-        delivery = task_delivery(self._config_dir, task, session, end)
+        delivery = task_delivery(self._config_dir, task, self._tracker.session_id, end)
         delivery.key = _continue_key(task.task_id, asked + 1)
         delivery.continue_task = task.task_id
         if lost:
@@ -568,6 +562,8 @@ async def absorb(state: RunState, delivered: list[Delivery]) -> list[str]:
             by_team.setdefault(delivery.team.lead_inbox, []).append(delivery.inbox_key)
     if not state.ask.policy.consume_inbox:
         return reasons
+    from .._procs import descendants
+
     for path, keys in by_team.items():
         try:
             done = await consume_inbox(
@@ -575,7 +571,8 @@ async def absorb(state: RunState, delivered: list[Delivery]) -> list[str]:
                 keys,
                 config_dir=state.ask.config_dir,
                 clock=state.clock,
-                own_pids=_own_pids(),
+                # our CLI children: a lead process recorded by them is us, not a rival reader
+                own_pids=[p.pid for p in descendants()],
             )
         except Exception as exc:  # noqa: BLE001 - the results were used; report, do not fail
             reasons.append(f"could not consume delivered inbox entries: {redact(str(exc))}")
@@ -681,10 +678,8 @@ def dispositions(tracker: Tracker, collected: Collected) -> list[TaskDisposition
         used = bool(keys) and all(k in collected.absorbed for k in keys)
         if member.failed:
             disposition = "failed"
-        elif used:
-            disposition = "included"
-        elif member.status == "reported" and not keys:
-            disposition = "included"  # it went idle with nothing to report
+        elif used or (member.status == "reported" and not keys):
+            disposition = "included"  # used, or it went idle with nothing to report
         else:
             disposition = "missing"
         out.append(
@@ -750,15 +745,7 @@ def with_results(state: RunState, rows: list[TaskDisposition]) -> list[TaskDispo
             continue
         full = row.result_file
         if len(text) > ROW_RESULT_CHARS:
-            whole = Delivery(
-                key=f"{row.kind}:{row.id}",
-                kind="teammate" if row.kind == "teammate" else "task",
-                label=row.description,
-                status="completed",
-                text=text,
-                source="transcript",
-            )
-            full = full or state.spill(whole)
+            full = full or state.spill(f"{row.kind}:{row.id}", text)
             keep = ROW_RESULT_CHARS // 2
             text = f"{text[:keep]}\n[… {len(text) - 2 * keep} characters cut …]\n{text[-keep:]}"
         out.append(row.model_copy(update={"result": redact(text), "result_file": full}))
@@ -839,38 +826,30 @@ def cut_rows(rows: list[TaskDisposition], collected: Collected) -> list[TaskDisp
         if rest is None or not _seen_in(needles, rest.text):
             out.append(row)  # not in the rest either (the script made its result of it)
             continue
+        head = "the CLI cut its result from the lead's notification"
         update: dict[str, object]
         unread = collected.unread.get(key)
         if key not in collected.absorbed and unread is None:
             update = {
                 "disposition": "missing",
-                "reason": "the CLI cut its result from the lead's notification and the rest "
-                "never reached the lead",
+                "reason": f"{head} and the rest never reached the lead",
             }
         elif _seen_in(needles, rest.quoted or "") or _seen_in(
             tuple(escape(n) for n in needles), rest.quoted or ""
         ):
-            update = {
-                "disposition": "included",
-                "source": "transcript",
-                "reason": "the CLI cut its result from the lead's notification; a resume "
-                "prompt delivered it",
-            }
+            reason = f"{head}; a resume prompt delivered it"
+            update = {"disposition": "included", "source": "transcript", "reason": reason}
         elif unread is not None:
-            update = {
-                "disposition": "missing",
-                "result_file": unread,
-                "reason": "the CLI cut its result from the lead's notification; "
-                + _unread_reason(unread),
-            }
+            reason = f"{head}; {_unread_reason(unread)}"
+            update = {"disposition": "missing", "result_file": unread, "reason": reason}
         else:
+            path = rest.full_path
             update = {
                 "disposition": "included",
                 "source": "transcript",
-                "result_file": rest.full_path,
-                "reason": "the CLI cut its result from the lead's notification, and the resume "
-                f"prompt gave it only by path: {rest.full_path or 'its output file'}, which the "
-                "lead read",
+                "result_file": path,
+                "reason": f"{head}, and the resume prompt gave it only by path: "
+                f"{path or 'its output file'}, which the lead read",
             }
         out.append(row.model_copy(update=update))
     return out
@@ -894,13 +873,6 @@ def _agent_results(
 
 def _seen_in(needles: tuple[str, ...], text: str) -> bool:
     return bool(text) and any(n and n in text for n in needles)
-
-
-def _own_pids() -> list[int]:
-    """Our CLI children: a lead process recorded by them is us, not a rival reader."""
-    from .._procs import descendants
-
-    return [p.pid for p in descendants()]
 
 
 def _message_summary(message: TeammateMessage) -> dict[str, Any]:

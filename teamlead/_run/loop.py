@@ -59,9 +59,10 @@ async def run_query(
 ) -> AsyncGenerator[Any, None]:
     """Run the user's ``prompt`` on a fresh ``query``-mode run, then collect and resume
     until done (each round one call of ``query_fn``). Yields messages and events."""
-    rounds = _QueryRounds(state, query_fn)
-    await _begin(state)
-    async for item in _drive(state, rounds.first(prompt), rounds.resume, rounds.wrap):
+    resume, wrap = _query_resumes(state, query_fn)
+    await _begin(state)  # the first round starts on the run's options as they are then
+    first = _query_round(state, query_fn, prompt, state.ask.options)
+    async for item in _drive(state, first, resume, wrap):
         yield item
 
 
@@ -78,13 +79,13 @@ async def run_resume(
     """
     from .._claude import load_session
 
-    rounds = _QueryRounds(state, query_fn)
+    resume, wrap = _query_resumes(state, query_fn)
     await _begin(state)
     if state.ask.store is not None:  # one given up at the start answers at once
         await state.ask.store.bring_home(session_id)
     state.stream.tracker = load_session(state.ask.config_dir, session_id, clock=state.clock)
     state.delivered.ledger.last_round_ok = state.stream.tracker.last_success is not None
-    async for item in _drive(state, None, rounds.resume, rounds.wrap):
+    async for item in _drive(state, None, resume, wrap):
         yield item
 
 
@@ -122,7 +123,7 @@ async def run_client(state: RunState, client: Client) -> AsyncGenerator[Any, Non
 
 async def _begin(state: RunState) -> None:
     """A turn of the run begins: its clock starts, its session store opens."""
-    state.ask.begin_turn()
+    state.ask.turns += 1
     state.start_clock()
     await state.ask.open_store()
 
@@ -133,13 +134,9 @@ async def _drive(
     """The first round (none for a rebuilt session), then the wrap-up when it was cut at
     the wrap-up point, else the resume loop."""
     if first is not None:
-        async for item in first:
+        async for item in _played(state, first):
             yield item
-        if state.ask.mode != "client":
-            state.admission.process_ended()
-        state.stream.cli_state = first.outcome.cli_state
         state.delivered.ledger.after_round(first.outcome, first=True)
-        read_back(state, first.outcome)
         if state.stop.requested:
             yield interrupted(state)
             return
@@ -157,44 +154,49 @@ async def _drive(
         yield item
 
 
-class _QueryRounds:
-    """The rounds of a ``query`` run: each a new CLI process from ``query_fn``. The wrap-up
-    point (the deadline, with the gate off) ends the run's CLI process tree, so closing a
-    round's stream never waits the SDK's graceful exit past it."""
+def _query_round(
+    state: RunState,
+    query_fn: QueryFn,
+    prompt: str | AsyncIterable[dict[str, Any]],
+    options: ClaudeAgentOptions,
+    deadline: float | None = None,
+) -> Round:
+    """One round of a ``query`` run: a new CLI process from ``query_fn``. The wrap-up point
+    (the deadline, with the gate off) ends the run's CLI process tree, so closing a round's
+    stream never waits the SDK's graceful exit past it."""
+    # with the gate on, a budget reached cuts a round but the wrap-up (which follows)
+    stream = query_fn(prompt=prompt, options=options)
+    budget_cut = deadline is None and state.admission.gated
+    return Round(state, stream, deadline=deadline, on_cut=state.end_cli, budget_cut=budget_cut)
 
-    def __init__(self, state: RunState, query_fn: QueryFn) -> None:
-        self._state = state
-        self._query_fn = query_fn
 
-    def first(self, prompt: str | AsyncIterable[dict[str, Any]]) -> Round:
-        """The first round: the user's prompt on the run's options."""
-        return self._round(prompt, self._state.ask.options)
+def _query_resumes(state: RunState, query_fn: QueryFn) -> tuple[RoundFn, WrapFn]:
+    """A ``query`` run's resume round (a new CLI process with ``resume=session_id``) and its
+    wrap-up round (a new CLI process on the session, with no tools: the one that ran
+    ``stop`` has ended already; cut by the deadline alone)."""
 
-    def resume(self, prompt_text: str) -> Round:
-        """One resume round: a new CLI process with ``resume=session_id``."""
-        state = self._state
+    def resume(prompt_text: str) -> Round:
         options = round_options(state.ask.options, state.stream.tracker.session_id or "")
-        return self._round(prompt_text, options)
+        return _query_round(state, query_fn, prompt_text, options)
 
-    async def wrap(self, prompt_text: str, stop: list[str]) -> Round:
-        """The wrap-up round: a new CLI process on the session, with no tools (the one
-        that ran ``stop`` has ended already), cut by the deadline alone."""
-        state = self._state
+    async def wrap(prompt_text: str, stop: list[str]) -> Round:
         session = state.stream.tracker.session_id or ""
         options = round_options(state.ask.options, session, tools_off=True)
-        return self._round(prompt_text, options, deadline=state.deadline.at)
+        return _query_round(state, query_fn, prompt_text, options, state.deadline.at)
 
-    def _round(
-        self,
-        prompt: str | AsyncIterable[dict[str, Any]],
-        options: ClaudeAgentOptions,
-        deadline: float | None = None,
-    ) -> Round:
-        # with the gate on, a budget reached cuts a round but the wrap-up (which follows)
-        state = self._state
-        stream = self._query_fn(prompt=prompt, options=options)
-        budget_cut = deadline is None and state.admission.gated
-        return Round(state, stream, deadline=deadline, on_cut=state.end_cli, budget_cut=budget_cut)
+    return resume, wrap
+
+
+async def _played(state: RunState, this_round: Round) -> AsyncIterator[Any]:
+    """``this_round``'s messages, then the run takes in its end: a query round's CLI
+    process has ended, the CLI's last state, and what a broken stream never showed
+    (:func:`~.readback.read_back`)."""
+    async for item in this_round:
+        yield item
+    if state.ask.mode != "client":
+        state.admission.process_ended()
+    state.stream.cli_state = this_round.outcome.cli_state
+    read_back(state, this_round.outcome)
 
 
 # -- the deadline's wrap-up ----------------------------------------------------------------
@@ -278,13 +280,9 @@ async def _resume_loop(state: RunState, round_fn: RoundFn, *, wrap: WrapFn) -> A
                 without_result=[d.key for d in delivered if not d.carries_result],
             )
             this_round = round_fn(prompt_text)
-            async for item in this_round:
+            async for item in _played(state, this_round):
                 yield item
-            if not client:
-                state.admission.process_ended()
             outcome = this_round.outcome
-            state.stream.cli_state = outcome.cli_state
-            read_back(state, outcome)
             if state.stop.requested:
                 ledger.after_round(outcome, first=False)
                 yield interrupted(state)

@@ -13,7 +13,7 @@ import logging
 import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 from typing import TYPE_CHECKING
 
 from claude_agent_sdk import ClaudeAgentOptions
@@ -72,6 +72,7 @@ class RelayHookup:
         return text if self.run is None else self.run.in_user_terms(text)
 
 
+@dataclass(eq=False)  # one hookup per block: compared by identity
 class relayed:
     """The run's hookup to its process's relay for the block (direct when off or failing).
 
@@ -86,52 +87,42 @@ class relayed:
     also close a generator-based context on its own, a second time and from another task.
     """
 
-    def __init__(
-        self,
-        options: ClaudeAgentOptions,
-        policy: Policy,
-        *,
-        on_event: RelayListener | None = None,
-        process: ProcessState | None = None,
-        agents: AgentBook | None = None,
-        pause: Pause | None = None,
-        clock: Clock = SYSTEM_CLOCK,
-    ) -> None:
-        self._options = options
-        self._policy = policy
-        self._on_event = on_event
-        self._process = process or default_process_state()
-        self._agents = agents
-        self._pause = pause
-        self._clock = clock
-        self._run: AbstractAsyncContextManager[RelayRun] | None = None
+    options: ClaudeAgentOptions
+    policy: Policy
+    _: KW_ONLY
+    on_event: RelayListener | None = None
+    process: ProcessState | None = None
+    agents: AgentBook | None = None
+    pause: Pause | None = None
+    clock: Clock = SYSTEM_CLOCK
+    _run: AbstractAsyncContextManager[RelayRun] | None = field(default=None, init=False)
 
     async def __aenter__(self) -> RelayHookup:
-        if not relay_wanted(self._policy):
+        if not relay_wanted(self.policy):
             return RelayHookup()
         try:  # imported here: a broken server stack must not break teamlead, only the relay
             from .._relay import RelayError, account_of, relay_applicable
 
-            pool = self._process.relays
+            pool = (self.process or default_process_state()).relays
         except ImportError as exc:
             log.warning("request relay off, running direct: %s", _one_line(exc))
             return RelayHookup()
-        env = {**os.environ, **dict(self._options.env)}
+        env = {**os.environ, **dict(self.options.env)}
         applicable = relay_applicable(env)
         if not applicable.ok:
             log.warning("%s", applicable.note)
             return RelayHookup()
         context = pool.run(
             applicable.upstream,
-            on_event=self._on_event,
-            deadline_s=self._policy.deadline_s,
-            limits=self._policy.limits,
-            port=self._policy.relay_port,
+            on_event=self.on_event,
+            deadline_s=self.policy.deadline_s,
+            limits=self.policy.limits,
+            port=self.policy.relay_port,
             account=account_of(applicable.upstream, env),
-            overload_hold_s=self._policy.overload_hold_s,
-            agents=self._agents,
-            pause=self._pause,
-            clock=self._clock,
+            overload_hold_s=self.policy.overload_hold_s,
+            agents=self.agents,
+            pause=self.pause,
+            clock=self.clock,
         )
         try:
             run = await context.__aenter__()

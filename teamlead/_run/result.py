@@ -131,10 +131,9 @@ def build_finished(
             continue  # a thrown workflow's agents: its one error line says it
         if d in thrown:
             reasons.append(f'workflow "{d.description}" failed: {d.reason or "no error given"}')
-        elif d.disposition == "missing" and d.reason:  # it never finished, or went unread
-            reasons.append(f'{d.kind} "{d.description}" ({d.status}): {d.reason}')
-        elif d.disposition == "missing":
-            reasons.append(f'{d.kind} "{d.description}" ({d.status}): its result was not used')
+        elif d.disposition == "missing":  # its reason: it never finished, or went unread
+            why = d.reason or "its result was not used"
+            reasons.append(f'{d.kind} "{d.description}" ({d.status}): {why}')
         elif d.disposition == "failed":
             reasons.append(_failed_reason(d))
     say = in_user_terms or (lambda text: text)

@@ -348,7 +348,7 @@ def render_resume_prompt(
     missing: list[str],
     policy: Policy,
     *,
-    spill: Callable[[Delivery], str | None] | None = None,
+    spill: Callable[[str, str], str | None] | None = None,
     head: list[str] | None = None,
     actions: bool = True,
 ) -> tuple[str, int]:
@@ -360,7 +360,7 @@ def render_resume_prompt(
     that, each gets a readable minimum while room lasts and the rest are left out, so the
     caller can deliver them in the next round instead of losing them. The first delivery is
     always carried. A result longer than its share keeps its head and tail;
-    ``spill(delivery)`` writes its whole text to a file and returns the path, which the
+    ``spill(key, text)`` writes its whole text to a file and returns the path, which the
     prompt names (and ``delivery.full_path`` keeps).
     ``head`` replaces the opening lines of the data block. A workflow that lost agents
     is named in the missing lines; with ``actions`` the prompt then asks the lead, after
@@ -396,7 +396,7 @@ def render_resume_prompt(
             break
         limit = min(policy.max_result_chars, room)
         if d.text and len(escaped) > limit and spill is not None and d.full_path is None:
-            d.full_path = spill(d)
+            d.full_path = spill(d.key, d.text)
         body = escape(d.text, max(0, limit), full_path=d.full_path) if d.text else escaped
         d.quoted = body if d.text else None
         blocks.append(opening + body + _CLOSING)

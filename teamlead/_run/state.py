@@ -36,7 +36,6 @@ from .options import MAX_MESSAGE_BYTES, RUN_MARK_VAR, SUBAGENT_MODEL_VAR, Wiring
 from .permissions import PermissionRequests
 from .process import ProcessState, default_process_state
 from .relayed import RelayHookup, relayed
-from .resume_prompt import Delivery
 from .stop import RunStop
 
 __all__ = [
@@ -78,7 +77,8 @@ class Asked:
         mark: the value of :data:`RUN_MARK_VAR` in this run's CLI environment.
         store: the run's session store, when its options name one.
         turns: the turns the run has begun: a query run has one, a client's run one per
-            :func:`teamlead.receive_all` (:meth:`begin_turn`).
+            :func:`teamlead.receive_all` (the same CLI process; the run's state goes on,
+            and each turn's ``Finished`` reports the run so far).
         held: the run outlives each of its turns (a :class:`~teamlead.ClientRun`'s, for
             its client's life): :meth:`RunState.close` lets go of nothing until it is
             released.
@@ -94,11 +94,6 @@ class Asked:
     store: RunStore | None = None
     turns: int = 0
     held: bool = False
-
-    def begin_turn(self) -> None:
-        """A turn of the run begins: the query, or a client's next one on the same CLI
-        process. The run's state goes on: each turn's ``Finished`` reports the run so far."""
-        self.turns += 1
 
     def wire(self, **pieces: Any) -> None:
         """Add ``pieces`` (fields of :class:`~.options.Wiring`) to the run's wiring, and build
@@ -128,7 +123,7 @@ class Streamed:
         tracker: follows the session.
         cli_state: the CLI's last ``session_state_changed`` state.
         stderr_tail: the CLI's last stderr lines, quoted when its stream breaks.
-        last_parsed: the message the run fed last, with its events.
+        last_parsed: the message the run fed last (:meth:`RunState.feed`), with its events.
         cli_gone: the last round's stream ran to its end and closed in time, so its CLI
             has exited (what it started is no longer the run's to stop): the run's end
             has nothing to look for.
@@ -147,14 +142,8 @@ class Streamed:
         if line.strip():
             self.stderr_tail.append(line.strip())
 
-    def feed(self, message: Any) -> list[TrackedEvent]:
-        """Fold one SDK message (typed or raw) into the tracker; returns its events."""
-        events = self.tracker.feed(message)
-        self.last_parsed = (message, events)
-        return events
-
     def events_of(self, item: object) -> list[TrackedEvent]:
-        """What the run made of ``item``, the message it fed last (see :meth:`feed`); no
+        """What the run made of ``item``, the message it fed last (see :meth:`RunState.feed`); no
         events for anything else. Every layer over the rounds passes each item on at once,
         so a reader of the stream asks here instead of parsing it again."""
         parsed = self.last_parsed
@@ -304,17 +293,17 @@ class RunState:
         self.admission.end(reason)
         self.agents.close()
 
-    def spill(self, delivery: Delivery) -> str | None:
-        """Write ``delivery``'s whole text (secrets redacted) to a file of its own in the
-        session's run directory (mode 0600), for a prompt that quotes only its head and
-        tail; returns the path, or ``None`` if it could not be written."""
-        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in delivery.key)[:80]
+    def spill(self, key: str, text: str) -> str | None:
+        """Write the whole ``text`` of the result ``key`` (secrets redacted) to a file of its
+        own in the session's run directory (mode 0600), for a prompt that quotes only its
+        head and tail; returns the path, or ``None`` if it could not be written."""
+        safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in key)[:80]
         session = self.stream.tracker.session_id or self.ask.mark
         folder = self.ask.config_dir / "teamlead-runs" / session
         path = folder / f"result-{safe}.txt"
         try:
             folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-            write_private(path, redact(delivery.text))
+            write_private(path, redact(text))
         except OSError:
             return None
         return str(path)
@@ -323,7 +312,8 @@ class RunState:
         """Fold one SDK message (typed or raw) into the stream's tracker and the agents'
         book; returns its events (the gate is fed after the message is yielded, see
         :class:`.round.Round`)."""
-        events = self.stream.feed(message)
+        events = self.stream.tracker.feed(message)
+        self.stream.last_parsed = (message, events)
         self.agents.observe(events, self.stream.tracker)
         return events
 

@@ -16,14 +16,13 @@ from typing import Any, Literal
 from .._gate import ExhaustReason
 from .._redact import redact
 from ..events import Resuming
-from ..policy import Policy
 from .collect import Collection, absorb, used_deliveries
 from .ledger import StopReason
 from .resume_prompt import Delivery, render_resume_prompt
 from .round import Round
 from .state import RunState
 
-__all__ = ["WrapFn", "wrap_up", "wrap_up_prompt"]
+__all__ = ["WrapFn", "wrap_up"]
 
 #: The wrap-up round for a prompt, after stopping the given task ids.
 WrapFn = Callable[[str, list[str]], Awaitable[Round]]
@@ -48,30 +47,6 @@ _WHY = {
 }
 
 
-def wrap_up_prompt(
-    pending: list[Delivery],
-    unfinished: list[str],
-    policy: Policy,
-    *,
-    why: str = "deadline",
-    spill: Callable[[Delivery], str | None] | None = None,
-) -> tuple[str, int]:
-    """The wrap-up round's prompt, and how many of ``pending`` it quotes: every finished
-    result (those the lead already used too, since this answer replaces the earlier ones),
-    shared fairly as in :func:`~.resume_prompt.render_resume_prompt`, and the ``unfinished``
-    agents named; ``why`` is ``deadline``, ``token_budget``, ``request_budget`` or
-    ``stopped`` (a graceful stop)."""
-    reason, before = _WHY.get(why, _WHY["deadline"])
-    missing = [
-        f'task "{name}" did not finish before {before} and was stopped' for name in unfinished
-    ]
-    # tools are disabled: a workflow that lost agents is named, not resumed
-    text, used = render_resume_prompt(
-        pending, missing, policy, spill=spill, head=_WRAP_DATA_HEAD, actions=False
-    )
-    return f"{_WRAP_HEAD.format(why=reason)}\n\n{text}", used
-
-
 async def wrap_up(
     state: RunState, carried: list[Delivery], wrap_round: WrapFn
 ) -> AsyncIterator[Any]:
@@ -94,9 +69,18 @@ async def wrap_up(
     why: Literal["stopped", "deadline"] | ExhaustReason = (
         "stopped" if state.stop.wrapping else state.agents.exhaust_reason or "deadline"
     )
+    # every finished result, those the lead already used too: this answer replaces the
+    # earlier ones; tools are disabled, so a workflow that lost agents is named, not resumed
     used_before = [d for d in used_deliveries(state) if d.key not in {p.key for p in pending}]
     quoted = [*used_before, *pending]
-    text, used = wrap_up_prompt(quoted, unfinished, policy, why=why, spill=state.spill)
+    reason, before = _WHY[why]
+    missing = [
+        f'task "{name}" did not finish before {before} and was stopped' for name in unfinished
+    ]
+    text, used = render_resume_prompt(
+        quoted, missing, policy, spill=state.spill, head=_WRAP_DATA_HEAD, actions=False
+    )
+    text = f"{_WRAP_HEAD.format(why=reason)}\n\n{text}"
     delivered = [d for d in quoted[:used] if d not in used_before]
     state.agents.wrapping()
     ledger.resumes += 1
