@@ -22,11 +22,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
 from .._ndjson import RECORD_FACTS, current_record, read_record
+from .._private import json_object
 from ..errors import UsageError
 from ..events import (
     CUT_ENDS,
@@ -136,15 +136,8 @@ def detail_of_log(lines: Iterable[bytes | str], *, name: str = "log") -> RunDeta
     """
     log = _Log()
     for raw in lines:
-        if len(raw) > MAX_LINE_BYTES:
-            continue
-        try:
-            record = json.loads(raw)
-        except (ValueError, RecursionError):
-            continue
-        if not isinstance(record, dict):
-            continue
-        record = current_record(record)
+        found = json_object(raw) if len(raw) <= MAX_LINE_BYTES else None
+        record = current_record(found or {})
         if not isinstance(record.get("type"), str) or record["type"] not in _READ:
             continue
         try:
