@@ -12,9 +12,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import IO, Any
 
+import pydantic
+
+from . import events
 from ._redact import json_line_safe, ndjson_line, redact, secret_scrubber
 from .events import (
     EVENT_VERSION,
@@ -46,6 +49,7 @@ __all__ = [
     "current_record",
     "event_record",
     "first_sighting",
+    "read_record",
 ]
 
 #: The tracker events of the NDJSON schema, by their record ``type`` (the workflow ones are
@@ -89,6 +93,33 @@ def current_record(record: Mapping[str, Any]) -> Mapping[str, Any]:
     if outcome is None:
         return record
     return {**record, "type": "spawn_decided", "outcome": outcome}
+
+
+#: How each record ``type`` is read back: teamlead's own events (every event the events
+#: module exports) by their model, the tracker facts by their fields.
+_READERS: dict[str, Callable[[Any], object]] = {
+    **{
+        str(kind.model_fields["type"].default): kind.model_validate
+        for kind in (getattr(events, name) for name in events.__all__)
+        if isinstance(kind, type)
+        and issubclass(kind, pydantic.BaseModel)
+        and "type" in kind.model_fields
+    },
+    **{kind: pydantic.TypeAdapter(fact).validate_python for kind, fact in RECORD_FACTS.items()},
+}
+
+
+def read_record(record: Mapping[str, Any]) -> object:
+    """The event or tracker fact a :func:`current_record` was written from.
+
+    Raises:
+        KeyError: its ``type`` is not one this version writes.
+        pydantic.ValidationError: its fields do not make that event (a ``ValueError``).
+    """
+    kind = record.get("type")
+    if not isinstance(kind, str):
+        raise KeyError(kind)
+    return _READERS[kind](dict(record))
 
 
 #: The fields each record writes (a workflow's snapshot is written as its changes).

@@ -122,7 +122,7 @@ def read_small(path: Path, limit: int) -> bytes | None:
         os.close(fd)
 
 
-def json_object(raw: bytes) -> dict[str, Any] | None:
+def json_object(raw: bytes | str) -> dict[str, Any] | None:
     """The JSON object ``raw`` holds, or ``None`` when it holds anything else (not JSON,
     nested too deep, an array...).
 

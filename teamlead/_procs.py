@@ -133,7 +133,5 @@ def wait_ended(procs: list[psutil.Process], timeout_s: float) -> list[psutil.Pro
 def _ended(proc: psutil.Process) -> bool:
     try:
         return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return True
-    except psutil.Error:  # no access to its state: it is not ours to wait for
+    except psutil.Error:  # gone, or no access to its state: it is not ours to wait for
         return True

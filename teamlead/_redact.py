@@ -49,13 +49,6 @@ class _EnvironSecrets:
 _ENVIRON_SECRETS = _EnvironSecrets()
 
 
-def _secret_values(env: Mapping[str, str] | None = None) -> list[str]:
-    values = _ENVIRON_SECRETS.values()  # sorted once per change of the environment
-    if env:
-        return sorted({*values, *_secrets_in(env.items())}, key=len, reverse=True)
-    return values
-
-
 def redact(text: str, env: Mapping[str, str] | None = None) -> str:
     """Return ``text`` with the value of every secret-looking env var replaced.
 
@@ -100,7 +93,9 @@ def without_password(text: str) -> str:
 def secret_scrubber(env: Mapping[str, str] | None = None) -> Callable[[str], str]:
     """:func:`redact` with the secret values looked up once, for redacting many strings
     (``env`` as for :func:`redact`)."""
-    values = _secret_values(env)
+    values = _ENVIRON_SECRETS.values()  # sorted once per change of the environment
+    if env:
+        values = sorted({*values, *_secrets_in(env.items())}, key=len, reverse=True)
 
     def scrub(text: str) -> str:
         for value in values:

@@ -18,6 +18,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 from rich.text import Text
 
+from .._private import json_object
 from .._procs import stop_descendants
 from .._redact import terminal_safe
 from .._sessions import close_store
@@ -200,9 +201,8 @@ def report_for(
     read = read_records(path)
     warnings = [f"trials.jsonl line {w.line}: {w.message}" for w in read.warnings]
     meta: dict[str, Any] = {}
-    with contextlib.suppress(OSError, ValueError):
-        loaded = json.loads((out_dir / _CONTROL_FILE).read_text())
-        meta = loaded if isinstance(loaded, dict) else {}
+    with contextlib.suppress(OSError):
+        meta = json_object((out_dir / _CONTROL_FILE).read_bytes()) or {}
     if control is None:
         control = meta.get("control")
         if not isinstance(control, str):

@@ -8,29 +8,19 @@ type, never dumped raw; the caller escapes every line.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 import pydantic
 
-from .. import events
 from .._claude import is_scripted_message
-from .._ndjson import RECORD_FACTS, current_record
+from .._ndjson import current_record, read_record
 from ..events import AgentUsage
 from ..tracker import AgentCallSeen, LeadTurn, SessionSeen, TaskEnded, TaskStarted
 from .team_view import describe_event, describe_tracked, task_ended_line
 
 __all__ = ["RecordLines"]
 
-#: teamlead's own events, by their record ``type``: every event the events module exports.
-_EVENTS: dict[str, type[pydantic.BaseModel]] = {
-    str(kind.model_fields["type"].default): kind
-    for kind in (getattr(events, name) for name in events.__all__)
-    if isinstance(kind, type)
-    and issubclass(kind, pydantic.BaseModel)
-    and "type" in kind.model_fields
-}
 #: The tracker facts with no line, as in the progress.
 _QUIET = frozenset({"task_progress", "subagent_turn"})
 
@@ -47,26 +37,19 @@ class RecordLines:
         """``record`` as a line, or ``None`` for a record the progress shows no line for."""
         record = current_record(record)
         kind = str(record.get("type") or "")
-        event_type = _EVENTS.get(kind)
-        if event_type is not None:
-            try:
-                event = event_type.model_validate(dict(record))
-            except pydantic.ValidationError:
-                return f"{kind}: (a record this version cannot read)"
-            if isinstance(event, AgentUsage):
-                return _usage_line(event)
-            return describe_event(event, scripted=self._scripted)
         if kind in _QUIET:
             return None
-        fact_type = RECORD_FACTS.get(kind)
-        if fact_type is None:
-            return f"{kind or 'a record without a type'} (unknown to this version)"
-        fields = {f.name for f in dataclasses.fields(fact_type)}
         try:
-            fact = fact_type(**{k: v for k, v in record.items() if k in fields})
-        except TypeError:
+            event = read_record(record)
+        except KeyError:
+            return f"{kind or 'a record without a type'} (unknown to this version)"
+        except ValueError:
             return f"{kind}: (a record this version cannot read)"
-        return self._tracked(fact)
+        if isinstance(event, AgentUsage):
+            return _usage_line(event)
+        if isinstance(event, pydantic.BaseModel):
+            return describe_event(event, scripted=self._scripted)
+        return self._tracked(event)
 
     def _tracked(self, fact: Any) -> str | None:
         if isinstance(fact, SessionSeen):

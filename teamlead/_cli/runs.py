@@ -407,7 +407,7 @@ def watch(run: str, json_: bool) -> None:
     said: RecordLines | None = None
     try:
         for line in follow(entry.socket, ref=entry.run, timeout=_ACT_TIMEOUT_S):
-            record = json_object(line.encode()) or {}
+            record = json_object(line) or {}
             if json_:
                 click.echo(line)
             else:

@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
+from .._private import json_object
 from ..errors import ControlError, NoSuchRun
 
 if TYPE_CHECKING:
@@ -459,11 +460,8 @@ def _send(sock: socket.socket, line: bytes) -> Generator[bytes, None, None]:
 
 def _checked(raw: bytes, ref: str) -> dict[str, Any]:
     """The answer in ``raw``; a refusal raised as the error it stands for."""
-    try:
-        answer = json.loads(raw)
-    except (ValueError, RecursionError):
-        answer = None
-    if not isinstance(answer, dict) or not isinstance(answer.get("ok"), bool):
+    answer = json_object(raw)
+    if answer is None or not isinstance(answer.get("ok"), bool):
         raise ControlError("the run's answer is not one of this protocol", code="unreachable")
     if answer["ok"]:
         return answer

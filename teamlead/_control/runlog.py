@@ -22,14 +22,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
-import json
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
-
-from .._ndjson import RECORD_FACTS, current_record
+from .._ndjson import RECORD_FACTS, current_record, read_record
+from .._private import json_object
 from ..errors import UsageError
 from ..events import (
     CUT_ENDS,
@@ -107,18 +104,10 @@ _AGENT_FIELDS = tuple(
 _TOOL = 80
 
 
-#: The records a log is read for, by ``type``: each is parsed into its event here.
-_PARSERS: dict[str, Callable[[Any], object]] = {
-    "finished": Finished.model_validate,
-    "agent_usage": AgentUsage.model_validate,
-    "concurrency_changed": ConcurrencyChanged.model_validate,
-    "spawn_decided": SpawnDecided.model_validate,
-    **{
-        kind: TypeAdapter(fact).validate_python
-        for kind, fact in RECORD_FACTS.items()
-        if kind != "result"  # the lead's results make no row
-    },
-}
+#: The records a log is read for, by ``type`` (the lead's results make no row).
+_READ = frozenset(
+    {"finished", "agent_usage", "concurrency_changed", "spawn_decided", *RECORD_FACTS}
+) - {"result"}
 
 
 def read_log(path: Path) -> RunDetail:
@@ -147,22 +136,13 @@ def detail_of_log(lines: Iterable[bytes | str], *, name: str = "log") -> RunDeta
     """
     log = _Log()
     for raw in lines:
-        if len(raw) > MAX_LINE_BYTES:
+        found = json_object(raw) if len(raw) <= MAX_LINE_BYTES else None
+        record = current_record(found or {})
+        if not isinstance(record.get("type"), str) or record["type"] not in _READ:
             continue
         try:
-            record = json.loads(raw)
+            event = read_record(record)
         except (ValueError, RecursionError):
-            continue
-        if not isinstance(record, dict):
-            continue
-        record = current_record(record)
-        kind = record.get("type")
-        parse = _PARSERS.get(kind) if isinstance(kind, str) else None
-        if parse is None:
-            continue
-        try:
-            event = parse(record)
-        except (ValidationError, RecursionError):
             continue
         log.add(event)
     if not log.records:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, cast
 
 from .._run import RunState
 from ..control import UNSET, RunControl, Unset
@@ -172,14 +172,9 @@ class RunSteering:
         if control is None:  # a run started without one: the registry's own
             control = RunControl()  # used on the run's loop: applied at once
             state.outside.use_control(control, state.admission, on_loop=True)
-        cap: int | None | Unset = UNSET
-        model: str | None | Unset = UNSET
-        if "cap" in changes:
-            value = changes["cap"]
-            cap = value if value is None or isinstance(value, int) else UNSET
-        if "subagent_model" in changes:
-            value = changes["subagent_model"]
-            model = value if value is None or isinstance(value, str) else UNSET
+        # the request's parse typed each (a cap a whole number, a model a string, or None)
+        cap = cast("int | None | Unset", changes.get("cap", UNSET))
+        model = cast("str | None | Unset", changes.get("subagent_model", UNSET))
         try:
             event = control.amend(cap=cap, subagent_model=model)
         except AmendRefused as exc:

@@ -204,18 +204,15 @@ class RedisSessionStore(SessionStore):
 
         try:
             return await coro
-        except redis.ResponseError as exc:
-            if key is not None and str(exc).startswith("WRONGTYPE"):
+        except (redis.RedisError, OSError, asyncio.TimeoutError) as exc:
+            message = str(exc) or type(exc).__name__
+            wrong_type = isinstance(exc, redis.ResponseError) and message.startswith("WRONGTYPE")
+            if key is not None and wrong_type:
                 self._warn(
                     "wrong-type",
                     f"session store {self.where}: a key of the wrong type ({key}) reads as missing",
                 )
                 return missing
-            raise SessionStoreError(
-                f"session store {self.where}: {what} failed: {exc}", store=self.where
-            ) from None
-        except (redis.RedisError, OSError, asyncio.TimeoutError) as exc:
-            message = str(exc) or type(exc).__name__
             raise SessionStoreError(
                 f"session store {self.where}: {what} failed: {message}", store=self.where
             ) from None
