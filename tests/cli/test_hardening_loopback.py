@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from teamlead._claude.loopback import ensure_loopback, is_loopback
+from teamlead._claude.loopback import ensure_loopback, loopback_problem
 from teamlead.errors import SetupError
 from teamlead.testing import OfflineClaude, Reply, ScriptedRequest, ScriptedServer
 from teamlead.testing.offline import offline_env
@@ -49,14 +49,14 @@ BAD = [
 
 @pytest.mark.parametrize("url", GOOD)
 def test_literal_loopback_urls_pass(url: str) -> None:
-    assert is_loopback(url)
+    assert loopback_problem(url) is None
     ensure_loopback(url)
 
 
 @pytest.mark.cli  # OfflineClaude is the thing under test (it refuses before starting)
 @pytest.mark.parametrize("url", BAD)
 def test_userinfo_names_and_odd_urls_are_refused(url: str, tmp_path: Path) -> None:
-    assert not is_loopback(url)
+    assert loopback_problem(url) is not None
     with pytest.raises(SetupError, match="refusing to run offline"):
         ensure_loopback(url)
     with pytest.raises(SetupError):
