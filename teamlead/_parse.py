@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -620,6 +621,18 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _amount(value: Any) -> float | None:
+    """``value`` as an amount of money: a finite number not below zero (a NaN would win or
+    lose every comparison, so a cost budget would never be reached), else ``None``."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        amount = float(value)
+    except OverflowError:  # an integer past any float
+        return None
+    return amount if math.isfinite(amount) and amount >= 0 else None
+
+
 def _task_status(value: Any) -> TaskStatus | None:
     return cast(TaskStatus, value) if value in _TASK_STATES else None
 
@@ -762,9 +775,7 @@ def _result(raw: Mapping[str, Any]) -> ResultSeen:
         text=_str(raw.get("result")),
         session_id=_str(raw.get("session_id")),
         api_error_status=_int(raw.get("api_error_status")),
-        cost_usd=float(cost)
-        if isinstance(cost, (int, float)) and not isinstance(cost, bool)
-        else None,
+        cost_usd=_amount(cost),
         usage=usage if isinstance(usage, Mapping) else None,
         num_turns=_int(raw.get("num_turns")),
         origin_run_id=run_id,

@@ -322,3 +322,15 @@ def test_a_task_that_notifies_again_is_a_new_end_the_lead_has_not_used(restarted
     assert task.ended_seq is not None and task.ended_seq > first
     tracker.feed(lead("FINDING[d] used", msg_id="m2"))
     assert tracker.tasks["t"].absorbed
+
+
+@pytest.mark.parametrize("cost", [float("nan"), float("inf"), -1.0, 10**400])
+def test_a_cost_that_is_not_a_finite_amount_is_no_cost(cost: float) -> None:
+    # json.loads reads NaN, Infinity and integers past any float (whose float() raised in
+    # the parser, which must never raise): a NaN total would make every later total lose to
+    # it (max) and the cost budget never be reached (NaN >= budget is false)
+    tracker = Tracker()
+    tracker.feed({"type": "result", "subtype": "success", "result": "a", "total_cost_usd": 0.5})
+    tracker.feed({"type": "result", "subtype": "success", "result": "b", "total_cost_usd": cost})
+    assert tracker.results[-1].cost_usd is None
+    assert tracker.cost_usd == 0.5
