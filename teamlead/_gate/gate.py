@@ -279,6 +279,11 @@ class SpawnGate:
                     taken.append(pool)
                 if refusal is None and not await self._stagger(until):
                     refusal = WorkflowRefusal("no_slot", why.WORKFLOW_LATE_TURN)
+                # a slot free at once (or handed over as the wait ran out) past the wrap-up
+                # point: no agent starts after it, as in the hook
+                wrap = self.admit_until
+                if refusal is None and wrap is not None and self._clock.monotonic() >= wrap:
+                    refusal = WorkflowRefusal("no_slot", why.WORKFLOW_NO_SLOT)
         except BaseException:
             _give_back(taken)
             raise
