@@ -124,6 +124,26 @@ async def test_a_repeated_tool_use_id_gets_a_key_of_its_own_whatever_ids_came_be
     assert keys == ["a", "a#2", "a#3", "a#4"]
 
 
+async def test_the_stream_frees_the_slot_of_a_call_whose_tool_use_id_repeats() -> None:
+    # the second "a" is keyed "a#2"; its task's start and end name "a", as the CLI sends them
+    gate, _ = gate_with(max_concurrent_agents=1)
+    with anyio.fail_after(5):
+        for task_id in ("k1", "k2"):
+            assert decision(await gate.hook(agent_input(), "a", {})) == "allow"
+            for subtype in ("task_started", "task_notification"):
+                gate.observe({"type": "system", "subtype": subtype, "task_id": task_id,
+                              "tool_use_id": "a", "description": "a"})  # fmt: skip
+            assert gate.running == 0, task_id
+    assert [(r.tool_use_id, r.task_id) for r in gate.records()] == [("a", "k1"), ("a#2", "k2")]
+    # a tool result naming a repeated id ends the call of it that still runs, not the first
+    with anyio.fail_after(5):
+        assert decision(await gate.hook(agent_input(), "a", {})) == "allow"
+    result = {"type": "user", "message": {"content": [
+        {"type": "tool_result", "tool_use_id": "a", "content": "the answer"}]}}  # fmt: skip
+    gate.observe(result)
+    assert gate.running == 0
+
+
 async def test_deny_reasons_say_what_to_do_next() -> None:
     gate, seen = gate_with(spawn_budget=1)
     assert decision(await gate.hook(agent_input(), "a", {})) == "allow"

@@ -143,6 +143,8 @@ class SpawnGate:
         if deadline_s is not None:
             self.set_deadline(deadline_s)
         self._calls: dict[str, Call] = {}
+        #: the calls of each tool_use id as the hook got it (a repeated id has several)
+        self._by_raw: dict[str, list[Call]] = {}
         self._by_task: dict[str, Call] = {}
         self._turns = Turns(turn_gap_s)
         self._used = 0
@@ -349,13 +351,15 @@ class SpawnGate:
     def _observe(self, event: TrackedEvent) -> None:
         if isinstance(event, AgentCallsSent):
             self.note_message(event.message_id, list(event.tool_use_ids))
-        elif isinstance(event, ToolResultSeen) and event.tool_use_id in self._calls:
+        elif isinstance(event, ToolResultSeen) and event.tool_use_id in self._by_raw:
             outcome = classify_agent_result(event)
             if outcome == "rejected":
                 self.spawn_rejected(event.tool_use_id, event.text.strip())
             elif outcome == "denied":  # another PreToolUse hook denied a call admitted here
-                call = self._calls[event.tool_use_id]
-                if call.status == "admitted":
+                call = self._call_of(
+                    event.tool_use_id, lambda c: c.status == "admitted" and _holds(c)
+                )
+                if call is not None and call.status == "admitted":
                     call.status, call.code = "denied", "other_hook"
                     call.reason = event.text.strip()[:_MAX_TEXT]
                     self._refund(call)
@@ -376,7 +380,7 @@ class SpawnGate:
 
     def task_started(self, tool_use_id: str, task_id: str) -> None:
         """The CLI started the task of an Agent call."""
-        call = self._calls.get(tool_use_id)
+        call = self._call_of(tool_use_id, lambda c: c.task_id is None)
         if call is not None and task_id:
             call.task_id = task_id
             self._by_task[task_id] = call
@@ -389,7 +393,7 @@ class SpawnGate:
 
     def task_ended(self, task_or_tool_use_id: str) -> None:
         """A task reached a terminal state (completed, failed, stopped, killed): free its slot."""
-        call = self._calls.get(task_or_tool_use_id) or self._by_task.get(task_or_tool_use_id)
+        call = self._call_of(task_or_tool_use_id, _holds) or self._by_task.get(task_or_tool_use_id)
         if call is not None:
             self._free(call)
 
@@ -399,8 +403,12 @@ class SpawnGate:
         A call still waiting in the gate (the CLI gave up on the hook but the SDK did not
         cancel it) stops waiting, so it can never take a slot for work that won't run.
         """
-        call = self._calls.get(tool_use_id)
-        if call is None or call.status in ("denied", "rejected"):
+        call = self._call_of(tool_use_id, lambda c: c.status == "queued" or _holds(c))
+        if call is not None:
+            self._reject(call, reason)
+
+    def _reject(self, call: Call, reason: str) -> None:
+        if call.status in ("denied", "rejected"):
             return
         call.status = "rejected"
         call.reason = reason[:_MAX_TEXT]
@@ -423,7 +431,7 @@ class SpawnGate:
         reason = f"the run was stopped ({reason}) while this call waited"
         for call in list(self._calls.values()):
             if call.status == "queued":
-                self.spawn_rejected(call.tool_use_id, reason)
+                self._reject(call, reason)
         self.close(reason)
 
     def close(self, reason: str = "the run is ending") -> None:
@@ -580,11 +588,21 @@ class SpawnGate:
             parent_agent_id=parent,
         )
         self._calls[key] = call
+        self._by_raw.setdefault(raw_id, []).append(call)
         if depth == 1:
             self._turns.enter()
         if not isinstance(input_data, Mapping) or not isinstance(tool_input.get("prompt"), str):
             return call, why.BAD_INPUT
         return call, None
+
+    def _call_of(self, tool_use_id: str, wanted: Callable[[Call], bool]) -> Call | None:
+        """The call the stream means by ``tool_use_id``: of the calls that came with that
+        id (the CLI may repeat one; the gate keyed the later ones ``id#n``), the first that
+        is ``wanted``, else the first."""
+        calls = self._by_raw.get(tool_use_id)
+        if not calls:
+            return None
+        return next((call for call in calls if wanted(call)), calls[0])
 
     def _depth_of(self, agent_id: str) -> int:
         parent = self._by_task.get(agent_id)
@@ -750,6 +768,11 @@ def _safe_read(read: Callable[[], float]) -> float | None:
         return read()
     except Exception:
         return None
+
+
+def _holds(call: Call) -> bool:
+    """The call holds a slot."""
+    return call.run_slot or call.cap_slot
 
 
 def _give_back(slots: list[FifoSlots]) -> None:
