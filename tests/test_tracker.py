@@ -334,3 +334,14 @@ def test_a_cost_that_is_not_a_finite_amount_is_no_cost(cost: float) -> None:
     tracker.feed({"type": "result", "subtype": "success", "result": "b", "total_cost_usd": cost})
     assert tracker.results[-1].cost_usd is None
     assert tracker.cost_usd == 0.5
+
+
+def test_a_start_that_comes_after_its_tasks_end_is_no_continuation() -> None:
+    # out of order: the notification first; the late start must not wipe the result
+    tracker = Tracker()
+    tracker.feed(notified("t", summary="FINDING[d]"))
+    tracker.feed({"type": "system", "subtype": "task_started", "task_id": "t", "description": "d",
+                  "tool_use_id": "tu-t", "prompt": "AGENTJOB d"})  # fmt: skip
+    task = tracker.tasks["t"]
+    assert (task.status, task.summary, task.continued) == ("completed", "FINDING[d]", 0)
+    assert task.description == "d" and task.tool_use_id == "tu-t" and not tracker.open_tasks
