@@ -319,8 +319,10 @@ class Tracker:
                 run.run_id = run.run_id or event.workflow_run_id
             notice = event.source == "task_notification"
             # the same task notifying again (continued with no start seen): a new end, which
-            # supersedes the last one, and which no lead turn has used yet
-            again = notice and task.notified and run is None
+            # supersedes the last one, and which no lead turn has used yet; a repeat of the
+            # last notification (its state and summary) is that same end
+            repeat = (event.status, event.summary or None) == (task.status, task.summary)
+            again = notice and task.notified and run is None and not repeat
             if not task.terminal or again:  # clear on whichever comes first (one end)
                 task.status = event.status
                 task.ended_at = now

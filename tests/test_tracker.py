@@ -345,3 +345,17 @@ def test_a_start_that_comes_after_its_tasks_end_is_no_continuation() -> None:
     task = tracker.tasks["t"]
     assert (task.status, task.summary, task.continued) == ("completed", "FINDING[d]", 0)
     assert task.description == "d" and task.tool_use_id == "tu-t" and not tracker.open_tasks
+
+
+def test_the_same_notification_repeated_is_one_end_the_lead_has_used() -> None:
+    # a repeat of the notification the lead already used is no new end: delivering it
+    # again would resume the lead with a result it has
+    tracker = Tracker()
+    tracker.feed({"type": "system", "subtype": "task_started", "task_id": "t", "description": "d",
+                  "tool_use_id": "tu-t", "prompt": "AGENTJOB d"})  # fmt: skip
+    tracker.feed(notified("t", summary="FINDING[d]"))
+    tracker.feed(lead("FINDING[d] used", msg_id="m1"))
+    first = tracker.tasks["t"].ended_seq
+    tracker.feed(notified("t", summary="FINDING[d]"))
+    task = tracker.tasks["t"]
+    assert task.absorbed and task.ended_seq == first and not tracker.unabsorbed_tasks
