@@ -378,3 +378,24 @@ def test_a_file_at_its_cap_is_read_and_one_byte_over_is_refused(tmp_path: Path) 
     assert read_regular(path, 3000) == b"y" * 3000
     with pytest.raises(FileProblem, match="over the 2999-byte cap"):
         read_regular(path, 2999)
+
+
+@pytest.mark.parametrize("session", ["../../outside", "ABSOLUTE", "..", "a/b"])
+def test_a_spilled_result_stays_under_the_config_dir_whatever_the_streams_session_id(
+    tmp_path: Path, session: str
+) -> None:
+    # the session id is the stream's text: a result's file must not be written outside
+    config = tmp_path / "config"
+    session = str(tmp_path / "outside") if session == "ABSOLUTE" else session
+    tracker = Tracker()
+    tracker.feed({"type": "result", "subtype": "success", "result": "x", "session_id": session})
+    assert tracker.session_id == session
+    state = run_state(config, Policy(), FakeClock(), tracker)
+    try:
+        path = state.spill("task:t", "the whole result")
+    finally:
+        state.close()
+    assert path is not None and Path(path).read_text() == "the whole result"
+    runs = (config / "teamlead-runs").resolve()
+    assert Path(path).resolve().is_relative_to(runs), path
+    assert Path(path).resolve().parent != runs  # in a folder of the run's own
