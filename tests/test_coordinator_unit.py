@@ -70,6 +70,7 @@ from .scripted_query import (
     of_type,
     result,
     run,
+    started,
     synthesis_failed,
     updated,
 )
@@ -1175,3 +1176,24 @@ async def test_what_the_stream_yields_is_a_union_an_app_can_match_on() -> None:
             case _:
                 pass
     assert kinds == ["fallback:summary", "finished:completed"]
+
+
+async def test_a_task_continued_after_its_result_was_delivered_delivers_its_new_result() -> None:
+    # the lead used T1's first result, then continued t1 (a SendMessage to it); its new end
+    # came after the lead's last turn, as the CLI exited: that result is outstanding
+    again = {**started("t1", "probe"), "tool_use_id": "tu-send"}
+    script = Script(
+        [*fan_out(("t1", "probe")), notified("t1", summary="T1: first"), *synthesis_failed()],
+        [
+            init(),
+            lead("Asked t1 more", msg_id="m2"),
+            result("Asked t1 more"),
+            again,
+            notified("t1", summary="T1: the follow-up"),
+        ],  # fmt: skip
+        [init(), lead("Final"), result("Final")],
+    )
+    items, done = await run(script)
+    assert "T1: first" in script.prompts[1]
+    assert len(script.prompts) == 3 and "T1: the follow-up" in script.prompts[2]
+    assert done.result == "Final"
