@@ -621,6 +621,12 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _path(value: Any) -> str | None:
+    """``value`` if it can name a file: a non-empty string with no NUL byte (which every
+    look at such a path raises on)."""
+    return value if isinstance(value, str) and value and "\x00" not in value else None
+
+
 def _amount(value: Any) -> float | None:
     """``value`` as an amount of money: a finite number not below zero (a NaN would win or
     lose every comparison, so a cost budget would never be reached), else ``None``."""
@@ -673,7 +679,7 @@ def _parse_system(raw: Mapping[str, Any]) -> TrackedEvent | None:
                 status=terminal,
                 source="task_notification",
                 summary=summary,
-                output_file=_str(raw.get("output_file")) or None,
+                output_file=_path(raw.get("output_file")),
                 usage=usage,
                 tool_use_id=_str(raw.get("tool_use_id")),
                 workflow_run_id=found.group(1) if found else None,
@@ -688,7 +694,7 @@ def _parse_system(raw: Mapping[str, Any]) -> TrackedEvent | None:
                 status=terminal,
                 source="task_updated",
                 summary=_str(patch.get("summary")) or _str(patch.get("result")),
-                output_file=_str(patch.get("output_file")) or None,
+                output_file=_path(patch.get("output_file")),
                 error=_short(patch.get("error")),
             )
         return TaskProgress(task_id, status=_task_status(patch.get("status")))
