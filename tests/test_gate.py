@@ -17,13 +17,14 @@ import pydantic
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 
+from teamlead._gate.calls import call_dispositions
 from teamlead._gate.gate import SpawnGate, classify_agent_result
 from teamlead._gate.slots import FifoSlots, SpawnCap, cli_subagent_cap
 from teamlead._run.options import merge_hook
 from teamlead.events import EVENT_VERSION, SpawnDecided
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import FakeClock
-from teamlead.tracker import ToolResultSeen, parse_message
+from teamlead.tracker import ToolResultSeen, Tracker, parse_message
 
 from .polling import settle
 from .step_clock import StepClock
@@ -142,6 +143,19 @@ async def test_the_stream_frees_the_slot_of_a_call_whose_tool_use_id_repeats() -
         {"type": "tool_result", "tool_use_id": "a", "content": "the answer"}]}}  # fmt: skip
     gate.observe(result)
     assert gate.running == 0
+
+
+async def test_a_started_call_whose_tool_use_id_repeats_is_no_lost_call() -> None:
+    gate, _ = gate_with()
+    tracker = Tracker()
+    with anyio.fail_after(5):
+        for task_id in ("k1", "k2"):
+            assert decision(await gate.hook(agent_input(), "a", {})) == "allow"
+            started = {"type": "system", "subtype": "task_started", "task_id": task_id,
+                       "tool_use_id": "a", "description": "a"}  # fmt: skip
+            gate.observe(started, tracker.feed(started))
+    rows, reasons = call_dispositions(gate.records(), seen=tracker.call_seen)
+    assert (rows, reasons) == ([], [])  # both started: the stream showed what became of them
 
 
 async def test_deny_reasons_say_what_to_do_next() -> None:
