@@ -543,7 +543,7 @@ def tool_summary(tool_input: Any) -> str:
             return value.strip()[:_MAX_TOOL_SUMMARY]
     try:
         text = json.dumps(dict(data), ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # nested deeper than the stack has room
         return ""
     return text[:_MAX_TOOL_SUMMARY] if data else ""
 

@@ -14,6 +14,7 @@ from teamlead.tracker import (
     AgentCallSeen,
     LeadTurn,
     ResultSeen,
+    SubagentToolUse,
     TaskEnded,
     TaskStarted,
     Tracker,
@@ -359,3 +360,17 @@ def test_the_same_notification_repeated_is_one_end_the_lead_has_used() -> None:
     tracker.feed(notified("t", summary="FINDING[d]"))
     task = tracker.tasks["t"]
     assert task.absorbed and task.ended_seq == first and not tracker.unabsorbed_tasks
+
+
+def test_a_deeply_nested_tool_input_is_summarised_never_raised() -> None:
+    # the SDK parsed the line on a shallow stack; summarising it deeper (as JSON) recursed
+    # past the limit, and the parser must never raise
+    nested: dict[str, Any] = {}
+    for _ in range(5000):
+        nested = {"a": nested}
+    block = {"type": "tool_use", "id": "x", "name": "Bash", "input": nested}
+    message = {"type": "assistant", "parent_tool_use_id": "p",
+               "message": {"id": "m", "content": [block]}}  # fmt: skip
+    events = parse_message(message)
+    uses = [e for e in events if isinstance(e, SubagentToolUse)]
+    assert len(uses) == 1 and len(uses[0].summary) <= 200
