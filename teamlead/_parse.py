@@ -743,6 +743,11 @@ def _workflow_agents(progress: Any) -> tuple[WorkflowAgent, ...] | None:
         if index is None:
             continue
         error = entry.get("error")
+        if error is not None and not isinstance(error, str):
+            try:
+                error = json.dumps(error)
+            except (TypeError, ValueError, RecursionError):  # nested past the stack's room
+                error = None
         agents.append(
             WorkflowAgent(
                 index=index,
@@ -757,9 +762,7 @@ def _workflow_agents(progress: Any) -> tuple[WorkflowAgent, ...] | None:
                 tool_calls=_int(entry.get("toolCalls")),
                 duration_ms=_int(entry.get("durationMs")),
                 result_preview=_short(entry.get("resultPreview")),
-                error=_short(
-                    error if error is None or isinstance(error, str) else json.dumps(error)
-                ),
+                error=_short(error),
                 cached=entry.get("cached") is True,
             )
         )

@@ -16,6 +16,7 @@ from teamlead.tracker import (
     ResultSeen,
     SubagentToolUse,
     TaskEnded,
+    TaskProgress,
     TaskStarted,
     Tracker,
     parse_message,
@@ -374,3 +375,16 @@ def test_a_deeply_nested_tool_input_is_summarised_never_raised() -> None:
     events = parse_message(message)
     uses = [e for e in events if isinstance(e, SubagentToolUse)]
     assert len(uses) == 1 and len(uses[0].summary) <= 200
+
+
+def test_a_deeply_nested_workflow_agent_error_is_read_never_raised() -> None:
+    nested: dict[str, Any] = {}
+    for _ in range(5000):
+        nested = {"a": nested}
+    entry = {"type": "workflow_agent", "index": 0, "label": "a", "state": "error", "error": nested}
+    message = {"type": "system", "subtype": "task_progress", "task_id": "w",
+               "workflow_progress": [entry]}  # fmt: skip
+    (progress,) = parse_message(message)
+    assert isinstance(progress, TaskProgress) and progress.workflow_agents is not None
+    (agent,) = progress.workflow_agents
+    assert agent.state == "error" and agent.error is None
