@@ -145,6 +145,34 @@ async def test_the_stream_frees_the_slot_of_a_call_whose_tool_use_id_repeats() -
     assert gate.running == 0
 
 
+async def test_the_end_of_one_of_two_running_calls_of_a_repeated_id_frees_its_own_slot() -> None:
+    gate, _ = gate_with(max_concurrent_agents=5)
+    with anyio.fail_after(5):
+        for task_id in ("k1", "k2"):
+            assert decision(await gate.hook(agent_input(), "a", {})) == "allow"
+            gate.observe({"type": "system", "subtype": "task_started", "task_id": task_id,
+                          "tool_use_id": "a", "description": "a"})  # fmt: skip
+    gate.observe({"type": "system", "subtype": "task_notification", "task_id": "k1",
+                  "tool_use_id": "a", "status": "completed", "summary": "done"})  # fmt: skip
+    assert gate.running == 1  # k2 still runs, and holds its slot
+    assert [r.ended_at is not None for r in gate.records()] == [True, False]
+
+
+async def test_a_repeated_task_start_keeps_the_task_with_its_own_call() -> None:
+    gate, _ = gate_with(max_concurrent_agents=5)
+    started = {"type": "system", "subtype": "task_started", "task_id": "k1",
+               "tool_use_id": "a", "description": "a"}  # fmt: skip
+    with anyio.fail_after(5):
+        assert decision(await gate.hook(agent_input(), "a", {})) == "allow"
+        gate.observe(started)
+        assert decision(await gate.hook(agent_input(), "a", {})) == "allow"  # not started yet
+    gate.observe(started)  # the same start again
+    assert [r.task_id for r in gate.records()] == ["k1", None]
+    gate.observe({"type": "system", "subtype": "task_notification", "task_id": "k1",
+                  "tool_use_id": "a", "status": "completed", "summary": "done"})  # fmt: skip
+    assert [r.ended_at is not None for r in gate.records()] == [True, False]
+
+
 async def test_a_started_call_whose_tool_use_id_repeats_is_no_lost_call() -> None:
     gate, _ = gate_with()
     tracker = Tracker()

@@ -370,8 +370,10 @@ class SpawnGate:
             if event.tool_use_id:
                 self.task_started(event.tool_use_id, event.task_id)
         elif isinstance(event, TaskEnded):
-            self.task_ended(event.task_id)
-            if event.tool_use_id:
+            call = self._by_task.get(event.task_id)
+            if call is not None:  # its call, not another of a repeated tool_use id
+                self._free(call)
+            elif event.tool_use_id:  # a task whose start the gate never saw
                 self.task_ended(event.tool_use_id)
 
     def note_message(self, message_id: str, tool_use_ids: list[str]) -> None:
@@ -380,6 +382,8 @@ class SpawnGate:
 
     def task_started(self, tool_use_id: str, task_id: str) -> None:
         """The CLI started the task of an Agent call."""
+        if task_id in self._by_task:  # its start again: the task keeps its call
+            return
         call = self._call_of(tool_use_id, lambda c: c.task_id is None)
         if call is not None and task_id:
             call.task_id = task_id
