@@ -300,6 +300,29 @@ async def test_stagger_spaces_the_starts_of_a_burst() -> None:
     assert admitted_at["t4"] == 40.0
 
 
+async def test_a_stagger_turn_of_a_call_that_never_starts_is_given_back() -> None:
+    clock = StepClock()
+    gate, _ = gate_with(clock, stagger_s=30.0)
+    admitted_at: dict[str, float] = {}
+
+    def on(e: SpawnDecided) -> None:
+        if e.outcome == "admitted":
+            admitted_at[e.tool_use_id] = clock.now
+
+    gate.on_event = on
+    async with anyio.create_task_group() as tg:
+        calls = Calls(gate, tg)
+        calls.start("t0")  # starts at once
+        calls.start("t1")  # its turn is at 30 s
+        await clock.advance(5)
+        gate.spawn_rejected("t1", "PreToolUse hook did not respond before its timeout")
+        await clock.advance(1)
+        calls.start("t2")  # t1's turn is free again: t2 takes it
+        await clock.advance(60)
+    assert admitted_at == {"t0": 0.0, "t2": 30.0}
+    assert decision(calls.out["t1"]) == "deny"
+
+
 async def test_depth_one_denies_spawns_from_subagents() -> None:
     gate, _ = gate_with()
     out = await gate.hook(agent_input("nested", agent_id="task-1"), "n1", {})

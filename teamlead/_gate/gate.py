@@ -704,9 +704,14 @@ class SpawnGate:
         start = max(now, self._last_start + self.policy.stagger_s)
         if start > until:
             return False
-        self._last_start = start
+        previous, self._last_start = self._last_start, start
         if start > now:
-            await self._clock.sleep(start - now)
+            try:
+                await self._clock.sleep(start - now)
+            except BaseException:  # it never starts: its turn is free, unless a later one
+                if self._last_start == start:  # was taken after it
+                    self._last_start = previous
+                raise
         return True
 
     def _refuse_late(self, call: Call, now: float) -> SyncHookJSONOutput:
