@@ -1197,3 +1197,12 @@ async def test_a_task_continued_after_its_result_was_delivered_delivers_its_new_
     assert "T1: first" in script.prompts[1]
     assert len(script.prompts) == 3 and "T1: the follow-up" in script.prompts[2]
     assert done.result == "Final"
+
+
+async def test_a_none_in_the_stream_is_an_item_not_the_deadline() -> None:
+    # the read's "nothing came before the deadline" was None too: an odd None item cut the
+    # round as if the deadline had come, and the run wrapped up
+    script = Script([init(), None, lead("Answer", msg_id="m1"), result("Answer")])
+    items, done = await run(script)
+    assert None in items
+    assert (done.status, done.result, done.reason) == ("completed", "Answer", "all_results_used")
