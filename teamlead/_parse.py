@@ -507,7 +507,7 @@ def _assistant_events(
             AgentCallSeen(
                 tool_use_id=str(tool["id"]),
                 message_id=message_id,
-                description=_str(inp.get("description")) or "",
+                description=_short(inp.get("description")) or "",
                 prompt=_str(inp.get("prompt")) or "",
                 subagent_type=_str(inp.get("subagent_type")),
                 model=_str(inp.get("model")),
@@ -659,7 +659,7 @@ def _parse_system(raw: Mapping[str, Any]) -> TrackedEvent | None:
         return TaskStarted(
             task_id=task_id,
             tool_use_id=_str(raw.get("tool_use_id")),
-            description=_str(raw.get("description")) or "",
+            description=_short(raw.get("description")) or "",
             prompt=_str(raw.get("prompt")),
             subagent_type=_str(raw.get("subagent_type")),
             run_id=_str(raw.get("run_id")),

@@ -388,3 +388,17 @@ def test_a_deeply_nested_workflow_agent_error_is_read_never_raised() -> None:
     assert isinstance(progress, TaskProgress) and progress.workflow_agents is not None
     (agent,) = progress.workflow_agents
     assert agent.state == "error" and agent.error is None
+
+
+def test_a_huge_task_description_is_cut_where_it_is_parsed() -> None:
+    # the model writes an Agent call's description: a megabyte of it went into every row,
+    # reason line and event of the run
+    huge = "d" * 1_000_000
+    tracker = Tracker()
+    call = {"type": "tool_use", "id": "tu", "name": "Agent",
+            "input": {"description": huge, "prompt": "p"}}  # fmt: skip
+    tracker.feed({"type": "assistant", "message": {"id": "m", "content": [call]}})
+    tracker.feed({"type": "system", "subtype": "task_started", "task_id": "t",
+                  "tool_use_id": "tu", "description": huge})  # fmt: skip
+    assert len(tracker.agent_calls["tu"].description) <= 500
+    assert len(tracker.tasks["t"].description) <= 500
