@@ -1206,3 +1206,36 @@ async def test_a_none_in_the_stream_is_an_item_not_the_deadline() -> None:
     items, done = await run(script)
     assert None in items
     assert (done.status, done.result, done.reason) == ("completed", "Answer", "all_results_used")
+
+
+async def test_a_client_runs_next_turn_after_a_deadline_wrap_up_may_start_agents() -> None:
+    # each turn has a deadline of its own (its clock starts at the turn): the wrap-up of
+    # one turn's deadline closed the run's gate for every later turn of the client
+    def replies(prompt: str) -> list[Any]:
+        answer = "Final" if "last turn" in prompt else "Next answer"
+        return [init(), lead(answer, msg_id=f"m-{len(prompt)}"), result(answer)]
+
+    client = FakeClient([*fan_out(("t1", "a"))], replies=replies)
+    clock = FakeClock()
+    policy = fast_policy(
+        deadline_s=100.0, idle_timeout_s=600.0, spawn=SpawnPolicy(wrap_up_reserve_s=10)
+    )
+    agent = {"tool_input": {"prompt": "go", "description": "d"}}
+    async with teamlead.ClientRun(client.options, policy, clock=clock) as run:
+        (matcher,) = run.options.hooks["PreToolUse"]
+        (hook,) = matcher.hooks
+
+        async def advance_when_blocked() -> None:
+            await anyio.wait_all_tasks_blocked()
+            clock.advance(95.0)  # past the turn's wrap-up point
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(advance_when_blocked)
+                first = [i async for i in teamlead.receive_all(client, run)]
+            assert isinstance(first[-1], Finished) and first[-1].reason == "deadline"
+            await client.query("And now?")
+            second = [i async for i in teamlead.receive_all(client, run)]
+            assert isinstance(second[-1], Finished)
+            out = await hook(agent, "t9", {})
+    assert out == {}, out
