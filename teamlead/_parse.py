@@ -20,6 +20,7 @@ Example:
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -506,7 +507,7 @@ def _assistant_events(
             AgentCallSeen(
                 tool_use_id=str(tool["id"]),
                 message_id=message_id,
-                description=_str(inp.get("description")) or "",
+                description=_short(inp.get("description")) or "",
                 prompt=_str(inp.get("prompt")) or "",
                 subagent_type=_str(inp.get("subagent_type")),
                 model=_str(inp.get("model")),
@@ -542,7 +543,7 @@ def tool_summary(tool_input: Any) -> str:
             return value.strip()[:_MAX_TOOL_SUMMARY]
     try:
         text = json.dumps(dict(data), ensure_ascii=False, default=str)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, RecursionError):  # nested deeper than the stack has room
         return ""
     return text[:_MAX_TOOL_SUMMARY] if data else ""
 
@@ -620,6 +621,24 @@ def _int(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def _path(value: Any) -> str | None:
+    """``value`` if it can name a file: a non-empty string with no NUL byte (which every
+    look at such a path raises on)."""
+    return value if isinstance(value, str) and value and "\x00" not in value else None
+
+
+def _amount(value: Any) -> float | None:
+    """``value`` as an amount of money: a finite number not below zero (a NaN would win or
+    lose every comparison, so a cost budget would never be reached), else ``None``."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        amount = float(value)
+    except OverflowError:  # an integer past any float
+        return None
+    return amount if math.isfinite(amount) and amount >= 0 else None
+
+
 def _task_status(value: Any) -> TaskStatus | None:
     return cast(TaskStatus, value) if value in _TASK_STATES else None
 
@@ -640,7 +659,7 @@ def _parse_system(raw: Mapping[str, Any]) -> TrackedEvent | None:
         return TaskStarted(
             task_id=task_id,
             tool_use_id=_str(raw.get("tool_use_id")),
-            description=_str(raw.get("description")) or "",
+            description=_short(raw.get("description")) or "",
             prompt=_str(raw.get("prompt")),
             subagent_type=_str(raw.get("subagent_type")),
             run_id=_str(raw.get("run_id")),
@@ -660,7 +679,7 @@ def _parse_system(raw: Mapping[str, Any]) -> TrackedEvent | None:
                 status=terminal,
                 source="task_notification",
                 summary=summary,
-                output_file=_str(raw.get("output_file")) or None,
+                output_file=_path(raw.get("output_file")),
                 usage=usage,
                 tool_use_id=_str(raw.get("tool_use_id")),
                 workflow_run_id=found.group(1) if found else None,
@@ -675,7 +694,7 @@ def _parse_system(raw: Mapping[str, Any]) -> TrackedEvent | None:
                 status=terminal,
                 source="task_updated",
                 summary=_str(patch.get("summary")) or _str(patch.get("result")),
-                output_file=_str(patch.get("output_file")) or None,
+                output_file=_path(patch.get("output_file")),
                 error=_short(patch.get("error")),
             )
         return TaskProgress(task_id, status=_task_status(patch.get("status")))
@@ -724,6 +743,11 @@ def _workflow_agents(progress: Any) -> tuple[WorkflowAgent, ...] | None:
         if index is None:
             continue
         error = entry.get("error")
+        if error is not None and not isinstance(error, str):
+            try:
+                error = json.dumps(error)
+            except (TypeError, ValueError, RecursionError):  # nested past the stack's room
+                error = None
         agents.append(
             WorkflowAgent(
                 index=index,
@@ -738,9 +762,7 @@ def _workflow_agents(progress: Any) -> tuple[WorkflowAgent, ...] | None:
                 tool_calls=_int(entry.get("toolCalls")),
                 duration_ms=_int(entry.get("durationMs")),
                 result_preview=_short(entry.get("resultPreview")),
-                error=_short(
-                    error if error is None or isinstance(error, str) else json.dumps(error)
-                ),
+                error=_short(error),
                 cached=entry.get("cached") is True,
             )
         )
@@ -762,9 +784,7 @@ def _result(raw: Mapping[str, Any]) -> ResultSeen:
         text=_str(raw.get("result")),
         session_id=_str(raw.get("session_id")),
         api_error_status=_int(raw.get("api_error_status")),
-        cost_usd=float(cost)
-        if isinstance(cost, (int, float)) and not isinstance(cost, bool)
-        else None,
+        cost_usd=_amount(cost),
         usage=usage if isinstance(usage, Mapping) else None,
         num_turns=_int(raw.get("num_turns")),
         origin_run_id=run_id,

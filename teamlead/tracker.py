@@ -228,6 +228,7 @@ class Tracker:
     started_at: float = field(default=-1.0)
     _seq: int = 0
     _by_tool_use: dict[str, str] = field(default_factory=dict)
+    _started: set[str] = field(default_factory=set)  # the tasks whose start was seen
     _agent_results: set[str] = field(default_factory=set)
     _workflow_calls: dict[str, WorkflowCallSeen] = field(default_factory=dict)
     _launches: dict[str, WorkflowLaunched] = field(default_factory=dict)
@@ -260,9 +261,10 @@ class Tracker:
             self.agent_calls.setdefault(event.tool_use_id, event)
         elif isinstance(event, TaskStarted):
             task = self._task(event.task_id, now)
-            if task.terminal and not task.is_workflow:
+            if task.terminal and not task.is_workflow and event.task_id in self._started:
                 # continued (a SendMessage to its id): its next notification supersedes the
-                # last, so it is running again and nothing of its last end counts as used
+                # last, so it is running again and nothing of its last end counts as used;
+                # a first start that comes after its end (out of order) changes no end
                 task.continued += 1
                 task.status, task.ended_at, task.ended_seq = "running", None, None
                 task.absorbed, task.summary, task.notified = False, None, False
@@ -274,6 +276,7 @@ class Tracker:
             task.run_id = event.run_id
             task.task_type = event.task_type or task.task_type
             task.parent_task_id = event.parent_task_id or task.parent_task_id
+            self._started.add(event.task_id)
             if event.tool_use_id:
                 self._by_tool_use[event.tool_use_id] = event.task_id
             if event.task_type == "local_workflow":
@@ -316,8 +319,10 @@ class Tracker:
                 run.run_id = run.run_id or event.workflow_run_id
             notice = event.source == "task_notification"
             # the same task notifying again (continued with no start seen): a new end, which
-            # supersedes the last one, and which no lead turn has used yet
-            again = notice and task.notified and run is None
+            # supersedes the last one, and which no lead turn has used yet; a repeat of the
+            # last notification (its state and summary) is that same end
+            repeat = (event.status, event.summary or None) == (task.status, task.summary)
+            again = notice and task.notified and run is None and not repeat
             if not task.terminal or again:  # clear on whichever comes first (one end)
                 task.status = event.status
                 task.ended_at = now

@@ -70,6 +70,7 @@ from .scripted_query import (
     of_type,
     result,
     run,
+    started,
     synthesis_failed,
     updated,
 )
@@ -1175,3 +1176,66 @@ async def test_what_the_stream_yields_is_a_union_an_app_can_match_on() -> None:
             case _:
                 pass
     assert kinds == ["fallback:summary", "finished:completed"]
+
+
+async def test_a_task_continued_after_its_result_was_delivered_delivers_its_new_result() -> None:
+    # the lead used T1's first result, then continued t1 (a SendMessage to it); its new end
+    # came after the lead's last turn, as the CLI exited: that result is outstanding
+    again = {**started("t1", "probe"), "tool_use_id": "tu-send"}
+    script = Script(
+        [*fan_out(("t1", "probe")), notified("t1", summary="T1: first"), *synthesis_failed()],
+        [
+            init(),
+            lead("Asked t1 more", msg_id="m2"),
+            result("Asked t1 more"),
+            again,
+            notified("t1", summary="T1: the follow-up"),
+        ],  # fmt: skip
+        [init(), lead("Final"), result("Final")],
+    )
+    items, done = await run(script)
+    assert "T1: first" in script.prompts[1]
+    assert len(script.prompts) == 3 and "T1: the follow-up" in script.prompts[2]
+    assert done.result == "Final"
+
+
+async def test_a_none_in_the_stream_is_an_item_not_the_deadline() -> None:
+    # the read's "nothing came before the deadline" was None too: an odd None item cut the
+    # round as if the deadline had come, and the run wrapped up
+    script = Script([init(), None, lead("Answer", msg_id="m1"), result("Answer")])
+    items, done = await run(script)
+    assert None in items
+    assert (done.status, done.result, done.reason) == ("completed", "Answer", "all_results_used")
+
+
+async def test_a_client_runs_next_turn_after_a_deadline_wrap_up_may_start_agents() -> None:
+    # each turn has a deadline of its own (its clock starts at the turn): the wrap-up of
+    # one turn's deadline closed the run's gate for every later turn of the client
+    def replies(prompt: str) -> list[Any]:
+        answer = "Final" if "last turn" in prompt else "Next answer"
+        return [init(), lead(answer, msg_id=f"m-{len(prompt)}"), result(answer)]
+
+    client = FakeClient([*fan_out(("t1", "a"))], replies=replies)
+    clock = FakeClock()
+    policy = fast_policy(
+        deadline_s=100.0, idle_timeout_s=600.0, spawn=SpawnPolicy(wrap_up_reserve_s=10)
+    )
+    agent = {"tool_input": {"prompt": "go", "description": "d"}}
+    async with teamlead.ClientRun(client.options, policy, clock=clock) as run:
+        (matcher,) = run.options.hooks["PreToolUse"]
+        (hook,) = matcher.hooks
+
+        async def advance_when_blocked() -> None:
+            await anyio.wait_all_tasks_blocked()
+            clock.advance(95.0)  # past the turn's wrap-up point
+
+        with anyio.fail_after(5):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(advance_when_blocked)
+                first = [i async for i in teamlead.receive_all(client, run)]
+            assert isinstance(first[-1], Finished) and first[-1].reason == "deadline"
+            await client.query("And now?")
+            second = [i async for i in teamlead.receive_all(client, run)]
+            assert isinstance(second[-1], Finished)
+            out = await hook(agent, "t9", {})
+    assert out == {}, out

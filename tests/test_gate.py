@@ -17,13 +17,14 @@ import pydantic
 import pytest
 from claude_agent_sdk import ClaudeAgentOptions, HookMatcher
 
+from teamlead._gate.calls import call_dispositions
 from teamlead._gate.gate import SpawnGate, classify_agent_result
 from teamlead._gate.slots import FifoSlots, SpawnCap, cli_subagent_cap
 from teamlead._run.options import merge_hook
 from teamlead.events import EVENT_VERSION, SpawnDecided
 from teamlead.policy import SpawnPolicy
 from teamlead.testing import FakeClock
-from teamlead.tracker import ToolResultSeen, parse_message
+from teamlead.tracker import ToolResultSeen, Tracker, parse_message
 
 from .polling import settle
 from .step_clock import StepClock
@@ -122,6 +123,67 @@ async def test_a_repeated_tool_use_id_gets_a_key_of_its_own_whatever_ids_came_be
             assert decision(await gate.hook(agent_input(), tid, {})) == "allow"
     keys = [r.tool_use_id for r in gate.records()]
     assert keys == ["a", "a#2", "a#3", "a#4"]
+
+
+async def test_the_stream_frees_the_slot_of_a_call_whose_tool_use_id_repeats() -> None:
+    # the second "a" is keyed "a#2"; its task's start and end name "a", as the CLI sends them
+    gate, _ = gate_with(max_concurrent_agents=1)
+    with anyio.fail_after(5):
+        for task_id in ("k1", "k2"):
+            assert decision(await gate.hook(agent_input(), "a", {})) == "allow"
+            for subtype in ("task_started", "task_notification"):
+                gate.observe({"type": "system", "subtype": subtype, "task_id": task_id,
+                              "tool_use_id": "a", "description": "a"})  # fmt: skip
+            assert gate.running == 0, task_id
+    assert [(r.tool_use_id, r.task_id) for r in gate.records()] == [("a", "k1"), ("a#2", "k2")]
+    # a tool result naming a repeated id ends the call of it that still runs, not the first
+    with anyio.fail_after(5):
+        assert decision(await gate.hook(agent_input(), "a", {})) == "allow"
+    result = {"type": "user", "message": {"content": [
+        {"type": "tool_result", "tool_use_id": "a", "content": "the answer"}]}}  # fmt: skip
+    gate.observe(result)
+    assert gate.running == 0
+
+
+async def test_the_end_of_one_of_two_running_calls_of_a_repeated_id_frees_its_own_slot() -> None:
+    gate, _ = gate_with(max_concurrent_agents=5)
+    with anyio.fail_after(5):
+        for task_id in ("k1", "k2"):
+            assert decision(await gate.hook(agent_input(), "a", {})) == "allow"
+            gate.observe({"type": "system", "subtype": "task_started", "task_id": task_id,
+                          "tool_use_id": "a", "description": "a"})  # fmt: skip
+    gate.observe({"type": "system", "subtype": "task_notification", "task_id": "k1",
+                  "tool_use_id": "a", "status": "completed", "summary": "done"})  # fmt: skip
+    assert gate.running == 1  # k2 still runs, and holds its slot
+    assert [r.ended_at is not None for r in gate.records()] == [True, False]
+
+
+async def test_a_repeated_task_start_keeps_the_task_with_its_own_call() -> None:
+    gate, _ = gate_with(max_concurrent_agents=5)
+    started = {"type": "system", "subtype": "task_started", "task_id": "k1",
+               "tool_use_id": "a", "description": "a"}  # fmt: skip
+    with anyio.fail_after(5):
+        assert decision(await gate.hook(agent_input(), "a", {})) == "allow"
+        gate.observe(started)
+        assert decision(await gate.hook(agent_input(), "a", {})) == "allow"  # not started yet
+    gate.observe(started)  # the same start again
+    assert [r.task_id for r in gate.records()] == ["k1", None]
+    gate.observe({"type": "system", "subtype": "task_notification", "task_id": "k1",
+                  "tool_use_id": "a", "status": "completed", "summary": "done"})  # fmt: skip
+    assert [r.ended_at is not None for r in gate.records()] == [True, False]
+
+
+async def test_a_started_call_whose_tool_use_id_repeats_is_no_lost_call() -> None:
+    gate, _ = gate_with()
+    tracker = Tracker()
+    with anyio.fail_after(5):
+        for task_id in ("k1", "k2"):
+            assert decision(await gate.hook(agent_input(), "a", {})) == "allow"
+            started = {"type": "system", "subtype": "task_started", "task_id": task_id,
+                       "tool_use_id": "a", "description": "a"}  # fmt: skip
+            gate.observe(started, tracker.feed(started))
+    rows, reasons = call_dispositions(gate.records(), seen=tracker.call_seen)
+    assert (rows, reasons) == ([], [])  # both started: the stream showed what became of them
 
 
 async def test_deny_reasons_say_what_to_do_next() -> None:
@@ -236,6 +298,29 @@ async def test_stagger_spaces_the_starts_of_a_burst() -> None:
     async with anyio.create_task_group() as tg:
         Calls(gate, tg).start("t4")
     assert admitted_at["t4"] == 40.0
+
+
+async def test_a_stagger_turn_of_a_call_that_never_starts_is_given_back() -> None:
+    clock = StepClock()
+    gate, _ = gate_with(clock, stagger_s=30.0)
+    admitted_at: dict[str, float] = {}
+
+    def on(e: SpawnDecided) -> None:
+        if e.outcome == "admitted":
+            admitted_at[e.tool_use_id] = clock.now
+
+    gate.on_event = on
+    async with anyio.create_task_group() as tg:
+        calls = Calls(gate, tg)
+        calls.start("t0")  # starts at once
+        calls.start("t1")  # its turn is at 30 s
+        await clock.advance(5)
+        gate.spawn_rejected("t1", "PreToolUse hook did not respond before its timeout")
+        await clock.advance(1)
+        calls.start("t2")  # t1's turn is free again: t2 takes it
+        await clock.advance(60)
+    assert admitted_at == {"t0": 0.0, "t2": 30.0}
+    assert decision(calls.out["t1"]) == "deny"
 
 
 async def test_depth_one_denies_spawns_from_subagents() -> None:

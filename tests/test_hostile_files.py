@@ -378,3 +378,44 @@ def test_a_file_at_its_cap_is_read_and_one_byte_over_is_refused(tmp_path: Path) 
     assert read_regular(path, 3000) == b"y" * 3000
     with pytest.raises(FileProblem, match="over the 2999-byte cap"):
         read_regular(path, 2999)
+
+
+@pytest.mark.parametrize("session", ["../../outside", "ABSOLUTE", "..", "a/b"])
+def test_a_spilled_result_stays_under_the_config_dir_whatever_the_streams_session_id(
+    tmp_path: Path, session: str
+) -> None:
+    # the session id is the stream's text: a result's file must not be written outside
+    config = tmp_path / "config"
+    session = str(tmp_path / "outside") if session == "ABSOLUTE" else session
+    tracker = Tracker()
+    tracker.feed({"type": "result", "subtype": "success", "result": "x", "session_id": session})
+    assert tracker.session_id == session
+    state = run_state(config, Policy(), FakeClock(), tracker)
+    try:
+        path = state.spill("task:t", "the whole result")
+    finally:
+        state.close()
+    assert path is not None and Path(path).read_text() == "the whole result"
+    runs = (config / "teamlead-runs").resolve()
+    assert Path(path).resolve().is_relative_to(runs), path
+    assert Path(path).resolve().parent != runs  # in a folder of the run's own
+
+
+def test_an_output_file_with_a_nul_byte_is_no_path_and_no_crash(tmp_path: Path) -> None:
+    # the stream's output_file is text: a NUL in it made every look at the file raise
+    tracker = Tracker()
+    tracker.feed({"type": "system", "subtype": "task_started", "task_id": "t",
+                  "tool_use_id": "tu", "description": "d", "session_id": SESSION})  # fmt: skip
+    tracker.feed({"type": "system", "subtype": "task_notification", "task_id": "t",
+                  "status": "failed", "summary": "", "output_file": "x\x00y"})  # fmt: skip
+    state = run_state(tmp_path, Policy(), FakeClock(), tracker)
+
+    async def drain() -> list[Any]:
+        return [event async for event in Collection(state, deadline=1e9)]
+
+    try:
+        anyio.run(drain)
+        done = finish(state)
+    finally:
+        state.close()
+    assert [(t.id, t.status, t.disposition) for t in done.tasks] == [("t", "failed", "failed")]

@@ -14,7 +14,9 @@ from teamlead.tracker import (
     AgentCallSeen,
     LeadTurn,
     ResultSeen,
+    SubagentToolUse,
     TaskEnded,
+    TaskProgress,
     TaskStarted,
     Tracker,
     parse_message,
@@ -322,3 +324,81 @@ def test_a_task_that_notifies_again_is_a_new_end_the_lead_has_not_used(restarted
     assert task.ended_seq is not None and task.ended_seq > first
     tracker.feed(lead("FINDING[d] used", msg_id="m2"))
     assert tracker.tasks["t"].absorbed
+
+
+@pytest.mark.parametrize("cost", [float("nan"), float("inf"), -1.0, 10**400])
+def test_a_cost_that_is_not_a_finite_amount_is_no_cost(cost: float) -> None:
+    # json.loads reads NaN, Infinity and integers past any float (whose float() raised in
+    # the parser, which must never raise): a NaN total would make every later total lose to
+    # it (max) and the cost budget never be reached (NaN >= budget is false)
+    tracker = Tracker()
+    tracker.feed({"type": "result", "subtype": "success", "result": "a", "total_cost_usd": 0.5})
+    tracker.feed({"type": "result", "subtype": "success", "result": "b", "total_cost_usd": cost})
+    assert tracker.results[-1].cost_usd is None
+    assert tracker.cost_usd == 0.5
+
+
+def test_a_start_that_comes_after_its_tasks_end_is_no_continuation() -> None:
+    # out of order: the notification first; the late start must not wipe the result
+    tracker = Tracker()
+    tracker.feed(notified("t", summary="FINDING[d]"))
+    tracker.feed({"type": "system", "subtype": "task_started", "task_id": "t", "description": "d",
+                  "tool_use_id": "tu-t", "prompt": "AGENTJOB d"})  # fmt: skip
+    task = tracker.tasks["t"]
+    assert (task.status, task.summary, task.continued) == ("completed", "FINDING[d]", 0)
+    assert task.description == "d" and task.tool_use_id == "tu-t" and not tracker.open_tasks
+
+
+def test_the_same_notification_repeated_is_one_end_the_lead_has_used() -> None:
+    # a repeat of the notification the lead already used is no new end: delivering it
+    # again would resume the lead with a result it has
+    tracker = Tracker()
+    tracker.feed({"type": "system", "subtype": "task_started", "task_id": "t", "description": "d",
+                  "tool_use_id": "tu-t", "prompt": "AGENTJOB d"})  # fmt: skip
+    tracker.feed(notified("t", summary="FINDING[d]"))
+    tracker.feed(lead("FINDING[d] used", msg_id="m1"))
+    first = tracker.tasks["t"].ended_seq
+    tracker.feed(notified("t", summary="FINDING[d]"))
+    task = tracker.tasks["t"]
+    assert task.absorbed and task.ended_seq == first and not tracker.unabsorbed_tasks
+
+
+def test_a_deeply_nested_tool_input_is_summarised_never_raised() -> None:
+    # the SDK parsed the line on a shallow stack; summarising it deeper (as JSON) recursed
+    # past the limit, and the parser must never raise
+    nested: dict[str, Any] = {}
+    for _ in range(5000):
+        nested = {"a": nested}
+    block = {"type": "tool_use", "id": "x", "name": "Bash", "input": nested}
+    message = {"type": "assistant", "parent_tool_use_id": "p",
+               "message": {"id": "m", "content": [block]}}  # fmt: skip
+    events = parse_message(message)
+    uses = [e for e in events if isinstance(e, SubagentToolUse)]
+    assert len(uses) == 1 and len(uses[0].summary) <= 200
+
+
+def test_a_deeply_nested_workflow_agent_error_is_read_never_raised() -> None:
+    nested: dict[str, Any] = {}
+    for _ in range(5000):
+        nested = {"a": nested}
+    entry = {"type": "workflow_agent", "index": 0, "label": "a", "state": "error", "error": nested}
+    message = {"type": "system", "subtype": "task_progress", "task_id": "w",
+               "workflow_progress": [entry]}  # fmt: skip
+    (progress,) = parse_message(message)
+    assert isinstance(progress, TaskProgress) and progress.workflow_agents is not None
+    (agent,) = progress.workflow_agents
+    assert agent.state == "error" and agent.error is None
+
+
+def test_a_huge_task_description_is_cut_where_it_is_parsed() -> None:
+    # the model writes an Agent call's description: a megabyte of it went into every row,
+    # reason line and event of the run
+    huge = "d" * 1_000_000
+    tracker = Tracker()
+    call = {"type": "tool_use", "id": "tu", "name": "Agent",
+            "input": {"description": huge, "prompt": "p"}}  # fmt: skip
+    tracker.feed({"type": "assistant", "message": {"id": "m", "content": [call]}})
+    tracker.feed({"type": "system", "subtype": "task_started", "task_id": "t",
+                  "tool_use_id": "tu", "description": huge})  # fmt: skip
+    assert len(tracker.agent_calls["tu"].description) <= 500
+    assert len(tracker.tasks["t"].description) <= 500

@@ -381,3 +381,17 @@ async def test_a_stopped_runs_workflow_agents_are_refused_and_held_as_its_hooks_
         assert out[agent_id].code == "no_slot" and "SIGTERM" in out[agent_id].reason
     admission.end()
     assert gate.running == 0 and gate.spawned == 1
+
+
+async def test_a_workflow_agent_whose_first_request_comes_after_the_wrap_up_point_is_refused() -> (
+    None
+):
+    # a free slot and no stagger: nothing to wait for, but the wrap-up point has passed
+    clock = FakeClock()
+    admission = gate = admission_with(clock, deadline_s=60, wrap_up_reserve_s=10)
+    assert await admission.admit_workflow_agent("w1") is None
+    clock.advance(55)  # inside the wrap-up reserve, before the round is cut
+    with anyio.fail_after(5):
+        late = await admission.admit_workflow_agent("w2")
+    assert late is not None and late.code == "no_slot", late
+    assert gate.running == 1 and gate.spawned == 1  # w2 took nothing

@@ -263,3 +263,41 @@ def test_a_hostile_label_is_one_escaped_json_line_in_the_ndjson_stream() -> None
     finished = records[-1]
     labels = [r["label"] for r in finished["tasks"] if r["kind"] == "workflow_agent"]
     assert HOSTILE_LABEL in labels  # the label itself, as data, escaped only by JSON
+
+
+@pytest.mark.parametrize("duration_ms", [10**400, float("nan"), float("inf"), -5000, True])
+def test_a_hostile_duration_in_a_tasks_usage_leaves_its_row_no_reported_duration(
+    duration_ms: Any,
+) -> None:
+    # json.loads reads huge integers, NaN and Infinity: the row is made, its duration read
+    # from the run's own stamps, and the Finished is one JSON line
+    tracker = Tracker()
+    tracker.feed({"type": "system", "subtype": "task_started", "task_id": "t",
+                  "tool_use_id": "tu", "description": "d"})  # fmt: skip
+    tracker.feed({"type": "system", "subtype": "task_notification", "task_id": "t",
+                  "status": "completed", "summary": "ok",
+                  "usage": {"duration_ms": duration_ms, "total_tokens": 3}})  # fmt: skip
+    row = TaskDisposition(
+        id="t", kind="task", description="d", status="completed", disposition="included",
+        source="summary",
+    )  # fmt: skip
+    (out,) = RunAgents(Policy(), SystemClock()).rows(tracker, [row])
+    assert out.duration_s is not None and 0 <= out.duration_s < 60
+    finished = Finished(status="completed", result="ok", session_id="s", resumes=0, tasks=[out])
+    json.loads(finished.to_json(), parse_constant=lambda name: pytest.fail(name))
+
+
+def test_a_hostile_duration_of_a_workflow_agent_leaves_its_row_none() -> None:
+    tracker = Tracker()
+    tracker.feed({"type": "system", "subtype": "task_started", "task_id": "w", "tool_use_id": "tu",
+                  "description": "wf", "task_type": "local_workflow"})  # fmt: skip
+    agents = [{"type": "workflow_agent", "index": i, "label": f"a{i}", "state": "done",
+               "durationMs": ms} for i, ms in enumerate([10**400, -1, 1500])]  # fmt: skip
+    tracker.feed({"type": "system", "subtype": "task_progress", "task_id": "w",
+                  "workflow_progress": agents})  # fmt: skip
+    row = TaskDisposition(
+        id="w", kind="task", description="wf", status="lost", disposition="missing",
+        source="none",
+    )  # fmt: skip
+    rows = RunAgents(Policy(), SystemClock()).rows(tracker, [row])
+    assert [r.duration_s for r in rows if r.kind == "workflow_agent"] == [None, None, 1.5]

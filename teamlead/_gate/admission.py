@@ -139,6 +139,13 @@ class Admission(SpawnGate):
             listener()
         self.close(f"the run's {reason.replace('_', ' ')} is reached: no more agents")
 
+    def next_turn(self) -> None:
+        """A client run's next turn begins, on a deadline of its own: a gate that the last
+        turn's wrap-up closed opens again. A budget reached or a stop asked keeps it closed
+        (they are the run's, not a turn's)."""
+        if self.exhaust_reason is None and not self._stopped:
+            self._closed = False
+
     def stop_with(self, stop_task: Callable[[str], Awaitable[None]]) -> None:
         """A client run: an Agent-tool task past its timeout is stopped with
         ``stop_task(task_id)``, the client's, too (the relay has ended its request and

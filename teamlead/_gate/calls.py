@@ -189,7 +189,9 @@ def call_dispositions(
         status: Literal["denied", "rejected", "lost"]
         disposition: Disposition = "not_run"
         if record.status == "admitted":
-            if seen is None or seen(record.tool_use_id):
+            # its task started (a repeated id's call is keyed ``id#n``, which the stream
+            # never names: its task id says it was seen)
+            if seen is None or record.task_id is not None or seen(record.tool_use_id):
                 continue
             status, disposition, reason = "lost", "missing", _UNSEEN
             reasons.append(f'Agent call "{description}" was lost: {reason}')

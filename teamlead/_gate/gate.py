@@ -143,6 +143,8 @@ class SpawnGate:
         if deadline_s is not None:
             self.set_deadline(deadline_s)
         self._calls: dict[str, Call] = {}
+        #: the calls of each tool_use id as the hook got it (a repeated id has several)
+        self._by_raw: dict[str, list[Call]] = {}
         self._by_task: dict[str, Call] = {}
         self._turns = Turns(turn_gap_s)
         self._used = 0
@@ -279,6 +281,11 @@ class SpawnGate:
                     taken.append(pool)
                 if refusal is None and not await self._stagger(until):
                     refusal = WorkflowRefusal("no_slot", why.WORKFLOW_LATE_TURN)
+                # a slot free at once (or handed over as the wait ran out) past the wrap-up
+                # point: no agent starts after it, as in the hook
+                wrap = self.admit_until
+                if refusal is None and wrap is not None and self._clock.monotonic() >= wrap:
+                    refusal = WorkflowRefusal("no_slot", why.WORKFLOW_NO_SLOT)
         except BaseException:
             _give_back(taken)
             raise
@@ -344,13 +351,15 @@ class SpawnGate:
     def _observe(self, event: TrackedEvent) -> None:
         if isinstance(event, AgentCallsSent):
             self.note_message(event.message_id, list(event.tool_use_ids))
-        elif isinstance(event, ToolResultSeen) and event.tool_use_id in self._calls:
+        elif isinstance(event, ToolResultSeen) and event.tool_use_id in self._by_raw:
             outcome = classify_agent_result(event)
             if outcome == "rejected":
                 self.spawn_rejected(event.tool_use_id, event.text.strip())
             elif outcome == "denied":  # another PreToolUse hook denied a call admitted here
-                call = self._calls[event.tool_use_id]
-                if call.status == "admitted":
+                call = self._call_of(
+                    event.tool_use_id, lambda c: c.status == "admitted" and _holds(c)
+                )
+                if call is not None and call.status == "admitted":
                     call.status, call.code = "denied", "other_hook"
                     call.reason = event.text.strip()[:_MAX_TEXT]
                     self._refund(call)
@@ -361,8 +370,10 @@ class SpawnGate:
             if event.tool_use_id:
                 self.task_started(event.tool_use_id, event.task_id)
         elif isinstance(event, TaskEnded):
-            self.task_ended(event.task_id)
-            if event.tool_use_id:
+            call = self._by_task.get(event.task_id)
+            if call is not None:  # its call, not another of a repeated tool_use id
+                self._free(call)
+            elif event.tool_use_id:  # a task whose start the gate never saw
                 self.task_ended(event.tool_use_id)
 
     def note_message(self, message_id: str, tool_use_ids: list[str]) -> None:
@@ -371,7 +382,9 @@ class SpawnGate:
 
     def task_started(self, tool_use_id: str, task_id: str) -> None:
         """The CLI started the task of an Agent call."""
-        call = self._calls.get(tool_use_id)
+        if task_id in self._by_task:  # its start again: the task keeps its call
+            return
+        call = self._call_of(tool_use_id, lambda c: c.task_id is None)
         if call is not None and task_id:
             call.task_id = task_id
             self._by_task[task_id] = call
@@ -384,7 +397,7 @@ class SpawnGate:
 
     def task_ended(self, task_or_tool_use_id: str) -> None:
         """A task reached a terminal state (completed, failed, stopped, killed): free its slot."""
-        call = self._calls.get(task_or_tool_use_id) or self._by_task.get(task_or_tool_use_id)
+        call = self._call_of(task_or_tool_use_id, _holds) or self._by_task.get(task_or_tool_use_id)
         if call is not None:
             self._free(call)
 
@@ -394,8 +407,12 @@ class SpawnGate:
         A call still waiting in the gate (the CLI gave up on the hook but the SDK did not
         cancel it) stops waiting, so it can never take a slot for work that won't run.
         """
-        call = self._calls.get(tool_use_id)
-        if call is None or call.status in ("denied", "rejected"):
+        call = self._call_of(tool_use_id, lambda c: c.status == "queued" or _holds(c))
+        if call is not None:
+            self._reject(call, reason)
+
+    def _reject(self, call: Call, reason: str) -> None:
+        if call.status in ("denied", "rejected"):
             return
         call.status = "rejected"
         call.reason = reason[:_MAX_TEXT]
@@ -418,7 +435,7 @@ class SpawnGate:
         reason = f"the run was stopped ({reason}) while this call waited"
         for call in list(self._calls.values()):
             if call.status == "queued":
-                self.spawn_rejected(call.tool_use_id, reason)
+                self._reject(call, reason)
         self.close(reason)
 
     def close(self, reason: str = "the run is ending") -> None:
@@ -575,11 +592,21 @@ class SpawnGate:
             parent_agent_id=parent,
         )
         self._calls[key] = call
+        self._by_raw.setdefault(raw_id, []).append(call)
         if depth == 1:
             self._turns.enter()
         if not isinstance(input_data, Mapping) or not isinstance(tool_input.get("prompt"), str):
             return call, why.BAD_INPUT
         return call, None
+
+    def _call_of(self, tool_use_id: str, wanted: Callable[[Call], bool]) -> Call | None:
+        """The call the stream means by ``tool_use_id``: of the calls that came with that
+        id (the CLI may repeat one; the gate keyed the later ones ``id#n``), the first that
+        is ``wanted``, else the first."""
+        calls = self._by_raw.get(tool_use_id)
+        if not calls:
+            return None
+        return next((call for call in calls if wanted(call)), calls[0])
 
     def _depth_of(self, agent_id: str) -> int:
         parent = self._by_task.get(agent_id)
@@ -677,9 +704,14 @@ class SpawnGate:
         start = max(now, self._last_start + self.policy.stagger_s)
         if start > until:
             return False
-        self._last_start = start
+        previous, self._last_start = self._last_start, start
         if start > now:
-            await self._clock.sleep(start - now)
+            try:
+                await self._clock.sleep(start - now)
+            except BaseException:  # it never starts: its turn is free, unless a later one
+                if self._last_start == start:  # was taken after it
+                    self._last_start = previous
+                raise
         return True
 
     def _refuse_late(self, call: Call, now: float) -> SyncHookJSONOutput:
@@ -745,6 +777,11 @@ def _safe_read(read: Callable[[], float]) -> float | None:
         return read()
     except Exception:
         return None
+
+
+def _holds(call: Call) -> bool:
+    """The call holds a slot."""
+    return call.run_slot or call.cap_slot
 
 
 def _give_back(slots: list[FifoSlots]) -> None:

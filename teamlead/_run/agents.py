@@ -8,6 +8,7 @@ stream says of the agents, and at the end makes ``Finished.tasks`` one row per a
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable
 
 from .._gate import Admission, ExhaustReason
@@ -180,9 +181,9 @@ class RunAgents:
             update["tool_uses"] = tools
         elif task.tool_uses is not None:
             update["tool_uses"] = task.tool_uses
-        duration = usage.get("duration_ms")
-        if isinstance(duration, (int, float)):
-            update["duration_s"] = round(duration / 1000, 3)
+        duration = _seconds(usage.get("duration_ms"))
+        if duration is not None:
+            update["duration_s"] = duration
         elif task.ended_at is not None:
             update["duration_s"] = round(max(0.0, task.ended_at - task.started_at), 3)
         if task.output_file:
@@ -248,15 +249,25 @@ class RunAgents:
                 parent=task.task_id,
                 label=redact(agent.label),
                 tool_uses=agent.tool_calls,
-                duration_s=round(agent.duration_ms / 1000, 3)
-                if agent.duration_ms is not None
-                else None,
+                duration_s=_seconds(agent.duration_ms),
                 run_id=run.run_id if run is not None else None,
                 phase=redact(agent.phase) if agent.phase else None,
                 cached=agent.cached,
             )
             rows.append(row.model_copy(update=usage))
         return rows
+
+
+def _seconds(duration_ms: object) -> float | None:
+    """A duration the CLI reported in milliseconds, in seconds; ``None`` unless it is a
+    finite number not below zero (the stream may hold NaN, or an integer past any float)."""
+    if not isinstance(duration_ms, (int, float)) or isinstance(duration_ms, bool):
+        return None
+    try:
+        seconds = duration_ms / 1000
+    except OverflowError:
+        return None
+    return round(seconds, 3) if math.isfinite(seconds) and seconds >= 0 else None
 
 
 def _agent_status(

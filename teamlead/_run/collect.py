@@ -138,6 +138,8 @@ class Collection:
             delivery = self._continue_ask(task, end) or self._outstanding(task, lost, end)
             if delivery is None:
                 continue
+            if delivery.key == f"task:{task.task_id}" and not task.is_workflow:
+                collected.delivered_ends[delivery.key] = task.ended_seq
             yield FallbackUsed(
                 task_id=task.task_id,
                 description=redact(task.description),
@@ -160,8 +162,16 @@ class Collection:
         """What of ``task`` no lead turn used yet (``lost``: the workflow agents lost, by task
         id), if anything is left to deliver."""
         key = f"task:{task.task_id}"
-        if key in self._collected.absorbed or key in self._collected.deliveries:
-            return None
+        collected = self._collected
+        if key in collected.absorbed or key in collected.deliveries:
+            made_of = collected.delivered_ends.get(key)
+            if made_of is None or not task.terminal or made_of == task.ended_seq:
+                return None
+            # it ended again since (continued): its new end supersedes what was delivered
+            collected.absorbed.discard(key)
+            collected.deliveries.pop(key, None)
+            collected.unread.pop(key, None)
+            self._found[:] = [d for d in self._found if d.key != key]  # carried, not sent yet
         if task.absorbed and task.task_id not in lost:
             # the lead was told the task ended; a workflow's result may still have been cut
             # in that notification, and the rest of it is outstanding

@@ -67,6 +67,9 @@ class Collected:
         unread: the deliveries a resume prompt handed over partly by path (it quoted their
             head and tail) whose file the lead never read, by key, with the path: never
             counted as used.
+        delivered_ends: the end (the tracker's ``ended_seq``) each task's delivery
+            ``task:<id>`` was made of: a task that ends again (it was continued) is
+            delivered again.
     """
 
     deliveries: dict[str, Delivery] = field(default_factory=dict)
@@ -81,6 +84,7 @@ class Collected:
     ends: dict[str, tuple[int | None, AgentEnd]] = field(default_factory=dict)
     continue_asks: dict[str, int] = field(default_factory=dict)
     unread: dict[str, str] = field(default_factory=dict)
+    delivered_ends: dict[str, int | None] = field(default_factory=dict)
 
     def missing_lines(self) -> list[str]:
         """The teammates the resume prompt names as not reported or failed."""

@@ -44,6 +44,7 @@ _WORKFLOW_EVENTS = (WorkflowAgentChanged, WorkflowEnded, WorkflowLaunched)
 
 _CLOSE_TIMEOUT_S = 20.0  # a guard on tearing down the CLI process, not a policy deadline
 _END: Any = object()  # the stream ended
+_NOTHING: Any = object()  # the read's ``until`` came first (a stream may yield None itself)
 _BUDGET_GRACE_S = 2.0  # from a budget reached to the cut
 #: From the cut's end of the CLI to cancelling a read that its end has not ended: a
 #: cancellation inside the SDK's generator can interrupt the SDK's own clean-up (leaving its
@@ -161,7 +162,7 @@ class Round:
                 if self._cut:
                     error, kind = self._cut_error()
                     break
-                if message is None:
+                if message is _NOTHING:
                     error, kind = f"deadline of {self._policy.deadline_s:g} s reached", "deadline"
                     if idle:
                         error, kind = f"no message for {self._policy.idle_timeout_s:g} s", "idle"
@@ -234,7 +235,7 @@ class Round:
                 self._retry_after = max(self._retry_after or 0.0, event.retry_after_s)
 
     async def _read(self, until: float, *, cut: bool) -> Any:
-        """The next message; ``None`` once ``until`` came first; :data:`_END` at the end.
+        """The next message; :data:`_NOTHING` once ``until`` came first; :data:`_END` at the end.
 
         A stop asked of the run (:attr:`RunState.stop`) ends the read at once too. The read
         spawns no task of its own: ``until`` and a budget's grace are event-loop timers
@@ -247,7 +248,7 @@ class Round:
         self._read_budget = self._read_on_cut is not None and self._budget_cut
         # a graceful stop cuts every round but the wrap-up's own, as the wrap-up point does
         self._read_wrap = self._budget_cut and self._state.admission.gated
-        message: Any = None
+        message: Any = _NOTHING
         failure: Exception | None = None
         group = (
             anyio.create_task_group()

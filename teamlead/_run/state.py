@@ -19,7 +19,7 @@ from typing import Any, Literal, TypeAlias
 import anyio
 from claude_agent_sdk import ClaudeAgentOptions
 
-from .._claude import claude_config_dir
+from .._claude import claude_config_dir, is_session_id
 from .._gate import Admission
 from .._private import write_private
 from .._procs import stop_marked
@@ -298,7 +298,9 @@ class RunState:
         own in the session's run directory (mode 0600), for a prompt that quotes only its
         head and tail; returns the path, or ``None`` if it could not be written."""
         safe = "".join(c if c.isalnum() or c in "-_" else "_" for c in key)[:80]
-        session = self.stream.tracker.session_id or self.ask.mark
+        session = self.stream.tracker.session_id
+        if session is None or not is_session_id(session):  # the stream's text: no path in it
+            session = self.ask.mark
         folder = self.ask.config_dir / "teamlead-runs" / session
         path = folder / f"result-{safe}.txt"
         try:
