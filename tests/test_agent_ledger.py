@@ -24,6 +24,7 @@ from teamlead._governor import UsageScan
 from teamlead._metering.book import MAX_AGENTS, AgentBook
 from teamlead._metering.request import agent_key, is_workflow_agent
 from teamlead._relay import Relay, start_relay
+from teamlead._run.agents import RunAgents
 from teamlead._run.resume_prompt import Delivery, render_resume_prompt
 from teamlead.clock import SystemClock
 from teamlead.governor import Governor, GovernorPolicy
@@ -203,6 +204,25 @@ async def test_a_request_budget_refuses_subagents_but_keeps_the_wrap_ups_request
         assert (await http.post(url, content=body(), headers=headers())).status_code == 200
         assert (await http.post(url, content=body(), headers=headers())).status_code == 400
     assert book.requests == 4
+
+
+async def test_a_client_runs_next_turn_spends_no_more_of_the_room_kept_for_a_wrap_up(
+    server: ScriptedServer,
+) -> None:
+    # the last turn's wrap-up let the lead spend the room kept for it; a next turn that
+    # kept that leave let its lead past every budget
+    policy = Policy(request_budget=3)
+    admission = Admission(policy, SystemClock(), cap=SpawnCap())
+    agents = RunAgents(policy, SystemClock(), admission)
+    async with relayed_run(server, agents.book) as (_, url, http):
+        for agent in ("a1", "a2"):
+            assert (await http.post(url, content=body(), headers=headers(agent=agent))).is_success
+        agents.wrapping()  # the turn wraps up: its lead's request is kept for it
+        assert (await http.post(url, content=body(), headers=headers())).status_code == 200
+        agents.next_turn()
+        refused = await http.post(url, content=body(), headers=headers())
+        assert "request budget (3) is spent" in refused.json()["error"]["message"]
+    assert agents.book.requests == 3
 
 
 async def test_a_token_budget_is_checked_before_each_request_from_the_upstreams_usage(

@@ -61,6 +61,13 @@ class RunAgents:
         """The wrap-up starts: its own lead request may spend the room kept for it."""
         self.book.wrapping = True
 
+    def next_turn(self) -> None:
+        """A client run's next turn begins: the last turn's wrap-up is over, so the lead's
+        requests face the budgets again, and the gate it closed opens (as admission says)."""
+        self.book.wrapping = False
+        if self._admission is not None:
+            self._admission.next_turn()
+
     # -- what the stream says -------------------------------------------------------------
     def observe(self, events: Iterable[TrackedEvent], tracker: Tracker) -> None:
         """Tell the ledger what ``events`` (one message's) say about the run's agents."""

@@ -125,7 +125,7 @@ async def _begin(state: RunState) -> None:
     """A turn of the run begins: its clock starts, its session store opens."""
     state.ask.turns += 1
     if state.ask.turns > 1 and not (state.stop.requested or state.stop.wrapping):
-        state.admission.next_turn()  # a client's next turn: the last one's wrap-up is over
+        state.agents.next_turn()  # a client's next turn: the last one's wrap-up is over
     state.start_clock()
     await state.ask.open_store()
 
