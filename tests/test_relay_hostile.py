@@ -725,3 +725,16 @@ def test_a_replys_usage_is_read_within_limits() -> None:
     assert scan.feed(delta[:20]) == []
     assert scan.feed(delta[20:]) == [Usage(input_tokens=3, output_tokens=9)]
     assert (scan.usage, scan.seen) == (Usage(input_tokens=3, output_tokens=9), True)
+
+
+def test_a_deeply_nested_event_within_the_size_limit_is_skipped() -> None:
+    """JSON nested deeper than the parser recurses, in an event under the size limit, is
+    skipped like any unreadable event: the reply's stream goes on and later counts are
+    read."""
+    scan = UsageScan()
+    deep = b"[" * 20_000 + b"]" * 20_000
+    line = b'data: {"type":"message_delta","usage":' + deep + b"}\n"
+    assert len(line) <= MOST_EVENT_BYTES
+    assert scan.feed(line) == []
+    delta = b'data: {"type":"message_delta","usage":{"output_tokens":9}}\n'
+    assert scan.feed(delta) == [Usage(output_tokens=9)]

@@ -155,7 +155,7 @@ class UsageScan:
     def _event(self, raw: bytes) -> Usage | None:
         try:
             event = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested deeper than the parser recurses
             return None
         if not isinstance(event, dict):
             return None
