@@ -29,7 +29,7 @@ import pytest
 from teamlead._governor import Usage, UsageScan
 from teamlead._governor.retry_after import MAX_PAUSE_S
 from teamlead._governor.usage import MOST_EVENT_BYTES
-from teamlead._relay import Relay, RelayConfig, start_relay
+from teamlead._relay import Relay, RelayConfig, classify, start_relay
 from teamlead._relay.forward import backoff_s
 from teamlead.events import RateLimited
 from teamlead.governor import Governor, GovernorPolicy
@@ -738,3 +738,11 @@ def test_a_deeply_nested_event_within_the_size_limit_is_skipped() -> None:
     assert scan.feed(line) == []
     delta = b'data: {"type":"message_delta","usage":{"output_tokens":9}}\n'
     assert scan.feed(delta) == [Usage(output_tokens=9)]
+
+
+def test_a_request_body_nested_deeper_than_the_parser_recurses_is_classified_as_other() -> None:
+    """A body the JSON parser cannot read for its depth is one that is not JSON: paced as
+    ``other`` under the default model and forwarded, not a relay failure."""
+    deep = b'{"model": "m", "messages": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+    info = classify(deep)
+    assert (info.model, info.role, info.estimate) == ("default", "other", None)

@@ -84,7 +84,7 @@ def _object(body: bytes) -> dict[str, Any] | None:
     """The request body's JSON object; ``None`` when it is not one."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than it can be read
         return None
     return data if isinstance(data, dict) else None
 

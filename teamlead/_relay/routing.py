@@ -88,7 +88,7 @@ def classify(body: bytes) -> RequestInfo:
     """
     try:
         data = json.loads(body) if body else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than it can be read
         data = None
     if not isinstance(data, dict):
         return RequestInfo(_DEFAULT_MODEL, "other")
