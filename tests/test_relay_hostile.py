@@ -31,6 +31,7 @@ from teamlead._governor.retry_after import MAX_PAUSE_S
 from teamlead._governor.usage import MOST_EVENT_BYTES
 from teamlead._relay import Relay, RelayConfig, classify, start_relay
 from teamlead._relay.forward import backoff_s
+from teamlead._relay.keepalive import error_event
 from teamlead.events import RateLimited
 from teamlead.governor import Governor, GovernorPolicy
 from teamlead.testing import FakeClock
@@ -746,3 +747,11 @@ def test_a_request_body_nested_deeper_than_the_parser_recurses_is_classified_as_
     deep = b'{"model": "m", "messages": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
     info = classify(deep)
     assert (info.model, info.role, info.estimate) == ("default", "other", None)
+
+
+def test_an_error_body_nested_deeper_than_the_parser_recurses_gives_the_status_error() -> None:
+    """A held stream's error event: an upstream error body too deep to parse is one that
+    is not JSON, so the event is built from the status."""
+    deep = b'{"error": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+    event = error_event(529, deep)
+    assert json.loads(event.splitlines()[1][6:])["error"]["type"] == "overloaded_error"
