@@ -725,6 +725,9 @@ def quiet_post(url: str) -> int:
         ({"CLAUDE_CODE_USE_VERTEX": "0"}, True, None),
         ({"ANTHROPIC_BASE_URL": "unix:///tmp/api.sock"}, False, "not an http(s) URL"),
         ({"ANTHROPIC_BASE_URL": "ftp://example.com"}, False, "not an http(s) URL"),
+        ({"ANTHROPIC_BASE_URL": "http://[::1"}, False, "not an http(s) URL"),
+        ({"ANTHROPIC_BASE_URL": "http://127.0.0.1:99999"}, False, "not an http(s) URL"),
+        ({"ANTHROPIC_BASE_URL": "http://127.0.0.1:port"}, False, "not an http(s) URL"),
     ],
 )
 def test_relay_applicable(env: dict[str, str], ok: bool, fragment: str | None) -> None:

@@ -82,8 +82,13 @@ def relay_applicable(env: Mapping[str, str]) -> Applicability:
     ):
         if (env.get(name) or "").strip().lower() in _TRUE:
             return Applicability(False, base, f"request relay off: {label} ({name}) is not relayed")
-    parts = urlsplit(base)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(base)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+        _ = parts.port  # a port out of range or not a number: no connection can be made
+    except ValueError:  # e.g. an unclosed IPv6 bracket
+        usable = False
+    if not usable:
         return Applicability(
             False, base, "request relay off: ANTHROPIC_BASE_URL is not an http(s) URL"
         )
