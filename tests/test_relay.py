@@ -385,6 +385,24 @@ async def test_a_529_burst_is_held_at_the_relay_and_the_request_served_after_it(
     assert governor.total_in_flight == 0
 
 
+async def test_a_503_or_a_drop_held_as_an_overload_is_counted_as_one_not_as_a_rate_limit(
+    server_factory: list[ScriptedServer],
+) -> None:
+    faults = [Reply.error(503, should_retry=True), Reply.drop()]
+
+    def reply(req: ScriptedRequest) -> Reply:
+        return faults.pop(0) if faults else Reply.text("served after the burst")
+
+    server = serve(server_factory, reply)
+    governor = fake_governor(ceiling=8)
+    async with start_relay(server.base_url, governor) as relay, http() as h:
+        r = await h.post(relay.base_url + "/v1/messages", content=body())
+        summary = relay.summary()
+    assert r.status_code == 200 and len(server.recorded()) == 3
+    assert (summary.overloaded, summary.overloaded_held, summary.absorbed) == (2, 2, 2)
+    assert [b.rate_limited for b in summary.buckets] == [0]
+
+
 async def test_a_529_burst_past_the_hold_is_passed_on_once_the_hold_is_spent(
     server_factory: list[ScriptedServer],
 ) -> None:
