@@ -167,6 +167,17 @@ def test_a_body_nested_deeper_than_the_parser_recurses_is_read_as_no_json_object
     assert with_model(body, "pinned") is None  # it goes as it came
 
 
+def test_a_body_with_half_a_surrogate_pair_still_gets_its_pinned_model() -> None:
+    """A tool's output cut inside an emoji leaves half its surrogate pair, escaped in the
+    JSON the CLI sends: the body with its model pinned is valid UTF-8 and says the same."""
+    body = b'{"model":"sent","messages":[{"role":"user","content":"cut \\ud83d here \xc3\xa9"}]}'
+    pinned = with_model(body, "pinned")
+    assert pinned is not None
+    data = json.loads(pinned.decode("utf-8"))
+    assert data["model"] == "pinned"
+    assert data["messages"][0]["content"] == "cut \ud83d here \u00e9"
+
+
 def test_usage_is_read_across_chunk_boundaries_and_malformed_lines_are_skipped() -> None:
     start = b'event: message_start\ndata: {"type":"message_start","message":{"usage":'
     rest = b'{"input_tokens":5,"cache_read_input_tokens":3,"output_tokens":1}}}\n\n'

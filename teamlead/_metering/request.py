@@ -144,7 +144,11 @@ def with_model(body: bytes, model: str | None) -> bytes | None:
     if data is None or data.get("model") == model:
         return None
     data["model"] = model
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # half a surrogate pair (text cut inside an emoji): escaped
+        return json.dumps(data, separators=(",", ":")).encode()
 
 
 @dataclass(eq=False)
