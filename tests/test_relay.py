@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from functools import partial
 
+import aiohttp
 import anthropic
 import anyio
 import httpx2
@@ -36,6 +37,7 @@ from teamlead._relay import (
     relay_applicable,
     start_relay,
 )
+from teamlead._relay.app import RelayApp
 from teamlead._relay.keepalive import PING
 from teamlead._relay.stats import RelayEvent
 from teamlead.events import ConcurrencyChanged, RateLimited
@@ -448,6 +450,56 @@ async def test_a_held_streaming_request_is_kept_alive_with_pings_then_streams_th
     # the relay's pings while it held the request, then the answer's own events, whole
     assert held.count("event: ping") >= 3 and held.replace(PING.decode(), "") == "", held
     assert "served after the burst" in answer and "event: message_stop" in answer
+
+
+async def test_a_held_request_whose_client_goes_away_as_it_is_answered_gives_its_slot_back(
+    server_factory: list[ScriptedServer],
+) -> None:
+    """A client that reads nothing more (its ping blocked) and goes away just as the held
+    request is answered: the answer's slot and upstream response are given back."""
+    server = serve(server_factory, Overloaded(1, retry_after=0.5))
+    governor = fake_governor(ceiling=8)
+    pinged, gone = anyio.Event(), anyio.Event()
+    requests = [{"type": "http.request", "body": body(stream=True), "more_body": False}]
+
+    async def receive() -> dict[str, object]:
+        if requests:
+            return requests.pop()
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        if message["type"] == "http.response.body":
+            pinged.set()
+            await anyio.sleep_forever()  # a client that reads nothing more
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/p/v1/messages",
+        "raw_path": b"/p/v1/messages",
+        "query_string": b"",
+        "headers": [(b"host", b"relay"), (b"content-type", b"application/json")],
+    }
+    async with aiohttp.ClientSession() as session:
+        app = RelayApp(
+            upstream=server.base_url,
+            session=session,
+            governor=governor,
+            config=RelayConfig(ping_every_s=0.01),
+            prefix="p",
+        )
+        app.hosts = frozenset({b"relay"})
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(app, scope, receive, send)
+                await pinged.wait()
+                # the retry is answered: its slot is held, its response open
+                assert await apoll(
+                    lambda: governor.state(f"anthropic/{MODEL}").streaming == 1, within_s=5
+                )
+                gone.set()
+    assert governor.total_in_flight == 0
 
 
 async def test_a_held_streaming_request_whose_burst_outlasts_the_hold_ends_in_an_error_event(
