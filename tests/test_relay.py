@@ -405,6 +405,21 @@ async def test_a_503_or_a_drop_held_as_an_overload_is_counted_as_one_not_as_a_ra
     assert [b.rate_limited for b in summary.buckets] == [0]
 
 
+async def test_an_overload_whose_retry_after_is_zero_is_held_for_a_backoff_between_tries(
+    server_factory: list[ScriptedServer],
+) -> None:
+    """A 529 saying ``Retry-After: 0`` (or a date already past, by a skewed clock) asks for
+    no pause: each try still waits a backoff, so a burst is not met with tries as fast as
+    the upstream answers them for the whole hold."""
+    server = serve(server_factory, Overloaded(3, retry_after=0))
+    governor = fake_governor(ceiling=8)
+    clock: FakeClock = governor.clock  # type: ignore[assignment]
+    async with start_relay(server.base_url, governor) as relay, http() as h:
+        r = await h.post(relay.base_url + "/v1/messages", content=body())
+    assert r.status_code == 200 and len(server.recorded()) == 4
+    assert len([w for w in clock.sleeps if w > 0]) >= 3 and clock.monotonic() > 0
+
+
 async def test_a_529_burst_past_the_hold_is_passed_on_once_the_hold_is_spent(
     server_factory: list[ScriptedServer],
 ) -> None:
