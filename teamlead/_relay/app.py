@@ -242,11 +242,15 @@ class RelayApp:
         ) -> None:
             nonlocal error
             error = "interrupted"  # cut mid-stream, or the client went away
-            sent = request if new_body is None else dataclasses.replace(request, body=new_body)
+            sent, paced, asked = request, key, info
+            if new_body is not None:  # its agent's model pinned: paced in that model's bucket
+                sent = dataclasses.replace(request, body=new_body)
+                asked = dataclasses.replace(info, model=classify(new_body).model)
+                paced = bucket_key(self.config.provider, asked.model)
             ask = Ask(
                 self.governor,
-                key,
-                info,
+                paced,
+                asked,
                 self.config,
                 (limited,) if on_limited is None else (limited, on_limited),
                 share.deadline,
