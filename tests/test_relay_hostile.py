@@ -20,13 +20,14 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, closing, suppress
+from pathlib import Path
 
 import anyio
 import httpx2
 import psutil
 import pytest
 
-from teamlead._governor import Usage, UsageScan
+from teamlead._governor import Usage, UsageScan, open_account
 from teamlead._governor.retry_after import MAX_PAUSE_S
 from teamlead._governor.usage import MOST_EVENT_BYTES
 from teamlead._relay import Relay, RelayConfig, classify, start_relay
@@ -485,6 +486,25 @@ async def test_a_head_within_the_limits_goes_through(hostile: list[HostileUpstre
         r = await h.post(relay.base_url + "/v1/messages", content=BODY, headers=headers)
     assert r.status_code == 200
     assert b"x-h39: " + b"v" * 200 in server.heads[0]
+
+
+async def test_a_model_name_with_half_a_surrogate_pair_is_forwarded_not_a_500(
+    hostile: list[HostileUpstream], tmp_path: Path
+) -> None:
+    """A model name no store can hold as text (half a surrogate pair, escaped in the JSON)
+    is paced under the default bucket, and the request goes on for the upstream to judge,
+    on the machine's shared store too."""
+    server = upstream(hostile, reply(400))
+    account = open_account("machine", clock=FakeClock(), machine_path=tmp_path / "l.sqlite3")
+    governor = Governor(GovernorPolicy(ceiling=4), clock=FakeClock(), account=account)
+    bad = b'{"model": "claude-\\ud800", "max_tokens": 5, "messages": []}'
+    try:
+        async with start_relay(server.url, governor) as relay, http() as h:
+            r = await h.post(relay.base_url + "/v1/messages", content=bad)
+    finally:
+        account.close()
+    assert r.status_code == 400 and len(server.heads) == 1
+    assert classify(bad).model == "default"
 
 
 def slowloris(relay: Relay, silent: int, trickling: int) -> list[bytes]:
