@@ -813,6 +813,8 @@ def quiet_post(url: str) -> int:
         ({"ANTHROPIC_BASE_URL": "http://[::1"}, False, "not an http(s) URL"),
         ({"ANTHROPIC_BASE_URL": "http://127.0.0.1:99999"}, False, "not an http(s) URL"),
         ({"ANTHROPIC_BASE_URL": "http://127.0.0.1:port"}, False, "not an http(s) URL"),
+        # an undecodable byte of the environment, as Python keeps it: no host name
+        ({"ANTHROPIC_BASE_URL": "http://api\udcff.example"}, False, "not an http(s) URL"),
     ],
 )
 def test_relay_applicable(env: dict[str, str], ok: bool, fragment: str | None) -> None:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import anyio
+import yarl
 
 from .._gate import Pause
 from .._governor import Account, NamespacedAccount, WarnOnce, open_account
@@ -86,7 +87,8 @@ def relay_applicable(env: Mapping[str, str]) -> Applicability:
         parts = urlsplit(base)
         usable = parts.scheme in ("http", "https") and bool(parts.hostname)
         _ = parts.port  # a port out of range or not a number: no connection can be made
-    except ValueError:  # e.g. an unclosed IPv6 bracket
+        yarl.URL(base)  # as the relay reads it: a host name IDNA cannot encode is none
+    except ValueError:  # e.g. an unclosed IPv6 bracket (UnicodeError is one too)
         usable = False
     if not usable:
         return Applicability(
