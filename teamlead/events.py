@@ -608,7 +608,8 @@ class RelaySummary(BaseModel):
         requests: the requests seen (a retry is not a new request).
         absorbed: the 429s and 529s the relay held and retried (the CLI never saw them).
         passed: the 429s and 529s that went on to the CLI.
-        overloaded: the 529s met, held or passed on (counted in ``absorbed`` or ``passed``).
+        overloaded: the overloads met (529s, 503s, connections dropped before the reply's
+            head), held or passed on (counted in ``absorbed`` or ``passed``).
         overloaded_held: of those, the ones the relay held through an overload burst.
         buckets: per bucket, its final limit and what it met.
     """

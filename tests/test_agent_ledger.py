@@ -22,7 +22,7 @@ from teamlead._gate.reasons import WorkflowRefusal
 from teamlead._gate.slots import SpawnCap
 from teamlead._governor import UsageScan
 from teamlead._metering.book import MAX_AGENTS, AgentBook
-from teamlead._metering.request import agent_key, is_workflow_agent
+from teamlead._metering.request import agent_key, is_workflow_agent, model_of, with_model
 from teamlead._relay import Relay, start_relay
 from teamlead._run.agents import RunAgents
 from teamlead._run.resume_prompt import Delivery, render_resume_prompt
@@ -158,6 +158,25 @@ def test_agent_ids_and_workflow_requests_are_read_from_headers_and_body() -> Non
     assert is_workflow_agent(workflow_body())
     assert not is_workflow_agent(BODY)
     assert not is_workflow_agent(b"spawned by a workflow orchestration script, not JSON")
+
+
+def test_a_body_nested_deeper_than_the_parser_recurses_is_read_as_no_json_object() -> None:
+    deep = b"[" * 20_000 + b"]" * 20_000
+    body = b'{"system": "spawned by a workflow orchestration script", "x": ' + deep + b"}"
+    assert not is_workflow_agent(body)
+    assert model_of(body) is None
+    assert with_model(body, "pinned") is None  # it goes as it came
+
+
+def test_a_body_with_half_a_surrogate_pair_still_gets_its_pinned_model() -> None:
+    """A tool's output cut inside an emoji leaves half its surrogate pair, escaped in the
+    JSON the CLI sends: the body with its model pinned is valid UTF-8 and says the same."""
+    body = b'{"model":"sent","messages":[{"role":"user","content":"cut \\ud83d here \xc3\xa9"}]}'
+    pinned = with_model(body, "pinned")
+    assert pinned is not None
+    data = json.loads(pinned.decode("utf-8"))
+    assert data["model"] == "pinned"
+    assert data["messages"][0]["content"] == "cut \ud83d here \u00e9"
 
 
 def test_usage_is_read_across_chunk_boundaries_and_malformed_lines_are_skipped() -> None:

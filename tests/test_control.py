@@ -20,13 +20,17 @@ from claude_agent_sdk import ClaudeAgentOptions
 import teamlead
 from teamlead import AmendRefused, RunControl
 from teamlead._gate.slots import FifoSlots
+from teamlead._relay import start_relay
 from teamlead._run.state import SUBAGENT_MODEL_VAR, RunState, new_run
 from teamlead.events import RunAmended
 from teamlead.policy import Policy, SpawnPolicy, is_model_alias
-from teamlead.testing import FakeClock
+from teamlead.testing import FakeClock, Reply, ScriptedServer
 
 from .parsing import HandFed
+from .relay_upstream import fake_governor, http, serve, server_factory
 from .step_clock import StepClock
+
+__all__ = ["server_factory"]  # the fixture, imported for this module's tests
 
 pytestmark = pytest.mark.anyio
 
@@ -335,6 +339,26 @@ async def test_a_pinned_model_reaches_new_agents_only_and_stays_with_each() -> N
     assert json.loads(bodies["new"][0] or b"{}")["messages"] == [
         {"role": "user", "content": "WFJOB"}
     ]
+
+
+async def test_a_pinned_agents_requests_are_paced_in_the_bucket_of_the_model_they_go_to(
+    server_factory: list[ScriptedServer],
+) -> None:
+    """The upstream's limits are per model: a request sent with its agent's pinned model
+    takes a slot of that model's bucket, not of the model its body named."""
+    control = RunControl()
+    state = a_run(control, cap=5)
+    control.set_subagent_model("claude-haiku-5-5")
+    server = serve(server_factory, lambda req: Reply.text("done"))
+    governor = fake_governor()
+    headers = {"x-claude-code-session-id": "s1", "x-claude-code-agent-id": "w1"}
+    async with start_relay(server.base_url, governor) as relay, http() as h:
+        run = relay.open_run(agents=state.agents.book)
+        r = await h.post(run.base_url + "/v1/messages", content=WORKFLOW_BODY, headers=headers)
+    assert r.status_code == 200
+    (seen,) = server.recorded()
+    assert seen.request.body["model"] == "claude-haiku-5-5"
+    assert governor.keys == ["anthropic/claude-haiku-5-5"]
 
 
 async def test_an_alias_pins_workflow_agents_once_an_agent_call_showed_what_it_became() -> None:

@@ -19,6 +19,7 @@ from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from functools import partial
 
+import aiohttp
 import anthropic
 import anyio
 import httpx2
@@ -36,6 +37,7 @@ from teamlead._relay import (
     relay_applicable,
     start_relay,
 )
+from teamlead._relay.app import RelayApp
 from teamlead._relay.keepalive import PING
 from teamlead._relay.stats import RelayEvent
 from teamlead.events import ConcurrencyChanged, RateLimited
@@ -385,6 +387,39 @@ async def test_a_529_burst_is_held_at_the_relay_and_the_request_served_after_it(
     assert governor.total_in_flight == 0
 
 
+async def test_a_503_or_a_drop_held_as_an_overload_is_counted_as_one_not_as_a_rate_limit(
+    server_factory: list[ScriptedServer],
+) -> None:
+    faults = [Reply.error(503, should_retry=True), Reply.drop()]
+
+    def reply(req: ScriptedRequest) -> Reply:
+        return faults.pop(0) if faults else Reply.text("served after the burst")
+
+    server = serve(server_factory, reply)
+    governor = fake_governor(ceiling=8)
+    async with start_relay(server.base_url, governor) as relay, http() as h:
+        r = await h.post(relay.base_url + "/v1/messages", content=body())
+        summary = relay.summary()
+    assert r.status_code == 200 and len(server.recorded()) == 3
+    assert (summary.overloaded, summary.overloaded_held, summary.absorbed) == (2, 2, 2)
+    assert [b.rate_limited for b in summary.buckets] == [0]
+
+
+async def test_an_overload_whose_retry_after_is_zero_is_held_for_a_backoff_between_tries(
+    server_factory: list[ScriptedServer],
+) -> None:
+    """A 529 saying ``Retry-After: 0`` (or a date already past, by a skewed clock) asks for
+    no pause: each try still waits a backoff, so a burst is not met with tries as fast as
+    the upstream answers them for the whole hold."""
+    server = serve(server_factory, Overloaded(3, retry_after=0))
+    governor = fake_governor(ceiling=8)
+    clock: FakeClock = governor.clock  # type: ignore[assignment]
+    async with start_relay(server.base_url, governor) as relay, http() as h:
+        r = await h.post(relay.base_url + "/v1/messages", content=body())
+    assert r.status_code == 200 and len(server.recorded()) == 4
+    assert len([w for w in clock.sleeps if w > 0]) >= 3 and clock.monotonic() > 0
+
+
 async def test_a_529_burst_past_the_hold_is_passed_on_once_the_hold_is_spent(
     server_factory: list[ScriptedServer],
 ) -> None:
@@ -430,6 +465,56 @@ async def test_a_held_streaming_request_is_kept_alive_with_pings_then_streams_th
     # the relay's pings while it held the request, then the answer's own events, whole
     assert held.count("event: ping") >= 3 and held.replace(PING.decode(), "") == "", held
     assert "served after the burst" in answer and "event: message_stop" in answer
+
+
+async def test_a_held_request_whose_client_goes_away_as_it_is_answered_gives_its_slot_back(
+    server_factory: list[ScriptedServer],
+) -> None:
+    """A client that reads nothing more (its ping blocked) and goes away just as the held
+    request is answered: the answer's slot and upstream response are given back."""
+    server = serve(server_factory, Overloaded(1, retry_after=0.5))
+    governor = fake_governor(ceiling=8)
+    pinged, gone = anyio.Event(), anyio.Event()
+    requests = [{"type": "http.request", "body": body(stream=True), "more_body": False}]
+
+    async def receive() -> dict[str, object]:
+        if requests:
+            return requests.pop()
+        await gone.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(message: dict[str, object]) -> None:
+        if message["type"] == "http.response.body":
+            pinged.set()
+            await anyio.sleep_forever()  # a client that reads nothing more
+
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/p/v1/messages",
+        "raw_path": b"/p/v1/messages",
+        "query_string": b"",
+        "headers": [(b"host", b"relay"), (b"content-type", b"application/json")],
+    }
+    async with aiohttp.ClientSession() as session:
+        app = RelayApp(
+            upstream=server.base_url,
+            session=session,
+            governor=governor,
+            config=RelayConfig(ping_every_s=0.01),
+            prefix="p",
+        )
+        app.hosts = frozenset({b"relay"})
+        with anyio.fail_after(10):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(app, scope, receive, send)
+                await pinged.wait()
+                # the retry is answered: its slot is held, its response open
+                assert await apoll(
+                    lambda: governor.state(f"anthropic/{MODEL}").streaming == 1, within_s=5
+                )
+                gone.set()
+    assert governor.total_in_flight == 0
 
 
 async def test_a_held_streaming_request_whose_burst_outlasts_the_hold_ends_in_an_error_event(
@@ -725,6 +810,11 @@ def quiet_post(url: str) -> int:
         ({"CLAUDE_CODE_USE_VERTEX": "0"}, True, None),
         ({"ANTHROPIC_BASE_URL": "unix:///tmp/api.sock"}, False, "not an http(s) URL"),
         ({"ANTHROPIC_BASE_URL": "ftp://example.com"}, False, "not an http(s) URL"),
+        ({"ANTHROPIC_BASE_URL": "http://[::1"}, False, "not an http(s) URL"),
+        ({"ANTHROPIC_BASE_URL": "http://127.0.0.1:99999"}, False, "not an http(s) URL"),
+        ({"ANTHROPIC_BASE_URL": "http://127.0.0.1:port"}, False, "not an http(s) URL"),
+        # an undecodable byte of the environment, as Python keeps it: no host name
+        ({"ANTHROPIC_BASE_URL": "http://api\udcff.example"}, False, "not an http(s) URL"),
     ],
 )
 def test_relay_applicable(env: dict[str, str], ok: bool, fragment: str | None) -> None:

@@ -20,17 +20,19 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, closing, suppress
+from pathlib import Path
 
 import anyio
 import httpx2
 import psutil
 import pytest
 
-from teamlead._governor import Usage, UsageScan
+from teamlead._governor import Usage, UsageScan, open_account
 from teamlead._governor.retry_after import MAX_PAUSE_S
 from teamlead._governor.usage import MOST_EVENT_BYTES
-from teamlead._relay import Relay, RelayConfig, start_relay
+from teamlead._relay import Relay, RelayConfig, classify, start_relay
 from teamlead._relay.forward import backoff_s
+from teamlead._relay.keepalive import error_event
 from teamlead.events import RateLimited
 from teamlead.governor import Governor, GovernorPolicy
 from teamlead.testing import FakeClock
@@ -486,6 +488,25 @@ async def test_a_head_within_the_limits_goes_through(hostile: list[HostileUpstre
     assert b"x-h39: " + b"v" * 200 in server.heads[0]
 
 
+async def test_a_model_name_with_half_a_surrogate_pair_is_forwarded_not_a_500(
+    hostile: list[HostileUpstream], tmp_path: Path
+) -> None:
+    """A model name no store can hold as text (half a surrogate pair, escaped in the JSON)
+    is paced under the default bucket, and the request goes on for the upstream to judge,
+    on the machine's shared store too."""
+    server = upstream(hostile, reply(400))
+    account = open_account("machine", clock=FakeClock(), machine_path=tmp_path / "l.sqlite3")
+    governor = Governor(GovernorPolicy(ceiling=4), clock=FakeClock(), account=account)
+    bad = b'{"model": "claude-\\ud800", "max_tokens": 5, "messages": []}'
+    try:
+        async with start_relay(server.url, governor) as relay, http() as h:
+            r = await h.post(relay.base_url + "/v1/messages", content=bad)
+    finally:
+        account.close()
+    assert r.status_code == 400 and len(server.heads) == 1
+    assert classify(bad).model == "default"
+
+
 def slowloris(relay: Relay, silent: int, trickling: int) -> list[bytes]:
     """Open connections that never finish a head; what each got before it was closed."""
     conns = [connect(relay) for _ in range(silent + trickling)]
@@ -725,3 +746,32 @@ def test_a_replys_usage_is_read_within_limits() -> None:
     assert scan.feed(delta[:20]) == []
     assert scan.feed(delta[20:]) == [Usage(input_tokens=3, output_tokens=9)]
     assert (scan.usage, scan.seen) == (Usage(input_tokens=3, output_tokens=9), True)
+
+
+def test_a_deeply_nested_event_within_the_size_limit_is_skipped() -> None:
+    """JSON nested deeper than the parser recurses, in an event under the size limit, is
+    skipped like any unreadable event: the reply's stream goes on and later counts are
+    read."""
+    scan = UsageScan()
+    deep = b"[" * 20_000 + b"]" * 20_000
+    line = b'data: {"type":"message_delta","usage":' + deep + b"}\n"
+    assert len(line) <= MOST_EVENT_BYTES
+    assert scan.feed(line) == []
+    delta = b'data: {"type":"message_delta","usage":{"output_tokens":9}}\n'
+    assert scan.feed(delta) == [Usage(output_tokens=9)]
+
+
+def test_a_request_body_nested_deeper_than_the_parser_recurses_is_classified_as_other() -> None:
+    """A body the JSON parser cannot read for its depth is one that is not JSON: paced as
+    ``other`` under the default model and forwarded, not a relay failure."""
+    deep = b'{"model": "m", "messages": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+    info = classify(deep)
+    assert (info.model, info.role, info.estimate) == ("default", "other", None)
+
+
+def test_an_error_body_nested_deeper_than_the_parser_recurses_gives_the_status_error() -> None:
+    """A held stream's error event: an upstream error body too deep to parse is one that
+    is not JSON, so the event is built from the status."""
+    deep = b'{"error": ' + b"[" * 20_000 + b"]" * 20_000 + b"}"
+    event = error_event(529, deep)
+    assert json.loads(event.splitlines()[1][6:])["error"]["type"] == "overloaded_error"

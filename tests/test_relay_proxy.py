@@ -6,7 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from teamlead._relay import start_relay
+from teamlead._relay import RelayError, start_relay
+from teamlead._relay.server import Reserved
 from teamlead.testing import Reply, ScriptedServer
 
 from .relay_upstream import KEY, body, fake_governor, http, serve, server_factory
@@ -63,3 +64,16 @@ async def test_netrc_credentials_are_never_added(
     (seen,) = server.recorded()
     names = {k.lower() for k, _ in seen.headers}
     assert "authorization" not in names and "x-api-key" in names
+
+
+async def test_a_proxy_setting_that_is_no_url_is_a_relay_that_cannot_start(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A malformed ``HTTPS_PROXY`` is a relay that cannot start (the run goes direct with a
+    warning), and the socket drawn for it is closed."""
+    monkeypatch.setenv("HTTPS_PROXY", "http://[::1")
+    reserved = Reserved.draw()
+    with pytest.raises(RelayError, match="HTTPS_PROXY"):
+        async with start_relay("https://api.upstream.invalid", fake_governor(), reserved=reserved):
+            pass
+    assert reserved.sock.fileno() == -1

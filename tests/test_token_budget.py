@@ -7,6 +7,7 @@ run on a FakeClock: a waiter's slot at the refill rate is virtual time, never a 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from dataclasses import replace
@@ -595,3 +596,25 @@ async def test_the_relay_spreads_requests_over_the_window_and_learns_from_their_
     estimate = estimate_input({"messages": [{"role": "user", "content": text}]})
     assert budget.ratio == pytest.approx(drawn[0] / estimate.tokens, rel=0.02)
     assert statuses == [200] * 7  # six at once, spread: not one 429
+
+
+@pytest.mark.anyio
+async def test_the_relay_learns_the_output_of_each_reply_from_its_final_count() -> None:
+    # message_start carries "output_tokens": 1 before any is written (as the API's does);
+    # the mean output the budget charges is the replies' own, not pulled towards 1
+    reply = dataclasses.replace(Reply.text("ok"), output_tokens=500)
+    with ScriptedServer(lambda req: reply) as server:
+        governor = Governor(GovernorPolicy(ceiling=8))
+        async with (
+            start_relay(server.base_url, governor) as relay,
+            anthropic.AsyncAnthropic(base_url=relay.base_url, api_key="k", max_retries=0) as c,
+        ):
+            for _ in range(4):
+                async with c.messages.stream(
+                    model="claude-opus-5-5",
+                    max_tokens=600,
+                    messages=[{"role": "user", "content": "hi"}],
+                ) as stream:
+                    answer = await stream.get_final_message()
+                assert answer.usage.output_tokens == 500
+    assert governor.token_budget("anthropic/claude-opus-5-5").output == 500

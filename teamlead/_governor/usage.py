@@ -110,7 +110,8 @@ class UsageScan:
         return self.usage != Usage()
 
     def feed(self, chunk: bytes) -> list[Usage]:
-        """The counts of the events ``chunk`` completes, in order."""
+        """The counts of the events ``chunk`` completes, in order (``message_start``'s
+        input only: its output count is a placeholder)."""
         data = self._held + chunk if self._held else chunk
         end = data.rfind(b"\n")
         if end < 0:
@@ -155,12 +156,18 @@ class UsageScan:
     def _event(self, raw: bytes) -> Usage | None:
         try:
             event = json.loads(raw)
-        except ValueError:
+        except (ValueError, RecursionError):  # nested deeper than the parser recurses
             return None
         if not isinstance(event, dict):
             return None
         if event.get("type") == "message_start":
-            return self.message(event.get("message"))
+            usage = self.message(event.get("message"))
+            if usage is None or usage.output_tokens is None:
+                return usage
+            # its output count is set before any output is written (the API's says 1): the
+            # reply's own comes in message_delta, so this event gives its input only
+            usage = replace(usage, output_tokens=None)
+            return None if usage == Usage() else usage
         if event.get("type") != "message_delta":
             return None
         delta = event.get("delta")

@@ -84,7 +84,7 @@ def _object(body: bytes) -> dict[str, Any] | None:
     """The request body's JSON object; ``None`` when it is not one."""
     try:
         data = json.loads(body)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than it can be read
         return None
     return data if isinstance(data, dict) else None
 
@@ -144,7 +144,11 @@ def with_model(body: bytes, model: str | None) -> bytes | None:
     if data is None or data.get("model") == model:
         return None
     data["model"] = model
-    return json.dumps(data, ensure_ascii=False, separators=(",", ":")).encode()
+    text = json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+    try:
+        return text.encode()
+    except UnicodeEncodeError:  # half a surrogate pair (text cut inside an emoji): escaped
+        return json.dumps(data, separators=(",", ":")).encode()
 
 
 @dataclass(eq=False)

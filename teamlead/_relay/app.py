@@ -242,11 +242,15 @@ class RelayApp:
         ) -> None:
             nonlocal error
             error = "interrupted"  # cut mid-stream, or the client went away
-            sent = request if new_body is None else dataclasses.replace(request, body=new_body)
+            sent, paced, asked = request, key, info
+            if new_body is not None:  # its agent's model pinned: paced in that model's bucket
+                sent = dataclasses.replace(request, body=new_body)
+                asked = dataclasses.replace(info, model=classify(new_body).model)
+                paced = bucket_key(self.config.provider, asked.model)
             ask = Ask(
                 self.governor,
-                key,
-                info,
+                paced,
+                asked,
                 self.config,
                 (limited,) if on_limited is None else (limited, on_limited),
                 share.deadline,
@@ -376,7 +380,7 @@ class RelayApp:
 
         opened = functools.partial(open_upstream, self.session, request, ask)
         try:
-            exchange = await (opened() if held is None else _kept_alive(held, opened))
+            exchange = await (opened() if held is None else _kept_alive(held, opened, _give_back))
         except NoSlot:
             return await self._no_slot(send, ask)
         except UpstreamTimeout:
@@ -456,30 +460,47 @@ class RelayApp:
         await send({"type": "http.response.body", "body": body, "more_body": False})
 
 
-async def _kept_alive(held: HeldSend, opened: Callable[[Callable[[], None]], Awaitable[_T]]) -> _T:
+async def _kept_alive(
+    held: HeldSend,
+    opened: Callable[[Callable[[], None]], Awaitable[_T]],
+    lost: Callable[[_T], None] | None = None,
+) -> _T:
     """``opened(hold)`` with ``held``'s keep-alive beside it from the first ``hold()`` (the
     pings of a held request; no task for one never held), until it returns; its failure is
-    raised as it is, not in a group."""
+    raised as it is, not in a group. ``lost`` is given what ``opened`` returned when it
+    cannot be returned: the wait for the keep-alive's last write was cancelled (the client
+    went away meanwhile)."""
     result: list[_T] = []
     failure: list[Exception] = []
     started = False
-    async with anyio.create_task_group() as tg:
+    try:
+        async with anyio.create_task_group() as tg:
 
-        def hold() -> None:
-            nonlocal started
-            if not started:
-                started = True
-                tg.start_soon(held.keep_alive)
+            def hold() -> None:
+                nonlocal started
+                if not started:
+                    started = True
+                    tg.start_soon(held.keep_alive)
 
-        try:
-            result.append(await opened(hold))
-        except Exception as exc:  # noqa: BLE001 - raised below, outside the task group
-            failure.append(exc)
-        finally:
-            held.stop()  # the pings end; the keep-alive finishes its last write
+            try:
+                result.append(await opened(hold))
+            except Exception as exc:  # noqa: BLE001 - raised below, outside the task group
+                failure.append(exc)
+            finally:
+                held.stop()  # the pings end; the keep-alive finishes its last write
+    except BaseException:
+        if result and lost is not None:
+            lost(result[0])
+        raise
     if failure:
         raise failure[0]
     return result[0]
+
+
+def _give_back(exchange: Exchange) -> None:
+    """Close an exchange no one will stream: its upstream response, then its slot."""
+    exchange.response.close()
+    exchange.slot.release()
 
 
 def _traced_send(send: Send, trace: Guarded) -> Send:

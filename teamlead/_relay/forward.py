@@ -423,7 +423,10 @@ def _overloaded(ask: Ask, slot: Slot, status: int, retry_after: float | None, ho
     governor, config = ask.governor, ask.config
     now = governor.clock.monotonic()
     pause = retry_after
-    if pause is None:  # a burst's end is met within one short wait: it is not overshot long
+    # no pause asked (or none at all: a zero, a date already past by a skewed clock): a
+    # burst's end is met within one short wait, so it is not overshot long; without one,
+    # the tries would come as fast as the upstream answers them for the whole hold
+    if not pause:
         pause = backoff_s(config, hold.tries, ask.rng or _RNG, config.overload_backoff_max_s)
     absorb = hold.allows(now, pause) and pause <= _wait_left(ask)
     if absorb:

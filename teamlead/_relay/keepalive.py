@@ -42,7 +42,7 @@ def error_event(status: int, body: bytes) -> bytes:
     error: object = None
     try:
         parsed = json.loads(body[:_MOST_ERROR_BODY]) if body else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than it can be read
         parsed = None
     if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
         found = parsed["error"]

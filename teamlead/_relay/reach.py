@@ -22,7 +22,7 @@ import aiohttp
 import yarl
 from aiohttp.helpers import get_env_proxy_for_url
 
-from ..errors import SetupError
+from ..errors import RelayError, SetupError
 from .blame import shown, unreachable_reason
 
 log = logging.getLogger("teamlead.relay")
@@ -111,10 +111,18 @@ async def connect_ahead(
 
 def proxy_for(upstream: str) -> Proxy:
     """The environment's proxy for ``upstream`` (``HTTPS_PROXY``/``HTTP_PROXY``,
-    ``NO_PROXY``), and its credentials."""
+    ``NO_PROXY``), and its credentials.
+
+    Raises:
+        RelayError: a proxy variable holds no URL (its value, which may hold a password,
+            is not named).
+    """
     if not any(name.lower() in _PROXY_VARIABLES for name in os.environ):
         return None, None  # the common case, without reading every variable twice
     try:
         return get_env_proxy_for_url(yarl.URL(upstream))
     except LookupError:
         return None, None
+    except ValueError as exc:
+        names = ", ".join(sorted(n for n in os.environ if n.lower() in _PROXY_VARIABLES))
+        raise RelayError(f"the proxy setting ({names}) is not a URL: {exc}") from None

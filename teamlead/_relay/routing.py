@@ -78,6 +78,16 @@ def _system_texts(system: Any) -> Iterable[str]:
                 yield block["text"]
 
 
+def _storable(text: str) -> bool:
+    """Whether ``text`` is valid Unicode (no half of a surrogate pair, which a JSON escape
+    can hold): a bucket key is stored as text in a shared account."""
+    try:
+        text.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
 def classify(body: bytes) -> RequestInfo:
     """Model, role and estimated input from a request body; a body that is not JSON is
     ``other``.
@@ -88,12 +98,12 @@ def classify(body: bytes) -> RequestInfo:
     """
     try:
         data = json.loads(body) if body else None
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than it can be read
         data = None
     if not isinstance(data, dict):
         return RequestInfo(_DEFAULT_MODEL, "other")
     model = data.get("model")
-    model = model if isinstance(model, str) and model else _DEFAULT_MODEL
+    model = model if isinstance(model, str) and model and _storable(model) else _DEFAULT_MODEL
     estimate = estimate_input(data, size=len(body))
     streaming = data.get("stream") is True
     if any(_SUBAGENT_MARK in text for text in _system_texts(data.get("system"))):

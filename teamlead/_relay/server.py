@@ -381,7 +381,11 @@ class _RunningRelay:
             where = f"127.0.0.1:{self._config.port}" if self._config.port else "127.0.0.1"
             raise RelayError(f"the relay cannot listen on {where}: {exc.strerror}") from None
         port = sock.getsockname()[1]
-        proxy = proxy_for(self._upstream)
+        try:
+            proxy = proxy_for(self._upstream)
+        except RelayError:
+            sock.close()  # the relay's, reserved or not
+            raise
         self._session = _upstream_session(self._config, proxy)
         app = RelayApp(
             upstream=self._upstream,

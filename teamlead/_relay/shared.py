@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 import anyio
+import yarl
 
 from .._gate import Pause
 from .._governor import Account, NamespacedAccount, WarnOnce, open_account
@@ -82,8 +83,14 @@ def relay_applicable(env: Mapping[str, str]) -> Applicability:
     ):
         if (env.get(name) or "").strip().lower() in _TRUE:
             return Applicability(False, base, f"request relay off: {label} ({name}) is not relayed")
-    parts = urlsplit(base)
-    if parts.scheme not in ("http", "https") or not parts.hostname:
+    try:
+        parts = urlsplit(base)
+        usable = parts.scheme in ("http", "https") and bool(parts.hostname)
+        _ = parts.port  # a port out of range or not a number: no connection can be made
+        yarl.URL(base)  # as the relay reads it: a host name IDNA cannot encode is none
+    except ValueError:  # e.g. an unclosed IPv6 bracket (UnicodeError is one too)
+        usable = False
+    if not usable:
         return Applicability(
             False, base, "request relay off: ANTHROPIC_BASE_URL is not an http(s) URL"
         )

@@ -45,8 +45,9 @@ class Tally:
         self.buckets.setdefault(key, _BucketCount()).requests += 1
 
     def limited(self, key: str, event: RateLimited) -> None:
-        """One 429 or 529 met, absorbed or passed on."""
-        if event.status == 529:
+        """One 429 or overload met, absorbed or passed on: an overload is any status but
+        429 (a 529, a gateway's 503, or a connection dropped before the reply's head)."""
+        if event.status != 429:
             self.overloaded += 1
             self.overloaded_held += event.outcome == "absorbed"
         else:
