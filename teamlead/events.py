@@ -566,12 +566,13 @@ class RunAmended(_Event):
 
 
 class RateLimited(_Event):
-    """The relay met a 429 (or 529) from the upstream, or answered 429 itself.
+    """The relay met a 429 or an overload from the upstream, or answered 429 itself.
 
     Attributes:
         model: the request's model.
         role: ``lead``, ``subagent`` or ``other``, as the relay told them apart.
-        status: 429 (rate limited) or 529 (overloaded).
+        status: 429 (rate limited), else an overload: 529, a gateway's 503, or 502 for a
+            connection dropped before the reply's head.
         retry_after_s: the upstream's Retry-After, if it sent a usable one (at most 600 s),
             or the relay's own when it answered 429 itself.
         outcome: ``absorbed`` (the relay held the request and retried it; the CLI never saw

@@ -34,7 +34,7 @@ from teamlead._governor import UsageScan
 from teamlead._otel.chat import ChatObserver
 from teamlead._otel.run import RunTrace
 from teamlead._otel.setup import Instruments, Telemetry, export_wanted
-from teamlead._relay import start_relay
+from teamlead._relay import classify, start_relay
 from teamlead.events import (
     FallbackUsed,
     Finished,
@@ -516,20 +516,43 @@ def test_a_request_held_through_an_overload_is_an_overloaded_event_on_its_chat_s
             model=MODEL, max_tokens=10, messages=[{"role": "user", "content": "hi"}]
         )
 
-    replies = iter([Reply.error(529, retry_after=1), Reply.text("after the burst")])
-    _through_relay(exported, replies, ask)
+    burst = [Reply.error(529, retry_after=1), Reply.error(503, retry_after=1, should_retry=True)]
+    _through_relay(exported, iter([*burst, Reply.text("after the burst")]), ask)
     (chat,) = by_name(receiver.spans(), f"chat {MODEL}")
-    assert chat.attributes["teamlead.relay.attempts"] == 2
-    (event,) = chat.events
-    assert event.name == "overloaded"
-    assert event.attributes == {
-        "http.response.status_code": 529,
-        "teamlead.outcome": "absorbed",  # held at the relay: the client never saw it
-        "teamlead.source": "upstream",
-        "teamlead.retry_after_s": 1.0,
-    }
+    assert chat.attributes["teamlead.relay.attempts"] == 3
+    assert [event.name for event in chat.events] == ["overloaded", "overloaded"]  # a 503 too
+    assert [event.attributes for event in chat.events] == [
+        {
+            "http.response.status_code": status,
+            "teamlead.outcome": "absorbed",  # held at the relay: the client never saw it
+            "teamlead.source": "upstream",
+            "teamlead.retry_after_s": 1.0,
+        }
+        for status in (529, 503)
+    ]
     limited = [p for p in receiver.points() if p.metric == "teamlead.relay.rate_limited"]
-    assert [(p.attributes["teamlead.outcome"], p.value) for p in limited] == [("absorbed", 1.0)]
+    points = sorted(
+        (p.attributes["http.response.status_code"], p.attributes["teamlead.outcome"], p.value)
+        for p in limited
+    )
+    assert points == [(503, "absorbed", 1.0), (529, "absorbed", 1.0)]
+
+
+def test_a_json_reply_nested_too_deep_to_read_still_ends_as_its_chat_span(
+    exported: Exported, receiver: OtlpReceiver
+) -> None:
+    observer = ChatObserver(
+        exported.telemetry, place=lambda agent, write: write(Context()), on_usage=lambda *_: None
+    )
+    trace = observer.request("/v1/messages", classify(b'{"model": "m-deep"}'), None, None)
+    assert trace is not None
+    trace.response(200, [(b"content-type", b"application/json")])
+    trace.chunk(b"[" * 100_000 + b"]" * 100_000)  # within the size read, past the parser's depth
+    trace.end(None, UsageScan())
+    exported.flush()
+    (chat,) = by_name(receiver.spans(), "chat m-deep")
+    assert chat.attributes["http.response.status_code"] == 200
+    assert "gen_ai.usage.input_tokens" not in chat.attributes  # unknown, not made up
 
 
 def sse_bytes(text: str, input_tokens: int = 20) -> bytes:

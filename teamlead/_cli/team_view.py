@@ -158,7 +158,7 @@ def _describe_relay(item: Any) -> str | None:
     if isinstance(item, RateLimited):
         after = f", retry after {item.retry_after_s:g} s" if item.retry_after_s is not None else ""
         fate = "absorbed by the relay" if item.outcome == "absorbed" else "passed on to the CLI"
-        what = "529 (overloaded)" if item.status == 529 else str(item.status)
+        what = str(item.status) if item.status == 429 else f"{item.status} (overloaded)"
         return f"API {what} for {item.model} ({item.role}{after}): {fate}"
     if isinstance(item, ConcurrencyChanged) and item.cap != item.previous_cap:
         return f"governor: {item.key} limit {item.previous_cap} -> {item.cap} ({item.reason})"
@@ -372,7 +372,7 @@ class LiveTeamView:
         elif isinstance(item, ConcurrencyChanged):
             self.limits[item.key] = item.effective
         elif isinstance(item, RateLimited):
-            self.limited[item.status == 529, item.outcome] += 1
+            self.limited[item.status != 429, item.outcome] += 1
 
     def _tokens(self, agent_id: str | None, reported: int | None) -> str:
         """``in/out`` tokens as the relay counted them, else what the CLI reported."""
@@ -385,17 +385,18 @@ class LiveTeamView:
 
     def governor_line(self) -> str | None:
         """``governor: model limit 3 · 429s absorbed 5, passed on 0``, once there is news;
-        529s (overloaded) counted apart, held by the relay or passed on."""
+        overloads (a 529, a gateway's 503, a dropped connection) counted apart, held by the
+        relay or passed on."""
         if not self.limits and not self.limited:
             return None
         absorbed, passed = self.limited[False, "absorbed"], self.limited[False, "passed"]
-        held, passed_529 = self.limited[True, "absorbed"], self.limited[True, "passed"]
+        held, passed_over = self.limited[True, "absorbed"], self.limited[True, "passed"]
         limits = ", ".join(f"{key} limit {cap}" for key, cap in sorted(self.limits.items()))
         parts = [f"governor: {limits or 'no limit learnt'}"]
         if absorbed or passed:
             parts.append(f"429s absorbed {absorbed}, passed on {passed}")
-        if held or passed_529:
-            parts.append(f"529 overloaded {held + passed_529}: held {held}, passed on {passed_529}")
+        if held or passed_over:
+            parts.append(f"overloaded {held + passed_over}: held {held}, passed on {passed_over}")
         return " · ".join(parts)
 
     def __rich__(self) -> Group:

@@ -95,7 +95,7 @@ class ChatTrace:
         )
         if event.retry_after_s is not None:
             outcome["teamlead.retry_after_s"] = event.retry_after_s
-        name = "overloaded" if event.status == 529 else "rate_limited"
+        name = "rate_limited" if event.status == 429 else "overloaded"
         self.limits.append((wall_ns(), name, outcome))
 
     def opened(self, waited_s: float, attempts: int) -> None:
@@ -130,7 +130,7 @@ class ChatTrace:
         if not self._streamed:  # the relay read a stream; a JSON reply is read here
             scan = UsageScan()
             if self._json:
-                with contextlib.suppress(ValueError):
+                with contextlib.suppress(ValueError, RecursionError):  # too deep: unknown
                     scan.message(json.loads(bytes(self._json)))
         telemetry = self.observer.telemetry
         usage = scan.usage
