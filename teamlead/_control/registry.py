@@ -248,7 +248,13 @@ def _described(command: str) -> str:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    """A JSON number that is a float: not nan, not a whole number too long for one."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return float(value) == float(value)
+    except OverflowError:
+        return False
 
 
 def _is_run_id(text: str) -> bool:
