@@ -206,7 +206,7 @@ def test_a_too_long_runtime_directory_puts_the_socket_in_a_short_private_folder(
         b'{"run": "../../etc/pw", "pid": 1, "socket": "s", "started": 1, "pid_started": 1}',
         b'{"run": "aaaaaaaaaaaa", "pid": 1, "socket": "s", "started": NaN, "pid_started": 1}',
         b"[" * 100_000,
-        b'{"run": "aaaaaaaaaaaa", "pid": 1, "socket": "s", "started": 1' + b"0" * 400 + b', '
+        b'{"run": "aaaaaaaaaaaa", "pid": 1, "socket": "s", "started": 1' + b"0" * 400 + b", "
         b'"pid_started": 1}',
     ],
     ids=["huge", "garbage", "array", "pid-text", "pid-bool", "bad-id", "nan", "deep", "no-float"],
@@ -805,6 +805,18 @@ def test_show_says_why_a_run_has_no_prompt(mode: str, said: str) -> None:
     result = _invoke("show", "0123456789ab")
     assert result.exit_code == 0, result.output
     assert result.output.split("prompt:\n", 1)[1].splitlines()[0] == f"  {said}"
+
+
+@pytest.mark.parametrize("started", ["1e300", "-1e300", "NaN", "Infinity"])
+def test_show_of_a_record_started_at_no_possible_time_says_it_is_not_known(
+    started: str,
+) -> None:
+    written = History().add(RunRecord(run="0123456789ab", ended=1_800_000_000.0))
+    record = written.read_text().replace('"started":0.0', f'"started":{started}')
+    written.write_text(record)
+    result = _invoke("show", "0123456789ab")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[3].startswith("started: -, took ")
 
 
 _BAD_AMENDS = {

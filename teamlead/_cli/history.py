@@ -313,4 +313,8 @@ def _indent(text: str, by: int = 2) -> str:
 def _when(seconds: object) -> str:
     if not isinstance(seconds, (int, float)) or not seconds:
         return "-"
-    return datetime.fromtimestamp(float(seconds), timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        moment = datetime.fromtimestamp(float(seconds), timezone.utc)
+    except (OverflowError, ValueError, OSError):  # no time a calendar has (1e300, nan)
+        return "-"
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
