@@ -191,6 +191,39 @@ async def _redis_corrupted(redis: RedisServer, opened: list[Any]) -> RedisSessio
     return store
 
 
+async def test_a_summary_written_at_no_possible_time_is_unreadable_and_folded_anew(
+    tmp_path: Path, opened: list[Any]
+) -> None:
+    store = SQLiteSessionStore(tmp_path / "s.db")
+    opened.append(store)
+    await store.append(KEY, [{"type": "user", "uuid": "a"}])
+    await store.aclose()
+    with sqlite3.connect(tmp_path / "s.db") as db:  # a float past any SQLite INTEGER
+        db.execute("UPDATE teamlead_session_summaries SET mtime = 1e300")
+    assert await store.list_session_summaries("proj") == []
+    await store.append(KEY, [{"type": "user", "uuid": "b"}])
+    [summary] = await store.list_session_summaries("proj")
+    assert 0 < summary["mtime"] < 2**63
+
+
+@needs_redis
+async def test_a_redis_summary_or_index_at_no_possible_time_is_never_raised(
+    redis: RedisServer, opened: list[Any]
+) -> None:
+    import redis as redis_py
+
+    store = _redis_store(redis, opened)
+    await store.append(KEY, [{"type": "user", "uuid": "a"}])
+    ns = store._ns
+    huge = '{"session_id": "sess", "mtime": 1' + "0" * 400 + ', "data": {}}'
+    with redis_py.Redis.from_url(redis.url) as client:
+        client.set(f"{ns}summary:proj:sess", huge)
+    assert await store.list_session_summaries("proj") == []
+    with redis_py.Redis.from_url(redis.url) as client:
+        client.zadd(f"{ns}index:proj", {"sess": float("inf")})
+    assert await store.list_sessions("proj") == []
+
+
 @pytest.mark.parametrize("kind", ["redis", "sqlite"])
 async def test_unreadable_entries_are_skipped_with_one_warning_never_raised(
     kind: str,

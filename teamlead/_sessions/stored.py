@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import math
 from collections.abc import Iterable
 from typing import Any, cast
 from urllib.parse import quote
@@ -52,6 +51,8 @@ log = logging.getLogger("teamlead.sessions")
 MAX_ENTRY_BYTES = 16 * 1024 * 1024
 #: The most of one key (a transcript) read back; the local reader's cap too.
 MAX_SESSION_BYTES = 256 * 1024 * 1024
+#: The largest epoch-ms value a store keeps (SQLite's largest INTEGER).
+_MAX_MS = 2**63 - 1
 
 
 def encode(part: str) -> str:
@@ -131,11 +132,17 @@ def read_summary(
     if not isinstance(value, dict) or value.get("session_id") != session_id:
         return None
     mtime = value.get("mtime")
-    if isinstance(mtime, bool) or not isinstance(mtime, (int, float)) or not math.isfinite(mtime):
+    if isinstance(mtime, bool) or not isinstance(mtime, (int, float)) or not _epoch_ms(mtime):
         return None
     if not isinstance(value.get("data"), dict):
         return None
     return {"session_id": session_id, "mtime": int(mtime), "data": value["data"]}
+
+
+def _epoch_ms(value: float) -> bool:
+    """Whether ``value`` can be a moment in epoch ms: finite, and small enough for every
+    store to keep (an SQLite INTEGER; a whole number of 400 digits is no float either)."""
+    return -_MAX_MS <= value <= _MAX_MS  # nan compares false
 
 
 class EntryReader:
