@@ -486,3 +486,27 @@ async def test_the_sessions_table_escapes_control_characters_and_stays_aligned(
     assert shown == {"plain-session", "evil\\x1b[2J\\x07\\u202eid", "tab\\x09here"}
     # the time column starts at the same place on every row
     assert len({line.index(" 20") for line in lines}) == 1, lines
+
+
+async def test_a_session_written_at_no_calendar_time_is_listed_with_no_time(
+    tmp_path: Path, opened: list[Any]
+) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteSessionStore(path)
+    opened.append(store)
+    for session_id in ("far", "before", "plain"):
+        await store.append({"project_key": "p", "session_id": session_id}, [{"type": "user"}])
+    await store.aclose()
+    with sqlite3.connect(path) as db:  # the largest and the smallest INTEGER SQLite keeps
+        db.execute(
+            "UPDATE teamlead_session_keys SET mtime = ? WHERE session_id = 'far'", (2**63 - 1,)
+        )
+        db.execute(
+            "UPDATE teamlead_session_keys SET mtime = ? WHERE session_id = 'before'", (-(2**63),)
+        )
+    args = ["sessions", "--session-store", f"sqlite://{path}"]
+    result = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(main, args))
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split()[1] for line in result.output.splitlines()}
+    assert rows["far"] == rows["before"] == "-"
+    assert rows["plain"].startswith("20")
