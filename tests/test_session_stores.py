@@ -510,3 +510,17 @@ async def test_a_session_written_at_no_calendar_time_is_listed_with_no_time(
     rows = {line.split()[0]: line.split()[1] for line in result.output.splitlines()}
     assert rows["far"] == rows["before"] == "-"
     assert rows["plain"].startswith("20")
+
+
+async def test_an_append_after_a_last_write_at_the_largest_time_still_lands(
+    tmp_path: Path, opened: list[Any]
+) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteSessionStore(path)
+    opened.append(store)
+    await store.append(KEY, [{"type": "user", "uuid": "a"}])
+    await store.aclose()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE teamlead_session_keys SET mtime = ?", (2**63 - 1,))
+    await store.append(KEY, [{"type": "user", "uuid": "b"}])
+    assert await store.load(KEY) == [{"type": "user", "uuid": "a"}, {"type": "user", "uuid": "b"}]

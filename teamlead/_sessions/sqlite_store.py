@@ -84,6 +84,7 @@ CREATE TABLE IF NOT EXISTS teamlead_session_status (
 PRAGMA user_version = 1;
 """
 _BUSY_MS = 10_000
+_MAX_INTEGER = 2**63 - 1
 #: The first bytes of every SQLite database file.
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -236,7 +237,8 @@ class SQLiteSessionStore(SessionStore):
         ).fetchone()
         last = row[0] if row and isinstance(row[0], int) else 0
         now = int(SYSTEM_CLOCK.time() * 1000)
-        mtime = max(now, last + 1, self._last_mtime + 1)
+        # never past SQLite's largest INTEGER, whatever the file says the last write was
+        mtime = min(max(now, last + 1, self._last_mtime + 1), _MAX_INTEGER)
         self._last_mtime = mtime
         return mtime
 
