@@ -807,7 +807,7 @@ def test_show_says_why_a_run_has_no_prompt(mode: str, said: str) -> None:
     assert result.output.split("prompt:\n", 1)[1].splitlines()[0] == f"  {said}"
 
 
-@pytest.mark.parametrize("started", ["1e300", "-1e300", "NaN", "Infinity"])
+@pytest.mark.parametrize("started", ["1e300", "-1e300", "1e17"])
 def test_show_of_a_record_started_at_no_possible_time_says_it_is_not_known(
     started: str,
 ) -> None:

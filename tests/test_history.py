@@ -121,6 +121,22 @@ def test_files_that_are_not_records_are_skipped(tmp_path: Path) -> None:
     assert _names(history) == [RUNS[0]]
 
 
+@pytest.mark.parametrize(
+    "number", ["NaN", "Infinity", "-Infinity", "1e400"], ids=["nan", "inf", "-inf", "1e400"]
+)
+@pytest.mark.parametrize("where", ["started", "cost_usd", "an unknown field"])
+def test_a_record_with_a_number_json_has_not_is_no_record(
+    tmp_path: Path, number: str, where: str
+) -> None:
+    history = History(tmp_path)
+    history.add(_record(RUNS[0], 1_800_000_000))
+    text = f'{{"run": "{RUNS[1]}", "status": "completed", "{where}": {number}}}'
+    (tmp_path / f"20260101T000000Z-{RUNS[1]}.json").write_text(text)
+    assert _names(history) == [RUNS[0]]
+    # what `ps --all --json` and `show --json` print of the records is JSON, strictly
+    json.dumps([r.model_dump(mode="json") for r in history.records()], allow_nan=False)
+
+
 def test_a_folder_others_can_write_to_is_refused_in_one_line(tmp_path: Path) -> None:
     open_dir = tmp_path / "open"
     open_dir.mkdir(mode=0o777)

@@ -11,6 +11,8 @@ written: at most :data:`MAX_RECORD_BYTES`, and a file that is not a record is sk
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import re
 import time
@@ -19,7 +21,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .._private import json_object, named_dir, private_dir, read_small, write_private
+from .._private import named_dir, private_dir, read_small, write_private
 from ..clock import SYSTEM_CLOCK
 from ..errors import AmbiguousRun, NoSuchRun
 from .record import INLINE_RESULT_CHARS, AgentRecord, RunRecord
@@ -249,13 +251,30 @@ def history_wanted(env: Mapping[str, str] | None = None) -> bool:
 
 
 def _parse(raw: bytes) -> RunRecord | None:
-    data = json_object(raw)
-    if data is None:
+    """The record in ``raw``, or ``None``: not a JSON object, strictly (``NaN``,
+    ``Infinity`` and a number past a float, which Python would read, are not JSON, and
+    ``ps --all --json`` would print them back), or not a record."""
+    try:
+        data = json.loads(raw, parse_constant=_not_finite, parse_float=_finite)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
         return None
     try:
         return RunRecord.model_validate(data)
     except ValidationError:
         return None
+
+
+def _not_finite(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is past a float")
+    return value
 
 
 def _cut(text: str | None, limit: int) -> str | None:
