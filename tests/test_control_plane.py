@@ -208,8 +208,22 @@ def test_a_too_long_runtime_directory_puts_the_socket_in_a_short_private_folder(
         b"[" * 100_000,
         b'{"run": "aaaaaaaaaaaa", "pid": 1, "socket": "s", "started": 1' + b"0" * 400 + b", "
         b'"pid_started": 1}',
+        b'{"run": "aaaaaaaaaaaa", "pid": 1, "socket": "s", "started": Infinity, "pid_started": 1}',
+        b'{"run": "aaaaaaaaaaaa", "pid": 1, "socket": "s", "started": 1, "pid_started": -1e999}',
     ],
-    ids=["huge", "garbage", "array", "pid-text", "pid-bool", "bad-id", "nan", "deep", "no-float"],
+    ids=[
+        "huge",
+        "garbage",
+        "array",
+        "pid-text",
+        "pid-bool",
+        "bad-id",
+        "nan",
+        "deep",
+        "no-float",
+        "infinite",
+        "past-a-float",
+    ],
 )
 def test_a_malformed_entry_is_not_an_entry(raw: bytes) -> None:
     assert parse_entry(raw, Path("aaaaaaaaaaaa.json")) is None

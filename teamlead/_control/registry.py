@@ -29,6 +29,7 @@ import contextlib
 import contextvars
 import dataclasses
 import json
+import math
 import os
 import secrets
 import sys
@@ -248,11 +249,12 @@ def _described(command: str) -> str:
 
 
 def _is_number(value: object) -> bool:
-    """A JSON number that is a float: not nan, not a whole number too long for one."""
+    """A JSON number that is a finite float: not nan or infinite (``ps --json`` would print
+    them, and they are no JSON), not a whole number too long for one."""
     if not isinstance(value, (int, float)) or isinstance(value, bool):
         return False
     try:
-        return float(value) == float(value)
+        return math.isfinite(value)
     except OverflowError:
         return False
 
