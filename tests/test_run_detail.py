@@ -5,6 +5,8 @@ test_unfinished_log.py), and the permission requests that wait for an answer."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -12,7 +14,7 @@ import pytest
 
 from teamlead._control.detail import MAX_NODES, LimitHistory
 from teamlead._control.endpoint import parse_request
-from teamlead._control.runlog import detail_of_log
+from teamlead._control.runlog import detail_of_log, read_log
 from teamlead._run.permissions import PermissionRequests
 from teamlead.errors import UsageError
 from teamlead.events import ConcurrencyChanged
@@ -146,6 +148,14 @@ def test_a_log_is_read_back_as_a_tree_with_nested_agents_and_workflow_phases() -
 def test_a_file_that_is_not_a_runs_log_is_refused() -> None:
     with pytest.raises(UsageError, match="holds no record of a run"):
         detail_of_log(["not json", json.dumps({"type": "result", "subtype": "success"})])
+
+
+@pytest.mark.timeout(20)
+def test_a_log_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "run.ndjson"
+    os.mkfifo(fifo)  # nothing will ever write to it
+    with pytest.raises(UsageError, match="not a regular file"):
+        read_log(fifo)
 
 
 def test_a_logs_tree_is_bounded_and_counts_what_it_left_out() -> None:
