@@ -833,6 +833,25 @@ def test_show_of_a_record_started_at_no_possible_time_says_it_is_not_known(
     assert result.output.splitlines()[3].startswith("started: -, took ")
 
 
+def test_json_of_a_record_with_lone_surrogates_is_json_with_their_escapes() -> None:
+    # a JS-side cut can leave half a surrogate pair: JSON writes it as an escape, Python
+    # reads it back as a code point that no UTF-8 stream can write
+    written = History().add(RunRecord(run="0123456789ab", ended=1_800_000_000.0))
+    record = json.loads(written.read_text())
+    record.update(prompt="a\ud800b", result="x\udfffy", command="c\ud83d")
+    written.write_text(json.dumps(record))  # ASCII, the surrogates as escapes
+    shown = _invoke("show", "--json", "0123456789ab")
+    listed = _invoke("ps", "--all", "--json")
+    assert (shown.exit_code, listed.exit_code) == (0, 0), (shown.output, listed.output)
+    assert (json.loads(shown.output)["prompt"], json.loads(shown.output)["result"]) == (
+        "a\ud800b",
+        "x\udfffy",
+    )
+    [row] = json.loads(listed.output)
+    assert (row["answer"], row["command"]) == ("x\udfffy", "c\ud83d")
+    assert "\\ud800" in shown.output  # an escape in the JSON text, not the code point
+
+
 _BAD_AMENDS = {
     "cap zero": ["--cap", "0"],
     "cap negative": ["--cap", "-1"],

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .._redact import terminal_safe
+from .._redact import json_line_safe, terminal_safe
 from ..clock import SYSTEM_CLOCK
 from ..errors import NoSuchRun, UsageError
 from .exitcodes import handle_errors
@@ -24,7 +24,17 @@ from .options import option
 if TYPE_CHECKING:  # pydantic's models: `teamlead ps` without --all starts without them
     from .._history import History, RunRecord
 
-__all__ = ["PS_VERSION", "ago", "past_detail", "past_rows", "ps_row", "run_filter", "show", "shown"]
+__all__ = [
+    "PS_VERSION",
+    "ago",
+    "json_text",
+    "past_detail",
+    "past_rows",
+    "ps_row",
+    "run_filter",
+    "show",
+    "shown",
+]
 
 #: ``teamlead ps --json``'s objects carry this version.
 PS_VERSION = 1
@@ -48,6 +58,24 @@ _NO_PROMPT = {
 #: The longest ago :func:`ago` says (a year): no run or limit of this machine is older.
 _LONGEST_AGO_S = 365 * 86400.0
 _FILTER_HELP = "give status=STATUS or since=AGE|DATE (e.g. status=completed, since=2h)"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(value: Any) -> str:
+    """``value`` as the one line of JSON ``ps --json`` and ``show --json`` print: a lone
+    surrogate (half a pair, as a cut made in JavaScript leaves it; JSON writes it as an
+    escape, Python reads it back as a code point) as its ``\\uXXXX`` escape, for no UTF-8
+    stream can write it, and the characters terminals act on escaped
+    (:func:`~teamlead._redact.json_line_safe`): the same JSON value.
+
+    Example:
+        >>> json_text({"a": "x\\ud800"}) == '{"a": "x\\\\ud800"}'
+        True
+    """
+    text = json.dumps(value, ensure_ascii=False)
+    return json_line_safe(_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 def past_rows(
@@ -247,7 +275,7 @@ def show(run: str, json_: bool) -> None:
         raise _running(run) or kept from None
     data = shown(record, history)
     if json_:
-        click.echo(json.dumps(data, ensure_ascii=False))
+        click.echo(json_text(data))
         return
     click.echo(_text(data))
 
