@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import json
 import logging
+import os
 import pickle
 import sqlite3
 import stat
@@ -299,6 +300,18 @@ async def test_a_file_that_is_no_sqlite_database_is_refused_and_left_untouched(
         )
     assert path.read_bytes() == content and stat.S_IMODE(path.stat().st_mode) == 0o644
     assert [p.name for p in path.parent.iterdir()] == ["notes.db"]  # noqa: ASYNC240 - no -wal, no temp
+
+
+@pytest.mark.timeout(20)
+async def test_a_fifo_where_the_database_would_be_is_refused_not_waited_on(
+    tmp_path: Path, opened: list[Any]
+) -> None:
+    path = tmp_path / "sessions.db"
+    os.mkfifo(path)  # nothing will ever write to it
+    store = SQLiteSessionStore(path)
+    opened.append(store)
+    with pytest.raises(teamlead.SessionStoreError, match="is not a regular file"):
+        await store.ping()
 
 
 async def test_a_new_database_is_made_private_and_an_existing_one_keeps_its_mode(

@@ -145,7 +145,9 @@ class SQLiteSessionStore(SessionStore):
                 database, an empty file (never silently made one), not a regular file.
         """
         try:
-            with self.path.open("rb") as file:
+            # O_NONBLOCK: a FIFO there is refused, never waited on for a writer
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            with os.fdopen(fd, "rb") as file:
                 regular = stat.S_ISREG(os.fstat(file.fileno()).st_mode)
                 head = file.read(len(_SQLITE_HEADER)) if regular else b""
         except FileNotFoundError:
