@@ -145,6 +145,23 @@ def test_a_log_is_read_back_as_a_tree_with_nested_agents_and_workflow_phases() -
     assert detail["limits"][0]["points"][-1] == [5.0, 2, 2, "rate_limited"]
 
 
+def test_every_row_of_a_log_has_a_node_whatever_ids_the_rows_repeat() -> None:
+    # the second "a" would be renamed "a#2", the id of the row before it
+    rows = [_row("a"), _row("a#2"), _row("a")]
+    finished = {
+        "type": "finished",
+        "status": "completed",
+        "reason": "all_results_used",
+        "result": "ok",
+        "session_id": "s",
+        "resumes": 0,
+        "tasks": rows,
+    }
+    tree = detail_of_log([_line(finished)]).to_json()["tree"]
+    ids = [child["id"] for child in tree["children"]]
+    assert len(ids) == 3 and len(set(ids)) == 3, ids
+
+
 def test_a_file_that_is_not_a_runs_log_is_refused() -> None:
     with pytest.raises(UsageError, match="holds no record of a run"):
         detail_of_log(["not json", json.dumps({"type": "result", "subtype": "success"})])

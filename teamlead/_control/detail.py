@@ -225,8 +225,11 @@ def build_tree(
         if row.kind == "workflow_agent" and row.parent is not None:
             workflow_agents.setdefault(row.parent, []).append(row)
             continue
-        if row.id in nodes:
-            row.id = f"{row.id}#{len(nodes)}"
+        if row.id in nodes:  # a repeated id gets the next free one (never a taken one)
+            number = len(nodes)
+            while f"{row.id}#{number}" in nodes:
+                number += 1
+            row.id = f"{row.id}#{number}"
         nodes[row.id] = row
     for parent in dict.fromkeys([*workflow_agents, *phases]):
         agents = workflow_agents.get(parent, [])
