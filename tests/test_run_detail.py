@@ -162,6 +162,26 @@ def test_every_row_of_a_log_has_a_node_whatever_ids_the_rows_repeat() -> None:
     assert len(ids) == 3 and len(set(ids)) == 3, ids
 
 
+def test_agents_whose_parents_make_a_loop_still_hang_in_the_tree() -> None:
+    # a's parent is b and b's is a: neither reached the lead, so both were left out
+    rows = [_row("a", parent="b"), _row("b", parent="a"), _row("c", parent="c")]
+    finished = {
+        "type": "finished",
+        "status": "completed",
+        "reason": "all_results_used",
+        "result": "ok",
+        "session_id": "s",
+        "resumes": 0,
+        "tasks": rows,
+    }
+    tree = detail_of_log([_line(finished)]).to_json()["tree"]
+
+    def ids(node: dict[str, Any]) -> list[str]:
+        return [node["id"], *(i for child in node["children"] for i in ids(child))]
+
+    assert sorted(ids(tree)) == ["a", "b", "c", "lead"]
+
+
 def test_a_file_that_is_not_a_runs_log_is_refused() -> None:
     with pytest.raises(UsageError, match="holds no record of a run"):
         detail_of_log(["not json", json.dumps({"type": "result", "subtype": "success"})])
