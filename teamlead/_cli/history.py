@@ -205,12 +205,19 @@ def past_detail(record: RunRecord, history: History) -> dict[str, Any]:
     (its agent tree: each agent under the one that started it, else under the lead) with
     the run's prompt, answer and reasons, and each agent's prompt and whole result."""
     data = shown(record, history)
+    from .._control import tree_parents
+
     lead = _node(id="lead", kind="lead", label="lead", state=record.status)
-    nodes = {}
+    nodes: dict[str, dict[str, Any]] = {}
+    parents: dict[str, str | None] = {}
     for agent in data["agents"]:
         tokens = (agent.get("tokens_in") or 0) + (agent.get("tokens_out") or 0)
-        nodes[agent["id"]] = _node(
-            id=agent["id"],
+        node_id, number = agent["id"], len(nodes)
+        while node_id in nodes:  # a repeated id: the next free one, as a live run's tree
+            node_id, number = f"{agent['id']}#{number}", number + 1
+        parents[node_id] = agent.get("parent")
+        nodes[node_id] = _node(
+            id=node_id,
             kind=agent.get("kind") or "task",
             label=_name(agent),
             state=agent["status"],
@@ -221,9 +228,8 @@ def past_detail(record: RunRecord, history: History) -> dict[str, Any]:
             result=agent.get("result"),
             reason=agent.get("reason"),
         )
-    for agent in data["agents"]:
-        parent = nodes.get(agent.get("parent") or "", lead)
-        parent["children"].append(nodes[agent["id"]])
+    for node_id, up in tree_parents(parents).items():
+        (lead if up is None else nodes[up])["children"].append(nodes[node_id])
     return {
         "version": 1,
         "run": record.run,
