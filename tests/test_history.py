@@ -161,6 +161,23 @@ def test_a_finished_runs_tree_has_every_agent_once_whatever_its_ids_and_parents(
     json.dumps(tree)  # a tree, not a graph with a loop
 
 
+def test_a_run_whose_texts_hold_lone_surrogates_is_kept(tmp_path: Path) -> None:
+    # half a surrogate pair, as a cut made in JavaScript leaves it: no UTF-8 file holds it
+    half = "\ud83d"
+    agents = [
+        AgentRecord(id="a", result=f"short {half}", prompt=f"do {half}"),
+        AgentRecord(id="b", result=half + "x" * INLINE_RESULT_CHARS),  # kept in a file
+    ]
+    history = History(tmp_path)
+    history.add(
+        _record(RUNS[0], 1_800_000_000, result=f"answer {half}", reasons=[half], agents=agents)
+    )
+    [kept] = history.records()
+    assert (kept.result, kept.reasons) == ("answer \ufffd", ["\ufffd"])
+    assert [history.result_of(a)[:7] for a in kept.agents] == ["short \ufffd", "\ufffd" + "x" * 6]
+    assert kept.agents[0].prompt == "do \ufffd"
+
+
 def test_a_folder_others_can_write_to_is_refused_in_one_line(tmp_path: Path) -> None:
     open_dir = tmp_path / "open"
     open_dir.mkdir(mode=0o777)
