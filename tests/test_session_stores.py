@@ -537,3 +537,25 @@ async def test_an_append_after_a_last_write_at_the_largest_time_still_lands(
         db.execute("UPDATE teamlead_session_keys SET mtime = ?", (2**63 - 1,))
     await store.append(KEY, [{"type": "user", "uuid": "b"}])
     assert await store.load(KEY) == [{"type": "user", "uuid": "a"}, {"type": "user", "uuid": "b"}]
+
+
+@pytest.mark.parametrize("kind", ["redis", "sqlite"])
+async def test_an_entry_holding_a_lone_surrogate_is_stored_and_read_back_as_it_was(
+    kind: str, tmp_path: Path, opened: list[Any], request: pytest.FixtureRequest
+) -> None:
+    # JSON.stringify writes half a surrogate pair as an escape; Python reads it back as a
+    # code point no UTF-8 text holds (a prompt's goes into the session's summary too)
+    if kind == "redis":
+        store: Any = _redis_store(request.getfixturevalue("redis"), opened)
+    else:
+        store = SQLiteSessionStore(tmp_path / "s.db")
+        opened.append(store)
+    entries: Any = [
+        {"type": "user", "uuid": "a", "message": {"role": "user", "content": "cut \ud83d"}},
+        {"type": "custom-title", "customTitle": "title \udfff"},
+    ]
+    await store.append(KEY, entries)
+    assert await store.load(KEY) == entries
+    [summary] = await store.list_session_summaries("proj")
+    data = summary["data"]
+    assert (data["first_prompt"], data["custom_title"]) == ("cut \ud83d", "title \udfff")

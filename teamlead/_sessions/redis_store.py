@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
@@ -54,6 +53,7 @@ from .stored import (
     EntryReader,
     WarnOnce,
     dump_entry,
+    dump_json,
     encode,
     entry_uuid,
     log,
@@ -298,7 +298,7 @@ class RedisSessionStore(SessionStore):
                         folded = fold_session_summary(prev, key, entries)
                         folded["mtime"] = max(mtime, prev["mtime"] if prev else 0)
                         pipe.multi()
-                        pipe.set(name, json.dumps(folded, ensure_ascii=False), px=self._ttl_ms)
+                        pipe.set(name, dump_json(folded), px=self._ttl_ms)
                         await pipe.execute()
                         return
                     except redis.WatchError:

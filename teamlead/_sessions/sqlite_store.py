@@ -24,7 +24,6 @@ file is; an existing file that is not an SQLite database, or is empty, is refuse
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import sqlite3
@@ -52,6 +51,7 @@ from .stored import (
     EntryReader,
     WarnOnce,
     dump_entry,
+    dump_json,
     entry_uuid,
     log,
     read_summary,
@@ -290,7 +290,7 @@ class SQLiteSessionStore(SessionStore):
         db.execute(
             "INSERT INTO teamlead_session_summaries VALUES (?, ?, ?, ?) "
             "ON CONFLICT DO UPDATE SET mtime = excluded.mtime, data = excluded.data",
-            (pk, sid, folded["mtime"], json.dumps(folded["data"], ensure_ascii=False)),
+            (pk, sid, folded["mtime"], dump_json(folded["data"])),
         )
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:

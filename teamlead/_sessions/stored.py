@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Iterable
 from typing import Any, cast
 from urllib.parse import quote
@@ -36,6 +37,7 @@ __all__ = [
     "EntryReader",
     "WarnOnce",
     "dump_entry",
+    "dump_json",
     "encode",
     "entry_uuid",
     "log",
@@ -53,6 +55,7 @@ MAX_ENTRY_BYTES = 16 * 1024 * 1024
 MAX_SESSION_BYTES = 256 * 1024 * 1024
 #: The largest epoch-ms value a store keeps (SQLite's largest INTEGER).
 _MAX_MS = 2**63 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def encode(part: str) -> str:
@@ -77,8 +80,22 @@ def subpath_of(key: SessionKey) -> str:
 
 
 def dump_entry(entry: SessionStoreEntry) -> str:
-    """An entry as stored: compact JSON, characters as they are."""
-    return json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+    """An entry as stored (:func:`dump_json`)."""
+    return dump_json(entry)
+
+
+def dump_json(value: object) -> str:
+    """A value as a store keeps it: compact JSON, characters as they are, but for a lone
+    surrogate (half a pair, as JavaScript leaves it when it cuts a string), written as its
+    ``\\uXXXX`` escape: no UTF-8 text holds it raw, and the escape reads back as the same
+    value.
+
+    Example:
+        >>> dump_json({"type": "user", "text": "é\\ud83d"})
+        '{"type":"user","text":"é\\\\ud83d"}'
+    """
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def entry_uuid(entry: SessionStoreEntry) -> str:
