@@ -12,6 +12,7 @@ from typing import Any
 import anyio
 import pytest
 
+from teamlead._cli.board import Board
 from teamlead._control.detail import MAX_NODES, LimitHistory
 from teamlead._control.endpoint import parse_request
 from teamlead._control.runlog import detail_of_log, read_log
@@ -255,3 +256,53 @@ async def test_a_permission_request_is_listed_while_it_waits_for_its_answer() ->
         assert (waiting.tool, waiting.agent_id, waiting.what) == ("Bash", "a83b", "rm -rf build")
         answered.set()
     assert requests.waiting == [] and requests.count == 0
+
+
+@pytest.mark.anyio
+async def test_the_view_sends_a_logs_run_as_json_whatever_numbers_the_log_holds() -> None:
+    # Python reads NaN and Infinity in a log line; the page's JSON.parse refuses them
+    rows = [_row("a", duration_s=float("nan")), _row("b", duration_s=float("inf"))]
+    finished = {
+        "type": "finished",
+        "status": "completed",
+        "reason": "all_results_used",
+        "result": "ok",
+        "session_id": "s",
+        "resumes": 0,
+        "tasks": rows,
+    }
+    detail = detail_of_log([_line(finished)]).to_json()
+    token = "t" * 32
+    board = Board(token=token, port=1, rows=list, detail=lambda run: detail)
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/detail",
+        "query_string": f"token={token}&run=s".encode(),
+        "headers": [(b"host", b"127.0.0.1:1")],
+    }
+    bodies: list[bytes] = []
+    first = anyio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            bodies.append(message["body"])
+            first.set()
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(board, scope, receive, send)
+            await first.wait()
+            tg.cancel_scope.cancel()
+    event, data = bodies[0].decode().split("\n")[:2]
+    assert event == "event: detail"
+
+    def refused(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    tree = json.loads(data.removeprefix("data: "), parse_constant=refused)["tree"]
+    assert [child["duration_s"] for child in tree["children"]] == [None, None]
