@@ -197,8 +197,11 @@ class TeamConfig(BaseModel):
             raw = raw.get("pid")
         if isinstance(raw, bool):
             return None
-        if isinstance(raw, str) and raw.strip().isascii() and raw.strip().isdigit():
-            raw = int(raw.strip())  # not "²", a digit to isdigit() but not to int()
+        digits = raw.strip() if isinstance(raw, str) else ""
+        # not "²" (a digit to isdigit(), not to int()), nor thousands of digits (int()
+        # refuses past 4300): a pid has ten at most
+        if digits.isascii() and digits.isdigit() and len(digits) <= 10:
+            raw = int(digits)
         # a pid is a C int: a larger one names no process (psutil would overflow on it)
         return raw if isinstance(raw, int) and 0 < raw < _PID_LIMIT else None
 
