@@ -420,3 +420,21 @@ def test_focus_keys_cycle_the_agents_and_the_live_view_shows_them_escaped() -> N
     assert controls.focus_lines()[0][0].startswith("focus [beta\x1b]0;PWNED\x07] agent")
     keymap.press("f")  # past the last: no focus
     assert controls.focused is None and controls.focus_lines() == []
+
+
+def test_the_focus_keys_before_any_agent_has_started_do_nothing() -> None:
+    from teamlead._cli.controls import Controls
+    from teamlead._cli.focus import Focus
+
+    controls = Controls()
+    controls.focus = Focus(HandFed(), None)
+    keymap = KeyMap(
+        None,
+        [
+            Binding(("f", "tab"), "focus", controls.move_focus),
+            Binding(("F", "backtab"), "back", lambda: controls.move_focus(-1)),
+        ],
+    )
+    for key in ("tab", "backtab", "f", "F"):  # pressed as the run starts: no agent yet
+        keymap.press(key)
+        assert (controls.focused, controls.focus_lines()) == (None, [])

@@ -206,8 +206,24 @@ def test_a_too_long_runtime_directory_puts_the_socket_in_a_short_private_folder(
         b'{"run": "../../etc/pw", "pid": 1, "socket": "s", "started": 1, "pid_started": 1}',
         b'{"run": "aaaaaaaaaaaa", "pid": 1, "socket": "s", "started": NaN, "pid_started": 1}',
         b"[" * 100_000,
+        b'{"run": "aaaaaaaaaaaa", "pid": 1, "socket": "s", "started": 1' + b"0" * 400 + b", "
+        b'"pid_started": 1}',
+        b'{"run": "aaaaaaaaaaaa", "pid": 1, "socket": "s", "started": Infinity, "pid_started": 1}',
+        b'{"run": "aaaaaaaaaaaa", "pid": 1, "socket": "s", "started": 1, "pid_started": -1e999}',
     ],
-    ids=["huge", "garbage", "array", "pid-text", "pid-bool", "bad-id", "nan", "deep"],
+    ids=[
+        "huge",
+        "garbage",
+        "array",
+        "pid-text",
+        "pid-bool",
+        "bad-id",
+        "nan",
+        "deep",
+        "no-float",
+        "infinite",
+        "past-a-float",
+    ],
 )
 def test_a_malformed_entry_is_not_an_entry(raw: bytes) -> None:
     assert parse_entry(raw, Path("aaaaaaaaaaaa.json")) is None
@@ -803,6 +819,37 @@ def test_show_says_why_a_run_has_no_prompt(mode: str, said: str) -> None:
     result = _invoke("show", "0123456789ab")
     assert result.exit_code == 0, result.output
     assert result.output.split("prompt:\n", 1)[1].splitlines()[0] == f"  {said}"
+
+
+@pytest.mark.parametrize("started", ["1e300", "-1e300", "1e17"])
+def test_show_of_a_record_started_at_no_possible_time_says_it_is_not_known(
+    started: str,
+) -> None:
+    written = History().add(RunRecord(run="0123456789ab", ended=1_800_000_000.0))
+    record = written.read_text().replace('"started":0.0', f'"started":{started}')
+    written.write_text(record)
+    result = _invoke("show", "0123456789ab")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[3].startswith("started: -, took ")
+
+
+def test_json_of_a_record_with_lone_surrogates_is_json_with_their_escapes() -> None:
+    # a JS-side cut can leave half a surrogate pair: JSON writes it as an escape, Python
+    # reads it back as a code point that no UTF-8 stream can write
+    written = History().add(RunRecord(run="0123456789ab", ended=1_800_000_000.0))
+    record = json.loads(written.read_text())
+    record.update(prompt="a\ud800b", result="x\udfffy", command="c\ud83d")
+    written.write_text(json.dumps(record))  # ASCII, the surrogates as escapes
+    shown = _invoke("show", "--json", "0123456789ab")
+    listed = _invoke("ps", "--all", "--json")
+    assert (shown.exit_code, listed.exit_code) == (0, 0), (shown.output, listed.output)
+    assert (json.loads(shown.output)["prompt"], json.loads(shown.output)["result"]) == (
+        "a\ud800b",
+        "x\udfffy",
+    )
+    [row] = json.loads(listed.output)
+    assert (row["answer"], row["command"]) == ("x\udfffy", "c\ud83d")
+    assert "\\ud800" in shown.output  # an escape in the JSON text, not the code point
 
 
 _BAD_AMENDS = {

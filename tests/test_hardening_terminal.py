@@ -173,6 +173,22 @@ def test_the_answer_piped_keeps_every_character_for_the_pipeline() -> None:
     assert code == 0
 
 
+def test_an_answer_with_half_a_surrogate_pair_is_written_piped() -> None:
+    # a JavaScript cut can leave half a pair, which no UTF-8 stream can write as it is
+    def items() -> AsyncIterator[Any]:
+        async def one() -> AsyncIterator[Any]:
+            yield Finished(status="completed", result="cut \ud83d here", session_id="s", resumes=0)
+
+        return one()
+
+    read_fd, write_fd = os.pipe()
+    with os.fdopen(write_fd, "w", encoding="utf-8") as pipe:
+        code = run_session(items, HandFed(), output="quiet", stdout=pipe, stderr=io.StringIO())
+    with os.fdopen(read_fd, encoding="utf-8") as reader:
+        assert reader.read() == "cut \ufffd here\n"
+    assert code == 0
+
+
 @pytest.mark.parametrize(
     "args",
     [

@@ -8,10 +8,12 @@ import json
 import logging
 import stat
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import teamlead
+from teamlead._cli.history import past_detail
 from teamlead._control.registry import labelled
 from teamlead._history import History, RunRecord, history_dir
 from teamlead._history.record import INLINE_RESULT_CHARS, AgentRecord
@@ -119,6 +121,61 @@ def test_files_that_are_not_records_are_skipped(tmp_path: Path) -> None:
     (tmp_path / "notes.json").write_text("{}")
     (tmp_path / "20260101T000000Z-dddddddddddd.json").symlink_to(tmp_path / "notes.json")
     assert _names(history) == [RUNS[0]]
+
+
+@pytest.mark.parametrize(
+    "number", ["NaN", "Infinity", "-Infinity", "1e400"], ids=["nan", "inf", "-inf", "1e400"]
+)
+@pytest.mark.parametrize("where", ["started", "cost_usd", "an unknown field"])
+def test_a_record_with_a_number_json_has_not_is_no_record(
+    tmp_path: Path, number: str, where: str
+) -> None:
+    history = History(tmp_path)
+    history.add(_record(RUNS[0], 1_800_000_000))
+    text = f'{{"run": "{RUNS[1]}", "status": "completed", "{where}": {number}}}'
+    (tmp_path / f"20260101T000000Z-{RUNS[1]}.json").write_text(text)
+    assert _names(history) == [RUNS[0]]
+    # what `ps --all --json` and `show --json` print of the records is JSON, strictly
+    json.dumps([r.model_dump(mode="json") for r in history.records()], allow_nan=False)
+
+
+def test_a_finished_runs_tree_has_every_agent_once_whatever_its_ids_and_parents(
+    tmp_path: Path,
+) -> None:
+    history = History(tmp_path)
+    agents = [
+        AgentRecord(id="a", parent="a"),  # its own parent
+        AgentRecord(id="b", description="first b"),
+        AgentRecord(id="b", description="second b"),  # a repeated id
+        AgentRecord(id="c", parent="d"),  # c under d under c
+        AgentRecord(id="d", parent="c"),
+        AgentRecord(id="e", parent="b"),
+    ]
+    record = _record(RUNS[0], 1_800_000_000, agents=agents)
+    tree = past_detail(record, history)["tree"]
+
+    def labels(node: dict[str, Any]) -> list[str]:
+        return [node["label"], *(x for child in node["children"] for x in labels(child))]
+
+    assert sorted(labels(tree)) == ["a", "c", "d", "e", "first b", "lead", "second b"]
+    json.dumps(tree)  # a tree, not a graph with a loop
+
+
+def test_a_run_whose_texts_hold_lone_surrogates_is_kept(tmp_path: Path) -> None:
+    # half a surrogate pair, as a cut made in JavaScript leaves it: no UTF-8 file holds it
+    half = "\ud83d"
+    agents = [
+        AgentRecord(id="a", result=f"short {half}", prompt=f"do {half}"),
+        AgentRecord(id="b", result=half + "x" * INLINE_RESULT_CHARS),  # kept in a file
+    ]
+    history = History(tmp_path)
+    history.add(
+        _record(RUNS[0], 1_800_000_000, result=f"answer {half}", reasons=[half], agents=agents)
+    )
+    [kept] = history.records()
+    assert (kept.result, kept.reasons) == ("answer \ufffd", ["\ufffd"])
+    assert [history.result_of(a)[:7] for a in kept.agents] == ["short \ufffd", "\ufffd" + "x" * 6]
+    assert kept.agents[0].prompt == "do \ufffd"
 
 
 def test_a_folder_others_can_write_to_is_refused_in_one_line(tmp_path: Path) -> None:

@@ -22,7 +22,7 @@ from click.testing import CliRunner
 
 from teamlead._claude.files import FileProblem, read_regular
 from teamlead._claude.inbox import consume_inbox, read_inbox
-from teamlead._claude.saved_session import load_session
+from teamlead._claude.saved_session import load_session, session_notifications
 from teamlead._claude.team import find_team, load_team, resolve_team
 from teamlead._claude.transcript import last_assistant_text
 from teamlead._cli import main
@@ -127,6 +127,28 @@ def test_deeply_nested_trial_record_is_a_warning(tmp_path: Path) -> None:
 
 
 # a FIFO where a state file should be never blocks
+
+
+@pytest.mark.timeout(20)
+def test_a_quoted_result_of_unclosed_notification_tags_does_not_stall_resume(
+    tmp_path: Path,
+) -> None:
+    # a resume prompt quoted an agent's result: 200,000 opens that nothing closes, and a
+    # notification whose summary opens 200,000 tags; each was read to the end of the text
+    # once per open (hours), not once
+    quoted = "<task-notification>" * 200_000
+    summary = "<a>" * 200_000
+    note = (
+        f"<task-notification><task-id>t1</task-id><summary>{summary}</summary>"
+        "<status>failed</status></task-notification>"
+    )
+    turns = [
+        {"type": "user", "isSidechain": False, "message": {"role": "user", "content": text}}
+        for text in (quoted, note)
+    ]
+    write_transcript(tmp_path, [json.dumps(turn) for turn in turns])
+    found = session_notifications(tmp_path, SESSION)
+    assert (found["t1"].status, found["t1"].summary) == ("failed", summary)
 
 
 def make_fifo(path: Path) -> None:

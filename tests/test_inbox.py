@@ -605,3 +605,12 @@ async def test_consume_when_lead_is_us_or_gone(
         write(inbox, [entry("alpha", "x", msg_id="k")])
         set_lead(config_dir, lead)
         assert (await consume_inbox(inbox, ["k"])).removed == 1
+
+
+async def test_a_lead_pid_past_any_pid_or_not_ascii_is_no_live_lead(
+    config_dir: Path, inbox: Path
+) -> None:
+    for lead in (2**31, "9" * 30, {"pid": 2**70}, "\u00b2", {"pid": "\u0663"}, "9" * 5000):
+        write(inbox, [entry("alpha", "x", msg_id="k")])
+        set_lead(config_dir, lead)
+        assert (await consume_inbox(inbox, ["k"])).removed == 1

@@ -5,14 +5,17 @@ test_unfinished_log.py), and the permission requests that wait for an answer."""
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import anyio
 import pytest
 
+from teamlead._cli.board import Board
 from teamlead._control.detail import MAX_NODES, LimitHistory
 from teamlead._control.endpoint import parse_request
-from teamlead._control.runlog import detail_of_log
+from teamlead._control.runlog import detail_of_log, read_log
 from teamlead._run.permissions import PermissionRequests
 from teamlead.errors import UsageError
 from teamlead.events import ConcurrencyChanged
@@ -143,9 +146,54 @@ def test_a_log_is_read_back_as_a_tree_with_nested_agents_and_workflow_phases() -
     assert detail["limits"][0]["points"][-1] == [5.0, 2, 2, "rate_limited"]
 
 
+def test_every_row_of_a_log_has_a_node_whatever_ids_the_rows_repeat() -> None:
+    # the second "a" would be renamed "a#2", the id of the row before it
+    rows = [_row("a"), _row("a#2"), _row("a")]
+    finished = {
+        "type": "finished",
+        "status": "completed",
+        "reason": "all_results_used",
+        "result": "ok",
+        "session_id": "s",
+        "resumes": 0,
+        "tasks": rows,
+    }
+    tree = detail_of_log([_line(finished)]).to_json()["tree"]
+    ids = [child["id"] for child in tree["children"]]
+    assert len(ids) == 3 and len(set(ids)) == 3, ids
+
+
+def test_agents_whose_parents_make_a_loop_still_hang_in_the_tree() -> None:
+    # a's parent is b and b's is a: neither reached the lead, so both were left out
+    rows = [_row("a", parent="b"), _row("b", parent="a"), _row("c", parent="c")]
+    finished = {
+        "type": "finished",
+        "status": "completed",
+        "reason": "all_results_used",
+        "result": "ok",
+        "session_id": "s",
+        "resumes": 0,
+        "tasks": rows,
+    }
+    tree = detail_of_log([_line(finished)]).to_json()["tree"]
+
+    def ids(node: dict[str, Any]) -> list[str]:
+        return [node["id"], *(i for child in node["children"] for i in ids(child))]
+
+    assert sorted(ids(tree)) == ["a", "b", "c", "lead"]
+
+
 def test_a_file_that_is_not_a_runs_log_is_refused() -> None:
     with pytest.raises(UsageError, match="holds no record of a run"):
         detail_of_log(["not json", json.dumps({"type": "result", "subtype": "success"})])
+
+
+@pytest.mark.timeout(20)
+def test_a_log_that_is_a_fifo_is_refused_not_waited_on(tmp_path: Path) -> None:
+    fifo = tmp_path / "run.ndjson"
+    os.mkfifo(fifo)  # nothing will ever write to it
+    with pytest.raises(UsageError, match="not a regular file"):
+        read_log(fifo)
 
 
 def test_a_logs_tree_is_bounded_and_counts_what_it_left_out() -> None:
@@ -208,3 +256,53 @@ async def test_a_permission_request_is_listed_while_it_waits_for_its_answer() ->
         assert (waiting.tool, waiting.agent_id, waiting.what) == ("Bash", "a83b", "rm -rf build")
         answered.set()
     assert requests.waiting == [] and requests.count == 0
+
+
+@pytest.mark.anyio
+async def test_the_view_sends_a_logs_run_as_json_whatever_numbers_the_log_holds() -> None:
+    # Python reads NaN and Infinity in a log line; the page's JSON.parse refuses them
+    rows = [_row("a", duration_s=float("nan")), _row("b", duration_s=float("inf"))]
+    finished = {
+        "type": "finished",
+        "status": "completed",
+        "reason": "all_results_used",
+        "result": "ok",
+        "session_id": "s",
+        "resumes": 0,
+        "tasks": rows,
+    }
+    detail = detail_of_log([_line(finished)]).to_json()
+    token = "t" * 32
+    board = Board(token=token, port=1, rows=list, detail=lambda run: detail)
+    scope = {
+        "type": "http",
+        "method": "GET",
+        "path": "/detail",
+        "query_string": f"token={token}&run=s".encode(),
+        "headers": [(b"host", b"127.0.0.1:1")],
+    }
+    bodies: list[bytes] = []
+    first = anyio.Event()
+
+    async def send(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.body" and message.get("body"):
+            bodies.append(message["body"])
+            first.set()
+
+    async def receive() -> dict[str, Any]:
+        await anyio.sleep_forever()
+        raise AssertionError("unreachable")
+
+    with anyio.fail_after(10):
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(board, scope, receive, send)
+            await first.wait()
+            tg.cancel_scope.cancel()
+    event, data = bodies[0].decode().split("\n")[:2]
+    assert event == "event: detail"
+
+    def refused(constant: str) -> None:
+        raise AssertionError(f"{constant} is not JSON")
+
+    tree = json.loads(data.removeprefix("data: "), parse_constant=refused)["tree"]
+    assert [child["duration_s"] for child in tree["children"]] == [None, None]

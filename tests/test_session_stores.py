@@ -9,6 +9,7 @@ import contextlib
 import itertools
 import json
 import logging
+import os
 import pickle
 import sqlite3
 import stat
@@ -191,6 +192,39 @@ async def _redis_corrupted(redis: RedisServer, opened: list[Any]) -> RedisSessio
     return store
 
 
+async def test_a_summary_written_at_no_possible_time_is_unreadable_and_folded_anew(
+    tmp_path: Path, opened: list[Any]
+) -> None:
+    store = SQLiteSessionStore(tmp_path / "s.db")
+    opened.append(store)
+    await store.append(KEY, [{"type": "user", "uuid": "a"}])
+    await store.aclose()
+    with sqlite3.connect(tmp_path / "s.db") as db:  # a float past any SQLite INTEGER
+        db.execute("UPDATE teamlead_session_summaries SET mtime = 1e300")
+    assert await store.list_session_summaries("proj") == []
+    await store.append(KEY, [{"type": "user", "uuid": "b"}])
+    [summary] = await store.list_session_summaries("proj")
+    assert 0 < summary["mtime"] < 2**63
+
+
+@needs_redis
+async def test_a_redis_summary_or_index_at_no_possible_time_is_never_raised(
+    redis: RedisServer, opened: list[Any]
+) -> None:
+    import redis as redis_py
+
+    store = _redis_store(redis, opened)
+    await store.append(KEY, [{"type": "user", "uuid": "a"}])
+    ns = store._ns
+    huge = '{"session_id": "sess", "mtime": 1' + "0" * 400 + ', "data": {}}'
+    with redis_py.Redis.from_url(redis.url) as client:
+        client.set(f"{ns}summary:proj:sess", huge)
+    assert await store.list_session_summaries("proj") == []
+    with redis_py.Redis.from_url(redis.url) as client:
+        client.zadd(f"{ns}index:proj", {"sess": float("inf")})
+    assert await store.list_sessions("proj") == []
+
+
 @pytest.mark.parametrize("kind", ["redis", "sqlite"])
 async def test_unreadable_entries_are_skipped_with_one_warning_never_raised(
     kind: str,
@@ -266,6 +300,18 @@ async def test_a_file_that_is_no_sqlite_database_is_refused_and_left_untouched(
         )
     assert path.read_bytes() == content and stat.S_IMODE(path.stat().st_mode) == 0o644
     assert [p.name for p in path.parent.iterdir()] == ["notes.db"]  # noqa: ASYNC240 - no -wal, no temp
+
+
+@pytest.mark.timeout(20)
+async def test_a_fifo_where_the_database_would_be_is_refused_not_waited_on(
+    tmp_path: Path, opened: list[Any]
+) -> None:
+    path = tmp_path / "sessions.db"
+    os.mkfifo(path)  # nothing will ever write to it
+    store = SQLiteSessionStore(path)
+    opened.append(store)
+    with pytest.raises(teamlead.SessionStoreError, match="is not a regular file"):
+        await store.ping()
 
 
 async def test_a_new_database_is_made_private_and_an_existing_one_keeps_its_mode(
@@ -453,3 +499,63 @@ async def test_the_sessions_table_escapes_control_characters_and_stays_aligned(
     assert shown == {"plain-session", "evil\\x1b[2J\\x07\\u202eid", "tab\\x09here"}
     # the time column starts at the same place on every row
     assert len({line.index(" 20") for line in lines}) == 1, lines
+
+
+async def test_a_session_written_at_no_calendar_time_is_listed_with_no_time(
+    tmp_path: Path, opened: list[Any]
+) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteSessionStore(path)
+    opened.append(store)
+    for session_id in ("far", "before", "plain"):
+        await store.append({"project_key": "p", "session_id": session_id}, [{"type": "user"}])
+    await store.aclose()
+    with sqlite3.connect(path) as db:  # the largest and the smallest INTEGER SQLite keeps
+        db.execute(
+            "UPDATE teamlead_session_keys SET mtime = ? WHERE session_id = 'far'", (2**63 - 1,)
+        )
+        db.execute(
+            "UPDATE teamlead_session_keys SET mtime = ? WHERE session_id = 'before'", (-(2**63),)
+        )
+    args = ["sessions", "--session-store", f"sqlite://{path}"]
+    result = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(main, args))
+    assert result.exit_code == 0, result.output
+    rows = {line.split()[0]: line.split()[1] for line in result.output.splitlines()}
+    assert rows["far"] == rows["before"] == "-"
+    assert rows["plain"].startswith("20")
+
+
+async def test_an_append_after_a_last_write_at_the_largest_time_still_lands(
+    tmp_path: Path, opened: list[Any]
+) -> None:
+    path = tmp_path / "s.db"
+    store = SQLiteSessionStore(path)
+    opened.append(store)
+    await store.append(KEY, [{"type": "user", "uuid": "a"}])
+    await store.aclose()
+    with sqlite3.connect(path) as db:
+        db.execute("UPDATE teamlead_session_keys SET mtime = ?", (2**63 - 1,))
+    await store.append(KEY, [{"type": "user", "uuid": "b"}])
+    assert await store.load(KEY) == [{"type": "user", "uuid": "a"}, {"type": "user", "uuid": "b"}]
+
+
+@pytest.mark.parametrize("kind", ["redis", "sqlite"])
+async def test_an_entry_holding_a_lone_surrogate_is_stored_and_read_back_as_it_was(
+    kind: str, tmp_path: Path, opened: list[Any], request: pytest.FixtureRequest
+) -> None:
+    # JSON.stringify writes half a surrogate pair as an escape; Python reads it back as a
+    # code point no UTF-8 text holds (a prompt's goes into the session's summary too)
+    if kind == "redis":
+        store: Any = _redis_store(request.getfixturevalue("redis"), opened)
+    else:
+        store = SQLiteSessionStore(tmp_path / "s.db")
+        opened.append(store)
+    entries: Any = [
+        {"type": "user", "uuid": "a", "message": {"role": "user", "content": "cut \ud83d"}},
+        {"type": "custom-title", "customTitle": "title \udfff"},
+    ]
+    await store.append(KEY, entries)
+    assert await store.load(KEY) == entries
+    [summary] = await store.list_session_summaries("proj")
+    data = summary["data"]
+    assert (data["first_prompt"], data["custom_title"]) == ("cut \ud83d", "title \udfff")

@@ -25,13 +25,17 @@ Example:
 
 from __future__ import annotations
 
+import bisect
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 __all__ = ["Notification", "ResultCut", "parse_notifications", "turn_limit"]
 
-_NOTIFICATION = re.compile(r"<task-notification>(.*?)</task-notification>", re.DOTALL)
-_TAG = re.compile(r"<([a-z-]+)>(.*?)</\1>", re.DOTALL)
+_OPEN = "<task-notification>"
+_CLOSE = "</task-notification>"
+_TAG_OPEN = re.compile(r"<([a-z-]+)>")
+_TAG_CLOSE = re.compile(r"</([a-z-]+)>")
 _RESULT_OPEN = "<result>"
 _RESULT_CLOSE = "</result>"
 #: where an item of a result begins: a JSON string after ``[``, ``,`` or ``{``, or a line
@@ -116,14 +120,48 @@ class Notification:
     cut: ResultCut | None = None
 
 
+def _bodies(text: str) -> Iterator[str]:
+    """What each ``<task-notification>...</task-notification>`` of ``text`` holds, in order
+    (each to the first close after its open), in one pass: an agent's result quoted in a turn
+    can hold thousands of opens that no close follows, each of which a lazy regex would scan
+    to the end of the text."""
+    at = 0
+    while (start := text.find(_OPEN, at)) >= 0:
+        end = text.find(_CLOSE, start + len(_OPEN))
+        if end < 0:
+            return  # no close after this open, so none after a later one either
+        yield text[start + len(_OPEN) : end]
+        at = end + len(_CLOSE)
+
+
+def _tags(head: str) -> Iterator[tuple[str, str]]:
+    """Each ``<name>value</name>`` of ``head`` (the first close of its name after the open;
+    what it holds is not searched further), in order, as a lazy regex with a backreference
+    finds them, but with each close looked up among the closes, found once: many opens with
+    no close cost one pass, not one each."""
+    closes: dict[str, list[int]] = {}
+    for match in _TAG_CLOSE.finditer(head):
+        closes.setdefault(match.group(1), []).append(match.start())
+    at = 0
+    for match in _TAG_OPEN.finditer(head):
+        name = match.group(1)
+        if match.start() < at or name not in closes:
+            continue
+        found = closes[name]
+        index = bisect.bisect_left(found, match.end())
+        if index < len(found):
+            yield name, head[match.end() : found[index]]
+            at = found[index] + len(name) + 3
+
+
 def parse_notifications(text: str) -> list[Notification]:
     """Every ``<task-notification>`` in ``text`` that names its task, in order."""
     found: list[Notification] = []
-    for body in _NOTIFICATION.findall(text):
+    for body in _bodies(text):
         start = body.find(_RESULT_OPEN)
         head = body if start < 0 else body[:start]
         tags: dict[str, str] = {}
-        for name, value in _TAG.findall(head):
+        for name, value in _tags(head):
             tags.setdefault(name, value.strip())
         if not tags.get("task-id"):
             continue

@@ -48,6 +48,7 @@ LEAD_AGENT_NAME = "team-lead"
 
 _MAX_CONFIG_BYTES = 1 << 20
 _MAX_NAME_LEN = 200
+_PID_LIMIT = 2**31
 _UNSAFE_NAME = re.compile(r"[/\\\x00-\x1f\x7f]")
 
 
@@ -189,15 +190,20 @@ class TeamConfig(BaseModel):
 
     @property
     def lead_pid(self) -> int | None:
-        """The lead's pid from ``leadProcess`` (an int, a digit string or ``{"pid": ...}``)."""
+        """The lead's pid from ``leadProcess`` (an int, a digit string or ``{"pid": ...}``);
+        ``None`` for anything that is no pid."""
         raw = self.lead_process
         if isinstance(raw, dict):
             raw = raw.get("pid")
         if isinstance(raw, bool):
             return None
-        if isinstance(raw, str) and raw.strip().isdigit():
-            raw = int(raw.strip())
-        return raw if isinstance(raw, int) and raw > 0 else None
+        digits = raw.strip() if isinstance(raw, str) else ""
+        # not "²" (a digit to isdigit(), not to int()), nor thousands of digits (int()
+        # refuses past 4300): a pid has ten at most
+        if digits.isascii() and digits.isdigit() and len(digits) <= 10:
+            raw = int(digits)
+        # a pid is a C int: a larger one names no process (psutil would overflow on it)
+        return raw if isinstance(raw, int) and 0 < raw < _PID_LIMIT else None
 
 
 @dataclass(frozen=True)

@@ -21,6 +21,7 @@ import asyncio
 import functools
 import json
 import logging
+import math
 import re
 import secrets
 import sys
@@ -194,7 +195,7 @@ class Board:
             name, value, final = await anyio.to_thread.run_sync(read, abandon_on_cancel=True)
             # every string as the terminal shows it (controls and bidi escaped, secrets
             # redacted); ASCII: no raw line breaks in an event
-            data = json.dumps(shown_safe(value), ensure_ascii=True)
+            data = json.dumps(_finite(shown_safe(value)), ensure_ascii=True)
             if data != last:
                 last, quiet_since = data, SYSTEM_CLOCK.monotonic()
                 chunk = f"event: {name}\ndata: {data}\n\n".encode()
@@ -242,6 +243,18 @@ class Board:
             await _reply(send, 200, False, str(exc))
             return
         await _reply(send, 200, True, said)
+
+
+def _finite(value: Any) -> Any:
+    """A JSON value with each number JSON has not (``nan``, ``inf``: a log line can hold
+    them, and Python reads them) as ``null``, which the page's ``JSON.parse`` takes."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: _finite(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_finite(item) for item in value]
+    return value
 
 
 def _headers(kind: str, extra: dict[str, str] | None = None) -> list[tuple[bytes, bytes]]:

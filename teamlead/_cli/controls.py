@@ -109,7 +109,10 @@ class Controls:
         if self.focus is None:
             return
         agents = self.focus.agents
-        edge = agents[-1] if step >= 0 else (agents[0] if agents else None)
+        if not agents:  # the run has no agent yet: nothing to focus
+            self.focused = None
+            return
+        edge = agents[-1] if step >= 0 else agents[0]
         if self.focused is not None and self.focused == edge:
             self.focused = None
         else:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from .._redact import terminal_safe
+from .._redact import json_line_safe, terminal_safe
 from ..clock import SYSTEM_CLOCK
 from ..errors import NoSuchRun, UsageError
 from .exitcodes import handle_errors
@@ -24,7 +24,17 @@ from .options import option
 if TYPE_CHECKING:  # pydantic's models: `teamlead ps` without --all starts without them
     from .._history import History, RunRecord
 
-__all__ = ["PS_VERSION", "ago", "past_detail", "past_rows", "ps_row", "run_filter", "show", "shown"]
+__all__ = [
+    "PS_VERSION",
+    "ago",
+    "json_text",
+    "past_detail",
+    "past_rows",
+    "ps_row",
+    "run_filter",
+    "show",
+    "shown",
+]
 
 #: ``teamlead ps --json``'s objects carry this version.
 PS_VERSION = 1
@@ -48,6 +58,24 @@ _NO_PROMPT = {
 #: The longest ago :func:`ago` says (a year): no run or limit of this machine is older.
 _LONGEST_AGO_S = 365 * 86400.0
 _FILTER_HELP = "give status=STATUS or since=AGE|DATE (e.g. status=completed, since=2h)"
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def json_text(value: Any) -> str:
+    """``value`` as the one line of JSON ``ps --json`` and ``show --json`` print: a lone
+    surrogate (half a pair, as a cut made in JavaScript leaves it; JSON writes it as an
+    escape, Python reads it back as a code point) as its ``\\uXXXX`` escape, for no UTF-8
+    stream can write it, and the characters terminals act on escaped
+    (:func:`~teamlead._redact.json_line_safe`): the same JSON value.
+
+    Example:
+        >>> json_text({"a": "x\\ud800"}) == '{"a": "x\\\\ud800"}'
+        True
+    """
+    text = json.dumps(value, ensure_ascii=False)
+    return json_line_safe(_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
 
 
 def past_rows(
@@ -177,12 +205,19 @@ def past_detail(record: RunRecord, history: History) -> dict[str, Any]:
     (its agent tree: each agent under the one that started it, else under the lead) with
     the run's prompt, answer and reasons, and each agent's prompt and whole result."""
     data = shown(record, history)
+    from .._control import tree_parents
+
     lead = _node(id="lead", kind="lead", label="lead", state=record.status)
-    nodes = {}
+    nodes: dict[str, dict[str, Any]] = {}
+    parents: dict[str, str | None] = {}
     for agent in data["agents"]:
         tokens = (agent.get("tokens_in") or 0) + (agent.get("tokens_out") or 0)
-        nodes[agent["id"]] = _node(
-            id=agent["id"],
+        node_id, number = agent["id"], len(nodes)
+        while node_id in nodes:  # a repeated id: the next free one, as a live run's tree
+            node_id, number = f"{agent['id']}#{number}", number + 1
+        parents[node_id] = agent.get("parent")
+        nodes[node_id] = _node(
+            id=node_id,
             kind=agent.get("kind") or "task",
             label=_name(agent),
             state=agent["status"],
@@ -193,9 +228,8 @@ def past_detail(record: RunRecord, history: History) -> dict[str, Any]:
             result=agent.get("result"),
             reason=agent.get("reason"),
         )
-    for agent in data["agents"]:
-        parent = nodes.get(agent.get("parent") or "", lead)
-        parent["children"].append(nodes[agent["id"]])
+    for node_id, up in tree_parents(parents).items():
+        (lead if up is None else nodes[up])["children"].append(nodes[node_id])
     return {
         "version": 1,
         "run": record.run,
@@ -247,7 +281,7 @@ def show(run: str, json_: bool) -> None:
         raise _running(run) or kept from None
     data = shown(record, history)
     if json_:
-        click.echo(json.dumps(data, ensure_ascii=False))
+        click.echo(json_text(data))
         return
     click.echo(_text(data))
 
@@ -313,4 +347,8 @@ def _indent(text: str, by: int = 2) -> str:
 def _when(seconds: object) -> str:
     if not isinstance(seconds, (int, float)) or not seconds:
         return "-"
-    return datetime.fromtimestamp(float(seconds), timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC")
+    try:
+        moment = datetime.fromtimestamp(float(seconds), timezone.utc)
+    except (OverflowError, ValueError, OSError):  # no time a calendar has (1e300, nan)
+        return "-"
+    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")

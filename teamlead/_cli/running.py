@@ -8,6 +8,7 @@ output and stop handling and returns the exit code.
 from __future__ import annotations
 
 import os
+import re
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -44,6 +45,8 @@ __all__ = ["answer_for", "build_run", "check_setup", "merged_env", "run_session"
 
 #: After a stop signal, how long the run may take to end with its ``Finished``.
 _STOP_GRACE_S = 10.0
+#: Half a surrogate pair, a code point no UTF-8 stream can write.
+_SURROGATE = re.compile("[\ud800-\udfff]")
 #: The one line a run whose lead could not run a workflow ends with (on stderr).
 WORKFLOW_DENIED_LINE = (
     "teamlead: the lead's Workflow call was denied (the permission mode asks for approval); "
@@ -302,9 +305,9 @@ def _resume_hint(session: str | None, resumable: bool) -> str:
 def answer_for(stream: IO[str], text: str) -> str:
     """The final answer as it is written to ``stream``: secrets redacted always; on a
     terminal, every control character but newline and tab escaped too (piped, the answer
-    keeps its characters, for the next program)."""
-    if not is_terminal(stream):
-        return redact(text)
+    keeps its characters, for the next program, but for a lone surrogate, as U+FFFD)."""
+    if not is_terminal(stream):  # half a surrogate pair (a JavaScript cut) cannot be written
+        return _SURROGATE.sub("\ufffd", redact(text))
     parts = redact(text).split("\t")
     return "\t".join(terminal_safe(part, keep_newlines=True) for part in parts)
 

@@ -10,7 +10,6 @@ Nothing here loads the SDK (a test keeps it so).
 
 from __future__ import annotations
 
-import json
 import sys
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -25,7 +24,7 @@ from .._redact import terminal_safe
 from ..clock import SYSTEM_CLOCK
 from ..errors import ControlError, NoSuchRun, UsageError
 from .exitcodes import EXIT_CODES, EXIT_FAILED, handle_errors, tell
-from .history import ago, past_rows, ps_row, run_filter
+from .history import ago, json_text, past_rows, ps_row, run_filter
 from .options import option, output_mode
 from .output import stdout_lost
 
@@ -89,7 +88,7 @@ def ps(json_: bool, all_: bool, quiet: bool, filters: tuple[str, ...]) -> None:
         rows.sort(key=lambda row: row["started"], reverse=True)
     rows = [row for row in rows if keep(row)]
     if json_:
-        click.echo(json.dumps(rows, ensure_ascii=False))
+        click.echo(json_text(rows))
     elif quiet:
         for row in rows:
             click.echo(row["run"])

@@ -98,8 +98,17 @@ def _row(item: StoredSession) -> str:
     session_id, project, how = (
         terminal_safe(text) for text in (item.session_id, item.project_key, how)
     )
-    moment = datetime.fromtimestamp(item.last_modified / 1000, tz=timezone.utc)
-    return f"{session_id:<38} {moment.astimezone():%Y-%m-%d %H:%M:%S}  {project}  {how}"
+    return f"{session_id:<38} {_when(item.last_modified):<19}  {project}  {how}"
+
+
+def _when(epoch_ms: int) -> str:
+    """A last write as local time; ``-`` for one no calendar has (a store is anyone's to
+    write: an mtime of 2**63 ms is no year)."""
+    try:
+        moment = datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc).astimezone()
+    except (OverflowError, ValueError, OSError):
+        return "-"
+    return f"{moment:%Y-%m-%d %H:%M:%S}"
 
 
 def _json_line(item: StoredSession) -> str:

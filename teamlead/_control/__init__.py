@@ -15,6 +15,7 @@ from .._door import lazy_exports
 # Each name other wings use, imported from where it lives (``X as X`` re-exports it): this
 # block is the door's one list of them, its ``__all__`` too (:mod:`teamlead._door`).
 if TYPE_CHECKING:
+    from .detail import tree_parents as tree_parents
     from .endpoint import call as call
     from .endpoint import follow as follow
     from .registry import Registry as Registry

@@ -41,6 +41,7 @@ __all__ = [
     "plain",
     "task_state",
     "total",
+    "tree_parents",
 ]
 
 #: The ``version`` of a detail's JSON.
@@ -225,8 +226,11 @@ def build_tree(
         if row.kind == "workflow_agent" and row.parent is not None:
             workflow_agents.setdefault(row.parent, []).append(row)
             continue
-        if row.id in nodes:
-            row.id = f"{row.id}#{len(nodes)}"
+        if row.id in nodes:  # a repeated id gets the next free one (never a taken one)
+            number = len(nodes)
+            while f"{row.id}#{number}" in nodes:
+                number += 1
+            row.id = f"{row.id}#{number}"
         nodes[row.id] = row
     for parent in dict.fromkeys([*workflow_agents, *phases]):
         agents = workflow_agents.get(parent, [])
@@ -241,10 +245,40 @@ def build_tree(
         holder.children.extend(_phase_nodes(parent, agents, titles))
         if holder.tokens is None:
             holder.tokens = total(node.tokens for node in agents)
+    ups = tree_parents({node_id: node.parent for node_id, node in nodes.items()})
     for node_id, node in nodes.items():
-        up = nodes.get(node.parent) if node.parent not in (None, node_id) else None
-        (up or lead).children.append(node)
+        up = ups[node_id]
+        (lead if up is None else nodes[up]).children.append(node)
     return omitted
+
+
+def tree_parents(parents: Mapping[str, str | None]) -> dict[str, str | None]:
+    """Each node's parent in a tree of them (``None``: under the root): its own parent
+    when that is a node, else the root's; one node of each loop of parents (``a`` under
+    ``b`` under ``a``) hangs under the root, for a loop never reaches it and each of its
+    nodes would be left out.
+
+    Example:
+        >>> tree_parents({"a": "b", "b": "a", "c": "gone", "d": "c"})
+        {'a': None, 'b': 'a', 'c': None, 'd': 'c'}
+    """
+    placed: set[str] = set()
+    looped: set[str] = set()
+    for start in parents:
+        path: set[str] = set()
+        at: str | None = start
+        while at is not None and at in parents and at not in placed:
+            if at in path:
+                looped.add(at)  # the loop is cut here
+                break
+            path.add(at)
+            up = parents[at]
+            at = None if up == at else up
+        placed |= path
+    return {
+        node: None if node in looped or up == node or up not in parents else up
+        for node, up in parents.items()
+    }
 
 
 def _phase_nodes(

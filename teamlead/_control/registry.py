@@ -29,6 +29,7 @@ import contextlib
 import contextvars
 import dataclasses
 import json
+import math
 import os
 import secrets
 import sys
@@ -248,7 +249,14 @@ def _described(command: str) -> str:
 
 
 def _is_number(value: object) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and value == value
+    """A JSON number that is a finite float: not nan or infinite (``ps --json`` would print
+    them, and they are no JSON), not a whole number too long for one."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def _is_run_id(text: str) -> bool:

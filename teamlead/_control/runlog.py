@@ -22,9 +22,11 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from .._claude import FileProblem, open_regular
 from .._ndjson import RECORD_FACTS, current_record, read_record
 from .._private import json_object
 from ..errors import UsageError
@@ -117,10 +119,14 @@ def read_log(path: Path) -> RunDetail:
         UsageError: the file cannot be read, is too large, or holds no record of a run.
     """
     try:
-        size = path.stat().st_size
-        if size > MAX_LOG_BYTES:
-            raise UsageError(f"{path} is larger than a run's log can be ({size} bytes)")
-        with path.open("rb") as log:
+        log = open_regular(path)  # a FIFO (a pipe) is refused, never waited on
+    except FileProblem as problem:
+        raise UsageError(problem.message) from None
+    try:
+        with log:
+            size = os.fstat(log.fileno()).st_size
+            if size > MAX_LOG_BYTES:
+                raise UsageError(f"{path} is larger than a run's log can be ({size} bytes)")
             lines = iter(lambda: log.readline(MAX_LINE_BYTES + 1), b"")
             return detail_of_log(lines, name=path.stem)
     except OSError as exc:

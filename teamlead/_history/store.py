@@ -11,15 +11,18 @@ written: at most :data:`MAX_RECORD_BYTES`, and a file that is not a record is sk
 from __future__ import annotations
 
 import contextlib
+import json
+import math
 import os
 import re
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
-from .._private import json_object, named_dir, private_dir, read_small, write_private
+from .._private import named_dir, private_dir, read_small, write_private
 from ..clock import SYSTEM_CLOCK
 from ..errors import AmbiguousRun, NoSuchRun
 from .record import INLINE_RESULT_CHARS, AgentRecord, RunRecord
@@ -52,6 +55,7 @@ _RUN_TEXT_CHARS = 1024 * 1024
 _MAX_RESULT_BYTES = 64 * 1024 * 1024
 _RECORD = re.compile(r"(\d{8}T\d{6}Z)-([0-9a-f]{12})\.json")
 _RESULT = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{12}\.\d+\.txt")
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class History:
@@ -121,7 +125,7 @@ class History:
             text = agent.result
             if text is not None and (len(text) > INLINE_RESULT_CHARS or len(text) > budget):
                 name = f"{stem}.{index}.txt"
-                write_private(folder / name, text)
+                write_private(folder / name, _SURROGATE.sub("\ufffd", text))
                 update.update(result=None, result_ref=name)
             elif text is not None:
                 budget -= len(text)
@@ -134,7 +138,8 @@ class History:
                 "result": _cut(record.result, _RUN_TEXT_CHARS),
             }
         )
-        write_private(path, kept.model_dump_json() + "\n")
+        data = _writable(kept.model_dump(mode="json"))
+        write_private(path, json.dumps(data, ensure_ascii=False, separators=(",", ":")) + "\n")
         self.prune()
         return path
 
@@ -249,13 +254,45 @@ def history_wanted(env: Mapping[str, str] | None = None) -> bool:
 
 
 def _parse(raw: bytes) -> RunRecord | None:
-    data = json_object(raw)
-    if data is None:
+    """The record in ``raw``, or ``None``: not a JSON object, strictly (``NaN``,
+    ``Infinity`` and a number past a float, which Python would read, are not JSON, and
+    ``ps --all --json`` would print them back), or not a record."""
+    try:
+        data = json.loads(raw, parse_constant=_not_finite, parse_float=_finite)
+    except (ValueError, RecursionError):
+        return None
+    if not isinstance(data, dict):
         return None
     try:
         return RunRecord.model_validate(data)
     except ValidationError:
         return None
+
+
+def _writable(value: Any) -> Any:
+    """A record's JSON value as a file holds it: a lone surrogate in a string (half a pair,
+    as a cut made in JavaScript leaves it, which no UTF-8 file can hold) as U+FFFD, and a
+    number that is no JSON (``nan``, ``inf``) as ``null``, as pydantic writes it."""
+    if isinstance(value, str):
+        return _SURROGATE.sub("\ufffd", value)
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {_writable(k): _writable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_writable(item) for item in value]
+    return value
+
+
+def _not_finite(name: str) -> float:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):
+        raise ValueError(f"{text} is past a float")
+    return value
 
 
 def _cut(text: str | None, limit: int) -> str | None:

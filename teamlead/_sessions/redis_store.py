@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
+import math
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -53,6 +53,7 @@ from .stored import (
     EntryReader,
     WarnOnce,
     dump_entry,
+    dump_json,
     encode,
     entry_uuid,
     log,
@@ -294,7 +295,7 @@ class RedisSessionStore(SessionStore):
                         folded = fold_session_summary(prev, key, entries)
                         folded["mtime"] = max(mtime, prev["mtime"] if prev else 0)
                         pipe.multi()
-                        pipe.set(name, json.dumps(folded, ensure_ascii=False), px=self._ttl_ms)
+                        pipe.set(name, dump_json(folded), px=self._ttl_ms)
                         await pipe.execute()
                         return
                     except redis.WatchError:
@@ -338,7 +339,12 @@ class RedisSessionStore(SessionStore):
         sessions = [s for s, _ in pairs]
         keys = [self._entries({"project_key": project_key, "session_id": s}) for s in sessions]
         live = await self._live(sessions, keys, lambda *gone: client.zrem(index, *gone))
-        return [{"session_id": s, "mtime": int(score)} for s, score in pairs if s in live]
+        # a score is anything ZADD took: one of +inf is no last write, and is skipped
+        return [
+            {"session_id": s, "mtime": int(score)}
+            for s, score in pairs
+            if s in live and math.isfinite(score)
+        ]
 
     async def _members(self, name: str) -> list[tuple[str, float]]:
         """A sorted set's members and scores (a key of another type reads as empty)."""

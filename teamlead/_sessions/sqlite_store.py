@@ -24,7 +24,6 @@ file is; an existing file that is not an SQLite database, or is empty, is refuse
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import secrets
 import sqlite3
@@ -52,6 +51,7 @@ from .stored import (
     EntryReader,
     WarnOnce,
     dump_entry,
+    dump_json,
     entry_uuid,
     log,
     read_summary,
@@ -84,6 +84,7 @@ CREATE TABLE IF NOT EXISTS teamlead_session_status (
 PRAGMA user_version = 1;
 """
 _BUSY_MS = 10_000
+_MAX_INTEGER = 2**63 - 1
 #: The first bytes of every SQLite database file.
 _SQLITE_HEADER = b"SQLite format 3\x00"
 
@@ -144,7 +145,9 @@ class SQLiteSessionStore(SessionStore):
                 database, an empty file (never silently made one), not a regular file.
         """
         try:
-            with self.path.open("rb") as file:
+            # O_NONBLOCK: a FIFO there is refused, never waited on for a writer
+            fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+            with os.fdopen(fd, "rb") as file:
                 regular = stat.S_ISREG(os.fstat(file.fileno()).st_mode)
                 head = file.read(len(_SQLITE_HEADER)) if regular else b""
         except FileNotFoundError:
@@ -236,7 +239,8 @@ class SQLiteSessionStore(SessionStore):
         ).fetchone()
         last = row[0] if row and isinstance(row[0], int) else 0
         now = int(SYSTEM_CLOCK.time() * 1000)
-        mtime = max(now, last + 1, self._last_mtime + 1)
+        # never past SQLite's largest INTEGER, whatever the file says the last write was
+        mtime = min(max(now, last + 1, self._last_mtime + 1), _MAX_INTEGER)
         self._last_mtime = mtime
         return mtime
 
@@ -286,7 +290,7 @@ class SQLiteSessionStore(SessionStore):
         db.execute(
             "INSERT INTO teamlead_session_summaries VALUES (?, ?, ?, ?) "
             "ON CONFLICT DO UPDATE SET mtime = excluded.mtime, data = excluded.data",
-            (pk, sid, folded["mtime"], json.dumps(folded["data"], ensure_ascii=False)),
+            (pk, sid, folded["mtime"], dump_json(folded["data"])),
         )
 
     async def load(self, key: SessionKey) -> list[SessionStoreEntry] | None:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import logging
-import math
+import re
 from collections.abc import Iterable
 from typing import Any, cast
 from urllib.parse import quote
@@ -37,6 +37,7 @@ __all__ = [
     "EntryReader",
     "WarnOnce",
     "dump_entry",
+    "dump_json",
     "encode",
     "entry_uuid",
     "log",
@@ -52,6 +53,9 @@ log = logging.getLogger("teamlead.sessions")
 MAX_ENTRY_BYTES = 16 * 1024 * 1024
 #: The most of one key (a transcript) read back; the local reader's cap too.
 MAX_SESSION_BYTES = 256 * 1024 * 1024
+#: The largest epoch-ms value a store keeps (SQLite's largest INTEGER).
+_MAX_MS = 2**63 - 1
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def encode(part: str) -> str:
@@ -76,8 +80,22 @@ def subpath_of(key: SessionKey) -> str:
 
 
 def dump_entry(entry: SessionStoreEntry) -> str:
-    """An entry as stored: compact JSON, characters as they are."""
-    return json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+    """An entry as stored (:func:`dump_json`)."""
+    return dump_json(entry)
+
+
+def dump_json(value: object) -> str:
+    """A value as a store keeps it: compact JSON, characters as they are, but for a lone
+    surrogate (half a pair, as JavaScript leaves it when it cuts a string), written as its
+    ``\\uXXXX`` escape: no UTF-8 text holds it raw, and the escape reads back as the same
+    value.
+
+    Example:
+        >>> dump_json({"type": "user", "text": "é\\ud83d"})
+        '{"type":"user","text":"é\\\\ud83d"}'
+    """
+    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
 
 
 def entry_uuid(entry: SessionStoreEntry) -> str:
@@ -131,11 +149,17 @@ def read_summary(
     if not isinstance(value, dict) or value.get("session_id") != session_id:
         return None
     mtime = value.get("mtime")
-    if isinstance(mtime, bool) or not isinstance(mtime, (int, float)) or not math.isfinite(mtime):
+    if isinstance(mtime, bool) or not isinstance(mtime, (int, float)) or not _epoch_ms(mtime):
         return None
     if not isinstance(value.get("data"), dict):
         return None
     return {"session_id": session_id, "mtime": int(mtime), "data": value["data"]}
+
+
+def _epoch_ms(value: float) -> bool:
+    """Whether ``value`` can be a moment in epoch ms: finite, and small enough for every
+    store to keep (an SQLite INTEGER; a whole number of 400 digits is no float either)."""
+    return -_MAX_MS <= value <= _MAX_MS  # nan compares false
 
 
 class EntryReader:
