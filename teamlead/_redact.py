@@ -166,16 +166,38 @@ def shown_safe(value: Any, scrub: Callable[[str], str] | None = None) -> Any:
 _RAW_IN_JSON = {c: f"\\u{c:04x}" for c in (*range(0x80, 0xA0), 0x2028, 0x2029)}
 
 
+#: A lone surrogate: half a pair, as a cut made in JavaScript leaves it. JSON writes it as
+#: an escape and Python reads it back as a code point, but no UTF-8 text can hold it.
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """JSON ``text`` with each lone surrogate written as its ``\\uXXXX`` escape: the same
+    JSON value, in text that UTF-8 can hold.
+
+    Example:
+        >>> escape_surrogates('{"a": "x\\ud800"}') == '{"a": "x\\\\ud800"}'
+        True
+    """
+    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
+def replace_surrogates(text: str) -> str:
+    """``text`` with each lone surrogate as U+FFFD, for a file or stream that must be UTF-8."""
+    return _SURROGATE.sub("\ufffd", text)
+
+
 def json_line_safe(line: str) -> str:
     """A JSON line with the characters JSON keeps raw but terminals and line readers act on
-    written as ``\\uXXXX`` escapes: the same JSON value, printable on any terminal. They can
-    only occur inside strings (JSON's own syntax is ASCII), so the text replacement is exact.
+    written as ``\\uXXXX`` escapes, and lone surrogates too (:func:`escape_surrogates`): the
+    same JSON value, printable on any terminal and in UTF-8. They can only occur inside
+    strings (JSON's own syntax is ASCII), so the text replacement is exact.
 
     Example:
         >>> json_line_safe('{"a": "x\\u009by"}') == '{"a": "x\\\\u009by"}'
         True
     """
-    return line.translate(_RAW_IN_JSON)
+    return escape_surrogates(line.translate(_RAW_IN_JSON))
 
 
 def ndjson_line(serialized: str) -> str:

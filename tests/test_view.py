@@ -111,6 +111,18 @@ def _json_records(items: list[Any]) -> list[dict[str, Any]]:
     return [json.loads(line) for line in out.getvalue().splitlines()]
 
 
+def test_an_event_holding_half_a_surrogate_pair_is_a_line_a_utf8_stream_can_write() -> None:
+    # half a pair, as a cut made in JavaScript leaves it: JSON escapes it, Python reads it
+    # back as a code point, and `ask --json` ended in a UnicodeEncodeError writing it raw
+    raw = io.BytesIO()
+    out = io.TextIOWrapper(raw, encoding="utf-8", write_through=True)
+    progress = JsonProgress(out, HandFed())
+    progress.handle(WaitingForTeam(session_id="s-\ud800", open_tasks=["t\udc00"], wait_s=1.0))
+    progress.close()
+    (record,) = [json.loads(line) for line in raw.getvalue().decode("utf-8").splitlines()]
+    assert (record["session_id"], record["open_tasks"]) == ("s-\ud800", ["t\udc00"])
+
+
 def test_a_request_held_through_an_overload_is_a_line_of_the_ndjson() -> None:
     held = RateLimited(model="claude-x", role="subagent", status=529, outcome="absorbed")
     (record,) = _json_records([held])

@@ -60,9 +60,6 @@ _LONGEST_AGO_S = 365 * 86400.0
 _FILTER_HELP = "give status=STATUS or since=AGE|DATE (e.g. status=completed, since=2h)"
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def json_text(value: Any) -> str:
     """``value`` as the one line of JSON ``ps --json`` and ``show --json`` print: a lone
     surrogate (half a pair, as a cut made in JavaScript leaves it; JSON writes it as an
@@ -74,8 +71,7 @@ def json_text(value: Any) -> str:
         >>> json_text({"a": "x\\ud800"}) == '{"a": "x\\\\ud800"}'
         True
     """
-    text = json.dumps(value, ensure_ascii=False)
-    return json_line_safe(_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text))
+    return json_line_safe(json.dumps(value, ensure_ascii=False))
 
 
 def past_rows(

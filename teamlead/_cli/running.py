@@ -8,7 +8,6 @@ output and stop handling and returns the exit code.
 from __future__ import annotations
 
 import os
-import re
 import sys
 import tempfile
 from collections.abc import AsyncIterator, Callable, Mapping
@@ -23,7 +22,7 @@ from .._claude import ensure_loopback
 from .._gate.prompt_limits import prompt_limits
 from .._ndjson import JsonProgress
 from .._procs import descendants, stop_descendants
-from .._redact import redact, terminal_safe
+from .._redact import redact, replace_surrogates, terminal_safe
 from .._run import default_process_state
 from ..clock import SYSTEM_CLOCK
 from ..coordinator import allow_workflows
@@ -46,7 +45,6 @@ __all__ = ["answer_for", "build_run", "check_setup", "merged_env", "run_session"
 #: After a stop signal, how long the run may take to end with its ``Finished``.
 _STOP_GRACE_S = 10.0
 #: Half a surrogate pair, a code point no UTF-8 stream can write.
-_SURROGATE = re.compile("[\ud800-\udfff]")
 #: The one line a run whose lead could not run a workflow ends with (on stderr).
 WORKFLOW_DENIED_LINE = (
     "teamlead: the lead's Workflow call was denied (the permission mode asks for approval); "
@@ -307,7 +305,7 @@ def answer_for(stream: IO[str], text: str) -> str:
     terminal, every control character but newline and tab escaped too (piped, the answer
     keeps its characters, for the next program, but for a lone surrogate, as U+FFFD)."""
     if not is_terminal(stream):  # half a surrogate pair (a JavaScript cut) cannot be written
-        return _SURROGATE.sub("\ufffd", redact(text))
+        return replace_surrogates(redact(text))
     parts = redact(text).split("\t")
     return "\t".join(terminal_safe(part, keep_newlines=True) for part in parts)
 

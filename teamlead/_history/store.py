@@ -23,6 +23,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from .._private import named_dir, private_dir, read_small, write_private
+from .._redact import replace_surrogates
 from ..clock import SYSTEM_CLOCK
 from ..errors import AmbiguousRun, NoSuchRun
 from .record import INLINE_RESULT_CHARS, AgentRecord, RunRecord
@@ -55,7 +56,6 @@ _RUN_TEXT_CHARS = 1024 * 1024
 _MAX_RESULT_BYTES = 64 * 1024 * 1024
 _RECORD = re.compile(r"(\d{8}T\d{6}Z)-([0-9a-f]{12})\.json")
 _RESULT = re.compile(r"\d{8}T\d{6}Z-[0-9a-f]{12}\.\d+\.txt")
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 class History:
@@ -125,7 +125,7 @@ class History:
             text = agent.result
             if text is not None and (len(text) > INLINE_RESULT_CHARS or len(text) > budget):
                 name = f"{stem}.{index}.txt"
-                write_private(folder / name, _SURROGATE.sub("\ufffd", text))
+                write_private(folder / name, replace_surrogates(text))
                 update.update(result=None, result_ref=name)
             elif text is not None:
                 budget -= len(text)
@@ -274,7 +274,7 @@ def _writable(value: Any) -> Any:
     as a cut made in JavaScript leaves it, which no UTF-8 file can hold) as U+FFFD, and a
     number that is no JSON (``nan``, ``inf``) as ``null``, as pydantic writes it."""
     if isinstance(value, str):
-        return _SURROGATE.sub("\ufffd", value)
+        return replace_surrogates(value)
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import logging
-import re
 from collections.abc import Iterable
 from typing import Any, cast
 from urllib.parse import quote
@@ -30,6 +29,7 @@ from claude_agent_sdk.types import SessionKey, SessionStoreEntry, SessionSummary
 
 from .._claude import loads
 from .._governor import WarnOnce
+from .._redact import escape_surrogates
 
 __all__ = [
     "MAX_ENTRY_BYTES",
@@ -55,7 +55,6 @@ MAX_ENTRY_BYTES = 16 * 1024 * 1024
 MAX_SESSION_BYTES = 256 * 1024 * 1024
 #: The largest epoch-ms value a store keeps (SQLite's largest INTEGER).
 _MAX_MS = 2**63 - 1
-_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 def encode(part: str) -> str:
@@ -94,8 +93,7 @@ def dump_json(value: object) -> str:
         >>> dump_json({"type": "user", "text": "é\\ud83d"})
         '{"type":"user","text":"é\\\\ud83d"}'
     """
-    text = json.dumps(value, ensure_ascii=False, separators=(",", ":"))
-    return _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+    return escape_surrogates(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
 
 
 def entry_uuid(entry: SessionStoreEntry) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import secrets
 from collections.abc import Collection
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import Any
 
 import psutil
 
-from ..._redact import redact
+from ..._redact import escape_surrogates, redact
 from ...clock import SYSTEM_CLOCK, Clock
 from ...errors import InboxError
 from ...policy import LockPolicy
@@ -42,9 +41,6 @@ def _lead_refusal(path: Path, root: Path, own_pids: Collection[int]) -> str | No
     return f"lead process {pid} is alive and reads its own inbox; not consuming"
 
 
-_SURROGATE = re.compile("[\ud800-\udfff]")
-
-
 def _compact(kept: list[Any]) -> bytes | None:
     """The entries as compact UTF-8 JSON, or ``None`` when one is nested too deeply.
 
@@ -57,8 +53,7 @@ def _compact(kept: list[Any]) -> bytes | None:
         text = json.dumps(kept, ensure_ascii=False, separators=(",", ":"))
     except (RecursionError, ValueError):
         return None
-    text = _SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
-    return text.encode("utf-8")
+    return escape_surrogates(text).encode("utf-8")
 
 
 def _rewrite(path: Path, keys: frozenset[str], max_bytes: int) -> ConsumeResult:
