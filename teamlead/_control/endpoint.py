@@ -384,8 +384,8 @@ class Endpoint:
         if option is None or sock is None:
             return True
         try:
-            raw = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
-            _pid, uid, _gid = struct.unpack("3i", raw)
+            raw = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("iII"))
+            _pid, uid, _gid = struct.unpack("iII", raw)
         except (OSError, struct.error):
             return False
         return bool(uid == os.getuid())

@@ -204,8 +204,8 @@ def _load() -> None:
 def _launcher(conn: socket.socket) -> int | None:
     """The pid of the process at the other end of ``conn`` if it is this user's, else
     ``None``."""
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    pid, uid, _gid = struct.unpack("3i", creds)
+    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("iII"))
+    pid, uid, _gid = struct.unpack("iII", creds)
     return int(pid) if uid == os.getuid() else None
 
 
