@@ -306,3 +306,42 @@ async def test_the_view_sends_a_logs_run_as_json_whatever_numbers_the_log_holds(
 
     tree = json.loads(data.removeprefix("data: "), parse_constant=refused)["tree"]
     assert [child["duration_s"] for child in tree["children"]] == [None, None]
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("op", [["stop"], {"stop": 1}, None, 7, "reboot"])
+async def test_a_button_naming_no_operation_gets_one_line_not_a_server_error(op: Any) -> None:
+    token = "t" * 32
+    acted: list[str] = []
+    board = Board(
+        token=token,
+        port=1,
+        rows=list,
+        detail=lambda run: {},
+        act=lambda run, a: acted.append(run) or "",
+    )
+    scope = {
+        "type": "http",
+        "method": "POST",
+        "path": "/act",
+        "query_string": f"token={token}".encode(),
+        "headers": [
+            (b"host", b"127.0.0.1:1"),
+            (b"origin", b"http://127.0.0.1:1"),
+            (b"content-type", b"application/json"),
+        ],
+    }
+    sent: list[dict[str, Any]] = []
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    async def receive() -> dict[str, Any]:
+        body = json.dumps({"run": "r", "op": op}).encode()
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    with anyio.fail_after(10):
+        await board(scope, receive, send)
+    (start, body) = sent
+    assert start["status"] == 400 and not acted
+    assert json.loads(body["body"])["message"].startswith("a button names a run and one of: ")

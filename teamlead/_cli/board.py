@@ -234,11 +234,12 @@ class Board:
                 break
         data = json_object(body) or {}
         run, op = data.get("run"), data.get("op")
-        if not isinstance(run, str) or not 0 < len(run) <= _RUN_CHARS or op not in _OPS:
+        action = _OPS.get(op) if isinstance(op, str) else None
+        if not isinstance(run, str) or not 0 < len(run) <= _RUN_CHARS or action is None:
             await _reply(send, 400, False, "a button names a run and one of: " + ", ".join(_OPS))
             return
         try:
-            said = await anyio.to_thread.run_sync(self._act, run, dict(_OPS[op]))
+            said = await anyio.to_thread.run_sync(self._act, run, dict(action))
         except (NoSuchRun, UsageError, ControlError) as exc:
             await _reply(send, 200, False, str(exc))
             return
