@@ -277,9 +277,11 @@ def test_the_cli_cap_bounds_every_limit(monkeypatch: pytest.MonkeyPatch) -> None
 
 
 # -- stagger, depth, deadline ---------------------------------------------------------------
-async def test_stagger_spaces_the_starts_of_a_burst() -> None:
+def _staggered(stagger_s: float) -> tuple[StepClock, SpawnGate, dict[str, float]]:
+    """A gate staggering its starts by ``stagger_s`` on a step clock, and when it admitted
+    each call (by its tool_use id)."""
     clock = StepClock()
-    gate, seen = gate_with(clock, stagger_s=2.0)
+    gate, _ = gate_with(clock, stagger_s=stagger_s)
     admitted_at: dict[str, float] = {}
 
     def on(e: SpawnDecided) -> None:
@@ -287,6 +289,11 @@ async def test_stagger_spaces_the_starts_of_a_burst() -> None:
             admitted_at[e.tool_use_id] = clock.now
 
     gate.on_event = on
+    return clock, gate, admitted_at
+
+
+async def test_stagger_spaces_the_starts_of_a_burst() -> None:
+    clock, gate, admitted_at = _staggered(2.0)
     async with anyio.create_task_group() as tg:
         calls = Calls(gate, tg)
         for i in range(4):
@@ -301,15 +308,7 @@ async def test_stagger_spaces_the_starts_of_a_burst() -> None:
 
 
 async def test_a_stagger_turn_of_a_call_that_never_starts_is_given_back() -> None:
-    clock = StepClock()
-    gate, _ = gate_with(clock, stagger_s=30.0)
-    admitted_at: dict[str, float] = {}
-
-    def on(e: SpawnDecided) -> None:
-        if e.outcome == "admitted":
-            admitted_at[e.tool_use_id] = clock.now
-
-    gate.on_event = on
+    clock, gate, admitted_at = _staggered(30.0)
     async with anyio.create_task_group() as tg:
         calls = Calls(gate, tg)
         calls.start("t0")  # starts at once

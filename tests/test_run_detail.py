@@ -58,6 +58,12 @@ def _line(record: dict[str, Any]) -> str:
     return json.dumps({"version": 4, **record})
 
 
+def _completed(rows: list[dict[str, Any]]) -> str:
+    """The ``finished`` line of a run that used every one of its ``rows``' results."""
+    finished = {"status": "completed", "reason": "all_results_used", "result": "ok"}
+    return _line({"type": "finished", **finished, "session_id": "s", "resumes": 0, "tasks": rows})
+
+
 def _row(id_: str, kind: str = "task", **fields: Any) -> dict[str, Any]:
     return {
         "id": id_,
@@ -149,16 +155,7 @@ def test_a_log_is_read_back_as_a_tree_with_nested_agents_and_workflow_phases() -
 def test_every_row_of_a_log_has_a_node_whatever_ids_the_rows_repeat() -> None:
     # the second "a" would be renamed "a#2", the id of the row before it
     rows = [_row("a"), _row("a#2"), _row("a")]
-    finished = {
-        "type": "finished",
-        "status": "completed",
-        "reason": "all_results_used",
-        "result": "ok",
-        "session_id": "s",
-        "resumes": 0,
-        "tasks": rows,
-    }
-    tree = detail_of_log([_line(finished)]).to_json()["tree"]
+    tree = detail_of_log([_completed(rows)]).to_json()["tree"]
     ids = [child["id"] for child in tree["children"]]
     assert len(ids) == 3 and len(set(ids)) == 3, ids
 
@@ -166,16 +163,7 @@ def test_every_row_of_a_log_has_a_node_whatever_ids_the_rows_repeat() -> None:
 def test_agents_whose_parents_make_a_loop_still_hang_in_the_tree() -> None:
     # a's parent is b and b's is a: neither reached the lead, so both were left out
     rows = [_row("a", parent="b"), _row("b", parent="a"), _row("c", parent="c")]
-    finished = {
-        "type": "finished",
-        "status": "completed",
-        "reason": "all_results_used",
-        "result": "ok",
-        "session_id": "s",
-        "resumes": 0,
-        "tasks": rows,
-    }
-    tree = detail_of_log([_line(finished)]).to_json()["tree"]
+    tree = detail_of_log([_completed(rows)]).to_json()["tree"]
 
     def ids(node: dict[str, Any]) -> list[str]:
         return [node["id"], *(i for child in node["children"] for i in ids(child))]
@@ -262,16 +250,7 @@ async def test_a_permission_request_is_listed_while_it_waits_for_its_answer() ->
 async def test_the_view_sends_a_logs_run_as_json_whatever_numbers_the_log_holds() -> None:
     # Python reads NaN and Infinity in a log line; the page's JSON.parse refuses them
     rows = [_row("a", duration_s=float("nan")), _row("b", duration_s=float("inf"))]
-    finished = {
-        "type": "finished",
-        "status": "completed",
-        "reason": "all_results_used",
-        "result": "ok",
-        "session_id": "s",
-        "resumes": 0,
-        "tasks": rows,
-    }
-    detail = detail_of_log([_line(finished)]).to_json()
+    detail = detail_of_log([_completed(rows)]).to_json()
     token = "t" * 32
     board = Board(token=token, port=1, rows=list, detail=lambda run: detail)
     scope = {

@@ -480,21 +480,31 @@ async def test_the_runs_view_reads_local_first_and_a_failing_store_costs_one_war
     assert broken.failed is not None
 
 
+async def _sessions_of(path: Path, ids: list[str], opened: list[Any]) -> None:
+    """An SQLite store at ``path`` holding one session of each of ``ids``."""
+    store = SQLiteSessionStore(path)
+    opened.append(store)
+    for session_id in ids:
+        await store.append({"project_key": "p", "session_id": session_id}, [{"type": "user"}])
+    await store.aclose()
+
+
+async def _listed(path: Path) -> list[str]:
+    """The lines ``teamlead sessions`` prints for the SQLite store at ``path``."""
+    args = ["sessions", "--session-store", f"sqlite://{path}"]
+    result = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(main, args))
+    assert result.exit_code == 0, result.output
+    return result.output.splitlines()
+
+
 async def test_the_sessions_table_escapes_control_characters_and_stays_aligned(
     tmp_path: Path, opened: list[Any]
 ) -> None:
     path = tmp_path / "s.db"
-    store = SQLiteSessionStore(path)
-    opened.append(store)
-    ids = ["plain-session", "evil\x1b[2J\x07\u202eid", "tab\there"]
-    for session_id in ids:
-        await store.append({"project_key": "p", "session_id": session_id}, [{"type": "user"}])
-    await store.aclose()
-    args = ["sessions", "--session-store", f"sqlite://{path}"]
-    result = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(main, args))
-    assert result.exit_code == 0, result.output
-    lines = result.output.splitlines()
-    assert len(lines) == 3 and "\x1b" not in result.output and "\u202e" not in result.output
+    await _sessions_of(path, ["plain-session", "evil\x1b[2J\x07\u202eid", "tab\there"], opened)
+    lines = await _listed(path)
+    output = "\n".join(lines)
+    assert len(lines) == 3 and "\x1b" not in output and "\u202e" not in output
     shown = {line.split(" ", 1)[0] for line in lines}
     assert shown == {"plain-session", "evil\\x1b[2J\\x07\\u202eid", "tab\\x09here"}
     # the time column starts at the same place on every row
@@ -505,11 +515,7 @@ async def test_a_session_written_at_no_calendar_time_is_listed_with_no_time(
     tmp_path: Path, opened: list[Any]
 ) -> None:
     path = tmp_path / "s.db"
-    store = SQLiteSessionStore(path)
-    opened.append(store)
-    for session_id in ("far", "before", "plain"):
-        await store.append({"project_key": "p", "session_id": session_id}, [{"type": "user"}])
-    await store.aclose()
+    await _sessions_of(path, ["far", "before", "plain"], opened)
     with sqlite3.connect(path) as db:  # the largest and the smallest INTEGER SQLite keeps
         db.execute(
             "UPDATE teamlead_session_keys SET mtime = ? WHERE session_id = 'far'", (2**63 - 1,)
@@ -517,10 +523,7 @@ async def test_a_session_written_at_no_calendar_time_is_listed_with_no_time(
         db.execute(
             "UPDATE teamlead_session_keys SET mtime = ? WHERE session_id = 'before'", (-(2**63),)
         )
-    args = ["sessions", "--session-store", f"sqlite://{path}"]
-    result = await anyio.to_thread.run_sync(lambda: CliRunner().invoke(main, args))
-    assert result.exit_code == 0, result.output
-    rows = {line.split()[0]: line.split()[1] for line in result.output.splitlines()}
+    rows = {line.split()[0]: line.split()[1] for line in await _listed(path)}
     assert rows["far"] == rows["before"] == "-"
     assert rows["plain"].startswith("20")
 
