@@ -44,7 +44,6 @@ __all__ = ["answer_for", "build_run", "check_setup", "merged_env", "run_session"
 
 #: After a stop signal, how long the run may take to end with its ``Finished``.
 _STOP_GRACE_S = 10.0
-#: Half a surrogate pair, a code point no UTF-8 stream can write.
 #: The one line a run whose lead could not run a workflow ends with (on stderr).
 WORKFLOW_DENIED_LINE = (
     "teamlead: the lead's Workflow call was denied (the permission mode asks for approval); "
