@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from .._governor import UsageScan
+from .._private import json_object
 from ..events import RateLimited
 
 if TYPE_CHECKING:
@@ -80,20 +81,11 @@ def agent_key(headers: Iterable[tuple[bytes, bytes]]) -> tuple[str, str]:
     return session_id, agent_id
 
 
-def _object(body: bytes) -> dict[str, Any] | None:
-    """The request body's JSON object; ``None`` when it is not one."""
-    try:
-        data = json.loads(body)
-    except (ValueError, RecursionError):  # not JSON, or nested deeper than it can be read
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def is_workflow_agent(body: bytes) -> bool:
     """Whether a request body is a workflow agent's (Claude Code's workflow system prompt)."""
     if _WORKFLOW_MARK.encode() not in body:
         return False
-    system = (_object(body) or {}).get("system")
+    system = (json_object(body) or {}).get("system")
     blocks = system if isinstance(system, list) else [system]
     return any(
         _WORKFLOW_MARK in (b.get("text", "") if isinstance(b, dict) else str(b or ""))
@@ -103,7 +95,7 @@ def is_workflow_agent(body: bytes) -> bool:
 
 def model_of(body: bytes) -> str | None:
     """The ``model`` a request body names, if it is a JSON object that names one."""
-    model = (_object(body) or {}).get("model")
+    model = (json_object(body) or {}).get("model")
     return model[:200] if isinstance(model, str) and model else None
 
 
@@ -140,7 +132,7 @@ def with_model(body: bytes, model: str | None) -> bytes | None:
     as it came, never half-rewritten)."""
     if model is None:
         return None
-    data = _object(body)
+    data = json_object(body)
     if data is None or data.get("model") == model:
         return None
     data["model"] = model

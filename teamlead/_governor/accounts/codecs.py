@@ -24,6 +24,7 @@ import threading
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
+from ..._private import json_object
 from ...clock import Clock
 from ..aimd import Limits
 from ..retry_after import PLAUSIBLE_PAUSE_S
@@ -206,11 +207,7 @@ def _object(text: object) -> dict[str, Any] | None:
     """The JSON object in a stored text (at most ``_MAX_TEXT`` long), else ``None``."""
     if not isinstance(text, str) or len(text) > _MAX_TEXT:
         return None
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError):
-        return None
-    return data if isinstance(data, dict) else None
+    return json_object(text)
 
 
 def _time(value: object) -> float | None:
