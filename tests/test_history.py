@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import teamlead
-from teamlead._cli.history import past_detail
+from teamlead._cli.history import past_detail, past_rows
 from teamlead._control.registry import labelled
 from teamlead._history import History, RunRecord, history_dir
 from teamlead._history.record import INLINE_RESULT_CHARS, AgentRecord
@@ -287,3 +287,16 @@ def test_a_run_of_many_long_agents_stays_one_readable_record(tmp_path: Path) -> 
     assert [history.result_of(a) for a in record.agents] == ["r" * 7000] * 2000
     assert len(record.agents[0].prompt or "") < 8100 and len(record.agents[-1].prompt or "") < 400
     assert record.prompt is not None and record.prompt.endswith("[… 951424 characters cut …]")
+
+
+def test_ps_all_counts_a_reported_teammate_done_and_a_call_that_never_ran_neither(
+    tmp_path: Path,
+) -> None:
+    statuses = ["completed", "cached", "reported", "failed", "timeout", "lost", "pending"]
+    agents = [AgentRecord(id=f"t{n}", status=s) for n, s in enumerate(statuses)]
+    agents += [AgentRecord(id="c1", kind="call", status="denied")]
+    agents += [AgentRecord(id="c2", kind="call", status="rejected")]
+    history = History(tmp_path / "h")
+    history.add(_record(RUNS[0], 1_800_000_000, agents=agents))
+    (row,) = past_rows(history)
+    assert row["agents"] == {"running": 0, "queued": 0, "done": 3, "failed": 4}

@@ -96,8 +96,9 @@ def ps_row(**fields: Any) -> dict[str, Any]:
 
 
 def _row(record: RunRecord) -> dict[str, Any]:
-    done = sum(a.status in ("completed", "cached") for a in record.agents)
-    failed = sum(a.status not in ("completed", "cached") for a in record.agents)
+    # an Agent call the gate or the CLI refused never became an agent
+    ran = [a.status for a in record.agents if a.status not in ("denied", "rejected")]
+    done = sum(status in ("completed", "cached", "reported") for status in ran)
     tokens = [(a.tokens_in or 0) + (a.tokens_out or 0) for a in record.agents]
     requests = [a.requests for a in record.agents if a.requests is not None]
     return ps_row(
@@ -108,7 +109,7 @@ def _row(record: RunRecord) -> dict[str, Any]:
         command=record.command,
         label=record.label,
         started=record.started,
-        agents={"running": 0, "queued": 0, "done": done, "failed": failed},
+        agents={"running": 0, "queued": 0, "done": done, "failed": len(ran) - done},
         tokens=sum(tokens) if any(tokens) else None,
         requests=sum(requests) if requests else None,
         finished=True,
