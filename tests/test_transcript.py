@@ -237,7 +237,7 @@ def test_a_transcripts_end_is_its_last_messages_stop_reason_and_final_text(tmp_p
     )
     end = transcript_end(finished)
     assert end == TranscriptEnd("end_turn", "FINDING: part one\nand part two")
-    assert end.natural_end and not end.open_tool_call
+    assert end.natural_end
     stopped = write_jsonl(
         tmp_path / "stopped.jsonl",
         [
@@ -247,7 +247,7 @@ def test_a_transcripts_end_is_its_last_messages_stop_reason_and_final_text(tmp_p
         ],
     )
     end = transcript_end(stopped)
-    assert end == TranscriptEnd("tool_use", None) and end.open_tool_call and not end.natural_end
+    assert end == TranscriptEnd("tool_use", None) and not end.natural_end
     cut = write_jsonl(
         tmp_path / "cut.jsonl",
         [

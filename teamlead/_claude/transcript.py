@@ -245,11 +245,6 @@ class TranscriptEnd:
         ``end_turn`` or ``stop_sequence``): proof it finished, with no word of the CLI."""
         return self.final_text is not None and self.stop_reason in ("end_turn", "stop_sequence")
 
-    @property
-    def open_tool_call(self) -> bool:
-        """Whether the agent's last message called a tool and no turn of its followed."""
-        return self.stop_reason == "tool_use"
-
 
 def transcript_end(path: Path, *, max_bytes: int = TAIL_SCAN_BYTES) -> TranscriptEnd | None:
     """How the transcript at ``path`` ends: its last assistant message's ``stop_reason``, and

@@ -49,7 +49,6 @@ class CallFields(BaseModel):
         task_id: the CLI's task id, once ``task_started`` named it.
         queued_at: when the call reached the gate (wall-clock seconds).
         admitted_at: when it was admitted.
-        decided_at: when it was admitted, denied or rejected.
         ended_at: when its slot was freed (terminal task event, rejection, run end).
         starved: it was denied while it waited for the process-wide cap (other runs held
             every slot), not for the run's own limits: its work is missing, not declined.
@@ -67,7 +66,6 @@ class CallFields(BaseModel):
     task_id: str | None = None
     queued_at: float | None = None
     admitted_at: float | None = None
-    decided_at: float | None = None
     ended_at: float | None = None
     starved: bool = False
 

@@ -506,7 +506,6 @@ class SpawnGate:
                 if call.status == "queued":
                     call.status = "rejected"
                     call.reason = why.CANCELLED
-                    call.decided_at = _safe_read(self._clock.time)
                     self._emit(call.tool_use_id, call.description, "rejected", reason=call.reason)
             raise
         finally:
@@ -652,7 +651,7 @@ class SpawnGate:
                 return self._deny(call, "wait_limit", why.nested_busy(self._limit))
             return self._deny(call, "wait_limit", why.wait_limit(self._max_wait_s, self._limit))
         call.status = "admitted"
-        call.admitted_at = call.decided_at = self._clock.time()
+        call.admitted_at = self._clock.time()
         waited = max(0.0, call.admitted_at - call.queued_at)
         self._emit(
             call.tool_use_id,
@@ -726,7 +725,6 @@ class SpawnGate:
         else:
             call.starved = False
         call.status, call.code, call.reason = "denied", code, reason
-        call.decided_at = self._clock.time()
         self._emit(call.tool_use_id, call.description, "denied", code=code, reason=reason)
         return _deny_output(reason)
 
