@@ -33,6 +33,7 @@ from teamlead.sessions import (
     stored_sessions,
 )
 
+from .polling import poll
 from .redis_server import REDIS_SERVER, RedisServer, free_port, redis_server
 
 pytestmark = pytest.mark.anyio
@@ -273,6 +274,30 @@ async def test_an_unreachable_redis_raises_one_session_store_error(opened: list[
     with pytest.raises(teamlead.SessionStoreError) as caught:
         await store.append(KEY, [{"type": "user"}])
     assert "append failed" in str(caught.value) and caught.value.store.startswith("Redis at")
+
+
+@needs_redis
+def test_a_store_used_from_successive_event_loops_closes_its_client_in_each(
+    redis: RedisServer,
+) -> None:
+    import redis as redis_py
+
+    store = RedisSessionStore(redis.url)
+    made: list[Any] = []  # held, so that no garbage collection closes a client left behind
+
+    async def use() -> None:
+        await store.ping()
+        made.append(store._client)
+
+    def connections() -> int:
+        with redis_py.Redis.from_url(redis.url) as client:
+            return sum(c["name"] == "teamlead" for c in client.client_list())
+
+    for _ in range(3):
+        anyio.run(use)
+    assert len({id(client) for client in made}) == 3
+    assert poll(lambda: connections() == 0, within_s=10), connections()
+    anyio.run(store.aclose)  # in a loop of its own, after its client's loop closed
 
 
 @pytest.mark.parametrize(

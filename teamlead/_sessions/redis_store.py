@@ -23,9 +23,10 @@ warning per kind, a key of the wrong type reads as missing. Every call is bounde
 (``timeout_s`` to connect and to answer, no retries); an unreachable or failing Redis
 raises :class:`~teamlead.errors.SessionStoreError`.
 
-The client belongs to the event loop it was first used in; a store used from another
-loop opens a client of its own there. ``redis`` (redis-py) is the optional ``redis``
-extra.
+The client belongs to the event loop it was first used in, and is closed as that loop
+shuts down (:func:`asyncio.run` and :func:`anyio.run` close its async generators before
+they close it); a store used from another loop opens a client of its own there.
+``redis`` (redis-py) is the optional ``redis`` extra.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import math
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar
 
 from claude_agent_sdk import fold_session_summary
@@ -156,6 +157,7 @@ class RedisSessionStore(SessionStore):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._client: Any = None
         self._append: Any = None
+        self._closer: Any = None
 
     def __repr__(self) -> str:
         return f"RedisSessionStore({without_password(self.url)!r})"
@@ -193,6 +195,8 @@ class RedisSessionStore(SessionStore):
                 raise SessionStoreError(f"bad Redis URL: {exc}", store=self.where) from None
             self._append = self._client.register_script(_APPEND)
             self._loop = loop
+            self._closer = _closed_at_shutdown(self._client)  # held: its loop's set is weak
+            asyncio.ensure_future(self._closer.asend(None))
         return self._client
 
     async def _call(
@@ -219,9 +223,10 @@ class RedisSessionStore(SessionStore):
             ) from None
 
     async def aclose(self) -> None:
-        """Close the client of the running loop (a store can be used again after)."""
-        client, self._client, self._loop = self._client, None, None
-        if client is not None:
+        """Close the client of the running loop (a store can be used again after); one of
+        another loop was closed as that loop shut down, and cannot be awaited here."""
+        client, loop, self._client, self._loop = self._client, self._loop, None, None
+        if client is not None and loop is asyncio.get_running_loop():
             await client.aclose()
 
     async def ping(self) -> None:
@@ -455,3 +460,12 @@ class RedisSessionStore(SessionStore):
         if raw is None:
             return None
         return read_status(raw, self._warn, self.where)
+
+
+async def _closed_at_shutdown(client: Any) -> AsyncIterator[None]:
+    """Wait, once started, until the event loop closes its async generators, then close
+    ``client`` there: a client left open outlives its loop, which alone can close it."""
+    try:
+        yield
+    finally:
+        await client.aclose()
