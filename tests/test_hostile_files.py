@@ -20,6 +20,7 @@ import pytest
 from claude_agent_sdk import ClaudeAgentOptions
 from click.testing import CliRunner
 
+from teamlead._claude import team as team_module
 from teamlead._claude.files import FileProblem, read_regular
 from teamlead._claude.inbox import consume_inbox, read_inbox
 from teamlead._claude.saved_session import load_session, session_notifications
@@ -232,6 +233,21 @@ def test_team_hijack_unprovable_claims_are_all_refused(tmp_path: Path) -> None:
     found = resolve_team(SESSION, config_dir=tmp_path)
     assert found.team is None and found.ambiguous is not None
     assert "none is provably" in found.ambiguous
+
+
+def test_a_transcript_of_one_huge_line_is_scanned_within_the_scan_bound(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(team_module, "_MAX_TRANSCRIPT_SCAN", 64 * 1024)
+    hijack(tmp_path, implicit=False)
+    write_transcript(tmp_path, ['{"team_name": "' + "x" * 8 * 1024 * 1024])  # one line of 8 MB
+    tracemalloc.start()
+    try:
+        found = resolve_team(SESSION, config_dir=tmp_path)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert found.team is None and peak < 1024 * 1024  # about the bound, not the line's 8 MB
 
 
 def run_state(config_dir: Path, policy: Policy, clock: FakeClock, tracker: Tracker) -> RunState:

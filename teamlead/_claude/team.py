@@ -361,7 +361,7 @@ def _named_by_transcript(root: Path, session_id: str, claimants: list[Team]) -> 
         except FileProblem:
             continue
         with fh:
-            for line in fh.readlines(_MAX_TRANSCRIPT_SCAN):
+            for line in fh.read(_MAX_TRANSCRIPT_SCAN).split(b"\n"):
                 if b'"team_name"' in line:
                     named.update(_team_names(line))
     by_dir = {sanitize_team_name(n) for n in named}
