@@ -663,6 +663,14 @@ def test_a_watcher_that_falls_behind_is_dropped() -> None:
     assert watcher.dropped and len(watcher.lines) == 3
 
 
+def test_the_lines_kept_for_a_late_watcher_are_bounded_in_bytes_not_characters() -> None:
+    feed = WatchFeed()
+    line = '{"text": "' + "\N{GRINNING FACE}" * 4000 + '"}\n'  # 4 bytes a character in UTF-8
+    feed.write(line * 1000)
+    kept = len(feed.subscribe().lines)
+    assert 0 < kept <= 4 * 1024 * 1024 // len(line.encode())  # the bound: 4 MiB
+
+
 def test_a_request_line_parses_into_typed_fields() -> None:
     request = parse_request(b'{"version": 1, "op": "amend", "subagent_model": "haiku"}')
     assert request.op == "amend" and request.amend == {"subagent_model": "haiku"}

@@ -150,9 +150,9 @@ def parse_request(line: bytes) -> Request:
 
 @dataclass(eq=False)
 class _Watcher:
-    """One watch connection's lines not yet written."""
+    """One watch connection's lines not yet written (encoded, each with its newline)."""
 
-    lines: collections.deque[str]
+    lines: collections.deque[bytes]
     ended: bool
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     dropped: bool = False
@@ -169,7 +169,7 @@ class WatchFeed:
 
     def __init__(self, *, backlog: int = _WATCH_BACKLOG) -> None:
         self._backlog = backlog
-        self._recent: collections.deque[str] = collections.deque()
+        self._recent: collections.deque[bytes] = collections.deque()
         self._recent_bytes = 0
         self._partial = ""
         self._watchers: set[_Watcher] = set()
@@ -186,7 +186,8 @@ class WatchFeed:
     def flush(self) -> None:
         """Nothing is buffered but a line's unfinished part."""
 
-    def _line(self, line: str) -> None:
+    def _line(self, text: str) -> None:
+        line = text.encode("utf-8", "replace") + b"\n"
         self._recent.append(line)
         self._recent_bytes += len(line)
         while len(self._recent) > _REPLAY_LINES or self._recent_bytes > _REPLAY_BYTES:
@@ -359,7 +360,7 @@ class Endpoint:
                 while watcher.lines:
                     if writer.is_closing():  # the watcher hung up (drain() does not say so)
                         return
-                    writer.write(watcher.lines.popleft().encode("utf-8", "replace") + b"\n")
+                    writer.write(watcher.lines.popleft())
                     if writer.transport.get_write_buffer_size() > 256 * 1024:
                         await asyncio.wait_for(writer.drain(), _WRITE_TIMEOUT_S)
                 await asyncio.wait_for(writer.drain(), _WRITE_TIMEOUT_S)
