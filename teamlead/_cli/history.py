@@ -11,13 +11,14 @@ import json
 import re
 from collections.abc import Callable, Iterable, Mapping
 from datetime import datetime, timezone
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, get_args
 
 import click
 
 from .._redact import json_line_safe, terminal_safe
 from ..clock import SYSTEM_CLOCK
 from ..errors import NoSuchRun, UsageError
+from ..events import Status
 from .exitcodes import handle_errors
 from .options import option
 
@@ -58,6 +59,8 @@ _NO_PROMPT = {
 #: The longest ago :func:`ago` says (a year): no run or limit of this machine is older.
 _LONGEST_AGO_S = 365 * 86400.0
 _FILTER_HELP = "give status=STATUS or since=AGE|DATE (e.g. status=completed, since=2h)"
+#: What ``ps`` says of a run: a finished run's status, a live run's, or ``dead``.
+_STATUSES = (*get_args(Status), "running", "paused", "wrapping_up", "stopping", "dead")
 
 
 def json_text(value: Any) -> str:
@@ -137,6 +140,9 @@ def run_filter(filters: Iterable[str]) -> Callable[[Mapping[str, Any]], bool]:
         if not sep or not value:
             raise UsageError(f"--filter {text!r} is not KEY=VALUE: {_FILTER_HELP}")
         if key == "status":
+            if value.lower() not in _STATUSES:
+                known = ", ".join(_STATUSES)
+                raise UsageError(f"--filter status={value!r} is no status: give one of {known}")
             statuses.add(value.lower())
         elif key == "since":
             start = _since(value, now)

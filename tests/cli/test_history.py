@@ -97,6 +97,7 @@ def test_ps_filter_keeps_the_runs_of_a_status_and_age(world: World) -> None:
         ("colour=red", "--filter 'colour' is not a filter: give status=STATUS or since="),
         ("status", "--filter 'status' is not KEY=VALUE: give status=STATUS or since="),
         ("since=yesterday", "--filter since='yesterday' is neither an age nor a date"),
+        ("status=complete", "--filter status='complete' is no status: give one of completed, "),
     ],
 )
 def test_a_bad_filter_is_one_line_and_exit_2(world: World, given: str, said: str) -> None:
