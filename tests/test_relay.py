@@ -420,6 +420,20 @@ async def test_an_overload_whose_retry_after_is_zero_is_held_for_a_backoff_betwe
     assert len([w for w in clock.sleeps if w > 0]) >= 3 and clock.monotonic() > 0
 
 
+async def test_an_overload_whose_retry_after_is_tiny_is_held_at_least_a_backoff_between_tries(
+    server_factory: list[ScriptedServer],
+) -> None:
+    """A 529 asking for a pause shorter than the backoff's (a millisecond) waits the
+    backoff: taken as asked, the tries would come a thousand a second for the whole hold."""
+    server = serve(server_factory, Overloaded(3, retry_after=0.001))
+    governor = fake_governor(ceiling=8)
+    clock: FakeClock = governor.clock  # type: ignore[assignment]
+    async with start_relay(server.base_url, governor) as relay, http() as h:
+        r = await h.post(relay.base_url + "/v1/messages", content=body())
+    assert r.status_code == 200 and len(server.recorded()) == 4
+    assert clock.monotonic() >= 0.5 + 1.0 + 2.0  # each backoff is at least half its ceiling
+
+
 async def test_a_529_burst_past_the_hold_is_passed_on_once_the_hold_is_spent(
     server_factory: list[ScriptedServer],
 ) -> None:

@@ -422,12 +422,12 @@ def _overloaded(ask: Ask, slot: Slot, status: int, retry_after: float | None, ho
     the governor, and whether to hold the request and retry it (see the module)."""
     governor, config = ask.governor, ask.config
     now = governor.clock.monotonic()
-    pause = retry_after
-    # no pause asked (or none at all: a zero, a date already past by a skewed clock): a
-    # burst's end is met within one short wait, so it is not overshot long; without one,
-    # the tries would come as fast as the upstream answers them for the whole hold
-    if not pause:
-        pause = backoff_s(config, hold.tries, ask.rng or _RNG, config.overload_backoff_max_s)
+    # a pause asked shorter than the backoff's (none, a zero, a date already past by a
+    # skewed clock, a millisecond) is the backoff: a burst's end is met within one short
+    # wait, so it is not overshot long; without one, the tries would come as fast as the
+    # upstream answers them for the whole hold
+    backoff = backoff_s(config, hold.tries, ask.rng or _RNG, config.overload_backoff_max_s)
+    pause = max(retry_after or 0.0, backoff)
     absorb = hold.allows(now, pause) and pause <= _wait_left(ask)
     if absorb:
         if hold.started_at is None:
