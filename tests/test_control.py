@@ -361,6 +361,27 @@ async def test_a_pinned_agents_requests_are_paced_in_the_bucket_of_the_model_the
     assert governor.keys == ["anthropic/claude-haiku-5-5"]
 
 
+async def test_a_pinned_agents_request_is_summarised_in_the_bucket_of_the_model_it_went_to(
+    server_factory: list[ScriptedServer],
+) -> None:
+    """The run's summary counts a pinned request, and its 429, under the model it was sent
+    with: the body's own model never went upstream."""
+    control = RunControl()
+    state = a_run(control, cap=5)
+    control.set_subagent_model("claude-haiku-5-5")
+    replies = iter([Reply.error(429, retry_after=1), Reply.text("done")])
+    server = serve(server_factory, lambda req: next(replies))
+    headers = {"x-claude-code-session-id": "s1", "x-claude-code-agent-id": "w1"}
+    async with start_relay(server.base_url, fake_governor()) as relay, http() as h:
+        run = relay.open_run(agents=state.agents.book)
+        r = await h.post(run.base_url + "/v1/messages", content=WORKFLOW_BODY, headers=headers)
+        summary = run.summary()
+    assert r.status_code == 200 and summary.requests == 1
+    assert [(b.key, b.requests, b.rate_limited) for b in summary.buckets] == [
+        ("anthropic/claude-haiku-5-5", 1, 1)
+    ]
+
+
 async def test_an_alias_pins_workflow_agents_once_an_agent_call_showed_what_it_became() -> None:
     control = RunControl()
     state = a_run(control, cap=5)

@@ -240,16 +240,19 @@ class RelayApp:
             on_limited: Callable[[RateLimited], None] | None,
             new_body: bytes | None = None,
         ) -> None:
-            nonlocal error
+            nonlocal error, key
             error = "interrupted"  # cut mid-stream, or the client went away
-            sent, paced, asked = request, key, info
+            sent, asked = request, info
             if new_body is not None:  # its agent's model pinned: paced in that model's bucket
                 sent = dataclasses.replace(request, body=new_body)
                 asked = dataclasses.replace(info, model=classify(new_body).model)
                 paced = bucket_key(self.config.provider, asked.model)
+                for state in states:  # and counted there, with its 429s
+                    state.tally.moved(key, paced)
+                key = paced
             ask = Ask(
                 self.governor,
-                paced,
+                key,
                 asked,
                 self.config,
                 (limited,) if on_limited is None else (limited, on_limited),

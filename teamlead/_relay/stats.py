@@ -44,6 +44,15 @@ class Tally:
         self.requests += 1
         self.buckets.setdefault(key, _BucketCount()).requests += 1
 
+    def moved(self, key: str, to: str) -> None:
+        """One request counted in bucket ``key`` goes to bucket ``to`` instead (its agent's
+        model pinned); ``key`` is left out once nothing is counted in it."""
+        left = self.buckets[key]
+        left.requests -= 1
+        if left == _BucketCount():
+            del self.buckets[key]
+        self.buckets.setdefault(to, _BucketCount()).requests += 1
+
     def limited(self, key: str, event: RateLimited) -> None:
         """One 429 or overload met, absorbed or passed on: an overload is any status but
         429 (a 529, a gateway's 503, or a connection dropped before the reply's head)."""
