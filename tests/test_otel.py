@@ -30,7 +30,10 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.trace import get_current_span
 
+from teamlead._gate.admission import Admission
+from teamlead._gate.slots import SpawnCap
 from teamlead._governor import UsageScan
+from teamlead._metering.book import AgentBook
 from teamlead._otel.chat import ChatObserver
 from teamlead._otel.run import RunTrace
 from teamlead._otel.setup import Instruments, Telemetry, export_wanted
@@ -46,6 +49,7 @@ from teamlead.events import (
     WaitingForTeam,
 )
 from teamlead.governor import Governor, GovernorPolicy
+from teamlead.policy import Policy
 from teamlead.testing import FakeClock, Reply, ScriptedServer
 from teamlead.testing.otlp import OtlpReceiver, ReceivedSpan
 from teamlead.testing.wire import sse_events
@@ -420,9 +424,11 @@ def _through_relay(
     replies: Iterator[Reply],
     ask: Callable[[anthropic.AsyncAnthropic], Awaitable[object]],
     usage: list[tuple[str | None, int | None, int | None]] | None = None,
+    agents: AgentBook | None = None,
 ) -> None:
     """``ask`` the scripted ``replies`` through a relay whose run's requests are chat spans
-    under a ``run`` span (the usage read off each reply goes to ``usage``)."""
+    under a ``run`` span (the usage read off each reply goes to ``usage``; ``agents``: the
+    run's agent ledger)."""
     import anyio
 
     read = usage if usage is not None else []
@@ -431,7 +437,7 @@ def _through_relay(
         governor = Governor(GovernorPolicy(ceiling=8), clock=FakeClock())
         with ScriptedServer(lambda req: next(replies)) as server:
             async with start_relay(server.base_url, governor) as relay:
-                run = relay.open_run()
+                run = relay.open_run(agents=agents)
                 root = exported.telemetry.tracer.start_span("run")
                 from opentelemetry.trace import set_span_in_context
 
@@ -536,6 +542,26 @@ def test_a_request_held_through_an_overload_is_an_overloaded_event_on_its_chat_s
         for p in limited
     )
     assert points == [(503, "absorbed", 1.0), (529, "absorbed", 1.0)]
+
+
+def test_a_request_whose_agents_model_is_pinned_is_a_chat_span_of_the_model_it_went_to(
+    exported: Exported, receiver: OtlpReceiver
+) -> None:
+    clock = FakeClock()
+    admission = Admission(Policy(), clock, cap=SpawnCap())
+    admission.pinned_model = "claude-haiku-5-5"  # the run's subagent model, amended
+
+    async def ask(c: anthropic.AsyncAnthropic) -> None:
+        await c.messages.create(
+            model=MODEL,
+            max_tokens=10,
+            messages=[{"role": "user", "content": "hi"}],
+            extra_headers={"x-claude-code-session-id": "s1", "x-claude-code-agent-id": "a1"},
+        )
+
+    _through_relay(exported, iter([Reply.text("done")]), ask, agents=AgentBook(clock, admission))
+    (chat,) = by_name(receiver.spans(), "chat claude-haiku-5-5")
+    assert chat.attributes["gen_ai.request.model"] == "claude-haiku-5-5"
 
 
 def test_a_json_reply_nested_too_deep_to_read_still_ends_as_its_chat_span(

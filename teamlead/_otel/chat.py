@@ -84,6 +84,9 @@ class ChatTrace:
     _streamed: bool = False
     _json: bytearray | None = None
 
+    def pinned(self, info: RequestInfo) -> None:
+        self.info = info
+
     def limited(self, event: RateLimited) -> None:
         outcome: dict[str, Any] = {
             "http.response.status_code": event.status,

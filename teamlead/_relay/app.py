@@ -250,6 +250,8 @@ class RelayApp:
                 for state in states:  # and counted there, with its 429s
                     state.tally.moved(key, paced)
                 key = paced
+                if trace is not None:
+                    trace.pinned(asked)
             ask = Ask(
                 self.governor,
                 key,

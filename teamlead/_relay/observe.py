@@ -25,6 +25,10 @@ log = logging.getLogger("teamlead.relay")
 class RequestTrace(Protocol):
     """What the relay reports about one request."""
 
+    def pinned(self, info: RequestInfo) -> None:
+        """The request goes upstream as ``info``, not as its body came (its agent's model
+        pinned)."""
+
     def limited(self, event: RateLimited) -> None:
         """A 429 or 529 met (absorbed and retried, or passed on)."""
 
@@ -92,6 +96,9 @@ class Guarded:
         except Exception:
             log.exception("request observer failed in %s; dropped for this request", name)
             self._trace = None
+
+    def pinned(self, info: RequestInfo) -> None:
+        self._call("pinned", info)
 
     def limited(self, event: RateLimited) -> None:
         self._call("limited", event)
