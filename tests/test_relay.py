@@ -1024,6 +1024,21 @@ async def test_an_upstream_that_fails_tls_is_named_with_the_cause_before_any_req
     )
 
 
+@pytest.mark.parametrize("upstream", ["http://[::1", "http://127.0.0.1:99999"])
+async def test_an_upstream_that_is_no_url_is_named_so_in_one_line_before_any_request(
+    upstream: str,
+) -> None:
+    """A malformed upstream given to the start (an unclosed IPv6 bracket, a port out of
+    range) is the start check's one line, not a ValueError's traceback."""
+    with pytest.raises(UpstreamUnreachable) as caught:
+        async with start_relay(upstream, fake_governor(), check="ANTHROPIC_BASE_URL"):
+            pass
+    assert str(caught.value) == (
+        "cannot connect to ANTHROPIC_BASE_URL the upstream: it is not a valid URL; set "
+        "ANTHROPIC_BASE_URL to your API's address, or unset it for the Anthropic API"
+    )
+
+
 async def test_an_upstream_that_answers_passes_the_start_check_whatever_it_answers() -> None:
     """An upstream that is there passes, whatever it would answer (here a 529 to every
     request): overloads and rate limits are the relay's to hold, never a reason to stop."""

@@ -68,6 +68,8 @@ def unreachable_reason(exc: BaseException) -> str:
         return text[:1].lower() + text[1:]
     if isinstance(exc, aiohttp.ClientPayloadError):
         return "the upstream's reply broke off"
+    if isinstance(exc, ValueError):  # yarl's, or aiohttp's InvalidURL
+        return "it is not a valid URL"
     return type(exc).__name__
 
 

@@ -80,13 +80,14 @@ async def connect_ahead(
 
     Raises:
         UpstreamUnreachable: (with ``check``) the connection was refused, the host name did
-            not resolve, or the TLS handshake failed.
+            not resolve, the TLS handshake failed, or ``upstream`` is not a valid URL.
     """
-    url = yarl.URL(upstream)
-    checked = check if proxy[0] is None and url.scheme in _DEFAULT_PORTS else None
+    checked = check if proxy[0] is None else None
     connector = session.connector
     assert connector is not None  # made with one (``server._upstream_session``)
     try:
+        url = yarl.URL(upstream)  # a malformed one raises ValueError: checked as one
+        checked = checked if url.scheme in _DEFAULT_PORTS else None
         request = aiohttp.ClientRequest(
             "GET",
             url,
@@ -101,7 +102,8 @@ async def connect_ahead(
     except (asyncio.TimeoutError, aiohttp.ServerTimeoutError):
         return
     except Exception as exc:  # noqa: BLE001 - unchecked, the first request reports it
-        if checked is not None and isinstance(exc, OSError):  # aiohttp's errors are ones too
+        # aiohttp's errors are OSErrors too; a ValueError is a malformed URL
+        if checked is not None and isinstance(exc, OSError | ValueError):
             reason = unreachable_reason(exc)
             raise UpstreamUnreachable(shown(upstream), reason, setting=checked) from None
         log.debug("could not connect to the upstream ahead: %s", type(exc).__name__)
