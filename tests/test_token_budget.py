@@ -336,6 +336,21 @@ def test_a_learnt_window_grows_for_every_limit_s_worth_taken_unrefused() -> None
     assert budget.windows["input-tokens"].refill == pytest.approx(5_000 * tb.GROWTH**2)
 
 
+def test_a_learnt_window_grows_no_faster_than_refilling_its_whole_limit_a_second() -> None:
+    """An hour of light load takes a limit's worth unrefused again and again, with the
+    window never short: the refill stops growing at a limit's worth a second, so a burst
+    after it is still paced."""
+    w = W("input-tokens", limit=10_000, refill=5_000, level=10_000, at=0.0, learnt=True)
+    budget = tb.Budget(windows={"input-tokens": w})
+    for n in range(360):  # one small request each 10 s
+        ticket = budget.grant(tb.Charge(input_tokens=1_000), None, 10.0 * n)
+        budget.accepted(ticket, 10.0 * n)
+    assert budget.windows["input-tokens"].refill == pytest.approx(10_000)
+    for _ in range(3):  # the burst: three limits' worth at once
+        budget.grant(tb.Charge(input_tokens=10_000), None, 3600.0)
+    assert budget.ready_at(tb.Charge(input_tokens=10_000), 3600.0) == pytest.approx(3603.0)
+
+
 def test_a_window_is_never_learnt_while_a_concurrency_limit_can_explain_the_429() -> None:
     budget = tb.Budget()
     ticket = budget.grant(budget.charge(InputEstimate(6_000), 0.0), None, 0.0)

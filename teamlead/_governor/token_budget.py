@@ -64,7 +64,8 @@ __all__ = [
 DEFAULT_WINDOW_S = 60.0
 #: How long a prefix the upstream reported caching counts as cached (its cache's lifetime).
 CACHE_TTL_S = 300.0
-#: A learnt window's refill grows by this factor for every limit's worth taken unrefused.
+#: A learnt window's refill grows by this factor for every limit's worth taken unrefused
+#: (up to a limit's worth a second: light load takes it without showing the upstream has it).
 GROWTH = 1.25
 #: Observations of ``(deficit, seconds to full)`` the refill rate is summed over.
 _SPANS = 8
@@ -372,13 +373,14 @@ def _since_idle(taken: list[tuple[float, float]], now: float) -> float:
 
 def _took(window: Window, amount: float) -> Window:
     """A learnt window's upstream took ``amount``: counted towards the refill measure and
-    the growth (a limit's worth taken unrefused earns :data:`GROWTH`)."""
+    the growth (a limit's worth taken unrefused earns :data:`GROWTH`, up to the limit a
+    second; a refill measured higher is kept)."""
     if not window.learnt:
         return window
     clean = window.clean + amount
     refill = window.refill
     while clean >= window.limit and refill is not None:
-        refill, clean = refill * GROWTH, clean - window.limit
+        refill, clean = min(refill * GROWTH, max(refill, window.limit)), clean - window.limit
     return replace(window, taken=window.taken + amount, clean=clean, refill=refill)
 
 
