@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 import teamlead
-from teamlead._cli.history import past_detail, past_rows
+from teamlead._cli.history import _text, past_detail, past_rows, shown
 from teamlead._control.registry import labelled
 from teamlead._history import History, RunRecord, history_dir
 from teamlead._history.record import INLINE_RESULT_CHARS, AgentRecord
@@ -300,3 +300,19 @@ def test_ps_all_counts_a_reported_teammate_done_and_a_call_that_never_ran_neithe
     history.add(_record(RUNS[0], 1_800_000_000, agents=agents))
     (row,) = past_rows(history)
     assert row["agents"] == {"running": 0, "queued": 0, "done": 3, "failed": 4}
+
+
+def test_an_agent_the_cli_called_completed_that_was_cut_is_shown_cut_and_not_counted_done(
+    tmp_path: Path,
+) -> None:
+    cut = AgentRecord(id="t1", status="completed", disposition="missing", ended="turn_limit")
+    whole = AgentRecord(id="t2", status="completed", disposition="included", ended="finished")
+    history = History(tmp_path / "h")
+    history.add(_record(RUNS[0], 1_800_000_000, agents=[cut, whole]))
+    (row,) = past_rows(history)
+    assert row["agents"] == {"running": 0, "queued": 0, "done": 1, "failed": 1}
+    record = history.find(RUNS[0])
+    states = [n["state"] for n in past_detail(record, history)["tree"]["children"]]
+    assert states == ["turn_limit", "completed"]
+    text = _text(shown(record, history))
+    assert "[turn_limit] t1 (task, missing)" in text and "[completed] t2 (task, included)" in text

@@ -18,7 +18,7 @@ import click
 from .._redact import json_line_safe, terminal_safe
 from ..clock import SYSTEM_CLOCK
 from ..errors import NoSuchRun, UsageError
-from ..events import Status
+from ..events import CUT_ENDS, Status
 from .exitcodes import handle_errors
 from .options import option
 
@@ -100,7 +100,9 @@ def ps_row(**fields: Any) -> dict[str, Any]:
 
 def _row(record: RunRecord) -> dict[str, Any]:
     # an Agent call the gate or the CLI refused never became an agent
-    ran = [a.status for a in record.agents if a.status not in ("denied", "rejected")]
+    ran = [
+        _state(a.status, a.ended) for a in record.agents if a.status not in ("denied", "rejected")
+    ]
     done = sum(status in ("completed", "cached", "reported") for status in ran)
     tokens = [(a.tokens_in or 0) + (a.tokens_out or 0) for a in record.agents]
     requests = [a.requests for a in record.agents if a.requests is not None]
@@ -223,7 +225,7 @@ def past_detail(record: RunRecord, history: History) -> dict[str, Any]:
             id=node_id,
             kind=agent.get("kind") or "task",
             label=_name(agent),
-            state=agent["status"],
+            state=_state(agent["status"], agent.get("ended")),
             tokens=tokens or None,
             requests=agent.get("requests"),
             duration_s=agent.get("duration_s"),
@@ -259,6 +261,12 @@ def _node(**fields: Any) -> dict[str, Any]:
     does not keep is ``None``)."""
     blank = dict.fromkeys(("tokens", "requests", "last_tool", "duration_s", "model"))
     return {**blank, **fields, "children": []}
+
+
+def _state(status: Any, ended: Any) -> str:
+    """How an agent ended, as the run judged it: an agent the CLI called completed that was
+    cut (at its turn limit, its output limit, with no final message) says so."""
+    return str(ended if ended in CUT_ENDS else status)
 
 
 def _name(agent: Mapping[str, Any]) -> str:
@@ -333,7 +341,8 @@ def _text(data: Mapping[str, Any]) -> str:
     for agent in agents:
         name = _name(agent)
         used = f", {agent['disposition']}" if agent.get("disposition") else ""
-        lines.append(f"  [{agent.get('status')}] {name} ({agent.get('kind')}{used})")
+        state = _state(agent.get("status"), agent.get("ended"))
+        lines.append(f"  [{state}] {name} ({agent.get('kind')}{used})")
         if agent.get("reason"):
             lines.append(f"    reason: {agent['reason']}")
         if agent.get("prompt"):

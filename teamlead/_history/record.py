@@ -34,7 +34,9 @@ class AgentRecord(BaseModel):
         id: the agent's id (as in :class:`~teamlead.events.TaskDisposition`).
         kind: task, teammate, workflow agent, call...
         description: what the lead called it.
-        status: how it ended.
+        status: how it ended, as the CLI said.
+        ended: how it ended, as its transcript showed (a ``completed`` agent may have been
+            cut: :data:`~teamlead.events.CUT_ENDS`).
         disposition: whether the final answer used its result.
         parent: the agent (or workflow task) it ran under.
         label: a workflow agent's label.
@@ -52,6 +54,7 @@ class AgentRecord(BaseModel):
     kind: str = "task"
     description: str = ""
     status: str = "unknown"
+    ended: str | None = None
     disposition: str | None = None
     parent: str | None = None
     label: str | None = None
