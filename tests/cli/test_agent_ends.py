@@ -179,6 +179,12 @@ async def test_an_agent_cut_at_its_output_limit_is_told_apart_from_a_failure(
     assert rows["quick"].ended == "finished" and findings_in(done.result or "") == ["quick"]
 
 
+def _verb(claude: OfflineClaude, *args: str) -> str:
+    done = run_to_the_end([*TEAMLEAD, *args], env=ask_env(claude), timeout=60)
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_an_agent_that_cannot_finish_ends_the_run_partial_with_bounded_tries(
     tmp_path: Path,
 ) -> None:
@@ -201,6 +207,11 @@ def test_an_agent_that_cannot_finish_ends_the_run_partial_with_bounded_tries(
     assert f'task "deep" (completed): {deep.reason}' in done.reasons
     assert tries == 4  # its first run and at most 3 more
     assert done.resumes == 3
+    # the run history tells the same truth: the agent the CLI called completed was cut
+    row = json.loads(_verb(claude, "ps", "--all", "--json"))[0]
+    assert row["agents"] == {"running": 0, "queued": 0, "done": 1, "failed": 1}
+    shown = _verb(claude, "show", done.session_id or "")
+    assert "[turn_limit] deep (task, missing)" in shown and "[completed] quick" in shown
 
 
 def machine_dies_then_resume(claude: OfflineClaude, dies_when: Callable[[], bool]) -> Finished:
