@@ -128,6 +128,18 @@ def test_a_run_registers_with_private_modes_and_leaves_no_trace() -> None:
     assert registry.listing().live == [] and list(folder.iterdir()) == []
 
 
+def test_a_run_whose_own_start_cannot_be_read_is_judged_by_its_pid(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr("teamlead._control.registry.started_here", lambda: None)
+    registry = Registry()
+    registry.register(mode="query", command="teamlead ask hi").write()
+    (live,) = registry.listing().live  # not pruned as dead: its pid runs
+    assert live.pid == os.getpid()
+    gone = _entry("aaaaaaaaaaaa", pid=_gone_pid(), pid_started=None)
+    assert [e.run for e in registry.listing().dead] == ["aaaaaaaaaaaa"] and not gone.exists()
+
+
 @pytest.mark.parametrize(
     ("mode", "shown"),
     [

@@ -151,7 +151,8 @@ class RunEntry:
         session_id: the lead's session id, once the run has seen it.
         pid: the run's process.
         pid_started: that process's start time (``psutil``'s ``create_time``), which tells
-            a live run from a dead one whose pid was reused.
+            a live run from a dead one whose pid was reused; ``None`` when the run could
+            not read it (then a run lives while its pid does).
         uid: the user the run's process runs as.
         command: what the process was started as (untrusted text: render it escaped).
         mode: ``query`` (``ask``, ``resume``, ``query``) or ``client`` (``receive_all``).
@@ -164,7 +165,7 @@ class RunEntry:
 
     run: str
     pid: int
-    pid_started: float
+    pid_started: float | None
     started: float
     socket: str
     path: Path
@@ -216,7 +217,7 @@ def parse_entry(raw: bytes, path: Path) -> RunEntry | None:
         return None
     if not (isinstance(socket, str) and 0 < len(socket) <= _MAX_FIELD):
         return None
-    if not (_is_number(started) and _is_number(pid_started)):
+    if not (_is_number(started) and (pid_started is None or _is_number(pid_started))):
         return None
     session = data.get("session_id")
     owner = data.get("uid")
@@ -226,7 +227,7 @@ def parse_entry(raw: bytes, path: Path) -> RunEntry | None:
     return RunEntry(
         run=run,
         pid=pid,
-        pid_started=float(cast(float, pid_started)),
+        pid_started=None if pid_started is None else float(cast(float, pid_started)),
         started=float(cast(float, started)),
         socket=socket,
         path=path,
@@ -264,9 +265,10 @@ def _is_run_id(text: str) -> bool:
 
 
 def liveness(entry: RunEntry) -> Liveness:
-    """Whether ``entry``'s run still runs: its pid runs the process that started then."""
-    started = process_started(entry.pid)
-    if started is None or abs(started - entry.pid_started) > _START_TOLERANCE_S:
+    """Whether ``entry``'s run still runs: its pid runs the process that started then (any
+    process, when the run could not read its start)."""
+    started, then = process_started(entry.pid), entry.pid_started
+    if started is None or (then is not None and abs(started - then) > _START_TOLERANCE_S):
         return "dead"
     try:
         uids = psutil.Process(entry.pid).uids()
@@ -363,7 +365,7 @@ class Registry:
         entry = RunEntry(
             run=run,
             pid=pid,
-            pid_started=started_here() or SYSTEM_CLOCK.time(),
+            pid_started=started_here(),
             started=SYSTEM_CLOCK.time(),
             socket=str(socket),
             path=folder / f"{run}.json",
