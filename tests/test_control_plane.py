@@ -140,6 +140,19 @@ def test_a_run_whose_own_start_cannot_be_read_is_judged_by_its_pid(
     assert [e.run for e in registry.listing().dead] == ["aaaaaaaaaaaa"] and not gone.exists()
 
 
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="/proc/stat's boot time")
+def test_a_live_run_stays_live_when_the_boot_time_moves_by_a_second(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kernel gives the boot time in whole seconds, and a step of the wall clock can
+    move it by one between the run's read of its own start and a reader's."""
+    registry = Registry()
+    registry.register(mode="query", command="teamlead ask hi").write()
+    booted = psutil.boot_time()
+    monkeypatch.setattr("psutil._pslinux.boot_time", lambda: booted + 1)
+    assert len(registry.listing().live) == 1
+
+
 @pytest.mark.parametrize(
     ("mode", "shown"),
     [

@@ -83,8 +83,9 @@ RUN_ID_CHARS = 12
 _MAX_SOCKET_PATH = 103
 _MAX_COMMAND = 500
 _MAX_FIELD = 300
-#: Two reads of one process's start time agree to within this (seconds).
-_START_TOLERANCE_S = 0.5
+#: Two reads of one process's start time agree to within this (seconds): each adds the
+#: boot time, which Linux gives in whole seconds, moved by one when the clock is stepped.
+_START_TOLERANCE_S = 1.5
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 #: The temp directory's folder of sockets whose runtime directory is too long a path.
