@@ -854,16 +854,19 @@ def test_show_says_why_a_run_has_no_prompt(mode: str, said: str) -> None:
     assert result.output.split("prompt:\n", 1)[1].splitlines()[0] == f"  {said}"
 
 
-@pytest.mark.parametrize("started", ["1e300", "-1e300", "1e17"])
-def test_show_of_a_record_started_at_no_possible_time_says_it_is_not_known(
-    started: str,
+@pytest.mark.parametrize(
+    ("started", "shown"),
+    [("1e300", "-"), ("-1e300", "-"), ("1e17", "-"), ("1.8e9", "2027-01-15 08:00:00 UTC")],
+)
+def test_show_says_when_a_record_started_and_a_dash_for_no_possible_time(
+    started: str, shown: str
 ) -> None:
     written = History().add(RunRecord(run="0123456789ab", ended=1_800_000_000.0))
     record = written.read_text().replace('"started":0.0', f'"started":{started}')
     written.write_text(record)
     result = _invoke("show", "0123456789ab")
     assert result.exit_code == 0, result.output
-    assert result.output.splitlines()[3].startswith("started: -, took ")
+    assert result.output.splitlines()[3].startswith(f"started: {shown}, took ")
 
 
 def test_json_of_a_record_with_lone_surrogates_is_json_with_their_escapes() -> None:

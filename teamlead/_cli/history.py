@@ -21,6 +21,7 @@ from ..errors import NoSuchRun, UsageError
 from ..events import CUT_ENDS, Status
 from .exitcodes import handle_errors
 from .options import option
+from .output import moment
 
 if TYPE_CHECKING:  # pydantic's models: `teamlead ps` without --all starts without them
     from .._history import History, RunRecord
@@ -168,15 +169,15 @@ def _since(value: str, now: float) -> float:
     if match:
         return now - float(match.group(1)) * _UNITS[match.group(2)]
     try:
-        moment = datetime.fromisoformat(value)
+        at = datetime.fromisoformat(value)
     except ValueError:
         raise UsageError(
             f"--filter since={value!r} is neither an age nor a date: give since=2h, "
             "since=3d or since=2026-12-01T09:00"
         ) from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=timezone.utc)
-    return moment.timestamp()
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=timezone.utc)
+    return at.timestamp()
 
 
 def ago(seconds: float) -> str:
@@ -357,10 +358,4 @@ def _indent(text: str, by: int = 2) -> str:
 
 
 def _when(seconds: object) -> str:
-    if not isinstance(seconds, (int, float)) or not seconds:
-        return "-"
-    try:
-        moment = datetime.fromtimestamp(float(seconds), timezone.utc)
-    except (OverflowError, ValueError, OSError):  # no time a calendar has (1e300, nan)
-        return "-"
-    return moment.strftime("%Y-%m-%d %H:%M:%S UTC")
+    return (moment(seconds) if isinstance(seconds, (int, float)) and seconds else None) or "-"

@@ -15,10 +15,11 @@ import contextlib
 import io
 import os
 import sys
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any, TextIO
 
-__all__ = ["GuardedStream", "guard_streams", "is_terminal", "report_lost", "stdout_lost"]
+__all__ = ["GuardedStream", "guard_streams", "is_terminal", "moment", "report_lost", "stdout_lost"]
 
 
 class GuardedStream:
@@ -101,6 +102,18 @@ def is_terminal(stream: Any) -> bool:
         return bool(stream.isatty())
     except (AttributeError, ValueError):
         return False
+
+
+def moment(when: float, *, per_second: int = 1, local: bool = False) -> str | None:
+    """``when`` (in ``1/per_second`` s since the epoch) as a person reads it, to the second:
+    in UTC, said so, or local time; ``None`` for a number no calendar has (nan, 1e300,
+    2**63 ms: a record or a store is anyone's to write)."""
+    try:
+        at = datetime.fromtimestamp(when / per_second, timezone.utc)
+        at = at.astimezone() if local else at
+    except (OverflowError, ValueError, OSError):
+        return None
+    return f"{at:%Y-%m-%d %H:%M:%S}" + ("" if local else " UTC")
 
 
 def stdout_lost() -> bool:

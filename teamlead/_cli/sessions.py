@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-from datetime import datetime, timezone
 from typing import TYPE_CHECKING
 
 import click
@@ -11,6 +10,7 @@ import click
 from .._redact import terminal_safe
 from .exitcodes import handle_errors
 from .options import option, session_store_option
+from .output import moment
 
 if TYPE_CHECKING:
     from ..sessions import StoredSession
@@ -98,17 +98,8 @@ def _row(item: StoredSession) -> str:
     session_id, project, how = (
         terminal_safe(text) for text in (item.session_id, item.project_key, how)
     )
-    return f"{session_id:<38} {_when(item.last_modified):<19}  {project}  {how}"
-
-
-def _when(epoch_ms: int) -> str:
-    """A last write as local time; ``-`` for one no calendar has (a store is anyone's to
-    write: an mtime of 2**63 ms is no year)."""
-    try:
-        moment = datetime.fromtimestamp(epoch_ms / 1000, tz=timezone.utc).astimezone()
-    except (OverflowError, ValueError, OSError):
-        return "-"
-    return f"{moment:%Y-%m-%d %H:%M:%S}"
+    when = moment(item.last_modified, per_second=1000, local=True) or "-"
+    return f"{session_id:<38} {when:<19}  {project}  {how}"
 
 
 def _json_line(item: StoredSession) -> str:
