@@ -262,6 +262,48 @@ def test_a_cli_started_for_a_run_that_cannot_start_is_stopped(
     assert _all_ended(claude.state_dir)
 
 
+def test_a_cli_started_ahead_for_a_relay_that_cannot_start_is_stopped_and_the_run_goes_direct(
+    offline: OfflineFactory, tmp_path: Path
+) -> None:
+    # the first CLI starts on the relay address drawn ahead; then the relay cannot start (a
+    # proxy variable holds no URL, and the upstream is not in NO_PROXY), so the run goes
+    # direct: its first round starts a CLI of its own on the upstream, and the one started
+    # ahead is stopped and reaped while the session still runs
+    server, claude = offline(lambda request: Reply.text("Hello."))
+    cli, starts = _noting_cli(tmp_path)
+    env = {**os.environ, **claude.env, "TEAMLEAD_CLAUDE_PATH": str(cli), "WS_PROXY": "http://[x"}
+    env.update(NO_PROXY="example.invalid", no_proxy="example.invalid")
+    args = ["--output-format", "stream-json", "--verbose", "--input-format", "stream-json"]
+    with (tmp_path / "stderr").open("w+") as err:
+        shim = subprocess.Popen(
+            [str(SHIM), *args],
+            env=env,
+            cwd=claude.cwd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=err,
+        )
+        assert shim.stdin is not None and shim.stdout is not None
+        user = {"type": "user", "message": {"role": "user", "content": "Say hello."}}
+        shim.stdin.write(json.dumps(user).encode() + b"\n")
+        shim.stdin.flush()
+        result = next(m for m in map(json.loads, shim.stdout) if m.get("type") == "result")
+        noted = [line.split() for line in starts.read_text().splitlines()]
+        ahead = [int(pid) for pid, url in noted if "/run-" in url]
+        assert poll(lambda: not any(psutil.pid_exists(pid) for pid in ahead), within_s=20)
+        assert shim.poll() is None  # reaped by the session, which waits for the next turn
+        shim.communicate(timeout=30)
+        err.seek(0)
+        said = err.read()
+
+    assert result["result"] == "Hello."
+    assert len(ahead) <= 1  # noted, unless it was stopped before it could note its start
+    assert [url for _, url in noted if "/run-" not in url] == [claude.env["ANTHROPIC_BASE_URL"]]
+    assert "request relay off, running direct: the proxy setting (" in said, said
+    assert len(server.recorded("lead")) == 1
+    assert _all_ended(claude.state_dir)
+
+
 def test_no_cli_is_started_ahead_for_a_run_the_relay_does_not_serve(
     offline: OfflineFactory, tmp_path: Path
 ) -> None:
