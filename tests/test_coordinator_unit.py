@@ -1236,6 +1236,6 @@ async def test_a_client_runs_next_turn_after_a_deadline_wrap_up_may_start_agents
             assert isinstance(first[-1], Finished) and first[-1].reason == "deadline"
             await client.query("And now?")
             second = [i async for i in teamlead.receive_all(client, run)]
-            assert isinstance(second[-1], Finished)
+            assert isinstance(second[-1], Finished) and second[-1].result == "Next answer"
             out = await hook(agent, "t9", {})
     assert out == {}, out
