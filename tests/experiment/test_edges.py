@@ -314,6 +314,7 @@ def test_every_n_a_has_a_one_line_reason(rates: dict[str, list[list[int]]]) -> N
             if mean.ci_low is None:
                 assert mean.note, (name, key)
     markdown, page = render_markdown(report), render_html(report, records)
+    assert why_lines(report), "the case has no n/a: it checks nothing"
     for subject, line in why_lines(report):
         assert f"- {subject}: {line}." in markdown
         assert line.replace("'", "&#x27;") in page
