@@ -225,8 +225,10 @@ def test_setup_that_always_fails_is_excluded_and_rerun(tmp_path: Path) -> None:
     spec = _spec('cwd = "project"\nsetup = "false"', tasks=1, trials=1, concurrency=1)
     out = _run(spec, tmp_path, ToolSteps([lambda req: [bash("ls")]]))
     records = read_records(out / "trials.jsonl").records
-    assert all(r.infrastructure_failure and r.retried and r.attempts == 3 for r in records)
-    assert all(r.turns == 0 and r.final_text.startswith("setup failed") for r in records)
+    assert sorted(
+        (r.variant, r.infrastructure_failure, r.retried, r.attempts, r.turns) for r in records
+    ) == [("baseline", True, True, 3, 0), ("delegation", True, True, 3, 0)]
+    assert all(r.final_text.startswith("setup failed") for r in records)
     assert finished_keys(out / "trials.jsonl") == set()  # a rerun tries them again
 
 
@@ -285,7 +287,7 @@ def test_an_interrupted_run_leaves_no_worktree(tmp_path: Path) -> None:
     # No trial ended on its own: both were cut off, and both workspaces are gone already
     # (their removal is awaited before the run returns), with no process left in them.
     trials = tmp_path / "out" / "trials.jsonl"
-    assert not trials.exists() or read_records(trials).records == []
+    assert not trials.exists()
     listed = _git(repo, "worktree", "list")
     assert len(listed.splitlines()) == 1, listed
     assert list((tmp_path / "ws").iterdir()) == []
