@@ -146,7 +146,9 @@ async def test_a_request_budget_stops_a_workflows_later_agents(offline: OfflineF
     assert len(server.recorded()) <= 4
     rows = {r.label: r for r in done.tasks if r.kind == "workflow_agent"}
     assert rows["wf:w1"].status == "completed"
-    assert rows["wf:w2"].status != "completed"
+    for label in ("wf:w2", "wf:w3"):  # refused at the relay: each failed, its result missing
+        assert (rows[label].status, rows[label].disposition) == ("failed", "missing")
+        assert "request budget (4) is spent" in (rows[label].reason or "")
 
 
 async def test_a_spawn_budget_counts_agent_calls_and_workflow_agents_together(
