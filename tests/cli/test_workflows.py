@@ -269,7 +269,8 @@ async def test_teamlead_resume_recovers_a_workflow_its_killed_cli_left(
 ) -> None:
     server, claude = _killed_once(offline, ["a", "b", "c"])
     first = finished(await run(claude.options(), policy(max_resumes=0)))
-    assert first.status != "completed" and first.session_id is not None
+    # the killed workflow left results to deliver, and the run may not resume to deliver them
+    assert first.reason == "max_resumes" and first.session_id is not None, first.reasons
     with anyio.fail_after(150):
         items = [
             item
