@@ -417,7 +417,9 @@ async def test_an_overload_whose_retry_after_is_zero_is_held_for_a_backoff_betwe
     async with start_relay(server.base_url, governor) as relay, http() as h:
         r = await h.post(relay.base_url + "/v1/messages", content=body())
     assert r.status_code == 200 and len(server.recorded()) == 4
-    assert len([w for w in clock.sleeps if w > 0]) >= 3 and clock.monotonic() > 0
+    # one backoff per overload, the n-th jittered to between half and all of 2**n s
+    assert len(clock.sleeps) == 3, clock.sleeps
+    assert all(2**n / 2 <= w <= 2**n for n, w in enumerate(clock.sleeps)), clock.sleeps
 
 
 async def test_an_overload_whose_retry_after_is_tiny_is_held_at_least_a_backoff_between_tries(
