@@ -30,6 +30,7 @@ from pathlib import Path
 
 import pytest
 
+from teamlead.events import EVENT_VERSION
 from teamlead.testing import OfflineClaude, Reply, ScriptedServer
 
 from ..isolated import isolated_env, side_by_side
@@ -116,8 +117,9 @@ def test_a_stop_signal_while_ask_json_starts_exits_130_with_its_finished_line(
     lines = run.out.splitlines()
     assert lines, "nothing on stdout"
     done = json.loads(lines[-1])
-    assert done["type"] == "finished" and done["version"] >= 3, done
-    assert done["reason"] == "interrupted" and done["status"] != "completed", done
+    assert (done["type"], done["version"]) == ("finished", EVENT_VERSION), done
+    # stopped before the lead ran: no answer, no task
+    assert (done["reason"], done["status"], done["tasks"]) == ("interrupted", "failed", []), done
     assert stop.name in " ".join(done["reasons"]), done
     assert run.err.splitlines()[-1].startswith("teamlead: interrupted"), run.err[-500:]
     assert run.reaped
