@@ -20,6 +20,11 @@ from .clock import block_until
 _SETTLE_S = 0.5
 
 
+#: Two reads of one process's start time agree to within this (seconds): each adds the
+#: boot time, which Linux gives in whole seconds, moved by one when the clock is stepped.
+_START_TOLERANCE_S = 1.5
+
+
 def started(pid: int, *, unreadable: float | None = None) -> float | None:
     """When process ``pid`` started (wall clock, as psutil reads it), or ``None`` when no
     such process runs; ``unreadable`` when one runs but cannot be read (another user's)."""
@@ -29,6 +34,16 @@ def started(pid: int, *, unreadable: float | None = None) -> float | None:
         return None
     except (psutil.Error, OSError):
         return unreadable
+
+
+def runs(pid: int, then: float | None, *, unreadable: bool) -> bool:
+    """Whether ``pid`` still runs the process that started at ``then`` (as
+    :func:`started_here` read it; any process when ``None``: its start was not known),
+    not one that took its pid since; ``unreadable`` for one that cannot be read."""
+    now = started(pid, unreadable=-1.0)
+    if now is None or now < 0:
+        return now is not None and unreadable
+    return then is None or abs(now - then) <= _START_TOLERANCE_S
 
 
 def started_here() -> float | None:

@@ -670,6 +670,25 @@ async def test_a_lease_from_another_host_expires_by_its_own_time(tmp_path: Path)
     assert lease is not None and account.in_flight(A) == 1
 
 
+@pytest.mark.parametrize("off", [None, 1.2, -1.2])
+async def test_a_lease_of_a_live_process_is_kept_though_its_start_reads_a_second_off_or_unknown(
+    tmp_path: Path, off: float | None
+) -> None:
+    """A process that could not read its own start writes 0; and the kernel gives the boot
+    time in whole seconds, moved by one when the clock is stepped, between two reads."""
+    db = tmp_path / "limits.sqlite3"
+    clock = FakeClock()
+    account = opened(MachineAccount(db, clock=clock, warnings=WarnOnce()))
+    account.in_flight(A)
+    parent = psutil.Process(os.getppid())
+    started = 0.0 if off is None else parent.create_time() + off
+    here = {"host": socket.gethostname(), "pid": parent.pid, "started": started}
+    _foreign_lease(db, clock, **here)
+    assert account.take(Bounds(A, limit=1)) is None  # alive: it holds the slot
+    _raw(db, "UPDATE leases SET started = ?", parent.create_time() - 100)  # its pid reused
+    assert account.take(Bounds(A, limit=1)) is not None
+
+
 async def test_planted_leases_of_a_live_process_expire_by_their_own_bound_with_one_warning(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -42,8 +42,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias, cast
 import psutil
 
 from .._private import dir_problem, json_object, named_dir, read_small, uid, write_private
-from .._procs import started as process_started
-from .._procs import started_here
+from .._procs import runs, started_here
 from .._redact import redact, without_password
 from ..clock import SYSTEM_CLOCK
 from ..errors import AmbiguousRun, ControlError, NoSuchRun
@@ -83,9 +82,6 @@ RUN_ID_CHARS = 12
 _MAX_SOCKET_PATH = 103
 _MAX_COMMAND = 500
 _MAX_FIELD = 300
-#: Two reads of one process's start time agree to within this (seconds): each adds the
-#: boot time, which Linux gives in whole seconds, moved by one when the clock is stepped.
-_START_TOLERANCE_S = 1.5
 _TRUE = frozenset({"1", "true", "yes", "on"})
 
 #: The temp directory's folder of sockets whose runtime directory is too long a path.
@@ -268,8 +264,7 @@ def _is_run_id(text: str) -> bool:
 def liveness(entry: RunEntry) -> Liveness:
     """Whether ``entry``'s run still runs: its pid runs the process that started then (any
     process, when the run could not read its start)."""
-    started, then = process_started(entry.pid), entry.pid_started
-    if started is None or (then is not None and abs(started - then) > _START_TOLERANCE_S):
+    if not runs(entry.pid, entry.pid_started, unreadable=False):
         return "dead"
     try:
         uids = psutil.Process(entry.pid).uids()

@@ -39,8 +39,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TypeVar
 
-from ..._procs import started as process_started
-from ..._procs import started_here
+from ..._procs import runs, started_here
 from ...clock import SYSTEM_CLOCK, Clock, block_until
 from ..aimd import Limits, Step
 from .base import AccountError, Bounds, CountedRule, Lease, Rule
@@ -431,8 +430,8 @@ class MachineAccount:
             (self._host, self._pid),
         ).fetchall()
         for pid, started in rows:
-            actual = process_started(pid, unreadable=-1.0)  # not ours to inspect: taken as alive
-            if actual is None or (actual >= 0 and abs(actual - started) > 1.0):
+            # 0: its process could not read its start; one not ours to inspect is alive
+            if not runs(pid, started or None, unreadable=True):
                 db.execute(
                     "DELETE FROM leases WHERE host = ? AND pid = ? AND started = ?",
                     (self._host, pid, started),
