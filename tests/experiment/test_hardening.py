@@ -111,6 +111,8 @@ def test_spawn_gate_times_must_be_finite(flag: str, value: str) -> None:
         ("deadline_s = inf", "deadline_s"),
         ("deadline_s = nan", "deadline_s"),
         ("max_cost_usd = inf", "max_cost_usd"),
+        ("check_timeout_s = inf", "check_timeout_s"),
+        ("setup_timeout_s = 1e308", "setup_timeout_s"),
         ("concurrency = 100000", "concurrency"),
     ],
 )

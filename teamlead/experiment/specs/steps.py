@@ -23,6 +23,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ...policy import MAX_SECONDS
+
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "Command",
@@ -139,8 +141,8 @@ class StepKeys(BaseModel):
     workspace: WorkspaceKind | None = None
     setup: Command | None = None
     check: Command | None = None
-    setup_timeout_s: float | None = Field(default=None, gt=0)
-    check_timeout_s: float | None = Field(default=None, gt=0)
+    setup_timeout_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
+    check_timeout_s: float | None = Field(default=None, gt=0, le=MAX_SECONDS, allow_inf_nan=False)
 
     _commands = field_validator("setup", "check", mode="before")(check_command)
 
