@@ -267,6 +267,21 @@ def test_nan_and_inf_are_rejected_with_the_line_number(tmp_path: Path) -> None:
         TrialRecord(variant="a", task="t", trial=0, status="completed", wall_s=math.inf)
 
 
+def test_an_integer_too_large_for_a_float_is_rejected_with_the_line_number(
+    tmp_path: Path,
+) -> None:
+    records = [trial_record(v, f"t{i}", 0, parallel=i % 2 == 0) for v in "ab" for i in range(3)]
+    lines = [r.to_json_line() for r in records]
+    # 10**400 tokens: a valid int, but float(tokens) in the statistics raised OverflowError
+    lines[0] = lines[0].replace('"input_tokens": 0', f'"input_tokens": {10**400}')
+    path = tmp_path / "trials.jsonl"
+    path.write_text("\n".join(lines) + "\n")
+    read = read_records(path)
+    assert [w.line for w in read.warnings] == [1]
+    assert "too large" in read.warnings[0].message, read.warnings
+    build_report(read.records, control="a", n_permutations=200, mde_simulations=100)
+
+
 def test_zero_control_cost_gives_a_note() -> None:
     records = [
         trial_record(arm, f"t{i}", j, parallel=bool(j % 2), cost_usd=0.0 if arm == "a" else 0.02)

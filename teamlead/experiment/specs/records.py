@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
@@ -280,6 +281,14 @@ def _no_constant(name: str) -> float:
     raise ValueError(f"{name} is not a finite number")
 
 
+def _float_sized(text: str) -> int:
+    """An integer the statistics can take as a float (they raise OverflowError beyond)."""
+    value = int(text)
+    if abs(value) > sys.float_info.max:
+        raise ValueError(f"{text[:20]}... ({len(text)} digits) is too large for a float")
+    return value
+
+
 def read_records(path: str | Path, *, missing_ok: bool = False) -> ReadResult:
     """Read a ``trials.jsonl`` file, skipping (and reporting) lines that don't parse.
 
@@ -315,7 +324,9 @@ def read_records(path: str | Path, *, missing_ok: bool = False) -> ReadResult:
             continue
         try:
             # RecursionError: caught below
-            raw = json.loads(raw_line.decode("utf-8"), parse_constant=_no_constant)
+            raw = json.loads(
+                raw_line.decode("utf-8"), parse_constant=_no_constant, parse_int=_float_sized
+            )
             if not isinstance(raw, dict):
                 raise ValueError("not a JSON object")
             records.append(TrialRecord.model_validate(_upgrade(raw)))
