@@ -70,6 +70,21 @@ def test_trial_session_ids_unique_per_run_stable_per_out_dir(tmp_path: Path) -> 
     assert (tmp_path / "a" / "run.json").read_text() == run_id
 
 
+def test_a_resumed_run_counts_the_cost_already_spent_against_the_budget(tmp_path: Path) -> None:
+    spec = parse_spec(SPEC.replace("trials = 2", "trials = 2\nmax_cost_usd = 0.0015"))
+    policy = Policy(relay=False)
+
+    def run() -> Any:
+        return anyio.run(lambda: run_experiment(spec, tmp_path, query_fn=Answers(), policy=policy))
+
+    first = run()  # $0.001 a trial: the second one reaches the budget
+    assert (first.ran, first.stopped_reason is not None) == (2, True)
+    again = run()  # the $0.002 already spent is over the budget: nothing more runs
+    assert (again.ran, again.skipped) == (0, 2)
+    assert again.stopped_reason is not None and "budget" in again.stopped_reason
+    assert len(read_records(tmp_path / "trials.jsonl").records) == 2
+
+
 def test_out_dir_locked_against_a_second_run(tmp_path: Path) -> None:
     out = tmp_path / "out"
     with OutDir(out) as run_id:

@@ -47,7 +47,7 @@ from ...errors import UsageError
 from ...events import ConcurrencyChanged, Finished, RateLimited
 from ...policy import TRANSIENT_STATUSES, Policy
 from ...prompts import Strategy, apply_strategy, load_strategy
-from ..specs.records import TrialKey, TrialRecord, TrialWriter, finished_keys
+from ..specs.records import TrialKey, TrialRecord, TrialWriter, finished_keys, read_records
 from ..specs.spec import ExperimentSpec, TaskSpec, VariantSpec
 from .agent_counts import AgentCounts, agent_counts
 from .grader import grade_answer
@@ -354,6 +354,10 @@ async def run_experiment(
     make_out_dir(out_dir)
     path = out_dir / "trials.jsonl"
     done = finished_keys(path, retry_infrastructure=True) if path.exists() else set()
+    # what earlier runs on this out dir spent counts against the budget too
+    spent_before = sum(
+        r.cost_usd + (r.grader_cost_usd or 0.0) for r in read_records(path, missing_ok=True).records
+    )
     order = trial_order(spec)
     todo = [k for k in order if k not in done]
     strategies = {v.name: load_strategy(v.strategy) for v in spec.variants}
@@ -382,6 +386,9 @@ async def run_experiment(
     async def worker(writer: TrialWriter) -> None:
         nonlocal spent, stopped, scripted
         while queue and stopped is None:
+            if budget is not None and spent_before + spent >= budget:
+                stopped = f"cost budget ${budget:g} reached (${spent_before + spent:.4f})"
+                break
             key = queue.pop(0)
             variant = spec.variant(key.variant)
             attempts = 0
@@ -450,8 +457,6 @@ async def run_experiment(
             progress.done += 1
             progress.failed += record.status == "failed"
             _report()
-            if budget is not None and spent >= budget:
-                stopped = f"cost budget ${budget:g} reached (${spent:.4f})"
 
     def _report() -> None:
         if on_progress:
