@@ -3,6 +3,7 @@ the spec's new fields and the ``passed`` metric in the report."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import subprocess
@@ -11,6 +12,7 @@ from pathlib import Path
 from typing import get_args
 
 import anyio
+import psutil
 import pytest
 
 from teamlead.errors import UsageError
@@ -33,6 +35,8 @@ from teamlead.experiment.specs.records import TrialRecord
 from teamlead.experiment.specs.spec import parse_spec
 from teamlead.experiment.specs.steps import DEFAULT_TIMEOUT_S, PrimaryMetric
 from teamlead.experiment.stats.metrics import METRICS
+
+from ..polling import poll
 
 GIT = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid"]
 
@@ -175,6 +179,40 @@ def test_commands_time_out_fail_to_start_and_keep_a_tail(tmp_path: Path) -> None
 
     anyio.run(main)
     assert output_name("a/b", "t 1", 0, "check") == "a_b.t_1.0.check.log"
+
+
+def test_what_a_command_leaves_running_is_stopped_even_if_it_ignores_sigterm(
+    tmp_path: Path,
+) -> None:
+    pid_file = tmp_path / "pid"
+    # The command exits at once, leaving in its group a child that ignores SIGTERM.
+    script = f"trap '' TERM; sleep 60 & echo $! > {shlex.quote(str(pid_file))}"
+
+    async def main() -> None:
+        run = await run_command(
+            ["sh", "-c", script],
+            cwd=tmp_path,
+            env=command_env({}),
+            timeout_s=30,
+            out_dir=tmp_path / "out",
+            name="left.log",
+        )
+        assert run.exit_code == 0
+
+    anyio.run(main)
+    child = psutil.Process(int(pid_file.read_text()))
+
+    def gone() -> bool:
+        try:
+            return child.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    try:
+        assert poll(gone, within_s=10), "the command's child outlived it"
+    finally:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
 
 
 _SPEC = """

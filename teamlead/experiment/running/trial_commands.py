@@ -55,12 +55,13 @@ def output_name(*parts: object) -> str:
 
 
 async def _stop_group(process: Process) -> None:
+    """SIGTERM to the command's process group, then SIGKILL to what is left of it: the
+    command may be gone while a child it left behind ignores SIGTERM."""
     for sig in (signal.SIGTERM, signal.SIGKILL):
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, sig)
         with anyio.move_on_after(_GRACE_S):
             await process.wait()
-            return
 
 
 async def run_command(
