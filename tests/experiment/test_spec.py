@@ -339,6 +339,18 @@ def test_toml_syntax_error_keeps_its_line() -> None:
     assert message.startswith(f"exp.toml:{line_of(text, 'seed = = 7')}: invalid TOML: ")
 
 
+@pytest.mark.parametrize(
+    ("value", "problem"),
+    [("[" * 100_000 + "]" * 100_000, "nested too deeply"), ("9" * 5000, "value has 5000 digits")],
+    ids=["nested", "digits"],
+)
+def test_toml_python_cannot_read_is_one_line(value: str, problem: str) -> None:
+    # tomllib raises RecursionError and a plain ValueError for these, not TOMLDecodeError
+    message = error_for(VALID.replace("seed = 7", f"seed = {value}"))
+    assert message.startswith("exp.toml:") and "invalid TOML: " in message, message
+    assert problem in message and "sys.set_int_max_str_digits" not in message, message
+
+
 def test_missing_file_is_a_usage_error(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="spec file not found"):
         load_spec(tmp_path / "nope.toml")

@@ -283,8 +283,10 @@ def parse_spec(
     """Validate spec text; see :func:`load_spec`. ``source`` names the file in errors."""
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        message = str(exc)
+    except RecursionError:
+        raise UsageError(f"{source}:1: invalid TOML: arrays or tables nested too deeply") from None
+    except ValueError as exc:  # TOMLDecodeError, or a number of more than 4300 digits
+        message = str(exc).partition("; use sys.set_int_max_str_digits()")[0]
         match = re.search(r"\(at line (\d+), column \d+\)", message)
         line = int(match.group(1)) if match else 1
         detail = re.sub(r"\s*\(at line \d+, column \d+\)", "", message) or "invalid TOML"
