@@ -60,7 +60,14 @@ def test_a_failed_call_is_no_grade_with_the_api_error() -> None:
 
 @pytest.mark.parametrize(
     ("text", "score"),
-    [("SCORE: 8", 0.8), ("fine\nSCORE: 10", 1.0), ("SCORE: 12", 1.0), ("SCORE: 6.5", 0.65)],
+    [
+        ("SCORE: 8", 0.8),
+        ("fine\nSCORE: 10", 1.0),
+        ("SCORE: 12", 1.0),
+        ("SCORE: 6.5", 0.65),
+        # the reply ends with its score, as asked; an earlier one is the scale, quoted
+        ("SCORE: 10 needs all three parts; this has two.\nSCORE: 6", 0.6),
+    ],
 )
 def test_the_score_line_is_read_and_capped_at_ten(text: str, score: float) -> None:
     assert parse_score(text) == pytest.approx(score)

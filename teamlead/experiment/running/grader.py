@@ -54,12 +54,15 @@ class Grade(NamedTuple):
 def parse_score(text: str) -> float | None:
     """The score (0..1) in a grader's reply ``SCORE: <0-10>``; None without one.
 
+    The last one counts: the reply was asked to end with it, and one before may quote
+    the rubric's scale.
+
     Example:
         >>> parse_score("Solid. SCORE: 7"), parse_score("no number")
         (0.7, None)
     """
-    match = _SCORE.search(text)
-    return min(10.0, float(match.group(1))) / 10.0 if match else None
+    scores = _SCORE.findall(text)
+    return min(10.0, float(scores[-1])) / 10.0 if scores else None
 
 
 async def grade_answer(
