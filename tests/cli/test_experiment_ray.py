@@ -30,8 +30,10 @@ import psutil
 import pytest
 
 from teamlead._cli.progress import report_for
+from teamlead.errors import UsageError
 from teamlead.experiment import TrialKey, load_spec, read_records
 from teamlead.experiment.running.ray_backend import ray_session
+from teamlead.experiment.running.ray_cluster import error_line
 from teamlead.experiment.running.runner import trial_order, trial_session_id
 from teamlead.sessions import stored_sessions
 from teamlead.testing import OfflineClaude, ScriptedServer
@@ -303,6 +305,19 @@ def test_a_stopped_ray_run_cancels_its_trials_and_resumes(tmp_path: Path) -> Non
     assert len(keys) == 2 and len(set(keys)) == 2
     assert f"ran {2 - len(stopped)} trial(s), skipped {len(stopped)} finished" in stdout
     assert _wait_gone(_ray_pids() - before) == set()
+
+
+def test_a_trial_task_that_raised_is_recorded_with_what_it_raised() -> None:
+    """A trial task that raised (a node without the spec's cwd, say) fails with what it
+    raised; the first line of Ray's error says only where it ran, in terminal colours."""
+    from ray.exceptions import RayTaskError
+
+    cause = UsageError("the experiment's cwd is not a directory: /x")
+    error = RayTaskError(
+        "_trial_task", "Traceback ...", cause, proctitle="ray::_trial_task()", pid=7, ip="10.0.0.2"
+    )
+    for raised in (error, error.as_instanceof_cause()):
+        assert error_line(raised) == "the experiment's cwd is not a directory: /x"
 
 
 @pytest.mark.slow  # a fresh interpreter or child process: seconds

@@ -121,8 +121,10 @@ def _start_error(target: str | None, exc: BaseException) -> str:
 
 
 def error_line(exc: BaseException) -> str:
-    """The first line of what ``exc`` says (its type when it says nothing)."""
-    text = str(exc).strip()
+    """The first line of what ``exc`` says (its type when it says nothing); for a task's
+    error, of what the task raised: the error's own first line says only where it ran."""
+    cause = getattr(exc, "cause", None)
+    text = str(cause if isinstance(cause, BaseException) else exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
 
 
