@@ -11,10 +11,11 @@ plain ``int`` in range is left out.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
+
+from .._private import json_object
 
 __all__ = ["MOST_EVENT_BYTES", "Usage", "UsageScan"]
 
@@ -154,11 +155,8 @@ class UsageScan:
         self._held = rest
 
     def _event(self, raw: bytes) -> Usage | None:
-        try:
-            event = json.loads(raw)
-        except (ValueError, RecursionError):  # nested deeper than the parser recurses
-            return None
-        if not isinstance(event, dict):
+        event = json_object(raw)
+        if event is None:
             return None
         if event.get("type") == "message_start":
             usage = self.message(event.get("message"))

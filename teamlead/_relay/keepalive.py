@@ -17,6 +17,7 @@ from typing import Any
 
 import anyio
 
+from .._private import json_object
 from ..clock import SYSTEM_CLOCK, wait_event
 
 __all__ = ["PING", "HeldSend", "error_event"]
@@ -40,11 +41,8 @@ def error_event(status: int, body: bytes) -> bytes:
         (b'event: error', 'overloaded_error')
     """
     error: object = None
-    try:
-        parsed = json.loads(body[:_MOST_ERROR_BODY]) if body else None
-    except (ValueError, RecursionError):  # not JSON, or nested deeper than it can be read
-        parsed = None
-    if isinstance(parsed, dict) and isinstance(parsed.get("error"), dict):
+    parsed = json_object(body[:_MOST_ERROR_BODY])
+    if parsed is not None and isinstance(parsed.get("error"), dict):
         found = parsed["error"]
         if isinstance(found.get("type"), str) and isinstance(found.get("message", ""), str):
             error = {"type": found["type"], "message": found.get("message", "")}

@@ -10,12 +10,12 @@ the lead's, anything else ``other`` (titles, summaries), paced like the lead.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from .._governor import InputEstimate, estimate_input
+from .._private import json_object
 from ..events import RequestRole
 
 __all__ = ["Refusal", "RequestInfo", "check_target", "classify", "priority"]
@@ -96,11 +96,8 @@ def classify(body: bytes) -> RequestInfo:
         >>> classify(b'{"model": "claude-opus-5-5", "tools": [{"name": "Agent"}]}')
         RequestInfo(model='claude-opus-5-5', role='lead', streaming=False)
     """
-    try:
-        data = json.loads(body) if body else None
-    except (ValueError, RecursionError):  # not JSON, or nested deeper than it can be read
-        data = None
-    if not isinstance(data, dict):
+    data = json_object(body)
+    if data is None:
         return RequestInfo(_DEFAULT_MODEL, "other")
     model = data.get("model")
     model = model if isinstance(model, str) and model and _storable(model) else _DEFAULT_MODEL
