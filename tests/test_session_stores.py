@@ -429,6 +429,36 @@ async def test_a_session_is_brought_home_within_its_folder_with_its_sidecars(
     }
 
 
+async def test_a_subkey_is_never_written_through_a_symlink_out_of_the_sessions_folder(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    from claude_agent_sdk import InMemorySessionStore
+
+    from teamlead._sessions.home import bring_home
+    from teamlead._sessions.stored import WarnOnce
+
+    store = InMemorySessionStore()
+    await store.append(KEY, [{"type": "user", "uuid": "u1"}])
+    await store.append(SUB, [{"type": "assistant", "uuid": "s1"}])
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    folder = tmp_path / "projects" / "proj" / "sess"
+    folder.mkdir(parents=True)
+    (folder / "subagents").symlink_to(outside)  # placed by anyone who can write the config dir
+    with caplog.at_level(logging.WARNING, logger="teamlead.sessions"):
+        brought = await bring_home(
+            store,
+            tmp_path / "projects",
+            "proj",
+            "sess",
+            local=None,
+            warn=WarnOnce(logging.getLogger("teamlead.sessions")),
+        )
+    assert list(outside.iterdir()) == []  # noqa: ASYNC240
+    assert brought.files == 1  # the main transcript only
+    assert ["subagents/agent-1" in r.getMessage() for r in caplog.records] == [True]
+
+
 async def test_the_local_transcript_wins_unless_the_store_is_further_along(
     tmp_path: Path,
 ) -> None:

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from .team import resolve_team as resolve_team
     from .team import sanitize_team_name as sanitize_team_name
     from .team import validate_name as validate_name
+    from .team import within as within
     from .transcript import TranscriptCall as TranscriptCall
     from .transcript import TranscriptEnd as TranscriptEnd
     from .transcript import find_subagent_transcript as find_subagent_transcript

@@ -15,7 +15,8 @@ only when the store holds lines (by uuid) that the local one lacks and not the o
 round (another machine went on with the session); otherwise only the subkeys missing here
 are written. Everything from the store is untrusted: the session id and every subpath
 must be plain (``subagents/…``, no ``..``, no absolute path), the files go under the
-session's own folder only, each written whole (a temp file renamed over it), mode 0600.
+session's own folder only (never through a symlink out of it), each written whole (a temp
+file renamed over it), mode 0600.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ from typing import Literal
 
 from claude_agent_sdk.types import SessionKey, SessionStore, SessionStoreEntry
 
-from .._claude import FileProblem, loads, open_regular
+from .._claude import FileProblem, loads, open_regular, within
 from .._private import write_private
 from .stored import WarnOnce, dump_entry, entry_uuid
 
@@ -157,10 +158,10 @@ async def bring_home(
         else []
     )
     for subpath in subkeys[:_MAX_SUBKEYS]:
-        if not isinstance(subpath, str) or not safe_subpath(subpath):
+        target = folder / f"{subpath}.jsonl"
+        if not isinstance(subpath, str) or not safe_subpath(subpath) or not within(target, folder):
             warn("subpath", f"session store: skipped an unsafe subpath {str(subpath)[:80]!r}")
             continue
-        target = folder / f"{subpath}.jsonl"
         if target.exists() and not ahead:
             continue  # the local file is the one the CLI keeps writing
         sub = await store.load({**key, "subpath": subpath})
