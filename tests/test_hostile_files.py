@@ -320,6 +320,17 @@ def test_lone_surrogate_survives_a_rewrite(tmp_path: Path) -> None:
     assert read.status == "ok" and [m.key for m in read.messages] == [key]
 
 
+def test_a_number_json_cannot_write_back_leaves_the_inbox_as_it_was(tmp_path: Path) -> None:
+    team = team_dir(tmp_path, "t", {"name": "t", "leadSessionId": SESSION})
+    inbox = team / "inboxes" / "team-lead.json"
+    before = "[" + json.dumps(entry("b", "gone", msg_id="k")) + ',{"from":"a","text":"x",'
+    before += '"timestamp":"t","n":1e400}]'  # valid JSON; Python reads it as inf
+    inbox.write_text(before)
+    done = anyio.run(lambda: consume_inbox(inbox, ["k"], config_dir=tmp_path))
+    assert done.removed == 0 and done.refused is not None and "number" in done.refused
+    assert inbox.read_text() == before  # never "Infinity", which no JSON reader takes
+
+
 # warnings printed once
 
 

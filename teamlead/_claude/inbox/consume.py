@@ -42,7 +42,9 @@ def _lead_refusal(path: Path, root: Path, own_pids: Collection[int]) -> str | No
 
 
 def _compact(kept: list[Any]) -> bytes | None:
-    """The entries as compact UTF-8 JSON, or ``None`` when one is nested too deeply.
+    """The entries as compact UTF-8 JSON, or ``None`` when one is nested too deeply or holds
+    a number JSON has no text for (``1e400`` reads as infinity, which would be written as
+    ``Infinity``: no JSON reader, Claude Code's included, takes the file back).
 
     Compact, because the file we read was at most this size: escapes read as one
     character come back as that character, and whitespace goes, so the rewrite never
@@ -50,7 +52,7 @@ def _compact(kept: list[Any]) -> bytes | None:
     UTF-8) is written back as its ``\\uXXXX`` escape.
     """
     try:
-        text = json.dumps(kept, ensure_ascii=False, separators=(",", ":"))
+        text = json.dumps(kept, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
     except (RecursionError, ValueError):
         return None
     return escape_surrogates(text).encode("utf-8")
@@ -72,7 +74,8 @@ def _rewrite(path: Path, keys: frozenset[str], max_bytes: int) -> ConsumeResult:
         return ConsumeResult(removed=0, remaining=len(kept))
     data = _compact(kept)
     if data is None:
-        return ConsumeResult(refused=f"inbox {path} holds an entry too deep to rewrite; left alone")
+        why = "an entry too deep, or a number too large, to rewrite"
+        return ConsumeResult(refused=f"inbox {path} holds {why}; left alone")
     if len(data) > max_bytes:  # never write a file the reader would then refuse
         return ConsumeResult(
             refused=f"inbox {path} would be {len(data)} bytes rewritten, over the cap; left alone"
