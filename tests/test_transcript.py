@@ -266,6 +266,18 @@ def test_a_transcripts_end_is_its_last_messages_stop_reason_and_final_text(tmp_p
     assert transcript_end(tmp_path / "missing.jsonl") is None
 
 
+def test_the_last_answer_is_the_agents_own_not_the_clis_error_line(tmp_path: Path) -> None:
+    path = write_jsonl(
+        tmp_path / "cut.jsonl",
+        [
+            ended("m1", "max_tokens", text("the first half")),
+            ended("e1", "stop_sequence", text("API Error: output token maximum"),
+                  isApiErrorMessage=True),  # the CLI's own line, in the agent's place
+        ],
+    )  # fmt: skip
+    assert last_assistant_text(path) == "the first half"
+
+
 def test_only_the_clis_own_note_opening_a_result_names_a_turn_limit() -> None:
     from teamlead._claude.notification import turn_limit
 

@@ -141,10 +141,11 @@ def _records(lines: Iterator[bytes | None], mark: bytes = b"") -> Iterator[dict[
 
 
 def _assistant_text(record: Any) -> str | None:
+    """The text of an assistant record of the agent's own (not the CLI's error line)."""
     if not isinstance(record, dict) or record.get("type") != "assistant":
         return None
     message = record.get("message")
-    if not isinstance(message, dict):
+    if not isinstance(message, dict) or _synthetic(record, message):
         return None
     content = message.get("content")
     if isinstance(content, str):
@@ -169,7 +170,7 @@ def last_assistant_text(
     block_bytes: int = DEFAULT_BLOCK_BYTES,
     max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
 ) -> str | None:
-    """The text of the last assistant record in a JSONL transcript, or ``None``.
+    """The text of the agent's last assistant record in a JSONL transcript, or ``None``.
 
     Reads backwards from the end in ``block_bytes`` blocks and stops after ``max_bytes``,
     so a 100 MB transcript costs the same memory as a small one. Malformed or overlong
@@ -182,8 +183,9 @@ def last_assistant_text(
         max_line_bytes: longer records are skipped, never buffered whole.
 
     Returns:
-        The joined text blocks of the last assistant record that has text; ``None`` when
-        the file is missing, unreadable or holds no assistant text within the cap.
+        The joined text blocks of the last assistant record that has text (the CLI's own
+        error lines passed over); ``None`` when the file is missing, unreadable or holds no
+        assistant text within the cap.
 
     Example:
         >>> last_assistant_text(Path(note.output_file))         # doctest: +SKIP
