@@ -367,6 +367,35 @@ def test_warnings_printed_once_by_the_collector(
     assert caplog.text.count("skipped entry 0") == 1
 
 
+@pytest.mark.parametrize("link", ["inboxes", "inboxes/team-lead.json"])
+def test_an_inbox_symlinked_out_of_the_config_dir_is_one_warning_of_the_collector(
+    tmp_path: Path, link: str
+) -> None:
+    config = tmp_path / "claude"
+    team = team_dir(config, "t", {"name": "t", "leadSessionId": SESSION,
+                                  "members": [{"name": "alpha"}]})  # fmt: skip
+    outside = tmp_path / "outside"
+    (outside / "inboxes").mkdir(parents=True)
+    (outside / "inboxes" / "team-lead.json").write_text(json.dumps([entry("alpha", "hi")]))
+    if link == "inboxes":
+        (team / "inboxes").rmdir()
+    (team / link).symlink_to(outside / link)
+    tracker = Tracker()
+    tracker.session_id = SESSION
+    clock = FakeClock()
+    state = run_state(config, Policy(wait_s=0.0), clock, tracker)
+    events: list[Any] = []
+
+    async def drain() -> None:
+        async for event in Collection(state, deadline=clock.monotonic()):
+            events.append(event)
+
+    anyio.run(drain)
+    (collected,) = [e for e in events if isinstance(e, InboxCollected)]
+    assert collected.messages == [] and len(collected.warnings) == 1
+    assert "outside" in collected.warnings[0] and "refused" in collected.warnings[0]
+
+
 # a huge inbox is read within bounds and summarized in events
 
 

@@ -120,19 +120,17 @@ def inbox_path(config_dir: Path, team: str, agent: str = LEAD_AGENT_NAME) -> Pat
     """``<config>/teams/<team>/inboxes/<agent>.json`` with Claude Code's name sanitizing.
 
     Raises:
-        InboxError: a name looks like a path, or the result leaves the config dir.
+        InboxError: a name looks like a path.
     """
     validate_name(team, what="team")
-    return _inbox_in(config_dir / "teams" / sanitize_team_name(team), agent, config_dir)
+    return _inbox_in(config_dir / "teams" / sanitize_team_name(team), agent)
 
 
-def _inbox_in(team_dir: Path, agent: str, config_dir: Path) -> Path:
-    """``agent``'s inbox in ``team_dir``, refused when it resolves outside ``config_dir``."""
+def _inbox_in(team_dir: Path, agent: str) -> Path:
+    """``agent``'s inbox in ``team_dir``. Where it resolves is for its readers to check: each
+    refuses a symlink out of the config dir with a status and one warning."""
     validate_name(agent, what="agent")
-    path = team_dir / "inboxes" / f"{sanitize_agent_name(agent)}.json"
-    if not within(path, config_dir):
-        raise InboxError("refused inbox: it resolves outside the config dir", path=str(path))
-    return path
+    return team_dir / "inboxes" / f"{sanitize_agent_name(agent)}.json"
 
 
 def _checked_name(what: str) -> AfterValidator:
@@ -231,8 +229,8 @@ class Team:
         return self.inbox(LEAD_AGENT_NAME)
 
     def inbox(self, agent: str) -> Path:
-        """The inbox of ``agent`` in this team, confined to the config dir."""
-        return _inbox_in(self.dir, agent, self.config_dir)
+        """The inbox of ``agent`` in this team (:func:`_inbox_in`)."""
+        return _inbox_in(self.dir, agent)
 
 
 def first_error(exc: ValidationError) -> str:
