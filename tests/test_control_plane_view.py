@@ -48,6 +48,8 @@ class Steering:
 
     state: str = "running"
     asked: list[tuple[str, object]] = field(default_factory=list)
+    #: what its ``detail`` refuses with, while set
+    refusing: str | None = None
 
     def status(self) -> dict[str, Any]:
         return {
@@ -61,6 +63,8 @@ class Steering:
         }
 
     def detail(self) -> dict[str, Any]:
+        if self.refusing is not None:
+            raise ControlError(self.refusing, code="state")
         agent = {"id": "a1", "kind": "agent", "label": HOSTILE, "state": "running", "children": []}
         reversed_ = {
             "id": "a2",
@@ -302,3 +306,15 @@ def test_the_page_shows_bidi_and_control_characters_escaped_as_the_terminal_does
     shown = page.evaluate("document.body.innerText")
     assert "4321" in agent.inner_text() and escaped in shown
     assert not set(BIDI_CONTROLS + "\x1b") & set(shown)
+
+
+def test_the_page_says_why_the_picked_run_answers_no_detail_until_it_does(
+    served: Served,
+) -> None:
+    served.steering.refusing = "the run's loop is busy"
+    with chromium_page(served.url) as page:
+        status = page.locator("#detail-status.trouble", has_text="the run's loop is busy")
+        status.wait_for(state="visible", timeout=30_000)
+        served.steering.refusing = None  # it answers again: its detail replaces the line
+        page.locator("#detail-status", has_text="running, live").wait_for(timeout=30_000)
+        assert page.locator("#detail-status.trouble").count() == 0
