@@ -32,7 +32,7 @@ import pytest
 from claude_agent_sdk import ClaudeAgentOptions
 from click.testing import CliRunner
 
-from teamlead._cli import main
+from teamlead._cli import main, runs
 from teamlead._cli.commands import COMMANDS
 from teamlead._control.endpoint import (
     Endpoint,
@@ -358,6 +358,29 @@ def test_a_stale_socket_of_a_live_process_shows_unreachable_and_stop_says_so() -
     assert result.exit_code == 1
     (line,) = result.output.strip().splitlines()
     assert line.startswith("teamlead: error: run aaaaaaaaaaaa: the run does not answer")
+
+
+@pytest.mark.parametrize("verb", [["stop", "aaaa"], ["watch", "aaaa"]])
+def test_a_verb_racing_the_runs_end_says_it_finished(
+    verb: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run ends between the entry's read and the request: its entry and socket are
+    gone, while its process (a library's, an experiment's) goes on."""
+    entry = _entry("aaaaaaaaaaaa")
+    ask, watch = runs.call, runs.follow
+
+    def ended(real: Any) -> Any:
+        def late(*args: Any, **kwargs: Any) -> Any:
+            entry.unlink()
+            return real(*args, **kwargs)
+
+        return late
+
+    monkeypatch.setattr(runs, "call", ended(ask))
+    monkeypatch.setattr(runs, "follow", ended(watch))
+    result = _invoke(*verb)
+    assert result.exit_code == 4, result.output
+    assert result.output.strip() == "teamlead: error: run aaaaaaaaaaaa has already finished"
 
 
 def test_a_prefix_of_two_runs_is_ambiguous_and_one_line() -> None:

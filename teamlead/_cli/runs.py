@@ -221,7 +221,11 @@ def _live(registry: Registry, ref: str) -> RunEntry:
         ) from None
 
 
-def _finished(entry: RunEntry, ref: str) -> NoSuchRun:
+def _finished(entry: RunEntry, ref: str) -> NoSuchRun | None:
+    """The error of a run that no longer answers because it ended (its process is gone,
+    or it removed its entry: a library's process goes on after its runs), else ``None``."""
+    if entry.path.exists() and liveness(entry) != "dead":
+        return None
     return NoSuchRun(f"run {entry.run} has already finished", ref=ref, why="finished")
 
 
@@ -261,8 +265,8 @@ def _ask(ref: str, request: Mapping[str, Any], registry: Registry | None) -> dic
     except ControlError as exc:
         if exc.code in ("refused", "bad_request"):  # the values asked for, not the run
             raise UsageError(str(exc)) from None
-        if exc.code == "unreachable" and liveness(entry) == "dead":
-            raise _finished(entry, ref) from None
+        if exc.code == "unreachable" and (ended := _finished(entry, ref)):
+            raise ended from None
         raise ControlError(f"run {entry.run}: {exc}", code=exc.code) from None
 
 
@@ -421,7 +425,7 @@ def watch(run: str, json_: bool) -> None:
             if stdout_lost():
                 return  # nothing more can be shown: the entry point says so (exit 74)
     except ControlError as exc:
-        if exc.code == "unreachable" and liveness(entry) == "dead":
-            raise _finished(entry, run) from None
+        if exc.code == "unreachable" and (ended := _finished(entry, run)):
+            raise ended from None
         raise
     sys.exit(code)
