@@ -703,6 +703,32 @@ async def test_a_watcher_that_hangs_up_is_let_go_without_writes_to_its_closed_so
         await endpoint.close()
 
 
+@pytest.mark.anyio
+async def test_a_watch_the_run_ends_without_its_finished_line_says_so() -> None:
+    """A run killed, or a watcher dropped for falling behind: the stream just ends."""
+    _entry("aaaaaaaaaaaa")
+    endpoint, _ = await _served(_dir() / "aaaaaaaaaaaa.sock")
+    endpoint.feed.write('{"type": "session", "version": 1, "session_id": "s-1"}\n')
+    try:
+        async with anyio.create_task_group() as tg:
+            watched: list[Any] = []
+
+            async def watch() -> None:
+                watched.append(await anyio.to_thread.run_sync(_invoke, "watch", "aaaa", "--json"))
+
+            tg.start_soon(watch)
+            assert await apoll(lambda: len(endpoint._tasks) == 1, within_s=10)
+            await endpoint.close()
+    finally:
+        await endpoint.close()
+    (result,) = watched
+    assert result.exit_code == 1
+    assert result.output.splitlines()[1:] == [
+        "teamlead: error: run aaaaaaaaaaaa ended this watch without its finished line: its "
+        "process was killed, or this watch fell too far behind"
+    ]
+
+
 def test_a_watcher_that_falls_behind_is_dropped() -> None:
     feed = WatchFeed(backlog=3)
     watcher = feed.subscribe()

@@ -403,10 +403,10 @@ def watch(run: str, json_: bool) -> None:
 
     The recent events come first, then each as it happens, until the run ends with its
     `finished` line. Exits with the run's own exit code (0 completed, 1 failed, 3
-    partial), 1 if the run went away without a finished line.
+    partial), 1 with one line if the watch ended without a finished line.
     """
     entry = _live(Registry(), run)
-    code = EXIT_FAILED
+    code: int | None = None
     said: RecordLines | None = None
     try:
         for line in follow(entry.socket, ref=entry.run, timeout=_ACT_TIMEOUT_S):
@@ -428,4 +428,10 @@ def watch(run: str, json_: bool) -> None:
         if exc.code == "unreachable" and (ended := _finished(entry, run)):
             raise ended from None
         raise
+    if code is None:
+        raise ControlError(
+            f"run {entry.run} ended this watch without its finished line: its process was "
+            "killed, or this watch fell too far behind",
+            code="unreachable",
+        )
     sys.exit(code)
