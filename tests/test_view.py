@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 from pathlib import Path
 from typing import Any
 
+import pytest
 from rich.console import Console
 
+from teamlead._cli import team_view
 from teamlead._cli.team_view import LiveTeamView, PlainProgress
 from teamlead._ndjson import JsonProgress
 from teamlead.events import (
@@ -75,6 +78,37 @@ def test_live_view_shows_each_agents_tokens_and_a_workflows_agents() -> None:
     screen = out.getvalue()
     assert "1234/56" in screen  # the relay's count, not the CLI's estimate
     assert "wf agent" in screen and "scan:a" in screen and "done" in screen
+
+
+def test_live_view_draws_a_frame_while_the_run_adds_agents(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The view's refresh thread draws while the run's loop goes on: an agent, queued
+    call or teammate that comes mid-frame waits for the next one, never breaks this one."""
+    view = LiveTeamView(Console(file=io.StringIO(), force_terminal=True, width=140), HandFed())
+    for item in _items():
+        view.handle(item)
+    view.queued["t"] = "waiting"
+    tasks = view.run.tracker.tasks
+    safe = team_view.terminal_safe
+
+    def meanwhile(text: str, **kwargs: Any) -> str:  # the run's thread, between two rows
+        if text == "probe A":  # a row of each kind is being drawn
+            tasks["late"] = dataclasses.replace(tasks[next(iter(tasks))], task_id="late")
+        elif text == "waiting":
+            view.queued["t2"] = "also waiting"
+        elif text == "reviewer":
+            view.teammates["late-mate"] = "pending"
+        return safe(text, **kwargs)
+
+    monkeypatch.setattr(team_view, "terminal_safe", meanwhile)
+    try:
+        frame = view.__rich__()
+    finally:
+        view.close()
+    screen = io.StringIO()
+    Console(file=screen, width=140).print(frame)
+    assert "probe A" in screen.getvalue() and "reviewer" in screen.getvalue()
 
 
 def test_plain_progress_is_one_line_per_event() -> None:

@@ -400,13 +400,15 @@ class LiveTeamView:
         return " · ".join(parts)
 
     def __rich__(self) -> Group:
+        """One frame. Live's refresh thread draws it while the run's loop adds agents,
+        so each collection is copied first, in one step no other thread can cut."""
         table = Table(
             title=Text(f"teamlead · lead: {terminal_safe(self.lead_state)}"), expand=False
         )
         for column in ("who", "description", "status", "elapsed", "tokens", "last tool"):
             table.add_column(column)
         tracker = self.run.tracker
-        tasks = tracker.tasks.values() if tracker is not None else ()
+        tasks = list(tracker.tasks.values()) if tracker is not None else []
         now = tracker.clock.monotonic() if tracker is not None else 0.0  # tasks stamp on it
         for task in tasks:
             end = task.ended_at or now
@@ -420,9 +422,9 @@ class LiveTeamView:
             )
             if task.workflow is not None:
                 self._workflow_rows(table, task.workflow)
-        for description in self.queued.values():
+        for description in list(self.queued.values()):
             table.add_row("agent", Text(terminal_safe(description)[:40]), "queued", "", "", "")
-        for name, state in self.teammates.items():
+        for name, state in list(self.teammates.items()):
             table.add_row(
                 "teammate", Text(terminal_safe(name)), Text(terminal_safe(state)), "", "", ""
             )
