@@ -679,6 +679,41 @@ async def test_a_watcher_gets_the_recent_lines_then_live_ones_until_the_end(
 
 
 @pytest.mark.anyio
+async def test_the_lines_that_come_while_a_watchers_socket_drains_are_sent_before_the_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run's last lines and its end land while the watcher's socket drains (a reader
+    slower than the run): the watcher still gets those lines, at once."""
+    path = tmp_path / "e.sock"
+    endpoint, _ = await _served(path)
+    drains, draining, drained = [0], asyncio.Event(), asyncio.Event()
+    drain = asyncio.StreamWriter.drain
+
+    async def slow(writer: asyncio.StreamWriter) -> None:
+        drains[0] += 1
+        if drains[0] == 2:  # the watch's first, after its answer's: the reader lags
+            draining.set()
+            await drained.wait()
+        await drain(writer)
+
+    monkeypatch.setattr(asyncio.StreamWriter, "drain", slow)
+    try:
+        reader, writer = await asyncio.open_unix_connection(str(path))
+        writer.write(b'{"version": 1, "op": "watch"}\n')
+        assert json.loads(await asyncio.wait_for(reader.readline(), 10))["ok"] is True
+        await asyncio.wait_for(draining.wait(), 10)
+        endpoint.feed.write('{"type": "session"}\n{"type": "finished"}\n')
+        closing = asyncio.ensure_future(endpoint.close())  # the run ends meanwhile
+        drained.set()
+        got = await asyncio.wait_for(reader.read(), 10)
+        await closing
+        writer.close()
+    finally:
+        await endpoint.close()
+    assert [json.loads(line)["type"] for line in got.splitlines()] == ["session", "finished"]
+
+
+@pytest.mark.anyio
 async def test_a_watcher_that_hangs_up_is_let_go_without_writes_to_its_closed_socket(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -357,6 +357,7 @@ class Endpoint:
         try:
             await self._answer(writer, self._ok())
             while True:
+                watcher.wake.clear()  # a line that comes while this writes wakes the wait
                 while watcher.lines:
                     if writer.is_closing():  # the watcher hung up (drain() does not say so)
                         return
@@ -366,7 +367,6 @@ class Endpoint:
                 await asyncio.wait_for(writer.drain(), _WRITE_TIMEOUT_S)
                 if watcher.dropped or (watcher.ended and not watcher.lines):
                     return
-                watcher.wake.clear()
                 try:
                     await asyncio.wait_for(watcher.wake.wait(), _KEEPALIVE_S)
                 except asyncio.TimeoutError:
