@@ -43,6 +43,7 @@ from teamlead._control.endpoint import (
     follow,
     parse_request,
 )
+from teamlead._control.registered import _Registered
 from teamlead._control.registry import Registry, parse_entry, process_registry, runtime_dir
 from teamlead._control.steering import RunSteering
 from teamlead._gate.pause import Pause
@@ -711,6 +712,42 @@ async def test_the_lines_that_come_while_a_watchers_socket_drains_are_sent_befor
     finally:
         await endpoint.close()
     assert [json.loads(line)["type"] for line in got.splitlines()] == ["session", "finished"]
+
+
+@pytest.mark.anyio
+async def test_a_run_leaves_the_registry_as_it_ends_while_its_watchers_get_the_last_lines(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Its endpoint takes a moment to close (a watcher still drains): meanwhile the run
+    is gone from the list, never listed as one whose socket refuses (`unreachable`)."""
+    registration = Registry().register(mode="query", command="teamlead ask hi")
+    endpoint, _ = await _served(registration.socket)
+    registration.write()
+    run = _Registered(None, registration, endpoint, None, None)  # type: ignore[arg-type]
+    ended, draining, drained = asyncio.Event(), asyncio.Event(), asyncio.Event()
+    drain = asyncio.StreamWriter.drain
+
+    async def slow(writer: asyncio.StreamWriter) -> None:  # the watcher reads slowly
+        if ended.is_set():
+            draining.set()
+            await drained.wait()
+        await drain(writer)
+
+    monkeypatch.setattr(asyncio.StreamWriter, "drain", slow)
+    reader, writer = await asyncio.open_unix_connection(str(registration.socket))
+    writer.write(b'{"version": 1, "op": "watch"}\n')
+    assert json.loads(await asyncio.wait_for(reader.readline(), 10))["ok"] is True
+    endpoint.feed.write('{"type": "finished"}\n')
+    ended.set()
+    closing = asyncio.ensure_future(run.close())  # the run ended
+    try:
+        await asyncio.wait_for(draining.wait(), 10)
+        listed = await anyio.to_thread.run_sync(_invoke, "ps", "--json")
+        assert json.loads(listed.output) == []
+    finally:
+        drained.set()
+        await closing
+        writer.close()
 
 
 @pytest.mark.anyio

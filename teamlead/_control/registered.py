@@ -60,8 +60,9 @@ class _Registered:
             self.registration.update(session_id=session)
 
     async def close(self) -> None:
-        """The run ended: the watchers get the last lines, then the endpoint and the entry
-        go. Shielded and bounded."""
+        """The run ended: its entry goes at once (no one finds an endpoint that refuses),
+        the watchers get the last lines, then the endpoint goes. Shielded and bounded."""
+        self.registration.remove()
         with anyio.CancelScope(shield=True), anyio.move_on_after(_CLOSE_TIMEOUT_S):
             if self.progress is not None:
                 try:
@@ -69,7 +70,6 @@ class _Registered:
                 except Exception:
                     log.debug("the run's watch feed failed at its end", exc_info=True)
             await self.endpoint.close()
-        self.registration.remove()
 
 
 async def _register(state: RunState) -> _Registered | None:
