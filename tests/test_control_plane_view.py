@@ -182,8 +182,10 @@ def test_the_page_refuses_requests_without_the_token_a_foreign_host_or_origin(
 ) -> None:
     token = served.token
     assert _request(served, "GET", f"/?token={token}")[0] == 200
-    assert _request(served, "GET", "/")[0] == 403
-    assert _request(served, "GET", "/?token=wrong")[0] == 403
+    # the page alone carries nothing of the runs: it asks for them with the token
+    assert _request(served, "GET", "/")[0] == 200
+    assert _request(served, "GET", "/events")[0] == 403
+    assert _request(served, "GET", "/events?token=wrong")[0] == 403
     assert _request(served, "GET", f"/events?token={token[:-1]}")[0] == 403
     # another site's name rebound to 127.0.0.1 sends its own Host
     assert _request(served, "GET", f"/?token={token}", host=f"evil.example:{served.port}")[0] == 403
@@ -224,6 +226,22 @@ def test_the_page_lists_the_runs_live_and_shows_their_text_as_text(
     page.locator(f'tr[data-run="{served.run}"] td.status', has_text="stopping").wait_for(
         timeout=30_000
     )
+
+
+def test_a_reload_of_the_page_keeps_it_working_and_a_page_without_the_token_says_where_it_is(
+    served: Served, page: Page
+) -> None:
+    row = f'tr[data-run="{served.run}"]'
+    page.locator(row).wait_for(timeout=30_000)
+    page.reload()  # its address no longer carries the token: the tab kept it
+    page.locator(row).wait_for(timeout=30_000)
+    page.goto(f"http://127.0.0.1:{served.port}/")  # a new tab, say, by the bare address
+    page.evaluate("sessionStorage.clear()")
+    page.reload()
+    page.locator("#said.refused", has_text="the address teamlead view printed").wait_for(
+        timeout=30_000
+    )
+    assert page.locator(row).count() == 0
 
 
 def test_the_pages_buttons_pause_and_stop_the_run_and_say_what_it_answered(

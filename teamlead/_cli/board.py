@@ -6,8 +6,10 @@ server-sent events whenever they change, and for the run picked a second stream 
 detail; its buttons do what ``pause``, ``unpause``, ``stop`` and ``stop --now`` do.
 
 :class:`Board` is a plain ASGI app, served by the relay's uvicorn on ``127.0.0.1`` only.
-Every request must carry the printed URL's random token (:func:`kept_token`) and a
-``Host`` of ``127.0.0.1:PORT`` or ``localhost:PORT`` (no DNS rebinding); a button is a
+Every request for the runs must carry the printed URL's random token (:func:`kept_token`;
+the page itself carries nothing of them, so a reload of it, its token kept by its tab, is
+served without), and every request a ``Host`` of ``127.0.0.1:PORT`` or ``localhost:PORT``
+(no DNS rebinding); a button is a
 ``POST`` of at most 1 KiB of JSON from the page's own ``Origin``. The page runs only its
 own nonce'd script under a strict ``Content-Security-Policy``, and every string it is sent
 is made safe as the terminal's are (:func:`~teamlead._redact.shown_safe`). Event streams
@@ -119,12 +121,11 @@ class Board:
             return
         query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
         given = (query.get("token") or [""])[0] or headers.get("x-teamlead-token", "")
-        if not secrets.compare_digest(given.encode(), self._token.encode()):
-            await _answer(send, 403, "text/plain", b"teamlead view: a token is needed")
-            return
         method, path = scope["method"], scope["path"]
         if method == "GET" and path == "/":
             await self._page(send)
+        elif not secrets.compare_digest(given.encode(), self._token.encode()):
+            await _answer(send, 403, "text/plain", b"teamlead view: a token is needed")
         elif method == "GET" and path == "/events":
             await self._events(receive, send, lambda: ("runs", self._rows(), False))
         elif method == "GET" and path == "/detail":
