@@ -589,7 +589,7 @@ class Bridge:
     async def _watch_signals(self, scope: anyio.CancelScope) -> None:
         """A stop signal is passed to the current CLI, and the session ends (its CLI
         stopped, bounded)."""
-        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        with anyio.open_signal_receiver(signal.SIGINT, signal.SIGTERM, signal.SIGHUP) as signals:
             async for signum in signals:
                 self.stopped_by = signal.Signals(signum)
                 if self._round is not None:

@@ -506,7 +506,7 @@ def test_a_setting_sent_as_soon_as_a_plain_answer_comes_is_taken(offline: Offlin
 
 
 @pytest.mark.parametrize("warm", [warm_idle(300), "0"], ids=["warm", "cold"])
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_stop_signal_stops_the_command_and_its_cli(
     offline: OfflineFactory, stop: signal.Signals, warm: str
 ) -> None:
