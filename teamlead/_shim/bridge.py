@@ -131,6 +131,7 @@ class _Round:
     read: anyio.Event = field(default_factory=anyio.Event)
     interrupted: bool = False
     asked: set[str] = field(default_factory=set)  # the app's requests it has not answered
+    waiting: set[str] = field(default_factory=set)  # its requests the app has not answered
 
 
 class Bridge:
@@ -425,7 +426,8 @@ class Bridge:
 
     # -- app -> CLI ----------------------------------------------------------------------
     async def _read_app(self, stdin: asyncio.StreamReader) -> None:
-        """Every line of the app's input, to the current CLI (or kept for the next one)."""
+        """Every line of the app's input, to the current CLI (or kept for the next one); at
+        its end, what the CLI asked the app and still waits for is refused."""
         try:
             line = b"\n"
             while line.endswith(b"\n"):  # a line without one is the last, at the end
@@ -440,6 +442,9 @@ class Bridge:
         finally:
             self._app_open = False
             self._app_event.set()
+            if (this := self._round) is not None:
+                for request_id in sorted(this.waiting):  # as the bare CLI does
+                    await this.child.send(_response(request_id, error="the app's input has ended"))
 
     async def _from_app(self, raw: bytes) -> None:
         line = _Line(raw, json_object(raw) or {})
@@ -495,6 +500,8 @@ class Bridge:
             request = dict(message.get("request") or {})
             request["hooks"] = self._hooks_config(this, request.get("hooks"))
             raw = json.dumps({**message, "request": request}).encode()
+        elif message.get("type") == "control_response":
+            this.waiting.discard(str(_answered(message)))
         elif message.get("type") == "user":
             if not this.user_messages and self._init is None and this.hooks:
                 await self._send_own(this, {"subtype": "initialize", "hooks": None})
@@ -530,8 +537,7 @@ class Bridge:
                 await self._cli_request(this, message, line)
                 continue
             if kind == "control_response":
-                response = message.get("response")
-                rid = response.get("request_id") if isinstance(response, dict) else None
+                rid = _answered(message)
                 if rid not in this.own_requests:
                     this.asked.discard(str(rid))
                     self._write(line)
@@ -556,6 +562,7 @@ class Bridge:
             assert self._tg is not None
             self._tg.start_soon(self._answer_hook, this, message, own.callback)
         elif self._app_open:
+            this.waiting.add(str(message.get("request_id")))
             self._write(line)
         else:  # nobody can answer: the CLI is told so rather than left waiting
             await this.child.send(
@@ -604,6 +611,12 @@ def _control_subtype(message: Mapping[str, Any]) -> str | None:
         return None
     subtype = request.get("subtype")
     return subtype if isinstance(subtype, str) else None
+
+
+def _answered(response: Mapping[str, Any]) -> Any:
+    """The id of the request a ``control_response`` answers."""
+    body = response.get("response")
+    return body.get("request_id") if isinstance(body, dict) else None
 
 
 def _user_line(prompt: str) -> _Line:

@@ -392,6 +392,49 @@ def test_the_apps_own_hook_and_permission_callback_are_still_called(
     assert (claude.cwd / "checked.txt").read_text() == "checked\n"
 
 
+def test_a_permission_prompt_left_by_an_app_whose_input_ends_is_refused_as_on_the_bare_cli(
+    offline: OfflineFactory,
+) -> None:
+    # the app asks no more: the bare CLI denies the tool and ends its turn; so does the shim
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "lead" and not req.tool_uses_sent:
+            return Reply.tools(bash("echo ran > ran.txt"))
+        return Reply.text("Done without it.")
+
+    server, claude = offline(script)
+    args = ["--output-format", "stream-json", "--verbose", "--input-format", "stream-json"]
+    args += ["--permission-prompt-tool", "stdio", "--permission-mode", "default"]
+    shim = subprocess.Popen(
+        [str(SHIM), *args],
+        env={**os.environ, **claude.env},
+        cwd=claude.cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert shim.stdin is not None and shim.stdout is not None
+    user = {"type": "user", "message": {"role": "user", "content": "Investigate."}}
+    shim.stdin.write(json.dumps(user).encode() + b"\n")
+    shim.stdin.flush()
+    asked = next(m for m in map(json.loads, shim.stdout) if m["type"] == "control_request")
+    shim.stdin.close()
+    shim.stdin = None  # closed: communicate has nothing to write
+    try:
+        shim.wait(timeout=30)
+        rest = list(map(json.loads, shim.stdout))  # what its buffer read ahead too
+    finally:
+        if shim.poll() is None:
+            shim.kill()
+        shim.communicate(timeout=10)
+
+    assert asked["request"]["subtype"] == "can_use_tool"
+    [result] = [m for m in rest if m["type"] == "result"]
+    assert result["result"] == "Done without it."
+    assert shim.returncode == 0
+    assert not (claude.cwd / "ran.txt").exists()
+    assert _all_ended(claude.state_dir)
+
+
 def test_a_client_app_gets_one_answer_per_turn_on_one_session(offline: OfflineFactory) -> None:
     fan_out = _fan_out()
     next_step = "And the next step?"
