@@ -194,7 +194,7 @@ class Bridge:
                 await self._run_turn(session)
                 session = self._run.tracker.session_id if self._run and self._run.tracker else None
                 self._show_held()
-                if not await self._next_turn() or session is None:
+                if session is None or not await self._next_turn():
                     break
             tg.cancel_scope.cancel()
         if self.stopped_by is not None:
@@ -212,9 +212,16 @@ class Bridge:
 
     async def _next_turn(self) -> bool:
         """Wait for the app's next user message (a multi-turn app); ``False`` at its end.
-        A user message that came while the last run's CLI took no more input starts it."""
-        self._turns += [m for m in self._pending if m.message.get("type") == "user"]
-        self._pending = [m for m in self._pending if m.message.get("type") != "user"]
+        A user message that came while the last run's CLI took no more input starts it, and
+        a control request that came then is answered as one between turns."""
+        pending, self._pending = self._pending, []
+        for line in pending:
+            if line.message.get("type") == "user":
+                self._turns.append(line)
+            elif _control_subtype(line.message) is not None:
+                self._between_turns(line.message)
+            else:
+                self._pending.append(line)
         while not self._turns and self._app_open:
             await self._app_event.wait()
             self._app_event = anyio.Event()

@@ -435,6 +435,58 @@ def test_a_permission_prompt_left_by_an_app_whose_input_ends_is_refused_as_on_th
     assert _all_ended(claude.state_dir)
 
 
+def test_a_setting_sent_once_the_runs_cli_takes_no_more_input_is_answered(
+    offline: OfflineFactory, tmp_path: Path
+) -> None:
+    # the CLI's input is closed (its turn settled) and it has not ended yet: the setting
+    # sent then is answered once the turn is, not left for a next CLI that may never come
+    server, claude = offline(FanOut.of(1, delays=[0]))
+    ended = tmp_path / "ended"
+    cli = tmp_path / "claude"
+    cli.write_text(
+        "#!/bin/sh\n"
+        f'{shlex.quote(str(bundled_cli_path()))} "$@"\n'
+        f"touch {shlex.quote(str(ended))}\n"
+        "sleep 2\n"  # the round goes on, its CLI's input closed
+    )
+    cli.chmod(0o755)
+    env = {**os.environ, **claude.env, "TEAMLEAD_CLAUDE_PATH": str(cli)}
+    args = ["--output-format", "stream-json", "--verbose", "--input-format", "stream-json"]
+    shim = subprocess.Popen(
+        [str(SHIM), *args],
+        env=env,
+        cwd=claude.cwd,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+    )
+    assert shim.stdin is not None and shim.stdout is not None
+    user = {"type": "user", "message": {"role": "user", "content": "Investigate."}}
+    shim.stdin.write(json.dumps(user).encode() + b"\n")
+    shim.stdin.flush()
+    try:
+        assert poll(ended.exists, within_s=60)
+        mode = {"subtype": "set_permission_mode", "mode": "plan"}
+        request = {"type": "control_request", "request_id": "req_mode", "request": mode}
+        shim.stdin.write(json.dumps(request).encode() + b"\n")
+        shim.stdin.flush()
+        said = [json.loads(shim.stdout.readline())]
+        while said[-1]["type"] != "result":
+            said.append(json.loads(shim.stdout.readline()))
+        shim.stdin.close()
+        shim.stdin = None  # closed: communicate has nothing to write
+        shim.wait(timeout=30)
+        said += map(json.loads, shim.stdout)  # what its buffer read ahead too
+    finally:
+        if shim.poll() is None:
+            shim.kill()
+        shim.communicate(timeout=10)
+
+    answered = [m["response"] for m in said if m["type"] == "control_response"]
+    assert answered == [{"subtype": "success", "request_id": "req_mode", "response": {}}]
+    assert _all_ended(claude.state_dir)
+
+
 def test_a_client_app_gets_one_answer_per_turn_on_one_session(offline: OfflineFactory) -> None:
     fan_out = _fan_out()
     next_step = "And the next step?"
