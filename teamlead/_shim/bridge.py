@@ -9,7 +9,8 @@ gate, the wait for background agents and teammates, collection and resume are te
 own machinery; the bridge only carries lines:
 
 - app -> CLI: every line is passed to the current CLI as it comes (control requests,
-  control responses to the CLI's hooks, permission and MCP requests, user messages);
+  control responses to the CLI's hooks, permission and MCP requests, the turn's user
+  message; one sent while the run has its own waits for the next run and its result);
   the app's ``initialize`` gets the run's own hooks (the spawn gate) appended, and the
   bridge answers those hook callbacks itself;
 - CLI -> app: every line is passed on at once (partial messages included), except each
@@ -177,6 +178,7 @@ class Bridge:
         self._tg: TaskGroup | None = None
         self._requests = 0
         self._running = False
+        self._taken = False  # the run has its user message
         self._out_closed = False
         self._process = default_process_state()
         self.stopped_by: signal.Signals | None = None
@@ -230,8 +232,9 @@ class Bridge:
     async def _run_turn(self, session: str | None) -> None:
         """One teamlead run: the app's turn, from its user message to one final result."""
         user = ClaudeAgentOptions(env=dict(self._env), cwd=self._cwd, resume=session)
-        self._pending += self._turns
-        self._turns = []
+        self._taken = bool(self._turns)
+        self._pending += self._turns[:1]
+        self._turns = self._turns[1:]
         first = [True]
 
         def query_fn(*, prompt: str, options: ClaudeAgentOptions) -> AsyncGenerator[Any, None]:
@@ -460,7 +463,7 @@ class Bridge:
         if subtype == "initialize":
             self._init = message
         this = self._round
-        if message.get("type") == "user" and not self._running:
+        if message.get("type") == "user" and (self._taken or not self._running):
             self._turns.append(line)
             self._app_event.set()
         elif subtype == "interrupt":
@@ -471,6 +474,7 @@ class Bridge:
             self._pending.append(line)
         else:
             await self._to_cli(this, line)
+        self._taken = self._taken or message.get("type") == "user"
 
     async def _interrupt(self, line: _Line) -> None:
         """The app ends its turn: the CLI running it is told, answers, and ends the turn with

@@ -533,6 +533,39 @@ def test_a_client_app_gets_one_answer_per_turn_on_one_session(offline: OfflineFa
     assert _all_ended(claude.state_dir)
 
 
+def test_a_message_sent_before_the_last_is_answered_gets_a_result_of_its_own(
+    offline: OfflineFactory,
+) -> None:
+    fan_out = FanOut.of(1, delays=[1])
+
+    def script(req: ScriptedRequest) -> Reply:
+        if req.role == "lead" and "Second." in req.last_user_text:
+            return Reply.text("Second answer.")
+        return fan_out(req)
+
+    server, claude = offline(script)
+
+    async def app(cli: Path) -> list[str | None]:  # sends both, then reads an answer to each
+        answers: list[str | None] = []
+        with anyio.fail_after(60):
+            async with ClaudeSDKClient(claude.options(cli_path=cli)) as client:
+                await client.query("Investigate.")
+                await client.query("Second.")
+                for _ in range(2):
+                    async for message in client.receive_response():
+                        if isinstance(message, ResultMessage):
+                            answers.append(message.result)
+        return answers
+
+    assert len(anyio.run(app, bundled_cli_path())) == 2
+
+    first, second = anyio.run(app, SHIM)
+
+    assert findings_in(first or "") == ["agent-1"]
+    assert second == "Second answer."
+    assert _all_ended(claude.state_dir)
+
+
 def test_an_interrupt_ends_the_turn_as_on_the_bare_cli(offline: OfflineFactory) -> None:
     fan_out = FanOut.of(3, delays=[30, 30, 30])
 
