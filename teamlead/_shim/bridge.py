@@ -31,8 +31,8 @@ callbacks), and its input is closed once it is idle with no task running
 An app's interrupt goes to the running CLI, and the run stops at the result that ends the
 interrupted turn. Between the app's turns no CLI runs: the app's next user message starts
 the next run on the same session (every CLI of it gets the app's initialize again), a
-setting the app changes meanwhile is given to every later CLI, and a request nothing can
-answer is refused at once, never left waiting.
+setting the app changes (then, or in a turn) is given to every later CLI, and a request
+nothing can answer is refused at once, never left waiting.
 """
 
 from __future__ import annotations
@@ -507,7 +507,9 @@ class Bridge:
         subtype = _control_subtype(message)
         if subtype is not None:
             this.asked.add(str(message.get("request_id")))
-        if subtype == "initialize":
+        if subtype is not None and subtype.startswith("set_"):  # for the later CLIs too
+            self._settings.append(dict(message["request"]))
+        elif subtype == "initialize":
             request = dict(message.get("request") or {})
             request["hooks"] = self._hooks_config(this, request.get("hooks"))
             raw = json.dumps({**message, "request": request}).encode()

@@ -633,6 +633,31 @@ def test_a_setting_sent_as_soon_as_a_plain_answer_comes_is_taken(offline: Offlin
     assert _all_ended(claude.state_dir)
 
 
+def test_a_setting_sent_during_a_turn_holds_for_the_next_turns(offline: OfflineFactory) -> None:
+    # on the bare CLI one process keeps it for the session; here each turn has its own CLI
+    def script(req: ScriptedRequest) -> Reply:
+        return Reply.text("Second answer." if "Second." in req.last_user_text else "First answer.")
+
+    server, claude = offline(script)
+
+    async def app() -> None:
+        with anyio.fail_after(90):
+            async with ClaudeSDKClient(claude.options(cli_path=SHIM)) as client:
+                await client.query("First.")
+                await client.set_model("claude-haiku-5-5")  # while the turn runs
+                async for _message in client.receive_response():
+                    pass
+                await client.query("Second.")
+                async for _message in client.receive_response():
+                    pass
+
+    anyio.run(app)
+
+    [second] = [r.request for r in server.recorded() if "Second." in r.request.last_user_text]
+    assert second.model == "claude-haiku-5-5"
+    assert _all_ended(claude.state_dir)
+
+
 @pytest.mark.parametrize("warm", [warm_idle(300), "0"], ids=["warm", "cold"])
 @pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_stop_signal_stops_the_command_and_its_cli(
