@@ -12,8 +12,9 @@ import json
 import logging
 import os
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import anyio
 import pytest
@@ -40,6 +41,7 @@ from teamlead.tracker import Tracker
 
 SESSION = "d6b404c3-7aec-40d7-9803-56ebb9cb00ba"
 DEEP = "[" * 100_000 + "]" * 100_000
+T = TypeVar("T")
 
 
 def team_dir(config: Path, name: str, body: str | dict[str, Any]) -> Path:
@@ -241,12 +243,7 @@ def test_a_transcript_of_one_huge_line_is_scanned_within_the_scan_bound(
     monkeypatch.setattr(team_module, "_MAX_TRANSCRIPT_SCAN", 64 * 1024)
     hijack(tmp_path, implicit=False)
     write_transcript(tmp_path, ['{"team_name": "' + "x" * 8 * 1024 * 1024])  # one line of 8 MB
-    tracemalloc.start()
-    try:
-        found = resolve_team(SESSION, config_dir=tmp_path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    found, peak = _with_peak(lambda: resolve_team(SESSION, config_dir=tmp_path))
     assert found.team is None and peak < 1024 * 1024  # about the bound, not the line's 8 MB
 
 
@@ -406,12 +403,7 @@ def test_big_inbox_reads_within_memory_bound(tmp_path: Path) -> None:
     body = [entry(f"a{i % 7}", f"m{i}") for i in range(100_000)]
     inbox.write_text(json.dumps(body, separators=(",", ":")))
     del body
-    tracemalloc.start()
-    try:
-        read = read_inbox(inbox, config_dir=tmp_path)
-        peak = tracemalloc.get_traced_memory()[1]
-    finally:
-        tracemalloc.stop()
+    read, peak = _with_peak(lambda: read_inbox(inbox, config_dir=tmp_path))
     assert read.status == "ok" and len(read.messages) == 100_000
     assert peak < 100 * 1024 * 1024  # 284 MB before
 
@@ -497,3 +489,12 @@ def test_an_output_file_with_a_nul_byte_is_no_path_and_no_crash(tmp_path: Path) 
     finally:
         state.close()
     assert [(t.id, t.status, t.disposition) for t in done.tasks] == [("t", "failed", "failed")]
+
+
+def _with_peak(call: Callable[[], T]) -> tuple[T, int]:
+    """What ``call`` returns, and the peak of the memory it allocated (tracemalloc's)."""
+    tracemalloc.start()
+    try:
+        return call(), tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()

@@ -43,6 +43,7 @@ __all__ = [
     "ask",
     "ask_env",
     "cli_processes",
+    "shim_asked",
     "shim_with_agents_running",
     "warm_processes",
     "finished",
@@ -205,25 +206,39 @@ def cli_processes(state_dir: Path) -> list[psutil.Process]:
     return found
 
 
-def shim_with_agents_running(
-    shim: Path, env: Mapping[str, str], cwd: Path
+def shim_asked(
+    shim: Path,
+    env: Mapping[str, str],
+    cwd: Path,
+    *args: str,
+    prompt: str = "Investigate.",
+    stderr: Any = subprocess.DEVNULL,
 ) -> subprocess.Popen[bytes]:
-    """``teamlead-claude`` started as an SDK app starts it (stream-json both ways, its
-    stderr discarded), given one user message, and read until its agents run; the caller
-    ends it (``communicate``)."""
-    args = ["--output-format", "stream-json", "--verbose", "--input-format", "stream-json"]
+    """``teamlead-claude`` started as an SDK app starts it (stream-json both ways, then
+    ``args``; its stderr discarded unless ``stderr`` says where), given one user message
+    (``prompt``); the caller ends it (``communicate``)."""
+    stream_json = ["--output-format", "stream-json", "--verbose", "--input-format", "stream-json"]
     process = subprocess.Popen(
-        [str(shim), *args],
+        [str(shim), *stream_json, *args],
         env=dict(env),
         cwd=cwd,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
+        stderr=stderr,
     )
     assert process.stdin is not None and process.stdout is not None
-    user = {"type": "user", "message": {"role": "user", "content": "Investigate."}}
+    user = {"type": "user", "message": {"role": "user", "content": prompt}}
     process.stdin.write(json.dumps(user).encode() + b"\n")
     process.stdin.flush()
+    return process
+
+
+def shim_with_agents_running(
+    shim: Path, env: Mapping[str, str], cwd: Path
+) -> subprocess.Popen[bytes]:
+    """:func:`shim_asked`, read until its agents run; the caller ends it (``communicate``)."""
+    process = shim_asked(shim, env, cwd)
+    assert process.stdout is not None
     for line in process.stdout:
         if json.loads(line).get("subtype") == "task_started":
             return process

@@ -50,6 +50,7 @@ from .conftest import (
     TEAMLEAD,
     OfflineFactory,
     cli_processes,
+    shim_asked,
     shim_with_agents_running,
     warm_processes,
 )
@@ -273,20 +274,9 @@ def test_a_cli_started_ahead_for_a_relay_that_cannot_start_is_stopped_and_the_ru
     cli, starts = _noting_cli(tmp_path)
     env = {**os.environ, **claude.env, "TEAMLEAD_CLAUDE_PATH": str(cli), "WS_PROXY": "http://[x"}
     env.update(NO_PROXY="example.invalid", no_proxy="example.invalid")
-    args = ["--output-format", "stream-json", "--verbose", "--input-format", "stream-json"]
     with (tmp_path / "stderr").open("w+") as err:
-        shim = subprocess.Popen(
-            [str(SHIM), *args],
-            env=env,
-            cwd=claude.cwd,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=err,
-        )
-        assert shim.stdin is not None and shim.stdout is not None
-        user = {"type": "user", "message": {"role": "user", "content": "Say hello."}}
-        shim.stdin.write(json.dumps(user).encode() + b"\n")
-        shim.stdin.flush()
+        shim = shim_asked(SHIM, env, claude.cwd, prompt="Say hello.", stderr=err)
+        assert shim.stdout is not None
         result = next(m for m in map(json.loads, shim.stdout) if m.get("type") == "result")
         noted = [line.split() for line in starts.read_text().splitlines()]
         ahead = [int(pid) for pid, url in noted if "/run-" in url]
@@ -402,20 +392,9 @@ def test_a_permission_prompt_left_by_an_app_whose_input_ends_is_refused_as_on_th
         return Reply.text("Done without it.")
 
     server, claude = offline(script)
-    args = ["--output-format", "stream-json", "--verbose", "--input-format", "stream-json"]
-    args += ["--permission-prompt-tool", "stdio", "--permission-mode", "default"]
-    shim = subprocess.Popen(
-        [str(SHIM), *args],
-        env={**os.environ, **claude.env},
-        cwd=claude.cwd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    args = ["--permission-prompt-tool", "stdio", "--permission-mode", "default"]
+    shim = shim_asked(SHIM, {**os.environ, **claude.env}, claude.cwd, *args)
     assert shim.stdin is not None and shim.stdout is not None
-    user = {"type": "user", "message": {"role": "user", "content": "Investigate."}}
-    shim.stdin.write(json.dumps(user).encode() + b"\n")
-    shim.stdin.flush()
     asked = next(m for m in map(json.loads, shim.stdout) if m["type"] == "control_request")
     shim.stdin.close()
     shim.stdin = None  # closed: communicate has nothing to write
@@ -451,19 +430,8 @@ def test_a_setting_sent_once_the_runs_cli_takes_no_more_input_is_answered(
     )
     cli.chmod(0o755)
     env = {**os.environ, **claude.env, "TEAMLEAD_CLAUDE_PATH": str(cli)}
-    args = ["--output-format", "stream-json", "--verbose", "--input-format", "stream-json"]
-    shim = subprocess.Popen(
-        [str(SHIM), *args],
-        env=env,
-        cwd=claude.cwd,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-    )
+    shim = shim_asked(SHIM, env, claude.cwd)
     assert shim.stdin is not None and shim.stdout is not None
-    user = {"type": "user", "message": {"role": "user", "content": "Investigate."}}
-    shim.stdin.write(json.dumps(user).encode() + b"\n")
-    shim.stdin.flush()
     try:
         assert poll(ended.exists, within_s=60)
         mode = {"subtype": "set_permission_mode", "mode": "plan"}
