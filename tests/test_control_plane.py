@@ -384,6 +384,24 @@ def test_a_verb_racing_the_runs_end_says_it_finished(
     assert result.output.strip() == "teamlead: error: run aaaaaaaaaaaa has already finished"
 
 
+def test_stop_all_says_a_run_that_ended_meanwhile_has_finished_and_exits_0(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``stop --all`` wants every run stopped: one that ended on its own between the
+    listing and the request is so, not a refusal."""
+    entry = _entry("aaaaaaaaaaaa")
+    ask = runs.call
+
+    def late(*args: Any, **kwargs: Any) -> Any:
+        entry.unlink()
+        return ask(*args, **kwargs)
+
+    monkeypatch.setattr(runs, "call", late)
+    result = _invoke("stop", "--all")
+    assert result.exit_code == 0, result.output
+    assert result.output.strip() == "run aaaaaaaaaaaa has already finished"
+
+
 def test_a_prefix_of_two_runs_is_ambiguous_and_one_line() -> None:
     _entry("abc111111111")
     _entry("abc222222222", session_id="ffff0000-1")

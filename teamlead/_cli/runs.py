@@ -300,7 +300,12 @@ def stop(runs: tuple[str, ...], now: bool, all_: bool) -> None:
     for ref in refs:
         try:
             said = act(ref, {"op": "stop", "now": now}, registry=registry)
-        except (NoSuchRun, UsageError, ControlError) as exc:
+        except NoSuchRun as exc:
+            if not all_:  # a run named that is gone; with --all, one that ended is stopped
+                code = code or tell(exc)
+                continue
+            said = f"run {ref} has already finished"
+        except (UsageError, ControlError) as exc:
             told = tell(exc)  # one line; the next run is still stopped
             code = code or told
             continue
