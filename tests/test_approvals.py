@@ -274,6 +274,7 @@ def test_decode_keys_names_tab_and_drops_escape_sequences() -> None:
     assert decode_keys(b"y\tn") == ["y", "tab", "n"]
     assert decode_keys(b"\x1b[A+\x1b[Z\x1bOP-\x1b[15~m") == ["+", "backtab", "-", "m"]
     assert decode_keys(b"\x03\x7f") == []
+    assert decode_keys(b"\x1by\x1bnq") == ["q"]  # Alt-y and Alt-n answer no approval
 
 
 async def test_cbreak_reads_single_keys_and_restores_the_terminal_also_on_error() -> None:

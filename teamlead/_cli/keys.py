@@ -71,7 +71,8 @@ def cbreak(stream: IO[str] | None) -> Iterator[int | None]:
 
 def decode_keys(data: bytes) -> list[str]:
     """The keys in one read: characters as themselves, tab/enter/space by name,
-    ``backtab`` for shift-tab; other escape sequences are dropped."""
+    ``backtab`` for shift-tab; other escape sequences, and keys pressed with Alt (ESC and
+    the key), are dropped."""
     text = data.decode("utf-8", errors="ignore")
     keys: list[str] = []
     at = 0
@@ -87,7 +88,7 @@ def decode_keys(data: bytes) -> list[str]:
                 at += 1
                 while at < len(text) and not (text[at].isalpha() or text[at] == "~"):
                     at += 1
-                at += 1
+            at += 1  # the final letter, or the key an Alt press sent after ESC
             continue
         if char in _NAMED:
             keys.append(_NAMED[char])
