@@ -7,14 +7,17 @@ is read in tests/cli/test_focus.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from teamlead._claude.transcript import transcript_tail
 from teamlead._cli.focus import Focus
-from teamlead.tracker import SubagentToolUse, parse_message
+from teamlead.tracker import SubagentToolUse, TaskInfo, parse_message
 
 from .frames import SESSION, ended, result, started, sub_text, sub_tool, workflow
 from .parsing import HandFed
@@ -175,3 +178,27 @@ def test_the_transcript_tail_is_read_backwards_within_its_byte_cap(tmp_path: Pat
     assert tail is not None
     assert tail.calls == ()  # the first call is further back than the cap
     assert tail.lines[-1] == "last" and len(tail.lines) == 2
+
+
+@pytest.mark.parametrize("read", ["agents", "of"])
+def test_the_agents_and_one_agent_are_read_while_the_run_adds_tasks(
+    monkeypatch: pytest.MonkeyPatch, read: str
+) -> None:
+    """The live view's refresh thread reads them while the run's loop adds tasks: one that
+    comes mid-read waits for the next read, never breaks this one."""
+    focus = Focus(HandFed())
+    feed(focus, started("a1", "toolu_A", "alpha"), started("b1", "toolu_B", "beta"))
+    tasks = focus.run.tracker.tasks
+    name = "is_workflow" if read == "agents" else "workflow_agents"
+    real = getattr(TaskInfo, name)
+
+    def meanwhile(task: TaskInfo) -> Any:  # the run's thread, between two tasks
+        if task.task_id == "a1" and "late" not in tasks:
+            tasks["late"] = dataclasses.replace(task, task_id="late")
+        return real.fget(task)
+
+    monkeypatch.setattr(TaskInfo, name, property(meanwhile))
+    if read == "agents":
+        assert focus.agents == ["a1", "b1"]
+    else:
+        assert focus.of("wf-agent-nobody") is None

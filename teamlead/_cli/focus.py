@@ -149,7 +149,8 @@ class Focus:
         each workflow's agents (those that have an id) right after their workflow."""
         out: list[str] = []
         tracker = self.run.tracker
-        for task in tracker.tasks.values() if tracker is not None else ():
+        # copied in one step: the live view's refresh thread reads while the run adds tasks
+        for task in list(tracker.tasks.values()) if tracker is not None else ():
             if task.is_workflow:
                 for index in sorted(task.workflow_agents):
                     agent_id = task.workflow_agents[index].agent_id
@@ -188,8 +189,8 @@ class Focus:
             if trail is not None and (trail.calls or trail.lines):
                 return self._from_trail(base, trail)
             return self._from_transcript(base, task.output_file)
-        for workflow in tracker.tasks.values():
-            for agent in workflow.workflow_agents.values():
+        for workflow in list(tracker.tasks.values()):  # as in :attr:`agents`
+            for agent in list(workflow.workflow_agents.values()):
                 if agent.agent_id == agent_id:
                     base = (agent_id, agent.label, "workflow_agent", agent.state)
                     return self._from_transcript(base, None)
