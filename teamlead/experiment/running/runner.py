@@ -47,7 +47,7 @@ from ...errors import UsageError
 from ...events import ConcurrencyChanged, Finished, RateLimited
 from ...policy import TRANSIENT_STATUSES, Policy
 from ...prompts import Strategy, apply_strategy, load_strategy
-from ..specs.records import TrialKey, TrialRecord, TrialWriter, finished_keys, read_records
+from ..specs.records import TrialKey, TrialRecord, TrialWriter, finished_among, read_records
 from ..specs.spec import ExperimentSpec, TaskSpec, VariantSpec
 from .agent_counts import AgentCounts, agent_counts
 from .grader import grade_answer
@@ -353,11 +353,10 @@ async def run_experiment(
     out_dir = Path(out_dir)
     make_out_dir(out_dir)
     path = out_dir / "trials.jsonl"
-    done = finished_keys(path, retry_infrastructure=True) if path.exists() else set()
-    # what earlier runs on this out dir spent counts against the budget too
-    spent_before = sum(
-        r.cost_usd + (r.grader_cost_usd or 0.0) for r in read_records(path, missing_ok=True).records
-    )
+    earlier = read_records(path, missing_ok=True).records  # of the runs this one resumes
+    done = finished_among(earlier, retry_infrastructure=True)
+    # what they spent counts against the budget too
+    spent_before = sum(r.cost_usd + (r.grader_cost_usd or 0.0) for r in earlier)
     order = trial_order(spec)
     todo = [k for k in order if k not in done]
     strategies = {v.name: load_strategy(v.strategy) for v in spec.variants}

@@ -40,6 +40,7 @@ __all__ = [
     "TrialStatus",
     "TrialWriter",
     "append_record",
+    "finished_among",
     "finished_keys",
     "isolation_notes",
     "latest_records",
@@ -362,8 +363,16 @@ def finished_keys(path: str | Path, *, retry_infrastructure: bool = True) -> set
         >>> done = finished_keys("out/trials.jsonl")  # doctest: +SKIP
         >>> todo = [k for k in spec.trial_keys() if k not in done]  # doctest: +SKIP
     """
-    records = latest_records(read_records(path, missing_ok=True).records)
-    return {r.key for r in records if not (retry_infrastructure and r.infrastructure_failure)}
+    records = read_records(path, missing_ok=True).records
+    return finished_among(records, retry_infrastructure=retry_infrastructure)
+
+
+def finished_among(
+    records: Iterable[TrialRecord], *, retry_infrastructure: bool = True
+) -> set[TrialKey]:
+    """:func:`finished_keys` of records already read."""
+    latest = latest_records(records)
+    return {r.key for r in latest if not (retry_infrastructure and r.infrastructure_failure)}
 
 
 class TrialWriter:
